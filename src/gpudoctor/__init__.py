@@ -1,0 +1,27 @@
+"""gpudoctor: why is my GPU workload slow, by how much, and what exactly do I change?
+
+    >>> import gpudoctor
+    >>> report = gpudoctor.analyze("trace.json.gz")
+    >>> report.findings[0].id
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "analyze"]
+
+if TYPE_CHECKING:
+    from gpudoctor.report.model import Report
+
+
+def analyze(path: Any, *, gpu: str | None = None, ceilings: Any = None) -> Report:
+    """Load a torch.profiler trace (file or run directory) and return the diagnosis.
+
+    ``gpu`` names a datasheet row to use instead of the GPU recorded in the trace; ``ceilings``
+    is a path to a ceilings JSON file (as written by ``gpudoctor bench``) or a ``Ceilings``.
+    """
+    from gpudoctor.pipeline import analyze_path
+
+    return analyze_path(path, gpu=gpu, ceilings=ceilings)

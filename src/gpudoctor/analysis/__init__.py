@@ -1,0 +1,77 @@
+"""Analyses: pure functions Trace [+ Ceilings] -> frozen results, bundled for the rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudoctor.analysis.breakdown import Breakdown, breakdown
+from gpudoctor.analysis.idle import IdleResult, idle_causes
+from gpudoctor.analysis.memory import MemoryResult, memory
+from gpudoctor.analysis.roofline import RooflineResult, roofline
+from gpudoctor.analysis.steps import Steps, segment
+from gpudoctor.hardware.ceilings import Ceilings
+from gpudoctor.trace.model import Trace
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """Everything the rules read: the trace, its ceilings and every analysis result."""
+
+    trace: Trace
+    ceilings: Ceilings
+    steps: Steps
+    breakdown: Breakdown
+    idle: IdleResult
+    roofline: RooflineResult
+    memory: MemoryResult
+    not_applicable: dict[str, str]
+    warnings: tuple[str, ...]
+
+    @property
+    def step_ms(self) -> float:
+        return self.breakdown.step_ms
+
+
+def analyze_trace(trace: Trace, ceilings: Ceilings) -> Analysis:
+    steps = segment(trace)
+    warnings: list[str] = []
+    not_applicable: dict[str, str] = {}
+    if steps.method == "whole-trace":
+        warnings.append(
+            "no ProfilerStep#N or Optimizer.step markers: the whole trace is treated as one step "
+            "(call prof.step() once per iteration for per-step numbers)"
+        )
+    if trace.skipped_events:
+        warnings.append(f"{trace.skipped_events} malformed events were skipped")
+    mem = memory(trace, steps)
+    if not mem.applicable:
+        not_applicable["memory"] = mem.reason
+    result = Analysis(
+        trace=trace,
+        ceilings=ceilings,
+        steps=steps,
+        breakdown=breakdown(trace, steps),
+        idle=idle_causes(trace, steps),
+        roofline=roofline(trace, steps, ceilings),
+        memory=mem,
+        not_applicable=not_applicable,
+        warnings=tuple(warnings),
+    )
+    if result.roofline.placed_fraction < 0.5:
+        not_applicable.setdefault(
+            "roofline",
+            "under half of the kernel time has known FLOPs or bytes: record with record_shapes=True "
+            "(and with_flops=True) to place kernels on the roofline",
+        )
+    return result
+
+
+__all__ = [
+    "Analysis",
+    "Breakdown",
+    "IdleResult",
+    "MemoryResult",
+    "RooflineResult",
+    "Steps",
+    "analyze_trace",
+]

@@ -1,0 +1,313 @@
+"""GPU idle time attributed to its cause: what the host was doing while the GPU had nothing queued.
+
+Each moment of the launching thread gets one label, the highest-priority one whose events cover it:
+
+    input-pipeline  DataLoader ``__next__`` (the GPU waits for the next batch)
+    host-sync       a blocking wait on the GPU: cuda*Synchronize, ``.item()``, ``nonzero``...
+    pageable-copy   a host<->device copy from pageable memory (the host stages it, blocked)
+    allocator       cudaMalloc / cudaFree / cudaHostAlloc (``empty_cache``, cache misses)
+    optimizer       dispatching the optimizer step
+    host-work       long stretches with no operator at all: file I/O, Python, checkpoints
+    dispatch        issuing operators and kernels (the launch-bound case)
+
+An idle gap of the GPU takes the labels of the host time inside it. A gap that holds a blocking
+cause (every label above except dispatch) gives its dispatch time to that cause as well: after a
+sync or a slow batch the host must re-fill an empty queue, and that refill is the cause's cost.
+A gap whose next kernel was launched before the gap began is "gpu-wait" (a stream waiting on
+another stream, not the host's doing).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpudoctor.analysis.breakdown import gpu_busy_intervals
+from gpudoctor.analysis.intervals import complement, overlap_per_window, union
+from gpudoctor.analysis.steps import Steps
+from gpudoctor.trace.kernels import PAGEABLE_KINDS
+from gpudoctor.trace.model import HostCat, Trace
+
+# Priority order (first wins). "dispatch" is the default and comes last.
+CAUSES = (
+    "input-pipeline",
+    "host-sync",
+    "pageable-copy",
+    "allocator",
+    "optimizer",
+    "host-work",
+    "dispatch",
+)
+BLOCKING = frozenset(CAUSES[:-1])
+GPU_WAIT = "gpu-wait"
+
+# A stretch of the launching thread inside no operator, launch or copy, longer than this, is host
+# work (I/O, Python) rather than the interpreter's overhead between two operators.
+HOST_WORK_MIN_NS = 50_000
+
+_DATALOADER = re.compile(r"dataloader|dataloaderiter|_next_data|fetcher", re.I)
+SYNC_RUNTIME = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+    }
+)
+SYNC_OPS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::is_nonzero",
+        "aten::equal",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_consecutive",
+        "aten::unique_dim",
+    }
+)
+ALLOCATOR_CALLS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaFree",
+        "cudaHostAlloc",
+        "cudaMallocHost",
+        "cudaFreeHost",
+        "cudaHostRegister",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemCreate",
+        "cuMemRelease",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuMemAddressReserve",
+        "cuMemAddressFree",
+        "cuMemSetAccess",
+    }
+)
+COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2"})
+
+
+@dataclass(frozen=True, eq=False)
+class IdleResult:
+    """Idle ms per step by cause, plus the host events behind each blocking cause."""
+
+    idle_ms: float  # per step
+    by_cause_ms: dict[str, float]  # per step, every cause of CAUSES + gpu-wait
+    gap_count_per_step: float
+    launch_thread: int  # index into Trace.threads, -1 when nothing was launched
+    # host event indices whose interval overlaps an idle gap, per blocking cause
+    culprits: dict[str, np.ndarray] = field(default_factory=dict)
+    # idle ns inside each culprit event (aligned with culprits)
+    culprit_idle_ns: dict[str, np.ndarray] = field(default_factory=dict)
+    gaps: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def ms(self, cause: str) -> float:
+        return self.by_cause_ms.get(cause, 0.0)
+
+
+def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
+    busy_s, busy_e = gpu_busy_intervals(trace)
+    gap_s, gap_e = _gaps(busy_s, busy_e, steps)
+    n_steps = max(len(steps), 1)
+    thread = launch_thread(trace)
+    total_idle = int((gap_e - gap_s).sum())
+    by_cause = {cause: 0.0 for cause in (*CAUSES, GPU_WAIT)}
+    if thread < 0 or len(gap_s) == 0:
+        by_cause["dispatch"] = total_idle / 1e6 / n_steps
+        return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
+                          gaps=(gap_s, gap_e))
+    waiting = _gpu_wait_gaps(trace, gap_s, gap_e)
+    on_threads = np.isin(trace.host.thread, launch_threads(trace))
+    label_sets = _label_intervals(trace, on_threads, steps)
+    per_gap = _exclusive_overlap(label_sets, gap_s, gap_e)  # cause -> ns per gap
+    per_gap = _give_dispatch_to_blocking(per_gap)
+    for cause, ns in per_gap.items():
+        by_cause[cause] = float(ns[~waiting].sum()) / 1e6 / n_steps
+    by_cause[GPU_WAIT] = float((gap_e - gap_s)[waiting].sum()) / 1e6 / n_steps
+    culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting])
+    return IdleResult(
+        idle_ms=total_idle / 1e6 / n_steps,
+        by_cause_ms=by_cause,
+        gap_count_per_step=len(gap_s) / n_steps,
+        launch_thread=thread,
+        culprits=culprits,
+        culprit_idle_ns=culprit_ns,
+        gaps=(gap_s, gap_e),
+    )
+
+
+def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+    gs, ge = [], []
+    for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
+        s, e = complement(busy_s, busy_e, lo, hi)
+        gs.append(s)
+        ge.append(e)
+    if not gs:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)
+
+
+def launch_thread(trace: Trace) -> int:
+    """The host thread that launched most GPU work (-1 when none did)."""
+    counts = _launch_counts(trace)
+    return int(counts.argmax()) if counts.size and counts.max() > 0 else -1
+
+
+def launch_threads(trace: Trace) -> np.ndarray:
+    """Threads that launched at least 1% of the GPU work (the main and the autograd threads)."""
+    counts = _launch_counts(trace)
+    if counts.size == 0 or counts.max() == 0:
+        return np.empty(0, np.int32)
+    return np.flatnonzero(counts >= max(1, 0.01 * counts.sum())).astype(np.int32)
+
+
+def _launch_counts(trace: Trace) -> np.ndarray:
+    launches = trace.device.launch
+    launches = launches[launches >= 0]
+    return np.bincount(trace.host.thread[launches], minlength=len(trace.threads))
+
+
+def _gpu_wait_gaps(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray) -> np.ndarray:
+    """Gaps whose next GPU event had been launched before the gap began."""
+    dev = trace.device
+    if len(dev) == 0:
+        return np.zeros(len(gap_s), bool)
+    nxt = np.clip(np.searchsorted(dev.ts, gap_e, side="left"), 0, len(dev) - 1)
+    launch = dev.launch[nxt]
+    launched_at = np.where(launch >= 0, trace.host.end[np.maximum(launch, 0)], np.iinfo(np.int64).max)
+    return launched_at <= gap_s
+
+
+def _label_intervals(
+    trace: Trace, on_thread: np.ndarray, steps: Steps
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    host = trace.host
+    by_name = _name_masks(trace)
+    sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(cause: str, mask: np.ndarray) -> None:
+        idx = np.flatnonzero(mask & on_thread)
+        sets[cause] = union(host.ts[idx], host.end[idx])
+
+    add("input-pipeline", by_name["dataloader"][host.name])
+    add("host-sync", by_name["sync"][host.name] & _sync_category(host))
+    add("pageable-copy", _pageable_copy_calls(trace))
+    add("allocator", by_name["allocator"][host.name] & (host.cat >= HostCat.RUNTIME))
+    add("optimizer", by_name["optimizer"][host.name] & (host.cat == HostCat.ANNOTATION))
+    sets["host-work"] = _host_work(trace, on_thread, steps)
+    return sets
+
+
+def _sync_category(host: object) -> np.ndarray:
+    cat = host.cat  # type: ignore[attr-defined]
+    return (cat == HostCat.OP) | (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
+
+
+def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
+    return {
+        "dataloader": trace.names_matching(lambda s: bool(_DATALOADER.search(s)) and "pin_memory" not in s),
+        "sync": trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS),
+        "allocator": trace.names_matching(lambda s: s in ALLOCATOR_CALLS),
+        "optimizer": trace.names_matching(lambda s: s.startswith("Optimizer.step#")),
+        "copy": trace.names_matching(lambda s: s in COPY_CALLS),
+    }
+
+
+def _pageable_copy_calls(trace: Trace) -> np.ndarray:
+    """Host copy calls whose device copy reads or writes pageable host memory."""
+    dev = trace.device
+    mask = np.zeros(len(trace.host), bool)
+    pageable = np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]) & (dev.launch >= 0)
+    mask[dev.launch[pageable]] = True
+    return mask
+
+
+def _host_work(trace: Trace, on_thread: np.ndarray, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+    """Long stretches, inside steps, when no launching thread is in an op, a launch or a copy."""
+    host = trace.host
+    active = on_thread & ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
+    busy_s, busy_e = union(host.ts[active], host.end[active])
+    gs, ge = [], []
+    for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
+        s, e = complement(busy_s, busy_e, lo, hi)
+        long = (e - s) >= HOST_WORK_MIN_NS
+        gs.append(s[long])
+        ge.append(e[long])
+    if not gs:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(gs), np.concatenate(ge)
+
+
+def _exclusive_overlap(
+    sets: dict[str, tuple[np.ndarray, np.ndarray]], gap_s: np.ndarray, gap_e: np.ndarray
+) -> dict[str, np.ndarray]:
+    """ns of each gap taken by each cause, a moment going to the first cause (CAUSES order)."""
+    result: dict[str, np.ndarray] = {}
+    taken = np.zeros(len(gap_s), np.int64)
+    higher_s, higher_e = np.empty(0, np.int64), np.empty(0, np.int64)
+    for cause in CAUSES[:-1]:
+        s, e = sets.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        both_s, both_e = union(np.concatenate((higher_s, s)), np.concatenate((higher_e, e)))
+        covered = overlap_per_window(both_s, both_e, gap_s, gap_e)
+        result[cause] = covered - taken
+        taken = covered
+        higher_s, higher_e = both_s, both_e
+    result["dispatch"] = (gap_e - gap_s) - taken
+    return result
+
+
+def _give_dispatch_to_blocking(per_gap: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    blocking = [c for c in CAUSES if c in BLOCKING]
+    stacked = np.stack([per_gap[c] for c in blocking])
+    has_blocking = stacked.sum(axis=0) > 0
+    dominant = stacked.argmax(axis=0)
+    moved = np.where(has_blocking, per_gap["dispatch"], 0)
+    out = {c: per_gap[c].copy() for c in per_gap}
+    out["dispatch"] = per_gap["dispatch"] - moved
+    for i, cause in enumerate(blocking):
+        out[cause] += np.where(dominant == i, moved, 0)
+    return out
+
+
+def _culprits(
+    trace: Trace, on_thread: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Host events of each blocking cause that overlap idle gaps, and the idle inside each."""
+    host = trace.host
+    masks = _name_masks(trace)
+    selectors = {
+        "input-pipeline": masks["dataloader"][host.name] & on_thread,
+        "host-sync": masks["sync"][host.name] & _sync_category(host) & on_thread,
+        "allocator": masks["allocator"][host.name] & (host.cat >= HostCat.RUNTIME) & on_thread,
+        "pageable-copy": _pageable_copy_calls(trace) & on_thread,
+    }
+    culprits: dict[str, np.ndarray] = {}
+    idle_ns: dict[str, np.ndarray] = {}
+    for cause, mask in selectors.items():
+        idx = np.flatnonzero(mask)
+        if idx.size == 0 or gap_s.size == 0:
+            culprits[cause], idle_ns[cause] = idx, np.zeros(idx.size, np.int64)
+            continue
+        # idle inside [event start, end of the gap the event ends in] (the refill counts too)
+        ov = overlap_per_window(gap_s, gap_e, host.ts[idx], _extend_to_gap_end(host.end[idx], gap_s, gap_e))
+        keep = ov > 0
+        culprits[cause], idle_ns[cause] = idx[keep], ov[keep]
+    return culprits, idle_ns
+
+
+def _extend_to_gap_end(end: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) -> np.ndarray:
+    k = np.searchsorted(gap_s, end, side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (end < gap_e[kk])
+    return np.where(inside, gap_e[kk], end)
+
+
+__all__ = ["CAUSES", "GPU_WAIT", "IdleResult", "idle_causes", "launch_thread", "launch_threads"]

@@ -1,0 +1,227 @@
+"""Roofline placement of every kernel and op against the ceilings, and the step's MFU.
+
+Per device event: its share of the launching op's FLOPs and minimum bytes (split by duration
+when an op launched several kernels). Per kernel name and per op name: achieved FLOP/s and
+B/s, arithmetic intensity, the roof it sits under (tensor cores for its dtype, CUDA-core fp32
+FMA for SIMT GEMMs, the vector rate for everything else), its efficiency against
+min(roof, bandwidth x intensity), and what bounds it:
+
+    latency  kernels averaging under 10 us at under 20% of their attainable rate
+    memory   intensity below the ridge point (roof / bandwidth)
+    compute  intensity above it
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.analysis.breakdown import durations_in_steps
+from gpudoctor.analysis.opcost import OpCost, op_cost
+from gpudoctor.analysis.steps import Steps
+from gpudoctor.hardware.ceilings import Ceilings
+from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import Trace
+
+LATENCY_KERNEL_NS = 10_000
+LATENCY_EFFICIENCY = 0.2
+_MATRIX = (Kind.GEMM_TC, Kind.GEMM_SIMT, Kind.ATTENTION, Kind.CONV)
+DTYPES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "fp64", "int8")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One point of the roofline: a kernel name (or an op name) aggregated over the steps."""
+
+    name: str
+    kind: str  # Kind name
+    dtype: str
+    count_per_step: float
+    time_ms_per_step: float
+    flops: float  # per step
+    bytes: float  # per step
+    achieved_flops: float  # FLOP/s
+    achieved_bytes_per_s: float
+    intensity: float  # FLOP/byte (0 when bytes unknown)
+    roof_flops: float
+    attainable_flops: float
+    efficiency: float  # 0..1 (against attainable; bandwidth efficiency when no FLOPs)
+    bound: str  # latency | memory | compute | unknown
+
+
+@dataclass(frozen=True, eq=False)
+class RooflineResult:
+    kernels: tuple[Placement, ...]  # by time, largest first
+    ops: tuple[Placement, ...]
+    model_flops_per_step: float  # matrix / attention / conv FLOPs
+    mfu: float  # model FLOPs / (step time x 16-bit matrix roof)
+    placed_fraction: float  # share of kernel time with known FLOPs or bytes
+    # per device event (aligned with trace.device)
+    event_flops: np.ndarray
+    event_bytes: np.ndarray
+    event_dtype: np.ndarray  # index into DTYPES
+    event_in_steps_ns: np.ndarray
+    op_costs: dict[int, OpCost]  # host op index -> cost
+
+
+def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
+    dev = trace.device
+    n_steps = max(len(steps), 1)
+    in_steps = durations_in_steps(trace, steps)
+    costs = _op_costs(trace, np.unique(dev.op[dev.op >= 0]))
+    flops, nbytes, dtype = _event_shares(trace, costs)
+    dtype = _tf32_where_tensor_cores(dev.kind, dtype, trace)
+    weight = np.divide(in_steps, dev.dur, out=np.zeros(len(dev)), where=dev.dur > 0)
+    f_in, b_in = flops * weight, nbytes * weight
+    kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, dtype, ceilings, n_steps)
+    op_names = np.where(dev.op >= 0, trace.host.name[np.maximum(dev.op, 0)], -1)
+    ops = _aggregate(trace, op_names, f_in, b_in, in_steps, dtype, ceilings, n_steps)
+    matrix = np.isin(dev.kind, [int(k) for k in _MATRIX])
+    model_flops = float(f_in[matrix].sum()) / n_steps
+    step_s = steps.total_ns / 1e9 / n_steps
+    mfu = model_flops / (step_s * ceilings.best_matrix_flops) if step_s > 0 else 0.0
+    placed = in_steps[(f_in > 0) | (b_in > 0)].sum() / max(in_steps.sum(), 1)
+    return RooflineResult(
+        kernels=kernels,
+        ops=ops,
+        model_flops_per_step=model_flops,
+        mfu=mfu,
+        placed_fraction=float(placed),
+        event_flops=flops,
+        event_bytes=nbytes,
+        event_dtype=dtype,
+        event_in_steps_ns=in_steps,
+        op_costs=costs,
+    )
+
+
+def _op_costs(trace: Trace, ops: np.ndarray) -> dict[int, OpCost]:
+    host = trace.host
+    cache: dict[tuple[int, bytes, bytes, float], OpCost] = {}
+    costs: dict[int, OpCost] = {}
+    for i in ops.tolist():
+        key = (int(host.name[i]), bytes(host.raw_dims[i] or b""), bytes(host.raw_types[i] or b""), float(host.flops[i]))
+        cost = cache.get(key)
+        if cost is None:
+            cost = op_cost(trace.strings[key[0]], trace.input_dims(i), trace.input_types(i), host.flops[i])
+            cache[key] = cost
+        costs[i] = cost
+    return costs
+
+
+def _event_shares(trace: Trace, costs: dict[int, OpCost]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    dev = trace.device
+    n_host = len(trace.host)
+    op_flops = np.zeros(n_host + 1)
+    op_bytes = np.zeros(n_host + 1)
+    op_dtype = np.zeros(n_host + 1, np.int8)
+    for i, cost in costs.items():
+        op_flops[i], op_bytes[i] = cost.flops, cost.bytes
+        op_dtype[i] = DTYPES.index(cost.dtype) if cost.dtype in DTYPES else 0
+    op = np.where(dev.op >= 0, dev.op, n_host)
+    dur = dev.dur.astype(np.float64)
+    # memcpy / memset carry their own bytes; kernels take a duration share of their op's cost
+    is_kernel = dev.cat == 0
+    op_time = np.bincount(op[is_kernel], weights=dur[is_kernel], minlength=n_host + 1)
+    share = np.divide(dur, op_time[op], out=np.zeros(len(dev)), where=op_time[op] > 0) * is_kernel
+    flops = op_flops[op] * share
+    nbytes = np.where(is_kernel, op_bytes[op] * share, dev.nbytes.astype(np.float64))
+    return flops, nbytes, op_dtype[op]
+
+
+def _tf32_where_tensor_cores(kind: np.ndarray, dtype: np.ndarray, trace: Trace) -> np.ndarray:
+    """fp32 inputs to a tensor-core GEMM run as TF32."""
+    out = dtype.copy()
+    fp32 = DTYPES.index("fp32")
+    out[(kind == Kind.GEMM_TC) & (dtype == fp32)] = DTYPES.index("tf32")
+    return out
+
+
+def _aggregate(
+    trace: Trace,
+    keys: np.ndarray,
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    time_ns: np.ndarray,
+    dtype: np.ndarray,
+    ceilings: Ceilings,
+    n_steps: int,
+) -> tuple[Placement, ...]:
+    dev = trace.device
+    live = (time_ns > 0) & (keys >= 0)
+    if not live.any():
+        return ()
+    uniq, inverse = np.unique(keys[live], return_inverse=True)
+    sums = {
+        "time": np.bincount(inverse, weights=time_ns[live]),
+        "flops": np.bincount(inverse, weights=flops[live]),
+        "bytes": np.bincount(inverse, weights=nbytes[live]),
+        "count": np.bincount(inverse),
+    }
+    # the kind and dtype that hold most of each group's time
+    kinds = _dominant(inverse, dev.kind[live], time_ns[live], len(uniq))
+    dtypes = _dominant(inverse, dtype[live], time_ns[live], len(uniq))
+    points = [
+        _place(trace.strings[int(key)], Kind(int(kinds[g])), DTYPES[int(dtypes[g])], g, sums, ceilings, n_steps)
+        for g, key in enumerate(uniq.tolist())
+    ]
+    return tuple(sorted(points, key=lambda p: -p.time_ms_per_step))
+
+
+def _dominant(groups: np.ndarray, values: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    width = int(values.max()) + 1 if len(values) else 1
+    table = np.zeros((n, width))
+    np.add.at(table, (groups, values.astype(np.int64)), weights)
+    return table.argmax(axis=1)
+
+
+def roof_for(kind: Kind, dtype: str, ceilings: Ceilings) -> float:
+    if kind == Kind.GEMM_SIMT:
+        return ceilings.matrix("fp32")
+    if kind in _MATRIX:
+        return ceilings.matrix(dtype or "fp32")
+    return ceilings.vector_flops
+
+
+def _place(
+    name: str, kind: Kind, dtype: str, g: int, sums: dict[str, np.ndarray], ceilings: Ceilings, n_steps: int
+) -> Placement:
+    time_s = sums["time"][g] / 1e9
+    flops, nbytes, count = sums["flops"][g], sums["bytes"][g], int(sums["count"][g])
+    achieved = flops / time_s if time_s > 0 else 0.0
+    bandwidth = nbytes / time_s if time_s > 0 else 0.0
+    roof = roof_for(kind, dtype, ceilings)
+    intensity = flops / nbytes if nbytes > 0 else 0.0
+    attainable = min(roof, ceilings.hbm_bytes_per_s * intensity) if nbytes > 0 else roof
+    if flops > 0 and attainable > 0:
+        efficiency = achieved / attainable
+    elif nbytes > 0:
+        efficiency = bandwidth / ceilings.hbm_bytes_per_s
+    else:
+        efficiency = 0.0
+    mean_ns = sums["time"][g] / max(count, 1)
+    if flops == 0 and nbytes == 0:
+        bound = "unknown"
+    elif mean_ns < LATENCY_KERNEL_NS and efficiency < LATENCY_EFFICIENCY:
+        bound = "latency"
+    elif nbytes > 0 and intensity < roof / ceilings.hbm_bytes_per_s:
+        bound = "memory"
+    else:
+        bound = "compute"
+    return Placement(
+        name=name,
+        kind=kind.name,
+        dtype=dtype,
+        count_per_step=count / n_steps,
+        time_ms_per_step=sums["time"][g] / 1e6 / n_steps,
+        flops=flops / n_steps,
+        bytes=nbytes / n_steps,
+        achieved_flops=achieved,
+        achieved_bytes_per_s=bandwidth,
+        intensity=intensity,
+        roof_flops=roof,
+        attainable_flops=attainable,
+        efficiency=float(min(efficiency, 9.99)),
+        bound=bound,
+    )

@@ -1,0 +1,134 @@
+"""Command line: parse options, call the library, render. No analysis happens here."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from gpudoctor.errors import GpuDoctorError, InputError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Diagnose slow or out-of-memory PyTorch GPU workloads from their profiler traces.",
+)
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
+    _state["debug"] = debug
+
+
+@app.command()
+def analyze(
+    path: Path = typer.Argument(..., help="torch.profiler trace (.json / .json.gz) or a run directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
+    ceilings: Optional[Path] = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+) -> None:
+    """Diagnose one trace: ranked findings with the time each would save per step."""
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(path, gpu=gpu, ceilings=ceilings)
+    _emit(report, json_out, html, width)
+
+
+@app.command()
+def demo(
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+) -> None:
+    """Diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
+    from gpudoctor.pipeline import analyze_path
+
+    sample = resources.files("gpudoctor") / "data" / "sample_trace.json.gz"
+    with resources.as_file(sample) as path:
+        report = analyze_path(path)
+    _emit(report, json_out, html, width)
+
+
+@app.command("rules")
+def list_rules() -> None:
+    """List the finding ids the doctor knows."""
+    from gpudoctor.rules.registry import RULES
+
+    console = Console()
+    for rule in RULES.values():
+        console.print(f"[bold]{rule.id:22}[/bold] {rule.title}")
+
+
+def _emit(report, json_out: bool, html: Optional[Path], width: Optional[int]) -> None:  # type: ignore[no-untyped-def]
+    if html is not None:
+        _write_html(report, html)
+    if json_out:
+        from gpudoctor.report.json_report import to_json
+
+        sys.stdout.write(to_json(report) + "\n")
+        return
+    from gpudoctor.report.console import render
+
+    render(report, Console(width=width) if width else Console())
+    if html is not None:
+        Console(stderr=True).print(f"HTML report written to {html}")
+
+
+def _write_html(report, target: Path) -> None:  # type: ignore[no-untyped-def]
+    """Write atomically: a failed render never leaves a half-written file over the user's."""
+    from gpudoctor.report.html import render_html
+
+    if target.exists() and target.is_dir():
+        raise InputError(f"--html {target} is a directory; give a file path such as report.html")
+    page = render_html(report)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.exists():
+        raise InputError(f"--html {target}: folder {folder} does not exist; create it or choose another path")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpudoctor-", suffix=".html")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except GpuDoctorError as exc:
+        _fail(exc, f"error: {exc}", exc.exit_code)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code if isinstance(code, int) else 1)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        from click.exceptions import ClickException
+
+        if isinstance(exc, ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        _fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+def _fail(exc: BaseException, line: str, code: int) -> None:
+    if _state["debug"]:
+        traceback.print_exception(exc)
+    sys.stderr.write(line.replace("\n", " ") + "\n")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

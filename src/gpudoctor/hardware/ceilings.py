@@ -1,0 +1,112 @@
+"""Ceilings: the roofs the roofline is drawn with, and where they come from."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import CeilingsFileError, UnknownGpuError
+from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
+
+# PCIe link rates (per direction, after 128b/130b encoding): the host-copy roof when nothing was
+# measured. PCI-SIG base specifications 4.0 and 5.0: 16 GT/s and 32 GT/s per lane, x16.
+PCIE4_X16_BYTES_PER_S = 31.5e9
+PCIE5_X16_BYTES_PER_S = 63.0e9
+_PCIE5_GPUS = ("h100", "h200")
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What one GPU can reach. ``source`` says whether it was measured or read off a datasheet."""
+
+    gpu: str
+    matrix_flops: dict[str, float]  # dtype -> FLOP/s on the matrix units (fp32: CUDA-core FMA)
+    vector_flops: float  # FLOP/s of non-matrix work
+    hbm_bytes_per_s: float
+    h2d_pinned_bytes_per_s: float
+    memory_bytes: int
+    source: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def matrix(self, dtype: str) -> float:
+        """Matrix FLOP/s for a dtype name (bf16, fp16, tf32, fp32, fp8...); fp32 when unknown."""
+        return self.matrix_flops.get(dtype) or self.matrix_flops.get("fp32") or self.vector_flops
+
+    @property
+    def best_matrix_flops(self) -> float:
+        """The 16-bit tensor-core roof: the reference for MFU and for "what a fix reaches"."""
+        return self.matrix_flops.get("bf16") or self.matrix_flops.get("fp16") or self.vector_flops
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def from_spec(spec: GpuSpec) -> Ceilings:
+    pcie = PCIE5_X16_BYTES_PER_S if any(k in spec.key for k in _PCIE5_GPUS) else PCIE4_X16_BYTES_PER_S
+    return Ceilings(
+        gpu=spec.name,
+        matrix_flops=dict(spec.matrix_flops),
+        vector_flops=spec.vector_flops,
+        hbm_bytes_per_s=spec.hbm_bytes_per_s,
+        h2d_pinned_bytes_per_s=pcie,
+        memory_bytes=spec.memory_bytes,
+        source=f"datasheet: {spec.source}",
+    )
+
+
+def for_gpu_name(name: str) -> Ceilings:
+    """Datasheet ceilings for a device name; a clear error listing the known rows otherwise."""
+    spec = find_spec(name)
+    if spec is None:
+        raise UnknownGpuError(
+            f"no datasheet row matches GPU {name!r}; pass --gpu with one of "
+            f"{', '.join(known_names())}, or --ceilings FILE"
+        )
+    return from_spec(spec)
+
+
+_REQUIRED = ("matrix_flops", "hbm_bytes_per_s")
+
+
+def load_file(path: str | Path) -> Ceilings:
+    """Ceilings from a JSON file: {"gpu", "matrix_flops": {dtype: FLOP/s}, "hbm_bytes_per_s", ...}."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CeilingsFileError(f"cannot read ceilings file {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CeilingsFileError(
+            f"ceilings file {path} is not JSON; expected an object with {', '.join(_REQUIRED)}"
+        ) from None
+    if not isinstance(data, dict):
+        raise CeilingsFileError(f"ceilings file {path} must hold a JSON object")
+    missing = [key for key in _REQUIRED if key not in data]
+    if missing:
+        raise CeilingsFileError(
+            f"ceilings file {path} lacks {', '.join(missing)}; expected keys: gpu, matrix_flops "
+            "(dtype -> FLOP/s), hbm_bytes_per_s, optional vector_flops, h2d_pinned_bytes_per_s"
+        )
+    try:
+        matrix = {str(k): float(v) for k, v in dict(data["matrix_flops"]).items()}
+        hbm = float(data["hbm_bytes_per_s"])
+        vector = float(data.get("vector_flops", matrix.get("fp32", 0.0)))
+        pinned = float(data.get("h2d_pinned_bytes_per_s", PCIE4_X16_BYTES_PER_S))
+        memory = int(data.get("memory_bytes", 0))
+    except (TypeError, ValueError):
+        raise CeilingsFileError(
+            f"ceilings file {path} has a non-numeric rate; rates are numbers in FLOP/s or bytes/s"
+        ) from None
+    if hbm <= 0 or not matrix or min(matrix.values()) <= 0:
+        raise CeilingsFileError(f"ceilings file {path} has a zero or negative rate")
+    return Ceilings(
+        gpu=str(data.get("gpu", "unknown GPU")),
+        matrix_flops=matrix,
+        vector_flops=vector or min(matrix.values()),
+        hbm_bytes_per_s=hbm,
+        h2d_pinned_bytes_per_s=pinned,
+        memory_bytes=memory,
+        source=str(data.get("source", f"file {path.name}")),
+    )

@@ -1,0 +1,1 @@
+"""One module per planted trap, each defining ``TRAP``; see ``gpudoctor.lab.registry``."""

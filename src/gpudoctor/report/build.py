@@ -1,0 +1,83 @@
+"""Analysis + findings -> Report (pure: no I/O, no printing)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpudoctor import __version__
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.roofline import Placement
+from gpudoctor.report.model import SCHEMA_VERSION, Report
+from gpudoctor.rules.finding import Finding
+from gpudoctor.trace.kernels import Kind
+
+MAX_PLACEMENTS = 60
+
+
+def build_report(a: Analysis, findings: list[Finding]) -> Report:
+    gpu = a.trace.gpu
+    b = a.breakdown
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        tool_version=__version__,
+        source=a.trace.source,
+        gpu={
+            "name": gpu.name if gpu else a.ceilings.gpu,
+            "memory_bytes": gpu.memory_bytes if gpu else a.ceilings.memory_bytes,
+            "sm_count": gpu.sm_count if gpu else 0,
+            "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu else "",
+        },
+        ceilings={
+            "gpu": a.ceilings.gpu,
+            "source": a.ceilings.source,
+            "matrix_flops": a.ceilings.matrix_flops,
+            "vector_flops": a.ceilings.vector_flops,
+            "hbm_bytes_per_s": a.ceilings.hbm_bytes_per_s,
+            "h2d_pinned_bytes_per_s": a.ceilings.h2d_pinned_bytes_per_s,
+        },
+        steps={
+            "method": a.steps.method,
+            "count": len(a.steps),
+            "median_ms": round(a.steps.median_ms, 4),
+            "per_step_ms": [round(x, 4) for x in a.steps.durations_ms.tolist()],
+        },
+        step_ms=b.step_ms,
+        gpu_busy_pct=b.busy_pct,
+        mfu=a.roofline.mfu,
+        breakdown={
+            "busy_ms": round(b.busy_ms, 4),
+            "idle_ms": round(b.idle_ms, 4),
+            "by_kind": {Kind[k].label: round(v, 4) for k, v in b.by_kind.items()},
+            "kernels_per_step": round(b.kernel_count_per_step, 2),
+            "triton_ms": round(b.triton_ms, 4),
+            "cuda_graph_ms": round(b.cuda_graph_ms, 4),
+        },
+        idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(), key=lambda kv: -kv[1])},
+        roofline={
+            "model_tflop_per_step": round(a.roofline.model_flops_per_step / 1e12, 6),
+            "placed_fraction": round(a.roofline.placed_fraction, 4),
+            "kernels": [_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]],
+            "ops": [_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]],
+        },
+        memory=_memory(a),
+        findings=tuple(findings),
+        not_applicable=dict(a.not_applicable),
+        warnings=a.warnings,
+    )
+
+
+def _placement(p: Placement) -> dict[str, Any]:
+    d = dataclasses.asdict(p)
+    d["kind"] = Kind[p.kind].label
+    for key in ("count_per_step", "time_ms_per_step", "intensity", "efficiency"):
+        d[key] = round(d[key], 5)
+    return d
+
+
+def _memory(a: Analysis) -> dict[str, Any]:
+    m = a.memory
+    d = dataclasses.asdict(m)
+    d["peak_reserved_fraction"] = round(m.peak_reserved_fraction, 4)
+    d["fragmentation"] = round(m.fragmentation, 4)
+    return d

@@ -1,0 +1,108 @@
+"""Terminal report (rich): header, breakdown bar, idle causes, top findings with their first fix."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.report.model import Report
+
+SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
+_BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
+_IDLE_COLORS = {"input-pipeline": "red", "host-sync": "bright_red", "dispatch": "yellow", "host-work": "orange3"}
+BAR_WIDTH = 60
+MAX_FINDINGS = 8
+
+
+def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
+    console.print(_header(report))
+    console.print(_breakdown(report))
+    if any(v > 0 for v in report.idle.values()):
+        console.print(_idle_table(report))
+    console.print(_findings(report, max_findings))
+    for note in report.warnings:
+        console.print(Text(f"note: {note}", style="dim"))
+    for name, reason in report.not_applicable.items():
+        console.print(Text(f"{name}: not applicable — {reason}", style="dim"))
+
+
+def render_text(report: Report, width: int = 100) -> str:
+    buffer = io.StringIO()
+    render(report, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    return buffer.getvalue()
+
+
+def _header(r: Report) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("trace", Text(r.source))
+    grid.add_row("GPU", Text(f"{r.gpu.get('name', '?')}"))
+    grid.add_row("ceilings", Text(f"{r.ceilings['source']}"))
+    grid.add_row(
+        "step",
+        Text(
+            f"{r.step_ms:.3f} ms mean over {r.steps['count']} steps ({r.steps['method']}); "
+            f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {100 * r.mfu:.1f}%"
+        ),
+    )
+    return Panel(grid, title="gpudoctor", expand=False)
+
+
+def _breakdown(r: Report) -> Group:
+    b = r.breakdown
+    step = max(r.step_ms, 1e-9)
+    raw = sum(b["by_kind"].values()) or 1.0
+    scale = b["busy_ms"] / raw  # streams overlap: parts are scaled to the busy time
+    parts = [(label, ms * scale, _BAR_COLORS[i % len(_BAR_COLORS)]) for i, (label, ms) in enumerate(b["by_kind"].items())]
+    parts += [(f"idle: {cause}", ms, _IDLE_COLORS.get(cause, "bright_black")) for cause, ms in r.idle.items() if ms > 0]
+    bar = Text()
+    legend = Table.grid(padding=(0, 2))
+    legend.add_column()
+    legend.add_column(justify="right")
+    legend.add_column(justify="right")
+    for label, ms, color in parts:
+        cells = round(BAR_WIDTH * ms / step)
+        bar.append("█" * cells, style=color)
+        if ms / step >= 0.005:
+            legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms", f"{100 * ms / step:.1f}%")
+    return Group(Text("Step breakdown (per step)", style="bold"), bar, legend)
+
+
+def _idle_table(r: Report) -> Table:
+    table = Table(title="GPU idle, by what the host was doing", title_justify="left", show_edge=False)
+    table.add_column("cause")
+    table.add_column("ms / step", justify="right")
+    table.add_column("% of step", justify="right")
+    for cause, ms in r.idle.items():
+        if ms > 0:
+            table.add_row(cause, f"{ms:.3f}", f"{100 * ms / max(r.step_ms, 1e-9):.1f}")
+    return table
+
+
+def _findings(r: Report, limit: int) -> Group:
+    if not r.findings:
+        return Group(Text("No findings: nothing in this trace costs a measurable share of the step.", style="green"))
+    items: list[object] = [Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold")]
+    for rank, f in enumerate(r.findings[:limit], 1):
+        head = Text(f"{rank}. ")
+        head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))
+        head.append(f" {f.id}", style="bold")
+        head.append(f"  save ~{f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})")
+        items.append(head)
+        items.append(Text(f"   {f.summary}"))
+        where = f.evidence.sources or f.evidence.ops or f.evidence.kernels
+        if where:
+            items.append(Text(f"   at: {', '.join(where[:3])}", style="dim"))
+        if f.fixes:
+            items.append(Text(f"   fix: {f.fixes[0].title}", style="green"))
+            if f.fixes[0].code:
+                first = f.fixes[0].code.splitlines()[0]
+                items.append(Text(f"        {first}", style="green dim"))
+    if len(r.findings) > limit:
+        items.append(Text(f"... {len(r.findings) - limit} more in --json / --html", style="dim"))
+    return Group(*items)

@@ -1,0 +1,1 @@
+"""Rules: one module per finding id (see registry.RULES)."""

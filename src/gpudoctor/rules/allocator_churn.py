@@ -1,0 +1,58 @@
+"""allocator-churn: cudaMalloc / cudaFree inside the steady-state step.
+
+The caching allocator should serve every allocation after the first steps; device allocations
+inside the step mean ``empty_cache()`` calls, ever-changing shapes, or a cache that cannot keep
+up. When the card is nearly full this is memory pressure, and that finding owns it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import sources_of_host, top_names
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+
+ID = "allocator-churn"
+PRESSURE_FRACTION = 0.90
+
+
+def check(a: Analysis) -> Finding | None:
+    mem = a.memory
+    if mem.malloc_calls_per_step < 1 or mem.peak_reserved_fraction >= PRESSURE_FRACTION:
+        return None
+    trace, host = a.trace, a.trace.host
+    idle = a.idle.ms("allocator")
+    culprits = a.idle.culprits.get("allocator", np.empty(0, np.int64))
+    named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
+    saving = idle
+    return make_finding(
+        ID,
+        "Device memory is allocated and freed inside every step",
+        a.step_ms,
+        saving,
+        f"{mem.malloc_calls_per_step:.0f} cudaMalloc/cudaFree calls per step take "
+        f"{mem.malloc_ms_per_step:.2f} ms of host time; the GPU idles {idle:.2f} ms per step behind them.",
+        Evidence(
+            numbers={
+                "allocator_calls_per_step": round(mem.malloc_calls_per_step, 1),
+                "allocator_host_ms_per_step": round(mem.malloc_ms_per_step, 3),
+                "gpu_idle_behind_allocator_ms_per_step": round(idle, 3),
+                "peak_reserved_GB": round(mem.peak_reserved_bytes / 1e9, 2),
+            },
+            ops=top_names(trace, host.name[named]) if culprits.size else (),
+            sources=sources_of_host(trace, culprits) if culprits.size else (),
+        ),
+        (
+            Fix("Do not call torch.cuda.empty_cache() in the training loop",
+                "# delete: torch.cuda.empty_cache()"),
+            Fix("Keep shapes stable (pad or bucket variable lengths) so cached blocks are reused",
+                "x = F.pad(x, (0, bucket_len - x.shape[-1]))"),
+            Fix("Let the allocator grow segments instead of new allocations",
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"),
+        ),
+    )
+
+
+RULE = Rule(ID, "Allocator churn inside the step", check, __doc__ or "")

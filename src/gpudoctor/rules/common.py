@@ -1,0 +1,96 @@
+"""Helpers the rules share: naming the ops, kernels and source lines behind a set of events."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+
+from gpudoctor.trace.model import Trace
+
+# A realistic share of the tensor-core roof that cuBLAS / FlashAttention reach on large shapes,
+# used to price "the same FLOPs after the fix". The lab (gpudoctor lab) checks predictions made
+# with it against measured fixed twins.
+GEMM_EFFICIENCY = 0.6
+ATTENTION_EFFICIENCY = 0.45
+
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
+_LIBRARY = re.compile(
+    r"site-packages|dist-packages|/torch/|^torch/|/lib/python3|<built-in|threading\.py|runpy\.py"
+    r"|^<frozen|contextlib\.py|/gpudoctor/capture/"
+)
+
+
+def per_step(trace_total: float, n_steps: int) -> float:
+    return trace_total / max(n_steps, 1)
+
+
+def source_line(trace: Trace, host_index: int) -> str | None:
+    """The innermost user-code Python frame around a host event, as "file.py:42 (func)"."""
+    host = trace.host
+    frame = int(host.frame[host_index]) if host_index >= 0 else -1
+    fallback = None
+    while frame >= 0:
+        match = _FRAME.match(trace.strings[host.name[frame]])
+        if match:
+            text = f"{match['file']}:{match['line']} ({match['func']})"
+            if not _LIBRARY.search(match["file"]):
+                return text
+            fallback = fallback or text
+        frame = int(host.frame[frame])
+    return fallback
+
+
+def top_names(trace: Trace, ids: np.ndarray, weights: np.ndarray | None = None, limit: int = 5) -> tuple[str, ...]:
+    """The most frequent (or heaviest) string ids, as names."""
+    ids = ids[ids >= 0] if weights is None else ids
+    if ids.size == 0:
+        return ()
+    if weights is None:
+        counts = Counter(ids.tolist())
+    else:
+        counts = Counter()
+        for i, w in zip(ids.tolist(), weights.tolist()):
+            if i >= 0:
+                counts[i] += w
+    return tuple(trace.strings[i] for i, _ in counts.most_common(limit))
+
+
+def op_names_of_events(trace: Trace, device_idx: np.ndarray, limit: int = 5) -> tuple[str, ...]:
+    """Innermost aten ops (by GPU time) behind some device events."""
+    dev = trace.device
+    ops = dev.op[device_idx]
+    ok = ops >= 0
+    return top_names(trace, trace.host.name[ops[ok]], dev.dur[device_idx][ok].astype(float), limit)
+
+
+def kernel_names_of_events(trace: Trace, device_idx: np.ndarray, limit: int = 5) -> tuple[str, ...]:
+    dev = trace.device
+    return top_names(trace, dev.name[device_idx], dev.dur[device_idx].astype(float), limit)
+
+
+def sources_of_host(trace: Trace, host_idx: np.ndarray, weights: np.ndarray | None = None, limit: int = 5) -> tuple[str, ...]:
+    """Source lines of host events, heaviest first (empty without with_stack=True)."""
+    counts: Counter[str] = Counter()
+    w = weights if weights is not None else np.ones(len(host_idx))
+    cache: dict[int, str | None] = {}
+    for i, weight in zip(host_idx.tolist(), w.tolist()):
+        frame = int(trace.host.frame[i])
+        if frame not in cache:
+            cache[frame] = source_line(trace, i)
+        line = cache[frame]
+        if line:
+            counts[line] += weight
+    return tuple(line for line, _ in counts.most_common(limit))
+
+
+def sources_of_events(trace: Trace, device_idx: np.ndarray, limit: int = 5) -> tuple[str, ...]:
+    dev = trace.device
+    launches = dev.launch[device_idx]
+    ok = launches >= 0
+    return sources_of_host(trace, launches[ok], dev.dur[device_idx][ok].astype(float), limit)
+
+
+def ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 4)

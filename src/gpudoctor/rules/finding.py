@@ -1,0 +1,99 @@
+"""The Finding: what the doctor says, how much it costs per step, and what to change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("critical", "major", "minor", "info")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One remedy, in the order to try them; ``code`` is a short snippet."""
+
+    title: str
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Named numbers plus the ops, kernels and source lines involved."""
+
+    numbers: dict[str, Any] = field(default_factory=dict)
+    ops: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    title: str
+    severity: str
+    saving_ms: float  # per step, bounded by what the trace shows
+    predicted_speedup: float  # step / (step - saving)
+    summary: str
+    evidence: Evidence
+    fixes: tuple[Fix, ...]
+    wrong_fix: str = ""  # the tempting fix that would not help, where there is one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "severity": self.severity,
+            "saving_ms": round(self.saving_ms, 4),
+            "predicted_speedup": round(self.predicted_speedup, 4),
+            "summary": self.summary,
+            "evidence": {
+                "numbers": self.evidence.numbers,
+                "ops": list(self.evidence.ops),
+                "kernels": list(self.evidence.kernels),
+                "sources": list(self.evidence.sources),
+            },
+            "fixes": [{"title": f.title, "code": f.code} for f in self.fixes],
+            "wrong_fix": self.wrong_fix,
+        }
+
+
+def severity_for(saving_ms: float, step_ms: float) -> str:
+    """critical >= 25% of the step, major >= 5%, minor >= 1%, info below."""
+    share = saving_ms / step_ms if step_ms > 0 else 0.0
+    if share >= 0.25:
+        return "critical"
+    if share >= 0.05:
+        return "major"
+    if share >= 0.01:
+        return "minor"
+    return "info"
+
+
+def speedup(step_ms: float, saving_ms: float) -> float:
+    remaining = step_ms - saving_ms
+    return step_ms / remaining if remaining > 0 and step_ms > 0 else 1.0
+
+
+def make_finding(
+    id: str,
+    title: str,
+    step_ms: float,
+    saving_ms: float,
+    summary: str,
+    evidence: Evidence,
+    fixes: tuple[Fix, ...],
+    wrong_fix: str = "",
+) -> Finding:
+    """A Finding with its saving clamped to [0, 95% of the step], severity and speedup derived."""
+    saving = float(min(max(saving_ms, 0.0), 0.95 * step_ms)) if step_ms > 0 else 0.0
+    return Finding(
+        id=id,
+        title=title,
+        severity=severity_for(saving, step_ms),
+        saving_ms=saving,
+        predicted_speedup=speedup(step_ms, saving),
+        summary=summary,
+        evidence=evidence,
+        fixes=fixes,
+        wrong_fix=wrong_fix,
+    )

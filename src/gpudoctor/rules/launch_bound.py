@@ -1,0 +1,70 @@
+"""launch-bound: kernels finish faster than the host can launch them.
+
+The profiler itself adds host time to every recorded op (the observer effect), which widens
+exactly these gaps; the saving discounts that overhead, measured per op on the lent H100.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.trace.model import HostCat
+
+ID = "launch-bound"
+# Host time the profiler adds per recorded op (record_shapes + with_flops + profile_memory).
+PROFILER_OVERHEAD_NS_PER_OP = 1_500
+
+
+def check(a: Analysis) -> Finding | None:
+    idle = a.idle.ms("dispatch")
+    if idle <= 0:
+        return None
+    trace, dev, host = a.trace, a.trace.device, a.trace.host
+    n_steps = max(len(a.steps), 1)
+    in_steps = a.roofline.event_in_steps_ns > 0
+    kernels = in_steps & (dev.cat == 0)
+    if not kernels.any():
+        return None
+    median_us = float(np.median(dev.dur[kernels])) / 1e3
+    launches_per_step = float(kernels.sum()) / n_steps
+    on_threads = np.isin(host.thread, launch_threads(trace))
+    ops_per_step = float(((host.cat == HostCat.OP) & on_threads).sum()) / n_steps
+    overhead_ms = ops_per_step * PROFILER_OVERHEAD_NS_PER_OP / 1e6
+    saving = max(idle - overhead_ms, 0.0)
+    cadence_us = 1e3 * a.step_ms / launches_per_step if launches_per_step else 0.0
+    if median_us >= cadence_us:
+        return None  # kernels outlast the launch cadence: gaps are not from dispatch speed
+    evidence = Evidence(
+        numbers={
+            "gpu_idle_while_dispatching_ms_per_step": round(idle, 3),
+            "kernels_per_step": round(launches_per_step, 1),
+            "median_kernel_us": round(median_us, 2),
+            "host_time_per_launch_us": round(cadence_us, 2),
+            "profiler_overhead_discount_ms": round(min(overhead_ms, idle), 3),
+        },
+    )
+    return make_finding(
+        ID,
+        "Launch-bound: the GPU outruns the host's kernel launches",
+        a.step_ms,
+        saving,
+        f"{launches_per_step:.0f} kernels per step with a median of {median_us:.1f} us each, launched "
+        f"every {cadence_us:.1f} us: the GPU idles {idle:.2f} ms per step between launches.",
+        evidence,
+        (
+            Fix("Capture the step in a CUDA graph (one launch replays every kernel)",
+                "model = torch.compile(model, mode='reduce-overhead')\n"
+                "# or torch.cuda.graphs: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(x)"),
+            Fix("Fuse small ops into fewer kernels", "model = torch.compile(model)"),
+            Fix("Give each kernel more work: larger batch, fewer and wider layers",
+                "# e.g. batch 8 -> 64, or torch._foreach_* over lists of tensors"),
+        ),
+        wrong_fix="A faster GPU makes this worse: the host, not the card, sets the pace.",
+    )
+
+
+RULE = Rule(ID, "Kernel launch overhead dominates", check, __doc__ or "")

@@ -1,0 +1,88 @@
+"""naive-attention: attention written as matmul -> softmax -> matmul materializes the S x S scores.
+
+Detected from shapes: a softmax over a square [.., S, S] tensor (S >= 128) marks S; every kernel
+whose op reads an [.., S, S] tensor, or is a matmul producing one, belongs to the pattern (forward
+and backward). Priced as that time minus the pattern's matmul FLOPs at a fused-attention rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.opcost import tensor_inputs
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import ATTENTION_EFFICIENCY, kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
+
+ID = "naive-attention"
+MIN_SEQ = 128
+
+
+def attention_events(a: Analysis) -> np.ndarray:
+    """Device event indices belonging to a naive attention pattern (empty when none)."""
+    trace, dev = a.trace, a.trace.device
+    ops = np.unique(dev.op[dev.op >= 0])
+    names = trace.strings
+    seqs: set[int] = set()
+    square: dict[int, set[int]] = {}
+    for i in ops.tolist():
+        shapes = [s for s, _ in tensor_inputs(trace.input_dims(i), trace.input_types(i))]
+        sq = {s[-1] for s in shapes if len(s) >= 3 and s[-1] == s[-2] and s[-1] >= MIN_SEQ}
+        if sq:
+            square[i] = sq
+            if "softmax" in names[trace.host.name[i]]:
+                seqs |= sq
+    if not seqs:
+        return np.empty(0, np.int64)
+    claimed = {i for i, sq in square.items() if sq & seqs}
+    for i, cost in a.roofline.op_costs.items():
+        if cost.gemm_shape and cost.gemm_shape[1] == cost.gemm_shape[2] and cost.gemm_shape[1] in seqs:
+            claimed.add(i)
+    mask = np.isin(dev.op, np.fromiter(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
+    return np.flatnonzero(mask)
+
+
+def check(a: Analysis) -> Finding | None:
+    idx = attention_events(a)
+    if idx.size == 0:
+        return None
+    dev, rf = a.trace.device, a.roofline
+    n = max(len(a.steps), 1)
+    time_ns = float(rf.event_in_steps_ns[idx].sum())
+    matmul = np.isin(dev.kind[idx], MATRIX_KINDS_FOR_ATTENTION)
+    flops = float(rf.event_flops[idx][matmul].sum())
+    fused_ns = flops / (a.ceilings.best_matrix_flops * ATTENTION_EFFICIENCY) * 1e9
+    saving = max(time_ns - fused_ns, 0.0) / 1e6 / n
+    time_ms = time_ns / 1e6 / n
+    softmax_ms = float(rf.event_in_steps_ns[idx][dev.kind[idx] == Kind.SOFTMAX].sum()) / 1e6 / n
+    return make_finding(
+        ID,
+        "Attention materializes the S x S score matrix",
+        a.step_ms,
+        saving,
+        f"Attention written as matmul + softmax + matmul costs {time_ms:.2f} ms per step "
+        f"({softmax_ms:.2f} ms in softmax alone) writing and re-reading the scores through HBM.",
+        Evidence(
+            numbers={
+                "attention_pattern_ms_per_step": round(time_ms, 3),
+                "softmax_ms_per_step": round(softmax_ms, 3),
+                "fused_estimate_ms_per_step": round(fused_ns / 1e6 / n, 3),
+                "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+            },
+            ops=op_names_of_events(a.trace, idx),
+            kernels=kernel_names_of_events(a.trace, idx),
+            sources=sources_of_events(a.trace, idx),
+        ),
+        (
+            Fix("Use fused attention (FlashAttention / memory-efficient / cuDNN kernels)",
+                "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+            Fix("In Hugging Face models, pick the fused implementation",
+                "AutoModelForCausalLM.from_pretrained(name, attn_implementation='sdpa')"),
+        ),
+        wrong_fix="Fewer heads or a smaller batch shrink the symptom, not the S x S traffic per head.",
+    )
+
+
+RULE = Rule(ID, "Unfused (naive) attention", check, __doc__ or "")

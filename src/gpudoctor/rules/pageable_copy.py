@@ -1,0 +1,73 @@
+"""pageable-copy: host<->device copies from pageable memory are slow and block the host."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import op_names_of_events, sources_of_events
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
+
+ID = "pageable-copy"
+
+
+def check(a: Analysis) -> Finding | None:
+    dev, t = a.trace.device, a.roofline.event_in_steps_ns
+    idx = np.flatnonzero((t > 0) & np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]))
+    if idx.size == 0:
+        return None
+    n = max(len(a.steps), 1)
+    nbytes = float(dev.nbytes[idx].sum())
+    time_ns = float(t[idx].sum())
+    pinned_bw = _pinned_bandwidth(a)
+    pinned_ns = nbytes / pinned_bw * 1e9
+    idle = a.idle.ms(ID)
+    saving = max(time_ns - pinned_ns, 0.0) / 1e6 / n + idle
+    achieved = nbytes / (time_ns / 1e9) if time_ns else 0.0
+    return make_finding(
+        ID,
+        "Host-device copies from pageable memory",
+        a.step_ms,
+        saving,
+        f"{nbytes / n / 1e6:.1f} MB per step copied between pageable host memory and the GPU at "
+        f"{achieved / 1e9:.1f} GB/s ({time_ms(time_ns, n):.2f} ms), staged through a bounce buffer "
+        "and blocking the host.",
+        Evidence(
+            numbers={
+                "pageable_copy_ms_per_step": round(time_ms(time_ns, n), 3),
+                "bytes_per_step": int(nbytes / n),
+                "achieved_GBps": round(achieved / 1e9, 2),
+                "pinned_GBps_assumed": round(pinned_bw / 1e9, 1),
+                "gpu_idle_during_copies_ms_per_step": round(idle, 3),
+            },
+            ops=op_names_of_events(a.trace, idx),
+            sources=sources_of_events(a.trace, idx),
+        ),
+        (
+            Fix("Pin host buffers and copy asynchronously",
+                "loader = DataLoader(ds, pin_memory=True, num_workers=4)\n"
+                "x = x.to('cuda', non_blocking=True)"),
+            Fix("Reuse one pinned staging buffer for repeated transfers",
+                "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
+                "gpu.copy_(buf, non_blocking=True)"),
+            Fix("Keep data resident on the GPU when it fits", "dataset_tensor = dataset_tensor.cuda()"),
+        ),
+    )
+
+
+def time_ms(ns: float, n: int) -> float:
+    return ns / 1e6 / n
+
+
+def _pinned_bandwidth(a: Analysis) -> float:
+    """Pinned-copy bandwidth seen in this trace (large copies), else the ceilings' host link."""
+    dev = a.trace.device
+    pinned = np.isin(dev.kind, [int(Kind.MEMCPY_HTOD_PINNED), int(Kind.MEMCPY_DTOH_PINNED)]) & (dev.nbytes >= 1 << 20)
+    if pinned.any() and dev.dur[pinned].sum() > 0:
+        return float(dev.nbytes[pinned].sum()) / (dev.dur[pinned].sum() / 1e9)
+    return a.ceilings.h2d_pinned_bytes_per_s
+
+
+RULE = Rule(ID, "Pageable host<->device copies", check, __doc__ or "")

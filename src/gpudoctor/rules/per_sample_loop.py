@@ -1,0 +1,98 @@
+"""per-sample-loop: a Python loop issues one matrix-vector product per sample / node.
+
+Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
+cores and pay a launch each. Detected as many identical, vector-shaped (one side <= 8) matmuls
+per step outside CUDA graphs; priced as the loop's span on the GPU timeline (kernels plus the
+idle between them) minus one batched GEMM of the same FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import GEMM_EFFICIENCY, kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION
+
+ID = "per-sample-loop"
+MAX_VECTOR_DIM = 8
+MIN_REPEATS_PER_STEP = 16
+MIN_BATCHED_NS = 10_000
+
+
+def loop_groups(a: Analysis) -> list[np.ndarray]:
+    """Device events of each (op, shape) group repeated like a per-sample loop."""
+    dev, rf = a.trace.device, a.roofline
+    live = (rf.event_in_steps_ns > 0) & np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & ~dev.graph & (dev.op >= 0)
+    groups: dict[tuple[int, tuple[int, int, int, int]], list[int]] = defaultdict(list)
+    for i in np.flatnonzero(live).tolist():
+        op = int(dev.op[i])
+        cost = rf.op_costs.get(op)
+        if cost is None or cost.gemm_shape is None:
+            continue
+        b, m, n, k = cost.gemm_shape
+        if min(m, n) <= MAX_VECTOR_DIM:
+            groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
+    n_steps = max(len(a.steps), 1)
+    return [np.array(v) for v in groups.values() if len(v) / n_steps >= MIN_REPEATS_PER_STEP]
+
+
+def check(a: Analysis) -> Finding | None:
+    groups = loop_groups(a)
+    if not groups:
+        return None
+    dev, rf = a.trace.device, a.roofline
+    n = max(len(a.steps), 1)
+    idx = np.sort(np.concatenate(groups))
+    span_ns = _span_per_step(a, idx)
+    kernel_ns = float(rf.event_in_steps_ns[idx].sum())
+    flops = float(rf.event_flops[idx].sum())
+    batched_ns = max(flops / (a.ceilings.best_matrix_flops * GEMM_EFFICIENCY) * 1e9, MIN_BATCHED_NS * n * len(groups))
+    saving = max(span_ns - batched_ns, 0.0) / 1e6 / n
+    calls = idx.size / n
+    return make_finding(
+        ID,
+        "A per-sample loop does matrix-vector work one call at a time",
+        a.step_ms,
+        saving,
+        f"{calls:.0f} matrix-vector products per step ({len(groups)} distinct shapes) run one by one: "
+        f"the loop spans {span_ns / 1e6 / n:.2f} ms per step of which {kernel_ns / 1e6 / n:.2f} ms is kernels.",
+        Evidence(
+            numbers={
+                "matvec_calls_per_step": round(calls, 1),
+                "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
+                "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
+                "batched_estimate_ms_per_step": round(batched_ns / 1e6 / n, 3),
+                "achieved_tflops": round(flops / (kernel_ns / 1e9) / 1e12, 3) if kernel_ns else 0.0,
+            },
+            ops=op_names_of_events(a.trace, idx),
+            kernels=kernel_names_of_events(a.trace, idx),
+            sources=sources_of_events(a.trace, idx),
+        ),
+        (
+            Fix("Stack the samples / nodes and do one GEMM per layer",
+                "Y = X @ W.T          # X: [N, d_in] instead of: for x in X: y = W @ x"),
+            Fix("Vectorize the per-sample function", "batched = torch.vmap(per_sample_fn)(X)"),
+            Fix("For graph-structured work, batch by level or use sparse / segment ops",
+                "out = torch.sparse.mm(adjacency, H @ W)"),
+        ),
+        wrong_fix="CUDA streams or more threads will not help: each product is too small to fill the GPU.",
+    )
+
+
+def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
+    """Summed first-to-last span of the loop's kernels inside each step."""
+    dev = a.trace.device
+    k = np.searchsorted(a.steps.start, dev.ts[idx], side="right") - 1
+    total = 0.0
+    for step in np.unique(k[k >= 0]).tolist():
+        sel = idx[k == step]
+        total += float(dev.end[sel].max() - dev.ts[sel].min())
+    return total
+
+
+RULE = Rule(ID, "Per-sample / per-node Python loop of matrix-vector products", check, __doc__ or "")

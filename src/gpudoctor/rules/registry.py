@@ -1,0 +1,63 @@
+"""Every rule, by id: the product's vocabulary. ``run_rules`` ranks their findings by saving."""
+
+from __future__ import annotations
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.errors import InputError
+from gpudoctor.rules import (
+    allocator_churn,
+    fp32_matmul,
+    host_blocking_work,
+    host_sync,
+    input_pipeline,
+    launch_bound,
+    memory_pressure,
+    misaligned_gemm,
+    naive_attention,
+    optimizer_loop,
+    pageable_copy,
+    per_sample_loop,
+    small_gemm,
+    unfused_elementwise,
+)
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.finding import Finding
+
+RULES: dict[str, Rule] = {
+    module.RULE.id: module.RULE
+    for module in (
+        input_pipeline,
+        host_sync,
+        launch_bound,
+        fp32_matmul,
+        unfused_elementwise,
+        naive_attention,
+        pageable_copy,
+        allocator_churn,
+        per_sample_loop,
+        optimizer_loop,
+        host_blocking_work,
+        misaligned_gemm,
+        small_gemm,
+        memory_pressure,
+    )
+}
+
+_SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
+
+
+def get_rule(rule_id: str) -> Rule:
+    try:
+        return RULES[rule_id]
+    except KeyError:
+        raise InputError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}") from None
+
+
+def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
+    """Findings of every rule, largest saving first (severity breaks ties)."""
+    findings = []
+    for rule in (rules or RULES).values():
+        finding = rule.check(analysis)
+        if finding is not None:
+            findings.append(finding)
+    return sorted(findings, key=lambda f: (-f.saving_ms, _SEVERITY_ORDER[f.severity], f.id))

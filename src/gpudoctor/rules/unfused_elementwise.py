@@ -1,0 +1,92 @@
+"""unfused-elementwise: chains of memory-bound kernels that each stream the tensor through HBM.
+
+A chain is a run of consecutive elementwise / reduction / normalization / softmax / cast kernels
+on one stream (broken by any matrix kernel). Fused, a chain costs about one pass over its largest
+operand: priced here as 1.25x its slowest kernel. Chains of naive attention belong to that rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.naive_attention import attention_events
+from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
+
+ID = "unfused-elementwise"
+MIN_CHAIN = 3
+FUSED_PASS_FACTOR = 1.25
+
+
+def chains(a: Analysis) -> list[np.ndarray]:
+    """Runs of >= MIN_CHAIN consecutive memory-bound kernels per stream, inside the steps."""
+    dev = a.trace.device
+    live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0)
+    live[attention_events(a)] = False
+    order = np.lexsort((dev.ts, dev.stream))
+    order = order[dev.cat[order] == 0]
+    fusable = np.isin(dev.kind[order], [int(k) for k in MEMORY_BOUND_KINDS]) & live[order]
+    stream = dev.stream[order]
+    breaks = np.flatnonzero(np.diff(np.concatenate(([0], fusable.astype(np.int8), [0]))) != 0)
+    out = []
+    for lo, hi in zip(breaks[::2], breaks[1::2]):
+        run = order[lo:hi]
+        # split a run where the stream changes
+        for part in np.split(run, np.flatnonzero(np.diff(stream[lo:hi])) + 1):
+            if part.size >= MIN_CHAIN:
+                out.append(part)
+    return out
+
+
+def check(a: Analysis) -> Finding | None:
+    runs = chains(a)
+    if not runs:
+        return None
+    t = a.roofline.event_in_steps_ns
+    n = max(len(a.steps), 1)
+    chain_ns = np.array([t[r].sum() for r in runs], float)
+    fused_ns = np.array([FUSED_PASS_FACTOR * t[r].max() for r in runs], float)
+    saving_ns = np.clip(chain_ns - fused_ns, 0, None)
+    idx = np.concatenate(runs)
+    nbytes = float(a.roofline.event_bytes[idx].sum())
+    bw = nbytes / (t[idx].sum() / 1e9) if t[idx].sum() else 0.0
+    time_ms = chain_ns.sum() / 1e6 / n
+    saving = saving_ns.sum() / 1e6 / n
+    heaviest = runs[int(np.argmax(saving_ns))]
+    return make_finding(
+        ID,
+        "Chains of unfused memory-bound kernels",
+        a.step_ms,
+        saving,
+        f"{len(runs) / n:.0f} chains per step of {idx.size / len(runs):.1f} memory-bound kernels on average "
+        f"({time_ms:.2f} ms per step) each read and write the whole tensor through HBM; fused, each chain "
+        "is about one pass.",
+        Evidence(
+            numbers={
+                "chained_kernel_ms_per_step": round(time_ms, 3),
+                "chains_per_step": round(len(runs) / n, 1),
+                "kernels_per_chain": round(idx.size / len(runs), 1),
+                "achieved_bandwidth_GBps": round(bw / 1e9, 1),
+                "hbm_roof_GBps": round(a.ceilings.hbm_bytes_per_s / 1e9, 0),
+                "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+            },
+            ops=op_names_of_events(a.trace, heaviest),
+            kernels=kernel_names_of_events(a.trace, idx),
+            sources=sources_of_events(a.trace, heaviest),
+        ),
+        (
+            Fix("Let the compiler fuse the chain into one kernel", "model = torch.compile(model)"),
+            Fix("Use the fused built-ins instead of hand-written formulas",
+                "F.gelu(x, approximate='tanh')   # not 0.5*x*(1+tanh(...))\n"
+                "F.rms_norm(x, (d,), weight) / F.layer_norm(x, (d,), w, b)"),
+            Fix("Write one fused kernel (Triton) for what the compiler cannot fuse",
+                "# e.g. bias + activation + dropout + residual in one Triton kernel"),
+        ),
+        wrong_fix="Lower-precision matmuls will not help: these kernels are bound by memory bandwidth, not FLOPs.",
+    )
+
+
+RULE = Rule(ID, "Unfused chains of elementwise kernels", check, __doc__ or "")

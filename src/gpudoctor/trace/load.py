@@ -1,0 +1,407 @@
+"""Read a torch.profiler trace (.json, .json.gz, or a run directory) into a columnar ``Trace``."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpudoctor.errors import InputError, TraceFormatError
+from gpudoctor.trace.kernels import (
+    DRIVER_LAUNCHES,
+    GRAPH_LAUNCHES,
+    Kind,
+    classify_kernel,
+    classify_memcpy,
+    is_triton_name,
+)
+from gpudoctor.trace.model import (
+    DeviceCat,
+    DeviceEvents,
+    GpuInfo,
+    HostCat,
+    HostEvents,
+    MemoryEvents,
+    Trace,
+)
+from gpudoctor.trace.nesting import nearest_ancestor, nest
+from gpudoctor.trace.schema import TraceEvent, TraceFile
+
+_HOST_CATS = {
+    "cpu_op": HostCat.OP,
+    "operator": HostCat.OP,
+    "user_annotation": HostCat.ANNOTATION,
+    "python_function": HostCat.PYTHON,
+    "cuda_runtime": HostCat.RUNTIME,
+    "cuda_driver": HostCat.DRIVER,
+}
+_DEVICE_CATS = {
+    "kernel": DeviceCat.KERNEL,
+    "gpu_memcpy": DeviceCat.MEMCPY,
+    "gpu_memset": DeviceCat.MEMSET,
+}
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
+
+
+def load(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace file, or the single trace inside a run directory."""
+    file = resolve_trace_path(Path(path))
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {file}: {exc.strerror}; check the path and its permissions") from None
+    return parse(data, source=str(file))
+
+
+def resolve_trace_path(path: Path) -> Path:
+    """A trace file itself, or the one trace file of a directory."""
+    if not path.exists():
+        raise InputError(f"{path} does not exist; {_FILE_HINT}, or a gpudoctor run directory")
+    if path.is_file():
+        return path
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+    traces = [p for p in candidates if p.name.startswith("trace.")] or [
+        p for p in candidates if not p.name.startswith(("report.", "env.", "manifest"))
+    ]
+    if not traces:
+        raise InputError(f"{path} holds no trace (*.json or *.json.gz); {_FILE_HINT}")
+    if len(traces) > 1:
+        names = ", ".join(p.name for p in traces[:4])
+        raise InputError(f"{path} holds {len(traces)} traces ({names}...); pass one of them as PATH")
+    return traces[0]
+
+
+def parse(data: bytes, source: str = "<bytes>") -> Trace:
+    """Decode trace bytes (gzip or plain JSON) and build the columnar Trace."""
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(data, source)
+    if not data.strip():
+        raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")
+    events, gpus, skipped = _decode(data, source)
+    return build(events, gpus, source, skipped)
+
+
+def _gunzip(data: bytes, source: str) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error):
+        raise TraceFormatError(
+            f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
+        ) from None
+
+
+def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int]:
+    try:
+        parsed = msgspec.json.decode(data, type=TraceFile)
+    except msgspec.ValidationError:
+        return _decode_leniently(data, source)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
+    return parsed.traceEvents, _gpus(parsed), 0
+
+
+def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int]:
+    """Slow path for files whose fields have unexpected types: convert event by event."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
+    if isinstance(raw, list):  # the Chrome "JSON Array" form
+        raw = {"traceEvents": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
+        raise TraceFormatError(
+            f"{source} is JSON but not a profiler trace (no 'traceEvents' list); {_FILE_HINT}"
+        )
+    events: list[TraceEvent] = []
+    skipped = 0
+    for item in raw["traceEvents"]:
+        try:
+            events.append(msgspec.convert(item, TraceEvent, strict=False))
+        except (msgspec.ValidationError, TypeError):
+            skipped += 1
+    try:
+        props = msgspec.convert(
+            {"traceEvents": [], "deviceProperties": raw.get("deviceProperties") or []},
+            TraceFile,
+            strict=False,
+        )
+        gpus = _gpus(props)
+    except msgspec.ValidationError:
+        gpus = []
+    return events, gpus, skipped
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:120]
+
+
+def _gpus(parsed: TraceFile) -> list[GpuInfo]:
+    return [
+        GpuInfo(
+            name=p.name,
+            memory_bytes=p.totalGlobalMem,
+            compute_capability=(p.computeMajor, p.computeMinor),
+            sm_count=p.numSms,
+            l2_bytes=p.l2CacheSize,
+        )
+        for p in sorted(parsed.deviceProperties, key=lambda p: p.id)
+    ]
+
+
+class _Strings:
+    """The string table: every name becomes an int once."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def intern(self, names: list[str]) -> np.ndarray:
+        ids = self.ids
+        setdefault = ids.setdefault
+        return np.fromiter((setdefault(n, len(ids)) for n in names), np.int32, len(names))
+
+    def table(self) -> list[str]:
+        return list(self.ids)
+
+
+def _ns(values: list[float]) -> np.ndarray:
+    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
+
+
+def _int_column(values: list[int | None]) -> np.ndarray:
+    return np.fromiter((-1 if v is None else v for v in values), np.int64, len(values))
+
+
+def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0) -> Trace:
+    """Columnar tables from decoded events, with every link resolved."""
+    host_events: list[TraceEvent] = []
+    device_events: list[TraceEvent] = []
+    memory_events: list[TraceEvent] = []
+    host_cats = _HOST_CATS
+    device_cats = _DEVICE_CATS
+    for e in events:
+        cat = e.cat
+        if cat in host_cats:
+            if e.ph == "X":
+                host_events.append(e)
+        elif cat in device_cats:
+            if e.ph == "X":
+                device_events.append(e)
+        elif e.name == "[memory]":
+            memory_events.append(e)
+    strings = _Strings()
+    threads: dict[tuple[str, str], int] = {}
+    host = _host_table(host_events, strings, threads)
+    device = _device_table(device_events, strings, host)
+    memory = _memory_table(memory_events)
+    origin, last = _span(host, device, memory)
+    host, device, memory = _shift(host, origin), _shift(device, origin), _shift(memory, origin)
+    return Trace(
+        source=source,
+        strings=strings.table(),
+        threads=list(threads),
+        host=host,
+        device=device,
+        memory=memory,
+        gpus=gpus,
+        span=(0, last - origin),
+        event_count=len(events),
+        skipped_events=skipped,
+    )
+
+
+def _host_table(
+    events: list[TraceEvent], strings: _Strings, threads: dict[tuple[str, str], int]
+) -> HostEvents:
+    n = len(events)
+    ts = _ns([e.ts for e in events])
+    end = ts + np.maximum(_ns([e.dur for e in events]), 0)
+    setdefault = threads.setdefault
+    thread = np.fromiter(
+        (setdefault((str(e.pid), str(e.tid)), len(threads)) for e in events), np.int32, n
+    )
+    cat = np.fromiter((_HOST_CATS[e.cat] for e in events), np.int8, n)
+    names = [e.name for e in events]
+    name = strings.intern(names)
+    # ProfilerStep#N is a cpu_op in some PyTorch versions; it is an annotation, not an operator.
+    step_like = np.fromiter((n_.startswith("ProfilerStep#") for n_ in names), bool, n)
+    cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
+    args = [e.args for e in events]
+    external = _int_column([a.external_id if a is not None else None for a in args])
+    correlation = _int_column([a.correlation if a is not None else None for a in args])
+    flops = np.fromiter(
+        (a.flops if a is not None and a.flops is not None else np.nan for a in args), np.float64, n
+    )
+    order = np.lexsort((-end, ts, thread))
+    raw_dims = [args[i].input_dims if args[i] is not None else None for i in order.tolist()]
+    raw_types = [args[i].input_type if args[i] is not None else None for i in order.tolist()]
+    ts, end, cat, name, thread = ts[order], end[order], cat[order], name[order], thread[order]
+    external, correlation, flops = external[order], correlation[order], flops[order]
+    parent, depth = nest(thread, ts, end)
+    is_op = cat == HostCat.OP
+    return HostEvents(
+        ts=ts,
+        end=end,
+        cat=cat,
+        name=name,
+        thread=thread,
+        external_id=external,
+        correlation=correlation,
+        flops=flops,
+        raw_dims=raw_dims,
+        raw_types=raw_types,
+        parent=parent,
+        depth=depth,
+        op=nearest_ancestor(parent, is_op),
+        top_op=nearest_ancestor(parent, is_op, outermost=True),
+        frame=nearest_ancestor(parent, cat == HostCat.PYTHON),
+    )
+
+
+def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents) -> DeviceEvents:
+    n = len(events)
+    ts = _ns([e.ts for e in events])
+    end = ts + np.maximum(_ns([e.dur for e in events]), 0)
+    cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
+    names = [e.name for e in events]
+    name = strings.intern(names)
+    args = [e.args for e in events]
+    device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
+    device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) else -1 for e in events), np.int64, n)
+    device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
+    stream = _int_column([a.stream if a is not None else None for a in args])
+    stream = np.where(stream >= 0, stream, np.fromiter((_as_int(e.tid) for e in events), np.int64, n))
+    correlation = _int_column([a.correlation if a is not None else None for a in args])
+    nbytes = _int_column([a.nbytes if a is not None else None for a in args])
+    nbytes = np.maximum(nbytes, 0)
+    blocks = np.fromiter((_grid_size(a.grid) if a is not None else 0 for a in args), np.int64, n)
+    order = np.argsort(ts, kind="stable")
+    ts, end, cat, name = ts[order], end[order], cat[order], name[order]
+    device, stream, correlation = device[order], stream[order], correlation[order]
+    nbytes, blocks = nbytes[order], blocks[order]
+    kind = _classify(cat, name, strings)
+    launch = _launches(correlation, host)
+    graph, triton = _launch_flags(launch, name, host, strings)
+    safe = np.where(launch >= 0, launch, 0)
+    op = np.where(launch >= 0, host.op[safe], -1).astype(np.int32)
+    top_op = np.where(launch >= 0, host.top_op[safe], -1).astype(np.int32)
+    return DeviceEvents(
+        ts=ts,
+        end=end,
+        cat=cat,
+        name=name,
+        device=device,
+        stream=stream,
+        correlation=correlation,
+        nbytes=nbytes,
+        blocks=blocks,
+        kind=kind,
+        launch=launch,
+        op=op,
+        top_op=top_op,
+        graph=graph,
+        triton=triton,
+    )
+
+
+def _as_int(value: int | str) -> int:
+    if isinstance(value, int):
+        return value
+    digits = "".join(ch for ch in value if ch.isdigit())
+    return int(digits) if digits else -1
+
+
+def _grid_size(grid: list[int] | None) -> int:
+    if not grid:
+        return 0
+    size = 1
+    for g in grid:
+        size *= max(int(g), 1)
+    return size
+
+
+def _classify(cat: np.ndarray, name: np.ndarray, strings: _Strings) -> np.ndarray:
+    kind = np.full(len(cat), Kind.OTHER, dtype=np.int8)
+    if len(cat) == 0:
+        return kind
+    table = strings.table()
+    used = np.unique(name)
+    kernel_kind = np.full(len(table), Kind.OTHER, dtype=np.int8)
+    copy_kind = np.full(len(table), Kind.MEMCPY_DTOD, dtype=np.int8)
+    for sid in used.tolist():
+        kernel_kind[sid] = classify_kernel(table[sid])
+        copy_kind[sid] = classify_memcpy(table[sid])
+    kind = np.where(cat == DeviceCat.KERNEL, kernel_kind[name], kind)
+    kind = np.where(cat == DeviceCat.MEMCPY, copy_kind[name], kind)
+    kind = np.where(cat == DeviceCat.MEMSET, Kind.MEMSET, kind)
+    return kind.astype(np.int8)
+
+
+def _launches(correlation: np.ndarray, host: HostEvents) -> np.ndarray:
+    """Index of the runtime/driver event with the same correlation id, or -1."""
+    is_launch = (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
+    candidates = np.flatnonzero(is_launch & (host.correlation >= 0))
+    if candidates.size == 0 or correlation.size == 0:
+        return np.full(correlation.size, -1, dtype=np.int32)
+    keys = host.correlation[candidates]
+    order = np.argsort(keys, kind="stable")
+    keys, candidates = keys[order], candidates[order]
+    slot = np.clip(np.searchsorted(keys, correlation), 0, len(keys) - 1)
+    found = (keys[slot] == correlation) & (correlation >= 0)
+    return np.where(found, candidates[slot], -1).astype(np.int32)
+
+
+def _launch_flags(
+    launch: np.ndarray, name: np.ndarray, host: HostEvents, strings: _Strings
+) -> tuple[np.ndarray, np.ndarray]:
+    table = strings.table()
+    graph_ids = [strings.ids[s] for s in GRAPH_LAUNCHES if s in strings.ids]
+    driver_ids = [strings.ids[s] for s in DRIVER_LAUNCHES if s in strings.ids]
+    safe = np.where(launch >= 0, launch, 0)
+    launch_name = np.where(launch >= 0, host.name[safe], -1)
+    graph = np.isin(launch_name, graph_ids)
+    triton_names = np.fromiter((is_triton_name(s) for s in table), bool, len(table))
+    triton = np.isin(launch_name, driver_ids) | (triton_names[name] if len(table) else False)
+    return graph, np.asarray(triton, dtype=bool)
+
+
+def _memory_table(events: list[TraceEvent]) -> MemoryEvents:
+    # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
+    gpu = [e for e in events if e.args is not None and e.args.device_type == 1]
+    gpu.sort(key=lambda e: e.ts)
+    args = [e.args for e in gpu]
+    return MemoryEvents(
+        ts=_ns([e.ts for e in gpu]),
+        delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
+        allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
+        reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
+        device=_int_column([a.device_id for a in args]).astype(np.int32),
+    )
+
+
+def _span(host: HostEvents, device: DeviceEvents, memory: MemoryEvents) -> tuple[int, int]:
+    starts = [a.min() for a in (host.ts, device.ts, memory.ts) if len(a)]
+    ends = [a.max() for a in (host.end, device.end) if len(a)]
+    if not starts:
+        return 0, 0
+    return int(min(starts)), int(max(ends)) if ends else int(min(starts))
+
+
+def _shift(table: Any, origin: int) -> Any:
+    if origin == 0:
+        return table
+    changes = {"ts": table.ts - origin}
+    if hasattr(table, "end"):
+        changes["end"] = table.end - origin
+    return _replace(table, changes)
+
+
+def _replace(table: Any, changes: dict[str, np.ndarray]) -> Any:
+    return dataclasses.replace(table, **changes)

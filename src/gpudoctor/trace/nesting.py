@@ -1,0 +1,79 @@
+"""CPU nesting without a Python loop: parent, depth and nearest-ancestor-of-a-category.
+
+Host events of one thread nest like brackets. Sorted by (thread, start, -end), an event's
+ancestors are exactly the earlier events of its thread still open at its start, so
+
+    depth[k] = k - thread_start[k] - #(events of the thread ending at or before start[k])
+
+and its parent is the last earlier event one level up. Both are a few ``searchsorted`` calls
+per nesting level instead of a stack walk per event (a 170k-event trace nests ~30 deep).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def nest(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent index (-1 for roots) and depth of each event; input sorted by (thread, ts, -end).
+
+    Zero-length events are given 1 ns so that one ending exactly where another starts is a
+    sibling, not an ancestor. Partly overlapping events (clock rounding) nest under the earlier.
+    """
+    n = len(ts)
+    parent = np.full(n, -1, dtype=np.int32)
+    depth = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return parent, depth
+    end = np.maximum(end, ts + 1)
+    bounds = np.flatnonzero(np.diff(thread)) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [n]))
+    for lo, hi in zip(starts.tolist(), stops.tolist()):
+        d = _depths(ts[lo:hi], end[lo:hi])
+        depth[lo:hi] = d
+        parent[lo:hi] = _parents(d) + np.where(d > 0, lo, 0)
+    return parent, depth
+
+
+def _depths(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    sorted_ends = np.sort(end)
+    closed = np.searchsorted(sorted_ends, ts, side="right")
+    depth = np.arange(len(ts)) - closed
+    return np.maximum(depth, 0).astype(np.int32)
+
+
+def _parents(depth: np.ndarray) -> np.ndarray:
+    """For each event at depth d > 0, the last earlier event at depth d - 1 (else -1)."""
+    parent = np.full(len(depth), -1, dtype=np.int64)
+    order = np.argsort(depth, kind="stable")
+    sorted_depth = depth[order]
+    level_bounds = np.searchsorted(sorted_depth, np.arange(sorted_depth[-1] + 2))
+    for level in range(1, int(sorted_depth[-1]) + 1):
+        above = order[level_bounds[level - 1] : level_bounds[level]]
+        here = order[level_bounds[level] : level_bounds[level + 1]]
+        slot = np.searchsorted(above, here) - 1
+        ok = slot >= 0
+        parent[here[ok]] = above[slot[ok]]
+    return parent.astype(np.int32)
+
+
+def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool = False) -> np.ndarray:
+    """For each event, the nearest (or outermost) strict ancestor where ``is_target`` holds."""
+    n = len(parent)
+    found = np.full(n, -1, dtype=np.int32)
+    cursor = parent.copy()
+    live = np.flatnonzero(cursor >= 0)
+    while live.size:
+        anc = cursor[live]
+        hit = is_target[anc]
+        if outermost:
+            found[live[hit]] = anc[hit]
+        else:
+            hit &= found[live] < 0
+            found[live[hit]] = anc[hit]
+            live = live[found[live] < 0]
+            anc = cursor[live]
+        cursor[live] = parent[anc]
+        live = live[cursor[live] >= 0]
+    return found
