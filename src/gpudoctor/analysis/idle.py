@@ -124,10 +124,14 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         by_cause["dispatch"] = total_idle / 1e6 / n_steps
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
                           gaps=(gap_s, gap_e))
-    waiting = _gpu_wait_gaps(trace, gap_s, gap_e)
+    launched_at = _next_launch_end(trace, gap_e)
+    waiting = launched_at <= gap_s
+    # host time after the next kernel was launched is launch latency, not a cause
+    cut = np.clip(launched_at, gap_s, gap_e)
     on_threads = np.isin(trace.host.thread, launch_threads(trace))
     label_sets = _label_intervals(trace, on_threads, steps)
-    per_gap = _exclusive_overlap(label_sets, gap_s, gap_e)  # cause -> ns per gap
+    per_gap = _exclusive_overlap(label_sets, gap_s, cut)  # cause -> ns per gap
+    per_gap["dispatch"] += gap_e - cut
     per_gap = _give_dispatch_to_blocking(per_gap)
     for cause, ns in per_gap.items():
         by_cause[cause] = float(ns[~waiting].sum()) / 1e6 / n_steps
@@ -175,15 +179,16 @@ def _launch_counts(trace: Trace) -> np.ndarray:
     return np.bincount(trace.host.thread[launches], minlength=len(trace.threads))
 
 
-def _gpu_wait_gaps(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray) -> np.ndarray:
-    """Gaps whose next GPU event had been launched before the gap began."""
+def _next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
+    """When the host finished launching the GPU event that ends each gap (+inf: none / unknown)."""
     dev = trace.device
+    never = np.iinfo(np.int64).max
     if len(dev) == 0:
-        return np.zeros(len(gap_s), bool)
-    nxt = np.clip(np.searchsorted(dev.ts, gap_e, side="left"), 0, len(dev) - 1)
-    launch = dev.launch[nxt]
-    launched_at = np.where(launch >= 0, trace.host.end[np.maximum(launch, 0)], np.iinfo(np.int64).max)
-    return launched_at <= gap_s
+        return np.full(len(gap_e), never, np.int64)
+    nxt = np.searchsorted(dev.ts, gap_e, side="left")
+    has_next = nxt < len(dev)
+    launch = np.where(has_next, dev.launch[np.minimum(nxt, len(dev) - 1)], -1)
+    return np.where(launch >= 0, trace.host.end[np.maximum(launch, 0)], never)
 
 
 def _label_intervals(
@@ -202,7 +207,7 @@ def _label_intervals(
     add("pageable-copy", _pageable_copy_calls(trace))
     add("allocator", by_name["allocator"][host.name] & (host.cat >= HostCat.RUNTIME))
     add("optimizer", by_name["optimizer"][host.name] & (host.cat == HostCat.ANNOTATION))
-    sets["host-work"] = _host_work(trace, on_thread, steps)
+    sets["host-work"] = _host_work(trace, on_thread, steps, list(sets.values()))
     return sets
 
 
@@ -230,11 +235,19 @@ def _pageable_copy_calls(trace: Trace) -> np.ndarray:
     return mask
 
 
-def _host_work(trace: Trace, on_thread: np.ndarray, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
-    """Long stretches, inside steps, when no launching thread is in an op, a launch or a copy."""
+def _host_work(
+    trace: Trace,
+    on_thread: np.ndarray,
+    steps: Steps,
+    labelled: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Long stretches, inside steps, when no launching thread is in an op, a launch, a copy or
+    another cause's event."""
     host = trace.host
     active = on_thread & ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
-    busy_s, busy_e = union(host.ts[active], host.end[active])
+    starts = np.concatenate([host.ts[active]] + [s for s, _ in labelled])
+    ends = np.concatenate([host.end[active]] + [e for _, e in labelled])
+    busy_s, busy_e = union(starts, ends)
     gs, ge = [], []
     for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
         s, e = complement(busy_s, busy_e, lo, hi)

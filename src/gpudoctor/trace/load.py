@@ -121,11 +121,16 @@ def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[
         )
     events: list[TraceEvent] = []
     skipped = 0
+    event_decoder = msgspec.json.Decoder(TraceEvent, strict=False)
     for item in raw["traceEvents"]:
         try:
-            events.append(msgspec.convert(item, TraceEvent, strict=False))
-        except (msgspec.ValidationError, TypeError):
+            events.append(event_decoder.decode(msgspec.json.encode(item)))
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
             skipped += 1
+    if skipped and not events:
+        raise TraceFormatError(
+            f"{source} is JSON but none of its {skipped} events is a trace event; {_FILE_HINT}"
+        )
     try:
         props = msgspec.convert(
             {"traceEvents": [], "deviceProperties": raw.get("deviceProperties") or []},
@@ -289,9 +294,8 @@ def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents)
     kind = _classify(cat, name, strings)
     launch = _launches(correlation, host)
     graph, triton = _launch_flags(launch, name, host, strings)
-    safe = np.where(launch >= 0, launch, 0)
-    op = np.where(launch >= 0, host.op[safe], -1).astype(np.int32)
-    top_op = np.where(launch >= 0, host.top_op[safe], -1).astype(np.int32)
+    op = _gather(host.op, launch)
+    top_op = _gather(host.top_op, launch)
     return DeviceEvents(
         ts=ts,
         end=end,
@@ -309,6 +313,13 @@ def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents)
         graph=graph,
         triton=triton,
     )
+
+
+def _gather(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """values[index] where index >= 0, else -1 (also when values is empty)."""
+    if len(values) == 0:
+        return np.full(len(index), -1, dtype=np.int32)
+    return np.where(index >= 0, values[np.maximum(index, 0)], -1).astype(np.int32)
 
 
 def _as_int(value: int | str) -> int:
@@ -364,8 +375,7 @@ def _launch_flags(
     table = strings.table()
     graph_ids = [strings.ids[s] for s in GRAPH_LAUNCHES if s in strings.ids]
     driver_ids = [strings.ids[s] for s in DRIVER_LAUNCHES if s in strings.ids]
-    safe = np.where(launch >= 0, launch, 0)
-    launch_name = np.where(launch >= 0, host.name[safe], -1)
+    launch_name = _gather(host.name, launch)
     graph = np.isin(launch_name, graph_ids)
     triton_names = np.fromiter((is_triton_name(s) for s in table), bool, len(table))
     triton = np.isin(launch_name, driver_ids) | (triton_names[name] if len(table) else False)

@@ -1,0 +1,285 @@
+"""The Report as one self-contained HTML file: inline CSS and SVG, no script, no network.
+
+``render_html(report)`` returns a full page; ``render_html(report, standalone=False)`` returns a
+``<div>`` fragment (its CSS scoped under ``.gpud``) for Jupyter's ``_repr_html_``. Every string
+that comes from the trace is passed through ``esc`` before it joins the markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.report.model import Report
+from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
+from gpudoctor.rules.finding import Finding
+
+TOP_KERNELS = 15
+KIND_COLORS = ("#2b6cb0", "#3182ce", "#63b3ed", "#805ad5", "#b794f4", "#38a169", "#68d391",
+               "#d69e2e", "#f6ad55", "#dd6b20", "#e53e3e", "#319795", "#4fd1c5", "#975a16")
+IDLE_COLORS = ("#4a5568", "#718096", "#a0aec0", "#cbd5e0", "#2d3748", "#e2e8f0", "#1a202c", "#edf2f7")
+
+CSS = """
+.gpud{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+ color:#1a202c;line-height:1.45;max-width:1100px;margin:0 auto;padding:8px 16px}
+.gpud h1{font-size:1.5em;margin:.3em 0}.gpud h2{font-size:1.2em;margin:1.4em 0 .5em;
+ border-bottom:1px solid #e2e8f0;padding-bottom:.2em}.gpud h3{font-size:1.05em;margin:.2em 0}
+.gpud code,.gpud pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
+.gpud pre{background:#f7fafc;border:1px solid #e2e8f0;border-radius:4px;padding:8px;overflow-x:auto}
+.gpud .meta{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:8px}
+.gpud .meta div{background:#f7fafc;border-radius:6px;padding:6px 10px}
+.gpud .meta b{display:block;font-size:1.15em}.gpud .meta span{color:#4a5568;font-size:.85em}
+.gpud .warn{background:#fffaf0;border-left:4px solid #dd6b20;padding:4px 10px;margin:6px 0}
+.gpud .na{color:#4a5568}
+.gpud .bar{display:flex;height:28px;border-radius:4px;overflow:hidden;border:1px solid #cbd5e0}
+.gpud .bar div{height:100%}
+.gpud .legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:6px 0;font-size:.88em}
+.gpud .sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;
+ vertical-align:-1px}
+.gpud table{border-collapse:collapse;font-size:.88em;margin:4px 0}
+.gpud th,.gpud td{padding:3px 8px;border-bottom:1px solid #edf2f7;text-align:left;vertical-align:top}
+.gpud th{background:#f7fafc}.gpud .num{text-align:right;font-variant-numeric:tabular-nums;
+ white-space:nowrap}
+.gpud td.name{max-width:420px;word-break:break-all}
+.gpud svg.roofline{max-width:100%;height:auto;font-size:11px}
+.gpud svg .grid{stroke:#edf2f7}.gpud svg .roof{stroke-width:2}.gpud svg .vector{stroke-dasharray:6 4}
+.gpud svg text{fill:#4a5568}.gpud svg .axis{font-size:12px;fill:#1a202c}
+.gpud svg circle{fill-opacity:.6;stroke:#1a202c;stroke-width:.6}
+.gpud .finding{border:1px solid #e2e8f0;border-left-width:6px;border-radius:6px;padding:8px 14px;
+ margin:12px 0}
+.gpud .badge{display:inline-block;color:#fff;border-radius:10px;padding:0 9px;font-size:.8em;
+ font-weight:600;margin-right:6px;vertical-align:2px}
+.gpud .sev-critical{border-left-color:#c53030}.gpud .badge.sev-critical{background:#c53030}
+.gpud .sev-major{border-left-color:#dd6b20}.gpud .badge.sev-major{background:#dd6b20}
+.gpud .sev-minor{border-left-color:#d69e2e}.gpud .badge.sev-minor{background:#b7791f}
+.gpud .sev-info{border-left-color:#718096}.gpud .badge.sev-info{background:#718096}
+.gpud .fid{color:#4a5568;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.85em}
+.gpud .wrong{background:#fff5f5;border-left:4px solid #c53030;padding:4px 10px}
+.gpud .muted{color:#718096;font-size:.88em}
+"""
+
+
+def render_html(report: Report, standalone: bool = True) -> str:
+    """The report as HTML: a whole page, or a fragment for notebooks."""
+    body = "\n".join([
+        _header(report),
+        _breakdown(report),
+        _idle_table(report),
+        _roofline(report),
+        _kernel_table(report),
+        _findings(report),
+    ])
+    fragment = f'<div class="gpud">\n<style>{CSS}</style>\n{body}\n</div>'
+    if not standalone:
+        return fragment
+    title = esc(f"gpudoctor: {report.gpu.get('name') or 'GPU'} report")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<link rel="icon" href="data:,">\n<title>{title}</title>\n</head>\n'
+        f"<body>\n{fragment}\n</body>\n</html>\n"
+    )
+
+
+# --- header -------------------------------------------------------------------------------------
+
+
+def _header(r: Report) -> str:
+    steps = r.steps or {}
+    cells = [
+        (esc(r.gpu.get("name") or "unknown GPU"), "GPU"),
+        (f"{r.step_ms:.2f} ms", "step time (mean)"),
+        (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
+        (f"{100 * r.mfu:.1f} %", "MFU"),
+        (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
+        (esc(r.ceilings.get("source") or "unknown"), "ceilings"),
+    ]
+    meta = "".join(f"<div><b>{value}</b><span>{label}</span></div>" for value, label in cells)
+    parts = [
+        "<header>",
+        "<h1>gpudoctor report</h1>",
+        f'<p class="muted">trace <code>{esc(r.source)}</code> · gpudoctor {esc(r.tool_version)}'
+        f" · schema {esc(r.schema_version)}</p>",
+        f'<div class="meta">{meta}</div>',
+        *(f'<p class="warn">⚠ {esc(w)}</p>' for w in r.warnings),
+    ]
+    if r.not_applicable:
+        items = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in r.not_applicable.items())
+        parts.append(f'<p class="na">Analyses not applicable to this trace:</p><ul class="na">{items}</ul>')
+    parts.append("</header>")
+    return "\n".join(parts)
+
+
+# --- step breakdown -----------------------------------------------------------------------------
+
+
+def _segments(r: Report) -> list[tuple[str, float, str]]:
+    """(label, ms per step, colour): busy kinds scaled to busy_ms, then idle split by cause."""
+    busy_ms = float(r.breakdown.get("busy_ms") or 0.0)
+    idle_ms = float(r.breakdown.get("idle_ms") or 0.0)
+    by_kind = {str(k): float(v) for k, v in (r.breakdown.get("by_kind") or {}).items() if v > 0}
+    segs = []
+    total_kind = sum(by_kind.values())
+    for i, (label, ms) in enumerate(sorted(by_kind.items(), key=lambda kv: -kv[1])):
+        segs.append((label, ms * busy_ms / total_kind, KIND_COLORS[i % len(KIND_COLORS)]))
+    if busy_ms > 0 and not by_kind:
+        segs.append(("busy", busy_ms, KIND_COLORS[0]))
+    causes = {str(k): float(v) for k, v in r.idle.items() if v > 0}
+    total_idle = sum(causes.values())
+    for i, (cause, ms) in enumerate(sorted(causes.items(), key=lambda kv: -kv[1])):
+        segs.append((f"idle: {cause}", ms * idle_ms / total_idle if idle_ms > 0 else ms,
+                     IDLE_COLORS[i % len(IDLE_COLORS)]))
+    if idle_ms > 0 and not causes:
+        segs.append(("idle", idle_ms, IDLE_COLORS[0]))
+    return segs
+
+
+def _breakdown(r: Report) -> str:
+    segs = _segments(r)
+    total = sum(ms for _, ms, _ in segs)
+    if total <= 0:
+        return '<section><h2>Step breakdown</h2><p class="muted">No GPU time in the steps.</p></section>'
+    bar = "".join(
+        f'<div style="width:{100 * ms / total:.3f}%;background:{color}" title="{esc(label)}: {ms:.3f} ms">'
+        "</div>" for label, ms, color in segs
+    )
+    legend = "".join(
+        f'<span><i class="sw" style="background:{color}"></i>{esc(label)} {ms:.2f} ms</span>'
+        for label, ms, color in segs
+    )
+    busy, idle = r.breakdown.get("busy_ms", 0), r.breakdown.get("idle_ms", 0)
+    return (
+        "<section><h2>Step breakdown</h2>"
+        f'<p class="muted">per step: {float(busy):.2f} ms busy + {float(idle):.2f} ms idle; '
+        f"{esc(r.breakdown.get('kernels_per_step', 0))} kernels per step</p>"
+        f'<div class="bar">{bar}</div><div class="legend">{legend}</div></section>'
+    )
+
+
+def _idle_table(r: Report) -> str:
+    rows = [(c, float(ms)) for c, ms in sorted(r.idle.items(), key=lambda kv: -kv[1]) if ms > 0]
+    if not rows:
+        return '<section><h2>Idle causes</h2><p class="muted">The GPU was never idle in the steps.</p></section>'
+    body = "".join(
+        f'<tr><td>{esc(cause)}</td><td class="num">{ms:.3f}</td>'
+        f'<td class="num">{_pct(ms, r.step_ms)}</td></tr>' for cause, ms in rows
+    )
+    return (
+        "<section><h2>Idle causes</h2><table><thead><tr><th>cause</th>"
+        '<th class="num">ms / step</th><th class="num">% of step</th></tr></thead>'
+        f"<tbody>{body}</tbody></table></section>"
+    )
+
+
+# --- roofline -----------------------------------------------------------------------------------
+
+
+def _roofline(r: Report) -> str:
+    kernels = list(r.roofline.get("kernels") or [])
+    svg, skipped = roofline_svg(r.ceilings, kernels)
+    legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{b}-bound</span>'
+                     for b, c in BOUND_COLORS.items())
+    note = (f"{skipped} of {len(kernels)} kernels not plotted (no FLOPs or no bytes known)."
+            if skipped else f"All {len(kernels)} kernels plotted.")
+    placed = 100 * float(r.roofline.get("placed_fraction") or 0.0)
+    return (
+        "<section><h2>Roofline</h2>"
+        f'<p class="muted">Circle area ∝ time per step; hover a circle for details. {note} '
+        f"{placed:.0f} % of kernel time has known FLOPs or bytes.</p>"
+        f'{svg}<div class="legend">{legend}</div></section>'
+    )
+
+
+def _kernel_table(r: Report) -> str:
+    kernels = sorted(r.roofline.get("kernels") or [], key=lambda k: -float(k.get("time_ms_per_step") or 0))
+    if not kernels:
+        return ""
+    head = ("<tr><th>kernel</th><th>kind</th><th>dtype</th><th class='num'>calls / step</th>"
+            "<th class='num'>ms / step</th><th class='num'>% of step</th><th class='num'>TFLOP/s</th>"
+            "<th class='num'>GB/s</th><th class='num'>FLOP/byte</th><th class='num'>efficiency</th>"
+            "<th>bound</th></tr>")
+    rows = "".join(_kernel_row(k, r.step_ms) for k in kernels[:TOP_KERNELS])
+    more = (f'<p class="muted">{len(kernels) - TOP_KERNELS} more kernels not shown.</p>'
+            if len(kernels) > TOP_KERNELS else "")
+    return f"<section><h2>Top kernels</h2><table><thead>{head}</thead><tbody>{rows}</tbody></table>{more}</section>"
+
+
+def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
+    ms = float(k.get("time_ms_per_step") or 0.0)
+    cells = [
+        f'<td class="name"><code>{esc(k.get("name", ""))}</code></td>',
+        f"<td>{esc(k.get('kind', ''))}</td>",
+        f"<td>{esc(k.get('dtype') or '-')}</td>",
+        _num(f"{float(k.get('count_per_step') or 0):.1f}"),
+        _num(f"{ms:.3f}"),
+        _num(_pct(ms, step_ms)),
+        _num(f"{float(k.get('achieved_flops') or 0) / 1e12:.2f}"),
+        _num(f"{float(k.get('achieved_bytes_per_s') or 0) / 1e9:.1f}"),
+        _num(f"{float(k.get('intensity') or 0):.3g}"),
+        _num(f"{100 * float(k.get('efficiency') or 0):.1f} %"),
+        f"<td>{esc(k.get('bound', ''))}</td>",
+    ]
+    return f"<tr>{''.join(cells)}</tr>"
+
+
+# --- findings -----------------------------------------------------------------------------------
+
+
+def _findings(r: Report) -> str:
+    if not r.findings:
+        return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
+    return "<section><h2>Findings</h2>" + "".join(_finding(f) for f in r.findings) + "</section>"
+
+
+def _finding(f: Finding) -> str:
+    sev = f.severity if f.severity in ("critical", "major", "minor", "info") else "info"
+    parts = [
+        f'<article class="finding sev-{sev}">',
+        f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
+        f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms per step'
+        f" · predicted speedup ×{f.predicted_speedup:.2f}</p>",
+        f"<p>{esc(f.summary)}</p>",
+        _evidence(f),
+    ]
+    if f.fixes:
+        items = "".join(
+            f"<li>{esc(fix.title)}" + (f"<pre><code>{esc(fix.code)}</code></pre>" if fix.code else "") + "</li>"
+            for fix in f.fixes
+        )
+        parts.append(f"<p><b>Fixes, in order:</b></p><ol>{items}</ol>")
+    if f.wrong_fix:
+        parts.append(f'<p class="wrong"><b>Won\'t help:</b> {esc(f.wrong_fix)}</p>')
+    parts.append("</article>")
+    return "\n".join(parts)
+
+
+def _evidence(f: Finding) -> str:
+    ev = f.evidence
+    out = []
+    if ev.numbers:
+        rows = "".join(f'<tr><td>{esc(k)}</td><td class="num">{esc(_value(v))}</td></tr>'
+                       for k, v in ev.numbers.items())
+        out.append(f"<table><tbody>{rows}</tbody></table>")
+    for label, items in (("ops", ev.ops), ("kernels", ev.kernels), ("sources", ev.sources)):
+        if items:
+            lis = "".join(f"<li><code>{esc(item)}</code></li>" for item in items)
+            out.append(f"<p><b>{label}</b></p><ul>{lis}</ul>")
+    return "<details open><summary>evidence</summary>" + "".join(out) + "</details>" if out else ""
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+
+def _num(text: str) -> str:
+    return f'<td class="num">{esc(text)}</td>'
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f} %" if whole > 0 else "-"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        return si(v, "").strip() if abs(v) >= 1e6 else f"{v:.4g}"
+    return str(v)

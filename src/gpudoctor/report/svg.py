@@ -1,0 +1,196 @@
+"""The roofline chart as inline SVG: log-log axes, one roof per dtype, kernels as circles.
+
+x is arithmetic intensity (FLOP/byte), y is achieved FLOP/s. The roofs are drawn as
+min(roof, bandwidth x intensity): the memory diagonal from ``hbm_bytes_per_s`` up to the highest
+roof, then a horizontal line per dtype from its ridge point (roof / bandwidth) to the right edge.
+A circle's area is proportional to the kernel's time per step; its colour says what bounds it.
+Every string from the trace goes through ``esc`` (html.escape with quotes), titles included.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+WIDTH, HEIGHT = 760, 440
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 78, 118, 16, 48
+MAX_RADIUS, MIN_RADIUS = 18.0, 2.5
+
+BOUND_COLORS = {
+    "compute": "#2b6cb0",
+    "memory": "#dd6b20",
+    "latency": "#c53030",
+    "unknown": "#718096",
+}
+ROOF_COLOR, VECTOR_COLOR, DIAGONAL_COLOR = "#2d3748", "#805ad5", "#38a169"
+
+
+def esc(value: Any) -> str:
+    """Escape anything (trace strings above all) for HTML text and attribute values."""
+    return escape(str(value), quote=True)
+
+
+def si(value: float, unit: str) -> str:
+    """1.23e12 -> '1.23 T<unit>'."""
+    if not math.isfinite(value) or value == 0:
+        return f"0 {unit}"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+@dataclass(frozen=True)
+class LogAxes:
+    """Decade-aligned log-log scale from data values to SVG pixels."""
+
+    x_min: float
+    x_max: float
+    y_min: float
+    y_max: float
+
+    left: float = MARGIN_LEFT
+    right: float = WIDTH - MARGIN_RIGHT
+    top: float = MARGIN_TOP
+    bottom: float = HEIGHT - MARGIN_BOTTOM
+
+    def x(self, value: float) -> float:
+        span = math.log10(self.x_max) - math.log10(self.x_min)
+        return self.left + (math.log10(value) - math.log10(self.x_min)) / span * (self.right - self.left)
+
+    def y(self, value: float) -> float:
+        span = math.log10(self.y_max) - math.log10(self.y_min)
+        return self.bottom - (math.log10(value) - math.log10(self.y_min)) / span * (self.bottom - self.top)
+
+    def inside(self, px: float, py: float) -> bool:
+        return self.left <= px <= self.right and self.top <= py <= self.bottom
+
+
+def plottable(kernels: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Kernels with a positive intensity and achieved FLOP/s, and how many were left out."""
+    keep = [k for k in kernels if _positive(k.get("intensity")) and _positive(k.get("achieved_flops"))]
+    return keep, len(kernels) - len(keep)
+
+
+def axes_for(ceilings: dict[str, Any], points: list[dict[str, Any]]) -> LogAxes:
+    """Decades that hold every roof, the ridge points and every point, with some room around."""
+    roofs = _roofs(ceilings)
+    bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
+    xs = [float(p["intensity"]) for p in points]
+    ys = [float(p["achieved_flops"]) for p in points]
+    ridges = [r / bw for _, r in roofs if bw > 0]
+    x_lo = min(xs + [r / 100 for r in ridges] + [0.1])
+    x_hi = max(xs + [r * 10 for r in ridges] + [100.0])
+    top = max(ys + [r for _, r in roofs] + [1e9])
+    y_lo = min(ys + [top / 1e4])
+    return LogAxes(
+        x_min=10 ** math.floor(math.log10(x_lo)),
+        x_max=10 ** math.ceil(math.log10(x_hi * 1.0001)),
+        y_min=10 ** math.floor(math.log10(y_lo)),
+        y_max=10 ** math.ceil(math.log10(top * 1.5)),
+    )
+
+
+def roofline_svg(ceilings: dict[str, Any], kernels: list[dict[str, Any]]) -> tuple[str, int]:
+    """The chart's markup and the number of kernels that could not be placed on it."""
+    points, skipped = plottable(kernels)
+    ax = axes_for(ceilings, points)
+    parts = [
+        f'<svg class="roofline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Roofline chart">',
+        f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" height="{ax.bottom - ax.top}" '
+        'fill="#fff" stroke="#cbd5e0"/>',
+        *_grid(ax),
+        *_roof_lines(ax, ceilings),
+        *_circles(ax, points),
+        "</svg>",
+    ]
+    return "\n".join(parts), skipped
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def _roofs(ceilings: dict[str, Any]) -> list[tuple[str, float]]:
+    roofs = [(str(d), float(v)) for d, v in (ceilings.get("matrix_flops") or {}).items() if _positive(v)]
+    vector = ceilings.get("vector_flops")
+    if _positive(vector):
+        roofs.append(("vector", float(vector)))
+    return roofs
+
+
+def _decades(lo: float, hi: float) -> list[float]:
+    return [10.0**e for e in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
+
+
+def _grid(ax: LogAxes) -> list[str]:
+    out = []
+    for v in _decades(ax.x_min, ax.x_max):
+        px = ax.x(v)
+        out.append(f'<line x1="{px:.1f}" y1="{ax.top}" x2="{px:.1f}" y2="{ax.bottom}" class="grid"/>')
+        out.append(f'<text x="{px:.1f}" y="{ax.bottom + 16}" text-anchor="middle">{v:g}</text>')
+    for v in _decades(ax.y_min, ax.y_max):
+        py = ax.y(v)
+        out.append(f'<line x1="{ax.left}" y1="{py:.1f}" x2="{ax.right}" y2="{py:.1f}" class="grid"/>')
+        out.append(f'<text x="{ax.left - 6}" y="{py + 4:.1f}" text-anchor="end">{esc(si(v, "FLOP/s"))}</text>')
+    mid_x, mid_y = (ax.left + ax.right) / 2, (ax.top + ax.bottom) / 2
+    out.append(f'<text x="{mid_x:.0f}" y="{HEIGHT - 10}" text-anchor="middle" class="axis">'
+               "arithmetic intensity (FLOP/byte)</text>")
+    out.append(f'<text x="14" y="{mid_y:.0f}" text-anchor="middle" class="axis" '
+               f'transform="rotate(-90 14 {mid_y:.0f})">achieved FLOP/s</text>')
+    return out
+
+
+def _roof_lines(ax: LogAxes, ceilings: dict[str, Any]) -> list[str]:
+    roofs = [(d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max]
+    bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
+    out = []
+    if bw > 0 and roofs:
+        x0 = max(ax.x_min, ax.y_min / bw)
+        x1 = min(ax.x_max, max(r for _, r in roofs) / bw)
+        if x1 > x0:
+            out.append(_line(ax, x0, bw * x0, x1, bw * x1, DIAGONAL_COLOR, "roof"))
+            out.append(f'<text x="{ax.x(x0) + 4:.1f}" y="{ax.y(bw * x0) - 6:.1f}" fill="{DIAGONAL_COLOR}">'
+                       f'HBM {esc(si(bw, "B/s"))}</text>')
+    for dtype, roof in sorted(roofs, key=lambda dr: -dr[1]):
+        x0 = max(ax.x_min, roof / bw) if bw > 0 else ax.x_min
+        color = VECTOR_COLOR if dtype == "vector" else ROOF_COLOR
+        cls = "roof vector" if dtype == "vector" else "roof"
+        out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls))
+        out.append(f'<text x="{ax.right + 4}" y="{ax.y(roof) + 4:.1f}" fill="{color}">'
+                   f'{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
+    return out
+
+
+def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, cls: str) -> str:
+    return (f'<line x1="{ax.x(x0):.1f}" y1="{ax.y(y0):.1f}" x2="{ax.x(x1):.1f}" y2="{ax.y(y1):.1f}" '
+            f'stroke="{color}" class="{cls}"/>')
+
+
+def _circles(ax: LogAxes, points: list[dict[str, Any]]) -> list[str]:
+    biggest = max((float(p.get("time_ms_per_step") or 0.0) for p in points), default=0.0)
+    out = []
+    # largest first, so that small circles stay on top and keep their tooltips reachable
+    for p in sorted(points, key=lambda p: -float(p.get("time_ms_per_step") or 0.0)):
+        t = float(p.get("time_ms_per_step") or 0.0)
+        r = max(MIN_RADIUS, MAX_RADIUS * math.sqrt(t / biggest)) if biggest > 0 else MIN_RADIUS
+        color = BOUND_COLORS.get(str(p.get("bound")), BOUND_COLORS["unknown"])
+        out.append(f'<circle cx="{ax.x(float(p["intensity"])):.1f}" cy="{ax.y(float(p["achieved_flops"])):.1f}" '
+                   f'r="{r:.1f}" fill="{color}"><title>{esc(point_title(p))}</title></circle>')
+    return out
+
+
+def point_title(p: dict[str, Any]) -> str:
+    """Tooltip text (not yet escaped): name, kind, dtype, time, TFLOP/s, GB/s, efficiency."""
+    return "\n".join([
+        str(p.get("name", "")),
+        f"kind: {p.get('kind', '')}   dtype: {p.get('dtype') or '-'}   bound: {p.get('bound', '')}",
+        f"time: {float(p.get('time_ms_per_step') or 0):.3f} ms/step",
+        f"achieved: {float(p.get('achieved_flops') or 0) / 1e12:.2f} TFLOP/s, "
+        f"{float(p.get('achieved_bytes_per_s') or 0) / 1e9:.1f} GB/s",
+        f"intensity: {float(p.get('intensity') or 0):.3g} FLOP/byte   "
+        f"efficiency: {100 * float(p.get('efficiency') or 0):.1f} %",
+    ])
