@@ -5,7 +5,7 @@ PyTorch's caching allocator normally serves tensors from memory it already holds
 tensors go through ``cudaMalloc`` again, and ``cudaFree`` waits for the device to finish. Sizes
 that change from step to step defeat the cache even without it. The driver calls are slow and
 synchronizing, so the GPU idles while the host manages memory. The fixed twin allocates one
-workspace of the largest size once and works in views of it, with no ``empty_cache``.
+workspace of the largest sizes once and works in views of it, with no ``empty_cache``.
 """
 
 from __future__ import annotations
@@ -15,36 +15,39 @@ import torch
 from gpudoctor.lab.common import on_gpu, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
+TENSORS = 16
+MIB = 1 << 20
+
+
+def _numels(device: str, step: int) -> list[int]:
+    unit = size(device, MIB, 1024)
+    return [(8 + 8 * ((step + j) % 4)) * unit for j in range(TENSORS)]
+
 
 def _build(device: str, churn: bool) -> Workload:
     seed(8)
-    width = 4096
-    row_cycle = [size(device, n, n // 256) for n in (16384, 20480, 24576, 28672)]
-    weight = torch.randn(width, width, device=device, dtype=torch.bfloat16) / width**0.5
     workspace = None
     if not churn:
-        workspace = torch.empty(3, max(row_cycle), width, device=device, dtype=torch.bfloat16)
+        numel = 32 * size(device, MIB, 1024)
+        workspace = torch.empty(TENSORS, numel, device=device, dtype=torch.bfloat16)
     counter = [0]
 
     def step() -> None:
-        rows = row_cycle[counter[0] % len(row_cycle)]
+        numels = _numels(device, counter[0])
         counter[0] += 1
-        if churn:
-            a = torch.empty(rows, width, device=device, dtype=torch.bfloat16)
-            b = torch.empty(rows, width, device=device, dtype=torch.bfloat16)
-            c = torch.empty(rows, width, device=device, dtype=torch.bfloat16)
-        else:
-            a, b, c = (workspace[i, :rows] for i in range(3))
-        a.normal_()
-        torch.matmul(a, weight, out=b)
-        torch.tanh(b, out=c)
-        c.mul_(a).sum()
-        del a, b, c
+        tensors = []
+        for j, n in enumerate(numels):
+            if churn:
+                t = torch.empty(n, device=device, dtype=torch.bfloat16)
+            else:
+                t = workspace[j, :n]
+            tensors.append(t.normal_())
+        torch.stack([t.sum(dtype=torch.float32) for t in tensors]).sum()
+        tensors.clear()
         if churn and on_gpu(device):
             torch.cuda.empty_cache()
 
-    mean_rows = sum(row_cycle) / len(row_cycle)
-    return Workload(step, flops_per_step=2 * mean_rows * width * width)
+    return Workload(step)
 
 
 TRAP = Trap(
@@ -53,7 +56,7 @@ TRAP = Trap(
     expected_finding="allocator-churn",
     build_sick=lambda device: _build(device, churn=True),
     build_fixed=lambda device: _build(device, churn=False),
-    description="Each step allocates three 128-224 MB bf16 tensors of a size that cycles, does a "
-    "matmul, a tanh and a product, and calls torch.cuda.empty_cache(). Fixed: one preallocated "
-    "workspace.",
+    description="Each step allocates sixteen bf16 tensors of 16-64 MB whose sizes cycle, fills "
+    "each with random numbers and reduces it, then calls torch.cuda.empty_cache(). Fixed: one "
+    "preallocated workspace, no empty_cache.",
 )

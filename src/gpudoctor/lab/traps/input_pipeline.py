@@ -105,7 +105,7 @@ TRAP = Trap(
     title="Batches decoded and augmented on the training thread",
     expected_finding="input-pipeline",
     build_sick=lambda device: _build(device, workers=0),
-    build_fixed=lambda device: _build(device, workers=8),
+    build_fixed=lambda device: _build(device, workers=12),
     description="bf16 patch transformer fed by a DataLoader(num_workers=0) whose numpy "
-    "augmentation takes milliseconds per batch. Fixed: 8 workers, pin_memory, non_blocking.",
+    "augmentation takes milliseconds per batch. Fixed: 12 workers, pin_memory, non_blocking.",
 )
