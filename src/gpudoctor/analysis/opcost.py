@@ -45,6 +45,7 @@ DTYPE_NAMES = {
 }
 
 _GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::addbmm"}
+_MATVECS = {"aten::mv", "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot"}
 _ATTENTION_FWD = {
     "aten::_scaled_dot_product_flash_attention",
     "aten::_scaled_dot_product_efficient_attention",
@@ -62,6 +63,8 @@ class OpCost:
     bytes: float
     dtype: str  # bf16 | fp16 | fp32 | fp8 | fp64 | int8 | "" (unknown)
     gemm_shape: tuple[int, int, int, int] | None = None  # (batch, M, N, K) for matmuls
+    numel: int = 0  # elements of the largest tensor input
+    shape: tuple[int, ...] = ()  # the largest tensor input's shape
 
 
 def tensor_inputs(dims: list[Any], types: list[Any]) -> list[tuple[list[int], str]]:
@@ -91,24 +94,33 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float)
     size = DTYPE_BYTES.get(first_type, 4)
     read = float(sum(_numel(s) * DTYPE_BYTES.get(t, size) for s, t in inputs))
     dtype = DTYPE_NAMES.get(first_type, "")
+    largest_shape = tuple(max((s for s, _ in inputs), key=_numel))
+    largest = _numel(list(largest_shape))
     gemm = _gemm_shape(name, [s for s, _ in inputs])
     if gemm is not None:
         b, m, n, k = gemm
         flops = profiler_flops if not np.isnan(profiler_flops) else 2.0 * b * m * n * k
         out_size = 2 if name == "aten::_scaled_mm" else size
-        return OpCost(float(flops), read + b * m * n * out_size, dtype, gemm)
+        return OpCost(float(flops), read + b * m * n * out_size, dtype, gemm, largest, largest_shape)
     if name in _ATTENTION_FWD or "attention_backward" in name or "flash_attention_backward" in name:
         return _attention_cost(name, inputs, read, size, dtype)
-    largest = max(_numel(s) for s, _ in inputs)
     flops = profiler_flops if not np.isnan(profiler_flops) else float(largest)
     base = name.split("::")[-1].rstrip("_")
     if base in ("copy", "cat", "stack") or base.startswith(_REDUCTIONS):
         write = 0.0 if base == "copy" or base.startswith(_REDUCTIONS) else read
-        return OpCost(float(flops), read + write, dtype)
-    return OpCost(float(flops), read + largest * size, dtype)
+        return OpCost(float(flops), read + write, dtype, numel=largest, shape=largest_shape)
+    return OpCost(float(flops), read + largest * size, dtype, numel=largest, shape=largest_shape)
 
 
 def _gemm_shape(name: str, shapes: list[list[int]]) -> tuple[int, int, int, int] | None:
+    if name in _MATVECS:
+        mats = [s for s in shapes if len(s) == 2]
+        vecs = [s for s in shapes if len(s) == 1]
+        if mats and vecs:  # [M, K] x [K] -> (1, M, 1, K)
+            return (1, mats[0][0], 1, mats[0][1])
+        if len(vecs) >= 2:  # dot: [K] . [K]
+            return (1, 1, 1, vecs[0][0])
+        return None
     if name not in _GEMMS:
         return None
     mats = [s for s in shapes if len(s) >= 2]

@@ -2,8 +2,11 @@
 
 In order of preference: ``ProfilerStep#N`` markers (``prof.step()``), ``Optimizer.step#...``
 annotations (one step ends where an optimizer step ends), else the whole trace as one step.
-A step's window is its host span; the GPU work it launched may run past its end, which is why
-breakdowns are taken over windows laid end to end (what one window misses the next one holds).
+A step's host span is not its GPU span: when the GPU is the bottleneck the host runs ahead and
+its ProfilerStep ranges say nothing about how long a step takes. Windows are therefore aligned to
+the GPU timeline: step i starts at the later of its host start and the end of the GPU work the
+host launched before it, and ends where step i+1 starts (the last one at the end of its own GPU
+work). Host-bound steps keep their host boundaries; GPU-bound steps get their GPU throughput.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from gpudoctor.trace.model import HostCat, Trace
 @dataclass(frozen=True, eq=False)
 class Steps:
     method: str  # "profiler-step" | "optimizer-step" | "whole-trace"
-    start: np.ndarray  # int64 ns
+    start: np.ndarray  # int64 ns, aligned to the GPU timeline
     end: np.ndarray  # int64 ns
     labels: tuple[str, ...]
+    host_start: np.ndarray | None = None  # the host's own step ranges
+    host_end: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -45,8 +50,29 @@ def segment(trace: Trace) -> Steps:
         steps = _optimizer_steps(trace)
     if steps is None:
         lo, hi = trace.span
-        steps = Steps("whole-trace", np.array([lo], np.int64), np.array([max(hi, lo + 1)], np.int64), ("trace",))
-    return steps
+        return Steps("whole-trace", np.array([lo], np.int64), np.array([max(hi, lo + 1)], np.int64), ("trace",))
+    return align_to_gpu(trace, steps)
+
+
+def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
+    """Move step boundaries to where each step's GPU work could begin (see module docstring)."""
+    dev, host = trace.device, trace.host
+    hs, he = steps.start, steps.end
+    launched = np.full(len(dev), -(2**62), np.int64)
+    ok = dev.launch >= 0
+    launched[ok] = host.ts[dev.launch[ok]]
+    # which step launched each GPU event (-1: before the first step, or no launch record)
+    owner = np.searchsorted(hs, launched, side="right") - 1
+    owner[~ok] = -1
+    n = len(hs)
+    gpu_end = np.full(n + 1, -(2**62), np.int64)  # [k+1]: end of GPU work launched by step k
+    np.maximum.at(gpu_end, owner + 1, dev.end)
+    prior = np.maximum.accumulate(gpu_end)  # GPU work launched up to and including step k-1
+    start = np.maximum(hs, prior[:n])
+    last_end = max(int(he[-1]), int(gpu_end[n]))
+    end = np.concatenate((start[1:], [last_end]))
+    end = np.maximum(end, start + 1)
+    return Steps(steps.method, start.astype(np.int64), end.astype(np.int64), steps.labels, hs, he)
 
 
 def _marked(trace: Trace, prefix: str) -> np.ndarray:

@@ -1,7 +1,7 @@
 """per-sample-loop: a Python loop issues one matrix-vector product per sample / node.
 
 Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
-cores and pay a launch each. Detected as many identical, vector-shaped (one side <= 8) matmuls
+cores and pay a launch each. Detected as many identical, matrix-vector shaped (one side of 1) matmuls
 per step outside CUDA graphs; priced as the loop's span on the GPU timeline (kernels plus the
 idle between them) minus one batched GEMM of the same FLOPs.
 """
@@ -19,7 +19,7 @@ from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION
 
 ID = "per-sample-loop"
-MAX_VECTOR_DIM = 8
+MAX_VECTOR_DIM = 1
 MIN_REPEATS_PER_STEP = 16
 MIN_BATCHED_NS = 10_000
 

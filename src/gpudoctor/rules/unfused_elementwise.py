@@ -1,8 +1,10 @@
 """unfused-elementwise: chains of memory-bound kernels that each stream the tensor through HBM.
 
 A chain is a run of consecutive elementwise / reduction / normalization / softmax / cast kernels
-on one stream (broken by any matrix kernel). Fused, a chain costs about one pass over its largest
-operand: priced here as 1.25x its slowest kernel. Chains of naive attention belong to that rule.
+(at least two of them elementwise) on one stream whose ops work on tensors of the same size (the same activation flowing through a
+hand-written formula); any other kernel, or a change of tensor size, ends it. Fused, a chain costs
+about one pass over its operand: priced as 1.25x its slowest kernel. Chains inside naive
+attention belong to that rule.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import kernel_names_of_events, op_names_of_events, sources_of_events
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.naive_attention import attention_events
-from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
+from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS, Kind
 
 ID = "unfused-elementwise"
 MIN_CHAIN = 3
+MIN_POINTWISE = 2
 FUSED_PASS_FACTOR = 1.25
 
 
@@ -28,17 +31,32 @@ def chains(a: Analysis) -> list[np.ndarray]:
     live[attention_events(a)] = False
     order = np.lexsort((dev.ts, dev.stream))
     order = order[dev.cat[order] == 0]
-    fusable = np.isin(dev.kind[order], [int(k) for k in MEMORY_BOUND_KINDS]) & live[order]
-    stream = dev.stream[order]
-    breaks = np.flatnonzero(np.diff(np.concatenate(([0], fusable.astype(np.int8), [0]))) != 0)
+    shape_id, numel = _event_shapes(a)
+    fusable = np.isin(dev.kind[order], [int(k) for k in MEMORY_BOUND_KINDS]) & live[order] & (numel[order] > 1)
+    # a new chain starts at every non-fusable kernel, stream change or tensor-shape change
+    key = np.stack([dev.stream[order], shape_id[order]])
+    changed = np.concatenate(([True], (key[:, 1:] != key[:, :-1]).any(axis=0)))
+    chain_id = np.cumsum(changed | ~fusable)
     out = []
-    for lo, hi in zip(breaks[::2], breaks[1::2]):
-        run = order[lo:hi]
-        # split a run where the stream changes
-        for part in np.split(run, np.flatnonzero(np.diff(stream[lo:hi])) + 1):
-            if part.size >= MIN_CHAIN:
-                out.append(part)
+    for cid in np.unique(chain_id[fusable]).tolist():
+        part = order[(chain_id == cid) & fusable]
+        # several kernels of one op are one op: a chain needs MIN_CHAIN distinct ops, and
+        # elementwise ones among them (a library norm + a cast is not a hand-written chain)
+        pointwise = np.unique(dev.op[part][dev.kind[part] == Kind.ELEMENTWISE]).size
+        if np.unique(dev.op[part]).size >= MIN_CHAIN and pointwise >= MIN_POINTWISE:
+            out.append(part)
     return out
+
+
+def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Id of the largest input shape of each device event's op, and its element count."""
+    dev = a.trace.device
+    ids: dict[tuple[int, ...], int] = {}
+    by_op = {i: (ids.setdefault(c.shape, len(ids)), c.numel) for i, c in a.roofline.op_costs.items()}
+    pairs = [by_op.get(int(o), (-1, 0)) for o in dev.op.tolist()]
+    shape_id = np.fromiter((p[0] for p in pairs), np.int64, len(pairs))
+    numel = np.fromiter((p[1] for p in pairs), np.int64, len(pairs))
+    return shape_id, numel
 
 
 def check(a: Analysis) -> Finding | None:

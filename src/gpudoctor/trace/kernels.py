@@ -94,7 +94,7 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     ),
     (Kind.CONV, re.compile(r"fprop|dgrad|wgrad|conv|winograd|implicit_convolve|cudnn::")),
     # CUDA-core matrix kernels: SGEMM/SIMT tiles, GEMV, dot products.
-    (Kind.GEMM_SIMT, re.compile(r"sgemm|_simt_|gemv|gemmsn|dot_kernel|cudacore|dgemm")),
+    (Kind.GEMM_SIMT, re.compile(r"sgemm|_simt_|gemv|gemmsn|dot_kernel|cudacore|dgemm|_ffma_|ffma")),
     (
         Kind.GEMM_TC,
         re.compile(
@@ -162,3 +162,6 @@ GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGrap
 
 # Matrix kernels that do attention's QK^T and PV products when attention is not fused.
 MATRIX_KINDS_FOR_ATTENTION = [int(Kind.GEMM_TC), int(Kind.GEMM_SIMT)]
+
+# Kernels that come from vendor libraries (cuBLAS, cuDNN, FlashAttention, NCCL), never from Triton.
+LIBRARY_KINDS = frozenset({Kind.GEMM_TC, Kind.GEMM_SIMT, Kind.ATTENTION, Kind.CONV, Kind.NCCL})

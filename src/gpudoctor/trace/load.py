@@ -16,6 +16,7 @@ from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.kernels import (
     DRIVER_LAUNCHES,
     GRAPH_LAUNCHES,
+    LIBRARY_KINDS,
     Kind,
     classify_kernel,
     classify_memcpy,
@@ -293,7 +294,7 @@ def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents)
     nbytes, blocks = nbytes[order], blocks[order]
     kind = _classify(cat, name, strings)
     launch = _launches(correlation, host)
-    graph, triton = _launch_flags(launch, name, host, strings)
+    graph, triton = _launch_flags(launch, name, kind, host, strings)
     op = _gather(host.op, launch)
     top_op = _gather(host.top_op, launch)
     return DeviceEvents(
@@ -370,15 +371,20 @@ def _launches(correlation: np.ndarray, host: HostEvents) -> np.ndarray:
 
 
 def _launch_flags(
-    launch: np.ndarray, name: np.ndarray, host: HostEvents, strings: _Strings
+    launch: np.ndarray, name: np.ndarray, kind: np.ndarray, host: HostEvents, strings: _Strings
 ) -> tuple[np.ndarray, np.ndarray]:
+    """CUDA-graph kernels (launched by cudaGraphLaunch) and Triton ones: named triton_*, or
+    launched through the driver API (cuLaunchKernel) without being a library GEMM / attention /
+    NCCL kernel (cuBLAS also launches through the driver)."""
     table = strings.table()
     graph_ids = [strings.ids[s] for s in GRAPH_LAUNCHES if s in strings.ids]
     driver_ids = [strings.ids[s] for s in DRIVER_LAUNCHES if s in strings.ids]
     launch_name = _gather(host.name, launch)
     graph = np.isin(launch_name, graph_ids)
     triton_names = np.fromiter((is_triton_name(s) for s in table), bool, len(table))
-    triton = np.isin(launch_name, driver_ids) | (triton_names[name] if len(table) else False)
+    library = np.isin(kind, [int(k) for k in LIBRARY_KINDS])
+    by_driver = np.isin(launch_name, driver_ids) & ~library
+    triton = by_driver | (triton_names[name] if len(table) else False)
     return graph, np.asarray(triton, dtype=bool)
 
 
