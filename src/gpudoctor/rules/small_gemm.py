@@ -4,6 +4,8 @@ A GEMM needs thousands of output tiles in flight to keep 132 SMs of tensor cores
 batch 16 and width 256 each kernel is a few microseconds at a few percent of the roof.
 Priced as the kernels' time minus the same FLOPs at the roof times a realistic efficiency:
 what batching the work (larger batch, fused QKV / gate-up projections, grouped GEMM) would reach.
+Kernels whose FLOPs the trace does not give (replayed from a CUDA graph, so no op shapes) are
+priced by how much of the chip their grid fills: a grid of g blocks on S SMs leaves 1 - g/S idle.
 """
 
 from __future__ import annotations
@@ -21,44 +23,66 @@ from gpudoctor.trace.kernels import Kind
 ID = "small-gemm"
 MAX_FLOPS_PER_CALL = 2e9
 MAX_EFFICIENCY = 0.25
+MAX_GRID_PRICED_NS = 20_000
+
+
+def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Small GEMMs with known FLOPs, and each one's saving (ns)."""
+    rf = a.roofline
+    idx = np.flatnonzero(live & (rf.event_flops > 0))
+    t = rf.event_in_steps_ns[idx].astype(float)
+    f = rf.event_flops[idx]
+    roofs = np.array([roof_for(Kind.GEMM_TC, DTYPES[int(d)], a.ceilings) for d in rf.event_dtype[idx]])
+    eff = f / np.maximum(t / 1e9, 1e-12) / np.maximum(roofs, 1.0)
+    small = (f < MAX_FLOPS_PER_CALL) & (eff < MAX_EFFICIENCY)
+    saving = np.clip(t - f / (roofs * GEMM_EFFICIENCY) * 1e9, 0, None)
+    return idx[small], saving[small]
+
+
+def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Short GEMMs with unknown FLOPs whose grid covers under half the SMs, and their saving."""
+    dev, rf = a.trace.device, a.roofline
+    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+    idx = np.flatnonzero(live & (rf.event_flops <= 0) & (dev.blocks > 0) & (dev.blocks < sms // 2))
+    idx = idx[dev.dur[idx] < MAX_GRID_PRICED_NS]
+    t = rf.event_in_steps_ns[idx].astype(float)
+    return idx, t * (1.0 - dev.blocks[idx] / sms)
 
 
 def check(a: Analysis) -> Finding | None:
     dev, rf = a.trace.device, a.roofline
-    live = (rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC) & (rf.event_flops > 0)
+    live = (rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC)
     groups = loop_groups(a)
     if groups:
         live[np.concatenate(groups)] = False
-    idx = np.flatnonzero(live)
+    flop_idx, flop_saving = _by_flops(a, live)
+    grid_idx, grid_saving = _by_grid(a, live)
+    idx = np.concatenate((flop_idx, grid_idx))
     if idx.size == 0:
         return None
-    t = rf.event_in_steps_ns[idx].astype(float)
-    f = rf.event_flops[idx]
-    roofs = np.array([roof_for(Kind.GEMM_TC, DTYPES[int(d)], a.ceilings) for d in rf.event_dtype[idx]])
-    eff = f / (t / 1e9) / roofs
-    small = (f < MAX_FLOPS_PER_CALL) & (eff < MAX_EFFICIENCY)
-    if not small.any():
-        return None
-    idx, t, f, roofs = idx[small], t[small], f[small], roofs[small]
     n = max(len(a.steps), 1)
-    saving = float(np.clip(t - f / (roofs * GEMM_EFFICIENCY) * 1e9, 0, None).sum()) / 1e6 / n
-    achieved = f.sum() / (t.sum() / 1e9)
+    t = rf.event_in_steps_ns[idx].astype(float)
+    saving = float(flop_saving.sum() + grid_saving.sum()) / 1e6 / n
+    f = rf.event_flops[flop_idx]
+    achieved = f.sum() / (rf.event_in_steps_ns[flop_idx].sum() / 1e9) if flop_idx.size else 0.0
+    mean_blocks = float(dev.blocks[idx].mean())
     return make_finding(
         ID,
         "Matmuls too small to feed the tensor cores",
         a.step_ms,
         saving,
-        f"{idx.size / n:.0f} small GEMMs per step ({f.mean() / 1e6:.1f} MFLOP each) take "
-        f"{t.sum() / 1e6 / n:.2f} ms at {achieved / 1e12:.1f} TFLOP/s, "
-        f"{100 * achieved / roofs.mean():.1f}% of the tensor-core roof.",
+        f"{idx.size / n:.0f} small GEMMs per step, {t.mean() / 1e3:.1f} us each on about "
+        f"{mean_blocks:.0f} thread blocks, take {t.sum() / 1e6 / n:.2f} ms: most of the "
+        f"{a.trace.gpu.sm_count if a.trace.gpu else 132} SMs' tensor cores have nothing to do.",
         Evidence(
             numbers={
                 "small_gemm_ms_per_step": round(t.sum() / 1e6 / n, 3),
                 "small_gemms_per_step": round(idx.size / n, 1),
-                "mean_mflop_per_gemm": round(f.mean() / 1e6, 2),
                 "mean_kernel_us": round(t.mean() / 1e3, 2),
+                "mean_thread_blocks": round(mean_blocks, 1),
+                "priced_by_flops": int(flop_idx.size),
+                "priced_by_grid_fill": int(grid_idx.size),
                 "achieved_tflops": round(achieved / 1e12, 2),
-                "share_of_roof_pct": round(100 * achieved / roofs.mean(), 2),
             },
             ops=op_names_of_events(a.trace, idx),
             kernels=kernel_names_of_events(a.trace, idx),
