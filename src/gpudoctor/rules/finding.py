@@ -86,6 +86,12 @@ def make_finding(
 ) -> Finding:
     """A Finding with its saving clamped to [0, 95% of the step], severity and speedup derived."""
     saving = float(min(max(saving_ms, 0.0), 0.95 * step_ms)) if step_ms > 0 else 0.0
+    evidence = Evidence(
+        numbers={k: _plain(v) for k, v in evidence.numbers.items()},
+        ops=evidence.ops,
+        kernels=evidence.kernels,
+        sources=evidence.sources,
+    )
     return Finding(
         id=id,
         title=title,
@@ -97,3 +103,10 @@ def make_finding(
         fixes=fixes,
         wrong_fix=wrong_fix,
     )
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python numbers, so evidence prints and serializes as plain values."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        return value.item()
+    return value

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, launch_threads
 from gpudoctor.analysis.intervals import overlap_per_window
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import source_line
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.model import HostCat
 
@@ -46,32 +47,39 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-def _busiest_frames(a: Analysis, limit: int = 5) -> tuple[str, ...]:
-    """User frames (with_stack=True) that cover the idle host-work gaps the longest."""
+def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
+    """The innermost Python frames (with_stack=True) that cover most of the idle host-work time.
+
+    Outer frames (main, the training loop) cover everything; the culprit is the deepest frame
+    still covering at least half of what the best-covering frame covers.
+    """
     trace, host = a.trace, a.trace.host
     frames = np.flatnonzero((host.cat == HostCat.PYTHON) & np.isin(host.thread, launch_threads(trace)))
     gap_s, gap_e = a.idle.gaps
     if frames.size == 0 or gap_s.size == 0:
         return ()
-    covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames])
-    scored: dict[str, float] = {}
-    for i, weight in zip(frames.tolist(), covered.tolist()):
-        if weight <= 0:
-            continue
-        line = source_line(trace, i) if host.frame[i] >= 0 else None
-        # the frame itself names the innermost place; prefer it when it is user code
-        own = trace.strings[host.name[i]]
-        key = _own_line(own) or line
-        if key:
-            scored[key] = max(scored.get(key, 0.0), weight)
-    return tuple(k for k, _ in sorted(scored.items(), key=lambda kv: -kv[1])[:limit])
+    covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames]).astype(float)
+    by_line: dict[str, tuple[float, int]] = {}
+    for i, weight, depth in zip(frames.tolist(), covered.tolist(), host.depth[frames].tolist()):
+        line = _frame_line(trace.strings[host.name[i]])
+        if weight > 0 and line:
+            total, deepest = by_line.get(line, (0.0, 0))
+            by_line[line] = (total + weight, max(deepest, depth))
+    if not by_line:
+        return ()
+    best = max(total for total, _ in by_line.values())
+    strong = [(depth, total, line) for line, (total, depth) in by_line.items() if total >= 0.5 * best]
+    return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
 
 
-def _own_line(frame_name: str) -> str | None:
-    import re
+_FRAME = re.compile(r"^(.+?)\((\d+)\): (.+)$")
+_LIBRARY = re.compile(r"site-packages|/torch/|/lib/python3|<built-in|^<frozen|threading\.py")
 
-    m = re.match(r"^(.+?)\((\d+)\): (.+)$", frame_name)
-    if not m or re.search(r"site-packages|/torch/|/lib/python3|<built-in", m[1]):
+
+def _frame_line(frame_name: str) -> str | None:
+    """"file.py(42): func" -> "file.py:42 (func)" for user code, None for library frames."""
+    m = _FRAME.match(frame_name)
+    if not m or _LIBRARY.search(m[1]):
         return None
     return f"{m[1]}:{m[2]} ({m[3]})"
 
