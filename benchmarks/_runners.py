@@ -7,7 +7,6 @@ Run by bench_load.py / bench_json_decode.py; each tool is imported before the cl
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 
@@ -21,7 +20,13 @@ def rss_now() -> int:
 
 
 def peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """VmHWM: the peak RSS of this address space. (ru_maxrss would inherit the parent's peak
+    across fork + exec, and the parent may have parsed the same trace.)"""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def run_gpudoctor(path: str) -> None:

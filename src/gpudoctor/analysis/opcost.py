@@ -65,6 +65,7 @@ class OpCost:
     gemm_shape: tuple[int, int, int, int] | None = None  # (batch, M, N, K) for matmuls
     numel: int = 0  # elements of the largest tensor input
     shape: tuple[int, ...] = ()  # the largest tensor input's shape
+    square: int = 0  # S when an input is [..., S, S] (>= 3 dims): attention scores
 
 
 def tensor_inputs(dims: list[Any], types: list[Any]) -> list[tuple[list[int], str]]:
@@ -96,20 +97,21 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float)
     dtype = DTYPE_NAMES.get(first_type, "")
     largest_shape = tuple(max((s for s, _ in inputs), key=_numel))
     largest = _numel(list(largest_shape))
+    square = max((s[-1] for s, _ in inputs if len(s) >= 3 and s[-1] == s[-2]), default=0)
     gemm = _gemm_shape(name, [s for s, _ in inputs])
     if gemm is not None:
         b, m, n, k = gemm
         flops = profiler_flops if not np.isnan(profiler_flops) else 2.0 * b * m * n * k
         out_size = 2 if name == "aten::_scaled_mm" else size
-        return OpCost(float(flops), read + b * m * n * out_size, dtype, gemm, largest, largest_shape)
+        return OpCost(float(flops), read + b * m * n * out_size, dtype, gemm, largest, largest_shape, square)
     if name in _ATTENTION_FWD or "attention_backward" in name or "flash_attention_backward" in name:
         return _attention_cost(name, inputs, read, size, dtype)
     flops = profiler_flops if not np.isnan(profiler_flops) else float(largest)
     base = name.split("::")[-1].rstrip("_")
     if base in ("copy", "cat", "stack") or base.startswith(_REDUCTIONS):
         write = 0.0 if base == "copy" or base.startswith(_REDUCTIONS) else read
-        return OpCost(float(flops), read + write, dtype, numel=largest, shape=largest_shape)
-    return OpCost(float(flops), read + largest * size, dtype, numel=largest, shape=largest_shape)
+        return OpCost(float(flops), read + write, dtype, numel=largest, shape=largest_shape, square=square)
+    return OpCost(float(flops), read + largest * size, dtype, numel=largest, shape=largest_shape, square=square)
 
 
 def _gemm_shape(name: str, shapes: list[list[int]]) -> tuple[int, int, int, int] | None:

@@ -97,14 +97,20 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
 
 
 def _op_costs(trace: Trace, ops: np.ndarray) -> dict[int, OpCost]:
+    """Cost of each op; ops repeated step after step with the same shapes are costed once."""
     host = trace.host
+    args = trace.op_args(ops.tolist())
     cache: dict[tuple[int, bytes, bytes, float], OpCost] = {}
     costs: dict[int, OpCost] = {}
-    for i in ops.tolist():
-        key = (int(host.name[i]), bytes(host.raw_dims[i] or b""), bytes(host.raw_types[i] or b""), float(host.flops[i]))
+    for i, a in args.items():
+        dims = bytes(a.input_dims) if a is not None else b""
+        types = bytes(a.input_type) if a is not None else b""
+        flops = a.flops if a is not None and a.flops is not None else -1.0
+        key = (int(host.name[i]), dims, types, flops)
         cost = cache.get(key)
         if cost is None:
-            cost = op_cost(trace.strings[key[0]], trace.input_dims(i), trace.input_types(i), host.flops[i])
+            cost = op_cost(trace.strings[key[0]], trace.input_dims(i), trace.input_types(i),
+                           np.nan if flops < 0 else flops)
             cache[key] = cost
         costs[i] = cost
     return costs

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.opcost import tensor_inputs
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import ATTENTION_EFFICIENCY, kernel_names_of_events, op_names_of_events, sources_of_events
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
@@ -23,24 +22,16 @@ MIN_SEQ = 128
 def attention_events(a: Analysis) -> np.ndarray:
     """Device event indices belonging to a naive attention pattern (empty when none)."""
     trace, dev = a.trace, a.trace.device
-    ops = np.unique(dev.op[dev.op >= 0])
-    names = trace.strings
-    seqs: set[int] = set()
-    square: dict[int, set[int]] = {}
-    for i in ops.tolist():
-        shapes = [s for s, _ in tensor_inputs(trace.input_dims(i), trace.input_types(i))]
-        sq = {s[-1] for s in shapes if len(s) >= 3 and s[-1] == s[-2] and s[-1] >= MIN_SEQ}
-        if sq:
-            square[i] = sq
-            if "softmax" in names[trace.host.name[i]]:
-                seqs |= sq
+    names, host_name = trace.strings, trace.host.name
+    costs = a.roofline.op_costs
+    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
     if not seqs:
         return np.empty(0, np.int64)
-    claimed = {i for i, sq in square.items() if sq & seqs}
-    for i, cost in a.roofline.op_costs.items():
-        if cost.gemm_shape and cost.gemm_shape[1] == cost.gemm_shape[2] and cost.gemm_shape[1] in seqs:
-            claimed.add(i)
-    mask = np.isin(dev.op, np.fromiter(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
+    claimed = [
+        i for i, c in costs.items()
+        if c.square in seqs or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
+    ]
+    mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
     return np.flatnonzero(mask)
 
 

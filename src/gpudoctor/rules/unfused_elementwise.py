@@ -37,15 +37,28 @@ def chains(a: Analysis) -> list[np.ndarray]:
     key = np.stack([dev.stream[order], shape_id[order]])
     changed = np.concatenate(([True], (key[:, 1:] != key[:, :-1]).any(axis=0)))
     chain_id = np.cumsum(changed | ~fusable)
-    out = []
-    for cid in np.unique(chain_id[fusable]).tolist():
-        part = order[(chain_id == cid) & fusable]
-        # several kernels of one op are one op: a chain needs MIN_CHAIN distinct ops, and
-        # elementwise ones among them (a library norm + a cast is not a hand-written chain)
-        pointwise = np.unique(dev.op[part][dev.kind[part] == Kind.ELEMENTWISE]).size
-        if np.unique(dev.op[part]).size >= MIN_CHAIN and pointwise >= MIN_POINTWISE:
-            out.append(part)
-    return out
+    members = order[fusable]
+    ids = chain_id[fusable]
+    # several kernels of one op are one op: a chain needs MIN_CHAIN distinct ops, and
+    # elementwise ones among them (a library norm + a cast is not a hand-written chain)
+    ops = _distinct_per_chain(ids, dev.op[members])
+    pointwise = dev.kind[members] == Kind.ELEMENTWISE
+    elementwise_ops = _distinct_per_chain(ids[pointwise], dev.op[members][pointwise])
+    good = [c for c, count in ops.items() if count >= MIN_CHAIN and elementwise_ops.get(c, 0) >= MIN_POINTWISE]
+    if not good:
+        return []
+    keep = np.isin(ids, good)
+    bounds = np.flatnonzero(np.diff(ids[keep])) + 1
+    return np.split(members[keep], bounds)
+
+
+def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:
+    """Number of distinct ops in each chain id."""
+    if chain.size == 0:
+        return {}
+    pairs = np.unique(np.stack([chain, op]), axis=1)
+    ids, counts = np.unique(pairs[0], return_counts=True)
+    return dict(zip(ids.tolist(), counts.tolist()))
 
 
 def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:

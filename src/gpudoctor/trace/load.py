@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import gzip
 import os
 import zlib
@@ -32,7 +33,7 @@ from gpudoctor.trace.model import (
     Trace,
 )
 from gpudoctor.trace.nesting import nearest_ancestor, nest
-from gpudoctor.trace.schema import TraceEvent, TraceFile
+from gpudoctor.trace.schema import DeviceArgs, LaunchArgs, MemoryArgs, TraceEvent, TraceFile
 
 _HOST_CATS = {
     "cpu_op": HostCat.OP,
@@ -83,10 +84,18 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     """Decode trace bytes (gzip or plain JSON) and build the columnar Trace."""
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(data, source)
-    if not data.strip():
+    if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")
-    events, gpus, skipped = _decode(data, source)
-    return build(events, gpus, source, skipped)
+    # Hundreds of thousands of short-lived objects and no cycles: the cyclic collector would
+    # only rescan them over and over.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        events, gpus, skipped = _decode(data, source)
+        return build(events, gpus, source, skipped)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _gunzip(data: bytes, source: str) -> bytes:
@@ -170,8 +179,10 @@ class _Strings:
 
     def intern(self, names: list[str]) -> np.ndarray:
         ids = self.ids
-        setdefault = ids.setdefault
-        return np.fromiter((setdefault(n, len(ids)) for n in names), np.int32, len(names))
+        for name in dict.fromkeys(names):  # distinct names, in order, at C speed
+            if name not in ids:
+                ids[name] = len(ids)
+        return np.array([ids[n] for n in names], dtype=np.int32)
 
     def table(self) -> list[str]:
         return list(self.ids)
@@ -186,70 +197,98 @@ def _int_column(values: list[int | None]) -> np.ndarray:
 
 
 def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0) -> Trace:
-    """Columnar tables from decoded events, with every link resolved."""
+    """Columnar tables from decoded events, with every link resolved.
+
+    Consumes ``events``: each list is emptied once its table is built, so that the decoded
+    events do not all stay alive while the next table is made (peak memory).
+    """
     host_events: list[TraceEvent] = []
     device_events: list[TraceEvent] = []
     memory_events: list[TraceEvent] = []
     host_cats = _HOST_CATS
     device_cats = _DEVICE_CATS
+    add_host, add_device, add_memory = host_events.append, device_events.append, memory_events.append
     for e in events:
         cat = e.cat
         if cat in host_cats:
             if e.ph == "X":
-                host_events.append(e)
+                add_host(e)
         elif cat in device_cats:
             if e.ph == "X":
-                device_events.append(e)
+                add_device(e)
         elif e.name == "[memory]":
-            memory_events.append(e)
+            add_memory(e)
+    event_count = len(events)
+    events.clear()
     strings = _Strings()
-    threads: dict[tuple[str, str], int] = {}
+    threads: dict[tuple[int | str, int | str], int] = {}
     host = _host_table(host_events, strings, threads)
+    host_events.clear()
     device = _device_table(device_events, strings, host)
+    device_events.clear()
     memory = _memory_table(memory_events)
     origin, last = _span(host, device, memory)
     host, device, memory = _shift(host, origin), _shift(device, origin), _shift(memory, origin)
     return Trace(
         source=source,
         strings=strings.table(),
-        threads=list(threads),
+        threads=[(str(pid), str(tid)) for pid, tid in threads],
         host=host,
         device=device,
         memory=memory,
         gpus=gpus,
         span=(0, last - origin),
-        event_count=len(events),
+        event_count=event_count,
         skipped_events=skipped,
     )
 
 
+def decode_args(raws: list[Any], kind: type) -> list[Any]:
+    """Decode many raw ``args`` objects with one decoder call; unreadable ones become None."""
+    if not raws:
+        return []
+    joined = b"[" + b",".join(bytes(r) if r else b"null" for r in raws) + b"]"
+    try:
+        return msgspec.json.decode(joined, type=list[kind | None])  # type: ignore[valid-type]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        decoder = msgspec.json.Decoder(kind, strict=False)
+        out: list[Any] = []
+        for r in raws:
+            try:
+                out.append(decoder.decode(bytes(r)) if r else None)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                out.append(None)
+        return out
+
+
 def _host_table(
-    events: list[TraceEvent], strings: _Strings, threads: dict[tuple[str, str], int]
+    events: list[TraceEvent], strings: _Strings, threads: dict[tuple[int | str, int | str], int]
 ) -> HostEvents:
     n = len(events)
     ts = _ns([e.ts for e in events])
     end = ts + np.maximum(_ns([e.dur for e in events]), 0)
-    setdefault = threads.setdefault
-    thread = np.fromiter(
-        (setdefault((str(e.pid), str(e.tid)), len(threads)) for e in events), np.int32, n
-    )
-    cat = np.fromiter((_HOST_CATS[e.cat] for e in events), np.int8, n)
+    for key in dict.fromkeys((e.pid, e.tid) for e in events):
+        threads.setdefault(key, len(threads))
+    lookup = threads.__getitem__
+    thread = np.fromiter((lookup((e.pid, e.tid)) for e in events), np.int32, n)
+    cats = _HOST_CATS
+    cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
     names = [e.name for e in events]
     name = strings.intern(names)
     # ProfilerStep#N is a cpu_op in some PyTorch versions; it is an annotation, not an operator.
-    step_like = np.fromiter((n_.startswith("ProfilerStep#") for n_ in names), bool, n)
+    step_names = np.fromiter((s.startswith("ProfilerStep#") for s in strings.ids), bool, len(strings.ids))
+    step_like = step_names[name]
     cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
-    args = [e.args for e in events]
-    external = _int_column([a.external_id if a is not None else None for a in args])
-    correlation = _int_column([a.correlation if a is not None else None for a in args])
-    flops = np.fromiter(
-        (a.flops if a is not None and a.flops is not None else np.nan for a in args), np.float64, n
-    )
+    is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
+    launch_idx = np.flatnonzero(is_launch)
+    correlation = np.full(n, -1, np.int64)
+    launch_args = decode_args([events[i].args for i in launch_idx.tolist()], LaunchArgs)
+    correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
     order = np.lexsort((-end, ts, thread))
-    raw_dims = [args[i].input_dims if args[i] is not None else None for i in order.tolist()]
-    raw_types = [args[i].input_type if args[i] is not None else None for i in order.tolist()]
-    ts, end, cat, name, thread = ts[order], end[order], cat[order], name[order], thread[order]
-    external, correlation, flops = external[order], correlation[order], flops[order]
+    raw_args = [events[i].args for i in order.tolist()]
+    ts, end, cat, name, thread, correlation = (
+        ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
+    )
     parent, depth = nest(thread, ts, end)
     is_op = cat == HostCat.OP
     return HostEvents(
@@ -258,11 +297,8 @@ def _host_table(
         cat=cat,
         name=name,
         thread=thread,
-        external_id=external,
         correlation=correlation,
-        flops=flops,
-        raw_dims=raw_dims,
-        raw_types=raw_types,
+        raw_args=raw_args,
         parent=parent,
         depth=depth,
         op=nearest_ancestor(parent, is_op),
@@ -278,7 +314,7 @@ def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents)
     cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
     names = [e.name for e in events]
     name = strings.intern(names)
-    args = [e.args for e in events]
+    args = decode_args([e.args for e in events], DeviceArgs)
     device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
     device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) else -1 for e in events), np.int64, n)
     device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
@@ -390,9 +426,13 @@ def _launch_flags(
 
 def _memory_table(events: list[TraceEvent]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    gpu = [e for e in events if e.args is not None and e.args.device_type == 1]
-    gpu.sort(key=lambda e: e.ts)
-    args = [e.args for e in gpu]
+    decoded = decode_args([e.args for e in events], MemoryArgs)
+    pairs = sorted(
+        ((e, a) for e, a in zip(events, decoded) if a is not None and a.device_type == 1),
+        key=lambda pair: pair[0].ts,
+    )
+    gpu = [e for e, _ in pairs]
+    args = [a for _, a in pairs]
     return MemoryEvents(
         ts=_ns([e.ts for e in gpu]),
         delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),

@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpudoctor.trace.schema import OpArgs
+
 
 class HostCat(IntEnum):
     """What a host (CPU-side) event is."""
@@ -46,11 +48,8 @@ class HostEvents:
     cat: np.ndarray  # int8 HostCat
     name: np.ndarray  # int32 string id
     thread: np.ndarray  # int32 index into Trace.threads
-    external_id: np.ndarray  # int64
     correlation: np.ndarray  # int64 (runtime / driver events)
-    flops: np.ndarray  # float64, NaN where the profiler recorded none
-    raw_dims: list[Any]  # msgspec.Raw | None: "Input Dims", decoded lazily
-    raw_types: list[Any]  # msgspec.Raw | None: "Input type"
+    raw_args: list[Any]  # msgspec.Raw: each event's "args", decoded on demand (Trace.op_args)
     parent: np.ndarray  # int32: enclosing host event on the same thread
     depth: np.ndarray  # int32
     op: np.ndarray  # int32: innermost enclosing cpu_op (excluding self)
@@ -133,6 +132,7 @@ class Trace:
     event_count: int
     skipped_events: int = 0
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
+    _op_args: dict[int, Any] = field(default_factory=dict, repr=False)
 
     def string(self, sid: int) -> str:
         return self.strings[sid]
@@ -145,13 +145,25 @@ class Trace:
         """Boolean mask over the string table: True where ``predicate(name)`` holds."""
         return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
 
+    def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
+        """Decoded args (flops, input shapes and dtypes) of some host events, cached."""
+        from gpudoctor.trace.load import decode_args
+
+        wanted = [int(i) for i in indices if int(i) not in self._op_args]
+        if wanted:
+            decoded = decode_args([self.host.raw_args[i] for i in wanted], OpArgs)
+            self._op_args.update(zip(wanted, decoded))
+        return {int(i): self._op_args[int(i)] for i in indices}
+
     def input_dims(self, host_index: int) -> list[Any]:
         """Decoded "Input Dims" of one host event ([] when not recorded)."""
-        return self._decode(self.host.raw_dims[host_index])
+        args = self.op_args([host_index])[host_index]
+        return self._decode(args.input_dims) if args is not None else []
 
     def input_types(self, host_index: int) -> list[Any]:
         """Decoded "Input type" of one host event ([] when not recorded)."""
-        return self._decode(self.host.raw_types[host_index])
+        args = self.op_args([host_index])[host_index]
+        return self._decode(args.input_type) if args is not None else []
 
     def _decode(self, raw: Any) -> list[Any]:
         if not raw:

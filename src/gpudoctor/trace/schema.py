@@ -1,10 +1,9 @@
 """The parts of a Kineto / Chrome trace that gpudoctor reads, as msgspec structs.
 
 torch.profiler's ``export_chrome_trace`` writes ``{"traceEvents": [...], "deviceProperties":
-[...], ...}``. Decoding straight into typed structs (unknown keys skipped, shape lists kept as
-raw JSON until an analysis asks for them) is what makes loading fast: on a 57 MB, 168k-event
-trace, ``msgspec`` into structs took 0.10 s where ``json.loads`` took 1.30 s and ``orjson``
-0.65 s (benchmarks/bench_json_decode.py has the side-by-side run).
+[...], ...}``. Decoding straight into typed structs, with each event's ``args`` kept as raw JSON until the
+table of its kind decodes them, is what makes loading fast: benchmarks/bench_json_decode.py
+compares it with ``json.loads`` and ``orjson.loads`` on the same trace (BENCHMARKS.md).
 
 Field names and their spelling come from Kineto's ChromeTraceLogger (libkineto/src/output_json.cpp)
 and torch/autograd/profiler_util.py; they have been stable from PyTorch 2.4 to 2.13.
@@ -15,23 +14,33 @@ from __future__ import annotations
 import msgspec
 
 
-class EventArgs(msgspec.Struct, omit_defaults=True):
-    """``args`` of one event: only the keys some analysis uses."""
+class DeviceArgs(msgspec.Struct, gc=False):
+    """``args`` of a kernel / memcpy / memset."""
 
-    external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     stream: int | None = None
     device: int | None = None
     grid: list[int] | None = None
-    block: list[int] | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    """``args`` of a cuda_runtime / cuda_driver call."""
+
+    correlation: int | None = None
+
+
+class OpArgs(msgspec.Struct, gc=False):
+    """``args`` of a cpu_op: decoded only for ops that launched GPU work."""
+
     flops: float | None = None
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
-    python_id: int | None = msgspec.field(default=None, name="Python id")
-    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
-    # [memory] instant events (profile_memory=True)
+
+
+class MemoryArgs(msgspec.Struct, gc=False):
+    """``args`` of a ``[memory]`` instant event (profile_memory=True)."""
+
     mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
     total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
     total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
@@ -39,8 +48,12 @@ class EventArgs(msgspec.Struct, omit_defaults=True):
     device_id: int | None = msgspec.field(default=None, name="Device Id")
 
 
-class TraceEvent(msgspec.Struct):
-    """One entry of ``traceEvents``: complete ("X"), instant ("i"), metadata ("M"), flow (s/f)."""
+class TraceEvent(msgspec.Struct, gc=False):
+    """One entry of ``traceEvents``: complete ("X"), instant ("i"), metadata ("M"), flow (s/f).
+
+    ``args`` stays raw JSON here; each table decodes the args it needs, all at once, into the
+    struct of its kind (one decoder call per table rather than one per event).
+    """
 
     ph: str = ""
     cat: str = ""
@@ -49,7 +62,7 @@ class TraceEvent(msgspec.Struct):
     tid: int | str = 0
     ts: float = 0.0
     dur: float = 0.0
-    args: EventArgs | None = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
 class DeviceProperties(msgspec.Struct):
