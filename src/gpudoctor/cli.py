@@ -114,10 +114,9 @@ def main() -> None:
         sys.exit(code if isinstance(code, int) else 1)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code
-        from click.exceptions import ClickException
-
-        if isinstance(exc, ClickException):
+    except Exception as exc:
+        # usage errors (click's, or the copy typer vendors) show themselves and carry their code
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(exc.exit_code)
         _fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
