@@ -111,7 +111,7 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
         ),
     ),
     (Kind.OPTIMIZER, re.compile(r"multi_tensor_apply|fused_adam|fusedadam|fused_sgd|adamw?_|_adam")),
-    (Kind.COPY, re.compile(r"copy|transpose|catarraybatched|cat_array|permute|contiguous|cast")),
+    (Kind.COPY, re.compile(r"copy|transpose|catarraybatched|cat_array|permute|contiguous|(?<!no)cast")),
     (Kind.INDEX, re.compile(r"index|gather|scatter|embedding|take_|put_|sort|topk|unique")),
     (Kind.REDUCTION, re.compile(r"reduce|reduction|triton_red_|triton_per_|argmax|argmin|cumsum|scan")),
     (
