@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -21,8 +22,10 @@ MAX_FINDINGS = 8
 def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
     console.print(_header(report))
     console.print(_breakdown(report))
+    console.print()
     if any(v > 0 for v in report.idle.values()):
         console.print(_idle_table(report))
+        console.print()
     console.print(_findings(report, max_findings))
     for note in report.warnings:
         console.print(Text(f"note: {note}", style="dim"))
@@ -74,7 +77,7 @@ def _breakdown(r: Report) -> Group:
 
 
 def _idle_table(r: Report) -> Table:
-    table = Table(title="GPU idle, by what the host was doing", title_justify="left", show_edge=False)
+    table = Table(title="GPU idle by cause", title_justify="left", title_style="bold", show_edge=False)
     table.add_column("cause")
     table.add_column("ms / step", justify="right")
     table.add_column("% of step", justify="right")
@@ -94,15 +97,15 @@ def _findings(r: Report, limit: int) -> Group:
         head.append(f" {f.id}", style="bold")
         head.append(f"  save ~{f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})")
         items.append(head)
-        items.append(Text(f"   {f.summary}"))
+        body = [Text(f.summary)]
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels
         if where:
-            items.append(Text(f"   at: {', '.join(where[:3])}", style="dim"))
+            body.append(Text(f"at: {', '.join(where[:3])}", style="dim"))
         if f.fixes:
-            items.append(Text(f"   fix: {f.fixes[0].title}", style="green"))
+            body.append(Text(f"fix: {f.fixes[0].title}", style="green"))
             if f.fixes[0].code:
-                first = f.fixes[0].code.splitlines()[0]
-                items.append(Text(f"        {first}", style="green dim"))
+                body.append(Padding(Text(f.fixes[0].code.splitlines()[0], style="green dim"), (0, 0, 0, 5)))
+        items.append(Padding(Group(*body), (0, 0, 0, 3)))
     if len(r.findings) > limit:
         items.append(Text(f"... {len(r.findings) - limit} more in --json / --html", style="dim"))
     return Group(*items)
