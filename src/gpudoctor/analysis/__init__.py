@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpudoctor.analysis.breakdown import Breakdown, breakdown
 from gpudoctor.analysis.idle import IdleResult, idle_causes
 from gpudoctor.analysis.memory import MemoryResult, memory
+from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT, profiler_overhead_ms
 from gpudoctor.analysis.roofline import RooflineResult, roofline
 from gpudoctor.analysis.steps import Steps, segment
 from gpudoctor.hardware.ceilings import Ceilings
@@ -57,6 +59,15 @@ def analyze_trace(trace: Trace, ceilings: Ceilings) -> Analysis:
         not_applicable=not_applicable,
         warnings=tuple(warnings),
     )
+    overhead = profiler_overhead_ms(trace, steps)
+    dispatch = result.idle.ms("dispatch")
+    if dispatch > 0.1 * result.step_ms and overhead > 0.1 * dispatch:
+        warnings.append(
+            f"up to {min(overhead, dispatch):.2f} ms per step of the dispatch idle may be the profiler's own "
+            f"overhead (~{PROFILER_OVERHEAD_NS_PER_EVENT / 1000:.0f} us per recorded event); launch-bound "
+            "discounts it: time the step without the profiler to confirm"
+        )
+        result = dataclasses.replace(result, warnings=tuple(warnings))
     if result.roofline.placed_fraction < 0.5:
         not_applicable.setdefault(
             "roofline",

@@ -39,7 +39,7 @@ def check(a: Analysis) -> Finding | None:
         "FP32 matmuls run on CUDA cores, not tensor cores",
         a.step_ms,
         saving,
-        f"{time_ms:.2f} ms per step of fp32 GEMMs at {achieved / 1e12:.1f} TFLOP/s on CUDA cores; the "
+        f"{time_ms:.2f} ms per step of fp32 GEMMs at {achieved / 1e12:.3g} TFLOP/s on CUDA cores; the "
         f"16-bit tensor-core roof is {a.ceilings.best_matrix_flops / 1e12:.0f} TFLOP/s.",
         Evidence(
             numbers={

@@ -1,7 +1,7 @@
 """launch-bound: kernels finish faster than the host can launch them.
 
 The profiler itself adds host time to every recorded op (the observer effect), which widens
-exactly these gaps; the saving discounts that overhead, measured per op on the lent H100.
+exactly these gaps; the saving discounts that overhead (analysis/observer.py).
 """
 
 from __future__ import annotations
@@ -9,24 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.trace.model import HostCat
 
 ID = "launch-bound"
-# Host time the profiler adds per recorded host event (record_shapes + with_flops +
-# profile_memory). Measured on the lent H100 (torch 2.11, 2026-11-22) as profiled minus
-# unprofiled step time over recorded ops + runtime calls per step: 2.9 us (host_sync fixture),
-# 3.3 us (per_sample_loop), 3.1 us (optimizer_loop); x.add_(1) in a loop: 3.2 us per op.
-PROFILER_OVERHEAD_NS_PER_EVENT = 3_000
 
 
 def check(a: Analysis) -> Finding | None:
     idle = a.idle.ms("dispatch")
     if idle <= 0:
         return None
-    trace, dev, host = a.trace, a.trace.device, a.trace.host
+    trace, dev = a.trace, a.trace.device
     n_steps = max(len(a.steps), 1)
     in_steps = a.roofline.event_in_steps_ns > 0
     kernels = in_steps & (dev.cat == 0)
@@ -34,10 +28,7 @@ def check(a: Analysis) -> Finding | None:
         return None
     median_us = float(np.median(dev.dur[kernels])) / 1e3
     launches_per_step = float(kernels.sum()) / n_steps
-    on_threads = np.isin(host.thread, launch_threads(trace))
-    recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    events_per_step = float((recorded & on_threads).sum()) / n_steps
-    overhead_ms = events_per_step * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6
+    overhead_ms = profiler_overhead_ms(trace, a.steps)
     saving = max(idle - overhead_ms, 0.0)
     cadence_us = 1e3 * a.step_ms / launches_per_step if launches_per_step else 0.0
     if median_us >= cadence_us:
