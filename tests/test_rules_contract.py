@@ -6,10 +6,10 @@ import pytest
 from synth import TraceBuilder
 
 from gpudoctor.analysis import analyze_trace
+from gpudoctor.errors import InputError
 from gpudoctor.hardware.ceilings import for_gpu_name
 from gpudoctor.rules.finding import SEVERITIES
 from gpudoctor.rules.registry import RULES, get_rule, run_rules
-from gpudoctor.errors import InputError
 from gpudoctor.trace import parse
 
 REQUIRED = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
@@ -90,14 +90,14 @@ def _idle_table(r: Report) -> Table:
 def _findings(r: Report, limit: int) -> Group:
     if not r.findings:
         return Group(Text("No findings: nothing in this trace costs a measurable share of the step.", style="green"))
-    items: list[object] = [Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold")]
+    items: list[RenderableType] = [Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold")]
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))
         head.append(f" {f.id}", style="bold")
         head.append(f"  save ~{f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})")
         items.append(head)
-        body = [Text(f.summary)]
+        body: list[RenderableType] = [Text(f.summary)]
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels
         if where:
             body.append(Text(f"at: {', '.join(where[:3])}", style="dim"))

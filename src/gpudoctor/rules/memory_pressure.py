@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding, speedup
-from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 
 ID = "memory-pressure"
 

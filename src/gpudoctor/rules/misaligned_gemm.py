@@ -25,7 +25,8 @@ MIN_FLOPS_PER_CALL = 1e8  # tiny GEMMs are small-gemm's business
 def _misaligned(a: Analysis) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int, int]]]:
     dev, rf = a.trace.device, a.roofline
     live = np.flatnonzero((rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC) & (dev.op >= 0))
-    bad, good = [], []
+    bad: list[int] = []
+    good: list[int] = []
     dims: dict[int, tuple[int, int, int]] = {}
     for i in live.tolist():
         cost = rf.op_costs.get(int(dev.op[i]))

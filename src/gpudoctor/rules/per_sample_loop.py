@@ -45,7 +45,7 @@ def check(a: Analysis) -> Finding | None:
     groups = loop_groups(a)
     if not groups:
         return None
-    dev, rf = a.trace.device, a.roofline
+    rf = a.roofline
     n = max(len(a.steps), 1)
     idx = np.sort(np.concatenate(groups))
     span_ns = _span_per_step(a, idx)

@@ -251,7 +251,7 @@ def decode_args(raws: list[Any], kind: type) -> list[Any]:
     try:
         return msgspec.json.decode(joined, type=list[kind | None])  # type: ignore[valid-type]
     except (msgspec.ValidationError, msgspec.DecodeError):
-        decoder = msgspec.json.Decoder(kind, strict=False)
+        decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(kind, strict=False)
         out: list[Any] = []
         for r in raws:
             try:
