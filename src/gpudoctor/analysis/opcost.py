@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ def _is_shape(d: list[Any]) -> bool:
     return all(isinstance(x, int) for x in d)
 
 
-def _numel(shape: list[int]) -> int:
+def _numel(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
@@ -95,7 +96,8 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float)
     size = DTYPE_BYTES.get(first_type, 4)
     read = float(sum(_numel(s) * DTYPE_BYTES.get(t, size) for s, t in inputs))
     dtype = DTYPE_NAMES.get(first_type, "")
-    largest_shape = tuple(max((s for s, _ in inputs), key=lambda s: _numel(s)))
+    shapes: list[list[int]] = [s for s, _ in inputs]
+    largest_shape = tuple(max(shapes, key=_numel))
     largest = _numel(list(largest_shape))
     square = max((s[-1] for s, _ in inputs if len(s) >= 3 and s[-1] == s[-2]), default=0)
     gemm = _gemm_shape(name, [s for s, _ in inputs])
