@@ -96,8 +96,8 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float)
     size = DTYPE_BYTES.get(first_type, 4)
     read = float(sum(_numel(s) * DTYPE_BYTES.get(t, size) for s, t in inputs))
     dtype = DTYPE_NAMES.get(first_type, "")
-    shapes: list[list[int]] = [s for s, _ in inputs]
-    largest_shape = tuple(max(shapes, key=_numel))
+    sizes = [_numel(s) for s, _ in inputs]
+    largest_shape = tuple(inputs[sizes.index(max(sizes))][0])
     largest = _numel(list(largest_shape))
     square = max((s[-1] for s, _ in inputs if len(s) >= 3 and s[-1] == s[-2]), default=0)
     gemm = _gemm_shape(name, [s for s, _ in inputs])
