@@ -4,6 +4,7 @@ Run on a CUDA machine from the repository root:
 
     PYTHONUNBUFFERED=1 PYTHONPATH=src python3 scripts/record_fixtures.py --out OUTDIR
     PYTHONPATH=src python3 scripts/record_fixtures.py --out /tmp/smoke --device cpu --only host_sync
+    PYTHONPATH=src python3 scripts/record_fixtures.py --out OUTDIR --fixed-only --only host_sync
 
 For every scenario (each trap's sick workload and the healthy baselines) it warms up, times
 unprofiled steps (device-synchronized wall time, median), records five steps under
@@ -13,6 +14,15 @@ for traps it also times the fixed twin. It then records a large training trace f
 ``manifest.json`` and ``kernel_names.txt``. Everything is packed into ``fixtures.tar`` (split into
 ``fixtures.tar.NN`` parts if it is larger than ``--max-part-mib``). A failing scenario is recorded
 in the manifest with its error and the others go on.
+
+With ``--trace-fixed`` each trap's fixed twin is also profiled, with the same settings as its sick
+workload, into ``<scenario>_fixed/trace.json.gz``; its manifest entry gains ``fixed_trace``,
+``fixed_trace_events``, ``fixed_profiled_step_ms`` and the other trace facts prefixed ``fixed_``.
+``--fixed-only`` does that without writing the sick traces (sick workloads are still timed).
+
+Besides the lab's baselines, the script defines ``healthy_compiled``: healthy_train's model and
+training step under ``torch.compile`` (default mode, so Inductor's Triton kernels and no CUDA
+graphs), with more warm-up steps so that compilation ends before timing and profiling.
 """
 
 from __future__ import annotations
@@ -36,15 +46,68 @@ import traceback
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from gpudoctor.lab.healthy import build_bench_train
-from gpudoctor.lab.registry import BASELINE_IDS, TRAP_IDS, load_baselines, load_trap
+from gpudoctor.lab.common import TinyGPT, adamw, autocast, gpt_flops, seed, size
+from gpudoctor.lab.healthy import VOCAB, build_bench_train
+from gpudoctor.lab.registry import BASELINE_IDS as LAB_BASELINE_IDS
+from gpudoctor.lab.registry import TRAP_IDS, load_baselines, load_trap
+from gpudoctor.lab.trap import Baseline, Workload
 
 LAST = ("memory_pressure",)
 BENCH = "bench"
 OVERHEAD = "profiler_overhead"
 BENCH_TARGET_EVENTS = 170_000
+COMPILED = "healthy_compiled"
+BASELINE_IDS = LAB_BASELINE_IDS + (COMPILED,)
+# Warm-up steps per scenario where the default (--warmup) is not enough.
+MIN_WARMUP = {COMPILED: 5}
+
+
+def build_compiled_train(device: str, n_layers: int = 2) -> Workload:
+    """healthy_train under torch.compile: the forward and loss are compiled (their backward too,
+    through AOTAutograd); the fused AdamW step stays eager, as in healthy_train."""
+    seed(22)
+    batch, seq, d = size(device, 8, 2), size(device, 1024, 64), size(device, 2048, 64)
+    model = TinyGPT(VOCAB, d, n_layers, max(d // 128, 1), seq).to(device)
+    opt = adamw(model.parameters(), device)
+    idx = torch.randint(0, VOCAB, (batch, seq), device=device)
+    targets = torch.randint(0, VOCAB, (batch, seq), device=device)
+
+    @torch.compile
+    def forward_loss(idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with autocast(device):
+            logits = model(idx)
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def step() -> None:
+        loss = forward_loss(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def close() -> None:
+        torch._dynamo.reset()
+
+    return Workload(step, close,
+                    flops_per_step=gpt_flops(batch, seq, d, n_layers, VOCAB, train=True))
+
+
+HEALTHY_COMPILED = Baseline(
+    id=COMPILED,
+    title="GPT-like training step under torch.compile (Inductor, default mode)",
+    build=build_compiled_train,
+    with_stack=False,
+    description="healthy_train's architecture with 2 layers (d_model 2048, 16 heads, seq 1024, "
+    "batch 8, vocab 8192); forward and loss in torch.compile (default mode: Inductor Triton "
+    "kernels, no CUDA graphs), bf16 autocast, fused AdamW eager, data on the GPU, no syncs; "
+    "5 warm-up steps so compilation is done before timing and profiling.",
+)
+
+
+def baselines() -> dict[str, Baseline]:
+    return {b.id: b for b in [*load_baselines(), HEALTHY_COMPILED]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,7 +120,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="timed unprofiled steps (at most)")
     p.add_argument("--budget-s", type=float, default=4.0, help="time budget of one timing loop")
     p.add_argument("--max-part-mib", type=float, default=15.0)
-    return p.parse_args(argv)
+    p.add_argument("--trace-fixed", action="store_true",
+                   help="also profile each trap's fixed twin into <scenario>_fixed/trace.json.gz")
+    p.add_argument("--fixed-only", action="store_true",
+                   help="like --trace-fixed, but write no sick trap traces (sick is still timed)")
+    args = p.parse_args(argv)
+    if args.fixed_only:
+        args.trace_fixed = True
+    return args
 
 
 class Device:
@@ -112,8 +182,8 @@ def environment(dev: Device) -> dict:
     return env
 
 
-def time_steps(wl, dev: Device, args: argparse.Namespace) -> list[float]:
-    for _ in range(args.warmup):
+def time_steps(wl, dev: Device, args: argparse.Namespace, warmup: int | None = None) -> list[float]:
+    for _ in range(args.warmup if warmup is None else warmup):
         wl.step()
     dev.sync()
     times: list[float] = []
@@ -204,11 +274,12 @@ def tflops(flops: float | None, ms: float | None) -> float | None:
 
 
 def run_workload(build, dev: Device, args, entry: dict, key: str, trace_to: Path | None,
-                 with_stack: bool) -> None:
-    """Build, time (and optionally profile) one workload; results go into entry[key_*]."""
+                 with_stack: bool, trace_prefix: str = "", warmup: int | None = None) -> None:
+    """Build, time (and optionally profile) one workload; results go into entry[key_*], the trace's
+    facts into entry[trace_prefix + name]."""
     wl = build(dev.name)
     try:
-        times = time_steps(wl, dev, args)
+        times = time_steps(wl, dev, args, warmup)
         entry[f"{key}_median_ms"] = median_ms(times)
         entry[f"{key}_times_ms"] = [round(t, 3) for t in times]
         entry[f"{key}_flops_per_step"] = wl.flops_per_step
@@ -216,9 +287,10 @@ def run_workload(build, dev: Device, args, entry: dict, key: str, trace_to: Path
         if trace_to is not None:
             raw = Path(tempfile.mkdtemp()) / "trace.json"
             record_trace(wl, dev, with_stack, raw)
-            entry.update(summarize_trace(raw))
-            entry["trace_json_bytes"] = raw.stat().st_size
-            entry["trace_gz_bytes"] = gzip_file(raw, trace_to)
+            summary = summarize_trace(raw)
+            summary["trace_json_bytes"] = raw.stat().st_size
+            summary["trace_gz_bytes"] = gzip_file(raw, trace_to)
+            entry.update({trace_prefix + k: v for k, v in summary.items()})
             shutil.rmtree(raw.parent, ignore_errors=True)
         info = wl.info()
         if info:
@@ -231,32 +303,42 @@ def run_workload(build, dev: Device, args, entry: dict, key: str, trace_to: Path
 
 def record_scenario(sid: str, dev: Device, args, out: Path) -> dict:
     if sid in BASELINE_IDS:
-        scenario = {b.id: b for b in load_baselines()}[sid]
+        scenario = baselines()[sid]
         sick, fixed = scenario.build, None
     else:
         scenario = load_trap(sid)
         sick, fixed = scenario.build_sick, scenario.build_fixed
+    sick_traced = fixed is None or not args.fixed_only
     entry: dict = {
         "title": scenario.title,
         "description": scenario.description,
         "expected_finding": scenario.expected_finding,
-        "profiled": True,
+        "profiled": sick_traced,
         "with_stack": scenario.with_stack,
-        "trace": f"{sid}/trace.json.gz",
+        "trace": f"{sid}/trace.json.gz" if sick_traced else None,
         "recorded_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+    warmup = max(args.warmup, MIN_WARMUP.get(sid, 0))
+    if warmup != args.warmup:
+        entry["warmup_steps"] = warmup
     start = time.perf_counter()
     try:
-        trace_to = out / sid / "trace.json.gz"
-        run_workload(sick, dev, args, entry, "sick", trace_to, scenario.with_stack)
+        trace_to = out / sid / "trace.json.gz" if sick_traced else None
+        run_workload(sick, dev, args, entry, "sick", trace_to, scenario.with_stack, warmup=warmup)
     except Exception as exc:  # one failing scenario must not stop the others
         entry["error"] = f"sick: {type(exc).__name__}: {exc}"
         entry["traceback"] = traceback.format_exc(limit=6)
         dev.cleanup()
     if fixed is not None:
+        fixed_to = out / f"{sid}_fixed" / "trace.json.gz" if args.trace_fixed else None
+        if fixed_to is not None:
+            entry["fixed_trace"] = f"{sid}_fixed/trace.json.gz"
         try:
-            run_workload(fixed, dev, args, entry, "fixed", None, False)
+            run_workload(fixed, dev, args, entry, "fixed", fixed_to, scenario.with_stack,
+                         trace_prefix="fixed_", warmup=warmup)
         except Exception as exc:
+            if fixed_to is not None and not fixed_to.exists():
+                entry.pop("fixed_trace", None)
             entry["fixed_error"] = f"{type(exc).__name__}: {exc}"
             entry["fixed_traceback"] = traceback.format_exc(limit=6)
             dev.cleanup()
@@ -330,12 +412,13 @@ def measure_overhead(dev: Device, n_ops: int = 2000, repeats: int = 3) -> dict:
 def kernel_report(scenarios: dict) -> str:
     lines = []
     for sid, entry in scenarios.items():
-        if "top_kernels" not in entry:
-            continue
-        lines.append(f"== {sid} ({entry.get('kernel_events', 0)} kernel events, "
-                     f"{entry.get('distinct_kernels', 0)} distinct)")
-        lines.extend(f"{count:6d}  {name}" for name, count in entry["top_kernels"])
-        lines.append("")
+        for prefix, name in (("", sid), ("fixed_", f"{sid}_fixed")):
+            if prefix + "top_kernels" not in entry:
+                continue
+            lines.append(f"== {name} ({entry.get(prefix + 'kernel_events', 0)} kernel events, "
+                         f"{entry.get(prefix + 'distinct_kernels', 0)} distinct)")
+            lines.extend(f"{count:6d}  {k}" for k, count in entry[prefix + "top_kernels"])
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -390,6 +473,11 @@ def print_summary(manifest: dict) -> None:
               f"{fmt(e.get('speedup'), 6)} {fmt(e.get('profiled_step_ms'), 8)} "
               f"{fmt(e.get('gpu_busy_fraction'), 5)} {fmt(e.get('trace_events'), 7)} "
               f"{fmt((e.get('trace_gz_bytes') or 0) / 1024, 7, 0)}  {'; '.join(notes)}")
+        if "fixed_trace" in e:
+            print(f"{sid + '_fixed':22} {'':9} {'':9} {'':6} "
+                  f"{fmt(e.get('fixed_profiled_step_ms'), 8)} "
+                  f"{fmt(e.get('fixed_gpu_busy_fraction'), 5)} {fmt(e.get('fixed_trace_events'), 7)} "
+                  f"{fmt((e.get('fixed_trace_gz_bytes') or 0) / 1024, 7, 0)}")
     bench = manifest.get("bench")
     if bench:
         print(f"bench: {bench.get('trace_events')} events, {bench.get('trace_json_bytes')} JSON "
@@ -435,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:7.1f}s] {sid}: {time.perf_counter() - t0:.1f}s "
               f"sick={entry.get('sick_median_ms')} fixed={entry.get('fixed_median_ms')} "
               f"events={entry.get('trace_events')} gz={entry.get('trace_gz_bytes')}"
+              + (f" fixed_events={entry.get('fixed_trace_events')} "
+                 f"fixed_gz={entry.get('fixed_trace_gz_bytes')}" if "fixed_trace" in entry else "")
               + (f" ERROR={entry.get('error')}" if entry.get("error") else "")
               + (f" FIXED_ERROR={entry.get('fixed_error')}" if entry.get("fixed_error") else ""),
               flush=True)
