@@ -120,3 +120,22 @@ def test_predictions_against_the_measured_fixed_twins() -> None:
     for name in ("fp32_matmul", "naive_attention", "unfused_elementwise", "misaligned_gemm"):
         measured = manifest[name]["sick_median_ms"] - manifest[name]["fixed_median_ms"]
         assert report(name).findings[0].saving_ms == pytest.approx(measured, rel=0.30), name
+
+
+TRAPS = [e for e in EXPECTED if e[1] is not None]
+
+
+@pytest.mark.parametrize("name, finding_id", [(e[0], e[1]) for e in TRAPS], ids=[e[0] for e in TRAPS])
+def test_the_fixed_twin_removes_most_of_the_predicted_saving(name: str, finding_id: str) -> None:
+    """Each trap's fixed twin, recorded the same way: its own finding shrinks to under a quarter
+    of what the sick trace was predicted to save (most twins lose the finding entirely)."""
+    sick = report(name).finding(finding_id)
+    fixed = report(f"{name}_fixed").finding(finding_id)
+    assert sick is not None
+    assert fixed is None or fixed.saving_ms <= 0.25 * sick.saving_ms
+
+
+def test_compiled_healthy_training_is_triton_and_clean() -> None:
+    r = report("healthy_compiled")
+    assert r.breakdown["triton_ms"] > 0.5 * r.breakdown["busy_ms"] * 0.1
+    assert [f.id for f in r.findings if f.severity in ("major", "critical")] == []

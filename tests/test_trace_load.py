@@ -122,6 +122,9 @@ def test_unknown_kernel_names_are_counted_as_other() -> None:
         ("triton_red_fused_sum_1", Kind.REDUCTION),
         ("triton_tem_fused_mm_2", Kind.GEMM_TC),
         ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32", Kind.CONV),
+        ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*)", Kind.ATTENTION),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", Kind.ATTENTION),
+        ("void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<masked_fill_kernel>>", Kind.ELEMENTWISE),
     ],
 )
 def test_kernel_classification(name: str, kind: Kind) -> None:

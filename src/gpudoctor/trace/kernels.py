@@ -90,6 +90,8 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
         re.compile(
             r"flash_fwd|flash_bwd|flash::|flashattn|fmha|attention_kernel|attentionkernel"
             r"|attentionbackwardkernel|efficient_attention|native_sdpa|_sdpa_|sdpa_|mha_fwd|mha_bwd"
+            # cuDNN SDPA backward's helper kernels
+            r"|cudnn::fusion::compute_dot_do_o|cudnn::fusion::convert_dq_to"
         ),
     ),
     (Kind.CONV, re.compile(r"fprop|dgrad|wgrad|conv|winograd|implicit_convolve|cudnn::")),
