@@ -39,7 +39,8 @@ CSS = """
 .gpud th,.gpud td{padding:3px 8px;border-bottom:1px solid #edf2f7;text-align:left;vertical-align:top}
 .gpud th{background:#f7fafc}.gpud .num{text-align:right;font-variant-numeric:tabular-nums;
  white-space:nowrap}
-.gpud td.name{max-width:420px;word-break:break-all}
+.gpud td.name{min-width:240px;max-width:420px;word-break:break-all}
+.gpud .scroll{overflow-x:auto}
 .gpud svg.roofline{max-width:100%;height:auto;font-size:11px}
 .gpud svg .grid{stroke:#edf2f7}.gpud svg .roof{stroke-width:2}.gpud svg .vector{stroke-dasharray:6 4}
 .gpud svg text{fill:#4a5568}.gpud svg .axis{font-size:12px;fill:#1a202c}
@@ -91,14 +92,13 @@ def _header(r: Report) -> str:
         (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
         (f"{100 * r.mfu:.1f} %", "MFU"),
         (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
-        (esc(r.ceilings.get("source") or "unknown"), "ceilings"),
     ]
     meta = "".join(f"<div><b>{value}</b><span>{label}</span></div>" for value, label in cells)
     parts = [
         "<header>",
         "<h1>gpudoctor report</h1>",
-        f'<p class="muted">trace <code>{esc(r.source)}</code> · gpudoctor {esc(r.tool_version)}'
-        f" · schema {esc(r.schema_version)}</p>",
+        (f'<p class="muted">trace <code>{esc(r.source)}</code> · gpudoctor {esc(r.tool_version)}'
+         f" · schema {esc(r.schema_version)}<br>ceilings: {esc(r.ceilings.get('source') or 'unknown')}</p>"),
         f'<div class="meta">{meta}</div>',
         *(f'<p class="warn">⚠ {esc(w)}</p>' for w in r.warnings),
     ]
@@ -200,7 +200,8 @@ def _kernel_table(r: Report) -> str:
     rows = "".join(_kernel_row(k, r.step_ms) for k in kernels[:TOP_KERNELS])
     more = (f'<p class="muted">{len(kernels) - TOP_KERNELS} more kernels not shown.</p>'
             if len(kernels) > TOP_KERNELS else "")
-    return f"<section><h2>Top kernels</h2><table><thead>{head}</thead><tbody>{rows}</tbody></table>{more}</section>"
+    return (f'<section><h2>Top kernels</h2><div class="scroll"><table><thead>{head}</thead>'
+            f"<tbody>{rows}</tbody></table></div>{more}</section>")
 
 
 def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
@@ -235,8 +236,8 @@ def _finding(f: Finding) -> str:
     parts = [
         f'<article class="finding sev-{sev}">',
         f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
-        f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms per step'
-        f" · predicted speedup ×{f.predicted_speedup:.2f}</p>",
+        (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms per step'
+         f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),
         f"<p>{esc(f.summary)}</p>",
         _evidence(f),
     ]

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 WIDTH, HEIGHT = 760, 440
-MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 78, 118, 16, 48
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 92, 16, 16, 48
 MAX_RADIUS, MIN_RADIUS = 18.0, 2.5
 
 BOUND_COLORS = {
@@ -81,10 +81,11 @@ def axes_for(ceilings: dict[str, Any], points: list[dict[str, Any]]) -> LogAxes:
     xs = [float(p["intensity"]) for p in points]
     ys = [float(p["achieved_flops"]) for p in points]
     ridges = [r / bw for _, r in roofs if bw > 0]
-    x_lo = min(xs + [r / 100 for r in ridges] + [0.1])
-    x_hi = max(xs + [r * 10 for r in ridges] + [100.0])
+    # data get a factor of 2 of room, so that no circle sits on the frame
+    x_lo = min([x / 2 for x in xs] + [r / 100 for r in ridges] + [0.1])
+    x_hi = max([x * 2 for x in xs] + [r * 10 for r in ridges] + [100.0])
     top = max(ys + [r for _, r in roofs] + [1e9])
-    y_lo = min(ys + [top / 1e4])
+    y_lo = min([y / 2 for y in ys] + [top / 1e4])
     return LogAxes(
         x_min=10 ** math.floor(math.log10(x_lo)),
         x_max=10 ** math.ceil(math.log10(x_hi * 1.0001)),
@@ -98,10 +99,10 @@ def roofline_svg(ceilings: dict[str, Any], kernels: list[dict[str, Any]]) -> tup
     points, skipped = plottable(kernels)
     ax = axes_for(ceilings, points)
     parts = [
-        f'<svg class="roofline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Roofline chart">',
-        f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" height="{ax.bottom - ax.top}" '
-        'fill="#fff" stroke="#cbd5e0"/>',
+        (f'<svg class="roofline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+         f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Roofline chart">'),
+        (f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" height="{ax.bottom - ax.top}" '
+         'fill="#fff" stroke="#cbd5e0"/>'),
         *_grid(ax),
         *_roof_lines(ax, ceilings),
         *_circles(ax, points),
@@ -115,11 +116,15 @@ def _positive(value: Any) -> bool:
 
 
 def _roofs(ceilings: dict[str, Any]) -> list[tuple[str, float]]:
-    roofs = [(str(d), float(v)) for d, v in (ceilings.get("matrix_flops") or {}).items() if _positive(v)]
+    """(label, FLOP/s) per distinct roof; dtypes sharing a peak share a line ("bf16/fp16")."""
+    named = [(str(d), float(v)) for d, v in (ceilings.get("matrix_flops") or {}).items() if _positive(v)]
     vector = ceilings.get("vector_flops")
     if _positive(vector):
-        roofs.append(("vector", float(vector)))
-    return roofs
+        named.append(("vector", float(vector)))
+    merged: dict[float, list[str]] = {}
+    for name, value in named:
+        merged.setdefault(value, []).append(name)
+    return [("/".join(names), value) for value, names in merged.items()]
 
 
 def _decades(lo: float, hi: float) -> list[float]:
@@ -145,24 +150,34 @@ def _grid(ax: LogAxes) -> list[str]:
 
 
 def _roof_lines(ax: LogAxes, ceilings: dict[str, Any]) -> list[str]:
-    roofs = [(d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max]
+    roofs = sorted(((d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max), key=lambda dr: -dr[1])
     bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
     out = []
     if bw > 0 and roofs:
         x0 = max(ax.x_min, ax.y_min / bw)
-        x1 = min(ax.x_max, max(r for _, r in roofs) / bw)
+        x1 = min(ax.x_max, roofs[0][1] / bw)
         if x1 > x0:
             out.append(_line(ax, x0, bw * x0, x1, bw * x1, DIAGONAL_COLOR, "roof"))
-            out.append(f'<text x="{ax.x(x0) + 4:.1f}" y="{ax.y(bw * x0) - 6:.1f}" fill="{DIAGONAL_COLOR}">'
-                       f'HBM {esc(si(bw, "B/s"))}</text>')
-    for dtype, roof in sorted(roofs, key=lambda dr: -dr[1]):
+            out.append(_diagonal_label(ax, x0, x1, bw))
+    label_y = math.inf
+    for dtype, roof in reversed(roofs):  # lowest first; labels sit above their line, right-aligned
         x0 = max(ax.x_min, roof / bw) if bw > 0 else ax.x_min
-        color = VECTOR_COLOR if dtype == "vector" else ROOF_COLOR
-        cls = "roof vector" if dtype == "vector" else "roof"
+        color = VECTOR_COLOR if "vector" in dtype else ROOF_COLOR
+        cls = "roof vector" if "vector" in dtype else "roof"
         out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls))
-        out.append(f'<text x="{ax.right + 4}" y="{ax.y(roof) + 4:.1f}" fill="{color}">'
+        label_y = min(ax.y(roof) - 4, label_y - 12)  # roofs close together: labels step up
+        out.append(f'<text x="{ax.right - 4}" y="{label_y:.1f}" text-anchor="end" fill="{color}">'
                    f'{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
     return out
+
+
+def _diagonal_label(ax: LogAxes, x0: float, x1: float, bw: float) -> str:
+    """'HBM 3.35 TB/s' along the diagonal, at its geometric middle, above the line."""
+    mid = math.sqrt(x0 * x1)
+    px, py = ax.x(mid), ax.y(bw * mid)
+    angle = math.degrees(math.atan2(ax.y(bw * x1) - ax.y(bw * x0), ax.x(x1) - ax.x(x0)))
+    return (f'<text x="{px:.1f}" y="{py - 6:.1f}" text-anchor="middle" fill="{DIAGONAL_COLOR}" '
+            f'transform="rotate({angle:.1f} {px:.1f} {py:.1f})">HBM {esc(si(bw, "B/s"))}</text>')
 
 
 def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, cls: str) -> str:
@@ -189,8 +204,8 @@ def point_title(p: dict[str, Any]) -> str:
         str(p.get("name", "")),
         f"kind: {p.get('kind', '')}   dtype: {p.get('dtype') or '-'}   bound: {p.get('bound', '')}",
         f"time: {float(p.get('time_ms_per_step') or 0):.3f} ms/step",
-        f"achieved: {float(p.get('achieved_flops') or 0) / 1e12:.2f} TFLOP/s, "
-        f"{float(p.get('achieved_bytes_per_s') or 0) / 1e9:.1f} GB/s",
-        f"intensity: {float(p.get('intensity') or 0):.3g} FLOP/byte   "
-        f"efficiency: {100 * float(p.get('efficiency') or 0):.1f} %",
+        (f"achieved: {float(p.get('achieved_flops') or 0) / 1e12:.2f} TFLOP/s, "
+         f"{float(p.get('achieved_bytes_per_s') or 0) / 1e9:.1f} GB/s"),
+        (f"intensity: {float(p.get('intensity') or 0):.3g} FLOP/byte   "
+         f"efficiency: {100 * float(p.get('efficiency') or 0):.1f} %"),
     ])
