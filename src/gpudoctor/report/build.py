@@ -52,6 +52,10 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             "kernels_per_step": round(b.kernel_count_per_step, 2),
             "triton_ms": round(b.triton_ms, 4),
             "cuda_graph_ms": round(b.cuda_graph_ms, 4),
+            "per_step": [
+                {"step_ms": round(float(d), 4), "busy_ms": busy, "idle_ms": idle}
+                for d, busy, idle in zip(a.steps.durations_ms.tolist(), b.busy_per_step_ms, b.idle_per_step_ms)
+            ],
         },
         idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(), key=lambda kv: -kv[1])},
         roofline={
