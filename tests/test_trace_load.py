@@ -143,3 +143,23 @@ def test_empty_event_list_loads() -> None:
     trace = parse(b'{"traceEvents": []}')
     assert len(trace.host) == 0 and len(trace.device) == 0
     assert np.array_equal(trace.device.launch, np.empty(0))
+
+
+@pytest.mark.parametrize(
+    "name, short",
+    [
+        ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+         "(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda()#1}>(int)",
+         "at::native::elementwise_kernel<…> [masked_fill_kernel]"),
+        ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>(c10::BFloat16*, int)",
+         "softmax_warp_forward<…>"),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(cutlass_80_simt_sgemm::Params)",
+         "cutlass::Kernel2<…> [cutlass_80_simt_sgemm_128x256_8x4_nt_align1]"),
+        ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
+        ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+    ],
+)
+def test_short_kernel_names(name: str, short: str) -> None:
+    from gpudoctor.trace.kernels import short_name
+
+    assert short_name(name) == short

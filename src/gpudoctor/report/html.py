@@ -12,6 +12,7 @@ from typing import Any
 from gpudoctor.report.model import Report
 from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
 from gpudoctor.rules.finding import Finding
+from gpudoctor.trace.kernels import short_name
 
 TOP_KERNELS = 15
 KIND_COLORS = ("#2b6cb0", "#3182ce", "#63b3ed", "#805ad5", "#b794f4", "#38a169", "#68d391",
@@ -207,7 +208,7 @@ def _kernel_table(r: Report) -> str:
 def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
     ms = float(k.get("time_ms_per_step") or 0.0)
     cells = [
-        f'<td class="name"><code>{esc(k.get("name", ""))}</code></td>',
+        f'<td class="name" title="{esc(k.get("name", ""))}"><code>{esc(short_name(str(k.get("name", ""))))}</code></td>',
         f"<td>{esc(k.get('kind', ''))}</td>",
         f"<td>{esc(k.get('dtype') or '-')}</td>",
         _num(f"{float(k.get('count_per_step') or 0):.1f}"),

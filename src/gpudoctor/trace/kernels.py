@@ -167,3 +167,40 @@ MATRIX_KINDS_FOR_ATTENTION = [int(Kind.GEMM_TC), int(Kind.GEMM_SIMT)]
 
 # Kernels that come from vendor libraries (cuBLAS, cuDNN, FlashAttention, NCCL), never from Triton.
 LIBRARY_KINDS = frozenset({Kind.GEMM_TC, Kind.GEMM_SIMT, Kind.ATTENTION, Kind.CONV, Kind.NCCL})
+
+
+_SPECIFIC = re.compile(r"\b(\w*(?:_kernel|Kernel|Functor|Ops|gemm)\w*)\b")
+
+
+def short_name(name: str, limit: int = 80) -> str:
+    """A readable kernel name: templates and arguments collapsed, the inner functor kept.
+
+    "void at::native::elementwise_kernel<128, 4, ...masked_fill_kernel...>(int, ...)" ->
+    "at::native::elementwise_kernel<…> [masked_fill_kernel]".
+    """
+    if name.startswith(("Memcpy", "Memset")) or ("<" not in name and "(" not in name):
+        return name if len(name) <= limit else name[: limit - 1] + "…"
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("->", "→").strip()
+    outer: list[str] = []
+    template: list[str] = []  # text inside the first-level <...> of the kernel's own name
+    stack: list[str] = []
+    for ch in text:
+        if ch in "<(":
+            if not stack:
+                outer.append("<…>" if ch == "<" else "")
+            elif stack[0] == "<":
+                template.append(" ")
+            stack.append(ch)
+        elif ch in ">)" and stack:
+            stack.pop()
+            if stack and stack[0] == "<":
+                template.append(" ")
+        elif not stack:
+            outer.append(ch)
+        elif stack[0] == "<":
+            template.append(ch)
+    short = "".join(outer).strip()
+    found = [m for m in _SPECIFIC.findall("".join(template)) if m and m not in short]
+    if found:
+        short += f" [{found[-1]}]"
+    return short if len(short) <= limit else short[: limit - 1] + "…"
