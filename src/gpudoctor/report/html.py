@@ -263,7 +263,8 @@ def _evidence(f: Finding) -> str:
         out.append(f"<table><tbody>{rows}</tbody></table>")
     for label, items in (("ops", ev.ops), ("kernels", ev.kernels), ("sources", ev.sources)):
         if items:
-            lis = "".join(f"<li><code>{esc(item)}</code></li>" for item in items)
+            shown = short_name if label == "kernels" else str
+            lis = "".join(f'<li title="{esc(item)}"><code>{esc(shown(item))}</code></li>' for item in items)
             out.append(f"<p><b>{label}</b></p><ul>{lis}</ul>")
     return "<details open><summary>evidence</summary>" + "".join(out) + "</details>" if out else ""
 
