@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from gpudoctor.analysis.breakdown import Breakdown, breakdown
 from gpudoctor.analysis.idle import IdleResult, idle_causes
 from gpudoctor.analysis.memory import MemoryResult, memory
-from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT, profiler_overhead_ms
+from gpudoctor.analysis.observer import (
+    PROFILER_OVERHEAD_NS_PER_EVENT,
+    profiler_overhead_ms,
+)
 from gpudoctor.analysis.roofline import RooflineResult, roofline
 from gpudoctor.analysis.steps import Steps, segment
 from gpudoctor.hardware.ceilings import Ceilings

@@ -9,8 +9,8 @@ once: the profiler records input shapes only, so outputs are derived per op fami
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

@@ -10,7 +10,13 @@ Nothing here imports torch until a trap is loaded:
 
 from __future__ import annotations
 
-from gpudoctor.lab.registry import BASELINE_IDS, TRAP_IDS, load_baselines, load_trap, load_traps
+from gpudoctor.lab.registry import (
+    BASELINE_IDS,
+    TRAP_IDS,
+    load_baselines,
+    load_trap,
+    load_traps,
+)
 from gpudoctor.lab.trap import Baseline, Trap, Workload
 
 __all__ = [

@@ -26,18 +26,28 @@ def per_step(trace_total: float, n_steps: int) -> float:
     return trace_total / max(n_steps, 1)
 
 
+def frame_line(frame_name: str, user_only: bool = True) -> str | None:
+    """A python_function event's name "file.py(42): func" as "file.py:42 (func)".
+
+    None when it is no frame, or (``user_only``) a frame of the standard library or torch.
+    """
+    match = _FRAME.match(frame_name)
+    if match is None or (user_only and _LIBRARY.search(match["file"])):
+        return None
+    return f"{match['file']}:{match['line']} ({match['func']})"
+
+
 def source_line(trace: Trace, host_index: int) -> str | None:
     """The innermost user-code Python frame around a host event, as "file.py:42 (func)"."""
     host = trace.host
     frame = int(host.frame[host_index]) if host_index >= 0 else -1
     fallback = None
     while frame >= 0:
-        match = _FRAME.match(trace.strings[host.name[frame]])
-        if match:
-            text = f"{match['file']}:{match['line']} ({match['func']})"
-            if not _LIBRARY.search(match["file"]):
-                return text
-            fallback = fallback or text
+        name = trace.strings[host.name[frame]]
+        line = frame_line(name)
+        if line:
+            return line
+        fallback = fallback or frame_line(name, user_only=False)
         frame = int(host.frame[frame])
     return fallback
 

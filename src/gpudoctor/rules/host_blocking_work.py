@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, launch_threads
 from gpudoctor.analysis.intervals import overlap_per_window
 from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import frame_line
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.model import HostCat
 
@@ -61,7 +60,7 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames]).astype(float)
     by_line: dict[str, tuple[float, int]] = {}
     for i, weight, depth in zip(frames.tolist(), covered.tolist(), host.depth[frames].tolist()):
-        line = _frame_line(trace.strings[host.name[i]])
+        line = frame_line(trace.strings[host.name[i]])
         if weight > 0 and line:
             total, deepest = by_line.get(line, (0.0, 0))
             by_line[line] = (total + weight, max(deepest, depth))
@@ -70,18 +69,6 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     best = max(total for total, _ in by_line.values())
     strong = [(depth, total, line) for line, (total, depth) in by_line.items() if total >= 0.5 * best]
     return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
-
-
-_FRAME = re.compile(r"^(.+?)\((\d+)\): (.+)$")
-_LIBRARY = re.compile(r"site-packages|/torch/|/lib/python3|<built-in|^<frozen|threading\.py")
-
-
-def _frame_line(frame_name: str) -> str | None:
-    """"file.py(42): func" -> "file.py:42 (func)" for user code, None for library frames."""
-    m = _FRAME.match(frame_name)
-    if not m or _LIBRARY.search(m[1]):
-        return None
-    return f"{m[1]}:{m[2]} ({m[3]})"
 
 
 RULE = Rule(ID, "Host work with no GPU operator inside the step", check, __doc__ or "")

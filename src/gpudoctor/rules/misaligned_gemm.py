@@ -13,7 +13,12 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES, roof_for
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import GEMM_EFFICIENCY, kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.common import (
+    GEMM_EFFICIENCY,
+    kernel_names_of_events,
+    op_names_of_events,
+    sources_of_events,
+)
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import Kind
 

@@ -11,7 +11,12 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import ATTENTION_EFFICIENCY, kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.common import (
+    ATTENTION_EFFICIENCY,
+    kernel_names_of_events,
+    op_names_of_events,
+    sources_of_events,
+)
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 

@@ -13,7 +13,11 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import kernel_names_of_events, op_names_of_events, sources_of_events
+from gpudoctor.rules.common import (
+    kernel_names_of_events,
+    op_names_of_events,
+    sources_of_events,
+)
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.naive_attention import attention_events
 from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS, Kind

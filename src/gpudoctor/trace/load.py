@@ -33,7 +33,13 @@ from gpudoctor.trace.model import (
     Trace,
 )
 from gpudoctor.trace.nesting import nearest_ancestor, nest
-from gpudoctor.trace.schema import DeviceArgs, LaunchArgs, MemoryArgs, TraceEvent, TraceFile
+from gpudoctor.trace.schema import (
+    DeviceArgs,
+    LaunchArgs,
+    MemoryArgs,
+    TraceEvent,
+    TraceFile,
+)
 
 _HOST_CATS = {
     "cpu_op": HostCat.OP,

@@ -12,7 +12,6 @@ the same tokens in equal micro-batches of the smaller size, whose blocks stay ca
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gpudoctor.lab.common import on_gpu, seed, size
