@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "analyze"]
+__all__ = ["__version__", "analyze", "profile", "step"]
 
 if TYPE_CHECKING:
     from gpudoctor.report.model import Report
@@ -25,3 +25,24 @@ def analyze(path: Any, *, gpu: str | None = None, ceilings: Any = None) -> Repor
     from gpudoctor.pipeline import analyze_path
 
     return analyze_path(path, gpu=gpu, ceilings=ceilings)
+
+
+def profile(steps: int = 5, skip: int = 3, stack: bool = False, out: Any = None) -> Any:
+    """Profile a window of the code in a ``with`` block and diagnose it:
+
+        with gpudoctor.profile(steps=5, skip=3) as doc:
+            for batch in loader:
+                train_step(batch)
+                doc.step()
+        doc.report()
+    """
+    from gpudoctor.live import profile as _profile
+
+    return _profile(steps=steps, skip=skip, stack=stack, out=out)
+
+
+def step() -> None:
+    """Mark a step boundary for ``gpudoctor run`` / ``gpudoctor.profile`` (no-op otherwise)."""
+    from gpudoctor.capture.session import step as _step
+
+    _step()

@@ -59,6 +59,54 @@ def demo(
     _emit(report, json_out, html, width)
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+def run(
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, help="The Python script to run (or use -m MODULE)."),
+    module: Optional[str] = typer.Option(None, "-m", help="Run a module, as python -m MODULE does."),
+    steps: int = typer.Option(5, "--steps", help="Steps to record."),
+    skip: int = typer.Option(10, "--skip", help="Warm-up steps to leave out (compilation, autotuning)."),
+    stack: bool = typer.Option(False, "--stack", help="Record Python stacks: findings point at file:line."),
+    keep_going: bool = typer.Option(False, "--continue", help="Let the program run on after the window."),
+    out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where run directories are written."),
+    wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
+    window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the text one."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+) -> None:
+    """Run a program as python would, profile a window of its steps, and diagnose it.
+
+    gpudoctor run [OPTIONS] SCRIPT [ARGS]...  or  gpudoctor run [OPTIONS] -m MODULE [ARGS]...
+    """
+    from gpudoctor.capture.runner import Target
+    from gpudoctor.capture.session import CaptureConfig
+    from gpudoctor.live import run_and_diagnose
+
+    args = list(ctx.args)
+    if module is not None:
+        if script is not None:
+            args.insert(0, script)
+        target = Target(module, tuple(args), is_module=True)
+    elif script is not None:
+        target = Target(script, tuple(args))
+    else:
+        raise InputError("give a script to run (gpudoctor run train.py ARGS) or a module (gpudoctor run -m pkg.train)")
+    config = CaptureConfig(steps=steps, skip=skip, stack=stack)
+    outcome, run_dir, report, note = run_and_diagnose(
+        target, config, base=out, exit_after=not keep_going, wait_s=wait, window_s=window
+    )
+    if report is not None:
+        _emit(report, json_out, None, width)
+        sys.stderr.write(f"run directory: {run_dir}\n")
+    if note:
+        sys.stderr.write(f"gpudoctor: {note}\n")
+    if report is None and not note.startswith("no GPU activity"):
+        raise typer.Exit(outcome.exit_code or 2)
+    raise typer.Exit(outcome.exit_code)
+
+
 @app.command("rules")
 def list_rules() -> None:
     """List the finding ids the doctor knows."""
@@ -106,7 +154,8 @@ def _write_html(report, target: Path) -> None:  # type: ignore[no-untyped-def]
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # returns the code of a typer.Exit
+        sys.exit(code if isinstance(code, int) else 0)
     except GpuDoctorError as exc:
         _fail(exc, f"error: {exc}", exc.exit_code)
     except (typer.Exit, SystemExit) as exc:

@@ -10,6 +10,7 @@ from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.report.build import build_report
 from gpudoctor.report.model import Report
+from gpudoctor.rules.calibrate import calibrate
 from gpudoctor.rules.registry import run_rules
 from gpudoctor.trace import Trace, load
 
@@ -32,16 +33,27 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     )
 
 
-def analyze_loaded(trace: Trace, gpu: str | None = None, ceilings: Any = None) -> Report:
+def analyze_loaded(
+    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None
+) -> Report:
+    """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
+    re-prices host-side findings for the program as it really runs (rules/calibrate.py)."""
     if len(trace.device) == 0:
         raise NoGpuActivityError(
             f"{trace.source} has no GPU events (kernels, memcpy): it is a CPU-only profile; record with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU machine"
         )
     chosen = choose_ceilings(trace, gpu, ceilings)
-    analysis = analyze_trace(trace, chosen)
-    return build_report(analysis, run_rules(analysis))
+    analysis = analyze_trace(trace, chosen, unprofiled_step_ms)
+    findings = run_rules(analysis)
+    if unprofiled_step_ms:
+        b = analysis.breakdown
+        findings = calibrate(findings, b.step_ms, b.busy_ms, unprofiled_step_ms)
+    return build_report(analysis, findings)
 
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
-    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings)
+    """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
+    from gpudoctor.capture.bundle import unprofiled_step_of
+
+    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path))

@@ -31,13 +31,14 @@ class Analysis:
     memory: MemoryResult
     not_applicable: dict[str, str]
     warnings: tuple[str, ...]
+    unprofiled_step_ms: float | None = None  # the same step timed outside the profiler
 
     @property
     def step_ms(self) -> float:
         return self.breakdown.step_ms
 
 
-def analyze_trace(trace: Trace, ceilings: Ceilings) -> Analysis:
+def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None) -> Analysis:
     steps = segment(trace)
     warnings: list[str] = []
     not_applicable: dict[str, str] = {}
@@ -61,10 +62,11 @@ def analyze_trace(trace: Trace, ceilings: Ceilings) -> Analysis:
         memory=mem,
         not_applicable=not_applicable,
         warnings=tuple(warnings),
+        unprofiled_step_ms=unprofiled_step_ms,
     )
     overhead = profiler_overhead_ms(trace, steps)
     dispatch = result.idle.ms("dispatch")
-    if dispatch > 0.1 * result.step_ms and overhead > 0.1 * dispatch:
+    if unprofiled_step_ms is None and dispatch > 0.1 * result.step_ms and overhead > 0.1 * dispatch:
         warnings.append(
             f"up to {min(overhead, dispatch):.2f} ms per step of the dispatch idle may be the profiler's own "
             f"overhead (~{PROFILER_OVERHEAD_NS_PER_EVENT / 1000:.0f} us per recorded event); launch-bound "

@@ -68,6 +68,7 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
         findings=tuple(findings),
         not_applicable=dict(a.not_applicable),
         warnings=a.warnings,
+        unprofiled_step_ms=a.unprofiled_step_ms,
     )
 
 

@@ -46,6 +46,8 @@ def _header(r: Report) -> Panel:
     grid.add_row("trace", Text(r.source))
     grid.add_row("GPU", Text(f"{r.gpu.get('name', '?')}"))
     grid.add_row("ceilings", Text(f"{r.ceilings['source']}"))
+    if r.unprofiled_step_ms is not None:
+        grid.add_row("unprofiled", Text(f"{r.unprofiled_step_ms:.3f} ms per step, timed outside the profiled window"))
     grid.add_row(
         "step",
         Text(

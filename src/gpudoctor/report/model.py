@@ -28,6 +28,7 @@ class Report:
     findings: tuple[Finding, ...]
     not_applicable: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    unprofiled_step_ms: float | None = None  # the same step timed without the profiler
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +39,7 @@ class Report:
             "ceilings": self.ceilings,
             "steps": self.steps,
             "step_ms": round(self.step_ms, 4),
+            "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
             "mfu": round(self.mfu, 5),
             "breakdown": self.breakdown,

@@ -12,7 +12,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 
 ID = "allocator-churn"
 PRESSURE_FRACTION = 0.90
@@ -52,6 +52,7 @@ def check(a: Analysis) -> Finding | None:
             Fix("Let the allocator grow segments instead of new allocations",
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"),
         ),
+        idle_ms=ALL_IDLE,
     )
 
 

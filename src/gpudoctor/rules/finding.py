@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SEVERITIES = ("critical", "major", "minor", "info")
+ALL_IDLE = float("inf")  # make_finding(idle_ms=ALL_IDLE): the whole saving is GPU idle
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Finding:
     evidence: Evidence
     fixes: tuple[Fix, ...]
     wrong_fix: str = ""  # the tempting fix that would not help, where there is one
+    idle_ms: float = 0.0  # the part of saving_ms that is GPU idle behind the host (see calibrate)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +56,7 @@ class Finding:
             },
             "fixes": [{"title": f.title, "code": f.code} for f in self.fixes],
             "wrong_fix": self.wrong_fix,
+            "idle_ms": round(self.idle_ms, 4),
         }
 
 
@@ -83,8 +86,13 @@ def make_finding(
     evidence: Evidence,
     fixes: tuple[Fix, ...],
     wrong_fix: str = "",
+    idle_ms: float | None = None,
 ) -> Finding:
-    """A Finding with its saving clamped to [0, 95% of the step], severity and speedup derived."""
+    """A Finding with its saving clamped to [0, 95% of the step], severity and speedup derived.
+
+    ``idle_ms``: how much of the saving is GPU idle behind the host (None: all of it is kernel
+    time). Host-side savings are what the profiler's own overhead inflates.
+    """
     saving = float(min(max(saving_ms, 0.0), 0.95 * step_ms)) if step_ms > 0 else 0.0
     evidence = Evidence(
         numbers={k: _plain(v) for k, v in evidence.numbers.items()},
@@ -102,6 +110,7 @@ def make_finding(
         evidence=evidence,
         fixes=fixes,
         wrong_fix=wrong_fix,
+        idle_ms=min(max(float(idle_ms or 0.0), 0.0), saving),
     )
 
 

@@ -9,7 +9,7 @@ from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, launch_threads
 from gpudoctor.analysis.intervals import overlap_per_window
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import frame_line
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.model import HostCat
 
 ID = "host-blocking-work"
@@ -43,6 +43,7 @@ def check(a: Analysis) -> Finding | None:
             Fix("Keep per-step Python light: precompute, batch small host operations", ""),
         ),
         wrong_fix="Tuning kernels will not help: the GPU is idle, not slow.",
+        idle_ms=ALL_IDLE,
     )
 
 

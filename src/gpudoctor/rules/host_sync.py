@@ -7,7 +7,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 
 ID = "host-sync"
 
@@ -50,6 +50,7 @@ def check(a: Analysis) -> Finding | None:
                 "torch.cuda.set_sync_debug_mode('warn')"),
         ),
         wrong_fix="Adding DataLoader workers or CUDA streams will not help while the loop itself blocks.",
+        idle_ms=ALL_IDLE,
     )
 
 

@@ -8,7 +8,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import union
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 
 ID = "input-pipeline"
 
@@ -48,6 +48,7 @@ def check(a: Analysis) -> Finding | None:
                 "# decode/augment once offline, or on the GPU in batch (torchvision.transforms.v2 on cuda tensors)"),
         ),
         wrong_fix="A faster GPU or a bigger model will not help: the card is waiting for data.",
+        idle_ms=ALL_IDLE,
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 
 ID = "launch-bound"
 
@@ -28,7 +28,8 @@ def check(a: Analysis) -> Finding | None:
         return None
     median_us = float(np.median(dev.dur[kernels])) / 1e3
     launches_per_step = float(kernels.sum()) / n_steps
-    overhead_ms = profiler_overhead_ms(trace, a.steps)
+    # with the step timed unprofiled, rules/calibrate.py measures the overhead instead
+    overhead_ms = 0.0 if a.unprofiled_step_ms else profiler_overhead_ms(trace, a.steps)
     saving = max(idle - overhead_ms, 0.0)
     cadence_us = 1e3 * a.step_ms / launches_per_step if launches_per_step else 0.0
     if median_us >= cadence_us:
@@ -59,6 +60,7 @@ def check(a: Analysis) -> Finding | None:
                 "# e.g. batch 8 -> 64, or torch._foreach_* over lists of tensors"),
         ),
         wrong_fix="A faster GPU makes this worse: the host, not the card, sets the pace.",
+        idle_ms=ALL_IDLE,
     )
 
 

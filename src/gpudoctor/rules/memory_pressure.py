@@ -13,7 +13,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding, speedup
+from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding, speedup
 
 ID = "memory-pressure"
 
@@ -55,6 +55,7 @@ def check(a: Analysis) -> Finding | None:
             Fix("Shard or shrink optimizer states (8-bit Adam, FSDP / ZeRO)", ""),
         ),
         wrong_fix="torch.cuda.empty_cache() in the loop does not free memory that tensors hold; it only adds allocator calls.",
+        idle_ms=ALL_IDLE,
     )
     if finding.severity in ("minor", "info"):
         # the wall itself is a major problem even when its time cost is small

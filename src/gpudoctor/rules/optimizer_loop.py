@@ -68,6 +68,7 @@ def check(a: Analysis) -> Finding | None:
             Fix("Or the multi-tensor (foreach) implementation", "opt = torch.optim.AdamW(params, lr=lr, foreach=True)"),
             Fix("Compile the optimizer step", "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()"),
         ),
+        idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
     )
 
 

@@ -54,6 +54,7 @@ def check(a: Analysis) -> Finding | None:
                 "gpu.copy_(buf, non_blocking=True)"),
             Fix("Keep data resident on the GPU when it fits", "dataset_tensor = dataset_tensor.cuda()"),
         ),
+        idle_ms=idle,
     )
 
 

@@ -86,6 +86,7 @@ def check(a: Analysis) -> Finding | None:
                 "out = torch.sparse.mm(adjacency, H @ W)"),
         ),
         wrong_fix="CUDA streams or more threads will not help: each product is too small to fill the GPU.",
+        idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
     )
 
 

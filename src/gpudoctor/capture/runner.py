@@ -1,0 +1,179 @@
+"""Run the user's program in-process, exactly as ``python SCRIPT ARGS`` / ``python -m MODULE``
+would, with a capture session attached; write the run bundle and return an exit code.
+
+Steps come from optimizer.step() (a global hook) or gpudoctor.step(). A program that does neither
+within ``wait_s`` seconds gets a time window instead: a SIGALRM handler (it runs on the main
+thread, between bytecodes) starts the profiler, and a second one stops it ``window_s`` later.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
+from gpudoctor.errors import InputError
+
+
+class StopProgram(BaseException):
+    """Raised inside the program once the window is recorded (``--exit-after``)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path or a module name, and its arguments."""
+
+    path_or_module: str
+    args: tuple[str, ...] = ()
+    is_module: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.path_or_module.rsplit(".", 1)[-1] if self.is_module else Path(self.path_or_module).stem
+
+    def check(self) -> None:
+        if self.is_module:
+            try:
+                found = importlib.util.find_spec(self.path_or_module)
+            except (ImportError, ValueError):
+                found = None
+            if found is None:
+                raise InputError(f"no module named {self.path_or_module!r}; check the name and that it is importable")
+        else:
+            path = Path(self.path_or_module)
+            if not path.is_file():
+                what = "is a directory" if path.is_dir() else "does not exist"
+                raise InputError(f"script {path} {what}; pass a Python file (or -m MODULE)")
+
+
+@dataclass
+class Outcome:
+    """How the program ended and what was captured."""
+
+    exit_code: int
+    result: CaptureResult
+    stopped_by_us: bool
+    message: str = ""
+
+
+def run_program(
+    target: Target,
+    config: CaptureConfig,
+    out_dir: Path,
+    exit_after: bool = True,
+    wait_s: float = 30.0,
+    window_s: float = 3.0,
+) -> Outcome:
+    target.check()
+    session = CaptureSession(config, out_dir)
+    stopped = False
+    message = ""
+
+    def window_done() -> None:
+        if exit_after:
+            raise StopProgram
+
+    session.on_window_done = window_done
+    saved = (list(sys.argv), list(sys.path))
+    timer = _TimeWindow(session, wait_s, window_s, window_done)
+    code = 0
+    try:
+        session.start()
+        timer.arm()
+        _execute(target)
+    except StopProgram:
+        stopped = True
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        session.fail("interrupted by Ctrl-C")
+        message = "interrupted by Ctrl-C"
+        code = 130
+    except BaseException as exc:  # the program's own error: its traceback, as Python prints it
+        _print_user_traceback(exc)
+        session.fail(f"{type(exc).__name__}: {exc}")
+        code = 1
+    finally:
+        timer.disarm()
+        session.close()
+        sys.argv[:], sys.path[:] = saved
+    if session.conflict:
+        message, code = session.conflict, code or 2
+    return Outcome(code, session.result, stopped, message)
+
+
+def _execute(target: Target) -> None:
+    if target.is_module:
+        sys.argv[:] = [target.path_or_module, *target.args]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(target.path_or_module, run_name="__main__", alter_sys=True)
+    else:
+        script = str(Path(target.path_or_module))
+        sys.argv[:] = [script, *target.args]
+        sys.path.insert(0, str(Path(script).resolve().parent))
+        runpy.run_path(script, run_name="__main__")
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback without gpudoctor's and runpy's frames in front of the program's own."""
+    tb = exc.__traceback__
+    while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+
+
+def _ours(filename: str) -> bool:
+    return filename in (__file__, runpy.__file__) or filename.endswith(("runpy.py", "<frozen runpy>"))
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+class _TimeWindow:
+    """The fallback for programs with no step: profile a time window (main thread, SIGALRM)."""
+
+    def __init__(self, session: CaptureSession, wait_s: float, window_s: float, done: object) -> None:
+        self.session = session
+        self.wait_s = wait_s
+        self.window_s = window_s
+        self.done = done
+        self.usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        self.previous: object = None
+        self.opened = False
+
+    def arm(self) -> None:
+        if self.usable and self.wait_s > 0:
+            self.previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.wait_s)
+
+    def disarm(self) -> None:
+        if self.usable and self.previous is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)  # type: ignore[arg-type]
+            self.previous = None
+
+    def _fire(self, *_: object) -> None:
+        session = self.session
+        if session.done:
+            return
+        if not self.opened:
+            if session.result.steps_seen > 0:
+                return  # steps are being counted: no fallback needed
+            self.opened = True
+            session.open_now()
+            signal.setitimer(signal.ITIMER_REAL, self.window_s)
+        else:
+            session.finish_now()
