@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -105,6 +106,77 @@ def run(
     if report is None and not note.startswith("no GPU activity"):
         raise typer.Exit(outcome.exit_code or 2)
     raise typer.Exit(outcome.exit_code)
+
+
+lab_app = typer.Typer(help="The trap lab: workloads that plant each finding, run next to their fixed twins.")
+app.add_typer(lab_app, name="lab")
+
+
+@lab_app.command("list")
+def lab_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Every trap with the finding it plants, and the healthy baselines."""
+    from gpudoctor.lab.catalog import catalog
+
+    entries = catalog()
+    if json_out:
+        sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+        return
+    console = Console()
+    for e in entries:
+        console.print(f"[bold]{e['name']:22}[/bold] {e['expected_finding'] or '(healthy)':22} {e['title']}",
+                      markup=True, highlight=False, soft_wrap=True)
+
+
+@lab_app.command("run")
+def lab_run(
+    names: Optional[list[str]] = typer.Argument(None, help="Traps to run (see gpudoctor lab list)."),
+    all_traps: bool = typer.Option(False, "--all", help="Every trap and baseline."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for a smoke run (timings mean nothing)."),
+    steps: int = typer.Option(5, "--steps", help="Profiled steps per trap."),
+    out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where the lab's traces and reports go."),
+) -> None:
+    """Run traps and their fixed twins, diagnose the sick ones, compare predicted and measured speedups."""
+    from gpudoctor.capture.bundle import new_run_dir, write_json
+    from gpudoctor.lab.catalog import resolve_names
+    from gpudoctor.lab.verify import verify_all
+    from gpudoctor.report.lab import render_lab
+
+    chosen = resolve_names(names or [], all_traps)
+    _require_device(device)
+    run_dir = new_run_dir(out, "lab")
+    from rich.progress import Progress
+
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task("lab", total=len(chosen))
+
+        def advance(name: str) -> None:
+            bar.update(task, description=f"running {name} (sick, then fixed)", advance=0)
+
+        verdicts = []
+        for name in chosen:
+            advance(name)
+            verdicts += verify_all([name], device, run_dir, steps)
+            bar.advance(task)
+    write_json(run_dir / "lab.json", {"device": device, "results": [v.to_dict() for v in verdicts]})
+    if json_out:
+        sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n")
+    else:
+        render_lab(verdicts, Console())
+        sys.stderr.write(f"lab directory: {run_dir}\n")
+    if any(v.verdict == "error" for v in verdicts):
+        raise typer.Exit(1)
+
+
+def _require_device(device: str) -> None:
+    if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
+        raise InputError(f"--device {device!r}: use cuda, cuda:N or cpu")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("the lab runs its workloads on a CUDA GPU and none is visible here; "
+                             "use --device cpu for a smoke run")
 
 
 @app.command("rules")

@@ -1,0 +1,177 @@
+"""The lab's proof: run each trap and its fixed twin, diagnose the sick one, compare.
+
+For every trap: time the sick workload (CUDA events, median of ``timed`` steps after warm-up),
+record a profiled window of it, diagnose that trace with the unprofiled step time, time the
+fixed twin the same way, and compare the doctor's predicted speedup for the planted finding with
+the measured one (sick / fixed). Baselines pass when they get no major or critical finding.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import NoGpuActivityError
+from gpudoctor.lab.trap import Baseline, Trap, Workload
+
+RATIO_BAND = (0.67, 1.5)  # predicted / measured speedup counted as right
+
+
+@dataclass(frozen=True)
+class TrapVerdict:
+    trap: str
+    expected: str | None  # None for a baseline
+    top_finding: str | None
+    rank: int | None  # 1-based rank of the expected finding (None: not found)
+    predicted_speedup: float | None
+    measured_speedup: float | None
+    sick_ms: float
+    fixed_ms: float | None
+    profiled_step_ms: float
+    verdict: str  # pass | diagnosed | missed | healthy | unhealthy | error
+    findings: tuple[tuple[str, str, float], ...]  # (id, severity, saving ms)
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.predicted_speedup and self.measured_speedup:
+            return self.predicted_speedup / self.measured_speedup
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ratio"] = None if self.ratio is None else round(self.ratio, 3)
+        return d
+
+
+def time_steps(workload: Workload, device: str, warmup: int, timed: int) -> float:
+    """Median step time in ms: CUDA events between step boundaries (no sync inside the loop)."""
+    import torch
+
+    for _ in range(warmup):
+        workload.step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
+        marks[0].record()
+        for i in range(timed):
+            workload.step()
+            marks[i + 1].record()
+        torch.cuda.synchronize()
+        times = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    else:
+        times = []
+        for _ in range(timed):
+            t0 = time.perf_counter()
+            workload.step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> Path:
+    """A profiled window of ``steps`` steps (after 2 untouched and 1 warm-up), as trace.json.gz."""
+    from gpudoctor.capture.session import CaptureConfig, CaptureSession
+
+    session = CaptureSession(CaptureConfig(steps=steps, skip=2, stack=with_stack, nvml_interval_s=0), out_dir)
+    session.start(hook_optimizers=False)
+    try:
+        while not session.done:
+            workload.step()
+            session.step()
+    finally:
+        session.close()
+    if session.result.trace_path is None:
+        raise RuntimeError(f"no trace was written ({session.result.error or 'window never opened'})")
+    return session.result.trace_path
+
+
+def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5, timed: int = 20) -> TrapVerdict:
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import load
+
+    try:
+        sick = trap.build_sick(device)
+        try:
+            sick_ms = time_steps(sick, device, warmup, timed)
+            trace = capture(sick, out_dir / trap.id, steps, trap.with_stack)
+        finally:
+            sick.close()
+        fixed = trap.build_fixed(device)
+        try:
+            fixed_ms = time_steps(fixed, device, warmup, timed)
+        finally:
+            fixed.close()
+        report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms)
+    except NoGpuActivityError:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
+        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms, sick_ms, fixed_ms,
+                           0.0, "ran-on-cpu", ())
+    except Exception as exc:  # one broken trap must not stop the gallery
+        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0, "error", (),
+                           f"{type(exc).__name__}: {str(exc)[:200]}")
+    _write(out_dir / trap.id, report)
+    ids = [f.id for f in report.findings]
+    rank = ids.index(trap.expected_finding) + 1 if trap.expected_finding in ids else None
+    planted = report.finding(trap.expected_finding)
+    predicted = planted.predicted_speedup if planted else None
+    measured = sick_ms / fixed_ms if fixed_ms > 0 else None
+    verdict = "missed"
+    if rank == 1:
+        ratio = predicted / measured if predicted and measured else 0.0
+        verdict = "pass" if RATIO_BAND[0] <= ratio <= RATIO_BAND[1] else "diagnosed"
+    return TrapVerdict(trap.id, trap.expected_finding, ids[0] if ids else None, rank, predicted, measured, sick_ms,
+                       fixed_ms, report.step_ms, verdict, _summary(report))
+
+
+def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,
+                    timed: int = 20) -> TrapVerdict:
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import load
+
+    try:
+        work = base.build(device)
+        try:
+            step_ms = time_steps(work, device, warmup, timed)
+            trace = capture(work, out_dir / base.id, steps, base.with_stack)
+        finally:
+            work.close()
+        report = analyze_loaded(load(trace), unprofiled_step_ms=step_ms)
+    except NoGpuActivityError:
+        return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
+    except Exception as exc:
+        return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (), f"{type(exc).__name__}: {exc}")
+    _write(out_dir / base.id, report)
+    bad = [f for f in report.findings if f.severity in ("major", "critical")]
+    return TrapVerdict(base.id, None, report.findings[0].id if report.findings else None, None, None, None, step_ms,
+                       None, report.step_ms, "unhealthy" if bad else "healthy", _summary(report))
+
+
+def _summary(report: Any) -> tuple[tuple[str, str, float], ...]:
+    return tuple((f.id, f.severity, round(f.saving_ms, 3)) for f in report.findings[:5])
+
+
+def _write(folder: Path, report: Any) -> None:
+    from gpudoctor.report.json_report import to_json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(to_json(report) + "\n")
+
+
+def verify_all(
+    names: list[str], device: str, out_dir: Path, steps: int = 5, progress: Callable[[str], None] | None = None
+) -> list[TrapVerdict]:
+    from gpudoctor.lab.registry import BASELINE_IDS, load_baselines, load_trap
+
+    baselines = {b.id: b for b in load_baselines()}
+    verdicts = []
+    for name in names:
+        if progress:
+            progress(name)
+        if name in BASELINE_IDS:
+            verdicts.append(verify_baseline(baselines[name], device, out_dir, steps))
+        else:
+            verdicts.append(verify_trap(load_trap(name), device, out_dir, steps))
+    return verdicts
