@@ -10,7 +10,7 @@ from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.report.build import build_report
 from gpudoctor.report.model import Report
-from gpudoctor.rules.calibrate import calibrate
+from gpudoctor.rules.calibrate import calibrate, idle_scales
 from gpudoctor.rules.registry import run_rules
 from gpudoctor.trace import Trace, load
 
@@ -47,8 +47,8 @@ def analyze_loaded(
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms)
     findings = run_rules(analysis)
     if unprofiled_step_ms:
-        b = analysis.breakdown
-        findings = calibrate(findings, b.step_ms, b.busy_ms, unprofiled_step_ms)
+        scales = idle_scales(analysis.idle, analysis.step_ms, unprofiled_step_ms)
+        findings = calibrate(findings, unprofiled_step_ms, scales)
     return build_report(analysis, findings)
 
 

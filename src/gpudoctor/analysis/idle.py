@@ -115,6 +115,9 @@ class IdleResult:
     # idle ns inside each culprit event (aligned with culprits)
     culprit_idle_ns: dict[str, np.ndarray] = field(default_factory=dict)
     gaps: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+    # recorded host events (ops, runtime calls) per step, by the cause covering their start:
+    # where the profiler's own per-event cost lands (rules/calibrate.py)
+    events_by_cause: dict[str, float] = field(default_factory=dict)
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
@@ -145,6 +148,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     _move_catch_up_to_syncs(by_cause, _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
     by_cause[GPU_WAIT] = float((gap_e - gap_s)[waiting].sum()) / 1e6 / n_steps
     culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting])
+    events = _events_by_cause(trace, on_threads, steps, label_sets)
     return IdleResult(
         idle_ms=total_idle / 1e6 / n_steps,
         by_cause_ms=by_cause,
@@ -153,6 +157,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         culprits=culprits,
         culprit_idle_ns=culprit_ns,
         gaps=(gap_s, gap_e),
+        events_by_cause={cause: n / n_steps for cause, n in events.items()},
     )
 
 
@@ -282,6 +287,26 @@ def _host_work(
     if not gs:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return np.concatenate(gs), np.concatenate(ge)
+
+
+def _events_by_cause(
+    trace: Trace, on_threads: np.ndarray, steps: Steps, sets: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> dict[str, int]:
+    """Recorded ops and runtime calls in the steps, by the first cause (CAUSES order) covering them."""
+    host = trace.host
+    recorded = on_threads & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
+    ts = host.ts[recorded]
+    ts = ts[overlap_per_window(steps.start, steps.end, ts, ts + 1) > 0] if len(steps) else ts
+    free = np.ones(len(ts), bool)
+    counts: dict[str, int] = {}
+    for cause in CAUSES[:-1]:
+        s, e = sets.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        k = np.searchsorted(s, ts, side="right") - 1
+        inside = (k >= 0) & (ts < e[np.maximum(k, 0)]) if len(s) else np.zeros(len(ts), bool)
+        counts[cause] = int((inside & free).sum())
+        free &= ~inside
+    counts["dispatch"] = int(free.sum())
+    return counts
 
 
 def _exclusive_overlap(

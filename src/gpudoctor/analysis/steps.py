@@ -87,9 +87,15 @@ def _profiler_steps(trace: Trace) -> Steps | None:
     if idx.size == 0:
         return None
     host = trace.host
-    idx = idx[np.argsort(host.ts[idx], kind="stable")]
-    # Nested duplicates (a cpu_op and a user_annotation for the same step) keep the outer one.
-    idx = idx[host.depth[idx] == host.depth[idx].min()]
+    # One marker per step: some versions write a cpu_op and a user_annotation for the same step
+    # (keep the longer). Depth is no guide: a step hook fired inside optimizer.step() opens its
+    # ProfilerStep range inside the optimizer's own annotation.
+    best: dict[int, int] = {}
+    for i in idx.tolist():
+        label = int(host.name[i])
+        if label not in best or host.end[i] - host.ts[i] > host.end[best[label]] - host.ts[best[label]]:
+            best[label] = i
+    idx = np.array(sorted(best.values(), key=lambda i: host.ts[i]), dtype=np.int64)
     labels = tuple(trace.strings[host.name[i]] for i in idx.tolist())
     return Steps("profiler-step", host.ts[idx].copy(), host.end[idx].copy(), labels)
 

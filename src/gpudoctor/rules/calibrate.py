@@ -1,41 +1,64 @@
 """Re-price findings for the step as it runs without the profiler (when that time is known).
 
-The profiler adds host time to every recorded event; on a host-bound step that time shows up as
-GPU idle that the unprofiled program does not have. ``gpudoctor run`` and the lab time the same
-program outside the profiled window. With P the profiled step, U the unprofiled one and B the
-GPU busy time (about the same in both), a share f = (U - B) / (P - B) of the profiled idle is
-real; each finding keeps its kernel-time part and keeps f of its idle part, and its predicted
-speedup is taken against U.
+The profiler adds host time to every event it records; on a host-bound step that time shows up
+as GPU idle the unprofiled program does not have. ``gpudoctor run`` and the lab time the same
+program outside the profiled window. With P the profiled step and U the unprofiled one, the
+profiler added I = P - U of host time per step, spread over the recorded events: a cause of idle
+whose host time held a share of the step's recorded events gave that share of I (never more than
+its idle). Each finding keeps its kernel-time part, its idle part shrinks like the idle of its
+cause, and its predicted speedup is taken against U.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from gpudoctor.analysis.idle import IdleResult
 from gpudoctor.rules.finding import Finding, severity_for, speedup
 
+# the idle cause behind each finding's idle part
+CAUSE_OF = {
+    "launch-bound": "dispatch",
+    "per-sample-loop": "dispatch",
+    "optimizer-loop": "optimizer",
+    "host-sync": "host-sync",
+    "input-pipeline": "input-pipeline",
+    "host-blocking-work": "host-work",
+    "allocator-churn": "allocator",
+    "memory-pressure": "allocator",
+    "pageable-copy": "pageable-copy",
+}
 
-def idle_scale(profiled_step_ms: float, busy_ms: float, unprofiled_step_ms: float) -> float:
-    """The share of the profiled idle that the unprofiled step still has (0..1)."""
-    idle = profiled_step_ms - busy_ms
-    if idle <= 0 or unprofiled_step_ms >= profiled_step_ms:
-        return 1.0
-    return min(max((unprofiled_step_ms - busy_ms) / idle, 0.0), 1.0)
+
+def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: float) -> dict[str, float]:
+    """For each cause, the share of its profiled idle that remains unprofiled (0..1)."""
+    added = max(profiled_step_ms - unprofiled_step_ms, 0.0)
+    total = sum(idle.events_by_cause.values())
+    scales = {}
+    for cause, events in idle.events_by_cause.items():
+        ms = idle.ms(cause)
+        if ms <= 0 or total <= 0:
+            scales[cause] = 1.0
+            continue
+        scales[cause] = 1.0 - min(added * events / total, ms) / ms
+    return scales
 
 
 def calibrate(
-    findings: list[Finding], profiled_step_ms: float, busy_ms: float, unprofiled_step_ms: float
+    findings: list[Finding], unprofiled_step_ms: float, scales: dict[str, float], busy_ms: float
 ) -> list[Finding]:
-    f = idle_scale(profiled_step_ms, busy_ms, unprofiled_step_ms)
+    """``busy_ms``: GPU busy time per step; no fix removes more idle than U - busy."""
+    from gpudoctor.rules.registry import rank
+
     out = []
     for finding in findings:
-        idle = finding.idle_ms * f
-        saving = min(finding.saving_ms - finding.idle_ms + idle, 0.95 * unprofiled_step_ms)
-        saving = max(saving, 0.0)
+        f = scales.get(CAUSE_OF.get(finding.id, ""), 1.0)
+        idle = min(finding.idle_ms * f, max(unprofiled_step_ms - busy_ms, 0.0))
+        saving = max(min(finding.saving_ms - finding.idle_ms + idle, 0.95 * unprofiled_step_ms), 0.0)
         numbers = dict(finding.evidence.numbers, saving_in_profiled_trace_ms=round(finding.saving_ms, 3))
         severity = severity_for(saving, unprofiled_step_ms)
-        if finding.severity == "major" and finding.id == "memory-pressure":
-            severity = "major" if severity in ("minor", "info") else severity  # the wall itself
+        if finding.id == "memory-pressure" and severity in ("minor", "info"):
+            severity = finding.severity  # the wall itself, whatever its time cost
         out.append(
             dataclasses.replace(
                 finding,
@@ -46,4 +69,4 @@ def calibrate(
                 evidence=dataclasses.replace(finding.evidence, numbers=numbers),
             )
         )
-    return sorted(out, key=lambda x: (-x.saving_ms, x.id))
+    return rank(out)

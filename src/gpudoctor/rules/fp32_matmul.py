@@ -1,7 +1,8 @@
 """fp32-matmul: matrix multiplies on CUDA cores in fp32 while the tensor cores sit idle.
 
 Priced as the kernels' time minus the same FLOPs at the 16-bit tensor-core roof times a
-realistic efficiency (or the halved bytes at the memory roof, whichever is slower).
+realistic efficiency (or the halved bytes at the memory roof, whichever is slower), plus the
+casts that autocast adds in front of each matmul.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import Kind
 
 ID = "fp32-matmul"
+CAST_BYTES_FACTOR = 1.0
 
 
 def check(a: Analysis) -> Finding | None:
@@ -34,7 +36,10 @@ def check(a: Analysis) -> Finding | None:
     flops = rf.event_flops[idx]
     nbytes = rf.event_bytes[idx]
     roof = a.ceilings.best_matrix_flops * GEMM_EFFICIENCY
-    after = np.maximum(flops / roof, nbytes / 2 / a.ceilings.hbm_bytes_per_s) * 1e9
+    hbm = a.ceilings.hbm_bytes_per_s
+    # Autocast adds a cast per fp32 operand: read 4 bytes, write 2, per element of the inputs
+    # (about two thirds of the op's bytes): ~1.0x the op's fp32 bytes through HBM.
+    after = (np.maximum(flops / roof, nbytes / 2 / hbm) + CAST_BYTES_FACTOR * nbytes / hbm) * 1e9
     after = np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
     time_ms = time_ns.sum() / 1e6 / n
     saving = float(np.clip(time_ns - after, 0, None).sum()) / 1e6 / n

@@ -45,6 +45,24 @@ RULES: dict[str, Rule] = {
 
 _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 
+# A finding whose fix cannot be applied before another's comes after it, whatever its saving:
+# a CUDA graph (launch-bound's first fix) cannot capture a step that synchronizes with the host.
+BLOCKED_BY = {"launch-bound": ("host-sync",)}
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Largest saving first (severity breaks ties), then each blocked finding after its blockers."""
+    ordered = sorted(findings, key=lambda f: (-f.saving_ms, _SEVERITY_ORDER[f.severity], f.id))
+    for blocked, blockers in BLOCKED_BY.items():
+        ids = [f.id for f in ordered]
+        if blocked not in ids:
+            continue
+        last_blocker = max((ids.index(b) for b in blockers if b in ids), default=-1)
+        here = ids.index(blocked)
+        if last_blocker > here:
+            ordered.insert(last_blocker, ordered.pop(here))
+    return ordered
+
 
 def get_rule(rule_id: str) -> Rule:
     try:
@@ -60,4 +78,4 @@ def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[
         finding = rule.check(analysis)
         if finding is not None:
             findings.append(finding)
-    return sorted(findings, key=lambda f: (-f.saving_ms, _SEVERITY_ORDER[f.severity], f.id))
+    return rank(findings)
