@@ -48,7 +48,7 @@ def analyze_loaded(
     findings = run_rules(analysis)
     if unprofiled_step_ms:
         scales = idle_scales(analysis.idle, analysis.step_ms, unprofiled_step_ms)
-        findings = calibrate(findings, unprofiled_step_ms, scales)
+        findings = calibrate(findings, unprofiled_step_ms, scales, analysis.breakdown.busy_ms)
     return build_report(analysis, findings)
 
 

@@ -6,7 +6,8 @@ program outside the profiled window. With P the profiled step and U the unprofil
 profiler added I = P - U of host time per step, spread over the recorded events: a cause of idle
 whose host time held a share of the step's recorded events gave that share of I (never more than
 its idle). Each finding keeps its kernel-time part, its idle part shrinks like the idle of its
-cause, and its predicted speedup is taken against U.
+cause, and its predicted speedup is taken against U; no finding removes more idle than the
+unprofiled step has (U minus the GPU's busy time).
 """
 
 from __future__ import annotations
