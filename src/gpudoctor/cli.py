@@ -51,9 +51,13 @@ def demo(
     html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
 ) -> None:
-    """Diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
+    """On a GPU: run one lab trap live, diagnose it and verify the predicted speedup on its fixed
+    twin. Without a GPU: diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
     from gpudoctor.pipeline import analyze_path
 
+    if _has_cuda():
+        _live_demo(json_out, html, width)
+        return
     sample = resources.files("gpudoctor") / "data" / "sample_trace.json.gz"
     with resources.as_file(sample) as path:
         report = analyze_path(path)
@@ -177,6 +181,44 @@ def _require_device(device: str) -> None:
         if not torch.cuda.is_available():
             raise InputError("the lab runs its workloads on a CUDA GPU and none is visible here; "
                              "use --device cpu for a smoke run")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+DEMO_TRAP = "fp32_matmul"
+
+
+def _live_demo(json_out: bool, html: Optional[Path], width: Optional[int]) -> None:
+    from gpudoctor.capture.bundle import new_run_dir
+    from gpudoctor.lab.registry import load_trap
+    from gpudoctor.lab.verify import verify_trap
+
+    trap = load_trap(DEMO_TRAP)
+    err = Console(stderr=True, highlight=False)
+    with err.status(f"running the {DEMO_TRAP} trap and its fixed twin on {torch_device_name()}..."):
+        verdict = verify_trap(trap, "cuda", new_run_dir(Path("gpudoctor-runs"), "demo"))
+    if verdict.report is None:
+        raise InputError(f"the live demo failed ({verdict.error}); `gpudoctor analyze` still works on traces")
+    _emit(verdict.report, json_out, html, width)
+    if not json_out:
+        err.print(
+            f"verified on this GPU: {trap.title}. The doctor predicted x{verdict.predicted_speedup:.2f} from the "
+            f"{verdict.expected} fix; the fixed twin ran x{verdict.measured_speedup:.2f} faster "
+            f"({verdict.sick_ms:.2f} -> {verdict.fixed_ms:.2f} ms per step).",
+            markup=False,
+        )
+
+
+def torch_device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 @app.command("rules")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ class TrapVerdict:
     verdict: str  # pass | diagnosed | missed | healthy | unhealthy | error
     findings: tuple[tuple[str, str, float], ...]  # (id, severity, saving ms)
     error: str = ""
+    report: Any = field(default=None, compare=False, repr=False)  # the sick run's Report
 
     @property
     def ratio(self) -> float | None:
@@ -43,7 +45,8 @@ class TrapVerdict:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(dataclasses.replace(self, report=None))
+        d.pop("report")
         d["ratio"] = None if self.ratio is None else round(self.ratio, 3)
         return d
 
@@ -123,7 +126,7 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
         ratio = predicted / measured if predicted and measured else 0.0
         verdict = "pass" if RATIO_BAND[0] <= ratio <= RATIO_BAND[1] else "diagnosed"
     return TrapVerdict(trap.id, trap.expected_finding, ids[0] if ids else None, rank, predicted, measured, sick_ms,
-                       fixed_ms, report.step_ms, verdict, _summary(report))
+                       fixed_ms, report.step_ms, verdict, _summary(report), report=report)
 
 
 def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,
