@@ -10,7 +10,8 @@ from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.report.build import build_report
 from gpudoctor.report.model import Report
-from gpudoctor.rules.calibrate import calibrate, idle_scales
+from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms
+from gpudoctor.rules.calibrate import calibrate, floor_at_host_time, idle_scales
 from gpudoctor.rules.registry import run_rules
 from gpudoctor.trace import Trace, load
 
@@ -46,9 +47,15 @@ def analyze_loaded(
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms)
     findings = run_rules(analysis)
+    host_ms = host_step_ms(trace, analysis.steps)
     if unprofiled_step_ms:
         scales = idle_scales(analysis.idle, analysis.step_ms, unprofiled_step_ms)
         findings = calibrate(findings, unprofiled_step_ms, scales, analysis.breakdown.busy_ms)
+        if host_ms is not None:  # the host's time without the profiler's share of it
+            host_ms = max(host_ms - profiler_overhead_ms(trace, analysis.steps), 0.0)
+        findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)
+    else:
+        findings = floor_at_host_time(findings, analysis.step_ms, host_ms)
     return build_report(analysis, findings)
 
 

@@ -30,3 +30,24 @@ def recorded_events_per_step(trace: Trace, steps: Steps) -> float:
 def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
     """Estimated host time per step that the profiler added."""
     return recorded_events_per_step(trace, steps) * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6
+
+
+# A runtime call this long is the host waiting (a full launch queue, an implicit sync), not working.
+BLOCKED_CALL_NS = 50_000
+
+
+def host_step_ms(trace: Trace, steps: Steps) -> float | None:
+    """The host's working time per step: its ProfilerStep range minus the time it spent blocked
+    (sync calls, and runtime calls long enough to be waits). None without ProfilerStep ranges."""
+    if steps.host_start is None or steps.host_end is None or len(steps.host_start) == 0:
+        return None
+    from gpudoctor.analysis.idle import SYNC_OPS, SYNC_RUNTIME
+    from gpudoctor.analysis.intervals import overlap_per_window, union
+
+    host = trace.host
+    names = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
+    waiting = names[host.name] | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))
+    waiting &= np.isin(host.thread, launch_threads(trace))
+    s, e = union(host.ts[waiting], host.end[waiting])
+    blocked = overlap_per_window(s, e, steps.host_start, steps.host_end)
+    return float(np.median(steps.host_end - steps.host_start - blocked)) / 1e6

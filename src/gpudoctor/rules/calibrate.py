@@ -71,3 +71,31 @@ def calibrate(
             )
         )
     return rank(out)
+
+
+# findings whose fix makes the same kernels faster without removing any op: the step cannot get
+# shorter than the time the host needs to issue those ops (a GPU-bound step hides the host's
+# time; after the fix it shows). Fusion, fused attention and batching remove ops: not floored.
+SAME_OPS_FIXES = frozenset({"fp32-matmul", "misaligned-gemm"})
+
+
+def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float | None) -> list[Finding]:
+    """Cap the saving of same-ops fixes so the step they predict is not below the host's time."""
+    from gpudoctor.rules.registry import rank
+
+    if not host_ms or host_ms <= 0:
+        return findings
+    out = []
+    for finding in findings:
+        if finding.id in SAME_OPS_FIXES and step_ms - finding.saving_ms < host_ms:
+            saving = max(step_ms - host_ms, 0.0)
+            numbers = dict(finding.evidence.numbers, host_time_per_step_ms=round(host_ms, 3))
+            finding = dataclasses.replace(
+                finding,
+                saving_ms=saving,
+                predicted_speedup=speedup(step_ms, saving),
+                severity=severity_for(saving, step_ms),
+                evidence=dataclasses.replace(finding.evidence, numbers=numbers),
+            )
+        out.append(finding)
+    return rank(out)
