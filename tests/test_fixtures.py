@@ -162,3 +162,18 @@ def test_calibrated_predictions_against_the_fixed_twins() -> None:
         "host_sync", "launch_bound", "fp32_matmul", "unfused_elementwise", "naive_attention", "pageable_copy",
         "allocator_churn", "optimizer_loop", "host_blocking_work", "misaligned_gemm", "memory_pressure",
     }
+
+
+def test_a_run_directory_brings_its_unprofiled_step_time(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copy(DATA / "launch_bound" / "trace.json.gz", tmp_path / "trace.json.gz")
+    unprofiled = json.loads((DATA / "manifest.json").read_text())["scenarios"]["launch_bound"]["sick_median_ms"]
+    (tmp_path / "env.json").write_text(json.dumps({"capture": {"unprofiled_step_ms": unprofiled}}))
+    r = gpudoctor.analyze(tmp_path)
+    assert r.unprofiled_step_ms == pytest.approx(unprofiled)
+    top = r.findings[0]
+    assert top.id == "launch-bound"
+    # the profiler tripled this host-bound step; calibrated, the saving fits in the real step
+    assert top.saving_ms < unprofiled < report("launch_bound").findings[0].saving_ms
+    assert top.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(26.845, abs=1e-3)
