@@ -176,4 +176,5 @@ def test_a_run_directory_brings_its_unprofiled_step_time(tmp_path: Path) -> None
     assert top.id == "launch-bound"
     # the profiler tripled this host-bound step; calibrated, the saving fits in the real step
     assert top.saving_ms < unprofiled < report("launch_bound").findings[0].saving_ms
-    assert top.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(26.845, abs=1e-3)
+    # before calibration: the whole dispatch idle (no per-event discount when the real step is known)
+    assert top.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(31.145, abs=1e-3)
