@@ -160,7 +160,8 @@ def test_calibrated_predictions_against_the_fixed_twins() -> None:
             within.add(name)
     assert within == {
         "host_sync", "launch_bound", "fp32_matmul", "unfused_elementwise", "naive_attention", "pageable_copy",
-        "allocator_churn", "optimizer_loop", "host_blocking_work", "misaligned_gemm", "memory_pressure",
+        "allocator_churn", "per_sample_loop", "optimizer_loop", "host_blocking_work", "misaligned_gemm",
+        "memory_pressure",
     }
 
 

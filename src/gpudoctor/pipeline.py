@@ -50,7 +50,7 @@ def analyze_loaded(
     host_ms = host_step_ms(trace, analysis.steps)
     if unprofiled_step_ms:
         scales = idle_scales(analysis.idle, analysis.step_ms, unprofiled_step_ms)
-        findings = calibrate(findings, unprofiled_step_ms, scales, analysis.breakdown.busy_ms)
+        findings = calibrate(findings, unprofiled_step_ms, scales, analysis.breakdown.busy_ms, analysis.step_ms)
         if host_ms is not None:  # the host's time without the profiler's share of it
             host_ms = max(host_ms - profiler_overhead_ms(trace, analysis.steps), 0.0)
         findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)

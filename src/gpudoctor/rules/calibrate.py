@@ -45,17 +45,32 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
     return scales
 
 
+# Findings whose whole saving is host-driven time that stretches with the host: a pageable copy
+# is staged by the CPU, a per-sample loop is most of the step. They keep their share of the step:
+# scaled by U / P as a whole.
+STEP_SHARE = frozenset({"pageable-copy", "per-sample-loop"})
+
+
 def calibrate(
-    findings: list[Finding], unprofiled_step_ms: float, scales: dict[str, float], busy_ms: float
+    findings: list[Finding],
+    unprofiled_step_ms: float,
+    scales: dict[str, float],
+    busy_ms: float,
+    profiled_step_ms: float,
 ) -> list[Finding]:
     """``busy_ms``: GPU busy time per step; no fix removes more idle than U - busy."""
     from gpudoctor.rules.registry import rank
 
     out = []
     for finding in findings:
-        f = scales.get(CAUSE_OF.get(finding.id, ""), 1.0)
-        idle = min(finding.idle_ms * f, max(unprofiled_step_ms - busy_ms, 0.0))
-        saving = max(min(finding.saving_ms - finding.idle_ms + idle, 0.95 * unprofiled_step_ms), 0.0)
+        if finding.id in STEP_SHARE and profiled_step_ms > 0:
+            share = min(unprofiled_step_ms / profiled_step_ms, 1.0)
+            idle, saving = finding.idle_ms * share, finding.saving_ms * share
+        else:
+            f = scales.get(CAUSE_OF.get(finding.id, ""), 1.0)
+            idle = min(finding.idle_ms * f, max(unprofiled_step_ms - busy_ms, 0.0))
+            saving = finding.saving_ms - finding.idle_ms + idle
+        saving = max(min(saving, 0.95 * unprofiled_step_ms), 0.0)
         numbers = dict(finding.evidence.numbers, saving_in_profiled_trace_ms=round(finding.saving_ms, 3))
         severity = severity_for(saving, unprofiled_step_ms)
         if finding.id == "memory-pressure" and severity in ("minor", "info"):
