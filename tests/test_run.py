@@ -149,3 +149,13 @@ def test_profile_api_detaches_everything(tmp_path: Path) -> None:
     # the optimizer hook is gone: stepping again changes nothing
     opt.step()
     assert doc.session.result.steps_seen == 4
+
+
+def test_ctrl_c_inside_the_window(tmp_path: Path) -> None:
+    script = TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 4: raise KeyboardInterrupt")
+    out = run(tmp_path, "--skip", "2", "--steps", "5", "k.py", "30", script=script, name="k.py")
+    assert out.returncode == 130
+    assert "interrupted by Ctrl-C" in out.stderr
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["error"] == "interrupted by Ctrl-C" and env["capture"]["steps_recorded"] == 2

@@ -64,6 +64,9 @@ def run_and_diagnose(
     if result.trace_path is None:
         return outcome, run_dir, None, _why_nothing(outcome, config)
     report, note = diagnose_capture(result, config, run_dir)
+    throttled = [r for r in result.nvml.get("throttle_reasons_seen", []) if r not in ("gpu_idle", "sync_boost")]
+    if throttled:
+        note = (note + "; " if note else "") + f"the GPU's clocks were held back during the window ({', '.join(throttled)})"
     if result.error:
         note = (note + "; " if note else "") + f"the window ended early ({result.error}): the report covers what was captured"
     return outcome, run_dir, report, note
