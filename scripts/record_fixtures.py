@@ -33,7 +33,6 @@ import datetime as dt
 import gc
 import gzip
 import json
-import os
 import platform
 import shutil
 import statistics

@@ -6,11 +6,11 @@ import os
 from typing import Any
 
 from gpudoctor.analysis import analyze_trace
+from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms
 from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.report.build import build_report
 from gpudoctor.report.model import Report
-from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms
 from gpudoctor.rules.calibrate import calibrate, floor_at_host_time, idle_scales
 from gpudoctor.rules.registry import run_rules
 from gpudoctor.trace import Trace, load

@@ -8,10 +8,10 @@ the measured one (sick / fixed). Baselines pass when they get no major or critic
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any

@@ -13,7 +13,14 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
-from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding, speedup
+from gpudoctor.rules.finding import (
+    ALL_IDLE,
+    Evidence,
+    Finding,
+    Fix,
+    make_finding,
+    speedup,
+)
 
 ID = "memory-pressure"
 
