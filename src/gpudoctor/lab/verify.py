@@ -92,22 +92,35 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
     return session.result.trace_path
 
 
+def _time_and_capture(
+    build: Callable[[str], Workload], device: str, folder: Path, steps: int, with_stack: bool, warmup: int, timed: int
+) -> tuple[float, Path]:
+    """The unprofiled step time of a fresh workload, then a profiled window of it."""
+    work = build(device)
+    try:
+        step_ms = time_steps(work, device, warmup, timed)
+        return step_ms, capture(work, folder, steps, with_stack)
+    finally:
+        work.close()
+
+
+def _timed(build: Callable[[str], Workload], device: str, warmup: int, timed: int) -> float:
+    work = build(device)
+    try:
+        return time_steps(work, device, warmup, timed)
+    finally:
+        work.close()
+
+
 def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5, timed: int = 20) -> TrapVerdict:
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
+    sick_ms = fixed_ms = 0.0
     try:
-        sick = trap.build_sick(device)
-        try:
-            sick_ms = time_steps(sick, device, warmup, timed)
-            trace = capture(sick, out_dir / trap.id, steps, trap.with_stack)
-        finally:
-            sick.close()
-        fixed = trap.build_fixed(device)
-        try:
-            fixed_ms = time_steps(fixed, device, warmup, timed)
-        finally:
-            fixed.close()
+        sick_ms, trace = _time_and_capture(trap.build_sick, device, out_dir / trap.id, steps, trap.with_stack,
+                                           warmup, timed)
+        fixed_ms = _timed(trap.build_fixed, device, warmup, timed)
         report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms)
     except NoGpuActivityError:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms, sick_ms, fixed_ms,
@@ -134,18 +147,16 @@ def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, 
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
+    step_ms = 0.0
     try:
-        work = base.build(device)
-        try:
-            step_ms = time_steps(work, device, warmup, timed)
-            trace = capture(work, out_dir / base.id, steps, base.with_stack)
-        finally:
-            work.close()
+        step_ms, trace = _time_and_capture(base.build, device, out_dir / base.id, steps, base.with_stack,
+                                           warmup, timed)
         report = analyze_loaded(load(trace), unprofiled_step_ms=step_ms)
     except NoGpuActivityError:
         return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
     except Exception as exc:
-        return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (), f"{type(exc).__name__}: {exc}")
+        return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (),
+                           f"{type(exc).__name__}: {str(exc)[:200]}")
     _write(out_dir / base.id, report)
     bad = [f for f in report.findings if f.severity in ("major", "critical")]
     return TrapVerdict(base.id, None, report.findings[0].id if report.findings else None, None, None, None, step_ms,
