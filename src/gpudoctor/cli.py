@@ -74,7 +74,9 @@ def run(
     steps: int = typer.Option(5, "--steps", help="Steps to record."),
     skip: int = typer.Option(10, "--skip", help="Warm-up steps to leave out (compilation, autotuning)."),
     stack: bool = typer.Option(False, "--stack", help="Record Python stacks: findings point at file:line."),
-    keep_going: bool = typer.Option(False, "--continue", help="Let the program run on after the window."),
+    exit_after: bool = typer.Option(
+        True, "--exit-after/--continue", help="Stop the program once the window is recorded, or let it run on."
+    ),
     out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where run directories are written."),
     wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
     window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
@@ -100,7 +102,7 @@ def run(
         raise InputError("give a script to run (gpudoctor run train.py ARGS) or a module (gpudoctor run -m pkg.train)")
     config = CaptureConfig(steps=steps, skip=skip, stack=stack)
     outcome, run_dir, report, note = run_and_diagnose(
-        target, config, base=out, exit_after=not keep_going, wait_s=wait, window_s=window
+        target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window
     )
     if report is not None:
         _emit(report, json_out, None, width)
