@@ -114,6 +114,40 @@ def run(
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="Fewer repeats and sizes (about 20 s)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write the measured roofline page here."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be measured, and stop."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the machine profile for analyze and run."),
+) -> None:
+    """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies) and
+    its health; analyze and run then use them for this GPU."""
+    from gpudoctor.bench import plan_lines, render_bench_html, run_bench
+
+    if dry_run:
+        sys.stdout.write("\n".join(plan_lines(quick)) + "\n")
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task("bench", total=4)
+
+        def step(label: str) -> None:
+            bar.update(task, description=f"measuring {label}", advance=1)
+
+        result = run_bench(quick=quick, save=save, progress=step)
+    if html is not None:
+        html.write_text(render_bench_html(result))
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        return
+    from gpudoctor.report.bench import render_bench
+
+    render_bench(result, Console())
+
+
 lab_app = typer.Typer(help="The trap lab: workloads that plant each finding, run next to their fixed twins.")
 app.add_typer(lab_app, name="lab")
 

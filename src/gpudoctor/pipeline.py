@@ -9,6 +9,7 @@ from gpudoctor.analysis import analyze_trace
 from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms
 from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
+from gpudoctor.hardware.machine import measured_ceilings_for
 from gpudoctor.report.build import build_report
 from gpudoctor.report.model import Report
 from gpudoctor.rules.calibrate import calibrate, floor_at_host_time, idle_scales
@@ -19,7 +20,8 @@ DEFAULT_GPU = "h100-sxm"
 
 
 def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) -> Ceilings:
-    """--ceilings FILE, else --gpu NAME, else the GPU named in the trace's deviceProperties."""
+    """--ceilings FILE, else --gpu NAME, else the GPU named in the trace: its measured profile
+    (``gpudoctor bench``) when one was saved on this machine, else its datasheet row."""
     if isinstance(ceilings, Ceilings):
         return ceilings
     if ceilings is not None:
@@ -27,7 +29,7 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     if gpu:
         return for_gpu_name(gpu)
     if trace.gpu and trace.gpu.name:
-        return for_gpu_name(trace.gpu.name)
+        return measured_ceilings_for(trace.gpu.name) or for_gpu_name(trace.gpu.name)
     raise NoGpuActivityError(
         f"{trace.source} names no GPU (no deviceProperties); pass --gpu NAME (e.g. --gpu {DEFAULT_GPU}) "
         "or --ceilings FILE"

@@ -94,16 +94,22 @@ def axes_for(ceilings: dict[str, Any], points: list[dict[str, Any]]) -> LogAxes:
     )
 
 
-def roofline_svg(ceilings: dict[str, Any], kernels: list[dict[str, Any]]) -> tuple[str, int]:
-    """The chart's markup and the number of kernels that could not be placed on it."""
+def roofline_svg(
+    ceilings: dict[str, Any], kernels: list[dict[str, Any]], reference: dict[str, Any] | None = None
+) -> tuple[str, int]:
+    """The chart's markup and the number of kernels that could not be placed on it.
+
+    ``reference``: other ceilings (the datasheet's, next to measured ones) drawn dashed.
+    """
     points, skipped = plottable(kernels)
-    ax = axes_for(ceilings, points)
+    ax = axes_for(ceilings if reference is None else _merged(ceilings, reference), points)
     parts = [
         (f'<svg class="roofline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
          f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Roofline chart">'),
         (f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" height="{ax.bottom - ax.top}" '
          'fill="#fff" stroke="#cbd5e0"/>'),
         *_grid(ax),
+        *(_roof_lines(ax, reference, dashed=True) if reference else []),
         *_roof_lines(ax, ceilings),
         *_circles(ax, points),
         "</svg>",
@@ -149,7 +155,15 @@ def _grid(ax: LogAxes) -> list[str]:
     return out
 
 
-def _roof_lines(ax: LogAxes, ceilings: dict[str, Any]) -> list[str]:
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Ceilings whose roofs span both sets (for the axes only)."""
+    matrix = {f"{k}@a": v for k, v in (a.get("matrix_flops") or {}).items()}
+    matrix.update({f"{k}@b": v for k, v in (b.get("matrix_flops") or {}).items()})
+    return {"matrix_flops": matrix, "vector_flops": max(a.get("vector_flops") or 0, b.get("vector_flops") or 0),
+            "hbm_bytes_per_s": a.get("hbm_bytes_per_s") or b.get("hbm_bytes_per_s")}
+
+
+def _roof_lines(ax: LogAxes, ceilings: dict[str, Any], dashed: bool = False) -> list[str]:
     roofs = sorted(((d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max), key=lambda dr: -dr[1])
     bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
     out = []
@@ -157,14 +171,17 @@ def _roof_lines(ax: LogAxes, ceilings: dict[str, Any]) -> list[str]:
         x0 = max(ax.x_min, ax.y_min / bw)
         x1 = min(ax.x_max, roofs[0][1] / bw)
         if x1 > x0:
-            out.append(_line(ax, x0, bw * x0, x1, bw * x1, DIAGONAL_COLOR, "roof"))
-            out.append(_diagonal_label(ax, x0, x1, bw))
+            out.append(_line(ax, x0, bw * x0, x1, bw * x1, DIAGONAL_COLOR, "roof", dashed))
+            if not dashed:
+                out.append(_diagonal_label(ax, x0, x1, bw))
     label_y = math.inf
     for dtype, roof in reversed(roofs):  # lowest first; labels sit above their line, right-aligned
         x0 = max(ax.x_min, roof / bw) if bw > 0 else ax.x_min
         color = VECTOR_COLOR if "vector" in dtype else ROOF_COLOR
         cls = "roof vector" if "vector" in dtype else "roof"
-        out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls))
+        out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls, dashed))
+        if dashed:
+            continue  # datasheet roofs: lines only, the legend says what dashes are
         label_y = min(ax.y(roof) - 4, label_y - 12)  # roofs close together: labels step up
         out.append(f'<text x="{ax.right - 4}" y="{label_y:.1f}" text-anchor="end" fill="{color}">'
                    f'{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
@@ -180,9 +197,11 @@ def _diagonal_label(ax: LogAxes, x0: float, x1: float, bw: float) -> str:
             f'transform="rotate({angle:.1f} {px:.1f} {py:.1f})">HBM {esc(si(bw, "B/s"))}</text>')
 
 
-def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, cls: str) -> str:
+def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, cls: str,
+          dashed: bool = False) -> str:
+    dash = ' stroke-dasharray="6 4" opacity="0.6"' if dashed else ""
     return (f'<line x1="{ax.x(x0):.1f}" y1="{ax.y(y0):.1f}" x2="{ax.x(x1):.1f}" y2="{ax.y(y1):.1f}" '
-            f'stroke="{color}" class="{cls}"/>')
+            f'stroke="{color}" class="{cls}"{dash}/>')
 
 
 def _circles(ax: LogAxes, points: list[dict[str, Any]]) -> list[str]:

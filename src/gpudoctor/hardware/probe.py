@@ -1,0 +1,200 @@
+"""Probes: what this card reaches today (GPU only).
+
+Every probe times with CUDA events after warm-up and reports the median of its repeats, on random
+data (never zeros: they can run faster than real data). Memory probes use buffers far larger
+than L2 (so they measure HBM); the L2 probe uses one that fits. Bytes counted: each input read
+once plus each output written once (copy = 2x the buffer, triad = 3x).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Measurement:
+    probe: str  # e.g. "hbm.copy", "gemm.bf16"
+    value: float  # in `unit`
+    unit: str  # "B/s" | "FLOP/s" | "s"
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What a bench run measures; ``quick`` trades repeats and sizes for time."""
+
+    quick: bool = False
+
+    @property
+    def hbm_bytes(self) -> int:
+        return 1 * GIB if self.quick else 2 * GIB
+
+    @property
+    def repeats(self) -> int:
+        return 8 if self.quick else 30
+
+    @property
+    def gemm_size(self) -> int:
+        return 8192
+
+    def names(self) -> list[str]:
+        gemms = ["gemm.fp32", "gemm.tf32", "gemm.bf16", "gemm.fp16", "gemm.fp8"]
+        shapes = [] if self.quick else ["gemm.bf16.misaligned", "gemm.bf16.skinny", "gemm.bf16.small"]
+        return ["hbm.read", "hbm.write", "hbm.copy", "hbm.triad", "l2.copy", *gemms, *shapes,
+                "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned"]
+
+
+def _median_ms(torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def memory_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
+    n = plan.hbm_bytes // 4
+    a = torch.rand(n, device="cuda")
+    b = torch.rand(n, device="cuda")
+    c = torch.rand(n, device="cuda")
+    size = n * 4
+    out: list[Measurement] = []
+
+    def bandwidth(name: str, fn: Callable[[], Any], nbytes: int) -> None:
+        ms = _median_ms(torch, fn, plan.repeats)
+        out.append(Measurement(name, nbytes / (ms / 1e3), "B/s", {"buffer_bytes": size, "ms": round(ms, 4)}))
+
+    bandwidth("hbm.read", lambda: torch.sum(a), size)
+    bandwidth("hbm.write", lambda: c.fill_(1.5), size)
+    bandwidth("hbm.copy", lambda: c.copy_(a), 2 * size)
+    bandwidth("hbm.triad", lambda: torch.add(a, b, alpha=0.5, out=c), 3 * size)
+    del a, b, c
+    small = 16 * 1024**2 // 4  # 16 MiB: inside the L2 of an A100/H100
+    x, y = torch.rand(small, device="cuda"), torch.rand(small, device="cuda")
+    ms = _median_ms(torch, lambda: [y.copy_(x) for _ in range(20)], plan.repeats)
+    out.append(Measurement("l2.copy", 20 * 2 * small * 4 / (ms / 1e3), "B/s", {"buffer_bytes": small * 4}))
+    return out
+
+
+def gemm_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
+    size = plan.gemm_size
+    out: list[Measurement] = []
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dtype, allow in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                                   ("bf16", torch.bfloat16, False), ("fp16", torch.float16, False)):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            out.append(_gemm(torch, f"gemm.{name}", dtype, size, size, size, plan.repeats))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    fp8 = _fp8_gemm(torch, size, plan.repeats)
+    if fp8 is not None:
+        out.append(fp8)
+    if not plan.quick:
+        odd = size - 1
+        out.append(_gemm(torch, "gemm.bf16.misaligned", torch.bfloat16, odd, odd, odd, plan.repeats))
+        out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size, plan.repeats))
+        out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512, plan.repeats))
+    return out
+
+
+def _gemm(torch: Any, name: str, dtype: Any, m: int, n: int, k: int, repeats: int) -> Measurement:
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    ms = _median_ms(torch, lambda: a @ b, repeats)
+    return Measurement(name, 2.0 * m * n * k / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{m}x{n}x{k}", "ms": round(ms, 4)})
+
+
+def _fp8_gemm(torch: Any, size: int, repeats: int) -> Measurement | None:
+    """fp8 e4m3 through torch._scaled_mm (Hopper and later); None where unsupported."""
+    if not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability() < (8, 9):
+        return None
+    try:
+        a = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+        one = torch.tensor(1.0, device="cuda")
+        ms = _median_ms(torch, lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                        repeats)
+    except (RuntimeError, TypeError) as exc:
+        return Measurement("gemm.fp8", 0.0, "FLOP/s", {"error": f"{type(exc).__name__}: {exc}"[:200]})
+    return Measurement("gemm.fp8", 2.0 * size**3 / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{size}x{size}x{size}"})
+
+
+def launch_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
+    """Per-kernel cost of a tiny op: launched one by one from Python, and replayed from a graph."""
+    x = torch.rand(1, device="cuda")
+    n = 500 if plan.quick else 2000
+    for _ in range(50):
+        x.add_(1e-3)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        x.add_(1e-3)
+    torch.cuda.synchronize()
+    eager = (time.perf_counter() - start) / n
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        x.add_(1e-3)
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(n):
+                x.add_(1e-3)
+    graph.replay()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    graph.replay()
+    torch.cuda.synchronize()
+    replay = (time.perf_counter() - start) / n
+    return [Measurement("launch.eager", eager, "s", {"ops": n}), Measurement("launch.graph", replay, "s", {"ops": n})]
+
+
+def host_copy_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
+    nbytes = (128 if plan.quick else 512) * 1024**2
+    pageable = torch.rand(nbytes // 4)
+    pinned = torch.rand(nbytes // 4).pin_memory()
+    device = torch.empty(nbytes // 4, device="cuda")
+    repeats = max(plan.repeats // 3, 4)
+    out = []
+    for name, fn in (
+        ("h2d.pageable", lambda: device.copy_(pageable)),
+        ("h2d.pinned", lambda: device.copy_(pinned, non_blocking=True)),
+        ("d2h.pinned", lambda: pinned.copy_(device, non_blocking=True)),
+    ):
+        ms = _median_ms(torch, fn, repeats, warmup=2)
+        out.append(Measurement(name, nbytes / (ms / 1e3), "B/s", {"bytes": nbytes}))
+    return out
+
+
+PROBE_GROUPS: list[tuple[str, Callable[[Any, ProbePlan], list[Measurement]]]] = [
+    ("memory bandwidth", memory_probes),
+    ("matrix multiply", gemm_probes),
+    ("kernel launch", launch_probes),
+    ("host <-> device copies", host_copy_probes),
+]
+
+
+def run_probes(plan: ProbePlan, progress: Callable[[str], None] | None = None) -> list[Measurement]:
+    import torch
+
+    results: list[Measurement] = []
+    for label, group in PROBE_GROUPS:
+        if progress:
+            progress(label)
+        results += group(torch, plan)
+        torch.cuda.empty_cache()
+    return results

@@ -1,0 +1,58 @@
+"""Bench without a GPU: the saved machine profile is used by analyze; health readings -> findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gpudoctor
+from gpudoctor.hardware.health import HealthReading, health_findings
+from gpudoctor.hardware.machine import (
+    cache_dir,
+    ceilings_from,
+    measured_ceilings_for,
+    save_profile,
+)
+from gpudoctor.hardware.probe import Measurement
+
+DATA = Path(__file__).parent / "data"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _measurements() -> list[Measurement]:
+    return [
+        Measurement("hbm.copy", 2.9e12, "B/s"), Measurement("hbm.triad", 2.95e12, "B/s"),
+        Measurement("gemm.bf16", 7.7e14, "FLOP/s"), Measurement("gemm.fp32", 5.0e13, "FLOP/s"),
+        Measurement("gemm.fp8", 1.3e15, "FLOP/s"), Measurement("h2d.pinned", 5.2e10, "B/s"),
+    ]
+
+
+def test_a_saved_profile_becomes_the_ceilings_of_that_gpu() -> None:
+    ceilings = ceilings_from(_measurements(), H100, "GPU-1234", 85_017_493_504)
+    assert ceilings.hbm_bytes_per_s == 2.95e12 and ceilings.matrix("bf16") == 7.7e14
+    save_profile("GPU-1234", {"measured_utc": "2026-11-22T01:00:00+00:00", "ceilings": ceilings.to_dict()})
+    assert (cache_dir() / "GPU-1234.json").exists()
+    assert measured_ceilings_for(H100).source.startswith("measured ")
+    assert measured_ceilings_for("NVIDIA A100-SXM4-80GB") is None
+    report = gpudoctor.analyze(DATA / "fp32_matmul" / "trace.json.gz")
+    assert report.ceilings["source"].startswith("measured ") and "GPU-1234" in report.ceilings["source"]
+    # the measured roof (770, not the datasheet's 989) prices the fix
+    assert report.findings[0].evidence.numbers["bf16_roof_tflops"] == 770.0
+
+
+def test_an_unreadable_profile_is_ignored() -> None:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    (cache_dir() / "broken.json").write_text("{not json")
+    assert measured_ceilings_for(H100) is None
+
+
+def test_health_findings() -> None:
+    idle = HealthReading({"throttle_reasons": ["gpu_idle"], "power_limit_w": 700, "power_limit_max_w": 700,
+                          "ecc_uncorrected_volatile": 0, "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16,
+                          "pcie_width_max": 16, "mig_mode": 0, "other_processes": 1})
+    assert health_findings(idle) == []  # an idle card's "Idle" reason is not a problem
+    sick = HealthReading({"throttle_reasons": ["hw_thermal_slowdown"], "power_limit_w": 400, "power_limit_max_w": 700,
+                          "ecc_uncorrected_volatile": 3, "pcie_width": 8, "pcie_width_max": 16,
+                          "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": 1, "failure": 0}})
+    ids = {f.id: f.severity for f in health_findings(sick)}
+    assert ids == {"clock-throttle": "critical", "power-cap": "major", "ecc-errors": "critical",
+                   "remapped-rows": "major", "pcie-downgrade": "major"}
