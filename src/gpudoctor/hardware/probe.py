@@ -83,7 +83,6 @@ def memory_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
     bandwidth("hbm.write", lambda: c.fill_(1.5), size)
     bandwidth("hbm.copy", lambda: c.copy_(a), 2 * size)
     bandwidth("hbm.triad", lambda: torch.add(a, b, alpha=0.5, out=c), 3 * size)
-    del a, b, c
     small = 16 * 1024**2 // 4  # 16 MiB: inside the L2 of an A100/H100
     x, y = torch.rand(small, device="cuda"), torch.rand(small, device="cuda")
     ms = _median_ms(torch, lambda: [y.copy_(x) for _ in range(20)], plan.repeats)
