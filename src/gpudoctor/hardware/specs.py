@@ -11,7 +11,10 @@ is what PyTorch's matmuls use; those cards run FP16-accumulate at twice that, wh
 A dtype the source did not let us confirm is left out of the row (``Ceilings.matrix`` then falls
 back to fp32), and the row's ``source`` says so.
 
-Each row names its source document. Datasheet peaks are 10-25% above what a card reaches:
+Each row's ``source`` (shown in reports as "datasheet: ...") names the document in a few words;
+``notes`` keeps the printed figures, what was halved and what could not be confirmed. Memory sizes
+the vendor gives as "N GB" are stored as N GiB, as the driver reports them, except the H200 row.
+Datasheet peaks are 10-25% above what a card reaches:
 ``gpudoctor bench`` replaces them with measured ceilings.
 
 Lookup (`find_spec`) tries the row keys and names first, then each row's alias regexes in table
@@ -46,40 +49,43 @@ class GpuSpec:
     #                                 (NVLink; Infinity Fabric for AMD); 0: none / not confirmed
     pcie: str = ""  # host link generation, e.g. "Gen4 x16"; "" when not confirmed
     infinity_cache_bytes: int = 0  # AMD Infinity Cache (memory-side last-level cache), if any
+    notes: str = ""  # provenance detail: printed figures, what was halved, what is unconfirmed
 
 
 GIB = 1024**3
 MIB = 1024**2
 
-_HOPPER_NOTE = "dense = half the sparsity figure"
-_GEFORCE_NOTE = ("16-bit/FP8 tensor figures are the FP32-accumulate rates (what PyTorch uses), "
-                 "half the FP16-accumulate ones")
+_GEFORCE_NOTE = ("16-bit and FP8 tensor figures are the FP32-accumulate rates (what PyTorch uses), "
+                 "half the FP16-accumulate ones the same table also prints")
 
 
 def _v100(key: str, name: str, aliases: tuple[str, ...], gib: int, sxm: bool) -> GpuSpec:
     if sxm:
         flops = {"fp16": 125 * T, "fp32": 15.7 * T, "fp64": 7.8 * T}
-        source = ("NVIDIA Tesla V100 datasheet, SXM2 column (also NVIDIA 'Ampere Architecture "
-                  "In-Depth' Table 3, V100 SXM2: FP16 tensor 125 TF with FP32 accumulate, FP32 "
-                  "15.7, FP64 7.8, 900 GB/s, L2 6144 KB, 80 SMs); no BF16/TF32/FP8 on Volta; "
-                  "INT8 (DP4A, not tensor) left out")
+        source = "NVIDIA Tesla V100 datasheet (SXM2, dense)"
+        notes = ("V100 SXM2: tensor 125 TF (FP16 inputs, FP16 or FP32 accumulate), FP32 15.7, FP64 "
+                 "7.8, HBM2 900 GB/s, NVLink 300 GB/s, PCIe Gen3; cross-checked against NVIDIA's "
+                 "'Ampere Architecture In-Depth' Table 3 (V100 SXM2: 80 SMs, L2 6144 KB, 900 GB/s). "
+                 "No BF16/TF32/FP8 on Volta; INT8 is DP4A, not tensor, and not listed: left out")
     else:
         flops = {"fp16": 112 * T, "fp32": 14 * T, "fp64": 7 * T}
-        source = ("NVIDIA Tesla V100 datasheet, PCIe column: tensor 112 TF, FP32 14, FP64 7, "
-                  "900 GB/s, PCIe Gen3 32 GB/s, no NVLink; 80 SMs and 6 MB L2 as GV100; no "
-                  "BF16/TF32/FP8 on Volta; INT8 (DP4A, not tensor) left out")
+        source = "NVIDIA Tesla V100 datasheet (PCIe, dense)"
+        notes = ("V100 PCIe: tensor 112 TF, FP32 14, FP64 7, HBM2 900 GB/s, PCIe Gen3 32 GB/s, no "
+                 "NVLink; 80 SMs / 6 MB L2 as GV100. No BF16/TF32/FP8 on Volta; INT8 left out. The "
+                 "V100S (130 TF, 1,134 GB/s) and the 150 W FHHL card are not this row")
     return GpuSpec(
         key=key, name=name, aliases=aliases, matrix_flops=flops, vector_flops=flops["fp32"],
         hbm_bytes_per_s=900e9, memory_bytes=gib * GIB, l2_bytes=6 * MIB, sm_count=80,
-        source=source, nvlink_bytes_per_s=300e9 if sxm else 0.0, pcie="Gen3 x16",
+        source=source, nvlink_bytes_per_s=300e9 if sxm else 0.0, pcie="Gen3 x16", notes=notes,
     )
 
 
 _A100_FLOPS = {"fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                "int8": 624 * T, "fp64": 19.5 * T}
-_A100_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet, {col} column; dense (TF32 156, BF16/FP16 "
-                "312, INT8 624 = half the sparsity figures); FP64 = FP64 tensor core 19.5 (9.7 "
-                "FMA); {bw}; 108 SMs, 40 MB L2 (Ampere architecture whitepaper); no FP8")
+_A100_NOTES = ("A100 datasheet: TF32 156 | 312*, BF16/FP16 312 | 624*, INT8 624 | 1,248* (* = with "
+               "sparsity); FP32 19.5; FP64 tensor core 19.5 (FMA 9.7) as 'fp64'; same compute for SXM "
+               "and PCIe (the PCIe card has a lower TDP, not lower peaks). {mem}. 108 SMs, 40 MB L2 "
+               "(Ampere architecture whitepaper). No FP8 on Ampere")
 _H100_SXM_FLOPS = {"fp32": 67 * T, "tf32": 494.7 * T, "bf16": 989.4 * T, "fp16": 989.4 * T,
                    "fp8": 1978.9 * T, "int8": 1978.9 * T, "fp64": 66.9 * T}
 
@@ -95,14 +101,15 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=94 * GIB,
         l2_bytes=50 * MIB,
         sm_count=132,
-        source=("NVIDIA H100 Tensor Core GPU datasheet (2024 revision), H100 NVL column, per GPU; "
-                f"{_HOPPER_NOTE} (BF16/FP16 1,671, FP8 3,341); FP32 60, 94 GB, 3.9 TB/s, NVLink "
-                "bridge 600 GB/s, PCIe Gen5. Could not locate the datasheet text itself: BF16/FP8 "
-                "confirmed only against secondary tables (~835 / ~1,670 dense), FP32 60 likewise; "
-                "TF32, INT8 and FP64 tensor not confirmed, left out; 132 SMs / 50 MB L2 as GH100 "
-                "SXM5 (not confirmed)"),
+        source=("NVIDIA H100 Tensor Core GPU datasheet (H100 NVL, per GPU, dense = half the "
+                "sparsity figure; TF32, INT8, FP64 not confirmed)"),
         nvlink_bytes_per_s=600e9,
         pcie="Gen5 x16",
+        notes=("Datasheet (2024 revision) NVL column: BF16/FP16 1,671*, FP8 3,341*, FP32 60, 94 GB "
+               "HBM3, 3.9 TB/s, NVLink bridge 600 GB/s, PCIe Gen5. The datasheet text itself was not "
+               "found in the search corpus: dense BF16 ~835 / FP8 ~1,670 and FP32 60 / FP64 30 were "
+               "confirmed only against secondary tables; TF32, INT8 and FP64 tensor core left out. "
+               "132 SMs and 50 MB L2 as GH100 SXM5, not confirmed"),
     ),
     GpuSpec(
         key="h100-sxm",
@@ -114,12 +121,13 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=80 * GIB,
         l2_bytes=50 * MIB,
         sm_count=132,
-        source=("NVIDIA H100 Tensor Core GPU datasheet, 2023, SXM5 column, and H100 architecture "
-                f"whitepaper Table 1; {_HOPPER_NOTE} (TF32 989, BF16/FP16 1,979, FP8/INT8 3,958); "
-                "FP64 = FP64 tensor core 67 (34 FMA); 3.35 TB/s, 50 MB L2, 132 SMs, NVLink 900 GB/s, "
-                "PCIe Gen5 128 GB/s"),
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)",
         nvlink_bytes_per_s=900e9,
         pcie="Gen5 x16",
+        notes=("H100 datasheet (2023) SXM5 column, confirmed against a copy of it and the H100 "
+               "architecture whitepaper Table 1: TF32 989*, BF16/FP16 1,979*, FP8/INT8 3,958* (* = "
+               "with sparsity; rows hold half), FP32 67, FP64 tensor core 67 (FMA 34) as 'fp64'; "
+               "3,350 GB/s, 50 MB L2, 132 SMs, NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
     ),
     GpuSpec(
         key="h100-pcie",
@@ -132,12 +140,12 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=80 * GIB,
         l2_bytes=50 * MIB,
         sm_count=114,
-        source=("NVIDIA H100 Tensor Core GPU datasheet, 2023, PCIe column, and H100 architecture "
-                f"whitepaper Table 1; {_HOPPER_NOTE} (TF32 756, BF16/FP16 1,513, FP8/INT8 3,026); "
-                "FP64 = FP64 tensor core 51 (26 FMA); 2,000 GB/s, 50 MB L2, 114 SMs, NVLink bridge "
-                "600 GB/s, PCIe Gen5 128 GB/s"),
+        source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
         nvlink_bytes_per_s=600e9,
         pcie="Gen5 x16",
+        notes=("H100 datasheet (2023) PCIe column and whitepaper Table 1: TF32 756*, BF16/FP16 "
+               "1,513*, FP8/INT8 3,026* (rows hold half), FP32 51, FP64 tensor core 51 (FMA 26); "
+               "2,000 GB/s HBM2e, 50 MB L2, 114 SMs, NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s"),
     ),
     GpuSpec(
         key="h200",
@@ -149,12 +157,13 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=141 * 10**9,
         l2_bytes=50 * MIB,
         sm_count=132,
-        source=("NVIDIA H200 Tensor Core GPU datasheet, SXM column; compute identical to H100 SXM5 "
-                f"(GH100), {_HOPPER_NOTE} (FP8 3,958); 141 GB HBM3e, 4.8 TB/s, NVLink 900 GB/s, "
-                "PCIe Gen5 128 GB/s. Note: the 'h200' alias also catches 'H200 NVL' (a lower-clocked "
-                "PCIe card) and 'GH200', which get these SXM figures"),
+        source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
         nvlink_bytes_per_s=900e9,
         pcie="Gen5 x16",
+        notes=("H200 SXM: same GH100 compute as H100 SXM5 (FP8 3,958* etc., rows hold half); 141 GB "
+               "HBM3e, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s. The 'h200' alias also catches "
+               "'NVIDIA H200 NVL' (a 600 W PCIe card rated lower) and 'GH200' parts, which get these "
+               "SXM figures (unchanged behaviour; no confirmed H200 NVL figures to give them a row)"),
     ),
     # ---------------------------------------------------------------- Blackwell
     GpuSpec(
@@ -168,14 +177,17 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=186 * GIB,
         l2_bytes=0,
         sm_count=0,
-        source=("NVIDIA Blackwell datasheet (2025), 'Individual Blackwell GPU Specifications', "
-                "GB200 NVL72 column (one GPU of the superchip, up to 1,200 W); footnote 'all Tensor "
-                "Core numbers except FP64 with sparsity', so dense = half (TF32 2.5, FP16/BF16 5, "
-                "FP8/INT8 10 PF printed); FP32 80 TF, FP64 40 TF; 186 GB HBM3e, 8 TB/s; NVLink 5 "
-                "1.8 TB/s; host CPU over NVLink-C2C. SM count and L2 size not published there (0); "
-                "PCIe generation not confirmed for this form factor"),
+        source=("NVIDIA Blackwell datasheet, 2025 (GB200 NVL72 per-GPU column; dense = half the "
+                "sparsity figure)"),
         nvlink_bytes_per_s=1.8e12,
         pcie="",
+        notes=("'Individual Blackwell GPU Specifications', GB200 NVL72 column (one GPU of a GB200 "
+               "superchip, configurable up to 1,200 W). Footnote: 'all Tensor Core numbers except "
+               "FP64 with sparsity' - printed TF32 2.5, FP16/BF16 5, FP8/INT8 10 P(FL)OPS, rows hold "
+               "half; FP32 80 TF, FP64/FP64 tensor 40 TF; 186 GB HBM3e, 8 TB/s; NVLink 5 1.8 TB/s; "
+               "host CPU over NVLink-C2C (900 GB/s). SM count, L2 size and PCIe generation not "
+               "confirmed for this form factor (0 / empty). Early 2024 figures (192 GB, FP64 45, "
+               "FP32 90) superseded"),
     ),
     GpuSpec(
         key="b200",
@@ -188,14 +200,16 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=180 * GIB,
         l2_bytes=0,
         sm_count=148,
-        source=("NVIDIA Blackwell datasheet (2025), 'Individual Blackwell GPU Specifications', HGX "
-                "B200 column (up to 1,000 W); footnote 'all Tensor Core numbers except FP64 with "
-                "sparsity', so dense = half (TF32 2.2, FP16/BF16 4.5, FP8/INT8 9 PF printed); FP32 "
-                "75 TF, FP64 37 TF; 180 GB HBM3e, 7.7 TB/s; NVLink 5 1.8 TB/s; PCIe Gen5 128 GB/s. "
-                "148 SMs as measured by Chips and Cheese ('Nvidia's B200', 74 per die); L2 size not "
-                "published (0). Early 2024 figures (192 GB, 8 TB/s) superseded"),
+        source=("NVIDIA Blackwell datasheet, 2025 (HGX B200 column; dense = half the sparsity "
+                "figure)"),
         nvlink_bytes_per_s=1.8e12,
         pcie="Gen5 x16",
+        notes=("'Individual Blackwell GPU Specifications', HGX B200 column (up to 1,000 W). Footnote "
+               "'all Tensor Core numbers except FP64 with sparsity': printed TF32 2.2, FP16/BF16 "
+               "4.5, FP8/INT8 9 P(FL)OPS, rows hold half; FP32 75 TF, FP64 37 TF; 180 GB HBM3e, "
+               "7.7 TB/s; NVLink 5 1.8 TB/s; PCIe Gen5 128 GB/s. 148 SMs (74 per die) as measured by "
+               "Chips and Cheese, 'Nvidia's B200'. L2 size not published (0). Early 2024 figures "
+               "(192 GB, 8 TB/s) superseded"),
     ),
     # ---------------------------------------------------------------- Ampere data center
     GpuSpec(
@@ -208,10 +222,11 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=80 * GIB,
         l2_bytes=40 * MIB,
         sm_count=108,
-        source=_A100_SOURCE.format(col="80GB PCIe", bw="80 GB HBM2e, 1,935 GB/s; NVLink bridge "
-                                   "(2 GPUs) 600 GB/s; PCIe Gen4"),
+        source="NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe, dense)",
         nvlink_bytes_per_s=600e9,
         pcie="Gen4 x16",
+        notes=_A100_NOTES.format(mem="80 GB HBM2e, 1,935 GB/s, NVLink bridge for 2 GPUs 600 GB/s, "
+                                 "PCIe Gen4"),
     ),
     GpuSpec(
         key="a100-pcie-40gb",
@@ -223,10 +238,11 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=40 * GIB,
         l2_bytes=40 * MIB,
         sm_count=108,
-        source=_A100_SOURCE.format(col="40GB PCIe", bw="40 GB HBM2, 1,555 GB/s; NVLink bridge "
-                                   "(2 GPUs) 600 GB/s; PCIe Gen4"),
+        source="NVIDIA A100 Tensor Core GPU datasheet (40GB PCIe, dense)",
         nvlink_bytes_per_s=600e9,
         pcie="Gen4 x16",
+        notes=_A100_NOTES.format(mem="40 GB HBM2, 1,555 GB/s, NVLink bridge for 2 GPUs 600 GB/s, "
+                                 "PCIe Gen4"),
     ),
     GpuSpec(
         key="a100-sxm-80gb",
@@ -238,10 +254,10 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=80 * GIB,
         l2_bytes=40 * MIB,
         sm_count=108,
-        source=_A100_SOURCE.format(col="80GB SXM", bw="80 GB HBM2e, 2,039 GB/s; NVLink 600 GB/s; "
-                                   "PCIe Gen4"),
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB, dense)",
         nvlink_bytes_per_s=600e9,
         pcie="Gen4 x16",
+        notes=_A100_NOTES.format(mem="80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s, PCIe Gen4"),
     ),
     GpuSpec(
         key="a100-40gb",
@@ -253,10 +269,11 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=40 * GIB,
         l2_bytes=40 * MIB,
         sm_count=108,
-        source=_A100_SOURCE.format(col="40GB SXM", bw="40 GB HBM2, 1,555 GB/s; NVLink 600 GB/s; "
-                                   "PCIe Gen4. Also the fallback for any other 'A100' name"),
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB, dense)",
         nvlink_bytes_per_s=600e9,
         pcie="Gen4 x16",
+        notes=_A100_NOTES.format(mem="40 GB HBM2, 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4. Also the "
+                                 "fallback row for any other 'A100' device name"),
     ),
     GpuSpec(
         key="a10g",
@@ -268,13 +285,15 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=24 * GIB,
         l2_bytes=0,
         sm_count=0,
-        source=("No NVIDIA datasheet exists for the A10G (an AWS-only GA102 part, EC2 G5); 24 GB "
-                "GDDR6 at 600 GB/s per Baseten 'NVIDIA A10 vs A10G for ML model inference', which "
-                "also says the A10G has lower tensor and higher CUDA-core throughput than the A10. "
-                "No tensor figure could be confirmed, so every matrix dtype is left out; "
-                "vector_flops is the A10's datasheet FP32 (31.2 TF), a floor for the A10G. SM "
-                "count, L2 and PCIe generation not confirmed"),
+        source=("no NVIDIA A10G datasheet; Baseten 'A10 vs A10G' (memory); no tensor figure "
+                "confirmed, left out; vector = A10 FP32 floor"),
         pcie="",
+        notes=("The A10G is an AWS-only GA102 part (EC2 G5) with no public NVIDIA datasheet. Baseten, "
+               "'NVIDIA A10 vs A10G for ML model inference': same 24 GB GDDR6 at 600 GB/s as the A10, "
+               "lower tensor throughput and higher CUDA-core throughput than the A10. No tensor "
+               "figure could be confirmed, so matrix_flops is empty and the ceilings fall back to "
+               "vector_flops, set to the A10's datasheet FP32 (31.2 TF) as a floor: bf16 MFU against "
+               "it is overstated. SM count, L2 and PCIe generation not confirmed"),
     ),
     GpuSpec(
         key="a10",
@@ -286,11 +305,12 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=24 * GIB,
         l2_bytes=6 * MIB,
         sm_count=72,
-        source=("NVIDIA A10 Tensor Core GPU datasheet; dense = half the sparsity figure (BF16/FP16 "
-                "250, INT8 500 printed with sparsity); FP32 31.2, 24 GB GDDR6, 600 GB/s, PCIe Gen4, "
-                "no NVLink; 72 SMs, 6 MB L2 (GA102). TF32 (62.5 dense as recalled) not confirmed, "
-                "left out; FP64 not listed"),
+        source=("NVIDIA A10 Tensor Core GPU datasheet (dense = half the sparsity figure; TF32 not "
+                "confirmed)"),
         pcie="Gen4 x16",
+        notes=("A10 datasheet: BF16/FP16 125 | 250*, INT8 250 | 500* (* = with sparsity), FP32 31.2; "
+               "24 GB GDDR6, 600 GB/s; PCIe Gen4 x16, no NVLink; 72 SMs, 6 MB L2 (GA102). TF32 "
+               "(62.5 dense as recalled) could not be confirmed: left out. FP64 not listed"),
     ),
     # ---------------------------------------------------------------- Volta
     _v100("v100-sxm2-32gb", "NVIDIA Tesla V100 SXM2 32GB", (r"v100-sxm2-32gb",), 32, sxm=True),
@@ -309,11 +329,12 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=48 * GIB,
         l2_bytes=96 * MIB,
         sm_count=142,
-        source=("NVIDIA L40S datasheet; dense = the unstarred column (TF32 183 | 366*, BF16/FP16 "
-                "362.05 | 733*, FP8 733 | 1,466*); FP32 91.6; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, "
-                "no NVLink; 142 SMs (568 tensor cores). INT8 not confirmed, left out; FP64 not "
-                "listed; 96 MB L2 is the full AD102 figure (Ada whitepaper), not confirmed for L40S"),
+        source="NVIDIA L40S datasheet (dense, unstarred column; INT8 not confirmed)",
         pcie="Gen4 x16",
+        notes=("L40S datasheet: TF32 183 | 366*, BF16/FP16 362.05 | 733*, FP8 733 | 1,466* (* = with "
+               "sparsity), FP32 91.6; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, no NVLink; 142 SMs (568 "
+               "tensor cores). INT8 could not be confirmed: left out; FP64 not listed. 96 MB L2 is "
+               "the full-AD102 figure from the Ada whitepaper, not confirmed for the L40S"),
     ),
     GpuSpec(
         key="l4",
@@ -326,11 +347,11 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=24 * GIB,
         l2_bytes=48 * MIB,
         sm_count=58,
-        source=("NVIDIA L4 Tensor Core GPU datasheet; dense = half the sparsity figure (TF32 120, "
-                "FP16/BF16 242, FP8/INT8 485 printed with sparsity); FP32 30.3; 24 GB GDDR6, "
-                "300 GB/s, 48 MB L2, 58 SMs (7,424 CUDA cores); PCIe Gen4 x16, no NVLink; FP64 "
-                "not listed"),
+        source="NVIDIA L4 Tensor Core GPU datasheet (dense)",
         pcie="Gen4 x16",
+        notes=("L4 datasheet prints only sparsity figures: TF32 120*, FP16/BF16 242*, FP8/INT8 485* - "
+               "rows hold half; FP32 30.3; 24 GB GDDR6, 300 GB/s; 48 MB L2, 58 SMs (7,424 CUDA "
+               "cores); PCIe Gen4 x16, no NVLink; FP64 not listed"),
     ),
     # ---------------------------------------------------------------- GeForce
     GpuSpec(
@@ -344,11 +365,12 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=24 * GIB,
         l2_bytes=72 * MIB,
         sm_count=128,
-        source=("NVIDIA Ada GPU architecture whitepaper, Appendix (GeForce RTX 4090), dense "
-                f"column; {_GEFORCE_NOTE}: BF16/FP16 165.2 (FP16-acc 330.3), FP8 330.3 (FP16-acc "
-                "660.6); TF32 82.6, INT8 660.6, FP32 82.6; 24 GB GDDR6X, 1,008 GB/s, 72 MB L2, "
-                "128 SMs; PCIe Gen4, no NVLink. Excludes 'RTX 4090 D' and laptop parts"),
+        source="NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090, dense, FP32-accumulate)",
         pcie="Gen4 x16",
+        notes=(f"Ada whitepaper appendix, RTX 4090: {_GEFORCE_NOTE} - BF16/FP16 165.2 (FP16-acc "
+               "330.3), FP8 330.3 (FP16-acc 660.6); TF32 82.6, INT8 660.6, FP32 82.6; 24 GB GDDR6X, "
+               "1,008 GB/s, 72 MB L2, 128 SMs; PCIe Gen4, no NVLink. 'RTX 4090 D' and laptop 4090s "
+               "are different chips and do not match"),
     ),
     GpuSpec(
         key="rtx-3090",
@@ -360,13 +382,14 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=24 * GIB,
         l2_bytes=6 * MIB,
         sm_count=82,
-        source=("NVIDIA Ampere GA102 GPU architecture whitepaper, Appendix A (GeForce RTX 3090), "
-                f"dense column; {_GEFORCE_NOTE}: BF16/FP16 71 (FP16-acc 142); TF32 35.6, FP32 "
-                "35.6; 24 GB GDDR6X, 936 GB/s, 6 MB L2, 82 SMs; PCIe Gen4; NVLink bridge 112.5 "
-                "GB/s total (GA102 third-gen NVLink, 4 x4 links). INT8 not confirmed, left out; no "
-                "FP8 on Ampere. Excludes 'RTX 3090 Ti'"),
+        source=("NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090, dense, "
+                "FP32-accumulate; INT8 not confirmed)"),
         nvlink_bytes_per_s=112.5e9,
         pcie="Gen4 x16",
+        notes=(f"GA102 whitepaper appendix A, RTX 3090: {_GEFORCE_NOTE} - BF16/FP16 71 (FP16-acc "
+               "142); TF32 35.6, FP32 35.6; 24 GB GDDR6X, 936 GB/s, 6 MB L2, 82 SMs; PCIe Gen4; "
+               "NVLink bridge 112.5 GB/s total (GA102 third-gen NVLink, four x4 links). INT8 could "
+               "not be confirmed: left out; no FP8 on Ampere. 'RTX 3090 Ti' does not match"),
     ),
     # ---------------------------------------------------------------- AMD
     GpuSpec(
@@ -381,16 +404,18 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=192 * GIB,
         l2_bytes=32 * MIB,
         sm_count=304,
-        source=("AMD ROCm docs 'AMD Instinct MI300 series microarchitecture', MI300X peak table "
-                "(per-CU FLOPS/clock x 304 CUs, i.e. dense; the AMD datasheet's 'with sparsity' "
-                "figures are twice these): FP64 matrix 163.4 (vector 81.7), FP32 163.4, TF32 653.7, "
-                "FP16/BF16 1,307.4, FP8/INT8 2,614.9; 5.3 TB/s HBM3, 192 GB; 'GPU hardware "
-                "specifications' table: 304 CUs, L2 32 MB (4 MB per XCD) and a separate 256 MB "
-                "Infinity Cache (infinity_cache_bytes); 7 Infinity Fabric links x 128 GB/s = 896 "
-                "GB/s; PCIe Gen5 x16 to the host"),
+        source=("AMD ROCm docs, MI300 series microarchitecture peak table (MI300X, dense); "
+                "L2 32 MB, 256 MB Infinity Cache kept separate"),
         nvlink_bytes_per_s=896e9,
         pcie="Gen5 x16",
         infinity_cache_bytes=256 * MIB,
+        notes=("ROCm 'AMD Instinct MI300 series microarchitecture', MI300X table (per-CU FLOPS/clock "
+               "x 304 CUs at 2.1 GHz, i.e. dense; AMD's datasheet 'with sparsity' figures are twice "
+               "these): FP64 matrix 163.4 (vector 81.7), FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, "
+               "FP8/INT8 2,614.9; 5.3 TB/s HBM3, 192 GB. ROCm 'GPU hardware specifications': 304 "
+               "CUs, L2 32 MB (4 MB per XCD), Infinity Cache ('L3') 256 MB - in "
+               "infinity_cache_bytes, not l2_bytes. 7 Infinity Fabric links x 128 GB/s = 896 GB/s "
+               "(the 'nvlink' field); PCIe Gen5 x16 to the host"),
     ),
 )
 
