@@ -14,7 +14,8 @@ from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 # measured. PCI-SIG base specifications 4.0 and 5.0: 16 GT/s and 32 GT/s per lane, x16.
 PCIE4_X16_BYTES_PER_S = 31.5e9
 PCIE5_X16_BYTES_PER_S = 63.0e9
-_PCIE5_GPUS = ("h100", "h200")
+PCIE3_X16_BYTES_PER_S = 15.75e9  # 8 GT/s per lane, x16
+_PCIE_BY_GEN = {"gen3": PCIE3_X16_BYTES_PER_S, "gen4": PCIE4_X16_BYTES_PER_S, "gen5": PCIE5_X16_BYTES_PER_S}
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class Ceilings:
 
 
 def from_spec(spec: GpuSpec) -> Ceilings:
-    pcie = PCIE5_X16_BYTES_PER_S if any(k in spec.key for k in _PCIE5_GPUS) else PCIE4_X16_BYTES_PER_S
+    # the row's host link ("Gen5 x16"); Gen4 x16 when the datasheet does not say
+    pcie = _PCIE_BY_GEN.get(spec.pcie.lower().split(" ")[0], PCIE4_X16_BYTES_PER_S) if spec.pcie else PCIE4_X16_BYTES_PER_S
     return Ceilings(
         gpu=spec.name,
         matrix_flops=dict(spec.matrix_flops),
