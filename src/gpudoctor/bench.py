@@ -41,6 +41,7 @@ class BenchResult:
     datasheet: Ceilings | None
     profile_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    collectives: dict[str, Any] = field(default_factory=dict)  # NCCL curves (2+ GPUs)
 
     def vs_datasheet(self, m: Measurement) -> float | None:
         key = _VS_DATASHEET.get(m.probe)
@@ -63,16 +64,25 @@ class BenchResult:
             "ceilings": self.ceilings.to_dict(),
             "datasheet": self.datasheet.to_dict() if self.datasheet else None,
             "notes": self.notes,
+            "collectives": self.collectives,
         }
 
 
 def plan_lines(quick: bool) -> list[str]:
     """What a bench run would do (``--dry-run``)."""
     plan = ProbePlan(quick=quick)
-    return [f"probe {name}" for name in plan.names()] + ["read NVML health", "save the machine profile"]
+    multi = ["with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 KiB..4 GiB (torchrun)"]
+    return [f"probe {name}" for name in plan.names()] + multi + ["read NVML health", "save the machine profile"]
 
 
-def run_bench(quick: bool = False, save: bool = True, progress: Callable[[str], None] | None = None) -> BenchResult:
+def run_bench(
+    quick: bool = False,
+    save: bool = True,
+    progress: Callable[[str], None] | None = None,
+    collectives: bool | None = None,
+    max_bytes: str = "4GiB",
+) -> BenchResult:
+    """``collectives``: NCCL curves across the GPUs (default: with 2+ GPUs, not in --quick)."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -89,6 +99,19 @@ def run_bench(quick: bool = False, save: bool = True, progress: Callable[[str], 
     if (health.readings.get("other_processes") or 0) > 1:
         notes.append("other processes were using the GPU: figures may be low")
     measurements = run_probes(ProbePlan(quick=quick), progress)
+    curves: dict[str, Any] = {}
+    gpus = torch.cuda.device_count()
+    if collectives is None:
+        collectives = gpus >= 2 and not quick
+    if collectives:
+        if gpus < 2:
+            notes.append("collectives need 2 or more GPUs; this machine shows one")
+        else:
+            if progress:
+                progress("peer-to-peer and NCCL collectives")
+            measurements += p2p_probe(torch)
+            curves = run_collectives(gpus, max_bytes)
+            measurements += _peaks(curves)
     spec = find_spec(props.name)
     if spec is None:
         notes.append(f"no datasheet row for {props.name!r}: measured ceilings only, no % of spec")
@@ -104,6 +127,7 @@ def run_bench(quick: bool = False, save: bool = True, progress: Callable[[str], 
         datasheet=from_spec(spec) if spec else None,
         notes=notes,
     )
+    result.collectives = curves
     if save:
         result.profile_path = save_profile(uuid, result.to_dict())
     return result
@@ -138,3 +162,50 @@ def _fmt(m: Measurement) -> str:
     if m.unit == "B/s":
         return f"{m.value / 1e9:.1f} GB/s"
     return f"{m.value * 1e6:.2f} us"
+
+
+def p2p_probe(torch: Any) -> list[Measurement]:
+    """GPU 0 -> GPU 1 copy bandwidth of a 1 GiB buffer (through NVLink / PCIe peer access)."""
+    import statistics
+
+    src = torch.rand(256 * 1024**2, device="cuda:0")
+    dst = torch.empty(256 * 1024**2, device="cuda:1")
+    times = []
+    for i in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src, non_blocking=True)
+        end.record()
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        if i >= 2:
+            times.append(start.elapsed_time(end) / 1e3)
+    peer = bool(torch.cuda.can_device_access_peer(0, 1))
+    return [Measurement("p2p.gpu0->gpu1", src.numel() * 4 / statistics.median(times), "B/s", {"peer_access": peer})]
+
+
+def run_collectives(gpus: int, max_bytes: str) -> dict[str, Any]:
+    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collectives.py)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    out = Path(tempfile.mkdtemp()) / "collectives.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+           "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", max_bytes]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return {"error": f"torchrun failed ({done.returncode}): {tail}"}
+    return json.loads(out.read_text())
+
+
+def _peaks(curves: dict[str, Any]) -> list[Measurement]:
+    out = []
+    for op, rows in (curves.get("curves") or {}).items():
+        if rows:
+            best = max(rows, key=lambda r: r["busbw_Bps"])
+            out.append(Measurement(f"nccl.{op}.busbw", best["busbw_Bps"], "B/s",
+                                   {"at_bytes": best["bytes"], "world_size": curves.get("world_size")}))
+    return out

@@ -121,6 +121,10 @@ def bench(
     html: Optional[Path] = typer.Option(None, "--html", help="Write the measured roofline page here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be measured, and stop."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the machine profile for analyze and run."),
+    collectives: Optional[bool] = typer.Option(
+        None, "--collectives/--no-collectives", help="NCCL curves across GPUs (default: with 2+ GPUs, full runs)."
+    ),
+    max_bytes: str = typer.Option("4GiB", "--max-bytes", help="Largest collective message (1 KiB up to this)."),
 ) -> None:
     """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies) and
     its health; analyze and run then use them for this GPU."""
@@ -132,12 +136,12 @@ def bench(
     from rich.progress import Progress
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task("bench", total=4)
+        task = bar.add_task("bench", total=5)
 
         def step(label: str) -> None:
             bar.update(task, description=f"measuring {label}", advance=1)
 
-        result = run_bench(quick=quick, save=save, progress=step)
+        result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes)
     if html is not None:
         html.write_text(render_bench_html(result))
     if json_out:
