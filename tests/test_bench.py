@@ -56,3 +56,27 @@ def test_health_findings() -> None:
     ids = {f.id: f.severity for f in health_findings(sick)}
     assert ids == {"clock-throttle": "critical", "power-cap": "major", "ecc-errors": "critical",
                    "remapped-rows": "major", "pcie-downgrade": "major"}
+
+
+def test_collective_definitions_and_a_two_process_run(tmp_path) -> None:
+    """nccl-tests' bus factors; the torchrun path end to end on two CPU processes (gloo)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from gpudoctor.hardware.collectives import _parse_bytes, bus_factor, sizes
+
+    assert bus_factor("all_reduce", 8) == 1.75 and bus_factor("all_gather", 8) == 0.875
+    assert sizes(_parse_bytes("4GiB"))[0] == 1024 and sizes(_parse_bytes("4GiB"))[-1] == 4 * 1024**3
+    assert _parse_bytes("1MiB") == 1024**2
+    out = tmp_path / "curve.json"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", "64KiB"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-500:]
+    data = json.loads(out.read_text())
+    assert data["world_size"] == 2 and set(data["curves"]) == {"all_reduce", "all_gather", "reduce_scatter"}
+    row = data["curves"]["all_reduce"][-1]
+    assert row["bytes"] == 64 * 1024 and row["busbw_Bps"] == row["algbw_Bps"] * 1.0
