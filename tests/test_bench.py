@@ -80,3 +80,14 @@ def test_collective_definitions_and_a_two_process_run(tmp_path) -> None:
     assert data["world_size"] == 2 and set(data["curves"]) == {"all_reduce", "all_gather", "reduce_scatter"}
     row = data["curves"]["all_reduce"][-1]
     assert row["bytes"] == 64 * 1024 and row["busbw_Bps"] == row["algbw_Bps"] * 1.0
+
+
+def test_misaligned_gemm_rests_on_the_measured_curve() -> None:
+    measurements = _measurements() + [Measurement("gemm.bf16.misaligned", 1.53e14, "FLOP/s")]
+    ceilings = ceilings_from(measurements, H100, "GPU-1234", 85_017_493_504)
+    save_profile("GPU-1234", {"measured_utc": "2026-11-22T02:00:00+00:00", "ceilings": ceilings.to_dict()})
+    finding = gpudoctor.analyze(DATA / "misaligned_gemm" / "trace.json.gz").finding("misaligned-gemm")
+    numbers = finding.evidence.numbers
+    assert numbers["measured_bf16_8191_cubed_tflops"] == 153.0
+    assert numbers["measured_bf16_8192_cubed_tflops"] == 770.0
+    assert numbers["reference"] in ("measured curve", "aligned GEMMs in this trace")

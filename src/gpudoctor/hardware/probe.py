@@ -53,13 +53,18 @@ class ProbePlan:
                 "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned"]
 
 
-def _median_ms(torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
+def _median_ms(
+    torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3, before: Callable[[], Any] | None = None
+) -> float:
+    """Median of ``repeats`` event-timed calls; ``before`` runs untimed ahead of each (an L2 flush)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     for s, e in zip(starts, ends):
+        if before is not None:
+            before()
         s.record()
         fn()
         e.record()
@@ -121,15 +126,24 @@ def gemm_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
     if not plan.quick:
         odd = size - 1
         out.append(_gemm(torch, "gemm.bf16.misaligned", torch.bfloat16, odd, odd, odd, plan.repeats))
-        out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size, plan.repeats))
-        out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512, plan.repeats))
+        # operands of these fit in L2: flush it between repeats so each call reads them from HBM
+        flush = _l2_flusher(torch)
+        out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size, plan.repeats, flush))
+        out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512, plan.repeats, flush))
     return out
 
 
-def _gemm(torch: Any, name: str, dtype: Any, m: int, n: int, k: int, repeats: int) -> Measurement:
+def _l2_flusher(torch: Any) -> Callable[[], Any]:
+    """Writes 256 MiB (several times any current L2) so that nothing of the next call is cached."""
+    scratch = torch.empty(64 * 1024**2, device="cuda")
+    return lambda: scratch.fill_(0.5)
+
+
+def _gemm(torch: Any, name: str, dtype: Any, m: int, n: int, k: int, repeats: int,
+          flush: Callable[[], Any] | None = None) -> Measurement:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
-    ms = _median_ms(torch, lambda: a @ b, repeats)
+    ms = _median_ms(torch, lambda: a @ b, repeats, before=flush)
     return Measurement(name, 2.0 * m * n * k / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{m}x{n}x{k}", "ms": round(ms, 4)})
 
 
