@@ -88,6 +88,7 @@ def check(a: Analysis) -> Finding | None:
                 "priced_by_flops": int(flop_idx.size),
                 "priced_by_grid_fill": int(grid_idx.size),
                 "achieved_tflops": round(achieved / 1e12, 2),
+                **_measured_small_shapes(a),
             },
             ops=op_names_of_events(a.trace, idx),
             kernels=kernel_names_of_events(a.trace, idx),
@@ -102,6 +103,14 @@ def check(a: Analysis) -> Finding | None:
         ),
         wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most SMs idle.",
     )
+
+
+def _measured_small_shapes(a: Analysis) -> dict[str, float]:
+    """This card's measured rates for small and skinny GEMMs next to a large one (gpudoctor bench)."""
+    curve = a.ceilings.extra.get("gemm_curve") or {}
+    names = {"gemm.bf16.small": "measured_bf16_512_cubed_tflops", "gemm.bf16.skinny": "measured_bf16_16x8192x8192_tflops",
+             "gemm.bf16": "measured_bf16_8192_cubed_tflops"}
+    return {label: round(float(curve[key]) / 1e12, 1) for key, label in names.items() if curve.get(key)}
 
 
 RULE = Rule(ID, "Small GEMMs starving the tensor cores", check, __doc__ or "")
