@@ -140,7 +140,7 @@ def render_bench_html(result: BenchResult) -> str:
     svg, _ = roofline_svg(measured, [], reference=result.datasheet.to_dict() if result.datasheet else None)
     rows = "".join(
         f"<tr><td>{html.escape(m.probe)}</td><td class=num>{html.escape(_fmt(m))}</td>"
-        f"<td class=num>{'' if result.vs_datasheet(m) is None else f'{100 * result.vs_datasheet(m):.0f} %'}</td></tr>"
+        f"<td class=num>{_pct(result.vs_datasheet(m))}</td></tr>"
         for m in result.measurements
     )
     health = "".join(f"<li>{html.escape(f.title)}: {html.escape(f.summary)}</li>" for f in result.findings) or "<li>healthy</li>"
@@ -154,6 +154,10 @@ def render_bench_html(result: BenchResult) -> str:
         f"<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of datasheet</th></tr>{rows}</table>"
         f"<h2>Health</h2><ul>{health}</ul></body></html>"
     )
+
+
+def _pct(ratio: float | None) -> str:
+    return "" if ratio is None else f"{100 * ratio:.0f} %"
 
 
 def _fmt(m: Measurement) -> str:

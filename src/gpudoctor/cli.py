@@ -319,9 +319,10 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:
         # usage errors (click's, or the copy typer vendors) show themselves and carry their code
-        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
-            sys.exit(exc.exit_code)
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         _fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
 
 

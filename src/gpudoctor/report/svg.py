@@ -124,7 +124,7 @@ def _positive(value: Any) -> bool:
 def _roofs(ceilings: dict[str, Any]) -> list[tuple[str, float]]:
     """(label, FLOP/s) per distinct roof; dtypes sharing a peak share a line ("bf16/fp16")."""
     named = [(str(d), float(v)) for d, v in (ceilings.get("matrix_flops") or {}).items() if _positive(v)]
-    vector = ceilings.get("vector_flops")
+    vector = ceilings.get("vector_flops") or 0.0
     if _positive(vector):
         named.append(("vector", float(vector)))
     merged: dict[float, list[str]] = {}
