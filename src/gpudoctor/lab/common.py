@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,3 +98,23 @@ def gpt_train_step(model: TinyGPT, opt: torch.optim.Optimizer, idx, targets, dev
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss
+
+
+def graphed(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` captured in a CUDA graph (after warm-up on a side stream, as capture requires);
+    calling the result replays the graph and returns what the captured call returned."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    return replay

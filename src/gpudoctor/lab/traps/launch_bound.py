@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpudoctor.lab.common import on_gpu, seed, size
+from gpudoctor.lab.common import graphed, on_gpu, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
 
@@ -29,7 +29,7 @@ class TinyStack(nn.Module):
         return x
 
 
-def _build(device: str, graphed: bool) -> Workload:
+def _build(device: str, use_graph: bool) -> Workload:
     seed(3)
     model = TinyStack(64, size(device, 96, 8)).to(device).eval()
     static_in = torch.randn(8, 64, device=device)
@@ -40,23 +40,7 @@ def _build(device: str, graphed: bool) -> Workload:
         with torch.no_grad():
             return model(static_in)
 
-    if graphed and on_gpu(device):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                forward()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = forward()
-
-        def run() -> torch.Tensor:
-            graph.replay()
-            return static_out
-
-    else:
-        run = forward
+    run = graphed(forward) if use_graph and on_gpu(device) else forward
 
     def step() -> None:
         static_in.copy_(fresh[counter[0] % len(fresh)])
@@ -70,8 +54,8 @@ TRAP = Trap(
     id="launch_bound",
     title="Hundreds of tiny kernels per step, bound by launch overhead",
     expected_finding="launch-bound",
-    build_sick=lambda device: _build(device, graphed=False),
-    build_fixed=lambda device: _build(device, graphed=True),
+    build_sick=lambda device: _build(device, use_graph=False),
+    build_fixed=lambda device: _build(device, use_graph=True),
     description="Inference through 96 layers of width 64 at batch 8 (LayerNorm, Linear, SiLU, "
     "add per layer), eager. Fixed: the same forward captured in a CUDA graph.",
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from gpudoctor.lab.common import on_gpu, seed, size
+from gpudoctor.lab.common import graphed, on_gpu, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
 ROWS, WIDTH = 16, 256
@@ -41,18 +41,7 @@ def _build(device: str, stacked: bool) -> Workload:
             return layers(static_in.view(micro * ROWS, WIDTH))
         return torch.stack([layers(static_in[i]) for i in range(micro)])
 
-    run = forward
-    if on_gpu(device):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                forward()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            forward()
-        run = graph.replay
+    run = graphed(forward) if on_gpu(device) else forward
 
     def step() -> None:
         static_in.copy_(fresh[counter[0] % len(fresh)])
