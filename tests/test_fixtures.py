@@ -179,3 +179,14 @@ def test_a_run_directory_brings_its_unprofiled_step_time(tmp_path: Path) -> None
     assert top.saving_ms < unprofiled < report("launch_bound").findings[0].saving_ms
     # before calibration: the whole dispatch idle (no per-event discount when the real step is known)
     assert top.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(31.145, abs=1e-3)
+
+
+def test_ddp_training_on_two_gpus() -> None:
+    """Rank 0 of 2-GPU DDP (2x H200, NCCL 2.28, recorded with scripts/record_ddp_fixture.py):
+    NCCL kernels are communication, overlapping backward on their own stream; a trivial sync
+    inside DDP does not hold back the launch-bound finding."""
+    r = report("ddp_train")
+    assert r.gpu["name"] == "NVIDIA H200"
+    assert r.breakdown["by_kind"]["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
+    assert [(f.id, f.severity) for f in r.findings[:2]] == [("launch-bound", "major"), ("host-sync", "info")]
+    assert r.step_ms == pytest.approx(25.735, abs=1e-3)

@@ -47,7 +47,9 @@ _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 
 # A finding whose fix cannot be applied before another's comes after it, whatever its saving:
 # a CUDA graph (launch-bound's first fix) cannot capture a step that synchronizes with the host.
+# Only a blocker that matters (major or critical) holds the other back.
 BLOCKED_BY = {"launch-bound": ("host-sync",)}
+_BLOCKING_SEVERITIES = ("critical", "major")
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
@@ -57,7 +59,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
         ids = [f.id for f in ordered]
         if blocked not in ids:
             continue
-        last_blocker = max((ids.index(b) for b in blockers if b in ids), default=-1)
+        last_blocker = max(
+            (i for i, f in enumerate(ordered) if f.id in blockers and f.severity in _BLOCKING_SEVERITIES), default=-1
+        )
         here = ids.index(blocked)
         if last_blocker > here:
             ordered.insert(last_blocker, ordered.pop(here))
