@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudoctor.analysis.breakdown import gpu_busy_intervals
-from gpudoctor.analysis.intervals import complement, overlap_per_window, union
+from gpudoctor.analysis.intervals import complement, contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import PAGEABLE_KINDS
 from gpudoctor.trace.model import HostCat, Trace
@@ -296,13 +296,12 @@ def _events_by_cause(
     host = trace.host
     recorded = on_threads & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
     ts = host.ts[recorded]
-    ts = ts[overlap_per_window(steps.start, steps.end, ts, ts + 1) > 0] if len(steps) else ts
+    ts = ts[contains(steps.start, steps.end, ts)] if len(steps) else ts
     free = np.ones(len(ts), bool)
     counts: dict[str, int] = {}
     for cause in CAUSES[:-1]:
         s, e = sets.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
-        k = np.searchsorted(s, ts, side="right") - 1
-        inside = (k >= 0) & (ts < e[np.maximum(k, 0)]) if len(s) else np.zeros(len(ts), bool)
+        inside = contains(s, e, ts)
         counts[cause] = int((inside & free).sum())
         free &= ~inside
     counts["dispatch"] = int(free.sum())

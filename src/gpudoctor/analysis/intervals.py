@@ -55,3 +55,11 @@ def _covered_before(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, t: np
 def clip_total(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     """Summed length of (possibly overlapping) intervals clipped to [lo, hi)."""
     return int(np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None).sum())
+
+
+def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t``, whether it lies in one of the sorted disjoint intervals."""
+    if len(starts) == 0:
+        return np.zeros(len(t), dtype=bool)
+    k = np.searchsorted(starts, t, side="right") - 1
+    return (k >= 0) & (t < ends[np.maximum(k, 0)])

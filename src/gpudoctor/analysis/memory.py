@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.idle import ALLOCATOR_CALLS
+from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace
 
@@ -45,7 +46,7 @@ def memory(trace: Trace, steps: Steps) -> MemoryResult:
     peak_r = int(mem.reserved.max())
     at_peak = int(np.argmax(mem.reserved))
     frag = 1.0 - mem.allocated[at_peak] / peak_r if peak_r else 0.0
-    in_steps = _in_steps(mem.ts, steps)
+    in_steps = contains(steps.start, steps.end, mem.ts)
     allocs = in_steps & (mem.delta > 0)
     return MemoryResult(
         applicable=True,
@@ -62,14 +63,8 @@ def memory(trace: Trace, steps: Steps) -> MemoryResult:
     )
 
 
-def _in_steps(ts: np.ndarray, steps: Steps) -> np.ndarray:
-    k = np.searchsorted(steps.start, ts, side="right") - 1
-    kk = np.maximum(k, 0)
-    return (k >= 0) & (ts < steps.end[kk]) if len(steps) else np.zeros(len(ts), bool)
-
-
 def _allocator_calls(trace: Trace, steps: Steps) -> tuple[int, float]:
     host = trace.host
     names = trace.names_matching(lambda s: s in ALLOCATOR_CALLS)
-    mask = names[host.name] & (host.cat >= HostCat.RUNTIME) & _in_steps(host.ts, steps) if len(host) else np.zeros(0, bool)
+    mask = names[host.name] & (host.cat >= HostCat.RUNTIME) & contains(steps.start, steps.end, host.ts) if len(host) else np.zeros(0, bool)
     return int(mask.sum()), float(host.dur[mask].sum()) / 1e6

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import kernel_names_of_events
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
@@ -34,7 +34,7 @@ def check(a: Analysis) -> Finding | None:
     r_s, r_e = union(host.ts[regions], host.end[regions])
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
-    inside = launched & (overlap_per_window(r_s, r_e, launch_ts, launch_ts + 1) > 0)
+    inside = launched & contains(r_s, r_e, launch_ts)
     inside &= a.roofline.event_in_steps_ns > 0
     idx = np.flatnonzero(inside)
     if idx.size / n < MIN_KERNELS_PER_STEP or (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:
