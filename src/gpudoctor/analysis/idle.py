@@ -99,7 +99,6 @@ ALLOCATOR_CALLS = frozenset(
         "cuMemSetAccess",
     }
 )
-COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,7 +194,7 @@ def _launch_counts(trace: Trace) -> np.ndarray:
 def _blocked_in_syncs(trace: Trace, on_threads: np.ndarray, steps: Steps) -> int:
     """ns the launching threads spent inside blocking syncs, within the steps."""
     host = trace.host
-    mask = _name_masks(trace)["sync"][host.name] & _sync_category(host) & on_threads
+    mask = sync_calls(trace) & on_threads
     s, e = union(host.ts[mask], host.end[mask])
     return int(overlap_per_window(s, e, steps.start, steps.end).sum())
 
@@ -233,26 +232,31 @@ def _label_intervals(
         sets[cause] = union(host.ts[idx], host.end[idx])
 
     add("input-pipeline", by_name["dataloader"][host.name])
-    add("host-sync", by_name["sync"][host.name] & _sync_category(host))
+    add("host-sync", sync_calls(trace))
     add("pageable-copy", _pageable_copy_calls(trace))
-    add("allocator", by_name["allocator"][host.name] & (host.cat >= HostCat.RUNTIME))
+    add("allocator", allocator_calls(trace))
     add("optimizer", by_name["optimizer"][host.name] & (host.cat == HostCat.ANNOTATION))
     sets["host-work"] = _host_work(trace, on_thread, steps, list(sets.values()))
     return sets
 
 
-def _sync_category(host: object) -> np.ndarray:
-    cat = host.cat  # type: ignore[attr-defined]
-    return (cat == HostCat.OP) | (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
+def sync_calls(trace: Trace) -> np.ndarray:
+    """Host events that block on the GPU: sync runtime calls and the ops that imply one."""
+    host = trace.host
+    by_name = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
+    return by_name[host.name] & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
+
+
+def allocator_calls(trace: Trace) -> np.ndarray:
+    """Host runtime / driver calls that allocate or free device (or pinned) memory."""
+    host = trace.host
+    return trace.names_matching(lambda s: s in ALLOCATOR_CALLS)[host.name] & (host.cat >= HostCat.RUNTIME)
 
 
 def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
     return {
         "dataloader": trace.names_matching(lambda s: bool(_DATALOADER.search(s)) and "pin_memory" not in s),
-        "sync": trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS),
-        "allocator": trace.names_matching(lambda s: s in ALLOCATOR_CALLS),
         "optimizer": trace.names_matching(lambda s: s.startswith("Optimizer.step#")),
-        "copy": trace.names_matching(lambda s: s in COPY_CALLS),
     }
 
 
@@ -347,8 +351,8 @@ def _culprits(
     masks = _name_masks(trace)
     selectors = {
         "input-pipeline": masks["dataloader"][host.name] & on_thread,
-        "host-sync": masks["sync"][host.name] & _sync_category(host) & on_thread,
-        "allocator": masks["allocator"][host.name] & (host.cat >= HostCat.RUNTIME) & on_thread,
+        "host-sync": sync_calls(trace) & on_thread,
+        "allocator": allocator_calls(trace) & on_thread,
         "pageable-copy": _pageable_copy_calls(trace) & on_thread,
     }
     culprits: dict[str, np.ndarray] = {}

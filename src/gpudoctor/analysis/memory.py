@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.analysis.idle import ALLOCATOR_CALLS
+from gpudoctor.analysis.idle import allocator_calls
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
-from gpudoctor.trace.model import HostCat, Trace
+from gpudoctor.trace.model import Trace
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,5 @@ def memory(trace: Trace, steps: Steps) -> MemoryResult:
 
 def _allocator_calls(trace: Trace, steps: Steps) -> tuple[int, float]:
     host = trace.host
-    names = trace.names_matching(lambda s: s in ALLOCATOR_CALLS)
-    mask = names[host.name] & (host.cat >= HostCat.RUNTIME) & contains(steps.start, steps.end, host.ts) if len(host) else np.zeros(0, bool)
+    mask = allocator_calls(trace) & contains(steps.start, steps.end, host.ts) if len(host) else np.zeros(0, bool)
     return int(mask.sum()), float(host.dur[mask].sum()) / 1e6

@@ -41,12 +41,11 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
     (sync calls, and runtime calls long enough to be waits). None without ProfilerStep ranges."""
     if steps.host_start is None or steps.host_end is None or len(steps.host_start) == 0:
         return None
-    from gpudoctor.analysis.idle import SYNC_OPS, SYNC_RUNTIME
+    from gpudoctor.analysis.idle import sync_calls
     from gpudoctor.analysis.intervals import overlap_per_window, union
 
     host = trace.host
-    names = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
-    waiting = names[host.name] | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))
+    waiting = sync_calls(trace) | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))
     waiting &= np.isin(host.thread, launch_threads(trace))
     s, e = union(host.ts[waiting], host.end[waiting])
     blocked = overlap_per_window(s, e, steps.host_start, steps.host_end)

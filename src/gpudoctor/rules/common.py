@@ -22,10 +22,6 @@ _LIBRARY = re.compile(
 )
 
 
-def per_step(trace_total: float, n_steps: int) -> float:
-    return trace_total / max(n_steps, 1)
-
-
 def frame_line(frame_name: str, user_only: bool = True) -> str | None:
     """A python_function event's name "file.py(42): func" as "file.py:42 (func)".
 
@@ -100,7 +96,3 @@ def sources_of_events(trace: Trace, device_idx: np.ndarray, limit: int = 5) -> t
     launches = dev.launch[device_idx]
     ok = launches >= 0
     return sources_of_host(trace, launches[ok], dev.dur[device_idx][ok].astype(float), limit)
-
-
-def ms(ns: float) -> float:
-    return round(float(ns) / 1e6, 4)
