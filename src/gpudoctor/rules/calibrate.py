@@ -72,9 +72,7 @@ def calibrate(
             saving = finding.saving_ms - finding.idle_ms + idle
         saving = max(min(saving, 0.95 * unprofiled_step_ms), 0.0)
         numbers = dict(finding.evidence.numbers, saving_in_profiled_trace_ms=round(finding.saving_ms, 3))
-        severity = severity_for(saving, unprofiled_step_ms)
-        if finding.id == "memory-pressure" and severity in ("minor", "info"):
-            severity = finding.severity  # the wall itself, whatever its time cost
+        severity = severity_for(saving, unprofiled_step_ms, finding.severity_floor)
         out.append(
             dataclasses.replace(
                 finding,
@@ -109,7 +107,7 @@ def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float |
                 finding,
                 saving_ms=saving,
                 predicted_speedup=speedup(step_ms, saving),
-                severity=severity_for(saving, step_ms),
+                severity=severity_for(saving, step_ms, finding.severity_floor),
                 evidence=dataclasses.replace(finding.evidence, numbers=numbers),
             )
         out.append(finding)

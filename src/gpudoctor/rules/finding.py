@@ -39,6 +39,7 @@ class Finding:
     fixes: tuple[Fix, ...]
     wrong_fix: str = ""  # the tempting fix that would not help, where there is one
     idle_ms: float = 0.0  # the part of saving_ms that is GPU idle behind the host (see calibrate)
+    severity_floor: str = "info"  # the least severity, whatever the saving (re-pricing keeps it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,16 +61,11 @@ class Finding:
         }
 
 
-def severity_for(saving_ms: float, step_ms: float) -> str:
-    """critical >= 25% of the step, major >= 5%, minor >= 1%, info below."""
+def severity_for(saving_ms: float, step_ms: float, floor: str = "info") -> str:
+    """critical >= 25% of the step, major >= 5%, minor >= 1%, info below; never below ``floor``."""
     share = saving_ms / step_ms if step_ms > 0 else 0.0
-    if share >= 0.25:
-        return "critical"
-    if share >= 0.05:
-        return "major"
-    if share >= 0.01:
-        return "minor"
-    return "info"
+    by_share = "critical" if share >= 0.25 else "major" if share >= 0.05 else "minor" if share >= 0.01 else "info"
+    return min(by_share, floor, key=SEVERITIES.index)
 
 
 def speedup(step_ms: float, saving_ms: float) -> float:
@@ -87,6 +83,7 @@ def make_finding(
     fixes: tuple[Fix, ...],
     wrong_fix: str = "",
     idle_ms: float | None = None,
+    min_severity: str = "info",
 ) -> Finding:
     """A Finding with its saving clamped to [0, 95% of the step], severity and speedup derived.
 
@@ -103,7 +100,7 @@ def make_finding(
     return Finding(
         id=id,
         title=title,
-        severity=severity_for(saving, step_ms),
+        severity=severity_for(saving, step_ms, min_severity),
         saving_ms=saving,
         predicted_speedup=speedup(step_ms, saving),
         summary=summary,
@@ -111,6 +108,7 @@ def make_finding(
         fixes=fixes,
         wrong_fix=wrong_fix,
         idle_ms=min(max(float(idle_ms or 0.0), 0.0), saving),
+        severity_floor=min_severity,
     )
 
 

@@ -19,7 +19,6 @@ from gpudoctor.rules.finding import (
     Finding,
     Fix,
     make_finding,
-    speedup,
 )
 
 ID = "memory-pressure"
@@ -63,12 +62,8 @@ def check(a: Analysis) -> Finding | None:
         ),
         wrong_fix="torch.cuda.empty_cache() in the loop does not free memory that tensors hold; it only adds allocator calls.",
         idle_ms=ALL_IDLE,
+        min_severity="major",  # the wall itself is a major problem even when its time cost is small
     )
-    if finding.severity in ("minor", "info"):
-        # the wall itself is a major problem even when its time cost is small
-        from dataclasses import replace
-
-        finding = replace(finding, severity="major", predicted_speedup=speedup(a.step_ms, finding.saving_ms))
     return finding
 
 
