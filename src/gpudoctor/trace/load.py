@@ -457,13 +457,10 @@ def _span(host: HostEvents, device: DeviceEvents, memory: MemoryEvents) -> tuple
 
 
 def _shift(table: Any, origin: int) -> Any:
+    """The table with its times counted from ``origin``."""
     if origin == 0:
         return table
     changes = {"ts": table.ts - origin}
     if hasattr(table, "end"):
         changes["end"] = table.end - origin
-    return _replace(table, changes)
-
-
-def _replace(table: Any, changes: dict[str, np.ndarray]) -> Any:
     return dataclasses.replace(table, **changes)
