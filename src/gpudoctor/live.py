@@ -76,6 +76,8 @@ def _why_nothing(outcome: Outcome, config: CaptureConfig) -> str:
     seen = outcome.result.steps_seen
     if outcome.message:
         return outcome.message
+    if seen == 0 and outcome.exit_code not in (0, 2):
+        return f"the program stopped (exit code {outcome.exit_code}) before its first step: nothing was recorded"
     if seen == 0:
         return ("the program ran no step: it never called optimizer.step() or gpudoctor.step(), and it ended "
                 "before the time window; call gpudoctor.step() once per iteration, or lower --wait")
