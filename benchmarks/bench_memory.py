@@ -1,0 +1,345 @@
+"""Accuracy of ``gpudoctor memory`` against ``torch.cuda.max_memory_allocated`` on real models.
+
+Two halves, because the prediction needs no GPU and the measurement needs one:
+
+* ``python benchmarks/bench_memory.py measure OUT_DIR`` (on a GPU machine with ``transformers``):
+  builds each configuration below from its Hugging Face config with random weights, runs two
+  training steps (the second is the steady state: after the first optimizer step and
+  ``zero_grad(set_to_none=True)``) or one ``generate``, and writes ``OUT_DIR/<name>/config.json``
+  plus ``measured.json`` (peak of the step, memory after load, after the first step, per phase).
+* ``python benchmarks/bench_memory.py table RESULTS_DIR`` (anywhere): predicts each run from its
+  saved ``config.json`` and options with ``gpudoctor.memory`` and prints the markdown table that
+  BENCHMARKS.md carries, with the error per run, the median and the maximum.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+GiB = 1024**3
+
+# Each run: a transformers config class, the fields that make it (real models' shapes, fewer
+# layers so that a run takes seconds), and the options given to `gpudoctor memory`.
+RUNS: list[dict] = [
+    {"name": "llama-mha-bf16", "family": "llama",
+     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "llama3-gqa-bf16", "family": "llama",
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
+                "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "llama3-gqa-eager", "family": "llama",
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
+                "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"}},
+    {"name": "llama3-gqa-ckpt", "family": "llama",
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
+                "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 4, "seq": 4096, "params_dtype": "bf16", "attention": "sdpa", "checkpointing": "full"}},
+    {"name": "llama-fp32-autocast", "family": "llama",
+     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+                "num_key_value_heads": 4, "num_hidden_layers": 6, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"}},
+    {"name": "llama-sgd-momentum", "family": "llama",
+     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "optimizer": "sgd-momentum"}},
+    {"name": "qwen2-152k-vocab", "family": "qwen2",
+     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 151936,
+                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "qwen2-fp32-autocast-ckpt", "family": "qwen2",
+     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 151936,
+                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
+              "checkpointing": "full"}},
+    {"name": "mixtral-moe", "family": "mixtral",
+     "config": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
+                "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000,
+                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gpt2-large-dropout", "family": "gpt2",
+     "config": {"n_embd": 1280, "n_layer": 12, "n_head": 20, "vocab_size": 50257, "n_positions": 1024},
+     "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "eager"}},
+    {"name": "gpt2-sdpa-fp32-autocast", "family": "gpt2",
+     "config": {"n_embd": 1024, "n_layer": 12, "n_head": 16, "vocab_size": 50257, "n_positions": 1024},
+     "opts": {"batch": 8, "seq": 1024, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"}},
+    {"name": "pythia-neox", "family": "gpt_neox",
+     "config": {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 8,
+                "num_hidden_layers": 8, "vocab_size": 50304, "rotary_pct": 0.25,
+                "max_position_embeddings": 2048},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gemma-256k-vocab", "family": "gemma",
+     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
+                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000,
+                "max_position_embeddings": 8192},
+     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "mistral-7b-shape", "family": "mistral",
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000,
+                "sliding_window": 4096, "max_position_embeddings": 32768},
+     "opts": {"batch": 2, "seq": 4096, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "llama-adafactor", "family": "llama",
+     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "optimizer": "adafactor"}},
+    # generation
+    {"name": "gen-llama3-gqa", "family": "llama", "infer": True,
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 8, "vocab_size": 128256,
+                "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 16, "prompt": 1024, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gen-qwen2-152k", "family": "qwen2", "infer": True,
+     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "num_hidden_layers": 28, "vocab_size": 151936,
+                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
+     "opts": {"batch": 32, "prompt": 512, "new": 128, "weights_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gen-llama-mha", "family": "llama", "infer": True,
+     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 16, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 8, "prompt": 2048, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
+]
+
+_CONFIG_CLASSES = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
+                   "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
+                   "mistral": "MistralConfig"}
+
+
+# --------------------------------------------------------------------------------------------
+# measure (GPU)
+
+
+def _optimizer(name: str, params):
+    import torch
+
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-5, momentum=0.9)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-5)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-5)
+    raise ValueError(name)
+
+
+def _measure_one(run: dict, out: Path) -> dict:
+    import torch
+    import transformers
+
+    opts = run["opts"]
+    cfg_cls = getattr(transformers, _CONFIG_CLASSES[run["family"]])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+        opts.get("params_dtype", opts.get("weights_dtype", "bf16"))]
+    cfg = cfg_cls(**run["config"])
+    cfg._attn_implementation = opts.get("attention", "sdpa")
+    if run["family"] == "gpt2":
+        pass  # keep GPT-2's default dropout (0.1): its masks are part of what is measured
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype,
+                                                              attn_implementation=opts.get("attention", "sdpa"))
+    model.to(dtype)
+    n_params = sum(p.numel() for p in model.parameters())
+    weights = torch.cuda.memory_allocated() - base
+    result = {"name": run["name"], "config": json.loads(cfg.to_json_string()), "opts": opts, "infer": bool(run.get("infer")), "n_params": n_params,
+              "weights_bytes": weights, "transformers": transformers.__version__, "torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name()}
+    vocab = cfg.vocab_size
+    if run.get("infer"):
+        model.eval()
+        b, p, n = opts["batch"], opts["prompt"], opts["new"]
+        ids = torch.randint(0, vocab, (b, p), device="cuda")
+        with torch.no_grad():
+            model.generate(ids[:, :16], max_new_tokens=2, do_sample=False)  # warm-up (cuBLAS workspace)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            out_ids = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            torch.cuda.synchronize()
+        result.update(before_bytes=before, peak_bytes=torch.cuda.max_memory_allocated() - base,
+                      peak_reserved_bytes=torch.cuda.max_memory_reserved(), generated=int(out_ids.shape[1] - p))
+        del out_ids, ids
+    else:
+        model.train()
+        model.config.use_cache = False
+        if opts.get("checkpointing") == "full":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        opt = _optimizer(opts.get("optimizer", "adamw"), model.parameters())
+        b, s = opts["batch"], opts["seq"]
+        ids = torch.randint(0, vocab, (b, s), device="cuda")
+        autocast = opts.get("autocast", "none")
+        phases: dict[str, int] = {}
+
+        def step(record: bool) -> None:
+            def mark(name: str) -> None:
+                if record:
+                    torch.cuda.synchronize()
+                    phases[name + "_peak"] = torch.cuda.max_memory_allocated() - base
+                    phases[name + "_end"] = torch.cuda.memory_allocated() - base
+                    torch.cuda.reset_peak_memory_stats()
+            if autocast != "none":
+                with torch.autocast("cuda", dtype=torch.bfloat16 if autocast == "bf16" else torch.float16):
+                    loss = model(input_ids=ids, labels=ids).loss
+            else:
+                loss = model(input_ids=ids, labels=ids).loss
+            mark("forward")
+            loss.backward()
+            del loss
+            mark("backward")
+            opt.step()
+            mark("optimizer")
+            opt.zero_grad(set_to_none=True)
+            mark("zero_grad")
+
+        step(False)
+        torch.cuda.synchronize()
+        result["after_first_step_bytes"] = torch.cuda.memory_allocated() - base
+        torch.cuda.reset_peak_memory_stats()
+        step(True)
+        result.update(phases=phases, peak_bytes=max(v for k, v in phases.items() if k.endswith("_peak")),
+                      peak_reserved_bytes=torch.cuda.max_memory_reserved())
+        result["saved_by_op"] = _saved_census(model, ids, autocast)
+        del opt, ids
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
+
+
+def _saved_census(model, ids, autocast: str) -> dict:
+    """What autograd keeps for backward in one forward, by the op that saves it (unique storages)."""
+    import torch
+
+    seen: dict[int, tuple[str, int]] = {}
+
+    def pack(t):
+        try:
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key not in seen:
+                seen[key] = (f"{tuple(t.shape)}:{str(t.dtype)[6:]}", st.nbytes())
+        except Exception:
+            pass
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if autocast != "none":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+    del loss
+    by_shape: dict[str, list[int]] = {}
+    for shape, nbytes in seen.values():
+        by_shape.setdefault(shape, [0, 0])
+        by_shape[shape][0] += 1
+        by_shape[shape][1] += nbytes
+    return {"total_bytes": sum(v[1] for v in by_shape.values()),
+            "by_shape": dict(sorted(by_shape.items(), key=lambda kv: -kv[1][1]))}
+
+
+def measure(out: Path, names: list[str]) -> None:
+    """Each run in its own process, so that nothing one run leaves behind (caches, fragments)
+    counts in the next; everything lands in one ``results.json``."""
+    import subprocess
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for run in RUNS:
+        if names and run["name"] not in names:
+            continue
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
+                              capture_output=True, text=True)
+        try:
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            r = {"name": run["name"], "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        r["seconds"] = round(time.time() - t0, 1)
+        rows.append(r)
+        print(f"{r['name']:28s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  {r.get('error', '')}",
+              flush=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+
+
+def measure_one(out: Path, name: str) -> None:
+    run = next(r for r in RUNS if r["name"] == name)
+    try:
+        r = _measure_one(run, out)
+    except Exception as exc:  # reported in the table, the other runs go on
+        r = {"name": name, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    print(json.dumps(r))
+
+
+# --------------------------------------------------------------------------------------------
+# table (anywhere)
+
+
+def table(results: Path) -> None:
+    from gpudoctor.memory import estimate_from_options
+
+    lines = ["| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    train_err, gen_err = [], []
+    for run in RUNS:
+        d = results / run["name"]
+        if not (d / "measured.json").exists():
+            continue
+        m = json.loads((d / "measured.json").read_text())
+        if "error" in m:
+            lines.append(f"| {run['name']} | failed: {m['error'][:60]} | | | | | |")
+            continue
+        opts = dict(run["opts"])
+        if run.get("infer"):
+            opts["infer"] = True
+        est = estimate_from_options(str(d / "config.json"), **opts)
+        pred = est.peak_bytes
+        err = (pred - m["peak_bytes"]) / m["peak_bytes"]
+        w_err = (est.breakdown.get("weights", 0) - m["weights_bytes"]) / m["weights_bytes"]
+        s_err = ""
+        if not run.get("infer"):
+            states = m["after_first_step_bytes"] - m["weights_bytes"]
+            pred_states = est.breakdown.get("optimizer_states", 0) + est.breakdown.get("master_weights", 0)
+            s_err = f"{100 * (pred_states - states) / states:+.2f}%" if states else "n/a"
+            train_err.append(abs(err))
+        else:
+            gen_err.append(abs(err))
+        lines.append(f"| {run['name']} | {m['n_params'] / 1e9:.2f} B | {m['peak_bytes'] / GiB:.3f} | "
+                     f"{pred / GiB:.3f} | {100 * err:+.1f}% | {100 * w_err:+.2f}% | {s_err} |")
+    print("\n".join(lines))
+    if train_err:
+        print(f"\ntraining peak: median |error| {100 * statistics.median(train_err):.1f}%, "
+              f"max {100 * max(train_err):.1f}% over {len(train_err)} runs")
+    if gen_err:
+        print(f"generation peak: median |error| {100 * statistics.median(gen_err):.1f}%, "
+              f"max {100 * max(gen_err):.1f}% over {len(gen_err)} runs")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table"):
+        sys.exit("usage: bench_memory.py measure OUT_DIR [NAME...] | table RESULTS_JSON")
+    if sys.argv[1] == "measure":
+        measure(Path(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1] == "measure-one":
+        measure_one(Path(sys.argv[2]), sys.argv[3])
+    else:
+        table(Path(sys.argv[2]))

@@ -1,0 +1,252 @@
+"""What one forward keeps for backward, layer by layer, as Hugging Face's implementations do it.
+
+Every term below is a tensor that autograd saves (or that stays alive) in ``transformers``'
+eager PyTorch code, counted by unique storage. The rules were read off the autograd graph
+(``grad_fn._saved_*``) and checked against ``torch.cuda.memory_allocated`` after the forward on
+an H200 (torch 2.11, transformers 5.17, 2026-11-22; ``benchmarks/bench_memory.py``): the saved
+bytes matched to within a few MB per run. Notation: ``T`` tokens of the micro-batch on this GPU,
+``c`` bytes of a matmul output (the autocast dtype, else the parameters'), ``r`` bytes of the
+residual stream (the parameters' dtype).
+
+Facts the numbers rest on (each one visible in the graph):
+
+* RMSNorm (Llama family) upcasts to fp32 and keeps that copy (4 bytes per element), the
+  normalised tensor in the residual dtype, and its output; Gemma's keeps the normalised tensor in
+  fp32 too. ``nn.LayerNorm`` keeps its input. Under autocast each consumer linear keeps its own
+  bf16 cast of the norm's fp32 output (three for separate q, k, v projections).
+* Rotary embeddings keep nothing large (``cos``/``sin`` need no grad). SDPA/flash keeps q, k, v
+  (at the KV heads: transformers passes ``enable_gqa``), its output and a small logsumexp; when q,
+  k, v are views of one fused projection, that whole output stays alive.
+* Eager attention keeps the fp32 softmax (Llama family upcasts; GPT-2 does not) and the probs in
+  the compute dtype, with repeated K/V heads; attention dropout adds a 1-byte mask.
+* A SwiGLU/GeGLU MLP keeps four tensors of the MLP width (gate out, activation out, up out,
+  product); a plain one with a native GELU two; GPT-2's ``gelu_new`` is written in Python and
+  keeps five (under autocast three of them in fp32).
+* The loss (``ForCausalLMLoss``) upcasts the logits to fp32; ``log_softmax`` keeps its fp32
+  output (4 bytes x tokens x vocab). At the start of backward two more fp32 tensors of that size
+  exist (the incoming grad and the grad of the input): with a large vocabulary that is the peak.
+* Under autocast with fp32 parameters, the bf16 casts of every linear weight are kept for backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudoctor.memory.spec import ModelSpec
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+# Each consumer linear of a norm, under autocast, keeps its own cast of the norm's output.
+_FUSED_ATTENTION_CORE_EXTRA = {"gpt_neox": 2.0}  # measured: NeoX's SDPA path keeps two more h-sized copies
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One micro-batch on one GPU, with the precision and the parallel split that shape it."""
+
+    batch: int
+    seq: int
+    params_bytes: int = 2
+    autocast_bytes: int | None = None  # None: no autocast
+    attention: str = "sdpa"  # sdpa | flash | eager
+    checkpointing: str = "none"  # none | selective | full
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    loss: str = "standard"  # standard | chunked (fused linear + cross-entropy, no full logits)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * max(self.seq // self.cp, 1)
+
+    @property
+    def local_seq(self) -> int:
+        return max(self.seq // self.cp, 1)
+
+    @property
+    def c(self) -> int:
+        return self.autocast_bytes if self.autocast_bytes is not None else self.params_bytes
+
+    @property
+    def r(self) -> int:
+        return self.params_bytes
+
+    @property
+    def autocast(self) -> bool:
+        return self.autocast_bytes is not None and self.autocast_bytes != self.params_bytes
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """One decoder layer: what it keeps for backward, and what its backward briefly adds."""
+
+    saved: dict[str, float] = field(default_factory=dict)  # component -> bytes
+    backward_transient: float = 0.0
+    checkpoint_input: float = 0.0  # bytes a full-recompute checkpoint keeps (the layer input)
+
+    @property
+    def total(self) -> float:
+        return sum(self.saved.values())
+
+
+@dataclass(frozen=True)
+class HeadMemory:
+    """Final norm, LM head and loss."""
+
+    saved: dict[str, float]
+    forward_transient: float  # logits and their fp32 copy while the loss runs
+    backward_transient: float  # the two fp32 grads at the start of backward
+
+    @property
+    def total(self) -> float:
+        return sum(self.saved.values())
+
+
+def _local(n: int, tp: int) -> float:
+    """Heads or widths split over tensor-parallel ranks; fewer KV heads than ranks are replicated."""
+    return max(n / tp, 1.0) if n >= 1 else 0.0
+
+
+def _norm(spec: ModelSpec, w: Workload, th: float, consumers: int) -> float:
+    """Bytes one norm keeps: its saved inputs and its output as the consumers keep it."""
+    out = consumers * w.c * th if w.autocast else w.r * th
+    if spec.norm == "layer":
+        # native_layer_norm keeps its input (and a mean/rstd per token); under autocast it runs
+        # in fp32, so the input is the fp32 residual itself.
+        return w.r * th + out
+    if spec.family == "gemma":
+        return 4 * th + 4 * th + out  # x.float() and the fp32 normalised tensor
+    if w.r == 4:
+        return 4 * th + 4 * th + out  # fp32 in, fp32 normalised (the .to() calls are no-ops)
+    return 4 * th + w.r * th + out
+
+
+def _mlp(spec: ModelSpec, w: Workload, tokens: float, width: float) -> float:
+    ti = tokens * width
+    if spec.gated_mlp:
+        return 4 * w.c * ti
+    if spec.activation in ("gelu_new", "gelu_fast", "quick_gelu"):
+        # Python-level GELU: pow keeps x, tanh keeps its output, 0.5*x and 1+tanh are kept by the
+        # final mul, and the product is kept by the projection. Under autocast pow runs in fp32.
+        return (3 * 4 + 2 * w.c) * ti if w.autocast else 5 * w.c * ti
+    return 2 * w.c * ti
+
+
+def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
+    b, s, tp = w.batch, w.local_seq, w.tp
+    tokens = float(w.tokens)
+    th = tokens * spec.hidden
+    th_rep = th / tp if w.sp else th  # replicated parts shrink only with sequence parallelism
+    heads, kv = _local(spec.heads, tp), _local(spec.kv_heads, tp)
+    d = spec.head_dim
+    saved: dict[str, float] = {}
+
+    # -- norms (pre-attention, pre-MLP) --
+    attn_consumers = 1 if spec.fused_qkv else (2 if spec.mla else 3)
+    moe_layer = spec.moe is not None and layer >= spec.moe.first_dense_layers
+    mlp_consumers = 1 if (not spec.gated_mlp) else 2
+    if moe_layer:
+        mlp_consumers = 2  # router and the experts' gathered input
+    norms = _norm(spec, w, th_rep, attn_consumers) + _norm(spec, w, th_rep, mlp_consumers)
+    if spec.parallel_residual and spec.norm == "layer":
+        norms -= w.r * th_rep  # both norms read the same block input
+    saved["norms"] = norms
+
+    # -- attention --
+    c = w.c
+    if spec.mla is not None:
+        m = spec.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        attn = 0.0
+        if m.q_lora_rank:
+            attn += c * tokens * m.q_lora_rank + _norm(spec, w, tokens * m.q_lora_rank, 1)
+        attn += c * tokens * (m.kv_lora_rank + m.qk_rope_head_dim)  # kv_a output
+        attn += _norm(spec, w, tokens * m.kv_lora_rank, 1)
+        attn += c * tokens * heads * (m.qk_nope_head_dim + m.v_head_dim)  # kv_b output (v is a view)
+        attn += 2 * c * tokens * heads * qk  # q and k after the rope concat
+        attn += c * tokens * heads * m.v_head_dim  # attention output
+        if w.attention == "eager":
+            attn += (4 + c) * b * heads * s * s
+        saved["attention"] = attn
+    elif w.attention == "eager":
+        if spec.fused_qkv:
+            qkv = 3 * c * tokens * heads * d  # q, k, v copied for the batched matmuls
+        else:
+            qkv = c * tokens * heads * d * 3  # q, and K/V repeated to all query heads
+        out = c * tokens * heads * d  # transpose(1, 2).contiguous() before the output projection
+        saved["attention"] = qkv + out
+        probs = b * heads * s * s
+        dropout = spec.attn_dropout > 0
+        if spec.family == "gpt2":
+            scores = c * probs + ((1 + c) * probs if dropout else 0.0)
+        else:
+            # softmax(dtype=float32) keeps its fp32 output; .to(dtype) is kept by the PV matmul
+            # (a no-op in fp32); dropout adds its mask and its output replaces the probs.
+            scores = 4 * probs + (0 if c == 4 else c * probs) + (1 * probs if dropout else 0.0)
+        saved["attention_scores"] = scores
+    else:
+        if spec.fused_qkv:
+            core = 3 * c * tokens * heads * d + c * tokens * heads * d  # the fused qkv output + out
+            if spec.family == "gpt_neox":
+                core += 2 * c * tokens * heads * d  # q and k after the partial-rotary concat
+            core += _FUSED_ATTENTION_CORE_EXTRA.get(spec.family, 0.0) * c * tokens * heads * d
+        else:
+            core = 2 * c * tokens * heads * d + 2 * c * tokens * kv * d
+        core += 4 * b * heads * s  # logsumexp
+        saved["attention"] = core
+
+    # -- MLP --
+    if moe_layer:
+        moe = spec.moe
+        routed = tokens * moe.top_k
+        mlp = _mlp(spec, w, routed, moe.intermediate / tp)
+        mlp += 2 * c * routed * spec.hidden  # gathered inputs, expert outputs (kept by the weighting)
+        mlp += 4 * tokens * moe.experts * 2 + 8 * routed * 2  # router logits/probs, indices
+        if moe.shared_experts:
+            mlp += _mlp(spec, w, tokens, moe.shared_experts * moe.intermediate / tp)
+        saved["mlp"] = mlp
+    else:
+        saved["mlp"] = _mlp(spec, w, tokens, spec.intermediate / tp)
+
+    # -- dropout masks on the residual branches (1 byte per element) --
+    if spec.resid_dropout > 0:
+        saved["dropout_masks"] = 2 * th_rep
+
+    if w.checkpointing == "selective":
+        saved.pop("attention_scores", None)  # Megatron-style: recompute only the attention core
+
+    width = (spec.moe.intermediate * spec.moe.top_k if moe_layer else spec.intermediate) / tp
+    backward_transient = 3 * c * tokens * width + 2 * c * th
+    if w.attention == "eager":
+        backward_transient = max(backward_transient, (2 * c + 4) * b * heads * s * s)
+    return LayerMemory(saved=saved, backward_transient=backward_transient, checkpoint_input=w.r * th_rep)
+
+
+def head_memory(spec: ModelSpec, w: Workload) -> HeadMemory:
+    tokens = float(w.tokens)
+    th = tokens * spec.hidden
+    vocab = spec.vocab / w.tp  # vocab-parallel head and loss under tensor parallelism
+    tv = tokens * vocab
+    saved = {"final_norm": _norm(spec, w, th / w.tp if w.sp else th, 1)}
+    if w.loss == "chunked":
+        # fused linear + cross-entropy (e.g. Liger): logits exist one chunk at a time and the grad
+        # of the head input is computed in the forward; keep that grad (c x T x h) only.
+        saved["loss"] = w.c * th
+        return HeadMemory(saved, forward_transient=(w.c + 4) * tv / 8, backward_transient=0.0)
+    saved["loss"] = 4 * tv  # log_softmax's fp32 output
+    logits = w.c * tv + (4 * tv if w.c != 4 else 0.0)  # logits and their fp32 copy
+    return HeadMemory(saved, forward_transient=logits, backward_transient=8 * tv)
+
+
+def embedding_saved(spec: ModelSpec, w: Workload) -> float:
+    """The embedding keeps only the token ids; GPT-2's embedding dropout keeps a mask."""
+    th = float(w.tokens) * spec.hidden
+    return (th / w.tp if w.sp else th) if spec.embd_dropout > 0 else 0.0
+
+
+def rope_tables(spec: ModelSpec, w: Workload) -> float:
+    """cos and sin, shared by every layer, alive through the forward (and kept for backward)."""
+    if spec.learned_positions:
+        return 0.0
+    rot = spec.mla.qk_rope_head_dim if spec.mla else int(spec.head_dim * spec.rotary_fraction)
+    return 2.0 * w.local_seq * rot * (4 if w.autocast else w.r)

@@ -1,0 +1,141 @@
+"""What the user asks `gpudoctor memory` about, checked against the model before anything is priced.
+
+Contradictions (TP not dividing the heads, ZeRO without data parallelism, a pipeline deeper than
+the model) are refused with one line naming the option and what it accepts, never priced into a
+silently wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpudoctor.errors import InputError
+from gpudoctor.memory.spec import ModelSpec
+
+PARAM_DTYPES = ("bf16", "fp16", "fp32")
+AUTOCAST = ("none", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
+CHECKPOINTING = ("none", "selective", "full")
+ATTENTION = ("sdpa", "flash", "eager")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+KV_DTYPES = ("bf16", "fp16", "fp8", "int8")
+LOSSES = ("standard", "chunked")
+
+_MAX_TOKENS = 1 << 40  # far beyond any real batch x sequence; above it a number is a typo
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    batch: int = 1  # micro-batch per GPU (per data-parallel rank)
+    seq: int = 2048
+    params_dtype: str = "bf16"
+    autocast: str = "none"
+    optimizer: str = "adamw"
+    master_weights: bool = False
+    checkpointing: str = "none"
+    attention: str = "sdpa"
+    loss: str = "standard"
+    dp: int = 1
+    zero: int = 0
+    fsdp: bool = False
+    tp: int = 1
+    sp: bool = False
+    pp: int = 1
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline rank
+    cp: int = 1
+    microbatches: int = 1  # gradient accumulation steps (the pipeline's micro-batches under PP)
+
+    @property
+    def shard_degree(self) -> int:
+        """Data-parallel ranks that states are split over (ZeRO / FSDP)."""
+        return self.dp if (self.zero or self.fsdp) else 1
+
+    @property
+    def zero_stage(self) -> int:
+        return 3 if self.fsdp else self.zero
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    batch: int = 1
+    prompt: int = 1024
+    new: int = 256
+    weights_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    attention: str = "sdpa"
+    tp: int = 1
+    group_size: int = 128  # int4 quantization group
+    paged_block: int = 0  # 0: Hugging Face DynamicCache; N: paged KV in blocks of N tokens
+    prefill_chunk: int = 0  # 0: the whole prompt at once
+
+    @property
+    def context(self) -> int:
+        return self.prompt + self.new
+
+
+def _choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InputError(f"--{field.replace('_', '-')} {value!r} is not one of: {', '.join(allowed)}")
+
+
+def _positive(field: str, value: int, upper: int = _MAX_TOKENS) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > upper:
+        raise InputError(f"--{field.replace('_', '-')} must be a whole number from 1 to {upper}, got {value!r}")
+
+
+def _check_tp(spec: ModelSpec, tp: int) -> None:
+    if spec.heads % tp:
+        raise InputError(f"--tp {tp} does not divide the model's {spec.heads} attention heads; "
+                         f"use a divisor of {spec.heads}")
+    if spec.kv_heads % tp and tp % spec.kv_heads:
+        raise InputError(f"--tp {tp} and the model's {spec.kv_heads} KV heads: one must divide the other")
+
+
+def validate_train(spec: ModelSpec, o: TrainOptions) -> TrainOptions:
+    for name in ("batch", "seq", "dp", "tp", "pp", "cp", "microbatches", "virtual_stages"):
+        _positive(name, getattr(o, name))
+    if o.batch * o.seq > _MAX_TOKENS:
+        raise InputError(f"--batch x --seq = {o.batch * o.seq} tokens is beyond any GPU; check the numbers")
+    _choice("params_dtype", o.params_dtype, PARAM_DTYPES)
+    _choice("autocast", o.autocast, AUTOCAST)
+    _choice("optimizer", o.optimizer, OPTIMIZERS)
+    _choice("checkpointing", o.checkpointing, CHECKPOINTING)
+    _choice("attention", o.attention, ATTENTION)
+    _choice("loss", o.loss, LOSSES)
+    if o.zero not in (0, 1, 2, 3):
+        raise InputError(f"--zero {o.zero!r} is not one of: 0, 1, 2, 3")
+    if (o.zero or o.fsdp) and o.dp < 2:
+        raise InputError("--zero/--fsdp shard over data-parallel ranks: give --dp 2 or more")
+    if o.fsdp and o.zero:
+        raise InputError("--fsdp and --zero are two names for sharding; give one of them")
+    if o.sp and o.tp < 2:
+        raise InputError("--sp (sequence parallelism) needs --tp 2 or more")
+    _check_tp(spec, o.tp)
+    if o.pp > spec.layers:
+        raise InputError(f"--pp {o.pp} is deeper than the model's {spec.layers} layers")
+    if o.virtual_stages > 1 and (o.pp < 2 or spec.layers % (o.pp * o.virtual_stages)):
+        raise InputError(f"--virtual-stages {o.virtual_stages} needs --pp 2 or more and the "
+                         f"{spec.layers} layers divisible by pp x virtual stages")
+    if o.seq % o.cp:
+        raise InputError(f"--cp {o.cp} does not divide --seq {o.seq}")
+    if o.pp > 1 and o.microbatches < o.pp:
+        # fewer micro-batches than stages is legal but leaves the pipeline mostly idle
+        pass
+    if o.autocast != "none" and o.params_dtype != "fp32":
+        # autocast over 16-bit parameters changes nothing that memory sees; accept it as given
+        o = replace(o, autocast="none") if o.autocast == o.params_dtype else o
+    return o
+
+
+def validate_infer(spec: ModelSpec, o: InferOptions) -> InferOptions:
+    for name in ("batch", "prompt", "tp", "group_size"):
+        _positive(name, getattr(o, name))
+    if not isinstance(o.new, int) or o.new < 0 or o.new > _MAX_TOKENS:
+        raise InputError(f"--new must be a whole number from 0 to {_MAX_TOKENS}, got {o.new!r}")
+    if o.paged_block < 0 or o.prefill_chunk < 0:
+        raise InputError("--paged-block and --prefill-chunk must be 0 (off) or a positive number of tokens")
+    _choice("weights_dtype", o.weights_dtype, WEIGHT_DTYPES)
+    _choice("kv_dtype", o.kv_dtype, KV_DTYPES)
+    _choice("attention", o.attention, ATTENTION)
+    _check_tp(spec, o.tp)
+    return o
