@@ -296,34 +296,31 @@ def measure_one(out: Path, name: str) -> None:
 
 def table(results: Path) -> None:
     from gpudoctor.memory import estimate_from_options
+    from gpudoctor.memory.spec import from_hf_config
 
     lines = ["| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     train_err, gen_err = [], []
-    for run in RUNS:
-        d = results / run["name"]
-        if not (d / "measured.json").exists():
-            continue
-        m = json.loads((d / "measured.json").read_text())
+    for m in json.loads(results.read_text()):
         if "error" in m:
-            lines.append(f"| {run['name']} | failed: {m['error'][:60]} | | | | | |")
+            lines.append(f"| {m['name']} | failed: {m['error'][:60]} | | | | | |")
             continue
-        opts = dict(run["opts"])
-        if run.get("infer"):
-            opts["infer"] = True
-        est = estimate_from_options(str(d / "config.json"), **opts)
+        opts = dict(m["opts"])
+        spec = from_hf_config(m["config"], name=m["name"])
+        est = estimate_from_options(spec, infer=m["infer"], **opts)
         pred = est.peak_bytes
         err = (pred - m["peak_bytes"]) / m["peak_bytes"]
         w_err = (est.breakdown.get("weights", 0) - m["weights_bytes"]) / m["weights_bytes"]
         s_err = ""
-        if not run.get("infer"):
-            states = m["after_first_step_bytes"] - m["weights_bytes"]
+        if not m["infer"]:
+            # after the first step: weights, optimizer states and the cuBLAS workspaces
+            states = m["after_first_step_bytes"] - m["weights_bytes"] - est.breakdown.get("cuda_workspaces", 0)
             pred_states = est.breakdown.get("optimizer_states", 0) + est.breakdown.get("master_weights", 0)
-            s_err = f"{100 * (pred_states - states) / states:+.2f}%" if states else "n/a"
+            s_err = f"{100 * (pred_states - states) / states:+.2f}%" if states > 2**20 else "(< 1 MiB)"
             train_err.append(abs(err))
         else:
             gen_err.append(abs(err))
-        lines.append(f"| {run['name']} | {m['n_params'] / 1e9:.2f} B | {m['peak_bytes'] / GiB:.3f} | "
+        lines.append(f"| {m['name']} | {m['n_params'] / 1e9:.2f} B | {m['peak_bytes'] / GiB:.3f} | "
                      f"{pred / GiB:.3f} | {100 * err:+.1f}% | {100 * w_err:+.2f}% | {s_err} |")
     print("\n".join(lines))
     if train_err:

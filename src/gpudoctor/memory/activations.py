@@ -37,7 +37,9 @@ from gpudoctor.memory.spec import ModelSpec
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 # Each consumer linear of a norm, under autocast, keeps its own cast of the norm's output.
-_FUSED_ATTENTION_CORE_EXTRA = {"gpt_neox": 2.0}  # measured: NeoX's SDPA path keeps two more h-sized copies
+# Measured, not derived: NeoX's SDPA path keeps one more hidden-sized copy than q, k, the fused qkv
+# output and the attention output (memory_allocated after the forward, pythia-1b shape, H200).
+_FUSED_ATTENTION_CORE_EXTRA = {"gpt_neox": 1.0}
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,11 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
             if spec.family == "gpt_neox":
                 core += 2 * c * tokens * heads * d  # q and k after the partial-rotary concat
             core += _FUSED_ATTENTION_CORE_EXTRA.get(spec.family, 0.0) * c * tokens * heads * d
+        elif sdpa_with_mask(spec):
+            # A sliding window makes transformers build an explicit (b, 1, s, s) mask: SDPA then
+            # gets K/V repeated to every query head (no enable_gqa), and the memory-efficient
+            # backend keeps its own copy of the mask in every layer.
+            core = 4 * c * tokens * heads * d + c * b * s * s
         else:
             core = 2 * c * tokens * heads * d + 2 * c * tokens * kv * d
         core += 4 * b * heads * s  # logsumexp
@@ -220,6 +227,11 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
     if w.attention == "eager":
         backward_transient = max(backward_transient, (2 * c + 4) * b * heads * s * s)
     return LayerMemory(saved=saved, backward_transient=backward_transient, checkpoint_input=w.r * th_rep)
+
+
+def sdpa_with_mask(spec: ModelSpec) -> bool:
+    """Whether transformers hands SDPA an explicit mask for plain causal training (no padding)."""
+    return bool(spec.sliding_window)
 
 
 def head_memory(spec: ModelSpec, w: Workload) -> HeadMemory:

@@ -1,0 +1,140 @@
+"""Does it fit on ``--gpu``, and if not, the cheapest changes that make it fit.
+
+The changes are tried in the order an experienced engineer tries them (seed 001's answer to
+"you hit CUDA OOM"): precision first (bf16 halves weights and activations), then a smaller
+micro-batch with accumulation (same effective batch, no accuracy cost), activation checkpointing
+(~33% more compute), a fused/chunked loss where the vocabulary makes the logits dominate, an 8-bit
+optimizer, ZeRO/FSDP sharding, and tensor parallelism. Each is priced by re-running the estimate,
+so every suggestion carries its own new peak; when no single change is enough, they are combined
+in that order until one combination fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpudoctor.errors import InputError
+from gpudoctor.hardware.specs import find_spec, known_names
+from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
+from gpudoctor.memory.options import InferOptions, TrainOptions
+from gpudoctor.memory.spec import ModelSpec
+
+
+def capacity_of(gpu: str) -> tuple[str, int]:
+    spec = find_spec(gpu)
+    if spec is None:
+        raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(known_names())}")
+    return spec.name, spec.memory_bytes
+
+
+def with_fit(spec: ModelSpec, options, est: MemoryEstimate, gpu: str | None, suggest: bool) -> MemoryEstimate:
+    if not gpu:
+        return est
+    name, capacity = capacity_of(gpu)
+    est = replace(est, gpu=name, capacity_bytes=capacity)
+    if est.fits or not suggest:
+        return est
+    if isinstance(options, TrainOptions):
+        found = _train_suggestions(spec, options, capacity)
+    else:
+        found = _infer_suggestions(spec, options, capacity, gpu)
+    return replace(est, suggestions=tuple(found))
+
+
+def _total(est: MemoryEstimate) -> int:
+    return est.total_bytes
+
+
+def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict, str]]:
+    """(change, new options, cost) in the order they are worth trying."""
+    out: list[tuple[str, dict, str]] = []
+    if o.params_dtype == "fp32" and o.autocast == "none":
+        out.append(("Train in bf16: torch.autocast(dtype=torch.bfloat16) over fp32 weights",
+                    {"autocast": "bf16"}, "none on Ampere or newer; fp16 needs a GradScaler"))
+    if o.params_dtype == "fp32":
+        out.append(("Keep the weights in bf16 (model.to(torch.bfloat16)) with fp32 master weights in the optimizer",
+                    {"params_dtype": "bf16", "autocast": "none", "master_weights": True},
+                    "an fp32 master copy keeps small updates from rounding away"))
+    b = o.batch
+    while b > 1:
+        b //= 2
+        acc = o.microbatches * (o.batch // b)
+        out.append((f"Micro-batch {b} with {acc} gradient-accumulation steps (same effective batch)",
+                    {"batch": b, "microbatches": acc}, "more, smaller steps: slightly lower throughput"))
+    if o.checkpointing != "full":
+        out.append(("Activation checkpointing per layer: model.gradient_checkpointing_enable()",
+                    {"checkpointing": "full"}, "about 33% more compute (one extra forward)"))
+    if o.loss == "standard" and spec.vocab >= 32_000:
+        out.append(("A fused, chunked cross-entropy (e.g. Liger's fused linear cross-entropy) so the "
+                    "fp32 logits are never whole", {"loss": "chunked"}, "a dependency; same numerics"))
+    if o.optimizer in ("adamw",):
+        out.append(("8-bit AdamW (bitsandbytes.optim.AdamW8bit)", {"optimizer": "adamw8bit"},
+                    "small accuracy risk; validate on your task"))
+    if o.dp > 1:
+        for stage in (1, 2, 3):
+            if o.zero_stage < stage:
+                label = {1: "ZeRO-1: shard optimizer states", 2: "ZeRO-2: shard gradients too",
+                         3: "ZeRO-3 / FSDP: shard the weights too"}[stage]
+                out.append((f"{label} over the {o.dp} data-parallel ranks", {"zero": stage, "fsdp": False},
+                            "more communication per step" if stage < 3 else "an all-gather per layer"))
+    for tp in (2, 4, 8):
+        if tp > o.tp and spec.heads % tp == 0 and (spec.kv_heads % tp == 0 or tp % spec.kv_heads == 0):
+            out.append((f"Tensor parallelism over {tp} GPUs (with sequence parallelism)", {"tp": tp, "sp": True},
+                        "needs NVLink: an all-reduce per layer"))
+    return out
+
+
+def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int) -> list[Suggestion]:
+    from gpudoctor.memory.training import estimate_training
+
+    found: list[Suggestion] = []
+    combined: dict = {}
+    combo_done = False
+    for change, delta, cost in _train_candidates(spec, o):
+        try:
+            new = estimate_training(spec, replace(o, **delta))
+        except InputError:
+            continue
+        fits = _total(new) <= capacity
+        found.append(Suggestion(change, delta, new.peak_bytes, fits, cost))
+        if not combo_done:
+            combined.update(delta)
+            try:
+                both = estimate_training(spec, replace(o, **combined))
+            except InputError:
+                continue
+            if _total(both) <= capacity:
+                combo_done = True
+                if len(combined) > len(delta) and combined != delta:
+                    found.append(Suggestion("Together: " + "; ".join(f"{k}={v}" for k, v in combined.items()),
+                                            dict(combined), both.peak_bytes, True, "the costs of each"))
+    # the ones that fit first, in the order they are worth trying; then the rest by new peak
+    fitting = [s for s in found if s.fits]
+    rest = sorted((s for s in found if not s.fits), key=lambda s: s.peak_bytes)
+    return (fitting + rest)[:8]
+
+
+def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str) -> list[Suggestion]:
+    from gpudoctor.memory.inference import estimate_inference
+
+    cands: list[tuple[str, dict, str]] = []
+    if o.kv_dtype in ("bf16", "fp16"):
+        cands.append(("fp8 KV cache", {"kv_dtype": "fp8"}, "small accuracy risk"))
+    for dt in ("fp8", "int8", "int4"):
+        if dt != o.weights_dtype and (dt != "fp8" or o.weights_dtype in ("bf16", "fp16")):
+            cands.append((f"{dt} weights", {"weights_dtype": dt}, "accuracy risk; validate on your task"))
+    if o.batch > 1:
+        cands.append((f"Batch {max(o.batch // 2, 1)}", {"batch": max(o.batch // 2, 1)}, "lower throughput"))
+    for tp in (2, 4, 8):
+        if tp > o.tp and spec.heads % tp == 0:
+            cands.append((f"Tensor parallelism over {tp} GPUs", {"tp": tp}, "needs NVLink"))
+    out = []
+    for change, delta, cost in cands:
+        try:
+            new = estimate_inference(spec, replace(o, **delta), gpu)
+        except InputError:
+            continue
+        out.append(Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost))
+    fitting = [s for s in out if s.fits]
+    return (fitting + sorted((s for s in out if not s.fits), key=lambda s: s.peak_bytes))[:8]
+

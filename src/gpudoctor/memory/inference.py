@@ -1,0 +1,184 @@
+"""Peak GPU memory of generation: weights, KV cache and the prefill's scratch.
+
+Two moments can be the peak. The prefill runs the whole prompt through each layer: besides the
+prompt's KV cache, the widest live tensors are the MLP's (activation out, up out and their
+product; gate out is freed as soon as the activation has read it), with four hidden-sized tensors
+alive around them (the layer input the model loop still holds, ``inputs_embeds``, the residual,
+the normalised input). The end of decoding holds the whole context's KV cache, and Hugging Face's
+``DynamicCache`` grows each layer's K and V with ``torch.cat``, so one layer's K is briefly there
+twice. ``generate`` computes logits for the last position only.
+
+Checked on an H200 (torch 2.11, transformers 5.17, 2026-11-22, benchmarks/bench_memory.py) on three
+models: prediction within 0.3% of ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, replace
+
+from gpudoctor.memory.activations import DTYPE_BYTES
+from gpudoctor.memory.estimate import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    RESERVED_OVER_ALLOCATED,
+    MemoryEstimate,
+)
+from gpudoctor.memory.options import InferOptions
+from gpudoctor.memory.params import count_params, norm_params
+from gpudoctor.memory.spec import ModelSpec
+
+_TP_DEGREES = (1, 2, 4, 8)
+
+
+def weight_bytes(spec: ModelSpec, o: InferOptions) -> float:
+    """Linear weights at the quantized width (with their scales); embeddings, head and norms in bf16,
+    as GPTQ/AWQ/fp8 checkpoints ship them."""
+    counts = count_params(spec)
+    norms = spec.layers * getattr(spec, "norms_per_layer", 2) * norm_params(spec, spec.hidden)
+    linear = counts.layers_total - norms
+    q = o.weights_dtype
+    per = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
+           "int8": 1.0 + 2.0 / spec.hidden,  # an fp16 scale per output channel
+           "int4": 0.5 + 2.5 / o.group_size}[q]  # fp16 scale + 4-bit zero point per group
+    rest = counts.total - linear
+    return (linear * per + rest * 2.0) / o.tp
+
+
+def kv_bytes_per_token(spec: ModelSpec, o: InferOptions) -> float:
+    """Bytes of KV cache one token adds across all layers (on one tensor-parallel rank)."""
+    kvb = DTYPE_BYTES[o.kv_dtype]
+    if spec.mla is not None:
+        m = spec.mla
+        if o.paged_block:  # serving engines cache MLA's compressed latent and the rope key
+            return spec.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * kvb
+        heads = spec.heads / o.tp  # transformers caches the decompressed K and V per head
+        return spec.layers * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) * kvb
+    kv_heads = max(spec.kv_heads / o.tp, 1.0)
+    return spec.layers * 2 * kv_heads * spec.head_dim * kvb
+
+
+def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int) -> int:
+    if spec.sliding_window:
+        tokens = min(tokens, spec.sliding_window)
+    if o.paged_block:
+        tokens = math.ceil(tokens / o.paged_block) * o.paged_block
+    return tokens
+
+
+def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
+    c = 2.0  # activations run in bf16/fp16 whatever the weights' storage
+    chunk = o.prefill_chunk or o.prompt
+    t = o.batch * min(chunk, o.prompt)
+    h = spec.hidden
+    if spec.moe is not None:
+        routed = t * spec.moe.top_k
+        width = spec.moe.intermediate / o.tp
+        mlp = (3 if spec.gated_mlp else 2) * c * routed * width + 2 * c * routed * h
+        if spec.moe.shared_experts:
+            mlp += 3 * c * t * spec.moe.shared_experts * spec.moe.intermediate / o.tp
+    else:
+        mlp = (3 if spec.gated_mlp else 2) * c * t * spec.intermediate / o.tp
+    hidden = 4 * c * t * h
+    rot = spec.mla.qk_rope_head_dim if spec.mla else int(spec.head_dim * spec.rotary_fraction)
+    rope = 0.0 if spec.learned_positions else 2 * c * t * rot
+    attn = 0.0
+    if o.attention == "eager":
+        heads = spec.heads / o.tp
+        attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
+    logits = o.batch * spec.vocab / o.tp * (c + 4)  # last position only, and its fp32 copy
+    return max(mlp, attn) + hidden + rope + logits
+
+
+def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None) -> MemoryEstimate:
+    counts = count_params(spec)
+    weights = weight_bytes(spec, o)
+    per_token = kv_bytes_per_token(spec, o)
+    kv_prompt = o.batch * _cached_tokens(spec, o, o.prompt) * per_token
+    kv_full = o.batch * _cached_tokens(spec, o, o.context) * per_token
+    scratch = _prefill_scratch(spec, o)
+    workspace = CUBLAS_WORKSPACE_BYTES
+    layer_kv = kv_full / spec.layers
+    growth = 0.0 if o.paged_block else layer_kv / 2  # torch.cat grows one layer's K (or V) at a time
+    decode_scratch = o.batch * spec.vocab / o.tp * 6 + 8 * o.batch * spec.hidden * 2
+    phases = {
+        "prefill": weights + workspace + kv_prompt + scratch,
+        "decode": weights + workspace + kv_full + growth + decode_scratch,
+    }
+    phase = max(phases, key=lambda p: phases[p])
+    peak = phases[phase]
+    kv = kv_prompt if phase == "prefill" else kv_full
+    breakdown = {"weights": weights, "kv_cache": kv, "activations": scratch if phase == "prefill" else decode_scratch,
+                 "cuda_workspaces": workspace}
+    breakdown["transient"] = peak - sum(breakdown.values())
+    est = MemoryEstimate(
+        mode="infer",
+        model=spec.name,
+        n_params=spec.exact_params or counts.total,
+        breakdown={k: int(round(v)) for k, v in breakdown.items() if round(v) != 0 or k != "transient"},
+        peak_bytes=int(round(peak)),
+        phase=phase,
+        reserved_bytes=int(round(peak * RESERVED_OVER_ALLOCATED)),
+        context_bytes=CUDA_CONTEXT_BYTES,
+        options=asdict(o),
+        phases={k: int(round(v)) for k, v in phases.items()},
+        notes=_notes(spec, o),
+        extra={"kv_bytes_per_token": int(round(per_token)),
+               "kv_cache_full_context_bytes": int(round(kv_full))},
+    )
+    if gpu:
+        est = replace(est, extra={**est.extra, **_sizing(spec, o, gpu)})
+    return est
+
+
+def _fits(spec: ModelSpec, o: InferOptions, capacity: int) -> bool:
+    return estimate_inference(spec, o).total_bytes <= capacity
+
+
+def _sizing(spec: ModelSpec, o: InferOptions, gpu: str) -> dict:
+    """The largest batch at this context, the longest context at this batch, and the GPUs needed."""
+    from gpudoctor.memory.fit import capacity_of
+
+    _, capacity = capacity_of(gpu)
+    out: dict = {}
+    out["max_batch"] = _search(lambda b: _fits(spec, replace(o, batch=b), capacity), 1 << 20)
+    max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)), capacity), 1 << 24)
+    out["max_context"] = max_ctx if max_ctx > o.new else 0
+    needed = None
+    for tp in _TP_DEGREES:
+        if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
+            continue
+        if _fits(spec, replace(o, tp=tp), capacity):
+            needed = tp
+            break
+    out["gpus_needed_tp"] = needed  # None: more than 8 GPUs of this kind (pipeline across nodes)
+    return out
+
+
+def _search(ok, upper: int) -> int:
+    """The largest n in [1, upper] with ok(n), assuming ok is monotone (0 when even 1 fails)."""
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= upper and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, upper + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _notes(spec: ModelSpec, o: InferOptions) -> tuple[str, ...]:
+    notes = []
+    if o.weights_dtype != "bf16":
+        notes.append(f"{o.weights_dtype}: linear weights quantized, embeddings/head/norms in bf16")
+    if spec.mla is not None and not o.paged_block:
+        notes.append("MLA: transformers caches decompressed K/V; a serving engine (--paged-block 16) "
+                     "caches the latent, far smaller")
+    if spec.sliding_window and o.context > spec.sliding_window:
+        notes.append(f"sliding window: the cache keeps the last {spec.sliding_window} tokens per layer")
+    return tuple(notes)
