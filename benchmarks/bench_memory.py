@@ -116,7 +116,73 @@ RUNS: list[dict] = [
      "opts": {"batch": 8, "prompt": 2048, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
 ]
 
-_CONFIG_CLASSES = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
+# Held out: measured after the estimator was written, to check it on shapes and options it was not
+# looked at against (bench_memory.py measure OUT --heldout).
+HELDOUT: list[dict] = [
+    {"name": "qwen2.5-0.5b-full", "family": "qwen2",
+     "config": {"hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+                "num_key_value_heads": 2, "num_hidden_layers": 24, "vocab_size": 151936,
+                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
+     "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "llama3.2-1b-fp32-autocast-ckpt", "family": "llama",
+     "config": {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 16, "vocab_size": 128256,
+                "tie_word_embeddings": True, "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
+              "checkpointing": "full"}},
+    {"name": "gemma-eager", "family": "gemma",
+     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
+                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 6, "vocab_size": 256000,
+                "max_position_embeddings": 8192},
+     "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"}},
+    {"name": "gpt2-medium-ckpt", "family": "gpt2",
+     "config": {"n_embd": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 50257, "n_positions": 1024},
+     "opts": {"batch": 16, "seq": 1024, "params_dtype": "bf16", "attention": "eager", "checkpointing": "full"}},
+    {"name": "mixtral-fp32-autocast-ckpt", "family": "mixtral",
+     "config": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
+                "num_key_value_heads": 4, "num_hidden_layers": 6, "vocab_size": 32000,
+                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
+              "checkpointing": "full"}},
+    {"name": "neox-sequential-full-rotary", "family": "gpt_neox",
+     "config": {"hidden_size": 2560, "intermediate_size": 10240, "num_attention_heads": 32,
+                "num_hidden_layers": 6, "vocab_size": 50432, "rotary_pct": 1.0,
+                "use_parallel_residual": False, "max_position_embeddings": 2048},
+     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "deepseek-v2-mla-moe", "family": "deepseek_v2",
+     "config": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000,
+                "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                "v_head_dim": 128, "n_routed_experts": 16, "num_experts_per_tok": 4,
+                "moe_intermediate_size": 512, "n_shared_experts": 2, "first_k_dense_replace": 1,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 4, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "llama-grad-accumulation", "family": "llama",
+     "config": {"hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 24,
+                "num_key_value_heads": 8, "num_hidden_layers": 8, "vocab_size": 128256,
+                "rope_theta": 500000.0, "max_position_embeddings": 8192},
+     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "microbatches": 2}},
+    {"name": "llama-pure-fp32-eager-sgd", "family": "llama",
+     "config": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
+                "max_position_embeddings": 4096},
+     "opts": {"batch": 2, "seq": 2048, "params_dtype": "fp32", "attention": "eager", "optimizer": "sgd"}},
+    {"name": "gen-mistral-sliding", "family": "mistral", "infer": True,
+     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "num_hidden_layers": 6, "vocab_size": 32000,
+                "sliding_window": 4096, "max_position_embeddings": 32768},
+     "opts": {"batch": 4, "prompt": 3072, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gen-gemma", "family": "gemma", "infer": True,
+     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
+                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 18, "vocab_size": 256000,
+                "max_position_embeddings": 8192},
+     "opts": {"batch": 16, "prompt": 1024, "new": 128, "weights_dtype": "bf16", "attention": "sdpa"}},
+    {"name": "gen-gpt2-xl-eager", "family": "gpt2", "infer": True,
+     "config": {"n_embd": 1600, "n_layer": 48, "n_head": 25, "vocab_size": 50257, "n_positions": 1024},
+     "opts": {"batch": 16, "prompt": 768, "new": 128, "weights_dtype": "bf16", "attention": "eager"}},
+]
+
+_CONFIG_CLASSES = {"deepseek_v2": "DeepseekV2Config", "llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
                    "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
                    "mistral": "MistralConfig"}
 
@@ -193,18 +259,20 @@ def _measure_one(run: dict, out: Path) -> dict:
             def mark(name: str) -> None:
                 if record:
                     torch.cuda.synchronize()
-                    phases[name + "_peak"] = torch.cuda.max_memory_allocated() - base
+                    peak = torch.cuda.max_memory_allocated() - base
+                    phases[name + "_peak"] = max(phases.get(name + "_peak", 0), peak)
                     phases[name + "_end"] = torch.cuda.memory_allocated() - base
                     torch.cuda.reset_peak_memory_stats()
-            if autocast != "none":
-                with torch.autocast("cuda", dtype=torch.bfloat16 if autocast == "bf16" else torch.float16):
+            for _ in range(opts.get("microbatches", 1)):
+                if autocast != "none":
+                    with torch.autocast("cuda", dtype=torch.bfloat16 if autocast == "bf16" else torch.float16):
+                        loss = model(input_ids=ids, labels=ids).loss
+                else:
                     loss = model(input_ids=ids, labels=ids).loss
-            else:
-                loss = model(input_ids=ids, labels=ids).loss
-            mark("forward")
-            loss.backward()
-            del loss
-            mark("backward")
+                mark("forward")
+                loss.backward()
+                del loss
+                mark("backward")
             opt.step()
             mark("optimizer")
             opt.zero_grad(set_to_none=True)
@@ -257,6 +325,18 @@ def _saved_census(model, ids, autocast: str) -> dict:
             "by_shape": dict(sorted(by_shape.items(), key=lambda kv: -kv[1][1]))}
 
 
+def _context() -> dict:
+    """Memory the process holds outside the allocator (CUDA context, libraries), after a matmul."""
+    import torch
+
+    x = torch.randn(1024, 1024, device="cuda")
+    (x @ x).sum().item()
+    free, total = torch.cuda.mem_get_info()
+    return {"name": "cuda-context", "used_bytes": total - free, "reserved_bytes": torch.cuda.memory_reserved(),
+            "context_bytes": total - free - torch.cuda.memory_reserved(), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__}
+
+
 def measure(out: Path, names: list[str]) -> None:
     """Each run in its own process, so that nothing one run leaves behind (caches, fragments)
     counts in the next; everything lands in one ``results.json``."""
@@ -264,11 +344,14 @@ def measure(out: Path, names: list[str]) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for run in RUNS:
+    runs = RUNS
+    if names[:1] == ["--heldout"]:
+        runs, names = HELDOUT, names[1:]
+    for run in runs:
         if names and run["name"] not in names:
             continue
         t0 = time.time()
-        proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
+        proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],  # noqa: S603
                               capture_output=True, text=True)
         try:
             r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -278,11 +361,18 @@ def measure(out: Path, names: list[str]) -> None:
         rows.append(r)
         print(f"{r['name']:28s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  {r.get('error', '')}",
               flush=True)
+    proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), "cuda-context"],
+                          capture_output=True, text=True)
+    if proc.stdout.strip():
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     (out / "results.json").write_text(json.dumps(rows, indent=1))
 
 
 def measure_one(out: Path, name: str) -> None:
-    run = next(r for r in RUNS if r["name"] == name)
+    if name == "cuda-context":
+        print(json.dumps(_context()))
+        return
+    run = next(r for r in RUNS + HELDOUT if r["name"] == name)
     try:
         r = _measure_one(run, out)
     except Exception as exc:  # reported in the table, the other runs go on
@@ -302,6 +392,8 @@ def table(results: Path) -> None:
              "|---|---:|---:|---:|---:|---:|---:|"]
     train_err, gen_err = [], []
     for m in json.loads(results.read_text()):
+        if m["name"] == "cuda-context":
+            continue
         if "error" in m:
             lines.append(f"| {m['name']} | failed: {m['error'][:60]} | | | | | |")
             continue
