@@ -261,6 +261,57 @@ def torch_device_name() -> str:
     return torch.cuda.get_device_name()
 
 
+@app.command("memory")
+def memory_cmd(
+    spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory."),
+    infer: bool = typer.Option(False, "--infer", help="Generation instead of a training step."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Micro-batch per GPU (training) or sequences (generation)."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length (training; default 2048)."),
+    params_dtype: Optional[str] = typer.Option(None, "--params-dtype", help="bf16, fp16 or fp32."),
+    autocast: Optional[str] = typer.Option(None, "--autocast", help="none, bf16 or fp16."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    master_weights: Optional[bool] = typer.Option(None, "--master-weights", help="fp32 master weights and states."),
+    checkpointing: Optional[str] = typer.Option(None, "--checkpointing", help="none, selective or full."),
+    attention: Optional[str] = typer.Option(None, "--attention", help="sdpa, flash or eager."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="standard, or chunked (fused linear cross-entropy)."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel ranks."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3 over the data-parallel ranks."),
+    fsdp: Optional[bool] = typer.Option(None, "--fsdp", help="FSDP full sharding (ZeRO-3 semantics)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel ranks."),
+    sp: Optional[bool] = typer.Option(None, "--sp", help="Sequence parallelism (with --tp)."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline stages (1F1B)."),
+    virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="Interleaved 1F1B: chunks per stage."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel ranks (sequence split)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", help="Gradient-accumulation steps (PP micro-batches)."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt tokens (generation)."),
+    new: Optional[int] = typer.Option(None, "--new", help="New tokens generated (generation)."),
+    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8 or int4 (generation)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16, fp8 or int8 (generation)."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", help="int4 quantization group (default 128)."),
+    paged_block: Optional[int] = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF DynamicCache)."),
+    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", help="Chunked prefill size in tokens."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+) -> None:
+    """Predict the GPU memory of training or generation before launch, and what to change when it does not fit."""
+    from gpudoctor.memory import estimate_from_options
+    from gpudoctor.report.memory import render, to_json
+
+    opts = {
+        "batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
+        "master_weights": master_weights, "checkpointing": checkpointing, "attention": attention, "loss": loss,
+        "dp": dp, "zero": zero, "fsdp": fsdp, "tp": tp, "sp": sp, "pp": pp, "virtual_stages": virtual_stages,
+        "cp": cp, "microbatches": microbatches, "prompt": prompt, "new": new, "weights_dtype": weights_dtype,
+        "kv_dtype": kv_dtype, "group_size": group_size, "paged_block": paged_block, "prefill_chunk": prefill_chunk,
+    }
+    est = estimate_from_options(spec, infer=infer, gpu=gpu, **opts)
+    if json_out:
+        sys.stdout.write(to_json(est) + "\n")
+        return
+    render(est, Console(width=width) if width else Console())
+
+
 @app.command("rules")
 def list_rules() -> None:
     """List the finding ids the doctor knows."""

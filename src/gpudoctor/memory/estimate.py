@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 RESERVED_OVER_ALLOCATED = 1.12
 
 # Per process, outside the allocator: the CUDA context, cuBLAS/cuDNN handles and kernels loaded.
-# What nvidia-smi shows for a process minus torch.cuda.memory_reserved() (H100 / H200, torch 2.11).
-CUDA_CONTEXT_BYTES = 536 * 1024**2
+# Measured: used memory (cudaMemGetInfo) minus torch.cuda.memory_reserved() after a first matmul
+# (H200, torch 2.11, CUDA 13, 2026-11-22). Other drivers and cards differ by a few hundred MB.
+CUDA_CONTEXT_BYTES = 718_077_952
 
 # cuBLAS keeps one workspace per handle, and a training step uses two threads (the forward's and
 # autograd's): 64 MiB of allocated memory on H100/H200 with torch 2.11 (measured: the constant left

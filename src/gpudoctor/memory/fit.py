@@ -87,31 +87,49 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
 def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int) -> list[Suggestion]:
     from gpudoctor.memory.training import estimate_training
 
-    found: list[Suggestion] = []
-    combined: dict = {}
-    combo_done = False
-    for change, delta, cost in _train_candidates(spec, o):
+    def price(delta: dict) -> MemoryEstimate | None:
         try:
-            new = estimate_training(spec, replace(o, **delta))
-        except InputError:
-            continue
-        fits = _total(new) <= capacity
-        found.append(Suggestion(change, delta, new.peak_bytes, fits, cost))
-        if not combo_done:
-            combined.update(delta)
-            try:
-                both = estimate_training(spec, replace(o, **combined))
-            except InputError:
+            return estimate_training(spec, replace(o, **delta))
+        except InputError:  # e.g. a TP degree the heads do not allow
+            return None
+
+    singles: list[tuple[int, str, dict, str, MemoryEstimate]] = []
+    for rank, (change, delta, cost) in enumerate(_train_candidates(spec, o)):
+        new = price(delta)
+        if new is not None:
+            singles.append((rank, change, delta, cost, new))
+    found = [Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost)
+             for _, change, delta, cost, new in singles]
+    # Changes that need no more GPUs come first; when none of them is enough alone, the cheapest
+    # combination of them comes before anything that needs more GPUs (TP).
+    same_gpus = [item for item in singles if "tp" not in item[2]]
+    more_gpus = {id(s) for s, item in zip(found, singles) if "tp" in item[2]}
+    local = [s for s in found if id(s) not in more_gpus]
+    if not any(s.fits for s in local):
+        combo = _cheapest_combination(same_gpus, capacity, price)
+        if combo is not None:
+            local.insert(0, combo)
+    ordered = [s for s in local if s.fits] + [s for s in found if id(s) in more_gpus and s.fits]
+    ordered += sorted((s for s in found if not s.fits), key=lambda s: s.peak_bytes)
+    return ordered[:8]
+
+
+def _cheapest_combination(singles, capacity: int, price) -> Suggestion | None:
+    """Two, then three changes together, cheapest first (by their order of preference); changes
+    to the same option (two micro-batch sizes) are not combined."""
+    from itertools import combinations
+
+    for size in (2, 3):
+        for combo in sorted(combinations(singles, size), key=lambda c: sum(item[0] for item in c)):
+            keys = [k for item in combo for k in item[2]]
+            if len(keys) != len(set(keys)):
                 continue
-            if _total(both) <= capacity:
-                combo_done = True
-                if len(combined) > len(delta) and combined != delta:
-                    found.append(Suggestion("Together: " + "; ".join(f"{k}={v}" for k, v in combined.items()),
-                                            dict(combined), both.peak_bytes, True, "the costs of each"))
-    # the ones that fit first, in the order they are worth trying; then the rest by new peak
-    fitting = [s for s in found if s.fits]
-    rest = sorted((s for s in found if not s.fits), key=lambda s: s.peak_bytes)
-    return (fitting + rest)[:8]
+            delta = {k: v for item in combo for k, v in item[2].items()}
+            new = price(delta)
+            if new is not None and _total(new) <= capacity:
+                change = " + ".join(item[1].split(":")[0].split(" (")[0] for item in combo)
+                return Suggestion(change, delta, new.peak_bytes, True, "; ".join(item[3] for item in combo))
+    return None
 
 
 def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str) -> list[Suggestion]:

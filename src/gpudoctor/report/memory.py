@@ -1,0 +1,108 @@
+"""Render a memory estimate: the per-GPU breakdown as a bar, the peak and its phase, the verdict
+on ``--gpu`` and, when it does not fit, the changes that make it fit with their new peaks."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.memory.estimate import MemoryEstimate
+
+_LABELS = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "master_weights": "fp32 master weights",
+    "activations": "activations",
+    "kv_cache": "KV cache",
+    "cuda_workspaces": "cuBLAS workspaces",
+    "optimizer_step_temporaries": "optimizer step temporaries",
+    "transient": "transient at the peak",
+}
+_COLORS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_black", "white", "bright_cyan")
+
+
+def gib(n: float) -> str:
+    return f"{n / 1024**3:,.2f} GiB"
+
+
+def to_json(est: MemoryEstimate) -> str:
+    return json.dumps(est.to_dict(), indent=1)
+
+
+def render(est: MemoryEstimate, console: Console) -> None:
+    mode = "training step" if est.mode == "train" else "generation"
+    console.print(Text.assemble(("gpudoctor memory", "bold"), f"  {est.model}  ·  {est.n_params / 1e9:,.2f} B params  ·  {mode}"))
+    console.print(Text.assemble("peak allocated ", (gib(est.peak_bytes), "bold"), f" during the {est.phase}",
+                                f"   (reserved ≈ {gib(est.reserved_bytes)}, + CUDA context {gib(est.context_bytes)})"))
+    _bar(est, console)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("component")
+    table.add_column("per GPU", justify="right")
+    table.add_column("share", justify="right")
+    for i, (key, value) in enumerate(est.breakdown.items()):
+        if value == 0:
+            continue
+        share = value / est.peak_bytes if est.peak_bytes else 0.0
+        table.add_row(Text("■ ", style=_COLORS[i % len(_COLORS)]) + _LABELS.get(key, key.replace("_", " ")),
+                      gib(value), f"{100 * share:.1f}%")
+    console.print(table)
+    detail = est.extra.get("activations_by_component")
+    if detail:
+        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in sorted(detail.items(), key=lambda kv: -kv[1]) if v)
+        console.print(Text(f"activations: {parts}", style="dim"))
+    if est.mode == "infer":
+        extra = est.extra
+        console.print(f"KV cache: {extra['kv_bytes_per_token'] / 1024:,.1f} KiB per token; "
+                      f"{gib(extra['kv_cache_full_context_bytes'])} for the whole batch at full context")
+    for note in est.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    if est.capacity_bytes:
+        verdict = est.fits
+        line = (f"{'fits' if verdict else 'does NOT fit'} on {est.gpu} ({gib(est.capacity_bytes)}): "
+                f"needs {gib(est.total_bytes)} with allocator slack and context")
+        console.print(Text(line, style="bold green" if verdict else "bold red"))
+        if est.mode == "infer":
+            x = est.extra
+            tp = x.get("gpus_needed_tp")
+            console.print(f"largest batch at this context: {x.get('max_batch', 0)}; longest context at this batch: "
+                          f"{x.get('max_context', 0):,} tokens; GPUs needed (tensor parallel): "
+                          f"{tp if tp else 'more than 8'}")
+    if est.suggestions:
+        console.print(Text("What makes it fit, cheapest first:", style="bold"))
+        for i, s in enumerate(est.suggestions, 1):
+            mark = Text("fits      ", style="green") if s.fits else Text("still over", style="red")
+            console.print(Text.assemble(f" {i}. ", mark, f" {gib(s.peak_bytes):>11}  ", s.change))
+            console.print(Text(f"       cost: {s.cost};  options: {_flags(s.options)}", style="dim"))
+
+
+def _flags(options: dict) -> str:
+    out = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not False:
+            out.append(f"{flag} {value}")
+    return " ".join(out)
+
+
+def _bar(est: MemoryEstimate, console: Console) -> None:
+    width = max(20, min(console.width - 2, 100))
+    total = est.capacity_bytes or est.peak_bytes
+    bar = Text()
+    used = 0
+    for i, (_, value) in enumerate(est.breakdown.items()):
+        cells = int(round(width * value / total)) if total else 0
+        bar.append("█" * cells, style=_COLORS[i % len(_COLORS)])
+        used += cells
+    if est.capacity_bytes:
+        if used < width:
+            bar.append("░" * (width - used), style="bright_black")
+        elif used > width:
+            bar = bar[:width]
+            bar.append("▶", style="bold red")
+    console.print(bar)
