@@ -36,7 +36,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     unprofiled = statistics.median(result.unprofiled_step_ms) if result.unprofiled_step_ms else None
     if result.trace_path is not None:
         try:
-            report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled)
+            report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
+                                    model_state=result.model_state or None)
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")

@@ -37,7 +37,8 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
 
 
 def analyze_loaded(
-    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None
+    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
+    model_state: dict | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py)."""
@@ -47,7 +48,7 @@ def analyze_loaded(
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU machine"
         )
     chosen = choose_ceilings(trace, gpu, ceilings)
-    analysis = analyze_trace(trace, chosen, unprofiled_step_ms)
+    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state)
     findings = run_rules(analysis)
     host_ms = host_step_ms(trace, analysis.steps)
     if unprofiled_step_ms:
@@ -63,6 +64,7 @@ def analyze_loaded(
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
-    from gpudoctor.capture.bundle import unprofiled_step_of
+    from gpudoctor.capture.bundle import model_state_of_run, unprofiled_step_of
 
-    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path))
+    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path),
+                          model_state=model_state_of_run(path))

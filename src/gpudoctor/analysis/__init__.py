@@ -38,7 +38,8 @@ class Analysis:
         return self.breakdown.step_ms
 
 
-def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None) -> Analysis:
+def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
+                  model_state: dict | None = None) -> Analysis:
     steps = segment(trace)
     warnings: list[str] = []
     not_applicable: dict[str, str] = {}
@@ -49,7 +50,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         )
     if trace.skipped_events:
         warnings.append(f"{trace.skipped_events} malformed events were skipped")
-    mem = memory(trace, steps)
+    mem = memory(trace, steps, model_state)
     if not mem.applicable:
         not_applicable["memory"] = mem.reason
     result = Analysis(

@@ -29,20 +29,22 @@ class MemoryResult:
     reserved_growth_bytes: int  # reserved at the end minus at the start
     malloc_calls_per_step: float  # cudaMalloc / cudaFree / driver equivalents
     malloc_ms_per_step: float
+    persistent_bytes: int = 0  # allocated when the first step starts: what lives between steps
+    model_state: dict | None = None  # the optimizer's params/grads/states bytes (live runs)
 
     @property
     def peak_reserved_fraction(self) -> float:
         return self.peak_reserved_bytes / self.capacity_bytes if self.capacity_bytes else 0.0
 
 
-def memory(trace: Trace, steps: Steps) -> MemoryResult:
+def memory(trace: Trace, steps: Steps, model_state: dict | None = None) -> MemoryResult:
     n = max(len(steps), 1)
     calls, call_ms = _allocator_calls(trace, steps)
     mem = trace.memory
     capacity = trace.gpu.memory_bytes if trace.gpu else 0
     if len(mem) == 0:
         return MemoryResult(False, "no GPU [memory] events: record with profile_memory=True", capacity,
-                            0, 0, 0.0, 0.0, 0.0, 0, calls / n, call_ms / n)
+                            0, 0, 0.0, 0.0, 0.0, 0, calls / n, call_ms / n, model_state=model_state)
     peak_r = int(mem.reserved.max())
     at_peak = int(np.argmax(mem.reserved))
     frag = 1.0 - mem.allocated[at_peak] / peak_r if peak_r else 0.0
@@ -60,7 +62,15 @@ def memory(trace: Trace, steps: Steps) -> MemoryResult:
         reserved_growth_bytes=int(mem.reserved[-1] - mem.reserved[0]),
         malloc_calls_per_step=calls / n,
         malloc_ms_per_step=call_ms / n,
+        persistent_bytes=_allocated_at(mem, float(steps.start[0])) if len(steps) else int(mem.allocated.min()),
+        model_state=model_state,
     )
+
+
+def _allocated_at(mem, ts: float) -> int:
+    """Allocated bytes just before ``ts`` (the last [memory] event at or before it)."""
+    i = int(np.searchsorted(mem.ts, ts, side="right")) - 1
+    return int(mem.allocated[i]) if i >= 0 else int(mem.allocated.min())
 
 
 def _allocator_calls(trace: Trace, steps: Steps) -> tuple[int, float]:

@@ -104,6 +104,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "nvml": result.nvml,
         "error": result.error,
         "memory_at_error": result.memory_at_error,
+        "model_state": getattr(result, "model_state", {}) or None,
     }
 
 
@@ -111,6 +112,22 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The optimizer's parameter/gradient/state bytes recorded in a run directory's env.json."""
+    p = Path(path)
+    env_file = (p if p.is_dir() else p.parent) / "env.json"
+    if not env_file.is_file():
+        return None
+    try:
+        value = json.loads(env_file.read_text()).get("capture", {}).get("model_state")
+    except (OSError, ValueError, AttributeError):
+        return None
+    keys = ("params", "param_bytes", "grad_bytes", "state_bytes")
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), int) and value[k] >= 0 for k in keys):
+        return None
+    return value
 
 
 def unprofiled_step_of(path: str | os.PathLike[str]) -> float | None:

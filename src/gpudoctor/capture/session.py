@@ -62,6 +62,7 @@ class CaptureResult:
     device: str = "cpu"
     error: str = ""  # what interrupted the window, if anything
     memory_at_error: dict[str, Any] = field(default_factory=dict)
+    model_state: dict[str, Any] = field(default_factory=dict)  # from the stepped optimizer (model_state_of)
 
     @property
     def complete(self) -> bool:
@@ -123,7 +124,9 @@ class CaptureSession:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def _on_optimizer_step(self, *_: Any) -> None:
+    def _on_optimizer_step(self, optimizer: Any = None, *_: Any) -> None:
+        if optimizer is not None and not self.result.model_state:
+            self.result.model_state = model_state_of(optimizer)
         if not self.explicit_steps:
             self.step()
 
@@ -264,3 +267,36 @@ def _memory_state(torch: Any) -> dict[str, Any]:
     state = {k: stats.get(k) for k in keys}
     state.update(free_bytes=free, total_bytes=total)
     return state
+
+
+def model_state_of(optimizer: Any) -> dict[str, Any]:
+    """Bytes of the parameters, gradients and optimizer states an optimizer holds (on the GPU).
+
+    The memory-pressure finding uses them to say what fills the card and what each change frees;
+    it runs once, after the first optimizer step, when the states exist.
+    """
+    import torch
+
+    params = grads = states = n = 0
+    dtypes: dict[str, int] = {}
+    seen: set[int] = set()
+    try:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) in seen or not isinstance(p, torch.Tensor) or p.device.type != "cuda":
+                    continue
+                seen.add(id(p))
+                n += p.numel()
+                params += p.numel() * p.element_size()
+                dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
+                if p.grad is not None:
+                    grads += p.grad.numel() * p.grad.element_size()
+                for value in optimizer.state.get(p, {}).values():
+                    if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+                        states += value.numel() * value.element_size()
+    except (AttributeError, KeyError, TypeError, RuntimeError):
+        return {}
+    if not n:
+        return {}
+    return {"optimizer": type(optimizer).__name__, "params": n, "param_bytes": params, "grad_bytes": grads,
+            "state_bytes": states, "param_dtype": max(dtypes, key=dtypes.__getitem__)}

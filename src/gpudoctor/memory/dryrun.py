@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpudoctor.errors import InputError
@@ -332,14 +333,14 @@ def _measure(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     params = list(module.parameters())
     weights = [*params, *module.buffers()]
     tracker = _LiveBytes(weights, [*_tensors_in(args), *_tensors_in(kwargs)])
-    with tracker:
+    with _CudaKernels(), tracker:
         with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
             output = module(*args, **kwargs)
             loss = reduce(output)
         del output, args, kwargs
         forward_peak, tracker.peak = tracker.peak, tracker.live
         saved = tracker.live - _unique_bytes([loss])
-        loss.backward()
+        torch.autograd.backward(loss)  # not loss.backward(): a torch function would pause the mode
     return DryRun(
         n_params=sum(p.numel() for p in params),
         param_bytes=_unique_bytes(params),
@@ -433,6 +434,74 @@ def _hf_one_sequence_per_row(active: bool) -> Iterator[None]:
         yield
     finally:
         masking.find_packed_sequence_indices = original  # type: ignore[union-attr]
+
+
+# --- attention and dropout as a GPU runs them --------------------------------------------------------------
+
+
+class _CudaKernels(TorchFunctionMode):
+    """Attention and dropout as CUDA runs them, where the CPU's kernels save something else.
+
+    Dropout: CUDA's fused kernel (``native_dropout``) saves a bool mask, the CPU one a mask of
+    the input's dtype (2 to 4 times the bytes).
+
+    Attention (``F.scaled_dot_product_attention``): the kernel a GPU would pick, not the CPU's.
+    What attention saves depends on the kernel: the fused ones (flash, memory-efficient) keep q, k,
+    v, the output and a log-sum-exp per row, the math one the whole (seq x seq) probabilities (and
+    its dropout mask). The CPU picks math for dropout, where CUDA's flash kernel takes dropout in
+    its stride; CUDA picks math for fp32 with GQA, which the CPU's flash kernel runs. So the choice
+    is made here by CUDA's rules (sm80 and later), and the fused case runs on the CPU's flash op,
+    whose backward saves what the CUDA kernels save.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            return _cuda_sdpa(*args, **kwargs)
+        if func is torch.nn.functional.dropout:
+            return _cuda_dropout(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _cuda_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    if training and 0 < p < 1 and not inplace and input.is_floating_point():
+        return torch.native_dropout(input, p, True)[0]
+    return torch.nn.functional.dropout(input, p, training, inplace)
+
+
+def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+               enable_gqa: bool = False) -> torch.Tensor:
+    if query.dim() != 4:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            **({"enable_gqa": True} if enable_gqa else {}))
+    if torch.is_autocast_enabled("cpu"):  # sdpa is on CUDA's lower-precision list
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value, attn_mask = (_cast(t, low) for t in (query, key, value, attn_mask))
+    with torch.autocast("cpu", enabled=False):  # the kernel itself runs as given
+        if _cuda_fused(query, key, value, attn_mask, enable_gqa):
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            **({"enable_gqa": True} if enable_gqa else {}))[0]
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    if t is None or not t.is_floating_point() or t.dtype in (dtype, torch.float64):
+        return t
+    return t.to(dtype)
+
+
+def _cuda_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool) -> bool:
+    """Would CUDA run flash or memory-efficient attention (rather than math) on these inputs?"""
+    low = q.dtype in (torch.float16, torch.bfloat16)
+    dim = q.shape[-1]
+    flash = low and mask is None and dim <= 256 and dim % 8 == 0 and k.shape[-1] == v.shape[-1] == dim
+    grouped = gqa and q.shape[1] != k.shape[1]
+    efficient = (low or q.dtype == torch.float32) and not grouped and dim % (8 if low else 4) == 0
+    return flash or efficient
 
 
 # --- CUDA's autocast policy on fake CPU tensors --------------------------------------------------
