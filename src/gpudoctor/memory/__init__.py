@@ -29,10 +29,6 @@ def load_spec(source: str) -> ModelSpec:
         return spec_mod.from_hf_config(path)
     if source.lower() in presets.PRESETS:
         return presets.from_preset(source.lower())
-    if ":" in source:
-        from gpudoctor.memory import module_spec
-
-        return module_spec.spec_from_factory(source)
     raise InputError(f"{source!r} is not a config.json path, a preset or module:factory; presets: "
                      f"{', '.join(sorted(presets.PRESETS))}")
 
@@ -64,6 +60,29 @@ def estimate(spec: ModelSpec, options: TrainOptions | InferOptions, gpu: str | N
 def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: str | None = None,
                           suggest: bool = True, **opts) -> MemoryEstimate:
     """``gpudoctor memory``'s engine: a spec source and the CLI's options by name."""
-    spec = source if isinstance(source, ModelSpec) else load_spec(source)
     cls = InferOptions if infer else TrainOptions
+    if isinstance(source, str) and is_module_source(source):
+        if infer:
+            raise InputError("module:factory is priced for training; for generation give a config.json or a preset")
+        from gpudoctor.memory.fit import with_fit
+        from gpudoctor.memory.module_estimate import estimate_module
+
+        options = TrainOptions(**_split(TrainOptions, opts))
+        return with_fit(None, options, estimate_module(source, _validate_module(options)), gpu, suggest=False)
+    spec = source if isinstance(source, ModelSpec) else load_spec(source)
     return estimate(spec, cls(**_split(cls, opts)), gpu, suggest)
+
+
+def is_module_source(source: str) -> bool:
+    """``pkg.module:factory`` or ``file.py:factory`` (not an existing path, not a preset)."""
+    from gpudoctor.memory import presets
+
+    head, sep, attr = source.rpartition(":")
+    return bool(sep and head and attr and not Path(source).exists() and source.lower() not in presets.PRESETS)
+
+
+def _validate_module(o: TrainOptions) -> TrainOptions:
+    """The checks of validate_train that need no model structure."""
+    from gpudoctor.memory.options import check_common_train
+
+    return check_common_train(o)

@@ -92,6 +92,18 @@ def _check_tp(spec: ModelSpec, tp: int) -> None:
 
 
 def validate_train(spec: ModelSpec, o: TrainOptions) -> TrainOptions:
+    o = check_common_train(o)
+    _check_tp(spec, o.tp)
+    if o.pp > spec.layers:
+        raise InputError(f"--pp {o.pp} is deeper than the model's {spec.layers} layers")
+    if o.virtual_stages > 1 and (o.pp < 2 or spec.layers % (o.pp * o.virtual_stages)):
+        raise InputError(f"--virtual-stages {o.virtual_stages} needs --pp 2 or more and the "
+                         f"{spec.layers} layers divisible by pp x virtual stages")
+    return o
+
+
+def check_common_train(o: TrainOptions) -> TrainOptions:
+    """Checks that need no model: ranges, choices and contradictions between options."""
     for name in ("batch", "seq", "dp", "tp", "pp", "cp", "microbatches", "virtual_stages"):
         _positive(name, getattr(o, name))
     if o.batch * o.seq > _MAX_TOKENS:
@@ -110,17 +122,8 @@ def validate_train(spec: ModelSpec, o: TrainOptions) -> TrainOptions:
         raise InputError("--fsdp and --zero are two names for sharding; give one of them")
     if o.sp and o.tp < 2:
         raise InputError("--sp (sequence parallelism) needs --tp 2 or more")
-    _check_tp(spec, o.tp)
-    if o.pp > spec.layers:
-        raise InputError(f"--pp {o.pp} is deeper than the model's {spec.layers} layers")
-    if o.virtual_stages > 1 and (o.pp < 2 or spec.layers % (o.pp * o.virtual_stages)):
-        raise InputError(f"--virtual-stages {o.virtual_stages} needs --pp 2 or more and the "
-                         f"{spec.layers} layers divisible by pp x virtual stages")
     if o.seq % o.cp:
         raise InputError(f"--cp {o.cp} does not divide --seq {o.seq}")
-    if o.pp > 1 and o.microbatches < o.pp:
-        # fewer micro-batches than stages is legal but leaves the pipeline mostly idle
-        pass
     if o.autocast != "none" and o.params_dtype != "fp32":
         # autocast over 16-bit parameters changes nothing that memory sees; accept it as given
         o = replace(o, autocast="none") if o.autocast == o.params_dtype else o
