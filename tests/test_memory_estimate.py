@@ -78,7 +78,7 @@ def test_checkpointing_and_chunked_loss_and_zero_reduce_the_peak():
     zero = estimate_from_options(spec, batch=2, seq=4096, dp=8, zero=1)
     fsdp = estimate_from_options(spec, batch=2, seq=4096, dp=8, fsdp=True)
     assert ckpt.peak_bytes < base.peak_bytes
-    act = lambda e: sum(e.extra["activations_by_component"].values())  # noqa: E731
+    act = lambda e: sum(e.extra["activations_by_component"].values())
     assert act(ckpt) < act(base) / 5
     assert ckpt.phase == "optimizer"  # 16 + 16 + 32 GB of states, plus AdamW's temporary: now the peak
     assert chunked.peak_bytes < base.peak_bytes

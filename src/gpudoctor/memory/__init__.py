@@ -11,7 +11,12 @@ from pathlib import Path
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
-from gpudoctor.memory.options import InferOptions, TrainOptions, validate_infer, validate_train
+from gpudoctor.memory.options import (
+    InferOptions,
+    TrainOptions,
+    validate_infer,
+    validate_train,
+)
 from gpudoctor.memory.spec import ModelSpec
 
 __all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_from_options", "load_spec"]
@@ -19,7 +24,8 @@ __all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_fr
 
 def load_spec(source: str) -> ModelSpec:
     """A config.json path (or a directory holding one), a preset name, or ``module:factory``."""
-    from gpudoctor.memory import presets, spec as spec_mod
+    from gpudoctor.memory import presets
+    from gpudoctor.memory import spec as spec_mod
 
     path = Path(source)
     if path.suffix == ".json" or path.is_dir() or path.exists():

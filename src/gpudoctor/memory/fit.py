@@ -65,8 +65,9 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
         out.append(("Activation checkpointing per layer: model.gradient_checkpointing_enable()",
                     {"checkpointing": "full"}, "about 33% more compute (one extra forward)"))
     if o.loss == "standard" and spec.vocab >= 32_000:
-        out.append(("A fused, chunked cross-entropy (e.g. Liger's fused linear cross-entropy) so the "
-                    "fp32 logits are never whole", {"loss": "chunked"}, "a dependency; same numerics"))
+        change = ("A fused, chunked cross-entropy (e.g. Liger's fused linear cross-entropy) so the "
+                  "fp32 logits are never whole")
+        out.append((change, {"loss": "chunked"}, "a dependency; same numerics"))
     if o.optimizer in ("adamw",):
         out.append(("8-bit AdamW (bitsandbytes.optim.AdamW8bit)", {"optimizer": "adamw8bit"},
                     "small accuracy risk; validate on your task"))

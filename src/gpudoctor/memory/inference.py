@@ -115,16 +115,16 @@ def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None)
         mode="infer",
         model=spec.name,
         n_params=spec.exact_params or counts.total,
-        breakdown={k: int(round(v)) for k, v in breakdown.items() if round(v) != 0 or k != "transient"},
-        peak_bytes=int(round(peak)),
+        breakdown={k: round(v) for k, v in breakdown.items() if round(v) != 0 or k != "transient"},
+        peak_bytes=round(peak),
         phase=phase,
-        reserved_bytes=int(round(peak * RESERVED_OVER_ALLOCATED)),
+        reserved_bytes=round(peak * RESERVED_OVER_ALLOCATED),
         context_bytes=CUDA_CONTEXT_BYTES,
         options=asdict(o),
-        phases={k: int(round(v)) for k, v in phases.items()},
+        phases={k: round(v) for k, v in phases.items()},
         notes=_notes(spec, o),
-        extra={"kv_bytes_per_token": int(round(per_token)),
-               "kv_cache_full_context_bytes": int(round(kv_full))},
+        extra={"kv_bytes_per_token": round(per_token),
+               "kv_cache_full_context_bytes": round(kv_full)},
     )
     if gpu:
         est = replace(est, extra={**est.extra, **_sizing(spec, o, gpu)})

@@ -218,16 +218,16 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         mode="train",
         model=spec.name,
         n_params=n_params,
-        breakdown={k: int(round(v)) for k, v in breakdown.items() if round(v) != 0 or k in ("weights", "activations")},
-        peak_bytes=int(round(peak)),
+        breakdown={k: round(v) for k, v in breakdown.items() if round(v) != 0 or k in ("weights", "activations")},
+        peak_bytes=round(peak),
         phase=phase if o.pp == 1 else f"{phase} (pipeline stage {stage.index})",
-        reserved_bytes=int(round(peak * RESERVED_OVER_ALLOCATED)),
+        reserved_bytes=round(peak * RESERVED_OVER_ALLOCATED),
         context_bytes=CUDA_CONTEXT_BYTES,
         options=asdict(o),
-        phases={k: int(round(v)) for k, v in phases.items()},
+        phases={k: round(v) for k, v in phases.items()},
         notes=notes,
-        extra={"activations_by_component": {k: int(round(v)) for k, v in act_detail.items()},
-               "params_per_gpu": int(round(local / (shard if o.zero_stage >= 3 else 1)))},
+        extra={"activations_by_component": {k: round(v) for k, v in act_detail.items()},
+               "params_per_gpu": round(local / (shard if o.zero_stage >= 3 else 1))},
     )
 
 

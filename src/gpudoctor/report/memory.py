@@ -96,7 +96,7 @@ def _bar(est: MemoryEstimate, console: Console) -> None:
     bar = Text()
     used = 0
     for i, (_, value) in enumerate(est.breakdown.items()):
-        cells = int(round(width * value / total)) if total else 0
+        cells = round(width * value / total) if total else 0
         bar.append("█" * cells, style=_COLORS[i % len(_COLORS)])
         used += cells
     if est.capacity_bytes:
