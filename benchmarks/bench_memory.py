@@ -423,9 +423,66 @@ def table(results: Path) -> None:
               f"max {100 * max(gen_err):.1f}% over {len(gen_err)} runs")
 
 
+_FACTORY = """
+import json, transformers
+CONFIG = json.loads({config!r})
+FAMILY = {family!r}
+
+def build():
+    cls = getattr(transformers, {cls!r})
+    cfg = cls(**{{k: v for k, v in CONFIG.items() if k not in ("architectures", "transformers_version")}})
+    cfg._attn_implementation = {attention!r}
+    return transformers.AutoModelForCausalLM.from_config(cfg)
+"""
+
+
+def dryrun_table(results: Path) -> None:
+    """The module:factory path (a dry run on fake tensors) on the same training runs; needs transformers."""
+    import tempfile
+
+    from gpudoctor.errors import InputError
+    from gpudoctor.memory import estimate_from_options
+
+    runs = RUNS + HELDOUT
+    lines = ["| run | measured peak GiB | config.json rules GiB | module dry run GiB | dry-run error |",
+             "|---|---:|---:|---:|---:|"]
+    errors = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in results.parent.glob(results.name):
+            for m in json.loads(f.read_text()):
+                if m.get("infer", True) or "error" in m or m["name"] == "cuda-context":
+                    continue
+                fam = next(r["family"] for r in runs if r["name"] == m["name"])
+                path = Path(tmp) / f"factory_{m['name'].replace('-', '_').replace('.', '_')}.py"
+                path.write_text(_FACTORY.format(config=json.dumps(m["config"]), family=fam,
+                                                cls=_CONFIG_CLASSES[fam], attention=m["opts"].get("attention", "sdpa")))
+                opts = {k: v for k, v in m["opts"].items() if k != "attention"}
+                from gpudoctor.memory.spec import from_hf_config
+
+                rules = estimate_from_options(from_hf_config(m["config"]), **m["opts"]).peak_bytes
+                try:
+                    pred = estimate_from_options(f"{path}:build", **opts).peak_bytes
+                except InputError as exc:
+                    lines.append(f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
+                                 f"refused: {str(exc)[:60]} | |")
+                    continue
+                err = (pred - m["peak_bytes"]) / m["peak_bytes"]
+                errors.append(abs(err))
+                lines.append(f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
+                             f"{pred / GiB:.3f} | {100 * err:+.2f}% |")
+    print("\n".join(lines))
+    if errors:
+        print(f"\nmodule dry run: median |error| {100 * statistics.median(errors):.2f}%, "
+              f"max {100 * max(errors):.2f}% over {len(errors)} runs")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table"):
-        sys.exit("usage: bench_memory.py measure OUT_DIR [NAME...] | table RESULTS_JSON")
+    if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
+        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout] [NAME...] | table RESULTS_JSON | "
+                 "dryrun 'RESULTS_GLOB'")
+    if sys.argv[1] == "dryrun":
+        dryrun_table(Path(sys.argv[2]))
+        sys.exit(0)
     if sys.argv[1] == "measure":
         measure(Path(sys.argv[2]), sys.argv[3:])
     elif sys.argv[1] == "measure-one":

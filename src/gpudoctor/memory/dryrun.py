@@ -233,6 +233,7 @@ def dry_run(
     autocast: str = "none",
     checkpointing: bool = False,
     loss: str | Callable[[Any], torch.Tensor] = "auto",
+    grads_exist: bool = False,
 ) -> DryRun:
     """One forward and one backward of ``module`` on fake tensors, every storage tracked.
 
@@ -241,8 +242,10 @@ def dry_run(
     used for nothing else. Floating inputs take ``params_dtype``, as a real step would feed them.
     ``autocast`` runs the forward under CUDA's autocast policy, the backward outside it, as
     training loops do. ``loss="auto"`` takes the output's ``.loss``, else its first element, summed
-    when it is not a scalar; a callable maps the output to the loss. The module is changed in
-    place (its tensors become fake ones) and is of no use for a real step afterwards.
+    when it is not a scalar; a callable maps the output to the loss. ``grads_exist`` gives every
+    parameter a gradient before the step, as gradient accumulation does after its first
+    micro-batch: the backward adds into them, and its peak counts no new gradients. The module is
+    changed in place (its tensors become fake ones) and is of no use for a real step afterwards.
     """
     dtype = _choice(params_dtype, DTYPES, "params_dtype")
     amp = _choice(autocast, AUTOCAST, "autocast")
@@ -257,7 +260,7 @@ def dry_run(
             if checkpointed:
                 module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             module.train()
-            return _measure(module, args, kwargs, amp, reduce, checkpointed)
+            return _measure(module, args, kwargs, amp, reduce, checkpointed, grads_exist)
         except InputError:
             raise
         except Exception as e:
@@ -367,11 +370,15 @@ def _fake_module(module: nn.Module, dtype: torch.dtype) -> None:
 
 
 def _measure(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], amp: torch.dtype | None,
-             reduce: Callable[[Any], torch.Tensor], checkpointed: bool) -> DryRun:
+             reduce: Callable[[Any], torch.Tensor], checkpointed: bool, grads_exist: bool = False) -> DryRun:
     """Run the step under a ``_LiveBytes``: the forward (the output dropped once the loss is taken,
     as a loop that keeps only the loss does), then the backward, each with its own peak."""
     params = list(module.parameters())
     weights = [*params, *module.buffers()]
+    if grads_exist:  # made before the tracker starts: the accumulated gradients are not the step's
+        for p in params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
     tracker = _LiveBytes(weights, [*_tensors_in(args), *_tensors_in(kwargs)])
     with tracker:
         with torch.autocast("cpu", dtype=amp, enabled=amp is not None):

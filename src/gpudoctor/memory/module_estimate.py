@@ -50,8 +50,9 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
     loaded = load_factory(source)
     module = loaded.module
     adafactor_elems = _adafactor_state_elements(module) if o.optimizer == "adafactor" else 0
+    accumulate = o.microbatches > 1
     run = dry_run(module, loaded.example_input, batch=o.batch, seq=o.seq, params_dtype=o.params_dtype,
-                  autocast=o.autocast, checkpointing=o.checkpointing == "full")
+                  autocast=o.autocast, checkpointing=o.checkpointing == "full", grads_exist=accumulate)
     pb = DTYPE_BYTES[o.params_dtype]
     shard = o.shard_degree
     stage = o.zero_stage
@@ -65,9 +66,8 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
     master = run.n_params * 4 / (shard if stage >= 1 else 1) if o.master_weights else 0.0
     workspace = 2 * CUBLAS_WORKSPACE_BYTES
     persistent = weights + states + master + workspace
-    accumulate = o.microbatches > 1
-    if accumulate:  # the gradients exist before the micro-batch starts
-        backward = persistent + grads + max(run.backward_peak_bytes - run.grad_bytes, 0)
+    if accumulate:  # the gradients existed before the step (the dry run counted none of them)
+        backward = persistent + grads + run.backward_peak_bytes
     else:  # the dry run's backward counts full gradients; sharding keeps fewer of them
         backward = persistent + run.backward_peak_bytes - (run.grad_bytes - grads)
     phases = {"forward": persistent + run.forward_peak_bytes + (grads if accumulate else 0.0), "backward": backward}
