@@ -40,8 +40,22 @@ class Finding:
     wrong_fix: str = ""  # the tempting fix that would not help, where there is one
     idle_ms: float = 0.0  # the part of saving_ms that is GPU idle behind the host (see calibrate)
     severity_floor: str = "info"  # the least severity, whatever the saving (re-pricing keeps it)
+    # `explain` (diagnosis from artifacts, not from a trace) ranks hypotheses, not savings:
+    confidence: float | None = None  # 0..1, how strongly the evidence points here
+    check_next: tuple[str, ...] = ()  # what to look at to confirm or rule it out
+    subject: str = ""  # what it is about: a kernel, a rank, a GPU
+    partial: bool = False  # drawn from incomplete data (missing sections or columns)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._base_dict()
+        if self.confidence is not None:
+            out["confidence"] = round(self.confidence, 3)
+            out["check_next"] = list(self.check_next)
+            out["subject"] = self.subject
+            out["partial"] = self.partial
+        return out
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "title": self.title,
@@ -59,6 +73,51 @@ class Finding:
             "wrong_fix": self.wrong_fix,
             "idle_ms": round(self.idle_ms, 4),
         }
+
+
+def make_hypothesis(
+    id: str,
+    title: str,
+    confidence: float,
+    summary: str,
+    numbers: dict[str, Any],
+    fixes: tuple[Fix, ...],
+    *,
+    check_next: tuple[str, ...] = (),
+    wrong_fix: str = "",
+    subject: str = "",
+    partial: bool = False,
+    saving_ms: float = 0.0,
+    step_ms: float = 0.0,
+    kernels: tuple[str, ...] = (),
+) -> Finding:
+    """A Finding as `explain` states it: a hypothesis with a confidence, ranked by it.
+
+    ``saving_ms``/``step_ms`` are the time at stake when the artifact says it (a kernel's duration
+    and what its limiter costs); severity follows the confidence otherwise.
+    """
+    confidence = min(max(float(confidence), 0.0), 1.0)
+    if step_ms > 0:
+        saving = float(min(max(saving_ms, 0.0), step_ms))
+        severity = severity_for(saving, step_ms)
+    else:
+        saving = 0.0
+        severity = "critical" if confidence >= 0.8 else "major" if confidence >= 0.5 else "minor" if confidence >= 0.25 else "info"
+    return Finding(
+        id=id,
+        title=title,
+        severity=severity,
+        saving_ms=saving,
+        predicted_speedup=speedup(step_ms, saving),
+        summary=summary,
+        evidence=Evidence(numbers={k: _plain(v) for k, v in numbers.items()}, kernels=kernels),
+        fixes=fixes,
+        wrong_fix=wrong_fix,
+        confidence=confidence,
+        check_next=check_next,
+        subject=subject,
+        partial=partial,
+    )
 
 
 def severity_for(saving_ms: float, step_ms: float, floor: str = "info") -> str:
