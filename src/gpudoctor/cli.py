@@ -261,6 +261,23 @@ def torch_device_name() -> str:
     return torch.cuda.get_device_name()
 
 
+@app.command("explain")
+def explain_cmd(
+    files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),
+    json_out: bool = typer.Option(False, "--json", help="Print the ranked hypotheses as JSON."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+) -> None:
+    """Diagnose from artifacts you already have: Nsight Compute, nvidia-smi, timing tables, scenarios."""
+    from gpudoctor.explain import explain_paths
+    from gpudoctor.report.explain import render, to_json
+
+    result = explain_paths([str(f) for f in files])
+    if json_out:
+        sys.stdout.write(to_json(result) + "\n")
+        return
+    render(result, Console(width=width) if width else Console())
+
+
 @app.command("memory")
 def memory_cmd(
     spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory."),

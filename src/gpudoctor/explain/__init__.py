@@ -1,0 +1,122 @@
+"""Diagnose from the artifacts engineers already have: Nsight Compute exports, nvidia-smi output,
+timing tables and scenario files (seed 004's casebook). Each file is recognised by its content,
+turned into ranked hypotheses (``Finding`` with a confidence, what to check next, ordered fixes and
+the fix to avoid), and all of them are ranked together."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoctor.errors import InputError
+from gpudoctor.rules.finding import Finding
+
+SCHEMA = "gpudoctor.explain/1"
+HEALTHY_IDS = ("gpu-healthy", "kernel-efficient")
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    kind: str
+    detail: str = ""  # e.g. "5 kernels", "8 GPUs"
+    partial: str = ""  # what was missing, when conclusions are partial
+
+
+@dataclass(frozen=True)
+class Explanation:
+    sources: tuple[Source, ...]
+    hypotheses: tuple[tuple[str, Finding], ...]  # (source path, hypothesis), ranked
+
+    def to_dict(self) -> dict:
+        items = []
+        for path, h in self.hypotheses:
+            d = h.to_dict()
+            d["source"] = path
+            if h.evidence.kernels:
+                d["kernel"] = h.subject
+            items.append(d)
+        return {"schema": SCHEMA,
+                "sources": [{"path": s.path, "kind": s.kind, "detail": s.detail, "partial": s.partial or None}
+                            for s in self.sources],
+                "hypotheses": items}
+
+
+def explain_paths(paths: list[str | os.PathLike[str]]) -> Explanation:
+    if not paths:
+        raise InputError("give at least one file to explain")
+    sources: list[Source] = []
+    found: list[tuple[str, Finding]] = []
+    for p in paths:
+        source, hyps = explain_file(Path(p))
+        sources.append(source)
+        found.extend((str(p), h) for h in hyps)
+    return Explanation(tuple(sources), tuple(sorted(found, key=lambda item: _rank_key(item[1]))))
+
+
+def _rank_key(h: Finding) -> tuple[float, float]:
+    """Problems before health; then confidence weighted by the share of time at stake (when known)."""
+    conf = h.confidence or 0.0
+    # the share of the time at stake is saving / step = 1 - 1 / predicted_speedup
+    share = 1 - 1 / h.predicted_speedup if h.saving_ms > 0 and h.predicted_speedup > 1 else None
+    weight = conf * (0.5 + 0.5 * share) if share is not None else conf
+    return (1.0 if h.id in HEALTHY_IDS else 0.0, -weight)
+
+
+def explain_file(path: Path) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain.detect import kind_of, read_text
+
+    if path.suffix == ".ncu-rep":
+        from gpudoctor.explain.ncu import import_report
+
+        text, kind = import_report(path), "ncu-csv"
+    else:
+        text = read_text(path)
+        kind = kind_of(path, text)
+    return _HANDLERS[kind](path, text)
+
+
+def _ncu(path: Path, text: str) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain.kernel import kernel_hypotheses
+    from gpudoctor.explain.ncu import parse_ncu_csv
+
+    kernels = parse_ncu_csv(text, str(path))
+    total = sum(k.duration_us or 0.0 for k in kernels) or None
+    hyps: list[Finding] = []
+    for k in kernels:
+        hyps.extend(kernel_hypotheses(k, total))
+    missing = sorted({m for k in kernels for m in k.missing})
+    return Source(str(path), "ncu-csv", f"{len(kernels)} kernel(s)",
+                  f"missing: {', '.join(missing)}" if missing else ""), hyps
+
+
+def _smi(path: Path, text: str) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain import smi
+
+    records = smi.parse(text)
+    return Source(str(path), "nvidia-smi", f"{len(records)} GPU(s)"), smi.card_hypotheses(records)
+
+
+def _ranks(path: Path, text: str) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain import timings
+
+    return Source(str(path), "rank-timings"), timings.rank_hypotheses(text)
+
+
+def _collectives(path: Path, text: str) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain import timings
+
+    return Source(str(path), "collectives"), timings.collective_hypotheses(text)
+
+
+def _scenario(path: Path, text: str) -> tuple[Source, list[Finding]]:
+    from gpudoctor.explain.scenarios import load_scenario, scenario_hypotheses
+
+    data = load_scenario(path, text)
+    return Source(str(path), "scenario", str(data.get("scenario"))), scenario_hypotheses(data, str(path))
+
+
+_HANDLERS = {"ncu-csv": _ncu, "smi-q": _smi, "smi-csv": _smi, "rank-timings": _ranks,
+             "collectives": _collectives, "scenario": _scenario}
+
