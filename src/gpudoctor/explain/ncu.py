@@ -1,0 +1,269 @@
+"""Nsight Compute CSV exports -> ``KernelMetrics`` per profiled kernel.
+
+Two layouts are read: ``--page details`` (one row per kernel x metric, with "Section Name",
+"Metric Name", "Metric Unit", "Metric Value", and in recent versions the rule results with their
+text) and ``--page raw`` (one row per kernel, one column per raw metric, a units row under the
+header). The lines ncu prints before the CSV (``==PROF==``, warnings) are skipped, thousands
+separators in numbers are tolerated, and what a section did not export is listed in
+``KernelMetrics.missing`` so the conclusions say they are partial.
+
+Metric names were checked against real exports (tests/data/explain, ncu on an H100/H200, recorded
+2026-11-22) and the Nsight Compute profiling guide's metric tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from gpudoctor.errors import InputError
+from gpudoctor.explain.kernel import KernelMetrics
+
+# details page: (section prefix or "", metric name) -> canonical field. Units are handled below.
+_DETAILS = {
+    "Duration": "duration_us",
+    "Compute (SM) Throughput": "sm_throughput_pct",
+    "DRAM Throughput": "dram_throughput_pct",
+    "SM Busy": "sm_busy_pct",
+    "Achieved Occupancy": "achieved_occupancy_pct",
+    "Theoretical Occupancy": "theoretical_occupancy_pct",
+    "Registers Per Thread": "registers_per_thread",
+    "Block Size": "block_size",
+    "Grid Size": "grid_size",
+    "Waves Per SM": "waves_per_sm",
+    "# SMs": "sm_count",
+    "Block Limit Registers": "block_limit_registers",
+    "Block Limit Shared Mem": "block_limit_shared_mem",
+    "Block Limit Warps": "block_limit_warps",
+    "Block Limit SM": "block_limit_sm",
+    "L1/TEX Hit Rate": "l1_hit_rate_pct",
+}
+_SHARED = ("Static Shared Memory Per Block", "Dynamic Shared Memory Per Block", "Driver Shared Memory Per Block")
+
+# raw page: metric -> canonical field (first match wins; Hopper's GMMA pipe and earlier HMMA)
+_RAW = {
+    "gpu__time_duration.sum": "duration_us",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_throughput_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+    "sm__instruction_throughput.avg.pct_of_peak_sustained_active": "sm_busy_pct",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+    "launch__block_size": "block_size",
+    "launch__grid_size": "grid_size",
+    "launch__waves_per_multiprocessor": "waves_per_sm",
+    "device__attribute_multiprocessor_count": "sm_count",
+    "launch__occupancy_limit_registers": "block_limit_registers",
+    "launch__occupancy_limit_shared_mem": "block_limit_shared_mem",
+    "launch__occupancy_limit_warps": "block_limit_warps",
+    "launch__occupancy_limit_blocks": "block_limit_sm",
+    "l1tex__t_sector_hit_rate.pct": "l1_hit_rate_pct",
+}
+_RAW_LOCAL = ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
+_RAW_STALL = {
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_long_scoreboard",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_short_scoreboard",
+}
+_RAW_CPI = "smsp__average_warp_latency_per_inst_issued.ratio"
+_RAW_GLOBAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+_RAW_BANK = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+
+# rule texts (details page) that carry what no metric row does
+_RULE_PATTERNS = [
+    # "... uncoalesced global accesses resulting in a total of N excessive sectors (P% of the total M sectors)"
+    (re.compile(r"uncoalesced global accesses resulting in a total of [\d,]+ excessive sectors \((\d+(?:\.\d+)?)%"),
+     "uncoalesced_excess_pct"),
+    (re.compile(r"uncoalesced shared accesses resulting in a total of [\d,]+ excessive wavefronts \((\d+(?:\.\d+)?)%"),
+     "bank_conflict_pct"),
+    (re.compile(r"bank conflicts, which represent (\d+(?:\.\d+)?)% of the overall"), "bank_conflict_pct"),
+    (re.compile(r"stalled waiting for a L1TEX \(local, global, surface, tex(?:ture)?\) operation\. This represents about "
+                r"(\d+(?:\.\d+)?)%"), "stall_long_scoreboard_pct"),
+    (re.compile(r"stalled waiting for the MIO \(memory input/output\) instruction queue to be not full\. This "
+                r"represents about (\d+(?:\.\d+)?)%"), "stall_mio_throttle_pct"),
+]
+_SPILL_RULE = re.compile(r"local memory|spill", re.I)
+
+_TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0, "microsecond": 1.0,
+               "ms": 1e3, "msecond": 1e3, "millisecond": 1e3, "s": 1e6, "second": 1e6}
+_BYTE_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 1024, "mibyte": 1024**2, "b": 1}
+
+EXPECTED = ("an Nsight Compute CSV: `ncu --csv --page details` (columns Kernel Name, Section Name, Metric Name, "
+            "Metric Unit, Metric Value) or `--page raw`")
+
+
+def number(text: str) -> float | None:
+    """'1,234.5' -> 1234.5; '(256, 1, 1)' -> 256; 'n/a', '' -> None."""
+    t = str(text).strip().strip('"')
+    if not t or t.lower() in ("n/a", "nan", "-", "none"):
+        return None
+    if t.startswith("("):  # a dim3: the product is what counts
+        parts = [number(p) for p in t.strip("()").split(",")]
+        if parts and all(p is not None for p in parts):
+            prod = 1.0
+            for p in parts:
+                prod *= p  # type: ignore[operator]
+            return prod
+        return None
+    t = t.replace(",", "").replace("%", "")
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
+    lines = text.lstrip("\ufeff").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') or line.startswith("ID,")), None)
+    if start is None:
+        raise InputError(f"{where}: no CSV header with an ID column; expected {EXPECTED}")
+    reader = csv.reader(io.StringIO("\n".join(lines[start:])))
+    try:
+        header = next(reader)
+    except (StopIteration, csv.Error):
+        raise InputError(f"{where}: empty CSV; expected {EXPECTED}") from None
+    rows = []
+    for row in reader:
+        if len(row) == len(header):
+            rows.append(row)
+    if not rows:
+        raise InputError(f"{where}: the CSV has a header but no kernel rows; expected {EXPECTED}")
+    return header, rows
+
+
+def parse_ncu_csv(text: str, where: str = "ncu csv") -> list[KernelMetrics]:
+    header, rows = _rows(text, where)
+    cols = {name.strip(): i for i, name in enumerate(header)}
+    if "Kernel Name" not in cols:
+        raise InputError(f"{where}: no 'Kernel Name' column; expected {EXPECTED}")
+    if {"Metric Name", "Metric Value"} <= set(cols):
+        return _details(cols, rows, where)
+    return _raw(cols, rows, where)
+
+
+def _details(cols: dict[str, int], rows: list[list[str]], where: str) -> list[KernelMetrics]:
+    kernels: dict[str, KernelMetrics] = {}
+    sections: dict[str, set[str]] = {}
+    shared: dict[str, float] = {}
+    rule_col = cols.get("Rule Description")
+    for row in rows:
+        kid = row[cols["ID"]]
+        k = kernels.get(kid)
+        if k is None:
+            k = kernels[kid] = KernelMetrics(name=row[cols["Kernel Name"]])
+            sections[kid] = set()
+        section = row[cols["Section Name"]] if "Section Name" in cols else ""
+        sections[kid].add(section)
+        name = row[cols["Metric Name"]].strip()
+        unit = row[cols["Metric Unit"]].strip().lower() if "Metric Unit" in cols else ""
+        value = number(row[cols["Metric Value"]])
+        if rule_col is not None and row[rule_col]:
+            _apply_rule(k, row[rule_col])
+        if value is None:
+            continue
+        if name == "Memory Throughput" and unit == "%":
+            k.memory_throughput_pct = value
+        elif name in _SHARED:
+            shared[kid] = shared.get(kid, 0.0) + value * _BYTE_UNITS.get(unit, 1)
+        elif name in _DETAILS:
+            field = _DETAILS[name]
+            if field == "duration_us":
+                value *= _TIME_UNITS.get(unit, 1e-3)  # details pages default to nanoseconds
+            if getattr(k, field) is None:
+                setattr(k, field, value)
+    for kid, k in kernels.items():
+        if kid in shared:
+            k.shared_mem_per_block = shared[kid]
+        k.missing = _missing(k, sections[kid])
+    return list(kernels.values())
+
+
+def _apply_rule(k: KernelMetrics, text: str) -> None:
+    for pattern, field in _RULE_PATTERNS:
+        m = pattern.search(text)
+        if m and getattr(k, field) is None:
+            setattr(k, field, float(m.group(1)))
+    if _SPILL_RULE.search(text) and "spill" in text.lower():
+        k.spill_note = text.strip()[:200]
+
+
+def _missing(k: KernelMetrics, sections: set[str]) -> list[str]:
+    missing = []
+    if k.sm_throughput_pct is None and k.memory_throughput_pct is None:
+        missing.append("GPU Speed Of Light Throughput")
+    if k.achieved_occupancy_pct is None:
+        missing.append("Occupancy")
+    if k.registers_per_thread is None:
+        missing.append("Launch Statistics")
+    return missing
+
+
+def _raw(cols: dict[str, int], rows: list[list[str]], where: str) -> list[KernelMetrics]:
+    known = set(_RAW) | set(_RAW_LOCAL) | set(_RAW_STALL) | {_RAW_CPI} | set(_RAW_GLOBAL_SECTORS) | set(_RAW_BANK)
+    if not known & set(cols):
+        raise InputError(f"{where}: none of the raw metrics explain reads are in this CSV (renamed in another ncu "
+                         f"version?); expected {EXPECTED}, e.g. with `--set full`")
+    units = rows[0] if rows and not rows[0][cols["ID"]].strip().isdigit() else None
+    data = rows[1:] if units else rows
+    out = []
+    for row in data:
+        k = KernelMetrics(name=row[cols["Kernel Name"]])
+
+        def val(metric: str, row: list[str] = row) -> float | None:
+            i = cols.get(metric)
+            return number(row[i]) if i is not None else None
+
+        for metric, field in _RAW.items():
+            v = val(metric)
+            if v is None or getattr(k, field) is not None:
+                continue
+            if field == "duration_us":
+                unit = units[cols[metric]].strip().lower() if units else "ns"
+                v *= _TIME_UNITS.get(unit, 1e-3)
+            setattr(k, field, v)
+        local = [val(m) for m in _RAW_LOCAL]
+        if any(v is not None for v in local):
+            k.local_memory_bytes = sum(v or 0.0 for v in local)
+        cpi = val(_RAW_CPI)
+        for metric, field in _RAW_STALL.items():
+            v = val(metric)
+            if v is not None and cpi:
+                setattr(k, field + "_pct", 100 * v / cpi)
+        sectors, requests = (val(m) for m in _RAW_GLOBAL_SECTORS)
+        if sectors and requests:
+            # 4 sectors per request is a fully used 128-byte line for 4-byte words; more is waste
+            ideal = 4 * requests
+            k.uncoalesced_excess_pct = max(0.0, 100 * (sectors - ideal) / sectors)
+        conflicts, wavefronts = (val(m) for m in _RAW_BANK)
+        if conflicts is not None and wavefronts:
+            k.bank_conflict_pct = 100 * conflicts / wavefronts
+        k.missing = _missing(k, set())
+        out.append(k)
+    return out
+
+
+def import_report(path: Path) -> str:
+    """A .ncu-rep through `ncu --import ... --csv --page details` (needs ncu on the PATH)."""
+    exe = shutil.which("ncu")
+    if exe is None:
+        raise InputError(f"{path}: reading a .ncu-rep needs `ncu` on the PATH; or export it where ncu is: "
+                         f"ncu --import {path.name} --csv --page details > kernels.csv")
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    proc = subprocess.run([exe, "--import", str(path), "--csv", "--page", "details"], capture_output=True,
+                          text=True, timeout=600, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"{path}: ncu --import failed: {err}")
+    return proc.stdout
