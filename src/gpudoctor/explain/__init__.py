@@ -56,12 +56,14 @@ def explain_paths(paths: list[str | os.PathLike[str]]) -> Explanation:
 
 
 def _rank_key(h: Finding) -> tuple[float, float]:
-    """Problems before health; then confidence weighted by the share of time at stake (when known)."""
+    """Confidence weighted by the share of time at stake (when known), within tiers."""
     conf = h.confidence or 0.0
     # the share of the time at stake is saving / step = 1 - 1 / predicted_speedup
     share = 1 - 1 / h.predicted_speedup if h.saving_ms > 0 and h.predicted_speedup > 1 else None
     weight = conf * (0.5 + 0.5 * share) if share is not None else conf
-    return (1.0 if h.id in HEALTHY_IDS else 0.0, -weight)
+    # strong problems, then health, then weak (secondary) problems
+    tier = 1.0 if h.id in HEALTHY_IDS else (0.0 if conf >= 0.5 else 2.0)
+    return (tier, -weight)
 
 
 def explain_file(path: Path) -> tuple[Source, list[Finding]]:

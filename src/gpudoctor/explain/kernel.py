@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 # A kernel name that says "matrix multiply": cuBLAS/CUTLASS/Triton/Inductor GEMMs and our own.
+# ncu's names for the CUDA-core floating-point pipes (the HighPipeUtilization rule)
+FMA_PIPES = ("fma", "fmaheavy", "fmalite", "fp32", "fma (fp32)", "alu")
 _MATRIX_NAME = re.compile(r"gemm|matmul|_mm_|mma|wgmma|dot|cutlass|xmma|hmma|sm90_|bmm|conv", re.I)
 
 
@@ -52,6 +54,7 @@ class KernelMetrics:
     bank_conflict_pct: float | None = None  # shared-memory wavefronts beyond the ideal, % of all
     local_memory_bytes: float | None = None  # spill traffic (loads + stores to local memory)
     spill_note: str = ""
+    top_pipe: str = ""  # the highest-utilized pipeline ncu names (fma, alu, shared, lsu, ...)
     is_matrix: bool | None = None  # None: decided from the name
     missing: list[str] = field(default_factory=list)  # sections the export lacked
 
@@ -93,13 +96,16 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
                                    wrong_fix=wrong_fix, subject=subject, partial=partial,
                                    saving_ms=dur * gain / 1e3, step_ms=step / 1e3, kernels=(k.name,)))
 
+    # idle tensor pipes: measured low, or unmeasured while ncu names an FMA pipe the busiest one
     tensor_idle = k.matrix and (k.tensor_pipe_pct is not None and k.tensor_pipe_pct < 30
-                                or k.tensor_pipe_pct is None and (k.fma_pipe_pct or 0) > 40)
+                                or k.tensor_pipe_pct is None and (k.top_pipe in FMA_PIPES or (k.fma_pipe_pct or 0) > 40))
     if tensor_idle:
         tp = k.tensor_pipe_pct
         hyp("tensor-cores-idle", "Matrix kernel on CUDA cores: tensor pipes nearly idle",
-            0.9 if tp is not None else 0.6,
-            f"A matrix kernel with tensor pipes at {_pct(tp)} (SM busy {_pct(k.sm_busy_pct or k.sm_throughput_pct)}): "
+            0.9 if tp is not None else 0.75,
+            (f"A matrix kernel with tensor pipes at {_pct(tp)}" if tp is not None else
+             f"A matrix kernel whose busiest pipe is {k.top_pipe.upper() or 'FMA'} ({_pct(k.fma_pipe_pct)})")
+            + f" (SM busy {_pct(k.sm_busy_pct or k.sm_throughput_pct)}): "
             "it multiplies with FMA on CUDA cores, not mma/wgmma. Tensor cores do ~15x the dense FLOP/s of "
             "the FP32 pipe on H100 (989 vs 67 TFLOP/s): that, not occupancy, is the 10x factor.",
             _numbers(k, "tensor_pipe_pct", "fma_pipe_pct", "sm_busy_pct", "sm_throughput_pct",
@@ -129,8 +135,16 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
                 _numbers(k, "stall_mio_throttle_pct", "bank_conflict_pct"), _TENSOR_FIXES[3:4], gain=0.1)
         return _rank(out)
 
+    mem = k.dram_throughput_pct if k.dram_throughput_pct is not None else k.memory_throughput_pct
+    sm = k.sm_throughput_pct
+    at_compute_roof = (k.tensor_pipe_pct or 0) >= 60 or (sm or 0) >= 80 and not k.matrix
+    at_memory_roof = (k.dram_throughput_pct or 0) >= 70
+    # A kernel at a roof is good: what else ncu flags on it is secondary (cuBLAS's own kernels show
+    # some shared-store bank conflicts at 95% tensor-pipe use).
+    secondary = 0.35 if (at_compute_roof or at_memory_roof) else 1.0
+
     if k.local_memory_bytes and k.local_memory_bytes > 0:
-        hyp("register-spills", "Registers spill to local memory", 0.85,
+        hyp("register-spills", "Registers spill to local memory", 0.85 * secondary,
             f"{k.local_memory_bytes / 1e6:.1f} MB of local-memory traffic: the compiler ran out of registers "
             f"({k.registers_per_thread or 0:.0f} per thread) and spills live values to (L1-cached) DRAM. {k.spill_note}",
             _numbers(k, "local_memory_bytes", "registers_per_thread", "achieved_occupancy_pct"),
@@ -142,9 +156,9 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             check_next=("ptxas info: 'bytes spill stores' / Triton kernel.n_spills",
                         "ncu Memory Workload Analysis: local load/store sectors"),
             wrong_fix="Forcing fewer registers (maxrregcount) to raise occupancy: more spills, slower.",
-            gain=0.5)
+            gain=0.5 * secondary)
     if k.uncoalesced_excess_pct is not None and k.uncoalesced_excess_pct >= 25:
-        hyp("uncoalesced-access", "Uncoalesced global memory access", 0.85,
+        hyp("uncoalesced-access", "Uncoalesced global memory access", 0.85 * secondary,
             f"{k.uncoalesced_excess_pct:.0f}% of the global sectors fetched are excessive: neighbouring threads "
             "touch addresses far apart, so each warp load pulls many 32-byte sectors for few useful bytes.",
             _numbers(k, "uncoalesced_excess_pct", "dram_throughput_pct", "memory_throughput_pct", "l1_hit_rate_pct"),
@@ -156,9 +170,9 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             check_next=("ncu Source page: the load with the most excessive sectors",
                         "Sectors per request: 4 is ideal for fp32 (32 threads x 4 B = 128 B)"),
             wrong_fix="Adding threads or blocks: more uncoalesced requests, the same wasted bytes.",
-            gain=0.6)
+            gain=0.6 * secondary)
     if k.bank_conflict_pct is not None and k.bank_conflict_pct >= 20:
-        hyp("bank-conflicts", "Shared-memory bank conflicts", 0.8,
+        hyp("bank-conflicts", "Shared-memory bank conflicts", 0.8 * secondary,
             f"{k.bank_conflict_pct:.0f}% of shared-memory wavefronts are bank-conflict replays: threads of a warp "
             "hit the same bank at different addresses and are serialised.",
             _numbers(k, "bank_conflict_pct", "stall_mio_throttle_pct", "stall_short_scoreboard_pct"),
@@ -167,10 +181,8 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
              Fix("Read/write shared memory with the thread id on the fastest-varying index", "")),
             check_next=("ncu: l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld/st",),
             wrong_fix="Raising occupancy: more warps queue on the same conflicted banks.",
-            gain=0.4)
+            gain=0.4 * secondary)
 
-    mem = k.dram_throughput_pct if k.dram_throughput_pct is not None else k.memory_throughput_pct
-    sm = k.sm_throughput_pct
     small = (k.grid_size is not None and k.sm_count and k.grid_size < k.sm_count) or (
         k.waves_per_sm is not None and k.waves_per_sm < 0.5)
     if small:
@@ -184,8 +196,17 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             check_next=("Launch Statistics: Grid Size vs # SMs; Waves Per SM",),
             wrong_fix="Tuning the kernel's inner loop: the card is idle around it.",
             gain=0.5 if (k.waves_per_sm or 0) < 0.5 else 0.3)
-    if not out and mem is not None and mem >= 60 and (sm is None or mem >= sm):
-        at_roof = mem >= 75
+    problems = [f for f in out if (f.confidence or 0) >= 0.5]
+    if at_compute_roof and not problems:
+        tensor_busy = k.tensor_pipe_pct is not None and k.tensor_pipe_pct >= 50
+        hyp("kernel-efficient", "Compute-bound at the roof", 0.85,
+            f"SM throughput {_pct(sm)} of peak" + (f", tensor pipes {_pct(k.tensor_pipe_pct)}" if tensor_busy else "")
+            + ": the math sets its time and the pipes are busy; what is left is lower precision (fp8) or less work.",
+            _numbers(k, "sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct", "duration_us"),
+            (Fix("Lower precision where accuracy allows (fp8 on Hopper doubles the tensor-core rate)", ""),),
+            check_next=("Compare achieved FLOP/s with the measured ceiling (gpudoctor bench)",), gain=0.0)
+    elif not problems and mem is not None and mem >= 60 and (sm is None or mem >= sm):
+        at_roof = at_memory_roof
         hyp("memory-bound" if not at_roof else "kernel-efficient",
             "Memory-bound, at the memory roof" if at_roof else "Memory-bound below the roof",
             0.85 if at_roof else 0.7,
@@ -200,7 +221,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             check_next=("Roofline (ncu --set full, GPU Speed Of Light chart): distance to the memory roof",),
             wrong_fix="Tensor cores or more FLOP/s: the kernel waits on memory, not math.",
             gain=0.0 if at_roof else (1 - mem / 90))
-    elif not out and sm is not None and sm >= 60:
+    elif not problems and sm is not None and sm >= 60:
         tensor_busy = k.tensor_pipe_pct is not None and k.tensor_pipe_pct >= 50
         hyp("kernel-efficient", "Compute-bound near the roof", 0.8,
             f"SM throughput {_pct(sm)} of peak" + (f", tensor pipes {_pct(k.tensor_pipe_pct)}" if tensor_busy else "")
@@ -208,7 +229,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             _numbers(k, "sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct", "duration_us"),
             (Fix("Lower precision where accuracy allows (fp8 on Hopper doubles the tensor-core rate)", ""),),
             check_next=("Compare achieved FLOP/s with the measured ceiling (gpudoctor bench)",), gain=0.0)
-    elif not out and (mem is not None or sm is not None):
+    elif not problems and not out and (mem is not None or sm is not None):
         stalls = k.stall_long_scoreboard_pct
         occ_limit = _occupancy_limiter(k)
         hyp("latency-bound", "Latency-bound: neither memory nor compute is busy", 0.7,

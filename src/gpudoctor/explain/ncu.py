@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from gpudoctor.errors import InputError
-from gpudoctor.explain.kernel import KernelMetrics
+from gpudoctor.explain.kernel import FMA_PIPES, KernelMetrics
 
 # details page: (section prefix or "", metric name) -> canonical field. Units are handled below.
 _DETAILS = {
@@ -52,7 +52,6 @@ _RAW = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
     "sm__instruction_throughput.avg.pct_of_peak_sustained_active": "sm_busy_pct",
-    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
     "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
@@ -69,30 +68,44 @@ _RAW = {
     "launch__occupancy_limit_warps": "block_limit_warps",
     "launch__occupancy_limit_blocks": "block_limit_sm",
     "l1tex__t_sector_hit_rate.pct": "l1_hit_rate_pct",
+    "smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct": "stall_long_scoreboard_pct",
 }
 _RAW_LOCAL = ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
+_RAW_LOCAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")
 _RAW_STALL = {
     "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_long_scoreboard",
     "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
     "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall_short_scoreboard",
 }
 _RAW_CPI = "smsp__average_warp_latency_per_inst_issued.ratio"
-_RAW_GLOBAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
-_RAW_BANK = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+_RAW_GLOBAL_EXCESS = "derived__memory_l2_theoretical_sectors_global_excessive"
+_RAW_GLOBAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")
+_RAW_BANK_CONFLICTS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+                       "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
+_RAW_BANK_WAVEFRONTS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+                        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
 
 # rule texts (details page) that carry what no metric row does
 _RULE_PATTERNS = [
     # "... uncoalesced global accesses resulting in a total of N excessive sectors (P% of the total M sectors)"
     (re.compile(r"uncoalesced global accesses resulting in a total of [\d,]+ excessive sectors \((\d+(?:\.\d+)?)%"),
      "uncoalesced_excess_pct"),
+    # "... a 32.3 - way bank conflict ... This results in N bank conflicts,  which represent P% of the overall ..."
+    (re.compile(r"bank conflicts,\s+which represent (\d+(?:\.\d+)?)% of the overall"), "bank_conflict_pct"),
     (re.compile(r"uncoalesced shared accesses resulting in a total of [\d,]+ excessive wavefronts \((\d+(?:\.\d+)?)%"),
      "bank_conflict_pct"),
-    (re.compile(r"bank conflicts, which represent (\d+(?:\.\d+)?)% of the overall"), "bank_conflict_pct"),
-    (re.compile(r"stalled waiting for a L1TEX \(local, global, surface, tex(?:ture)?\) operation\. This represents about "
-                r"(\d+(?:\.\d+)?)%"), "stall_long_scoreboard_pct"),
-    (re.compile(r"stalled waiting for the MIO \(memory input/output\) instruction queue to be not full\. This "
-                r"represents about (\d+(?:\.\d+)?)%"), "stall_mio_throttle_pct"),
 ]
+# CPIStall: "each warp of this workload spends 6.9 cycles being stalled waiting for the MIO ..." (cycles,
+# turned into a share of "Warp Cycles Per Issued Instruction")
+_STALL_PATTERNS = [
+    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a L1TEX"),
+     "stall_long_scoreboard_pct"),
+    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for the MIO"), "stall_mio_throttle_pct"),
+    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a MIO"),
+     "stall_short_scoreboard_pct"),
+]
+# HighPipeUtilization: "Tensor is the highest-utilized pipeline (90.4%) ..." / "FMA is the highest-utilized ..."
+_HIGH_PIPE = re.compile(r"^(.{1,40}?) is the highest-utilized pipeline \((\d+(?:\.\d+)?)%\)")
 _SPILL_RULE = re.compile(r"local memory|spill", re.I)
 
 _TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0, "microsecond": 1.0,
@@ -135,6 +148,8 @@ def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
         raise InputError(f"{where}: empty CSV; expected {EXPECTED}") from None
     rows = []
     for row in reader:
+        if len(row) < len(header):  # metric rows end with a trailing comma: the rule columns are absent
+            row = row + [""] * (len(header) - len(row))
         if len(row) == len(header):
             rows.append(row)
     if not rows:
@@ -153,49 +168,76 @@ def parse_ncu_csv(text: str, where: str = "ncu csv") -> list[KernelMetrics]:
 
 
 def _details(cols: dict[str, int], rows: list[list[str]], where: str) -> list[KernelMetrics]:
-    kernels: dict[str, KernelMetrics] = {}
-    sections: dict[str, set[str]] = {}
-    shared: dict[str, float] = {}
+    """Rows of one kernel are gathered (labels with their units, raw metric names given with
+    --metrics, rule texts), then turned into fields."""
+    per: dict[str, dict] = {}
     rule_col = cols.get("Rule Description")
     for row in rows:
         kid = row[cols["ID"]]
-        k = kernels.get(kid)
-        if k is None:
-            k = kernels[kid] = KernelMetrics(name=row[cols["Kernel Name"]])
-            sections[kid] = set()
-        section = row[cols["Section Name"]] if "Section Name" in cols else ""
-        sections[kid].add(section)
+        item = per.setdefault(kid, {"name": row[cols["Kernel Name"]], "labels": {}, "raw": {}, "rules": []})
+        section = row[cols["Section Name"]].strip() if "Section Name" in cols else ""
         name = row[cols["Metric Name"]].strip()
         unit = row[cols["Metric Unit"]].strip().lower() if "Metric Unit" in cols else ""
+        if rule_col is not None and row[rule_col].strip():
+            item["rules"].append(row[rule_col])
+        if not name:
+            continue
         value = number(row[cols["Metric Value"]])
-        if rule_col is not None and row[rule_col]:
-            _apply_rule(k, row[rule_col])
+        if "__" in name:  # a raw metric name, as --metrics adds them
+            item["raw"][name] = value
+        else:
+            item["labels"].setdefault((section, name), (value, unit))
+    return [_from_details(item) for item in per.values()]
+
+
+def _from_details(item: dict) -> KernelMetrics:
+    k = KernelMetrics(name=item["name"])
+    labels: dict = item["labels"]
+    shared = 0.0
+    for (section, name), (value, unit) in labels.items():
         if value is None:
             continue
-        if name == "Memory Throughput" and unit == "%":
-            k.memory_throughput_pct = value
+        if name == "Memory Throughput":
+            if unit == "%":
+                k.memory_throughput_pct = value
         elif name in _SHARED:
-            shared[kid] = shared.get(kid, 0.0) + value * _BYTE_UNITS.get(unit, 1)
-        elif name in _DETAILS:
-            field = _DETAILS[name]
-            if field == "duration_us":
-                value *= _TIME_UNITS.get(unit, 1e-3)  # details pages default to nanoseconds
-            if getattr(k, field) is None:
-                setattr(k, field, value)
-    for kid, k in kernels.items():
-        if kid in shared:
-            k.shared_mem_per_block = shared[kid]
-        k.missing = _missing(k, sections[kid])
-    return list(kernels.values())
+            shared += value * _BYTE_UNITS.get(unit.split("/")[0], 1)
+        elif name == "Local Memory Spilling Requests":
+            k.local_memory_bytes = value * 32  # requests of one 32-byte sector at least
+            if value > 0:
+                k.spill_note = f"{value:,.0f} local-memory spilling requests."
+        elif name in _DETAILS and getattr(k, _DETAILS[name]) is None:
+            if _DETAILS[name] == "duration_us":
+                value *= _TIME_UNITS.get(unit, 1e-3)  # auto-scaled per row; nanoseconds in base units
+            setattr(k, _DETAILS[name], value)
+    if shared:
+        k.shared_mem_per_block = shared
+    _apply_raw(k, item["raw"], None)
+    cpi = next((v for (sec, n), (v, _) in labels.items() if n == "Warp Cycles Per Issued Instruction"), None)
+    for text in item["rules"]:
+        _apply_rule(k, text, cpi)
+    k.missing = _missing(k, set())
+    return k
 
 
-def _apply_rule(k: KernelMetrics, text: str) -> None:
+def _apply_rule(k: KernelMetrics, text: str, cpi: float | None) -> None:
     for pattern, field in _RULE_PATTERNS:
         m = pattern.search(text)
         if m and getattr(k, field) is None:
             setattr(k, field, float(m.group(1)))
-    if _SPILL_RULE.search(text) and "spill" in text.lower():
-        k.spill_note = text.strip()[:200]
+    if cpi:
+        for pattern, field in _STALL_PATTERNS:
+            m = pattern.search(text)
+            if m and getattr(k, field) is None:
+                setattr(k, field, 100 * float(m.group(1)) / cpi)
+    m = _HIGH_PIPE.search(text.strip())
+    if m:
+        pipe, pct = m.group(1).strip().lower(), float(m.group(2))
+        k.top_pipe = pipe
+        if "tensor" in pipe and k.tensor_pipe_pct is None:
+            k.tensor_pipe_pct = pct
+        elif pipe in FMA_PIPES and k.fma_pipe_pct is None:
+            k.fma_pipe_pct = pct
 
 
 def _missing(k: KernelMetrics, sections: set[str]) -> list[str]:
@@ -210,7 +252,8 @@ def _missing(k: KernelMetrics, sections: set[str]) -> list[str]:
 
 
 def _raw(cols: dict[str, int], rows: list[list[str]], where: str) -> list[KernelMetrics]:
-    known = set(_RAW) | set(_RAW_LOCAL) | set(_RAW_STALL) | {_RAW_CPI} | set(_RAW_GLOBAL_SECTORS) | set(_RAW_BANK)
+    known = (set(_RAW) | set(_RAW_LOCAL) | set(_RAW_LOCAL_SECTORS) | set(_RAW_STALL) | {_RAW_CPI}
+             | {_RAW_GLOBAL_EXCESS} | set(_RAW_BANK_CONFLICTS))
     if not known & set(cols):
         raise InputError(f"{where}: none of the raw metrics explain reads are in this CSV (renamed in another ncu "
                          f"version?); expected {EXPECTED}, e.g. with `--set full`")
@@ -219,38 +262,45 @@ def _raw(cols: dict[str, int], rows: list[list[str]], where: str) -> list[Kernel
     out = []
     for row in data:
         k = KernelMetrics(name=row[cols["Kernel Name"]])
-
-        def val(metric: str, row: list[str] = row) -> float | None:
-            i = cols.get(metric)
-            return number(row[i]) if i is not None else None
-
-        for metric, field in _RAW.items():
-            v = val(metric)
-            if v is None or getattr(k, field) is not None:
-                continue
-            if field == "duration_us":
-                unit = units[cols[metric]].strip().lower() if units else "ns"
-                v *= _TIME_UNITS.get(unit, 1e-3)
-            setattr(k, field, v)
-        local = [val(m) for m in _RAW_LOCAL]
-        if any(v is not None for v in local):
-            k.local_memory_bytes = sum(v or 0.0 for v in local)
-        cpi = val(_RAW_CPI)
-        for metric, field in _RAW_STALL.items():
-            v = val(metric)
-            if v is not None and cpi:
-                setattr(k, field + "_pct", 100 * v / cpi)
-        sectors, requests = (val(m) for m in _RAW_GLOBAL_SECTORS)
-        if sectors and requests:
-            # 4 sectors per request is a fully used 128-byte line for 4-byte words; more is waste
-            ideal = 4 * requests
-            k.uncoalesced_excess_pct = max(0.0, 100 * (sectors - ideal) / sectors)
-        conflicts, wavefronts = (val(m) for m in _RAW_BANK)
-        if conflicts is not None and wavefronts:
-            k.bank_conflict_pct = 100 * conflicts / wavefronts
+        values = {m: number(row[i]) for m, i in cols.items() if "__" in m}
+        unit_of = {m: units[i].strip().lower() for m, i in cols.items()} if units else None
+        _apply_raw(k, values, unit_of)
         k.missing = _missing(k, set())
         out.append(k)
     return out
+
+
+def _apply_raw(k: KernelMetrics, values: dict[str, float | None], units: dict[str, str] | None) -> None:
+    """Fields from raw metric names (the raw page, or --metrics on the details page)."""
+    for metric, field in _RAW.items():
+        v = values.get(metric)
+        if v is None or getattr(k, field) is not None:
+            continue
+        if field == "duration_us":
+            v *= _TIME_UNITS.get((units or {}).get(metric, "ns"), 1e-3)
+        setattr(k, field, v)
+    local_sectors = [values.get(m) for m in _RAW_LOCAL_SECTORS]
+    local = [values.get(m) for m in _RAW_LOCAL]
+    if any(v for v in local_sectors) and k.local_memory_bytes is None:
+        k.local_memory_bytes = 32 * sum(v or 0.0 for v in local_sectors)
+    elif any(v for v in local) and k.local_memory_bytes is None:
+        k.local_memory_bytes = sum(v or 0.0 for v in local)
+    cpi = values.get(_RAW_CPI)
+    for metric, field in _RAW_STALL.items():
+        v = values.get(metric)
+        if v is not None and cpi and getattr(k, field + "_pct") is None:
+            setattr(k, field + "_pct", 100 * v / cpi)
+    # Sectors per request cannot tell coalescing (a 16-byte vector load needs 16 sectors per request,
+    # a 4-byte one 4): only ncu's own count of excessive sectors can.
+    # ncu's UncoalescedGlobalAccess rule: excessive sectors over all global load + store sectors
+    excess = values.get(_RAW_GLOBAL_EXCESS)
+    total = sum(values.get(m) or 0.0 for m in _RAW_GLOBAL_SECTORS)
+    if excess is not None and total and k.uncoalesced_excess_pct is None:
+        k.uncoalesced_excess_pct = 100 * excess / total
+    conflicts = sum(values.get(m) or 0.0 for m in _RAW_BANK_CONFLICTS)
+    wavefronts = sum(values.get(m) or 0.0 for m in _RAW_BANK_WAVEFRONTS)
+    if wavefronts and k.bank_conflict_pct is None and any(values.get(m) is not None for m in _RAW_BANK_CONFLICTS):
+        k.bank_conflict_pct = 100 * conflicts / wavefronts
 
 
 def import_report(path: Path) -> str:

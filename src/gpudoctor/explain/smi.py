@@ -1,0 +1,585 @@
+"""Card health from ``nvidia-smi -q`` text or ``nvidia-smi --query-gpu=... --format=csv`` output.
+
+Seed 004, scenario 2: "sudden MFU drop with no code change" is almost always one degraded node,
+and ``nvidia-smi`` says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
+below its capability, a lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU
+(what the artifact does not say stays ``None`` and is listed in ``missing``); ``card_hypotheses``
+turns the records into ranked hypotheses. Pure functions: text in, findings out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpudoctor.errors import InputError
+from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
+
+# nvmlClocksEventReasons / nvmlClocksThrottleReasons bits (nvml.h; same names as capture.nvml)
+REASON_BITS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+# not a problem: an idle card, clocks set by the admin, boost held for a sync group, display clocks
+BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
+HARDWARE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+REASON_TEXT = {
+    "sw_power_cap": "SW power cap (the driver lowers clocks to stay under the power limit)",
+    "hw_slowdown": "HW slowdown (the board asserted slowdown: over-temperature or an external power brake)",
+    "hw_thermal_slowdown": "HW thermal slowdown (the GPU or its memory is too hot)",
+    "hw_power_brake_slowdown": "HW power brake (an external signal: the PSU or chassis is short of power)",
+    "sw_thermal_slowdown": "SW thermal slowdown (above the max operating temperature)",
+}
+CHECKS = ("clocks", "throttle reasons", "utilization", "ECC", "PCIe", "power")
+BUSY_PCT, IDLE_PCT = 30.0, 10.0  # utilization.gpu: % of time a kernel ran over the last sample
+SMI_CMD = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
+_GPU_HEAD = re.compile(r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*))?$")
+_NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
+_ACCEPTED = ("expected `nvidia-smi -q` text (a 'GPU 00000000:18:00.0' section per GPU) or "
+             "`nvidia-smi --query-gpu=... --format=csv` output with its header line")
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """What nvidia-smi said about one GPU; None: the artifact does not say."""
+
+    index: int
+    bus_id: str = ""
+    name: str = ""
+    sm_mhz: float | None = None
+    sm_max_mhz: float | None = None
+    util_pct: float | None = None
+    reasons: frozenset[str] | None = None  # active throttle/event reasons (REASON_BITS names)
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None  # enforced
+    power_default_w: float | None = None
+    power_max_w: float | None = None
+    ecc_volatile_unc: int | None = None
+    ecc_aggregate_unc: int | None = None
+    ecc_volatile_corr: int | None = None
+    ecc_aggregate_corr: int | None = None
+    sram_threshold_exceeded: bool | None = None
+    retired_pending: bool | None = None
+    repair_pending: bool | None = None  # Channel / TPC Repair Pending (newer drivers)
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    remapped_unc: int | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None  # what GPU and host together allow
+    pcie_host_max: int | None = None
+    pcie_device_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    mig_current: str | None = None
+    mig_pending: str | None = None
+    reset_required: bool | None = None
+    source: str = "nvidia-smi -q"
+    samples: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}" + (f" ({self.bus_id})" if self.bus_id else "")
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        have = {"clocks": self.sm_mhz is not None and self.sm_max_mhz is not None,
+                "throttle reasons": self.reasons is not None, "utilization": self.util_pct is not None,
+                "ECC": self.ecc_volatile_unc is not None or self.ecc_aggregate_unc is not None
+                or self.remap_pending is not None or self.retired_pending is not None,
+                "PCIe": self.pcie_gen is not None or self.pcie_width is not None,
+                "power": self.power_limit_w is not None}
+        return tuple(c for c in CHECKS if not have[c])
+
+
+def parse(text: str) -> list[GpuRecord]:
+    """``nvidia-smi -q`` or ``--query-gpu`` CSV text -> one record per GPU (InputError otherwise)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"empty nvidia-smi output; {_ACCEPTED}")
+    text = text.lstrip("\ufeff").expandtabs(4)
+    if any(_GPU_HEAD.match(line) for line in text.splitlines()):
+        return parse_q(text)
+    return parse_csv(text)
+
+
+# -- nvidia-smi -q ----------------------------------------------------------------------------------
+
+
+def parse_q(text: str) -> list[GpuRecord]:
+    blocks: list[tuple[str, dict[str, Any]]] = []
+    stack: list[tuple[int, dict[str, Any]]] = []
+    for raw in text.splitlines():
+        head = _GPU_HEAD.match(raw)
+        if head:
+            tree: dict[str, Any] = {}
+            blocks.append((head.group(2), tree))
+            stack = [(len(head.group(1)), tree)]
+            continue
+        line = raw.rstrip()
+        if not stack or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        if indent <= stack[0][0]:  # back at the top level: the GPU section ended
+            stack = []
+            continue
+        kv = _KV.match(line.strip())
+        if kv and kv.group(2):  # keys lower-cased: drivers differ in case ("Gpu" vs "GPU")
+            stack[-1][1].setdefault(kv.group(1).lower(), kv.group(2).strip())
+        else:
+            node: dict[str, Any] = {}
+            key = (kv.group(1) if kv else line.strip()).lower()
+            parent = stack[-1][1]
+            if isinstance(parent.get(key), dict):
+                node = parent[key]
+            else:
+                parent[key] = node
+            stack.append((indent, node))
+    if not blocks:
+        raise InputError(f"no GPU section in the nvidia-smi -q text; {_ACCEPTED}")
+    return [_record_q(i, bus, tree) for i, (bus, tree) in enumerate(blocks)]
+
+
+def _record_q(index: int, bus: str, t: dict[str, Any]) -> GpuRecord:
+    ecc = _sub(t, "ECC Errors")
+    remap = _sub(t, "Remapped Rows")
+    retired = _sub(t, "Retired Pages")
+    gen = _sub(t, "PCI", "GPU Link Info", "PCIe Generation")
+    width = _sub(t, "PCI", "GPU Link Info", "Link Width")
+    power = _sub(t, "GPU Power Readings") or _sub(t, "Power Readings")
+    reasons = _sub(t, "Clocks Event Reasons") or _sub(t, "Clocks Throttle Reasons")
+    reset = _sub(t, "GPU Reset Status")
+    host_max, dev_max = _int(_v(gen, "Host Max")), _int(_v(gen, "Device Max"))
+    gen_max = _int(_v(gen, "Max"))
+    if gen_max is None and host_max is not None and dev_max is not None:
+        gen_max = min(host_max, dev_max)
+    vol, agg = _sub(ecc, "Volatile"), _sub(ecc, "Aggregate")
+    return GpuRecord(
+        index=index, bus_id=bus, name=str(_v(t, "Product Name") or ""),
+        sm_mhz=_num(_v(_sub(t, "Clocks"), "SM")), sm_max_mhz=_num(_v(_sub(t, "Max Clocks"), "SM")),
+        util_pct=_num(_v(_sub(t, "Utilization"), "Gpu")),
+        reasons=_reasons_q(reasons),
+        temp_c=_num(_v(_sub(t, "Temperature"), "GPU Current Temp")),
+        power_w=_num(_first(power, "Power Draw", "Average Power Draw", "Instantaneous Power Draw")),
+        power_limit_w=_num(_first(power, "Enforced Power Limit", "Current Power Limit", "Power Limit")),
+        power_default_w=_num(_v(power, "Default Power Limit")), power_max_w=_num(_v(power, "Max Power Limit")),
+        ecc_volatile_unc=_ecc_sum(vol, uncorrectable=True), ecc_aggregate_unc=_ecc_sum(agg, uncorrectable=True),
+        ecc_volatile_corr=_ecc_sum(vol, uncorrectable=False), ecc_aggregate_corr=_ecc_sum(agg, uncorrectable=False),
+        sram_threshold_exceeded=_yes(_v(agg, "SRAM Threshold Exceeded")),
+        retired_pending=_yes(_first(retired, "Pending Page Blacklist", "Pending")),
+        repair_pending=_any_yes(_v(ecc, "Channel Repair Pending"), _v(ecc, "TPC Repair Pending")),
+        remap_pending=_yes(_v(remap, "Pending")), remap_failure=_yes(_v(remap, "Remapping Failure Occurred")),
+        remapped_unc=_int(_v(remap, "Uncorrectable Error")),
+        pcie_gen=_int(_v(gen, "Current")), pcie_gen_max=gen_max, pcie_host_max=host_max, pcie_device_max=dev_max,
+        pcie_width=_int(_v(width, "Current")), pcie_width_max=_int(_v(width, "Max")),
+        mig_current=_text(_v(_sub(t, "MIG Mode"), "Current")), mig_pending=_text(_v(_sub(t, "MIG Mode"), "Pending")),
+        reset_required=_any_yes(_v(reset, "Reset Required"), _v(reset, "Drain and Reset Recommended")),
+    )
+
+
+def _reasons_q(section: dict[str, Any]) -> frozenset[str] | None:
+    """Active reasons; None when no reason reads Active or Not Active (N/A: not supported)."""
+    active, read = set(), False
+    for key, value in section.items():
+        flag = _yes(value) if isinstance(value, str) else None
+        read = read or flag is not None
+        if flag:
+            name = re.sub(r"\W+", "_", key.strip().lower()).strip("_")
+            active.add("gpu_idle" if name == "idle" else name)
+    return frozenset(active) if read else None
+
+
+def _ecc_sum(section: dict[str, Any], uncorrectable: bool) -> int | None:
+    """Sum SRAM/DRAM (un)correctable counts; older drivers: Single Bit / Double Bit > Total."""
+    old = section.get("double bit" if uncorrectable else "single bit")
+    if isinstance(old, dict):
+        return _int(old.get("total"))
+    counts = [_int(v) for k, v in section.items() if isinstance(v, str)
+              and "correctable" in k.lower() and ("uncorrectable" in k.lower()) == uncorrectable]
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None
+
+
+def _sub(tree: dict[str, Any], *path: str) -> dict[str, Any]:
+    for key in path:
+        node = tree.get(key.lower())
+        if not isinstance(node, dict):
+            return {}
+        tree = node
+    return tree
+
+
+def _v(section: dict[str, Any], key: str) -> Any:
+    value = section.get(key.lower())
+    return value if isinstance(value, str) else None
+
+
+def _first(section: dict[str, Any], *keys: str) -> Any:
+    return next((_v(section, k) for k in keys if _num(_v(section, k)) is not None or _text(_v(section, k))), None)
+
+
+def _num(value: Any) -> float | None:
+    m = _NUM.match(value.strip()) if isinstance(value, str) else None
+    return float(m.group(0)) if m and float(m.group(0)) not in (float("inf"), float("-inf")) else None
+
+
+def _int(value: Any) -> int | None:
+    m = _NUM.match(value.strip()) if isinstance(value, str) else None
+    return int(m.group(0).split(".")[0]) if m else None
+
+
+def _text(value: Any) -> str | None:
+    if not isinstance(value, str) or value.strip().strip("[]").lower() in ("n/a", "not supported", ""):
+        return None
+    return value.strip()
+
+
+def _yes(value: Any) -> bool | None:
+    v = value.strip().lower() if isinstance(value, str) else ""
+    return True if v in ("yes", "active", "enabled", "1") else False if v in ("no", "not active", "disabled", "0") else None
+
+
+def _any_yes(*values: Any) -> bool | None:
+    flags = [_yes(v) for v in values]
+    return True if True in flags else False if False in flags else None
+
+
+# -- nvidia-smi --query-gpu --format=csv --------------------------------------------------------------
+
+_CSV_FIELDS = {  # query-gpu field (as the header prints it, unit stripped) -> GpuRecord field
+    "index": "index", "name": "name", "pci.bus_id": "bus_id", "temperature.gpu": "temp_c",
+    "utilization.gpu": "util_pct", "clocks.sm": "sm_mhz", "clocks.current.sm": "sm_mhz",
+    "clocks.max.sm": "sm_max_mhz", "power.draw": "power_w", "power.draw.average": "power_w",
+    "power.limit": "power_limit_w", "enforced.power.limit": "power_limit_w",
+    "power.default_limit": "power_default_w", "power.max_limit": "power_max_w",
+    "ecc.errors.uncorrected.volatile.total": "ecc_volatile_unc",
+    "ecc.errors.uncorrected.aggregate.total": "ecc_aggregate_unc",
+    "ecc.errors.corrected.volatile.total": "ecc_volatile_corr",
+    "ecc.errors.corrected.aggregate.total": "ecc_aggregate_corr",
+    "retired_pages.pending": "retired_pending", "remapped_rows.pending": "remap_pending",
+    "remapped_rows.failure": "remap_failure", "remapped_rows.uncorrectable": "remapped_unc",
+    "pcie.link.gen.current": "pcie_gen", "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.gen.hostmax": "pcie_host_max", "pcie.link.gen.gpumax": "pcie_device_max",
+    "pcie.link.width.current": "pcie_width", "pcie.link.width.max": "pcie_width_max",
+    "mig.mode.current": "mig_current", "mig.mode.pending": "mig_pending",
+}
+_TEXT_FIELDS = ("name", "bus_id", "mig_current", "mig_pending")
+_BOOL_FIELDS = ("retired_pending", "remap_pending", "remap_failure")
+_COUNT_FIELDS = ("ecc_volatile_unc", "ecc_aggregate_unc", "ecc_volatile_corr", "ecc_aggregate_corr",
+                 "remapped_unc", "pcie_gen", "pcie_gen_max", "pcie_host_max", "pcie_device_max",
+                 "pcie_width", "pcie_width_max")
+
+
+def parse_csv(text: str) -> list[GpuRecord]:
+    try:
+        rows = [[c.strip() for c in row] for row in csv.reader(io.StringIO(text)) if any(c.strip() for c in row)]
+    except csv.Error as exc:
+        raise InputError(f"unreadable nvidia-smi CSV ({exc}); {_ACCEPTED}") from None
+    if not rows:
+        raise InputError(f"empty nvidia-smi output; {_ACCEPTED}")
+    header = [re.sub(r"\s*\[.*?\]\s*$", "", h).strip().lower() for h in rows[0]]
+    known = [h for h in header if h in _CSV_FIELDS or _reason_column(h)]
+    if len(known) < 2 or ("name" not in header and "index" not in header and "pci.bus_id" not in header):
+        raise InputError(f"no nvidia-smi --query-gpu header (name or index, plus fields such as clocks.sm); "
+                         f"{_ACCEPTED}")
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for n, row in enumerate(rows[1:]):
+        values = _csv_row(header, row)
+        key = next((str(values[k]) for k in ("bus_id", "index") if values.get(k) is not None), f"row {n}")
+        by_gpu.setdefault(key, []).append(values)
+    if not by_gpu:
+        raise InputError(f"the nvidia-smi CSV has a header but no GPU rows; {_ACCEPTED}")
+    return [_merge(i, samples) for i, samples in enumerate(by_gpu.values())]
+
+
+def _reason_column(h: str) -> str | None:
+    m = re.match(r"^clocks_(?:throttle|event)_reasons\.(\w+)$", h)
+    return m.group(1) if m and m.group(1) != "supported" else None
+
+
+def _csv_row(header: list[str], row: list[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    reasons: set[str] | None = None
+    for h, cell in zip(header, row):
+        field, reason = _CSV_FIELDS.get(h), _reason_column(h)
+        if reason == "active":
+            mask = _hex(cell)
+            if mask is not None:
+                reasons = (reasons or set()) | {name for bit, name in REASON_BITS.items() if mask & bit}
+        elif reason is not None and _yes(cell) is not None:
+            reasons = reasons or set()
+            if _yes(cell):
+                reasons.add("gpu_idle" if reason == "idle" else reason)
+        elif field in _TEXT_FIELDS:
+            values[field] = _text(cell)
+        elif field in _BOOL_FIELDS:
+            values[field] = _yes(cell)
+        elif field in _COUNT_FIELDS:
+            values[field] = _int(cell)
+        elif field == "index":
+            values["index"] = _int(cell)
+        elif field is not None:
+            values[field] = _num(cell)
+    if reasons is not None:
+        values["reasons"] = frozenset(reasons)
+    return values
+
+
+def _hex(cell: str) -> int | None:
+    try:
+        return int(cell, 16) if cell.lower().startswith("0x") else int(cell) if cell.isdigit() else None
+    except ValueError:
+        return None
+
+
+def _merge(position: int, samples: list[dict[str, Any]]) -> GpuRecord:
+    """Repeated rows (``-l``) of one GPU: numbers -> median, counts -> max, reasons -> any sample."""
+    merged: dict[str, Any] = {}
+    for key in {k for s in samples for k in s}:
+        vals = [s[key] for s in samples if s.get(key) is not None]
+        if not vals:
+            continue
+        if key == "reasons":
+            merged[key] = frozenset().union(*vals)
+        elif key in _TEXT_FIELDS or key == "index":
+            merged[key] = vals[-1]
+        elif key in _BOOL_FIELDS:
+            merged[key] = any(vals)
+        elif key in _COUNT_FIELDS:
+            merged[key] = max(vals)
+        else:
+            merged[key] = statistics.median(vals)
+    index = merged.pop("index", None)
+    return GpuRecord(index=position if index is None else index, source="nvidia-smi --query-gpu",
+                     samples=len(samples), **merged)
+
+
+# -- hypotheses ---------------------------------------------------------------------------------------
+
+
+def card_hypotheses(records: list[GpuRecord]) -> list[Finding]:
+    """Every anomaly of every GPU, then one ``gpu-healthy`` per GPU with none; ranked."""
+    busy_clocks = [r.sm_mhz for r in records if r.sm_mhz and _load(r) == "busy"]
+    peer = statistics.median(busy_clocks) if len(busy_clocks) >= 3 else None
+    out: list[Finding] = []
+    for r in records:
+        found = [f for f in (_throttle(r, peer), _power_cap(r), _ecc(r), _pcie(r), _reset(r)) if f]
+        out.extend(found)
+        if not any((f.confidence or 0) >= 0.3 for f in found):
+            out.append(_healthy(r, found))
+        if (r.mig_current or "").lower() == "enabled":
+            out.append(_mig(r))
+    tier = {"gpu-healthy": 1, "mig-enabled": 2}
+    return sorted(out, key=lambda f: (tier.get(f.id, 0 if (f.confidence or 0) >= 0.3 else 2), -(f.confidence or 0)))
+
+
+def _load(r: GpuRecord) -> str:
+    if r.util_pct is not None:
+        return "busy" if r.util_pct >= BUSY_PCT else "idle" if r.util_pct < IDLE_PCT else "light"
+    if r.power_w is not None and r.power_limit_w:
+        share = r.power_w / r.power_limit_w
+        return "busy" if share >= 0.5 else "idle" if share < 0.2 else "light"
+    return "unknown"
+
+
+def _load_text(r: GpuRecord) -> str:
+    if r.util_pct is not None:
+        return f"utilization {r.util_pct:.0f}%"
+    if r.power_w is not None and r.power_limit_w:
+        return f"drawing {r.power_w:.0f} of {r.power_limit_w:.0f} W"
+    return "load unknown (no utilization in the artifact)"
+
+
+def _throttle(r: GpuRecord, peer: float | None) -> Finding | None:
+    bad = sorted((r.reasons or frozenset()) - BENIGN)
+    load = _load(r)
+    ratio = r.sm_mhz / r.sm_max_mhz if r.sm_mhz and r.sm_max_mhz else None
+    low_clock = ratio is not None and ratio < 0.8 and load == "busy"
+    behind_peers = peer is not None and r.sm_mhz is not None and load == "busy" and r.sm_mhz < 0.9 * peer
+    if not bad and not low_clock and not behind_peers:
+        return None  # an idle card at low clocks, "Idle: Active": nothing wrong
+    if set(bad) & HARDWARE:
+        conf = 0.9 if load != "idle" else 0.8
+    elif "sw_thermal_slowdown" in bad:
+        conf = 0.8
+    elif bad:  # SW power cap: at the limit under dense GEMMs is normal, unless this card lags the others
+        conf = 0.45 if load == "busy" else 0.3
+    else:
+        conf = 0.5 if r.reasons is None else 0.35
+    if behind_peers:
+        conf = min(conf + 0.25, 0.95)
+    what = "; ".join(REASON_TEXT.get(b, b.replace("_", " ")) for b in bad) or "no reason reported"
+    clocks = (f"SM clock {r.sm_mhz:.0f} of {r.sm_max_mhz:.0f} MHz ({100 * ratio:.0f}%)" if ratio is not None
+              else "SM clock not in the artifact")
+    peers = f"; the other busy GPUs run at {peer:.0f} MHz (median)" if behind_peers and peer else ""
+    thermal = any("thermal" in b for b in bad)
+    numbers = {"active_reasons": bad, "sm_clock_mhz": r.sm_mhz, "sm_clock_max_mhz": r.sm_max_mhz,
+               "utilization_pct": r.util_pct, "temperature_c": r.temp_c, "power_draw_w": r.power_w,
+               "power_limit_w": r.power_limit_w}
+    if peer is not None:
+        numbers["busy_gpus_median_sm_clock_mhz"] = peer
+    fixes = (
+        Fix("Drain the node and reschedule the job on healthy nodes (one slow GPU paces every rank)",
+            "scontrol update NodeName=<node> State=DRAIN Reason=\"gpu clock throttle\""),
+        Fix("Check cooling and airflow (fans, inlet temperature, blanking panels)" if thermal or not bad
+            else "Check power delivery: PSUs, power-brake signal, the power limit",
+            "nvidia-smi -q -d TEMPERATURE,POWER,PERFORMANCE"),
+        Fix("Reseat or replace the GPU; run DCGM diagnostics before returning the node", "dcgmi diag -r 3"),
+    )
+    return make_hypothesis(
+        "clock-throttle", f"{r.label} runs below its clocks", conf,
+        f"{r.label}: {clocks} with {_load_text(r)}; active reasons: {what}{peers}. A throttled card looks "
+        "like slow code, and in synchronous training every rank waits for it.",
+        numbers, fixes, subject=r.label, partial=r.reasons is None,
+        check_next=(f"`{SMI_CMD}` again under load, a few times (reasons change within seconds)",
+                    "`nvidia-smi dmon -s pucv -d 1` while the job runs: clocks, power and temperature per second",
+                    "Compare with the other GPUs of the node and of the job",
+                    "`dcgmi diag -r 3` on the node"),
+        wrong_fix="Tuning the code (kernels, batch size, sharding): the same code runs at full clocks on a healthy card.")
+
+
+def _power_cap(r: GpuRecord) -> Finding | None:
+    full = r.power_default_w or r.power_max_w
+    if r.power_limit_w is None or not full or r.power_limit_w >= 0.98 * full:
+        return None
+    load = _load(r)
+    capping = "sw_power_cap" in (r.reasons or frozenset())
+    conf = 0.85 if load == "busy" and capping else 0.6 if load == "busy" else 0.35 if load == "idle" else 0.5
+    return make_hypothesis(
+        "power-cap", f"{r.label}'s power limit is set below its default", conf,
+        f"{r.label}: enforced power limit {r.power_limit_w:.0f} W of a default {full:.0f} W "
+        f"({100 * r.power_limit_w / full:.0f}%), {_load_text(r)}"
+        + ("; SW power cap is active: the clocks are held down by it." if capping else "."),
+        {"power_limit_w": r.power_limit_w, "default_power_limit_w": r.power_default_w,
+         "max_power_limit_w": r.power_max_w, "power_draw_w": r.power_w, "sw_power_cap_active": capping},
+        (Fix("Restore the default limit if the cap is not intended", "sudo nvidia-smi -i <gpu> -pl <default W>"),
+         Fix("Ask the administrator: a rack power budget may set it on purpose (then plan for the lower clocks)", "")),
+        subject=r.label,
+        check_next=("`nvidia-smi -q -d POWER`: Requested vs Enforced vs Default Power Limit",
+                    "Power draw under load against the limit: at the limit means the cap is what slows it"),
+        wrong_fix="Code changes: the card's power budget, not the program, sets the clocks.")
+
+
+def _ecc(r: GpuRecord) -> Finding | None:
+    vu, au = r.ecc_volatile_unc or 0, r.ecc_aggregate_unc or 0
+    corr = max(r.ecc_volatile_corr or 0, r.ecc_aggregate_corr or 0)
+    pending = bool(r.remap_pending or r.retired_pending or r.repair_pending)
+    # past uncorrectable errors the driver already handled: SRAM threshold not reached, nothing pending
+    handled = r.sram_threshold_exceeded is False and not pending and not r.remap_failure
+    problems = [(0.95, "row remapping failed: the card has run out of spare rows") if r.remap_failure else None,
+                (0.9, f"{vu} uncorrectable ECC errors since the driver loaded") if vu else None,
+                (0.85, "a row remap, page retirement or repair is pending: it takes effect at the next GPU reset")
+                if pending else None,
+                (0.8, "the SRAM error threshold is exceeded") if r.sram_threshold_exceeded else None,
+                (0.2 if handled else 0.45, f"{au} uncorrectable ECC error(s) over the card's life, none since the "
+                 "driver loaded" + ("; the SRAM threshold is not exceeded and no remap or repair is pending: "
+                                    "handled, watch the count" if handled else ""))
+                if au and not vu else None,
+                (0.25, f"{corr} correctable ECC errors only (corrected in hardware; a rising count is a warning)")
+                if corr else None]
+    found = [p for p in problems if p]
+    if not found:
+        return None
+    return make_hypothesis(
+        "ecc-errors", f"{r.label} reports memory errors", max(c for c, _ in found),
+        f"{r.label}: " + "; ".join(t for _, t in found) + ".",
+        {"volatile_uncorrectable": r.ecc_volatile_unc, "aggregate_uncorrectable": r.ecc_aggregate_unc,
+         "volatile_correctable": r.ecc_volatile_corr, "aggregate_correctable": r.ecc_aggregate_corr,
+         "remapped_rows_uncorrectable": r.remapped_unc, "remap_pending": r.remap_pending,
+         "remap_failure": r.remap_failure, "retired_pages_pending": r.retired_pending,
+         "repair_pending": r.repair_pending, "sram_threshold_exceeded": r.sram_threshold_exceeded},
+        (Fix("Drain the node and reschedule the job elsewhere",
+             "scontrol update NodeName=<node> State=DRAIN Reason=\"gpu ECC\""),
+         Fix("Reset the GPU to apply pending remaps/retirements (no process may hold it)", "sudo nvidia-smi -r -i <gpu>"),
+         Fix("Run DCGM diagnostics; replace the card if they fail or remapping failed", "dcgmi diag -r 3")),
+        subject=r.label,
+        check_next=("`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`",
+                    "Kernel log for Xid 48/63/64/94/95: `sudo dmesg -T | grep -i xid`",
+                    "`dcgmi diag -r 3` on the node"),
+        wrong_fix="Restarting the job on the same GPU, or changing batch size or code: memory errors are hardware.")
+
+
+def _pcie(r: GpuRecord) -> Finding | None:
+    gen_down = r.pcie_gen is not None and r.pcie_gen_max is not None and r.pcie_gen < r.pcie_gen_max
+    width_down = r.pcie_width is not None and r.pcie_width_max is not None and r.pcie_width < r.pcie_width_max
+    if not gen_down and not width_down:
+        return None
+    load = _load(r)
+    conf = {"busy": 0.7, "light": 0.5, "idle": 0.15, "unknown": 0.35}[load] if gen_down else 0.0
+    if width_down:  # link width does not drop to save power
+        conf = max(conf, {"busy": 0.8, "light": 0.7, "idle": 0.5, "unknown": 0.65}[load])
+    idle_gen = load == "idle" and gen_down and not width_down
+    effect = ("idle cards drop the link generation to save power: read it again under load" if idle_gen
+              else "host-device copies (and NCCL traffic through PCIe) are capped")
+    note = ""
+    if r.pcie_host_max is not None and r.pcie_device_max is not None and r.pcie_host_max < r.pcie_device_max:
+        note += f" The host slot allows only gen {r.pcie_host_max}: a platform limit, not a fault."
+    return make_hypothesis(
+        "pcie-downgrade", f"{r.label}'s PCIe link runs below its capability", conf,
+        f"{r.label}: PCIe gen {r.pcie_gen} x{r.pcie_width} of gen {r.pcie_gen_max} x{r.pcie_width_max} "
+        f"with {_load_text(r)}: {effect}.{note}",
+        {"pcie_gen": r.pcie_gen, "pcie_gen_max": r.pcie_gen_max, "pcie_width": r.pcie_width,
+         "pcie_width_max": r.pcie_width_max, "pcie_host_max": r.pcie_host_max, "utilization_pct": r.util_pct},
+        (Fix("Drain the node if the link stays down under load",
+             "scontrol update NodeName=<node> State=DRAIN Reason=\"pcie downgrade\""),
+         Fix("Reseat the card (and riser/cable); check the slot's BIOS link settings", "sudo lspci -vvv -s <bus id>"),
+         Fix("Replace the riser, cable or card if it persists; `dcgmi diag -r 2` checks PCIe bandwidth", "dcgmi diag -r 2")),
+        subject=r.label,
+        check_next=("`nvidia-smi -q -d PCIE` while the GPU is busy: Current should reach Max",
+                    "`sudo lspci -vvv -s <bus id> | grep -E 'LnkCap|LnkSta'`",
+                    "Replays Since Reset in `nvidia-smi -q -d PCIE`: a growing count means link errors"),
+        wrong_fix="Tuning data loading or pinned copies first: the link itself is slow.")
+
+
+def _reset(r: GpuRecord) -> Finding | None:
+    if not r.reset_required:
+        return None
+    return make_hypothesis(
+        "reset-required", f"{r.label} asks for a reset", 0.85,
+        f"{r.label}: nvidia-smi's GPU Reset Status says Reset Required or Drain and Reset Recommended.",
+        {"reset_required": True},
+        (Fix("Drain the node, then reset the GPU", "sudo nvidia-smi -r -i <gpu>"),
+         Fix("Run DCGM diagnostics before returning it to service", "dcgmi diag -r 3")),
+        subject=r.label, check_next=("`sudo dmesg -T | grep -i xid`: which error asked for the reset",),
+        wrong_fix="Keeping jobs on the card: it stays degraded until reset.")
+
+
+def _mig(r: GpuRecord) -> Finding:
+    pending = (f"; pending: {r.mig_pending} (applies at the next reset)" if r.mig_pending
+               and r.mig_pending.lower() != (r.mig_current or "").lower() else "")
+    f = make_hypothesis(
+        "mig-enabled", f"{r.label} is partitioned (MIG)", 0.2,
+        f"{r.label}: MIG mode is Enabled{pending}; a process sees one slice, with that slice's SMs, memory and "
+        "bandwidth, not the whole card.",
+        {"mig_current": r.mig_current, "mig_pending": r.mig_pending},
+        (Fix("Compare against the slice's ceilings, or disable MIG for whole-card jobs", "sudo nvidia-smi -i <gpu> -mig 0"),),
+        subject=r.label, check_next=("`nvidia-smi mig -lgi`: which instance profiles exist",))
+    return replace(f, severity="info")
+
+
+def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
+    missing = r.missing
+    checked = [c for c in CHECKS if c not in missing]
+    clocks = (f"SM {r.sm_mhz:.0f}/{r.sm_max_mhz:.0f} MHz" if r.sm_mhz is not None and r.sm_max_mhz else "")
+    link = f"PCIe gen {r.pcie_gen} x{r.pcie_width}" if r.pcie_gen is not None else ""
+    facts = ", ".join(x for x in (clocks, link, _load_text(r)) if x)
+    minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
+    f = make_hypothesis(
+        "gpu-healthy", f"{r.label} looks healthy", 0.9 if not missing else 0.6,
+        f"{r.label}{', ' + r.name if r.name else ''}: no active throttling, new or pending memory errors, link downgrade or "
+        f"power cap in what was checked ({', '.join(checked) or 'nothing'}); {facts}."
+        + (f" Not in the artifact: {', '.join(missing)}." if missing else "") + minor,
+        {"checked": checked, "not_checked": list(missing), "sm_clock_mhz": r.sm_mhz, "sm_clock_max_mhz": r.sm_max_mhz,
+         "utilization_pct": r.util_pct, "active_reasons": sorted(r.reasons or ()), "pcie_gen": r.pcie_gen,
+         "pcie_width": r.pcie_width},
+        (),
+        subject=r.label, partial=bool(missing),
+        check_next=(f"`{SMI_CMD}` under load, if the job is slow",) if _load(r) != "busy" else ())
+    return replace(f, severity="info")
