@@ -102,3 +102,34 @@ def test_json_output_is_ranked_with_ids(tmp_path):
     assert data["schema"] == "gpudoctor.explain/1"
     assert [h["id"] for h in data["hypotheses"]][:1] == ["tensor-cores-idle"]
     assert all("confidence" in h and "fixes" in h and "check_next" in h for h in data["hypotheses"])
+
+
+def test_6_allreduce_cliff_at_512():
+    h, _ = top("06_allreduce_cliff.json")
+    assert h.id == "topology-cliff"
+    assert h.evidence.numbers["cliff_gpus"] == 512 and h.evidence.numbers["expected_ms"] == 53.077
+    titles = [f.title for f in h.fixes]
+    assert titles[0].startswith("Tree or hierarchical all-reduce")
+    assert "double binary tree" in titles[1].lower()
+    assert "overlap" in titles[2].lower() and "accumulation" in titles[3].lower()
+    assert "ZeRO" in h.wrong_fix
+
+
+def test_8_pipeline_bubble_imbalance_first():
+    h, _ = top("08_pipeline_bubble.json")
+    assert h.id == "pipeline-imbalance"
+    n = h.evidence.numbers
+    assert n["expected_1f1b"] == 0.2188 and n["expected_interleaved"] == 0.1094  # 7/32 and 7/64
+    titles = [f.title.lower() for f in h.fixes]
+    assert titles[0].startswith("rebalance the partition")
+    assert "virtual" in titles[1] and "micro-batches" in titles[2] and "zero-bubble" in titles[3]
+    assert "formula" in h.wrong_fix.lower()
+
+
+def test_real_nvidia_smi_is_healthy():
+    data = Path(__file__).parent / "data" / "explain"
+    ex = explain_paths([data / "nvidia_smi_q.txt", data / "nvidia_smi_query.csv"])
+    assert [s.kind for s in ex.sources] == ["nvidia-smi", "nvidia-smi"]
+    assert ex.hypotheses[0][1].id == "gpu-healthy"
+    assert all(h.id in ("gpu-healthy", "ecc-errors") for _, h in ex.hypotheses)
+    assert all((h.confidence or 0) < 0.5 for _, h in ex.hypotheses if h.id == "ecc-errors")

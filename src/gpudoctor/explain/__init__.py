@@ -13,7 +13,8 @@ from gpudoctor.errors import InputError
 from gpudoctor.rules.finding import Finding
 
 SCHEMA = "gpudoctor.explain/1"
-HEALTHY_IDS = ("gpu-healthy", "kernel-efficient")
+HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok", "pipeline-bubble-ok",
+               "mig-enabled")
 
 
 @dataclass(frozen=True)
