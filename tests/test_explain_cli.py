@@ -1,0 +1,73 @@
+"""`gpudoctor explain` from the command line: detection by content, ranked output, JSON, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli import gd
+
+from gpudoctor.explain.kernel import KernelMetrics, kernel_hypotheses
+
+DATA = Path(__file__).parent / "data" / "explain"
+
+
+def test_several_artifacts_in_one_call_json(tmp_path):
+    ranks = "rank,step,step_ms\n" + "".join(
+        f"{r},{s},{(300.0 if r == 5 else 100.0) + (s % 3)}\n" for r in range(16) for s in range(50))
+    tmp = tmp_path
+    (tmp / "ranks.csv").write_text(ranks)
+    out = gd("explain", str(DATA / "ncu_kernels_details.csv"), str(DATA / "nvidia_smi_q.txt"), str(tmp / "ranks.csv"),
+             "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [s["kind"] for s in data["sources"]] == ["ncu-csv", "nvidia-smi", "rank-timings"]
+    ids = [h["id"] for h in data["hypotheses"]]
+    assert "straggler" in ids and "tensor-cores-idle" in ids and "gpu-healthy" in ids
+    straggler = next(h for h in data["hypotheses"] if h["id"] == "straggler")
+    assert "5" in straggler["subject"]
+    kernel = next(h for h in data["hypotheses"] if h["id"] == "tensor-cores-idle")
+    assert kernel["kernel"] == "fma_gemm"
+    assert ids.index("gpu-healthy") > ids.index("straggler")  # problems first
+
+
+def test_console_output_names_fixes_and_the_fix_to_avoid():
+    out = gd("explain", str(DATA / "scenarios" / "01_slow_gemm.json"), "--width", "140")
+    assert out.returncode == 0
+    assert "1. tensor-cores-idle" in out.stdout and "fix 1: Use tensor-core instructions" in out.stdout
+    assert "avoid: Raising occupancy first" in out.stdout
+
+
+@pytest.mark.parametrize("content, name, message", [
+    ("", "empty.csv", "is empty"),
+    ("just some words\nand more\n", "notes.txt", "not a format explain knows"),
+    (None, "missing.csv", "no such file"),
+    ("x", "report.ncu-rep", "needs `ncu` on the PATH"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, content, name, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    out = gd("explain", str(path))
+    assert out.returncode == 2, out.stdout
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_memory_bound_below_the_roof():
+    k = KernelMetrics("softmax_kernel", dram_throughput_pct=62, sm_throughput_pct=20, duration_us=100)
+    assert kernel_hypotheses(k)[0].id == "memory-bound"
+
+
+def test_latency_bound_with_occupancy_capped_by_registers():
+    k = KernelMetrics("scan_kernel", dram_throughput_pct=15, sm_throughput_pct=20, stall_long_scoreboard_pct=55,
+                      achieved_occupancy_pct=18, theoretical_occupancy_pct=25, registers_per_thread=200,
+                      block_limit_registers=1, block_limit_shared_mem=8, block_limit_warps=8, block_limit_sm=32)
+    ids = [h.id for h in kernel_hypotheses(k)]
+    assert ids[0] == "latency-bound" and "occupancy-limited" in ids
+
+
+def test_kernel_with_no_throughput_sections_is_marked():
+    k = KernelMetrics("mystery", missing=["GPU Speed Of Light Throughput"])
+    h = kernel_hypotheses(k)[0]
+    assert h.partial and h.confidence is not None and h.confidence < 0.5
