@@ -71,3 +71,33 @@ def test_kernel_with_no_throughput_sections_is_marked():
     k = KernelMetrics("mystery", missing=["GPU Speed Of Light Throughput"])
     h = kernel_hypotheses(k)[0]
     assert h.partial and h.confidence is not None and h.confidence < 0.5
+
+
+def test_ncu_rep_goes_through_ncu_import(tmp_path):
+    """A .ncu-rep is converted by `ncu --import ... --csv --page details` when ncu is on the PATH."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ncat {DATA / 'ncu_kernels_details.csv'}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    rep = tmp_path / "kernels.ncu-rep"
+    rep.write_bytes(b"\x00binary report")
+    env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}",
+               PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", str(rep), "--json"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["sources"][0]["kind"] == "ncu-csv" and data["sources"][0]["detail"] == "10 kernel(s)"
+
+
+def test_yaml_scenario(tmp_path):
+    pytest.importorskip("yaml")
+    f = tmp_path / "s.yaml"
+    f.write_text("scenario: fp8-regression\nlong_task: {seq: 32768, fp8: 0.54, bf16: 0.71}\n")
+    out = gd("explain", str(f), "--json")
+    assert json.loads(out.stdout)["hypotheses"][0]["id"] == "fp8-saturation"
