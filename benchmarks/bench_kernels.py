@@ -1,0 +1,391 @@
+"""gpudoctor.kernels side by side with eager PyTorch, torch.compile and Liger-Kernel, on one GPU.
+
+``python benchmarks/bench_kernels.py OUT_DIR [--quick] [--parts norms,glu,ce,e2e,converge,large]``
+writes ``OUT_DIR/kernels.json`` and prints the tables BENCHMARKS.md carries. Timings are
+``triton.testing.do_bench`` medians (forward + backward, bf16); memory is the peak of
+``torch.cuda.max_memory_allocated`` above what was allocated before the call. The HBM ceiling is
+measured in the same run (a device-to-device copy of 2 GiB), so "% of HBM" is against this card.
+Liger-Kernel is imported if installed (carry its wheel); its absence is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+DT = torch.bfloat16
+RESULTS: dict = {}
+
+
+def bench(fn, warmup=10, rep=50) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def peak_mb(fn) -> float:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def hbm_ceiling() -> float:
+    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")  # 1 GiB read + 1 GiB written
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x), warmup=5, rep=40)
+    return 2 * x.numel() / (ms / 1e3)
+
+
+def liger():
+    try:
+        import liger_kernel  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+def fwd_bwd(f, *inputs):
+    def run():
+        for t in inputs:
+            t.grad = None
+        out = f(*inputs)
+        out.backward(torch.ones_like(out) if out.dim() else None)
+    return run
+
+
+# -- norms --------------------------------------------------------------------------------------------
+
+
+def part_norms(quick: bool) -> None:
+    from gpudoctor.kernels.layer_norm import layer_norm
+    from gpudoctor.kernels.rms_norm import rms_norm
+
+    ceiling = RESULTS["hbm_bytes_per_s"]
+    rows = []
+    shapes = [(h, m) for h in (256, 1024, 4096, 8192, 16384) for m in ((2**23) // h, 256, (2**25) // h)]
+    if quick:
+        shapes = [(4096, 2048), (1024, 256)]
+    have_liger = liger()
+    for h, m in shapes:
+        x = torch.randn(m, h, device="cuda", dtype=DT, requires_grad=True)
+        w = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
+        b = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
+        nn_rms = torch.nn.RMSNorm(h, eps=1e-6, device="cuda", dtype=DT)
+        nn_ln = torch.nn.LayerNorm(h, eps=1e-5, device="cuda", dtype=DT)
+
+        def hf_rms(x, w):
+            xf = x.float()
+            return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+        cands = {
+            "rms ours": lambda x, w, b: rms_norm(x, w, 1e-6),
+            "rms hf-eager": lambda x, w, b: hf_rms(x, w),
+            "rms torch.nn.RMSNorm": lambda x, w, b: nn_rms(x),
+            "ln ours": lambda x, w, b: layer_norm(x, w, b, 1e-5),
+            "ln torch.nn.LayerNorm": lambda x, w, b: nn_ln(x),
+        }
+        big = m * h >= 2**23
+        if big and h in (4096, 16384) and not quick:
+            cands["rms torch.compile(hf)"] = torch.compile(lambda x, w, b: hf_rms(x, w))
+            cands["ln torch.compile"] = torch.compile(lambda x, w, b: F.layer_norm(x, (h,), w, b, 1e-5))
+        if have_liger:
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+            cands["rms liger"] = lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+            cands["ln liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+        for name, f in cands.items():
+            try:
+                ms = bench(fwd_bwd(f, x, w, b))
+            except Exception as exc:  # noqa: BLE001 - one failing candidate does not stop the table
+                rows.append({"op": name, "H": h, "M": m, "error": f"{type(exc).__name__}: {exc}"[:200]})
+                continue
+            moved = 5 * m * h * 2  # fwd: read x, write y; bwd: read x, dy, write dx
+            rows.append({"op": name, "H": h, "M": m, "ms": round(ms, 4),
+                         "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1)})
+        del x, w, b
+        torch.cuda.empty_cache()
+    RESULTS["norms"] = rows
+
+
+# -- SwiGLU / GeGLU -------------------------------------------------------------------------------------
+
+
+def part_glu(quick: bool) -> None:
+    from gpudoctor.kernels.glu import geglu, swiglu
+
+    rows = []
+    m, i = (4096, 14336) if not quick else (1024, 4096)
+    g = torch.randn(m, i, device="cuda", dtype=DT, requires_grad=True)
+    u = torch.randn(m, i, device="cuda", dtype=DT, requires_grad=True)
+    cands = {
+        "swiglu ours": lambda g, u: swiglu(g, u),
+        "swiglu eager": lambda g, u: F.silu(g) * u,
+        "geglu ours": lambda g, u: geglu(g, u, approximate="tanh"),
+        "geglu eager": lambda g, u: F.gelu(g, approximate="tanh") * u,
+    }
+    if not quick:
+        cands["swiglu torch.compile"] = torch.compile(lambda g, u: F.silu(g) * u)
+        cands["geglu torch.compile"] = torch.compile(lambda g, u: F.gelu(g, approximate="tanh") * u)
+    if liger():
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+        cands["swiglu liger"] = lambda g, u: LigerSiLUMulFunction.apply(g, u)
+        cands["geglu liger"] = lambda g, u: LigerGELUMulFunction.apply(g, u)
+    for name, f in cands.items():
+        try:
+            ms = bench(fwd_bwd(f, g, u))
+            saved = _saved_mb(f, g, u)
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"op": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        rows.append({"op": name, "M": m, "I": i, "ms": round(ms, 4), "saved_for_backward_MB": round(saved, 1)})
+    RESULTS["glu"] = rows
+
+
+def _saved_mb(f, *inputs) -> float:
+    """Memory the forward leaves allocated (kept for backward), beyond its output."""
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = f(*inputs)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - before - out.numel() * out.element_size()
+    del out
+    return held / 2**20
+
+
+# -- linear cross-entropy -----------------------------------------------------------------------------
+
+
+def part_ce(quick: bool) -> None:
+    from gpudoctor.kernels.cross_entropy import linear_cross_entropy
+
+    rows = []
+    tokens, hdim, vocab = (32768, 4096, 128256) if not quick else (4096, 1024, 32000)
+    h = torch.randn(tokens, hdim, device="cuda", dtype=DT, requires_grad=True)
+    w = (torch.randn(vocab, hdim, device="cuda", dtype=DT) * 0.02).requires_grad_(True)
+    t = torch.randint(0, vocab, (tokens,), device="cuda")
+    t[::7] = -100
+
+    def eager(h, w):
+        return F.cross_entropy((h @ w.T).float(), t, ignore_index=-100)
+
+    cands = {"ce ours": lambda h, w: linear_cross_entropy(h, w, t), "ce eager": eager}
+    if not quick:
+        cands["ce torch.compile"] = torch.compile(eager)
+    if liger():
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        lfn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100)
+
+        def lig(h, w):
+            out = lfn(w, h, t)
+            return out[0] if isinstance(out, tuple) else out
+        cands["ce liger"] = lig
+    ref = None
+    for name, f in cands.items():
+        try:
+            run = fwd_bwd(f, h, w)
+            mb = peak_mb(run)
+            ms = bench(run, warmup=3, rep=10)
+            with torch.no_grad():
+                loss = float(f(h, w))
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"op": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        if name == "ce eager":
+            ref = loss
+        rows.append({"op": name, "tokens": tokens, "H": hdim, "V": vocab, "ms": round(ms, 3),
+                     "peak_MB": round(mb, 1), "loss": loss})
+        gc.collect()
+        torch.cuda.empty_cache()
+    for r in rows:
+        if ref is not None and "loss" in r:
+            r["loss_diff_vs_eager"] = abs(r["loss"] - ref)
+    RESULTS["ce"] = rows
+
+
+# -- end to end ---------------------------------------------------------------------------------------
+
+
+def _llama(layers=16, hidden=2048, inter=8192, vocab=128256, heads=32, kv=8):
+    import transformers
+
+    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                                   num_key_value_heads=kv, num_hidden_layers=layers, vocab_size=vocab,
+                                   max_position_embeddings=4096, tie_word_embeddings=True)
+    cfg._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=DT)
+    return model
+
+
+def part_e2e(quick: bool) -> None:
+    from gpudoctor.kernels import patch
+
+    rows = []
+    batch, seq = (4, 2048) if not quick else (1, 512)
+    variants = ["eager", "gpudoctor.patch", "liger", "torch.compile"]
+    for variant in variants:
+        torch.manual_seed(0)
+        try:
+            if variant == "liger":
+                if not liger():
+                    rows.append({"variant": variant, "error": "liger-kernel not installed"})
+                    continue
+                from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+                model = _llama(layers=16 if not quick else 2)
+                apply_liger_kernel_to_llama(model=model, rope=False)
+            else:
+                model = _llama(layers=16 if not quick else 2)
+            report = None
+            if variant == "gpudoctor.patch":
+                report = str(patch(model))
+            step_model = torch.compile(model) if variant == "torch.compile" else model
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+            ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
+
+            def step():
+                loss = step_model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            n = 10 if not quick else 3
+            for _ in range(n):
+                step()
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) / n * 1e3
+            rows.append({"variant": variant, "batch": batch, "seq": seq, "step_ms": round(ms, 2),
+                         "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 2),
+                         "params_B": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),
+                         **({"patch": report} if report else {})})
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"variant": variant, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        finally:
+            model = step_model = opt = None  # noqa: F841
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()
+    RESULTS["e2e"] = rows
+
+
+def part_converge(quick: bool) -> None:
+    from gpudoctor.kernels import patch
+
+    curves = {}
+    for variant in ("eager", "patch"):
+        torch.manual_seed(0)
+        model = _llama(layers=4, hidden=512, inter=1536, vocab=32000, heads=8, kv=4)
+        if variant == "patch":
+            patch(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        g = torch.Generator(device="cuda").manual_seed(1)
+        data = torch.randint(0, 32000, (8, 8, 256), device="cuda", generator=g)  # 8 batches, reused
+        losses = []
+        for s in range(50):
+            ids = data[s % 8]
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss))
+        curves[variant] = losses
+    diffs = [abs(a - b) for a, b in zip(curves["eager"], curves["patch"])]
+    RESULTS["converge"] = {"eager": curves["eager"], "patch": curves["patch"], "max_abs_diff": max(diffs),
+                           "final_eager": curves["eager"][-1], "final_patch": curves["patch"][-1]}
+
+
+def part_large(quick: bool) -> None:
+    """Tensors past 2^31 elements: the kernels must use 64-bit offsets."""
+    from gpudoctor.kernels.glu import swiglu
+    from gpudoctor.kernels.rms_norm import rms_norm
+
+    out = {}
+    h = 4096
+    m = (2**31) // h + 64  # 2^31 + 262144 elements
+    x = torch.randn(m, h, device="cuda", dtype=DT)
+    w = torch.randn(h, device="cuda", dtype=DT)
+    y = rms_norm(x, w, 1e-6)
+    tail = x[-8:].float()
+    ref = w.float() * (tail * torch.rsqrt(tail.pow(2).mean(-1, keepdim=True) + 1e-6)).to(DT).float()
+    out["rms_norm_elements"] = m * h
+    out["rms_norm_tail_max_err"] = float((y[-8:].float() - ref).abs().max())
+    del y
+    g = x
+    u = torch.randn_like(x)
+    z = swiglu(g, u)
+    out["swiglu_tail_max_err"] = float((z[-8:].float() - (F.silu(g[-8:]) * u[-8:]).float()).abs().max())
+    RESULTS["large"] = out
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    quick = "--quick" in sys.argv
+    parts = ["norms", "glu", "ce", "e2e", "converge", "large"]
+    if "--parts" in sys.argv:
+        parts = sys.argv[sys.argv.index("--parts") + 1].split(",")
+    RESULTS["device"] = torch.cuda.get_device_name()
+    RESULTS["torch"] = torch.__version__
+    import triton
+
+    RESULTS["triton"] = triton.__version__
+    RESULTS["liger"] = __import__("liger_kernel").__version__ if liger() and hasattr(__import__("liger_kernel"), "__version__") else (
+        "installed" if liger() else None)
+    RESULTS["date"] = time.strftime("%Y-%m-%d")
+    RESULTS["hbm_bytes_per_s"] = hbm_ceiling()
+    for part in parts:
+        t0 = time.time()
+        try:
+            globals()["part_" + part](quick)
+        except Exception:  # noqa: BLE001
+            RESULTS[part + "_error"] = traceback.format_exc()[-1500:]
+        RESULTS.setdefault("seconds", {})[part] = round(time.time() - t0, 1)
+        (out / "kernels.json").write_text(json.dumps(RESULTS, indent=1, default=str))
+        print(f"[{part}] {RESULTS['seconds'][part]} s", flush=True)
+    _print_tables()
+
+
+def _print_tables() -> None:
+    print(f"HBM ceiling (copy): {RESULTS['hbm_bytes_per_s'] / 1e12:.2f} TB/s")
+    for r in RESULTS.get("norms", []):
+        print(f"{r['op']:26s} H={r['H']:6d} M={r['M']:7d} {r.get('ms', float('nan')):9.4f} ms "
+              f"{r.get('hbm_pct', math.nan):6.1f}% {r.get('error', '')}")
+    for key in ("glu", "ce", "e2e"):
+        for r in RESULTS.get(key, []):
+            print(key, {k: v for k, v in r.items() if k not in ("loss",)})
+    if "converge" in RESULTS:
+        c = RESULTS["converge"]
+        print("converge: max |loss diff|", round(c["max_abs_diff"], 4), "final", round(c["final_eager"], 4),
+              round(c["final_patch"], 4))
+    if "large" in RESULTS:
+        print("large:", RESULTS["large"])
+    for k, v in RESULTS.items():
+        if k.endswith("_error"):
+            print(k, v[-600:])
+
+
+if __name__ == "__main__":
+    main()

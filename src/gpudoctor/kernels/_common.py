@@ -1,0 +1,65 @@
+"""What every fused op shares: when to take the Triton path, input checks, launch helpers.
+
+The Triton path runs on CUDA tensors of fp32/bf16/fp16 when triton imports; under
+``TRITON_INTERPRET=1`` it also runs on CPU tensors (that is how CI tests the kernels without a GPU).
+Everything else (CPU tensors, fp64, shapes where the kernel is measured slower) takes the native
+PyTorch path, which computes the same thing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from gpudoctor.errors import InputError
+
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def use_triton(*tensors: torch.Tensor) -> bool:
+    """Triton for CUDA tensors of a kernel dtype (CPU ones too under TRITON_INTERPRET=1)."""
+    if not triton_available():
+        return False
+    first = tensors[0]
+    if first.dtype not in KERNEL_DTYPES:
+        return False
+    return first.is_cuda or (interpreting() and first.device.type == "cpu")
+
+
+def check_tensor(name: str, t: object, *, dims: int | None = None, min_dims: int | None = None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dims is not None and t.dim() != dims:
+        raise InputError(f"{name} must have {dims} dimension(s), got shape {tuple(t.shape)}")
+    if min_dims is not None and t.dim() < min_dims:
+        raise InputError(f"{name} must have at least {min_dims} dimension(s), got shape {tuple(t.shape)}")
+    if not (t.is_floating_point() or name in ("target",)):
+        raise InputError(f"{name} must be a floating-point tensor (fp32, bf16, fp16; fp64 uses the native path), "
+                         f"got {t.dtype}")
+    return t
+
+
+def check_same(reference_name: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
+    """Same device (and dtype for the float operands) as the reference, or a one-line error."""
+    for name, t in others.items():
+        if t is None:
+            continue
+        if t.device != reference.device:
+            raise InputError(f"{name} is on {t.device} but {reference_name} is on {reference.device}; move both to one device")
+        if t.is_floating_point() and t.dtype != reference.dtype:
+            raise InputError(f"{name} is {t.dtype} but {reference_name} is {reference.dtype}; give both the same dtype")
