@@ -19,6 +19,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.memory import MemoryResult
+from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
@@ -65,12 +66,20 @@ def check(a: Analysis) -> Finding | None:
         f"({100 * mem.peak_reserved_fraction:.1f}%); the allocator runs {mem.malloc_calls_per_step:.0f} "
         f"cudaMalloc/cudaFree calls per step to stay under the limit. {fills}",
         Evidence(numbers=numbers, sources=sources_of_host(a.trace, culprits) if culprits.size else ()),
-        tuple(_fixes(mem)),
+        tuple(_fixes(mem, _op_names(a))),
         wrong_fix="torch.cuda.empty_cache() in the loop does not free memory that tensors hold; it only adds allocator calls.",
         idle_ms=ALL_IDLE,
         min_severity="major",  # the wall itself is a major problem even when its time cost is small
     )
     return finding
+
+
+def _op_names(a: Analysis) -> tuple[str, ...]:
+    """The distinct op names of the trace (what the fused kernels could replace)."""
+    host = a.trace.host
+    if not len(host):
+        return ()
+    return tuple(sorted(a.trace.strings[int(i)] for i in np.unique(host.name) if a.trace.strings[int(i)].startswith("aten::")))
 
 
 def _gb(n: float) -> str:
@@ -106,7 +115,7 @@ def _what_fills(mem: MemoryResult) -> tuple[dict, str]:
     return numbers, text
 
 
-def _fixes(mem: MemoryResult) -> list[Fix]:
+def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     weights, grads, states, step = _parts(mem)
     state = mem.model_state or {}
     activations = step if state else max(step - weights, 0.0) if weights else step
@@ -141,6 +150,10 @@ def _fixes(mem: MemoryResult) -> list[Fix]:
             "# then open mem.pickle at https://pytorch.org/memory_viz; keep loss.item(), not loss")))
     fixes.sort(key=lambda item: -item[0])
     out = [fix for _, fix in fixes]
+    if trace_ops:
+        fused = kernel_fix(trace_ops)
+        if fused is not None:  # activations are what the kernels shrink: right after checkpointing
+            out.insert(1 if state else 2, fused)
     out.append(Fix("Cut fragmentation", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
     out.append(Fix("Size it before launch: `gpudoctor memory config.json --batch B --seq S --gpu NAME` gives the "
                    "breakdown and the cheapest change that fits", ""))

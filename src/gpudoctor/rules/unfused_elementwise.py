@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     kernel_names_of_events,
@@ -91,6 +92,17 @@ def check(a: Analysis) -> Finding | None:
     time_ms = chain_ns.sum() / 1e6 / n
     saving = saving_ns.sum() / 1e6 / n
     heaviest = runs[int(np.argmax(saving_ns))]
+    fixes = [
+        Fix("Let the compiler fuse the chain into one kernel", "model = torch.compile(model)"),
+        Fix("Use the fused built-ins instead of hand-written formulas",
+            "F.gelu(x, approximate='tanh')   # not 0.5*x*(1+tanh(...))\n"
+            "F.rms_norm(x, (d,), weight) / F.layer_norm(x, (d,), w, b)"),
+        Fix("Write one fused kernel (Triton) for what the compiler cannot fuse",
+            "# e.g. bias + activation + dropout + residual in one Triton kernel"),
+    ]
+    fused = kernel_fix(op_names_of_events(a.trace, idx))
+    if fused is not None:  # a ready kernel for exactly this chain comes before writing one
+        fixes.insert(2, fused)
     return make_finding(
         ID,
         "Chains of unfused memory-bound kernels",
@@ -112,14 +124,7 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, heaviest),
         ),
-        (
-            Fix("Let the compiler fuse the chain into one kernel", "model = torch.compile(model)"),
-            Fix("Use the fused built-ins instead of hand-written formulas",
-                "F.gelu(x, approximate='tanh')   # not 0.5*x*(1+tanh(...))\n"
-                "F.rms_norm(x, (d,), weight) / F.layer_norm(x, (d,), w, b)"),
-            Fix("Write one fused kernel (Triton) for what the compiler cannot fuse",
-                "# e.g. bias + activation + dropout + residual in one Triton kernel"),
-        ),
+        tuple(fixes),
         wrong_fix="Lower-precision matmuls will not help: these kernels are bound by memory bandwidth, not FLOPs.",
     )
 

@@ -1,0 +1,54 @@
+"""Which fused kernel cures what a finding saw, with the gain we measured for it.
+
+The doctor's ``unfused-elementwise`` and ``memory-pressure`` findings call ``kernel_fix``: when the
+ops of the chain (or of the step) are those an RMSNorm, a gated activation or a big-vocabulary loss
+is made of, the fix names ``gpudoctor.kernels.patch(model)`` and the gain measured on the GPU by
+``benchmarks/bench_kernels.py`` (the figures below, with their device and date). No triton import
+here: the rules run anywhere.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.rules.finding import Fix
+
+# Measured by benchmarks/bench_kernels.py; see BENCHMARKS.md ("gpudoctor.kernels"). None: not
+# measured, and then no figure is quoted.
+MEASURED: dict[str, dict] = {
+    "device": {},
+    "rms_norm": {},  # speedup_vs_hf_eager (fwd+bwd, bf16, M x H = 8M), hbm_pct
+    "swiglu": {},  # speedup_vs_eager, saved_ratio_vs_eager
+    "linear_cross_entropy": {},  # peak_memory_ratio_vs_eager (eager / ours), time_ratio_vs_eager (ours / eager)
+}
+
+_RMS_OPS = {"aten::pow", "aten::mean", "aten::rsqrt"}
+_GLU_OPS = {"aten::silu", "aten::gelu", "aten::silu_backward", "aten::gelu_backward"}
+_CE_OPS = {"aten::log_softmax", "aten::_log_softmax", "aten::cross_entropy_loss", "aten::nll_loss",
+           "aten::nll_loss_forward", "aten::_log_softmax_backward_data"}
+
+
+def _where() -> str:
+    d = MEASURED.get("device") or {}
+    return f" (measured on {d['name']}, {d['date']})" if d.get("name") and d.get("date") else ""
+
+
+def kernel_fix(op_names: tuple[str, ...] | list[str]) -> Fix | None:
+    """The fused-kernel fix for these ops, or None when none of the kernels applies."""
+    ops = set(op_names)
+    parts = []
+    rms = MEASURED.get("rms_norm") or {}
+    glu = MEASURED.get("swiglu") or {}
+    ce = MEASURED.get("linear_cross_entropy") or {}
+    if ops & _RMS_OPS and rms.get("speedup_vs_hf_eager"):
+        parts.append(f"RMSNorm {rms['speedup_vs_hf_eager']:.1f}x faster than HF eager (forward + backward)")
+    if ops & _GLU_OPS and glu.get("speedup_vs_eager"):
+        text = f"SwiGLU/GeGLU {glu['speedup_vs_eager']:.1f}x faster than eager"
+        if glu.get("saved_ratio_vs_eager"):
+            text += f", {glu['saved_ratio_vs_eager']:.1f}x less memory kept for backward"
+        parts.append(text)
+    if ops & _CE_OPS and ce.get("peak_memory_ratio_vs_eager"):
+        parts.append(f"the LM head + loss with {ce['peak_memory_ratio_vs_eager']:.1f}x less peak memory than eager "
+                     "(the fp32 logits are never whole)")
+    if not parts:
+        return None
+    return Fix("Swap in gpudoctor's fused kernels: " + "; ".join(parts) + _where(),
+               "from gpudoctor.kernels import patch\nprint(patch(model))   # HF Llama/Mistral/Qwen2/Gemma-style; unpatch(model) undoes it")
