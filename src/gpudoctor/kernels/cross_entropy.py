@@ -1,0 +1,343 @@
+"""``linear_cross_entropy``: the LM head and the cross-entropy loss, chunked over tokens so the
+[tokens, vocab] logits never exist whole.
+
+The cure for the VRAM wall (seed 002) at its widest point: eager ``F.cross_entropy(h @ W.T, t)``
+keeps the logits (and HF's ``.float()`` copy of them) for backward, for 8192 tokens of Qwen2's
+151936-entry vocabulary 2.5 GB in bf16 plus 5.0 GB in fp32. Here, for each chunk of rows:
+
+1. ``logits = h_chunk @ W.T (+ b)`` in the input dtype (cuBLAS, through ``torch.mm``);
+2. one Triton program per row reads the row twice in fp32: an online max / logsumexp, then the
+   loss and, written over the logits in place, ``d loss / d logits``;
+3. ``grad_h[chunk] = dlogits @ W`` and ``grad_W += dlogits.T @ h_chunk`` (``grad_b += sum``)
+   right away, so the chunk's buffer is reused by the next chunk.
+
+The gradients are thus made in the forward; the autograd function saves only them (no logits, no
+softmax) and its backward multiplies them by ``grad_output``.
+
+Per non-ignored row, with ``x`` the logits row, ``lse = logsumexp(x)``, ``eps = label_smoothing``,
+``V`` the vocabulary size and ``z = z_loss``:
+
+    loss = (1 - eps) (lse - x[t]) + eps (lse - mean(x)) + z lse^2     (PyTorch's label smoothing)
+    dloss/dx_j = softmax(x)_j (1 + 2 z lse) - (1 - eps) [j == t] - eps / V
+
+Ignored rows (``target == ignore_index``) have loss 0 and gradient 0. ``reduction="mean"``
+divides by the number of non-ignored rows, counted once up front (0 of them gives loss 0, not
+NaN as ``F.cross_entropy`` does). The mean is per call: to divide by a count over several
+micro-batches (HF's ``num_items_in_batch``), call with ``reduction="sum"`` and divide the result.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from gpudoctor.errors import InputError
+from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+
+try:
+    import triton
+    import triton.language as tl
+
+    _jit = triton.jit
+except ImportError:  # the native path still works; the kernel below is then never launched
+    tl = None
+
+    def _jit(fn):
+        return fn
+
+
+# The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for
+# bf16 and V = 151936 (Qwen2) 1664 rows, V = 128256 (Llama 3) 2048 rows (half as many in fp32). cuBLAS runs an
+# M >= 1024 bf16 GEMM near its peak, so the chunking costs the matmuls little.
+CHUNK_BYTES = 1 << 29
+# Chunks of at least this many rows are rounded down to a multiple of it (whole GEMM tiles).
+CHUNK_ALIGN = 128
+# Columns a program handles per step of its loop over the vocabulary (fp32: 16 values a thread
+# at 8 warps). Not yet tuned on the H100.
+BLOCK_V = 4096
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+# -- kernel ------------------------------------------------------------------------------------------
+
+
+@_jit
+def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, scale, n_cols, ignore_index, smoothing, z_loss,
+               HAS_ROW_SCALE: tl.constexpr, WRITE_GRAD: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+               BLOCK: tl.constexpr):
+    # one program per row: reads the row twice (statistics, then gradient), writes it once in place
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 for rows > 14133 at V = 151936
+    x_row = LOGITS + row * stride_row
+    target = tl.load(TARGET + row).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    if target == ignore_index:
+        tl.store(LOSS + row, 0.0)
+        if WRITE_GRAD:
+            zero = tl.zeros([BLOCK], dtype=LOGITS.dtype.element_ty)
+            for start in range(0, n_cols, BLOCK):
+                cols = start + offs
+                tl.store(x_row + cols, zero, mask=cols < n_cols)
+    else:
+        m = float("-inf")  # running max
+        d = 0.0  # running sum of exp(x - m)
+        sum_x = 0.0
+        for start in range(0, n_cols, BLOCK):
+            cols = start + offs
+            mask = cols < n_cols
+            x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf logits: no NaN
+            d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
+            m = m_new
+            if HAS_SMOOTHING:
+                sum_x += tl.sum(tl.where(mask, x, 0.0), axis=0)
+        lse = m + tl.log(d)
+        x_t = tl.load(x_row + target).to(tl.float32)
+        loss = lse - (1.0 - smoothing) * x_t + z_loss * lse * lse
+        if HAS_SMOOTHING:
+            loss -= smoothing * sum_x / n_cols
+        tl.store(LOSS + row, loss)
+        if WRITE_GRAD:
+            s = scale
+            if HAS_ROW_SCALE:
+                s = s * tl.load(ROW_SCALE + row).to(tl.float32)
+            coef = s * (1.0 + 2.0 * z_loss * lse)
+            uniform = s * smoothing / n_cols
+            hit = s * (1.0 - smoothing)
+            for start in range(0, n_cols, BLOCK):
+                cols = start + offs
+                mask = cols < n_cols
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+                g = tl.exp(x - lse) * coef
+                if HAS_SMOOTHING:
+                    g -= uniform
+                g = tl.where(cols == target, g - hit, g)
+                tl.store(x_row + cols, g.to(LOGITS.dtype.element_ty), mask=mask)
+
+
+# -- one chunk of rows: Triton or native -------------------------------------------------------------
+
+
+class _Opts(NamedTuple):
+    ignore_index: int
+    reduction: str
+    label_smoothing: float
+    z_loss: float
+    chunk: int
+
+
+def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: float,
+                 row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
+    n_rows, vocab = logits.shape
+    block = min(BLOCK_V, max(16, 1 << (vocab - 1).bit_length()))
+    _ce_kernel[(n_rows,)](logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
+                          scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss,
+                          HAS_ROW_SCALE=row_scale is not None, WRITE_GRAD=write_grad,
+                          HAS_SMOOTHING=o.label_smoothing > 0, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+
+
+def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: float,
+                 row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
+    """The kernel's math in PyTorch ops, fp32 (fp64 for fp64), on one chunk; same in-place contract."""
+    x = logits.to(loss.dtype)  # [rows, V]
+    valid = target != o.ignore_index
+    t = torch.where(valid, target, 0).long()[:, None]
+    lse = torch.logsumexp(x, dim=1)
+    row_loss = lse - (1.0 - o.label_smoothing) * x.gather(1, t)[:, 0] + o.z_loss * lse * lse
+    if o.label_smoothing > 0:
+        row_loss = row_loss - o.label_smoothing * x.mean(1)
+    loss.copy_(torch.where(valid, row_loss, 0.0))
+    if not write_grad:
+        return
+    s = valid.to(loss.dtype) * scale
+    if row_scale is not None:
+        s = s * row_scale.to(loss.dtype)
+    g = (x - lse[:, None]).exp_().mul_((s * (1.0 + 2.0 * o.z_loss * lse))[:, None])
+    if o.label_smoothing > 0:
+        g.sub_((s * (o.label_smoothing / x.shape[1]))[:, None])
+    g.scatter_add_(1, t, (-(1.0 - o.label_smoothing) * s)[:, None])
+    logits.copy_(g)
+
+
+def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, t1: torch.Tensor, o: _Opts,
+                scale: float, row_scale: torch.Tensor | None, needs: tuple[bool, bool, bool]):
+    """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its gradient."""
+    n_rows, _ = h2.shape
+    vocab = weight.shape[0]
+    rows_fn = _rows_triton if use_triton(h2) else _rows_native
+    loss_dtype = torch.promote_types(h2.dtype, torch.float32)
+    loss = torch.empty(n_rows, dtype=loss_dtype, device=h2.device)  # [N]
+    g_h = torch.empty(h2.shape, dtype=h2.dtype, device=h2.device) if needs[0] else None  # [N, H]
+    # [V, H], accumulated in the input dtype (cuBLAS adds in fp32 and rounds once per chunk)
+    g_w = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device) if needs[1] else None
+    g_b = torch.zeros(vocab, dtype=loss_dtype, device=h2.device) if needs[2] else None  # [V], fp32
+    write_grad = any(needs)
+    buf = torch.empty((min(o.chunk, n_rows), vocab), dtype=h2.dtype, device=h2.device)  # [chunk, V], reused
+    w_t = weight.t()
+    for start in range(0, n_rows, o.chunk):
+        end = min(n_rows, start + o.chunk)
+        h_c = h2[start:end]
+        logits = buf[: end - start]
+        if bias is None:
+            torch.mm(h_c, w_t, out=logits)
+        else:
+            torch.addmm(bias, h_c, w_t, out=logits)
+        rows_fn(logits, t1[start:end], loss[start:end], scale,
+                None if row_scale is None else row_scale[start:end], write_grad, o)
+        if g_h is not None:  # logits now holds dloss/dlogits
+            torch.mm(logits, weight, out=g_h[start:end])
+        if g_w is not None:
+            g_w.addmm_(logits.t(), h_c)
+        if g_b is not None:
+            g_b += logits.sum(0, dtype=loss_dtype)
+    return loss, g_h, g_w, g_b
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
+                o: _Opts, scale: float) -> torch.Tensor:
+        h2, t1 = _flat(hidden, target)
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        ctx.o, ctx.hidden_shape = o, hidden.shape
+        if o.reduction == "none":  # grad_output is per row: the gradients wait for it (a second pass)
+            loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, 1.0, None, (False, False, False))
+            ctx.needs = needs
+            ctx.save_for_backward(h2, weight, bias, t1)  # inputs only
+            return loss.view(target.shape)
+        loss, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, scale, None, needs)
+        ctx.save_for_backward(g_h, g_w, None if g_b is None else g_b.to(bias.dtype))  # the gradients only
+        return loss.sum() * scale
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_loss: torch.Tensor):
+        o = ctx.o
+        if o.reduction == "none":
+            h2, weight, bias, t1 = ctx.saved_tensors
+            # contiguous: the gradient of loss.sum() arrives expanded (stride 0)
+            row_scale = grad_loss.reshape(-1).to(torch.promote_types(h2.dtype, torch.float32)).contiguous()
+            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, 1.0, row_scale, ctx.needs)
+            g_b = None if g_b is None else g_b.to(bias.dtype)
+        else:
+            g_h, g_w, g_b = ctx.saved_tensors
+            if not bool(grad_loss == 1):  # the usual case returns the saved gradients as they are
+                g_h, g_w, g_b = (None if g is None else g * grad_loss.to(g.dtype) for g in (g_h, g_w, g_b))
+        g_h = None if g_h is None else g_h.view(ctx.hidden_shape)
+        return g_h, g_w, g_b, None, None, None
+
+
+# -- checks and entry ----------------------------------------------------------------------------------
+
+
+def _flat(hidden: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [..., H] -> [N, H] (a view when possible); target [...] -> [N], contiguous for the kernel."""
+    return hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1).contiguous()
+
+
+def chunk_rows(n_rows: int, vocab: int, element_size: int) -> int:
+    """Rows per chunk: the most whose [rows, vocab] logits fit in CHUNK_BYTES (at least 1, at most
+    n_rows), rounded down to a multiple of CHUNK_ALIGN when at least that many."""
+    rows = max(1, CHUNK_BYTES // max(1, vocab * element_size))
+    if rows >= n_rows:
+        return max(1, n_rows)
+    if rows >= CHUNK_ALIGN:
+        rows -= rows % CHUNK_ALIGN
+    return rows
+
+
+def _check(hidden: object, weight: object, target: object, bias: object, reduction: object,
+           label_smoothing: object, z_loss: object, ignore_index: object, chunk_size: object) -> None:
+    check_tensor("hidden", hidden, min_dims=1)
+    check_tensor("weight", weight, dims=2)
+    if bias is not None:
+        check_tensor("bias", bias, dims=1)
+    if not isinstance(target, torch.Tensor):
+        raise InputError(f"target must be a torch.Tensor of class indices, got {type(target).__name__}")
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise InputError(f"target must be an integer tensor of class indices (int64 or int32), got {target.dtype}; "
+                         "probabilities as targets are not supported")
+    check_same("hidden", hidden, weight=weight, bias=bias, target=target)
+    h = hidden.shape[-1]
+    if weight.shape[1] != h:
+        raise InputError(f"weight has shape {tuple(weight.shape)} but hidden's last dimension is {h}; "
+                         f"give the LM head weight as [vocab, {h}]")
+    if bias is not None and bias.shape[0] != weight.shape[0]:
+        raise InputError(f"bias has {bias.shape[0]} elements but weight has {weight.shape[0]} rows (the vocabulary); "
+                         f"give a bias of shape ({weight.shape[0]},)")
+    if target.shape != hidden.shape[:-1]:
+        raise InputError(f"target has shape {tuple(target.shape)} but hidden has shape {tuple(hidden.shape)}; "
+                         f"give one class index per row of hidden: shape {tuple(hidden.shape[:-1])}")
+    if reduction not in REDUCTIONS:
+        raise InputError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise InputError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if isinstance(z_loss, bool) or not isinstance(z_loss, (int, float)) or not 0.0 <= z_loss < float("inf"):
+        raise InputError(f"z_loss must be a finite number >= 0 (the weight of lse^2), got {z_loss!r}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise InputError(f"ignore_index must be an int, got {ignore_index!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise InputError(f"chunk_size must be an int >= 1 (rows per chunk) or None, got {chunk_size!r}")
+
+
+def _autocast(hidden: object, weight: object, bias: object) -> tuple:
+    """Under torch.autocast, the LM head runs in the autocast dtype, as ``F.linear`` would there
+    (an fp32 master weight is cast, and its gradient flows back through the cast)."""
+    if not isinstance(hidden, torch.Tensor) or not torch.is_autocast_enabled(hidden.device.type):
+        return hidden, weight, bias
+    dtype = torch.get_autocast_dtype(hidden.device.type)
+    cast = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+            else t for t in (hidden, weight, bias)]  # autocast leaves fp64 alone
+    return cast[0], cast[1], cast[2]
+
+
+def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> int:
+    """Non-ignored rows; raises if a non-ignored target is outside [0, vocab). One host sync."""
+    valid = t1 != ignore_index
+    bad = valid & ((t1 < 0) | (t1 >= vocab))
+    n_valid, n_bad = torch.stack([valid.sum(), bad.sum()]).tolist()
+    if n_bad:
+        value = int(t1[bad][0])
+        raise InputError(f"target holds class index {value}, outside [0, {vocab}) (weight's rows) and not "
+                         f"ignore_index={ignore_index}; {n_bad} such entries")
+    return int(n_valid)
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                         bias: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                         label_smoothing: float = 0.0, z_loss: float = 0.0, *,
+                         chunk_size: int | None = None) -> torch.Tensor:
+    """``F.cross_entropy(hidden @ weight.T + bias, target, ...) + z_loss * lse^2`` without the logits.
+
+    hidden [..., H] (fp32/bf16/fp16; fp64 takes the native path), weight [V, H], bias [V] or None,
+    target [...] integer class indices (``ignore_index`` rows count for nothing). ``reduction``:
+    ``"mean"`` over non-ignored rows (0 when all are ignored), ``"sum"``, or ``"none"`` (per-row
+    losses of target's shape; its backward runs the chunked matmuls a second time, since the
+    weight gradient needs the per-row grad_output). The loss is fp32 (fp64 for fp64 inputs).
+
+    ``chunk_size`` rows per chunk; default ``chunk_rows``: the logits chunk stays under CHUNK_BYTES.
+    One host sync per call (the count of non-ignored rows and the range check of target). Under
+    ``torch.autocast`` the matmuls run in the autocast dtype, as ``F.linear`` would. Triton on CUDA; the same chunked loop in PyTorch ops for CPU tensors and fp64.
+    """
+    hidden, weight, bias = _autocast(hidden, weight, bias)
+    _check(hidden, weight, target, bias, reduction, label_smoothing, z_loss, ignore_index, chunk_size)
+    n_rows = target.numel()
+    vocab = weight.shape[0]
+    n_valid = _count_valid(target.reshape(-1), vocab, ignore_index)
+    chunk = chunk_size or chunk_rows(n_rows, vocab, hidden.element_size())
+    o = _Opts(ignore_index, reduction, float(label_smoothing), float(z_loss), chunk)
+    scale = 1.0 / max(n_valid, 1) if reduction == "mean" else 1.0
+    if n_rows == 0:  # F.cross_entropy's empty cases, with mean -> 0 like the all-ignored case
+        zero = (hidden.sum() + weight.sum()).to(torch.promote_types(hidden.dtype, torch.float32)) * 0
+        return zero.expand(target.shape) if reduction == "none" else zero
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    with torch.autocast(hidden.device.type, enabled=False):  # inputs already in the matmul dtype
+        if grads:
+            return _LinearCrossEntropy.apply(hidden, weight, bias, target, o, scale)
+        h2, t1 = _flat(hidden, target)
+        loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, scale, None, (False, False, False))
+        return loss.view(target.shape) if reduction == "none" else loss.sum() * scale
