@@ -1,0 +1,254 @@
+"""Fused layer normalization: ``y = (x - mean) * rstd * w + b`` over the last dimension.
+
+The cure for the VRAM wall (seed 002): the forward saves only the input and two fp32 numbers per
+row (``mean``, ``rstd``); backward recomputes ``x_hat = (x - mean) * rstd``. Numerics are those of
+``torch.nn.functional.layer_norm``: statistics, weight and bias in fp32, one cast at the end.
+``weight`` and ``bias`` may each be None (``elementwise_affine=False``, ``bias=False``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.nn import functional as F
+
+from gpudoctor.errors import InputError
+from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+from gpudoctor.kernels.rms_norm import (
+    _as_rows,
+    _block,
+    _check_eps,
+    _jit,
+    _num_warps,
+    _programs,
+    tl,
+)
+
+# Inputs with fewer elements than this take the native path even on a GPU. Set from the H100
+# benchmark (benchmarks/bench_kernels.py, part "norms"); 0 until it has been measured.
+NATIVE_BELOW_ELEMENTS = 0
+
+
+# -- kernels -----------------------------------------------------------------------------------------
+
+
+@_jit
+def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, H, eps,
+                    BLOCK: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # one program per row; reads H elements of x (and w, b), writes H elements of y, mean and rstd
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    if SINGLE:  # the whole row in registers: x is read from memory once
+        cols = tl.arange(0, BLOCK)
+        mask = cols < H
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / H
+        xc = tl.where(mask, x - mean, 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / H + eps)  # two-pass variance: no cancellation
+        y = xc * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
+    else:  # a row wider than one block: passes for the mean, the variance, and y (as tutorial 05)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, H, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            acc += tl.load(x_row + cols, mask=cols < H, other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / H
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, H, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < H
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            xc = tl.where(mask, x - mean, 0.0)
+            acc += xc * xc
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / H + eps)
+        for start in range(0, H, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < H
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            y = (x - mean) * rstd
+            if HAS_W:
+                y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(MEAN + row, mean)
+    tl.store(RSTD + row, rstd)
+
+
+@_jit
+def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, rows_per_program, H,
+                    BLOCK: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
+                    HAS_DB: tl.constexpr):
+    # program p handles rows [p * rows_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
+    # (stage one of the reductions; the launcher sums them over programs: no atomics)
+    # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    dw_row = DW + pid * H
+    db_row = DB + pid * H
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < H
+        if HAS_W:
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        db_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for r in range(row_start, row_end):
+            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+            mean = tl.load(MEAN + r)
+            rstd = tl.load(RSTD + r)
+            x_hat = tl.where(mask, (x - mean) * rstd, 0.0)  # recomputed, never saved
+            g = dy
+            if HAS_W:
+                g = dy * w
+            c1 = tl.sum(x_hat * g, axis=0) / H
+            c2 = tl.sum(g, axis=0) / H
+            tl.store(DX + r * stride_dx + cols, ((g - x_hat * c1 - c2) * rstd).to(DX.dtype.element_ty), mask=mask)
+            if HAS_DW:
+                dw_acc += dy * x_hat
+            if HAS_DB:
+                db_acc += dy
+        if HAS_DW:
+            tl.store(dw_row + cols, dw_acc, mask=mask)
+        if HAS_DB:
+            tl.store(db_row + cols, db_acc, mask=mask)
+    else:  # a pass for the row's two means, a pass for dx; DW[p], DB[p] (zeroed) are this program's own
+        for r in range(row_start, row_end):
+            mean = tl.load(MEAN + r)
+            rstd = tl.load(RSTD + r)
+            acc1 = tl.zeros([BLOCK], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, H, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < H
+                x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+                if HAS_W:
+                    g = g * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+                acc1 += tl.where(mask, (x - mean) * rstd, 0.0) * g
+                acc2 += g
+            c1 = tl.sum(acc1, axis=0) / H
+            c2 = tl.sum(acc2, axis=0) / H
+            for start in range(0, H, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < H
+                x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+                x_hat = tl.where(mask, (x - mean) * rstd, 0.0)
+                g = dy
+                if HAS_W:
+                    g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+                tl.store(DX + r * stride_dx + cols, ((g - x_hat * c1 - c2) * rstd).to(DX.dtype.element_ty),
+                         mask=mask)
+                if HAS_DW:
+                    tl.store(dw_row + cols, tl.load(dw_row + cols, mask=mask, other=0.0) + dy * x_hat, mask=mask)
+                if HAS_DB:
+                    tl.store(db_row + cols, tl.load(db_row + cols, mask=mask, other=0.0) + dy, mask=mask)
+
+
+# -- launchers -----------------------------------------------------------------------------------------
+
+
+def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n_rows, hidden = x2.shape
+    y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
+    block, single = _block(hidden, x2.element_size())
+    # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
+    _layer_norm_fwd[(n_rows,)](x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean, rstd,
+                               x2.stride(0), y.stride(0), hidden, eps, BLOCK=block, SINGLE=single,
+                               HAS_W=weight is not None, HAS_B=bias is not None, num_warps=_num_warps(block))
+    return y, mean, rstd
+
+
+def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
+              rstd: torch.Tensor, need_dw: bool,
+              need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    n_rows, hidden = x2.shape
+    block, single = _block(hidden, x2.element_size())
+    num_warps = _num_warps(block)
+    programs, per = _programs(x2.device, n_rows, num_warps)
+    dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
+    # the looping kernel adds into its buffer rows, so they start from zero; the single-block one stores
+    alloc = torch.empty if single else torch.zeros
+    dw_part = alloc((programs, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
+    db_part = alloc((programs, hidden) if need_db else (1,), dtype=torch.float32, device=x2.device)
+    _layer_norm_bwd[(programs,)](x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
+                                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, per, hidden, BLOCK=block,
+                                 SINGLE=single, HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db,
+                                 num_warps=num_warps)
+    # stage two: sum the per-program partials
+    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
+    db = db_part.sum(0).to(x2.dtype) if need_db else None
+    return dx, dw, db
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                eps: float) -> torch.Tensor:
+        x2 = _as_rows(x, x.shape[-1])
+        y, mean, rstd = _forward(x2, weight, bias, eps)
+        ctx.save_for_backward(x2, weight, mean, rstd)  # the input (a view of x when possible), 2 x [rows] fp32
+        ctx.x_shape = x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy: torch.Tensor):
+        x2, weight, mean, rstd = ctx.saved_tensors
+        need_dw = weight is not None and ctx.needs_input_grad[1]
+        dx, dw, db = _backward(_as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, need_dw, ctx.needs_input_grad[2])
+        return dx.view(ctx.x_shape), dw, db, None
+
+
+# -- public API ----------------------------------------------------------------------------------------
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+               eps: float = 1e-5) -> torch.Tensor:
+    """Layer-normalize ``x`` [..., H] over its last dimension; then ``* weight`` [H] and ``+ bias`` [H]
+    (either may be None). As ``F.layer_norm(x, (H,), weight, bias, eps)``: Triton on CUDA
+    (fp32/bf16/fp16), native PyTorch for CPU tensors, fp64 and small inputs.
+    """
+    check_tensor("x", x, min_dims=1)
+    hidden = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        check_tensor(name, t, dims=1)
+        if t.shape[0] != hidden:
+            raise InputError(f"{name} has {t.shape[0]} elements but x's last dimension (the hidden size) is "
+                             f"{hidden}; give a {name} of shape ({hidden},)")
+    check_same("x", x, weight=weight, bias=bias)
+    eps = _check_eps(eps)
+    if x.numel() == 0 or x.numel() < NATIVE_BELOW_ELEMENTS or not use_triton(x):
+        return F.layer_norm(x, (hidden,), weight, bias, eps)
+    return _LayerNormFunction.apply(x, weight, bias, eps)
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` over the last dimension (same arguments, attributes and state dict), fused."""
+
+    def __init__(self, normalized_shape: int | tuple[int] | list[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if len(shape) != 1:
+            raise InputError(f"normalized_shape must be one int (the last dimension), got {normalized_shape!r}; "
+                             "use torch.nn.LayerNorm to normalize over several dimensions")
+        super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias, device=device,
+                         dtype=dtype)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return layer_norm(input, self.weight, self.bias, self.eps)

@@ -1,0 +1,340 @@
+"""Fused RMS normalization: ``y = x / sqrt(mean(x^2) + eps) * (offset + w)`` over the last dimension.
+
+The cure for the VRAM wall (seed 002): eager PyTorch keeps every intermediate of the elementwise
+chain (the fp32 upcast, ``x^2``, ``x * rstd``, its cast) for backward; this op saves only the input
+and one fp32 ``rstd`` per row, and recomputes ``x_hat = x * rstd`` in backward.
+
+Numerics follow Hugging Face so a patched model matches the original:
+
+- ``casting="llama"`` (LlamaRMSNorm): statistics in fp32, ``x_hat`` cast to the input dtype
+  *before* the weight is applied: ``w * x_hat.to(dtype)``.
+- ``casting="gemma"`` (GemmaRMSNorm): everything in fp32, one cast at the end:
+  ``(x_hat * (offset + w)).to(dtype)``; Gemma uses ``offset=1.0`` (its weight is stored as ``w - 1``).
+
+The scale ``offset + w`` is formed in fp32 in both; with ``offset=0`` the llama result is the one
+``w * x_hat.to(dtype)`` gives in bf16/fp16 (the product of two such numbers is exact in fp32, so
+one rounding either way).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from gpudoctor.errors import InputError
+from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+
+try:
+    import triton
+    import triton.language as tl
+
+    _jit = triton.jit
+except ImportError:  # the native path still works; the kernels below are then never launched
+    tl = None
+
+    def _jit(fn):
+        return fn
+
+
+# Inputs with fewer elements than this take the native path even on a GPU. Set from the H100
+# benchmark (benchmarks/bench_kernels.py, part "norms"); 0 until it has been measured.
+NATIVE_BELOW_ELEMENTS = 0
+
+# One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
+# Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that measured
+# better here. H100, triton 3.6, backward of 2048 x 32768 bf16 (64 KB rows): one block 946 us
+# (rms) / 1574 us (layer norm), chunks of 8192 547 / 820 us; 4096 x 16384 fp32: layer norm 1522 us
+# in one block, 897 us in chunks. At 32 KB and below one block was the faster.
+MAX_FUSED_BYTES = 32768
+# Column chunk of the looping kernels: 8192 beat 4096 on every shape above (H100).
+LOOP_BLOCK = 8192
+
+CASTINGS = ("llama", "gemma")
+
+
+# -- kernels -----------------------------------------------------------------------------------------
+
+
+@_jit
+def _scaled(x_hat, s, Y, LLAMA: tl.constexpr):
+    """x_hat * s in Y's dtype; llama rounds x_hat to that dtype first (fp32 in, Y's dtype out)."""
+    if LLAMA:
+        x_hat = x_hat.to(Y.dtype.element_ty).to(tl.float32)
+    return (x_hat * s).to(Y.dtype.element_ty)
+
+
+@_jit
+def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, H, eps, offset,
+                  BLOCK: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr):
+    # one program per row; reads H elements of x and w, writes H elements of y and one rstd
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    if SINGLE:  # the whole row in registers: x is read from memory once
+        cols = tl.arange(0, BLOCK)
+        mask = cols < H
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+        s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+        tl.store(y_row + cols, _scaled(x * rstd, s, Y, LLAMA), mask=mask)
+        tl.store(RSTD + row, rstd)
+    else:  # a row wider than one block: a pass for sum(x^2), a pass to write y
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, H, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(x_row + cols, mask=cols < H, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / H + eps)
+        for start in range(0, H, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < H
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+            tl.store(y_row + cols, _scaled(x * rstd, s, Y, LLAMA), mask=mask)
+        tl.store(RSTD + row, rstd)
+
+
+@_jit
+def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, rows_per_program, H, offset,
+                  BLOCK: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr, HAS_DW: tl.constexpr):
+    # program p handles rows [p * rows_per_program, ...) and writes its partial dw to DW[p, :]
+    # (stage one of the dw reduction; the launcher sums DW over programs: no atomics)
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    dw_row = DW + pid * H
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < H
+        s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+        dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for r in range(row_start, row_end):
+            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(RSTD + r)
+            x_hat = x * rstd  # recomputed, never saved
+            g = dy * s
+            c = tl.sum(x_hat * g, axis=0) / H
+            tl.store(DX + r * stride_dx + cols, ((g - x_hat * c) * rstd).to(DX.dtype.element_ty), mask=mask)
+            if HAS_DW:
+                if LLAMA:  # the weight multiplied x_hat rounded to x's dtype
+                    x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
+                dw_acc += dy * x_hat
+        if HAS_DW:
+            tl.store(dw_row + cols, dw_acc, mask=mask)
+    else:  # a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is this program's own
+        for r in range(row_start, row_end):
+            rstd = tl.load(RSTD + r)
+            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, H, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < H
+                x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+                s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+                acc += x * rstd * dy * s
+            c = tl.sum(acc, axis=0) / H
+            for start in range(0, H, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < H
+                x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+                s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+                x_hat = x * rstd
+                tl.store(DX + r * stride_dx + cols, ((dy * s - x_hat * c) * rstd).to(DX.dtype.element_ty),
+                         mask=mask)
+                if HAS_DW:
+                    if LLAMA:
+                        x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
+                    dw = tl.load(dw_row + cols, mask=mask, other=0.0)
+                    tl.store(dw_row + cols, dw + dy * x_hat, mask=mask)
+
+
+# -- launch helpers (layer_norm.py uses them too) -------------------------------------------------------
+
+
+def _as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
+    """[..., H] -> [rows, H] with unit column stride; a view whenever one exists (any row stride)."""
+    t2 = t.reshape(-1, hidden)
+    if hidden > 1 and t2.stride(1) != 1:
+        # the kernels read a row as consecutive addresses (coalesced, vectorized loads); a strided
+        # last dimension (a transposed view, an expanded gradient) is copied once instead
+        t2 = t2.contiguous()
+    return t2
+
+
+def _block(hidden: int, element_size: int) -> tuple[int, bool]:
+    """(BLOCK, SINGLE): the power of two covering the row if it fits in registers, else LOOP_BLOCK."""
+    block = 1 << (hidden - 1).bit_length()
+    if block * element_size <= MAX_FUSED_BYTES:
+        return block, True
+    return LOOP_BLOCK, False
+
+
+def _num_warps(block: int) -> int:
+    # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8). Wider blocks get more:
+    # H100, triton 3.6, layer-norm backward of 4096 x 16384 bf16 took 2427 us with 16 warps (register
+    # spills), 598 us with 32; 8192-wide blocks ran as fast with 8, 16 or 32 warps.
+    if block >= 16384:
+        return 32
+    if block >= 8192:
+        return 16
+    return min(max(block // 256, 1), 8)
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _programs(device: torch.device, n_rows: int, num_warps: int) -> tuple[int, int]:
+    """(programs, rows per program) of a backward: about a full GPU of programs, each owning a
+    row of the (programs, H) fp32 partial-sum buffer (programs * H * 4 bytes, freed at once)."""
+    if device.type == "cuda":
+        # resident programs per SM at this width (an SM runs up to 64 warps); to be tuned on the H100
+        target = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        target *= max(1, 32 // num_warps)
+    else:  # the interpreter runs programs one after the other: a few exercise the reduction
+        target = 4
+    per = -(-n_rows // min(n_rows, target))
+    return -(-n_rows // per), per
+
+
+def _check_eps(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise InputError(f"eps must be a number >= 0, got {eps!r}")
+    return float(eps)
+
+
+# -- launchers -----------------------------------------------------------------------------------------
+
+
+def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+             llama: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    n_rows, hidden = x2.shape
+    y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
+    block, single = _block(hidden, x2.element_size())
+    _rms_norm_fwd[(n_rows,)](x2, weight, y, rstd, x2.stride(0), y.stride(0), hidden, eps, offset,
+                             BLOCK=block, SINGLE=single, LLAMA=llama, num_warps=_num_warps(block))
+    return y, rstd
+
+
+def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
+              llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    n_rows, hidden = x2.shape
+    block, single = _block(hidden, x2.element_size())
+    num_warps = _num_warps(block)
+    programs, per = _programs(x2.device, n_rows, num_warps)
+    dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
+    # the looping kernel adds into its buffer row, so it starts from zero; the single-block one stores
+    alloc = torch.empty if single else torch.zeros
+    dw_part = alloc((programs, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
+    _rms_norm_bwd[(programs,)](x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
+                               n_rows, per, hidden, offset, BLOCK=block, SINGLE=single, LLAMA=llama,
+                               HAS_DW=need_dw, num_warps=num_warps)
+    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None  # stage two: sum over programs
+    return dx, dw
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+        x2 = _as_rows(x, x.shape[-1])
+        y, rstd = _forward(x2, weight, eps, offset, llama)
+        ctx.save_for_backward(x2, weight, rstd)  # the input (a view of x when possible) and [rows] fp32
+        ctx.offset, ctx.llama, ctx.x_shape = offset, llama, x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy: torch.Tensor):
+        x2, weight, rstd = ctx.saved_tensors
+        dx, dw = _backward(_as_rows(dy, x2.shape[1]), x2, weight, rstd, ctx.offset, ctx.llama,
+                           ctx.needs_input_grad[1])
+        return dx.view(ctx.x_shape), dw, None, None, None
+
+
+def _rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+    """The same math in PyTorch ops (fp32, or fp64 for fp64 input); autograd differentiates it."""
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(compute)
+    x_hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if llama:
+        x_hat = x_hat.to(x.dtype).to(compute)
+    return (x_hat * (weight.to(compute) + offset)).to(x.dtype)
+
+
+# -- public API ----------------------------------------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset: float = 0.0,
+             casting: str = "llama") -> torch.Tensor:
+    """RMS-normalize ``x`` [..., H] over its last dimension and scale by ``offset + weight`` [H].
+
+    ``casting="llama"`` rounds the normalized value to x's dtype before the weight (LlamaRMSNorm);
+    ``"gemma"`` applies the weight in fp32 (GemmaRMSNorm, with ``offset=1.0``). Triton on CUDA
+    (fp32/bf16/fp16); native PyTorch for CPU tensors, fp64 and small inputs.
+    """
+    check_tensor("x", x, min_dims=1)
+    check_tensor("weight", weight, dims=1)
+    check_same("x", x, weight=weight)
+    if weight.shape[0] != x.shape[-1]:
+        raise InputError(f"weight has {weight.shape[0]} elements but x's last dimension (the hidden size) is "
+                         f"{x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
+    if casting not in CASTINGS:
+        raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
+    eps = _check_eps(eps)
+    offset = float(offset)
+    llama = casting == "llama"
+    if x.numel() == 0 or x.numel() < NATIVE_BELOW_ELEMENTS or not use_triton(x, weight):
+        return _rms_norm_native(x, weight, eps, offset, llama)
+    return _RMSNormFunction.apply(x, weight, eps, offset, llama)
+
+
+class RMSNorm(nn.Module):
+    """Drop-in RMSNorm: ``hidden_size``, ``eps`` (alias ``variance_epsilon``, as in HF) and ``weight``.
+
+    The weight starts at ones, or at zeros with a nonzero ``offset`` (Gemma), so the scale starts at 1.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, *, offset: float = 0.0, casting: str = "llama",
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        if casting not in CASTINGS:
+            raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
+        self.hidden_size = hidden_size
+        self.eps = _check_eps(eps)
+        self.offset = float(offset)
+        self.casting = casting
+        init = torch.zeros if self.offset else torch.ones
+        self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
+
+    @property
+    def variance_epsilon(self) -> float:
+        return self.eps
+
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: float) -> None:
+        self.eps = _check_eps(value)
+
+    @classmethod
+    def from_module(cls, module: nn.Module, *, offset: float = 0.0, casting: str = "llama") -> RMSNorm:
+        """A copy of an HF-style norm (``weight`` and ``variance_epsilon`` or ``eps``), sharing its weight."""
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        weight = getattr(module, "weight", None)
+        if eps is None or not isinstance(weight, torch.Tensor):
+            raise InputError(f"module {type(module).__name__} has no weight and variance_epsilon/eps; "
+                             "give an RMSNorm-like module")
+        new = cls(weight.shape[0], eps, offset=offset, casting=casting, device="meta")
+        new.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight)
+        return new
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm(hidden_states, self.weight, self.eps, offset=self.offset, casting=self.casting)
+
+    def extra_repr(self) -> str:
+        return f"{self.hidden_size}, eps={self.eps}, offset={self.offset}, casting={self.casting!r}"

@@ -1,0 +1,403 @@
+"""gpudoctor.kernels.rms_norm / layer_norm against PyTorch references, under the Triton interpreter.
+
+TRITON_INTERPRET=1 is set before triton is imported (triton.jit reads it when a kernel is decorated),
+so the kernels run on CPU tensors. References: the HF LlamaRMSNorm / GemmaRMSNorm math written out
+below, and torch.nn.functional.layer_norm.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import importlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+if os.environ["TRITON_INTERPRET"] != "1":
+    pytest.skip("TRITON_INTERPRET is set to something other than 1: no kernels on CPU", allow_module_level=True)
+
+import gpudoctor.kernels.layer_norm as ln_mod
+import gpudoctor.kernels.rms_norm as rms_mod
+from gpudoctor.errors import InputError
+
+if type(rms_mod._rms_norm_fwd).__name__ != "InterpretedFunction":  # imported earlier, before the env was set
+    rms_mod = importlib.reload(rms_mod)
+    ln_mod = importlib.reload(ln_mod)
+
+FP32 = {"atol": 1e-5, "rtol": 1e-5}
+# bf16 against an fp32 reference: one rounding of the output (llama casting: two). The interpreter
+# truncates fp32 -> bf16 where a GPU rounds to nearest, so a rounding costs up to 1 ulp (2^-7) here.
+BF16 = {"atol": 1e-2, "rtol": 2e-2}
+
+
+def bf16_tol(i, shape):
+    """Tolerance of output i of (y, dx, dw, db): dw and db sum one term per row, each term off by
+    up to 1 ulp of itself, so their absolute error grows with the rows summed."""
+    rows = torch.Size(shape[:-1]).numel()
+    return BF16 if i < 2 else {**BF16, "atol": 1e-2 * rows}
+SHAPES = [(1, 1), (1, 7), (3, 4095), (5, 11008)]
+
+
+# -- references ---------------------------------------------------------------------------------------
+
+
+def hf_llama_rms(x, w, eps=1e-6):
+    """transformers' LlamaRMSNorm.forward."""
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return w * h.to(input_dtype)
+
+
+def hf_gemma_rms(x, w, eps=1e-6):
+    """transformers' GemmaRMSNorm.forward (its weight is stored as w - 1)."""
+    xf = x.float()
+    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (out * (1.0 + w.float())).type_as(x)
+
+
+def exact_rms(x, w, casting, eps=1e-6):
+    """Both casings in fp64: the reference of fp32 inputs (for them llama's cast is a no-op)."""
+    xd = x.double()
+    offset = 1.0 if casting == "gemma" else 0.0
+    return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * (offset + w.double())
+
+
+def inputs(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = shape[-1]
+    x = torch.randn(shape, generator=g)
+    w = 1 + 0.1 * torch.randn(h, generator=g)
+    b = 0.1 * torch.randn(h, generator=g)
+    dy = torch.randn(shape, generator=g)
+    return [t.to(dtype) for t in (x, w, b, dy)]
+
+
+def grads(fn, tensors, dy):
+    """(output, grads of every tensor) with fresh leaves that require grad."""
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    y = fn(*leaves)
+    return (y, *torch.autograd.grad(y, leaves, dy, allow_unused=True))
+
+
+def close(got, want, **tol):
+    torch.testing.assert_close(got.double(), want.double(), **tol)
+
+
+def kernel_ran(y):
+    return type(y.grad_fn).__name__ in ("_RMSNormFunctionBackward", "_LayerNormFunctionBackward")
+
+
+# -- RMSNorm -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("casting", ["llama", "gemma"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm_fp32(shape, casting):
+    x, w, _, dy = inputs(shape)
+    offset = 1.0 if casting == "gemma" else 0.0
+    got = grads(lambda x, w: rms_mod.rms_norm(x, w, offset=offset, casting=casting), (x, w), dy)
+    want = grads(lambda x, w: exact_rms(x, w, casting), (x, w), dy.double())
+    assert kernel_ran(got[0]) and got[0].dtype == torch.float32
+    for g, r in zip(got, want):
+        close(g, r, **FP32)
+
+
+@pytest.mark.parametrize("casting", ["llama", "gemma"])
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_rms_norm_bf16(shape, casting):
+    x, w, _, dy = inputs(shape, torch.bfloat16)
+    offset = 1.0 if casting == "gemma" else 0.0
+    got = grads(lambda x, w: rms_mod.rms_norm(x, w, offset=offset, casting=casting), (x, w), dy)
+    ref = hf_llama_rms if casting == "llama" else hf_gemma_rms
+    want = grads(ref, (x.float(), w.float()), dy.float())  # fp32 reference, cast by the comparison
+    assert kernel_ran(got[0]) and all(g.dtype == torch.bfloat16 for g in got)
+    for i, (g, r) in enumerate(zip(got, want)):
+        close(g, r.to(torch.bfloat16), **bf16_tol(i, shape))
+
+
+def test_rms_norm_matches_hf_rounding_fp16():
+    """Llama casting rounds x_hat to fp16 before the weight: the kernel's output is HF's, bit for bit
+    but for the odd last-bit flip (the kernel's sum order and rsqrt differ from torch's)."""
+    x, w, _, _ = inputs((5, 11008), torch.float16)
+    got = rms_mod.rms_norm(x, w)
+    want = hf_llama_rms(x, w)
+    assert (got == want).float().mean() > 0.999
+    close(got, want, atol=0, rtol=2**-10)  # at most one fp16 ulp
+    gemma = rms_mod.rms_norm(x, w, offset=1.0, casting="gemma")
+    assert (gemma == hf_gemma_rms(x, w)).float().mean() > 0.999
+
+
+# -- LayerNorm -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "none"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm_fp32(shape, affine):
+    x, w, b, dy = inputs(shape)
+    tensors = {"weight+bias": (x, w, b), "weight": (x, w), "none": (x,)}[affine]
+
+    def pad(t):
+        return list(t) + [None] * (3 - len(t))
+
+    got = grads(lambda *t: ln_mod.layer_norm(*pad(t)), tensors, dy)
+    want = grads(lambda *t: F.layer_norm(t[0], shape[-1:], *pad(t)[1:]),
+                 [t.double() for t in tensors], dy.double())
+    assert kernel_ran(got[0])
+    for g, r in zip(got, want):
+        close(g, r, **FP32)
+
+
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_layer_norm_bf16(shape):
+    x, w, b, dy = inputs(shape, torch.bfloat16)
+    got = grads(ln_mod.layer_norm, (x, w, b), dy)
+    want = grads(lambda x, w, b: F.layer_norm(x, shape[-1:], w, b), (x.float(), w.float(), b.float()), dy.float())
+    assert kernel_ran(got[0]) and all(g.dtype == torch.bfloat16 for g in got)
+    for i, (g, r) in enumerate(zip(got, want)):
+        close(g, r.to(torch.bfloat16), **bf16_tol(i, shape))
+
+
+def test_fp16_both():
+    x, w, b, dy = inputs((3, 4095), torch.float16)
+    got = grads(ln_mod.layer_norm, (x, w, b), dy)
+    want = grads(lambda x, w, b: F.layer_norm(x, (4095,), w, b), (x.float(), w.float(), b.float()), dy.float())
+    for g, r in zip(got, want):
+        close(g, r.half(), atol=2e-3, rtol=2e-3)
+    got = grads(rms_mod.rms_norm, (x, w), dy)
+    want = grads(hf_llama_rms, (x.float(), w.float()), dy.float())
+    for g, r in zip(got, want):
+        close(g, r.half(), atol=2e-3, rtol=2e-3)
+
+
+# -- both: wide rows, strides, 3-D, what is saved ------------------------------------------------------
+
+
+def rms_pair(casting="llama"):
+    return (lambda x, w, b: rms_mod.rms_norm(x, w, casting=casting),
+            lambda x, w, b: exact_rms(x, w, casting))
+
+
+def ln_pair():
+    return ln_mod.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)
+
+
+def check_fp32(op, ref, x, w, b, dy):
+    got = grads(op, (x, w, b), dy)
+    want = grads(ref, (x.double(), w.double(), b.double()), dy.double())
+    assert kernel_ran(got[0])
+    for g, r in zip(got, want):
+        if r is not None:  # rms_norm ignores b: its grad is None on both sides
+            close(g, r, **FP32)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+@pytest.mark.parametrize("shape", [(3, 4095), (5, 11008), (2, 3, 1000)])
+def test_column_loop(pair, shape, monkeypatch):
+    """Rows wider than MAX_FUSED_BYTES loop over LOOP_BLOCK chunks (lowered here so small rows do)."""
+    monkeypatch.setattr(rms_mod, "MAX_FUSED_BYTES", 2048)
+    monkeypatch.setattr(rms_mod, "LOOP_BLOCK", 1024)
+    assert rms_mod._block(shape[-1], 4) == (1024, False)
+    x, w, b, dy = inputs(shape, torch.float32, seed=1)
+    check_fp32(*pair(), x, w, b, dy)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+def test_wide_row_default_limits(pair):
+    """H = 70001 fp32 is past MAX_FUSED_BYTES: the looping kernels, at their real chunk size."""
+    assert rms_mod._block(70001, 4)[1] is False
+    x, w, b, dy = inputs((2, 70001), seed=2)
+    check_fp32(*pair(), x, w, b, dy)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+@pytest.mark.parametrize("view", ["transposed", "sliced", "strided-3d"])
+def test_non_contiguous_input(pair, view):
+    g = torch.Generator().manual_seed(3)
+    h = 300
+    if view == "transposed":  # column stride != 1: copied once
+        x = torch.randn(h, 6, generator=g).t()
+    elif view == "sliced":  # row stride 310: read in place
+        x = torch.randn(6, h + 10, generator=g)[:, 5:h + 5]
+    else:  # [2, 3, H] out of [2, 6, H]: one row stride of 2H, read in place
+        x = torch.randn(2, 6, h, generator=g)[:, ::2, :]
+    assert not x.is_contiguous()
+    rows = rms_mod._as_rows(x, h)
+    assert (rows.data_ptr() == x.data_ptr()) == (view != "transposed")
+    _, w, b, _ = inputs((h,), seed=4)
+    dy = torch.randn(x.shape, generator=g).transpose(0, -1).contiguous().transpose(0, -1)  # strided too
+    check_fp32(*pair(), x, w, b, dy)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+def test_3d_input_and_expanded_grad(pair):
+    x, w, b, _ = inputs((2, 5, 96), seed=5)
+    op, ref = pair()
+    got = grads(lambda *t: op(*t).sum(), (x, w, b), torch.tensor(1.0))  # dy is an expanded (stride 0) tensor
+    want = grads(lambda *t: ref(*t).sum(), (x.double(), w.double(), b.double()), torch.tensor(1.0).double())
+    for g, r in zip(got[1:3], want[1:3]):
+        close(g, r, **FP32)
+    y = op(x.requires_grad_(), w, b)
+    assert y.shape == x.shape and kernel_ran(y)
+
+
+def test_saves_only_input_and_row_statistics():
+    x, w, b, _ = inputs((2, 5, 96))
+    x.requires_grad_()
+    x_hat_saved = rms_mod.rms_norm(x, w).grad_fn.saved_tensors
+    assert [tuple(t.shape) for t in x_hat_saved] == [(10, 96), (96,), (10,)]
+    assert x_hat_saved[0].data_ptr() == x.data_ptr() and x_hat_saved[2].dtype == torch.float32
+    saved = ln_mod.layer_norm(x, w, b).grad_fn.saved_tensors
+    assert [tuple(t.shape) for t in saved] == [(10, 96), (96,), (10,), (10,)]
+    assert saved[0].data_ptr() == x.data_ptr()
+
+
+def test_frozen_weight_and_empty_input():
+    x, w, b, dy = inputs((4, 33))
+    x.requires_grad_()
+    for op, ref in (rms_pair(), ln_pair()):
+        (dx,) = torch.autograd.grad(op(x, w, b), x, dy)  # w, b need no grad: dw, db are not reduced
+        (dx_ref,) = torch.autograd.grad(ref(x.double(), w.double(), b.double()), x, dy.double())
+        close(dx, dx_ref, **FP32)
+    empty = torch.empty(0, 33)
+    assert rms_mod.rms_norm(empty, w).shape == (0, 33) and ln_mod.layer_norm(empty, w, b).shape == (0, 33)
+
+
+# -- the native path -----------------------------------------------------------------------------------
+
+
+def test_native_fp64():
+    x, w, b, _ = inputs((3, 40), torch.float64)
+    for casting in ("llama", "gemma"):
+        y = rms_mod.rms_norm(x, w, offset=float(casting == "gemma"), casting=casting)
+        assert not kernel_ran(y) and y.dtype == torch.float64
+        close(y, exact_rms(x, w, casting), atol=1e-12, rtol=1e-12)
+    close(ln_mod.layer_norm(x, w, b), F.layer_norm(x, (40,), w, b), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_cpu_matches_kernel(dtype, monkeypatch):
+    """Without the interpreter a CPU tensor takes the native path: the same values and gradients."""
+    x, w, b, dy = inputs((3, 4095), dtype)
+    ops = (lambda x, w, b: rms_mod.rms_norm(x, w),
+           lambda x, w, b: rms_mod.rms_norm(x, w, 1e-5, offset=1.0, casting="gemma"),
+           ln_mod.layer_norm)
+    for op in ops:
+        kernel = grads(op, (x, w, b), dy)
+        with monkeypatch.context() as m:
+            m.setenv("TRITON_INTERPRET", "0")
+            native = grads(op, (x, w, b), dy)
+        assert kernel_ran(kernel[0]) and not kernel_ran(native[0])
+        for i, (k, n) in enumerate(zip(kernel, native)):
+            if n is not None:
+                close(k, n, **(FP32 if dtype == torch.float32 else bf16_tol(i, x.shape)))
+
+
+def test_native_llama_is_hf_bit_for_bit(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, w, _, _ = inputs((3, 4095), torch.bfloat16)
+    assert torch.equal(rms_mod.rms_norm(x, w), hf_llama_rms(x, w))
+    assert torch.equal(rms_mod.rms_norm(x, w, offset=1.0, casting="gemma"), hf_gemma_rms(x, w))
+
+
+def test_without_triton_in_a_fresh_process():
+    """No triton at all (blocked import): the modules import and the native path computes."""
+    code = textwrap.dedent("""
+        import os, sys
+        os.environ.pop("TRITON_INTERPRET", None)
+        sys.modules["triton"] = None
+        import torch, torch.nn.functional as F
+        from gpudoctor.kernels.layer_norm import layer_norm
+        from gpudoctor.kernels.rms_norm import rms_norm
+        x, w, b = torch.randn(4, 7), torch.rand(7), torch.rand(7)
+        ref = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        assert torch.allclose(rms_norm(x, w), ref, atol=1e-6)
+        assert torch.allclose(layer_norm(x, w, b), F.layer_norm(x, (7,), w, b), atol=1e-6)
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# -- modules ------------------------------------------------------------------------------------------
+
+
+class HFLlamaRMSNorm(torch.nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        return hf_llama_rms(hidden_states, self.weight, self.variance_epsilon)
+
+
+def test_rms_norm_module():
+    hf = HFLlamaRMSNorm(7, eps=1e-5)
+    with torch.no_grad():
+        hf.weight.add_(0.1 * torch.randn(7))
+    ours = rms_mod.RMSNorm.from_module(hf)
+    assert ours.weight is hf.weight and ours.variance_epsilon == 1e-5 and ours.hidden_size == 7
+    x = torch.randn(2, 3, 7)
+    close(ours(x), hf(x), **FP32)
+    ours.variance_epsilon = 1e-3
+    assert ours.eps == 1e-3
+    fresh = rms_mod.RMSNorm(7)
+    fresh.load_state_dict(hf.state_dict())
+    close(fresh(x), rms_mod.rms_norm(x, hf.weight), atol=0, rtol=0)
+    gemma = rms_mod.RMSNorm(7, offset=1.0, casting="gemma")
+    assert torch.equal(gemma.weight, torch.zeros(7))  # the scale 1 + w starts at 1
+    close(gemma(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), **FP32)
+    assert "casting='gemma'" in repr(gemma)
+
+
+def test_layer_norm_module():
+    ref = torch.nn.LayerNorm(33, eps=1e-4)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    ours = ln_mod.LayerNorm(33, eps=1e-4)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 33)
+    y = ours(x)
+    assert kernel_ran(y) and isinstance(ours, torch.nn.LayerNorm)
+    close(y, ref(x), **FP32)
+    no_bias = ln_mod.LayerNorm(33, bias=False)
+    assert no_bias.bias is None
+    close(no_bias(x), F.layer_norm(x, (33,), no_bias.weight, None), **FP32)
+
+
+# -- errors -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w: rms_mod.rms_norm(x.tolist(), w), "x must be a torch.Tensor, got list"),
+    (lambda x, w: rms_mod.rms_norm(x, 1.0), "weight must be a torch.Tensor, got float"),
+    (lambda x, w: rms_mod.rms_norm(x, w[:5]), r"weight has 5 elements but x's last dimension .* is 7"),
+    (lambda x, w: rms_mod.rms_norm(x, w.bfloat16()), "weight is torch.bfloat16 but x is torch.float32"),
+    (lambda x, w: rms_mod.rms_norm(x, w.to("meta")), "weight is on meta but x is on cpu"),
+    (lambda x, w: rms_mod.rms_norm(x.long(), w), "x must be a floating-point tensor"),
+    (lambda x, w: rms_mod.rms_norm(x, w, casting="mistral"), "casting must be one of 'llama', 'gemma'"),
+    (lambda x, w: rms_mod.rms_norm(x, w, eps=-1.0), "eps must be a number >= 0"),
+    (lambda x, w: ln_mod.layer_norm(x, w, w[:6]), r"bias has 6 elements but x's last dimension .* is 7"),
+    (lambda x, w: ln_mod.layer_norm(x, "w", None), "weight must be a torch.Tensor, got str"),
+    (lambda x, w: ln_mod.layer_norm(x, w, w.half()), "bias is torch.float16 but x is torch.float32"),
+    (lambda x, w: ln_mod.layer_norm(x, None, w.to("meta")), "bias is on meta but x is on cpu"),
+    (lambda x, w: ln_mod.LayerNorm((3, 7)), "normalized_shape must be one int"),
+    (lambda x, w: rms_mod.RMSNorm.from_module(torch.nn.ReLU()), "has no weight and variance_epsilon/eps"),
+])
+def test_errors(call, message):
+    x, w, _, _ = inputs((2, 7))
+    with pytest.raises(InputError, match=message):
+        call(x, w)
