@@ -22,7 +22,8 @@ _WHERE = {
     "layer_norm": "gpudoctor.kernels.layer_norm", "LayerNorm": "gpudoctor.kernels.layer_norm",
     "swiglu": "gpudoctor.kernels.glu", "geglu": "gpudoctor.kernels.glu",
     "linear_cross_entropy": "gpudoctor.kernels.cross_entropy",
-    "patch": "gpudoctor.kernels.patch", "unpatch": "gpudoctor.kernels.patch", "PatchReport": "gpudoctor.kernels.patch",
+    "patch": "gpudoctor.kernels.patching", "unpatch": "gpudoctor.kernels.patching",
+    "PatchReport": "gpudoctor.kernels.patching",
 }
 
 
