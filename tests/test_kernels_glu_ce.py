@@ -59,8 +59,9 @@ def _glu_check(act: str, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tensor)
         return
     y_eager = ref(gate, up)  # eager in the half dtype: what an unpatched HF model computes
     torch.testing.assert_close(y.float(), y_eager.float(), rtol=2e-2, atol=1e-2)
-    if DEVICE == "cuda":  # same roundings as eager; only exp's last fp32 bit may differ
-        assert (y == y_eager).float().mean() > 0.99
+    if DEVICE == "cuda":  # same formulas, functions and roundings as eager: bit for bit but for erf's
+        # last fp32 bit (Triton's erf and CUDA's erff differ on 13% of inputs: 1.5% of bf16 outputs)
+        assert (y != y_eager).sum().item() <= (0.03 if act == "gelu_erf" else 0.001) * y.numel() + 1
     g2, u2 = _leaf(gate.float()), _leaf(up.float())  # gradients against fp32 math on the same inputs
     ref(g2, u2).backward(dy.float())
     torch.testing.assert_close(g.grad.float(), g2.grad, rtol=2e-2, atol=2e-2)

