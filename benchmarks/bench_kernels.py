@@ -75,7 +75,7 @@ def part_norms(quick: bool) -> None:
 
     ceiling = RESULTS["hbm_bytes_per_s"]
     rows = []
-    shapes = [(h, m) for h in (256, 1024, 4096, 8192, 16384) for m in ((2**23) // h, 256, (2**25) // h)]
+    shapes = [(h, m) for h in (256, 1024, 4096, 8192, 16384) for m in (256, (2**21) // h, (2**23) // h, (2**25) // h)]
     if quick:
         shapes = [(4096, 2048), (1024, 256)]
     have_liger = liger()
