@@ -14,10 +14,14 @@ from gpudoctor.rules.finding import Fix
 # Measured by benchmarks/bench_kernels.py; see BENCHMARKS.md ("gpudoctor.kernels"). None: not
 # measured, and then no figure is quoted.
 MEASURED: dict[str, dict] = {
-    "device": {},
-    "rms_norm": {},  # speedup_vs_hf_eager (fwd+bwd, bf16, M x H = 8M), hbm_pct
-    "swiglu": {},  # speedup_vs_eager, saved_ratio_vs_eager
-    "linear_cross_entropy": {},  # peak_memory_ratio_vs_eager (eager / ours), time_ratio_vs_eager (ours / eager)
+    # benchmarks/results/kernels_h100_run2_2026-11-22.json (torch 2.11, triton 3.6), bf16, forward + backward
+    "device": {"name": "H100 SXM", "date": "2026-11-22"},
+    # 8192 x 4096: 0.394 ms vs HF's Python LlamaRMSNorm 1.780 ms
+    "rms_norm": {"speedup_vs_hf_eager": 1.780 / 0.394},
+    # 4096 x 14336: 0.356 ms vs F.silu(g) * u 0.595 ms; keeps gate and up only (eager also keeps silu(g))
+    "swiglu": {"speedup_vs_eager": 0.5948 / 0.3559, "saved_ratio_vs_eager": 3 / 2},
+    # 32768 tokens, H 4096, V 128256: peak 1.79 GB vs 46.8 GB; 156 ms vs 220 ms
+    "linear_cross_entropy": {"peak_memory_ratio_vs_eager": 46838.0 / 1791.1, "time_ratio_vs_eager": 156.3 / 219.5},
 }
 
 _RMS_OPS = {"aten::pow", "aten::mean", "aten::rsqrt"}
@@ -38,9 +42,10 @@ def kernel_fix(op_names: tuple[str, ...] | list[str]) -> Fix | None:
     rms = MEASURED.get("rms_norm") or {}
     glu = MEASURED.get("swiglu") or {}
     ce = MEASURED.get("linear_cross_entropy") or {}
-    if ops & _RMS_OPS and rms.get("speedup_vs_hf_eager"):
+    # all of an RMSNorm's ops (x.pow(2).mean(-1), rsqrt), an activation next to a mul, a log-softmax
+    if _RMS_OPS <= ops and rms.get("speedup_vs_hf_eager"):
         parts.append(f"RMSNorm {rms['speedup_vs_hf_eager']:.1f}x faster than HF eager (forward + backward)")
-    if ops & _GLU_OPS and glu.get("speedup_vs_eager"):
+    if ops & _GLU_OPS and "aten::mul" in ops and glu.get("speedup_vs_eager"):
         text = f"SwiGLU/GeGLU {glu['speedup_vs_eager']:.1f}x faster than eager"
         if glu.get("saved_ratio_vs_eager"):
             text += f", {glu['saved_ratio_vs_eager']:.1f}x less memory kept for backward"
