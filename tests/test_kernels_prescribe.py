@@ -29,8 +29,11 @@ def test_a_hand_written_gelu_gets_no_kernel_fix():
     assert finding.fixes[1].title.startswith("Use the fused built-ins")
 
 
-def test_memory_pressure_on_a_model_with_rmsnorm_names_the_kernel():
+def test_a_plain_gelu_mlp_is_not_taken_for_a_gated_one():
+    """The memory_pressure trap's model has a GELU MLP and LayerNorm: no fused kernel replaces them."""
     finding = analyze_loaded(load(DATA / "memory_pressure")).finding("memory-pressure")
     titles = [f.title for f in finding.fixes]
     assert titles[0].startswith("Find what stays allocated between steps")
-    assert any(t.startswith("Swap in gpudoctor's fused kernels: RMSNorm 4.5x") for t in titles)
+    assert not any("gpudoctor's fused kernels" in t for t in titles)
+    assert kernel_fix(["aten::gelu", "aten::mul"]) is None
+    assert "SwiGLU 1.7x faster" in kernel_fix(["aten::silu", "aten::mul"]).title
