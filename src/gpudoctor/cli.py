@@ -261,6 +261,58 @@ def torch_device_name() -> str:
     return torch.cuda.get_device_name()
 
 
+plan_app = typer.Typer(no_args_is_help=True, help="Predict collectives and training layouts (DP/TP/PP/ZeRO).")
+app.add_typer(plan_app, name="plan")
+
+
+@plan_app.command("comm")
+def plan_comm(
+    op: str = typer.Argument(..., help="all-reduce, all-gather, reduce-scatter, all-to-all, broadcast or p2p."),
+    nbytes: str = typer.Argument(..., help="Message size per rank, e.g. 256MiB, 1GB, 4096."),
+    gpus: int = typer.Option(..., "--gpus", help="Ranks taking part."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
+    gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
+    fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, pcie4, pcie5."),
+    busbw_table: Optional[Path] = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured collectives."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Predicted time and bus bandwidth of one collective."""
+    from gpudoctor.plan.collectives import parse_bytes, predict
+    from gpudoctor.report.plan import render_comm
+
+    pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, fabric=fabric,
+                   busbw_table=str(busbw_table) if busbw_table else None)
+    if json_out:
+        sys.stdout.write(json.dumps(pred.to_dict(), indent=1) + "\n")
+        return
+    render_comm(pred, Console())
+
+
+@plan_app.command("train")
+def plan_train(
+    spec: str = typer.Argument(..., help="A config.json, a preset or module:factory (as gpudoctor memory)."),
+    gpus: int = typer.Option(..., "--gpus", help="GPUs in total."),
+    gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per optimizer step."),
+    seq: int = typer.Option(4096, "--seq", help="Sequence length."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
+    fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric (ib-ndr, ...)."),
+    top: int = typer.Option(5, "--top", help="Plans to show."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+) -> None:
+    """Layouts (DP x TP x PP x CP x ZeRO x micro-batch x checkpointing) that fit, ranked by step time."""
+    from gpudoctor.plan.train import plan_training
+    from gpudoctor.report.plan import render_train
+
+    result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
+                           gpus_per_node=gpus_per_node, fabric=fabric, top=top)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+        return
+    render_train(result, Console(width=width) if width else Console())
+
+
 @app.command("explain")
 def explain_cmd(
     files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),
