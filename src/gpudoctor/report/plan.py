@@ -1,0 +1,86 @@
+"""Render ``gpudoctor plan`` results: one collective's prediction, and the ranked training layouts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.plan.collectives import CommPrediction
+
+
+def size(n: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:,.4g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def seconds(t: float) -> str:
+    if t >= 1:
+        return f"{t:,.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:,.3f} ms"
+    return f"{t * 1e6:,.1f} us"
+
+
+def render_comm(pred: CommPrediction, console: Console) -> None:
+    console.print(Text.assemble(("gpudoctor plan comm", "bold"), f"  {pred.op}  ·  {size(pred.bytes)}  ·  "
+                                f"{pred.gpus} GPUs ({pred.gpus_per_node} per node)"))
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for name, justify in (("op", "left"), ("size", "right"), ("GPUs", "right"), ("algorithm", "left"),
+                          ("time", "right"), ("algbw", "right"), ("busbw", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_row(pred.op, size(pred.bytes), str(pred.gpus), pred.algorithm, Text(seconds(pred.time_s), style="bold"),
+                  f"{pred.algbw_GBps:,.1f} GB/s", f"{pred.busbw_GBps:,.1f} GB/s")
+    console.print(table)
+    others = [f"{name} {seconds(t)}" for name, t in pred.candidates.items() if name != pred.algorithm]
+    if others:
+        console.print(Text(f"other algorithms: {', '.join(others)}", style="dim"))
+    console.print(Text(f"source: {pred.source}", style="dim"))
+    for note in pred.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+
+
+_TRAIN_COLUMNS = ("dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step_s", "mfu", "peak_bytes")
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "step_s" and isinstance(value, (int, float)):
+        return seconds(float(value))
+    if key == "mfu" and isinstance(value, (int, float)):
+        return f"{100 * value:.1f}%"
+    if key == "peak_bytes" and isinstance(value, (int, float)):
+        return size(float(value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def render_train(result: Any, console: Console) -> None:
+    """Generic: the rows of ``result.to_dict()["plans"]``, then ``explanation`` / ``infeasible``."""
+    plans = result.to_dict().get("plans") or []
+    console.print(Text("gpudoctor plan train", style="bold"))
+    if plans:
+        columns = [c for c in _TRAIN_COLUMNS if any(c in row for row in plans)]
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("#", justify="right")
+        for c in columns:
+            table.add_column(c.replace("_", " "), justify="left" if c == "checkpointing" else "right")
+        for i, row in enumerate(plans, 1):
+            table.add_row(str(i), *(_cell(c, row.get(c)) for c in columns))
+        console.print(table)
+    else:
+        console.print("no layout fits")
+    for attr in ("explanation", "infeasible"):
+        value = getattr(result, attr, None)
+        if not value:
+            continue
+        lines = value if isinstance(value, (list, tuple)) else [value]
+        for line in lines:
+            console.print(Text(f"{attr}: {line}" if attr == "infeasible" else str(line),
+                               style="dim" if attr == "infeasible" else ""))
