@@ -1,0 +1,199 @@
+"""gpudoctor plan comm: the formulas on hand-computed cases, calibration against the committed 2x H200
+curve, the CLI and its bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gpudoctor.errors import InputError
+from gpudoctor.plan import collectives as C
+from gpudoctor.plan.collectives import parse_bytes, predict
+from gpudoctor.report.plan import render_comm
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "benchmarks" / "results" / "bench-2xh200-2026-11-22.json"
+MIB = 2**20
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("256MiB", 256 * MIB), ("1GB", 10**9), ("4096", 4096), ("1.5e9", 1_500_000_000),
+    ("4G", 4 * 2**30), ("2 KiB", 2048), ("1kb", 1000),
+])
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "12 parsecs", "0", "-5", "2PB", "1e16"])
+def test_parse_bytes_rejects(text: str) -> None:
+    with pytest.raises(InputError):
+        parse_bytes(text)
+
+
+def test_ring_allreduce_hand_computed() -> None:
+    # H100 SXM, 8 GPUs, 1 GiB: B = 450 GB/s x 0.80 = 360 GB/s; 2(7)/8 x 2^30 / 360e9 = 5.2190 ms;
+    # latency 8.4 us + 14 steps x 3.4 us = 56.0 us.
+    p = predict("all-reduce", 2**30, gpus=8, gpu="h100-sxm")
+    bw = 2 * 7 / 8 * 2**30 / 360e9
+    assert p.algorithm == "ring"
+    assert p.time_s == pytest.approx(bw + 8.4e-6 + 14 * 3.4e-6, rel=1e-9)
+    assert p.busbw_GBps == pytest.approx(2**30 / p.time_s * 2 * 7 / 8 / 1e9)
+    assert p.algbw_GBps == pytest.approx(2**30 / p.time_s / 1e9)
+
+
+def test_gather_broadcast_alltoall_p2p_hand_computed() -> None:
+    s, b = 64 * MIB, 450e9 * 0.8
+    ag = predict("all-gather", s, gpus=4, gpu="h200")
+    assert ag.time_s == pytest.approx(8.4e-6 + 3 / 4 * s / b + 3 * 3.4e-6)
+    rs = predict("reduce-scatter", s, gpus=4, gpu="h200")
+    assert rs.time_s == pytest.approx(ag.time_s)
+    assert ag.busbw_GBps == pytest.approx(s / ag.time_s * 3 / 4 / 1e9)
+    bc = predict("broadcast", s, gpus=4, gpu="h200")
+    assert bc.time_s == pytest.approx(8.4e-6 + s / b + 3 * 3.4e-6)
+    a2a = predict("all-to-all", s, gpus=4, gpu="h200")
+    assert a2a.time_s == pytest.approx(8.4e-6 + 3 / 4 * s / b + 2 * 3.4e-6)
+    pp = predict("p2p", s, gpus=2, gpu="h200")
+    assert pp.time_s == pytest.approx(8.4e-6 + s / b + 3.4e-6)
+    assert pp.busbw_GBps == pytest.approx(pp.algbw_GBps)
+
+
+def test_multi_node_formulas() -> None:
+    # 16 H100 = 2 nodes of 8, NDR: rail 50 GB/s x 0.85 = 42.5 GB/s, 8 rails = 340 GB/s < NVLink 360.
+    t = C.Topology(n=16, k=8, b_intra=360e9, alpha_intra=3.4e-6, b_rail=42.5e9, alpha_inter=14e-6)
+    s = 256 * MIB
+    ring = 8.4e-6 + 2 * 15 / 16 * s / 340e9 + (28 * 3.4e-6 + 2 * 14e-6)
+    tree = 8.4e-6 + 2 * s / 340e9 + 2 * (7 * 3.4e-6 + 1 * 14e-6)
+    hier = 8.4e-6 + 2 * (7 / 8 * s / 360e9 + 7 * 3.4e-6) + (s / 8) / 42.5e9 + 2 * 14e-6
+    assert C.ring_allreduce(s, t) == pytest.approx(ring)
+    assert C.tree_allreduce(s, t) == pytest.approx(tree)
+    assert C.hierarchical_allreduce(s, t) == pytest.approx(hier)
+    p = predict("all-reduce", s, gpus=16, gpus_per_node=8, gpu="h100-sxm", fabric="ib-ndr")
+    assert p.time_s == pytest.approx(min(ring, tree, hier))
+    assert set(p.candidates) == {"ring", "tree", "hierarchical"}
+    assert p.algorithm == min(p.candidates, key=p.candidates.__getitem__)
+
+
+def test_ring_grows_mildly_with_n_at_fixed_size() -> None:
+    times = [predict("all-reduce", 256 * MIB, gpus=n, gpu="h100-sxm").time_s for n in (2, 4, 8)]
+    assert times[0] < times[1] < times[2]
+    assert times[2] / times[0] < 2.0  # 2(N-1)/N goes 1 -> 1.75: mild, not linear in N
+
+
+def test_small_messages_across_many_nodes_prefer_tree() -> None:
+    p = predict("all-reduce", MIB, gpus=512, gpu="h100-sxm", fabric="ib-ndr")
+    assert p.algorithm == "tree"
+    assert p.candidates["tree"] < p.candidates["ring"]
+
+
+def test_no_nvlink_uses_pcie() -> None:
+    p = predict("all-reduce", 2**30, gpus=4, gpu="l40s")
+    assert "PCIe Gen4" in p.source
+    assert p.busbw_GBps < 32  # under the Gen4 x16 line rate
+
+
+def _measured() -> list[tuple[str, int, float]]:
+    coll = json.loads(TABLE.read_text())["collectives"]
+    names = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
+    return [(names[op], r["bytes"], r["time_s"]) for op, rows in coll["curves"].items()
+            for r in rows if r["bytes"] >= MIB]
+
+
+def test_calibrated_within_10_percent_of_measured_2xh200() -> None:
+    rows = _measured()
+    assert len(rows) == 21
+    for op, nbytes, measured in rows:
+        p = predict(op, nbytes, gpus=2, gpu="h200", busbw_table=str(TABLE))
+        assert p.calibrated and p.source.startswith("calibrated:")
+        assert abs(p.time_s / measured - 1) < 0.10, (op, nbytes)
+
+
+def test_fitted_model_within_15_percent_of_measured_2xh200() -> None:
+    # The alpha-beta fit (what other GPU counts use) on the same curve, not interpolation.
+    errors = []
+    for op, nbytes, measured in _measured():
+        p = predict(op, nbytes, gpus=2, gpu="h200", busbw_table=str(TABLE), interpolate=False)
+        errors.append(abs(p.time_s / measured - 1))
+    assert max(errors) < 0.15
+    assert statistics.median(errors) < 0.10
+
+
+def test_preset_error_reported_not_bounded() -> None:
+    errors = [abs(predict(op, n, gpus=2, gpu="h200").time_s / t - 1) for op, n, t in _measured()]
+    print(f"preset error vs 2x H200: median {statistics.median(errors):.1%}, max {max(errors):.1%}")
+    assert all(math.isfinite(e) for e in errors)
+
+
+def test_calibration_other_counts_uses_fitted_bandwidth() -> None:
+    p = predict("all-reduce", 256 * MIB, gpus=8, gpu="h200", busbw_table=str(TABLE))
+    assert p.calibrated and p.algorithm == "ring"
+    assert any("fitted on the 2-GPU all-reduce curve" in n for n in p.notes)
+    q = predict("all-to-all", 256 * MIB, gpus=8, gpu="h200", busbw_table=str(TABLE))
+    assert any("not in the table" in n for n in q.notes)
+
+
+def test_busbw_table_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(InputError, match="collectives"):
+        predict("all-reduce", MIB, gpus=2, busbw_table=str(bad))
+    with pytest.raises(InputError, match="cannot read"):
+        predict("all-reduce", MIB, gpus=2, busbw_table=str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"op": "allscatter"}, "unknown collective 'allscatter': use one of all-reduce"),
+    ({"gpus": 1}, "at least 2"),
+    ({"op": "p2p", "gpus": 4}, "exactly --gpus 2"),
+    ({"gpus": 12}, "use 8 or 16"),
+    ({"gpu": "tpu-v5"}, "unknown GPU 'tpu-v5': use one of .*h100-sxm"),
+    ({"gpus": 16, "fabric": "carrier-pigeon"}, "unknown fabric .*ib-ndr"),
+])
+def test_bad_input(kwargs: dict, match: str) -> None:
+    args = {"op": "all-reduce", "gpus": 8, "gpu": "h100-sxm", **kwargs}
+    op = args.pop("op")
+    with pytest.raises(InputError, match=match):
+        predict(op, MIB, **args)
+
+
+def test_render_comm() -> None:
+    console = Console(width=100, record=True)
+    render_comm(predict("all-reduce", 256 * MIB, gpus=16, gpu="h100-sxm", fabric="ib-ndr"), console)
+    text = console.export_text()
+    for word in ("all-reduce", "256 MiB", "16", "busbw", "algbw", "source: preset"):
+        assert word in text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpudoctor", "plan", "comm", *args],
+                          check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_cli_json() -> None:
+    out = _cli("all-reduce", "256MiB", "--gpus", "16", "--gpus-per-node", "8", "--gpu", "h100-sxm",
+               "--fabric", "ib-ndr", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for key in ("op", "bytes", "gpus", "time_s", "busbw_GBps", "algbw_GBps", "algorithm", "source",
+                "calibrated", "notes"):
+        assert key in data
+    assert data["bytes"] == 256 * MIB and data["time_s"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    ("all-reduce", "lots", "--gpus", "8"),
+    ("all-reduce", "1GiB", "--gpus", "12"),
+    ("gossip", "1GiB", "--gpus", "8"),
+    ("all-reduce", "1GiB", "--gpus", "16", "--fabric", "smoke-signals"),
+])
+def test_cli_bad_input_one_line_exit_2(args: tuple[str, ...]) -> None:
+    out = _cli(*args)
+    assert out.returncode == 2
+    lines = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
