@@ -197,3 +197,21 @@ def test_cli_bad_input_one_line_exit_2(args: tuple[str, ...]) -> None:
     assert out.returncode == 2
     lines = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
     assert len(lines) == 1, lines
+
+
+def test_render_train_generic() -> None:
+    from gpudoctor.report.plan import render_train
+
+    class Result:
+        explanation = "dp=8 wins: no pipeline bubble"
+        infeasible = ("tp=1 zero=0: 95 GiB > 80 GiB",)
+
+        def to_dict(self) -> dict:
+            return {"plans": [{"dp": 8, "tp": 1, "pp": 1, "cp": 1, "zero": 1, "microbatch": 2,
+                               "checkpointing": False, "step_s": 1.25, "mfu": 0.41, "peak_bytes": 60 * 2**30}]}
+
+    console = Console(width=120, record=True)
+    render_train(Result(), console)
+    text = console.export_text()
+    for word in ("microbatch", "1.250 s", "41.0%", "60 GiB", "dp=8 wins", "infeasible: tp=1"):
+        assert word in text, word
