@@ -1,0 +1,139 @@
+"""gpudoctor plan train: FLOPs, the bubble, the layouts chosen and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from gpudoctor.errors import InputError
+from gpudoctor.memory import load_spec
+from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.plan.train import (
+    Layout,
+    bubble_fraction,
+    make_net,
+    plan_training,
+    predict_step,
+    step_flops,
+)
+
+
+def gpt3_like(hidden: int = 12288, layers: int = 96, heads: int = 96, vocab: int = 51200) -> ModelSpec:
+    """A GPT-3-style dense model: plain 4h MLP, MHA, untied head, as in Narayanan et al. 2021."""
+    return ModelSpec(name="gpt3", family="gpt2", hidden=hidden, layers=layers, heads=heads, kv_heads=heads,
+                     head_dim=hidden // heads, intermediate=4 * hidden, vocab=vocab, tied_embeddings=False,
+                     gated_mlp=False)
+
+
+@pytest.mark.parametrize("ckpt, coef, head_div", [("none", 72, 12), ("full", 96, 16)])
+def test_flops_match_narayanan(ckpt: str, coef: int, head_div: int) -> None:
+    # 72 B s L h^2 (1 + s/6h + V/12hL) without recompute; 96 B s L h^2 (1 + s/6h + V/16hL) with full
+    # checkpointing (their eq. 3). Both count the full (non-causal) s x s attention.
+    spec, b, s = gpt3_like(), 1536, 2048
+    h, L, V = spec.hidden, spec.layers, spec.vocab
+    expected = coef * b * s * L * h**2 * (1 + s / (6 * h) + V / (head_div * h * L))
+    got = step_flops(spec, b, s, ckpt, causal=False).hardware
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_flops_gqa_by_hand() -> None:
+    spec = load_spec("llama-3.1-8b")  # h 4096, 32 heads, 8 KV heads, d 128, i 14336, V 128256, 32 layers
+    b, s, h, d = 2, 1024, 4096, 128
+    t = b * s
+    proj = 2 * t * (h * 32 * d + 2 * h * 8 * d + 32 * d * h)
+    attn = 2 * 2 * b * (s * s / 2) * 32 * d  # causal: half the pairs
+    mlp = 3 * 2 * t * h * 14336
+    head = 2 * t * h * 128256
+    fl = step_flops(spec, b, s, "none", causal=True)
+    assert fl.layers_fwd == pytest.approx(32 * (proj + attn + mlp), rel=1e-12)
+    assert fl.head_fwd == head
+    assert fl.model == pytest.approx(3 * (32 * (proj + attn + mlp) + head), rel=1e-12)
+    assert step_flops(spec, b, s, "full").recompute == pytest.approx(fl.layers_fwd)
+
+
+def test_moe_flops_count_top_k_experts() -> None:
+    spec = load_spec("mixtral-8x7b")
+    dense = replace(spec, moe=None)
+    b, s, h = 1, 512, 4096
+    per_layer_moe = 2 * b * s * h * 8 + 2 * 2 * b * s * 3 * h * 14336  # router + 2 of 8 experts
+    per_layer_dense = 2 * b * s * 3 * h * 14336
+    diff = step_flops(spec, b, s).layers_fwd - step_flops(dense, b, s).layers_fwd
+    assert diff == pytest.approx(32 * (per_layer_moe - per_layer_dense), rel=1e-12)
+
+
+def test_bubble_formulas() -> None:
+    assert bubble_fraction(8, 32) == pytest.approx(7 / 32)  # the seed's scenario 8
+    assert bubble_fraction(8, 32, "interleaved", virtual_stages=2) == pytest.approx(7 / 64)
+    assert bubble_fraction(8, 32, "zb-h1") == pytest.approx(7 / 96)
+    assert bubble_fraction(1, 4) == 0.0
+    with pytest.raises(InputError, match="schedule"):
+        bubble_fraction(2, 2, "gpipe2")
+
+
+def test_bubble_enters_step_time() -> None:
+    spec = gpt3_like(4096, 32, 32)
+    net = make_net("h100-sxm", 8, None)
+    kw = {"global_batch": 64, "seq": 2048, "peak_flops": 989.4e12, "net": net}
+    r = predict_step(spec, Layout(dp=1, tp=1, pp=8, microbatch=2), **kw)
+    pipelined = sum(r[k] for k in ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s"))
+    assert r["bubble_s"] == pytest.approx(pipelined * 7 / 32)
+
+
+def test_small_model_picks_pure_data_parallelism() -> None:
+    r = plan_training("gpt2", gpus=8, gpu="h100-sxm", global_batch=64, seq=1024)
+    best = r.plans[0]
+    assert (best.dp, best.tp, best.pp, best.cp) == (8, 1, 1, 1)
+    assert best.zero in (0, 1, 2, 3)  # which ZeRO stage: the explanation says why
+    assert "DP=8" in r.explanation and r.infeasible is None
+
+
+def test_70b_on_64_h100_keeps_tp_inside_the_node() -> None:
+    r = plan_training("llama-3.1-70b", gpus=64, gpu="h100-sxm", global_batch=512, seq=4096, top=50)
+    best = r.plans[0]
+    assert 1 < best.tp <= 8
+    assert all(p.tp <= 8 for p in r.plans)  # never TP across nodes
+    assert "TP=" in r.explanation and "inside the node" in r.explanation
+    assert 0.3 < best.mfu < 0.75
+
+
+def test_405b_on_8_gpus_is_infeasible() -> None:
+    r = plan_training("llama-3.1-405b", gpus=8, gpu="h100-sxm", global_batch=64, seq=4096)
+    assert r.plans == []
+    assert "weights alone need 101 GB" in r.infeasible
+    assert "need >= 96 GPUs" in r.infeasible
+
+
+def test_json_keys() -> None:
+    d = plan_training("llama-3.2-1b", gpus=8, gpu="h100-sxm", global_batch=32, seq=2048).to_dict()
+    assert {"plans", "explanation", "infeasible", "assumptions"} <= set(d)
+    for p in d["plans"]:
+        assert {"dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step_s", "mfu",
+                "peak_bytes", "breakdown"} <= set(p)
+        assert {"compute_s", "bubble_s", "recompute_s", "dp_comm_s", "tp_comm_s", "pp_comm_s",
+                "zero_comm_s"} <= set(p["breakdown"])
+    json.dumps(d)
+
+
+@pytest.mark.parametrize("model, kwargs, match", [
+    ("llama-3.1-8b", {"gpus": 12}, "12 is not a whole number of 8-GPU nodes .*use 8 or 16"),
+    ("llama-3.1-8b", {"global_batch": 0}, "--global-batch must be"),
+    # gpt2 (12 heads, 12 layers) on 64 GPUs: TP x PP is at most 4 x 4, so DP >= 4 > 3 sequences
+    ("gpt2", {"gpus": 64, "global_batch": 3}, "not a multiple of any data-parallel degree.*use 4"),
+])
+def test_bad_input(model: str, kwargs: dict, match: str) -> None:
+    args = {"gpus": 8, "gpu": "h100-sxm", "global_batch": 64, "seq": 2048} | kwargs
+    with pytest.raises(InputError, match=match):
+        plan_training(model, **args)
+
+
+def test_cli_json() -> None:
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "plan", "train", "llama-3.1-8b", "--gpus", "8",
+                          "--gpu", "h100-sxm", "--global-batch", "64", "--seq", "4096", "--json"],
+                         check=False, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["plans"] and d["plans"][0]["dp"] * d["plans"][0]["tp"] * d["plans"][0]["pp"] * d["plans"][0]["cp"] == 8
