@@ -1,0 +1,75 @@
+"""gpudoctor plan train vs published results: Megatron-LM, Narayanan et al. 2021 (arXiv:2104.04473), Table 1.
+
+Inputs taken from the paper (Table 1, weak scaling on Selene: DGX A100 80GB, 8 GPUs per node with
+NVLink 3 / NVSwitch, 8 x HDR 200 Gb/s InfiniBand per node): model shape (heads, hidden, layers),
+vocabulary 51,200, sequence 2,048, tensor- and pipeline-parallel sizes, GPU count and global batch;
+DP = GPUs / (TP x PP). The paper's metric is teraFLOP/s per GPU with their eq. 3,
+96 B s l h^2 (1 + s/6h + V/16lh): full activation recomputation counted, non-causal attention.
+
+Our assumptions (not from the paper): micro-batch 1, 1F1B schedule, no ZeRO, DDP-style gradient
+all-reduce, and the planner's GEMM_EFFICIENCY constants and collective presets (ib-hdr fabric).
+The rows were transcribed from the paper's Table 1; check them against the PDF before quoting.
+
+Run: python benchmarks/bench_plan_train.py
+"""
+
+from __future__ import annotations
+
+from gpudoctor.hardware.specs import find_spec
+from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.plan.train import GEMM_EFFICIENCY, Layout, make_net, predict_step
+
+# params (B), heads, hidden, layers, TP, PP, GPUs, batch, published TFLOP/s per GPU, % of peak
+TABLE_1 = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 44),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 46),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 43),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 44),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 45),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 47),
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 50),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 52),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 52),
+]
+SEQ, VOCAB, GPU, FABRIC = 2048, 51200, "a100-sxm-80gb", "ib-hdr"
+
+
+def gpt(hidden: int, layers: int, heads: int) -> ModelSpec:
+    return ModelSpec(name=f"gpt-{hidden}x{layers}", family="gpt2", hidden=hidden, layers=layers, heads=heads,
+                     kv_heads=heads, head_dim=hidden // heads, intermediate=4 * hidden, vocab=VOCAB,
+                     tied_embeddings=False, gated_mlp=False)
+
+
+def main() -> list[dict]:
+    hw = find_spec(GPU)
+    peak = hw.matrix_flops["bf16"]
+    net = make_net(hw.key, 8, FABRIC)
+    rows = []
+    for params, heads, hidden, layers, tp, pp, gpus, batch, pub_tf, pub_pct in TABLE_1:
+        spec = gpt(hidden, layers, heads)
+        lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full")
+        r = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
+                         hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
+        tf = r["hardware_flops"] / (r["step_s"] * gpus) / 1e12
+        rows.append({"params_b": params, "tp": tp, "pp": pp, "dp": lay.dp, "gpus": gpus, "batch": batch,
+                     "published_tflops": pub_tf, "predicted_tflops": tf, "error": tf / pub_tf - 1,
+                     "published_pct": pub_pct, "predicted_pct": 100 * tf * 1e12 / peak, "step_s": r["step_s"],
+                     "bubble_s": r["bubble_s"], "tp_comm_s": r["tp_comm_s"], "eff": r["gemm_efficiency"]})
+    return rows
+
+
+if __name__ == "__main__":
+    rows = main()
+    print(f"GPU {GPU} (bf16 peak {find_spec(GPU).matrix_flops['bf16'] / 1e12:.0f} TFLOP/s), fabric {FABRIC}, "
+          f"seq {SEQ}, micro-batch 1, 1F1B, full recompute; GEMM_EFFICIENCY = {GEMM_EFFICIENCY}")
+    print("| params (B) | TP | PP | DP | GPUs | batch | published TFLOP/s/GPU (% peak) | predicted (% peak) | error |"
+          " GEMM eff. | bubble s | TP comm s | step s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['params_b']} | {r['tp']} | {r['pp']} | {r['dp']} | {r['gpus']} | {r['batch']} | "
+              f"{r['published_tflops']} ({r['published_pct']}%) | {r['predicted_tflops']:.0f} "
+              f"({r['predicted_pct']:.0f}%) | {r['error']:+.0%} | {r['eff']:.2f} | {r['bubble_s']:.2f} | "
+              f"{r['tp_comm_s']:.2f} | {r['step_s']:.2f} |")
+    errs = [abs(r["error"]) for r in rows]
+    print(f"\nmean |error| {sum(errs) / len(errs):.0%}, max {max(errs):.0%}")
