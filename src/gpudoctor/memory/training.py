@@ -36,7 +36,7 @@ from gpudoctor.memory.params import ParamCounts, count_params, norm_params
 from gpudoctor.memory.spec import ModelSpec
 
 # bitsandbytes 8-bit optimizers: one byte per state plus an fp32 absmax per 256-element block.
-_ADAM8BIT_STATE_BYTES = 2 * (1 + 4 / 256)
+ADAM8BIT_STATE_BYTES = 2 * (1 + 4 / 256)
 
 # DeepSpeed's default reduce bucket (reduce_bucket_size = 5e8 elements) bounds the full-size
 # gradients that ZeRO-2 holds before reduce-scattering them.
@@ -87,7 +87,7 @@ def _stage_params(counts: ParamCounts, stage: _Stage, spec: ModelSpec) -> tuple[
 
 def _state_bytes_per_param(o: TrainOptions) -> float:
     state = 4 if o.master_weights else DTYPE_BYTES[o.params_dtype]
-    return {"adamw": 2 * state, "adamw8bit": _ADAM8BIT_STATE_BYTES, "sgd": 0.0,
+    return {"adamw": 2 * state, "adamw8bit": ADAM8BIT_STATE_BYTES, "sgd": 0.0,
             "sgd-momentum": float(state), "adafactor": 0.0}[o.optimizer]
 
 

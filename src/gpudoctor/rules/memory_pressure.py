@@ -20,6 +20,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.memory import MemoryResult
 from gpudoctor.kernels.prescribe import kernel_fix
+from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
 from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
@@ -37,7 +38,6 @@ ID = "memory-pressure"
 # input (2 bytes x tokens x hidden in bf16) against ~24-34 hidden-sized tensors plus the MLP's
 # (memory/activations.py; the estimator is within 3% of 21 H200 training runs). Conservative.
 CHECKPOINT_KEEPS = 0.10
-_ADAM8BIT_STATE_BYTES = 2.03  # per parameter (memory/training.py)
 
 
 def check(a: Analysis) -> Finding | None:
@@ -131,7 +131,7 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
         fixes.append((freed, Fix(f"Keep weights, gradients and Adam states in bf16 (frees ~{_gb(freed)})",
                                  "model.to(torch.bfloat16)   # or autocast for activations only")))
     if states and "adam" in str(state.get("optimizer", "")).lower():
-        freed = max(states - _ADAM8BIT_STATE_BYTES * state.get("params", 0), 0.0)
+        freed = max(states - ADAM8BIT_STATE_BYTES * state.get("params", 0), 0.0)
         fixes.append((freed, Fix(f"8-bit AdamW (frees ~{_gb(freed)} of optimizer states)",
                                  "import bitsandbytes as bnb; opt = bnb.optim.AdamW8bit(model.parameters(), lr=...)")))
     if states:
