@@ -313,6 +313,29 @@ def plan_train(
     render_train(result, Console(width=width) if width else Console())
 
 
+@plan_app.command("infer")
+def plan_infer(
+    spec: str = typer.Argument(..., help="A config.json or a preset (as gpudoctor memory)."),
+    gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
+    qps: float = typer.Option(..., "--qps", help="Requests per second to serve."),
+    prompt: int = typer.Option(1024, "--prompt", help="Prompt tokens per request."),
+    new: int = typer.Option(256, "--new", help="Generated tokens per request."),
+    weights_dtype: str = typer.Option("bf16", "--weights-dtype", help="bf16, fp16, fp8, int8 or int4."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16, fp16, fp8 or int8."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Serving sizing: TP degree, sequences the KV budget holds, decode speed, the QPS that saturates."""
+    from gpudoctor.plan.infer import plan_serving
+    from gpudoctor.report.plan import render_serving
+
+    result = plan_serving(spec, gpu=gpu, qps=qps, prompt=prompt, new=new, weights_dtype=weights_dtype,
+                          kv_dtype=kv_dtype)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+        return
+    render_serving(result, Console())
+
+
 @app.command("explain")
 def explain_cmd(
     files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),

@@ -84,3 +84,24 @@ def render_train(result: Any, console: Console) -> None:
         for line in lines:
             console.print(Text(f"{attr}: {line}" if attr == "infeasible" else str(line),
                                style="dim" if attr == "infeasible" else ""))
+
+
+def render_serving(plan: Any, console: Console) -> None:
+    """One row per tensor-parallel degree, the chosen one marked, then why."""
+    from rich.table import Table
+
+    console.print(f"[bold]gpudoctor plan infer[/bold]  {plan.model} on {plan.gpu}  ·  {plan.qps:g} QPS  ·  "
+                  f"{plan.prompt} prompt + {plan.new} new tokens")
+    table = Table(box=None, header_style="bold")
+    for col in ("TP", "weights", "KV", "seqs", "prefill", "step", "tok/s", "flight", "sat.QPS", "limit", ""):
+        table.add_column(col, justify="right", no_wrap=True)
+    for o in plan.options:
+        mark = "<-" if plan.choice == o.tp else ("ok" if o.meets_qps else "")
+        table.add_row(str(o.tp), f"{o.weights_bytes_per_gpu / 2**30:.1f}G", f"{o.kv_budget_bytes_per_gpu / 2**30:.1f}G",
+                      str(o.max_sequences), f"{1e3 * o.prefill_s:.1f}ms", f"{1e3 * o.decode_step_s:.1f}ms",
+                      f"{o.tokens_per_s_per_user:.0f}",
+                      f"{o.concurrency:.0f}", f"{o.saturation_qps:.1f}", o.limited_by.replace("-cache", ""), mark)
+    console.print(table)
+    console.print(plan.explanation)
+    for a in plan.assumptions:
+        console.print(f"[dim]assumed: {a}[/dim]")
