@@ -102,7 +102,7 @@ def predict(results: Path) -> None:
     hw = find_spec(m["gpu"])
     net = make_net(hw.key, m["world_size"], None)
     gb = m["batch_per_gpu"] * m["world_size"]
-    rows = ["| layout | measured step | predicted step | error | predicted compute / comm / optimizer |",
+    rows = ["| layout | measured step | predicted step | error | predicted compute / memory-bound / comm / optimizer |",
             "|---|---:|---:|---:|---|"]
     for name, zero, key in (("DDP (dp=2)", 0, "ddp_step_s"), ("FSDP full shard (dp=2, ZeRO-3)", 3, "fsdp_step_s")):
         if key not in m:
@@ -113,7 +113,8 @@ def predict(results: Path) -> None:
         comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
         err = p["step_s"] / m[key] - 1
         rows.append(f"| {name} | {1e3 * m[key]:.1f} ms | {1e3 * p['step_s']:.1f} ms | {100 * err:+.1f}% | "
-                    f"{1e3 * p['compute_s']:.1f} / {1e3 * comm:.1f} / {1e3 * p.get('optimizer_s', 0):.1f} ms |")
+                    f"{1e3 * p['compute_s']:.1f} / {1e3 * p.get('memory_s', 0):.1f} / {1e3 * comm:.1f} / "
+                    f"{1e3 * p.get('optimizer_s', 0):.1f} ms |")
     print("\n".join(rows))
 
 

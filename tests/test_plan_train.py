@@ -79,7 +79,7 @@ def test_bubble_enters_step_time() -> None:
     net = make_net("h100-sxm", 8, None)
     kw = {"global_batch": 64, "seq": 2048, "peak_flops": 989.4e12, "net": net}
     r = predict_step(spec, Layout(dp=1, tp=1, pp=8, microbatch=2), **kw)
-    pipelined = sum(r[k] for k in ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s"))
+    pipelined = sum(r[k] for k in ("compute_s", "recompute_s", "memory_s", "tp_comm_s", "cp_comm_s", "pp_comm_s"))
     assert r["bubble_s"] == pytest.approx(pipelined * 7 / 32)
 
 
@@ -137,3 +137,20 @@ def test_cli_json() -> None:
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert d["plans"] and d["plans"][0]["dp"] * d["plans"][0]["tp"] * d["plans"][0]["pp"] * d["plans"][0]["cp"] == 8
+
+
+def test_memory_bound_work_is_priced_from_the_activations() -> None:
+    """4 passes over what a micro-batch keeps for backward, at 80% of HBM (5 with recompute)."""
+    from gpudoctor.memory.activations import Workload, head_memory, layer_memory
+    from gpudoctor.plan.train import HBM_EFFICIENCY
+
+    spec = gpt3_like(4096, 32, 32)
+    net = make_net("h100-sxm", 8, None)
+    r = predict_step(spec, Layout(dp=8, tp=1, pp=1, microbatch=1), global_batch=8, seq=2048,
+                     peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12)
+    w = Workload(batch=1, seq=2048, params_bytes=2, attention="sdpa")
+    saved = sum(layer_memory(spec, w, i).total for i in range(spec.layers)) + head_memory(spec, w).total
+    assert r["memory_s"] == pytest.approx(4 * saved / (3.35e12 * HBM_EFFICIENCY))
+    ck = predict_step(spec, Layout(dp=8, tp=1, pp=1, microbatch=1, checkpointing="full"), global_batch=8,
+                      seq=2048, peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12)
+    assert ck["memory_s"] == pytest.approx(5 * saved / (3.35e12 * HBM_EFFICIENCY))

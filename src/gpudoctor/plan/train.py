@@ -310,7 +310,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     tp_s = _tp_comm(spec, lay, seq, m, layers_stage, net)
     cp_s = _cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = _pp_comm(spec, lay, seq, m, net)
-    pipelined = compute_s + recompute_s + tp_s + cp_s + pp_s
+    memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / (hbm_bytes_per_s * HBM_EFFICIENCY)
+    pipelined = compute_s + recompute_s + memory_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
     layer_p, other_p = _param_split(spec)
     local_params = (layer_p / lay.pp + other_p / (2 if lay.pp > 1 else 1)) / lay.tp
@@ -318,11 +319,31 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     bwd_last_s = 2 * mb_fwd_s + recompute_s / m
     dp_s, zero_s = _dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net)
     opt_s = local_params / (lay.dp if lay.zero else 1) * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_s
-    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "bubble_s": bubble_s,
+    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "bubble_s": bubble_s,
              "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
              "zero_comm_s": zero_s, "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
+
+
+# The non-matmul work (norms, activations, RoPE, softmax of the loss, residual adds) is memory-bound:
+# priced as passes over the activations a micro-batch keeps for backward (memory/activations.py,
+# checked within 3% on an H200): each is written in the forward and read in the backward, and its
+# gradient is written and read once in the backward (4 passes; a recomputed forward writes it once
+# more). Derived from the structure, not fitted to a measured step.
+ACTIVATION_PASSES = 4
+HBM_EFFICIENCY = 0.8  # assumed share of HBM bandwidth elementwise kernels reach
+
+
+def _activation_traffic(spec: ModelSpec, lay: Layout, seq: int, layers: int) -> float:
+    """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage."""
+    from gpudoctor.memory.activations import Workload, head_memory, layer_memory
+
+    w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention="sdpa", tp=lay.tp,
+                 sp=lay.tp > 1, cp=lay.cp)
+    per_layer = sum(layer_memory(spec, w, i).total for i in range(min(layers, spec.layers)))
+    passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
+    return passes * (per_layer + head_memory(spec, w).total)
 
 
 def _tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net) -> float:
