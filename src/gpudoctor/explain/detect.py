@@ -69,7 +69,7 @@ def kind_of(path: Path, text: str) -> str:
 def _csv_header(text: str) -> list[str]:
     """The first line that looks like a CSV header, past the lines ncu prints before its CSV."""
     for line in text.splitlines()[:50]:
-        if not line.strip() or line.startswith("==") or line.startswith("#"):
+        if not line.strip() or line.startswith(("==", "#")):
             continue
         try:
             row = next(csv.reader(io.StringIO(line)))

@@ -19,7 +19,7 @@ from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 # A kernel name that says "matrix multiply": cuBLAS/CUTLASS/Triton/Inductor GEMMs and our own.
 # ncu's names for the CUDA-core floating-point pipes (the HighPipeUtilization rule)
 FMA_PIPES = ("fma", "fmaheavy", "fmalite", "fp32", "fma (fp32)", "alu")
-_MATRIX_NAME = re.compile(r"gemm|matmul|_mm_|mma|wgmma|dot|cutlass|xmma|hmma|sm90_|bmm|conv", re.I)
+_MATRIX_NAME = re.compile(r"gemm|matmul|_mm_|mma|wgmma|dot|cutlass|xmma|hmma|sm90_|bmm|conv", re.IGNORECASE)
 
 
 @dataclass

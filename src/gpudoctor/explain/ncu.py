@@ -106,7 +106,7 @@ _STALL_PATTERNS = [
 ]
 # HighPipeUtilization: "Tensor is the highest-utilized pipeline (90.4%) ..." / "FMA is the highest-utilized ..."
 _HIGH_PIPE = re.compile(r"^(.{1,40}?) is the highest-utilized pipeline \((\d+(?:\.\d+)?)%\)")
-_SPILL_RULE = re.compile(r"local memory|spill", re.I)
+_SPILL_RULE = re.compile(r"local memory|spill", re.IGNORECASE)
 
 _TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0, "microsecond": 1.0,
                "ms": 1e3, "msecond": 1e3, "millisecond": 1e3, "s": 1e6, "second": 1e6}
@@ -138,7 +138,7 @@ def number(text: str) -> float | None:
 
 def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
     lines = text.lstrip("\ufeff").splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') or line.startswith("ID,")), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(('"ID"', "ID,"))), None)
     if start is None:
         raise InputError(f"{where}: no CSV header with an ID column; expected {EXPECTED}")
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))

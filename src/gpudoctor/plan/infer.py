@@ -79,9 +79,10 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
     if not (qps > 0) or qps > 1e6:
         raise InputError(f"--qps must be a positive number of requests per second, got {qps!r}")
     spec = load_spec(source)
+    efficiency = (f"decode reaches {DECODE_HBM_EFFICIENCY:.0%} of HBM bandwidth; prefill {PREFILL_EFFICIENCY:.0%} "
+                  f"of the dense peak; the engine uses {MEMORY_UTILIZATION:.0%} of GPU memory (vLLM's default)")
     plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=(
-        f"decode reaches {DECODE_HBM_EFFICIENCY:.0%} of HBM bandwidth; prefill {PREFILL_EFFICIENCY:.0%} of the "
-        f"dense peak; the engine uses {MEMORY_UTILIZATION:.0%} of GPU memory (vLLM's default)",
+        efficiency,
         "one request's KV cache is held for prompt + new tokens; TP all-reduces are not priced",
         f"a plan keeps the load under {HEADROOM:.0%} of its saturation QPS (queueing grows without bound near it)"))
     flops_dtype = "fp8" if weights_dtype == "fp8" and "fp8" in hw.matrix_flops else "bf16"
