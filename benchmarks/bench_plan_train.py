@@ -15,6 +15,8 @@ Run: python benchmarks/bench_plan_train.py
 
 from __future__ import annotations
 
+import sys
+
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.memory.spec import ModelSpec
 from gpudoctor.plan.train import GEMM_EFFICIENCY, Layout, make_net, predict_step
@@ -59,7 +61,46 @@ def main() -> list[dict]:
     return rows
 
 
+# The Llama 3 Herd of Models (Grattafiori et al. 2024, arXiv:2407.21783), Table 4: Llama 3 405B on H100
+# (RoCE, 400 Gb/s per GPU), 16M tokens per batch; TFLOP/s per GPU and BF16 MFU as published.
+# (GPUs, TP, CP, PP, sequence, published TFLOP/s per GPU, published MFU %)
+LLAMA3_TABLE_4 = [
+    (8192, 8, 1, 16, 8192, 430, 43),
+    (16384, 8, 1, 16, 8192, 400, 41),
+    (16384, 8, 16, 16, 131072, 380, 38),
+]
+
+
+def llama3() -> list[dict]:
+    """Llama 3 405B at the paper's layouts. Not from the paper, assumed: micro-batch 1, ZeRO-1,
+    1F1B, no activation recomputation, the roce preset."""
+    from gpudoctor.memory.presets import from_preset
+
+    spec = from_preset("llama-3.1-405b")
+    hw = find_spec("h100-sxm")
+    net = make_net(hw.key, 8, "roce")
+    rows = []
+    for gpus, tp, cp, pp, seq, pub_tf, pub_pct in LLAMA3_TABLE_4:
+        batch = 16 * 2**20 // seq
+        lay = Layout(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, zero=1, microbatch=1, checkpointing="none")
+        r = predict_step(spec, lay, global_batch=batch, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
+                         hbm_bytes_per_s=hw.hbm_bytes_per_s)
+        tf = r["model_flops"] / (r["step_s"] * gpus) / 1e12
+        rows.append({"gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": lay.dp, "seq": seq, "batch": batch,
+                     "published_tflops": pub_tf, "published_pct": pub_pct, "predicted_tflops": tf,
+                     "error": tf / pub_tf - 1, "step_s": r["step_s"]})
+    return rows
+
+
 if __name__ == "__main__":
+    if "--llama3" in sys.argv:
+        print("| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | predicted | error | step s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in llama3():
+            print(f"| {r['gpus']} | {r['tp']} | {r['cp']} | {r['pp']} | {r['dp']} | {r['seq']} | {r['batch']} | "
+                  f"{r['published_tflops']} ({r['published_pct']}%) | {r['predicted_tflops']:.0f} | "
+                  f"{r['error']:+.0%} | {r['step_s']:.2f} |")
+        sys.exit(0)
     rows = main()
     print(f"GPU {GPU} (bf16 peak {find_spec(GPU).matrix_flops['bf16'] / 1e12:.0f} TFLOP/s), fabric {FABRIC}, "
           f"seq {SEQ}, micro-batch 1, 1F1B, full recompute; GEMM_EFFICIENCY = {GEMM_EFFICIENCY}")
