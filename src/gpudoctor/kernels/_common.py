@@ -17,6 +17,17 @@ from gpudoctor.errors import InputError
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
+try:  # the kernel modules decorate with ``jit`` and use ``tl``; without triton they still import
+    import triton
+    import triton.language as tl
+
+    jit = triton.jit
+except ImportError:  # the native path still works; the kernels are then never launched
+    tl = None
+
+    def jit(fn):
+        return fn
+
 
 @functools.lru_cache(maxsize=1)
 def triton_available() -> bool:

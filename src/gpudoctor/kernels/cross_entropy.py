@@ -41,19 +41,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, use_triton
-
-try:
-    import triton
-    import triton.language as tl
-
-    _jit = triton.jit
-except ImportError:  # the native path still works; the kernel below is then never launched
-    tl = None
-
-    def _jit(fn):
-        return fn
-
+from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import jit as _jit
 
 # The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for
 # bf16 and V = 151936 (Qwen2) 1664 rows, V = 128256 (Llama 3) 2048 rows (half as many in fp32). cuBLAS runs an

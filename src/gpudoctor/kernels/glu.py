@@ -33,19 +33,19 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, interpreting, use_triton
+from gpudoctor.kernels._common import (
+    check_same,
+    check_tensor,
+    interpreting,
+    tl,
+    use_triton,
+)
+from gpudoctor.kernels._common import jit as _jit
 
 try:
-    import triton
-    import triton.language as tl
     from triton.language.extra import libdevice
-
-    _jit = triton.jit
-except ImportError:  # the native path still works; the kernels below are then never launched
-    tl = None
-
-    def _jit(fn):
-        return fn
+except ImportError:  # without triton the GLU kernels are never launched
+    libdevice = None
 
 
 # activation kinds (a constexpr of the kernels)

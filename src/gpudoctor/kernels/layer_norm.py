@@ -14,19 +14,21 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels.rms_norm import (
     _as_rows,
     _block,
     _check_eps,
-    _jit,
     _num_warps,
+    _partial_sums,
     _programs,
-    tl,
 )
 
-# Inputs with fewer elements than this take the native path even on a GPU. Set from the H100
-# benchmark (benchmarks/bench_kernels.py, part "norms"); 0 until it has been measured.
+# Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
+# (benchmarks/results/kernels_h100_run2_2026-11-22.json) found no shape where PyTorch's own fused
+# op lost to this kernel, so there is no crossover to set; 0 keeps the kernel, which keeps less for
+# backward than the native Python path it replaces in Hugging Face models.
 NATIVE_BELOW_ELEMENTS = 0
 
 
@@ -179,10 +181,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     num_warps = _num_warps(block)
     programs, per = _programs(x2.device, n_rows, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    # the looping kernel adds into its buffer rows, so they start from zero; the single-block one stores
-    alloc = torch.empty if single else torch.zeros
-    dw_part = alloc((programs, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
-    db_part = alloc((programs, hidden) if need_db else (1,), dtype=torch.float32, device=x2.device)
+    dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
+    db_part = _partial_sums(programs, hidden, single, need_db, x2.device)
     _layer_norm_bwd[(programs,)](x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
                                  x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, per, hidden, BLOCK=block,
                                  SINGLE=single, HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db,

@@ -25,22 +25,13 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import jit as _jit
 
-try:
-    import triton
-    import triton.language as tl
-
-    _jit = triton.jit
-except ImportError:  # the native path still works; the kernels below are then never launched
-    tl = None
-
-    def _jit(fn):
-        return fn
-
-
-# Inputs with fewer elements than this take the native path even on a GPU. Set from the H100
-# benchmark (benchmarks/bench_kernels.py, part "norms"); 0 until it has been measured.
+# Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
+# (benchmarks/results/kernels_h100_run2_2026-11-22.json) found no shape where PyTorch's own fused
+# op lost to this kernel, so there is no crossover to set; 0 keeps the kernel, which keeps less for
+# backward than the native Python path it replaces in Hugging Face models.
 NATIVE_BELOW_ELEMENTS = 0
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
@@ -203,6 +194,13 @@ def _programs(device: torch.device, n_rows: int, num_warps: int) -> tuple[int, i
     return -(-n_rows // per), per
 
 
+def _partial_sums(programs: int, hidden: int, single: bool, needed: bool, device: torch.device) -> torch.Tensor:
+    """Stage one of a weight/bias gradient: one fp32 row per backward program, summed afterwards.
+    The looping kernel adds into its row, so it starts from zero; the single-block one stores."""
+    alloc = torch.empty if single else torch.zeros
+    return alloc((programs, hidden) if needed else (1,), dtype=torch.float32, device=device)
+
+
 def _check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise InputError(f"eps must be a number >= 0, got {eps!r}")
@@ -230,9 +228,7 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: t
     num_warps = _num_warps(block)
     programs, per = _programs(x2.device, n_rows, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    # the looping kernel adds into its buffer row, so it starts from zero; the single-block one stores
-    alloc = torch.empty if single else torch.zeros
-    dw_part = alloc((programs, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
+    dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
     _rms_norm_bwd[(programs,)](x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
                                n_rows, per, hidden, offset, BLOCK=block, SINGLE=single, LLAMA=llama,
                                HAS_DW=need_dw, num_warps=num_warps)
