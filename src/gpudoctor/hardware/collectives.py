@@ -33,7 +33,13 @@ def sizes(max_bytes: int) -> list[int]:
 
 
 def bus_factor(op: str, n: int) -> float:
-    return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    """nccl-tests busbw / algbw for ``op`` over ``n`` ranks ("all_reduce" or "all-reduce" alike)."""
+    op = op.replace("_", "-")
+    if op == "all-reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all-gather", "reduce-scatter", "all-to-all"):
+        return (n - 1) / n
+    return 1.0  # broadcast, p2p
 
 
 def _time_op(torch: Any, dist: Any, op: str, nbytes: int, device: Any) -> float:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import InputError, UnknownGpuError
+from gpudoctor.hardware.collectives import bus_factor
 from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "p2p")
@@ -293,15 +294,6 @@ def p2p(s: float, t: Topology) -> float:
     if t.k >= 2:
         return t.base_s + s / t.b_intra + t.alpha_intra
     return t.base_s + s / t.b_rail + t.alpha_inter
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests busbw / algbw."""
-    if op == "all-reduce":
-        return 2 * (n - 1) / n
-    if op in ("all-gather", "reduce-scatter", "all-to-all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def candidates(op: str, s: float, t: Topology) -> dict[str, float]:
