@@ -432,5 +432,15 @@ def find_spec(name: str) -> GpuSpec | None:
     return None
 
 
+def require_spec(name: str) -> GpuSpec:
+    """``find_spec`` for a ``--gpu`` option: the row, or a one-line error listing the known ones."""
+    spec = find_spec(name)
+    if spec is None:
+        from gpudoctor.errors import UnknownGpuError
+
+        raise UnknownGpuError(f"unknown --gpu {name!r}; known: {', '.join(known_names())}")
+    return spec
+
+
 def known_names() -> list[str]:
     return [spec.key for spec in SPECS]

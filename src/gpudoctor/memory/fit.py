@@ -14,16 +14,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudoctor.errors import InputError
-from gpudoctor.hardware.specs import find_spec, known_names
+from gpudoctor.hardware.specs import require_spec
 from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import InferOptions, TrainOptions
 from gpudoctor.memory.spec import ModelSpec
 
 
 def capacity_of(gpu: str) -> tuple[str, int]:
-    spec = find_spec(gpu)
-    if spec is None:
-        raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(known_names())}")
+    spec = require_spec(gpu)
     return spec.name, spec.memory_bytes
 
 

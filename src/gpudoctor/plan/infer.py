@@ -71,11 +71,9 @@ class ServingPlan:
 
 def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, weights_dtype: str = "bf16",
                  kv_dtype: str = "bf16", tps: tuple[int, ...] = _TP_DEGREES) -> ServingPlan:
-    from gpudoctor.hardware.specs import find_spec, known_names
+    from gpudoctor.hardware.specs import require_spec
 
-    hw = find_spec(gpu)
-    if hw is None:
-        raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(known_names())}")
+    hw = require_spec(gpu)
     if not (qps > 0) or qps > 1e6:
         raise InputError(f"--qps must be a positive number of requests per second, got {qps!r}")
     spec = load_spec(source)

@@ -507,15 +507,15 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                   schedule: str = "1f1b") -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc)."""
     from gpudoctor.errors import UnknownGpuError
-    from gpudoctor.hardware.specs import find_spec, known_names
+    from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
 
     _check_inputs(gpus, global_batch, seq, gpus_per_node, top)
     bubble_fraction(2, 1, schedule)  # validates the name
     model = spec if isinstance(spec, ModelSpec) else load_spec(spec)
-    hw = find_spec(gpu)
-    if hw is None or "bf16" not in hw.matrix_flops:
-        raise UnknownGpuError(f"--gpu {gpu!r} is not a datasheet row with a bf16 peak; known: {', '.join(known_names())}")
+    hw = require_spec(gpu)
+    if "bf16" not in hw.matrix_flops:
+        raise UnknownGpuError(f"--gpu {gpu!r} has no bf16 peak in its datasheet row; use a GPU with tensor cores")
     net = make_net(hw.key, gpus_per_node, fabric)
     shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node) if global_batch % s[0] == 0]
     if not shapes:
