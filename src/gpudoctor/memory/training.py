@@ -91,13 +91,13 @@ def _state_bytes_per_param(o: TrainOptions) -> float:
             "sgd-momentum": float(state), "adafactor": 0.0}[o.optimizer]
 
 
-def _adafactor_state_bytes(spec: ModelSpec, o: TrainOptions, params: int) -> float:
+def _adafactor_state_bytes(spec: ModelSpec, o: TrainOptions) -> float:
     """Factored second moments: a row and a column vector per matrix (torch.optim.Adafactor)."""
     h, d = spec.hidden, spec.head_dim
     per_layer = ((h + spec.heads * d) * 2 + (h + spec.kv_heads * d) * 2
                  + (h + spec.intermediate) * (3 if spec.gated_mlp else 2) + 2 * h)
     vectors = spec.layers * per_layer + (spec.vocab + h) * (1 if spec.tied_embeddings else 2)
-    return vectors * (4 if o.master_weights else DTYPE_BYTES[o.params_dtype]) * min(1.0, params / max(params, 1))
+    return vectors * (4 if o.master_weights else DTYPE_BYTES[o.params_dtype])
 
 
 def estimate_training(spec: ModelSpec, o: TrainOptions) -> MemoryEstimate:
@@ -125,7 +125,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     grads_full = local * pb
     grads = grads_full / (shard if o.zero_stage >= 2 else 1)
     if o.optimizer == "adafactor":
-        states = _adafactor_state_bytes(spec, o, n_params) * local / max(n_params, 1)
+        states = _adafactor_state_bytes(spec, o) * local / max(n_params, 1)
     else:
         states = local * _state_bytes_per_param(o)
     states /= shard if o.zero_stage >= 1 else 1
@@ -186,10 +186,9 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         bwd_peak = max(bwd_peak, base + fixed + g_so_far + (0 if persistent_grads else emb) + tied_extra)
     phases["backward"] = bwd_peak
     # optimizer step: all gradients, the states and the step's temporaries
+    adafactor_temp = max(counts.embedding, counts.lm_head, counts.largest_layer // 4) / tp * pb + CUBLAS_WORKSPACE_BYTES
     temp = {"adamw": local * (4 if o.master_weights else pb), "adamw8bit": 0.0, "sgd": 0.0,
-            "sgd-momentum": 0.0, "adafactor": largest_layer * pb + CUBLAS_WORKSPACE_BYTES}[o.optimizer]
-    if o.optimizer == "adafactor":
-        temp = max(counts.embedding, counts.lm_head, counts.largest_layer // 4) / tp * pb + CUBLAS_WORKSPACE_BYTES
+            "sgd-momentum": 0.0, "adafactor": adafactor_temp}[o.optimizer]
     temp /= shard if o.zero_stage >= 1 and o.optimizer == "adamw" else 1
     phases["optimizer"] = persistent + grads + workspace + temp
 
@@ -210,8 +209,6 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         breakdown["activations"] = activations
     # whatever the phase's walk adds beyond those (gradients so far, the loss's fp32 grads, logits)
     breakdown["transient"] = peak - sum(breakdown.values())
-    if phase != "optimizer":
-        breakdown["gradients"] += 0.0
     act_detail = _activation_detail(layers, casts_per_layer, head, head_cast, fixed, full, o, stage)
     notes = _notes(spec, o, stage)
     return MemoryEstimate(
