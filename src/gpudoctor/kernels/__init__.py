@@ -7,7 +7,7 @@ recompute, and recomputes the rest in backward.
 - ``patch(model)`` / ``unpatch(model)``: swap a Hugging Face-style model's norms, gated MLPs and
   causal-LM loss for them, by structure.
 
-CPU tensors, fp64 and shapes where a kernel is measured slower take a native PyTorch path.
+CPU tensors and fp64 take a native PyTorch path (the same math).
 """
 
 from __future__ import annotations

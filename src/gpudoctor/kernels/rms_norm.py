@@ -36,7 +36,7 @@ NATIVE_BELOW_ELEMENTS = 0
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
 # Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that measured
-# better here. H100, triton 3.6, backward of 2048 x 32768 bf16 (64 KB rows): one block 946 us
+# better here. H100, triton 3.6, 2026-11-22, backward of 2048 x 32768 bf16 (64 KB rows): one block 946 us
 # (rms) / 1574 us (layer norm), chunks of 8192 547 / 820 us; 4096 x 16384 fp32: layer norm 1522 us
 # in one block, 897 us in chunks. At 32 KB and below one block was the faster.
 MAX_FUSED_BYTES = 32768
@@ -167,7 +167,7 @@ def _block(hidden: int, element_size: int) -> tuple[int, bool]:
 
 def _num_warps(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8). Wider blocks get more:
-    # H100, triton 3.6, layer-norm backward of 4096 x 16384 bf16 took 2427 us with 16 warps (register
+    # H100, triton 3.6, 2026-11-22, layer-norm backward of 4096 x 16384 bf16 took 2427 us with 16 warps (register
     # spills), 598 us with 32; 8192-wide blocks ran as fast with 8, 16 or 32 warps.
     if block >= 16384:
         return 32

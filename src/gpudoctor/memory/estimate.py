@@ -15,7 +15,7 @@ RESERVED_OVER_ALLOCATED = 1.12
 CUDA_CONTEXT_BYTES = 718_077_952
 
 # cuBLAS keeps one workspace per handle, and a training step uses two threads (the forward's and
-# autograd's): 64 MiB of allocated memory on H100/H200 with torch 2.11 (measured: the constant left
+# autograd's): 64 MiB of allocated memory on an H200 with torch 2.11 (measured: the constant left
 # over after weights and optimizer states in every training run), 32 MiB in generation.
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
 
