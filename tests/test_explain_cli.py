@@ -101,3 +101,22 @@ def test_yaml_scenario(tmp_path):
     f.write_text("scenario: fp8-regression\nlong_task: {seq: 32768, fp8: 0.54, bf16: 0.71}\n")
     out = gd("explain", str(f), "--json")
     assert json.loads(out.stdout)["hypotheses"][0]["id"] == "fp8-saturation"
+
+
+def test_truncated_and_misdirected_files(tmp_path):
+    """A copy cut mid-row keeps what is whole and says the end is missing; a profiler trace is sent
+    to `analyze`; a binary file given to `memory` is named as such."""
+    cut = tmp_path / "cut.csv"
+    cut.write_bytes((DATA / "ncu_kernels_details.csv").read_bytes()[:3000])
+    out = gd("explain", str(cut), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert "the end of the file (it stops mid-row)" in data["sources"][0]["partial"]
+    assert all(h["partial"] for h in data["hypotheses"])
+    trace = Path(__file__).parent.parent / "src" / "gpudoctor" / "data" / "sample_trace.json.gz"
+    out = gd("explain", str(trace))
+    assert out.returncode == 2 and "is a profiler trace, not a scenario" in out.stderr
+    png = tmp_path / "pic.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n0000")
+    out = gd("memory", str(png))
+    assert out.returncode == 2 and "is not a text config.json" in out.stderr

@@ -138,6 +138,8 @@ def number(text: str) -> float | None:
 
 def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
     lines = text.lstrip("\ufeff").splitlines()
+    if lines and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]  # the file ends mid-row (a truncated copy): the partial row is not data
     start = next((i for i, line in enumerate(lines) if line.startswith(('"ID"', "ID,"))), None)
     if start is None:
         raise InputError(f"{where}: no CSV header with an ID column; expected {EXPECTED}")
@@ -162,9 +164,10 @@ def parse_ncu_csv(text: str, where: str = "ncu csv") -> list[KernelMetrics]:
     cols = {name.strip(): i for i, name in enumerate(header)}
     if "Kernel Name" not in cols:
         raise InputError(f"{where}: no 'Kernel Name' column; expected {EXPECTED}")
-    if {"Metric Name", "Metric Value"} <= set(cols):
-        return _details(cols, rows, where)
-    return _raw(cols, rows, where)
+    kernels = _details(cols, rows, where) if {"Metric Name", "Metric Value"} <= set(cols) else _raw(cols, rows, where)
+    if text and not text.endswith(("\n", "\r")) and kernels:
+        kernels[-1].missing.append("the end of the file (it stops mid-row)")
+    return kernels
 
 
 def _details(cols: dict[str, int], rows: list[list[str]], where: str) -> list[KernelMetrics]:

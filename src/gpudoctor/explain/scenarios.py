@@ -42,6 +42,8 @@ def load_scenario(path: Path, text: str) -> dict:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and "traceEvents" in data:
+        raise InputError(f"{path} is a profiler trace, not a scenario: diagnose it with `gpudoctor analyze {path}`")
     if not isinstance(data, dict) or "scenario" not in data:
         raise InputError(f"{path}: a scenario is an object with a 'scenario' key, one of: {', '.join(KINDS)}")
     return data

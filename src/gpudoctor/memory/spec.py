@@ -244,9 +244,11 @@ def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mappin
     except FileNotFoundError:
         raise InputError(f"{path} does not exist; give a Hugging Face config.json or the folder "
                          f"that holds one") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}; check "
-                         f"the path and its permissions") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not a text config.json (binary or compressed); give a Hugging Face "
+                         f"config.json or the folder that holds one") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
