@@ -74,7 +74,8 @@ def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: 
         from gpudoctor.memory.module_estimate import estimate_module
 
         options = TrainOptions(**_split(TrainOptions, opts))
-        return with_fit(None, options, estimate_module(source, _validate_module(options)), gpu, suggest=False)
+        # the option checks that need no model structure (TP/PP against heads/layers need a spec)
+        return with_fit(None, options, estimate_module(source, check_common_train(options)), gpu, suggest=False)
     spec = source if isinstance(source, ModelSpec) else load_spec(source)
     return estimate(spec, cls(**_split(cls, opts)), gpu, suggest)
 
@@ -86,9 +87,3 @@ def is_module_source(source: str) -> bool:
     head, sep, attr = source.rpartition(":")
     return bool(sep and head and attr and not Path(source).exists() and source.lower() not in presets.PRESETS)
 
-
-def _validate_module(o: TrainOptions) -> TrainOptions:
-    """The checks of validate_train that need no model structure."""
-    from gpudoctor.memory.options import check_common_train
-
-    return check_common_train(o)
