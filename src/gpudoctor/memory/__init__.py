@@ -14,6 +14,7 @@ from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import (
     InferOptions,
     TrainOptions,
+    check_common_train,
     validate_infer,
     validate_train,
 )
