@@ -401,3 +401,20 @@ def test_errors(call, message):
     x, w, _, _ = inputs((2, 7))
     with pytest.raises(InputError, match=message):
         call(x, w)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+@pytest.mark.parametrize("shape", [(37, 100), (5, 3, 60), (3, 33)])
+def test_row_tiles_with_a_partial_last_tile(pair, shape, monkeypatch):
+    """Narrow rows go [ROWS, BLOCK] at a time; the last tile is cut short by the row count, and a
+    backward program that owns several tiles sums its partial weight gradient over all of them."""
+    monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 512)
+    rows = torch.Size(shape[:-1]).numel()
+    block, single = rms_mod._block(shape[-1], 4)
+    tile_rows = rms_mod._rows_per_tile(block, single, rows)
+    assert tile_rows > 1 and rows % tile_rows != 0
+    n_tiles = -(-rows // tile_rows)
+    programs, per = rms_mod._programs(torch.device("cpu"), n_tiles, 4)
+    assert n_tiles <= 2 or per > 1  # some program walks more than one tile (4 interpreter programs)
+    x, w, b, dy = inputs(shape, torch.float32, seed=7)
+    check_fp32(*pair(), x, w, b, dy)

@@ -14,7 +14,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels.rms_norm import (
     _as_rows,
@@ -23,6 +23,7 @@ from gpudoctor.kernels.rms_norm import (
     _num_warps,
     _partial_sums,
     _programs,
+    _rows_per_tile,
 )
 
 # Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
@@ -36,26 +37,32 @@ NATIVE_BELOW_ELEMENTS = 0
 
 
 @_jit
-def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, H, eps,
-                    BLOCK: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # one program per row; reads H elements of x (and w, b), writes H elements of y, mean and rstd
-    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
-    x_row = X + row * stride_x
-    y_row = Y + row * stride_y
-    if SINGLE:  # the whole row in registers: x is read from memory once
+def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
+                    BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr,
+                    HAS_B: tl.constexpr):
+    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x (and w, b), writes y, mean and rstd
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
+    if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
+        rows = pid * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < H
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / H
-        xc = tl.where(mask, x - mean, 0.0)
-        rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / H + eps)  # two-pass variance: no cancellation
-        y = xc * rstd
+        row_ok = rows < n_rows
+        col_ok = cols < H
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / H
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / H + eps)  # two-pass variance: no cancellation
+        y = xc * rstd[:, None]
         if HAS_W:
-            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_B:
-            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
-    else:  # a row wider than one block: passes for the mean, the variance, and y (as tutorial 05)
+            y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(MEAN + rows, mean, mask=row_ok)
+        tl.store(RSTD + rows, rstd, mask=row_ok)
+    else:  # one row wider than a block (ROWS is 1): passes for the mean, the variance, y (tutorial 05)
+        x_row = X + pid * stride_x
+        y_row = Y + pid * stride_y
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, H, BLOCK):
             cols = start + tl.arange(0, BLOCK)
@@ -79,51 +86,55 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, H, eps,
             if HAS_B:
                 y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(MEAN + row, mean)
-    tl.store(RSTD + row, rstd)
+        tl.store(MEAN + pid, mean)
+        tl.store(RSTD + pid, rstd)
 
 
 @_jit
-def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, rows_per_program, H,
-                    BLOCK: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr, HAS_DW: tl.constexpr,
-                    HAS_DB: tl.constexpr):
-    # program p handles rows [p * rows_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
+def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, n_tiles,
+                    tiles_per_program, H, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
+                    HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
+    # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
     # (stage one of the reductions; the launcher sums them over programs: no atomics)
     # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
     pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    tile_start = pid * tiles_per_program
+    tile_end = tl.minimum(tile_start + tiles_per_program, n_tiles)
     dw_row = DW + pid * H
     db_row = DB + pid * H
     if SINGLE:
         cols = tl.arange(0, BLOCK)
-        mask = cols < H
+        col_ok = cols < H
         if HAS_W:
-            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
-        db_acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for r in range(row_start, row_end):
-            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-            mean = tl.load(MEAN + r)
-            rstd = tl.load(RSTD + r)
-            x_hat = tl.where(mask, (x - mean) * rstd, 0.0)  # recomputed, never saved
+            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        db_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for t in range(tile_start, tile_end):
+            rows = t * ROWS + tl.arange(0, ROWS)
+            row_ok = rows < n_rows
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved
             g = dy
             if HAS_W:
-                g = dy * w
-            c1 = tl.sum(x_hat * g, axis=0) / H
-            c2 = tl.sum(g, axis=0) / H
-            tl.store(DX + r * stride_dx + cols, ((g - x_hat * c1 - c2) * rstd).to(DX.dtype.element_ty), mask=mask)
+                g = dy * w[None, :]
+            c1 = tl.sum(x_hat * g, axis=1) / H
+            c2 = tl.sum(g, axis=1) / H
+            dx = (g - x_hat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 dw_acc += dy * x_hat
             if HAS_DB:
                 db_acc += dy
         if HAS_DW:
-            tl.store(dw_row + cols, dw_acc, mask=mask)
+            tl.store(dw_row + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
         if HAS_DB:
-            tl.store(db_row + cols, db_acc, mask=mask)
-    else:  # a pass for the row's two means, a pass for dx; DW[p], DB[p] (zeroed) are this program's own
-        for r in range(row_start, row_end):
+            tl.store(db_row + cols, tl.sum(db_acc, axis=0), mask=col_ok)
+    else:  # one row per tile: a pass for its two means, a pass for dx; DW[p], DB[p] (zeroed) are its own
+        for r in range(tile_start, tile_end):
             mean = tl.load(MEAN + r)
             rstd = tl.load(RSTD + r)
             acc1 = tl.zeros([BLOCK], dtype=tl.float32)
@@ -156,6 +167,10 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
                     tl.store(db_row + cols, tl.load(db_row + cols, mask=mask, other=0.0) + dy, mask=mask)
 
 
+_launch_fwd = Launcher(_layer_norm_fwd)
+_launch_bwd = Launcher(_layer_norm_bwd)
+
+
 # -- launchers -----------------------------------------------------------------------------------------
 
 
@@ -166,10 +181,11 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = _block(hidden, x2.element_size())
+    rows = _rows_per_tile(block, single, n_rows)
     # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
-    _layer_norm_fwd[(n_rows,)](x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean, rstd,
-                               x2.stride(0), y.stride(0), hidden, eps, BLOCK=block, SINGLE=single,
-                               HAS_W=weight is not None, HAS_B=bias is not None, num_warps=_num_warps(block))
+    _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean,
+                rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single,
+                HAS_W=weight is not None, HAS_B=bias is not None, num_warps=_num_warps(rows * block))
     return y, mean, rstd
 
 
@@ -178,15 +194,16 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
               need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, hidden = x2.shape
     block, single = _block(hidden, x2.element_size())
-    num_warps = _num_warps(block)
-    programs, per = _programs(x2.device, n_rows, num_warps)
+    rows = _rows_per_tile(block, single, n_rows)
+    n_tiles = -(-n_rows // rows)
+    num_warps = _num_warps(rows * block)
+    programs, per = _programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
     dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
     db_part = _partial_sums(programs, hidden, single, need_db, x2.device)
-    _layer_norm_bwd[(programs,)](x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
-                                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, per, hidden, BLOCK=block,
-                                 SINGLE=single, HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db,
-                                 num_warps=num_warps)
+    _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
+                x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
+                SINGLE=single, HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, num_warps=num_warps)
     # stage two: sum the per-program partials
     dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
     db = db_part.sum(0).to(x2.dtype) if need_db else None

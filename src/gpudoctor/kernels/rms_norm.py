@@ -25,7 +25,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
 # Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
@@ -42,6 +42,13 @@ NATIVE_BELOW_ELEMENTS = 0
 MAX_FUSED_BYTES = 32768
 # Column chunk of the looping kernels: 8192 beat 4096 on every shape above (H100).
 LOOP_BLOCK = 8192
+# Elements of one [ROWS, BLOCK] tile of the single-block kernels: rows narrower than this are
+# processed TILE_ELEMENTS // BLOCK at a time. To be tuned on the H100 (benchmarks/tune_norms.py).
+TILE_ELEMENTS = 4096
+# Backward programs resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps)
+# programs, each writing one fp32 row of partial weight gradients (fewer programs, less of that
+# traffic; more, more loads in flight). To be tuned on the H100.
+BACKWARD_WARPS_PER_SM = 32
 
 CASTINGS = ("llama", "gemma")
 
@@ -58,21 +65,24 @@ def _scaled(x_hat, s, Y, LLAMA: tl.constexpr):
 
 
 @_jit
-def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, H, eps, offset,
-                  BLOCK: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr):
-    # one program per row; reads H elements of x and w, writes H elements of y and one rstd
-    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
-    x_row = X + row * stride_x
-    y_row = Y + row * stride_y
-    if SINGLE:  # the whole row in registers: x is read from memory once
+def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
+                  BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr):
+    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x and w, writes y and one rstd per row
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
+    if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
+        rows = pid * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < H
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
-        s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
-        tl.store(y_row + cols, _scaled(x * rstd, s, Y, LLAMA), mask=mask)
-        tl.store(RSTD + row, rstd)
-    else:  # a row wider than one block: a pass for sum(x^2), a pass to write y
+        row_ok = rows < n_rows
+        mask = row_ok[:, None] & (cols < H)[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / H + eps)
+        s = tl.load(W + cols, mask=cols < H, other=0.0).to(tl.float32) + offset
+        y = _scaled(x * rstd[:, None], s[None, :], Y, LLAMA)
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y, mask=mask)
+        tl.store(RSTD + rows, rstd, mask=row_ok)
+    else:  # one row wider than a block (ROWS is 1): a pass for sum(x^2), a pass to write y
+        x_row = X + pid * stride_x
+        y_row = Y + pid * stride_y
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, H, BLOCK):
             cols = start + tl.arange(0, BLOCK)
@@ -85,39 +95,44 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, H, eps, offset,
             x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
             s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
             tl.store(y_row + cols, _scaled(x * rstd, s, Y, LLAMA), mask=mask)
-        tl.store(RSTD + row, rstd)
+        tl.store(RSTD + pid, rstd)
 
 
 @_jit
-def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, rows_per_program, H, offset,
-                  BLOCK: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr, HAS_DW: tl.constexpr):
-    # program p handles rows [p * rows_per_program, ...) and writes its partial dw to DW[p, :]
+def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, n_tiles, tiles_per_program, H,
+                  offset, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr,
+                  HAS_DW: tl.constexpr):
+    # program p handles row tiles [p * tiles_per_program, ...) and writes its partial dw to DW[p, :]
     # (stage one of the dw reduction; the launcher sums DW over programs: no atomics)
     pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    tile_start = pid * tiles_per_program
+    tile_end = tl.minimum(tile_start + tiles_per_program, n_tiles)
     dw_row = DW + pid * H
     if SINGLE:
         cols = tl.arange(0, BLOCK)
-        mask = cols < H
-        s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
-        dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for r in range(row_start, row_end):
-            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.load(RSTD + r)
-            x_hat = x * rstd  # recomputed, never saved
-            g = dy * s
-            c = tl.sum(x_hat * g, axis=0) / H
-            tl.store(DX + r * stride_dx + cols, ((g - x_hat * c) * rstd).to(DX.dtype.element_ty), mask=mask)
+        col_ok = cols < H
+        s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
+        dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for t in range(tile_start, tile_end):
+            rows = t * ROWS + tl.arange(0, ROWS)
+            row_ok = rows < n_rows
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            x_hat = x * rstd[:, None]  # recomputed, never saved
+            g = dy * s[None, :]
+            c = tl.sum(x_hat * g, axis=1) / H
+            dx = (g - x_hat * c[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 if LLAMA:  # the weight multiplied x_hat rounded to x's dtype
                     x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
                 dw_acc += dy * x_hat
         if HAS_DW:
-            tl.store(dw_row + cols, dw_acc, mask=mask)
-    else:  # a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is this program's own
-        for r in range(row_start, row_end):
+            tl.store(dw_row + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+    else:  # one row per tile: a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is its own
+        for r in range(tile_start, tile_end):
             rstd = tl.load(RSTD + r)
             acc = tl.zeros([BLOCK], dtype=tl.float32)
             for start in range(0, H, BLOCK):
@@ -144,6 +159,10 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                     tl.store(dw_row + cols, dw + dy * x_hat, mask=mask)
 
 
+_launch_fwd = Launcher(_rms_norm_fwd)
+_launch_bwd = Launcher(_rms_norm_bwd)
+
+
 # -- launch helpers (layer_norm.py uses them too) -------------------------------------------------------
 
 
@@ -165,6 +184,16 @@ def _block(hidden: int, element_size: int) -> tuple[int, bool]:
     return LOOP_BLOCK, False
 
 
+def _rows_per_tile(block: int, single: bool, n_rows: int) -> int:
+    """ROWS of a [ROWS, BLOCK] tile: narrow rows are handled several at a time, so each program
+    still has about TILE_ELEMENTS loads in flight (one 256-wide row per program leaves the memory
+    system idle); never more rows than the input has (rounded up to a power of two)."""
+    if not single:
+        return 1
+    rows = max(1, TILE_ELEMENTS // block)
+    return min(rows, 1 << (max(n_rows, 1) - 1).bit_length())
+
+
 def _num_warps(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8). Wider blocks get more:
     # H100, triton 3.6, 2026-11-22, layer-norm backward of 4096 x 16384 bf16 took 2427 us with 16 warps (register
@@ -181,17 +210,16 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _programs(device: torch.device, n_rows: int, num_warps: int) -> tuple[int, int]:
-    """(programs, rows per program) of a backward: about a full GPU of programs, each owning a
+def _programs(device: torch.device, n_tiles: int, num_warps: int) -> tuple[int, int]:
+    """(programs, tiles per program) of a backward: about a full GPU of programs, each owning a
     row of the (programs, H) fp32 partial-sum buffer (programs * H * 4 bytes, freed at once)."""
     if device.type == "cuda":
-        # resident programs per SM at this width (an SM runs up to 64 warps); to be tuned on the H100
         target = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-        target *= max(1, 32 // num_warps)
+        target *= max(1, BACKWARD_WARPS_PER_SM // num_warps)
     else:  # the interpreter runs programs one after the other: a few exercise the reduction
         target = 4
-    per = -(-n_rows // min(n_rows, target))
-    return -(-n_rows // per), per
+    per = -(-n_tiles // min(n_tiles, target))
+    return -(-n_tiles // per), per
 
 
 def _partial_sums(programs: int, hidden: int, single: bool, needed: bool, device: torch.device) -> torch.Tensor:
@@ -216,8 +244,9 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
     y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = _block(hidden, x2.element_size())
-    _rms_norm_fwd[(n_rows,)](x2, weight, y, rstd, x2.stride(0), y.stride(0), hidden, eps, offset,
-                             BLOCK=block, SINGLE=single, LLAMA=llama, num_warps=_num_warps(block))
+    rows = _rows_per_tile(block, single, n_rows)
+    _launch_fwd((-(-n_rows // rows),), x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset,
+                BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama, num_warps=_num_warps(rows * block))
     return y, rstd
 
 
@@ -225,13 +254,15 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: t
               llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     n_rows, hidden = x2.shape
     block, single = _block(hidden, x2.element_size())
-    num_warps = _num_warps(block)
-    programs, per = _programs(x2.device, n_rows, num_warps)
+    rows = _rows_per_tile(block, single, n_rows)
+    n_tiles = -(-n_rows // rows)
+    num_warps = _num_warps(rows * block)
+    programs, per = _programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
     dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
-    _rms_norm_bwd[(programs,)](x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
-                               n_rows, per, hidden, offset, BLOCK=block, SINGLE=single, LLAMA=llama,
-                               HAS_DW=need_dw, num_warps=num_warps)
+    _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
+                n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
+                HAS_DW=need_dw, num_warps=num_warps)
     dw = dw_part.sum(0).to(weight.dtype) if need_dw else None  # stage two: sum over programs
     return dx, dw
 
