@@ -10,7 +10,8 @@ Our assumptions (not from the paper): micro-batch 1, 1F1B schedule, no ZeRO, DDP
 all-reduce, and the planner's GEMM_EFFICIENCY constants and collective presets (ib-hdr fabric).
 The rows were transcribed from the paper's Table 1; check them against the PDF before quoting.
 
-Run: python benchmarks/bench_plan_train.py
+Run: python benchmarks/bench_plan_train.py  (--llama3: Llama 3 Table 4; --korthikanti [--interleaved]:
+Korthikanti et al. 2022 Tables 3 and 5, full vs selective recomputation)
 """
 
 from __future__ import annotations
@@ -92,7 +93,97 @@ def llama3() -> list[dict]:
     return rows
 
 
+# Reducing Activation Recomputation in Large Transformer Models (Korthikanti et al. 2022, arXiv:2205.05198).
+# Not read from the PDF: taken from a public transcription of Tables 3 and 5; the MFU/HFU column is
+# also quoted by NVIDIA/Megatron-LM's README (2022-23, "Training Speed and Scalability"), and
+# tests/test_plan_published.py checks every time against it with the paper's eq. 7 and 8.
+# Table 3: the configurations, on Selene (A100 80GB, 8 per node, HDR InfiniBand), sequence 2048,
+# vocabulary 51,200, no data parallelism (GPUs = TP x PP).
+# (name, heads, hidden, layers, TP, PP, GPUs, global batch, micro-batch)
+KORTHIKANTI_TABLE_3 = [
+    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4),
+    ("175B (GPT-3)", 96, 12288, 96, 8, 8, 64, 64, 1),
+    ("530B (MT-NLG)", 128, 20480, 105, 8, 35, 280, 280, 1),
+    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1),
+]
+# Table 5: end-to-end iteration time with full recomputation and with the paper's method (sequence
+# parallelism + selective recomputation), its throughput increase and, for the latter, MFU and HFU.
+# name: (full recompute s, selective + SP s, throughput increase %, MFU %, HFU %)
+KORTHIKANTI_TABLE_5 = {
+    "22B": (1.42, 1.10, 29.0, 41.5, 43.7),
+    "175B (GPT-3)": (18.13, 13.75, 31.8, 51.4, 52.8),
+    "530B (MT-NLG)": (49.05, 37.83, 29.7, 56.0, 57.0),
+    "1T": (94.42, 71.49, 32.1, 56.3, 57.0),
+}
+A100_PEAK = 312e12  # the paper's footnote: A100 bf16 dense peak
+
+
+def korthikanti_model_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
+    """The paper's eq. 7, model FLOPs per iteration: 72 B L s h^2 (1 + s/6h + V/12hL)."""
+    return 72 * batch * layers * seq * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
+
+
+def korthikanti_hardware_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
+    """The paper's eq. 8, hardware FLOPs with selective recomputation: 72 B L s h^2 (1 + s/3h + V/12hL)."""
+    return 72 * batch * layers * seq * hidden**2 * (1 + seq / (3 * hidden) + vocab / (12 * hidden * layers))
+
+
+def korthikanti(schedule: str = "1f1b") -> list[dict]:
+    """Each Table 3 row priced with predict_step for full recomputation and for the paper's method.
+    Not from the paper, assumed: the schedule (1F1B, or interleaved with 3 virtual stages where the
+    stage's layers divide by 3, else 2), no ZeRO, the ib-hdr preset, non-causal attention (the
+    paper counts the full s x s). predict_step has no sequence-parallel switch (its memory-bound
+    term always assumes SP when TP > 1) and prices checkpointing="selective" like "none"."""
+    hw = find_spec(GPU)
+    peak = hw.matrix_flops["bf16"]
+    net = make_net(hw.key, 8, FABRIC)
+    rows = []
+    for name, heads, hidden, layers, tp, pp, gpus, batch, micro in KORTHIKANTI_TABLE_3:
+        spec = gpt(hidden, layers, heads)
+        v = 3 if (layers // pp) % 3 == 0 else 2
+        pred = {}
+        for ckpt in ("full", "selective"):
+            lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=micro, checkpointing=ckpt,
+                         schedule=schedule, virtual_stages=v)
+            pred[ckpt] = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
+                                      hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
+        full, sel = pred["full"], pred["selective"]
+        pub_full, pub_sel, pub_gain, _, _ = KORTHIKANTI_TABLE_5[name]
+        # what predict_step leaves out for "selective": one more forward of QK^T and PV (4 B s^2 h per
+        # layer, non-causal) on the last stage, at the same GEMM rate (an estimate, not in step_s)
+        unpriced = 4 * batch * SEQ**2 * hidden * (layers / pp) / (gpus // pp) / (peak * sel["gemm_efficiency"])
+        rows.append({"name": name, "tp": tp, "pp": pp, "gpus": gpus, "batch": batch, "micro": micro,
+                     "v": v if schedule == "interleaved" and pp > 1 else 1,
+                     "published_full_s": pub_full, "predicted_full_s": full["step_s"],
+                     "error_full": full["step_s"] / pub_full - 1,
+                     "published_sel_s": pub_sel, "predicted_sel_s": sel["step_s"],
+                     "error_sel": sel["step_s"] / pub_sel - 1,
+                     "published_speedup": pub_full / pub_sel, "published_gain_pct": pub_gain,
+                     "predicted_speedup": full["step_s"] / sel["step_s"],
+                     "recompute_s": full["recompute_s"], "bubble_s": sel["bubble_s"],
+                     "tp_comm_s": sel["tp_comm_s"], "pp_comm_s": sel["pp_comm_s"],
+                     "unpriced_selective_s": unpriced, "eff": sel["gemm_efficiency"]})
+    return rows
+
+
+def print_korthikanti(schedule: str) -> None:
+    print(f"GPU {GPU}, fabric {FABRIC}, seq {SEQ}, schedule {schedule}, DP=1; Korthikanti et al. 2022 Tables 3 and 5")
+    print("| model | TP | PP | GPUs | batch | micro-batch | full: published s | predicted s | error |"
+          " selective + SP: published s | predicted s | error | speedup published | predicted |"
+          " GEMM eff. | bubble s | PP comm s | selective recompute not priced, s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in korthikanti(schedule):
+        print(f"| {r['name']} | {r['tp']} | {r['pp']} | {r['gpus']} | {r['batch']} | {r['micro']} | "
+              f"{r['published_full_s']:.2f} | {r['predicted_full_s']:.2f} | {r['error_full']:+.1%} | "
+              f"{r['published_sel_s']:.2f} | {r['predicted_sel_s']:.2f} | {r['error_sel']:+.1%} | "
+              f"{r['published_speedup']:.3f} | {r['predicted_speedup']:.3f} | {r['eff']:.2f} | "
+              f"{r['bubble_s']:.2f} | {r['pp_comm_s']:.2f} | {r['unpriced_selective_s']:.2f} |")
+
+
 if __name__ == "__main__":
+    if "--korthikanti" in sys.argv:
+        print_korthikanti("interleaved" if "--interleaved" in sys.argv else "1f1b")
+        sys.exit(0)
     if "--llama3" in sys.argv:
         print("| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | predicted | error | step s |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -1,0 +1,98 @@
+"""The published rows benchmarks/bench_plan_train.py prices, checked against the paper's own arithmetic.
+
+Korthikanti et al. 2022 (arXiv:2205.05198), Tables 3 and 5: each row's iteration times must give back
+the MFU, HFU and throughput increase the paper prints next to them (its eq. 7 and 8, A100 peak
+312 TFLOP/s), within the rounding of the printed digits; each configuration must have the parameter
+count its name says. A mistyped time, batch, hidden size or layer count fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parent.parent / "benchmarks" / "bench_plan_train.py"
+
+
+def _bench():
+    if "bench_plan_train" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_plan_train", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["bench_plan_train"] = module
+    return sys.modules["bench_plan_train"]
+
+
+b = _bench()
+ROWS = b.KORTHIKANTI_TABLE_3
+NOMINAL_B = {"22B": 22, "175B (GPT-3)": 175, "530B (MT-NLG)": 530, "1T": 1000}
+
+
+def _printed_interval(value: float, half_unit: float) -> tuple[float, float]:
+    return value - half_unit, value + half_unit
+
+
+def _overlaps(a: tuple[float, float], c: tuple[float, float]) -> bool:
+    return a[0] <= c[1] and c[0] <= a[1]
+
+
+def _utilization_range(flops: float, seconds: float, gpus: int) -> tuple[float, float]:
+    """Percent of peak for every time that rounds to ``seconds`` (printed to 0.01 s)."""
+    lo_t, hi_t = _printed_interval(seconds, 0.005)
+    return 100 * flops / (hi_t * gpus * b.A100_PEAK), 100 * flops / (lo_t * gpus * b.A100_PEAK)
+
+
+def test_the_tables_cover_the_same_models():
+    assert [r[0] for r in ROWS] == list(b.KORTHIKANTI_TABLE_5) == list(NOMINAL_B)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_mfu_follows_from_the_iteration_time(row):
+    name, _, hidden, layers, _, _, gpus, batch, _ = row
+    _, selective_s, _, mfu, _ = b.KORTHIKANTI_TABLE_5[name]
+    got = _utilization_range(b.korthikanti_model_flops(batch, layers, hidden), selective_s, gpus)
+    assert _overlaps(got, _printed_interval(mfu, 0.05)), (name, got, mfu)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_hfu_follows_from_the_iteration_time(row):
+    name, _, hidden, layers, _, _, gpus, batch, _ = row
+    _, selective_s, _, _, hfu = b.KORTHIKANTI_TABLE_5[name]
+    got = _utilization_range(b.korthikanti_hardware_flops(batch, layers, hidden), selective_s, gpus)
+    assert _overlaps(got, _printed_interval(hfu, 0.05)), (name, got, hfu)
+
+
+@pytest.mark.parametrize("name", list(b.KORTHIKANTI_TABLE_5))
+def test_throughput_increase_follows_from_the_two_times(name):
+    full_s, selective_s, gain, _, _ = b.KORTHIKANTI_TABLE_5[name]
+    lo = 100 * ((full_s - 0.005) / (selective_s + 0.005) - 1)
+    hi = 100 * ((full_s + 0.005) / (selective_s - 0.005) - 1)
+    assert _overlaps((lo, hi), _printed_interval(gain, 0.05)), (name, lo, hi, gain)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_configuration_is_consistent(row):
+    name, heads, hidden, layers, tp, pp, gpus, batch, micro = row
+    assert gpus == tp * pp  # Table 5 runs without data parallelism
+    assert hidden % heads == 0 and heads % tp == 0 and layers % pp == 0
+    assert batch % micro == 0
+    # 12 L h^2 for the layers plus the V x h embedding: the size in the model's name, within 2%
+    params = 12 * layers * hidden**2 + b.VOCAB * hidden
+    assert params / 1e9 == pytest.approx(NOMINAL_B[name], rel=0.02)
+
+
+def test_the_paper_peak_is_the_one_the_planner_prices_at():
+    from gpudoctor.hardware.specs import find_spec
+
+    assert find_spec(b.GPU).matrix_flops["bf16"] == b.A100_PEAK
+
+
+def test_every_row_is_priced_for_both_settings():
+    rows = b.korthikanti()
+    assert [r["name"] for r in rows] == list(NOMINAL_B)
+    for r in rows:
+        assert r["predicted_full_s"] > r["predicted_sel_s"] > 0
+        assert r["recompute_s"] > 0
