@@ -41,7 +41,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
 # The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for
@@ -117,6 +117,9 @@ def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, scale, n_cols, ignor
 # -- one chunk of rows: Triton or native -------------------------------------------------------------
 
 
+_launch_ce = Launcher(_ce_kernel)
+
+
 class _Opts(NamedTuple):
     ignore_index: int
     reduction: str
@@ -129,10 +132,10 @@ def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     n_rows, vocab = logits.shape
     block = min(BLOCK_V, max(16, 1 << (vocab - 1).bit_length()))
-    _ce_kernel[(n_rows,)](logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
-                          scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss,
-                          HAS_ROW_SCALE=row_scale is not None, WRITE_GRAD=write_grad,
-                          HAS_SMOOTHING=o.label_smoothing > 0, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+    _launch_ce((n_rows,), logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
+               scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss,
+               HAS_ROW_SCALE=row_scale is not None, WRITE_GRAD=write_grad,
+               HAS_SMOOTHING=o.label_smoothing > 0, BLOCK=block, num_warps=8 if block >= 2048 else 4)
 
 
 def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: float,

@@ -34,6 +34,7 @@ from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
 from gpudoctor.kernels._common import (
+    Launcher,
     check_same,
     check_tensor,
     interpreting,
@@ -118,6 +119,10 @@ def _glu_bwd(DY, G, U, DG, DU, stride_dy, stride_g, stride_u, stride_dg, stride_
     tl.store(DG + row * stride_dg + cols, (dy * u * da).to(DG.dtype.element_ty), mask=mask)
 
 
+_launch_fwd = Launcher(_glu_fwd)
+_launch_bwd = Launcher(_glu_bwd)
+
+
 # -- launchers -----------------------------------------------------------------------------------------
 
 
@@ -149,8 +154,8 @@ def _forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     g2, u2 = _rows(gate, rows, cols), _rows(up, rows, cols)
     out = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # [rows, cols]
     grid, col_blocks, block = _launch(rows, cols)
-    _glu_fwd[grid](g2, u2, out, g2.stride(0), u2.stride(0), out.stride(0), cols, col_blocks,
-                   KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(), num_warps=max(1, block // 256))
+    _launch_fwd(grid, g2, u2, out, g2.stride(0), u2.stride(0), out.stride(0), cols, col_blocks,
+                KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(), num_warps=max(1, block // 256))
     return out.view(gate.shape)
 
 
@@ -160,9 +165,9 @@ def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int)
     dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # fresh buffers, [rows, cols]
     du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
     grid, col_blocks, block = _launch(rows, cols)
-    _glu_bwd[grid](dy2, g2, u2, dg, du, dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0),
-                   cols, col_blocks, KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(),
-                   num_warps=max(1, block // 256))
+    _launch_bwd(grid, dy2, g2, u2, dg, du, dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0),
+                cols, col_blocks, KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(),
+                num_warps=max(1, block // 256))
     return dg.view(gate.shape), du.view(up.shape)
 
 

@@ -1,0 +1,68 @@
+"""The cached launcher: the compiled kernel is reused only for arguments Triton would have
+specialized the same way, and is handed every argument, constexprs last, in signature order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import ClassVar
+
+import torch
+
+from gpudoctor.kernels import _common
+from gpudoctor.kernels._common import Launcher
+
+
+class FakeJit:
+    """Stands in for a @triton.jit function: kernel(X, n, eps, BLOCK: constexpr, FLAG: constexpr)."""
+
+    params: ClassVar[list[SimpleNamespace]] = [SimpleNamespace(name=n, is_constexpr=c)
+              for n, c in (("X", False), ("n", False), ("eps", False), ("BLOCK", True), ("FLAG", True))]
+
+    def __init__(self) -> None:
+        self.compiles: list[tuple] = []
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        def compile_and_launch(*args, num_warps, **constexprs):
+            self.compiles.append((grid, args, num_warps, constexprs))
+            fake = self
+
+            class Compiled:
+                def __getitem__(self, g):
+                    return lambda *a: fake.launches.append((g, a))
+            return Compiled()
+        return compile_and_launch
+
+
+def test_cached_launch_reuses_the_kernel_only_for_the_same_specialization(monkeypatch) -> None:
+    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    fn = FakeJit()
+    launch = Launcher(fn)
+    assert launch.fast and launch.constexpr_names == ("BLOCK", "FLAG")
+    buf = torch.zeros(64, dtype=torch.float32)
+    aligned, misaligned = buf[:32], buf[1:33]  # data_ptr % 16: 0 and 4
+
+    launch((3,), aligned, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
+    launch((5,), aligned, 4112, 1e-5, BLOCK=128, FLAG=True, num_warps=4)  # 4112 % 16 == 0 too: cached
+    assert len(fn.compiles) == 1
+    assert fn.launches == [((5,), (aligned, 4112, 1e-5, 128, True))]
+
+    launch((5,), misaligned, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # alignment differs
+    launch((5,), aligned, 4097, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # no longer divisible by 16
+    launch((5,), aligned, 1, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # == 1 is its own specialization
+    launch((5,), aligned, 2**31, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # 64-bit integer
+    launch((5,), aligned, 4096, 1e-6, BLOCK=256, FLAG=True, num_warps=4)  # another constexpr
+    launch((5,), aligned, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=8)  # another num_warps
+    launch((5,), aligned.to(torch.float16), 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # another dtype
+    assert len(fn.compiles) == 8
+    assert len(fn.launches) == 1
+
+
+def test_interpreter_launches_through_triton_every_time(monkeypatch) -> None:
+    monkeypatch.setattr(_common, "interpreting", lambda: True)
+    fn = FakeJit()
+    launch = Launcher(fn)
+    x = torch.zeros(16)
+    for _ in range(3):
+        launch((1,), x, 16, 0.5, BLOCK=16, FLAG=False, num_warps=1)
+    assert len(fn.compiles) == 3 and not fn.launches
