@@ -24,7 +24,7 @@ DT = torch.bfloat16
 
 
 def gpu_us(fn, iters: int = 10) -> float:
-    """Kernel time per call (us): the sum of every kernel and memset the call runs on the GPU."""
+    """GPU time per call (us): the sum of every kernel, memset and copy the call runs on the GPU."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -36,7 +36,7 @@ def gpu_us(fn, iters: int = 10) -> float:
         path = Path(tmp) / "t.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text())["traceEvents"]
-    total = sum(e.get("dur", 0) for e in events if e.get("cat") in ("kernel", "gpu_memset"))
+    total = sum(e.get("dur", 0) for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
     return total / iters
 
 
@@ -129,6 +129,85 @@ def launch_costs() -> dict:
     }
 
 
+def overheads() -> dict:
+    """CPU per call of the pieces a fused norm's Python wrapper is made of."""
+    from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+
+    x = torch.randn(256, 4096, device="cuda", dtype=DT)
+    w = torch.randn(4096, device="cuda", dtype=DT)
+    block, single = rms_mod._block(4096, 2)
+    rows = rms_mod._rows_per_tile(block, single, 256)
+    y = torch.empty_like(x)
+    rstd = torch.empty(256, device="cuda", dtype=torch.float32)
+    args = (x, w, y, rstd, 4096, 4096, 256, 4096, 1e-6, 0.0)
+    launcher = rms_mod._launch_fwd
+    values = (block, rows, single, True)
+    key = (x.device.index, rms_mod._num_warps(rows * block), values,
+           *map(type(launcher).__init__.__globals__["_specialization"], args))
+    compiled = launcher.cache[key]  # launch_costs() ran this exact launch
+
+    class Nothing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    spec = type(launcher).__init__.__globals__["_specialization"]
+    return {
+        "checks": cpu_us(lambda: (check_tensor("x", x, min_dims=1), check_tensor("weight", w, dims=1),
+                                  check_same("x", x, weight=w), use_triton(x, w))),
+        "torch.empty x2": cpu_us(lambda: (torch.empty((256, 4096), dtype=DT, device=x.device),
+                                          torch.empty(256, dtype=torch.float32, device=x.device))),
+        "reshape + stride": cpu_us(lambda: x.reshape(-1, 4096).stride(1)),
+        "autograd.Function.apply (identity)": cpu_us(lambda: Nothing.apply(x)),
+        "launcher key": cpu_us(lambda: (x.device.index, *map(spec, args))),
+        "compiled[grid](...)": cpu_us(lambda: compiled[(64, 1, 1)](*args, *values)),
+        "compiled.run(...) direct": cpu_us(lambda: compiled.run(64, 1, 1, torch.cuda.current_stream().cuda_stream,
+                                                                compiled.function, compiled.packed_metadata, None,
+                                                                None, None, *args, *values)),
+        "torch.mul (one kernel)": cpu_us(lambda: torch.mul(x, x)),
+        "F.rms_norm(x, None)": cpu_us(lambda: F.rms_norm(x, (4096,), None, 1e-6)),
+    }
+
+
+def native_fast() -> list[dict]:
+    """GPU and wall time of the native fallback candidate F.rms_norm(x, None) * w (llama casting)."""
+    rows = []
+    for h, m in ((1024, 256), (4096, 256), (4096, 2048), (1024, 8192)):
+        x = torch.randn(m, h, device="cuda", dtype=DT, requires_grad=True)
+        w = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
+        dy = torch.randn(m, h, device="cuda", dtype=DT)
+        nn_rms = torch.nn.RMSNorm(h, eps=1e-6, device="cuda", dtype=DT)
+        for name, f in (("F.rms_norm(x, None) * w", lambda x, w, b, h=h: F.rms_norm(x, (h,), None, 1e-6) * w),
+                        ("torch.nn.RMSNorm", lambda x, w, b, f=nn_rms: f(x)),
+                        ("rms ours", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6))):
+            run = fwd_bwd(f, x, w, None, dy)
+            rows.append({"op": name, "H": h, "M": m, "gpu_us": gpu_us(run), "cpu_us": cpu_us(run, 100)})
+    return rows
+
+
+def ln_wide() -> list[dict]:
+    """LayerNorm at H = 16384 bf16: one block (warps 16, 32) or the column loop (blocks 4096, 8192)."""
+    rows = []
+    h, m = 16384, 512
+    x = torch.randn(m, h, device="cuda", dtype=DT, requires_grad=True)
+    w = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
+    b = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
+    dy = torch.randn(m, h, device="cuda", dtype=DT)
+    run = fwd_bwd(lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5), x, w, b, dy)
+    saved = (rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK, rms_mod._num_warps)
+    for fused, loop, warps in ((32768, 8192, 32), (32768, 8192, 16), (16384, 8192, None), (16384, 4096, None)):
+        rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK = fused, loop
+        ln_mod._num_warps = (lambda blk, w_=warps: w_) if warps else saved[2]
+        rows.append({"max_fused_bytes": fused, "loop_block": loop, "warps": warps, "gpu_us": gpu_us(run)})
+    rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK = saved[:2]
+    ln_mod._num_warps = saved[2]
+    return rows
+
+
 def sweep() -> list[dict]:
     rows = []
     shapes = [(h, (2**23) // h) for h in (256, 1024, 4096, 8192, 16384)]
@@ -144,8 +223,8 @@ def sweep() -> list[dict]:
                 "ln torch.nn.LayerNorm": lambda x, w, b, f=nn_ln: f(x)}
         for name, f in base.items():
             rows.append({"op": name, "H": h, "M": m, "gpu_us": gpu_us(fwd_bwd(f, x, w, b, dy))})
-        for tile in (2048, 4096, 8192):
-            for warps in (16, 32, 64):
+        for tile in (4096, 8192):
+            for warps in (4, 8, 16):
                 rms_mod.TILE_ELEMENTS = tile
                 rms_mod.BACKWARD_WARPS_PER_SM = warps
                 for name, f in (("rms ours", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)),
@@ -170,13 +249,18 @@ def main() -> None:
     ceiling = copy_ceiling()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "hbm_copy_bytes_per_s": ceiling, "correctness": check_correctness(), "launch_cpu_us": launch_costs()}
+    result["overheads_cpu_us"] = overheads()
+    result["native_fast"] = native_fast()
+    result["ln_wide"] = ln_wide()
     result["sweep"] = sweep()
     for r in result["sweep"]:
         r["hbm_pct"] = round(100 * 5 * r["M"] * r["H"] * 2 / (r["gpu_us"] / 1e6) / ceiling, 1)
     (out / "tune_norms.json").write_text(json.dumps(result, indent=1))
     worst = max(result["correctness"], key=lambda r: r["max_rel_err"])
     print(f"{result['device']}  HBM copy ceiling {ceiling / 1e12:.2f} TB/s; worst relative error {worst}")
-    for k, v in result["launch_cpu_us"].items():
+    for r in result["native_fast"] + result["ln_wide"]:
+        print("  ", r)
+    for k, v in {**result["launch_cpu_us"], **result["overheads_cpu_us"]}.items():
         print(f"  {k:34s} {v:7.1f} us CPU")
     for r in result["sweep"]:
         print(f"  {r['op']:22s} H={r['H']:6d} M={r['M']:7d} tile={r.get('tile', '-')!s:5s} "

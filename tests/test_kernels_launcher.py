@@ -45,7 +45,7 @@ def test_cached_launch_reuses_the_kernel_only_for_the_same_specialization(monkey
     launch((3,), aligned, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
     launch((5,), aligned, 4112, 1e-5, BLOCK=128, FLAG=True, num_warps=4)  # 4112 % 16 == 0 too: cached
     assert len(fn.compiles) == 1
-    assert fn.launches == [((5,), (aligned, 4112, 1e-5, 128, True))]
+    assert fn.launches == [((5, 1, 1), (aligned, 4112, 1e-5, 128, True))]
 
     launch((5,), misaligned, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # alignment differs
     launch((5,), aligned, 4097, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # no longer divisible by 16
