@@ -108,6 +108,7 @@ def test_6_allreduce_cliff_at_512():
     h, _ = top("06_allreduce_cliff.json")
     assert h.id == "topology-cliff"
     assert h.evidence.numbers["cliff_gpus"] == 512 and h.evidence.numbers["expected_ms"] == 53.077
+    assert h.evidence.numbers["expected_from"].startswith("ring model fitted")  # the seed names no machine
     titles = [f.title for f in h.fixes]
     assert titles[0].startswith("Tree or hierarchical all-reduce")
     assert "double binary tree" in titles[1].lower()
@@ -120,6 +121,7 @@ def test_8_pipeline_bubble_imbalance_first():
     assert h.id == "pipeline-imbalance"
     n = h.evidence.numbers
     assert n["expected_1f1b"] == 0.2188 and n["expected_interleaved"] == 0.1094  # 7/32 and 7/64
+    assert n["schedule"] == "interleaved"  # the seed's "interleaved-1f1b"
     titles = [f.title.lower() for f in h.fixes]
     assert titles[0].startswith("rebalance the partition")
     assert "virtual" in titles[1] and "micro-batches" in titles[2] and "zero-bubble" in titles[3]

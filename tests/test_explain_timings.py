@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from gpudoctor.errors import InputError
 from gpudoctor.explain import timings
+from gpudoctor.explain.collectives import FITTED
+from gpudoctor.plan.train import bubble_fraction
 
 
 def ranks_csv(ranks: int = 64, steps: int = 2000, slow: dict[int, float] | None = None, change: int = 1000,
@@ -184,6 +186,148 @@ def test_scenario_6_cliff_at_512():
     assert any("all_reduce_perf" in c for c in f.check_next)
 
 
+def test_no_hardware_named_uses_the_fitted_ring_and_says_so():
+    (f,) = timings.collective_hypotheses(SEED_6)
+    assert f.evidence.numbers["expected_from"] == FITTED
+    assert "Expected curve: the ring model fitted on this table (no gpu, fabric or gpus_per_node given)." in f.summary
+    assert "model_ms" not in f.evidence.numbers
+
+
+# -- all-reduce against plan.collectives' model of the machine ------------------------------------------
+
+GIB = 2**30
+NVLINK4 = 450e9 * 0.80  # H100 SXM datasheet NVLink 900 GB/s both ways x plan's NVLINK_EFFICIENCY
+HDR = 25e9 * 0.85  # ConnectX-6 HDR 200 Gb/s per GPU x plan's IB_EFFICIENCY
+
+
+def ring_ms(n: int, s: float = GIB) -> float:
+    """plan.collectives' ring all-reduce inside one node: t0 + 2(N-1)/N S/B + 2(N-1) alpha_NVLink."""
+    return 1e3 * (8.4e-6 + 2 * (n - 1) / n * s / NVLINK4 + 2 * (n - 1) * 3.4e-6)
+
+
+# hierarchical on two 8-GPU nodes: NVLink reduce-scatter + all-gather (2 x (7/8 S/B + 7 alpha)), then an
+# all-reduce of S/8 over one HDR rail per GPU across the 2 nodes (2 x 1/2 x S/8 / B_rail + 2 x 14 us)
+HIER16_MS = 1e3 * (8.4e-6 + 2 * (7 / 8 * GIB / NVLINK4 + 7 * 3.4e-6) + GIB / 8 / HDR + 2 * 14e-6)
+
+def machine_table(points: dict[int, float]) -> str:
+    return "gpus,allreduce_ms,bytes,gpu,fabric,gpus_per_node\n" + "".join(
+        f"{n},{ms},{GIB},h100-sxm,ib-hdr,8\n" for n, ms in points.items())
+
+
+def test_the_jump_at_the_node_boundary_is_what_the_hierarchical_model_predicts():
+    # measured ~1.1x the model everywhere: 2.2x from 8 to 16 GPUs is NVLink -> HDR, expected
+    (f,) = timings.collective_hypotheses(machine_table({2: 3.3, 4: 4.95, 8: 5.8, 16: 12.8}))
+    assert (f.id, f.severity, f.subject) == ("collective-scaling-ok", "info", "all-reduce")
+    n = f.evidence.numbers
+    assert n["model_ms"] == [round(ring_ms(2), 3), round(ring_ms(4), 3), round(ring_ms(8), 3), round(HIER16_MS, 3)]
+    assert n["model_ms"] == [2.998, 4.503, 5.276, 11.62]
+    assert n["model_algorithm"] == ["ring", "ring", "ring", "hierarchical"]
+    assert n["measured_over_model"] == [round(3.3 / ring_ms(2), 3), 1.099, 1.099, round(12.8 / HIER16_MS, 3)]
+    assert (n["node_boundary_gpus"], n["model_jump_at_node_boundary"], n["measured_jump_at_node_boundary"]) == (
+        16, round(HIER16_MS / ring_ms(8), 3), round(12.8 / 5.8, 3)) == (16, 2.203, 2.207)
+    assert (n["gpu"], n["fabric"], n["gpus_per_node"], n["message_bytes"], n["assumed"]) == (
+        "h100-sxm", "ib-hdr", 8, GIB, [])
+    assert n["expected_from"].startswith("plan.collectives: NVIDIA H100 SXM5 80GB, NVLink 4 (H100/H200) x 0.80 inside "
+                                         "8-GPU nodes, InfiniBand HDR 200 Gb/s per GPU x 0.85 across; 1 GiB per rank")
+    assert ("Crossing the node boundary (8 -> 16 GPUs) the model predicts 2.20x (hierarchical onto the fabric) and "
+            "the measurement rose 2.21x: expected behaviour, not a fault.") in f.summary
+    assert "Measured vs model per GPU count (ms): 2: 3.3 vs 3; 4: 4.95 vs 4.5; 8: 5.8 vs 5.28; 16: 12.8 vs 11.6." in f.summary
+    # without the machine, the fitted ring calls the same 16 a cliff
+    (fitted,) = timings.collective_hypotheses("gpus,allreduce_ms\n2,3.3\n4,4.95\n8,5.8\n16,12.8\n")
+    assert (fitted.id, fitted.evidence.numbers["cliff_gpus"]) == ("topology-cliff", 16)
+
+
+def test_a_jump_inside_a_node_is_the_finding():
+    (f,) = timings.collective_hypotheses(machine_table({2: 3.3, 4: 13.5, 8: 15.8, 16: 34.9}))
+    assert (f.id, f.subject, f.title) == ("topology-cliff", "all-reduce at 4 GPUs",
+                                          "All-reduce falls off a cliff at 4 GPUs (inside a node)")
+    n = f.evidence.numbers
+    base = 3.3 / ring_ms(2)  # measured / model at 2 GPUs scales the curve
+    assert (n["cliff_gpus"], n["where"], n["scaled_on_gpus"]) == (4, "inside a node", [2])
+    assert n["measured_over_model_before"] == round(base, 3) == 1.101
+    assert n["expected_ms"] == round(ring_ms(4) * base, 3) == 4.957
+    assert n["ratio"] == round(13.5 / (ring_ms(4) * base), 2) == 2.72
+    assert (n["model_jump"], n["measured_jump"]) == (round(ring_ms(4) / ring_ms(2), 3), round(13.5 / 3.3, 3)) == (
+        1.502, 4.091)
+    assert f.confidence == pytest.approx(0.3 + 0.55 * (13.5 / (ring_ms(4) * base) - 1.5) / 2.5)
+    assert "From 2 to 4 GPUs the model predicts 1.50x and the measurement rose 4.09x" in f.summary
+    assert "Inside one 8-GPU node" in f.summary and "nvidia-smi topo -m" in f.summary
+    assert f.fixes[0].title.startswith("Find the slow pair") and "nvlink --status" in f.fixes[0].code
+    assert "NCCL_ALGO" in f.wrong_fix
+    assert "node_boundary_gpus" not in n  # after the cliff: not judged
+
+
+def test_a_size_not_given_is_inferred_and_the_unpredicted_boundary_jump_is_a_cliff():
+    # gpus_per_node alone names the machine: H100 SXM and NDR assumed; the size is the one at which the
+    # 8-GPU ring takes the measured 5.3 ms: (5.3 ms - 8.4 us - 14 x 3.4 us) x 360 GB/s / 1.75
+    (f,) = timings.collective_hypotheses("gpus,allreduce_ms,gpus_per_node\n8,5.3,8\n16,30,8\n32,32,8\n")
+    n = f.evidence.numbers
+    size = (5.3e-3 - 8.4e-6 - 14 * 3.4e-6) * NVLINK4 / 1.75
+    assert n["message_bytes"] == pytest.approx(size, rel=1e-6) and n["message_bytes_inferred"] is True
+    assert n["assumed"] == ["gpu not given: assumed h100-sxm", "fabric not given: assumed ib-ndr"]
+    # 16 GPUs, ring across 2 nodes: B = min(NVLink, 8 rails x NDR 42.5 GB/s) = 340 GB/s; 2 of the 30 steps cross
+    ring16 = 1e3 * (8.4e-6 + 2 * 15 / 16 * size / 340e9 + 28 * 3.4e-6 + 2 * 14e-6)
+    assert n["model_ms"][1] == round(ring16, 3) == 6.081 and n["model_algorithm"] == ["ring", "ring", "ring"]
+    assert (f.id, n["cliff_gpus"], n["where"], n["ratio"]) == ("topology-cliff", 16, "at the node boundary", 4.93)
+    assert "the model predicts 1.15x and the measurement rose 5.66x" in f.summary
+    assert "(inferred: the size at which the model gives the measured 5.3 ms at 8 GPUs)" in f.summary
+    assert f.fixes[0].title.startswith("Tree or hierarchical") and "ZeRO" in f.wrong_fix
+
+
+def test_a_cliff_beyond_the_node_boundary_after_the_expected_one():
+    # ib-hdr: the 8 -> 16 jump is expected; 32 -> 64 (both multi-node) is a topology boundary the model lacks
+    model = {2: ring_ms(2), 8: ring_ms(8), 16: HIER16_MS}
+    points = {n: round(1.1 * ms, 3) for n, ms in model.items()}
+    table = machine_table(points).rstrip("\n") + f"\n32,14,{GIB},h100-sxm,ib-hdr,8\n64,60,{GIB},h100-sxm,ib-hdr,8\n"
+    (f,) = timings.collective_hypotheses(table)
+    n = f.evidence.numbers
+    assert (f.id, n["cliff_gpus"], n["where"]) == ("topology-cliff", 64, "beyond the node boundary")
+    assert n["node_boundary_gpus"] == 16 and "expected behaviour, not a fault" in f.summary
+    assert "pod / rack / spine" in f.summary
+
+
+def test_the_algo_column_picks_the_model_algorithm():
+    text = "algo,gpus,allreduce_ms,bytes,gpus_per_node,fabric\n" + "".join(
+        f"ring,{n},{ms},{GIB},8,ib-hdr\n" for n, ms in ((8, 5.8), (16, 13.9)))
+    (f,) = timings.collective_hypotheses(text)
+    n = f.evidence.numbers
+    # a ring across 2 nodes of 8 HDR rails: B = min(360, 8 x 21.25 = 170 GB/s)
+    ring16 = 1e3 * (8.4e-6 + 2 * 15 / 16 * GIB / 170e9 + 28 * 3.4e-6 + 2 * 14e-6)
+    assert n["model_algorithm"] == ["ring", "ring"] and n["model_ms"] == [round(ring_ms(8), 3), round(ring16, 3)]
+    assert (f.id, f.subject) == ("collective-scaling-ok", "all-reduce (ring)")
+
+
+def test_a_scenario_names_the_machine(tmp_path):
+    import json
+
+    from gpudoctor.explain import explain_paths
+
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps({"scenario": "allreduce-scaling", "gpu": "h100-sxm", "fabric": "ib-hdr",
+                                "gpus_per_node": 8, "bytes": GIB,
+                                "points": [{"gpus": n, "allreduce_ms": ms} for n, ms in
+                                           ((2, 3.3), (4, 13.5), (8, 15.8), (16, 34.9))]}))
+    h = explain_paths([path]).hypotheses[0][1]
+    assert (h.id, h.evidence.numbers["cliff_gpus"], h.evidence.numbers["expected_ms"]) == ("topology-cliff", 4, 4.957)
+
+
+@pytest.mark.parametrize(("text", "kwargs", "needle"), [
+    ("gpus,allreduce_ms,gpus_per_node\n8,5,8\n12,9,8\n", {},
+     "line 3: 12 GPUs is not a whole number of 8-GPU nodes: the rows should be 8 or 16 GPUs"),
+    ("gpus,allreduce_ms,gpu\n8,5,h100-sxm\n16,9,a100-sxm-80gb\n", {}, "one gpu per table"),
+    ("gpus,allreduce_ms,gpu\n8,5,tpu-v9\n16,9,tpu-v9\n", {}, "unknown GPU 'tpu-v9'"),
+    ("gpus,allreduce_ms\n8,5\n16,9\n", {"fabric": "carrier-pigeon"}, "unknown fabric 'carrier-pigeon'"),
+    ("gpus,allreduce_ms,gpus_per_node\n8,5,x\n16,9,x\n", {}, "gpus_per_node 'x': expected a number"),
+    ("gpus,allreduce_ms\n8,5\n16,9\n", {"gpus_per_node": 0}, "gpus_per_node 0: expected a whole number"),
+    ("gpus,allreduce_ms\n8,5\n16,9\n", {"gpu": "h100-sxm", "nbytes": "lots"}, "bytes 'lots': expected the message"),
+    ("gpus,allreduce_ms,gpu\n8,5,h100-sxm\n", {}, "the interconnect model needs at least 2"),
+])
+def test_bad_machine_tables(text, kwargs, needle):
+    with pytest.raises(InputError) as err:
+        timings.collective_hypotheses(text, **kwargs)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
 def test_bus_bandwidth_from_bytes_and_repeats():
     text = ("algo, gpus, bytes, allreduce_ms\nring, 64, 1e9, 45\nring, 64, 1e9, 47\nring, 128, 1e9, 52\n"
             "ring, 256, 1e9, 61\nring, 512, 1e9, 340\n")
@@ -279,6 +423,36 @@ def test_bubble_as_expected_and_partial_stage_times():
     assert all(f.partial for f in found) and "1 of 4 stage times missing" in found[0].summary
 
 
+def test_the_formulas_are_plan_trains():
+    (ok,) = timings.pipeline_hypotheses(4, 16, 0.2)
+    n = ok.evidence.numbers
+    assert (n["schedule"], n["expected"]) == ("1f1b", round(bubble_fraction(4, 16, "1f1b"), 4)) == ("1f1b", 0.1875)
+    assert n["expected_zb_h1"] == round(bubble_fraction(4, 16, "zb-h1"), 4) == 0.0625  # 3/48
+    found = timings.pipeline_hypotheses(8, 32, 0.41, 2, schedule="interleaved-1f1b")
+    assert found[0].evidence.numbers["expected"] == round(bubble_fraction(8, 32, "interleaved", 2), 4) == 0.1094
+    assert "ZB-H1 leaves about (pp-1)/(3m) = 7.3%" in found[0].fixes[3].title  # 7/96
+
+
+def test_zb_h1_is_measured_against_a_third_of_1f1b():
+    found = timings.pipeline_hypotheses(8, 32, 0.3, stage_ms=[13, 10, 10, 10, 10, 10, 10, 13], schedule="zb-h1")
+    assert ids(found) == ["pipeline-imbalance", "recompute-imbalance", "pipeline-p2p-overhead"]  # no virtual stages
+    n = found[0].evidence.numbers
+    assert (n["schedule"], n["expected"], n["excess_points"]) == ("zb-h1", 0.0729, 22.7)
+    pred = (1 + 7 / 96) * 13 / 10.75 - 1  # the slowest stage paces a schedule (1 + 7/96) x m slots long
+    assert n["predicted_bubble_with_imbalance"] == round(pred, 4) == 0.2975
+    assert "ZB-H1: about (pp-1)/(3m) = 7/96 = 7.3%" in found[0].summary
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"schedule": "gpipe"}, "schedule 'gpipe': expected one of 1f1b, interleaved, zb-h1"),
+    ({"schedule": "1f1b", "virtual_stages": 2}, "only the interleaved schedule has virtual stages"),
+])
+def test_bad_schedules(kwargs, needle):
+    with pytest.raises(InputError) as err:
+        timings.pipeline_hypotheses(8, 32, 0.4, **kwargs)
+    assert needle in str(err.value)
+
+
 @pytest.mark.parametrize("kwargs", [
     {"pp": 1, "microbatches": 8, "measured_bubble": 0.3},
     {"pp": 4, "microbatches": 0, "measured_bubble": 0.3},
@@ -319,6 +493,24 @@ def test_random_rank_tables_parse_or_raise_input_error(text):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_tables("gpus,allreduce_ms,bytes,algo"))
 def test_random_collective_tables_parse_or_raise_input_error(text):
+    try:
+        found = timings.collective_hypotheses(text)
+    except InputError:
+        return
+    assert found and all(0 <= (f.confidence or 0) <= 1 for f in found)
+
+
+_MACHINE_ROWS = st.lists(st.tuples(st.sampled_from([2, 3, 4, 8, 16, 24, 32, 64, 512]),
+                                    st.floats(1e-6, 1e9, allow_nan=False), st.sampled_from(["", "1", "4096", "1e12"])),
+                          max_size=8)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_MACHINE_ROWS, st.sampled_from(["h100-sxm", "a100-pcie-80gb", "h200"]), st.sampled_from(["ib-hdr", "roce", ""]),
+       st.sampled_from(["1", "2", "8", ""]))
+def test_random_machine_tables_parse_or_raise_input_error(rows, gpu, fabric, per_node):
+    text = "gpus,allreduce_ms,bytes,gpu,fabric,gpus_per_node\n" + "".join(
+        f"{n},{ms!r},{size},{gpu},{fabric},{per_node}\n" for n, ms, size in rows)
     try:
         found = timings.collective_hypotheses(text)
     except InputError:

@@ -1,5 +1,10 @@
-"""All-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo]``) -> the ring model fitted on
-the smaller counts, and the count where the measurement leaves it (seed 004, scenario 6)."""
+"""All-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo][,gpu][,fabric][,gpus_per_node]``) ->
+the count where the measurement leaves the expected curve (seed 004, scenario 6).
+
+The expected curve: when the table (or the scenario) names the machine, ``plan.collectives``'
+model of it (``explain.interconnect``); else the ring model t = a + b x 2(N-1)/N fitted on the
+smaller counts, with a hop-latency fit to tell a cliff from a ring growing long.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,12 @@ from typing import Any
 import numpy as np
 
 from gpudoctor.errors import InputError
+from gpudoctor.explain.interconnect import (
+    CROSS_NODE_FIXES,
+    CROSS_NODE_WRONG,
+    Hardware,
+    plan_scaling,
+)
 from gpudoctor.explain.tables import (
     CLIFF,
     COLL_EXPECTED,
@@ -20,13 +31,22 @@ from gpudoctor.explain.tables import (
     _column,
     _number,
     _table,
+    _whole,
 )
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
+from gpudoctor.rules.finding import Finding, make_hypothesis
+
+FITTED = "ring model fitted on this table (no gpu, fabric or gpus_per_node given)"
+_HARDWARE_COLUMNS = {"gpu": ("gpu", "gpu_name", "gpu_model"), "fabric": ("fabric", "interconnect", "network"),
+                     "gpus_per_node": ("gpus_per_node", "gpus_per_host", "local_world_size")}
 
 # -- collective time vs GPU count ------------------------------------------------------------------------
 
 
-def collective_hypotheses(text: str) -> list[Finding]:
+def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | None = None,
+                          gpus_per_node: Any = None, nbytes: Any = None, algo: str | None = None) -> list[Finding]:
+    """Findings for one table; the keywords (a scenario's fields) fill in what its columns do not say:
+    ``gpu``, ``fabric`` and ``gpus_per_node`` name the machine, ``nbytes`` the message per rank,
+    ``algo`` the algorithm of rows without one."""
     what = "collective timings"
     header, rows = _table(text, what, COLL_EXPECTED)
     gi = _column(header, ("gpus", "n_gpus", "world_size", "nranks", "ranks"), what, COLL_EXPECTED)
@@ -37,6 +57,8 @@ def collective_hypotheses(text: str) -> list[Finding]:
         raise InputError(f"{what}: no all-reduce time column (allreduce_ms) in the header; expected {COLL_EXPECTED}")
     bi = _column(header, ("bytes", "size_bytes", "message_bytes", "size"), what, COLL_EXPECTED, required=False)
     ai = _column(header, ("algo", "algorithm"), what, COLL_EXPECTED, required=False)
+    hw = _hardware(header, rows, {"gpu": gpu, "fabric": fabric, "gpus_per_node": gpus_per_node})
+    default_size = None if nbytes is None else _message_bytes(nbytes)
     groups: dict[str, dict[int, list[tuple[float, float | None]]]] = {}
     dropped = 0
     for n, cells in rows:
@@ -50,17 +72,49 @@ def collective_hypotheses(text: str) -> list[Finding]:
                 or (size is not None and not 1 <= size <= MAX_BYTES)):
             raise InputError(f"line {n}: gpus must be a whole number >= 2, times in ms between {MS_RANGE[0]:g} and "
                              f"{MS_RANGE[1]:g}, bytes between 1 and {MAX_BYTES:g}; expected {COLL_EXPECTED}")
-        groups.setdefault(_cell(cells, ai).lower(), {}).setdefault(int(gpus), []).append((ms, size))
-    usable = {a: g for a, g in groups.items() if len(g) >= 3}
+        if hw.named and gpus > hw.k and gpus % hw.k:
+            low = int(gpus) // hw.k * hw.k
+            raise InputError(f"line {n}: {int(gpus)} GPUs is not a whole number of {hw.k}-GPU nodes: the rows "
+                             f"should be {low} or {low + hw.k} GPUs, or gpus_per_node is not {hw.k}")
+        key = (_cell(cells, ai) or algo or "").strip().lower()
+        groups.setdefault(key, {}).setdefault(int(gpus), []).append((ms, size if size is not None else default_size))
+    least = 2 if hw.named else 3
+    usable = {a: g for a, g in groups.items() if len(g) >= least}
     if not usable:
         counts = sorted({n for g in groups.values() for n in g})
-        raise InputError(f"{what}: {len(counts)} GPU count(s) {counts[:6]}; the ring model needs at least 3 "
-                         f"(e.g. 64,128,256,512); expected {COLL_EXPECTED}")
+        need = ("the interconnect model needs at least 2 (e.g. 8,16)" if hw.named else
+                "the ring model needs at least 3 (e.g. 64,128,256,512)")
+        raise InputError(f"{what}: {len(counts)} GPU count(s) {counts[:6]}; {need}; expected {COLL_EXPECTED}")
     notes = [f"{dropped} row(s) with empty cells dropped"] if dropped else []
-    notes += [f"algo {a or '?'} has fewer than 3 GPU counts" for a in groups if a not in usable]
+    notes += [f"algo {a or '?'} has fewer than {least} GPU counts" for a in groups if a not in usable]
     with np.errstate(all="ignore"):
-        out = [_scaling(algo, g, "; ".join(notes)) for algo, g in usable.items()]
+        out = [_scaling(a, g, "; ".join(notes), hw) for a, g in usable.items()]
     return sorted(out, key=lambda f: -(f.confidence or 0))
+
+
+def _message_bytes(value: Any) -> float:
+    """A scenario's message size per rank, in bytes."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= MAX_BYTES
+    if not ok:
+        raise InputError(f"bytes {value!r}: expected the message size per rank, a number from 1 to {MAX_BYTES:g}")
+    return float(value)
+
+
+def _hardware(header: list[str], rows: list[tuple[int, list[str]]], given: dict[str, Any]) -> Hardware:
+    """The machine from the gpu / fabric / gpus_per_node columns (one value per table), else ``given``."""
+    found = dict(given)
+    for key, names in _HARDWARE_COLUMNS.items():
+        index = _column(header, names, "collective timings", COLL_EXPECTED, required=False)
+        values = sorted({_cell(cells, index) for _, cells in rows} - {""}) if index is not None else []
+        if len(values) > 1:
+            raise InputError(f"collective timings: one {key} per table, got {', '.join(values[:3])}; split the "
+                             "table by machine")
+        if values:
+            found[key] = values[0]
+    gpn = found["gpus_per_node"]
+    name, net = found["gpu"], found["fabric"]
+    return Hardware(None if name is None else str(name), None if net is None else str(net),
+                    None if gpn is None else _whole(gpn, "gpus_per_node", 1))
 
 
 def _nnls(features: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -80,11 +134,19 @@ def _nnls(features: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], partial: str) -> Finding:
+def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], partial: str, hw: Hardware) -> Finding:
     ns = np.array(sorted(points), dtype=float)
     t = np.array([float(np.median([ms for ms, _ in points[int(n)]])) for n in ns])
     sizes = [[s for _, s in points[int(n)] if s is not None] for n in ns]
     size = np.array([float(np.median(s)) for s in sizes]) if all(sizes) else None
+    numbers: dict[str, Any] = {"gpus": [int(n) for n in ns], "allreduce_ms": [round(float(x), 3) for x in t]}
+    if size is not None:
+        busbw = size * 2 * (ns - 1) / ns / (t / 1e3) / 1e9  # nccl-tests' busbw: algbw x 2(N-1)/N
+        numbers["bus_bandwidth_gbps"] = [round(float(b), 2) for b in busbw]
+    if hw.named:
+        return plan_scaling(algo, [int(n) for n in ns], t, None if size is None else [float(x) for x in size], hw,
+                            numbers, partial)
+    numbers["expected_from"] = FITTED
     ring = 2 * (ns - 1) / ns * (size if size is not None else 1.0)  # ring: 2(N-1)/N x S bytes per rank
     hops = 2 * (ns - 1)  # a ring all-reduce takes 2(N-1) latency-bound steps
     a_feat = np.column_stack([np.ones_like(ns), ring])
@@ -97,17 +159,14 @@ def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], par
             cliff = (j, coef, expected)
             break
     label = f" ({algo})" if algo else ""
-    numbers: dict[str, Any] = {"gpus": [int(n) for n in ns], "allreduce_ms": [round(float(x), 3) for x in t]}
-    if size is not None:
-        busbw = size * 2 * (ns - 1) / ns / (t / 1e3) / 1e9  # nccl-tests' busbw: algbw x 2(N-1)/N
-        numbers["bus_bandwidth_gbps"] = [round(float(b), 2) for b in busbw]
     if cliff is None:
         coef = _nnls(a_feat, t)
         worst = float(np.max(t / np.maximum(a_feat @ coef, 1e-12)))
         f = make_hypothesis(
             "collective-scaling-ok", f"All-reduce{label} scales as the ring model predicts", 0.6,
             f"All-reduce time{label} stays within {worst:.2f}x of the ring model t(N) = a + b x 2(N-1)/N fitted on all "
-            f"{ns.size} GPU counts ({int(ns[0])}-{int(ns[-1])}).", dict(numbers, worst_ratio=round(worst, 3)), (),
+            f"{ns.size} GPU counts ({int(ns[0])}-{int(ns[-1])}). Expected curve: the {FITTED}." + (
+                f" Partial data: {partial}." if partial else ""), dict(numbers, worst_ratio=round(worst, 3)), (),
             subject=f"all-reduce{label}", partial=bool(partial))
         return replace(f, severity="info")
     j, coef, expected = cliff
@@ -146,22 +205,14 @@ def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], par
         fid, title, conf,
         f"All-reduce takes {t[j]:.1f} ms at {n_cliff} GPUs where the ring model fitted on "
         f"{', '.join(str(int(n)) for n in ns[:j])} GPUs expects {expected:.1f} ms ({ratio:.1f}x). {why}"
-        f"{hop_note}{bw}" + (f" Partial data: {partial}." if partial else ""),
+        f"{hop_note}{bw} Expected curve: the {FITTED}." + (f" Partial data: {partial}." if partial else ""),
         numbers,
-        (Fix("Tree or hierarchical all-reduce: reduce inside the node over NVLink, all-reduce across nodes over IB, "
-             "broadcast inside the node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING  # the rings/trees NCCL "
-             "built, and the links they use"),
-         Fix("NCCL's double binary tree at large scale (latency grows as log2 N, not N)",
-             "NCCL_ALGO=Tree  # or unset NCCL_ALGO=Ring and let NCCL's tuner choose"),
-         Fix("Overlap the all-reduce with the backward pass; check the bucket size",
-             "DDP(model, bucket_cap_mb=100)  # buckets launch as gradients become ready"),
-         Fix("All-reduce less often: gradient accumulation",
-             "with model.no_sync():  # k-1 micro-steps without all-reduce\n    loss.backward()")),
+        CROSS_NODE_FIXES,
         subject=f"all-reduce{label} at {n_cliff} GPUs", partial=bool(partial),
         check_next=(f"nccl-tests `all_reduce_perf -b 8 -e 4G -f 2` at {int(ns[j - 1])} and {n_cliff} GPUs: busbw per size",
                     "NCCL_DEBUG=INFO: which transports (NVLink P2P, NVLS, NET/IB) and which ring/tree NCCL chose",
                     f"Which pods, racks and spine switches the {n_cliff} ranks span; the oversubscription between them",
                     "`ibstat` and switch port counters on the inter-pod links"),
-        wrong_fix="ZeRO / FSDP: they shard memory, a different problem class; this is the collective algorithm at scale.")
+        wrong_fix=CROSS_NODE_WRONG)
 
 

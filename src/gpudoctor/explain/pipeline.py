@@ -1,4 +1,8 @@
-"""A pipeline's measured bubble against its schedule's formula (seed 004, scenario 8)."""
+"""A pipeline's measured bubble against its schedule's formula (seed 004, scenario 8).
+
+The formulas (1F1B (pp-1)/m, interleaved (pp-1)/(v m), ZB-H1 (pp-1)/(3m)) come from one place,
+``gpudoctor.plan.train.bubble_fraction``, the one the training planner prices layouts with.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +17,23 @@ from gpudoctor.explain.tables import (
     _stages,
     _whole,
 )
+from gpudoctor.plan.train import SCHEDULES, bubble_fraction
 from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
+
+FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(3m)"}
+_ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved", "zbh1": "zb-h1", "zb_h1": "zb-h1"}
 
 # -- pipeline bubble ----------------------------------------------------------------------------------------
 
 
 def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virtual_stages: int = 1,
                         stage_ms: list[float | None] | None = None, p2p_ms: float | None = None,
-                        recompute: Any = None) -> list[Finding]:
-    """The measured bubble against (pp-1)/m (1F1B) and (pp-1)/(m v) (interleaved), and where it breaks.
+                        recompute: Any = None, schedule: Any = None) -> list[Finding]:
+    """The measured bubble against its schedule's formula (``plan.train.bubble_fraction``), and where it breaks.
 
     ``measured_bubble``: idle time over compute time, as a fraction (0.41) or a percent (41).
+    ``schedule``: 1f1b, interleaved (interleaved-1f1b) or zb-h1; None: interleaved when
+    ``virtual_stages`` > 1, else 1f1b.
     ``stage_ms``: per-stage compute time per micro-batch (forward + backward), pp or pp x v entries.
     ``p2p_ms``: one send/recv between stages. ``recompute``: None (unknown), bool, or "full"/"selective"/"none".
     """
@@ -33,16 +43,23 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
     if not 0 <= bubble < 1:
         raise InputError(f"measured_bubble {measured_bubble!r}: expected a fraction in [0, 1) or a percent")
     c = None if p2p_ms is None else _real(p2p_ms, "p2p_ms")
+    sched = _schedule(schedule, v)
     stages, partial = _stages(stage_ms, p, v)
-    f1, fv = (p - 1) / m, (p - 1) / (m * v)
-    expected = fv if v > 1 else f1
+    f1, fv, fz = (bubble_fraction(p, m, name, v) for name in ("1f1b", "interleaved", "zb-h1"))
+    expected = bubble_fraction(p, m, sched, v)
     excess = bubble - expected
-    base: dict[str, Any] = {"pp": p, "microbatches": m, "virtual_stages": v, "measured_bubble": round(bubble, 4),
-                            "expected_1f1b": round(f1, 4), "expected_interleaved": round(fv, 4),
+    base: dict[str, Any] = {"pp": p, "microbatches": m, "virtual_stages": v, "schedule": sched,
+                            "measured_bubble": round(bubble, 4), "expected_1f1b": round(f1, 4),
+                            "expected_interleaved": round(fv, 4), "expected_zb_h1": round(fz, 4),
                             "expected": round(expected, 4), "excess_points": round(100 * excess, 1)}
-    which = (f"interleaved 1F1B with v={v}: (pp-1)/(m v) = {p - 1}/{m * v} = {100 * fv:.1f}% (the often-quoted "
-             f"(pp-1)/m = {p - 1}/{m} = {100 * f1:.1f}% is plain 1F1B's: the gap is larger than it looks)" if v > 1
-             else f"1F1B: (pp-1)/m = {p - 1}/{m} = {100 * f1:.1f}%")
+    if sched == "interleaved" and v > 1:
+        which = (f"interleaved 1F1B with v={v}: (pp-1)/(m v) = {p - 1}/{m * v} = {100 * fv:.1f}% (the often-quoted "
+                 f"(pp-1)/m = {p - 1}/{m} = {100 * f1:.1f}% is plain 1F1B's: the gap is larger than it looks)")
+    elif sched == "zb-h1":
+        which = (f"ZB-H1: about (pp-1)/(3m) = {p - 1}/{3 * m} = {100 * fz:.1f}% (a third of 1F1B's (pp-1)/m = "
+                 f"{100 * f1:.1f}%)")
+    else:
+        which = f"1F1B: (pp-1)/m = {p - 1}/{m} = {100 * f1:.1f}%"
     head = (f"Measured bubble {100 * bubble:.0f}% against the formula for {which}: {100 * excess:.1f} points the "
             "formula does not explain. It assumes balanced stages and free p2p.")
     note = f" Partial data: {partial}." if partial else ""
@@ -50,37 +67,53 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
     if excess <= 0.03:
         f = make_hypothesis("pipeline-bubble-ok", "The bubble is what the schedule predicts", 0.6,
                             f"Measured bubble {100 * bubble:.0f}% against the formula for {which}.{note}", base,
-                            _pipeline_fixes(p, m, v)[2:], partial=bool(partial))
+                            _pipeline_fixes(p, m, v, sched)[2:], partial=bool(partial))
         return [replace(f, severity="info")]
-    return sorted(_pipeline_causes(p, m, v, expected, excess, stages, c, recompute, base, (head, short), note,
-                                   bool(partial)), key=lambda f: -(f.confidence or 0))
+    return sorted(_pipeline_causes(p, m, v, sched, expected, excess, stages, c, recompute, base, (head, short),
+                                   note, bool(partial)), key=lambda f: -(f.confidence or 0))
 
 
-def _pipeline_causes(p: int, m: int, v: int, expected: float, excess: float, stages: np.ndarray | None,
+def _schedule(schedule: Any, v: int) -> str:
+    """One of plan.train's SCHEDULES; None follows the virtual stages."""
+    if schedule is None:
+        return "interleaved" if v > 1 else "1f1b"
+    key = str(schedule).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in SCHEDULES:
+        raise InputError(f"schedule {str(schedule)[:40]!r}: expected one of {', '.join(SCHEDULES)} "
+                         "(interleaved-1f1b is interleaved)")
+    if key != "interleaved" and v > 1:
+        raise InputError(f"schedule {key} with virtual_stages {v}: only the interleaved schedule has virtual stages; "
+                         "give schedule interleaved or virtual_stages 1")
+    return key
+
+
+def _pipeline_causes(p: int, m: int, v: int, sched: str, expected: float, excess: float, stages: np.ndarray | None,
                      c: float | None, recompute: Any, base: dict[str, Any], heads: tuple[str, str], note: str,
                      partial: bool) -> list[Finding]:
     head, short = heads
-    fixes = _pipeline_fixes(p, m, v)
+    fixes = _pipeline_fixes(p, m, v, sched)
     wrong = ("Taking the formula at face value (only adding micro-batches until (pp-1)/m looks small): it assumes "
              "balanced stages and zero communication; find where the model breaks first.")
-    def predicted(t_pace: float, t_mean: float, comm: float, vv: int) -> float:
+
+    def predicted(t_pace: float, t_mean: float, comm: float, name: str, vv: int) -> float:
         # idle / compute when every stage runs at the pace t_pace (the slowest stage) plus 2 v exposed
-        # transfers per micro-batch; the schedule lasts m + (pp-1)/v micro-batch slots. Balanced and free
-        # p2p: (pp-1)/(m v), the formula.
-        return (m + (p - 1) / vv) * (t_pace + 2 * vv * comm) / (m * t_mean) - 1
+        # transfers per micro-batch; the schedule lasts (1 + formula) x m micro-batch slots (1F1B:
+        # m + (pp-1)/v). Balanced and free p2p: the formula itself.
+        return (1 + bubble_fraction(p, m, name, vv)) * (t_pace + 2 * vv * comm) / t_mean - 1
 
     imb = dict(base)
     if stages is not None:
         t_max, t_mean = float(stages.max()), float(stages.mean())
         slowest = int(stages.argmax())
-        pred = predicted(t_max, t_mean, 0.0, v)
+        pred = predicted(t_max, t_mean, 0.0, sched, v)
         explained = min(max((pred - expected) / excess, 0.0), 1.0)
         conf_imb = 0.1 if t_max < 1.03 * t_mean else 0.2 + 0.7 * explained
         imb.update(slowest_stage=slowest, slowest_stage_ms=round(t_max, 3), mean_stage_ms=round(t_mean, 3),
                    imbalance=round(t_max / t_mean, 3), predicted_bubble_with_imbalance=round(pred, 4),
                    share_of_excess_explained=round(explained, 3))
         why = (f" With the measured stage times the slowest stage (stage {slowest}, {t_max:.1f} ms per micro-batch "
-               f"against a mean of {t_mean:.1f}) sets the pace: bubble ~ (m + (pp-1)/v) x t_max / (m x t_mean) - 1 "
+               f"against a mean of {t_mean:.1f}) sets the pace: bubble ~ (1 + {FORMULA[sched]}) x t_max / t_mean - 1 "
                f"= {100 * pred:.1f}%, {100 * explained:.0f}% of the excess.")
     else:
         conf_imb, why = 0.7, (" Embedding (vocab-size GEMM) and output/loss (cross-entropy over the vocabulary) stages "
@@ -108,7 +141,7 @@ def _pipeline_causes(p: int, m: int, v: int, expected: float, excess: float, sta
     p2p = dict(base, p2p_ms=c)
     if c is not None and stages is not None:
         t_mean = float(stages.mean())
-        pred_c = predicted(t_mean, t_mean, c, v)
+        pred_c = predicted(t_mean, t_mean, c, sched, v)
         explained_c = min(max((pred_c - expected) / excess, 0.0), 1.0)
         conf_p2p = 0.15 + 0.7 * explained_c
         p2p.update(p2p_share_of_stage=round(2 * v * c / t_mean, 3), predicted_bubble_with_p2p=round(pred_c, 4),
@@ -127,10 +160,12 @@ def _pipeline_causes(p: int, m: int, v: int, expected: float, excess: float, sta
          Fix("Larger micro-batches (fewer of them) if memory allows", ""), *fixes[:1]),
         wrong_fix=wrong, partial=partial,
         check_next=("Send/recv time per micro-batch on a timeline, against the stage's compute",)))
+    if sched == "zb-h1":  # no virtual stages to tune
+        return out
     vs = dict(base)
     if v > 1 and c is not None and stages is not None:
         t_max, t_mean = float(stages.max()), float(stages.mean())
-        pred_v, pred_1 = predicted(t_max, t_mean, c, v), predicted(t_max, t_mean, c, 1)
+        pred_v, pred_1 = predicted(t_max, t_mean, c, "interleaved", v), predicted(t_max, t_mean, c, "1f1b", 1)
         conf_v = 0.6 if pred_v > pred_1 else 0.2
         vs.update(predicted_bubble_v=round(pred_v, 4), predicted_bubble_v1=round(pred_1, 4))
         why_v = (f" With the p2p cost, v={v} predicts {100 * pred_v:.1f}% against {100 * pred_1:.1f}% for plain 1F1B"
@@ -139,7 +174,7 @@ def _pipeline_causes(p: int, m: int, v: int, expected: float, excess: float, sta
         conf_v = 0.25
         why_v = (f" Interleaving divides the formula bubble by v but multiplies the p2p transfers by v; with v={v}"
                  + (" it can cost more than it saves." if v > 1 else f", interleaving (v=2) would halve the formula to "
-                    f"{100 * (p - 1) / (2 * m):.1f}% (Megatron wants m divisible by pp)."))
+                    f"{100 * bubble_fraction(p, m, 'interleaved', 2):.1f}% (Megatron wants m divisible by pp)."))
     out.append(make_hypothesis(
         "virtual-stages", "The virtual-stage setting does not suit this configuration", conf_v,
         short + why_v + note, vs, (fixes[1], fixes[0], *fixes[2:]), wrong_fix=wrong, partial=partial,
@@ -147,17 +182,18 @@ def _pipeline_causes(p: int, m: int, v: int, expected: float, excess: float, sta
     return out
 
 
-def _pipeline_fixes(p: int, m: int, v: int) -> tuple[Fix, ...]:
+def _pipeline_fixes(p: int, m: int, v: int, sched: str) -> tuple[Fix, ...]:
+    zb = "" if sched == "zb-h1" else f"; ZB-H1 leaves about (pp-1)/(3m) = {100 * bubble_fraction(p, m, 'zb-h1'):.1f}%"
     return (
         Fix("Rebalance the partition: fewer layers on the first (embedding) and last (output + loss) stages, more in "
             "the middle", "--decoder-first-pipeline-num-layers <n> --decoder-last-pipeline-num-layers <n>  # Megatron\n"
             "# or --pipeline-model-parallel-layout \"Et*k|t*k|...|t*k,L\""),
         Fix("Tune the virtual stages (interleaving): v divides the formula bubble but multiplies p2p",
             "--num-layers-per-virtual-pipeline-stage <k>  # Megatron; torch: ScheduleInterleaved1F1B"),
-        Fix(f"More micro-batches: m={2 * m} gives (pp-1)/(m v) = {100 * (p - 1) / (2 * m * v):.1f}% (more activation "
-            "memory in flight)", "--global-batch-size <2x> (same --micro-batch-size)"),
+        Fix(f"More micro-batches: m={2 * m} gives {FORMULA[sched]} = {100 * bubble_fraction(p, 2 * m, sched, v):.1f}% "
+            "(more activation memory in flight)", "--global-batch-size <2x> (same --micro-batch-size)"),
         Fix("A zero-bubble schedule (ZB-H1/H2, ZB-V): split the backward into input and weight gradients to fill the "
-            "bubble", "torch.distributed.pipelining.ScheduleInterleavedZeroBubble  # or ScheduleZBVZeroBubble"),
+            f"bubble{zb}", "torch.distributed.pipelining.ScheduleInterleavedZeroBubble  # or ScheduleZBVZeroBubble"),
     )
 
 

@@ -348,8 +348,11 @@ def _allreduce(f: _Fields) -> list[Finding]:
     rows = f.rows("points")
     lines = ["gpus,allreduce_ms" + (",bytes" if all("bytes" in r for r in rows) else "")]
     for r in rows:
-        lines.append(",".join(str(r[k]) for k in (["gpus", "allreduce_ms"] + (["bytes"] if "bytes" in r else []))))
-    return timings.collective_hypotheses("\n".join(lines) + "\n")
+        lines.append(",".join(str(r.get(k, "")) for k in (["gpus", "allreduce_ms"] + (["bytes"] if "bytes" in r else []))))
+    algo, gpu, fabric = (f.get(key) for key in ("algo", "gpu", "fabric"))
+    return timings.collective_hypotheses(
+        "\n".join(lines) + "\n", gpu=None if gpu is None else str(gpu), fabric=None if fabric is None else str(fabric),
+        gpus_per_node=f.get("gpus_per_node"), nbytes=f.opt("bytes"), algo=None if algo is None else str(algo))
 
 
 # -- 7. a Triton kernel slower than eager ------------------------------------------------------------
@@ -408,7 +411,7 @@ def _pipeline(f: _Fields) -> list[Finding]:
         pp=int(f.num("pp", positive=True)), microbatches=int(f.num("microbatches", positive=True)),
         measured_bubble=f.num("measured_bubble"), virtual_stages=int(f.num("virtual_stages", 1, positive=True)),
         stage_ms=stage_ms if isinstance(stage_ms, list) else None, p2p_ms=f.opt("p2p_ms"),
-        recompute=f.get("recompute"))
+        recompute=f.get("recompute"), schedule=f.get("schedule"))
 
 
 _HANDLERS: dict[str, Callable[[_Fields], list[Finding]]] = {

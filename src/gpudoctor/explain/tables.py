@@ -12,14 +12,14 @@ from gpudoctor.errors import InputError
 
 Z_FLAG = 3.5  # modified z-score threshold (Iglewicz & Hoaglin, 1993)
 JITTER = 0.005  # timer jitter floor on the spread: 0.5% of the median step
-CLIFF = 1.5  # measured / ring-model time from which a GPU count is a cliff
+CLIFF = 1.5  # measured / expected time (ring fit or scaled plan model) from which a GPU count is a cliff
 GPUS_PER_NODE = 8
 MS_RANGE = (1e-6, 1e9)  # 1 ns to 11 days: times outside are not timings
 MAX_BYTES, MAX_COUNT = 1e15, 1e7  # per-rank message size; GPUs, stages, micro-batches
 RANKS_EXPECTED = ("a CSV whose header names rank, step and step_ms (any order; extra columns and an optional "
                   "time column are ignored), one row per rank and step")
 COLL_EXPECTED = ("a CSV whose header names gpus and the all-reduce time in ms (allreduce_ms), optional bytes "
-                 "(per-rank message size) and algo, one row per GPU count")
+                 "(per-rank message size), algo, and the machine: gpu, fabric, gpus_per_node; one row per GPU count")
 SMI_CHECK = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
 NODE_FIRST_WRONG = ("Code-level changes (different sharding, recompute policy, bucket sizes) before checking the "
                     "hardware: nothing in the code changed.")

@@ -2,9 +2,12 @@
 
 - ``rank_hypotheses``: per-rank step times (``rank,step,step_ms``): stragglers by a robust z-score
   of each rank's median step time, a change point in the step time (MFU collapse), periodic spikes.
-- ``collective_hypotheses``: all-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo]``):
-  the ring model fitted on the smaller counts, and the count where the measurement leaves it.
-- ``pipeline_hypotheses``: a pipeline's measured bubble against its schedule's formula.
+- ``collective_hypotheses``: all-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo]`` and
+  optionally the machine: ``gpu``, ``fabric``, ``gpus_per_node``): the count where the measurement
+  leaves the expected curve, ``plan.collectives``' model of the machine when it is named, else the
+  ring model fitted on the smaller counts.
+- ``pipeline_hypotheses``: a pipeline's measured bubble against its schedule's formula
+  (``plan.train.bubble_fraction``).
 
 Pure functions: text (or numbers) in, findings out; bad input raises InputError with one line.
 """
