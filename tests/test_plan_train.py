@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,150 @@ def test_memory_bound_work_is_priced_from_the_activations() -> None:
     ck = predict_step(spec, Layout(dp=8, tp=1, pp=1, microbatch=1, checkpointing="full"), global_batch=8,
                       seq=2048, peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12)
     assert ck["memory_s"] == pytest.approx(5 * saved / (3.35e12 * HBM_EFFICIENCY))
+
+
+# ---------------------------------------------------------------------------------------------
+# --bench: calibrated on a real bench JSON (gpudoctor bench --json on one H200, 2026-11-22)
+
+BENCH = Path(__file__).parent / "data" / "bench" / "bench-h200-gemm-2026-11-22.json.gz"
+LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 16, "vocab_size": 32000,
+            "max_position_embeddings": 4096}  # benchmarks/bench_plan_ddp.py's model
+
+
+@pytest.mark.parametrize("preset", ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v2-lite"])
+def test_layer_gemms_add_up_to_the_flop_count(preset: str) -> None:
+    from gpudoctor.plan.calibration import layer_gemms
+    from gpudoctor.plan.train import attention_flops, mlp_flops
+
+    spec, b, s = load_spec(preset), 2, 1024
+    pairs = b * (s * s / 2) * spec.heads  # causal, no sliding window in these presets
+    dims = ((spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim + spec.mla.v_head_dim) if spec.mla
+            else 2 * spec.head_dim)
+    for layer in (0, spec.layers - 1):  # DeepSeek-V2-Lite: a dense first layer, then MoE
+        gemms = sum(2 * m * n * k * c for m, n, k, c in layer_gemms(spec, layer, b * s))
+        scores = 2 * pairs * dims  # QK^T and PV: not GEMMs of weights
+        assert gemms == pytest.approx(attention_flops(spec, b, s, layer) - scores + mlp_flops(spec, b, s, layer),
+                                      rel=1e-12)
+
+
+def test_gemm_grid_reads_the_measured_rows_and_interpolates_in_log_space() -> None:
+    import gzip
+
+    from gpudoctor.plan.calibration import load_calibration
+
+    cal = load_calibration(BENCH, "h200")
+    rows = {(r["m"], r["n"], r["k"]): r for r in json.loads(gzip.decompress(BENCH.read_bytes()))["gemm_grid"]["rows"]}
+    assert len(rows) == 7**3 and cal.gemm.dims == (256, 512, 1024, 2048, 4096, 8192, 16384)
+    rate = rows[(8192, 2048, 2048)]["tflops"]  # 680.7 TFLOP/s measured
+    assert cal.gemm.seconds(8192, 2048, 2048) == pytest.approx(2 * 8192 * 2048 * 2048 / (rate * 1e12), rel=1e-12)
+    # halfway in log2 between 2048 and 4096 columns: the geometric mean of the two rates
+    mid = (rows[(8192, 2048, 2048)]["tflops"] * rows[(8192, 4096, 2048)]["tflops"]) ** 0.5
+    n = 2048 * 2**0.5
+    assert cal.gemm.seconds(8192, n, 2048) == pytest.approx(2 * 8192 * n * 2048 / (mid * 1e12), rel=1e-12)
+    # beyond the grid (a 32000-wide LM head): the widest measured rate
+    wide = rows[(8192, 16384, 2048)]["tflops"]
+    assert cal.gemm.seconds(8192, 32000, 2048) == pytest.approx(2 * 8192 * 32000 * 2048 / (wide * 1e12), rel=1e-12)
+    fwd, bwd = cal.attention.rates(2048, 64)
+    assert (round(fwd / 1e12, 1), round(bwd / 1e12, 1)) == (377.2, 251.7)
+    assert cal.hbm_bytes_per_s == pytest.approx(4.3931e12, rel=1e-4)  # triad beats copy on that card
+    assert cal.launch_eager_s == pytest.approx(6.225e-6, rel=1e-3)
+
+
+def test_calibrated_step_of_the_two_gpu_benchmark() -> None:
+    """The 1.10 B Llama under DDP on 2 x H200 (benchmarks/bench_plan_ddp.py): pinned numbers."""
+    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.plan.calibration import load_calibration
+
+    spec = from_hf_config(LLAMA_1B, name="bench-llama")
+    net = make_net("h200", 2, None)
+    kw = {"global_batch": 8, "seq": 2048, "peak_flops": 989.4e12, "net": net, "hbm_bytes_per_s": 4.8e12}
+    cal = load_calibration(BENCH, "h200")
+    r = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw, calibration=cal)
+    assert r["compute_s"] == pytest.approx(0.0801648205, rel=1e-8)
+    assert r["memory_s"] == pytest.approx(0.0140461283, rel=1e-8)
+    assert r["optimizer_s"] == pytest.approx(0.0090486206, rel=1e-8)
+    assert r["launch_s"] == 0.0  # 16 x 122 kernels x 6.2 us = 12 ms of launches under 94 ms of GPU work
+    assert r["step_s"] == pytest.approx(0.1033469405, rel=1e-8)
+    assumed = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw)
+    assert assumed["launch_s"] == 0.0 and assumed["memory_s"] == pytest.approx(r["memory_s"] * 4.3931e12 / 3.84e12,
+                                                                               rel=1e-4)
+
+
+def test_launch_gap_when_kernels_are_shorter_than_their_launch() -> None:
+    from gpudoctor.plan.calibration import load_calibration
+    from gpudoctor.plan.train import EAGER_KERNELS_PER_LAYER
+
+    spec = load_spec("gpt2")  # 12 layers of 768: tiny kernels at 128 tokens
+    cal = load_calibration(BENCH, "h200")
+    kw = {"global_batch": 4, "seq": 128, "peak_flops": 989.4e12, "net": make_net("h200", 8, None)}
+    r = predict_step(spec, Layout(dp=1, tp=1, pp=1, microbatch=1), **kw, calibration=cal)
+    gpu = (r["compute_s"] + r["memory_s"]) / 4
+    assert r["launch_s"] == pytest.approx(4 * (12 * EAGER_KERNELS_PER_LAYER * cal.launch_eager_s - gpu), rel=1e-12)
+    assert r["launch_s"] > r["compute_s"]
+
+
+def test_plan_with_bench_says_so() -> None:
+    r = plan_training("llama-3.2-1b", gpus=2, gpu="h200", global_batch=8, seq=2048, gpus_per_node=2,
+                      calibration=str(BENCH))
+    d = r.to_dict()
+    assert d["compute_model"].startswith("calibrated: GEMM (M, N, K) grid and attention grid")
+    assert d["assumptions"][0].startswith("GEMMs timed at their own (M, N, K)")
+    assert not any(a.startswith("GEMM efficiency") for a in d["assumptions"])
+    plain = plan_training("llama-3.2-1b", gpus=2, gpu="h200", global_batch=8, seq=2048, gpus_per_node=2)
+    assert plain.compute_model.startswith("assumed") and plain.assumptions[1].startswith("GEMM efficiency")
+
+
+def _bench_json(tmp_path: Path, **changes) -> Path:
+    import gzip
+
+    data = json.loads(gzip.decompress(BENCH.read_bytes()))
+    data.update(changes)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("content, match", [
+    ("not json at all", "cannot read it as JSON"),
+    ('{"schema_version": "1.0"}', "not a gpudoctor bench JSON"),
+    ('{"gpu": "NVIDIA H200", "ceilings": {}}', "no 'gemm_grid' section"),
+    ('{"gpu": "NVIDIA H200", "ceilings": {}, "gemm_grid": {"error": "RuntimeError: CUDA out of memory"}}',
+     "RuntimeError: CUDA out of memory"),
+])
+def test_bench_file_that_is_not_one(tmp_path: Path, content: str, match: str) -> None:
+    from gpudoctor.plan.calibration import load_calibration
+
+    path = tmp_path / "b.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=match):
+        load_calibration(path, "h200")
+
+
+def test_bench_file_of_another_gpu_or_incomplete(tmp_path: Path) -> None:
+    from gpudoctor.plan.calibration import load_calibration
+
+    with pytest.raises(InputError, match="measured on 'NVIDIA H200', not on --gpu h100-sxm; pass --gpu h200"):
+        load_calibration(BENCH, "h100-sxm")
+    path = _bench_json(tmp_path)
+    data = json.loads(path.read_text())
+    data["gemm_grid"]["rows"] = data["gemm_grid"]["rows"][:-1]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"incomplete \(1 of 343 shapes missing, e.g. \(16384, 16384, 16384\)\)"):
+        load_calibration(path, "h200")
+    with pytest.raises(InputError, match="no file|cannot read"):
+        load_calibration(tmp_path / "missing.json", "h200")
+
+
+def test_cli_bench_option(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "gpudoctor", "plan", "train", "llama-3.2-1b", "--gpus", "2", "--global-batch", "8",
+            "--seq", "2048", "--gpus-per-node", "2"]
+    ok = subprocess.run([*base, "--gpu", "h200", "--bench", str(BENCH), "--json"], check=False, capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["compute_model"].startswith("calibrated")
+    for gpu, path in (("h100-sxm", BENCH), ("h200", Path(__file__))):
+        bad = subprocess.run([*base, "--gpu", gpu, "--bench", str(path)], check=False, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert len(bad.stderr.strip().splitlines()) == 1 and "--bench" in bad.stderr

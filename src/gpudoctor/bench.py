@@ -18,6 +18,7 @@ from gpudoctor.hardware.ceilings import Ceilings, from_spec
 from gpudoctor.hardware.health import HealthReading, health_findings, read_health
 from gpudoctor.hardware.machine import ceilings_from, save_profile
 from gpudoctor.hardware.probe import Measurement, ProbePlan, run_probes
+from gpudoctor.hardware.shapes import shape_probes
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.rules.finding import Finding
 
@@ -42,6 +43,8 @@ class BenchResult:
     profile_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     collectives: dict[str, Any] = field(default_factory=dict)  # NCCL curves (2+ GPUs)
+    gemm_grid: dict[str, Any] = field(default_factory=dict)  # bf16 (M, N, K) grid (hardware/shapes.py)
+    attention_grid: dict[str, Any] = field(default_factory=dict)  # causal SDPA (seq, head_dim)
 
     def vs_datasheet(self, m: Measurement) -> float | None:
         key = _VS_DATASHEET.get(m.probe)
@@ -65,14 +68,18 @@ class BenchResult:
             "datasheet": self.datasheet.to_dict() if self.datasheet else None,
             "notes": self.notes,
             "collectives": self.collectives,
+            "gemm_grid": self.gemm_grid,
+            "attention_grid": self.attention_grid,
         }
 
 
 def plan_lines(quick: bool) -> list[str]:
     """What a bench run would do (``--dry-run``)."""
     plan = ProbePlan(quick=quick)
+    sizes = "4" if quick else "7"
+    shapes = [f"probe gemm_grid: bf16 M x N x K, each of {sizes} sizes 256..16384", "probe attention_grid: causal SDPA, seq 512..8192, head_dim 64/128"]
     multi = ["with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 KiB..4 GiB (torchrun)"]
-    return [f"probe {name}" for name in plan.names()] + multi + ["read NVML health", "save the machine profile"]
+    return [f"probe {name}" for name in plan.names()] + shapes + multi + ["read NVML health", "save the machine profile"]
 
 
 def run_bench(
@@ -81,8 +88,10 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     collectives: bool | None = None,
     max_bytes: str = "4GiB",
+    shapes: bool = True,
 ) -> BenchResult:
-    """``collectives``: NCCL curves across the GPUs (default: with 2+ GPUs, not in --quick)."""
+    """``collectives``: NCCL curves across the GPUs (default: with 2+ GPUs, not in --quick).
+    ``shapes``: the GEMM and attention grids that ``plan train --bench`` reads (hardware/shapes.py)."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -99,6 +108,7 @@ def run_bench(
     if (health.readings.get("other_processes") or 0) > 1:
         notes.append("other processes were using the GPU: figures may be low")
     measurements = run_probes(ProbePlan(quick=quick), progress)
+    grids = shape_probes(ProbePlan(quick=quick), progress) if shapes else {}
     curves: dict[str, Any] = {}
     gpus = torch.cuda.device_count()
     if collectives is None:
@@ -128,6 +138,8 @@ def run_bench(
         notes=notes,
     )
     result.collectives = curves
+    result.gemm_grid = grids.get("gemm_grid", {})
+    result.attention_grid = grids.get("attention_grid", {})
     if save:
         result.profile_path = save_profile(uuid, result.to_dict())
     return result
@@ -198,7 +210,7 @@ def run_collectives(gpus: int, max_bytes: str) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp()) / "collectives.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
            "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", max_bytes]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not out.exists():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return {"error": f"torchrun failed ({done.returncode}): {tail}"}

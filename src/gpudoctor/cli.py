@@ -125,9 +125,12 @@ def bench(
         None, "--collectives/--no-collectives", help="NCCL curves across GPUs (default: with 2+ GPUs, full runs)."
     ),
     max_bytes: str = typer.Option("4GiB", "--max-bytes", help="Largest collective message (1 KiB up to this)."),
+    shapes: bool = typer.Option(
+        True, "--shapes/--no-shapes", help="bf16 GEMM (M, N, K) and attention grids, for plan train --bench."
+    ),
 ) -> None:
-    """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies) and
-    its health; analyze and run then use them for this GPU."""
+    """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies, GEMM
+    and attention throughput by shape) and its health; analyze, run and plan train --bench use them."""
     from gpudoctor.bench import plan_lines, render_bench_html, run_bench
 
     if dry_run:
@@ -136,12 +139,13 @@ def bench(
     from rich.progress import Progress
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task("bench", total=5)
+        task = bar.add_task("bench", total=7)
 
         def step(label: str) -> None:
             bar.update(task, description=f"measuring {label}", advance=1)
 
-        result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes)
+        result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes,
+                           shapes=shapes)
     if html is not None:
         html.write_text(render_bench_html(result))
     if json_out:
@@ -298,6 +302,9 @@ def plan_train(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
     fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric (ib-ndr, ...)."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
+    bench_file: Optional[Path] = typer.Option(
+        None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -306,7 +313,7 @@ def plan_train(
     from gpudoctor.report.plan import render_train
 
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
-                           gpus_per_node=gpus_per_node, fabric=fabric, top=top)
+                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return

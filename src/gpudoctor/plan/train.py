@@ -11,7 +11,10 @@ The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every
   experts plus router, LM head) and attention scores/context; elementwise work is not counted.
   Backward = 2 x forward; full activation checkpointing adds one forward of the decoder layers.
 - Compute time = FLOPs / (GPUs x datasheet bf16 peak x ``gemm_efficiency``), the efficiency an
-  assumed constant per GEMM width class (``GEMM_EFFICIENCY``), not a measurement.
+  assumed constant per GEMM width class (``GEMM_EFFICIENCY``), not a measurement. With a bench file
+  (``--bench``, ``calibration=``): each GEMM timed at its own shape on the measured grid, attention
+  at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
+  (plan/calibration.py).
 - Communication is priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else
   by the alpha-beta fallback here (``_fallback_time``). Ranks are laid out TP innermost, then
   CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
@@ -23,9 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.plan.calibration import Calibration, load_calibration, microbatch_times
 
 BYTES_BF16 = 2
 
@@ -33,8 +38,8 @@ BYTES_BF16 = 2
 # per-GPU output width of the GEMMs (hidden / TP). ASSUMPTIONS, not measurements: cuBLAS reaches
 # ~0.75 of the H100 SXM datasheet on 8192-wide bf16 GEMMs and less on narrow ones; Megatron-LM
 # (Narayanan et al. 2021) reported 0.44-0.52 of the A100 peak end to end, which includes
-# elementwise kernels, communication and the bubble. `gpudoctor bench` GEMM curves would replace
-# this table; they are not read yet.
+# elementwise kernels, communication and the bubble. With --bench (a `gpudoctor bench --json` file)
+# the measured (M, N, K) grid replaces this table (plan/calibration.py).
 GEMM_EFFICIENCY = ((4096, 0.72), (2048, 0.68), (1024, 0.62), (512, 0.52), (0, 0.40))
 # Micro-batches with fewer tokens than this run GEMMs too short to fill the card: efficiency is
 # scaled by tokens / SMALL_M_TOKENS (assumption).
@@ -85,6 +90,18 @@ ASSUMPTIONS = (
     "with that layer's attention"),
     "expert parallelism (MoE all-to-all) is not modelled",
 )
+COMPUTE_ASSUMED = "assumed: FLOPs x datasheet bf16 peak x GEMM_EFFICIENCY (no --bench)"
+
+
+def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
+    """ASSUMPTIONS with the assumed GEMM efficiency replaced by what --bench measured."""
+    attention = ("attention core at the measured causal SDPA rate for its sequence length and head dim"
+                 if cal.attention else "attention core at the assumed GEMM efficiency (the bench has no attention grid)")
+    measured = (f"GEMMs timed at their own (M, N, K) on the measured bf16 grid of {cal.path} ({cal.gpu}, "
+                f"{cal.measured_utc}): separate q, k, v, o, gate, up, down projections, forward and both "
+                f"backward GEMMs; {attention}; HBM work at the measured {cal.hbm_bytes_per_s / 1e12:.2f} TB/s; "
+                f"launch gap from {EAGER_KERNELS_PER_LAYER} eager kernels per layer x the measured launch time")
+    return (measured,) + tuple(a for a in ASSUMPTIONS if not (isinstance(a, str) and a.startswith("GEMM efficiency")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,37 +310,74 @@ def _counts(spec: ModelSpec):
 
 
 def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, peak_flops: float,
-                 net: Net, hbm_bytes_per_s: float = 3.35e12, causal: bool = True) -> dict[str, float]:
+                 net: Net, hbm_bytes_per_s: float = 3.35e12, causal: bool = True,
+                 calibration: Calibration | None = None) -> dict[str, float]:
     """Seconds per optimizer step for one layout, by part (the ``breakdown`` of a Plan) plus
-    ``step_s``, ``model_flops`` and ``hardware_flops``."""
+    ``step_s``, ``model_flops`` and ``hardware_flops``.
+
+    ``peak_flops``: the datasheet bf16 rate. With ``calibration`` (plan/calibration.py) the matmuls
+    and attention are timed at their measured shape rates, HBM work at the measured bandwidth
+    (``hbm_bytes_per_s`` is then unused), and the launch gap is priced; without it, FLOPs at
+    ``peak_flops`` x the assumed ``gemm_efficiency`` and HBM at ``HBM_EFFICIENCY`` x the datasheet."""
     m = global_batch // (lay.dp * lay.microbatch)  # micro-batches per pipeline
     fl = step_flops(spec, global_batch, seq, lay.checkpointing, causal)
     eff = gemm_efficiency(spec, lay.tp, lay.microbatch * seq // lay.cp)
     shard = lay.dp * lay.tp * lay.cp  # GPUs sharing one stage's work
-    rate = peak_flops * eff
-    # the last stage holds layers/pp layers and the LM head: it sets the pipeline's pace
-    layers_fwd_stage = fl.layers_fwd / lay.pp
-    compute_s = 3 * (layers_fwd_stage + fl.head_fwd) / (shard * rate)
-    recompute_s = (fl.recompute / lay.pp) / (shard * rate)
-    mb_fwd_s = (layers_fwd_stage + fl.head_fwd) / (shard * rate) / m  # one micro-batch, forward
     layers_stage = max(1, spec.layers // lay.pp)
+    if calibration is None:
+        rate = peak_flops * eff
+        # the last stage holds layers/pp layers and the LM head: it sets the pipeline's pace
+        layers_fwd_stage = fl.layers_fwd / lay.pp
+        compute_s = 3 * (layers_fwd_stage + fl.head_fwd) / (shard * rate)
+        recompute_s = (fl.recompute / lay.pp) / (shard * rate)
+        mb_fwd_s = (layers_fwd_stage + fl.head_fwd) / (shard * rate) / m  # one micro-batch, forward
+        mb_bwd_s = 2 * mb_fwd_s
+        hbm = hbm_bytes_per_s * HBM_EFFICIENCY
+    else:
+        t = microbatch_times(spec, calibration, microbatch=lay.microbatch, seq=seq, tp=lay.tp, cp=lay.cp,
+                             layers=spec.layers / lay.pp, assumed_rate=peak_flops * eff, causal=causal)
+        mb_fwd_s, mb_bwd_s = t.layers_fwd + t.head_fwd, t.layers_bwd + t.head_bwd
+        compute_s = m * (mb_fwd_s + mb_bwd_s)
+        recompute_s = m * t.layers_fwd if lay.checkpointing == "full" else 0.0
+        hbm = calibration.hbm_bytes_per_s
+        eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)  # what it amounts to
     tp_s = _tp_comm(spec, lay, seq, m, layers_stage, net)
     cp_s = _cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = _pp_comm(spec, lay, seq, m, net)
-    memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / (hbm_bytes_per_s * HBM_EFFICIENCY)
-    pipelined = compute_s + recompute_s + memory_s + tp_s + cp_s + pp_s
+    memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / hbm
+    launch_s = _launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
+    pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
     layer_p, other_p = _param_split(spec)
     local_params = (layer_p / lay.pp + other_p / (2 if lay.pp > 1 else 1)) / lay.tp
     grad_bytes = local_params * BYTES_BF16
-    bwd_last_s = 2 * mb_fwd_s + recompute_s / m
+    bwd_last_s = mb_bwd_s + recompute_s / m
     dp_s, zero_s = _dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net)
-    opt_s = local_params / (lay.dp if lay.zero else 1) * OPTIMIZER_BYTES_PER_PARAM / hbm_bytes_per_s
-    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "bubble_s": bubble_s,
-             "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
+    opt_hbm = hbm_bytes_per_s if calibration is None else calibration.hbm_bytes_per_s
+    opt_s = local_params / (lay.dp if lay.zero else 1) * OPTIMIZER_BYTES_PER_PARAM / opt_hbm
+    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "launch_s": launch_s,
+             "bubble_s": bubble_s, "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
              "zero_comm_s": zero_s, "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
+
+
+# Kernels an eager PyTorch step launches per decoder layer, forward + backward: 1958 GPU kernels in
+# forward + backward of a 16-layer Hugging Face Llama (transformers 5.17, torch 2.11, SDPA; 1.10 B,
+# 4 x 2048 tokens) on an H200, 2026-11-22, counted with torch.profiler
+# (benchmarks/results/plan_single_h200_2026-11-22.json): 122 per layer, the embedding, head and
+# loss spread over the layers. A count of that implementation, not fitted to any step time.
+EAGER_KERNELS_PER_LAYER = 122
+
+
+def _launch_gap(cal: Calibration | None, m: int, layers: int, gpu_mb_s: float) -> float:
+    """The host launches kernels one by one at the measured eager launch time; the GPU waits only
+    when launching a micro-batch's kernels takes longer than running them: m x max(0, CPU - GPU).
+    Needs a measured launch time (--bench): 0 without one."""
+    if cal is None or not cal.launch_eager_s:
+        return 0.0
+    cpu_s = layers * EAGER_KERNELS_PER_LAYER * cal.launch_eager_s
+    return m * max(0.0, cpu_s - gpu_mb_s)
 
 
 # The non-matmul work (norms, activations, RoPE, softmax of the loss, residual adds) is memory-bound:
@@ -463,13 +517,15 @@ class TrainPlanResult:
     fitting: int  # layouts that fit
     comm_model: str  # "gpudoctor.plan.collectives" or "fallback alpha-beta"
     assumptions: tuple[str, ...] = ASSUMPTIONS
+    compute_model: str = COMPUTE_ASSUMED  # or Calibration.label (--bench)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpus": self.gpus, "gpu": self.gpu, "global_batch": self.global_batch,
                 "seq": self.seq, "gpus_per_node": self.gpus_per_node, "fabric": self.fabric,
                 "plans": [p.to_dict() for p in self.plans], "explanation": self.explanation,
                 "infeasible": self.infeasible, "considered": self.considered, "fitting": self.fitting,
-                "comm_model": self.comm_model, "assumptions": list(self.assumptions)}
+                "comm_model": self.comm_model, "compute_model": self.compute_model,
+                "assumptions": list(self.assumptions)}
 
 
 def _divisors(n: int) -> list[int]:
@@ -504,8 +560,9 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int) -> list[tu
 
 def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
-                  schedule: str = "1f1b") -> TrainPlanResult:
-    """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc)."""
+                  schedule: str = "1f1b", calibration: str | Path | Calibration | None = None) -> TrainPlanResult:
+    """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
+    ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration)."""
     from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
@@ -516,6 +573,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     hw = require_spec(gpu)
     if "bf16" not in hw.matrix_flops:
         raise UnknownGpuError(f"--gpu {gpu!r} has no bf16 peak in its datasheet row; use a GPU with tensor cores")
+    cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
     net = make_net(hw.key, gpus_per_node, fabric)
     shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node) if global_batch % s[0] == 0]
     if not shapes:
@@ -538,7 +596,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                     est = _memory(model, hw.key, lay, global_batch, seq)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
-                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s))
+                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal))
     plans = _rank(plans)
     infeasible = None if plans else _infeasible(model, hw, gpus, gpus_per_node, shapes)
     return TrainPlanResult(
@@ -546,7 +604,9 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
         explanation=_explain(plans, gpus, gpus_per_node, hw.memory_bytes, model, hw.key, global_batch, seq) if plans else "",
         infeasible=infeasible, considered=considered, fitting=len(plans),
-        comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta")
+        comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
+        assumptions=ASSUMPTIONS if cal is None else calibrated_assumptions(cal),
+        compute_model=COMPUTE_ASSUMED if cal is None else cal.label)
 
 
 def _complexity(p: Plan) -> tuple[int, int]:
@@ -587,8 +647,9 @@ def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int)
 
 
 def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak: float, net: Net,
-           hbm: float) -> Plan:
-    r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net, hbm_bytes_per_s=hbm)
+           hbm: float, cal: Calibration | None = None) -> Plan:
+    r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net, hbm_bytes_per_s=hbm,
+                     calibration=cal)
     breakdown = {k: v for k, v in r.items() if k.endswith("_s") and k != "step_s"}
     return Plan(dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, zero=lay.zero, microbatch=lay.microbatch,
                 microbatches=int(r["microbatches"]), checkpointing=lay.checkpointing, schedule=lay.schedule,

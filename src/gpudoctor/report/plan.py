@@ -76,6 +76,9 @@ def render_train(result: Any, console: Console) -> None:
         console.print(table)
     else:
         console.print("no layout fits")
+    compute = getattr(result, "compute_model", None)
+    if compute:
+        console.print(Text(f"compute: {compute}", style="dim"))
     for attr in ("explanation", "infeasible"):
         value = getattr(result, attr, None)
         if not value:
