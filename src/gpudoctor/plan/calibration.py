@@ -255,3 +255,21 @@ def _attention_core(spec: ModelSpec, cal: Calibration, layer: int, batch: int, s
         return flops / assumed_rate, 2 * flops / assumed_rate
     rate_f, rate_b = cal.attention.rates(seq, max(qk_d, v_d))
     return flops / rate_f, 2 * flops / rate_b
+
+
+# Kernels an eager PyTorch step launches per decoder layer, forward + backward: 1958 GPU kernels in
+# forward + backward of a 16-layer Hugging Face Llama (transformers 5.17, torch 2.11, SDPA; 1.10 B,
+# 4 x 2048 tokens) on an H200, 2026-11-22, counted with torch.profiler
+# (benchmarks/results/plan_single_h200_2026-11-22.json): 122 per layer, the embedding, head and
+# loss spread over the layers. A count of that implementation, not fitted to any step time.
+EAGER_KERNELS_PER_LAYER = 122
+
+
+def launch_gap(cal: Calibration | None, m: int, layers: int, gpu_mb_s: float) -> float:
+    """The host launches kernels one by one at the measured eager launch time; the GPU waits only
+    when launching a micro-batch's kernels takes longer than running them: m x max(0, CPU - GPU).
+    Needs a measured launch time (--bench): 0 without one."""
+    if cal is None or not cal.launch_eager_s:
+        return 0.0
+    cpu_s = layers * EAGER_KERNELS_PER_LAYER * cal.launch_eager_s
+    return m * max(0.0, cpu_s - gpu_mb_s)

@@ -30,7 +30,13 @@ from pathlib import Path
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory.spec import ModelSpec
-from gpudoctor.plan.calibration import Calibration, load_calibration, microbatch_times
+from gpudoctor.plan.calibration import (
+    EAGER_KERNELS_PER_LAYER,
+    Calibration,
+    launch_gap,
+    load_calibration,
+    microbatch_times,
+)
 
 BYTES_BF16 = 2
 
@@ -345,7 +351,7 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     cp_s = _cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = _pp_comm(spec, lay, seq, m, net)
     memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / hbm
-    launch_s = _launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
+    launch_s = launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
     pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
     layer_p, other_p = _param_split(spec)
@@ -360,24 +366,6 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
              "zero_comm_s": zero_s, "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
-
-
-# Kernels an eager PyTorch step launches per decoder layer, forward + backward: 1958 GPU kernels in
-# forward + backward of a 16-layer Hugging Face Llama (transformers 5.17, torch 2.11, SDPA; 1.10 B,
-# 4 x 2048 tokens) on an H200, 2026-11-22, counted with torch.profiler
-# (benchmarks/results/plan_single_h200_2026-11-22.json): 122 per layer, the embedding, head and
-# loss spread over the layers. A count of that implementation, not fitted to any step time.
-EAGER_KERNELS_PER_LAYER = 122
-
-
-def _launch_gap(cal: Calibration | None, m: int, layers: int, gpu_mb_s: float) -> float:
-    """The host launches kernels one by one at the measured eager launch time; the GPU waits only
-    when launching a micro-batch's kernels takes longer than running them: m x max(0, CPU - GPU).
-    Needs a measured launch time (--bench): 0 without one."""
-    if cal is None or not cal.launch_eager_s:
-        return 0.0
-    cpu_s = layers * EAGER_KERNELS_PER_LAYER * cal.launch_eager_s
-    return m * max(0.0, cpu_s - gpu_mb_s)
 
 
 # The non-matmul work (norms, activations, RoPE, softmax of the loss, residual adds) is memory-bound:
