@@ -409,6 +409,7 @@ def test_row_tiles_with_a_partial_last_tile(pair, shape, monkeypatch):
     """Narrow rows go [ROWS, BLOCK] at a time; the last tile is cut short by the row count, and a
     backward program that owns several tiles sums its partial weight gradient over all of them."""
     monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 512)
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 512)
     rows = torch.Size(shape[:-1]).numel()
     block, single = rms_mod._block(shape[-1], 4)
     tile_rows = rms_mod._rows_per_tile(block, single, rows)
@@ -418,3 +419,23 @@ def test_row_tiles_with_a_partial_last_tile(pair, shape, monkeypatch):
     assert n_tiles <= 2 or per > 1  # some program walks more than one tile (4 interpreter programs)
     x, w, b, dy = inputs(shape, torch.float32, seed=7)
     check_fp32(*pair(), x, w, b, dy)
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_inference_takes_the_kernel_without_an_autograd_node(op, monkeypatch):
+    """Under no_grad (or with nothing requiring grad) the forward kernel runs alone: same output,
+    no graph, nothing saved."""
+    x, w, b, _ = inputs((6, 300), torch.float32, seed=11)
+    fn = ((lambda x, w, b: rms_mod.rms_norm(x, w)) if op == "rms" else ln_mod.layer_norm)
+    launched = []
+    module = rms_mod if op == "rms" else ln_mod
+    real = module._forward
+    monkeypatch.setattr(module, "_forward", lambda *a: launched.append(1) or real(*a))
+    with torch.no_grad():
+        y = fn(x, w, b)
+    assert y.grad_fn is None and launched == [1]
+    y_plain = fn(x, w, b)  # no input requires grad: also no node
+    assert y_plain.grad_fn is None and launched == [1, 1]
+    want = fn(x.requires_grad_(True), w, b)
+    assert kernel_ran(want)
+    torch.testing.assert_close(y, want.detach(), rtol=0, atol=0)

@@ -26,11 +26,17 @@ from gpudoctor.kernels.rms_norm import (
     _rows_per_tile,
 )
 
-# Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
-# (benchmarks/results/kernels_h100_run2_2026-11-22.json) found no shape where PyTorch's own fused
-# op lost to this kernel, so there is no crossover to set; 0 keeps the kernel, which keeps less for
-# backward than the native Python path it replaces in Hugging Face models.
+# ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
+# backward (x, mean, rstd); CUDA inputs go there where it takes less GPU time than these kernels:
+# below NATIVE_BELOW_ELEMENTS elements, and for rows of NATIVE_ROW_BYTES or more, where one row no
+# longer fits a block's registers (H100, triton 3.6, 2026-11-22, 512 x 16384 bf16 forward + backward:
+# 106 us in one block with 32 warps, 114-172 us looping over columns, 89 us for torch.nn.LayerNorm;
+# benchmarks/results/tune_norms_h100_2026-11-22.json).
 NATIVE_BELOW_ELEMENTS = 0
+NATIVE_ROW_BYTES = 32768
+# [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
+# six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
+TILE_ELEMENTS = 8192
 
 
 # -- kernels -----------------------------------------------------------------------------------------
@@ -181,7 +187,7 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows)
+    rows = _rows_per_tile(block, single, n_rows, TILE_ELEMENTS)
     # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
     _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean,
                 rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single,
@@ -194,7 +200,7 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
               need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, hidden = x2.shape
     block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows)
+    rows = _rows_per_tile(block, single, n_rows, TILE_ELEMENTS)
     n_tiles = -(-n_rows // rows)
     num_warps = _num_warps(rows * block)
     programs, per = _programs(x2.device, n_tiles, num_warps)
@@ -249,8 +255,14 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
                              f"{hidden}; give a {name} of shape ({hidden},)")
     check_same("x", x, weight=weight, bias=bias)
     eps = _check_eps(eps)
-    if x.numel() == 0 or x.numel() < NATIVE_BELOW_ELEMENTS or not use_triton(x):
+    if x.numel() == 0 or not use_triton(x):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
+    if x.is_cuda and (x.numel() < NATIVE_BELOW_ELEMENTS or hidden * x.element_size() >= NATIVE_ROW_BYTES):
+        return F.layer_norm(x, (hidden,), weight, bias, eps)  # the same op, faster there (see above)
+    needs_grad = x.requires_grad or any(t is not None and t.requires_grad for t in (weight, bias))
+    if not (torch.is_grad_enabled() and needs_grad):  # inference: no autograd node, nothing saved
+        y, _, _ = _forward(_as_rows(x, hidden), weight, bias, eps)
+        return y.view(x.shape)
     return _LayerNormFunction.apply(x, weight, bias, eps)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
@@ -28,10 +29,11 @@ from gpudoctor.errors import InputError
 from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
-# Inputs with fewer elements than this take the native path even on a GPU. The H100 benchmark
-# (benchmarks/results/kernels_h100_run2_2026-11-22.json) found no shape where PyTorch's own fused
-# op lost to this kernel, so there is no crossover to set; 0 keeps the kernel, which keeps less for
-# backward than the native Python path it replaces in Hugging Face models.
+# With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm`` (fp32 math,
+# one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs with
+# fewer elements than this go there, where its fewer launches cost less GPU time than our kernels'.
+# Llama casting has no native fused equivalent (F.rms_norm(x, None) * w takes twice our GPU time,
+# benchmarks/results/tune_norms_h100_2026-11-22.json), so it always takes the kernel.
 NATIVE_BELOW_ELEMENTS = 0
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
@@ -43,12 +45,16 @@ MAX_FUSED_BYTES = 32768
 # Column chunk of the looping kernels: 8192 beat 4096 on every shape above (H100).
 LOOP_BLOCK = 8192
 # Elements of one [ROWS, BLOCK] tile of the single-block kernels: rows narrower than this are
-# processed TILE_ELEMENTS // BLOCK at a time. To be tuned on the H100 (benchmarks/tune_norms.py).
+# processed TILE_ELEMENTS // BLOCK at a time. benchmarks/tune_norms.py, H100, triton 3.6, 2026-11-22,
+# forward + backward GPU time, bf16: 4096 was the best or within 4% of it at every H from 256 to 16384
+# (e.g. 32768 x 1024: 131 us at 4096, 139 us at 8192, 149 us at 2048; one row per program before: 45%
+# of the HBM ceiling at 256 x 32768, 68-72% in tiles).
 TILE_ELEMENTS = 4096
 # Backward programs resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps)
 # programs, each writing one fp32 row of partial weight gradients (fewer programs, less of that
-# traffic; more, more loads in flight). To be tuned on the H100.
-BACKWARD_WARPS_PER_SM = 32
+# traffic; more, more loads in flight). Same run: 16 beat 4, 8, 32 and 64 (8192 x 4096: 130 us at
+# 16, 152 at 8, 141 at 32, 138 at 64).
+BACKWARD_WARPS_PER_SM = 16
 
 CASTINGS = ("llama", "gemma")
 
@@ -184,13 +190,13 @@ def _block(hidden: int, element_size: int) -> tuple[int, bool]:
     return LOOP_BLOCK, False
 
 
-def _rows_per_tile(block: int, single: bool, n_rows: int) -> int:
+def _rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | None = None) -> int:
     """ROWS of a [ROWS, BLOCK] tile: narrow rows are handled several at a time, so each program
     still has about TILE_ELEMENTS loads in flight (one 256-wide row per program leaves the memory
     system idle); never more rows than the input has (rounded up to a power of two)."""
     if not single:
         return 1
-    rows = max(1, TILE_ELEMENTS // block)
+    rows = max(1, (tile_elements or TILE_ELEMENTS) // block)
     return min(rows, 1 << (max(n_rows, 1) - 1).bit_length())
 
 
@@ -317,8 +323,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     eps = _check_eps(eps)
     offset = float(offset)
     llama = casting == "llama"
-    if x.numel() == 0 or x.numel() < NATIVE_BELOW_ELEMENTS or not use_triton(x, weight):
+    if x.numel() == 0 or not use_triton(x, weight):
         return _rms_norm_native(x, weight, eps, offset, llama)
+    if not llama and offset == 0.0 and x.numel() < NATIVE_BELOW_ELEMENTS and x.is_cuda:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
+    if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        # inference: no autograd node to build, nothing to save
+        y, _ = _forward(_as_rows(x, x.shape[-1]), weight, eps, offset, llama)
+        return y.view(x.shape)
     return _RMSNormFunction.apply(x, weight, eps, offset, llama)
 
 
