@@ -31,6 +31,27 @@ def bench(fn, warmup=10, rep=50) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def gpu_us(fn, iters: int = 10) -> float:
+    """GPU time per call (us): the sum of every kernel, memset and copy the call runs, from a
+    torch.profiler trace. Launch gaps are excluded, so it is what the work costs on the card whatever
+    the CPU in front of it (the wall-clock ``bench`` includes the CPU when the call is launch-bound)."""
+    import tempfile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    kinds = ("kernel", "gpu_memset", "gpu_memcpy")
+    return sum(e.get("dur", 0) for e in events if e.get("cat") in kinds) / iters
+
+
 def peak_mb(fn) -> float:
     gc.collect()
     torch.cuda.synchronize()
@@ -50,7 +71,7 @@ def hbm_ceiling() -> float:
 
 def liger():
     try:
-        import liger_kernel  # noqa: F401
+        import liger_kernel
 
         return True
     except ImportError:
@@ -92,6 +113,8 @@ def part_norms(quick: bool) -> None:
 
         cands = {
             "rms ours": lambda x, w, b: rms_norm(x, w, 1e-6),
+            # torch.nn.RMSNorm's own math (weight applied in fp32, one rounding): like against like
+            "rms ours (fp32 weight)": lambda x, w, b: rms_norm(x, w, 1e-6, casting="gemma"),
             "rms hf-eager": lambda x, w, b: hf_rms(x, w),
             "rms torch.nn.RMSNorm": lambda x, w, b: nn_rms(x),
             "ln ours": lambda x, w, b: layer_norm(x, w, b, 1e-5),
@@ -110,12 +133,14 @@ def part_norms(quick: bool) -> None:
         for name, f in cands.items():
             try:
                 ms = bench(fwd_bwd(f, x, w, b))
-            except Exception as exc:  # noqa: BLE001 - one failing candidate does not stop the table
+                g_us = gpu_us(fwd_bwd(f, x, w, b))
+            except Exception as exc:
                 rows.append({"op": name, "H": h, "M": m, "error": f"{type(exc).__name__}: {exc}"[:200]})
                 continue
             moved = 5 * m * h * 2  # fwd: read x, write y; bwd: read x, dy, write dx
-            rows.append({"op": name, "H": h, "M": m, "ms": round(ms, 4),
-                         "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1)})
+            rows.append({"op": name, "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
+                         "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
+                         "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1)})
         del x, w, b
         torch.cuda.empty_cache()
     RESULTS["norms"] = rows
@@ -150,7 +175,7 @@ def part_glu(quick: bool) -> None:
         try:
             ms = bench(fwd_bwd(f, g, u))
             saved = _saved_mb(f, g, u)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rows.append({"op": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
         rows.append({"op": name, "M": m, "I": i, "ms": round(ms, 4), "saved_for_backward_MB": round(saved, 1)})
@@ -205,7 +230,7 @@ def part_ce(quick: bool) -> None:
             ms = bench(run, warmup=3, rep=10)
             with torch.no_grad():
                 loss = float(f(h, w))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rows.append({"op": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
         if name == "ce eager":
@@ -281,10 +306,10 @@ def part_e2e(quick: bool) -> None:
                          "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 2),
                          "params_B": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),
                          **({"patch": report} if report else {})})
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rows.append({"variant": variant, "error": f"{type(exc).__name__}: {exc}"[:300]})
         finally:
-            model = step_model = opt = None  # noqa: F841
+            model = step_model = opt = None
             gc.collect()
             torch.cuda.empty_cache()
             torch._dynamo.reset()
@@ -292,12 +317,13 @@ def part_e2e(quick: bool) -> None:
 
 
 def part_converge(quick: bool) -> None:
+    """50 steps of a small Llama-style model on the same batches: eager twice (its own run-to-run
+    noise), patched once; in bf16 and in fp32 (where the kernels' rounding differs least)."""
     from gpudoctor.kernels import patch
 
-    curves = {}
-    for variant in ("eager", "patch"):
+    def curve(variant: str, dtype: torch.dtype) -> list[float]:
         torch.manual_seed(0)
-        model = _llama(layers=4, hidden=512, inter=1536, vocab=32000, heads=8, kv=4)
+        model = _llama(layers=4, hidden=512, inter=1536, vocab=32000, heads=8, kv=4).to(dtype)
         if variant == "patch":
             patch(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -311,10 +337,16 @@ def part_converge(quick: bool) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss))
-        curves[variant] = losses
-    diffs = [abs(a - b) for a, b in zip(curves["eager"], curves["patch"])]
-    RESULTS["converge"] = {"eager": curves["eager"], "patch": curves["patch"], "max_abs_diff": max(diffs),
-                           "final_eager": curves["eager"][-1], "final_patch": curves["patch"][-1]}
+        return losses
+
+    out = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        eager, eager2, patched = curve("eager", dtype), curve("eager", dtype), curve("patch", dtype)
+        out[name] = {"eager": eager, "eager_again": eager2, "patch": patched,
+                     "max_diff_patch_vs_eager": max(abs(a - b) for a, b in zip(eager, patched)),
+                     "max_diff_eager_vs_eager": max(abs(a - b) for a, b in zip(eager, eager2)),
+                     "mean_last10_eager": sum(eager[-10:]) / 10, "mean_last10_patch": sum(patched[-10:]) / 10}
+    RESULTS["converge"] = out
 
 
 def part_large(quick: bool) -> None:
@@ -333,6 +365,27 @@ def part_large(quick: bool) -> None:
     out["rms_norm_elements"] = m * h
     out["rms_norm_tail_max_err"] = float((y[-8:].float() - ref).abs().max())
     del y
+    # backward past 2^31: dx of the last rows against the native math on those rows alone
+    xg = x.detach().requires_grad_(True)
+    wg = w.detach().clone().requires_grad_(True)
+    dy_tail = torch.randn(8, h, device="cuda", dtype=DT)
+    dy = torch.zeros_like(x)
+    dy[-8:] = dy_tail
+    rms_norm(xg, wg, 1e-6).backward(dy)
+    t = x[-8:].detach().float().requires_grad_(True)
+    wt = w.detach().float().requires_grad_(True)
+    (wt * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))).backward(dy_tail.float())
+    out["rms_norm_bwd_tail_dx_max_err"] = float((xg.grad[-8:].float() - t.grad).abs().max())
+    out["rms_norm_bwd_dw_rel_err"] = float((wg.grad.float() - wt.grad).abs().max() / wt.grad.abs().max())
+    del xg, wg, dy
+    torch.cuda.empty_cache()
+    from gpudoctor.kernels.layer_norm import layer_norm
+
+    y = layer_norm(x, w, w, 1e-5)
+    out["layer_norm_tail_max_err"] = float((y[-8:].float() - F.layer_norm(x[-8:].float(), (h,), w.float(),
+                                                                          w.float(), 1e-5)).abs().max())
+    del y
+    torch.cuda.empty_cache()
     g = x
     u = torch.randn_like(x)
     z = swiglu(g, u)
@@ -360,7 +413,7 @@ def main() -> None:
         t0 = time.time()
         try:
             globals()["part_" + part](quick)
-        except Exception:  # noqa: BLE001
+        except Exception:
             RESULTS[part + "_error"] = traceback.format_exc()[-1500:]
         RESULTS.setdefault("seconds", {})[part] = round(time.time() - t0, 1)
         (out / "kernels.json").write_text(json.dumps(RESULTS, indent=1, default=str))
@@ -372,14 +425,15 @@ def _print_tables() -> None:
     print(f"HBM ceiling (copy): {RESULTS['hbm_bytes_per_s'] / 1e12:.2f} TB/s")
     for r in RESULTS.get("norms", []):
         print(f"{r['op']:26s} H={r['H']:6d} M={r['M']:7d} {r.get('ms', float('nan')):9.4f} ms "
-              f"{r.get('hbm_pct', math.nan):6.1f}% {r.get('error', '')}")
+              f"{r.get('hbm_pct', math.nan):6.1f}%  gpu {r.get('gpu_us', math.nan):8.1f} us "
+              f"{r.get('gpu_hbm_pct', math.nan):6.1f}% {r.get('error', '')}")
     for key in ("glu", "ce", "e2e"):
         for r in RESULTS.get(key, []):
             print(key, {k: v for k, v in r.items() if k not in ("loss",)})
-    if "converge" in RESULTS:
-        c = RESULTS["converge"]
-        print("converge: max |loss diff|", round(c["max_abs_diff"], 4), "final", round(c["final_eager"], 4),
-              round(c["final_patch"], 4))
+    for name, c in RESULTS.get("converge", {}).items():
+        print(f"converge {name}: max |patch - eager| {c['max_diff_patch_vs_eager']:.4f}, max |eager - eager| "
+              f"{c['max_diff_eager_vs_eager']:.4f}, last-10 mean {c['mean_last10_eager']:.4f} / "
+              f"{c['mean_last10_patch']:.4f}")
     if "large" in RESULTS:
         print("large:", RESULTS["large"])
     for k, v in RESULTS.items():

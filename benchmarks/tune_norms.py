@@ -10,34 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
 
 import gpudoctor.kernels.layer_norm as ln_mod
 import gpudoctor.kernels.rms_norm as rms_mod
 
 DT = torch.bfloat16
-
-
-def gpu_us(fn, iters: int = 10) -> float:
-    """GPU time per call (us): the sum of every kernel, memset and copy the call runs on the GPU."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "t.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    total = sum(e.get("dur", 0) for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
-    return total / iters
 
 
 def cpu_us(fn, n: int = 300) -> float:
