@@ -32,9 +32,13 @@ from gpudoctor.kernels._common import jit as _jit
 # With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm`` (fp32 math,
 # one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs with
 # fewer elements than this go there, where its fewer launches cost less GPU time than our kernels'.
-# Llama casting has no native fused equivalent (F.rms_norm(x, None) * w takes twice our GPU time,
+# H100, triton 3.6, torch 2.11, 2026-11-22 (benchmarks/results/kernels_h100_run3_2026-11-22.json),
+# forward + backward GPU time, bf16, rows x hidden: at 1M elements and below torch's took 5-20% less
+# (256 x 256: 8.3 vs 10.4 us; 256 x 4096: 14.4 vs 15.1 us); from 2M up ours took as much or less at
+# every width (256 x 8192: 16.3 vs 22.0 us; 2048 x 1024: 18.1 vs 18.8 us).
+# Llama casting has no native fused equivalent (F.rms_norm(x, None) * w took twice our GPU time,
 # benchmarks/results/tune_norms_h100_2026-11-22.json), so it always takes the kernel.
-NATIVE_BELOW_ELEMENTS = 0
+NATIVE_BELOW_ELEMENTS = 2**21
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
 # Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that measured
