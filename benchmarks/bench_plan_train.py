@@ -7,7 +7,8 @@ DP = GPUs / (TP x PP). The paper's metric is teraFLOP/s per GPU with their eq. 3
 96 B s l h^2 (1 + s/6h + V/16lh): full activation recomputation counted, non-causal attention.
 
 Our assumptions (not from the paper): micro-batch 1, 1F1B schedule, no ZeRO, DDP-style gradient
-all-reduce, and the planner's GEMM_EFFICIENCY constants and collective presets (ib-hdr fabric).
+all-reduce, no sequence parallelism (it came in 2022), Megatron's pipeline scatter/gather, and the planner's GEMM_EFFICIENCY constants and collective
+presets (ib-hdr fabric).
 The rows were transcribed from the paper's Table 1; check them against the PDF before quoting.
 
 Run: python benchmarks/bench_plan_train.py  (--llama3: Llama 3 Table 4; --korthikanti [--interleaved]:
@@ -51,7 +52,7 @@ def main() -> list[dict]:
     rows = []
     for params, heads, hidden, layers, tp, pp, gpus, batch, pub_tf, pub_pct in TABLE_1:
         spec = gpt(hidden, layers, heads)
-        lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full")
+        lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full", sp=False)
         r = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
                          hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
         tf = r["hardware_flops"] / (r["step_s"] * gpus) / 1e12
@@ -130,10 +131,10 @@ def korthikanti_hardware_flops(batch: int, layers: int, hidden: int, seq: int = 
 
 def korthikanti(schedule: str = "1f1b") -> list[dict]:
     """Each Table 3 row priced with predict_step for full recomputation and for the paper's method.
+    Full recomputation without sequence parallelism, selective with it (the paper's two settings).
     Not from the paper, assumed: the schedule (1F1B, or interleaved with 3 virtual stages where the
     stage's layers divide by 3, else 2), no ZeRO, the ib-hdr preset, non-causal attention (the
-    paper counts the full s x s). predict_step has no sequence-parallel switch (its memory-bound
-    term always assumes SP when TP > 1) and prices checkpointing="selective" like "none"."""
+    paper counts the full s x s), Megatron's pipeline scatter/gather without SP."""
     hw = find_spec(GPU)
     peak = hw.matrix_flops["bf16"]
     net = make_net(hw.key, 8, FABRIC)
@@ -142,16 +143,13 @@ def korthikanti(schedule: str = "1f1b") -> list[dict]:
         spec = gpt(hidden, layers, heads)
         v = 3 if (layers // pp) % 3 == 0 else 2
         pred = {}
-        for ckpt in ("full", "selective"):
+        for ckpt, sp in (("full", False), ("selective", True)):
             lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=micro, checkpointing=ckpt,
-                         schedule=schedule, virtual_stages=v)
+                         schedule=schedule, virtual_stages=v, sp=sp)
             pred[ckpt] = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
                                       hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
         full, sel = pred["full"], pred["selective"]
         pub_full, pub_sel, pub_gain, _, _ = KORTHIKANTI_TABLE_5[name]
-        # what predict_step leaves out for "selective": one more forward of QK^T and PV (4 B s^2 h per
-        # layer, non-causal) on the last stage, at the same GEMM rate (an estimate, not in step_s)
-        unpriced = 4 * batch * SEQ**2 * hidden * (layers / pp) / (gpus // pp) / (peak * sel["gemm_efficiency"])
         rows.append({"name": name, "tp": tp, "pp": pp, "gpus": gpus, "batch": batch, "micro": micro,
                      "v": v if schedule == "interleaved" and pp > 1 else 1,
                      "published_full_s": pub_full, "predicted_full_s": full["step_s"],
@@ -160,9 +158,10 @@ def korthikanti(schedule: str = "1f1b") -> list[dict]:
                      "error_sel": sel["step_s"] / pub_sel - 1,
                      "published_speedup": pub_full / pub_sel, "published_gain_pct": pub_gain,
                      "predicted_speedup": full["step_s"] / sel["step_s"],
-                     "recompute_s": full["recompute_s"], "bubble_s": sel["bubble_s"],
-                     "tp_comm_s": sel["tp_comm_s"], "pp_comm_s": sel["pp_comm_s"],
-                     "unpriced_selective_s": unpriced, "eff": sel["gemm_efficiency"]})
+                     "recompute_s": full["recompute_s"], "selective_recompute_s": sel["recompute_s"],
+                     "bubble_s": sel["bubble_s"], "tp_comm_s": sel["tp_comm_s"],
+                     "pp_comm_full_s": full["pp_comm_s"], "pp_comm_s": sel["pp_comm_s"],
+                     "eff": sel["gemm_efficiency"]})
     return rows
 
 
@@ -170,14 +169,15 @@ def print_korthikanti(schedule: str) -> None:
     print(f"GPU {GPU}, fabric {FABRIC}, seq {SEQ}, schedule {schedule}, DP=1; Korthikanti et al. 2022 Tables 3 and 5")
     print("| model | TP | PP | GPUs | batch | micro-batch | full: published s | predicted s | error |"
           " selective + SP: published s | predicted s | error | speedup published | predicted |"
-          " GEMM eff. | bubble s | PP comm s | selective recompute not priced, s |")
+          " GEMM eff. | bubble s (sel.) | PP comm s: full / sel. | recompute s: full / sel. |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in korthikanti(schedule):
         print(f"| {r['name']} | {r['tp']} | {r['pp']} | {r['gpus']} | {r['batch']} | {r['micro']} | "
               f"{r['published_full_s']:.2f} | {r['predicted_full_s']:.2f} | {r['error_full']:+.1%} | "
               f"{r['published_sel_s']:.2f} | {r['predicted_sel_s']:.2f} | {r['error_sel']:+.1%} | "
               f"{r['published_speedup']:.3f} | {r['predicted_speedup']:.3f} | {r['eff']:.2f} | "
-              f"{r['bubble_s']:.2f} | {r['pp_comm_s']:.2f} | {r['unpriced_selective_s']:.2f} |")
+              f"{r['bubble_s']:.2f} | {r['pp_comm_full_s']:.2f} / {r['pp_comm_s']:.2f} | "
+              f"{r['recompute_s']:.2f} / {r['selective_recompute_s']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,17 @@ def test_every_row_is_priced_for_both_settings():
     for r in rows:
         assert r["predicted_full_s"] > r["predicted_sel_s"] > 0
         assert r["recompute_s"] > 0
+
+
+# predict_step's times for Table 3's rows, 1F1B (benchmarks/bench_plan_train.py --korthikanti): full
+# recompute without sequence parallelism, selective with it; pinned so a model change shows here.
+PREDICTED_1F1B = {"22B": (1.5903060627, 1.1276672471), "175B (GPT-3)": (20.7448454315, 14.8797375284),
+                  "530B (MT-NLG)": (55.9345581523, 40.9050229112), "1T": (105.1777512562, 77.5320678362)}
+
+
+def test_predicted_times_are_pinned():
+    for r in b.korthikanti():
+        full, sel = PREDICTED_1F1B[r["name"]]
+        assert r["predicted_full_s"] == pytest.approx(full, rel=1e-9), r["name"]
+        assert r["predicted_sel_s"] == pytest.approx(sel, rel=1e-9), r["name"]
+        assert abs(r["error_full"]) < 0.15 and abs(r["error_sel"]) < 0.15  # the 15% target

@@ -302,3 +302,78 @@ def test_cli_bench_option(tmp_path: Path) -> None:
                              text=True, timeout=120)
         assert bad.returncode == 2 and bad.stdout == ""
         assert len(bad.stderr.strip().splitlines()) == 1 and "--bench" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Selective recompute, sequence parallelism, pipeline scatter/gather (Korthikanti et al. 2022)
+
+
+def test_selective_recompute_is_one_forward_of_the_attention_core() -> None:
+    # non-causal MHA: the core is 4 B s^2 h per layer; with it the step is
+    # 72 B L s h^2 (1 + s/6h + V/12hL) + 4 B L s^2 h = 72 B L s h^2 (1 + 2s/9h + V/12hL)
+    spec, b, s = gpt3_like(), 64, 2048
+    h, L, V = spec.hidden, spec.layers, spec.vocab
+    fl = step_flops(spec, b, s, "selective", causal=False)
+    assert fl.recompute == pytest.approx(4 * b * s * s * h * L, rel=1e-12)
+    assert fl.hardware == pytest.approx(72 * b * L * s * h**2 * (1 + 2 * s / (9 * h) + V / (12 * h * L)), rel=1e-12)
+    assert step_flops(spec, b, s, "selective").recompute == pytest.approx(fl.recompute / 2)  # causal
+
+
+def test_layout_rejects_unknown_settings() -> None:
+    with pytest.raises(InputError, match="checkpointing 'partial' is not one of: none, selective, full"):
+        Layout(dp=1, tp=1, pp=1, checkpointing="partial")
+    with pytest.raises(InputError, match="schedule 'gpipe' is not one of"):
+        Layout(dp=1, tp=1, pp=2, schedule="gpipe")
+    with pytest.raises(InputError, match="Layout.tp must be a whole number >= 1, got 0"):
+        Layout(dp=1, tp=0, pp=1)
+
+
+def _gpt3_175b(sp: bool, ckpt: str = "selective") -> dict:
+    """Korthikanti et al.'s 175B row: TP 8, PP 8, 64 sequences of 2048, A100, HDR InfiniBand."""
+    net = make_net("a100-sxm-80gb", 8, "ib-hdr")
+    lay = Layout(dp=1, tp=8, pp=8, microbatch=1, checkpointing=ckpt, sp=sp)
+    return predict_step(gpt3_like(), lay, global_batch=64, seq=2048, peak_flops=312e12, net=net, causal=False)
+
+
+def test_selective_recompute_priced_and_sp_switch() -> None:
+    sel, no_sp = _gpt3_175b(True), _gpt3_175b(False)
+    # 12 layers per stage x 4 B s^2 h / 8 TP ranks, 64 micro-batches, at 0.62 x 312 TFLOP/s
+    assert sel["recompute_s"] == pytest.approx(64 * 12 * 4 * 2048**2 * 12288 / 8 / (0.62 * 312e12), rel=1e-12)
+    assert sel["recompute_s"] == pytest.approx(0.1023118760, rel=1e-8)
+    assert sel["tp_comm_s"] == no_sp["tp_comm_s"]  # SP moves the same bytes; selective adds no collective
+    assert sel["memory_s"] == pytest.approx(0.1517586829, rel=1e-8)  # replicated activations split over TP
+    assert no_sp["memory_s"] == pytest.approx(0.5724411140, rel=1e-8)
+
+
+def test_pipeline_sends_use_megatron_scatter_gather() -> None:
+    net = make_net("a100-sxm-80gb", 8, "ib-hdr")
+    nbytes = 2048 * 12288 * 2  # b s h bf16
+    send, gather = net.time("p2p", nbytes / 8, 8, 8), net.time("all-gather", nbytes, 8, 1)
+    # without SP: b s h / t over InfiniBand, then an NVLink all-gather; with SP no all-gather
+    assert _gpt3_175b(False)["pp_comm_s"] == pytest.approx(64 * 2 * (send + gather), rel=1e-12)
+    assert _gpt3_175b(True)["pp_comm_s"] == pytest.approx(64 * 2 * send, rel=1e-12)
+    assert _gpt3_175b(True)["pp_comm_s"] == pytest.approx(0.0407639703, rel=1e-8)
+
+
+def test_calibrated_selective_recompute_is_the_measured_attention_forward() -> None:
+    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.plan.calibration import load_calibration, microbatch_times
+
+    spec = from_hf_config(LLAMA_1B, name="bench-llama")
+    cal = load_calibration(BENCH, "h200")
+    kw = {"global_batch": 8, "seq": 2048, "peak_flops": 989.4e12, "net": make_net("h200", 2, None)}
+    r = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4, checkpointing="selective"), **kw, calibration=cal)
+    t = microbatch_times(spec, cal, microbatch=4, seq=2048, tp=1, cp=1, layers=16, assumed_rate=0.0)
+    assert r["recompute_s"] == pytest.approx(t.attention_fwd, rel=1e-12)
+    # 16 x the SDPA forward at 2048 x 64: 2.91 ms (the one-GPU profile measured 3.03 ms of SDPA forward)
+    assert r["recompute_s"] == pytest.approx(0.0029148160, rel=1e-8)
+
+
+def test_planner_drops_selective_when_it_saves_no_memory() -> None:
+    # with SDPA the attention core keeps nothing for backward: selective = none + recompute
+    r = plan_training("llama-3.2-1b", gpus=8, gpu="h100-sxm", global_batch=64, seq=2048, top=200)
+    assert r.plans and all(p.checkpointing != "selective" for p in r.plans)
+    tp = [p for p in r.plans if p.tp > 1]
+    assert tp and all(p.sp and "(SP)" in p.label for p in tp)
+    off = plan_training("llama-3.2-1b", gpus=8, gpu="h100-sxm", global_batch=64, seq=2048, top=200, sp=False)
+    assert not any(p.sp for p in off.plans)

@@ -305,6 +305,7 @@ def plan_train(
     bench_file: Optional[Path] = typer.Option(
         None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
     ),
+    sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -313,7 +314,7 @@ def plan_train(
     from gpudoctor.report.plan import render_train
 
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
-                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file)
+                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file, sp=sp)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return

@@ -223,6 +223,7 @@ class MicrobatchTimes:
     layers_bwd: float
     head_fwd: float  # LM head GEMM
     head_bwd: float
+    attention_fwd: float  # of which the attention cores (QK^T, softmax, PV), forward: selective recompute
     attention_measured: bool  # False: the attention core at the assumed rate (no attention grid)
 
 
@@ -230,27 +231,24 @@ def microbatch_times(spec: ModelSpec, cal: Calibration, *, microbatch: int, seq:
                      layers: int, assumed_rate: float, causal: bool = True) -> MicrobatchTimes:
     """GEMMs of every layer at their own shapes, attention core at the measured (seq, head_dim) rate
     (``assumed_rate`` FLOP/s when the bench has no attention grid), scaled to ``layers`` layers."""
-    from gpudoctor.plan.train import attended_pairs
-
     tokens = microbatch * seq // cp
-    fwd = bwd = 0.0
+    fwd = bwd = core = 0.0
     for i in range(spec.layers):
         f, b = gemm_times(cal.gemm, layer_gemms(spec, i, tokens, tp))
-        af, ab = _attention_core(spec, cal, i, microbatch, seq, tp * cp, assumed_rate, causal, attended_pairs)
-        fwd, bwd = fwd + f + af, bwd + b + ab
+        af, ab = _attention_core(spec, cal, i, microbatch, seq, tp * cp, assumed_rate, causal)
+        fwd, bwd, core = fwd + f + af, bwd + b + ab, core + af
     scale = layers / spec.layers
     hf, hb = gemm_times(cal.gemm, [(float(tokens), spec.vocab / tp, spec.hidden, 1.0)])
-    return MicrobatchTimes(fwd * scale, bwd * scale, hf, hb, cal.attention is not None)
+    return MicrobatchTimes(fwd * scale, bwd * scale, hf, hb, core * scale, cal.attention is not None)
 
 
 def _attention_core(spec: ModelSpec, cal: Calibration, layer: int, batch: int, seq: int, split: int,
-                    assumed_rate: float, causal: bool, attended_pairs: Any) -> tuple[float, float]:
-    if spec.mla is not None:
-        qk_d, v_d = spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim, spec.mla.v_head_dim
-    else:
-        qk_d = v_d = spec.head_dim
-    window = None if layer in spec.full_attention_layers else spec.sliding_window
-    flops = 2 * batch * attended_pairs(seq, causal, window) * spec.heads * (qk_d + v_d) / split
+                    assumed_rate: float, causal: bool) -> tuple[float, float]:
+    from gpudoctor.plan.flops import attention_core_flops
+
+    qk_d = spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    v_d = spec.mla.v_head_dim if spec.mla is not None else spec.head_dim
+    flops = attention_core_flops(spec, batch, seq, layer, causal) / split
     if cal.attention is None:
         return flops / assumed_rate, 2 * flops / assumed_rate
     rate_f, rate_b = cal.attention.rates(seq, max(qk_d, v_d))

@@ -8,23 +8,22 @@ the card, predicts each one's step time and ranks them. The pieces are pure func
 The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every answer):
 
 - FLOPs are counted exactly for the spec's matmuls (projections with GQA/MLA, MLP or top-k MoE
-  experts plus router, LM head) and attention scores/context; elementwise work is not counted.
-  Backward = 2 x forward; full activation checkpointing adds one forward of the decoder layers.
+  experts plus router, LM head) and attention scores/context (plan/flops.py). Backward = 2 x
+  forward; full activation checkpointing adds one forward of the decoder layers, selective
+  checkpointing one forward of the attention cores (Korthikanti et al. 2022).
 - Compute time = FLOPs / (GPUs x datasheet bf16 peak x ``gemm_efficiency``), the efficiency an
   assumed constant per GEMM width class (``GEMM_EFFICIENCY``), not a measurement. With a bench file
   (``--bench``, ``calibration=``): each GEMM timed at its own shape on the measured grid, attention
   at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
   (plan/calibration.py).
 - Communication is priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else
-  by the alpha-beta fallback here (``_fallback_time``). Ranks are laid out TP innermost, then
-  CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
-- Overlap rules are in ``_dp_comm``, ``_zero3_comm``, ``_tp_comm``, ``_cp_comm``, ``_pp_comm``.
+  by an alpha-beta fallback; what each axis sends and how much of it is exposed is in plan/comm.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,6 +35,23 @@ from gpudoctor.plan.calibration import (
     launch_gap,
     load_calibration,
     microbatch_times,
+)
+from gpudoctor.plan.comm import (
+    DEFAULT_FABRIC,
+    Net,
+    cp_comm,
+    dp_comm,
+    make_net,
+    pp_comm,
+    tp_comm,
+)
+from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's public pieces
+    StepFlops,
+    attended_pairs,
+    attention_core_flops,
+    attention_flops,
+    mlp_flops,
+    step_flops,
 )
 
 BYTES_BF16 = 2
@@ -51,24 +67,9 @@ GEMM_EFFICIENCY = ((4096, 0.72), (2048, 0.68), (1024, 0.62), (512, 0.52), (0, 0.
 # scaled by tokens / SMALL_M_TOKENS (assumption).
 SMALL_M_TOKENS = 1024
 
-# Fallback interconnect (used only when gpudoctor.plan.collectives is absent): achievable bus
-# bandwidth per GPU. Intra-node: 0.4 x the NVLink total both directions (H100/H200 NVLink 4:
-# 900 GB/s -> 360 GB/s busbw, what nccl-tests all_reduce reaches on 8 x H100 SXM). Inter-node:
-# one NIC per GPU at ~80% of line rate (IB NDR 400 Gb/s -> 40 GB/s).
-FABRIC_BYTES_PER_S = {"ib-ndr": 40e9, "ib-xdr": 80e9, "ib-hdr": 20e9, "roce": 40e9,
-                      "pcie4": 20e9, "pcie5": 40e9}
-DEFAULT_FABRIC = "ib-ndr"
-NVLINK_EFFICIENCY = 0.4
-PCIE_INTRA_BYTES_PER_S = 20e9
-ALPHA_INTRA_S = 2e-6  # per ring step
-ALPHA_INTER_S = 6e-6
-
 # Adam step: read/write of weights, grads, fp32 master and two fp32 moments, ~36 bytes per local
 # parameter through HBM (memory-bound elementwise kernel).
 OPTIMIZER_BYTES_PER_PARAM = 36
-
-# Gradient buckets: PyTorch DDP's bucket_cap_mb default (25 MB); ZeRO-1/2 use the same size here.
-BUCKET_BYTES = 25 * 1024**2
 
 # Within this fraction of the fastest step time the prediction cannot tell layouts apart; there the
 # seed's rule decides: the simplest layout (fewest parallel axes, lowest ZeRO stage) comes first.
@@ -76,7 +77,7 @@ TIE_TOLERANCE = 0.02
 
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 MICROBATCHES = (1, 2, 4, 8)
-CHECKPOINTING = ("none", "full")
+CHECKPOINTING = ("none", "selective", "full")
 
 ASSUMPTIONS = (
     "bf16 weights and gradients with fp32 master weights and Adam moments (16 bytes/parameter)",
@@ -89,9 +90,13 @@ ASSUMPTIONS = (
     "ZeRO-1/2 all-gather the updated parameters after the step: exposed",
     ("ZeRO-3/FSDP gathers each layer's parameters in forward and backward and reduce-scatters its "
     "gradients every micro-batch, overlapped with that layer's compute up to its length"),
-    "TP all-reduces (or SP all-gather + reduce-scatter) are exposed, not overlapped",
+    ("TP all-reduces (or, with sequence parallelism, all-gather + reduce-scatter: the same bytes, "
+    "Korthikanti et al. 2022 sec. 4.2.2) are exposed, not overlapped; selective recompute adds none"),
     ("PP sends one activation forward and one gradient backward per micro-batch per stage boundary, "
     "exposed; the last stage also runs the LM head (imbalance counted)"),
+    ("PP with TP > 1: Megatron-LM's scatter/gather (Narayanan et al. 2021 sec. 4.1) is assumed on: "
+    "each TP rank sends b*s*h/t over the fabric, then an NVLink all-gather of b*s*h (none with "
+    "sequence parallelism, whose activations are already split)"),
     ("CP all-gathers K/V in forward and reduce-scatters dK/dV in backward per layer, overlapped "
     "with that layer's attention"),
     "expert parallelism (MoE all-to-all) is not modelled",
@@ -108,80 +113,6 @@ def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
                 f"backward GEMMs; {attention}; HBM work at the measured {cal.hbm_bytes_per_s / 1e12:.2f} TB/s; "
                 f"launch gap from {EAGER_KERNELS_PER_LAYER} eager kernels per layer x the measured launch time")
     return (measured,) + tuple(a for a in ASSUMPTIONS if not (isinstance(a, str) and a.startswith("GEMM efficiency")))
-
-
-# ---------------------------------------------------------------------------------------------
-# FLOPs
-
-
-@dataclass(frozen=True)
-class StepFlops:
-    """FLOPs of one optimizer step over the global batch (matmuls and attention only)."""
-
-    layers_fwd: float  # every decoder layer, forward
-    head_fwd: float  # LM head, forward
-    recompute: float  # extra forward of the layers under full checkpointing (0 otherwise)
-
-    @property
-    def model(self) -> float:
-        """Model FLOPs: forward + backward (2 x forward), no recompute (the MFU numerator)."""
-        return 3 * (self.layers_fwd + self.head_fwd)
-
-    @property
-    def hardware(self) -> float:
-        """What the GPUs execute: model FLOPs plus recomputation."""
-        return self.model + self.recompute
-
-
-def attended_pairs(seq: int, causal: bool, window: int | None = None) -> float:
-    """Query-key pairs one sequence's attention computes. Non-causal: s^2. Causal: s^2 / 2 (what a
-    FlashAttention kernel does, skipping masked blocks; the exact s(s+1)/2 differs by 1/s).
-    A sliding window w < s: s*w - w^2/2 (causal)."""
-    if window is not None and window < seq:
-        return seq * window - window * window / 2 if causal else 2 * seq * window - window * window
-    return seq * seq / 2 if causal else float(seq * seq)
-
-
-def attention_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0, causal: bool = True) -> float:
-    """Forward FLOPs of one attention block: projections + scores (QK^T) + context (PV)."""
-    h, n, tokens = spec.hidden, spec.heads, batch * seq
-    if spec.mla is not None:
-        m = spec.mla
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * n * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank * n * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)
-        proj = 2 * tokens * (q + kv + n * m.v_head_dim * h)
-        qk_d, v_d = qk, m.v_head_dim
-    else:
-        d, kv = spec.head_dim, spec.kv_heads
-        proj = 2 * tokens * (h * n * d + 2 * h * kv * d + n * d * h)  # q, k, v, o with GQA
-        qk_d = v_d = d
-    window = None if layer in spec.full_attention_layers else spec.sliding_window
-    pairs = attended_pairs(seq, causal, window)
-    return proj + 2 * batch * pairs * n * (qk_d + v_d)  # QK^T and PV: 2 FLOPs per MAC each
-
-
-def mlp_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0) -> float:
-    """Forward FLOPs of one MLP block: dense (3 or 2 matmuls) or MoE (router, top_k routed
-    experts per token, always-on shared MLP)."""
-    h, tokens = spec.hidden, batch * seq
-    mats = 3 if spec.gated_mlp else 2
-    moe = spec.moe
-    if moe is None or not moe.is_moe_layer(layer):
-        return 2 * tokens * mats * h * spec.intermediate
-    flops = 2 * tokens * h * moe.experts  # router
-    flops += moe.top_k * 2 * tokens * 3 * h * moe.intermediate  # routed experts are gated
-    shared = moe.shared_intermediate if moe.shared_intermediate is not None else moe.shared_experts * moe.intermediate
-    return flops + 2 * tokens * mats * h * shared
-
-
-def step_flops(spec: ModelSpec, batch: int, seq: int, checkpointing: str = "none",
-               causal: bool = True) -> StepFlops:
-    """FLOPs for ``batch`` sequences of ``seq`` tokens (forward, backward, recompute)."""
-    layers = sum(attention_flops(spec, batch, seq, i, causal) + mlp_flops(spec, batch, seq, i)
-                 for i in range(spec.layers))
-    head = 2 * batch * seq * spec.hidden * spec.vocab
-    return StepFlops(layers, head, layers if checkpointing == "full" else 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,95 +135,44 @@ def bubble_fraction(pp: int, microbatches: int, schedule: str = "1f1b", virtual_
 
 
 # ---------------------------------------------------------------------------------------------
-# Communication
-
-
-@dataclass(frozen=True)
-class Net:
-    """How collectives are priced for one request."""
-
-    gpu: str
-    gpus_per_node: int
-    fabric: str | None
-    intra_bytes_per_s: float
-    inter_bytes_per_s: float
-    use_predict: bool  # gpudoctor.plan.collectives.predict is importable
-
-    def time(self, op: str, nbytes: float, group: int, stride: int) -> float:
-        """Seconds for one collective of ``nbytes`` (the full buffer, nccl-tests convention) over
-        ``group`` ranks ``stride`` apart in the rank order."""
-        if group <= 1 or nbytes <= 0:
-            return 0.0
-        if op == "p2p":  # the slowest stage boundary: inter-node as soon as the group spans nodes
-            group, per_node = 2, (2 if stride * group <= self.gpus_per_node else 1)
-        else:
-            per_node = math.gcd(group, self.gpus_per_node // stride) if stride < self.gpus_per_node else 1
-        if self.use_predict:
-            return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric)
-        return _fallback_time(op, nbytes, group, per_node, self)
-
-
-@lru_cache(maxsize=4096)
-def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None) -> float:
-    from gpudoctor.plan.collectives import predict
-
-    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric).time_s)
-
-
-def _fallback_time(op: str, nbytes: float, group: int, per_node: int, net: Net) -> float:
-    """Ring alpha-beta: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter
-    (n-1)/n, p2p all of it, at the bus bandwidth of the slowest link the ring crosses."""
-    intra = group <= per_node
-    # across nodes NCCL spreads a ring's channels over the node's NICs: per_node rails
-    bw = net.intra_bytes_per_s if intra else min(net.intra_bytes_per_s, per_node * net.inter_bytes_per_s)
-    alpha = ALPHA_INTRA_S if intra else ALPHA_INTER_S
-    n = group
-    if op == "p2p":
-        return alpha + nbytes / bw
-    steps, factor = (2 * (n - 1), 2 * (n - 1) / n) if op == "all-reduce" else (n - 1, (n - 1) / n)
-    return steps * alpha + factor * nbytes / bw
-
-
-def make_net(gpu: str, gpus_per_node: int, fabric: str | None) -> Net:
-    from gpudoctor.hardware.specs import find_spec
-
-    spec = find_spec(gpu)
-    nvlink = spec.nvlink_bytes_per_s if spec is not None else 0.0
-    intra = NVLINK_EFFICIENCY * nvlink if nvlink else PCIE_INTRA_BYTES_PER_S
-    name = fabric or DEFAULT_FABRIC
-    if name not in FABRIC_BYTES_PER_S and not _has_predict():
-        raise InputError(f"--fabric {fabric!r} is not one of: {', '.join(FABRIC_BYTES_PER_S)}")
-    return Net(gpu, gpus_per_node, fabric, intra, FABRIC_BYTES_PER_S.get(name, 40e9), _has_predict())
-
-
-@lru_cache(maxsize=1)
-def _has_predict() -> bool:
-    try:
-        from gpudoctor.plan.collectives import predict  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
 # One layout
 
 
 @dataclass(frozen=True)
 class Layout:
+    """One way to split the step over the GPUs."""
+
     dp: int
     tp: int
     pp: int
     cp: int = 1
     zero: int = 0  # 0 DDP, 1, 2, 3 (= FSDP)
     microbatch: int = 1  # sequences per micro-batch per DP rank
-    checkpointing: str = "none"
-    schedule: str = "1f1b"
+    checkpointing: str = "none"  # one of CHECKPOINTING
+    schedule: str = "1f1b"  # one of SCHEDULES
     virtual_stages: int = 2  # interleaved only
+    sp: bool = True  # sequence parallelism on the TP group (Korthikanti et al. 2022); no effect at tp = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "microbatch", "virtual_stages"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"Layout.{name} must be a whole number >= 1, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise InputError(f"Layout.zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.checkpointing not in CHECKPOINTING:
+            raise InputError(f"checkpointing {self.checkpointing!r} is not one of: {', '.join(CHECKPOINTING)}")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"schedule {self.schedule!r} is not one of: {', '.join(SCHEDULES)}")
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Whether activations outside the TP regions are split over the TP ranks."""
+        return self.sp and self.tp > 1
 
 
 def gemm_efficiency(spec: ModelSpec, tp: int, tokens_per_microbatch: int) -> float:
@@ -344,12 +224,12 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
                              layers=spec.layers / lay.pp, assumed_rate=peak_flops * eff, causal=causal)
         mb_fwd_s, mb_bwd_s = t.layers_fwd + t.head_fwd, t.layers_bwd + t.head_bwd
         compute_s = m * (mb_fwd_s + mb_bwd_s)
-        recompute_s = m * t.layers_fwd if lay.checkpointing == "full" else 0.0
+        recompute_s = m * {"full": t.layers_fwd, "selective": t.attention_fwd}.get(lay.checkpointing, 0.0)
         hbm = calibration.hbm_bytes_per_s
         eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)  # what it amounts to
-    tp_s = _tp_comm(spec, lay, seq, m, layers_stage, net)
-    cp_s = _cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
-    pp_s = _pp_comm(spec, lay, seq, m, net)
+    tp_s = tp_comm(spec, lay, seq, m, layers_stage, net)
+    cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
+    pp_s = pp_comm(spec, lay, seq, m, net)
     memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / hbm
     launch_s = launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
     pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
@@ -358,7 +238,7 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     local_params = (layer_p / lay.pp + other_p / (2 if lay.pp > 1 else 1)) / lay.tp
     grad_bytes = local_params * BYTES_BF16
     bwd_last_s = mb_bwd_s + recompute_s / m
-    dp_s, zero_s = _dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net)
+    dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net)
     opt_hbm = hbm_bytes_per_s if calibration is None else calibration.hbm_bytes_per_s
     opt_s = local_params / (lay.dp if lay.zero else 1) * OPTIMIZER_BYTES_PER_PARAM / opt_hbm
     parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "launch_s": launch_s,
@@ -382,75 +262,10 @@ def _activation_traffic(spec: ModelSpec, lay: Layout, seq: int, layers: int) -> 
     from gpudoctor.memory.activations import Workload, head_memory, layer_memory
 
     w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention="sdpa", tp=lay.tp,
-                 sp=lay.tp > 1, cp=lay.cp)
+                 sp=lay.sequence_parallel, cp=lay.cp)
     per_layer = sum(layer_memory(spec, w, i).total for i in range(min(layers, spec.layers)))
     passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
     return passes * (per_layer + head_memory(spec, w).total)
-
-
-def _tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net) -> float:
-    """Megatron TP: 2 all-reduces of b*s*h activations per layer in forward, 2 in backward, 2 more
-    in the recomputed forward (with SP: all-gather + reduce-scatter, the same bytes). Exposed."""
-    if lay.tp == 1:
-        return 0.0
-    nbytes = lay.microbatch * (seq // lay.cp) * spec.hidden * BYTES_BF16
-    per_layer = 4 + (2 if lay.checkpointing == "full" else 0)
-    return m * layers * per_layer * net.time("all-reduce", nbytes, lay.tp, 1)
-
-
-def _cp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net, mb_fwd_s: float) -> float:
-    """CP: all-gather K/V (forward, and again in backward) + reduce-scatter dK/dV per layer,
-    overlapped with the layer's attention compute (approximated as its share of the forward)."""
-    if lay.cp == 1:
-        return 0.0
-    kv_width = (spec.kv_heads * spec.head_dim if spec.mla is None else spec.mla.kv_lora_rank) // max(1, lay.tp)
-    nbytes = lay.microbatch * seq * 2 * kv_width * BYTES_BF16
-    ag = net.time("all-gather", nbytes, lay.cp, lay.tp)
-    rs = net.time("reduce-scatter", nbytes, lay.cp, lay.tp)
-    layer_fwd = mb_fwd_s / max(1, layers)
-    fwd = max(0.0, ag - 0.5 * layer_fwd)
-    bwd = max(0.0, ag + rs - layer_fwd)
-    return m * layers * (fwd + bwd)
-
-
-def _pp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, net: Net) -> float:
-    """PP: per micro-batch one activation sent forward and one gradient backward across each stage
-    boundary (b*s*h bf16; interleaving sends v times as many). Exposed."""
-    if lay.pp == 1:
-        return 0.0
-    nbytes = lay.microbatch * (seq // lay.cp) * spec.hidden * BYTES_BF16
-    hops = lay.virtual_stages if lay.schedule == "interleaved" else 1
-    return m * 2 * hops * net.time("p2p", nbytes, lay.pp, lay.tp * lay.cp * lay.dp)
-
-
-def _dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int,
-             mb_fwd_s: float, mb_rc_s: float, net: Net) -> tuple[float, float]:
-    """(dp_comm_s, zero_comm_s), exposed seconds.
-
-    DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is
-    the last bucket (1/layers of it) or whatever exceeds that backward. ZeRO-1/2: the same for a
-    reduce-scatter, then an exposed all-gather of the updated parameters. ZeRO-3: per micro-batch,
-    an all-gather in forward and in backward plus a reduce-scatter, each phase hidden behind its
-    compute up to that compute's length (the first layer's gather is always exposed).
-    """
-    if lay.dp == 1:
-        return 0.0, 0.0
-    stride = lay.tp * lay.cp
-    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-
-    def chunked(op: str, pieces: int) -> float:  # one collective per bucket / per layer
-        return pieces * net.time(op, grad_bytes / pieces, lay.dp, stride)
-
-    if lay.zero == 0:
-        ar = chunked("all-reduce", buckets)
-        return max(ar / buckets, ar - bwd_last_s), 0.0
-    if lay.zero in (1, 2):
-        rs = chunked("reduce-scatter", buckets)
-        return max(rs / buckets, rs - bwd_last_s), chunked("all-gather", buckets)
-    rs, ag = chunked("reduce-scatter", layers), chunked("all-gather", layers)
-    fwd = max(ag / layers, ag - mb_fwd_s)
-    bwd = max((ag + rs) / layers, ag + rs - 2 * mb_fwd_s - mb_rc_s)
-    return 0.0, m * (fwd + bwd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +283,7 @@ class Plan:
     zero: int  # 0: DDP; 1, 2: ZeRO stages; 3: ZeRO-3 / FSDP
     microbatch: int  # sequences per micro-batch per DP rank
     microbatches: int  # micro-batches per step (gradient accumulation / pipeline)
-    checkpointing: str  # "none" or "full"
+    checkpointing: str  # "none", "selective" or "full"
     schedule: str
     step_s: float
     mfu: float  # model FLOPs (no recompute) / (step_s x GPUs x datasheet bf16 peak)
@@ -476,11 +291,13 @@ class Plan:
     peak_bytes: int  # allocated at the peak (gpudoctor memory)
     total_bytes: int  # reserved + CUDA context, what is compared with the card
     breakdown: dict[str, float] = field(default_factory=dict)
+    sp: bool = False  # sequence parallelism on (TP > 1 only)
 
     @property
     def label(self) -> str:
         z = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[self.zero] if self.dp > 1 else "no DP"
-        parts = [f"DP={self.dp}", f"TP={self.tp}", f"PP={self.pp}"] + ([f"CP={self.cp}"] if self.cp > 1 else [])
+        tp = f"TP={self.tp}" + (" (SP)" if self.sp else "")
+        parts = [f"DP={self.dp}", tp, f"PP={self.pp}"] + ([f"CP={self.cp}"] if self.cp > 1 else [])
         return f"{' x '.join(parts)} {z}, micro-batch {self.microbatch}, checkpointing {self.checkpointing}"
 
     def to_dict(self) -> dict:
@@ -548,9 +365,13 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int) -> list[tu
 
 def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
-                  schedule: str = "1f1b", calibration: str | Path | Calibration | None = None) -> TrainPlanResult:
+                  schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
+                  sp: bool = True) -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
-    ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration)."""
+    ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
+    ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
+    less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
+    memory planner says it saves memory over none (with SDPA/flash it saves nothing)."""
     from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
@@ -579,11 +400,13 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                 for mb in MICROBATCHES:
                     if (global_batch // dp) % mb:
                         continue
-                    lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule)
+                    lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
                     considered += 1
                     est = _memory(model, hw.key, lay, global_batch, seq)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
+                    if ckpt == "selective" and _dominated(model, hw.key, lay, est, global_batch, seq):
+                        continue
                     plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal))
     plans = _rank(plans)
     infeasible = None if plans else _infeasible(model, hw, gpus, gpus_per_node, shapes)
@@ -595,6 +418,12 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
         assumptions=ASSUMPTIONS if cal is None else calibrated_assumptions(cal),
         compute_model=COMPUTE_ASSUMED if cal is None else cal.label)
+
+
+def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
+    """Selective checkpointing that keeps as much as no checkpointing: more FLOPs for nothing."""
+    plain = _memory(spec, gpu, replace(lay, checkpointing="none"), global_batch, seq)
+    return plain is not None and plain.peak_bytes <= est.peak_bytes
 
 
 def _complexity(p: Plan) -> tuple[int, int]:
@@ -625,7 +454,7 @@ def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int)
         try:
             _MEMORY_CACHE[key] = estimate_from_options(
                 spec, gpu=gpu, suggest=False, batch=lay.microbatch, seq=seq, tp=lay.tp, pp=lay.pp,
-                dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3, sp=lay.tp > 1,
+                dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3, sp=lay.sequence_parallel,
                 cp=lay.cp, microbatches=m, checkpointing=lay.checkpointing, params_dtype="bf16",
                 master_weights=True,
                 virtual_stages=lay.virtual_stages if lay.schedule == "interleaved" and lay.pp > 1 else 1)
@@ -643,7 +472,7 @@ def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak:
                 microbatches=int(r["microbatches"]), checkpointing=lay.checkpointing, schedule=lay.schedule,
                 step_s=r["step_s"], mfu=r["model_flops"] / (r["step_s"] * lay.gpus * peak),
                 tokens_per_s=global_batch * seq / r["step_s"], peak_bytes=int(est.peak_bytes),
-                total_bytes=int(est.total_bytes), breakdown=breakdown)
+                total_bytes=int(est.total_bytes), breakdown=breakdown, sp=lay.sequence_parallel)
 
 
 def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes) -> str:
@@ -683,8 +512,8 @@ def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, 
         s.append(f"PP={w.pp} {where}: point-to-point traffic only, at the cost of a "
                  f"{w.breakdown['bubble_s']:.3g} s bubble with {w.microbatches} micro-batches.")
     if w.zero:
-        base = _memory(spec, gpu, Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule),
-                       global_batch, seq)
+        base = _memory(spec, gpu, Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule,
+                                         sp=w.sp or w.tp == 1), global_batch, seq)
         stage = {1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}[w.zero]
         if base is not None and not base.fits:
             s.append(f"{stage} because the same layout replicated (DDP) needs {base.total_bytes / 1e9:.0f} GB "
@@ -694,8 +523,9 @@ def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, 
             s.append(f"{stage} although DDP also fits: it shards the optimizer step ({opt * 1e3:.1f} ms instead of "
                      f"{opt * w.dp * 1e3:.1f} ms replicated) for {w.breakdown['zero_comm_s'] * 1e3:.1f} ms of "
                      f"exposed extra traffic.")
-    if w.checkpointing == "full":
-        s.append(f"Full checkpointing is needed to fit (+{w.breakdown['recompute_s']:.3g} s of recompute).")
+    if w.checkpointing != "none":
+        s.append(f"{w.checkpointing.capitalize()} checkpointing is needed to fit "
+                 f"(+{w.breakdown['recompute_s']:.3g} s of recompute).")
     runner = next((p for p in plans[1:] if (p.dp, p.tp, p.pp, p.cp, p.zero) != (w.dp, w.tp, w.pp, w.cp, w.zero)), None)
     if runner is not None:
         diff = {k: runner.breakdown[k] - w.breakdown.get(k, 0.0) for k in runner.breakdown}

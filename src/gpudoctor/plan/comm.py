@@ -1,0 +1,174 @@
+"""Communication of one training step by parallel axis: what each collective moves, over which
+group, and how much of it is exposed (the overlap rules).
+
+Collectives are priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else by
+the alpha-beta fallback here (``_fallback_time``). Ranks are laid out TP innermost, then CP, DP, PP
+(Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from gpudoctor.errors import InputError
+from gpudoctor.memory.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from gpudoctor.plan.train import Layout
+
+BYTES_BF16 = 2
+
+# Fallback interconnect (used only when gpudoctor.plan.collectives is absent): achievable bus
+# bandwidth per GPU. Intra-node: 0.4 x the NVLink total both directions (H100/H200 NVLink 4:
+# 900 GB/s -> 360 GB/s busbw, what nccl-tests all_reduce reaches on 8 x H100 SXM). Inter-node:
+# one NIC per GPU at ~80% of line rate (IB NDR 400 Gb/s -> 40 GB/s).
+FABRIC_BYTES_PER_S = {"ib-ndr": 40e9, "ib-xdr": 80e9, "ib-hdr": 20e9, "roce": 40e9,
+                      "pcie4": 20e9, "pcie5": 40e9}
+DEFAULT_FABRIC = "ib-ndr"
+NVLINK_EFFICIENCY = 0.4
+PCIE_INTRA_BYTES_PER_S = 20e9
+ALPHA_INTRA_S = 2e-6  # per ring step
+ALPHA_INTER_S = 6e-6
+
+# Gradient buckets: PyTorch DDP's bucket_cap_mb default (25 MB); ZeRO-1/2 use the same size here.
+BUCKET_BYTES = 25 * 1024**2
+
+
+@dataclass(frozen=True)
+class Net:
+    """How collectives are priced for one request."""
+
+    gpu: str
+    gpus_per_node: int
+    fabric: str | None
+    intra_bytes_per_s: float
+    inter_bytes_per_s: float
+    use_predict: bool  # gpudoctor.plan.collectives.predict is importable
+
+    def time(self, op: str, nbytes: float, group: int, stride: int) -> float:
+        """Seconds for one collective of ``nbytes`` (the full buffer, nccl-tests convention) over
+        ``group`` ranks ``stride`` apart in the rank order."""
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        if op == "p2p":  # the slowest stage boundary: inter-node as soon as the group spans nodes
+            group, per_node = 2, (2 if stride * group <= self.gpus_per_node else 1)
+        else:
+            per_node = math.gcd(group, self.gpus_per_node // stride) if stride < self.gpus_per_node else 1
+        if self.use_predict:
+            return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric)
+        return _fallback_time(op, nbytes, group, per_node, self)
+
+
+@lru_cache(maxsize=4096)
+def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None) -> float:
+    from gpudoctor.plan.collectives import predict
+
+    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric).time_s)
+
+
+def _fallback_time(op: str, nbytes: float, group: int, per_node: int, net: Net) -> float:
+    """Ring alpha-beta: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter
+    (n-1)/n, p2p all of it, at the bus bandwidth of the slowest link the ring crosses."""
+    intra = group <= per_node
+    # across nodes NCCL spreads a ring's channels over the node's NICs: per_node rails
+    bw = net.intra_bytes_per_s if intra else min(net.intra_bytes_per_s, per_node * net.inter_bytes_per_s)
+    alpha = ALPHA_INTRA_S if intra else ALPHA_INTER_S
+    n = group
+    if op == "p2p":
+        return alpha + nbytes / bw
+    steps, factor = (2 * (n - 1), 2 * (n - 1) / n) if op == "all-reduce" else (n - 1, (n - 1) / n)
+    return steps * alpha + factor * nbytes / bw
+
+
+def make_net(gpu: str, gpus_per_node: int, fabric: str | None) -> Net:
+    from gpudoctor.hardware.specs import find_spec
+
+    spec = find_spec(gpu)
+    nvlink = spec.nvlink_bytes_per_s if spec is not None else 0.0
+    intra = NVLINK_EFFICIENCY * nvlink if nvlink else PCIE_INTRA_BYTES_PER_S
+    name = fabric or DEFAULT_FABRIC
+    if name not in FABRIC_BYTES_PER_S and not _has_predict():
+        raise InputError(f"--fabric {fabric!r} is not one of: {', '.join(FABRIC_BYTES_PER_S)}")
+    return Net(gpu, gpus_per_node, fabric, intra, FABRIC_BYTES_PER_S.get(name, 40e9), _has_predict())
+
+
+@lru_cache(maxsize=1)
+def _has_predict() -> bool:
+    try:
+        from gpudoctor.plan.collectives import predict  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net) -> float:
+    """Megatron TP: 2 all-reduces of b*s*h activations per layer in forward, 2 in backward, 2 more
+    in the recomputed forward (with SP: all-gather + reduce-scatter, the same bytes). Exposed."""
+    if lay.tp == 1:
+        return 0.0
+    nbytes = lay.microbatch * (seq // lay.cp) * spec.hidden * BYTES_BF16
+    per_layer = 4 + (2 if lay.checkpointing == "full" else 0)
+    return m * layers * per_layer * net.time("all-reduce", nbytes, lay.tp, 1)
+
+
+def cp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net, mb_fwd_s: float) -> float:
+    """CP: all-gather K/V (forward, and again in backward) + reduce-scatter dK/dV per layer,
+    overlapped with the layer's attention compute (approximated as its share of the forward)."""
+    if lay.cp == 1:
+        return 0.0
+    kv_width = (spec.kv_heads * spec.head_dim if spec.mla is None else spec.mla.kv_lora_rank) // max(1, lay.tp)
+    nbytes = lay.microbatch * seq * 2 * kv_width * BYTES_BF16
+    ag = net.time("all-gather", nbytes, lay.cp, lay.tp)
+    rs = net.time("reduce-scatter", nbytes, lay.cp, lay.tp)
+    layer_fwd = mb_fwd_s / max(1, layers)
+    fwd = max(0.0, ag - 0.5 * layer_fwd)
+    bwd = max(0.0, ag + rs - layer_fwd)
+    return m * layers * (fwd + bwd)
+
+
+def pp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, net: Net) -> float:
+    """PP: per micro-batch one activation sent forward and one gradient backward across each stage
+    boundary (b*s*h bf16; interleaving sends v times as many). Exposed. With TP > 1 each TP rank
+    sends 1/t of it: with sequence parallelism the boundary tensor is already split (b*s/t*h per
+    rank); without, Megatron-LM's scatter/gather (Narayanan et al. 2021 sec. 4.1) sends b*s*h/t per
+    rank over the fabric and all-gathers b*s*h over the TP group's NVLink on the receiving stage."""
+    if lay.pp == 1:
+        return 0.0
+    nbytes = lay.microbatch * (seq // lay.cp) * spec.hidden * BYTES_BF16
+    hops = lay.virtual_stages if lay.schedule == "interleaved" else 1
+    send = net.time("p2p", nbytes / lay.tp, lay.pp, lay.tp * lay.cp * lay.dp)
+    gather = 0.0 if lay.sequence_parallel else net.time("all-gather", nbytes, lay.tp, 1)
+    return m * 2 * hops * (send + gather)
+
+
+def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int,
+             mb_fwd_s: float, mb_rc_s: float, net: Net) -> tuple[float, float]:
+    """(dp_comm_s, zero_comm_s), exposed seconds.
+
+    DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is
+    the last bucket (1/layers of it) or whatever exceeds that backward. ZeRO-1/2: the same for a
+    reduce-scatter, then an exposed all-gather of the updated parameters. ZeRO-3: per micro-batch,
+    an all-gather in forward and in backward plus a reduce-scatter, each phase hidden behind its
+    compute up to that compute's length (the first layer's gather is always exposed).
+    """
+    if lay.dp == 1:
+        return 0.0, 0.0
+    stride = lay.tp * lay.cp
+    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+
+    def chunked(op: str, pieces: int) -> float:  # one collective per bucket / per layer
+        return pieces * net.time(op, grad_bytes / pieces, lay.dp, stride)
+
+    if lay.zero == 0:
+        ar = chunked("all-reduce", buckets)
+        return max(ar / buckets, ar - bwd_last_s), 0.0
+    if lay.zero in (1, 2):
+        rs = chunked("reduce-scatter", buckets)
+        return max(rs / buckets, rs - bwd_last_s), chunked("all-gather", buckets)
+    rs, ag = chunked("reduce-scatter", layers), chunked("all-gather", layers)
+    fwd = max(ag / layers, ag - mb_fwd_s)
+    bwd = max((ag + rs) / layers, ag + rs - 2 * mb_fwd_s - mb_rc_s)
+    return 0.0, m * (fwd + bwd)
