@@ -206,7 +206,7 @@ def _rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | N
 
 def _num_warps(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8); wider tiles get 16.
-    # H100, triton 3.6, 2026-11-22 (benchmarks/_probe_warps.py), forward + backward GPU time, bf16
+    # H100, triton 3.6, 2026-11-22 (benchmarks/probe_warps.py), forward + backward GPU time, bf16
     # tiles of 8192 and 16384 elements: 16 warps beat 8 and 32 at every shape tried (2048 x 16384
     # rms: 145 us at 16, 158 at 8 and at 32; layer norm 269 / 302 / 348 us), 4 spilled (3-9x slower).
     if block >= 8192:
