@@ -180,8 +180,8 @@ def single(out: Path) -> None:
 
 
 def predict(results: Path, bench: Path | None = None, single_json: Path | None = None) -> None:
-    """Price the measured layouts with plan.train (H200 datasheet, NVLink preset) and print the
-    table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones. With
+    """Price the measured layouts with plan.train (H200 datasheet, NVLink preset, impl="eager-hf":
+    Hugging Face eager, torch.optim.AdamW foreach, DDP / FSDP2 defaults) and print the table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones. With
     ``single_json`` (``--single``'s output), the one-GPU step's GPU time by kernel kind beside the
     calibrated prediction's parts."""
     from gpudoctor.hardware.specs import find_spec
@@ -204,10 +204,10 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     def parts(p: dict) -> str:
         comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
         return (f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
-                f"{1e3 * comm:.1f} / {1e3 * p['optimizer_s']:.1f} ms")
+                f"{1e3 * comm:.1f} / {1e3 * p['dp_copy_s']:.1f} / {1e3 * p['optimizer_s']:.1f} ms")
 
     rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
-             "calibrated: compute / memory-bound / launch gap / comm / optimizer |"),
+             "calibrated: compute / elementwise / launch gap / comm / DP copies / optimizer |"),
             "|---|---:|---:|---:|---:|---:|---|"]
     layouts = [("DDP (dp=2)", 0, m["world_size"], m.get("ddp_step_s")),
                ("FSDP full shard (dp=2, ZeRO-3)", 3, m["world_size"], m.get("fsdp_step_s"))]

@@ -7,7 +7,8 @@ DP = GPUs / (TP x PP). The paper's metric is teraFLOP/s per GPU with their eq. 3
 96 B s l h^2 (1 + s/6h + V/16lh): full activation recomputation counted, non-causal attention.
 
 Our assumptions (not from the paper): micro-batch 1, 1F1B schedule, no ZeRO, DDP-style gradient
-all-reduce, no sequence parallelism (it came in 2022), Megatron's pipeline scatter/gather, and the planner's GEMM_EFFICIENCY constants and collective
+all-reduce, no sequence parallelism (it came in 2022), Megatron's pipeline scatter/gather, Megatron's fused
+elementwise kernels and fused Adam (impl="fused", plan/traffic.py), and the planner's GEMM_EFFICIENCY constants and collective
 presets (ib-hdr fabric).
 The rows were transcribed from the paper's Table 1; check them against the PDF before quoting.
 
@@ -54,7 +55,7 @@ def main() -> list[dict]:
         spec = gpt(hidden, layers, heads)
         lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full", sp=False)
         r = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
-                         hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
+                         hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False, impl="fused")
         tf = r["hardware_flops"] / (r["step_s"] * gpus) / 1e12
         rows.append({"params_b": params, "tp": tp, "pp": pp, "dp": lay.dp, "gpus": gpus, "batch": batch,
                      "published_tflops": pub_tf, "predicted_tflops": tf, "error": tf / pub_tf - 1,
@@ -86,7 +87,7 @@ def llama3() -> list[dict]:
         batch = 16 * 2**20 // seq
         lay = Layout(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, zero=1, microbatch=1, checkpointing="none")
         r = predict_step(spec, lay, global_batch=batch, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
-                         hbm_bytes_per_s=hw.hbm_bytes_per_s)
+                         hbm_bytes_per_s=hw.hbm_bytes_per_s, impl="fused")
         tf = r["model_flops"] / (r["step_s"] * gpus) / 1e12
         rows.append({"gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": lay.dp, "seq": seq, "batch": batch,
                      "published_tflops": pub_tf, "published_pct": pub_pct, "predicted_tflops": tf,
@@ -147,7 +148,7 @@ def korthikanti(schedule: str = "1f1b") -> list[dict]:
             lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=micro, checkpointing=ckpt,
                          schedule=schedule, virtual_stages=v, sp=sp)
             pred[ckpt] = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
-                                      hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False)
+                                      hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False, impl="fused")
         full, sel = pred["full"], pred["selective"]
         pub_full, pub_sel, pub_gain, _, _ = KORTHIKANTI_TABLE_5[name]
         rows.append({"name": name, "tp": tp, "pp": pp, "gpus": gpus, "batch": batch, "micro": micro,

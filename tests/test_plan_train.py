@@ -141,19 +141,19 @@ def test_cli_json() -> None:
 
 
 def test_memory_bound_work_is_priced_from_the_activations() -> None:
-    """4 passes over what a micro-batch keeps for backward, at 80% of HBM (5 with recompute)."""
+    """impl="fused": 4 passes over what a micro-batch keeps for backward, at 80% of HBM (5 with recompute)."""
     from gpudoctor.memory.activations import Workload, head_memory, layer_memory
     from gpudoctor.plan.train import HBM_EFFICIENCY
 
     spec = gpt3_like(4096, 32, 32)
     net = make_net("h100-sxm", 8, None)
     r = predict_step(spec, Layout(dp=8, tp=1, pp=1, microbatch=1), global_batch=8, seq=2048,
-                     peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12)
+                     peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12, impl="fused")
     w = Workload(batch=1, seq=2048, params_bytes=2, attention="sdpa")
     saved = sum(layer_memory(spec, w, i).total for i in range(spec.layers)) + head_memory(spec, w).total
     assert r["memory_s"] == pytest.approx(4 * saved / (3.35e12 * HBM_EFFICIENCY))
     ck = predict_step(spec, Layout(dp=8, tp=1, pp=1, microbatch=1, checkpointing="full"), global_batch=8,
-                      seq=2048, peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12)
+                      seq=2048, peak_flops=989.4e12, net=net, hbm_bytes_per_s=3.35e12, impl="fused")
     assert ck["memory_s"] == pytest.approx(5 * saved / (3.35e12 * HBM_EFFICIENCY))
 
 
@@ -216,13 +216,42 @@ def test_calibrated_step_of_the_two_gpu_benchmark() -> None:
     cal = load_calibration(BENCH, "h200")
     r = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw, calibration=cal)
     assert r["compute_s"] == pytest.approx(0.0801648205, rel=1e-8)
-    assert r["memory_s"] == pytest.approx(0.0140461283, rel=1e-8)
-    assert r["optimizer_s"] == pytest.approx(0.0090486206, rel=1e-8)
+    # eager Hugging Face: 479.5 bytes per (token x hidden) element per layer, plus the head and loss
+    assert r["memory_s"] == pytest.approx((16 * 479.5 * 8192 * 2048 + 11816402944) / cal.hbm_bytes_per_s, rel=1e-12)
+    assert r["memory_s"] == pytest.approx(0.0319887875, rel=1e-8)
+    assert r["optimizer_s"] == pytest.approx(1104218112 * 40 / cal.hbm_bytes_per_s, rel=1e-12)  # AdamW foreach
+    assert r["dp_copy_s"] == pytest.approx(1104218112 * 8 / cal.hbm_bytes_per_s, rel=1e-12)  # DDP bucket copies
+    assert r["dp_comm_s"] == pytest.approx(0.000379288889, rel=1e-9)  # the embedding's own 131 MB bucket
     assert r["launch_s"] == 0.0  # 16 x 122 kernels x 6.2 us = 12 ms of launches under 94 ms of GPU work
-    assert r["step_s"] == pytest.approx(0.1033469405, rel=1e-8)
+    assert r["step_s"] == pytest.approx(0.1245977243, rel=1e-8)
+    fsdp = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4, zero=3), **kw, calibration=cal)
+    s = 2 * 1104218112  # copy-in / copy-out of two all-gathers, chunk_cat and the divide of the reduce-scatter
+    assert fsdp["dp_copy_s"] == pytest.approx((2 * (s + 2 * s) + 2 * s + s) / cal.hbm_bytes_per_s, rel=1e-12)
+    assert fsdp["step_s"] == pytest.approx(0.1223154433, rel=1e-8)
     assumed = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw)
     assert assumed["launch_s"] == 0.0 and assumed["memory_s"] == pytest.approx(r["memory_s"] * 4.3931e12 / 3.84e12,
                                                                                rel=1e-4)
+    fused = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw, calibration=cal, impl="fused")
+    assert fused["memory_s"] == pytest.approx(0.0140461283, rel=1e-8) and fused["dp_copy_s"] == 0.0
+    assert fused["optimizer_s"] == pytest.approx(0.0090486206, rel=1e-8)
+
+
+def test_hf_traffic_count_matches_the_dispatched_ops() -> None:
+    """plan/traffic.py's op-by-op count against every aten op of a CPU forward + backward."""
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "count_hf_traffic.py"
+    spec = importlib.util.spec_from_file_location("count_hf_traffic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.counted_bytes() == pytest.approx(module.dispatched_bytes(), rel=0.01)
+
+
+def test_unknown_implementation() -> None:
+    with pytest.raises(InputError, match="implementation 'compiled' is not one of: eager-hf, fused"):
+        predict_step(gpt3_like(4096, 32, 32), Layout(dp=1, tp=1, pp=1), global_batch=1, seq=1024,
+                     peak_flops=989.4e12, net=make_net("h100-sxm", 8, None), impl="compiled")
 
 
 def test_launch_gap_when_kernels_are_shorter_than_their_launch() -> None:
@@ -332,7 +361,8 @@ def _gpt3_175b(sp: bool, ckpt: str = "selective") -> dict:
     """Korthikanti et al.'s 175B row: TP 8, PP 8, 64 sequences of 2048, A100, HDR InfiniBand."""
     net = make_net("a100-sxm-80gb", 8, "ib-hdr")
     lay = Layout(dp=1, tp=8, pp=8, microbatch=1, checkpointing=ckpt, sp=sp)
-    return predict_step(gpt3_like(), lay, global_batch=64, seq=2048, peak_flops=312e12, net=net, causal=False)
+    return predict_step(gpt3_like(), lay, global_batch=64, seq=2048, peak_flops=312e12, net=net, causal=False,
+                        impl="fused")
 
 
 def test_selective_recompute_priced_and_sp_switch() -> None:

@@ -306,6 +306,7 @@ def plan_train(
         None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
     ),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
+    impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach) or fused."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -314,7 +315,7 @@ def plan_train(
     from gpudoctor.report.plan import render_train
 
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
-                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file, sp=sp)
+                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file, sp=sp, impl=impl)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return

@@ -145,11 +145,14 @@ def pp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, net: Net) -> float:
 
 
 def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int,
-             mb_fwd_s: float, mb_rc_s: float, net: Net) -> tuple[float, float]:
+            mb_fwd_s: float, mb_rc_s: float, net: Net, last_bucket_bytes: float = 0.0) -> tuple[float, float]:
     """(dp_comm_s, zero_comm_s), exposed seconds.
 
     DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is
-    the last bucket (1/layers of it) or whatever exceeds that backward. ZeRO-1/2: the same for a
+    the last bucket (an average bucket, or ``last_bucket_bytes`` when given: PyTorch DDP fills buckets
+    in reverse parameter order and gives a parameter larger than the cap a bucket of its own, so the
+    embedding's gradient, ready last, is all-reduced alone after the backward) or whatever exceeds
+    that backward. ZeRO-1/2: the same for a
     reduce-scatter, then an exposed all-gather of the updated parameters. ZeRO-3: per micro-batch,
     an all-gather in forward and in backward plus a reduce-scatter, each phase hidden behind its
     compute up to that compute's length (the first layer's gather is always exposed).
@@ -164,7 +167,8 @@ def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: i
 
     if lay.zero == 0:
         ar = chunked("all-reduce", buckets)
-        return max(ar / buckets, ar - bwd_last_s), 0.0
+        last = net.time("all-reduce", last_bucket_bytes, lay.dp, stride) if last_bucket_bytes else ar / buckets
+        return max(last, ar - bwd_last_s), 0.0
     if lay.zero in (1, 2):
         rs = chunked("reduce-scatter", buckets)
         return max(rs / buckets, rs - bwd_last_s), chunked("all-gather", buckets)

@@ -37,6 +37,7 @@ from gpudoctor.plan.calibration import (
     microbatch_times,
 )
 from gpudoctor.plan.comm import (
+    BUCKET_BYTES,
     DEFAULT_FABRIC,
     Net,
     cp_comm,
@@ -53,6 +54,7 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     mlp_flops,
     step_flops,
 )
+from gpudoctor.plan.traffic import dp_copy_bytes, elementwise_bytes, implementation
 
 BYTES_BF16 = 2
 
@@ -67,10 +69,6 @@ GEMM_EFFICIENCY = ((4096, 0.72), (2048, 0.68), (1024, 0.62), (512, 0.52), (0, 0.
 # scaled by tokens / SMALL_M_TOKENS (assumption).
 SMALL_M_TOKENS = 1024
 
-# Adam step: read/write of weights, grads, fp32 master and two fp32 moments, ~36 bytes per local
-# parameter through HBM (memory-bound elementwise kernel).
-OPTIMIZER_BYTES_PER_PARAM = 36
-
 # Within this fraction of the fastest step time the prediction cannot tell layouts apart; there the
 # seed's rule decides: the simplest layout (fewest parallel axes, lowest ZeRO stage) comes first.
 TIE_TOLERANCE = 0.02
@@ -84,7 +82,11 @@ ASSUMPTIONS = (
     ("GEMM efficiency per width class (GEMM_EFFICIENCY) is an assumption: 0.72 of the datasheet "
     "bf16 peak at >= 4096 columns per GPU down to 0.40 below 512"),
     "attention is causal with a FlashAttention-style kernel: half the s x s score and context work",
-    "elementwise kernels (norms, activations, softmax) are not priced",
+    ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, DDP/FSDP "
+    "copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from Hugging Face's "
+    "eager code and torch.optim.AdamW foreach, fused as 4 passes over the saved activations and a fused "
+    "mixed-precision Adam; every op at the HBM bandwidth (strided/broadcast kernels' lower rate is not priced)"),
+    "NCCL kernels overlapping compute do not slow it (not priced)",
     ("DP gradient all-reduce / ZeRO reduce-scatter is bucketed and overlapped with the last "
     "micro-batch's backward; the last bucket (1/layers of it) stays exposed"),
     "ZeRO-1/2 all-gather the updated parameters after the step: exposed",
@@ -197,14 +199,16 @@ def _counts(spec: ModelSpec):
 
 def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, peak_flops: float,
                  net: Net, hbm_bytes_per_s: float = 3.35e12, causal: bool = True,
-                 calibration: Calibration | None = None) -> dict[str, float]:
+                 calibration: Calibration | None = None, impl: str = "eager-hf") -> dict[str, float]:
     """Seconds per optimizer step for one layout, by part (the ``breakdown`` of a Plan) plus
     ``step_s``, ``model_flops`` and ``hardware_flops``.
 
     ``peak_flops``: the datasheet bf16 rate. With ``calibration`` (plan/calibration.py) the matmuls
     and attention are timed at their measured shape rates, HBM work at the measured bandwidth
     (``hbm_bytes_per_s`` is then unused), and the launch gap is priced; without it, FLOPs at
-    ``peak_flops`` x the assumed ``gemm_efficiency`` and HBM at ``HBM_EFFICIENCY`` x the datasheet."""
+    ``peak_flops`` x the assumed ``gemm_efficiency`` and HBM at ``HBM_EFFICIENCY`` x the datasheet.
+    ``impl``: one of plan/traffic.py's IMPLEMENTATIONS (elementwise, optimizer and DP-wrapper bytes)."""
+    code = implementation(impl)
     m = global_batch // (lay.dp * lay.microbatch)  # micro-batches per pipeline
     fl = step_flops(spec, global_batch, seq, lay.checkpointing, causal)
     eff = gemm_efficiency(spec, lay.tp, lay.microbatch * seq // lay.cp)
@@ -230,7 +234,7 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     tp_s = tp_comm(spec, lay, seq, m, layers_stage, net)
     cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = pp_comm(spec, lay, seq, m, net)
-    memory_s = m * _activation_traffic(spec, lay, seq, layers_stage) / hbm
+    memory_s = m * elementwise_bytes(spec, lay, seq, layers_stage, code) / hbm
     launch_s = launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
     pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
@@ -238,34 +242,21 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     local_params = (layer_p / lay.pp + other_p / (2 if lay.pp > 1 else 1)) / lay.tp
     grad_bytes = local_params * BYTES_BF16
     bwd_last_s = mb_bwd_s + recompute_s / m
-    dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net)
+    # PyTorch DDP: the embedding, ready last, is a bucket of its own when larger than the cap
+    last = max(BUCKET_BYTES, _counts(spec).embedding * BYTES_BF16 / lay.tp) if code.dp_copies and lay.pp == 1 else 0.0
+    dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net, last)
     opt_hbm = hbm_bytes_per_s if calibration is None else calibration.hbm_bytes_per_s
-    opt_s = local_params / (lay.dp if lay.zero else 1) * OPTIMIZER_BYTES_PER_PARAM / opt_hbm
+    opt_s = local_params / (lay.dp if lay.zero else 1) * code.optimizer_bytes_per_param / opt_hbm
+    copies = dp_copy_bytes(lay, local_params, code) * (m if lay.zero == 3 else 1)
+    dp_copy_s = copies / (hbm_bytes_per_s * HBM_EFFICIENCY if calibration is None else calibration.hbm_bytes_per_s)
     parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "launch_s": launch_s,
              "bubble_s": bubble_s, "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
-             "zero_comm_s": zero_s, "optimizer_s": opt_s}
+             "zero_comm_s": zero_s, "dp_copy_s": dp_copy_s, "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
 
 
-# The non-matmul work (norms, activations, RoPE, softmax of the loss, residual adds) is memory-bound:
-# priced as passes over the activations a micro-batch keeps for backward (memory/activations.py,
-# checked within 3% on an H200): each is written in the forward and read in the backward, and its
-# gradient is written and read once in the backward (4 passes; a recomputed forward writes it once
-# more). Derived from the structure, not fitted to a measured step.
-ACTIVATION_PASSES = 4
-HBM_EFFICIENCY = 0.8  # assumed share of HBM bandwidth elementwise kernels reach
-
-
-def _activation_traffic(spec: ModelSpec, lay: Layout, seq: int, layers: int) -> float:
-    """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage."""
-    from gpudoctor.memory.activations import Workload, head_memory, layer_memory
-
-    w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention="sdpa", tp=lay.tp,
-                 sp=lay.sequence_parallel, cp=lay.cp)
-    per_layer = sum(layer_memory(spec, w, i).total for i in range(min(layers, spec.layers)))
-    passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
-    return passes * (per_layer + head_memory(spec, w).total)
+HBM_EFFICIENCY = 0.8  # assumed share of the datasheet HBM bandwidth memory-bound kernels reach (no --bench)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,12 +357,14 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int) -> list[tu
 def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
                   schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
-                  sp: bool = True) -> TrainPlanResult:
+                  sp: bool = True, impl: str = "eager-hf") -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
     ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
     less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
-    memory planner says it saves memory over none (with SDPA/flash it saves nothing)."""
+    memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
+    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf or fused)."""
+    implementation(impl)  # validates the name
     from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
@@ -407,7 +400,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                         break  # a larger micro-batch needs more memory still
                     if ckpt == "selective" and _dominated(model, hw.key, lay, est, global_batch, seq):
                         continue
-                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal))
+                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
     plans = _rank(plans)
     infeasible = None if plans else _infeasible(model, hw, gpus, gpus_per_node, shapes)
     return TrainPlanResult(
@@ -464,9 +457,9 @@ def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int)
 
 
 def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak: float, net: Net,
-           hbm: float, cal: Calibration | None = None) -> Plan:
+           hbm: float, cal: Calibration | None = None, impl: str = "eager-hf") -> Plan:
     r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net, hbm_bytes_per_s=hbm,
-                     calibration=cal)
+                     calibration=cal, impl=impl)
     breakdown = {k: v for k, v in r.items() if k.endswith("_s") and k != "step_s"}
     return Plan(dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, zero=lay.zero, microbatch=lay.microbatch,
                 microbatches=int(r["microbatches"]), checkpointing=lay.checkpointing, schedule=lay.schedule,
