@@ -52,7 +52,12 @@ def gpu_us(fn, iters: int = 10) -> float:
     return sum(e.get("dur", 0) for e in events if e.get("cat") in kinds) / iters
 
 
-def peak_mb(fn) -> float:
+def peak_mb(fn, *inputs: torch.Tensor) -> float:
+    """Peak memory of one call above what was allocated before it. The inputs' gradients are
+    dropped first: a previous candidate's would otherwise count in "before" and be freed inside the
+    call, hiding that much of this candidate's peak."""
+    for t in inputs:
+        t.grad = None
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -238,7 +243,7 @@ def part_ce(quick: bool) -> None:
     for name, f in cands.items():
         try:
             run = fwd_bwd(f, h, w)
-            mb = peak_mb(run)
+            mb = peak_mb(run, h, w)
             ms = bench(run, warmup=3, rep=10)
             with torch.no_grad():
                 loss = float(f(h, w))
