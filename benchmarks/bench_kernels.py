@@ -228,6 +228,9 @@ def part_ce(quick: bool) -> None:
         return F.cross_entropy((h @ w.T).float(), t, ignore_index=-100)
 
     cands = {"ce ours": lambda h, w: linear_cross_entropy(h, w, t), "ce eager": eager}
+    if not quick:  # the chunk size trades the logits chunk's memory against shorter GEMMs
+        for n in (512, 1024, 4096):
+            cands[f"ce ours, {n}-row chunks"] = lambda h, w, n=n: linear_cross_entropy(h, w, t, chunk_size=n)
     if not quick:
         cands["ce torch.compile"] = torch.compile(eager)
     if liger():
