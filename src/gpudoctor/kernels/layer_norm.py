@@ -20,6 +20,7 @@ from gpudoctor.kernels.rms_norm import (
     _as_rows,
     _block,
     _check_eps,
+    _load_tile,
     _num_warps,
     _partial_sums,
     _programs,
@@ -58,7 +59,7 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
         row_ok = rows < n_rows
         col_ok = cols < H
         mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = _load_tile(X, rows, cols, stride_x, mask)
         mean = tl.sum(x, axis=1) / H
         xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / H + eps)  # two-pass variance: no cancellation
@@ -123,8 +124,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             rows = t * ROWS + tl.arange(0, ROWS)
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _load_tile(X, rows, cols, stride_x, mask)
+            dy = _load_tile(DY, rows, cols, stride_dy, mask)
             mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved

@@ -67,6 +67,12 @@ CASTINGS = ("llama", "gemma")
 
 
 @_jit
+def _load_tile(P, rows, cols, stride, mask):
+    """The [ROWS, BLOCK] tile rows x cols of a row-major matrix (row stride ``stride``), as fp32."""
+    return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@_jit
 def _scaled(x_hat, s, Y, LLAMA: tl.constexpr):
     """x_hat * s in Y's dtype; llama rounds x_hat to that dtype first (fp32 in, Y's dtype out)."""
     if LLAMA:
@@ -84,7 +90,7 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
         cols = tl.arange(0, BLOCK)
         row_ok = rows < n_rows
         mask = row_ok[:, None] & (cols < H)[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = _load_tile(X, rows, cols, stride_x, mask)
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / H + eps)
         s = tl.load(W + cols, mask=cols < H, other=0.0).to(tl.float32) + offset
         y = _scaled(x * rstd[:, None], s[None, :], Y, LLAMA)
@@ -127,8 +133,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
             rows = t * ROWS + tl.arange(0, ROWS)
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _load_tile(X, rows, cols, stride_x, mask)
+            dy = _load_tile(DY, rows, cols, stride_dy, mask)
             rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             x_hat = x * rstd[:, None]  # recomputed, never saved
             g = dy * s[None, :]
