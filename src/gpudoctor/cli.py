@@ -307,15 +307,27 @@ def plan_train(
     ),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
     impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach) or fused."),
+    schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved or zb-h1."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Fix the data-parallel degree."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Fix the tensor-parallel degree."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Fix the pipeline-parallel degree."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Fix the context-parallel degree."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="Fix the ZeRO stage (0-3; 3 = FSDP)."),
+    microbatch: Optional[int] = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
+    checkpointing: Optional[str] = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
-    """Layouts (DP x TP x PP x CP x ZeRO x micro-batch x checkpointing) that fit, ranked by step time."""
+    """Layouts (DP x TP x PP x CP x ZeRO x micro-batch x checkpointing) that fit, ranked by step time.
+    Fix any of them (--tp 4 --pp 2 ...) to price your own layout; the rest is enumerated."""
+    from gpudoctor.plan.pins import Pins
     from gpudoctor.plan.train import plan_training
     from gpudoctor.report.plan import render_train
 
+    pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
-                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, calibration=bench_file, sp=sp, impl=impl)
+                           gpus_per_node=gpus_per_node, fabric=fabric, top=top, schedule=schedule,
+                           calibration=bench_file, sp=sp, impl=impl, pins=pins)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return

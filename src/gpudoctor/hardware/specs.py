@@ -114,7 +114,8 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec(
         key="h100-sxm",
         name="NVIDIA H100 SXM5 80GB",
-        aliases=(r"h100.*(sxm|hbm3)", r"^nvidia h100$"),
+        # a bare "h100" on the command line means the SXM part, the one clusters are built from
+        aliases=(r"h100.*(sxm|hbm3)", r"^nvidia h100$", r"^h100$"),
         matrix_flops=dict(_H100_SXM_FLOPS),
         vector_flops=67 * T,
         hbm_bytes_per_s=3.35e12,

@@ -54,6 +54,7 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     mlp_flops,
     step_flops,
 )
+from gpudoctor.plan.pins import Pins, check_pins
 from gpudoctor.plan.traffic import dp_copy_bytes, elementwise_bytes, implementation
 
 BYTES_BF16 = 2
@@ -339,12 +340,13 @@ def _check_inputs(gpus: int, global_batch: int, seq: int, gpus_per_node: int, to
                          f"(--gpus-per-node {gpus_per_node}); use {lo} or {lo + gpus_per_node}")
 
 
-def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int) -> list[tuple[int, int, int, int]]:
+def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
+            pinned_cp: int | None = None) -> list[tuple[int, int, int, int]]:
     """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
-    heads), PP dividing the layers, CP only for seq >= 8192."""
+    heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
     tps = [t for t in _divisors(spec.heads) if min(gpus_per_node, gpus) % t == 0
            and (spec.kv_heads % t == 0 or t % spec.kv_heads == 0)]
-    cps = [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
+    cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
     out = []
     for tp in tps:
         for cp in cps:
@@ -357,13 +359,14 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int) -> list[tu
 def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
                   schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
-                  sp: bool = True, impl: str = "eager-hf") -> TrainPlanResult:
+                  sp: bool = True, impl: str = "eager-hf", pins: Pins | None = None) -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
     ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
     less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
-    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf or fused)."""
+    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf or fused). ``pins``: layout values the
+    user fixed (plan/pins.py), checked against the model first; the rest is enumerated."""
     implementation(impl)  # validates the name
     from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
@@ -377,7 +380,19 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         raise UnknownGpuError(f"--gpu {gpu!r} has no bf16 peak in its datasheet row; use a GPU with tensor cores")
     cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
     net = make_net(hw.key, gpus_per_node, fabric)
-    shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node) if global_batch % s[0] == 0]
+    pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads, layers=model.layers, gpus=gpus,
+                      gpus_per_node=gpus_per_node, seq=seq, global_batch=global_batch,
+                      checkpointing_choices=CHECKPOINTING)
+    shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node, pinned_cp=pins.cp)
+              if global_batch % s[0] == 0 and pins.allows(*s)]
+    if not shapes and pins.any():
+        fixed = math.prod(v for v in (pins.dp, pins.tp, pins.pp) if v is not None)
+        if None not in (pins.dp, pins.tp, pins.pp) and pins.cp is None and gpus > fixed:
+            raise InputError(f"{_pinned_text(pins)} use {fixed} of the {gpus} GPUs and leave a factor of "
+                             f"{gpus // fixed} to context parallelism, which is only tried at --seq >= 8192; "
+                             f"fix --cp {gpus // fixed} or free a degree")
+        raise InputError(f"no layout of {gpus} GPUs has {_pinned_text(pins)} and a data-parallel degree dividing "
+                         f"--global-batch {global_batch}; free one of them or change --gpus")
     if not shapes:
         dps = sorted({s[0] for s in _shapes(model, gpus, seq, gpus_per_node)})
         near = sorted({(global_batch // d + k) * d for d in dps for k in (0, 1) if (global_batch // d + k) * d > 0},
@@ -385,24 +400,41 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         raise InputError(f"--global-batch {global_batch} is not a multiple of any data-parallel degree possible "
                          f"for {model.name} on {gpus} GPUs (dp in {', '.join(map(str, dps))}); "
                          f"use {' or '.join(map(str, near))}")
-    plans, considered = [], 0
+    plans, considered, smallest = [], 0, None
     peak = hw.matrix_flops["bf16"]
     for dp, tp, pp, cp in shapes:
-        for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-            for ckpt in CHECKPOINTING:
-                for mb in MICROBATCHES:
+        zeros = (0, 1, 2, 3) if dp > 1 else (0,)
+        for zero in zeros if pins.zero is None else (z for z in zeros if z == pins.zero):
+            for ckpt in CHECKPOINTING if pins.checkpointing is None else (pins.checkpointing,):
+                for mb in MICROBATCHES if pins.microbatch is None else (pins.microbatch,):
                     if (global_batch // dp) % mb:
                         continue
                     lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
                     considered += 1
                     est = _memory(model, hw.key, lay, global_batch, seq)
+                    if est is not None and (smallest is None or est.peak_bytes < smallest[0]):
+                        smallest = (est.peak_bytes, lay)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
-                    if ckpt == "selective" and _dominated(model, hw.key, lay, est, global_batch, seq):
+                    if ckpt == "selective" and pins.checkpointing is None and _dominated(
+                            model, hw.key, lay, est, global_batch, seq):
                         continue
                     plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
     plans = _rank(plans)
-    infeasible = None if plans else _infeasible(model, hw, gpus, gpus_per_node, shapes)
+    if not considered:  # only pins can leave nothing to price
+        raise InputError(f"the fixed values leave no layout to price: {_pinned_text(pins, every=True)} "
+                         f"{'needs dp > 1 (ZeRO shards over data-parallel ranks)' if pins.zero else 'admit none'}; "
+                         "free one of them")
+    if plans:
+        infeasible = None
+    elif pins.any() and smallest is not None:
+        peak, lay = smallest
+        infeasible = (f"no layout with {_pinned_text(pins, every=True)} fits the {hw.name}'s "
+                      f"{hw.memory_bytes / 1e9:.0f} GB: the smallest peak, {peak / 1e9:.0f} GB, is dp {lay.dp} x "
+                      f"tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, ZeRO-{lay.zero}, micro-batch {lay.microbatch}, "
+                      f"checkpointing {lay.checkpointing}; free a value or add GPUs")
+    else:
+        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes)
     return TrainPlanResult(
         model=model.name, gpus=gpus, gpu=hw.key, global_batch=global_batch, seq=seq,
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
@@ -411,6 +443,12 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
         assumptions=ASSUMPTIONS if cal is None else calibrated_assumptions(cal),
         compute_model=COMPUTE_ASSUMED if cal is None else cal.label)
+
+
+def _pinned_text(pins: Pins, every: bool = False) -> str:
+    """The fixed values as options ("--tp 4, --pp 2"); the degrees only, unless ``every``."""
+    names = ("dp", "tp", "pp", "cp") + (("zero", "microbatch", "checkpointing") if every else ())
+    return ", ".join(f"--{k} {getattr(pins, k)}" for k in names if getattr(pins, k) is not None) or "the fixed values"
 
 
 def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
@@ -524,6 +562,10 @@ def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, 
         diff = {k: runner.breakdown[k] - w.breakdown.get(k, 0.0) for k in runner.breakdown}
         worst = max(diff, key=diff.get)
         gap = runner.step_s / w.step_s - 1
-        s.append(f"Runner-up: {runner.label}, {abs(gap):.1%} {'slower' if gap >= 0 else 'faster'}; it spends "
-                 f"{diff[worst]:+.3g} s on {worst.removesuffix('_s').replace('_', ' ')}.")
+        if gap >= 0:
+            s.append(f"Runner-up: {runner.label}, {gap:.1%} slower; it spends "
+                     f"{diff[worst]:+.3g} s on {worst.removesuffix('_s').replace('_', ' ')}.")
+        else:  # _rank put the simpler layout first: the difference is inside what the model can resolve
+            s.append(f"Runner-up: {runner.label}, predicted {-gap:.1%} faster, which is within the "
+                     f"{TIE_TOLERANCE:.0%} the model cannot resolve, so the simpler layout leads.")
     return " ".join(s)
