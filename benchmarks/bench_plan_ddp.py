@@ -204,10 +204,11 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     def parts(p: dict) -> str:
         comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
         return (f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
-                f"{1e3 * comm:.1f} / {1e3 * p['dp_copy_s']:.1f} / {1e3 * p['optimizer_s']:.1f} ms")
+                f"{1e3 * comm:.1f} / {1e3 * p['overlap_s']:.1f} / {1e3 * p['dp_copy_s']:.1f} / "
+                f"{1e3 * p['optimizer_s']:.1f} ms")
 
     rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
-             "calibrated: compute / elementwise / launch gap / comm / DP copies / optimizer |"),
+             "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"),
             "|---|---:|---:|---:|---:|---:|---|"]
     layouts = [("DDP (dp=2)", 0, m["world_size"], m.get("ddp_step_s")),
                ("FSDP full shard (dp=2, ZeRO-3)", 3, m["world_size"], m.get("fsdp_step_s"))]

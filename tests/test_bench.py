@@ -173,3 +173,74 @@ def test_bench_json_carries_the_grids() -> None:
     d = result.to_dict()
     assert d["schema_version"] == "1.0" and d["gemm_grid"] == {"rows": []}
     assert d["attention_grid"]["error"].startswith("RuntimeError")
+
+
+def test_kind_probes_measure_every_kind_that_plan_train_reads(monkeypatch, tmp_path) -> None:
+    """The elementwise and optimizer probes end to end on the CPU (CUDA events replaced by a wall
+    clock): each kind's bytes/s is its counted bytes over its seconds, and the sections load."""
+    import json
+    import time
+
+    import torch
+
+    from gpudoctor.bench import overlap_skipped, plan_lines
+    from gpudoctor.hardware import kinds
+    from gpudoctor.hardware.probe import ProbePlan
+    from gpudoctor.plan.calibration import load_calibration
+
+    class Event:
+        def __init__(self, enable_timing: bool = True) -> None:
+            self.t = 0.0
+
+        def record(self) -> None:
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other: Event) -> float:
+            return max((other.t - self.t) * 1e3, 1e-6)
+
+    def on_cpu(make):
+        return lambda *a, **k: make(*a, **{**k, "device": "cpu"})
+
+    monkeypatch.setattr(torch, "randn", on_cpu(torch.randn))
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(kinds, "ELEMENTS_QUICK", 1 << 18)
+    monkeypatch.setattr(kinds, "OPTIMIZER_TENSOR_ELEMENTS", 1 << 10)
+    seen: list[str] = []
+    out = kinds.kind_probes(ProbePlan(quick=True), seen.append)
+    assert seen == ["elementwise kinds", "optimizer step"]
+    rows = out["elementwise"]["rows"]
+    assert list(rows) == list(kinds.ELEMENTWISE_KINDS)
+    assert all(r["bytes_per_s"] == pytest.approx(r["bytes"] / r["s"]) for r in rows.values())
+    n = 1 << 18  # bytes: inputs read once + output written once
+    assert {k: r["bytes"] // n for k, r in rows.items()} == {
+        "contiguous": 6, "rope": 4, "broadcast_heads": 4, "weight": 4, "rowscale": 8, "cast_up": 6,
+        "cast_down": 6, "reduction": 4}
+    assert rows["rope"]["shape"] == "[4, 16, 32, 128].transpose(1, 2) * [1, 1, 16, 128]"
+    opt = out["optimizer"]
+    assert (opt["tensors"], opt["params"]) == (32, 32 * 1024)
+    assert {k: r["bytes_per_param"] for k, r in opt["rows"].items()} == {"adamw_foreach": 40, "adamw_fused": 14}
+    bench = {"gpu": H100, "ceilings": {"matrix_flops": {"bf16": 7.7e14}, "hbm_bytes_per_s": 2.9e12, "extra": {}},
+             "gemm_grid": {"rows": [{"m": 256, "n": 256, "k": 256, "tflops": 5.9}]}, **out,
+             "overlap": overlap_skipped(1)}
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    cal = load_calibration(tmp_path / "b.json", "h100-sxm")
+    assert set(cal.elementwise) == set(kinds.ELEMENTWISE_KINDS) and cal.overlap is None
+    assert overlap_skipped(1)["skipped"].endswith("needs 2+ GPUs and collectives: this machine shows one GPU")
+    lines = plan_lines(quick=False)
+    assert any(line.startswith("probe elementwise: bytes/s of contiguous, rope") for line in lines)
+    assert any(line.startswith("with 2+ GPUs: overlap") for line in lines)
+
+
+def test_bench_json_carries_the_kind_sections() -> None:
+    from gpudoctor.bench import BenchResult
+    from gpudoctor.hardware.ceilings import for_gpu_name
+
+    ceilings = ceilings_from(_measurements(), H100, "GPU-1", 85_017_493_504)
+    result = BenchResult(gpu=H100, uuid="GPU-1", measured_utc="2026-11-22T00:00:00", measurements=_measurements(),
+                         health=HealthReading(), findings=[], ceilings=ceilings, datasheet=for_gpu_name(H100),
+                         elementwise={"rows": {}}, overlap={"skipped": "one GPU"})
+    d = result.to_dict()
+    assert d["schema_version"] == "1.0" and d["elementwise"] == {"rows": {}} and d["optimizer"] == {}
+    assert d["overlap"] == {"skipped": "one GPU"}

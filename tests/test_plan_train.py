@@ -407,3 +407,124 @@ def test_planner_drops_selective_when_it_saves_no_memory() -> None:
     assert tp and all(p.sp and "(SP)" in p.label for p in tp)
     off = plan_training("llama-3.2-1b", gpus=8, gpu="h100-sxm", global_batch=64, seq=2048, top=200, sp=False)
     assert not any(p.sp for p in off.plans)
+
+
+# ---------------------------------------------------------------------------------------------
+# --bench with the kernel-kind probes: elementwise by kind, the optimizer step, compute under NCCL
+# (gpudoctor bench --json on 2 x H200, 2026-11-22 06:18 UTC; collectives curves left out of the fixture)
+
+BENCH_KINDS = Path(__file__).parent / "data" / "bench" / "bench-2xh200-elementwise-2026-11-22.json.gz"
+
+
+def test_every_hf_op_names_a_measured_kind() -> None:
+    from gpudoctor.hardware.kinds import ELEMENTWISE_KINDS
+    from gpudoctor.plan import traffic
+
+    tables = [v for k, v in vars(traffic).items() if k.endswith("_OPS")]
+    assert len(tables) == 15 and all(kind in ELEMENTWISE_KINDS for t in tables for _, _, kind in t)
+    assert (traffic.RMSNORM_FWD, traffic.RMSNORM_BYTES, traffic.ROPE_FWD, traffic.ROPE_BYTES, traffic.LOSS_BYTES,
+            traffic.SWIGLU_BYTES, traffic.LAYERNORM_BYTES) == (36, 128, 20, 54, 36, 28, 14)
+
+
+def test_kind_rates_read_from_the_measured_bench() -> None:
+    from gpudoctor.plan.calibration import load_calibration
+
+    cal = load_calibration(BENCH_KINDS, "h200")
+    tbs = {k: round(v / 1e12, 3) for k, v in cal.elementwise.items()}
+    assert tbs == {"contiguous": 4.311, "rope": 1.206, "broadcast_heads": 1.616, "weight": 1.618, "rowscale": 2.666,
+                   "cast_up": 2.07, "cast_down": 4.285, "reduction": 4.153}
+    assert {k: round(v / 1e12, 3) for k, v in cal.optimizer.items()} == {"adamw_foreach": 3.021, "adamw_fused": 2.685}
+    o = cal.overlap
+    assert (round(o.gemm, 4), round(o.memory, 4), round(o.allreduce, 4)) == (1.0939, 1.2144, 1.9556)
+    assert o.compute(3.0, 1.0) == pytest.approx((3 * o.gemm + o.memory) / 4, rel=1e-15)
+    assert cal.label.startswith("calibrated: GEMM (M, N, K) grid, attention grid, elementwise rates by kind, "
+                                "optimizer step rates and compute under NCCL of ")
+
+
+def test_measured_kinds_price_the_two_gpu_benchmark() -> None:
+    """The 1.10 B Llama of benchmarks/bench_plan_ddp.py on the kind-calibrated bench: pinned numbers."""
+    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.plan.calibration import load_calibration
+    from gpudoctor.plan.traffic import elementwise_kinds, implementation
+
+    spec = from_hf_config(LLAMA_1B, name="bench-llama")
+    kw = {"global_batch": 8, "seq": 2048, "peak_flops": 989.4e12, "net": make_net("h200", 2, None),
+          "hbm_bytes_per_s": 4.8e12}
+    cal = load_calibration(BENCH_KINDS, "h200")
+    lay = Layout(dp=2, tp=1, pp=1, microbatch=4)
+    by_kind = elementwise_kinds(spec, lay, 2048, 16, implementation("eager-hf"))
+    per_element = {k: v / (8192 * 2048) for k, v in by_kind.items()}  # bytes per (token x hidden) element
+    assert per_element == {"cast_up": 489.75, "contiguous": 5038.3125, "reduction": 642.5, "rowscale": 660.0,
+                           "cast_down": 489.75, "weight": 264.0, "rope": 552.0, "broadcast_heads": 240.0}
+    r = predict_step(spec, lay, **kw, calibration=cal)
+    assert r["memory_s"] == pytest.approx(sum(b / cal.elementwise[k] for k, b in by_kind.items()), rel=1e-12)
+    assert r["memory_s"] == pytest.approx(0.04514831625, rel=1e-8)
+    assert r["optimizer_s"] == pytest.approx(1104218112 * 40 / cal.optimizer["adamw_foreach"], rel=1e-12)
+    assert r["overlap_s"] == pytest.approx(0.001663547973, rel=1e-8)
+    assert r["dp_comm_s"] == pytest.approx(0.000379288889, rel=1e-9)  # the last bucket runs alone
+    assert r["step_s"] == pytest.approx(0.1441253623, rel=1e-8)
+    fsdp = predict_step(spec, replace(lay, zero=3), **kw, calibration=cal)
+    assert fsdp["optimizer_s"] == pytest.approx(r["optimizer_s"] / 2, rel=1e-12)
+    assert (fsdp["overlap_s"], fsdp["zero_comm_s"]) == (pytest.approx(0.002305847628, rel=1e-8),
+                                                        pytest.approx(0.0006105136, rel=1e-8))
+    assert fsdp["step_s"] == pytest.approx(0.1402033244, rel=1e-8)
+    one = predict_step(spec, replace(lay, dp=1), **{**kw, "global_batch": 4}, calibration=cal)
+    assert one["overlap_s"] == 0.0 and one["step_s"] == pytest.approx(0.1400710187, rel=1e-8)
+    fused = predict_step(spec, lay, **kw, calibration=cal, impl="fused")  # its kernels stay at the HBM rate
+    assert fused["memory_s"] == pytest.approx(0.01405103295, rel=1e-8)
+    assert fused["optimizer_s"] == pytest.approx(1104218112 * 36 / cal.optimizer["adamw_fused"], rel=1e-12)
+
+
+def test_without_the_kind_sections_the_step_is_priced_as_before(tmp_path: Path) -> None:
+    import gzip
+
+    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.plan.calibration import load_calibration
+
+    data = json.loads(gzip.decompress(BENCH_KINDS.read_bytes()))
+    spec = from_hf_config(LLAMA_1B, name="bench-llama")
+    kw = {"global_batch": 8, "seq": 2048, "peak_flops": 989.4e12, "net": make_net("h200", 2, None)}
+    for empty in (None, {}):
+        stripped = {k: v for k, v in data.items() if k not in ("elementwise", "optimizer", "overlap")}
+        if empty is not None:
+            stripped.update(elementwise={}, optimizer={}, overlap={"skipped": "one GPU"})
+        path = tmp_path / "b.json"
+        path.write_text(json.dumps(stripped))
+        cal = load_calibration(path, "h200")
+        assert (cal.elementwise, cal.optimizer, cal.overlap) == (None, None, None)
+        r = predict_step(spec, Layout(dp=2, tp=1, pp=1, microbatch=4), **kw, calibration=cal)
+        assert r["memory_s"] == pytest.approx((16 * 479.5 * 8192 * 2048 + 11816402944) / cal.hbm_bytes_per_s,
+                                              rel=1e-12)
+        assert r["optimizer_s"] == pytest.approx(1104218112 * 40 / cal.hbm_bytes_per_s, rel=1e-12)
+        assert r["overlap_s"] == 0.0 and r["dp_comm_s"] == pytest.approx(0.000379288889, rel=1e-9)
+
+
+@pytest.mark.parametrize("section, value, match", [
+    ("elementwise", {"error": "RuntimeError: CUDA out of memory"},
+     r"its 'elementwise' section holds no rates \(RuntimeError: CUDA out of memory\)"),
+    ("elementwise", "drop rope",
+     r"the 'elementwise' section is incomplete \(1 of 8 rows lack a positive bytes_per_s, e.g. 'rope'\)"),
+    ("optimizer", "drop adamw_fused",
+     r"the 'optimizer' section is incomplete \(1 of 2 rows lack a positive bytes_per_s, e.g. 'adamw_fused'\)"),
+    ("overlap", {"gemm_slowdown": "fast", "memory_slowdown": 1.2, "allreduce_slowdown": 1.9},
+     r"the 'overlap' section lacks a slowdown between 0 and 100 for 'gemm_slowdown' \(got 'fast'\)"),
+    ("overlap", {"error": "torchrun failed (1): NCCL error"}, r"its 'overlap' section holds no slowdowns"),
+])
+def test_incomplete_kind_sections(tmp_path: Path, section: str, value, match: str) -> None:
+    import gzip
+
+    from gpudoctor.plan.calibration import load_calibration
+
+    data = json.loads(gzip.decompress(BENCH_KINDS.read_bytes()))
+    if isinstance(value, str):
+        del data[section]["rows"][value.removeprefix("drop ")]
+    else:
+        data[section] = value
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=match):
+        load_calibration(path, "h200")
+    cli = subprocess.run([sys.executable, "-m", "gpudoctor", "plan", "train", "llama-3.2-1b", "--gpus", "2",
+                          "--global-batch", "8", "--seq", "2048", "--gpus-per-node", "2", "--gpu", "h200",
+                          "--bench", str(path)], check=False, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and cli.stdout == "" and len(cli.stderr.strip().splitlines()) == 1

@@ -16,6 +16,7 @@ from typing import Any
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.ceilings import Ceilings, from_spec
 from gpudoctor.hardware.health import HealthReading, health_findings, read_health
+from gpudoctor.hardware.kinds import ELEMENTWISE_KINDS, kind_probes
 from gpudoctor.hardware.machine import ceilings_from, save_profile
 from gpudoctor.hardware.probe import Measurement, ProbePlan, run_probes
 from gpudoctor.hardware.shapes import shape_probes
@@ -45,6 +46,9 @@ class BenchResult:
     collectives: dict[str, Any] = field(default_factory=dict)  # NCCL curves (2+ GPUs)
     gemm_grid: dict[str, Any] = field(default_factory=dict)  # bf16 (M, N, K) grid (hardware/shapes.py)
     attention_grid: dict[str, Any] = field(default_factory=dict)  # causal SDPA (seq, head_dim)
+    elementwise: dict[str, Any] = field(default_factory=dict)  # bytes/s by kernel kind (hardware/kinds.py)
+    optimizer: dict[str, Any] = field(default_factory=dict)  # torch.optim.AdamW foreach / fused
+    overlap: dict[str, Any] = field(default_factory=dict)  # compute under NCCL (hardware/overlap.py, 2+ GPUs)
 
     def vs_datasheet(self, m: Measurement) -> float | None:
         key = _VS_DATASHEET.get(m.probe)
@@ -70,6 +74,9 @@ class BenchResult:
             "collectives": self.collectives,
             "gemm_grid": self.gemm_grid,
             "attention_grid": self.attention_grid,
+            "elementwise": self.elementwise,
+            "optimizer": self.optimizer,
+            "overlap": self.overlap,
         }
 
 
@@ -77,8 +84,12 @@ def plan_lines(quick: bool) -> list[str]:
     """What a bench run would do (``--dry-run``)."""
     plan = ProbePlan(quick=quick)
     sizes = "4" if quick else "7"
-    shapes = [f"probe gemm_grid: bf16 M x N x K, each of {sizes} sizes 256..16384", "probe attention_grid: causal SDPA, seq 512..8192, head_dim 64/128"]
-    multi = ["with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 KiB..4 GiB (torchrun)"]
+    shapes = [f"probe gemm_grid: bf16 M x N x K, each of {sizes} sizes 256..16384", "probe attention_grid: causal SDPA, seq 512..8192, head_dim 64/128",
+              f"probe elementwise: bytes/s of {', '.join(ELEMENTWISE_KINDS)}",
+              "probe optimizer: torch.optim.AdamW step, foreach and fused, over bf16 parameters"]
+    multi = ["with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 KiB..4 GiB (torchrun)",
+             ("with 2+ GPUs: overlap: GEMM and memory-bound throughput under a concurrent NCCL all-reduce, and "
+              "the all-reduce under GEMMs (torchrun)")]
     return [f"probe {name}" for name in plan.names()] + shapes + multi + ["read NVML health", "save the machine profile"]
 
 
@@ -91,7 +102,9 @@ def run_bench(
     shapes: bool = True,
 ) -> BenchResult:
     """``collectives``: NCCL curves across the GPUs (default: with 2+ GPUs, not in --quick).
-    ``shapes``: the GEMM and attention grids that ``plan train --bench`` reads (hardware/shapes.py)."""
+    ``shapes``: the GEMM and attention grids, the elementwise-kind and optimizer rates that ``plan train
+    --bench`` reads (hardware/shapes.py, hardware/kinds.py); with collectives, also compute under an
+    overlapped all-reduce (hardware/overlap.py)."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -109,19 +122,26 @@ def run_bench(
         notes.append("other processes were using the GPU: figures may be low")
     measurements = run_probes(ProbePlan(quick=quick), progress)
     grids = shape_probes(ProbePlan(quick=quick), progress) if shapes else {}
+    kinds = kind_probes(ProbePlan(quick=quick), progress) if shapes else {}
     curves: dict[str, Any] = {}
     gpus = torch.cuda.device_count()
     if collectives is None:
         collectives = gpus >= 2 and not quick
+    overlap: dict[str, Any] = {}
     if collectives:
         if gpus < 2:
             notes.append("collectives need 2 or more GPUs; this machine shows one")
         else:
             if progress:
-                progress("peer-to-peer and NCCL collectives")
+                progress("peer-to-peer, NCCL collectives and compute under an all-reduce")
             measurements += p2p_probe(torch)
-            curves = run_collectives(gpus, max_bytes)
+            curves = run_collectives(gpus, max_bytes, overlap=shapes)
+            overlap = curves.pop("overlap", None) or {"error": curves.get("error") or "torchrun returned no overlap"}
+            overlap = overlap if shapes else {}
             measurements += _peaks(curves)
+    if shapes and not overlap:
+        overlap = overlap_skipped(gpus)
+        notes.append(overlap["skipped"])
     spec = find_spec(props.name)
     if spec is None:
         notes.append(f"no datasheet row for {props.name!r}: measured ceilings only, no % of spec")
@@ -140,9 +160,18 @@ def run_bench(
     result.collectives = curves
     result.gemm_grid = grids.get("gemm_grid", {})
     result.attention_grid = grids.get("attention_grid", {})
+    result.elementwise = kinds.get("elementwise", {})
+    result.optimizer = kinds.get("optimizer", {})
+    result.overlap = overlap
     if save:
         result.profile_path = save_profile(uuid, result.to_dict())
     return result
+
+
+def overlap_skipped(gpus: int) -> dict[str, str]:
+    """The ``overlap`` section of a bench that could not measure it (one GPU, or no collectives)."""
+    why = "this machine shows one GPU" if gpus < 2 else "collectives were not measured (--no-collectives, --quick)"
+    return {"skipped": f"compute under an overlapped NCCL all-reduce needs 2+ GPUs and collectives: {why}"}
 
 
 def render_bench_html(result: BenchResult) -> str:
@@ -200,8 +229,9 @@ def p2p_probe(torch: Any) -> list[Measurement]:
     return [Measurement("p2p.gpu0->gpu1", src.numel() * 4 / statistics.median(times), "B/s", {"peer_access": peer})]
 
 
-def run_collectives(gpus: int, max_bytes: str) -> dict[str, Any]:
-    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collectives.py)."""
+def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[str, Any]:
+    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collectives.py);
+    with ``overlap``, its ``"overlap"`` key holds compute under an all-reduce (hardware/overlap.py)."""
     import json
     import subprocess
     import sys
@@ -210,6 +240,7 @@ def run_collectives(gpus: int, max_bytes: str) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp()) / "collectives.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
            "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", max_bytes]
+    cmd += ["--overlap"] if overlap else []
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not out.exists():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]

@@ -132,6 +132,7 @@ def bench(
     """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies, GEMM
     and attention throughput by shape) and its health; analyze, run and plan train --bench use them."""
     from gpudoctor.bench import plan_lines, render_bench_html, run_bench
+    from gpudoctor.hardware.probe import PROBE_GROUPS
 
     if dry_run:
         sys.stdout.write("\n".join(plan_lines(quick)) + "\n")
@@ -139,7 +140,7 @@ def bench(
     from rich.progress import Progress
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
-        task = bar.add_task("bench", total=7)
+        task = bar.add_task("bench", total=len(PROBE_GROUPS) + 5)  # + 2 grids, 2 kinds, collectives
 
         def step(label: str) -> None:
             bar.update(task, description=f"measuring {label}", advance=1)

@@ -79,7 +79,9 @@ def _time_op(torch: Any, dist: Any, op: str, nbytes: int, device: Any) -> float:
     return float(slowest.item())
 
 
-def measure(max_bytes: int) -> dict[str, Any]:
+def measure(max_bytes: int, overlap: bool = False) -> dict[str, Any]:
+    """The curves of every op in ``OPS``; with ``overlap``, also compute under an overlapped
+    all-reduce (hardware/overlap.py) as ``"overlap"`` (or ``{"error": ...}``)."""
     import torch
     import torch.distributed as dist
 
@@ -100,11 +102,24 @@ def measure(max_bytes: int) -> dict[str, Any]:
                 rows.append({"bytes": nbytes, "time_s": seconds, "algbw_Bps": algbw,
                              "busbw_Bps": algbw * bus_factor(op, n)})
             curves[op] = rows
+        slowdown = _overlap(torch, dist, device) if overlap and cuda else None
     finally:
         dist.destroy_process_group()
-    return {"world_size": n, "backend": "nccl" if cuda else "gloo",
-            "gpu": torch.cuda.get_device_name() if cuda else "cpu", "curves": curves,
-            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
+    out = {"world_size": n, "backend": "nccl" if cuda else "gloo",
+           "gpu": torch.cuda.get_device_name() if cuda else "cpu", "curves": curves,
+           "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
+    if slowdown is not None:
+        out["overlap"] = slowdown
+    return out
+
+
+def _overlap(torch: Any, dist: Any, device: Any) -> dict[str, Any]:
+    from gpudoctor.hardware.overlap import measure_overlap
+
+    try:
+        return measure_overlap(torch, dist, device)
+    except (RuntimeError, TypeError, ValueError, AttributeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _parse_bytes(text: str) -> int:
@@ -117,8 +132,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--max-bytes", default="4GiB")
+    parser.add_argument("--overlap", action="store_true", help="also compute under an overlapped all-reduce")
     args = parser.parse_args()
-    result = measure(_parse_bytes(args.max_bytes))
+    result = measure(_parse_bytes(args.max_bytes), args.overlap)
     if int(os.environ.get("RANK", "0")) == 0:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

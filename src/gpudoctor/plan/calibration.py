@@ -9,7 +9,15 @@ What it replaces in the step-time model (plan/train.py), each by a measurement o
   length and head dim, forward and backward (else, as without --bench, the assumed efficiency);
 - HBM bandwidth for the memory-bound work and the optimizer: the better of the measured copy and
   triad rates (read + write kernels, like the elementwise ones), with no assumed efficiency;
-- the launch-gap term: kernels x the measured eager launch time (``ceilings.extra.launch_eager_s``).
+- the launch-gap term: kernels x the measured eager launch time (``ceilings.extra.launch_eager_s``);
+- with the bench's ``elementwise`` section (hardware/kinds.py): each eager-hf elementwise op at the
+  measured rate of its kind (plan/traffic.py classifies the ops); with ``optimizer``: the optimizer
+  step at the measured rate of its implementation (AdamW foreach / fused);
+- with ``overlap`` (2+ GPUs, hardware/overlap.py): compute that overlaps DP communication runs at
+  its rate / the measured slowdown, and the communication at its own measured slowdown (plan/comm.py).
+
+Without those three sections the step is priced as before they existed. A section that is there but
+incomplete, or holds the probe's error, is a one-line ``InputError``.
 
 The grid is interpolated linearly in log(rate) over log2(M), log2(N), log2(K); outside the measured
 range a dimension is clamped to its edge (wider GEMMs run at about the widest one's rate).
@@ -26,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import InputError
+from gpudoctor.hardware.kinds import ELEMENTWISE_KINDS
 from gpudoctor.memory.spec import ModelSpec
 
 
@@ -75,6 +84,21 @@ def _interp(points: tuple[tuple[int, float], ...], x: int) -> float:
 
 
 @dataclass(frozen=True)
+class Overlap:
+    """Measured slowdowns under overlapped NCCL communication (hardware/overlap.py), each >= 0."""
+
+    gemm: float  # GEMM seconds with an all-reduce running / alone
+    memory: float  # a contiguous memory-bound kernel's, likewise
+    allreduce: float  # all-reduce seconds with GEMMs running / alone
+
+    def compute(self, gemm_s: float, memory_s: float) -> float:
+        """The slowdown of a stretch of ``gemm_s`` GEMM and ``memory_s`` memory-bound seconds: the
+        time-weighted mean of the two."""
+        total = gemm_s + memory_s
+        return (gemm_s * self.gemm + memory_s * self.memory) / total if total > 0 else self.gemm
+
+
+@dataclass(frozen=True)
 class Calibration:
     """Measured ceilings and shape curves of one card, from one bench JSON."""
 
@@ -86,11 +110,17 @@ class Calibration:
     launch_eager_s: float | None
     gemm: GemmGrid
     attention: AttentionGrid | None
+    elementwise: dict[str, float] | None = None  # bytes/s by kind (hardware/kinds.py ELEMENTWISE_KINDS)
+    optimizer: dict[str, float] | None = None  # bytes/s by optimizer row ("adamw_foreach", "adamw_fused")
+    overlap: Overlap | None = None
 
     @property
     def label(self) -> str:
-        parts = "GEMM (M, N, K) grid" + (" and attention grid" if self.attention else "")
-        return f"calibrated: {parts} of {self.path} ({self.gpu}, measured {self.measured_utc})"
+        parts = ["GEMM (M, N, K) grid"] + (["attention grid"] if self.attention else []) + \
+            (["elementwise rates by kind"] if self.elementwise else []) + \
+            (["optimizer step rates"] if self.optimizer else []) + (["compute under NCCL"] if self.overlap else [])
+        listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+        return f"calibrated: {listed} of {self.path} ({self.gpu}, measured {self.measured_utc})"
 
 
 def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibration:
@@ -126,7 +156,57 @@ def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibratio
                          "run gpudoctor bench again") from exc
     return Calibration(path=str(path), gpu=gpu, measured_utc=str(data.get("measured_utc", "")), matrix_bf16=peak,
                        hbm_bytes_per_s=hbm, launch_eager_s=float(launch) if launch else None, gemm=grid,
-                       attention=_attention_grid(data.get("attention_grid")))
+                       attention=_attention_grid(data.get("attention_grid")),
+                       elementwise=_rates(data.get("elementwise"), "elementwise", ELEMENTWISE_KINDS, where),
+                       optimizer=_rates(data.get("optimizer"), "optimizer", OPTIMIZER_ROWS, where),
+                       overlap=_overlap(data.get("overlap"), where))
+
+
+OPTIMIZER_ROWS = ("adamw_foreach", "adamw_fused")
+
+
+def _rates(section: Any, name: str, needed: Any, where: str) -> dict[str, float] | None:
+    """``{row: bytes_per_s}`` of a bench section whose ``rows`` map each of ``needed`` to a row with
+    ``bytes_per_s``; None when the section is absent or empty (a bench from before it existed)."""
+    if section is None or section == {}:
+        return None
+    rerun = f"run `gpudoctor bench --json` again (or delete the '{name}' section to price as without it)"
+    if not isinstance(section, dict) or section.get("error"):
+        why = section.get("error") if isinstance(section, dict) else f"not an object: {section!r}"[:80]
+        raise InputError(f"{where}: its '{name}' section holds no rates ({why}); {rerun}")
+    rows = section.get("rows") if isinstance(section.get("rows"), dict) else {}
+    out: dict[str, float] = {}
+    for key in needed:
+        try:
+            out[key] = float(rows[key]["bytes_per_s"])
+        except (KeyError, TypeError, ValueError):
+            out[key] = 0.0
+    bad = [k for k in needed if not out[k] > 0 or math.isinf(out[k])]
+    if bad:
+        raise InputError(f"{where}: the '{name}' section is incomplete ({len(bad)} of {len(out)} rows lack a "
+                         f"positive bytes_per_s, e.g. {bad[0]!r}); {rerun}")
+    return out
+
+
+def _overlap(section: Any, where: str) -> Overlap | None:
+    """The ``overlap`` section's slowdowns; None when absent, empty or skipped (one GPU)."""
+    if section is None or section == {} or (isinstance(section, dict) and "skipped" in section):
+        return None
+    rerun = "run `gpudoctor bench --json` on 2+ GPUs again (or delete the 'overlap' section)"
+    if not isinstance(section, dict) or section.get("error"):
+        why = section.get("error") if isinstance(section, dict) else f"not an object: {section!r}"[:80]
+        raise InputError(f"{where}: its 'overlap' section holds no slowdowns ({why}); {rerun}")
+    values = {}
+    for key in ("gemm_slowdown", "memory_slowdown", "allreduce_slowdown"):
+        try:
+            values[key] = float(section[key])
+        except (KeyError, TypeError, ValueError):
+            values[key] = float("nan")
+    bad = [k for k, v in values.items() if not 0 < v < 100]
+    if bad:
+        raise InputError(f"{where}: the 'overlap' section lacks a slowdown between 0 and 100 for {bad[0]!r} "
+                         f"(got {section.get(bad[0])!r}); {rerun}")
+    return Overlap(values["gemm_slowdown"], values["memory_slowdown"], values["allreduce_slowdown"])
 
 
 def _gemm_grid(section: Any, where: str) -> GemmGrid:

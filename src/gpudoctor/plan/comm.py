@@ -145,7 +145,8 @@ def pp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, net: Net) -> float:
 
 
 def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int,
-            mb_fwd_s: float, mb_rc_s: float, net: Net, last_bucket_bytes: float = 0.0) -> tuple[float, float]:
+            mb_fwd_s: float, mb_rc_s: float, net: Net, last_bucket_bytes: float = 0.0,
+            slowdown: tuple[float, float] | None = None) -> tuple[float, float]:
     """(dp_comm_s, zero_comm_s), exposed seconds.
 
     DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is
@@ -156,9 +157,16 @@ def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: i
     reduce-scatter, then an exposed all-gather of the updated parameters. ZeRO-3: per micro-batch,
     an all-gather in forward and in backward plus a reduce-scatter, each phase hidden behind its
     compute up to that compute's length (the first layer's gather is always exposed).
+
+    ``slowdown``: (compute, communication) slowdowns measured under overlap (hardware/overlap.py);
+    then ``dp_overlap`` prices it and this returns the exposed part only of its result.
     """
     if lay.dp == 1:
         return 0.0, 0.0
+    if slowdown is not None:
+        dp_s, zero_s, _ = dp_overlap(lay, grad_bytes, layers, bwd_last_s, m, mb_fwd_s, mb_rc_s, net,
+                                     last_bucket_bytes, slowdown)
+        return dp_s, zero_s
     stride = lay.tp * lay.cp
     buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
 
@@ -176,3 +184,38 @@ def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: i
     fwd = max(ag / layers, ag - mb_fwd_s)
     bwd = max((ag + rs) / layers, ag + rs - 2 * mb_fwd_s - mb_rc_s)
     return 0.0, m * (fwd + bwd)
+
+
+def dp_overlap(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int, mb_fwd_s: float,
+               mb_rc_s: float, net: Net, last_bucket_bytes: float, slowdown: tuple[float, float]
+               ) -> tuple[float, float, float]:
+    """``dp_comm`` with measured overlap costs: (dp_comm_s, zero_comm_s, overlap_s).
+
+    While a collective overlaps compute, the collective takes ``comm`` x its time alone and the
+    compute progresses at 1 / ``compute`` of its rate: a window of W seconds delays the compute by
+    W (1 - 1 / compute) (``overlap_s``), which in turn leaves the collectives that much more compute
+    to hide behind. The window is the overlapped collective's (slowed) time, up to the compute it
+    overlaps. What stays exposed is priced as in ``dp_comm``; DDP's last bucket, all-reduced after the
+    backward, runs alone."""
+    compute, comm = slowdown
+    lost = 1.0 - 1.0 / compute
+    stride = lay.tp * lay.cp
+    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+
+    def chunked(op: str, pieces: int) -> float:
+        return pieces * net.time(op, grad_bytes / pieces, lay.dp, stride)
+
+    if lay.zero in (0, 1, 2):
+        op = "all-reduce" if lay.zero == 0 else "reduce-scatter"
+        total = chunked(op, buckets)
+        last = net.time(op, last_bucket_bytes, lay.dp, stride) if last_bucket_bytes else total / buckets
+        window = min(max(0.0, total - last) * comm, bwd_last_s)  # all but the last bucket, under the backward
+        penalty = window * lost
+        exposed = max(last, max(0.0, total - last) * comm + last - (bwd_last_s + penalty))
+        return exposed, (chunked("all-gather", buckets) if lay.zero else 0.0), penalty
+    rs, ag = chunked("reduce-scatter", layers), chunked("all-gather", layers)
+    win_f = min(ag * comm, mb_fwd_s)
+    win_b = min((ag + rs) * comm, 2 * mb_fwd_s + mb_rc_s)
+    fwd = max(ag / layers, ag * comm - (mb_fwd_s + win_f * lost))
+    bwd = max((ag + rs) / layers, (ag + rs) * comm - (2 * mb_fwd_s + mb_rc_s + win_b * lost))
+    return 0.0, m * (fwd + bwd), m * (win_f + win_b) * lost

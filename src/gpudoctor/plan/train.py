@@ -42,6 +42,7 @@ from gpudoctor.plan.comm import (
     Net,
     cp_comm,
     dp_comm,
+    dp_overlap,
     make_net,
     pp_comm,
     tp_comm,
@@ -55,7 +56,12 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     step_flops,
 )
 from gpudoctor.plan.pins import Pins, check_pins
-from gpudoctor.plan.traffic import dp_copy_bytes, elementwise_bytes, implementation
+from gpudoctor.plan.traffic import (
+    dp_copy_bytes,
+    elementwise_kinds,
+    elementwise_seconds,
+    implementation,
+)
 
 BYTES_BF16 = 2
 
@@ -108,14 +114,39 @@ COMPUTE_ASSUMED = "assumed: FLOPs x datasheet bf16 peak x GEMM_EFFICIENCY (no --
 
 
 def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
-    """ASSUMPTIONS with the assumed GEMM efficiency replaced by what --bench measured."""
+    """ASSUMPTIONS with what --bench measured in place of what it replaces: the assumed GEMM
+    efficiency; with its elementwise / optimizer / overlap sections, the unpriced kernel kinds and
+    the NCCL-free overlap."""
     attention = ("attention core at the measured causal SDPA rate for its sequence length and head dim"
                  if cal.attention else "attention core at the assumed GEMM efficiency (the bench has no attention grid)")
     measured = (f"GEMMs timed at their own (M, N, K) on the measured bf16 grid of {cal.path} ({cal.gpu}, "
                 f"{cal.measured_utc}): separate q, k, v, o, gate, up, down projections, forward and both "
                 f"backward GEMMs; {attention}; HBM work at the measured {cal.hbm_bytes_per_s / 1e12:.2f} TB/s; "
                 f"launch gap from {EAGER_KERNELS_PER_LAYER} eager kernels per layer x the measured launch time")
-    return (measured,) + tuple(a for a in ASSUMPTIONS if not (isinstance(a, str) and a.startswith("GEMM efficiency")))
+    extra = []
+    if cal.elementwise:
+        rates = ", ".join(f"{k} {v / 1e12:.2f}" for k, v in cal.elementwise.items())
+        extra.append(f"eager-hf elementwise ops each at the measured rate of its kind (TB/s: {rates}; "
+                     "plan/traffic.py classifies them by operand layout); the fused model at the HBM rate")
+    if cal.optimizer:
+        extra.append("optimizer step at its measured rate: " + ", ".join(
+            f"{k} {v / 1e12:.2f} TB/s" for k, v in cal.optimizer.items()))
+    if cal.overlap:
+        o = cal.overlap
+        extra.append(f"compute overlapping DP communication runs {o.gemm:.2f}x (GEMMs) / {o.memory:.2f}x "
+                     f"(memory-bound) slower and the collective {o.allreduce:.2f}x slower than alone (measured)")
+    dropped = ("GEMM efficiency",) + (("memory-bound work",) if cal.elementwise else ()) + \
+        (("NCCL kernels overlapping",) if cal.overlap else ())
+    kept = tuple(a for a in ASSUMPTIONS if not (isinstance(a, str) and a.startswith(dropped)))
+    if cal.elementwise:
+        kept = (MEMORY_MEASURED,) + kept
+    return (measured, *extra) + kept
+
+
+MEMORY_MEASURED = ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, DDP/FSDP "
+                   "copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from Hugging "
+                   "Face's eager code and torch.optim.AdamW foreach, fused as 4 passes over the saved activations "
+                   "and a fused mixed-precision Adam")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +266,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     tp_s = tp_comm(spec, lay, seq, m, layers_stage, net)
     cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = pp_comm(spec, lay, seq, m, net)
-    memory_s = m * elementwise_bytes(spec, lay, seq, layers_stage, code) / hbm
+    by_kind = elementwise_kinds(spec, lay, seq, layers_stage, code)
+    memory_s = m * elementwise_seconds(by_kind, hbm, calibration.elementwise if calibration else None)
     launch_s = launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
     pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
@@ -245,14 +277,23 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     bwd_last_s = mb_bwd_s + recompute_s / m
     # PyTorch DDP: the embedding, ready last, is a bucket of its own when larger than the cap
     last = max(BUCKET_BYTES, _counts(spec).embedding * BYTES_BF16 / lay.tp) if code.dp_copies and lay.pp == 1 else 0.0
-    dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net, last)
+    overlap_s = 0.0
+    if calibration is not None and calibration.overlap is not None and lay.dp > 1:
+        # the overlapped stretch is backward / forward compute: GEMMs and elementwise in the step's mix
+        slow = (calibration.overlap.compute(compute_s + recompute_s, memory_s), calibration.overlap.allreduce)
+        dp_s, zero_s, overlap_s = dp_overlap(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m,
+                                             net, last, slow)
+    else:
+        dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net, last)
     opt_hbm = hbm_bytes_per_s if calibration is None else calibration.hbm_bytes_per_s
+    if calibration is not None and calibration.optimizer is not None:
+        opt_hbm = calibration.optimizer[code.optimizer_probe]  # bytes/s of that step, measured
     opt_s = local_params / (lay.dp if lay.zero else 1) * code.optimizer_bytes_per_param / opt_hbm
     copies = dp_copy_bytes(lay, local_params, code) * (m if lay.zero == 3 else 1)
     dp_copy_s = copies / (hbm_bytes_per_s * HBM_EFFICIENCY if calibration is None else calibration.hbm_bytes_per_s)
     parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "launch_s": launch_s,
              "bubble_s": bubble_s, "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
-             "zero_comm_s": zero_s, "dp_copy_s": dp_copy_s, "optimizer_s": opt_s}
+             "zero_comm_s": zero_s, "overlap_s": overlap_s, "dp_copy_s": dp_copy_s, "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
 
