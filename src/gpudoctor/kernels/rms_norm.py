@@ -278,7 +278,9 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: t
     _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
                 n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
                 HAS_DW=need_dw, num_warps=num_warps)
-    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None  # stage two: sum over programs
+    # stage two: sum over programs, then one rounding to the weight's dtype. torch.sum(..., out=<bf16>) in
+    # one kernel was slower and not the once-rounded sum (H100, 2026-11-22, benchmarks/probe_sum_cast.py)
+    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
     return dx, dw
 
 
