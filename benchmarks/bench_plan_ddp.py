@@ -5,7 +5,8 @@ transformers Llama-style model with random weights (bf16 parameters, AdamW), tim
 steps (after warm-up) under DistributedDataParallel and under FSDP (full shard), and writes
 ``OUT_DIR/ddp_fsdp.json``. The prediction for the same layouts is made anywhere with
 ``python benchmarks/bench_plan_ddp.py --predict RESULTS_JSON [BENCH_JSON [SINGLE_JSON]]``, the
-bench file (``gpudoctor bench --json``) calibrating it. ``--single OUT_DIR`` times the same model
+bench file (``gpudoctor bench --json``) calibrating it; ``--predict-ahead WORLD GPU BENCH_JSON OUT``
+writes the prediction for a GPU count not measured yet (committed before the run: a held-out check). ``--single OUT_DIR`` times the same model
 on one GPU and profiles it (kernel time by kind) to separate compute from communication.
 """
 
@@ -210,8 +211,9 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
              "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"),
             "|---|---:|---:|---:|---:|---:|---|"]
-    layouts = [("DDP (dp=2)", 0, m["world_size"], m.get("ddp_step_s")),
-               ("FSDP full shard (dp=2, ZeRO-3)", 3, m["world_size"], m.get("fsdp_step_s"))]
+    w = m["world_size"]
+    layouts = [(f"DDP (dp={w})", 0, w, m.get("ddp_step_s")),
+               (f"FSDP full shard (dp={w}, ZeRO-3)", 3, w, m.get("fsdp_step_s"))]
     single = json.loads(single_json.read_text()) if single_json else None
     if single:
         layouts.append(("one GPU, no DP", 0, 1, single["step_s"]))
@@ -227,6 +229,32 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     print("\n".join(rows))
     if single and cal and "profile" in single:
         _by_kind(single, price(0, 1, cal), price(0, 1))
+
+
+def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
+    """The prediction for a ``world``-GPU run not measured yet, written (and committed) before it is:
+    a held-out check of the model. Communication from the interconnect preset (no curve measured at
+    this GPU count), compute and elementwise rates from ``bench``."""
+    from gpudoctor.hardware.specs import require_spec
+    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.plan.calibration import load_calibration
+    from gpudoctor.plan.train import Layout, make_net, predict_step
+
+    spec = from_hf_config({"model_type": "llama", **CONFIG}, name="bench-llama")
+    hw = require_spec(gpu)
+    cal = load_calibration(bench, hw.key)
+    net = make_net(hw.key, world, None)
+    rows = {}
+    for name, zero in (("ddp", 0), ("fsdp", 3)):
+        for label, c in (("assumed", None), ("calibrated", cal)):
+            p = predict_step(spec, Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=BATCH), global_batch=BATCH * world,
+                             seq=SEQ, peak_flops=hw.matrix_flops["bf16"], net=net, hbm_bytes_per_s=hw.hbm_bytes_per_s,
+                             calibration=c)
+            rows[f"{name}_{label}_step_s"] = p["step_s"]
+    result = {"world_size": world, "gpu": hw.key, "bench": str(bench), "config": CONFIG, "batch_per_gpu": BATCH,
+              "seq": SEQ, "predicted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **rows}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(rows))
 
 
 def _by_kind(single: dict, cal: dict, assumed: dict) -> None:
@@ -253,6 +281,8 @@ def _by_kind(single: dict, cal: dict, assumed: dict) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--predict":  # --predict RESULTS [BENCH_JSON [SINGLE_JSON]]
         predict(Path(sys.argv[2]), *(Path(a) for a in sys.argv[3:5]))
+    elif sys.argv[1] == "--predict-ahead":  # --predict-ahead WORLD GPU BENCH_JSON OUT_JSON
+        predict_ahead(int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]))
     elif sys.argv[1] == "--single":
         single(Path(sys.argv[2]))
     else:
