@@ -3,6 +3,7 @@ benchmarks/results/, every op and size >= 1 MiB; preset, calibrated (interpolate
 the fitted alpha-beta model (what other GPU counts use). No GPU needed.
 
     python benchmarks/bench_plan_comm.py [--table FILE] [--append BENCHMARKS.md]
+    python benchmarks/bench_plan_comm.py --table 2-GPU.json --held-out 4-GPU.json   # across GPU counts
 """
 
 from __future__ import annotations
@@ -87,6 +88,30 @@ def markdown(table: str) -> str:
     return "\n".join(lines)
 
 
+def held_out(calibration: str, measured: str) -> str:
+    """The model calibrated on one GPU count's curve (``calibration``) predicting another count's
+    measured curve (``measured``): the fitted alpha-beta model is all ``--busbw-table`` has there."""
+    curves, _ = load_curves(str(ROOT / measured))
+    lines = ["| op | size | measured | preset | err | from the other count's curve | err |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    errs: dict[str, list[float]] = {"preset": [], "held": []}
+    for op, curve in curves.items():
+        for nbytes, m in zip(curve.sizes, curve.times):
+            if nbytes < MIB:
+                continue
+            kw = {"gpus": curve.world, "gpu": "h200"}
+            pre = predict(op, nbytes, **kw).time_s
+            held = predict(op, nbytes, busbw_table=str(ROOT / calibration), **kw).time_s
+            errs["preset"].append(abs(err(pre, m)))
+            errs["held"].append(abs(err(held, m)))
+            lines.append(f"| {op} | {size(nbytes)} | {m * 1e6:,.1f} us | {pre * 1e6:,.1f} us | {err(pre, m):+.1%} | "
+                         f"{held * 1e6:,.1f} us | {err(held, m):+.1%} |")
+    lines += ["", (f"median abs error: preset {statistics.median(errs['preset']):.1%}, from the other count's "
+                   f"curve {statistics.median(errs['held']):.1%}; max {max(errs['preset']):.1%} / "
+                   f"{max(errs['held']):.1%}")]
+    return "\n".join(lines)
+
+
 def append(md: str, path: Path) -> None:
     text = path.read_text() if path.exists() else ""
     if HEADING in text:  # replace our section, keep everything else
@@ -102,7 +127,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--table", default=DEFAULT)
     parser.add_argument("--append", type=Path, default=None, help="Add / replace the section in this file.")
+    parser.add_argument("--held-out", default=None, metavar="MEASURED",
+                        help="Predict this bench file's GPU count from --table's curve, and compare.")
     args = parser.parse_args()
+    if args.held_out:
+        print(held_out(args.table, args.held_out))
+        return
     md = markdown(args.table)
     print(md)
     if args.append:
