@@ -30,14 +30,15 @@ from gpudoctor.kernels.rms_norm import (
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
 # backward (x, mean, rstd); CUDA inputs go there where it takes less GPU time than these kernels:
 # below NATIVE_BELOW_ELEMENTS elements, and for rows of NATIVE_ROW_BYTES or more, where one row no
-# longer fits a block's registers (H100, triton 3.6, 2026-11-22, 512 x 16384 bf16 forward + backward:
-# 106 us in one block with 32 warps, 114-172 us looping over columns, 89 us for torch.nn.LayerNorm;
-# benchmarks/results/tune_norms_h100_2026-11-22.json). The element threshold, same GPU, 2026-11-22
-# (benchmarks/results/kernels_h100_run3_2026-11-22.json), rows x hidden: at 1M elements and below
-# torch's took 6-55% less GPU time (256 x 256: 10.7 vs 21.5 us); at 2M it depended on the width
-# (ours faster at 8192 x 256 and 128 x 16384, slower at 2048 x 1024 and 512 x 4096); from 4M up
-# ours took less at every width where rows fit a block.
-NATIVE_BELOW_ELEMENTS = 2**21
+# longer fits a block's registers (H100, triton 3.6, 2026-11-22, 16384-wide bf16 rows, forward +
+# backward: 89 us in one block of 16 warps at 512 rows, as torch.nn.LayerNorm's 89 us, but 269 us
+# against 254 us at 2048 rows, and 114-172 us at 512 rows looping over columns; benchmarks/
+# probe_warps.py and results/tune_norms_h100_2026-11-22.json). The element threshold, same GPU, 2026-11-22
+# (benchmarks/results/kernels_h100_run5_norms_2026-11-22.json), rows x hidden: at 1M elements and
+# below torch's took less GPU time at every width; at 2M ours was faster at three widths (8192 x 256:
+# 27.4 vs 48.2 us) and slower at two (2048 x 1024: 28.8 vs 22.2 us, 512 x 4096: 20.5 vs 18.8 us);
+# from 8M up ours took less at every width where rows fit a block. Below 4M, torch's: never slower.
+NATIVE_BELOW_ELEMENTS = 2**22
 NATIVE_ROW_BYTES = 32768
 # [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
 # six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
