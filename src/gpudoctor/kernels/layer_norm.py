@@ -37,7 +37,8 @@ from gpudoctor.kernels.rms_norm import (
 # (benchmarks/results/kernels_h100_run5_norms_2026-11-22.json), rows x hidden: at 1M elements and
 # below torch's took less GPU time at every width; at 2M ours was faster at three widths (8192 x 256:
 # 27.4 vs 48.2 us) and slower at two (2048 x 1024: 28.8 vs 22.2 us, 512 x 4096: 20.5 vs 18.8 us);
-# from 8M up ours took less at every width where rows fit a block. Below 4M, torch's: never slower.
+# from 8M up ours took less at every width where rows fit a block (run 8: 0.23-0.85x of torch's).
+# Below 4M, torch's: never slower.
 NATIVE_BELOW_ELEMENTS = 2**22
 NATIVE_ROW_BYTES = 32768
 # [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
