@@ -33,8 +33,8 @@ from gpudoctor.kernels._common import jit as _jit
 # one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs with
 # fewer elements than this go there, where its fewer launches cost less GPU time than our kernels'.
 # H100, triton 3.6, torch 2.11, 2026-11-22 (benchmarks/results/kernels_h100_run8_norms_2026-11-22.json),
-# forward + backward GPU time, bf16, rows x hidden: at 1M elements and below torch's took as much or
-# less (256 x 4096: 11.6 vs 11.6 us); at 2M ours was faster at narrow and wide rows (8192 x 256: 17.8
+# forward + backward GPU time, bf16, rows x hidden: at 1M elements and below torch's took 5-20% less
+# (run 3: 256 x 256, 8.3 vs 10.4 us); at 2M ours was faster at narrow and wide rows (8192 x 256: 17.8
 # vs 34.4 us) and slower at two widths (2048 x 1024: 15.9 vs 15.2 us; 512 x 4096: 14.9 vs 14.4 us);
 # from 8M up ours took 0.26-0.80x of torch's at every width. Below 4M, torch's: never slower.
 # Llama casting has no native fused equivalent (F.rms_norm(x, None) * w took twice our GPU time,
