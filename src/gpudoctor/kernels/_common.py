@@ -112,11 +112,18 @@ class Launcher:
         self.fast = params is not None and not interpreting()
 
     def __call__(self, grid: tuple[int, ...], *args: object, num_warps: int = 4, **constexprs: object) -> None:
+        first = args[0]
+        if isinstance(first, torch.Tensor) and first.is_cuda and first.device.index != torch.cuda.current_device():
+            # Triton launches on the current device; a model spread over GPUs (device_map="auto")
+            # calls with tensors on another one, so launch there
+            with torch.cuda.device(first.device):
+                self(grid, *args, num_warps=num_warps, **constexprs)
+            return
         if not self.fast:
             self.fn[grid](*args, num_warps=num_warps, **constexprs)
             return
         values = tuple(constexprs[name] for name in self.constexpr_names)
-        device = args[0].device.index if isinstance(args[0], torch.Tensor) else None
+        device = first.device.index if isinstance(first, torch.Tensor) else None
         key = (device, num_warps, values, *map(_specialization, args))
         compiled = self.cache.get(key)
         if compiled is None:
