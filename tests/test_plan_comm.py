@@ -215,3 +215,22 @@ def test_render_train_generic() -> None:
     text = console.export_text()
     for word in ("microbatch", "1.250 s", "41.0%", "60 GiB", "dp=8 wins", "infeasible: tp=1"):
         assert word in text, word
+
+
+def test_nvls_all_reduce_inside_one_nvswitch_node() -> None:
+    """NVLink SHARP: 8 H100 SXM reach 1.30x the ring's bus bandwidth (480 vs 370 GB/s, NCCL's
+    maintainers); 4 ranks gain nothing on bandwidth; A100 and multi-node runs do not get it."""
+    from gpudoctor.plan.collectives import predict
+
+    ring = predict("all-reduce", 2**30, gpus=8, gpu="h100-sxm")
+    nvls = predict("all-reduce", 2**30, gpus=8, gpu="h100-sxm", nvls=True)
+    assert (ring.algorithm, nvls.algorithm) == ("ring", "nvls")
+    assert round(ring.time_s * 1e3, 4) == 5.2756 and round(nvls.time_s * 1e3, 4) == 4.0386
+    assert 1.29 < nvls.busbw_GBps / ring.busbw_GBps < 1.31
+    four = predict("all-reduce", 2**30, gpus=4, gpu="h100-sxm", nvls=True)
+    assert 0.99 < four.busbw_GBps / predict("all-reduce", 2**30, gpus=4, gpu="h100-sxm").busbw_GBps < 1.01
+    for kw in ({"gpus": 8, "gpu": "a100-sxm-80gb"}, {"gpus": 16, "gpu": "h100-sxm", "fabric": "ib-ndr"}):
+        p = predict("all-reduce", 2**30, nvls=True, **kw)
+        assert p.algorithm != "nvls" and any("--nvls does not apply" in n for n in p.notes)
+    gather = predict("all-gather", 2**30, gpus=8, gpu="h100-sxm", nvls=True)
+    assert gather.algorithm == "ring" and "nvls" not in gather.candidates

@@ -279,6 +279,7 @@ def plan_comm(
     gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
     fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, pcie4, pcie5."),
     busbw_table: Optional[Path] = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured collectives."),
+    nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduce in one NVSwitch node)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predicted time and bus bandwidth of one collective."""
@@ -286,7 +287,7 @@ def plan_comm(
     from gpudoctor.report.plan import render_comm
 
     pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, fabric=fabric,
-                   busbw_table=str(busbw_table) if busbw_table else None)
+                   busbw_table=str(busbw_table) if busbw_table else None, nvls=nvls)
     if json_out:
         sys.stdout.write(json.dumps(pred.to_dict(), indent=1) + "\n")
         return

@@ -58,6 +58,16 @@ IB_EFFICIENCY = 0.85  # nccl-tests over one IB rail: ~80-90% of the line rate (h
 ROCE_EFFICIENCY = 0.75  # RoCE: Ethernet framing and congestion control cost more than IB
 
 
+# NVLink SHARP (NVLS): NVSwitch 3+ reduces all-reduce data in the switch. Only inside one node
+# (NCCL maintainer, NVIDIA/nccl#1031), only on NVSwitch NVLink 4/5 systems (H100/H200 SXM, B200).
+# Its busbw over the ring's, by ranks in the node: 8 H100 reach ~480 GB/s against the ring's ~370
+# (NCCL maintainer, NVIDIA/nccl-tests#212 and NVIDIA/nccl#1442: "a 30% improvement"); 2-4 ranks
+# stay at the ring's rate and 5, 6, 7 ranks reach 420, 440, 460 GB/s (a user's 8x H100 SXM
+# measurement, NVIDIA/nccl#1455). Not measured here: the lent machines keep NVLS off.
+NVLS_SPEEDUP = {5: 420 / 370, 6: 440 / 370, 7: 460 / 370, 8: 480 / 370}
+NVLS_LINKS = ("nvlink4", "nvlink5")
+
+
 @dataclass(frozen=True)
 class Link:
     """One interconnect preset: a datasheet rate, the fraction NCCL reaches and a step latency."""
@@ -296,12 +306,22 @@ def p2p(s: float, t: Topology) -> float:
     return t.base_s + s / t.b_rail + t.alpha_inter
 
 
-def candidates(op: str, s: float, t: Topology) -> dict[str, float]:
-    """Every algorithm that applies, with its time; the fastest is the prediction."""
+def nvls_allreduce(s: float, t: Topology) -> float:
+    """NVLink SHARP inside one node: the ring's bytes at its rate x NVLS_SPEEDUP, and two latency
+    steps (reduce in the switch, multicast the result) instead of 2(N-1)."""
+    n = t.n
+    return t.base_s + 2 * (n - 1) / n * s / (t.b_intra * NVLS_SPEEDUP.get(min(n, 8), 1.0)) + 2 * t.alpha_intra
+
+
+def candidates(op: str, s: float, t: Topology, nvls: bool = False) -> dict[str, float]:
+    """Every algorithm that applies, with its time; the fastest is the prediction. ``nvls``: the
+    caller checked that NVLink SHARP is available (one node, NVSwitch NVLink 4/5)."""
     if op == "all-reduce":
         out = {"ring": ring_allreduce(s, t), "tree": tree_allreduce(s, t)}
         if t.nodes > 1:
             out["hierarchical"] = hierarchical_allreduce(s, t)
+        if nvls:
+            out["nvls"] = nvls_allreduce(s, t)
         return out
     if op in ("all-gather", "reduce-scatter"):
         return {"ring": ring_gather(s, t)}
@@ -421,11 +441,13 @@ def _calibrated_topology(op: str, curves: dict[str, Curve], topo: Topology) -> t
 
 def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str = "h100-sxm",
             fabric: str | None = None, busbw_table: str | None = None,
-            interpolate: bool = True) -> CommPrediction:
+            interpolate: bool = True, nvls: bool = False) -> CommPrediction:
     """Predicted time of one collective of ``nbytes`` (nccl-tests size convention) on ``gpus`` ranks.
 
     With ``busbw_table``: the op measured at this GPU count in one node is read off its curve
-    (``interpolate=False`` uses the fitted alpha-beta model instead, as other counts do)."""
+    (``interpolate=False`` uses the fitted alpha-beta model instead, as other counts do).
+    ``nvls``: NVLink SHARP is enabled (NCCL_NVLS_ENABLE): all-reduce in one node of an NVSwitch
+    NVLink 4/5 system may take it; elsewhere it is said not to apply."""
     op = _canonical_op(op)
     _validate(op, nbytes, gpus, gpus_per_node)
     spec = _spec(gpu)
@@ -455,7 +477,14 @@ def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str
         topo, fit_note = _calibrated_topology(op, curves, topo)
         notes.append(fit_note)
         source = f"calibrated: {busbw_table}"
-    return _result(op, nbytes, gpus, k, candidates(op, float(nbytes), topo), source,
+    use_nvls = nvls and op == "all-reduce" and topo.nodes == 1 and intra.key in NVLS_LINKS
+    if nvls and not use_nvls:
+        notes.append("--nvls does not apply: NVLink SHARP is all-reduce only, inside one node, on NVSwitch "
+                     f"NVLink 4/5 ({intra.name}, {topo.nodes} node(s))")
+    elif use_nvls:
+        notes.append(f"NVLS at {NVLS_SPEEDUP.get(min(gpus, 8), 1.0):.2f}x the ring's bus bandwidth for {gpus} ranks "
+                     "(NCCL maintainers' and users' figures, not measured here)")
+    return _result(op, nbytes, gpus, k, candidates(op, float(nbytes), topo, use_nvls), source,
                    source.startswith("calibrated"), notes)
 
 
