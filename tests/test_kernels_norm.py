@@ -439,3 +439,31 @@ def test_inference_takes_the_kernel_without_an_autograd_node(op, monkeypatch):
     want = fn(x.requires_grad_(True), w, b)
     assert kernel_ran(want)
     torch.testing.assert_close(y, want.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "bias"])
+@pytest.mark.parametrize("shape", [(37, 100), (3, 5, 70)])
+def test_layer_norm_split_backward(affine, shape, monkeypatch):
+    """Wide rows take a dx kernel without the weight/bias accumulators, then a column-parallel kernel
+    for the partials (lowered limits here so small rows do, with partial row and column tiles)."""
+    monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 64)
+    monkeypatch.setattr(ln_mod, "SPLIT_ROWS", 4)
+    monkeypatch.setattr(ln_mod, "SPLIT_COLS", 32)
+    launched = []
+    real = ln_mod._split_partials
+    monkeypatch.setattr(ln_mod, "_split_partials", lambda *a: launched.append(1) or real(*a))
+    x, w, b, dy = inputs(shape, torch.float32, seed=13)
+    params = {"weight": w, "bias": b}
+    used = [k for k in ("weight", "bias") if k in affine]
+
+    def run(op, dtype):
+        leaves = [x.to(dtype).requires_grad_()] + [params[k].to(dtype).requires_grad_() for k in used]
+        kw = dict(zip(used, leaves[1:]))
+        y = op(leaves[0], kw.get("weight"), kw.get("bias"))
+        return (y, *torch.autograd.grad(y, leaves, dy.to(dtype)))
+
+    got = run(ln_mod.layer_norm, torch.float32)
+    want = run(lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), torch.float64)
+    assert launched and kernel_ran(got[0])
+    for g, r in zip(got, want):
+        close(g, r, **FP32)

@@ -24,6 +24,7 @@ from gpudoctor.kernels.rms_norm import (
     _num_warps,
     _partial_sums,
     _programs,
+    _resident_programs,
     _rows_per_tile,
 )
 
@@ -41,6 +42,16 @@ from gpudoctor.kernels.rms_norm import (
 # Below 4M, torch's: never slower.
 NATIVE_BELOW_ELEMENTS = 2**22
 NATIVE_ROW_BYTES = 32768
+# Rows whose block is at least this wide take the split backward: the dx kernel without the weight and
+# bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding x, dy,
+# x_hat, g and two fp32 accumulators of 16384 spills registers: 61 us of backward kernel for 512 x 16384
+# bf16 against 16 us of HBM time (H100, 2026-11-22, benchmarks/probe_stages.py). Rows too wide for
+# one block (the column loop) take it too: the loop's per-row read-modify-write of the partials goes.
+SPLIT_MIN_BLOCK = 16384
+# The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile: 256 columns keep a warp's loads contiguous.
+SPLIT_ROWS = 32
+SPLIT_COLS = 256
+
 # [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
 # six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
 TILE_ELEMENTS = 8192
@@ -180,7 +191,38 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
                     tl.store(db_row + cols, tl.load(db_row + cols, mask=mask, other=0.0) + dy, mask=mask)
 
 
+@_jit
+def _layer_norm_dwdb(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, n_rows, rows_per_program, H,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
+    # program (c, r) sums dy * x_hat and dy over rows [r * rows_per_program, ...) for columns
+    # [c * BLOCK_N, ...) and stores them in row r of DW and DB (stage one; the launcher sums the rows)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < H
+    chunk = tl.program_id(1).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
+    row_start = chunk * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(row_start, row_end, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < row_end
+        mask = row_ok[:, None] & col_ok[None, :]
+        dy = _load_tile(DY, rows, cols, stride_dy, mask)
+        if HAS_DW:
+            x = _load_tile(X, rows, cols, stride_x, mask)
+            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            dw += dy * (x - mean[:, None]) * rstd[:, None]  # masked lanes: dy is 0
+        if HAS_DB:
+            db += dy
+    if HAS_DW:
+        tl.store(DW + chunk * H + cols, tl.sum(dw, axis=0), mask=col_ok)
+    if HAS_DB:
+        tl.store(DB + chunk * H + cols, tl.sum(db, axis=0), mask=col_ok)
+
+
 _launch_fwd = Launcher(_layer_norm_fwd)
+_launch_dwdb = Launcher(_layer_norm_dwdb)
 _launch_bwd = Launcher(_layer_norm_bwd)
 
 
@@ -212,15 +254,36 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     num_warps = _num_warps(rows * block)
     programs, per = _programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
-    db_part = _partial_sums(programs, hidden, single, need_db, x2.device)
+    split = (need_dw or need_db) and (not single or block >= SPLIT_MIN_BLOCK)
+    fused_dw, fused_db = need_dw and not split, need_db and not split
+    dw_part = _partial_sums(programs, hidden, single, fused_dw, x2.device)
+    db_part = _partial_sums(programs, hidden, single, fused_db, x2.device)
     _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
-                SINGLE=single, HAS_W=weight is not None, HAS_DW=need_dw, HAS_DB=need_db, num_warps=num_warps)
+                SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db, num_warps=num_warps)
+    if split:
+        dw_part, db_part = _split_partials(dy2, x2, mean, rstd, need_dw, need_db)
     # stage two: sum the per-program partials
     dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
     db = db_part.sum(0).to(x2.dtype) if need_db else None
     return dx, dw, db
+
+
+def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, need_dw: bool,
+                    need_db: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage one of dw / db for wide rows: [row chunks, H] fp32 partials from the column-parallel kernel,
+    about a full GPU of (column block, row chunk) programs."""
+    n_rows, hidden = x2.shape
+    col_blocks = -(-hidden // SPLIT_COLS)
+    row_blocks = -(-n_rows // SPLIT_ROWS)
+    chunks = max(1, min(row_blocks, _resident_programs(x2.device, 8) // col_blocks))
+    per = -(-row_blocks // chunks) * SPLIT_ROWS
+    chunks = -(-n_rows // per)
+    dw_part = torch.empty((chunks, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
+    db_part = torch.empty((chunks, hidden) if need_db else (1,), dtype=torch.float32, device=x2.device)
+    _launch_dwdb((col_blocks, chunks), x2, dy2, mean, rstd, dw_part, db_part, x2.stride(0), dy2.stride(0), n_rows,
+                 per, hidden, BLOCK_M=SPLIT_ROWS, BLOCK_N=SPLIT_COLS, HAS_DW=need_dw, HAS_DB=need_db, num_warps=8)
+    return dw_part, db_part
 
 
 class _LayerNormFunction(torch.autograd.Function):

@@ -226,14 +226,18 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _resident_programs(device: torch.device, num_warps: int) -> int:
+    """Programs of ``num_warps`` warps a backward keeps on the GPU: SMs x BACKWARD_WARPS_PER_SM / warps."""
+    if device.type != "cuda":  # the interpreter runs programs one after the other: a few exercise the sums
+        return 4
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return sms * max(1, BACKWARD_WARPS_PER_SM // num_warps)
+
+
 def _programs(device: torch.device, n_tiles: int, num_warps: int) -> tuple[int, int]:
     """(programs, tiles per program) of a backward: about a full GPU of programs, each owning a
     row of the (programs, H) fp32 partial-sum buffer (programs * H * 4 bytes, freed at once)."""
-    if device.type == "cuda":
-        target = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-        target *= max(1, BACKWARD_WARPS_PER_SM // num_warps)
-    else:  # the interpreter runs programs one after the other: a few exercise the reduction
-        target = 4
+    target = _resident_programs(device, num_warps)
     per = -(-n_tiles // min(n_tiles, target))
     return -(-n_tiles // per), per
 
