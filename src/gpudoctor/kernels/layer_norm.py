@@ -29,24 +29,21 @@ from gpudoctor.kernels.rms_norm import (
 )
 
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
-# backward (x, mean, rstd); CUDA inputs go there where it takes less GPU time than these kernels:
-# below NATIVE_BELOW_ELEMENTS elements, and for rows of NATIVE_ROW_BYTES or more, where one row no
-# longer fits a block's registers (H100, triton 3.6, 2026-11-22, 16384-wide bf16 rows, forward +
-# backward: 89 us in one block of 16 warps at 512 rows, as torch.nn.LayerNorm's 89 us, but 269 us
-# against 254 us at 2048 rows, and 114-172 us at 512 rows looping over columns; benchmarks/
-# probe_warps.py and results/tune_norms_h100_2026-11-22.json). The element threshold, same GPU, 2026-11-22
+# backward (x, mean, rstd); CUDA inputs below NATIVE_BELOW_ELEMENTS elements go there, where it takes
+# less GPU time than these kernels. H100, triton 3.6, 2026-11-22
 # (benchmarks/results/kernels_h100_run5_norms_2026-11-22.json), rows x hidden: at 1M elements and
 # below torch's took less GPU time at every width; at 2M ours was faster at three widths (8192 x 256:
 # 27.4 vs 48.2 us) and slower at two (2048 x 1024: 28.8 vs 22.2 us, 512 x 4096: 20.5 vs 18.8 us);
-# from 8M up ours took less at every width where rows fit a block (run 8: 0.23-0.85x of torch's).
-# Below 4M, torch's: never slower.
+# from 8M up ours took less at every width (run 8: 0.23-0.85x of torch's; wide rows with the split
+# backward, benchmarks/probe_ln_wide.py: 512 x 16384 bf16 61 us vs torch 87, Liger 74; 2048 x 16384
+# 189 vs 253 / 213; 512 x 32768 127 vs 192 / 398). Below 4M, torch's: never slower.
 NATIVE_BELOW_ELEMENTS = 2**22
-NATIVE_ROW_BYTES = 32768
 # Rows whose block is at least this wide take the split backward: the dx kernel without the weight and
 # bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding x, dy,
 # x_hat, g and two fp32 accumulators of 16384 spills registers: 61 us of backward kernel for 512 x 16384
 # bf16 against 16 us of HBM time (H100, 2026-11-22, benchmarks/probe_stages.py). Rows too wide for
 # one block (the column loop) take it too: the loop's per-row read-modify-write of the partials goes.
+# With it, 512 x 16384 bf16 forward + backward took 61 us (probe_ln_wide.py, same day).
 SPLIT_MIN_BLOCK = 16384
 # The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile: 256 columns keep a warp's loads contiguous.
 SPLIT_ROWS = 32
@@ -327,7 +324,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     eps = _check_eps(eps)
     if x.numel() == 0 or not use_triton(x):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
-    if x.is_cuda and (x.numel() < NATIVE_BELOW_ELEMENTS or hidden * x.element_size() >= NATIVE_ROW_BYTES):
+    if x.is_cuda and x.numel() < NATIVE_BELOW_ELEMENTS:
         return F.layer_norm(x, (hidden,), weight, bias, eps)  # the same op, faster there (see above)
     needs_grad = x.requires_grad or any(t is not None and t.requires_grad for t in (weight, bias))
     if not (torch.is_grad_enabled() and needs_grad):  # inference: no autograd node, nothing saved
