@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import gpudoctor
 from gpudoctor.hardware.health import HealthReading, health_findings
@@ -27,6 +29,28 @@ def _measurements() -> list[Measurement]:
         Measurement("gemm.fp8", 1.3e15, "FLOP/s"), Measurement("h2d.pinned", 5.2e10, "B/s"),
     ]
 
+
+
+class _CpuEvent:
+    """torch.cuda.Event on the CPU clock: the probes time themselves with it in these tests."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other: _CpuEvent) -> float:
+        return max((other.t - self.t) * 1e3, 1e-6)
+
+
+def _probes_on_cpu(monkeypatch) -> None:
+    """Run the GPU probes' code on the CPU: tensors made there, CUDA events and syncs stubbed."""
+    make = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: make(*a, **{**k, "device": "cpu"}))
+    monkeypatch.setattr(torch.cuda, "Event", _CpuEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
 def test_a_saved_profile_becomes_the_ceilings_of_that_gpu() -> None:
     ceilings = ceilings_from(_measurements(), H100, "GPU-1234", 85_017_493_504)
@@ -114,31 +138,12 @@ def test_shape_probes_make_a_grid_that_plan_train_reads(monkeypatch, tmp_path) -
     """The GEMM and attention grids end to end on the CPU (CUDA events replaced by a wall clock):
     every (M, N, K) is measured, and the JSON section loads as a calibration."""
     import json
-    import time
-
-    import torch
 
     from gpudoctor.bench import plan_lines
     from gpudoctor.hardware import probe, shapes
     from gpudoctor.plan.calibration import load_calibration
 
-    class Event:
-        def __init__(self, enable_timing: bool = True) -> None:
-            self.t = 0.0
-
-        def record(self) -> None:
-            self.t = time.perf_counter()
-
-        def elapsed_time(self, other: Event) -> float:
-            return max((other.t - self.t) * 1e3, 1e-6)
-
-    def on_cpu(make):
-        return lambda *a, **k: make(*a, **{**k, "device": "cpu"})
-
-    monkeypatch.setattr(torch, "randn", on_cpu(torch.randn))
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _probes_on_cpu(monkeypatch)
     monkeypatch.setattr(shapes, "_l2_flusher", lambda torch: lambda: None)
     monkeypatch.setattr(shapes, "GEMM_DIMS_QUICK", (32, 64))
     monkeypatch.setattr(shapes, "ATTENTION_SEQS", (64, 128, 256))
@@ -179,32 +184,13 @@ def test_kind_probes_measure_every_kind_that_plan_train_reads(monkeypatch, tmp_p
     """The elementwise and optimizer probes end to end on the CPU (CUDA events replaced by a wall
     clock): each kind's bytes/s is its counted bytes over its seconds, and the sections load."""
     import json
-    import time
-
-    import torch
 
     from gpudoctor.bench import overlap_skipped, plan_lines
     from gpudoctor.hardware import kinds
     from gpudoctor.hardware.probe import ProbePlan
     from gpudoctor.plan.calibration import load_calibration
 
-    class Event:
-        def __init__(self, enable_timing: bool = True) -> None:
-            self.t = 0.0
-
-        def record(self) -> None:
-            self.t = time.perf_counter()
-
-        def elapsed_time(self, other: Event) -> float:
-            return max((other.t - self.t) * 1e3, 1e-6)
-
-    def on_cpu(make):
-        return lambda *a, **k: make(*a, **{**k, "device": "cpu"})
-
-    monkeypatch.setattr(torch, "randn", on_cpu(torch.randn))
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _probes_on_cpu(monkeypatch)
     monkeypatch.setattr(kinds, "ELEMENTS_QUICK", 1 << 18)
     monkeypatch.setattr(kinds, "OPTIMIZER_TENSOR_ELEMENTS", 1 << 10)
     seen: list[str] = []
