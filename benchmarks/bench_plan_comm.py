@@ -25,19 +25,23 @@ def size(n: int) -> str:
     return f"{n // 2**30} GiB" if n >= 2**30 else f"{n // MIB} MiB"
 
 
-def rows(table: str) -> list[dict]:
+def points(table: str):
+    """(op, bytes, measured seconds, predict() keywords) of every measured size >= 1 MiB."""
     curves, _ = load_curves(str(ROOT / table))
-    out = []
     for op, curve in curves.items():
         for nbytes, measured in zip(curve.sizes, curve.times):
-            if nbytes < MIB:
-                continue
-            kw = {"gpus": curve.world, "gpu": "h200"}
-            preset = predict(op, nbytes, **kw).time_s
-            calib = predict(op, nbytes, busbw_table=str(ROOT / table), **kw).time_s
-            fitted = predict(op, nbytes, busbw_table=str(ROOT / table), interpolate=False, **kw).time_s
-            out.append({"op": op, "bytes": nbytes, "measured": measured, "preset": preset,
-                        "calibrated": calib, "fitted": fitted})
+            if nbytes >= MIB:
+                yield op, nbytes, measured, {"gpus": curve.world, "gpu": "h200"}
+
+
+def rows(table: str) -> list[dict]:
+    out = []
+    for op, nbytes, measured, kw in points(table):
+        preset = predict(op, nbytes, **kw).time_s
+        calib = predict(op, nbytes, busbw_table=str(ROOT / table), **kw).time_s
+        fitted = predict(op, nbytes, busbw_table=str(ROOT / table), interpolate=False, **kw).time_s
+        out.append({"op": op, "bytes": nbytes, "measured": measured, "preset": preset,
+                    "calibrated": calib, "fitted": fitted})
     return out
 
 
@@ -91,21 +95,16 @@ def markdown(table: str) -> str:
 def held_out(calibration: str, measured: str) -> str:
     """The model calibrated on one GPU count's curve (``calibration``) predicting another count's
     measured curve (``measured``): the fitted alpha-beta model is all ``--busbw-table`` has there."""
-    curves, _ = load_curves(str(ROOT / measured))
     lines = ["| op | size | measured | preset | err | from the other count's curve | err |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     errs: dict[str, list[float]] = {"preset": [], "held": []}
-    for op, curve in curves.items():
-        for nbytes, m in zip(curve.sizes, curve.times):
-            if nbytes < MIB:
-                continue
-            kw = {"gpus": curve.world, "gpu": "h200"}
-            pre = predict(op, nbytes, **kw).time_s
-            held = predict(op, nbytes, busbw_table=str(ROOT / calibration), **kw).time_s
-            errs["preset"].append(abs(err(pre, m)))
-            errs["held"].append(abs(err(held, m)))
-            lines.append(f"| {op} | {size(nbytes)} | {m * 1e6:,.1f} us | {pre * 1e6:,.1f} us | {err(pre, m):+.1%} | "
-                         f"{held * 1e6:,.1f} us | {err(held, m):+.1%} |")
+    for op, nbytes, m, kw in points(measured):
+        pre = predict(op, nbytes, **kw).time_s
+        held = predict(op, nbytes, busbw_table=str(ROOT / calibration), **kw).time_s
+        errs["preset"].append(abs(err(pre, m)))
+        errs["held"].append(abs(err(held, m)))
+        lines.append(f"| {op} | {size(nbytes)} | {m * 1e6:,.1f} us | {pre * 1e6:,.1f} us | {err(pre, m):+.1%} | "
+                     f"{held * 1e6:,.1f} us | {err(held, m):+.1%} |")
     lines += ["", (f"median abs error: preset {statistics.median(errs['preset']):.1%}, from the other count's "
                    f"curve {statistics.median(errs['held']):.1%}; max {max(errs['preset']):.1%} / "
                    f"{max(errs['held']):.1%}")]
