@@ -18,7 +18,7 @@ def main(path: str) -> None:
         analyzer = TraceAnalysis(trace_dir=folder)
         temporal = analyzer.get_temporal_breakdown(visualize=False)
         idle = analyzer.get_idle_time_breakdown(visualize=False)
-    except Exception as exc:  # report what HTA does, crash included
+    except Exception as exc:  # noqa: BLE001 - report what HTA does, crash included
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:120]}"}))
         return
     frame = idle[0] if isinstance(idle, tuple) else idle

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def rss_now() -> int:
@@ -61,7 +62,7 @@ def run_hta(path: str) -> None:
 def run_decode(kind: str, path: str) -> None:
     import gzip
 
-    raw = open(path, "rb").read()
+    raw = Path(path).read_bytes()
     data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     if kind == "json":
         import json as codec

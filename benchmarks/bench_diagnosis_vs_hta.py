@@ -22,7 +22,7 @@ DATA = ROOT / "tests" / "data"
 
 def hta(python: str, trace: Path) -> dict:
     out = subprocess.run([python, str(ROOT / "benchmarks" / "_hta_diagnosis.py"), str(trace)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if not lines:
         return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:120]}

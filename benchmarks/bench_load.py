@@ -28,7 +28,7 @@ SRC = HERE.parent / "src"
 def measure(python: str, tool: str, trace: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     out = subprocess.run([python, str(HERE / "_runners.py"), tool, str(trace)], capture_output=True,
-                         text=True, env=env, timeout=900)
+                         text=True, env=env, timeout=900, check=False)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -72,8 +72,8 @@ def main() -> None:
 
 def table(rows: list[dict]) -> str:
     head = [
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} "
-        f"({os.cpu_count()} cores), Python {platform.python_version()}; median of runs, fresh process each.",
+        (f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} "
+        f"({os.cpu_count()} cores), Python {platform.python_version()}; median of runs, fresh process each."),
         "",
         "| trace | events | JSON MB | gpudoctor s | HTA 0.5.0 s | speedup | gpudoctor peak MB (x JSON) | HTA peak MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -35,7 +35,7 @@ def first_verdicts(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for _, h in ex.hypotheses:
         for key in EXPECTED:
-            if h.subject == key or key in ("nvjet_sm90", "vectorized_elementwise_kernel") and key in h.subject:
+            if h.subject == key or (key in ("nvjet_sm90", "vectorized_elementwise_kernel") and key in h.subject):
                 out.setdefault(key, h.id)
     return out
 

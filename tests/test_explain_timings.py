@@ -104,7 +104,7 @@ def test_moderate_straggler_confidence_scales_with_z():
 
 def test_node_of_stragglers_is_one_finding():
     found = timings.rank_hypotheses(ranks_csv(ranks=32, steps=300, change=0,
-                                              slow={r: 150.0 for r in range(8, 16)}))
+                                              slow=dict.fromkeys(range(8, 16), 150.0)))
     (f,) = [x for x in found if x.id == "straggler"]
     assert f.subject == "ranks 8-15"
     assert f.evidence.numbers["slow_ranks"] == list(range(8, 16))

@@ -123,11 +123,11 @@ def test_glu_errors():
     g = torch.randn(2, 8)
     with pytest.raises(InputError, match="up has shape"):
         swiglu(g, torch.randn(2, 9))
-    with pytest.raises(InputError, match="up is torch.float64"):
+    with pytest.raises(InputError, match=r"up is torch\.float64"):
         swiglu(g, torch.randn(2, 8, dtype=torch.float64))
     with pytest.raises(InputError, match="up is on meta"):
         swiglu(g, torch.randn(2, 8, device="meta"))
-    with pytest.raises(InputError, match="gate must be a torch.Tensor"):
+    with pytest.raises(InputError, match=r"gate must be a torch\.Tensor"):
         swiglu([1.0], g)
     with pytest.raises(InputError, match="approximate must be"):
         geglu(g, g, approximate="erf")

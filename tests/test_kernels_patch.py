@@ -7,14 +7,14 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
 
 pytest.importorskip("triton")
 
-from gpudoctor.kernels import patch, unpatch  # noqa: E402
+from gpudoctor.kernels import patch, unpatch
 
 
 class LlamaStyleRMSNorm(nn.Module):

@@ -284,7 +284,7 @@ class ReadsValues(nn.Module):
 def test_a_model_that_reads_tensor_values_is_an_input_error() -> None:
     with torch.device("meta"):
         model = ReadsValues()
-    with pytest.raises(InputError, match="dry run of ReadsValues failed: .*reads tensor values"):
+    with pytest.raises(InputError, match=r"dry run of ReadsValues failed: .*reads tensor values"):
         dry_run(model, torch.empty(2, 8), batch=2, seq=1)
 
 

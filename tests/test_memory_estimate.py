@@ -78,7 +78,8 @@ def test_checkpointing_and_chunked_loss_and_zero_reduce_the_peak():
     zero = estimate_from_options(spec, batch=2, seq=4096, dp=8, zero=1)
     fsdp = estimate_from_options(spec, batch=2, seq=4096, dp=8, fsdp=True)
     assert ckpt.peak_bytes < base.peak_bytes
-    act = lambda e: sum(e.extra["activations_by_component"].values())
+    def act(e):
+        return sum(e.extra["activations_by_component"].values())
     assert act(ckpt) < act(base) / 5
     assert ckpt.phase == "optimizer"  # 16 + 16 + 32 GB of states, plus AdamW's temporary: now the peak
     assert chunked.peak_bytes < base.peak_bytes
@@ -151,9 +152,9 @@ def test_contradictory_options_are_refused(opts, message):
 )
 def test_never_negative_or_nan(batch, seq, params_dtype, autocast, optimizer, checkpointing, attention,
                                dp, zero, tp, pp, microbatches, preset):
-    opts = dict(batch=batch, seq=seq, params_dtype=params_dtype, autocast=autocast, optimizer=optimizer,
-                checkpointing=checkpointing, attention=attention, dp=dp, zero=zero if dp > 1 else 0, tp=tp,
-                pp=pp, microbatches=microbatches)
+    opts = {"batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
+                "checkpointing": checkpointing, "attention": attention, "dp": dp, "zero": zero if dp > 1 else 0, "tp": tp,
+                "pp": pp, "microbatches": microbatches}
     try:
         est = estimate_from_options(preset, **opts)
     except InputError:

@@ -239,7 +239,7 @@ def test_active_params_of_moe_presets():
 
 
 def test_unknown_preset_lists_the_names():
-    with pytest.raises(InputError, match="known presets: llama-3.1-8b, .*deepseek-v3"):
+    with pytest.raises(InputError, match=r"known presets: llama-3\.1-8b, .*deepseek-v3"):
         from_preset("llama-9")
 
 

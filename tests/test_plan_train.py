@@ -315,7 +315,7 @@ def test_bench_file_of_another_gpu_or_incomplete(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"incomplete \(1 of 343 shapes missing, e.g. \(16384, 16384, 16384\)\)"):
         load_calibration(path, "h200")
-    with pytest.raises(InputError, match="no file|cannot read"):
+    with pytest.raises(InputError, match=r"no file|cannot read"):
         load_calibration(tmp_path / "missing.json", "h200")
 
 
@@ -353,7 +353,7 @@ def test_layout_rejects_unknown_settings() -> None:
         Layout(dp=1, tp=1, pp=1, checkpointing="partial")
     with pytest.raises(InputError, match="schedule 'gpipe' is not one of"):
         Layout(dp=1, tp=1, pp=2, schedule="gpipe")
-    with pytest.raises(InputError, match="Layout.tp must be a whole number >= 1, got 0"):
+    with pytest.raises(InputError, match=r"Layout\.tp must be a whole number >= 1, got 0"):
         Layout(dp=1, tp=0, pp=1)
 
 

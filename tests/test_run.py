@@ -33,7 +33,7 @@ def run(tmp: Path, *args: str, script: str | None = TRAIN, name: str = "train.py
         (tmp / name).write_text(textwrap.dedent(script))
     env = dict(os.environ, PYTHONPATH=str(SRC))
     return subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--out", str(tmp / "runs"), *args],
-                          capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
+                          capture_output=True, text=True, env=env, cwd=tmp, timeout=300, check=False)
 
 
 def run_dirs(tmp: Path) -> list[Path]:

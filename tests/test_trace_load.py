@@ -148,8 +148,8 @@ def test_empty_event_list_loads() -> None:
 @pytest.mark.parametrize(
     "name, short",
     [
-        ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
-         "(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda()#1}>(int)",
+        (("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+         "(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda()#1}>(int)"),
          "at::native::elementwise_kernel<…> [masked_fill_kernel]"),
         ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>(c10::BFloat16*, int)",
          "softmax_warp_forward<…>"),

@@ -9,7 +9,6 @@ import tempfile
 import traceback
 from importlib import resources
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,10 +32,10 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on 
 def analyze(
     path: Path = typer.Argument(..., help="torch.profiler trace (.json / .json.gz) or a run directory."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
-    ceilings: Optional[Path] = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
+    ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
 ) -> None:
     """Diagnose one trace: ranked findings with the time each would save per step."""
     from gpudoctor.pipeline import analyze_path
@@ -48,8 +47,8 @@ def analyze(
 @app.command()
 def demo(
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
 ) -> None:
     """On a GPU: run one lab trap live, diagnose it and verify the predicted speedup on its fixed
     twin. Without a GPU: diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
@@ -69,8 +68,8 @@ def demo(
 )
 def run(
     ctx: typer.Context,
-    script: Optional[str] = typer.Argument(None, help="The Python script to run (or use -m MODULE)."),
-    module: Optional[str] = typer.Option(None, "-m", help="Run a module, as python -m MODULE does."),
+    script: str | None = typer.Argument(None, help="The Python script to run (or use -m MODULE)."),
+    module: str | None = typer.Option(None, "-m", help="Run a module, as python -m MODULE does."),
     steps: int = typer.Option(5, "--steps", help="Steps to record."),
     skip: int = typer.Option(10, "--skip", help="Warm-up steps to leave out (compilation, autotuning)."),
     stack: bool = typer.Option(False, "--stack", help="Record Python stacks: findings point at file:line."),
@@ -81,7 +80,7 @@ def run(
     wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
     window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the text one."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width for the report."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
@@ -118,10 +117,10 @@ def run(
 def bench(
     quick: bool = typer.Option(False, "--quick", help="Fewer repeats and sizes (about 20 s)."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write the measured roofline page here."),
+    html: Path | None = typer.Option(None, "--html", help="Write the measured roofline page here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be measured, and stop."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the machine profile for analyze and run."),
-    collectives: Optional[bool] = typer.Option(
+    collectives: bool | None = typer.Option(
         None, "--collectives/--no-collectives", help="NCCL curves across GPUs (default: with 2+ GPUs, full runs)."
     ),
     max_bytes: str = typer.Option("4GiB", "--max-bytes", help="Largest collective message (1 KiB up to this)."),
@@ -178,7 +177,7 @@ def lab_list(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
 
 @lab_app.command("run")
 def lab_run(
-    names: Optional[list[str]] = typer.Argument(None, help="Traps to run (see gpudoctor lab list)."),
+    names: list[str] | None = typer.Argument(None, help="Traps to run (see gpudoctor lab list)."),
     all_traps: bool = typer.Option(False, "--all", help="Every trap and baseline."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     device: str = typer.Option("cuda", "--device", help="cuda, or cpu for a smoke run (timings mean nothing)."),
@@ -239,7 +238,7 @@ def _has_cuda() -> bool:
 DEMO_TRAP = "fp32_matmul"
 
 
-def _live_demo(json_out: bool, html: Optional[Path], width: Optional[int]) -> None:
+def _live_demo(json_out: bool, html: Path | None, width: int | None) -> None:
     from gpudoctor.capture.bundle import new_run_dir
     from gpudoctor.lab.registry import load_trap
     from gpudoctor.lab.verify import verify_trap
@@ -277,8 +276,8 @@ def plan_comm(
     gpus: int = typer.Option(..., "--gpus", help="Ranks taking part."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
     gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
-    fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, pcie4, pcie5."),
-    busbw_table: Optional[Path] = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured collectives."),
+    fabric: str | None = typer.Option(None, "--fabric", help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, pcie4, pcie5."),
+    busbw_table: Path | None = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured collectives."),
     nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduce in one NVSwitch node)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -302,23 +301,23 @@ def plan_train(
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per optimizer step."),
     seq: int = typer.Option(4096, "--seq", help="Sequence length."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
-    fabric: Optional[str] = typer.Option(None, "--fabric", help="Inter-node fabric (ib-ndr, ...)."),
+    fabric: str | None = typer.Option(None, "--fabric", help="Inter-node fabric (ib-ndr, ...)."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
-    bench_file: Optional[Path] = typer.Option(
+    bench_file: Path | None = typer.Option(
         None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
     ),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
     impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach) or fused."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved or zb-h1."),
-    dp: Optional[int] = typer.Option(None, "--dp", help="Fix the data-parallel degree."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Fix the tensor-parallel degree."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="Fix the pipeline-parallel degree."),
-    cp: Optional[int] = typer.Option(None, "--cp", help="Fix the context-parallel degree."),
-    zero: Optional[int] = typer.Option(None, "--zero", help="Fix the ZeRO stage (0-3; 3 = FSDP)."),
-    microbatch: Optional[int] = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
-    checkpointing: Optional[str] = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
+    dp: int | None = typer.Option(None, "--dp", help="Fix the data-parallel degree."),
+    tp: int | None = typer.Option(None, "--tp", help="Fix the tensor-parallel degree."),
+    pp: int | None = typer.Option(None, "--pp", help="Fix the pipeline-parallel degree."),
+    cp: int | None = typer.Option(None, "--cp", help="Fix the context-parallel degree."),
+    zero: int | None = typer.Option(None, "--zero", help="Fix the ZeRO stage (0-3; 3 = FSDP)."),
+    microbatch: int | None = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
+    checkpointing: str | None = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
     """Layouts (DP x TP x PP x CP x ZeRO x micro-batch x checkpointing) that fit, ranked by step time.
     Fix any of them (--tp 4 --pp 2 ...) to price your own layout; the rest is enumerated."""
@@ -363,7 +362,7 @@ def plan_infer(
 def explain_cmd(
     files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),
     json_out: bool = typer.Option(False, "--json", help="Print the ranked hypotheses as JSON."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
     """Diagnose from artifacts you already have: Nsight Compute, nvidia-smi, timing tables, scenarios."""
     from gpudoctor.explain import explain_paths
@@ -380,34 +379,34 @@ def explain_cmd(
 def memory_cmd(
     spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory."),
     infer: bool = typer.Option(False, "--infer", help="Generation instead of a training step."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Micro-batch per GPU (training) or sequences (generation)."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length (training; default 2048)."),
-    params_dtype: Optional[str] = typer.Option(None, "--params-dtype", help="bf16, fp16 or fp32."),
-    autocast: Optional[str] = typer.Option(None, "--autocast", help="none, bf16 or fp16."),
-    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
-    master_weights: Optional[bool] = typer.Option(None, "--master-weights", help="fp32 master weights and states."),
-    checkpointing: Optional[str] = typer.Option(None, "--checkpointing", help="none, selective or full."),
-    attention: Optional[str] = typer.Option(None, "--attention", help="sdpa, flash or eager."),
-    loss: Optional[str] = typer.Option(None, "--loss", help="standard, or chunked (fused linear cross-entropy)."),
-    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel ranks."),
-    zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3 over the data-parallel ranks."),
-    fsdp: Optional[bool] = typer.Option(None, "--fsdp", help="FSDP full sharding (ZeRO-3 semantics)."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel ranks."),
-    sp: Optional[bool] = typer.Option(None, "--sp", help="Sequence parallelism (with --tp)."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline stages (1F1B)."),
-    virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="Interleaved 1F1B: chunks per stage."),
-    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel ranks (sequence split)."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", help="Gradient-accumulation steps (PP micro-batches)."),
-    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt tokens (generation)."),
-    new: Optional[int] = typer.Option(None, "--new", help="New tokens generated (generation)."),
-    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8 or int4 (generation)."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="bf16, fp16, fp8 or int8 (generation)."),
-    group_size: Optional[int] = typer.Option(None, "--group-size", help="int4 quantization group (default 128)."),
-    paged_block: Optional[int] = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF DynamicCache)."),
-    prefill_chunk: Optional[int] = typer.Option(None, "--prefill-chunk", help="Chunked prefill size in tokens."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
+    batch: int | None = typer.Option(None, "--batch", help="Micro-batch per GPU (training) or sequences (generation)."),
+    seq: int | None = typer.Option(None, "--seq", help="Sequence length (training; default 2048)."),
+    params_dtype: str | None = typer.Option(None, "--params-dtype", help="bf16, fp16 or fp32."),
+    autocast: str | None = typer.Option(None, "--autocast", help="none, bf16 or fp16."),
+    optimizer: str | None = typer.Option(None, "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    master_weights: bool | None = typer.Option(None, "--master-weights", help="fp32 master weights and states."),
+    checkpointing: str | None = typer.Option(None, "--checkpointing", help="none, selective or full."),
+    attention: str | None = typer.Option(None, "--attention", help="sdpa, flash or eager."),
+    loss: str | None = typer.Option(None, "--loss", help="standard, or chunked (fused linear cross-entropy)."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel ranks."),
+    zero: int | None = typer.Option(None, "--zero", help="ZeRO stage 0-3 over the data-parallel ranks."),
+    fsdp: bool | None = typer.Option(None, "--fsdp", help="FSDP full sharding (ZeRO-3 semantics)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel ranks."),
+    sp: bool | None = typer.Option(None, "--sp", help="Sequence parallelism (with --tp)."),
+    pp: int | None = typer.Option(None, "--pp", help="Pipeline stages (1F1B)."),
+    virtual_stages: int | None = typer.Option(None, "--virtual-stages", help="Interleaved 1F1B: chunks per stage."),
+    cp: int | None = typer.Option(None, "--cp", help="Context-parallel ranks (sequence split)."),
+    microbatches: int | None = typer.Option(None, "--microbatches", help="Gradient-accumulation steps (PP micro-batches)."),
+    prompt: int | None = typer.Option(None, "--prompt", help="Prompt tokens (generation)."),
+    new: int | None = typer.Option(None, "--new", help="New tokens generated (generation)."),
+    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8 or int4 (generation)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="bf16, fp16, fp8 or int8 (generation)."),
+    group_size: int | None = typer.Option(None, "--group-size", help="int4 quantization group (default 128)."),
+    paged_block: int | None = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF DynamicCache)."),
+    prefill_chunk: int | None = typer.Option(None, "--prefill-chunk", help="Chunked prefill size in tokens."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
-    width: Optional[int] = typer.Option(None, "--width", help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
     """Predict the GPU memory of training or generation before launch, and what to change when it does not fit."""
     from gpudoctor.memory import estimate_from_options
@@ -437,7 +436,7 @@ def list_rules() -> None:
         console.print(f"[bold]{rule.id:22}[/bold] {rule.title}")
 
 
-def _emit(report, json_out: bool, html: Optional[Path], width: Optional[int]) -> None:  # type: ignore[no-untyped-def]
+def _emit(report, json_out: bool, html: Path | None, width: int | None) -> None:  # type: ignore[no-untyped-def]
     if html is not None:
         _write_html(report, html)
     if json_out:
@@ -483,7 +482,7 @@ def main() -> None:
         sys.exit(code if isinstance(code, int) else 1)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
         # usage errors (click's, or the copy typer vendors) show themselves and carry their code
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(code, int):

@@ -98,7 +98,7 @@ class Doctor:
         self._report: Report | None = None
         self._note = ""
 
-    def __enter__(self) -> Doctor:
+    def __enter__(self) -> Doctor:  # noqa: PYI034 - Doctor is not meant to be subclassed; no typing_extensions
         self.session.start()
         return self
 

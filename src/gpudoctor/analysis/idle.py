@@ -54,7 +54,7 @@ GPU_WAIT = "gpu-wait"
 # torch 2.11, profiled) was 0.33 ms; file writes and checkpoints take milliseconds.
 HOST_WORK_MIN_NS = 1_000_000
 
-_DATALOADER = re.compile(r"dataloader|dataloaderiter|_next_data|fetcher", re.I)
+_DATALOADER = re.compile(r"dataloader|dataloaderiter|_next_data|fetcher", re.IGNORECASE)
 SYNC_RUNTIME = frozenset(
     {
         "cudaStreamSynchronize",
@@ -128,7 +128,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     n_steps = max(len(steps), 1)
     thread = launch_thread(trace)
     total_idle = int((gap_e - gap_s).sum())
-    by_cause = {cause: 0.0 for cause in (*CAUSES, GPU_WAIT)}
+    by_cause = dict.fromkeys((*CAUSES, GPU_WAIT), 0.0)
     if thread < 0 or len(gap_s) == 0:
         by_cause["dispatch"] = total_idle / 1e6 / n_steps
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,

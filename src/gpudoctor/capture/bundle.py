@@ -73,7 +73,7 @@ def _nvml_facts() -> dict[str, Any]:
             },
             "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
         }
-    except Exception as exc:  # optional facts
+    except Exception as exc:  # noqa: BLE001 - optional facts
         return {"nvml_error": f"{type(exc).__name__}: {exc}"}
 
 

@@ -45,7 +45,7 @@ class NvmlSampler:
             self._nvml = pynvml
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
             self._max_sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM)
-        except Exception as exc:  # no library, no driver, no permission: sampling is optional
+        except Exception as exc:  # noqa: BLE001 - no library, no driver, no permission: sampling is optional
             self.error = f"NVML unavailable: {type(exc).__name__}: {exc}"
             return
         self._thread = threading.Thread(target=self._run, name="gpudoctor-nvml", daemon=True)
@@ -66,7 +66,7 @@ class NvmlSampler:
                     }
                 )
                 self.reasons |= {name for bit, name in THROTTLE_REASONS.items() if reasons & bit}
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - NVML is optional: the error is kept and reported
                 self.error = f"NVML sampling stopped: {type(exc).__name__}: {exc}"
                 return
 

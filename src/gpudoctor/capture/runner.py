@@ -96,7 +96,7 @@ def run_program(
         session.fail("interrupted by Ctrl-C")
         message = "interrupted by Ctrl-C"
         code = 130
-    except BaseException as exc:  # the program's own error: its traceback, as Python prints it
+    except BaseException as exc:  # noqa: BLE001 - the program's own error: its traceback, as Python prints it
         _print_user_traceback(exc)
         session.fail(f"{type(exc).__name__}: {exc}")
         code = 1

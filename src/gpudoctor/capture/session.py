@@ -12,10 +12,12 @@ global optimizer-step hook (every ``optimizer.step()``); else the caller's own `
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.errors import InputError
@@ -227,9 +229,9 @@ class CaptureSession:
             return
         if self._cuda:
             self._torch.cuda.synchronize()
-            times = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+            times = [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
         else:
-            times = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+            times = [(b - a) * 1e3 for a, b in itertools.pairwise(marks)]
         self.result.unprofiled_step_ms = times[len(times) // 2 :]
 
 
@@ -260,7 +262,7 @@ def _memory_state(torch: Any) -> dict[str, Any]:
     try:
         stats = torch.cuda.memory_stats()
         free, total = torch.cuda.mem_get_info()
-    except Exception:  # the device may be unusable after the error
+    except Exception:  # noqa: BLE001 - the device may be unusable after the error
         return {}
     keys = ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
             "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms")

@@ -52,7 +52,7 @@ def kind_of(path: Path, text: str) -> str:
         return "smi-q"
     header = _csv_header(head)
     low = [h.strip().lower() for h in header]
-    if {"kernel name", "metric name", "metric value"} <= set(low) or "kernel name" in low and "id" in low:
+    if {"kernel name", "metric name", "metric value"} <= set(low) or ("kernel name" in low and "id" in low):
         return "ncu-csv"
     if any(h.startswith(("gpu__", "sm__", "dram__", "l1tex__", "smsp__")) for h in low) and "kernel name" in low:
         return "ncu-csv"

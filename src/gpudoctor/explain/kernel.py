@@ -87,7 +87,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
     partial = bool(k.missing)
     subject = k.name
     dur = k.duration_us or 0.0
-    step = total_us if total_us else dur
+    step = total_us or dur
 
     def hyp(id: str, title: str, confidence: float, summary: str, numbers: dict, fixes: tuple[Fix, ...],
             check_next: tuple[str, ...] = (), wrong_fix: str = "", gain: float = 0.0) -> None:
@@ -97,8 +97,8 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
                                    saving_ms=dur * gain / 1e3, step_ms=step / 1e3, kernels=(k.name,)))
 
     # idle tensor pipes: measured low, or unmeasured while ncu names an FMA pipe the busiest one
-    tensor_idle = k.matrix and (k.tensor_pipe_pct is not None and k.tensor_pipe_pct < 30
-                                or k.tensor_pipe_pct is None and (k.top_pipe in FMA_PIPES or (k.fma_pipe_pct or 0) > 40))
+    tensor_idle = k.matrix and ((k.tensor_pipe_pct is not None and k.tensor_pipe_pct < 30)
+                                or (k.tensor_pipe_pct is None and (k.top_pipe in FMA_PIPES or (k.fma_pipe_pct or 0) > 40)))
     if tensor_idle:
         tp = k.tensor_pipe_pct
         hyp("tensor-cores-idle", "Matrix kernel on CUDA cores: tensor pipes nearly idle",
@@ -137,7 +137,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
 
     mem = k.dram_throughput_pct if k.dram_throughput_pct is not None else k.memory_throughput_pct
     sm = k.sm_throughput_pct
-    at_compute_roof = (k.tensor_pipe_pct or 0) >= 60 or (sm or 0) >= 80 and not k.matrix
+    at_compute_roof = (k.tensor_pipe_pct or 0) >= 60 or ((sm or 0) >= 80 and not k.matrix)
     at_memory_roof = (k.dram_throughput_pct or 0) >= 70
     # A kernel at a roof is good: what else ncu flags on it is secondary (cuBLAS's own kernels show
     # some shared-store bank conflicts at 95% tensor-pipe use).

@@ -197,7 +197,7 @@ def _from_details(item: dict) -> KernelMetrics:
     k = KernelMetrics(name=item["name"])
     labels: dict = item["labels"]
     shared = 0.0
-    for (section, name), (value, unit) in labels.items():
+    for (_section, name), (value, unit) in labels.items():
         if value is None:
             continue
         if name == "Memory Throughput":

@@ -318,7 +318,8 @@ def _oom_sharding(f: _Fields) -> list[Finding]:
                f"(in the {bad.phase}). Optimizer states per GPU: {states_good:.2f} GB vs {states_bad:.2f} GB "
                f"({'unchanged: sharded over TP x DP ranks either way' if abs(states_good - states_bad) < 0.01 * max(states_good, 1e-9) else 'smaller with more DP'}): not the cause.")
     if base["attention"] == "eager":
-        scores = lambda tp: base["batch"] * spec.heads / tp * base["seq"] ** 2 * 6
+        def scores(tp):
+            return base["batch"] * spec.heads / tp * base["seq"] ** 2 * 6
         numbers["attention_scores_GB_per_layer_fails"] = round(scores(tp_bad) / 1e9, 1)
         numbers["attention_scores_GB_per_layer_works"] = round(scores(tp_good) / 1e9, 1)
         summary += (f" The real culprit is the attention matrix: QK^T is O(seq^2 x heads per rank), "

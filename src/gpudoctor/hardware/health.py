@@ -33,7 +33,7 @@ def read_health(device_index: int = 0) -> HealthReading:
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - NVML is optional: reported as unreadable
         health.error = f"NVML unavailable ({type(exc).__name__}: {exc}); probes still ran"
         return health
     r = health.readings
@@ -67,7 +67,7 @@ def read_health(device_index: int = 0) -> HealthReading:
     for key, query in queries.items():
         try:
             r[key] = query()
-        except Exception:  # not supported on this card, or no permission
+        except Exception:  # noqa: BLE001 - not supported on this card, or no permission
             health.unreadable.append(key)
     return health
 

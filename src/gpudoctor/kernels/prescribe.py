@@ -48,7 +48,7 @@ def kernel_fix(op_names: tuple[str, ...] | list[str]) -> Fix | None:
     glu = MEASURED.get("swiglu") or {}
     ce = MEASURED.get("linear_cross_entropy") or {}
     # all of an RMSNorm's ops (x.pow(2).mean(-1), rsqrt), an activation next to a mul, a log-softmax
-    if _RMS_OPS <= ops and rms.get("gpu_time_ratio_vs_hf_eager"):
+    if ops >= _RMS_OPS and rms.get("gpu_time_ratio_vs_hf_eager"):
         parts.append(f"RMSNorm in {rms['gpu_time_ratio_vs_hf_eager']:.1f}x less GPU time than HF eager "
                      "(forward + backward)")
     if ops & _GLU_OPS and "aten::mul" in ops and glu.get("speedup_vs_eager"):

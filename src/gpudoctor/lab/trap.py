@@ -7,8 +7,9 @@ problem removed (``build_fixed``): the same work, so their step times can be com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 class Workload:

@@ -9,6 +9,7 @@ the measured one (sick / fixed). Baselines pass when they get no major or critic
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ def time_steps(workload: Workload, device: str, warmup: int, timed: int) -> floa
             workload.step()
             marks[i + 1].record()
         torch.cuda.synchronize()
-        times = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+        times = [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
     else:
         times = []
         for _ in range(timed):
@@ -125,7 +126,7 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
     except NoGpuActivityError:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms, sick_ms, fixed_ms,
                            0.0, "ran-on-cpu", ())
-    except Exception as exc:  # one broken trap must not stop the gallery
+    except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0, "error", (),
                            f"{type(exc).__name__}: {str(exc)[:200]}")
     _write(out_dir / trap.id, report)
@@ -154,7 +155,7 @@ def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, 
         report = analyze_loaded(load(trace), unprofiled_step_ms=step_ms)
     except NoGpuActivityError:
         return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
         return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (),
                            f"{type(exc).__name__}: {str(exc)[:200]}")
     _write(out_dir / base.id, report)

@@ -81,7 +81,7 @@ def _stage_params(counts: ParamCounts, stage: _Stage, spec: ModelSpec) -> tuple[
         total += counts.embedding + counts.positions
     if stage.head:
         total += counts.final_norm + counts.lm_head
-        linear += counts.lm_head if counts.lm_head else counts.embedding  # tied: the table is the head
+        linear += counts.lm_head or counts.embedding  # tied: the table is the head
     return total, linear
 
 

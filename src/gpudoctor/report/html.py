@@ -238,7 +238,7 @@ def _finding(f: Finding) -> str:
         f'<article class="finding sev-{sev}">',
         f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
         (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms per step'
-         f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),
+         f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),  # noqa: RUF001 - the multiplication sign
         f"<p>{esc(f.summary)}</p>",
         _evidence(f),
     ]

@@ -70,7 +70,7 @@ def render(est: MemoryEstimate, console: Console) -> None:
             tp = x.get("gpus_needed_tp")
             console.print(f"largest batch at this context: {x.get('max_batch', 0)}; longest context at this batch: "
                           f"{x.get('max_context', 0):,} tokens; GPUs needed (tensor parallel): "
-                          f"{tp if tp else 'more than 8'}")
+                          f"{tp or 'more than 8'}")
     if est.suggestions:
         console.print(Text("What makes it fit, cheapest first:", style="bold"))
         for i, s in enumerate(est.suggestions, 1):

@@ -39,7 +39,7 @@ def loop_groups(a: Analysis) -> list[np.ndarray]:
         cost = rf.op_costs.get(op)
         if cost is None or cost.gemm_shape is None:
             continue
-        b, m, n, k = cost.gemm_shape
+        _b, m, n, _k = cost.gemm_shape
         if min(m, n) <= MAX_VECTOR_DIM:
             groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
     n_steps = max(len(a.steps), 1)

@@ -125,7 +125,7 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     ),
 ]
 
-_MEMCPY = re.compile(r"memcpy\s+(htod|dtoh|dtod|ptop|htoh)(?:.*\((\w+)\s*->\s*(\w+)\))?", re.I)
+_MEMCPY = re.compile(r"memcpy\s+(htod|dtoh|dtod|ptop|htoh)(?:.*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
 
 
 def classify_kernel(name: str) -> Kind:

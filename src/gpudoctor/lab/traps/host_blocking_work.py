@@ -36,7 +36,7 @@ def write_blob(path: str, blob: bytes) -> None:
         os.close(fd)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def blob_size() -> int:
     """Bytes whose write and fsync take about TARGET_WRITE_S on this machine."""
     probe = np.random.default_rng(0).bytes(16 << 20)
