@@ -234,3 +234,19 @@ def test_nvls_all_reduce_inside_one_nvswitch_node() -> None:
         assert p.algorithm != "nvls" and any("--nvls does not apply" in n for n in p.notes)
     gather = predict("all-gather", 2**30, gpus=8, gpu="h100-sxm", nvls=True)
     assert gather.algorithm == "ring" and "nvls" not in gather.candidates
+
+
+def test_plan_train_prices_tp_all_reduces_with_nvls_when_asked() -> None:
+    """TP=8 inside one H100 node: its all-reduces get NVLink SHARP's bandwidth with nvls=True; DP
+    across nodes does not (NVLS is one node only)."""
+    from gpudoctor.plan.pins import Pins
+    from gpudoctor.plan.train import plan_training
+
+    kw = {"gpus": 16, "gpu": "h100-sxm", "global_batch": 64, "seq": 4096, "pins": Pins(tp=8, pp=1, zero=1)}
+    plain = plan_training("llama-3.1-8b", **kw).plans[0]
+    nvls = plan_training("llama-3.1-8b", nvls=True, **kw).plans[0]
+    assert (plain.tp, plain.dp) == (nvls.tp, nvls.dp) == (8, 2)
+    ratio = nvls.breakdown["tp_comm_s"] / plain.breakdown["tp_comm_s"]
+    # bandwidth 1.30x and 2 latency steps instead of 14: 0.750 of the ring's time for these messages
+    assert round(ratio, 3) == 0.750
+    assert nvls.breakdown["dp_comm_s"] == plain.breakdown["dp_comm_s"]

@@ -316,6 +316,7 @@ def plan_train(
     zero: int | None = typer.Option(None, "--zero", help="Fix the ZeRO stage (0-3; 3 = FSDP)."),
     microbatch: int | None = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
     checkpointing: str | None = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
+    nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduces inside one NVSwitch node)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -328,7 +329,7 @@ def plan_train(
     pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
                            gpus_per_node=gpus_per_node, fabric=fabric, top=top, schedule=schedule,
-                           calibration=bench_file, sp=sp, impl=impl, pins=pins)
+                           calibration=bench_file, sp=sp, impl=impl, pins=pins, nvls=nvls)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return

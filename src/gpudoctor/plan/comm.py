@@ -47,6 +47,7 @@ class Net:
     intra_bytes_per_s: float
     inter_bytes_per_s: float
     use_predict: bool  # gpudoctor.plan.collectives.predict is importable
+    nvls: bool = False  # NVLink SHARP on: all-reduces inside one NVSwitch node may use it
 
     def time(self, op: str, nbytes: float, group: int, stride: int) -> float:
         """Seconds for one collective of ``nbytes`` (the full buffer, nccl-tests convention) over
@@ -58,15 +59,16 @@ class Net:
         else:
             per_node = math.gcd(group, self.gpus_per_node // stride) if stride < self.gpus_per_node else 1
         if self.use_predict:
-            return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric)
+            return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric, self.nvls)
         return _fallback_time(op, nbytes, group, per_node, self)
 
 
 @lru_cache(maxsize=4096)
-def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None) -> float:
+def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None,
+                  nvls: bool = False) -> float:
     from gpudoctor.plan.collectives import predict
 
-    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric).time_s)
+    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric, nvls=nvls).time_s)
 
 
 def _fallback_time(op: str, nbytes: float, group: int, per_node: int, net: Net) -> float:
@@ -83,7 +85,7 @@ def _fallback_time(op: str, nbytes: float, group: int, per_node: int, net: Net) 
     return steps * alpha + factor * nbytes / bw
 
 
-def make_net(gpu: str, gpus_per_node: int, fabric: str | None) -> Net:
+def make_net(gpu: str, gpus_per_node: int, fabric: str | None, nvls: bool = False) -> Net:
     from gpudoctor.hardware.specs import find_spec
 
     spec = find_spec(gpu)
@@ -92,7 +94,7 @@ def make_net(gpu: str, gpus_per_node: int, fabric: str | None) -> Net:
     name = fabric or DEFAULT_FABRIC
     if name not in FABRIC_BYTES_PER_S and not _has_predict():
         raise InputError(f"--fabric {fabric!r} is not one of: {', '.join(FABRIC_BYTES_PER_S)}")
-    return Net(gpu, gpus_per_node, fabric, intra, FABRIC_BYTES_PER_S.get(name, 40e9), _has_predict())
+    return Net(gpu, gpus_per_node, fabric, intra, FABRIC_BYTES_PER_S.get(name, 40e9), _has_predict(), nvls)
 
 
 @lru_cache(maxsize=1)

@@ -400,14 +400,16 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
 def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
                   schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
-                  sp: bool = True, impl: str = "eager-hf", pins: Pins | None = None) -> TrainPlanResult:
+                  sp: bool = True, impl: str = "eager-hf", pins: Pins | None = None,
+                  nvls: bool = False) -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
     ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
     less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
     runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf or fused). ``pins``: layout values the
-    user fixed (plan/pins.py), checked against the model first; the rest is enumerated."""
+    user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
+    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py)."""
     implementation(impl)  # validates the name
     from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
@@ -420,7 +422,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     if "bf16" not in hw.matrix_flops:
         raise UnknownGpuError(f"--gpu {gpu!r} has no bf16 peak in its datasheet row; use a GPU with tensor cores")
     cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
-    net = make_net(hw.key, gpus_per_node, fabric)
+    net = make_net(hw.key, gpus_per_node, fabric, nvls)
     pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads, layers=model.layers, gpus=gpus,
                       gpus_per_node=gpus_per_node, seq=seq, global_batch=global_batch,
                       checkpointing_choices=CHECKPOINTING)
