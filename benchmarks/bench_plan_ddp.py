@@ -180,6 +180,15 @@ def single(out: Path) -> None:
     print(json.dumps({k: prof.get(k) for k in ("kernels_per_step", "busy_s", "span_s", "by_kind")}))
 
 
+def _price(spec, hw, net, zero: int, world: int, batch: int, seq: int, calibration=None) -> dict:
+    """plan.train.predict_step for DP over ``world`` GPUs (ZeRO ``zero``), ``batch`` sequences per GPU."""
+    from gpudoctor.plan.train import Layout, predict_step
+
+    lay = Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=batch)
+    return predict_step(spec, lay, global_batch=batch * world, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
+                        hbm_bytes_per_s=hw.hbm_bytes_per_s, calibration=calibration)
+
+
 def predict(results: Path, bench: Path | None = None, single_json: Path | None = None) -> None:
     """Price the measured layouts with plan.train (H200 datasheet, NVLink preset, impl="eager-hf":
     Hugging Face eager, torch.optim.AdamW foreach, DDP / FSDP2 defaults) and print the table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones. With
@@ -188,7 +197,7 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     from gpudoctor.hardware.specs import find_spec
     from gpudoctor.memory.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
-    from gpudoctor.plan.train import Layout, make_net, predict_step
+    from gpudoctor.plan.train import make_net
 
     m = json.loads(results.read_text())
     spec = from_hf_config({"model_type": "llama", **m["config"]}, name="bench-llama")
@@ -197,10 +206,7 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     cal = load_calibration(bench, hw.key) if bench else None
 
     def price(zero: int, world: int, calibration=None) -> dict:
-        lay = Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=m["batch_per_gpu"])
-        return predict_step(spec, lay, global_batch=m["batch_per_gpu"] * world, seq=m["seq"],
-                            peak_flops=hw.matrix_flops["bf16"], net=net, hbm_bytes_per_s=hw.hbm_bytes_per_s,
-                            calibration=calibration)
+        return _price(spec, hw, net, zero, world, m["batch_per_gpu"], m["seq"], calibration)
 
     def parts(p: dict) -> str:
         comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
@@ -238,7 +244,7 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
-    from gpudoctor.plan.train import Layout, make_net, predict_step
+    from gpudoctor.plan.train import make_net
 
     spec = from_hf_config({"model_type": "llama", **CONFIG}, name="bench-llama")
     hw = require_spec(gpu)
@@ -247,10 +253,7 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     rows = {}
     for name, zero in (("ddp", 0), ("fsdp", 3)):
         for label, c in (("assumed", None), ("calibrated", cal)):
-            p = predict_step(spec, Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=BATCH), global_batch=BATCH * world,
-                             seq=SEQ, peak_flops=hw.matrix_flops["bf16"], net=net, hbm_bytes_per_s=hw.hbm_bytes_per_s,
-                             calibration=c)
-            rows[f"{name}_{label}_step_s"] = p["step_s"]
+            rows[f"{name}_{label}_step_s"] = _price(spec, hw, net, zero, world, BATCH, SEQ, c)["step_s"]
     result = {"world_size": world, "gpu": hw.key, "bench": str(bench), "config": CONFIG, "batch_per_gpu": BATCH,
               "seq": SEQ, "predicted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **rows}
     out.write_text(json.dumps(result, indent=1) + "\n")

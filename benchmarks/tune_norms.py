@@ -114,7 +114,7 @@ def launch_costs() -> dict:
 
 def overheads() -> dict:
     """CPU per call of the pieces a fused norm's Python wrapper is made of."""
-    from gpudoctor.kernels._common import check_same, check_tensor, use_triton
+    from gpudoctor.kernels._common import _specialization, check_same, check_tensor, use_triton
 
     x = torch.randn(256, 4096, device="cuda", dtype=DT)
     w = torch.randn(4096, device="cuda", dtype=DT)
@@ -125,8 +125,7 @@ def overheads() -> dict:
     args = (x, w, y, rstd, 4096, 4096, 256, 4096, 1e-6, 0.0)
     launcher = rms_mod._launch_fwd
     values = (block, rows, single, True)
-    key = (x.device.index, rms_mod._num_warps(rows * block), values,
-           *map(type(launcher).__init__.__globals__["_specialization"], args))
+    key = (x.device.index, rms_mod._num_warps(rows * block), values, *map(_specialization, args))
     compiled = launcher.cache[key]  # launch_costs() ran this exact launch
 
     class Nothing(torch.autograd.Function):
@@ -138,7 +137,6 @@ def overheads() -> dict:
         def backward(ctx, g):
             return g
 
-    spec = type(launcher).__init__.__globals__["_specialization"]
     return {
         "checks": cpu_us(lambda: (check_tensor("x", x, min_dims=1), check_tensor("weight", w, dims=1),
                                   check_same("x", x, weight=w), use_triton(x, w))),
@@ -146,7 +144,7 @@ def overheads() -> dict:
                                           torch.empty(256, dtype=torch.float32, device=x.device))),
         "reshape + stride": cpu_us(lambda: x.reshape(-1, 4096).stride(1)),
         "autograd.Function.apply (identity)": cpu_us(lambda: Nothing.apply(x)),
-        "launcher key": cpu_us(lambda: (x.device.index, *map(spec, args))),
+        "launcher key": cpu_us(lambda: (x.device.index, *map(_specialization, args))),
         "compiled[grid](...)": cpu_us(lambda: compiled[(64, 1, 1)](*args, *values)),
         "compiled.run(...) direct": cpu_us(lambda: compiled.run(64, 1, 1, torch.cuda.current_stream().cuda_stream,
                                                                 compiled.function, compiled.packed_metadata, None,

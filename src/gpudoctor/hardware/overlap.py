@@ -38,18 +38,10 @@ def _span(torch: Any, fn: Callable[[], Any], stream: Any, start: Any) -> tuple[A
 
 
 def _alone(torch: Any, fn: Callable[[], Any], reps: int = 3) -> float:
-    """Median seconds of ``fn`` on the current stream."""
-    import statistics
+    """Median seconds of ``fn`` on the current stream (one call of warm-up)."""
+    from gpudoctor.hardware.probe import _median_ms
 
-    times = []
-    for _ in range(reps + 1):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(times[1:])
+    return _median_ms(torch, fn, reps, warmup=1) / 1e3
 
 
 def _together(torch: Any, dist: Any, work: Callable[[], Any], comm: Callable[[], Any]) -> tuple[float, float]:

@@ -55,10 +55,9 @@ LOOP_BLOCK = 8192
 # (e.g. 32768 x 1024: 131 us at 4096, 139 us at 8192, 149 us at 2048; one row per program before: 45%
 # of the HBM ceiling at 256 x 32768, 68-72% in tiles).
 TILE_ELEMENTS = 4096
-# The forward's tile, which could differ from the backward's (it keeps no accumulators): tiles of 2048
-# to 16384 elements and 4-16 warps gave the same forward, 46.5-48.4 us for 8192 x 4096 bf16 (91% of
-# the copy ceiling; the backward took 85 us), H100, 2026-11-22, benchmarks/probe_rms_split_tiles.py.
-FORWARD_TILE_ELEMENTS = TILE_ELEMENTS
+# The forward alone does not care: tiles of 2048 to 16384 elements and 4-16 warps gave 46.5-48.4 us for
+# 8192 x 4096 bf16 (91% of the copy ceiling; the backward took 85 us), H100, 2026-11-22,
+# benchmarks/probe_rms_split_tiles.py. One tile size serves both.
 # Backward programs resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps)
 # programs, each writing one fp32 row of partial weight gradients (fewer programs, less of that
 # traffic; more, more loads in flight). Same run: 16 beat 4, 8, 32 and 64 (8192 x 4096: 130 us at
@@ -268,7 +267,7 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
     y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS)
+    rows = _rows_per_tile(block, single, n_rows)
     _launch_fwd((-(-n_rows // rows),), x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset,
                 BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama, num_warps=_num_warps(rows * block))
     return y, rstd

@@ -68,6 +68,11 @@ NVLS_SPEEDUP = {5: 420 / 370, 6: 440 / 370, 7: 460 / 370, 8: 480 / 370}
 NVLS_LINKS = ("nvlink4", "nvlink5")
 
 
+def nvls_speedup(ranks: int) -> float:
+    """NVLS bus bandwidth over the ring's for ``ranks`` in one node (NVLS_SPEEDUP; 1 up to 4)."""
+    return NVLS_SPEEDUP.get(min(ranks, 8), 1.0)
+
+
 @dataclass(frozen=True)
 class Link:
     """One interconnect preset: a datasheet rate, the fraction NCCL reaches and a step latency."""
@@ -310,7 +315,7 @@ def nvls_allreduce(s: float, t: Topology) -> float:
     """NVLink SHARP inside one node: the ring's bytes at its rate x NVLS_SPEEDUP, and two latency
     steps (reduce in the switch, multicast the result) instead of 2(N-1)."""
     n = t.n
-    return t.base_s + 2 * (n - 1) / n * s / (t.b_intra * NVLS_SPEEDUP.get(min(n, 8), 1.0)) + 2 * t.alpha_intra
+    return t.base_s + 2 * (n - 1) / n * s / (t.b_intra * nvls_speedup(n)) + 2 * t.alpha_intra
 
 
 def candidates(op: str, s: float, t: Topology, nvls: bool = False) -> dict[str, float]:
@@ -482,7 +487,7 @@ def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str
         notes.append("--nvls does not apply: NVLink SHARP is all-reduce only, inside one node, on NVSwitch "
                      f"NVLink 4/5 ({intra.name}, {topo.nodes} node(s))")
     elif use_nvls:
-        notes.append(f"NVLS at {NVLS_SPEEDUP.get(min(gpus, 8), 1.0):.2f}x the ring's bus bandwidth for {gpus} ranks "
+        notes.append(f"NVLS at {nvls_speedup(gpus):.2f}x the ring's bus bandwidth for {gpus} ranks "
                      "(NCCL maintainers' and users' figures, not measured here)")
     return _result(op, nbytes, gpus, k, candidates(op, float(nbytes), topo, use_nvls), source,
                    source.startswith("calibrated"), notes)

@@ -30,6 +30,11 @@ class Pins:
     def any(self) -> bool:
         return any(v is not None for v in vars(self).values())
 
+    def describe(self, every: bool = False) -> str:
+        """The fixed values as options ("--tp 4, --pp 2"); the degrees only, unless ``every``."""
+        names = ("dp", "tp", "pp", "cp") + (("zero", "microbatch", "checkpointing") if every else ())
+        return ", ".join(f"--{k} {getattr(self, k)}" for k in names if getattr(self, k) is not None) or "the fixed values"
+
 
 def _nearest(value: int, valid: list[int], n: int = 2) -> str:
     """The n valid values closest to ``value`` (smaller first on ties), as "a or b"."""
@@ -37,7 +42,8 @@ def _nearest(value: int, valid: list[int], n: int = 2) -> str:
     return " or ".join(map(str, sorted(picks)))
 
 
-def _whole(name: str, value: object, low: int = 1) -> int:
+def whole(name: str, value: object, low: int = 1) -> int:
+    """``value`` if it is an int >= ``low`` (not a bool), else a one-line error naming --``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InputError(f"--{name} must be a whole number >= {low}, got {value!r}")
     return value
@@ -47,7 +53,7 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
                global_batch: int, checkpointing_choices: tuple[str, ...]) -> Pins:
     """``pins`` if every fixed value can work on this model and cluster, else a one-line InputError."""
     if pins.tp is not None:
-        tp = _whole("tp", pins.tp)
+        tp = whole("tp", pins.tp)
         node = min(gpus_per_node, gpus)
         valid = [t for t in range(1, node + 1) if heads % t == 0 and node % t == 0
                  and (kv_heads % t == 0 or t % kv_heads == 0)]
@@ -60,18 +66,18 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
             raise InputError(f"--tp {tp} does not fit in one {node}-GPU node (tensor parallelism stays on NVLink); "
                              f"use {_nearest(tp, valid)}")
     if pins.pp is not None:
-        pp = _whole("pp", pins.pp)
+        pp = whole("pp", pins.pp)
         if layers % pp:
             valid = [d for d in range(1, layers + 1) if layers % d == 0]
             raise InputError(f"--pp {pp} does not divide the model's {layers} layers; use {_nearest(pp, valid)}")
     if pins.cp is not None:
-        cp = _whole("cp", pins.cp)
+        cp = whole("cp", pins.cp)
         if seq % cp:
             valid = [c for c in (1, 2, 4, 8, 16) if seq % c == 0]
             raise InputError(f"--cp {cp} does not divide the sequence length {seq}; use {_nearest(cp, valid)}")
     fixed = [v for v in (pins.dp, pins.tp, pins.pp, pins.cp) if v is not None]
     if pins.dp is not None:
-        _whole("dp", pins.dp)
+        whole("dp", pins.dp)
     product = 1
     for v in fixed:
         product *= v
@@ -91,7 +97,7 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
     if pins.zero is not None and pins.zero not in (0, 1, 2, 3):
         raise InputError(f"--zero must be 0, 1, 2 or 3 (3 is FSDP full sharding), got {pins.zero!r}")
     if pins.microbatch is not None:
-        mb = _whole("microbatch", pins.microbatch)
+        mb = whole("microbatch", pins.microbatch)
         if pins.dp is not None and (global_batch // pins.dp) % mb:
             per = global_batch // pins.dp
             valid = [d for d in range(1, per + 1) if per % d == 0]

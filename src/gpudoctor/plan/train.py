@@ -55,7 +55,7 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     mlp_flops,
     step_flops,
 )
-from gpudoctor.plan.pins import Pins, check_pins
+from gpudoctor.plan.pins import Pins, check_pins, whole
 from gpudoctor.plan.traffic import (
     dp_copy_bytes,
     elementwise_kinds,
@@ -373,8 +373,7 @@ def _divisors(n: int) -> list[int]:
 def _check_inputs(gpus: int, global_batch: int, seq: int, gpus_per_node: int, top: int) -> None:
     for name, v in (("gpus", gpus), ("global-batch", global_batch), ("seq", seq),
                     ("gpus-per-node", gpus_per_node), ("top", top)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InputError(f"--{name} must be a whole number >= 1, got {v!r}")
+        whole(name, v)
     if gpus > gpus_per_node and gpus % gpus_per_node:
         lo = gpus // gpus_per_node * gpus_per_node
         raise InputError(f"--gpus {gpus} is not a whole number of {gpus_per_node}-GPU nodes "
@@ -431,10 +430,10 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     if not shapes and pins.any():
         fixed = math.prod(v for v in (pins.dp, pins.tp, pins.pp) if v is not None)
         if None not in (pins.dp, pins.tp, pins.pp) and pins.cp is None and gpus > fixed:
-            raise InputError(f"{_pinned_text(pins)} use {fixed} of the {gpus} GPUs and leave a factor of "
+            raise InputError(f"{pins.describe()} use {fixed} of the {gpus} GPUs and leave a factor of "
                              f"{gpus // fixed} to context parallelism, which is only tried at --seq >= 8192; "
                              f"fix --cp {gpus // fixed} or free a degree")
-        raise InputError(f"no layout of {gpus} GPUs has {_pinned_text(pins)} and a data-parallel degree dividing "
+        raise InputError(f"no layout of {gpus} GPUs has {pins.describe()} and a data-parallel degree dividing "
                          f"--global-batch {global_batch}; free one of them or change --gpus")
     if not shapes:
         dps = sorted({s[0] for s in _shapes(model, gpus, seq, gpus_per_node)})
@@ -465,14 +464,14 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                     plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
     plans = _rank(plans)
     if not considered:  # only pins can leave nothing to price
-        raise InputError(f"the fixed values leave no layout to price: {_pinned_text(pins, every=True)} "
+        raise InputError(f"the fixed values leave no layout to price: {pins.describe(every=True)} "
                          f"{'needs dp > 1 (ZeRO shards over data-parallel ranks)' if pins.zero else 'admit none'}; "
                          "free one of them")
     if plans:
         infeasible = None
     elif pins.any() and smallest is not None:
         peak, lay = smallest
-        infeasible = (f"no layout with {_pinned_text(pins, every=True)} fits the {hw.name}'s "
+        infeasible = (f"no layout with {pins.describe(every=True)} fits the {hw.name}'s "
                       f"{hw.memory_bytes / 1e9:.0f} GB: the smallest peak, {peak / 1e9:.0f} GB, is dp {lay.dp} x "
                       f"tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, ZeRO-{lay.zero}, micro-batch {lay.microbatch}, "
                       f"checkpointing {lay.checkpointing}; free a value or add GPUs")
@@ -486,12 +485,6 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
         assumptions=ASSUMPTIONS if cal is None else calibrated_assumptions(cal),
         compute_model=COMPUTE_ASSUMED if cal is None else cal.label)
-
-
-def _pinned_text(pins: Pins, every: bool = False) -> str:
-    """The fixed values as options ("--tp 4, --pp 2"); the degrees only, unless ``every``."""
-    names = ("dp", "tp", "pp", "cp") + (("zero", "microbatch", "checkpointing") if every else ())
-    return ", ".join(f"--{k} {getattr(pins, k)}" for k in names if getattr(pins, k) is not None) or "the fixed values"
 
 
 def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
