@@ -19,6 +19,7 @@ Korthikanti et al. 2022 Tables 3 and 5, full vs selective recomputation)
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.memory.spec import ModelSpec
@@ -72,27 +73,53 @@ LLAMA3_TABLE_4 = [
     (16384, 8, 1, 16, 8192, 400, 41),
     (16384, 8, 16, 16, 131072, 380, 38),
 ]
+# The paper's schedule is interleaved 1F1B (its sec. 3.3.2, bubble (PP-1)/(V M)) but it does not give V;
+# 405B's 126 layers over 16 stages are 8 per stage (7 on the first and last), so V is one of 1, 2, 4, 8.
+# Every row is priced for each; ("1f1b", 1) is the plain schedule.
+LLAMA3_SCHEDULES = (("1f1b", 1), ("interleaved", 2), ("interleaved", 4), ("interleaved", 8))
+# gpudoctor bench --json on one H100 SXM 80GB (torch 2.11.0+cu130, 2026-11-24): GEMM and attention grids,
+# elementwise and optimizer rates; the calibrated columns use it.
+H100_BENCH = Path(__file__).parent / "results" / "bench-h100-grid-2026-11-24.json"
 
 
-def llama3() -> list[dict]:
-    """Llama 3 405B at the paper's layouts. Not from the paper, assumed: micro-batch 1, ZeRO-1,
-    1F1B, no activation recomputation, the roce preset."""
+def llama3(bench: Path | None = None) -> list[dict]:
+    """Llama 3 405B at the paper's layouts, for each of LLAMA3_SCHEDULES; with ``bench`` (a gpudoctor bench
+    JSON of an H100) calibrated from it. Not from the paper, assumed: micro-batch 1, ZeRO-1, no activation
+    recomputation, sequence parallelism, the roce preset, V (above)."""
     from gpudoctor.memory.presets import from_preset
+    from gpudoctor.plan.calibration import load_calibration
 
     spec = from_preset("llama-3.1-405b")
     hw = find_spec("h100-sxm")
     net = make_net(hw.key, 8, "roce")
+    cal = load_calibration(bench, hw.key) if bench else None
     rows = []
     for gpus, tp, cp, pp, seq, pub_tf, pub_pct in LLAMA3_TABLE_4:
         batch = 16 * 2**20 // seq
-        lay = Layout(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, zero=1, microbatch=1, checkpointing="none")
-        r = predict_step(spec, lay, global_batch=batch, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
-                         hbm_bytes_per_s=hw.hbm_bytes_per_s, impl="fused")
-        tf = r["model_flops"] / (r["step_s"] * gpus) / 1e12
-        rows.append({"gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": lay.dp, "seq": seq, "batch": batch,
-                     "published_tflops": pub_tf, "published_pct": pub_pct, "predicted_tflops": tf,
-                     "error": tf / pub_tf - 1, "step_s": r["step_s"]})
+        row = {"gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": gpus // (tp * pp * cp), "seq": seq, "batch": batch,
+               "published_tflops": pub_tf, "published_pct": pub_pct, "by_schedule": {}}
+        for schedule, v in LLAMA3_SCHEDULES:
+            lay = Layout(dp=row["dp"], tp=tp, pp=pp, cp=cp, zero=1, microbatch=1, checkpointing="none",
+                         schedule=schedule, virtual_stages=max(v, 2))
+            r = predict_step(spec, lay, global_batch=batch, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
+                             hbm_bytes_per_s=hw.hbm_bytes_per_s, impl="fused", calibration=cal)
+            tf = r["model_flops"] / (r["step_s"] * gpus) / 1e12
+            row["by_schedule"][f"{schedule} v={v}"] = {"predicted_tflops": tf, "error": tf / pub_tf - 1,
+                                                        "step_s": r["step_s"], "bubble_s": r["bubble_s"]}
+        rows.append(row)
     return rows
+
+
+def print_llama3() -> None:
+    heads = " | ".join(f"{s} v={v}" if s != "1f1b" else "1F1B" for s, v in LLAMA3_SCHEDULES)
+    for label, bench in (("assumed GEMM_EFFICIENCY (no bench)", None), (f"calibrated: {H100_BENCH.name}", H100_BENCH)):
+        print(f"\nLlama 3 405B, Table 4; {label}; predicted TFLOP/s per GPU (error) by schedule")
+        print(f"| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | {heads} |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(LLAMA3_SCHEDULES))
+        for r in llama3(bench):
+            cells = " | ".join(f"{x['predicted_tflops']:.0f} ({x['error']:+.0%})" for x in r["by_schedule"].values())
+            print(f"| {r['gpus']} | {r['tp']} | {r['cp']} | {r['pp']} | {r['dp']} | {r['seq']} | {r['batch']} | "
+                  f"{r['published_tflops']} ({r['published_pct']}%) | {cells} |")
 
 
 # Reducing Activation Recomputation in Large Transformer Models (Korthikanti et al. 2022, arXiv:2205.05198).
@@ -186,12 +213,7 @@ if __name__ == "__main__":
         print_korthikanti("interleaved" if "--interleaved" in sys.argv else "1f1b")
         sys.exit(0)
     if "--llama3" in sys.argv:
-        print("| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | predicted | error | step s |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for r in llama3():
-            print(f"| {r['gpus']} | {r['tp']} | {r['cp']} | {r['pp']} | {r['dp']} | {r['seq']} | {r['batch']} | "
-                  f"{r['published_tflops']} ({r['published_pct']}%) | {r['predicted_tflops']:.0f} | "
-                  f"{r['error']:+.0%} | {r['step_s']:.2f} |")
+        print_llama3()
         sys.exit(0)
     rows = main()
     print(f"GPU {GPU} (bf16 peak {find_spec(GPU).matrix_flops['bf16'] / 1e12:.0f} TFLOP/s), fabric {FABRIC}, "
