@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -367,9 +368,12 @@ def _gpt3_175b(sp: bool, ckpt: str = "selective") -> dict:
 
 def test_selective_recompute_priced_and_sp_switch() -> None:
     sel, no_sp = _gpt3_175b(True), _gpt3_175b(False)
-    # 12 layers per stage x 4 B s^2 h / 8 TP ranks, 64 micro-batches, at 0.62 x 312 TFLOP/s
-    assert sel["recompute_s"] == pytest.approx(64 * 12 * 4 * 2048**2 * 12288 / 8 / (0.62 * 312e12), rel=1e-12)
-    assert sel["recompute_s"] == pytest.approx(0.1023118760, rel=1e-8)
+    # 12 layers per stage x 4 B s^2 h / 8 TP ranks, 64 micro-batches, at the layer's GEMM efficiency: per GPU
+    # q, k, v, o are 1536 wide on one side (0.62), the MLP's two 6144 (0.72), the MLP twice the FLOPs
+    eff = 12 / (4 / 0.62 + 8 / 0.72)
+    assert sel["gemm_efficiency"] == pytest.approx(eff, rel=1e-12)
+    assert sel["recompute_s"] == pytest.approx(64 * 12 * 4 * 2048**2 * 12288 / 8 / (eff * 312e12), rel=1e-12)
+    assert sel["recompute_s"] == pytest.approx(0.0928385542, rel=1e-8)
     assert sel["tp_comm_s"] == no_sp["tp_comm_s"]  # SP moves the same bytes; selective adds no collective
     assert sel["memory_s"] == pytest.approx(0.1517586829, rel=1e-8)  # replicated activations split over TP
     assert no_sp["memory_s"] == pytest.approx(0.5724411140, rel=1e-8)
@@ -528,3 +532,31 @@ def test_incomplete_kind_sections(tmp_path: Path, section: str, value, match: st
                           "--global-batch", "8", "--seq", "2048", "--gpus-per-node", "2", "--gpu", "h200",
                           "--bench", str(path)], check=False, capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2 and cli.stdout == "" and len(cli.stderr.strip().splitlines()) == 1
+
+
+def test_gemm_efficiency_classes_each_gemm_by_its_narrower_side() -> None:
+    from gpudoctor.plan.train import gemm_efficiency
+
+    spec = gpt3_like()  # hidden 12288, MLP 4 x hidden, MHA
+    assert gemm_efficiency(spec, 1, 2048) == pytest.approx(0.72, rel=1e-12)  # every GEMM >= 4096 on both sides
+    # TP 16: attention GEMMs 768 on one side (0.52), MLP 3072 (0.68)
+    assert gemm_efficiency(spec, 16, 2048) == pytest.approx(12 / (4 / 0.52 + 8 / 0.68), rel=1e-12)
+    # short micro-batches scale it down
+    assert gemm_efficiency(spec, 1, 512) == pytest.approx(0.72 * 512 / 1024, rel=1e-12)
+
+
+def test_fused_noflash_moves_the_materialized_scores() -> None:
+    """Megatron before flash attention keeps 5 a s^2 b bytes per layer (Korthikanti et al. 2022 eq. 1:
+    fp16 softmax output, 1-byte dropout mask, fp16 dropout output): 4 passes over them, one more when
+    recomputed (full) or rewritten by the recomputation (selective)."""
+    from gpudoctor.plan.traffic import elementwise_bytes, implementation
+
+    spec = dataclasses.replace(gpt3_like(), attn_dropout=0.1)
+    heads_per_gpu, s = spec.heads // 8, 2048
+    scores = 5 * heads_per_gpu * s * s  # one sequence
+    for ckpt, passes in (("none", 4), ("selective", 5), ("full", 5)):
+        lay = Layout(dp=1, tp=8, pp=8, microbatch=1, checkpointing=ckpt, sp=True)
+        flash = elementwise_bytes(spec, lay, s, 12, implementation("fused"))
+        noflash = elementwise_bytes(spec, lay, s, 12, implementation("fused-noflash"))
+        # the eager path also keeps q, k, v and the output per head where flash keeps its own four
+        assert noflash - flash == pytest.approx(12 * passes * scores, rel=0.02), ckpt

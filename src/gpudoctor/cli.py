@@ -307,7 +307,7 @@ def plan_train(
         None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
     ),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
-    impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach) or fused."),
+    impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach), fused (Megatron-style kernels, flash attention) or fused-noflash (the same, attention scores materialized)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved or zb-h1."),
     dp: int | None = typer.Option(None, "--dp", help="Fix the data-parallel degree."),
     tp: int | None = typer.Option(None, "--tp", help="Fix the tensor-parallel degree."),

@@ -10,7 +10,11 @@ the data-parallel wrapper's own copies.
   op a CPU forward + backward of a small Llama dispatches.
 - ``fused``: Megatron-style fused kernels (fused LayerNorm/RMSNorm, bias-GeLU/SwiGLU, softmax, loss)
   and a fused mixed-precision Adam: elementwise work as 4 passes over what a micro-batch keeps for
-  backward (memory/activations.py), 36 bytes per parameter for the optimizer.
+  backward (memory/activations.py), 36 bytes per parameter for the optimizer; flash attention.
+- ``fused-noflash``: the same, with attention as Megatron-LM ran it before flash attention (2021-22):
+  the scores materialized per head, its fused scale-mask-softmax and attention dropout, so each layer
+  also keeps and moves the 5 a s^2 b bytes of Korthikanti et al. 2022 eq. 1 (softmax output, dropout
+  mask, dropout output).
 
 Every op is priced as reading each input once and writing its output once. Without a bench file,
 or with one that lacks the ``elementwise`` section, every byte goes at the HBM bandwidth (measured
@@ -46,6 +50,7 @@ class Implementation:
     optimizer_doc: str
     dp_copies: bool  # DDP gradient_as_bucket_view=False / FSDP2 copy-in, copy-out (PyTorch defaults)
     optimizer_probe: str  # the bench's ``optimizer`` row that prices its step (hardware/kinds.py)
+    attention: str = "sdpa"  # the fused model's attention: "sdpa" (flash) or "eager" (scores materialized)
 
 
 # torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
@@ -64,6 +69,9 @@ IMPLEMENTATIONS = {
                                "torch.optim.AdamW foreach on bf16 parameters: 20 passes x 2 bytes", True, "adamw_foreach"),
     "fused": Implementation("fused", "fused", FUSED_MIXED_ADAM_BYTES,
                             "fused mixed-precision Adam: 36 bytes per parameter", False, "adamw_fused"),
+    "fused-noflash": Implementation("fused-noflash", "fused", FUSED_MIXED_ADAM_BYTES,
+                                    "fused mixed-precision Adam: 36 bytes per parameter", False, "adamw_fused",
+                                    attention="eager"),
 }
 
 
@@ -228,11 +236,16 @@ def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl:
 
     n = min(layers, spec.layers)
     if impl.elementwise == "fused":
-        w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention="sdpa", tp=lay.tp,
+        w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention=impl.attention, tp=lay.tp,
                      sp=lay.sequence_parallel, cp=lay.cp)
-        per_layer = sum(layer_memory(spec, w, i).total for i in range(n))
+        layers_saved = [layer_memory(spec, w, i) for i in range(n)]
+        per_layer = sum(m.total for m in layers_saved)
         passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
-        return {"hbm": passes * (per_layer + head_memory(spec, w).total)}
+        # selective recomputation (Korthikanti et al. 2022) does not keep the scores but writes them twice,
+        # in the forward and in the recomputation: the same passes as kept ones, plus one
+        rewritten = sum(m.saved.get("attention_scores", 0.0) for m in layers_saved) \
+            if lay.checkpointing == "selective" else 0.0
+        return {"hbm": passes * (per_layer + head_memory(spec, w).total) + rewritten}
     wd = widths(spec, lay.microbatch * seq / lay.cp, lay.tp, lay.sequence_parallel)
     out = {k: n * v for k, v in hf_layer_kinds(spec, wd).items()}
     if lay.checkpointing == "full":

@@ -65,8 +65,9 @@ from gpudoctor.plan.traffic import (
 
 BYTES_BF16 = 2
 
-# Fraction of the datasheet dense bf16 peak that the GEMMs of a training step reach, by the
-# per-GPU output width of the GEMMs (hidden / TP). ASSUMPTIONS, not measurements: cuBLAS reaches
+# Fraction of the datasheet dense bf16 peak that a GEMM of a training step reaches, by its narrower
+# per-GPU dimension, min(N, K) (a row-parallel projection at TP 8 has K = hidden / 8, the column-parallel
+# one beside it N = 3 hidden / 8: each is classed by its own shape). ASSUMPTIONS, not measurements: cuBLAS reaches
 # ~0.75 of the H100 SXM datasheet on 8192-wide bf16 GEMMs and less on narrow ones; Megatron-LM
 # (Narayanan et al. 2021) reported 0.44-0.52 of the A100 peak end to end, which includes
 # elementwise kernels, communication and the bubble. With --bench (a `gpudoctor bench --json` file)
@@ -87,7 +88,7 @@ CHECKPOINTING = ("none", "selective", "full")
 ASSUMPTIONS = (
     "bf16 weights and gradients with fp32 master weights and Adam moments (16 bytes/parameter)",
     ("GEMM efficiency per width class (GEMM_EFFICIENCY) is an assumption: 0.72 of the datasheet "
-    "bf16 peak at >= 4096 columns per GPU down to 0.40 below 512"),
+    "bf16 peak for GEMMs whose narrower side (N or K, per GPU) is >= 4096, down to 0.40 below 512"),
     "attention is causal with a FlashAttention-style kernel: half the s x s score and context work",
     ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, DDP/FSDP "
     "copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from Hugging Face's "
@@ -210,9 +211,16 @@ class Layout:
 
 
 def gemm_efficiency(spec: ModelSpec, tp: int, tokens_per_microbatch: int) -> float:
-    """Assumed fraction of peak for the step's GEMMs (``GEMM_EFFICIENCY``)."""
-    width = spec.hidden // tp
-    eff = next(e for w, e in GEMM_EFFICIENCY if width >= w)
+    """Assumed fraction of peak for the step's GEMMs: each of a decoder layer's per-GPU GEMMs at the
+    ``GEMM_EFFICIENCY`` of its narrower side, weighted by its FLOPs (the time-weighted mean)."""
+    from gpudoctor.plan.calibration import layer_gemms
+
+    flops = seconds = 0.0
+    for _, n, k, count in layer_gemms(spec, 0, max(1, tokens_per_microbatch), tp):
+        work = n * k * count  # x 2 M, the same for every GEMM of the layer
+        flops += work
+        seconds += work / next(e for w, e in GEMM_EFFICIENCY if min(n, k) >= w)
+    eff = flops / seconds if seconds else GEMM_EFFICIENCY[-1][1]
     return eff * min(1.0, tokens_per_microbatch / SMALL_M_TOKENS)
 
 
@@ -406,7 +414,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
     less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
-    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf or fused). ``pins``: layout values the
+    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``: layout values the
     user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
     NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py)."""
     implementation(impl)  # validates the name
