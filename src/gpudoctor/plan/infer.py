@@ -20,10 +20,14 @@ from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
 from gpudoctor.memory.params import active_params, count_params
 
-# Assumptions (not measured here): the share of HBM bandwidth a decode step reaches (weights and KV
-# streamed once), and of the dense bf16/fp8 peak a prefill reaches; the share of GPU memory a
-# serving engine takes (vLLM's default gpu_memory_utilization is 0.9).
-DECODE_HBM_EFFICIENCY = 0.8
+# The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once): measured,
+# 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of 1024-4096 tokens, one
+# H100 SXM, a CUDA-graphed step of cuBLAS GEMVs and batched-matmul attention, torch 2.11, 2026-11-24
+# (benchmarks/bench_plan_infer.py; held out there: mistral-7b, qwen2.5-7b, llama-3.2-3b). Other cards
+# are assumed to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches: assumed
+# 0.6 (the same run measured 0.51-0.66). The share of GPU memory a serving engine takes: vLLM's default
+# gpu_memory_utilization, 0.9.
+DECODE_HBM_EFFICIENCY = 0.68
 PREFILL_EFFICIENCY = 0.6
 MEMORY_UTILIZATION = 0.9
 # A queue near saturation has unbounded waiting time (M/M/1: wait ~ rho / (1 - rho)); a plan keeps
@@ -110,21 +114,43 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
     return plan
 
 
+def streamed_weight_bytes(spec, o: InferOptions) -> float:
+    """Weight bytes one decode step reads on one GPU: every weight but the input embedding table, of
+    which a step gathers only its tokens' rows (a tied table is read whole, as the LM head)."""
+    from gpudoctor.memory.params import count_params
+
+    weights = weight_bytes(spec, o)
+    if spec.tied_embeddings:
+        return weights
+    return weights - count_params(spec).embedding * 2.0 / o.tp  # embeddings stay bf16 (weight_bytes)
+
+
+def decode_step_seconds(weights: float, per_token: float, sequences: float, context: float, hbm: float) -> float:
+    """One decode step of ``sequences`` sequences ``context`` tokens long: the weights and their KV
+    cache read once, at DECODE_HBM_EFFICIENCY of ``hbm`` bytes/s."""
+    return (weights + sequences * context * per_token) / (hbm * DECODE_HBM_EFFICIENCY)
+
+
+def prefill_seconds(n_active: int, tokens: int, tp: int, peak: float) -> float:
+    """One prompt of ``tokens``: 2 FLOPs per active parameter per token at PREFILL_EFFICIENCY of ``peak``."""
+    return 2 * n_active * tokens / (tp * peak * PREFILL_EFFICIENCY)
+
+
 def _option(spec, o: InferOptions, hw, peak: float, n_active: int, qps: float, tp: int) -> ServingOption:
     capacity = hw.memory_bytes * MEMORY_UTILIZATION - CUDA_CONTEXT_BYTES
-    weights = weight_bytes(spec, o)  # per GPU
+    weights = weight_bytes(spec, o)  # per GPU, held
+    streamed = streamed_weight_bytes(spec, o)  # per GPU, read by each decode step
     per_token = kv_bytes_per_token(spec, o)  # per GPU
     ctx = o.prompt + o.new
     budget = max(capacity - weights, 0.0)
     max_seq = int(budget // (per_token * ctx)) if per_token else 0
     fits = max_seq >= 1
-    bw = hw.hbm_bytes_per_s * DECODE_HBM_EFFICIENCY
     avg_ctx = o.prompt + o.new / 2  # a running sequence is, on average, halfway through its answer
 
     def step(c: float) -> float:
-        return (weights + c * avg_ctx * per_token) / bw
+        return decode_step_seconds(streamed, per_token, c, avg_ctx, hw.hbm_bytes_per_s)
 
-    prefill = 2 * n_active * o.prompt / (tp * peak * PREFILL_EFFICIENCY)
+    prefill = prefill_seconds(n_active, o.prompt, tp, peak)
     # Little's law, solved by iteration (step grows with the batch, the batch with the step)
     c = qps * (prefill + o.new * step(1.0))
     for _ in range(60):
