@@ -81,7 +81,8 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
     if not (qps > 0) or qps > 1e6:
         raise InputError(f"--qps must be a positive number of requests per second, got {qps!r}")
     spec = load_spec(source)
-    efficiency = (f"decode reaches {DECODE_HBM_EFFICIENCY:.0%} of HBM bandwidth; prefill {PREFILL_EFFICIENCY:.0%} "
+    efficiency = (f"decode reaches {DECODE_HBM_EFFICIENCY:.0%} of HBM bandwidth (measured on an H100); prefill "
+                  f"{PREFILL_EFFICIENCY:.0%} "
                   f"of the dense peak; the engine uses {MEMORY_UTILIZATION:.0%} of GPU memory (vLLM's default)")
     plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=(
         efficiency,
