@@ -157,9 +157,46 @@ def part_norms(quick: bool) -> None:
             rows.append({"op": name, "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
                          "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
                          "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1)})
+        rows.append(elementwise_floor(x, ceiling))
         del x, w, b
         torch.cuda.empty_cache()
     RESULTS["norms"] = rows
+    RESULTS["norms_config"] = norms_config()
+
+
+def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
+    """The size-matched floor of a norm's forward + backward: the same bytes in the same passes through
+    PyTorch's simplest kernels, ``y.copy_(x)`` (read M x H, write M x H, as the forward) and
+    ``torch.add(x, dy, out=dx)`` (read two, write one, as the backward). Two kernels that do no math
+    and no reductions: what any two-kernel forward + backward can reach at this size on this card."""
+    m, h = x.shape
+    xs = x.detach()
+    dy = torch.randn_like(xs)
+    y, dx = torch.empty_like(xs), torch.empty_like(xs)
+
+    def run():
+        y.copy_(xs)
+        torch.add(xs, dy, out=dx)
+
+    ms, g_us = bench(run), gpu_us(run)
+    moved = 5 * m * h * 2
+    return {"op": "floor: copy + add", "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
+            "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
+            "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1)}
+
+
+def norms_config() -> dict:
+    """The kernels' tuning constants as this run used them."""
+    import gpudoctor.kernels.layer_norm as ln_mod
+    import gpudoctor.kernels.rms_norm as rms_mod
+
+    names = ("TILE_ELEMENTS", "BACKWARD_WARPS_PER_SM", "MAX_FUSED_BYTES", "LOOP_BLOCK", "PREFETCH",
+             "PREFETCH_ELEMENTS", "SUM_COLS", "SUM_ROWS", "SUM_WARPS")
+    out = {f"rms_norm.{n}": getattr(rms_mod, n) for n in names if hasattr(rms_mod, n)}
+    out.update({f"layer_norm.{n}": getattr(ln_mod, n) for n in ("TILE_ELEMENTS", "SPLIT_MIN_BLOCK", "PREFETCH_MAX_ROWS",
+                                                                "PIPELINE_MAX_ROWS", "PIPELINE_STAGES")
+                if hasattr(ln_mod, n)})
+    return out
 
 
 # -- SwiGLU / GeGLU -------------------------------------------------------------------------------------
@@ -442,12 +479,33 @@ def main() -> None:
     _print_tables()
 
 
+def _print_norm_summary() -> None:
+    """One line per shape: GPU us (% of the copy ceiling) of ours, the size-matched floor and the others."""
+    by_shape: dict = {}
+    for r in RESULTS.get("norms", []):
+        by_shape.setdefault((r["M"], r["H"]), {})[r["op"]] = r
+    cols = (("rms ours", "rms ours"), ("rms torch", "rms torch.nn.RMSNorm"), ("rms compile", "rms torch.compile(hf)"),
+            ("rms liger", "rms liger"), ("ln ours", "ln ours"), ("ln torch", "ln torch.nn.LayerNorm"),
+            ("ln compile", "ln torch.compile"), ("ln liger", "ln liger"), ("floor", "floor: copy + add"))
+    if not by_shape:
+        return
+    print("GPU us (% of the copy ceiling), forward + backward; floor: y.copy_(x) + torch.add(x, dy, out=dx)")
+    print(f"{'M x H':>13s} " + " ".join(f"{title:>15s}" for title, _ in cols))
+    for (m, h), ops in by_shape.items():
+        cells = []
+        for _, op in cols:
+            r = ops.get(op, {})
+            cells.append(f"{r['gpu_us']:7.1f} ({r['gpu_hbm_pct']:4.1f}%)" if "gpu_us" in r else f"{'-':>15s}")
+        print(f"{m:6d} x {h:5d} " + " ".join(f"{c:>15s}" for c in cells))
+
+
 def _print_tables() -> None:
     print(f"HBM ceiling (copy): {RESULTS['hbm_bytes_per_s'] / 1e12:.2f} TB/s")
     for r in RESULTS.get("norms", []):
         print(f"{r['op']:26s} H={r['H']:6d} M={r['M']:7d} {r.get('ms', float('nan')):9.4f} ms "
               f"{r.get('hbm_pct', math.nan):6.1f}%  gpu {r.get('gpu_us', math.nan):8.1f} us "
               f"{r.get('gpu_hbm_pct', math.nan):6.1f}% {r.get('error', '')}")
+    _print_norm_summary()
     for key in ("glu", "ce", "e2e"):
         for r in RESULTS.get(key, []):
             print(key, {k: v for k, v in r.items() if k not in ("loss",)})

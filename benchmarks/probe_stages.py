@@ -33,8 +33,8 @@ def main() -> None:
                 for stages in (1, 2, 3, 4):
                     programs, per = rms_mod._programs(x.device, n_tiles, warps)
                     part = torch.empty((programs, h), device="cuda", dtype=torch.float32)
-                    kw = {"BLOCK": block, "ROWS": rows, "SINGLE": single, "HAS_DW": True, "num_warps": warps,
-                          "num_stages": stages}
+                    kw = {"BLOCK": block, "ROWS": rows, "SINGLE": single, "HAS_DW": True, "PREFETCH": False,
+                          "num_warps": warps, "num_stages": stages}
                     if op == "rms":
                         kernel = rms_mod._rms_norm_bwd[(programs,)]
                         args = (x, w, dy, rstd, dx, part, h, h, h, m, n_tiles, per, h, 0.0)
@@ -42,7 +42,7 @@ def main() -> None:
                     else:
                         kernel = ln_mod._layer_norm_bwd[(programs,)]
                         args = (x, w, dy, mean, rstd, dx, part, torch.empty_like(part), h, h, h, m, n_tiles, per, h)
-                        kw.update(HAS_W=True, HAS_DB=True)
+                        kw.update(HAS_W=True, HAS_DB=True, STAGES=1)
                     run = functools.partial(kernel, *args, **kw)
                     try:
                         us = gpu_us(run)

@@ -467,3 +467,101 @@ def test_layer_norm_split_backward(affine, shape, monkeypatch):
     assert launched and kernel_ran(got[0])
     for g, r in zip(got, want):
         close(g, r, **FP32)
+
+
+# -- stage two: the weight / bias gradient summed over the backward programs' partial rows -------------
+
+
+@pytest.mark.parametrize("n_parts", [1, 7, 70])
+@pytest.mark.parametrize("hidden", [1, 100, 4095])
+def test_sum_partials_fp32(n_parts, hidden, monkeypatch):
+    """One launch sums (programs, H) fp32 partials over the programs, one buffer or two at once (70
+    rows: four full blocks of 16 and a partial one; 4095 columns: a partial last column block)."""
+    monkeypatch.setattr(rms_mod, "SUM_ROWS", 16)
+    g = torch.Generator().manual_seed(hidden + n_parts)
+    p, q = (10 * torch.randn(n_parts, hidden, generator=g) for _ in range(2))
+    (one,) = rms_mod._sum_rows([(p, torch.float32)])
+    both = rms_mod._sum_rows([(p, torch.float32), (q, torch.float32)])
+    for got, part in ((one, p), (both[0], p), (both[1], q)):
+        assert got.dtype == torch.float32 and got.shape == (hidden,)
+        close(got, part.double().sum(0), atol=1e-4, rtol=1e-6)
+
+
+@pytest.mark.parametrize("hidden", [1, 4095])
+@pytest.mark.parametrize("n_parts", [37, 264])
+def test_sum_partials_rounds_once(hidden, n_parts, monkeypatch):
+    """Half-precision outputs are the fp32 sum rounded once, each in its own dtype: within one ulp of
+    the exact sum (the interpreter truncates where a GPU rounds to nearest) and of PyTorch's
+    ``sum(0).to(dtype)``, the two kernels this launch replaces."""
+    monkeypatch.setattr(rms_mod, "SUM_ROWS", 32)
+    monkeypatch.setattr(rms_mod, "SUM_COLS", 64)
+    g = torch.Generator().manual_seed(n_parts)
+    p, q = (torch.randn(n_parts, hidden, generator=g) for _ in range(2))
+    dw, db = rms_mod._sum_rows([(p, torch.bfloat16), (q, torch.float16)])
+    assert (dw.dtype, db.dtype) == (torch.bfloat16, torch.float16)
+    for got, part, ulp in ((dw, p, 2**-7), (db, q, 2**-10)):
+        fp32_err = n_parts * float(part.abs().max()) * 2**-23  # the fp32 sum's own error, at most
+        close(got, part.double().sum(0), atol=fp32_err, rtol=ulp)
+        close(got, part.sum(0).to(got.dtype), atol=fp32_err, rtol=ulp)
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+@pytest.mark.parametrize("shape", [(9, 100), (9, 8, 1)])
+def test_backward_stage_two_with_small_blocks(pair, shape, monkeypatch):
+    """dw (and db) through the stage-two kernel with blocks smaller than the partials: several column
+    programs, a row loop over the programs' partial rows with a partial last block."""
+    monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 8)
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 8)
+    monkeypatch.setattr(rms_mod, "SUM_ROWS", 2)
+    monkeypatch.setattr(rms_mod, "SUM_COLS", 8)
+    launched = []
+    real = rms_mod._launch_sum
+    monkeypatch.setattr(rms_mod, "_launch_sum",
+                        lambda grid, *a, **k: launched.append((a[4], k["HAS_Q"])) or real(grid, *a, **k))
+    x, w, b, dy = inputs(shape, torch.float32, seed=17)
+    check_fp32(*pair(), x, w, b, dy)
+    # one launch (LayerNorm's dw and db in it together), over 3 partial rows (9 row tiles over at most 4
+    # interpreter programs: 3 tiles each): a full block of 2 and a partial one
+    assert launched == [(3, pair is ln_pair)]
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+def test_prefetch_changes_no_result(pair, monkeypatch):
+    """The backward that loads the next row tile early computes exactly what the plain one does (tiles
+    of 2 rows, 37 rows: the last tile is cut short; some programs walk several tiles)."""
+    monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 256)
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)
+    x, w, b, dy = inputs((37, 100), torch.bfloat16, seed=19)
+    op, _ = pair()
+    module = rms_mod if pair is rms_pair else ln_mod
+    results, used = [], []
+    real = module._launch_bwd
+    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k["PREFETCH"]) or real(*a, **k))
+    for prefetch in (False, True):
+        monkeypatch.setattr(rms_mod, "PREFETCH", prefetch)
+        results.append(grads(op, (x, w, b), dy))
+    assert used == [False, True]
+    for a, r in zip(*results):
+        if r is not None:
+            assert torch.equal(a, r)
+    assert not rms_mod._prefetch(x.float(), 2, 128, 4)  # fp32: not measured, not taken
+    assert not rms_mod._prefetch(x, 1, 16384, 16)  # 32 elements a thread: spilled
+
+
+def test_layer_norm_pipelined_tile_loop(monkeypatch):
+    """Tiles of 3 to PIPELINE_MAX_ROWS rows (16-bit) have Triton pipeline the backward's tile loop in place
+    of the register prefetch; the result is the same (the interpreter runs the loop as written)."""
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 512)  # 100 wide: blocks of 128, 4 rows a tile
+    x, w, b, dy = inputs((37, 100), torch.bfloat16, seed=23)
+    used, results = [], []
+    real = ln_mod._launch_bwd
+    monkeypatch.setattr(ln_mod, "_launch_bwd",
+                        lambda *a, **k: used.append((k["PREFETCH"], k["STAGES"])) or real(*a, **k))
+    for stages in (1, 3):
+        monkeypatch.setattr(ln_mod, "PIPELINE_STAGES", stages)
+        results.append(grads(ln_mod.layer_norm, (x, w, b), dy))
+    assert used == [(False, 1), (False, 3)]
+    for a, r in zip(*results):
+        assert torch.equal(a, r)
+    grads(ln_mod.layer_norm, (x.float(), w.float(), b.float()), dy.float())
+    assert used[-1] == (False, 1)  # fp32: not measured, not taken

@@ -20,12 +20,15 @@ from gpudoctor.kernels.rms_norm import (
     _as_rows,
     _block,
     _check_eps,
+    _load_rows,
     _load_tile,
     _num_warps,
     _partial_sums,
+    _prefetch,
     _programs,
     _resident_programs,
     _rows_per_tile,
+    _sum_rows,
 )
 
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
@@ -52,6 +55,24 @@ SPLIT_COLS = 256
 # [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
 # six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
 TILE_ELEMENTS = 8192
+# The backward loads the next row tile early (rms_norm.PREFETCH) only for tiles of at most this many
+# rows: H100, triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py; results/probe_norm_bwd_h100_2026-11-24
+# _run1.json, _run2.json, _run3.json), forward + backward GPU us, bf16, run 1, without -> with:
+# 2048 x 4096 (2 rows a tile) 40.2 -> 35.3, 8192 x 4096 134.6 -> 122.4, 1024 x 8192 44.9 -> 38.1,
+# 4096 x 8192 149.8 -> 125.0; at 8 rows (1024 wide) it spilled: 8192 x 1024 50.6 -> 59.5, 32768 x 1024
+# 146.7 -> 186.9; at 32 rows (256 wide) no change (41.8 -> 41.6).
+PREFETCH_MAX_ROWS = 2
+# Taller tiles, up to PIPELINE_MAX_ROWS rows, have Triton pipeline the backward's tile loop instead
+# (``tl.range(..., num_stages=PIPELINE_STAGES)``: the next tiles' x and dy are copied into shared memory
+# while this one is computed; no registers). Same probe, forward + backward GPU us, bf16. Run 2, plain /
+# 2 stages / 3 stages: 8192 x 1024 (8 rows a tile) 52.5 / 54.0 / 47.6, 32768 x 1024 148.7 / 152.1 / 134.3;
+# 32768 x 256 (32 rows) 43.2 / 49.4 / 44.6, 131072 x 256 130.9 / 145.7 / 132.8; where the register
+# prefetch runs, 3 stages instead were as fast or slower (1024 x 8192: 38.7 vs 39.2), and RMSNorm's tiles
+# of 16 rows gained nothing (32768 x 256: 36.8 vs 37.5). Run 3, plain -> 3 stages: 4096 x 2048 (4 rows)
+# 45.5 -> 41.5, 16384 x 2048 140.6 -> 128.8; 16384 x 512 (16 rows) 50.1 -> 46.9, 65536 x 512 151.7 ->
+# 141.8; 32768 x 256 (32 rows) 41.2 -> 42.9.
+PIPELINE_MAX_ROWS = 16
+PIPELINE_STAGES = 3
 
 
 # -- kernels -----------------------------------------------------------------------------------------
@@ -114,7 +135,8 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
 @_jit
 def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, n_tiles,
                     tiles_per_program, H, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
-                    HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
+                    HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, PREFETCH: tl.constexpr,
+                    STAGES: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
     # (stage one of the reductions; the launcher sums them over programs: no atomics)
     # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
@@ -130,14 +152,26 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         db_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-        for t in range(tile_start, tile_end):
+        if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
+            row_end = tl.minimum(tile_end * ROWS, n_rows)
+            rows = tile_start * ROWS + tl.arange(0, ROWS)
+            x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+                                                    col_ok)
+            mean_next = tl.load(MEAN + rows, mask=rows < row_end, other=0.0)
+        for t in tl.range(tile_start, tile_end, num_stages=STAGES):
             rows = t * ROWS + tl.arange(0, ROWS)
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
-            x = _load_tile(X, rows, cols, stride_x, mask)
-            dy = _load_tile(DY, rows, cols, stride_dy, mask)
-            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
-            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            if PREFETCH:
+                x, dy, rstd, mean = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next, mean_next
+                x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                                                        rows + ROWS < row_end, col_ok)
+                mean_next = tl.load(MEAN + rows + ROWS, mask=rows + ROWS < row_end, other=0.0)
+            else:
+                x = _load_tile(X, rows, cols, stride_x, mask)
+                dy = _load_tile(DY, rows, cols, stride_dy, mask)
+                mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
+                rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved
             g = dy
             if HAS_W:
@@ -255,14 +289,21 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     fused_dw, fused_db = need_dw and not split, need_db and not split
     dw_part = _partial_sums(programs, hidden, single, fused_dw, x2.device)
     db_part = _partial_sums(programs, hidden, single, fused_db, x2.device)
+    prefetch = single and _prefetch(x2, rows, block, num_warps, PREFETCH_MAX_ROWS)
+    pipelined = single and not prefetch and x2.element_size() == 2 and rows <= PIPELINE_MAX_ROWS
     _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
-                SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db, num_warps=num_warps)
+                SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db, PREFETCH=prefetch,
+                STAGES=PIPELINE_STAGES if pipelined else 1, num_warps=num_warps)
     if split:
         dw_part, db_part = _split_partials(dy2, x2, mean, rstd, need_dw, need_db)
-    # stage two: sum the per-program partials
-    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
-    db = db_part.sum(0).to(x2.dtype) if need_db else None
+    # stage two: dw and db summed over the per-program partials in one launch
+    parts = [(dw_part, weight.dtype)] if need_dw else []
+    if need_db:
+        parts.append((db_part, x2.dtype))
+    sums = _sum_rows(parts) if parts else []
+    dw = sums[0] if need_dw else None
+    db = sums[-1] if need_db else None
     return dx, dw, db
 
 

@@ -63,6 +63,30 @@ TILE_ELEMENTS = 4096
 # traffic; more, more loads in flight). Same run: 16 beat 4, 8, 32 and 64 (8192 x 4096: 130 us at
 # 16, 152 at 8, 141 at 32, 138 at 64).
 BACKWARD_WARPS_PER_SM = 16
+# The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile t's
+# math: with about two programs per SM (one at 16 warps), one tile of loads in flight per program left
+# HBM idle while each program waited for its next tile. Only where the extra registers fit (_prefetch):
+# 16-bit inputs at up to PREFETCH_ELEMENTS elements of a tile per thread (fp32 was not measured). H100,
+# triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py, results/probe_norm_bwd_h100_2026-11-24_run1.json),
+# forward + backward GPU us, bf16, with the stage-two kernel, without -> with: 2048 x 4096 36.2 -> 34.0,
+# 8192 x 4096 125.6 -> 121.4, 1024 x 8192 38.3 -> 33.9, 4096 x 8192 130.5 -> 120.3, 8192 x 1024 37.2 ->
+# 35.1, 32768 x 1024 127.3 -> 122.0, 32768 x 256 36.9 -> 36.5; at 32 elements a thread (16384-wide rows,
+# 16 warps) the kernel spilled: 512 x 16384 46.5 -> 273.9.
+PREFETCH = True
+PREFETCH_ELEMENTS = 16
+# Stage two of the weight / bias gradient: _sum_partials, one launch (LayerNorm's dw and db together),
+# each program SUM_COLS columns summed SUM_ROWS partial rows at a time, in place of
+# partials.sum(0).to(dtype) (two kernels a gradient). H100, triton 3.6, 2026-11-24
+# (benchmarks/probe_norm_bwd.py, results/probe_norm_bwd_h100_2026-11-24_run1.json), GPU us of stage two
+# alone over the partial buffers of the ten 8M / 32M-element benchmark shapes: PyTorch's 73.6 in all;
+# (SUM_COLS, SUM_ROWS, warps) (32, 128, 4)
+# 23.1, (16, 128, 4) 24.4, (32, 64, 4) 28.4, (64, 64, 4) 41.7, (256, 16, 4) 114.9; e.g. 264 x 4096
+# partials (RMSNorm, 2048 x 4096) 6.45 -> 2.44, LayerNorm's two of 128 x 8192 9.71 -> 2.79. Forward +
+# backward, bf16: RMSNorm 3.3-4.8 us less at every shape (2048 x 4096: 40.8 -> 36.2), LayerNorm 4.4-8.6
+# (4096 x 8192: 158.2 -> 149.8).
+SUM_COLS = 32
+SUM_ROWS = 128
+SUM_WARPS = 4
 
 CASTINGS = ("llama", "gemma")
 
@@ -74,6 +98,36 @@ CASTINGS = ("llama", "gemma")
 def _load_tile(P, rows, cols, stride, mask):
     """The [ROWS, BLOCK] tile rows x cols of a row-major matrix (row stride ``stride``), as fp32."""
     return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@_jit
+def _load_rows(X, DY, STAT, rows, cols, stride_x, stride_dy, row_ok, col_ok):
+    """x and dy tiles (in their own dtype) and one fp32 statistic per row; rows past row_ok read nothing."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    return x, dy, tl.load(STAT + rows, mask=row_ok, other=0.0)
+
+
+@_jit
+def _sum_partials(P, Q, OUT_P, OUT_Q, n_parts, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  HAS_Q: tl.constexpr):
+    # stage two of a weight / bias gradient: program c sums the n_parts fp32 rows of P (and Q) over
+    # columns [c * BLOCK_N, ...), in fp32, and stores the sums rounded once to OUT_P's (OUT_Q's) dtype
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < H
+    acc_p = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_q = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_parts, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        mask = (rows < n_parts)[:, None] & col_ok[None, :]
+        offsets = rows.to(tl.int64)[:, None] * H + cols[None, :]  # 64-bit: n_parts * H may pass 2^31
+        acc_p += tl.load(P + offsets, mask=mask, other=0.0)
+        if HAS_Q:
+            acc_q += tl.load(Q + offsets, mask=mask, other=0.0)
+    tl.store(OUT_P + cols, tl.sum(acc_p, axis=0).to(OUT_P.dtype.element_ty), mask=col_ok)
+    if HAS_Q:
+        tl.store(OUT_Q + cols, tl.sum(acc_q, axis=0).to(OUT_Q.dtype.element_ty), mask=col_ok)
 
 
 @_jit
@@ -121,7 +175,7 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
 @_jit
 def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, n_tiles, tiles_per_program, H,
                   offset, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr,
-                  HAS_DW: tl.constexpr):
+                  HAS_DW: tl.constexpr, PREFETCH: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes its partial dw to DW[p, :]
     # (stage one of the dw reduction; the launcher sums DW over programs: no atomics)
     pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
@@ -133,13 +187,23 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
         col_ok = cols < H
         s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
+            row_end = tl.minimum(tile_end * ROWS, n_rows)
+            rows = tile_start * ROWS + tl.arange(0, ROWS)
+            x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+                                                    col_ok)
         for t in range(tile_start, tile_end):
             rows = t * ROWS + tl.arange(0, ROWS)
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
-            x = _load_tile(X, rows, cols, stride_x, mask)
-            dy = _load_tile(DY, rows, cols, stride_dy, mask)
-            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            if PREFETCH:
+                x, dy, rstd = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next
+                x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                                                        rows + ROWS < row_end, col_ok)
+            else:
+                x = _load_tile(X, rows, cols, stride_x, mask)
+                dy = _load_tile(DY, rows, cols, stride_dy, mask)
+                rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             x_hat = x * rstd[:, None]  # recomputed, never saved
             g = dy * s[None, :]
             c = tl.sum(x_hat * g, axis=1) / H
@@ -181,6 +245,7 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
 
 _launch_fwd = Launcher(_rms_norm_fwd)
 _launch_bwd = Launcher(_rms_norm_bwd)
+_launch_sum = Launcher(_sum_partials)
 
 
 # -- launch helpers (layer_norm.py uses them too) -------------------------------------------------------
@@ -252,6 +317,24 @@ def _partial_sums(programs: int, hidden: int, single: bool, needed: bool, device
     return alloc((programs, hidden) if needed else (1,), dtype=torch.float32, device=device)
 
 
+def _prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
+    """Whether the single-block backward of [rows, block] tiles loads the next tile early (PREFETCH)."""
+    return (PREFETCH and x.element_size() == 2 and rows * block <= PREFETCH_ELEMENTS * 32 * num_warps
+            and (max_rows is None or rows <= max_rows))
+
+
+def _sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor]:
+    """Stage two of a weight / bias gradient: the column sums of one or two (programs, H) fp32 partial
+    buffers of the same shape, each rounded once to its dtype; both in one launch."""
+    first = parts[0][0]
+    n_parts, hidden = first.shape
+    outs = [torch.empty(hidden, dtype=dtype, device=first.device) for _, dtype in parts]
+    second = parts[1][0] if len(parts) > 1 else first
+    _launch_sum((-(-hidden // SUM_COLS),), first, second, outs[0], outs[-1], n_parts, hidden, BLOCK_M=SUM_ROWS,
+                BLOCK_N=SUM_COLS, HAS_Q=len(parts) > 1, num_warps=SUM_WARPS)
+    return outs
+
+
 def _check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise InputError(f"eps must be a number >= 0, got {eps!r}")
@@ -285,10 +368,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: t
     dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
     _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
                 n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
-                HAS_DW=need_dw, num_warps=num_warps)
-    # stage two: sum over programs, then one rounding to the weight's dtype. torch.sum(..., out=<bf16>) in
-    # one kernel was slower and not the once-rounded sum (H100, 2026-11-22, benchmarks/probe_sum_cast.py)
-    dw = dw_part.sum(0).to(weight.dtype) if need_dw else None
+                HAS_DW=need_dw, PREFETCH=single and _prefetch(x2, rows, block, num_warps), num_warps=num_warps)
+    dw = _sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
 
 
