@@ -230,7 +230,7 @@ def copy_ceiling() -> float:
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    ln_mod.NATIVE_BELOW_ELEMENTS = rms_mod.NATIVE_BELOW_ELEMENTS = 0
+    ln_mod.NATIVE_BELOW = rms_mod.NATIVE_BELOW = ()
     global SHAPES
     if "--shapes" in sys.argv:  # H:M,H:M,...
         pairs = sys.argv[sys.argv.index("--shapes") + 1].split(",")

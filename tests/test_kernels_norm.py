@@ -565,3 +565,22 @@ def test_layer_norm_pipelined_tile_loop(monkeypatch):
         assert torch.equal(a, r)
     grads(ln_mod.layer_norm, (x.float(), w.float(), b.float()), dy.float())
     assert used[-1] == (False, 1)  # fp32: not measured, not taken
+
+
+def test_native_thresholds_follow_the_h100_measurements():
+    """benchmarks/results/native_threshold_h100_2026-11-24.json: where PyTorch's fused op took less GPU
+    time than the kernel (forward + backward, bf16), the call goes to it; nowhere else."""
+    from gpudoctor.kernels._common import native_is_faster
+    from gpudoctor.kernels.layer_norm import NATIVE_BELOW as LN
+    from gpudoctor.kernels.rms_norm import NATIVE_BELOW as RMS
+
+    def native(table, m, h):
+        return native_is_faster(table, m * h, h)
+
+    # RMSNorm (torch.nn.RMSNorm's casting): torch's only at 64K elements of narrow rows
+    assert native(RMS, 256, 256) and native(RMS, 64, 1024)
+    assert not native(RMS, 1024, 256) and not native(RMS, 16, 4096) and not native(RMS, 4, 16384)
+    # LayerNorm: narrow rows to torch's up to 256K (256 wide) / 2M (1024 wide); 4096 and wider never
+    assert native(LN, 1024, 256) and not native(LN, 4096, 256)
+    assert native(LN, 2048, 1024) and not native(LN, 8192, 1024)
+    assert not native(LN, 16, 4096) and not native(LN, 128, 16384) and not native(LN, 4, 16384)

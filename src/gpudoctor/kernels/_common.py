@@ -136,3 +136,11 @@ class Launcher:
         except Exception:  # noqa: BLE001 - a Triton whose compiled-kernel API differs: launch as usual
             self.fast = False
             self.fn[grid](*args, num_warps=num_warps, **constexprs)
+
+
+def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int) -> bool:
+    """Whether PyTorch's own fused op takes less GPU time than the kernel for a [..., hidden] input of
+    ``numel`` elements: ``table`` holds (widest row, below this many elements) pairs measured per op,
+    narrowest first; a row takes the first class wide enough for it, and wider rows than any, the kernel."""
+    below = next((n for widest, n in table if hidden <= widest), 0)
+    return numel < below

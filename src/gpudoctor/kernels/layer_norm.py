@@ -14,7 +14,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels.rms_norm import (
     _as_rows,
@@ -32,15 +32,15 @@ from gpudoctor.kernels.rms_norm import (
 )
 
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
-# backward (x, mean, rstd); CUDA inputs below NATIVE_BELOW_ELEMENTS elements go there, where it takes
-# less GPU time than these kernels. H100, triton 3.6, 2026-11-22
-# (benchmarks/results/kernels_h100_run5_norms_2026-11-22.json), rows x hidden: at 1M elements and
-# below torch's took less GPU time at every width; at 2M ours was faster at three widths (8192 x 256:
-# 27.4 vs 48.2 us) and slower at two (2048 x 1024: 28.8 vs 22.2 us, 512 x 4096: 20.5 vs 18.8 us);
-# from 8M up ours took less at every width (run 8: 0.23-0.85x of torch's; wide rows with the split
-# backward, benchmarks/probe_ln_wide.py: 512 x 16384 bf16 61 us vs torch 87, Liger 74; 2048 x 16384
-# 189 vs 253 / 213; 512 x 32768 127 vs 192 / 398). Below 4M, torch's: never slower.
-NATIVE_BELOW_ELEMENTS = 2**22
+# backward (x, mean, rstd); CUDA inputs that NATIVE_BELOW lists (rows up to this wide, fewer elements
+# than this) go there, where it takes less GPU time than these kernels. H100, triton 3.6, torch 2.11,
+# 2026-11-24, forward + backward GPU time, bf16 (benchmarks/probe_native_threshold.py,
+# results/native_threshold_h100_2026-11-24.json): rows of 256: torch's less up to 256K elements (1024 x
+# 256: 10.8 vs 15.5 us), ours from 1M (4096 x 256: 16.0 vs 25.4); rows of 1024: torch's less up to 2M
+# (2048 x 1024: 19.7 vs 20.3), ours at 8M (kernels_h100_run12: 45.2 vs 84.6); rows of 4096 and wider:
+# ours less at every size from 64K (16 x 4096: 7.4 vs 11.6; 128 x 16384: 25.6 vs 34.9). Rows between
+# 1024 and 4096 wide were not measured and follow the 1024 rule.
+NATIVE_BELOW = ((512, 2**20), (2048, 2**22))
 # Rows whose block is at least this wide take the split backward: the dx kernel without the weight and
 # bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding x, dy,
 # x_hat, g and two fp32 accumulators of 16384 spills registers: 61 us of backward kernel for 512 x 16384
@@ -365,7 +365,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     eps = _check_eps(eps)
     if x.numel() == 0 or not use_triton(x):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
-    if x.is_cuda and x.numel() < NATIVE_BELOW_ELEMENTS:
+    if x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), hidden):
         return F.layer_norm(x, (hidden,), weight, bias, eps)  # the same op, faster there (see above)
     needs_grad = x.requires_grad or any(t is not None and t.requires_grad for t in (weight, bias))
     if not (torch.is_grad_enabled() and needs_grad):  # inference: no autograd node, nothing saved

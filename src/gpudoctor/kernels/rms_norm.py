@@ -26,20 +26,20 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
 # With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm`` (fp32 math,
-# one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs with
-# fewer elements than this go there, where its fewer launches cost less GPU time than our kernels'.
-# H100, triton 3.6, torch 2.11, 2026-11-22 (benchmarks/results/kernels_h100_run8_norms_2026-11-22.json),
-# forward + backward GPU time, bf16, rows x hidden: at 1M elements and below torch's took 5-20% less
-# (run 3: 256 x 256, 8.3 vs 10.4 us); at 2M ours was faster at narrow and wide rows (8192 x 256: 17.8
-# vs 34.4 us) and slower at two widths (2048 x 1024: 15.9 vs 15.2 us; 512 x 4096: 14.9 vs 14.4 us);
-# from 8M up ours took 0.26-0.80x of torch's at every width. Below 4M, torch's: never slower.
-# Llama casting has no native fused equivalent (F.rms_norm(x, None) * w took twice our GPU time,
-# benchmarks/results/tune_norms_h100_2026-11-22.json), so it always takes the kernel.
-NATIVE_BELOW_ELEMENTS = 2**22
+# one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs that
+# NATIVE_BELOW lists (rows up to this wide, fewer elements than this) go there, where its fewer launches
+# cost less GPU time than our kernels'. H100, triton 3.6, torch 2.11, 2026-11-24, forward + backward GPU
+# time, bf16 (benchmarks/probe_native_threshold.py, results/native_threshold_h100_2026-11-24.json):
+# torch's took less only at 64K elements with rows of 256 and 1024 (256 x 256: 6.0 vs 7.0 us;
+# 64 x 1024: 5.8 vs 6.2); from 256K up, and at 64K with rows of 4096 or more (16 x 4096: 9.4 vs 5.3),
+# ours took less at every width measured (256-16384), 0.38-0.97x of torch's (kernels_h100_run12: 0.44-0.76x
+# from 4M up). Llama casting has no native fused equivalent (F.rms_norm(x, None) * w took twice our
+# GPU time, benchmarks/results/tune_norms_h100_2026-11-22.json), so it always takes the kernel.
+NATIVE_BELOW = ((1024, 2**17),)
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
 # Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that measured
@@ -425,7 +425,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     llama = casting == "llama"
     if x.numel() == 0 or not use_triton(x, weight):
         return _rms_norm_native(x, weight, eps, offset, llama)
-    if not llama and offset == 0.0 and x.numel() < NATIVE_BELOW_ELEMENTS and x.is_cuda:
+    if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), x.shape[-1]):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save
