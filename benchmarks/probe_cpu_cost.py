@@ -1,0 +1,71 @@
+"""Where the CPU time of one fused-norm forward + backward goes (the wall-clock side of BENCHMARKS.md's
+kernels tables): ``python benchmarks/probe_cpu_cost.py OUT_DIR`` on a GPU runs rms_norm and layer_norm
+forward + backward in a loop under cProfile and prints the functions that take the most CPU time,
+next to the per-call wall time of the same loop and of PyTorch's own ops."""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gpudoctor.kernels.layer_norm import layer_norm
+from gpudoctor.kernels.rms_norm import rms_norm
+
+
+def loop_us(fn, n: int = 300) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    m, h = 2048, 4096
+    x = torch.randn(m, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(m, h, device="cuda", dtype=torch.bfloat16)
+    cands = {
+        "rms_norm": lambda: rms_norm(x, w, 1e-6).backward(dy),
+        "F.rms_norm": lambda: F.rms_norm(x, (h,), w, 1e-6).backward(dy),
+        "layer_norm": lambda: layer_norm(x, w, b, 1e-5).backward(dy),
+        "F.layer_norm": lambda: F.layer_norm(x, (h,), w, b, 1e-5).backward(dy),
+        "rms_norm forward only": lambda: rms_norm(x.detach(), w.detach(), 1e-6),
+        "F.rms_norm forward only": lambda: F.rms_norm(x.detach(), (h,), w.detach(), 1e-6),
+    }
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [m, h],
+              "loop_us": {k: round(loop_us(f), 1) for k, f in cands.items()}, "profiles": {}}
+    for name in ("rms_norm", "layer_norm"):
+        prof = cProfile.Profile()
+        fn = cands[name]
+        prof.enable()
+        for _ in range(300):
+            fn()
+        torch.cuda.synchronize()
+        prof.disable()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        result["profiles"][name] = s.getvalue()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cpu_cost.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["loop_us"], indent=1))
+    for name, text in result["profiles"].items():
+        print("==", name)
+        print("\n".join(text.splitlines()[:40]))
+
+
+if __name__ == "__main__":
+    main()
