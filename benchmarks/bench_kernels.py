@@ -191,11 +191,12 @@ def norms_config() -> dict:
     import gpudoctor.kernels.rms_norm as rms_mod
 
     names = ("TILE_ELEMENTS", "BACKWARD_WARPS_PER_SM", "MAX_FUSED_BYTES", "LOOP_BLOCK", "PREFETCH",
-             "PREFETCH_ELEMENTS", "SUM_COLS", "SUM_ROWS", "SUM_WARPS")
+             "PREFETCH_ELEMENTS", "SUM_COLS", "SUM_ROWS", "SUM_WARPS", "RELOAD_W_MIN_BLOCK")
     out = {f"rms_norm.{n}": getattr(rms_mod, n) for n in names if hasattr(rms_mod, n)}
-    out.update({f"layer_norm.{n}": getattr(ln_mod, n) for n in ("TILE_ELEMENTS", "SPLIT_MIN_BLOCK", "PREFETCH_MAX_ROWS",
-                                                                "PIPELINE_MAX_ROWS", "PIPELINE_STAGES")
-                if hasattr(ln_mod, n)})
+    ln_names = ("TILE_ELEMENTS", "SPLIT_MIN_BLOCK", "PREFETCH_MAX_ROWS", "PIPELINE_MAX_ROWS", "PIPELINE_STAGES",
+                "SPLIT_ROWS", "SPLIT_COLS", "SPLIT_WARPS", "FORWARD_TILE_ELEMENTS", "BACKWARD_TILE_ELEMENTS",
+                "FUSED_WIDE_MAX_TILES")
+    out.update({f"layer_norm.{n}": getattr(ln_mod, n) for n in ln_names if hasattr(ln_mod, n)})
     return out
 
 

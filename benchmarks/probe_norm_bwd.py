@@ -54,15 +54,19 @@ def per_kernel_us(fn, iters: int = 10) -> dict:
 def partial_shape(op: str, m: int, h: int) -> tuple[int, int]:
     """(partial rows, H) that the backward of an [m, h] bf16 input hands to stage two."""
     block, single = rms_mod._block(h, 2)
-    tile = rms_mod.TILE_ELEMENTS if op == "rms" else ln_mod.TILE_ELEMENTS
+    tile = rms_mod.TILE_ELEMENTS
+    if op == "ln":
+        tile, max_elements = ln_mod.BACKWARD_TILE_ELEMENTS.get(block, (ln_mod.TILE_ELEMENTS, 0))
+        tile = tile if m * h <= max_elements else ln_mod.TILE_ELEMENTS
     rows = rms_mod._rows_per_tile(block, single, m, tile)
     n_tiles = -(-m // rows)
-    programs, _ = rms_mod._programs(torch.device("cuda", torch.cuda.current_device()), n_tiles,
-                                    rms_mod._num_warps(rows * block))
-    if op == "ln" and (not single or block >= ln_mod.SPLIT_MIN_BLOCK):
+    programs, per = rms_mod._programs(torch.device("cuda", torch.cuda.current_device()), n_tiles,
+                                      rms_mod._num_warps(rows * block))
+    if op == "ln" and (not single or (block >= ln_mod.SPLIT_MIN_BLOCK and per > ln_mod.FUSED_WIDE_MAX_TILES)):
         col_blocks = -(-h // ln_mod.SPLIT_COLS)
         row_blocks = -(-m // ln_mod.SPLIT_ROWS)
-        chunks = max(1, min(row_blocks, rms_mod._resident_programs(torch.device("cuda"), 8) // col_blocks))
+        chunks = max(1, min(row_blocks, rms_mod._resident_programs(torch.device("cuda"), ln_mod.SPLIT_WARPS)
+                            // col_blocks))
         per = -(-row_blocks // chunks) * ln_mod.SPLIT_ROWS
         programs = -(-m // per)
     return programs, h

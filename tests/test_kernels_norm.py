@@ -449,6 +449,7 @@ def test_layer_norm_split_backward(affine, shape, monkeypatch):
     monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 64)
     monkeypatch.setattr(ln_mod, "SPLIT_ROWS", 4)
     monkeypatch.setattr(ln_mod, "SPLIT_COLS", 32)
+    monkeypatch.setattr(ln_mod, "FUSED_WIDE_MAX_TILES", 0)  # one tile a program here: split all the same
     launched = []
     real = ln_mod._split_partials
     monkeypatch.setattr(ln_mod, "_split_partials", lambda *a: launched.append(1) or real(*a))
@@ -584,3 +585,76 @@ def test_native_thresholds_follow_the_h100_measurements():
     assert native(LN, 1024, 256) and not native(LN, 4096, 256)
     assert native(LN, 2048, 1024) and not native(LN, 8192, 1024)
     assert not native(LN, 16, 4096) and not native(LN, 128, 16384) and not native(LN, 4, 16384)
+
+
+# -- wide rows: the weight reloaded each tile, LayerNorm fused at one tile a program; per-width tiles -----
+
+
+@pytest.mark.parametrize("pair", [rms_pair, ln_pair])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reloaded_weight_changes_no_result(pair, dtype, monkeypatch):
+    """The backward that reads the weight again for each row tile (RELOAD_W, 16384-wide rows on a GPU;
+    lowered here) computes exactly what the one holding it does: odd H (a partial column block), 37 rows
+    in tiles of 2 (a partial last tile; programs walk several tiles)."""
+    monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 256)
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)
+    monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 1 << 30)  # LayerNorm: the fused backward at any tile count
+    x, w, b, dy = inputs((37, 100), dtype, seed=29)
+    op, _ = pair()
+    module = rms_mod if pair is rms_pair else ln_mod
+    results, used = [], []
+    real = module._launch_bwd
+    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k["RELOAD_W"]) or real(*a, **k))
+    for reload_from in (1 << 30, 128):
+        monkeypatch.setattr(rms_mod, "RELOAD_W_MIN_BLOCK", reload_from)
+        results.append(grads(op, (x, w, b), dy))
+    assert used == [False, True]
+    for a, r in zip(*results):
+        if r is not None:
+            assert torch.equal(a, r)
+    if dtype == torch.float32:
+        check_fp32(*pair(), x, w, b, dy)
+
+
+@pytest.mark.parametrize("shape, fused", [((3, 100), True), ((2, 3, 70), True), ((37, 100), False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_wide_rows_fused_at_one_tile_a_program(shape, fused, dtype, monkeypatch):
+    """Rows at least SPLIT_MIN_BLOCK wide (lowered here) keep the fused backward, with the weight reloaded,
+    when each program gets one row tile (FUSED_WIDE_MAX_TILES); more tiles a program take the split one."""
+    monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 64)
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)  # 2 rows a tile: 3 rows -> 2 tiles, 37 -> 19 (4 programs)
+    monkeypatch.setattr(rms_mod, "RELOAD_W_MIN_BLOCK", 64)
+    split, reload = [], []
+    real_split, real_bwd = ln_mod._split_partials, ln_mod._launch_bwd
+    monkeypatch.setattr(ln_mod, "_split_partials", lambda *a: split.append(1) or real_split(*a))
+    monkeypatch.setattr(ln_mod, "_launch_bwd", lambda *a, **k: reload.append(k["RELOAD_W"]) or real_bwd(*a, **k))
+    x, w, b, dy = inputs(shape, dtype, seed=31)
+    got = grads(ln_mod.layer_norm, (x, w, b), dy)
+    want = grads(lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x.double(), w.double(), b.double()),
+                 dy.double())
+    assert kernel_ran(got[0]) and bool(split) is not fused and reload == [fused]
+    for i, (g, r) in enumerate(zip(got, want)):
+        close(g, r, **(FP32 if dtype == torch.float32 else bf16_tol(i, shape)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("limit, backward_rows", [(10**6, 2), (100, 8)])
+def test_layer_norm_tiles_by_row_width(dtype, limit, backward_rows, monkeypatch):
+    """FORWARD_TILE_ELEMENTS / BACKWARD_TILE_ELEMENTS give one row width its own tiles (the backward's only
+    up to a size): 37 rows of 100 (blocks of 128) go 4 rows a tile forward, 2 backward (8 above the size
+    limit); partial last tiles both ways."""
+    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 1024)
+    monkeypatch.setattr(ln_mod, "FORWARD_TILE_ELEMENTS", {128: 512})
+    monkeypatch.setattr(ln_mod, "BACKWARD_TILE_ELEMENTS", {128: (256, limit)})
+    rows = {}
+    for name in ("_launch_fwd", "_launch_bwd"):
+        real = getattr(ln_mod, name)
+        monkeypatch.setattr(ln_mod, name, lambda *a, _n=name, _r=real, **k: rows.setdefault(_n, k["ROWS"])
+                            and _r(*a, **k))
+    x, w, b, dy = inputs((37, 100), dtype, seed=37)
+    got = grads(ln_mod.layer_norm, (x, w, b), dy)
+    want = grads(lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x.double(), w.double(), b.double()),
+                 dy.double())
+    assert rows == {"_launch_fwd": 4, "_launch_bwd": backward_rows}
+    for i, (g, r) in enumerate(zip(got, want)):
+        close(g, r, **(FP32 if dtype == torch.float32 else bf16_tol(i, (37, 100))))

@@ -14,6 +14,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
+from gpudoctor.kernels import rms_norm as _rms
 from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels.rms_norm import (
@@ -48,9 +49,16 @@ NATIVE_BELOW = ((512, 2**20), (2048, 2**22))
 # one block (the column loop) take it too: the loop's per-row read-modify-write of the partials goes.
 # With it, 512 x 16384 bf16 forward + backward took 61 us (probe_ln_wide.py, same day).
 SPLIT_MIN_BLOCK = 16384
-# The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile: 256 columns keep a warp's loads contiguous.
+# The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile and warps: H100, triton 3.6, 2026-11-24 (benchmarks/
+# probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json), forward + backward GPU us,
+# bf16, 128 / 256 / 512 / 2048 x 16384: (32, 256, 8 warps) 25.9 / 32.0 / 55.6 / 184.3, (32, 128, 4) 20.3 /
+# 25.9 / 49.4 / 177.8 (dw / db kernel alone at 512 rows: 24.3 -> 18.1 us); (8, 1024, 8) 21.4 / 27.6 / 51.9 /
+# 180.8, (16, 256, 4) 25.0 / 30.5 / 53.4 / 182.2, (64, 256, 8) and (16, 512, 8) no better than (32, 256, 8);
+# the row loop pipelined (3 stages) or 2-4x the programs (run1.json): no better, or slower (512 rows,
+# 4x: 83.8).
 SPLIT_ROWS = 32
-SPLIT_COLS = 256
+SPLIT_COLS = 128
+SPLIT_WARPS = 4
 
 # [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
 # six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
@@ -73,6 +81,22 @@ PREFETCH_MAX_ROWS = 2
 # 141.8; 32768 x 256 (32 rows) 41.2 -> 42.9.
 PIPELINE_MAX_ROWS = 16
 PIPELINE_STAGES = 3
+# Row widths whose tiles differ from TILE_ELEMENTS: H100, triton 3.6, 2026-11-24 (benchmarks/
+# probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json), forward + backward GPU
+# us, bf16. Rows of 1024 (blocks of 1024): the forward's tile of 4096 took less at every size (4096 x 1024
+# 27.6 -> 26.7, 8192 x 1024 45.4 -> 44.4, 32768 x 1024 133.2 -> 132.0; at 256 wide it did not: 41.2 ->
+# 41.8 at 32768 x 256); the backward's tile of 2048 (2 rows, 8 warps, the register prefetch) in place of
+# 8192 (8 rows, 16 warps, the pipelined loop) took less up to 8M elements (4096 x 1024 27.6 -> 23.2,
+# 8192 x 1024 45.4 -> 43.2) and more at 32M (133.2 -> 139.2): (tile, up to this many elements).
+FORWARD_TILE_ELEMENTS = {1024: 4096}
+BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
+# Wide rows (block >= SPLIT_MIN_BLOCK) keep the fused backward when each program gets a single row tile
+# (n_tiles <= the resident programs): Triton then compiles the one-iteration tile loop without
+# loop-carried accumulators (tiles_per_program == 1 is specialized), which fits in registers (no spills
+# against 60 with a loop); the weight is reloaded (rms_norm.RELOAD_W_MIN_BLOCK). Same run, 128 x 16384:
+# split 25.9 us, fused 19.3 (Liger: 25.2, run 14). At 2 tiles a program (256 x 16384) fused was slower
+# (37.1 vs 32.0).
+FUSED_WIDE_MAX_TILES = 1
 
 
 # -- kernels -----------------------------------------------------------------------------------------
@@ -136,7 +160,7 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
 def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, n_tiles,
                     tiles_per_program, H, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
                     HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, PREFETCH: tl.constexpr,
-                    STAGES: tl.constexpr):
+                    STAGES: tl.constexpr, RELOAD_W: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
     # (stage one of the reductions; the launcher sums them over programs: no atomics)
     # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
@@ -148,7 +172,7 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         col_ok = cols < H
-        if HAS_W:
+        if HAS_W and not RELOAD_W:
             w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         db_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
@@ -175,6 +199,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved
             g = dy
             if HAS_W:
+                if RELOAD_W:  # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+                    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
                 g = dy * w[None, :]
             c1 = tl.sum(x_hat * g, axis=1) / H
             c2 = tl.sum(g, axis=1) / H
@@ -267,7 +293,7 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows, TILE_ELEMENTS)
+    rows = _rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS.get(block, TILE_ELEMENTS))
     # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
     _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean,
                 rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single,
@@ -280,12 +306,13 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
               need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, hidden = x2.shape
     block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows, TILE_ELEMENTS)
+    tile, max_elements = BACKWARD_TILE_ELEMENTS.get(block, (TILE_ELEMENTS, 0))
+    rows = _rows_per_tile(block, single, n_rows, tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
     n_tiles = -(-n_rows // rows)
     num_warps = _num_warps(rows * block)
     programs, per = _programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    split = (need_dw or need_db) and (not single or block >= SPLIT_MIN_BLOCK)
+    split = (need_dw or need_db) and (not single or (block >= SPLIT_MIN_BLOCK and per > FUSED_WIDE_MAX_TILES))
     fused_dw, fused_db = need_dw and not split, need_db and not split
     dw_part = _partial_sums(programs, hidden, single, fused_dw, x2.device)
     db_part = _partial_sums(programs, hidden, single, fused_db, x2.device)
@@ -294,7 +321,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
                 SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db, PREFETCH=prefetch,
-                STAGES=PIPELINE_STAGES if pipelined else 1, num_warps=num_warps)
+                STAGES=PIPELINE_STAGES if pipelined else 1,
+                RELOAD_W=single and block >= _rms.RELOAD_W_MIN_BLOCK and (fused_dw or fused_db), num_warps=num_warps)
     if split:
         dw_part, db_part = _split_partials(dy2, x2, mean, rstd, need_dw, need_db)
     # stage two: dw and db summed over the per-program partials in one launch
@@ -314,13 +342,14 @@ def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rst
     n_rows, hidden = x2.shape
     col_blocks = -(-hidden // SPLIT_COLS)
     row_blocks = -(-n_rows // SPLIT_ROWS)
-    chunks = max(1, min(row_blocks, _resident_programs(x2.device, 8) // col_blocks))
+    chunks = max(1, min(row_blocks, _resident_programs(x2.device, SPLIT_WARPS) // col_blocks))
     per = -(-row_blocks // chunks) * SPLIT_ROWS
     chunks = -(-n_rows // per)
     dw_part = torch.empty((chunks, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
     db_part = torch.empty((chunks, hidden) if need_db else (1,), dtype=torch.float32, device=x2.device)
     _launch_dwdb((col_blocks, chunks), x2, dy2, mean, rstd, dw_part, db_part, x2.stride(0), dy2.stride(0), n_rows,
-                 per, hidden, BLOCK_M=SPLIT_ROWS, BLOCK_N=SPLIT_COLS, HAS_DW=need_dw, HAS_DB=need_db, num_warps=8)
+                 per, hidden, BLOCK_M=SPLIT_ROWS, BLOCK_N=SPLIT_COLS, HAS_DW=need_dw, HAS_DB=need_db,
+                 num_warps=SPLIT_WARPS)
     return dw_part, db_part
 
 

@@ -87,6 +87,17 @@ PREFETCH_ELEMENTS = 16
 SUM_COLS = 32
 SUM_ROWS = 128
 SUM_WARPS = 4
+# Single-block backwards of blocks at least this wide load the weight again for each row tile (an L1 / L2
+# hit) instead of holding BLOCK / threads fp32 values of it in registers across the tile loop: at 16384
+# (16 warps, 32 columns a thread) the held weight pushed the kernel past its 128 registers. H100, triton
+# 3.6, 2026-11-24 (benchmarks/probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json),
+# forward + backward GPU us, bf16, held -> reloaded: 256 x 16384 26.7 -> 23.5, 512 x 16384 47.0 -> 41.9,
+# 2048 x 16384 142.9 -> 132.5 (spilled registers 42 -> 20); from 4096 wide no change (1024 x 8192 34.0 /
+# 33.8, 4096 x 8192 121.1 / 121.2, 2048 x 4096 34.2 / 34.1), so it stays held there. Tried the same day
+# and slower at 512 / 2048 x 16384 (run1.json; us, the held weight's 47.0 / 143.4 for reference): the
+# reloaded weight plus the next-tile prefetch 50.9 / 169.4, 32 warps 48.6 / 154.1 (with the prefetch
+# 64.8 / 206.5), the backward's column loop over 8192 / 4096 columns 50.2 / 167.1 and 70.1 / 238.6.
+RELOAD_W_MIN_BLOCK = 16384
 
 CASTINGS = ("llama", "gemma")
 
@@ -175,7 +186,7 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
 @_jit
 def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, n_tiles, tiles_per_program, H,
                   offset, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr,
-                  HAS_DW: tl.constexpr, PREFETCH: tl.constexpr):
+                  HAS_DW: tl.constexpr, PREFETCH: tl.constexpr, RELOAD_W: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes its partial dw to DW[p, :]
     # (stage one of the dw reduction; the launcher sums DW over programs: no atomics)
     pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
@@ -185,7 +196,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         col_ok = cols < H
-        s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
+        if not RELOAD_W:  # held in registers across tiles
+            s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
             row_end = tl.minimum(tile_end * ROWS, n_rows)
@@ -204,6 +216,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                 x = _load_tile(X, rows, cols, stride_x, mask)
                 dy = _load_tile(DY, rows, cols, stride_dy, mask)
                 rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+            if RELOAD_W:  # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+                s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
             x_hat = x * rstd[:, None]  # recomputed, never saved
             g = dy * s[None, :]
             c = tl.sum(x_hat * g, axis=1) / H
@@ -368,7 +382,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: t
     dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
     _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
                 n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
-                HAS_DW=need_dw, PREFETCH=single and _prefetch(x2, rows, block, num_warps), num_warps=num_warps)
+                HAS_DW=need_dw, PREFETCH=single and _prefetch(x2, rows, block, num_warps),
+                RELOAD_W=single and block >= RELOAD_W_MIN_BLOCK, num_warps=num_warps)
     dw = _sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
 
