@@ -31,10 +31,9 @@ def bench(fn, warmup=10, rep=50) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def gpu_us(fn, iters: int = 10) -> float:
-    """GPU time per call (us): the sum of every kernel, memset and copy the call runs, from a
-    torch.profiler trace. Launch gaps are excluded, so it is what the work costs on the card whatever
-    the CPU in front of it (the wall-clock ``bench`` includes the CPU when the call is launch-bound)."""
+def gpu_events(fn, iters: int = 10) -> list[dict]:
+    """The kernels, memsets and copies ``iters`` calls of ``fn`` run (after 3 warm-up calls), as
+    torch.profiler trace events."""
     import tempfile
 
     for _ in range(3):
@@ -48,8 +47,14 @@ def gpu_us(fn, iters: int = 10) -> float:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text())["traceEvents"]
-    kinds = ("kernel", "gpu_memset", "gpu_memcpy")
-    return sum(e.get("dur", 0) for e in events if e.get("cat") in kinds) / iters
+    return [e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+
+
+def gpu_us(fn, iters: int = 10) -> float:
+    """GPU time per call (us): the sum of every kernel, memset and copy the call runs, from a
+    torch.profiler trace. Launch gaps are excluded, so it is what the work costs on the card whatever
+    the CPU in front of it (the wall-clock ``bench`` includes the CPU when the call is launch-bound)."""
+    return sum(e.get("dur", 0) for e in gpu_events(fn, iters)) / iters
 
 
 def peak_mb(fn, *inputs: torch.Tensor) -> float:
@@ -164,12 +169,9 @@ def part_norms(quick: bool) -> None:
     RESULTS["norms_config"] = norms_config()
 
 
-def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
-    """The size-matched floor of a norm's forward + backward: the same bytes in the same passes through
-    PyTorch's simplest kernels, ``y.copy_(x)`` (read M x H, write M x H, as the forward) and
-    ``torch.add(x, dy, out=dx)`` (read two, write one, as the backward). Two kernels that do no math
-    and no reductions: what any two-kernel forward + backward can reach at this size on this card."""
-    m, h = x.shape
+def floor_call(x: torch.Tensor):
+    """A call moving the bytes of a norm's forward + backward on ``x``'s shape through PyTorch's two
+    simplest kernels: ``y.copy_(x)`` and ``torch.add(x, dy, out=dx)``."""
     xs = x.detach()
     dy = torch.randn_like(xs)
     y, dx = torch.empty_like(xs), torch.empty_like(xs)
@@ -178,6 +180,16 @@ def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
         y.copy_(xs)
         torch.add(xs, dy, out=dx)
 
+    return run
+
+
+def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
+    """The size-matched floor of a norm's forward + backward: the same bytes in the same passes through
+    PyTorch's simplest kernels, ``y.copy_(x)`` (read M x H, write M x H, as the forward) and
+    ``torch.add(x, dy, out=dx)`` (read two, write one, as the backward). Two kernels that do no math
+    and no reductions: what any two-kernel forward + backward can reach at this size on this card."""
+    m, h = x.shape
+    run = floor_call(x)
     ms, g_us = bench(run), gpu_us(run)
     moved = 5 * m * h * 2
     return {"op": "floor: copy + add", "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),

@@ -10,25 +10,14 @@ import io
 import json
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tune_norms import cpu_us  # benchmarks/ is on sys.path when run as a script
 
 from gpudoctor.kernels.layer_norm import layer_norm
 from gpudoctor.kernels.rms_norm import rms_norm
-
-
-def loop_us(fn, n: int = 300) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def main() -> None:
@@ -47,7 +36,7 @@ def main() -> None:
         "F.rms_norm forward only": lambda: F.rms_norm(x.detach(), (h,), w.detach(), 1e-6),
     }
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [m, h],
-              "loop_us": {k: round(loop_us(f), 1) for k, f in cands.items()}, "profiles": {}}
+              "loop_us": {k: round(cpu_us(f), 1) for k, f in cands.items()}, "profiles": {}}
     for name in ("rms_norm", "layer_norm"):
         prof = cProfile.Profile()
         fn = cands[name]

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
-from bench_kernels import fwd_bwd, gpu_us  # benchmarks/ is on sys.path when run as a script
+from bench_kernels import floor_call, fwd_bwd, gpu_events, gpu_us  # benchmarks/ is on sys.path as a script
+from tune_norms import copy_ceiling
 
 import gpudoctor.kernels.layer_norm as ln_mod
 import gpudoctor.kernels.rms_norm as rms_mod
@@ -32,22 +32,10 @@ SUM_CONFIGS = [(16, 128, 4), (32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 32, 4)
 
 def per_kernel_us(fn, iters: int = 10) -> dict:
     """GPU us per call of each kernel name (the first 60 characters) the call runs."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
     out: dict = {}
-    for e in events:
-        if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"):
-            name = e.get("name", "?")[:60]
-            out[name] = out.get(name, 0.0) + e.get("dur", 0) / iters
+    for e in gpu_events(fn, iters):
+        name = e.get("name", "?")[:60]
+        out[name] = out.get(name, 0.0) + e.get("dur", 0) / iters
     return {k: round(v, 2) for k, v in out.items()}
 
 
@@ -126,14 +114,7 @@ def stage_two() -> tuple[list[dict], tuple]:
 
 
 def floor_us(x: torch.Tensor) -> float:
-    xs = x.detach()
-    dy = torch.randn_like(xs)
-    y, dx = torch.empty_like(xs), torch.empty_like(xs)
-
-    def run():
-        y.copy_(xs)
-        torch.add(xs, dy, out=dx)
-    return gpu_us(run)
+    return gpu_us(floor_call(x))
 
 
 def full(best) -> list[dict]:
@@ -222,13 +203,6 @@ def loops() -> list[dict]:
         del x, w, b
         torch.cuda.empty_cache()
     return rows
-
-
-def copy_ceiling() -> float:
-    """HBM bytes/s of a 1 GiB device-to-device copy (read + write), timed the same way."""
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / (gpu_us(lambda: dst.copy_(src)) / 1e6)
 
 
 def main() -> None:
