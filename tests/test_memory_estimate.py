@@ -176,3 +176,13 @@ def test_inference_never_negative(batch, prompt, new, weights, kv, paged, preset
 
 def test_options_dataclasses_have_the_cli_defaults():
     assert TrainOptions().params_dtype == "bf16" and InferOptions().weights_dtype == "bf16"
+
+
+def test_zero3_optimizer_peak_breakdown_has_no_gathered_unit():
+    """Found by the property test above: under ZeRO-3 the optimizer step's peak holds the sharded weights
+    only (the gathered unit is freed), so its breakdown must not count the gathered unit and come out with
+    a negative transient."""
+    est = estimate_from_options("mixtral-8x7b", batch=1, seq=128, dp=8, zero=3)
+    assert max(est.phases, key=est.phases.get) == "optimizer"
+    assert all(v >= 0 for v in est.breakdown.values())
+    assert sum(est.breakdown.values()) == est.peak_bytes

@@ -196,7 +196,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     peak = phases[phase]
     activations = micro + others
     breakdown = {
-        "weights": weights + gathered,
+        # ZeRO-3's gathered unit is freed before the optimizer step (phases["optimizer"] leaves it out)
+        "weights": weights + (gathered if phase != "optimizer" else 0.0),
         "gradients": grads if phase == "optimizer" or persistent_grads else 0.0,
         "optimizer_states": states,
         "master_weights": master,
