@@ -397,3 +397,25 @@ def test_ce_errors():
         args = {"hidden": h, "weight": w, "target": t} | kw
         with pytest.raises(InputError, match=msg):
             linear_cross_entropy(**args)
+
+
+def test_ce_backward_twice_is_refused():
+    """The gradients are made in the forward and scaled in place by the backward: a second backward
+    (retain_graph) would scale them twice, so it is refused with a message instead."""
+    h = torch.randn(4, 8, device=DEVICE, requires_grad=True)
+    w = torch.randn(16, 8, device=DEVICE, requires_grad=True)
+    t = torch.randint(0, 16, (4,), device=DEVICE)
+    loss = linear_cross_entropy(h, w, t)
+    loss.backward(retain_graph=True)
+    with pytest.raises(InputError, match="backward ran twice"):
+        loss.backward()
+
+
+def test_ce_count_stays_on_the_device():
+    from gpudoctor.kernels.cross_entropy import _count_valid
+
+    t = torch.tensor([1, -100, 3, 2])
+    n = _count_valid(t, 5, -100)
+    assert isinstance(n, torch.Tensor) and n.dim() == 0 and int(n) == 3
+    with pytest.raises(InputError, match="class index 7, outside"):
+        _count_valid(torch.tensor([7, 1]), 5, -100)

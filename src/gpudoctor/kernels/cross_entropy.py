@@ -61,7 +61,7 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 @_jit
-def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, scale, n_cols, ignore_index, smoothing, z_loss,
+def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignore_index, smoothing, z_loss,
                HAS_ROW_SCALE: tl.constexpr, WRITE_GRAD: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
                BLOCK: tl.constexpr):
     # one program per row: reads the row twice (statistics, then gradient), writes it once in place
@@ -97,7 +97,7 @@ def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, scale, n_cols, ignor
             loss -= smoothing * sum_x / n_cols
         tl.store(LOSS + row, loss)
         if WRITE_GRAD:
-            s = scale
+            s = tl.load(SCALE).to(tl.float32)  # 1 / valid rows for mean: on the GPU, no host sync to learn it
             if HAS_ROW_SCALE:
                 s = s * tl.load(ROW_SCALE + row).to(tl.float32)
             coef = s * (1.0 + 2.0 * z_loss * lse)
@@ -128,7 +128,7 @@ class _Opts(NamedTuple):
     chunk: int
 
 
-def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: float,
+def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     n_rows, vocab = logits.shape
     block = min(BLOCK_V, max(16, 1 << (vocab - 1).bit_length()))
@@ -138,7 +138,7 @@ def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
                HAS_SMOOTHING=o.label_smoothing > 0, BLOCK=block, num_warps=8 if block >= 2048 else 4)
 
 
-def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: float,
+def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     """The kernel's math in PyTorch ops, fp32 (fp64 for fp64), on one chunk; same in-place contract."""
     x = logits.to(loss.dtype)  # [rows, V]
@@ -162,8 +162,9 @@ def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
 
 
 def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, t1: torch.Tensor, o: _Opts,
-                scale: float, row_scale: torch.Tensor | None, needs: tuple[bool, bool, bool]):
-    """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its gradient."""
+                scale: torch.Tensor, row_scale: torch.Tensor | None, needs: tuple[bool, bool, bool]):
+    """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its gradient.
+    ``scale``: [1] in the loss dtype, every row's gradient factor (1 / valid rows for mean)."""
     n_rows, _ = h2.shape
     vocab = weight.shape[0]
     rows_fn = _rows_triton if use_triton(h2) else _rows_native
@@ -198,18 +199,18 @@ def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
-                o: _Opts, scale: float) -> torch.Tensor:
+                o: _Opts, scale: torch.Tensor) -> torch.Tensor:
         h2, t1 = _flat(hidden, target)
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
         ctx.o, ctx.hidden_shape = o, hidden.shape
         if o.reduction == "none":  # grad_output is per row: the gradients wait for it (a second pass)
-            loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, 1.0, None, (False, False, False))
+            loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(scale), None, (False, False, False))
             ctx.needs = needs
             ctx.save_for_backward(h2, weight, bias, t1)  # inputs only
             return loss.view(target.shape)
         loss, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, scale, None, needs)
         ctx.save_for_backward(g_h, g_w, None if g_b is None else g_b.to(bias.dtype))  # the gradients only
-        return loss.sum() * scale
+        return loss.sum() * scale[0]
 
     @staticmethod
     @once_differentiable
@@ -219,12 +220,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h2, weight, bias, t1 = ctx.saved_tensors
             # contiguous: the gradient of loss.sum() arrives expanded (stride 0)
             row_scale = grad_loss.reshape(-1).to(torch.promote_types(h2.dtype, torch.float32)).contiguous()
-            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, 1.0, row_scale, ctx.needs)
+            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, torch.ones(1, dtype=row_scale.dtype, device=h2.device),
+                                           row_scale, ctx.needs)
             g_b = None if g_b is None else g_b.to(bias.dtype)
         else:
+            if getattr(ctx, "used", False):
+                raise InputError("linear_cross_entropy's backward ran twice on one forward (retain_graph): its "
+                                 "gradients are computed in the forward and handed out once; run the forward again")
+            ctx.used = True
             g_h, g_w, g_b = ctx.saved_tensors
-            if not bool(grad_loss == 1):  # the usual case returns the saved gradients as they are
-                g_h, g_w, g_b = (None if g is None else g * grad_loss.to(g.dtype) for g in (g_h, g_w, g_b))
+            # scaled in place (the saved gradients are ours, and a copy of the [V, H] one would raise the peak),
+            # always: testing grad_loss == 1 first would sync the host with the GPU once per step
+            g_h, g_w, g_b = (None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in (g_h, g_w, g_b))
         g_h = None if g_h is None else g_h.view(ctx.hidden_shape)
         return g_h, g_w, g_b, None, None, None
 
@@ -294,16 +301,23 @@ def _autocast(hidden: object, weight: object, bias: object) -> tuple:
     return cast[0], cast[1], cast[2]
 
 
-def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> int:
-    """Non-ignored rows; raises if a non-ignored target is outside [0, vocab). One host sync."""
+def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tensor:
+    """Non-ignored rows, a 0-d tensor on ``t1``'s device. A non-ignored target outside [0, vocab) is a
+    one-line InputError on the CPU; on a GPU a device-side assert, as ``F.cross_entropy`` does there:
+    checking on the host would stop the CPU running ahead of the GPU once per call (the doctor's
+    ``host-sync`` trap)."""
     valid = t1 != ignore_index
     bad = valid & ((t1 < 0) | (t1 >= vocab))
-    n_valid, n_bad = torch.stack([valid.sum(), bad.sum()]).tolist()
-    if n_bad:
-        value = int(t1[bad][0])
-        raise InputError(f"target holds class index {value}, outside [0, {vocab}) (weight's rows) and not "
-                         f"ignore_index={ignore_index}; {n_bad} such entries")
-    return int(n_valid)
+    if t1.device.type == "cpu":
+        n_bad = int(bad.sum())
+        if n_bad:
+            value = int(t1[bad][0])
+            raise InputError(f"target holds class index {value}, outside [0, {vocab}) (weight's rows) and not "
+                             f"ignore_index={ignore_index}; {n_bad} such entries")
+    else:
+        torch._assert_async(~bad.any(), f"linear_cross_entropy: a target outside [0, {vocab}) that is not "
+                                        f"ignore_index={ignore_index}")
+    return valid.sum()
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -319,7 +333,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     weight gradient needs the per-row grad_output). The loss is fp32 (fp64 for fp64 inputs).
 
     ``chunk_size`` rows per chunk; default ``chunk_rows``: the logits chunk stays under CHUNK_BYTES.
-    One host sync per call (the count of non-ignored rows and the range check of target). Under
+    No host sync: the count of non-ignored rows stays on the device (targets out of range: an InputError
+    for CPU tensors, a device-side assert on a GPU, as ``F.cross_entropy``). Under
     ``torch.autocast`` the matmuls run in the autocast dtype, as ``F.linear`` would. Triton on CUDA; the same chunked loop in PyTorch ops for CPU tensors and fp64.
     """
     hidden, weight, bias = _autocast(hidden, weight, bias)
@@ -329,7 +344,9 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     n_valid = _count_valid(target.reshape(-1), vocab, ignore_index)
     chunk = chunk_size or chunk_rows(n_rows, vocab, hidden.element_size())
     o = _Opts(ignore_index, reduction, float(label_smoothing), float(z_loss), chunk)
-    scale = 1.0 / max(n_valid, 1) if reduction == "mean" else 1.0
+    loss_dtype = torch.promote_types(hidden.dtype, torch.float32)
+    scale = (1.0 / n_valid.clamp(min=1).to(loss_dtype) if reduction == "mean"
+             else torch.ones((), dtype=loss_dtype, device=hidden.device)).reshape(1)  # [1]
     if n_rows == 0:  # F.cross_entropy's empty cases, with mean -> 0 like the all-ignored case
         zero = (hidden.sum() + weight.sum()).to(torch.promote_types(hidden.dtype, torch.float32)) * 0
         return zero.expand(target.shape) if reduction == "none" else zero
@@ -339,4 +356,4 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
             return _LinearCrossEntropy.apply(hidden, weight, bias, target, o, scale)
         h2, t1 = _flat(hidden, target)
         loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, scale, None, (False, False, False))
-        return loss.view(target.shape) if reduction == "none" else loss.sum() * scale
+        return loss.view(target.shape) if reduction == "none" else loss.sum() * scale[0]
