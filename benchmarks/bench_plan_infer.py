@@ -98,30 +98,21 @@ def _prefill_fn(spec, layers, head, x):
 
 
 def _time(fn, graph: bool, reps: int = 20) -> float:
+    """Median seconds of ``fn`` (replayed from a CUDA graph when ``graph``), event-timed on the GPU."""
     import torch
+
+    from gpudoctor.hardware.probe import _median_ms
 
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    run = fn
     if graph:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             fn()
         run = g.replay
-    else:
-        run = fn
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return sorted(times)[len(times) // 2]
+    return _median_ms(torch, run, reps) / 1e3
 
 
 def measure(out: Path, preset: str) -> dict:

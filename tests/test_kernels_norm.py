@@ -190,6 +190,28 @@ def rms_pair(casting="llama"):
 def ln_pair():
     return ln_mod.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)
 
+def _grads_per_knob(monkeypatch, pair, tensors, knob, values, launch_key=None):
+    """The pair's op gradients with ``rms_mod.<knob>`` (which both norms read) set to each of ``values``,
+    and what the backward launch got as ``launch_key`` (default: the knob's name) each time."""
+    x, w, b, dy = tensors
+    op, _ = pair()
+    module = rms_mod if pair is rms_pair else ln_mod
+    results, used = [], []
+    real = module._launch_bwd
+    key = launch_key or knob
+    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k[key]) or real(*a, **k))
+    for value in values:
+        monkeypatch.setattr(rms_mod, knob, value)
+        results.append(grads(op, (x, w, b), dy))
+    return results, used
+
+
+def _assert_equal_grads(first, second):
+    for a, r in zip(first, second):
+        if r is not None:
+            assert torch.equal(a, r)
+
+
 
 def check_fp32(op, ref, x, w, b, dy):
     got = grads(op, (x, w, b), dy)
@@ -533,18 +555,9 @@ def test_prefetch_changes_no_result(pair, monkeypatch):
     monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 256)
     monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)
     x, w, b, dy = inputs((37, 100), torch.bfloat16, seed=19)
-    op, _ = pair()
-    module = rms_mod if pair is rms_pair else ln_mod
-    results, used = [], []
-    real = module._launch_bwd
-    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k["PREFETCH"]) or real(*a, **k))
-    for prefetch in (False, True):
-        monkeypatch.setattr(rms_mod, "PREFETCH", prefetch)
-        results.append(grads(op, (x, w, b), dy))
+    results, used = _grads_per_knob(monkeypatch, pair, (x, w, b, dy), "PREFETCH", (False, True))
     assert used == [False, True]
-    for a, r in zip(*results):
-        if r is not None:
-            assert torch.equal(a, r)
+    _assert_equal_grads(*results)
     assert not rms_mod._prefetch(x.float(), 2, 128, 4)  # fp32: not measured, not taken
     assert not rms_mod._prefetch(x, 1, 16384, 16)  # 32 elements a thread: spilled
 
@@ -600,18 +613,10 @@ def test_reloaded_weight_changes_no_result(pair, dtype, monkeypatch):
     monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)
     monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 1 << 30)  # LayerNorm: the fused backward at any tile count
     x, w, b, dy = inputs((37, 100), dtype, seed=29)
-    op, _ = pair()
-    module = rms_mod if pair is rms_pair else ln_mod
-    results, used = [], []
-    real = module._launch_bwd
-    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k["RELOAD_W"]) or real(*a, **k))
-    for reload_from in (1 << 30, 128):
-        monkeypatch.setattr(rms_mod, "RELOAD_W_MIN_BLOCK", reload_from)
-        results.append(grads(op, (x, w, b), dy))
+    results, used = _grads_per_knob(monkeypatch, pair, (x, w, b, dy), "RELOAD_W_MIN_BLOCK", (1 << 30, 128),
+                                    launch_key="RELOAD_W")
     assert used == [False, True]
-    for a, r in zip(*results):
-        if r is not None:
-            assert torch.equal(a, r)
+    _assert_equal_grads(*results)
     if dtype == torch.float32:
         check_fp32(*pair(), x, w, b, dy)
 

@@ -220,8 +220,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h2, weight, bias, t1 = ctx.saved_tensors
             # contiguous: the gradient of loss.sum() arrives expanded (stride 0)
             row_scale = grad_loss.reshape(-1).to(torch.promote_types(h2.dtype, torch.float32)).contiguous()
-            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, torch.ones(1, dtype=row_scale.dtype, device=h2.device),
-                                           row_scale, ctx.needs)
+            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(row_scale[:1]), row_scale, ctx.needs)
             g_b = None if g_b is None else g_b.to(bias.dtype)
         else:
             if getattr(ctx, "used", False):
@@ -348,7 +347,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     scale = (1.0 / n_valid.clamp(min=1).to(loss_dtype) if reduction == "mean"
              else torch.ones((), dtype=loss_dtype, device=hidden.device)).reshape(1)  # [1]
     if n_rows == 0:  # F.cross_entropy's empty cases, with mean -> 0 like the all-ignored case
-        zero = (hidden.sum() + weight.sum()).to(torch.promote_types(hidden.dtype, torch.float32)) * 0
+        zero = (hidden.sum() + weight.sum()).to(loss_dtype) * 0
         return zero.expand(target.shape) if reduction == "none" else zero
     grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     with torch.autocast(hidden.device.type, enabled=False):  # inputs already in the matmul dtype

@@ -118,8 +118,6 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
 def streamed_weight_bytes(spec, o: InferOptions) -> float:
     """Weight bytes one decode step reads on one GPU: every weight but the input embedding table, of
     which a step gathers only its tokens' rows (a tied table is read whole, as the LM head)."""
-    from gpudoctor.memory.params import count_params
-
     weights = weight_bytes(spec, o)
     if spec.tied_embeddings:
         return weights
