@@ -81,3 +81,17 @@ class TraceBuilder:
     def write(self, path: Any, gz: bool = False) -> Any:
         path.write_bytes(self.to_bytes(gz))
         return path
+
+
+def kernel_loop(iterations: list[list[str]], pause_us: float = 50.0, launch_us: float = 5.0,
+                kernel_us: float = 3.0, gpus: bool = True) -> TraceBuilder:
+    """A host-bound loop: each iteration pauses ``pause_us`` (data loading), then launches its kernels
+    one by one (one ``aten::op_<name>`` each); the GPU runs each kernel 10 us after its launch."""
+    t = TraceBuilder() if gpus else TraceBuilder(gpus=[])
+    host = 0.0
+    for names in iterations:
+        host += pause_us
+        for name in names:
+            t.launch(name, host, host + 10, kernel_us, op=f"aten::op_{name}")
+            host += launch_us + 2
+    return t

@@ -90,12 +90,27 @@ def test_bad_files_exit_2_with_one_line(tmp_path: Path, content: bytes, message:
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.stderr
 
 
-def test_cpu_only_trace_is_refused_clearly(tmp_path: Path) -> None:
+def test_cpu_only_trace_gets_a_host_report(tmp_path: Path) -> None:
     f = tmp_path / "cpu.json"
     f.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1,
                                               "tid": 1, "ts": 1.0, "dur": 2.0, "args": {}}]}))
     out = gd("analyze", str(f))
-    assert out.returncode == 2 and "CPU-only" in out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "no GPU work was recorded" in out.stdout and "Host breakdown" in out.stdout
+    out = gd("analyze", str(DATA / "cpu_only" / "trace.json.gz"), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["gpu"]["name"] is None and report["gpu"]["device"] == "cpu"
+    assert report["steps"]["method"] == "profiler-step" and report["findings"] == []
+
+
+def test_a_trace_with_no_events_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "empty.json"
+    f.write_text(json.dumps({"traceEvents": []}))
+    out = gd("analyze", str(f))
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "holds no profiler events" in lines[0]
 
 
 def test_missing_path_and_unknown_gpu(tmp_path: Path) -> None:

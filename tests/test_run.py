@@ -47,10 +47,15 @@ def test_runs_like_python_and_stops_after_the_window(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     [run_dir] = run_dirs(tmp_path)
     env = json.loads((run_dir / "env.json").read_text())
-    assert env["capture"]["steps_recorded"] == 2 and env["capture"]["steps_seen"] == 6
+    # 3 skipped, 1 warm-up, 2 recorded, then 5 calibration intervals (6 more boundaries)
+    assert env["capture"]["steps_recorded"] == 2 and env["capture"]["steps_seen"] == 12
+    assert env["capture"]["step_source"] == "optimizer-step" and env["capture"]["window_opened_at_step"] == 3
+    assert len(env["capture"]["unprofiled_after_window_ms"]) == 5
     assert env["capture"]["unprofiled_step_ms"] > 0
     assert (run_dir / "trace.json.gz").stat().st_size > 0
-    assert "CPU-only profile" in out.stderr  # no GPU here: it says so
+    # no GPU here: a report all the same, which says so
+    assert (run_dir / "report.json").is_file() and (run_dir / "report.html").is_file()
+    assert "no GPU work was recorded" in out.stdout
 
 
 def test_continue_lets_the_program_finish(tmp_path: Path) -> None:
@@ -76,15 +81,47 @@ def test_crash_inside_the_window_keeps_the_capture(tmp_path: Path) -> None:
 def test_program_that_ends_before_the_window(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "10", "train.py", "4")
     assert out.returncode == 2
-    assert "ended after 4 steps, before the window" in out.stderr
+    assert "ran 4 steps (optimizer-step) and stopped (it ended) before the window" in out.stderr
 
 
-def test_no_steps_at_all_uses_a_time_window(tmp_path: Path) -> None:
-    script = "import time, torch\nx = torch.randn(64, 64)\nend = time.time() + 3\nwhile time.time() < end:\n    x = x @ x.T / 64\n"
-    out = run(tmp_path, "--wait", "0.3", "--window", "0.5", "busy.py", script=script, name="busy.py")
+MANUAL_SGD = """
+import time, torch
+m = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+end = time.time() + 3
+while time.time() < end:
+    loss = m(torch.randn(8, 32)).pow(2).mean()
+    loss.backward()
+    with torch.no_grad():
+        for p in m.parameters():
+            p -= 0.01 * p.grad
+            p.grad = None
+    time.sleep(0.02)
+print("done")
+"""
+
+
+def test_no_step_source_uses_a_time_window_opened_at_a_module_call(tmp_path: Path) -> None:
+    # training-like forwards with no optimizer: no step source within --wait, so a time window
+    # opens and closes at module calls, each iteration marked inside it
+    out = run(tmp_path, "--wait", "0.3", "--window", "0.5", "sgd.py", script=MANUAL_SGD, name="sgd.py")
     assert out.returncode == 0, out.stderr
     [run_dir] = run_dirs(tmp_path)
-    assert (run_dir / "trace.json.gz").exists()
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["step_source"] == "time-window" and env["capture"]["root_module"] == "Sequential"
+    assert 0.5 <= env["capture"]["window_wall_s"] < 1.5
+    import gzip
+
+    trace = json.loads(gzip.decompress((run_dir / "trace.json.gz").read_bytes()))
+    marks = [e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("gpudoctor.iteration#")]
+    assert len(marks) >= 5
+
+
+def test_a_loop_of_bare_tensor_ops_is_told_to_mark_its_steps(tmp_path: Path) -> None:
+    # no module, optimizer, DataLoader or graph: no safe point to open a window at
+    script = "import time, torch\nx = torch.randn(64, 64)\nend = time.time() + 1\nwhile time.time() < end:\n    x = x @ x.T / 64\n"
+    out = run(tmp_path, "--wait", "0.3", "--window", "0.5", "busy.py", script=script, name="busy.py")
+    assert out.returncode == 2
+    assert "ran no step gpudoctor could see" in out.stderr and "gpudoctor.step()" in out.stderr
 
 
 def test_no_steps_and_a_short_program(tmp_path: Path) -> None:
@@ -144,11 +181,16 @@ def test_profile_api_detaches_everything(tmp_path: Path) -> None:
     assert doc.session.result.steps_recorded == 2
     assert session_module._ACTIVE == []
     assert not torch.autograd.profiler._is_profiler_enabled
-    with pytest.raises(gpudoctor.errors.GpuDoctorError, match="no GPU activity"):
-        doc.report()
-    # the optimizer hook is gone: stepping again changes nothing
+    report = doc.report()  # a CPU-only window still gets its report: step times, no GPU findings
+    assert report.gpu["name"] is None and not report.findings and report.steps["source"] == "optimizer-step"
+    # 1 skipped, 1 warm-up, 2 recorded, 2 calibration steps; then the hooks are gone
+    assert doc.session.result.steps_seen == 6
     opt.step()
-    assert doc.session.result.steps_seen == 4
+    m(torch.randn(4, 8))
+    assert doc.session.result.steps_seen == 6
+    from gpudoctor.capture import hooks
+
+    assert hooks._CURRENT == []  # the global module hooks listen to nobody (or are gone)
 
 
 def test_ctrl_c_inside_the_window(tmp_path: Path) -> None:

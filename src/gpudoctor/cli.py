@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -79,14 +80,19 @@ def run(
     out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where run directories are written."),
     wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
     window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the text one."),
+    calibrate: int = typer.Option(
+        5, "--calibrate", help="Unprofiled steps timed after the window (the observer-effect calibration)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print only the JSON report on stdout; the program's own stdout goes to stderr."
+    ),
     width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
     gpudoctor run [OPTIONS] SCRIPT [ARGS]...  or  gpudoctor run [OPTIONS] -m MODULE [ARGS]...
     """
-    from gpudoctor.capture.runner import Target
+    from gpudoctor.capture.runner import Target, program_stdout_to_stderr
     from gpudoctor.capture.session import CaptureConfig
     from gpudoctor.live import run_and_diagnose
 
@@ -99,10 +105,14 @@ def run(
         target = Target(script, tuple(args))
     else:
         raise InputError("give a script to run (gpudoctor run train.py ARGS) or a module (gpudoctor run -m pkg.train)")
-    config = CaptureConfig(steps=steps, skip=skip, stack=stack)
-    outcome, run_dir, report, note = run_and_diagnose(
-        target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window
-    )
+    if wait < 0 or window <= 0:
+        raise InputError(f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
+    config = CaptureConfig(steps=steps, skip=skip, stack=stack, calibration_steps=calibrate)
+    quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
+    with quiet:
+        outcome, run_dir, report, note = run_and_diagnose(
+            target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window
+        )
     if report is not None:
         _emit(report, json_out, None, width)
         sys.stderr.write(f"run directory: {run_dir}\n")

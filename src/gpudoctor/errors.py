@@ -24,7 +24,11 @@ class TraceFormatError(InputError):
 
 
 class NoGpuActivityError(InputError):
-    """A trace holds no GPU events (a CPU-only profile), so there is nothing to diagnose."""
+    """A trace lacks the GPU facts an analysis needs (no GPU named, no events at all)."""
+
+
+class EmptyTraceError(NoGpuActivityError):
+    """A trace file parses but holds no host or GPU events: there is nothing to report on."""
 
 
 class UnknownGpuError(InputError):

@@ -6,12 +6,13 @@ analyzes the trace with the unprofiled step time, and writes the run bundle.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpudoctor.capture.bundle import capture_facts, environment, new_run_dir, write_json
+from gpudoctor.capture.bundle import capture_facts, environment, global_rank, new_run_dir, rank_suffix, write_json
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
 from gpudoctor.errors import GpuDoctorError, NoGpuActivityError
@@ -20,8 +21,10 @@ from gpudoctor.report.model import Report
 DEFAULT_BASE = Path("gpudoctor-runs")
 
 
-def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path) -> tuple[Report | None, str]:
-    """Analyze what a session captured and write env.json, report.json, report.html.
+def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path,
+                     rank: int | None = None) -> tuple[Report | None, str]:
+    """Analyze what a session captured and write env.json, report.json, report.html (each name
+    carries the global rank in a distributed job: ``report.rank3.json``).
 
     Returns the report (None when there is nothing to diagnose) and a note for the user.
     """
@@ -33,6 +36,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     env = environment()
     report: Report | None = None
     note = ""
+    suffix = rank_suffix(rank)
     unprofiled = statistics.median(result.unprofiled_step_ms) if result.unprofiled_step_ms else None
     if result.trace_path is not None:
         try:
@@ -41,14 +45,30 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")
+    if report is not None:
+        report = _with_capture_facts(report, result)
     env["capture"] = capture_facts(result, config, report.step_ms if report else None)
+    run_dir.mkdir(parents=True, exist_ok=True)
     if report is not None:
         env["ceilings"] = report.ceilings
-        (run_dir / "report.json").write_text(to_json(report) + "\n")
-        (run_dir / "report.html").write_text(render_html(report))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "env.json", env)
+        (run_dir / f"report{suffix}.json").write_text(to_json(report) + "\n")
+        (run_dir / f"report{suffix}.html").write_text(render_html(report))
+    write_json(run_dir / f"env{suffix}.json", env)
     return report, note
+
+
+def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
+    """What only the live capture knows: what marked the steps, per-token generate() timing, and
+    its notes (thin calibration, a window cut short)."""
+    steps = dict(report.steps)
+    if result.step_source:
+        steps["source"] = result.step_source
+    if result.root_module:
+        steps["root_module"] = result.root_module
+    if result.generate:
+        steps["generate"] = result.generate
+    warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
+    return dataclasses.replace(report, steps=steps, warnings=warnings)
 
 
 def run_and_diagnose(
@@ -59,12 +79,13 @@ def run_and_diagnose(
     wait_s: float = 30.0,
     window_s: float = 3.0,
 ) -> tuple[Outcome, Path, Report | None, str]:
-    run_dir = new_run_dir(base, target.name)
+    rank = global_rank()
+    run_dir = new_run_dir(base, target.name, rank)
     outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
-        return outcome, run_dir, None, _why_nothing(outcome, config)
-    report, note = diagnose_capture(result, config, run_dir)
+        return outcome, run_dir, None, _why_nothing(outcome, config, wait_s)
+    report, note = diagnose_capture(result, config, run_dir, rank)
     throttled = [r for r in result.nvml.get("throttle_reasons_seen", []) if r not in ("gpu_idle", "sync_boost")]
     if throttled:
         note = (note + "; " if note else "") + f"the GPU's clocks were held back during the window ({', '.join(throttled)})"
@@ -73,18 +94,21 @@ def run_and_diagnose(
     return outcome, run_dir, report, note
 
 
-def _why_nothing(outcome: Outcome, config: CaptureConfig) -> str:
-    seen = outcome.result.steps_seen
+def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
+    result = outcome.result
+    seen = result.steps_seen
     if outcome.message:
         return outcome.message
     if seen == 0 and outcome.exit_code not in (0, 2):
         return f"the program stopped (exit code {outcome.exit_code}) before its first step: nothing was recorded"
     if seen == 0:
-        return ("the program ran no step: it never called optimizer.step() or gpudoctor.step(), and it ended "
-                "before the time window; call gpudoctor.step() once per iteration, or lower --wait")
-    needed = config.skip + 1 + config.steps
-    return (f"the program ended after {seen} steps, before the window (--skip {config.skip} + 1 warm-up + "
-            f"--steps {config.steps} = {needed}); lower --skip or --steps")
+        return ("the program ran no step gpudoctor could see (no module call, optimizer step, generate() or CUDA "
+                f"graph replay) and ended before the time window (--wait {wait_s:g} s); call gpudoctor.step() once "
+                "per iteration, or lower --wait")
+    source = result.step_source or "steps"
+    how = f"exit code {outcome.exit_code}" if outcome.exit_code else "it ended"
+    return (f"the program ran {seen} step{'s' * (seen != 1)} ({source}) and stopped ({how}) before the window, "
+            f"which opens after --skip {config.skip}; lower --skip")
 
 
 class Doctor:
@@ -93,8 +117,9 @@ class Doctor:
     def __init__(self, steps: int = 5, skip: int = 3, stack: bool = False, out: str | Path | None = None,
                  name: str = "profile") -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
-        self.run_dir = new_run_dir(Path(out) if out else DEFAULT_BASE, name)
-        self.session = CaptureSession(self.config, self.run_dir)
+        self.rank = global_rank()
+        self.run_dir = new_run_dir(Path(out) if out else DEFAULT_BASE, name, self.rank)
+        self.session = CaptureSession(self.config, self.run_dir, rank=self.rank)
         self._report: Report | None = None
         self._note = ""
 
@@ -104,7 +129,6 @@ class Doctor:
 
     def step(self) -> None:
         """Mark the end of one iteration (optimizer steps are counted without it)."""
-        self.session.explicit_steps = True
         self.session.step()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -113,7 +137,7 @@ class Doctor:
         else:
             self.session.close()
         if self.session.result.trace_path is not None:
-            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir)
+            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir, self.rank)
 
     def report(self) -> Report:
         """The diagnosis of the recorded window."""

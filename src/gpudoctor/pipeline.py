@@ -6,11 +6,13 @@ import os
 from typing import Any
 
 from gpudoctor.analysis import analyze_trace
+from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms
-from gpudoctor.errors import NoGpuActivityError
+from gpudoctor.analysis.steps import describe, segment
+from gpudoctor.errors import EmptyTraceError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.hardware.machine import measured_ceilings_for
-from gpudoctor.report.build import build_report
+from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
 from gpudoctor.rules.calibrate import calibrate, floor_at_host_time, idle_scales
 from gpudoctor.rules.registry import run_rules
@@ -43,10 +45,12 @@ def analyze_loaded(
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py)."""
     if len(trace.device) == 0:
-        raise NoGpuActivityError(
-            f"{trace.source} has no GPU events (kernels, memcpy): it is a CPU-only profile; record with "
-            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU machine"
-        )
+        if len(trace.host) == 0:
+            raise EmptyTraceError(
+                f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window in which "
+                "the program runs (torch.profiler.profile around a few steps, or gpudoctor run)"
+            )
+        return analyze_host_only(trace, unprofiled_step_ms)
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state)
     findings = run_rules(analysis)
@@ -60,6 +64,18 @@ def analyze_loaded(
     else:
         findings = floor_at_host_time(findings, analysis.step_ms, host_ms)
     return build_report(analysis, findings)
+
+
+def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:
+    """A trace with host events and no GPU work: step times and the host breakdown."""
+    steps = segment(trace)
+    warnings = [no_gpu_work_note(trace)]
+    note = describe(steps)
+    if note:
+        warnings.append(note)
+    if trace.skipped_events:
+        warnings.append(f"{trace.skipped_events} malformed events were skipped")
+    return build_host_report(trace, steps, host_breakdown(trace, steps), tuple(warnings), unprofiled_step_ms)
 
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:

@@ -13,7 +13,7 @@ from gpudoctor.analysis.observer import (
     profiler_overhead_ms,
 )
 from gpudoctor.analysis.roofline import RooflineResult, roofline
-from gpudoctor.analysis.steps import Steps, segment
+from gpudoctor.analysis.steps import Steps, describe, segment
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.model import Trace
 
@@ -43,11 +43,9 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     steps = segment(trace)
     warnings: list[str] = []
     not_applicable: dict[str, str] = {}
-    if steps.method == "whole-trace":
-        warnings.append(
-            "no ProfilerStep#N or Optimizer.step markers: the whole trace is treated as one step "
-            "(call prof.step() once per iteration for per-step numbers)"
-        )
+    note = describe(steps)
+    if note:
+        warnings.append(note)
     if trace.skipped_events:
         warnings.append(f"{trace.skipped_events} malformed events were skipped")
     mem = memory(trace, steps, model_state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 from datetime import datetime, timezone
@@ -22,9 +23,27 @@ from typing import Any
 ENV_SCHEMA = "1.0"
 
 
-def new_run_dir(base: Path, name: str) -> Path:
+def global_rank() -> int | None:
+    """This process's global rank in a distributed job (torchrun, accelerate, Lightning, SLURM), else None."""
+    for var in ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", ""))
+            if var != "RANK" or not world.isdigit() or int(world) > 1 or int(value) > 0:
+                return int(value)
+    return None
+
+
+def rank_suffix(rank: int | None) -> str:
+    """'' for a single process, '.rank3' for global rank 3: the files of each rank keep apart."""
+    return "" if rank is None else f".rank{rank}"
+
+
+def new_run_dir(base: Path, name: str, rank: int | None = None) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "run"
+    if rank is not None:
+        safe = f"{safe}-rank{rank}"
     path = base / f"{safe}-{stamp}"
     n = 1
     while path.exists():
@@ -95,10 +114,17 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "steps": config.steps,
         "skip": config.skip,
         "stack": config.stack,
+        "step_source": result.step_source or None,
+        "root_module": result.root_module or None,
         "steps_seen": result.steps_seen,
         "steps_recorded": result.steps_recorded,
+        "window_opened_at_step": result.window_opened_at_step,
         "unprofiled_step_ms": None if unprofiled is None else round(unprofiled, 4),
         "unprofiled_step_ms_samples": [round(x, 4) for x in result.unprofiled_step_ms],
+        "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
+        "unprofiled_after_window_ms": [round(x, 4) for x in result.unprofiled_after_ms],
+        "generate": result.generate or None,
+        "notes": list(result.notes),
         "window_wall_s": round(result.window_wall_s, 4),
         "window_overhead": overhead,
         "nvml": result.nvml,
@@ -114,11 +140,20 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def env_file_of(path: Path) -> Path | None:
+    """The env.json beside a trace (``trace.rank3.json.gz`` -> ``env.rank3.json``) or in a run directory."""
+    if path.is_dir():
+        found = sorted(path.glob("env*.json"))
+        return found[0] if len(found) == 1 else None
+    match = re.fullmatch(r"trace((?:\.rank\d+)?)\.json(?:\.gz)?", path.name)
+    candidate = path.parent / f"env{match.group(1) if match else ''}.json"
+    return candidate if candidate.is_file() else None
+
+
 def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The optimizer's parameter/gradient/state bytes recorded in a run directory's env.json."""
-    p = Path(path)
-    env_file = (p if p.is_dir() else p.parent) / "env.json"
-    if not env_file.is_file():
+    env_file = env_file_of(Path(path))
+    if env_file is None:
         return None
     try:
         value = json.loads(env_file.read_text()).get("capture", {}).get("model_state")
@@ -132,9 +167,8 @@ def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def unprofiled_step_of(path: str | os.PathLike[str]) -> float | None:
     """The unprofiled step time recorded in a run directory's env.json (None elsewhere)."""
-    p = Path(path)
-    env_file = (p if p.is_dir() else p.parent) / "env.json"
-    if not env_file.is_file():
+    env_file = env_file_of(Path(path))
+    if env_file is None:
         return None
     try:
         value = json.loads(env_file.read_text()).get("capture", {}).get("unprofiled_step_ms")

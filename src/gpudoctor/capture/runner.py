@@ -1,24 +1,27 @@
 """Run the user's program in-process, exactly as ``python SCRIPT ARGS`` / ``python -m MODULE``
 would, with a capture session attached; write the run bundle and return an exit code.
 
-Steps come from optimizer.step() (a global hook) or gpudoctor.step(). A program that does neither
-within ``wait_s`` seconds gets a time window instead: a SIGALRM handler (it runs on the main
-thread, between bytecodes) starts the profiler, and a second one stops it ``window_s`` later.
+Steps are found by the session's hooks (capture/hooks.py): optimizer steps, ``generate`` calls,
+the outermost module's forward, CUDA graph replays, or ``gpudoctor.step()``. A program in which
+none of them shows within ``wait_s`` seconds gets a time window, opened and closed at the next
+module call, optimizer step or DataLoader batch. No signal handler is installed: the program's
+own SIGALRM, threads and imports are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import runpy
-import signal
 import sys
-import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
+from gpudoctor.capture.bundle import global_rank
+from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession, Phase
 from gpudoctor.errors import InputError
 
 
@@ -72,7 +75,7 @@ def run_program(
     window_s: float = 3.0,
 ) -> Outcome:
     target.check()
-    session = CaptureSession(config, out_dir)
+    session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s, rank=global_rank())
     stopped = False
     message = ""
 
@@ -82,16 +85,16 @@ def run_program(
 
     session.on_window_done = window_done
     saved = (list(sys.argv), list(sys.path))
-    timer = _TimeWindow(session, wait_s, window_s, window_done)
     code = 0
     try:
         session.start()
-        timer.arm()
         _execute(target)
     except StopProgram:
         stopped = True
     except SystemExit as exc:
         code = _exit_code(exc)
+        if session.phase is Phase.WINDOW:
+            session.fail(f"the program exited (sys.exit({code})) inside the window")
     except KeyboardInterrupt:
         session.fail("interrupted by Ctrl-C")
         message = "interrupted by Ctrl-C"
@@ -101,12 +104,31 @@ def run_program(
         session.fail(f"{type(exc).__name__}: {exc}")
         code = 1
     finally:
-        timer.disarm()
         session.close()
         sys.argv[:], sys.path[:] = saved
     if session.conflict:
         message, code = session.conflict, code or 2
     return Outcome(code, session.result, stopped, message)
+
+
+@contextlib.contextmanager
+def program_stdout_to_stderr() -> Iterator[None]:
+    """Send everything the program prints to stdout (Python, C extensions and child processes
+    alike: file descriptor 1) to stderr, so that gpudoctor's own stdout stays parseable."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no usable stdout (closed): nothing to keep apart
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _execute(target: Target) -> None:
@@ -140,40 +162,3 @@ def _exit_code(exc: SystemExit) -> int:
         return exc.code
     print(exc.code, file=sys.stderr)
     return 1
-
-
-class _TimeWindow:
-    """The fallback for programs with no step: profile a time window (main thread, SIGALRM)."""
-
-    def __init__(self, session: CaptureSession, wait_s: float, window_s: float, done: object) -> None:
-        self.session = session
-        self.wait_s = wait_s
-        self.window_s = window_s
-        self.done = done
-        self.usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-        self.previous: object = None
-        self.opened = False
-
-    def arm(self) -> None:
-        if self.usable and self.wait_s > 0:
-            self.previous = signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, self.wait_s)
-
-    def disarm(self) -> None:
-        if self.usable and self.previous is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)  # type: ignore[arg-type]
-            self.previous = None
-
-    def _fire(self, *_: object) -> None:
-        session = self.session
-        if session.done:
-            return
-        if not self.opened:
-            if session.result.steps_seen > 0:
-                return  # steps are being counted: no fallback needed
-            self.opened = True
-            session.open_now()
-            signal.setitimer(signal.ITIMER_REAL, self.window_s)
-        else:
-            session.finish_now()

@@ -1,28 +1,43 @@
-"""The capture session: count steps, stay out of the way, profile a window of them.
+"""The capture session: find the steps, stay out of the way, profile a window of them.
 
-Outside the window each step boundary costs one CUDA event record (no synchronization); the
-event pairs give the unprofiled step time on the GPU timeline, which the doctor compares with
-the profiled one (the observer effect). The window is ``torch.profiler`` with a schedule:
-``skip`` steps untouched, one warm-up step (the profiler starts, its events are dropped), then
-``steps`` recorded steps, each marked ``ProfilerStep#N``.
+Steps come from the step detector (capture/detect.py) fed by hooks (capture/hooks.py), or from
+``step()`` calls (``gpudoctor.step()``, the framework callbacks). The window is
+``torch.profiler`` with a schedule: ``skip`` steps untouched, one warm-up step (the profiler
+starts, its events are dropped), then ``steps`` recorded steps, each marked ``ProfilerStep#N``.
+The profiler starts and stops only inside a hook or a ``step()`` call, at a step boundary.
 
-Step boundaries come from, in order: ``gpudoctor.step()`` when the program calls it; else a
-global optimizer-step hook (every ``optimizer.step()``); else the caller's own ``step()``.
+Outside the window each boundary costs one CUDA event record (no synchronization). The event
+pairs give the unprofiled step time on the GPU timeline: the second half of the steps before
+the window (the first half is warm-up: compilation, autotuning, the allocator) and
+``calibration_steps`` steps after it, which the doctor compares with the profiled step (the
+observer effect).
+
+A program whose steps cannot be seen gets a time window: ``wait_s`` seconds after the start,
+the profiler opens at the next safe point (any module call, optimizer step, DataLoader batch,
+graph replay) and closes at the first one ``window_s`` later.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.capture.bundle import rank_suffix
+from gpudoctor.capture.detect import Source, StepDetector
+from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
+MIN_CALIBRATION_SAMPLES = 3  # fewer unprofiled steps than this: the report says the timing is thin
+_TOKEN_CALLS_KEPT = 16  # generate() calls whose per-token timing is kept
 
 
 class CaptureError(InputError):
@@ -41,6 +56,10 @@ class CaptureConfig:
     """profile_memory=True: peaks, churn, fragmentation."""
     nvml_interval_s: float = 0.2
     """How often NVML is sampled during the window (0 disables sampling)."""
+    calibration_steps: int = 5
+    """Unprofiled steps timed after the window (the program runs this many more steps)."""
+    patience: int = 64
+    """Training-like forwards to wait for an optimizer step before forwards count as steps."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -49,6 +68,8 @@ class CaptureConfig:
             raise InputError(f"--skip must be 0 or more, got {self.skip!r}")
         if self.nvml_interval_s < 0:
             raise InputError(f"nvml interval must be >= 0 s, got {self.nvml_interval_s!r}")
+        if not isinstance(self.calibration_steps, int) or self.calibration_steps < 0:
+            raise InputError(f"--calibrate must be 0 or more steps, got {self.calibration_steps!r}")
 
 
 @dataclass
@@ -56,66 +77,101 @@ class CaptureResult:
     """What a session recorded."""
 
     trace_path: Path | None = None
+    step_source: str = ""  # a Source value: what marked the steps ("" when none was found)
+    root_module: str = ""  # the outermost module's class, when forwards were seen
     steps_seen: int = 0
     steps_recorded: int = 0
+    window_opened_at_step: int | None = None
     unprofiled_step_ms: list[float] = field(default_factory=list)
+    unprofiled_before_ms: list[float] = field(default_factory=list)
+    unprofiled_after_ms: list[float] = field(default_factory=list)
+    generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
     nvml: dict[str, Any] = field(default_factory=dict)
     window_wall_s: float = 0.0
     device: str = "cpu"
     error: str = ""  # what interrupted the window, if anything
     memory_at_error: dict[str, Any] = field(default_factory=dict)
     model_state: dict[str, Any] = field(default_factory=dict)  # from the stepped optimizer (model_state_of)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         return self.trace_path is not None and not self.error
 
 
-class CaptureSession:
-    """Profiles steps ``skip + 2 .. skip + 1 + steps`` of whatever calls ``step()``."""
+class Phase(Enum):
+    BEFORE = "before"  # counting steps, timing them
+    WINDOW = "window"  # the profiler records
+    AFTER = "after"  # timing the calibration steps
+    DONE = "done"  # everything detached
 
-    def __init__(self, config: CaptureConfig, out_dir: Path) -> None:
+
+class CaptureSession(Listener):
+    """Profiles steps ``skip + 2 .. skip + 1 + steps`` of whatever the detector calls a step."""
+
+    def __init__(self, config: CaptureConfig, out_dir: Path, wait_s: float | None = None,
+                 window_s: float = 3.0, rank: int | None = None) -> None:
         self.config = config
         self.out_dir = out_dir
+        self.wait_s = wait_s  # None: no time window fallback
+        self.window_s = window_s
+        self.rank = rank
         self.result = CaptureResult()
-        self.explicit_steps = False  # gpudoctor.step() was called: optimizer hooks are ignored
-        self._torch: Any = None
-        self._cuda = False
-        self._prof: Any = None
-        self._events: list[Any] = []  # CUDA events (or perf_counter stamps) at boundaries
-        self._hook: Any = None
-        self._sampler: NvmlSampler | None = None
-        self._window_start = 0.0
-        self.done = False
+        self.detector = StepDetector(patience=config.patience)
+        self.phase = Phase.BEFORE
+        self.explicit_steps = False  # step() was called: the program marks its own steps
         self.on_window_done: Callable[[], None] | None = None  # e.g. stop the program
         self.conflict = ""  # why the window could not open (the program's own profiler)
+        self._torch: Any = None
+        self._cuda = False
+        self._hooks: Hooks | None = None
+        self._root_ref: weakref.ref[Any] | None = None
+        self._prof: Any = None
+        self._timed_window = False
+        self._iterations = 0
+        self._iteration_marker: Any = None
+        self._epoch = -1
+        self._count = 0  # boundaries of the current source (this epoch)
+        self._in_window = 0
+        self._before: list[Any] = []  # CUDA events (or perf_counter stamps) at boundaries
+        self._after: list[Any] = []
+        self._tokens: list[list[Any]] = []  # per generate() call: start, each forward, end
+        self._sampler: NvmlSampler | None = None
+        self._started_at = 0.0
+        self._window_start = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, hook_optimizers: bool = True) -> None:
+        """Attach. ``hook_optimizers=False``: no hooks at all, the caller marks steps with step()."""
         import torch
 
         self._torch = torch
         self._cuda = torch.cuda.is_available()
         self.result.device = torch.cuda.get_device_name() if self._cuda else "cpu"
+        self._started_at = time.perf_counter()
         if hook_optimizers:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+            _preload_profiler_imports(torch)
+            self._hooks = Hooks(torch, self)
+            self._hooks.install()
         _ACTIVE.append(self)
-        if self.config.skip == 0:
-            self._open_window()
 
     def close(self) -> None:
         """Detach everything; safe to call twice, and from an exception handler."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._hooks is not None:
+            self._hooks.remove()
+            self._hooks = None
         if self._prof is not None:
             self._finish_window(error=self.result.error or "the program stopped inside the window")
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        self._compute_unprofiled_times()
+        if self.phase is not Phase.DONE:
+            self.phase = Phase.DONE
+            self._compute_unprofiled_times()
 
     def fail(self, error: str) -> None:
         """The program raised inside (or before the end of) the window: keep what was captured."""
@@ -124,62 +180,153 @@ class CaptureSession:
             self.result.memory_at_error = _memory_state(self._torch)
         self.close()
 
-    # -- steps ---------------------------------------------------------------------------------
-
-    def _on_optimizer_step(self, optimizer: Any = None, *_: Any) -> None:
-        if optimizer is not None and not self.result.model_state:
-            self.result.model_state = model_state_of(optimizer)
-        if not self.explicit_steps:
-            self.step()
+    # -- what the hooks report ---------------------------------------------------------------
 
     def step(self) -> None:
-        """One step boundary: the step that just ended is ``steps_seen``."""
-        if self.done:
+        """An explicit boundary: gpudoctor.step(), doc.step() or a framework callback."""
+        self.explicit_steps = True
+        if self.detector.explicit():
+            self._boundary()
+
+    def optimizer_step(self, optimizer: Any) -> None:
+        if self.phase is Phase.DONE:
             return
+        if not self.result.model_state:
+            self.result.model_state = model_state_of(optimizer)
+        if self.detector.optimizer_step(id(optimizer)):
+            self._boundary()
+
+    def outer_forward(self, module: Any) -> None:
+        if self.phase is Phase.DONE or self._hooks is None:
+            return
+        torch = self._torch
+        training_like = bool(torch.is_grad_enabled() and getattr(module, "training", False))
+        params = self._hooks.parameter_count(module)
+        boundary = self.detector.outer_forward(id(module), params, training_like, type(module).__name__)
+        if self.detector.root == id(module) and self._root_module() is not module:
+            try:
+                self._root_ref = weakref.ref(module)
+            except TypeError:
+                self._root_ref = None
+        if boundary:
+            self._boundary()
+        elif self._timed_window and self.detector.root == id(module):
+            self._mark_iteration()
+
+    def generate_start(self) -> None:
+        if self.phase is Phase.DONE:
+            return
+        if self._timed_window:
+            self._mark_iteration()
+        if self.detector.generate_call():
+            self._boundary()
+        if self.phase in (Phase.BEFORE, Phase.AFTER) and self.detector.source is Source.GENERATE:
+            self._tokens.append([self._stamp()])
+            del self._tokens[:-_TOKEN_CALLS_KEPT]
+
+    def token_forward(self) -> None:
+        if self._tokens and self.phase in (Phase.BEFORE, Phase.AFTER):
+            self._tokens[-1].append(self._stamp())
+
+    def generate_end(self) -> None:
+        if self._tokens and self.phase in (Phase.BEFORE, Phase.AFTER):
+            self._tokens[-1].append(self._stamp())
+            self._tokens[-1].append(None)  # closed: start, forwards..., end, None
+
+    def graph_replay(self) -> None:
+        if self.phase is not Phase.DONE and self.detector.graph_replay():
+            self._boundary()
+
+    def safe_point(self) -> None:
+        """A place where the profiler may start or stop: drives the time-window fallback."""
+        if self.wait_s is None or self.phase is Phase.DONE:
+            return
+        now = time.perf_counter()
+        if self._timed_window:
+            if now - self._window_start >= self.window_s:
+                self.finish_now()
+        elif self.phase is Phase.BEFORE and self._count == 0 and now - self._started_at >= self.wait_s:
+            self.open_now()
+
+    # -- boundaries --------------------------------------------------------------------------
+
+    def _boundary(self) -> None:
+        if self.phase is Phase.DONE or self._timed_window:
+            return
+        if self.phase is Phase.BEFORE and self.detector.epoch != self._epoch:
+            self._epoch, self._count, self._before = self.detector.epoch, 0, []
+            self.result.steps_seen = 0
+            self.result.step_source = self.detector.source.value if self.detector.source else ""
+            self.result.root_module = self.detector.root_name
+        self._count += 1
         self.result.steps_seen += 1
-        seen = self.result.steps_seen
         cfg = self.config
-        if self._prof is None:
-            self._mark()
-            if seen == cfg.skip:
-                self._open_window()
-            return
-        self._prof.step()
-        self.result.steps_recorded = max(0, seen - cfg.skip - 1)
-        if self.result.steps_recorded >= cfg.steps:
-            self.finish_now()
+        if self.phase is Phase.BEFORE:
+            self._before.append(self._stamp())
+            if self._count >= max(cfg.skip, 1):
+                self._open_window(stepped=True)
+        elif self.phase is Phase.WINDOW:
+            self._prof.step()
+            self._in_window += 1
+            self.result.steps_recorded = max(0, self._in_window - 1)
+            if self.result.steps_recorded >= cfg.steps:
+                self._finish_window()
+                self.phase = Phase.AFTER
+                if cfg.calibration_steps == 0:
+                    self._complete()
+        elif self.phase is Phase.AFTER:
+            self._after.append(self._stamp())
+            if len(self._after) > cfg.calibration_steps:
+                self._complete()
 
     def open_now(self) -> None:
         """Start a time window at once: no steps, everything recorded until ``finish_now``."""
-        if self._prof is None and not self.done:
+        if self._prof is None and self.phase is Phase.BEFORE:
             self._open_window(stepped=False)
 
     def finish_now(self) -> None:
-        """End the window, write the trace, then tell whoever waits for it."""
+        """End the window (and the session), write the trace, then tell whoever waits for it."""
         if self._prof is not None:
             self._finish_window()
-        self.done = True
+        self._complete()
+
+    def _complete(self) -> None:
+        if self.phase is Phase.DONE:
+            return
+        if self._hooks is not None:
+            self._hooks.remove()
+            self._hooks = None
+        self.phase = Phase.DONE
+        self._compute_unprofiled_times()
         if self.on_window_done is not None:
             self.on_window_done()
 
     # -- the window ----------------------------------------------------------------------------
 
-    def _open_window(self, stepped: bool = True) -> None:
+    def _open_window(self, stepped: bool) -> None:
         torch = self._torch
         if torch.autograd.profiler._is_profiler_enabled:
             # The program profiles itself and two profilers cannot record at once. Step aside and
             # let it run on untouched: stopping it here would leave its profiler running.
-            self.done = True
             self.conflict = (
                 "the program already runs torch.profiler, and two profilers cannot record at once; "
                 "analyze the trace it writes with `gpudoctor analyze TRACE`, or remove its profiler"
             )
-            if self._hook is not None:
-                self._hook.remove()
-                self._hook = None
+            if self._hooks is not None:
+                self._hooks.remove()
+                self._hooks = None
+            self.phase = Phase.DONE
             return
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        detector = self.detector
+        detector.lock()
+        self.result.step_source = detector.source.value if stepped and detector.source else Source.TIME.value
+        self.result.root_module = detector.root_name
+        self.result.window_opened_at_step = self._count if stepped else None
+        if self._hooks is not None and stepped:
+            keep_root = detector.source in (Source.FORWARD, Source.GENERATE)
+            self._hooks.narrow_to(self._root_module() if keep_root else None)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
         self._prof = profile(
             activities=activities,
@@ -190,12 +337,37 @@ class CaptureSession:
             with_stack=self.config.stack,
         )
         self._prof.start()
+        self.phase = Phase.WINDOW
+        self._timed_window = not stepped
         self._window_start = time.perf_counter()
         if self.config.nvml_interval_s > 0 and self._cuda:
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
 
+    def _root_module(self) -> Any:
+        """The outermost module object (the detector keeps only its id)."""
+        module = self._root_ref() if self._root_ref is not None else None
+        return module if module is not None and id(module) == self.detector.root else None
+
+    def _mark_iteration(self) -> None:
+        """Inside a time window: a ``gpudoctor.iteration#N`` range per iteration the hooks can see
+        (the outermost module's forward, a generate call), so the report still has per-iteration
+        numbers (analysis/steps.py reads them)."""
+        from torch.autograd.profiler import record_function
+
+        self._close_iteration()
+        self._iterations += 1
+        marker = record_function(f"gpudoctor.iteration#{self._iterations}")
+        marker.__enter__()
+        self._iteration_marker = marker
+
+    def _close_iteration(self) -> None:
+        marker, self._iteration_marker = self._iteration_marker, None
+        if marker is not None:
+            marker.__exit__(None, None, None)
+
     def _finish_window(self, error: str = "") -> None:
+        self._close_iteration()
         prof, self._prof = self._prof, None
         try:
             prof.stop()
@@ -207,44 +379,90 @@ class CaptureSession:
         if error:
             self.result.error = error
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        raw = self.out_dir / "trace.json"
+        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
         prof.export_chrome_trace(str(raw))
         self.result.trace_path = _gzip(raw)
 
     # -- unprofiled timing ---------------------------------------------------------------------
 
-    def _mark(self) -> None:
+    def _stamp(self) -> Any:
         if self._cuda:
             event = self._torch.cuda.Event(enable_timing=True)
             event.record()
-            self._events.append(event)
-        else:
-            self._events.append(time.perf_counter())
+            return event
+        return time.perf_counter()
+
+    def _intervals(self, marks: list[Any]) -> list[float]:
+        if self._cuda:
+            return [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
+        return [(b - a) * 1e3 for a, b in itertools.pairwise(marks)]
 
     def _compute_unprofiled_times(self) -> None:
-        """Step times between boundaries outside the window, the first half dropped (warm-up)."""
-        marks = self._events
-        self._events = []
-        if len(marks) < 2:
+        """Step times between boundaries outside the window: the second half of those before it
+        (the first half is warm-up) and every one after it."""
+        before, after, tokens = self._before, self._after, self._tokens
+        self._before, self._after, self._tokens = [], [], []
+        try:
+            if self._cuda and (len(before) > 1 or len(after) > 1 or tokens):
+                self._torch.cuda.synchronize()
+            early = self._intervals(before)
+            self.result.unprofiled_before_ms = early[len(early) // 2:]
+            self.result.unprofiled_after_ms = self._intervals(after)
+            self.result.generate = self._token_times(tokens)
+        except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
+            self.result.notes.append(f"the unprofiled steps could not be timed ({type(exc).__name__})")
             return
-        if self._cuda:
-            self._torch.cuda.synchronize()
-            times = [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
-        else:
-            times = [(b - a) * 1e3 for a, b in itertools.pairwise(marks)]
-        self.result.unprofiled_step_ms = times[len(times) // 2 :]
+        after_ms = self.result.unprofiled_after_ms
+        self.result.unprofiled_step_ms = (after_ms if len(after_ms) >= MIN_CALIBRATION_SAMPLES
+                                          else self.result.unprofiled_before_ms + after_ms)
+        n = len(self.result.unprofiled_step_ms)
+        if self.result.step_source and self.result.step_source != Source.TIME.value and n < MIN_CALIBRATION_SAMPLES:
+            self.result.notes.append(
+                f"only {n} unprofiled step{'s' * (n != 1)} could be timed (fewer than {MIN_CALIBRATION_SAMPLES}): "
+                "the observer-effect calibration is weak; raise --skip or --calibrate"
+            )
+
+    def _token_times(self, calls: list[list[Any]]) -> dict[str, Any]:
+        """Prefill and per-token decode time of the generate() calls timed outside the window."""
+        closed = [c[:-1] for c in calls if len(c) >= 4 and c[-1] is None]  # start, fwd, fwd..., end
+        if not closed:
+            return {}
+        prefill, decode, tokens, total = [], [], [], []
+        for marks in closed:
+            gaps = self._intervals(marks)  # start->fwd1, fwd1->fwd2, ..., fwdN->end
+            total.append(sum(gaps))
+            tokens.append(len(marks) - 2)
+            if len(gaps) >= 3:
+                prefill.append(gaps[0] + gaps[1])
+                decode.extend(gaps[2:])
+        out: dict[str, Any] = {"calls_timed": len(closed), "forwards_per_call": statistics.median(tokens),
+                               "call_ms": round(statistics.median(total), 4)}
+        if prefill:
+            out["prefill_ms"] = round(statistics.median(prefill), 4)
+        if decode:
+            out["decode_ms_per_token"] = round(statistics.median(decode), 4)
+        return out
 
 
 def step() -> None:
     """Mark a step boundary for the active gpudoctor capture (a no-op when none is active).
 
-    Call it once per training / inference iteration when the program has no optimizer step, or
-    when one iteration steps several optimizers.
+    Call it once per training / inference iteration when the program's own loop is not one
+    gpudoctor can see (no module, optimizer or generate call marks it).
     """
     if _ACTIVE:
-        session = _ACTIVE[-1]
-        session.explicit_steps = True
-        session.step()
+        _ACTIVE[-1].step()
+
+
+def _preload_profiler_imports(torch: Any) -> None:
+    """Import now what ``torch.profiler`` imports when it starts: its ``prepare_trace`` touches
+    ``torch._inductor`` (torch 2.11-2.13), which pulls in dynamo and sympy (about 900 modules,
+    2.5 s on a 2-core CPU). Loaded here, before the program runs, it neither stalls the program
+    inside its loop nor races an import the program has half done."""
+    try:
+        import torch._inductor  # noqa: F401
+    except Exception:  # noqa: BLE001 - an optional speed-up; the profiler imports it again if needed
+        pass
 
 
 def _gzip(raw: Path) -> Path:

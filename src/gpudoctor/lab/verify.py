@@ -123,12 +123,14 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
                                            warmup, timed)
         fixed_ms = _timed(trap.build_fixed, device, warmup, timed)
         report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms)
-    except NoGpuActivityError:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
-        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms, sick_ms, fixed_ms,
-                           0.0, "ran-on-cpu", ())
+    except NoGpuActivityError:
+        report = None
     except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0, "error", (),
                            f"{type(exc).__name__}: {str(exc)[:200]}")
+    if report is None or report.host_only:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
+        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms if fixed_ms else None,
+                           sick_ms, fixed_ms, 0.0, "ran-on-cpu", ())
     _write(out_dir / trap.id, report)
     ids = [f.id for f in report.findings]
     rank = ids.index(trap.expected_finding) + 1 if trap.expected_finding in ids else None
@@ -154,10 +156,12 @@ def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, 
                                            warmup, timed)
         report = analyze_loaded(load(trace), unprofiled_step_ms=step_ms)
     except NoGpuActivityError:
-        return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
+        report = None
     except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
         return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (),
                            f"{type(exc).__name__}: {str(exc)[:200]}")
+    if report is None or report.host_only:  # a CPU smoke run
+        return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
     _write(out_dir / base.id, report)
     bad = [f for f in report.findings if f.severity in ("major", "critical")]
     return TrapVerdict(base.id, None, report.findings[0].id if report.findings else None, None, None, None, step_ms,

@@ -7,12 +7,17 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_breakdown import HostBreakdown
+from gpudoctor.analysis.memory import MemoryResult
 from gpudoctor.analysis.roofline import Placement
+from gpudoctor.analysis.steps import Steps
 from gpudoctor.report.model import SCHEMA_VERSION, Report
 from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import Trace
 
 MAX_PLACEMENTS = 60
+NO_GPU_WORK = "no GPU work was recorded"
 
 
 def build_report(a: Analysis, findings: list[Finding]) -> Report:
@@ -36,12 +41,7 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             "hbm_bytes_per_s": a.ceilings.hbm_bytes_per_s,
             "h2d_pinned_bytes_per_s": a.ceilings.h2d_pinned_bytes_per_s,
         },
-        steps={
-            "method": a.steps.method,
-            "count": len(a.steps),
-            "median_ms": round(a.steps.median_ms, 4),
-            "per_step_ms": [round(x, 4) for x in a.steps.durations_ms.tolist()],
-        },
+        steps=_steps(a.steps),
         step_ms=b.step_ms,
         gpu_busy_pct=b.busy_pct,
         mfu=a.roofline.mfu,
@@ -72,6 +72,55 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
     )
 
 
+def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings: tuple[str, ...],
+                      unprofiled_step_ms: float | None = None) -> Report:
+    """The report of a trace with no GPU work: step times and the host breakdown, nothing priced
+    against a GPU (no ceilings, roofline, idle causes or findings)."""
+    n = max(len(steps), 1)
+    per_step = steps.durations_ms.tolist()
+    thread = trace.threads[host.thread] if 0 <= host.thread < len(trace.threads) else ("", "")
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        tool_version=__version__,
+        source=trace.source,
+        gpu={"name": None, "memory_bytes": 0, "sm_count": 0, "compute_capability": "", "device": "cpu"},
+        ceilings={"gpu": None, "source": "none: no GPU work in the trace", "matrix_flops": {}, "vector_flops": 0.0,
+                  "hbm_bytes_per_s": 0.0, "h2d_pinned_bytes_per_s": 0.0},
+        steps=_steps(steps),
+        step_ms=steps.total_ns / 1e6 / n,
+        gpu_busy_pct=0.0,
+        mfu=0.0,
+        breakdown={"busy_ms": 0.0, "idle_ms": 0.0, "by_kind": {}, "kernels_per_step": 0.0, "triton_ms": 0.0,
+                   "cuda_graph_ms": 0.0,
+                   "per_step": [{"step_ms": round(d, 4), "busy_ms": 0.0, "idle_ms": 0.0} for d in per_step]},
+        idle={},
+        roofline={"model_tflop_per_step": 0.0, "placed_fraction": 0.0, "kernels": [], "ops": []},
+        memory=_memory_dict(MemoryResult(False, NO_GPU_WORK, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0)),
+        findings=(),
+        not_applicable={"gpu": f"{NO_GPU_WORK}: the roofline, the idle causes, GPU memory and the rules need GPU "
+                               "events"},
+        warnings=warnings,
+        unprofiled_step_ms=unprofiled_step_ms,
+        host={
+            "device": "cpu",
+            "thread": {"pid": thread[0], "tid": thread[1]},
+            "step_ms": round(host.step_ms, 4),
+            "by_category": {k: round(v, 4) for k, v in host.by_category_ms.items()},
+            "ops": [{"name": o.name, "category": o.category, "ms_per_step": round(o.ms_per_step, 4),
+                     "calls_per_step": round(o.calls_per_step, 3)} for o in host.ops],
+        },
+    )
+
+
+def _steps(steps: Steps) -> dict[str, Any]:
+    return {
+        "method": steps.method,
+        "count": len(steps),
+        "median_ms": round(steps.median_ms, 4),
+        "per_step_ms": [round(x, 4) for x in steps.durations_ms.tolist()],
+    }
+
+
 def _placement(p: Placement) -> dict[str, Any]:
     d = dataclasses.asdict(p)
     d["kind"] = Kind[p.kind].label
@@ -81,7 +130,10 @@ def _placement(p: Placement) -> dict[str, Any]:
 
 
 def _memory(a: Analysis) -> dict[str, Any]:
-    m = a.memory
+    return _memory_dict(a.memory)
+
+
+def _memory_dict(m: MemoryResult) -> dict[str, Any]:
     d = dataclasses.asdict(m)
     d["peak_reserved_fraction"] = round(m.peak_reserved_fraction, 4)
     d["fragmentation"] = round(m.fragmentation, 4)

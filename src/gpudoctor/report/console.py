@@ -17,10 +17,15 @@ _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan"
 _IDLE_COLORS = {"input-pipeline": "red", "host-sync": "bright_red", "dispatch": "yellow", "host-work": "orange3"}
 BAR_WIDTH = 60
 MAX_FINDINGS = 8
+MAX_HOST_OPS = 10
+AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "  # its category says backward
 
 
 def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
     console.print(_header(report))
+    if report.host_only:
+        _render_host(report, console)
+        return
     console.print(_breakdown(report))
     console.print()
     if any(v > 0 for v in report.idle.values()):
@@ -44,18 +49,56 @@ def _header(r: Report) -> Panel:
     grid.add_column(style="bold")
     grid.add_column()
     grid.add_row("trace", Text(r.source))
-    grid.add_row("GPU", Text(f"{r.gpu.get('name', '?')}"))
-    grid.add_row("ceilings", Text(f"{r.ceilings['source']}"))
+    if r.host_only:
+        grid.add_row("GPU", Text("none: no GPU work was recorded (device: cpu)"))
+    else:
+        grid.add_row("GPU", Text(f"{r.gpu.get('name', '?')}"))
+        grid.add_row("ceilings", Text(f"{r.ceilings['source']}"))
     if r.unprofiled_step_ms is not None:
         grid.add_row("unprofiled", Text(f"{r.unprofiled_step_ms:.3f} ms per step, timed outside the profiled window"))
-    grid.add_row(
-        "step",
-        Text(
-            f"{r.step_ms:.3f} ms mean over {r.steps['count']} steps ({r.steps['method']}); "
-            f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {100 * r.mfu:.1f}%"
-        ),
-    )
+    where = "host (CPU) time" if r.host_only else f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {100 * r.mfu:.1f}%"
+    grid.add_row("step", Text(f"{r.step_ms:.3f} ms mean over {r.steps['count']} steps ({r.steps['method']}); {where}"))
     return Panel(grid, title="gpudoctor", expand=False)
+
+
+def _render_host(r: Report, console: Console) -> None:
+    """A CPU-only report: the host's step by category and its top-level ops; no GPU findings."""
+    console.print(_host_breakdown(r))
+    console.print()
+    if r.host.get("ops"):
+        console.print(_host_ops(r))
+        console.print()
+    console.print(Text("No GPU findings: no GPU work was recorded in this window.", style="yellow"))
+    for note in r.warnings:
+        console.print(Text(f"note: {note}", style="dim"))
+
+
+def _host_breakdown(r: Report) -> Group:
+    step = max(r.step_ms, 1e-9)
+    bar = Text()
+    legend = Table.grid(padding=(0, 2))
+    legend.add_column()
+    legend.add_column(justify="right")
+    legend.add_column(justify="right")
+    for i, (label, ms) in enumerate((r.host.get("by_category") or {}).items()):
+        color = _BAR_COLORS[i % len(_BAR_COLORS)]
+        bar.append("█" * round(BAR_WIDTH * ms / step), style=color)
+        legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms", f"{100 * ms / step:.1f}%")
+    return Group(Text("Host breakdown (per step, CPU time)", style="bold"), bar, legend)
+
+
+def _host_ops(r: Report) -> Table:
+    table = Table(title="Top host ops (top-level, per step)", title_justify="left", title_style="bold",
+                  show_edge=False)
+    table.add_column("op", no_wrap=True, overflow="ellipsis")
+    table.add_column("category", no_wrap=True)
+    table.add_column("calls/step", justify="right", no_wrap=True)
+    table.add_column("ms/step", justify="right", no_wrap=True)
+    table.add_column("% of step", justify="right", no_wrap=True)
+    for op in r.host["ops"][:MAX_HOST_OPS]:
+        table.add_row(op["name"].removeprefix(AUTOGRAD_PREFIX), op["category"], f"{op['calls_per_step']:g}", f"{op['ms_per_step']:.3f}",
+                      f"{100 * op['ms_per_step'] / max(r.step_ms, 1e-9):.1f}")
+    return table
 
 
 def _breakdown(r: Report) -> Group:

@@ -62,18 +62,16 @@ CSS = """
 
 def render_html(report: Report, standalone: bool = True) -> str:
     """The report as HTML: a whole page, or a fragment for notebooks."""
-    body = "\n".join([
-        _header(report),
-        _breakdown(report),
-        _idle_table(report),
-        _roofline(report),
-        _kernel_table(report),
-        _findings(report),
-    ])
+    if report.host_only:
+        sections = [_header(report), _host_breakdown(report), _host_ops(report), _findings(report)]
+    else:
+        sections = [_header(report), _breakdown(report), _idle_table(report), _roofline(report),
+                    _kernel_table(report), _findings(report)]
+    body = "\n".join(sections)
     fragment = f'<div class="gpud">\n<style>{CSS}</style>\n{body}\n</div>'
     if not standalone:
         return fragment
-    title = esc(f"gpudoctor: {report.gpu.get('name') or 'GPU'} report")
+    title = esc(f"gpudoctor: {'CPU-only' if report.host_only else report.gpu.get('name') or 'GPU'} report")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -87,19 +85,29 @@ def render_html(report: Report, standalone: bool = True) -> str:
 
 def _header(r: Report) -> str:
     steps = r.steps or {}
-    cells = [
-        (esc(r.gpu.get("name") or "unknown GPU"), "GPU"),
-        (f"{r.step_ms:.2f} ms", "step time (mean)"),
-        (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
-        (f"{100 * r.mfu:.1f} %", "MFU"),
-        (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
-    ]
+    if r.host_only:
+        cells = [
+            ("none", "GPU: no GPU work recorded (device: cpu)"),
+            (f"{r.step_ms:.2f} ms", "step time (mean, CPU)"),
+            (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
+        ]
+        if r.unprofiled_step_ms is not None:
+            cells.insert(2, (f"{r.unprofiled_step_ms:.2f} ms", "unprofiled step (CPU)"))
+    else:
+        cells = [
+            (esc(r.gpu.get("name") or "unknown GPU"), "GPU"),
+            (f"{r.step_ms:.2f} ms", "step time (mean)"),
+            (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
+            (f"{100 * r.mfu:.1f} %", "MFU"),
+            (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
+        ]
     meta = "".join(f"<div><b>{value}</b><span>{label}</span></div>" for value, label in cells)
     parts = [
         "<header>",
         "<h1>gpudoctor report</h1>",
         (f'<p class="muted">trace <code>{esc(r.source)}</code> · gpudoctor {esc(r.tool_version)}'
-         f" · schema {esc(r.schema_version)}<br>ceilings: {esc(r.ceilings.get('source') or 'unknown')}</p>"),
+         f" · schema {esc(r.schema_version)}"
+         + ("" if r.host_only else f"<br>ceilings: {esc(r.ceilings.get('source') or 'unknown')}") + "</p>"),
         f'<div class="meta">{meta}</div>',
         *(f'<p class="warn">⚠ {esc(w)}</p>' for w in r.warnings),
     ]
@@ -171,6 +179,49 @@ def _idle_table(r: Report) -> str:
     )
 
 
+# --- host (CPU-only traces) ---------------------------------------------------------------------
+
+
+def _host_breakdown(r: Report) -> str:
+    parts = [(str(k), float(v)) for k, v in (r.host.get("by_category") or {}).items() if float(v) > 0]
+    total = sum(ms for _, ms in parts)
+    if total <= 0:
+        return '<section><h2>Host breakdown</h2><p class="muted">No host time in the steps.</p></section>'
+    colors = [KIND_COLORS[i % len(KIND_COLORS)] for i in range(len(parts))]
+    bar = "".join(
+        f'<div style="width:{100 * ms / total:.3f}%;background:{c}" title="{esc(label)}: {ms:.3f} ms"></div>'
+        for (label, ms), c in zip(parts, colors)
+    )
+    rows = "".join(
+        f'<tr><td><i class="sw" style="background:{c}"></i>{esc(label)}</td><td class="num">{ms:.3f}</td>'
+        f'<td class="num">{_pct(ms, r.step_ms)}</td></tr>' for (label, ms), c in zip(parts, colors)
+    )
+    return (
+        "<section><h2>Host breakdown</h2>"
+        '<p class="muted">per step, CPU time on the step thread: top-level ops by category; '
+        "python / untraced is the rest of the step (the interpreter between ops).</p>"
+        f'<div class="bar">{bar}</div><table><thead><tr><th>category</th><th class="num">ms / step</th>'
+        f'<th class="num">% of step</th></tr></thead><tbody>{rows}</tbody></table></section>'
+    )
+
+
+def _host_ops(r: Report) -> str:
+    ops = list(r.host.get("ops") or [])
+    if not ops:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name"><code>{esc(op.get("name", ""))}</code></td><td>{esc(op.get("category", ""))}</td>'
+        + _num(f"{float(op.get('calls_per_step') or 0):g}") + _num(f"{float(op.get('ms_per_step') or 0):.3f}")
+        + _num(_pct(float(op.get("ms_per_step") or 0), r.step_ms)) + "</tr>"
+        for op in ops
+    )
+    return (
+        '<section><h2>Top host ops</h2><div class="scroll"><table><thead><tr><th>op</th><th>category</th>'
+        '<th class="num">calls / step</th><th class="num">ms / step</th><th class="num">% of step</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table></div></section>"
+    )
+
+
 # --- roofline -----------------------------------------------------------------------------------
 
 
@@ -227,6 +278,9 @@ def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
 
 
 def _findings(r: Report) -> str:
+    if not r.findings and r.host_only:
+        return ('<section><h2>Findings</h2><p class="muted">No GPU findings: no GPU work was recorded in this '
+                "window.</p></section>")
     if not r.findings:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
     return "<section><h2>Findings</h2>" + "".join(_finding(f) for f in r.findings) + "</section>"

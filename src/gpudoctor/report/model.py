@@ -15,7 +15,7 @@ class Report:
     schema_version: str
     tool_version: str
     source: str
-    gpu: dict[str, Any]  # name, memory_bytes, sm_count, compute_capability
+    gpu: dict[str, Any]  # name, memory_bytes, sm_count, compute_capability; name None: no GPU work
     ceilings: dict[str, Any]  # source, matrix_flops {dtype: FLOP/s}, vector_flops, hbm_bytes_per_s
     steps: dict[str, Any]  # method, count, median_ms, per_step_ms
     step_ms: float  # mean step time over the recorded steps
@@ -29,6 +29,12 @@ class Report:
     not_applicable: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     unprofiled_step_ms: float | None = None  # the same step timed without the profiler
+    host: dict[str, Any] = field(default_factory=dict)  # CPU-only traces: the host breakdown
+
+    @property
+    def host_only(self) -> bool:
+        """No GPU work was recorded: the report covers the host (CPU) alone."""
+        return self.gpu.get("device") == "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +55,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
+            "host": self.host,
         }
 
     def finding(self, finding_id: str) -> Finding | None:

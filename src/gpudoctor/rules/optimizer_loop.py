@@ -3,6 +3,13 @@
 ``foreach=False`` (or a hand-written loop) issues several tiny kernels per parameter, each paid
 a launch; ``fused=True`` / ``foreach=True`` update all parameters in a few multi-tensor kernels.
 Priced as the optimizer step's span per step minus one pass over its bytes at memory bandwidth.
+
+``optimizer.step(closure)`` (Lightning, LBFGS, SAM...) runs the closure (zero_grad, forward,
+backward) inside the ``Optimizer.step#`` annotation; the backward's ops run on the autograd
+thread as ``autograd::engine::evaluate_function: ...``. The optimizer's own phase begins after
+the closure returned: after the last backward op in the region, and on the GPU after the
+closure's kernels drained. Only the kernels launched in that phase, and its host time, are the
+optimizer's.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ MIN_KERNELS_PER_STEP = 64
 # a for-loop AdamW streams each parameter's state through HBM about three times more than the
 # single fused pass (four separate in-place updates, each a read and a write)
 LOOP_TRAFFIC_FACTOR = 3.0
+# the closure's backward (its ops run on the autograd thread, outside the annotation's nesting)
+CLOSURE_PREFIXES = ("autograd::engine::evaluate_function",)
 
 
 def check(a: Analysis) -> Finding | None:
@@ -34,14 +43,18 @@ def check(a: Analysis) -> Finding | None:
     r_s, r_e = union(host.ts[regions], host.end[regions])
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
-    inside = launched & contains(r_s, r_e, launch_ts)
+    phase_s, closure_gpu_end = _after_closure(a, r_s, r_e, launch_ts)
+    inside = launched & contains(phase_s, r_e, launch_ts)
     inside &= a.roofline.event_in_steps_ns > 0
     idx = np.flatnonzero(inside)
     if idx.size / n < MIN_KERNELS_PER_STEP or (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:
         return None
-    region_ns = float(np.clip(np.minimum(r_e, a.steps.end.max()) - np.maximum(r_s, a.steps.start.min()), 0, None).sum())
-    gpu_end = float(dev.end[idx].max()) if idx.size else 0.0
-    span_ns = max(region_ns, 0.0) + max(gpu_end - float(r_e.max()), 0.0)
+    # each region's phase: from when the host left the closure and the GPU ran the closure's
+    # kernels, to the later of the host's return and the GPU's end of the optimizer's kernels
+    start = np.maximum(phase_s, closure_gpu_end)
+    end = np.minimum(r_e, a.steps.end.max())
+    np.maximum.at(end, np.searchsorted(r_s, launch_ts[idx], side="right") - 1, dev.end[idx])
+    span_ns = float(np.clip(end - np.maximum(start, a.steps.start.min()), 0, None).sum())
     nbytes = float(a.roofline.event_bytes[idx].sum())
     fused_ns = nbytes / LOOP_TRAFFIC_FACTOR / a.ceilings.hbm_bytes_per_s * 1e9
     saving = max(span_ns - fused_ns, 0.0) / 1e6 / n
@@ -70,6 +83,25 @@ def check(a: Analysis) -> Finding | None:
         ),
         idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
     )
+
+
+def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray, launch_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each optimizer region's own work begins on the host, and where its closure's GPU work ends.
+
+    A region without a closure begins at its start (and has no closure GPU work: -1).
+    """
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    backward = trace.names_matching(lambda s: s.startswith(CLOSURE_PREFIXES))[host.name] if len(host) else np.zeros(0, bool)
+    phase_s = r_s.copy()
+    bw = np.flatnonzero(backward)
+    k = np.searchsorted(r_s, host.ts[bw], side="right") - 1  # the region each backward op starts in
+    ok = (k >= 0) & (host.ts[bw] < r_e[np.maximum(k, 0)])
+    np.maximum.at(phase_s, k[ok], np.minimum(host.end[bw[ok]], r_e[k[ok]]))
+    gpu_end = np.full(len(r_s), -1, np.int64)
+    j = np.searchsorted(r_s, launch_ts, side="right") - 1  # the region each kernel was launched in
+    ok = (launch_ts >= 0) & (j >= 0) & (launch_ts < phase_s[np.maximum(j, 0)])
+    np.maximum.at(gpu_end, j[ok], dev.end[ok])
+    return phase_s, gpu_end
 
 
 RULE = Rule(ID, "Per-parameter optimizer loop", check, __doc__ or "")

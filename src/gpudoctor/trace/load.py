@@ -281,8 +281,10 @@ def _host_table(
     cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
     names = [e.name for e in events]
     name = strings.intern(names)
-    # ProfilerStep#N is a cpu_op in some PyTorch versions; it is an annotation, not an operator.
-    step_names = np.fromiter((s.startswith("ProfilerStep#") for s in strings.ids), bool, len(strings.ids))
+    # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
+    # gpudoctor.iteration#N): an annotation, not an operator.
+    step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
+                             len(strings.ids))
     step_like = step_names[name]
     cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)

@@ -1,0 +1,317 @@
+"""Run the gallery of ordinary programs (tests/programs/manifest.json) plainly and under ``gpudoctor run``.
+
+For each program (and each public one fetched into .gallery-public/, when present):
+
+1. plainly, ``python PROG ARGS``: the program's own ms-per-iteration lines (its ``timing_regex``)
+   give the TRUE step time = median printed ms (first log line dropped: warm-up) x iterations_per_step;
+2. under ``python -m gpudoctor run --skip S --steps N --out DIR PROG ARGS`` (PYTHONPATH=src);
+3. the run directory's env.json (capture.steps_seen, steps_recorded, unprofiled_step_ms, step_source)
+   and report.json (steps.method, steps.count, step_ms, unprofiled_step_ms, findings[0].id).
+
+Writes gallery.json (after every program, so a run cut short keeps what it measured) and gallery.md,
+a table: program | expected top finding | got | steps recorded | true step ms | unprofiled ms |
+profiled ms | exit code | report written? Failures are recorded, never fatal.
+
+    python benchmarks/run_gallery.py                      # CPU args, all programs
+    python benchmarks/run_gallery.py --gpu-args --out $OUT/gallery --deadline 380
+    python benchmarks/run_gallery.py --only early_exit --only crash_at_12
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "tests" / "programs" / "manifest.json"
+
+
+def importable(requirement: str) -> bool:
+    """'a|b' is met when either module can be found."""
+    for name in requirement.split("|"):
+        try:
+            if importlib.util.find_spec(name.strip()) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run in its own process group; on timeout kill the whole group (DataLoader workers too)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    return {"rc": proc.returncode, "timed_out": timed_out, "wall_s": round(time.perf_counter() - t0, 2),
+            "stdout": out or "", "stderr": err or ""}
+
+
+def parse_ms(text: str, regex: str | None) -> tuple[float | None, list[float]]:
+    if not regex:
+        return None, []
+    values = [float(m.group(1)) for m in re.finditer(regex, text)]
+    if not values:
+        return None, []
+    steady = values[1:] if len(values) > 1 else values
+    return statistics.median(steady), values
+
+
+def failure_message(res: dict[str, Any]) -> str:
+    """The line that says what went wrong: gpudoctor's own message, else the last traceback line."""
+    if res.get("timed_out"):
+        return f"timed out after {res['wall_s']} s"
+    lines = [ln.strip() for ln in (res.get("stderr", "") + "\n" + res.get("stdout", "")).splitlines() if ln.strip()]
+    ours = [ln for ln in lines if ln.startswith(("gpudoctor:", "internal error", "error:")) or "internal error" in ln]
+    if ours:
+        return ours[-1][:400]
+    errs = [ln for ln in res.get("stderr", "").splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception|Fault)\b", ln)]
+    if errs:
+        return errs[-1][:400]
+    if res.get("rc") not in (0, None):
+        tail = [ln for ln in res.get("stderr", "").splitlines() if ln.strip()]
+        return (tail[-1] if tail else f"exit code {res['rc']}")[:400]
+    return ""
+
+
+def newest_run_dir(base: Path) -> Path | None:
+    dirs = [d for d in base.glob("*") if d.is_dir()] if base.is_dir() else []
+    return max(dirs, key=lambda d: d.stat().st_mtime) if dirs else None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def lightning_shim(prog_dir: Path, file: str) -> str:
+    """Public Lightning examples import ``lightning``; where only ``pytorch_lightning`` exists, run a copy
+    with the import spelled the old way (the copy lives next to the fetched file, never committed)."""
+    if importable("lightning") or not importable("pytorch_lightning"):
+        return file
+    src = (prog_dir / file).read_text()
+    patched = src.replace("from lightning.pytorch import", "from pytorch_lightning import")
+    patched = re.sub(r"^import lightning as L$", "import pytorch_lightning as L", patched, flags=re.MULTILINE)
+    target = prog_dir / f"_pl_{file}"
+    target.write_text(patched)
+    return target.name
+
+
+def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    name = entry["name"]
+    row: dict[str, Any] = {
+        "program": name, "public": public, "file": entry["file"],
+        "expected_top_finding": entry.get("expected_top_finding", []),
+        "iterations_per_step": entry.get("iterations_per_step", 1),
+        "expected_exit_code": entry.get("exit_code", 0),
+    }
+    args = entry.get("args_gpu") if opts.gpu_args else entry.get("args_cpu")
+    if public and not entry.get("enabled", True):
+        row["status"] = "skipped: disabled in the manifest (see its notes)"
+        return row
+    if args is None:
+        row["status"] = "skipped: no args for this machine (" + ("GPU" if opts.gpu_args else "CPU") + ")"
+        return row
+    missing = [r for r in entry.get("requires", []) if not importable(r)]
+    if missing:
+        row["status"] = f"skipped: missing {', '.join(missing)}"
+        return row
+    if public:
+        prog_dir = ROOT / entry["dir"]
+        if not (prog_dir / entry["file"]).is_file():
+            row["status"] = f"skipped: {entry['dir']}/{entry['file']} not fetched"
+            return row
+        file = lightning_shim(prog_dir, entry["file"]) if "lightning" in entry.get("requires", []) else entry["file"]
+        cwd, script = prog_dir, file
+    else:
+        cwd, script = ROOT, str(MANIFEST.parent / entry["file"])
+    row["args"] = args
+
+    plain = run_command([opts.python, script, *args], cwd, env, opts.timeout)
+    ms, values = parse_ms(plain["stdout"] + plain["stderr"], entry.get("timing_regex"))
+    row["plain"] = {"rc": plain["rc"], "wall_s": plain["wall_s"], "timed_out": plain["timed_out"],
+                    "printed_ms": values, "message": failure_message(plain) if plain["rc"] != row["expected_exit_code"] else ""}
+    row["true_step_ms"] = None if ms is None else round(ms * row["iterations_per_step"], 4)
+
+    run_base = opts.runs / name
+    run_base.mkdir(parents=True, exist_ok=True)
+    cmd = [opts.python, "-m", "gpudoctor", "run", "--skip", str(opts.skip), "--steps", str(opts.steps),
+           "--out", str(run_base), script, *args]
+    doc = run_command(cmd, cwd, env, opts.timeout)
+    row["doctor"] = {"rc": doc["rc"], "wall_s": doc["wall_s"], "timed_out": doc["timed_out"],
+                     "message": failure_message(doc),
+                     "stderr_tail": doc["stderr"][-1500:], "stdout_tail": doc["stdout"][-600:]}
+    run_dir = newest_run_dir(run_base)
+    row["run_dir"] = str(run_dir) if run_dir else None
+    files = sorted(p.name for p in run_dir.iterdir()) if run_dir else []
+    row["files"] = files
+    row["trace_written"] = "trace.json.gz" in files or "trace.json" in files
+    row["report_written"] = "report.json" in files
+    env_json = read_json(run_dir / "env.json") if run_dir else None
+    cap = (env_json or {}).get("capture") or {}
+    row["steps_seen"] = cap.get("steps_seen")
+    row["steps_recorded"] = cap.get("steps_recorded")
+    row["env_unprofiled_step_ms"] = cap.get("unprofiled_step_ms")
+    row["step_source"] = cap.get("step_source")
+    row["capture_error"] = cap.get("error")
+    report = read_json(run_dir / "report.json") if run_dir and row["report_written"] else None
+    if report:
+        steps = report.get("steps") or {}
+        findings = report.get("findings") or []
+        row["steps_method"] = steps.get("method")
+        row["steps_count"] = steps.get("count")
+        row["profiled_step_ms"] = report.get("step_ms")
+        row["unprofiled_step_ms"] = report.get("unprofiled_step_ms")
+        row["top_finding"] = findings[0].get("id") if findings else None
+        row["findings"] = [(f.get("id"), f.get("severity"), f.get("saving_ms")) for f in findings[:5]]
+    else:
+        row["unprofiled_step_ms"] = row["env_unprofiled_step_ms"]
+    expected = row["expected_top_finding"]
+    if report is not None:
+        got = row.get("top_finding")
+        row["finding_ok"] = (got in expected) or (got is None and (not expected or "healthy" in expected))
+    row["exit_ok"] = doc["rc"] == row["expected_exit_code"]
+    row["status"] = "ran"
+    return row
+
+
+def fmt(x: Any, nd: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    head = (f"# gallery: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
+            f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n")
+    header = ("| program | expected top finding | got | steps recorded | true step ms | unprofiled ms | profiled ms "
+              "| exit code (got/expected) | report written? |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for r in rows:
+        name = r["program"] + (" (public)" if r.get("public") else "")
+        expected = ", ".join(r.get("expected_top_finding") or []) or "healthy"
+        if r.get("status") != "ran":
+            lines.append(f"| {name} | {expected} | {r.get('status')} | | | | | | |")
+            continue
+        got = r.get("top_finding") if r.get("report_written") else "no report"
+        if r.get("report_written") and got is None:
+            got = "none"
+        if r.get("report_written"):
+            got = f"{got} {'ok' if r.get('finding_ok') else 'WRONG'}"
+        rec = f"{fmt(r.get('steps_recorded'))} ({r.get('steps_method') or '-'})"
+        ex = f"{r['doctor']['rc']}/{r['expected_exit_code']}" + ("" if r.get("exit_ok") else " WRONG")
+        lines.append(f"| {name} | {expected} | {got} | {rec} | {fmt(r.get('true_step_ms'))} "
+                     f"| {fmt(r.get('unprofiled_step_ms'))} | {fmt(r.get('profiled_step_ms'))} | {ex} "
+                     f"| {'yes' if r.get('report_written') else 'no'} |")
+        msg = r["doctor"].get("message")
+        if msg or not r.get("report_written") or not r.get("exit_ok"):
+            notes.append(f"- **{name}**: {msg or '(no message)'}")
+        if r["plain"].get("message"):
+            notes.append(f"- **{name}** (plain run): {r['plain']['message']}")
+    text = head + "\n".join(lines) + "\n"
+    if notes:
+        text += "\nMessages:\n\n" + "\n".join(notes) + "\n"
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", default=[], help="program name (repeatable, or comma-separated)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results/gallery-STAMP)")
+    ap.add_argument("--gpu-args", action="store_true", help="use the manifest's GPU args")
+    ap.add_argument("--skip", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=150.0, help="seconds per run of one program")
+    ap.add_argument("--deadline", type=float, default=0.0, help="stop starting programs after this many seconds")
+    ap.add_argument("--src", type=Path, default=ROOT / "src", help="the gpudoctor source tree to put on PYTHONPATH")
+    ap.add_argument("--no-public", action="store_true", help="leave out the public programs")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)")
+    ap.add_argument("--bundle", action="store_true",
+                    help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)")
+    opts = ap.parse_args()
+
+    manifest = json.loads(MANIFEST.read_text())
+    wanted = {n.strip() for item in opts.only for n in item.split(",") if n.strip()}
+    entries = [(e, False) for e in manifest["programs"]]
+    if not opts.no_public:
+        entries += [(e, True) for e in manifest.get("public", [])]
+    if wanted:
+        entries = [(e, p) for e, p in entries if e["name"] in wanted]
+        unknown = wanted - {e["name"] for e, _ in entries}
+        if unknown:
+            ap.error(f"unknown program(s): {', '.join(sorted(unknown))}")
+
+    entries.sort(key=lambda ep: bool(ep[0].get("slow")))  # torch.compile's warm-up last, after the public ones
+    out = opts.out or ROOT / "benchmarks" / "results" / f"gallery-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    opts.runs = (opts.runs or out / "runs").resolve()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(opts.src.resolve())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONUNBUFFERED"] = "1"
+    meta: dict[str, Any] = {"gpu_args": opts.gpu_args, "skip": opts.skip, "steps": opts.steps,
+                            "src": str(opts.src), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        import torch
+
+        meta["torch"] = torch.__version__
+        meta["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception as exc:  # noqa: BLE001 - the table still gets written
+        meta["device"] = f"unknown ({exc})"
+    rows: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for entry, public in entries:
+        if opts.deadline and time.perf_counter() - t_start > opts.deadline:
+            rows.append({"program": entry["name"], "public": public, "status": "skipped: deadline",
+                         "expected_top_finding": entry.get("expected_top_finding", [])})
+            continue
+        print(f"[gallery] {entry['name']} ...", file=sys.stderr, flush=True)
+        try:
+            row = run_one(entry, public, opts, out, env)
+        except Exception as exc:  # noqa: BLE001 - one program's breakage must not stop the table
+            row = {"program": entry["name"], "public": public, "status": f"runner error: {type(exc).__name__}: {exc}",
+                   "expected_top_finding": entry.get("expected_top_finding", [])}
+        rows.append(row)
+        summary = {k: row.get(k) for k in ("status", "top_finding", "steps_recorded", "true_step_ms",
+                                           "unprofiled_step_ms", "profiled_step_ms", "report_written")}
+        print(f"[gallery] {entry['name']}: {summary}", file=sys.stderr, flush=True)
+        meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
+        (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        (out / "gallery.md").write_text(markdown(rows, meta))
+    (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (out / "gallery.md").write_text(markdown(rows, meta))
+    if opts.bundle:
+        with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
+            for f in sorted(opts.runs.glob("*/*/*.json")):
+                tar.add(f, arcname=str(f.relative_to(opts.runs)))
+    print(markdown(rows, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Where one iteration of an arbitrary program ends: the step detector.
+
+A program tells us nothing about its loop, so every hook (capture/hooks.py) reports what it saw
+and this state machine decides which of those events are step boundaries. Sources, strongest
+first:
+
+1. ``gpudoctor.step()``: the program (or a framework callback) says so.
+2. The optimizer step: one step of the *first* optimizer stepped (a GAN's two optimizers make
+   one step, not two; gradient accumulation's N forwards make one step; a closure's forward and
+   backward run inside it).
+3. ``model.generate``: one outermost call is one step; its forwards are tokens.
+4. The outermost module's forward: the module with the most parameters among those called when
+   no other module is running (the model, not the loss function). A training-like forward (grad
+   enabled, module in train mode) waits ``patience`` calls for an optimizer step first, so a
+   gradient-accumulation loop is not cut at every micro-batch.
+5. A CUDA graph replay, for programs that replay a captured graph and call no module.
+
+Before the window opens, a stronger source that appears replaces a weaker one (``epoch``
+counts the changes, so the session can restart its count); once the window opens the source
+is locked. No torch here: the rules are unit-tested on plain events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Source(str, Enum):
+    EXPLICIT = "gpudoctor-step"
+    OPTIMIZER = "optimizer-step"
+    GENERATE = "generate-call"
+    FORWARD = "module-forward"
+    GRAPH = "cuda-graph-replay"
+    TIME = "time-window"
+
+
+_RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.FORWARD: 3, Source.GRAPH: 4}
+
+
+@dataclass
+class StepDetector:
+    patience: int = 64
+    """Training-like forwards to wait for an optimizer step before forwards count as steps."""
+
+    source: Source | None = None
+    epoch: int = 0  # bumped each time the source (or the root module) changes
+    locked: bool = False
+    leader: int | None = None  # id of the first optimizer stepped
+    root: int | None = None  # id of the outermost module with the most parameters
+    root_params: int = -1
+    root_name: str = ""
+    training_forwards: int = 0
+    optimizer_seen: bool = False
+    generate_seen: bool = False
+
+    def lock(self) -> None:
+        """The window opened: the source no longer changes."""
+        self.locked = True
+
+    def explicit(self) -> bool:
+        return self._adopt(Source.EXPLICIT)
+
+    def optimizer_step(self, key: int) -> bool:
+        if self.leader is None:
+            self.leader = key
+        if key != self.leader:
+            return False
+        self.optimizer_seen = True
+        return self._adopt(Source.OPTIMIZER)
+
+    def generate_call(self) -> bool:
+        self.generate_seen = True
+        return self._adopt(Source.GENERATE)
+
+    def outer_forward(self, key: int, params: int, training_like: bool, name: str = "") -> bool:
+        """A module called with no other module running. ``params``: its parameter count."""
+        if not self.locked and key != self.root and params > self.root_params:
+            self.root, self.root_params, self.root_name = key, params, name
+            if self.source is Source.FORWARD:
+                self.epoch += 1  # a bigger model: restart the count on it
+        if key != self.root:
+            return False
+        if training_like and not self.optimizer_seen and self.source is not Source.FORWARD:
+            self.training_forwards += 1
+            if self.training_forwards <= self.patience:
+                return False
+        return self._adopt(Source.FORWARD)
+
+    def graph_replay(self) -> bool:
+        if self.root is not None:
+            return False  # a module drives the replays (torch.compile's CUDA graphs): its forward counts
+        return self._adopt(Source.GRAPH)
+
+    def _adopt(self, source: Source) -> bool:
+        """Is this event a boundary? It is when ``source`` is (or may become) the chosen one."""
+        if self.source is source:
+            return True
+        if self.locked:
+            return False
+        if self.source is not None and _RANK[source] > _RANK[self.source]:
+            return False
+        self.source = source
+        self.epoch += 1
+        return True

@@ -1,0 +1,288 @@
+"""The hooks that see a program's iterations, installed and removed as one unit.
+
+Every hook runs in ordinary Python code on the program's own thread: an optimizer step, a module
+call, ``generate``, a CUDA graph replay, a DataLoader batch. Those are the only places where
+the profiler is started or stopped (never a signal handler, which can fire in the middle of an
+import). Hooks ignore other threads (the autograd engine re-running checkpointed forwards,
+DataParallel replicas) and other processes (forked DataLoader workers inherit them).
+
+Cost: the global module hooks put every module call on ``nn.Module``'s slow path, so they stay
+only while the step source is being discovered. Once it is known they are replaced by one hook
+on the outermost module (or none), unless torch.compile has already traced code with them in
+place: removing them then would force a recompilation, and compiled modules call no hooks inside
+their graphs anyway (each hook returns at once under ``torch.compiler.is_compiling()``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+# torch warns that global hooks fire once more for torch.compile's wrapper module; that is ours
+# to handle (depth counting), not the program's to read
+_COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+
+# One pair of global module hooks per process, shared by every session: dynamo guards on the number
+# of global hooks, so a pair removed after torch.compile traced with it forces a recompilation.
+# Such a pair stays installed, inert (``_CURRENT`` is None), and the next session reuses it.
+_GLOBAL_PAIR: list[Any] = []
+_CURRENT: list[Hooks] = []
+_GRAPHS_BEFORE_PAIR = [0]  # torch.compile graphs traced before the pair was installed
+
+
+def _module_pre(module: Any, *args: Any) -> None:
+    # the compile check comes first: dynamo folds it to a constant and guards on nothing else
+    if _is_compiling() or not _CURRENT:
+        return
+    _CURRENT[-1]._on_module_pre(module)
+
+
+def _module_post(module: Any, *args: Any) -> None:
+    if _is_compiling() or not _CURRENT:
+        return
+    _CURRENT[-1]._on_module_post()
+
+
+def _is_compiling() -> bool:
+    """torch.compiler.is_compiling once torch is in use (kept from importing torch at import time)."""
+    torch = sys.modules.get("torch")
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
+class Listener:
+    """What the hooks report to (the capture session implements it)."""
+
+    def optimizer_step(self, optimizer: Any) -> None: ...
+    def outer_forward(self, module: Any) -> None: ...
+    def token_forward(self) -> None: ...
+    def generate_start(self) -> None: ...
+    def generate_end(self) -> None: ...
+    def graph_replay(self) -> None: ...
+    def safe_point(self) -> None: ...
+
+
+class Hooks:
+    def __init__(self, torch: Any, listener: Listener) -> None:
+        self.torch = torch
+        self.listener = listener
+        self.pid = os.getpid()
+        self.thread = threading.get_ident()
+        self.depth = 0  # module calls running on the program's thread
+        self.generating = 0  # nested generate() calls running
+        self._unwrapped_generate: Any = None  # the frame of a generate() that began before we patched it
+        self._handles: list[Any] = []
+        self._global = False  # listening to the global module hooks
+        self._root_handle: Any = None
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._generate_patched = False
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self._params: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    # -- install / remove ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        from torch.nn.modules import module as nn_module
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        if not _GLOBAL_PAIR:
+            _GRAPHS_BEFORE_PAIR[0] = _graphs_compiled()
+            _GLOBAL_PAIR.extend([nn_module.register_module_forward_pre_hook(_module_pre),
+                                 nn_module.register_module_forward_hook(_module_post, always_call=True)])
+        _CURRENT.append(self)
+        self._global = True
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING)
+        self._patch(self.torch.cuda.CUDAGraph, "replay", self._wrap_replay)
+        from torch.utils.data import dataloader
+
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._maybe_patch_generate()
+
+    def narrow_to(self, module: Any | None) -> None:
+        """The source is known: drop the global module hooks, keep one on ``module`` (if any)."""
+        if not self._global or self._compiled_with_hooks():
+            return
+        self._release_global()
+        self.depth = 0
+        if module is not None:
+            self._root_handle = module.register_forward_pre_hook(self._on_root_pre)
+
+    def remove(self) -> None:
+        for handle in [*self._handles, self._root_handle]:
+            if handle is not None:
+                handle.remove()
+        self._handles, self._root_handle = [], None
+        self._release_global()
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
+        self._patches = []
+
+    def _release_global(self) -> None:
+        """Stop listening to the global module hooks; remove them unless compiled code guards on them."""
+        if self._global:
+            self._global = False
+            if self in _CURRENT:
+                _CURRENT.remove(self)
+        if _GLOBAL_PAIR and not _CURRENT and not self._compiled_with_hooks():
+            for handle in _GLOBAL_PAIR:
+                handle.remove()
+            _GLOBAL_PAIR.clear()
+
+    # -- the hooks -------------------------------------------------------------------------------
+
+    def _ours(self) -> bool:
+        # is_compiling() first: under torch.compile it folds to True and dynamo traces nothing else
+        return not self._is_compiling() and os.getpid() == self.pid and threading.get_ident() == self.thread
+
+    def _on_optimizer_step(self, optimizer: Any, *_: Any) -> None:
+        if self._ours():
+            self.listener.optimizer_step(optimizer)
+            self.listener.safe_point()
+
+    def _on_module_pre(self, module: Any) -> None:
+        if not self._ours():
+            return
+        outer = self.depth == 0
+        self.depth += 1
+        if outer:
+            self._outer(module)
+        self.listener.safe_point()
+
+    def _on_module_post(self) -> None:
+        if self._ours() and self.depth > 0:
+            self.depth -= 1
+
+    def _on_root_pre(self, module: Any, *_: Any) -> None:
+        if self._ours():
+            self._outer(module)
+            self.listener.safe_point()
+
+    def _outer(self, module: Any) -> None:
+        if not self._generate_patched:
+            self._maybe_patch_generate()
+        if self.generating or self._inside_unwrapped_generate():
+            self.listener.token_forward()
+        else:
+            self.listener.outer_forward(module)
+
+    # -- wrapped methods -------------------------------------------------------------------------
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__.get(name)
+        if original is None:
+            return
+        setattr(owner, name, make(original))
+        self._patches.append((owner, name, original))
+
+    def _wrap_replay(self, original: Any) -> Any:
+        hooks = self
+
+        @functools.wraps(original)
+        def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            if hooks._ours():
+                hooks.listener.graph_replay()
+                hooks.listener.safe_point()
+            return original(graph, *args, **kwargs)
+
+        return replay
+
+    def _wrap_next(self, original: Any) -> Any:
+        hooks = self
+
+        @functools.wraps(original)
+        def next_batch(iterator: Any) -> Any:
+            if hooks._ours():
+                hooks.listener.safe_point()
+            return original(iterator)
+
+        return next_batch
+
+    def _wrap_generate(self, original: Any) -> Any:
+        hooks = self
+
+        @functools.wraps(original)
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if not hooks._ours():
+                return original(model, *args, **kwargs)
+            hooks.generating += 1
+            if hooks.generating == 1:
+                hooks._unwrapped_generate = None
+                hooks.listener.generate_start()
+            try:
+                return original(model, *args, **kwargs)
+            finally:
+                hooks.generating -= 1
+                if hooks.generating == 0:
+                    hooks.listener.generate_end()
+
+        return generate
+
+    def _maybe_patch_generate(self) -> None:
+        """Wrap transformers' generate() once transformers is imported (never import it ourselves)."""
+        utils = sys.modules.get("transformers.generation.utils")
+        mixin = getattr(utils, "GenerationMixin", None)
+        if mixin is None or "generate" not in mixin.__dict__:
+            return
+        self._generate_patched = True
+        code = getattr(inspect.unwrap(mixin.__dict__["generate"]), "__code__", None)
+        self._patch(mixin, "generate", self._wrap_generate)
+        # a generate() already running when we patched: its forwards are tokens all the same
+        frame = sys._getframe()
+        while frame is not None:
+            if frame.f_code is code:
+                self._unwrapped_generate = frame
+                break
+            frame = frame.f_back
+
+    def _inside_unwrapped_generate(self) -> bool:
+        target = self._unwrapped_generate
+        if target is None:
+            return False
+        frame = sys._getframe()
+        while frame is not None:
+            if frame is target:
+                return True
+            frame = frame.f_back
+        self._unwrapped_generate = None
+        return False
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def parameter_count(self, module: Any) -> int:
+        try:
+            count = self._params.get(module)
+        except TypeError:
+            count = None
+        if count is None:
+            try:
+                count = sum(p.numel() for p in module.parameters())
+            except Exception:  # noqa: BLE001 - a module whose parameters() fails still runs
+                count = 0
+            try:
+                self._params[module] = count
+            except TypeError:
+                pass
+        return count
+
+    @staticmethod
+    def _compiled_with_hooks() -> bool:
+        """Has torch.compile traced code while the global hooks were installed?"""
+        return bool(_GLOBAL_PAIR) and _graphs_compiled() > _GRAPHS_BEFORE_PAIR[0]
+
+
+def _graphs_compiled() -> int:
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(dynamo, "counters", None)
+    try:
+        return int(counters["stats"].get("unique_graphs", 0)) if counters is not None else 0
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return 0

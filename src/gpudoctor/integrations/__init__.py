@@ -1,0 +1,19 @@
+"""Framework hooks that write the same run bundle as ``gpudoctor run``.
+
+Each one marks one step per optimizer step, profiles the window ``skip + 2 .. skip + 1 + steps``
+and writes ``trace.json.gz``, ``env.json``, ``report.json`` and ``report.html`` in a run
+directory whose name carries the global rank in a distributed job (``<name>-rank3-<stamp>``):
+
+- ``gpudoctor.integrations.lightning.GpuDoctorCallback``: a Lightning ``Callback``;
+- ``gpudoctor.integrations.huggingface.GpuDoctorCallback``: a Hugging Face ``TrainerCallback``;
+- ``gpudoctor.integrations.profile(accelerator=...)``: a context for hand-written loops
+  (accelerate, torch.distributed or a single process).
+
+Nothing here imports Lightning, transformers or accelerate until its own module is imported.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.integrations.context import Profile, profile
+
+__all__ = ["Profile", "profile"]

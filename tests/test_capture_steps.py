@@ -1,0 +1,250 @@
+"""Step detection in programs that say nothing about their loop (capture/detect.py, capture/hooks.py).
+
+The detector's rules on plain events, then real loops in this process: an inference loop, gradient
+accumulation, two optimizers, a loss module beside the model, a training loop with no optimizer,
+``generate``, forwards on other threads, a compiled model, an LBFGS closure.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from gpudoctor.capture.detect import Source, StepDetector
+from gpudoctor.capture.session import CaptureConfig, CaptureSession
+
+
+# -- the detector, on plain events ----------------------------------------------------------------
+
+def test_an_optimizer_replaces_forwards_before_the_window_and_is_locked_after() -> None:
+    d = StepDetector(patience=2)
+    assert d.outer_forward(1, 100, training_like=False)  # inference-like: a boundary at once
+    assert d.source is Source.FORWARD
+    epoch = d.epoch
+    assert d.optimizer_step(7) and d.source is Source.OPTIMIZER and d.epoch == epoch + 1
+    assert not d.outer_forward(1, 100, training_like=False)
+    d.lock()
+    assert not d.explicit() and d.source is Source.OPTIMIZER
+
+
+def test_the_first_optimizer_leads_and_others_are_not_steps() -> None:
+    d = StepDetector()
+    assert d.optimizer_step(1)
+    assert not d.optimizer_step(2)
+    assert d.optimizer_step(1)
+
+
+def test_training_forwards_wait_for_an_optimizer_then_count() -> None:
+    d = StepDetector(patience=3)
+    assert [d.outer_forward(1, 10, training_like=True) for _ in range(5)] == [False, False, False, True, True]
+
+
+def test_the_root_is_the_module_with_the_most_parameters() -> None:
+    d = StepDetector()
+    assert d.outer_forward(1, 0, training_like=False, name="CrossEntropyLoss")
+    assert d.outer_forward(2, 1000, training_like=False, name="GPT") and d.root_name == "GPT"
+    assert not d.outer_forward(1, 0, training_like=False)
+
+
+def test_graph_replays_count_only_without_a_module() -> None:
+    d = StepDetector()
+    assert d.graph_replay() and d.source is Source.GRAPH
+    d2 = StepDetector()
+    d2.outer_forward(1, 10, training_like=False)
+    assert not d2.graph_replay()
+
+
+# -- real loops in this process -------------------------------------------------------------------
+
+def session(tmp_path: Path, skip: int = 3, steps: int = 2, calibration: int = 2, **kw: object) -> CaptureSession:
+    s = CaptureSession(CaptureConfig(steps=steps, skip=skip, calibration_steps=calibration, nvml_interval_s=0,
+                                     **kw), tmp_path)  # type: ignore[arg-type]
+    s.start()
+    return s
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def global_hooks() -> int:
+    from gpudoctor.capture import hooks
+
+    return len(hooks._CURRENT)
+
+
+def test_an_inference_loop_steps_at_each_forward_of_the_model(tmp_path: Path) -> None:
+    model, loss_fn = mlp().eval(), nn.MSELoss()
+    s = session(tmp_path)
+    with torch.no_grad():
+        for i in range(20):
+            out = model(torch.randn(8, 16))
+            loss_fn(out, torch.zeros(8, 4))
+            if s.done:
+                break
+    s.close()
+    r = s.result
+    assert r.step_source == "module-forward" and r.root_module == "Sequential"
+    assert (r.steps_seen, r.steps_recorded, i) == (3 + 1 + 2 + 3, 2, 8)
+    assert len(r.unprofiled_after_ms) == 2 and r.trace_path is not None
+    assert global_hooks() == 0
+
+
+def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path: Path) -> None:
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters())
+    s = session(tmp_path)
+    forwards = 0
+    while not s.done:
+        for _ in range(4):
+            model(torch.randn(8, 16)).sum().backward()
+            forwards += 1
+        opt.step()
+        opt.zero_grad()
+    s.close()
+    assert s.result.step_source == "optimizer-step"
+    assert s.result.steps_seen == 3 + 1 + 2 + 3 and forwards == 4 * s.result.steps_seen
+
+
+def test_two_optimizers_make_one_step(tmp_path: Path) -> None:
+    gen, disc = mlp(), nn.Sequential(nn.Linear(4, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    s = session(tmp_path)
+    iterations = 0
+    while not s.done:
+        fake = gen(torch.randn(8, 16))
+        disc(fake.detach()).mean().backward()
+        opt_d.step()
+        disc(fake).mean().backward()
+        opt_g.step()
+        iterations += 1
+    s.close()
+    assert s.result.step_source == "optimizer-step" and s.result.steps_seen == iterations == 9
+
+
+def test_a_training_loop_with_no_optimizer_counts_forwards_after_patience(tmp_path: Path) -> None:
+    model = mlp()
+    s = session(tmp_path, patience=5)
+    n = 0
+    while not s.done and n < 100:
+        model(torch.randn(8, 16)).sum().backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+        n += 1
+    s.close()
+    assert s.result.step_source == "module-forward" and n == 5 + 9
+
+
+def test_forwards_on_other_threads_are_not_steps(tmp_path: Path) -> None:
+    model = mlp().eval()
+    s = session(tmp_path)
+
+    def elsewhere() -> None:
+        with torch.no_grad():
+            for _ in range(50):
+                model(torch.randn(2, 16))
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join()
+    assert s.result.steps_seen == 0
+    s.close()
+
+
+def test_an_exception_inside_a_forward_leaves_the_depth_right(tmp_path: Path) -> None:
+    class Boom(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom")
+
+    model, boom = mlp().eval(), nn.Sequential(nn.Linear(16, 16), Boom())
+    s = session(tmp_path, skip=50)
+    with pytest.raises(ValueError):
+        boom(torch.randn(2, 16))
+    assert s._hooks is not None and s._hooks.depth == 0
+    with torch.no_grad():
+        model(torch.randn(2, 16))
+        model(torch.randn(2, 16))
+    assert s.result.steps_seen == 2
+    s.close()
+
+
+def test_a_closure_runs_inside_one_optimizer_step(tmp_path: Path) -> None:
+    model = mlp()
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    x = torch.randn(8, 16)
+    s = session(tmp_path)
+    n = 0
+    while not s.done:
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        n += 1
+    s.close()
+    assert s.result.step_source == "optimizer-step" and n == s.result.steps_seen == 9
+
+
+def test_a_compiled_model_keeps_its_graphs(tmp_path: Path) -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.compile(mlp().eval(), backend="eager")
+    s = session(tmp_path)
+    with warnings.catch_warnings(record=True) as seen, torch.no_grad():
+        for _ in range(30):
+            model(torch.randn(8, 16))
+            if s.done:
+                break
+    s.close()
+    assert s.result.step_source == "module-forward" and s.result.root_module == "OptimizedModule"
+    assert counters["stats"]["unique_graphs"] == 1  # no recompilation when the hooks went away
+    assert not [w for w in seen if "global hooks" in str(w.message)]
+
+
+def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, monkeypatch) -> None:
+    class GenerationMixin:
+        def generate(self, x: torch.Tensor, max_new_tokens: int = 6) -> torch.Tensor:
+            for _ in range(max_new_tokens):
+                x = self(x)
+            return x
+
+    class TinyLM(nn.Module, GenerationMixin):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = mlp()
+            self.head = nn.Linear(4, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.body(x))
+
+    utils = types.ModuleType("transformers.generation.utils")
+    utils.GenerationMixin = GenerationMixin  # type: ignore[attr-defined]
+    model = TinyLM().eval()
+    s = session(tmp_path)
+    # imported after the session started, as a program does: wrapped inside the first call
+    monkeypatch.setitem(sys.modules, "transformers.generation.utils", utils)
+    calls = 0
+    with torch.no_grad():
+        while not s.done:
+            model.generate(torch.randn(1, 16))
+            calls += 1
+    s.close()
+    r = s.result
+    # the first call began before generate() was wrapped, so it is not a step
+    assert r.step_source == "generate-call" and calls == r.steps_seen + 1
+    assert r.generate["forwards_per_call"] == 6 and r.generate["calls_timed"] >= 2
+    assert r.generate["decode_ms_per_token"] > 0
+    assert GenerationMixin.__dict__["generate"].__name__ == "generate" and not hasattr(
+        GenerationMixin.__dict__["generate"], "__wrapped__")
