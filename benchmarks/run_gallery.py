@@ -15,6 +15,15 @@ profiled ms | exit code | report written? Failures are recorded, never fatal.
     python benchmarks/run_gallery.py                      # CPU args, all programs
     python benchmarks/run_gallery.py --gpu-args --out $OUT/gallery --deadline 380
     python benchmarks/run_gallery.py --only early_exit --only crash_at_12
+
+On a lent GPU machine (torch, transformers, accelerate, lightning there; msgspec is NOT: carry .whl
+with its cp312 wheel), a program takes about 30 s (plain + under gpudoctor, mostly start-up), so
+the whole gallery needs two calls of about 11 programs each (--only), e.g.:
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    python3 benchmarks/run_gallery.py --gpu-args --out $OUT/gallery --runs /tmp/gallery-runs --bundle \\
+        --timeout 60 --deadline 285 --only nanogpt_train,hf_trainer_llama,...
+(carry .gallery-public for the public programs and .whl for msgspec).
 """
 
 from __future__ import annotations
@@ -284,6 +293,14 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - the table still gets written
         meta["device"] = f"unknown ({exc})"
     rows: list[dict[str, Any]] = []
+    # gpudoctor itself must import (on a lent GPU machine msgspec is not installed: carry its wheel)
+    pre = run_command([opts.python, "-c", "import msgspec, gpudoctor.cli, gpudoctor.live, gpudoctor.pipeline"],
+                      ROOT, env, 120)
+    if pre["rc"] != 0:
+        meta["preflight_error"] = failure_message(pre) or pre["stderr"][-400:]
+        (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        print(f"[gallery] gpudoctor does not import here: {meta['preflight_error']}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     for entry, public in entries:
         if opts.deadline and time.perf_counter() - t_start > opts.deadline:

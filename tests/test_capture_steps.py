@@ -20,7 +20,6 @@ from torch import nn
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 
-
 # -- the detector, on plain events ----------------------------------------------------------------
 
 def test_an_optimizer_replaces_forwards_before_the_window_and_is_locked_after() -> None:
@@ -84,7 +83,7 @@ def test_an_inference_loop_steps_at_each_forward_of_the_model(tmp_path: Path) ->
     model, loss_fn = mlp().eval(), nn.MSELoss()
     s = session(tmp_path)
     with torch.no_grad():
-        for i in range(20):
+        for i in range(20):  # noqa: B007 - i is the iteration the session stopped at
             out = model(torch.randn(8, 16))
             loss_fn(out, torch.zeros(8, 4))
             if s.done:

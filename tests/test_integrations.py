@@ -23,8 +23,10 @@ from gpudoctor.errors import InputError
 def _bundle(out: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     """The single run directory under ``out``, its env.json and its trace's events."""
     (run_dir,) = out.iterdir()
-    env = json.loads((run_dir / "env.json").read_text())
-    with gzip.open(run_dir / "trace.json.gz", "rt") as fh:
+    (env_file,) = run_dir.glob("env*.json")  # env.rank3.json in a distributed job
+    (trace,) = run_dir.glob("trace*.json.gz")
+    env = json.loads(env_file.read_text())
+    with gzip.open(trace, "rt") as fh:
         events = json.load(fh)["traceEvents"]
     return run_dir, env, events
 
@@ -174,6 +176,7 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
             doc.step()
     run_dir, env, _ = _bundle(tmp_path / "runs")
     assert run_dir.name.startswith("profile-rank3-")
+    assert (run_dir / "trace.rank3.json.gz").is_file() and (run_dir / "env.rank3.json").is_file()
     assert env["capture"]["steps_recorded"] == 2
 
 
@@ -203,6 +206,21 @@ def test_a_window_that_never_closed_says_why(tmp_path: Path) -> None:
             doc.step()
     with pytest.raises(GpuDoctorError, match="before the window closed"):
         doc.report()
+
+
+def test_a_failed_diagnosis_does_not_end_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.integrations as gi
+    import gpudoctor.live
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise ValueError("bad trace")
+
+    monkeypatch.setattr(gpudoctor.live, "diagnose_capture", broken)
+    with gi.profile(skip=1, steps=1, out=tmp_path / "runs", quiet=True) as doc:
+        for _ in range(4):
+            doc.step()
+    assert (Path(doc.run_dir) / "trace.json.gz").is_file()  # one process: no rank in the names
+    assert "diagnosing it failed (ValueError: bad trace)" in doc.capture.note
 
 
 # -- imports ---------------------------------------------------------------------------------------

@@ -150,11 +150,28 @@ def test_explicit_steps_and_modules(tmp_path: Path) -> None:
 
 def test_a_program_with_its_own_profiler(tmp_path: Path) -> None:
     script = TRAIN.replace("for i in", "prof = torch.profiler.profile()\nprof.start()\nfor i in")
-    script = script.replace('print("finished")', 'prof.stop()\nprint("finished")')
+    script = script.replace('print("finished")', 'prof.stop()\nprof.export_chrome_trace("own.json")\nprint("finished")')
     out = run(tmp_path, "--skip", "2", "p.py", "20", script=script, name="p.py")
-    # gpudoctor steps aside: the program runs to its end with its own profiler
-    assert out.returncode == 2 and "already runs torch.profiler" in out.stderr
-    assert "finished" in out.stdout
+    # gpudoctor steps aside, the program runs to its end with its own profiler and writes its own
+    # trace; the report diagnoses the window that profiler recorded
+    assert out.returncode == 0, out.stderr
+    assert "finished" in out.stdout and (tmp_path / "own.json").is_file()
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["step_source"] == "program-profiler" and (run_dir / "report.json").is_file()
+
+
+def test_a_program_that_starts_its_profiler_inside_our_window(tmp_path: Path) -> None:
+    script = TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 5:\n"
+                           "        prof = torch.profiler.profile()\n        prof.start()")
+    script = script.replace('print("finished")', 'prof.stop()\nprint("finished", len(prof.events()) > 0)')
+    out = run(tmp_path, "--skip", "2", "--steps", "8", "p.py", "20", script=script, name="p.py")
+    assert out.returncode == 0, out.stderr
+    assert "finished True" in out.stdout  # its profiler started and recorded: ours made way
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["error"] == "the program started its own torch.profiler inside the window"
+    assert env["capture"]["steps_recorded"] == 3 and (run_dir / "report.json").is_file()
 
 
 def test_bad_targets(tmp_path: Path) -> None:
@@ -201,3 +218,62 @@ def test_ctrl_c_inside_the_window(tmp_path: Path) -> None:
     [run_dir] = run_dirs(tmp_path)
     env = json.loads((run_dir / "env.json").read_text())
     assert env["capture"]["error"] == "interrupted by Ctrl-C" and env["capture"]["steps_recorded"] == 2
+
+
+def test_json_stdout_is_only_the_report(tmp_path: Path) -> None:
+    noisy = TRAIN.replace("for i in", "import os\nos.system('echo from a child process')\nfor i in")
+    out = run(tmp_path, "--json", "--skip", "2", "--steps", "2", "n.py", "30", script=noisy, name="n.py")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)  # nothing else on stdout
+    assert report["steps"]["source"] == "optimizer-step"
+    assert "argv ['30'] name __main__" in out.stderr and "from a child process" in out.stderr
+
+
+def test_no_steps_told_apart_says_what_it_saw(tmp_path: Path) -> None:
+    script = MANUAL_SGD.replace("end = time.time() + 3", "end = time.time() + 0.5")
+    out = run(tmp_path, "--wait", "30", "sgd.py", script=script, name="sgd.py")
+    assert out.returncode == 2
+    assert "called Sequential" in out.stderr and "never stepped a torch.optim optimizer" in out.stderr
+
+
+FAULTS = {
+    # a program that forks, then steps: the child inherits the hooks, which stay silent there
+    "fork": TRAIN.replace("for i in", "import os\npid = os.fork()\nif pid == 0:\n    m(torch.randn(2, 32))\n"
+                          "    os._exit(0)\nos.waitpid(pid, 0)\nfor i in"),
+    # its own SIGALRM handler and timer: untouched
+    "alarm": TRAIN.replace("for i in", "import signal\nfired = []\nsignal.signal(signal.SIGALRM, lambda *a: "
+                           "fired.append(1))\nsignal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)\nfor i in").replace(
+        'print("finished")', 'signal.setitimer(signal.ITIMER_REAL, 0)\nprint("alarms", len(fired) > 0)'),
+    "exit-in-window": TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 4: sys.exit(3)"),
+    "oom-in-window": TRAIN.replace("    opt.zero_grad()",
+                                   "    opt.zero_grad()\n    if i == 4: raise torch.OutOfMemoryError('CUDA out of memory')"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_faults_keep_the_program_and_the_capture(tmp_path: Path, name: str) -> None:
+    out = run(tmp_path, "--skip", "2", "--steps", "4", "--continue", "f.py", "12", script=FAULTS[name], name="f.py")
+    want = {"exit-in-window": 3, "oom-in-window": 1}.get(name, 0)
+    assert out.returncode == want, out.stderr
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert (run_dir / "report.json").is_file()
+    if name in ("fork", "alarm"):
+        assert ("alarms True" if name == "alarm" else "finished") in out.stdout
+        assert env["capture"]["steps_recorded"] == 4 and not env["capture"]["error"]
+    if name == "exit-in-window":
+        assert env["capture"]["error"] == "the program exited (sys.exit(3)) inside the window"
+    if name == "oom-in-window":
+        assert "OutOfMemoryError" in env["capture"]["error"] and "OutOfMemoryError" in out.stderr
+
+
+def test_under_python_dev_mode(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    out = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-m", "gpudoctor", "run",
+                          "--out", str(tmp_path / "runs"), "--skip", "2", "--steps", "2", "train.py", "20"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "ResourceWarning" not in out.stderr
+    [run_dir] = run_dirs(tmp_path)
+    assert (run_dir / "report.json").is_file()

@@ -101,6 +101,11 @@ def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
         return outcome.message
     if seen == 0 and outcome.exit_code not in (0, 2):
         return f"the program stopped (exit code {outcome.exit_code}) before its first step: nothing was recorded"
+    if seen == 0 and result.training_forwards:
+        return (f"the program called {result.root_module} {result.training_forwards} times with gradients and never "
+                f"stepped a torch.optim optimizer, so its steps could not be told apart (forwards count as steps after "
+                f"{config.patience} such calls) and it ended before the time window (--wait {wait_s:g} s); call "
+                "gpudoctor.step() once per iteration, or lower --wait")
     if seen == 0:
         return ("the program ran no step gpudoctor could see (no module call, optimizer step, generate() or CUDA "
                 f"graph replay) and ended before the time window (--wait {wait_s:g} s); call gpudoctor.step() once "

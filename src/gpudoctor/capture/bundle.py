@@ -116,6 +116,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "stack": config.stack,
         "step_source": result.step_source or None,
         "root_module": result.root_module or None,
+        "training_forwards_without_optimizer": getattr(result, "training_forwards", 0),
         "steps_seen": result.steps_seen,
         "steps_recorded": result.steps_recorded,
         "window_opened_at_step": result.window_opened_at_step,

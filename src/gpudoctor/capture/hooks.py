@@ -68,6 +68,8 @@ class Listener:
     def generate_end(self) -> None: ...
     def graph_replay(self) -> None: ...
     def safe_point(self) -> None: ...
+    def foreign_profiler(self, profiler: Any, starting: bool) -> None: ...
+    def foreign_export(self, profiler: Any, path: str) -> None: ...
 
 
 class Hooks:
@@ -105,6 +107,12 @@ class Hooks:
         from torch.utils.data import dataloader
 
         self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        from torch.profiler import profiler as torch_profiler
+
+        kineto = torch_profiler._KinetoProfile
+        self._patch(kineto, "prepare_trace", lambda original: self._wrap_profiler(original, starting=True))
+        self._patch(kineto, "stop_trace", lambda original: self._wrap_profiler(original, starting=False))
+        self._patch(kineto, "export_chrome_trace", self._wrap_export)
         self._maybe_patch_generate()
 
     def narrow_to(self, module: Any | None) -> None:
@@ -194,6 +202,36 @@ class Hooks:
             return original(graph, *args, **kwargs)
 
         return replay
+
+    def _wrap_profiler(self, original: Any, starting: bool) -> Any:
+        """The program's own torch.profiler: told before it starts (our window must close first:
+        two profilers cannot record at once) and after it stops (its window can be diagnosed)."""
+        hooks = self
+
+        @functools.wraps(original)
+        def wrapped(profiler: Any, *args: Any, **kwargs: Any) -> Any:
+            if os.getpid() != hooks.pid:
+                return original(profiler, *args, **kwargs)
+            if starting:
+                hooks.listener.foreign_profiler(profiler, starting=True)
+            result = original(profiler, *args, **kwargs)
+            if not starting:
+                hooks.listener.foreign_profiler(profiler, starting=False)
+            return result
+
+        return wrapped
+
+    def _wrap_export(self, original: Any) -> Any:
+        hooks = self
+
+        @functools.wraps(original)
+        def export_chrome_trace(profiler: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(profiler, path, *args, **kwargs)
+            if os.getpid() == hooks.pid:
+                hooks.listener.foreign_export(profiler, str(path))
+            return result
+
+        return export_chrome_trace
 
     def _wrap_next(self, original: Any) -> Any:
         hooks = self

@@ -19,6 +19,7 @@ graph replay) and closes at the first one ``window_s`` later.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import statistics
 import time
@@ -79,6 +80,7 @@ class CaptureResult:
     trace_path: Path | None = None
     step_source: str = ""  # a Source value: what marked the steps ("" when none was found)
     root_module: str = ""  # the outermost module's class, when forwards were seen
+    training_forwards: int = 0  # its forwards with gradients that waited for an optimizer step
     steps_seen: int = 0
     steps_recorded: int = 0
     window_opened_at_step: int | None = None
@@ -103,6 +105,7 @@ class Phase(Enum):
     BEFORE = "before"  # counting steps, timing them
     WINDOW = "window"  # the profiler records
     AFTER = "after"  # timing the calibration steps
+    BORROW = "borrow"  # the program runs its own profiler: diagnose the window it records
     DONE = "done"  # everything detached
 
 
@@ -126,6 +129,7 @@ class CaptureSession(Listener):
         self._cuda = False
         self._hooks: Hooks | None = None
         self._root_ref: weakref.ref[Any] | None = None
+        self._foreign: Any = None  # the program's own profiler, once it stopped
         self._prof: Any = None
         self._timed_window = False
         self._iterations = 0
@@ -162,6 +166,7 @@ class CaptureSession(Listener):
 
     def close(self) -> None:
         """Detach everything; safe to call twice, and from an exception handler."""
+        self._export_foreign()
         if self._hooks is not None:
             self._hooks.remove()
             self._hooks = None
@@ -171,7 +176,13 @@ class CaptureSession(Listener):
             _ACTIVE.remove(self)
         if self.phase is not Phase.DONE:
             self.phase = Phase.DONE
+            self._note_detector()
             self._compute_unprofiled_times()
+
+    def _note_detector(self) -> None:
+        self.result.training_forwards = self.detector.training_forwards
+        if not self.result.root_module:
+            self.result.root_module = self.detector.root_name
 
     def fail(self, error: str) -> None:
         """The program raised inside (or before the end of) the window: keep what was captured."""
@@ -237,6 +248,62 @@ class CaptureSession(Listener):
         if self.phase is not Phase.DONE and self.detector.graph_replay():
             self._boundary()
 
+    def foreign_profiler(self, profiler: Any, starting: bool) -> None:
+        """The program starts or stops a torch.profiler of its own."""
+        if profiler is self._prof or self.phase is Phase.DONE:
+            return
+        if starting and self._prof is not None:
+            # ours must make way, or the program's profiler would fail to start
+            self._finish_window(error="the program started its own torch.profiler inside the window")
+            self._complete(stop_program=False)
+        elif starting and self.phase is Phase.BEFORE:
+            self.phase = Phase.BORROW
+            self.conflict = "the program runs torch.profiler itself (gpudoctor's window never opened)"
+        elif not starting and self.phase is Phase.BORROW:
+            self._foreign = profiler  # exported by the program, or by us once the program is over
+
+    def foreign_export(self, profiler: Any, path: str) -> None:
+        """The program exported its own profiler's trace: keep a copy and diagnose that window
+        (its results can be saved once only, so we copy the file rather than export again)."""
+        if self.phase is not Phase.BORROW or profiler is self._prof:
+            return
+        import shutil
+
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+        try:
+            if path.endswith(".gz"):
+                shutil.copyfile(path, raw.with_suffix(".json.gz"))
+                self.result.trace_path = raw.with_suffix(".json.gz")
+            else:
+                shutil.copyfile(path, raw)
+                self.result.trace_path = _gzip(raw)
+        except OSError as exc:
+            self.result.notes.append(f"the program's own trace {path} could not be copied ({exc.strerror})")
+            return
+        self._borrowed()
+
+    def _borrowed(self) -> None:
+        self.result.step_source = "program-profiler"
+        self.conflict = ""
+        self.result.notes.append("the program runs its own torch.profiler: this report diagnoses the window it recorded")
+        self._complete(stop_program=False)  # the program goes on
+
+    def _export_foreign(self) -> None:
+        """The program ended without exporting its profiler's window: export it now."""
+        profiler, self._foreign = self._foreign, None
+        if profiler is None or self.phase is not Phase.BORROW:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+        try:
+            profiler.export_chrome_trace(str(raw))
+        except Exception as exc:  # noqa: BLE001 - its profiler, its state: say so and step aside
+            self.result.notes.append(f"the program's own profiler window could not be exported ({type(exc).__name__})")
+            return
+        self.result.trace_path = _gzip(raw)
+        self._borrowed()
+
     def safe_point(self) -> None:
         """A place where the profiler may start or stop: drives the time-window fallback."""
         if self.wait_s is None or self.phase is Phase.DONE:
@@ -263,6 +330,8 @@ class CaptureSession(Listener):
         cfg = self.config
         if self.phase is Phase.BEFORE:
             self._before.append(self._stamp())
+            if self._count == 2:
+                self._narrow_hooks()  # the source has repeated: discovery is over
             if self._count >= max(cfg.skip, 1):
                 self._open_window(stepped=True)
         elif self.phase is Phase.WINDOW:
@@ -290,15 +359,16 @@ class CaptureSession(Listener):
             self._finish_window()
         self._complete()
 
-    def _complete(self) -> None:
+    def _complete(self, stop_program: bool = True) -> None:
         if self.phase is Phase.DONE:
             return
+        self._note_detector()
         if self._hooks is not None:
             self._hooks.remove()
             self._hooks = None
         self.phase = Phase.DONE
         self._compute_unprofiled_times()
-        if self.on_window_done is not None:
+        if stop_program and self.on_window_done is not None:
             self.on_window_done()
 
     # -- the window ----------------------------------------------------------------------------
@@ -312,10 +382,7 @@ class CaptureSession(Listener):
                 "the program already runs torch.profiler, and two profilers cannot record at once; "
                 "analyze the trace it writes with `gpudoctor analyze TRACE`, or remove its profiler"
             )
-            if self._hooks is not None:
-                self._hooks.remove()
-                self._hooks = None
-            self.phase = Phase.DONE
+            self.phase = Phase.BORROW  # wait for its window to end, then diagnose that
             return
         from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -324,9 +391,8 @@ class CaptureSession(Listener):
         self.result.step_source = detector.source.value if stepped and detector.source else Source.TIME.value
         self.result.root_module = detector.root_name
         self.result.window_opened_at_step = self._count if stepped else None
-        if self._hooks is not None and stepped:
-            keep_root = detector.source in (Source.FORWARD, Source.GENERATE)
-            self._hooks.narrow_to(self._root_module() if keep_root else None)
+        if stepped:
+            self._narrow_hooks()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
         self._prof = profile(
             activities=activities,
@@ -343,6 +409,13 @@ class CaptureSession(Listener):
         if self.config.nvml_interval_s > 0 and self._cuda:
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
+
+    def _narrow_hooks(self) -> None:
+        """Once the source is known, every module call need not go through the global hooks: keep
+        a hook on the outermost module when its forwards are steps or tokens, else none."""
+        if self._hooks is not None:
+            keep_root = self.detector.source in (Source.FORWARD, Source.GENERATE)
+            self._hooks.narrow_to(self._root_module() if keep_root else None)
 
     def _root_module(self) -> Any:
         """The outermost module object (the detector keeps only its id)."""
@@ -459,10 +532,9 @@ def _preload_profiler_imports(torch: Any) -> None:
     ``torch._inductor`` (torch 2.11-2.13), which pulls in dynamo and sympy (about 900 modules,
     2.5 s on a 2-core CPU). Loaded here, before the program runs, it neither stalls the program
     inside its loop nor races an import the program has half done."""
-    try:
+    # an optional speed-up: the profiler imports it again if this fails
+    with contextlib.suppress(Exception):
         import torch._inductor  # noqa: F401
-    except Exception:  # noqa: BLE001 - an optional speed-up; the profiler imports it again if needed
-        pass
 
 
 def _gzip(raw: Path) -> Path:

@@ -57,9 +57,9 @@ class RunCapture:
                  rank: int | None, quiet: bool = False) -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = rank
-        # <name>-rank<R>-<stamp> when distributed: every rank writes its own bundle
-        self.run_dir = new_run_dir(Path(out), name if rank is None else f"{name}-rank{rank}")
-        self.session = CaptureSession(self.config, self.run_dir)
+        # distributed: <name>-rank<R>-<stamp>/trace.rank<R>.json.gz...: every rank writes its own bundle
+        self.run_dir = new_run_dir(Path(out), name, rank)
+        self.session = CaptureSession(self.config, self.run_dir, rank=rank)
         self.quiet = quiet
         self.report: Report | None = None
         self.note = ""
@@ -98,7 +98,11 @@ class RunCapture:
 
         result = self.session.result
         if result.trace_path is not None:
-            self.report, self.note = diagnose_capture(result, self.config, self.run_dir)
+            try:
+                self.report, self.note = diagnose_capture(result, self.config, self.run_dir, self.rank)
+            except Exception as exc:  # noqa: BLE001 - a failed diagnosis must not end the user's training
+                self.note = (f"the trace is in {result.trace_path}, but diagnosing it failed ({type(exc).__name__}: "
+                             f"{exc}); rerun `gpudoctor --debug analyze {self.run_dir}` for the traceback")
             if result.error:
                 self.note = _join(self.note, f"the window ended early ({result.error}): the report covers what was captured")
         else:
