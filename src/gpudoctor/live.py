@@ -7,12 +7,19 @@ analyzes the trace with the unprofiled step time, and writes the run bundle.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpudoctor.capture.bundle import capture_facts, environment, global_rank, new_run_dir, rank_suffix, write_json
+from gpudoctor.capture.bundle import (
+    capture_facts,
+    environment,
+    global_rank,
+    new_run_dir,
+    rank_suffix,
+    unprofiled_step,
+    write_json,
+)
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
 from gpudoctor.errors import GpuDoctorError, NoGpuActivityError
@@ -37,7 +44,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     report: Report | None = None
     note = ""
     suffix = rank_suffix(rank)
-    unprofiled = statistics.median(result.unprofiled_step_ms) if result.unprofiled_step_ms else None
+    unprofiled = unprofiled_step(result.unprofiled_step_ms)
     if result.trace_path is not None:
         try:
             report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,

@@ -100,9 +100,15 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def unprofiled_step(samples: list[float]) -> float | None:
+    """The unprofiled step time: the mean of the timed steps (their throughput, as a program's own
+    ms/iter is; a median would miss a DataLoader's bursts of ready batches and the waits between)."""
+    return statistics.fmean(samples) if samples else None
+
+
 def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> dict[str, Any]:
     """The capture half of env.json: settings, timings, the window's overhead, NVML, errors."""
-    unprofiled = statistics.median(result.unprofiled_step_ms) if result.unprofiled_step_ms else None
+    unprofiled = unprofiled_step(result.unprofiled_step_ms)
     overhead = None
     if unprofiled and profiled_step_ms:
         overhead = {

@@ -59,8 +59,9 @@ class CaptureConfig:
     """How often NVML is sampled during the window (0 disables sampling)."""
     calibration_steps: int = 5
     """Unprofiled steps timed after the window (the program runs this many more steps)."""
-    patience: int = 64
-    """Training-like forwards to wait for an optimizer step before forwards count as steps."""
+    patience: int = 32
+    """Training-like forwards to wait for an optimizer step before forwards count as steps (a
+    gradient-accumulation loop of more micro-batches than this is cut at each micro-batch)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -471,23 +472,31 @@ class CaptureSession(Listener):
         return [(b - a) * 1e3 for a, b in itertools.pairwise(marks)]
 
     def _compute_unprofiled_times(self) -> None:
-        """Step times between boundaries outside the window: the second half of those before it
-        (the first half is warm-up) and every one after it."""
+        """Step times between boundaries outside the window.
+
+        The steps before the window are the reference: the last half of them (at least 3 when
+        there are 3; the first are warm-up: compilation, autotuning, the allocator). The steps
+        after it are kept apart and used only when fewer than 3 came before: on an H100 with
+        torch 2.11 the launch-bound gallery programs ran 13-65% slower per step right after the
+        profiler stopped than before it started (gallery run 2026-11-25: an RNN 38 -> 48 ms, a
+        GAN 8.5 -> 10.0 ms, generate() 273 -> 455 ms), while GPU-bound ones did not move.
+        """
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []
         try:
             if self._cuda and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
             early = self._intervals(before)
-            self.result.unprofiled_before_ms = early[len(early) // 2:]
+            keep = max(min(3, len(early)), len(early) - len(early) // 2)
+            self.result.unprofiled_before_ms = early[len(early) - keep:]
             self.result.unprofiled_after_ms = self._intervals(after)
             self.result.generate = self._token_times(tokens)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
             self.result.notes.append(f"the unprofiled steps could not be timed ({type(exc).__name__})")
             return
-        after_ms = self.result.unprofiled_after_ms
-        self.result.unprofiled_step_ms = (after_ms if len(after_ms) >= MIN_CALIBRATION_SAMPLES
-                                          else self.result.unprofiled_before_ms + after_ms)
+        before_ms = self.result.unprofiled_before_ms
+        self.result.unprofiled_step_ms = (before_ms if len(before_ms) >= MIN_CALIBRATION_SAMPLES
+                                          else before_ms + self.result.unprofiled_after_ms)
         n = len(self.result.unprofiled_step_ms)
         if self.result.step_source and self.result.step_source != Source.TIME.value and n < MIN_CALIBRATION_SAMPLES:
             self.result.notes.append(
