@@ -193,7 +193,10 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
         row["steps_count"] = steps.get("count")
         row["profiled_step_ms"] = report.get("step_ms")
         row["unprofiled_step_ms"] = report.get("unprofiled_step_ms")
-        row["top_finding"] = findings[0].get("id") if findings else None
+        # an "info" finding saves next to nothing: a report whose findings are all info is healthy
+        actionable = [f for f in findings if f.get("severity") != "info"]
+        row["top_finding"] = actionable[0].get("id") if actionable else None
+        row["step_source"] = (report.get("steps") or {}).get("source")
         row["findings"] = [(f.get("id"), f.get("severity"), f.get("saving_ms")) for f in findings[:5]]
     else:
         row["unprofiled_step_ms"] = row["env_unprofiled_step_ms"]
@@ -217,25 +220,28 @@ def fmt(x: Any, nd: int = 2) -> str:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     head = (f"# gallery: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
             f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n")
-    header = ("| program | expected top finding | got | steps recorded | true step ms | unprofiled ms | profiled ms "
-              "| exit code (got/expected) | report written? |")
-    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    header = ("| program | expected top finding | got | steps recorded (what marked them) | iterations per true step "
+              "| true step ms | unprofiled ms | unprofiled / true | profiled ms | exit code (got/expected) | report written? |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         name = r["program"] + (" (public)" if r.get("public") else "")
         expected = ", ".join(r.get("expected_top_finding") or []) or "healthy"
         if r.get("status") != "ran":
-            lines.append(f"| {name} | {expected} | {r.get('status')} | | | | | | |")
+            lines.append(f"| {name} | {expected} | {r.get('status')} | | | | | | | | |")
             continue
         got = r.get("top_finding") if r.get("report_written") else "no report"
         if r.get("report_written") and got is None:
             got = "none"
         if r.get("report_written"):
             got = f"{got} {'ok' if r.get('finding_ok') else 'WRONG'}"
-        rec = f"{fmt(r.get('steps_recorded'))} ({r.get('steps_method') or '-'})"
+        rec = f"{fmt(r.get('steps_recorded'))} ({r.get('step_source') or r.get('steps_method') or '-'})"
+        true_ms, unprof = r.get("true_step_ms"), r.get("unprofiled_step_ms")
+        ratio = f"{unprof / true_ms:.2f}" if true_ms and unprof else "-"
+        per_step = r.get("iterations_per_step", "")
         ex = f"{r['doctor']['rc']}/{r['expected_exit_code']}" + ("" if r.get("exit_ok") else " WRONG")
-        lines.append(f"| {name} | {expected} | {got} | {rec} | {fmt(r.get('true_step_ms'))} "
-                     f"| {fmt(r.get('unprofiled_step_ms'))} | {fmt(r.get('profiled_step_ms'))} | {ex} "
+        lines.append(f"| {name} | {expected} | {got} | {rec} | {per_step} | {fmt(true_ms)} "
+                     f"| {fmt(unprof)} | {ratio} | {fmt(r.get('profiled_step_ms'))} | {ex} "
                      f"| {'yes' if r.get('report_written') else 'no'} |")
         msg = r["doctor"].get("message")
         if msg or not r.get("report_written") or not r.get("exit_ok"):

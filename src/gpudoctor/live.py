@@ -48,7 +48,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     if result.trace_path is not None:
         try:
             report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
-                                    model_state=result.model_state or None)
+                                    model_state=result.model_state or None, step_source=result.step_source)
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")

@@ -40,7 +40,7 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
 
 def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: dict | None = None,
+    model_state: dict | None = None, step_source: str = "",
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py)."""
@@ -52,7 +52,7 @@ def analyze_loaded(
             )
         return analyze_host_only(trace, unprofiled_step_ms)
     chosen = choose_ceilings(trace, gpu, ceilings)
-    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state)
+    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source)
     findings = run_rules(analysis)
     host_ms = host_step_ms(trace, analysis.steps)
     if unprofiled_step_ms:
@@ -80,7 +80,7 @@ def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> 
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
-    from gpudoctor.capture.bundle import model_state_of_run, unprofiled_step_of
+    from gpudoctor.capture.bundle import model_state_of_run, step_source_of, unprofiled_step_of
 
     return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path),
-                          model_state=model_state_of_run(path))
+                          model_state=model_state_of_run(path), step_source=step_source_of(path))

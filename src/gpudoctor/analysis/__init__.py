@@ -32,6 +32,7 @@ class Analysis:
     not_applicable: dict[str, str]
     warnings: tuple[str, ...]
     unprofiled_step_ms: float | None = None  # the same step timed outside the profiler
+    step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
 
     @property
     def step_ms(self) -> float:
@@ -39,7 +40,7 @@ class Analysis:
 
 
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
-                  model_state: dict | None = None) -> Analysis:
+                  model_state: dict | None = None, step_source: str = "") -> Analysis:
     steps = segment(trace)
     warnings: list[str] = []
     not_applicable: dict[str, str] = {}
@@ -62,6 +63,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         not_applicable=not_applicable,
         warnings=tuple(warnings),
         unprofiled_step_ms=unprofiled_step_ms,
+        step_source=step_source,
     )
     overhead = profiler_overhead_ms(trace, steps)
     dispatch = result.idle.ms("dispatch")

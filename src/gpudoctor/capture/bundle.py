@@ -172,6 +172,18 @@ def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return value
 
 
+def step_source_of(path: str | os.PathLike[str]) -> str:
+    """What marked the steps of a live capture (env.json's capture.step_source), "" elsewhere."""
+    env_file = env_file_of(Path(path))
+    if env_file is None:
+        return ""
+    try:
+        value = json.loads(env_file.read_text()).get("capture", {}).get("step_source")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
+
+
 def unprofiled_step_of(path: str | os.PathLike[str]) -> float | None:
     """The unprofiled step time recorded in a run directory's env.json (None elsewhere)."""
     env_file = env_file_of(Path(path))

@@ -1,9 +1,15 @@
 """per-sample-loop: a Python loop issues one matrix-vector product per sample / node.
 
 Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
-cores and pay a launch each. Detected as many identical, matrix-vector shaped (one side of 1) matmuls
-per step outside CUDA graphs; priced as the loop's span on the GPU timeline (kernels plus the
-idle between them) minus one batched GEMM of the same FLOPs.
+cores and pay a launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls
+per step, issued back to back (a few kernels apart), outside CUDA graphs; priced as the loop's span on the GPU timeline
+(kernels plus the idle between them) minus one batched GEMM of the same FLOPs.
+
+Not a per-sample loop: a layer with one output feature (a regression head's N = 1, called once per
+forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), and ``generate()``'s decode, whose tokens depend
+on each other and cannot be batched (a live capture whose steps are generate calls; its cost is the
+launch-bound finding's). Both were reported as critical per-sample loops on the H100 gallery
+(2026-11-25) before this check.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ ID = "per-sample-loop"
 MAX_VECTOR_DIM = 1
 MIN_REPEATS_PER_STEP = 16
 MIN_BATCHED_NS = 10_000
+MAX_KERNELS_BETWEEN = 8  # median kernels from one matrix-vector product of the loop to the next
 
 
 def loop_groups(a: Analysis) -> list[np.ndarray]:
@@ -43,10 +50,24 @@ def loop_groups(a: Analysis) -> list[np.ndarray]:
         if min(m, n) <= MAX_VECTOR_DIM:
             groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
     n_steps = max(len(a.steps), 1)
-    return [np.array(v) for v in groups.values() if len(v) / n_steps >= MIN_REPEATS_PER_STEP]
+    return [np.array(v) for v in groups.values()
+            if len(v) / n_steps >= MIN_REPEATS_PER_STEP and _back_to_back(a, np.array(v))]
+
+
+def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
+    """A loop over samples issues its matrix-vector products one after another, a few kernels
+    apart; the same product once per forward (a 1-wide head under LBFGS's 20 closure calls) has a
+    whole forward and backward between two of them."""
+    order = np.argsort(a.trace.device.ts, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    gaps = np.diff(np.sort(position[idx]))
+    return bool(gaps.size) and float(np.median(gaps)) <= MAX_KERNELS_BETWEEN
 
 
 def check(a: Analysis) -> Finding | None:
+    if a.step_source == "generate-call":
+        return None
     groups = loop_groups(a)
     if not groups:
         return None
