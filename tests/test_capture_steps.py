@@ -40,9 +40,26 @@ def test_the_first_optimizer_leads_and_others_are_not_steps() -> None:
     assert d.optimizer_step(1)
 
 
-def test_training_forwards_wait_for_an_optimizer_then_count() -> None:
-    d = StepDetector(patience=3)
-    assert [d.outer_forward(1, 10, training_like=True) for _ in range(5)] == [False, False, False, True, True]
+def test_training_forwards_with_no_backward_count_after_long_patience() -> None:
+    d = StepDetector(patience=1)
+    assert [d.outer_forward(1, 10, training_like=True) for _ in range(6)] == [False] * 4 + [True, True]
+
+
+def test_backward_calls_are_steps_when_no_optimizer_steps() -> None:
+    d = StepDetector(patience=2)
+    marks = []
+    for _ in range(4):
+        marks.append(d.outer_forward(1, 10, training_like=True))
+        marks.append(d.backward_call())
+    assert marks == [False, False, False, False, False, True, False, True] and d.source is Source.BACKWARD
+
+
+def test_an_unrolled_cell_waits_for_its_optimizer() -> None:
+    # an RNN cell called 64 times before each backward: 64 forwards are not 64 steps
+    d = StepDetector(patience=32)
+    forwards = [d.outer_forward(1, 10, training_like=True) for _ in range(64)]
+    assert not any(forwards) and not d.backward_call() and d.optimizer_step(9)
+    assert not any(d.outer_forward(1, 10, training_like=True) for _ in range(64))
 
 
 def test_the_root_is_the_module_with_the_most_parameters() -> None:
@@ -128,7 +145,7 @@ def test_two_optimizers_make_one_step(tmp_path: Path) -> None:
     assert s.result.step_source == "optimizer-step" and s.result.steps_seen == iterations == 9
 
 
-def test_a_training_loop_with_no_optimizer_counts_forwards_after_patience(tmp_path: Path) -> None:
+def test_a_training_loop_with_no_optimizer_steps_at_each_backward(tmp_path: Path) -> None:
     model = mlp()
     s = session(tmp_path, patience=5)
     n = 0
@@ -139,7 +156,7 @@ def test_a_training_loop_with_no_optimizer_counts_forwards_after_patience(tmp_pa
                 p -= 0.01 * p.grad
         n += 1
     s.close()
-    assert s.result.step_source == "module-forward" and n == 5 + 9
+    assert s.result.step_source == "backward-call" and n == 5 + 9
 
 
 def test_forwards_on_other_threads_are_not_steps(tmp_path: Path) -> None:
@@ -247,3 +264,33 @@ def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, 
     assert r.generate["decode_ms_per_token"] > 0
     assert GenerationMixin.__dict__["generate"].__name__ == "generate" and not hasattr(
         GenerationMixin.__dict__["generate"], "__wrapped__")
+
+
+def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) -> None:
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 400
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            import time
+
+            time.sleep(0.004)
+            return torch.randn(16)
+
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2, prefetch_factor=2)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = session(tmp_path, skip=8, steps=2, calibration=3)
+    yielded = 0
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+        yielded += 1
+        if s.done:
+            break
+    s.close()
+    r = s.result
+    # 2 workers x prefetch 2 = 4 batches of backlog at the start, and again after the window
+    assert s._loader_depth == 4
+    assert r.steps_seen == 8 + 1 + 2 + 4 + 4 and yielded == r.steps_seen
+    assert len(r.unprofiled_before_ms) == 3 and len(r.unprofiled_after_ms) == 3

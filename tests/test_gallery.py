@@ -108,3 +108,6 @@ def test_gallery_program(name: str, gallery: dict[str, Future]) -> None:
     # trace (CPU-only windows and partial windows included). Deliberately not xfail.
     assert (run_dir / "report.json").is_file(), (
         f"{name}: no report.json in {run_dir} (issue 14: a report every time a trace exists)" + _context(res))
+    # the steps were found in the program's own loop, by what marks one iteration of it
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["step_source"] == entry["step_source"], f"{name}: steps marked by {env['capture']}" + _context(res)

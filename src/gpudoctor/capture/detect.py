@@ -9,11 +9,14 @@ first:
    one step, not two; gradient accumulation's N forwards make one step; a closure's forward and
    backward run inside it).
 3. ``model.generate``: one outermost call is one step; its forwards are tokens.
-4. The outermost module's forward: the module with the most parameters among those called when
-   no other module is running (the model, not the loss function). A training-like forward (grad
-   enabled, module in train mode) waits ``patience`` calls for an optimizer step first, so a
-   gradient-accumulation loop is not cut at every micro-batch.
-5. A CUDA graph replay, for programs that replay a captured graph and call no module.
+4. The backward pass (``loss.backward()``), in a training loop that steps no torch.optim
+   optimizer (a hand-written update): after ``patience`` backward calls with no optimizer step,
+   so that gradient accumulation's micro-batches are not taken for steps.
+5. The outermost module's forward: the module with the most parameters among those called when
+   no other module is running (the model, not the loss function). Training-like forwards (grad
+   enabled, module in train mode) are steps only when no backward ever comes (4 x ``patience``
+   of them): an RNN cell called 64 times before one backward is not 64 steps.
+6. A CUDA graph replay, for programs that replay a captured graph and call no module.
 
 Before the window opens, a stronger source that appears replaces a weaker one (``epoch``
 counts the changes, so the session can restart its count); once the window opens the source
@@ -30,12 +33,14 @@ class Source(str, Enum):
     EXPLICIT = "gpudoctor-step"
     OPTIMIZER = "optimizer-step"
     GENERATE = "generate-call"
+    BACKWARD = "backward-call"
     FORWARD = "module-forward"
     GRAPH = "cuda-graph-replay"
     TIME = "time-window"
 
 
-_RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.FORWARD: 3, Source.GRAPH: 4}
+_RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.BACKWARD: 3, Source.FORWARD: 4,
+         Source.GRAPH: 5}
 
 
 @dataclass
@@ -51,6 +56,7 @@ class StepDetector:
     root_params: int = -1
     root_name: str = ""
     training_forwards: int = 0
+    backwards: int = 0
     optimizer_seen: bool = False
     generate_seen: bool = False
 
@@ -73,6 +79,12 @@ class StepDetector:
         self.generate_seen = True
         return self._adopt(Source.GENERATE)
 
+    def backward_call(self) -> bool:
+        self.backwards += 1
+        if self.optimizer_seen or self.backwards <= self.patience:
+            return False
+        return self._adopt(Source.BACKWARD)
+
     def outer_forward(self, key: int, params: int, training_like: bool, name: str = "") -> bool:
         """A module called with no other module running. ``params``: its parameter count."""
         if not self.locked and key != self.root and params > self.root_params:
@@ -83,7 +95,7 @@ class StepDetector:
             return False
         if training_like and not self.optimizer_seen and self.source is not Source.FORWARD:
             self.training_forwards += 1
-            if self.training_forwards <= self.patience:
+            if self.backwards or self.training_forwards <= 4 * self.patience:
                 return False
         return self._adopt(Source.FORWARD)
 

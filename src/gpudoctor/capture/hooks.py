@@ -68,6 +68,8 @@ class Listener:
     def generate_end(self) -> None: ...
     def graph_replay(self) -> None: ...
     def safe_point(self) -> None: ...
+    def batch(self, iterator: Any) -> None: ...
+    def backward_call(self) -> None: ...
     def foreign_profiler(self, profiler: Any, starting: bool) -> None: ...
     def foreign_export(self, profiler: Any, path: str) -> None: ...
 
@@ -104,6 +106,7 @@ class Hooks:
         self._global = True
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING)
         self._patch(self.torch.cuda.CUDAGraph, "replay", self._wrap_replay)
+        self._patch(self.torch.autograd, "backward", self._wrap_backward)
         from torch.utils.data import dataloader
 
         self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
@@ -233,6 +236,18 @@ class Hooks:
 
         return export_chrome_trace
 
+    def _wrap_backward(self, original: Any) -> Any:
+        hooks = self
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if hooks._ours():
+                hooks.listener.backward_call()
+                hooks.listener.safe_point()
+            return original(*args, **kwargs)
+
+        return backward
+
     def _wrap_next(self, original: Any) -> Any:
         hooks = self
 
@@ -240,6 +255,7 @@ class Hooks:
         def next_batch(iterator: Any) -> Any:
             if hooks._ours():
                 hooks.listener.safe_point()
+                hooks.listener.batch(iterator)
             return original(iterator)
 
         return next_batch

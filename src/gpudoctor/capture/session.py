@@ -131,6 +131,9 @@ class CaptureSession(Listener):
         self._hooks: Hooks | None = None
         self._root_ref: weakref.ref[Any] | None = None
         self._foreign: Any = None  # the program's own profiler, once it stopped
+        self._loader_depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
+        self._loader_backlog = False  # the current iterator still serves its start-up backlog
+        self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
         self._prof: Any = None
         self._timed_window = False
         self._iterations = 0
@@ -245,9 +248,25 @@ class CaptureSession(Listener):
             self._tokens[-1].append(self._stamp())
             self._tokens[-1].append(None)  # closed: start, forwards..., end, None
 
+    def backward_call(self) -> None:
+        if self.phase is not Phase.DONE and self.detector.backward_call():
+            self._boundary()
+
     def graph_replay(self) -> None:
         if self.phase is not Phase.DONE and self.detector.graph_replay():
             self._boundary()
+
+    def batch(self, iterator: Any) -> None:
+        """A DataLoader batch is about to be fetched. Worker processes fill a queue of
+        ``num_workers x prefetch_factor`` batches ahead of the loop while the program starts (and
+        again while the profiler exports its trace): steps served from that backlog are faster
+        than the loader can sustain, so they are not timed as unprofiled steps."""
+        depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(getattr(iterator, "_prefetch_factor", 0) or 0)
+        if depth <= 0:
+            return
+        self._loader_depth = max(self._loader_depth, depth)
+        yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
+        self._loader_backlog = yielded < depth
 
     def foreign_profiler(self, profiler: Any, starting: bool) -> None:
         """The program starts or stops a torch.profiler of its own."""
@@ -330,6 +349,8 @@ class CaptureSession(Listener):
         self.result.steps_seen += 1
         cfg = self.config
         if self.phase is Phase.BEFORE:
+            if self._loader_backlog and self._before:
+                self._before = []  # the steps so far ate the loader's start-up backlog: not timed
             self._before.append(self._stamp())
             if self._count == 2:
                 self._narrow_hooks()  # the source has repeated: discovery is over
@@ -342,9 +363,13 @@ class CaptureSession(Listener):
             if self.result.steps_recorded >= cfg.steps:
                 self._finish_window()
                 self.phase = Phase.AFTER
+                self._after_backlog = self._loader_depth
                 if cfg.calibration_steps == 0:
                     self._complete()
         elif self.phase is Phase.AFTER:
+            if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
+                self._after_backlog -= 1
+                return
             self._after.append(self._stamp())
             if len(self._after) > cfg.calibration_steps:
                 self._complete()

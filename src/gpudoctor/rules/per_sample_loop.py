@@ -6,7 +6,8 @@ per step, issued back to back (a few kernels apart), outside CUDA graphs; priced
 (kernels plus the idle between them) minus one batched GEMM of the same FLOPs.
 
 Not a per-sample loop: a layer with one output feature (a regression head's N = 1, called once per
-forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), and ``generate()``'s decode, whose tokens depend
+forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), dot
+products (L-BFGS's two-loop recursion: 212 ``aten::dot`` a step on the H100 gallery), and ``generate()``'s decode, whose tokens depend
 on each other and cannot be batched (a live capture whose steps are generate calls; its cost is the
 launch-bound finding's). Both were reported as critical per-sample loops on the H100 gallery
 (2026-11-25) before this check.
@@ -47,7 +48,9 @@ def loop_groups(a: Analysis) -> list[np.ndarray]:
         if cost is None or cost.gemm_shape is None:
             continue
         _b, m, n, _k = cost.gemm_shape
-        if min(m, n) <= MAX_VECTOR_DIM:
+        # a matrix-vector product (one side 1, the other wide); a dot product (both 1) is a
+        # reduction: L-BFGS's two-loop recursion issues ~200 a step, one after another
+        if min(m, n) <= MAX_VECTOR_DIM < max(m, n):
             groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
     n_steps = max(len(a.steps), 1)
     return [np.array(v) for v in groups.values()
