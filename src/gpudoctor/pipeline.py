@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -63,7 +64,10 @@ def analyze_loaded(
         findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)
     else:
         findings = floor_at_host_time(findings, analysis.step_ms, host_ms)
-    return build_report(analysis, findings)
+    report = build_report(analysis, findings)
+    if step_source:  # what marked the steps of a live capture (env.json)
+        report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
+    return report
 
 
 def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:
