@@ -67,9 +67,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
     """What only the live capture knows: what marked the steps, per-token generate() timing, and
     its notes (thin calibration, a window cut short)."""
-    steps = dict(report.steps)
-    if result.step_source:
-        steps["source"] = result.step_source
+    steps = dict(report.steps)  # steps["source"]: set by analyze_loaded from step_source
     if result.root_module:
         steps["root_module"] = result.root_module
     if result.generate:

@@ -44,14 +44,24 @@ def analyze_loaded(
     model_state: dict | None = None, step_source: str = "",
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
-    re-prices host-side findings for the program as it really runs (rules/calibrate.py)."""
+    re-prices host-side findings for the program as it really runs (rules/calibrate.py);
+    ``step_source`` (what marked a live capture's steps) is named in ``report.steps``."""
     if len(trace.device) == 0:
         if len(trace.host) == 0:
             raise EmptyTraceError(
                 f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window in which "
                 "the program runs (torch.profiler.profile around a few steps, or gpudoctor run)"
             )
-        return analyze_host_only(trace, unprofiled_step_ms)
+        report = analyze_host_only(trace, unprofiled_step_ms)
+    else:
+        report = _analyze_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source)
+    if step_source:
+        report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
+    return report
+
+
+def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
+                 model_state: dict | None, step_source: str) -> Report:
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source)
     findings = run_rules(analysis)
@@ -64,10 +74,7 @@ def analyze_loaded(
         findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)
     else:
         findings = floor_at_host_time(findings, analysis.step_ms, host_ms)
-    report = build_report(analysis, findings)
-    if step_source:  # what marked the steps of a live capture (env.json)
-        report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
-    return report
+    return build_report(analysis, findings)
 
 
 def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:

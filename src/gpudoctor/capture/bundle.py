@@ -122,7 +122,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "stack": config.stack,
         "step_source": result.step_source or None,
         "root_module": result.root_module or None,
-        "training_forwards_without_optimizer": getattr(result, "training_forwards", 0),
+        "training_forwards_without_optimizer": result.training_forwards,
         "steps_seen": result.steps_seen,
         "steps_recorded": result.steps_recorded,
         "window_opened_at_step": result.window_opened_at_step,
@@ -157,15 +157,20 @@ def env_file_of(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The optimizer's parameter/gradient/state bytes recorded in a run directory's env.json."""
+def _capture_field(path: str | os.PathLike[str], key: str) -> Any:
+    """One field of the ``capture`` section of the env.json beside a trace or in a run directory."""
     env_file = env_file_of(Path(path))
     if env_file is None:
         return None
     try:
-        value = json.loads(env_file.read_text()).get("capture", {}).get("model_state")
+        return json.loads(env_file.read_text()).get("capture", {}).get(key)
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The optimizer's parameter/gradient/state bytes recorded in a run directory's env.json."""
+    value = _capture_field(path, "model_state")
     keys = ("params", "param_bytes", "grad_bytes", "state_bytes")
     if not isinstance(value, dict) or not all(isinstance(value.get(k), int) and value[k] >= 0 for k in keys):
         return None
@@ -174,23 +179,11 @@ def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def step_source_of(path: str | os.PathLike[str]) -> str:
     """What marked the steps of a live capture (env.json's capture.step_source), "" elsewhere."""
-    env_file = env_file_of(Path(path))
-    if env_file is None:
-        return ""
-    try:
-        value = json.loads(env_file.read_text()).get("capture", {}).get("step_source")
-    except (OSError, ValueError, AttributeError):
-        return ""
+    value = _capture_field(path, "step_source")
     return value if isinstance(value, str) else ""
 
 
 def unprofiled_step_of(path: str | os.PathLike[str]) -> float | None:
     """The unprofiled step time recorded in a run directory's env.json (None elsewhere)."""
-    env_file = env_file_of(Path(path))
-    if env_file is None:
-        return None
-    try:
-        value = json.loads(env_file.read_text()).get("capture", {}).get("unprofiled_step_ms")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = _capture_field(path, "unprofiled_step_ms")
     return float(value) if isinstance(value, (int, float)) and value > 0 else None

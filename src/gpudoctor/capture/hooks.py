@@ -105,11 +105,12 @@ class Hooks:
         _CURRENT.append(self)
         self._global = True
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING)
-        self._patch(self.torch.cuda.CUDAGraph, "replay", self._wrap_replay)
-        self._patch(self.torch.autograd, "backward", self._wrap_backward)
+        listener = self.listener
+        self._patch(self.torch.cuda.CUDAGraph, "replay", self._before(listener.graph_replay))
+        self._patch(self.torch.autograd, "backward", self._before(listener.backward_call))
         from torch.utils.data import dataloader
 
-        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._before(listener.batch, with_self=True))
         from torch.profiler import profiler as torch_profiler
 
         kineto = torch_profiler._KinetoProfile
@@ -194,17 +195,23 @@ class Hooks:
         setattr(owner, name, make(original))
         self._patches.append((owner, name, original))
 
-    def _wrap_replay(self, original: Any) -> Any:
+    def _before(self, event: Callable[..., None], with_self: bool = False) -> Callable[[Any], Any]:
+        """A wrapper maker: on the program's own thread, tell the listener ``event`` (given the
+        call's first argument when ``with_self``) and that this is a safe point, then run the
+        original method or function."""
         hooks = self
 
-        @functools.wraps(original)
-        def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            if hooks._ours():
-                hooks.listener.graph_replay()
-                hooks.listener.safe_point()
-            return original(graph, *args, **kwargs)
+        def make(original: Any) -> Any:
+            @functools.wraps(original)
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if hooks._ours():
+                    event(args[0]) if with_self else event()
+                    hooks.listener.safe_point()
+                return original(*args, **kwargs)
 
-        return replay
+            return wrapped
+
+        return make
 
     def _wrap_profiler(self, original: Any, starting: bool) -> Any:
         """The program's own torch.profiler: told before it starts (our window must close first:
@@ -235,30 +242,6 @@ class Hooks:
             return result
 
         return export_chrome_trace
-
-    def _wrap_backward(self, original: Any) -> Any:
-        hooks = self
-
-        @functools.wraps(original)
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            if hooks._ours():
-                hooks.listener.backward_call()
-                hooks.listener.safe_point()
-            return original(*args, **kwargs)
-
-        return backward
-
-    def _wrap_next(self, original: Any) -> Any:
-        hooks = self
-
-        @functools.wraps(original)
-        def next_batch(iterator: Any) -> Any:
-            if hooks._ours():
-                hooks.listener.safe_point()
-                hooks.listener.batch(iterator)
-            return original(iterator)
-
-        return next_batch
 
     def _wrap_generate(self, original: Any) -> Any:
         hooks = self

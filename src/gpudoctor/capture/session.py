@@ -123,7 +123,6 @@ class CaptureSession(Listener):
         self.result = CaptureResult()
         self.detector = StepDetector(patience=config.patience)
         self.phase = Phase.BEFORE
-        self.explicit_steps = False  # step() was called: the program marks its own steps
         self.on_window_done: Callable[[], None] | None = None  # e.g. stop the program
         self.conflict = ""  # why the window could not open (the program's own profiler)
         self._torch: Any = None
@@ -199,7 +198,6 @@ class CaptureSession(Listener):
 
     def step(self) -> None:
         """An explicit boundary: gpudoctor.step(), doc.step() or a framework callback."""
-        self.explicit_steps = True
         if self.detector.explicit():
             self._boundary()
 
@@ -289,8 +287,7 @@ class CaptureSession(Listener):
             return
         import shutil
 
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+        raw = self._trace_file()
         try:
             if path.endswith(".gz"):
                 shutil.copyfile(path, raw.with_suffix(".json.gz"))
@@ -314,8 +311,7 @@ class CaptureSession(Listener):
         profiler, self._foreign = self._foreign, None
         if profiler is None or self.phase is not Phase.BORROW:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+        raw = self._trace_file()
         try:
             profiler.export_chrome_trace(str(raw))
         except Exception as exc:  # noqa: BLE001 - its profiler, its state: say so and step aside
@@ -465,6 +461,12 @@ class CaptureSession(Listener):
         if marker is not None:
             marker.__exit__(None, None, None)
 
+    def _trace_file(self) -> Path:
+        """Where the window's trace is written (gzipped next to it): ``trace.json``, or
+        ``trace.rank3.json`` in a distributed job."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+
     def _finish_window(self, error: str = "") -> None:
         self._close_iteration()
         prof, self._prof = self._prof, None
@@ -477,8 +479,7 @@ class CaptureSession(Listener):
                 self._sampler = None
         if error:
             self.result.error = error
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        raw = self.out_dir / f"trace{rank_suffix(self.rank)}.json"
+        raw = self._trace_file()
         prof.export_chrome_trace(str(raw))
         self.result.trace_path = _gzip(raw)
 
