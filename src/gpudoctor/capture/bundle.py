@@ -24,14 +24,25 @@ ENV_SCHEMA = "1.0"
 
 
 def global_rank() -> int | None:
-    """This process's global rank in a distributed job (torchrun, accelerate, Lightning, SLURM), else None."""
+    """This process's global rank in a distributed job, else None: torch.distributed once the
+    program initialized it, else the launcher's variables (torchrun, accelerate, Lightning, SLURM)."""
+    dist = sys.modules.get("torch.distributed")  # never imported here: only asked if the program did
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return distributed_rank(dist.get_rank(), dist.get_world_size())
+    except RuntimeError:
+        pass
     for var in ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
         value = os.environ.get(var, "")
         if value.isdigit():
             world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", ""))
-            if var != "RANK" or not world.isdigit() or int(world) > 1 or int(value) > 0:
-                return int(value)
+            return distributed_rank(int(value), int(world) if world.isdigit() else None)
     return None
+
+
+def distributed_rank(rank: int, world_size: int | None) -> int | None:
+    """``rank`` in a distributed job (world size above 1, or a rank above 0), else None."""
+    return int(rank) if (world_size or 0) > 1 or rank > 0 else None
 
 
 def rank_suffix(rank: int | None) -> str:

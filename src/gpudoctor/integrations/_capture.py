@@ -30,26 +30,6 @@ def missing(framework: str, package: str) -> InputError:
                       f"pip install {package}")
 
 
-def env_rank() -> int | None:
-    """The global rank from torch.distributed or the launcher's RANK / WORLD_SIZE; None for one process."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return distributed_rank(dist.get_rank(), dist.get_world_size())
-    except (ImportError, RuntimeError):
-        pass
-    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
-    if not rank.isdigit():
-        return None
-    return distributed_rank(int(rank), int(world) if world.isdigit() else None)
-
-
-def distributed_rank(rank: int, world_size: int | None) -> int | None:
-    """``rank`` in a distributed job (world size above 1, or a rank above 0), else None."""
-    return int(rank) if (world_size or 0) > 1 or rank > 0 else None
-
-
 class RunCapture:
     """A capture session, its run directory and, once finished, its report."""
 

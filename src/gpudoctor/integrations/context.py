@@ -12,7 +12,8 @@ import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, distributed_rank, env_rank
+from gpudoctor.capture.bundle import distributed_rank, global_rank
+from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture
 
 if TYPE_CHECKING:
     from gpudoctor.report.model import Report
@@ -73,4 +74,4 @@ def rank_of(accelerator: Any = None) -> int | None:
     """The global rank of this process in a distributed job, None for a single process."""
     if accelerator is not None and hasattr(accelerator, "process_index"):
         return distributed_rank(int(accelerator.process_index), int(getattr(accelerator, "num_processes", 1)))
-    return env_rank()
+    return global_rank()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, distributed_rank, missing
+from gpudoctor.capture.bundle import distributed_rank
+from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, missing
 
 if TYPE_CHECKING:
     from gpudoctor.report.model import Report
