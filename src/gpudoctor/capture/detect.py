@@ -85,12 +85,17 @@ class StepDetector:
             return False
         return self._adopt(Source.BACKWARD)
 
-    def outer_forward(self, key: int, params: int, training_like: bool, name: str = "") -> bool:
-        """A module called with no other module running. ``params``: its parameter count."""
+    def see_module(self, key: int, params: int, name: str = "") -> None:
+        """A module called with no other module running (a step candidate, or a generate()
+        token): the outermost module is the one with the most parameters."""
         if not self.locked and key != self.root and params > self.root_params:
             self.root, self.root_params, self.root_name = key, params, name
             if self.source is Source.FORWARD:
                 self.epoch += 1  # a bigger model: restart the count on it
+
+    def outer_forward(self, key: int, params: int, training_like: bool, name: str = "") -> bool:
+        """A module called with no other module running. ``params``: its parameter count."""
+        self.see_module(key, params, name)
         if key != self.root:
             return False
         if training_like and not self.optimizer_seen and self.source is not Source.FORWARD:

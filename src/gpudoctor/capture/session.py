@@ -216,11 +216,7 @@ class CaptureSession(Listener):
         training_like = bool(torch.is_grad_enabled() and getattr(module, "training", False))
         params = self._hooks.parameter_count(module)
         boundary = self.detector.outer_forward(id(module), params, training_like, type(module).__name__)
-        if self.detector.root == id(module) and self._root_module() is not module:
-            try:
-                self._root_ref = weakref.ref(module)
-            except TypeError:
-                self._root_ref = None
+        self._keep_root(module)
         if boundary:
             self._boundary()
         elif self._timed_window and self.detector.root == id(module):
@@ -237,7 +233,19 @@ class CaptureSession(Listener):
             self._tokens.append([self._stamp()])
             del self._tokens[:-_TOKEN_CALLS_KEPT]
 
-    def token_forward(self) -> None:
+    def _keep_root(self, module: Any) -> None:
+        """Hold the outermost module (weakly) once the detector chose it: the hooks narrow to it."""
+        if self.detector.root == id(module) and self._root_module() is not module:
+            try:
+                self._root_ref = weakref.ref(module)
+            except TypeError:
+                self._root_ref = None
+
+    def token_forward(self, module: Any) -> None:
+        """A forward inside generate(): a token; the model is the outermost module all the same."""
+        if self._hooks is not None and self.phase is not Phase.DONE:
+            self.detector.see_module(id(module), self._hooks.parameter_count(module), type(module).__name__)
+            self._keep_root(module)
         if self._tokens and self.phase in (Phase.BEFORE, Phase.AFTER):
             self._tokens[-1].append(self._stamp())
 
