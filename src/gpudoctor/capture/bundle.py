@@ -34,9 +34,9 @@ def global_rank() -> int | None:
         pass
     for var in ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
         value = os.environ.get(var, "")
-        if value.isdigit():
+        if value.isdecimal():  # not isdigit(): '²' is a digit that int() refuses
             world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", ""))
-            return distributed_rank(int(value), int(world) if world.isdigit() else None)
+            return distributed_rank(int(value), int(world) if world.isdecimal() else None)
     return None
 
 

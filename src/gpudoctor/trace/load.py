@@ -370,7 +370,8 @@ def _gather(values: np.ndarray, index: np.ndarray) -> np.ndarray:
 def _as_int(value: int | str) -> int:
     if isinstance(value, int):
         return value
-    digits = "".join(ch for ch in value if ch.isdigit())
+    # ASCII digits only: str.isdigit() also admits '²', which int() refuses (found by the fuzz test)
+    digits = "".join(ch for ch in value if "0" <= ch <= "9")
     return int(digits) if digits else -1
 
 
