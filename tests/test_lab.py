@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudoctor.lab.registry import TRAP_IDS, load_traps
+import pytest
+
+from gpudoctor.lab.catalog import EXPECTED
+from gpudoctor.lab.registry import TRAP_IDS, load_baselines, load_trap, load_traps
 from gpudoctor.rules.registry import RULES
 
 SRC = Path(__file__).parent.parent / "src"
@@ -23,7 +26,12 @@ def gd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_every_required_finding_has_a_trap() -> None:
     planted = {t.expected_finding for t in load_traps()}
     assert planted == set(RULES)
-    assert len(TRAP_IDS) == 14
+    assert len(TRAP_IDS) == 16
+
+
+def test_the_catalog_names_the_finding_each_trap_plants() -> None:
+    assert {t.id: t.expected_finding for t in load_traps()} == EXPECTED
+    assert EXPECTED["tf32_matmul"] == EXPECTED["fp32_attention"] == "fp32-matmul"
 
 
 def test_lab_list_json(tmp_path: Path) -> None:
@@ -31,8 +39,61 @@ def test_lab_list_json(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     entries = json.loads(out.stdout)
     traps = {e["name"]: e["expected_finding"] for e in entries if e["kind"] == "trap"}
-    assert traps["host_sync"] == "host-sync" and len(traps) == 14
-    assert {e["name"] for e in entries if e["kind"] == "baseline"} == {"healthy_train", "healthy_infer"}
+    assert traps["host_sync"] == "host-sync" and len(traps) == 16
+    assert traps["tf32_matmul"] == traps["fp32_attention"] == "fp32-matmul"
+    assert {e["name"] for e in entries if e["kind"] == "baseline"} == {"healthy_train", "healthy_infer",
+                                                                        "healthy_closure"}
+
+
+@pytest.mark.parametrize("trap_id", ["tf32_matmul", "fp32_attention"])
+def test_tf32_traps_run_on_the_cpu_and_leave_the_matmul_precision_alone(trap_id: str) -> None:
+    import torch
+
+    trap = load_trap(trap_id)
+    before = torch.get_float32_matmul_precision()
+    for build in (trap.build_sick, trap.build_fixed):
+        work = build("cpu")
+        try:
+            work.step()
+            work.step()
+        finally:
+            work.close()
+        assert work.flops_per_step and work.flops_per_step > 0
+        assert torch.get_float32_matmul_precision() == before  # set for the step only
+
+
+def test_matmul_precision_is_restored_when_the_step_raises() -> None:
+    import torch
+
+    from gpudoctor.lab.common import matmul_precision
+
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(RuntimeError), matmul_precision("high" if before != "high" else "medium"):
+        assert torch.get_float32_matmul_precision() != before
+        raise RuntimeError("step failed")
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_healthy_closure_steps_the_optimizer_through_a_closure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    [base] = [b for b in load_baselines() if b.id == "healthy_closure"]
+    work = base.build("cpu")
+    losses: list[float] = []
+    original = torch.optim.AdamW.step
+
+    def step(self, closure=None):  # the baseline hands zero_grad, forward and backward to step()
+        assert closure is not None
+        loss = original(self, closure)
+        losses.append(float(loss))
+        return loss
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    try:
+        work.step()
+    finally:
+        work.close()
+    assert len(losses) == 1 and losses[0] > 0
 
 
 def test_lab_smoke_run_on_the_cpu(tmp_path: Path) -> None:

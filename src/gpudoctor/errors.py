@@ -31,6 +31,11 @@ class EmptyTraceError(NoGpuActivityError):
     """A trace file parses but holds no host or GPU events: there is nothing to report on."""
 
 
+class IncompleteTraceError(InputError):
+    """A trace parses but lacks what every analysis needs (host events, GPU time, one clock):
+    nothing sound can be reported (trace/capabilities.py)."""
+
+
 class UnknownGpuError(InputError):
     """A GPU name matches no row of the datasheet table and no ceilings file was given."""
 

@@ -22,7 +22,7 @@ from gpudoctor.capture.bundle import (
 )
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
-from gpudoctor.errors import GpuDoctorError, NoGpuActivityError
+from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
 from gpudoctor.report.model import Report
 
 DEFAULT_BASE = Path("gpudoctor-runs")
@@ -52,6 +52,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")
+        except IncompleteTraceError as exc:  # the window holds nothing sound to report (its message names the file)
+            note = f"the recorded window cannot be diagnosed: {exc}"
     if report is not None:
         report = _with_capture_facts(report, result)
     env["capture"] = capture_facts(result, config, report.step_ms if report else None)

@@ -15,6 +15,7 @@ from gpudoctor.analysis.observer import (
 from gpudoctor.analysis.roofline import RooflineResult, roofline
 from gpudoctor.analysis.steps import Steps, describe, segment
 from gpudoctor.hardware.ceilings import Ceilings
+from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
 
 
@@ -47,8 +48,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     note = describe(steps)
     if note:
         warnings.append(note)
-    if trace.skipped_events:
-        warnings.append(f"{trace.skipped_events} malformed events were skipped")
+    warnings.extend(trace_notes(trace))
     mem = memory(trace, steps, model_state)
     if not mem.applicable:
         not_applicable["memory"] = mem.reason

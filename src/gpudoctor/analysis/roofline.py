@@ -1,14 +1,27 @@
 """Roofline placement of every kernel and op against the ceilings, and the step's MFU.
 
-Per device event: its share of the launching op's FLOPs and minimum bytes (split by duration
-when an op launched several kernels). Per kernel name and per op name: achieved FLOP/s and
-B/s, arithmetic intensity, the roof it sits under (tensor cores for its dtype, CUDA-core fp32
-FMA for SIMT GEMMs, the vector rate for everything else), its efficiency against
-min(roof, bandwidth x intensity), and what bounds it:
+Per device event: its share of the launching op's FLOPs and minimum bytes (analysis/opcost.py:
+lower bounds of the work). An op that launched several kernels splits its cost by duration; a
+GEMM, attention or convolution gives all of it to its matrix kernels (the split-K reduction, the
+layout transform or the memset beside them did other work, of unknown size, and stays unplaced).
+Per kernel name and per op name: achieved FLOP/s and B/s, arithmetic intensity, the roof it sits
+under (tensor cores for its dtype, CUDA-core fp32 FMA for SIMT GEMMs, the vector rate for
+everything else), its efficiency against min(roof, bandwidth x intensity), and what bounds it:
 
     latency  kernels averaging under 10 us at under 20% of their attainable rate
     memory   intensity below the ridge point (roof / bandwidth)
     compute  intensity above it
+    unknown  no event of it placed
+
+Nothing is drawn above its roof. The cost model only undercounts, so an event that still beats its
+roof by more than ROOF_TOLERANCE did not run against that roof: a small working set served from L2
+(data the previous kernel left there, writes absorbed by the write-back cache) moves faster than
+HBM allows, and an input passed twice (x * x, addcmul_(v, g, g)) is read once, which recorded
+shapes cannot tell. Such events are left unplaced (``event_placed`` False) rather than drawn
+against a roof they did not run under. Not against an L2 roof either: the datasheet ceilings have
+none, and a measured L2 rate would not be the roof either, as which share of the traffic came from
+L2 and which from HBM is not in the trace. ``over_roof_fraction`` says how much kernel time that
+was. NCCL kernels are never placed: the links bound them, and neither roof is drawn for them.
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.breakdown import durations_in_steps
-from gpudoctor.analysis.opcost import OpCost, op_cost
+from gpudoctor.analysis.opcost import OpCost, element_type_of_kernel, op_cost
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.kernels import Kind
@@ -26,8 +39,12 @@ from gpudoctor.trace.model import Trace
 
 LATENCY_KERNEL_NS = 10_000
 LATENCY_EFFICIENCY = 0.2
+# an event placed above its roof by more than this is left unplaced (module docstring): room for
+# a measured ceiling a little under what a kernel reaches, not for a cost model that overcounts
+ROOF_TOLERANCE = 1.1
 _MATRIX = (Kind.GEMM_TC, Kind.GEMM_SIMT, Kind.ATTENTION, Kind.CONV)
 DTYPES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "fp64", "int8")
+_NO_ROOF = (Kind.NCCL,)  # bound by the links, not by HBM or the SMs: never placed
 
 
 @dataclass(frozen=True)
@@ -39,14 +56,14 @@ class Placement:
     dtype: str
     count_per_step: float
     time_ms_per_step: float
-    flops: float  # per step
-    bytes: float  # per step
-    achieved_flops: float  # FLOP/s
+    flops: float  # per step, of its placed events
+    bytes: float  # per step, of its placed events
+    achieved_flops: float  # FLOP/s over the time of its placed events
     achieved_bytes_per_s: float
     intensity: float  # FLOP/byte (0 when bytes unknown)
-    roof_flops: float
+    roof_flops: float  # its events' roofs, FLOP-weighted (harmonic) where they differ
     attainable_flops: float
-    efficiency: float  # 0..1 (against attainable; bandwidth efficiency when no FLOPs)
+    efficiency: float  # 0..ROOF_TOLERANCE: against attainable (bandwidth efficiency when no FLOPs)
     bound: str  # latency | memory | compute | unknown
 
 
@@ -56,13 +73,15 @@ class RooflineResult:
     ops: tuple[Placement, ...]
     model_flops_per_step: float  # matrix / attention / conv FLOPs
     mfu: float  # model FLOPs / (step time x 16-bit matrix roof)
-    placed_fraction: float  # share of kernel time with known FLOPs or bytes
+    placed_fraction: float  # share of kernel time placed on the roofline
     # per device event (aligned with trace.device)
-    event_flops: np.ndarray
+    event_flops: np.ndarray  # the cost model's share (also of events left unplaced as over their roof)
     event_bytes: np.ndarray
     event_dtype: np.ndarray  # index into DTYPES
     event_in_steps_ns: np.ndarray
     op_costs: dict[int, OpCost]  # host op index -> cost
+    event_placed: np.ndarray  # bool: on the roofline (a known cost, not over its roof)
+    over_roof_fraction: float  # share of kernel time with a known cost, left unplaced above its roof
 
 
 def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
@@ -72,45 +91,62 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
     costs = _op_costs(trace, np.unique(dev.op[dev.op >= 0]))
     flops, nbytes, dtype = _event_shares(trace, costs)
     dtype = _tf32_where_tensor_cores(dev.kind, dtype, trace)
+    roofs = _event_roofs(dev.kind, dtype, ceilings)
+    known = (flops > 0) | (nbytes > 0)
+    placed = known & ~_over_roof(flops, nbytes, dev.dur, roofs, ceilings)
     weight = np.divide(in_steps, dev.dur, out=np.zeros(len(dev)), where=dev.dur > 0)
-    f_in, b_in = flops * weight, nbytes * weight
-    kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, dtype, ceilings, n_steps)
+    f_in, b_in = np.where(placed, flops * weight, 0.0), np.where(placed, nbytes * weight, 0.0)
+    kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
     op_names = np.where(dev.op >= 0, trace.host.name[np.maximum(dev.op, 0)], -1)
-    ops = _aggregate(trace, op_names, f_in, b_in, in_steps, dtype, ceilings, n_steps)
+    ops = _aggregate(trace, op_names, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
     matrix = np.isin(dev.kind, [int(k) for k in _MATRIX])
-    model_flops = float(f_in[matrix].sum()) / n_steps
+    model_flops = float((flops * weight)[matrix].sum()) / n_steps
     step_s = steps.total_ns / 1e9 / n_steps
     mfu = model_flops / (step_s * ceilings.best_matrix_flops) if step_s > 0 else 0.0
-    placed = in_steps[(f_in > 0) | (b_in > 0)].sum() / max(in_steps.sum(), 1)
+    total = max(in_steps.sum(), 1)
     return RooflineResult(
         kernels=kernels,
         ops=ops,
         model_flops_per_step=model_flops,
         mfu=mfu,
-        placed_fraction=float(placed),
+        placed_fraction=float(in_steps[placed].sum() / total),
         event_flops=flops,
         event_bytes=nbytes,
         event_dtype=dtype,
         event_in_steps_ns=in_steps,
         op_costs=costs,
+        event_placed=placed,
+        over_roof_fraction=float(in_steps[known & ~placed].sum() / total),
     )
 
 
 def _op_costs(trace: Trace, ops: np.ndarray) -> dict[int, OpCost]:
-    """Cost of each op; ops repeated step after step with the same shapes are costed once."""
-    host = trace.host
+    """Cost of each op; ops repeated step after step with the same arguments are costed once."""
+    host, dev = trace.host, trace.device
     args = trace.op_args(ops.tolist())
-    cache: dict[tuple[int, bytes, bytes, float], OpCost] = {}
+    # the profiler records no dtype for a TensorList's tensors: the op's first kernel names it
+    kernel_of: dict[int, int] = {}
+    if len(dev):
+        launched = np.flatnonzero((dev.op >= 0) & (dev.cat == 0))
+        first_ops, first = np.unique(dev.op[launched], return_index=True)
+        kernel_of = dict(zip(first_ops.tolist(), dev.name[launched[first]].tolist()))
+    cache: dict[tuple[int, bytes, bytes, bytes, bytes, float, str], OpCost] = {}
     costs: dict[int, OpCost] = {}
     for i, a in args.items():
         dims = bytes(a.input_dims) if a is not None else b""
         types = bytes(a.input_type) if a is not None else b""
+        strides = bytes(a.input_strides) if a is not None else b""
+        concrete = bytes(a.concrete_inputs) if a is not None else b""
         flops = a.flops if a is not None and a.flops is not None else -1.0
-        key = (int(host.name[i]), dims, types, flops)
+        list_type = ""
+        if b"TensorList" in types and i in kernel_of:
+            list_type = element_type_of_kernel(trace.strings[kernel_of[i]])
+        key = (int(host.name[i]), dims, types, strides, concrete, flops, list_type)
         cost = cache.get(key)
         if cost is None:
             cost = op_cost(trace.strings[key[0]], trace.input_dims(i), trace.input_types(i),
-                           np.nan if flops < 0 else flops)
+                           np.nan if flops < 0 else flops, trace.input_strides(i), trace.concrete_inputs(i),
+                           list_type)
             cache[key] = cost
         costs[i] = cost
     return costs
@@ -122,18 +158,43 @@ def _event_shares(trace: Trace, costs: dict[int, OpCost]) -> tuple[np.ndarray, n
     op_flops = np.zeros(n_host + 1)
     op_bytes = np.zeros(n_host + 1)
     op_dtype = np.zeros(n_host + 1, np.int8)
+    op_matrix = np.zeros(n_host + 1, bool)
     for i, cost in costs.items():
         op_flops[i], op_bytes[i] = cost.flops, cost.bytes
         op_dtype[i] = DTYPES.index(cost.dtype) if cost.dtype in DTYPES else 0
+        op_matrix[i] = cost.matrix
     op = np.where(dev.op >= 0, dev.op, n_host)
     dur = dev.dur.astype(np.float64)
-    # memcpy / memset carry their own bytes; kernels take a duration share of their op's cost
+    # memcpy / memset carry their own bytes (a host copy is bound by its link, far under HBM);
+    # kernels take a duration share of their op's cost, a GEMM / attention / convolution's only
+    # its matrix kernels
     is_kernel = dev.cat == 0
-    op_time = np.bincount(op[is_kernel], weights=dur[is_kernel], minlength=n_host + 1)
-    share = np.divide(dur, op_time[op], out=np.zeros(len(dev)), where=op_time[op] > 0) * is_kernel
+    sharing = is_kernel & ~np.isin(dev.kind, [int(k) for k in _NO_ROOF])
+    sharing &= ~op_matrix[op] | np.isin(dev.kind, [int(k) for k in _MATRIX])
+    op_time = np.bincount(op[sharing], weights=dur[sharing], minlength=n_host + 1)
+    share = np.divide(dur, op_time[op], out=np.zeros(len(dev)), where=op_time[op] > 0) * sharing
     flops = op_flops[op] * share
-    nbytes = np.where(is_kernel, op_bytes[op] * share, dev.nbytes.astype(np.float64))
+    # a device-to-device copy reads its bytes and writes them: twice through HBM (not a peer copy,
+    # whose other half is the other GPU's)
+    dtod = np.flatnonzero(trace.names_matching(lambda s: "dtod" in s.lower()))
+    copied = dev.nbytes.astype(np.float64) * np.where(np.isin(dev.name, dtod) & (dev.kind == Kind.MEMCPY_DTOD), 2, 1)
+    nbytes = np.where(is_kernel, op_bytes[op] * share, copied)
     return flops, nbytes, op_dtype[op]
+
+
+def _event_roofs(kind: np.ndarray, dtype: np.ndarray, ceilings: Ceilings) -> np.ndarray:
+    """The FLOP/s roof of each device event (its kind and dtype)."""
+    table = np.array([[roof_for(k, d, ceilings) for d in DTYPES] for k in Kind])
+    return table[kind.astype(np.int64), dtype.astype(np.int64)]
+
+
+def _over_roof(flops: np.ndarray, nbytes: np.ndarray, dur_ns: np.ndarray, roofs: np.ndarray,
+               ceilings: Ceilings) -> np.ndarray:
+    """Events faster than their roof allows for the work the cost model gave them (module docstring)."""
+    seconds = dur_ns.astype(np.float64) / 1e9
+    ideal = np.maximum(np.divide(flops, roofs, out=np.zeros(len(flops)), where=roofs > 0),
+                       nbytes / ceilings.hbm_bytes_per_s)
+    return (seconds > 0) & (ideal > ROOF_TOLERANCE * seconds)
 
 
 def _tf32_where_tensor_cores(kind: np.ndarray, dtype: np.ndarray, trace: Trace) -> np.ndarray:
@@ -150,7 +211,9 @@ def _aggregate(
     flops: np.ndarray,
     nbytes: np.ndarray,
     time_ns: np.ndarray,
+    placed: np.ndarray,
     dtype: np.ndarray,
+    roofs: np.ndarray,
     ceilings: Ceilings,
     n_steps: int,
 ) -> tuple[Placement, ...]:
@@ -159,10 +222,15 @@ def _aggregate(
     if not live.any():
         return ()
     uniq, inverse = np.unique(keys[live], return_inverse=True)
+    on = placed[live]
     sums = {
         "time": np.bincount(inverse, weights=time_ns[live]),
+        "placed_time": np.bincount(inverse, weights=time_ns[live] * on),
         "flops": np.bincount(inverse, weights=flops[live]),
         "bytes": np.bincount(inverse, weights=nbytes[live]),
+        # FLOPs over roof, summed: the time the FLOPs take at their own roofs
+        "roof_time": np.bincount(inverse, weights=np.divide(flops[live], roofs[live], out=np.zeros(on.size),
+                                                             where=roofs[live] > 0)),
         "count": np.bincount(inverse),
     }
     # the kind and dtype that hold most of each group's time
@@ -193,11 +261,15 @@ def roof_for(kind: Kind, dtype: str, ceilings: Ceilings) -> float:
 def _place(
     name: str, kind: Kind, dtype: str, g: int, sums: dict[str, np.ndarray], ceilings: Ceilings, n_steps: int
 ) -> Placement:
-    time_s = sums["time"][g] / 1e9
+    time_s = sums["placed_time"][g] / 1e9
     flops, nbytes, count = sums["flops"][g], sums["bytes"][g], int(sums["count"][g])
     achieved = flops / time_s if time_s > 0 else 0.0
     bandwidth = nbytes / time_s if time_s > 0 else 0.0
     roof = roof_for(kind, dtype, ceilings)
+    if flops > 0 and sums["roof_time"][g] > 0:
+        # events under different roofs (an op's bf16 and fp32 GEMMs): the roof their FLOPs saw
+        mixed = flops / sums["roof_time"][g]
+        roof = roof if abs(mixed - roof) <= 1e-9 * roof else mixed
     intensity = flops / nbytes if nbytes > 0 else 0.0
     attainable = min(roof, ceilings.hbm_bytes_per_s * intensity) if nbytes > 0 else roof
     if flops > 0 and attainable > 0:

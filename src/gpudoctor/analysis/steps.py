@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.iterations import kernel_period_starts, module_forward_starts
+from gpudoctor.trace.capabilities import queued_before_window
 from gpudoctor.trace.model import HostCat, Trace
 
 METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forward", "kernel-period", "whole-trace")
@@ -87,17 +88,24 @@ def describe(steps: Steps) -> str | None:
 
 
 def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
-    """Move step boundaries to where each step's GPU work could begin (see module docstring)."""
+    """Move step boundaries to where each step's GPU work could begin (see module docstring).
+
+    Without kernel-to-launch links (trace/capabilities.py) nothing says which step queued which
+    GPU work: the steps keep the host's boundaries."""
     dev, host = trace.device, trace.host
     hs, he = steps.start, steps.end
     launched = np.full(len(dev), -(2**62), np.int64)
     ok = dev.launch >= 0
     launched[ok] = host.ts[dev.launch[ok]]
-    # which step launched each GPU event (-1: before the first step, or no launch record)
+    # which step launched each GPU event (-1: before the first step: launched before it, or queued
+    # before the window opened; n: after the last step, or an event of the window whose launch
+    # record is missing, which no step can claim)
     owner = np.searchsorted(hs, launched, side="right") - 1
-    owner[~ok] = -1
     n = len(hs)
+    owner[~ok] = np.where(queued_before_window(trace)[~ok], -1, n)
     owner[ok & (launched >= he[-1])] = n  # launched after the last step: in none of them
+    if not trace.capabilities.launch_links:
+        owner[:] = n
     gpu_end = np.full(n + 2, -(2**62), np.int64)  # [k+1]: end of GPU work launched by step k
     np.maximum.at(gpu_end, owner + 1, dev.end)
     prior = np.maximum.accumulate(gpu_end)  # GPU work launched up to and including step k-1

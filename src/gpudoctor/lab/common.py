@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -24,6 +25,21 @@ def seed(value: int = 0) -> None:
     torch.manual_seed(value)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(value)
+
+
+@contextmanager
+def matmul_precision(value: str) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(value)`` inside the block, the previous setting after it.
+
+    The lab runs every workload in one process: a trap that turns TF32 on for its float32 matmuls
+    must not leave it on for the next. ``"high"`` is what users write to allow TF32.
+    """
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(value)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def autocast(device: str, enabled: bool = True) -> torch.autocast:

@@ -11,6 +11,8 @@ TRAP_IDS = (
     "host_sync",
     "launch_bound",
     "fp32_matmul",
+    "tf32_matmul",
+    "fp32_attention",
     "unfused_elementwise",
     "naive_attention",
     "pageable_copy",
@@ -23,7 +25,7 @@ TRAP_IDS = (
     "memory_pressure",
 )
 
-BASELINE_IDS = ("healthy_train", "healthy_infer")
+BASELINE_IDS = ("healthy_train", "healthy_infer", "healthy_closure")
 
 
 def load_trap(trap_id: str) -> Trap:
@@ -39,4 +41,4 @@ def load_traps() -> list[Trap]:
 def load_baselines() -> list[Baseline]:
     from gpudoctor.lab import healthy
 
-    return [healthy.HEALTHY_TRAIN, healthy.HEALTHY_INFER]
+    return [healthy.HEALTHY_TRAIN, healthy.HEALTHY_INFER, healthy.HEALTHY_CLOSURE]

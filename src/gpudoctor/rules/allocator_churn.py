@@ -56,4 +56,4 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Allocator churn inside the step", check, __doc__ or "")
+RULE = Rule(ID, "Allocator churn inside the step", check, __doc__ or "", needs=("launch_links",))

@@ -1,11 +1,26 @@
-"""fp32-matmul: matrix multiplies on CUDA cores in fp32 while the tensor cores sit idle.
+"""fp32-matmul: a float32 model whose matrix work runs below the 16-bit tensor-core rate.
 
-Priced as the kernels' time minus the same FLOPs at the 16-bit tensor-core roof times a
-realistic efficiency (or the halved bytes at the memory roof, whichever is slower), plus the
-casts that autocast adds in front of each matmul.
+Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its own:
+
+- **fp32 on CUDA cores** (``allow_tf32 = False``, PyTorch's default for matmuls): the kernels'
+  time minus the same FLOPs at the bf16 roof times a realistic efficiency (or half the bytes at
+  the memory roof, whichever is slower).
+- **TF32 tensor cores** (``torch.set_float32_matmul_precision("high")``, ``allow_tf32 = True``,
+  Hugging Face ``tf32=True``, or a flag a library set): TF32 runs at half the bf16 rate on
+  Ampere and Hopper (H100 SXM datasheet: 495 vs 989 TFLOP/s dense; ``gpudoctor bench`` measured
+  369-397 vs 760-800 on an H100). The same kernel is priced at the measured bf16 / TF32 ratio of
+  the card's ceilings, never below the bf16 bytes at the memory roof.
+- **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
+  kernels (16-bit only) and runs the memory-efficient kernel in fp32; priced as its FLOPs at the
+  fused-attention rate of 16-bit kernels.
+
+Each adds the casts that autocast puts in front of the matmuls (fp32 read, bf16 written).
+The fix keeps float32 master weights (autocast), so the optimizer and the loss stay in fp32.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -13,6 +28,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
+    ATTENTION_EFFICIENCY,
     GEMM_EFFICIENCY,
     kernel_names_of_events,
     op_names_of_events,
@@ -23,55 +39,153 @@ from gpudoctor.trace.kernels import Kind
 
 ID = "fp32-matmul"
 CAST_BYTES_FACTOR = 1.0
+# TF32 is half the bf16 tensor-core rate on A100 / H100 / H200 / B200 (datasheets), used when
+# the ceilings carry no tf32 roof.
+TF32_TO_BF16_RATE = 0.5
+# Kernel names that say "fp32 operands on tensor cores" when the op's dtypes were not recorded:
+# cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
+# single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
+_TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
+# Memory-efficient attention in fp32: "fmha_cutlassF_f32_...", "fmha_cutlassB_f32_..."
+_FP32_ATTENTION_NAME = re.compile(r"fmha_cutlass[fb]_f32|_f32_aligned")
+# cuBLAS's split-K reduction sums partial tiles of whatever GEMM ran before it (fp32 SIMT
+# included): it is no evidence of TF32.
+_SPLIT_K = re.compile(r"splitkreduce")
+
+
+def _names_matching(a: Analysis, pattern: re.Pattern[str]) -> np.ndarray:
+    names = a.trace.strings
+    uniq = np.unique(a.trace.device.name)
+    hits = [i for i in uniq.tolist() if i >= 0 and pattern.search(names[i].lower())]
+    return np.isin(a.trace.device.name, np.asarray(hits, np.int64))
+
+
+def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
+    """Device events of each kind of fp32 matrix work, in the steps: simt / tf32 / attention."""
+    dev, rf = a.trace.device, a.roofline
+    live = rf.event_in_steps_ns > 0
+    fp32, tf32, unknown = DTYPES.index("fp32"), DTYPES.index("tf32"), 0
+    dtype = rf.event_dtype
+    tc = dev.kind == Kind.GEMM_TC
+    attention = dev.kind == Kind.ATTENTION
+    tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
+    tc = tc & ~_names_matching(a, _SPLIT_K)
+    fp32_attention = attention & ((dtype == fp32) | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
+    return {
+        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32)),
+        "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named)),
+        "attention": np.flatnonzero(live & fp32_attention),
+    }
+
+
+def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
+    """Each event's time once it runs on 16-bit tensor cores (its own time where FLOPs are unknown)."""
+    rf, c = a.roofline, a.ceilings
+    time_ns = rf.event_in_steps_ns[idx].astype(float)
+    flops, nbytes = rf.event_flops[idx], rf.event_bytes[idx]
+    hbm = c.hbm_bytes_per_s
+    casts = CAST_BYTES_FACTOR * nbytes / hbm * 1e9
+    half_bytes = nbytes / 2 / hbm * 1e9
+    if part == "tf32":
+        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+        ratio = min(tf32_roof / c.best_matrix_flops, 1.0)
+        return np.maximum(time_ns * ratio, half_bytes) + casts
+    efficiency = ATTENTION_EFFICIENCY if part == "attention" else GEMM_EFFICIENCY
+    after = np.maximum(flops / (c.best_matrix_flops * efficiency) * 1e9, half_bytes)
+    after = after + (0.0 if part == "attention" else casts)  # q, k, v are cast by the projections
+    return np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
 
 
 def check(a: Analysis) -> Finding | None:
-    dev, rf = a.trace.device, a.roofline
-    fp32 = DTYPES.index("fp32")
-    idx = np.flatnonzero((rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_SIMT) & (rf.event_dtype == fp32))
+    parts = fp32_matrix_events(a)
+    idx = np.concatenate(list(parts.values()))
     if idx.size == 0:
         return None
+    rf = a.roofline
     n = max(len(a.steps), 1)
-    time_ns = rf.event_in_steps_ns[idx].astype(float)
-    flops = rf.event_flops[idx]
-    nbytes = rf.event_bytes[idx]
-    roof = a.ceilings.best_matrix_flops * GEMM_EFFICIENCY
-    hbm = a.ceilings.hbm_bytes_per_s
-    # Autocast adds a cast per fp32 operand: read 4 bytes, write 2, per element of the inputs
-    # (about two thirds of the op's bytes): ~1.0x the op's fp32 bytes through HBM.
-    after = (np.maximum(flops / roof, nbytes / 2 / hbm) + CAST_BYTES_FACTOR * nbytes / hbm) * 1e9
-    after = np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
-    time_ms = time_ns.sum() / 1e6 / n
-    saving = float(np.clip(time_ns - after, 0, None).sum()) / 1e6 / n
-    achieved = flops.sum() / (time_ns.sum() / 1e9) if time_ns.sum() else 0.0
+    ms = {p: float(rf.event_in_steps_ns[i].sum()) / 1e6 / n for p, i in parts.items()}
+    saved = {
+        p: float(np.clip(rf.event_in_steps_ns[i] - _bf16_ns(a, p, i), 0, None).sum()) / 1e6 / n
+        for p, i in parts.items()
+    }
+    time_ms, saving = sum(ms.values()), sum(saved.values())
+    main = max(ms, key=lambda p: ms[p])
+    time_ns = float(rf.event_in_steps_ns[idx].sum())
+    achieved = float(rf.event_flops[idx].sum()) / (time_ns / 1e9) if time_ns else 0.0
+    roof = a.ceilings.best_matrix_flops
+    title, summary = _wording(main, ms, achieved, roof)
     return make_finding(
         ID,
-        "FP32 matmuls run on CUDA cores, not tensor cores",
+        title,
         a.step_ms,
         saving,
-        f"{time_ms:.2f} ms per step of fp32 GEMMs at {achieved / 1e12:.3g} TFLOP/s on CUDA cores; the "
-        f"16-bit tensor-core roof is {a.ceilings.best_matrix_flops / 1e12:.0f} TFLOP/s.",
+        summary,
         Evidence(
             numbers={
-                "fp32_gemm_ms_per_step": round(time_ms, 3),
+                "fp32_matrix_ms_per_step": round(time_ms, 3),
+                "fp32_cuda_core_gemm_ms_per_step": round(ms["simt"], 3),
+                "tf32_gemm_ms_per_step": round(ms["tf32"], 3),
+                "fp32_attention_ms_per_step": round(ms["attention"], 3),
                 "achieved_tflops": round(achieved / 1e12, 2),
-                "bf16_roof_tflops": round(a.ceilings.best_matrix_flops / 1e12, 1),
+                "bf16_roof_tflops": round(roof / 1e12, 1),
+                "tf32_roof_tflops": round((a.ceilings.matrix_flops.get("tf32") or 0.0) / 1e12, 1),
                 "gemm_efficiency_assumed": GEMM_EFFICIENCY,
-                "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+                "share_of_step_pct": round(100 * time_ms / a.step_ms, 1) if a.step_ms > 0 else 0.0,
             },
             ops=op_names_of_events(a.trace, idx),
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        (
-            Fix("Run the model under bf16 autocast",
-                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"),
-            Fix("Or at least let fp32 matmuls use TF32 tensor cores",
-                "torch.set_float32_matmul_precision('high')"),
-            Fix("Keep weights in bf16 where training is stable in it", "model = model.to(torch.bfloat16)"),
+        _fixes(ms),
+        wrong_fix=(
+            "A bigger batch will not help: the matmuls are capped by the fp32 or TF32 rate, not by "
+            "their size. Casting the weights to bf16 for the optimizer too (model.to(bfloat16)) "
+            "loses fp32 master weights; autocast keeps them."
         ),
-        wrong_fix="A bigger batch will not help: fp32 GEMMs are capped by the CUDA cores' FMA rate.",
     )
 
 
-RULE = Rule(ID, "FP32 GEMMs on CUDA cores", check, __doc__ or "")
+def _wording(main: str, ms: dict[str, float], achieved: float, roof: float) -> tuple[str, str]:
+    detail = ", ".join(
+        f"{ms[p]:.2f} ms {label}" for p, label in
+        (("simt", "fp32 on CUDA cores"), ("tf32", "TF32 on tensor cores"), ("attention", "fp32 attention"))
+        if ms[p] > 0
+    )
+    head = f"{sum(ms.values()):.2f} ms per step of float32 matrix work ({detail}) at {achieved / 1e12:.3g} TFLOP/s"
+    if main == "tf32":
+        return ("FP32 matmuls run as TF32, at half the bf16 tensor-core rate",
+                f"{head}; TF32 runs at half the bf16 rate, and the 16-bit roof is {roof / 1e12:.0f} TFLOP/s.")
+    if main == "attention":
+        return ("Attention runs in fp32 and cannot use the flash kernels",
+                (f"{head}; float32 q/k/v rule out FlashAttention (16-bit only), so attention runs the "
+                 "memory-efficient kernel in fp32."))
+    return ("FP32 matmuls run on CUDA cores, not tensor cores",
+            f"{head}; the 16-bit tensor-core roof is {roof / 1e12:.0f} TFLOP/s.")
+
+
+_ACCURACY = (
+    "bf16 keeps 8 mantissa bits (TF32 10, fp32 23); autocast keeps fp32 master weights and runs "
+    "softmax, norms and losses in fp32. Compare the loss curve against the fp32 run for a few "
+    "hundred steps."
+)
+
+
+def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
+    autocast = Fix(
+        "Run forward and loss under bf16 autocast (fp32 master weights kept)",
+        "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
+        f"# {_ACCURACY}",
+    )
+    fixes = [autocast]
+    if ms["simt"] > 0 and ms["tf32"] == 0:
+        fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
+                         "torch.set_float32_matmul_precision('high')"))
+    if ms["attention"] > 0:
+        fixes.append(Fix("Give attention 16-bit q/k/v so SDPA can take FlashAttention",
+                         "q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))  # autocast does this"))
+    fixes.append(Fix("Trainer / Lightning: ask for bf16 mixed precision",
+                     "TrainingArguments(bf16=True)   # Hugging Face\nTrainer(precision='bf16-mixed')   # Lightning"))
+    return tuple(fixes)
+
+
+RULE = Rule(ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "")

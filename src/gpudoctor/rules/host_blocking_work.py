@@ -72,4 +72,5 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
 
 
-RULE = Rule(ID, "Host work with no GPU operator inside the step", check, __doc__ or "")
+RULE = Rule(ID, "Host work with no GPU operator inside the step", check, __doc__ or "",
+            needs=("launch_links",))

@@ -23,6 +23,9 @@ def check(a: Analysis) -> Finding | None:
     named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
     n_steps = max(len(a.steps), 1)
     distinct = np.unique(named).size
+    if distinct == 0 or round(idle, 3) <= 0:
+        return None  # no sync, or no idle to show for it: nothing to report
+    shown = f"{idle:.2f}" if idle >= 0.005 else f"{idle:.3f}"  # never "0.00 ms"
     evidence = Evidence(
         numbers={
             "gpu_idle_after_syncs_ms_per_step": round(idle, 3),
@@ -37,8 +40,8 @@ def check(a: Analysis) -> Finding | None:
         "Host-device syncs stall the GPU",
         a.step_ms,
         idle,
-        f"{distinct / n_steps:.0f} blocking syncs per step make the host wait for the GPU, then the "
-        f"GPU wait for the host to refill its queue: {idle:.2f} ms idle per step.",
+        f"{_how_often(distinct, n_steps)} the host wait for the GPU, then the GPU wait for the host to refill "
+        f"its queue: {shown} ms idle per step.",
         evidence,
         (
             Fix("Keep values on the GPU; read them back every N steps, not every step",
@@ -54,4 +57,12 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Host-device synchronization in the step", check, __doc__ or "")
+def _how_often(syncs: int, n_steps: int) -> str:
+    """"3 blocking syncs per step make", or "1 blocking sync in 3 steps makes" when there are
+    fewer than one a step (never "0 ... per step")."""
+    per_step = syncs / n_steps
+    count, where = (round(per_step), "per step") if per_step >= 1 else (syncs, f"in {n_steps} steps")
+    return f"{count} blocking sync{'s' if count > 1 else ''} {where} make{'' if count > 1 else 's'}"
+
+
+RULE = Rule(ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",))

@@ -1,7 +1,18 @@
 """launch-bound: kernels finish faster than the host can launch them.
 
+Priced by what the first fix leaves: the step captured in a CUDA graph replays its kernels back
+to back, so the step after the fix is the GPU's own busy time, a queue gap per kernel (GRAPH_GAP_NS:
+0.26-0.35 us between the lab small_gemm's graph-replayed kernels, H100, torch 2.11), and the idle
+a graph cannot remove (input pipeline, syncs, pageable copies, op-free host work, stream waits).
+The dispatch idle goes, and with it the optimizer's and the allocator's (a captured step holds a
+capturable optimizer and allocates from the graph's pool) unless a finding with a simpler fix owns
+them: optimizer-loop (foreach / fused), allocator-churn and memory-pressure. The tiny_mlp_launch twin (48 narrow
+layers, H100, 2026-11-25) measured x8.65 for a whole-step graph; pricing the dispatch idle alone
+predicted x3.61.
+
 The profiler itself adds host time to every recorded op (the observer effect), which widens
-exactly these gaps; the saving discounts that overhead (analysis/observer.py).
+exactly these gaps; without an unprofiled step time the saving discounts that overhead
+(analysis/observer.py); with one, rules/calibrate.py takes the step left by the fix as it is.
 """
 
 from __future__ import annotations
@@ -11,9 +22,24 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 
 ID = "launch-bound"
+GRAPH_GAP_NS = 300
+# idle that capturing the step in a CUDA graph removes (analysis/idle.py causes)
+GRAPH_REMOVES = ("dispatch", "optimizer", "allocator")
+
+
+def _owned_elsewhere(a: Analysis) -> set[str]:
+    """Idle causes whose own finding fires: its simpler fix comes first, and its time is its own."""
+    from gpudoctor.rules import allocator_churn, memory_pressure, optimizer_loop
+
+    owned = set()
+    if optimizer_loop.check(a) is not None:
+        owned.add("optimizer")
+    if allocator_churn.check(a) is not None or memory_pressure.check(a) is not None:
+        owned.add("allocator")
+    return owned
 
 
 def check(a: Analysis) -> Finding | None:
@@ -30,7 +56,10 @@ def check(a: Analysis) -> Finding | None:
     launches_per_step = float(kernels.sum()) / n_steps
     # with the step timed unprofiled, rules/calibrate.py measures the overhead instead
     overhead_ms = 0.0 if a.unprofiled_step_ms else profiler_overhead_ms(trace, a.steps)
-    saving = max(idle - overhead_ms, 0.0)
+    owned = _owned_elsewhere(a)
+    removed_ms = sum(a.idle.ms(cause) for cause in GRAPH_REMOVES if cause not in owned)
+    saving = max(removed_ms - launches_per_step * GRAPH_GAP_NS / 1e6 - overhead_ms, 0.0)
+    after_ms = a.step_ms - removed_ms + launches_per_step * GRAPH_GAP_NS / 1e6
     cadence_us = 1e3 * a.step_ms / launches_per_step if launches_per_step else 0.0
     if median_us >= cadence_us:
         return None  # kernels outlast the launch cadence: gaps are not from dispatch speed
@@ -41,6 +70,10 @@ def check(a: Analysis) -> Finding | None:
             "median_kernel_us": round(median_us, 2),
             "host_time_per_launch_us": round(cadence_us, 2),
             "profiler_overhead_discount_ms": round(min(overhead_ms, idle), 3),
+            "idle_a_graph_removes_ms_per_step": round(removed_ms, 3),
+            # the step once captured: GPU busy + a queue gap per kernel + the idle a graph keeps
+            # (no profiler time in it: rules/calibrate.py prices the unprofiled step against it)
+            STEP_AFTER_FIX: round(after_ms, 3),
         },
     )
     return make_finding(
@@ -64,4 +97,4 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Kernel launch overhead dominates", check, __doc__ or "")
+RULE = Rule(ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",))

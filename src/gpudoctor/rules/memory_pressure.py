@@ -160,4 +160,4 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     return out
 
 
-RULE = Rule(ID, "GPU memory pressure", check, __doc__ or "")
+RULE = Rule(ID, "GPU memory pressure", check, __doc__ or "", needs=("memory_events",))

@@ -81,4 +81,4 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Unfused (naive) attention", check, __doc__ or "")
+RULE = Rule(ID, "Unfused (naive) attention", check, __doc__ or "", needs=("launch_links", "cpu_ops"))

@@ -22,6 +22,7 @@ from gpudoctor.rules import (
 )
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.finding import Finding
+from gpudoctor.trace.model import Trace
 
 RULES: dict[str, Rule] = {
     module.RULE.id: module.RULE
@@ -76,10 +77,23 @@ def get_rule(rule_id: str) -> Rule:
 
 
 def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
-    """Findings of every rule, largest saving first (severity breaks ties)."""
+    """Findings of every rule the trace has the data for, largest saving first (severity breaks
+    ties). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``)."""
     findings = []
+    caps = analysis.trace.capabilities
     for rule in (rules or RULES).values():
+        if caps.lacks(rule.needs):
+            continue
         finding = rule.check(analysis)
         if finding is not None:
             findings.append(finding)
     return rank(findings)
+
+
+def skipped_rules(trace: Trace, rules: dict[str, Rule] | None = None) -> dict[str, list[str]]:
+    """need -> ids of the rules that need what the trace lacks (a rule under each need it lacks)."""
+    skipped: dict[str, list[str]] = {}
+    for rule in (rules or RULES).values():
+        for need in trace.capabilities.lacks(rule.needs):
+            skipped.setdefault(need, []).append(rule.id)
+    return skipped

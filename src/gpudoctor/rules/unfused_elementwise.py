@@ -129,4 +129,4 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Unfused chains of elementwise kernels", check, __doc__ or "")
+RULE = Rule(ID, "Unfused chains of elementwise kernels", check, __doc__ or "", needs=("launch_links", "cpu_ops"))

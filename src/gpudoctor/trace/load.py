@@ -57,6 +57,14 @@ _DEVICE_CATS = {
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
+# Times are microseconds: since the epoch (Kineto's absolute clock, ~1.7e15 today) or since the
+# trace began. They become int64 nanoseconds; an event whose start or duration lies beyond
+# +-4e15 us (the year 2096) cannot be one a profiler wrote, and ts + dur in ns would overflow
+# int64: such an event is dropped (counted in Trace.bad_times), and a trace with no other timed
+# event is refused. So is a trace whose events span more than a day: its clocks disagree.
+MAX_TIME_US = 4e15
+MAX_SPAN_NS = 24 * 3600 * 10**9
+
 
 def load(path: str | os.PathLike[str]) -> Trace:
     """Load a trace file, or the single trace inside a run directory."""
@@ -194,8 +202,26 @@ class _Strings:
         return list(self.ids)
 
 
-def _ns(values: list[float]) -> np.ndarray:
-    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
+def _ns(values: np.ndarray) -> np.ndarray:
+    """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US."""
+    return np.rint(values * 1000.0).astype(np.int64)
+
+
+def _times(events: list[TraceEvent], complete: bool = True) -> tuple[list[TraceEvent], np.ndarray, np.ndarray, str]:
+    """The events whose times a profiler could have written, their ts and dur (us), and the first
+    unusable time of those dropped ("" when none was). Instant events (``complete=False``) have
+    no duration to check."""
+    n = len(events)
+    ts = np.fromiter((e.ts for e in events), np.float64, n)
+    dur = np.fromiter((e.dur for e in events), np.float64, n) if complete else np.zeros(n)
+    ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
+    if ok.all():
+        return events, ts, dur, ""
+    first = int(np.argmin(ok))
+    bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
+    example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
+    kept = [e for e, keep in zip(events, ok.tolist()) if keep]
+    return kept, ts[ok], dur[ok], example
 
 
 def _int_column(values: list[int | None]) -> np.ndarray:
@@ -226,14 +252,33 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
             add_memory(e)
     event_count = len(events)
     events.clear()
+    counts = len(host_events) + len(device_events) + len(memory_events)
+    # Consumes the lists as well: _times returns the events it keeps.
+    host_events, host_ts, host_dur, bad_host = _times(host_events)
+    device_events, device_ts, device_dur, bad_device = _times(device_events)
+    memory_events, memory_ts, _, bad_memory = _times(memory_events, complete=False)
+    bad_times = counts - len(host_events) - len(device_events) - len(memory_events)
+    if bad_times and not (host_events or device_events or memory_events):
+        raise TraceFormatError(
+            f"{source}: none of its {bad_times} timed events has a usable time "
+            f"({bad_host or bad_device or bad_memory}); a profiler writes microseconds since the epoch or since the "
+            f"trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
+        )
     strings = _Strings()
     threads: dict[tuple[int | str, int | str], int] = {}
-    host = _host_table(host_events, strings, threads)
+    negative = int((host_dur < 0).sum() + (device_dur < 0).sum())
+    host = _host_table(host_events, host_ts, host_dur, strings, threads)
     host_events.clear()
-    device = _device_table(device_events, strings, host)
+    device = _device_table(device_events, device_ts, device_dur, strings, host)
     device_events.clear()
-    memory = _memory_table(memory_events)
+    memory = _memory_table(memory_events, memory_ts)
     origin, last = _span(host, device, memory)
+    if last - origin > MAX_SPAN_NS:
+        raise TraceFormatError(
+            f"{source}: its events span {_duration(last - origin)}, from ts={origin / 1000:.0f} to "
+            f"ts={last / 1000:.0f} us: its timestamps mix clocks (a profiler window lasts seconds or minutes); "
+            "re-record the trace, or pass one trace file rather than several merged into one"
+        )
     host, device, memory = _shift(host, origin), _shift(device, origin), _shift(memory, origin)
     return Trace(
         source=source,
@@ -246,6 +291,8 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
         span=(0, last - origin),
         event_count=event_count,
         skipped_events=skipped,
+        bad_times=bad_times,
+        negative_durations=negative,
     )
 
 
@@ -268,11 +315,12 @@ def decode_args(raws: list[Any], kind: type) -> list[Any]:
 
 
 def _host_table(
-    events: list[TraceEvent], strings: _Strings, threads: dict[tuple[int | str, int | str], int]
+    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings,
+    threads: dict[tuple[int | str, int | str], int],
 ) -> HostEvents:
     n = len(events)
-    ts = _ns([e.ts for e in events])
-    end = ts + np.maximum(_ns([e.dur for e in events]), 0)
+    ts = _ns(ts_us)
+    end = ts + np.maximum(_ns(dur_us), 0)
     for key in dict.fromkeys((e.pid, e.tid) for e in events):
         threads.setdefault(key, len(threads))
     lookup = threads.__getitem__
@@ -315,10 +363,12 @@ def _host_table(
     )
 
 
-def _device_table(events: list[TraceEvent], strings: _Strings, host: HostEvents) -> DeviceEvents:
+def _device_table(
+    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings, host: HostEvents
+) -> DeviceEvents:
     n = len(events)
-    ts = _ns([e.ts for e in events])
-    end = ts + np.maximum(_ns([e.dur for e in events]), 0)
+    ts = _ns(ts_us)
+    end = ts + np.maximum(_ns(dur_us), 0)
     cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
     names = [e.name for e in events]
     name = strings.intern(names)
@@ -433,17 +483,16 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: list[TraceEvent]) -> MemoryEvents:
+def _memory_table(events: list[TraceEvent], ts_us: np.ndarray) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
     decoded = decode_args([e.args for e in events], MemoryArgs)
     pairs = sorted(
-        ((e, a) for e, a in zip(events, decoded) if a is not None and a.device_type == 1),
-        key=lambda pair: pair[0].ts,
+        ((t, a) for t, a in zip(ts_us.tolist(), decoded) if a is not None and a.device_type == 1),
+        key=lambda pair: pair[0],
     )
-    gpu = [e for e, _ in pairs]
     args = [a for _, a in pairs]
     return MemoryEvents(
-        ts=_ns([e.ts for e in gpu]),
+        ts=_ns(np.array([t for t, _ in pairs], np.float64)),
         delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
         allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
         reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
@@ -457,6 +506,11 @@ def _span(host: HostEvents, device: DeviceEvents, memory: MemoryEvents) -> tuple
     if not starts:
         return 0, 0
     return int(min(starts)), int(max(ends)) if ends else int(min(starts))
+
+
+def _duration(ns: int) -> str:
+    days = ns / 86_400e9
+    return f"{days:,.0f} days" if days >= 2 else f"{ns / 3_600e9:,.0f} hours"
 
 
 def _shift(table: Any, origin: int) -> Any:

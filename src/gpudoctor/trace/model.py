@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from gpudoctor.trace.schema import OpArgs
+
+if TYPE_CHECKING:
+    from gpudoctor.trace.capabilities import Capabilities
 
 
 class HostCat(IntEnum):
@@ -131,6 +134,8 @@ class Trace:
     span: tuple[int, int]  # first start, last end (ns)
     event_count: int
     skipped_events: int = 0
+    bad_times: int = 0  # events dropped for a start or duration no profiler writes (trace/load.py)
+    negative_durations: int = 0  # events whose negative duration was read as 0
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
     _op_args: dict[int, Any] = field(default_factory=dict, repr=False)
 
@@ -146,7 +151,7 @@ class Trace:
         return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
 
     def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
-        """Decoded args (flops, input shapes and dtypes) of some host events, cached."""
+        """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
         from gpudoctor.trace.load import decode_args
 
         wanted = [int(i) for i in indices if int(i) not in self._op_args]
@@ -164,6 +169,16 @@ class Trace:
         """Decoded "Input type" of one host event ([] when not recorded)."""
         args = self.op_args([host_index])[host_index]
         return self._decode(args.input_type) if args is not None else []
+
+    def input_strides(self, host_index: int) -> list[Any]:
+        """Decoded "Input Strides" of one host event ([] when not recorded)."""
+        args = self.op_args([host_index])[host_index]
+        return self._decode(args.input_strides) if args is not None else []
+
+    def concrete_inputs(self, host_index: int) -> list[Any]:
+        """Decoded "Concrete Inputs" (scalar arguments as strings) of one host event ([] when not recorded)."""
+        args = self.op_args([host_index])[host_index]
+        return self._decode(args.concrete_inputs) if args is not None else []
 
     def _decode(self, raw: Any) -> list[Any]:
         if not raw:
@@ -183,3 +198,10 @@ class Trace:
     @property
     def gpu(self) -> GpuInfo | None:
         return self.gpus[0] if self.gpus else None
+
+    @cached_property
+    def capabilities(self) -> Capabilities:
+        """What the trace records, and so which analyses and rules it can support."""
+        from gpudoctor.trace.capabilities import capabilities
+
+        return capabilities(self)

@@ -36,6 +36,8 @@ class OpArgs(msgspec.Struct, gc=False):
     flops: float | None = None
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Strides")
+    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):

@@ -1,0 +1,96 @@
+"""fp32-matmul covers the three ways a float32 model misses the bf16 tensor cores: fp32 GEMMs
+on CUDA cores, TF32 GEMMs (half the bf16 rate), and fp32 attention (no flash kernel)."""
+
+from __future__ import annotations
+
+import pytest
+from synth import TraceBuilder
+
+from gpudoctor.analysis import analyze_trace
+from gpudoctor.hardware.ceilings import for_gpu_name
+from gpudoctor.rules.fp32_matmul import check, fp32_matrix_events
+from gpudoctor.trace import parse
+
+N = 4096
+FP32 = ["float", "float"]
+TF32_KERNEL = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+SIMT_KERNEL = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+BF16_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
+
+
+def _gemm_steps(kernel: str, types: list[str] | None, gemm_us: float = 500.0, steps: int = 3) -> TraceBuilder:
+    t = TraceBuilder()
+    for s in range(steps):
+        base = s * 1000
+        t.step(s, base, 1000)
+        t.op("aten::mm", base + 1, 6, dims=[[N, N], [N, N]], types=types)
+        corr = t.runtime("cudaLaunchKernel", base + 2, 4)
+        t.kernel(kernel, base + 10, gemm_us, corr)
+        t.kernel("void at::native::vectorized_elementwise_kernel<4, gelu>", base + 10 + gemm_us, 100,
+                 t.runtime("cudaLaunchKernel", base + 8, 3))
+    return t
+
+
+def _analysis(t: TraceBuilder):
+    return analyze_trace(parse(t.to_bytes()), for_gpu_name("h100-sxm"))
+
+
+def test_tf32_gemms_are_priced_at_the_bf16_to_tf32_ratio() -> None:
+    a = _analysis(_gemm_steps(TF32_KERNEL, FP32))
+    parts = fp32_matrix_events(a)
+    assert [len(parts[p]) for p in ("simt", "tf32", "attention")] == [0, 3, 0]
+    f = check(a)
+    assert f is not None and "TF32" in f.title
+    # datasheet H100 SXM: tf32 494.7 / bf16 989.4 -> half the 0.5 ms remains; the casts add
+    # the fp32 bytes of [4096,4096] x 3 tensors once through HBM (201 MB / 3.35 TB/s = 0.060 ms)
+    c = a.ceilings
+    ratio = c.matrix_flops["tf32"] / c.best_matrix_flops
+    casts_ms = 3 * N * N * 4 / c.hbm_bytes_per_s * 1e3
+    assert f.saving_ms == pytest.approx(0.5 * (1 - ratio) - casts_ms, rel=1e-6)
+    assert f.evidence.numbers["tf32_gemm_ms_per_step"] == 0.5
+    assert f.evidence.numbers["fp32_cuda_core_gemm_ms_per_step"] == 0.0
+    titles = [x.title for x in f.fixes]
+    assert "autocast" in titles[0] and not any("set_float32_matmul_precision" in x.code for x in f.fixes)
+    assert "mantissa" in f.fixes[0].code  # the note on accuracy comes with the fix
+
+
+def test_tf32_named_kernel_counts_when_dtypes_were_not_recorded() -> None:
+    # record_shapes=False: no dtypes, the kernel name is the only evidence
+    t = _gemm_steps(TF32_KERNEL, FP32)
+    for e in t.events:
+        e.get("args", {}).pop("Input Dims", None)
+        e.get("args", {}).pop("Input type", None)
+    a = _analysis(t)
+    assert len(fp32_matrix_events(a)["tf32"]) == 3
+
+
+def test_bf16_gemms_and_split_k_reductions_are_not_tf32() -> None:
+    assert check(_analysis(_gemm_steps(BF16_KERNEL, ["c10::BFloat16"] * 2))) is None
+    split_k = "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>"
+    assert check(_analysis(_gemm_steps(split_k, FP32))) is None
+
+
+def test_fp32_on_cuda_cores_still_suggests_tf32_as_the_smaller_step() -> None:
+    f = check(_analysis(_gemm_steps(SIMT_KERNEL, FP32)))
+    assert f is not None and "CUDA cores" in f.title
+    assert any("set_float32_matmul_precision('high')" in x.code for x in f.fixes)
+
+
+def test_fp32_attention_is_priced_at_the_fused_16_bit_rate() -> None:
+    t = TraceBuilder()
+    b, h, s, d = 4, 16, 2048, 64
+    for i in range(3):
+        base = i * 2000
+        t.step(i, base, 2000)
+        t.op("aten::_scaled_dot_product_efficient_attention", base + 1, 6,
+             dims=[[b, h, s, d]] * 3, types=["float"] * 3)
+        corr = t.runtime("cudaLaunchKernel", base + 2, 4)
+        t.kernel("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>::Params)",
+                 base + 10, 1500, corr)
+    a = _analysis(t)
+    f = check(a)
+    assert f is not None and "flash" in f.title
+    flops = 4.0 * b * h * s * s * d
+    after_ms = flops / (a.ceilings.best_matrix_flops * 0.45) * 1e3
+    assert f.saving_ms == pytest.approx(1.5 - after_ms, rel=1e-6)
+    assert any("FlashAttention" in x.title for x in f.fixes)

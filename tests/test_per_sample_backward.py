@@ -1,0 +1,62 @@
+"""A per-sample loop in training: the loop's backward nodes are priced with its forward."""
+
+from __future__ import annotations
+
+import pytest
+from synth import TraceBuilder
+
+from gpudoctor.analysis import analyze_trace
+from gpudoctor.analysis.observer import step_boundary_ms
+from gpudoctor.hardware.ceilings import for_gpu_name
+from gpudoctor.rules.per_sample_loop import check
+from gpudoctor.trace import parse
+
+GEMV = "void gemv2T_kernel_val<int, int, __nv_bfloat16, float, 128, 16, 4, 4, false, false>"
+ITERATIONS = 32
+
+
+def _training_loop(backward: bool) -> TraceBuilder:
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 10_000
+        t.step(s, base, 10_000)
+        ts = base + 100
+        for _ in range(ITERATIONS):  # forward: one matrix-vector product per sample, 50 us apart
+            t.launch(GEMV, ts, ts + 5, 2, op="aten::mv", dims=[[512, 512], [512]])
+            ts += 50
+        if backward:  # the autograd engine runs one node per sample: 100 us each, 20 us apart
+            ts = base + 5_000
+            for _ in range(ITERATIONS):
+                t.op("autograd::engine::evaluate_function: MvBackward0", ts, 100)
+                ts += 120
+    return t
+
+
+def _analysis(t: TraceBuilder):
+    return analyze_trace(parse(t.to_bytes()), for_gpu_name("h100-sxm"))
+
+
+def test_the_loops_backward_nodes_are_priced_first_to_last() -> None:
+    forward_only = check(_analysis(_training_loop(backward=False)))
+    training = check(_analysis(_training_loop(backward=True)))
+    assert forward_only is not None and training is not None
+    assert forward_only.evidence.numbers["loop_backward_ms_per_step"] == 0.0
+    # 32 nodes a step from the first start to the last end: 31 x 120 + 100 us
+    assert training.evidence.numbers["loop_backward_ms_per_step"] == pytest.approx(3.82, abs=1e-6)
+    assert training.saving_ms > forward_only.saving_ms + 3.7
+    assert "its backward 3.82 ms" in training.summary
+
+
+def test_backward_nodes_repeated_less_than_the_loop_are_not_its_own() -> None:
+    t = _training_loop(backward=False)
+    for s in range(3):  # one backward node per layer, as in any model: not the loop's
+        t.op("autograd::engine::evaluate_function: AddmmBackward0", s * 10_000 + 6_000, 500)
+    assert check(_analysis(t)).evidence.numbers["loop_backward_ms_per_step"] == 0.0
+
+
+def test_step_boundary_is_the_time_before_the_first_and_after_the_last_event() -> None:
+    t = _training_loop(backward=False)
+    a = _analysis(t)
+    # each step: 100 us before the first op; the last op (launch_dur 4 + 2) ends at 100 + 31 x 50 + 6
+    # = 1656 us, 8344 us before the step's end, capped at 300 us: 400 us
+    assert step_boundary_ms(a.trace, a.steps) == pytest.approx(0.4, abs=1e-6)

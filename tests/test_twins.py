@@ -1,0 +1,164 @@
+"""The twin programs (tests/programs/twins/, the pricing check) on the CPU, and their manifest.
+
+Each twin runs plainly (no gpudoctor) with its ``args_cpu``, sick and with ``--fixed``, and must exit 0
+and print at least one timing line its ``timing_regex`` reads. Importing torch and, at the first
+optimizer step, torch._dynamo costs ~4 s of CPU per interpreter, so one interpreter per twin runs
+both modes one after the other, each as ``python PROG ARGS`` would (``runpy`` as ``__main__``, its
+own ``sys.argv``, its exit code read from ``SystemExit``); the twins run concurrently (a pool of at
+most 4) as soon as the first test asks: about 30 s on 2 cores. The manifest must name existing
+files and registered rule ids only. ``benchmarks/run_twins.py``'s verdict logic is checked on
+made-up reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.rules.registry import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+TWINS = ROOT / "tests" / "programs" / "twins"
+MANIFEST = json.loads((TWINS / "manifest.json").read_text())
+ENTRIES = {e["name"]: e for e in MANIFEST["programs"]}
+MODES = ("sick", "fixed")
+TIMEOUT_S = 90.0
+REQUIRED = {"name": str, "file": str, "args_cpu": list, "args_gpu": list, "expected_top_finding": list,
+            "iterations_per_step": (int, float), "timing_regex": str, "requires": list, "notes": str, "fix": str}
+
+
+# Runs PROG once per mode in this interpreter, as `python PROG ARGS [--fixed]` would, and prints the
+# outcomes as one JSON line after MARK (the programs' own stdout is captured per mode).
+MARK = "@@twin-results@@"
+DRIVER = f"""
+import contextlib, io, json, runpy, sys, traceback
+prog, args = sys.argv[1], sys.argv[2:]
+results = {{}}
+for mode in {MODES!r}:
+    sys.argv = [prog, *args] + (["--fixed"] if mode == "fixed" else [])
+    out, rc, error = io.StringIO(), 0, ""
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(prog, run_name="__main__")
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            rc, error = 1, traceback.format_exc()
+    results[mode] = {{"rc": rc, "stdout": out.getvalue(), "error": error}}
+print({MARK!r} + json.dumps(results), flush=True)
+"""
+
+
+def _run(entry: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-c", DRIVER, str(TWINS / entry["file"]), *entry["args_cpu"]]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers too
+        stdout, stderr = proc.communicate()
+        timed_out = True
+    line = next((ln for ln in stdout.splitlines() if ln.startswith(MARK)), None)
+    results = json.loads(line[len(MARK):]) if line else {}
+    return {"rc": proc.returncode, "timed_out": timed_out, "stderr": stderr, "stdout": stdout, "modes": results}
+
+
+@pytest.fixture(scope="session")
+def twin_runs(request: pytest.FixtureRequest):
+    """Start every selected twin at once; each test waits for its own."""
+    selected = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("name") if callspec else None
+        if name in ENTRIES and item.originalname == "test_twin_runs_on_cpu" and name not in selected:
+            selected.append(name)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(4, 2 * (os.cpu_count() or 1))))
+    futures: dict[str, Future] = {n: pool.submit(_run, ENTRIES[n]) for n in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_twin_runs_on_cpu(name: str, mode: str, twin_runs: dict[str, Future]) -> None:
+    entry = ENTRIES[name]
+    res = twin_runs[name].result()
+    context = f"\n--- stderr ---\n{res['stderr'][-2000:]}\n--- stdout ---\n{res['stdout'][-800:]}"
+    assert not res["timed_out"], f"{name} ran past {TIMEOUT_S} s" + context
+    assert mode in res["modes"], f"{name}: the driver reported nothing (exit code {res['rc']})" + context
+    run = res["modes"][mode]
+    context = f"\n--- error ---\n{run['error'][-2000:]}\n--- stdout ---\n{run['stdout'][-800:]}" + context
+    assert run["rc"] == 0, f"{name} ({mode}): exit code {run['rc']}" + context
+    times = [float(m.group(1)) for m in re.finditer(entry["timing_regex"], run["stdout"])]
+    assert times, f"{name} ({mode}): no line matches {entry['timing_regex']!r}" + context
+    assert all(t > 0 for t in times), times
+
+
+def test_manifest_is_well_formed() -> None:
+    assert MANIFEST["programs"], "no twins"
+    assert len(ENTRIES) == len(MANIFEST["programs"]), "duplicate names"
+    on_disk = {p.name for p in TWINS.glob("*.py")}
+    for entry in MANIFEST["programs"]:
+        name = entry.get("name")
+        for key, kind in REQUIRED.items():
+            assert isinstance(entry.get(key), kind), f"{name}: {key} missing or not {kind}"
+        assert (TWINS / entry["file"]).is_file(), f"{name}: {entry['file']} does not exist"
+        assert entry["expected_top_finding"], f"{name}: a twin plants a cause: it needs an expected finding"
+        for rule_id in entry["expected_top_finding"] + entry.get("fix_also_removes", []):
+            assert rule_id in RULES, f"{name}: {rule_id!r} is not a registered rule ({', '.join(RULES)})"
+        assert entry["iterations_per_step"] > 0
+        assert all(isinstance(a, str) for a in entry["args_cpu"] + entry["args_gpu"]), name
+        assert "--fixed" not in entry["args_cpu"] + entry["args_gpu"], f"{name}: the runner adds --fixed itself"
+        assert re.compile(entry["timing_regex"]).groups >= 1, f"{name}: timing_regex needs a group"
+        low, high = entry["expected_measured_speedup"]
+        assert 1.0 < low <= high, f"{name}: expected_measured_speedup {low}-{high}"
+        # the expected diagnosis is written in the program too, before anything ran
+        source = (TWINS / entry["file"]).read_text()
+        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, f"{name}: docstring"
+        assert "--fixed" in source, f"{name}: no --fixed flag"
+    assert on_disk == {e["file"] for e in MANIFEST["programs"]}, "a twin on disk is missing from the manifest"
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("run_twins", ROOT / "benchmarks" / "run_twins.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("findings", "measured", "verdict", "rank"),
+    [
+        ([("fp32-matmul", "critical", 8.0, 1.8)], 2.0, "pass", 1),
+        ([("fp32-matmul", "critical", 8.0, 1.8)], 4.0, "diagnosed", 1),
+        ([("host-sync", "major", 9.0, 2.0), ("fp32-matmul", "major", 3.0, 1.2)], 1.2, "missed", 2),
+        ([("fp32-matmul", "info", 0.1, 1.0)], 1.2, "missed", 1),
+        ([], 2.0, "missed", None),
+    ],
+)
+def test_runner_verdict(findings: list, measured: float, verdict: str, rank: int | None) -> None:
+    run_twins = _runner()
+    report = {"step_ms": 22.0, "unprofiled_step_ms": 20.0, "steps": {"source": "optimizer-step"},
+              "findings": [{"id": i, "severity": s, "saving_ms": ms, "predicted_speedup": x} for i, s, ms, x in findings]}
+    row: dict[str, Any] = {"measured_speedup": measured}
+    run_twins.judge(row, report, {"expected_top_finding": ["fp32-matmul"], "fix_also_removes": ["host-sync"]})
+    assert row["verdict"] == verdict
+    assert row.get("rank") == rank
+    if findings:
+        saved = sum(ms for i, _, ms, _ in findings if i in ("fp32-matmul", "host-sync"))
+        assert row["predicted_speedup_fix"] == pytest.approx(20.0 / (20.0 - min(saved, 19.0)), rel=1e-3)
