@@ -268,6 +268,46 @@ def _label_intervals(
     return sets
 
 
+# Host work and the blocking copies and syncs around it closer than this are one piece of work:
+# torch.save of GPU tensors copies each storage to pageable memory (a blocking copy, a sync) and
+# writes it to the file, storage after storage; removing the save removes all of it.
+REGION_MERGE_NS = 2_000_000
+
+
+def blocking_work_regions(trace: Trace, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+    """Spans, inside steps, of op-free host work together with the blocking copies and syncs
+    within REGION_MERGE_NS of it (a checkpoint save: copy, sync, write, copy...). Only spans
+    that hold a host-work stretch."""
+    on_threads = np.isin(trace.host.thread, launch_threads(trace))
+    sets = _label_intervals(trace, on_threads, steps)
+    work_s, _ = sets["host-work"]
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    if work_s.size == 0:
+        return empty
+    parts = [sets["host-work"], sets["host-sync"], sets["pageable-copy"]]
+    s_all, e_all = union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    out_s, out_e = [], []
+    for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
+        inside = (s_all < hi) & (e_all > lo)
+        s, e = np.clip(s_all[inside], lo, hi), np.clip(e_all[inside], lo, hi)
+        if s.size == 0:
+            continue
+        # a new region starts where the previous interval ended more than REGION_MERGE_NS before
+        new = np.concatenate(([True], s[1:] - e[:-1] > REGION_MERGE_NS))
+        rs = np.minimum.reduceat(s, np.flatnonzero(new))
+        re_ = np.maximum.reduceat(e, np.flatnonzero(new))
+        holds_work = np.zeros(len(rs), bool)
+        for ws in work_s[(work_s >= lo) & (work_s < hi)].tolist():
+            k = int(np.searchsorted(rs, ws, side="right")) - 1
+            if k >= 0 and ws < re_[k]:
+                holds_work[k] = True
+        out_s.append(rs[holds_work])
+        out_e.append(re_[holds_work])
+    if not out_s:
+        return empty
+    return np.concatenate(out_s).astype(np.int64), np.concatenate(out_e).astype(np.int64)
+
+
 def sync_calls(trace: Trace) -> np.ndarray:
     """Host events that block on the GPU: sync runtime calls and the ops that imply one."""
     host = trace.host
@@ -404,4 +444,7 @@ def _extend_to_gap_end(end: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) ->
     return np.where(inside, gap_e[kk], end)
 
 
-__all__ = ["CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "idle_causes", "launch_thread", "launch_threads"]
+__all__ = [
+    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes", "launch_thread",
+    "launch_threads",
+]

@@ -1,0 +1,70 @@
+"""A checkpoint saved inside the step: the save's copies and syncs are priced with its writes."""
+
+from __future__ import annotations
+
+import pytest
+from synth import TraceBuilder
+
+from gpudoctor.analysis import analyze_trace
+from gpudoctor.analysis.idle import blocking_work_regions
+from gpudoctor.hardware.ceilings import for_gpu_name
+from gpudoctor.rules.host_blocking_work import check
+from gpudoctor.trace import parse
+
+COPY = "Memcpy DtoH (Device -> Pageable)"
+
+
+def _steps_with_a_save(tensors: int) -> TraceBuilder:
+    """Each 10 ms step: 2 ms of kernels, then (tensors) x [a 0.2 ms blocking copy to pageable
+    memory, its sync, then 1.5 ms writing the file with no op], then the next step."""
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 10_000
+        t.step(s, base, 10_000)
+        t.launch("void at::native::vectorized_elementwise_kernel<4, add>", base + 10, base + 20, 2_000, op="aten::add")
+        ts = base + 2_100
+        for _ in range(tensors):
+            t.op("aten::copy_", ts, 220)
+            corr = t.runtime("cudaMemcpyAsync", ts + 5, 210)
+            t.kernel(COPY, ts + 10, 200, corr, cat="gpu_memcpy", nbytes=2_000_000)
+            t.runtime("cudaStreamSynchronize", ts + 216, 3)
+            ts += 220 + 1_500  # the write: no op, no launch
+    return t
+
+
+def _analysis(t: TraceBuilder):
+    return analyze_trace(parse(t.to_bytes()), for_gpu_name("h100-sxm"))
+
+
+def test_the_save_is_one_region_from_its_first_copy_to_its_last_write() -> None:
+    a = _analysis(_steps_with_a_save(4))
+    starts, ends = blocking_work_regions(a.trace, a.steps)
+    assert len(starts) == 3
+    # from the end of the step's last op (16 us in: the host is idle while the kernel runs, which
+    # costs nothing) through copies and writes to the step's end: one region a step
+    assert (starts - a.steps.start).tolist() == [16_000] * 3
+    assert (ends - a.steps.end).tolist() == [0] * 3
+
+
+def test_the_saving_holds_the_copies_and_syncs_not_only_the_writes() -> None:
+    f = check(_analysis(_steps_with_a_save(4)))
+    assert f is not None
+    numbers = f.evidence.numbers
+    # op-free stretches: 3 x 1.5 ms of writing, and the last write runs on to the step's end (2.52 ms)
+    assert numbers["gpu_idle_during_host_work_ms_per_step"] == pytest.approx(7.1, abs=0.05)
+    # the 4 copies (0.2 ms each) are GPU time the fix removes too; the idle around them as well
+    assert numbers["copies_to_pageable_memory_in_it_ms_per_step"] == pytest.approx(0.8, abs=1e-6)
+    assert f.saving_ms > numbers["gpu_idle_during_host_work_ms_per_step"] + 0.8
+    assert f.saving_ms <= 8.0  # never more than the step minus its 2 ms of kernels
+
+
+def test_host_work_alone_is_priced_as_before() -> None:
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 10_000
+        t.step(s, base, 10_000)
+        t.launch("void at::native::vectorized_elementwise_kernel<4, add>", base + 10, base + 20, 2_000, op="aten::add")
+    f = check(_analysis(t))
+    assert f is not None
+    assert f.evidence.numbers["copies_to_pageable_memory_in_it_ms_per_step"] == 0.0
+    assert f.saving_ms == pytest.approx(f.evidence.numbers["gpu_idle_during_host_work_ms_per_step"], abs=0.01)
