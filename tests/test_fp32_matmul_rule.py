@@ -94,3 +94,47 @@ def test_fp32_attention_is_priced_at_the_fused_16_bit_rate() -> None:
     after_ms = flops / (a.ceilings.best_matrix_flops * 0.45) * 1e3
     assert f.saving_ms == pytest.approx(1.5 - after_ms, rel=1e-6)
     assert any("FlashAttention" in x.title for x in f.fixes)
+
+
+def _math_sdpa(dtype: str) -> TraceBuilder:
+    """SDPA's math fallback: scaled_dot_product_attention > _scaled_dot_product_attention_math >
+    bmm, softmax, bmm, over 32 heads of 2048 x 64."""
+    t = TraceBuilder()
+    bh, s, d = 32, 2048, 64
+    gemm = TF32_KERNEL if dtype == "float" else BF16_KERNEL
+    for i in range(3):
+        base = i * 5_000
+        t.step(i, base, 5_000)
+        t.op("aten::scaled_dot_product_attention", base + 1, 60, dims=[[1, bh, s, d]] * 3, types=[dtype] * 3)
+        t.op("aten::_scaled_dot_product_attention_math", base + 2, 58, dims=[[1, bh, s, d]] * 3, types=[dtype] * 3)
+        t.op("aten::bmm", base + 3, 10, dims=[[bh, s, d], [bh, d, s]], types=[dtype] * 2)
+        t.kernel(gemm, base + 100, 900, t.runtime("cudaLaunchKernel", base + 4, 4))
+        t.op("aten::_softmax", base + 20, 10, dims=[[bh, s, s]], types=[dtype])
+        t.kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", base + 1_000, 1_500,
+                 t.runtime("cudaLaunchKernel", base + 21, 4))
+        t.op("aten::bmm", base + 40, 10, dims=[[bh, s, s], [bh, s, d]], types=[dtype] * 2)
+        t.kernel(gemm, base + 2_500, 900, t.runtime("cudaLaunchKernel", base + 41, 4))
+    return t
+
+
+def test_sdpa_math_fallback_in_fp32_is_fp32_attention_not_naive_attention() -> None:
+    from gpudoctor.rules.naive_attention import check as naive_check
+
+    a = _analysis(_math_sdpa("float"))
+    parts = fp32_matrix_events(a)
+    assert len(parts["attention"]) == 9 and len(parts["tf32"]) == 0  # bmm, softmax, bmm x 3 steps
+    f = check(a)
+    assert f is not None and "flash" in f.title
+    # the pattern's 3.3 ms a step, down to its two bmm's FLOPs at the fused-attention rate
+    flops = 2 * (2.0 * 32 * 2048 * 2048 * 64)
+    fused_ms = flops / (a.ceilings.best_matrix_flops * 0.45) * 1e3
+    assert f.saving_ms == pytest.approx(3.3 - fused_ms, rel=1e-6)
+    assert naive_check(a) is None
+
+
+def test_sdpa_math_fallback_in_bf16_stays_naive_attention() -> None:
+    from gpudoctor.rules.naive_attention import check as naive_check
+
+    a = _analysis(_math_sdpa("c10::BFloat16"))
+    assert len(fp32_matrix_events(a)["attention"]) == 0
+    assert naive_check(a) is not None

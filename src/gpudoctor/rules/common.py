@@ -118,3 +118,30 @@ def queue_gaps_before(trace: Trace, device_idx: np.ndarray) -> np.ndarray:
     prev_end = np.where(pos > 0, ends[np.maximum(pos - 1, 0)], dev.ts[device_idx])
     gap = (dev.ts[device_idx] - prev_end).astype(float)
     return np.where((gap > 0) & (gap < MAX_QUEUE_GAP_NS), gap, 0.0)
+
+
+# scaled_dot_product_attention's math fallback: matmul, softmax, matmul under this op. In fp32
+# it is the fp32-matmul finding's (no flash kernel takes fp32; bf16 autocast would); in 16 bits it
+# is naive attention written by the library (a mask or head size the fused kernels refuse).
+SDPA_MATH_OP = "aten::_scaled_dot_product_attention_math"
+
+
+def inside_op_named(trace: Trace, host_idx: np.ndarray, name: str) -> np.ndarray:
+    """For each host event, whether it runs inside an op called ``name`` (on the same thread)."""
+    host = trace.host
+    out = np.zeros(len(host_idx), bool)
+    ids = trace.string_ids.get(name)
+    if ids is None or host_idx.size == 0:
+        return out
+    outer = np.flatnonzero(host.name == ids)
+    if outer.size == 0:
+        return out
+    for thread in np.unique(host.thread[outer]).tolist():
+        o = outer[host.thread[outer] == thread]
+        order = np.argsort(host.ts[o])
+        starts, ends = host.ts[o][order], np.maximum.accumulate(host.end[o][order])
+        mine = host.thread[host_idx] == thread
+        ts = host.ts[host_idx[mine]]
+        k = np.searchsorted(starts, ts, side="right") - 1
+        out[np.flatnonzero(mine)] = (k >= 0) & (ts < ends[np.maximum(k, 0)])
+    return out

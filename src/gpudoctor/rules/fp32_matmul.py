@@ -11,8 +11,10 @@ Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its
   369-397 vs 760-800 on an H100). The same kernel is priced at the measured bf16 / TF32 ratio of
   the card's ceilings, never below the bf16 bytes at the memory roof.
 - **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
-  kernels (16-bit only) and runs the memory-efficient kernel in fp32; priced as its FLOPs at the
-  fused-attention rate of 16-bit kernels.
+  kernels (16-bit only) and runs the memory-efficient kernel in fp32, or its math fallback
+  (matmul, softmax, matmul: with some masks, Hugging Face models in fp32); priced as its FLOPs at
+  the fused-attention rate of 16-bit kernels. The math fallback in fp32 is this finding's, not
+  naive-attention's: the user called the fused API, and bf16 autocast is what lets it fuse.
 
 Each adds the casts that autocast puts in front of the matmuls (fp32 read, bf16 written).
 The fix keeps float32 master weights (autocast), so the optimizer and the loss stay in fp32.
@@ -30,12 +32,14 @@ from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
     GEMM_EFFICIENCY,
+    SDPA_MATH_OP,
+    inside_op_named,
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "fp32-matmul"
 CAST_BYTES_FACTOR = 1.0
@@ -71,11 +75,28 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
     tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
     tc = tc & ~_names_matching(a, _SPLIT_K)
     fp32_attention = attention & ((dtype == fp32) | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
+    math = fp32_sdpa_math_events(a)
+    not_math = np.ones(len(dev), bool)
+    not_math[math] = False
     return {
-        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32)),
-        "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named)),
-        "attention": np.flatnonzero(live & fp32_attention),
+        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32) & not_math),
+        "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
+        "attention": np.union1d(np.flatnonzero(live & fp32_attention), math),
     }
+
+
+def fp32_sdpa_math_events(a: Analysis) -> np.ndarray:
+    """Device events, in the steps, of SDPA's math fallback run on float32 (or TF32) inputs."""
+    dev, rf = a.trace.device, a.roofline
+    cand = np.flatnonzero((rf.event_in_steps_ns > 0) & (dev.op >= 0))
+    if cand.size == 0 or SDPA_MATH_OP not in a.trace.string_ids:
+        return np.empty(0, np.int64)
+    cand = cand[inside_op_named(a.trace, dev.op[cand], SDPA_MATH_OP)]
+    fp32 = {DTYPES.index("fp32"), DTYPES.index("tf32")}
+    matmul = np.isin(dev.kind[cand], MATRIX_KINDS_FOR_ATTENTION)
+    if not np.isin(rf.event_dtype[cand][matmul], list(fp32)).any():
+        return np.empty(0, np.int64)
+    return cand
 
 
 def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
@@ -91,9 +112,22 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
         ratio = min(tf32_roof / c.best_matrix_flops, 1.0)
         return np.maximum(time_ns * ratio, half_bytes) + casts
     efficiency = ATTENTION_EFFICIENCY if part == "attention" else GEMM_EFFICIENCY
+    if part == "attention":  # the math fallback's softmax and masking kernels carry no matmul FLOPs
+        matmul = np.isin(a.trace.device.kind[idx], [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
+        return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0), c.best_matrix_flops * efficiency)
     after = np.maximum(flops / (c.best_matrix_flops * efficiency) * 1e9, half_bytes)
     after = after + (0.0 if part == "attention" else casts)  # q, k, v are cast by the projections
     return np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
+
+
+def _fused_attention_ns(time_ns: np.ndarray, flops: np.ndarray, rate: float) -> np.ndarray:
+    """Per event, its share of the pattern's time once fused: the pattern's FLOPs at ``rate``,
+    spread over its events by their time (never more than they took)."""
+    total_ns = time_ns.sum()
+    if total_ns <= 0 or flops.sum() <= 0:
+        return time_ns  # no FLOPs known: claim nothing
+    fused_ns = min(flops.sum() / rate * 1e9, total_ns)
+    return time_ns * (fused_ns / total_ns)
 
 
 def check(a: Analysis) -> Finding | None:

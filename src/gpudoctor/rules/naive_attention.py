@@ -3,6 +3,10 @@
 Detected from shapes: a softmax over a square [.., S, S] tensor (S >= 128) marks S; every kernel
 whose op reads an [.., S, S] tensor, or is a matmul producing one, belongs to the pattern (forward
 and backward). Priced as that time minus the pattern's matmul FLOPs at a fused-attention rate.
+``scaled_dot_product_attention``'s own math fallback on float32 inputs is not this finding's but
+fp32-matmul's (rules/fp32_matmul.py): the program already calls the fused API, and what keeps it
+from the flash kernels is the dtype. A Hugging Face Llama trained in fp32 with TF32 (H100, torch
+2.11) was told naive-attention here, where bf16 autocast measured 1.37x.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.fp32_matmul import fp32_sdpa_math_events
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "naive-attention"
@@ -37,6 +42,7 @@ def attention_events(a: Analysis) -> np.ndarray:
         if c.square in seqs or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
     ]
     mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
+    mask[fp32_sdpa_math_events(a)] = False
     return np.flatnonzero(mask)
 
 
