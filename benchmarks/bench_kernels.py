@@ -111,8 +111,8 @@ def fwd_bwd(f, *inputs):
 
 
 def part_norms(quick: bool) -> None:
-    from gpudoctor.kernels.layer_norm import layer_norm
-    from gpudoctor.kernels.rms_norm import rms_norm
+    from gpudoctor.kernels._layer_norm import layer_norm
+    from gpudoctor.kernels._rms_norm import rms_norm
 
     ceiling = RESULTS["hbm_bytes_per_s"]
     rows = []
@@ -199,8 +199,8 @@ def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
 
 def norms_config() -> dict:
     """The kernels' tuning constants as this run used them."""
-    import gpudoctor.kernels.layer_norm as ln_mod
-    import gpudoctor.kernels.rms_norm as rms_mod
+    import gpudoctor.kernels._layer_norm as ln_mod
+    import gpudoctor.kernels._rms_norm as rms_mod
 
     names = ("TILE_ELEMENTS", "BACKWARD_WARPS_PER_SM", "MAX_FUSED_BYTES", "LOOP_BLOCK", "PREFETCH",
              "PREFETCH_ELEMENTS", "SUM_COLS", "SUM_ROWS", "SUM_WARPS", "RELOAD_W_MIN_BLOCK")
@@ -422,8 +422,8 @@ def part_converge(quick: bool) -> None:
 
 def part_large(quick: bool) -> None:
     """Tensors past 2^31 elements: the kernels must use 64-bit offsets."""
+    from gpudoctor.kernels._rms_norm import rms_norm
     from gpudoctor.kernels.glu import swiglu
-    from gpudoctor.kernels.rms_norm import rms_norm
 
     out = {}
     h = 4096
@@ -450,7 +450,7 @@ def part_large(quick: bool) -> None:
     out["rms_norm_bwd_dw_rel_err"] = float((wg.grad.float() - wt.grad).abs().max() / wt.grad.abs().max())
     del xg, wg, dy
     torch.cuda.empty_cache()
-    from gpudoctor.kernels.layer_norm import layer_norm
+    from gpudoctor.kernels._layer_norm import layer_norm
 
     y = layer_norm(x, w, w, 1e-5)
     out["layer_norm_tail_max_err"] = float((y[-8:].float() - F.layer_norm(x[-8:].float(), (h,), w.float(),

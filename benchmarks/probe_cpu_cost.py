@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from tune_norms import cpu_us  # benchmarks/ is on sys.path when run as a script
 
-from gpudoctor.kernels.layer_norm import layer_norm
-from gpudoctor.kernels.rms_norm import rms_norm
+from gpudoctor.kernels._layer_norm import layer_norm
+from gpudoctor.kernels._rms_norm import rms_norm
 
 
 def main() -> None:

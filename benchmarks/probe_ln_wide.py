@@ -11,7 +11,7 @@ from bench_kernels import (  # benchmarks/ is on sys.path when run as a script
     gpu_us,
 )
 
-import gpudoctor.kernels.layer_norm as ln_mod
+import gpudoctor.kernels._layer_norm as ln_mod
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from bench_kernels import fwd_bwd, gpu_us, liger  # benchmarks/ is on sys.path when run as a script
 
-import gpudoctor.kernels.layer_norm as ln_mod
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._layer_norm as ln_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
 SHAPES = [(m, h) for h in (256, 1024, 4096, 8192, 16384) for m in (2**16 // h, 2**18 // h, 2**20 // h, 2**21 // h)

@@ -20,8 +20,8 @@ import torch
 from bench_kernels import floor_call, fwd_bwd, gpu_events, gpu_us  # benchmarks/ is on sys.path as a script
 from tune_norms import copy_ceiling
 
-import gpudoctor.kernels.layer_norm as ln_mod
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._layer_norm as ln_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
 SHAPES = [(m, h) for h in (256, 1024, 4096, 8192, 16384) for m in ((2**23) // h, (2**25) // h)]

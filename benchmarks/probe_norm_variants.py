@@ -20,8 +20,8 @@ import torch
 from bench_kernels import fwd_bwd, gpu_us  # benchmarks/ is on sys.path when run as a script
 from probe_norm_bwd import per_kernel_us
 
-import gpudoctor.kernels.layer_norm as ln_mod
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._layer_norm as ln_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
 BIG = 1 << 30

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from gpudoctor.kernels._layer_norm import layer_norm
+from gpudoctor.kernels._rms_norm import _rms_norm_native, rms_norm
 from gpudoctor.kernels.cross_entropy import linear_cross_entropy
 from gpudoctor.kernels.glu import swiglu
-from gpudoctor.kernels.layer_norm import layer_norm
-from gpudoctor.kernels.rms_norm import _rms_norm_native, rms_norm
 
 
 def grads(fn, *inputs):

@@ -8,7 +8,7 @@ import functools
 import torch
 from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
 
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
 

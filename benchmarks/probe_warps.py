@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
 
-import gpudoctor.kernels.layer_norm as ln_mod
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._layer_norm as ln_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
 

@@ -138,7 +138,7 @@ def test_missing_cells_make_it_partial():
     lines[6] = "5,0,nan"
     found = timings.rank_hypotheses("\n".join(lines))
     assert found[0].id == "straggler" and found[0].partial
-    assert "Partial data: 2 row(s) with empty cells dropped, 2 of 4800 (rank, step) values missing." in found[0].summary
+    assert "Partial data: 2 row(s) with empty or NaN cells dropped, 2 of 4800 (rank, step) values missing." in found[0].summary
     assert found[0].confidence == pytest.approx(0.8)
 
 

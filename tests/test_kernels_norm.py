@@ -24,8 +24,8 @@ pytest.importorskip("triton")
 if os.environ["TRITON_INTERPRET"] != "1":
     pytest.skip("TRITON_INTERPRET is set to something other than 1: no kernels on CPU", allow_module_level=True)
 
-import gpudoctor.kernels.layer_norm as ln_mod
-import gpudoctor.kernels.rms_norm as rms_mod
+import gpudoctor.kernels._layer_norm as ln_mod
+import gpudoctor.kernels._rms_norm as rms_mod
 from gpudoctor.errors import InputError
 
 if type(rms_mod._rms_norm_fwd).__name__ != "InterpretedFunction":  # imported earlier, before the env was set
@@ -338,8 +338,8 @@ def test_without_triton_in_a_fresh_process():
         os.environ.pop("TRITON_INTERPRET", None)
         sys.modules["triton"] = None
         import torch, torch.nn.functional as F
-        from gpudoctor.kernels.layer_norm import layer_norm
-        from gpudoctor.kernels.rms_norm import rms_norm
+        from gpudoctor.kernels._layer_norm import layer_norm
+        from gpudoctor.kernels._rms_norm import rms_norm
         x, w, b = torch.randn(4, 7), torch.rand(7), torch.rand(7)
         ref = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
         assert torch.allclose(rms_norm(x, w), ref, atol=1e-6)
@@ -585,8 +585,8 @@ def test_native_thresholds_follow_the_h100_measurements():
     """benchmarks/results/native_threshold_h100_2026-11-24.json: where PyTorch's fused op took less GPU
     time than the kernel (forward + backward, bf16), the call goes to it; nowhere else."""
     from gpudoctor.kernels._common import native_is_faster
-    from gpudoctor.kernels.layer_norm import NATIVE_BELOW as LN
-    from gpudoctor.kernels.rms_norm import NATIVE_BELOW as RMS
+    from gpudoctor.kernels._layer_norm import NATIVE_BELOW as LN
+    from gpudoctor.kernels._rms_norm import NATIVE_BELOW as RMS
 
     def native(table, m, h):
         return native_is_faster(table, m * h, h)

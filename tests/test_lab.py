@@ -103,6 +103,7 @@ def test_lab_smoke_run_on_the_cpu(tmp_path: Path) -> None:
     assert result["trap"] == "launch_bound" and result["verdict"] == "ran-on-cpu"
     assert result["sick_ms"] > 0 and result["fixed_ms"] > 0
     assert list(tmp_path.glob("lab-*/launch_bound/trace.json.gz"))
+    assert "USDT" not in out.stderr  # Kineto's profiler_start / profiler_stop lines (capture/quiet.py)
 
 
 def test_lab_errors(tmp_path: Path) -> None:

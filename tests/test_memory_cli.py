@@ -17,7 +17,7 @@ def test_preset_on_a_gpu_prints_the_breakdown_and_what_fits():
     text = out.stdout
     assert "8.03 B params" in text and "during the backward" in text
     assert "does NOT fit on NVIDIA H100" in text
-    assert "What makes it fit, cheapest first:" in text and "fits" in text
+    assert "What makes it fit, cheapest first" in text and "fits" in text
 
 
 def test_json_has_the_documented_keys(tmp_path):
@@ -51,6 +51,14 @@ def test_inference_json(tmp_path):
     (["llama-3.1-8b", "--params-dtype", "fp64"], "--params-dtype 'fp64' is not one of"),
     (["llama-3.1-8b", "--gpu", "voodoo5"], "unknown --gpu 'voodoo5'"),
     (["llama-3.1-8b", "--infer", "--seq", "10"], "do not apply to generation"),
+    # issue 16: a context past the model's positions was priced silently
+    (["gpt2", "--seq", "8192"], "beyond gpt2's 1,024 positions: its position embeddings are a learned table"),
+    (["gpt2", "--seq", "8192", "--allow-long-context"], "which no flag extends; use --seq 1024 or less"),
+    (["gpt2", "--infer", "--prompt", "1000", "--new", "100"], "keep --prompt + --new at 1024 or less"),
+    (["llama-3.1-8b", "--seq", "200000"], "or add --allow-long-context"),
+    # issue 16: --width -5 printed nothing and exited 0
+    (["gpt2", "--width", "-5"], "--width -5: give a terminal width from"),
+    (["gpt2", "--width", "0"], "--width 0: give a terminal width from"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     out = gd("memory", *args)

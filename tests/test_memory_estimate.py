@@ -169,8 +169,12 @@ def test_never_negative_or_nan(batch, seq, params_dtype, autocast, optimizer, ch
        weights=st.sampled_from(["bf16", "fp8", "int8", "int4"]), kv=st.sampled_from(["bf16", "fp8"]),
        paged=st.sampled_from([0, 16]), preset=st.sampled_from(["llama-3.1-8b", "mistral-7b", "deepseek-v3", "gpt2"]))
 def test_inference_never_negative(batch, prompt, new, weights, kv, paged, preset):
+    if prompt + new > from_preset(preset).max_positions and preset == "gpt2":
+        with pytest.raises(InputError, match="learned table"):  # no flag extends GPT-2's positions
+            estimate_from_options(preset, infer=True, batch=batch, prompt=prompt, new=new, context="extend")
+        return
     est = estimate_from_options(preset, infer=True, batch=batch, prompt=prompt, new=new, weights_dtype=weights,
-                                kv_dtype=kv, paged_block=paged)
+                                kv_dtype=kv, paged_block=paged, context="extend")
     assert est.peak_bytes > 0 and all(v >= 0 for v in est.breakdown.values())
 
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
-import tempfile
 import traceback
+import warnings
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from gpudoctor.controls import visible_controls
 from gpudoctor.errors import GpuDoctorError, InputError
 
 app = typer.Typer(
@@ -22,11 +23,22 @@ app = typer.Typer(
     help="Diagnose slow or out-of-memory PyTorch GPU workloads from their profiler traces.",
 )
 _state = {"debug": False}
+MIN_WIDTH, MAX_WIDTH = 40, 1000
+
+
+def _check_width(value: int | None) -> int | None:
+    """--width of every report command: a width rich can lay out (a negative one printed nothing)."""
+    if value is not None and not MIN_WIDTH <= value <= MAX_WIDTH:
+        raise InputError(f"--width {value}: give a terminal width from {MIN_WIDTH} to {MAX_WIDTH} columns "
+                         "(e.g. --width 100), or leave it out to use the terminal's")
+    return value
 
 
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
-    _state["debug"] = debug
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors (before or after the command)."),
+) -> None:
+    _state["debug"] = _state["debug"] or debug
 
 
 @app.command()
@@ -36,20 +48,25 @@ def analyze(
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
     ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
-    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
 ) -> None:
     """Diagnose one trace: ranked findings with the time each would save per step."""
     from gpudoctor.pipeline import analyze_path
 
+    inputs = _inputs_of(path, ceilings) if html is not None else []
+    if html is not None:  # before the analysis: a bad --html fails at once
+        from gpudoctor.outputs import check_output_file
+
+        check_output_file(html, "--html", inputs)
     report = analyze_path(path, gpu=gpu, ceilings=ceilings)
-    _emit(report, json_out, html, width)
+    _emit(report, json_out, html, width, inputs)
 
 
 @app.command()
 def demo(
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
 ) -> None:
     """On a GPU: run one lab trap live, diagnose it and verify the predicted speedup on its fixed
     twin. Without a GPU: diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
@@ -60,8 +77,17 @@ def demo(
         return
     sample = resources.files("gpudoctor") / "data" / "sample_trace.json.gz"
     with resources.as_file(sample) as path:
+        if html is not None:
+            from gpudoctor.outputs import check_output_file
+
+            check_output_file(html, "--html", [path])
+        from gpudoctor.report.safe import SafeConsole
+
+        SafeConsole(stderr=True, highlight=False).print(
+            "gpudoctor demo: no CUDA GPU here, so this diagnoses the sample trace bundled with gpudoctor, recorded "
+            f"on an NVIDIA H100 ({path}); on a GPU, the demo runs a trap live instead.", markup=False)
         report = analyze_path(path)
-    _emit(report, json_out, html, width)
+        _emit(report, json_out, html, width, [path])
 
 
 @app.command(
@@ -86,7 +112,7 @@ def run(
     json_out: bool = typer.Option(
         False, "--json", help="Print only the JSON report on stdout; the program's own stdout goes to stderr."
     ),
-    width: int | None = typer.Option(None, "--width", help="Terminal width for the report."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
@@ -107,6 +133,9 @@ def run(
         raise InputError("give a script to run (gpudoctor run train.py ARGS) or a module (gpudoctor run -m pkg.train)")
     if wait < 0 or window <= 0:
         raise InputError(f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
+    from gpudoctor.outputs import check_output_dir
+
+    check_output_dir(out, "--out")
     config = CaptureConfig(steps=steps, skip=skip, stack=stack, calibration_steps=calibrate)
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
     with quiet:
@@ -146,6 +175,10 @@ def bench(
     if dry_run:
         sys.stdout.write("\n".join(plan_lines(quick)) + "\n")
         return
+    from gpudoctor.outputs import check_output_file, write_text_atomic
+
+    if html is not None:  # before minutes of measuring
+        check_output_file(html, "--html")
     from rich.progress import Progress
 
     with Progress(transient=True, console=Console(stderr=True)) as bar:
@@ -157,7 +190,7 @@ def bench(
         result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes,
                            shapes=shapes)
     if html is not None:
-        html.write_text(render_bench_html(result))
+        write_text_atomic(html, render_bench_html(result), "--html")
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         return
@@ -198,10 +231,13 @@ def lab_run(
     from gpudoctor.capture.bundle import new_run_dir, write_json
     from gpudoctor.lab.catalog import resolve_names
     from gpudoctor.lab.verify import verify_all
+    from gpudoctor.outputs import check_output_dir
     from gpudoctor.report.lab import render_lab
+    from gpudoctor.report.safe import SafeConsole
 
     chosen = resolve_names(names or [], all_traps)
     _require_device(device)
+    check_output_dir(out, "--out")
     run_dir = new_run_dir(out, "lab")
     from rich.progress import Progress
 
@@ -220,7 +256,7 @@ def lab_run(
     if json_out:
         sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n")
     else:
-        render_lab(verdicts, Console())
+        render_lab(verdicts, SafeConsole())
         sys.stderr.write(f"lab directory: {run_dir}\n")
     if any(v.verdict == "error" for v in verdicts):
         raise typer.Exit(1)
@@ -331,7 +367,9 @@ def plan_train(
     width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
     """Layouts (DP x TP x PP x CP x ZeRO x micro-batch x checkpointing) that fit, ranked by step time.
-    Fix any of them (--tp 4 --pp 2 ...) to price your own layout; the rest is enumerated."""
+    Fix any of them (--tp 4 --pp 2 ...) to price your own layout; the rest is enumerated.
+    Exit code 3 when no layout fits (why is printed), 2 on bad input."""
+    from gpudoctor.plan.limits import NO_FIT_EXIT_CODE
     from gpudoctor.plan.pins import Pins
     from gpudoctor.plan.train import plan_training
     from gpudoctor.report.plan import render_train
@@ -342,8 +380,12 @@ def plan_train(
                            calibration=bench_file, sp=sp, impl=impl, pins=pins, nvls=nvls)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
-        return
-    render_train(result, Console(width=width) if width else Console())
+        if not result.plans:
+            sys.stderr.write(f"no layout fits: {result.infeasible}\n")
+    else:
+        render_train(result, Console(width=width) if width else Console())
+    if not result.plans:
+        raise typer.Exit(NO_FIT_EXIT_CODE)
 
 
 @plan_app.command("infer")
@@ -355,35 +397,45 @@ def plan_infer(
     new: int = typer.Option(256, "--new", help="Generated tokens per request."),
     weights_dtype: str = typer.Option("bf16", "--weights-dtype", help="bf16, fp16, fp8, int8 or int4."),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16, fp16, fp8 or int8."),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context",
+        help="Accept --prompt + --new beyond the model's maximum context (served with a longer RoPE scaling)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Serving sizing: TP degree, sequences the KV budget holds, decode speed, the QPS that saturates."""
+    """Serving sizing: TP degree, sequences the KV budget holds, decode speed, the QPS that saturates.
+    Exit code 3 when no TP degree can hold the weights and one request (why is printed), 2 on bad input."""
     from gpudoctor.plan.infer import plan_serving
+    from gpudoctor.plan.limits import NO_FIT_EXIT_CODE
     from gpudoctor.report.plan import render_serving
 
     result = plan_serving(spec, gpu=gpu, qps=qps, prompt=prompt, new=new, weights_dtype=weights_dtype,
-                          kv_dtype=kv_dtype)
+                          kv_dtype=kv_dtype, allow_long_context=allow_long_context)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
-        return
-    render_serving(result, Console())
+        if not result.feasible:
+            sys.stderr.write(f"nothing fits: {result.explanation}\n")
+    else:
+        render_serving(result, Console())
+    if not result.feasible:
+        raise typer.Exit(NO_FIT_EXIT_CODE)
 
 
 @app.command("explain")
 def explain_cmd(
     files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),
     json_out: bool = typer.Option(False, "--json", help="Print the ranked hypotheses as JSON."),
-    width: int | None = typer.Option(None, "--width", help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
 ) -> None:
     """Diagnose from artifacts you already have: Nsight Compute, nvidia-smi, timing tables, scenarios."""
     from gpudoctor.explain import explain_paths
     from gpudoctor.report.explain import render, to_json
+    from gpudoctor.report.safe import SafeConsole
 
     result = explain_paths([str(f) for f in files])
     if json_out:
         sys.stdout.write(to_json(result) + "\n")
         return
-    render(result, Console(width=width) if width else Console())
+    render(result, SafeConsole(width=width) if width else SafeConsole())
 
 
 @app.command("memory")
@@ -416,8 +468,11 @@ def memory_cmd(
     paged_block: int | None = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF DynamicCache)."),
     prefill_chunk: int | None = typer.Option(None, "--prefill-chunk", help="Chunked prefill size in tokens."),
     gpu: str | None = typer.Option(None, "--gpu", help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context",
+        help="Price a sequence beyond a RoPE model's max positions (a longer RoPE scaling than its config says)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
-    width: int | None = typer.Option(None, "--width", help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
 ) -> None:
     """Predict the GPU memory of training or generation before launch, and what to change when it does not fit."""
     from gpudoctor.memory import estimate_from_options
@@ -430,7 +485,7 @@ def memory_cmd(
         "cp": cp, "microbatches": microbatches, "prompt": prompt, "new": new, "weights_dtype": weights_dtype,
         "kv_dtype": kv_dtype, "group_size": group_size, "paged_block": paged_block, "prefill_chunk": prefill_chunk,
     }
-    est = estimate_from_options(spec, infer=infer, gpu=gpu, **opts)
+    est = estimate_from_options(spec, infer=infer, gpu=gpu, context="extend" if allow_long_context else "refuse", **opts)
     if json_out:
         sys.stdout.write(to_json(est) + "\n")
         return
@@ -447,9 +502,12 @@ def list_rules() -> None:
         console.print(f"[bold]{rule.id:22}[/bold] {rule.title}")
 
 
-def _emit(report, json_out: bool, html: Path | None, width: int | None) -> None:  # type: ignore[no-untyped-def]
+def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type: ignore[no-untyped-def]
+          inputs: Sequence[Path | str | None] = ()) -> None:
+    from gpudoctor.report.safe import SafeConsole  # trace names print with their control characters made visible
+
     if html is not None:
-        _write_html(report, html)
+        _write_html(report, html, inputs)
     if json_out:
         from gpudoctor.report.json_report import to_json
 
@@ -457,34 +515,98 @@ def _emit(report, json_out: bool, html: Path | None, width: int | None) -> None:
         return
     from gpudoctor.report.console import render
 
-    render(report, Console(width=width) if width else Console())
+    render(report, SafeConsole(width=width) if width else SafeConsole())
     if html is not None:
-        Console(stderr=True).print(f"HTML report written to {html}")
+        SafeConsole(stderr=True).print(f"HTML report written to {html}", markup=False, highlight=False)
 
 
-def _write_html(report, target: Path) -> None:  # type: ignore[no-untyped-def]
-    """Write atomically: a failed render never leaves a half-written file over the user's."""
+def _write_html(report, target: Path, inputs: Sequence[Path | str | None] = ()) -> None:  # type: ignore[no-untyped-def]
+    """Never over an input (the trace itself: issue 16), never a half-written file (outputs.py)."""
+    from gpudoctor.outputs import check_output_file, write_text_atomic
     from gpudoctor.report.html import render_html
 
-    if target.exists() and target.is_dir():
-        raise InputError(f"--html {target} is a directory; give a file path such as report.html")
-    page = render_html(report)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.exists():
-        raise InputError(f"--html {target}: folder {folder} does not exist; create it or choose another path")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpudoctor-", suffix=".html")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    check_output_file(target, "--html", inputs)
+    write_text_atomic(target, render_html(report), "--html", inputs)
+
+
+def _inputs_of(path: Path, *others: Path | None) -> list[Path | str | None]:
+    """The files a command reads from PATH (a trace, or a run directory's trace and env.json) and
+    its other input options: no output may be written over one of them."""
+    from gpudoctor.capture.bundle import env_file_of
+    from gpudoctor.trace.load import resolve_trace_path
+
+    inputs: list[Path | str | None] = [path, *others]
+    with contextlib.suppress(GpuDoctorError, OSError):  # analyze itself says what is wrong with PATH
+        inputs += [resolve_trace_path(path), env_file_of(path)]
+    return inputs
+
+
+def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without its ``--debug`` flags, wherever they stand among gpudoctor's own arguments
+    (``gpudoctor --debug analyze X`` and ``gpudoctor analyze X --debug``), and whether there was one.
+    What belongs to another program stays: the arguments after ``--``, and those of ``gpudoctor run``
+    from its SCRIPT (or -m MODULE) on."""
+    out: list[str] = []
+    debug = False
+    run_values: set[str] = set()
+    in_run = passthrough = take_value = False
+    for i, arg in enumerate(argv):
+        if passthrough:
+            out.append(arg)
+            continue
+        if take_value:  # the value of a run option (--out DIR, -m MODULE)
+            take_value = False
+            passthrough = in_run and argv[i - 1] == "-m"
+            out.append(arg)
+            continue
+        if arg == "--debug":
+            debug = True
+            continue
+        if arg == "--":
+            passthrough = True
+        elif in_run:
+            if arg in run_values:
+                take_value = True
+            elif not arg.startswith("-"):
+                passthrough = True  # the script: what follows is its own
+        elif arg == "run" and all(a.startswith("-") for a in out):
+            in_run, run_values = True, _run_value_options()
+        out.append(arg)
+    return out, debug
+
+
+def _run_value_options() -> set[str]:
+    """The options of ``gpudoctor run`` that take a value (read from the command, not listed twice)."""
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    return {opt for p in command.params if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+            for opt in p.opts}
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    """A warning raised in gpudoctor's own code (numpy's above all: an overflow, a division by zero)
+    reaches the user as one line saying what it means; --debug shows Python's own form. Warnings of
+    a program that `gpudoctor run` runs are its own: they show as Python shows them."""
+    ours = str(Path(filename).resolve()).startswith(_PACKAGE_DIR) if filename else False
+    if _state["debug"] or not ours:
+        _python_showwarning(message, category, filename, lineno, file, line)
+        return
+    where = "/".join(Path(filename).parts[-3:])
+    hint = "a number of this report may be off: " if issubclass(category, RuntimeWarning) else ""
+    sys.stderr.write(visible_controls(
+        f"gpudoctor: warning: {category.__name__}: {message} (at {where}:{lineno}); {hint}rerun with --debug "
+        "and report it").replace("\n", " ") + "\n")
 
 
 def main() -> None:
+    argv, debug = _pop_debug(sys.argv[1:])
+    _state["debug"] = _state["debug"] or debug
+    warnings.showwarning = _show_warning
     try:
-        code = app(standalone_mode=False)  # returns the code of a typer.Exit
+        code = app(args=argv, standalone_mode=False)  # returns the code of a typer.Exit
         sys.exit(code if isinstance(code, int) else 0)
     except GpuDoctorError as exc:
         _fail(exc, f"error: {exc}", exc.exit_code)
@@ -505,7 +627,7 @@ def main() -> None:
 def _fail(exc: BaseException, line: str, code: int) -> None:
     if _state["debug"]:
         traceback.print_exception(exc)
-    sys.stderr.write(line.replace("\n", " ") + "\n")
+    sys.stderr.write(visible_controls(line.replace("\n", " ")) + "\n")
     sys.exit(code)
 
 

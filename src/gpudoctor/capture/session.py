@@ -34,6 +34,7 @@ from gpudoctor.capture.bundle import rank_suffix
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
+from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
@@ -361,7 +362,13 @@ class CaptureSession(Listener):
             if self._count >= max(cfg.skip, 1):
                 self._open_window(stepped=True)
         elif self.phase is Phase.WINDOW:
-            self._prof.step()
+            # the first step starts the recording and the last one stops it: Kineto logs each
+            # (only these two go through the filter: its few syscalls stay out of the other steps)
+            if self._in_window == 0 or self._in_window >= cfg.steps:
+                with kineto_chatter_filtered():
+                    self._prof.step()
+            else:
+                self._prof.step()
             self._in_window += 1
             self.result.steps_recorded = max(0, self._in_window - 1)
             if self.result.steps_recorded >= cfg.steps:
@@ -432,7 +439,8 @@ class CaptureSession(Listener):
             profile_memory=self.config.record_memory,
             with_stack=self.config.stack,
         )
-        self._prof.start()
+        with kineto_chatter_filtered():  # Kineto's "USDT: ... profiler_start" line (capture/quiet.py)
+            self._prof.start()
         self.phase = Phase.WINDOW
         self._timed_window = not stepped
         self._window_start = time.perf_counter()
@@ -479,7 +487,8 @@ class CaptureSession(Listener):
         self._close_iteration()
         prof, self._prof = self._prof, None
         try:
-            prof.stop()
+            with kineto_chatter_filtered():
+                prof.stop()
         finally:
             self.result.window_wall_s = time.perf_counter() - self._window_start
             if self._sampler is not None:

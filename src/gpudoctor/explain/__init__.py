@@ -6,6 +6,8 @@ the fix to avoid), and all of them are ranked together."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from gpudoctor.rules.finding import Finding
 SCHEMA = "gpudoctor.explain/1"
 HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok", "pipeline-bubble-ok",
                "mig-enabled")
+UNCHECKED_IDS = ("gpu-unchecked",)  # the artifact lacked what every check needs: neither a problem nor health
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,12 @@ def explain_paths(paths: list[str | os.PathLike[str]]) -> Explanation:
     sources: list[Source] = []
     found: list[tuple[str, Finding]] = []
     for p in paths:
-        source, hyps = explain_file(Path(p))
+        try:
+            source, hyps = explain_file(Path(p))
+        except InputError as exc:  # with several files, say which one (the parsers' messages name no path)
+            if len(paths) > 1 and str(p) not in str(exc):
+                raise type(exc)(f"{p}: {exc}") from None
+            raise
         sources.append(source)
         found.extend((str(p), h) for h in hyps)
     return Explanation(tuple(sources), tuple(sorted(found, key=lambda item: _rank_key(item[1]))))
@@ -97,20 +105,47 @@ def _ncu(path: Path, text: str) -> tuple[Source, list[Finding]]:
 def _smi(path: Path, text: str) -> tuple[Source, list[Finding]]:
     from gpudoctor.explain import smi
 
-    records = smi.parse(text)
-    return Source(str(path), "nvidia-smi", f"{len(records)} GPU(s)"), smi.card_hypotheses(records)
+    records, notes = smi.read(text)
+    by_missing: dict[tuple[str, ...], list[str]] = {}
+    for r in records:
+        if r.missing:
+            by_missing.setdefault(r.missing, []).append(str(r.index))
+    notes += [f"not checked on GPU {', '.join(gpus)}: {', '.join(missing)}" for missing, gpus in by_missing.items()]
+    return (Source(str(path), "nvidia-smi", f"{len(records)} GPU(s)", "; ".join(notes)),
+            smi.card_hypotheses(records))
 
 
 def _ranks(path: Path, text: str) -> tuple[Source, list[Finding]]:
-    from gpudoctor.explain import timings
+    from gpudoctor.explain import ranks
+    from gpudoctor.explain.tables import cut_last_line
 
-    return Source(str(path), "rank-timings"), timings.rank_hypotheses(text)
+    text, cut = cut_last_line(text)
+    with _saying(cut):
+        table = ranks.rank_table(text, notes=(cut,) if cut else ())
+        found = ranks.rank_findings(table)
+    return Source(str(path), "rank-timings", f"{table.ranks.size} rank(s) x {table.steps.size} step(s)",
+                  table.partial), found
 
 
 def _collectives(path: Path, text: str) -> tuple[Source, list[Finding]]:
     from gpudoctor.explain import timings
+    from gpudoctor.explain.tables import cut_last_line
 
-    return Source(str(path), "collectives"), timings.collective_hypotheses(text)
+    text, cut = cut_last_line(text)
+    with _saying(cut):
+        found = timings.collective_hypotheses(text, notes=(cut,) if cut else ())
+    return Source(str(path), "collectives", "", cut), found
+
+
+@contextmanager
+def _saying(note: str) -> Iterator[None]:
+    """An InputError raised while reading a cut table also says what was cut (it may be the cause)."""
+    try:
+        yield
+    except InputError as exc:
+        if not note:
+            raise
+        raise type(exc)(f"{exc} (note: {note})") from None
 
 
 def _scenario(path: Path, text: str) -> tuple[Source, list[Finding]]:

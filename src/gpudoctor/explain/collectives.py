@@ -43,10 +43,11 @@ _HARDWARE_COLUMNS = {"gpu": ("gpu", "gpu_name", "gpu_model"), "fabric": ("fabric
 
 
 def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | None = None,
-                          gpus_per_node: Any = None, nbytes: Any = None, algo: str | None = None) -> list[Finding]:
+                          gpus_per_node: Any = None, nbytes: Any = None, algo: str | None = None,
+                          notes: tuple[str, ...] = ()) -> list[Finding]:
     """Findings for one table; the keywords (a scenario's fields) fill in what its columns do not say:
     ``gpu``, ``fabric`` and ``gpus_per_node`` name the machine, ``nbytes`` the message per rank,
-    ``algo`` the algorithm of rows without one."""
+    ``algo`` the algorithm of rows without one; ``notes``: what the caller knows is missing (a cut line)."""
     what = "collective timings"
     header, rows = _table(text, what, COLL_EXPECTED)
     gi = _column(header, ("gpus", "n_gpus", "world_size", "nranks", "ranks"), what, COLL_EXPECTED)
@@ -85,10 +86,10 @@ def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | No
         need = ("the interconnect model needs at least 2 (e.g. 8,16)" if hw.named else
                 "the ring model needs at least 3 (e.g. 64,128,256,512)")
         raise InputError(f"{what}: {len(counts)} GPU count(s) {counts[:6]}; {need}; expected {COLL_EXPECTED}")
-    notes = [f"{dropped} row(s) with empty cells dropped"] if dropped else []
-    notes += [f"algo {a or '?'} has fewer than {least} GPU counts" for a in groups if a not in usable]
+    said = list(notes) + ([f"{dropped} row(s) with empty or NaN cells dropped"] if dropped else [])
+    said += [f"algo {a or '?'} has fewer than {least} GPU counts" for a in groups if a not in usable]
     with np.errstate(all="ignore"):
-        out = [_scaling(a, g, "; ".join(notes), hw) for a, g in usable.items()]
+        out = [_scaling(a, g, "; ".join(said), hw) for a, g in usable.items()]
     return sorted(out, key=lambda f: -(f.confidence or 0))
 
 

@@ -71,8 +71,8 @@ def _csv_header(text: str) -> list[str]:
     for line in text.splitlines()[:50]:
         if not line.strip() or line.startswith(("==", "#")):
             continue
-        try:
-            row = next(csv.reader(io.StringIO(line)))
+        try:  # a tab-separated table (the rank and collective parsers read TSV too)
+            row = next(csv.reader(io.StringIO(line), delimiter="\t" if "\t" in line and "," not in line else ","))
         except (csv.Error, StopIteration):
             continue
         if len(row) >= 2:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import shutil
 import subprocess
@@ -131,9 +132,10 @@ def number(text: str) -> float | None:
         return None
     t = t.replace(",", "").replace("%", "")
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None  # "inf", "1e400": no measurement (and no Infinity in --json)
 
 
 def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:

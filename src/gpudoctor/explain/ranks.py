@@ -26,11 +26,23 @@ from gpudoctor.explain.tables import (
 from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 
-def rank_hypotheses(text: str) -> list[Finding]:
-    """Stragglers, a lasting change in step time (with its causes, node health first), periodic spikes."""
-    steps, ranks, ms, times, dropped = _read_ranks(text)
+def rank_hypotheses(text: str, *, notes: tuple[str, ...] = ()) -> list[Finding]:
+    """Stragglers, a lasting change in step time (with its causes, node health first), periodic spikes.
+
+    ``notes``: what the caller already knows is missing (e.g. a cut last line), said with the rest."""
+    return rank_findings(rank_table(text, notes=notes))
+
+
+def rank_table(text: str, *, notes: tuple[str, ...] = ()) -> _Ranks:
+    """The table, checked: rows with an empty or NaN cell dropped and counted, ranks left with none named."""
+    steps, ranks, ms, times, dropped, lost = _read_ranks(text)
     with np.errstate(all="ignore"):
-        return _rank_findings(_Ranks(steps, ranks, ms, times, dropped))
+        return _Ranks(steps, ranks, ms, times, dropped, lost, notes)
+
+
+def rank_findings(table: _Ranks) -> list[Finding]:
+    with np.errstate(all="ignore"):
+        return _rank_findings(table)
 
 
 def _rank_findings(table: _Ranks) -> list[Finding]:
@@ -48,16 +60,16 @@ def _rank_findings(table: _Ranks) -> list[Finding]:
     return sorted(out, key=lambda f: -(f.confidence or 0))
 
 
-def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str], int]:
+def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str], int, list[int]]:
     what = "rank timings"
     header, rows = _table(text, what, RANKS_EXPECTED)
     ci = [_column(header, ("rank", "global_rank"), what, RANKS_EXPECTED),
           _column(header, ("step", "iteration", "iter"), what, RANKS_EXPECTED),
           _column(header, ("step_ms", "step_time_ms", "ms"), what, RANKS_EXPECTED)]
     ti = _column(header, ("time", "timestamp"), what, RANKS_EXPECTED, required=False)
-    data, dropped = _fast_rows(rows, ci), 0
+    data, dropped, dropped_ranks = _fast_rows(rows, ci), 0, set()
     if data is None:  # a bad or missing cell somewhere: row by row, to name the line
-        data, dropped = _slow_rows(header, rows, ci)
+        data, dropped, dropped_ranks = _slow_rows(header, rows, ci)
     times: dict[int, str] = {}
     if ti is not None:
         for _, cells in rows:
@@ -65,16 +77,24 @@ def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int
             if _is_whole(step_cell):
                 times.setdefault(int(float(step_cell)), _cell(cells, ti))
     rank_ids = np.unique(data[:, 0])
+    lost = sorted(dropped_ranks - {int(r) for r in rank_ids})  # ranks whose every row had an empty or NaN cell
     if rank_ids.size < 2:
-        raise InputError(f"{what}: only rank {int(rank_ids[0])} in the table; stragglers show against other "
-                         f"ranks: give every rank's step times ({RANKS_EXPECTED})")
+        where = (f"only rank {int(rank_ids[0])} has step times: every row of {_rank_names(lost)} has an empty or "
+                 f"NaN cell" if lost else f"only rank {int(rank_ids[0])} in the table")
+        raise InputError(f"{what}: {where}; stragglers show against other ranks: give every rank's step times "
+                         f"({RANKS_EXPECTED})")
     step_ids = np.unique(data[:, 1])
     if len(data) < 0.5 * rank_ids.size * step_ids.size:
         raise InputError(f"{what}: {len(data)} rows for {rank_ids.size} ranks x {step_ids.size} steps; expected "
                          f"every rank to report the same steps ({RANKS_EXPECTED})")
     matrix = np.full((step_ids.size, rank_ids.size), np.nan)  # [step, rank]
     matrix[np.searchsorted(step_ids, data[:, 1]), np.searchsorted(rank_ids, data[:, 0])] = data[:, 2]
-    return step_ids, rank_ids, matrix, times, dropped
+    return step_ids, rank_ids, matrix, times, dropped, lost
+
+
+def _rank_names(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 def _is_whole(cell: str) -> bool:
@@ -98,13 +118,18 @@ def _fast_rows(rows: list[tuple[int, list[str]]], ci: list[int | None]) -> np.nd
     return data if ok else None
 
 
-def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]], ci: list[int | None]) -> tuple[np.ndarray, int]:
+def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]],
+               ci: list[int | None]) -> tuple[np.ndarray, int, set[int]]:
+    """(rows with every cell a number, rows dropped for an empty or NaN cell, the ranks those rows name)."""
     out: list[tuple[float, float, float]] = []
     dropped = 0
+    dropped_ranks: set[int] = set()
     for n, cells in rows:
         rank, step, value = (_number(_cell(cells, i), header[i or 0], n, RANKS_EXPECTED) for i in ci)
         if rank is None or step is None or value is None:
             dropped += 1
+            if rank is not None and rank >= 0 and rank == int(rank):
+                dropped_ranks.add(int(rank))
             continue
         if rank < 0 or step < 0 or rank != int(rank) or step != int(step):
             raise InputError(f"line {n}: rank and step must be whole numbers >= 0; expected {RANKS_EXPECTED}")
@@ -113,8 +138,9 @@ def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]], ci: list[in
                              f"(got {value:g}); expected {RANKS_EXPECTED}")
         out.append((rank, step, value))
     if not out:
-        raise InputError(f"rank timings: no data rows under the header; expected {RANKS_EXPECTED}")
-    return np.array(out), dropped
+        why = f" ({dropped} row(s), each with an empty or NaN cell)" if dropped else ""
+        raise InputError(f"rank timings: no data rows under the header{why}; expected {RANKS_EXPECTED}")
+    return np.array(out), dropped, dropped_ranks
 
 
 def _robust_z(values: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -161,18 +187,24 @@ def _change_point(y: np.ndarray) -> tuple[int, float, float] | None:
 class _Ranks:
     """One rank-timing table: matrix [step, rank] of step_ms (NaN where a rank did not report)."""
 
-    def __init__(self, steps: np.ndarray, ranks: np.ndarray, ms: np.ndarray, times: dict[int, str], dropped: int):
+    def __init__(self, steps: np.ndarray, ranks: np.ndarray, ms: np.ndarray, times: dict[int, str], dropped: int,
+                 lost: list[int] | None = None, notes: tuple[str, ...] = ()):
         self.ranks = ranks.astype(np.int64)
         reported = np.sum(np.isfinite(ms), axis=1)
         keep = reported >= 2
         self.steps, self.ms, self.times = steps[keep].astype(np.int64), ms[keep], times
         missing = int(np.sum(~np.isfinite(self.ms)))
-        notes = []
+        said = list(notes)
         if dropped:
-            notes.append(f"{dropped} row(s) with empty cells dropped")
+            said.append(f"{dropped} row(s) with empty or NaN cells dropped")
+        if lost:
+            said.append(f"{_rank_names(lost)} left out: no row with a step time")
+        if int(np.sum(~keep)):
+            said.append(f"{int(np.sum(~keep))} step(s) reported by fewer than 2 ranks left out")
         if missing:
-            notes.append(f"{missing} of {self.ms.size} (rank, step) values missing")
-        self.partial = ", ".join(notes)
+            said.append(f"{missing} of {self.ms.size} (rank, step) values missing")
+        self.lost = list(lost or ())
+        self.partial = ", ".join(said)
         with np.errstate(all="ignore"):
             self.step_max = np.nanmax(self.ms, axis=1) if self.ms.size else np.empty(0)
             self.step_med = np.nanmedian(self.ms, axis=1) if self.ms.size else np.empty(0)

@@ -46,7 +46,41 @@ def load_scenario(path: Path, text: str) -> dict:
         raise InputError(f"{path} is a profiler trace, not a scenario: diagnose it with `gpudoctor analyze {path}`")
     if not isinstance(data, dict) or "scenario" not in data:
         raise InputError(f"{path}: a scenario is an object with a 'scenario' key, one of: {', '.join(KINDS)}")
+    bad = _non_finite(data)
+    if bad is not None:
+        raise InputError(f"{path}: '{bad[0]}' is {bad[1]!r}; give a finite number or leave the field out")
     return data
+
+
+def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity (JSON's NaN/Infinity, YAML's .nan/.inf) and where it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(top)", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where and isinstance(key, str) else f"{where}[{key}]"
+                            if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+MAX_NUMBER = 1e15  # beyond any count, size or time a scenario describes: a typo
+
+
+def _number(value: Any, name: str, where: str, *, positive: bool = False, lo: float | None = None,
+            hi: float | None = None, whole: bool = False) -> float:
+    """A scenario's number, checked: a wrong one is a one-line error naming it (never a traceback or a
+    silently absurd diagnosis)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where}: '{name}' must be a number, got {value!r}")
+    top = MAX_NUMBER if hi is None else hi
+    if (positive and value <= 0) or (lo is not None and value < lo) or value > top or value < -MAX_NUMBER:
+        least = "above 0" if positive else f"from {lo:g}" if lo is not None else ""
+        raise InputError(f"{where}: '{name}' must be a number {least}{' ' if least else ''}up to {top:g}, got {value!r}")
+    if whole and value != int(value):
+        raise InputError(f"{where}: '{name}' must be a whole number, got {value!r}")
+    return float(value)
 
 
 def scenario_hypotheses(data: dict, where: str = "scenario") -> list[Finding]:
@@ -63,21 +97,28 @@ class _Fields:
     def __init__(self, data: dict, where: str) -> None:
         self.data, self.where = data, where
 
-    def num(self, key: str, default: float | None = None, *, positive: bool = False) -> float:
+    def num(self, key: str, default: float | None = None, **bounds: Any) -> float:
+        """``bounds``: ``positive``, ``lo``, ``hi``, ``whole`` (see ``_number``)."""
         value = self.data.get(key, default)
         if value is None:
             raise InputError(f"{self.where}: scenario {self.data.get('scenario')!r} needs a number '{key}'")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(f"{self.where}: '{key}' must be a number, got {value!r}")
-        if positive and value <= 0:
-            raise InputError(f"{self.where}: '{key}' must be positive, got {value!r}")
-        return float(value)
+        return _number(value, key, self.where, **bounds)
 
-    def opt(self, key: str) -> float | None:
-        return None if self.data.get(key) is None else self.num(key)
+    def opt(self, key: str, **bounds: Any) -> float | None:
+        return None if self.data.get(key) is None else self.num(key, **bounds)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise InputError(f"{self.where}: scenario {self.data.get('scenario')!r} needs a text '{key}'")
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"{self.where}: '{key}' must be a text (a name), got {value!r}")
+        return value.strip()
 
     def obj(self, key: str) -> dict:
         value = self.data.get(key)
@@ -103,9 +144,9 @@ def _kernel(f: _Fields) -> list[Finding]:
     if unknown:
         raise InputError(f"{f.where}: unknown kernel field(s) {', '.join(unknown)}; known: {', '.join(sorted(_KERNEL_FIELDS))}")
     k = KernelMetrics(name=str(spec.get("name", "kernel")),
-                      **{key: (bool(v) if key == "is_matrix" else float(v)) for key, v in spec.items() if key != "name"})
+                      **{key: _kernel_field(key, v, f.where) for key, v in spec.items() if key != "name" and v is not None})
     found = kernel_hypotheses(k)
-    achieved, ceiling = f.opt("achieved_tflops"), f.opt("reference_tflops")
+    achieved, ceiling = f.opt("achieved_tflops", positive=True), f.opt("reference_tflops", positive=True)
     if achieved and ceiling and found and found[0].id == "tensor-cores-idle":
         top = found[0]
         gap = ceiling / achieved
@@ -117,12 +158,21 @@ def _kernel(f: _Fields) -> list[Finding]:
     return found
 
 
+def _kernel_field(key: str, value: Any, where: str) -> Any:
+    if key == "is_matrix":
+        if not isinstance(value, bool):
+            raise InputError(f"{where}: 'kernel.is_matrix' must be true or false, got {value!r}")
+        return value
+    # percents of a peak, of cycles or of all sectors: 0 to 100
+    return _number(value, f"kernel.{key}", where, lo=0, hi=100 if key.endswith("_pct") else None)
+
+
 # -- 2. MFU collapse mid-training -------------------------------------------------------------------
 
 
 def _training_slowdown(f: _Fields) -> list[Finding]:
-    before, after = f.num("mfu_before", positive=True), f.num("mfu_after", positive=True)
-    gpus = f.opt("gpus")
+    before, after = (f.num(key, positive=True, hi=1) for key in ("mfu_before", "mfu_after"))  # fractions: 0.48
+    gpus = f.opt("gpus", lo=1, whole=True)
     code_changed = bool(f.get("code_changed", False))
     drop = 1 - after / before
     step_factor = before / after
@@ -174,19 +224,32 @@ def _training_slowdown(f: _Fields) -> list[Finding]:
 def _serving(f: _Fields) -> list[Finding]:
     from gpudoctor.hardware.specs import find_spec
 
-    loads = sorted(f.rows("load"), key=lambda r: float(r.get("qps", 0)))
+    rows = f.rows("load")
+    for i, point in enumerate(rows):
+        for key in ("qps", "tok_s_per_user"):
+            if point.get(key) is None:
+                raise InputError(f"{f.where}: each 'load' point needs a positive '{key}' (point {i} has none)")
+            _number(point[key], f"load[{i}].{key}", f.where, positive=True)
+        if point.get("ttft_p50_ms") is not None:
+            _number(point["ttft_p50_ms"], f"load[{i}].ttft_p50_ms", f.where, positive=True)
+    loads = sorted(rows, key=lambda r: float(r["qps"]))
     if len(loads) < 2:
         raise InputError(f"{f.where}: 'load' needs at least two points (qps, tok_s_per_user, ttft_p50_ms)")
     low, high = loads[0], loads[-1]
-    for point in (low, high):
-        for key in ("qps", "tok_s_per_user"):
-            if not isinstance(point.get(key), (int, float)) or point[key] <= 0:
-                raise InputError(f"{f.where}: each 'load' point needs a positive '{key}'")
-    params_b = f.num("model_params_b", positive=True)
-    gpus = f.num("gpus", 1, positive=True)
-    wbytes = {"fp8": 1.0, "int8": 1.0, "int4": 0.5, "bf16": 2.0, "fp16": 2.0}.get(str(f.get("weights_dtype", "bf16")), 2.0)
-    spec = find_spec(str(f.get("gpu", "h100-sxm")))
-    bw = spec.hbm_bytes_per_s if spec else 3.35e12
+    params_b = f.num("model_params_b", positive=True, hi=1e5)  # billions: 100T parameters at most
+    gpus = f.num("gpus", 1, lo=1, hi=1e7, whole=True)
+    sizes = {"fp8": 1.0, "int8": 1.0, "int4": 0.5, "bf16": 2.0, "fp16": 2.0}
+    dtype = f.text("weights_dtype", "bf16").lower()
+    if dtype not in sizes:  # not a silent 2 bytes per weight
+        raise InputError(f"{f.where}: 'weights_dtype' {dtype!r} is not one of {', '.join(sizes)}")
+    wbytes = sizes[dtype]
+    gpu_name = f.text("gpu", "h100-sxm")
+    spec = find_spec(gpu_name)
+    if spec is None:  # an unknown name would silently price the weights at another card's bandwidth
+        from gpudoctor.hardware.specs import known_names
+
+        raise InputError(f"{f.where}: unknown gpu {gpu_name!r}; known: {', '.join(known_names())}")
+    bw = spec.hbm_bytes_per_s
     weights_per_gpu = params_b * 1e9 * wbytes / gpus
     weight_read_ms = weights_per_gpu / bw * 1e3
     step_low = 1e3 / float(low["tok_s_per_user"])
@@ -197,9 +260,9 @@ def _serving(f: _Fields) -> list[Finding]:
                "decode_step_ms_high": round(step_high, 2), "weights_per_gpu_GB": round(weights_per_gpu / 1e9, 2),
                "weight_read_ms_per_step": round(weight_read_ms, 2), "hbm_TB_s": round(bw / 1e12, 2)}
     kv_note = ""
-    layers, kv_heads, head_dim = f.opt("layers"), f.opt("kv_heads"), f.opt("head_dim")
+    layers, kv_heads, head_dim = (f.opt(key, lo=1, hi=1e6, whole=True) for key in ("layers", "kv_heads", "head_dim"))
     if layers and kv_heads and head_dim:
-        kv_bytes = 2 * layers * kv_heads * head_dim * f.num("kv_bytes", 2)
+        kv_bytes = 2 * layers * kv_heads * head_dim * f.num("kv_bytes", 2, positive=True, hi=8)
         tokens_read = other_ms / 1e3 * bw * gpus / kv_bytes
         numbers["kv_bytes_per_token"] = kv_bytes
         numbers["kv_tokens_read_per_step"] = round(tokens_read)
@@ -207,7 +270,7 @@ def _serving(f: _Fields) -> list[Finding]:
                    f"~{tokens_read / 1e6:.1f} M cached tokens per decode step across the batch.")
     if ttft_low and ttft_high:
         numbers.update(ttft_p50_ms_low=ttft_low, ttft_p50_ms_high=ttft_high)
-    util = f.opt("gpu_util_pct")
+    util = f.opt("gpu_util_pct", lo=0, hi=100)
     chunked = bool(f.get("chunked_prefill", False))
     out = [
         make_hypothesis(
@@ -247,12 +310,15 @@ def _serving(f: _Fields) -> list[Finding]:
 
 def _fp8(f: _Fields) -> list[Finding]:
     long_task = f.obj("long_task")
-    seq = float(long_task.get("seq", 0) or 0)
+    seq = 0.0 if long_task.get("seq") is None else _number(long_task["seq"], "long_task.seq", f.where, lo=0,
+                                                             whole=True)
     fp8_acc, ref_acc = long_task.get("fp8"), long_task.get("bf16")
-    if not all(isinstance(x, (int, float)) for x in (fp8_acc, ref_acc)):
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (fp8_acc, ref_acc)):
         raise InputError(f"{f.where}: 'long_task' needs numbers 'fp8' and 'bf16' (the task metric)")
-    calib = f.opt("calibration_seq")
-    fmt = str(f.get("format", "e4m3")).lower()
+    calib = f.opt("calibration_seq", positive=True, whole=True)
+    fmt = f.text("format", "e4m3").lower()
+    if "e4m3" not in fmt and "e5m2" not in fmt:  # the two FP8 formats, with their largest values
+        raise InputError(f"{f.where}: 'format' {fmt!r} is not an FP8 format: e4m3 or e5m2")
     fmax = 448.0 if "e4m3" in fmt else 57344.0
     scaling = str(f.get("scaling", "per-tensor"))
     short = f.get("short_eval") or {}
@@ -290,11 +356,15 @@ def _oom_sharding(f: _Fields) -> list[Finding]:
     if not model:
         raise InputError(f"{f.where}: 'model' names a preset or a config.json (e.g. llama-3.1-405b)")
     works, fails = f.obj("works"), f.obj("fails")
-    base = {"batch": int(f.num("batch", 1)), "seq": int(f.num("seq", 4096)),
+    for label, cfg in (("works", works), ("fails", fails)):
+        for key in ("tp", "dp"):  # left out or null: 1
+            cfg[key] = 1 if cfg.get(key) is None else int(_number(cfg[key], f"{label}.{key}", f.where, lo=1, hi=1e7,
+                                                                  whole=True))
+    base = {"batch": int(f.num("batch", 1, lo=1, whole=True)), "seq": int(f.num("seq", 4096, lo=1, whole=True)),
             "checkpointing": str(f.get("checkpointing", "full")), "attention": str(f.get("attention", "eager"))}
     if f.get("fsdp", True):
         base["fsdp"] = True
-    gpu = f.get("gpu")
+    gpu = None if f.get("gpu") is None else f.text("gpu")
 
     def est(cfg: dict):
         opts = dict(base, tp=int(cfg.get("tp", 1)), dp=int(cfg.get("dp", 1)), sp=bool(cfg.get("sp", False)))
@@ -361,6 +431,10 @@ def _allreduce(f: _Fields) -> list[Finding]:
 
 def _triton(f: _Fields) -> list[Finding]:
     configs = f.rows("configs")
+    for i, c in enumerate(configs):
+        for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps"):
+            if c.get(key) is not None:
+                _number(c[key], f"configs[{i}].{key}", f.where, lo=0, hi=1e6, whole=True)
     expected, measured = f.num("speedup_expected", positive=True), f.num("speedup_measured", positive=True)
     ks = [int(c.get("BLOCK_K", 0) or 0) for c in configs]
     stages = sorted({int(c.get("num_stages", 0) or 0) for c in configs})
@@ -377,6 +451,10 @@ def _triton(f: _Fields) -> list[Finding]:
     if warps and max(warps) <= 4:
         problems.append(f"num_warps {warps} (128 threads per block)")
     fused = f.get("fused") or []
+    fused = [fused] if isinstance(fused, str) else fused
+    if not isinstance(fused, list):
+        raise InputError(f"{f.where}: 'fused' must be a list of the fused ops' names (e.g. [\"rmsnorm\", \"linear\"]), "
+                         f"got {fused!r}")
     gemm_note = ""
     if any("linear" in str(x).lower() or "matmul" in str(x).lower() for x in fused):
         gemm_note = (" Eager runs the linear on cuBLAS, which is already near the roof: the fused kernel must "

@@ -38,6 +38,7 @@ REASON_TEXT = {
 CHECKS = ("clocks", "throttle reasons", "utilization", "ECC", "PCIe", "power")
 BUSY_PCT, IDLE_PCT = 30.0, 10.0  # utilization.gpu: % of time a kernel ran over the last sample
 SMI_CMD = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
+UNCHECKED = "gpu-unchecked"  # no health check could run: not a hypothesis, not health
 _GPU_HEAD = re.compile(r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*))?$")
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
@@ -100,35 +101,71 @@ class GpuRecord:
 
 def parse(text: str) -> list[GpuRecord]:
     """``nvidia-smi -q`` or ``--query-gpu`` CSV text -> one record per GPU (InputError otherwise)."""
+    return read(text)[0]
+
+
+def read(text: str) -> tuple[list[GpuRecord], list[str]]:
+    """(records, notes): the notes say what a cut or partial artifact lacks (GPUs, sections, a last line)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty nvidia-smi output; {_ACCEPTED}")
-    text = text.lstrip("\ufeff").expandtabs(4)
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)  # any line ends
     if any(_GPU_HEAD.match(line) for line in text.splitlines()):
-        return parse_q(text)
-    return parse_csv(text)
+        return _read_q(text)
+    if "NVSMI LOG" in text or re.search(r"^\s*Attached GPUs\s*:", text, re.MULTILINE):
+        raise InputError("the nvidia-smi -q text has no GPU section (a 'GPU 00000000:18:00.0' line and what follows): "
+                         "it stops after the banner (a cut copy?); give the whole output")
+    return _read_csv(text)
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    """A copy that stops mid-line (no line end after the last line): that line is not data ("1980 MHz" cut
+    to "19" still reads as a number)."""
+    if text.endswith(("\n", "\r")) or not text.rstrip(" \t").count("\n"):
+        return text, False
+    head, _, last = text.rpartition("\n")
+    return (head + "\n", True) if last.strip() else (text, False)
 
 
 # -- nvidia-smi -q ----------------------------------------------------------------------------------
 
+_CUT_Q = "the text stops mid-line (a cut copy): its last line is not used"
+_READ_SECTIONS = frozenset({  # the top-level sections _record_q reads
+    "ecc errors", "remapped rows", "retired pages", "pci", "gpu power readings", "power readings", "clocks event reasons",
+    "clocks throttle reasons", "gpu reset status", "clocks", "max clocks", "utilization", "temperature", "mig mode"})
+
 
 def parse_q(text: str) -> list[GpuRecord]:
+    return _read_q(text)[0]
+
+
+def _read_q(text: str) -> tuple[list[GpuRecord], list[str]]:
+    text, cut = _cut(text)
+    notes = [_CUT_Q] if cut else []
     blocks: list[tuple[str, dict[str, Any]]] = []
     stack: list[tuple[int, dict[str, Any]]] = []
+    names: list[str] = []  # the sections open at the current line, outermost first
+    attached = None
     for raw in text.splitlines():
         head = _GPU_HEAD.match(raw)
         if head:
             tree: dict[str, Any] = {}
             blocks.append((head.group(2), tree))
             stack = [(len(head.group(1)), tree)]
+            names = []
             continue
+        if not blocks and attached is None:
+            kv = _KV.match(raw.strip())
+            if kv and kv.group(1).lower() == "attached gpus":
+                attached = _int(kv.group(2))
         line = raw.rstrip()
         if not stack or not line.strip():
             continue
         indent = len(line) - len(line.lstrip())
         while len(stack) > 1 and stack[-1][0] >= indent:
             stack.pop()
+            names.pop()
         if indent <= stack[0][0]:  # back at the top level: the GPU section ended
-            stack = []
+            stack, names = [], []
             continue
         kv = _KV.match(line.strip())
         if kv and kv.group(2):  # keys lower-cased: drivers differ in case ("Gpu" vs "GPU")
@@ -142,9 +179,22 @@ def parse_q(text: str) -> list[GpuRecord]:
             else:
                 parent[key] = node
             stack.append((indent, node))
+            names.append(kv.group(1) if kv else line.strip())
     if not blocks:
         raise InputError(f"no GPU section in the nvidia-smi -q text; {_ACCEPTED}")
-    return [_record_q(i, bus, tree) for i, (bus, tree) in enumerate(blocks)]
+    if attached is not None and attached > len(blocks):  # `-i` prints fewer too: a note, not proof of a cut
+        notes.append(f"{attached - len(blocks)} of the {attached} attached GPUs are not in the text (left out with "
+                     "-i, or the copy stops early)")
+    last_bus, last = blocks[-1]
+    # a full `nvidia-smi -q` (Product Name first) ends each GPU with Processes: without it, the copy stops early
+    stops_early = "product name" in last and "processes" not in last
+    if stops_early:
+        notes.append(f"GPU {len(blocks) - 1} ({last_bus})'s section stops before its end (no Processes)")
+    if (cut or stops_early) and names and stack and names[0].lower() in _READ_SECTIONS:
+        # the section the text stops in was not read whole: a half-read section is no check
+        last.pop(names[0].lower(), None)
+        notes.append(f"GPU {len(blocks) - 1}'s '{' > '.join(names)}' section is cut: not used")
+    return [_record_q(i, bus, tree) for i, (bus, tree) in enumerate(blocks)], notes
 
 
 def _record_q(index: int, bus: str, t: dict[str, Any]) -> GpuRecord:
@@ -278,6 +328,15 @@ _COUNT_FIELDS = ("ecc_volatile_unc", "ecc_aggregate_unc", "ecc_volatile_corr", "
 
 
 def parse_csv(text: str) -> list[GpuRecord]:
+    return _read_csv(text)[0]
+
+
+def _read_csv(text: str) -> tuple[list[GpuRecord], list[str]]:
+    whole, (text, cut) = text, _cut(text)
+    header_line = next((line for line in text.splitlines() if line.strip()), "")
+    if cut and _row_is_whole(header_line, whole.rpartition("\n")[2]):
+        text, cut = whole, False
+    notes = ["the CSV stops mid-row (a cut copy): its last row is not used"] if cut else []
     try:
         rows = [[c.strip() for c in row] for row in csv.reader(io.StringIO(text)) if any(c.strip() for c in row)]
     except csv.Error as exc:
@@ -295,8 +354,25 @@ def parse_csv(text: str) -> list[GpuRecord]:
         key = next((str(values[k]) for k in ("bus_id", "index") if values.get(k) is not None), f"row {n}")
         by_gpu.setdefault(key, []).append(values)
     if not by_gpu:
-        raise InputError(f"the nvidia-smi CSV has a header but no GPU rows; {_ACCEPTED}")
-    return [_merge(i, samples) for i, samples in enumerate(by_gpu.values())]
+        why = "no whole GPU row: the last one stops mid-row (a cut copy?)" if cut else "no GPU rows"
+        raise InputError(f"the nvidia-smi CSV has a header but {why}; {_ACCEPTED}")
+    short = sum(len(row) < len(header) for row in rows[1:])
+    if short:
+        notes.append(f"{short} row(s) with fewer cells than the header")
+    return [_merge(i, samples) for i, samples in enumerate(by_gpu.values())], notes
+
+
+def _row_is_whole(header_line: str, line: str) -> bool:
+    """A last row with no line end is whole when it has every cell and its last cell ends in the unit its
+    header names ("143771 MiB" under "memory.total [MiB]") or is N/A; else it may be cut short."""
+    try:
+        header, cells = next(csv.reader([header_line]), []), next(csv.reader([line]), [])
+    except csv.Error:
+        return False
+    unit = re.search(r"\[(.+?)\]\s*$", header[-1]) if header else None
+    last = cells[-1].strip() if cells else ""
+    return (len(cells) == len(header) and unit is not None and bool(last)
+            and (last.endswith(unit.group(1)) or last.strip("[]").lower() in ("n/a", "not supported")))
 
 
 def _reason_column(h: str) -> str | None:
@@ -567,14 +643,20 @@ def _mig(r: GpuRecord) -> Finding:
 def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
     missing = r.missing
     checked = [c for c in CHECKS if c not in missing]
+    if not checked:
+        return _unchecked(r, notes)
     clocks = (f"SM {r.sm_mhz:.0f}/{r.sm_max_mhz:.0f} MHz" if r.sm_mhz is not None and r.sm_max_mhz else "")
     link = f"PCIe gen {r.pcie_gen} x{r.pcie_width}" if r.pcie_gen is not None else ""
     facts = ", ".join(x for x in (clocks, link, _load_text(r)) if x)
     minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
+    # a clean bill of health is only as good as what it covers: 0.9 with every check, less with fewer
+    conf = 0.9 if not missing else round(0.3 + 0.4 * len(checked) / len(CHECKS), 2)
+    title = (f"{r.label} looks healthy" if not missing else
+             f"{r.label}: no problem in the {len(checked)} of {len(CHECKS)} checks the artifact allows")
     f = make_hypothesis(
-        "gpu-healthy", f"{r.label} looks healthy", 0.9 if not missing else 0.6,
+        "gpu-healthy", title, conf,
         f"{r.label}{', ' + r.name if r.name else ''}: no active throttling, new or pending memory errors, link downgrade or "
-        f"power cap in what was checked ({', '.join(checked) or 'nothing'}); {facts}."
+        f"power cap in what was checked ({', '.join(checked)}); {facts}."
         + (f" Not in the artifact: {', '.join(missing)}." if missing else "") + minor,
         {"checked": checked, "not_checked": list(missing), "sm_clock_mhz": r.sm_mhz, "sm_clock_max_mhz": r.sm_max_mhz,
          "utilization_pct": r.util_pct, "active_reasons": sorted(r.reasons or ()), "pcie_gen": r.pcie_gen,
@@ -582,4 +664,18 @@ def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
         (),
         subject=r.label, partial=bool(missing),
         check_next=(f"`{SMI_CMD}` under load, if the job is slow",) if _load(r) != "busy" else ())
+    return replace(f, severity="info")
+
+
+def _unchecked(r: GpuRecord, notes: list[Finding]) -> Finding:
+    """The artifact says nothing a health check reads (a cut copy, a query of other fields): say so,
+    and claim no health."""
+    minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
+    f = make_hypothesis(
+        UNCHECKED, f"{r.label}: nothing in the artifact to check its health with", 0.0,
+        f"{r.label}{', ' + r.name if r.name else ''}: the artifact has none of {', '.join(CHECKS)}, so no health "
+        f"check ran and nothing is claimed about this GPU.{minor}",
+        {"checked": [], "not_checked": list(CHECKS)}, (),
+        subject=r.label, partial=True,
+        check_next=(f"`{SMI_CMD}` (whole, not cut), or `nvidia-smi -q` for every section",))
     return replace(f, severity="info")

@@ -28,6 +28,20 @@ NODE_FIRST_WRONG = ("Code-level changes (different sharding, recompute policy, b
 
 # -- reading a table ------------------------------------------------------------------------------------
 
+CUT_NOTE = "the last line has no line end (the file may be cut mid-row): not used"
+
+
+def cut_last_line(text: str) -> tuple[str, str]:
+    """(text, note): a file whose last line has no line end may be a copy cut mid-row, and a cell cut
+    short still reads as a number ("101.0" -> "10"); that line is left out and the note says so. A
+    file of one line is left whole (a header alone: the parser names what is missing)."""
+    if not isinstance(text, str) or not text.strip() or text.endswith(("\n", "\r")):
+        return text, ""
+    head, sep, last = text.rpartition("\n")
+    if not sep or not head.strip() or not last.strip() or last.lstrip().startswith("#"):  # one line; blanks; a comment
+        return text, ""
+    return head + sep, CUT_NOTE
+
 
 def _table(text: Any, what: str, expected: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """(lower-case header, [(line number, cells)]) from CSV, TSV or whitespace-separated text."""

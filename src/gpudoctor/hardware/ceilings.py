@@ -75,10 +75,13 @@ _REQUIRED = ("matrix_flops", "hbm_bytes_per_s")
 def load_file(path: str | Path) -> Ceilings:
     """Ceilings from a JSON file: {"gpu", "matrix_flops": {dtype: FLOP/s}, "hbm_bytes_per_s", ...}."""
     path = Path(path)
+    hint = "pass a JSON file such as the profile `gpudoctor bench` saves, or --gpu NAME"
+    if path.exists() and not path.is_file():  # a folder, /dev/null, a FIFO (reading one waits forever)
+        raise CeilingsFileError(f"ceilings file {path} is not a regular file; {hint}")
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise CeilingsFileError(f"cannot read ceilings file {path}: {exc.strerror}") from None
+        raise CeilingsFileError(f"cannot read ceilings file {path}: {exc.strerror or exc}; {hint}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise CeilingsFileError(
             f"ceilings file {path} is not JSON; expected an object with {', '.join(_REQUIRED)}"

@@ -18,8 +18,8 @@ __all__ = ["LayerNorm", "PatchReport", "RMSNorm", "geglu", "layer_norm", "linear
            "rms_norm", "swiglu", "unpatch"]
 
 _WHERE = {
-    "rms_norm": "gpudoctor.kernels.rms_norm", "RMSNorm": "gpudoctor.kernels.rms_norm",
-    "layer_norm": "gpudoctor.kernels.layer_norm", "LayerNorm": "gpudoctor.kernels.layer_norm",
+    "rms_norm": "gpudoctor.kernels._rms_norm", "RMSNorm": "gpudoctor.kernels._rms_norm",
+    "layer_norm": "gpudoctor.kernels._layer_norm", "LayerNorm": "gpudoctor.kernels._layer_norm",
     "swiglu": "gpudoctor.kernels.glu", "geglu": "gpudoctor.kernels.glu",
     "linear_cross_entropy": "gpudoctor.kernels.cross_entropy",
     "patch": "gpudoctor.kernels.patching", "unpatch": "gpudoctor.kernels.patching",
@@ -28,9 +28,16 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy: importing gpudoctor.kernels does not import triton until an op is used."""
+    """Lazy: importing gpudoctor.kernels does not import triton until an op is used.
+
+    The ops live in modules whose names are none of the public names (``_rms_norm`` holds
+    ``rms_norm``): importing a submodule binds its name on this package, and a submodule named
+    ``rms_norm`` would shadow the function, in whatever order things were imported.
+    """
     if name in _WHERE:
         import importlib
 
-        return getattr(importlib.import_module(_WHERE[name]), name)
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
     raise AttributeError(f"module 'gpudoctor.kernels' has no attribute {name!r}")

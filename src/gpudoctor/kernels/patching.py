@@ -169,7 +169,7 @@ def _looks_like_causal_lm(m: nn.Module) -> bool:
 
 
 def _norm_forward(variant: str):
-    from gpudoctor.kernels.rms_norm import rms_norm
+    from gpudoctor.kernels._rms_norm import rms_norm
 
     offset, casting = (1.0, "gemma") if variant == "gemma" else (0.0, "llama")
 

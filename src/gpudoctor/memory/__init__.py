@@ -6,7 +6,7 @@ Flow: a ``ModelSpec`` (config.json, preset or live module) -> options checked ag
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from gpudoctor.errors import InputError
@@ -15,6 +15,7 @@ from gpudoctor.memory.options import (
     InferOptions,
     TrainOptions,
     check_common_train,
+    check_context,
     validate_infer,
     validate_train,
 )
@@ -50,23 +51,31 @@ def _split(cls, opts: dict) -> dict:
 
 
 def estimate(spec: ModelSpec, options: TrainOptions | InferOptions, gpu: str | None = None,
-             suggest: bool = True) -> MemoryEstimate:
+             suggest: bool = True, context: str = "note") -> MemoryEstimate:
+    """``context``: what a sequence beyond the model's positions gets, ``options.check_context``'s
+    policy (refuse, extend, note); ``gpudoctor memory`` refuses it unless --allow-long-context."""
     from gpudoctor.memory.fit import with_fit
 
     if isinstance(options, InferOptions):
         from gpudoctor.memory.inference import estimate_inference
 
-        est = estimate_inference(spec, validate_infer(spec, options), gpu)
+        options = validate_infer(spec, options)
+        note = check_context(spec, options, context)
+        est = estimate_inference(spec, options, gpu)
     else:
         from gpudoctor.memory.training import estimate_training
 
-        est = estimate_training(spec, validate_train(spec, options))
+        options = validate_train(spec, options)
+        note = check_context(spec, options, context)
+        est = estimate_training(spec, options)
+    if note:
+        est = replace(est, notes=(*est.notes, note))
     return with_fit(spec, options, est, gpu, suggest)
 
 
 def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: str | None = None,
-                          suggest: bool = True, **opts) -> MemoryEstimate:
-    """``gpudoctor memory``'s engine: a spec source and the CLI's options by name."""
+                          suggest: bool = True, context: str = "note", **opts) -> MemoryEstimate:
+    """``gpudoctor memory``'s engine: a spec source and the CLI's options by name (None: not given)."""
     cls = InferOptions if infer else TrainOptions
     if isinstance(source, str) and is_module_source(source):
         if infer:
@@ -78,7 +87,34 @@ def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: 
         # the option checks that need no model structure (TP/PP against heads/layers need a spec)
         return with_fit(None, options, estimate_module(source, check_common_train(options)), gpu, suggest=False)
     spec = source if isinstance(source, ModelSpec) else load_spec(source)
-    return estimate(spec, cls(**_split(cls, opts)), gpu, suggest)
+    given = _split(cls, opts)
+    defaults, note = _defaults_within(spec, cls, given)
+    est = estimate(spec, cls(**given, **defaults), gpu, suggest, context)
+    return replace(est, notes=(note, *est.notes)) if note else est
+
+
+def _defaults_within(spec: ModelSpec, cls, given: dict) -> tuple[dict, str | None]:
+    """Defaults for the lengths not given that stay within the model's positions: GPT-2 (1,024)
+    is priced at --seq 1024, not at the default 2,048 it cannot run."""
+    limit = spec.max_positions
+    if not limit:
+        return {}, None
+    out: dict = {}
+    if cls is TrainOptions:
+        if "seq" not in given and TrainOptions.seq > limit:
+            out["seq"] = limit
+    else:
+        new = given.get("new", InferOptions.new)
+        if "prompt" not in given and InferOptions.prompt + new > limit and new < limit:
+            out["prompt"] = limit - new
+        prompt = given.get("prompt", out.get("prompt", InferOptions.prompt))
+        if "new" not in given and prompt + InferOptions.new > limit and prompt <= limit:
+            out["new"] = limit - prompt
+    if not out:
+        return {}, None
+    what = ", ".join(f"--{k} {v}" for k, v in out.items())
+    return out, (f"{what}: not given, so set to fit {spec.name}'s {limit:,} positions "
+                 f"(the default{'s' if len(out) > 1 else ''} would not)")
 
 
 def is_module_source(source: str) -> bool:

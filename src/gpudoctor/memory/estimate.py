@@ -27,10 +27,11 @@ class Suggestion:
     peak_bytes: int  # the new peak of allocated memory
     fits: bool
     cost: str  # what it costs (compute, communication, accuracy)
+    phase: str = ""  # when the new peak happens
 
     def to_dict(self) -> dict:
         return {"change": self.change, "options": self.options, "peak_bytes": self.peak_bytes,
-                "fits": self.fits, "cost": self.cost}
+                "peak_phase": self.phase or None, "fits": self.fits, "cost": self.cost}
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,9 @@ class MemoryEstimate:
     phase: str  # when the peak happens
     reserved_bytes: int  # the allocator's reservation at the peak (estimate)
     context_bytes: int  # CUDA context, outside the allocator
-    capacity_bytes: int = 0  # the GPU's memory (0: no --gpu)
+    capacity_bytes: int = 0  # the GPU's memory as CUDA reports it (0: no --gpu); fit.capacity_of
     gpu: str = ""
+    capacity_source: str = ""  # where capacity_bytes comes from, in words
     options: dict = field(default_factory=dict)
     phases: dict[str, int] = field(default_factory=dict)  # phase -> peak allocated bytes
     notes: tuple[str, ...] = ()
@@ -60,6 +62,12 @@ class MemoryEstimate:
     def fits(self) -> bool | None:
         return None if not self.capacity_bytes else self.total_bytes <= self.capacity_bytes
 
+    @property
+    def usable_peak_bytes(self) -> int:
+        """The largest peak of allocated memory that fits: the card less the CUDA context, over the
+        allocator's reserve (``fits`` is ``peak_bytes <= usable_peak_bytes``, to rounding)."""
+        return max(int((self.capacity_bytes - self.context_bytes) / RESERVED_OVER_ALLOCATED), 0) if self.capacity_bytes else 0
+
     def to_dict(self) -> dict:
         return {
             "mode": self.mode,
@@ -74,6 +82,8 @@ class MemoryEstimate:
             "total_bytes": self.total_bytes,
             "gpu": self.gpu or None,
             "capacity_bytes": self.capacity_bytes or None,
+            "capacity_source": self.capacity_source or None,
+            "usable_peak_bytes": self.usable_peak_bytes or None,
             "fits": self.fits,
             "options": dict(self.options),
             "notes": list(self.notes),

@@ -15,27 +15,44 @@ from dataclasses import replace
 
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.specs import require_spec
+from gpudoctor.memory.activations import DTYPE_BYTES
 from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import InferOptions, TrainOptions
 from gpudoctor.memory.spec import ModelSpec
 
+# The memory CUDA reports for the card (torch.cuda.get_device_properties(0).total_memory), the
+# most one process can have, where it was measured: less than the datasheet's on an H100 "80GB"
+# (79.18 GiB, not 80), more than the datasheet row's "141 GB" on an H200 (139.80 GiB, not 131.32).
+# Measured by `gpudoctor bench` (benchmarks/results/bench-h100-2026-11-22.json and
+# bench-h200-2026-11-22.json, ceilings.memory_bytes). Other cards: the datasheet figure.
+CUDA_TOTAL_BYTES = {"h100-sxm": 85_017_493_504, "h200": 150_109_880_320}
+
 
 def capacity_of(gpu: str) -> tuple[str, int]:
+    """The card's name and the bytes one process can have on it (before its CUDA context)."""
     spec = require_spec(gpu)
-    return spec.name, spec.memory_bytes
+    return spec.name, CUDA_TOTAL_BYTES.get(spec.key, spec.memory_bytes)
+
+
+def capacity_source(gpu: str) -> str:
+    """Where ``capacity_of``'s figure comes from, in words."""
+    spec = require_spec(gpu)
+    if spec.key in CUDA_TOTAL_BYTES:
+        return f"as CUDA reports it, measured; the datasheet says {spec.memory_bytes / 1024**3:,.2f} GiB"
+    return "the datasheet's figure; CUDA reports a little less (79.18 of 80 GiB on an H100)"
 
 
 def with_fit(spec: ModelSpec, options, est: MemoryEstimate, gpu: str | None, suggest: bool) -> MemoryEstimate:
     if not gpu:
         return est
     name, capacity = capacity_of(gpu)
-    est = replace(est, gpu=name, capacity_bytes=capacity)
+    est = replace(est, gpu=name, capacity_bytes=capacity, capacity_source=capacity_source(gpu))
     if est.fits or not suggest:
         return est
     if isinstance(options, TrainOptions):
-        found = _train_suggestions(spec, options, capacity)
+        found = _train_suggestions(spec, options, capacity, est.peak_bytes)
     else:
-        found = _infer_suggestions(spec, options, capacity, gpu)
+        found = _infer_suggestions(spec, options, capacity, gpu, est.peak_bytes)
     return replace(est, suggestions=tuple(found))
 
 
@@ -83,7 +100,9 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
     return out
 
 
-def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int) -> list[Suggestion]:
+def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int, peak: int) -> list[Suggestion]:
+    """Changes that lower ``peak`` (the current one), those that fit first; a change that does not
+    lower the peak is no answer, whatever else it does."""
     from gpudoctor.memory.training import estimate_training
 
     def price(delta: dict) -> MemoryEstimate | None:
@@ -97,11 +116,13 @@ def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int) -> list[
         new = price(delta)
         if new is not None:
             singles.append((rank, change, delta, cost, new))
-    found = [Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost)
+    # all of them may enter a combination (one that lowers another phase's peak can make room)
+    same_gpus = [item for item in singles if "tp" not in item[2]]
+    singles = [item for item in singles if item[4].peak_bytes < peak]
+    found = [Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost, new.phase)
              for _, change, delta, cost, new in singles]
     # Changes that need no more GPUs come first; when none of them is enough alone, the cheapest
     # combination of them comes before anything that needs more GPUs (TP).
-    same_gpus = [item for item in singles if "tp" not in item[2]]
     more_gpus = {id(s) for s, item in zip(found, singles) if "tp" in item[2]}
     local = [s for s in found if id(s) not in more_gpus]
     if not any(s.fits for s in local):
@@ -127,18 +148,19 @@ def _cheapest_combination(singles, capacity: int, price) -> Suggestion | None:
             new = price(delta)
             if new is not None and _total(new) <= capacity:
                 change = " + ".join(item[1].split(":")[0].split(" (")[0] for item in combo)
-                return Suggestion(change, delta, new.peak_bytes, True, "; ".join(item[3] for item in combo))
+                return Suggestion(change, delta, new.peak_bytes, True, "; ".join(item[3] for item in combo), new.phase)
     return None
 
 
-def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str) -> list[Suggestion]:
+def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str, peak: int) -> list[Suggestion]:
     from gpudoctor.memory.inference import estimate_inference
 
     cands: list[tuple[str, dict, str]] = []
     if o.kv_dtype in ("bf16", "fp16"):
         cands.append(("fp8 KV cache", {"kv_dtype": "fp8"}, "small accuracy risk"))
     for dt in ("fp8", "int8", "int4"):
-        if dt != o.weights_dtype and (dt != "fp8" or o.weights_dtype in ("bf16", "fp16")):
+        # only a narrower weight than the current one (int8 after fp8 is no smaller: it adds scales)
+        if DTYPE_BYTES[dt] < DTYPE_BYTES[o.weights_dtype]:
             cands.append((f"{dt} weights", {"weights_dtype": dt}, "accuracy risk; validate on your task"))
     if o.batch > 1:
         cands.append((f"Batch {max(o.batch // 2, 1)}", {"batch": max(o.batch // 2, 1)}, "lower throughput"))
@@ -151,7 +173,9 @@ def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str
             new = estimate_inference(spec, replace(o, **delta), gpu)
         except InputError:
             continue
-        out.append(Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost))
+        if new.peak_bytes >= peak:
+            continue  # no lower: no answer
+        out.append(Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost, new.phase))
     fitting = [s for s in out if s.fits]
     return (fitting + sorted((s for s in out if not s.fits), key=lambda s: s.peak_bytes))[:8]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, replace
 
-from gpudoctor.memory.activations import DTYPE_BYTES
+from gpudoctor.memory.activations import DTYPE_BYTES, shared_width
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -75,8 +75,7 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
         routed = t * spec.moe.top_k
         width = spec.moe.intermediate / o.tp
         mlp = (3 if spec.gated_mlp else 2) * c * routed * width + 2 * c * routed * h
-        if spec.moe.shared_experts:
-            mlp += 3 * c * t * spec.moe.shared_experts * spec.moe.intermediate / o.tp
+        mlp += 3 * c * t * shared_width(spec) / o.tp  # the always-on MLP (DeepSeek, Qwen2-MoE)
     else:
         mlp = (3 if spec.gated_mlp else 2) * c * t * spec.intermediate / o.tp
     hidden = 4 * c * t * h

@@ -142,3 +142,37 @@ def validate_infer(spec: ModelSpec, o: InferOptions) -> InferOptions:
     _choice("attention", o.attention, ATTENTION)
     _check_tp(spec, o.tp)
     return o
+
+
+def check_context(spec: ModelSpec, o: TrainOptions | InferOptions, policy: str = "note") -> str | None:
+    """A sequence beyond the model's positions: refused, or priced with a note (returned).
+
+    ``policy``: ``"refuse"`` (``gpudoctor memory`` without ``--allow-long-context``), ``"extend"`` (with
+    it: a RoPE model run past its trained length, e.g. with rope scaling, is priced; a learned table
+    is still refused) or ``"note"`` (callers that report the positions themselves, as plan train).
+    A learned position table (GPT-2's ``wpe``, ``n_positions`` rows) cannot be extended by a flag:
+    a longer sequence indexes past it and the forward fails. Rotary positions are computed, so the
+    forward runs at any length; past ``max_position_embeddings`` the model was not trained, which
+    is the user's call to make, explicitly.
+    """
+    if policy not in ("refuse", "extend", "note"):
+        raise ValueError(f"policy {policy!r} is not refuse, extend or note")
+    limit = spec.max_positions
+    if isinstance(o, InferOptions):
+        tokens, given = o.context, f"--prompt {o.prompt} + --new {o.new} = {o.context:,} tokens"
+        fix = f"keep --prompt + --new at {limit} or less"
+    else:
+        tokens, given = o.seq, f"--seq {o.seq}"
+        fix = f"use --seq {limit} or less"
+    if not limit or tokens <= limit:
+        return None
+    if spec.learned_positions and policy != "note":
+        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions: its position embeddings are a "
+                         f"learned table of {limit:,} rows, which no flag extends; {fix}")
+    if policy == "refuse":
+        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions (max_position_embeddings); {fix}, "
+                         f"or add --allow-long-context to price a run past its trained length (e.g. with RoPE scaling)")
+    if spec.learned_positions:
+        return f"{tokens:,} tokens is beyond the model's {limit:,} learned positions: it cannot run at this length"
+    return (f"{tokens:,} tokens is beyond the model's {limit:,} positions: "
+            f"priced as given; quality past the trained length is not")

@@ -72,17 +72,14 @@ def _stages(spec: ModelSpec, o: TrainOptions) -> list[_Stage]:
     return out
 
 
-def _stage_params(counts: ParamCounts, stage: _Stage, spec: ModelSpec) -> tuple[int, int]:
-    """(parameters, linear-layer parameters) held by a stage before tensor parallelism."""
+def _stage_params(counts: ParamCounts, stage: _Stage) -> int:
+    """Parameters held by a stage before tensor parallelism."""
     total = sum(counts.per_layer[i] for i in stage.layers)
-    norms = sum(getattr(spec, "norms_per_layer", 2) * norm_params(spec, spec.hidden) for _ in stage.layers)
-    linear = total - norms
     if stage.embedding:
         total += counts.embedding + counts.positions
     if stage.head:
         total += counts.final_norm + counts.lm_head
-        linear += counts.lm_head or counts.embedding  # tied: the table is the head
-    return total, linear
+    return total
 
 
 def _state_bytes_per_param(o: TrainOptions) -> float:
@@ -116,7 +113,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
                     stage: _Stage) -> MemoryEstimate:
     pb = DTYPE_BYTES[o.params_dtype]
     tp, shard = o.tp, o.shard_degree
-    stage_params, linear_params = _stage_params(counts, stage, spec)
+    stage_params = _stage_params(counts, stage)
     local = stage_params / tp  # norms are replicated; they are a rounding error here
     largest_layer = counts.largest_layer / tp
 
@@ -143,9 +140,11 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     layers = [layer_memory(spec, w, i) for i in stage.layers]
     casts_per_layer = [0.0] * len(layers)
     if w.autocast:
-        # bf16 copies of each linear weight, cached by autocast and kept for backward
-        per_layer_linear = (linear_params - (counts.lm_head or counts.embedding if stage.head else 0)) / max(len(layers), 1)
-        casts_per_layer = [per_layer_linear / tp * w.c] * len(layers)
+        # bf16 copies of each linear weight, cached by autocast and kept for backward; not of the
+        # routed experts, which run outside autocast (activations.expert_workload)
+        norms = spec.norms_per_layer * norm_params(spec, spec.hidden)
+        casts_per_layer = [(counts.per_layer[i] - norms - counts.expert_per_layer[i]) / tp * w.c
+                           for i in stage.layers]
     full = o.checkpointing == "full"
     saved_layers = [(lm.checkpoint_input if full else lm.total + cast) for lm, cast in zip(layers, casts_per_layer)]
     recompute = [lm.total + cast for lm, cast in zip(layers, casts_per_layer)]

@@ -36,6 +36,7 @@ from typing import Any
 from gpudoctor.errors import InputError, UnknownGpuError
 from gpudoctor.hardware.collectives import bus_factor
 from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
+from gpudoctor.plan.limits import check_gpus
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "p2p")
 _BENCH_NAMES = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
@@ -188,8 +189,10 @@ def _validate(op: str, nbytes: int, gpus: int, gpus_per_node: int) -> None:
         raise InputError(f"p2p takes exactly --gpus 2 (a sender and a receiver), not {gpus}")
     if gpus < 2:
         raise InputError(f"--gpus {gpus}: a collective needs at least 2 ranks")
+    check_gpus(gpus)
     if gpus_per_node < 1:
         raise InputError(f"--gpus-per-node {gpus_per_node} must be at least 1")
+    check_gpus(gpus_per_node, "gpus-per-node")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         low = gpus // gpus_per_node * gpus_per_node
         near = " or ".join(str(n) for n in (low, low + gpus_per_node) if n >= 2)

@@ -11,7 +11,8 @@ the GPUs busy all the time. Past either point requests queue and time-to-first-t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, replace
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
@@ -19,6 +20,7 @@ from gpudoctor.memory.estimate import CUDA_CONTEXT_BYTES
 from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
 from gpudoctor.memory.params import active_params, count_params
+from gpudoctor.plan.limits import gib, half_precision, plural
 
 # The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once): measured,
 # 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of 1024-4096 tokens, one
@@ -34,6 +36,9 @@ MEMORY_UTILIZATION = 0.9
 # the load at or below this share of the saturation QPS.
 HEADROOM = 0.8
 _TP_DEGREES = (1, 2, 4, 8)
+# The load a plan accepts: a million requests per second is far beyond one deployment (hundreds of
+# replicas of the largest models); above it a number is a typo.
+MAX_QPS = 1e6
 
 
 @dataclass(frozen=True)
@@ -66,30 +71,45 @@ class ServingPlan:
     choice: int | None = None  # the smallest TP that meets the QPS
     explanation: str = ""
     assumptions: tuple[str, ...] = ()
+    replicas: int | None = None  # when no TP degree meets the QPS on one replica: how many of ``replica_tp``
+    replica_tp: int | None = None
+
+    @property
+    def feasible(self) -> bool:
+        """Some TP degree holds the weights and at least one request's KV cache."""
+        return any(o.fits for o in self.options)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "qps": self.qps, "prompt": self.prompt, "new": self.new,
                 "options": [o.to_dict() for o in self.options], "choice_tp": self.choice,
+                "feasible": self.feasible, "replicas": self.replicas, "replica_tp": self.replica_tp,
                 "explanation": self.explanation, "assumptions": list(self.assumptions)}
 
 
 def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, weights_dtype: str = "bf16",
-                 kv_dtype: str = "bf16", tps: tuple[int, ...] = _TP_DEGREES) -> ServingPlan:
+                 kv_dtype: str = "bf16", tps: tuple[int, ...] = _TP_DEGREES,
+                 allow_long_context: bool = False) -> ServingPlan:
+    """Per TP degree in ``tps``: what fits and the load it serves (module doc). A context (prompt +
+    new) beyond the model's maximum positions is refused unless ``allow_long_context``."""
     from gpudoctor.hardware.specs import require_spec
 
     hw = require_spec(gpu)
-    if not (qps > 0) or qps > 1e6:
-        raise InputError(f"--qps must be a positive number of requests per second, got {qps!r}")
+    _check_qps(qps)
     spec = load_spec(source)
+    validate_infer(spec, InferOptions(batch=1, prompt=prompt, new=new, weights_dtype=weights_dtype,
+                                      kv_dtype=kv_dtype))
     efficiency = (f"decode reaches {DECODE_HBM_EFFICIENCY:.0%} of HBM bandwidth (measured on an H100); prefill "
                   f"{PREFILL_EFFICIENCY:.0%} "
                   f"of the dense peak; the engine uses {MEMORY_UTILIZATION:.0%} of GPU memory (vLLM's default)")
-    plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=(
-        efficiency,
-        "one request's KV cache is held for prompt + new tokens; TP all-reduces are not priced",
-        f"a plan keeps the load under {HEADROOM:.0%} of its saturation QPS (queueing grows without bound near it)"))
-    flops_dtype = "fp8" if weights_dtype == "fp8" and "fp8" in hw.matrix_flops else "bf16"
-    peak = hw.matrix_flops[flops_dtype]
+    _, peak, precision_note = half_precision(hw)
+    if weights_dtype == "fp8" and "fp8" in hw.matrix_flops:
+        peak = hw.matrix_flops["fp8"]
+    assumptions = (*_context_notes(spec, prompt, new, allow_long_context), *((precision_note,) if precision_note else ()),
+                   efficiency,
+                   "one request's KV cache is held for prompt + new tokens; TP all-reduces are not priced",
+                   (f"a plan keeps the load under {HEADROOM:.0%} of its saturation QPS (queueing grows without "
+                    "bound near it)"))
+    plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=assumptions)
     n_active = active_params(spec) if spec.moe else count_params(spec).total
     for tp in tps:
         if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
@@ -105,14 +125,101 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
             f"TP={best.tp} serves {qps:g} QPS: {best.concurrency:.0f} sequences in flight of the "
             f"{best.max_sequences} the KV budget holds, decode at {best.tokens_per_s_per_user:.0f} tok/s per user, "
             f"saturating near {best.saturation_qps:.1f} QPS ({best.limited_by}).")
-    elif plan.options:
-        top = max(plan.options, key=lambda o: o.saturation_qps)
-        plan.explanation = (f"No TP degree up to {max(o.tp for o in plan.options)} serves {qps:g} QPS on one replica: "
-                            f"the best, TP={top.tp}, saturates near {top.saturation_qps:.1f} QPS ({top.limited_by}); "
-                            f"add replicas (data parallel) or cut context / quantize KV.")
-    else:
+    elif not plan.options:
         raise InputError(f"no TP degree in {tps} divides the model's {spec.heads} heads")
+    elif plan.feasible:
+        _replicas(plan, qps)
+    else:
+        plan.explanation = _nothing_fits(spec, hw, plan, weights_dtype, kv_dtype)
     return plan
+
+
+def _check_qps(qps: float) -> None:
+    if not (qps > 0):  # also NaN
+        raise InputError(f"--qps must be a positive number of requests per second (more than 0, at most "
+                         f"{MAX_QPS:,.0f}), got {qps!r}")
+    if qps > MAX_QPS:
+        raise InputError(f"--qps {qps:g} is more than the {MAX_QPS:,.0f} requests per second a plan sizes "
+                         f"(far beyond one deployment; likely a typo): give a load above 0 and at most {MAX_QPS:,.0f}")
+
+
+def _context_notes(spec, prompt: int, new: int, allow: bool) -> tuple[str, ...]:
+    """Refuse a context past the model's positions (a learned table always, rotary ones unless ``allow``)."""
+    ctx, most = prompt + new, spec.max_positions
+    if not most or ctx <= most:
+        return ()
+    what = f"--prompt {prompt:,} + --new {new:,} = {ctx:,} tokens is beyond {spec.name}'s maximum context of {most:,}"
+    if spec.learned_positions:
+        raise InputError(f"{what} (its learned position table has {most:,} rows); give a prompt + new of at most "
+                         f"{most:,} tokens")
+    if not allow:
+        raise InputError(f"{what} (max_position_embeddings); give a prompt + new of at most {most:,} tokens, or pass "
+                         "--allow-long-context if you serve it with a longer RoPE scaling than its config says")
+    return ((f"the context, {ctx:,} tokens, is beyond {spec.name}'s {most:,} positions (--allow-long-context): "
+             "priced as if the model served it"),)
+
+
+def _replicas(plan: ServingPlan, qps: float) -> None:
+    """No TP degree meets the load on one replica: the fewest GPUs in replicas of one TP degree."""
+    usable = [o for o in plan.options if o.fits and o.saturation_qps > 0]
+    top = max(usable, key=lambda o: o.saturation_qps)
+
+    def count(o: ServingOption) -> int:
+        return math.ceil(qps / (HEADROOM * o.saturation_qps))
+
+    best = min(usable, key=lambda o: (count(o) * o.tp, o.tp))
+    plan.replicas, plan.replica_tp = count(best), best.tp
+    plan.explanation = (
+        f"No TP degree up to {max(o.tp for o in plan.options)} serves {qps:g} QPS on one replica: the best, "
+        f"TP={top.tp}, saturates near {_qps(top.saturation_qps)} QPS ({top.limited_by}); add replicas: "
+        f"{plan.replicas:,} replicas of TP={best.tp} ({plural(plan.replicas * best.tp, 'GPU')}, each under "
+        f"{HEADROOM:.0%} of its {_qps(best.saturation_qps)} QPS), or cut context / quantize KV to need fewer.")
+
+
+def _qps(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 0.1 else f"{v:.1g}"
+
+
+def _nothing_fits(spec, hw, plan: ServingPlan, weights_dtype: str, kv_dtype: str) -> str:
+    """Why no TP degree holds one replica, and what can: the weights alone, or one request's KV cache."""
+    from gpudoctor.hardware.specs import SPECS
+
+    capacity = _capacity(hw)
+    o = max(plan.options, key=lambda x: x.tp)
+    opts = InferOptions(batch=1, prompt=plan.prompt, new=plan.new, weights_dtype=weights_dtype, kv_dtype=kv_dtype,
+                        tp=o.tp)
+    t, ctx = o.tp, plan.prompt + plan.new
+    kv_one = kv_bytes_per_token(spec, opts) * ctx  # one request, per GPU at TP=t
+    given = (f"the {gib(capacity)} the {hw.name} gives them ({MEMORY_UTILIZATION:.0%} of {gib(hw.memory_bytes)}, "
+             "less the CUDA context)")
+    if o.weights_bytes_per_gpu <= capacity:  # the weights fit: one request's KV cache does not
+        per_token = kv_bytes_per_token(spec, opts)
+        most = int((capacity - o.weights_bytes_per_gpu) // per_token) if per_token else 0
+        return (f"One request's KV cache ({ctx:,} tokens) takes {gib(kv_one)} per GPU at TP={t}, more than the "
+                f"{gib(o.kv_budget_bytes_per_gpu)} left after the weights: cut --prompt + --new to at most {most:,} "
+                f"tokens, quantize the KV cache (--kv-dtype fp8 halves it), or spread a replica over more GPUs (pipeline parallel).")
+    stages = math.ceil((o.weights_bytes_per_gpu + kv_one) / capacity)
+    ways = [f"{t * stages:,} or more GPUs per replica (TP={t} x PP={stages}, pipeline parallel: not priced here)"]
+    quantized: dict[tuple[str, int], list[str]] = {}  # (size, stages) -> dtypes: fp8 and int8 weigh the same
+    for q in ("fp8", "int8", "int4") if "fp8" in hw.matrix_flops else ("int8", "int4"):  # fp8 needs fp8 hardware
+        w = weight_bytes(spec, replace(opts, weights_dtype=q))
+        if w < o.weights_bytes_per_gpu:
+            quantized.setdefault((gib(w), math.ceil((w + kv_one) / capacity)), []).append(q)
+    for (size, pp), names in quantized.items():
+        ways.append(f"{' or '.join(names)} weights ({size} per GPU at TP={t}"
+                    + (f", so TP={t} fits one replica)" if pp == 1 else f": TP={t} x PP={pp}, {t * pp} GPUs)"))
+    need = (o.weights_bytes_per_gpu + kv_one + CUDA_CONTEXT_BYTES) / MEMORY_UTILIZATION
+    bigger = sorted((h for h in SPECS if h.memory_bytes >= need and ({"bf16", "fp16"} & set(h.matrix_flops))),
+                    key=lambda h: h.memory_bytes)
+    ways.append(f"a card with at least {gib(need)} at TP={t}" + (f" (e.g. {bigger[0].key}, {gib(bigger[0].memory_bytes)})"
+                                                                   if bigger else " (none in the datasheet table)"))
+    return (f"The weights alone take {gib(o.weights_bytes_per_gpu)} per GPU at TP={t}, more than {given}: no TP degree "
+            f"up to {t} holds one replica. What can work: " + "; ".join(ways) + ".")
+
+
+def _capacity(hw) -> float:
+    """Bytes a serving engine has for weights and KV cache on one GPU."""
+    return hw.memory_bytes * MEMORY_UTILIZATION - CUDA_CONTEXT_BYTES
 
 
 def streamed_weight_bytes(spec, o: InferOptions) -> float:
@@ -136,7 +243,7 @@ def prefill_seconds(n_active: int, tokens: int, tp: int, peak: float) -> float:
 
 
 def _option(spec, o: InferOptions, hw, peak: float, n_active: int, qps: float, tp: int) -> ServingOption:
-    capacity = hw.memory_bytes * MEMORY_UTILIZATION - CUDA_CONTEXT_BYTES
+    capacity = _capacity(hw)
     weights = weight_bytes(spec, o)  # per GPU, held
     streamed = streamed_weight_bytes(spec, o)  # per GPU, read by each decode step
     per_token = kv_bytes_per_token(spec, o)  # per GPU

@@ -55,6 +55,7 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     mlp_flops,
     step_flops,
 )
+from gpudoctor.plan.limits import check_gpus, gib, half_precision, plural
 from gpudoctor.plan.pins import Pins, check_pins, whole
 from gpudoctor.plan.traffic import (
     dp_copy_bytes,
@@ -112,6 +113,10 @@ ASSUMPTIONS = (
     "expert parallelism (MoE all-to-all) is not modelled",
 )
 COMPUTE_ASSUMED = "assumed: FLOPs x datasheet bf16 peak x GEMM_EFFICIENCY (no --bench)"
+# Under ZeRO-3 the weights, gradients and Adam states are spread over every GPU; a layout needs at least
+# this share of the card left for them (the rest for activations, buffers and the allocator's slack)
+# before more GPUs are what is missing.
+STATES_SHARE = 0.8
 
 
 def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
@@ -379,8 +384,9 @@ def _divisors(n: int) -> list[int]:
 
 
 def _check_inputs(gpus: int, global_batch: int, seq: int, gpus_per_node: int, top: int) -> None:
-    for name, v in (("gpus", gpus), ("global-batch", global_batch), ("seq", seq),
-                    ("gpus-per-node", gpus_per_node), ("top", top)):
+    check_gpus(gpus)
+    check_gpus(gpus_per_node, "gpus-per-node")
+    for name, v in (("global-batch", global_batch), ("seq", seq), ("top", top)):
         whole(name, v)
     if gpus > gpus_per_node and gpus % gpus_per_node:
         lo = gpus // gpus_per_node * gpus_per_node
@@ -418,7 +424,6 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
     NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py)."""
     implementation(impl)  # validates the name
-    from gpudoctor.errors import UnknownGpuError
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
 
@@ -426,8 +431,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     bubble_fraction(2, 1, schedule)  # validates the name
     model = spec if isinstance(spec, ModelSpec) else load_spec(spec)
     hw = require_spec(gpu)
-    if "bf16" not in hw.matrix_flops:
-        raise UnknownGpuError(f"--gpu {gpu!r} has no bf16 peak in its datasheet row; use a GPU with tensor cores")
+    dtype, peak, precision_note = half_precision(hw)
     cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
     net = make_net(hw.key, gpus_per_node, fabric, nvls)
     pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads, layers=model.layers, gpus=gpus,
@@ -451,7 +455,6 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                          f"for {model.name} on {gpus} GPUs (dp in {', '.join(map(str, dps))}); "
                          f"use {' or '.join(map(str, near))}")
     plans, considered, smallest = [], 0, None
-    peak = hw.matrix_flops["bf16"]
     for dp, tp, pp, cp in shapes:
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)
         for zero in zeros if pins.zero is None else (z for z in zeros if z == pins.zero):
@@ -462,8 +465,8 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                     lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
                     considered += 1
                     est = _memory(model, hw.key, lay, global_batch, seq)
-                    if est is not None and (smallest is None or est.peak_bytes < smallest[0]):
-                        smallest = (est.peak_bytes, lay)
+                    if est is not None and (smallest is None or est.total_bytes < smallest[0].total_bytes):
+                        smallest = (est, lay)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
                     if ckpt == "selective" and pins.checkpointing is None and _dominated(
@@ -478,21 +481,24 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     if plans:
         infeasible = None
     elif pins.any() and smallest is not None:
-        peak, lay = smallest
+        est, lay = smallest
         infeasible = (f"no layout with {pins.describe(every=True)} fits the {hw.name}'s "
-                      f"{hw.memory_bytes / 1e9:.0f} GB: the smallest peak, {peak / 1e9:.0f} GB, is dp {lay.dp} x "
-                      f"tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, ZeRO-{lay.zero}, micro-batch {lay.microbatch}, "
-                      f"checkpointing {lay.checkpointing}; free a value or add GPUs")
+                      f"{gib(hw.memory_bytes)}: the smallest peak, {gib(est.peak_bytes)} allocated "
+                      f"({gib(est.total_bytes)} with the allocator's reserve and the CUDA context), is {_describe(lay)}; "
+                      f"free a value or add GPUs")
     else:
-        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes)
+        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest, global_batch, seq)
+    assumptions = ASSUMPTIONS if cal is None else calibrated_assumptions(cal)
+    if precision_note:
+        assumptions = (precision_note, *assumptions)
     return TrainPlanResult(
         model=model.name, gpus=gpus, gpu=hw.key, global_batch=global_batch, seq=seq,
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
         explanation=_explain(plans, gpus, gpus_per_node, hw.memory_bytes, model, hw.key, global_batch, seq) if plans else "",
         infeasible=infeasible, considered=considered, fitting=len(plans),
         comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
-        assumptions=ASSUMPTIONS if cal is None else calibrated_assumptions(cal),
-        compute_model=COMPUTE_ASSUMED if cal is None else cal.label)
+        assumptions=assumptions,
+        compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label)
 
 
 def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
@@ -550,20 +556,65 @@ def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak:
                 total_bytes=int(est.total_bytes), breakdown=breakdown, sp=lay.sequence_parallel)
 
 
-def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes) -> str:
+def _describe(lay: Layout) -> str:
+    return (f"dp {lay.dp} x tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, ZeRO-{lay.zero}, micro-batch {lay.microbatch}, "
+            f"checkpointing {lay.checkpointing}")
+
+
+def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest, global_batch: int,
+                seq: int) -> str:
+    """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do not
+    fit even fully sharded over all of them; otherwise the activations, with the layout that came
+    closest and the --seq it would fit at."""
     n = _counts(spec).total
     _, tp, pp, _ = max(shapes, key=lambda s: (s[1] * s[2], s[1]))
     cap = hw.memory_bytes
     weights = n * BYTES_BF16 / (tp * pp)
     states = 16 * n / gpus
-    need = math.ceil(16 * n / (0.8 * cap))
-    need = need if need <= gpus_per_node else math.ceil(need / gpus_per_node) * gpus_per_node
-    why = (f"the weights alone need {weights / 1e9:.0f} GB per GPU at the largest TP x PP ({tp} x {pp})"
-           if weights > cap else f"weights at TP x PP = {tp} x {pp} take {weights / 1e9:.0f} GB per GPU")
-    return (f"no layout of {spec.name} fits the {hw.name}'s {cap / 1e9:.0f} GB on {gpus} GPUs: {why}, and weights + "
-            f"gradients + Adam states (16 bytes per parameter, {16 * n / 1e12:.1f} TB) need {states / 1e9:.0f} GB "
-            f"per GPU even fully sharded (ZeRO-3) over {gpus} GPUs; need >= {max(need, gpus + 1)} GPUs "
-            f"(with activations, more), or a shorter --seq if the states already fit")
+    head = f"no layout of {spec.name} fits the {hw.name}'s {gib(cap)} on {plural(gpus, 'GPU')}: "
+    if states > STATES_SHARE * cap:
+        need = math.ceil(16 * n / (STATES_SHARE * cap))
+        need = need if need <= gpus_per_node else math.ceil(need / gpus_per_node) * gpus_per_node
+        why = (f"the weights alone need {gib(weights)} per GPU at the largest TP x PP ({tp} x {pp}), and "
+               if weights > cap else "")
+        return (head + why + f"weights + gradients + Adam states (16 bytes per parameter, {gib(16 * n)}) need "
+                f"{gib(states)} per GPU even fully sharded (ZeRO-3) over {plural(gpus, 'GPU')}, more than "
+                f"{STATES_SHARE:.0%} of the card; need >= {max(need, gpus + 1):,} GPUs (with activations, more)")
+    states_fit = (f"weights + gradients + Adam states (16 bytes per parameter) fit, {gib(states)} per GPU fully "
+                  f"sharded (ZeRO-3) over {plural(gpus, 'GPU')}, so more GPUs will not help; ")
+    beyond = (f"; --seq {seq:,} is also beyond the model's {spec.max_positions:,} positions"
+              if spec.max_positions and seq > spec.max_positions else "")
+    if smallest is None:
+        return (head + states_fit + f"the memory planner accepts no layout at --seq {seq:,}: shorten --seq" + beyond)
+    est, lay = smallest
+    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq) for s in shapes), key=lambda r: r[0])
+    shorter = (f"--seq {longest:,} fits {_describe(at)}" if at else "no --seq fits: even one token per sequence "
+               "needs more than the card, so check the model and --global-batch")
+    return (head + states_fit + f"the activations do not: the layout that needs least, {_describe(lay)}, needs "
+            f"{gib(est.total_bytes)}; shorten --seq ({shorter}) or fix a larger --cp than the 1, 2, 4 tried" + beyond)
+
+
+def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], global_batch: int,
+                 seq: int) -> tuple[int, Layout | None]:
+    """The longest sequence below ``seq`` (rounded down to a multiple of 1024 above 4096) at which the
+    shape's leanest layout (micro-batch 1, full checkpointing, ZeRO-3 where DP > 1) fits, with that
+    layout; (0, None) if none does. CP > 1 counts only from 8192 tokens, where the planner tries it."""
+    dp, tp, pp, cp = shape
+    lay = Layout(dp, tp, pp, cp, 3 if dp > 1 else 0, 1, "full")
+
+    def fits(k: int) -> bool:
+        if cp > 1 and k * cp < 8192:
+            return False
+        est = _memory(spec, gpu, lay, global_batch, k * cp)
+        return est is not None and bool(est.fits)
+
+    lo, hi = 0, seq // cp  # fits(lo) or lo == 0; not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    best = lo * cp
+    best = best // 1024 * 1024 if best > 4096 else best
+    return (best, lay) if best else (0, None)
 
 
 def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, gpu: str,
@@ -576,8 +627,10 @@ def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, 
     if fastest is not w:
         s.append(f"It is within {TIE_TOLERANCE:.0%} of the fastest ({fastest.label}, {fastest.step_s:.3g} s), "
                  f"closer than this model can tell apart, and simpler: the lowest sharding that fits wins.")
-    if w.tp == w.pp == w.cp == 1 and w.zero == 0:
-        s.append(f"The model fits without sharding -> DDP: replicate it on all {gpus} GPUs and all-reduce "
+    if gpus == 1:
+        s.append("The model fits one GPU: no parallelism, no communication.")
+    elif w.tp == w.pp == w.cp == 1 and w.zero == 0:
+        s.append(f"The model fits without sharding -> DDP: replicate it on all {gpus:,} GPUs and all-reduce "
                  f"gradients, overlapped with backward ({w.breakdown['dp_comm_s'] * 1e3:.0f} ms exposed).")
     if w.tp > 1:
         s.append(f"TP={w.tp} inside the node over NVLink ({w.breakdown['tp_comm_s']:.3g} s of exposed all-reduces "
@@ -591,8 +644,8 @@ def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, 
                                          sp=w.sp or w.tp == 1), global_batch, seq)
         stage = {1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}[w.zero]
         if base is not None and not base.fits:
-            s.append(f"{stage} because the same layout replicated (DDP) needs {base.total_bytes / 1e9:.0f} GB "
-                     f"of the {cap / 1e9:.0f} GB card: shard the states over the {w.dp} DP ranks.")
+            s.append(f"{stage} because the same layout replicated (DDP) needs {gib(base.total_bytes)} "
+                     f"of the {gib(cap)} card: shard the states over the {w.dp} DP ranks.")
         else:
             opt = w.breakdown["optimizer_s"]
             s.append(f"{stage} although DDP also fits: it shards the optimizer step ({opt * 1e3:.1f} ms instead of "

@@ -4,18 +4,31 @@ to check next, the fixes in order, and the fix to avoid."""
 from __future__ import annotations
 
 import json
+import math
 
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.text import Text
 
-from gpudoctor.explain import HEALTHY_IDS, Explanation
+from gpudoctor.explain import HEALTHY_IDS, UNCHECKED_IDS, Explanation
 
 MAX_SHOWN = 12
 
 
 def to_json(ex: Explanation) -> str:
-    return json.dumps(ex.to_dict(), indent=1, default=str)
+    """Strict JSON: a NaN or infinity that reached a number is null (json.dumps would write NaN, which
+    JSON parsers reject)."""
+    return json.dumps(_finite(ex.to_dict()), indent=1, default=str, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render(ex: Explanation, console: Console, limit: int = MAX_SHOWN) -> None:
@@ -34,7 +47,10 @@ def render(ex: Explanation, console: Console, limit: int = MAX_SHOWN) -> None:
         head = Text(f"{rank}. ")
         head.append(h.id, style="bold green" if healthy else "bold")
         head.append(f"  {h.title}")
-        head.append(f"  ({100 * (h.confidence or 0):.0f}% confidence)", style="dim")
+        if h.id in UNCHECKED_IDS:
+            head.append("  (not checked)", style="yellow")
+        else:
+            head.append(f"  ({100 * (h.confidence or 0):.0f}% confidence)", style="dim")
         if h.subject:
             head.append(f"  [{h.subject[:70]}]", style="cyan")
         if h.partial:

@@ -1,4 +1,6 @@
-"""Render ``gpudoctor plan`` results: one collective's prediction, and the ranked training layouts."""
+"""Render ``gpudoctor plan`` results: one collective's prediction, the ranked training layouts and the
+serving sizes. Sizes are in GiB (2^30 bytes), as in the messages; a table wider than the terminal is
+printed whole (the terminal wraps it), never with cut-off cells."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def size(n: float) -> str:
 
 
 def seconds(t: float) -> str:
+    if t >= 1000:
+        return f"{t:,.0f} s"
     if t >= 1:
         return f"{t:,.3f} s"
     if t >= 1e-3:
@@ -26,16 +30,49 @@ def seconds(t: float) -> str:
     return f"{t * 1e6:,.1f} us"
 
 
+def count(v: float) -> str:
+    """A count or rate in at most ~6 characters: 35, 8,202, 35.9k, 6.16M, 2.1e+10."""
+    if v < 10_000:
+        return f"{v:,.0f}"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale and v / scale < 1000:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.2g}"
+
+
+def rate(v: float) -> str:
+    """A QPS: 0.0004, 0.1, 36.1, 289, 35.9k."""
+    if v >= 100:
+        return count(v)
+    if v >= 0.1 or v == 0:
+        return f"{v:.1f}"
+    return f"{v:.1g}"
+
+
+def print_whole(console: Console, table: Table) -> None:
+    """Print ``table`` at its natural width even past the console's: rich would cut cells with '…'."""
+    need = console.measure(table, options=console.options.update_width(100_000)).maximum
+    width = console.width
+    if need <= width:
+        console.print(table)
+        return
+    console.width = need
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
 def render_comm(pred: CommPrediction, console: Console) -> None:
     console.print(Text.assemble(("gpudoctor plan comm", "bold"), f"  {pred.op}  ·  {size(pred.bytes)}  ·  "
-                                f"{pred.gpus} GPUs ({pred.gpus_per_node} per node)"))
+                                f"{pred.gpus:,} GPUs ({pred.gpus_per_node} per node)"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for name, justify in (("op", "left"), ("size", "right"), ("GPUs", "right"), ("algorithm", "left"),
                           ("time", "right"), ("algbw", "right"), ("busbw", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    table.add_row(pred.op, size(pred.bytes), str(pred.gpus), pred.algorithm, Text(seconds(pred.time_s), style="bold"),
+    table.add_row(pred.op, size(pred.bytes), f"{pred.gpus:,}", pred.algorithm, Text(seconds(pred.time_s), style="bold"),
                   f"{pred.algbw_GBps:,.1f} GB/s", f"{pred.busbw_GBps:,.1f} GB/s")
-    console.print(table)
+    print_whole(console, table)
     others = [f"{name} {seconds(t)}" for name, t in pred.candidates.items() if name != pred.algorithm]
     if others:
         console.print(Text(f"other algorithms: {', '.join(others)}", style="dim"))
@@ -70,10 +107,10 @@ def render_train(result: Any, console: Console) -> None:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("#", justify="right")
         for c in columns:
-            table.add_column(c.replace("_", " "), justify="left" if c == "checkpointing" else "right")
+            table.add_column(c.replace("_", " "), justify="left" if c == "checkpointing" else "right", no_wrap=True)
         for i, row in enumerate(plans, 1):
             table.add_row(str(i), *(_cell(c, row.get(c)) for c in columns))
-        console.print(table)
+        print_whole(console, table)
     else:
         console.print("no layout fits")
     compute = getattr(result, "compute_model", None)
@@ -91,20 +128,30 @@ def render_train(result: Any, console: Console) -> None:
 
 def render_serving(plan: Any, console: Console) -> None:
     """One row per tensor-parallel degree, the chosen one marked, then why."""
-    from rich.table import Table
-
     console.print(f"[bold]gpudoctor plan infer[/bold]  {plan.model} on {plan.gpu}  ·  {plan.qps:g} QPS  ·  "
-                  f"{plan.prompt} prompt + {plan.new} new tokens")
-    table = Table(box=None, header_style="bold")
+                  f"{plan.prompt:,} prompt + {plan.new:,} new tokens")
+    table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("TP", "weights", "KV", "seqs", "prefill", "step", "tok/s", "flight", "sat.QPS", "limit", ""):
         table.add_column(col, justify="right", no_wrap=True)
     for o in plan.options:
         mark = "<-" if plan.choice == o.tp else ("ok" if o.meets_qps else "")
-        table.add_row(str(o.tp), f"{o.weights_bytes_per_gpu / 2**30:.1f}G", f"{o.kv_budget_bytes_per_gpu / 2**30:.1f}G",
-                      str(o.max_sequences), f"{1e3 * o.prefill_s:.1f}ms", f"{1e3 * o.decode_step_s:.1f}ms",
-                      f"{o.tokens_per_s_per_user:.0f}",
-                      f"{o.concurrency:.0f}", f"{o.saturation_qps:.1f}", o.limited_by.replace("-cache", ""), mark)
-    console.print(table)
+        table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu), _gib(o.kv_budget_bytes_per_gpu),
+                      count(o.max_sequences), _short_seconds(o.prefill_s), _short_seconds(o.decode_step_s),
+                      count(o.tokens_per_s_per_user), count(o.concurrency), rate(o.saturation_qps),
+                      o.limited_by.replace("-cache", ""), mark)
+    print_whole(console, table)
+    console.print("[dim]weights, KV: GiB per GPU; seqs: requests the KV budget holds; flight: requests in flight "
+                  "at this load[/dim]")
     console.print(plan.explanation)
     for a in plan.assumptions:
         console.print(f"[dim]assumed: {a}[/dim]")
+
+
+def _short_seconds(t: float) -> str:
+    """3 significant digits: 3.46 ms, 122 ms, 11.4 s, 2,705 s."""
+    value, unit = (t, "s") if t >= 1 else (t * 1e3, "ms") if t >= 1e-3 else (t * 1e6, "us")
+    return (f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}") + f" {unit}"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f}"

@@ -4,7 +4,8 @@ x is arithmetic intensity (FLOP/byte), y is achieved FLOP/s. The roofs are drawn
 min(roof, bandwidth x intensity): the memory diagonal from ``hbm_bytes_per_s`` up to the highest
 roof, then a horizontal line per dtype from its ridge point (roof / bandwidth) to the right edge.
 A circle's area is proportional to the kernel's time per step; its colour says what bounds it.
-Every string from the trace goes through ``esc`` (html.escape with quotes), titles included.
+Every string from the trace goes through ``esc`` (html.escape with quotes, control characters made
+visible), titles included.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 from typing import Any
+
+from gpudoctor.controls import visible_controls
 
 WIDTH, HEIGHT = 760, 440
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 92, 16, 16, 48
@@ -28,8 +31,9 @@ ROOF_COLOR, VECTOR_COLOR, DIAGONAL_COLOR = "#2d3748", "#805ad5", "#38a169"
 
 
 def esc(value: Any) -> str:
-    """Escape anything (trace strings above all) for HTML text and attribute values."""
-    return escape(str(value), quote=True)
+    """Escape anything (trace strings above all) for HTML text and attribute values; a control
+    character (no HTML page may hold one, gpudoctor/controls.py) becomes a printable stand-in."""
+    return escape(visible_controls(str(value)), quote=True)
 
 
 def si(value: float, unit: str) -> str:

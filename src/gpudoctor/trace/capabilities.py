@@ -202,7 +202,9 @@ def trace_notes(trace: Trace) -> list[str]:
     """Notes on events the loader dropped or repaired."""
     notes = []
     if trace.skipped_events:
-        notes.append(f"{trace.skipped_events} malformed events were skipped")
+        n = trace.skipped_events
+        notes.append(f"{n} malformed event{'s were' if n > 1 else ' was'} skipped (a field of the wrong type, or a "
+                     "number out of any profiler's range such as a pid beyond 64 bits)")
     if trace.bad_times:
         n = trace.bad_times
         notes.append(f"{n} event{'s' if n > 1 else ''} with a start or duration no profiler writes (beyond "
@@ -210,6 +212,15 @@ def trace_notes(trace: Trace) -> list[str]:
     if trace.negative_durations:
         n = trace.negative_durations
         notes.append(f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} a negative duration, read as 0")
+    if trace.bad_args:
+        n = trace.bad_args
+        notes.append(f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} unreadable args (an id or size "
+                     "out of any profiler's range, or a field of the wrong type): kept without them, so their launch "
+                     "links, streams and sizes are unknown")
+    if trace.unreadable_gpu_fields:
+        fields = ", ".join(trace.unreadable_gpu_fields[:5])
+        notes.append(f"the trace's deviceProperties hold an unreadable {fields} (out of range, or of the wrong type): "
+                     "read as unknown, so what depends on it (GPU memory capacity, SM count) is left out or assumed")
     return notes
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpudoctor.controls import visible_controls
 from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.kernels import (
     DRIVER_LAUNCHES,
@@ -35,6 +36,7 @@ from gpudoctor.trace.model import (
 from gpudoctor.trace.nesting import nearest_ancestor, nest
 from gpudoctor.trace.schema import (
     DeviceArgs,
+    DeviceProperties,
     LaunchArgs,
     MemoryArgs,
     TraceEvent,
@@ -64,6 +66,8 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 # event is refused. So is a trace whose events span more than a day: its clocks disagree.
 MAX_TIME_US = 4e15
 MAX_SPAN_NS = 24 * 3600 * 10**9
+_I64_MAX = 2**63 - 1
+_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
@@ -72,16 +76,28 @@ def load(path: str | os.PathLike[str]) -> Trace:
     try:
         data = file.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read {file}: {exc.strerror}; check the path and its permissions") from None
+        raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
     return parse(data, source=str(file))
 
 
 def resolve_trace_path(path: Path) -> Path:
     """A trace file itself, or the one trace file of a directory."""
+    try:
+        return _resolve_trace_path(path)
+    except OSError as exc:  # a folder on the way that cannot be listed or entered
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
+
+
+def _resolve_trace_path(path: Path) -> Path:
     if not path.exists():
         raise InputError(f"{path} does not exist; {_FILE_HINT}, or a gpudoctor run directory")
     if path.is_file():
         return path
+    if not path.is_dir():
+        # /dev/null, a FIFO (reading one would wait for a writer forever), a socket
+        kind = "a FIFO (named pipe)" if path.is_fifo() else "a device" if (
+            path.is_char_device() or path.is_block_device()) else "a socket" if path.is_socket() else "not a file"
+        raise InputError(f"{path} is {kind}, not a trace file; {_FILE_HINT}, or a gpudoctor run directory")
     candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
     traces = [p for p in candidates if p.name.startswith("trace.")] or [
         p for p in candidates if not p.name.startswith(("report.", "env.", "manifest"))
@@ -105,8 +121,8 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        events, gpus, skipped = _decode(data, source)
-        return build(events, gpus, source, skipped)
+        events, gpus, skipped, unreadable = _decode(data, source)
+        return build(events, gpus, source, skipped, unreadable)
     finally:
         if collecting:
             gc.enable()
@@ -121,17 +137,17 @@ def _gunzip(data: bytes, source: str) -> bytes:
         ) from None
 
 
-def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int]:
+def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
     try:
         parsed = msgspec.json.decode(data, type=TraceFile)
     except msgspec.ValidationError:
         return _decode_leniently(data, source)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
-    return parsed.traceEvents, _gpus(parsed), 0
+    return parsed.traceEvents, _gpus(parsed), 0, ()
 
 
-def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int]:
+def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
     """Slow path for files whose fields have unexpected types: convert event by event."""
     try:
         raw = msgspec.json.decode(data)
@@ -155,16 +171,29 @@ def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[
         raise TraceFormatError(
             f"{source} is JSON but none of its {skipped} events is a trace event; {_FILE_HINT}"
         )
-    try:
-        props = msgspec.convert(
-            {"traceEvents": [], "deviceProperties": raw.get("deviceProperties") or []},
-            TraceFile,
-            strict=False,
-        )
-        gpus = _gpus(props)
-    except msgspec.ValidationError:
-        gpus = []
-    return events, gpus, skipped
+    properties, unreadable = _lenient_properties(raw.get("deviceProperties"))
+    return events, _gpus(TraceFile(traceEvents=[], deviceProperties=properties)), skipped, unreadable
+
+
+def _lenient_properties(entries: Any) -> tuple[list[DeviceProperties], tuple[str, ...]]:
+    """Each GPU of ``deviceProperties`` with the fields that convert, and the names of those that
+    did not: one unreadable field (a totalGlobalMem of 2**70) loses that field (read as 0, unknown),
+    not the GPU and its name."""
+    out: list[DeviceProperties] = []
+    unreadable: list[str] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        good = {}
+        for key, value in entry.items():
+            try:
+                msgspec.convert({key: value}, DeviceProperties, strict=False)
+            except msgspec.ValidationError:
+                unreadable.append(str(key))
+                continue
+            good[key] = value
+        out.append(msgspec.convert(good, DeviceProperties, strict=False))
+    return out, tuple(dict.fromkeys(unreadable))
 
 
 def _short(exc: Exception) -> str:
@@ -175,7 +204,7 @@ def _short(exc: Exception) -> str:
 def _gpus(parsed: TraceFile) -> list[GpuInfo]:
     return [
         GpuInfo(
-            name=p.name,
+            name=visible_controls(p.name),
             memory_bytes=p.totalGlobalMem,
             compute_capability=(p.computeMajor, p.computeMinor),
             sm_count=p.numSms,
@@ -228,7 +257,14 @@ def _int_column(values: list[int | None]) -> np.ndarray:
     return np.fromiter((-1 if v is None else v for v in values), np.int64, len(values))
 
 
-def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0) -> Trace:
+def _unreadable(raws: list[Any], decoded: list[Any]) -> int:
+    """How many events carry ``args`` that did not decode (an id or size out of range, a field of
+    the wrong type): the events are kept without them."""
+    return sum(1 for r, a in zip(raws, decoded) if a is None and r and bytes(r) != b"null")
+
+
+def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0,
+          unreadable_gpu_fields: tuple[str, ...] = ()) -> Trace:
     """Columnar tables from decoded events, with every link resolved.
 
     Consumes ``events``: each list is emptied once its table is built, so that the decoded
@@ -267,11 +303,12 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
     strings = _Strings()
     threads: dict[tuple[int | str, int | str], int] = {}
     negative = int((host_dur < 0).sum() + (device_dur < 0).sum())
-    host = _host_table(host_events, host_ts, host_dur, strings, threads)
+    bad_args = [0]  # events kept without their unreadable args
+    host = _host_table(host_events, host_ts, host_dur, strings, threads, bad_args)
     host_events.clear()
-    device = _device_table(device_events, device_ts, device_dur, strings, host)
+    device = _device_table(device_events, device_ts, device_dur, strings, host, bad_args)
     device_events.clear()
-    memory = _memory_table(memory_events, memory_ts)
+    memory = _memory_table(memory_events, memory_ts, bad_args)
     origin, last = _span(host, device, memory)
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
@@ -282,8 +319,10 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
     host, device, memory = _shift(host, origin), _shift(device, origin), _shift(memory, origin)
     return Trace(
         source=source,
-        strings=strings.table(),
-        threads=[(str(pid), str(tid)) for pid, tid in threads],
+        # names are shown in terminals and pages: their control characters (an ESC sequence in a
+        # kernel name) become printable stand-ins here, once (gpudoctor/controls.py)
+        strings=[visible_controls(s) for s in strings.table()],
+        threads=[(visible_controls(str(pid)), visible_controls(str(tid))) for pid, tid in threads],
         host=host,
         device=device,
         memory=memory,
@@ -293,6 +332,8 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
         skipped_events=skipped,
         bad_times=bad_times,
         negative_durations=negative,
+        bad_args=bad_args[0],
+        unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable_gpu_fields),
     )
 
 
@@ -316,7 +357,7 @@ def decode_args(raws: list[Any], kind: type) -> list[Any]:
 
 def _host_table(
     events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings,
-    threads: dict[tuple[int | str, int | str], int],
+    threads: dict[tuple[int | str, int | str], int], bad_args: list[int],
 ) -> HostEvents:
     n = len(events)
     ts = _ns(ts_us)
@@ -338,7 +379,9 @@ def _host_table(
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
     launch_idx = np.flatnonzero(is_launch)
     correlation = np.full(n, -1, np.int64)
-    launch_args = decode_args([events[i].args for i in launch_idx.tolist()], LaunchArgs)
+    launch_raws = [events[i].args for i in launch_idx.tolist()]
+    launch_args = decode_args(launch_raws, LaunchArgs)
+    bad_args[0] += _unreadable(launch_raws, launch_args)
     correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
     order = np.lexsort((-end, ts, thread))
     raw_args = [events[i].args for i in order.tolist()]
@@ -364,7 +407,8 @@ def _host_table(
 
 
 def _device_table(
-    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings, host: HostEvents
+    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings, host: HostEvents,
+    bad_args: list[int],
 ) -> DeviceEvents:
     n = len(events)
     ts = _ns(ts_us)
@@ -372,9 +416,13 @@ def _device_table(
     cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
     names = [e.name for e in events]
     name = strings.intern(names)
-    args = decode_args([e.args for e in events], DeviceArgs)
+    raws = [e.args for e in events]
+    args = decode_args(raws, DeviceArgs)
+    bad_args[0] += _unreadable(raws, args)
     device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
-    device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) else -1 for e in events), np.int64, n)
+    # a GPU event's pid is its device index: one beyond int32 is no GPU's (read as unknown, -1)
+    device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) and _I32_MIN <= e.pid <= _I32_MAX else -1
+                                   for e in events), np.int64, n)
     device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
     stream = _int_column([a.stream if a is not None else None for a in args])
     stream = np.where(stream >= 0, stream, np.fromiter((_as_int(e.tid) for e in events), np.int64, n))
@@ -418,20 +466,25 @@ def _gather(values: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 def _as_int(value: int | str) -> int:
+    """A stream id from an int or a name such as "stream 7"; -1 when none fits in int64."""
     if isinstance(value, int):
         return value
     # ASCII digits only: str.isdigit() also admits '²', which int() refuses (found by the fuzz test)
     digits = "".join(ch for ch in value if "0" <= ch <= "9")
-    return int(digits) if digits else -1
+    if not digits or len(digits) > 18:  # 18 digits always fit int64; more may not (a tid of 2**70)
+        return -1
+    return int(digits)
 
 
 def _grid_size(grid: list[int] | None) -> int:
+    """Thread blocks of a launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64; a
+    product beyond it is capped there."""
     if not grid:
         return 0
     size = 1
     for g in grid:
         size *= max(int(g), 1)
-    return size
+    return min(size, _I64_MAX)
 
 
 def _classify(cat: np.ndarray, name: np.ndarray, strings: _Strings) -> np.ndarray:
@@ -483,9 +536,11 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: list[TraceEvent], ts_us: np.ndarray) -> MemoryEvents:
+def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    decoded = decode_args([e.args for e in events], MemoryArgs)
+    raws = [e.args for e in events]
+    decoded = decode_args(raws, MemoryArgs)
+    bad_args[0] += _unreadable(raws, decoded)
     pairs = sorted(
         ((t, a) for t, a in zip(ts_us.tolist(), decoded) if a is not None and a.device_type == 1),
         key=lambda pair: pair[0],

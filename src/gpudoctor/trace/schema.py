@@ -11,23 +11,36 @@ and torch/autograd/profiler_util.py; they have been stable from PyTorch 2.4 to 2
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+# Integer fields are bounded so that decoding never yields a Python int numpy cannot hold (a pid or
+# correlation id of 2**70 raised OverflowError deep in the loader, issue 16). An event whose pid or
+# tid is out of range is skipped (it counts in Trace.skipped_events); args holding an id or size out
+# of range are unreadable, and their event is kept without them (Trace.bad_args).
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]  # a GPU index, a grid dimension
+# No GPU copies, sets or holds a pebibyte: a larger size is not one a profiler wrote, and sums of
+# such sizes over a window stay far inside int64.
+MAX_BYTES = 2**50
+Bytes = Annotated[int, msgspec.Meta(ge=-MAX_BYTES, le=MAX_BYTES)]
 
 
 class DeviceArgs(msgspec.Struct, gc=False):
     """``args`` of a kernel / memcpy / memset."""
 
-    correlation: int | None = None
-    stream: int | None = None
-    device: int | None = None
-    grid: list[int] | None = None
-    nbytes: int | None = msgspec.field(default=None, name="bytes")
+    correlation: I64 | None = None
+    stream: I64 | None = None
+    device: I32 | None = None
+    grid: list[I32] | None = None
+    nbytes: Bytes | None = msgspec.field(default=None, name="bytes")
 
 
 class LaunchArgs(msgspec.Struct, gc=False):
     """``args`` of a cuda_runtime / cuda_driver call."""
 
-    correlation: int | None = None
+    correlation: I64 | None = None
 
 
 class OpArgs(msgspec.Struct, gc=False):
@@ -43,11 +56,11 @@ class OpArgs(msgspec.Struct, gc=False):
 class MemoryArgs(msgspec.Struct, gc=False):
     """``args`` of a ``[memory]`` instant event (profile_memory=True)."""
 
-    mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
-    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
-    device_type: int | None = msgspec.field(default=None, name="Device Type")
-    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    mem_bytes: Bytes | None = msgspec.field(default=None, name="Bytes")
+    total_allocated: Bytes | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Bytes | None = msgspec.field(default=None, name="Total Reserved")
+    device_type: I32 | None = msgspec.field(default=None, name="Device Type")
+    device_id: I32 | None = msgspec.field(default=None, name="Device Id")
 
 
 class TraceEvent(msgspec.Struct, gc=False):
@@ -60,8 +73,8 @@ class TraceEvent(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
+    pid: I64 | str = 0
+    tid: I64 | str = 0
     ts: float = 0.0
     dur: float = 0.0
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
@@ -70,13 +83,13 @@ class TraceEvent(msgspec.Struct, gc=False):
 class DeviceProperties(msgspec.Struct):
     """One GPU as Kineto records it in ``deviceProperties``."""
 
-    id: int = 0
+    id: I64 = 0
     name: str = ""
-    totalGlobalMem: int = 0
-    computeMajor: int = 0
-    computeMinor: int = 0
-    numSms: int = 0
-    l2CacheSize: int = 0
+    totalGlobalMem: Bytes = 0
+    computeMajor: I32 = 0
+    computeMinor: I32 = 0
+    numSms: I32 = 0
+    l2CacheSize: Bytes = 0
 
 
 class TraceFile(msgspec.Struct):

@@ -14,10 +14,10 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels import rms_norm as _rms
+from gpudoctor.kernels import _rms_norm as _rms
 from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
-from gpudoctor.kernels.rms_norm import (
+from gpudoctor.kernels._rms_norm import (
     _as_rows,
     _block,
     _check_eps,
@@ -60,10 +60,10 @@ SPLIT_ROWS = 32
 SPLIT_COLS = 128
 SPLIT_WARPS = 4
 
-# [ROWS, BLOCK] tile size (see rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
+# [ROWS, BLOCK] tile size (see _rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
 # six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
 TILE_ELEMENTS = 8192
-# The backward loads the next row tile early (rms_norm.PREFETCH) only for tiles of at most this many
+# The backward loads the next row tile early (_rms_norm.PREFETCH) only for tiles of at most this many
 # rows: H100, triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py; results/probe_norm_bwd_h100_2026-11-24
 # _run1.json, _run2.json, _run3.json), forward + backward GPU us, bf16, run 1, without -> with:
 # 2048 x 4096 (2 rows a tile) 40.2 -> 35.3, 8192 x 4096 134.6 -> 122.4, 1024 x 8192 44.9 -> 38.1,
@@ -93,7 +93,7 @@ BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
 # Wide rows (block >= SPLIT_MIN_BLOCK) keep the fused backward when each program gets a single row tile
 # (n_tiles <= the resident programs): Triton then compiles the one-iteration tile loop without
 # loop-carried accumulators (tiles_per_program == 1 is specialized), which fits in registers (no spills
-# against 60 with a loop); the weight is reloaded (rms_norm.RELOAD_W_MIN_BLOCK). Same run, 128 x 16384:
+# against 60 with a loop); the weight is reloaded (_rms_norm.RELOAD_W_MIN_BLOCK). Same run, 128 x 16384:
 # split 25.9 us, fused 19.3 (Liger: 25.2, run 14). At 2 tiles a program (256 x 16384) fused was slower
 # (37.1 vs 32.0).
 FUSED_WIDE_MAX_TILES = 1

@@ -262,7 +262,7 @@ _launch_bwd = Launcher(_rms_norm_bwd)
 _launch_sum = Launcher(_sum_partials)
 
 
-# -- launch helpers (layer_norm.py uses them too) -------------------------------------------------------
+# -- launch helpers (_layer_norm.py uses them too) -------------------------------------------------------
 
 
 def _as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:

@@ -1,0 +1,99 @@
+"""Files gpudoctor writes for the user (--html, --out): never over an input, never half-written.
+
+``gpudoctor analyze v.json --html v.json`` used to replace the trace with its own report (issue 16).
+Every output path is checked against the command's inputs (the same file by inode, or by resolved
+path) and refused when it names one, or a folder; the file is then written to a temporary file in
+the same folder and moved over the target in one step (``os.replace``), so a failure leaves the
+old file untouched. The new file gets the mode any program would give it (0666 less the umask), or
+keeps the mode of the file it replaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpudoctor.errors import InputError
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: the same inode (hard and symbolic links), or the same path
+    once resolved (for a file that does not exist yet)."""
+    with contextlib.suppress(OSError):
+        if os.path.samefile(a, b):
+            return True
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_file(target: Path, option: str, inputs: Iterable[str | os.PathLike[str] | None] = (),
+                      example: str = "report.html") -> None:
+    """Raise an InputError when ``target`` cannot take the output: a folder, a path in a missing
+    folder, or one of ``inputs``."""
+    try:
+        _check_output_file(target, option, inputs, example)
+    except OSError as exc:  # a folder on the way that cannot be entered
+        raise InputError(f"{option} {target}: {exc.strerror or exc}; choose a path you can write to") from None
+
+
+def _check_output_file(target: Path, option: str, inputs: Iterable[str | os.PathLike[str] | None],
+                       example: str) -> None:
+    if target.is_dir():
+        raise InputError(f"{option} {target} is a directory; give a file path such as {target / example}")
+    for source in inputs:
+        if source is not None and same_file(target, source):
+            raise InputError(
+                f"{option} {target} is an input of this command ({source}): writing there would destroy it; "
+                f"give another file path such as {example}"
+            )
+    folder = target.parent
+    if not folder.exists():
+        raise InputError(f"{option} {target}: folder {folder} does not exist; create it or choose another path")
+    if not folder.is_dir():
+        raise InputError(f"{option} {target}: {folder} is not a folder; choose another path")
+    if target.exists() and not target.is_file():
+        raise InputError(f"{option} {target} is not a regular file (a device, FIFO or socket); "
+                         f"give a file path such as {example}")
+
+
+def check_output_dir(target: Path, option: str) -> None:
+    """Raise an InputError when ``target`` exists and is not a folder (run directories go inside it)."""
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{option} {target} is a file, not a folder: run directories are written inside it; "
+                         "give a folder path (it is created when missing)")
+
+
+def write_text_atomic(target: Path, text: str, option: str = "output",
+                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Write ``text`` to ``target`` in one step, after ``check_output_file``."""
+    check_output_file(target, option, inputs)
+    folder = target.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"cannot write {option} {target}: {exc.strerror}; choose a folder you can write to") from None
+    try:
+        os.fchmod(fd, _mode_for(target))  # mkstemp makes 0600 files
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; the old file, if any, "
+                             "is untouched") from None
+        raise
+
+
+def _mode_for(target: Path) -> int:
+    """The mode of the file being replaced, else 0666 less the process's umask."""
+    with contextlib.suppress(OSError):
+        st = target.stat()
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
