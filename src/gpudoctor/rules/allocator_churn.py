@@ -13,9 +13,9 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.shared import PRESSURE_FRACTION
 
 ID = "allocator-churn"
-PRESSURE_FRACTION = 0.90
 
 
 def check(a: Analysis) -> Finding | None:
@@ -56,4 +56,7 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Allocator churn inside the step", check, __doc__ or "", needs=("launch_links",))
+RULE = Rule(
+    ID, "Allocator churn inside the step", check, __doc__ or "", needs=("launch_links",),
+    order=70, idle_cause="allocator", owns_idle=("allocator",),
+)

@@ -9,19 +9,42 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.capabilities import NEEDS
 
+# How rules/calibrate.py re-prices a finding for the step run without the profiler:
+#   "idle":           its idle part shrinks like the idle of its ``idle_cause`` (the default);
+#   "step-share":     its whole saving is host-driven time: what it leaves shrinks like the step;
+#   "gpu-step-share": like "step-share" on a step the GPU keeps busy, else like "idle";
+#   "same-ops":       like "idle", and its fix keeps every op, so the step it predicts is floored
+#                     at the host's time to issue them (calibrate.floor_at_host_time).
+CALIBRATIONS = ("idle", "step-share", "gpu-step-share", "same-ops")
+
 
 @dataclass(frozen=True)
 class Rule:
     """``needs``: what the trace must record for the check to mean anything (trace/capabilities.py
-    NEEDS); on a trace that lacks one the rule does not run and the report says so."""
+    NEEDS); on a trace that lacks one the rule does not run and the report says so.
+
+    The rule's metadata, declared by the rule itself (the registry and rules/calibrate.py read it):
+    ``order``: its place in the registry (``gpudoctor rules`` lists them in this order);
+    ``idle_cause``: the analysis/idle.py cause whose idle its finding's idle part prices ("" none);
+    ``calibration``: how its saving is re-priced without the profiler (CALIBRATIONS above);
+    ``blocked_by``: finding ids whose fix must come first (a major or critical one ranks before it);
+    ``owns_idle``: idle causes its finding claims when it fires, so another fix (launch-bound's
+    CUDA graph) does not count them too."""
 
     id: str
     title: str
     check: Callable[[Analysis], Finding | None]
     doc: str = ""
     needs: tuple[str, ...] = ()
+    order: int = 1000
+    idle_cause: str = ""
+    calibration: str = "idle"
+    blocked_by: tuple[str, ...] = ()
+    owns_idle: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.needs if n not in NEEDS]
         if unknown:
             raise ValueError(f"rule {self.id}: unknown needs {unknown}; known: {', '.join(NEEDS)}")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"rule {self.id}: unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")

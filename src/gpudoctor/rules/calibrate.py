@@ -24,18 +24,14 @@ from gpudoctor.rules.finding import (
     speedup,
 )
 
-# the idle cause behind each finding's idle part
-CAUSE_OF = {
-    "launch-bound": "dispatch",
-    "per-sample-loop": "dispatch",
-    "optimizer-loop": "optimizer",
-    "host-sync": "host-sync",
-    "input-pipeline": "input-pipeline",
-    "host-blocking-work": "host-work",
-    "allocator-churn": "allocator",
-    "memory-pressure": "allocator",
-    "pageable-copy": "pageable-copy",
-}
+
+def _metadata(finding_id: str) -> tuple[str, str]:
+    """The idle cause behind a finding's idle part and how it is calibrated (its rule declares
+    both: rules/base.py Rule.idle_cause, Rule.calibration); an unknown id: no cause, "idle"."""
+    from gpudoctor.rules.registry import RULES
+
+    rule = RULES.get(finding_id)
+    return (rule.idle_cause, rule.calibration) if rule is not None else ("", "idle")
 
 
 def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: float) -> dict[str, float]:
@@ -52,20 +48,18 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
     return scales
 
 
-# Findings whose whole saving is host-driven time that stretches with the host: a pageable copy
-# is staged by the CPU, a per-sample loop is most of the step. What they leave (the step after the
+# Calibration "step-share" (rules/base.py): findings whose whole saving is host-driven time that
+# stretches with the host: a pageable copy is staged by the CPU, a per-sample loop is most of the step. What they leave (the step after the
 # fix, P - saving) shrinks like the rest of the step, except the profiler's own time at the step's
 # edges (B, analysis/observer.step_boundary_ms), which the unprofiled step does not have at all:
 # left = (P - saving - B) x U / (P - B). With B = 0 that is the saving scaled by U / P. The lab's
 # per_sample_loop (H100, 2026-11-22): P 9.85, U 6.49, B 0.22 ms; the fixed twin profiled 0.569 ms
 # (predicted 0.555), unprofiled 0.266 ms (predicted 0.229; U / P alone predicted 0.366).
-STEP_SHARE = frozenset({"pageable-copy", "per-sample-loop"})
-# Small GEMMs too, on a step the GPU keeps busy (GPU_BOUND_SHARE of it): stacking them leaves a
-# step of a few large kernels, and that remainder is what the lab's twin measures (small_gemm,
+# Calibration "gpu-step-share": small GEMMs, the same way on a step the GPU keeps busy
+# (GPU_BOUND_SHARE of it): stacking them leaves a step of a few large kernels, and that remainder is what the lab's twin measures (small_gemm,
 # H100: predicted 0.19 ms profiled; the fixed twin 0.18-0.21 ms profiled, 0.10-0.14 unprofiled).
 # On a step the host holds back, the kernels' time does not shrink with the profiler gone: the
 # kernel saving stands as it is.
-GPU_STEP_SHARE = frozenset({"small-gemm"})
 GPU_BOUND_SHARE = 0.8
 
 
@@ -78,24 +72,25 @@ def calibrate(
     boundary_ms: float = 0.0,
 ) -> list[Finding]:
     """``busy_ms``: GPU busy time per step; no fix removes more idle than U - busy.
-    ``boundary_ms``: the profiler's host time at each step's edges (see STEP_SHARE)."""
+    ``boundary_ms``: the profiler's host time at each step's edges (see "step-share" above)."""
     from gpudoctor.rules.registry import rank
 
     out = []
     for finding in findings:
         gpu_bound = busy_ms >= GPU_BOUND_SHARE * profiled_step_ms
+        cause, calibration = _metadata(finding.id)
         after = finding.evidence.numbers.get(STEP_AFTER_FIX)
         if after is not None:  # the fix leaves a step made of kernel time and kept idle
             saving = max(unprofiled_step_ms - float(after), 0.0)
             idle = saving if finding.idle_ms >= finding.saving_ms else min(finding.idle_ms, saving)
-        elif profiled_step_ms > 0 and (finding.id in STEP_SHARE or (finding.id in GPU_STEP_SHARE and gpu_bound)):
+        elif profiled_step_ms > 0 and (calibration == "step-share" or (calibration == "gpu-step-share" and gpu_bound)):
             inner = max(profiled_step_ms - boundary_ms, 1e-9)
             share = min(unprofiled_step_ms / inner, 1.0)
             left = max(profiled_step_ms - finding.saving_ms - boundary_ms, 0.0) * share
             saving = unprofiled_step_ms - left
             idle = min(finding.idle_ms * share, saving)
         else:
-            f = scales.get(CAUSE_OF.get(finding.id, ""), 1.0)
+            f = scales.get(cause, 1.0)
             idle = min(finding.idle_ms * f, max(unprofiled_step_ms - busy_ms, 0.0))
             saving = finding.saving_ms - finding.idle_ms + idle
         floor = finding.evidence.numbers.get(STEP_FLOOR_AFTER_FIX)
@@ -118,10 +113,9 @@ def calibrate(
     return rank(out)
 
 
-# findings whose fix makes the same kernels faster without removing any op: the step cannot get
-# shorter than the time the host needs to issue those ops (a GPU-bound step hides the host's
+# Calibration "same-ops": findings whose fix makes the same kernels faster without removing any
+# op: the step cannot get shorter than the time the host needs to issue those ops (a GPU-bound step hides the host's
 # time; after the fix it shows). Fusion, fused attention and batching remove ops: not floored.
-SAME_OPS_FIXES = frozenset({"fp32-matmul", "misaligned-gemm"})
 
 
 def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float | None) -> list[Finding]:
@@ -132,7 +126,7 @@ def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float |
         return findings
     out = []
     for finding in findings:
-        if finding.id in SAME_OPS_FIXES and step_ms - finding.saving_ms < host_ms:
+        if _metadata(finding.id)[1] == "same-ops" and step_ms - finding.saving_ms < host_ms:
             saving = max(step_ms - host_ms, 0.0)
             numbers = dict(finding.evidence.numbers, host_time_per_step_ms=round(host_ms, 3))
             finding = dataclasses.replace(

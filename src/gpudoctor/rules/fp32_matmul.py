@@ -22,23 +22,19 @@ The fix keeps float32 master weights (autocast), so the optimizer and the loss s
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
     GEMM_EFFICIENCY,
-    SDPA_MATH_OP,
-    inside_op_named,
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.shared import fp32_matrix_events, fp32_sdpa_math_events  # noqa: F401 (fp32_matmul.fp32_*)
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "fp32-matmul"
@@ -46,57 +42,6 @@ CAST_BYTES_FACTOR = 1.0
 # TF32 is half the bf16 tensor-core rate on A100 / H100 / H200 / B200 (datasheets), used when
 # the ceilings carry no tf32 roof.
 TF32_TO_BF16_RATE = 0.5
-# Kernel names that say "fp32 operands on tensor cores" when the op's dtypes were not recorded:
-# cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
-# single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
-_TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
-# Memory-efficient attention in fp32: "fmha_cutlassF_f32_...", "fmha_cutlassB_f32_..."
-_FP32_ATTENTION_NAME = re.compile(r"fmha_cutlass[fb]_f32|_f32_aligned")
-# cuBLAS's split-K reduction sums partial tiles of whatever GEMM ran before it (fp32 SIMT
-# included): it is no evidence of TF32.
-_SPLIT_K = re.compile(r"splitkreduce")
-
-
-def _names_matching(a: Analysis, pattern: re.Pattern[str]) -> np.ndarray:
-    names = a.trace.strings
-    uniq = np.unique(a.trace.device.name)
-    hits = [i for i in uniq.tolist() if i >= 0 and pattern.search(names[i].lower())]
-    return np.isin(a.trace.device.name, np.asarray(hits, np.int64))
-
-
-def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
-    """Device events of each kind of fp32 matrix work, in the steps: simt / tf32 / attention."""
-    dev, rf = a.trace.device, a.roofline
-    live = rf.event_in_steps_ns > 0
-    fp32, tf32, unknown = DTYPES.index("fp32"), DTYPES.index("tf32"), 0
-    dtype = rf.event_dtype
-    tc = dev.kind == Kind.GEMM_TC
-    attention = dev.kind == Kind.ATTENTION
-    tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
-    tc = tc & ~_names_matching(a, _SPLIT_K)
-    fp32_attention = attention & ((dtype == fp32) | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
-    math = fp32_sdpa_math_events(a)
-    not_math = np.ones(len(dev), bool)
-    not_math[math] = False
-    return {
-        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32) & not_math),
-        "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
-        "attention": np.union1d(np.flatnonzero(live & fp32_attention), math),
-    }
-
-
-def fp32_sdpa_math_events(a: Analysis) -> np.ndarray:
-    """Device events, in the steps, of SDPA's math fallback run on float32 (or TF32) inputs."""
-    dev, rf = a.trace.device, a.roofline
-    cand = np.flatnonzero((rf.event_in_steps_ns > 0) & (dev.op >= 0))
-    if cand.size == 0 or SDPA_MATH_OP not in a.trace.string_ids:
-        return np.empty(0, np.int64)
-    cand = cand[inside_op_named(a.trace, dev.op[cand], SDPA_MATH_OP)]
-    fp32 = {DTYPES.index("fp32"), DTYPES.index("tf32")}
-    matmul = np.isin(dev.kind[cand], MATRIX_KINDS_FOR_ATTENTION)
-    if not np.isin(rf.event_dtype[cand][matmul], list(fp32)).any():
-        return np.empty(0, np.int64)
-    return cand
 
 
 def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
@@ -222,4 +167,7 @@ def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
     return tuple(fixes)
 
 
-RULE = Rule(ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "")
+RULE = Rule(
+    ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "",
+    order=30, calibration="same-ops",
+)

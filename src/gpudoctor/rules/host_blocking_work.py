@@ -103,5 +103,8 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
 
 
-RULE = Rule(ID, "Host work with no GPU operator inside the step", check, __doc__ or "",
-            needs=("launch_links",))
+RULE = Rule(
+    ID, "Host work with no GPU operator inside the step", check, __doc__ or "",
+    needs=("launch_links",),
+    order=100, idle_cause="host-work",
+)

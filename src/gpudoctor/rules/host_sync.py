@@ -65,4 +65,7 @@ def _how_often(syncs: int, n_steps: int) -> str:
     return f"{count} blocking sync{'s' if count > 1 else ''} {where} make{'' if count > 1 else 's'}"
 
 
-RULE = Rule(ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",))
+RULE = Rule(
+    ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",),
+    order=10, idle_cause="host-sync",
+)

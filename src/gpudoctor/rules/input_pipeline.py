@@ -72,4 +72,7 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "GPU idle waiting for the input pipeline", check, __doc__ or "", needs=("launch_links",))
+RULE = Rule(
+    ID, "GPU idle waiting for the input pipeline", check, __doc__ or "", needs=("launch_links",),
+    order=0, idle_cause="input-pipeline",
+)

@@ -6,9 +6,9 @@ to back, so the step after the fix is the GPU's own busy time, a queue gap per k
 a graph cannot remove (input pipeline, syncs, pageable copies, op-free host work, stream waits).
 The dispatch idle goes, and with it the optimizer's and the allocator's (a captured step holds a
 capturable optimizer and allocates from the graph's pool) unless a finding with a simpler fix owns
-them: optimizer-loop (foreach / fused), allocator-churn and memory-pressure. The tiny_mlp_launch twin (48 narrow
-layers, H100, 2026-11-25) measured x8.65 for a whole-step graph; pricing the dispatch idle alone
-predicted x3.61.
+them (its rule declares ``owns_idle``: optimizer-loop's foreach / fused, allocator-churn,
+memory-pressure). The tiny_mlp_launch twin (48 narrow layers, H100, 2026-11-25) measured x8.65
+for a whole-step graph; pricing the dispatch idle alone predicted x3.61.
 
 The profiler itself adds host time to every recorded op (the observer effect), which widens
 exactly these gaps; without an unprofiled step time the saving discounts that overhead
@@ -23,23 +23,12 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.shared import owned_elsewhere
 
 ID = "launch-bound"
 GRAPH_GAP_NS = 300
 # idle that capturing the step in a CUDA graph removes (analysis/idle.py causes)
 GRAPH_REMOVES = ("dispatch", "optimizer", "allocator")
-
-
-def _owned_elsewhere(a: Analysis) -> set[str]:
-    """Idle causes whose own finding fires: its simpler fix comes first, and its time is its own."""
-    from gpudoctor.rules import allocator_churn, memory_pressure, optimizer_loop
-
-    owned = set()
-    if optimizer_loop.check(a) is not None:
-        owned.add("optimizer")
-    if allocator_churn.check(a) is not None or memory_pressure.check(a) is not None:
-        owned.add("allocator")
-    return owned
 
 
 def check(a: Analysis) -> Finding | None:
@@ -56,7 +45,7 @@ def check(a: Analysis) -> Finding | None:
     launches_per_step = float(kernels.sum()) / n_steps
     # with the step timed unprofiled, rules/calibrate.py measures the overhead instead
     overhead_ms = 0.0 if a.unprofiled_step_ms else profiler_overhead_ms(trace, a.steps)
-    owned = _owned_elsewhere(a)
+    owned = owned_elsewhere(a, ID)
     removed_ms = sum(a.idle.ms(cause) for cause in GRAPH_REMOVES if cause not in owned)
     saving = max(removed_ms - launches_per_step * GRAPH_GAP_NS / 1e6 - overhead_ms, 0.0)
     after_ms = a.step_ms - removed_ms + launches_per_step * GRAPH_GAP_NS / 1e6
@@ -97,4 +86,7 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",))
+RULE = Rule(
+    ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
+    order=20, idle_cause="dispatch", blocked_by=("host-sync",),
+)

@@ -21,7 +21,6 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.memory import MemoryResult
 from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
-from gpudoctor.rules.allocator_churn import PRESSURE_FRACTION
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
 from gpudoctor.rules.finding import (
@@ -31,6 +30,7 @@ from gpudoctor.rules.finding import (
     Fix,
     make_finding,
 )
+from gpudoctor.rules.shared import PRESSURE_FRACTION
 
 ID = "memory-pressure"
 
@@ -160,4 +160,7 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     return out
 
 
-RULE = Rule(ID, "GPU memory pressure", check, __doc__ or "", needs=("memory_events",))
+RULE = Rule(
+    ID, "GPU memory pressure", check, __doc__ or "", needs=("memory_events",),
+    order=130, idle_cause="allocator", owns_idle=("allocator",),
+)

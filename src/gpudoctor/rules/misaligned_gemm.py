@@ -110,4 +110,7 @@ def _measured_penalty(curve: dict[str, float]) -> dict[str, float]:
     return {"measured_bf16_8191_cubed_tflops": round(odd / 1e12, 1), "measured_bf16_8192_cubed_tflops": round(even / 1e12, 1)}
 
 
-RULE = Rule(ID, "Misaligned GEMM dimensions", check, __doc__ or "", needs=("launch_links", "cpu_ops"))
+RULE = Rule(
+    ID, "Misaligned GEMM dimensions", check, __doc__ or "", needs=("launch_links", "cpu_ops"),
+    order=110, calibration="same-ops",
+)

@@ -22,28 +22,10 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.rules.fp32_matmul import fp32_sdpa_math_events
+from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "naive-attention"
-MIN_SEQ = 128
-
-
-def attention_events(a: Analysis) -> np.ndarray:
-    """Device event indices belonging to a naive attention pattern (empty when none)."""
-    trace, dev = a.trace, a.trace.device
-    names, host_name = trace.strings, trace.host.name
-    costs = a.roofline.op_costs
-    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
-    if not seqs:
-        return np.empty(0, np.int64)
-    claimed = [
-        i for i, c in costs.items()
-        if c.square in seqs or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
-    ]
-    mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
-    mask[fp32_sdpa_math_events(a)] = False
-    return np.flatnonzero(mask)
 
 
 def check(a: Analysis) -> Finding | None:
@@ -87,4 +69,7 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Unfused (naive) attention", check, __doc__ or "", needs=("launch_links", "cpu_ops"))
+RULE = Rule(
+    ID, "Unfused (naive) attention", check, __doc__ or "", needs=("launch_links", "cpu_ops"),
+    order=50,
+)

@@ -71,4 +71,7 @@ def _pinned_bandwidth(a: Analysis) -> float:
     return a.ceilings.h2d_pinned_bytes_per_s
 
 
-RULE = Rule(ID, "Pageable host<->device copies", check, __doc__ or "")
+RULE = Rule(
+    ID, "Pageable host<->device copies", check, __doc__ or "",
+    order=60, idle_cause="pageable-copy", calibration="step-share",
+)

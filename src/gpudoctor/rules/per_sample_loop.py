@@ -23,7 +23,6 @@ node_loop_gnn twin (a 2-layer GNN written node by node, H100, 2026-11-25): the f
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 
 import numpy as np
 
@@ -36,46 +35,12 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION
+from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups
 from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"
-MAX_VECTOR_DIM = 1
-MIN_REPEATS_PER_STEP = 16
 MIN_BATCHED_NS = 10_000
-MAX_KERNELS_BETWEEN = 8  # median kernels from one matrix-vector product of the loop to the next
 _BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::autograd::AccumulateGrad)")
-
-
-def loop_groups(a: Analysis) -> list[np.ndarray]:
-    """Device events of each (op, shape) group repeated like a per-sample loop."""
-    dev, rf = a.trace.device, a.roofline
-    live = (rf.event_in_steps_ns > 0) & np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & ~dev.graph & (dev.op >= 0)
-    groups: dict[tuple[int, tuple[int, int, int, int]], list[int]] = defaultdict(list)
-    for i in np.flatnonzero(live).tolist():
-        op = int(dev.op[i])
-        cost = rf.op_costs.get(op)
-        if cost is None or cost.gemm_shape is None:
-            continue
-        _b, m, n, _k = cost.gemm_shape
-        # a matrix-vector product (one side 1, the other wide); a dot product (both 1) is a
-        # reduction: L-BFGS's two-loop recursion issues ~200 a step, one after another
-        if min(m, n) <= MAX_VECTOR_DIM < max(m, n):
-            groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
-    n_steps = max(len(a.steps), 1)
-    return [np.array(v) for v in groups.values()
-            if len(v) / n_steps >= MIN_REPEATS_PER_STEP and _back_to_back(a, np.array(v))]
-
-
-def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
-    """A loop over samples issues its matrix-vector products one after another, a few kernels
-    apart; the same product once per forward (a 1-wide head under LBFGS's 20 closure calls) has a
-    whole forward and backward between two of them."""
-    order = np.argsort(a.trace.device.ts, kind="stable")
-    position = np.empty(len(order), np.int64)
-    position[order] = np.arange(len(order))
-    gaps = np.diff(np.sort(position[idx]))
-    return bool(gaps.size) and float(np.median(gaps)) <= MAX_KERNELS_BETWEEN
 
 
 def check(a: Analysis) -> Finding | None:
@@ -170,5 +135,8 @@ def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
     return total
 
 
-RULE = Rule(ID, "Per-sample / per-node Python loop of matrix-vector products", check, __doc__ or "",
-            needs=("launch_links", "cpu_ops"))
+RULE = Rule(
+    ID, "Per-sample / per-node Python loop of matrix-vector products", check, __doc__ or "",
+    needs=("launch_links", "cpu_ops"),
+    order=80, idle_cause="dispatch", calibration="step-share",
+)

@@ -1,62 +1,55 @@
-"""Every rule, by id: the product's vocabulary. ``run_rules`` ranks their findings by saving."""
+"""Every rule, by id: the product's vocabulary, found by looking through this package for the
+modules that define ``RULE``. ``run_rules`` ranks their findings by saving."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import gpudoctor.rules as _package
 from gpudoctor.analysis import Analysis
 from gpudoctor.errors import InputError
-from gpudoctor.rules import (
-    allocator_churn,
-    fp32_matmul,
-    host_blocking_work,
-    host_sync,
-    input_pipeline,
-    launch_bound,
-    memory_pressure,
-    misaligned_gemm,
-    naive_attention,
-    optimizer_loop,
-    pageable_copy,
-    per_sample_loop,
-    small_gemm,
-    unfused_elementwise,
-)
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.model import Trace
 
-RULES: dict[str, Rule] = {
-    module.RULE.id: module.RULE
-    for module in (
-        input_pipeline,
-        host_sync,
-        launch_bound,
-        fp32_matmul,
-        unfused_elementwise,
-        naive_attention,
-        pageable_copy,
-        allocator_churn,
-        per_sample_loop,
-        optimizer_loop,
-        host_blocking_work,
-        misaligned_gemm,
-        small_gemm,
-        memory_pressure,
-    )
-}
+
+def discover() -> dict[str, Rule]:
+    """Every module of this package that defines ``RULE``, by id, in the rules' declared order."""
+    found: list[Rule] = []
+    for info in pkgutil.iter_modules(_package.__path__):
+        if info.name == "registry" or info.ispkg:
+            continue
+        rule = getattr(importlib.import_module(f"{_package.__name__}.{info.name}"), "RULE", None)
+        if isinstance(rule, Rule):
+            found.append(rule)
+    found.sort(key=lambda r: (r.order, r.id))
+    rules: dict[str, Rule] = {}
+    for rule in found:
+        if rule.id in rules:
+            raise ValueError(f"two rules declare the id {rule.id!r}")
+        rules[rule.id] = rule
+    return rules
+
+
+RULES: dict[str, Rule] = discover()
 
 _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 
-# A finding whose fix cannot be applied before another's comes after it, whatever its saving:
-# a CUDA graph (launch-bound's first fix) cannot capture a step that synchronizes with the host.
-# Only a blocker that matters (major or critical) holds the other back.
-BLOCKED_BY = {"launch-bound": ("host-sync",)}
+# A finding whose fix cannot be applied before another's comes after it, whatever its saving
+# (each rule declares its ``blocked_by``): a CUDA graph (launch-bound's first fix) cannot capture
+# a step that synchronizes with the host. Only a blocker that matters (major or critical) holds
+# the other back.
 _BLOCKING_SEVERITIES = ("critical", "major")
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
     """Largest saving first (severity breaks ties), then each blocked finding after its blockers."""
     ordered = sorted(findings, key=lambda f: (-f.saving_ms, _SEVERITY_ORDER[f.severity], f.id))
-    for blocked, blockers in BLOCKED_BY.items():
+    for blocked, rule in RULES.items():
+        blockers = rule.blocked_by
+        if not blockers:
+            continue
         ids = [f.id for f in ordered]
         if blocked not in ids:
             continue

@@ -27,7 +27,7 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.rules.per_sample_loop import loop_groups
+from gpudoctor.rules.shared import loop_groups
 from gpudoctor.trace.kernels import Kind
 
 ID = "small-gemm"
@@ -124,4 +124,7 @@ def _measured_small_shapes(a: Analysis) -> dict[str, float]:
     return {label: round(float(curve[key]) / 1e12, 1) for key, label in names.items() if curve.get(key)}
 
 
-RULE = Rule(ID, "Small GEMMs starving the tensor cores", check, __doc__ or "")
+RULE = Rule(
+    ID, "Small GEMMs starving the tensor cores", check, __doc__ or "",
+    order=120, calibration="gpu-step-share",
+)

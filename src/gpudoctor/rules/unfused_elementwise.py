@@ -20,7 +20,7 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.rules.naive_attention import attention_events
+from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS, Kind
 
 ID = "unfused-elementwise"
@@ -129,4 +129,7 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-RULE = Rule(ID, "Unfused chains of elementwise kernels", check, __doc__ or "", needs=("launch_links", "cpu_ops"))
+RULE = Rule(
+    ID, "Unfused chains of elementwise kernels", check, __doc__ or "", needs=("launch_links", "cpu_ops"),
+    order=40,
+)

@@ -1,0 +1,141 @@
+"""Helpers that more than one rule reads: which events are fp32 matrix work, a per-sample
+loop, a naive attention pattern; the memory-pressure line; and which idle another finding owns.
+No rule imports another rule: what two rules share lives here (or in rules/common.py)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.roofline import DTYPES
+from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
+
+# reserved share of the card above which allocator churn is memory pressure (that finding owns it)
+PRESSURE_FRACTION = 0.90
+
+# per-sample-loop (and small-gemm, which leaves such a loop to it)
+MAX_VECTOR_DIM = 1
+MIN_REPEATS_PER_STEP = 16
+MAX_KERNELS_BETWEEN = 8  # median kernels from one matrix-vector product of the loop to the next
+
+# naive-attention (and unfused-elementwise, which leaves its events to it)
+MIN_SEQ = 128
+
+# Kernel names that say "fp32 operands on tensor cores" when the op's dtypes were not recorded:
+# cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
+# single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
+_TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
+# Memory-efficient attention in fp32: "fmha_cutlassF_f32_...", "fmha_cutlassB_f32_..."
+_FP32_ATTENTION_NAME = re.compile(r"fmha_cutlass[fb]_f32|_f32_aligned")
+# cuBLAS's split-K reduction sums partial tiles of whatever GEMM ran before it (fp32 SIMT
+# included): it is no evidence of TF32.
+_SPLIT_K = re.compile(r"splitkreduce")
+
+
+def _names_matching(a: Analysis, pattern: re.Pattern[str]) -> np.ndarray:
+    names = a.trace.strings
+    uniq = np.unique(a.trace.device.name)
+    hits = [i for i in uniq.tolist() if i >= 0 and pattern.search(names[i].lower())]
+    return np.isin(a.trace.device.name, np.asarray(hits, np.int64))
+
+
+def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
+    """Device events of each kind of fp32 matrix work, in the steps: simt / tf32 / attention."""
+    dev, rf = a.trace.device, a.roofline
+    live = rf.event_in_steps_ns > 0
+    fp32, tf32, unknown = DTYPES.index("fp32"), DTYPES.index("tf32"), 0
+    dtype = rf.event_dtype
+    tc = dev.kind == Kind.GEMM_TC
+    attention = dev.kind == Kind.ATTENTION
+    tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
+    tc = tc & ~_names_matching(a, _SPLIT_K)
+    fp32_attention = attention & ((dtype == fp32) | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
+    math = fp32_sdpa_math_events(a)
+    not_math = np.ones(len(dev), bool)
+    not_math[math] = False
+    return {
+        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32) & not_math),
+        "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
+        "attention": np.union1d(np.flatnonzero(live & fp32_attention), math),
+    }
+
+
+def fp32_sdpa_math_events(a: Analysis) -> np.ndarray:
+    """Device events, in the steps, of SDPA's math fallback run on float32 (or TF32) inputs."""
+    dev, rf = a.trace.device, a.roofline
+    cand = np.flatnonzero((rf.event_in_steps_ns > 0) & (dev.op >= 0))
+    if cand.size == 0 or SDPA_MATH_OP not in a.trace.string_ids:
+        return np.empty(0, np.int64)
+    cand = cand[inside_op_named(a.trace, dev.op[cand], SDPA_MATH_OP)]
+    fp32 = {DTYPES.index("fp32"), DTYPES.index("tf32")}
+    matmul = np.isin(dev.kind[cand], MATRIX_KINDS_FOR_ATTENTION)
+    if not np.isin(rf.event_dtype[cand][matmul], list(fp32)).any():
+        return np.empty(0, np.int64)
+    return cand
+
+
+
+def loop_groups(a: Analysis) -> list[np.ndarray]:
+    """Device events of each (op, shape) group repeated like a per-sample loop."""
+    dev, rf = a.trace.device, a.roofline
+    live = (rf.event_in_steps_ns > 0) & np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & ~dev.graph & (dev.op >= 0)
+    groups: dict[tuple[int, tuple[int, int, int, int]], list[int]] = defaultdict(list)
+    for i in np.flatnonzero(live).tolist():
+        op = int(dev.op[i])
+        cost = rf.op_costs.get(op)
+        if cost is None or cost.gemm_shape is None:
+            continue
+        _b, m, n, _k = cost.gemm_shape
+        # a matrix-vector product (one side 1, the other wide); a dot product (both 1) is a
+        # reduction: L-BFGS's two-loop recursion issues ~200 a step, one after another
+        if min(m, n) <= MAX_VECTOR_DIM < max(m, n):
+            groups[(int(a.trace.host.name[op]), cost.gemm_shape)].append(i)
+    n_steps = max(len(a.steps), 1)
+    return [np.array(v) for v in groups.values()
+            if len(v) / n_steps >= MIN_REPEATS_PER_STEP and _back_to_back(a, np.array(v))]
+
+
+def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
+    """A loop over samples issues its matrix-vector products one after another, a few kernels
+    apart; the same product once per forward (a 1-wide head under LBFGS's 20 closure calls) has a
+    whole forward and backward between two of them."""
+    order = np.argsort(a.trace.device.ts, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    gaps = np.diff(np.sort(position[idx]))
+    return bool(gaps.size) and float(np.median(gaps)) <= MAX_KERNELS_BETWEEN
+
+
+def attention_events(a: Analysis) -> np.ndarray:
+    """Device event indices belonging to a naive attention pattern (empty when none)."""
+    trace, dev = a.trace, a.trace.device
+    names, host_name = trace.strings, trace.host.name
+    costs = a.roofline.op_costs
+    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
+    if not seqs:
+        return np.empty(0, np.int64)
+    claimed = [
+        i for i, c in costs.items()
+        if c.square in seqs or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
+    ]
+    mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
+    mask[fp32_sdpa_math_events(a)] = False
+    return np.flatnonzero(mask)
+
+
+def owned_elsewhere(a: Analysis, rule_id: str) -> set[str]:
+    """Idle causes whose own finding fires (a rule other than ``rule_id`` that declares
+    ``owns_idle``): its simpler fix comes first, and its time is its own."""
+    from gpudoctor.rules.registry import RULES
+
+    owned: set[str] = set()
+    for rule in RULES.values():
+        if rule.id == rule_id or not rule.owns_idle or set(rule.owns_idle) <= owned:
+            continue
+        if rule.check(a) is not None:
+            owned.update(rule.owns_idle)
+    return owned
