@@ -254,18 +254,24 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return text
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", default=[], help="program name (repeatable, or comma-separated)")
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results/gallery-STAMP)")
+def add_common_arguments(ap: argparse.ArgumentParser, noun: str, results_stem: str) -> None:
+    """The options the gallery runner and the twins runner (run_twins.py) share."""
+    ap.add_argument("--only", action="append", default=[], help=f"{noun} name (repeatable, or comma-separated)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"output folder (default benchmarks/results/{results_stem}-STAMP)")
     ap.add_argument("--gpu-args", action="store_true", help="use the manifest's GPU args")
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per run of one program")
-    ap.add_argument("--deadline", type=float, default=0.0, help="stop starting programs after this many seconds")
+    ap.add_argument("--deadline", type=float, default=0.0, help=f"stop starting {noun}s after this many seconds")
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="the gpudoctor source tree to put on PYTHONPATH")
-    ap.add_argument("--no-public", action="store_true", help="leave out the public programs")
     ap.add_argument("--python", default=sys.executable)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(ap, "program", "gallery")
+    ap.add_argument("--no-public", action="store_true", help="leave out the public programs")
     ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)")
     ap.add_argument("--bundle", action="store_true",
                     help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)")

@@ -46,6 +46,7 @@ from gpudoctor.rules.finding import MAX_SAVING_SHARE  # the doctor's own cap on 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_gallery import (  # the gallery runner's helpers, imported from beside this file
+    add_common_arguments,
     failure_message,
     fmt,
     importable,
@@ -223,15 +224,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", default=[], help="twin name (repeatable, or comma-separated)")
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results/twins-STAMP)")
-    ap.add_argument("--gpu-args", action="store_true", help="use the manifest's GPU args")
-    ap.add_argument("--skip", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=150.0, help="seconds per run of one program")
-    ap.add_argument("--deadline", type=float, default=0.0, help="stop starting twins after this many seconds")
-    ap.add_argument("--src", type=Path, default=ROOT / "src", help="the gpudoctor source tree to put on PYTHONPATH")
-    ap.add_argument("--python", default=sys.executable)
+    add_common_arguments(ap, "twin", "twins")
     ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)")
     ap.add_argument("--bundle", action="store_true",
                     help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)")
