@@ -9,33 +9,16 @@ runs the same model and optimizer under bf16 autocast (float32 master weights ar
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from gpudoctor.lab.common import adamw, autocast, seed, size
+from gpudoctor.lab.common import gelu_mlp_regression, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
 
 def _build(device: str, bf16: bool) -> Workload:
     seed(4)
     torch.backends.cuda.matmul.allow_tf32 = False
-    width = size(device, 2048, 128)
-    batch = size(device, 4096, 64)
-    model = nn.Sequential(
-        *[m for _ in range(4) for m in (nn.Linear(width, width), nn.GELU())]
-    ).to(device)
-    opt = adamw(model.parameters(), device)
-    x = torch.randn(batch, width, device=device)
-    target = torch.randn(batch, width, device=device)
-
-    def step() -> None:
-        with autocast(device, enabled=bf16):
-            loss = F.mse_loss(model(x).float(), target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return Workload(step, flops_per_step=3 * 2 * batch * width * width * 4)
+    step, flops = gelu_mlp_regression(device, size(device, 2048, 128), size(device, 4096, 64), 4, bf16)
+    return Workload(step, flops_per_step=flops)
 
 
 TRAP = Trap(

@@ -14,35 +14,19 @@ after it (``common.matmul_precision``) rather than left on for the traps that fo
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from gpudoctor.lab.common import adamw, autocast, matmul_precision, seed, size
+from gpudoctor.lab.common import gelu_mlp_regression, matmul_precision, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
 
 def _build(device: str, bf16: bool) -> Workload:
     seed(16)
-    width = size(device, 6144, 128)
-    batch = size(device, 8192, 64)
-    layers = 4
-    model = nn.Sequential(
-        *[m for _ in range(layers) for m in (nn.Linear(width, width), nn.GELU())]
-    ).to(device)
-    opt = adamw(model.parameters(), device)
-    x = torch.randn(batch, width, device=device)
-    target = torch.randn(batch, width, device=device)
+    step, flops = gelu_mlp_regression(device, size(device, 6144, 128), size(device, 8192, 64), 4, bf16)
 
-    def step() -> None:
+    def step_with_tf32() -> None:
         with matmul_precision("high"):
-            with autocast(device, enabled=bf16):
-                loss = F.mse_loss(model(x).float(), target)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            step()
 
-    return Workload(step, flops_per_step=3 * 2 * batch * width * width * layers)
+    return Workload(step_with_tf32, flops_per_step=flops)
 
 
 TRAP = Trap(
