@@ -254,6 +254,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return text
 
 
+def bundle_runs(runs: Path, tar_path: Path) -> None:
+    """The run directories' report.json and env.json (no traces) in one tar.gz."""
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for f in sorted(runs.glob("*/*/*.json")):
+            tar.add(f, arcname=str(f.relative_to(runs)))
+
+
 def add_common_arguments(ap: argparse.ArgumentParser, noun: str, results_stem: str) -> None:
     """The options the gallery runner and the twins runner (run_twins.py) share."""
     ap.add_argument("--only", action="append", default=[], help=f"{noun} name (repeatable, or comma-separated)")
@@ -335,9 +342,7 @@ def main() -> int:
     (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (out / "gallery.md").write_text(markdown(rows, meta))
     if opts.bundle:
-        with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
-            for f in sorted(opts.runs.glob("*/*/*.json")):
-                tar.add(f, arcname=str(f.relative_to(opts.runs)))
+        bundle_runs(opts.runs, out / "runs.tar.gz")
     print(markdown(rows, meta))
     return 0
 

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from gpudoctor.rules.finding import MAX_SAVING_SHARE  # the doctor's own cap on 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_gallery import (  # the gallery runner's helpers, imported from beside this file
     add_common_arguments,
+    bundle_runs,
     failure_message,
     fmt,
     importable,
@@ -291,9 +291,7 @@ def main() -> int:
         write()
     write()
     if opts.bundle:
-        with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
-            for f in sorted(opts.runs.glob("*/*/*.json")):
-                tar.add(f, arcname=str(f.relative_to(opts.runs)))
+        bundle_runs(opts.runs, out / "runs.tar.gz")
     print(markdown(rows, meta))
     return 0
 

@@ -151,7 +151,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     per_gap = _give_dispatch_to_blocking(per_gap)
     for cause, ns in per_gap.items():
         by_cause[cause] = float(ns[~waiting].sum()) / 1e6 / n_steps
-    _move_catch_up_to_syncs(by_cause, _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
+    _move_catch_up_to(by_cause, "host-sync", _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
     _move_catch_up_to(by_cause, "pageable-copy", _blocked_in_pageable_copies(trace, steps) / 1e6 / n_steps)
     by_cause[GPU_WAIT] = float((gap_e - gap_s)[waiting].sum()) / 1e6 / n_steps
     culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting])
@@ -214,11 +214,6 @@ def _blocked_in_pageable_copies(trace: Trace, steps: Steps) -> int:
     calls = np.unique(dev.launch[pageable])
     s, e = union(host.ts[calls], host.end[calls])
     return int(overlap_per_window(s, e, steps.start, steps.end).sum())
-
-
-def _move_catch_up_to_syncs(by_cause: dict[str, float], blocked_ms: float) -> None:
-    """Dispatch idle the host would have hidden had it not waited in syncs becomes host-sync."""
-    _move_catch_up_to(by_cause, "host-sync", blocked_ms)
 
 
 def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float) -> None:
