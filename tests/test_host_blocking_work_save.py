@@ -38,7 +38,7 @@ def _analysis(t: TraceBuilder):
 
 def test_the_save_is_one_region_from_its_first_copy_to_its_last_write() -> None:
     a = _analysis(_steps_with_a_save(4))
-    starts, ends = blocking_work_regions(a.trace, a.steps)
+    starts, ends = blocking_work_regions(a.idle, a.steps)
     assert len(starts) == 3
     # from the end of the step's last op (16 us in: the host is idle while the kernel runs, which
     # costs nothing) through copies and writes to the step's end: one region a step

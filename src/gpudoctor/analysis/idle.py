@@ -120,6 +120,8 @@ class IdleResult:
     # recorded host events (ops, runtime calls) per step, by the cause covering their start:
     # where the profiler's own per-event cost lands (rules/calibrate.py)
     events_by_cause: dict[str, float] = field(default_factory=dict)
+    # host intervals (starts, ends) of each blocking cause on the launching threads
+    labels: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
@@ -165,6 +167,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         culprit_idle_ns=culprit_ns,
         gaps=(gap_s, gap_e),
         events_by_cause={cause: n / n_steps for cause, n in events.items()},
+        labels=label_sets,
     )
 
 
@@ -269,14 +272,15 @@ def _label_intervals(
 REGION_MERGE_NS = 2_000_000
 
 
-def blocking_work_regions(trace: Trace, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
     """Spans, inside steps, of op-free host work together with the blocking copies and syncs
     within REGION_MERGE_NS of it (a checkpoint save: copy, sync, write, copy...). Only spans
-    that hold a host-work stretch."""
-    on_threads = np.isin(trace.host.thread, launch_threads(trace))
-    sets = _label_intervals(trace, on_threads, steps)
-    work_s, _ = sets["host-work"]
+    that hold a host-work stretch. Read from the label intervals idle_causes found."""
+    sets = idle.labels
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    if "host-work" not in sets:
+        return empty
+    work_s, _ = sets["host-work"]
     if work_s.size == 0:
         return empty
     parts = [sets["host-work"], sets["host-sync"], sets["pageable-copy"]]

@@ -31,7 +31,7 @@ def check(a: Analysis) -> Finding | None:
     if idle <= 0:
         return None
     n = max(len(a.steps), 1)
-    region_s, region_e = blocking_work_regions(a.trace, a.steps)
+    region_s, region_e = blocking_work_regions(a.idle, a.steps)
     gap_s, gap_e = a.idle.gaps
     region_idle = float(overlap_per_window(gap_s, gap_e, region_s, region_e).sum()) / 1e6 / n
     copies_ms = _copies_inside_ms(a, region_s, region_e) / n
