@@ -82,9 +82,11 @@ def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_m
             # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
             host_ms = max(min(host_ms - profiler_overhead_ms(trace, analysis.steps),
                               host_ms * unprofiled_step_ms / analysis.step_ms), 0.0)
-        findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)
+        findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms, analysis.breakdown.kernel_count_per_step)
     else:
-        findings = floor_at_host_time(findings, analysis.step_ms, host_ms)
+        if host_ms is not None:  # offline: the per-event estimate of the profiler's share
+            host_ms = max(host_ms - profiler_overhead_ms(trace, analysis.steps), 0.0)
+        findings = floor_at_host_time(findings, analysis.step_ms, host_ms, analysis.breakdown.kernel_count_per_step)
     return build_report(analysis, findings)
 
 

@@ -138,6 +138,10 @@ STEP_AFTER_FIX = "step_after_fix_ms"
 # An evidence number: a lower bound of the step after the fix that the profiler does not inflate
 # (a DataLoader's per-batch cost over its workers). No calibrated saving goes below it.
 STEP_FLOOR_AFTER_FIX = "step_floor_after_fix_ms"
+# An evidence number: kernels per step that the fix takes away (a chain fused into one kernel,
+# an attention pattern into its fused kernels). The host still issues the rest: the step it
+# predicts is floored at the host's time for the kernels that remain (rules/calibrate.py).
+KERNELS_REMOVED = "kernels_removed_per_step"
 
 # No fix is priced above 100x: the lab's per_sample_loop and small_gemm fixes measured 24-32x on
 # the H100 (2026-11-22), which a 95% cap (20x) could never predict.

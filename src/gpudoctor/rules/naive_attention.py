@@ -21,7 +21,7 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
@@ -40,7 +40,10 @@ def check(a: Analysis) -> Finding | None:
     fused_ns = flops / (a.ceilings.best_matrix_flops * ATTENTION_EFFICIENCY) * 1e9
     saving = max(time_ns - fused_ns, 0.0) / 1e6 / n
     time_ms = time_ns / 1e6 / n
-    softmax_ms = float(rf.event_in_steps_ns[idx][dev.kind[idx] == Kind.SOFTMAX].sum()) / 1e6 / n
+    softmax = dev.kind[idx] == Kind.SOFTMAX
+    softmax_ms = float(rf.event_in_steps_ns[idx][softmax].sum()) / 1e6 / n
+    # a fused kernel per softmax pass (one forward, one backward per call) replaces the pattern
+    removed = (idx.size - int(softmax.sum())) / n
     return make_finding(
         ID,
         "Attention materializes the S x S score matrix",
@@ -54,6 +57,7 @@ def check(a: Analysis) -> Finding | None:
                 "softmax_ms_per_step": round(softmax_ms, 3),
                 "fused_estimate_ms_per_step": round(fused_ns / 1e6 / n, 3),
                 "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+                KERNELS_REMOVED: round(removed, 1),
             },
             ops=op_names_of_events(a.trace, idx),
             kernels=kernel_names_of_events(a.trace, idx),

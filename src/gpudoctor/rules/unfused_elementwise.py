@@ -19,7 +19,7 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS, Kind
 
@@ -119,6 +119,8 @@ def check(a: Analysis) -> Finding | None:
                 "achieved_bandwidth_GBps": round(bw / 1e9, 1),
                 "hbm_roof_GBps": round(a.ceilings.hbm_bytes_per_s / 1e9, 0),
                 "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+                # each chain becomes one kernel
+                KERNELS_REMOVED: round((idx.size - len(runs)) / n, 1),
             },
             ops=op_names_of_events(a.trace, heaviest),
             kernels=kernel_names_of_events(a.trace, idx),
