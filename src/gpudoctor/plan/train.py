@@ -16,8 +16,8 @@ The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every
   (``--bench``, ``calibration=``): each GEMM timed at its own shape on the measured grid, attention
   at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
   (plan/calibration.py).
-- Communication is priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else
-  by an alpha-beta fallback; what each axis sends and how much of it is exposed is in plan/comm.py.
+- Communication is priced by ``gpudoctor.plan.collectives.predict`` (the collective model validated
+  in BENCHMARKS.md); what each axis sends and how much of it is exposed is in plan/comm.py.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ from gpudoctor.plan.calibration import (
     load_calibration,
     microbatch_times,
 )
+from gpudoctor.plan.collectives import DEFAULT_FABRIC
 from gpudoctor.plan.comm import (
     BUCKET_BYTES,
-    DEFAULT_FABRIC,
+    COMM_MODEL,
     Net,
     cp_comm,
     dp_comm,
@@ -366,7 +367,7 @@ class TrainPlanResult:
     infeasible: str | None  # None, or the constraint no layout meets
     considered: int  # layouts priced (memory estimated)
     fitting: int  # layouts that fit
-    comm_model: str  # "gpudoctor.plan.collectives" or "fallback alpha-beta"
+    comm_model: str  # what priced the collectives: COMM_MODEL ("gpudoctor.plan.collectives")
     assumptions: tuple[str, ...] = ASSUMPTIONS
     compute_model: str = COMPUTE_ASSUMED  # or Calibration.label (--bench)
 
@@ -496,7 +497,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
         explanation=_explain(plans, gpus, gpus_per_node, hw.memory_bytes, model, hw.key, global_batch, seq) if plans else "",
         infeasible=infeasible, considered=considered, fitting=len(plans),
-        comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
+        comm_model=COMM_MODEL,
         assumptions=assumptions,
         compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label)
 
