@@ -8,7 +8,7 @@ from typing import Any
 
 from gpudoctor.analysis import analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
-from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms, step_boundary_ms
+from gpudoctor.analysis.observer import host_step_ms, step_boundary_ms
 from gpudoctor.analysis.steps import describe, segment
 from gpudoctor.errors import EmptyTraceError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
@@ -80,7 +80,7 @@ def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_m
             # step's own shrink when that is larger (the tf32_gpt twin, H100, 2026-11-25: host
             # 32.7 ms of a 43.0 ms profiled step, 21.4 ms unprofiled; the per-event estimate left
             # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
-            host_ms = max(min(host_ms - profiler_overhead_ms(trace, analysis.steps),
+            host_ms = max(min(host_ms - analysis.profiler_overhead_ms,
                               host_ms * unprofiled_step_ms / analysis.step_ms), 0.0)
         findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms)
     else:
