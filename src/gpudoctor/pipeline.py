@@ -85,7 +85,8 @@ def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> 
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
-    from gpudoctor.capture.bundle import model_state_of_run, step_source_of, unprofiled_step_of
+    from gpudoctor.capture.bundle import read_run
 
-    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path),
-                          model_state=model_state_of_run(path), step_source=step_source_of(path))
+    run = read_run(path)  # env.json, parsed once
+    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
+                          model_state=run.model_state, step_source=run.step_source)
