@@ -240,7 +240,7 @@ def test_plan_train_prices_tp_all_reduces_with_nvls_when_asked() -> None:
     """TP=8 inside one H100 node: its all-reduces get NVLink SHARP's bandwidth with nvls=True; DP
     across nodes does not (NVLS is one node only)."""
     from gpudoctor.plan.pins import Pins
-    from gpudoctor.plan.train import plan_training
+    from gpudoctor.plan.train_search import plan_training
 
     kw = {"gpus": 16, "gpu": "h100-sxm", "global_batch": 64, "seq": 4096, "pins": Pins(tp=8, pp=1, zero=1)}
     plain = plan_training("llama-3.1-8b", **kw).plans[0]

@@ -11,7 +11,7 @@ import pytest
 
 from gpudoctor.errors import InputError
 from gpudoctor.plan.pins import Pins
-from gpudoctor.plan.train import plan_training
+from gpudoctor.plan.train_search import plan_training
 
 BASE = {"gpus": 8, "gpu": "h100-sxm", "global_batch": 64, "seq": 4096}
 

@@ -18,10 +18,10 @@ from gpudoctor.plan.train import (
     Layout,
     bubble_fraction,
     make_net,
-    plan_training,
     predict_step,
     step_flops,
 )
+from gpudoctor.plan.train_search import plan_training
 
 
 def gpt3_like(hidden: int = 12288, layers: int = 96, heads: int = 96, vocab: int = 51200) -> ModelSpec:

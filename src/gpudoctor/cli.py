@@ -371,7 +371,7 @@ def plan_train(
     Exit code 3 when no layout fits (why is printed), 2 on bad input."""
     from gpudoctor.plan.limits import NO_FIT_EXIT_CODE
     from gpudoctor.plan.pins import Pins
-    from gpudoctor.plan.train import plan_training
+    from gpudoctor.plan.train_search import plan_training
     from gpudoctor.report.plan import render_train
 
     pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)

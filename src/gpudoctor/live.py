@@ -23,6 +23,7 @@ from gpudoctor.capture.bundle import (
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
+from gpudoctor.hardware.card import problem_reasons
 from gpudoctor.report.model import Report
 
 DEFAULT_BASE = Path("gpudoctor-runs")
@@ -93,7 +94,7 @@ def run_and_diagnose(
     if result.trace_path is None:
         return outcome, run_dir, None, _why_nothing(outcome, config, wait_s)
     report, note = diagnose_capture(result, config, run_dir, rank)
-    throttled = [r for r in result.nvml.get("throttle_reasons_seen", []) if r not in ("gpu_idle", "sync_boost")]
+    throttled = problem_reasons(result.nvml.get("throttle_reasons_seen"))
     if throttled:
         note = (note + "; " if note else "") + f"the GPU's clocks were held back during the window ({', '.join(throttled)})"
     if result.error:

@@ -8,15 +8,14 @@ from typing import Any
 
 from gpudoctor.analysis import analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
-from gpudoctor.analysis.observer import host_step_ms, profiler_overhead_ms, step_boundary_ms
 from gpudoctor.analysis.steps import describe, segment
 from gpudoctor.errors import EmptyTraceError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.hardware.machine import measured_ceilings_for
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
-from gpudoctor.rules.calibrate import calibrate, floor_at_host_time, idle_scales
-from gpudoctor.rules.registry import run_rules, skipped_rules
+from gpudoctor.rules.calibrate import price
+from gpudoctor.rules.registry import find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
 
@@ -69,24 +68,7 @@ def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_m
     lacking = lacking_notes(trace, skipped_rules(trace))
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings = run_rules(analysis)
-    host_ms = host_step_ms(trace, analysis.steps)
-    if unprofiled_step_ms:
-        scales = idle_scales(analysis.idle, analysis.step_ms, unprofiled_step_ms)
-        findings = calibrate(findings, unprofiled_step_ms, scales, analysis.breakdown.busy_ms, analysis.step_ms,
-                             step_boundary_ms(trace, analysis.steps))
-        if host_ms is not None and analysis.step_ms > 0:
-            # the host's time without the profiler's share of it: the per-event estimate, or the
-            # step's own shrink when that is larger (the tf32_gpt twin, H100, 2026-11-25: host
-            # 32.7 ms of a 43.0 ms profiled step, 21.4 ms unprofiled; the per-event estimate left
-            # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
-            host_ms = max(min(host_ms - profiler_overhead_ms(trace, analysis.steps),
-                              host_ms * unprofiled_step_ms / analysis.step_ms), 0.0)
-        findings = floor_at_host_time(findings, unprofiled_step_ms, host_ms, analysis.breakdown.kernel_count_per_step)
-    else:
-        if host_ms is not None:  # offline: the per-event estimate of the profiler's share
-            host_ms = max(host_ms - profiler_overhead_ms(trace, analysis.steps), 0.0)
-        findings = floor_at_host_time(findings, analysis.step_ms, host_ms, analysis.breakdown.kernel_count_per_step)
+    findings = price(find(analysis), analysis)
     return build_report(analysis, findings)
 
 
@@ -103,7 +85,8 @@ def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> 
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
-    from gpudoctor.capture.bundle import model_state_of_run, step_source_of, unprofiled_step_of
+    from gpudoctor.capture.bundle import read_run
 
-    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=unprofiled_step_of(path),
-                          model_state=model_state_of_run(path), step_source=step_source_of(path))
+    run = read_run(path)  # env.json, parsed once
+    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
+                          model_state=run.model_state, step_source=run.step_source)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from gpudoctor.analysis.breakdown import Breakdown, breakdown
@@ -34,6 +33,8 @@ class Analysis:
     warnings: tuple[str, ...]
     unprofiled_step_ms: float | None = None  # the same step timed outside the profiler
     step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
+    # host time per step the profiler added (analysis/observer.py's per-event estimate), computed once
+    profiler_overhead_ms: float = 0.0
 
     @property
     def step_ms(self) -> float:
@@ -42,45 +43,47 @@ class Analysis:
 
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
                   model_state: dict | None = None, step_source: str = "") -> Analysis:
+    """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after)."""
     steps = segment(trace)
     warnings: list[str] = []
-    not_applicable: dict[str, str] = {}
     note = describe(steps)
     if note:
         warnings.append(note)
     warnings.extend(trace_notes(trace))
     mem = memory(trace, steps, model_state)
-    if not mem.applicable:
-        not_applicable["memory"] = mem.reason
-    result = Analysis(
-        trace=trace,
-        ceilings=ceilings,
-        steps=steps,
-        breakdown=breakdown(trace, steps),
-        idle=idle_causes(trace, steps),
-        roofline=roofline(trace, steps, ceilings),
-        memory=mem,
-        not_applicable=not_applicable,
-        warnings=tuple(warnings),
-        unprofiled_step_ms=unprofiled_step_ms,
-        step_source=step_source,
-    )
+    bd = breakdown(trace, steps)
+    idle = idle_causes(trace, steps)
+    roof = roofline(trace, steps, ceilings)
     overhead = profiler_overhead_ms(trace, steps)
-    dispatch = result.idle.ms("dispatch")
-    if unprofiled_step_ms is None and dispatch > 0.1 * result.step_ms and overhead > 0.1 * dispatch:
+    dispatch = idle.ms("dispatch")
+    if unprofiled_step_ms is None and dispatch > 0.1 * bd.step_ms and overhead > 0.1 * dispatch:
         warnings.append(
             f"up to {min(overhead, dispatch):.2f} ms per step of the dispatch idle may be the profiler's own "
             f"overhead (~{PROFILER_OVERHEAD_NS_PER_EVENT / 1000:.0f} us per recorded event); launch-bound "
             "discounts it: time the step without the profiler to confirm"
         )
-        result = dataclasses.replace(result, warnings=tuple(warnings))
-    if result.roofline.placed_fraction < 0.5:
-        not_applicable.setdefault(
-            "roofline",
+    not_applicable: dict[str, str] = {}
+    if not mem.applicable:
+        not_applicable["memory"] = mem.reason
+    if roof.placed_fraction < 0.5:
+        not_applicable["roofline"] = (
             "under half of the kernel time has known FLOPs or bytes: record with record_shapes=True "
-            "(and with_flops=True) to place kernels on the roofline",
+            "(and with_flops=True) to place kernels on the roofline"
         )
-    return result
+    return Analysis(
+        trace=trace,
+        ceilings=ceilings,
+        steps=steps,
+        breakdown=bd,
+        idle=idle,
+        roofline=roof,
+        memory=mem,
+        not_applicable=not_applicable,
+        warnings=tuple(warnings),
+        unprofiled_step_ms=unprofiled_step_ms,
+        step_source=step_source,
+        profiler_overhead_ms=overhead,
+    )
 
 
 __all__ = [

@@ -16,6 +16,7 @@ import platform
 import re
 import statistics
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -168,33 +169,42 @@ def env_file_of(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def _capture_field(path: str | os.PathLike[str], key: str) -> Any:
-    """One field of the ``capture`` section of the env.json beside a trace or in a run directory."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What ``analyze`` reads from a run bundle's env.json (empty for a bare trace)."""
+
+    unprofiled_step_ms: float | None = None  # the step timed outside the profiler
+    model_state: dict[str, Any] | None = None  # the optimizer's parameter/gradient/state bytes
+    step_source: str = ""  # what marked the steps of a live capture
+
+
+def read_run(path: str | os.PathLike[str]) -> RunFacts:
+    """The one reader of the env.json beside a trace or in a run directory: parsed once, each
+    field checked (a missing, unreadable or malformed file or field reads as absent)."""
     env_file = env_file_of(Path(path))
     if env_file is None:
-        return None
+        return RunFacts()
     try:
-        return json.loads(env_file.read_text()).get("capture", {}).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+        env = json.loads(env_file.read_text())
+    except (OSError, ValueError):
+        return RunFacts()
+    capture = env.get("capture") if isinstance(env, dict) else None
+    if not isinstance(capture, dict):
+        return RunFacts()
+    return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")), _model_state(capture.get("model_state")),
+                    _step_source(capture.get("step_source")))
 
 
-def model_state_of_run(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The optimizer's parameter/gradient/state bytes recorded in a run directory's env.json."""
-    value = _capture_field(path, "model_state")
+def _model_state(value: Any) -> dict[str, Any] | None:
     keys = ("params", "param_bytes", "grad_bytes", "state_bytes")
     if not isinstance(value, dict) or not all(isinstance(value.get(k), int) and value[k] >= 0 for k in keys):
         return None
     return value
 
 
-def step_source_of(path: str | os.PathLike[str]) -> str:
-    """What marked the steps of a live capture (env.json's capture.step_source), "" elsewhere."""
-    value = _capture_field(path, "step_source")
+def _step_source(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def unprofiled_step_of(path: str | os.PathLike[str]) -> float | None:
-    """The unprofiled step time recorded in a run directory's env.json (None elsewhere)."""
-    value = _capture_field(path, "unprofiled_step_ms")
+def _unprofiled_step(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None

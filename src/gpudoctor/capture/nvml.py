@@ -10,18 +10,7 @@ import statistics
 import threading
 from typing import Any
 
-# nvmlClocksEventReasons / nvmlClocksThrottleReasons bits (nvml.h)
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+from gpudoctor.hardware.card import reason_names
 
 
 class NvmlSampler:
@@ -65,7 +54,7 @@ class NvmlSampler:
                         "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
                     }
                 )
-                self.reasons |= {name for bit, name in THROTTLE_REASONS.items() if reasons & bit}
+                self.reasons |= reason_names(reasons)
             except Exception as exc:  # noqa: BLE001 - NVML is optional: the error is kept and reported
                 self.error = f"NVML sampling stopped: {type(exc).__name__}: {exc}"
                 return

@@ -3,7 +3,8 @@
 Seed 004, scenario 2: "sudden MFU drop with no code change" is almost always one degraded node,
 and ``nvidia-smi`` says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
 below its capability, a lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU
-(what the artifact does not say stays ``None`` and is listed in ``missing``); ``card_hypotheses``
+(what the artifact does not say stays ``None`` and is listed in ``missing``; the record and the judgement
+of it, ``judge``, are hardware/card.py's, shared with NVML); ``card_hypotheses``
 turns the records into ranked hypotheses. Pure functions: text in, findings out.
 """
 
@@ -13,21 +14,13 @@ import csv
 import io
 import re
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpudoctor.errors import InputError
+from gpudoctor.hardware.card import CHECKS, CardState, GpuRecord, judge, load_of, reason_names
 from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
-# nvmlClocksEventReasons / nvmlClocksThrottleReasons bits (nvml.h; same names as capture.nvml)
-REASON_BITS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
-}
-# not a problem: an idle card, clocks set by the admin, boost held for a sync group, display clocks
-BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
-HARDWARE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 REASON_TEXT = {
     "sw_power_cap": "SW power cap (the driver lowers clocks to stay under the power limit)",
     "hw_slowdown": "HW slowdown (the board asserted slowdown: over-temperature or an external power brake)",
@@ -35,8 +28,6 @@ REASON_TEXT = {
     "hw_power_brake_slowdown": "HW power brake (an external signal: the PSU or chassis is short of power)",
     "sw_thermal_slowdown": "SW thermal slowdown (above the max operating temperature)",
 }
-CHECKS = ("clocks", "throttle reasons", "utilization", "ECC", "PCIe", "power")
-BUSY_PCT, IDLE_PCT = 30.0, 10.0  # utilization.gpu: % of time a kernel ran over the last sample
 SMI_CMD = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
 UNCHECKED = "gpu-unchecked"  # no health check could run: not a hypothesis, not health
 _GPU_HEAD = re.compile(r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
@@ -44,59 +35,6 @@ _KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*))?$")
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 _ACCEPTED = ("expected `nvidia-smi -q` text (a 'GPU 00000000:18:00.0' section per GPU) or "
              "`nvidia-smi --query-gpu=... --format=csv` output with its header line")
-
-
-@dataclass(frozen=True)
-class GpuRecord:
-    """What nvidia-smi said about one GPU; None: the artifact does not say."""
-
-    index: int
-    bus_id: str = ""
-    name: str = ""
-    sm_mhz: float | None = None
-    sm_max_mhz: float | None = None
-    util_pct: float | None = None
-    reasons: frozenset[str] | None = None  # active throttle/event reasons (REASON_BITS names)
-    temp_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None  # enforced
-    power_default_w: float | None = None
-    power_max_w: float | None = None
-    ecc_volatile_unc: int | None = None
-    ecc_aggregate_unc: int | None = None
-    ecc_volatile_corr: int | None = None
-    ecc_aggregate_corr: int | None = None
-    sram_threshold_exceeded: bool | None = None
-    retired_pending: bool | None = None
-    repair_pending: bool | None = None  # Channel / TPC Repair Pending (newer drivers)
-    remap_pending: bool | None = None
-    remap_failure: bool | None = None
-    remapped_unc: int | None = None
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None  # what GPU and host together allow
-    pcie_host_max: int | None = None
-    pcie_device_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    mig_current: str | None = None
-    mig_pending: str | None = None
-    reset_required: bool | None = None
-    source: str = "nvidia-smi -q"
-    samples: int = 1
-
-    @property
-    def label(self) -> str:
-        return f"GPU {self.index}" + (f" ({self.bus_id})" if self.bus_id else "")
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        have = {"clocks": self.sm_mhz is not None and self.sm_max_mhz is not None,
-                "throttle reasons": self.reasons is not None, "utilization": self.util_pct is not None,
-                "ECC": self.ecc_volatile_unc is not None or self.ecc_aggregate_unc is not None
-                or self.remap_pending is not None or self.retired_pending is not None,
-                "PCIe": self.pcie_gen is not None or self.pcie_width is not None,
-                "power": self.power_limit_w is not None}
-        return tuple(c for c in CHECKS if not have[c])
 
 
 def parse(text: str) -> list[GpuRecord]:
@@ -388,7 +326,7 @@ def _csv_row(header: list[str], row: list[str]) -> dict[str, Any]:
         if reason == "active":
             mask = _hex(cell)
             if mask is not None:
-                reasons = (reasons or set()) | {name for bit, name in REASON_BITS.items() if mask & bit}
+                reasons = (reasons or set()) | reason_names(mask)
         elif reason is not None and _yes(cell) is not None:
             reasons = reasons or set()
             if _yes(cell):
@@ -442,27 +380,19 @@ def _merge(position: int, samples: list[dict[str, Any]]) -> GpuRecord:
 
 def card_hypotheses(records: list[GpuRecord]) -> list[Finding]:
     """Every anomaly of every GPU, then one ``gpu-healthy`` per GPU with none; ranked."""
-    busy_clocks = [r.sm_mhz for r in records if r.sm_mhz and _load(r) == "busy"]
+    states = [judge(r) for r in records]
+    busy_clocks = [r.sm_mhz for r, st in zip(records, states) if r.sm_mhz and st.load == "busy"]
     peer = statistics.median(busy_clocks) if len(busy_clocks) >= 3 else None
     out: list[Finding] = []
-    for r in records:
-        found = [f for f in (_throttle(r, peer), _power_cap(r), _ecc(r), _pcie(r), _reset(r)) if f]
+    for r, st in zip(records, states):
+        found = [f for f in (_throttle(r, st, peer), _power_cap(r, st), _ecc(r, st), _pcie(r, st), _reset(r)) if f]
         out.extend(found)
         if not any((f.confidence or 0) >= 0.3 for f in found):
             out.append(_healthy(r, found))
-        if (r.mig_current or "").lower() == "enabled":
+        if st.mig:
             out.append(_mig(r))
     tier = {"gpu-healthy": 1, "mig-enabled": 2}
     return sorted(out, key=lambda f: (tier.get(f.id, 0 if (f.confidence or 0) >= 0.3 else 2), -(f.confidence or 0)))
-
-
-def _load(r: GpuRecord) -> str:
-    if r.util_pct is not None:
-        return "busy" if r.util_pct >= BUSY_PCT else "idle" if r.util_pct < IDLE_PCT else "light"
-    if r.power_w is not None and r.power_limit_w:
-        share = r.power_w / r.power_limit_w
-        return "busy" if share >= 0.5 else "idle" if share < 0.2 else "light"
-    return "unknown"
 
 
 def _load_text(r: GpuRecord) -> str:
@@ -473,15 +403,12 @@ def _load_text(r: GpuRecord) -> str:
     return "load unknown (no utilization in the artifact)"
 
 
-def _throttle(r: GpuRecord, peer: float | None) -> Finding | None:
-    bad = sorted((r.reasons or frozenset()) - BENIGN)
-    load = _load(r)
-    ratio = r.sm_mhz / r.sm_max_mhz if r.sm_mhz and r.sm_max_mhz else None
-    low_clock = ratio is not None and ratio < 0.8 and load == "busy"
+def _throttle(r: GpuRecord, st: CardState, peer: float | None) -> Finding | None:
+    bad, load, ratio = list(st.bad_reasons), st.load, st.clock_ratio
     behind_peers = peer is not None and r.sm_mhz is not None and load == "busy" and r.sm_mhz < 0.9 * peer
-    if not bad and not low_clock and not behind_peers:
+    if not bad and not st.low_clock and not behind_peers:
         return None  # an idle card at low clocks, "Idle: Active": nothing wrong
-    if set(bad) & HARDWARE:
+    if st.hardware:
         conf = 0.9 if load != "idle" else 0.8
     elif "sw_thermal_slowdown" in bad:
         conf = 0.8
@@ -521,11 +448,10 @@ def _throttle(r: GpuRecord, peer: float | None) -> Finding | None:
         wrong_fix="Tuning the code (kernels, batch size, sharding): the same code runs at full clocks on a healthy card.")
 
 
-def _power_cap(r: GpuRecord) -> Finding | None:
-    full = r.power_default_w or r.power_max_w
-    if r.power_limit_w is None or not full or r.power_limit_w >= 0.98 * full:
+def _power_cap(r: GpuRecord, st: CardState) -> Finding | None:
+    full, load = st.power_reference_w, st.load
+    if not st.power_capped or r.power_limit_w is None or not full:
         return None
-    load = _load(r)
     capping = "sw_power_cap" in (r.reasons or frozenset())
     conf = 0.85 if load == "busy" and capping else 0.6 if load == "busy" else 0.35 if load == "idle" else 0.5
     return make_hypothesis(
@@ -543,10 +469,10 @@ def _power_cap(r: GpuRecord) -> Finding | None:
         wrong_fix="Code changes: the card's power budget, not the program, sets the clocks.")
 
 
-def _ecc(r: GpuRecord) -> Finding | None:
+def _ecc(r: GpuRecord, st: CardState) -> Finding | None:
     vu, au = r.ecc_volatile_unc or 0, r.ecc_aggregate_unc or 0
     corr = max(r.ecc_volatile_corr or 0, r.ecc_aggregate_corr or 0)
-    pending = bool(r.remap_pending or r.retired_pending or r.repair_pending)
+    pending = st.pending
     # past uncorrectable errors the driver already handled: SRAM threshold not reached, nothing pending
     handled = r.sram_threshold_exceeded is False and not pending and not r.remap_failure
     problems = [(0.95, "row remapping failed: the card has run out of spare rows") if r.remap_failure else None,
@@ -582,12 +508,10 @@ def _ecc(r: GpuRecord) -> Finding | None:
         wrong_fix="Restarting the job on the same GPU, or changing batch size or code: memory errors are hardware.")
 
 
-def _pcie(r: GpuRecord) -> Finding | None:
-    gen_down = r.pcie_gen is not None and r.pcie_gen_max is not None and r.pcie_gen < r.pcie_gen_max
-    width_down = r.pcie_width is not None and r.pcie_width_max is not None and r.pcie_width < r.pcie_width_max
+def _pcie(r: GpuRecord, st: CardState) -> Finding | None:
+    gen_down, width_down, load = st.pcie_gen_down, st.pcie_width_down, st.load
     if not gen_down and not width_down:
         return None
-    load = _load(r)
     conf = {"busy": 0.7, "light": 0.5, "idle": 0.15, "unknown": 0.35}[load] if gen_down else 0.0
     if width_down:  # link width does not drop to save power
         conf = max(conf, {"busy": 0.8, "light": 0.7, "idle": 0.5, "unknown": 0.65}[load])
@@ -663,7 +587,7 @@ def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
          "pcie_width": r.pcie_width},
         (),
         subject=r.label, partial=bool(missing),
-        check_next=(f"`{SMI_CMD}` under load, if the job is slow",) if _load(r) != "busy" else ())
+        check_next=(f"`{SMI_CMD}` under load, if the job is slow",) if load_of(r) != "busy" else ())
     return replace(f, severity="info")
 
 

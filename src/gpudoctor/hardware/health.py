@@ -1,8 +1,10 @@
 """Card health from NVML: clocks, throttling, power, temperature, ECC, retired pages, PCIe, MIG.
 
 A throttled or degraded card looks like slow code (seed 004: "training got 20% slower with no
-code change"). Each anomaly becomes a Finding (same type as the doctor's, saving unknown: 0);
-what NVML could not read is listed, never guessed.
+code change"). ``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral
+``GpuRecord`` that hardware/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
+``health_findings`` words the verdict: each anomaly a Finding (same type as the doctor's, saving
+unknown: 0). What NVML could not read is listed, never guessed.
 """
 
 from __future__ import annotations
@@ -10,11 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.capture.nvml import THROTTLE_REASONS
+from gpudoctor.hardware.card import LOW_CLOCK_SHARE, GpuRecord, judge, reason_names
 from gpudoctor.rules.finding import Evidence, Finding, Fix
-
-# reasons that are not a problem: an idle card, or boost held for another GPU of a sync group
-BENIGN_REASONS = frozenset({"gpu_idle", "sync_boost", "applications_clocks_setting"})
 
 
 @dataclass
@@ -45,12 +44,11 @@ def read_health(device_index: int = 0) -> HealthReading:
         "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
         "mem_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
         "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
-        "throttle_reasons": lambda: sorted(
-            name for bit, name in THROTTLE_REASONS.items() if pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h) & bit
-        ),
+        "throttle_reasons": lambda: sorted(reason_names(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
         "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
         "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
         "power_limit_max_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[1] / 1000.0,
+        "power_limit_default_w": lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0,
         "temperature_c": lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
         "ecc_uncorrected_volatile": lambda: pynvml.nvmlDeviceGetTotalEccErrors(
             h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
@@ -81,53 +79,74 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def health_findings(health: HealthReading, under_load: bool = False) -> list[Finding]:
-    """Each anomaly as a Finding. ``under_load``: the reading was taken while probes ran."""
+def nvml_record(health: HealthReading, index: int = 0) -> GpuRecord:
+    """The NVML readings as the neutral record ``judge`` reads (None where NVML said nothing)."""
     r = health.readings
+    rows = r.get("remapped_rows") or {}
+    mig = r.get("mig_mode")
+    return GpuRecord(
+        index=index, name=str(r.get("name") or ""), sm_mhz=r.get("sm_clock_mhz"), sm_max_mhz=r.get("sm_clock_max_mhz"),
+        reasons=frozenset(r["throttle_reasons"]) if "throttle_reasons" in r else None,
+        temp_c=r.get("temperature_c"), power_w=r.get("power_w"), power_limit_w=r.get("power_limit_w"),
+        power_default_w=r.get("power_limit_default_w"), power_max_w=r.get("power_limit_max_w"),
+        ecc_volatile_unc=r.get("ecc_uncorrected_volatile"), ecc_volatile_corr=r.get("ecc_corrected_volatile"),
+        remap_pending=bool(rows["pending"]) if "pending" in rows else None,
+        remap_failure=bool(rows["failure"]) if "failure" in rows else None, remapped_unc=rows.get("uncorrectable"),
+        pcie_gen=r.get("pcie_gen"), pcie_gen_max=r.get("pcie_gen_max"), pcie_width=r.get("pcie_width"),
+        pcie_width_max=r.get("pcie_width_max"),
+        mig_current=None if mig is None else "Enabled" if mig == 1 else "Disabled",
+        other_processes=r.get("other_processes"), source="NVML")
+
+
+def health_findings(health: HealthReading, under_load: bool = False) -> list[Finding]:
+    """Each anomaly ``judge`` finds, as a Finding. ``under_load``: the reading was taken while probes ran."""
+    rec = nvml_record(health)
+    st = judge(rec, "busy" if under_load else "unknown")
     out: list[Finding] = []
 
     def add(fid: str, title: str, severity: str, summary: str, numbers: dict[str, Any], fixes: tuple[Fix, ...]) -> None:
         out.append(Finding(fid, title, severity, 0.0, 1.0, summary, Evidence(numbers=numbers), fixes))
 
-    bad = [x for x in r.get("throttle_reasons", []) if x not in BENIGN_REASONS]
+    bad = list(st.bad_reasons)
     if bad:
         severe = any("thermal" in x or "hw_" in x for x in bad)
         add("clock-throttle", "The GPU's clocks are held back", "critical" if severe else "major",
             f"NVML reports clock throttle reasons: {', '.join(bad)}.",
-            {"reasons": bad, "sm_clock_mhz": r.get("sm_clock_mhz"), "sm_clock_max_mhz": r.get("sm_clock_max_mhz")},
+            {"reasons": bad, "sm_clock_mhz": rec.sm_mhz, "sm_clock_max_mhz": rec.sm_max_mhz},
             (Fix("Check cooling and power delivery; compare with the other GPUs of the node", "nvidia-smi -q -d PERFORMANCE"),))
-    if under_load and r.get("sm_clock_max_mhz") and r.get("sm_clock_mhz", 0) < 0.85 * r["sm_clock_max_mhz"]:
-        add("low-clocks", "SM clock below 85% of its maximum under load", "major",
-            f"SM clock {r['sm_clock_mhz']} MHz of {r['sm_clock_max_mhz']} MHz while the probes ran.",
-            {"sm_clock_mhz": r["sm_clock_mhz"], "sm_clock_max_mhz": r["sm_clock_max_mhz"]},
+    if st.low_clock:
+        add("low-clocks", f"SM clock below {LOW_CLOCK_SHARE:.0%} of its maximum under load", "major",
+            f"SM clock {rec.sm_mhz} MHz of {rec.sm_max_mhz} MHz while the probes ran.",
+            {"sm_clock_mhz": rec.sm_mhz, "sm_clock_max_mhz": rec.sm_max_mhz},
             (Fix("Look for power or thermal limits and application clock settings", "nvidia-smi -q -d CLOCK"),))
-    limit, top = r.get("power_limit_w"), r.get("power_limit_max_w")
-    if limit and top and limit < 0.9 * top:
-        add("power-cap", "The power limit is set below the card's maximum", "major",
-            f"Enforced power limit {limit:.0f} W of a possible {top:.0f} W.",
-            {"power_limit_w": limit, "power_limit_max_w": top},
+    if st.power_capped:
+        limit, ref = rec.power_limit_w, st.power_reference_w
+        of = "default" if rec.power_default_w else "maximum"
+        add("power-cap", f"The power limit is set below the card's {of}", "major",
+            f"Enforced power limit {limit:.0f} W of a {of} {ref:.0f} W.",
+            {"power_limit_w": limit, "power_limit_max_w": rec.power_max_w, "power_limit_default_w": rec.power_default_w},
             (Fix("Ask the administrator whether the cap is intended", "nvidia-smi -q -d POWER"),))
-    if (r.get("ecc_uncorrected_volatile") or 0) > 0:
+    if (rec.ecc_volatile_unc or 0) > 0:
         add("ecc-errors", "Uncorrected ECC errors since the driver loaded", "critical",
-            f"{r['ecc_uncorrected_volatile']} uncorrected ECC errors: the card's memory is failing.",
-            {"uncorrected": r["ecc_uncorrected_volatile"], "corrected": r.get("ecc_corrected_volatile")},
+            f"{rec.ecc_volatile_unc} uncorrected ECC errors: the card's memory is failing.",
+            {"uncorrected": rec.ecc_volatile_unc, "corrected": rec.ecc_volatile_corr},
             (Fix("Drain the node and have the GPU checked", "nvidia-smi -q -d ECC"),))
-    rows = r.get("remapped_rows") or {}
-    if rows.get("failure") or rows.get("pending") or rows.get("uncorrectable", 0) > 0:
-        add("remapped-rows", "Memory rows remapped or pending remap", "critical" if rows.get("failure") else "major",
+    rows = health.readings.get("remapped_rows") or {}
+    if rec.remap_failure or st.pending or (rec.remapped_unc or 0) > 0:
+        add("remapped-rows", "Memory rows remapped or pending remap", "critical" if rec.remap_failure else "major",
             f"Row remapping: {rows}.", dict(rows),
             (Fix("A pending remap needs a GPU reset; a failure needs the card replaced", "nvidia-smi -q -d ROW_REMAPPER"),))
-    gen, gmax, width, wmax = (r.get(k) for k in ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"))
-    if (gen and gmax and gen < gmax and under_load) or (width and wmax and width < wmax):
+    if (st.pcie_gen_down and under_load) or st.pcie_width_down:  # an idle link drops its generation to save power
         add("pcie-downgrade", "The PCIe link runs below its capability", "major",
-            f"PCIe gen {gen} x{width} of gen {gmax} x{wmax}: host copies are capped accordingly.",
-            {"gen": gen, "gen_max": gmax, "width": width, "width_max": wmax},
+            f"PCIe gen {rec.pcie_gen} x{rec.pcie_width} of gen {rec.pcie_gen_max} x{rec.pcie_width_max}: "
+            "host copies are capped accordingly.",
+            {"gen": rec.pcie_gen, "gen_max": rec.pcie_gen_max, "width": rec.pcie_width, "width_max": rec.pcie_width_max},
             (Fix("Reseat the card or check the slot and BIOS link settings", "nvidia-smi -q -d PCIE"),))
-    if r.get("mig_mode") == 1:
+    if st.mig:
         add("mig-enabled", "MIG is on: this process sees a slice of the GPU", "info",
             "MIG mode is enabled; ceilings are those of the slice, not the whole card.", {"mig_mode": 1}, ())
-    if (r.get("other_processes") or 0) > 1:
+    if st.shared:
         add("gpu-shared", "Other processes are using this GPU", "major",
-            f"{r['other_processes']} compute processes on the GPU: measured figures may be low.",
-            {"processes": r["other_processes"]}, (Fix("Run bench on an idle GPU", "nvidia-smi"),))
+            f"{rec.other_processes} compute processes on the GPU: measured figures may be low.",
+            {"processes": rec.other_processes}, (Fix("Run bench on an idle GPU", "nvidia-smi"),))
     return out

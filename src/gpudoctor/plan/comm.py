@@ -1,9 +1,10 @@
 """Communication of one training step by parallel axis: what each collective moves, over which
 group, and how much of it is exposed (the overlap rules).
 
-Collectives are priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else by
-the alpha-beta fallback here (``_fallback_time``). Ranks are laid out TP innermost, then CP, DP, PP
-(Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
+Every collective is priced by ``gpudoctor.plan.collectives.predict``, the alpha-beta model
+validated against measured NCCL curves (BENCHMARKS.md, "plan comm: predicted vs measured
+collectives"); its interconnect presets are the only fabric table. Ranks are laid out TP innermost,
+then CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
 """
 
 from __future__ import annotations
@@ -13,25 +14,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from gpudoctor.errors import InputError
 from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.plan.collectives import predict
 
 if TYPE_CHECKING:
     from gpudoctor.plan.train import Layout
 
 BYTES_BF16 = 2
-
-# Fallback interconnect (used only when gpudoctor.plan.collectives is absent): achievable bus
-# bandwidth per GPU. Intra-node: 0.4 x the NVLink total both directions (H100/H200 NVLink 4:
-# 900 GB/s -> 360 GB/s busbw, what nccl-tests all_reduce reaches on 8 x H100 SXM). Inter-node:
-# one NIC per GPU at ~80% of line rate (IB NDR 400 Gb/s -> 40 GB/s).
-FABRIC_BYTES_PER_S = {"ib-ndr": 40e9, "ib-xdr": 80e9, "ib-hdr": 20e9, "roce": 40e9,
-                      "pcie4": 20e9, "pcie5": 40e9}
-DEFAULT_FABRIC = "ib-ndr"
-NVLINK_EFFICIENCY = 0.4
-PCIE_INTRA_BYTES_PER_S = 20e9
-ALPHA_INTRA_S = 2e-6  # per ring step
-ALPHA_INTER_S = 6e-6
+COMM_MODEL = "gpudoctor.plan.collectives"  # what prices the collectives (TrainPlanResult.comm_model)
 
 # Gradient buckets: PyTorch DDP's bucket_cap_mb default (25 MB); ZeRO-1/2 use the same size here.
 BUCKET_BYTES = 25 * 1024**2
@@ -39,14 +29,11 @@ BUCKET_BYTES = 25 * 1024**2
 
 @dataclass(frozen=True)
 class Net:
-    """How collectives are priced for one request."""
+    """How collectives are priced for one request: the arguments ``predict`` needs besides the op."""
 
     gpu: str
     gpus_per_node: int
     fabric: str | None
-    intra_bytes_per_s: float
-    inter_bytes_per_s: float
-    use_predict: bool  # gpudoctor.plan.collectives.predict is importable
     nvls: bool = False  # NVLink SHARP on: all-reduces inside one NVSwitch node may use it
 
     def time(self, op: str, nbytes: float, group: int, stride: int) -> float:
@@ -58,52 +45,19 @@ class Net:
             group, per_node = 2, (2 if stride * group <= self.gpus_per_node else 1)
         else:
             per_node = math.gcd(group, self.gpus_per_node // stride) if stride < self.gpus_per_node else 1
-        if self.use_predict:
-            return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric, self.nvls)
-        return _fallback_time(op, nbytes, group, per_node, self)
+        return _predict_time(op, int(nbytes), group, per_node, self.gpu, self.fabric, self.nvls)
 
 
 @lru_cache(maxsize=4096)
 def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None,
                   nvls: bool = False) -> float:
-    from gpudoctor.plan.collectives import predict
-
     return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric, nvls=nvls).time_s)
 
 
-def _fallback_time(op: str, nbytes: float, group: int, per_node: int, net: Net) -> float:
-    """Ring alpha-beta: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter
-    (n-1)/n, p2p all of it, at the bus bandwidth of the slowest link the ring crosses."""
-    intra = group <= per_node
-    # across nodes NCCL spreads a ring's channels over the node's NICs: per_node rails
-    bw = net.intra_bytes_per_s if intra else min(net.intra_bytes_per_s, per_node * net.inter_bytes_per_s)
-    alpha = ALPHA_INTRA_S if intra else ALPHA_INTER_S
-    n = group
-    if op == "p2p":
-        return alpha + nbytes / bw
-    steps, factor = (2 * (n - 1), 2 * (n - 1) / n) if op == "all-reduce" else (n - 1, (n - 1) / n)
-    return steps * alpha + factor * nbytes / bw
-
-
 def make_net(gpu: str, gpus_per_node: int, fabric: str | None, nvls: bool = False) -> Net:
-    from gpudoctor.hardware.specs import find_spec
-
-    spec = find_spec(gpu)
-    nvlink = spec.nvlink_bytes_per_s if spec is not None else 0.0
-    intra = NVLINK_EFFICIENCY * nvlink if nvlink else PCIE_INTRA_BYTES_PER_S
-    name = fabric or DEFAULT_FABRIC
-    if name not in FABRIC_BYTES_PER_S and not _has_predict():
-        raise InputError(f"--fabric {fabric!r} is not one of: {', '.join(FABRIC_BYTES_PER_S)}")
-    return Net(gpu, gpus_per_node, fabric, intra, FABRIC_BYTES_PER_S.get(name, 40e9), _has_predict(), nvls)
-
-
-@lru_cache(maxsize=1)
-def _has_predict() -> bool:
-    try:
-        from gpudoctor.plan.collectives import predict  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """The pricing context of one plan. An unknown ``fabric`` is refused by ``predict`` (naming the
+    presets it knows) when the first collective is priced."""
+    return Net(gpu, gpus_per_node, fabric, nvls)
 
 
 def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net) -> float:

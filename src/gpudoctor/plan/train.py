@@ -1,9 +1,10 @@
 """Training layouts ranked by predicted step time: FLOPs, communication, the bubble and memory.
 
-``plan_training(spec, gpus=..., gpu=..., global_batch=..., seq=...)`` enumerates DP x TP x PP x CP
-x ZeRO x micro-batch x checkpointing, keeps the layouts whose ``gpudoctor memory`` estimate fits
-the card, predicts each one's step time and ranks them. The pieces are pure functions
-(``step_flops``, ``bubble_fraction``, ``predict_step``) so a benchmark can price one layout.
+This module is the cost model: ``Layout``, the pipeline bubble and ``predict_step``, pure functions
+(``step_flops``, ``bubble_fraction``, ``predict_step``) so a benchmark can price one layout, and the
+planner's result types (``Plan``, ``TrainPlanResult``). The search over layouts,
+``plan_training(spec, gpus=..., gpu=..., global_batch=..., seq=...)``, is plan/train_search.py; the
+explanation in words is plan/train_prose.py.
 
 The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every answer):
 
@@ -16,16 +17,14 @@ The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every
   (``--bench``, ``calibration=``): each GEMM timed at its own shape on the measured grid, attention
   at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
   (plan/calibration.py).
-- Communication is priced by ``gpudoctor.plan.collectives.predict`` when that module exists, else
-  by an alpha-beta fallback; what each axis sends and how much of it is exposed is in plan/comm.py.
+- Communication is priced by ``gpudoctor.plan.collectives.predict`` (the collective model validated
+  in BENCHMARKS.md); what each axis sends and how much of it is exposed is in plan/comm.py.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory.spec import ModelSpec
@@ -33,12 +32,10 @@ from gpudoctor.plan.calibration import (
     EAGER_KERNELS_PER_LAYER,
     Calibration,
     launch_gap,
-    load_calibration,
     microbatch_times,
 )
-from gpudoctor.plan.comm import (
+from gpudoctor.plan.comm import (  # noqa: F401 - make_net re-exported: a benchmark prices one layout with it
     BUCKET_BYTES,
-    DEFAULT_FABRIC,
     Net,
     cp_comm,
     dp_comm,
@@ -55,8 +52,6 @@ from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's pu
     mlp_flops,
     step_flops,
 )
-from gpudoctor.plan.limits import check_gpus, gib, half_precision, plural
-from gpudoctor.plan.pins import Pins, check_pins, whole
 from gpudoctor.plan.traffic import (
     dp_copy_bytes,
     elementwise_kinds,
@@ -83,7 +78,6 @@ SMALL_M_TOKENS = 1024
 TIE_TOLERANCE = 0.02
 
 SCHEDULES = ("1f1b", "interleaved", "zb-h1")
-MICROBATCHES = (1, 2, 4, 8)
 CHECKPOINTING = ("none", "selective", "full")
 
 ASSUMPTIONS = (
@@ -113,10 +107,6 @@ ASSUMPTIONS = (
     "expert parallelism (MoE all-to-all) is not modelled",
 )
 COMPUTE_ASSUMED = "assumed: FLOPs x datasheet bf16 peak x GEMM_EFFICIENCY (no --bench)"
-# Under ZeRO-3 the weights, gradients and Adam states are spread over every GPU; a layout needs at least
-# this share of the card left for them (the rest for activations, buffers and the allocator's slack)
-# before more GPUs are what is missing.
-STATES_SHARE = 0.8
 
 
 def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
@@ -231,12 +221,13 @@ def gemm_efficiency(spec: ModelSpec, tp: int, tokens_per_microbatch: int) -> flo
 
 def _param_split(spec: ModelSpec) -> tuple[float, float]:
     """(decoder-layer parameters, embedding + head + final norm parameters)."""
-    c = _counts(spec)
+    c = param_counts(spec)
     return float(c.layers_total), float(c.total - c.layers_total)
 
 
 @lru_cache(maxsize=64)
-def _counts(spec: ModelSpec):
+def param_counts(spec: ModelSpec):
+    """``gpudoctor memory``'s parameter counts of the spec (cached: the search prices many layouts of one model)."""
     from gpudoctor.memory.params import count_params
 
     return count_params(spec)
@@ -289,7 +280,7 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     grad_bytes = local_params * BYTES_BF16
     bwd_last_s = mb_bwd_s + recompute_s / m
     # PyTorch DDP: the embedding, ready last, is a bucket of its own when larger than the cap
-    last = max(BUCKET_BYTES, _counts(spec).embedding * BYTES_BF16 / lay.tp) if code.dp_copies and lay.pp == 1 else 0.0
+    last = max(BUCKET_BYTES, param_counts(spec).embedding * BYTES_BF16 / lay.tp) if code.dp_copies and lay.pp == 1 else 0.0
     overlap_s = 0.0
     if calibration is not None and calibration.overlap is not None and lay.dp > 1:
         # the overlapped stretch is backward / forward compute: GEMMs and elementwise in the step's mix
@@ -366,7 +357,7 @@ class TrainPlanResult:
     infeasible: str | None  # None, or the constraint no layout meets
     considered: int  # layouts priced (memory estimated)
     fitting: int  # layouts that fit
-    comm_model: str  # "gpudoctor.plan.collectives" or "fallback alpha-beta"
+    comm_model: str  # what priced the collectives: COMM_MODEL ("gpudoctor.plan.collectives")
     assumptions: tuple[str, ...] = ASSUMPTIONS
     compute_model: str = COMPUTE_ASSUMED  # or Calibration.label (--bench)
 
@@ -377,292 +368,3 @@ class TrainPlanResult:
                 "infeasible": self.infeasible, "considered": self.considered, "fitting": self.fitting,
                 "comm_model": self.comm_model, "compute_model": self.compute_model,
                 "assumptions": list(self.assumptions)}
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _check_inputs(gpus: int, global_batch: int, seq: int, gpus_per_node: int, top: int) -> None:
-    check_gpus(gpus)
-    check_gpus(gpus_per_node, "gpus-per-node")
-    for name, v in (("global-batch", global_batch), ("seq", seq), ("top", top)):
-        whole(name, v)
-    if gpus > gpus_per_node and gpus % gpus_per_node:
-        lo = gpus // gpus_per_node * gpus_per_node
-        raise InputError(f"--gpus {gpus} is not a whole number of {gpus_per_node}-GPU nodes "
-                         f"(--gpus-per-node {gpus_per_node}); use {lo} or {lo + gpus_per_node}")
-
-
-def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
-            pinned_cp: int | None = None) -> list[tuple[int, int, int, int]]:
-    """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
-    heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
-    tps = [t for t in _divisors(spec.heads) if min(gpus_per_node, gpus) % t == 0
-           and (spec.kv_heads % t == 0 or t % spec.kv_heads == 0)]
-    cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
-    out = []
-    for tp in tps:
-        for cp in cps:
-            for pp in _divisors(spec.layers):
-                if gpus % (tp * pp * cp) == 0:
-                    out.append((gpus // (tp * pp * cp), tp, pp, cp))
-    return out
-
-
-def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", global_batch: int,
-                  seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
-                  schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
-                  sp: bool = True, impl: str = "eager-hf", pins: Pins | None = None,
-                  nvls: bool = False) -> TrainPlanResult:
-    """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
-    ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
-    ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
-    less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
-    memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
-    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``: layout values the
-    user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
-    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py)."""
-    implementation(impl)  # validates the name
-    from gpudoctor.hardware.specs import require_spec
-    from gpudoctor.memory import load_spec
-
-    _check_inputs(gpus, global_batch, seq, gpus_per_node, top)
-    bubble_fraction(2, 1, schedule)  # validates the name
-    model = spec if isinstance(spec, ModelSpec) else load_spec(spec)
-    hw = require_spec(gpu)
-    dtype, peak, precision_note = half_precision(hw)
-    cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
-    net = make_net(hw.key, gpus_per_node, fabric, nvls)
-    pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads, layers=model.layers, gpus=gpus,
-                      gpus_per_node=gpus_per_node, seq=seq, global_batch=global_batch,
-                      checkpointing_choices=CHECKPOINTING)
-    shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node, pinned_cp=pins.cp)
-              if global_batch % s[0] == 0 and pins.allows(*s)]
-    if not shapes and pins.any():
-        fixed = math.prod(v for v in (pins.dp, pins.tp, pins.pp) if v is not None)
-        if None not in (pins.dp, pins.tp, pins.pp) and pins.cp is None and gpus > fixed:
-            raise InputError(f"{pins.describe()} use {fixed} of the {gpus} GPUs and leave a factor of "
-                             f"{gpus // fixed} to context parallelism, which is only tried at --seq >= 8192; "
-                             f"fix --cp {gpus // fixed} or free a degree")
-        raise InputError(f"no layout of {gpus} GPUs has {pins.describe()} and a data-parallel degree dividing "
-                         f"--global-batch {global_batch}; free one of them or change --gpus")
-    if not shapes:
-        dps = sorted({s[0] for s in _shapes(model, gpus, seq, gpus_per_node)})
-        near = sorted({(global_batch // d + k) * d for d in dps for k in (0, 1) if (global_batch // d + k) * d > 0},
-                      key=lambda b: (abs(b - global_batch), b))[:2]
-        raise InputError(f"--global-batch {global_batch} is not a multiple of any data-parallel degree possible "
-                         f"for {model.name} on {gpus} GPUs (dp in {', '.join(map(str, dps))}); "
-                         f"use {' or '.join(map(str, near))}")
-    plans, considered, smallest = [], 0, None
-    for dp, tp, pp, cp in shapes:
-        zeros = (0, 1, 2, 3) if dp > 1 else (0,)
-        for zero in zeros if pins.zero is None else (z for z in zeros if z == pins.zero):
-            for ckpt in CHECKPOINTING if pins.checkpointing is None else (pins.checkpointing,):
-                for mb in MICROBATCHES if pins.microbatch is None else (pins.microbatch,):
-                    if (global_batch // dp) % mb:
-                        continue
-                    lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
-                    considered += 1
-                    est = _memory(model, hw.key, lay, global_batch, seq)
-                    if est is not None and (smallest is None or est.total_bytes < smallest[0].total_bytes):
-                        smallest = (est, lay)
-                    if est is None or not est.fits:
-                        break  # a larger micro-batch needs more memory still
-                    if ckpt == "selective" and pins.checkpointing is None and _dominated(
-                            model, hw.key, lay, est, global_batch, seq):
-                        continue
-                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
-    plans = _rank(plans)
-    if not considered:  # only pins can leave nothing to price
-        raise InputError(f"the fixed values leave no layout to price: {pins.describe(every=True)} "
-                         f"{'needs dp > 1 (ZeRO shards over data-parallel ranks)' if pins.zero else 'admit none'}; "
-                         "free one of them")
-    if plans:
-        infeasible = None
-    elif pins.any() and smallest is not None:
-        est, lay = smallest
-        infeasible = (f"no layout with {pins.describe(every=True)} fits the {hw.name}'s "
-                      f"{gib(hw.memory_bytes)}: the smallest peak, {gib(est.peak_bytes)} allocated "
-                      f"({gib(est.total_bytes)} with the allocator's reserve and the CUDA context), is {_describe(lay)}; "
-                      f"free a value or add GPUs")
-    else:
-        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest, global_batch, seq)
-    assumptions = ASSUMPTIONS if cal is None else calibrated_assumptions(cal)
-    if precision_note:
-        assumptions = (precision_note, *assumptions)
-    return TrainPlanResult(
-        model=model.name, gpus=gpus, gpu=hw.key, global_batch=global_batch, seq=seq,
-        gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
-        explanation=_explain(plans, gpus, gpus_per_node, hw.memory_bytes, model, hw.key, global_batch, seq) if plans else "",
-        infeasible=infeasible, considered=considered, fitting=len(plans),
-        comm_model="gpudoctor.plan.collectives" if net.use_predict else "fallback alpha-beta",
-        assumptions=assumptions,
-        compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label)
-
-
-def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
-    """Selective checkpointing that keeps as much as no checkpointing: more FLOPs for nothing."""
-    plain = _memory(spec, gpu, replace(lay, checkpointing="none"), global_batch, seq)
-    return plain is not None and plain.peak_bytes <= est.peak_bytes
-
-
-def _complexity(p: Plan) -> tuple[int, int]:
-    return (p.tp > 1) + (p.pp > 1) + (p.cp > 1), p.zero
-
-
-def _rank(plans: list[Plan]) -> list[Plan]:
-    """Fastest first, except that the simplest plan within ``TIE_TOLERANCE`` of the fastest leads."""
-    plans = sorted(plans, key=lambda p: (p.step_s, _complexity(p)))
-    if not plans:
-        return plans
-    close = [p for p in plans if p.step_s <= plans[0].step_s * (1 + TIE_TOLERANCE)]
-    lead = min(close, key=lambda p: (_complexity(p), p.step_s))
-    return [lead] + [p for p in plans if p is not lead]
-
-
-_MEMORY_CACHE: dict = {}
-
-
-def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int):
-    """``gpudoctor memory`` for the layout (mixed precision: bf16 weights, fp32 master + Adam),
-    cached; None when the memory planner refuses the combination."""
-    from gpudoctor.memory import estimate_from_options
-
-    m = global_batch // (lay.dp * lay.microbatch)
-    key = (spec, gpu, lay, m, seq)
-    if key not in _MEMORY_CACHE:
-        try:
-            _MEMORY_CACHE[key] = estimate_from_options(
-                spec, gpu=gpu, suggest=False, batch=lay.microbatch, seq=seq, tp=lay.tp, pp=lay.pp,
-                dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3, sp=lay.sequence_parallel,
-                cp=lay.cp, microbatches=m, checkpointing=lay.checkpointing, params_dtype="bf16",
-                master_weights=True,
-                virtual_stages=lay.virtual_stages if lay.schedule == "interleaved" and lay.pp > 1 else 1)
-        except InputError:
-            _MEMORY_CACHE[key] = None
-    return _MEMORY_CACHE[key]
-
-
-def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak: float, net: Net,
-           hbm: float, cal: Calibration | None = None, impl: str = "eager-hf") -> Plan:
-    r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net, hbm_bytes_per_s=hbm,
-                     calibration=cal, impl=impl)
-    breakdown = {k: v for k, v in r.items() if k.endswith("_s") and k != "step_s"}
-    return Plan(dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, zero=lay.zero, microbatch=lay.microbatch,
-                microbatches=int(r["microbatches"]), checkpointing=lay.checkpointing, schedule=lay.schedule,
-                step_s=r["step_s"], mfu=r["model_flops"] / (r["step_s"] * lay.gpus * peak),
-                tokens_per_s=global_batch * seq / r["step_s"], peak_bytes=int(est.peak_bytes),
-                total_bytes=int(est.total_bytes), breakdown=breakdown, sp=lay.sequence_parallel)
-
-
-def _describe(lay: Layout) -> str:
-    return (f"dp {lay.dp} x tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, ZeRO-{lay.zero}, micro-batch {lay.microbatch}, "
-            f"checkpointing {lay.checkpointing}")
-
-
-def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest, global_batch: int,
-                seq: int) -> str:
-    """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do not
-    fit even fully sharded over all of them; otherwise the activations, with the layout that came
-    closest and the --seq it would fit at."""
-    n = _counts(spec).total
-    _, tp, pp, _ = max(shapes, key=lambda s: (s[1] * s[2], s[1]))
-    cap = hw.memory_bytes
-    weights = n * BYTES_BF16 / (tp * pp)
-    states = 16 * n / gpus
-    head = f"no layout of {spec.name} fits the {hw.name}'s {gib(cap)} on {plural(gpus, 'GPU')}: "
-    if states > STATES_SHARE * cap:
-        need = math.ceil(16 * n / (STATES_SHARE * cap))
-        need = need if need <= gpus_per_node else math.ceil(need / gpus_per_node) * gpus_per_node
-        why = (f"the weights alone need {gib(weights)} per GPU at the largest TP x PP ({tp} x {pp}), and "
-               if weights > cap else "")
-        return (head + why + f"weights + gradients + Adam states (16 bytes per parameter, {gib(16 * n)}) need "
-                f"{gib(states)} per GPU even fully sharded (ZeRO-3) over {plural(gpus, 'GPU')}, more than "
-                f"{STATES_SHARE:.0%} of the card; need >= {max(need, gpus + 1):,} GPUs (with activations, more)")
-    states_fit = (f"weights + gradients + Adam states (16 bytes per parameter) fit, {gib(states)} per GPU fully "
-                  f"sharded (ZeRO-3) over {plural(gpus, 'GPU')}, so more GPUs will not help; ")
-    beyond = (f"; --seq {seq:,} is also beyond the model's {spec.max_positions:,} positions"
-              if spec.max_positions and seq > spec.max_positions else "")
-    if smallest is None:
-        return (head + states_fit + f"the memory planner accepts no layout at --seq {seq:,}: shorten --seq" + beyond)
-    est, lay = smallest
-    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq) for s in shapes), key=lambda r: r[0])
-    shorter = (f"--seq {longest:,} fits {_describe(at)}" if at else "no --seq fits: even one token per sequence "
-               "needs more than the card, so check the model and --global-batch")
-    return (head + states_fit + f"the activations do not: the layout that needs least, {_describe(lay)}, needs "
-            f"{gib(est.total_bytes)}; shorten --seq ({shorter}) or fix a larger --cp than the 1, 2, 4 tried" + beyond)
-
-
-def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], global_batch: int,
-                 seq: int) -> tuple[int, Layout | None]:
-    """The longest sequence below ``seq`` (rounded down to a multiple of 1024 above 4096) at which the
-    shape's leanest layout (micro-batch 1, full checkpointing, ZeRO-3 where DP > 1) fits, with that
-    layout; (0, None) if none does. CP > 1 counts only from 8192 tokens, where the planner tries it."""
-    dp, tp, pp, cp = shape
-    lay = Layout(dp, tp, pp, cp, 3 if dp > 1 else 0, 1, "full")
-
-    def fits(k: int) -> bool:
-        if cp > 1 and k * cp < 8192:
-            return False
-        est = _memory(spec, gpu, lay, global_batch, k * cp)
-        return est is not None and bool(est.fits)
-
-    lo, hi = 0, seq // cp  # fits(lo) or lo == 0; not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    best = lo * cp
-    best = best // 1024 * 1024 if best > 4096 else best
-    return (best, lay) if best else (0, None)
-
-
-def _explain(plans: list[Plan], gpus: int, gpn: int, cap: int, spec: ModelSpec, gpu: str,
-             global_batch: int, seq: int) -> str:
-    """A few sentences in the seed's terms: the winner's layout, why each axis, and the margin over
-    the runner-up (the fastest plan with a different DP x TP x PP x CP x ZeRO)."""
-    w = plans[0]
-    s = [f"Best: {w.label}, {w.step_s:.3g} s/step, MFU {w.mfu:.0%}."]
-    fastest = min(plans, key=lambda p: p.step_s)
-    if fastest is not w:
-        s.append(f"It is within {TIE_TOLERANCE:.0%} of the fastest ({fastest.label}, {fastest.step_s:.3g} s), "
-                 f"closer than this model can tell apart, and simpler: the lowest sharding that fits wins.")
-    if gpus == 1:
-        s.append("The model fits one GPU: no parallelism, no communication.")
-    elif w.tp == w.pp == w.cp == 1 and w.zero == 0:
-        s.append(f"The model fits without sharding -> DDP: replicate it on all {gpus:,} GPUs and all-reduce "
-                 f"gradients, overlapped with backward ({w.breakdown['dp_comm_s'] * 1e3:.0f} ms exposed).")
-    if w.tp > 1:
-        s.append(f"TP={w.tp} inside the node over NVLink ({w.breakdown['tp_comm_s']:.3g} s of exposed all-reduces "
-                 f"per step); TP never crosses a node: its per-layer all-reduces would run at network speed.")
-    if w.pp > 1:
-        where = "across nodes" if w.tp * w.cp * w.dp >= gpn else "inside the node"
-        s.append(f"PP={w.pp} {where}: point-to-point traffic only, at the cost of a "
-                 f"{w.breakdown['bubble_s']:.3g} s bubble with {w.microbatches} micro-batches.")
-    if w.zero:
-        base = _memory(spec, gpu, Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule,
-                                         sp=w.sp or w.tp == 1), global_batch, seq)
-        stage = {1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}[w.zero]
-        if base is not None and not base.fits:
-            s.append(f"{stage} because the same layout replicated (DDP) needs {gib(base.total_bytes)} "
-                     f"of the {gib(cap)} card: shard the states over the {w.dp} DP ranks.")
-        else:
-            opt = w.breakdown["optimizer_s"]
-            s.append(f"{stage} although DDP also fits: it shards the optimizer step ({opt * 1e3:.1f} ms instead of "
-                     f"{opt * w.dp * 1e3:.1f} ms replicated) for {w.breakdown['zero_comm_s'] * 1e3:.1f} ms of "
-                     f"exposed extra traffic.")
-    if w.checkpointing != "none":
-        s.append(f"{w.checkpointing.capitalize()} checkpointing is needed to fit "
-                 f"(+{w.breakdown['recompute_s']:.3g} s of recompute).")
-    runner = next((p for p in plans[1:] if (p.dp, p.tp, p.pp, p.cp, p.zero) != (w.dp, w.tp, w.pp, w.cp, w.zero)), None)
-    if runner is not None:
-        diff = {k: runner.breakdown[k] - w.breakdown.get(k, 0.0) for k in runner.breakdown}
-        worst = max(diff, key=diff.get)
-        gap = runner.step_s / w.step_s - 1
-        if gap >= 0:
-            s.append(f"Runner-up: {runner.label}, {gap:.1%} slower; it spends "
-                     f"{diff[worst]:+.3g} s on {worst.removesuffix('_s').replace('_', ' ')}.")
-        else:  # _rank put the simpler layout first: the difference is inside what the model can resolve
-            s.append(f"Runner-up: {runner.label}, predicted {-gap:.1%} faster, which is within the "
-                     f"{TIE_TOLERANCE:.0%} the model cannot resolve, so the simpler layout leads.")
-    return " ".join(s)

@@ -112,12 +112,9 @@ def _host_ops(r: Report) -> Table:
 
 
 def _breakdown(r: Report) -> Group:
-    b = r.breakdown
     step = max(r.step_ms, 1e-9)
-    raw = sum(b["by_kind"].values()) or 1.0
-    scale = b["busy_ms"] / raw  # streams overlap: parts are scaled to the busy time
-    parts = [(label, ms * scale, _BAR_COLORS[i % len(_BAR_COLORS)]) for i, (label, ms) in enumerate(b["by_kind"].items())]
-    parts += [(f"idle: {cause}", ms, _IDLE_COLORS.get(cause, "bright_black")) for cause, ms in r.idle.items() if ms > 0]
+    parts = [(seg.label, seg.ms, _IDLE_COLORS.get(seg.cause, "bright_black") if seg.idle
+              else _BAR_COLORS[seg.rank % len(_BAR_COLORS)]) for seg in r.step_segments()]
     bar = Text()
     legend = Table.grid(padding=(0, 2))
     legend.add_column()

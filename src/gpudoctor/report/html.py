@@ -122,24 +122,12 @@ def _header(r: Report) -> str:
 
 
 def _segments(r: Report) -> list[tuple[str, float, str]]:
-    """(label, ms per step, colour): busy kinds scaled to busy_ms, then idle split by cause."""
-    busy_ms = float(r.breakdown.get("busy_ms") or 0.0)
-    idle_ms = float(r.breakdown.get("idle_ms") or 0.0)
-    by_kind = {str(k): float(v) for k, v in (r.breakdown.get("by_kind") or {}).items() if v > 0}
-    segs = []
-    total_kind = sum(by_kind.values())
-    for i, (label, ms) in enumerate(sorted(by_kind.items(), key=lambda kv: -kv[1])):
-        segs.append((label, ms * busy_ms / total_kind, KIND_COLORS[i % len(KIND_COLORS)]))
-    if busy_ms > 0 and not by_kind:
-        segs.append(("busy", busy_ms, KIND_COLORS[0]))
-    causes = {str(k): float(v) for k, v in r.idle.items() if v > 0}
-    total_idle = sum(causes.values())
-    for i, (cause, ms) in enumerate(sorted(causes.items(), key=lambda kv: -kv[1])):
-        segs.append((f"idle: {cause}", ms * idle_ms / total_idle if idle_ms > 0 else ms,
-                     IDLE_COLORS[i % len(IDLE_COLORS)]))
-    if idle_ms > 0 and not causes:
-        segs.append(("idle", idle_ms, IDLE_COLORS[0]))
-    return segs
+    """(label, ms per step, colour) of the model's bar segments (Report.step_segments)."""
+    out = []
+    for seg in r.step_segments():
+        colors = IDLE_COLORS if seg.idle else KIND_COLORS
+        out.append((seg.label, seg.ms, colors[seg.rank % len(colors)]))
+    return out
 
 
 def _breakdown(r: Report) -> str:

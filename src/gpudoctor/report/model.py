@@ -11,6 +11,17 @@ SCHEMA_VERSION = "1.0"
 
 
 @dataclass(frozen=True)
+class Segment:
+    """One part of the step-breakdown bar, in ms per step (``Report.step_segments``)."""
+
+    label: str  # a kernel kind's label, "idle: <cause>", or "busy" / "idle" when nothing splits it
+    ms: float
+    idle: bool
+    rank: int  # its place among the busy (or the idle) segments, largest first: renderers colour by it
+    cause: str = ""  # the idle cause (idle segments)
+
+
+@dataclass(frozen=True)
 class Report:
     schema_version: str
     tool_version: str
@@ -57,6 +68,27 @@ class Report:
             "warnings": list(self.warnings),
             "host": self.host,
         }
+
+    def step_segments(self) -> list[Segment]:
+        """The step-breakdown bar, scaled once for every renderer: the busy time split by kernel
+        kind, each kind's summed time scaled to ``busy_ms`` (kernels of overlapping streams sum to
+        more than the busy time), largest first; then the idle time by cause, as ``idle`` reports it
+        (the causes sum to ``idle_ms``), largest first. A part with nothing to split it is one
+        "busy" or "idle" segment; empty parts are left out."""
+        b = self.breakdown
+        busy_ms, idle_ms = float(b.get("busy_ms") or 0.0), float(b.get("idle_ms") or 0.0)
+        by_kind = {str(k): float(v) for k, v in (b.get("by_kind") or {}).items() if v > 0}
+        scale = busy_ms / sum(by_kind.values()) if by_kind else 0.0
+        segs = [Segment(label, ms * scale, False, i)
+                for i, (label, ms) in enumerate(sorted(by_kind.items(), key=lambda kv: -kv[1]))]
+        if busy_ms > 0 and not by_kind:
+            segs.append(Segment("busy", busy_ms, False, 0))
+        causes = {str(k): float(v) for k, v in self.idle.items() if v > 0}
+        segs += [Segment(f"idle: {cause}", ms, True, i, cause)
+                 for i, (cause, ms) in enumerate(sorted(causes.items(), key=lambda kv: -kv[1]))]
+        if idle_ms > 0 and not causes:
+            segs.append(Segment("idle", idle_ms, True, 0))
+        return segs
 
     def finding(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)

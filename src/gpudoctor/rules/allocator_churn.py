@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 from gpudoctor.rules.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
@@ -37,7 +36,7 @@ def check(a: Analysis) -> Finding | None:
     # launches slowed by the profiler are not the program's; those slowed by the allocator's
     # calls are, and go with them (the dispatch idle left is the part above the profiler's cost)
     dispatch = a.idle.ms("dispatch")
-    after_ms = max(a.step_ms - idle - min(dispatch, profiler_overhead_ms(trace, a.steps)), 0.0)
+    after_ms = max(a.step_ms - idle - min(dispatch, a.profiler_overhead_ms), 0.0)
     saving = a.step_ms - after_ms
     return make_finding(
         ID,

@@ -1,4 +1,9 @@
-"""Re-price findings for the step as it runs without the profiler (when that time is known).
+"""Price and rank the rules' findings, once: ``price`` is the one place that does it.
+
+The rules price each finding against the profiled step. ``price`` re-prices them for the step as
+it runs without the profiler (when that time is known, ``calibrate``), floors the fixes that keep
+every op at the host's time to issue them (``floor_at_host_time``), then ranks them (registry's
+``rank``), once, at the end.
 
 The profiler adds host time to every event it records; on a host-bound step that time shows up
 as GPU idle the unprofiled program does not have. ``gpudoctor run`` and the lab time the same
@@ -14,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import IdleResult
+from gpudoctor.analysis.observer import host_step_ms, step_boundary_ms
 from gpudoctor.rules.finding import (
     KERNELS_REMOVED,
     MAX_SAVING_SHARE,
@@ -73,9 +80,8 @@ def calibrate(
     boundary_ms: float = 0.0,
 ) -> list[Finding]:
     """``busy_ms``: GPU busy time per step; no fix removes more idle than U - busy.
-    ``boundary_ms``: the profiler's host time at each step's edges (see "step-share" above)."""
-    from gpudoctor.rules.registry import rank
-
+    ``boundary_ms``: the profiler's host time at each step's edges (see "step-share" above).
+    The findings come back in their order, unranked (``price`` ranks)."""
     out = []
     for finding in findings:
         gpu_bound = busy_ms >= GPU_BOUND_SHARE * profiled_step_ms
@@ -111,7 +117,7 @@ def calibrate(
                 evidence=dataclasses.replace(finding.evidence, numbers=numbers),
             )
         )
-    return rank(out)
+    return out
 
 
 # Calibration "same-ops": findings whose fix makes the same kernels faster without removing any
@@ -127,9 +133,8 @@ def calibrate(
 
 def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float | None,
                        kernels_per_step: float = 0.0) -> list[Finding]:
-    """Cap each saving so the step it predicts is not below the host's time for the ops that remain."""
-    from gpudoctor.rules.registry import rank
-
+    """Cap each saving so the step it predicts is not below the host's time for the ops that
+    remain (unranked: ``price`` ranks)."""
     if not host_ms or host_ms <= 0:
         return findings
     out = []
@@ -148,7 +153,7 @@ def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float |
                 evidence=dataclasses.replace(finding.evidence, numbers=numbers),
             )
         out.append(finding)
-    return rank(out)
+    return out
 
 
 def _host_floor(finding: Finding, host_ms: float, kernels_per_step: float) -> float | None:
@@ -160,3 +165,31 @@ def _host_floor(finding: Finding, host_ms: float, kernels_per_step: float) -> fl
     if removed is None or kernels_per_step <= 0:
         return None
     return host_ms * max(1.0 - float(removed) / kernels_per_step, 0.0)
+
+
+def price(findings: list[Finding], a: Analysis) -> list[Finding]:
+    """The findings priced for the step as it runs and ranked: the one place either happens.
+
+    With the step timed without the profiler (``a.unprofiled_step_ms``, U), each finding is
+    re-priced against U (``calibrate``) and the host's time loses the profiler's share of it;
+    same-ops and op-removing fixes are then floored at the host's time (``floor_at_host_time``)."""
+    from gpudoctor.rules.registry import rank
+
+    host_ms = host_step_ms(a.trace, a.steps)
+    unprofiled = a.unprofiled_step_ms
+    if unprofiled:
+        scales = idle_scales(a.idle, a.step_ms, unprofiled)
+        findings = calibrate(findings, unprofiled, scales, a.breakdown.busy_ms, a.step_ms,
+                             step_boundary_ms(a.trace, a.steps))
+        if host_ms is not None and a.step_ms > 0:
+            # the host's time without the profiler's share of it: the per-event estimate, or the
+            # step's own shrink when that is larger (the tf32_gpt twin, H100, 2026-11-25: host
+            # 32.7 ms of a 43.0 ms profiled step, 21.4 ms unprofiled; the per-event estimate left
+            # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
+            host_ms = max(min(host_ms - a.profiler_overhead_ms, host_ms * unprofiled / a.step_ms), 0.0)
+        findings = floor_at_host_time(findings, unprofiled, host_ms, a.breakdown.kernel_count_per_step)
+    else:
+        if host_ms is not None:  # offline: the per-event estimate of the profiler's share
+            host_ms = max(host_ms - a.profiler_overhead_ms, 0.0)
+        findings = floor_at_host_time(findings, a.step_ms, host_ms, a.breakdown.kernel_count_per_step)
+    return rank(findings)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.observer import profiler_overhead_ms
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import owned_elsewhere
@@ -35,7 +34,7 @@ def check(a: Analysis) -> Finding | None:
     idle = a.idle.ms("dispatch")
     if idle <= 0:
         return None
-    trace, dev = a.trace, a.trace.device
+    dev = a.trace.device
     n_steps = max(len(a.steps), 1)
     in_steps = a.roofline.event_in_steps_ns > 0
     kernels = in_steps & (dev.cat == 0)
@@ -44,7 +43,7 @@ def check(a: Analysis) -> Finding | None:
     median_us = float(np.median(dev.dur[kernels])) / 1e3
     launches_per_step = float(kernels.sum()) / n_steps
     # with the step timed unprofiled, rules/calibrate.py measures the overhead instead
-    overhead_ms = 0.0 if a.unprofiled_step_ms else profiler_overhead_ms(trace, a.steps)
+    overhead_ms = 0.0 if a.unprofiled_step_ms else a.profiler_overhead_ms
     owned = owned_elsewhere(a, ID)
     removed_ms = sum(a.idle.ms(cause) for cause in GRAPH_REMOVES if cause not in owned)
     saving = max(removed_ms - launches_per_step * GRAPH_GAP_NS / 1e6 - overhead_ms, 0.0)

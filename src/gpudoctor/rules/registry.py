@@ -1,5 +1,6 @@
 """Every rule, by id: the product's vocabulary, found by looking through this package for the
-modules that define ``RULE``. ``run_rules`` ranks their findings by saving."""
+modules that define ``RULE``. ``find`` runs them; ``rank`` orders findings (rules/calibrate.py's
+``price`` prices and ranks them for a report, once)."""
 
 from __future__ import annotations
 
@@ -69,9 +70,9 @@ def get_rule(rule_id: str) -> Rule:
         raise InputError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}") from None
 
 
-def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
-    """Findings of every rule the trace has the data for, largest saving first (severity breaks
-    ties). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``)."""
+def find(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
+    """Findings of every rule the trace has the data for, as each rule priced it, in rule order
+    (unranked). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``)."""
     findings = []
     caps = analysis.trace.capabilities
     for rule in (rules or RULES).values():
@@ -80,7 +81,12 @@ def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[
         finding = rule.check(analysis)
         if finding is not None:
             findings.append(finding)
-    return rank(findings)
+    return findings
+
+
+def run_rules(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
+    """``find``, largest saving first (severity breaks ties), priced against the profiled step."""
+    return rank(find(analysis, rules))
 
 
 def skipped_rules(trace: Trace, rules: dict[str, Rule] | None = None) -> dict[str, list[str]]:
