@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.ceilings import Ceilings, from_spec
 from gpudoctor.hardware.health import HealthReading, health_findings, read_health
@@ -21,7 +22,6 @@ from gpudoctor.hardware.machine import ceilings_from, save_profile
 from gpudoctor.hardware.probe import Measurement, ProbePlan, run_probes
 from gpudoctor.hardware.shapes import shape_probes
 from gpudoctor.hardware.specs import find_spec
-from gpudoctor.rules.finding import Finding
 
 # probe -> (datasheet key in Ceilings.matrix_flops, or an attribute of Ceilings)
 _VS_DATASHEET = {

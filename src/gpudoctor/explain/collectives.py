@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.interconnect import (
     CROSS_NODE_FIXES,
@@ -33,7 +34,6 @@ from gpudoctor.explain.tables import (
     _table,
     _whole,
 )
-from gpudoctor.rules.finding import Finding, make_hypothesis
 
 FITTED = "ring model fitted on this table (no gpu, fabric or gpus_per_node given)"
 _HARDWARE_COLUMNS = {"gpu": ("gpu", "gpu_name", "gpu_model"), "fabric": ("fabric", "interconnect", "network"),

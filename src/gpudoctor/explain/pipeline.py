@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
     _real,
@@ -18,7 +19,6 @@ from gpudoctor.explain.tables import (
     _whole,
 )
 from gpudoctor.plan.train import SCHEDULES, bubble_fraction
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(3m)"}
 _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved", "zbh1": "zb-h1", "zb_h1": "zb-h1"}

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
     GPUS_PER_NODE,
@@ -23,7 +24,6 @@ from gpudoctor.explain.tables import (
     _number,
     _table,
 )
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 
 def rank_hypotheses(text: str, *, notes: tuple[str, ...] = ()) -> list[Finding]:

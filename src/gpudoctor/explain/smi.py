@@ -16,8 +16,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 # nvmlClocksEventReasons / nvmlClocksThrottleReasons bits (nvml.h; same names as capture.nvml)
 REASON_BITS = {

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.capture.nvml import THROTTLE_REASONS
-from gpudoctor.rules.finding import Evidence, Finding, Fix
+from gpudoctor.core.finding import Evidence, Finding, Fix
 
 # reasons that are not a problem: an idle card, or boost held for another GPU of a sync group
 BENIGN_REASONS = frozenset({"gpu_idle", "sync_boost", "applications_clocks_setting"})

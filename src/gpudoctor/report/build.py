@@ -10,9 +10,9 @@ from gpudoctor.analysis.host_breakdown import HostBreakdown
 from gpudoctor.analysis.memory import MemoryResult
 from gpudoctor.analysis.roofline import Placement
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.core.finding import Finding
 from gpudoctor.report.model import Report
 from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
-from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.kernels import short_name
 
 TOP_KERNELS = 15

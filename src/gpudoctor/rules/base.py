@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.rules.finding import Finding
+from gpudoctor.core.finding import Finding
 from gpudoctor.trace.capabilities import NEEDS
 
 # How rules/calibrate.py re-prices a finding for the step run without the profiler:

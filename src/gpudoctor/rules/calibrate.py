@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpudoctor.analysis.idle import IdleResult
-from gpudoctor.rules.finding import (
+from gpudoctor.core.finding import (
     MAX_SAVING_SHARE,
     STEP_AFTER_FIX,
     STEP_FLOOR_AFTER_FIX,

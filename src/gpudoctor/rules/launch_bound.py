@@ -21,8 +21,8 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.observer import profiler_overhead_ms
+from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import owned_elsewhere
 
 ID = "launch-bound"
