@@ -39,6 +39,13 @@ ELEMENTS_QUICK = 1 << 25
 # torch.optim.AdamW(fused=True) on bf16 parameters (_fused_adamw, one kernel): reads param, grad,
 # exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq: 7 x 2 bytes per parameter.
 TORCH_FUSED_ADAMW_BYTES = 14
+# torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
+# capturable), element passes over its tensors, all in the parameters' dtype (bf16 here; AdamW keeps
+# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2; _foreach_lerp_(exp_avgs,
+# grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2; _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the
+# grad is read once per element); _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2;
+# _foreach_add_(eps) 2; _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
+ADAMW_FOREACH_PASSES = 20
 OPTIMIZER_TENSORS = 128  # 128 tensors of 8 Mi elements: 1.07 G parameters
 OPTIMIZER_TENSOR_ELEMENTS = 1 << 23
 
@@ -89,8 +96,6 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
 def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any]], int, int]:
     """One ``torch.optim.AdamW`` step over bf16 parameters with gradients, foreach and fused, as
     bytes per second of the traffic plan/traffic.py counts (40 and 14 bytes per parameter)."""
-    from gpudoctor.plan.traffic import ADAMW_FOREACH_PASSES
-
     tensors = OPTIMIZER_TENSORS // (4 if plan.quick else 1)
     size = OPTIMIZER_TENSOR_ELEMENTS
     rows = {}

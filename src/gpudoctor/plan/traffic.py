@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor.errors import InputError
+from gpudoctor.hardware.kinds import ADAMW_FOREACH_PASSES
 from gpudoctor.memory.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -53,13 +54,8 @@ class Implementation:
     attention: str = "sdpa"  # the fused model's attention: "sdpa" (flash) or "eager" (scores materialized)
 
 
-# torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
-# capturable), element passes over its tensors, all in the parameters' dtype (bf16 here; AdamW keeps
-# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2; _foreach_lerp_(exp_avgs,
-# grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2; _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the
-# grad is read once per element); _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2;
-# _foreach_add_(eps) 2; _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
-ADAMW_FOREACH_PASSES = 20
+# torch.optim.AdamW foreach moves ADAMW_FOREACH_PASSES x 2 bytes per parameter (the count is in
+# hardware/kinds.py, beside the bench probe that times that step).
 # Fused mixed-precision Adam (Megatron / Apex): read bf16 grad, read+write fp32 master, two fp32
 # moments and the bf16 weight copy: ~36 bytes per parameter.
 FUSED_MIXED_ADAM_BYTES = 36
