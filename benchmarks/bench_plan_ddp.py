@@ -182,7 +182,8 @@ def single(out: Path) -> None:
 
 def _price(spec, hw, net, zero: int, world: int, batch: int, seq: int, calibration=None) -> dict:
     """plan.train.predict_step for DP over ``world`` GPUs (ZeRO ``zero``), ``batch`` sequences per GPU."""
-    from gpudoctor.plan.train import Layout, predict_step
+    from gpudoctor.core.layout import Layout
+    from gpudoctor.plan.train import predict_step
 
     lay = Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=batch)
     return predict_step(spec, lay, global_batch=batch * world, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,

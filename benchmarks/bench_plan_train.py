@@ -21,9 +21,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpudoctor.core.layout import Layout
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.memory.spec import ModelSpec
-from gpudoctor.plan.train import GEMM_EFFICIENCY, Layout, make_net, predict_step
+from gpudoctor.plan.train import GEMM_EFFICIENCY, make_net, predict_step
 
 # params (B), heads, hidden, layers, TP, PP, GPUs, batch, published TFLOP/s per GPU, % of peak
 TABLE_1 = [

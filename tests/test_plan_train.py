@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.core.layout import Layout, bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
 from gpudoctor.memory.spec import ModelSpec
 from gpudoctor.plan.train import (
-    Layout,
-    bubble_fraction,
     make_net,
     plan_training,
     predict_step,

@@ -1,7 +1,7 @@
 """A pipeline's measured bubble against its schedule's formula (seed 004, scenario 8).
 
 The formulas (1F1B (pp-1)/m, interleaved (pp-1)/(v m), ZB-H1 (pp-1)/(3m)) come from one place,
-``gpudoctor.plan.train.bubble_fraction``, the one the training planner prices layouts with.
+``gpudoctor.core.layout.bubble_fraction``, the one the training planner prices layouts with.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
+from gpudoctor.core.layout import SCHEDULES, bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
     _real,
     _stages,
     _whole,
 )
-from gpudoctor.plan.train import SCHEDULES, bubble_fraction
 
 FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(3m)"}
 _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved", "zbh1": "zb-h1", "zb_h1": "zb-h1"}
@@ -29,7 +29,7 @@ _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved"
 def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virtual_stages: int = 1,
                         stage_ms: list[float | None] | None = None, p2p_ms: float | None = None,
                         recompute: Any = None, schedule: Any = None) -> list[Finding]:
-    """The measured bubble against its schedule's formula (``plan.train.bubble_fraction``), and where it breaks.
+    """The measured bubble against its schedule's formula (``core.layout.bubble_fraction``), and where it breaks.
 
     ``measured_bubble``: idle time over compute time, as a fraction (0.41) or a percent (41).
     ``schedule``: 1f1b, interleaved (interleaved-1f1b) or zb-h1; None: interleaved when
@@ -74,7 +74,7 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
 
 
 def _schedule(schedule: Any, v: int) -> str:
-    """One of plan.train's SCHEDULES; None follows the virtual stages."""
+    """One of core.layout's SCHEDULES; None follows the virtual stages."""
     if schedule is None:
         return "interleaved" if v > 1 else "1f1b"
     key = str(schedule).strip().lower()

@@ -17,7 +17,7 @@ from gpudoctor.errors import InputError
 from gpudoctor.memory.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from gpudoctor.plan.train import Layout
+    from gpudoctor.core.layout import Layout
 
 BYTES_BF16 = 2
 

@@ -38,7 +38,7 @@ from gpudoctor.hardware.kinds import ADAMW_FOREACH_PASSES
 from gpudoctor.memory.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from gpudoctor.plan.train import Layout
+    from gpudoctor.core.layout import Layout
 
 
 @dataclass(frozen=True)
