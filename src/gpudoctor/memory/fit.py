@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.specs import require_spec
 from gpudoctor.memory.activations import DTYPE_BYTES
 from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import InferOptions, TrainOptions
-from gpudoctor.memory.spec import ModelSpec
 
 # The memory CUDA reports for the card (torch.cuda.get_device_properties(0).total_memory), the
 # most one process can have, where it was measured: less than the datasheet's on an H100 "80GB"

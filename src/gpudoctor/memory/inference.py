@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, replace
 
+from gpudoctor.core.params import count_params, norm_params
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import DTYPE_BYTES, shared_width
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
@@ -25,8 +27,6 @@ from gpudoctor.memory.estimate import (
     MemoryEstimate,
 )
 from gpudoctor.memory.options import InferOptions
-from gpudoctor.memory.params import count_params, norm_params
-from gpudoctor.memory.spec import ModelSpec
 
 _TP_DEGREES = (1, 2, 4, 8)
 

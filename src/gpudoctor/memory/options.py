@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpudoctor.core.layout import CHECKPOINTING
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
 
 PARAM_DTYPES = ("bf16", "fp16", "fp32")
 AUTOCAST = ("none", "bf16", "fp16")

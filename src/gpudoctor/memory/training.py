@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from gpudoctor.core.params import ParamCounts, count_params, norm_params
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import (
     DTYPE_BYTES,
     Workload,
@@ -32,8 +34,6 @@ from gpudoctor.memory.estimate import (
     MemoryEstimate,
 )
 from gpudoctor.memory.options import TrainOptions
-from gpudoctor.memory.params import ParamCounts, count_params, norm_params
-from gpudoctor.memory.spec import ModelSpec
 
 # bitsandbytes 8-bit optimizers: one byte per state plus an fp32 absmax per 256-element block.
 ADAM8BIT_STATE_BYTES = 2 * (1 + 4 / 256)

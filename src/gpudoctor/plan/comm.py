@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
 
 if TYPE_CHECKING:
     from gpudoctor.core.layout import Layout

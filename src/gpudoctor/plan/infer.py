@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
+from gpudoctor.core.params import active_params, count_params
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
 from gpudoctor.memory.estimate import CUDA_CONTEXT_BYTES
 from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
-from gpudoctor.memory.params import active_params, count_params
 from gpudoctor.plan.limits import gib, half_precision, plural
 
 # The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once): measured,

@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.kinds import ADAMW_FOREACH_PASSES
-from gpudoctor.memory.spec import ModelSpec
 
 if TYPE_CHECKING:
     from gpudoctor.core.layout import Layout

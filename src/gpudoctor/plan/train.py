@@ -8,7 +8,7 @@ the card, predicts each one's step time and ranks them. The pieces are pure func
 The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every answer):
 
 - FLOPs are counted exactly for the spec's matmuls (projections with GQA/MLA, MLP or top-k MoE
-  experts plus router, LM head) and attention scores/context (plan/flops.py). Backward = 2 x
+  experts plus router, LM head) and attention scores/context (core/flops.py). Backward = 2 x
   forward; full activation checkpointing adds one forward of the decoder layers, selective
   checkpointing one forward of the attention cores (Korthikanti et al. 2022).
 - Compute time = FLOPs / (GPUs x datasheet bf16 peak x ``gemm_efficiency``), the efficiency an
@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from gpudoctor.core.flops import step_flops
 from gpudoctor.core.layout import CHECKPOINTING, Layout, bubble_fraction
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
 from gpudoctor.plan.calibration import (
     EAGER_KERNELS_PER_LAYER,
     Calibration,
@@ -47,14 +48,6 @@ from gpudoctor.plan.comm import (
     make_net,
     pp_comm,
     tp_comm,
-)
-from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's public pieces
-    StepFlops,
-    attended_pairs,
-    attention_core_flops,
-    attention_flops,
-    mlp_flops,
-    step_flops,
 )
 from gpudoctor.plan.limits import check_gpus, gib, half_precision, plural
 from gpudoctor.plan.pins import Pins, check_pins, whole
@@ -178,7 +171,7 @@ def _param_split(spec: ModelSpec) -> tuple[float, float]:
 
 @lru_cache(maxsize=64)
 def _counts(spec: ModelSpec):
-    from gpudoctor.memory.params import count_params
+    from gpudoctor.core.params import count_params
 
     return count_params(spec)
 

@@ -1,4 +1,4 @@
-"""The shape of a model, as far as memory is concerned: ``ModelSpec``.
+"""The shape of a model, as far as memory and the planner are concerned: ``ModelSpec``.
 
 A spec comes from a Hugging Face ``config.json`` (``from_hf_config``), from the table of presets
 (``presets.PRESETS``) or from a live ``nn.Module`` (``module_spec``). It records what the
