@@ -93,8 +93,8 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
                          3: "ZeRO-3 / FSDP: shard the weights too"}[stage]
                 out.append((f"{label} over the {o.dp} data-parallel ranks", {"zero": stage, "fsdp": False},
                             "more communication per step" if stage < 3 else "an all-gather per layer"))
-    for tp in (2, 4, 8):
-        if tp > o.tp and spec.heads % tp == 0 and (spec.kv_heads % tp == 0 or tp % spec.kv_heads == 0):
+    for tp in spec.tp_degrees((2, 4, 8)):
+        if tp > o.tp:
             out.append((f"Tensor parallelism over {tp} GPUs (with sequence parallelism)", {"tp": tp, "sp": True},
                         "needs NVLink: an all-reduce per layer"))
     return out

@@ -144,9 +144,7 @@ def _sizing(spec: ModelSpec, o: InferOptions, gpu: str) -> dict:
     max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)), capacity), 1 << 24)
     out["max_context"] = max_ctx if max_ctx > o.new else 0
     needed = None
-    for tp in _TP_DEGREES:
-        if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
-            continue
+    for tp in spec.tp_degrees(_TP_DEGREES):
         if _fits(spec, replace(o, tp=tp), capacity):
             needed = tp
             break

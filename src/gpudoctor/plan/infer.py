@@ -111,9 +111,7 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
                     "bound near it)"))
     plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=assumptions)
     n_active = active_params(spec) if spec.moe else count_params(spec).total
-    for tp in tps:
-        if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
-            continue
+    for tp in spec.tp_degrees(tps):
         o = validate_infer(spec, InferOptions(batch=1, prompt=prompt, new=new, weights_dtype=weights_dtype,
                                               kv_dtype=kv_dtype, tp=tp))
         plan.options.append(_option(spec, o, hw, peak, n_active, qps, tp))

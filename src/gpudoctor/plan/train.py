@@ -332,8 +332,7 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
             pinned_cp: int | None = None) -> list[tuple[int, int, int, int]]:
     """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
     heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
-    tps = [t for t in _divisors(spec.heads) if min(gpus_per_node, gpus) % t == 0
-           and (spec.kv_heads % t == 0 or t % spec.kv_heads == 0)]
+    tps = [t for t in spec.tp_degrees(_divisors(spec.heads)) if min(gpus_per_node, gpus) % t == 0]
     cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
     out = []
     for tp in tps:
