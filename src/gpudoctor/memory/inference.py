@@ -20,6 +20,7 @@ from dataclasses import asdict, replace
 from gpudoctor.core.params import count_params, norm_params
 from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import DTYPE_BYTES, shared_width
+from gpudoctor.memory.capacity import capacity_of
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -136,8 +137,6 @@ def _fits(spec: ModelSpec, o: InferOptions, capacity: int) -> bool:
 
 def _sizing(spec: ModelSpec, o: InferOptions, gpu: str) -> dict:
     """The largest batch at this context, the longest context at this batch, and the GPUs needed."""
-    from gpudoctor.memory.fit import capacity_of
-
     _, capacity = capacity_of(gpu)
     out: dict = {}
     out["max_batch"] = _search(lambda b: _fits(spec, replace(o, batch=b), capacity), 1 << 20)
