@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.errors import IncompleteTraceError
-from gpudoctor.trace.load import MAX_TIME_US
 from gpudoctor.trace.model import HostCat, Trace
+from gpudoctor.trace.schema import MAX_TIME_US
 
 NEEDS = ("launch_links", "cpu_ops", "memory_events")
 # below this share of the window's GPU events with a launch record, the links are too few to stand on

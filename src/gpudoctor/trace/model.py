@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from gpudoctor.trace.schema import OpArgs
+from gpudoctor.trace.schema import OpArgs, decode_args
 
 if TYPE_CHECKING:
     from gpudoctor.trace.capabilities import Capabilities
@@ -154,8 +154,6 @@ class Trace:
 
     def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
         """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
-        from gpudoctor.trace.load import decode_args
-
         wanted = [int(i) for i in indices if int(i) not in self._op_args]
         if wanted:
             decoded = decode_args([self.host.raw_args[i] for i in wanted], OpArgs)
