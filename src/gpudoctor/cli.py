@@ -232,9 +232,9 @@ def lab_run(
     """Run traps and their fixed twins, diagnose the sick ones, compare predicted and measured speedups."""
     from gpudoctor.capture.bundle import new_run_dir, write_json
     from gpudoctor.lab.catalog import resolve_names
+    from gpudoctor.lab.table import render_lab
     from gpudoctor.lab.verify import verify_all
     from gpudoctor.outputs import check_output_dir
-    from gpudoctor.report.lab import render_lab
     from gpudoctor.report.safe import SafeConsole
 
     chosen = resolve_names(names or [], all_traps)
