@@ -101,7 +101,7 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
     """Median seconds of ``fn`` (replayed from a CUDA graph when ``graph``), event-timed on the GPU."""
     import torch
 
-    from gpudoctor.hardware.probe import _median_ms
+    from gpudoctor.hardware.probe import median_ms
 
     for _ in range(3):
         fn()
@@ -112,7 +112,7 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
         with torch.cuda.graph(g):
             fn()
         run = g.replay
-    return _median_ms(torch, run, reps) / 1e3
+    return median_ms(torch, run, reps) / 1e3
 
 
 def measure(out: Path, preset: str) -> dict:

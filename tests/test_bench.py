@@ -145,7 +145,7 @@ def test_shape_probes_make_a_grid_that_plan_train_reads(monkeypatch, tmp_path) -
     from gpudoctor.plan.calibration import load_calibration
 
     _probes_on_cpu(monkeypatch)
-    monkeypatch.setattr(shapes, "_l2_flusher", lambda torch: lambda: None)
+    monkeypatch.setattr(shapes, "l2_flusher", lambda torch: lambda: None)
     monkeypatch.setattr(shapes, "GEMM_DIMS_QUICK", (32, 64))
     monkeypatch.setattr(shapes, "ATTENTION_SEQS", (64, 128, 256))
     monkeypatch.setattr(shapes, "ATTENTION_TOKENS", 256)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.hardware.probe import ProbePlan, _median_ms
+from gpudoctor.hardware.probe import ProbePlan, median_ms
 
 # KIND -> what the op list of plan/traffic.py prices at that kind's rate
 ELEMENTWISE_KINDS = {
@@ -87,7 +87,7 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
     }
     rows = {}
     for kind, (fn, nbytes, shape, dtype) in cases.items():
-        sec = _median_ms(torch, fn, plan.repeats) / 1e3
+        sec = median_ms(torch, fn, plan.repeats) / 1e3
         rows[kind] = {"op": ELEMENTWISE_KINDS[kind], "shape": shape, "dtype": dtype, "bytes": nbytes, "s": sec,
                       "bytes_per_s": nbytes / sec}
     return rows
@@ -105,7 +105,7 @@ def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any
         for p in params:
             p.grad = torch.randn_like(p)
         opt = torch.optim.AdamW(params, lr=1e-5, **kwargs)
-        sec = _median_ms(torch, opt.step, 5 if plan.quick else 10, warmup=2) / 1e3
+        sec = median_ms(torch, opt.step, 5 if plan.quick else 10, warmup=2) / 1e3
         n = tensors * size
         rows[name] = {"op": f"torch.optim.AdamW({', '.join(f'{k}=True' for k in kwargs)}).step()",
                       "bytes_per_param": per_param, "s": sec, "bytes_per_s": per_param * n / sec}

@@ -82,7 +82,7 @@ def _stage_params(counts: ParamCounts, stage: _Stage) -> int:
     return total
 
 
-def _state_bytes_per_param(o: TrainOptions) -> float:
+def state_bytes_per_param(o: TrainOptions) -> float:
     state = 4 if o.master_weights else DTYPE_BYTES[o.params_dtype]
     return {"adamw": 2 * state, "adamw8bit": ADAM8BIT_STATE_BYTES, "sgd": 0.0,
             "sgd-momentum": float(state), "adafactor": 0.0}[o.optimizer]
@@ -124,7 +124,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     if o.optimizer == "adafactor":
         states = _adafactor_state_bytes(spec, o) * local / max(n_params, 1)
     else:
-        states = local * _state_bytes_per_param(o)
+        states = local * state_bytes_per_param(o)
     states /= shard if o.zero_stage >= 1 else 1
     master = (local * 4 / (shard if o.zero_stage >= 1 else 1)) if o.master_weights else 0.0
     gathered = 0.0

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.kinds import ADAMW_FOREACH_PASSES
+from gpudoctor.memory.activations import Workload, head_memory, layer_memory, tp_local
 
 if TYPE_CHECKING:
     from gpudoctor.core.layout import Layout
@@ -170,11 +171,9 @@ class Widths:
 
 
 def widths(spec: ModelSpec, tokens: float, tp: int = 1, sp: bool = False) -> Widths:
-    from gpudoctor.memory.activations import _local
-
     d = spec.head_dim
-    return Widths(x=tokens * spec.hidden / (tp if sp else 1), q=tokens * _local(spec.heads, tp) * d,
-                  kv=tokens * _local(spec.kv_heads, tp) * d, ff=tokens * spec.intermediate / tp,
+    return Widths(x=tokens * spec.hidden / (tp if sp else 1), q=tokens * tp_local(spec.heads, tp) * d,
+                  kv=tokens * tp_local(spec.kv_heads, tp) * d, ff=tokens * spec.intermediate / tp,
                   logits=tokens * spec.vocab / tp)
 
 
@@ -228,8 +227,6 @@ def hf_head_bytes(spec: ModelSpec, w: Widths) -> float:
 def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl: Implementation) -> dict[str, float]:
     """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage, by
     kind (``"hbm"``: the fused model, priced at the HBM bandwidth)."""
-    from gpudoctor.memory.activations import Workload, head_memory, layer_memory
-
     n = min(layers, spec.layers)
     if impl.elementwise == "fused":
         w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention=impl.attention, tp=lay.tp,
