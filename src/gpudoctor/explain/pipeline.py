@@ -15,9 +15,9 @@ from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.core.layout import SCHEDULES, bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
-    _real,
-    _stages,
-    _whole,
+    real_number,
+    stage_times,
+    whole_number,
 )
 
 FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(3m)"}
@@ -37,14 +37,15 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
     ``stage_ms``: per-stage compute time per micro-batch (forward + backward), pp or pp x v entries.
     ``p2p_ms``: one send/recv between stages. ``recompute``: None (unknown), bool, or "full"/"selective"/"none".
     """
-    p, m, v = _whole(pp, "pp", 2), _whole(microbatches, "microbatches", 1), _whole(virtual_stages, "virtual_stages", 1)
-    bubble = _real(measured_bubble, "measured_bubble")
+    p, m = whole_number(pp, "pp", 2), whole_number(microbatches, "microbatches", 1)
+    v = whole_number(virtual_stages, "virtual_stages", 1)
+    bubble = real_number(measured_bubble, "measured_bubble")
     bubble = bubble / 100 if 1 < bubble <= 100 else bubble
     if not 0 <= bubble < 1:
         raise InputError(f"measured_bubble {measured_bubble!r}: expected a fraction in [0, 1) or a percent")
-    c = None if p2p_ms is None else _real(p2p_ms, "p2p_ms")
+    c = None if p2p_ms is None else real_number(p2p_ms, "p2p_ms")
     sched = _schedule(schedule, v)
-    stages, partial = _stages(stage_ms, p, v)
+    stages, partial = stage_times(stage_ms, p, v)
     f1, fv, fz = (bubble_fraction(p, m, name, v) for name in ("1f1b", "interleaved", "zb-h1"))
     expected = bubble_fraction(p, m, sched, v)
     excess = bubble - expected
