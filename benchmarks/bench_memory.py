@@ -385,8 +385,8 @@ def measure_one(out: Path, name: str) -> None:
 
 
 def table(results: Path) -> None:
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.memory import estimate_from_options
-    from gpudoctor.memory.spec import from_hf_config
 
     lines = ["| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -457,7 +457,7 @@ def dryrun_table(results: Path) -> None:
                 path.write_text(_FACTORY.format(config=json.dumps(m["config"]), family=fam,
                                                 cls=_CONFIG_CLASSES[fam], attention=m["opts"].get("attention", "sdpa")))
                 opts = {k: v for k, v in m["opts"].items() if k != "attention"}
-                from gpudoctor.memory.spec import from_hf_config
+                from gpudoctor.core.spec import from_hf_config
 
                 rules = estimate_from_options(from_hf_config(m["config"]), **m["opts"]).peak_bytes
                 try:

@@ -182,7 +182,8 @@ def single(out: Path) -> None:
 
 def _price(spec, hw, net, zero: int, world: int, batch: int, seq: int, calibration=None) -> dict:
     """plan.train.predict_step for DP over ``world`` GPUs (ZeRO ``zero``), ``batch`` sequences per GPU."""
-    from gpudoctor.plan.train import Layout, predict_step
+    from gpudoctor.core.layout import Layout
+    from gpudoctor.plan.train import predict_step
 
     lay = Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=batch)
     return predict_step(spec, lay, global_batch=batch * world, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
@@ -194,8 +195,8 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     Hugging Face eager, torch.optim.AdamW foreach, DDP / FSDP2 defaults) and print the table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones. With
     ``single_json`` (``--single``'s output), the one-GPU step's GPU time by kernel kind beside the
     calibrated prediction's parts."""
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.hardware.specs import find_spec
-    from gpudoctor.memory.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.train import make_net
 
@@ -241,8 +242,8 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     """The prediction for a ``world``-GPU run not measured yet, written (and committed) before it is:
     a held-out check of the model. Communication from the interconnect preset (no curve measured at
     this GPU count), compute and elementwise rates from ``bench``."""
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.hardware.specs import require_spec
-    from gpudoctor.memory.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.train import make_net
 

@@ -101,7 +101,7 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
     """Median seconds of ``fn`` (replayed from a CUDA graph when ``graph``), event-timed on the GPU."""
     import torch
 
-    from gpudoctor.hardware.probe import _median_ms
+    from gpudoctor.hardware.probe import median_ms
 
     for _ in range(3):
         fn()
@@ -112,13 +112,13 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
         with torch.cuda.graph(g):
             fn()
         run = g.replay
-    return _median_ms(torch, run, reps) / 1e3
+    return median_ms(torch, run, reps) / 1e3
 
 
 def measure(out: Path, preset: str) -> dict:
     import torch
 
-    from gpudoctor.memory.presets import from_preset
+    from gpudoctor.core.presets import from_preset
 
     spec = from_preset(preset)
     dev = torch.device("cuda")
@@ -153,11 +153,11 @@ def predict(path: Path) -> list[dict]:
 
 
 def _predict_one(data: dict) -> list[dict]:
+    from gpudoctor.core.params import count_params
+    from gpudoctor.core.presets import from_preset
     from gpudoctor.hardware.specs import find_spec
     from gpudoctor.memory.inference import kv_bytes_per_token
     from gpudoctor.memory.options import InferOptions
-    from gpudoctor.memory.params import count_params
-    from gpudoctor.memory.presets import from_preset
     from gpudoctor.plan.infer import (
         DECODE_HBM_EFFICIENCY,
         PREFILL_EFFICIENCY,

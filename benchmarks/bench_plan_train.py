@@ -21,9 +21,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpudoctor.core.layout import Layout
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.hardware.specs import find_spec
-from gpudoctor.memory.spec import ModelSpec
-from gpudoctor.plan.train import GEMM_EFFICIENCY, Layout, make_net, predict_step
+from gpudoctor.plan.train import GEMM_EFFICIENCY, make_net, predict_step
 
 # params (B), heads, hidden, layers, TP, PP, GPUs, batch, published TFLOP/s per GPU, % of peak
 TABLE_1 = [
@@ -89,7 +90,7 @@ def llama3(bench: Path | None = None) -> list[dict]:
     """Llama 3 405B at the paper's layouts, for each of LLAMA3_SCHEDULES; with ``bench`` (a gpudoctor bench
     JSON of an H100) calibrated from it. Not from the paper, assumed: micro-batch 1, ZeRO-1, no activation
     recomputation, sequence parallelism, the roce preset, V (above)."""
-    from gpudoctor.memory.presets import from_preset
+    from gpudoctor.core.presets import from_preset
     from gpudoctor.plan.calibration import load_calibration
 
     spec = from_preset("llama-3.1-405b")

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.rules.finding import MAX_SAVING_SHARE  # the doctor's own cap on one saving
+from gpudoctor.core.finding import MAX_SAVING_SHARE  # the doctor's own cap on one saving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_gallery import (  # the gallery runner's helpers, imported from beside this file

@@ -120,8 +120,9 @@ def test_misaligned_gemm_rests_on_the_measured_curve() -> None:
 
 
 def test_bench_html_is_escaped_and_self_contained() -> None:
-    from gpudoctor.bench import BenchResult, render_bench_html
+    from gpudoctor.bench import BenchResult
     from gpudoctor.hardware.ceilings import for_gpu_name
+    from gpudoctor.report.bench import render_bench_html
 
     ceilings = ceilings_from(_measurements(), H100, "GPU-<b>x</b>", 85_017_493_504)
     result = BenchResult(gpu="<script>alert(1)</script>", uuid="GPU-<b>x</b>", measured_utc="2026-11-22T00:00:00",
@@ -144,7 +145,7 @@ def test_shape_probes_make_a_grid_that_plan_train_reads(monkeypatch, tmp_path) -
     from gpudoctor.plan.calibration import load_calibration
 
     _probes_on_cpu(monkeypatch)
-    monkeypatch.setattr(shapes, "_l2_flusher", lambda torch: lambda: None)
+    monkeypatch.setattr(shapes, "l2_flusher", lambda torch: lambda: None)
     monkeypatch.setattr(shapes, "GEMM_DIMS_QUICK", (32, 64))
     monkeypatch.setattr(shapes, "ATTENTION_SEQS", (64, 128, 256))
     monkeypatch.setattr(shapes, "ATTENTION_TOKENS", 256)

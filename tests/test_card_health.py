@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpudoctor.core.card import BENIGN, REASON_BITS, GpuRecord, judge, reason_names
 from gpudoctor.explain import smi
-from gpudoctor.hardware.card import BENIGN, REASON_BITS, GpuRecord, judge, reason_names
 from gpudoctor.hardware.health import HealthReading, health_findings, nvml_record
 
 

@@ -244,8 +244,8 @@ def test_a_long_trace_path_folds_rather_than_being_cut(tmp_path: Path) -> None:
 
 
 def test_the_lab_table_fits_80_columns_without_cutting_a_cell() -> None:
+    from gpudoctor.lab.table import render_lab
     from gpudoctor.lab.verify import TrapVerdict
-    from gpudoctor.report.lab import render_lab
 
     verdicts = [
         TrapVerdict("unfused_elementwise", "unfused-elementwise", "unfused-elementwise", 1, 1.21, 1.18, 1234.56,

@@ -27,7 +27,7 @@ from gpudoctor.report.html import render_html
 from gpudoctor.report.json_report import to_json
 from gpudoctor.rules.registry import RULES
 from gpudoctor.trace import parse
-from gpudoctor.trace.capabilities import NEEDS
+from gpudoctor.trace.model import NEEDS
 
 DATA = Path(__file__).parent / "data"
 LINK_RULES = {rid for rid, rule in RULES.items() if "launch_links" in rule.needs}

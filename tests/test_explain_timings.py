@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpudoctor.core.layout import bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.explain import timings
 from gpudoctor.explain.collectives import FITTED
-from gpudoctor.plan.train import bubble_fraction
 
 
 def ranks_csv(ranks: int = 64, steps: int = 2000, slow: dict[int, float] | None = None, change: int = 1000,

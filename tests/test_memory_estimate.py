@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudoctor.core.presets import from_preset
+from gpudoctor.core.spec import from_hf_config
 from gpudoctor.errors import InputError
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.options import InferOptions, TrainOptions
-from gpudoctor.memory.presets import from_preset
-from gpudoctor.memory.spec import from_hf_config
 
 RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
 RUNS = [r for f in ("memory_h200_2026-11-22.json", "memory_heldout_h200_2026-11-22.json")

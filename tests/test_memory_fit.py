@@ -9,8 +9,8 @@ from test_cli import gd
 
 from gpudoctor.errors import InputError
 from gpudoctor.memory import estimate_from_options
+from gpudoctor.memory.capacity import CUDA_TOTAL_BYTES, capacity_of
 from gpudoctor.memory.estimate import CUDA_CONTEXT_BYTES, RESERVED_OVER_ALLOCATED
-from gpudoctor.memory.fit import CUDA_TOTAL_BYTES, capacity_of
 
 GIB = 1024**3
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpudoctor.core.params import count_params, norm_params
+from gpudoctor.core.spec import from_hf_config
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.activations import Workload, layer_memory
-from gpudoctor.memory.params import count_params, norm_params
-from gpudoctor.memory.spec import from_hf_config
 
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
            "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 4000, "num_local_experts": 8,

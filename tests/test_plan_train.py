@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.core.flops import step_flops
+from gpudoctor.core.layout import Layout, bubble_fraction
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
-from gpudoctor.memory.spec import ModelSpec
 from gpudoctor.plan.train import (
-    Layout,
-    bubble_fraction,
     make_net,
     predict_step,
-    step_flops,
 )
 from gpudoctor.plan.train_search import plan_training
 
@@ -169,8 +168,8 @@ LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 819
 
 @pytest.mark.parametrize("preset", ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v2-lite"])
 def test_layer_gemms_add_up_to_the_flop_count(preset: str) -> None:
+    from gpudoctor.core.flops import attention_flops, mlp_flops
     from gpudoctor.plan.calibration import layer_gemms
-    from gpudoctor.plan.train import attention_flops, mlp_flops
 
     spec, b, s = load_spec(preset), 2, 1024
     pairs = b * (s * s / 2) * spec.heads  # causal, no sliding window in these presets
@@ -208,7 +207,7 @@ def test_gemm_grid_reads_the_measured_rows_and_interpolates_in_log_space() -> No
 
 def test_calibrated_step_of_the_two_gpu_benchmark() -> None:
     """The 1.10 B Llama under DDP on 2 x H200 (benchmarks/bench_plan_ddp.py): pinned numbers."""
-    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
 
     spec = from_hf_config(LLAMA_1B, name="bench-llama")
@@ -390,7 +389,7 @@ def test_pipeline_sends_use_megatron_scatter_gather() -> None:
 
 
 def test_calibrated_selective_recompute_is_the_measured_attention_forward() -> None:
-    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration, microbatch_times
 
     spec = from_hf_config(LLAMA_1B, name="bench-llama")
@@ -447,7 +446,7 @@ def test_kind_rates_read_from_the_measured_bench() -> None:
 
 def test_measured_kinds_price_the_two_gpu_benchmark() -> None:
     """The 1.10 B Llama of benchmarks/bench_plan_ddp.py on the kind-calibrated bench: pinned numbers."""
-    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.traffic import elementwise_kinds, implementation
 
@@ -482,7 +481,7 @@ def test_measured_kinds_price_the_two_gpu_benchmark() -> None:
 def test_without_the_kind_sections_the_step_is_priced_as_before(tmp_path: Path) -> None:
     import gzip
 
-    from gpudoctor.memory.spec import from_hf_config
+    from gpudoctor.core.spec import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
 
     data = json.loads(gzip.decompress(BENCH_KINDS.read_bytes()))

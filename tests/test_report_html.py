@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from browser import load_page
 
+from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
-from gpudoctor.rules.finding import Evidence, Finding, Fix
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(2)>"

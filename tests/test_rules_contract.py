@@ -6,9 +6,9 @@ import pytest
 from synth import TraceBuilder
 
 from gpudoctor.analysis import analyze_trace
+from gpudoctor.core.finding import SEVERITIES
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.ceilings import for_gpu_name
-from gpudoctor.rules.finding import SEVERITIES
 from gpudoctor.rules.registry import RULES, get_rule, run_rules
 from gpudoctor.trace import parse
 

@@ -6,13 +6,13 @@ of a GPU with the same name; the report header then says "measured <date> on <uu
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.ceilings import Ceilings, from_spec
 from gpudoctor.hardware.health import HealthReading, health_findings, read_health
@@ -21,7 +21,6 @@ from gpudoctor.hardware.machine import ceilings_from, save_profile
 from gpudoctor.hardware.probe import Measurement, ProbePlan, run_probes
 from gpudoctor.hardware.shapes import shape_probes
 from gpudoctor.hardware.specs import find_spec
-from gpudoctor.rules.finding import Finding
 
 # probe -> (datasheet key in Ceilings.matrix_flops, or an attribute of Ceilings)
 _VS_DATASHEET = {
@@ -172,41 +171,6 @@ def overlap_skipped(gpus: int) -> dict[str, str]:
     """The ``overlap`` section of a bench that could not measure it (one GPU, or no collectives)."""
     why = "this machine shows one GPU" if gpus < 2 else "collectives were not measured (--no-collectives, --quick)"
     return {"skipped": f"compute under an overlapped NCCL all-reduce needs 2+ GPUs and collectives: {why}"}
-
-
-def render_bench_html(result: BenchResult) -> str:
-    from gpudoctor.report.svg import roofline_svg
-
-    measured = result.ceilings.to_dict()
-    svg, _ = roofline_svg(measured, [], reference=result.datasheet.to_dict() if result.datasheet else None)
-    rows = "".join(
-        f"<tr><td>{html.escape(m.probe)}</td><td class=num>{html.escape(_fmt(m))}</td>"
-        f"<td class=num>{_pct(result.vs_datasheet(m))}</td></tr>"
-        for m in result.measurements
-    )
-    health = "".join(f"<li>{html.escape(f.title)}: {html.escape(f.summary)}</li>" for f in result.findings) or "<li>healthy</li>"
-    return (
-        "<!DOCTYPE html><html><head><meta charset=utf-8><title>gpudoctor bench</title><link rel=icon href=\"data:,\">"
-        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}td,th{padding:2px 10px}"
-        ".num{text-align:right}</style></head><body>"
-        f"<h1>gpudoctor bench: {html.escape(result.gpu)}</h1><p>{html.escape(result.uuid)} · "
-        f"{html.escape(result.measured_utc)}</p><h2>Measured roofline</h2>{svg}"
-        "<p>Solid: measured; dashed: datasheet.</p>"
-        f"<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of datasheet</th></tr>{rows}</table>"
-        f"<h2>Health</h2><ul>{health}</ul></body></html>"
-    )
-
-
-def _pct(ratio: float | None) -> str:
-    return "" if ratio is None else f"{100 * ratio:.0f} %"
-
-
-def _fmt(m: Measurement) -> str:
-    if m.unit == "FLOP/s":
-        return f"{m.value / 1e12:.1f} TFLOP/s"
-    if m.unit == "B/s":
-        return f"{m.value / 1e9:.1f} GB/s"
-    return f"{m.value * 1e6:.2f} us"
 
 
 def p2p_probe(torch: Any) -> list[Measurement]:

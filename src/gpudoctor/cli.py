@@ -169,7 +169,7 @@ def bench(
 ) -> None:
     """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies, GEMM
     and attention throughput by shape) and its health; analyze, run and plan train --bench use them."""
-    from gpudoctor.bench import plan_lines, render_bench_html, run_bench
+    from gpudoctor.bench import plan_lines, run_bench
     from gpudoctor.hardware.probe import PROBE_GROUPS
 
     if dry_run:
@@ -190,6 +190,8 @@ def bench(
         result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes,
                            shapes=shapes)
     if html is not None:
+        from gpudoctor.report.bench import render_bench_html
+
         write_text_atomic(html, render_bench_html(result), "--html")
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
@@ -230,9 +232,9 @@ def lab_run(
     """Run traps and their fixed twins, diagnose the sick ones, compare predicted and measured speedups."""
     from gpudoctor.capture.bundle import new_run_dir, write_json
     from gpudoctor.lab.catalog import resolve_names
+    from gpudoctor.lab.table import render_lab
     from gpudoctor.lab.verify import verify_all
     from gpudoctor.outputs import check_output_dir
-    from gpudoctor.report.lab import render_lab
     from gpudoctor.report.safe import SafeConsole
 
     chosen = resolve_names(names or [], all_traps)

@@ -22,8 +22,8 @@ from gpudoctor.capture.bundle import (
 )
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
+from gpudoctor.core.card import problem_reasons
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
-from gpudoctor.hardware.card import problem_reasons
 from gpudoctor.report.model import Report
 
 DEFAULT_BASE = Path("gpudoctor-runs")

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.iterations import kernel_period_starts, module_forward_starts
-from gpudoctor.trace.capabilities import queued_before_window
-from gpudoctor.trace.model import HostCat, Trace
+from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
 METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forward", "kernel-period", "whole-trace")
 ITERATION_MARKER = "gpudoctor.iteration#"

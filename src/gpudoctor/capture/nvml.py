@@ -10,7 +10,7 @@ import statistics
 import threading
 from typing import Any
 
-from gpudoctor.hardware.card import reason_names
+from gpudoctor.core.card import reason_names
 
 
 class NvmlSampler:

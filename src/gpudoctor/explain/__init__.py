@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
-from gpudoctor.rules.finding import Finding
 
 SCHEMA = "gpudoctor.explain/1"
 HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok", "pipeline-bubble-ok",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.interconnect import (
     CROSS_NODE_FIXES,
@@ -27,13 +28,12 @@ from gpudoctor.explain.tables import (
     MAX_BYTES,
     MAX_COUNT,
     MS_RANGE,
-    _cell,
-    _column,
-    _number,
-    _table,
-    _whole,
+    cell_at,
+    find_column,
+    parse_number,
+    read_table,
+    whole_number,
 )
-from gpudoctor.rules.finding import Finding, make_hypothesis
 
 FITTED = "ring model fitted on this table (no gpu, fabric or gpus_per_node given)"
 _HARDWARE_COLUMNS = {"gpu": ("gpu", "gpu_name", "gpu_model"), "fabric": ("fabric", "interconnect", "network"),
@@ -49,23 +49,23 @@ def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | No
     ``gpu``, ``fabric`` and ``gpus_per_node`` name the machine, ``nbytes`` the message per rank,
     ``algo`` the algorithm of rows without one; ``notes``: what the caller knows is missing (a cut line)."""
     what = "collective timings"
-    header, rows = _table(text, what, COLL_EXPECTED)
-    gi = _column(header, ("gpus", "n_gpus", "world_size", "nranks", "ranks"), what, COLL_EXPECTED)
+    header, rows = read_table(text, what, COLL_EXPECTED)
+    gi = find_column(header, ("gpus", "n_gpus", "world_size", "nranks", "ranks"), what, COLL_EXPECTED)
     ti = next((i for i, h in enumerate(header) if "allreduce" in h or "all_reduce" in h or "all-reduce" in h), None)
     if ti is None:
         ti = next((i for i, h in enumerate(header) if h in ("time_ms", "ms") or h.endswith("_ms")), None)
     if ti is None:
         raise InputError(f"{what}: no all-reduce time column (allreduce_ms) in the header; expected {COLL_EXPECTED}")
-    bi = _column(header, ("bytes", "size_bytes", "message_bytes", "size"), what, COLL_EXPECTED, required=False)
-    ai = _column(header, ("algo", "algorithm"), what, COLL_EXPECTED, required=False)
+    bi = find_column(header, ("bytes", "size_bytes", "message_bytes", "size"), what, COLL_EXPECTED, required=False)
+    ai = find_column(header, ("algo", "algorithm"), what, COLL_EXPECTED, required=False)
     hw = _hardware(header, rows, {"gpu": gpu, "fabric": fabric, "gpus_per_node": gpus_per_node})
     default_size = None if nbytes is None else _message_bytes(nbytes)
     groups: dict[str, dict[int, list[tuple[float, float | None]]]] = {}
     dropped = 0
     for n, cells in rows:
-        gpus = _number(_cell(cells, gi), "gpus", n, COLL_EXPECTED)
-        ms = _number(_cell(cells, ti), header[ti], n, COLL_EXPECTED)
-        size = _number(_cell(cells, bi), "bytes", n, COLL_EXPECTED) if bi is not None else None
+        gpus = parse_number(cell_at(cells, gi), "gpus", n, COLL_EXPECTED)
+        ms = parse_number(cell_at(cells, ti), header[ti], n, COLL_EXPECTED)
+        size = parse_number(cell_at(cells, bi), "bytes", n, COLL_EXPECTED) if bi is not None else None
         if gpus is None or ms is None:
             dropped += 1
             continue
@@ -77,7 +77,7 @@ def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | No
             low = int(gpus) // hw.k * hw.k
             raise InputError(f"line {n}: {int(gpus)} GPUs is not a whole number of {hw.k}-GPU nodes: the rows "
                              f"should be {low} or {low + hw.k} GPUs, or gpus_per_node is not {hw.k}")
-        key = (_cell(cells, ai) or algo or "").strip().lower()
+        key = (cell_at(cells, ai) or algo or "").strip().lower()
         groups.setdefault(key, {}).setdefault(int(gpus), []).append((ms, size if size is not None else default_size))
     least = 2 if hw.named else 3
     usable = {a: g for a, g in groups.items() if len(g) >= least}
@@ -105,8 +105,8 @@ def _hardware(header: list[str], rows: list[tuple[int, list[str]]], given: dict[
     """The machine from the gpu / fabric / gpus_per_node columns (one value per table), else ``given``."""
     found = dict(given)
     for key, names in _HARDWARE_COLUMNS.items():
-        index = _column(header, names, "collective timings", COLL_EXPECTED, required=False)
-        values = sorted({_cell(cells, index) for _, cells in rows} - {""}) if index is not None else []
+        index = find_column(header, names, "collective timings", COLL_EXPECTED, required=False)
+        values = sorted({cell_at(cells, index) for _, cells in rows} - {""}) if index is not None else []
         if len(values) > 1:
             raise InputError(f"collective timings: one {key} per table, got {', '.join(values[:3])}; split the "
                              "table by machine")
@@ -115,7 +115,7 @@ def _hardware(header: list[str], rows: list[tuple[int, list[str]]], given: dict[
     gpn = found["gpus_per_node"]
     name, net = found["gpu"], found["fabric"]
     return Hardware(None if name is None else str(name), None if net is None else str(net),
-                    None if gpn is None else _whole(gpn, "gpus_per_node", 1))
+                    None if gpn is None else whole_number(gpn, "gpus_per_node", 1))
 
 
 def _nnls(features: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.explain.tables import CLIFF
 from gpudoctor.plan.collectives import (
     DEFAULT_FABRIC,
@@ -24,7 +25,6 @@ from gpudoctor.plan.collectives import (
     intra_link,
     predict,
 )
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 DEFAULT_GPU = "h100-sxm"  # plan.collectives.predict's default
 DEFAULT_GPUS_PER_NODE = 8  # DGX / HGX boards

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 
 # A kernel name that says "matrix multiply": cuBLAS/CUTLASS/Triton/Inductor GEMMs and our own.
 # ncu's names for the CUDA-core floating-point pipes (the HighPipeUtilization rule)

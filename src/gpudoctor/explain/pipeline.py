@@ -1,7 +1,7 @@
 """A pipeline's measured bubble against its schedule's formula (seed 004, scenario 8).
 
 The formulas (1F1B (pp-1)/m, interleaved (pp-1)/(v m), ZB-H1 (pp-1)/(3m)) come from one place,
-``gpudoctor.plan.train.bubble_fraction``, the one the training planner prices layouts with.
+``gpudoctor.core.layout.bubble_fraction``, the one the training planner prices layouts with.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
+from gpudoctor.core.layout import SCHEDULES, bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
-    _real,
-    _stages,
-    _whole,
+    real_number,
+    stage_times,
+    whole_number,
 )
-from gpudoctor.plan.train import SCHEDULES, bubble_fraction
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(3m)"}
 _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved", "zbh1": "zb-h1", "zb_h1": "zb-h1"}
@@ -29,7 +29,7 @@ _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved"
 def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virtual_stages: int = 1,
                         stage_ms: list[float | None] | None = None, p2p_ms: float | None = None,
                         recompute: Any = None, schedule: Any = None) -> list[Finding]:
-    """The measured bubble against its schedule's formula (``plan.train.bubble_fraction``), and where it breaks.
+    """The measured bubble against its schedule's formula (``core.layout.bubble_fraction``), and where it breaks.
 
     ``measured_bubble``: idle time over compute time, as a fraction (0.41) or a percent (41).
     ``schedule``: 1f1b, interleaved (interleaved-1f1b) or zb-h1; None: interleaved when
@@ -37,14 +37,15 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
     ``stage_ms``: per-stage compute time per micro-batch (forward + backward), pp or pp x v entries.
     ``p2p_ms``: one send/recv between stages. ``recompute``: None (unknown), bool, or "full"/"selective"/"none".
     """
-    p, m, v = _whole(pp, "pp", 2), _whole(microbatches, "microbatches", 1), _whole(virtual_stages, "virtual_stages", 1)
-    bubble = _real(measured_bubble, "measured_bubble")
+    p, m = whole_number(pp, "pp", 2), whole_number(microbatches, "microbatches", 1)
+    v = whole_number(virtual_stages, "virtual_stages", 1)
+    bubble = real_number(measured_bubble, "measured_bubble")
     bubble = bubble / 100 if 1 < bubble <= 100 else bubble
     if not 0 <= bubble < 1:
         raise InputError(f"measured_bubble {measured_bubble!r}: expected a fraction in [0, 1) or a percent")
-    c = None if p2p_ms is None else _real(p2p_ms, "p2p_ms")
+    c = None if p2p_ms is None else real_number(p2p_ms, "p2p_ms")
     sched = _schedule(schedule, v)
-    stages, partial = _stages(stage_ms, p, v)
+    stages, partial = stage_times(stage_ms, p, v)
     f1, fv, fz = (bubble_fraction(p, m, name, v) for name in ("1f1b", "interleaved", "zb-h1"))
     expected = bubble_fraction(p, m, sched, v)
     excess = bubble - expected
@@ -74,7 +75,7 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
 
 
 def _schedule(schedule: Any, v: int) -> str:
-    """One of plan.train's SCHEDULES; None follows the virtual stages."""
+    """One of core.layout's SCHEDULES; None follows the virtual stages."""
     if schedule is None:
         return "interleaved" if v > 1 else "1f1b"
     key = str(schedule).strip().lower()

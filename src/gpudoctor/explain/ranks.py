@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
     GPUS_PER_NODE,
@@ -18,12 +19,11 @@ from gpudoctor.explain.tables import (
     RANKS_EXPECTED,
     SMI_CHECK,
     Z_FLAG,
-    _cell,
-    _column,
-    _number,
-    _table,
+    cell_at,
+    find_column,
+    parse_number,
+    read_table,
 )
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 
 def rank_hypotheses(text: str, *, notes: tuple[str, ...] = ()) -> list[Finding]:
@@ -62,20 +62,20 @@ def _rank_findings(table: _Ranks) -> list[Finding]:
 
 def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str], int, list[int]]:
     what = "rank timings"
-    header, rows = _table(text, what, RANKS_EXPECTED)
-    ci = [_column(header, ("rank", "global_rank"), what, RANKS_EXPECTED),
-          _column(header, ("step", "iteration", "iter"), what, RANKS_EXPECTED),
-          _column(header, ("step_ms", "step_time_ms", "ms"), what, RANKS_EXPECTED)]
-    ti = _column(header, ("time", "timestamp"), what, RANKS_EXPECTED, required=False)
+    header, rows = read_table(text, what, RANKS_EXPECTED)
+    ci = [find_column(header, ("rank", "global_rank"), what, RANKS_EXPECTED),
+          find_column(header, ("step", "iteration", "iter"), what, RANKS_EXPECTED),
+          find_column(header, ("step_ms", "step_time_ms", "ms"), what, RANKS_EXPECTED)]
+    ti = find_column(header, ("time", "timestamp"), what, RANKS_EXPECTED, required=False)
     data, dropped, dropped_ranks = _fast_rows(rows, ci), 0, set()
     if data is None:  # a bad or missing cell somewhere: row by row, to name the line
         data, dropped, dropped_ranks = _slow_rows(header, rows, ci)
     times: dict[int, str] = {}
     if ti is not None:
         for _, cells in rows:
-            step_cell = _cell(cells, ci[1])
+            step_cell = cell_at(cells, ci[1])
             if _is_whole(step_cell):
-                times.setdefault(int(float(step_cell)), _cell(cells, ti))
+                times.setdefault(int(float(step_cell)), cell_at(cells, ti))
     rank_ids = np.unique(data[:, 0])
     lost = sorted(dropped_ranks - {int(r) for r in rank_ids})  # ranks whose every row had an empty or NaN cell
     if rank_ids.size < 2:
@@ -125,7 +125,7 @@ def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]],
     dropped = 0
     dropped_ranks: set[int] = set()
     for n, cells in rows:
-        rank, step, value = (_number(_cell(cells, i), header[i or 0], n, RANKS_EXPECTED) for i in ci)
+        rank, step, value = (parse_number(cell_at(cells, i), header[i or 0], n, RANKS_EXPECTED) for i in ci)
         if rank is None or step is None or value is None:
             dropped += 1
             if rank is not None and rank >= 0 and rank == int(rank):

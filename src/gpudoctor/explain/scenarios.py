@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.kernel import KernelMetrics, kernel_hypotheses
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 KINDS = ("kernel", "training-slowdown", "serving", "fp8-regression", "oom-sharding", "allreduce-scaling",
          "triton-autotune", "pipeline-bubble")

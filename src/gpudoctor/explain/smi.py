@@ -4,7 +4,7 @@ Seed 004, scenario 2: "sudden MFU drop with no code change" is almost always one
 and ``nvidia-smi`` says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
 below its capability, a lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU
 (what the artifact does not say stays ``None`` and is listed in ``missing``; the record and the judgement
-of it, ``judge``, are hardware/card.py's, shared with NVML); ``card_hypotheses``
+of it, ``judge``, are core/card.py's, shared with NVML); ``card_hypotheses``
 turns the records into ranked hypotheses. Pure functions: text in, findings out.
 """
 
@@ -17,9 +17,9 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
+from gpudoctor.core.card import CHECKS, CardState, GpuRecord, judge, load_of, reason_names
+from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
-from gpudoctor.hardware.card import CHECKS, CardState, GpuRecord, judge, load_of, reason_names
-from gpudoctor.rules.finding import Finding, Fix, make_hypothesis
 
 REASON_TEXT = {
     "sw_power_cap": "SW power cap (the driver lowers clocks to stay under the power limit)",

@@ -43,7 +43,7 @@ def cut_last_line(text: str) -> tuple[str, str]:
     return head + sep, CUT_NOTE
 
 
-def _table(text: Any, what: str, expected: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_table(text: Any, what: str, expected: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """(lower-case header, [(line number, cells)]) from CSV, TSV or whitespace-separated text."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty {what} table; expected {expected}")
@@ -62,7 +62,7 @@ def _table(text: Any, what: str, expected: str) -> tuple[list[str], list[tuple[i
     return header, rows[1:]
 
 
-def _column(header: list[str], names: tuple[str, ...], what: str, expected: str, required: bool = True) -> int | None:
+def find_column(header: list[str], names: tuple[str, ...], what: str, expected: str, required: bool = True) -> int | None:
     for name in names:
         if name in header:
             return header.index(name)
@@ -72,11 +72,11 @@ def _column(header: list[str], names: tuple[str, ...], what: str, expected: str,
     return None
 
 
-def _cell(cells: list[str], index: int | None) -> str:
+def cell_at(cells: list[str], index: int | None) -> str:
     return cells[index] if index is not None and index < len(cells) else ""
 
 
-def _number(cell: str, name: str, line: int, expected: str) -> float | None:
+def parse_number(cell: str, name: str, line: int, expected: str) -> float | None:
     """A finite float; None for an empty cell or nan/inf (missing); InputError for text."""
     if cell == "" or cell.lower() in ("nan", "n/a", "na", "-"):
         return None
@@ -90,14 +90,14 @@ def _number(cell: str, name: str, line: int, expected: str) -> float | None:
 # -- per-rank step times --------------------------------------------------------------------------------
 
 
-def _whole(value: Any, name: str, least: int) -> int:
-    number = _real(value, name)
+def whole_number(value: Any, name: str, least: int) -> int:
+    number = real_number(value, name)
     if number != int(number) or not least <= number <= MAX_COUNT:
         raise InputError(f"{name} {value!r}: expected a whole number from {least} to {MAX_COUNT:g}")
     return int(number)
 
 
-def _real(value: Any, name: str) -> float:
+def real_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError(f"{name} {value!r}: expected a number")
     try:
@@ -109,13 +109,13 @@ def _real(value: Any, name: str) -> float:
     return number
 
 
-def _stages(stage_ms: Any, p: int, v: int) -> tuple[np.ndarray | None, str]:
+def stage_times(stage_ms: Any, p: int, v: int) -> tuple[np.ndarray | None, str]:
     """Per physical stage time (chunk j of pp x v lives on stage j mod pp); None entries are missing."""
     if stage_ms is None:
         return None, ""
     if not isinstance(stage_ms, (list, tuple)) or len(stage_ms) not in (p, p * v):
         raise InputError(f"stage_ms: expected a list of {p} per-stage times (or {p * v} per chunk), got {stage_ms!r}"[:200])
-    vals = [None if x is None else _real(x, "stage_ms") for x in stage_ms]
+    vals = [None if x is None else real_number(x, "stage_ms") for x in stage_ms]
     missing = sum(x is None for x in vals)
     per_stage = np.zeros(p)
     seen = np.zeros(p, dtype=bool)

@@ -7,7 +7,7 @@
   leaves the expected curve, ``plan.collectives``' model of the machine when it is named, else the
   ring model fitted on the smaller counts.
 - ``pipeline_hypotheses``: a pipeline's measured bubble against its schedule's formula
-  (``plan.train.bubble_fraction``).
+  (``core.layout.bubble_fraction``).
 
 Pure functions: text (or numbers) in, findings out; bad input raises InputError with one line.
 """

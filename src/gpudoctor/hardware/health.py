@@ -2,7 +2,7 @@
 
 A throttled or degraded card looks like slow code (seed 004: "training got 20% slower with no
 code change"). ``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral
-``GpuRecord`` that hardware/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
+``GpuRecord`` that core/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
 ``health_findings`` words the verdict: each anomaly a Finding (same type as the doctor's, saving
 unknown: 0). What NVML could not read is listed, never guessed.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.hardware.card import LOW_CLOCK_SHARE, GpuRecord, judge, reason_names
-from gpudoctor.rules.finding import Evidence, Finding, Fix
+from gpudoctor.core.card import LOW_CLOCK_SHARE, GpuRecord, judge, reason_names
+from gpudoctor.core.finding import Evidence, Finding, Fix
 
 
 @dataclass

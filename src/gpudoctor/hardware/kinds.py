@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.hardware.probe import ProbePlan, _median_ms
+from gpudoctor.hardware.probe import ProbePlan, median_ms
 
 # KIND -> what the op list of plan/traffic.py prices at that kind's rate
 ELEMENTWISE_KINDS = {
@@ -39,6 +39,13 @@ ELEMENTS_QUICK = 1 << 25
 # torch.optim.AdamW(fused=True) on bf16 parameters (_fused_adamw, one kernel): reads param, grad,
 # exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq: 7 x 2 bytes per parameter.
 TORCH_FUSED_ADAMW_BYTES = 14
+# torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
+# capturable), element passes over its tensors, all in the parameters' dtype (bf16 here; AdamW keeps
+# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2; _foreach_lerp_(exp_avgs,
+# grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2; _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the
+# grad is read once per element); _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2;
+# _foreach_add_(eps) 2; _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
+ADAMW_FOREACH_PASSES = 20
 OPTIMIZER_TENSORS = 128  # 128 tensors of 8 Mi elements: 1.07 G parameters
 OPTIMIZER_TENSOR_ELEMENTS = 1 << 23
 
@@ -80,7 +87,7 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
     }
     rows = {}
     for kind, (fn, nbytes, shape, dtype) in cases.items():
-        sec = _median_ms(torch, fn, plan.repeats) / 1e3
+        sec = median_ms(torch, fn, plan.repeats) / 1e3
         rows[kind] = {"op": ELEMENTWISE_KINDS[kind], "shape": shape, "dtype": dtype, "bytes": nbytes, "s": sec,
                       "bytes_per_s": nbytes / sec}
     return rows
@@ -89,8 +96,6 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
 def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any]], int, int]:
     """One ``torch.optim.AdamW`` step over bf16 parameters with gradients, foreach and fused, as
     bytes per second of the traffic plan/traffic.py counts (40 and 14 bytes per parameter)."""
-    from gpudoctor.plan.traffic import ADAMW_FOREACH_PASSES
-
     tensors = OPTIMIZER_TENSORS // (4 if plan.quick else 1)
     size = OPTIMIZER_TENSOR_ELEMENTS
     rows = {}
@@ -100,7 +105,7 @@ def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any
         for p in params:
             p.grad = torch.randn_like(p)
         opt = torch.optim.AdamW(params, lr=1e-5, **kwargs)
-        sec = _median_ms(torch, opt.step, 5 if plan.quick else 10, warmup=2) / 1e3
+        sec = median_ms(torch, opt.step, 5 if plan.quick else 10, warmup=2) / 1e3
         n = tensors * size
         rows[name] = {"op": f"torch.optim.AdamW({', '.join(f'{k}=True' for k in kwargs)}).step()",
                       "bytes_per_param": per_param, "s": sec, "bytes_per_s": per_param * n / sec}

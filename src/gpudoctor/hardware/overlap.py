@@ -39,9 +39,9 @@ def _span(torch: Any, fn: Callable[[], Any], stream: Any, start: Any) -> tuple[A
 
 def _alone(torch: Any, fn: Callable[[], Any], reps: int = 3) -> float:
     """Median seconds of ``fn`` on the current stream (one call of warm-up)."""
-    from gpudoctor.hardware.probe import _median_ms
+    from gpudoctor.hardware.probe import median_ms
 
-    return _median_ms(torch, fn, reps, warmup=1) / 1e3
+    return median_ms(torch, fn, reps, warmup=1) / 1e3
 
 
 def _together(torch: Any, dist: Any, work: Callable[[], Any], comm: Callable[[], Any]) -> tuple[float, float]:

@@ -53,7 +53,7 @@ class ProbePlan:
                 "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned"]
 
 
-def _median_ms(
+def median_ms(
     torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3, before: Callable[[], Any] | None = None
 ) -> float:
     """Median of ``repeats`` event-timed calls; ``before`` runs untimed ahead of each (an L2 flush)."""
@@ -81,7 +81,7 @@ def memory_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
     out: list[Measurement] = []
 
     def bandwidth(name: str, fn: Callable[[], Any], nbytes: int) -> None:
-        ms = _median_ms(torch, fn, plan.repeats)
+        ms = median_ms(torch, fn, plan.repeats)
         out.append(Measurement(name, nbytes / (ms / 1e3), "B/s", {"buffer_bytes": size, "ms": round(ms, 4)}))
 
     bandwidth("hbm.read", lambda: torch.sum(a), size)
@@ -105,7 +105,7 @@ def _l2_copy(torch: Any, plan: ProbePlan) -> Measurement:
         with torch.cuda.graph(graph, stream=stream):
             for _ in range(copies):
                 y.copy_(x)
-    ms = _median_ms(torch, graph.replay, plan.repeats)
+    ms = median_ms(torch, graph.replay, plan.repeats)
     return Measurement("l2.copy", copies * 2 * small * 4 / (ms / 1e3), "B/s", {"buffer_bytes": small * 4})
 
 
@@ -127,13 +127,13 @@ def gemm_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
         odd = size - 1
         out.append(_gemm(torch, "gemm.bf16.misaligned", torch.bfloat16, odd, odd, odd, plan.repeats))
         # operands of these fit in L2: flush it between repeats so each call reads them from HBM
-        flush = _l2_flusher(torch)
+        flush = l2_flusher(torch)
         out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size, plan.repeats, flush))
         out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512, plan.repeats, flush))
     return out
 
 
-def _l2_flusher(torch: Any) -> Callable[[], Any]:
+def l2_flusher(torch: Any) -> Callable[[], Any]:
     """Writes 256 MiB (several times any current L2) so that nothing of the next call is cached."""
     scratch = torch.empty(64 * 1024**2, device="cuda")
     return lambda: scratch.fill_(0.5)
@@ -143,7 +143,7 @@ def _gemm(torch: Any, name: str, dtype: Any, m: int, n: int, k: int, repeats: in
           flush: Callable[[], Any] | None = None) -> Measurement:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
-    ms = _median_ms(torch, lambda: a @ b, repeats, before=flush)
+    ms = median_ms(torch, lambda: a @ b, repeats, before=flush)
     return Measurement(name, 2.0 * m * n * k / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{m}x{n}x{k}", "ms": round(ms, 4)})
 
 
@@ -155,7 +155,7 @@ def _fp8_gemm(torch: Any, size: int, repeats: int) -> Measurement | None:
         a = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
         one = torch.tensor(1.0, device="cuda")
-        ms = _median_ms(torch, lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        ms = median_ms(torch, lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
                         repeats)
     except (RuntimeError, TypeError) as exc:
         return Measurement("gemm.fp8", 0.0, "FLOP/s", {"error": f"{type(exc).__name__}: {exc}"[:200]})
@@ -202,7 +202,7 @@ def host_copy_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
         ("h2d.pinned", lambda: device.copy_(pinned, non_blocking=True)),
         ("d2h.pinned", lambda: pinned.copy_(device, non_blocking=True)),
     ):
-        ms = _median_ms(torch, fn, repeats, warmup=2)
+        ms = median_ms(torch, fn, repeats, warmup=2)
         out.append(Measurement(name, nbytes / (ms / 1e3), "B/s", {"bytes": nbytes}))
     return out
 

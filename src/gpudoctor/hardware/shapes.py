@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.hardware.probe import ProbePlan, _l2_flusher, _median_ms
+from gpudoctor.hardware.probe import ProbePlan, l2_flusher, median_ms
 
 GEMM_DIMS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 GEMM_DIMS_QUICK = (256, 1024, 4096, 16384)
@@ -42,14 +42,14 @@ def gemm_grid(torch: Any, plan: ProbePlan) -> dict[str, Any]:
     # operands are views of the first M*K / K*N elements of two buffers of the largest size
     a_buf = torch.randn(top * top, device="cuda", dtype=torch.bfloat16)
     b_buf = torch.randn(top * top, device="cuda", dtype=torch.bfloat16)
-    flush = _l2_flusher(torch)
+    flush = l2_flusher(torch)
     rows = []
     for m in dims:
         for n in dims:
             for k in dims:
                 a = a_buf[: m * k].view(m, k)
                 b = b_buf[: k * n].view(k, n)
-                ms = _median_ms(torch, lambda a=a, b=b: a @ b, repeats, warmup=2, before=flush)
+                ms = median_ms(torch, lambda a=a, b=b: a @ b, repeats, warmup=2, before=flush)
                 s = ms / 1e3
                 rows.append({"m": m, "n": n, "k": k, "s": s, "tflops": 2.0 * m * n * k / s / 1e12})
     del a_buf, b_buf
@@ -79,8 +79,8 @@ def attention_grid(torch: Any, plan: ProbePlan) -> dict[str, Any]:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 return torch.autograd.grad(out, (q, k, v), grad)
 
-            fwd_s = _median_ms(torch, fwd, repeats) / 1e3
-            both_s = _median_ms(torch, fwd_bwd, repeats) / 1e3
+            fwd_s = median_ms(torch, fwd, repeats) / 1e3
+            both_s = median_ms(torch, fwd_bwd, repeats) / 1e3
             bwd_s = max(both_s - fwd_s, 1e-9)
             flops = 4.0 * b * h * (s * s / 2) * d  # QK^T and PV over the causal half
             rows.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "fwd_s": fwd_s, "bwd_s": bwd_s,

@@ -9,7 +9,7 @@ here: the rules run anywhere.
 
 from __future__ import annotations
 
-from gpudoctor.rules.finding import Fix
+from gpudoctor.core.finding import Fix
 
 # Measured by benchmarks/bench_kernels.py; see BENCHMARKS.md ("gpudoctor.kernels"). None: not
 # measured, and then no figure is quoted.

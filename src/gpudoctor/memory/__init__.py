@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from pathlib import Path
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import (
@@ -19,15 +20,14 @@ from gpudoctor.memory.options import (
     validate_infer,
     validate_train,
 )
-from gpudoctor.memory.spec import ModelSpec
 
 __all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_from_options", "load_spec"]
 
 
 def load_spec(source: str) -> ModelSpec:
     """A config.json path (or a directory holding one), a preset name, or ``module:factory``."""
-    from gpudoctor.memory import presets
-    from gpudoctor.memory import spec as spec_mod
+    from gpudoctor.core import presets
+    from gpudoctor.core import spec as spec_mod
 
     path = Path(source)
     if path.suffix == ".json" or path.is_dir() or path.exists():
@@ -119,7 +119,7 @@ def _defaults_within(spec: ModelSpec, cls, given: dict) -> tuple[dict, str | Non
 
 def is_module_source(source: str) -> bool:
     """``pkg.module:factory`` or ``file.py:factory`` (not an existing path, not a preset)."""
-    from gpudoctor.memory import presets
+    from gpudoctor.core import presets
 
     head, sep, attr = source.rpartition(":")
     return bool(sep and head and attr and not Path(source).exists() and source.lower() not in presets.PRESETS)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.core.spec import ModelSpec
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
@@ -107,7 +107,7 @@ class HeadMemory:
         return sum(self.saved.values())
 
 
-def _local(n: int, tp: int) -> float:
+def tp_local(n: int, tp: int) -> float:
     """Heads or widths split over tensor-parallel ranks; fewer KV heads than ranks are replicated."""
     return max(n / tp, 1.0) if n >= 1 else 0.0
 
@@ -142,7 +142,7 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
     tokens = float(w.tokens)
     th = tokens * spec.hidden
     th_rep = th / tp if w.sp else th  # replicated parts shrink only with sequence parallelism
-    heads, kv = _local(spec.heads, tp), _local(spec.kv_heads, tp)
+    heads, kv = tp_local(spec.heads, tp), tp_local(spec.kv_heads, tp)
     d = spec.head_dim
     saved: dict[str, float] = {}
 

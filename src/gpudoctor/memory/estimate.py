@@ -44,7 +44,7 @@ class MemoryEstimate:
     phase: str  # when the peak happens
     reserved_bytes: int  # the allocator's reservation at the peak (estimate)
     context_bytes: int  # CUDA context, outside the allocator
-    capacity_bytes: int = 0  # the GPU's memory as CUDA reports it (0: no --gpu); fit.capacity_of
+    capacity_bytes: int = 0  # the GPU's memory as CUDA reports it (0: no --gpu); capacity.capacity_of
     gpu: str = ""
     capacity_source: str = ""  # where capacity_bytes comes from, in words
     options: dict = field(default_factory=dict)

@@ -17,7 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, replace
 
+from gpudoctor.core.params import count_params, norm_params
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import DTYPE_BYTES, shared_width
+from gpudoctor.memory.capacity import capacity_of
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -25,8 +28,6 @@ from gpudoctor.memory.estimate import (
     MemoryEstimate,
 )
 from gpudoctor.memory.options import InferOptions
-from gpudoctor.memory.params import count_params, norm_params
-from gpudoctor.memory.spec import ModelSpec
 
 _TP_DEGREES = (1, 2, 4, 8)
 
@@ -136,17 +137,13 @@ def _fits(spec: ModelSpec, o: InferOptions, capacity: int) -> bool:
 
 def _sizing(spec: ModelSpec, o: InferOptions, gpu: str) -> dict:
     """The largest batch at this context, the longest context at this batch, and the GPUs needed."""
-    from gpudoctor.memory.fit import capacity_of
-
     _, capacity = capacity_of(gpu)
     out: dict = {}
     out["max_batch"] = _search(lambda b: _fits(spec, replace(o, batch=b), capacity), 1 << 20)
     max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)), capacity), 1 << 24)
     out["max_context"] = max_ctx if max_ctx > o.new else 0
     needed = None
-    for tp in _TP_DEGREES:
-        if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
-            continue
+    for tp in spec.tp_degrees(_TP_DEGREES):
         if _fits(spec, replace(o, tp=tp), capacity):
             needed = tp
             break

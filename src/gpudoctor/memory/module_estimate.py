@@ -20,7 +20,7 @@ from gpudoctor.memory.estimate import (
     MemoryEstimate,
 )
 from gpudoctor.memory.options import TrainOptions
-from gpudoctor.memory.training import _state_bytes_per_param
+from gpudoctor.memory.training import state_bytes_per_param
 
 
 def check_module_options(o: TrainOptions) -> None:
@@ -61,7 +61,7 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
     if o.optimizer == "adafactor":
         states = adafactor_elems * (4 if o.master_weights else pb)
     else:
-        states = run.n_params * _state_bytes_per_param(o)
+        states = run.n_params * state_bytes_per_param(o)
     states /= shard if stage >= 1 else 1
     master = run.n_params * 4 / (shard if stage >= 1 else 1) if o.master_weights else 0.0
     workspace = 2 * CUBLAS_WORKSPACE_BYTES

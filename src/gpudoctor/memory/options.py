@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpudoctor.core.layout import CHECKPOINTING
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
 
 PARAM_DTYPES = ("bf16", "fp16", "fp32")
 AUTOCAST = ("none", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
-CHECKPOINTING = ("none", "selective", "full")
 ATTENTION = ("sdpa", "flash", "eager")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8")

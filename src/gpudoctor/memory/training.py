@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from gpudoctor.core.params import ParamCounts, count_params, norm_params
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import (
     DTYPE_BYTES,
     Workload,
@@ -32,8 +34,6 @@ from gpudoctor.memory.estimate import (
     MemoryEstimate,
 )
 from gpudoctor.memory.options import TrainOptions
-from gpudoctor.memory.params import ParamCounts, count_params, norm_params
-from gpudoctor.memory.spec import ModelSpec
 
 # bitsandbytes 8-bit optimizers: one byte per state plus an fp32 absmax per 256-element block.
 ADAM8BIT_STATE_BYTES = 2 * (1 + 4 / 256)
@@ -82,7 +82,7 @@ def _stage_params(counts: ParamCounts, stage: _Stage) -> int:
     return total
 
 
-def _state_bytes_per_param(o: TrainOptions) -> float:
+def state_bytes_per_param(o: TrainOptions) -> float:
     state = 4 if o.master_weights else DTYPE_BYTES[o.params_dtype]
     return {"adamw": 2 * state, "adamw8bit": ADAM8BIT_STATE_BYTES, "sgd": 0.0,
             "sgd-momentum": float(state), "adafactor": 0.0}[o.optimizer]
@@ -124,7 +124,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     if o.optimizer == "adafactor":
         states = _adafactor_state_bytes(spec, o) * local / max(n_params, 1)
     else:
-        states = local * _state_bytes_per_param(o)
+        states = local * state_bytes_per_param(o)
     states /= shard if o.zero_stage >= 1 else 1
     master = (local * 4 / (shard if o.zero_stage >= 1 else 1)) if o.master_weights else 0.0
     gathered = 0.0

@@ -33,9 +33,9 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.kinds import ELEMENTWISE_KINDS
-from gpudoctor.memory.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ def microbatch_times(spec: ModelSpec, cal: Calibration, *, microbatch: int, seq:
 
 def _attention_core(spec: ModelSpec, cal: Calibration, layer: int, batch: int, seq: int, split: int,
                     assumed_rate: float, causal: bool) -> tuple[float, float]:
-    from gpudoctor.plan.flops import attention_core_flops
+    from gpudoctor.core.flops import attention_core_flops
 
     qk_d = spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
     v_d = spec.mla.v_head_dim if spec.mla is not None else spec.head_dim

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.plan.collectives import predict
 
 if TYPE_CHECKING:
-    from gpudoctor.plan.train import Layout
+    from gpudoctor.core.layout import Layout
 
 BYTES_BF16 = 2
 COMM_MODEL = "gpudoctor.plan.collectives"  # what prices the collectives (TrainPlanResult.comm_model)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
+from gpudoctor.core.params import active_params, count_params
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
 from gpudoctor.memory.estimate import CUDA_CONTEXT_BYTES
 from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
-from gpudoctor.memory.params import active_params, count_params
 from gpudoctor.plan.limits import gib, half_precision, plural
 
 # The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once): measured,
@@ -111,9 +111,7 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
                     "bound near it)"))
     plan = ServingPlan(spec.name, hw.name, qps, prompt, new, assumptions=assumptions)
     n_active = active_params(spec) if spec.moe else count_params(spec).total
-    for tp in tps:
-        if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
-            continue
+    for tp in spec.tp_degrees(tps):
         o = validate_infer(spec, InferOptions(batch=1, prompt=prompt, new=new, weights_dtype=weights_dtype,
                                               kv_dtype=kv_dtype, tp=tp))
         plan.options.append(_option(spec, o, hw, peak, n_active, qps, tp))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudoctor.core.spec import tp_degrees
 from gpudoctor.errors import InputError
 
 
@@ -55,8 +56,7 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
     if pins.tp is not None:
         tp = whole("tp", pins.tp)
         node = min(gpus_per_node, gpus)
-        valid = [t for t in range(1, node + 1) if heads % t == 0 and node % t == 0
-                 and (kv_heads % t == 0 or t % kv_heads == 0)]
+        valid = [t for t in tp_degrees(heads, kv_heads, range(1, node + 1)) if node % t == 0]
         if heads % tp:
             raise InputError(f"--tp {tp} does not divide the model's {heads} attention heads; use {_nearest(tp, valid)}")
         if kv_heads % tp and tp % kv_heads:

@@ -33,11 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.hardware.kinds import ADAMW_FOREACH_PASSES
+from gpudoctor.memory.activations import Workload, head_memory, layer_memory, tp_local
 
 if TYPE_CHECKING:
-    from gpudoctor.plan.train import Layout
+    from gpudoctor.core.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,8 @@ class Implementation:
     attention: str = "sdpa"  # the fused model's attention: "sdpa" (flash) or "eager" (scores materialized)
 
 
-# torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
-# capturable), element passes over its tensors, all in the parameters' dtype (bf16 here; AdamW keeps
-# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2; _foreach_lerp_(exp_avgs,
-# grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2; _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the
-# grad is read once per element); _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2;
-# _foreach_add_(eps) 2; _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
-ADAMW_FOREACH_PASSES = 20
+# torch.optim.AdamW foreach moves ADAMW_FOREACH_PASSES x 2 bytes per parameter (the count is in
+# hardware/kinds.py, beside the bench probe that times that step).
 # Fused mixed-precision Adam (Megatron / Apex): read bf16 grad, read+write fp32 master, two fp32
 # moments and the bf16 weight copy: ~36 bytes per parameter.
 FUSED_MIXED_ADAM_BYTES = 36
@@ -174,11 +171,9 @@ class Widths:
 
 
 def widths(spec: ModelSpec, tokens: float, tp: int = 1, sp: bool = False) -> Widths:
-    from gpudoctor.memory.activations import _local
-
     d = spec.head_dim
-    return Widths(x=tokens * spec.hidden / (tp if sp else 1), q=tokens * _local(spec.heads, tp) * d,
-                  kv=tokens * _local(spec.kv_heads, tp) * d, ff=tokens * spec.intermediate / tp,
+    return Widths(x=tokens * spec.hidden / (tp if sp else 1), q=tokens * tp_local(spec.heads, tp) * d,
+                  kv=tokens * tp_local(spec.kv_heads, tp) * d, ff=tokens * spec.intermediate / tp,
                   logits=tokens * spec.vocab / tp)
 
 
@@ -232,8 +227,6 @@ def hf_head_bytes(spec: ModelSpec, w: Widths) -> float:
 def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl: Implementation) -> dict[str, float]:
     """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage, by
     kind (``"hbm"``: the fused model, priced at the HBM bandwidth)."""
-    from gpudoctor.memory.activations import Workload, head_memory, layer_memory
-
     n = min(layers, spec.layers)
     if impl.elementwise == "fused":
         w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention=impl.attention, tp=lay.tp,

@@ -9,7 +9,7 @@ explanation in words is plan/train_prose.py.
 The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every answer):
 
 - FLOPs are counted exactly for the spec's matmuls (projections with GQA/MLA, MLP or top-k MoE
-  experts plus router, LM head) and attention scores/context (plan/flops.py). Backward = 2 x
+  experts plus router, LM head) and attention scores/context (core/flops.py). Backward = 2 x
   forward; full activation checkpointing adds one forward of the decoder layers, selective
   checkpointing one forward of the attention cores (Korthikanti et al. 2022).
 - Compute time = FLOPs / (GPUs x datasheet bf16 peak x ``gemm_efficiency``), the efficiency an
@@ -26,8 +26,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
-from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.core.flops import step_flops
+from gpudoctor.core.layout import Layout, bubble_fraction
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.plan.calibration import (
     EAGER_KERNELS_PER_LAYER,
     Calibration,
@@ -43,14 +44,6 @@ from gpudoctor.plan.comm import (  # noqa: F401 - make_net re-exported: a benchm
     make_net,
     pp_comm,
     tp_comm,
-)
-from gpudoctor.plan.flops import (  # noqa: F401 - re-exported: the planner's public pieces
-    StepFlops,
-    attended_pairs,
-    attention_core_flops,
-    attention_flops,
-    mlp_flops,
-    step_flops,
 )
 from gpudoctor.plan.traffic import (
     dp_copy_bytes,
@@ -77,8 +70,6 @@ SMALL_M_TOKENS = 1024
 # seed's rule decides: the simplest layout (fewest parallel axes, lowest ZeRO stage) comes first.
 TIE_TOLERANCE = 0.02
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1")
-CHECKPOINTING = ("none", "selective", "full")
 
 ASSUMPTIONS = (
     "bf16 weights and gradients with fp32 master weights and Adam moments (16 bytes/parameter)",
@@ -145,66 +136,6 @@ MEMORY_MEASURED = ("memory-bound work (norms, activations, RoPE, residual adds, 
                    "and a fused mixed-precision Adam")
 
 
-# ---------------------------------------------------------------------------------------------
-# Pipeline bubble
-
-
-def bubble_fraction(pp: int, microbatches: int, schedule: str = "1f1b", virtual_stages: int = 2) -> float:
-    """Idle time over ideal compute time (Narayanan et al. 2021, sec. 2.2): 1F1B (p-1)/m;
-    interleaved (p-1)/(v m); ZB-H1 (Qi et al. 2023) about a third of 1F1B, (p-1)/(3m)."""
-    if schedule not in SCHEDULES:
-        raise InputError(f"schedule {schedule!r} is not one of: {', '.join(SCHEDULES)}")
-    if pp <= 1:
-        return 0.0
-    p, m = pp, microbatches
-    if schedule == "interleaved":
-        return (p - 1) / (virtual_stages * m)
-    if schedule == "zb-h1":
-        return (p - 1) / (3 * m)
-    return (p - 1) / m
-
-
-# ---------------------------------------------------------------------------------------------
-# One layout
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One way to split the step over the GPUs."""
-
-    dp: int
-    tp: int
-    pp: int
-    cp: int = 1
-    zero: int = 0  # 0 DDP, 1, 2, 3 (= FSDP)
-    microbatch: int = 1  # sequences per micro-batch per DP rank
-    checkpointing: str = "none"  # one of CHECKPOINTING
-    schedule: str = "1f1b"  # one of SCHEDULES
-    virtual_stages: int = 2  # interleaved only
-    sp: bool = True  # sequence parallelism on the TP group (Korthikanti et al. 2022); no effect at tp = 1
-
-    def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "cp", "microbatch", "virtual_stages"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise InputError(f"Layout.{name} must be a whole number >= 1, got {v!r}")
-        if self.zero not in (0, 1, 2, 3):
-            raise InputError(f"Layout.zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.checkpointing not in CHECKPOINTING:
-            raise InputError(f"checkpointing {self.checkpointing!r} is not one of: {', '.join(CHECKPOINTING)}")
-        if self.schedule not in SCHEDULES:
-            raise InputError(f"schedule {self.schedule!r} is not one of: {', '.join(SCHEDULES)}")
-
-    @property
-    def gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    @property
-    def sequence_parallel(self) -> bool:
-        """Whether activations outside the TP regions are split over the TP ranks."""
-        return self.sp and self.tp > 1
-
-
 def gemm_efficiency(spec: ModelSpec, tp: int, tokens_per_microbatch: int) -> float:
     """Assumed fraction of peak for the step's GEMMs: each of a decoder layer's per-GPU GEMMs at the
     ``GEMM_EFFICIENCY`` of its narrower side, weighted by its FLOPs (the time-weighted mean)."""
@@ -228,7 +159,7 @@ def _param_split(spec: ModelSpec) -> tuple[float, float]:
 @lru_cache(maxsize=64)
 def param_counts(spec: ModelSpec):
     """``gpudoctor memory``'s parameter counts of the spec (cached: the search prices many layouts of one model)."""
-    from gpudoctor.memory.params import count_params
+    from gpudoctor.core.params import count_params
 
     return count_params(spec)
 

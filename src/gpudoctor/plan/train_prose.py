@@ -4,8 +4,9 @@ model and plan/train_search.py's search."""
 
 from __future__ import annotations
 
+from gpudoctor.core.layout import Layout
 from gpudoctor.plan.limits import gib
-from gpudoctor.plan.train import TIE_TOLERANCE, Layout, Plan
+from gpudoctor.plan.train import TIE_TOLERANCE, Plan
 
 
 def describe(lay: Layout) -> str:

@@ -13,8 +13,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from gpudoctor.core.layout import CHECKPOINTING, Layout, bubble_fraction
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec
 from gpudoctor.plan.calibration import Calibration, load_calibration
 from gpudoctor.plan.collectives import DEFAULT_FABRIC
 from gpudoctor.plan.comm import COMM_MODEL, Net, make_net
@@ -24,13 +25,10 @@ from gpudoctor.plan.traffic import implementation
 from gpudoctor.plan.train import (
     ASSUMPTIONS,
     BYTES_BF16,
-    CHECKPOINTING,
     COMPUTE_ASSUMED,
     TIE_TOLERANCE,
-    Layout,
     Plan,
     TrainPlanResult,
-    bubble_fraction,
     calibrated_assumptions,
     param_counts,
     predict_step,
@@ -63,8 +61,7 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
             pinned_cp: int | None = None) -> list[tuple[int, int, int, int]]:
     """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
     heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
-    tps = [t for t in _divisors(spec.heads) if min(gpus_per_node, gpus) % t == 0
-           and (spec.kv_heads % t == 0 or t % spec.kv_heads == 0)]
+    tps = [t for t in spec.tp_degrees(_divisors(spec.heads)) if min(gpus_per_node, gpus) % t == 0]
     cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
     out = []
     for tp in tps:

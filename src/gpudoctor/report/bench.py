@@ -1,12 +1,17 @@
-"""Terminal table of a bench run: each ceiling measured vs datasheet, then the health."""
+"""A bench run for people: the terminal table (each ceiling measured vs datasheet, then the health)
+and the HTML page with the measured roofline."""
 
 from __future__ import annotations
+
+import html
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.bench import BenchResult, _fmt
+from gpudoctor.bench import BenchResult
+from gpudoctor.hardware.probe import Measurement
+from gpudoctor.report.svg import roofline_svg
 
 
 def render_bench(result: BenchResult, console: Console) -> None:
@@ -31,3 +36,36 @@ def render_bench(result: BenchResult, console: Console) -> None:
     if result.profile_path:
         console.print(Text(f"machine profile saved: {result.profile_path} (analyze and run use it for this GPU)",
                            style="dim"))
+
+
+def render_bench_html(result: BenchResult) -> str:
+    measured = result.ceilings.to_dict()
+    svg, _ = roofline_svg(measured, [], reference=result.datasheet.to_dict() if result.datasheet else None)
+    rows = "".join(
+        f"<tr><td>{html.escape(m.probe)}</td><td class=num>{html.escape(_fmt(m))}</td>"
+        f"<td class=num>{_pct(result.vs_datasheet(m))}</td></tr>"
+        for m in result.measurements
+    )
+    health = "".join(f"<li>{html.escape(f.title)}: {html.escape(f.summary)}</li>" for f in result.findings) or "<li>healthy</li>"
+    return (
+        "<!DOCTYPE html><html><head><meta charset=utf-8><title>gpudoctor bench</title><link rel=icon href=\"data:,\">"
+        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}td,th{padding:2px 10px}"
+        ".num{text-align:right}</style></head><body>"
+        f"<h1>gpudoctor bench: {html.escape(result.gpu)}</h1><p>{html.escape(result.uuid)} · "
+        f"{html.escape(result.measured_utc)}</p><h2>Measured roofline</h2>{svg}"
+        "<p>Solid: measured; dashed: datasheet.</p>"
+        f"<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of datasheet</th></tr>{rows}</table>"
+        f"<h2>Health</h2><ul>{health}</ul></body></html>"
+    )
+
+
+def _pct(ratio: float | None) -> str:
+    return "" if ratio is None else f"{100 * ratio:.0f} %"
+
+
+def _fmt(m: Measurement) -> str:
+    if m.unit == "FLOP/s":
+        return f"{m.value / 1e12:.1f} TFLOP/s"
+    if m.unit == "B/s":
+        return f"{m.value / 1e9:.1f} GB/s"
+    return f"{m.value * 1e6:.2f} us"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpudoctor import __version__
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_breakdown import HostBreakdown
 from gpudoctor.analysis.memory import MemoryResult
 from gpudoctor.analysis.roofline import Placement
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.finding import Finding
+from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 

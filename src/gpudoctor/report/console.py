@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -10,7 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.report.model import Report
+if TYPE_CHECKING:  # the Report calls these renderers (__str__), so they import it for types only
+    from gpudoctor.report.model import Report
 
 SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
 _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.rules.finding import Finding
+from gpudoctor.core.finding import Finding
 
 SCHEMA_VERSION = "1.0"
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.rules.finding import Finding
-from gpudoctor.trace.capabilities import NEEDS
+from gpudoctor.core.finding import Finding
+from gpudoctor.trace.model import NEEDS
 
 # How rules/calibrate.py re-prices a finding for the step run without the profiler:
 #   "idle":           its idle part shrinks like the idle of its ``idle_cause`` (the default);

@@ -22,7 +22,7 @@ import dataclasses
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import IdleResult
 from gpudoctor.analysis.observer import host_step_ms, step_boundary_ms
-from gpudoctor.rules.finding import (
+from gpudoctor.core.finding import (
     KERNELS_REMOVED,
     MAX_SAVING_SHARE,
     STEP_AFTER_FIX,

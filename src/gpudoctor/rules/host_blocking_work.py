@@ -17,9 +17,9 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, blocking_work_regions, launch_threads
 from gpudoctor.analysis.intervals import overlap_per_window
+from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import frame_line
-from gpudoctor.rules.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 

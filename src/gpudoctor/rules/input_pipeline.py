@@ -15,9 +15,9 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import union
+from gpudoctor.core.finding import ALL_IDLE, STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
-from gpudoctor.rules.finding import ALL_IDLE, STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 
 ID = "input-pipeline"
 WORKERS = 8  # what the first fix prescribes

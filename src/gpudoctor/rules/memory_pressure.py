@@ -19,17 +19,17 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.memory import MemoryResult
-from gpudoctor.kernels.prescribe import kernel_fix
-from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
-from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import sources_of_host
-from gpudoctor.rules.finding import (
+from gpudoctor.core.finding import (
     ALL_IDLE,
     Evidence,
     Finding,
     Fix,
     make_finding,
 )
+from gpudoctor.kernels.prescribe import kernel_fix
+from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import sources_of_host
 from gpudoctor.rules.shared import PRESSURE_FRACTION
 
 ID = "memory-pressure"

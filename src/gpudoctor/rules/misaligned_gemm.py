@@ -12,6 +12,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES, roof_for
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -19,7 +20,6 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import Kind
 
 ID = "misaligned-gemm"

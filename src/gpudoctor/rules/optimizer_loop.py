@@ -18,9 +18,9 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import kernel_names_of_events
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 

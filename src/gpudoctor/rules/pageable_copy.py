@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import op_names_of_events, sources_of_events
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
 
 ID = "pageable-copy"

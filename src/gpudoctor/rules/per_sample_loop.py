@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -34,7 +35,6 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups
 from gpudoctor.trace.model import HostCat
 

@@ -9,9 +9,9 @@ import pkgutil
 
 import gpudoctor.rules as _package
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.finding import Finding
 from gpudoctor.trace.model import Trace
 
 

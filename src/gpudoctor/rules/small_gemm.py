@@ -18,6 +18,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES, roof_for
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -26,7 +27,6 @@ from gpudoctor.rules.common import (
     queue_gaps_before,
     sources_of_events,
 )
-from gpudoctor.rules.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import loop_groups
 from gpudoctor.trace.kernels import Kind
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
@@ -19,7 +20,6 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS, Kind
 

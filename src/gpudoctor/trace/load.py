@@ -35,12 +35,14 @@ from gpudoctor.trace.model import (
 )
 from gpudoctor.trace.nesting import nearest_ancestor, nest
 from gpudoctor.trace.schema import (
+    MAX_TIME_US,
     DeviceArgs,
     DeviceProperties,
     LaunchArgs,
     MemoryArgs,
     TraceEvent,
     TraceFile,
+    decode_args,
 )
 
 _HOST_CATS = {
@@ -59,12 +61,9 @@ _DEVICE_CATS = {
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
-# Times are microseconds: since the epoch (Kineto's absolute clock, ~1.7e15 today) or since the
-# trace began. They become int64 nanoseconds; an event whose start or duration lies beyond
-# +-4e15 us (the year 2096) cannot be one a profiler wrote, and ts + dur in ns would overflow
-# int64: such an event is dropped (counted in Trace.bad_times), and a trace with no other timed
-# event is refused. So is a trace whose events span more than a day: its clocks disagree.
-MAX_TIME_US = 4e15
+# Times beyond +-MAX_TIME_US (trace/schema.py) are dropped (counted in Trace.bad_times), and a
+# trace with no other timed event is refused. So is a trace whose events span more than a day:
+# its clocks disagree.
 MAX_SPAN_NS = 24 * 3600 * 10**9
 _I64_MAX = 2**63 - 1
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -335,24 +334,6 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
         bad_args=bad_args[0],
         unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable_gpu_fields),
     )
-
-
-def decode_args(raws: list[Any], kind: type) -> list[Any]:
-    """Decode many raw ``args`` objects with one decoder call; unreadable ones become None."""
-    if not raws:
-        return []
-    joined = b"[" + b",".join(bytes(r) if r else b"null" for r in raws) + b"]"
-    try:
-        return msgspec.json.decode(joined, type=list[kind | None])  # type: ignore[valid-type]
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(kind, strict=False)
-        out: list[Any] = []
-        for r in raws:
-            try:
-                out.append(decoder.decode(bytes(r)) if r else None)
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                out.append(None)
-        return out
 
 
 def _host_table(

@@ -12,15 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from gpudoctor.trace.schema import OpArgs
-
-if TYPE_CHECKING:
-    from gpudoctor.trace.capabilities import Capabilities
+from gpudoctor.trace.schema import OpArgs, decode_args
 
 
 class HostCat(IntEnum):
@@ -154,8 +151,6 @@ class Trace:
 
     def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
         """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
-        from gpudoctor.trace.load import decode_args
-
         wanted = [int(i) for i in indices if int(i) not in self._op_args]
         if wanted:
             decoded = decode_args([self.host.raw_args[i] for i in wanted], OpArgs)
@@ -204,6 +199,112 @@ class Trace:
     @cached_property
     def capabilities(self) -> Capabilities:
         """What the trace records, and so which analyses and rules it can support."""
-        from gpudoctor.trace.capabilities import capabilities
-
         return capabilities(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a trace records (``Trace.capabilities``), computed once per trace
+#
+# Every analysis assumes some of these facts (trace/capabilities.py says what a trace lacks):
+#
+#     launch_links   GPU events tied to the host calls that launched them: cuda_runtime /
+#                    cuda_driver events whose correlation ids the kernels carry, on a host timeline
+#                    with durations. The idle causes, the alignment of steps to the GPU timeline and
+#                    every kernel -> op attribution (shapes, FLOPs, source lines) stand on them.
+#     cpu_ops        operator (cpu_op) events: op names, input shapes, FLOPs.
+#     memory_events  GPU ``[memory]`` events (profile_memory=True).
+#
+# A profiler window starts with work queued before it: GPU events with no launch record that run
+# before the first launched one. Those are expected; GPU events without a launch record after it
+# mean launch events are missing from the file.
+
+NEEDS = ("launch_links", "cpu_ops", "memory_events")
+# below this share of the window's GPU events with a launch record, the links are too few to stand on
+MIN_LINKED_SHARE = 0.5
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Counts of what the trace holds; the properties say what it can support."""
+
+    gpu_events: int
+    gpu_time_ns: int  # summed durations of the GPU events
+    host_events: int
+    host_time_ns: int  # summed durations of the host events
+    runtime_calls: int  # cuda_runtime and cuda_driver events
+    linked: int  # GPU events whose launch call is in the trace
+    unlinked_in_window: int  # GPU events with no launch record that start after the first linked one
+    cpu_ops: int
+    memory_events: int
+
+    @property
+    def linked_share(self) -> float:
+        """Share of the GPU events recorded in the window (after the work queued before it) that
+        have their launch call in the trace."""
+        window = self.linked + self.unlinked_in_window
+        return self.linked / window if window else 0.0
+
+    @property
+    def launch_links(self) -> bool:
+        return self.linked > 0 and self.linked_share >= MIN_LINKED_SHARE and self.host_time_ns > 0
+
+    def has(self, need: str) -> bool:
+        if need == "launch_links":
+            return self.launch_links
+        if need == "cpu_ops":
+            return self.cpu_ops > 0
+        if need == "memory_events":
+            return self.memory_events > 0
+        raise ValueError(f"unknown need {need!r}; known: {', '.join(NEEDS)}")
+
+    def lacks(self, needs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(n for n in needs if not self.has(n))
+
+    def reason(self, need: str) -> str:
+        """Why the trace lacks ``need``, in words."""
+        if need == "launch_links":
+            if self.runtime_calls == 0:
+                return "it has no cuda_runtime / cuda_driver events, so no GPU event can be tied to its launch"
+            if self.linked == 0:
+                return "no GPU event carries the correlation id of a cuda_runtime / cuda_driver launch in it"
+            if self.linked_share < MIN_LINKED_SHARE:
+                return (f"{100 * (1 - self.linked_share):.0f}% of the GPU events recorded in the window have no "
+                        "launch record (cuda_runtime / cuda_driver event)")
+            return "its host events all last zero time"
+        if need == "cpu_ops":
+            return "it has no cpu_op events"
+        if need == "memory_events":
+            return "it has no GPU [memory] events (record with profile_memory=True)"
+        raise ValueError(f"unknown need {need!r}; known: {', '.join(NEEDS)}")
+
+
+def capabilities(trace: Trace) -> Capabilities:
+    host, dev = trace.host, trace.device
+    is_runtime = (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
+    linked = dev.launch >= 0
+    return Capabilities(
+        gpu_events=len(dev),
+        gpu_time_ns=int(np.sum(dev.dur, dtype=np.float64)),  # float: no int64 wrap-around
+        host_events=len(host),
+        host_time_ns=int(np.sum(host.dur, dtype=np.float64)),
+        runtime_calls=int(is_runtime.sum()),
+        linked=int(linked.sum()),
+        unlinked_in_window=int((~linked & ~queued_before_window(trace)).sum()),
+        cpu_ops=int((host.cat == HostCat.OP).sum()),
+        memory_events=len(trace.memory),
+    )
+
+
+def queued_before_window(trace: Trace) -> np.ndarray:
+    """GPU events with no launch record that start before the first launched event of their stream
+    (of any stream, for a stream with none): work queued before the profiler window opened. With
+    no launched event at all, none is. In every recorded fixture all unlinked GPU events are these."""
+    dev = trace.device
+    linked = dev.launch >= 0
+    if not linked.any():
+        return np.zeros(len(dev), bool)
+    streams, which = np.unique(dev.device.astype(np.int64) * (1 << 40) + dev.stream, return_inverse=True)
+    first = np.full(len(streams), int(dev.ts[linked].min()), np.int64)
+    first_linked = np.full(len(streams), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_linked, which[linked], dev.ts[linked])
+    first = np.where(first_linked < np.iinfo(np.int64).max, first_linked, first)
+    return ~linked & (dev.ts < first[which])

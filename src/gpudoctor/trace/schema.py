@@ -11,7 +11,7 @@ and torch/autograd/profiler_util.py; they have been stable from PyTorch 2.4 to 2
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -25,6 +25,10 @@ I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]  # a GPU index, a 
 # such sizes over a window stay far inside int64.
 MAX_BYTES = 2**50
 Bytes = Annotated[int, msgspec.Meta(ge=-MAX_BYTES, le=MAX_BYTES)]
+# Times are microseconds: since the epoch (Kineto's absolute clock, ~1.7e15 today) or since the
+# trace began. They become int64 nanoseconds; an event whose start or duration lies beyond
+# +-4e15 us (the year 2096) cannot be one a profiler wrote, and ts + dur in ns would overflow int64.
+MAX_TIME_US = 4e15
 
 
 class DeviceArgs(msgspec.Struct, gc=False):
@@ -100,3 +104,21 @@ class TraceFile(msgspec.Struct):
     schemaVersion: int | None = None
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+def decode_args(raws: list[Any], kind: type) -> list[Any]:
+    """Decode many raw ``args`` objects with one decoder call; unreadable ones become None."""
+    if not raws:
+        return []
+    joined = b"[" + b",".join(bytes(r) if r else b"null" for r in raws) + b"]"
+    try:
+        return msgspec.json.decode(joined, type=list[kind | None])  # type: ignore[valid-type]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(kind, strict=False)
+        out: list[Any] = []
+        for r in raws:
+            try:
+                out.append(decoder.decode(bytes(r)) if r else None)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                out.append(None)
+        return out

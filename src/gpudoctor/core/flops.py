@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.memory.spec import ModelSpec
+from gpudoctor.core.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from gpudoctor.core.spec import ModelSpec, from_hf_config
 from gpudoctor.errors import InputError
-from gpudoctor.memory.spec import ModelSpec, from_hf_config
 
 
 def _llama3(hidden: int, inter: int, layers: int, heads: int, tied: bool, factor: float,

@@ -1,4 +1,4 @@
-"""The shape of a model, as far as memory is concerned: ``ModelSpec``.
+"""The shape of a model, as far as memory and the planner are concerned: ``ModelSpec``.
 
 A spec comes from a Hugging Face ``config.json`` (``from_hf_config``), from the table of presets
 (``presets.PRESETS``) or from a live ``nn.Module`` (``module_spec``). It records what the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -99,6 +99,17 @@ class ModelSpec:
     fused_gate_up: bool = False  # Phi-3: one gate_up_proj makes gate and up in one matmul
     full_attention_layers: tuple[int, ...] = ()  # layers that ignore sliding_window (Gemma 2,
     #                                              Qwen2 past max_window_layers); empty: none
+
+    def tp_degrees(self, candidates: Iterable[int]) -> list[int]:
+        """The degrees among ``candidates`` that tensor parallelism can split this model over (``tp_degrees``)."""
+        return tp_degrees(self.heads, self.kv_heads, candidates)
+
+
+def tp_degrees(heads: int, kv_heads: int, candidates: Iterable[int]) -> list[int]:
+    """The tensor-parallel degrees among ``candidates``, in their order, that split the attention evenly:
+    each divides the ``heads``, and the ``kv_heads`` divide among the ranks or are copied whole onto
+    groups of them (GQA: the degree a multiple of kv_heads)."""
+    return [t for t in candidates if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]
 
 
 # ---------------------------------------------------------------------------------------------
