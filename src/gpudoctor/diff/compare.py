@@ -79,6 +79,8 @@ class Diff:
     kernels: tuple[KernelChange, ...]  # every group, matched or not
     findings: tuple[FindingChange, ...]
     warnings: tuple[str, ...] = ()
+    segments_before: tuple[tuple[str, float], ...] = ()  # the step breakdown picture: (label, ms per step)
+    segments_after: tuple[tuple[str, float], ...] = ()
     schema_version: str = DIFF_SCHEMA_VERSION
 
     @property
@@ -120,6 +122,21 @@ def _rows(before: dict[str, Any], after: dict[str, Any]) -> tuple[Row, ...]:
     return tuple(sorted(rows, key=lambda r: -max(r.before_ms, r.after_ms)))
 
 
+def segments(r: Report) -> tuple[tuple[str, float], ...]:
+    """(label, ms per profiled step) that add up to the step: GPU kinds scaled to the busy time
+    (kinds can overlap on several streams), then idle causes scaled to the idle time."""
+    busy, idle = float(r.breakdown.get("busy_ms") or 0.0), float(r.breakdown.get("idle_ms") or 0.0)
+    kinds = {str(k): float(v) for k, v in (r.breakdown.get("by_kind") or {}).items() if v > 0}
+    causes = {str(k): float(v) for k, v in r.idle.items() if v > 0}
+    out: list[tuple[str, float]] = []
+    total = sum(kinds.values())
+    out += [(k, v * busy / total) for k, v in kinds.items()] if total > 0 else ([("busy", busy)] if busy else [])
+    total = sum(causes.values())
+    out += ([(f"idle: {k}", v * idle / total) for k, v in causes.items()] if total > 0
+            else [("idle", idle)] if idle else [])
+    return tuple(out)
+
+
 def categories(before: Report, after: Report) -> tuple[Row, ...]:
     """GPU busy time by kind, then the busy and idle totals and the profiled step (ms per step)."""
     rows = list(_rows(before.breakdown.get("by_kind") or {}, after.breakdown.get("by_kind") or {}))
@@ -130,18 +147,26 @@ def categories(before: Report, after: Report) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+RESOLVED_FRACTION = 0.1  # a finding AFTER still reports at <= 10% of BEFORE's saving counts as resolved
+
+
 def finding_changes(before: Report, after: Report, step: StepChange) -> tuple[FindingChange, ...]:
-    """Resolved, new and persisting findings; resolved ones carry predicted vs measured."""
+    """Resolved, new and persisting findings; resolved ones carry predicted vs measured.
+
+    Resolved: the id is gone from AFTER, or AFTER still reports it with at most 10% of BEFORE's
+    saving (a residual: the lab's fixed launch-bound twin still shows 0.09 of 10.0 ms)."""
     out = []
     measured = step.before_ms - step.after_ms
+    speedup = step.speedup if math.isfinite(step.speedup) else None
     for f in before.findings:
         g = after.finding(f.id)
-        if g is None:
+        left = None if g is None else g.saving_ms
+        if g is None or (f.saving_ms > 0 and g.saving_ms <= RESOLVED_FRACTION * f.saving_ms):
             ratio = measured / f.saving_ms if f.saving_ms > 0 else None
-            out.append(FindingChange(f.id, f.title, "resolved", f.saving_ms, None, f.predicted_speedup, measured,
-                                     step.speedup if math.isfinite(step.speedup) else None, ratio))
+            out.append(FindingChange(f.id, f.title, "resolved", f.saving_ms, left, f.predicted_speedup, measured,
+                                     speedup, ratio))
         else:
-            out.append(FindingChange(f.id, f.title, "persisting", f.saving_ms, g.saving_ms, f.predicted_speedup))
+            out.append(FindingChange(f.id, f.title, "persisting", f.saving_ms, left, f.predicted_speedup))
     out += [FindingChange(g.id, g.title, "new", None, g.saving_ms, None) for g in after.findings
             if before.finding(g.id) is None]
     return tuple(out)
@@ -199,6 +224,8 @@ def compare(before: Any, after: Any, floor_pct: float = DEFAULT_FLOOR_PCT) -> Di
         kernels=tuple(match(list(before.groups), list(after.groups))),
         findings=finding_changes(before.report, after.report, step),
         warnings=tuple(warnings),
+        segments_before=segments(before.report),
+        segments_after=segments(after.report),
     )
 
 

@@ -65,5 +65,7 @@ def diff_to_dict(d: Diff) -> dict[str, Any]:
             "disappeared_top": [_kernel(k) for k in d.disappeared(MAX_KERNELS)],
         },
         "findings": {s: [_finding(f) for f in d.by_status(s)] for s in ("resolved", "new", "persisting")},
+        "segments": {"before": [[label, _r(ms)] for label, ms in d.segments_before],
+                     "after": [[label, _r(ms)] for label, ms in d.segments_after]},
         "warnings": list(d.warnings),
     }
