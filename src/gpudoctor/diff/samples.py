@@ -11,8 +11,8 @@ ms/iter is: a median would miss a DataLoader's bursts). Its 95% interval:
   pause, a late batch) that the t interval understates; the wider of the two intervals is kept.
 
 Before either, each side loses its **outliers**: samples further than 3.5 robust standard
-deviations (1.4826 x MAD) from their median (Iglewicz & Hoaglin's modified z-score), the most
-extreme first and at most one sample in ten. That drops a warm-up step (the lab's fixed
+deviations (1.4826 x MAD) from their median (Iglewicz & Hoaglin's modified z-score), when they
+are at most one sample in ten (more: none is dropped, they are the workload's rhythm). That drops a warm-up step (the lab's fixed
 input-pipeline twin: 52 and 50 ms before DataLoader workers were up, then 15-17 ms) and keeps a
 rhythm (a slow step every fourth: 25% of the samples, never dropped).
 
@@ -79,8 +79,9 @@ def split_outliers(values: Sequence[float]) -> tuple[tuple[float, ...], tuple[fl
     if mad <= 0:
         return tuple(values), ()
     scale = 1.4826 * mad
-    scored = sorted(((abs(v - median) / scale, i) for i, v in enumerate(values)), reverse=True)
-    drop = {i for z, i in scored[:budget] if z > OUTLIER_Z}
+    drop = {i for i, v in enumerate(values) if abs(v - median) / scale > OUTLIER_Z}
+    if len(drop) > budget:  # more than one in ten: a rhythm of the workload, not an accident
+        return tuple(values), ()
     return (tuple(v for i, v in enumerate(values) if i not in drop),
             tuple(v for i, v in enumerate(values) if i in drop))
 
