@@ -52,6 +52,9 @@ def test_runs_like_python_and_stops_after_the_window(tmp_path: Path) -> None:
     assert env["capture"]["step_source"] == "optimizer-step" and env["capture"]["window_opened_at_step"] == 3
     assert len(env["capture"]["unprofiled_after_window_ms"]) == 5
     assert env["capture"]["unprofiled_step_ms"] > 0
+    # what ran, for gpudoctor history and diff --last (tmp_path is no git repository: no commit)
+    assert env["program"] == {"target": str((tmp_path / "train.py").resolve()), "args": ["50", "--lr", "3"],
+                              "is_module": False, "git_commit": None, "git_dirty": None}
     assert (run_dir / "trace.json.gz").stat().st_size > 0
     # no GPU here: a report all the same, which says so
     assert (run_dir / "report.json").is_file() and (run_dir / "report.html").is_file()

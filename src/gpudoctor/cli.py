@@ -494,6 +494,97 @@ def memory_cmd(
     render(est, Console(width=width) if width else Console())
 
 
+@app.command("diff")
+def diff_cmd(
+    before: Path | None = typer.Argument(None, help="BEFORE: a trace, a run directory, or a directory of rank traces."),
+    after: Path | None = typer.Argument(None, help="AFTER: the same kinds as BEFORE."),
+    last: bool = typer.Option(False, "--last", help="Compare the two most recent runs of the program run last."),
+    runs: Path = typer.Option(Path("gpudoctor-runs"), "--runs", help="Where --last looks for run directories."),
+    json_out: bool = typer.Option(False, "--json", help="Print the diff as JSON (schema: docs/diff.md)."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML page here."),
+    fail_if_slower: str | None = typer.Option(
+        None, "--fail-if-slower", help="CI gate: exit with code 4 when AFTER is slower by more than PCT (5% or 5) "
+                                       "beyond noise (the 95% interval's lower end is above PCT)."),
+    floor: float = typer.Option(1.0, "--noise-floor", help="Run-to-run floor in percent: smaller changes are noise."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+) -> None:
+    """Compare two runs: the step-time change with its confidence interval and a verdict (faster,
+    slower, no difference beyond noise), the change per category, idle cause and kernel, and the
+    findings resolved (predicted vs measured saving), new and persisting.
+    Exit code 4 when --fail-if-slower fails, 2 on bad input."""
+    from gpudoctor.diff import diff_paths
+    from gpudoctor.diff.gate import SLOWER_EXIT_CODE, explain, failed, parse_percent
+    from gpudoctor.report.safe import SafeConsole
+
+    threshold = parse_percent(fail_if_slower) if fail_if_slower is not None else None
+    if not 0 <= floor < 100:
+        raise InputError(f"--noise-floor {floor:g}: give a percentage from 0 to 100 (default 1)")
+    before, after = _diff_inputs(before, after, last, runs)
+    inputs = [before, after, *_inputs_of(before), *_inputs_of(after)]
+    if html is not None:
+        from gpudoctor.outputs import check_output_file
+
+        check_output_file(html, "--html", inputs, example="diff.html")
+    result = diff_paths(before, after, floor)
+    if html is not None:
+        from gpudoctor.diff.html import render_diff_html
+        from gpudoctor.outputs import write_text_atomic
+
+        write_text_atomic(html, render_diff_html(result), "--html", inputs)
+    if json_out:
+        from gpudoctor.diff.serialize import diff_to_dict
+
+        data = diff_to_dict(result)
+        if threshold is not None:
+            data["gate"] = {"fail_if_slower_pct": threshold, "failed": failed(result, threshold),
+                            "exit_code": SLOWER_EXIT_CODE if failed(result, threshold) else 0}
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    else:
+        from gpudoctor.diff.console import render_diff
+
+        render_diff(result, SafeConsole(width=width) if width else SafeConsole())
+        if html is not None:
+            SafeConsole(stderr=True).print(f"HTML diff written to {html}", markup=False, highlight=False)
+    if threshold is not None:
+        sys.stderr.write(visible_controls(explain(result, threshold)) + "\n")
+        if failed(result, threshold):
+            raise typer.Exit(SLOWER_EXIT_CODE)
+
+
+def _diff_inputs(before: Path | None, after: Path | None, last: bool, runs: Path) -> tuple[Path, Path]:
+    """BEFORE and AFTER as given, or the last two runs of one program (--last)."""
+    if last:
+        if before is not None or after is not None:
+            raise InputError("--last picks BEFORE and AFTER itself: give either --last or two paths, not both")
+        from gpudoctor.diff.history import last_pair
+
+        older, newer = last_pair(runs)
+        sys.stderr.write(visible_controls(f"gpudoctor diff --last: {older.path} -> {newer.path}") + "\n")
+        return Path(older.path), Path(newer.path)
+    if before is None or after is None:
+        raise InputError("give BEFORE and AFTER (traces or run directories): gpudoctor diff runs/a runs/b; "
+                         "or --last for the two most recent runs of one program")
+    return before, after
+
+
+@app.command("history")
+def history_cmd(
+    folder: Path = typer.Argument(Path("gpudoctor-runs"), help="The folder gpudoctor run wrote to (its --out)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+) -> None:
+    """The runs under a folder, newest first: program, arguments, git commit, GPU, step time, top finding."""
+    from gpudoctor.diff.history import list_runs
+    from gpudoctor.diff.history_table import render_history
+    from gpudoctor.report.safe import SafeConsole
+
+    entries = list_runs(folder)
+    if json_out:
+        sys.stdout.write(json.dumps([e.to_dict() for e in entries], indent=2) + "\n")
+        return
+    render_history(entries, folder, SafeConsole(width=width) if width else SafeConsole())
+
+
 @app.command("rules")
 def list_rules() -> None:
     """List the finding ids the doctor knows."""

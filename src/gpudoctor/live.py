@@ -16,6 +16,7 @@ from gpudoctor.capture.bundle import (
     environment,
     global_rank,
     new_run_dir,
+    program_facts,
     rank_suffix,
     unprofiled_step,
     write_json,
@@ -30,9 +31,10 @@ DEFAULT_BASE = Path("gpudoctor-runs")
 
 
 def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path,
-                     rank: int | None = None) -> tuple[Report | None, str]:
+                     rank: int | None = None, program: dict[str, Any] | None = None) -> tuple[Report | None, str]:
     """Analyze what a session captured and write env.json, report.json, report.html (each name
-    carries the global rank in a distributed job: ``report.rank3.json``).
+    carries the global rank in a distributed job: ``report.rank3.json``); ``program`` (what ran,
+    its git commit: bundle.program_facts) goes into env.json.
 
     Returns the report (None when there is nothing to diagnose) and a note for the user.
     """
@@ -42,6 +44,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     from gpudoctor.trace import load
 
     env = environment()
+    if program:
+        env["program"] = program
     report: Report | None = None
     note = ""
     suffix = rank_suffix(rank)
@@ -89,11 +93,12 @@ def run_and_diagnose(
 ) -> tuple[Outcome, Path, Report | None, str]:
     rank = global_rank()
     run_dir = new_run_dir(base, target.name, rank)
+    program = program_facts(target.path_or_module, target.args, target.is_module)  # before the program can chdir
     outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
         return outcome, run_dir, None, _why_nothing(outcome, config, wait_s)
-    report, note = diagnose_capture(result, config, run_dir, rank)
+    report, note = diagnose_capture(result, config, run_dir, rank, program)
     throttled = problem_reasons(result.nvml.get("throttle_reasons_seen"))
     if throttled:
         note = (note + "; " if note else "") + f"the GPU's clocks were held back during the window ({', '.join(throttled)})"

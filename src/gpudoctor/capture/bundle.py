@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -110,6 +111,50 @@ def _nvml_facts() -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+GIT_TIMEOUT_S = 5.0
+
+
+def git_commit(folder: Path) -> dict[str, Any]:
+    """{"git_commit": short hash or None, "git_dirty": bool or None} of the repository holding
+    ``folder``: None where there is no git, no repository, or git takes longer than 5 s."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                                  timeout=GIT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        return {"git_commit": None, "git_dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+def program_facts(path_or_module: str, args: tuple[str, ...] | list[str], is_module: bool) -> dict[str, Any]:
+    """env.json's ``program``: what ran (script path made absolute, or module) with its arguments, and
+    the git commit of the repository the script lives in (``gpudoctor history``, ``diff --last``)."""
+    folder: Path | None = None
+    target = path_or_module
+    if is_module:
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(path_or_module)
+            origin = spec.origin if spec is not None else None
+            folder = Path(origin).parent if origin and origin not in ("built-in", "frozen") else None
+        except (ImportError, ValueError):
+            folder = None
+    else:
+        script = Path(path_or_module).resolve()
+        target, folder = str(script), script.parent
+    facts: dict[str, Any] = {"target": target, "args": [str(a) for a in args], "is_module": is_module}
+    facts.update(git_commit(folder) if folder is not None and folder.is_dir()
+                 else {"git_commit": None, "git_dirty": None})
+    return facts
 
 
 def unprofiled_step(samples: list[float]) -> float | None:

@@ -1,0 +1,161 @@
+"""Run history: the run directories ``gpudoctor run`` wrote, newest first, and the last two runs
+of one program for ``gpudoctor diff --last``.
+
+A program is its script path (or ``-m`` module) and its arguments, from env.json's ``program``
+section (written since this module exists), else read back from the recorded ``argv``. Runs of
+the same program compare; a run with other arguments is another program.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import InputError
+
+DEFAULT_RUNS = Path("gpudoctor-runs")
+# gpudoctor run's options that take a value (cli.run): skipped when reading a program back from argv
+_RUN_VALUE_OPTIONS = {"--steps", "--skip", "--out", "--wait", "--window", "--calibrate", "--width"}
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run directory, as ``gpudoctor history`` lists it."""
+
+    path: str
+    recorded_utc: str
+    program: str  # script path or module ("" when unknown)
+    args: tuple[str, ...]
+    is_module: bool
+    git_commit: str | None
+    gpu: str
+    step_ms: float | None
+    step_kind: str  # "unprofiled" or "profiled" ("" when unknown)
+    top_finding: str | None
+    top_saving_ms: float | None
+    has_trace: bool
+    findings: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> tuple[str, tuple[str, ...], bool]:
+        return self.program, self.args, self.is_module
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "recorded_utc": self.recorded_utc, "program": self.program, "args": list(self.args),
+            "is_module": self.is_module, "git_commit": self.git_commit, "gpu": self.gpu,
+            "step_ms": None if self.step_ms is None else round(self.step_ms, 4), "step_kind": self.step_kind,
+            "top_finding": self.top_finding,
+            "top_saving_ms": None if self.top_saving_ms is None else round(self.top_saving_ms, 4),
+            "findings": self.findings, "has_trace": self.has_trace,
+        }
+
+
+def program_from_argv(argv: list[Any]) -> dict[str, Any]:
+    """{"target", "args", "is_module"} read back from ``gpudoctor run``'s recorded argv ({} if none)."""
+    words = [str(a) for a in argv]
+    if "run" not in words:
+        return {}
+    i = words.index("run") + 1
+    while i < len(words):
+        w = words[i]
+        if w == "-m" and i + 1 < len(words):
+            return {"target": words[i + 1], "args": words[i + 2:], "is_module": True}
+        if w in _RUN_VALUE_OPTIONS:
+            i += 2
+            continue
+        if w.startswith("-"):
+            i += 1
+            continue
+        return {"target": w, "args": words[i + 1:], "is_module": False}
+    return {}
+
+
+def program_of(env: dict[str, Any]) -> dict[str, Any]:
+    """The program of a run: env.json's ``program`` section, else read back from its argv."""
+    program = env.get("program")
+    if isinstance(program, dict) and isinstance(program.get("target"), str):
+        return {"target": program["target"], "args": [str(a) for a in program.get("args") or []],
+                "is_module": bool(program.get("is_module")), "git_commit": program.get("git_commit")}
+    argv = env.get("argv")
+    return program_from_argv(argv) if isinstance(argv, list) else {}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def read_run(folder: Path) -> RunEntry | None:
+    """A run directory's entry (None when ``folder`` holds no env.json)."""
+    env_file = folder / "env.json"
+    if not env_file.is_file():
+        ranks = sorted(folder.glob("env.rank*.json"))
+        if not ranks:
+            return None
+        env_file = ranks[0]
+    env = _read(env_file)
+    report = _read(folder / env_file.name.replace("env", "report", 1))
+    program = program_of(env)
+    capture = env.get("capture") if isinstance(env.get("capture"), dict) else {}
+    unprofiled = _number(report.get("unprofiled_step_ms")) or _number(capture.get("unprofiled_step_ms"))
+    profiled = _number(report.get("step_ms"))
+    findings = report.get("findings") if isinstance(report.get("findings"), list) else []
+    top = findings[0] if findings and isinstance(findings[0], dict) else {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
+    return RunEntry(
+        path=str(folder),
+        recorded_utc=str(env.get("recorded_utc") or ""),
+        program=str(program.get("target") or ""),
+        args=tuple(str(a) for a in program.get("args") or []),
+        is_module=bool(program.get("is_module")),
+        git_commit=program.get("git_commit") if isinstance(program.get("git_commit"), str) else None,
+        gpu=str(gpu.get("name") or ""),
+        step_ms=unprofiled or profiled,
+        step_kind="unprofiled" if unprofiled else "profiled" if profiled else "",
+        top_finding=str(top["id"]) if isinstance(top.get("id"), str) else None,
+        top_saving_ms=_number(top.get("saving_ms")),
+        has_trace=any(folder.glob("trace*.json*")),
+        findings=len(findings),
+    )
+
+
+def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:
+    """The run directories under ``base``, newest first (by recorded time, then name)."""
+    if not base.exists():
+        raise InputError(f"{base} does not exist; give the folder `gpudoctor run --out` wrote to "
+                         f"(default {DEFAULT_RUNS}/), or run a program with `gpudoctor run` first")
+    if not base.is_dir():
+        raise InputError(f"{base} is a file, not a folder of run directories; give the folder "
+                         f"`gpudoctor run --out` wrote to (default {DEFAULT_RUNS}/)")
+    try:
+        folders = [p for p in base.iterdir() if p.is_dir()]
+    except OSError as exc:
+        raise InputError(f"cannot list {base}: {exc.strerror or exc}; check its permissions") from None
+    entries = [e for e in (read_run(p) for p in folders) if e is not None]
+    return sorted(entries, key=lambda e: (e.recorded_utc, Path(e.path).name), reverse=True)
+
+
+def last_pair(base: Path = DEFAULT_RUNS) -> tuple[RunEntry, RunEntry]:
+    """(older, newer): the two most recent runs, with a trace, of the program run last."""
+    runs = [e for e in list_runs(base) if e.has_trace]
+    if not runs:
+        raise InputError(f"--last: {base} holds no run directory with a trace; run the program twice with "
+                         "`gpudoctor run` (before and after the change), or give BEFORE and AFTER")
+    newest = runs[0]
+    same = [e for e in runs if e.identity == newest.identity]
+    if len(same) < 2:
+        what = " ".join([newest.program, *newest.args]) or Path(newest.path).name
+        raise InputError(f"--last: {base} holds only one run of `{what}` (the latest program run); run it again "
+                         "with `gpudoctor run` after the change, or give BEFORE and AFTER")
+    return same[1], same[0]
