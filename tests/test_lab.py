@@ -26,7 +26,7 @@ def gd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_every_required_finding_has_a_trap() -> None:
     planted = {t.expected_finding for t in load_traps()}
     assert planted == set(RULES)
-    assert len(TRAP_IDS) == 16
+    assert len(TRAP_IDS) == 17
 
 
 def test_the_catalog_names_the_finding_each_trap_plants() -> None:
@@ -39,7 +39,7 @@ def test_lab_list_json(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     entries = json.loads(out.stdout)
     traps = {e["name"]: e["expected_finding"] for e in entries if e["kind"] == "trap"}
-    assert traps["host_sync"] == "host-sync" and len(traps) == 16
+    assert traps["host_sync"] == "host-sync" and len(traps) == 17
     assert traps["tf32_matmul"] == traps["fp32_attention"] == "fp32-matmul"
     assert {e["name"] for e in entries if e["kind"] == "baseline"} == {"healthy_train", "healthy_infer",
                                                                         "healthy_closure"}

@@ -6,6 +6,9 @@ Each moment of the launching thread gets one label, the highest-priority one who
     host-sync       a blocking wait on the GPU: cuda*Synchronize, ``.item()``, ``nonzero``...
     pageable-copy   a host<->device copy from pageable memory (the host stages it, blocked)
     allocator       cudaMalloc / cudaFree / cudaHostAlloc (``empty_cache``, cache misses)
+    op-setup        an operator setting itself up for a new input shape: a call many times
+                    slower than the same operator's other calls, on shapes that change every
+                    step (cuDNN building an attention or convolution plan, autotuning)
     optimizer       dispatching the optimizer step
     host-work       long stretches with no operator at all: file I/O, Python, checkpoints
     dispatch        issuing operators and kernels (the launch-bound case)
@@ -39,6 +42,7 @@ from gpudoctor.trace.model import HostCat, Trace
 # Priority order (first wins). "dispatch" is the default and comes last.
 CAUSES = (
     "input-pipeline",
+    "op-setup",
     "host-sync",
     "pageable-copy",
     "allocator",
@@ -58,6 +62,16 @@ UNATTRIBUTED = "unattributed"
 HOST_WORK_MIN_NS = 1_000_000
 
 _DATALOADER = re.compile(r"dataloader|dataloaderiter|_next_data|fetcher", re.IGNORECASE)
+# Operators that only make views, allocate or keep autograd's books: they launch nothing on any
+# device, so an op that launched nothing is host computation only when it is none of these.
+_BOOKKEEPING = re.compile(
+    r"^aten::(view|_?reshape|_reshape_alias|_unsafe_view|view_as|as_strided|slice|narrow|select|expand"
+    r"|expand_as|permute|transpose|t|numpy_T|unsqueeze|squeeze|detach|alias|lift_fresh|unbind|split"
+    r"|split_with_sizes|chunk|empty|empty_like|empty_strided|new_empty|new_empty_strided|resize_|set_"
+    r"|resolve_conj|resolve_neg|real|imag|flatten|unflatten|movedim|diagonal"
+    r"|_has_compatible_shallow_copy_type|requires_grad_|lift)$"
+    r"|AccumulateGrad|^autograd::engine::evaluate_function: |Backward\d*$|^detach_?$"
+)
 SYNC_RUNTIME = frozenset(
     {
         "cudaStreamSynchronize",
@@ -258,6 +272,7 @@ def _label_intervals(
         sets[cause] = union(host.ts[idx], host.end[idx])
 
     add("input-pipeline", by_name["dataloader"][host.name])
+    add("op-setup", setup_calls(trace, steps))  # its syncs and allocations (autotuning) are its own
     add("host-sync", sync_calls(trace))
     add("pageable-copy", _pageable_copy_calls(trace))
     add("allocator", allocator_calls(trace))
@@ -307,6 +322,83 @@ def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, n
     return np.concatenate(out_s).astype(np.int64), np.concatenate(out_e).astype(np.int64)
 
 
+# A call is an operator's setup when, less the time it spent blocked in cudaMalloc / cudaFree or a
+# sync (theirs, not the setup's), it takes at least SETUP_MIN_NS and either SETUP_TIMES_TYPICAL
+# times the lower quartile of the same operator's calls (the first call on a new shape, the others
+# reusing its plan) or SETUP_TIMES_GPU times the GPU time of the kernels it launched (every call on
+# a new shape: the host, not the GPU, is busy), and such calls come on at least half the steps with
+# at least two different input shapes.
+# - empty_cache_varlen twin (H100, torch 2.11, 2026-11-25): the first
+#   aten::_cudnn_attention_forward / _backward of each step took 68-91 ms on a new sequence length,
+#   the five others 0.13-0.41 ms; its GEMMs on a new shape 3-25 ms of host time (cuBLASLt choosing
+#   a kernel; the launch itself 0.03 ms). Padding to 8 buckets: x8.6.
+# - multiscale_cudnn_benchmark twin (same day): with cudnn.benchmark = True and a new image size
+#   every step, 9 of 11 convolutions took 38-49 ms forward and ~70 ms backward on every step (the
+#   autotuner), too many for a quartile to be typical; 6 size buckets: x12.3.
+SETUP_MIN_NS = 2_000_000
+SETUP_TIMES_TYPICAL = 20.0
+SETUP_TIMES_GPU = 5.0
+
+
+def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
+    """Host mask of operator calls that set the operator up for a new input shape (see above)."""
+    host = trace.host
+    mask = np.zeros(len(host), bool)
+    if not len(steps) or not trace.capabilities.cpu_ops:
+        return mask
+    ops = np.flatnonzero((host.cat == HostCat.OP) & contains(steps.start, steps.end, host.ts))
+    dur = host.end[ops] - host.ts[ops]
+    cand = np.flatnonzero(dur >= SETUP_MIN_NS)
+    if cand.size == 0:
+        return mask
+    names, inverse = np.unique(host.name[ops], return_inverse=True)
+    typical = np.array([np.percentile(dur[inverse == k], 25) for k in range(len(names))])
+    own = dur[cand] - _nested_ns(trace, ops[cand], np.flatnonzero(allocator_calls(trace) | sync_calls(trace)))
+    gpu = _gpu_ns_launched_inside(trace, ops[cand])
+    slow = np.zeros(len(ops), bool)
+    slow[cand] = (own >= SETUP_MIN_NS) & ((own >= SETUP_TIMES_TYPICAL * typical[inverse[cand]])
+                                          | (own >= SETUP_TIMES_GPU * gpu))
+    for k in np.unique(inverse[slow]).tolist():
+        calls = ops[slow & (inverse == k)]
+        step_of = np.searchsorted(steps.start, host.ts[calls], side="right") - 1
+        shapes = {repr(trace.input_dims(int(i))) for i in calls.tolist()}
+        if len(np.unique(step_of)) * 2 >= len(steps) and len(shapes) >= 2:
+            mask[calls] = True
+    return mask
+
+
+def _gpu_ns_launched_inside(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """For each op, the device time of the GPU events launched from inside it (its thread)."""
+    host, dev = trace.host, trace.device
+    out = np.zeros(len(ops), np.int64)
+    launched = np.flatnonzero(dev.launch >= 0)
+    if launched.size == 0:
+        return out
+    at = dev.launch[launched]
+    for t in np.unique(host.thread[ops]).tolist():
+        mine = launched[host.thread[at] == t]
+        order = np.argsort(host.ts[dev.launch[mine]], kind="stable")
+        ts = host.ts[dev.launch[mine]][order]
+        cum = np.concatenate(([0], np.cumsum((dev.end - dev.ts)[mine][order])))
+        sel = host.thread[ops] == t
+        lo = np.searchsorted(ts, host.ts[ops[sel]], side="left")
+        hi = np.searchsorted(ts, host.end[ops[sel]], side="right")
+        out[sel] = cum[hi] - cum[lo]
+    return out
+
+
+def _nested_ns(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """For each op, the ns of ``calls`` (host events) that lie inside it on its thread."""
+    host = trace.host
+    out = np.zeros(len(ops), np.int64)
+    for t in np.unique(host.thread[ops]).tolist():
+        mine = calls[host.thread[calls] == t]
+        s, e = union(host.ts[mine], host.end[mine])
+        sel = host.thread[ops] == t
+        out[sel] = overlap_per_window(s, e, host.ts[ops[sel]], host.end[ops[sel]])
+    return out
+
+
 def sync_calls(trace: Trace) -> np.ndarray:
     """Host events that block on the GPU: sync runtime calls and the ops that imply one."""
     host = trace.host
@@ -324,6 +416,7 @@ def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
     return {
         "dataloader": trace.names_matching(lambda s: bool(_DATALOADER.search(s)) and "pin_memory" not in s),
         "optimizer": trace.names_matching(lambda s: s.startswith("Optimizer.step#")),
+        "bookkeeping": trace.names_matching(lambda s: bool(_BOOKKEEPING.search(s))),
     }
 
 
@@ -342,10 +435,25 @@ def _host_work(
     steps: Steps,
     labelled: list[tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Long stretches, inside steps, when no launching thread is in an op, a launch, a copy or
-    another cause's event."""
+    """Long stretches, inside steps, when no launching thread is in an op that talks to the GPU, a
+    launch, a copy or another cause's event.
+
+    Operators that call no CUDA runtime or driver function ran on the host alone (torch ops on CPU
+    tensors: a batch augmented in the training loop): their time is host work too, not the
+    dispatch of GPU work. The cpu_augment_loop twin (H100, 2026-11-25) spent 33 ms a step in CPU
+    flips, crops and divisions before one 12 MB pageable copy; counted as dispatch, the idle went to
+    the copy that closed the gap (pageable-copy, x3.9) and host-blocking-work saw nothing."""
     host = trace.host
-    active = on_thread & ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
+    calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
+    ops = np.flatnonzero(on_thread & (host.cat == HostCat.OP))
+    talks_to_gpu = _contains_any(host.ts[ops], host.end[ops], host.thread[ops],
+                                 host.ts[calls], host.thread[calls])
+    # views, allocations and autograd's bookkeeping launch nothing either, on GPU tensors too: the
+    # optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad steals them
+    # (1.9 ms a step, profiled), which is dispatch, not host work
+    bookkeeping = _name_masks(trace)["bookkeeping"][host.name[ops]]
+    active = calls.copy()
+    active[ops[talks_to_gpu | bookkeeping]] = True
     starts = np.concatenate([host.ts[active]] + [s for s, _ in labelled])
     ends = np.concatenate([host.end[active]] + [e for _, e in labelled])
     busy_s, busy_e = union(starts, ends)
@@ -358,6 +466,19 @@ def _host_work(
     if not gs:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return np.concatenate(gs), np.concatenate(ge)
+
+
+def _contains_any(op_s: np.ndarray, op_e: np.ndarray, op_thread: np.ndarray,
+                  ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """For each op, whether any of the events (start ``ts`` on ``thread``) starts inside it, on its thread."""
+    out = np.zeros(len(op_s), bool)
+    for t in np.unique(op_thread).tolist():
+        mine = op_thread == t
+        at = np.sort(ts[thread == t])
+        first = np.searchsorted(at, op_s[mine], side="left")
+        last = np.searchsorted(at, op_e[mine], side="right")
+        out[mine] = last > first
+    return out
 
 
 def _events_by_cause(

@@ -23,6 +23,7 @@ TRAP_IDS = (
     "misaligned_gemm",
     "small_gemm",
     "memory_pressure",
+    "dynamic_shapes",
 )
 
 BASELINE_IDS = ("healthy_train", "healthy_infer", "healthy_closure")

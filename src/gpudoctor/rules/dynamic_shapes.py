@@ -1,0 +1,92 @@
+"""dynamic-shapes: an operator sets itself up again for every new input shape.
+
+Some operators build a plan per input shape and cache it: cuDNN's attention and convolution
+graphs, cuDNN's autotuner under ``torch.backends.cudnn.benchmark = True``, autotuned kernels.
+Fed a shape that changes every step (a batch padded to its own longest sequence, images of any
+size), they pay that setup on the host every step while the GPU waits. The trace shows it as the
+first call of the operator in each step taking tens of milliseconds, the same operator's other
+calls a fraction of one, on input shapes that differ from step to step (analysis/idle.py
+``setup_calls``, the "op-setup" idle cause).
+
+Found on a program written for the twins gallery before anything ran (empty_cache_varlen, H100,
+torch 2.11, 2026-11-25): its author expected allocator churn from ``empty_cache()``; the step was
+165.6 ms, padding the lengths to 8 buckets made it 19.3 ms (x8.6), and removing ``empty_cache()``
+alone left it at 153-179 ms. SDPA ran cuDNN attention, whose forward and backward each took 68-91
+ms on every new sequence length.
+
+Priced as the GPU idle during those setup calls and the refill after them; a CUDA graph cannot
+help (every new shape is a new capture).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.idle import setup_calls
+from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
+from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import sources_of_host, top_names
+
+ID = "dynamic-shapes"
+CAUSE = "op-setup"
+
+
+def check(a: Analysis) -> Finding | None:
+    idle = a.idle.ms(CAUSE)
+    if idle <= 0:
+        return None
+    trace, host = a.trace, a.trace.host
+    calls = np.flatnonzero(setup_calls(trace, a.steps))
+    if calls.size == 0:
+        return None
+    n = max(len(a.steps), 1)
+    # the innermost setup call of each nest names the operator (aten::_cudnn_attention_forward,
+    # not the scaled_dot_product_attention around it)
+    inner = calls[~np.isin(calls, host.op[calls])]
+    setup_ms = float((host.end[inner] - host.ts[inner]).sum()) / 1e6 / n
+    names = [trace.strings[i] for i in host.name[inner].tolist()]
+    shapes = len({repr(trace.input_dims(int(i))[:1]) for i in inner.tolist()})
+    fixes = [
+        Fix("Pad the varying dimension to a few bucket sizes, so each plan is built once and reused",
+            "L = -(-L // 128) * 128          # pad every batch to a multiple of 128 tokens\n"
+            "x = F.pad(x, (0, 0, 0, L - x.shape[1]))"),
+    ]
+    if any("cudnn_attention" in s for s in names):
+        fixes.append(Fix("Or let SDPA use a kernel that needs no per-shape plan",
+                         "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+                         "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):\n"
+                         "    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"))
+    if any("convolution" in s or "cudnn" in s for s in names):
+        fixes.append(Fix("With input sizes that keep changing, turn cuDNN's autotuner off",
+                         "torch.backends.cudnn.benchmark = False"))
+    return make_finding(
+        ID,
+        "Operators set themselves up again for every new input shape",
+        a.step_ms,
+        idle,
+        f"{len(inner) / n:.0f} operator call{'s' * (len(inner) != n)} per step take {setup_ms:.2f} ms on the host "
+        f"building a plan for an input shape not seen before ({shapes} different shapes in {n} steps); "
+        f"the GPU idles {idle:.2f} ms per step behind them.",
+        Evidence(
+            numbers={
+                "setup_calls_per_step": round(len(inner) / n, 1),
+                "setup_host_ms_per_step": round(setup_ms, 3),
+                "distinct_input_shapes": shapes,
+                "gpu_idle_behind_setup_ms_per_step": round(idle, 3),
+            },
+            ops=top_names(trace, host.name[inner]),
+            sources=sources_of_host(trace, inner),
+        ),
+        tuple(fixes),
+        wrong_fix="A CUDA graph (torch.compile mode='reduce-overhead') will not help: every new shape is a new "
+        "capture.",
+        idle_ms=ALL_IDLE,
+    )
+
+
+RULE = Rule(
+    ID, "Per-shape operator setup on every step (dynamic shapes)", check, __doc__ or "",
+    needs=("launch_links", "cpu_ops"),
+    order=75, idle_cause=CAUSE, owns_idle=(CAUSE,),
+)
