@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import statistics
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -365,7 +366,11 @@ class CaptureSession(Listener):
             # the first step starts the recording and the last one stops it: Kineto logs each
             # (only these two go through the filter: its few syscalls stay out of the other steps)
             if self._in_window == 0 or self._in_window >= cfg.steps:
-                with kineto_chatter_filtered():
+                # torch warns at the warm-up -> record transition that events are cleared "at the
+                # end of each cycle": the window is one cycle (repeat=1), and the line landed on the
+                # program's stderr on every run (twins, H100, 2026-11-25)
+                with kineto_chatter_filtered(), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
                     self._prof.step()
             else:
                 self._prof.step()
