@@ -41,26 +41,26 @@ def per_kernel_us(fn, iters: int = 10) -> dict:
 
 def partial_shape(op: str, m: int, h: int) -> tuple[int, int]:
     """(partial rows, H) that the backward of an [m, h] bf16 input hands to stage two."""
-    block, single = rms_mod._block(h, 2)
+    block, single = rms_mod.tile_block(h, 2)
     tile = rms_mod.TILE_ELEMENTS
     if op == "ln":
         tile, max_elements = ln_mod.BACKWARD_TILE_ELEMENTS.get(block, (ln_mod.TILE_ELEMENTS, 0))
         tile = tile if m * h <= max_elements else ln_mod.TILE_ELEMENTS
-    rows = rms_mod._rows_per_tile(block, single, m, tile)
+    rows = rms_mod.rows_per_tile(block, single, m, tile)
     n_tiles = -(-m // rows)
-    programs, per = rms_mod._programs(torch.device("cuda", torch.cuda.current_device()), n_tiles,
-                                      rms_mod._num_warps(rows * block))
+    programs, per = rms_mod.grid_programs(torch.device("cuda", torch.cuda.current_device()), n_tiles,
+                                      rms_mod.warps_for(rows * block))
     if op == "ln" and (not single or (block >= ln_mod.SPLIT_MIN_BLOCK and per > ln_mod.FUSED_WIDE_MAX_TILES)):
         col_blocks = -(-h // ln_mod.SPLIT_COLS)
         row_blocks = -(-m // ln_mod.SPLIT_ROWS)
-        chunks = max(1, min(row_blocks, rms_mod._resident_programs(torch.device("cuda"), ln_mod.SPLIT_WARPS)
+        chunks = max(1, min(row_blocks, rms_mod.resident_programs(torch.device("cuda"), ln_mod.SPLIT_WARPS)
                             // col_blocks))
         per = -(-row_blocks // chunks) * ln_mod.SPLIT_ROWS
         programs = -(-m // per)
     return programs, h
 
 
-KERNEL_SUM_ROWS = rms_mod._sum_rows
+KERNEL_SUM_ROWS = rms_mod.sum_rows
 
 
 def torch_sum_rows(parts):
@@ -70,7 +70,7 @@ def torch_sum_rows(parts):
 
 def set_sum(config) -> None:
     """Stage two through PyTorch (None) or the kernel at (SUM_COLS, SUM_ROWS, SUM_WARPS)."""
-    rms_mod._sum_rows = ln_mod._sum_rows = torch_sum_rows if config is None else KERNEL_SUM_ROWS
+    rms_mod.sum_rows = ln_mod.sum_rows = torch_sum_rows if config is None else KERNEL_SUM_ROWS
     if config is not None:
         rms_mod.SUM_COLS, rms_mod.SUM_ROWS, rms_mod.SUM_WARPS = config
 
@@ -86,17 +86,17 @@ def stage_two() -> tuple[list[dict], tuple]:
         bufs = [torch.randn(n_parts, h, device="cuda", generator=g) * 3 for _ in range(1 if op == "rms" else 2)]
         parts = [(b, DT) for b in bufs]
         set_sum(None)
-        ref = rms_mod._sum_rows(parts)
+        ref = rms_mod.sum_rows(parts)
         exact = [b.double().sum(0) for b in bufs]
         row = {"op": op, "partial_rows": n_parts, "H": h,
-               "torch_us": round(gpu_us(lambda p=parts: rms_mod._sum_rows(p)), 2)}
+               "torch_us": round(gpu_us(lambda p=parts: rms_mod.sum_rows(p)), 2)}
         totals.setdefault(None, 0.0)
         totals[None] += row["torch_us"]
         for config in SUM_CONFIGS:
             set_sum(config)
-            got = rms_mod._sum_rows(parts)
-            fp32 = rms_mod._sum_rows([(b, torch.float32) for b in bufs])
-            us = round(gpu_us(lambda p=parts: rms_mod._sum_rows(p)), 2)
+            got = rms_mod.sum_rows(parts)
+            fp32 = rms_mod.sum_rows([(b, torch.float32) for b in bufs])
+            us = round(gpu_us(lambda p=parts: rms_mod.sum_rows(p)), 2)
             differ = sum(int((a != r).sum()) for a, r in zip(got, ref))
             ulps = max(float(((a.float() - r.float()).abs() / r.float().abs().clamp_min(1e-30)).max()) * 2**8
                        for a, r in zip(got, ref))

@@ -14,7 +14,7 @@ DT = torch.bfloat16
 
 
 def main() -> None:
-    choose, default_tile = rms_mod._num_warps, rms_mod.TILE_ELEMENTS
+    choose, default_tile = rms_mod.warps_for, rms_mod.TILE_ELEMENTS
     for m, h in ((8192, 4096), (2048, 4096), (32768, 1024), (4096, 8192)):
         x = torch.randn(m, h, device="cuda", dtype=DT)
         w = torch.randn(h, device="cuda", dtype=DT)
@@ -24,9 +24,9 @@ def main() -> None:
         for tile in (2048, 4096, 8192, 16384):
             for warps in (None, 4, 8, 16):
                 rms_mod.TILE_ELEMENTS = tile  # the forward alone is timed here
-                rms_mod._num_warps = choose if warps is None else (lambda _b, n=warps: n)
+                rms_mod.warps_for = choose if warps is None else (lambda _b, n=warps: n)
                 fwd = gpu_us(functools.partial(rms_mod._forward, x, w, 1e-6, 0.0, True))
-                rms_mod._num_warps = choose
+                rms_mod.warps_for = choose
                 print(f"{m} x {h}  tile {tile:5d} warps {warps!s:4s}  fwd {fwd:6.1f} us  (bwd at defaults {bwd:6.1f} us)",
                       flush=True)
         rms_mod.TILE_ELEMENTS = default_tile

@@ -22,8 +22,8 @@ def main() -> None:
         dx = torch.empty_like(x)
         for op in ("rms", "ln"):
             mod = rms_mod if op == "rms" else ln_mod
-            block, single = rms_mod._block(h, 2)
-            rows = rms_mod._rows_per_tile(block, single, m, mod.TILE_ELEMENTS)
+            block, single = rms_mod.tile_block(h, 2)
+            rows = rms_mod.rows_per_tile(block, single, m, mod.TILE_ELEMENTS)
             n_tiles = -(-m // rows)
             if op == "rms":
                 _, rstd = rms_mod._forward(x, w, 1e-6, 0.0, True)
@@ -31,7 +31,7 @@ def main() -> None:
                 _, mean, rstd = ln_mod._forward(x, w, w, 1e-5)
             for warps in (8, 16):
                 for stages in (1, 2, 3, 4):
-                    programs, per = rms_mod._programs(x.device, n_tiles, warps)
+                    programs, per = rms_mod.grid_programs(x.device, n_tiles, warps)
                     part = torch.empty((programs, h), device="cuda", dtype=torch.float32)
                     kw = {"BLOCK": block, "ROWS": rows, "SINGLE": single, "HAS_DW": True, "PREFETCH": False,
                           "num_warps": warps, "num_stages": stages}

@@ -22,7 +22,7 @@ def fwd_bwd(op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dy: torc
 
 
 def main() -> None:
-    choose = rms_mod._num_warps
+    choose = rms_mod.warps_for
     for h, m in ((16384, 512), (16384, 2048), (8192, 1024), (8192, 4096), (4096, 2048)):
         x = torch.randn(m, h, device="cuda", dtype=DT, requires_grad=True)
         w = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
@@ -30,9 +30,9 @@ def main() -> None:
         dy = torch.randn(m, h, device="cuda", dtype=DT)
         for op in ("rms", "ln"):
             for warps in (None, 4, 8, 16, 32):
-                rms_mod._num_warps = ln_mod._num_warps = choose if warps is None else (lambda _b, n=warps: n)
+                rms_mod.warps_for = ln_mod.warps_for = choose if warps is None else (lambda _b, n=warps: n)
                 print((op, h, m, warps, round(gpu_us(fwd_bwd(op, x, w, b, dy)), 1)), flush=True)
-        rms_mod._num_warps = ln_mod._num_warps = choose
+        rms_mod.warps_for = ln_mod.warps_for = choose
 
 
 if __name__ == "__main__":

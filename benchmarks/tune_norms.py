@@ -95,10 +95,10 @@ def launch_costs() -> dict:
     nn_rms = torch.nn.RMSNorm(4096, device="cuda", dtype=DT)
     y = torch.empty_like(x)
     rstd = torch.empty(256, device="cuda", dtype=torch.float32)
-    block, single = rms_mod._block(4096, 2)
-    rows = rms_mod._rows_per_tile(block, single, 256)
+    block, single = rms_mod.tile_block(4096, 2)
+    rows = rms_mod.rows_per_tile(block, single, 256)
     kw = {"BLOCK": block, "ROWS": rows, "SINGLE": single, "LLAMA": True,
-          "num_warps": rms_mod._num_warps(rows * block)}
+          "num_warps": rms_mod.warps_for(rows * block)}
     args = (x, w, y, rstd, 4096, 4096, 256, 4096, 1e-6, 0.0)
     grid = (-(-256 // rows),)
     dy = torch.randn_like(x)
@@ -118,14 +118,14 @@ def overheads() -> dict:
 
     x = torch.randn(256, 4096, device="cuda", dtype=DT)
     w = torch.randn(4096, device="cuda", dtype=DT)
-    block, single = rms_mod._block(4096, 2)
-    rows = rms_mod._rows_per_tile(block, single, 256)
+    block, single = rms_mod.tile_block(4096, 2)
+    rows = rms_mod.rows_per_tile(block, single, 256)
     y = torch.empty_like(x)
     rstd = torch.empty(256, device="cuda", dtype=torch.float32)
     args = (x, w, y, rstd, 4096, 4096, 256, 4096, 1e-6, 0.0)
     launcher = rms_mod._launch_fwd
     values = (block, rows, single, True)
-    key = (x.device.index, rms_mod._num_warps(rows * block), values, *map(_specialization, args))
+    key = (x.device.index, rms_mod.warps_for(rows * block), values, *map(_specialization, args))
     compiled = launcher.cache[key]  # launch_costs() ran this exact launch
 
     class Nothing(torch.autograd.Function):
@@ -179,13 +179,13 @@ def ln_wide() -> list[dict]:
     b = torch.randn(h, device="cuda", dtype=DT, requires_grad=True)
     dy = torch.randn(m, h, device="cuda", dtype=DT)
     run = fwd_bwd(lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5), x, w, b, dy)
-    saved = (rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK, rms_mod._num_warps)
+    saved = (rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK, rms_mod.warps_for)
     for fused, loop, warps in ((32768, 8192, 32), (32768, 8192, 16), (16384, 8192, None), (16384, 4096, None)):
         rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK = fused, loop
-        ln_mod._num_warps = (lambda blk, w_=warps: w_) if warps else saved[2]
+        ln_mod.warps_for = (lambda blk, w_=warps: w_) if warps else saved[2]
         rows.append({"max_fused_bytes": fused, "loop_block": loop, "warps": warps, "gpu_us": gpu_us(run)})
     rms_mod.MAX_FUSED_BYTES, rms_mod.LOOP_BLOCK = saved[:2]
-    ln_mod._num_warps = saved[2]
+    ln_mod.warps_for = saved[2]
     return rows
 
 

@@ -228,7 +228,7 @@ def test_column_loop(pair, shape, monkeypatch):
     """Rows wider than MAX_FUSED_BYTES loop over LOOP_BLOCK chunks (lowered here so small rows do)."""
     monkeypatch.setattr(rms_mod, "MAX_FUSED_BYTES", 2048)
     monkeypatch.setattr(rms_mod, "LOOP_BLOCK", 1024)
-    assert rms_mod._block(shape[-1], 4) == (1024, False)
+    assert rms_mod.tile_block(shape[-1], 4) == (1024, False)
     x, w, b, dy = inputs(shape, torch.float32, seed=1)
     check_fp32(*pair(), x, w, b, dy)
 
@@ -236,7 +236,7 @@ def test_column_loop(pair, shape, monkeypatch):
 @pytest.mark.parametrize("pair", [rms_pair, ln_pair])
 def test_wide_row_default_limits(pair):
     """H = 70001 fp32 is past MAX_FUSED_BYTES: the looping kernels, at their real chunk size."""
-    assert rms_mod._block(70001, 4)[1] is False
+    assert rms_mod.tile_block(70001, 4)[1] is False
     x, w, b, dy = inputs((2, 70001), seed=2)
     check_fp32(*pair(), x, w, b, dy)
 
@@ -253,7 +253,7 @@ def test_non_contiguous_input(pair, view):
     else:  # [2, 3, H] out of [2, 6, H]: one row stride of 2H, read in place
         x = torch.randn(2, 6, h, generator=g)[:, ::2, :]
     assert not x.is_contiguous()
-    rows = rms_mod._as_rows(x, h)
+    rows = rms_mod.as_rows(x, h)
     assert (rows.data_ptr() == x.data_ptr()) == (view != "transposed")
     _, w, b, _ = inputs((h,), seed=4)
     dy = torch.randn(x.shape, generator=g).transpose(0, -1).contiguous().transpose(0, -1)  # strided too
@@ -433,11 +433,11 @@ def test_row_tiles_with_a_partial_last_tile(pair, shape, monkeypatch):
     monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 512)
     monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 512)
     rows = torch.Size(shape[:-1]).numel()
-    block, single = rms_mod._block(shape[-1], 4)
-    tile_rows = rms_mod._rows_per_tile(block, single, rows)
+    block, single = rms_mod.tile_block(shape[-1], 4)
+    tile_rows = rms_mod.rows_per_tile(block, single, rows)
     assert tile_rows > 1 and rows % tile_rows != 0
     n_tiles = -(-rows // tile_rows)
-    _programs, per = rms_mod._programs(torch.device("cpu"), n_tiles, 4)
+    _, per = rms_mod.grid_programs(torch.device("cpu"), n_tiles, 4)
     assert n_tiles <= 2 or per > 1  # some program walks more than one tile (4 interpreter programs)
     x, w, b, dy = inputs(shape, torch.float32, seed=7)
     check_fp32(*pair(), x, w, b, dy)
@@ -503,8 +503,8 @@ def test_sum_partials_fp32(n_parts, hidden, monkeypatch):
     monkeypatch.setattr(rms_mod, "SUM_ROWS", 16)
     g = torch.Generator().manual_seed(hidden + n_parts)
     p, q = (10 * torch.randn(n_parts, hidden, generator=g) for _ in range(2))
-    (one,) = rms_mod._sum_rows([(p, torch.float32)])
-    both = rms_mod._sum_rows([(p, torch.float32), (q, torch.float32)])
+    (one,) = rms_mod.sum_rows([(p, torch.float32)])
+    both = rms_mod.sum_rows([(p, torch.float32), (q, torch.float32)])
     for got, part in ((one, p), (both[0], p), (both[1], q)):
         assert got.dtype == torch.float32 and got.shape == (hidden,)
         close(got, part.double().sum(0), atol=1e-4, rtol=1e-6)
@@ -520,7 +520,7 @@ def test_sum_partials_rounds_once(hidden, n_parts, monkeypatch):
     monkeypatch.setattr(rms_mod, "SUM_COLS", 64)
     g = torch.Generator().manual_seed(n_parts)
     p, q = (torch.randn(n_parts, hidden, generator=g) for _ in range(2))
-    dw, db = rms_mod._sum_rows([(p, torch.bfloat16), (q, torch.float16)])
+    dw, db = rms_mod.sum_rows([(p, torch.bfloat16), (q, torch.float16)])
     assert (dw.dtype, db.dtype) == (torch.bfloat16, torch.float16)
     for got, part, ulp in ((dw, p, 2**-7), (db, q, 2**-10)):
         fp32_err = n_parts * float(part.abs().max()) * 2**-23  # the fp32 sum's own error, at most
@@ -558,8 +558,8 @@ def test_prefetch_changes_no_result(pair, monkeypatch):
     results, used = _grads_per_knob(monkeypatch, pair, (x, w, b, dy), "PREFETCH", (False, True))
     assert used == [False, True]
     _assert_equal_grads(*results)
-    assert not rms_mod._prefetch(x.float(), 2, 128, 4)  # fp32: not measured, not taken
-    assert not rms_mod._prefetch(x, 1, 16384, 16)  # 32 elements a thread: spilled
+    assert not rms_mod.use_prefetch(x.float(), 2, 128, 4)  # fp32: not measured, not taken
+    assert not rms_mod.use_prefetch(x, 1, 16384, 16)  # 32 elements a thread: spilled
 
 
 def test_layer_norm_pipelined_tile_loop(monkeypatch):

@@ -18,18 +18,18 @@ from gpudoctor.kernels import _rms_norm as _rms
 from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels._rms_norm import (
-    _as_rows,
-    _block,
-    _check_eps,
-    _load_rows,
-    _load_tile,
-    _num_warps,
-    _partial_sums,
-    _prefetch,
-    _programs,
-    _resident_programs,
-    _rows_per_tile,
-    _sum_rows,
+    as_rows,
+    check_eps,
+    grid_programs,
+    load_rows,
+    load_tile,
+    partial_sums,
+    resident_programs,
+    rows_per_tile,
+    sum_rows,
+    tile_block,
+    use_prefetch,
+    warps_for,
 )
 
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
@@ -114,7 +114,7 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
         row_ok = rows < n_rows
         col_ok = cols < H
         mask = row_ok[:, None] & col_ok[None, :]
-        x = _load_tile(X, rows, cols, stride_x, mask)
+        x = load_tile(X, rows, cols, stride_x, mask)
         mean = tl.sum(x, axis=1) / H
         xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / H + eps)  # two-pass variance: no cancellation
@@ -179,7 +179,7 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
         if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
-            x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
                                                     col_ok)
             mean_next = tl.load(MEAN + rows, mask=rows < row_end, other=0.0)
         for t in tl.range(tile_start, tile_end, num_stages=STAGES):
@@ -188,12 +188,12 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             mask = row_ok[:, None] & col_ok[None, :]
             if PREFETCH:
                 x, dy, rstd, mean = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next, mean_next
-                x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
                                                         rows + ROWS < row_end, col_ok)
                 mean_next = tl.load(MEAN + rows + ROWS, mask=rows + ROWS < row_end, other=0.0)
             else:
-                x = _load_tile(X, rows, cols, stride_x, mask)
-                dy = _load_tile(DY, rows, cols, stride_dy, mask)
+                x = load_tile(X, rows, cols, stride_x, mask)
+                dy = load_tile(DY, rows, cols, stride_dy, mask)
                 mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
                 rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved
@@ -264,9 +264,9 @@ def _layer_norm_dwdb(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, n_rows, row
         rows = start + tl.arange(0, BLOCK_M)
         row_ok = rows < row_end
         mask = row_ok[:, None] & col_ok[None, :]
-        dy = _load_tile(DY, rows, cols, stride_dy, mask)
+        dy = load_tile(DY, rows, cols, stride_dy, mask)
         if HAS_DW:
-            x = _load_tile(X, rows, cols, stride_x, mask)
+            x = load_tile(X, rows, cols, stride_x, mask)
             mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             dw += dy * (x - mean[:, None]) * rstd[:, None]  # masked lanes: dy is 0
@@ -292,12 +292,12 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
-    block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS.get(block, TILE_ELEMENTS))
+    block, single = tile_block(hidden, x2.element_size())
+    rows = rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS.get(block, TILE_ELEMENTS))
     # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
     _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean,
                 rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single,
-                HAS_W=weight is not None, HAS_B=bias is not None, num_warps=_num_warps(rows * block))
+                HAS_W=weight is not None, HAS_B=bias is not None, num_warps=warps_for(rows * block))
     return y, mean, rstd
 
 
@@ -305,18 +305,18 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
               rstd: torch.Tensor, need_dw: bool,
               need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, hidden = x2.shape
-    block, single = _block(hidden, x2.element_size())
+    block, single = tile_block(hidden, x2.element_size())
     tile, max_elements = BACKWARD_TILE_ELEMENTS.get(block, (TILE_ELEMENTS, 0))
-    rows = _rows_per_tile(block, single, n_rows, tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
+    rows = rows_per_tile(block, single, n_rows, tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
     n_tiles = -(-n_rows // rows)
-    num_warps = _num_warps(rows * block)
-    programs, per = _programs(x2.device, n_tiles, num_warps)
+    num_warps = warps_for(rows * block)
+    programs, per = grid_programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
     split = (need_dw or need_db) and (not single or (block >= SPLIT_MIN_BLOCK and per > FUSED_WIDE_MAX_TILES))
     fused_dw, fused_db = need_dw and not split, need_db and not split
-    dw_part = _partial_sums(programs, hidden, single, fused_dw, x2.device)
-    db_part = _partial_sums(programs, hidden, single, fused_db, x2.device)
-    prefetch = single and _prefetch(x2, rows, block, num_warps, PREFETCH_MAX_ROWS)
+    dw_part = partial_sums(programs, hidden, single, fused_dw, x2.device)
+    db_part = partial_sums(programs, hidden, single, fused_db, x2.device)
+    prefetch = single and use_prefetch(x2, rows, block, num_warps, PREFETCH_MAX_ROWS)
     pipelined = single and not prefetch and x2.element_size() == 2 and rows <= PIPELINE_MAX_ROWS
     _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
                 x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
@@ -329,7 +329,7 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     parts = [(dw_part, weight.dtype)] if need_dw else []
     if need_db:
         parts.append((db_part, x2.dtype))
-    sums = _sum_rows(parts) if parts else []
+    sums = sum_rows(parts) if parts else []
     dw = sums[0] if need_dw else None
     db = sums[-1] if need_db else None
     return dx, dw, db
@@ -342,7 +342,7 @@ def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rst
     n_rows, hidden = x2.shape
     col_blocks = -(-hidden // SPLIT_COLS)
     row_blocks = -(-n_rows // SPLIT_ROWS)
-    chunks = max(1, min(row_blocks, _resident_programs(x2.device, SPLIT_WARPS) // col_blocks))
+    chunks = max(1, min(row_blocks, resident_programs(x2.device, SPLIT_WARPS) // col_blocks))
     per = -(-row_blocks // chunks) * SPLIT_ROWS
     chunks = -(-n_rows // per)
     dw_part = torch.empty((chunks, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
@@ -357,7 +357,7 @@ class _LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                 eps: float) -> torch.Tensor:
-        x2 = _as_rows(x, x.shape[-1])
+        x2 = as_rows(x, x.shape[-1])
         y, mean, rstd = _forward(x2, weight, bias, eps)
         ctx.save_for_backward(x2, weight, mean, rstd)  # the input (a view of x when possible), 2 x [rows] fp32
         ctx.x_shape = x.shape
@@ -368,7 +368,7 @@ class _LayerNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x2, weight, mean, rstd = ctx.saved_tensors
         need_dw = weight is not None and ctx.needs_input_grad[1]
-        dx, dw, db = _backward(_as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, need_dw, ctx.needs_input_grad[2])
+        dx, dw, db = _backward(as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, need_dw, ctx.needs_input_grad[2])
         return dx.view(ctx.x_shape), dw, db, None
 
 
@@ -391,14 +391,14 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
             raise InputError(f"{name} has {t.shape[0]} elements but x's last dimension (the hidden size) is "
                              f"{hidden}; give a {name} of shape ({hidden},)")
     check_same("x", x, weight=weight, bias=bias)
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     if x.numel() == 0 or not use_triton(x):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     if x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), hidden):
         return F.layer_norm(x, (hidden,), weight, bias, eps)  # the same op, faster there (see above)
     needs_grad = x.requires_grad or any(t is not None and t.requires_grad for t in (weight, bias))
     if not (torch.is_grad_enabled() and needs_grad):  # inference: no autograd node, nothing saved
-        y, _, _ = _forward(_as_rows(x, hidden), weight, bias, eps)
+        y, _, _ = _forward(as_rows(x, hidden), weight, bias, eps)
         return y.view(x.shape)
     return _LayerNormFunction.apply(x, weight, bias, eps)
 

@@ -65,7 +65,7 @@ TILE_ELEMENTS = 4096
 BACKWARD_WARPS_PER_SM = 16
 # The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile t's
 # math: with about two programs per SM (one at 16 warps), one tile of loads in flight per program left
-# HBM idle while each program waited for its next tile. Only where the extra registers fit (_prefetch):
+# HBM idle while each program waited for its next tile. Only where the extra registers fit (use_prefetch):
 # 16-bit inputs at up to PREFETCH_ELEMENTS elements of a tile per thread (fp32 was not measured). H100,
 # triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py, results/probe_norm_bwd_h100_2026-11-24_run1.json),
 # forward + backward GPU us, bf16, with the stage-two kernel, without -> with: 2048 x 4096 36.2 -> 34.0,
@@ -106,13 +106,13 @@ CASTINGS = ("llama", "gemma")
 
 
 @_jit
-def _load_tile(P, rows, cols, stride, mask):
+def load_tile(P, rows, cols, stride, mask):
     """The [ROWS, BLOCK] tile rows x cols of a row-major matrix (row stride ``stride``), as fp32."""
     return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
 
 
 @_jit
-def _load_rows(X, DY, STAT, rows, cols, stride_x, stride_dy, row_ok, col_ok):
+def load_rows(X, DY, STAT, rows, cols, stride_x, stride_dy, row_ok, col_ok):
     """x and dy tiles (in their own dtype) and one fp32 statistic per row; rows past row_ok read nothing."""
     mask = row_ok[:, None] & col_ok[None, :]
     x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
@@ -159,7 +159,7 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
         cols = tl.arange(0, BLOCK)
         row_ok = rows < n_rows
         mask = row_ok[:, None] & (cols < H)[None, :]
-        x = _load_tile(X, rows, cols, stride_x, mask)
+        x = load_tile(X, rows, cols, stride_x, mask)
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / H + eps)
         s = tl.load(W + cols, mask=cols < H, other=0.0).to(tl.float32) + offset
         y = _scaled(x * rstd[:, None], s[None, :], Y, LLAMA)
@@ -202,7 +202,7 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
         if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
-            x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
                                                     col_ok)
         for t in range(tile_start, tile_end):
             rows = t * ROWS + tl.arange(0, ROWS)
@@ -210,11 +210,11 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
             mask = row_ok[:, None] & col_ok[None, :]
             if PREFETCH:
                 x, dy, rstd = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next
-                x_next, dy_next, rstd_next = _load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
                                                         rows + ROWS < row_end, col_ok)
             else:
-                x = _load_tile(X, rows, cols, stride_x, mask)
-                dy = _load_tile(DY, rows, cols, stride_dy, mask)
+                x = load_tile(X, rows, cols, stride_x, mask)
+                dy = load_tile(DY, rows, cols, stride_dy, mask)
                 rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
             if RELOAD_W:  # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
                 s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
@@ -265,7 +265,7 @@ _launch_sum = Launcher(_sum_partials)
 # -- launch helpers (_layer_norm.py uses them too) -------------------------------------------------------
 
 
-def _as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
+def as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
     """[..., H] -> [rows, H] with unit column stride; a view whenever one exists (any row stride)."""
     t2 = t.reshape(-1, hidden)
     if hidden > 1 and t2.stride(1) != 1:
@@ -275,7 +275,7 @@ def _as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
     return t2
 
 
-def _block(hidden: int, element_size: int) -> tuple[int, bool]:
+def tile_block(hidden: int, element_size: int) -> tuple[int, bool]:
     """(BLOCK, SINGLE): the power of two covering the row if it fits in registers, else LOOP_BLOCK."""
     block = 1 << (hidden - 1).bit_length()
     if block * element_size <= MAX_FUSED_BYTES:
@@ -283,7 +283,7 @@ def _block(hidden: int, element_size: int) -> tuple[int, bool]:
     return LOOP_BLOCK, False
 
 
-def _rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | None = None) -> int:
+def rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | None = None) -> int:
     """ROWS of a [ROWS, BLOCK] tile: narrow rows are handled several at a time, so each program
     still has about TILE_ELEMENTS loads in flight (one 256-wide row per program leaves the memory
     system idle); never more rows than the input has (rounded up to a power of two)."""
@@ -293,7 +293,7 @@ def _rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | N
     return min(rows, 1 << (max(n_rows, 1) - 1).bit_length())
 
 
-def _num_warps(block: int) -> int:
+def warps_for(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8); wider tiles get 16.
     # H100, triton 3.6, 2026-11-22 (benchmarks/probe_warps.py), forward + backward GPU time, bf16
     # tiles of 8192 and 16384 elements: 16 warps beat 8 and 32 at every shape tried (2048 x 16384
@@ -308,7 +308,7 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _resident_programs(device: torch.device, num_warps: int) -> int:
+def resident_programs(device: torch.device, num_warps: int) -> int:
     """Programs of ``num_warps`` warps a backward keeps on the GPU: SMs x BACKWARD_WARPS_PER_SM / warps."""
     if device.type != "cuda":  # the interpreter runs programs one after the other: a few exercise the sums
         return 4
@@ -316,28 +316,28 @@ def _resident_programs(device: torch.device, num_warps: int) -> int:
     return sms * max(1, BACKWARD_WARPS_PER_SM // num_warps)
 
 
-def _programs(device: torch.device, n_tiles: int, num_warps: int) -> tuple[int, int]:
+def grid_programs(device: torch.device, n_tiles: int, num_warps: int) -> tuple[int, int]:
     """(programs, tiles per program) of a backward: about a full GPU of programs, each owning a
     row of the (programs, H) fp32 partial-sum buffer (programs * H * 4 bytes, freed at once)."""
-    target = _resident_programs(device, num_warps)
+    target = resident_programs(device, num_warps)
     per = -(-n_tiles // min(n_tiles, target))
     return -(-n_tiles // per), per
 
 
-def _partial_sums(programs: int, hidden: int, single: bool, needed: bool, device: torch.device) -> torch.Tensor:
+def partial_sums(programs: int, hidden: int, single: bool, needed: bool, device: torch.device) -> torch.Tensor:
     """Stage one of a weight/bias gradient: one fp32 row per backward program, summed afterwards.
     The looping kernel adds into its row, so it starts from zero; the single-block one stores."""
     alloc = torch.empty if single else torch.zeros
     return alloc((programs, hidden) if needed else (1,), dtype=torch.float32, device=device)
 
 
-def _prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
+def use_prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
     """Whether the single-block backward of [rows, block] tiles loads the next tile early (PREFETCH)."""
     return (PREFETCH and x.element_size() == 2 and rows * block <= PREFETCH_ELEMENTS * 32 * num_warps
             and (max_rows is None or rows <= max_rows))
 
 
-def _sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor]:
+def sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor]:
     """Stage two of a weight / bias gradient: the column sums of one or two (programs, H) fp32 partial
     buffers of the same shape, each rounded once to its dtype; both in one launch."""
     first = parts[0][0]
@@ -349,7 +349,7 @@ def _sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tenso
     return outs
 
 
-def _check_eps(eps: object) -> float:
+def check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise InputError(f"eps must be a number >= 0, got {eps!r}")
     return float(eps)
@@ -363,35 +363,35 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
     n_rows, hidden = x2.shape
     y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
-    block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows)
+    block, single = tile_block(hidden, x2.element_size())
+    rows = rows_per_tile(block, single, n_rows)
     _launch_fwd((-(-n_rows // rows),), x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset,
-                BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama, num_warps=_num_warps(rows * block))
+                BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama, num_warps=warps_for(rows * block))
     return y, rstd
 
 
 def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
               llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     n_rows, hidden = x2.shape
-    block, single = _block(hidden, x2.element_size())
-    rows = _rows_per_tile(block, single, n_rows)
+    block, single = tile_block(hidden, x2.element_size())
+    rows = rows_per_tile(block, single, n_rows)
     n_tiles = -(-n_rows // rows)
-    num_warps = _num_warps(rows * block)
-    programs, per = _programs(x2.device, n_tiles, num_warps)
+    num_warps = warps_for(rows * block)
+    programs, per = grid_programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    dw_part = _partial_sums(programs, hidden, single, need_dw, x2.device)
+    dw_part = partial_sums(programs, hidden, single, need_dw, x2.device)
     _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
                 n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
-                HAS_DW=need_dw, PREFETCH=single and _prefetch(x2, rows, block, num_warps),
+                HAS_DW=need_dw, PREFETCH=single and use_prefetch(x2, rows, block, num_warps),
                 RELOAD_W=single and block >= RELOAD_W_MIN_BLOCK, num_warps=num_warps)
-    dw = _sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
+    dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
 
 
 class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
-        x2 = _as_rows(x, x.shape[-1])
+        x2 = as_rows(x, x.shape[-1])
         y, rstd = _forward(x2, weight, eps, offset, llama)
         ctx.save_for_backward(x2, weight, rstd)  # the input (a view of x when possible) and [rows] fp32
         ctx.offset, ctx.llama, ctx.x_shape = offset, llama, x.shape
@@ -401,7 +401,7 @@ class _RMSNormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy: torch.Tensor):
         x2, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(_as_rows(dy, x2.shape[1]), x2, weight, rstd, ctx.offset, ctx.llama,
+        dx, dw = _backward(as_rows(dy, x2.shape[1]), x2, weight, rstd, ctx.offset, ctx.llama,
                            ctx.needs_input_grad[1])
         return dx.view(ctx.x_shape), dw, None, None, None
 
@@ -435,7 +435,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
                          f"{x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
     if casting not in CASTINGS:
         raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     offset = float(offset)
     llama = casting == "llama"
     if x.numel() == 0 or not use_triton(x, weight):
@@ -444,7 +444,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save
-        y, _ = _forward(_as_rows(x, x.shape[-1]), weight, eps, offset, llama)
+        y, _ = _forward(as_rows(x, x.shape[-1]), weight, eps, offset, llama)
         return y.view(x.shape)
     return _RMSNormFunction.apply(x, weight, eps, offset, llama)
 
@@ -461,7 +461,7 @@ class RMSNorm(nn.Module):
         if casting not in CASTINGS:
             raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
         self.hidden_size = hidden_size
-        self.eps = _check_eps(eps)
+        self.eps = check_eps(eps)
         self.offset = float(offset)
         self.casting = casting
         init = torch.zeros if self.offset else torch.ones
@@ -473,7 +473,7 @@ class RMSNorm(nn.Module):
 
     @variance_epsilon.setter
     def variance_epsilon(self, value: float) -> None:
-        self.eps = _check_eps(value)
+        self.eps = check_eps(value)
 
     @classmethod
     def from_module(cls, module: nn.Module, *, offset: float = 0.0, casting: str = "llama") -> RMSNorm:
