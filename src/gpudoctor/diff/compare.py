@@ -1,4 +1,4 @@
-"""Two Sides -> one Diff: plain data, no I/O, no printing (the renderers are in report/).
+"""Two Sides -> one Diff: plain data, no I/O, no printing (the renderers are diff/console.py and diff/html.py).
 
 Step time: the unprofiled samples of env.json when both sides have them (they are the program
 as it runs; the profiler inflates the profiled steps), else the profiled step times of both
