@@ -183,6 +183,9 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     row["steps_seen"] = cap.get("steps_seen")
     row["steps_recorded"] = cap.get("steps_recorded")
     row["env_unprofiled_step_ms"] = cap.get("unprofiled_step_ms")
+    # the step timings the calibration chose from, kept to study the unprofiled-step estimate
+    row["env_unprofiled_before_window_ms"] = cap.get("unprofiled_before_window_ms")
+    row["env_unprofiled_after_window_ms"] = cap.get("unprofiled_after_window_ms")
     row["step_source"] = cap.get("step_source")
     row["capture_error"] = cap.get("error")
     report = read_json(run_dir / "report.json") if run_dir and row["report_written"] else None

@@ -165,6 +165,9 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     env_json = read_json(run_dir / "env.json") if run_dir else None
     cap = (env_json or {}).get("capture") or {}
     row["env_unprofiled_step_ms"] = cap.get("unprofiled_step_ms")
+    # the step timings the calibration chose from, kept to study the unprofiled-step estimate
+    row["env_unprofiled_before_window_ms"] = cap.get("unprofiled_before_window_ms")
+    row["env_unprofiled_after_window_ms"] = cap.get("unprofiled_after_window_ms")
     row["env_step_source"] = cap.get("step_source")
     report = load_report(run_dir, doc["stdout"])
     row["report_written"] = report is not None
