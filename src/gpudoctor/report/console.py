@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the Report calls these renderers (__str__), so they import 
 SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
 _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
 _IDLE_COLORS = {"input-pipeline": "red", "host-sync": "bright_red", "dispatch": "yellow", "host-work": "orange3",
-               "op-setup": "magenta"}
+               "op-setup": "orchid"}
 BAR_WIDTH = 60
 MAX_FINDINGS = 8
 MAX_HOST_OPS = 10
