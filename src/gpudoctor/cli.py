@@ -218,8 +218,9 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
         note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
                 "loader-workers, pin-memory, bf16-autocast, tf32, optimizer-foreach, optimizer-fused, compile, "
                 "compile-reduce-overhead, expandable-segments, no-empty-cache); name some with --fixes")
-        if report is None:
-            note = "no diagnosis on this machine, so no finding to try: name the knobs to try with --fixes"
+        if report is None or report.host_only:
+            note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs to try with --fixes "
+                    "(e.g. --fixes loader-workers,optimizer-foreach)")
     elif len(samples) < 2:
         note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing to compare trials "
                 "with; raise --skip")

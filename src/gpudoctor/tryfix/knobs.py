@@ -19,11 +19,12 @@ Rules for overriding what the program passed:
   ``foreach`` cleared: torch refuses both) whatever the program passed. A class without the
   argument (LBFGS) is left alone.
 - **The outermost module** (``bf16-autocast``, ``compile``, ``compile-reduce-overhead``): the first
-  module with parameters called at the top level (no module call around it) on the main thread, as
-  capture/detect.py finds it, and any later top-level module with more parameters. Its
+  module with parameters called at the top level (no module call around it) on the main thread
+  (capture/detect.py also takes the top-level module, with the most parameters: a program whose
+  first top-level call is a small module gets the knob on that one; ``effects`` names it). Its
   ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
-  without CUDA), or the module is compiled in place (``module.compile(mode=...)``, from its next
-  call on: the first call runs eager).
+  without CUDA) from its first call on, or the module is compiled in place
+  (``module.compile(mode=...)``, from its second call on: the first runs eager).
 - **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
   and ``torch.set_float32_matmul_precision("high")``.
 - **Allocator** (``expandable-segments``, ``no-empty-cache``): ``PYTORCH_CUDA_ALLOC_CONF`` gets
@@ -157,44 +158,52 @@ def _optimizer_fused(effects: Effects) -> None:
 # -- the outermost module ------------------------------------------------------------------------
 
 
-def on_outermost_module(change: Callable[[Any], str], effects: Effects) -> None:
-    """Call ``change(module)`` on the outermost module (see the module docstring) when it is first
-    called, before that call runs; ``change`` returns a line for ``effects``. The global hooks stay
-    installed, inert once the program's first top-level calls are over (torch.compile guards on
-    their number: removing them would compile again)."""
-    import torch
+def on_outermost_module(change: Callable[[Any], str], effects: Effects,
+                        around_first: Callable[[], Any] | None = None) -> None:
+    """Call ``change(module)`` on the outermost module: the first module with parameters called at
+    the top level (no module call around it) on the main thread, before that call runs; ``change``
+    returns a line for ``effects``. A change made there (a new ``forward``, ``module.compile()``)
+    takes effect from the next call: ``around_first`` (a context manager factory), when given,
+    wraps the first call itself. The two global hooks are removed as that first call ends, so the
+    timed steps run on nn.Module's fast path, as the baseline's do (and torch.compile, which
+    guards on the number of global hooks, traces with them gone)."""
     from torch.nn.modules import module as nn_module
 
     thread = threading.get_ident()
-    state = {"depth": 0, "best": 0, "calls": 0}
-    changed: weakref.WeakSet[Any] = weakref.WeakSet()
-    is_compiling = torch.compiler.is_compiling
+    state: dict[str, Any] = {"depth": 0, "root": None, "ctx": None, "handles": []}
 
     def pre(module: Any, *args: Any) -> None:
-        if is_compiling() or threading.get_ident() != thread or state["calls"] > 256:
+        if threading.get_ident() != thread:
             return
         state["depth"] += 1
-        if state["depth"] != 1:
-            return
-        state["calls"] += 1
-        if module in changed:
+        if state["depth"] != 1 or state["root"] is not None:
             return
         try:
             params = sum(p.numel() for p in module.parameters())
         except (RuntimeError, AttributeError):
             return
-        if params > state["best"]:
-            state["best"] = params
-            changed.add(module)
-            effects.append(change(module))
+        if params <= 0:
+            return
+        state["root"] = weakref.ref(module)
+        effects.append(change(module))
+        if around_first is not None:
+            state["ctx"] = around_first()
+            state["ctx"].__enter__()
 
     def post(module: Any, *args: Any) -> None:
-        if is_compiling() or threading.get_ident() != thread or state["calls"] > 256:
+        if threading.get_ident() != thread:
             return
         state["depth"] = max(0, state["depth"] - 1)
+        if state["depth"] == 0 and state["root"] is not None:
+            ctx, state["ctx"] = state["ctx"], None
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+            for handle in state["handles"]:
+                handle.remove()
+            state["handles"] = []
 
-    nn_module.register_module_forward_pre_hook(pre)
-    nn_module.register_module_forward_hook(post, always_call=True)
+    state["handles"] = [nn_module.register_module_forward_pre_hook(pre),
+                        nn_module.register_module_forward_hook(post, always_call=True)]
 
 
 def _bf16_autocast(effects: Effects) -> None:
@@ -202,18 +211,21 @@ def _bf16_autocast(effects: Effects) -> None:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
+    def autocast() -> Any:
+        return torch.autocast(device, dtype=torch.bfloat16)
+
     def change(module: Any) -> str:
         forward = module.forward
 
         @functools.wraps(forward)
         def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device, dtype=torch.bfloat16):
+            with autocast():
                 return forward(*args, **kwargs)
 
         module.forward = autocast_forward
         return f"{type(module).__name__}.forward under torch.autocast({device!r}, dtype=torch.bfloat16)"
 
-    on_outermost_module(change, effects)
+    on_outermost_module(change, effects, around_first=autocast)
 
 
 def _compile(mode: str | None) -> Callable[[Effects], None]:

@@ -116,7 +116,7 @@ def attach(run_dir: Path, trials: list[dict[str, Any]], not_tried: list[dict[str
     report_json = run_dir / f"report{suffix}.json"
     if report_json.is_file():
         report = json.loads(report_json.read_text())
-        report["trials"], report["trials_not_tried"] = trials, not_tried
+        report["trials"], report["trials_not_tried"], report["trials_note"] = trials, not_tried, note
         report_json.write_text(json.dumps(report, indent=2) + "\n")
     report_html = run_dir / f"report{suffix}.html"
     if report_html.is_file():

@@ -261,10 +261,9 @@ class Trials:
         tail = _tail(log)
         if "OutOfMemoryError" in tail or "out of memory" in tail.lower():
             return "out of memory", _last_line(tail), child, wall
-        if child.get("error") and not child.get("samples_ms"):
-            return "crashed", str(child["error"]), child, wall
-        if not child or (code != 0 and not child.get("samples_ms")):
-            return "crashed", f"exit code {code}: {_last_line(tail)}", child, wall
+        if not child or (code != 0 and not child.get("stopped_by_gpudoctor")):  # it ended before its steps
+            why = child.get("error") or _last_line(tail)
+            return "crashed", f"exit code {code}: {why}", child, wall
         return "ok", "" if code == 0 else f"the program ended with exit code {code} after the timed steps", child, wall
 
 
