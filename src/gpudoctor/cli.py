@@ -125,6 +125,10 @@ def run(
         None, "--sandbox", help="With --try-fixes: run each trial in DIR/<knob>/ (the files it writes land there)."
     ),
     trial_timeout: float = typer.Option(300.0, "--trial-timeout", help="Seconds one trial may run."),
+    trial_trace: bool = typer.Option(
+        True, "--trial-trace/--no-trial-trace", help="With --try-fixes: each trial also records the profiled "
+        "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: faster)."
+    ),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
@@ -166,7 +170,7 @@ def run(
         sys.stderr.write(f"gpudoctor: {note}\n")
     if try_fixes and (report is not None or note.startswith("no GPU activity")):
         _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
-                    json_out, width)
+                    trial_trace, json_out, width)
     if report is None and not note.startswith("no GPU activity"):
         raise typer.Exit(outcome.exit_code or 2)
     raise typer.Exit(outcome.exit_code)
@@ -203,7 +207,7 @@ def _baseline_numerics(on: bool):  # type: ignore[no-untyped-def]
 
 
 def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, timeout,  # type: ignore[no-untyped-def]
-                json_out: bool, width: int | None) -> None:
+                trace: bool, json_out: bool, width: int | None) -> None:
     from gpudoctor.capture.bundle import global_rank, program_facts, rank_suffix
     from gpudoctor.report.safe import SafeConsole
     from gpudoctor.tryfix.render import attach, render_console
@@ -226,9 +230,9 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
                 "with; raise --skip")
     else:
         err = SafeConsole(stderr=True)
-        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip)
+        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps)
         runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
-                        baseline, timeout_s=timeout, sandbox=sandbox,
+                        baseline, timeout_s=timeout, sandbox=sandbox, trace=trace,
                         progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
                                                         highlight=False))
         trials = runner.run(chosen.trials)

@@ -3,11 +3,13 @@
 The spec (written by tryfix/trial.py) names the program, its arguments, the knobs and the
 number of steps. The child seeds the generators as the baseline did (capture/numerics.py),
 applies the knobs (tryfix/knobs.py), then runs the program in-process as ``gpudoctor run`` does
-(capture/runner.py) with a capture session whose profiler window is off: it times the same
-steps the baseline's unprofiled samples came from (the second half of the ``skip`` steps before
-the window) and stops the program where the window would have opened. It writes into the trial's
-directory ``env.json`` (as a run's: its ``capture.unprofiled_step_ms_samples``) and
-``trial.json``: the samples, the first losses, the peak GPU memory, what each knob changed.
+(capture/runner.py): it times the same steps the baseline's unprofiled samples came from (the
+second half of the ``skip`` steps before the window), then either records the baseline's profiler
+window (``trace``: the trial directory is then a run bundle that ``gpudoctor diff`` compares with
+the baseline's or another trial's) and stops, or stops where the window would open. It writes
+into the trial's directory ``env.json`` (as a run's: its ``capture.unprofiled_step_ms_samples``),
+``trace.json.gz`` with ``trace``, and ``trial.json``: the samples, the first losses, the peak GPU
+memory, what each knob changed.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def main(argv: list[str]) -> int:
     from gpudoctor.tryfix.knobs import apply_knobs
 
     target = Target(spec["target"], tuple(spec["args"]), bool(spec["is_module"]))
-    config = CaptureConfig(steps=1, skip=int(spec["skip"]), calibration_steps=0, profile=False,
-                           record_memory=False, nvml_interval_s=0)
+    trace = bool(spec.get("trace"))
+    config = CaptureConfig(steps=int(spec.get("steps") or 1), skip=int(spec["skip"]), calibration_steps=0,
+                           profile=trace, record_memory=trace, nvml_interval_s=0.2 if trace else 0)
     seed_all()
     trial: dict[str, Any] = {"knobs": knob_ids, "effects": [], "losses": [], "exit_code": None, "error": ""}
     try:

@@ -4,7 +4,10 @@ After the diagnosis, each finding whose fix is a knob (tryfix/knobs.py), or each
 ``--fixes``, gets a **trial**: the program in a fresh process (tryfix/child.py) with that knob
 applied, the generators seeded as in the baseline, timed over the same steps as the baseline's
 unprofiled samples (the second half of the ``--skip`` steps before the window), and stopped
-there. A trial is bounded by those steps and by ``--trial-timeout`` seconds (the whole process
+there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
+directory is then a run bundle, and ``gpudoctor diff RUN RUN/trials/KNOB`` shows which kernels the
+knob changed; the window comes after the timed steps and leaves them alone). A trial is bounded by
+those steps and by ``--trial-timeout`` seconds (the whole process
 group is killed then); a trial that crashes, runs out of memory or times out is reported as such
 and the next one runs. With ``--sandbox DIR`` each trial runs in ``DIR/<knob>/`` (the files the
 program writes land there), else in the current directory.
@@ -76,6 +79,7 @@ class Baseline:
     losses: tuple[float | None, ...] = ()
     peak_memory_bytes: int | None = None
     skip: int = 10
+    steps: int = 5  # the profiled window's steps, recorded after the timed ones when trials keep a trace
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class Trials:
     baseline: Baseline
     timeout_s: float = DEFAULT_TIMEOUT_S
     sandbox: Path | None = None
+    trace: bool = True  # record the window after the timed steps (gpudoctor diff compares the trials)
     progress: Callable[[str], None] | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -232,7 +237,8 @@ class Trials:
         target = self.target
         script = target.path_or_module if target.is_module else str(Path(target.path_or_module).resolve())
         spec = {"target": script, "args": list(target.args), "is_module": target.is_module, "knobs": knob_ids,
-                "skip": self.baseline.skip, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
+                "skip": self.baseline.skip, "steps": self.baseline.steps,
+                "trace": self.trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
                 "program": self.program}
         spec_path = trial_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
