@@ -118,11 +118,11 @@ def run(
         "measure the speedup."
     ),
     fixes: str | None = typer.Option(
-        None, "--fixes", help="With --try-fixes: the knobs to try, comma-separated (default: those the findings "
-        "call for)."
+        None, "--fixes", help="The knobs to try, comma-separated (implies --try-fixes; default: those the "
+        "findings call for)."
     ),
     sandbox: Path | None = typer.Option(
-        None, "--sandbox", help="With --try-fixes: run each trial in DIR/<knob>/ (the files it writes land there)."
+        None, "--sandbox", help="Run each trial in DIR/<knob>/, the files it writes land there (implies --try-fixes)."
     ),
     trial_timeout: float = typer.Option(300.0, "--trial-timeout", help="Seconds one trial may run."),
     trial_trace: bool = typer.Option(

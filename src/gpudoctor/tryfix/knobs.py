@@ -249,9 +249,14 @@ def _tf32(effects: Effects) -> None:
     effects.append("TF32 matmuls and convolutions (torch.backends.*.allow_tf32, matmul precision 'high')")
 
 
+def _expandable(effects: Effects) -> None:
+    effects.append(f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
+
+
 def _no_empty_cache(effects: Effects) -> None:
     import torch
 
+    _expandable(effects)
     calls = [0]
 
     def empty_cache() -> None:
@@ -261,10 +266,6 @@ def _no_empty_cache(effects: Effects) -> None:
 
     torch.cuda.empty_cache = empty_cache
     torch.cuda.memory.empty_cache = empty_cache
-
-
-def _expandable(effects: Effects) -> None:
-    effects.append(f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
 
 
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
