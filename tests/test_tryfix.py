@@ -124,7 +124,7 @@ def test_numerics_flags_divergence_beyond_tolerance() -> None:
 
 
 def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = True) -> Trials:
-    os.environ["PYTHONPATH"] = str(SRC)  # the children import this gpudoctor
+    # the children import the gpudoctor these tests import (Trials puts its folder on their PYTHONPATH)
     baseline = Baseline(tuple(BASE), (1.4, 1.39, 1.38), None, skip=6)
     return Trials(Target(str(PROBE), args), {"target": str(PROBE)}, tmp_path / "run", baseline, timeout_s=timeout,
                   sandbox=tmp_path / "sandbox" if sandbox else None, trace=False)
@@ -256,6 +256,7 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert diff.returncode == 0, diff.stderr
     assert json.loads(diff.stdout)["samples"]["after"] == trial["n_trial"]
     assert (tmp_path / "sb" / "optimizer-foreach" / "probe.json").is_file()
+    assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(tmp_path / "sb" / "optimizer-foreach")
     assert 'id="fixes-tried"' in (run_dir / "report.html").read_text()
     assert trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3
 

@@ -76,6 +76,11 @@ def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]]
         if rec.get("effects"):
             console.print("      applied: " + "; ".join(rec["effects"][:4]), markup=False, highlight=False,
                           soft_wrap=True)
+        written = rec.get("files_written")
+        if written:
+            more = f" and {len(written) - 5} more" if len(written) > 5 else ""
+            console.print(f"      wrote in {rec['cwd']}: {', '.join(written[:5])}{more}", markup=False,
+                          highlight=False, soft_wrap=True)
         num = numerics_text(rec)
         if num:
             console.print(f"      {num}", markup=False, highlight=False, soft_wrap=True)

@@ -218,6 +218,7 @@ class Trials:
             "numerics": numerics(self.baseline.losses, child.get("losses") or [], any(k.numerics for k in knobs)),
             "effects": child.get("effects") or [], "exit_code": child.get("exit_code"),
             "wall_s": round(wall, 2), "cwd": str(cwd), "dir": str(trial_dir),
+            "files_written": _files_under(cwd) if self.sandbox is not None else None,
         }
         samples = usable(child.get("samples_ms") or [])
         rec["n_trial"] = len(samples)
@@ -287,6 +288,19 @@ def _measured(change: StepChange) -> dict[str, Any]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
+
+
+def _files_under(folder: Path, limit: int = 50) -> list[str]:
+    """The files a sandboxed trial left in its working directory (relative paths, sorted, at most
+    ``limit``): the program's side effects (checkpoints, logs) seen from outside."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                found.append(str(path.relative_to(folder)))
+                if len(found) >= limit:
+                    break
+    return found
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
