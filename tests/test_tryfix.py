@@ -162,7 +162,9 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
     records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
                           Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
-    crashed, ok = records[:2]
+    control, crashed, ok = records[:3]
+    assert control["knob"] == "control" and control["verdict"] == "reference" and runner.reference == "control"
+    assert ok["reference"] == "control" and crashed["reference"] == "control"
     assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
     assert crashed["verdict"] is None and crashed["measured_speedup"] is None
     assert ok["status"] == "ok" and ok["verdict"] is not None
@@ -244,7 +246,9 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert "Fixes tried" in out.stdout and "optimizer-foreach" in out.stdout and "Traceback" not in out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
-    (trial,) = report["trials"]
+    control, trial = report["trials"]
+    assert control["knob"] == "control" and control["knobs"] == [] and control["verdict"] == "reference"
+    assert trial["reference"] == "control"
     assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"
     for key in ("measured_speedup", "speedup_ci95", "verdict", "peak_memory_bytes", "numerics", "effects",
                 "baseline_ms", "trial_ms", "n_baseline", "n_trial", "predicted_speedup", "finding", "dir"):
@@ -258,7 +262,8 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "sb" / "optimizer-foreach" / "probe.json").is_file()
     assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(tmp_path / "sb" / "optimizer-foreach")
     assert 'id="fixes-tried"' in (run_dir / "report.html").read_text()
-    assert trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3
+    assert trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3  # the control's losses
+    assert "control" in out.stdout and "reference" in out.stdout
 
 
 def test_run_try_fixes_with_nothing_to_try_says_so(tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ def measured_text(rec: dict[str, Any]) -> str:
 def outcome_text(rec: dict[str, Any]) -> str:
     if rec.get("status") != "ok":
         return f"{rec['status']}: {rec['reason']}" if rec.get("reason") else str(rec["status"])
+    if rec.get("knob") == "control":
+        return "reference for the trials (measured: the diagnosed run -> this run with no knob)"
     text = str(rec.get("verdict"))
     if rec.get("reason"):
         text += f" ({rec['reason']})"

@@ -12,8 +12,16 @@ group is killed then); a trial that crashes, runs out of memory or times out is 
 and the next one runs. With ``--sandbox DIR`` each trial runs in ``DIR/<knob>/`` (the files the
 program writes land there), else in the current directory.
 
-**Measured speedup**: the baseline's samples (env.json ``capture.unprofiled_step_ms_samples``)
-against the trial's, through ``gpudoctor diff``'s noise model (diff/samples.py ``compare_samples``:
+**Control**: before the knobs, the program runs once more in a trial process with no knob (the
+``control`` record, verdict ``reference``); its samples, first losses and peak memory are the
+baseline the knob trials are measured against (``reference: "control"``). The diagnosed run is
+measured too, but it ran in gpudoctor's own process and earlier: a systematic difference
+between it and any fresh process would pass for the knob's effect. Its samples are the reference
+only when the control fails (``reference: "diagnosed run"``); the control's own record compares
+the two, and a control far from x1.0 says the machine's speed moved between runs.
+
+**Measured speedup**: the reference's samples (the control's, else the diagnosed run's env.json
+``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s noise model (diff/samples.py ``compare_samples``:
 outliers, Welch's t on the log ratio of means, the 1% run-to-run floor): speedup = baseline mean /
 trial mean, its 95% interval the inverse of the step-time change's.
 
@@ -68,6 +76,7 @@ LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
 CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED = (
     "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied")
+CONTROL, REFERENCE = "control", "reference"
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
 
 
@@ -176,9 +185,14 @@ class Trials:
     sandbox: Path | None = None
     trace: bool = True  # record the window after the timed steps (gpudoctor diff compares the trials)
     progress: Callable[[str], None] | None = None
+    control: bool = True  # run the program once with no knob first, and measure the trials against it
     records: list[dict[str, Any]] = field(default_factory=list)
+    reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
+    _children: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+        if self.control and planned:
+            self._run_control()
         for p in planned:
             self.records.append(self.one(p.knob.id, [p.knob.id], p))
         best: dict[str, dict[str, Any]] = {}
@@ -192,6 +206,23 @@ class Trials:
             self.records.append(self.one("combined", ids, None))
         return self.records
 
+    def _run_control(self) -> None:
+        """The program with no knob, in a trial process like the others: the reference. The
+        diagnosed run is not one: it ran in gpudoctor's own process, which had just imported
+        the analysis, and minutes earlier (another load on the machine); on a shared 2-core CPU
+        a no-op knob (tf32) measured x1.29 against it and x1.0 against a control."""
+        rec = self.one(CONTROL, [], None)
+        child = self._children.get(CONTROL, {})
+        samples = usable(child.get("samples_ms") or [])
+        if rec["status"] == "ok" and len(samples) >= 2:
+            self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
+                                     self.baseline.skip, self.baseline.steps)
+            self.reference = "control"
+        else:
+            rec["reason"] = (rec["reason"] + "; " if rec["reason"] else "") + \
+                "the trials are measured against the diagnosed run's samples instead"
+        self.records.append(rec)
+
     def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> dict[str, Any]:
         if self.progress is not None:
             self.progress(name)
@@ -202,10 +233,12 @@ class Trials:
             cwd = self.sandbox / name
             cwd.mkdir(parents=True, exist_ok=True)
         status, reason, child, wall = self._spawn(trial_dir, knob_ids, cwd)
+        self._children[name] = child
         knobs = [BY_ID[k] for k in knob_ids]
+        title = knobs[0].title if len(knobs) == 1 else " + ".join(k.id for k in knobs)
         rec: dict[str, Any] = {
-            "knob": name, "knobs": knob_ids,
-            "title": knobs[0].title if len(knobs) == 1 else " + ".join(k.id for k in knobs),
+            "knob": name, "knobs": knob_ids, "reference": self.reference,
+            "title": title if knobs else "no knob: the program as it is, the reference for the trials",
             "finding": planned.finding if planned else None,
             "predicted_speedup": _round(planned.predicted_speedup if planned else None),
             "predicted_saving_ms": _round(planned.saving_ms if planned else None),
@@ -222,7 +255,11 @@ class Trials:
         }
         samples = usable(child.get("samples_ms") or [])
         rec["n_trial"] = len(samples)
-        if status == "ok" and not rec["effects"]:
+        if not knob_ids:  # the control: measured against the diagnosed run, for the record
+            if status == "ok" and samples and self.baseline.samples_ms:
+                rec.update(_measured(compare_samples(self.baseline.samples_ms, samples)))
+                rec["verdict"] = REFERENCE
+        elif status == "ok" and not rec["effects"]:
             rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
             rec["reason"] = "the knob found nothing to change in this program"
         elif status == "ok" and samples and self.baseline.samples_ms:
