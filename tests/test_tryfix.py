@@ -162,7 +162,8 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
     records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
                           Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
-    control, crashed, ok = records[:3]
+    control, crashed, ok, end = records
+    assert end["knob"] == "control-end" and end["status"] == "ok" and runner.floor_pct >= 1.0
     assert control["knob"] == "control" and control["verdict"] == "reference" and runner.reference == "control"
     assert ok["reference"] == "control" and crashed["reference"] == "control"
     assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
@@ -246,7 +247,8 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert "Fixes tried" in out.stdout and "optimizer-foreach" in out.stdout and "Traceback" not in out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
-    control, trial = report["trials"]
+    control, trial, end = report["trials"]
+    assert end["knob"] == "control-end" and trial["floor_pct"] >= 1.0
     assert control["knob"] == "control" and control["knobs"] == [] and control["verdict"] == "reference"
     assert trial["reference"] == "control"
     assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"

@@ -31,8 +31,10 @@ def measured_text(rec: dict[str, Any]) -> str:
 def outcome_text(rec: dict[str, Any]) -> str:
     if rec.get("status") != "ok":
         return f"{rec['status']}: {rec['reason']}" if rec.get("reason") else str(rec["status"])
-    if rec.get("knob") == "control":
+    if rec.get("knob") == "control" and rec.get("status") == "ok":
         return "reference for the trials (measured: the diagnosed run -> this run with no knob)"
+    if rec.get("knob") == "control-end" and rec.get("status") == "ok":
+        return str(rec.get("reason") or "the control again")
     text = str(rec.get("verdict"))
     if rec.get("reason"):
         text += f" ({rec['reason']})"
