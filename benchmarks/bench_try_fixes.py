@@ -16,10 +16,10 @@ For each twin in tests/programs/twins whose fix is a knob (TWIN_KNOBS below):
     python benchmarks/bench_try_fixes.py                     # CPU smoke run: the mechanics, not the timings
     python benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330
 
-On an H100 with torch 2.11 a twin takes ~35-60 s (three Python start-ups, two plain runs, the
-diagnosis and one trial; the compile twins longest, so they run last), about 5 minutes for all,
-under the 6 minutes of one device command with --deadline 330 (twins not started by then are
-listed as skipped). On a lent GPU machine msgspec is not installed: carry .whl (its cp312 wheel):
+On an H100 with torch 2.11 a twin takes an estimated 50-90 s (two plain runs, the diagnosis, the
+control before and after, and the knob's trial: six Python start-ups; the compile twins longest,
+so they run last): --deadline 330 keeps one device command under 6 minutes, and the twins not
+started by then are listed as skipped: run them in a second command with --only. On a lent GPU machine msgspec is not installed: carry .whl (its cp312 wheel):
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src
     python3 benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330

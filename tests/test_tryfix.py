@@ -275,3 +275,16 @@ def test_run_try_fixes_with_nothing_to_try_says_so(tmp_path: Path) -> None:
     report = json.loads(out.stdout)
     assert report["trials"] == [] and "name the knobs to try with --fixes" in report["trials_note"]
     assert not list((tmp_path / "runs").glob("*/trials"))
+
+
+@pytest.mark.parametrize(("trap", "knob"), [("fp32_matmul", "bf16-autocast"), ("input_pipeline", "loader-workers"),
+                                            ("optimizer_loop", "optimizer-foreach")])
+def test_plan_on_real_reports_of_the_lab_traps(trap: str, knob: str) -> None:
+    """The findings of recorded H100 traces plan their knobs, with the finding's prediction."""
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / trap / "trace.json.gz")
+    planned = {t.knob.id: t for t in plan(report.findings, None).trials}
+    assert knob in planned, [f.id for f in report.findings]
+    finding = next(f for f in report.findings if f.id == planned[knob].finding)
+    assert planned[knob].predicted_speedup == finding.predicted_speedup > 1.0
