@@ -98,7 +98,8 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     row.update(findings=tried["findings"], run_dir=tried["run_dir"], wall_s=tried["wall_s"],
                status=trial.get("status"), verdict=trial.get("verdict"), reason=trial.get("reason"),
                predicted_speedup=trial.get("predicted_speedup"), measured_speedup=trial.get("measured_speedup"),
-               speedup_ci95=trial.get("speedup_ci95"), baseline_ms=trial.get("baseline_ms"),
+               speedup_ci95=trial.get("speedup_ci95"), floor_pct=trial.get("floor_pct"),
+               baseline_ms=trial.get("baseline_ms"),
                trial_ms=trial.get("trial_ms"), effects=trial.get("effects"), numerics=trial.get("numerics"),
                peak_memory_bytes=trial.get("peak_memory_bytes"), message=tried["message"])
     measured, twin = row["measured_speedup"], row["twin_speedup"]
@@ -113,12 +114,12 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| twin | knob | twin x | knob x [95%] | ratio | predicted | verdict | result | numerics |\n"
-            "|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| twin | knob | twin x | knob x [95%] | ratio | predicted | floor % | verdict | result | numerics |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         if r.get("result") == "skipped":
-            lines.append(f"| {r['twin']} | {r['knob']} | | | | | | skipped | |")
+            lines.append(f"| {r['twin']} | {r['knob']} | | | | | | | skipped | |")
             continue
         ci = r.get("speedup_ci95")
         knob_x = f"{fmt(r.get('measured_speedup'))}" + (f" [{fmt(ci[0])}-{fmt(ci[1])}]" if ci else "")
@@ -127,7 +128,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                                                        f"ok ({fmt(num.get('max_rel_diff'), 4)})")
         verdict = r.get("verdict") or (f"{r['status']}: {r.get('reason')}" if r.get("status") else r.get("message"))
         lines.append(f"| {r['twin']} | {r['knob']} | {fmt(r.get('twin_speedup'))} | {knob_x} | {fmt(r.get('ratio'))} "
-                     f"| {fmt(r.get('predicted_speedup'))} | {verdict} | {r['result']} | {numerics} |")
+                     f"| {fmt(r.get('predicted_speedup'))} | {fmt(r.get('floor_pct'), 1)} | {verdict} | {r['result']} "
+                     f"| {numerics} |")
     notes = "\n".join(f"- {r['twin']}: {r['expected_difference']}" for r in rows)
     return head + "\n".join(lines) + "\n\nWhere a difference is expected:\n" + notes + "\n"
 
