@@ -218,7 +218,11 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
     samples = tuple(outcome.result.unprofiled_before_ms)
     note = ""
     trials: list = []
-    if not chosen.trials:
+    if global_rank() is not None:
+        chosen.trials = []
+        note = ("--try-fixes reruns one process per knob and does not run inside a distributed job (each rank "
+                "would start its own trials): try the knobs on a single-process run of the program")
+    elif not chosen.trials:
         note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
                 "loader-workers, pin-memory, bf16-autocast, tf32, optimizer-foreach, optimizer-fused, compile, "
                 "compile-reduce-overhead, expandable-segments, no-empty-cache); name some with --fixes")
