@@ -113,6 +113,22 @@ def run(
         False, "--json", help="Print only the JSON report on stdout; the program's own stdout goes to stderr."
     ),
     width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
+    try_fixes: bool = typer.Option(
+        False, "--try-fixes", help="Then rerun the program once per knob-fixable finding, the knob applied, and "
+        "measure the speedup."
+    ),
+    fixes: str | None = typer.Option(
+        None, "--fixes", help="The knobs to try, comma-separated (implies --try-fixes; default: those the "
+        "findings call for)."
+    ),
+    sandbox: Path | None = typer.Option(
+        None, "--sandbox", help="Run each trial in DIR/<knob>/, the files it writes land there (implies --try-fixes)."
+    ),
+    trial_timeout: float = typer.Option(300.0, "--trial-timeout", help="Seconds one trial may run."),
+    trial_trace: bool = typer.Option(
+        True, "--trial-trace/--no-trial-trace", help="With --try-fixes: each trial also records the profiled "
+        "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: faster)."
+    ),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
@@ -130,7 +146,11 @@ def run(
     elif script is not None:
         target = Target(script, tuple(args))
     else:
-        raise InputError("give a script to run (gpudoctor run train.py ARGS) or a module (gpudoctor run -m pkg.train)")
+        what = "--try-fixes needs a program: " if try_fixes or fixes is not None else ""
+        raise InputError(f"{what}give a script to run (gpudoctor run train.py ARGS) or a module "
+                         "(gpudoctor run -m pkg.train)")
+    try_fixes = try_fixes or fixes is not None or sandbox is not None
+    fix_ids = _check_try_fixes(fixes, sandbox, trial_timeout) if try_fixes else None
     if wait < 0 or window <= 0:
         raise InputError(f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
     from gpudoctor.outputs import check_output_dir
@@ -138,18 +158,95 @@ def run(
     check_output_dir(out, "--out")
     config = CaptureConfig(steps=steps, skip=skip, stack=stack, calibration_steps=calibrate)
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
-    with quiet:
+    with quiet, _baseline_numerics(try_fixes) as numerics:
         outcome, run_dir, report, note = run_and_diagnose(
             target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window
         )
-    if report is not None:
+    if report is not None and not (try_fixes and json_out):
         _emit(report, json_out, None, width)
+    if report is not None:
         sys.stderr.write(f"run directory: {run_dir}\n")
     if note:
         sys.stderr.write(f"gpudoctor: {note}\n")
+    if try_fixes and (report is not None or note.startswith("no GPU activity")):
+        _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
+                    trial_trace, json_out, width)
     if report is None and not note.startswith("no GPU activity"):
         raise typer.Exit(outcome.exit_code or 2)
     raise typer.Exit(outcome.exit_code)
+
+
+def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float) -> list[str] | None:
+    """--fixes, --sandbox and --trial-timeout, checked before the program runs."""
+    from gpudoctor.tryfix.trial import parse_fixes
+
+    if not timeout > 0:
+        raise InputError(f"--trial-timeout must be a positive number of seconds, got {timeout:g}")
+    if sandbox is not None:
+        from gpudoctor.outputs import check_output_dir
+
+        check_output_dir(sandbox, "--sandbox")
+    return parse_fixes(fixes)
+
+
+@contextlib.contextmanager
+def _baseline_numerics(on: bool):  # type: ignore[no-untyped-def]
+    """With --try-fixes, the diagnosed run is the baseline: seeded as the trials are, its first
+    losses and peak memory recorded (capture/numerics.py)."""
+    state: dict = {"losses": [], "peak": None}
+    if not on:
+        yield state
+        return
+    from gpudoctor.capture.numerics import peak_memory_bytes, record_losses, seed_all
+
+    seed_all()
+    with record_losses() as losses:
+        state["losses"] = losses
+        yield state
+    state["peak"] = peak_memory_bytes()
+
+
+def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, timeout,  # type: ignore[no-untyped-def]
+                trace: bool, json_out: bool, width: int | None) -> None:
+    from gpudoctor.capture.bundle import global_rank, program_facts, rank_suffix
+    from gpudoctor.report.safe import SafeConsole
+    from gpudoctor.tryfix.render import attach, render_console
+    from gpudoctor.tryfix.trial import Baseline, Trials, plan
+
+    findings = report.findings if report is not None else ()
+    chosen = plan(findings, fix_ids)
+    samples = tuple(outcome.result.unprofiled_before_ms)
+    note = ""
+    trials: list = []
+    if global_rank() is not None:
+        chosen.trials = []
+        note = ("--try-fixes reruns one process per knob and does not run inside a distributed job (each rank "
+                "would start its own trials): try the knobs on a single-process run of the program")
+    elif not chosen.trials:
+        note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
+                "loader-workers, pin-memory, bf16-autocast, tf32, optimizer-foreach, optimizer-fused, compile, "
+                "compile-reduce-overhead, expandable-segments, no-empty-cache); name some with --fixes")
+        if report is None or report.host_only:
+            note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs to try with --fixes "
+                    "(e.g. --fixes loader-workers,optimizer-foreach)")
+    elif len(samples) < 2:
+        note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing to compare trials "
+                "with; raise --skip")
+    else:
+        err = SafeConsole(stderr=True)
+        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps)
+        runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
+                        baseline, timeout_s=timeout, sandbox=sandbox, trace=trace,
+                        progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
+                                                        highlight=False))
+        trials = runner.run(chosen.trials)
+    attach(run_dir, trials, chosen.not_tried, note, rank_suffix(global_rank()))
+    if json_out:
+        suffix = rank_suffix(global_rank())
+        path = run_dir / f"report{suffix}.json"
+        sys.stdout.write(path.read_text() if path.is_file() else (run_dir / "trials.json").read_text())
+        return
+    render_console(trials, chosen.not_tried, SafeConsole(width=width) if width else SafeConsole(), note)
 
 
 @app.command()

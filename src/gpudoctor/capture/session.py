@@ -61,6 +61,10 @@ class CaptureConfig:
     """How often NVML is sampled during the window (0 disables sampling)."""
     calibration_steps: int = 5
     """Unprofiled steps timed after the window (the program runs this many more steps)."""
+    profile: bool = True
+    """False: no profiler window. The session ends where the window would open (after ``skip``
+    steps) with the unprofiled step times alone, timed exactly as a profiled run times them
+    (``gpudoctor run --try-fixes`` trials)."""
     patience: int = 32
     """Training-like forwards to wait for an optimizer step before forwards count as steps (a
     gradient-accumulation loop of more micro-batches than this is cut at each micro-batch)."""
@@ -361,6 +365,9 @@ class CaptureSession(Listener):
             if self._count == 2:
                 self._narrow_hooks()  # the source has repeated: discovery is over
             if self._count >= max(cfg.skip, 1):
+                if not cfg.profile:
+                    self._complete()  # a trial: the steps before the window are all it times
+                    return
                 self._open_window(stepped=True)
         elif self.phase is Phase.WINDOW:
             # the first step starts the recording and the last one stops it: Kineto logs each

@@ -1,0 +1,178 @@
+"""Check ``gpudoctor run --try-fixes`` against the twins' own fixes (issue 19's first target).
+
+For each twin in tests/programs/twins whose fix is a knob (TWIN_KNOBS below):
+
+1. ``python PROG ARGS`` and ``python PROG ARGS --fixed``, plainly: the program's own ms lines (its
+   ``timing_regex``; the first log line dropped as warm-up, median; benchmarks/run_twins.py's
+   ``plain_run``) give the true sick and fixed step times; twin speedup = sick / fixed;
+2. ``python -m gpudoctor run --try-fixes --fixes KNOB --no-trial-trace --json --skip S --steps 3
+   --calibrate 0 --out RUNS/NAME PROG ARGS`` on the sick one; the trial of KNOB in the JSON's
+   ``trials[]``: its measured speedup with the 95% interval, verdict, predicted speedup (when the
+   finding was diagnosed), numerics, status;
+3. ratio = knob's measured speedup / twin's speedup; ``match`` when 0.9 <= ratio <= 1.1 (the issue's
+   "within 10%"), ``differs`` otherwise (the EXPECTED column says where a difference is expected:
+   the knob is not the twin's whole fix), ``error`` when no trial came back.
+
+    python benchmarks/bench_try_fixes.py                     # CPU smoke run: the mechanics, not the timings
+    python benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330
+
+On an H100 with torch 2.11 a twin takes an estimated 50-90 s (two plain runs, the diagnosis, the
+control before and after, and the knob's trial: six Python start-ups; the compile twins longest,
+so they run last): --deadline 330 keeps one device command under 6 minutes, and the twins not
+started by then are listed as skipped: run them in a second command with --only. On a lent GPU machine msgspec is not installed: carry .whl (its cp312 wheel):
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src
+    python3 benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330
+
+Writes try_fixes.json after every twin (a run cut short keeps what it measured) and try_fixes.md at
+the end; prints the table last. Failures are recorded, never fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_gallery import add_common_arguments, failure_message, fmt, newest_run_dir, read_json, run_command
+from run_twins import MANIFEST, ROOT, plain_run
+
+MATCH_BAND = (0.9, 1.1)
+
+# twin -> (knob, --skip, what may make the knob's speedup differ from the twin's --fixed)
+TWIN_KNOBS: dict[str, tuple[str, int, str]] = {
+    "loader_no_workers": ("loader-workers", 20, "the twin uses 6 workers and non_blocking copies; the knob min(8, CPUs)"),
+    "tf32_gpt": ("bf16-autocast", 20, "the twin's autocast also covers the loss; the knob the outermost module"),
+    "optimizer_foreach_off": ("optimizer-fused", 20, "same fix: Adam(fused=True)"),
+    "pageable_h2d": ("pin-memory", 20, ("the twin pins its dataset tensors, no DataLoader: the knob finds nothing "
+                                       "(expected: not applied)")),
+    "empty_cache_varlen": ("no-empty-cache", 30, "the twin also buckets its shapes; the knob only skips empty_cache"),
+    "unfused_gelu_norm": ("compile", 20, "the twin calls the fused F.gelu / F.layer_norm; the knob compiles"),
+    "tiny_mlp_launch": ("compile-reduce-overhead", 60, ("the twin graphs the whole step (optimizer too); the knob "
+                                                       "the model's forward and backward")),
+}
+
+
+def try_fixes_run(entry: dict[str, Any], knob: str, skip: int, args: list[str], opts: argparse.Namespace,
+                  env: dict[str, str], runs: Path) -> dict[str, Any]:
+    out_dir = runs / entry["name"]
+    cmd = [opts.python, "-m", "gpudoctor", "run", "--try-fixes", "--fixes", knob, "--no-trial-trace", "--json",
+           "--skip", str(skip), "--steps", str(opts.steps), "--calibrate", "0", "--trial-timeout",
+           str(opts.timeout), "--out", str(out_dir), str(MANIFEST.parent / entry["file"]), *args]
+    res = run_command(cmd, ROOT, env, 3 * opts.timeout)
+    run_dir = newest_run_dir(out_dir)
+    report = read_json(run_dir / "report.json") if run_dir is not None else None
+    if report is None or not isinstance(report.get("trials"), list):
+        trials_file = read_json(run_dir / "trials.json") if run_dir is not None else None
+        report = trials_file or report
+    trial = next((t for t in (report or {}).get("trials", []) if t.get("knob") == knob), None)
+    findings = [f.get("id") for f in (report or {}).get("findings", [])][:5]
+    return {"rc": res["rc"], "wall_s": res["wall_s"], "trial": trial, "findings": findings,
+            "run_dir": str(run_dir) if run_dir else None,
+            "message": "" if trial is not None else failure_message(res) or "no trial in the report"}
+
+
+def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str], runs: Path) -> dict[str, Any]:
+    knob, skip, expected = TWIN_KNOBS[entry["name"]]
+    args = entry.get("args_gpu") if opts.gpu_args else entry.get("args_cpu")
+    row: dict[str, Any] = {"twin": entry["name"], "knob": knob, "expected_difference": expected,
+                           "twin_fix": entry.get("fix", "")}
+    script = str(MANIFEST.parent / entry["file"])
+    per_step = float(entry.get("iterations_per_step", 1))
+    sick = plain_run(script, list(args), entry.get("timing_regex"), per_step, opts, env)
+    fixed = plain_run(script, [*args, "--fixed"], entry.get("timing_regex"), per_step, opts, env)
+    row["sick_ms"], row["fixed_ms"] = sick["true_step_ms"], fixed["true_step_ms"]
+    row["twin_speedup"] = (round(sick["true_step_ms"] / fixed["true_step_ms"], 4)
+                           if sick["true_step_ms"] and fixed["true_step_ms"] else None)
+    if "--iters" in args:  # the window (1 warm-up + --steps) must fit in the program's iterations
+        iters = int(args[args.index("--iters") + 1])
+        skip = max(2, min(skip, iters - opts.steps - 3))
+    row["skip"] = skip
+    tried = try_fixes_run(entry, knob, skip, list(args), opts, env, runs)
+    trial = tried["trial"] or {}
+    row.update(findings=tried["findings"], run_dir=tried["run_dir"], wall_s=tried["wall_s"],
+               status=trial.get("status"), verdict=trial.get("verdict"), reason=trial.get("reason"),
+               predicted_speedup=trial.get("predicted_speedup"), measured_speedup=trial.get("measured_speedup"),
+               speedup_ci95=trial.get("speedup_ci95"), floor_pct=trial.get("floor_pct"),
+               baseline_ms=trial.get("baseline_ms"),
+               trial_ms=trial.get("trial_ms"), effects=trial.get("effects"), numerics=trial.get("numerics"),
+               peak_memory_bytes=trial.get("peak_memory_bytes"), message=tried["message"])
+    measured, twin = row["measured_speedup"], row["twin_speedup"]
+    row["ratio"] = round(measured / twin, 3) if measured and twin else None
+    if not tried["trial"]:
+        row["result"] = "error"
+    elif row["ratio"] is None:
+        row["result"] = "not measured"
+    else:
+        row["result"] = "match" if MATCH_BAND[0] <= row["ratio"] <= MATCH_BAND[1] else "differs"
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| twin | knob | twin x | knob x [95%] | ratio | predicted | floor % | verdict | result | numerics |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        if r.get("result") == "skipped":
+            lines.append(f"| {r['twin']} | {r['knob']} | | | | | | | skipped | |")
+            continue
+        ci = r.get("speedup_ci95")
+        knob_x = f"{fmt(r.get('measured_speedup'))}" + (f" [{fmt(ci[0])}-{fmt(ci[1])}]" if ci else "")
+        num = r.get("numerics") or {}
+        numerics = "-" if not num.get("checked") else ("DIVERGED" if num.get("diverged") else
+                                                       f"ok ({fmt(num.get('max_rel_diff'), 4)})")
+        verdict = r.get("verdict") or (f"{r['status']}: {r.get('reason')}" if r.get("status") else r.get("message"))
+        lines.append(f"| {r['twin']} | {r['knob']} | {fmt(r.get('twin_speedup'))} | {knob_x} | {fmt(r.get('ratio'))} "
+                     f"| {fmt(r.get('predicted_speedup'))} | {fmt(r.get('floor_pct'), 1)} | {verdict} | {r['result']} "
+                     f"| {numerics} |")
+    notes = "\n".join(f"- {r['twin']}: {r['expected_difference']}" for r in rows)
+    return head + "\n".join(lines) + "\n\nWhere a difference is expected:\n" + notes + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(ap, "twin", "try_fixes")
+    opts = ap.parse_args()
+    if opts.steps == 5:
+        opts.steps = 3  # the trials need no long window: their samples come before it
+    entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["programs"]}
+    wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()] or list(TWIN_KNOBS)
+    unknown = [n for n in wanted if n not in TWIN_KNOBS or n not in entries]
+    if unknown:
+        ap.error(f"no knob twin named {', '.join(unknown)}; choose from {', '.join(TWIN_KNOBS)}")
+    out = opts.out or ROOT / "benchmarks" / "results" / f"try_fixes-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    runs = out / "runs"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(opts.src), os.environ.get("PYTHONPATH", "")]
+                                                         if p))
+    start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    meta = {"gpu_args": opts.gpu_args, "python": opts.python, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for name in wanted:
+        if opts.deadline and time.perf_counter() - start > opts.deadline:
+            rows.append({"twin": name, "knob": TWIN_KNOBS[name][0], "result": "skipped",
+                         "expected_difference": TWIN_KNOBS[name][2]})
+            continue
+        print(f"[{time.perf_counter() - start:5.0f} s] {name}: {TWIN_KNOBS[name][0]}", file=sys.stderr, flush=True)
+        try:
+            rows.append(run_one(entries[name], opts, env, runs))
+        except Exception as exc:  # noqa: BLE001 - recorded, the next twin runs
+            rows.append({"twin": name, "knob": TWIN_KNOBS[name][0], "result": "error", "message": repr(exc),
+                         "expected_difference": TWIN_KNOBS[name][2]})
+        (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    meta["wall_s"] = round(time.perf_counter() - start, 1)
+    (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    text = table(rows)
+    (out / "try_fixes.md").write_text(f"# gpudoctor run --try-fixes vs the twins' --fixed\n\n{json.dumps(meta)}\n\n"
+                                      + text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""One trial, in its own process: ``python -m gpudoctor.tryfix.child SPEC.json``.
+
+The spec (written by tryfix/trial.py) names the program, its arguments, the knobs and the
+number of steps. The child seeds the generators as the baseline did (capture/numerics.py),
+applies the knobs (tryfix/knobs.py), then runs the program in-process as ``gpudoctor run`` does
+(capture/runner.py): it times the same steps the baseline's unprofiled samples came from (the
+second half of the ``skip`` steps before the window), then either records the baseline's profiler
+window (``trace``: the trial directory is then a run bundle that ``gpudoctor diff`` compares with
+the baseline's or another trial's) and stops, or stops where the window would open. It writes
+into the trial's directory ``env.json`` (as a run's: its ``capture.unprofiled_step_ms_samples``),
+``trace.json.gz`` with ``trace``, and ``trial.json``: the samples, the first losses, the peak GPU
+memory, what each knob changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out_dir = Path(spec["out_dir"])
+    knob_ids = list(spec["knobs"])
+
+    from gpudoctor.capture.bundle import capture_facts, environment, write_json
+    from gpudoctor.capture.numerics import peak_memory_bytes, record_losses, seed_all
+    from gpudoctor.capture.runner import Target, run_program
+    from gpudoctor.capture.session import CaptureConfig
+    from gpudoctor.tryfix.knobs import apply_knobs
+
+    target = Target(spec["target"], tuple(spec["args"]), bool(spec["is_module"]))
+    trace = bool(spec.get("trace"))
+    config = CaptureConfig(steps=int(spec.get("steps") or 1), skip=int(spec["skip"]), calibration_steps=0,
+                           profile=trace, record_memory=trace, nvml_interval_s=0.2 if trace else 0)
+    seed_all()
+    trial: dict[str, Any] = {"knobs": knob_ids, "effects": [], "losses": [], "exit_code": None, "error": ""}
+    try:
+        trial["effects"] = effects = apply_knobs(knob_ids)
+        with record_losses(int(spec["loss_steps"])) as losses:
+            outcome = run_program(target, config, out_dir, exit_after=True, wait_s=None)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 - a knob that cannot be applied: reported, like a crash
+        trial["error"] = f"{type(exc).__name__}: {exc}"
+        write_json(out_dir / "trial.json", trial)
+        return 1
+    result = outcome.result
+    trial.update(
+        effects=effects,
+        losses=losses,
+        exit_code=outcome.exit_code,
+        stopped_by_gpudoctor=outcome.stopped_by_us,
+        error=result.error or outcome.message,
+        step_source=result.step_source or None,
+        steps_seen=result.steps_seen,
+        samples_ms=[round(x, 4) for x in result.unprofiled_step_ms],
+        peak_memory_bytes=peak_memory_bytes(),
+    )
+    env = environment()
+    env["program"] = spec.get("program") or {}
+    env["capture"] = capture_facts(result, config, None)
+    env["trial"] = {"knobs": knob_ids, "effects": effects}
+    write_json(out_dir / "env.json", env)
+    write_json(out_dir / "trial.json", trial)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,327 @@
+"""The fixes that need no code change: knobs turned from outside the program.
+
+Each knob is applied in the fresh process of a trial (tryfix/child.py), after torch is imported
+and before the program's first line runs; the program's files are never edited. What a knob
+changed is written to the list ``effects`` (one line per change) so the report can say whether
+it fired at all: a knob that found nothing to change (no DataLoader, no torch.optim optimizer)
+is reported as not applied rather than as "no effect".
+
+Rules for overriding what the program passed:
+
+- **DataLoader** (``loader-workers``, ``pin-memory``): ``num_workers`` 0 (left at its default or
+  passed explicitly: that is what the input-pipeline finding blames) becomes ``min(8, CPUs)``; N > 0
+  becomes ``min(2N, CPUs)`` (the finding's "twice as many as now"); ``pin_memory`` False becomes
+  True when CUDA is available; ``persistent_workers`` is set to True only when the program did not
+  pass it. A loader over an ``IterableDataset`` keeps its workers (each worker would replay the
+  whole stream).
+- **Optimizers** (``optimizer-foreach``, ``optimizer-fused``): every ``torch.optim`` optimizer class
+  whose constructor takes ``foreach`` / ``fused`` gets ``foreach=True`` (or ``fused=True`` with
+  ``foreach`` cleared: torch refuses both) whatever the program passed. A class without the
+  argument (LBFGS) is left alone.
+- **The outermost module** (``bf16-autocast``, ``compile``, ``compile-reduce-overhead``): the first
+  module with parameters called at the top level (no module call around it) on the main thread
+  (capture/detect.py also takes the top-level module, with the most parameters: a program whose
+  first top-level call is a small module gets the knob on that one; ``effects`` names it). Its
+  ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
+  without CUDA) from its first call on, or the module is compiled in place
+  (``module.compile(mode=...)``, from its second call on: the first runs eager).
+- **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
+  and ``torch.set_float32_matmul_precision("high")``.
+- **Allocator** (``expandable-segments``, ``no-empty-cache``): ``PYTORCH_CUDA_ALLOC_CONF`` gets
+  ``expandable_segments:True`` (added to what the environment already has; set by the parent in
+  the child's environment, before CUDA starts); ``no-empty-cache`` also makes
+  ``torch.cuda.empty_cache`` a no-op.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Effects = list[str]
+
+
+@dataclass(frozen=True)
+class Knob:
+    id: str
+    title: str  # what it does, in a few words
+    findings: tuple[str, ...]  # the finding ids it fixes
+    apply: Callable[[Effects], None] | None = None  # in the child, before the program runs
+    env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
+    numerics: bool = False  # changes precision or kernels: the first losses are compared
+    group: str = ""  # knobs of one group are alternatives: a combined trial takes one of them
+
+
+# -- DataLoader ----------------------------------------------------------------------------------
+
+
+def _patch_dataloader(effects: Effects, workers: bool) -> None:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    original = DataLoader.__init__
+    signature = inspect.signature(original)
+    cpus = os.cpu_count() or 1
+    cuda = torch.cuda.is_available()
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)
+        given = dict(bound.arguments)
+        given.pop("self", None)
+        changes = []
+        if workers and not isinstance(given.get("dataset"), IterableDataset):
+            n = int(given.get("num_workers", 0) or 0)
+            wanted = min(8, cpus) if n == 0 else min(2 * n, cpus)
+            if wanted > n:
+                given["num_workers"] = wanted
+                changes.append(f"num_workers {n} -> {wanted}")
+            if given.get("num_workers", 0) and "persistent_workers" not in given:
+                given["persistent_workers"] = True
+                changes.append("persistent_workers=True")
+        if cuda and not given.get("pin_memory", False):
+            given["pin_memory"] = True
+            changes.append("pin_memory=True")
+        if changes:
+            effects.append("DataLoader: " + ", ".join(changes))
+        return original(self, **given)
+
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _loader_workers(effects: Effects) -> None:
+    _patch_dataloader(effects, workers=True)
+
+
+def _pin_memory(effects: Effects) -> None:
+    _patch_dataloader(effects, workers=False)
+
+
+# -- optimizers ----------------------------------------------------------------------------------
+
+
+def _patch_optimizers(effects: Effects, flag: str) -> None:
+    import torch
+
+    patched = []
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or cls is torch.optim.Optimizer:
+            continue
+        original = cls.__dict__.get("__init__")
+        if original is None:
+            continue
+        try:
+            params = inspect.signature(original).parameters
+        except (TypeError, ValueError):
+            continue
+        if flag not in params:
+            continue
+        cls.__init__ = _optimizer_init(original, cls.__name__, flag, "foreach" in params, effects)
+        patched.append(cls.__name__)
+    if not patched:
+        effects.append(f"no torch.optim optimizer takes {flag}= in this torch")
+
+
+def _optimizer_init(original: Callable[..., None], name: str, flag: str, has_foreach: bool,
+                    effects: Effects) -> Callable[..., None]:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs[flag] = True
+        if flag == "fused" and has_foreach:
+            kwargs["foreach"] = None
+        line = f"{type(self).__name__}({flag}=True)"  # once, under the class the program built
+        if line not in effects:
+            effects.append(line)
+        return original(self, *args, **kwargs)
+
+    return __init__
+
+
+def _optimizer_foreach(effects: Effects) -> None:
+    _patch_optimizers(effects, "foreach")
+
+
+def _optimizer_fused(effects: Effects) -> None:
+    _patch_optimizers(effects, "fused")
+
+
+# -- the outermost module ------------------------------------------------------------------------
+
+
+def on_outermost_module(change: Callable[[Any], str], effects: Effects,
+                        around_first: Callable[[], Any] | None = None) -> None:
+    """Call ``change(module)`` on the outermost module: the first module with parameters called at
+    the top level (no module call around it) on the main thread, before that call runs; ``change``
+    returns a line for ``effects``. A change made there (a new ``forward``, ``module.compile()``)
+    takes effect from the next call: ``around_first`` (a context manager factory), when given,
+    wraps the first call itself. The two global hooks are removed as that first call ends, so the
+    timed steps run on nn.Module's fast path, as the baseline's do (and torch.compile, which
+    guards on the number of global hooks, traces with them gone)."""
+    from torch.nn.modules import module as nn_module
+
+    thread = threading.get_ident()
+    state: dict[str, Any] = {"depth": 0, "root": None, "ctx": None, "handles": []}
+
+    def pre(module: Any, *args: Any) -> None:
+        if threading.get_ident() != thread:
+            return
+        state["depth"] += 1
+        if state["depth"] != 1 or state["root"] is not None:
+            return
+        try:
+            params = sum(p.numel() for p in module.parameters())
+        except (RuntimeError, AttributeError):
+            return
+        if params <= 0:
+            return
+        state["root"] = weakref.ref(module)
+        effects.append(change(module))
+        if around_first is not None:
+            state["ctx"] = around_first()
+            state["ctx"].__enter__()
+
+    def post(module: Any, *args: Any) -> None:
+        if threading.get_ident() != thread:
+            return
+        state["depth"] = max(0, state["depth"] - 1)
+        if state["depth"] == 0 and state["root"] is not None:
+            ctx, state["ctx"] = state["ctx"], None
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+            for handle in state["handles"]:
+                handle.remove()
+            state["handles"] = []
+
+    state["handles"] = [nn_module.register_module_forward_pre_hook(pre),
+                        nn_module.register_module_forward_hook(post, always_call=True)]
+
+
+def _bf16_autocast(effects: Effects) -> None:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def autocast() -> Any:
+        return torch.autocast(device, dtype=torch.bfloat16)
+
+    def change(module: Any) -> str:
+        forward = module.forward
+
+        @functools.wraps(forward)
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with autocast():
+                return forward(*args, **kwargs)
+
+        module.forward = autocast_forward
+        return f"{type(module).__name__}.forward under torch.autocast({device!r}, dtype=torch.bfloat16)"
+
+    on_outermost_module(change, effects, around_first=autocast)
+
+
+def _compile(mode: str | None) -> Callable[[Effects], None]:
+    def apply(effects: Effects) -> None:
+        def change(module: Any) -> str:
+            kwargs = {"mode": mode} if mode else {}
+            module.compile(**kwargs)
+            return f"{type(module).__name__}.compile({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+
+        on_outermost_module(change, effects)
+
+    return apply
+
+
+def _tf32(effects: Effects) -> None:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    effects.append("TF32 matmuls and convolutions (torch.backends.*.allow_tf32, matmul precision 'high')")
+
+
+def _expandable(effects: Effects) -> None:
+    effects.append(f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
+
+
+def _no_empty_cache(effects: Effects) -> None:
+    import torch
+
+    _expandable(effects)
+    calls = [0]
+
+    def empty_cache() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            effects.append("torch.cuda.empty_cache() called and skipped")
+
+    torch.cuda.empty_cache = empty_cache
+    torch.cuda.memory.empty_cache = empty_cache
+
+
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers", ("input-pipeline",),
+         _loader_workers, group="loader"),
+    Knob("pin-memory", "DataLoader(pin_memory=True)", ("pageable-copy",), _pin_memory, group="loader"),
+    Knob("bf16-autocast", "bf16 autocast around the outermost module's forward", ("fp32-matmul",),
+         _bf16_autocast, numerics=True),
+    Knob("tf32", "TF32 for fp32 matmuls and convolutions", ("fp32-matmul",), _tf32, numerics=True),
+    Knob("optimizer-foreach", "torch.optim optimizers with foreach=True", ("optimizer-loop",), _optimizer_foreach,
+         group="optimizer"),
+    Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
+         numerics=True, group="optimizer"),
+    Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
+         _compile("reduce-overhead"), numerics=True, group="compile"),
+    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), numerics=True,
+         group="compile"),
+    Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
+         _expandable, env=EXPANDABLE, group="allocator"),
+    Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),
+         _no_empty_cache, env=EXPANDABLE, group="allocator"),
+)
+BY_ID = {k.id: k for k in KNOBS}
+
+NEEDS_CODE = {
+    "host-sync": "the sync (.item(), .cpu(), a Python branch on a GPU value) is in the program's own code",
+    "naive-attention": "the attention is written out in the model's code: scaled_dot_product_attention replaces it",
+    "misaligned-gemm": "the odd sizes (vocabulary, hidden, batch) are the model's own: padding them changes it",
+    "per-sample-loop": "the Python loop over samples is the program's own: batching it is a code change",
+    "small-gemm": "batching the small matmuls together is a code change",
+    "host-blocking-work": "the blocking host work is in the program's own loop",
+    "dynamic-shapes": "the varying shapes come from the program's data: bucketing or padding them is a code change",
+}
+
+
+def knobs_for(finding_id: str) -> tuple[Knob, ...]:
+    return tuple(k for k in KNOBS if finding_id in k.findings)
+
+
+def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str]) -> dict[str, str]:
+    """The child's environment: ``base`` plus each knob's variables (a comma-separated setting such
+    as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced)."""
+    env = dict(base)
+    for kid in knob_ids:
+        for name, value in BY_ID[kid].env.items():
+            old = env.get(name, "")
+            env[name] = value if not old else (old if value in old.split(",") else f"{old},{value}")
+    return env
+
+
+def apply_knobs(knob_ids: list[str] | tuple[str, ...]) -> Effects:
+    effects: Effects = []
+    for kid in knob_ids:
+        knob = BY_ID[kid]
+        if knob.apply is not None:
+            knob.apply(effects)
+    return effects

@@ -1,0 +1,136 @@
+"""The "Fixes tried" section: console text, HTML (every text escaped) and the run directory's
+files (``trials.json``; ``trials`` / ``trials_not_tried`` added to ``report.json``; the section
+added to ``report.html``). Field meanings: docs/report-schema.md, "trials"."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"x{value:.{digits}f}"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f} MiB"
+
+
+def measured_text(rec: dict[str, Any]) -> str:
+    if rec.get("measured_speedup") is None:
+        return "-"
+    ci = rec.get("speedup_ci95")
+    interval = f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+    return f"{_x(rec['measured_speedup'])}{interval}"
+
+
+def outcome_text(rec: dict[str, Any]) -> str:
+    if rec.get("status") != "ok":
+        return f"{rec['status']}: {rec['reason']}" if rec.get("reason") else str(rec["status"])
+    if rec.get("knob") == "control" and rec.get("status") == "ok":
+        return "reference for the trials (measured: the diagnosed run -> this run with no knob)"
+    if rec.get("knob") == "control-end" and rec.get("status") == "ok":
+        return str(rec.get("reason") or "the control again")
+    text = str(rec.get("verdict"))
+    if rec.get("reason"):
+        text += f" ({rec['reason']})"
+    return text
+
+
+def numerics_text(rec: dict[str, Any]) -> str:
+    n = rec.get("numerics") or {}
+    if not n.get("checked"):
+        return ""
+    if n.get("diverged") is None:
+        return "loss not recorded (no scalar passed to backward)"
+    pairs = ", ".join(f"{_num(b)}->{_num(t)}" for b, t in zip(n.get("baseline") or [], n.get("trial") or []))
+    state = "DIVERGED" if n["diverged"] else "within"
+    return f"first losses {pairs}: {state} {n['tolerance_rel'] * 100:g}% tolerance"
+
+
+def _num(v: float | None) -> str:
+    return "nan" if v is None else f"{v:.4g}"
+
+
+def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], console: Console,
+                   note: str = "") -> None:
+    console.print()
+    console.print("Fixes tried", style="bold", markup=False, highlight=False)
+    if note:
+        console.print(f"  {note}", markup=False, highlight=False)
+    for rec in trials:
+        pred = _x(rec.get("predicted_speedup"))
+        head = f"  {rec['knob']:<24} predicted {pred:>6}  measured {measured_text(rec):<22} {outcome_text(rec)}"
+        console.print(head, markup=False, highlight=False, soft_wrap=True)
+        details = []
+        if rec.get("finding"):
+            details.append(f"for {rec['finding']}")
+        if rec.get("baseline_ms") is not None:
+            details.append(f"{rec['baseline_ms']:.2f} -> {rec['trial_ms']:.2f} ms/step "
+                           f"({rec['n_baseline']} vs {rec['n_trial']} steps)")
+        mem = rec.get("peak_memory_bytes") or {}
+        if mem.get("baseline") is not None or mem.get("trial") is not None:
+            details.append(f"peak memory {_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}")
+        if details:
+            console.print("      " + "; ".join(details), markup=False, highlight=False, soft_wrap=True)
+        if rec.get("effects"):
+            console.print("      applied: " + "; ".join(rec["effects"][:4]), markup=False, highlight=False,
+                          soft_wrap=True)
+        written = rec.get("files_written")
+        if written:
+            more = f" and {len(written) - 5} more" if len(written) > 5 else ""
+            console.print(f"      wrote in {rec['cwd']}: {', '.join(written[:5])}{more}", markup=False,
+                          highlight=False, soft_wrap=True)
+        num = numerics_text(rec)
+        if num:
+            console.print(f"      {num}", markup=False, highlight=False, soft_wrap=True)
+    for item in not_tried:
+        console.print(f"  not tried: {item['finding']}: {item['reason']}", markup=False, highlight=False,
+                      soft_wrap=True)
+
+
+def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], note: str = "") -> str:
+    e = html.escape
+    rows = []
+    for rec in trials:
+        mem = rec.get("peak_memory_bytes") or {}
+        rows.append(
+            "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
+                rec["knob"], rec.get("finding") or "-", _x(rec.get("predicted_speedup")), measured_text(rec),
+                outcome_text(rec), f"{_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}",
+                numerics_text(rec) or "-", "; ".join(rec.get("effects") or []) or "-")) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted", "measured (95% interval)", "verdict",
+                                              "peak memory", "numerics", "applied"))
+    parts = ['<section id="fixes-tried"><h2>Fixes tried</h2>']
+    if note:
+        parts.append(f"<p>{e(note)}</p>")
+    if rows:
+        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    if not_tried:
+        parts.append("<ul>" + "".join(f"<li>not tried: {e(i['finding'])}: {e(i['reason'])}</li>"
+                                      for i in not_tried) + "</ul>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def attach(run_dir: Path, trials: list[dict[str, Any]], not_tried: list[dict[str, str]], note: str = "",
+           suffix: str = "") -> None:
+    """Write trials.json and add the trials to the run directory's report.json and report.html."""
+    data = {"trials": trials, "trials_not_tried": not_tried, "note": note}
+    (run_dir / "trials.json").write_text(json.dumps(data, indent=2) + "\n")
+    report_json = run_dir / f"report{suffix}.json"
+    if report_json.is_file():
+        report = json.loads(report_json.read_text())
+        report["trials"], report["trials_not_tried"], report["trials_note"] = trials, not_tried, note
+        report_json.write_text(json.dumps(report, indent=2) + "\n")
+    report_html = run_dir / f"report{suffix}.html"
+    if report_html.is_file():
+        page = report_html.read_text()
+        section = section_html(trials, not_tried, note)
+        at = page.rfind("</body>")
+        page = page[:at] + section + "\n" + page[at:] if at >= 0 else page + section
+        report_html.write_text(page)

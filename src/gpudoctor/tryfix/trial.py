@@ -1,0 +1,401 @@
+"""``gpudoctor run --try-fixes``: rerun the program once per knob and measure what it saves.
+
+After the diagnosis, each finding whose fix is a knob (tryfix/knobs.py), or each knob named by
+``--fixes``, gets a **trial**: the program in a fresh process (tryfix/child.py) with that knob
+applied, the generators seeded as in the baseline, timed over the same steps as the baseline's
+unprofiled samples (the second half of the ``--skip`` steps before the window), and stopped
+there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
+directory is then a run bundle, and ``gpudoctor diff RUN RUN/trials/KNOB`` shows which kernels the
+knob changed; the window comes after the timed steps and leaves them alone). A trial is bounded by
+those steps and by ``--trial-timeout`` seconds (the whole process
+group is killed then); a trial that crashes, runs out of memory or times out is reported as such
+and the next one runs. With ``--sandbox DIR`` each trial runs in ``DIR/<knob>/`` (the files the
+program writes land there), else in the current directory.
+
+**Control**: before the knobs, the program runs once more in a trial process with no knob (the
+``control`` record, verdict ``reference``); its samples, first losses and peak memory are the
+baseline the knob trials are measured against (``reference: "control"``). The diagnosed run is
+measured too, but it ran in gpudoctor's own process and earlier: a systematic difference
+between it and any fresh process would pass for the knob's effect. Its samples are the reference
+only when the control fails (``reference: "diagnosed run"``); the control's own record compares
+the two, and a control far from x1.0 says the machine's speed moved between runs.
+
+**Drift**: with a control, the control runs once more after the knob trials (``control-end``).
+How far it moved from the first (the machine's load and clocks between two fresh processes,
+which the step-to-step spread within one process cannot show) becomes the noise floor of every
+verdict when it exceeds diff's 1% run-to-run floor (``floor_pct``). On a shared 2-core CPU a
+no-op knob (tf32) measured x0.93 [0.88-0.98] with the 1% floor: that is the drift this guards
+against.
+
+**Measured speedup**: the reference's samples (the control's, else the diagnosed run's env.json
+``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s noise model (diff/samples.py ``compare_samples``:
+outliers, Welch's t on the log ratio of means, a run-to-run floor: 1%, or the drift below): speedup = baseline mean /
+trial mean, its 95% interval the inverse of the step-time change's.
+
+**Verdict** (``verdict``):
+
+- ``made it worse``: the step-time change's whole interval is above +floor (diff's ``slower``);
+- ``no effect``: the interval holds 0 or lies within the floor (diff's ``no difference``);
+- ``confirmed``: faster (the whole interval below -floor) and the interval reaches the prediction's
+  ballpark: its best end saves at least half the predicted saving (predicted saving = 1 - 1 /
+  predicted speedup, as a share of the step). A trial that beats its prediction is confirmed;
+- ``smaller than predicted``: faster, but even the interval's best end saves less than half the
+  predicted saving;
+- ``faster``: faster, with no prediction to hold it to (a knob named by ``--fixes`` with no
+  finding, and the combined trial);
+- ``too few samples``: fewer than 2 step times on a side.
+
+A trial whose knob found nothing to change (no DataLoader, no torch.optim optimizer, no module)
+is ``not applied``, whatever its timing.
+
+**Numerics**: for knobs that change precision or kernels (autocast, TF32, fused optimizers,
+torch.compile), the losses of the first ``LOSS_STEPS`` backward calls of the baseline and the
+trial (capture/numerics.py) are compared: ``diverged`` when one differs from the baseline's by
+more than ``LOSS_RTOL`` (5%) of it, or is NaN/inf where the baseline's is finite. bf16 rounds each
+value to 8 bits of mantissa (0.4%), TF32 to 10: the first steps' losses of a sound model stay
+within a few tenths of a percent; 5% is a change in what the model computes.
+
+**Combined**: the knobs whose verdict is ``confirmed`` or ``faster``, one per group (the faster of
+two compile modes, of foreach and fused...), run together once when there are two or more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.capture.numerics import LOSS_STEPS
+from gpudoctor.diff.samples import (
+    DEFAULT_FLOOR_PCT,
+    FASTER,
+    SAME,
+    SLOWER,
+    UNKNOWN,
+    StepChange,
+    compare_samples,
+    usable,
+)
+from gpudoctor.errors import InputError
+from gpudoctor.tryfix.knobs import BY_ID, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for
+
+LOSS_RTOL = 0.05
+DEFAULT_TIMEOUT_S = 300.0
+CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED = (
+    "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied")
+CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
+BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The diagnosed run: its unprofiled step samples (ms), first losses and peak memory."""
+
+    samples_ms: tuple[float, ...]
+    losses: tuple[float | None, ...] = ()
+    peak_memory_bytes: int | None = None
+    skip: int = 10
+    steps: int = 5  # the profiled window's steps, recorded after the timed ones when trials keep a trace
+
+
+@dataclass(frozen=True)
+class Planned:
+    knob: Knob
+    finding: str | None = None
+    predicted_speedup: float | None = None
+    saving_ms: float | None = None
+
+
+@dataclass
+class Plan:
+    trials: list[Planned] = field(default_factory=list)
+    not_tried: list[dict[str, str]] = field(default_factory=list)  # finding, reason
+
+
+def parse_fixes(text: str | None) -> list[str] | None:
+    """``--fixes a,b``: knob ids (None: every knob the findings call for)."""
+    if text is None:
+        return None
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [i for i in ids if i not in BY_ID]
+    if unknown or not ids:
+        what = f"unknown knob {', '.join(repr(u) for u in unknown)}" if unknown else "no knob named"
+        raise InputError(f"--fixes: {what}; knobs: {', '.join(k.id for k in KNOBS)}")
+    return list(dict.fromkeys(ids))
+
+
+def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
+    """Which knobs to try, for which finding; the findings that need a code change, with why."""
+    out = Plan()
+    chosen: dict[str, Planned] = {}
+    for f in findings:
+        knobs = knobs_for(f.id)
+        if not knobs:
+            if f.id in NEEDS_CODE and fixes is None:
+                out.not_tried.append({"finding": f.id, "reason": NEEDS_CODE[f.id]})
+            continue
+        for knob in knobs:
+            if (fixes is None or knob.id in fixes) and knob.id not in chosen:
+                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms)
+    for kid in fixes or []:
+        chosen.setdefault(kid, Planned(BY_ID[kid]))
+    out.trials = list(chosen.values())
+    return out
+
+
+def verdict(change: StepChange, predicted_speedup: float | None) -> str:
+    """See the module docstring."""
+    if change.verdict == UNKNOWN or change.ci_low_pct is None:
+        return TOO_FEW
+    if change.verdict == SLOWER:
+        return WORSE
+    if change.verdict == SAME:
+        return NO_EFFECT
+    assert change.verdict == FASTER
+    if predicted_speedup is None or not math.isfinite(predicted_speedup) or predicted_speedup <= 1.0:
+        return FASTER_UNPREDICTED
+    predicted_saving = 1.0 - 1.0 / predicted_speedup
+    best_saving = -change.ci_low_pct / 100.0  # the interval's fastest end, as a share of the step
+    return CONFIRMED if best_saving >= BALLPARK * predicted_saving else SMALLER
+
+
+def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], checked: bool) -> dict[str, Any]:
+    """The first losses side by side; ``diverged`` (None when not checked or nothing to compare)."""
+    pairs = list(zip(baseline, trial))
+    worst: float | None = None
+    diverged: bool | None = None
+    if checked and pairs:
+        diverged = False
+        for b, t in pairs:
+            if b is None:
+                continue
+            if t is None:
+                diverged, worst = True, math.inf
+                continue
+            rel = abs(t - b) / max(abs(b), 1e-12)
+            worst = rel if worst is None else max(worst, rel)
+            diverged = diverged or rel > LOSS_RTOL
+    return {"baseline": list(baseline), "trial": list(trial), "tolerance_rel": LOSS_RTOL, "checked": checked,
+            "max_rel_diff": None if worst is None or not math.isfinite(worst) else round(worst, 6),
+            "diverged": diverged}
+
+
+@dataclass
+class Trials:
+    """Runs the trials of one program; ``records`` grows as they end."""
+
+    target: Any  # capture.runner.Target
+    program: dict[str, Any]  # env.json's program facts of the baseline
+    run_dir: Path
+    baseline: Baseline
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    sandbox: Path | None = None
+    trace: bool = True  # record the window after the timed steps (gpudoctor diff compares the trials)
+    progress: Callable[[str], None] | None = None
+    control: bool = True  # run the program once with no knob first, and measure the trials against it
+    records: list[dict[str, Any]] = field(default_factory=list)
+    reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
+    floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
+    _children: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+        if self.control and planned:
+            self._run_control()
+        tried = [(self.one(p.knob.id, [p.knob.id], p), p) for p in planned]
+        self.records += [rec for rec, _ in tried]
+        if self.reference == "control":
+            self._run_drift_check()
+            for rec, p in tried:  # measured again, the floor raised to the drift
+                if rec["status"] == "ok":
+                    self._judge(rec, usable(self._children[rec["knob"]].get("samples_ms") or []), p)
+        best: dict[str, dict[str, Any]] = {}
+        for rec in self.records:
+            if rec["verdict"] in (CONFIRMED, FASTER_UNPREDICTED):
+                group = BY_ID[rec["knob"]].group or rec["knob"]
+                if group not in best or rec["measured_speedup"] > best[group]["measured_speedup"]:
+                    best[group] = rec
+        if len(best) >= 2:
+            ids = [r["knob"] for r in best.values()]
+            self.records.append(self.one("combined", ids, None))
+        return self.records
+
+    def _run_control(self) -> None:
+        """The program with no knob, in a trial process like the others: the reference. The
+        diagnosed run is not one: it ran in gpudoctor's own process, which had just imported
+        the analysis, and minutes earlier (another load on the machine); on a shared 2-core CPU
+        a no-op knob (tf32) measured x1.29 against it and x1.0 against a control."""
+        rec = self.one(CONTROL, [], None)
+        child = self._children.get(CONTROL, {})
+        samples = usable(child.get("samples_ms") or [])
+        if rec["status"] == "ok" and len(samples) >= 2:
+            self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
+                                     self.baseline.skip, self.baseline.steps)
+            self.reference = "control"
+        else:
+            rec["reason"] = (rec["reason"] + "; " if rec["reason"] else "") + \
+                "the trials are measured against the diagnosed run's samples instead"
+        self.records.append(rec)
+
+    def _run_drift_check(self) -> None:
+        """The control again, after the knobs: how far the same program moved between two fresh
+        processes minutes apart (the machine's load, its clocks). The noise floor of every verdict
+        is raised to that drift, when it exceeds diff's 1% floor: within one process the step-to-
+        step spread is tight, and a knob must beat the drift between processes to count."""
+        rec = self.one(CONTROL_END, [], None)
+        self.records.append(rec)
+        samples = usable(self._children.get(CONTROL_END, {}).get("samples_ms") or [])
+        if rec["status"] == "ok" and len(samples) >= 2 and self.baseline.samples_ms:
+            drift = abs(compare_samples(self.baseline.samples_ms, samples).change_pct)
+            self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
+            rec["reason"] = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise floor is "
+                             f"{self.floor_pct:g}%")
+
+    def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> dict[str, Any]:
+        if self.progress is not None:
+            self.progress(name)
+        trial_dir = self.run_dir / "trials" / name
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        cwd = Path.cwd()
+        if self.sandbox is not None:
+            cwd = self.sandbox / name
+            cwd.mkdir(parents=True, exist_ok=True)
+        status, reason, child, wall = self._spawn(trial_dir, knob_ids, cwd)
+        self._children[name] = child
+        knobs = [BY_ID[k] for k in knob_ids]
+        title = knobs[0].title if len(knobs) == 1 else " + ".join(k.id for k in knobs)
+        rec: dict[str, Any] = {
+            "knob": name, "knobs": knob_ids, "reference": self.reference,
+            "title": title if knobs else "no knob: the program as it is, the reference for the trials",
+            "finding": planned.finding if planned else None,
+            "predicted_speedup": _round(planned.predicted_speedup if planned else None),
+            "predicted_saving_ms": _round(planned.saving_ms if planned else None),
+            "status": status, "reason": reason, "verdict": None,
+            "measured_speedup": None, "speedup_ci95": None, "baseline_ms": None, "trial_ms": None,
+            "change_pct": None, "change_ci95_pct": None, "n_baseline": len(self.baseline.samples_ms), "n_trial": 0,
+            "method": None,
+            "peak_memory_bytes": {"baseline": self.baseline.peak_memory_bytes,
+                                  "trial": child.get("peak_memory_bytes")},
+            "numerics": numerics(self.baseline.losses, child.get("losses") or [], any(k.numerics for k in knobs)),
+            "effects": child.get("effects") or [], "exit_code": child.get("exit_code"),
+            "wall_s": round(wall, 2), "cwd": str(cwd), "dir": str(trial_dir),
+            "files_written": _files_under(cwd) if self.sandbox is not None else None,
+        }
+        samples = usable(child.get("samples_ms") or [])
+        rec["n_trial"] = len(samples)
+        if not knob_ids:  # a control: measured against the reference so far, for the record
+            if status == "ok" and samples and self.baseline.samples_ms:
+                rec.update(_measured(compare_samples(self.baseline.samples_ms, samples)))
+                rec["verdict"] = REFERENCE
+        elif status == "ok" and not rec["effects"]:
+            rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
+            rec["reason"] = "the knob found nothing to change in this program"
+        elif status == "ok":
+            self._judge(rec, samples, planned)
+        return rec
+
+    def _judge(self, rec: dict[str, Any], samples: tuple[float, ...], planned: Planned | None) -> None:
+        if samples and self.baseline.samples_ms:
+            change = compare_samples(self.baseline.samples_ms, samples, floor_pct=self.floor_pct)
+            rec.update(_measured(change))
+            rec["floor_pct"] = self.floor_pct
+            rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
+        else:
+            rec["status"], rec["verdict"] = TOO_FEW, TOO_FEW
+            rec["reason"] = f"the trial timed {len(samples)} steps"
+
+    def _spawn(self, trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple[str, str, dict[str, Any], float]:
+        target = self.target
+        script = target.path_or_module if target.is_module else str(Path(target.path_or_module).resolve())
+        spec = {"target": script, "args": list(target.args), "is_module": target.is_module, "knobs": knob_ids,
+                "skip": self.baseline.skip, "steps": self.baseline.steps,
+                "trace": self.trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
+                "program": self.program}
+        spec_path = trial_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=2) + "\n")
+        env = child_env(knob_ids, dict(os.environ))
+        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding gpudoctor/
+        paths = [package_root] + ([str(Path.cwd())] if target.is_module else [])
+        env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH", "")] if p])
+        log = trial_dir / "output.log"
+        start = time.perf_counter()
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "gpudoctor.tryfix.child", str(spec_path.resolve())],
+                                    cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                code = proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return "timed out", f"stopped after --trial-timeout {self.timeout_s:g} s", {}, \
+                    time.perf_counter() - start
+            finally:
+                _kill_group(proc)  # DataLoader workers or threads the program left behind
+        wall = time.perf_counter() - start
+        child: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            child = json.loads((trial_dir / "trial.json").read_text())
+        tail = _tail(log)
+        if "OutOfMemoryError" in tail or "out of memory" in tail.lower():
+            return "out of memory", _last_line(tail), child, wall
+        if not child or (code != 0 and not child.get("stopped_by_gpudoctor")):  # it ended before its steps
+            why = child.get("error") or _last_line(tail)
+            return "crashed", f"exit code {code}: {why}", child, wall
+        return "ok", "" if code == 0 else f"the program ended with exit code {code} after the timed steps", child, wall
+
+
+def _measured(change: StepChange) -> dict[str, Any]:
+    lo, hi = change.ci_low_pct, change.ci_high_pct
+    return {
+        "measured_speedup": _round(change.speedup),
+        "speedup_ci95": None if lo is None or hi is None else [_round(1 / (1 + hi / 100)), _round(1 / (1 + lo / 100))],
+        "baseline_ms": _round(change.before_ms), "trial_ms": _round(change.after_ms),
+        "change_pct": _round(change.change_pct),
+        "change_ci95_pct": None if lo is None or hi is None else [_round(lo), _round(hi)],
+        "n_baseline": change.n_before, "n_trial": change.n_after, "method": change.method,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 4)
+
+
+def _files_under(folder: Path, limit: int = 50) -> list[str]:
+    """The files a sandboxed trial left in its working directory (relative paths, sorted, at most
+    ``limit``): the program's side effects (checkpoints, logs) seen from outside."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                found.append(str(path.relative_to(folder)))
+                if len(found) >= limit:
+                    break
+    return found
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _tail(log: Path, size: int = 4000) -> str:
+    try:
+        data = log.read_bytes()[-size:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,290 @@
+"""gpudoctor run --try-fixes: the knobs applied in a fresh child, the trials' verdicts, the
+reports, and the command line's errors (all on the CPU: the timings mean nothing here, the
+mechanics do)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gpudoctor.capture.runner import Target
+from gpudoctor.diff.samples import compare_samples
+from gpudoctor.errors import InputError
+from gpudoctor.tryfix import knobs as knobs_mod
+from gpudoctor.tryfix.render import render_console, section_html
+from gpudoctor.tryfix.trial import (
+    CONFIRMED,
+    FASTER_UNPREDICTED,
+    NO_EFFECT,
+    NOT_APPLIED,
+    SMALLER,
+    TOO_FEW,
+    WORSE,
+    Baseline,
+    Planned,
+    Trials,
+    numerics,
+    parse_fixes,
+    plan,
+    verdict,
+)
+
+SRC = Path(__file__).parent.parent / "src"
+PROBE = Path(__file__).parent / "programs" / "tryfix" / "probe.py"
+BASE = (10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.2, 10.0)
+
+
+def _scaled(factor: float) -> list[float]:
+    return [v * factor for v in BASE]
+
+
+# -- --fixes and the plan ------------------------------------------------------------------------
+
+
+def test_parse_fixes_accepts_known_ids_and_lists_them_on_error() -> None:
+    assert parse_fixes(None) is None
+    assert parse_fixes("tf32, loader-workers,tf32") == ["tf32", "loader-workers"]
+    with pytest.raises(InputError) as err:
+        parse_fixes("tf32,warp-speed")
+    message = str(err.value)
+    assert "'warp-speed'" in message and "\n" not in message
+    assert all(k.id in message for k in knobs_mod.KNOBS)
+    with pytest.raises(InputError, match="no knob named"):
+        parse_fixes(" , ")
+
+
+def _finding(fid: str, speedup: float = 1.5, saving: float = 3.0) -> SimpleNamespace:
+    return SimpleNamespace(id=fid, predicted_speedup=speedup, saving_ms=saving)
+
+
+def test_plan_maps_findings_to_knobs_and_lists_code_changes() -> None:
+    findings = [_finding("input-pipeline", 2.0), _finding("host-sync"), _finding("fp32-matmul", 1.8),
+                _finding("naive-attention")]
+    p = plan(findings, None)
+    assert [t.knob.id for t in p.trials] == ["loader-workers", "bf16-autocast", "tf32"]
+    assert p.trials[0].finding == "input-pipeline" and p.trials[0].predicted_speedup == 2.0
+    assert [n["finding"] for n in p.not_tried] == ["host-sync", "naive-attention"]
+    only = plan(findings, ["tf32", "optimizer-fused"])
+    assert [(t.knob.id, t.finding) for t in only.trials] == [("tf32", "fp32-matmul"), ("optimizer-fused", None)]
+    assert plan([_finding("host-sync")], None).trials == []
+
+
+def test_every_finding_with_a_fix_has_a_knob_or_a_reason() -> None:
+    from gpudoctor.rules.registry import discover
+
+    for fid in discover():
+        assert knobs_mod.knobs_for(fid) or fid in knobs_mod.NEEDS_CODE, fid
+
+
+def test_child_env_adds_to_an_existing_alloc_conf() -> None:
+    env = knobs_mod.child_env(["no-empty-cache"], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+    assert knobs_mod.child_env(["tf32"], {}) == {}
+
+
+# -- verdicts with synthetic samples ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("factor", "predicted", "expected"), [
+    (0.5, 2.0, CONFIRMED),  # measured x2.0 for x2.0 predicted
+    (0.5, 1.2, CONFIRMED),  # beats its prediction
+    (0.9, 3.0, SMALLER),  # saves 10% where 67% was predicted
+    (1.0, 2.0, NO_EFFECT),
+    (1.3, 2.0, WORSE),
+    (0.5, None, FASTER_UNPREDICTED),
+])
+def test_verdict(factor: float, predicted: float | None, expected: str) -> None:
+    assert verdict(compare_samples(BASE, _scaled(factor)), predicted) == expected
+
+
+def test_verdict_ballpark_is_half_the_predicted_saving_at_the_intervals_best_end() -> None:
+    change = compare_samples(BASE, _scaled(0.7))  # saves ~30%
+    best = -change.ci_low_pct / 100
+    assert verdict(change, 1 / (1 - 2 * best) - 1e-6) == CONFIRMED  # predicted saving just under 2x best
+    assert verdict(change, 1 / (1 - 2 * best - 0.01)) == SMALLER
+    assert verdict(compare_samples([10.0], [5.0]), 2.0) == TOO_FEW
+
+
+def test_numerics_flags_divergence_beyond_tolerance() -> None:
+    ok = numerics([2.0, 1.9], [2.01, 1.91], checked=True)
+    assert ok["diverged"] is False and ok["max_rel_diff"] == pytest.approx(0.00526, abs=1e-4)
+    assert numerics([2.0, 1.9], [2.0, 2.5], checked=True)["diverged"] is True
+    assert numerics([2.0], [None], checked=True)["diverged"] is True  # NaN where the baseline was finite
+    assert numerics([2.0], [3.0], checked=False)["diverged"] is None
+    assert numerics([], [], checked=True)["diverged"] is None
+
+
+# -- trials in child processes ---------------------------------------------------------------------
+
+
+def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = True) -> Trials:
+    # the children import the gpudoctor these tests import (Trials puts its folder on their PYTHONPATH)
+    baseline = Baseline(tuple(BASE), (1.4, 1.39, 1.38), None, skip=6)
+    return Trials(Target(str(PROBE), args), {"target": str(PROBE)}, tmp_path / "run", baseline, timeout_s=timeout,
+                  sandbox=tmp_path / "sandbox" if sandbox else None, trace=False)
+
+
+def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
+    runner = _trials(tmp_path)
+    rec = runner.one("all", ["loader-workers", "optimizer-foreach", "bf16-autocast", "no-empty-cache"], None)
+    assert rec["status"] == "ok", rec
+    seen = json.loads((tmp_path / "sandbox" / "all" / "probe.json").read_text())  # the sandbox was the cwd
+    assert seen["num_workers"] == min(8, os.cpu_count() or 1) and seen["persistent_workers"] is True
+    assert seen["pin_memory"] is False  # pinned only with CUDA
+    assert seen["foreach"] is True
+    assert seen["autocast"] is True and seen["autocast_dtype"] == "torch.bfloat16"
+    assert seen["output_dtype"] == "torch.bfloat16"
+    assert seen["alloc_conf"] == "expandable_segments:True"
+    assert seen["empty_cache"] == "gpudoctor.tryfix.knobs"
+    assert any(e.startswith("DataLoader: num_workers 0 ->") for e in rec["effects"])
+    assert "SGD(foreach=True)" in rec["effects"]
+    assert any("autocast('cpu', dtype=torch.bfloat16)" in e for e in rec["effects"])
+    assert rec["numerics"]["checked"] and len(rec["numerics"]["trial"]) == 3
+    assert rec["n_trial"] >= 2 and rec["measured_speedup"] is not None and rec["verdict"] is not None
+    env = json.loads((tmp_path / "run" / "trials" / "all" / "env.json").read_text())
+    assert len(env["capture"]["unprofiled_step_ms_samples"]) == rec["n_trial"]
+    assert env["trial"]["knobs"] == rec["knobs"]
+
+    fused = runner.one("fused", ["optimizer-fused", "tf32"], None)
+    seen = json.loads((tmp_path / "sandbox" / "fused" / "probe.json").read_text())
+    assert fused["status"] == "ok", fused
+    assert seen["fused"] is True and not seen["foreach"]
+    assert seen["alloc_conf"] is None and seen["autocast"] is False
+
+
+def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
+    runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
+    records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
+                          Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
+    control, crashed, ok, end = records
+    assert end["knob"] == "control-end" and end["status"] == "ok" and runner.floor_pct >= 1.0
+    assert control["knob"] == "control" and control["verdict"] == "reference" and runner.reference == "control"
+    assert ok["reference"] == "control" and crashed["reference"] == "control"
+    assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
+    assert crashed["verdict"] is None and crashed["measured_speedup"] is None
+    assert ok["status"] == "ok" and ok["verdict"] is not None
+    assert ok["cwd"] == str(Path.cwd())
+
+
+def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
+    rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one("optimizer-fused", ["optimizer-fused"], None)
+    assert rec["status"] == "timed out" and rec["verdict"] is None
+    assert rec["wall_s"] < 30
+
+
+def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
+                      "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n")
+    runner = _trials(tmp_path, sandbox=False)
+    runner.target = Target(str(script))
+    rec = runner.one("loader-workers", ["loader-workers"], None)
+    assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+
+def _record(**kw: object) -> dict:
+    rec = {"knob": "bf16-autocast", "knobs": ["bf16-autocast"], "title": "t", "finding": "fp32-matmul",
+           "predicted_speedup": 1.8, "status": "ok", "reason": "", "verdict": CONFIRMED, "measured_speedup": 1.7,
+           "speedup_ci95": [1.6, 1.8], "baseline_ms": 10.0, "trial_ms": 5.88, "n_baseline": 5, "n_trial": 5,
+           "peak_memory_bytes": {"baseline": 2**30, "trial": 2**29}, "effects": ["<b>Net</b>.forward"],
+           "numerics": numerics([2.0], [2.01], checked=True)}
+    rec.update(kw)
+    return rec
+
+
+def test_console_and_html_sections() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    render_console([_record(), _record(knob="compile", status="out of memory", reason="CUDA out of memory",
+                                       verdict=None, measured_speedup=None)],
+                   [{"finding": "host-sync", "reason": "in the code"}], console)
+    text = console.export_text()
+    assert "Fixes tried" in text
+    assert "bf16-autocast" in text and "x1.80" in text and "x1.70 [1.60-1.80]" in text and "confirmed" in text
+    assert "1024 MiB -> 512 MiB" in text and "within 5% tolerance" in text
+    assert "out of memory: CUDA out of memory" in text
+    assert "not tried: host-sync: in the code" in text
+    page = section_html([_record()], [{"finding": "<x>", "reason": "r"}])
+    assert "&lt;b&gt;Net&lt;/b&gt;" in page and "<b>Net" not in page and "&lt;x&gt;" in page
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def gd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
+    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300, check=False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--try-fixes", "--fixes", "tf32,nitro", str(PROBE)], "unknown knob 'nitro'; knobs: loader-workers"),
+    (["run", "--try-fixes"], "--try-fixes needs a program"),
+    (["run", "--try-fixes", "--trial-timeout", "0", str(PROBE)], "--trial-timeout must be a positive"),
+])
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    out = gd(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert not out.stdout
+
+
+def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
+    out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
+             "--try-fixes", "--fixes", "optimizer-foreach", "--sandbox", str(tmp_path / "sb"), str(PROBE),
+             cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Fixes tried" in out.stdout and "optimizer-foreach" in out.stdout and "Traceback" not in out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    report = json.loads((run_dir / "report.json").read_text())
+    control, trial, end = report["trials"]
+    assert end["knob"] == "control-end" and trial["floor_pct"] >= 1.0
+    assert control["knob"] == "control" and control["knobs"] == [] and control["verdict"] == "reference"
+    assert trial["reference"] == "control"
+    assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"
+    for key in ("measured_speedup", "speedup_ci95", "verdict", "peak_memory_bytes", "numerics", "effects",
+                "baseline_ms", "trial_ms", "n_baseline", "n_trial", "predicted_speedup", "finding", "dir"):
+        assert key in trial
+    assert report["trials_not_tried"] == []
+    trial_dir = run_dir / "trials" / "optimizer-foreach"
+    assert (trial_dir / "env.json").is_file() and (trial_dir / "trace.json.gz").is_file()
+    diff = gd("diff", str(run_dir), str(trial_dir), "--json")  # a trial directory is a run bundle
+    assert diff.returncode == 0, diff.stderr
+    assert json.loads(diff.stdout)["samples"]["after"] == trial["n_trial"]
+    assert (tmp_path / "sb" / "optimizer-foreach" / "probe.json").is_file()
+    assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(tmp_path / "sb" / "optimizer-foreach")
+    assert 'id="fixes-tried"' in (run_dir / "report.html").read_text()
+    assert trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3  # the control's losses
+    assert "control" in out.stdout and "reference" in out.stdout
+
+
+def test_run_try_fixes_with_nothing_to_try_says_so(tmp_path: Path) -> None:
+    out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
+             "--try-fixes", "--json", str(PROBE), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["trials"] == [] and "name the knobs to try with --fixes" in report["trials_note"]
+    assert not list((tmp_path / "runs").glob("*/trials"))
+
+
+@pytest.mark.parametrize(("trap", "knob"), [("fp32_matmul", "bf16-autocast"), ("input_pipeline", "loader-workers"),
+                                            ("optimizer_loop", "optimizer-foreach")])
+def test_plan_on_real_reports_of_the_lab_traps(trap: str, knob: str) -> None:
+    """The findings of recorded H100 traces plan their knobs, with the finding's prediction."""
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / trap / "trace.json.gz")
+    planned = {t.knob.id: t for t in plan(report.findings, None).trials}
+    assert knob in planned, [f.id for f in report.findings]
+    finding = next(f for f in report.findings if f.id == planned[knob].finding)
+    assert planned[knob].predicted_speedup == finding.predicted_speedup > 1.0
