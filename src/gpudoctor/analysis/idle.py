@@ -136,6 +136,8 @@ class IdleResult:
     events_by_cause: dict[str, float] = field(default_factory=dict)
     # host intervals (starts, ends) of each blocking cause on the launching threads
     labels: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # host event indices of the operator calls that set up for a new input shape (setup_calls)
+    setup_calls: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
@@ -161,7 +163,8 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
     on_threads = np.isin(trace.host.thread, launch_threads(trace))
-    label_sets = _label_intervals(trace, on_threads, steps)
+    setup = setup_calls(trace, steps)
+    label_sets = _label_intervals(trace, on_threads, steps, setup)
     per_gap = _exclusive_overlap(label_sets, gap_s, cut)  # cause -> ns per gap
     per_gap["dispatch"] += gap_e - cut
     per_gap = _give_dispatch_to_blocking(per_gap)
@@ -182,6 +185,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         gaps=(gap_s, gap_e),
         events_by_cause={cause: n / n_steps for cause, n in events.items()},
         labels=label_sets,
+        setup_calls=np.flatnonzero(setup),
     )
 
 
@@ -261,7 +265,7 @@ def _next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
 
 
 def _label_intervals(
-    trace: Trace, on_thread: np.ndarray, steps: Steps
+    trace: Trace, on_thread: np.ndarray, steps: Steps, setup: np.ndarray
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     host = trace.host
     by_name = _name_masks(trace)
@@ -272,7 +276,7 @@ def _label_intervals(
         sets[cause] = union(host.ts[idx], host.end[idx])
 
     add("input-pipeline", by_name["dataloader"][host.name])
-    add("op-setup", setup_calls(trace, steps))  # its syncs and allocations (autotuning) are its own
+    add("op-setup", setup)  # its syncs and allocations (autotuning) are its own
     add("host-sync", sync_calls(trace))
     add("pageable-copy", _pageable_copy_calls(trace))
     add("allocator", allocator_calls(trace))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import setup_calls
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
@@ -37,7 +36,7 @@ def check(a: Analysis) -> Finding | None:
     if idle <= 0:
         return None
     trace, host = a.trace, a.trace.host
-    calls = np.flatnonzero(setup_calls(trace, a.steps))
+    calls = a.idle.setup_calls
     if calls.size == 0:
         return None
     n = max(len(a.steps), 1)
