@@ -223,21 +223,35 @@ class RunFacts:
     step_source: str = ""  # what marked the steps of a live capture
 
 
-def read_run(path: str | os.PathLike[str]) -> RunFacts:
-    """The one reader of the env.json beside a trace or in a run directory: parsed once, each
-    field checked (a missing, unreadable or malformed file or field reads as absent)."""
+def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The env.json beside a trace or in a run directory, parsed ({} when there is none, or it
+    cannot be read, or it is not an object)."""
     env_file = env_file_of(Path(path))
-    if env_file is None:
-        return RunFacts()
+    return read_json_object(env_file) if env_file is not None else {}
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file holding an object ({} when it cannot be read or holds something else)."""
     try:
-        env = json.loads(env_file.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return RunFacts()
-    capture = env.get("capture") if isinstance(env, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def facts_of(env: dict[str, Any]) -> RunFacts:
+    """What ``analyze`` needs of a parsed env.json, each field checked (malformed reads as absent)."""
+    capture = env.get("capture")
     if not isinstance(capture, dict):
         return RunFacts()
     return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")), _model_state(capture.get("model_state")),
                     _step_source(capture.get("step_source")))
+
+
+def read_run(path: str | os.PathLike[str]) -> RunFacts:
+    """The one reader of the env.json beside a trace or in a run directory: parsed once, each
+    field checked (a missing, unreadable or malformed file or field reads as absent)."""
+    return facts_of(read_env(path))
 
 
 def _model_state(value: Any) -> dict[str, Any] | None:

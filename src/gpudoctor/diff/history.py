@@ -8,11 +8,11 @@ the same program compare; a run with other arguments is another program.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.capture.bundle import read_json_object
 from gpudoctor.errors import InputError
 
 DEFAULT_RUNS = Path("gpudoctor-runs")
@@ -84,14 +84,6 @@ def program_of(env: dict[str, Any]) -> dict[str, Any]:
     return program_from_argv(argv) if isinstance(argv, list) else {}
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
@@ -104,8 +96,8 @@ def read_run(folder: Path) -> RunEntry | None:
         if not ranks:
             return None
         env_file = ranks[0]
-    env = _read(env_file)
-    report = _read(folder / env_file.name.replace("env", "report", 1))
+    env = read_json_object(env_file)
+    report = read_json_object(folder / env_file.name.replace("env", "report", 1))
     program = program_of(env)
     capture = env.get("capture") if isinstance(env.get("capture"), dict) else {}
     unprofiled = _number(report.get("unprofiled_step_ms")) or _number(capture.get("unprofiled_step_ms"))

@@ -8,13 +8,12 @@ traces (``trace.rank0.json.gz``, ``trace.rank1.json.gz``...) is compared on rank
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.capture.bundle import env_file_of, read_run
+from gpudoctor.capture.bundle import env_file_of, facts_of, read_env
 from gpudoctor.diff.match import Group, groups
 from gpudoctor.diff.samples import usable
 from gpudoctor.errors import InputError
@@ -84,18 +83,6 @@ def _has_trace(folder: Path) -> bool:
     return any(p.name.startswith("trace.") and p.name.endswith((".json", ".json.gz")) for p in folder.iterdir())
 
 
-def read_env(trace: Path) -> dict[str, Any]:
-    """The env.json beside a trace ({} when there is none or it cannot be read)."""
-    env_file = env_file_of(trace)
-    if env_file is None:
-        return {}
-    try:
-        data = json.loads(env_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def unprofiled_samples(env: dict[str, Any]) -> tuple[float, ...]:
     """The unprofiled step samples ``gpudoctor run`` timed (capture.unprofiled_step_ms_samples)."""
     capture = env.get("capture")
@@ -114,7 +101,8 @@ def load_side(path: str | Path, label: str) -> Side:
     trace_path, kind, notes = resolve(Path(path), label)
     try:
         trace = load(trace_path)
-        facts = read_run(trace_path)
+        env = read_env(trace_path)  # parsed once: the facts analyze needs and the step samples
+        facts = facts_of(env)
         report = analyze_loaded(trace, unprofiled_step_ms=facts.unprofiled_step_ms,
                                 model_state=facts.model_state, step_source=facts.step_source)
     except InputError as exc:
@@ -124,5 +112,4 @@ def load_side(path: str | Path, label: str) -> Side:
         steps = segment(trace)
         if len(steps):
             found = groups(trace, int(steps.start[0]), int(steps.end[-1]), len(steps))
-    env = read_env(trace_path)
     return Side(label, str(path), str(trace_path), kind, report, tuple(found), unprofiled_samples(env), env, notes)
