@@ -1,9 +1,17 @@
 """The lab's proof: run each trap and its fixed twin, diagnose the sick one, compare.
 
-For every trap: time the sick workload (CUDA events, median of ``timed`` steps after warm-up),
-record a profiled window of it, diagnose that trace with the unprofiled step time, time the
-fixed twin the same way, and compare the doctor's predicted speedup for the planted finding with
-the measured one (sick / fixed). Baselines pass when they get no major or critical finding.
+For every trap: time the sick workload and its fixed twin in alternating rounds (CUDA events,
+median of ``timed`` steps after warm-up, each round a fresh build), record a profiled window of
+the sick one, diagnose that trace with the unprofiled step time, and compare the doctor's
+predicted speedup for the planted finding with the measured one (sick / fixed). Baselines pass
+when they get no major or critical finding.
+
+Why rounds, and why before the capture: the host-bound twins (per_sample_loop's fixed step is
+0.15-0.27 ms of launches) moved by 1.8x between lab runs on the H100 (2026-11-25, runs 3-7) while
+timed once each, the fixed twin after the sick one's profiled window. Alternating the twins puts
+both under the same machine state, the median of the rounds drops a round that a neighbour
+disturbed, and no twin is timed after the profiler has run in the process. A round costs
+``warmup + timed`` steps of each twin, so slow traps (the sick step over SLOW_STEP_MS) take one.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.lab.trap import Baseline, Trap, Workload
 
 RATIO_BAND = (0.67, 1.5)  # predicted / measured speedup counted as right
+ROUNDS = 3  # alternating sick / fixed timing rounds
+SLOW_STEP_MS = 80.0  # a sick step this slow is timed in one round: 25 steps already take 2 s
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class TrapVerdict:
     findings: tuple[tuple[str, str, float], ...]  # (id, severity, saving ms)
     error: str = ""
     report: Any = field(default=None, compare=False, repr=False)  # the sick run's Report
+    sick_rounds_ms: tuple[float, ...] = ()  # each round's median: sick_ms is their median
+    fixed_rounds_ms: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float | None:
@@ -93,6 +105,15 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
     return session.result.trace_path
 
 
+def _capture_fresh(build: Callable[[str], Workload], device: str, folder: Path, steps: int,
+                   with_stack: bool) -> Path:
+    work = build(device)
+    try:
+        return capture(work, folder, steps, with_stack)
+    finally:
+        work.close()
+
+
 def _time_and_capture(
     build: Callable[[str], Workload], device: str, folder: Path, steps: int, with_stack: bool, warmup: int, timed: int
 ) -> tuple[float, Path]:
@@ -113,15 +134,31 @@ def _timed(build: Callable[[str], Workload], device: str, warmup: int, timed: in
         work.close()
 
 
-def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5, timed: int = 20) -> TrapVerdict:
+def paired_rounds(trap: Trap, device: str, warmup: int, timed: int,
+                  rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
+    """Each twin's median step time per round, the twins alternating (sick, fixed, sick, ...)."""
+    sick: list[float] = []
+    fixed: list[float] = []
+    for r in range(rounds):
+        sick.append(_timed(trap.build_sick, device, warmup, timed))
+        fixed.append(_timed(trap.build_fixed, device, warmup, timed))
+        if r == 0 and sick[0] > SLOW_STEP_MS:
+            break
+    return sick, fixed
+
+
+def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5, timed: int = 20,
+                rounds: int = ROUNDS) -> TrapVerdict:
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
     sick_ms = fixed_ms = 0.0
+    sick_rounds: list[float] = []
+    fixed_rounds: list[float] = []
     try:
-        sick_ms, trace = _time_and_capture(trap.build_sick, device, out_dir / trap.id, steps, trap.with_stack,
-                                           warmup, timed)
-        fixed_ms = _timed(trap.build_fixed, device, warmup, timed)
+        sick_rounds, fixed_rounds = paired_rounds(trap, device, warmup, timed, rounds)
+        sick_ms, fixed_ms = statistics.median(sick_rounds), statistics.median(fixed_rounds)
+        trace = _capture_fresh(trap.build_sick, device, out_dir / trap.id, steps, trap.with_stack)
         report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms)
     except NoGpuActivityError:
         report = None
@@ -130,7 +167,8 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
                            f"{type(exc).__name__}: {str(exc)[:200]}")
     if report is None or report.host_only:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms if fixed_ms else None,
-                           sick_ms, fixed_ms, 0.0, "ran-on-cpu", ())
+                           sick_ms, fixed_ms, 0.0, "ran-on-cpu", (), sick_rounds_ms=tuple(sick_rounds),
+                           fixed_rounds_ms=tuple(fixed_rounds))
     _write(out_dir / trap.id, report)
     ids = [f.id for f in report.findings]
     rank = ids.index(trap.expected_finding) + 1 if trap.expected_finding in ids else None
@@ -142,7 +180,9 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
         ratio = predicted / measured if predicted and measured else 0.0
         verdict = "pass" if RATIO_BAND[0] <= ratio <= RATIO_BAND[1] else "diagnosed"
     return TrapVerdict(trap.id, trap.expected_finding, ids[0] if ids else None, rank, predicted, measured, sick_ms,
-                       fixed_ms, report.step_ms, verdict, _summary(report), report=report)
+                       fixed_ms, report.step_ms, verdict, _summary(report), report=report,
+                       sick_rounds_ms=tuple(round(t, 4) for t in sick_rounds),
+                       fixed_rounds_ms=tuple(round(t, 4) for t in fixed_rounds))
 
 
 def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,

@@ -10,6 +10,8 @@ The flag is restored when the workload closes (it is process-wide).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,6 +20,10 @@ from gpudoctor.lab.common import seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
 BUCKETS = 4
+# One count for every build in the process: the lab times each twin in fresh builds and captures
+# another, and cuDNN's autotuner cache outlives them all, so a count restarting at 0 would meet
+# sizes tuned by the previous build.
+_STEPS = itertools.count()
 
 
 def _build(device: str, bucketed: bool) -> Workload:
@@ -34,11 +40,8 @@ def _build(device: str, bucketed: bool) -> Workload:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     source = torch.rand(batch, 3, lo + 100 * step_px, lo + 100 * step_px, device=device)
     target = torch.randint(10, (batch,), device=device)
-    counter = [0]
-
     def step() -> None:
-        k = counter[0]
-        counter[0] += 1
+        k = next(_STEPS)
         # sick: a size not seen for 100 steps; fixed: one of four sizes, all met during warm-up
         side = lo + step_px * ((k % BUCKETS) * 25 if bucketed else k % 100)
         x = F.interpolate(source, size=(side, side), mode="bilinear", align_corners=False)
