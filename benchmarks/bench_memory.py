@@ -182,9 +182,75 @@ HELDOUT: list[dict] = [
      "opts": {"batch": 16, "prompt": 768, "new": 128, "weights_dtype": "bf16", "attention": "eager"}},
 ]
 
+# Every model_type the estimator accepts, in the four settings of issue 21 (bf16 + AdamW, fp32
+# parameters + bf16 autocast, full checkpointing, generation), small real-shaped configs so that
+# the whole set runs in minutes (bench_memory.py measure OUT --arch [--parallel 3]).
+_ARCH_CONFIGS: dict[str, dict] = {
+    "llama": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 4,
+              "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 4096},
+    "mistral": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 4,
+                "num_hidden_layers": 4, "vocab_size": 32000, "sliding_window": 4096, "max_position_embeddings": 8192},
+    "qwen2": {"hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14, "num_key_value_heads": 2,
+              "num_hidden_layers": 6, "vocab_size": 151936, "tie_word_embeddings": True,
+              "max_position_embeddings": 32768},
+    "gemma": {"hidden_size": 1024, "intermediate_size": 8192, "num_attention_heads": 8, "num_key_value_heads": 1,
+              "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000, "max_position_embeddings": 8192},
+    "gemma2": {"hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4, "num_key_value_heads": 1,
+               "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000, "sliding_window": 512,
+               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 256,
+               "max_position_embeddings": 8192},
+    "gpt2": {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
+    "gpt_neox": {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16, "num_hidden_layers": 6,
+                 "vocab_size": 50304, "rotary_pct": 0.25, "max_position_embeddings": 2048},
+    "mixtral": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 4,
+                "num_hidden_layers": 4, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "max_position_embeddings": 4096},
+    "deepseek_v2": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                    "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "q_lora_rank": None,
+                    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                    "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 512,
+                    "n_shared_experts": 2, "first_k_dense_replace": 1, "max_position_embeddings": 4096},
+    "deepseek_v3": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                    "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "q_lora_rank": 384,
+                    "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+                    "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 512,
+                    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                    "max_position_embeddings": 4096},
+    "qwen2_moe": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                  "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "num_experts": 16,
+                  "num_experts_per_tok": 4, "moe_intermediate_size": 704, "shared_expert_intermediate_size": 2816,
+                  "decoder_sparse_step": 1, "max_position_embeddings": 4096},
+    "phi3": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 16,
+             "num_hidden_layers": 8, "vocab_size": 32064, "max_position_embeddings": 4096,
+             "original_max_position_embeddings": 4096, "pad_token_id": 0},
+}
+_ARCH_SETTINGS = {
+    "bf16": {"batch": 4, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"},
+    "fp32-autocast": {"batch": 2, "seq": 1024, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"},
+    "ckpt": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa", "checkpointing": "full"},
+}
+
+
+def _attention(family: str, setting: str) -> str:
+    # transformers 5.x: Gemma2ForCausalLM refuses sdpa (its attention soft-capping); GPT-2 in bf16
+    # keeps its eager attention, as gpt2-large-dropout above
+    return "eager" if family == "gemma2" or (family == "gpt2" and setting == "bf16") else "sdpa"
+
+
+ARCH: list[dict] = [
+    {"name": f"arch-{family.replace('_', '-')}-{setting}", "family": family, "config": config,
+     "opts": dict(opts, attention=_attention(family, setting))}
+    for family, config in _ARCH_CONFIGS.items() for setting, opts in _ARCH_SETTINGS.items()
+] + [
+    {"name": f"arch-{family.replace('_', '-')}-gen", "family": family, "config": config, "infer": True,
+     "opts": {"batch": 8, "prompt": 512, "new": 64, "weights_dtype": "bf16", "attention": _attention(family, "gen")}}
+    for family, config in _ARCH_CONFIGS.items()
+]
+
 _CONFIG_CLASSES = {"deepseek_v2": "DeepseekV2Config", "llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
                    "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
-                   "mistral": "MistralConfig"}
+                   "mistral": "MistralConfig", "gemma2": "Gemma2Config", "qwen2_moe": "Qwen2MoeConfig",
+                   "phi3": "Phi3Config", "deepseek_v3": "DeepseekV3Config"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,17 +405,25 @@ def _context() -> dict:
 
 def measure(out: Path, names: list[str]) -> None:
     """Each run in its own process, so that nothing one run leaves behind (caches, fragments)
-    counts in the next; everything lands in one ``results.json``."""
+    counts in the next; everything lands in one ``results.json``. ``--parallel N`` runs N processes
+    at once: each process's ``max_memory_allocated`` counts its own tensors only (the card must
+    hold them all at once; the runs here are small)."""
     import subprocess
+    from concurrent.futures import ThreadPoolExecutor
 
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
     runs = RUNS
+    parallel = 1
+    if "--parallel" in names:
+        k = names.index("--parallel")
+        parallel, names = int(names[k + 1]), names[:k] + names[k + 2:]
     if names[:1] == ["--heldout"]:
         runs, names = HELDOUT, names[1:]
-    for run in runs:
-        if names and run["name"] not in names:
-            continue
+    elif names[:1] == ["--arch"]:
+        runs, names = ARCH, names[1:]
+    chosen = [run for run in runs if not names or run["name"] in names]
+
+    def one(run: dict) -> dict:
         t0 = time.time()
         proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
                               capture_output=True, text=True, check=False)
@@ -358,9 +432,12 @@ def measure(out: Path, names: list[str]) -> None:
         except (IndexError, json.JSONDecodeError):
             r = {"name": run["name"], "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
         r["seconds"] = round(time.time() - t0, 1)
-        rows.append(r)
-        print(f"{r['name']:28s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  {r.get('error', '')}",
+        print(f"{r['name']:32s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  {r.get('error', '')}",
               flush=True)
+        return r
+
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        rows = list(pool.map(one, chosen))
     proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), "cuda-context"], check=False,
                           capture_output=True, text=True)
     if proc.stdout.strip():
@@ -372,7 +449,7 @@ def measure_one(out: Path, name: str) -> None:
     if name == "cuda-context":
         print(json.dumps(_context()))
         return
-    run = next(r for r in RUNS + HELDOUT if r["name"] == name)
+    run = next(r for r in RUNS + HELDOUT + ARCH if r["name"] == name)
     try:
         r = _measure_one(run, out)
     except Exception as exc:  # noqa: BLE001  (reported in the table; the other runs go on)
@@ -478,7 +555,7 @@ def dryrun_table(results: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
-        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout] [NAME...] | table RESULTS_JSON | "
+        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch] [--parallel N] [NAME...] | table RESULTS_JSON | "
                  "dryrun 'RESULTS_GLOB'")
     if sys.argv[1] == "dryrun":
         dryrun_table(Path(sys.argv[2]))
