@@ -276,7 +276,10 @@ def _measure_one(run: dict, out: Path) -> dict:
     import transformers
 
     opts = run["opts"]
-    cfg_cls = getattr(transformers, _CONFIG_CLASSES[run["family"]])
+    cfg_cls = getattr(transformers, _CONFIG_CLASSES[run["family"]], None)
+    if cfg_cls is None:
+        return {"name": run["name"], "skipped": f"transformers {transformers.__version__} has no "
+                                                f"{_CONFIG_CLASSES[run['family']]}"}
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
         opts.get("params_dtype", opts.get("weights_dtype", "bf16"))]
     cfg = cfg_cls(**run["config"])
@@ -292,8 +295,9 @@ def _measure_one(run: dict, out: Path) -> dict:
     model.to(dtype)
     n_params = sum(p.numel() for p in model.parameters())
     weights = torch.cuda.memory_allocated() - base
+    load_peak = torch.cuda.max_memory_allocated() - base
     result = {"name": run["name"], "config": json.loads(cfg.to_json_string()), "opts": opts, "infer": bool(run.get("infer")), "n_params": n_params,
-              "weights_bytes": weights, "transformers": transformers.__version__, "torch": torch.__version__,
+              "weights_bytes": weights, "load_peak_bytes": load_peak, "transformers": transformers.__version__, "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name()}
     vocab = cfg.vocab_size
     if run.get("infer"):
@@ -305,9 +309,28 @@ def _measure_one(run: dict, out: Path) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
-            out_ids = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            gen_phases: dict[str, int] = {}
+
+            def after_forward(input_ids, scores):
+                # generate calls the logits processors right after each forward: the first call
+                # closes the prefill, the later ones the decode steps
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - base
+                if "prefill_peak" not in gen_phases:
+                    gen_phases.update(prefill_peak=peak, after_prefill=torch.cuda.memory_allocated() - base,
+                                      prefill_logits_bytes=scores.numel() * scores.element_size())
+                else:
+                    gen_phases["decode_peak"] = max(gen_phases.get("decode_peak", 0), peak)
+                torch.cuda.reset_peak_memory_stats()
+                return scores
+
+            out_ids = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                     logits_processor=transformers.LogitsProcessorList([after_forward]))
             torch.cuda.synchronize()
-        result.update(before_bytes=before, peak_bytes=torch.cuda.max_memory_allocated() - base,
+            gen_phases["tail_peak"] = torch.cuda.max_memory_allocated() - base
+            gen_phases["after_generate"] = torch.cuda.memory_allocated() - base
+        peak = max(v for k, v in gen_phases.items() if k.endswith("_peak"))
+        result.update(before_bytes=before, peak_bytes=peak, phases=gen_phases,
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(), generated=int(out_ids.shape[1] - p))
         del out_ids, ids
     else:
@@ -417,23 +440,30 @@ def measure(out: Path, names: list[str]) -> None:
     if "--parallel" in names:
         k = names.index("--parallel")
         parallel, names = int(names[k + 1]), names[:k] + names[k + 2:]
+    only: list[str] = []
+    if "--only" in names:
+        k = names.index("--only")
+        only, names = names[k + 1].split(","), names[:k] + names[k + 2:]
     if names[:1] == ["--heldout"]:
         runs, names = HELDOUT, names[1:]
     elif names[:1] == ["--arch"]:
         runs, names = ARCH, names[1:]
-    chosen = [run for run in runs if not names or run["name"] in names]
+    chosen = [run for run in runs if (not names or run["name"] in names)
+              and (not only or any(o in run["name"] for o in only))]
 
     def one(run: dict) -> dict:
         t0 = time.time()
-        proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
-                              capture_output=True, text=True, check=False)
         try:
+            proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
+                                  capture_output=True, text=True, check=False, timeout=300)
             r = json.loads(proc.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            r = {"name": run["name"], "error": "timed out after 300 s"}
         except (IndexError, json.JSONDecodeError):
             r = {"name": run["name"], "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
         r["seconds"] = round(time.time() - t0, 1)
-        print(f"{r['name']:32s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  {r.get('error', '')}",
-              flush=True)
+        print(f"{r['name']:32s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  "
+              f"{r.get('error', r.get('skipped', ''))}", flush=True)
         return r
 
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
@@ -443,6 +473,15 @@ def measure(out: Path, names: list[str]) -> None:
     if proc.stdout.strip():
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     (out / "results.json").write_text(json.dumps(rows, indent=1))
+    done = [r for r in rows if "peak_bytes" in r]
+    print(f"\n{'run':32s} {'peak GiB':>9s} {'fwd/prefill':>11s} {'bwd/decode':>11s}")
+    for r in done:
+        ph = r.get("phases", {})
+        a = ph.get("forward_peak", ph.get("prefill_peak", 0)) / GiB
+        b = ph.get("backward_peak", ph.get("decode_peak", 0)) / GiB
+        print(f"{r['name']:32s} {r['peak_bytes'] / GiB:9.3f} {a:11.3f} {b:11.3f}")
+    print(f"{len(done)} measured, {sum('skipped' in r for r in rows)} skipped, "
+          f"{sum('error' in r for r in rows)} failed -> {out / 'results.json'}")
 
 
 def measure_one(out: Path, name: str) -> None:
@@ -450,8 +489,12 @@ def measure_one(out: Path, name: str) -> None:
         print(json.dumps(_context()))
         return
     run = next(r for r in RUNS + HELDOUT + ARCH if r["name"] == name)
+    import torch
+
     try:
         r = _measure_one(run, out)
+    except torch.cuda.OutOfMemoryError as exc:  # skipped, not failed: the card is too small for it
+        r = {"name": name, "skipped": f"OOM: {str(exc)[:200]}"}
     except Exception as exc:  # noqa: BLE001  (reported in the table; the other runs go on)
         r = {"name": name, "error": f"{type(exc).__name__}: {exc}"[:300]}
     print(json.dumps(r))
@@ -554,8 +597,13 @@ def dryrun_table(results: Path) -> None:
 
 
 if __name__ == "__main__":
+    if "--list" in sys.argv[1:]:
+        sets = {"--heldout": HELDOUT, "--arch": ARCH}
+        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH):
+            print(f"{run['name']:34s} {run['family']:12s} {'generate' if run.get('infer') else 'train'}")
+        sys.exit(0)
     if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
-        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch] [--parallel N] [NAME...] | table RESULTS_JSON | "
+        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch] [--parallel N] [--only SUBSTR,..] [NAME...] | --list [--arch] | table RESULTS_JSON | "
                  "dryrun 'RESULTS_GLOB'")
     if sys.argv[1] == "dryrun":
         dryrun_table(Path(sys.argv[2]))
