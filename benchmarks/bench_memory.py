@@ -2,11 +2,14 @@
 
 Two halves, because the prediction needs no GPU and the measurement needs one:
 
-* ``python benchmarks/bench_memory.py measure OUT_DIR`` (on a GPU machine with ``transformers``):
-  builds each configuration below from its Hugging Face config with random weights, runs two
-  training steps (the second is the steady state: after the first optimizer step and
-  ``zero_grad(set_to_none=True)``) or one ``generate``, and writes ``OUT_DIR/<name>/config.json``
-  plus ``measured.json`` (peak of the step, memory after load, after the first step, per phase).
+* ``python benchmarks/bench_memory.py measure OUT_DIR [--arch | --heldout] [--parallel N] [--only SUBSTR,..]``
+  (on a GPU machine with ``transformers``): builds each configuration below from its Hugging Face
+  config with random weights, runs two training steps (the second is the steady state: after the
+  first optimizer step and ``zero_grad(set_to_none=True)``) or one ``generate``, and writes one file,
+  ``OUT_DIR/results.json``: per run the config, the peak, memory after load, per-phase peaks
+  (forward / backward / optimizer; prefill / decode) and what autograd saved, by shape. The sweep
+  of issue 21 is ``measure OUT --arch --parallel 4`` (48 runs, each its own process);
+  ``--list [--arch]`` names the runs.
 * ``python benchmarks/bench_memory.py table RESULTS_DIR`` (anywhere): predicts each run from its
   saved ``config.json`` and options with ``gpudoctor.memory`` and prints the markdown table that
   BENCHMARKS.md carries, with the error per run, the median and the maximum.
