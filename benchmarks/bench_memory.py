@@ -517,8 +517,9 @@ def table(results: Path) -> None:
     for m in json.loads(results.read_text()):
         if m["name"] == "cuda-context":
             continue
-        if "error" in m:
-            lines.append(f"| {m['name']} | failed: {m['error'][:60]} | | | | | |")
+        if "error" in m or "skipped" in m:
+            lines.append(f"| {m['name']} | {'failed' if 'error' in m else 'skipped'}: "
+                         f"{m.get('error', m.get('skipped', ''))[:60]} | | | | | |")
             continue
         opts = dict(m["opts"])
         spec = from_hf_config(m["config"], name=m["name"])
