@@ -99,6 +99,9 @@ class ModelSpec:
     fused_gate_up: bool = False  # Phi-3: one gate_up_proj makes gate and up in one matmul
     full_attention_layers: tuple[int, ...] = ()  # layers that ignore sliding_window (Gemma 2,
     #                                              Qwen2 past max_window_layers); empty: none
+    # Gemma 2: tanh soft-capping of the attention scores and of the final logits (None: off)
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
 
     def tp_degrees(self, candidates: Iterable[int]) -> list[int]:
         """The degrees among ``candidates`` that tensor parallelism can split this model over (``tp_degrees``)."""
@@ -208,6 +211,17 @@ class _Config:
                 or not (0 < value <= 1 if low_open else 0 <= value <= 1):
             span = "(0, 1]" if low_open else "[0, 1]"
             raise self.fail(f"{key!r} must be a number in {span}, got {value!r}")
+        return float(value)
+
+    def cap(self, key: str, default: float) -> float | None:
+        """A positive soft-capping value; an explicit null turns it off (Gemma2Config)."""
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise self.fail(f"{key!r} must be a positive number or null, got {value!r}")
         return float(value)
 
     def text(self, *keys: str, default: str) -> str:
@@ -467,6 +481,8 @@ def _gemma2(cfg: _Config) -> dict[str, Any]:
     return out | {"activation": cfg.text("hidden_activation", default="gelu_pytorch_tanh"),
                   "qkv_bias": bias, "out_bias": bias, "embedding_scale": True,
                   "norms_per_layer": 4, "extra": extra,
+                  "attn_logit_softcapping": cfg.cap("attn_logit_softcapping", 50.0),
+                  "final_logit_softcapping": cfg.cap("final_logit_softcapping", 30.0),
                   **_sliding(cfg, out["layers"], _window(cfg, 4096), full)}
 
 

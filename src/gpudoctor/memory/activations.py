@@ -39,10 +39,11 @@ from gpudoctor.core.spec import ModelSpec
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
-# Each consumer linear of a norm, under autocast, keeps its own cast of the norm's output.
-# Measured, not derived: NeoX's SDPA path keeps one more hidden-sized copy than q, k, the fused qkv
-# output and the attention output (memory_allocated after the forward, pythia-1b shape, H200).
-_FUSED_ATTENTION_CORE_EXTRA = {"gpt_neox": 1.0}
+# Measured, not derived: a fused-qkv model with rotary embeddings (GPT-NeoX, Phi-3) keeps, under
+# SDPA, one more K/V-sized copy than q, k, the fused qkv output and the attention output
+# (memory_allocated after the forward, pythia-1b shape, H200, transformers 5.17; the same on the
+# fake-tensor dry run for Phi-3, transformers 5.24).
+_FUSED_ATTENTION_CORE_EXTRA = 1.0
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def _norm(spec: ModelSpec, w: Workload, th: float, consumers: int) -> float:
         # native_layer_norm keeps its input (and a mean/rstd per token); under autocast it runs
         # in fp32, so the input is the fp32 residual itself.
         return w.r * th + out
-    if spec.family == "gemma":
+    if spec.family in ("gemma", "gemma2"):
         return 4 * th + 4 * th + out  # x.float() and the fp32 normalised tensor
     if w.r == 4:
         return 4 * th + 4 * th + out  # fp32 in, fp32 normalised (the .to() calls are no-ops)
@@ -155,6 +156,11 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
     norms = _norm(spec, w, th_rep, attn_consumers) + _norm(spec, w, th_rep, mlp_consumers)
     if spec.parallel_residual and spec.norm == "layer":
         norms -= w.r * th_rep  # both norms read the same block input
+    if spec.norms_per_layer == 4:
+        # Gemma 2's post-attention and post-feedforward norms: x.float() and the fp32 normalised
+        # tensor each (8 bytes an element in every precision); their output goes into the residual
+        # add, which keeps nothing
+        norms += 2 * 8 * th_rep
     saved["norms"] = norms
 
     # -- attention --
@@ -173,7 +179,7 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
         if w.attention == "eager":
             attn += (4 + c) * b * heads * s * s
         saved["attention"] = attn
-    elif w.attention == "eager":
+    elif attention_kind(spec, w.attention) == "eager":
         if spec.fused_qkv:
             qkv = 3 * c * tokens * heads * d  # q, k, v copied for the batched matmuls
         else:
@@ -188,13 +194,18 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
             # softmax(dtype=float32) keeps its fp32 output; .to(dtype) is kept by the PV matmul
             # (a no-op in fp32); dropout adds its mask and its output replaces the probs.
             scores = 4 * probs + (0 if c == 4 else c * probs) + (1 * probs if dropout else 0.0)
+        if spec.attn_logit_softcapping:
+            scores += c * probs  # Gemma 2: tanh(scores / cap) keeps its output for backward
         saved["attention_scores"] = scores
     else:
         if spec.fused_qkv:
-            core = 3 * c * tokens * heads * d + c * tokens * heads * d  # the fused qkv output + out
-            if spec.family == "gpt_neox":
-                core += 2 * c * tokens * heads * d  # q and k after the partial-rotary concat
-            core += _FUSED_ATTENTION_CORE_EXTRA.get(spec.family, 0.0) * c * tokens * heads * d
+            # the fused qkv output (v stays a view of it) and the attention output
+            core = c * tokens * (heads + 2 * kv) * d + c * tokens * heads * d
+            if not spec.learned_positions:
+                # GPT-NeoX and Phi-3 rotate with a cat([rotated, passed]) (partial rotary): q and
+                # k are new tensors that SDPA keeps
+                core += c * tokens * (heads + kv) * d
+            core += _FUSED_ATTENTION_CORE_EXTRA * c * tokens * kv * d if not spec.learned_positions else 0.0
         elif sdpa_with_mask(spec):
             # A sliding window makes transformers build an explicit (b, 1, s, s) mask: SDPA then
             # gets K/V repeated to every query head (no enable_gqa), and the memory-efficient
@@ -236,9 +247,18 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
         backward_transient = 3 * expert_workload(w).c * tokens * width + 2 * c * th
     else:
         backward_transient = 3 * c * tokens * spec.intermediate / tp + 2 * c * th
-    if w.attention == "eager":
+    if attention_kind(spec, w.attention) == "eager":
         backward_transient = max(backward_transient, (2 * c + 4) * b * heads * s * s)
     return LayerMemory(saved=saved, backward_transient=backward_transient, checkpoint_input=w.r * th_rep)
+
+
+def attention_kind(spec: ModelSpec, attention: str) -> str:
+    """The attention transformers actually runs: Gemma2ForCausalLM refuses SDPA
+    (``_supports_sdpa = False``, its attention soft-capping; transformers 5.17 to 5.24) and loads
+    eager by default, so an SDPA request is priced as eager; flash-attn takes a softcap."""
+    if spec.family == "gemma2" and spec.attn_logit_softcapping and attention == "sdpa":
+        return "eager"
+    return attention
 
 
 def expert_workload(w: Workload) -> Workload:
@@ -281,6 +301,10 @@ def head_memory(spec: ModelSpec, w: Workload) -> HeadMemory:
         saved["loss"] = w.c * th
         return HeadMemory(saved, forward_transient=(w.c + 4) * tv / 8, backward_transient=0.0)
     saved["loss"] = 4 * tv  # log_softmax's fp32 output
+    if spec.final_logit_softcapping:
+        # Gemma 2: logits = tanh(logits / cap) * cap keeps the tanh output (in the logits' dtype)
+        # for backward; the capped logits replace the raw ones, so the transient is unchanged
+        saved["logit_softcap"] = w.c * tv
     logits = w.c * tv + (4 * tv if w.c != 4 else 0.0)  # logits and their fp32 copy
     return HeadMemory(saved, forward_transient=logits, backward_transient=8 * tv)
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 
 from gpudoctor.core.params import count_params, norm_params
 from gpudoctor.core.spec import ModelSpec
-from gpudoctor.memory.activations import DTYPE_BYTES, shared_width
+from gpudoctor.memory.activations import DTYPE_BYTES, attention_kind, shared_width
 from gpudoctor.memory.capacity import capacity_of
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
@@ -83,7 +83,7 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     rot = spec.mla.qk_rope_head_dim if spec.mla else int(spec.head_dim * spec.rotary_fraction)
     rope = 0.0 if spec.learned_positions else 2 * c * t * rot
     attn = 0.0
-    if o.attention == "eager":
+    if attention_kind(spec, o.attention) == "eager":
         heads = spec.heads / o.tp
         attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
     logits = o.batch * spec.vocab / o.tp * (c + 4)  # last position only, and its fp32 copy

@@ -22,6 +22,7 @@ from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import (
     DTYPE_BYTES,
     Workload,
+    attention_kind,
     embedding_saved,
     head_memory,
     layer_memory,
@@ -255,6 +256,9 @@ def _notes(spec: ModelSpec, o: TrainOptions, stage: _Stage) -> tuple[str, ...]:
     if o.checkpointing == "selective" and o.attention != "eager":
         notes.append("selective checkpointing recomputes the attention core, which SDPA/flash "
                      "already does not store: it saves nothing here")
+    if attention_kind(spec, o.attention) != o.attention:
+        notes.append("Gemma 2: transformers refuses SDPA for it (attention soft-capping) and runs "
+                     "eager attention: priced as eager")
     if o.attention == "flash":
         notes.append("flash: counted as SDPA's flash backend (same saved tensors)")
     if o.pp > 1:
