@@ -70,7 +70,19 @@ def estimate(spec: ModelSpec, options: TrainOptions | InferOptions, gpu: str | N
         est = estimate_training(spec, options)
     if note:
         est = replace(est, notes=(*est.notes, note))
+    est = _with_accuracy(spec, est)
     return with_fit(spec, options, est, gpu, suggest)
+
+
+def _with_accuracy(spec: ModelSpec, est: MemoryEstimate) -> MemoryEstimate:
+    """A model type measured outside 5% carries its measured error (``accuracy.py``)."""
+    from gpudoctor.memory.accuracy import accuracy_note, measured_error
+
+    err = measured_error(spec.family, est.mode)
+    if err is None:
+        return est
+    return replace(est, notes=(accuracy_note(spec.family, est.mode), *est.notes),
+                   extra={**est.extra, "measured_error": err})
 
 
 def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: str | None = None,

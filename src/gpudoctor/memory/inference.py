@@ -30,6 +30,7 @@ from gpudoctor.memory.estimate import (
 from gpudoctor.memory.options import InferOptions
 
 _TP_DEGREES = (1, 2, 4, 8)
+_PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
 
 
 def weight_bytes(spec: ModelSpec, o: InferOptions) -> float:
@@ -68,18 +69,42 @@ def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int) -> int:
 
 
 def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
+    """The widest moment of the prefill beside the weights and the cache.
+
+    Read off live-storage traces of ``generate`` (transformers 5.24, CPU, bf16) and checked
+    against the H100 sweep (transformers 5.17, benchmarks/results/memory-arch-h100-2026-11-25.json):
+
+    * a gated MLP with separate gate and up projections: activation out, up out, product (gate out
+      is freed once the activation has read it); with a fused gate_up projection (Phi-3, the
+      routed experts of transformers 5) both halves are views of one tensor that lives until the
+      product exists: four widths;
+    * GPT-2's ``gelu_new`` is Python: its input, ``0.5 * x`` and two temporaries: four widths;
+    * routed experts (``integrations/moe.py``'s grouped_mm forward) hold, per routed row, the
+      gathered input beside the four widths, and at the combine four hidden-sized rows (gathered
+      input, expert output, weighted output, its un-permuted copy); the shared expert runs before
+      or after them, so its output is alive beside the other's scratch.
+    """
     c = 2.0  # activations run in bf16/fp16 whatever the weights' storage
     chunk = o.prefill_chunk or o.prompt
     t = o.batch * min(chunk, o.prompt)
     h = spec.hidden
+    dense_widths = 4 if spec.fused_gate_up else (3 if spec.gated_mlp else
+                                                 (4 if spec.activation in _PYTHON_GELU else 2))
+    dense = dense_widths * c * t * spec.intermediate / o.tp
     if spec.moe is not None:
-        routed = t * spec.moe.top_k
+        routed_rows = t * spec.moe.top_k
         width = spec.moe.intermediate / o.tp
-        mlp = (3 if spec.gated_mlp else 2) * c * routed * width + 2 * c * routed * h
-        mlp += 3 * c * t * shared_width(spec) / o.tp  # the always-on MLP (DeepSeek, Qwen2-MoE)
+        routed = c * routed_rows * max(h + (4 if spec.gated_mlp else 2) * width, 4 * h)
+        shared = shared_width(spec) / o.tp
+        mlp = max(routed, 3 * c * t * shared) + (c * t * h if shared else 0.0)
+        if any(not spec.moe.is_moe_layer(i) for i in range(spec.layers)):
+            mlp = max(mlp, dense)  # DeepSeek's first dense layers
     else:
-        mlp = (3 if spec.gated_mlp else 2) * c * t * spec.intermediate / o.tp
-    hidden = 4 * c * t * h
+        mlp = dense
+    # the layer input the model loop holds, inputs_embeds, the residual, the normalised input;
+    # GPT-2's block also keeps its attention output in a local through the MLP, and one more
+    # hidden-sized tensor was seen alive in its trace
+    hidden = (6 if spec.family == "gpt2" else 4) * c * t * h
     rot = spec.mla.qk_rope_head_dim if spec.mla else int(spec.head_dim * spec.rotary_fraction)
     rope = 0.0 if spec.learned_positions else 2 * c * t * rot
     attn = 0.0

@@ -37,7 +37,10 @@ def to_json(est: MemoryEstimate) -> str:
 def render(est: MemoryEstimate, console: Console) -> None:
     mode = "training step" if est.mode == "train" else "generation"
     console.print(Text.assemble(("gpudoctor memory", "bold"), f"  {est.model}  ·  {est.n_params / 1e9:,.2f} B params  ·  {mode}"))
-    console.print(Text.assemble("peak allocated ", (gib(est.peak_bytes), "bold"), f" during the {est.phase}",
+    err = est.extra.get("measured_error")
+    spread = f" ±{100 * abs(err):.0f}% (measured, see the accuracy note)" if err is not None else ""
+    console.print(Text.assemble("peak allocated ", (("~" if spread else "") + gib(est.peak_bytes), "bold"), spread,
+                                f" during the {est.phase}",
                                 f"   (reserved ≈ {gib(est.reserved_bytes)}, + CUDA context {gib(est.context_bytes)})"))
     _bar(est, console)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
