@@ -102,9 +102,10 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     else:
         mlp = dense
     # the layer input the model loop holds, inputs_embeds, the residual, the normalised input;
-    # GPT-2's block also keeps its attention output in a local through the MLP, and one more
-    # hidden-sized tensor was seen alive in its trace
-    hidden = (6 if spec.family == "gpt2" else 4) * c * t * h
+    # through its MLP GPT-2's block also keeps its attention output in a local, and one more
+    # hidden-sized tensor was seen alive in its trace (not during the attention)
+    hidden = 4 * c * t * h
+    mlp_hidden = hidden + (2 * c * t * h if spec.family == "gpt2" else 0.0)
     rot = spec.mla.qk_rope_head_dim if spec.mla else int(spec.head_dim * spec.rotary_fraction)
     rope = 0.0 if spec.learned_positions else 2 * c * t * rot
     attn = 0.0
@@ -112,7 +113,7 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
         heads = spec.heads / o.tp
         attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
     logits = o.batch * spec.vocab / o.tp * (c + 4)  # last position only, and its fp32 copy
-    return max(mlp, attn) + hidden + rope + logits
+    return max(mlp + mlp_hidden, attn + hidden) + rope + logits
 
 
 def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None) -> MemoryEstimate:
