@@ -109,3 +109,11 @@ def test_moe_prefill_counts_the_combine_rows_and_the_shared_expert_output():
     routed = 2 * (4 * t) * max(h + 4 * 704, 4 * h)  # 4 hidden-sized rows per routed row at the combine
     mlp = max(routed, 3 * 2 * t * 2816) + 2 * t * h
     assert est.breakdown["activations"] == mlp + 4 * 2 * t * h + 2 * 2 * t * 64 + 8 * 32000 * 6
+
+
+def test_a_sliding_window_costs_a_mask_only_once_the_sequence_reaches_it():
+    spec = _spec("mistral")  # window 4096, 16 heads, 4 KV heads of 64
+    short = layer_memory(spec, Workload(batch=1, seq=1024)).saved["attention"]
+    assert short == 2 * 2 * 1024 * 1024 + 2 * 2 * 1024 * 256 + 4 * 16 * 1024  # q, out; k, v; logsumexp
+    full = layer_memory(spec, Workload(batch=1, seq=4096)).saved["attention"]
+    assert full == 4 * 2 * 4096 * 1024 + 2 * 4096 * 4096 + 4 * 16 * 4096  # K/V repeated, the mask

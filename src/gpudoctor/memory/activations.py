@@ -206,7 +206,7 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
                 # k are new tensors that SDPA keeps
                 core += c * tokens * (heads + kv) * d
             core += _FUSED_ATTENTION_CORE_EXTRA * c * tokens * kv * d if not spec.learned_positions else 0.0
-        elif sdpa_with_mask(spec):
+        elif sdpa_with_mask(spec, w.local_seq):
             # A sliding window makes transformers build an explicit (b, 1, s, s) mask: SDPA then
             # gets K/V repeated to every query head (no enable_gqa), and the memory-efficient
             # backend keeps its own copy of the mask in every layer.
@@ -284,9 +284,12 @@ def shared_width(spec: ModelSpec) -> int:
     return moe.shared_intermediate if moe.shared_intermediate is not None else moe.shared_experts * moe.intermediate
 
 
-def sdpa_with_mask(spec: ModelSpec) -> bool:
-    """Whether transformers hands SDPA an explicit mask for plain causal training (no padding)."""
-    return bool(spec.sliding_window)
+def sdpa_with_mask(spec: ModelSpec, seq: int) -> bool:
+    """Whether transformers hands SDPA an explicit mask for plain causal training (no padding):
+    with a sliding window only when the sequence reaches it (``masking_utils.
+    _ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size``, transformers 5.17 to 5.24);
+    a shorter one runs causal with GQA like a model without a window."""
+    return bool(spec.sliding_window) and seq >= spec.sliding_window
 
 
 def head_memory(spec: ModelSpec, w: Workload) -> HeadMemory:
