@@ -10,7 +10,7 @@ Two halves, because the prediction needs no GPU and the measurement needs one:
   (forward / backward / optimizer; prefill / decode) and what autograd saved, by shape. The sweep
   of issue 21 is ``measure OUT --arch --parallel 4`` (48 runs, each its own process);
   ``--list [--arch]`` names the runs.
-* ``python benchmarks/bench_memory.py table RESULTS_DIR`` (anywhere): predicts each run from its
+* ``python benchmarks/bench_memory.py table RESULTS_JSON`` (anywhere): predicts each run from its
   saved ``config.json`` and options with ``gpudoctor.memory`` and prints the markdown table that
   BENCHMARKS.md carries, with the error per run, the median and the maximum.
 """
