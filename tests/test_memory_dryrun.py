@@ -459,3 +459,17 @@ def test_llama_8b_dry_runs_in_seconds() -> None:
     assert r.n_params == 8_030_261_248
     measured_on_h200 = 28_562_277_376  # torch.cuda.memory_allocated after the forward, less the weights
     assert abs(r.saved_bytes - measured_on_h200) < 0.01 * measured_on_h200
+
+
+def test_cuda_sdpa_takes_a_value_narrower_than_query_and_key():
+    # MLA (DeepSeek): q and k of 192, v of 128; CUDA's memory-efficient kernel runs it, so the dry
+    # run must too, with the output at v's width and the values of plain attention
+    from gpudoctor.memory.dryrun import _cuda_sdpa
+
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 8, 192, generator=g, dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(1, 2, 8, 128, generator=g, dtype=torch.bfloat16)
+    out = _cuda_sdpa(q, k, v, is_causal=True)
+    assert out.shape == (1, 2, 8, 128)
+    ref = torch.ops.aten._scaled_dot_product_attention_math(q.float(), k.float(), v.float(), None, 0.0, True)[0]
+    assert torch.allclose(out.float(), ref, atol=3e-2)

@@ -225,6 +225,11 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
         # gathered inputs, expert outputs (kept by the weighting)
         mlp += 2 * experts.c * routed * spec.hidden
         mlp += 4 * tokens * moe.experts * 2 + 8 * routed * 2  # router logits/probs, indices
+        if spec.family == "deepseek" and not w.autocast and w.r != 4:
+            # DeepSeek's router is fp32: F.linear(x.type(float32), weight) keeps the fp32 copy of
+            # its input (transformers 5.17 to 5.24; under autocast the linear keeps a bf16 cast,
+            # counted as the router's consumer cast; in fp32 the .type is a no-op)
+            mlp += 4 * tokens * spec.hidden
         shared = shared_width(spec)
         if shared:
             mlp += _mlp(spec, w, tokens, shared / tp)

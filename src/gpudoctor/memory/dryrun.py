@@ -535,6 +535,14 @@ def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
     """
     gqa = {"enable_gqa": True} if enable_gqa else {}  # torch < 2.5 has no such argument
     if query.dim() == 4 and _cuda_fused(query, key, value, attn_mask, enable_gqa):
+        dv = value.shape[-1]
+        if dv != query.shape[-1]:
+            # MLA (DeepSeek): v narrower than q and k. CUDA's memory-efficient kernel takes it;
+            # the CPU's flash op does not, so v is zero-padded and the output sliced: the saved
+            # v and output count at q's head dim, a little over the GPU's (v and out only)
+            value = torch.nn.functional.pad(value, (0, query.shape[-1] - dv))
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0][..., :dv]
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
     return torch.ops.aten._scaled_dot_product_attention_math(
