@@ -117,3 +117,15 @@ def test_a_sliding_window_costs_a_mask_only_once_the_sequence_reaches_it():
     assert short == 2 * 2 * 1024 * 1024 + 2 * 2 * 1024 * 256 + 4 * 16 * 1024  # q, out; k, v; logsumexp
     full = layer_memory(spec, Workload(batch=1, seq=4096)).saved["attention"]
     assert full == 4 * 2 * 4096 * 1024 + 2 * 4096 * 4096 + 4 * 16 * 4096  # K/V repeated, the mask
+
+
+def test_the_bench_lists_the_arch_sweep_and_filters_it():
+    import subprocess
+    import sys
+
+    bench = Path(__file__).parent.parent / "benchmarks" / "bench_memory.py"
+    out = subprocess.run([sys.executable, str(bench), "--list", "--arch"], capture_output=True, text=True,
+                         check=True, timeout=60)
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert len(rows) == 48 and {r[1] for r in rows} == MODEL_TYPES
+    assert sum(r[2] == "generate" for r in rows) == 12
