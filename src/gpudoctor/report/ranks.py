@@ -77,9 +77,9 @@ def timeline_svg(tl: dict[str, Any]) -> str:
     def x(us: float) -> float:
         return LABEL_W + max(us, 0.0) * scale
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W}" height="{height}" '
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W}" height="{height}" '
              f'role="img" aria-label="one step on every rank"><title>step {esc(tl.get("step"))} on every rank, '
-             "aligned clocks</title>"]
+             "aligned clocks</title>")]
     for i, row in enumerate(ranks):
         y = i * ROW_H
         parts.append(f'<text x="4" y="{y + ROW_H - 5}" font-size="11">rank {esc(row["rank"])}</text>')

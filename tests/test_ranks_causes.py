@@ -1,0 +1,72 @@
+"""The straggler's cause and the noise floor, on hand-built rank summaries (ranks/straggler.py):
+a slower GPU (same kernels slower, lower SM clock in its NVML samples), more work, an unexplained
+lag, and a spread within noise that names no one."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudoctor.ranks.aligned import align
+from gpudoctor.ranks.combine import combine
+from gpudoctor.ranks.straggler import check, find_straggler
+from gpudoctor.ranks.summary import Collective, RankSummary
+
+STEP_NS = 10_000_000  # 10 ms steps
+STEPS = 4
+
+
+def rank(r: int, late_ns: int = 0, kernel_ms: float = 6.0, compute_ms: float = 6.0, kernels: float = 100,
+         idle: dict[str, float] | None = None, clock: float = 1980.0, offset_ns: int = 0) -> RankSummary:
+    """One collective per step ending 1 ms before the step's end on every rank; a late rank starts
+    it ``late_ns`` later (it waits for no one), the others wait inside it."""
+    colls = []
+    for k in range(STEPS):
+        end = k * STEP_NS + 9_000_000
+        start = end - 200_000 + late_ns
+        colls.append(Collective("all-reduce", k, 1 << 26, start + offset_ns, end + offset_ns, 7, "0", k))
+    return RankSummary(
+        rank=r, source=f"rank{r}", gpu="NVIDIA H100 80GB HBM3",
+        step_start=tuple(k * STEP_NS + offset_ns for k in range(STEPS)),
+        step_end=tuple((k + 1) * STEP_NS + offset_ns for k in range(STEPS)),
+        busy_ms=compute_ms + 0.2, compute_ms=compute_ms, idle_ms=3.8, idle_by_cause=idle or {"dispatch": 3.8},
+        collectives=tuple(colls), kernel_ms={"gemm": kernel_ms, "norm": 1.0}, kernels_per_step=kernels,
+        env={"sm_clock_mhz_mean": clock, "throttle_reasons_seen": ["hw_slowdown"] if clock < 1900 else []})
+
+
+def test_slower_gpu_named_with_its_clock() -> None:
+    ranks = [rank(0), rank(1, late_ns=150_000, kernel_ms=6.5, compute_ms=6.5, clock=1600.0, offset_ns=777_777), rank(2)]
+    st = find_straggler(align(ranks))
+    assert st is not None and st.rank == 1 and st.cause == "slower-gpu"
+    assert st.imposed_ms == pytest.approx(0.15)
+    assert st.numbers["kernel_slowdown"] == pytest.approx(7.5 / 7.0, abs=1e-4)
+    f = check(align(ranks))
+    assert f is not None and "1600 MHz against 1980 MHz" in f.summary
+    assert f.evidence.numbers["throttle_reasons"] == "hw_slowdown"
+
+
+def test_more_work_when_its_kernels_are_not_slower() -> None:
+    ranks = [rank(0), rank(1), rank(2, late_ns=300_000, compute_ms=6.4, kernels=120)]
+    st = find_straggler(align(ranks))
+    assert st is not None and st.rank == 2 and st.cause == "more-work"
+    assert st.numbers["compute_excess_ms"] == pytest.approx(0.4)
+    assert st.numbers["extra_kernels_per_step"] == 20
+
+
+def test_host_sync_idle_explains_a_late_rank() -> None:
+    ranks = [rank(0, late_ns=500_000, idle={"host-sync": 0.6, "dispatch": 3.2}), rank(1), rank(2)]
+    st = find_straggler(align(ranks))
+    assert st is not None and (st.rank, st.cause) == (0, "host-sync")
+    assert st.imposed_ms == pytest.approx(0.5)
+
+
+def test_unexplained_lag_says_so() -> None:
+    st = find_straggler(align([rank(0), rank(1, late_ns=400_000)]))
+    assert st is not None and st.cause == "unexplained"
+
+
+def test_spread_within_noise_names_no_one() -> None:
+    # 40 us late per step: under the 50 us / 1% of a 10 ms step floor
+    result = combine([rank(0), rank(1, late_ns=40_000), rank(2)])
+    assert all(f.id != "straggler" for f in result.findings)
+    assert result.distributed["straggler_rank"] is None
+    assert [r["wait_imposed_ms"] for r in result.rows] == [0.0, 0.04, 0.0]
