@@ -70,3 +70,36 @@ def test_spread_within_noise_names_no_one() -> None:
     assert all(f.id != "straggler" for f in result.findings)
     assert result.distributed["straggler_rank"] is None
     assert [r["wait_imposed_ms"] for r in result.rows] == [0.0, 0.04, 0.0]
+
+
+def test_slow_collective_against_this_machines_measured_curve(tmp_path) -> None:
+    import json
+
+    from gpudoctor.hardware.machine import collectives_profile_for
+
+    # two ranks, a 64 MiB all-reduce of 2 ms each step: 64 MiB / 2 ms = 33.6 GB/s bus bandwidth (n=2: x1)
+    ranks = [rank(0), rank(1)]
+    ranks = [RankSummary(**{**r.__dict__, "collectives": tuple(
+        Collective(c.op, c.seq, 1 << 26, c.end - 2_000_000, c.end, c.stream, c.group, c.step) for c in r.collectives)})
+        for r in ranks]
+    flat = [{"bytes": b, "time_s": b / 100e9, "algbw_Bps": 100e9, "busbw_Bps": 100e9} for b in (1 << 24, 1 << 28)]
+    profile = {"ceilings": {"gpu": "NVIDIA H100 80GB HBM3"}, "measured_utc": "2026-11-25T00:00:00Z",
+               "collectives": {"world_size": 2, "gpu": "NVIDIA H100 80GB HBM3", "curves": {"all_reduce": flat}}}
+    (tmp_path / "gpu-1.json").write_text(json.dumps(profile))
+    (tmp_path / "other.json").write_text(json.dumps({**profile, "ceilings": {"gpu": "NVIDIA A100"}}))
+    table = collectives_profile_for("NVIDIA H100 80GB HBM3", tmp_path)
+    assert table == tmp_path / "gpu-1.json"
+    result = combine(ranks, str(table))
+    c = result.distributed["collectives"][0]
+    assert (c["achieved_busbw_GBps"], c["predicted_busbw_GBps"]) == (33.55, 100.0)
+    assert result.distributed["predicted_from"] == f"machine profile {table}"
+    slow = next(f for f in result.findings if f.id == "slow-collective")
+    assert "measured on this machine" in slow.summary
+    # every 2 ms transfer runs exposed; the curve says 0.671 ms: 1.329 ms per step above it
+    assert slow.saving_ms == pytest.approx(2.0 - (1 << 26) / 100e9 * 1e3, abs=1e-3)
+
+
+def test_windows_that_differ_are_said() -> None:
+    a = RankSummary(**{**rank(0).__dict__, "env": {"window": {"first_step": 10, "steps": 4}}})
+    b = RankSummary(**{**rank(1).__dict__, "env": {"window": {"first_step": 11, "steps": 4}}})
+    assert any("different profiled windows" in w for w in combine([a, b]).warnings)

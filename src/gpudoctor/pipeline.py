@@ -14,7 +14,7 @@ from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.steps import describe, segment
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
-from gpudoctor.hardware.machine import measured_ceilings_for
+from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
 from gpudoctor.ranks.combine import RanksResult, combine
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
@@ -123,7 +123,9 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
             # one task per rank, results in rank order; each worker holds one trace at a time
             results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks), [ceilings] * len(ranks)))
     summaries = [s for s, _ in results]
-    result = combine(summaries)
+    # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
+    table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
+    result = combine(summaries, str(table) if table else None)
     return _combined_report(result, [r for _, r in results])
 
 

@@ -28,13 +28,14 @@ class RanksResult:
     warnings: tuple[str, ...] = ()
 
 
-def combine(summaries: Sequence[RankSummary]) -> RanksResult:
+def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) -> RanksResult:
+    """``busbw_table``: a ``gpudoctor bench`` profile with NCCL curves for this GPU, if one exists."""
     if len(summaries) < 2:
         raise InputError(f"{len(summaries)} rank(s) given; a multi-rank analysis needs at least 2")
     al = align(summaries)
     cs = split(al)
     st = straggler.find_straggler(al)
-    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs)]
+    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table)]
     warnings = []
     counts = {len(s.collectives) for s in summaries}
     if len(counts) > 1 or len(al.ops) < min(counts):
@@ -46,6 +47,10 @@ def combine(summaries: Sequence[RankSummary]) -> RanksResult:
     warnings.insert(0, f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "
                        f"{summaries[chosen].rank}'s, {'the straggler' if st else 'no rank straggles'}; the ranks "
                        "table compares them all")
+    windows = {(w["first_step"], w["steps"]) for s in summaries if (w := s.env.get("window"))}
+    if len(windows) > 1:
+        warnings.append(f"the ranks' env.json name different profiled windows (first step, steps: {sorted(windows)}); "
+                        "their steps are compared by position")
     steps = {s.steps for s in summaries}
     if len(steps) > 1:
         warnings.append(f"the ranks recorded different numbers of steps ({sorted(steps)}); the first "
@@ -53,7 +58,7 @@ def combine(summaries: Sequence[RankSummary]) -> RanksResult:
     return RanksResult(
         findings=tuple(f for f in found if f is not None),
         rows=rows(al, cs, st),
-        distributed=distributed(al, cs, st, slow_collective.size_classes(al)),
+        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table),
         chosen=chosen,
         source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
             ", ..." if len(summaries) > 3 else ""),

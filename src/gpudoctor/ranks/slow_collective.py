@@ -39,8 +39,9 @@ class SizeClass:
         return self.achieved_busbw_GBps / self.predicted_busbw_GBps if self.predicted_busbw_GBps else 1.0
 
 
-def size_classes(al: Aligned) -> list[SizeClass]:
-    """Per op and power-of-two size: achieved vs predicted bus bandwidth."""
+def size_classes(al: Aligned, busbw_table: str | None = None) -> list[SizeClass]:
+    """Per op and power-of-two size: achieved vs predicted bus bandwidth (read off this machine's
+    measured curves when ``busbw_table``, a ``gpudoctor bench`` profile with collectives, is given)."""
     gpu = _gpu_key(al)
     n = len(al.summaries)
     rows = np.flatnonzero(al.in_steps() & (al.nbytes > 0))
@@ -59,7 +60,7 @@ def size_classes(al: Aligned) -> list[SizeClass]:
         # bytes over time summed across the class: one slow instance among fast ones shows
         achieved = bus_factor(op, n) * float(al.nbytes[ms].sum()) / max(float(seconds.sum()), 1e-9) / 1e9
         try:
-            p = predict(op, size, gpus=n, gpus_per_node=per_node, gpu=gpu)
+            p = predict(op, size, gpus=n, gpus_per_node=per_node, gpu=gpu, busbw_table=busbw_table)
         except GpuDoctorError:
             continue
         excess = float(np.clip(seconds - p.time_s, 0, None).sum()) * 1e3 / max(al.steps, 1)
@@ -67,8 +68,8 @@ def size_classes(al: Aligned) -> list[SizeClass]:
     return out
 
 
-def check(al: Aligned, split: CommSplit) -> Finding | None:
-    slow = [c for c in size_classes(al) if c.ratio < SLOW]
+def check(al: Aligned, split: CommSplit, busbw_table: str | None = None) -> Finding | None:
+    slow = [c for c in size_classes(al, busbw_table) if c.ratio < SLOW]
     if not slow:
         return None
     exposed_transfer = split.mean("transfer") + split.mean("not_overlapped")
@@ -84,8 +85,9 @@ def check(al: Aligned, split: CommSplit) -> Finding | None:
         ID, f"{worst.op} of {_size(worst.nbytes)} reaches {worst.achieved_busbw_GBps:.0f} GB/s bus bandwidth, "
         f"{worst.ratio:.0%} of the {worst.predicted_busbw_GBps:.0f} GB/s expected",
         al.step_ms, saving,
-        f"{len(slow)} kind(s) of collective run under half the bus bandwidth plan comm predicts for this "
-        f"interconnect; likely cause: {cause}. Exposed, they cost {saving:.2f} ms per step.",
+        f"{len(slow)} kind(s) of collective run under half the bus bandwidth "
+        f"{'measured on this machine (gpudoctor bench)' if busbw_table else 'plan comm predicts for this interconnect'}"
+        f"; likely cause: {cause}. Exposed, they cost {saving:.2f} ms per step.",
         Evidence(numbers=numbers), _fixes(cause),
     )
 

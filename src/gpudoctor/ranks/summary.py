@@ -211,6 +211,9 @@ def _env_facts(env: dict[str, Any]) -> dict[str, Any]:
     for key in ("hostname", "world_size", "local_rank"):
         if isinstance(env.get(key), (str, int)) and not isinstance(env.get(key), bool):
             out[key] = env[key]
+    window = env.get("window")
+    if isinstance(window, dict) and all(isinstance(window.get(k), int) for k in ("first_step", "steps")):
+        out["window"] = {"first_step": window["first_step"], "steps": window["steps"]}
     capture = env.get("capture")
     nvml = capture.get("nvml") if isinstance(capture, dict) else env.get("nvml")
     if isinstance(nvml, dict):

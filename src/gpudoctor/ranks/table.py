@@ -39,7 +39,7 @@ def rows(al: Aligned, split: CommSplit, straggler: Straggler | None) -> tuple[di
 
 
 def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,
-                classes: list[SizeClass]) -> dict[str, Any]:
+                classes: list[SizeClass], busbw_table: str | None = None) -> dict[str, Any]:
     return {
         "world_size": len(al.summaries),
         "matched_collectives": len(al.ops),
@@ -56,6 +56,7 @@ def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,
         "collectives": [{"op": c.op, "bytes": c.nbytes, "count_per_step": round(c.count_per_step, 3),
                          "achieved_busbw_GBps": round(c.achieved_busbw_GBps, 2),
                          "predicted_busbw_GBps": round(c.predicted_busbw_GBps, 2)} for c in classes],
+        "predicted_from": f"machine profile {busbw_table}" if busbw_table else "plan comm model",
         "timeline": timeline(al),
     }
 
