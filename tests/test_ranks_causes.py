@@ -103,3 +103,14 @@ def test_windows_that_differ_are_said() -> None:
     a = RankSummary(**{**rank(0).__dict__, "env": {"window": {"first_step": 10, "steps": 4}}})
     b = RankSummary(**{**rank(1).__dict__, "env": {"window": {"first_step": 11, "steps": 4}}})
     assert any("different profiled windows" in w for w in combine([a, b]).warnings)
+
+
+def test_an_extra_collective_before_the_window_shifts_nothing() -> None:
+    r1 = rank(1, late_ns=300_000, offset_ns=5_000)
+    barrier = Collective("all-reduce", 0, 1 << 26, -3_000_000, -2_900_000, 7, "0", -1)
+    r1 = RankSummary(**{**r1.__dict__, "collectives": (barrier, *r1.collectives)})
+    al = align([rank(0), r1, rank(2)])
+    assert len(al.ops) == STEPS
+    assert al.offsets.tolist() == [0, 5_000, 0]
+    st = find_straggler(al)
+    assert st is not None and st.rank == 1 and st.imposed_ms == pytest.approx(0.3)

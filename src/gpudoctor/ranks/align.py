@@ -15,14 +15,31 @@ from gpudoctor.ranks.summary import RankSummary
 
 
 def match(summaries: Sequence[RankSummary]) -> np.ndarray:
-    """[M, R] indices into each rank's collectives of the instances matched across ranks: the same
-    place in each rank's order with the same op and size (every rank of a process group issues
-    its collectives in the same order). Places where the ranks disagree are left out."""
-    n = min((len(s.collectives) for s in summaries), default=0)
-    if n == 0:
-        return np.empty((0, len(summaries)), np.int64)
-    keep = [i for i in range(n) if len({(s.collectives[i].op, s.collectives[i].nbytes) for s in summaries}) == 1]
-    return np.array([[i] * len(summaries) for i in keep], np.int64).reshape(len(keep), len(summaries))
+    """[M, R] indices into each rank's collectives of the instances matched across ranks. Every rank
+    of a process group issues its collectives in the same order, and the ranks profiled the same
+    steps, so an instance is known by its step and its place in the step (collectives outside
+    every step by their place among those); it is kept where every rank has it with the same op
+    and size. A rank with one extra collective (a barrier before the window) shifts nothing."""
+    keyed = [_keys(s) for s in summaries]
+    common = set(keyed[0]) if keyed else set()
+    for k in keyed[1:]:
+        common &= set(k)
+    rows = []
+    for key in sorted(common, key=lambda k: keyed[0][k]):
+        idx = [k[key] for k in keyed]
+        if len({(s.collectives[i].op, s.collectives[i].nbytes) for s, i in zip(summaries, idx)}) == 1:
+            rows.append(idx)
+    return np.array(rows, np.int64).reshape(len(rows), len(summaries))
+
+
+def _keys(s: RankSummary) -> dict[tuple[int, int], int]:
+    seen: dict[int, int] = {}
+    out = {}
+    for i, c in enumerate(s.collectives):
+        j = seen.get(c.step, 0)
+        seen[c.step] = j + 1
+        out[(c.step, j)] = i
+    return out
 
 
 def offsets(summaries: Sequence[RankSummary], matched: np.ndarray) -> np.ndarray:
