@@ -114,3 +114,16 @@ def test_an_extra_collective_before_the_window_shifts_nothing() -> None:
     assert al.offsets.tolist() == [0, 5_000, 0]
     st = find_straggler(al)
     assert st is not None and st.rank == 1 and st.imposed_ms == pytest.approx(0.3)
+
+
+def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
+    bare = [RankSummary(**{**rank(r).__dict__, "collectives": ()}) for r in range(2)]
+    result = combine(bare)
+    assert result.findings == () and len(result.rows) == 2
+    assert any("no collective matched" in w for w in result.warnings)
+    p2p = [RankSummary(**{**r.__dict__, "collectives": tuple(
+        Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in r.collectives)})
+        for r in (rank(0), rank(1, late_ns=500_000))]
+    result = combine(p2p)
+    assert result.distributed["matched_collectives"] == 0 and result.distributed["straggler_rank"] is None
+    assert any("pipeline bubbles and stage imbalance are not analysed" in w for w in result.warnings)

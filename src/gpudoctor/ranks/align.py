@@ -36,6 +36,8 @@ def _keys(s: RankSummary) -> dict[tuple[int, int], int]:
     seen: dict[int, int] = {}
     out = {}
     for i, c in enumerate(s.collectives):
+        if c.op == "p2p":  # send/recv pair two ranks, not all of them: not a common reference
+            continue
         j = seen.get(c.step, 0)
         seen[c.step] = j + 1
         out[(c.step, j)] = i

@@ -56,13 +56,16 @@ def align(summaries: Sequence[RankSummary]) -> Aligned:
     m = match(summaries)
     off = offsets(summaries, m)
     cols = [[s.collectives[i] for i in m[:, r]] for r, s in enumerate(summaries)]
-    rows = len(m)
-    start = np.array([[c.start for c in col] for col in cols], np.int64).T.reshape(rows, len(summaries)) - off
-    end = np.array([[c.end for c in col] for col in cols], np.int64).T.reshape(rows, len(summaries)) - off
-    wait = start.max(axis=1, keepdims=True) - start if rows else np.zeros((0, len(summaries)), np.int64)
-    exposed = np.array([[_hidden_free(c, c.dur) for c in col] for col in cols], np.int64).T.reshape(rows, -1)
-    exposed_wait = np.array([[_hidden_free(c, int(wait[i, r])) for i, c in enumerate(col)]
-                             for r, col in enumerate(cols)], np.int64).T.reshape(rows, -1)
+    shape = (len(m), len(summaries))
+
+    def grid(values: list[list[int]]) -> np.ndarray:  # [R][M] lists -> [M, R]
+        return np.array(values, np.int64).reshape(shape[::-1]).T.reshape(shape)
+
+    start = grid([[c.start for c in col] for col in cols]) - off
+    end = grid([[c.end for c in col] for col in cols]) - off
+    wait = start.max(axis=1, keepdims=True) - start if len(m) else np.zeros(shape, np.int64)
+    exposed = grid([[_hidden_free(c, c.dur) for c in col] for col in cols])
+    exposed_wait = grid([[_hidden_free(c, int(wait[i, r])) for i, c in enumerate(col)] for r, col in enumerate(cols)])
     ref = cols[0] if cols else []
     step = np.array([c.step for c in ref], np.int64)
     return Aligned(summaries, off, tuple(c.op for c in ref), np.array([c.nbytes for c in ref], np.int64), step,

@@ -41,6 +41,9 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     if len(counts) > 1 or len(al.ops) < min(counts):
         warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
                         "were the same steps profiled on every rank?")
+    if any(c.op == "p2p" for s in summaries for c in s.collectives):
+        warnings.append("send/recv (pipeline-parallel) traffic is left out of the alignment and the findings: "
+                        "pipeline bubbles and stage imbalance are not analysed yet")
     if not len(al.ops):
         warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
     chosen = st.index if st else 0
