@@ -126,4 +126,19 @@ def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
         for r in (rank(0), rank(1, late_ns=500_000))]
     result = combine(p2p)
     assert result.distributed["matched_collectives"] == 0 and result.distributed["straggler_rank"] is None
-    assert any("pipeline bubbles and stage imbalance are not analysed" in w for w in result.warnings)
+    assert any("pipeline bubbles are not analysed yet" in w for w in result.warnings)
+    assert [f.id for f in result.findings] == []  # equal stages: no stage-imbalance
+
+
+def test_stage_imbalance_on_a_pipeline() -> None:
+    def stage(r: int, compute_ms: float) -> RankSummary:
+        s = rank(r, compute_ms=compute_ms)
+        return RankSummary(**{**s.__dict__, "collectives": tuple(
+            Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in s.collectives)})
+
+    result = combine([stage(0, 6.0), stage(1, 6.0), stage(2, 8.0), stage(3, 6.0)])
+    f = next(f for f in result.findings if f.id == "stage-imbalance")
+    assert f.evidence.numbers["slowest_rank"] == 2
+    assert f.saving_ms == pytest.approx(8.0 - 6.5)  # the slowest stage above the mean
+    # 6.5 ms against 6.0: under 10% above the median, no finding
+    assert all(f.id != "stage-imbalance" for f in combine([stage(0, 6.0), stage(1, 6.5)]).findings)

@@ -8,14 +8,14 @@ from typing import Any
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
-from gpudoctor.ranks import exposed_comm, slow_collective, straggler
+from gpudoctor.ranks import exposed_comm, slow_collective, stage_imbalance, straggler
 from gpudoctor.ranks.aligned import align
 from gpudoctor.ranks.comm import split
 from gpudoctor.ranks.summary import RankSummary
 from gpudoctor.ranks.table import distributed, rows
 
 # the multi-rank finding ids (one module each), for listings and tests
-RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID)
+RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID)
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,17 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     al = align(summaries)
     cs = split(al)
     st = straggler.find_straggler(al)
-    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table)]
+    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table),
+             stage_imbalance.check(list(summaries), al.step_ms)]
     warnings = []
     counts = {len(s.collectives) for s in summaries}
     if len(counts) > 1 or len(al.ops) < min(counts):
         warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
                         "were the same steps profiled on every rank?")
     if any(c.op == "p2p" for s in summaries for c in s.collectives):
-        warnings.append("send/recv (pipeline-parallel) traffic is left out of the alignment and the findings: "
-                        "pipeline bubbles and stage imbalance are not analysed yet")
+        warnings.append("send/recv (pipeline-parallel) traffic is left out of the clock alignment, the straggler "
+                        "and the exposed communication; stage imbalance is compared on each rank's own clock, "
+                        "pipeline bubbles are not analysed yet")
     if not len(al.ops):
         warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
     chosen = st.index if st else 0
