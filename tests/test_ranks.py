@@ -159,3 +159,17 @@ def test_collective_names_map_to_plan_ops() -> None:
     from gpudoctor.plan.collectives import OPS
 
     assert set(_OP_NAMES.values()) <= set(OPS)
+
+
+def test_rank_directory_with_a_trace_and_its_gzipped_copy(clean: Path, tmp_path: Path) -> None:
+    import gzip
+
+    for r in range(2):
+        d = tmp_path / "run" / f"rank{r}"
+        d.mkdir(parents=True)
+        data = (clean / f"rank{r}" / "trace.json.gz").read_bytes()
+        (d / "trace.json.gz").write_bytes(data)
+        (d / "trace.json").write_bytes(gzip.decompress(data)[:10])  # the unzipped leftover is not read
+        (d / "report.json").write_text("{}")
+    assert is_rank_set(tmp_path / "run")
+    assert [r["rank"] for r in analyze_ranks([tmp_path / "run"], jobs=1).ranks] == [0, 1]

@@ -73,6 +73,9 @@ def _rank_traces(run: Path) -> list[tuple[int, Path]]:
 
 def _trace_in(d: Path) -> Path | None:
     traces = sorted(f for f in d.iterdir() if f.name.startswith("trace") and f.name.endswith(_TRACE_SUFFIXES))
+    gz = [f for f in traces if f.name.endswith(".gz")]
+    if len(traces) > 1 and len(gz) == 1:  # trace.json beside its gzipped copy: one trace
+        return gz[0]
     return traces[0] if len(traces) == 1 else None
 
 

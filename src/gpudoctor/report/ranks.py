@@ -92,6 +92,7 @@ def timeline_svg(tl: dict[str, Any]) -> str:
     y = len(ranks) * ROW_H + 14
     parts.append(f'<text x="{LABEL_W}" y="{y}" font-size="11">0 ms</text>')
     parts.append(f'<text x="{SVG_W - 10}" y="{y}" font-size="11" text-anchor="end">{span / 1e3:.2f} ms · '
-                 '<tspan fill="#2b6cb0">compute</tspan> · <tspan fill="#dd6b20">communication</tspan> · idle</text>')
+                 '<tspan fill="#2b6cb0">compute</tspan> · <tspan fill="#dd6b20">communication</tspan> · '
+                 '<tspan fill="#a0aec0">idle (light grey)</tspan></text>')
     parts.append("</svg>")
     return "".join(parts)
