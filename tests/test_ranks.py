@@ -105,9 +105,11 @@ def test_exposed_comm_split_prices_the_planted_stretch(stretched: Path) -> None:
 
 
 def test_legacy_layout_and_rank_set_detection(stretched: Path, clean: Path, tmp_path: Path) -> None:
+    import gpudoctor
+
     assert is_rank_set(stretched) and is_rank_set(clean)
     assert not is_rank_set(clean / "rank0") and not is_rank_set(tmp_path)
-    report = analyze_ranks([stretched], jobs=1)
+    report = gpudoctor.analyze(stretched)  # the public API reads a rank set whole
     assert [r["rank"] for r in report.ranks] == [0, 1, 2]
     legacy = tmp_path / "legacy"
     for r in range(2):  # separate <name>-rankR-<stamp> run directories
