@@ -175,3 +175,7 @@ def test_rank_directory_with_a_trace_and_its_gzipped_copy(clean: Path, tmp_path:
         (d / "report.json").write_text("{}")
     assert is_rank_set(tmp_path / "run")
     assert [r["rank"] for r in analyze_ranks([tmp_path / "run"], jobs=1).ranks] == [0, 1]
+
+
+def test_worker_processes_give_the_inline_result(late: Path) -> None:
+    assert analyze_ranks([late], jobs=2).to_dict() == analyze_ranks([late], jobs=1).to_dict()

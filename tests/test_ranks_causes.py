@@ -142,3 +142,14 @@ def test_stage_imbalance_on_a_pipeline() -> None:
     assert f.saving_ms == pytest.approx(8.0 - 6.5)  # the slowest stage above the mean
     # 6.5 ms against 6.0: under 10% above the median, no finding
     assert all(f.id != "stage-imbalance" for f in combine([stage(0, 6.0), stage(1, 6.5)]).findings)
+
+
+def test_env_json_facts_read_for_the_cause() -> None:
+    from gpudoctor.ranks.summary import _env_facts
+
+    env = {"rank": 3, "world_size": 8, "local_rank": 3, "hostname": "n1", "window": {"first_step": 12, "steps": 5},
+           "capture": {"nvml": {"samples": 9, "sm_clock_mhz_mean": 1410.0, "sm_clock_mhz_min": 1200,
+                                "throttle_reasons_seen": ["sw_thermal"], "power_w_mean": "bad"}}}
+    assert _env_facts(env) == {"hostname": "n1", "world_size": 8, "local_rank": 3,
+                               "window": {"first_step": 12, "steps": 5}, "sm_clock_mhz_mean": 1410.0,
+                               "sm_clock_mhz_min": 1200.0, "throttle_reasons_seen": ["sw_thermal"]}
