@@ -43,22 +43,35 @@ def _main(
 
 @app.command()
 def analyze(
-    path: Path = typer.Argument(..., help="torch.profiler trace (.json / .json.gz) or a run directory."),
+    paths: list[Path] = typer.Argument(
+        ..., help="torch.profiler trace (.json / .json.gz) or a run directory; a run directory with rank*/ "
+        "bundles, or several traces (one per rank), for a multi-GPU analysis."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
     ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
     width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes for many ranks (default: one per core)."),
 ) -> None:
-    """Diagnose one trace: ranked findings with the time each would save per step."""
-    from gpudoctor.pipeline import analyze_path
+    """Diagnose one trace, or every rank of a distributed run: ranked findings with the time each
+    would save per step (multi-GPU: stragglers, exposed communication, slow collectives)."""
+    from gpudoctor.pipeline import analyze_path, analyze_ranks, is_rank_set
 
-    inputs = _inputs_of(path, ceilings) if html is not None else []
+    many = len(paths) > 1 or is_rank_set(paths[0])
+    inputs: list[Path | str | None] = []
+    if html is not None:
+        for p in paths:
+            inputs += _inputs_of(p, ceilings)
+            if p.is_dir():  # a run directory: every rank's trace and env.json is an input
+                inputs += [f for f in p.rglob("*.json*") if f.name.startswith(("trace", "env"))]
     if html is not None:  # before the analysis: a bad --html fails at once
         from gpudoctor.outputs import check_output_file
 
         check_output_file(html, "--html", inputs)
-    report = analyze_path(path, gpu=gpu, ceilings=ceilings)
+    if many:
+        report = analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+    else:
+        report = analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
     _emit(report, json_out, html, width, inputs)
 
 
