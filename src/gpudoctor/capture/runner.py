@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.capture.bundle import global_rank
+from gpudoctor.capture.ranks import RankSync
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession, Phase
 from gpudoctor.errors import InputError
 
@@ -73,9 +74,13 @@ def run_program(
     exit_after: bool = True,
     wait_s: float = 30.0,
     window_s: float = 3.0,
+    sync: RankSync | None = None,
 ) -> Outcome:
+    """``sync``: a distributed job whose ranks agree on the window (capture/ranks.py); the bundle
+    then goes to ``sync.bundle_dir()``, and ``out_dir`` serves only a time window."""
     target.check()
-    session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s, rank=global_rank())
+    session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s,
+                             rank=None if sync is not None else global_rank(), sync=sync)
     stopped = False
     message = ""
 
