@@ -169,15 +169,24 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)  # no store to reach: this rank records alone, and says so
     model = torch.nn.Linear(8, 8)
     with gi.profile(skip=2, steps=2, out=tmp_path / "runs", quiet=True) as doc:
         for _ in range(8):
             model(torch.randn(4, 8)).sum().backward()
             doc.step()
-    run_dir, env, _ = _bundle(tmp_path / "runs")
-    assert run_dir.name.startswith("profile-rank3-")
-    assert (run_dir / "trace.rank3.json.gz").is_file() and (run_dir / "env.rank3.json").is_file()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("profile-rank3-") and Path(doc.run_dir) == run_dir / "rank3"
+    assert sorted(p.name for p in (run_dir / "rank3").iterdir()) == ["env.json", "report.html", "report.json",
+                                                                     "trace.json.gz"]
+    env = json.loads((run_dir / "rank3" / "env.json").read_text())
     assert env["capture"]["steps_recorded"] == 2
+    assert (env["rank"], env["world_size"], env["local_rank"]) == (3, 4, 1)
+    assert env["window"] == {"first_step": 3, "steps": 2} and env["window_agreed"] is False
+    assert env["capture"]["notes"] == [
+        "rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
+        "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps"]
 
 
 def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,7 +41,8 @@ from gpudoctor.capture.bundle import new_run_dir, rank_and_world
 OWN_STORE_PORT_OFFSET = 1  # rank 0 hosts a store at MASTER_PORT + 1 when no other store exists
 DEFAULT_TIMEOUT_S = 120.0
 POLL_S = 0.02  # a rank waiting at a step boundary asks the store this often
-_CAPTURES = itertools.count()  # captures started in this process: every rank starts them in the same order
+# captures started per rank (one rank per process in a job): every rank starts them in the same order
+_CAPTURES: dict[int, itertools.count[int]] = {}
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ class RankSync:
     def __post_init__(self) -> None:
         run_id = os.environ.get("TORCHELASTIC_RUN_ID", "job")
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        self._prefix = f"gpudoctor/{run_id}/{restart}/{next(_CAPTURES)}/"
+        nth = next(_CAPTURES.setdefault(self.info.rank, itertools.count()))
+        self._prefix = f"gpudoctor/{run_id}/{restart}/{nth}/"
 
     # -- the window ----------------------------------------------------------------------------
 
@@ -121,7 +123,7 @@ class RankSync:
         until rank 0 has decided, and returns the window."""
         store = self._store()
         if store is None:
-            return self._alone(ready_at, f"no store to agree the window through ({self._store_error})")
+            return self._alone(ready_at, self._store_error)
         try:
             store.set(self._key(f"ready/{self.info.rank}"), str(ready_at))
             if self.info.rank == 0:
@@ -274,9 +276,9 @@ class RankSync:
             try:
                 self.store = find_store(self.info, self.timeout_s)
             except (RuntimeError, ValueError, OSError) as exc:
-                self._store_error = f"{type(exc).__name__}: {exc}"
+                self._store_error = f"the store could not be reached: {type(exc).__name__}: {exc}"
             if self.store is None and not self._store_error:
-                self._store_error = "no process group, and no MASTER_ADDR / MASTER_PORT to reach rank 0 at"
+                self._store_error = "no process group, and no MASTER_ADDR / MASTER_PORT: no store to agree through"
         return self.store
 
 
