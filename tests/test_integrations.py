@@ -185,8 +185,8 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
     assert (env["rank"], env["world_size"], env["local_rank"]) == (3, 4, 1)
     assert env["window"] == {"first_step": 3, "steps": 2} and env["window_agreed"] is False
     assert env["capture"]["notes"] == [
-        "rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
-        "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps"]
+        ("rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
+        "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps")]
 
 
 def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.MonkeyPatch) -> None:
