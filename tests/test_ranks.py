@@ -162,3 +162,24 @@ def test_rank_info_from_the_launcher(monkeypatch: pytest.MonkeyPatch, env: dict[
         monkeypatch.setenv(key, value)
     info = rank_info()
     assert (None if info is None else (info.rank, info.world_size, info.local_rank)) == expected
+
+
+def test_nvml_reads_the_ranks_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 sees its GPU as cuda:0 (CUDA_VISIBLE_DEVICES=5): NVML must read the machine's GPU 5,
+    found by UUID, not NVML's GPU 0; without a UUID, torch's index is the best guess."""
+    from types import SimpleNamespace
+
+    from gpudoctor.capture.nvml import current_device_handle
+
+    class Nvml:
+        def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+            return f"by-uuid {uuid}"
+
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+            return f"by-index {index}"
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid="5e1f-77"))
+    assert current_device_handle(Nvml()) == "by-uuid GPU-5e1f-77"
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace())
+    assert current_device_handle(Nvml()) == "by-index 0"

@@ -100,8 +100,10 @@ def _nvml_facts() -> dict[str, Any]:
     try:
         import pynvml
 
+        from gpudoctor.capture.nvml import current_device_handle
+
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = current_device_handle(pynvml)  # this rank's GPU, not the machine's first
         return {
             "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
             "clocks_mhz": {
