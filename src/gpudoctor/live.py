@@ -109,7 +109,7 @@ def run_and_diagnose(
         if outcome.result.trace_path is None:
             note = _join(_why_nothing(outcome, config, wait_s), note)
         return outcome, run_dir, report, _with_capture_notes(note, outcome.result)
-    run_dir = new_run_dir(base, target.name, global_rank())
+    run_dir = new_run_dir(base, target.name)
     outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
@@ -219,8 +219,11 @@ class Doctor:
                  name: str = "profile") -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = global_rank()
-        self.run_dir = new_run_dir(Path(out) if out else DEFAULT_BASE, name, self.rank)
-        self.session = CaptureSession(self.config, self.run_dir, rank=self.rank)
+        base = Path(out) if out else DEFAULT_BASE
+        info = rank_info()  # distributed: the ranks agree on the steps and share RUN/ (finish_ranked)
+        self.sync = RankSync(info, base, name, steps) if info is not None else None
+        self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(base, name)
+        self.session = CaptureSession(self.config, self.run_dir, sync=self.sync)
         self._report: Report | None = None
         self._note = ""
 
@@ -237,8 +240,10 @@ class Doctor:
             self.session.fail(f"{type(exc).__name__}: {exc}")
         else:
             self.session.close()
-        if self.session.result.trace_path is not None:
-            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir, self.rank)
+        if self.sync is not None:
+            self.run_dir, self._report, self._note = finish_ranked(self.session.result, self.config, self.sync)
+        elif self.session.result.trace_path is not None:
+            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir)
 
     def report(self) -> Report:
         """The diagnosis of the recorded window."""
