@@ -6,6 +6,16 @@
                         unprofiled step time and the window's own overhead, NVML samples
         report.json     the diagnosis (docs/report-schema.md)
         report.html     the same, as one self-contained page
+
+A distributed job (capture/ranks.py) shares one run directory:
+
+    gpudoctor-runs/<name>-<UTC timestamp>/
+        rank<R>/        each rank's bundle as above; env.json adds rank, world_size, local_rank,
+                        hostname and window {first_step, steps}: the step indices every rank recorded
+        ranks.json      the ranks, their bundle folders and states (written by rank 0, last)
+        report.json     the combined report of the ranks (rank 0), and report.html
+
+Runs recorded before that carry the rank in each file name instead (``trace.rank3.json.gz``).
 """
 
 from __future__ import annotations
