@@ -18,7 +18,7 @@ from typing import Any
 SRC = Path(__file__).parent.parent / "src"
 
 # DDP over gloo; rank SLOW_RANK sleeps before its backward, so the others wait for it inside the
-# gradients' all-reduce. END_CODE_RANK exits with code 3 once its program ends (--continue).
+# gradients' all-reduce.
 DDP = """
 import os, sys, time
 import torch
@@ -38,7 +38,6 @@ for step in range(int(sys.argv[1])):
     opt.step()
     opt.zero_grad()
 dist.destroy_process_group()
-sys.exit(3 if rank == int(os.environ.get("END_CODE_RANK", "-1")) else 0)
 """
 
 # a hand-written loop with a manual all-reduce, profiled by gpudoctor.integrations.profile
@@ -58,6 +57,22 @@ with gi.profile(skip=3, steps=2, out=sys.argv[1], quiet=True, name="loop") as do
         doc.step()
 print("rank", dist.get_rank(), "dir", doc.run_dir)
 dist.destroy_process_group()
+"""
+
+
+# no process group: each rank trains alone; rank 1 stops after 3 steps, before any window; rank 0
+# exits with code 3 at its end
+SHORT = """
+import os, sys
+import torch
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+steps = 3 if os.environ["RANK"] == "1" else int(sys.argv[1])
+for _ in range(steps):
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+sys.exit(3 if os.environ["RANK"] == "0" else 0)
 """
 
 
@@ -127,14 +142,19 @@ def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
     assert f"run directory: runs/{run.name}\n" in out.stderr
 
 
-def test_nproc_launches_torchrun_and_returns_the_worst_exit_code(tmp_path: Path) -> None:
-    out = _run(tmp_path, ["-m", "gpudoctor", "run", "--nproc", "2", "--out", "runs", "--skip", "3", "--steps", "2",
-                          "--calibrate", "1", "--continue", "train.py", "12"], DDP, END_CODE_RANK="0")
-    assert out.returncode == 3, out.stderr  # rank 0's program exited 3; torchrun itself says 1
+def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit_code_wins(tmp_path: Path) -> None:
+    out = _run(tmp_path, ["-m", "gpudoctor", "run", "--nproc", "2", "--out", "runs", "--skip", "5", "--steps", "2",
+                          "--calibrate", "1", "--continue", "train.py", "20"], SHORT)
+    assert out.returncode == 3, out.stderr  # rank 0's program exited 3 (torchrun itself says 1)
+    # rank 1 recorded nothing and says so, without failing the job (torchrun would stop rank 0)
+    assert "gpudoctor (rank 1): no bundle; the program ran 3 steps (optimizer-step) and stopped" in out.stderr
     (run,) = (tmp_path / "runs").iterdir()
-    windows = [_rank(run, r)[0]["window"] for r in range(2)]
-    assert windows == [{"first_step": 4, "steps": 2}] * 2
-    assert (run / "report.json").is_file() and (run / "ranks.json").is_file()
+    assert sorted(p.name for p in run.iterdir()) == ["rank0", "ranks.json", "report.html", "report.json"]
+    assert json.loads((run / "ranks.json").read_text())["ranks"] == [
+        {"rank": 0, "path": "rank0", "state": "ok"}, {"rank": 1, "path": "rank1", "state": "left"}]
+    note = "rank 1 ended after 3 steps, before the window (--skip): it has no bundle"
+    assert note in json.loads((run / "rank0" / "env.json").read_text())["capture"]["notes"]
+    assert note in json.loads((run / "report.json").read_text())["warnings"]
     assert out.stdout.count("╭─") == 1
 
 
@@ -159,3 +179,4 @@ def test_the_integrations_context_agrees_under_torchrun(tmp_path: Path) -> None:
     assert (run / "report.json").is_file() and (run / "ranks.json").is_file()
     # rank 0 ends holding RUN (the combined report), rank 1 its own bundle
     assert f"rank 0 dir {run}\n" in out.stdout and f"rank 1 dir {run / 'rank1'}\n" in out.stdout
+

@@ -188,6 +188,8 @@ def _analyze_ranks(run: Path) -> tuple[Report | None, str]:
         return analyze_ranks([run]), ""
     except GpuDoctorError as exc:
         return None, f"the multi-rank analysis failed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - every bundle is written by now: a failure here must not lose them
+        return None, f"the multi-rank analysis failed ({type(exc).__name__}: {exc})"
 
 
 def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:

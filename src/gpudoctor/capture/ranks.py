@@ -84,6 +84,7 @@ class Window:
     ranks: tuple[int, ...]  # the ranks that joined the agreement (rank 0 waits for their bundles)
     agreed: bool  # False: this rank chose alone (no store, or no decision in time)
     notes: tuple[str, ...] = ()
+    left: tuple[int, ...] = ()  # the ranks whose program ended before the window
 
     @property
     def first_step(self) -> int:
@@ -170,7 +171,8 @@ class RankSync:
             notes.append(f"rank {self.info.rank} was ready at step {ready_at}, after the other ranks agreed on "
                          f"step {open_at}: its window starts {ready_at - open_at} steps later than theirs")
         self.window = Window(max(open_at, ready_at), self.steps, str(decision["run"]),
-                             tuple(int(r) for r in decision["ranks"]), open_at >= ready_at, tuple(notes))
+                             tuple(int(r) for r in decision["ranks"]), open_at >= ready_at, tuple(notes),
+                             tuple(int(r) for r in decision.get("left", {})))
         return self.window
 
     def _alone(self, ready_at: int, why: str) -> Window:
@@ -220,7 +222,8 @@ class RankSync:
     def wait_bundles(self) -> tuple[dict[int, str], list[str]]:
         """Rank 0: wait (at most ``timeout_s``) until every rank that joined has written its
         bundle or said it has none. Returns each rank's state ("ok", "elsewhere": done but not on
-        this file system, "none": it recorded nothing, "missing") and a note per rank left out."""
+        this file system, "none": it recorded nothing, "left": its program ended before the
+        window, "missing") and a note per rank left out (those not in the window have theirs)."""
         window = self.window
         if window is None:
             return {}, []
@@ -237,7 +240,7 @@ class RankSync:
             time.sleep(POLL_S * 5)
         notes = []
         for r in range(self.info.world_size):
-            state.setdefault(r, "missing")
+            state.setdefault(r, "left" if r in window.left else "missing")
             if state[r] == "missing" and r in window.ranks:
                 notes.append(f"rank {r}'s bundle did not appear within {self.timeout_s:g} s: the combined report "
                              "leaves it out")
