@@ -206,6 +206,37 @@ def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.Monk
     assert rank_of(None) == 0
 
 
+def test_the_framework_hooks_join_the_window_agreement_with_their_own_ranks(tmp_path: Path) -> None:
+    """Lightning's trainer and the HF Trainer's args name the rank: each hook's capture gets the
+    same RankSync as `gpudoctor run`, so it agrees the window and writes RUN/rank<R>/ alike."""
+    import socket
+    from types import SimpleNamespace
+
+    from gpudoctor.capture.ranks import RankInfo
+
+    pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("transformers")
+    from gpudoctor.integrations.huggingface import GpuDoctorCallback as HfCallback
+    from gpudoctor.integrations.lightning import GpuDoctorCallback as PlCallback
+
+    host = socket.gethostname()
+    pl = PlCallback(out=tmp_path / "pl", quiet=True)
+    pl.on_train_start(SimpleNamespace(global_rank=3, world_size=4, local_rank=1, global_step=0), None)
+    hf = HfCallback(out=tmp_path / "hf", quiet=True)
+    hf.on_train_begin(SimpleNamespace(process_index=1, world_size=2, local_process_index=1), None, None)
+    single = HfCallback(out=tmp_path / "one", quiet=True)
+    single.on_train_begin(SimpleNamespace(process_index=0, world_size=1, local_process_index=0), None, None)
+    try:
+        assert pl.capture.sync.info == RankInfo(3, 4, 1, host)
+        assert pl.capture.session.sync is pl.capture.sync
+        assert Path(pl.run_dir).name == "rank3" and Path(pl.run_dir).parent.name.startswith("lightning-rank3-")
+        assert hf.capture.sync.info == RankInfo(1, 2, 1, host)
+        assert single.capture.sync is None and Path(single.run_dir).name.startswith("hf-trainer-")
+    finally:
+        for callback in (pl, hf, single):
+            callback.capture.finish()  # detaches, and unregisters its exit hook
+
+
 def test_a_window_that_never_closed_says_why(tmp_path: Path) -> None:
     import gpudoctor.integrations as gi
     from gpudoctor.errors import GpuDoctorError

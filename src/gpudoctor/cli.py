@@ -181,7 +181,7 @@ def run(
             target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window, rank_timeout_s=rank_timeout
         )
     if ranked is not None and ranked.rank != 0:
-        _end_rank(ranked.rank, outcome.exit_code, run_dir, report, note)
+        _end_rank(ranked.rank, outcome.exit_code, run_dir, note)
     if report is not None and not (try_fixes and json_out):
         _emit(report, json_out, None, width)
     if report is not None:
@@ -201,11 +201,11 @@ def run(
     raise typer.Exit(code)
 
 
-def _end_rank(rank: int, code: int, bundle: Path, report: Any, note: str) -> None:
+def _end_rank(rank: int, code: int, bundle: Path, note: str) -> None:
     """A rank other than 0: one line, no report (rank 0 prints the combined one)."""
     from gpudoctor.capture.launch import record_exit_code
 
-    where = f"bundle in {bundle}" if report is not None else "no bundle"
+    where = f"bundle in {bundle}" if (bundle / "env.json").is_file() else "no bundle"
     sys.stderr.write(visible_controls(f"gpudoctor (rank {rank}): {where}" + (f"; {note}" if note else "")) + "\n")
     record_exit_code(rank, code)
     raise typer.Exit(code)

@@ -105,11 +105,10 @@ class RankSync:
     steps: int
     timeout_s: float = DEFAULT_TIMEOUT_S
     store: Any = None  # a torch.distributed Store; found when first needed if None
-    window: Window | None = None
-    _prefix: str = ""
-    _store_error: str = ""
-    _alone_name: str = ""
-    _gone: set[int] = field(default_factory=set)
+    window: Window | None = field(default=None, init=False)  # set by agree()
+    _prefix: str = field(default="", init=False)  # the keys of this capture: job, restart, capture number
+    _store_error: str = field(default="", init=False)  # why there is no store
+    _alone_name: str = field(default="", init=False)  # this rank's own run directory, should it record alone
 
     def __post_init__(self) -> None:
         run_id = os.environ.get("TORCHELASTIC_RUN_ID", "job")
