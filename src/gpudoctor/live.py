@@ -157,9 +157,10 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
     from gpudoctor.report.html import render_html
     from gpudoctor.report.json_report import to_json
 
-    state, notes = sync.wait_bundles()
+    state, waited = sync.wait_bundles()
     run = sync.run_dir()
     window = sync.window
+    notes = [*(window.notes if window is not None else ()), *waited]  # the ranks left out, and why
     ranks = [{"rank": r, "path": f"rank{r}", "state": state[r]} for r in sorted(state)]
     write_json(run / "ranks.json", {"world_size": sync.info.world_size,
                                     "window": window.facts() if window is not None else None, "ranks": ranks})

@@ -140,20 +140,20 @@ class RankSync:
         return self._adopt(decision, ready_at)
 
     def _decide(self, store: Any) -> dict[str, Any]:
-        others = list(range(self.info.world_size))
+        everyone = list(range(self.info.world_size))
         ready: dict[int, int] = {}
         left: dict[int, int] = {}
         deadline = time.monotonic() + self.timeout_s
         while True:
-            for r in [r for r in others if r not in ready and r not in left]:
+            for r in [r for r in everyone if r not in ready and r not in left]:
                 if store.check([self._key(f"ready/{r}")]):
                     ready[r] = int(store.get(self._key(f"ready/{r}")))
                 elif store.check([self._key(f"left/{r}")]):
                     left[r] = int(store.get(self._key(f"left/{r}")))
-            if len(ready) + len(left) == len(others) or time.monotonic() >= deadline:
+            if len(ready) + len(left) == len(everyone) or time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
-        missing = [r for r in others if r not in ready and r not in left]
+        missing = [r for r in everyone if r not in ready and r not in left]
         name = new_run_dir(self.base, self.name).name
         decision = {"open_at": max(ready.values()), "run": name, "ranks": sorted(ready),
                     "left": {str(r): n for r, n in sorted(left.items())}, "missing": missing}
