@@ -183,3 +183,61 @@ def test_nvml_reads_the_ranks_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert current_device_handle(Nvml()) == "by-uuid GPU-5e1f-77"
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace())
     assert current_device_handle(Nvml()) == "by-index 0"
+
+
+def _two_bundles(tmp: Path) -> RankSync:
+    """Rank 0's sync after agreeing with rank 1, both bundles on disk."""
+    store = dist.HashStore()
+    syncs = [_sync(tmp, store, r, 2) for r in range(2)]
+    _agree_all(syncs, [3, 3])
+    for sync in syncs:
+        sync.bundle_dir().mkdir(parents=True)
+        (sync.bundle_dir() / "env.json").write_text("{}")
+    return syncs[0]
+
+
+def test_rank_0_writes_the_combined_report_of_analyze_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor
+    import gpudoctor.pipeline
+    from gpudoctor.live import combine_ranks
+
+    combined = gpudoctor.analyze(Path(__file__).parent / "data" / "cpu_only" / "trace.json.gz")
+    asked: list[Any] = []
+    monkeypatch.setattr(gpudoctor.pipeline, "analyze_ranks", lambda sources: asked.append(sources) or combined,
+                        raising=False)
+    sync = _two_bundles(tmp_path)
+    report, note = combine_ranks(sync, None)
+    run = sync.run_dir()
+    assert asked == [[run]] and report is not None and note == ""
+    assert report.warnings == combined.warnings  # nothing to add: every rank joined and wrote its bundle
+    assert json.loads((run / "report.json").read_text())["steps"]["count"] == 3
+    assert (run / "report.html").is_file()
+    assert json.loads((run / "ranks.json").read_text()) == {
+        "world_size": 2, "window": {"first_step": 4, "steps": 3},
+        "ranks": [{"rank": 0, "path": "rank0", "state": "ok"}, {"rank": 1, "path": "rank1", "state": "ok"}]}
+
+
+@pytest.mark.parametrize(("analysis", "why"), [
+    (None, "this gpudoctor has no multi-rank analysis (pipeline.analyze_ranks)"),
+    (ValueError("boom"), "the multi-rank analysis failed (ValueError: boom)"),
+])
+def test_without_a_combined_analysis_rank_0s_own_report_stands_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  analysis: Exception | None, why: str) -> None:
+    import gpudoctor
+    import gpudoctor.pipeline
+    from gpudoctor.live import combine_ranks
+
+    own = gpudoctor.analyze(Path(__file__).parent / "data" / "cpu_only" / "trace.json.gz")
+    if analysis is None:
+        monkeypatch.delattr(gpudoctor.pipeline, "analyze_ranks", raising=False)
+    else:
+        def broken(sources: Any) -> Any:
+            raise analysis
+
+        monkeypatch.setattr(gpudoctor.pipeline, "analyze_ranks", broken, raising=False)
+    sync = _two_bundles(tmp_path)
+    report, _ = combine_ranks(sync, own)
+    run = sync.run_dir()
+    assert report is not None and report.warnings[-1] == (
+        f"this is rank 0's report, not a combined one ({why}); each rank's own is in {run}/rank<R>/report.json")
+    assert json.loads((run / "report.json").read_text())["warnings"][-1] == report.warnings[-1]
