@@ -290,12 +290,15 @@ def find_store(info: RankInfo, timeout_s: float) -> Any:
 
     timeout = timedelta(seconds=timeout_s)
     if dist.is_available() and dist.is_initialized():
-        from torch.distributed.distributed_c10d import _get_default_store
+        try:  # a private function (torch 2.1-2.13): absent, the launcher's variables lead to the same server
+            from torch.distributed.distributed_c10d import _get_default_store
 
-        store = _get_default_store()
-        while isinstance(store, dist.PrefixStore):  # "default_pg/": the raw server every rank shares
-            store = store.underlying_store
-        return store
+            store = _get_default_store()
+            while isinstance(store, dist.PrefixStore):  # "default_pg/": the raw server every rank shares
+                store = store.underlying_store
+            return store
+        except (ImportError, AttributeError, RuntimeError):
+            pass
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
     if not addr or not port.isdecimal():
         return None
