@@ -241,3 +241,21 @@ def test_without_a_combined_analysis_rank_0s_own_report_stands_in(tmp_path: Path
     assert report is not None and report.warnings[-1] == (
         f"this is rank 0's report, not a combined one ({why}); each rank's own is in {run}/rank<R>/report.json")
     assert json.loads((run / "report.json").read_text())["warnings"][-1] == report.warnings[-1]
+
+
+def test_without_a_process_group_or_torchrun_rank_0_hosts_the_store(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher that only sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, and a program
+    that never initializes a process group: rank 0 hosts a store at MASTER_PORT + 1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port - 1))  # the store goes one above: the free port
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    syncs = [_sync(tmp_path, None, r, 2, timeout=20.0) for r in range(2)]
+    windows = _agree_all(syncs, [4, 6])
+    assert [(w.open_at, w.agreed) for w in (windows[0], windows[1])] == [(6, True), (6, True)]
+    assert isinstance(syncs[0].store, dist.TCPStore) and syncs[0].store.port == port
