@@ -141,9 +141,11 @@ def finish_ranked(result: CaptureResult, config: CaptureConfig, sync: RankSync,
     bundle = sync.bundle_dir()
     report: Report | None = None
     note = ""
-    if result.trace_path is not None:
-        report, note = diagnose_capture(result, config, bundle, None, program, sync.env_facts())
-    sync.bundle_done(result.trace_path is not None)
+    try:
+        if result.trace_path is not None:
+            report, note = diagnose_capture(result, config, bundle, None, program, sync.env_facts())
+    finally:  # a diagnosis that raised still tells rank 0 not to wait
+        sync.bundle_done((bundle / "env.json").is_file())
     if sync.info.rank != 0 or sync.window is None or not sync.window.agreed:
         return bundle, report, note
     combined, combined_note = combine_ranks(sync, report)
