@@ -4,6 +4,8 @@ lag, and a spread within noise that names no one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpudoctor.ranks.aligned import align
@@ -153,3 +155,24 @@ def test_env_json_facts_read_for_the_cause() -> None:
     assert _env_facts(env) == {"hostname": "n1", "world_size": 8, "local_rank": 3,
                                "window": {"first_step": 12, "steps": 5}, "sm_clock_mhz_mean": 1410.0,
                                "sm_clock_mhz_min": 1200.0, "throttle_reasons_seen": ["sw_thermal"]}
+
+
+# -- a CPU job: gloo ranks recorded by `gpudoctor run --nproc 2` ----------------------------------
+
+
+def test_a_gloo_job_names_its_straggler_from_host_ranges() -> None:
+    """tests/data/gloo_straggler: tests/programs/multigpu/ddp_gpt_straggler.py on the CPU, 2 gloo
+    ranks, rank 1 sleeping 30 ms a step before its forward (`gpudoctor run --nproc 2 --skip 4
+    --steps 3`, 2026-11-25). Its collectives are the "gloo:all_reduce" ranges on gloo's threads."""
+    from gpudoctor.pipeline import analyze_ranks
+
+    report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"], jobs=1)
+    by_id = {f.id: f for f in report.findings}
+    straggler = by_id["straggler"]
+    assert straggler.evidence.numbers["rank"] == 1 and straggler.evidence.numbers["cause"] == "host-work"
+    assert straggler.saving_ms == pytest.approx(30.5774, abs=1e-4)  # planted: 30 ms a step
+    assert straggler.evidence.numbers["idle_excess_ms"] == pytest.approx(34.2428, abs=1e-4)
+    assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
+    assert [r["idle"] for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
+    assert report.ranks[1]["clock_offset_us"] == pytest.approx(3180.425, abs=1e-3)
+    assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(15.231, abs=1e-3)

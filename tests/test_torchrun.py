@@ -135,6 +135,14 @@ def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
     assert all(waits[r] > waits[2] + 40 for r in (0, 1, 3)), waits
     combined = json.loads((run / "report.json").read_text())
     assert combined["steps"]["count"] == 3
+    # the combined report names rank 2 the straggler, held up by its own host work (the sleep), and
+    # prices the others' wait near the planted 100 ms (4 processes on 2 shared cores: within 25%)
+    assert [r["rank"] for r in combined["ranks"]] == [0, 1, 2, 3]
+    assert [r["straggler"] for r in combined["ranks"]] == [False, False, True, False]
+    straggler = next(f for f in combined["findings"] if f["id"] == "straggler")
+    assert straggler["evidence"]["numbers"]["rank"] == 2
+    assert straggler["evidence"]["numbers"]["cause"] == "host-work"
+    assert 75 <= straggler["saving_ms"] <= 125, straggler["saving_ms"]
     # rank 0 prints the report once; every other rank one line
     assert out.stdout.count("╭─") == 1
     for r in (1, 2, 3):

@@ -18,7 +18,7 @@ from gpudoctor.hardware.machine import collectives_profile_for, measured_ceiling
 from gpudoctor.ranks.combine import RanksResult, combine
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
-from gpudoctor.ranks.summary import RankSummary, summarize
+from gpudoctor.ranks.summary import RankSummary, summarize, summarize_host
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
 from gpudoctor.rules.calibrate import price
@@ -145,9 +145,9 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple
     env = read_json_object(source.env) if source.env is not None else {}
     run = facts_of(env)
     trace = load(source.trace)
-    if len(trace.device) == 0:
-        raise NoGpuActivityError(f"rank {source.rank} ({source.trace}) recorded no GPU work; a multi-rank "
-                                 "analysis compares the ranks' GPU timelines")
+    if len(trace.device) == 0 and len(trace.host):  # a CPU (gloo) job: host ranges, no GPU timeline
+        report = analyze_loaded(trace, unprofiled_step_ms=run.unprofiled_step_ms)
+        return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
     return summarize(analysis, source.rank, env), report

@@ -146,7 +146,7 @@ def _why(st: Straggler) -> str:
                 f"({n['extra_kernels_per_step']:+.0f} kernels): it is given more work.")
     if st.cause == "unexplained":
         return "Why: neither its idle, its kernel times nor its amount of work differ enough; look at its timeline."
-    return f"Why: its GPU waits on {st.cause} {n['idle_excess_ms']:.2f} ms per step more than the others' median."
+    return f"Why: {st.cause} holds it up {n['idle_excess_ms']:.2f} ms per step more than the others' median."
 
 
 def _fixes(cause: str) -> tuple[Fix, ...]:

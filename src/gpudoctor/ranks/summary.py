@@ -14,7 +14,9 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import union
+from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import HostCat, Trace
 
 MAX_KERNEL_NAMES = 80  # the kernels compared across ranks: the longest ones cover the step
 # one step's timeline is drawn at ~1000 px: intervals closer than this are merged into one bar
@@ -35,6 +37,9 @@ _OP_NAMES = {
 _KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|SendRecv|Send|Recv)")
 _KERNEL_OPS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
                "Broadcast": "broadcast", "SendRecv": "p2p", "Send": "p2p", "Recv": "p2p"}
+# CPU process groups wrap each collective in a record_function named after the backend and the op
+# ("gloo:all_reduce" on the gloo worker thread that runs it); a CPU-only job's collectives are these
+_HOST_COLLECTIVE = re.compile(r"^(?:gloo|mpi|ucc|nccl|xccl):([A-Za-z_]+)$")
 _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Char": 1,
                 "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 
@@ -119,6 +124,81 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         timeline=_timeline(a, nccl, comp_s, comp_e),
         env=_env_facts(env or {}),
     )
+
+
+def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | None = None) -> RankSummary:
+    """The summary of a rank that ran on the CPU (gloo): its collectives are the process group's
+    host ranges ("gloo:all_reduce", on the worker thread that ran them), its compute the operators
+    on the thread that ran the steps, and what of its step no operator covers (Python: data,
+    logging, sleeps) its "host-work" idle: the cause a straggler's lateness is judged on."""
+    host, origin = trace.host, trace.origin_ns
+    names = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in trace.strings], bool)
+    coll = np.flatnonzero(names[host.name]) if len(host) else np.empty(0, np.int64)
+    coll = coll[host.depth[coll] == np.min(host.depth[coll])] if coll.size else coll
+    coll = coll[np.argsort(host.ts[coll], kind="stable")]
+    main = _step_thread(trace, steps)
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name])
+    if ops.size:  # the outermost operators: under the step's annotation, not under another operator
+        parent = host.parent[ops]
+        ops = ops[(parent < 0) | (host.cat[np.maximum(parent, 0)] != HostCat.OP)]
+    comp_s, comp_e = union(host.ts[ops], host.end[ops])
+    n = max(len(steps), 1)
+    compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    # the step's time under neither an operator nor a collective in flight: the program's own
+    # Python (a rank that waits for the others does so inside the collective's range)
+    either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll])), np.concatenate((host.end[ops], host.end[coll])))
+    covered_ns = sum(_clip(either_s, either_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    step_ns = float((steps.end - steps.start).sum()) if len(steps) else 0.0
+    uncovered_ms = max(step_ns - covered_ns, 0.0) / n / 1e6
+    out = []
+    for seq, i in enumerate(coll.tolist()):
+        s, e = int(host.ts[i]), int(host.end[i])
+        m = _HOST_COLLECTIVE.match(trace.strings[int(host.name[i])])
+        op = _OP_NAMES.get(m.group(1), "collective") if m else "collective"
+        step = int(np.searchsorted(steps.start, s, side="right")) - 1
+        if step >= 0 and s >= steps.end[step]:
+            step = -1
+        lo = int(np.searchsorted(comp_e, s, side="right"))
+        hi = int(np.searchsorted(comp_s, e, side="left"))
+        overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
+        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "", step, overlap))
+    comm_s, comm_e = union(host.ts[coll], host.end[coll])
+    timeline: tuple[tuple[int, int, str], ...] = ()
+    if len(steps):
+        k = len(steps) // 2
+        lo_t, hi_t = int(steps.start[k]), int(steps.end[k])
+        bars = _bars(comp_s, comp_e, lo_t, hi_t, "compute") + _bars(comm_s, comm_e, lo_t, hi_t, "comm")
+        timeline = tuple((a + origin, b + origin, kind) for a, b, kind in sorted(bars)[:MAX_TIMELINE_BARS])
+    return RankSummary(
+        rank=rank,
+        source=trace.source,
+        gpu="",
+        step_start=tuple(int(x) + origin for x in steps.start),
+        step_end=tuple(int(x) + origin for x in steps.end),
+        busy_ms=compute_ns / n / 1e6,
+        compute_ms=compute_ns / n / 1e6,
+        idle_ms=max(step_ns / n / 1e6 - compute_ns / n / 1e6, 0.0),
+        idle_by_cause={"host-work": round(uncovered_ms, 6)} if uncovered_ms > 0 else {},
+        collectives=tuple(out),
+        kernel_ms={},
+        kernels_per_step=0.0,
+        timeline_step=len(steps) // 2 if len(steps) else -1,
+        timeline=timeline,
+        env=_env_facts(env or {}),
+    )
+
+
+def _step_thread(trace: Trace, steps: Steps) -> int:
+    """The thread that ran the steps: the one holding the ProfilerStep ranges, else the one with the
+    most operator time."""
+    host = trace.host
+    marks = np.flatnonzero(trace.names_matching(lambda x: x.startswith("ProfilerStep#"))[host.name])
+    if marks.size:
+        return int(np.bincount(host.thread[marks]).argmax())
+    ops = np.flatnonzero(host.cat == HostCat.OP)
+    if not ops.size:
+        return 0
+    return int(np.bincount(host.thread[ops], weights=(host.end - host.ts)[ops]).argmax())
 
 
 def _clip(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
