@@ -229,6 +229,19 @@ def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable,
     return op
 
 
+def path_in_use() -> str:
+    """One line for PatchReport: how the registered ops reach torch.compile."""
+    apis = set(REGISTERED.values())
+    if not apis:
+        return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile breaks "
+                "the graph at each patched module")
+    if TRITON_OP in apis:
+        return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with no graph break "
+                "and Inductor sees the Triton kernels (linear_cross_entropy stays one opaque op)")
+    return ("gpudoctor:: ops through torch.library.custom_op: torch.compile keeps each as one opaque node, "
+            "no graph break")
+
+
 def traced(t: torch.Tensor) -> bool:
     """Whether ``t`` is a tensor of a compiler's trace (a fake or functional tensor), not one with memory:
     a triton_op's body then launches through ``torch.library.wrap_triton``, which records the kernel."""
