@@ -25,6 +25,7 @@ import torch
 pytest.importorskip("triton")
 
 from gpudoctor.kernels import _common, patch
+from gpudoctor.kernels import _layer_norm as _ln  # noqa: F401 - registers gpudoctor::layer_norm
 from gpudoctor.kernels import _rms_norm as _rms  # noqa: F401 - registers gpudoctor::rms_norm
 from gpudoctor.kernels import cross_entropy as _ce  # noqa: F401 - registers gpudoctor::linear_cross_entropy
 from gpudoctor.kernels import glu as _glu  # noqa: F401 - registers gpudoctor::glu
@@ -53,6 +54,13 @@ def test_fake_implementations_give_exact_shapes_and_dtypes_on_meta_tensors() -> 
     assert (dx.shape, dx.dtype, dw.shape, dw.dtype) == ((3, 2, 40), torch.bfloat16, (40,), torch.bfloat16)
     assert torch.ops.gpudoctor.rms_norm_backward(y, x, w, rstd, 0.0, True, False)[1].shape == (0,)
 
+    y, mean, rstd = torch.ops.gpudoctor.layer_norm(x, None, w, 1e-5)
+    assert [(t.shape, t.dtype) for t in (y, mean, rstd)] == [
+        ((3, 2, 40), torch.bfloat16), ((6,), torch.float32), ((6,), torch.float32)]
+    grads = torch.ops.gpudoctor.layer_norm_backward(y, x, w, mean, rstd, True, False)
+    assert [(t.shape, t.dtype) for t in grads] == [((3, 2, 40), torch.bfloat16), ((40,), torch.bfloat16),
+                                                   ((0,), torch.bfloat16)]
+
     g = torch.empty(4, 7, 24, dtype=torch.float16, **meta)
     out = torch.ops.gpudoctor.glu(g, g, 0)
     dg, du = torch.ops.gpudoctor.glu_backward(out, g, g, 1)
@@ -80,6 +88,12 @@ def test_opcheck_passes_for_every_op_on_cpu_tensors() -> None:
     y, rstd = torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)
     args = (torch.randn_like(y), x.detach(), w.detach(), rstd, 0.0, True, True)
     assert torch.library.opcheck(torch.ops.gpudoctor.rms_norm_backward.default, args) == OPCHECK_OK
+    b = torch.randn(40, requires_grad=True)
+    for weight, bias in ((w, b), (None, b), (w, None)):
+        assert torch.library.opcheck(torch.ops.gpudoctor.layer_norm.default, (x, weight, bias, 1e-5)) == OPCHECK_OK
+    y, mean, rstd = torch.ops.gpudoctor.layer_norm(x, w, b, 1e-5)
+    args = (torch.randn_like(y), x.detach(), w.detach(), mean, rstd, True, True)
+    assert torch.library.opcheck(torch.ops.gpudoctor.layer_norm_backward.default, args) == OPCHECK_OK
     gate, up = torch.randn(4, 6, 24, requires_grad=True), torch.randn(4, 6, 24, requires_grad=True)
     assert torch.library.opcheck(torch.ops.gpudoctor.glu.default, (gate, up, 1)) == OPCHECK_OK
     h, weight = torch.randn(12, 16, requires_grad=True), torch.randn(50, 16, requires_grad=True)
@@ -144,7 +158,7 @@ def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
     their traced decomposition is the PyTorch reference, which opcheck runs through AOTAutograd."""
     out = _run("""
         import torch
-        from gpudoctor.kernels import _common, _rms_norm, glu, cross_entropy
+        from gpudoctor.kernels import _common, _layer_norm, _rms_norm, glu, cross_entropy
         print(sorted(_common.REGISTERED.items()))
         x = torch.randn(3, 5, 40, requires_grad=True, dtype=torch.bfloat16)
         w = torch.rand(40, requires_grad=True, dtype=torch.bfloat16)
@@ -153,7 +167,8 @@ def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
         print(sorted(set(torch.library.opcheck(torch.ops.gpudoctor.glu.default, (g, g.detach() * 2, 2)).values())))
     """)
     registered, rms, glu = out.splitlines()
-    assert registered == ("[('glu', 'triton_op'), ('glu_backward', 'triton_op'), ('linear_cross_entropy', 'custom_op'), "
+    assert registered == ("[('glu', 'triton_op'), ('glu_backward', 'triton_op'), ('layer_norm', 'triton_op'), "
+                          "('layer_norm_backward', 'triton_op'), ('linear_cross_entropy', 'custom_op'), "
                           "('rms_norm', 'triton_op'), ('rms_norm_backward', 'triton_op')]")
     assert rms == glu == "['SUCCESS']"
 
