@@ -154,8 +154,8 @@ def _run(code: str, **env: str) -> str:
 
 
 def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
-    """Without the interpreter the norms and GLU are triton_ops (the loss an opaque custom_op); on CPU tensors
-    their traced decomposition is the PyTorch reference, which opcheck runs through AOTAutograd."""
+    """Without the interpreter the norms are triton_ops (the GLUs and the loss opaque custom_ops); on CPU
+    tensors the norms' traced decomposition is the PyTorch reference, which opcheck runs through AOTAutograd."""
     out = _run("""
         import torch
         from gpudoctor.kernels import _common, _layer_norm, _rms_norm, glu, cross_entropy
@@ -167,7 +167,7 @@ def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
         print(sorted(set(torch.library.opcheck(torch.ops.gpudoctor.glu.default, (g, g.detach() * 2, 2)).values())))
     """)
     registered, rms, glu = out.splitlines()
-    assert registered == ("[('glu', 'triton_op'), ('glu_backward', 'triton_op'), ('layer_norm', 'triton_op'), "
+    assert registered == ("[('glu', 'custom_op'), ('glu_backward', 'custom_op'), ('layer_norm', 'triton_op'), "
                           "('layer_norm_backward', 'triton_op'), ('linear_cross_entropy', 'custom_op'), "
                           "('rms_norm', 'triton_op'), ('rms_norm_backward', 'triton_op')]")
     assert rms == glu == "['SUCCESS']"

@@ -237,7 +237,7 @@ def path_in_use() -> str:
                 "the graph at each patched module")
     if TRITON_OP in apis:
         return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with no graph break "
-                "and Inductor sees the Triton kernels (linear_cross_entropy stays one opaque op)")
+                "and Inductor sees the norms' Triton kernels (the GLUs and linear_cross_entropy stay opaque ops)")
     return ("gpudoctor:: ops through torch.library.custom_op: torch.compile keeps each as one opaque node, "
             "no graph break")
 

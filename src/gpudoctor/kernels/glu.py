@@ -263,8 +263,13 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     return _GluFunction.apply(gate, up, kind)
 
 
-_FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference)
-_BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference)
+# Opaque custom ops, not triton_ops: Inductor's code generation for a user kernel re-emits the @triton.jit
+# helpers and names imported from triton that the kernel reads, but not a module global such as
+# ``libdevice`` (torch 2.13, torch/_inductor/codegen/wrapper.py), so the traced GLU kernels would not
+# compile; and an elementwise kernel gains nothing from Inductor seeing it (it fuses none into user kernels).
+_FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference, triton=False)
+_BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference,
+                    triton=False)
 if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
