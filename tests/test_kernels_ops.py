@@ -94,6 +94,11 @@ def test_opcheck_passes_for_every_op_on_cpu_tensors() -> None:
     y, mean, rstd = torch.ops.gpudoctor.layer_norm(x, w, b, 1e-5)
     args = (torch.randn_like(y), x.detach(), w.detach(), mean, rstd, True, True)
     assert torch.library.opcheck(torch.ops.gpudoctor.layer_norm_backward.default, args) == OPCHECK_OK
+    # a bf16 input with an fp32 weight whose gradient is not asked for: the empty dw in the weight's dtype
+    x16 = x.detach().bfloat16()
+    _, mean16, rstd16 = torch.ops.gpudoctor.layer_norm(x16, None, None, 1e-5)
+    args = (torch.randn_like(x16), x16, w.detach(), mean16, rstd16, False, True)
+    assert torch.library.opcheck(torch.ops.gpudoctor.layer_norm_backward.default, args) == OPCHECK_OK
     gate, up = torch.randn(4, 6, 24, requires_grad=True), torch.randn(4, 6, 24, requires_grad=True)
     assert torch.library.opcheck(torch.ops.gpudoctor.glu.default, (gate, up, 1)) == OPCHECK_OK
     h, weight = torch.randn(12, 16, requires_grad=True), torch.randn(50, 16, requires_grad=True)

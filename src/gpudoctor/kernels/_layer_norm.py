@@ -413,7 +413,8 @@ def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
     hidden = x.shape[-1]
     dx, dw, db = _backward(as_rows(dy, hidden), as_rows(x, hidden), weight, mean, rstd,
                            need_dw and weight is not None, need_db)
-    return dx.view(x.shape), x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
+    no_dw = (x if weight is None else weight).new_empty(0)  # the dtype the fake implementation gives
+    return dx.view(x.shape), no_dw if dw is None else dw, x.new_empty(0) if db is None else db
 
 
 def _op_backward_fake(dy, x, weight, mean, rstd, need_dw, need_db):
@@ -432,7 +433,8 @@ def _op_backward_reference(dy, x, weight, mean, rstd, need_dw, need_db):
     x_hat = (x2 - mean.to(compute)[:, None]) * rstd.to(compute)[:, None]
     g = dy2 if weight is None else dy2 * weight.to(compute)
     dx = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd.to(compute)[:, None]
-    dw = (dy2 * x_hat).sum(0).to(weight.dtype) if need_dw and weight is not None else x.new_empty(0)
+    no_dw = (x if weight is None else weight).new_empty(0)
+    dw = (dy2 * x_hat).sum(0).to(weight.dtype) if need_dw and weight is not None else no_dw
     db = dy2.sum(0).to(x.dtype) if need_db else x.new_empty(0)
     return dx.to(x.dtype).view(x.shape), dw, db
 

@@ -259,7 +259,8 @@ def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, scale, None, needs)
         loss = loss.sum() * scale[0]
     return (loss, hidden.new_empty(0) if g_h is None else g_h, weight.new_empty(0) if g_w is None else g_w,
-            hidden.new_empty(0) if g_b is None else g_b.to(bias.dtype))  # distinct empties: returns never alias
+            (hidden if bias is None else bias).new_empty(0) if g_b is None else g_b.to(bias.dtype))  # distinct
+    # empties (returns never alias one another), in the dtypes the fake implementation gives
 
 
 def _op_forward_fake(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction, label_smoothing,
