@@ -207,3 +207,20 @@ def test_torch_without_the_registration_api_falls_back_and_says_so() -> None:
     assert first == "autograd.Function 0 True"
     assert line == ("gpudoctor.kernels.patch: replaced 1 RMSNorm; path: autograd.Function: this torch has no "
                     "torch.library.custom_op (2.4+), so torch.compile breaks the graph at each patched module")
+
+
+def test_a_registration_that_fails_keeps_the_function_path_and_says_why(monkeypatch) -> None:
+    """An older torch that cannot infer a schema (or refuses the op) must not break the import: the op keeps
+    the autograd.Function path and the PatchReport line names it."""
+    def refuse(*args, **kwargs):
+        raise TypeError("unsupported annotation")
+
+    monkeypatch.setattr(_common, "REGISTERED", {"rms_norm": "custom_op"})
+    monkeypatch.setattr(_common, "FAILED", {})
+    monkeypatch.setattr(_common, "API", "custom_op")
+    monkeypatch.setattr(torch.library, "custom_op", refuse)
+    assert _common.define_op("never_registered", lambda x: x, lambda x: x, reference=lambda x: x) is None
+    assert _common.REGISTERED == {"rms_norm": "custom_op", "never_registered": "autograd.Function"}
+    assert _common.path_in_use() == ("autograd.Function for never_registered (registration failed: never_registered: "
+                                     "TypeError: unsupported annotation; torch.compile breaks the graph there); "
+                                     "custom ops for the rest")

@@ -206,8 +206,10 @@ def registration_api(library: object = torch.library) -> str:
 
 
 API = registration_api()
-# every op registered so far: name -> the API it was registered with
+# every op registered so far: name -> the API it was registered with (FUNCTION: its registration failed,
+# FAILED says why, and the op keeps the autograd.Function path)
 REGISTERED: dict[str, str] = {}
+FAILED: dict[str, str] = {}
 
 
 def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable, triton: bool = True) -> Callable | None:
@@ -230,18 +232,27 @@ def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable,
         return impl(*args)
 
     qualname = f"gpudoctor::{name}"
-    if api == TRITON_OP:
-        op = torch.library.triton_op(qualname, kernel, mutates_args=())
-    else:
-        op = torch.library.custom_op(qualname, kernel, mutates_args=())
-    op.register_fake(fake)  # exact shapes and dtypes, with no device work (triton_op's default runs impl)
+    try:
+        if api == TRITON_OP:
+            op = torch.library.triton_op(qualname, kernel, mutates_args=())
+        else:
+            op = torch.library.custom_op(qualname, kernel, mutates_args=())
+        op.register_fake(fake)  # exact shapes and dtypes, with no device work (triton_op's default runs impl)
+    except Exception as exc:  # noqa: BLE001 - an older torch that cannot infer the schema: today's path
+        REGISTERED[name] = FUNCTION
+        FAILED[name] = f"{type(exc).__name__}: {exc}"[:200]
+        return None
     REGISTERED[name] = api
     return op
 
 
 def path_in_use() -> str:
     """One line for PatchReport: how the registered ops reach torch.compile."""
-    apis = set(REGISTERED.values())
+    apis = set(REGISTERED.values()) - {FUNCTION}
+    if FAILED:
+        first = next(iter(FAILED.items()))
+        return (f"autograd.Function for {', '.join(sorted(FAILED))} (registration failed: {first[0]}: {first[1]}; "
+                "torch.compile breaks the graph there)" + ("; custom ops for the rest" if apis else ""))
     if not apis:
         return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile breaks "
                 "the graph at each patched module")

@@ -504,7 +504,9 @@ def _op_backward_reference(dy, x, weight, rstd, offset, llama, need_dw):
 
 def _setup(ctx, inputs, output) -> None:
     x, weight, _, offset, llama = inputs
-    ctx.save_for_backward(x, weight, output[1])  # the input and [rows] fp32, as the eager path
+    # the input and [rows] fp32, as the eager path; an input whose last dimension is strided is saved as
+    # given (an op's context keeps only its inputs and outputs) and copied again in the backward
+    ctx.save_for_backward(x, weight, output[1])
     ctx.offset, ctx.llama = offset, llama
     ctx.mark_non_differentiable(output[1])
 
