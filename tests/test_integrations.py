@@ -169,15 +169,24 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)  # no store to reach: this rank records alone, and says so
     model = torch.nn.Linear(8, 8)
     with gi.profile(skip=2, steps=2, out=tmp_path / "runs", quiet=True) as doc:
         for _ in range(8):
             model(torch.randn(4, 8)).sum().backward()
             doc.step()
-    run_dir, env, _ = _bundle(tmp_path / "runs")
-    assert run_dir.name.startswith("profile-rank3-")
-    assert (run_dir / "trace.rank3.json.gz").is_file() and (run_dir / "env.rank3.json").is_file()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("profile-rank3-") and Path(doc.run_dir) == run_dir / "rank3"
+    assert sorted(p.name for p in (run_dir / "rank3").iterdir()) == ["env.json", "report.html", "report.json",
+                                                                     "trace.json.gz"]
+    env = json.loads((run_dir / "rank3" / "env.json").read_text())
     assert env["capture"]["steps_recorded"] == 2
+    assert (env["rank"], env["world_size"], env["local_rank"]) == (3, 4, 1)
+    assert env["window"] == {"first_step": 3, "steps": 2} and env["window_agreed"] is False
+    assert env["capture"]["notes"] == [
+        ("rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
+        "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps")]
 
 
 def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,6 +204,37 @@ def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.Monk
     assert rank_of(None) is None  # torchrun with one process: no rank in the names
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert rank_of(None) == 0
+
+
+def test_the_framework_hooks_join_the_window_agreement_with_their_own_ranks(tmp_path: Path) -> None:
+    """Lightning's trainer and the HF Trainer's args name the rank: each hook's capture gets the
+    same RankSync as `gpudoctor run`, so it agrees the window and writes RUN/rank<R>/ alike."""
+    import socket
+    from types import SimpleNamespace
+
+    from gpudoctor.capture.ranks import RankInfo
+
+    pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("transformers")
+    from gpudoctor.integrations.huggingface import GpuDoctorCallback as HfCallback
+    from gpudoctor.integrations.lightning import GpuDoctorCallback as PlCallback
+
+    host = socket.gethostname()
+    pl = PlCallback(out=tmp_path / "pl", quiet=True)
+    pl.on_train_start(SimpleNamespace(global_rank=3, world_size=4, local_rank=1, global_step=0), None)
+    hf = HfCallback(out=tmp_path / "hf", quiet=True)
+    hf.on_train_begin(SimpleNamespace(process_index=1, world_size=2, local_process_index=1), None, None)
+    single = HfCallback(out=tmp_path / "one", quiet=True)
+    single.on_train_begin(SimpleNamespace(process_index=0, world_size=1, local_process_index=0), None, None)
+    try:
+        assert pl.capture.sync.info == RankInfo(3, 4, 1, host)
+        assert pl.capture.session.sync is pl.capture.sync
+        assert Path(pl.run_dir).name == "rank3" and Path(pl.run_dir).parent.name.startswith("lightning-rank3-")
+        assert hf.capture.sync.info == RankInfo(1, 2, 1, host)
+        assert single.capture.sync is None and Path(single.run_dir).name.startswith("hf-trainer-")
+    finally:
+        for callback in (pl, hf, single):
+            callback.capture.finish()  # detaches, and unregisters its exit hook
 
 
 def test_a_window_that_never_closed_says_why(tmp_path: Path) -> None:

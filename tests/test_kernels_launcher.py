@@ -66,3 +66,23 @@ def test_interpreter_launches_through_triton_every_time(monkeypatch) -> None:
     for _ in range(3):
         launch((1,), x, 16, 0.5, BLOCK=16, FLAG=False, num_warps=1)
     assert len(fn.compiles) == 3 and not fn.launches
+
+
+def test_inline_specializations_equal_one_call_per_argument() -> None:
+    """The cache key's one-comprehension form keys every kind of argument as ``_specialization`` does."""
+    buf = torch.zeros(16)
+    args = (buf, buf[1:], torch.zeros(2, dtype=torch.bfloat16), 1, 16, 17, 2**31, 2**63, -100, 0.5, True)
+    assert _common._specializations(args) == tuple(map(_common._specialization, args))
+    assert _common._specializations(args)[3:6] == (("i", True, False, True, True), ("i", False, True, True, True),
+                                                   ("i", False, False, True, True))
+
+
+def test_positional_launch_is_the_keyword_launch(monkeypatch) -> None:
+    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    fn = FakeJit()
+    launch = Launcher(fn)
+    x = torch.zeros(32)
+    launch((2,), x, 64, 1e-6, BLOCK=64, FLAG=False, num_warps=2)  # compiles
+    launch.launch((4,), (x, 64, 1e-6), (64, False), 2)  # the same specialization: cached, constexprs last
+    assert len(fn.compiles) == 1 and fn.compiles[0][2:] == (2, {"BLOCK": 64, "FLAG": False})
+    assert fn.launches == [((4, 1, 1), (x, 64, 1e-6, 64, False))]

@@ -190,6 +190,35 @@ def rms_pair(casting="llama"):
 def ln_pair():
     return ln_mod.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)
 
+@pytest.fixture(autouse=True)
+def _fresh_launch_plans():
+    """RMSNorm caches its launch plan per shape; tests that lower a tuning constant must not meet a plan
+    made under another value."""
+    rms_mod._FWD_PLANS.clear()
+    rms_mod._BWD_PLANS.clear()
+    yield
+    rms_mod._FWD_PLANS.clear()
+    rms_mod._BWD_PLANS.clear()
+
+
+def spy_launcher(monkeypatch, module, name, record):
+    """Replace ``module.<name>`` (a Launcher) by one that calls ``record(constexprs by name, args)`` before
+    each launch, whether called with keywords or through ``.launch``."""
+    real = getattr(module, name)
+
+    class Spy:
+        constexpr_names = real.constexpr_names
+
+        def __call__(self, grid, *args, num_warps=4, **constexprs):
+            self.launch(grid, args, tuple(constexprs[n] for n in real.constexpr_names), num_warps)
+
+        def launch(self, grid, args, values, num_warps):
+            record(dict(zip(real.constexpr_names, values, strict=True)), args)
+            real.launch(grid, args, values, num_warps)
+
+    monkeypatch.setattr(module, name, Spy())
+
+
 def _grads_per_knob(monkeypatch, pair, tensors, knob, values, launch_key=None):
     """The pair's op gradients with ``rms_mod.<knob>`` (which both norms read) set to each of ``values``,
     and what the backward launch got as ``launch_key`` (default: the knob's name) each time."""
@@ -197,11 +226,11 @@ def _grads_per_knob(monkeypatch, pair, tensors, knob, values, launch_key=None):
     op, _ = pair()
     module = rms_mod if pair is rms_pair else ln_mod
     results, used = [], []
-    real = module._launch_bwd
     key = launch_key or knob
-    monkeypatch.setattr(module, "_launch_bwd", lambda *a, **k: used.append(k[key]) or real(*a, **k))
+    spy_launcher(monkeypatch, module, "_launch_bwd", lambda k, _: used.append(k[key]))
     for value in values:
         monkeypatch.setattr(rms_mod, knob, value)
+        rms_mod._BWD_PLANS.clear()
         results.append(grads(op, (x, w, b), dy))
     return results, used
 
@@ -538,9 +567,7 @@ def test_backward_stage_two_with_small_blocks(pair, shape, monkeypatch):
     monkeypatch.setattr(rms_mod, "SUM_ROWS", 2)
     monkeypatch.setattr(rms_mod, "SUM_COLS", 8)
     launched = []
-    real = rms_mod._launch_sum
-    monkeypatch.setattr(rms_mod, "_launch_sum",
-                        lambda grid, *a, **k: launched.append((a[4], k["HAS_Q"])) or real(grid, *a, **k))
+    spy_launcher(monkeypatch, rms_mod, "_launch_sum", lambda k, a: launched.append((a[4], k["HAS_Q"])))
     x, w, b, dy = inputs(shape, torch.float32, seed=17)
     check_fp32(*pair(), x, w, b, dy)
     # one launch (LayerNorm's dw and db in it together), over 3 partial rows (9 row tiles over at most 4

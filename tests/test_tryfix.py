@@ -22,6 +22,7 @@ from gpudoctor.tryfix.trial import (
     CONFIRMED,
     FASTER_UNPREDICTED,
     NO_EFFECT,
+    NOISY,
     NOT_APPLIED,
     SMALLER,
     TOO_FEW,
@@ -101,6 +102,13 @@ def test_child_env_adds_to_an_existing_alloc_conf() -> None:
 ])
 def test_verdict(factor: float, predicted: float | None, expected: str) -> None:
     assert verdict(compare_samples(BASE, _scaled(factor)), predicted) == expected
+
+
+def test_a_change_inside_the_controls_drift_is_not_called_no_effect() -> None:
+    # the controls moved by 40%: a 30% saving whose interval excludes 0 is within the drift
+    assert verdict(compare_samples(BASE, _scaled(0.7), floor_pct=40.0), 2.0) == NOISY
+    assert verdict(compare_samples(BASE, _scaled(1.0), floor_pct=40.0), 2.0) == NO_EFFECT
+    assert verdict(compare_samples(BASE, _scaled(0.7), floor_pct=1.0), 2.0) == CONFIRMED
 
 
 def test_verdict_ballpark_is_half_the_predicted_saving_at_the_intervals_best_end() -> None:

@@ -18,13 +18,17 @@ if TYPE_CHECKING:
 
 
 def analyze(path: Any, *, gpu: str | None = None, ceilings: Any = None) -> Report:
-    """Load a torch.profiler trace (file or run directory) and return the diagnosis.
+    """Load a torch.profiler trace (file or run directory) and return the diagnosis; a run
+    directory of a distributed job (``rank*/`` bundles, ``trace.rankN.json.gz`` files) gets the
+    combined multi-rank report (``pipeline.analyze_ranks``).
 
     ``gpu`` names a datasheet row to use instead of the GPU recorded in the trace; ``ceilings``
     is a path to a ceilings JSON file (as written by ``gpudoctor bench``) or a ``Ceilings``.
     """
-    from gpudoctor.pipeline import analyze_path
+    from gpudoctor.pipeline import analyze_path, analyze_ranks, is_rank_set
 
+    if is_rank_set(path):
+        return analyze_ranks([path], gpu=gpu, ceilings=ceilings)
     return analyze_path(path, gpu=gpu, ceilings=ceilings)
 
 

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -43,22 +44,35 @@ def _main(
 
 @app.command()
 def analyze(
-    path: Path = typer.Argument(..., help="torch.profiler trace (.json / .json.gz) or a run directory."),
+    paths: list[Path] = typer.Argument(
+        ..., help="torch.profiler trace (.json / .json.gz) or a run directory; a run directory with rank*/ "
+        "bundles, or several traces (one per rank), for a multi-GPU analysis."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
     ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
     width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes for many ranks (default: one per core)."),
 ) -> None:
-    """Diagnose one trace: ranked findings with the time each would save per step."""
-    from gpudoctor.pipeline import analyze_path
+    """Diagnose one trace, or every rank of a distributed run: ranked findings with the time each
+    would save per step (multi-GPU: stragglers, exposed communication, slow collectives)."""
+    from gpudoctor.pipeline import analyze_path, analyze_ranks, is_rank_set
 
-    inputs = _inputs_of(path, ceilings) if html is not None else []
+    many = len(paths) > 1 or is_rank_set(paths[0])
+    inputs: list[Path | str | None] = []
+    if html is not None:
+        for p in paths:
+            inputs += _inputs_of(p, ceilings)
+            if p.is_dir():  # a run directory: every rank's trace and env.json is an input
+                inputs += [f for f in p.rglob("*.json*") if f.name.startswith(("trace", "env"))]
     if html is not None:  # before the analysis: a bad --html fails at once
         from gpudoctor.outputs import check_output_file
 
         check_output_file(html, "--html", inputs)
-    report = analyze_path(path, gpu=gpu, ceilings=ceilings)
+    if many:
+        report = analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+    else:
+        report = analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
     _emit(report, json_out, html, width, inputs)
 
 
@@ -129,6 +143,14 @@ def run(
         True, "--trial-trace/--no-trial-trace", help="With --try-fixes: each trial also records the profiled "
         "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: faster)."
     ),
+    nproc: int | None = typer.Option(
+        None, "--nproc", help="Launch N processes on this host through torchrun, each profiling the same steps; "
+        "rank 0 writes the combined report."
+    ),
+    rank_timeout: float = typer.Option(
+        120.0, "--rank-timeout", help="In a distributed job: seconds a rank waits for the others (the window "
+        "agreement, the bundles) before going on without them."
+    ),
 ) -> None:
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
@@ -157,11 +179,22 @@ def run(
 
     check_output_dir(out, "--out")
     config = CaptureConfig(steps=steps, skip=skip, stack=stack, calibration_steps=calibrate)
+    if not rank_timeout > 0:
+        raise InputError(f"--rank-timeout must be a positive number of seconds, got {rank_timeout:g}")
+    if nproc is not None:
+        _launch_ranks(nproc, target, try_fixes, steps=steps, skip=skip, stack=stack, exit_after=exit_after, out=out,
+                      wait=wait, window=window, calibrate=calibrate, json_out=json_out, width=width,
+                      rank_timeout=rank_timeout)
+    from gpudoctor.capture.ranks import rank_info
+
+    ranked = rank_info()  # torchrun's variables: each rank prints one line, rank 0 the report
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
     with quiet, _baseline_numerics(try_fixes) as numerics:
         outcome, run_dir, report, note = run_and_diagnose(
-            target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window
+            target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window, rank_timeout_s=rank_timeout
         )
+    if ranked is not None and ranked.rank != 0:
+        _end_rank(ranked.rank, outcome.exit_code, run_dir, note)
     if report is not None and not (try_fixes and json_out):
         _emit(report, json_out, None, width)
     if report is not None:
@@ -171,9 +204,57 @@ def run(
     if try_fixes and (report is not None or note.startswith("no GPU activity")):
         _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
                     trial_trace, json_out, width)
-    if report is None and not note.startswith("no GPU activity"):
-        raise typer.Exit(outcome.exit_code or 2)
-    raise typer.Exit(outcome.exit_code)
+    code = outcome.exit_code
+    if report is None and not note.startswith("no GPU activity") and ranked is None:
+        code = code or 2  # in a distributed job a rank's non-zero exit would make torchrun stop the others
+    if ranked is not None:
+        from gpudoctor.capture.launch import record_exit_code
+
+        record_exit_code(ranked.rank, code)
+    raise typer.Exit(code)
+
+
+def _end_rank(rank: int, code: int, bundle: Path, note: str) -> None:
+    """A rank other than 0: one line, no report (rank 0 prints the combined one)."""
+    from gpudoctor.capture.launch import record_exit_code
+
+    where = f"bundle in {bundle}" if (bundle / "env.json").is_file() else "no bundle"
+    sys.stderr.write(visible_controls(f"gpudoctor (rank {rank}): {where}" + (f"; {note}" if note else "")) + "\n")
+    record_exit_code(rank, code)
+    raise typer.Exit(code)
+
+
+def _launch_ranks(nproc: int, target: Any, try_fixes: bool, **options: Any) -> None:
+    """--nproc N: the same command under torchrun, N ranks on this host; exits with the worst code."""
+    from gpudoctor.capture.launch import launch
+    from gpudoctor.capture.ranks import rank_info
+
+    if nproc < 1:
+        raise InputError(f"--nproc must be 1 or more processes, got {nproc}")
+    if try_fixes:
+        raise InputError("--try-fixes reruns one process per knob and does not run with --nproc: try the knobs on "
+                         "a single-process run")
+    if rank_info() is not None:
+        raise InputError("--nproc launches torchrun, and this process already is one rank of a distributed job: "
+                         "leave --nproc out under torchrun")
+    target.check()  # once here, not once per rank
+    raise typer.Exit(launch(nproc, _run_args(target, **options)))
+
+
+def _run_args(target: Any, *, steps: int, skip: int, stack: bool, exit_after: bool, out: Path, wait: float,
+              window: float, calibrate: int, json_out: bool, width: int | None, rank_timeout: float) -> list[str]:
+    """The options of this `gpudoctor run`, spelled out again for every rank (--nproc left out)."""
+    args = ["--steps", str(steps), "--skip", str(skip), "--out", str(out), "--wait", repr(wait), "--window",
+            repr(window), "--calibrate", str(calibrate), "--rank-timeout", repr(rank_timeout),
+            "--exit-after" if exit_after else "--continue"]
+    if stack:
+        args.append("--stack")
+    if json_out:
+        args.append("--json")
+    if width is not None:
+        args += ["--width", str(width)]
+    program = ["-m", target.path_or_module] if target.is_module else [target.path_or_module]
+    return [*args, *program, *target.args]
 
 
 def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float) -> list[str] | None:

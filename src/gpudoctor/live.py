@@ -21,6 +21,7 @@ from gpudoctor.capture.bundle import (
     unprofiled_step,
     write_json,
 )
+from gpudoctor.capture.ranks import DEFAULT_TIMEOUT_S, RankSync, rank_info
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
 from gpudoctor.core.card import problem_reasons
@@ -31,10 +32,12 @@ DEFAULT_BASE = Path("gpudoctor-runs")
 
 
 def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path,
-                     rank: int | None = None, program: dict[str, Any] | None = None) -> tuple[Report | None, str]:
+                     rank: int | None = None, program: dict[str, Any] | None = None,
+                     facts: dict[str, Any] | None = None) -> tuple[Report | None, str]:
     """Analyze what a session captured and write env.json, report.json, report.html (each name
-    carries the global rank in a distributed job: ``report.rank3.json``); ``program`` (what ran,
-    its git commit: bundle.program_facts) goes into env.json.
+    carries ``rank`` when given: ``report.rank3.json``); ``program`` (what ran, its git commit:
+    bundle.program_facts) and ``facts`` (a rank's place in the job: RankSync.env_facts) go into
+    env.json.
 
     Returns the report (None when there is nothing to diagnose) and a note for the user.
     """
@@ -44,6 +47,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     from gpudoctor.trace import load
 
     env = environment()
+    env.update(facts or {})
     if program:
         env["program"] = program
     report: Report | None = None
@@ -90,21 +94,105 @@ def run_and_diagnose(
     exit_after: bool = True,
     wait_s: float = 30.0,
     window_s: float = 3.0,
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Outcome, Path, Report | None, str]:
-    rank = global_rank()
-    run_dir = new_run_dir(base, target.name, rank)
+    """Run, capture, diagnose. In a distributed job (torchrun) every rank records the agreed steps
+    into ``RUN/rank<R>/`` and rank 0 returns ``RUN`` with the combined report (finish_ranked); the
+    others return their own bundle and report."""
+    info = rank_info()
     program = program_facts(target.path_or_module, target.args, target.is_module)  # before the program can chdir
+    if info is not None:
+        sync = RankSync(info, base, target.name, config.steps, rank_timeout_s)
+        outcome = run_program(target, config, sync.bundle_dir(), exit_after=exit_after, wait_s=wait_s,
+                              window_s=window_s, sync=sync)
+        run_dir, report, note = finish_ranked(outcome.result, config, sync, program)
+        if outcome.result.trace_path is None:
+            note = _join(_why_nothing(outcome, config, wait_s), note)
+        return outcome, run_dir, report, _with_capture_notes(note, outcome.result)
+    run_dir = new_run_dir(base, target.name)
     outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
         return outcome, run_dir, None, _why_nothing(outcome, config, wait_s)
-    report, note = diagnose_capture(result, config, run_dir, rank, program)
+    report, note = diagnose_capture(result, config, run_dir, None, program)
+    return outcome, run_dir, report, _with_capture_notes(note, result)
+
+
+def _with_capture_notes(note: str, result: CaptureResult) -> str:
+    """The user's note, plus the GPU's held-back clocks and a window cut short."""
     throttled = problem_reasons(result.nvml.get("throttle_reasons_seen"))
     if throttled:
-        note = (note + "; " if note else "") + f"the GPU's clocks were held back during the window ({', '.join(throttled)})"
+        note = _join(note, f"the GPU's clocks were held back during the window ({', '.join(throttled)})")
     if result.error:
-        note = (note + "; " if note else "") + f"the window ended early ({result.error}): the report covers what was captured"
-    return outcome, run_dir, report, note
+        note = _join(note, f"the window ended early ({result.error}): the report covers what was captured")
+    return note
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else a or b
+
+
+def finish_ranked(result: CaptureResult, config: CaptureConfig, sync: RankSync,
+                  program: dict[str, Any] | None = None) -> tuple[Path, Report | None, str]:
+    """One rank of a distributed job after its window: write its bundle into ``RUN/rank<R>/``,
+    tell rank 0, and on rank 0 wait (bounded) for the other ranks' bundles and write the
+    combined report. Returns (RUN and the combined report on rank 0; the bundle and its own
+    report elsewhere) and a note. ``gpudoctor run`` and the framework hooks both end here."""
+    bundle = sync.bundle_dir()
+    report: Report | None = None
+    note = ""
+    try:
+        if result.trace_path is not None:
+            report, note = diagnose_capture(result, config, bundle, None, program, sync.env_facts())
+    finally:  # a diagnosis that raised still tells rank 0 not to wait
+        sync.bundle_done((bundle / "env.json").is_file())
+    if sync.info.rank != 0 or sync.window is None or not sync.window.agreed:
+        return bundle, report, note
+    combined, combined_note = combine_ranks(sync, report)
+    return sync.run_dir(), combined, _join(note, combined_note)
+
+
+def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, str]:
+    """Rank 0: wait for every rank's bundle, then write ``RUN/ranks.json`` and the combined
+    ``RUN/report.json`` / ``report.html`` (pipeline.analyze_ranks). Where this build has no
+    multi-rank analysis, or it fails, RUN's report is rank 0's own, and a warning says so."""
+    from gpudoctor.report.html import render_html
+    from gpudoctor.report.json_report import to_json
+
+    state, waited = sync.wait_bundles()
+    run = sync.run_dir()
+    window = sync.window
+    notes = [*(window.notes if window is not None else ()), *waited]  # the ranks left out, and why
+    ranks = [{"rank": r, "path": f"rank{r}", "state": state[r]} for r in sorted(state)]
+    write_json(run / "ranks.json", {"world_size": sync.info.world_size,
+                                    "window": window.facts() if window is not None else None, "ranks": ranks})
+    report, why = _analyze_ranks(run)
+    if report is None:
+        report = own
+        if report is not None:
+            notes.append(f"this is rank 0's report, not a combined one ({why}); each rank's own is in "
+                         f"{run}/rank<R>/report.json")
+    if report is None:
+        return None, _join(why, "; ".join(notes))
+    report = dataclasses.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
+                                                                                 if n not in report.warnings))
+    (run / "report.json").write_text(to_json(report) + "\n")
+    (run / "report.html").write_text(render_html(report))
+    return report, ""
+
+
+def _analyze_ranks(run: Path) -> tuple[Report | None, str]:
+    """The combined report of a run directory's ranks, or None and why not."""
+    try:
+        from gpudoctor.pipeline import analyze_ranks  # type: ignore[attr-defined]
+    except ImportError:
+        return None, "this gpudoctor has no multi-rank analysis (pipeline.analyze_ranks)"
+    try:
+        return analyze_ranks([run]), ""
+    except GpuDoctorError as exc:
+        return None, f"the multi-rank analysis failed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - every bundle is written by now: a failure here must not lose them
+        return None, f"the multi-rank analysis failed ({type(exc).__name__}: {exc})"
 
 
 def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
@@ -136,8 +224,11 @@ class Doctor:
                  name: str = "profile") -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = global_rank()
-        self.run_dir = new_run_dir(Path(out) if out else DEFAULT_BASE, name, self.rank)
-        self.session = CaptureSession(self.config, self.run_dir, rank=self.rank)
+        base = Path(out) if out else DEFAULT_BASE
+        info = rank_info()  # distributed: the ranks agree on the steps and share RUN/ (finish_ranked)
+        self.sync = RankSync(info, base, name, steps) if info is not None else None
+        self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(base, name)
+        self.session = CaptureSession(self.config, self.run_dir, sync=self.sync)
         self._report: Report | None = None
         self._note = ""
 
@@ -154,8 +245,10 @@ class Doctor:
             self.session.fail(f"{type(exc).__name__}: {exc}")
         else:
             self.session.close()
-        if self.session.result.trace_path is not None:
-            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir, self.rank)
+        if self.sync is not None:
+            self.run_dir, self._report, self._note = finish_ranked(self.session.result, self.config, self.sync)
+        elif self.session.result.trace_path is not None:
+            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir)
 
     def report(self) -> Report:
         """The diagnosis of the recorded window."""

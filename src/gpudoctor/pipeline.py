@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from gpudoctor.analysis import analyze_trace
+from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.steps import describe, segment
-from gpudoctor.errors import EmptyTraceError, NoGpuActivityError
+from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
-from gpudoctor.hardware.machine import measured_ceilings_for
+from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
+from gpudoctor.ranks.combine import RanksResult, combine
+from gpudoctor.ranks.sources import RankSource, rank_sources
+from gpudoctor.ranks.sources import is_rank_set as is_rank_set
+from gpudoctor.ranks.summary import RankSummary, summarize, summarize_host
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
 from gpudoctor.rules.calibrate import price
@@ -63,13 +70,18 @@ def analyze_loaded(
 
 def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
                  model_state: dict | None, step_source: str) -> Report:
+    return _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source)[1]
+
+
+def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
+                  model_state: dict | None, step_source: str) -> tuple[Analysis, Report]:
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
     findings = price(find(analysis), analysis)
-    return build_report(analysis, findings)
+    return analysis, build_report(analysis, findings)
 
 
 def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:
@@ -90,3 +102,52 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
     run = read_run(path)  # env.json, parsed once
     return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
                           model_state=run.model_state, step_source=run.step_source)
+
+
+def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
+                  gpu: str | None = None) -> Report:
+    """The combined report of a distributed run: ``sources`` is one run directory holding rank
+    bundles (``rank{R}/``, or ``trace.rank{R}.json.gz`` side by side), or several trace files or
+    rank directories. Each rank is analysed in a worker process (``jobs`` of them, default one per
+    core) that sends back its small summary and its single-GPU report, never its events; the
+    ranks' clocks are aligned on their collectives and the multi-GPU findings added to the report
+    of the straggler (rank 0 when there is none)."""
+    ranks = rank_sources([Path(p) for p in sources])
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
+    workers = min(jobs or os.cpu_count() or 1, len(ranks))
+    if workers == 1:
+        results = [_summarize_rank(r, gpu, ceilings) for r in ranks]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            # one task per rank, results in rank order; each worker holds one trace at a time
+            results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks), [ceilings] * len(ranks)))
+    summaries = [s for s, _ in results]
+    # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
+    table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
+    result = combine(summaries, str(table) if table else None)
+    return _combined_report(result, [r for _, r in results])
+
+
+def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
+    """The chosen rank's single-GPU report with the per-rank table and the multi-GPU findings."""
+    base = reports[result.chosen]
+    findings = tuple(sorted((*result.findings, *base.findings), key=lambda f: -f.saving_ms))
+    warnings = (*result.warnings, *base.warnings)
+    return dataclasses.replace(base, source=result.source, findings=findings, warnings=warnings,
+                               ranks=result.rows, distributed=result.distributed)
+
+
+def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple[RankSummary, Report]:
+    """One rank in its worker: load, diagnose, summarize; the trace is dropped on return."""
+    from gpudoctor.capture.bundle import facts_of, read_json_object
+
+    env = read_json_object(source.env) if source.env is not None else {}
+    run = facts_of(env)
+    trace = load(source.trace)
+    if len(trace.device) == 0 and len(trace.host):  # a CPU (gloo) job: host ranges, no GPU timeline
+        report = analyze_loaded(trace, unprofiled_step_ms=run.unprofiled_step_ms)
+        return summarize_host(trace, segment(trace), source.rank, env), report
+    check_usable(trace)
+    analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
+    return summarize(analysis, source.rank, env), report

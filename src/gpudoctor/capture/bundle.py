@@ -6,6 +6,16 @@
                         unprofiled step time and the window's own overhead, NVML samples
         report.json     the diagnosis (docs/report-schema.md)
         report.html     the same, as one self-contained page
+
+A distributed job (capture/ranks.py) shares one run directory:
+
+    gpudoctor-runs/<name>-<UTC timestamp>/
+        rank<R>/        each rank's bundle as above; env.json adds rank, world_size, local_rank,
+                        hostname and window {first_step, steps}: the step indices every rank recorded
+        ranks.json      the ranks, their bundle folders and states (written by rank 0, last)
+        report.json     the combined report of the ranks (rank 0), and report.html
+
+Runs recorded before that carry the rank in each file name instead (``trace.rank3.json.gz``).
 """
 
 from __future__ import annotations
@@ -28,18 +38,25 @@ ENV_SCHEMA = "1.0"
 def global_rank() -> int | None:
     """This process's global rank in a distributed job, else None: torch.distributed once the
     program initialized it, else the launcher's variables (torchrun, accelerate, Lightning, SLURM)."""
+    rank, world = rank_and_world()
+    return None if rank is None else distributed_rank(rank, world)
+
+
+def rank_and_world() -> tuple[int | None, int | None]:
+    """(global rank, world size) as torch.distributed (once the program initialized it) or the
+    launcher's variables say; (None, None) outside a launcher, the world size None when unset."""
     dist = sys.modules.get("torch.distributed")  # never imported here: only asked if the program did
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return distributed_rank(dist.get_rank(), dist.get_world_size())
+            return dist.get_rank(), dist.get_world_size()
     except RuntimeError:
         pass
+    world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", ""))
     for var in ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
         value = os.environ.get(var, "")
         if value.isdecimal():  # not isdigit(): '²' is a digit that int() refuses
-            world = os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", ""))
-            return distributed_rank(int(value), int(world) if world.isdecimal() else None)
-    return None
+            return int(value), int(world) if world.isdecimal() else None
+    return None, None
 
 
 def distributed_rank(rank: int, world_size: int | None) -> int | None:
@@ -93,8 +110,10 @@ def _nvml_facts() -> dict[str, Any]:
     try:
         import pynvml
 
+        from gpudoctor.capture.nvml import current_device_handle
+
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = current_device_handle(pynvml)  # this rank's GPU, not the machine's first
         return {
             "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
             "clocks_mhz": {

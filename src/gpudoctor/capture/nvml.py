@@ -6,6 +6,7 @@ sampling off (the summary says why) rather than failing the capture.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 from typing import Any
@@ -13,8 +14,23 @@ from typing import Any
 from gpudoctor.core.card import reason_names
 
 
+def current_device_handle(pynvml: Any) -> Any:
+    """NVML's handle of torch's current CUDA device. NVML numbers every GPU of the machine and
+    CUDA only the visible ones (CUDA_VISIBLE_DEVICES), so under torchrun rank R's ``cuda:R`` need
+    not be NVML's GPU R: the two are matched by UUID, by index only when torch gives none."""
+    import torch
+
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is not None:
+        # pynvml's NVMLError (a MIG slice, an old driver): the index is the next best guess
+        with contextlib.suppress(Exception):
+            return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
 class NvmlSampler:
-    def __init__(self, interval_s: float, device_index: int = 0) -> None:
+    def __init__(self, interval_s: float, device_index: int | None = None) -> None:
         self.interval_s = interval_s
         self.device_index = device_index
         self.samples: list[dict[str, float]] = []
@@ -32,7 +48,8 @@ class NvmlSampler:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._handle = (current_device_handle(pynvml) if self.device_index is None
+                            else pynvml.nvmlDeviceGetHandleByIndex(self.device_index))
             self._max_sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM)
         except Exception as exc:  # noqa: BLE001 - no library, no driver, no permission: sampling is optional
             self.error = f"NVML unavailable: {type(exc).__name__}: {exc}"

@@ -21,8 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.capture.bundle import global_rank
+from gpudoctor.capture.ranks import RankSync
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession, Phase
 from gpudoctor.errors import InputError
+
+# In a distributed job, what the program left behind (its globals, the frames of the exception
+# that ended it) is kept until the interpreter exits, as under plain ``python``. Freed earlier, a
+# DDP model whose process group the program destroyed can deadlock in torch: the Reducer's
+# deallocation holds the GIL while ~ProcessGroupGloo joins a worker thread that needs the GIL
+# (pytorch/pytorch#56297; seen here on torch 2.13 CPU, gloo, 2 ranks, about one run in two).
+_KEPT: list[object] = []
 
 
 class StopProgram(BaseException):
@@ -73,9 +81,13 @@ def run_program(
     exit_after: bool = True,
     wait_s: float = 30.0,
     window_s: float = 3.0,
+    sync: RankSync | None = None,
 ) -> Outcome:
+    """``sync``: a distributed job whose ranks agree on the window (capture/ranks.py); the bundle
+    then goes to ``sync.bundle_dir()``, and ``out_dir`` serves only a time window."""
     target.check()
-    session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s, rank=global_rank())
+    session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s,
+                             rank=None if sync is not None else global_rank(), sync=sync)
     stopped = False
     message = ""
 
@@ -86,12 +98,19 @@ def run_program(
     session.on_window_done = window_done
     saved = (list(sys.argv), list(sys.path))
     code = 0
+    keep = sync is not None
     try:
         session.start()
-        _execute(target)
-    except StopProgram:
+        left = _execute(target)
+        if keep:
+            _KEPT.append(left)
+    except StopProgram as exc:
         stopped = True
+        if keep:
+            _KEPT.append(exc.__traceback__)
     except SystemExit as exc:
+        if keep:
+            _KEPT.append(exc.__traceback__)
         code = _exit_code(exc)
         if session.phase is Phase.WINDOW:
             session.fail(f"the program exited (sys.exit({code})) inside the window")
@@ -100,6 +119,8 @@ def run_program(
         message = "interrupted by Ctrl-C"
         code = 130
     except BaseException as exc:  # noqa: BLE001 - the program's own error: its traceback, as Python prints it
+        if keep:
+            _KEPT.append(exc.__traceback__)
         _print_user_traceback(exc)
         session.fail(f"{type(exc).__name__}: {exc}")
         code = 1
@@ -131,16 +152,16 @@ def program_stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _execute(target: Target) -> None:
+def _execute(target: Target) -> dict[str, object]:
+    """Run the program; its globals once it returns."""
     if target.is_module:
         sys.argv[:] = [target.path_or_module, *target.args]
         sys.path.insert(0, os.getcwd())
-        runpy.run_module(target.path_or_module, run_name="__main__", alter_sys=True)
-    else:
-        script = str(Path(target.path_or_module))
-        sys.argv[:] = [script, *target.args]
-        sys.path.insert(0, str(Path(script).resolve().parent))
-        runpy.run_path(script, run_name="__main__")
+        return runpy.run_module(target.path_or_module, run_name="__main__", alter_sys=True)
+    script = str(Path(target.path_or_module))
+    sys.argv[:] = [script, *target.args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    return runpy.run_path(script, run_name="__main__")
 
 
 def _print_user_traceback(exc: BaseException) -> None:

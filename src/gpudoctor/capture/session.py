@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import statistics
 import time
 import warnings
@@ -36,6 +37,7 @@ from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
+from gpudoctor.capture.ranks import RankSync
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
@@ -120,9 +122,11 @@ class CaptureSession(Listener):
     """Profiles steps ``skip + 2 .. skip + 1 + steps`` of whatever the detector calls a step."""
 
     def __init__(self, config: CaptureConfig, out_dir: Path, wait_s: float | None = None,
-                 window_s: float = 3.0, rank: int | None = None) -> None:
+                 window_s: float = 3.0, rank: int | None = None, sync: RankSync | None = None) -> None:
         self.config = config
         self.out_dir = out_dir
+        self.sync = sync  # a distributed job: the window's steps are agreed with the other ranks
+        self._open_at: int | None = None  # the step count at which the agreed window opens
         self.wait_s = wait_s  # None: no time window fallback
         self.window_s = window_s
         self.rank = rank
@@ -181,6 +185,8 @@ class CaptureSession(Listener):
             self._hooks = None
         if self._prof is not None:
             self._finish_window(error=self.result.error or "the program stopped inside the window")
+        if self.sync is not None and self._open_at is None and self.phase is not Phase.DONE:
+            self.sync.leave(self.result.steps_seen)  # never ready: the other ranks need not wait for it
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if self.phase is not Phase.DONE:
@@ -368,7 +374,10 @@ class CaptureSession(Listener):
                 if not cfg.profile:
                     self._complete()  # a trial: the steps before the window are all it times
                     return
-                self._open_window(stepped=True)
+                if self._open_at is None:
+                    self._open_at = self._agree()
+                if self._count >= self._open_at:
+                    self._open_window(stepped=True)
         elif self.phase is Phase.WINDOW:
             # the first step starts the recording and the last one stops it: Kineto logs each
             # (only these two go through the filter: its few syscalls stay out of the other steps)
@@ -396,6 +405,19 @@ class CaptureSession(Listener):
             self._after.append(self._stamp())
             if len(self._after) > cfg.calibration_steps:
                 self._complete()
+
+    def _agree(self) -> int:
+        """The step count at which the window opens: this one, or in a distributed job the one
+        every rank agreed on (capture/ranks.py; this call waits for the other ranks, bounded)."""
+        if self.sync is None:
+            return self._count
+        window = self.sync.agree(self._count)
+        self.result.notes.extend(window.notes)
+        self.out_dir = self.sync.bundle_dir()
+        if window.open_at > self._count:
+            # the step now starting began with the wait for the other ranks: not an unprofiled step
+            self._before.extend([None, self._stamp()])
+        return window.open_at
 
     def open_now(self) -> None:
         """Start a time window at once: no steps, everything recorded until ``finish_now``."""
@@ -453,12 +475,24 @@ class CaptureSession(Listener):
         )
         with kineto_chatter_filtered():  # Kineto's "USDT: ... profiler_start" line (capture/quiet.py)
             self._prof.start()
+        if stepped:
+            self._label_window()
         self.phase = Phase.WINDOW
         self._timed_window = not stepped
         self._window_start = time.perf_counter()
         if self.config.nvml_interval_s > 0 and self._cuda:
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
+
+    def _label_window(self) -> None:
+        """Top-level ``gpudoctor_window`` in the trace: the 0-based index of the step recorded as
+        ProfilerStep#1 (ProfilerStep#k is step first_step + k - 1) and, in a distributed job, the
+        rank: the trace alone says which steps of the program it holds."""
+        label: dict[str, Any] = {"first_step": self._count + 1, "steps": self.config.steps}
+        if self.sync is not None:
+            label.update(rank=self.sync.info.rank, world_size=self.sync.info.world_size)
+        with contextlib.suppress(Exception):  # a label, never worth failing the window for
+            self._prof.add_metadata_json("gpudoctor_window", json.dumps(label))
 
     def _narrow_hooks(self) -> None:
         """Once the source is known, every module call need not go through the global hooks: keep
@@ -522,9 +556,11 @@ class CaptureSession(Listener):
         return time.perf_counter()
 
     def _intervals(self, marks: list[Any]) -> list[float]:
+        """Times between consecutive marks; a None mark cuts the series (a wait, not a step)."""
+        pairs = [(a, b) for a, b in itertools.pairwise(marks) if a is not None and b is not None]
         if self._cuda:
-            return [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
-        return [(b - a) * 1e3 for a, b in itertools.pairwise(marks)]
+            return [a.elapsed_time(b) for a, b in pairs]
+        return [(b - a) * 1e3 for a, b in pairs]
 
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window.

@@ -84,3 +84,23 @@ def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings
         if best is None or stamp > best[0]:
             best = (stamp, ceilings)
     return best[1] if best else None
+
+
+def collectives_profile_for(gpu_name: str, folder: Path | None = None) -> Path | None:
+    """The newest saved profile of a GPU with this name that holds NCCL curves (``gpudoctor bench``
+    on 2+ GPUs), for plan/collectives.py ``load_curves``; None when there is none."""
+    folder = folder or cache_dir()
+    if not folder.is_dir():
+        return None
+    best: tuple[str, Path] | None = None
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+            if data["ceilings"].get("gpu") != gpu_name or not data["collectives"].get("curves"):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        stamp = str(data.get("measured_utc", ""))
+        if best is None or stamp > best[0]:
+            best = (stamp, path)
+    return best[1] if best else None

@@ -2,8 +2,8 @@
 
 Each one marks one step per optimizer step, profiles the window ``skip + 2 .. skip + 1 + steps``
 and writes ``trace.json.gz``, ``env.json``, ``report.json`` and ``report.html`` in a run
-directory whose name and files carry the global rank in a distributed job
-(``<name>-rank3-<stamp>/trace.rank3.json.gz``):
+directory; in a distributed job the ranks agree on the steps (capture/ranks.py) and each writes
+``<name>-<stamp>/rank<R>/``, rank 0 the combined report at the top:
 
 - ``gpudoctor.integrations.lightning.GpuDoctorCallback``: a Lightning ``Callback``;
 - ``gpudoctor.integrations.huggingface.GpuDoctorCallback``: a Hugging Face ``TrainerCallback``;

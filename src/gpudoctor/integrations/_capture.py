@@ -4,6 +4,10 @@ The hooks call ``step()`` once per optimizer step; no optimizer or module hook i
 (``CaptureSession.start(hook_optimizers=False)``), so the framework's marks are the only step
 boundaries. The bundle is written once: when the session is done, or when training ends, fails
 or the interpreter exits with the window still open (then with what was captured).
+
+In a distributed job the ranks agree on the window's steps and share one run directory exactly
+as under ``gpudoctor run`` (capture/ranks.py, ``live.finish_ranked``): ``RUN/rank<R>/``, and
+rank 0 writes the combined report.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.capture.bundle import new_run_dir
+from gpudoctor.capture.ranks import DEFAULT_TIMEOUT_S, RankInfo, RankSync
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.errors import GpuDoctorError, InputError
 
@@ -34,12 +39,14 @@ class RunCapture:
     """A capture session, its run directory and, once finished, its report."""
 
     def __init__(self, *, skip: int, steps: int, stack: bool, out: str | os.PathLike[str], name: str,
-                 rank: int | None, quiet: bool = False) -> None:
+                 rank: RankInfo | None, quiet: bool = False, rank_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
-        self.rank = rank
-        # distributed: <name>-rank<R>-<stamp>/trace.rank<R>.json.gz...: every rank writes its own bundle
-        self.run_dir = new_run_dir(Path(out), name, rank)
-        self.session = CaptureSession(self.config, self.run_dir, rank=rank)
+        self.rank = rank.rank if rank is not None else None
+        # distributed: the ranks agree on the steps and share RUN/; run_dir is this rank's bundle
+        # until the end, then RUN on rank 0 (which holds the combined report)
+        self.sync = RankSync(rank, Path(out), name, steps, rank_timeout_s) if rank is not None else None
+        self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(Path(out), name)
+        self.session = CaptureSession(self.config, self.run_dir, sync=self.sync)
         self.quiet = quiet
         self.report: Report | None = None
         self.note = ""
@@ -74,19 +81,24 @@ class RunCapture:
         self.finished = True
         atexit.unregister(self._at_exit)
         self.session.close()
-        from gpudoctor.live import diagnose_capture
+        from gpudoctor.live import diagnose_capture, finish_ranked
 
         result = self.session.result
-        if result.trace_path is not None:
+        if self.sync is not None:
+            self.run_dir = self.sync.bundle_dir()  # agreed by now (or chosen alone)
+        if result.trace_path is not None or self.sync is not None:
             try:
-                self.report, self.note = diagnose_capture(result, self.config, self.run_dir, self.rank)
+                if self.sync is not None:
+                    self.run_dir, self.report, self.note = finish_ranked(result, self.config, self.sync)
+                else:
+                    self.report, self.note = diagnose_capture(result, self.config, self.run_dir)
             except Exception as exc:  # noqa: BLE001 - a failed diagnosis must not end the user's training
                 self.note = (f"the trace is in {result.trace_path}, but diagnosing it failed ({type(exc).__name__}: "
                              f"{exc}); rerun `gpudoctor --debug analyze {self.run_dir}` for the traceback")
             if result.error:
                 self.note = _join(self.note, f"the window ended early ({result.error}): the report covers what was captured")
-        else:
-            self.note = self.session.conflict or self._why_nothing()
+        if result.trace_path is None:
+            self.note = _join(self.session.conflict or self._why_nothing(), self.note)
         self._announce()
 
     def require_report(self) -> Report:
@@ -120,4 +132,4 @@ class RunCapture:
 
 
 def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+    return f"{a}; {b}" if a and b else a or b

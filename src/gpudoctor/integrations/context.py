@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.capture.bundle import distributed_rank, global_rank
+from gpudoctor.capture.ranks import RankInfo, rank_info
 from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class Profile:
                  out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile", quiet: bool = False) -> None:
         self.accelerator = accelerator
         self.rank = rank_of(accelerator)
-        self.capture = RunCapture(skip=skip, steps=steps, stack=stack, out=out, name=name, rank=self.rank,
+        self.capture = RunCapture(skip=skip, steps=steps, stack=stack, out=out, name=name, rank=info_of(accelerator),
                                   quiet=quiet)
 
     @property
@@ -58,7 +59,8 @@ class Profile:
 
 def profile(accelerator: Any = None, skip: int = 10, steps: int = 5, stack: bool = False,
             out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile", quiet: bool = False) -> Profile:
-    """Profile ``steps`` optimizer steps after ``skip`` untouched ones; every rank writes its bundle.
+    """Profile ``steps`` optimizer steps after ``skip`` untouched ones. In a distributed job every
+    rank records the same steps into ``RUN/rank<R>/`` and rank 0 writes the combined report.
 
         with gpudoctor.integrations.profile(accelerator, skip=10, steps=5) as doc:
             for batch in loader:
@@ -68,6 +70,15 @@ def profile(accelerator: Any = None, skip: int = 10, steps: int = 5, stack: bool
     torch.distributed, else from the ``RANK`` / ``WORLD_SIZE`` variables a launcher sets.
     """
     return Profile(accelerator, skip=skip, steps=steps, stack=stack, out=out, name=name, quiet=quiet)
+
+
+def info_of(accelerator: Any = None) -> RankInfo | None:
+    """This process's place in a distributed job (None for a single process): from an
+    ``accelerate.Accelerator`` when given, else torch.distributed or the launcher's variables."""
+    if accelerator is not None and hasattr(accelerator, "process_index"):
+        return rank_info(int(accelerator.process_index), int(getattr(accelerator, "num_processes", 1)),
+                         int(getattr(accelerator, "local_process_index", accelerator.process_index)))
+    return rank_info()
 
 
 def rank_of(accelerator: Any = None) -> int | None:

@@ -5,8 +5,9 @@
     trainer.train()  # -> gpudoctor-runs/hf-trainer-<stamp>/report.html
 
 ``on_step_end`` is one optimizer step (the Trainer already folds gradient accumulation into it).
-Every rank captures; in a distributed job each run directory carries its global rank
-(``args.process_index``: ``hf-trainer-rank3-<stamp>``). The Trainer has no exception hook: a run
+In a distributed job every rank records the same steps (agreed through the job's store) into
+``gpudoctor-runs/hf-trainer-<stamp>/rank<R>/`` (R: ``args.process_index``), and rank 0 writes
+the combined report there. The Trainer has no exception hook: a run
 that raises inside the window writes what was captured when the interpreter exits.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.capture.bundle import distributed_rank
+from gpudoctor.capture.ranks import rank_info
 from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, missing
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ class GpuDoctorCallback(TrainerCallback):
         return self.capture.run_dir if self.capture is not None else None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        rank = distributed_rank(int(getattr(args, "process_index", 0)), int(getattr(args, "world_size", 1)))
+        rank = rank_info(int(getattr(args, "process_index", 0)), int(getattr(args, "world_size", 1)),
+                         int(getattr(args, "local_process_index", getattr(args, "process_index", 0))))
         self.capture = RunCapture(skip=self.skip, steps=self.steps, stack=self.stack, out=self.out,
                                   name=self.name, rank=rank, quiet=self.quiet)
         self.capture.start()

@@ -6,8 +6,9 @@
 
 Works with ``lightning`` (``lightning.pytorch``) or the older ``pytorch_lightning`` package. A step
 is one optimizer step: batches that only accumulate gradients (``accumulate_grad_batches``) are
-part of the next step. Every rank captures; in a distributed job each run directory carries its
-global rank (``lightning-rank3-<stamp>``).
+part of the next step. In a distributed job every rank records the same steps (agreed through
+the job's store) into ``gpudoctor-runs/lightning-<stamp>/rank<R>/``, and rank 0 writes the
+combined report there.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.capture.bundle import distributed_rank
+from gpudoctor.capture.ranks import rank_info
 from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, missing
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ class GpuDoctorCallback(Callback):
         return self.capture.run_dir if self.capture is not None else None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        rank = distributed_rank(int(trainer.global_rank), int(getattr(trainer, "world_size", 1)))
+        rank = rank_info(int(trainer.global_rank), int(getattr(trainer, "world_size", 1)),
+                         int(getattr(trainer, "local_rank", trainer.global_rank)))
         self.capture = RunCapture(skip=self.skip, steps=self.steps, stack=self.stack, out=self.out,
                                   name=self.name, rank=rank, quiet=self.quiet)
         self._global_step = trainer.global_step

@@ -1,4 +1,5 @@
-"""What every fused op shares: when to take the Triton path, input checks, launch helpers.
+"""What every fused op shares: when to take the Triton path, input checks, launch helpers, and the
+registration of each op as a ``gpudoctor::`` PyTorch custom op the compiler can trace.
 
 The Triton path runs on CUDA tensors of fp32/bf16/fp16 when triton imports; under
 ``TRITON_INTERPRET=1`` it also runs on CPU tensors (that is how CI tests the kernels without a GPU).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -29,13 +31,10 @@ except ImportError:  # the native path still works; the kernels are then never l
         return fn
 
 
-@functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    # a module constant, not an lru_cache: torch.compile traces the public functions, and dynamo
+    # warns on (and does not cache through) functools.lru_cache wrappers
+    return tl is not None
 
 
 def interpreting() -> bool:
@@ -98,6 +97,30 @@ def _specialization(arg: object) -> object:
     return type(arg).__name__, arg
 
 
+def _constexprs(fn) -> tuple[str, ...]:
+    """The constexpr parameters of a kernel without ``params`` (the interpreter's wrapper), from the
+    Python function's annotations (``tl.constexpr``, or the string under ``from __future__ import
+    annotations``)."""
+    import inspect
+
+    inner = getattr(fn, "fn", fn)
+    try:
+        parameters = inspect.signature(inner).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in parameters if "constexpr" in str(p.annotation))
+
+
+def _specializations(args: tuple) -> tuple:
+    """``_specialization`` of each argument, tensors and ints inline: one list comprehension, not a Python
+    call per argument (14 for the norm backward: 10.3 -> 5.6 us a launch on the 2-core development machine,
+    2026-11-25)."""
+    return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                  else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64) if type(a) is int
+                        else _specialization(a))
+                  for a in args])
+
+
 class Launcher:
     """``Launcher(jit_fn)(grid, *args, **constexprs, num_warps=W)``: the same launch as
     ``jit_fn[grid](*args, **constexprs, num_warps=W)`` with the per-call Python work cut to a dict
@@ -107,27 +130,34 @@ class Launcher:
         self.fn = fn
         self.cache: dict = {}
         params = getattr(fn, "params", None)
-        self.constexpr_names = tuple(p.name for p in params if p.is_constexpr) if params else ()
+        self.constexpr_names = tuple(p.name for p in params if p.is_constexpr) if params else _constexprs(fn)
         # the fast path needs the compiled-kernel API and a real GPU; the interpreter launches as usual
         self.fast = params is not None and not interpreting()
 
     def __call__(self, grid: tuple[int, ...], *args: object, num_warps: int = 4, **constexprs: object) -> None:
+        self.launch(grid, args, tuple(constexprs[name] for name in self.constexpr_names), num_warps)
+
+    def launch(self, grid: tuple[int, ...], args: tuple, values: tuple, num_warps: int) -> None:
+        """The launch with the constexprs as a tuple in signature order: no keyword dict on a cached call."""
         first = args[0]
-        if isinstance(first, torch.Tensor) and first.is_cuda and first.device.index != torch.cuda.current_device():
-            # Triton launches on the current device; a model spread over GPUs (device_map="auto")
-            # calls with tensors on another one, so launch there
-            with torch.cuda.device(first.device):
-                self(grid, *args, num_warps=num_warps, **constexprs)
-            return
+        if isinstance(first, torch.Tensor):
+            if traced(first):  # inside a compiler's trace of a triton_op: record the kernel, launch nothing
+                torch.library.wrap_triton(self.fn)[grid](*args, num_warps=num_warps, **self._named(values))
+                return
+            if first.is_cuda and first.device.index != torch.cuda.current_device():
+                # Triton launches on the current device; a model spread over GPUs (device_map="auto")
+                # calls with tensors on another one, so launch there
+                with torch.cuda.device(first.device):
+                    self.launch(grid, args, values, num_warps)
+                return
         if not self.fast:
-            self.fn[grid](*args, num_warps=num_warps, **constexprs)
+            self.fn[grid](*args, num_warps=num_warps, **self._named(values))
             return
-        values = tuple(constexprs[name] for name in self.constexpr_names)
         device = first.device.index if isinstance(first, torch.Tensor) else None
-        key = (device, num_warps, values, *map(_specialization, args))
+        key = (device, num_warps, values, _specializations(args))
         compiled = self.cache.get(key)
         if compiled is None:
-            compiled = self.fn[grid](*args, num_warps=num_warps, **constexprs)
+            compiled = self.fn[grid](*args, num_warps=num_warps, **self._named(values))
             if len(self.cache) < 256:  # shapes vary little in training; a bound keeps odd callers safe
                 self.cache[key] = compiled
             return
@@ -135,7 +165,10 @@ class Launcher:
             compiled[(*grid, 1, 1)[:3]](*args, *values)  # the compiled kernel's runner takes a 3-d grid
         except Exception:  # noqa: BLE001 - a Triton whose compiled-kernel API differs: launch as usual
             self.fast = False
-            self.fn[grid](*args, num_warps=num_warps, **constexprs)
+            self.fn[grid](*args, num_warps=num_warps, **self._named(values))
+
+    def _named(self, values: tuple) -> dict[str, object]:
+        return dict(zip(self.constexpr_names, values, strict=True))
 
 
 def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int) -> bool:
@@ -144,3 +177,103 @@ def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int
     narrowest first; a row takes the first class wide enough for it, and wider rows than any, the kernel."""
     below = next((n for widest, n in table if hidden <= widest), 0)
     return numel < below
+
+
+# -- custom ops: what torch.compile and CUDA graphs see --------------------------------------------------
+#
+# Each op is registered as ``gpudoctor::<name>`` with a fake (meta) implementation giving its exact output
+# shapes and dtypes and an autograd formula whose backward is a ``gpudoctor::`` op too, so a compiled model
+# holds one node per op and no graph break (today's ``autograd.Function`` broke the graph at each launch).
+# With ``torch.library.triton_op`` (torch >= 2.6) Inductor also sees the Triton kernels inside the op and
+# schedules them with its own; ``torch.library.custom_op`` (2.4, 2.5) gives an opaque node; older torch has
+# neither and keeps the ``autograd.Function`` path (with its graph breaks).
+#
+# Eager calls do not go through the ops: the dispatcher's round trip to a Python kernel and the generated
+# autograd node cost about twice an ``autograd.Function``'s host time, forward + backward with empty bodies,
+# 93 vs 47 us on the CPU-only development machine (torch 2.13, 2026-11-25); the public functions take the op
+# only when ``torch.compiler.is_compiling()``.
+
+TRITON_OP, CUSTOM_OP, FUNCTION = "triton_op", "custom_op", "autograd.Function"
+
+
+def registration_api(library: object = torch.library) -> str:
+    """Which registration API this torch has: TRITON_OP, CUSTOM_OP or FUNCTION (none)."""
+    if hasattr(library, "triton_op") and hasattr(library, "wrap_triton") and hasattr(library, "custom_op"):
+        return TRITON_OP
+    if hasattr(library, "custom_op"):
+        return CUSTOM_OP
+    return FUNCTION
+
+
+API = registration_api()
+# every op registered so far: name -> the API it was registered with (FUNCTION: its registration failed,
+# FAILED says why, and the op keeps the autograd.Function path)
+REGISTERED: dict[str, str] = {}
+FAILED: dict[str, str] = {}
+
+
+def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable, triton: bool = True) -> Callable | None:
+    """Register ``gpudoctor::name`` (``impl``'s annotations give the schema); None where torch has no API.
+
+    ``triton=False`` registers an opaque ``custom_op`` even where ``triton_op`` exists (an op whose body
+    is mostly cuBLAS calls and in-place work on a reused buffer, which functionalization would copy).
+    So does the Triton interpreter (TRITON_INTERPRET=1), whose kernels a trace cannot record.
+    ``reference``: the op on CPU tensors, the same math in PyTorch ops (under the interpreter the CPU
+    runs ``impl``, the kernels interpreted), so the op runs, and ``opcheck`` checks it, without a GPU.
+    """
+    api = API if (triton and not interpreting()) or API == FUNCTION else CUSTOM_OP
+    if api == FUNCTION:
+        return None
+
+    @functools.wraps(impl)
+    def kernel(*args):
+        if args[0].device.type == "cpu" and not interpreting():
+            return reference(*args)
+        return impl(*args)
+
+    qualname = f"gpudoctor::{name}"
+    try:
+        if api == TRITON_OP:
+            op = torch.library.triton_op(qualname, kernel, mutates_args=())
+        else:
+            op = torch.library.custom_op(qualname, kernel, mutates_args=())
+        op.register_fake(fake)  # exact shapes and dtypes, with no device work (triton_op's default runs impl)
+    except Exception as exc:  # noqa: BLE001 - an older torch that cannot infer the schema: today's path
+        REGISTERED[name] = FUNCTION
+        FAILED[name] = f"{type(exc).__name__}: {exc}"[:200]
+        return None
+    REGISTERED[name] = api
+    return op
+
+
+def path_in_use() -> str:
+    """One line for PatchReport: how the registered ops reach torch.compile."""
+    apis = set(REGISTERED.values()) - {FUNCTION}
+    if FAILED:
+        first = next(iter(FAILED.items()))
+        return (f"autograd.Function for {', '.join(sorted(FAILED))} (registration failed: {first[0]}: {first[1]}; "
+                "torch.compile breaks the graph there)" + ("; custom ops for the rest" if apis else ""))
+    if not apis:
+        return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile breaks "
+                "the graph at each patched module")
+    if TRITON_OP in apis:
+        return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with no graph break "
+                "and Inductor sees the norms' Triton kernels (the GLUs and linear_cross_entropy stay opaque ops)")
+    return ("gpudoctor:: ops through torch.library.custom_op: torch.compile keeps each as one opaque node, "
+            "no graph break")
+
+
+def traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a tensor of a compiler's trace (a fake or functional tensor), not one with memory:
+    a triton_op's body then launches through ``torch.library.wrap_triton``, which records the kernel."""
+    return type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter)
+
+
+def concrete(t2: torch.Tensor) -> tuple[int, int]:
+    """(rows, H) of a 2-D tensor as ints. A compiler tracing with dynamic shapes hands the op symbolic
+    sizes, but the block size, tile rows and grid are decided in Python from them (constexprs): the op
+    then specializes on its input's size (a guard; a new size compiles again)."""
+    n_rows, hidden = t2.shape
+    if type(n_rows) is int and type(hidden) is int:
+        return n_rows, hidden
+    return int(n_rows), int(hidden)

@@ -15,7 +15,16 @@ from torch.nn import functional as F
 
 from gpudoctor.errors import InputError
 from gpudoctor.kernels import _rms_norm as _rms
-from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
+from gpudoctor.kernels._common import (
+    Launcher,
+    check_same,
+    check_tensor,
+    concrete,
+    define_op,
+    native_is_faster,
+    tl,
+    use_triton,
+)
 from gpudoctor.kernels._common import jit as _jit
 from gpudoctor.kernels._rms_norm import (
     as_rows,
@@ -287,9 +296,10 @@ _launch_bwd = Launcher(_layer_norm_bwd)
 
 
 def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    n_rows, hidden = x2.shape
-    y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
+             eps: float, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n_rows, hidden = concrete(x2)
+    if y is None:
+        y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = tile_block(hidden, x2.element_size())
@@ -304,7 +314,7 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
 def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
               rstd: torch.Tensor, need_dw: bool,
               need_db: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    n_rows, hidden = x2.shape
+    n_rows, hidden = concrete(x2)
     block, single = tile_block(hidden, x2.element_size())
     tile, max_elements = BACKWARD_TILE_ELEMENTS.get(block, (TILE_ELEMENTS, 0))
     rows = rows_per_tile(block, single, n_rows, tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
@@ -339,7 +349,7 @@ def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rst
                     need_db: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage one of dw / db for wide rows: [row chunks, H] fp32 partials from the column-parallel kernel,
     about a full GPU of (column block, row chunk) programs."""
-    n_rows, hidden = x2.shape
+    n_rows, hidden = concrete(x2)
     col_blocks = -(-hidden // SPLIT_COLS)
     row_blocks = -(-n_rows // SPLIT_ROWS)
     chunks = max(1, min(row_blocks, resident_programs(x2.device, SPLIT_WARPS) // col_blocks))
@@ -372,6 +382,83 @@ class _LayerNormFunction(torch.autograd.Function):
         return dx.view(ctx.x_shape), dw, db, None
 
 
+# -- the gpudoctor::layer_norm custom op (what torch.compile sees) -----------------------------------------
+
+
+def _op_forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y [..., H] in x's dtype, mean and rstd [rows] fp32."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # allocated whole: the op returns no view
+    _, mean, rstd = _forward(as_rows(x, x.shape[-1]), weight, bias, eps, y.view(-1, x.shape[-1]))
+    return y, mean, rstd
+
+
+def _op_forward_fake(x, weight, bias, eps):
+    rows = x.shape[:-1].numel()
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(rows, dtype=torch.float32), x.new_empty(rows, dtype=torch.float32))
+
+
+def _op_forward_reference(x, weight, bias, eps):
+    xf = x.reshape(-1, x.shape[-1]).to(torch.promote_types(x.dtype, torch.float32))
+    var, mean = torch.var_mean(xf, dim=-1, correction=0)
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps).contiguous()
+    return y, mean.float(), torch.rsqrt(var + eps).float()
+
+
+def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
+                 rstd: torch.Tensor, need_dw: bool,
+                 need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx [..., H], dw and db [H] (each an empty [0] when not asked for: an op returns tensors only)."""
+    hidden = x.shape[-1]
+    dx, dw, db = _backward(as_rows(dy, hidden), as_rows(x, hidden), weight, mean, rstd,
+                           need_dw and weight is not None, need_db)
+    no_dw = (x if weight is None else weight).new_empty(0)  # the dtype the fake implementation gives
+    return dx.view(x.shape), no_dw if dw is None else dw, x.new_empty(0) if db is None else db
+
+
+def _op_backward_fake(dy, x, weight, mean, rstd, need_dw, need_db):
+    hidden = x.shape[-1]
+    dw_dtype = x.dtype if weight is None else weight.dtype
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(hidden if need_dw and weight is not None else 0, dtype=dw_dtype),
+            x.new_empty(hidden if need_db else 0))
+
+
+def _op_backward_reference(dy, x, weight, mean, rstd, need_dw, need_db):
+    """The kernel's backward in PyTorch ops, fp32 (fp64 for fp64), from the saved statistics."""
+    compute = torch.promote_types(x.dtype, torch.float32)
+    hidden = x.shape[-1]
+    x2, dy2 = x.reshape(-1, hidden).to(compute), dy.reshape(-1, hidden).to(compute)
+    x_hat = (x2 - mean.to(compute)[:, None]) * rstd.to(compute)[:, None]
+    g = dy2 if weight is None else dy2 * weight.to(compute)
+    dx = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd.to(compute)[:, None]
+    no_dw = (x if weight is None else weight).new_empty(0)
+    dw = (dy2 * x_hat).sum(0).to(weight.dtype) if need_dw and weight is not None else no_dw
+    db = dy2.sum(0).to(x.dtype) if need_db else x.new_empty(0)
+    return dx.to(x.dtype).view(x.shape), dw, db
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, weight, _, _ = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])  # the input and 2 x [rows] fp32, as the eager path
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _op_grad(ctx, dy: torch.Tensor, _dmean: torch.Tensor | None, _drstd: torch.Tensor | None):
+    x, weight, mean, rstd = ctx.saved_tensors
+    need_dw = weight is not None and ctx.needs_input_grad[1]
+    need_db = ctx.needs_input_grad[2]
+    dx, dw, db = _BWD_OP(dy, x, weight, mean, rstd, need_dw, need_db)
+    return dx, dw if need_dw else None, db if need_db else None, None
+
+
+_FWD_OP = define_op("layer_norm", _op_forward, _op_forward_fake, reference=_op_forward_reference)
+_BWD_OP = define_op("layer_norm_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference)
+if _FWD_OP is not None:
+    _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
+
+
 # -- public API ----------------------------------------------------------------------------------------
 
 
@@ -396,6 +483,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     if x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), hidden):
         return F.layer_norm(x, (hidden,), weight, bias, eps)  # the same op, faster there (see above)
+    if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+        return _FWD_OP(x, weight, bias, eps)[0]
     needs_grad = x.requires_grad or any(t is not None and t.requires_grad for t in (weight, bias))
     if not (torch.is_grad_enabled() and needs_grad):  # inference: no autograd node, nothing saved
         y, _, _ = _forward(as_rows(x, hidden), weight, bias, eps)

@@ -26,7 +26,16 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import Launcher, check_same, check_tensor, native_is_faster, tl, use_triton
+from gpudoctor.kernels._common import (
+    Launcher,
+    check_same,
+    check_tensor,
+    concrete,
+    define_op,
+    native_is_faster,
+    tl,
+    use_triton,
+)
 from gpudoctor.kernels._common import jit as _jit
 
 # With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm`` (fp32 math,
@@ -333,7 +342,11 @@ def partial_sums(programs: int, hidden: int, single: bool, needed: bool, device:
 
 def use_prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
     """Whether the single-block backward of [rows, block] tiles loads the next tile early (PREFETCH)."""
-    return (PREFETCH and x.element_size() == 2 and rows * block <= PREFETCH_ELEMENTS * 32 * num_warps
+    return use_prefetch_size(x.element_size(), rows, block, num_warps, max_rows)
+
+
+def use_prefetch_size(element_size: int, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
+    return (PREFETCH and element_size == 2 and rows * block <= PREFETCH_ELEMENTS * 32 * num_warps
             and (max_rows is None or rows <= max_rows))
 
 
@@ -344,8 +357,8 @@ def sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor
     n_parts, hidden = first.shape
     outs = [torch.empty(hidden, dtype=dtype, device=first.device) for _, dtype in parts]
     second = parts[1][0] if len(parts) > 1 else first
-    _launch_sum((-(-hidden // SUM_COLS),), first, second, outs[0], outs[-1], n_parts, hidden, BLOCK_M=SUM_ROWS,
-                BLOCK_N=SUM_COLS, HAS_Q=len(parts) > 1, num_warps=SUM_WARPS)
+    _launch_sum.launch((-(-hidden // SUM_COLS),), (first, second, outs[0], outs[-1], n_parts, hidden),
+                       (SUM_ROWS, SUM_COLS, len(parts) > 1), SUM_WARPS)
     return outs
 
 
@@ -358,32 +371,63 @@ def check_eps(eps: object) -> float:
 # -- launchers -----------------------------------------------------------------------------------------
 
 
-def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
-             llama: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    n_rows, hidden = x2.shape
-    y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
-    block, single = tile_block(hidden, x2.element_size())
+# Launch plans, per input shape: what the launchers would otherwise recompute in Python on every call
+# (block, rows per tile, warps, grid, prefetch) for shapes that repeat every step. Bounded like the
+# Launcher's cache.
+_FWD_PLANS: dict[tuple, tuple] = {}
+_BWD_PLANS: dict[tuple, tuple] = {}
+
+
+def remember(plans: dict, key: tuple, plan: tuple) -> tuple:
+    if len(plans) < 256:
+        plans[key] = plan
+    return plan
+
+
+def _forward_plan(n_rows: int, hidden: int, element_size: int, llama: bool) -> tuple:
+    """(grid, constexprs in signature order, num_warps) of the forward."""
+    block, single = tile_block(hidden, element_size)
     rows = rows_per_tile(block, single, n_rows)
-    _launch_fwd((-(-n_rows // rows),), x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset,
-                BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama, num_warps=warps_for(rows * block))
+    return (-(-n_rows // rows),), (block, rows, single, llama), warps_for(rows * block)
+
+
+def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.device, llama: bool,
+                   need_dw: bool) -> tuple:
+    """(grid, n_tiles, tiles per program, single, constexprs in signature order, num_warps) of the backward."""
+    block, single = tile_block(hidden, element_size)
+    rows = rows_per_tile(block, single, n_rows)
+    n_tiles = -(-n_rows // rows)
+    num_warps = warps_for(rows * block)
+    programs, per = grid_programs(device, n_tiles, num_warps)
+    prefetch = single and use_prefetch_size(element_size, rows, block, num_warps)
+    values = (block, rows, single, llama, need_dw, prefetch, single and block >= RELOAD_W_MIN_BLOCK)
+    return (programs,), n_tiles, per, single, values, num_warps
+
+
+def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool,
+             y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    n_rows, hidden = concrete(x2)
+    key = (n_rows, hidden, x2.dtype, llama)
+    plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key, _forward_plan(n_rows, hidden, x2.element_size(), llama))
+    if y is None:
+        y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
+    _launch_fwd.launch(plan[0], (x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset),
+                       plan[1], plan[2])
     return y, rstd
 
 
 def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
               llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    n_rows, hidden = x2.shape
-    block, single = tile_block(hidden, x2.element_size())
-    rows = rows_per_tile(block, single, n_rows)
-    n_tiles = -(-n_rows // rows)
-    num_warps = warps_for(rows * block)
-    programs, per = grid_programs(x2.device, n_tiles, num_warps)
+    n_rows, hidden = concrete(x2)
+    key = (n_rows, hidden, x2.dtype, x2.device, llama, need_dw)
+    plan = _BWD_PLANS.get(key) or remember(
+        _BWD_PLANS, key, _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
+    grid, n_tiles, per, single, values, num_warps = plan
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    dw_part = partial_sums(programs, hidden, single, need_dw, x2.device)
-    _launch_bwd((programs,), x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0),
-                n_rows, n_tiles, per, hidden, offset, BLOCK=block, ROWS=rows, SINGLE=single, LLAMA=llama,
-                HAS_DW=need_dw, PREFETCH=single and use_prefetch(x2, rows, block, num_warps),
-                RELOAD_W=single and block >= RELOAD_W_MIN_BLOCK, num_warps=num_warps)
+    dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
+    _launch_bwd.launch(grid, (x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0), n_rows,
+                              n_tiles, per, hidden, offset), values, num_warps)
     dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
 
@@ -404,6 +448,80 @@ class _RMSNormFunction(torch.autograd.Function):
         dx, dw = _backward(as_rows(dy, x2.shape[1]), x2, weight, rstd, ctx.offset, ctx.llama,
                            ctx.needs_input_grad[1])
         return dx.view(ctx.x_shape), dw, None, None, None
+
+
+# -- the gpudoctor::rms_norm custom op (what torch.compile sees) -------------------------------------------
+
+
+def _op_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+                llama: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """y [..., H] in x's dtype and rstd [rows] fp32: the kernels on CUDA (and under the interpreter)."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # allocated whole: the op returns no view
+    _, rstd = _forward(as_rows(x, x.shape[-1]), weight, eps, offset, llama, y.view(-1, x.shape[-1]))
+    return y, rstd
+
+
+def _op_forward_fake(x, weight, eps, offset, llama):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(x.shape[:-1].numel(),
+                                                                                    dtype=torch.float32)
+
+
+def _op_forward_reference(x, weight, eps, offset, llama):
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(compute)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return _rms_norm_native(x, weight, eps, offset, llama).contiguous(), rstd.reshape(-1).float()
+
+
+def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
+                 llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx [..., H] and dw [H] (an empty [0] when ``need_dw`` is False: an op returns tensors only)."""
+    hidden = x.shape[-1]
+    dx, dw = _backward(as_rows(dy, hidden), as_rows(x, hidden), weight, rstd, offset, llama, need_dw)
+    return dx.view(x.shape), weight.new_empty(0) if dw is None else dw
+
+
+def _op_backward_fake(dy, x, weight, rstd, offset, llama, need_dw):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            weight.new_empty(weight.shape if need_dw else (0,)))
+
+
+def _op_backward_reference(dy, x, weight, rstd, offset, llama, need_dw):
+    """The kernel's backward in PyTorch ops, in fp32 (fp64 for fp64), from the saved rstd."""
+    compute = torch.promote_types(x.dtype, torch.float32)
+    hidden = x.shape[-1]
+    x2, dy2 = x.reshape(-1, hidden).to(compute), dy.reshape(-1, hidden).to(compute)
+    r = rstd.to(compute)[:, None]
+    x_hat = x2 * r
+    g = dy2 * (weight.to(compute) + offset)
+    dx = (g - x_hat * (x_hat * g).sum(-1, keepdim=True) / hidden) * r
+    if not need_dw:
+        return dx.to(x.dtype).view(x.shape), weight.new_empty(0)
+    if llama:  # the weight multiplied x_hat rounded to x's dtype
+        x_hat = x_hat.to(x.dtype).to(compute)
+    return dx.to(x.dtype).view(x.shape), (dy2 * x_hat).sum(0).to(weight.dtype)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, weight, _, offset, llama = inputs
+    # the input and [rows] fp32, as the eager path; an input whose last dimension is strided is saved as
+    # given (an op's context keeps only its inputs and outputs) and copied again in the backward
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.offset, ctx.llama = offset, llama
+    ctx.mark_non_differentiable(output[1])
+
+
+def _op_grad(ctx, dy: torch.Tensor, _drstd: torch.Tensor | None):
+    x, weight, rstd = ctx.saved_tensors
+    need_dw = ctx.needs_input_grad[1]
+    dx, dw = _BWD_OP(dy, x, weight, rstd, ctx.offset, ctx.llama, need_dw)
+    return dx, dw if need_dw else None, None, None, None
+
+
+_FWD_OP = define_op("rms_norm", _op_forward, _op_forward_fake, reference=_op_forward_reference)
+_BWD_OP = define_op("rms_norm_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference)
+if _FWD_OP is not None:
+    _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
 
 def _rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
@@ -442,6 +560,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
         return _rms_norm_native(x, weight, eps, offset, llama)
     if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), x.shape[-1]):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
+    if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+        return _FWD_OP(x, weight, eps, offset, llama)[0]
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save
         y, _ = _forward(as_rows(x, x.shape[-1]), weight, eps, offset, llama)

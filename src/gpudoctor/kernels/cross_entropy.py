@@ -41,7 +41,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gpudoctor.errors import InputError
-from gpudoctor.kernels._common import Launcher, check_same, check_tensor, tl, use_triton
+from gpudoctor.kernels._common import Launcher, check_same, check_tensor, define_op, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
 # The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for
@@ -132,10 +132,9 @@ def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     n_rows, vocab = logits.shape
     block = min(BLOCK_V, max(16, 1 << (vocab - 1).bit_length()))
-    _launch_ce((n_rows,), logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
-               scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss,
-               HAS_ROW_SCALE=row_scale is not None, WRITE_GRAD=write_grad,
-               HAS_SMOOTHING=o.label_smoothing > 0, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+    _launch_ce.launch((n_rows,), (logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
+                                  scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss),
+                      (row_scale is not None, write_grad, o.label_smoothing > 0, block), 8 if block >= 2048 else 4)
 
 
 def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
@@ -235,6 +234,78 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return g_h, g_w, g_b, None, None, None
 
 
+# -- the gpudoctor::linear_cross_entropy custom op (what torch.compile sees) -------------------------------
+#
+# Opaque (``custom_op``) on every torch: the body is cuBLAS matmuls writing into one reused logits buffer and
+# a kernel rewriting it in place, which a functionalized trace would turn into copies of the buffer per chunk.
+
+
+def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
+                scale: torch.Tensor, row_scale: torch.Tensor | None, ignore_index: int, reduction: str,
+                label_smoothing: float, z_loss: float, chunk: int, need_hidden: bool, need_weight: bool,
+                need_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """hidden [N, H], target [N] -> (loss, grad hidden, grad weight, grad bias); a gradient not asked for
+    is an empty [0]. The loss is 0-d for "mean" / "sum", [N] for "none" (whose gradients come from a second
+    call with ``row_scale``, the per-row grad_output)."""
+    o = _Opts(ignore_index, reduction, label_smoothing, z_loss, chunk)
+    needs = (need_hidden, need_weight, bias is not None and need_bias)
+    if row_scale is not None:
+        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, torch.ones_like(row_scale[:1]), row_scale,
+                                          needs)
+    elif reduction == "none":
+        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, torch.ones_like(scale), None,
+                                          (False, False, False))
+    else:
+        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, scale, None, needs)
+        loss = loss.sum() * scale[0]
+    return (loss, hidden.new_empty(0) if g_h is None else g_h, weight.new_empty(0) if g_w is None else g_w,
+            (hidden if bias is None else bias).new_empty(0) if g_b is None else g_b.to(bias.dtype))  # distinct
+    # empties (returns never alias one another), in the dtypes the fake implementation gives
+
+
+def _op_forward_fake(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction, label_smoothing,
+                     z_loss, chunk, need_hidden, need_weight, need_bias):
+    loss_dtype = torch.promote_types(hidden.dtype, torch.float32)
+    per_row = row_scale is not None or reduction == "none"
+    grads = row_scale is not None or reduction != "none"
+    return (hidden.new_empty(target.shape if per_row else (), dtype=loss_dtype),
+            hidden.new_empty(hidden.shape if grads and need_hidden else (0,)),
+            weight.new_empty(weight.shape if grads and need_weight else (0,)),
+            hidden.new_empty((weight.shape[0],) if grads and need_bias and bias is not None else (0,),
+                             dtype=hidden.dtype if bias is None else bias.dtype))
+
+
+def _setup(ctx, inputs, output) -> None:
+    hidden, weight, bias, target, scale, _, *options = inputs
+    ctx.options = options  # ignore_index, reduction, label_smoothing, z_loss, chunk, needs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)  # no zeros of [V, H] for the gradient outputs nobody differentiates
+    if options[1] == "none":  # grad_output is per row: the gradients wait for it (a second pass)
+        ctx.save_for_backward(hidden, weight, bias, target, scale)  # inputs only
+    else:
+        ctx.save_for_backward(*output[1:])  # the gradients only, as the eager path
+
+
+def _op_grad(ctx, grad_loss: torch.Tensor | None, *_unused):
+    if grad_loss is None:
+        return (None,) * 14
+    ignore_index, reduction, label_smoothing, z_loss, chunk = ctx.options[:5]
+    needs = ctx.needs_input_grad
+    if reduction == "none":
+        hidden, weight, bias, target, scale = ctx.saved_tensors
+        row_scale = grad_loss.reshape(-1).to(torch.promote_types(hidden.dtype, torch.float32)).contiguous()
+        _, g_h, g_w, g_b = _OP(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction,
+                               label_smoothing, z_loss, chunk, needs[0], needs[1], needs[2])
+    else:
+        g_h, g_w, g_b = (g * grad_loss.to(g.dtype) for g in ctx.saved_tensors)  # out of place: traced
+    return ((g_h if needs[0] else None), (g_w if needs[1] else None), (g_b if needs[2] else None)) + (None,) * 11
+
+
+_OP = define_op("linear_cross_entropy", _op_forward, _op_forward_fake, reference=_op_forward, triton=False)
+if _OP is not None:
+    _OP.register_autograd(_op_grad, setup_context=_setup)
+
+
 # -- checks and entry ----------------------------------------------------------------------------------
 
 
@@ -307,7 +378,7 @@ def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tenso
     ``host-sync`` trap)."""
     valid = t1 != ignore_index
     bad = valid & ((t1 < 0) | (t1 >= vocab))
-    if t1.device.type == "cpu":
+    if t1.device.type == "cpu" and not torch.compiler.is_compiling():  # compiled: no data-dependent break
         n_bad = int(bad.sum())
         if n_bad:
             value = int(t1[bad][0])
@@ -351,6 +422,12 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
         return zero.expand(target.shape) if reduction == "none" else zero
     grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     with torch.autocast(hidden.device.type, enabled=False):  # inputs already in the matmul dtype
+        if _OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+            h2, t1 = _flat(hidden, target)
+            needs = [grads and t is not None and t.requires_grad for t in (hidden, weight, bias)]
+            loss = _OP(h2, weight, bias, t1, scale, None, ignore_index, reduction, o.label_smoothing, o.z_loss,
+                       chunk, *needs)[0]
+            return loss.view(target.shape) if reduction == "none" else loss
         if grads:
             return _LinearCrossEntropy.apply(hidden, weight, bias, target, o, scale)
         h2, t1 = _flat(hidden, target)

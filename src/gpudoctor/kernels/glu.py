@@ -37,6 +37,7 @@ from gpudoctor.kernels._common import (
     Launcher,
     check_same,
     check_tensor,
+    define_op,
     interpreting,
     tl,
     use_triton,
@@ -127,11 +128,12 @@ _launch_bwd = Launcher(_glu_bwd)
 
 
 def _layout(*tensors: torch.Tensor) -> tuple[int, int]:
-    """(rows, cols) every tensor is viewed as: one long row when all are contiguous, else [-1, last]."""
+    """(rows, cols) every tensor is viewed as: one long row when all are contiguous, else [-1, last].
+    As ints: a compiler's trace with dynamic shapes specializes the op on its size (see ``concrete``)."""
     if all(t.is_contiguous() for t in tensors):
-        return 1, tensors[0].numel()
-    cols = tensors[0].shape[-1]
-    return tensors[0].numel() // cols, cols
+        return 1, int(tensors[0].numel())
+    cols = int(tensors[0].shape[-1])
+    return int(tensors[0].numel()) // cols, cols
 
 
 def _rows(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -154,8 +156,8 @@ def _forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     g2, u2 = _rows(gate, rows, cols), _rows(up, rows, cols)
     out = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # [rows, cols]
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_fwd(grid, g2, u2, out, g2.stride(0), u2.stride(0), out.stride(0), cols, col_blocks,
-                KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(), num_warps=max(1, block // 256))
+    _launch_fwd.launch(grid, (g2, u2, out, g2.stride(0), u2.stride(0), out.stride(0), cols, col_blocks),
+                       (kind, block, not interpreting()), max(1, block // 256))
     return out.view(gate.shape)
 
 
@@ -165,9 +167,8 @@ def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int)
     dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # fresh buffers, [rows, cols]
     du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_bwd(grid, dy2, g2, u2, dg, du, dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0),
-                cols, col_blocks, KIND=kind, BLOCK=block, LIBDEVICE=not interpreting(),
-                num_warps=max(1, block // 256))
+    _launch_bwd.launch(grid, (dy2, g2, u2, dg, du, dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0),
+                              du.stride(0), cols, col_blocks), (kind, block, not interpreting()), max(1, block // 256))
     return dg.view(gate.shape), du.view(up.shape)
 
 
@@ -186,6 +187,61 @@ class _GluFunction(torch.autograd.Function):
         return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1] else None), None
 
 
+# -- the gpudoctor::glu custom op (what torch.compile sees) ------------------------------------------------
+
+
+def _op_forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
+    """act(gate) * up, a fresh contiguous tensor of gate's shape."""
+    return _forward(gate, up, kind)
+
+
+def _op_forward_fake(gate, up, kind):
+    return torch.empty_like(gate, memory_format=torch.contiguous_format)
+
+
+def _op_forward_reference(gate, up, kind):
+    return _native(gate, up, kind).contiguous()
+
+
+def _op_backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward(dy, gate, up, kind)
+
+
+def _op_backward_fake(dy, gate, up, kind):
+    return (torch.empty_like(gate, memory_format=torch.contiguous_format),
+            torch.empty_like(up, memory_format=torch.contiguous_format))
+
+
+def _op_backward_reference(dy, gate, up, kind):
+    """The kernel's backward in PyTorch ops (fp32 math, the formulas of the module docstring)."""
+    compute = torch.promote_types(gate.dtype, torch.float32)
+    x, u, d = gate.to(compute), up.to(compute), dy.to(compute)
+    if kind == SILU:
+        s = torch.sigmoid(x)
+        act, dact = x * s, s * (1.0 + x * (1.0 - s))
+    elif kind == GELU_TANH:
+        t = torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+        act = 0.5 * x * (1.0 + t)
+        dact = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    else:
+        cdf = 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+        act, dact = x * cdf, cdf + x * 0.3989422804014327 * torch.exp(-0.5 * x * x)
+    act = act.to(gate.dtype).to(compute)  # the value the forward multiplied by
+    return (d * u * dact).to(gate.dtype).contiguous(), (d * act).to(up.dtype).contiguous()
+
+
+def _setup(ctx, inputs, output) -> None:
+    gate, up, kind = inputs
+    ctx.save_for_backward(gate, up)  # only the inputs, as the eager path: the activation is recomputed
+    ctx.kind = kind
+
+
+def _op_grad(ctx, dy: torch.Tensor):
+    gate, up = ctx.saved_tensors
+    dg, du = _BWD_OP(dy, gate, up, ctx.kind)
+    return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1] else None), None
+
+
 def _native(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     """Eager PyTorch, exactly what HF computes (autograd keeps the activation)."""
     if kind == SILU:
@@ -202,7 +258,20 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
                          "give two tensors of one shape (the gate and up projections of the same tokens)")
     if gate.numel() == 0 or not use_triton(gate):
         return _native(gate, up, kind)
+    if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+        return _FWD_OP(gate, up, kind)
     return _GluFunction.apply(gate, up, kind)
+
+
+# Opaque custom ops, not triton_ops: Inductor's code generation for a user kernel re-emits the @triton.jit
+# helpers and names imported from triton that the kernel reads, but not a module global such as
+# ``libdevice`` (torch 2.13, torch/_inductor/codegen/wrapper.py), so the traced GLU kernels would not
+# compile; and an elementwise kernel gains nothing from Inductor seeing it (it fuses none into user kernels).
+_FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference, triton=False)
+_BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference,
+                    triton=False)
+if _FWD_OP is not None:
+    _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
 
 # -- public API ----------------------------------------------------------------------------------------

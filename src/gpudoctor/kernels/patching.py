@@ -34,6 +34,7 @@ class PatchReport:
     replaced: dict[str, int] = field(default_factory=dict)  # kind -> modules
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (module name, why)
     names: list[str] = field(default_factory=list)
+    path: str = ""  # how the fused ops reach torch.compile (custom ops, or autograd.Function where torch has none)
 
     @property
     def total(self) -> int:
@@ -45,7 +46,8 @@ class PatchReport:
             return ("gpudoctor.kernels.patch: nothing replaced: no RMSNorm, gated MLP or causal-LM head recognised"
                     + why)
         parts = ", ".join(f"{n} {kind}" for kind, n in self.replaced.items())
-        return f"gpudoctor.kernels.patch: replaced {parts}" + (f"; skipped {len(self.skipped)}" if self.skipped else "")
+        return (f"gpudoctor.kernels.patch: replaced {parts}" + (f"; skipped {len(self.skipped)}" if self.skipped else "")
+                + (f"; path: {self.path}" if self.path else ""))
 
 
 def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool = True,
@@ -79,9 +81,19 @@ def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool
         if kind:
             report.replaced[kind] = report.replaced.get(kind, 0) + 1
             report.names.append(name or type(module).__name__)
+    if report.total:
+        report.path = _path()
     if verbose:
         print(report)
     return report
+
+
+def _path() -> str:
+    # the kernel modules register their ops when imported: import those a patched forward calls
+    from gpudoctor.kernels import _rms_norm, cross_entropy, glu  # noqa: F401
+    from gpudoctor.kernels._common import path_in_use
+
+    return path_in_use()
 
 
 def unpatch(model: nn.Module) -> int:

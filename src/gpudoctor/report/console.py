@@ -31,6 +31,12 @@ def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -
         return
     console.print(_breakdown(report))
     console.print()
+    if report.ranks:  # a multi-rank report: the ranks side by side first
+        from gpudoctor.report.ranks import console_summary, console_table
+
+        console.print(console_table(report))
+        console.print(console_summary(report))
+        console.print()
     if any(v > 0 for v in report.idle.values()):
         console.print(_idle_table(report))
         console.print()

@@ -41,6 +41,10 @@ class Report:
     warnings: tuple[str, ...] = ()
     unprofiled_step_ms: float | None = None  # the same step timed without the profiler
     host: dict[str, Any] = field(default_factory=dict)  # CPU-only traces: the host breakdown
+    # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
+    # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
+    ranks: tuple[dict[str, Any], ...] = ()
+    distributed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def host_only(self) -> bool:
@@ -67,6 +71,7 @@ class Report:
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
             "host": self.host,
+            **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
         }
 
     def step_segments(self) -> list[Segment]:

@@ -327,6 +327,7 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
         memory=memory,
         gpus=gpus,
         span=(0, last - origin),
+        origin_ns=int(origin),
         event_count=event_count,
         skipped_events=skipped,
         bad_times=bad_times,

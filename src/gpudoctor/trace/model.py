@@ -134,6 +134,8 @@ class Trace:
     bad_times: int = 0  # events dropped for a start or duration no profiler writes (trace/load.py)
     negative_durations: int = 0  # events whose negative duration was read as 0
     bad_args: int = 0  # events kept without their args: an id or size out of range, a field of the wrong type
+    # the profiler's clock at time 0 of the columns (ns): ranks' clocks are compared on it (ranks/align.py)
+    origin_ns: int = 0
     unreadable_gpu_fields: tuple[str, ...] = ()  # deviceProperties fields read as 0 (unknown): out of range, wrong type
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
     _op_args: dict[int, Any] = field(default_factory=dict, repr=False)

@@ -36,6 +36,8 @@ trial mean, its 95% interval the inverse of the step-time change's.
 
 - ``made it worse``: the step-time change's whole interval is above +floor (diff's ``slower``);
 - ``no effect``: the interval holds 0 or lies within the floor (diff's ``no difference``);
+- ``within the program's drift``: the interval excludes 0 but lies within a floor raised by the
+  controls' drift: the knob changed the step by less than two unchanged runs of the program moved;
 - ``confirmed``: faster (the whole interval below -floor) and the interval reaches the prediction's
   ballpark: its best end saves at least half the predicted saving (predicted saving = 1 - 1 /
   predicted speedup, as a share of the step). A trial that beats its prediction is confirmed;
@@ -90,8 +92,9 @@ from gpudoctor.tryfix.knobs import BY_ID, KNOBS, NEEDS_CODE, Knob, child_env, kn
 
 LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
-CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED = (
-    "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied")
+CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, NOISY = (
+    "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied",
+    "within the program's drift")
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
 
@@ -159,7 +162,13 @@ def verdict(change: StepChange, predicted_speedup: float | None) -> str:
     if change.verdict == SLOWER:
         return WORSE
     if change.verdict == SAME:
-        return NO_EFFECT
+        # the interval excludes 0 but not the drift of the controls (a floor above diff's 1%): the
+        # knob did change the step, by less than unchanged runs of the program moved. The
+        # optimizer_foreach_off twin (H100, 2026-11-25): x1.55 [1.30-1.86] under a 29.5% floor
+        # was called "no effect"
+        drift = change.floor_pct > DEFAULT_FLOOR_PCT
+        excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0 or change.ci_low_pct > 0)
+        return NOISY if drift and excludes_zero else NO_EFFECT
     assert change.verdict == FASTER
     if predicted_speedup is None or not math.isfinite(predicted_speedup) or predicted_speedup <= 1.0:
         return FASTER_UNPREDICTED

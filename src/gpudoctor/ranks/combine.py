@@ -1,0 +1,71 @@
+"""The multi-rank analysis in one call: summaries in, findings and the per-rank table out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.core.finding import Finding
+from gpudoctor.errors import InputError
+from gpudoctor.ranks import exposed_comm, slow_collective, stage_imbalance, straggler
+from gpudoctor.ranks.aligned import align
+from gpudoctor.ranks.comm import split
+from gpudoctor.ranks.summary import RankSummary
+from gpudoctor.ranks.table import distributed, rows
+
+# the multi-rank finding ids (one module each), for listings and tests
+RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID)
+
+
+@dataclass(frozen=True)
+class RanksResult:
+    findings: tuple[Finding, ...]
+    rows: tuple[dict[str, Any], ...]
+    distributed: dict[str, Any]
+    chosen: int  # index of the rank whose single-GPU report carries the combined one
+    source: str
+    warnings: tuple[str, ...] = ()
+
+
+def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) -> RanksResult:
+    """``busbw_table``: a ``gpudoctor bench`` profile with NCCL curves for this GPU, if one exists."""
+    if len(summaries) < 2:
+        raise InputError(f"{len(summaries)} rank(s) given; a multi-rank analysis needs at least 2")
+    al = align(summaries)
+    cs = split(al)
+    st = straggler.find_straggler(al)
+    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table),
+             stage_imbalance.check(list(summaries), al.step_ms)]
+    warnings = []
+    counts = {len(s.collectives) for s in summaries}
+    if len(counts) > 1 or len(al.ops) < min(counts):
+        warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
+                        "were the same steps profiled on every rank?")
+    if any(c.op == "p2p" for s in summaries for c in s.collectives):
+        warnings.append("send/recv (pipeline-parallel) traffic is left out of the clock alignment, the straggler "
+                        "and the exposed communication; stage imbalance is compared on each rank's own clock, "
+                        "pipeline bubbles are not analysed yet")
+    if not len(al.ops):
+        warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
+    chosen = st.index if st else 0
+    warnings.insert(0, f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "
+                       f"{summaries[chosen].rank}'s, {'the straggler' if st else 'no rank straggles'}; the ranks "
+                       "table compares them all")
+    windows = {(w["first_step"], w["steps"]) for s in summaries if (w := s.env.get("window"))}
+    if len(windows) > 1:
+        warnings.append(f"the ranks' env.json name different profiled windows (first step, steps: {sorted(windows)}); "
+                        "their steps are compared by position")
+    steps = {s.steps for s in summaries}
+    if len(steps) > 1:
+        warnings.append(f"the ranks recorded different numbers of steps ({sorted(steps)}); the first "
+                        f"{al.steps} are compared")
+    return RanksResult(
+        findings=tuple(f for f in found if f is not None),
+        rows=rows(al, cs, st),
+        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table),
+        chosen=chosen,
+        source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
+            ", ..." if len(summaries) > 3 else ""),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,306 @@
+"""One rank's trace reduced to what the multi-rank analysis compares: step times, busy and idle
+by cause, every collective instance (its name, order, size, start, end, stream) on the rank's own
+clock, kernel times by name, one step's timeline and the rank's NVML facts. A summary is a few
+kilobytes whatever the trace's size: worker processes send these back, never events."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.intervals import union
+from gpudoctor.analysis.steps import Steps
+from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import HostCat, Trace
+
+MAX_KERNEL_NAMES = 80  # the kernels compared across ranks: the longest ones cover the step
+# one step's timeline is drawn at ~1000 px: intervals closer than this are merged into one bar
+TIMELINE_MERGE_NS = 20_000
+MAX_TIMELINE_BARS = 400
+
+# record_param_comms "Collective name" (torch.distributed) -> plan/collectives.py OPS
+_OP_NAMES = {
+    "allreduce": "all-reduce", "all_reduce": "all-reduce",
+    "allgather": "all-gather", "_allgather_base": "all-gather", "all_gather": "all-gather",
+    "allgather_into_tensor_coalesced": "all-gather", "all_gather_into_tensor": "all-gather",
+    "reduce_scatter": "reduce-scatter", "_reduce_scatter_base": "reduce-scatter",
+    "reduce_scatter_tensor": "reduce-scatter", "reduce_scatter_tensor_coalesced": "reduce-scatter",
+    "all_to_all": "all-to-all", "alltoall": "all-to-all", "alltoall_base": "all-to-all",
+    "broadcast": "broadcast", "send": "p2p", "recv": "p2p", "recvAnysource": "p2p",
+}
+# ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t
+_KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|SendRecv|Send|Recv)")
+_KERNEL_OPS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
+               "Broadcast": "broadcast", "SendRecv": "p2p", "Send": "p2p", "Recv": "p2p"}
+# CPU process groups wrap each collective in a record_function named after the backend and the op
+# ("gloo:all_reduce" on the gloo worker thread that runs it); a CPU-only job's collectives are these
+_HOST_COLLECTIVE = re.compile(r"^(?:gloo|mpi|ucc|nccl|xccl):([A-Za-z_]+)$")
+_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Char": 1,
+                "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective kernel on one rank, times on the rank's own clock (ns, the profiler's)."""
+
+    op: str  # plan/collectives.py OPS name: all-reduce, all-gather, ...
+    seq: int  # its place among this rank's collectives of the window
+    nbytes: int  # nccl-tests size convention (the larger of input and output); 0 when unrecorded
+    start: int
+    end: int
+    stream: int
+    group: str  # process group name ("" when unrecorded)
+    step: int  # index of the step it starts in, -1 outside every step
+    # compute (non-NCCL kernels) running beside it, as (start, end) offsets from its start:
+    # what of it is hidden, worked out once its wait is known (ranks/comm.py)
+    overlap: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def dur(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """What one rank contributes to the multi-rank analysis."""
+
+    rank: int
+    source: str
+    gpu: str
+    step_start: tuple[int, ...]  # own clock, ns
+    step_end: tuple[int, ...]
+    busy_ms: float  # per step, every GPU event
+    compute_ms: float  # per step, non-NCCL kernels (union)
+    idle_ms: float
+    idle_by_cause: dict[str, float]  # cause -> ms per step (analysis/idle.py)
+    collectives: tuple[Collective, ...]
+    kernel_ms: dict[str, float]  # non-NCCL kernel name -> ms per step (the longest MAX_KERNEL_NAMES)
+    kernels_per_step: float
+    # one step (the middle one of the window) as merged bars on the rank's clock: (start, end, kind)
+    timeline_step: int = -1
+    timeline: tuple[tuple[int, int, str], ...] = ()
+    env: dict[str, Any] = field(default_factory=dict)  # hostname, world_size, nvml (from env.json)
+
+    @property
+    def step_ms(self) -> float:
+        n = len(self.step_start)
+        return sum(e - s for s, e in zip(self.step_start, self.step_end)) / n / 1e6 if n else 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_start)
+
+
+def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> RankSummary:
+    """The summary of one rank's analysis (pure: the trace is read, nothing else)."""
+    t, d = a.trace, a.trace.device
+    origin = t.origin_ns
+    steps = a.steps
+    nccl = d.kind == Kind.NCCL
+    comp_s, comp_e = union(d.ts[~nccl], d.end[~nccl])
+    n = max(len(steps), 1)
+    starts = tuple(int(x) + origin for x in steps.start)
+    ends = tuple(int(x) + origin for x in steps.end)
+    compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    return RankSummary(
+        rank=rank,
+        source=t.source,
+        gpu=t.gpu.name if t.gpu else "",
+        step_start=starts,
+        step_end=ends,
+        busy_ms=a.breakdown.busy_ms,
+        compute_ms=compute_ns / n / 1e6,
+        idle_ms=a.breakdown.idle_ms,
+        idle_by_cause={k: round(v, 6) for k, v in a.idle.by_cause_ms.items() if v > 0},
+        collectives=_collectives(a, comp_s, comp_e),
+        kernel_ms=_kernel_ms(a, ~nccl, n),
+        kernels_per_step=a.breakdown.kernel_count_per_step,
+        timeline_step=len(steps) // 2 if len(steps) else -1,
+        timeline=_timeline(a, nccl, comp_s, comp_e),
+        env=_env_facts(env or {}),
+    )
+
+
+def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | None = None) -> RankSummary:
+    """The summary of a rank that ran on the CPU (gloo): its collectives are the process group's
+    host ranges ("gloo:all_reduce", on the worker thread that ran them), its compute the operators
+    on the thread that ran the steps, and what of its step no operator covers (Python: data,
+    logging, sleeps) its "host-work" idle: the cause a straggler's lateness is judged on."""
+    host, origin = trace.host, trace.origin_ns
+    names = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in trace.strings], bool)
+    coll = np.flatnonzero(names[host.name]) if len(host) else np.empty(0, np.int64)
+    coll = coll[host.depth[coll] == np.min(host.depth[coll])] if coll.size else coll
+    coll = coll[np.argsort(host.ts[coll], kind="stable")]
+    main = _step_thread(trace, steps)
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name])
+    if ops.size:  # the outermost operators: under the step's annotation, not under another operator
+        parent = host.parent[ops]
+        ops = ops[(parent < 0) | (host.cat[np.maximum(parent, 0)] != HostCat.OP)]
+    comp_s, comp_e = union(host.ts[ops], host.end[ops])
+    n = max(len(steps), 1)
+    compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    # the step's time under neither an operator nor a collective in flight: the program's own
+    # Python (a rank that waits for the others does so inside the collective's range)
+    either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll])), np.concatenate((host.end[ops], host.end[coll])))
+    covered_ns = sum(_clip(either_s, either_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    step_ns = float((steps.end - steps.start).sum()) if len(steps) else 0.0
+    uncovered_ms = max(step_ns - covered_ns, 0.0) / n / 1e6
+    out = []
+    for seq, i in enumerate(coll.tolist()):
+        s, e = int(host.ts[i]), int(host.end[i])
+        m = _HOST_COLLECTIVE.match(trace.strings[int(host.name[i])])
+        op = _OP_NAMES.get(m.group(1), "collective") if m else "collective"
+        step = int(np.searchsorted(steps.start, s, side="right")) - 1
+        if step >= 0 and s >= steps.end[step]:
+            step = -1
+        lo = int(np.searchsorted(comp_e, s, side="right"))
+        hi = int(np.searchsorted(comp_s, e, side="left"))
+        overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
+        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "", step, overlap))
+    comm_s, comm_e = union(host.ts[coll], host.end[coll])
+    timeline: tuple[tuple[int, int, str], ...] = ()
+    if len(steps):
+        k = len(steps) // 2
+        lo_t, hi_t = int(steps.start[k]), int(steps.end[k])
+        bars = _bars(comp_s, comp_e, lo_t, hi_t, "compute") + _bars(comm_s, comm_e, lo_t, hi_t, "comm")
+        timeline = tuple((a + origin, b + origin, kind) for a, b, kind in sorted(bars)[:MAX_TIMELINE_BARS])
+    return RankSummary(
+        rank=rank,
+        source=trace.source,
+        gpu="",
+        step_start=tuple(int(x) + origin for x in steps.start),
+        step_end=tuple(int(x) + origin for x in steps.end),
+        busy_ms=compute_ns / n / 1e6,
+        compute_ms=compute_ns / n / 1e6,
+        idle_ms=max(step_ns / n / 1e6 - compute_ns / n / 1e6, 0.0),
+        idle_by_cause={"host-work": round(uncovered_ms, 6)} if uncovered_ms > 0 else {},
+        collectives=tuple(out),
+        kernel_ms={},
+        kernels_per_step=0.0,
+        timeline_step=len(steps) // 2 if len(steps) else -1,
+        timeline=timeline,
+        env=_env_facts(env or {}),
+    )
+
+
+def _step_thread(trace: Trace, steps: Steps) -> int:
+    """The thread that ran the steps: the one holding the ProfilerStep ranges, else the one with the
+    most operator time."""
+    host = trace.host
+    marks = np.flatnonzero(trace.names_matching(lambda x: x.startswith("ProfilerStep#"))[host.name])
+    if marks.size:
+        return int(np.bincount(host.thread[marks]).argmax())
+    ops = np.flatnonzero(host.cat == HostCat.OP)
+    if not ops.size:
+        return 0
+    return int(np.bincount(host.thread[ops], weights=(host.end - host.ts)[ops]).argmax())
+
+
+def _clip(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
+    return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+
+
+def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[Collective, ...]:
+    t, d = a.trace, a.trace.device
+    idx = np.flatnonzero(d.kind == Kind.NCCL)
+    idx = idx[np.argsort(d.ts[idx], kind="stable")]
+    origin = t.origin_ns
+    out = []
+    for seq, i in enumerate(idx.tolist()):
+        s, e = int(d.ts[i]), int(d.end[i])
+        op, nbytes, group = _describe(t, i)
+        step = int(np.searchsorted(a.steps.start, s, side="right")) - 1
+        if step >= 0 and s >= a.steps.end[step]:
+            step = -1
+        lo = int(np.searchsorted(comp_e, s, side="right"))
+        hi = int(np.searchsorted(comp_s, e, side="left"))
+        overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
+        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step, overlap))
+    return tuple(out)
+
+
+def _describe(t: Any, i: int) -> tuple[str, int, str]:
+    """The collective's op, size and group: from the record_param_comms call around its launch
+    (torch >= 2.1 records "Collective name", "In/Out msg nelems", "dtype", "Process Group Name"),
+    else from the kernel's name with the size unknown."""
+    kernel = t.string(int(t.device.name[i]))
+    m = _KERNEL_OP.search(kernel)
+    op = _KERNEL_OPS[m.group(1)] if m else "collective"
+    host = int(t.device.op[i])
+    if host < 0:
+        return op, 0, ""
+    try:
+        args = msgspec.json.decode(t.host.raw_args[host])
+    except (msgspec.DecodeError, TypeError):
+        return op, 0, ""
+    if not isinstance(args, dict) or "Collective name" not in args:
+        return op, 0, ""
+    op = _OP_NAMES.get(str(args.get("Collective name")), op)
+    elems = max(_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
+    return op, elems * _DTYPE_BYTES.get(str(args.get("dtype")), 0), str(args.get("Process Group Name", ""))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _kernel_ms(a: Analysis, mask: np.ndarray, n: int) -> dict[str, float]:
+    d = a.trace.device
+    names, durs = d.name[mask], (d.end - d.ts)[mask]
+    if len(names) == 0:
+        return {}
+    uniq, inv = np.unique(names, return_inverse=True)
+    total = np.bincount(inv, weights=durs)
+    top = np.argsort(-total, kind="stable")[:MAX_KERNEL_NAMES]
+    return {a.trace.string(int(uniq[k])): float(total[k]) / n / 1e6 for k in top.tolist()}
+
+
+def _timeline(a: Analysis, nccl: np.ndarray, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[tuple[int, int, str], ...]:
+    steps = a.steps
+    if not len(steps):
+        return ()
+    k = len(steps) // 2
+    lo, hi = int(steps.start[k]), int(steps.end[k])
+    d = a.trace.device
+    comm_s, comm_e = union(d.ts[nccl], d.end[nccl])
+    bars = _bars(comp_s, comp_e, lo, hi, "compute") + _bars(comm_s, comm_e, lo, hi, "comm")
+    origin = a.trace.origin_ns
+    return tuple((s + origin, e + origin, kind) for s, e, kind in sorted(bars)[:MAX_TIMELINE_BARS])
+
+
+def _bars(s: np.ndarray, e: np.ndarray, lo: int, hi: int, kind: str) -> list[tuple[int, int, str]]:
+    keep = (e > lo) & (s < hi)
+    s, e = np.clip(s[keep], lo, hi), np.clip(e[keep], lo, hi)
+    bars: list[list[int]] = []
+    for a, b in zip(s.tolist(), e.tolist()):
+        if bars and a - bars[-1][1] < TIMELINE_MERGE_NS:
+            bars[-1][1] = max(bars[-1][1], b)
+        else:
+            bars.append([a, b])
+    return [(a, b, kind) for a, b in bars]
+
+
+def _env_facts(env: dict[str, Any]) -> dict[str, Any]:
+    """The env.json facts the straggler's cause is judged on; malformed values read as absent."""
+    out: dict[str, Any] = {}
+    for key in ("hostname", "world_size", "local_rank"):
+        if isinstance(env.get(key), (str, int)) and not isinstance(env.get(key), bool):
+            out[key] = env[key]
+    window = env.get("window")
+    if isinstance(window, dict) and all(isinstance(window.get(k), int) for k in ("first_step", "steps")):
+        out["window"] = {"first_step": window["first_step"], "steps": window["steps"]}
+    capture = env.get("capture")
+    nvml = capture.get("nvml") if isinstance(capture, dict) else env.get("nvml")
+    if isinstance(nvml, dict):
+        for key in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "sm_clock_mhz_max_supported", "power_w_mean"):
+            if isinstance(nvml.get(key), (int, float)):
+                out[key] = float(nvml[key])
+        reasons = nvml.get("throttle_reasons_seen")
+        if isinstance(reasons, list):
+            out["throttle_reasons_seen"] = [str(r) for r in reasons]
+    return out

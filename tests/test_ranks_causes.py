@@ -1,0 +1,178 @@
+"""The straggler's cause and the noise floor, on hand-built rank summaries (ranks/straggler.py):
+a slower GPU (same kernels slower, lower SM clock in its NVML samples), more work, an unexplained
+lag, and a spread within noise that names no one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.ranks.aligned import align
+from gpudoctor.ranks.combine import combine
+from gpudoctor.ranks.straggler import check, find_straggler
+from gpudoctor.ranks.summary import Collective, RankSummary
+
+STEP_NS = 10_000_000  # 10 ms steps
+STEPS = 4
+
+
+def rank(r: int, late_ns: int = 0, kernel_ms: float = 6.0, compute_ms: float = 6.0, kernels: float = 100,
+         idle: dict[str, float] | None = None, clock: float = 1980.0, offset_ns: int = 0) -> RankSummary:
+    """One collective per step ending 1 ms before the step's end on every rank; a late rank starts
+    it ``late_ns`` later (it waits for no one), the others wait inside it."""
+    colls = []
+    for k in range(STEPS):
+        end = k * STEP_NS + 9_000_000
+        start = end - 200_000 + late_ns
+        colls.append(Collective("all-reduce", k, 1 << 26, start + offset_ns, end + offset_ns, 7, "0", k))
+    return RankSummary(
+        rank=r, source=f"rank{r}", gpu="NVIDIA H100 80GB HBM3",
+        step_start=tuple(k * STEP_NS + offset_ns for k in range(STEPS)),
+        step_end=tuple((k + 1) * STEP_NS + offset_ns for k in range(STEPS)),
+        busy_ms=compute_ms + 0.2, compute_ms=compute_ms, idle_ms=3.8, idle_by_cause=idle or {"dispatch": 3.8},
+        collectives=tuple(colls), kernel_ms={"gemm": kernel_ms, "norm": 1.0}, kernels_per_step=kernels,
+        env={"sm_clock_mhz_mean": clock, "throttle_reasons_seen": ["hw_slowdown"] if clock < 1900 else []})
+
+
+def test_slower_gpu_named_with_its_clock() -> None:
+    ranks = [rank(0), rank(1, late_ns=150_000, kernel_ms=6.5, compute_ms=6.5, clock=1600.0, offset_ns=777_777), rank(2)]
+    st = find_straggler(align(ranks))
+    assert st is not None and st.rank == 1 and st.cause == "slower-gpu"
+    assert st.imposed_ms == pytest.approx(0.15)
+    assert st.numbers["kernel_slowdown"] == pytest.approx(7.5 / 7.0, abs=1e-4)
+    f = check(align(ranks))
+    assert f is not None and "1600 MHz against 1980 MHz" in f.summary
+    assert f.evidence.numbers["throttle_reasons"] == "hw_slowdown"
+
+
+def test_more_work_when_its_kernels_are_not_slower() -> None:
+    ranks = [rank(0), rank(1), rank(2, late_ns=300_000, compute_ms=6.4, kernels=120)]
+    st = find_straggler(align(ranks))
+    assert st is not None and st.rank == 2 and st.cause == "more-work"
+    assert st.numbers["compute_excess_ms"] == pytest.approx(0.4)
+    assert st.numbers["extra_kernels_per_step"] == 20
+
+
+def test_host_sync_idle_explains_a_late_rank() -> None:
+    ranks = [rank(0, late_ns=500_000, idle={"host-sync": 0.6, "dispatch": 3.2}), rank(1), rank(2)]
+    st = find_straggler(align(ranks))
+    assert st is not None and (st.rank, st.cause) == (0, "host-sync")
+    assert st.imposed_ms == pytest.approx(0.5)
+
+
+def test_unexplained_lag_says_so() -> None:
+    st = find_straggler(align([rank(0), rank(1, late_ns=400_000)]))
+    assert st is not None and st.cause == "unexplained"
+
+
+def test_spread_within_noise_names_no_one() -> None:
+    # 40 us late per step: under the 50 us / 1% of a 10 ms step floor
+    result = combine([rank(0), rank(1, late_ns=40_000), rank(2)])
+    assert all(f.id != "straggler" for f in result.findings)
+    assert result.distributed["straggler_rank"] is None
+    assert [r["wait_imposed_ms"] for r in result.rows] == [0.0, 0.04, 0.0]
+
+
+def test_slow_collective_against_this_machines_measured_curve(tmp_path) -> None:
+    import json
+
+    from gpudoctor.hardware.machine import collectives_profile_for
+
+    # two ranks, a 64 MiB all-reduce of 2 ms each step: 64 MiB / 2 ms = 33.6 GB/s bus bandwidth (n=2: x1)
+    ranks = [rank(0), rank(1)]
+    ranks = [RankSummary(**{**r.__dict__, "collectives": tuple(
+        Collective(c.op, c.seq, 1 << 26, c.end - 2_000_000, c.end, c.stream, c.group, c.step) for c in r.collectives)})
+        for r in ranks]
+    flat = [{"bytes": b, "time_s": b / 100e9, "algbw_Bps": 100e9, "busbw_Bps": 100e9} for b in (1 << 24, 1 << 28)]
+    profile = {"ceilings": {"gpu": "NVIDIA H100 80GB HBM3"}, "measured_utc": "2026-11-25T00:00:00Z",
+               "collectives": {"world_size": 2, "gpu": "NVIDIA H100 80GB HBM3", "curves": {"all_reduce": flat}}}
+    (tmp_path / "gpu-1.json").write_text(json.dumps(profile))
+    (tmp_path / "other.json").write_text(json.dumps({**profile, "ceilings": {"gpu": "NVIDIA A100"}}))
+    table = collectives_profile_for("NVIDIA H100 80GB HBM3", tmp_path)
+    assert table == tmp_path / "gpu-1.json"
+    result = combine(ranks, str(table))
+    c = result.distributed["collectives"][0]
+    assert (c["achieved_busbw_GBps"], c["predicted_busbw_GBps"]) == (33.55, 100.0)
+    assert result.distributed["predicted_from"] == f"machine profile {table}"
+    slow = next(f for f in result.findings if f.id == "slow-collective")
+    assert "measured on this machine" in slow.summary
+    # every 2 ms transfer runs exposed; the curve says 0.671 ms: 1.329 ms per step above it
+    assert slow.saving_ms == pytest.approx(2.0 - (1 << 26) / 100e9 * 1e3, abs=1e-3)
+
+
+def test_windows_that_differ_are_said() -> None:
+    a = RankSummary(**{**rank(0).__dict__, "env": {"window": {"first_step": 10, "steps": 4}}})
+    b = RankSummary(**{**rank(1).__dict__, "env": {"window": {"first_step": 11, "steps": 4}}})
+    assert any("different profiled windows" in w for w in combine([a, b]).warnings)
+
+
+def test_an_extra_collective_before_the_window_shifts_nothing() -> None:
+    r1 = rank(1, late_ns=300_000, offset_ns=5_000)
+    barrier = Collective("all-reduce", 0, 1 << 26, -3_000_000, -2_900_000, 7, "0", -1)
+    r1 = RankSummary(**{**r1.__dict__, "collectives": (barrier, *r1.collectives)})
+    al = align([rank(0), r1, rank(2)])
+    assert len(al.ops) == STEPS
+    assert al.offsets.tolist() == [0, 5_000, 0]
+    st = find_straggler(al)
+    assert st is not None and st.rank == 1 and st.imposed_ms == pytest.approx(0.3)
+
+
+def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
+    bare = [RankSummary(**{**rank(r).__dict__, "collectives": ()}) for r in range(2)]
+    result = combine(bare)
+    assert result.findings == () and len(result.rows) == 2
+    assert any("no collective matched" in w for w in result.warnings)
+    p2p = [RankSummary(**{**r.__dict__, "collectives": tuple(
+        Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in r.collectives)})
+        for r in (rank(0), rank(1, late_ns=500_000))]
+    result = combine(p2p)
+    assert result.distributed["matched_collectives"] == 0 and result.distributed["straggler_rank"] is None
+    assert any("pipeline bubbles are not analysed yet" in w for w in result.warnings)
+    assert [f.id for f in result.findings] == []  # equal stages: no stage-imbalance
+
+
+def test_stage_imbalance_on_a_pipeline() -> None:
+    def stage(r: int, compute_ms: float) -> RankSummary:
+        s = rank(r, compute_ms=compute_ms)
+        return RankSummary(**{**s.__dict__, "collectives": tuple(
+            Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in s.collectives)})
+
+    result = combine([stage(0, 6.0), stage(1, 6.0), stage(2, 8.0), stage(3, 6.0)])
+    f = next(f for f in result.findings if f.id == "stage-imbalance")
+    assert f.evidence.numbers["slowest_rank"] == 2
+    assert f.saving_ms == pytest.approx(8.0 - 6.5)  # the slowest stage above the mean
+    # 6.5 ms against 6.0: under 10% above the median, no finding
+    assert all(f.id != "stage-imbalance" for f in combine([stage(0, 6.0), stage(1, 6.5)]).findings)
+
+
+def test_env_json_facts_read_for_the_cause() -> None:
+    from gpudoctor.ranks.summary import _env_facts
+
+    env = {"rank": 3, "world_size": 8, "local_rank": 3, "hostname": "n1", "window": {"first_step": 12, "steps": 5},
+           "capture": {"nvml": {"samples": 9, "sm_clock_mhz_mean": 1410.0, "sm_clock_mhz_min": 1200,
+                                "throttle_reasons_seen": ["sw_thermal"], "power_w_mean": "bad"}}}
+    assert _env_facts(env) == {"hostname": "n1", "world_size": 8, "local_rank": 3,
+                               "window": {"first_step": 12, "steps": 5}, "sm_clock_mhz_mean": 1410.0,
+                               "sm_clock_mhz_min": 1200.0, "throttle_reasons_seen": ["sw_thermal"]}
+
+
+# -- a CPU job: gloo ranks recorded by `gpudoctor run --nproc 2` ----------------------------------
+
+
+def test_a_gloo_job_names_its_straggler_from_host_ranges() -> None:
+    """tests/data/gloo_straggler: tests/programs/multigpu/ddp_gpt_straggler.py on the CPU, 2 gloo
+    ranks, rank 1 sleeping 30 ms a step before its forward (`gpudoctor run --nproc 2 --skip 4
+    --steps 3`, 2026-11-25). Its collectives are the "gloo:all_reduce" ranges on gloo's threads."""
+    from gpudoctor.pipeline import analyze_ranks
+
+    report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"], jobs=1)
+    by_id = {f.id: f for f in report.findings}
+    straggler = by_id["straggler"]
+    assert straggler.evidence.numbers["rank"] == 1 and straggler.evidence.numbers["cause"] == "host-work"
+    assert straggler.saving_ms == pytest.approx(30.5774, abs=1e-4)  # planted: 30 ms a step
+    assert straggler.evidence.numbers["idle_excess_ms"] == pytest.approx(34.2428, abs=1e-4)
+    assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
+    assert [r["idle"] for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
+    assert report.ranks[1]["clock_offset_us"] == pytest.approx(3180.425, abs=1e-3)
+    assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(15.231, abs=1e-3)
