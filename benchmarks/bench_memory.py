@@ -250,6 +250,20 @@ ARCH: list[dict] = [
     for family, config in _ARCH_CONFIGS.items()
 ]
 
+# Generation on small models in other shapes than ARCH's (batch 8, 512 + 64 tokens): one sequence
+# with a long generation, short prompts, eager attention; a Phi-3-style 0.4B model (--gen-small)
+_PHI3_04B = {"hidden_size": 1536, "intermediate_size": 4096, "num_attention_heads": 16, "num_key_value_heads": 16,
+             "num_hidden_layers": 12, "vocab_size": 32064, "max_position_embeddings": 4096,
+             "original_max_position_embeddings": 4096, "pad_token_id": 0}
+GEN_SMALL: list[dict] = [
+    {"name": f"gen-small-{family}-{tag}", "family": family, "config": config, "infer": True,
+     "opts": {"weights_dtype": "bf16", **opts}}
+    for family, config in (("gpt2", _ARCH_CONFIGS["gpt2"]), ("phi3", _PHI3_04B))
+    for tag, opts in (("b1-p128-n256", {"batch": 1, "prompt": 128, "new": 256, "attention": "sdpa"}),
+                      ("b4-p64-n512-eager", {"batch": 4, "prompt": 64, "new": 512, "attention": "eager"}),
+                      ("b16-p256-n128", {"batch": 16, "prompt": 256, "new": 128, "attention": "sdpa"}))
+]
+
 _CONFIG_CLASSES = {"deepseek_v2": "DeepseekV2Config", "llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
                    "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
                    "mistral": "MistralConfig", "gemma2": "Gemma2Config", "qwen2_moe": "Qwen2MoeConfig",
@@ -451,6 +465,8 @@ def measure(out: Path, names: list[str]) -> None:
         runs, names = HELDOUT, names[1:]
     elif names[:1] == ["--arch"]:
         runs, names = ARCH, names[1:]
+    elif names[:1] == ["--gen-small"]:
+        runs, names = GEN_SMALL, names[1:]
     chosen = [run for run in runs if (not names or run["name"] in names)
               and (not only or any(o in run["name"] for o in only))]
 
@@ -491,7 +507,7 @@ def measure_one(out: Path, name: str) -> None:
     if name == "cuda-context":
         print(json.dumps(_context()))
         return
-    run = next(r for r in RUNS + HELDOUT + ARCH if r["name"] == name)
+    run = next(r for r in RUNS + HELDOUT + ARCH + GEN_SMALL if r["name"] == name)
     import torch
 
     try:
@@ -602,8 +618,8 @@ def dryrun_table(results: Path) -> None:
 
 if __name__ == "__main__":
     if "--list" in sys.argv[1:]:
-        sets = {"--heldout": HELDOUT, "--arch": ARCH}
-        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH):
+        sets = {"--heldout": HELDOUT, "--arch": ARCH, "--gen-small": GEN_SMALL}
+        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH + GEN_SMALL):
             print(f"{run['name']:34s} {run['family']:12s} {'generate' if run.get('infer') else 'train'}")
         sys.exit(0)
     if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
