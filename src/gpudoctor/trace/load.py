@@ -6,7 +6,9 @@ import dataclasses
 import gc
 import gzip
 import os
+import struct
 import zlib
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,8 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 # trace with no other timed event is refused. So is a trace whose events span more than a day:
 # its clocks disagree.
 MAX_SPAN_NS = 24 * 3600 * 10**9
+_TS, _DUR, _CAT, _NAME, _ARGS = (attrgetter(f) for f in ("ts", "dur", "cat", "name", "args"))
+_PID_TID = attrgetter("pid", "tid")
 _I64_MAX = 2**63 - 1
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
@@ -129,11 +133,33 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
 
 def _gunzip(data: bytes, source: str) -> bytes:
     try:
-        return gzip.decompress(data)
+        return _inflate(data)
     except (EOFError, OSError, zlib.error):
         raise TraceFormatError(
             f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
         ) from None
+
+
+def _inflate(data: bytes) -> bytes:
+    """gzip.decompress, faster where the optional ``isal`` package (ISA-L) is installed: a 48 MB
+    trace inflates in 0.035 s against zlib's 0.080 s (2-core x86_64, isal 1.9.1). Taken only for
+    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
+    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return gzip.decompress(data)
+    try:
+        out = isal_zlib.decompress(data, 31)  # 31: gzip; inflates the first member, checks its CRC and size
+    except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
+        return gzip.decompress(data)
+    # The first member ends with its trailer (CRC, size). It is the whole file when the file's
+    # last 8 bytes are that trailer and those 8 bytes occur nowhere earlier (had the member ended
+    # sooner, its trailer would stand there, before what follows).
+    trailer = struct.pack("<II", isal_zlib.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
+    if data.endswith(trailer) and data.find(trailer, 0, len(data) - 1) < 0:
+        return out
+    return gzip.decompress(data)
 
 
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
@@ -224,7 +250,7 @@ class _Strings:
         for name in dict.fromkeys(names):  # distinct names, in order, at C speed
             if name not in ids:
                 ids[name] = len(ids)
-        return np.array([ids[n] for n in names], dtype=np.int32)
+        return np.array(list(map(ids.__getitem__, names)), dtype=np.int32)
 
     def table(self) -> list[str]:
         return list(self.ids)
@@ -240,16 +266,26 @@ def _times(events: list[TraceEvent], complete: bool = True) -> tuple[list[TraceE
     unusable time of those dropped ("" when none was). Instant events (``complete=False``) have
     no duration to check."""
     n = len(events)
-    ts = np.fromiter((e.ts for e in events), np.float64, n)
-    dur = np.fromiter((e.dur for e in events), np.float64, n) if complete else np.zeros(n)
+    # map + attrgetter: one C-level pass per field (a generator expression costs twice as much)
+    ts = np.fromiter(map(_TS, events), np.float64, n)
+    dur = np.fromiter(map(_DUR, events), np.float64, n) if complete else np.zeros(n)
     ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
     if ok.all():
         return events, ts, dur, ""
     first = int(np.argmin(ok))
     bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
     example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
-    kept = [e for e, keep in zip(events, ok.tolist()) if keep]
+    kept = _pick(events, np.flatnonzero(ok))
     return kept, ts[ok], dur[ok], example
+
+
+def _pick(values: list[Any], index: np.ndarray) -> list[Any]:
+    """``[values[i] for i in index]`` at C speed."""
+    if len(index) == 0:
+        return []
+    if len(index) == 1:
+        return [values[int(index[0])]]
+    return list(itemgetter(*index.tolist())(values))
 
 
 def _int_column(values: list[int | None]) -> np.ndarray:
@@ -343,14 +379,13 @@ def _host_table(
     n = len(events)
     ts = _ns(ts_us)
     end = ts + np.maximum(_ns(dur_us), 0)
-    for key in dict.fromkeys((e.pid, e.tid) for e in events):
+    keys = list(map(_PID_TID, events))
+    for key in dict.fromkeys(keys):
         threads.setdefault(key, len(threads))
-    lookup = threads.__getitem__
-    thread = np.fromiter((lookup((e.pid, e.tid)) for e in events), np.int32, n)
-    cats = _HOST_CATS
-    cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
-    names = [e.name for e in events]
-    name = strings.intern(names)
+    thread = np.array(list(map(threads.__getitem__, keys)), dtype=np.int32)
+    del keys
+    cat = np.array(list(map(_HOST_CATS.__getitem__, map(_CAT, events))), dtype=np.int8)
+    name = strings.intern(list(map(_NAME, events)))
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -360,12 +395,14 @@ def _host_table(
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
     launch_idx = np.flatnonzero(is_launch)
     correlation = np.full(n, -1, np.int64)
-    launch_raws = [events[i].args for i in launch_idx.tolist()]
+    all_raws = list(map(_ARGS, events))
+    launch_raws = _pick(all_raws, launch_idx)
     launch_args = decode_args(launch_raws, LaunchArgs)
     bad_args[0] += _unreadable(launch_raws, launch_args)
     correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
     order = np.lexsort((-end, ts, thread))
-    raw_args = [events[i].args for i in order.tolist()]
+    raw_args = _pick(all_raws, order)
+    del all_raws
     ts, end, cat, name, thread, correlation = (
         ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
     )
@@ -394,10 +431,9 @@ def _device_table(
     n = len(events)
     ts = _ns(ts_us)
     end = ts + np.maximum(_ns(dur_us), 0)
-    cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
-    names = [e.name for e in events]
-    name = strings.intern(names)
-    raws = [e.args for e in events]
+    cat = np.array(list(map(_DEVICE_CATS.__getitem__, map(_CAT, events))), dtype=np.int8)
+    name = strings.intern(list(map(_NAME, events)))
+    raws = list(map(_ARGS, events))
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
     device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
