@@ -113,13 +113,27 @@ def spawn(cmd: list[str]) -> None:
     print(json.dumps({"seconds": seconds, "peak_rss": usage.ru_maxrss * 1024, "rc": os.waitstatus_to_exitcode(status)}))
 
 
+def _timed(f, label: str, spent: dict[str, float]):  # type: ignore[no-untyped-def]
+    """``f``, adding the seconds each call takes to ``spent[label]``."""
+    import functools
+
+    @functools.wraps(f)
+    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            spent[label] += time.perf_counter() - start
+
+    return timed
+
+
 def phases(path: str) -> None:
     """``python -m gpudoctor analyze PATH --json`` run in this process, its phases timed by wrapping
     the functions that do them. "imports": the pipeline, trace and report modules; "CLI and the
     rest": what the command does around the phases (its own imports and argument parsing, env.json,
     writing the report)."""
     import contextlib
-    import functools
     import importlib
     import io
     import runpy
@@ -133,15 +147,7 @@ def phases(path: str) -> None:
                                 ("trace build", load, "build"), ("analysis + rules + report", pipeline, "analyze_loaded"),
                                 ("JSON render", json_report, "to_json")):
         spent[label] = 0.0
-
-        def timed(*args, _f=getattr(module, name), _label=label, **kwargs):  # type: ignore[no-untyped-def]
-            start = time.perf_counter()
-            try:
-                return _f(*args, **kwargs)
-            finally:
-                spent[_label] += time.perf_counter() - start
-
-        setattr(module, name, functools.wraps(getattr(module, name))(timed))
+        setattr(module, name, _timed(getattr(module, name), label, spent))
     sys.argv = ["gpudoctor", "analyze", path, "--json"]
     t1 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
