@@ -133,6 +133,8 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
         commands = {f"gpudoctor {src}": ([sys.executable, "-m", "gpudoctor", "analyze", str(trace), "--json"],
                                          _env(src)) for src in srcs}
         commands["hta"] = ([hta_python, str(HERE / "_hta_whole.py"), str(folder)], _env(SRC))
+        # the floor under both: the interpreter starting and stopping
+        commands["python -c pass"] = ([sys.executable, "-c", "pass"], _env(SRC))
         runs: dict[str, list[dict]] = {name: [] for name in commands}
         for _ in range(repeat + 1):  # the first round is the unmeasured warm-up
             for name, (cmd, env) in commands.items():
@@ -165,7 +167,7 @@ def whole_table(rows: list[dict], srcs: list[Path]) -> str:
     ]
     for r in rows:
         hta = r["hta"]["seconds"]
-        for name in [f"gpudoctor {src}" for src in srcs] + ["hta"]:
+        for name in [f"gpudoctor {src}" for src in srcs] + ["hta", "python -c pass"]:
             m = r[name]
             note = f" (failed: rc {m['failed_rc'][0]})" if m["failed_rc"] else ""
             head.append(f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
