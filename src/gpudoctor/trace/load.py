@@ -555,16 +555,14 @@ def _launch_flags(
 
 def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    raws = [e.args for e in events]
+    raws = list(map(_ARGS, events))
     decoded = decode_args(raws, MemoryArgs)
     bad_args[0] += _unreadable(raws, decoded)
-    pairs = sorted(
-        ((t, a) for t, a in zip(ts_us.tolist(), decoded) if a is not None and a.device_type == 1),
-        key=lambda pair: pair[0],
-    )
-    args = [a for _, a in pairs]
+    cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
+    order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
+    args = _pick(decoded, order)
     return MemoryEvents(
-        ts=_ns(np.array([t for t, _ in pairs], np.float64)),
+        ts=_ns(ts_us[order]),
         delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
         allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
         reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
