@@ -8,7 +8,6 @@ import gzip
 import os
 import struct
 import zlib
-from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +66,6 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 # trace with no other timed event is refused. So is a trace whose events span more than a day:
 # its clocks disagree.
 MAX_SPAN_NS = 24 * 3600 * 10**9
-_TS, _DUR, _CAT, _NAME, _ARGS = (attrgetter(f) for f in ("ts", "dur", "cat", "name", "args"))
-_PID_TID = attrgetter("pid", "tid")
 _I64_MAX = 2**63 - 1
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
@@ -250,7 +247,7 @@ class _Strings:
         for name in dict.fromkeys(names):  # distinct names, in order, at C speed
             if name not in ids:
                 ids[name] = len(ids)
-        return np.array(list(map(ids.__getitem__, names)), dtype=np.int32)
+        return np.array([ids[n] for n in names], dtype=np.int32)
 
     def table(self) -> list[str]:
         return list(self.ids)
@@ -266,26 +263,16 @@ def _times(events: list[TraceEvent], complete: bool = True) -> tuple[list[TraceE
     unusable time of those dropped ("" when none was). Instant events (``complete=False``) have
     no duration to check."""
     n = len(events)
-    # map + attrgetter: one C-level pass per field (a generator expression costs twice as much)
-    ts = np.fromiter(map(_TS, events), np.float64, n)
-    dur = np.fromiter(map(_DUR, events), np.float64, n) if complete else np.zeros(n)
+    ts = np.fromiter((e.ts for e in events), np.float64, n)
+    dur = np.fromiter((e.dur for e in events), np.float64, n) if complete else np.zeros(n)
     ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
     if ok.all():
         return events, ts, dur, ""
     first = int(np.argmin(ok))
     bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
     example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
-    kept = _pick(events, np.flatnonzero(ok))
+    kept = [e for e, keep in zip(events, ok.tolist()) if keep]
     return kept, ts[ok], dur[ok], example
-
-
-def _pick(values: list[Any], index: np.ndarray) -> list[Any]:
-    """``[values[i] for i in index]`` at C speed."""
-    if len(index) == 0:
-        return []
-    if len(index) == 1:
-        return [values[int(index[0])]]
-    return list(itemgetter(*index.tolist())(values))
 
 
 def _int_column(values: list[int | None]) -> np.ndarray:
@@ -379,13 +366,14 @@ def _host_table(
     n = len(events)
     ts = _ns(ts_us)
     end = ts + np.maximum(_ns(dur_us), 0)
-    keys = list(map(_PID_TID, events))
-    for key in dict.fromkeys(keys):
+    for key in dict.fromkeys((e.pid, e.tid) for e in events):
         threads.setdefault(key, len(threads))
-    thread = np.array(list(map(threads.__getitem__, keys)), dtype=np.int32)
-    del keys
-    cat = np.array(list(map(_HOST_CATS.__getitem__, map(_CAT, events))), dtype=np.int8)
-    name = strings.intern(list(map(_NAME, events)))
+    lookup = threads.__getitem__
+    thread = np.fromiter((lookup((e.pid, e.tid)) for e in events), np.int32, n)
+    cats = _HOST_CATS
+    cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
+    names = [e.name for e in events]
+    name = strings.intern(names)
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -395,14 +383,12 @@ def _host_table(
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
     launch_idx = np.flatnonzero(is_launch)
     correlation = np.full(n, -1, np.int64)
-    all_raws = list(map(_ARGS, events))
-    launch_raws = _pick(all_raws, launch_idx)
+    launch_raws = [events[i].args for i in launch_idx.tolist()]
     launch_args = decode_args(launch_raws, LaunchArgs)
     bad_args[0] += _unreadable(launch_raws, launch_args)
     correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
     order = np.lexsort((-end, ts, thread))
-    raw_args = _pick(all_raws, order)
-    del all_raws
+    raw_args = [events[i].args for i in order.tolist()]
     ts, end, cat, name, thread, correlation = (
         ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
     )
@@ -431,9 +417,10 @@ def _device_table(
     n = len(events)
     ts = _ns(ts_us)
     end = ts + np.maximum(_ns(dur_us), 0)
-    cat = np.array(list(map(_DEVICE_CATS.__getitem__, map(_CAT, events))), dtype=np.int8)
-    name = strings.intern(list(map(_NAME, events)))
-    raws = list(map(_ARGS, events))
+    cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
+    names = [e.name for e in events]
+    name = strings.intern(names)
+    raws = [e.args for e in events]
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
     device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
@@ -555,12 +542,12 @@ def _launch_flags(
 
 def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    raws = list(map(_ARGS, events))
+    raws = [e.args for e in events]
     decoded = decode_args(raws, MemoryArgs)
     bad_args[0] += _unreadable(raws, decoded)
     cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
     order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
-    args = _pick(decoded, order)
+    args = [decoded[i] for i in order.tolist()]
     return MemoryEvents(
         ts=_ns(ts_us[order]),
         delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
