@@ -12,7 +12,8 @@ Peak RAM is the process's peak RSS minus its RSS before loading. Writes a Markdo
 ``python -m gpudoctor analyze TRACE --json > /dev/null`` against ``_hta_whole.py`` (the same HTA
 calls) in HTA's virtualenv, each a fresh process, the two alternating, after one unmeasured run of
 each (bytecode compiled and cached as an installed package has it, the file in the page cache).
-Peak RAM is the whole process's peak RSS. Then gpudoctor's phases, timed one by one in one more
+Peak RAM is the whole process's peak RSS; CPU seconds (user + system) beside the wall time, as
+they move less with the machine's other load. Then gpudoctor's phases, timed one by one in one more
 process (``_runners.py phases``). ``--src`` points at another checkout's ``src`` (a before/after
 comparison on the same machine in the same run).
 """
@@ -145,6 +146,7 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
             measured = measured[1:]
             failed = [m["rc"] for m in measured if m["rc"] != 0]
             row[name] = {"seconds": statistics.median(m["seconds"] for m in measured),
+                         "cpu": statistics.median(m["cpu"] for m in measured),
                          "peak_MB": max(m["peak_rss"] for m in measured) / 1e6, "failed_rc": failed}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -162,16 +164,17 @@ def whole_table(rows: list[dict], srcs: list[Path]) -> str:
         (f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({os.cpu_count()} cores), "
          f"Python {platform.python_version()}; whole process, median of runs, fresh process each."),
         "",
-        "| trace | JSON MB | tool | seconds | vs HTA | peak RSS MB (x JSON) |",
-        "|---|---:|---|---:|---:|---:|",
+        "| trace | JSON MB | tool | seconds | vs HTA | CPU s | vs HTA (CPU) | peak RSS MB (x JSON) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        hta = r["hta"]["seconds"]
+        hta, hta_cpu = r["hta"]["seconds"], r["hta"]["cpu"]
         for name in [f"gpudoctor {src}" for src in srcs] + ["hta", "python -c pass"]:
             m = r[name]
             note = f" (failed: rc {m['failed_rc'][0]})" if m["failed_rc"] else ""
             head.append(f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
-                        f"{hta / m['seconds']:.1f}x | {m['peak_MB']:.0f} ({m['peak_MB'] / r['json_MB']:.2f}x) |")
+                        f"{hta / m['seconds']:.1f}x | {m['cpu']:.3f} | {hta_cpu / m['cpu']:.1f}x | "
+                        f"{m['peak_MB']:.0f} ({m['peak_MB'] / r['json_MB']:.2f}x) |")
     return "\n".join(head)
 
 
