@@ -2,6 +2,10 @@
 
 Usage: python _runners.py {gpudoctor|hta|decode-json|decode-orjson|decode-msgspec} TRACE_PATH
 Run by bench_load.py / bench_json_decode.py; each tool is imported before the clock starts.
+
+Two more for ``bench_load.py --whole-process``:
+    python _runners.py spawn CMD...          run CMD (stdout to /dev/null), print {"seconds", "peak_rss"}
+    python _runners.py phases TRACE_PATH     gpudoctor's analyze path timed phase by phase
 """
 
 from __future__ import annotations
@@ -89,9 +93,81 @@ def emit(seconds: float, before: int, extra: dict) -> None:
     print(json.dumps({"seconds": seconds, "rss_before": before, "rss_peak": peak_rss(), **extra}, default=str))
 
 
+def spawn(cmd: list[str]) -> None:
+    """Wall time and peak RSS of one whole process. This launcher is small and forks the command:
+    the child's ru_maxrss starts from the launcher's few MB, not from a big parent's peak
+    (Linux carries the peak RSS across fork + exec)."""
+    import os
+
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child: stdout to /dev/null, as in `gpudoctor analyze T --json > /dev/null`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        try:
+            os.execvp(cmd[0], cmd)
+        finally:
+            os._exit(127)
+    _, status, usage = os.wait4(pid, 0)
+    seconds = time.perf_counter() - t0
+    # CPU seconds (user + system, its waited-for children included): on a shared machine, less
+    # moved by other loads than wall time
+    cpu = usage.ru_utime + usage.ru_stime
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_rss": usage.ru_maxrss * 1024,
+                      "rc": os.waitstatus_to_exitcode(status)}))
+
+
+def _timed(f, label: str, spent: dict[str, float]):  # type: ignore[no-untyped-def]
+    """``f``, adding the seconds each call takes to ``spent[label]``."""
+    import functools
+
+    @functools.wraps(f)
+    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            spent[label] += time.perf_counter() - start
+
+    return timed
+
+
+def phases(path: str) -> None:
+    """``python -m gpudoctor analyze PATH --json`` run in this process, its phases timed by wrapping
+    the functions that do them. "imports": the pipeline, trace and report modules; "CLI and the
+    rest": what the command does around the phases (its own imports and argument parsing, env.json,
+    writing the report)."""
+    import contextlib
+    import importlib
+    import io
+    import runpy
+
+    t0 = time.perf_counter()
+    pipeline = importlib.import_module("gpudoctor.pipeline")
+    load = importlib.import_module("gpudoctor.trace.load")
+    json_report = importlib.import_module("gpudoctor.report.json_report")
+    spent = {"imports": time.perf_counter() - t0}
+    for label, module, name in (("gunzip", load, "_gunzip"), ("JSON decode", load, "_decode"),
+                                ("trace build", load, "build"), ("analysis + rules + report", pipeline, "analyze_loaded"),
+                                ("JSON render", json_report, "to_json")):
+        spent[label] = 0.0
+        setattr(module, name, _timed(getattr(module, name), label, spent))
+    sys.argv = ["gpudoctor", "analyze", path, "--json"]
+    t1 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        runpy.run_module("gpudoctor", run_name="__main__", alter_sys=True)
+    run = time.perf_counter() - t1
+    spent["CLI and the rest"] = run - sum(v for k, v in spent.items() if k != "imports")
+    print(json.dumps(spent))
+
+
 if __name__ == "__main__":
     tool, trace = sys.argv[1], sys.argv[2]
-    if tool == "gpudoctor":
+    if tool == "spawn":
+        spawn(sys.argv[2:])
+    elif tool == "phases":
+        phases(trace)
+    elif tool == "gpudoctor":
         run_gpudoctor(trace)
     elif tool == "hta":
         run_hta(trace)

@@ -1,3 +1,65 @@
-from gpudoctor.cli import main
+"""``python -m gpudoctor`` (and the ``gpudoctor`` command).
 
-main()
+``analyze PATH --json``, the form that scripts and batch jobs run over many traces, goes straight
+to the pipeline: the typer app, rich and the pydantic that typer brings take about 0.1 s to import
+and set up, a fifth of the whole run on a 150k-event trace (benchmarks/bench_load.py
+--whole-process). It does what the typer command does (cli.analyze) and fails the same way
+(cli._fail). Every other command line, ``--help`` and ``--debug`` included, goes to the typer app.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+_python_showwarning = warnings.showwarning
+
+
+def main() -> None:
+    path = _plain_analyze_json(sys.argv[1:])
+    if path is None:
+        from gpudoctor.cli import main as typer_main
+
+        typer_main()
+        return
+    warnings.showwarning = _show_warning
+    try:
+        from pathlib import Path
+
+        from gpudoctor.pipeline import analyze_path
+        from gpudoctor.report.json_report import to_json
+
+        report = analyze_path(Path(path))
+        sys.stdout.write(to_json(report) + "\n")
+    except KeyboardInterrupt:  # as click does for the typer app: a new line, then exit 130
+        sys.stderr.write("\n")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback: cli's own handling
+        from gpudoctor import cli
+        from gpudoctor.errors import GpuDoctorError
+
+        if isinstance(exc, GpuDoctorError):
+            cli._fail(exc, f"error: {exc}", exc.exit_code)
+        cli._fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+    sys.exit(0)
+
+
+def _plain_analyze_json(argv: list[str]) -> str | None:
+    """PATH when ``argv`` is exactly ``analyze PATH --json`` or ``analyze --json PATH``, else None."""
+    if len(argv) != 3 or argv[0] != "analyze" or "--json" not in argv[1:]:
+        return None
+    path = argv[2] if argv[1] == "--json" else argv[1]
+    return path if path and not path.startswith("-") else None
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    """cli's warning line (cli._show_warning), its module imported only when a warning comes."""
+    warnings.showwarning = _python_showwarning  # what cli records as Python's own
+    from gpudoctor import cli
+
+    warnings.showwarning = cli._show_warning
+    cli._show_warning(message, category, filename, lineno, file, line)
+
+
+if __name__ == "__main__":
+    main()

