@@ -176,3 +176,44 @@ def test_a_gloo_job_names_its_straggler_from_host_ranges() -> None:
     assert [r["idle"] for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
     assert report.ranks[1]["clock_offset_us"] == pytest.approx(3180.425, abs=1e-3)
     assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(15.231, abs=1e-3)
+
+
+# -- two H100s: tests/programs/multigpu/ddp_gpt_straggler.py under `gpudoctor run --nproc 2` --------
+
+
+def _two_gpu(case: str):  # type: ignore[no-untyped-def]
+    from gpudoctor.pipeline import analyze_ranks
+
+    return analyze_ranks([Path(__file__).parent / "data" / "ddp2_h100" / case], jobs=1)
+
+
+def test_two_h100s_name_the_rank_that_sleeps() -> None:
+    """Rank 1 sleeps 20 ms a step before its forward (NCCL, 2x H100 NVLink, torch 2.11,
+    2026-11-25): the job's step was 35.76 ms unprofiled against the healthy twin's 19.08. The
+    straggler comes first; its profiled wait (54.09 ms a 61.08 ms profiled step) is priced for the
+    unprofiled step, because its cause is the host's time per operator, which the profiler
+    stretches. The sleep itself is host-blocking-work's 20.59 ms."""
+    report = _two_gpu("slow")
+    first, second = report.findings[0], report.findings[1]
+    assert first.id == "straggler" and first.evidence.numbers["rank"] == 1
+    assert first.evidence.numbers["cause"] == "dispatch"
+    assert first.evidence.numbers["wait_imposed_in_profiled_trace_ms"] == pytest.approx(54.0895, abs=1e-4)
+    assert first.saving_ms == pytest.approx(54.0895 * 35.7585 / 61.0831, abs=1e-3)
+    assert second.id == "host-blocking-work" and second.saving_ms == pytest.approx(20.5922, abs=1e-4)
+    assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
+    # the ranks share one host clock: the offset the collectives give is 9 us
+    assert report.ranks[1]["clock_offset_us"] == pytest.approx(8.98, abs=0.01)
+    assert not any("do not all match" in w for w in report.warnings)
+
+
+def test_two_h100s_healthy_job_is_launch_bound_first() -> None:
+    """The same job with no rank slowed: launch-bound first. Rank 0 still reaches the all-reduces
+    later than rank 1 in the profiled window (its host issued the same 2,075 launches a step more
+    slowly there), and is reported as a straggler of 7.32 ms a 19.08 ms unprofiled step: a
+    measured false positive, kept visible here. Three of rank 0's all-reduces were launched before
+    its window (the previous step's) and belong to no step."""
+    report = _two_gpu("healthy")
+    assert report.findings[0].id == "launch-bound"
+    straggler = next(f for f in report.findings if f.id == "straggler")
+    assert straggler.evidence.numbers["rank"] == 0 and straggler.saving_ms == pytest.approx(7.3235, abs=1e-3)
+    assert not any("do not all match" in w for w in report.warnings)

@@ -214,14 +214,32 @@ def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[C
     for seq, i in enumerate(idx.tolist()):
         s, e = int(d.ts[i]), int(d.end[i])
         op, nbytes, group = _describe(t, i)
-        step = int(np.searchsorted(a.steps.start, s, side="right")) - 1
-        if step >= 0 and s >= a.steps.end[step]:
-            step = -1
+        step = _launch_step(a, i)
         lo = int(np.searchsorted(comp_e, s, side="right"))
         hi = int(np.searchsorted(comp_s, e, side="left"))
         overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
         out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step, overlap))
     return tuple(out)
+
+
+def _launch_step(a: Analysis, i: int) -> int:
+    """The step whose host launched collective kernel ``i``: -1 for one launched before the window
+    (no launch recorded: the previous step's all-reduce still running when the profiler started)
+    or outside every step. The GPU-aligned steps would count such a leftover in the first step on
+    the rank that opened its window first: a 2-GPU DDP run (H100 x2, 2026-11-25) had 3 on rank 0,
+    none on rank 1, and the collectives matched one place off (a healthy run called a straggler)."""
+    d, steps = a.trace.device, a.steps
+    launch = int(d.launch[i])
+    if launch < 0:
+        return -1 if a.trace.capabilities.launch_links else _step_of(steps.start, steps.end, int(d.ts[i]))
+    if steps.host_start is None or steps.host_end is None:
+        return _step_of(steps.start, steps.end, int(d.ts[i]))
+    return _step_of(steps.host_start, steps.host_end, int(a.trace.host.ts[launch]))
+
+
+def _step_of(starts: np.ndarray, ends: np.ndarray, ts: int) -> int:
+    k = int(np.searchsorted(starts, ts, side="right")) - 1
+    return k if k >= 0 and ts < ends[k] else -1
 
 
 def _describe(t: Any, i: int) -> tuple[str, int, str]:
