@@ -187,7 +187,9 @@ def run_steps(model, step_model, ids, mode: str | None, warmup: int, timed: int)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        # a copy: a CUDA graph's output is overwritten by its next replay (reduce-overhead), and
+        # the first step's loss is read after the run
+        return loss.detach().clone()
 
     for _ in range(warmup):
         losses.append(step())
