@@ -170,8 +170,19 @@ def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
         print(sorted(set(torch.library.opcheck(torch.ops.gpudoctor.rms_norm.default, (x, w, 1e-6, 0.0, True)).values())))
         g = torch.randn(4, 24, requires_grad=True)
         print(sorted(set(torch.library.opcheck(torch.ops.gpudoctor.glu.default, (g, g.detach() * 2, 2)).values())))
+        # Inductor compiles the triton_op's decomposition (here the reference) into the graph
+        x, w = torch.randn(6, 40, requires_grad=True), torch.rand(40, requires_grad=True)
+        f = lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0] * 2
+        f(x, w).sum().backward()
+        want = x.grad.clone(), w.grad.clone()
+        x.grad = w.grad = None
+        got = torch.compile(f, fullgraph=True)(x, w)
+        got.sum().backward()
+        print(bool((got - f(x, w)).abs().max() < 1e-5), bool((x.grad - want[0]).abs().max() < 1e-5),
+              bool((w.grad - want[1]).abs().max() < 1e-5))
     """)
-    registered, rms, glu = out.splitlines()
+    registered, rms, glu, compiled = out.splitlines()
+    assert compiled == "True True True"
     assert registered == ("[('glu', 'custom_op'), ('glu_backward', 'custom_op'), ('layer_norm', 'triton_op'), "
                           "('layer_norm_backward', 'triton_op'), ('linear_cross_entropy', 'custom_op'), "
                           "('rms_norm', 'triton_op'), ('rms_norm_backward', 'triton_op')]")
