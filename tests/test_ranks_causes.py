@@ -217,3 +217,16 @@ def test_two_h100s_healthy_job_is_launch_bound_first() -> None:
     straggler = next(f for f in report.findings if f.id == "straggler")
     assert straggler.evidence.numbers["rank"] == 0 and straggler.saving_ms == pytest.approx(7.3235, abs=1e-3)
     assert not any("do not all match" in w for w in report.warnings)
+
+
+def test_a_gloo_jobs_report_shows_its_ranks_and_findings_in_text_and_html() -> None:
+    from gpudoctor.pipeline import analyze_ranks
+    from gpudoctor.report.console import render_text
+    from gpudoctor.report.html import render_html
+
+    report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"], jobs=1)
+    text = render_text(report, width=140)
+    assert "ranks (ms per step" in text and "1. [critical] straggler  save ~30.577 ms/step" in text
+    assert "No GPU findings" not in text
+    page = render_html(report)
+    assert page.count("<svg") >= 1 and "straggler" in page and "No GPU findings" not in page
