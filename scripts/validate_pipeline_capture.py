@@ -79,7 +79,7 @@ def main() -> int:
         b, i = r.get("pipeline-bubble", {}), r.get("stage-imbalance", {})
         print(f"{name:<14} {r.get('step_ms') or 0:>8.2f} {b.get('bubble_ms_per_step', 0):>9.2f} "
               f"{b.get('bubble_share_of_step', 0):>6.3f} {b.get('expected_share_of_step', 0):>7.3f} "
-              f"{str(i.get('slowest_rank', '-')):>9} {i.get('saving_ms') or 0:>12.2f}" + (
+              f"{i.get('slowest_rank', '-')!s:>9} {i.get('saving_ms') or 0:>12.2f}" + (
                   f"  {r['error']}" if "error" in r else ""))
     return 0
 
