@@ -68,6 +68,20 @@ def test_imbalanced_stage_named_and_priced_as_the_others_wait() -> None:
     assert bubble["bubble_share_of_step"] == pytest.approx(0.1912, abs=1e-4)  # 20% by the formula
 
 
+def test_four_stages_1f1b_middle_stages_receive_twice() -> None:
+    """4 stages, 1F1B, 4 micro-batches (`gpudoctor run --nproc 4 --skip 4 --steps 2 ... --schedule
+    1f1b`): the middle ranks receive 8 a step (activations and gradients), the ends 4; the formula's
+    bubble is 3/7 of the step, the stage with the most compute (rank 1) waits 35% of its step; the
+    stages' compute is within 10% of the median, so no stage is called slow."""
+    report = _analyze("four_1f1b")
+    assert [f.id for f in report.findings] == ["pipeline-bubble"]
+    n = report.findings[0].evidence.numbers
+    assert (n["stages"], n["microbatches"], n["measured_on_rank"]) == (4, 4, 1)
+    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"]) == (pytest.approx(38.8737, abs=1e-4), 0.3548)
+    assert n["expected_share_of_step"] == pytest.approx(3 / 7, abs=1e-4)
+    assert n["recv_wait_ms_by_rank"] == "0: 63.44, 1: 38.87, 2: 53.39, 3: 36.43"
+
+
 def test_gloo_summary_counts_sends_receives_and_waits() -> None:
     """Each step every rank sends 4 and receives 4 (the first stage gradients, the last activations);
     the c10d send/recv operators are not compute."""
