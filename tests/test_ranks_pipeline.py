@@ -48,6 +48,9 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert bubble.saving_ms == pytest.approx(16.5063 / 2, abs=1e-4)  # 8 micro-batches halve it
     assert n["saving_2x_microbatches_ms"] == n["saving_interleaved_v2_ms"]
     assert n["recv_wait_ms_by_rank"] == "0: 28.79, 1: 16.51"
+    assert [r["recv_wait_ms"] for r in report.ranks] == [28.7875, 16.5063]
+    assert report.distributed["pipeline"] == {"stages": 2, "microbatches": 4, "stage_ranks": [0, 1], "slowest_rank": 1,
+                                              "bubble_ms": 16.5063, "expected_share_of_step": 0.2}
     assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
 
 
@@ -147,6 +150,7 @@ def test_counts_that_break_the_pattern_are_not_one_pipeline() -> None:
     result = combine(s)
     assert [f.id for f in result.findings] == ["stage-imbalance"]
     assert result.findings[0].saving_ms == pytest.approx(8.0 - 5.0)
+    assert "pipeline" not in result.distributed
     assert any("no pipeline pattern" in w for w in result.warnings)
     assert read_stages(stages()[:1]) is None
 

@@ -69,7 +69,7 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     return RanksResult(
         findings=tuple(f for f in found if f is not None),
         rows=rows(al, cs, st),
-        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table),
+        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table, pp),
         chosen=chosen,
         source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
             ", ..." if len(summaries) > 3 else ""),
