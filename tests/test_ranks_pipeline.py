@@ -52,6 +52,10 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert report.distributed["pipeline"] == {"stages": 2, "microbatches": 4, "stage_ranks": [0, 1], "slowest_rank": 1,
                                               "bubble_ms": 16.5063, "expected_share_of_step": 0.2}
     assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
+    from gpudoctor.report.ranks import console_summary
+
+    assert console_summary(report).plain.endswith(
+        "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
 
 
 def test_imbalanced_stage_named_and_priced_as_the_others_wait() -> None:
@@ -187,3 +191,19 @@ def test_run_on_the_program_reports_the_bubble(tmp_path: Path) -> None:
     text = (run / "report.json").read_text()
     assert re.search(r'"stages":\s*2', text) and re.search(r'"microbatches":\s*2', text)
     assert re.search(r'"expected_share_of_step":\s*0\.3333', text)
+
+
+def test_cpu_rank_set_renders_its_ranks_and_findings() -> None:
+    """A CPU job's report has no GPU sections, but its ranks table, the pipeline line and the
+    multi-rank findings are shown, in the terminal and in the HTML page."""
+    from gpudoctor.report.console import render_text
+    from gpudoctor.report.html import render_html
+
+    report = _analyze("imbalanced")
+    text = render_text(report, width=140)
+    assert "No GPU findings" not in text and "ranks (ms per step" in text
+    assert "1. [critical] stage-imbalance  save ~74.280 ms/step" in text
+    assert "2. [major] pipeline-bubble  save ~16.035 ms/step" in text
+    html = render_html(report)
+    assert "<h2>Ranks</h2>" in html and "pipeline of 2 stages, 4 micro-batches" in html
+    assert html.count('<article class="finding') == 2 and "No GPU findings" not in html

@@ -27,7 +27,7 @@ AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "  # its category says b
 def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
     console.print(_header(report))
     if report.host_only:
-        _render_host(report, console)
+        _render_host(report, console, max_findings)
         return
     console.print(_breakdown(report))
     console.print()
@@ -80,14 +80,24 @@ def _header(r: Report) -> Panel:
     return Panel(grid, title="gpudoctor", expand=False)
 
 
-def _render_host(r: Report, console: Console) -> None:
-    """A CPU-only report: the host's step by category and its top-level ops; no GPU findings."""
+def _render_host(r: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
+    """A CPU-only report: the host's step by category and its top-level ops; no GPU findings, but a
+    CPU job's ranks (gloo) have their table and the multi-rank findings."""
     console.print(_host_breakdown(r))
     console.print()
     if r.host.get("ops"):
         console.print(_host_ops(r))
         console.print()
-    console.print(Text("No GPU findings: no GPU work was recorded in this window.", style="yellow"))
+    if r.ranks:
+        from gpudoctor.report.ranks import console_summary, console_table
+
+        console.print(console_table(r))
+        console.print(console_summary(r))
+        console.print()
+    if r.findings:
+        console.print(_findings(r, max_findings))
+    else:
+        console.print(Text("No GPU findings: no GPU work was recorded in this window.", style="yellow"))
     for note in r.warnings:
         console.print(Text(f"note: {note}", style="dim"))
 

@@ -69,10 +69,10 @@ def render_html(report: Report, standalone: bool = True) -> str:
     else:
         sections = [_header(report), _breakdown(report), _idle_table(report), _roofline(report),
                     _kernel_table(report), _findings(report)]
-        if report.ranks:  # a multi-rank report: the ranks and their timeline after the header
-            from gpudoctor.report.ranks import html_section
+    if report.ranks:  # a multi-rank report (a CPU job's gloo ranks too): the ranks and their timeline
+        from gpudoctor.report.ranks import html_section
 
-            sections.insert(1, html_section(report))
+        sections.insert(1, html_section(report))
     body = "\n".join(sections)
     fragment = f'<div class="gpud">\n<style>{CSS}</style>\n{body}\n</div>'
     if not standalone:
