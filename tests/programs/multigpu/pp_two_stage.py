@@ -1,14 +1,15 @@
 """A pipeline-parallel MLP: each rank holds one stage, micro-batches' activations go forward and
 their gradients back through torch.distributed send/recv (gloo on CPUs, NCCL on GPUs).
 
-Expected diagnosis (stated before it ran): with p stages and m micro-batches the GPipe schedule
+Expected diagnosis (by the schedule's model): with p stages and m micro-batches the GPipe schedule
 (all forwards, then all backwards) and 1F1B both leave each stage idle (p-1)(t_f+t_b) per step,
 a bubble of (p-1)/(m+p-1) of the step ((p-1)/m of the compute, core.layout.bubble_fraction):
 p=2, m=4 -> 20% of the step; p=2, m=8 -> 11%; p=4, m=4 -> 43%. gpudoctor should report
 `pipeline-bubble` near that share, each stage's wait in recv, and price more micro-batches and an
 interleaved schedule. With --imbalance the stage --slow-stage (default the last) runs twice the
 layers of the others: `stage-imbalance` names that rank, its compute about 2x the others', and
-the other stages wait for it in recv (about (m+p-1)/m x its extra compute per step in all).
+each other stage waits in recv, beyond the bubble, about the slow stage's extra compute per step
+(the step is (m+p-1) x the slow stage's time per micro-batch).
 
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4 --imbalance
