@@ -34,6 +34,7 @@ def check(st: Stages | None, step_ms: float) -> Finding | None:
         "expected_bubble_ms": round(now * float(st.compute_ms[slow]), 4), "measured_on_rank": rank,
         "saving_2x_microbatches_ms": round(more_mb, 4), "saving_interleaved_v2_ms": round(interleaved, 4),
         "recv_wait_ms_by_rank": ", ".join(f"{r}: {w:.2f}" for r, w in zip(st.ranks, st.wait_ms)),
+        "bubble_ms_by_step": ", ".join(f"{w:.2f}" for w in st.wait_by_step[slow]) if st.wait_by_step else "",
     }
     return make_finding(
         ID, f"Pipeline bubble: each stage idles {bubble:.2f} ms per step ({100 * share:.0f}% of the step) "

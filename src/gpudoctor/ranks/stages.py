@@ -27,6 +27,7 @@ class Stages:
     wait_ms: np.ndarray
     compute_ms: np.ndarray
     step_ms: np.ndarray
+    wait_by_step: tuple[tuple[float, ...], ...] = ()  # [P][steps]
 
     @property
     def p(self) -> int:
@@ -47,4 +48,5 @@ def read_stages(summaries: Sequence[RankSummary]) -> Stages | None:
     if m < 1 or m != int(m) or recvs[-1] != m or any(r != 2 * m for r in recvs[1:-1]):
         return None
     return Stages(tuple(s.rank for s in ss), int(m), np.array([float(np.mean(s.recv_wait_ms)) for s in ss]),
-                  np.array([s.compute_ms for s in ss]), np.array([s.step_ms for s in ss]))
+                  np.array([s.compute_ms for s in ss]), np.array([s.step_ms for s in ss]),
+                  tuple(s.recv_wait_ms for s in ss))
