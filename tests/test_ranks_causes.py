@@ -128,7 +128,7 @@ def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
         for r in (rank(0), rank(1, late_ns=500_000))]
     result = combine(p2p)
     assert result.distributed["matched_collectives"] == 0 and result.distributed["straggler_rank"] is None
-    assert any("pipeline bubbles are not analysed yet" in w for w in result.warnings)
+    assert any("no pipeline pattern" in w for w in result.warnings)  # no recv waits recorded
     assert [f.id for f in result.findings] == []  # equal stages: no stage-imbalance
 
 

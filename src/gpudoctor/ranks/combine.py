@@ -8,14 +8,15 @@ from typing import Any
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
-from gpudoctor.ranks import exposed_comm, slow_collective, stage_imbalance, straggler
+from gpudoctor.ranks import exposed_comm, pipeline_bubble, slow_collective, stage_imbalance, straggler
 from gpudoctor.ranks.aligned import align
 from gpudoctor.ranks.comm import split
+from gpudoctor.ranks.stages import read_stages
 from gpudoctor.ranks.summary import RankSummary
 from gpudoctor.ranks.table import distributed, rows
 
 # the multi-rank finding ids (one module each), for listings and tests
-RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID)
+RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID, pipeline_bubble.ID)
 
 
 @dataclass(frozen=True)
@@ -35,19 +36,23 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     al = align(summaries)
     cs = split(al)
     st = straggler.find_straggler(al)
+    pp = read_stages(summaries)
     found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table),
-             stage_imbalance.check(list(summaries), al.step_ms)]
+             stage_imbalance.check(list(summaries), al.step_ms, pp), pipeline_bubble.check(pp, al.step_ms)]
     warnings = []
     # those inside the steps: a collective launched before the window (the previous step's, still
     # running when one rank's profiler started) is expected on some ranks and matched on none
-    counts = {sum(c.step >= 0 for c in s.collectives) for s in summaries}
+    # (send/recv are left out: a pipeline's stages send and receive different counts by design)
+    counts = {sum(c.step >= 0 and c.op != "p2p" for c in s.collectives) for s in summaries}
     if len(counts) > 1 or len(al.ops) < min(counts):
         warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
                         "were the same steps profiled on every rank?")
     if any(c.op == "p2p" for s in summaries for c in s.collectives):
         warnings.append("send/recv (pipeline-parallel) traffic is left out of the clock alignment, the straggler "
-                        "and the exposed communication; stage imbalance is compared on each rank's own clock, "
-                        "pipeline bubbles are not analysed yet")
+                        "and the exposed communication; the stages' compute and recv waits are compared on each "
+                        "rank's own clock" + (f" ({pp.p} stages, {pp.microbatches} micro-batches per step)" if pp else
+                        ": no pipeline pattern (every rank sending, m receives per step on the first and last "
+                        "rank, 2m between) was found, so no bubble is priced"))
     if not len(al.ops):
         warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
     chosen = st.index if st else 0
@@ -65,7 +70,7 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     return RanksResult(
         findings=tuple(f for f in found if f is not None),
         rows=rows(al, cs, st),
-        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table),
+        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table, pp),
         chosen=chosen,
         source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
             ", ..." if len(summaries) > 3 else ""),

@@ -40,6 +40,9 @@ _KERNEL_OPS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScat
 # CPU process groups wrap each collective in a record_function named after the backend and the op
 # ("gloo:all_reduce" on the gloo worker thread that runs it); a CPU-only job's collectives are these
 _HOST_COLLECTIVE = re.compile(r"^(?:gloo|mpi|ucc|nccl|xccl):([A-Za-z_]+)$")
+# the point-to-point operators of torch.distributed: the transfer, not compute
+_P2P_OPS = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
+_RECV_RANGES = frozenset({"c10d::recv_", "c10d::recv_any_source_"})
 _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Char": 1,
                 "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 
@@ -59,6 +62,11 @@ class Collective:
     # compute (non-NCCL kernels) running beside it, as (start, end) offsets from its start:
     # what of it is hidden, worked out once its wait is known (ranks/comm.py)
     overlap: tuple[tuple[int, int], ...] = ()
+    name: str = ""  # the recorded collective name ("send", "recv", "all_reduce"), "" when unrecorded
+
+    @property
+    def is_recv(self) -> bool:
+        return self.op == "p2p" and self.name.startswith("recv")
 
     @property
     def dur(self) -> int:
@@ -85,6 +93,11 @@ class RankSummary:
     timeline_step: int = -1
     timeline: tuple[tuple[int, int, str], ...] = ()
     env: dict[str, Any] = field(default_factory=dict)  # hostname, world_size, nvml (from env.json)
+    # pipeline parallelism: per step, the ms the rank sat blocked receiving from a neighbour (recv
+    # with no compute beside it), and the sends / receives issued in the steps
+    recv_wait_ms: tuple[float, ...] = ()
+    p2p_sends: int = 0
+    p2p_recvs: int = 0
 
     @property
     def step_ms(self) -> float:
@@ -107,6 +120,7 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
     starts = tuple(int(x) + origin for x in steps.start)
     ends = tuple(int(x) + origin for x in steps.end)
     compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    collectives = _collectives(a, comp_s, comp_e)
     return RankSummary(
         rank=rank,
         source=t.source,
@@ -117,12 +131,13 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         compute_ms=compute_ns / n / 1e6,
         idle_ms=a.breakdown.idle_ms,
         idle_by_cause={k: round(v, 6) for k, v in a.idle.by_cause_ms.items() if v > 0},
-        collectives=_collectives(a, comp_s, comp_e),
+        collectives=collectives,
         kernel_ms=_kernel_ms(a, ~nccl, n),
         kernels_per_step=a.breakdown.kernel_count_per_step,
         timeline_step=len(steps) // 2 if len(steps) else -1,
         timeline=_timeline(a, nccl, comp_s, comp_e),
         env=_env_facts(env or {}),
+        **_p2p_device(collectives, len(steps)),
     )
 
 
@@ -137,16 +152,25 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
     coll = coll[host.depth[coll] == np.min(host.depth[coll])] if coll.size else coll
     coll = coll[np.argsort(host.ts[coll], kind="stable")]
     main = _step_thread(trace, steps)
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name])
+    p2p_op = np.array([x in _P2P_OPS for x in trace.strings], bool)
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name] & ~p2p_op[host.name])
     if ops.size:  # the outermost operators: under the step's annotation, not under another operator
         parent = host.parent[ops]
-        ops = ops[(parent < 0) | (host.cat[np.maximum(parent, 0)] != HostCat.OP)]
+        # gloo's send range outlives its operator, so the trace nests the next operators under
+        # "c10d::send": a point-to-point parent does not make an operator inner
+        up = np.maximum(parent, 0)
+        ops = ops[(parent < 0) | (host.cat[up] != HostCat.OP) | p2p_op[host.name[up]]]
     comp_s, comp_e = union(host.ts[ops], host.end[ops])
     n = max(len(steps), 1)
     compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
-    either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll])), np.concatenate((host.end[ops], host.end[coll])))
+    recv = np.array([x in _RECV_RANGES or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
+                     for x in trace.strings], bool)
+    recv_i = np.flatnonzero(recv[host.name] & (host.thread == main)) if len(host) else np.empty(0, np.int64)
+    p2p_i = np.flatnonzero(p2p_op[host.name]) if len(host) else np.empty(0, np.int64)
+    either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll], host.ts[p2p_i])),
+                               np.concatenate((host.end[ops], host.end[coll], host.end[p2p_i])))
     covered_ns = sum(_clip(either_s, either_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
     step_ns = float((steps.end - steps.start).sum()) if len(steps) else 0.0
     uncovered_ms = max(step_ns - covered_ns, 0.0) / n / 1e6
@@ -161,7 +185,8 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         lo = int(np.searchsorted(comp_e, s, side="right"))
         hi = int(np.searchsorted(comp_s, e, side="left"))
         overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
-        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "", step, overlap))
+        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "", step, overlap,
+                              m.group(1) if m else ""))
     comm_s, comm_e = union(host.ts[coll], host.end[coll])
     timeline: tuple[tuple[int, int, str], ...] = ()
     if len(steps):
@@ -185,7 +210,38 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         timeline_step=len(steps) // 2 if len(steps) else -1,
         timeline=timeline,
         env=_env_facts(env or {}),
+        **_p2p_host(recv_i, trace, steps),
     )
+
+
+def _p2p_host(recv_i: np.ndarray, trace: Trace, steps: Steps) -> dict[str, Any]:
+    """A CPU rank's time blocked receiving: gloo runs a recv partly inside the "c10d::recv_" operator
+    and partly inside the "gloo:recv" range that follows it (either may hold the wait), both on
+    the thread that ran the steps; their union, per step."""
+    host = trace.host
+    rs, re_ = union(host.ts[recv_i], host.end[recv_i])
+    wait = tuple(_clip(rs, re_, int(s), int(e)) / 1e6 for s, e in zip(steps.start, steps.end))
+    named = [_HOST_COLLECTIVE.match(x) for x in trace.strings]
+    kind = np.array([m.group(1)[:4] if m and m.group(1)[:4] in ("send", "recv") else "" for m in named])
+    main = _step_thread(trace, steps)
+    counts = {"send": 0, "recv": 0}
+    for i in np.flatnonzero((kind[host.name] != "") & (host.thread == main)).tolist():
+        if _step_of(steps.start, steps.end, int(host.ts[i])) >= 0:
+            counts[str(kind[int(host.name[i])])] += 1
+    return {"recv_wait_ms": wait if counts["recv"] else (), "p2p_recvs": counts["recv"], "p2p_sends": counts["send"]}
+
+
+def _p2p_device(colls: tuple[Collective, ...], n: int) -> dict[str, Any]:
+    """A GPU rank's receive kernels, each counted where no compute kernel runs beside it: the
+    stream waits for the neighbour's data there."""
+    wait = [0.0] * n
+    for c in colls:
+        if c.is_recv and 0 <= c.step < n:
+            wait[c.step] += (c.dur - sum(e - s for s, e in c.overlap)) / 1e6
+    inside = [c for c in colls if c.op == "p2p" and 0 <= c.step < n]
+    recvs = sum(c.is_recv for c in inside)
+    return {"recv_wait_ms": tuple(wait) if recvs else (), "p2p_recvs": recvs,
+            "p2p_sends": sum(c.name.startswith("send") for c in inside)}
 
 
 def _step_thread(trace: Trace, steps: Steps) -> int:
@@ -213,12 +269,12 @@ def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[C
     out = []
     for seq, i in enumerate(idx.tolist()):
         s, e = int(d.ts[i]), int(d.end[i])
-        op, nbytes, group = _describe(t, i)
+        op, nbytes, group, name = _describe(t, i)
         step = _launch_step(a, i)
         lo = int(np.searchsorted(comp_e, s, side="right"))
         hi = int(np.searchsorted(comp_s, e, side="left"))
         overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
-        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step, overlap))
+        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step, overlap, name))
     return tuple(out)
 
 
@@ -242,25 +298,27 @@ def _step_of(starts: np.ndarray, ends: np.ndarray, ts: int) -> int:
     return k if k >= 0 and ts < ends[k] else -1
 
 
-def _describe(t: Any, i: int) -> tuple[str, int, str]:
+def _describe(t: Any, i: int) -> tuple[str, int, str, str]:
     """The collective's op, size and group: from the record_param_comms call around its launch
     (torch >= 2.1 records "Collective name", "In/Out msg nelems", "dtype", "Process Group Name"),
     else from the kernel's name with the size unknown."""
     kernel = t.string(int(t.device.name[i]))
     m = _KERNEL_OP.search(kernel)
     op = _KERNEL_OPS[m.group(1)] if m else "collective"
+    name = m.group(1).lower() if m and m.group(1) in ("Send", "Recv") else ""  # SendRecv: either way
     host = int(t.device.op[i])
     if host < 0:
-        return op, 0, ""
+        return op, 0, "", name
     try:
         args = msgspec.json.decode(t.host.raw_args[host])
     except (msgspec.DecodeError, TypeError):
-        return op, 0, ""
+        return op, 0, "", name
     if not isinstance(args, dict) or "Collective name" not in args:
-        return op, 0, ""
-    op = _OP_NAMES.get(str(args.get("Collective name")), op)
+        return op, 0, "", name
+    name = str(args.get("Collective name"))
+    op = _OP_NAMES.get(name, op)
     elems = max(_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
-    return op, elems * _DTYPE_BYTES.get(str(args.get("dtype")), 0), str(args.get("Process Group Name", ""))
+    return op, elems * _DTYPE_BYTES.get(str(args.get("dtype")), 0), str(args.get("Process Group Name", "")), name
 
 
 def _int(value: Any) -> int:

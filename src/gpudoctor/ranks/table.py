@@ -10,6 +10,7 @@ import numpy as np
 from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.comm import CommSplit
 from gpudoctor.ranks.slow_collective import SizeClass
+from gpudoctor.ranks.stages import Stages
 from gpudoctor.ranks.straggler import Straggler, imposed_per_rank
 
 
@@ -35,12 +36,15 @@ def rows(al: Aligned, split: CommSplit, straggler: Straggler | None) -> tuple[di
             "clock_offset_us": round(float(al.offsets[i]) / 1e3, 3),
             "straggler": straggler is not None and straggler.index == i,
         })
+        if s.recv_wait_ms:  # a pipeline stage: its time blocked receiving from a neighbour
+            out[-1]["recv_wait_ms"] = round(float(np.mean(s.recv_wait_ms)), 4)
     return tuple(out)
 
 
 def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,
-                classes: list[SizeClass], busbw_table: str | None = None) -> dict[str, Any]:
-    return {
+                classes: list[SizeClass], busbw_table: str | None = None,
+                stages: Stages | None = None) -> dict[str, Any]:
+    out = {
         "world_size": len(al.summaries),
         "matched_collectives": len(al.ops),
         "steps": al.steps,
@@ -59,6 +63,13 @@ def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,
         "predicted_from": f"machine profile {busbw_table}" if busbw_table else "plan comm model",
         "timeline": timeline(al),
     }
+    if stages is not None:
+        slow = stages.slowest
+        out["pipeline"] = {"stages": stages.p, "microbatches": stages.microbatches,
+                           "stage_ranks": list(stages.ranks), "slowest_rank": stages.ranks[slow],
+                           "bubble_ms": round(float(stages.wait_ms[slow]), 4),
+                           "expected_share_of_step": round((stages.p - 1) / (stages.microbatches + stages.p - 1), 4)}
+    return out
 
 
 def timeline(al: Aligned) -> dict[str, Any]:

@@ -42,10 +42,14 @@ def console_table(r: Report) -> Table:
 def console_summary(r: Report) -> Text:
     d = r.distributed
     e = d.get("exposed_comm") or {}
+    pp = d.get("pipeline")
     return Text(
         f"{d.get('world_size')} ranks, {d.get('matched_collectives')} collectives matched; exposed communication "
         f"{e.get('exposed_ms', 0):.2f} ms per step = wait for the slowest {e.get('wait_for_slowest_ms', 0):.2f} + "
-        f"overlap not taken {e.get('overlap_not_taken_ms', 0):.2f} + transfer {e.get('transfer_ms', 0):.2f}")
+        f"overlap not taken {e.get('overlap_not_taken_ms', 0):.2f} + transfer {e.get('transfer_ms', 0):.2f}" + (
+            f"; pipeline of {pp['stages']} stages, {pp['microbatches']} micro-batches: bubble {pp['bubble_ms']:.2f} "
+            f"ms per step on rank {pp['slowest_rank']} (formula: {100 * pp['expected_share_of_step']:.0f}% of the step)"
+            if pp else ""))
 
 
 def html_section(r: Report) -> str:

@@ -1,0 +1,213 @@
+"""Pipeline parallelism (ranks/stages.py, ranks/pipeline_bubble.py, ranks/stage_imbalance.py): the
+stages read from the ranks' send/recv pattern, each stage's wait in recv, the bubble priced against
+the schedule's formula and the slow stage named, on CPU traces recorded from
+tests/programs/multigpu/pp_two_stage.py and on hand-built stages with known timings."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.ranks.combine import combine
+from gpudoctor.ranks.stages import read_stages
+from gpudoctor.ranks.summary import Collective, RankSummary, _p2p_device
+
+DATA = Path(__file__).parent / "data" / "pp_gloo"
+PROGRAM = Path(__file__).parent / "programs" / "multigpu" / "pp_two_stage.py"
+SRC = Path(__file__).parent.parent / "src"
+
+
+def _analyze(case: str):  # type: ignore[no-untyped-def]
+    from gpudoctor.pipeline import analyze_ranks
+
+    return analyze_ranks([DATA / case], jobs=1)
+
+
+# -- recorded on the CPU: `gpudoctor run --nproc 2 --skip 4 --steps 3 --calibrate 2 pp_two_stage.py
+#    --steps 12 --microbatches 4 [--imbalance]` (gloo, torch 2.13 CPU, 2 shared cores, 2026-11-25) ----
+
+
+def test_balanced_two_stages_bubble_against_the_formula() -> None:
+    """2 stages, 4 micro-batches, GPipe: the formula's bubble is (p-1)/(m+p-1) = 20% of the step;
+    the stage with the most compute (the last) waits 16.51 ms of its 65.36 ms step in recv, 25%."""
+    report = _analyze("balanced")
+    bubble = next(f for f in report.findings if f.id == "pipeline-bubble")
+    n = bubble.evidence.numbers
+    assert (n["stages"], n["microbatches"], n["measured_on_rank"]) == (2, 4, 1)
+    assert n["bubble_ms_per_step"] == pytest.approx(16.5063, abs=1e-4)
+    assert n["bubble_share_of_step"] == pytest.approx(0.2526, abs=1e-4)
+    assert n["expected_share_of_step"] == 0.2
+    assert n["expected_bubble_ms"] == pytest.approx(8.7874, abs=1e-4)  # (p-1)/m x its 35.15 ms of compute
+    assert bubble.saving_ms == pytest.approx(16.5063 / 2, abs=1e-4)  # 8 micro-batches halve it
+    assert n["saving_2x_microbatches_ms"] == n["saving_interleaved_v2_ms"]
+    assert n["recv_wait_ms_by_rank"] == "0: 28.79, 1: 16.51"
+    assert n["bubble_ms_by_step"] == "15.88, 9.27, 24.36"  # shared CPU cores: the steps vary
+    # in this recording the last stage computed 35.15 ms a step against 25.86 (profiled, on two shared
+    # cores), so stage-imbalance fires too; rank 0 waits 12.28 ms beyond the bubble for it
+    imb = next(f for f in report.findings if f.id == "stage-imbalance")
+    assert imb.evidence.numbers["slowest_rank"] == 1 and imb.saving_ms == pytest.approx(12.2812, abs=1e-4)
+    assert [r["recv_wait_ms"] for r in report.ranks] == [28.7875, 16.5063]
+    assert report.distributed["pipeline"] == {"stages": 2, "microbatches": 4, "stage_ranks": [0, 1], "slowest_rank": 1,
+                                              "bubble_ms": 16.5063, "expected_share_of_step": 0.2}
+    assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
+    from gpudoctor.report.ranks import console_summary
+
+    assert console_summary(report).plain.endswith(
+        "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
+
+
+def test_imbalanced_stage_named_and_priced_as_the_others_wait() -> None:
+    """--imbalance: rank 1 runs twice the layers. It computes 122.36 ms a step against rank 0's
+    52.46; rank 0 waits 74.28 ms a step in recv beyond rank 1's own wait (the bubble), within 7%
+    of the compute difference (69.90 ms) that the pipeline model predicts."""
+    report = _analyze("imbalanced")
+    by_id = {f.id: f for f in report.findings}
+    imb = by_id["stage-imbalance"]
+    n = imb.evidence.numbers
+    assert n["slowest_rank"] == 1
+    assert (n["slowest_compute_ms"], n["compute_ms_by_rank"]) == (pytest.approx(122.3613, abs=1e-4), "0: 52.46, 1: 122.36")
+    assert imb.saving_ms == pytest.approx(74.2796, abs=1e-4)
+    assert imb.saving_ms / (122.3613 - 52.4637) == pytest.approx(1.063, abs=1e-3)
+    bubble = by_id["pipeline-bubble"].evidence.numbers
+    assert bubble["measured_on_rank"] == 1 and bubble["bubble_ms_per_step"] == pytest.approx(32.0707, abs=1e-4)
+    assert bubble["bubble_share_of_step"] == pytest.approx(0.1912, abs=1e-4)  # 20% by the formula
+
+
+def test_four_stages_1f1b_middle_stages_receive_twice() -> None:
+    """4 stages, 1F1B, 4 micro-batches (`gpudoctor run --nproc 4 --skip 4 --steps 2 ... --schedule
+    1f1b`): the middle ranks receive 8 a step (activations and gradients), the ends 4; the formula's
+    bubble is 3/7 of the step, the stage with the most compute (rank 1) waits 35% of its step; the
+    stages' compute is within 10% of the median, so no stage is called slow."""
+    report = _analyze("four_1f1b")
+    assert [f.id for f in report.findings] == ["pipeline-bubble"]
+    n = report.findings[0].evidence.numbers
+    assert (n["stages"], n["microbatches"], n["measured_on_rank"]) == (4, 4, 1)
+    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"]) == (pytest.approx(38.8737, abs=1e-4), 0.3548)
+    assert n["expected_share_of_step"] == pytest.approx(3 / 7, abs=1e-4)
+    assert n["recv_wait_ms_by_rank"] == "0: 63.44, 1: 38.87, 2: 53.39, 3: 36.43"
+
+
+def test_gloo_summary_counts_sends_receives_and_waits() -> None:
+    """Each step every rank sends 4 and receives 4 (the first stage gradients, the last activations);
+    the c10d send/recv operators are not compute."""
+    from gpudoctor.pipeline import _summarize_rank
+    from gpudoctor.ranks.sources import rank_sources
+
+    s0, s1 = (_summarize_rank(src, None, None)[0] for src in rank_sources([DATA / "balanced"]))
+    assert (s0.p2p_recvs, s0.p2p_sends, s1.p2p_recvs, s1.p2p_sends) == (12, 12, 12, 12)
+    assert s0.recv_wait_ms == pytest.approx((18.6604, 23.2225, 44.4796), abs=1e-4)
+    assert s1.recv_wait_ms == pytest.approx((15.8833, 9.2739, 24.3618), abs=1e-4)
+    assert (s0.compute_ms, s1.compute_ms) == (pytest.approx(25.8595, abs=1e-4), pytest.approx(35.1498, abs=1e-4))
+
+
+# -- hand-built stages: p = 4, m = 4, 1 ms of compute per micro-batch, stage 2 twice as slow ---------
+
+
+def stages(slow: int = -1, p: int = 4, m: int = 4, steps: int = 2) -> list[RankSummary]:
+    """The pipeline's timings by its model: the pace is the slowest stage's time per micro-batch t;
+    the step is (m+p-1) t; each stage waits the step minus its own compute."""
+    per_mb = [2.0 if r == slow else 1.0 for r in range(p)]
+    t = max(per_mb)
+    step_ms = (m + p - 1) * t
+    out = []
+    for r in range(p):
+        recvs = m * (1 if r in (0, p - 1) else 2)
+        colls = tuple(Collective("p2p", i, 1 << 20, i * 1000, i * 1000 + 500, 7, "", 0, (), "recv")
+                      for i in range(recvs * steps))
+        out.append(RankSummary(
+            rank=r, source=f"rank{r}", gpu="", step_start=tuple(int(k * step_ms * 1e6) for k in range(steps)),
+            step_end=tuple(int((k + 1) * step_ms * 1e6) for k in range(steps)), busy_ms=m * per_mb[r],
+            compute_ms=m * per_mb[r], idle_ms=step_ms - m * per_mb[r], idle_by_cause={}, collectives=colls,
+            kernel_ms={}, kernels_per_step=0.0, recv_wait_ms=(step_ms - m * per_mb[r],) * steps,
+            p2p_sends=recvs * steps, p2p_recvs=recvs * steps))
+    return out
+
+
+def test_four_balanced_stages_bubble_is_the_formula() -> None:
+    """Balanced: each stage waits (p-1) t = 3 ms of a 7 ms step, (p-1)/(m+p-1) = 3/7; no imbalance."""
+    result = combine(stages())
+    assert [f.id for f in result.findings] == ["pipeline-bubble"]
+    n = result.findings[0].evidence.numbers
+    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"], n["expected_share_of_step"]) == (3.0, 0.4286, 0.4286)
+    assert n["expected_bubble_ms"] == 3.0 and result.findings[0].saving_ms == pytest.approx(1.5)
+
+
+def test_four_stages_one_slow_both_findings() -> None:
+    """Stage 2 at 2 ms per micro-batch: step 14 ms; it waits the bubble (p-1) x 2 = 6 ms, the others
+    14 - 4 = 10 ms: 4 ms each of waiting for it."""
+    result = combine(stages(slow=2))
+    by_id = {f.id: f for f in result.findings}
+    assert by_id["stage-imbalance"].evidence.numbers["slowest_rank"] == 2
+    assert by_id["stage-imbalance"].saving_ms == pytest.approx(4.0)
+    bubble = by_id["pipeline-bubble"].evidence.numbers
+    assert (bubble["measured_on_rank"], bubble["bubble_ms_per_step"], bubble["expected_bubble_ms"]) == (2, 6.0, 6.0)
+
+
+def test_counts_that_break_the_pattern_are_not_one_pipeline() -> None:
+    """A middle stage receiving m, not 2m (another parallelism mixed in): no stages, no bubble; the
+    imbalance falls back to the compute above the mean."""
+    s = stages(slow=2)
+    s[1] = RankSummary(**{**s[1].__dict__, "p2p_recvs": s[0].p2p_recvs})
+    assert read_stages(s) is None
+    result = combine(s)
+    assert [f.id for f in result.findings] == ["stage-imbalance"]
+    assert result.findings[0].saving_ms == pytest.approx(8.0 - 5.0)
+    assert "pipeline" not in result.distributed
+    assert any("no pipeline pattern" in w for w in result.warnings)
+    assert read_stages(stages()[:1]) is None
+
+
+def test_gpu_recv_wait_is_the_recv_kernel_not_beside_compute() -> None:
+    """On a GPU the recv kernel's time with no compute kernel beside it is the stage's wait; sends
+    are counted, not waited on."""
+    colls = (Collective("p2p", 0, 4, 0, 2_000_000, 7, "", 0, ((500_000, 1_500_000),), "recv"),
+             Collective("p2p", 1, 4, 3_000_000, 3_400_000, 7, "", 1, (), "recv"),
+             Collective("p2p", 2, 4, 4_000_000, 9_000_000, 7, "", 1, (), "send"),
+             Collective("p2p", 3, 4, 9_000_000, 9_100_000, 7, "", -1, (), "recv"))
+    assert _p2p_device(colls, 2) == {"recv_wait_ms": (1.0, 0.4), "p2p_recvs": 2, "p2p_sends": 1}
+    assert _p2p_device(colls[2:3], 2) == {"recv_wait_ms": (), "p2p_recvs": 0, "p2p_sends": 1}
+
+
+# -- the whole path on the CPU: `gpudoctor run --nproc 2` on the program -----------------------------
+
+
+def test_run_on_the_program_reports_the_bubble(tmp_path: Path) -> None:
+    """2 micro-batches: the formula's bubble is a third of the step; the combined report reads the
+    job as 2 stages of 2 micro-batches and prices the bubble (its size on shared CPU cores varies)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", MASTER_PORT=str(port))
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--nproc", "2", "--out", str(tmp_path), "--skip",
+                          "3", "--steps", "2", "--calibrate", "1", "--rank-timeout", "120",
+                          str(PROGRAM), "--steps", "8", "--microbatches", "2"],
+                         capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert out.returncode == 0, out.stderr
+    (run,) = tmp_path.iterdir()
+    text = (run / "report.json").read_text()
+    assert re.search(r'"stages":\s*2', text) and re.search(r'"microbatches":\s*2', text)
+    assert re.search(r'"expected_share_of_step":\s*0\.3333', text)
+
+
+def test_cpu_rank_set_renders_its_ranks_and_findings() -> None:
+    """A CPU job's report has no GPU sections, but its ranks table, the pipeline line and the
+    multi-rank findings are shown, in the terminal and in the HTML page."""
+    from gpudoctor.report.console import render_text
+    from gpudoctor.report.html import render_html
+
+    report = _analyze("imbalanced")
+    text = render_text(report, width=140)
+    assert "No GPU findings" not in text and "ranks (ms per step" in text
+    assert "1. [critical] stage-imbalance  save ~74.280 ms/step" in text
+    assert "2. [major] pipeline-bubble  save ~16.035 ms/step" in text
+    html = render_html(report)
+    assert "<h2>Ranks</h2>" in html and "pipeline of 2 stages, 4 micro-batches" in html
+    assert html.count('<article class="finding') == 2 and "No GPU findings" not in html
