@@ -4,14 +4,15 @@ Two moments can be the peak. The prefill runs the whole prompt through each laye
 prompt's KV cache, the widest live tensors are the MLP's or the experts' (``_prefill_scratch``
 says which, per architecture), with four hidden-sized tensors alive around them (the layer input
 the model loop still holds, ``inputs_embeds``, the residual, the normalised input). The end of
-decoding holds the whole context's KV cache, and Hugging Face's ``DynamicCache`` grows each
-layer's K and V with ``torch.cat``, so one layer's K is briefly there twice. ``generate``
-computes logits for the last position only.
+decoding holds the whole context's KV cache beside the step's widest transient
+(``_decode_scratch``: the cache's ``torch.cat`` growth, the routed experts' weight gather on a
+GPU, MLA's per-head expansion of the context). ``generate`` computes logits for the last
+position only.
 
 Checked on an H200 (torch 2.11, transformers 5.17, 2026-11-22) on six models, three of them held
 out: within 1.8% of ``torch.cuda.max_memory_allocated``; on an H100 (2026-11-25) on the twelve
-model types of the arch sweep: within 2.2% but Mixtral (-5.5%) and DeepSeek-V2's shape (+13.2%),
-which ``accuracy.py`` notes (benchmarks/bench_memory.py).
+model types of the arch sweep: within 2.1%, each phase of the MoE cases (prefill and decode
+peaks measured apart, memory-arch-gen-phases-h100-2026-11-25.json) within 0.7%.
 """
 
 from __future__ import annotations
