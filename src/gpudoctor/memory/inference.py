@@ -181,17 +181,22 @@ def _decode_scratch(spec: ModelSpec, o: InferOptions, layer_kv: float) -> float:
     if o.paged_block:
         return 0.0
     growth = layer_kv / 2
-    gather = 0.0
-    if spec.moe is not None:
-        m = spec.moe
-        per_expert = ((2 if spec.gated_mlp else 1) + 1) * m.intermediate * spec.hidden / o.tp
-        gather = o.batch * m.top_k * per_expert * _linear_width(spec, o)
+    gather = _expert_gather(spec, o)
     expand = 0.0
     if spec.mla is not None:
         m = spec.mla
         per_token = spec.heads / o.tp * (2 * m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
         expand = 2.0 * o.batch * _cached_tokens(spec, o, o.context) * per_token
     return max(growth, gather, expand)
+
+
+def _expert_gather(spec: ModelSpec, o: InferOptions) -> float:
+    """``batched_mm``'s per-row copies of the routed experts' weights in one decode step."""
+    if spec.moe is None or o.paged_block:
+        return 0.0
+    m = spec.moe
+    per_expert = ((2 if spec.gated_mlp else 1) + 1) * m.intermediate * spec.hidden / o.tp
+    return o.batch * m.top_k * per_expert * _linear_width(spec, o)
 
 
 def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None) -> MemoryEstimate:
@@ -273,6 +278,11 @@ def _search(ok, upper: int) -> int:
 
 def _notes(spec: ModelSpec, o: InferOptions) -> tuple[str, ...]:
     notes = []
+    gather = _expert_gather(spec, o)
+    if gather:
+        notes.append(f"MoE decode: transformers' generate runs the experts as batched_mm on a GPU, copying "
+                     f"each routed row's expert weights ({gather / 2**30:,.2f} GiB at batch {o.batch} x "
+                     f"top-{spec.moe.top_k}); it grows with the batch")
     if o.weights_dtype != "bf16":
         notes.append(f"{o.weights_dtype}: linear weights quantized, embeddings/head/norms in bf16")
     if spec.sliding_window and o.context > spec.sliding_window:
