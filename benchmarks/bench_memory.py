@@ -264,6 +264,18 @@ GEN_SMALL: list[dict] = [
                       ("b16-p256-n128", {"batch": 16, "prompt": 256, "new": 128, "attention": "sdpa"}))
 ]
 
+# Held-out generation shapes for the MoE and MLA terms of memory/inference.py (--gen-moe): the
+# decode step's batched_mm weight gather at batch 1 and at 32-64 routed rows, MLA's per-head
+# expansion of a long context (DeepSeek-V2 without q LoRA, V3 with it), a 16k-token prefill
+_GEN_MOE_SHAPES = (("mixtral", "b1-p64-n1024", 1, 64, 1024), ("mixtral", "b32-p128-n32", 32, 128, 32),
+                   ("deepseek_v2", "b1-p32-n3000", 1, 32, 3000), ("deepseek_v2", "b16-p1024-n32", 16, 1024, 32),
+                   ("deepseek_v3", "b8-p1024-n2048", 8, 1024, 2048), ("qwen2_moe", "b32-p128-n32", 32, 128, 32))
+GEN_MOE: list[dict] = [
+    {"name": f"gen-moe-{family.replace('_', '-')}-{tag}", "family": family, "config": _ARCH_CONFIGS[family],
+     "infer": True, "opts": {"batch": b, "prompt": p, "new": n, "weights_dtype": "bf16", "attention": "sdpa"}}
+    for family, tag, b, p, n in _GEN_MOE_SHAPES
+]
+
 _CONFIG_CLASSES = {"deepseek_v2": "DeepseekV2Config", "llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
                    "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
                    "mistral": "MistralConfig", "gemma2": "Gemma2Config", "qwen2_moe": "Qwen2MoeConfig",
@@ -467,6 +479,8 @@ def measure(out: Path, names: list[str]) -> None:
         runs, names = ARCH, names[1:]
     elif names[:1] == ["--gen-small"]:
         runs, names = GEN_SMALL, names[1:]
+    elif names[:1] == ["--gen-moe"]:
+        runs, names = GEN_MOE, names[1:]
     chosen = [run for run in runs if (not names or run["name"] in names)
               and (not only or any(o in run["name"] for o in only))]
 
@@ -501,13 +515,28 @@ def measure(out: Path, names: list[str]) -> None:
         print(f"{r['name']:32s} {r['peak_bytes'] / GiB:9.3f} {a:11.3f} {b:11.3f}")
     print(f"{len(done)} measured, {sum('skipped' in r for r in rows)} skipped, "
           f"{sum('error' in r for r in rows)} failed -> {out / 'results.json'}")
+    if runs is GEN_MOE and done:  # held out: the prediction of each phase next to its measurement
+        _phase_table(done)
+
+
+def _phase_table(done: list[dict]) -> None:
+    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.memory import estimate_from_options
+
+    print(f"\n{'run':34s} {'phase':8s} {'measured GiB':>12s} {'predicted':>9s} {'error':>7s}")
+    for r in done:
+        est = estimate_from_options(from_hf_config(r["config"]), infer=True, **r["opts"])
+        for phase, key in (("prefill", "prefill_peak"), ("decode", "decode_peak")):
+            m = r["phases"][key]  # from the allocator's count before the model, as peak_bytes
+            print(f"{r['name']:34s} {phase:8s} {m / GiB:12.3f} {est.phases[phase] / GiB:9.3f} "
+                  f"{100 * (est.phases[phase] - m) / m:+6.1f}%")
 
 
 def measure_one(out: Path, name: str) -> None:
     if name == "cuda-context":
         print(json.dumps(_context()))
         return
-    run = next(r for r in RUNS + HELDOUT + ARCH + GEN_SMALL if r["name"] == name)
+    run = next(r for r in RUNS + HELDOUT + ARCH + GEN_SMALL + GEN_MOE if r["name"] == name)
     import torch
 
     try:
@@ -618,12 +647,12 @@ def dryrun_table(results: Path) -> None:
 
 if __name__ == "__main__":
     if "--list" in sys.argv[1:]:
-        sets = {"--heldout": HELDOUT, "--arch": ARCH, "--gen-small": GEN_SMALL}
-        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH + GEN_SMALL):
+        sets = {"--heldout": HELDOUT, "--arch": ARCH, "--gen-small": GEN_SMALL, "--gen-moe": GEN_MOE}
+        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH + GEN_SMALL + GEN_MOE):
             print(f"{run['name']:34s} {run['family']:12s} {'generate' if run.get('infer') else 'train'}")
         sys.exit(0)
     if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
-        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch] [--parallel N] [--only SUBSTR,..] [NAME...] | --list [--arch] | table RESULTS_JSON | "
+        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch | --gen-small | --gen-moe] [--parallel N] [--only SUBSTR,..] [NAME...] | --list [--arch] | table RESULTS_JSON | "
                  "dryrun 'RESULTS_GLOB'")
     if sys.argv[1] == "dryrun":
         dryrun_table(Path(sys.argv[2]))

@@ -62,16 +62,35 @@ def test_every_noted_miss_is_the_measured_worst_case_and_outside_5_percent():
         assert round(worst, 3) == noted, (family, mode, worst)
 
 
-def test_a_noted_model_type_says_so_and_others_do_not(tmp_path):
+def test_no_model_type_carries_an_accuracy_note_any_more(tmp_path):
+    # Mixtral (-5.5%) and DeepSeek-V2's shape (+13.2%) were the last generation cases outside 5%
+    assert KNOWN_MISSES == {}
     runs = {r["name"]: r for r in RUNS}
-    for name, noted in (("arch-deepseek-v2-gen", True), ("arch-llama-gen", False)):
+    for name in ("arch-mixtral-gen", "arch-deepseek-v2-gen"):
         cfg = tmp_path / f"{name}.json"
         cfg.write_text(json.dumps(runs[name]["config"]))
         out = gd("memory", str(cfg), "--infer", "--batch", "8", "--prompt", "512", "--new", "64", "--width", "200")
         assert out.returncode == 0, out.stderr
-        assert ("±13% (measured, see the accuracy note)" in out.stdout) is noted
-        assert ("the prediction was up to 13.2% above the peak measured on an H100" in out.stdout) is noted
-    assert accuracy_note("llama", "train") is None
+        assert "accuracy" not in out.stdout and "±" not in out.stdout, out.stdout
+
+
+def test_a_noted_miss_is_printed_with_its_measured_error(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from gpudoctor.memory import accuracy
+    from gpudoctor.report.memory import render
+
+    monkeypatch.setitem(accuracy.KNOWN_MISSES, ("deepseek", "infer"), 0.132)
+    run = next(r for r in RUNS if r["name"] == "arch-deepseek-v2-gen")
+    est = estimate_from_options(from_hf_config(run["config"]), infer=True, **run["opts"])
+    assert est.extra["measured_error"] == 0.132
+    buf = io.StringIO()
+    render(est, Console(file=buf, width=200))
+    assert "±13% (measured, see the accuracy note)" in buf.getvalue()
+    assert "the prediction was up to 13.2% above the peak measured on an H100" in buf.getvalue()
+    assert accuracy_note("llama", "infer") is None
 
 
 def _spec(model_type: str, **override):
@@ -129,3 +148,78 @@ def test_the_bench_lists_the_arch_sweep():
     rows = [line.split() for line in out.stdout.splitlines()]
     assert len(rows) == 48 and {r[1] for r in rows} == MODEL_TYPES
     assert sum(r[2] == "generate" for r in rows) == 12
+
+
+PHASES = RESULTS.parent / "memory-arch-gen-phases-h100-2026-11-25.json"
+
+
+@pytest.mark.parametrize("run", [r for r in json.loads(PHASES.read_text()) if "phases" in r], ids=lambda r: r["name"])
+def test_each_generation_phase_of_the_moe_cases_within_1_percent(run):
+    # the rerun measured the prefill's and the decode's peak apart: both phases must be right,
+    # not only the larger one
+    est = estimate_from_options(from_hf_config(run["config"]), infer=True, **run["opts"])
+    for phase, key in (("prefill", "prefill_peak"), ("decode", "decode_peak")):
+        measured = run["phases"][key]
+        assert abs(est.phases[phase] - measured) / measured < 0.01, (phase, est.phases[phase], measured)
+
+
+def test_mixtral_decode_holds_each_routed_rows_gathered_expert_weights():
+    # generate switches the experts to batched_mm for decoding: gate_up_proj[expert_ids] and
+    # down_proj[expert_ids] for batch 8 x top-2 rows, each expert 3 x 3584 x 1024 bf16 weights
+    est = estimate_from_options(_spec("mixtral"), infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    assert est.phase == "decode"
+    assert est.breakdown["transient"] == 8 * 2 * 3 * 3584 * 1024 * 2 == 352_321_536
+    kv = 4 * 2 * 4 * 64 * 2 * 8 * 576  # layers, K and V, KV heads, head dim, bf16, batch, context
+    scratch = 8 * 32000 * 6 + 8 * 8 * 1024 * 2
+    assert est.peak_bytes == est.breakdown["weights"] + 33_554_432 + kv + 352_321_536 + scratch
+    assert any("copying each routed row's expert weights (0.33 GiB at batch 8 x top-2)" in n for n in est.notes)
+    # a serving engine (paged cache) runs its own fused MoE kernels: no gather
+    paged = estimate_from_options(_spec("mixtral"), infer=True, batch=8, prompt=512, new=64, paged_block=16)
+    assert paged.breakdown.get("transient", 0) == 0 and not any("batched_mm" in n for n in paged.notes)
+
+
+def test_mla_caches_the_latent_not_per_head_k_and_v():
+    from gpudoctor.memory.inference import kv_bytes_per_token
+    from gpudoctor.memory.options import InferOptions
+
+    spec = _spec("deepseek_v2")  # kv_lora_rank 512, rope 64, 4 layers
+    for o in (InferOptions(), InferOptions(paged_block=16), InferOptions(tp=2)):
+        assert kv_bytes_per_token(spec, o) == 4 * (512 + 64) * 2
+
+
+def test_deepseek_prefill_peaks_at_the_fp32_combine_of_the_routed_rows():
+    est = estimate_from_options(_spec("deepseek_v2"), infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    t, h = 8 * 512, 1024
+    # per routed row: gathered input and expert output in bf16, the weighted output and its
+    # un-permuted copy in fp32 (the router's top-k weights are fp32); top-4
+    routed = 4 * t * (2 * 2 * h + 2 * 4 * h)
+    assert routed > 4 * t * 2 * (h + 4 * 512)  # wider than the gathered input and four widths
+    hidden = 4 * 2 * t * h
+    rope = 2 * 2 * t * 64
+    logits = 8 * 32000 * 6
+    assert est.phase == "prefill"
+    assert est.breakdown["activations"] == routed + hidden + rope + logits
+    assert est.breakdown["kv_cache"] == 8 * 512 * 4 * (512 + 64) * 2
+
+
+def test_mla_decode_expands_the_whole_context_to_per_head_k_and_v():
+    est = estimate_from_options(_spec("deepseek_v2"), infer=True, batch=1, prompt=16, new=4000, attention="sdpa")
+    # kv_b_proj's output (nope 128 + v 128) and the assembled K (nope 128 + rope 64), 16 heads
+    expand = 2 * 1 * 4016 * 16 * (128 + 128 + 128 + 64)
+    assert expand > 1 * 4 * 3 * 512 * 1024 * 2  # wider than the experts' weight gather (top-4)
+    assert est.phase == "decode" and est.breakdown["transient"] == expand == 57_573_376
+
+
+def test_mla_prefill_attention_counts_the_expanded_q_k_v():
+    # experts shrunk so that the attention is the prefill's widest moment (the shape of the CPU
+    # trace behind _mla_prefill: 199,888,896 live bytes at its peak, of which 16,777,216 are the
+    # output's .contiguous() copy that CUDA's kernels do not make and 18,874,368 the cache)
+    spec = _spec("deepseek_v2", num_experts_per_tok=1, moe_intermediate_size=64, n_shared_experts=1,
+                 n_routed_experts=2, first_k_dense_replace=0)
+    est = estimate_from_options(spec, infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    t, h = 8 * 512, 1024
+    # q 3072, rotated rope half 1024, the cat 3072, latent 576, kv_b out 4096, K 3072, out 2048
+    per_token = 3072 + 1024 + 3072 + 576 + 4096 + 3072 + 2048
+    attn = 2 * t * per_token + 4 * t * 16 + 3 * 2 * t * h  # + fp32 log-sum-exp, 3 hidden-sized
+    assert est.breakdown["activations"] == attn + 2 * 2 * t * 64 + 8 * 32000 * 6
+    assert est.breakdown["kv_cache"] + attn == 183_238_656  # the trace less the copy: 183,111,680

@@ -68,14 +68,16 @@ def test_shared_expert_has_its_own_width_and_gate():
 
 
 def test_generation_prefill_prices_the_shared_expert_at_its_width():
-    # the shared expert runs beside the routed ones, not at once: its scratch counts only where it
-    # is wider than the routed experts' combine (4 hidden-sized rows per routed row)
+    # Qwen2-MoE runs the shared expert first: its output then sits beside the routed experts'
+    # combine (4 hidden-sized rows per routed row), while its own three widths stand alone, so
+    # they count only where they are wider than that
     narrow = from_hf_config({**QWEN2_MOE, "shared_expert_intermediate_size": 128})
     wide = from_hf_config({**QWEN2_MOE, "shared_expert_intermediate_size": 4096})
     a = estimate_from_options(narrow, infer=True, batch=1, prompt=1000, new=1)
     b = estimate_from_options(wide, infer=True, batch=1, prompt=1000, new=1)
     routed = 2 * (1000 * 2) * max(256 + 4 * 128, 4 * 256)  # top-2
-    assert b.breakdown["activations"] - a.breakdown["activations"] == 3 * 2 * 1000 * 4096 - routed
+    shared_out = 2 * 1000 * 256
+    assert b.breakdown["activations"] - a.breakdown["activations"] == 3 * 2 * 1000 * 4096 - (routed + shared_out)
 
 
 # --- replay on a real CPU forward (transformers needed) ----------------------------------------

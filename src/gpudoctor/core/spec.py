@@ -38,6 +38,10 @@ class MoE:
     shared_gate: bool = False  # Qwen2-MoE: a Linear(hidden, 1) gates the shared expert
     sparse_step: int = 1  # Qwen2-MoE decoder_sparse_step: layer i is MoE when (i + 1) % step == 0
     dense_layer_ids: tuple[int, ...] = ()  # Qwen2-MoE mlp_only_layers: layers kept dense
+    # transformers' routers: Mixtral's and DeepSeek's top-k weights stay fp32 (softmax/sigmoid in
+    # fp32, no cast back), so the experts' weighted rows are promoted to fp32; Qwen2-MoE casts back
+    router_fp32: bool = False
+    shared_first: bool = False  # Qwen2-MoE runs the shared expert before the routed ones
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether 0-based decoder layer ``layer`` holds this block rather than a dense MLP.
@@ -419,7 +423,8 @@ def _mixtral(cfg: _Config) -> dict[str, Any]:
     _check_top_k(cfg, top_k, experts)
     return out | {"activation": cfg.text("hidden_act", default="silu"),
                   "sliding_window": _window(cfg, None),
-                  "moe": MoE(experts=experts, top_k=top_k, intermediate=out["intermediate"])}
+                  "moe": MoE(experts=experts, top_k=top_k, intermediate=out["intermediate"],
+                             router_fp32=True)}
 
 
 def _qwen2(cfg: _Config) -> dict[str, Any]:
@@ -448,7 +453,7 @@ def _qwen2_moe(cfg: _Config) -> dict[str, Any]:
                   shared_experts=1,
                   shared_intermediate=cfg.size("shared_expert_intermediate_size", default=5632,
                                                low=0, high=_MAX_WIDTH),
-                  shared_gate=True,
+                  shared_gate=True, shared_first=True,
                   sparse_step=cfg.size("decoder_sparse_step", default=1, high=_MAX_LAYERS),
                   dense_layer_ids=cfg.layer_list("mlp_only_layers", out["layers"]))
     sliding = {"sliding_window": None, "full_attention_layers": ()}
@@ -576,14 +581,15 @@ def _deepseek(cfg: _Config, v3: bool) -> dict[str, Any]:
     moe = MoE(experts=experts, top_k=top_k, intermediate=width, shared_experts=shared,
               first_dense_layers=cfg.size("first_k_dense_replace", default=d["dense"], low=0,
                                           high=_MAX_LAYERS),
-              shared_intermediate=shared * width)
+              shared_intermediate=shared * width, router_fp32=True)
     bias = cfg.flag("attention_bias", False)
     extra = {"model_type": "deepseek_v3" if v3 else "deepseek_v2"}
     quant = cfg.data.get("quantization_config")
     if isinstance(quant, dict) and isinstance(quant.get("quant_method"), str):
         extra["quant_method"] = quant["quant_method"]
     return out | {
-        # transformers expands K and V to every head (kv_b_proj), so the cache holds heads heads
+        # attention runs on K and V expanded to every head (kv_b_proj); transformers 5 caches the
+        # latent before that expansion (memory/inference.py kv_bytes_per_token)
         "kv_heads": out["heads"], "head_dim": mla.qk_nope_head_dim + mla.qk_rope_head_dim,
         "activation": cfg.text("hidden_act", default="silu"), "qkv_bias": bias, "out_bias": bias,
         "mlp_bias": False if v3 else cfg.flag("mlp_bias", False),

@@ -4,14 +4,15 @@ Two moments can be the peak. The prefill runs the whole prompt through each laye
 prompt's KV cache, the widest live tensors are the MLP's or the experts' (``_prefill_scratch``
 says which, per architecture), with four hidden-sized tensors alive around them (the layer input
 the model loop still holds, ``inputs_embeds``, the residual, the normalised input). The end of
-decoding holds the whole context's KV cache, and Hugging Face's ``DynamicCache`` grows each
-layer's K and V with ``torch.cat``, so one layer's K is briefly there twice. ``generate``
-computes logits for the last position only.
+decoding holds the whole context's KV cache beside the step's widest transient
+(``_decode_scratch``: the cache's ``torch.cat`` growth, the routed experts' weight gather on a
+GPU, MLA's per-head expansion of the context). ``generate`` computes logits for the last
+position only.
 
 Checked on an H200 (torch 2.11, transformers 5.17, 2026-11-22) on six models, three of them held
 out: within 1.8% of ``torch.cuda.max_memory_allocated``; on an H100 (2026-11-25) on the twelve
-model types of the arch sweep: within 2.2% but Mixtral (-5.5%) and DeepSeek-V2's shape (+13.2%),
-which ``accuracy.py`` notes (benchmarks/bench_memory.py).
+model types of the arch sweep: within 2.1%, each phase of the MoE cases (prefill and decode
+peaks measured apart, memory-arch-gen-phases-h100-2026-11-25.json) within 0.7%.
 """
 
 from __future__ import annotations
@@ -41,23 +42,27 @@ def weight_bytes(spec: ModelSpec, o: InferOptions) -> float:
     counts = count_params(spec)
     norms = spec.layers * getattr(spec, "norms_per_layer", 2) * norm_params(spec, spec.hidden)
     linear = counts.layers_total - norms
-    q = o.weights_dtype
-    per = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
-           "int8": 1.0 + 2.0 / spec.hidden,  # an fp16 scale per output channel
-           "int4": 0.5 + 2.5 / o.group_size}[q]  # fp16 scale + 4-bit zero point per group
     rest = counts.total - linear
-    return (linear * per + rest * 2.0) / o.tp
+    return (linear * _linear_width(spec, o) + rest * 2.0) / o.tp
+
+
+def _linear_width(spec: ModelSpec, o: InferOptions) -> float:
+    """Bytes per linear weight at the requested storage, scales included."""
+    return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
+            "int8": 1.0 + 2.0 / spec.hidden,  # an fp16 scale per output channel
+            "int4": 0.5 + 2.5 / o.group_size}[o.weights_dtype]  # fp16 scale + 4-bit zero point per group
 
 
 def kv_bytes_per_token(spec: ModelSpec, o: InferOptions) -> float:
     """Bytes of KV cache one token adds across all layers (on one tensor-parallel rank)."""
     kvb = DTYPE_BYTES[o.kv_dtype]
     if spec.mla is not None:
+        # MLA caches its compressed latent and the shared rope key, not per-head K and V: serving
+        # engines, and transformers 5 (DeepseekV2Attention / V3: cache.update on the latent, then
+        # expand_kv), as the sweep's after-prefill memory shows (4 layers x 576 x 4,096 tokens).
+        # The latent is one head, so tensor parallelism does not split it.
         m = spec.mla
-        if o.paged_block:  # serving engines cache MLA's compressed latent and the rope key
-            return spec.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * kvb
-        heads = spec.heads / o.tp  # transformers caches the decompressed K and V per head
-        return spec.layers * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) * kvb
+        return spec.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * kvb
     kv_heads = max(spec.kv_heads / o.tp, 1.0)
     return spec.layers * 2 * kv_heads * spec.head_dim * kvb
 
@@ -74,17 +79,16 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     """The widest moment of the prefill beside the weights and the cache.
 
     Read off live-storage traces of ``generate`` (transformers 5.24, CPU, bf16) and checked
-    against the H100 sweep (transformers 5.17, benchmarks/results/memory-arch-h100-2026-11-25.json):
+    against the H100 sweep (transformers 5.17, benchmarks/results/memory-arch-h100-2026-11-25.json
+    and its per-phase rerun memory-arch-gen-phases-h100-2026-11-25.json):
 
     * a gated MLP with separate gate and up projections: activation out, up out, product (gate out
       is freed once the activation has read it); with a fused gate_up projection (Phi-3, the
       routed experts of transformers 5) both halves are views of one tensor that lives until the
       product exists: four widths;
     * GPT-2's ``gelu_new`` is Python: its input, ``0.5 * x`` and two temporaries: four widths;
-    * routed experts (``integrations/moe.py``'s grouped_mm forward) hold, per routed row, the
-      gathered input beside the four widths, and at the combine four hidden-sized rows (gathered
-      input, expert output, weighted output, its un-permuted copy); the shared expert runs before
-      or after them, so its output is alive beside the other's scratch.
+    * routed experts: ``_routed_prefill``;
+    * MLA attention: ``_mla_prefill``.
     """
     c = 2.0  # activations run in bf16/fp16 whatever the weights' storage
     chunk = o.prefill_chunk or o.prompt
@@ -94,11 +98,7 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
                                                  (4 if spec.activation in _PYTHON_GELU else 2))
     dense = dense_widths * c * t * spec.intermediate / o.tp
     if spec.moe is not None:
-        routed_rows = t * spec.moe.top_k
-        width = spec.moe.intermediate / o.tp
-        routed = c * routed_rows * max(h + (4 if spec.gated_mlp else 2) * width, 4 * h)
-        shared = shared_width(spec) / o.tp
-        mlp = max(routed, 3 * c * t * shared) + (c * t * h if shared else 0.0)
+        mlp = _routed_prefill(spec, o, t)
         if any(not spec.moe.is_moe_layer(i) for i in range(spec.layers)):
             mlp = max(mlp, dense)  # DeepSeek's first dense layers
     else:
@@ -114,8 +114,89 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     if attention_kind(spec, o.attention) == "eager":
         heads = spec.heads / o.tp
         attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
+    widest = max(mlp + mlp_hidden, attn + hidden)
+    if spec.mla is not None:
+        # in the attention the residual is still the layer input: three hidden-sized tensors
+        widest = max(widest, _mla_prefill(spec, o, t) + 3 * c * t * h)
     logits = o.batch * spec.vocab / o.tp * (c + 4)  # last position only, and its fp32 copy
-    return max(mlp + mlp_hidden, attn + hidden) + rope + logits
+    return widest + rope + logits
+
+
+def _routed_prefill(spec: ModelSpec, o: InferOptions, t: float) -> float:
+    """Routed experts in the prefill (``integrations/moe.py``'s grouped_mm forward), per routed row:
+    the gathered input beside the four expert widths, or at the combine the gathered input, the
+    expert output, the weighted output and its un-permuted copy. The last two are fp32 where the
+    router's top-k weights are (Mixtral, DeepSeek: ``proj_out * sample_weights`` promotes): on
+    DeepSeek-V2's shape that combine, not the widths, is the prefill's peak (CPU trace, 5.24).
+
+    The shared expert's output is alive beside the other's scratch: beside the routed experts
+    when it runs first (Qwen2-MoE), else the routed output beside the shared expert's three
+    widths (DeepSeek: ``experts(...) + shared_experts(residuals)``).
+    """
+    c = 2.0
+    moe, h = spec.moe, spec.hidden
+    width = moe.intermediate / o.tp
+    weighted = 4.0 if moe.router_fp32 else c
+    per_row = max(c * (h + (4 if spec.gated_mlp else 2) * width), 2 * c * h + 2 * weighted * h)
+    routed = t * moe.top_k * per_row
+    shared = 3 * c * t * shared_width(spec) / o.tp
+    if not shared:
+        return routed
+    out = c * t * h
+    return max(routed + out, shared) if moe.shared_first else max(routed, shared + out)
+
+
+def _mla_prefill(spec: ModelSpec, o: InferOptions, t: float) -> float:
+    """DeepSeek's attention over the prompt (``DeepseekV2Attention.forward`` / V3, transformers 5):
+    q (its rope half rotated into a new tensor), q re-assembled by ``torch.cat``, the compressed
+    latent, ``kv_b_proj``'s per-head output (V is a view of it), K assembled per head, the
+    attention output, and the kernel's fp32 log-sum-exp. A CPU trace of the 5.24 code with the
+    attention kernel's own scratch left out matches this to 0.1%; on CUDA the kernel's output is
+    already in the layout ``.transpose(1, 2).contiguous()`` asks for, so that copy is not counted.
+    """
+    m = spec.mla
+    heads = spec.heads / o.tp
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    per_token = (heads * (2 * qk + m.qk_rope_head_dim)  # q, its rotated rope half, the cat
+                 + m.kv_lora_rank + m.qk_rope_head_dim  # kv_a_proj_with_mqa's output
+                 + heads * (m.qk_nope_head_dim + m.v_head_dim)  # kv_b_proj's output
+                 + heads * qk + heads * m.v_head_dim)  # K, the attention output
+    return 2.0 * t * per_token + 4.0 * t * heads
+
+
+def _decode_scratch(spec: ModelSpec, o: InferOptions, layer_kv: float) -> float:
+    """The widest transient of a decode step beside the full cache, in transformers' ``generate``.
+
+    * ``DynamicCache`` grows each layer's K and V with ``torch.cat``: one layer's K (or V) twice;
+    * on a GPU ``generate`` switches grouped_mm experts to ``batched_mm`` for decoding
+      (``GenerationMixin._optimize_model_for_decode``, transformers 5.x), which gathers each routed
+      row's own copy of its expert's weights: ``gate_up_proj[expert_ids]`` and
+      ``down_proj[expert_ids]``, both alive at the down projection. This is Mixtral's measured peak
+      (batch 8, top-2: 16 rows of 11 M weights, 352 MB, 94% of the decode step's transient);
+    * MLA expands the whole context's latent to per-head K and V at every step (``expand_kv``).
+
+    These are at different moments of a layer, so the widest one counts. A serving engine (paged
+    cache) does none of them.
+    """
+    if o.paged_block:
+        return 0.0
+    growth = layer_kv / 2
+    gather = _expert_gather(spec, o)
+    expand = 0.0
+    if spec.mla is not None:
+        m = spec.mla
+        per_token = spec.heads / o.tp * (2 * m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+        expand = 2.0 * o.batch * _cached_tokens(spec, o, o.context) * per_token
+    return max(growth, gather, expand)
+
+
+def _expert_gather(spec: ModelSpec, o: InferOptions) -> float:
+    """``batched_mm``'s per-row copies of the routed experts' weights in one decode step."""
+    if spec.moe is None or o.paged_block:
+        return 0.0
+    m = spec.moe
+    per_expert = ((2 if spec.gated_mlp else 1) + 1) * m.intermediate * spec.hidden / o.tp
+    return o.batch * m.top_k * per_expert * _linear_width(spec, o)
 
 
 def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None) -> MemoryEstimate:
@@ -126,12 +207,11 @@ def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None)
     kv_full = o.batch * _cached_tokens(spec, o, o.context) * per_token
     scratch = _prefill_scratch(spec, o)
     workspace = CUBLAS_WORKSPACE_BYTES
-    layer_kv = kv_full / spec.layers
-    growth = 0.0 if o.paged_block else layer_kv / 2  # torch.cat grows one layer's K (or V) at a time
+    transient = _decode_scratch(spec, o, kv_full / spec.layers)
     decode_scratch = o.batch * spec.vocab / o.tp * 6 + 8 * o.batch * spec.hidden * 2
     phases = {
         "prefill": weights + workspace + kv_prompt + scratch,
-        "decode": weights + workspace + kv_full + growth + decode_scratch,
+        "decode": weights + workspace + kv_full + transient + decode_scratch,
     }
     phase = max(phases, key=lambda p: phases[p])
     peak = phases[phase]
@@ -198,11 +278,13 @@ def _search(ok, upper: int) -> int:
 
 def _notes(spec: ModelSpec, o: InferOptions) -> tuple[str, ...]:
     notes = []
+    gather = _expert_gather(spec, o)
+    if gather:
+        notes.append(f"MoE decode: transformers' generate runs the experts as batched_mm on a GPU, copying "
+                     f"each routed row's expert weights ({gather / 2**30:,.2f} GiB at batch {o.batch} x "
+                     f"top-{spec.moe.top_k}); it grows with the batch")
     if o.weights_dtype != "bf16":
         notes.append(f"{o.weights_dtype}: linear weights quantized, embeddings/head/norms in bf16")
-    if spec.mla is not None and not o.paged_block:
-        notes.append("MLA: transformers caches decompressed K/V; a serving engine (--paged-block 16) "
-                     "caches the latent, far smaller")
     if spec.sliding_window and o.context > spec.sliding_window:
         notes.append(f"sliding window: the cache keeps the last {spec.sliding_window} tokens per layer")
     return tuple(notes)
