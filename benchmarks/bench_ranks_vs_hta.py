@@ -275,7 +275,7 @@ def main() -> None:
             grun, g = run_gpudoctor(args, rs.folder)
             raw.append({"set": rs.name, "truth": rs.truth, "hta": h, "hta_run": _run_dict(hrun),
                         "gpudoctor_run": _run_dict(grun), "gpudoctor_offsets_us": gd_offsets(g) if "error" not in g else [],
-                        "gpudoctor": {k: g.get(k) for k in ("findings", "distributed", "ranks", "error")}})
+                        "gpudoctor": _gd_kept(g)})
             off = ""
             if rs.offsets_us and "error" not in g:
                 worst = max(abs(a - b) for a, b in zip(gd_offsets(g), rs.offsets_us, strict=True))
@@ -313,6 +313,13 @@ def main() -> None:
 def _pair(g: Run, h: Run) -> list[str]:
     return [f"{g.wall_s:.1f} / {h.wall_s:.1f}",
             f"{g.largest_mib:.0f} ({g.tree_mib:.0f} tree) / {h.largest_mib:.0f} ({h.tree_mib:.0f} tree)"]
+
+
+def _gd_kept(g: dict) -> dict:
+    """The report's multi-rank parts, less the timeline's bars (most of its size)."""
+    dist = {k: v for k, v in (g.get("distributed") or {}).items() if k != "timeline"}
+    findings = [{k: f[k] for k in ("id", "title", "saving_ms", "evidence")} for f in g.get("findings") or []]
+    return {"findings": findings, "distributed": dist, "ranks": g.get("ranks"), "error": g.get("error")}
 
 
 def _run_dict(run: Run) -> dict:
