@@ -179,3 +179,21 @@ def test_rank_directory_with_a_trace_and_its_gzipped_copy(clean: Path, tmp_path:
 
 def test_worker_processes_give_the_inline_result(late: Path) -> None:
     assert analyze_ranks([late], jobs=2).to_dict() == analyze_ranks([late], jobs=1).to_dict()
+
+
+def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> None:
+    """Eight ranks (the set benchmarks/bench_ranks_vs_hta.py compares with HTA): rank 5 reaches
+    each step's last all-reduce 5 ms late (a planted DataLoader fetch), every clock is shifted by
+    a planted offset. The offsets come back exactly, rank 5 is named with its cause, priced at the
+    planted 5 ms a step, and the mean wait over the ranks is 7/8 of it (rank 5 itself does not wait)."""
+    offsets = [0.0, 850.0, -1500.0, 2500.0, -400.0, 300.0, 12_000.0, -7000.0]
+    folder = ranksynth.rank_set(tmp_path / "eight", 8, offsets_us=offsets, late=5, late_k=LAST, delay_us=5000.0)
+    report = analyze_ranks([folder], jobs=2)
+    f = report.finding("straggler")
+    assert f is not None
+    assert (f.evidence.numbers["rank"], f.evidence.numbers["cause"]) == (5, "input-pipeline")
+    assert f.saving_ms == pytest.approx(5.0, abs=1e-4)
+    assert [r["straggler"] for r in report.ranks] == [r == 5 for r in range(8)]
+    assert np.abs(np.array([_row(report, r)["clock_offset_us"] for r in range(8)]) - offsets).max() < 10.0
+    # 7/8 x 5 ms = 4.375 planted; measured 12.3 us a step less
+    assert report.distributed["exposed_comm"]["wait_for_slowest_ms"] == pytest.approx(4.3627, abs=1e-4)
