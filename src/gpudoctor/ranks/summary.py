@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.intervals import union
+from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
@@ -119,7 +119,7 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
     n = max(len(steps), 1)
     starts = tuple(int(x) + origin for x in steps.start)
     ends = tuple(int(x) + origin for x in steps.end)
-    compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    compute_ns = _in_steps(comp_s, comp_e, steps)
     collectives = _collectives(a, comp_s, comp_e)
     return RankSummary(
         rank=rank,
@@ -135,7 +135,7 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         kernel_ms=_kernel_ms(a, ~nccl, n),
         kernels_per_step=a.breakdown.kernel_count_per_step,
         timeline_step=len(steps) // 2 if len(steps) else -1,
-        timeline=_timeline(a, nccl, comp_s, comp_e),
+        timeline=_timeline(steps, comp_s, comp_e, *union(d.ts[nccl], d.end[nccl]), origin),
         env=_env_facts(env or {}),
         **_p2p_device(collectives, len(steps)),
     )
@@ -162,7 +162,7 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         ops = ops[(parent < 0) | (host.cat[up] != HostCat.OP) | p2p_op[host.name[up]]]
     comp_s, comp_e = union(host.ts[ops], host.end[ops])
     n = max(len(steps), 1)
-    compute_ns = sum(_clip(comp_s, comp_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    compute_ns = _in_steps(comp_s, comp_e, steps)
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
     recv = np.array([x in _RECV_RANGES or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
@@ -171,7 +171,7 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
     p2p_i = np.flatnonzero(p2p_op[host.name]) if len(host) else np.empty(0, np.int64)
     either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll], host.ts[p2p_i])),
                                np.concatenate((host.end[ops], host.end[coll], host.end[p2p_i])))
-    covered_ns = sum(_clip(either_s, either_e, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    covered_ns = _in_steps(either_s, either_e, steps)
     step_ns = float((steps.end - steps.start).sum()) if len(steps) else 0.0
     uncovered_ms = max(step_ns - covered_ns, 0.0) / n / 1e6
     out = []
@@ -179,21 +179,10 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         s, e = int(host.ts[i]), int(host.end[i])
         m = _HOST_COLLECTIVE.match(trace.strings[int(host.name[i])])
         op = _OP_NAMES.get(m.group(1), "collective") if m else "collective"
-        step = int(np.searchsorted(steps.start, s, side="right")) - 1
-        if step >= 0 and s >= steps.end[step]:
-            step = -1
-        lo = int(np.searchsorted(comp_e, s, side="right"))
-        hi = int(np.searchsorted(comp_s, e, side="left"))
-        overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
-        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "", step, overlap,
+        out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "",
+                              _step_of(steps.start, steps.end, s), _overlap(comp_s, comp_e, s, e),
                               m.group(1) if m else ""))
     comm_s, comm_e = union(host.ts[coll], host.end[coll])
-    timeline: tuple[tuple[int, int, str], ...] = ()
-    if len(steps):
-        k = len(steps) // 2
-        lo_t, hi_t = int(steps.start[k]), int(steps.end[k])
-        bars = _bars(comp_s, comp_e, lo_t, hi_t, "compute") + _bars(comm_s, comm_e, lo_t, hi_t, "comm")
-        timeline = tuple((a + origin, b + origin, kind) for a, b, kind in sorted(bars)[:MAX_TIMELINE_BARS])
     return RankSummary(
         rank=rank,
         source=trace.source,
@@ -208,7 +197,7 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         kernel_ms={},
         kernels_per_step=0.0,
         timeline_step=len(steps) // 2 if len(steps) else -1,
-        timeline=timeline,
+        timeline=_timeline(steps, comp_s, comp_e, comm_s, comm_e, origin),
         env=_env_facts(env or {}),
         **_p2p_host(recv_i, trace, steps),
     )
@@ -220,7 +209,7 @@ def _p2p_host(recv_i: np.ndarray, trace: Trace, steps: Steps) -> dict[str, Any]:
     the thread that ran the steps; their union, per step."""
     host = trace.host
     rs, re_ = union(host.ts[recv_i], host.end[recv_i])
-    wait = tuple(_clip(rs, re_, int(s), int(e)) / 1e6 for s, e in zip(steps.start, steps.end))
+    wait = tuple(clip_total(rs, re_, int(s), int(e)) / 1e6 for s, e in zip(steps.start, steps.end))
     named = [_HOST_COLLECTIVE.match(x) for x in trace.strings]
     kind = np.array([m.group(1)[:4] if m and m.group(1)[:4] in ("send", "recv") else "" for m in named])
     main = _step_thread(trace, steps)
@@ -257,8 +246,16 @@ def _step_thread(trace: Trace, steps: Steps) -> int:
     return int(np.bincount(host.thread[ops], weights=(host.end - host.ts)[ops]).argmax())
 
 
-def _clip(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> int:
-    return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+def _in_steps(s: np.ndarray, e: np.ndarray, steps: Steps) -> int:
+    """ns of the intervals (s, e) inside the steps."""
+    return sum(clip_total(s, e, int(lo), int(hi)) for lo, hi in zip(steps.start, steps.end))
+
+
+def _overlap(comp_s: np.ndarray, comp_e: np.ndarray, s: int, e: int) -> tuple[tuple[int, int], ...]:
+    """The compute intervals beside a collective [s, e), as offsets from its start."""
+    lo = int(np.searchsorted(comp_e, s, side="right"))
+    hi = int(np.searchsorted(comp_s, e, side="left"))
+    return tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
 
 
 def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[Collective, ...]:
@@ -271,10 +268,8 @@ def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[C
         s, e = int(d.ts[i]), int(d.end[i])
         op, nbytes, group, name = _describe(t, i)
         step = _launch_step(a, i)
-        lo = int(np.searchsorted(comp_e, s, side="right"))
-        hi = int(np.searchsorted(comp_s, e, side="left"))
-        overlap = tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
-        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step, overlap, name))
+        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step,
+                              _overlap(comp_s, comp_e, s, e), name))
     return tuple(out)
 
 
@@ -336,16 +331,14 @@ def _kernel_ms(a: Analysis, mask: np.ndarray, n: int) -> dict[str, float]:
     return {a.trace.string(int(uniq[k])): float(total[k]) / n / 1e6 for k in top.tolist()}
 
 
-def _timeline(a: Analysis, nccl: np.ndarray, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[tuple[int, int, str], ...]:
-    steps = a.steps
+def _timeline(steps: Steps, comp_s: np.ndarray, comp_e: np.ndarray, comm_s: np.ndarray, comm_e: np.ndarray,
+              origin: int) -> tuple[tuple[int, int, str], ...]:
+    """The middle step's compute and communication as merged bars on the rank's clock."""
     if not len(steps):
         return ()
     k = len(steps) // 2
     lo, hi = int(steps.start[k]), int(steps.end[k])
-    d = a.trace.device
-    comm_s, comm_e = union(d.ts[nccl], d.end[nccl])
     bars = _bars(comp_s, comp_e, lo, hi, "compute") + _bars(comm_s, comm_e, lo, hi, "comm")
-    origin = a.trace.origin_ns
     return tuple((s + origin, e + origin, kind) for s, e, kind in sorted(bars)[:MAX_TIMELINE_BARS])
 
 
