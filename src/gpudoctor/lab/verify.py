@@ -16,11 +16,12 @@ disturbed, and no twin is timed after the profiler has run in the process. A rou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,37 +120,35 @@ def _release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _capture_fresh(build: Callable[[str], Workload], device: str, folder: Path, steps: int,
-                   with_stack: bool) -> Path:
+@contextlib.contextmanager
+def _built(build: Callable[[str], Workload], device: str) -> Iterator[Workload]:
+    """A fresh workload, closed and its memory handed back afterwards (``_release``)."""
     work = build(device)
     try:
-        return capture(work, folder, steps, with_stack)
+        yield work
     finally:
         work.close()
         del work
         _release(device)
+
+
+def _capture_fresh(build: Callable[[str], Workload], device: str, folder: Path, steps: int,
+                   with_stack: bool) -> Path:
+    with _built(build, device) as work:
+        return capture(work, folder, steps, with_stack)
 
 
 def _time_and_capture(
     build: Callable[[str], Workload], device: str, folder: Path, steps: int, with_stack: bool, warmup: int, timed: int
 ) -> tuple[float, Path]:
     """The unprofiled step time of a fresh workload, then a profiled window of it."""
-    work = build(device)
-    try:
-        step_ms = time_steps(work, device, warmup, timed)
-        return step_ms, capture(work, folder, steps, with_stack)
-    finally:
-        work.close()
+    with _built(build, device) as work:
+        return time_steps(work, device, warmup, timed), capture(work, folder, steps, with_stack)
 
 
 def _timed(build: Callable[[str], Workload], device: str, warmup: int, timed: int) -> float:
-    work = build(device)
-    try:
+    with _built(build, device) as work:
         return time_steps(work, device, warmup, timed)
-    finally:
-        work.close()
-        del work
-        _release(device)
 
 
 def paired_rounds(trap: Trap, device: str, warmup: int, timed: int,
