@@ -26,12 +26,10 @@ def main() -> None:
     try:
         from pathlib import Path
 
-        from gpudoctor.pipeline import analyze_path, analyze_ranks, is_rank_set
+        from gpudoctor.pipeline import analyze_inputs
         from gpudoctor.report.json_report import to_json
 
-        # a run directory of a distributed job (rank<R>/ bundles) is the ranks' combined report, as
-        # the typer command gives it
-        report = analyze_ranks([Path(path)]) if is_rank_set(Path(path)) else analyze_path(Path(path))
+        report = analyze_inputs([Path(path)])
         sys.stdout.write(to_json(report) + "\n")
     except KeyboardInterrupt:  # as click does for the typer app: a new line, then exit 130
         sys.stderr.write("\n")

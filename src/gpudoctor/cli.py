@@ -56,9 +56,8 @@ def analyze(
 ) -> None:
     """Diagnose one trace, or every rank of a distributed run: ranked findings with the time each
     would save per step (multi-GPU: stragglers, exposed communication, slow collectives)."""
-    from gpudoctor.pipeline import analyze_path, analyze_ranks, is_rank_set
+    from gpudoctor.pipeline import analyze_inputs
 
-    many = len(paths) > 1 or is_rank_set(paths[0])
     inputs: list[Path | str | None] = []
     if html is not None:
         for p in paths:
@@ -69,10 +68,7 @@ def analyze(
         from gpudoctor.outputs import check_output_file
 
         check_output_file(html, "--html", inputs)
-    if many:
-        report = analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
-    else:
-        report = analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+    report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
     _emit(report, json_out, html, width, inputs)
 
 

@@ -12,13 +12,13 @@ from typing import Any
 from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.steps import describe, segment
-from gpudoctor.core.finding import Finding, severity_for, speedup
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
 from gpudoctor.ranks.combine import RanksResult, combine
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
+from gpudoctor.ranks.straggler import priced_unprofiled
 from gpudoctor.ranks.summary import RankSummary, summarize, summarize_host
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
@@ -105,6 +105,15 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
                           model_state=run.model_state, step_source=run.step_source)
 
 
+def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
+                   gpu: str | None = None) -> Report:
+    """What ``gpudoctor analyze`` reads: several traces, or one run directory of a distributed job,
+    as the ranks' combined report; else one trace or run directory."""
+    if len(paths) > 1 or is_rank_set(Path(paths[0])):
+        return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+    return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+
+
 def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
                   gpu: str | None = None) -> Report:
     """The combined report of a distributed run: ``sources`` is one run directory holding rank
@@ -133,33 +142,11 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
 def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
     """The chosen rank's single-GPU report with the per-rank table and the multi-GPU findings."""
     base = reports[result.chosen]
-    ranked = tuple(_straggler_unprofiled(f, base) for f in result.findings)
+    ranked = tuple(priced_unprofiled(f, base.unprofiled_step_ms, base.step_ms) for f in result.findings)
     findings = tuple(sorted((*ranked, *base.findings), key=lambda f: -f.saving_ms))
     warnings = (*result.warnings, *base.warnings)
     return dataclasses.replace(base, source=result.source, findings=findings, warnings=warnings,
                                ranks=result.rows, distributed=result.distributed)
-
-
-# A straggler held back by dispatch (the host's time per operator) is late by time the profiler
-# stretches with every event it records: priced for the step as it runs without the profiler, its
-# wait shrinks like the step (U / P), as the single-GPU host-side findings do (rules/calibrate.py).
-# Host work outside operators (a sleep, a slow loader) takes as long with the profiler or without.
-# A 2-GPU DDP run (H100 x2, 2026-11-25, rank 1 sleeping 20 ms a step): the others waited 54.1 ms a
-# profiled step (61.0 ms, 35.8 ms unprofiled); the healthy twin's step was 19.1 ms unprofiled.
-
-def _straggler_unprofiled(finding: Finding, base: Report) -> Finding:
-    u, p = base.unprofiled_step_ms, base.step_ms
-    if finding.id != "straggler" or not u or not p or u >= p:
-        return finding
-    if finding.evidence.numbers.get("cause") != "dispatch":
-        return finding
-    saving = finding.saving_ms * u / p
-    numbers = dict(finding.evidence.numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
-                   unprofiled_scale=round(u / p, 4))
-    title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
-    return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
-                               severity=severity_for(saving, u, finding.severity_floor),
-                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
 
 
 def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple[RankSummary, Report]:

@@ -14,11 +14,12 @@ Priced as the wait it imposes: the others' time waiting in collectives for it, p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding, severity_for, speedup
 from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.summary import RankSummary
 
@@ -158,3 +159,25 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
         return (Fix("Open this rank's timeline beside another's (gpudoctor analyze RANK_TRACE --html) and compare "
                     "what runs before its late collective"),)
     return _IDLE_FIXES.get(cause, (Fix(f"Remove the {cause} idle on this rank (see its own report)"),))
+
+
+# A straggler held back by dispatch (the host's time per operator) is late by time the profiler
+# stretches with every event it records: priced for the step as it runs without the profiler, its
+# wait shrinks like the step (U / P), as the single-GPU host-side findings do (rules/calibrate.py).
+# Host work outside operators (a sleep, a slow loader) takes as long with the profiler or without.
+# A 2-GPU DDP run (H100 x2, 2026-11-25, rank 1 sleeping 20 ms a step): the others waited 54.1 ms a
+# profiled step (61.0 ms, 35.8 ms unprofiled); the healthy twin's step was 19.1 ms unprofiled.
+
+
+def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profiled_step_ms: float) -> Finding:
+    """A dispatch-caused straggler finding re-priced for the unprofiled step; any other unchanged."""
+    u, p = unprofiled_step_ms, profiled_step_ms
+    if finding.id != ID or not u or not p or u >= p or finding.evidence.numbers.get("cause") != "dispatch":
+        return finding
+    saving = finding.saving_ms * u / p
+    numbers = dict(finding.evidence.numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
+                   unprofiled_scale=round(u / p, 4))
+    title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
+    return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
+                               severity=severity_for(saving, u, finding.severity_floor),
+                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
