@@ -39,6 +39,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kernels import gpu_events
+
 DT = torch.bfloat16
 RESULTS: dict = {}
 
@@ -52,22 +55,8 @@ def liger_available() -> bool:
 
 
 def gpu_us(fn, iters: int = 20) -> float:
-    """GPU time per call (us): every kernel, memset and copy of ``iters`` calls, from a profiler trace."""
-    import tempfile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    kept = [e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
-    return sum(e.get("dur", 0) for e in kept) / iters
+    """GPU time per call (us): every kernel, memset and copy of ``iters`` calls (bench_kernels.gpu_events)."""
+    return sum(e.get("dur", 0) for e in gpu_events(fn, iters)) / iters
 
 
 def host_us(fn, calls: int, repeats: int = 7) -> float:
