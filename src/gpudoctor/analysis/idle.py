@@ -36,7 +36,7 @@ import numpy as np
 from gpudoctor.analysis.breakdown import gpu_busy_intervals
 from gpudoctor.analysis.intervals import complement, contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
-from gpudoctor.trace.kernels import PAGEABLE_KINDS
+from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
 
 # Priority order (first wins). "dispatch" is the default and comes last.
@@ -229,10 +229,9 @@ def _blocked_in_syncs(trace: Trace, on_threads: np.ndarray, steps: Steps) -> int
 
 
 def _blocked_in_pageable_copies(trace: Trace, steps: Steps) -> int:
-    """ns the host spent in the calls that staged pageable copies, within the steps."""
-    dev, host = trace.device, trace.host
-    pageable = np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]) & (dev.launch >= 0)
-    calls = np.unique(dev.launch[pageable])
+    """ns the host spent in the calls that staged pageable uploads to a busy GPU, within the steps."""
+    host = trace.host
+    calls = np.flatnonzero(_pageable_copy_calls(trace))
     s, e = union(host.ts[calls], host.end[calls])
     return int(overlap_per_window(s, e, steps.start, steps.end).sum())
 
@@ -422,10 +421,16 @@ def _nested_ns(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
 
 
 def sync_calls(trace: Trace) -> np.ndarray:
-    """Host events that block on the GPU: sync runtime calls and the ops that imply one."""
+    """Host events that block on the GPU: sync runtime calls, the ops that imply one, and the
+    calls that copy to pageable host memory (``.cpu()``, ``.tolist()``): such a copy waits for
+    everything queued before it, and its fix is reading back less often, not pinning."""
     host = trace.host
     by_name = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
-    return by_name[host.name] & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
+    mask = by_name[host.name] & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
+    dev = trace.device
+    readback = (dev.kind == int(Kind.MEMCPY_DTOH_PAGEABLE)) & (dev.launch >= 0)
+    mask[dev.launch[readback]] = True
+    return mask
 
 
 def allocator_calls(trace: Trace) -> np.ndarray:
@@ -443,11 +448,22 @@ def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
 
 
 def _pageable_copy_calls(trace: Trace) -> np.ndarray:
-    """Host copy calls whose device copy reads or writes pageable host memory."""
-    dev = trace.device
-    mask = np.zeros(len(trace.host), bool)
-    pageable = np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]) & (dev.launch >= 0)
-    mask[dev.launch[pageable]] = True
+    """Host copy calls that stage an upload from pageable memory while the GPU still has work
+    queued: they block the host until the queue drains, and pinned memory with
+    ``non_blocking=True`` lets the host go on launching. An upload issued to an idle GPU drains
+    nothing (the catch-up after it belongs to what emptied the queue first: an inference loop's
+    ``.cpu()`` of each batch's predictions, tests/programs/inference_loop.py, H100, 2026-11-25,
+    put 0.28 ms a batch on the next batch's 0.1 MB pageable upload). Downloads to pageable memory
+    are syncs (``sync_calls``)."""
+    dev, host = trace.device, trace.host
+    mask = np.zeros(len(host), bool)
+    upload = (dev.kind == int(Kind.MEMCPY_HTOD_PAGEABLE)) & (dev.launch >= 0)
+    calls = np.unique(dev.launch[upload])
+    if calls.size:
+        busy_s, busy_e = gpu_busy_intervals(trace)
+        run = np.searchsorted(busy_s, host.ts[calls], side="right") - 1
+        draining = (run >= 0) & (busy_e[np.maximum(run, 0)] > host.ts[calls])
+        mask[calls[draining]] = True
     return mask
 
 

@@ -161,7 +161,11 @@ def _idle_table(r: Report) -> Table:
 def _findings(r: Report, limit: int) -> Group:
     if not r.findings:
         return Group(Text("No findings: nothing in this trace costs a measurable share of the step.", style="green"))
-    items: list[RenderableType] = [Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold")]
+    verdict = r.verdict()
+    items: list[RenderableType] = [
+        Text(f"Verdict: {verdict['text']}", style="green" if verdict["status"] == "healthy" else "bold"),
+        Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold"),
+    ]
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))

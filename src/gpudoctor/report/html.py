@@ -277,7 +277,8 @@ def _findings(r: Report) -> str:
                 "window.</p></section>")
     if not r.findings:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
-    return "<section><h2>Findings</h2>" + "".join(_finding(f) for f in r.findings) + "</section>"
+    verdict = f'<p class="verdict">Verdict: {esc(r.verdict()["text"])}</p>'
+    return "<section><h2>Findings</h2>" + verdict + "".join(_finding(f) for f in r.findings) + "</section>"
 
 
 def _finding(f: Finding) -> str:

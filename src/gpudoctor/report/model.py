@@ -67,6 +67,7 @@ class Report:
             "idle": self.idle,
             "roofline": self.roofline,
             "memory": self.memory,
+            "verdict": self.verdict(),
             "findings": [f.to_dict() for f in self.findings],
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
@@ -94,6 +95,23 @@ class Report:
         if idle_ms > 0 and not causes:
             segs.append(Segment("idle", idle_ms, True, 0))
         return segs
+
+    def verdict(self) -> dict[str, Any]:
+        """The one-line answer: ``healthy`` when no finding would save a major share of the step
+        (MAJOR_SHARE, core/finding.severity_for), else the finding to fix first. A saving under 5%
+        is within the run-to-run spread of most programs (the gallery's plain runs moved 0.4-20%
+        between two runs on one H100, 2026-11-25): worth knowing, not worth a rewrite."""
+        top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
+        step = self.unprofiled_step_ms or self.step_ms
+        if top is None:
+            largest = self.findings[0] if self.findings else None
+            text = "healthy: no finding would save 5% of the step or more"
+            if largest is not None and largest.saving_ms > 0:
+                text += f" (the largest, {largest.id}, ~{largest.saving_ms:.3f} ms of {step:.3f} ms)"
+            return {"status": "healthy", "top_finding": None, "text": text}
+        text = (f"fix {top.id} first: ~{top.saving_ms:.3f} ms of a {step:.3f} ms step "
+                f"(x{top.predicted_speedup:.2f})")
+        return {"status": "findings", "top_finding": top.id, "text": text}
 
     def finding(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)

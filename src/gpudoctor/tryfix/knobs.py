@@ -23,8 +23,12 @@ Rules for overriding what the program passed:
   (capture/detect.py also takes the top-level module, with the most parameters: a program whose
   first top-level call is a small module gets the knob on that one; ``effects`` names it). Its
   ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
-  without CUDA) from its first call on, or the module is compiled in place
-  (``module.compile(mode=...)``, from its second call on: the first runs eager).
+  without CUDA) from its first call on, or its ``forward`` is compiled
+  (``module.forward = torch.compile(module.forward, mode=...)``, from its second call on: the
+  first runs eager). Not ``module.compile()``: that compiles the module's call with its hooks,
+  and the hooks that mark an inference loop's steps (capture/hooks.py) would run inside the graph
+  instead of at each call: the compile trials of a plain inference loop timed no step (H100,
+  2026-11-25).
 - **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
   and ``torch.set_float32_matmul_precision("high")``.
 - **Allocator** (``expandable-segments``, ``no-empty-cache``): ``PYTORCH_CUDA_ALLOC_CONF`` gets
@@ -231,9 +235,12 @@ def _bf16_autocast(effects: Effects) -> None:
 def _compile(mode: str | None) -> Callable[[Effects], None]:
     def apply(effects: Effects) -> None:
         def change(module: Any) -> str:
+            import torch
+
             kwargs = {"mode": mode} if mode else {}
-            module.compile(**kwargs)
-            return f"{type(module).__name__}.compile({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+            module.forward = torch.compile(module.forward, **kwargs)
+            args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+            return f"{type(module).__name__}.forward = torch.compile({type(module).__name__}.forward{args})"
 
         on_outermost_module(change, effects)
 
