@@ -3,6 +3,7 @@
     python scripts/fetch_gallery_public.py --git-dir github:pytorch/examples=PATH/examples.git \\
         --git-dir github:Lightning-AI/pytorch-lightning=PATH/lightning.git [--only NAME] [--head]
     python scripts/fetch_gallery_public.py --mirrors DIR      # DIR/<owner>+<name>/repo, DIR/<name>.git, DIR/<name>
+    python scripts/fetch_gallery_public.py --mirrors DIR --dest OTHER_CHECKOUT
 
 Each "public" entry of tests/programs/manifest.json names its ``source`` repository, the ``commit``
 its files were read at, the ``source_dir`` inside it, the ``files`` (relative to source_dir, copied
@@ -64,10 +65,10 @@ def resolve_commit(git_dir: Path, wanted: str | None, head: bool) -> str:
     return git(git_dir, "rev-parse", "HEAD").stdout.decode().strip()
 
 
-def fetch_entry(entry: dict[str, Any], given: dict[str, Path], mirrors: list[Path], head: bool) -> list[str]:
-    """Copy one entry's files; the problems found (empty when every file was written)."""
+def fetch_entry(entry: dict[str, Any], root: Path, given: dict[str, Path], mirrors: list[Path], head: bool) -> list[str]:
+    """Copy one entry's files under ``root``; the problems found (empty when every file was written)."""
     problems: list[str] = []
-    dest_dir = ROOT / entry["dir"]
+    dest_dir = root / entry["dir"]
     commits: dict[str, str] = {}
     for source, path, dest in plan(entry):
         git_dir = find_git_dir(source, given, mirrors)
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--mirrors", action="append", type=Path, default=[], help="folder holding git directories")
     ap.add_argument("--only", action="append", default=[], help="entry name (repeatable)")
     ap.add_argument("--head", action="store_true", help="take HEAD where a snapshot lacks the recorded commit")
+    ap.add_argument("--dest", type=Path, default=ROOT, help="the checkout to write .gallery-public/ under (default: this one)")
     opts = ap.parse_args()
     given: dict[str, Path] = {}
     for item in opts.git_dir:
@@ -116,7 +118,7 @@ def main() -> int:
         if not entry.get("enabled", True) or not (entry.get("files") or entry.get("files_from")):
             print(f"skip {entry['name']}: disabled or no files")
             continue
-        found = fetch_entry(entry, given, opts.mirrors, opts.head)
+        found = fetch_entry(entry, opts.dest, given, opts.mirrors, opts.head)
         problems += found
         print(f"{'FAIL' if found else 'ok  '} {entry['name']} -> {entry['dir']}")
     for p in problems:
