@@ -2,8 +2,10 @@
 
 For each program (and each public one fetched into .gallery-public/, when present):
 
-1. plainly, ``python PROG ARGS``: the program's own ms-per-iteration lines (its ``timing_regex``)
-   give the TRUE step time = median printed ms (first log line dropped: warm-up) x iterations_per_step;
+1. plainly, ``python PROG ARGS``: the program's own ms-per-iteration lines (its ``timing_regex``, times
+   ``timing_scale`` for a program printing seconds) give the TRUE step time = median printed ms (first
+   log line dropped: warm-up) x iterations_per_step; a program with no iteration limit its args can set
+   (``plain_stop_s``) is stopped with Ctrl-C (SIGINT to its process group) after that many seconds;
 2. under ``python -m gpudoctor run --skip S --steps N --out DIR PROG ARGS`` (PYTHONPATH=src);
 3. the run directory's env.json (capture.steps_seen, steps_recorded, unprofiled_step_ms, step_source)
    and report.json (steps.method, steps.count, step_ms, unprofiled_step_ms, findings[0].id).
@@ -23,7 +25,8 @@ the whole gallery needs two calls of about 11 programs each (--only), e.g.:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     python3 benchmarks/run_gallery.py --gpu-args --out $OUT/gallery --runs /tmp/gallery-runs --bundle \\
         --timeout 60 --deadline 285 --only nanogpt_train,hf_trainer_llama,...
-(carry .gallery-public for the public programs and .whl for msgspec).
+(carry .gallery-public for the public programs and .whl for msgspec; scripts/fetch_gallery_public.py
+re-creates .gallery-public/ from git snapshots of the manifest's sources).
 """
 
 from __future__ import annotations
