@@ -2,8 +2,10 @@
 
 For each program (and each public one fetched into .gallery-public/, when present):
 
-1. plainly, ``python PROG ARGS``: the program's own ms-per-iteration lines (its ``timing_regex``)
-   give the TRUE step time = median printed ms (first log line dropped: warm-up) x iterations_per_step;
+1. plainly, ``python PROG ARGS``: the program's own ms-per-iteration lines (its ``timing_regex``, times
+   ``timing_scale`` for a program printing seconds) give the TRUE step time = median printed ms (first
+   log line dropped: warm-up) x iterations_per_step; a program with no iteration limit its args can set
+   (``plain_stop_s``) is stopped with Ctrl-C (SIGINT to its process group) after that many seconds;
 2. under ``python -m gpudoctor run --skip S --steps N --out DIR PROG ARGS`` (PYTHONPATH=src);
 3. the run directory's env.json (capture.steps_seen, steps_recorded, unprofiled_step_ms, step_source)
    and report.json (steps.method, steps.count, step_ms, unprofiled_step_ms, findings[0].id).
@@ -23,7 +25,8 @@ the whole gallery needs two calls of about 11 programs each (--only), e.g.:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     python3 benchmarks/run_gallery.py --gpu-args --out $OUT/gallery --runs /tmp/gallery-runs --bundle \\
         --timeout 60 --deadline 285 --only nanogpt_train,hf_trainer_llama,...
-(carry .gallery-public for the public programs and .whl for msgspec).
+(carry .gallery-public for the public programs and .whl for msgspec; scripts/fetch_gallery_public.py
+re-creates .gallery-public/ from git snapshots of the manifest's sources).
 """
 
 from __future__ import annotations
@@ -57,29 +60,52 @@ def importable(requirement: str) -> bool:
     return False
 
 
-def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run in its own process group; on timeout kill the whole group (DataLoader workers too)."""
+INTERRUPT_GRACE_S = 20.0  # after Ctrl-C, time for the program (and its DataLoader workers) to unwind
+
+
+def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                interrupt_after: float | None = None) -> dict[str, Any]:
+    """Run in its own process group; on timeout kill the whole group (DataLoader workers too).
+
+    ``interrupt_after``: for a program with no iteration limit, SIGINT to the group after that many
+    seconds, as Ctrl-C in a terminal would (what it printed until then is kept; "interrupted": True)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
-    timed_out = False
+    timed_out = interrupted = False
+    first = timeout if interrupt_after is None else min(timeout, interrupt_after)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=first)
     except subprocess.TimeoutExpired:
-        timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-    return {"rc": proc.returncode, "timed_out": timed_out, "wall_s": round(time.perf_counter() - t0, 2),
-            "stdout": out or "", "stderr": err or ""}
+        out = err = None
+        if interrupt_after is not None and interrupt_after < timeout:
+            interrupted = True
+            _signal_group(proc.pid, signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        if out is None:  # past the timeout, or still running INTERRUPT_GRACE_S after Ctrl-C
+            timed_out = True
+            _signal_group(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+    return {"rc": proc.returncode, "timed_out": timed_out, "interrupted": interrupted,
+            "wall_s": round(time.perf_counter() - t0, 2), "stdout": out or "", "stderr": err or ""}
 
 
-def parse_ms(text: str, regex: str | None) -> tuple[float | None, list[float]]:
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def parse_ms(text: str, regex: str | None, scale: float = 1.0) -> tuple[float | None, list[float]]:
+    """The median printed time per iteration in ms (the first line dropped: warm-up) and every value.
+    ``scale``: ms per printed unit (the manifest's timing_scale: 1000 for a program printing seconds)."""
     if not regex:
         return None, []
-    values = [float(m.group(1)) for m in re.finditer(regex, text)]
+    values = [round(float(m.group(1)) * scale, 6) for m in re.finditer(regex, text)]
     if not values:
         return None, []
     steady = values[1:] if len(values) > 1 else values
@@ -158,10 +184,13 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
         cwd, script = ROOT, str(MANIFEST.parent / entry["file"])
     row["args"] = args
 
-    plain = run_command([opts.python, script, *args], cwd, env, opts.timeout)
-    ms, values = parse_ms(plain["stdout"] + plain["stderr"], entry.get("timing_regex"))
+    plain = run_command([opts.python, script, *args], cwd, env, opts.timeout, interrupt_after=entry.get("plain_stop_s"))
+    ms, values = parse_ms(plain["stdout"] + plain["stderr"], entry.get("timing_regex"), entry.get("timing_scale", 1.0))
+    # a plain run stopped by our Ctrl-C (plain_stop_s) ends as Ctrl-C ends it: not a failure
+    plain_ok = plain["rc"] == row["expected_exit_code"] or plain["interrupted"]
     row["plain"] = {"rc": plain["rc"], "wall_s": plain["wall_s"], "timed_out": plain["timed_out"],
-                    "printed_ms": values, "message": failure_message(plain) if plain["rc"] != row["expected_exit_code"] else ""}
+                    "interrupted": plain["interrupted"], "printed_ms": values,
+                    "message": "" if plain_ok else failure_message(plain)}
     row["true_step_ms"] = None if ms is None else round(ms * row["iterations_per_step"], 4)
 
     run_base = opts.runs / name

@@ -8,7 +8,13 @@ trace.json.gz and env.json, and (the issue's target) a report.json.
 The programs run concurrently (a pool the size of the machine, at most 3) as soon as the first test
 asks, so the whole file takes about a minute on 2 cores; each test then checks its own program.
 Programs the manifest marks ``cpu_skip`` (torch.compile: ~50 s on 2 cores) or whose requirements
-(transformers, lightning, accelerate) are missing are skipped.
+(transformers, lightning, accelerate, torchvision) are missing are skipped.
+
+The public programs (the manifest's "public": pytorch/examples, Lightning) run the same way from
+a copy of their folder under .gallery-public/ (what they write, Lightning's logs say, stays out of
+it); one that is not fetched there (scripts/fetch_gallery_public.py), is GPU only (args_cpu null)
+or disabled is skipped. ``cpu_known_gap`` names a step source gpudoctor is known to get wrong on
+the CPU args: that check then xfails, and fails once it passes (the field must go).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
 MANIFEST = json.loads((PROGRAMS / "manifest.json").read_text())
 ENTRIES = {e["name"]: e for e in MANIFEST["programs"]}
+PUBLIC = {e["name"]: e for e in MANIFEST["public"]}
+ALL = {**ENTRIES, **PUBLIC}
 TIMEOUT_S = 120.0
 
 
@@ -45,6 +54,13 @@ def _importable(requirement: str) -> bool:
 def _why_skip(entry: dict[str, Any]) -> str | None:
     if entry.get("cpu_skip"):
         return entry["cpu_skip"]
+    if entry["name"] in PUBLIC:
+        if not entry.get("enabled", True):
+            return "disabled in the manifest (see its notes)"
+        if entry.get("args_cpu") is None:
+            return "GPU only (args_cpu is null)"
+        if not (ROOT / entry["dir"] / entry["file"]).is_file():
+            return f"{entry['dir']}/{entry['file']} not fetched (scripts/fetch_gallery_public.py)"
     missing = [r for r in entry.get("requires", []) if not _importable(r)]
     return f"needs {', '.join(missing)}" if missing else None
 
@@ -54,9 +70,16 @@ def _run(entry: dict[str, Any], out: Path) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
+    if entry["name"] in PUBLIC:
+        # a copy of the fetched folder: the program runs from it (relative paths) and writes into it
+        cwd = out.parent / f"{entry['name']}-work"
+        shutil.copytree(ROOT / entry["dir"], cwd)
+        script = entry["file"]
+    else:
+        cwd, script = ROOT, str(PROGRAMS / entry["file"])
     cmd = [sys.executable, "-m", "gpudoctor", "run", "--skip", "3", "--steps", "3", "--out", str(out),
-           str(PROGRAMS / entry["file"]), *entry["args_cpu"]]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+           script, *entry["args_cpu"]]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
@@ -77,11 +100,11 @@ def gallery(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         name = callspec.params.get("name") if callspec else None
-        if name in ENTRIES and name not in selected and _why_skip(ENTRIES[name]) is None:
+        if name in ALL and name not in selected and _why_skip(ALL[name]) is None:
             selected.append(name)
     base = tmp_path_factory.mktemp("gallery")
     pool = ThreadPoolExecutor(max_workers=max(1, min(3, os.cpu_count() or 2)))
-    futures: dict[str, Future] = {n: pool.submit(_run, ENTRIES[n], base / n) for n in selected}
+    futures: dict[str, Future] = {n: pool.submit(_run, ALL[n], base / n) for n in selected}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -92,7 +115,16 @@ def _context(res: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_gallery_program(name: str, gallery: dict[str, Future]) -> None:
-    entry = ENTRIES[name]
+    _check(ENTRIES[name], gallery)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_gallery_public_program(name: str, gallery: dict[str, Future]) -> None:
+    _check(PUBLIC[name], gallery)
+
+
+def _check(entry: dict[str, Any], gallery: dict[str, Future]) -> None:
+    name = entry["name"]
     why = _why_skip(entry)
     if why:
         pytest.skip(why)
@@ -110,4 +142,9 @@ def test_gallery_program(name: str, gallery: dict[str, Future]) -> None:
         f"{name}: no report.json in {run_dir} (issue 14: a report every time a trace exists)" + _context(res))
     # the steps were found in the program's own loop, by what marks one iteration of it
     env = json.loads((run_dir / "env.json").read_text())
-    assert env["capture"]["step_source"] == entry["step_source"], f"{name}: steps marked by {env['capture']}" + _context(res)
+    got = env["capture"]["step_source"]
+    gap = entry.get("cpu_known_gap")
+    if gap and got != entry["step_source"]:
+        pytest.xfail(f"{name}: steps marked by {got}, not {entry['step_source']}: {gap}")
+    assert got == entry["step_source"], f"{name}: steps marked by {env['capture']}" + _context(res)
+    assert not gap, f"{name}: the known gap is fixed (steps marked by {got}): remove cpu_known_gap from the manifest"

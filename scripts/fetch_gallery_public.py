@@ -1,0 +1,130 @@
+"""Re-create .gallery-public/ (the gallery's public programs, never committed) from git snapshots.
+
+    python scripts/fetch_gallery_public.py --git-dir github:pytorch/examples=PATH/examples.git \\
+        --git-dir github:Lightning-AI/pytorch-lightning=PATH/lightning.git [--only NAME] [--head]
+    python scripts/fetch_gallery_public.py --mirrors DIR      # DIR/<owner>+<name>/repo, DIR/<name>.git, DIR/<name>
+    python scripts/fetch_gallery_public.py --mirrors DIR --dest OTHER_CHECKOUT
+
+Each "public" entry of tests/programs/manifest.json names its ``source`` repository, the ``commit``
+its files were read at, the ``source_dir`` inside it, the ``files`` (relative to source_dir, copied
+to the same relative path under ``dir``) and ``files_from`` ({path under dir: path in the
+repository}, or "github:owner/name:path" for a file of another repository: a LICENSE at the
+root, a data file standing in for one the snapshot lacks). Files are read with
+``git --git-dir=GITDIR show COMMIT:PATH`` (no work tree needed; a bare clone or a snapshot will
+do); ``dir/COMMIT`` records the commit. A snapshot that lacks the recorded commit is refused
+unless ``--head`` takes its HEAD instead (the entry's expectations were written for that commit).
+Entries with ``"enabled": false`` or no files are skipped. Exit code 1 when a file is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "tests" / "programs" / "manifest.json"
+
+
+def plan(entry: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(source repository, path in it, path under dir) for every file of one entry."""
+    base = entry.get("source_dir", "").strip("/")
+    rows = [(entry["source"], f"{base}/{f}" if base else f, f) for f in entry.get("files", [])]
+    for dest, origin in entry.get("files_from", {}).items():
+        if origin.startswith("github:"):
+            source, _, path = origin.rpartition(":")
+            rows.append((source, path, dest))
+        else:
+            rows.append((entry["source"], origin, dest))
+    return rows
+
+
+def find_git_dir(source: str, given: dict[str, Path], mirrors: list[Path]) -> Path | None:
+    if source in given:
+        return given[source]
+    owner, name = source.removeprefix("github:").split("/", 1)
+    for m in mirrors:
+        for cand in (m / f"{owner}+{name}" / "repo", m / f"{name}.git", m / name / ".git", m / name):
+            if (cand / "HEAD").is_file() or (cand / "objects").is_dir():
+                return cand
+    return None
+
+
+def git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, check=False)
+
+
+def resolve_commit(git_dir: Path, wanted: str | None, head: bool) -> str:
+    if wanted and git(git_dir, "cat-file", "-e", f"{wanted}^{{commit}}").returncode == 0:
+        return wanted
+    if wanted and not head:
+        raise SystemExit(f"error: {git_dir} lacks commit {wanted}; fetch that commit, or pass --head to take HEAD")
+    return git(git_dir, "rev-parse", "HEAD").stdout.decode().strip()
+
+
+def fetch_entry(entry: dict[str, Any], root: Path, given: dict[str, Path], mirrors: list[Path], head: bool) -> list[str]:
+    """Copy one entry's files under ``root``; the problems found (empty when every file was written)."""
+    problems: list[str] = []
+    dest_dir = root / entry["dir"]
+    commits: dict[str, str] = {}
+    for source, path, dest in plan(entry):
+        git_dir = find_git_dir(source, given, mirrors)
+        if git_dir is None:
+            problems.append(f"{entry['name']}: no git dir for {source} (pass --git-dir {source}=PATH)")
+            continue
+        wanted = entry.get("commit") if source == entry["source"] else entry.get("commits", {}).get(source)
+        if source not in commits:
+            commits[source] = resolve_commit(git_dir, wanted, head)
+        blob = git(git_dir, "show", f"{commits[source]}:{path}")
+        if blob.returncode != 0:
+            problems.append(f"{entry['name']}: {source} {commits[source][:12]} has no {path}")
+            continue
+        target = dest_dir / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob.stdout)
+    if commits:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        (dest_dir / "COMMIT").write_text(commits[entry["source"]] + "\n" if len(commits) == 1 else
+                                         "".join(f"{s} {c}\n" for s, c in sorted(commits.items())))
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--git-dir", action="append", default=[], metavar="SOURCE=PATH",
+                    help="the git directory of one source, e.g. github:pytorch/examples=/src/examples/.git")
+    ap.add_argument("--mirrors", action="append", type=Path, default=[], help="folder holding git directories")
+    ap.add_argument("--only", action="append", default=[], help="entry name (repeatable)")
+    ap.add_argument("--head", action="store_true", help="take HEAD where a snapshot lacks the recorded commit")
+    ap.add_argument("--dest", type=Path, default=ROOT, help="the checkout to write .gallery-public/ under (default: this one)")
+    opts = ap.parse_args()
+    given: dict[str, Path] = {}
+    for item in opts.git_dir:
+        source, sep, path = item.partition("=")
+        if not sep:
+            ap.error(f"--git-dir {item!r}: expected SOURCE=PATH, e.g. github:pytorch/examples=/src/examples/.git")
+        given[source if source.startswith("github:") else f"github:{source}"] = Path(path)
+    entries = json.loads(MANIFEST.read_text())["public"]
+    if opts.only:
+        unknown = set(opts.only) - {e["name"] for e in entries}
+        if unknown:
+            ap.error(f"unknown entries: {', '.join(sorted(unknown))}")
+        entries = [e for e in entries if e["name"] in opts.only]
+    problems: list[str] = []
+    for entry in entries:
+        if not entry.get("enabled", True) or not (entry.get("files") or entry.get("files_from")):
+            print(f"skip {entry['name']}: disabled or no files")
+            continue
+        found = fetch_entry(entry, opts.dest, given, opts.mirrors, opts.head)
+        problems += found
+        print(f"{'FAIL' if found else 'ok  '} {entry['name']} -> {entry['dir']}")
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

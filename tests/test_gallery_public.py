@@ -1,0 +1,153 @@
+"""The gallery's public programs: the manifest entries, scripts/fetch_gallery_public.py (re-creates
+.gallery-public/ from git snapshots at the recorded commit) and the runner's timing helpers
+(benchmarks/run_gallery.py: timing_scale, plain_stop_s)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpudoctor.capture.detect import Source
+from gpudoctor.rules.registry import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = json.loads((ROOT / "tests" / "programs" / "manifest.json").read_text())
+PUBLIC = [e for e in MANIFEST["public"] if e.get("enabled", True)]
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and typing look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch = _load("fetch_gallery_public", ROOT / "scripts" / "fetch_gallery_public.py")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+run_gallery = _load("run_gallery", ROOT / "benchmarks" / "run_gallery.py")
+
+
+@pytest.mark.parametrize("entry", PUBLIC, ids=[e["name"] for e in PUBLIC])
+def test_public_entry_is_complete(entry: dict) -> None:
+    """Everything the fetch script and the runners read is there and means something."""
+    assert re.fullmatch(r"github:[\w.-]+/[\w.-]+", entry["source"])
+    assert re.fullmatch(r"[0-9a-f]{40}", entry["commit"])
+    assert entry["dir"].startswith(".gallery-public/")
+    dests = [d for _, _, d in fetch.plan(entry)]
+    assert entry["file"] in dests and "LICENSE" in dests
+    for source, commit in entry.get("commits", {}).items():
+        assert source.startswith("github:") and re.fullmatch(r"[0-9a-f]{40}", commit)
+    known = set(RULES) | {"healthy"}
+    assert set(entry["expected_top_finding"]) <= known, set(entry["expected_top_finding"]) - known
+    assert entry.get("step_source") in {None, *(s.value for s in Source)}
+    assert entry.get("timing_scale", 1) > 0 and entry.get("plain_stop_s", 1) > 0
+    assert len(entry["notes"]) > 80  # the expectation and why, written before the run
+
+
+def test_public_dirs_are_distinct() -> None:
+    dirs = [e["dir"] for e in MANIFEST["public"]]
+    assert len(dirs) == len(set(dirs))
+
+
+def test_plan_maps_files_and_other_repositories() -> None:
+    entry = next(e for e in PUBLIC if e["name"] == "lightning_transformer_wikitext")
+    assert fetch.plan(entry) == [
+        ("github:Lightning-AI/pytorch-lightning", "examples/pytorch/basics/transformer.py", "transformer.py"),
+        ("github:Lightning-AI/pytorch-lightning", "LICENSE", "LICENSE"),
+        ("github:pytorch/examples", "word_language_model/data/wikitext-2/valid.txt", "data/wikitext-2.txt"),
+    ]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+@pytest.fixture
+def two_commits(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repository whose first commit has ex/main.py = 'v1' and whose HEAD has 'v2'."""
+    repo = tmp_path / "upstream"
+    (repo / "ex").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "LICENSE").write_text("license\n")
+    (repo / "ex" / "main.py").write_text("v1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    first = _git(repo, "rev-parse", "HEAD")
+    (repo / "ex" / "main.py").write_text("v2\n")
+    _git(repo, "commit", "-qam", "two")
+    return repo / ".git", first, _git(repo, "rev-parse", "HEAD")
+
+
+def _entry(commit: str, files: list[str]) -> dict:
+    return {"name": "t", "source": "github:o/up", "commit": commit, "source_dir": "ex", "dir": ".gallery-public/t",
+            "file": "main.py", "files": files, "files_from": {"LICENSE": "LICENSE"}}
+
+
+def test_fetch_takes_the_recorded_commit(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+    git_dir, first, _ = two_commits
+    out = tmp_path / "checkout"
+    assert fetch.fetch_entry(_entry(first, ["main.py"]), out, {"github:o/up": git_dir}, [], head=False) == []
+    assert (out / ".gallery-public/t/main.py").read_text() == "v1\n"
+    assert (out / ".gallery-public/t/LICENSE").read_text() == "license\n"
+    assert (out / ".gallery-public/t/COMMIT").read_text() == first + "\n"
+
+
+def test_fetch_names_a_missing_file(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+    git_dir, first, _ = two_commits
+    problems = fetch.fetch_entry(_entry(first, ["main.py", "data/train.txt"]), tmp_path, {"github:o/up": git_dir}, [],
+                                 head=False)
+    assert problems == [f"t: github:o/up {first[:12]} has no ex/data/train.txt"]
+
+
+def test_fetch_refuses_an_unknown_commit_unless_head(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+    git_dir, _, head = two_commits
+    with pytest.raises(SystemExit, match=r"lacks commit 0{40}; fetch that commit, or pass --head"):
+        fetch.fetch_entry(_entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=False)
+    assert fetch.fetch_entry(_entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=True) == []
+    assert (tmp_path / ".gallery-public/t/main.py").read_text() == "v2\n"
+    assert (tmp_path / ".gallery-public/t/COMMIT").read_text() == head + "\n"
+
+
+def test_fetch_finds_a_mirror_folder(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+    git_dir, _, _ = two_commits
+    mirrors = tmp_path / "mirrors"
+    (mirrors / "o+up").mkdir(parents=True)
+    (mirrors / "o+up" / "repo").symlink_to(git_dir)
+    assert fetch.find_git_dir("github:o/up", {}, [mirrors]) == mirrors / "o+up" / "repo"
+    assert fetch.find_git_dir("github:o/other", {}, [mirrors]) is None
+
+
+def test_parse_ms_scales_seconds_and_drops_the_first_line() -> None:
+    text = "Time  1.500 ( 1.500)\nTime  0.120 ( 0.8)\nTime  0.100 ( 0.5)\nTime  0.110 ( 0.4)\n"
+    ms, values = run_gallery.parse_ms(text, r"Time\s+([0-9]+(?:\.[0-9]+)?) \(", 1000)
+    assert values == [1500.0, 120.0, 100.0, 110.0]
+    assert ms == 110.0
+
+
+LOOP = "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)\n"
+
+
+def test_run_command_stops_an_endless_program_with_ctrl_c(tmp_path: Path) -> None:
+    res = run_gallery.run_command([sys.executable, "-c", LOOP], tmp_path, dict(os.environ), 30, interrupt_after=1.0)
+    assert res["interrupted"] and not res["timed_out"]
+    assert res["rc"] == -2  # Python's uncaught KeyboardInterrupt ends the process by SIGINT
+    assert res["stdout"].count("tick") >= 5 and "KeyboardInterrupt" in res["stderr"]
+
+
+def test_run_command_kills_a_program_that_ignores_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_gallery, "INTERRUPT_GRACE_S", 0.5)
+    deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + LOOP
+    res = run_gallery.run_command([sys.executable, "-c", deaf], tmp_path, dict(os.environ), 30, interrupt_after=0.5)
+    assert res["interrupted"] and res["timed_out"] and res["rc"] == -9
