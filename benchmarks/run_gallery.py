@@ -239,8 +239,10 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     if opts.plain_after and row["true_step_ms"] is not None:
         # the program run plainly again: how far the host drifted while the doctor ran (the true
         # step is the mean of the two plain runs; the spread is the noise any estimate sits in)
-        again = run_command([opts.python, script, *args], cwd, env, opts.timeout)
-        ms2, values2 = parse_ms(again["stdout"] + again["stderr"], entry.get("timing_regex"))
+        again = run_command([opts.python, script, *args], cwd, env, opts.timeout,
+                            interrupt_after=entry.get("plain_stop_s"))
+        ms2, values2 = parse_ms(again["stdout"] + again["stderr"], entry.get("timing_regex"),
+                                entry.get("timing_scale", 1.0))
         row["plain_after"] = {"rc": again["rc"], "wall_s": again["wall_s"], "printed_ms": values2}
         if ms2 is not None:
             before_ms = row["true_step_ms"]
