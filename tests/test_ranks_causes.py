@@ -292,6 +292,8 @@ def test_two_h100s_name_the_rank_that_sleeps() -> None:
                                                                             ("straggler", 20.29)]
     assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
     assert report.distributed["straggler_cause"] == "host-work"
+    assert report.ranks[1]["host"] == {"dispatch": 39.7491, "host-work": 20.2911, "optimizer": 0.9096,
+                                       "host-sync": 0.0325}
     # the ranks share one host clock: the offset the collectives give is 9 us
     assert report.ranks[1]["clock_offset_us"] == pytest.approx(8.98, abs=0.01)
     assert not any("do not all match" in w for w in report.warnings)
