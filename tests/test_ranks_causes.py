@@ -133,6 +133,23 @@ def test_more_ops_are_compared_after_the_profilers_time_is_taken_out() -> None:
     assert st.numbers["dispatch_excess_ms"] == pytest.approx(1.0)
 
 
+def test_a_lateness_the_host_does_not_explain_is_priced_like_the_step() -> None:
+    from gpudoctor.ranks.straggler import priced_unprofiled
+
+    # 100 more events (5%: not the same ops) and, de-inflated, no more dispatch: unexplained, its
+    # profiled wait scaled by unprofiled / profiled step
+    late = _hosts({"dispatch": 8.3}, late_events=2100)
+    st = find_straggler(align(late))
+    assert st is not None and st.cause == "unexplained" and st.price_ms == pytest.approx(2.0)
+    f = check(align(late))
+    assert f is not None and priced_unprofiled(f, 5.0, 10.0).saving_ms == pytest.approx(1.0)
+    # a host cause is not scaled again
+    f = check(align(_hosts({"host-work": 1.5, "dispatch": 8.0})))
+    assert f is not None and priced_unprofiled(f, 5.0, 10.0).saving_ms == pytest.approx(1.5)
+    # its severity moves to the unprofiled step: 15% of the 10 ms profiled one, 30% of the 5 ms
+    assert (f.severity, priced_unprofiled(f, 5.0, 10.0).severity) == ("major", "critical")
+
+
 def test_own_host_sync_gives_way_to_a_slower_gpu() -> None:
     # a slower GPU keeps its host waiting in syncs: the GPU is named, not the sync
     normal, ev = {"dispatch": 8.0}, {"dispatch": 2000}
@@ -273,7 +290,7 @@ def test_two_h100s_name_the_rank_that_sleeps() -> None:
     2026-11-25): the job's step was 35.76 ms unprofiled against the healthy twin's 19.08, so the
     sleep cost 16.68 ms a step. In the profiled trace rank 0 waited 54.09 ms a 61.08 ms step in
     the all-reduces (its wait counted once per all-reduce, and profiler time in it); rank 1's host
-    spent 20.29 ms of its step outside any operator, and issued the same 4,553 events 3.54 ms
+    spent 20.29 ms of its step outside any operator, and issued the same ~4,552 dispatch events 3.54 ms
     slower than rank 0, under the 6.83 ms of profiler noise. Named for the sleep and priced at
     it: 1.22x the measured cost (the old price, from the GPU's dispatch idle, was 31.66: 1.9x)."""
     report = _two_gpu("slow")
@@ -302,7 +319,7 @@ def test_two_h100s_name_the_rank_that_sleeps() -> None:
 def test_two_h100s_healthy_job_has_no_straggler() -> None:
     """The same job with no rank slowed. In the profiled window rank 1 waited 15.58 ms a step for
     rank 0 in the all-reduces (GPU dispatch idle 29.0 ms against 17.1), but the hosts issued the
-    same 4,553 events and rank 0's took only 1.45 ms longer, under the 6.83 ms of profiler noise;
+    same ~4,552 dispatch events and rank 0's took only 1.45 ms longer, under the 6.83 ms of profiler noise;
     unprofiled the ranks' steps were 19.08 and 19.62 ms. Reported at no cost; launch-bound first.
     Three of rank 0's all-reduces were launched before its window and belong to no step."""
     report = _two_gpu("healthy")

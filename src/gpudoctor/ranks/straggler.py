@@ -45,7 +45,7 @@ PROFILER_NOISE_CAUSE = "profiler-noise"
 SAME_EVENTS = 0.01
 # Between ranks that issue the same ops, a host-time difference in a cause counts only above this
 # share of the profiler's estimated time for that cause's events (events x 3 us). On the 2x H100
-# DDP runs (tests/data/ddp2_h100, 2026-11-25) both ranks recorded the same ~4,553 events a step
+# DDP runs (tests/data/ddp2_h100, 2026-11-25) both ranks recorded the same ~4,552 dispatch events a step
 # (13.7 ms of profiler time by that estimate) and their dispatch differed by 1.45 ms in the
 # healthy run (11% of it) and 3.54 ms in the slow one (26%: the sleeping rank, dispatching right
 # after its sleep), while unprofiled neither issued its ops more slowly: the healthy ranks' steps
@@ -288,8 +288,9 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
 # A straggler held back by dispatch (the host's time per operator) is late by time the profiler
 # stretches with every event it records: priced for the step as it runs without the profiler, its
 # wait shrinks like the step (U / P), as the single-GPU host-side findings do (rules/calibrate.py).
-# That is for a cause read from GPU idle; one read from the host's own step (``priced_host_excess_ms``)
-# is de-inflated already, and only its severity and speedup move to the unprofiled step.
+# That is for a cause read from GPU idle, and for a lateness the host's own step does not explain;
+# a cause read from the host's step is de-inflated already, and only its severity and speedup move
+# to the unprofiled step.
 
 
 def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profiled_step_ms: float) -> Finding:
@@ -298,11 +299,14 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
     if finding.id != ID or not u or not p or u >= p:
         return finding
     numbers = finding.evidence.numbers
-    if "dispatch_noise_ms" in numbers:  # judged on the host's step: the saving is the unprofiled one
+    # judged on the host's step: the saving is the unprofiled one already, unless no cause was found
+    # (then it is the profiled wait, stretched like the step) or the GPU is the cause (kernel time)
+    if "dispatch_noise_ms" in numbers and numbers.get("cause") != "unexplained":
         saving = min(finding.saving_ms, MAX_SAVING_SHARE * u)
         return dataclasses.replace(finding, saving_ms=saving, predicted_speedup=speedup(u, saving),
                                    severity=severity_for(saving, u, finding.severity_floor))
-    if numbers.get("cause") != "dispatch":
+    if numbers.get("cause") not in ("dispatch", "unexplained") or (
+            numbers.get("cause") == "unexplained" and "dispatch_noise_ms" not in numbers):
         return finding
     saving = finding.saving_ms * u / p
     numbers = dict(numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
