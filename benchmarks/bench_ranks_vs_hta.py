@@ -223,6 +223,8 @@ def gd_straggler(g: dict) -> str:
     if f is None:
         return "none"
     n = f["evidence"]["numbers"]
+    if n["cause"] == "profiler-noise":
+        return f"none (rank {n['rank']} late within the profiler's noise, info)"
     profiled = n.get("wait_imposed_in_profiled_trace_ms")
     extra = f" ({profiled:.2f} profiled)" if profiled is not None else ""
     return f"rank {n['rank']}, {n['cause']}, {f['saving_ms']:.2f} ms/step{extra}"

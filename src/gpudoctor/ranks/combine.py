@@ -55,9 +55,10 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
                         "rank, 2m between) was found, so no bubble is priced"))
     if not len(al.ops):
         warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
-    chosen = st.index if st else 0
+    real = st if st is not None and st.real else None  # a lateness within the profiler's noise names no one
+    chosen = real.index if real else 0
     warnings.insert(0, f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "
-                       f"{summaries[chosen].rank}'s, {'the straggler' if st else 'no rank straggles'}; the ranks "
+                       f"{summaries[chosen].rank}'s, {'the straggler' if real else 'no rank straggles'}; the ranks "
                        "table compares them all")
     windows = {(w["first_step"], w["steps"]) for s in summaries if (w := s.env.get("window"))}
     if len(windows) > 1:
@@ -69,8 +70,8 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
                         f"{al.steps} are compared")
     return RanksResult(
         findings=tuple(f for f in found if f is not None),
-        rows=rows(al, cs, st),
-        distributed=distributed(al, cs, st, slow_collective.size_classes(al, busbw_table), busbw_table, pp),
+        rows=rows(al, cs, real),
+        distributed=distributed(al, cs, real, slow_collective.size_classes(al, busbw_table), busbw_table, pp),
         chosen=chosen,
         source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
             ", ..." if len(summaries) > 3 else ""),

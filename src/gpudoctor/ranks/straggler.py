@@ -5,11 +5,20 @@ straggler when the wait it imposes (the other ranks' mean time waiting inside th
 arrived last at) is above noise: 50 us and 1% of the step per step. Unlike a top-k pick, a run
 whose ranks arrive together has no straggler.
 
-Why it is late, in the order checked (the first that explains at least half its lateness wins):
-its own GPU idle by cause against the other ranks' median (input pipeline, host sync, host
-work...); its kernels running slower than the same kernels elsewhere (a slower or throttled GPU:
-its NVML clocks and throttle reasons); more GPU work than the others (uneven batches, MoE load).
-Priced as the wait it imposes: the others' time waiting in collectives for it, per step.
+Why it is late, from its host's own step (analysis/host_time.py) against the other ranks' outside
+their waits for the collectives: the cause its host spends the most extra time in (host work such
+as a sleep, file I/O or Python outside any operator; input wait; its own syncs; op dispatch). A
+cause the profiler inflates (dispatch: ~3 us per recorded event, analysis/observer.py) is
+de-inflated first, and between ranks that issue the same ops a dispatch difference counts only
+above the profiler's own noise. Then the GPU: its kernels slower than the same kernels elsewhere
+(a slower or throttled GPU: its NVML clocks and throttle reasons), more GPU work than the others
+(uneven batches, MoE load). Ranks without host steps (hand-built summaries, CPU ranks) are judged
+on their GPU idle by cause instead.
+
+Priced as what the rank's extra host time costs the job per step, capped at the wait it imposes
+in the profiled trace: that wait sums the rank's lateness once per collective it holds up, and
+counts the profiler's own time; a rank late only within the profiler's noise is reported at no
+cost (severity info), the ranks of a healthy job being equal without the profiler.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding, severity_for, speedup
+from gpudoctor.analysis.host_time import WAITS
+from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
+from gpudoctor.core.finding import MAX_SAVING_SHARE, Evidence, Finding, Fix, make_finding, severity_for, speedup
 from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.summary import RankSummary
 
@@ -29,6 +40,20 @@ NOISE_SHARE = 0.01  # of the step
 LATE_NS = 10_000  # an instance the others waited >10 us for on average counts as held up
 EXPLAINS = 0.5  # a cause must account for this share of the lateness to be named
 SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
+PROFILER_NOISE_CAUSE = "profiler-noise"
+# Ranks whose recorded events per step differ by at most this share issue the same ops.
+SAME_EVENTS = 0.01
+# Between ranks that issue the same ops, a host-time difference in a cause counts only above this
+# share of the profiler's estimated time for that cause's events (events x 3 us). On the 2x H100
+# DDP runs (tests/data/ddp2_h100, 2026-11-25) both ranks recorded the same ~4,552 dispatch events a step
+# (13.7 ms of profiler time by that estimate) and their dispatch differed by 1.45 ms in the
+# healthy run (11% of it) and 3.54 ms in the slow one (26%: the sleeping rank, dispatching right
+# after its sleep), while unprofiled neither issued its ops more slowly: the healthy ranks' steps
+# were 19.08 and 19.62 ms, and the slow run lost 16.68 ms a step to a 20 ms sleep, less than the
+# sleep. The per-event cost itself ran 2.9-3.3 us on one GPU (analysis/observer.py) and 4.4-4.7 us
+# on these ranks ((profiled - unprofiled step) / events): half the estimate is about twice the
+# largest difference seen between ranks doing the same work.
+PROFILER_NOISE = 0.5
 
 _IDLE_FIXES = {
     "input-pipeline": (
@@ -57,8 +82,18 @@ class Straggler:
     index: int  # its place in Aligned.summaries
     imposed_ms: float  # per step: the others' mean wait in the collectives it arrived last at
     held_per_step: float  # collectives per step it arrived last at, holding the others >10 us
-    cause: str  # an idle cause, "slower-gpu", "more-work" or "unexplained"
+    cause: str  # a host-time or idle cause, "slower-gpu", "more-work", "unexplained" or "profiler-noise"
     numbers: dict[str, float | int | str] = field(default_factory=dict)
+    priced_ms: float | None = None  # per step, what it costs the job; None: the imposed wait
+
+    @property
+    def price_ms(self) -> float:
+        return self.imposed_ms if self.priced_ms is None else self.priced_ms
+
+    @property
+    def real(self) -> bool:
+        """False when its lateness is within the profiler's noise: no rank straggles."""
+        return self.cause != PROFILER_NOISE_CAUSE
 
 
 def imposed_per_rank(al: Aligned) -> tuple[np.ndarray, np.ndarray]:
@@ -83,8 +118,65 @@ def find_straggler(al: Aligned) -> Straggler | None:
     if imposed[i] < max(NOISE_MS, NOISE_SHARE * al.step_ms):
         return None
     others = [s for k, s in enumerate(al.summaries) if k != i]
-    cause, numbers = _cause(al.summaries[i], others, float(imposed[i]))
-    return Straggler(al.summaries[i].rank, i, float(imposed[i]), float(last[i]), cause, numbers)
+    mine = al.summaries[i]
+    if mine.host_ms and all(o.host_ms for o in others):
+        cause, numbers, price = _host_cause(mine, others, float(imposed[i]), max(NOISE_MS, NOISE_SHARE * al.step_ms))
+    else:
+        (cause, numbers), price = _cause(mine, others, float(imposed[i])), None
+    return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
+
+
+def _deinflated(ms: float, events: float) -> float:
+    """Host ms less the profiler's estimated time for the events recorded in it."""
+    return max(ms - events * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6, 0.0)
+
+
+def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
+                ) -> dict[str, tuple[float, float, bool]]:
+    """Per host-time cause (waits left out): the rank's de-inflated ms per step above the others'
+    median, the noise it must exceed (``floor_ms``, or PROFILER_NOISE of the profiler's time for
+    its events between ranks that issue the same ones), and whether it does."""
+    causes = sorted((set(s.host_ms) | {c for o in others for c in o.host_ms}) - WAITS)
+    out = {}
+    for c in causes:
+        ev_mine = s.host_events.get(c, 0.0)
+        ev_theirs = float(np.median([o.host_events.get(c, 0.0) for o in others]))
+        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0), o.host_events.get(c, 0.0)) for o in others]))
+        excess = _deinflated(s.host_ms.get(c, 0.0), ev_mine) - theirs
+        most = max(ev_mine, ev_theirs)
+        same = abs(ev_mine - ev_theirs) <= SAME_EVENTS * most
+        noise = max(floor_ms, PROFILER_NOISE * most * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6) if same else floor_ms
+        out[c] = (excess, noise, excess > noise)
+    return out
+
+
+def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor_ms: float
+                ) -> tuple[str, dict, float]:
+    """The cause from the host's own step, its evidence and its price (see the module docstring).
+    Waiting for its own GPU (host-sync) comes after the GPU checks: a slower GPU or more work
+    keeps its host waiting too."""
+    excess = host_excess(s, others, floor_ms)
+    real = {c: e for c, (e, _, counts) in excess.items() if counts}
+    d_excess, d_noise, _ = excess.get("dispatch", (0.0, floor_ms, False))
+    numbers: dict = {"wait_imposed_in_profiled_trace_ms": round(late_ms, 4),
+                     "dispatch_excess_ms": round(d_excess, 4), "dispatch_noise_ms": round(d_noise, 4),
+                     "host_events_per_step": round(sum(s.host_events.values()), 1)}
+    own = {c: e for c, e in real.items() if c != "host-sync"}
+    if own:
+        cause = max(own, key=lambda c: own[c])
+        price = min(late_ms, sum(real.values()))
+        return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
+    gpu, gpu_numbers = _gpu_cause(s, others, late_ms)
+    if gpu:
+        return gpu, {**numbers, **gpu_numbers}, late_ms
+    if "host-sync" in real:
+        price = min(late_ms, real["host-sync"])
+        return "host-sync", {**numbers, "host_excess_ms": round(price, 4), "priced_host_excess_ms": round(price, 4)}, price
+    events = [o.host_events.get("dispatch", 0.0) for o in others]
+    if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
+        # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
+        return PROFILER_NOISE_CAUSE, numbers, 0.0
+    return "unexplained", {**numbers, "idle_excess_ms": 0.0}, late_ms
 
 
 def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
@@ -93,6 +185,15 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
     cause, excess = max(idle.items(), key=lambda kv: kv[1], default=("", 0.0))
     if excess >= EXPLAINS * late_ms:
         return cause, {"idle_cause": cause, "idle_excess_ms": round(excess, 4)}
+    gpu, numbers = _gpu_cause(s, others, late_ms)
+    if gpu:
+        return gpu, numbers
+    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4)}
+
+
+def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
+    """A slower GPU (the same kernels slower) or more GPU work than the others; "" when neither
+    accounts for EXPLAINS of the lateness."""
     common = [k for k in s.kernel_ms if all(k in o.kernel_ms for o in others)]
     mine = sum(s.kernel_ms[k] for k in common)
     theirs = sum(float(np.median([o.kernel_ms[k] for o in others])) for k in common)
@@ -103,7 +204,7 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
     if extra >= EXPLAINS * late_ms:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
         return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2)}
-    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4)}
+    return "", {}
 
 
 def _clocks(s: RankSummary, others: list[RankSummary]) -> dict:
@@ -122,14 +223,29 @@ def check(al: Aligned) -> Finding | None:
     st = find_straggler(al)
     if st is None:
         return None
-    why = _why(st)
     numbers = {"rank": st.rank, "wait_imposed_ms_per_step": round(st.imposed_ms, 4),
                "held_up_per_step": round(st.held_per_step, 2), "cause": st.cause, **st.numbers}
+    if not st.real:
+        n = st.numbers
+        return make_finding(
+            ID, f"No straggler: rank {st.rank} reaches the collectives last only within the profiler's noise",
+            al.step_ms, 0.0,
+            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for rank {st.rank}, "
+            f"but its host issued the same ops ({n['host_events_per_step']:.0f} recorded events per step) only "
+            f"{n['dispatch_excess_ms']:.2f} ms slower than the others', under the {n['dispatch_noise_ms']:.2f} ms the "
+            "profiler's own per-event time varies by, and nothing else on its host or GPU differs: without the "
+            "profiler the ranks arrive together.",
+            Evidence(numbers=numbers),
+            (Fix("Nothing to fix for this: compare the ranks' unprofiled step times (env.json) if in doubt"),),
+        )
+    if st.priced_ms is None:
+        title = f"Rank {st.rank} is the straggler: the other ranks wait {st.imposed_ms:.2f} ms per step for it"
+    else:
+        title = f"Rank {st.rank} is the straggler ({st.cause}): it costs the job {st.price_ms:.2f} ms per step"
     return make_finding(
-        ID, f"Rank {st.rank} is the straggler: the other ranks wait {st.imposed_ms:.2f} ms per step for it",
-        al.step_ms, st.imposed_ms,
+        ID, title, al.step_ms, st.price_ms,
         f"Rank {st.rank} reaches {st.held_per_step:.3g} collective(s) per step last; every other rank waits "
-        f"inside them for it, {st.imposed_ms:.2f} ms per step on average. {why}",
+        f"inside them for it, {st.imposed_ms:.2f} ms per step on average. {_why(st)}",
         Evidence(numbers=numbers), _fixes(st.cause),
         wrong_fix="Tuning NCCL or the interconnect: the time is spent waiting for one rank, not moving data",
     )
@@ -147,6 +263,14 @@ def _why(st: Straggler) -> str:
                 f"({n['extra_kernels_per_step']:+.0f} kernels): it is given more work.")
     if st.cause == "unexplained":
         return "Why: neither its idle, its kernel times nor its amount of work differ enough; look at its timeline."
+    if "priced_host_excess_ms" in n:
+        noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
+                 f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
+                 else "")
+        return (f"Why: {st.cause} takes {n['host_excess_ms']:.2f} ms more of its host's step than of the others' "
+                "(their waits for the collectives left out, the profiler's time per recorded event taken out)."
+                f"{noise} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
+                "its lateness once per collective it holds up, and the profiler's time.")
     return f"Why: {st.cause} holds it up {n['idle_excess_ms']:.2f} ms per step more than the others' median."
 
 
@@ -164,18 +288,28 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
 # A straggler held back by dispatch (the host's time per operator) is late by time the profiler
 # stretches with every event it records: priced for the step as it runs without the profiler, its
 # wait shrinks like the step (U / P), as the single-GPU host-side findings do (rules/calibrate.py).
-# Host work outside operators (a sleep, a slow loader) takes as long with the profiler or without.
-# A 2-GPU DDP run (H100 x2, 2026-11-25, rank 1 sleeping 20 ms a step): the others waited 54.1 ms a
-# profiled step (61.0 ms, 35.8 ms unprofiled); the healthy twin's step was 19.1 ms unprofiled.
+# That is for a cause read from GPU idle, and for a lateness the host's own step does not explain;
+# a cause read from the host's step is de-inflated already, and only its severity and speedup move
+# to the unprofiled step.
 
 
 def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profiled_step_ms: float) -> Finding:
-    """A dispatch-caused straggler finding re-priced for the unprofiled step; any other unchanged."""
+    """A straggler finding re-priced for the unprofiled step; any other finding unchanged."""
     u, p = unprofiled_step_ms, profiled_step_ms
-    if finding.id != ID or not u or not p or u >= p or finding.evidence.numbers.get("cause") != "dispatch":
+    if finding.id != ID or not u or not p or u >= p:
+        return finding
+    numbers = finding.evidence.numbers
+    # judged on the host's step: the saving is the unprofiled one already, unless no cause was found
+    # (then it is the profiled wait, stretched like the step) or the GPU is the cause (kernel time)
+    if "dispatch_noise_ms" in numbers and numbers.get("cause") != "unexplained":
+        saving = min(finding.saving_ms, MAX_SAVING_SHARE * u)
+        return dataclasses.replace(finding, saving_ms=saving, predicted_speedup=speedup(u, saving),
+                                   severity=severity_for(saving, u, finding.severity_floor))
+    if numbers.get("cause") not in ("dispatch", "unexplained") or (
+            numbers.get("cause") == "unexplained" and "dispatch_noise_ms" not in numbers):
         return finding
     saving = finding.saving_ms * u / p
-    numbers = dict(finding.evidence.numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
+    numbers = dict(numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
                    unprofiled_scale=round(u / p, 4))
     title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
     return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),

@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_time import host_time
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
@@ -98,6 +99,10 @@ class RankSummary:
     recv_wait_ms: tuple[float, ...] = ()
     p2p_sends: int = 0
     p2p_recvs: int = 0
+    # the host's own step by cause, ms and recorded events per step (analysis/host_time.py): what
+    # decides when the rank reaches its collectives; empty when unknown (no ProfilerStep ranges)
+    host_ms: dict[str, float] = field(default_factory=dict)
+    host_events: dict[str, float] = field(default_factory=dict)
 
     @property
     def step_ms(self) -> float:
@@ -121,6 +126,7 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
     ends = tuple(int(x) + origin for x in steps.end)
     compute_ns = _in_steps(comp_s, comp_e, steps)
     collectives = _collectives(a, comp_s, comp_e)
+    host = host_time(t, steps, a.idle)
     return RankSummary(
         rank=rank,
         source=t.source,
@@ -138,6 +144,8 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         timeline=_timeline(steps, comp_s, comp_e, *union(d.ts[nccl], d.end[nccl]), origin),
         env=_env_facts(env or {}),
         **_p2p_device(collectives, len(steps)),
+        host_ms=host.ms,
+        host_events=host.events,
     )
 
 

@@ -36,6 +36,8 @@ def rows(al: Aligned, split: CommSplit, straggler: Straggler | None) -> tuple[di
             "clock_offset_us": round(float(al.offsets[i]) / 1e3, 3),
             "straggler": straggler is not None and straggler.index == i,
         })
+        if s.host_ms:  # the host's own step by cause: what the straggler's cause is read from
+            out[-1]["host"] = {k: round(v, 4) for k, v in sorted(s.host_ms.items(), key=lambda kv: -kv[1])}
         if s.recv_wait_ms:  # a pipeline stage: its time blocked receiving from a neighbour
             out[-1]["recv_wait_ms"] = round(float(np.mean(s.recv_wait_ms)), 4)
     return tuple(out)
