@@ -294,3 +294,35 @@ def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) ->
     assert s._loader_depth == 4
     assert r.steps_seen == 8 + 1 + 2 + 4 + 4 and yielded == r.steps_seen
     assert len(r.unprofiled_before_ms) == 3 and len(r.unprofiled_after_ms) == 3
+
+
+def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path) -> None:
+    """--skip 2 against a queue of 4 batches: the window opens at step 5, the first step whose
+    batch the workers had to make while the loop ran (not step 2, inside the backlog)."""
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 400
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            import time
+
+            time.sleep(0.004)
+            return torch.randn(16)
+
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2, prefetch_factor=2)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = session(tmp_path, skip=2, steps=2, calibration=3)
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+        if s.done:
+            break
+    s.close()
+    r = s.result
+    assert s._loader_depth == 4
+    # 5 steps before the window (2 skipped + 3 more in the backlog), 1 warm-up, 2 recorded, the
+    # 4 refilled after the window, then 3 timed (4 boundaries)
+    assert r.steps_seen == 5 + 1 + 2 + 4 + 4
+    assert r.steps_recorded == 2

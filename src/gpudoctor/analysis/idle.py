@@ -229,7 +229,7 @@ def _blocked_in_syncs(trace: Trace, on_threads: np.ndarray, steps: Steps) -> int
 
 
 def _blocked_in_pageable_copies(trace: Trace, steps: Steps) -> int:
-    """ns the host spent in the calls that staged pageable uploads to a busy GPU, within the steps."""
+    """ns the host spent in the calls that staged pageable uploads (``_pageable_copy_calls``), within the steps."""
     host = trace.host
     calls = np.flatnonzero(_pageable_copy_calls(trace))
     s, e = union(host.ts[calls], host.end[calls])
@@ -448,23 +448,43 @@ def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
 
 
 def _pageable_copy_calls(trace: Trace) -> np.ndarray:
-    """Host copy calls that stage an upload from pageable memory while the GPU still has work
-    queued: they block the host until the queue drains, and pinned memory with
-    ``non_blocking=True`` lets the host go on launching. An upload issued to an idle GPU drains
-    nothing (the catch-up after it belongs to what emptied the queue first: an inference loop's
-    ``.cpu()`` of each batch's predictions, tests/programs/inference_loop.py, H100, 2026-11-25,
-    put 0.28 ms a batch on the next batch's 0.1 MB pageable upload). Downloads to pageable memory
-    are syncs (``sync_calls``)."""
+    """Host copy calls that stage an upload from pageable memory, except those that find the
+    queue already emptied by a sync: such an upload drains nothing, and the catch-up after it
+    belongs to the sync (an inference loop's ``.cpu()`` of each batch's predictions, then the next
+    batch's 0.1 MB pageable ``.to(device)``: tests/programs/inference_loop.py, H100, 2026-11-25,
+    0.28 ms a batch went to the upload, whose fix cannot remove it while ``.cpu()`` still drains the
+    queue). An upload right after another one stays with it (the pageable_h2d twin's labels after
+    its 64 MB batch: the catch-up hides behind the batch's pinned copy once fixed). Downloads to
+    pageable memory are syncs (``sync_calls``)."""
     dev, host = trace.device, trace.host
     mask = np.zeros(len(host), bool)
     upload = (dev.kind == int(Kind.MEMCPY_HTOD_PAGEABLE)) & (dev.launch >= 0)
     calls = np.unique(dev.launch[upload])
-    if calls.size:
-        busy_s, busy_e = gpu_busy_intervals(trace)
-        run = np.searchsorted(busy_s, host.ts[calls], side="right") - 1
-        draining = (run >= 0) & (busy_e[np.maximum(run, 0)] > host.ts[calls])
-        mask[calls[draining]] = True
+    if calls.size == 0:
+        return mask
+    starts = host.ts[calls]
+    busy_s, busy_e = gpu_busy_intervals(trace)
+    run = np.searchsorted(busy_s, starts, side="right") - 1
+    gpu_idle = (run < 0) | (busy_e[np.maximum(run, 0)] <= starts)
+    # an upload's own op (aten::copy_) waits for it with a stream sync: that sync is the upload's
+    ops = dev.op[upload]
+    ops = np.unique(np.where(ops >= 0, ops, dev.launch[upload]))
+    op_s, op_e = union(host.ts[ops], host.end[ops])
+    syncs = np.flatnonzero(sync_calls(trace) & (host.thread == host.thread[calls[0]]))
+    syncs = syncs[~contains(op_s, op_e, host.ts[syncs])]
+    sync_end = np.sort(host.end[syncs])
+    upload_end = np.sort(op_e)
+    last_sync = _latest_before(sync_end, starts)
+    last_upload = _latest_before(upload_end, starts)
+    after_sync = last_sync > last_upload
+    mask[calls[~(gpu_idle & after_sync)]] = True
     return mask
+
+
+def _latest_before(ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t``, the latest of the sorted ``ends`` at or before it (-1: none)."""
+    i = np.searchsorted(ends, t, side="right") - 1
+    return np.where(i >= 0, ends[np.maximum(i, 0)] if ends.size else -1, -1)
 
 
 def _host_work(

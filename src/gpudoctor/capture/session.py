@@ -375,6 +375,8 @@ class CaptureSession(Listener):
                     self._complete()  # a trial: the steps before the window are all it times
                     return
                 if self._open_at is None:
+                    if self._serving_backlog(cfg.skip):
+                        return
                     self._open_at = self._agree()
                 if self._count >= self._open_at:
                     self._open_window(stepped=True)
@@ -405,6 +407,16 @@ class CaptureSession(Listener):
             self._after.append(self._stamp())
             if len(self._after) > cfg.calibration_steps:
                 self._complete()
+
+    def _serving_backlog(self, skip: int) -> bool:
+        """The window waits while the loader still serves the batches its workers queued before the
+        loop started (at most its queue depth more steps; not in a distributed job, whose ranks
+        agree on one step). Opened inside that backlog, the window records steps that never wait
+        for a batch: a loader of 4 workers feeding a 2.4 ms step every 22-24 ms was recorded at
+        14.95 ms a step and called launch-bound (tests/programs/dataloader_workers.py, H200,
+        2026-11-25: --skip 5 against a queue of 8 batches)."""
+        return (self._loader_backlog and self.sync is None
+                and self._count < max(skip, 1) + self._loader_depth)
 
     def _agree(self) -> int:
         """The step count at which the window opens: this one, or in a distributed job the one
