@@ -48,8 +48,8 @@ def test_augmenting_on_the_cpu_in_the_loop_is_host_work_not_the_copy() -> None:
     report = analyze_loaded(load(DATA / "cpu_augment_loop" / "trace.json.gz"), unprofiled_step_ms=42.0385)
     top = _actionable(report)[0]
     assert top.id == "host-blocking-work"
-    assert report.idle["host-work"] == pytest.approx(32.376, abs=1e-3)
-    assert report.idle["pageable-copy"] == pytest.approx(1.516, abs=1e-3)
+    assert report.idle["host-work"] == pytest.approx(32.4107, abs=1e-3)
+    assert report.idle["pageable-copy"] == pytest.approx(1.2243, abs=1e-3)
     assert 0.67 <= top.predicted_speedup / 6.3994 <= 1.5
 
 

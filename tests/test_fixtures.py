@@ -20,7 +20,7 @@ EXPECTED = [
     ("launch_bound", "launch-bound", 26.730, 32.785, 2.3, 0.0),
     # floored at the host's time less the profiler's per-event share (3.174 - 0.640 ms)
     ("fp32_matmul", "fp32-matmul", 5.562, 8.096, 99.1, 0.0472),
-    ("unfused_elementwise", "unfused-elementwise", 10.308, 15.899, 98.2, 0.1048),
+    ("unfused_elementwise", "unfused-elementwise", 10.907, 15.899, 98.2, 0.1048),
     # floored at the host's time for the 54 of 84 kernels the fused kernels leave (5.932 x 54 / 84)
     ("naive_attention", "naive-attention", 9.933, 13.747, 98.8, 0.0568),
     ("pageable_copy", "pageable-copy", 16.436, 19.18, 94.0, 0.0063),
@@ -33,7 +33,9 @@ EXPECTED = [
     # the grid-fill saving (2.519) plus the queue gaps of the kernels that stacking removes (0.292)
     ("small_gemm", "small-gemm", 2.811, 3.003, 89.4, 0.0),
     ("memory_pressure", "memory-pressure", 99.988, 122.68, 15.8, 0.0934),
-    ("healthy_train", None, None, 27.002, 97.9, 0.4193),
+    # an eager bf16 GPT: the one major finding is what torch.compile would fuse (2.856 ms, x1.12);
+    # torch.compile measured x1.08 on this step (scripts/compile_gain_healthy.py, H200, 2026-11-25)
+    ("healthy_train", "unfused-elementwise", 2.856, 27.002, 97.9, 0.4193),
     ("healthy_infer", None, None, 8.666, 98.6, 0.4809),
 ]
 
@@ -57,11 +59,11 @@ def test_scenario(name: str, top: str | None, saving: float | None, step: float,
     else:
         assert r.findings[0].id == top
         assert r.findings[0].saving_ms == pytest.approx(saving, abs=5e-4)
-        assert r.findings[0].severity == "critical" or name == "host_sync"
+        assert r.findings[0].severity == "critical" or name in ("host_sync", "healthy_train")
 
 
 def test_every_required_id_tops_some_real_trace() -> None:
-    tops = {report(e[0]).findings[0].id for e in EXPECTED if e[1]}
+    tops = {report(e[0]).findings[0].id for e in EXPECTED if e[1] and not e[0].startswith("healthy")}
     assert len(tops) == 14
 
 
@@ -128,7 +130,7 @@ def test_predictions_against_the_measured_fixed_twins() -> None:
         assert report(name).findings[0].saving_ms == pytest.approx(measured, rel=0.30), name
 
 
-TRAPS = [e for e in EXPECTED if e[1] is not None]
+TRAPS = [e for e in EXPECTED if e[1] is not None and not e[0].startswith("healthy")]
 
 
 @pytest.mark.parametrize("name, finding_id", [(e[0], e[1]) for e in TRAPS], ids=[e[0] for e in TRAPS])
@@ -194,5 +196,6 @@ def test_ddp_training_on_two_gpus() -> None:
     r = report("ddp_train")
     assert r.gpu["name"] == "NVIDIA H200"
     assert r.breakdown["by_kind"]["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
-    assert [(f.id, f.severity) for f in r.findings[:2]] == [("launch-bound", "critical"), ("host-sync", "info")]
+    assert [(f.id, f.severity) for f in r.findings[:3]] == [
+        ("launch-bound", "critical"), ("unfused-elementwise", "major"), ("host-sync", "info")]
     assert r.step_ms == pytest.approx(25.735, abs=1e-3)

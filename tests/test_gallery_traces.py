@@ -16,15 +16,18 @@ DATA = Path(__file__).parent / "data" / "gallery_h100"
 # program: (step source, recorded steps, unprofiled step ms, top actionable finding, its saving ms)
 CASES = {
     # 4 DataLoader workers behind a CPU-heavy __getitem__ (more workers at most halve the step: the
-    # saving is priced at half the profiled step, not all the waiting); the unprofiled step is timed past the
-    # workers' start-up backlog (41.0 ms; the program's own log said 39.4)
-    "dataloader_workers": ("optimizer-step", 5, 41.0179, "input-pipeline", 16.933),
+    # step after the fix is floored at half the profiled step, 16.93 ms); the unprofiled step is
+    # timed past the workers' start-up backlog (41.0 ms; the program's own log said 39.4), and its
+    # 7.15 ms beyond the profiled step are loader waits the window did not see
+    "dataloader_workers": ("optimizer-step", 5, 41.0179, "input-pipeline", 24.085),
     # L-BFGS: ~200 aten::dot a step in its two-loop recursion are not a per-sample loop
     "lbfgs_closure": ("optimizer-step", 5, 17.0956, "fp32-matmul", 2.960),
     "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.825),
     # no optimizer: each call of the outermost module is a step
-    # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones
-    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.403),
+    # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
+    # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
+    # finds it empty
+    "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.363),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 5.096),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed

@@ -26,7 +26,7 @@ CASES = {
     "tiny_mlp_launch": ("launch-bound", 14.677, 8.477, 8.1622),
     # 64 MB from pageable memory each step: the copy at the pinned rate, and the dispatch idle the
     # blocked host leaves after each copy
-    "pageable_h2d": ("pageable-copy", 8.755, 5.285, 7.3704),
+    "pageable_h2d": ("pageable-copy", 8.702, 5.15, 7.3704),
     # num_workers=0 with a CPU-heavy __getitem__: 8 workers deliver a batch every cost / 8 (the
     # twin used 6: its measured step is 8.99 ms, the floor here 5.59)
     "loader_no_workers": ("input-pipeline", 40.24, 8.201, 6.1902),
