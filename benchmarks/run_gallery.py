@@ -101,15 +101,19 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def parse_ms(text: str, regex: str | None, scale: float = 1.0) -> tuple[float | None, list[float]]:
-    """The median printed time per iteration in ms (the first line dropped: warm-up) and every value.
-    ``scale``: ms per printed unit (the manifest's timing_scale: 1000 for a program printing seconds)."""
+    """The mean printed time per iteration in ms (the first line dropped: warm-up) and every value.
+    ``scale``: ms per printed unit (the manifest's timing_scale: 1000 for a program printing seconds).
+    The mean, not the median: a program that prints each batch's time behind a bursty DataLoader
+    (pytorch/examples imagenet --dummy, H200, 2026-11-25: 51-680 ms a batch) runs at its mean, and
+    its median (63 ms) is a fast batch; for programs that print averages over their log interval
+    the two agree."""
     if not regex:
         return None, []
     values = [round(float(m.group(1)) * scale, 6) for m in re.finditer(regex, text)]
     if not values:
         return None, []
     steady = values[1:] if len(values) > 1 else values
-    return statistics.median(steady), values
+    return statistics.fmean(steady), values
 
 
 def failure_message(res: dict[str, Any]) -> str:
