@@ -8,6 +8,9 @@ import gzip
 import os
 import struct
 import zlib
+from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any
 
@@ -37,28 +40,36 @@ from gpudoctor.trace.model import (
 from gpudoctor.trace.nesting import nearest_ancestor, nest
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
+    Cat,
     DeviceArgs,
     DeviceProperties,
     LaunchArgs,
     MemoryArgs,
+    Ph,
     TraceEvent,
     TraceFile,
     decode_args,
 )
 
-_HOST_CATS = {
-    "cpu_op": HostCat.OP,
-    "operator": HostCat.OP,
-    "user_annotation": HostCat.ANNOTATION,
-    "python_function": HostCat.PYTHON,
-    "cuda_runtime": HostCat.RUNTIME,
-    "cuda_driver": HostCat.DRIVER,
+# Each event's category as one int8 code: a HostCat, _DEVICE + a DeviceCat, or _OTHER.
+_DEVICE = 8
+_OTHER = -1
+_CAT_CODES: dict[Cat, int] = {
+    **dict.fromkeys(Cat, _OTHER),
+    Cat.CPU_OP: HostCat.OP,
+    Cat.OPERATOR: HostCat.OP,
+    Cat.USER_ANNOTATION: HostCat.ANNOTATION,
+    Cat.PYTHON_FUNCTION: HostCat.PYTHON,
+    Cat.CUDA_RUNTIME: HostCat.RUNTIME,
+    Cat.CUDA_DRIVER: HostCat.DRIVER,
+    Cat.KERNEL: _DEVICE + DeviceCat.KERNEL,
+    Cat.GPU_MEMCPY: _DEVICE + DeviceCat.MEMCPY,
+    Cat.GPU_MEMSET: _DEVICE + DeviceCat.MEMSET,
 }
-_DEVICE_CATS = {
-    "kernel": DeviceCat.KERNEL,
-    "gpu_memcpy": DeviceCat.MEMCPY,
-    "gpu_memset": DeviceCat.MEMSET,
-}
+# Columns are read with attrgetter and map, which run in C: a generator expression per column
+# took 3-4x as long over 150k events.
+_CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
+_TS, _DUR, _THREAD = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid")
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
@@ -138,22 +149,29 @@ def _gunzip(data: bytes, source: str) -> bytes:
 
 
 def _inflate(data: bytes) -> bytes:
-    """gzip.decompress, faster where the optional ``isal`` package (ISA-L) is installed: a 48 MB
-    trace inflates in 0.035 s against zlib's 0.080 s (2-core x86_64, isal 1.9.1). Taken only for
-    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
-    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
+    """gzip.decompress's bytes, in one buffer of the size the gzip trailer states: gzip.decompress
+    joins the pieces it inflates into a second copy, so a 48 MB trace briefly took 96 MB. ISA-L
+    (the optional ``isal`` package) where installed: 0.035 s against zlib's 0.080 s for that trace
+    (2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member and
+    nothing after it; anything else, and any failure, goes to gzip.decompress, which reads every
+    member and raises what it raises."""
     try:
-        from isal import isal_zlib
+        from isal import isal_zlib as inflater
     except ImportError:
-        return gzip.decompress(data)
+        inflater = zlib  # type: ignore[assignment]
+    # ISIZE, the last 4 bytes: the size mod 2**32. A corrupt file may state any size: deflate
+    # inflates at most 1032-fold, so no larger buffer is asked for.
+    size = min(int.from_bytes(data[-4:], "little"), 1032 * len(data))
     try:
-        out = isal_zlib.decompress(data, 31)  # 31: gzip; inflates the first member, checks its CRC and size
+        # 31: gzip; inflates the first member, checks its CRC and size. An output buffer of the
+        # exact size is returned as it is, not copied.
+        out = inflater.decompress(data, 31, max(size, 1))
     except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
         return gzip.decompress(data)
     # The first member ends with its trailer (CRC, size). It is the whole file when the file's
     # last 8 bytes are that trailer and those 8 bytes occur nowhere earlier (had the member ended
     # sooner, its trailer would stand there, before what follows).
-    trailer = struct.pack("<II", isal_zlib.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
+    trailer = struct.pack("<II", inflater.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
     if data.endswith(trailer) and data.find(trailer, 0, len(data) - 1) < 0:
         return out
     return gzip.decompress(data)
@@ -247,7 +265,7 @@ class _Strings:
         for name in dict.fromkeys(names):  # distinct names, in order, at C speed
             if name not in ids:
                 ids[name] = len(ids)
-        return np.array([ids[n] for n in names], dtype=np.int32)
+        return np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
 
     def table(self) -> list[str]:
         return list(self.ids)
@@ -258,21 +276,65 @@ def _ns(values: np.ndarray) -> np.ndarray:
     return np.rint(values * 1000.0).astype(np.int64)
 
 
-def _times(events: list[TraceEvent], complete: bool = True) -> tuple[list[TraceEvent], np.ndarray, np.ndarray, str]:
-    """The events whose times a profiler could have written, their ts and dur (us), and the first
-    unusable time of those dropped ("" when none was). Instant events (``complete=False``) have
-    no duration to check."""
+@dataclass
+class _Events:
+    """The events of one table as columns, in the file's order."""
+
+    code: np.ndarray  # int8: _CAT_CODES
+    ts: np.ndarray  # float64 us
+    dur: np.ndarray  # float64 us (0 for instant events)
+    names: list[str]
+    keys: list[tuple[int | str, int | str]]  # (pid, tid)
+    args: list[Any]  # msgspec.Raw
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def take(self, keep: np.ndarray) -> _Events:
+        """The events where ``keep`` holds."""
+        rows = np.flatnonzero(keep).tolist()
+        return _Events(self.code[keep], self.ts[keep], self.dur[keep], [self.names[i] for i in rows],
+                       [self.keys[i] for i in rows], [self.args[i] for i in rows])
+
+
+def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, complete: bool = True) -> _Events:
+    chosen = list(map(events.__getitem__, rows.tolist()))
+    n = len(chosen)
+    return _Events(
+        code=code[rows],
+        ts=np.fromiter(map(_TS, chosen), np.float64, n),
+        # instant events have no duration to check
+        dur=np.fromiter(map(_DUR, chosen), np.float64, n) if complete else np.zeros(n),
+        names=list(map(_NAME, chosen)),
+        keys=list(map(_THREAD, chosen)),
+        args=list(map(_ARGS, chosen)),
+    )
+
+
+def _split(events: list[TraceEvent]) -> tuple[_Events, _Events, _Events]:
+    """Host and device complete events, and ``[memory]`` events of any other category."""
     n = len(events)
-    ts = np.fromiter((e.ts for e in events), np.float64, n)
-    dur = np.fromiter((e.dur for e in events), np.float64, n) if complete else np.zeros(n)
+    code = np.fromiter(map(_CAT_CODES.__getitem__, map(_CAT, events)), np.int8, n)
+    complete = np.fromiter(map(is_, map(_PH, events), repeat(Ph.X)), bool, n)
+    host = np.flatnonzero((code >= 0) & (code < _DEVICE) & complete)
+    device = np.flatnonzero((code >= _DEVICE) & complete)
+    other = np.flatnonzero(code == _OTHER)
+    named = np.fromiter(map("[memory]".__eq__, map(_NAME, map(events.__getitem__, other.tolist()))), bool, len(other))
+    return (_pick(events, host, code), _pick(events, device, code),
+            _pick(events, other[named], code, complete=False))
+
+
+def _times(events: _Events) -> tuple[_Events, str]:
+    """The events whose times a profiler could have written, and the first unusable time of those
+    dropped ("" when none was)."""
+    ts, dur = events.ts, events.dur
     ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
     if ok.all():
-        return events, ts, dur, ""
+        return events, ""
     first = int(np.argmin(ok))
     bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
     example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
-    kept = [e for e, keep in zip(events, ok.tolist()) if keep]
-    return kept, ts[ok], dur[ok], example
+    return events.take(ok), example
 
 
 def _int_column(values: list[int | None]) -> np.ndarray:
@@ -289,34 +351,18 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
           unreadable_gpu_fields: tuple[str, ...] = ()) -> Trace:
     """Columnar tables from decoded events, with every link resolved.
 
-    Consumes ``events``: each list is emptied once its table is built, so that the decoded
-    events do not all stay alive while the next table is made (peak memory).
+    Consumes ``events``: the list is emptied once the columns of the events it needs are read, so
+    that the decoded events do not stay alive while the tables are made (peak memory).
     """
-    host_events: list[TraceEvent] = []
-    device_events: list[TraceEvent] = []
-    memory_events: list[TraceEvent] = []
-    host_cats = _HOST_CATS
-    device_cats = _DEVICE_CATS
-    add_host, add_device, add_memory = host_events.append, device_events.append, memory_events.append
-    for e in events:
-        cat = e.cat
-        if cat in host_cats:
-            if e.ph == "X":
-                add_host(e)
-        elif cat in device_cats:
-            if e.ph == "X":
-                add_device(e)
-        elif e.name == "[memory]":
-            add_memory(e)
     event_count = len(events)
+    host_events, device_events, memory_events = _split(events)
     events.clear()
     counts = len(host_events) + len(device_events) + len(memory_events)
-    # Consumes the lists as well: _times returns the events it keeps.
-    host_events, host_ts, host_dur, bad_host = _times(host_events)
-    device_events, device_ts, device_dur, bad_device = _times(device_events)
-    memory_events, memory_ts, _, bad_memory = _times(memory_events, complete=False)
+    host_events, bad_host = _times(host_events)
+    device_events, bad_device = _times(device_events)
+    memory_events, bad_memory = _times(memory_events)
     bad_times = counts - len(host_events) - len(device_events) - len(memory_events)
-    if bad_times and not (host_events or device_events or memory_events):
+    if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
             f"{source}: none of its {bad_times} timed events has a usable time "
             f"({bad_host or bad_device or bad_memory}); a profiler writes microseconds since the epoch or since the "
@@ -324,13 +370,13 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
         )
     strings = _Strings()
     threads: dict[tuple[int | str, int | str], int] = {}
-    negative = int((host_dur < 0).sum() + (device_dur < 0).sum())
+    negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
     bad_args = [0]  # events kept without their unreadable args
-    host = _host_table(host_events, host_ts, host_dur, strings, threads, bad_args)
-    host_events.clear()
-    device = _device_table(device_events, device_ts, device_dur, strings, host, bad_args)
-    device_events.clear()
-    memory = _memory_table(memory_events, memory_ts, bad_args)
+    host = _host_table(host_events, strings, threads, bad_args)
+    del host_events
+    device = _device_table(device_events, strings, host, bad_args)
+    del device_events
+    memory = _memory_table(memory_events, bad_args)
     origin, last = _span(host, device, memory)
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
@@ -361,20 +407,16 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
 
 
 def _host_table(
-    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings,
-    threads: dict[tuple[int | str, int | str], int], bad_args: list[int],
+    events: _Events, strings: _Strings, threads: dict[tuple[int | str, int | str], int], bad_args: list[int],
 ) -> HostEvents:
     n = len(events)
-    ts = _ns(ts_us)
-    end = ts + np.maximum(_ns(dur_us), 0)
-    for key in dict.fromkeys((e.pid, e.tid) for e in events):
+    ts = _ns(events.ts)
+    end = ts + np.maximum(_ns(events.dur), 0)
+    for key in dict.fromkeys(events.keys):
         threads.setdefault(key, len(threads))
-    lookup = threads.__getitem__
-    thread = np.fromiter((lookup((e.pid, e.tid)) for e in events), np.int32, n)
-    cats = _HOST_CATS
-    cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
-    names = [e.name for e in events]
-    name = strings.intern(names)
+    thread = np.fromiter(map(threads.__getitem__, events.keys), np.int32, n)
+    cat = events.code.copy()
+    name = strings.intern(events.names)
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -384,12 +426,12 @@ def _host_table(
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
     launch_idx = np.flatnonzero(is_launch)
     correlation = np.full(n, -1, np.int64)
-    launch_raws = [events[i].args for i in launch_idx.tolist()]
+    launch_raws = [events.args[i] for i in launch_idx.tolist()]
     launch_args = decode_args(launch_raws, LaunchArgs)
     bad_args[0] += _unreadable(launch_raws, launch_args)
     correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
     order = np.lexsort((-end, ts, thread))
-    raw_args = [events[i].args for i in order.tolist()]
+    raw_args = list(map(events.args.__getitem__, order.tolist()))
     ts, end, cat, name, thread, correlation = (
         ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
     )
@@ -411,26 +453,22 @@ def _host_table(
     )
 
 
-def _device_table(
-    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings, host: HostEvents,
-    bad_args: list[int],
-) -> DeviceEvents:
+def _device_table(events: _Events, strings: _Strings, host: HostEvents, bad_args: list[int]) -> DeviceEvents:
     n = len(events)
-    ts = _ns(ts_us)
-    end = ts + np.maximum(_ns(dur_us), 0)
-    cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
-    names = [e.name for e in events]
-    name = strings.intern(names)
-    raws = [e.args for e in events]
+    ts = _ns(events.ts)
+    end = ts + np.maximum(_ns(events.dur), 0)
+    cat = (events.code - _DEVICE).astype(np.int8)
+    name = strings.intern(events.names)
+    raws = events.args
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
     device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
     # a GPU event's pid is its device index: one beyond int32 is no GPU's (read as unknown, -1)
-    device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) and _I32_MIN <= e.pid <= _I32_MAX else -1
-                                   for e in events), np.int64, n)
+    device_from_pid = np.fromiter((pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
+                                   for pid, _ in events.keys), np.int64, n)
     device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
     stream = _int_column([a.stream if a is not None else None for a in args])
-    stream = np.where(stream >= 0, stream, np.fromiter((_as_int(e.tid) for e in events), np.int64, n))
+    stream = np.where(stream >= 0, stream, np.fromiter((_as_int(tid) for _, tid in events.keys), np.int64, n))
     correlation = _int_column([a.correlation if a is not None else None for a in args])
     nbytes = _int_column([a.nbytes if a is not None else None for a in args])
     nbytes = np.maximum(nbytes, 0)
@@ -541,9 +579,10 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[int]) -> MemoryEvents:
+def _memory_table(events: _Events, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    raws = [e.args for e in events]
+    raws = events.args
+    ts_us = events.ts
     decoded = decode_args(raws, MemoryArgs)
     bad_args[0] += _unreadable(raws, decoded)
     cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
