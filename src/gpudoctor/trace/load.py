@@ -6,10 +6,10 @@ import dataclasses
 import gc
 import gzip
 import os
-import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from gpudoctor.trace.schema import (
     Ph,
     TraceEvent,
     TraceFile,
+    TraceOutline,
     decode_args,
 )
 
@@ -85,10 +86,12 @@ def load(path: str | os.PathLike[str]) -> Trace:
     """Load a trace file, or the single trace inside a run directory."""
     file = resolve_trace_path(Path(path))
     try:
-        data = file.read_bytes()
+        with file.open("rb") as stream:
+            data = bytearray(os.fstat(stream.fileno()).st_size)
+            data = data[: stream.readinto(data)]  # a file that shrank meanwhile: what was read
     except OSError as exc:
         raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
-    return parse(data, source=str(file))
+    return _parse(data, str(file))
 
 
 def resolve_trace_path(path: Path) -> Path:
@@ -123,6 +126,11 @@ def _resolve_trace_path(path: Path) -> Path:
 
 def parse(data: bytes, source: str = "<bytes>") -> Trace:
     """Decode trace bytes (gzip or plain JSON) and build the columnar Trace."""
+    return _parse(bytearray(data), source)
+
+
+def _parse(data: bytearray, source: str) -> Trace:
+    """``parse`` of a buffer the loader owns: its events are decoded in place (``_event_slices``)."""
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(data, source)
     if not data[:4096].strip() and not data.strip():
@@ -132,14 +140,110 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     collecting = gc.isenabled()
     gc.disable()
     try:
+        sliced = _Slices.find(data)
+        if sliced is not None:
+            try:
+                return build(sliced.events(), sliced.gpus, source)
+            except _NotSliced:
+                sliced.restore()
         events, gpus, skipped, unreadable = _decode(data, source)
-        return build(events, gpus, source, skipped, unreadable)
+        return build([events], gpus, source, skipped, unreadable)
     finally:
         if collecting:
             gc.enable()
 
 
-def _gunzip(data: bytes, source: str) -> bytes:
+class _NotSliced(Exception):
+    """A slice of the events did not decode: the whole file is decoded instead, and fails as it fails."""
+
+
+# Between two events as Kineto's ChromeTraceLogger writes them (libkineto/src/output_json.cpp).
+# JSON strings hold no raw newline, so this never stands inside a name.
+_EVENT_GAP = b"\n  },\n  {"
+_SLICE_BYTES = 1 << 20
+_SPACE = b" \t\r\n"
+
+
+class _Slices:
+    """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice
+    at a time are alive, not all of them: on a 150k-event trace, 50 MB less at the peak and no
+    slower. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
+    keep as msgspec.Raw still point into the one buffer), and decoded alone. A slice that does not
+    decode, a file laid out otherwise, or anything unexpected: the whole file is decoded as one
+    (``restore`` first puts its bytes back).
+
+    Why the slices are the events and nothing else: each slice starts at the array's top level
+    and decodes only if it is whole JSON values, so it ends there too, and the part of the file
+    around the array decodes with ``0`` in the array's place as the top-level ``traceEvents``."""
+
+    def __init__(self, data: bytearray, spans: list[tuple[int, int]], gpus: list[GpuInfo]) -> None:
+        self.data, self.spans, self.gpus = data, spans, gpus
+        self.done = 0
+
+    @classmethod
+    def find(cls, data: bytearray) -> _Slices | None:
+        key = data.find(b'"traceEvents"')
+        if key < 0:
+            return None
+        colon = _skip_space(data, key + len(b'"traceEvents"'))
+        opening = _skip_space(data, colon + 1)
+        if data[colon : colon + 1] != b":" or data[opening : opening + 1] != b"[":
+            return None
+        closing, outline = _array_end(data, opening)
+        if outline is None:
+            return None
+        spans = []
+        start = opening + 1
+        while (cut := data.find(_EVENT_GAP, start + _SLICE_BYTES, closing)) >= 0:
+            spans.append((start, cut + 4))  # up to the '}' that ends the last event of the slice
+            start = cut + len(_EVENT_GAP) - 1  # from the '{' that starts the next
+        spans.append((start, closing))
+        return cls(data, spans, _gpus(outline))
+
+    def events(self) -> Any:
+        """Each slice's events, decoded as they are asked for; raises _NotSliced."""
+        decoder = msgspec.json.Decoder(list[TraceEvent])
+        view = memoryview(self.data)
+        for start, stop in self.spans:
+            self.data[start - 1] = ord("[")  # a space before the first event's '{' (the '[' itself first)
+            self.data[stop] = ord("]")  # the ',' after the last event's '}' (the ']' itself last)
+            self.done += 1
+            try:
+                yield decoder.decode(view[start - 1 : stop + 1])
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                raise _NotSliced from None
+
+    def restore(self) -> None:
+        for start, stop in self.spans[: self.done]:
+            self.data[start - 1] = ord(" ")
+            self.data[stop] = ord(",")
+        self.data[self.spans[0][0] - 1] = ord("[")
+        self.data[self.spans[-1][1]] = ord("]")
+
+
+def _skip_space(data: bytearray, at: int) -> int:
+    while data[at : at + 1] and data[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]:
+    """The index of the ']' that closes the events, and the rest of the file decoded: the last
+    ']' after which the file, with ``0`` for the array, decodes (a few tries from the end)."""
+    closing = len(data)
+    for _ in range(8):
+        closing = data.rfind(b"]", opening, closing)
+        if closing < 0:
+            break
+        try:
+            rest = b"".join((data[:opening], b"0", data[closing + 1 :]))
+            return closing, msgspec.json.decode(rest, type=TraceOutline)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue
+    return -1, None
+
+
+def _gunzip(data: bytes | bytearray, source: str) -> bytearray:
     try:
         return _inflate(data)
     except (EOFError, OSError, zlib.error):
@@ -148,13 +252,17 @@ def _gunzip(data: bytes, source: str) -> bytes:
         ) from None
 
 
-def _inflate(data: bytes) -> bytes:
-    """gzip.decompress's bytes, in one buffer of the size the gzip trailer states: gzip.decompress
-    joins the pieces it inflates into a second copy, so a 48 MB trace briefly took 96 MB. ISA-L
-    (the optional ``isal`` package) where installed: 0.035 s against zlib's 0.080 s for that trace
-    (2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member and
-    nothing after it; anything else, and any failure, goes to gzip.decompress, which reads every
-    member and raises what it raises."""
+_PIECE = 1 << 22  # inflated 4 MB at a time
+
+
+def _inflate(data: bytes | bytearray) -> bytearray:
+    """gzip.decompress's bytes, inflated a piece at a time into one buffer of the size the gzip
+    trailer states: gzip.decompress joins what it inflates into a second copy, and the loader
+    needs a buffer of its own besides (``_Slices``), so a 48 MB trace took 96 MB more for a moment.
+    ISA-L (the optional ``isal`` package) where installed: 0.035 s against zlib's 0.080 s for that
+    trace (2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member
+    and nothing after it; anything else, and any failure, goes to gzip.decompress, which reads
+    every member and raises what it raises."""
     try:
         from isal import isal_zlib as inflater
     except ImportError:
@@ -162,19 +270,23 @@ def _inflate(data: bytes) -> bytes:
     # ISIZE, the last 4 bytes: the size mod 2**32. A corrupt file may state any size: deflate
     # inflates at most 1032-fold, so no larger buffer is asked for.
     size = min(int.from_bytes(data[-4:], "little"), 1032 * len(data))
+    out = bytearray(size)
+    filled = 0
     try:
-        # 31: gzip; inflates the first member, checks its CRC and size. An output buffer of the
-        # exact size is returned as it is, not copied.
-        out = inflater.decompress(data, 31, max(size, 1))
+        stream = inflater.decompressobj(31)  # 31: gzip; checks the member's CRC and size at its end
+        piece = stream.decompress(data, _PIECE)
+        while piece:
+            out[filled : filled + len(piece)] = piece  # past the end (a size beyond 4 GiB): appended
+            filled += len(piece)
+            piece = stream.decompress(stream.unconsumed_tail, _PIECE)
+        whole = stream.eof and not stream.unused_data
     except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
-        return gzip.decompress(data)
-    # The first member ends with its trailer (CRC, size). It is the whole file when the file's
-    # last 8 bytes are that trailer and those 8 bytes occur nowhere earlier (had the member ended
-    # sooner, its trailer would stand there, before what follows).
-    trailer = struct.pack("<II", inflater.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
-    if data.endswith(trailer) and data.find(trailer, 0, len(data) - 1) < 0:
-        return out
-    return gzip.decompress(data)
+        whole = False
+    if not whole:  # truncated, corrupt, or more after the first member
+        del out
+        return bytearray(gzip.decompress(data))
+    del out[filled:]
+    return out
 
 
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
@@ -290,6 +402,16 @@ class _Events:
     def __len__(self) -> int:
         return len(self.names)
 
+    @staticmethod
+    def concat(parts: list[_Events]) -> _Events:
+        if len(parts) == 1:
+            return parts[0]
+        return _Events(
+            np.concatenate([p.code for p in parts]), np.concatenate([p.ts for p in parts]),
+            np.concatenate([p.dur for p in parts]), list(chain.from_iterable(p.names for p in parts)),
+            list(chain.from_iterable(p.keys for p in parts)), list(chain.from_iterable(p.args for p in parts)),
+        )
+
     def take(self, keep: np.ndarray) -> _Events:
         """The events where ``keep`` holds."""
         rows = np.flatnonzero(keep).tolist()
@@ -298,15 +420,16 @@ class _Events:
 
 
 def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, complete: bool = True) -> _Events:
+    """The columns of ``events[rows]``. Instant events (``complete=False``: the ``[memory]`` ones)
+    have no duration to check, and their tables read neither names nor threads."""
     chosen = list(map(events.__getitem__, rows.tolist()))
     n = len(chosen)
     return _Events(
         code=code[rows],
         ts=np.fromiter(map(_TS, chosen), np.float64, n),
-        # instant events have no duration to check
         dur=np.fromiter(map(_DUR, chosen), np.float64, n) if complete else np.zeros(n),
-        names=list(map(_NAME, chosen)),
-        keys=list(map(_THREAD, chosen)),
+        names=list(map(_NAME, chosen)) if complete else [""] * n,
+        keys=list(map(_THREAD, chosen)) if complete else [(0, 0)] * n,
         args=list(map(_ARGS, chosen)),
     )
 
@@ -337,26 +460,44 @@ def _times(events: _Events) -> tuple[_Events, str]:
     return events.take(ok), example
 
 
-def _int_column(values: list[int | None]) -> np.ndarray:
-    return np.fromiter((-1 if v is None else v for v in values), np.int64, len(values))
+def _int_column(values: list[int | None], missing: int = -1) -> np.ndarray:
+    """``missing`` where a value is None."""
+    if None not in values:
+        return np.fromiter(values, np.int64, len(values))
+    return np.fromiter((missing if v is None else v for v in values), np.int64, len(values))
+
+
+def _field(args: list[Any], name: str) -> list[Any]:
+    """One field of each decoded ``args`` (None where the args are)."""
+    if None not in args:
+        return list(map(attrgetter(name), args))
+    return [getattr(a, name) if a is not None else None for a in args]
 
 
 def _unreadable(raws: list[Any], decoded: list[Any]) -> int:
     """How many events carry ``args`` that did not decode (an id or size out of range, a field of
     the wrong type): the events are kept without them."""
+    if None not in decoded:
+        return 0
     return sum(1 for r, a in zip(raws, decoded) if a is None and r and bytes(r) != b"null")
 
 
-def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0,
+def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
           unreadable_gpu_fields: tuple[str, ...] = ()) -> Trace:
-    """Columnar tables from decoded events, with every link resolved.
+    """Columnar tables from decoded events (the file's, in one list or several in order), with
+    every link resolved.
 
-    Consumes ``events``: the list is emptied once the columns of the events it needs are read, so
-    that the decoded events do not stay alive while the tables are made (peak memory).
+    Consumes each list: it is emptied once the columns of the events it needs are read, so that
+    the decoded events do not stay alive while the next are decoded and the tables made (peak memory).
     """
-    event_count = len(events)
-    host_events, device_events, memory_events = _split(events)
-    events.clear()
+    event_count = 0
+    parts = []
+    for events in slices:
+        event_count += len(events)
+        parts.append(_split(events))
+        events.clear()
+    host_events, device_events, memory_events = (_Events.concat([p[k] for p in parts]) for k in range(3))
+    del parts
     counts = len(host_events) + len(device_events) + len(memory_events)
     host_events, bad_host = _times(host_events)
     device_events, bad_device = _times(device_events)
@@ -429,7 +570,7 @@ def _host_table(
     launch_raws = [events.args[i] for i in launch_idx.tolist()]
     launch_args = decode_args(launch_raws, LaunchArgs)
     bad_args[0] += _unreadable(launch_raws, launch_args)
-    correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
+    correlation[launch_idx] = _int_column(_field(launch_args, "correlation"))
     order = np.lexsort((-end, ts, thread))
     raw_args = list(map(events.args.__getitem__, order.tolist()))
     ts, end, cat, name, thread, correlation = (
@@ -462,17 +603,17 @@ def _device_table(events: _Events, strings: _Strings, host: HostEvents, bad_args
     raws = events.args
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
-    device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
+    device = _int_column(_field(args, "device")).astype(np.int32)
     # a GPU event's pid is its device index: one beyond int32 is no GPU's (read as unknown, -1)
     device_from_pid = np.fromiter((pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
                                    for pid, _ in events.keys), np.int64, n)
     device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
-    stream = _int_column([a.stream if a is not None else None for a in args])
+    stream = _int_column(_field(args, "stream"))
     stream = np.where(stream >= 0, stream, np.fromiter((_as_int(tid) for _, tid in events.keys), np.int64, n))
-    correlation = _int_column([a.correlation if a is not None else None for a in args])
-    nbytes = _int_column([a.nbytes if a is not None else None for a in args])
+    correlation = _int_column(_field(args, "correlation"))
+    nbytes = _int_column(_field(args, "nbytes"))
     nbytes = np.maximum(nbytes, 0)
-    blocks = np.fromiter((_grid_size(a.grid) if a is not None else 0 for a in args), np.int64, n)
+    blocks = _grid_sizes(_field(args, "grid"))
     order = np.argsort(ts, kind="stable")
     ts, end, cat, name = ts[order], end[order], cat[order], name[order]
     device, stream, correlation = device[order], stream[order], correlation[order]
@@ -519,9 +660,25 @@ def _as_int(value: int | str) -> int:
     return int(digits)
 
 
+def _grid_sizes(grids: list[list[int] | None]) -> np.ndarray:
+    """Thread blocks of each launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64;
+    a product beyond it is capped there. Grids of three dimensions, as Kineto writes them, at once."""
+    three = [g if g is not None and len(g) == 3 else _NO_GRID for g in grids]
+    dims = np.maximum(np.array(three, dtype=np.int64).reshape(len(grids), 3), 1)
+    # each dimension is below 2**31 (schema.I32): the product of two fits int64, of three may not
+    # (an int64 product that wraps around is replaced below)
+    sizes = dims[:, 0] * dims[:, 1] * dims[:, 2]
+    rough = dims[:, 0].astype(np.float64) * dims[:, 1] * dims[:, 2]
+    odd = np.flatnonzero((rough >= 2.0**62) | np.fromiter(map(is_, three, repeat(_NO_GRID)), bool, len(grids)))
+    for i in odd.tolist():
+        sizes[i] = _grid_size(grids[i])
+    return sizes
+
+
+_NO_GRID = [0, 0, 0]
+
+
 def _grid_size(grid: list[int] | None) -> int:
-    """Thread blocks of a launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64; a
-    product beyond it is capped there."""
     if not grid:
         return 0
     size = 1
@@ -585,15 +742,15 @@ def _memory_table(events: _Events, bad_args: list[int]) -> MemoryEvents:
     ts_us = events.ts
     decoded = decode_args(raws, MemoryArgs)
     bad_args[0] += _unreadable(raws, decoded)
-    cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
+    cuda = np.flatnonzero(_int_column(_field(decoded, "device_type")) == 1)
     order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
-    args = [decoded[i] for i in order.tolist()]
+    args = list(map(decoded.__getitem__, order.tolist()))
     return MemoryEvents(
         ts=_ns(ts_us[order]),
-        delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
-        allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
-        reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
-        device=_int_column([a.device_id for a in args]).astype(np.int32),
+        delta=_int_column(_field(args, "mem_bytes"), missing=0),
+        allocated=np.maximum(_int_column(_field(args, "total_allocated")), 0),
+        reserved=np.maximum(_int_column(_field(args, "total_reserved")), 0),
+        device=_int_column(_field(args, "device_id")).astype(np.int32),
     )
 
 

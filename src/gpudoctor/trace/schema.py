@@ -164,11 +164,19 @@ class TraceFile(msgspec.Struct):
     distributedInfo: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
+class TraceOutline(TraceFile):
+    """The file with its events cut out and ``0`` in their place (trace/load.py decodes the events
+    a slice at a time): the same fields, read and checked as ``TraceFile`` reads them."""
+
+    traceEvents: int  # type: ignore[assignment]
+
+
 def decode_args(raws: list[Any], kind: type) -> list[Any]:
     """Decode many raw ``args`` objects with one decoder call; unreadable ones become None."""
     if not raws:
         return []
-    joined = b"[" + b",".join(bytes(r) if r else b"null" for r in raws) + b"]"
+    # Raw objects are buffers: joined as they are unless some event has no args at all
+    joined = b"[" + b",".join(raws if all(raws) else [r or b"null" for r in raws]) + b"]"
     try:
         return msgspec.json.decode(joined, type=list[kind | None])  # type: ignore[valid-type]
     except (msgspec.ValidationError, msgspec.DecodeError):
