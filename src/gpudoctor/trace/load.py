@@ -252,7 +252,9 @@ def _gunzip(data: bytes | bytearray, source: str) -> bytearray:
         ) from None
 
 
-_PIECE = 1 << 22  # inflated 4 MB at a time
+# fed 16 kB at a time: each piece inflates to a few hundred kB, a buffer the allocator reuses
+# (pieces of MBs were fresh memory each, 0.025 s more for a 48 MB trace)
+_PIECE = 1 << 14
 
 
 def _inflate(data: bytes | bytearray) -> bytearray:
@@ -274,11 +276,11 @@ def _inflate(data: bytes | bytearray) -> bytearray:
     filled = 0
     try:
         stream = inflater.decompressobj(31)  # 31: gzip; checks the member's CRC and size at its end
-        piece = stream.decompress(data, _PIECE)
-        while piece:
+        compressed = memoryview(data)
+        for at in range(0, len(data), _PIECE):
+            piece = stream.decompress(compressed[at : at + _PIECE])
             out[filled : filled + len(piece)] = piece  # past the end (a size beyond 4 GiB): appended
             filled += len(piece)
-            piece = stream.decompress(stream.unconsumed_tail, _PIECE)
         whole = stream.eof and not stream.unused_data
     except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
         whole = False
