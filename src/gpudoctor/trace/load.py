@@ -37,7 +37,7 @@ from gpudoctor.trace.model import (
     MemoryEvents,
     Trace,
 )
-from gpudoctor.trace.nesting import nearest_ancestor, nest
+from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
     Cat,
@@ -374,15 +374,51 @@ class _Strings:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
 
-    def intern(self, names: list[str]) -> np.ndarray:
-        ids = self.ids
-        for name in dict.fromkeys(names):  # distinct names, in order, at C speed
-            if name not in ids:
-                ids[name] = len(ids)
-        return np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
-
     def table(self) -> list[str]:
         return list(self.ids)
+
+    def add(self, provisional: np.ndarray, names: _Interner) -> np.ndarray:
+        """The ids of names given as ``names``' ids, new names taking the next ids in the order
+        they first appear."""
+        first, renumbered = _first_seen(provisional, len(names.ids))
+        table, ids = list(names.ids), self.ids
+        mapped = np.array([ids.setdefault(table[i], len(ids)) for i in first.tolist()], dtype=np.int32)
+        return mapped[renumbered] if len(mapped) else np.zeros(len(provisional), np.int32)
+
+
+class _Interner:
+    """Ids of names or threads in the order they first appear, one table for all slices (the
+    events' own strings are dropped with each slice: one copy of each name stays)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+
+    def __call__(self, values: list[Any]) -> np.ndarray:
+        ids = self.ids
+        for value in dict.fromkeys(values):  # distinct values, in order, at C speed
+            ids.setdefault(value, len(ids))
+        return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+
+
+def _first_seen(provisional: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The provisional ids in the order they first appear in ``provisional``, and each entry
+    renumbered in that order: the ids interning only these entries would have given (events
+    dropped for their times may have been the first, or the only ones, with some name)."""
+    seen = np.zeros(count, bool)
+    seen[provisional] = True
+    if seen.all() and (len(provisional) == 0 or _in_first_order(provisional)):
+        return np.arange(count), provisional
+    distinct, first_at, renumbered = np.unique(provisional, return_index=True, return_inverse=True)
+    order = np.argsort(first_at, kind="stable")
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return distinct[order], rank[renumbered.reshape(-1)]
+
+
+def _in_first_order(provisional: np.ndarray) -> bool:
+    """Whether each id first appears after every smaller one (true of ids given in one pass)."""
+    running = np.maximum.accumulate(provisional)
+    return bool(provisional[0] == 0 and np.all(np.diff(running) <= 1))
 
 
 def _ns(values: np.ndarray) -> np.ndarray:
@@ -397,46 +433,60 @@ class _Events:
     code: np.ndarray  # int8: _CAT_CODES
     ts: np.ndarray  # float64 us
     dur: np.ndarray  # float64 us (0 for instant events)
-    names: list[str]
-    keys: list[tuple[int | str, int | str]]  # (pid, tid)
+    name: np.ndarray  # int32: _Interner ids (host and device events)
+    thread: np.ndarray  # int32: _Interner ids of (pid, tid) (host events)
+    keys: list[tuple[int | str, int | str]]  # (pid, tid) (device events)
     args: list[Any]  # msgspec.Raw
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.ts)
 
     @staticmethod
     def concat(parts: list[_Events]) -> _Events:
         if len(parts) == 1:
             return parts[0]
         return _Events(
-            np.concatenate([p.code for p in parts]), np.concatenate([p.ts for p in parts]),
-            np.concatenate([p.dur for p in parts]), list(chain.from_iterable(p.names for p in parts)),
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("code", "ts", "dur", "name", "thread")),
             list(chain.from_iterable(p.keys for p in parts)), list(chain.from_iterable(p.args for p in parts)),
         )
 
     def take(self, keep: np.ndarray) -> _Events:
         """The events where ``keep`` holds."""
         rows = np.flatnonzero(keep).tolist()
-        return _Events(self.code[keep], self.ts[keep], self.dur[keep], [self.names[i] for i in rows],
-                       [self.keys[i] for i in rows], [self.args[i] for i in rows])
+        return _Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep], self.thread[keep],
+                       [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows])
 
 
-def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, complete: bool = True) -> _Events:
-    """The columns of ``events[rows]``. Instant events (``complete=False``: the ``[memory]`` ones)
-    have no duration to check, and their tables read neither names nor threads."""
+_NONE = np.zeros(0, np.int32)
+
+
+def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: _Interner | None = None,
+          threads: _Interner | None = None, keys: bool = False) -> _Events:
+    """The columns of ``events[rows]``. With no ``names``, instant events (the ``[memory]`` ones):
+    no duration to check, and their table reads neither names nor threads."""
     chosen = list(map(events.__getitem__, rows.tolist()))
     n = len(chosen)
     return _Events(
         code=code[rows],
         ts=np.fromiter(map(_TS, chosen), np.float64, n),
-        dur=np.fromiter(map(_DUR, chosen), np.float64, n) if complete else np.zeros(n),
-        names=list(map(_NAME, chosen)) if complete else [""] * n,
-        keys=list(map(_THREAD, chosen)) if complete else [(0, 0)] * n,
+        dur=np.fromiter(map(_DUR, chosen), np.float64, n) if names is not None else np.zeros(n),
+        name=names(list(map(_NAME, chosen))) if names is not None else np.zeros(n, np.int32),
+        thread=threads(list(map(_THREAD, chosen))) if threads is not None else np.zeros(n, np.int32),
+        keys=list(map(_THREAD, chosen)) if keys else [],
         args=list(map(_ARGS, chosen)),
     )
 
 
-def _split(events: list[TraceEvent]) -> tuple[_Events, _Events, _Events]:
+@dataclass
+class _Tables:
+    """What the slices share: the ids of host names, threads and device names."""
+
+    host_names: _Interner
+    threads: _Interner
+    device_names: _Interner
+
+
+def _split(events: list[TraceEvent], ids: _Tables) -> tuple[_Events, _Events, _Events]:
     """Host and device complete events, and ``[memory]`` events of any other category."""
     n = len(events)
     code = np.fromiter(map(_CAT_CODES.__getitem__, map(_CAT, events)), np.int8, n)
@@ -445,8 +495,8 @@ def _split(events: list[TraceEvent]) -> tuple[_Events, _Events, _Events]:
     device = np.flatnonzero((code >= _DEVICE) & complete)
     other = np.flatnonzero(code == _OTHER)
     named = np.fromiter(map("[memory]".__eq__, map(_NAME, map(events.__getitem__, other.tolist()))), bool, len(other))
-    return (_pick(events, host, code), _pick(events, device, code),
-            _pick(events, other[named], code, complete=False))
+    return (_pick(events, host, code, ids.host_names, ids.threads), _pick(events, device, code, ids.device_names, keys=True),
+            _pick(events, other[named], code))
 
 
 def _times(events: _Events) -> tuple[_Events, str]:
@@ -494,9 +544,10 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     """
     event_count = 0
     parts = []
+    ids = _Tables(_Interner(), _Interner(), _Interner())
     for events in slices:
         event_count += len(events)
-        parts.append(_split(events))
+        parts.append(_split(events, ids))
         events.clear()
     host_events, device_events, memory_events = (_Events.concat([p[k] for p in parts]) for k in range(3))
     del parts
@@ -512,12 +563,14 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
             f"trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
     strings = _Strings()
-    threads: dict[tuple[int | str, int | str], int] = {}
+    first, host_events.thread = _first_seen(host_events.thread, len(ids.threads.ids))
+    keys = list(ids.threads.ids)
+    threads = [keys[i] for i in first.tolist()]
     negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
     bad_args = [0]  # events kept without their unreadable args
-    host = _host_table(host_events, strings, threads, bad_args)
+    host = _host_table(host_events, strings, ids.host_names, bad_args)
     del host_events
-    device = _device_table(device_events, strings, host, bad_args)
+    device = _device_table(device_events, strings, ids.device_names, host, bad_args)
     del device_events
     memory = _memory_table(memory_events, bad_args)
     origin, last = _span(host, device, memory)
@@ -549,17 +602,13 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     )
 
 
-def _host_table(
-    events: _Events, strings: _Strings, threads: dict[tuple[int | str, int | str], int], bad_args: list[int],
-) -> HostEvents:
+def _host_table(events: _Events, strings: _Strings, names: _Interner, bad_args: list[int]) -> HostEvents:
     n = len(events)
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
-    for key in dict.fromkeys(events.keys):
-        threads.setdefault(key, len(threads))
-    thread = np.fromiter(map(threads.__getitem__, events.keys), np.int32, n)
+    thread = events.thread
     cat = events.code.copy()
-    name = strings.intern(events.names)
+    name = strings.add(events.name, names)
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -580,6 +629,7 @@ def _host_table(
     )
     parent, depth = nest(thread, ts, end)
     is_op = cat == HostCat.OP
+    by_level = levels(depth)
     return HostEvents(
         ts=ts,
         end=end,
@@ -590,18 +640,19 @@ def _host_table(
         raw_args=raw_args,
         parent=parent,
         depth=depth,
-        op=nearest_ancestor(parent, is_op),
-        top_op=nearest_ancestor(parent, is_op, outermost=True),
-        frame=nearest_ancestor(parent, cat == HostCat.PYTHON),
+        op=nearest_ancestor(parent, is_op, by_level=by_level),
+        top_op=nearest_ancestor(parent, is_op, outermost=True, by_level=by_level),
+        frame=nearest_ancestor(parent, cat == HostCat.PYTHON, by_level=by_level),
     )
 
 
-def _device_table(events: _Events, strings: _Strings, host: HostEvents, bad_args: list[int]) -> DeviceEvents:
+def _device_table(events: _Events, strings: _Strings, names: _Interner, host: HostEvents,
+                  bad_args: list[int]) -> DeviceEvents:
     n = len(events)
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
     cat = (events.code - _DEVICE).astype(np.int8)
-    name = strings.intern(events.names)
+    name = strings.add(events.name, names)
     raws = events.args
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
