@@ -227,14 +227,20 @@ def _skip_space(data: bytearray, at: int) -> int:
     return at
 
 
+# How Kineto closes the array: the last event's '}' and the ']' on lines of their own.
+_EVENTS_END = b"\n  }\n  ]"
+
+
 def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]:
-    """The index of the ']' that closes the events, and the rest of the file decoded: the last
-    ']' after which the file, with ``0`` for the array, decodes (a few tries from the end)."""
+    """The index of the ']' that closes the events, and the rest of the file decoded: where the
+    file, with ``0`` for the array, decodes. Kineto's closing first, then the last few ']' (a ']'
+    in a later field may pass too: its slice then fails to decode, and the file is decoded whole)."""
+    kineto = data.rfind(_EVENTS_END, opening)
+    candidates = [kineto + len(_EVENTS_END) - 1] if kineto >= 0 else []
     closing = len(data)
-    for _ in range(8):
-        closing = data.rfind(b"]", opening, closing)
-        if closing < 0:
-            break
+    while len(candidates) < 9 and (closing := data.rfind(b"]", opening, closing)) >= 0:
+        candidates.append(closing)
+    for closing in candidates:
         try:
             rest = b"".join((data[:opening], b"0", data[closing + 1 :]))
             return closing, msgspec.json.decode(rest, type=TraceOutline)
