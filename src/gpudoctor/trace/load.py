@@ -654,7 +654,6 @@ def _host_table(events: _Events, strings: _Strings, names: _Interner, bad_args: 
 
 def _device_table(events: _Events, strings: _Strings, names: _Interner, host: HostEvents,
                   bad_args: list[int]) -> DeviceEvents:
-    n = len(events)
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
     cat = (events.code - _DEVICE).astype(np.int8)
@@ -662,13 +661,16 @@ def _device_table(events: _Events, strings: _Strings, names: _Interner, host: Ho
     raws = events.args
     args = decode_args(raws, DeviceArgs)
     bad_args[0] += _unreadable(raws, args)
+    keys = events.keys
     device = _int_column(_field(args, "device")).astype(np.int32)
-    # a GPU event's pid is its device index: one beyond int32 is no GPU's (read as unknown, -1)
-    device_from_pid = np.fromiter((pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
-                                   for pid, _ in events.keys), np.int64, n)
-    device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
+    # without one in its args, a GPU event's pid is its device index: one beyond int32 is no GPU's
+    # (read as unknown, -1)
+    missing = np.flatnonzero(device < 0).tolist()
+    device[missing] = [pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
+                       for pid, _ in map(keys.__getitem__, missing)]
     stream = _int_column(_field(args, "stream"))
-    stream = np.where(stream >= 0, stream, np.fromiter((_as_int(tid) for _, tid in events.keys), np.int64, n))
+    missing = np.flatnonzero(stream < 0).tolist()  # ... and its tid its stream
+    stream[missing] = [_as_int(tid) for _, tid in map(keys.__getitem__, missing)]
     correlation = _int_column(_field(args, "correlation"))
     nbytes = _int_column(_field(args, "nbytes"))
     nbytes = np.maximum(nbytes, 0)
