@@ -68,8 +68,7 @@ _CAT_CODES: dict[Cat, int] = {
     Cat.GPU_MEMCPY: _DEVICE + DeviceCat.MEMCPY,
     Cat.GPU_MEMSET: _DEVICE + DeviceCat.MEMSET,
 }
-# Columns are read with attrgetter and map, which run in C: a generator expression per column
-# took 3-4x as long over 150k events.
+# Columns are read with attrgetter and map: the loop over the events runs in C.
 _CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
 _TS, _DUR, _THREAD = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid")
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -88,8 +87,10 @@ def load(path: str | os.PathLike[str]) -> Trace:
     file = resolve_trace_path(Path(path))
     try:
         with file.open("rb") as stream:
+            # read into a buffer of the loader's own (_Slices writes to it), of the file's size
             data = bytearray(os.fstat(stream.fileno()).st_size)
-            data = data[: stream.readinto(data)]  # a file that shrank meanwhile: what was read
+            del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
+            data += stream.read()  # ... or grew
     except OSError as exc:
         raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
     return _parse(data, str(file))
@@ -167,8 +168,9 @@ _SPACE = b" \t\r\n"
 
 class _Slices:
     """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice
-    at a time are alive, not all of them: on a 150k-event trace, 50 MB less at the peak and no
-    slower. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
+    at a time are alive, not all of them: on bench_170k (150k events) the whole ``gpudoctor analyze``
+    peaked at 141 MB RSS against 168 MB, and decoding plus reading the columns took 0.17-0.19 s
+    either way. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
     keep as msgspec.Raw still point into the one buffer), and decoded alone. A slice that does not
     decode, a file laid out otherwise, or anything unexpected: the whole file is decoded as one
     (``restore`` first puts its bytes back).
@@ -266,10 +268,10 @@ _PIECE = 1 << 14
 
 def _inflate(data: bytes | bytearray) -> bytearray:
     """gzip.decompress's bytes, inflated a piece at a time into one buffer of the size the gzip
-    trailer states: gzip.decompress joins what it inflates into a second copy, and the loader
-    needs a buffer of its own besides (``_Slices``), so a 48 MB trace took 96 MB more for a moment.
-    ISA-L (the optional ``isal`` package) where installed: 0.035 s against zlib's 0.080 s for that
-    trace (2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member
+    trailer states, which the loader may write to (``_Slices``): gzip.decompress joins what it
+    inflates into a second copy (inflating a 48 MB trace peaked at 113 MB RSS that way, 63 MB into
+    one buffer). ISA-L (the optional ``isal`` package) where installed: 0.049 s against zlib's
+    0.075 s for that trace (benchmarks/bench_load.py phases, 2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member
     and nothing after it; anything else, and any failure, goes to gzip.decompress, which reads
     every member and raises what it raises."""
     try:

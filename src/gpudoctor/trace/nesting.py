@@ -73,7 +73,7 @@ def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool 
 
     ``by_level`` (``levels(depth)`` of ``nest``'s depths, whose parents sit one level up): each
     event is visited once, its parent's answer known from the level above, instead of once per
-    ancestor (a 90k-event host table 30 levels deep: 5x fewer steps)."""
+    ancestor (bench_170k's 90k host events, 23 levels deep: 2.5 ms a call against 2-10 ms)."""
     if by_level is not None:
         return _by_level(parent, is_target, outermost, by_level)
     n = len(parent)

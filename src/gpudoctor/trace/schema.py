@@ -2,8 +2,9 @@
 
 torch.profiler's ``export_chrome_trace`` writes ``{"traceEvents": [...], "deviceProperties":
 [...], ...}``. Decoding straight into typed structs, with each event's ``args`` kept as raw JSON until the
-table of its kind decodes them, is what makes loading fast: benchmarks/bench_json_decode.py
-compares it with ``json.loads`` and ``orjson.loads`` on the same trace (BENCHMARKS.md).
+table of its kind decodes them, ``cat`` and ``ph`` as shared enum members, is what makes loading
+fast: benchmarks/bench_json_decode.py compares it with ``json.loads`` and ``orjson.loads`` on the
+same trace (BENCHMARKS.md).
 
 Field names and their spelling come from Kineto's ChromeTraceLogger (libkineto/src/output_json.cpp)
 and torch/autograd/profiler_util.py; they have been stable from PyTorch 2.4 to 2.13.
