@@ -95,7 +95,7 @@ def _whole_decode_refused(data: bytes, source: str) -> Any:
 def test_brackets_after_the_events_and_the_gpus_after_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loader, "_SLICE_BYTES", 100)
     monkeypatch.setattr(loader, "_decode", _whole_decode_refused)
-    data = kineto(_events(5), before='"schemaVersion": 1',
+    data = kineto(_events(5), before='"schemaVersion": 1, "note": "traceEvents"',
                   after='"deviceProperties": [{"id": 0, "name": "A]100"}], "traceName": "x]y]"')
     trace = parse(data)
     assert [g.name for g in trace.gpus] == ["A]100"]

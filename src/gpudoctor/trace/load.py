@@ -186,11 +186,13 @@ class _Slices:
     @classmethod
     def find(cls, data: bytearray) -> _Slices | None:
         key = data.find(b'"traceEvents"')
+        while key >= 0:  # the key, not a value that spells it
+            colon = _skip_space(data, key + len(b'"traceEvents"'))
+            opening = _skip_space(data, colon + 1)
+            if data[colon : colon + 1] == b":" and data[opening : opening + 1] == b"[":
+                break
+            key = data.find(b'"traceEvents"', key + 1)
         if key < 0:
-            return None
-        colon = _skip_space(data, key + len(b'"traceEvents"'))
-        opening = _skip_space(data, colon + 1)
-        if data[colon : colon + 1] != b":" or data[opening : opening + 1] != b"[":
             return None
         closing, outline = _array_end(data, opening)
         if outline is None:
