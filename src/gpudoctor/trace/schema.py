@@ -33,6 +33,11 @@ Bytes = Annotated[int, msgspec.Meta(ge=-MAX_BYTES, le=MAX_BYTES)]
 MAX_TIME_US = 4e15
 
 
+# A field the file leaves out: one empty Raw shared by every struct (Raw is immutable) rather than
+# a new one each (the flows and instants of a trace have no args).
+_ABSENT = msgspec.Raw()
+
+
 class DeviceArgs(msgspec.Struct, gc=False):
     """``args`` of a kernel / memcpy / memset."""
 
@@ -53,10 +58,10 @@ class OpArgs(msgspec.Struct, gc=False):
     """``args`` of a cpu_op: decoded only for ops that launched GPU work."""
 
     flops: float | None = None
-    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
-    input_strides: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Strides")
-    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Strides")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
@@ -140,7 +145,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     tid: I64 | str = 0
     ts: float = 0.0
     dur: float = 0.0
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    args: msgspec.Raw = _ABSENT
 
 
 class DeviceProperties(msgspec.Struct):
@@ -162,7 +167,7 @@ class TraceFile(msgspec.Struct):
     deviceProperties: list[DeviceProperties] = []
     schemaVersion: int | None = None
     baseTimeNanoseconds: int | None = None
-    distributedInfo: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    distributedInfo: msgspec.Raw = _ABSENT
 
 
 class TraceOutline(TraceFile):
