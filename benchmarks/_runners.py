@@ -167,13 +167,14 @@ def phases(path: str) -> None:
     load = importlib.import_module("gpudoctor.trace.load")
     json_report = importlib.import_module("gpudoctor.report.json_report")
     spent = {"imports": time.perf_counter() - t0}
-    for label, module, name in (("gunzip", load, "_gunzip"), ("JSON decode", load, "_decode"),
+    inflate = "gunzip" if hasattr(load, "gunzip") else "_gunzip"  # its name in the loader, then and now
+    for label, module, name in (("gunzip", load, inflate), ("JSON decode", load, "_decode"),
                                 ("trace build", load, "build"), ("analysis + rules + report", pipeline, "analyze_loaded"),
                                 ("JSON render", json_report, "to_json")):
         spent[label] = 0.0
         setattr(module, name, _timed(getattr(module, name), label, spent))
-    # the events decoded a slice at a time, inside the trace build (trace/load.py _Slices)
-    slices = getattr(load, "_Slices", None)
+    # the events decoded a slice at a time, inside the trace build (trace/read.py Slices)
+    slices = getattr(load, "Slices", None)
     if slices is not None:
         spent["slice decode"] = 0.0
         slices.events = _timed_steps(slices.events, "slice decode", spent)

@@ -1,5 +1,5 @@
-"""The loader decodes ``traceEvents`` a slice at a time, in place (trace/load.py ``_Slices``), and
-interns names and threads slice by slice: the Trace is the one a single decode of the whole file
+"""The loader decodes ``traceEvents`` a slice at a time, in place (trace/read.py ``Slices``), and
+interns names and threads slice by slice (trace/columns.py): the Trace is the one a single decode of the whole file
 builds, whatever the slices, and a file laid out otherwise or broken anywhere takes the single
 decode and fails as it fails."""
 
@@ -18,9 +18,12 @@ from synth import PID, TraceBuilder
 
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.trace import Trace, load, parse
+from gpudoctor.trace.columns import first_seen
 from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
+from gpudoctor.trace.read import Slices
 
 loader = importlib.import_module("gpudoctor.trace.load")
+reader = importlib.import_module("gpudoctor.trace.read")
 RECORDED = Path(__file__).parent / "data" / "healthy_train" / "trace.json.gz"
 
 
@@ -45,12 +48,6 @@ def columns(trace: Trace) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture
-def one_decode(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loader as it was: the whole file decoded at once."""
-    monkeypatch.setattr(loader._Slices, "find", classmethod(lambda cls, data: None))
-
-
 def _events(n: int) -> list[dict[str, Any]]:
     t = TraceBuilder()
     t.step(0, 0, 20 * n + 10)
@@ -63,12 +60,12 @@ def _events(n: int) -> list[dict[str, Any]]:
 def test_a_recorded_trace_reads_the_same_in_slices_of_1_mb_of_one_event_and_whole(
         monkeypatch: pytest.MonkeyPatch) -> None:
     data = bytearray(gzip.decompress(RECORDED.read_bytes()))
-    assert len(loader._Slices.find(data).spans) == 6  # 5.6 MB of JSON
+    assert len(Slices.find(data).spans) == 6  # 5.6 MB of JSON
     sliced = columns(load(RECORDED))
-    monkeypatch.setattr(loader, "_SLICE_BYTES", 1)
-    assert len(loader._Slices.find(data).spans) == 17_469  # every event a slice
+    monkeypatch.setattr(reader, "SLICE_BYTES", 1)
+    assert len(Slices.find(data).spans) == 17_469  # every event a slice
     tiny = columns(load(RECORDED))
-    monkeypatch.setattr(loader._Slices, "find", classmethod(lambda cls, data: None))
+    monkeypatch.setattr(Slices, "find", classmethod(lambda cls, data: None))
     whole = columns(load(RECORDED))
     assert sliced == whole
     assert tiny == whole
@@ -77,12 +74,12 @@ def test_a_recorded_trace_reads_the_same_in_slices_of_1_mb_of_one_event_and_whol
 
 def test_slices_of_a_kineto_layout_read_what_one_decode_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     data = kineto(_events(40))
-    monkeypatch.setattr(loader, "_SLICE_BYTES", 300)
-    assert len(loader._Slices.find(bytearray(data)).spans) == 81  # 161 events, two to a slice of 300+ bytes
+    monkeypatch.setattr(reader, "SLICE_BYTES", 300)
+    assert len(Slices.find(bytearray(data)).spans) == 81  # 161 events, two to a slice of 300+ bytes
     with monkeypatch.context() as patch:
         patch.setattr(loader, "_decode", _whole_decode_refused)
         sliced = parse(data)
-    monkeypatch.setattr(loader._Slices, "find", classmethod(lambda cls, data: None))
+    monkeypatch.setattr(Slices, "find", classmethod(lambda cls, data: None))
     assert columns(sliced) == columns(parse(data))
     assert len(sliced.device) == 40 and len(sliced.memory) == 40
     assert sliced.input_dims(int(sliced.device.op[39])) == [[40, 2]]
@@ -93,7 +90,7 @@ def _whole_decode_refused(data: bytes, source: str) -> Any:
 
 
 def test_brackets_after_the_events_and_the_gpus_after_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader, "_SLICE_BYTES", 100)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 100)
     monkeypatch.setattr(loader, "_decode", _whole_decode_refused)
     data = kineto(_events(5), before='"schemaVersion": 1, "note": "traceEvents"',
                   after='"deviceProperties": [{"id": 0, "name": "A]100"}], "traceName": "x]y]"')
@@ -107,9 +104,9 @@ def test_a_bad_event_in_a_later_slice_is_skipped_as_the_whole_decode_skips_it(
         sliced: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     events = _events(30)
     events[70]["ts"] = "late"  # not a number: the lenient path drops this one event
-    monkeypatch.setattr(loader, "_SLICE_BYTES", 200)
+    monkeypatch.setattr(reader, "SLICE_BYTES", 200)
     if not sliced:
-        monkeypatch.setattr(loader._Slices, "find", classmethod(lambda cls, data: None))
+        monkeypatch.setattr(Slices, "find", classmethod(lambda cls, data: None))
     trace = parse(kineto(events))  # the buffer's brackets are put back before the lenient decode
     assert trace.skipped_events == 1
     assert trace.event_count == len(events) - 1
@@ -127,7 +124,7 @@ def test_a_file_broken_after_its_events_fails_as_the_whole_decode_fails(tail: st
 
 
 def test_names_and_threads_of_dropped_events_take_no_id() -> None:
-    """An event dropped for its time (trace/load.py _times) is the first with its name and its
+    """An event dropped for its time (trace/columns.py usable_times) is the first with its name and its
     thread: the ids are those of the kept events, in the order they first appear."""
     def op(name: str, tid: int, ts: float) -> dict[str, Any]:
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": 1.0}
@@ -144,10 +141,10 @@ def test_names_and_threads_of_dropped_events_take_no_id() -> None:
 
 
 def test_the_first_seen_order_of_ids() -> None:
-    assert [a.tolist() for a in loader._first_seen(np.array([0, 1, 0, 2, 1]), 3)] == [[0, 1, 2], [0, 1, 0, 2, 1]]
+    assert [a.tolist() for a in first_seen(np.array([0, 1, 0, 2, 1]), 3)] == [[0, 1, 2], [0, 1, 0, 2, 1]]
     # 1 no longer appears, 3 appears before 2
-    assert [a.tolist() for a in loader._first_seen(np.array([0, 3, 0, 2]), 4)] == [[0, 3, 2], [0, 1, 0, 2]]
-    assert [a.tolist() for a in loader._first_seen(np.array([], np.int32), 2)] == [[], []]
+    assert [a.tolist() for a in first_seen(np.array([0, 3, 0, 2]), 4)] == [[0, 3, 2], [0, 1, 0, 2]]
+    assert [a.tolist() for a in first_seen(np.array([], np.int32), 2)] == [[], []]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import gzip
 import os
-import zlib
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
-from itertools import chain, count, repeat
-from operator import attrgetter, is_
+from itertools import repeat
+from operator import is_
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +16,19 @@ import numpy as np
 
 from gpudoctor.controls import visible_controls
 from gpudoctor.errors import InputError, TraceFormatError
+from gpudoctor.trace.columns import (
+    DEVICE,
+    Events,
+    Interner,
+    Strings,
+    Tables,
+    field_of,
+    first_seen,
+    int_column,
+    split,
+    unreadable,
+    usable_times,
+)
 from gpudoctor.trace.kernels import (
     DRIVER_LAUNCHES,
     GRAPH_LAUNCHES,
@@ -39,38 +48,18 @@ from gpudoctor.trace.model import (
     Trace,
 )
 from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
+from gpudoctor.trace.read import NotSliced, Slices, gunzip
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
-    Cat,
     DeviceArgs,
     DeviceProperties,
     LaunchArgs,
     MemoryArgs,
-    Ph,
     TraceEvent,
     TraceFile,
-    TraceOutline,
     decode_args,
 )
 
-# Each event's category as one int8 code: a HostCat, _DEVICE + a DeviceCat, or _OTHER.
-_DEVICE = 8
-_OTHER = -1
-_CAT_CODES: dict[Cat, int] = {
-    **dict.fromkeys(Cat, _OTHER),
-    Cat.CPU_OP: HostCat.OP,
-    Cat.OPERATOR: HostCat.OP,
-    Cat.USER_ANNOTATION: HostCat.ANNOTATION,
-    Cat.PYTHON_FUNCTION: HostCat.PYTHON,
-    Cat.CUDA_RUNTIME: HostCat.RUNTIME,
-    Cat.CUDA_DRIVER: HostCat.DRIVER,
-    Cat.KERNEL: _DEVICE + DeviceCat.KERNEL,
-    Cat.GPU_MEMCPY: _DEVICE + DeviceCat.MEMCPY,
-    Cat.GPU_MEMSET: _DEVICE + DeviceCat.MEMSET,
-}
-# Columns are read with attrgetter and map: the loop over the events runs in C.
-_CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
-_TS, _DUR, _THREAD = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid")
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
@@ -132,9 +121,9 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
 
 
 def _parse(data: bytearray, source: str) -> Trace:
-    """``parse`` of a buffer the loader owns: its events are decoded in place (``_event_slices``)."""
+    """``parse`` of a buffer the loader owns: its events are decoded in place (trace/read.py)."""
     if data[:2] == b"\x1f\x8b":
-        data = _gunzip(data, source)
+        data = gunzip(data, source)
     if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")
     # Hundreds of thousands of short-lived objects and no cycles: the cyclic collector would
@@ -142,164 +131,17 @@ def _parse(data: bytearray, source: str) -> Trace:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        sliced = _Slices.find(data)
+        sliced = Slices.find(data)
         if sliced is not None:
             try:
-                return build(sliced.events(), sliced.gpus, source)
-            except _NotSliced:
+                return build(sliced.events(), _gpus(sliced.outline), source)
+            except NotSliced:
                 sliced.restore()
         events, gpus, skipped, unreadable = _decode(data, source)
         return build([events], gpus, source, skipped, unreadable)
     finally:
         if collecting:
             gc.enable()
-
-
-class _NotSliced(Exception):
-    """A slice of the events did not decode: the whole file is decoded instead, and fails as it fails."""
-
-
-# Between two events as Kineto's ChromeTraceLogger writes them (libkineto/src/output_json.cpp).
-# JSON strings hold no raw newline, so this never stands inside a name.
-_EVENT_GAP = b"\n  },\n  {"
-_SLICE_BYTES = 1 << 20
-_SPACE = b" \t\r\n"
-
-
-class _Slices:
-    """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice
-    at a time are alive, not all of them: on bench_170k (150k events) the whole ``gpudoctor analyze``
-    peaked at 141 MB RSS against 168 MB, and decoding plus reading the columns took 0.17-0.19 s
-    either way. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
-    keep as msgspec.Raw still point into the one buffer), and decoded alone. A slice that does not
-    decode, a file laid out otherwise, or anything unexpected: the whole file is decoded as one
-    (``restore`` first puts its bytes back).
-
-    Why the slices are the events and nothing else: each slice starts at the array's top level
-    and decodes only if it is whole JSON values, so it ends there too, and the part of the file
-    around the array decodes with ``0`` in the array's place as the top-level ``traceEvents``."""
-
-    def __init__(self, data: bytearray, spans: list[tuple[int, int]], gpus: list[GpuInfo]) -> None:
-        self.data, self.spans, self.gpus = data, spans, gpus
-        self.done = 0
-
-    @classmethod
-    def find(cls, data: bytearray) -> _Slices | None:
-        key = data.find(b'"traceEvents"')
-        while key >= 0:  # the key, not a value that spells it
-            colon = _skip_space(data, key + len(b'"traceEvents"'))
-            opening = _skip_space(data, colon + 1)
-            if data[colon : colon + 1] == b":" and data[opening : opening + 1] == b"[":
-                break
-            key = data.find(b'"traceEvents"', key + 1)
-        if key < 0:
-            return None
-        closing, outline = _array_end(data, opening)
-        if outline is None:
-            return None
-        spans = []
-        start = opening + 1
-        while (cut := data.find(_EVENT_GAP, start + _SLICE_BYTES, closing)) >= 0:
-            spans.append((start, cut + 4))  # up to the '}' that ends the last event of the slice
-            start = cut + len(_EVENT_GAP) - 1  # from the '{' that starts the next
-        spans.append((start, closing))
-        return cls(data, spans, _gpus(outline))
-
-    def events(self) -> Any:
-        """Each slice's events, decoded as they are asked for; raises _NotSliced."""
-        decoder = msgspec.json.Decoder(list[TraceEvent])
-        view = memoryview(self.data)
-        for start, stop in self.spans:
-            self.data[start - 1] = ord("[")  # a space before the first event's '{' (the '[' itself first)
-            self.data[stop] = ord("]")  # the ',' after the last event's '}' (the ']' itself last)
-            self.done += 1
-            try:
-                yield decoder.decode(view[start - 1 : stop + 1])
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                raise _NotSliced from None
-
-    def restore(self) -> None:
-        for start, stop in self.spans[: self.done]:
-            self.data[start - 1] = ord(" ")
-            self.data[stop] = ord(",")
-        self.data[self.spans[0][0] - 1] = ord("[")
-        self.data[self.spans[-1][1]] = ord("]")
-
-
-def _skip_space(data: bytearray, at: int) -> int:
-    while data[at : at + 1] and data[at] in _SPACE:
-        at += 1
-    return at
-
-
-# How Kineto closes the array: the last event's '}' and the ']' on lines of their own.
-_EVENTS_END = b"\n  }\n  ]"
-
-
-def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]:
-    """The index of the ']' that closes the events, and the rest of the file decoded: where the
-    file, with ``0`` for the array, decodes. Kineto's closing first, then the last few ']' (a ']'
-    in a later field may pass too: its slice then fails to decode, and the file is decoded whole)."""
-    kineto = data.rfind(_EVENTS_END, opening)
-    candidates = [kineto + len(_EVENTS_END) - 1] if kineto >= 0 else []
-    closing = len(data)
-    while len(candidates) < 9 and (closing := data.rfind(b"]", opening, closing)) >= 0:
-        candidates.append(closing)
-    for closing in candidates:
-        try:
-            rest = b"".join((data[:opening], b"0", data[closing + 1 :]))
-            return closing, msgspec.json.decode(rest, type=TraceOutline)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            continue
-    return -1, None
-
-
-def _gunzip(data: bytes | bytearray, source: str) -> bytearray:
-    try:
-        return _inflate(data)
-    except (EOFError, OSError, zlib.error):
-        raise TraceFormatError(
-            f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
-        ) from None
-
-
-# fed 16 kB at a time: each piece inflates to a few hundred kB, a buffer the allocator reuses
-# (pieces of MBs were fresh memory each, 0.025 s more for a 48 MB trace)
-_PIECE = 1 << 14
-
-
-def _inflate(data: bytes | bytearray) -> bytearray:
-    """gzip.decompress's bytes, inflated a piece at a time into one buffer of the size the gzip
-    trailer states, which the loader may write to (``_Slices``): gzip.decompress joins what it
-    inflates into a second copy (inflating a 48 MB trace peaked at 113 MB RSS that way, 63 MB into
-    one buffer). ISA-L (the optional ``isal`` package) where installed: 0.049 s against zlib's
-    0.075 s for that trace (benchmarks/bench_load.py phases, 2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member
-    and nothing after it; anything else, and any failure, goes to gzip.decompress, which reads
-    every member and raises what it raises."""
-    try:
-        from isal import isal_zlib as inflater
-    except ImportError:
-        inflater = zlib  # type: ignore[assignment]
-    # ISIZE, the last 4 bytes: the size mod 2**32. A corrupt file may state any size: deflate
-    # inflates at most 1032-fold, so no larger buffer is asked for.
-    size = min(int.from_bytes(data[-4:], "little"), 1032 * len(data))
-    out = bytearray(size)
-    filled = 0
-    try:
-        stream = inflater.decompressobj(31)  # 31: gzip; checks the member's CRC and size at its end
-        compressed = memoryview(data)
-        for at in range(0, len(data), _PIECE):
-            piece = stream.decompress(compressed[at : at + _PIECE])
-            out[filled : filled + len(piece)] = piece  # past the end (a size beyond 4 GiB): appended
-            filled += len(piece)
-        whole = stream.eof and not stream.unused_data
-    except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
-        whole = False
-    if not whole:  # truncated, corrupt, or more after the first member
-        del out
-        return bytearray(gzip.decompress(data))
-    del out[filled:]
-    return out
 
 
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
@@ -379,169 +221,9 @@ def _gpus(parsed: TraceFile) -> list[GpuInfo]:
     ]
 
 
-class _Strings:
-    """The string table: every name becomes an int once."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-
-    def table(self) -> list[str]:
-        return list(self.ids)
-
-    def add(self, provisional: np.ndarray, names: _Interner) -> np.ndarray:
-        """The ids of names given as ``names``' ids, new names taking the next ids in the order
-        they first appear."""
-        first, renumbered = _first_seen(provisional, len(names.ids))
-        table, ids = list(names.ids), self.ids
-        mapped = np.array([ids.setdefault(table[i], len(ids)) for i in first.tolist()], dtype=np.int32)
-        return mapped[renumbered] if len(mapped) else np.zeros(len(provisional), np.int32)
-
-
-class _Interner:
-    """Ids of names or threads in the order they first appear, one table for all slices (the
-    events' own strings are dropped with each slice: one copy of each name stays)."""
-
-    def __init__(self) -> None:
-        # a value not seen yet takes the next id as it is looked up: one hash per value, in C
-        # (dict.fromkeys, then a lookup per value, took 2.7x as long for (pid, tid) pairs)
-        self.ids: dict[Any, int] = defaultdict(count().__next__)
-
-    def __call__(self, values: list[Any]) -> np.ndarray:
-        return np.fromiter(map(self.ids.__getitem__, values), np.int32, len(values))
-
-
-def _first_seen(provisional: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The provisional ids in the order they first appear in ``provisional``, and each entry
-    renumbered in that order: the ids interning only these entries would have given (events
-    dropped for their times may have been the first, or the only ones, with some name)."""
-    seen = np.zeros(count, bool)
-    seen[provisional] = True
-    if seen.all() and (len(provisional) == 0 or _in_first_order(provisional)):
-        return np.arange(count), provisional
-    distinct, first_at, renumbered = np.unique(provisional, return_index=True, return_inverse=True)
-    order = np.argsort(first_at, kind="stable")
-    rank = np.empty(len(order), np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    return distinct[order], rank[renumbered.reshape(-1)]
-
-
-def _in_first_order(provisional: np.ndarray) -> bool:
-    """Whether each id first appears after every smaller one (true of ids given in one pass)."""
-    running = np.maximum.accumulate(provisional)
-    return bool(provisional[0] == 0 and np.all(np.diff(running) <= 1))
-
-
 def _ns(values: np.ndarray) -> np.ndarray:
     """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US."""
     return np.rint(values * 1000.0).astype(np.int64)
-
-
-@dataclass
-class _Events:
-    """The events of one table as columns, in the file's order."""
-
-    code: np.ndarray  # int8: _CAT_CODES
-    ts: np.ndarray  # float64 us
-    dur: np.ndarray  # float64 us (0 for instant events)
-    name: np.ndarray  # int32: _Interner ids (host and device events)
-    thread: np.ndarray  # int32: _Interner ids of (pid, tid) (host events)
-    keys: list[tuple[int | str, int | str]]  # (pid, tid) (device events)
-    args: list[Any]  # msgspec.Raw
-
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    @staticmethod
-    def concat(parts: list[_Events]) -> _Events:
-        if len(parts) == 1:
-            return parts[0]
-        return _Events(
-            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("code", "ts", "dur", "name", "thread")),
-            list(chain.from_iterable(p.keys for p in parts)), list(chain.from_iterable(p.args for p in parts)),
-        )
-
-    def take(self, keep: np.ndarray) -> _Events:
-        """The events where ``keep`` holds."""
-        rows = np.flatnonzero(keep).tolist()
-        return _Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep], self.thread[keep],
-                       [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows])
-
-
-_NONE = np.zeros(0, np.int32)
-
-
-def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: _Interner | None = None,
-          threads: _Interner | None = None, keys: bool = False) -> _Events:
-    """The columns of ``events[rows]``. With no ``names``, instant events (the ``[memory]`` ones):
-    no duration to check, and their table reads neither names nor threads."""
-    chosen = list(map(events.__getitem__, rows.tolist()))
-    n = len(chosen)
-    return _Events(
-        code=code[rows],
-        ts=np.fromiter(map(_TS, chosen), np.float64, n),
-        dur=np.fromiter(map(_DUR, chosen), np.float64, n) if names is not None else np.zeros(n),
-        name=names(list(map(_NAME, chosen))) if names is not None else np.zeros(n, np.int32),
-        thread=threads(list(map(_THREAD, chosen))) if threads is not None else np.zeros(n, np.int32),
-        keys=list(map(_THREAD, chosen)) if keys else [],
-        args=list(map(_ARGS, chosen)),
-    )
-
-
-@dataclass
-class _Tables:
-    """What the slices share: the ids of host names, threads and device names."""
-
-    host_names: _Interner
-    threads: _Interner
-    device_names: _Interner
-
-
-def _split(events: list[TraceEvent], ids: _Tables) -> tuple[_Events, _Events, _Events]:
-    """Host and device complete events, and ``[memory]`` events of any other category."""
-    n = len(events)
-    code = np.fromiter(map(_CAT_CODES.__getitem__, map(_CAT, events)), np.int8, n)
-    complete = np.fromiter(map(is_, map(_PH, events), repeat(Ph.X)), bool, n)
-    host = np.flatnonzero((code >= 0) & (code < _DEVICE) & complete)
-    device = np.flatnonzero((code >= _DEVICE) & complete)
-    other = np.flatnonzero(code == _OTHER)
-    named = np.fromiter(map("[memory]".__eq__, map(_NAME, map(events.__getitem__, other.tolist()))), bool, len(other))
-    return (_pick(events, host, code, ids.host_names, ids.threads), _pick(events, device, code, ids.device_names, keys=True),
-            _pick(events, other[named], code))
-
-
-def _times(events: _Events) -> tuple[_Events, str]:
-    """The events whose times a profiler could have written, and the first unusable time of those
-    dropped ("" when none was)."""
-    ts, dur = events.ts, events.dur
-    ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
-    if ok.all():
-        return events, ""
-    first = int(np.argmin(ok))
-    bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
-    example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
-    return events.take(ok), example
-
-
-def _int_column(values: list[int | None], missing: int = -1) -> np.ndarray:
-    """``missing`` where a value is None."""
-    if None not in values:
-        return np.fromiter(values, np.int64, len(values))
-    return np.fromiter((missing if v is None else v for v in values), np.int64, len(values))
-
-
-def _field(args: list[Any], name: str) -> list[Any]:
-    """One field of each decoded ``args`` (None where the args are)."""
-    if None not in args:
-        return list(map(attrgetter(name), args))
-    return [getattr(a, name) if a is not None else None for a in args]
-
-
-def _unreadable(raws: list[Any], decoded: list[Any]) -> int:
-    """How many events carry ``args`` that did not decode (an id or size out of range, a field of
-    the wrong type): the events are kept without them."""
-    if None not in decoded:
-        return 0
-    return sum(1 for r, a in zip(raws, decoded) if a is None and r and bytes(r) != b"null")
 
 
 def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
@@ -554,17 +236,17 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     """
     event_count = 0
     parts = []
-    ids = _Tables(_Interner(), _Interner(), _Interner())
+    ids = Tables(Interner(), Interner(), Interner())
     for events in slices:
         event_count += len(events)
-        parts.append(_split(events, ids))
+        parts.append(split(events, ids))
         events.clear()
-    host_events, device_events, memory_events = (_Events.concat([p[k] for p in parts]) for k in range(3))
+    host_events, device_events, memory_events = (Events.concat([p[k] for p in parts]) for k in range(3))
     del parts
     counts = len(host_events) + len(device_events) + len(memory_events)
-    host_events, bad_host = _times(host_events)
-    device_events, bad_device = _times(device_events)
-    memory_events, bad_memory = _times(memory_events)
+    host_events, bad_host = usable_times(host_events)
+    device_events, bad_device = usable_times(device_events)
+    memory_events, bad_memory = usable_times(memory_events)
     bad_times = counts - len(host_events) - len(device_events) - len(memory_events)
     if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
@@ -572,8 +254,8 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
             f"({bad_host or bad_device or bad_memory}); a profiler writes microseconds since the epoch or since the "
             f"trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
-    strings = _Strings()
-    first, host_events.thread = _first_seen(host_events.thread, len(ids.threads.ids))
+    strings = Strings()
+    first, host_events.thread = first_seen(host_events.thread, len(ids.threads.ids))
     keys = list(ids.threads.ids)
     threads = [keys[i] for i in first.tolist()]
     negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
@@ -612,7 +294,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     )
 
 
-def _host_table(events: _Events, strings: _Strings, names: _Interner, bad_args: list[int]) -> HostEvents:
+def _host_table(events: Events, strings: Strings, names: Interner, bad_args: list[int]) -> HostEvents:
     n = len(events)
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
@@ -630,8 +312,8 @@ def _host_table(events: _Events, strings: _Strings, names: _Interner, bad_args: 
     correlation = np.full(n, -1, np.int64)
     launch_raws = [events.args[i] for i in launch_idx.tolist()]
     launch_args = decode_args(launch_raws, LaunchArgs)
-    bad_args[0] += _unreadable(launch_raws, launch_args)
-    correlation[launch_idx] = _int_column(_field(launch_args, "correlation"))
+    bad_args[0] += unreadable(launch_raws, launch_args)
+    correlation[launch_idx] = int_column(field_of(launch_args, "correlation"))
     order = np.lexsort((-end, ts, thread))
     raw_args = list(map(events.args.__getitem__, order.tolist()))
     ts, end, cat, name, thread, correlation = (
@@ -656,29 +338,29 @@ def _host_table(events: _Events, strings: _Strings, names: _Interner, bad_args: 
     )
 
 
-def _device_table(events: _Events, strings: _Strings, names: _Interner, host: HostEvents,
+def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents,
                   bad_args: list[int]) -> DeviceEvents:
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
-    cat = (events.code - _DEVICE).astype(np.int8)
+    cat = (events.code - DEVICE).astype(np.int8)
     name = strings.add(events.name, names)
     raws = events.args
     args = decode_args(raws, DeviceArgs)
-    bad_args[0] += _unreadable(raws, args)
+    bad_args[0] += unreadable(raws, args)
     keys = events.keys
-    device = _int_column(_field(args, "device")).astype(np.int32)
+    device = int_column(field_of(args, "device")).astype(np.int32)
     # without one in its args, a GPU event's pid is its device index: one beyond int32 is no GPU's
     # (read as unknown, -1)
     missing = np.flatnonzero(device < 0).tolist()
     device[missing] = [pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
                        for pid, _ in map(keys.__getitem__, missing)]
-    stream = _int_column(_field(args, "stream"))
+    stream = int_column(field_of(args, "stream"))
     missing = np.flatnonzero(stream < 0).tolist()  # ... and its tid its stream
     stream[missing] = [_as_int(tid) for _, tid in map(keys.__getitem__, missing)]
-    correlation = _int_column(_field(args, "correlation"))
-    nbytes = _int_column(_field(args, "nbytes"))
+    correlation = int_column(field_of(args, "correlation"))
+    nbytes = int_column(field_of(args, "nbytes"))
     nbytes = np.maximum(nbytes, 0)
-    blocks = _grid_sizes(_field(args, "grid"))
+    blocks = _grid_sizes(field_of(args, "grid"))
     order = np.argsort(ts, kind="stable")
     ts, end, cat, name = ts[order], end[order], cat[order], name[order]
     device, stream, correlation = device[order], stream[order], correlation[order]
@@ -752,7 +434,7 @@ def _grid_size(grid: list[int] | None) -> int:
     return min(size, _I64_MAX)
 
 
-def _classify(cat: np.ndarray, name: np.ndarray, strings: _Strings) -> np.ndarray:
+def _classify(cat: np.ndarray, name: np.ndarray, strings: Strings) -> np.ndarray:
     kind = np.full(len(cat), Kind.OTHER, dtype=np.int8)
     if len(cat) == 0:
         return kind
@@ -784,7 +466,7 @@ def _launches(correlation: np.ndarray, host: HostEvents) -> np.ndarray:
 
 
 def _launch_flags(
-    launch: np.ndarray, name: np.ndarray, kind: np.ndarray, host: HostEvents, strings: _Strings
+    launch: np.ndarray, name: np.ndarray, kind: np.ndarray, host: HostEvents, strings: Strings
 ) -> tuple[np.ndarray, np.ndarray]:
     """CUDA-graph kernels (launched by cudaGraphLaunch) and Triton ones: named triton_*, or
     launched through the driver API (cuLaunchKernel) without being a library GEMM / attention /
@@ -801,21 +483,21 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: _Events, bad_args: list[int]) -> MemoryEvents:
+def _memory_table(events: Events, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
     raws = events.args
     ts_us = events.ts
     decoded = decode_args(raws, MemoryArgs)
-    bad_args[0] += _unreadable(raws, decoded)
-    cuda = np.flatnonzero(_int_column(_field(decoded, "device_type")) == 1)
+    bad_args[0] += unreadable(raws, decoded)
+    cuda = np.flatnonzero(int_column(field_of(decoded, "device_type")) == 1)
     order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
     args = list(map(decoded.__getitem__, order.tolist()))
     return MemoryEvents(
         ts=_ns(ts_us[order]),
-        delta=_int_column(_field(args, "mem_bytes"), missing=0),
-        allocated=np.maximum(_int_column(_field(args, "total_allocated")), 0),
-        reserved=np.maximum(_int_column(_field(args, "total_reserved")), 0),
-        device=_int_column(_field(args, "device_id")).astype(np.int32),
+        delta=int_column(field_of(args, "mem_bytes"), missing=0),
+        allocated=np.maximum(int_column(field_of(args, "total_allocated")), 0),
+        reserved=np.maximum(int_column(field_of(args, "total_reserved")), 0),
+        device=int_column(field_of(args, "device_id")).astype(np.int32),
     )
 
 
