@@ -34,6 +34,7 @@ CAT_CODES: dict[Cat, int] = {
 _CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
 _TS, _DUR, _THREAD = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid")
 
+
 class Strings:
     """The string table: every name becomes an int once."""
 

@@ -76,7 +76,7 @@ def load(path: str | os.PathLike[str]) -> Trace:
     file = resolve_trace_path(Path(path))
     try:
         with file.open("rb") as stream:
-            # read into a buffer of the loader's own (_Slices writes to it), of the file's size
+            # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the file's size
             data = bytearray(os.fstat(stream.fileno()).st_size)
             del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
             data += stream.read()  # ... or grew
