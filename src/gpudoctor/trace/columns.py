@@ -66,14 +66,15 @@ class Interner:
         return np.fromiter(map(self.ids.__getitem__, values), np.int32, len(values))
 
 
-def first_seen(provisional: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+def first_seen(provisional: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """The provisional ids in the order they first appear in ``provisional``, and each entry
     renumbered in that order: the ids interning only these entries would have given (events
-    dropped for their times may have been the first, or the only ones, with some name)."""
-    seen = np.zeros(count, bool)
+    dropped for their times may have been the first, or the only ones, with some name). ``size``:
+    how many provisional ids there are."""
+    seen = np.zeros(size, bool)
     seen[provisional] = True
     if seen.all() and (len(provisional) == 0 or _in_first_order(provisional)):
-        return np.arange(count), provisional
+        return np.arange(size), provisional
     distinct, first_at, renumbered = np.unique(provisional, return_index=True, return_inverse=True)
     order = np.argsort(first_at, kind="stable")
     rank = np.empty(len(order), np.int32)
