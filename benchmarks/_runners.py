@@ -132,6 +132,26 @@ def _timed(f, label: str, spent: dict[str, float]):  # type: ignore[no-untyped-d
     return timed
 
 
+def _timed_steps(f, label: str, spent: dict[str, float]):  # type: ignore[no-untyped-def]
+    """``f``, a generator function, adding the seconds each step of its generators takes to ``spent[label]``."""
+    import functools
+
+    @functools.wraps(f)
+    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        steps = f(*args, **kwargs)
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(steps)
+            except StopIteration:
+                spent[label] += time.perf_counter() - start
+                return
+            spent[label] += time.perf_counter() - start
+            yield item
+
+    return timed
+
+
 def phases(path: str) -> None:
     """``python -m gpudoctor analyze PATH --json`` run in this process, its phases timed by wrapping
     the functions that do them. "imports": the pipeline, trace and report modules; "CLI and the
@@ -147,16 +167,25 @@ def phases(path: str) -> None:
     load = importlib.import_module("gpudoctor.trace.load")
     json_report = importlib.import_module("gpudoctor.report.json_report")
     spent = {"imports": time.perf_counter() - t0}
-    for label, module, name in (("gunzip", load, "_gunzip"), ("JSON decode", load, "_decode"),
+    inflate = "gunzip" if hasattr(load, "gunzip") else "_gunzip"  # its name in the loader, then and now
+    for label, module, name in (("gunzip", load, inflate), ("JSON decode", load, "_decode"),
                                 ("trace build", load, "build"), ("analysis + rules + report", pipeline, "analyze_loaded"),
                                 ("JSON render", json_report, "to_json")):
         spent[label] = 0.0
         setattr(module, name, _timed(getattr(module, name), label, spent))
+    # the events decoded a slice at a time, inside the trace build (trace/read.py Slices)
+    slices = getattr(load, "Slices", None)
+    if slices is not None:
+        spent["slice decode"] = 0.0
+        slices.events = _timed_steps(slices.events, "slice decode", spent)
     sys.argv = ["gpudoctor", "analyze", path, "--json"]
     t1 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         runpy.run_module("gpudoctor", run_name="__main__", alter_sys=True)
     run = time.perf_counter() - t1
+    if "slice decode" in spent:  # decoding the slices is the JSON decode, not the build
+        spent["JSON decode"] += spent["slice decode"]
+        spent["trace build"] -= spent.pop("slice decode")
     spent["CLI and the rest"] = run - sum(v for k, v in spent.items() if k != "imports")
     print(json.dumps(spent))
 

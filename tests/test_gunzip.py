@@ -1,4 +1,4 @@
-"""Inflating a .json.gz (trace/load.py _gunzip): ISA-L for the one-member files torch.profiler
+"""Inflating a .json.gz (trace/read.py gunzip): ISA-L for the one-member files torch.profiler
 writes when the optional ``isal`` package is there, gzip.decompress for everything else, with the
 same bytes and the same one-line error either way."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpudoctor.errors import TraceFormatError
-from gpudoctor.trace.load import _gunzip
+from gpudoctor.trace.read import gunzip
 
 ONE = gzip.compress(b'{"traceEvents": []}')
 
@@ -32,7 +32,7 @@ def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     (ONE + b"\x00\x00\x00", b'{"traceEvents": []}'),  # zero padding after the member
 ])
 def test_inflates_what_gzip_decompress_inflates(inflater: str, data: bytes, expected: bytes) -> None:
-    assert _gunzip(data, "t.json.gz") == expected == gzip.decompress(data)
+    assert gunzip(data, "t.json.gz") == expected == gzip.decompress(data)
 
 
 @pytest.mark.parametrize("data", [
@@ -44,4 +44,4 @@ def test_inflates_what_gzip_decompress_inflates(inflater: str, data: bytes, expe
 ])
 def test_a_corrupt_file_fails_in_one_line(inflater: str, data: bytes) -> None:
     with pytest.raises(TraceFormatError, match=r"^t\.json\.gz is a truncated or corrupt gzip file; re-export"):
-        _gunzip(data, "t.json.gz")
+        gunzip(data, "t.json.gz")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import gzip
 import os
-import struct
-import zlib
+from collections.abc import Iterable
+from itertools import repeat
+from operator import is_
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,19 @@ import numpy as np
 
 from gpudoctor.controls import visible_controls
 from gpudoctor.errors import InputError, TraceFormatError
+from gpudoctor.trace.columns import (
+    DEVICE,
+    Events,
+    Interner,
+    Strings,
+    Tables,
+    field_of,
+    first_seen,
+    int_column,
+    split,
+    unreadable,
+    usable_times,
+)
 from gpudoctor.trace.kernels import (
     DRIVER_LAUNCHES,
     GRAPH_LAUNCHES,
@@ -34,7 +47,8 @@ from gpudoctor.trace.model import (
     MemoryEvents,
     Trace,
 )
-from gpudoctor.trace.nesting import nearest_ancestor, nest
+from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
+from gpudoctor.trace.read import NotSliced, Slices, gunzip
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
     DeviceArgs,
@@ -46,19 +60,6 @@ from gpudoctor.trace.schema import (
     decode_args,
 )
 
-_HOST_CATS = {
-    "cpu_op": HostCat.OP,
-    "operator": HostCat.OP,
-    "user_annotation": HostCat.ANNOTATION,
-    "python_function": HostCat.PYTHON,
-    "cuda_runtime": HostCat.RUNTIME,
-    "cuda_driver": HostCat.DRIVER,
-}
-_DEVICE_CATS = {
-    "kernel": DeviceCat.KERNEL,
-    "gpu_memcpy": DeviceCat.MEMCPY,
-    "gpu_memset": DeviceCat.MEMSET,
-}
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
@@ -74,10 +75,14 @@ def load(path: str | os.PathLike[str]) -> Trace:
     """Load a trace file, or the single trace inside a run directory."""
     file = resolve_trace_path(Path(path))
     try:
-        data = file.read_bytes()
+        with file.open("rb") as stream:
+            # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the file's size
+            data = bytearray(os.fstat(stream.fileno()).st_size)
+            del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
+            data += stream.read()  # ... or grew
     except OSError as exc:
         raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
-    return parse(data, source=str(file))
+    return _parse(data, str(file))
 
 
 def resolve_trace_path(path: Path) -> Path:
@@ -112,8 +117,13 @@ def _resolve_trace_path(path: Path) -> Path:
 
 def parse(data: bytes, source: str = "<bytes>") -> Trace:
     """Decode trace bytes (gzip or plain JSON) and build the columnar Trace."""
+    return _parse(bytearray(data), source)
+
+
+def _parse(data: bytearray, source: str) -> Trace:
+    """``parse`` of a buffer the loader owns: its events are decoded in place (trace/read.py)."""
     if data[:2] == b"\x1f\x8b":
-        data = _gunzip(data, source)
+        data = gunzip(data, source)
     if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")
     # Hundreds of thousands of short-lived objects and no cycles: the cyclic collector would
@@ -121,42 +131,17 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     collecting = gc.isenabled()
     gc.disable()
     try:
+        sliced = Slices.find(data)
+        if sliced is not None:
+            try:
+                return build(sliced.events(), _gpus(sliced.outline), source)
+            except NotSliced:
+                sliced.restore()
         events, gpus, skipped, unreadable = _decode(data, source)
-        return build(events, gpus, source, skipped, unreadable)
+        return build([events], gpus, source, skipped, unreadable)
     finally:
         if collecting:
             gc.enable()
-
-
-def _gunzip(data: bytes, source: str) -> bytes:
-    try:
-        return _inflate(data)
-    except (EOFError, OSError, zlib.error):
-        raise TraceFormatError(
-            f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
-        ) from None
-
-
-def _inflate(data: bytes) -> bytes:
-    """gzip.decompress, faster where the optional ``isal`` package (ISA-L) is installed: a 48 MB
-    trace inflates in 0.035 s against zlib's 0.080 s (2-core x86_64, isal 1.9.1). Taken only for
-    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
-    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return gzip.decompress(data)
-    try:
-        out = isal_zlib.decompress(data, 31)  # 31: gzip; inflates the first member, checks its CRC and size
-    except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
-        return gzip.decompress(data)
-    # The first member ends with its trailer (CRC, size). It is the whole file when the file's
-    # last 8 bytes are that trailer and those 8 bytes occur nowhere earlier (had the member ended
-    # sooner, its trailer would stand there, before what follows).
-    trailer = struct.pack("<II", isal_zlib.crc32(out) & 0xFFFFFFFF, len(out) & 0xFFFFFFFF)
-    if data.endswith(trailer) and data.find(trailer, 0, len(data) - 1) < 0:
-        return out
-    return gzip.decompress(data)
 
 
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
@@ -236,101 +221,50 @@ def _gpus(parsed: TraceFile) -> list[GpuInfo]:
     ]
 
 
-class _Strings:
-    """The string table: every name becomes an int once."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-
-    def intern(self, names: list[str]) -> np.ndarray:
-        ids = self.ids
-        for name in dict.fromkeys(names):  # distinct names, in order, at C speed
-            if name not in ids:
-                ids[name] = len(ids)
-        return np.array([ids[n] for n in names], dtype=np.int32)
-
-    def table(self) -> list[str]:
-        return list(self.ids)
-
-
 def _ns(values: np.ndarray) -> np.ndarray:
     """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US."""
     return np.rint(values * 1000.0).astype(np.int64)
 
 
-def _times(events: list[TraceEvent], complete: bool = True) -> tuple[list[TraceEvent], np.ndarray, np.ndarray, str]:
-    """The events whose times a profiler could have written, their ts and dur (us), and the first
-    unusable time of those dropped ("" when none was). Instant events (``complete=False``) have
-    no duration to check."""
-    n = len(events)
-    ts = np.fromiter((e.ts for e in events), np.float64, n)
-    dur = np.fromiter((e.dur for e in events), np.float64, n) if complete else np.zeros(n)
-    ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
-    if ok.all():
-        return events, ts, dur, ""
-    first = int(np.argmin(ok))
-    bad_ts = not np.isfinite(ts[first]) or abs(ts[first]) > MAX_TIME_US
-    example = f"ts={ts[first]:g} us" if bad_ts else f"dur={dur[first]:g} us"
-    kept = [e for e, keep in zip(events, ok.tolist()) if keep]
-    return kept, ts[ok], dur[ok], example
-
-
-def _int_column(values: list[int | None]) -> np.ndarray:
-    return np.fromiter((-1 if v is None else v for v in values), np.int64, len(values))
-
-
-def _unreadable(raws: list[Any], decoded: list[Any]) -> int:
-    """How many events carry ``args`` that did not decode (an id or size out of range, a field of
-    the wrong type): the events are kept without them."""
-    return sum(1 for r, a in zip(raws, decoded) if a is None and r and bytes(r) != b"null")
-
-
-def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: int = 0,
+def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
           unreadable_gpu_fields: tuple[str, ...] = ()) -> Trace:
-    """Columnar tables from decoded events, with every link resolved.
+    """Columnar tables from decoded events (the file's, in one list or several in order), with
+    every link resolved.
 
-    Consumes ``events``: each list is emptied once its table is built, so that the decoded
-    events do not all stay alive while the next table is made (peak memory).
+    Consumes each list: it is emptied once the columns of the events it needs are read, so that
+    the decoded events do not stay alive while the next are decoded and the tables made (peak memory).
     """
-    host_events: list[TraceEvent] = []
-    device_events: list[TraceEvent] = []
-    memory_events: list[TraceEvent] = []
-    host_cats = _HOST_CATS
-    device_cats = _DEVICE_CATS
-    add_host, add_device, add_memory = host_events.append, device_events.append, memory_events.append
-    for e in events:
-        cat = e.cat
-        if cat in host_cats:
-            if e.ph == "X":
-                add_host(e)
-        elif cat in device_cats:
-            if e.ph == "X":
-                add_device(e)
-        elif e.name == "[memory]":
-            add_memory(e)
-    event_count = len(events)
-    events.clear()
+    event_count = 0
+    parts = []
+    ids = Tables(Interner(), Interner(), Interner())
+    for events in slices:
+        event_count += len(events)
+        parts.append(split(events, ids))
+        events.clear()
+    host_events, device_events, memory_events = (Events.concat([p[k] for p in parts]) for k in range(3))
+    del parts
     counts = len(host_events) + len(device_events) + len(memory_events)
-    # Consumes the lists as well: _times returns the events it keeps.
-    host_events, host_ts, host_dur, bad_host = _times(host_events)
-    device_events, device_ts, device_dur, bad_device = _times(device_events)
-    memory_events, memory_ts, _, bad_memory = _times(memory_events, complete=False)
+    host_events, bad_host = usable_times(host_events)
+    device_events, bad_device = usable_times(device_events)
+    memory_events, bad_memory = usable_times(memory_events)
     bad_times = counts - len(host_events) - len(device_events) - len(memory_events)
-    if bad_times and not (host_events or device_events or memory_events):
+    if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
             f"{source}: none of its {bad_times} timed events has a usable time "
             f"({bad_host or bad_device or bad_memory}); a profiler writes microseconds since the epoch or since the "
             f"trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
-    strings = _Strings()
-    threads: dict[tuple[int | str, int | str], int] = {}
-    negative = int((host_dur < 0).sum() + (device_dur < 0).sum())
+    strings = Strings()
+    first, host_events.thread = first_seen(host_events.thread, len(ids.threads.ids))
+    keys = list(ids.threads.ids)
+    threads = [keys[i] for i in first.tolist()]
+    negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
     bad_args = [0]  # events kept without their unreadable args
-    host = _host_table(host_events, host_ts, host_dur, strings, threads, bad_args)
-    host_events.clear()
-    device = _device_table(device_events, device_ts, device_dur, strings, host, bad_args)
-    device_events.clear()
-    memory = _memory_table(memory_events, memory_ts, bad_args)
+    host = _host_table(host_events, strings, ids.host_names, bad_args)
+    del host_events
+    device = _device_table(device_events, strings, ids.device_names, host, bad_args)
+    del device_events
+    memory = _memory_table(memory_events, bad_args)
     origin, last = _span(host, device, memory)
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
@@ -360,21 +294,13 @@ def build(events: list[TraceEvent], gpus: list[GpuInfo], source: str, skipped: i
     )
 
 
-def _host_table(
-    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings,
-    threads: dict[tuple[int | str, int | str], int], bad_args: list[int],
-) -> HostEvents:
+def _host_table(events: Events, strings: Strings, names: Interner, bad_args: list[int]) -> HostEvents:
     n = len(events)
-    ts = _ns(ts_us)
-    end = ts + np.maximum(_ns(dur_us), 0)
-    for key in dict.fromkeys((e.pid, e.tid) for e in events):
-        threads.setdefault(key, len(threads))
-    lookup = threads.__getitem__
-    thread = np.fromiter((lookup((e.pid, e.tid)) for e in events), np.int32, n)
-    cats = _HOST_CATS
-    cat = np.array([cats[e.cat] for e in events], dtype=np.int8)
-    names = [e.name for e in events]
-    name = strings.intern(names)
+    ts = _ns(events.ts)
+    end = ts + np.maximum(_ns(events.dur), 0)
+    thread = events.thread
+    cat = events.code.copy()
+    name = strings.add(events.name, names)
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -384,17 +310,18 @@ def _host_table(
     is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
     launch_idx = np.flatnonzero(is_launch)
     correlation = np.full(n, -1, np.int64)
-    launch_raws = [events[i].args for i in launch_idx.tolist()]
+    launch_raws = [events.args[i] for i in launch_idx.tolist()]
     launch_args = decode_args(launch_raws, LaunchArgs)
-    bad_args[0] += _unreadable(launch_raws, launch_args)
-    correlation[launch_idx] = _int_column([a.correlation if a is not None else None for a in launch_args])
+    bad_args[0] += unreadable(launch_raws, launch_args)
+    correlation[launch_idx] = int_column(field_of(launch_args, "correlation"))
     order = np.lexsort((-end, ts, thread))
-    raw_args = [events[i].args for i in order.tolist()]
+    raw_args = list(map(events.args.__getitem__, order.tolist()))
     ts, end, cat, name, thread, correlation = (
         ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
     )
     parent, depth = nest(thread, ts, end)
     is_op = cat == HostCat.OP
+    by_level = levels(depth)
     return HostEvents(
         ts=ts,
         end=end,
@@ -405,36 +332,35 @@ def _host_table(
         raw_args=raw_args,
         parent=parent,
         depth=depth,
-        op=nearest_ancestor(parent, is_op),
-        top_op=nearest_ancestor(parent, is_op, outermost=True),
-        frame=nearest_ancestor(parent, cat == HostCat.PYTHON),
+        op=nearest_ancestor(parent, is_op, by_level=by_level),
+        top_op=nearest_ancestor(parent, is_op, outermost=True, by_level=by_level),
+        frame=nearest_ancestor(parent, cat == HostCat.PYTHON, by_level=by_level),
     )
 
 
-def _device_table(
-    events: list[TraceEvent], ts_us: np.ndarray, dur_us: np.ndarray, strings: _Strings, host: HostEvents,
-    bad_args: list[int],
-) -> DeviceEvents:
-    n = len(events)
-    ts = _ns(ts_us)
-    end = ts + np.maximum(_ns(dur_us), 0)
-    cat = np.fromiter((_DEVICE_CATS[e.cat] for e in events), np.int8, n)
-    names = [e.name for e in events]
-    name = strings.intern(names)
-    raws = [e.args for e in events]
+def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents,
+                  bad_args: list[int]) -> DeviceEvents:
+    ts = _ns(events.ts)
+    end = ts + np.maximum(_ns(events.dur), 0)
+    cat = (events.code - DEVICE).astype(np.int8)
+    name = strings.add(events.name, names)
+    raws = events.args
     args = decode_args(raws, DeviceArgs)
-    bad_args[0] += _unreadable(raws, args)
-    device = _int_column([a.device if a is not None else None for a in args]).astype(np.int32)
-    # a GPU event's pid is its device index: one beyond int32 is no GPU's (read as unknown, -1)
-    device_from_pid = np.fromiter((e.pid if isinstance(e.pid, int) and _I32_MIN <= e.pid <= _I32_MAX else -1
-                                   for e in events), np.int64, n)
-    device = np.where(device >= 0, device, device_from_pid).astype(np.int32)
-    stream = _int_column([a.stream if a is not None else None for a in args])
-    stream = np.where(stream >= 0, stream, np.fromiter((_as_int(e.tid) for e in events), np.int64, n))
-    correlation = _int_column([a.correlation if a is not None else None for a in args])
-    nbytes = _int_column([a.nbytes if a is not None else None for a in args])
+    bad_args[0] += unreadable(raws, args)
+    keys = events.keys
+    device = int_column(field_of(args, "device")).astype(np.int32)
+    # without one in its args, a GPU event's pid is its device index: one beyond int32 is no GPU's
+    # (read as unknown, -1)
+    missing = np.flatnonzero(device < 0).tolist()
+    device[missing] = [pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
+                       for pid, _ in map(keys.__getitem__, missing)]
+    stream = int_column(field_of(args, "stream"))
+    missing = np.flatnonzero(stream < 0).tolist()  # ... and its tid its stream
+    stream[missing] = [_as_int(tid) for _, tid in map(keys.__getitem__, missing)]
+    correlation = int_column(field_of(args, "correlation"))
+    nbytes = int_column(field_of(args, "nbytes"))
     nbytes = np.maximum(nbytes, 0)
-    blocks = np.fromiter((_grid_size(a.grid) if a is not None else 0 for a in args), np.int64, n)
+    blocks = _grid_sizes(field_of(args, "grid"))
     order = np.argsort(ts, kind="stable")
     ts, end, cat, name = ts[order], end[order], cat[order], name[order]
     device, stream, correlation = device[order], stream[order], correlation[order]
@@ -481,9 +407,25 @@ def _as_int(value: int | str) -> int:
     return int(digits)
 
 
+def _grid_sizes(grids: list[list[int] | None]) -> np.ndarray:
+    """Thread blocks of each launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64;
+    a product beyond it is capped there. Grids of three dimensions, as Kineto writes them, at once."""
+    three = [g if g is not None and len(g) == 3 else _NO_GRID for g in grids]
+    dims = np.maximum(np.array(three, dtype=np.int64).reshape(len(grids), 3), 1)
+    # each dimension is below 2**31 (schema.I32): the product of two fits int64, of three may not
+    # (an int64 product that wraps around is replaced below)
+    sizes = dims[:, 0] * dims[:, 1] * dims[:, 2]
+    rough = dims[:, 0].astype(np.float64) * dims[:, 1] * dims[:, 2]
+    odd = np.flatnonzero((rough >= 2.0**62) | np.fromiter(map(is_, three, repeat(_NO_GRID)), bool, len(grids)))
+    for i in odd.tolist():
+        sizes[i] = _grid_size(grids[i])
+    return sizes
+
+
+_NO_GRID = [0, 0, 0]
+
+
 def _grid_size(grid: list[int] | None) -> int:
-    """Thread blocks of a launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64; a
-    product beyond it is capped there."""
     if not grid:
         return 0
     size = 1
@@ -492,7 +434,7 @@ def _grid_size(grid: list[int] | None) -> int:
     return min(size, _I64_MAX)
 
 
-def _classify(cat: np.ndarray, name: np.ndarray, strings: _Strings) -> np.ndarray:
+def _classify(cat: np.ndarray, name: np.ndarray, strings: Strings) -> np.ndarray:
     kind = np.full(len(cat), Kind.OTHER, dtype=np.int8)
     if len(cat) == 0:
         return kind
@@ -524,7 +466,7 @@ def _launches(correlation: np.ndarray, host: HostEvents) -> np.ndarray:
 
 
 def _launch_flags(
-    launch: np.ndarray, name: np.ndarray, kind: np.ndarray, host: HostEvents, strings: _Strings
+    launch: np.ndarray, name: np.ndarray, kind: np.ndarray, host: HostEvents, strings: Strings
 ) -> tuple[np.ndarray, np.ndarray]:
     """CUDA-graph kernels (launched by cudaGraphLaunch) and Triton ones: named triton_*, or
     launched through the driver API (cuLaunchKernel) without being a library GEMM / attention /
@@ -541,20 +483,21 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: list[TraceEvent], ts_us: np.ndarray, bad_args: list[int]) -> MemoryEvents:
+def _memory_table(events: Events, bad_args: list[int]) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    raws = [e.args for e in events]
+    raws = events.args
+    ts_us = events.ts
     decoded = decode_args(raws, MemoryArgs)
-    bad_args[0] += _unreadable(raws, decoded)
-    cuda = np.flatnonzero(np.fromiter((a is not None and a.device_type == 1 for a in decoded), bool, len(decoded)))
+    bad_args[0] += unreadable(raws, decoded)
+    cuda = np.flatnonzero(int_column(field_of(decoded, "device_type")) == 1)
     order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
-    args = [decoded[i] for i in order.tolist()]
+    args = list(map(decoded.__getitem__, order.tolist()))
     return MemoryEvents(
         ts=_ns(ts_us[order]),
-        delta=np.fromiter((a.mem_bytes or 0 for a in args), np.int64, len(args)),
-        allocated=np.maximum(_int_column([a.total_allocated for a in args]), 0),
-        reserved=np.maximum(_int_column([a.total_reserved for a in args]), 0),
-        device=_int_column([a.device_id for a in args]).astype(np.int32),
+        delta=int_column(field_of(args, "mem_bytes"), missing=0),
+        allocated=np.maximum(int_column(field_of(args, "total_allocated")), 0),
+        reserved=np.maximum(int_column(field_of(args, "total_reserved")), 0),
+        device=int_column(field_of(args, "device_id")).astype(np.int32),
     )
 
 

