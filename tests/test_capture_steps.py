@@ -290,10 +290,11 @@ def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) ->
             break
     s.close()
     r = s.result
-    # 2 workers x prefetch 2 = 4 batches of backlog at the start, and again after the window
+    # 2 workers x prefetch 2 = 4 batches of backlog at the start, and again after the window; then
+    # two rounds of the queue (8 steps, more than the 3 asked) timed: the loader's bursts
     assert s._loader_depth == 4
-    assert r.steps_seen == 8 + 1 + 2 + 4 + 4 and yielded == r.steps_seen
-    assert len(r.unprofiled_before_ms) == 3 and len(r.unprofiled_after_ms) == 3
+    assert r.steps_seen == 8 + 1 + 2 + 4 + 9 and yielded == r.steps_seen
+    assert len(r.unprofiled_before_ms) == 3 and len(r.unprofiled_after_ms) == 8
 
 
 def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path) -> None:
@@ -323,6 +324,6 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
     r = s.result
     assert s._loader_depth == 4
     # 5 steps before the window (2 skipped + 3 more in the backlog), 1 warm-up, 2 recorded, the
-    # 4 refilled after the window, then 3 timed (4 boundaries)
-    assert r.steps_seen == 5 + 1 + 2 + 4 + 4
+    # 4 refilled after the window, then two rounds of the queue timed (9 boundaries)
+    assert r.steps_seen == 5 + 1 + 2 + 4 + 9
     assert r.steps_recorded == 2
