@@ -203,7 +203,7 @@ def test_unreadable_files_and_folders_are_one_line_errors(tmp_path: Path, monkey
 
     trace = tmp_path / "t.json.gz"
     shutil.copy(TRACE, trace)
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(Path, "open", denied)  # the loader reads the file through Path.open
     with pytest.raises(InputError, match=r"cannot read .*Permission denied; check the path and its permissions"):
         load(trace)
     monkeypatch.undo()
