@@ -166,6 +166,20 @@ def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     assert seen["alloc_conf"] is None and seen["autocast"] is False
 
 
+def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A knob with warm-up steps (the compile knobs: knobs.WARMUP_COMPILE) runs that many more
+    steps before the ones it times: the child is told skip 6 + 4 and sees 10 steps."""
+    import dataclasses
+
+    assert knobs_mod.BY_ID["compile"].warmup_steps == knobs_mod.BY_ID["compile-reduce-overhead"].warmup_steps == 10
+    monkeypatch.setitem(knobs_mod.BY_ID, "tf32", dataclasses.replace(knobs_mod.BY_ID["tf32"], warmup_steps=4))
+    rec = _trials(tmp_path, sandbox=False).one("tf32", ["tf32"], None)
+    assert rec["status"] == "ok", rec
+    spec = json.loads((tmp_path / "run" / "trials" / "tf32" / "spec.json").read_text())
+    assert spec["skip"] == 6 + 4
+    assert json.loads((tmp_path / "run" / "trials" / "tf32" / "trial.json").read_text())["steps_seen"] == 10
+
+
 def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
     records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),

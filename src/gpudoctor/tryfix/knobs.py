@@ -60,6 +60,16 @@ class Knob:
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
     numerics: bool = False  # changes precision or kernels: the first losses are compared
     group: str = ""  # knobs of one group are alternatives: a combined trial takes one of them
+    # steps the trial runs before the ones it times, beyond the baseline's --skip (WARMUP_COMPILE)
+    warmup_steps: int = 0
+
+
+# torch.compile compiles at the module's second call and again when gpudoctor's step discovery
+# drops its global module hooks after the second step (the compiled code guards on them): with
+# the baseline's --skip 5, the timed steps held the compilation (an inference loop on a 2-core
+# CPU, 2026-11-26: 6983, 1.2 and 9.7 ms; on the H200, 955 ms a step on average). The compile
+# trials run this many more steps first and time the same number of steps after them.
+WARMUP_COMPILE = 10
 
 
 # -- DataLoader ----------------------------------------------------------------------------------
@@ -289,9 +299,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
-         _compile("reduce-overhead"), numerics=True, group="compile"),
+         _compile("reduce-overhead"), numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), numerics=True,
-         group="compile"),
+         group="compile", warmup_steps=WARMUP_COMPILE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
          _expandable, env=EXPANDABLE, group="allocator"),
     Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),

@@ -324,8 +324,10 @@ class Trials:
     def _spawn(self, trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple[str, str, dict[str, Any], float]:
         target = self.target
         script = target.path_or_module if target.is_module else str(Path(target.path_or_module).resolve())
+        # knobs that compile run their compilation outside the timed steps (knobs.WARMUP_COMPILE)
+        warmup = max((BY_ID[k].warmup_steps for k in knob_ids), default=0)
         spec = {"target": script, "args": list(target.args), "is_module": target.is_module, "knobs": knob_ids,
-                "skip": self.baseline.skip, "steps": self.baseline.steps,
+                "skip": self.baseline.skip + warmup, "steps": self.baseline.steps,
                 "trace": self.trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
                 "program": self.program}
         spec_path = trial_dir / "spec.json"
