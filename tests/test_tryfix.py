@@ -166,6 +166,27 @@ def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     assert seen["alloc_conf"] is None and seen["autocast"] is False
 
 
+def test_every_outermost_module_of_the_first_iteration_gets_the_knob() -> None:
+    """Blocks called one by one from a list, and a parameterless module among them: each block
+    with parameters is changed once, before its first call; the hooks are gone after one loop."""
+    import torch
+    from torch.nn.modules import module as nn_module
+
+    blocks = [torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4)]
+    changed: list[str] = []
+    effects: list[str] = []
+    hooks_before = len(nn_module._global_forward_pre_hooks)
+    knobs_mod.on_outermost_module(lambda m: changed.append(str(id(m))) or f"{type(m).__name__} changed", effects)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        h = x
+        for block in blocks:
+            h = block(h)
+    assert changed == [str(id(blocks[0])), str(id(blocks[2]))]
+    assert effects == ["Linear changed", "Linear changed"]
+    assert len(nn_module._global_forward_pre_hooks) == hooks_before
+
+
 def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A knob with warm-up steps (the compile knobs: knobs.WARMUP_COMPILE) runs that many more
     steps before the ones it times: the child is told skip 6 + 4 and sees 10 steps."""

@@ -18,11 +18,10 @@ Rules for overriding what the program passed:
   whose constructor takes ``foreach`` / ``fused`` gets ``foreach=True`` (or ``fused=True`` with
   ``foreach`` cleared: torch refuses both) whatever the program passed. A class without the
   argument (LBFGS) is left alone.
-- **The outermost module** (``bf16-autocast``, ``compile``, ``compile-reduce-overhead``): the first
+- **The outermost modules** (``bf16-autocast``, ``compile``, ``compile-reduce-overhead``): each
   module with parameters called at the top level (no module call around it) on the main thread
-  (capture/detect.py also takes the top-level module, with the most parameters: a program whose
-  first top-level call is a small module gets the knob on that one; ``effects`` names it). Its
-  ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
+  during the first iteration (one model; a GAN's two networks; blocks called one by one from a
+  list), ``effects`` names each. Its ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
   without CUDA) from its first call on, or its ``forward`` is compiled
   (``module.forward = torch.compile(module.forward, mode=...)``, from its second call on: the
   first runs eager). Not ``module.compile()``: that compiles the module's call with its hooks,
@@ -43,7 +42,6 @@ import functools
 import inspect
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,23 +172,38 @@ def _optimizer_fused(effects: Effects) -> None:
 
 def on_outermost_module(change: Callable[[Any], str], effects: Effects,
                         around_first: Callable[[], Any] | None = None) -> None:
-    """Call ``change(module)`` on the outermost module: the first module with parameters called at
-    the top level (no module call around it) on the main thread, before that call runs; ``change``
-    returns a line for ``effects``. A change made there (a new ``forward``, ``module.compile()``)
-    takes effect from the next call: ``around_first`` (a context manager factory), when given,
-    wraps the first call itself. The two global hooks are removed as that first call ends, so the
-    timed steps run on nn.Module's fast path, as the baseline's do (and torch.compile, which
-    guards on the number of global hooks, traces with them gone)."""
+    """Call ``change(module)`` on each outermost module: every module with parameters called at the
+    top level (no module call around it) on the main thread during the program's first iteration,
+    before its first call runs; ``change`` returns a line for ``effects``. One model is one such
+    module; a program that calls its blocks one by one from a list (tests/programs/lazy_import_sdpa.py)
+    or a GAN's two networks are several, and a knob on the first alone measured nothing of the
+    fix (the compile trial of lazy_import_sdpa compiled one block of four, H100, 2026-11-25). The
+    first iteration ends when a module already changed is called again at the top level.
+
+    A change made there (a new ``forward``) takes effect from the module's next call:
+    ``around_first`` (a context manager factory), when given, wraps each first call itself. The two
+    global hooks are removed when the iteration ends, before that repeated call runs, so the timed
+    steps run on nn.Module's fast path, as the baseline's do (and torch.compile, which guards on
+    the number of global hooks, traces with them gone)."""
     from torch.nn.modules import module as nn_module
 
     thread = threading.get_ident()
-    state: dict[str, Any] = {"depth": 0, "root": None, "ctx": None, "handles": []}
+    state: dict[str, Any] = {"depth": 0, "changed": set(), "ctx": None, "handles": [], "done": False}
+
+    def remove() -> None:
+        state["done"] = True
+        for handle in state["handles"]:
+            handle.remove()
+        state["handles"] = []
 
     def pre(module: Any, *args: Any) -> None:
-        if threading.get_ident() != thread:
+        if threading.get_ident() != thread or state["done"]:
             return
         state["depth"] += 1
-        if state["depth"] != 1 or state["root"] is not None:
+        if state["depth"] != 1:
+            return
+        if id(module) in state["changed"]:  # the loop came around: every outermost module is changed
+            remove()
             return
         try:
             params = sum(p.numel() for p in module.parameters())
@@ -198,23 +211,20 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
             return
         if params <= 0:
             return
-        state["root"] = weakref.ref(module)
+        state["changed"].add(id(module))
         effects.append(change(module))
         if around_first is not None:
             state["ctx"] = around_first()
             state["ctx"].__enter__()
 
     def post(module: Any, *args: Any) -> None:
-        if threading.get_ident() != thread:
+        if threading.get_ident() != thread or state["done"]:
             return
         state["depth"] = max(0, state["depth"] - 1)
-        if state["depth"] == 0 and state["root"] is not None:
+        if state["depth"] == 0:
             ctx, state["ctx"] = state["ctx"], None
             if ctx is not None:
                 ctx.__exit__(None, None, None)
-            for handle in state["handles"]:
-                handle.remove()
-            state["handles"] = []
 
     state["handles"] = [nn_module.register_module_forward_pre_hook(pre),
                         nn_module.register_module_forward_hook(post, always_call=True)]
