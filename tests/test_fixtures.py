@@ -33,9 +33,10 @@ EXPECTED = [
     # the grid-fill saving (2.519) plus the queue gaps of the kernels that stacking removes (0.292)
     ("small_gemm", "small-gemm", 2.811, 3.003, 89.4, 0.0),
     ("memory_pressure", "memory-pressure", 99.988, 122.68, 15.8, 0.0934),
-    # an eager bf16 GPT: the one major finding is what torch.compile would fuse (2.629 ms, x1.11);
-    # torch.compile measured x1.08 on this step (scripts/compile_gain_healthy.py, H200, 2026-11-25)
-    ("healthy_train", "unfused-elementwise", 2.629, 27.002, 97.9, 0.4193),
+    # an eager bf16 GPT: what torch.compile would fuse (2.629 ms, x1.11) is minor, under the 10% a
+    # fusion finding needs to be major; compiling it measured x1.08 (scripts/compile_gain_healthy.py,
+    # H200, 2026-11-26)
+    ("healthy_train", None, None, 27.002, 97.9, 0.4193),
     ("healthy_infer", None, None, 8.666, 98.6, 0.4809),
 ]
 
@@ -59,11 +60,11 @@ def test_scenario(name: str, top: str | None, saving: float | None, step: float,
     else:
         assert r.findings[0].id == top
         assert r.findings[0].saving_ms == pytest.approx(saving, abs=5e-4)
-        assert r.findings[0].severity == "critical" or name in ("host_sync", "healthy_train")
+        assert r.findings[0].severity == "critical" or name == "host_sync"
 
 
 def test_every_required_id_tops_some_real_trace() -> None:
-    tops = {report(e[0]).findings[0].id for e in EXPECTED if e[1] and not e[0].startswith("healthy")}
+    tops = {report(e[0]).findings[0].id for e in EXPECTED if e[1]}
     assert len(tops) == 14
 
 
@@ -130,7 +131,7 @@ def test_predictions_against_the_measured_fixed_twins() -> None:
         assert report(name).findings[0].saving_ms == pytest.approx(measured, rel=0.30), name
 
 
-TRAPS = [e for e in EXPECTED if e[1] is not None and not e[0].startswith("healthy")]
+TRAPS = [e for e in EXPECTED if e[1] is not None]
 
 
 @pytest.mark.parametrize("name, finding_id", [(e[0], e[1]) for e in TRAPS], ids=[e[0] for e in TRAPS])
@@ -197,5 +198,5 @@ def test_ddp_training_on_two_gpus() -> None:
     assert r.gpu["name"] == "NVIDIA H200"
     assert r.breakdown["by_kind"]["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
     assert [(f.id, f.severity) for f in r.findings[:3]] == [
-        ("launch-bound", "critical"), ("unfused-elementwise", "major"), ("host-sync", "info")]
+        ("launch-bound", "critical"), ("unfused-elementwise", "minor"), ("host-sync", "info")]
     assert r.step_ms == pytest.approx(25.735, abs=1e-3)

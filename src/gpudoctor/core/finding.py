@@ -9,6 +9,9 @@ SEVERITIES = ("critical", "major", "minor", "info")
 ALL_IDLE = float("inf")  # make_finding(idle_ms=ALL_IDLE): the whole saving is GPU idle
 
 
+MAJOR_SHARE = 0.05  # the share of the step from which a saving is major (a rule may ask for more)
+
+
 @dataclass(frozen=True)
 class Fix:
     """One remedy, in the order to try them; ``code`` is a short snippet."""
@@ -40,6 +43,7 @@ class Finding:
     wrong_fix: str = ""  # the tempting fix that would not help, where there is one
     idle_ms: float = 0.0  # the part of saving_ms that is GPU idle behind the host (see calibrate)
     severity_floor: str = "info"  # the least severity, whatever the saving (re-pricing keeps it)
+    major_share: float = MAJOR_SHARE  # the share of the step from which it is major (re-pricing keeps it)
     # `explain` (diagnosis from artifacts, not from a trace) ranks hypotheses, not savings:
     confidence: float | None = None  # 0..1, how strongly the evidence points here
     check_next: tuple[str, ...] = ()  # what to look at to confirm or rule it out
@@ -120,10 +124,11 @@ def make_hypothesis(
     )
 
 
-def severity_for(saving_ms: float, step_ms: float, floor: str = "info") -> str:
-    """critical >= 25% of the step, major >= 5%, minor >= 1%, info below; never below ``floor``."""
+def severity_for(saving_ms: float, step_ms: float, floor: str = "info", major_share: float = MAJOR_SHARE) -> str:
+    """critical >= 25% of the step, major >= ``major_share`` (5%), minor >= 1%, info below; never
+    below ``floor``."""
     share = saving_ms / step_ms if step_ms > 0 else 0.0
-    by_share = "critical" if share >= 0.25 else "major" if share >= 0.05 else "minor" if share >= 0.01 else "info"
+    by_share = "critical" if share >= 0.25 else "major" if share >= major_share else "minor" if share >= 0.01 else "info"
     return min(by_share, floor, key=SEVERITIES.index)
 
 
@@ -159,6 +164,7 @@ def make_finding(
     wrong_fix: str = "",
     idle_ms: float | None = None,
     min_severity: str = "info",
+    major_share: float = MAJOR_SHARE,
 ) -> Finding:
     """A Finding with its saving clamped to [0, MAX_SAVING_SHARE of the step], severity and speedup derived.
 
@@ -175,7 +181,7 @@ def make_finding(
     return Finding(
         id=id,
         title=title,
-        severity=severity_for(saving, step_ms, min_severity),
+        severity=severity_for(saving, step_ms, min_severity, major_share),
         saving_ms=saving,
         predicted_speedup=speedup(step_ms, saving),
         summary=summary,
@@ -184,6 +190,7 @@ def make_finding(
         wrong_fix=wrong_fix,
         idle_ms=min(max(float(idle_ms or 0.0), 0.0), saving),
         severity_floor=min_severity,
+        major_share=major_share,
     )
 
 

@@ -304,7 +304,7 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
     if "dispatch_noise_ms" in numbers and numbers.get("cause") != "unexplained":
         saving = min(finding.saving_ms, MAX_SAVING_SHARE * u)
         return dataclasses.replace(finding, saving_ms=saving, predicted_speedup=speedup(u, saving),
-                                   severity=severity_for(saving, u, finding.severity_floor))
+                                   severity=severity_for(saving, u, finding.severity_floor, finding.major_share))
     if numbers.get("cause") not in ("dispatch", "unexplained") or (
             numbers.get("cause") == "unexplained" and "dispatch_noise_ms" not in numbers):
         return finding
@@ -313,5 +313,5 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
                    unprofiled_scale=round(u / p, 4))
     title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
     return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
-                               severity=severity_for(saving, u, finding.severity_floor),
+                               severity=severity_for(saving, u, finding.severity_floor, finding.major_share),
                                evidence=dataclasses.replace(finding.evidence, numbers=numbers))

@@ -132,7 +132,7 @@ def calibrate(
             saving = min(saving, actual_step_ms - float(floor))
             idle = min(idle, max(saving, 0.0))
         saving = max(min(saving, MAX_SAVING_SHARE * actual_step_ms), 0.0)
-        severity = severity_for(saving, actual_step_ms, finding.severity_floor)
+        severity = severity_for(saving, actual_step_ms, finding.severity_floor, finding.major_share)
         out.append(
             dataclasses.replace(
                 finding,
@@ -178,7 +178,7 @@ def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float |
                 finding,
                 saving_ms=saving,
                 predicted_speedup=speedup(actual, saving),
-                severity=severity_for(saving, actual, finding.severity_floor),
+                severity=severity_for(saving, actual, finding.severity_floor, finding.major_share),
                 evidence=dataclasses.replace(finding.evidence, numbers=numbers),
             )
         out.append(finding)
