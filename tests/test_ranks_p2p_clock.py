@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ranksynth import offset_run
 
 from gpudoctor.ranks.align import estimate, match
 from gpudoctor.ranks.combine import combine
 from gpudoctor.ranks.p2p_clock import pair_bounds, reach
 from gpudoctor.ranks.summary import Collective, RankSummary, Transfer
-from ranksynth import offset_run
 
 DATA = Path(__file__).parent / "data" / "pp_gloo"
 
@@ -50,7 +50,7 @@ def test_planted_offset_on_two_stages_recovered_and_findings_unchanged(tmp_path:
     so stage-imbalance and pipeline-bubble come out the same to the last digit."""
     base = _analyze(DATA / "balanced")
     planted = _analyze(offset_run(DATA / "balanced", tmp_path / "run", {1: 5000.0}))
-    (off0, m0, u0), (off1, m1, u1) = _clock(planted)
+    (off0, m0, _), (off1, m1, u1) = _clock(planted)
     assert (off0, m0, m1) == (0.0, "reference", "p2p")
     assert off1 == pytest.approx(5012.157, abs=2e-3) and u1 == pytest.approx(188.139, abs=2e-3)
     assert abs(off1 - 5000.0) <= u1
@@ -128,8 +128,8 @@ def test_one_way_messages_give_a_one_sided_bound_and_say_so() -> None:
     assert (clock.offsets.tolist(), clock.methods, clock.uncertainty) == ([0, 0], ("reference", "p2p-one-sided"),
                                                                            (0.0, None))
     assert clock.bounds[1] == (None, 1100.0)
-    assert clock.notes == ("rank 1: send/recv on its path from rank 0 (0 - 1) go one way only, so its clock offset "
-                           "is bounded on one side (<= 1.1 us), not estimated",)
+    assert clock.notes == (("rank 1: send/recv on its path from rank 0 (0 - 1) go one way only, so its clock offset "
+                            "is bounded on one side (<= 1.1 us), not estimated"),)
     # a bound that excludes 0 moves the offset to the nearest value it allows
     late = [summary(0, (Transfer("send", 1, 10, 5000, 0),)), summary(1, (Transfer("recv", 0, 10, 1100, 0),))]
     assert estimate(late, np.empty((0, 2), np.int64)).offsets.tolist() == [0, -3900]
@@ -171,8 +171,8 @@ def test_collectives_and_messages_intersected() -> None:
              summary(1, s1.transfers + (Transfer("recv", 0, 5, 1760, 0),), ss[1].collectives)]
     clock = estimate(tight, match(tight))
     assert (clock.offsets.tolist(), clock.methods[1], clock.uncertainty[1]) == ([0, 905], "p2p", 55.0)
-    assert clock.notes == ("rank 1: the collectives' offset (1.0 us) lies outside its send/recv bounds "
-                           "(0.8..1.0 us); the bounds are used",)
+    assert clock.notes == (("rank 1: the collectives' offset (1.0 us) lies outside its send/recv bounds "
+                            "(0.8..1.0 us); the bounds are used"),)
     # without messages the collectives alone: the median, half the IQR
     alone = [summary(0, (), ss[0].collectives), summary(1, (), ss[1].collectives)]
     clock = estimate(alone, match(alone))
