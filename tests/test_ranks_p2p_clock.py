@@ -197,3 +197,26 @@ def test_ddp_collectives_keep_their_offset_and_state_its_spread() -> None:
     assert report.ranks[1]["clock_offset_us"] == pytest.approx(8.98, abs=0.01)
     assert (report.ranks[1]["clock_method"], report.ranks[1]["clock_uncertainty_us"]) == ("collectives", 0.515)
     assert report.ranks[1]["clock_bound_us"] == [None, None]
+
+
+def test_gpu_send_recv_kernels_read_their_peer_from_record_param_comms() -> None:
+    """ProcessGroupNCCL records a send's / recv's peer as the group rank in "Rank" (its own rank for
+    a collective): in group [2, 3] peer 1 is global rank 3. A send is known by its kernel's start,
+    a recv by its end; an all-reduce and a kernel without its record are not messages."""
+    from types import SimpleNamespace
+
+    from gpudoctor.ranks.summary import _device_transfers
+    from gpudoctor.trace.kernels import Kind
+
+    def args(name: str, rank: int) -> bytes:
+        return (b'{"Collective name": "%s", "Rank": %d, "Process Group Ranks": "[2, 3]", "In msg nelems": 64, '
+                b'"Out msg nelems": 64}' % (name.encode(), rank))
+
+    device = SimpleNamespace(kind=np.array([Kind.NCCL] * 4), ts=np.array([0, 10, 20, 30]), op=np.array([0, 1, 2, -1]))
+    host = SimpleNamespace(raw_args=[args("send", 1), args("recv", 1), args("allreduce", 0)])
+    a = SimpleNamespace(trace=SimpleNamespace(device=device, host=host))
+    colls = (Collective("p2p", 0, 256, 100, 150, 7, "", 0, (), "send"),
+             Collective("p2p", 1, 256, 200, 260, 7, "", 0, (), "recv"),
+             Collective("all-reduce", 2, 256, 300, 400, 7, "", 0, (), "allreduce"),
+             Collective("p2p", 3, 0, 500, 600, 7, "", 1, (), "recv"))
+    assert _device_transfers(a, colls) == (Transfer("send", 3, 64, 100, 0), Transfer("recv", 3, 64, 260, 0))
