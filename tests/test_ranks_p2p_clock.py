@@ -42,6 +42,9 @@ def test_two_stages_recorded_offset_zero_within_the_bounds() -> None:
     assert _clock(report) == [(0.0, "reference", 0.0), (12.157, "p2p", 188.139)]
     assert report.ranks[1]["clock_bound_us"] == [-175.982, 200.296]
     assert any("clocks are aligned on send/recv only" in w for w in report.warnings)
+    from gpudoctor.report.html import render_html
+
+    assert "<td>12.2 &plusmn; 188.1</td><td>p2p</td>" in render_html(report)
 
 
 def test_planted_offset_on_two_stages_recovered_and_findings_unchanged(tmp_path: Path) -> None:
