@@ -93,6 +93,25 @@ def test_recorded_transfers_name_their_peer_and_size() -> None:
     assert pair_bounds([s0, s1])[(0, 1)].messages == 24  # 3 steps x (4 activations + 4 gradients)
 
 
+def test_recorded_forward_only_is_one_sided() -> None:
+    """The balanced recording with the gradients (rank 1 -> rank 0) dropped, as in a forward-only
+    pipeline: only the upper bound, 200.296 us, is left; the offset stays 0 (it allows 0) and the
+    combined report says the bound is one-sided."""
+    import dataclasses
+
+    from gpudoctor.pipeline import _summarize_rank
+    from gpudoctor.ranks.sources import rank_sources
+
+    s0, s1 = (_summarize_rank(src, None, None)[0] for src in rank_sources([DATA / "balanced"]))
+    s1 = dataclasses.replace(s1, transfers=tuple(t for t in s1.transfers if t.kind == "recv"))
+    result = combine([s0, s1])
+    row = result.rows[1]
+    assert (row["clock_offset_us"], row["clock_method"], row["clock_uncertainty_us"]) == (0.0, "p2p-one-sided", None)
+    assert row["clock_bound_us"] == [None, 200.296]
+    assert ("rank 1: send/recv on its path from rank 0 (0 - 1) go one way only, so its clock offset is bounded on "
+            "one side (<= 200.3 us), not estimated") in result.warnings
+
+
 # -- hand-built: rank 1's clock reads 1000 ns ahead of rank 0's -------------------------------------
 
 
