@@ -105,3 +105,16 @@ def rank_set(folder: Path, n: int, offsets_us: list[float] | None = None, late: 
         else:
             (folder / f"trace.rank{r}.json.gz").write_bytes(data)
     return folder
+
+
+def offset_run(src: Path, dst: Path, offsets_us: dict[int, float]) -> Path:
+    """A copy of the recorded run ``src`` (rank{R}/trace.json.gz + env.json) under ``dst`` with every
+    timestamp of rank R's trace moved by ``offsets_us[R]``: its clock reads that much ahead."""
+    for rank_dir in sorted(src.glob("rank*")):
+        out = dst / rank_dir.name
+        out.mkdir(parents=True, exist_ok=True)
+        doc = json.loads(gzip.decompress((rank_dir / "trace.json.gz").read_bytes()))
+        offset(doc, offsets_us.get(int(rank_dir.name[4:]), 0.0))
+        (out / "trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+        (out / "env.json").write_bytes((rank_dir / "env.json").read_bytes())
+    return dst

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.ranks.align import match, offsets
+from gpudoctor.ranks.align import Clock, estimate, match
 from gpudoctor.ranks.summary import Collective, RankSummary
 
 
@@ -27,6 +27,7 @@ class Aligned:
     wait: np.ndarray  # [M, R] latest start of the instance minus this rank's start
     exposed: np.ndarray  # [M, R] time not hidden by compute on that rank
     exposed_wait: np.ndarray  # [M, R] the exposed part spent waiting (at the kernel's start)
+    clock: Clock | None = None  # how each offset was found, and how sure it is
 
     @property
     def ranks(self) -> list[int]:
@@ -54,7 +55,8 @@ class Aligned:
 def align(summaries: Sequence[RankSummary]) -> Aligned:
     summaries = tuple(summaries)
     m = match(summaries)
-    off = offsets(summaries, m)
+    clock = estimate(summaries, m)
+    off = clock.offsets
     cols = [[s.collectives[i] for i in m[:, r]] for r, s in enumerate(summaries)]
     shape = (len(m), len(summaries))
 
@@ -69,7 +71,7 @@ def align(summaries: Sequence[RankSummary]) -> Aligned:
     ref = cols[0] if cols else []
     step = np.array([c.step for c in ref], np.int64)
     return Aligned(summaries, off, tuple(c.op for c in ref), np.array([c.nbytes for c in ref], np.int64), step,
-                   _last_of_step(step), start, end, wait, exposed, exposed_wait)
+                   _last_of_step(step), start, end, wait, exposed, exposed_wait, clock)
 
 
 def _hidden_free(c: Collective, upto: int) -> int:

@@ -48,13 +48,18 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
         warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
                         "were the same steps profiled on every rank?")
     if any(c.op == "p2p" for s in summaries for c in s.collectives):
-        warnings.append("send/recv (pipeline-parallel) traffic is left out of the clock alignment, the straggler "
-                        "and the exposed communication; the stages' compute and recv waits are compared on each "
+        warnings.append("send/recv (pipeline-parallel) traffic bounds the clock alignment (ranks[] clock_method) "
+                        "but is left out of the straggler and the exposed communication; the stages' compute and recv waits are compared on each "
                         "rank's own clock" + (f" ({pp.p} stages, {pp.microbatches} micro-batches per step)" if pp else
                         ": no pipeline pattern (every rank sending, m receives per step on the first and last "
                         "rank, 2m between) was found, so no bubble is priced"))
     if not len(al.ops):
-        warnings.append("no collective matched across the ranks: clocks are not aligned and no skew is computed")
+        placed = al.clock is not None and all(m != "none" for m in al.clock.methods)
+        warnings.append("no collective matched across the ranks: " + (
+            "clocks are aligned on send/recv only and no skew is computed" if placed else
+            "clocks are not aligned and no skew is computed"))
+    if al.clock is not None:
+        warnings.extend(al.clock.notes)
     real = st if st is not None and st.real else None  # a lateness within the profiler's noise names no one
     chosen = real.index if real else 0
     warnings.insert(0, f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "

@@ -75,6 +75,19 @@ class Collective:
 
 
 @dataclass(frozen=True)
+class Transfer:
+    """One point-to-point message on one rank, for the clock bounds (ranks/p2p_clock.py): a send's
+    start (the data cannot leave earlier) or a recv's end (the data has arrived by then), on the
+    rank's own clock (ns), with the peer's global rank and the element count (0 when unrecorded)."""
+
+    kind: str  # "send" or "recv"
+    peer: int
+    nelems: int
+    time: int
+    step: int  # index of the step it starts in, -1 outside every step
+
+
+@dataclass(frozen=True)
 class RankSummary:
     """What one rank contributes to the multi-rank analysis."""
 
@@ -103,6 +116,7 @@ class RankSummary:
     # decides when the rank reaches its collectives; empty when unknown (no ProfilerStep ranges)
     host_ms: dict[str, float] = field(default_factory=dict)
     host_events: dict[str, float] = field(default_factory=dict)
+    transfers: tuple[Transfer, ...] = ()  # send starts and recv ends, in time order
 
     @property
     def step_ms(self) -> float:
@@ -146,6 +160,7 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         **_p2p_device(collectives, len(steps)),
         host_ms=host.ms,
         host_events=host.events,
+        transfers=_device_transfers(a, collectives),
     )
 
 
@@ -208,6 +223,7 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         timeline=_timeline(steps, comp_s, comp_e, comm_s, comm_e, origin),
         env=_env_facts(env or {}),
         **_p2p_host(recv_i, trace, steps),
+        transfers=_host_transfers(trace, steps, main),
     )
 
 
@@ -226,6 +242,80 @@ def _p2p_host(recv_i: np.ndarray, trace: Trace, steps: Steps) -> dict[str, Any]:
         if _step_of(steps.start, steps.end, int(host.ts[i])) >= 0:
             counts[str(kind[int(host.name[i])])] += 1
     return {"recv_wait_ms": wait if counts["recv"] else (), "p2p_recvs": counts["recv"], "p2p_sends": counts["send"]}
+
+
+def _host_transfers(trace: Trace, steps: Steps, main: int) -> tuple[Transfer, ...]:
+    """A CPU rank's messages from the c10d operators on the thread that ran the steps: their
+    "Concrete Inputs" are (tensors, group, peer, tag) and "Input Dims" the tensor's shape. A send
+    starts at its operator's start; a recv ends where the later of its operator and the
+    "gloo:recv" range that follows it (the wait on its work) ends."""
+    host = trace.host
+    if not len(host):
+        return ()
+    kind = np.array([1 if x == "c10d::send" else 2 if x in _RECV_RANGES else 3 if x == "gloo:recv" else 0
+                     for x in trace.strings], np.int8)[host.name]
+    on_main = host.thread == main
+    ops = np.flatnonzero(on_main & ((kind == 1) | (kind == 2)))
+    ops = ops[np.argsort(host.ts[ops], kind="stable")]
+    waits = np.flatnonzero(on_main & (kind == 3))
+    waits = waits[np.argsort(host.ts[waits], kind="stable")]
+    origin, out = trace.origin_ns, []
+    for n, i in enumerate(ops.tolist()):
+        peer, nelems = _p2p_args(host.raw_args[i])
+        if peer < 0:
+            continue
+        ts, end = int(host.ts[i]), int(host.end[i])
+        if kind[i] == 2:  # the first gloo:recv range starting inside this recv, before the next operator
+            nxt = int(host.ts[ops[n + 1]]) if n + 1 < len(ops) else np.iinfo(np.int64).max
+            j = int(np.searchsorted(host.ts[waits], ts, side="left"))
+            if j < len(waits) and int(host.ts[waits[j]]) < nxt:
+                end = max(end, int(host.end[waits[j]]))
+        out.append(Transfer("send" if kind[i] == 1 else "recv", peer, nelems,
+                            (ts if kind[i] == 1 else end) + origin, _step_of(steps.start, steps.end, ts)))
+    return tuple(out)
+
+
+def _p2p_args(raw: Any) -> tuple[int, int]:
+    """(peer, element count) of a c10d::send / c10d::recv_ operator; (-1, 0) when unrecorded."""
+    try:
+        args = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, TypeError):
+        return -1, 0
+    inputs = args.get("Concrete Inputs") if isinstance(args, dict) else None
+    if not isinstance(inputs, list) or len(inputs) < 3 or not str(inputs[2]).isdigit():
+        return -1, 0
+    dims = args.get("Input Dims")
+    shape = dims[0][0] if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] else None
+    ok = isinstance(shape, list) and all(isinstance(x, int) for x in shape)
+    return int(inputs[2]), int(np.prod(shape)) if ok else 0
+
+
+def _device_transfers(a: Analysis, colls: tuple[Collective, ...]) -> tuple[Transfer, ...]:
+    """A GPU rank's send / recv kernels: a send kernel's start, a recv kernel's end. The peer is the
+    "Rank" that record_param_comms holds for a send / recv (ProcessGroupNCCL passes the peer's
+    group rank there, the own rank for a collective), mapped through "Process Group Ranks"."""
+    t, d = a.trace, a.trace.device
+    idx = np.flatnonzero(d.kind == Kind.NCCL)
+    idx = idx[np.argsort(d.ts[idx], kind="stable")]
+    out = []
+    for c, i in zip(colls, idx.tolist()):
+        if c.op != "p2p" or c.name not in ("send", "recv") or int(d.op[i]) < 0:
+            continue
+        try:
+            args = msgspec.json.decode(t.host.raw_args[int(d.op[i])])
+        except (msgspec.DecodeError, TypeError):
+            continue
+        peer = args.get("Rank") if isinstance(args, dict) else None
+        if not isinstance(peer, int) or isinstance(peer, bool) or peer < 0:
+            continue
+        try:
+            group = [int(x) for x in str(args.get("Process Group Ranks", "")).strip("[]").split(",")]
+        except ValueError:
+            group = []
+        peer = group[peer] if peer < len(group) else peer
+        nelems = max(_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
+        out.append(Transfer(c.name, peer, nelems, c.start if c.name == "send" else c.end, c.step))
+    return tuple(out)
 
 
 def _p2p_device(colls: tuple[Collective, ...], n: int) -> dict[str, Any]:

@@ -34,6 +34,7 @@ def rows(al: Aligned, split: CommSplit, straggler: Straggler | None) -> tuple[di
             "wait_imposed_ms": round(float(imposed[i]), 4),
             "held_up_per_step": round(float(last[i]), 2),
             "clock_offset_us": round(float(al.offsets[i]) / 1e3, 3),
+            **_clock(al, i),
             "straggler": straggler is not None and straggler.index == i,
         })
         if s.host_ms:  # the host's own step by cause: what the straggler's cause is read from
@@ -41,6 +42,16 @@ def rows(al: Aligned, split: CommSplit, straggler: Straggler | None) -> tuple[di
         if s.recv_wait_ms:  # a pipeline stage: its time blocked receiving from a neighbour
             out[-1]["recv_wait_ms"] = round(float(np.mean(s.recv_wait_ms)), 4)
     return tuple(out)
+
+
+def _clock(al: Aligned, i: int) -> dict[str, Any]:
+    """How rank i's offset was found (ranks/align.py) and how sure it is, in us."""
+    if al.clock is None:
+        return {}
+    unc, (lo, hi) = al.clock.uncertainty[i], al.clock.bounds[i]
+    return {"clock_method": al.clock.methods[i],
+            "clock_uncertainty_us": None if unc is None else round(unc / 1e3, 3),
+            "clock_bound_us": [None if lo is None else round(lo / 1e3, 3), None if hi is None else round(hi / 1e3, 3)]}
 
 
 def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,

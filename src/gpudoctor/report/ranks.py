@@ -26,7 +26,7 @@ def _idle_text(row: dict[str, Any], top: int = 2) -> str:
 
 
 def console_table(r: Report) -> Table:
-    t = Table(title="ranks (ms per step; clocks aligned on the collectives)", title_justify="left")
+    t = Table(title="ranks (ms per step; clocks aligned on the collectives or send/recv)", title_justify="left")
     for name, justify in (("rank", "right"), ("step", "right"), ("busy", "right"), ("idle", "right"),
                           ("top idle causes", "left"), ("comm", "right"), ("exposed", "right"),
                           ("waits", "right"), ("makes others wait", "right"), ("", "left")):
@@ -52,15 +52,21 @@ def console_summary(r: Report) -> Text:
             if pp else ""))
 
 
+def _offset_text(row: dict) -> str:
+    """The offset with its uncertainty where one is stated (ranks/align.py)."""
+    unc = row.get("clock_uncertainty_us")
+    return f"{row['clock_offset_us']:.1f}" + (f" &plusmn; {unc:.1f}" if unc else "")
+
+
 def html_section(r: Report) -> str:
     head = ("<tr><th>rank</th><th>host</th><th>step ms</th><th>busy ms</th><th>idle ms</th><th>top idle causes</th>"
             "<th>comm ms</th><th>exposed ms</th><th>waits ms</th><th>makes others wait ms</th>"
-            "<th>clock offset us</th><th></th></tr>")
+            "<th>clock offset us</th><th>how</th><th></th></tr>")
     body = "".join(
         f"<tr><td>{esc(row['rank'])}</td><td>{esc(row.get('hostname') or '')}</td><td>{row['step_ms']:.2f}</td>"
         f"<td>{row['busy_ms']:.2f}</td><td>{row['idle_ms']:.2f}</td><td>{esc(_idle_text(row, 3))}</td>"
         f"<td>{row['comm_ms']:.2f}</td><td>{row['comm_exposed_ms']:.2f}</td><td>{row['comm_wait_ms']:.2f}</td>"
-        f"<td>{row['wait_imposed_ms']:.2f}</td><td>{row['clock_offset_us']:.1f}</td>"
+        f"<td>{row['wait_imposed_ms']:.2f}</td><td>{_offset_text(row)}</td><td>{esc(row.get('clock_method', ''))}</td>"
         f"<td>{'<b>straggler</b>' if row['straggler'] else ''}</td></tr>"
         for row in r.ranks[:MAX_ROWS])
     return ("<section><h2>Ranks</h2>"
