@@ -59,6 +59,7 @@ CSS = """
 .gpud .fid{color:#4a5568;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.85em}
 .gpud .wrong{background:#fff5f5;border-left:4px solid #c53030;padding:4px 10px}
 .gpud .muted{color:#718096;font-size:.88em}
+.gpud .verdict{font-weight:600;margin:.4em 0 .8em}.gpud .verdict.healthy{color:#2f855a}
 """
 
 
@@ -277,7 +278,8 @@ def _findings(r: Report) -> str:
                 "window.</p></section>")
     if not r.findings:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
-    verdict = f'<p class="verdict">Verdict: {esc(r.verdict()["text"])}</p>'
+    v = r.verdict()
+    verdict = f'<p class="verdict{" healthy" if v["status"] == "healthy" else ""}">Verdict: {esc(v["text"])}</p>'
     return "<section><h2>Findings</h2>" + verdict + "".join(_finding(f) for f in r.findings) + "</section>"
 
 
