@@ -9,9 +9,10 @@ for it in the gradient all-reduce, so the job's step grows by about the plant's 
   Top finding ``straggler`` rank R, cause input-pipeline (or host work), near D ms per step.
 - ``--bigger-batch-rank R``: rank R's batch is 2x the others' (uneven shards). Top finding
   ``straggler`` rank R, cause more-work / slower kernels, near the extra forward+backward time.
-- ``--sync-rank R``: rank R calls ``loss.item()`` and a device sync after every layer's forward (a
-  logging hook left on one host). Top finding ``straggler`` rank R, cause host-sync, priced near the
-  syncs' cost.
+- ``--sync-rank R``: a forward hook on rank R reads each block's output norm with ``.item()`` (a
+  logging hook left on one host): a device sync after every block. Top finding ``straggler`` rank
+  R, cause host-sync, priced near the syncs' cost. A sync costs the GPU work queued behind it: at
+  the default batch the step is launch-bound (little queued), so run this one with ``--batch 32``.
 
 ``--fixed``: the same command with the plant removed (the twin). Without any plant: no straggler.
 
@@ -63,12 +64,14 @@ def main() -> None:
     ap.add_argument("--bigger-batch-rank", type=int, default=-1)
     ap.add_argument("--sync-rank", type=int, default=-1)
     ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--batch", type=int, default=0, help="rows per rank (default: the size's, 8 on a GPU)")
     ap.add_argument("--fixed", action="store_true", help="the twin: every plant off")
     args = ap.parse_args()
     if args.fixed:
         args.slow_rank = args.slow_loader = args.bigger_batch_rank = args.sync_rank = -1
     rank, _, device, cuda = setup()
     d, layers, vocab, batch, seq, heads = GPU_SIZE if cuda else CPU_SIZE
+    batch = args.batch or batch
     torch.manual_seed(0)
     model = DDP(gpt(d, layers, vocab, heads).to(device), device_ids=[device.index] if cuda else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
