@@ -256,6 +256,8 @@ def main() -> int:
             fixed = runner.run(f"{case.name}-fixed", case.program, concrete(case.fixed, nproc))
             row = judge(case, sick.get("report"), sick.get("unprofiled_ms"), fixed.get("unprofiled_ms"), nproc)
             row["skipped"] = [r["skipped"] for r in (sick, fixed) if "skipped" in r]
+            if row["skipped"]:
+                row["found"] = "skipped: time budget"
             rows.append(row)
             walls[case.name] = sick.get("wall_s", 0.0) + (fixed.get("wall_s", 0.0) if fixed.get("label") ==
                                                            f"{case.name}-fixed" else 0.0)
