@@ -349,3 +349,23 @@ def test_a_gloo_jobs_report_shows_its_ranks_and_findings_in_text_and_html() -> N
     assert "No GPU findings" not in text
     page = render_html(report)
     assert page.count("<svg") >= 1 and "straggler" in page and "No GPU findings" not in page
+
+
+def test_gloo_ranks_slow_dataloader_is_input_pipeline_priced_at_its_excess() -> None:
+    """tests/data/gloo_loader_straggler: tests/programs/multigpu/ddp_gpt_straggler.py on the CPU, 2
+    gloo ranks, rank 1's DataLoader collate sleeping 20 ms a batch (`--slow-loader 1 --delay-ms 20`,
+    scripts/validate_multigpu.py --cpu, 2026-11-26; unprofiled step 35.64 ms against its --fixed
+    twin's 12.39). The sleep lies inside "enumerate(DataLoader)#...__next__" under no operator: the
+    rank's input-pipeline idle, not host-work. Rank 0 waited 33.53 ms a step for it in the profiled
+    window (two processes on two shared cores), more than the loader's 20.34 ms excess explains: the
+    price is the excess."""
+    from gpudoctor.pipeline import analyze_ranks
+
+    report = analyze_ranks([Path(__file__).parent / "data" / "gloo_loader_straggler"], jobs=1)
+    numbers = {f.id: f for f in report.findings}["straggler"].evidence.numbers
+    assert (numbers["rank"], numbers["cause"]) == (1, "input-pipeline")
+    assert numbers["wait_imposed_ms_per_step"] == pytest.approx(33.5341, abs=1e-4)
+    assert numbers["idle_excess_ms"] == pytest.approx(20.3361, abs=1e-4)
+    assert {f.id: f for f in report.findings}["straggler"].saving_ms == pytest.approx(20.3361, abs=1e-4)
+    assert [r["idle"] for r in report.ranks] == [{"host-work": 5.3388, "input-pipeline": 0.1044},
+                                                 {"input-pipeline": 20.4405, "host-work": 9.6078}]

@@ -433,6 +433,11 @@ def sync_calls(trace: Trace) -> np.ndarray:
     return mask
 
 
+def dataloader_calls(trace: Trace) -> np.ndarray:
+    """Host events of a DataLoader fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
+    return _name_masks(trace)["dataloader"][trace.host.name]
+
+
 def allocator_calls(trace: Trace) -> np.ndarray:
     """Host runtime / driver calls that allocate or free device (or pinned) memory."""
     host = trace.host

@@ -13,7 +13,8 @@ de-inflated first, and between ranks that issue the same ops a dispatch differen
 above the profiler's own noise. Then the GPU: its kernels slower than the same kernels elsewhere
 (a slower or throttled GPU: its NVML clocks and throttle reasons), more GPU work than the others
 (uneven batches, MoE load). Ranks without host steps (hand-built summaries, CPU ranks) are judged
-on their GPU idle by cause instead.
+on their GPU idle by cause instead,
+and priced at that cause's excess over the others', capped at the wait they impose.
 
 Priced as what the rank's extra host time costs the job per step, capped at the wait it imposes
 in the profiled trace: that wait sums the rank's lateness once per collective it holds up, and
@@ -122,7 +123,11 @@ def find_straggler(al: Aligned) -> Straggler | None:
     if mine.host_ms and all(o.host_ms for o in others):
         cause, numbers, price = _host_cause(mine, others, float(imposed[i]), max(NOISE_MS, NOISE_SHARE * al.step_ms))
     else:
-        (cause, numbers), price = _cause(mine, others, float(imposed[i])), None
+        cause, numbers = _cause(mine, others, float(imposed[i]))
+        # an idle cause explains its excess, no more: the rest of the wait (a CPU rank's scheduling
+        # on shared cores, say) is not what its fix removes; as on the host path, capped at the wait
+        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else None
+        price = None if excess is None else min(float(imposed[i]), float(excess))
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_time import host_time
+from gpudoctor.analysis.idle import dataloader_calls
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
@@ -168,7 +169,8 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
     """The summary of a rank that ran on the CPU (gloo): its collectives are the process group's
     host ranges ("gloo:all_reduce", on the worker thread that ran them), its compute the operators
     on the thread that ran the steps, and what of its step no operator covers (Python: data,
-    logging, sleeps) its "host-work" idle: the cause a straggler's lateness is judged on."""
+    logging, sleeps) its "host-work" idle, "input-pipeline" where a DataLoader's ``__next__`` holds it:
+the causes a straggler's lateness is judged on."""
     host, origin = trace.host, trace.origin_ns
     names = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in trace.strings], bool)
     coll = np.flatnonzero(names[host.name]) if len(host) else np.empty(0, np.int64)
@@ -197,6 +199,12 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
     covered_ns = _in_steps(either_s, either_e, steps)
     step_ns = float((steps.end - steps.start).sum()) if len(steps) else 0.0
     uncovered_ms = max(step_ns - covered_ns, 0.0) / n / 1e6
+    # of that, the part inside a DataLoader's __next__ (a slow collate or decode) is the input
+    # pipeline's: the ops inside it are compute, what no op covers is the loader's own Python
+    loader = np.flatnonzero(dataloader_calls(trace) & (host.thread == main)) if len(host) else np.empty(0, np.int64)
+    both_s, both_e = union(np.concatenate((either_s, host.ts[loader])), np.concatenate((either_e, host.end[loader])))
+    loader_ms = min(max(_in_steps(both_s, both_e, steps) - covered_ns, 0.0) / n / 1e6, uncovered_ms)
+    idle_by_cause = {"input-pipeline": round(loader_ms, 6), "host-work": round(uncovered_ms - loader_ms, 6)}
     out = []
     for seq, i in enumerate(coll.tolist()):
         s, e = int(host.ts[i]), int(host.end[i])
@@ -215,7 +223,7 @@ def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | 
         busy_ms=compute_ns / n / 1e6,
         compute_ms=compute_ns / n / 1e6,
         idle_ms=max(step_ns / n / 1e6 - compute_ns / n / 1e6, 0.0),
-        idle_by_cause={"host-work": round(uncovered_ms, 6)} if uncovered_ms > 0 else {},
+        idle_by_cause={k: v for k, v in idle_by_cause.items() if v > 0},
         collectives=tuple(out),
         kernel_ms={},
         kernels_per_step=0.0,

@@ -9,7 +9,8 @@ p=2, m=4 -> 20% of the step; p=2, m=8 -> 11%; p=4, m=4 -> 43%. gpudoctor should 
 interleaved schedule. With --imbalance the stage --slow-stage (default the last) runs twice the
 layers of the others: `stage-imbalance` names that rank, its compute about 2x the others', and
 each other stage waits in recv, beyond the bubble, about the slow stage's extra compute per step
-(the step is (m+p-1) x the slow stage's time per micro-batch).
+(the step is (m+p-1) x the slow stage's time per micro-batch). ``--fixed``: the twin, every stage
+the same layers.
 
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4 --imbalance
@@ -95,9 +96,11 @@ def main() -> None:
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
     ap.add_argument("--imbalance", action="store_true", help="the slow stage runs twice the layers")
+    ap.add_argument("--fixed", action="store_true", help="the twin: every stage the same layers")
     ap.add_argument("--slow-stage", type=int, default=-1, help="default: the last stage")
     ap.add_argument("--layers", type=int, default=2, help="layers per stage")
     args = ap.parse_args()
+    args.imbalance = args.imbalance and not args.fixed
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

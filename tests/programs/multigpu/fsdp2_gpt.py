@@ -1,0 +1,77 @@
+"""A small GPT-style model trained with FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Expected diagnosis (stated before it ran on GPUs):
+
+- default (sick): ``fully_shard`` on the root module only, the common first try. The whole model is
+  one parameter group: one all-gather of every weight before the forward (nothing to overlap it
+  with), and one reduce-scatter of every gradient after the backward, and again an all-gather
+  before the backward. FSDP2 cannot prefetch a group that does not exist: top finding
+  ``exposed-comm``, most of the communication exposed, its "overlap not taken" part priced near
+  (comm - one block's share).
+- ``--fixed``: ``fully_shard`` on each block, then the root, with explicit prefetch of the next two
+  blocks' all-gathers in forward and in backward (``set_modules_to_forward_prefetch`` /
+  ``set_modules_to_backward_prefetch``). The healthy FSDP2 run: no major multi-GPU finding.
+
+FSDP2 keeps a one-ahead backward prefetch by default and offers no switch to turn it off, so the
+sick twin removes the groups to prefetch rather than the prefetch itself.
+
+    gpudoctor run --nproc 2 fsdp2_gpt.py --steps 40
+    gpudoctor run --nproc 2 fsdp2_gpt.py --steps 40 --fixed
+
+NCCL on GPUs (bf16 parameters, fp32 reduction); gloo on CPUs where this torch's FSDP2 supports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from tiny_gpt import CPU_SIZE, GPU_SIZE, gpt, setup
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+PREFETCH = 2  # blocks ahead: enough to hide one block's all-gather behind the previous block's compute
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--fixed", action="store_true", help="the twin: one FSDP group per block, prefetched")
+    args = ap.parse_args()
+    rank, world, device, cuda = setup()
+    d, layers, vocab, batch, seq, heads = GPU_SIZE if cuda else CPU_SIZE
+    torch.manual_seed(0)
+    model = gpt(d, layers, vocab, heads).to(device)
+    mesh = init_device_mesh(device.type, (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
+    blocks = list(model[1:-2])
+    if args.fixed:
+        for block in blocks:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    if args.fixed:
+        for i, block in enumerate(blocks):
+            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + PREFETCH])
+            block.set_modules_to_backward_prefetch(blocks[max(i - PREFETCH, 0):i][::-1])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        logits = model(ids)
+        loss = nn.functional.cross_entropy(logits.view(-1, vocab).float(), ids.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 10 == 0:
+            if cuda:
+                torch.cuda.synchronize()
+            if rank == 0:
+                print(f"step {step}: {(time.perf_counter() - t0) * 1e3:.2f} ms", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
