@@ -62,6 +62,22 @@ def test_an_unrolled_cell_waits_for_its_optimizer() -> None:
     assert not any(d.outer_forward(1, 10, training_like=True) for _ in range(64))
 
 
+def test_evaluation_forwards_before_training_give_way_to_the_optimizer() -> None:
+    """Lightning's sanity check: 2 eval forwards, then training: the training forwards are not
+    steps, the optimizer's are, and the count restarts with them (the epoch moves)."""
+    d = StepDetector(patience=2)
+    assert d.outer_forward(1, 10, training_like=False) and d.outer_forward(1, 10, training_like=False)
+    epoch = d.epoch
+    assert not d.outer_forward(1, 10, training_like=True) and d.source is None and d.epoch == epoch + 1
+    assert not d.backward_call() and d.optimizer_step(5) and d.source is Source.OPTIMIZER
+    assert not d.outer_forward(1, 10, training_like=False)  # a later validation forward is not a step
+    # an inference loop is unaffected, and training forwards after the window opened change nothing
+    d2 = StepDetector(patience=2)
+    assert d2.outer_forward(1, 10, training_like=False)
+    d2.lock()
+    assert d2.outer_forward(1, 10, training_like=True) and d2.source is Source.FORWARD
+
+
 def test_the_root_is_the_module_with_the_most_parameters() -> None:
     d = StepDetector()
     assert d.outer_forward(1, 0, training_like=False, name="CrossEntropyLoss")

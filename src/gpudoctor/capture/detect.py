@@ -15,7 +15,9 @@ first:
 5. The outermost module's forward: the module with the most parameters among those called when
    no other module is running (the model, not the loss function). Training-like forwards (grad
    enabled, module in train mode) are steps only when no backward ever comes (4 x ``patience``
-   of them): an RNN cell called 64 times before one backward is not 64 steps.
+   of them): an RNN cell called 64 times before one backward is not 64 steps. Forwards taken as
+   steps while the model was evaluated stop being steps when it starts training (an evaluation
+   before training, Lightning's sanity check).
 6. A CUDA graph replay, for programs that replay a captured graph and call no module.
 
 Before the window opens, a stronger source that appears replaces a weaker one (``epoch``
@@ -59,6 +61,7 @@ class StepDetector:
     backwards: int = 0
     optimizer_seen: bool = False
     generate_seen: bool = False
+    forwards_from_eval: bool = False  # the forward source was taken from eval / no-grad forwards
 
     def lock(self) -> None:
         """The window opened: the source no longer changes."""
@@ -98,11 +101,21 @@ class StepDetector:
         self.see_module(key, params, name)
         if key != self.root:
             return False
+        if training_like and self.source is Source.FORWARD and self.forwards_from_eval and not self.locked:
+            # evaluation forwards came first (Lightning's sanity check runs 2 before training) and
+            # training starts now: its steps are its optimizer's or its backward's, as for any
+            # training loop; the forward source is dropped until one of them or patience decides
+            self.source, self.forwards_from_eval = None, False
+            self.epoch += 1
         if training_like and not self.optimizer_seen and self.source is not Source.FORWARD:
             self.training_forwards += 1
             if self.backwards or self.training_forwards <= 4 * self.patience:
                 return False
-        return self._adopt(Source.FORWARD)
+        adopted = self.source is not Source.FORWARD
+        boundary = self._adopt(Source.FORWARD)
+        if adopted and self.source is Source.FORWARD:
+            self.forwards_from_eval = not training_like
+        return boundary
 
     def graph_replay(self) -> bool:
         if self.root is not None:
