@@ -158,6 +158,14 @@ def lightning_shim(prog_dir: Path, file: str) -> str:
     return target.name
 
 
+def run_plainly(entry: dict[str, Any], script: str, args: list[str], cwd: Path, env: dict[str, str],
+                opts: argparse.Namespace) -> tuple[dict[str, Any], float | None, list[float]]:
+    """The program without gpudoctor: the run, its mean printed ms per iteration, every value."""
+    res = run_command([opts.python, script, *args], cwd, env, opts.timeout, interrupt_after=entry.get("plain_stop_s"))
+    ms, values = parse_ms(res["stdout"] + res["stderr"], entry.get("timing_regex"), entry.get("timing_scale", 1.0))
+    return res, ms, values
+
+
 def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
     name = entry["name"]
     row: dict[str, Any] = {
@@ -188,8 +196,7 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
         cwd, script = ROOT, str(MANIFEST.parent / entry["file"])
     row["args"] = args
 
-    plain = run_command([opts.python, script, *args], cwd, env, opts.timeout, interrupt_after=entry.get("plain_stop_s"))
-    ms, values = parse_ms(plain["stdout"] + plain["stderr"], entry.get("timing_regex"), entry.get("timing_scale", 1.0))
+    plain, ms, values = run_plainly(entry, script, args, cwd, env, opts)
     # a plain run stopped by our Ctrl-C (plain_stop_s) ends as Ctrl-C ends it: not a failure
     plain_ok = plain["rc"] == row["expected_exit_code"] or plain["interrupted"]
     row["plain"] = {"rc": plain["rc"], "wall_s": plain["wall_s"], "timed_out": plain["timed_out"],
@@ -243,10 +250,7 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     if opts.plain_after and row["true_step_ms"] is not None:
         # the program run plainly again: how far the host drifted while the doctor ran (the true
         # step is the mean of the two plain runs; the spread is the noise any estimate sits in)
-        again = run_command([opts.python, script, *args], cwd, env, opts.timeout,
-                            interrupt_after=entry.get("plain_stop_s"))
-        ms2, values2 = parse_ms(again["stdout"] + again["stderr"], entry.get("timing_regex"),
-                                entry.get("timing_scale", 1.0))
+        again, ms2, values2 = run_plainly(entry, script, args, cwd, env, opts)
         row["plain_after"] = {"rc": again["rc"], "wall_s": again["wall_s"], "printed_ms": values2}
         if ms2 is not None:
             before_ms = row["true_step_ms"]

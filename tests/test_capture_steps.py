@@ -282,18 +282,21 @@ def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, 
         GenerationMixin.__dict__["generate"], "__wrapped__")
 
 
+class _SlowSamples(torch.utils.data.Dataset):
+    """4 ms a sample: two workers cannot keep ahead of the loop."""
+
+    def __len__(self) -> int:
+        return 400
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import time
+
+        time.sleep(0.004)
+        return torch.randn(16)
+
+
 def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) -> None:
-    class Slow(torch.utils.data.Dataset):
-        def __len__(self) -> int:
-            return 400
-
-        def __getitem__(self, i: int) -> torch.Tensor:
-            import time
-
-            time.sleep(0.004)
-            return torch.randn(16)
-
-    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2, prefetch_factor=2)
+    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2)
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = session(tmp_path, skip=8, steps=2, calibration=3)
@@ -317,17 +320,7 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
     """--skip 2 against a queue of 4 batches: the window opens at step 5, the first step whose
     batch the workers had to make while the loop ran (not step 2, inside the backlog)."""
 
-    class Slow(torch.utils.data.Dataset):
-        def __len__(self) -> int:
-            return 400
-
-        def __getitem__(self, i: int) -> torch.Tensor:
-            import time
-
-            time.sleep(0.004)
-            return torch.randn(16)
-
-    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2, prefetch_factor=2)
+    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2)
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = session(tmp_path, skip=2, steps=2, calibration=3)

@@ -164,16 +164,17 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     cut = np.clip(launched_at, gap_s, gap_e)
     on_threads = np.isin(trace.host.thread, launch_threads(trace))
     setup = setup_calls(trace, steps)
-    label_sets = _label_intervals(trace, on_threads, steps, setup)
+    uploads = _pageable_copy_calls(trace, busy_s, busy_e)  # once: labels, catch-up and culprits read it
+    label_sets = _label_intervals(trace, on_threads, steps, setup, uploads)
     per_gap = _exclusive_overlap(label_sets, gap_s, cut)  # cause -> ns per gap
     per_gap["dispatch"] += gap_e - cut
     per_gap = _give_dispatch_to_blocking(per_gap)
     for cause, ns in per_gap.items():
         by_cause[cause] = float(ns[~waiting].sum()) / 1e6 / n_steps
     _move_catch_up_to(by_cause, "host-sync", _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
-    _move_catch_up_to(by_cause, "pageable-copy", _blocked_in_pageable_copies(trace, steps) / 1e6 / n_steps)
+    _move_catch_up_to(by_cause, "pageable-copy", _blocked_in_pageable_copies(trace, steps, uploads) / 1e6 / n_steps)
     by_cause[GPU_WAIT] = float((gap_e - gap_s)[waiting].sum()) / 1e6 / n_steps
-    culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting])
+    culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting], uploads)
     events = _events_by_cause(trace, on_threads, steps, label_sets)
     return IdleResult(
         idle_ms=total_idle / 1e6 / n_steps,
@@ -228,10 +229,11 @@ def _blocked_in_syncs(trace: Trace, on_threads: np.ndarray, steps: Steps) -> int
     return int(overlap_per_window(s, e, steps.start, steps.end).sum())
 
 
-def _blocked_in_pageable_copies(trace: Trace, steps: Steps) -> int:
-    """ns the host spent in the calls that staged pageable uploads (``_pageable_copy_calls``), within the steps."""
+def _blocked_in_pageable_copies(trace: Trace, steps: Steps, uploads: np.ndarray) -> int:
+    """ns the host spent in the calls that staged pageable uploads (``uploads``, a host mask from
+    ``_pageable_copy_calls``), within the steps."""
     host = trace.host
-    calls = np.flatnonzero(_pageable_copy_calls(trace))
+    calls = np.flatnonzero(uploads)
     s, e = union(host.ts[calls], host.end[calls])
     return int(overlap_per_window(s, e, steps.start, steps.end).sum())
 
@@ -264,7 +266,7 @@ def _next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
 
 
 def _label_intervals(
-    trace: Trace, on_thread: np.ndarray, steps: Steps, setup: np.ndarray
+    trace: Trace, on_thread: np.ndarray, steps: Steps, setup: np.ndarray, uploads: np.ndarray
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     host = trace.host
     by_name = _name_masks(trace)
@@ -277,7 +279,7 @@ def _label_intervals(
     add("input-pipeline", by_name["dataloader"][host.name])
     add("op-setup", setup)  # its syncs and allocations (autotuning) are its own
     add("host-sync", sync_calls(trace))
-    add("pageable-copy", _pageable_copy_calls(trace))
+    add("pageable-copy", uploads)
     add("allocator", allocator_calls(trace))
     add("optimizer", by_name["optimizer"][host.name] & (host.cat == HostCat.ANNOTATION))
     sets["host-work"] = _host_work(trace, on_thread, steps, list(sets.values()))
@@ -452,7 +454,7 @@ def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
     }
 
 
-def _pageable_copy_calls(trace: Trace) -> np.ndarray:
+def _pageable_copy_calls(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -> np.ndarray:
     """Host copy calls that stage an upload from pageable memory, except those that find the
     queue already emptied by a sync: such an upload drains nothing, and the catch-up after it
     belongs to the sync (an inference loop's ``.cpu()`` of each batch's predictions, then the next
@@ -468,7 +470,6 @@ def _pageable_copy_calls(trace: Trace) -> np.ndarray:
     if calls.size == 0:
         return mask
     starts = host.ts[calls]
-    busy_s, busy_e = gpu_busy_intervals(trace)
     run = np.searchsorted(busy_s, starts, side="right") - 1
     gpu_idle = (run < 0) | (busy_e[np.maximum(run, 0)] <= starts)
     # an upload's own op (aten::copy_) waits for it with a stream sync: that sync is the upload's
@@ -595,7 +596,7 @@ def _give_dispatch_to_blocking(per_gap: dict[str, np.ndarray]) -> dict[str, np.n
 
 
 def _culprits(
-    trace: Trace, on_thread: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray
+    trace: Trace, on_thread: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray, uploads: np.ndarray
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Host events of each blocking cause that overlap idle gaps, and the idle inside each."""
     host = trace.host
@@ -604,7 +605,7 @@ def _culprits(
         "input-pipeline": masks["dataloader"][host.name] & on_thread,
         "host-sync": sync_calls(trace) & on_thread,
         "allocator": allocator_calls(trace) & on_thread,
-        "pageable-copy": _pageable_copy_calls(trace) & on_thread,
+        "pageable-copy": uploads & on_thread,
     }
     culprits: dict[str, np.ndarray] = {}
     idle_ns: dict[str, np.ndarray] = {}

@@ -28,7 +28,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tiny_gpt import CPU_SIZE, GPU_SIZE, gpt, setup
+from tiny_gpt import CPU_SIZE, GPU_SIZE, gpt, log_step, setup
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -65,11 +65,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if step % 10 == 0:
-            if cuda:
-                torch.cuda.synchronize()
-            if rank == 0:
-                print(f"step {step}: {(time.perf_counter() - t0) * 1e3:.2f} ms", flush=True)
+        log_step(step, t0, rank, cuda)
     dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,3 +42,12 @@ def setup() -> tuple[int, int, torch.device, bool]:
     if cuda:
         torch.cuda.set_device(device)
     return rank, dist.get_world_size(), device, cuda
+
+
+def log_step(step: int, t0: float, rank: int, cuda: bool) -> None:
+    """Every 10th step, rank 0 prints that step's time (after the GPU has finished it)."""
+    if step % 10 == 0:
+        if cuda:
+            torch.cuda.synchronize()
+        if rank == 0:
+            print(f"step {step}: {(time.perf_counter() - t0) * 1e3:.2f} ms", flush=True)
