@@ -331,3 +331,20 @@ def test_plan_on_real_reports_of_the_lab_traps(trap: str, knob: str) -> None:
     assert knob in planned, [f.id for f in report.findings]
     finding = next(f for f in report.findings if f.id == planned[knob].finding)
     assert planned[knob].predicted_speedup == finding.predicted_speedup > 1.0
+
+
+def test_reduce_overhead_knob_clones_what_the_cuda_graph_returns():
+    # A GAN keeps the generator's output past the discriminator's next replay: under
+    # mode="reduce-overhead" that output would be overwritten, so the knob hands back copies.
+    import torch
+
+    kept = torch.arange(6.0).reshape(2, 3)
+
+    def forward(x):
+        return {"out": kept, "pair": (kept, 7)}
+
+    got = knobs_mod._cloning_outputs(forward)(None)
+    assert got["pair"][1] == 7
+    for t in (got["out"], got["pair"][0]):
+        assert torch.equal(t, kept)
+        assert t.data_ptr() != kept.data_ptr()

@@ -75,6 +75,7 @@ def check(a: Analysis) -> Finding | None:
         (
             Fix("Capture the step in a CUDA graph (one launch replays every kernel)",
                 "model = torch.compile(model, mode='reduce-overhead')\n"
+                "# an output kept past the next call (a GAN's fake images) is overwritten: .clone() it\n"
                 "# or torch.cuda.graphs: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(x)"),
             Fix("Fuse small ops into fewer kernels", "model = torch.compile(model)"),
             Fix("Give each kernel more work: larger batch, fewer and wider layers",

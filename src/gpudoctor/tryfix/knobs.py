@@ -258,13 +258,35 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             import torch
 
             kwargs = {"mode": mode} if mode else {}
-            module.forward = torch.compile(module.forward, **kwargs)
+            compiled = torch.compile(module.forward, **kwargs)
             args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
-            return f"{type(module).__name__}.forward = torch.compile({type(module).__name__}.forward{args})"
+            name = type(module).__name__
+            if mode != "reduce-overhead":
+                module.forward = compiled
+                return f"{name}.forward = torch.compile({name}.forward{args})"
+            # A CUDA graph's outputs live in its own pool and the next replay overwrites them: a
+            # program that keeps one call's output past the next call (a GAN's fake images, fed to
+            # the discriminator twice) stops with "accessing tensor output of CUDAGraphs that has
+            # been overwritten". Cloning the outputs is the documented way out and costs one copy.
+            module.forward = _cloning_outputs(compiled)
+            return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned"
 
         on_outermost_module(change, effects)
 
     return apply
+
+
+def _cloning_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def clone(x: Any) -> Any:
+        return x.clone() if isinstance(x, torch.Tensor) else x
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return tree_map(clone, fn(*args, **kwargs))
+
+    return call
 
 
 def _tf32(effects: Effects) -> None:
