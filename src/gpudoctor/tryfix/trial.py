@@ -110,6 +110,20 @@ class Baseline:
     steps: int = 5  # the profiled window's steps, recorded after the timed ones when trials keep a trace
 
 
+# A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and on an
+# H100 (2026-11-26) 3-against-3 samples left a DCGAN's control at x0.85 [0.78-0.93] of the
+# diagnosed run and a no-op knob's interval 0.59-1.09 wide: no verdict stands on that. Trials
+# therefore skip at least this many steps (8 timed, more with a warm-up). A program that ends sooner is timed over the
+# second half of the steps it ran (a trial's program may end before its window).
+TRIAL_MIN_SKIP = 16
+
+
+def trial_skip(baseline: Baseline, warmup: int) -> int:
+    """The steps a trial runs before the steps it would profile: the baseline's ``skip`` (at least
+    TRIAL_MIN_SKIP), then the knob's warm-up."""
+    return max(baseline.skip, TRIAL_MIN_SKIP) + warmup
+
+
 @dataclass(frozen=True)
 class Planned:
     knob: Knob
@@ -327,7 +341,7 @@ class Trials:
         # knobs that compile run their compilation outside the timed steps (knobs.WARMUP_COMPILE)
         warmup = max((BY_ID[k].warmup_steps for k in knob_ids), default=0)
         spec = {"target": script, "args": list(target.args), "is_module": target.is_module, "knobs": knob_ids,
-                "skip": self.baseline.skip + warmup, "steps": self.baseline.steps,
+                "skip": trial_skip(self.baseline, warmup), "steps": self.baseline.steps,
                 "trace": self.trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
                 "program": self.program}
         spec_path = trial_dir / "spec.json"
