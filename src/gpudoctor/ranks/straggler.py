@@ -19,7 +19,9 @@ and priced at that cause's excess over the others', capped at the wait they impo
 Priced as what the rank's extra host time costs the job per step, capped at the wait it imposes
 in the profiled trace: that wait sums the rank's lateness once per collective it holds up, and
 counts the profiler's own time; a rank late only within the profiler's noise is reported at no
-cost (severity info), the ranks of a healthy job being equal without the profiler.
+cost (severity info), the ranks of a healthy job being equal without the profiler; so is a rank
+late on average but not step after step (ranks/step_noise.py: ranks on shared CPU cores taking
+turns), whatever cause its summed lateness was given.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gpudoctor.analysis.host_time import WAITS
 from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
 from gpudoctor.core.finding import MAX_SAVING_SHARE, Evidence, Finding, Fix, make_finding, severity_for, speedup
 from gpudoctor.ranks.aligned import Aligned
+from gpudoctor.ranks.step_noise import lateness
 from gpudoctor.ranks.summary import RankSummary
 
 ID = "straggler"
@@ -42,6 +45,8 @@ LATE_NS = 10_000  # an instance the others waited >10 us for on average counts a
 EXPLAINS = 0.5  # a cause must account for this share of the lateness to be named
 SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
 PROFILER_NOISE_CAUSE = "profiler-noise"
+STEP_NOISE_CAUSE = "step-noise"  # late on average but not step after step (ranks/step_noise.py)
+NOISE_CAUSES = frozenset({PROFILER_NOISE_CAUSE, STEP_NOISE_CAUSE})
 # Ranks whose recorded events per step differ by at most this share issue the same ops.
 SAME_EVENTS = 0.01
 # Between ranks that issue the same ops, a host-time difference in a cause counts only above this
@@ -93,8 +98,8 @@ class Straggler:
 
     @property
     def real(self) -> bool:
-        """False when its lateness is within the profiler's noise: no rank straggles."""
-        return self.cause != PROFILER_NOISE_CAUSE
+        """False when its lateness is within the profiler's or the steps' noise: no rank straggles."""
+        return self.cause not in NOISE_CAUSES
 
 
 def imposed_per_rank(al: Aligned) -> tuple[np.ndarray, np.ndarray]:
@@ -128,6 +133,12 @@ def find_straggler(al: Aligned) -> Straggler | None:
         # on shared cores, say) is not what its fix removes; as on the host path, capped at the wait
         excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else None
         price = None if excess is None else min(float(imposed[i]), float(excess))
+    late = lateness(al, i)
+    if cause not in NOISE_CAUSES and late.within_noise:
+        # late on average over the window, not step after step: the ranks' own variation
+        numbers = {**numbers, "found_cause": cause, "lateness_ms_per_step": list(late.per_step_ms),
+                   "lateness_mean_ms": round(late.mean_ms, 4), "lateness_lower_bound_ms": round(late.lower_ms, 4)}
+        return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), STEP_NOISE_CAUSE, numbers, 0.0)
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 
@@ -230,6 +241,20 @@ def check(al: Aligned) -> Finding | None:
         return None
     numbers = {"rank": st.rank, "wait_imposed_ms_per_step": round(st.imposed_ms, 4),
                "held_up_per_step": round(st.held_per_step, 2), "cause": st.cause, **st.numbers}
+    if st.cause == STEP_NOISE_CAUSE:
+        n = st.numbers
+        steps = ", ".join(f"{x:.2f}" for x in n["lateness_ms_per_step"])
+        return make_finding(
+            ID, f"No straggler: rank {st.rank} reaches the collectives last only within the ranks' step-to-step noise",
+            al.step_ms, 0.0,
+            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for rank {st.rank} on "
+            f"average, but it was not late step after step: its lateness per step was {steps} ms (mean "
+            f"{n['lateness_mean_ms']:.2f} ms, 95% lower bound {n['lateness_lower_bound_ms']:.2f} ms): the ranks "
+            "take turns arriving last, as ranks sharing busy CPU cores or stalled by the profiler do.",
+            Evidence(numbers=numbers),
+            (Fix("Nothing to fix for this: profile more steps, or compare the ranks' unprofiled step times "
+                 "(env.json), if in doubt"),),
+        )
     if not st.real:
         n = st.numbers
         return make_finding(
