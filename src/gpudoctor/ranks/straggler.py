@@ -44,6 +44,11 @@ NOISE_SHARE = 0.01  # of the step
 LATE_NS = 10_000  # an instance the others waited >10 us for on average counts as held up
 EXPLAINS = 0.5  # a cause must account for this share of the lateness to be named
 SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
+# FLOPs or bytes per step >= 5% above the others': more work, whatever its kernels' speed. The cost
+# model gives ranks running the same shapes the same figures exactly (the 2x H100 DDP ranks:
+# 1.334e12 FLOPs and 1.126e10 bytes a step each, tests/data/ddp2_h100); the margin is for steps whose
+# shapes vary (sequence lengths)
+MORE_WORK = 1.05
 PROFILER_NOISE_CAUSE = "profiler-noise"
 STEP_NOISE_CAUSE = "step-noise"  # late on average but not step after step (ranks/step_noise.py)
 NOISE_CAUSES = frozenset({PROFILER_NOISE_CAUSE, STEP_NOISE_CAUSE})
@@ -131,7 +136,8 @@ def find_straggler(al: Aligned) -> Straggler | None:
         cause, numbers = _cause(mine, others, float(imposed[i]))
         # an idle cause explains its excess, no more: the rest of the wait (a CPU rank's scheduling
         # on shared cores, say) is not what its fix removes; as on the host path, capped at the wait
-        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else None
+        # (a GPU cause: the GPU's extra time)
+        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else numbers.get("gpu_excess_ms")
         price = None if excess is None else min(float(imposed[i]), float(excess))
     late = lateness(al, i)
     if cause not in NOISE_CAUSES and late.within_noise:
@@ -178,16 +184,26 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
                      "dispatch_excess_ms": round(d_excess, 4), "dispatch_noise_ms": round(d_noise, 4),
                      "host_events_per_step": round(sum(s.host_events.values()), 1)}
     own = {c: e for c, e in real.items() if c != "host-sync"}
+    sync_idle = _idle_excess(s, others, "host-sync")
+    if own and max(own, key=lambda c: own[c]) == "dispatch" and excess.get("host-sync", (0.0,))[0] > 0 < sync_idle:
+        # a rank that syncs more than the others, its GPU idle after the syncs: its extra dispatch is
+        # the refill of the drained queue, the syncs' cost as analysis/idle.py counts it
+        price = min(late_ms, sync_idle)
+        return "host-sync", {**numbers, "host_excess_ms": round(excess["host-sync"][0], 4),
+                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
     if own:
         cause = max(own, key=lambda c: own[c])
         price = min(late_ms, sum(real.values()))
         return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
     gpu, gpu_numbers = _gpu_cause(s, others, late_ms)
     if gpu:
-        return gpu, {**numbers, **gpu_numbers}, late_ms
+        return gpu, {**numbers, **gpu_numbers}, min(late_ms, gpu_numbers["gpu_excess_ms"])
     if "host-sync" in real:
-        price = min(late_ms, real["host-sync"])
-        return "host-sync", {**numbers, "host_excess_ms": round(price, 4), "priced_host_excess_ms": round(price, 4)}, price
+        # its host waits for its own GPU: what the job loses is the GPU's idle after each sync (the
+        # queue drained, then refilled), analysis/idle.py's host-sync idle, where the GPU shows it
+        price = min(late_ms, real["host-sync"], sync_idle if sync_idle > 0 else real["host-sync"])
+        return "host-sync", {**numbers, "host_excess_ms": round(real["host-sync"], 4),
+                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
     events = [o.host_events.get("dispatch", 0.0) for o in others]
     if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
@@ -208,19 +224,40 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
 
 
 def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
-    """A slower GPU (the same kernels slower) or more GPU work than the others; "" when neither
-    accounts for EXPLAINS of the lateness."""
+    """A slower GPU (the same kernels slower, on the same work) or more GPU work than the others
+    (more FLOPs or bytes by the cost model, or more compute time when the work is unknown); "" when
+    neither accounts for EXPLAINS of the lateness. ``gpu_excess_ms``: its GPU's extra time per step,
+    what the job loses to it at most."""
     common = [k for k in s.kernel_ms if all(k in o.kernel_ms for o in others)]
     mine = sum(s.kernel_ms[k] for k in common)
     theirs = sum(float(np.median([o.kernel_ms[k] for o in others])) for k in common)
-    if common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs:
+    work = _work_ratio(s, others)
+    if (common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs
+            and (work is None or work < MORE_WORK)):
         return "slower-gpu", {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
-                              "kernel_slowdown": round(mine / theirs, 4), **_clocks(s, others)}
+                              "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
+                              **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
     extra = s.compute_ms - float(np.median([o.compute_ms for o in others]))
     if extra >= EXPLAINS * late_ms:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
-        return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2)}
+        return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2),
+                             "gpu_excess_ms": round(extra, 4),
+                             **({} if work is None else {"work_ratio": round(work, 4)})}
     return "", {}
+
+
+def _work_ratio(s: RankSummary, others: list[RankSummary]) -> float | None:
+    """The rank's FLOPs or bytes per step over the others' median, the larger; None when unknown."""
+    ratios = []
+    for field_ in ("work_flops", "work_bytes"):
+        theirs = float(np.median([getattr(o, field_) for o in others]))
+        if getattr(s, field_) > 0 and theirs > 0:
+            ratios.append(getattr(s, field_) / theirs)
+    return max(ratios) if ratios else None
+
+
+def _idle_excess(s: RankSummary, others: list[RankSummary], cause: str) -> float:
+    return s.idle_by_cause.get(cause, 0.0) - float(np.median([o.idle_by_cause.get(cause, 0.0) for o in others]))
 
 
 def _clocks(s: RankSummary, others: list[RankSummary]) -> dict:
@@ -289,17 +326,20 @@ def _why(st: Straggler) -> str:
         return (f"Why: the same kernels take {n['kernel_ms']:.2f} ms per step on it against {n['others_kernel_ms']:.2f}"
                 f" ms on the others ({n['kernel_slowdown']:.2f}x): a slower GPU.{clock}")
     if st.cause == "more-work":
+        work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes" if "work_ratio" in n else "")
         return (f"Why: its GPU computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
-                f"({n['extra_kernels_per_step']:+.0f} kernels): it is given more work.")
+                f"({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given more work.")
     if st.cause == "unexplained":
         return "Why: neither its idle, its kernel times nor its amount of work differ enough; look at its timeline."
     if "priced_host_excess_ms" in n:
         noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
                  f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
                  else "")
+        idle = (f" Its GPU sat idle {n['gpu_idle_excess_ms']:.2f} ms more per step after those syncs (its queue "
+                "drained, then refilled)." if n.get("gpu_idle_excess_ms", 0) > 0 else "")
         return (f"Why: {st.cause} takes {n['host_excess_ms']:.2f} ms more of its host's step than of the others' "
                 "(their waits for the collectives left out, the profiler's time per recorded event taken out)."
-                f"{noise} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
+                f"{noise}{idle} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
                 "its lateness once per collective it holds up, and the profiler's time.")
     return f"Why: {st.cause} holds it up {n['idle_excess_ms']:.2f} ms per step more than the others' median."
 
