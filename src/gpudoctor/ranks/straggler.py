@@ -81,6 +81,11 @@ _GPU_FIXES = (
     Fix("Check this GPU's clocks, power and temperature (nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE)"),
     Fix("Move the job off the node or replace the card if it stays slower"),
 )
+_CPU_FIXES = (
+    Fix("Give each rank its own cores and no more threads than it has (a rank sharing its cores with another "
+        "process runs every operator slower)", "OMP_NUM_THREADS=4 taskset -c 0-3 python train.py  # per rank"),
+    Fix("Look for other processes on the node (top, htop) and move the job or them"),
+)
 _WORK_FIXES = (
     Fix("Balance the work per rank: equal batch sizes and sequence lengths (bucketed sampling), "
         "balanced MoE routing (auxiliary load-balancing loss)"),
@@ -93,7 +98,7 @@ class Straggler:
     index: int  # its place in Aligned.summaries
     imposed_ms: float  # per step: the others' mean wait in the collectives it arrived last at
     held_per_step: float  # collectives per step it arrived last at, holding the others >10 us
-    cause: str  # a host-time or idle cause, "slower-gpu", "more-work", "unexplained" or "profiler-noise"
+    cause: str  # a host-time or idle cause, "slower-gpu" / "slower-cpu", "more-work", "unexplained", or a noise cause
     numbers: dict[str, float | int | str] = field(default_factory=dict)
     priced_ms: float | None = None  # per step, what it costs the job; None: the imposed wait
 
@@ -220,7 +225,9 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
     gpu, numbers = _gpu_cause(s, others, late_ms)
     if gpu:
         return gpu, numbers
-    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4)}
+    work = _work_ratio(s, others)
+    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4),
+                           **({} if work is None else {"work_ratio": round(work, 4)})}
 
 
 def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
@@ -234,7 +241,8 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tup
     work = _work_ratio(s, others)
     if (common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs
             and (work is None or work < MORE_WORK)):
-        return "slower-gpu", {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
+        # a CPU rank's "kernels" are its operators: the same ones slower on its cores
+        return "slower-gpu" if s.gpu else "slower-cpu", {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
                               "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
                               **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
     extra = s.compute_ms - float(np.median([o.compute_ms for o in others]))
@@ -325,12 +333,19 @@ def _why(st: Straggler) -> str:
                  "on the others." if "sm_clock_mhz" in n else "")
         return (f"Why: the same kernels take {n['kernel_ms']:.2f} ms per step on it against {n['others_kernel_ms']:.2f}"
                 f" ms on the others ({n['kernel_slowdown']:.2f}x): a slower GPU.{clock}")
+    if st.cause == "slower-cpu":
+        return (f"Why: the same operators take {n['kernel_ms']:.2f} ms per step on its CPU against "
+                f"{n['others_kernel_ms']:.2f} ms on the others' ({n['kernel_slowdown']:.2f}x), on the same work: its "
+                "cores are slower, or shared with other processes.")
     if st.cause == "more-work":
         work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes" if "work_ratio" in n else "")
         return (f"Why: its GPU computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
                 f"({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given more work.")
     if st.cause == "unexplained":
-        return "Why: neither its idle, its kernel times nor its amount of work differ enough; look at its timeline."
+        more = (f" It is given {n['work_ratio']:.2f}x the others' FLOPs or bytes by its ops' shapes, yet computes no "
+                "longer than they do." if n.get("work_ratio", 0) >= MORE_WORK else "")
+        return ("Why: neither its idle, its kernel times nor its compute time differ enough; look at its timeline."
+                + more)
     if "priced_host_excess_ms" in n:
         noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
                  f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
@@ -349,6 +364,8 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
         return _GPU_FIXES
     if cause == "more-work":
         return _WORK_FIXES
+    if cause == "slower-cpu":
+        return _CPU_FIXES
     if cause == "unexplained":
         return (Fix("Open this rank's timeline beside another's (gpudoctor analyze RANK_TRACE --html) and compare "
                     "what runs before its late collective"),)

@@ -18,6 +18,7 @@ from gpudoctor.analysis.host_time import host_time
 from gpudoctor.analysis.idle import dataloader_calls
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.ranks import host_ops
 from gpudoctor.ranks.backward import micro_of, pass_starts, per_step
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
@@ -194,6 +195,7 @@ the causes a straggler's lateness is judged on."""
     main = _step_thread(trace, steps)
     p2p_op = np.array([x in _P2P_OPS for x in trace.strings], bool)
     ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name] & ~p2p_op[host.name])
+    work = host_ops.op_work(trace, host_ops.in_steps(trace, ops, steps), max(len(steps), 1))
     if ops.size:  # the outermost operators: under the step's annotation, not under another operator
         parent = host.parent[ops]
         # gloo's send range outlives its operator, so the trace nests the next operators under
@@ -203,6 +205,7 @@ the causes a straggler's lateness is judged on."""
     comp_s, comp_e = union(host.ts[ops], host.end[ops])
     n = max(len(steps), 1)
     compute_ns = _in_steps(comp_s, comp_e, steps)
+    stepped = host_ops.in_steps(trace, ops, steps)  # the outermost operators: the CPU rank's "kernels"
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
     recv = np.array([x in _RECV_RANGES or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
@@ -243,14 +246,16 @@ the causes a straggler's lateness is judged on."""
         idle_ms=max(step_ns / n / 1e6 - compute_ns / n / 1e6, 0.0),
         idle_by_cause={k: v for k, v in idle_by_cause.items() if v > 0},
         collectives=tuple(out),
-        kernel_ms={},
-        kernels_per_step=0.0,
+        kernel_ms=host_ops.op_ms(trace, stepped, n),
+        kernels_per_step=len(stepped) / n,
         timeline_step=len(steps) // 2 if len(steps) else -1,
         timeline=_timeline(steps, comp_s, comp_e, comm_s, comm_e, origin),
         env=_env_facts(env or {}),
         **_p2p_host(recv_i, trace, steps),
         transfers=_host_transfers(trace, steps, main),
         backward_passes=per_step(passes, steps.start, steps.end),
+        work_flops=work[0],
+        work_bytes=work[1],
     )
 
 
