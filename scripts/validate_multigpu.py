@@ -83,8 +83,10 @@ def concrete(args: tuple[str, ...], nproc: int) -> tuple[str, ...]:
 
 
 def top_multi(report: dict[str, Any]) -> dict[str, Any] | None:
-    """The first multi-GPU finding of a combined report (findings come ranked)."""
-    return next((f for f in report.get("findings", []) if f.get("id") in MULTI_IDS), None)
+    """The first multi-GPU finding of a combined report (findings come ranked) that is not an info
+    note ("No straggler: ... within noise" is one, saving nothing)."""
+    return next((f for f in report.get("findings", []) if f.get("id") in MULTI_IDS and f.get("severity") != "info"),
+                None)
 
 
 def describe(finding: dict[str, Any] | None) -> str:

@@ -62,6 +62,10 @@ def test_stage_imbalance_rank_and_missing_report() -> None:
     row = vm.judge(CASE["pipeline_imbalance"], _report(_finding("stage-imbalance", 46.68, slowest_rank=1)),
                    106.84, 64.27, nproc=2)
     assert (row["found"], row["hit"], row["measured_ms"], row["ratio"]) == ("stage-imbalance r1", True, 42.57, 1.097)
+    # an info note (no straggler, within noise) is no top finding
+    noted = vm.judge(CASE["ddp_huge_bucket"], _report(_finding("straggler", 0.0, "info", rank=0, cause="step-noise")),
+                     19.32, 29.0, nproc=2)
+    assert (noted["found"], noted["hit"], noted["predicted_ms"]) == ("none", False, None)
     none = vm.judge(CASE["pipeline_imbalance"], None, None, 64.27, nproc=2)
     assert (none["found"], none["hit"], none["measured_ms"]) == ("no report", False, None)
 
