@@ -6,7 +6,8 @@ has made the other wait more, by chance. A straggler is late in every step by ab
 amount; so per step its lateness, its collectives' start less the other ranks' mean start (aligned
 clocks), summed over the step's collectives (as the imposed wait is), and the lower one-sided 95%
 confidence bound of its mean over the steps (Student's t) must be above zero. With one step there
-is no spread to judge and the rank is not judged.
+is no spread to judge and the rank is not judged. A rank late in one step of the window only (work
+it does every N steps, caught once) cannot be told from a hiccup this way: it is within the noise.
 
 Measured on the planted CPU runs (scripts/validate_multigpu.py --cpu, 2 gloo ranks on 2 shared
 cores, 2026-11-26): a healthy DDP run (accumulation with no_sync) whose rank 1 was late by 11.8,

@@ -298,7 +298,9 @@ def check(al: Aligned) -> Finding | None:
             "take turns arriving last, as ranks sharing busy CPU cores or stalled by the profiler do.",
             Evidence(numbers=numbers),
             (Fix("Nothing to fix for this: profile more steps, or compare the ranks' unprofiled step times "
-                 "(env.json), if in doubt"),),
+                 "(env.json), if in doubt"),
+             Fix("If one rank does work every few steps (a checkpoint, an evaluation on rank 0), profile a window "
+                 "holding several of them: late in one step only is within this noise")),
         )
     if not st.real:
         n = st.numbers
