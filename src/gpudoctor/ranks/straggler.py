@@ -10,11 +10,16 @@ their waits for the collectives: the cause its host spends the most extra time i
 as a sleep, file I/O or Python outside any operator; input wait; its own syncs; op dispatch). A
 cause the profiler inflates (dispatch: ~3 us per recorded event, analysis/observer.py) is
 de-inflated first, and between ranks that issue the same ops a dispatch difference counts only
-above the profiler's own noise. Then the GPU: its kernels slower than the same kernels elsewhere
-(a slower or throttled GPU: its NVML clocks and throttle reasons), more GPU work than the others
-(uneven batches, MoE load). Ranks without host steps (hand-built summaries, CPU ranks) are judged
-on their GPU idle by cause instead,
-and priced at that cause's excess over the others', capped at the wait they impose.
+above the profiler's own noise. A rank whose extra dispatch follows syncs the others do not make,
+its GPU idle after them, is late for its syncs (the drained queue refilled: analysis/idle.py).
+Then the GPU: its kernels slower than the same kernels elsewhere on the same work (a slower or
+throttled GPU: its NVML clocks and throttle reasons), or more GPU work than the others (uneven
+batches, MoE load): its FLOPs or bytes per step, by the cost model from the ops' shapes, at least
+MORE_WORK times the others', or its compute longer where the shapes are unknown; either priced at
+its GPU's extra time at most. Ranks without host steps (hand-built summaries, CPU ranks) are
+judged on their idle by cause instead, and priced at that cause's excess over the others', capped
+at the wait they impose; a CPU rank's operators stand for its kernels (ranks/host_ops.py: the same
+operators slower on the same work is "slower-cpu", its cores slower or shared).
 
 Priced as what the rank's extra host time costs the job per step, capped at the wait it imposes
 in the profiled trace: that wait sums the rank's lateness once per collective it holds up, and
@@ -241,10 +246,11 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tup
     work = _work_ratio(s, others)
     if (common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs
             and (work is None or work < MORE_WORK)):
-        # a CPU rank's "kernels" are its operators: the same ones slower on its cores
-        return "slower-gpu" if s.gpu else "slower-cpu", {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
-                              "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
-                              **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
+        numbers = {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
+                   "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
+                   **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
+        # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
+        return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
     extra = s.compute_ms - float(np.median([o.compute_ms for o in others]))
     if extra >= EXPLAINS * late_ms:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
@@ -341,7 +347,7 @@ def _why(st: Straggler) -> str:
                 "cores are slower, or shared with other processes.")
     if st.cause == "more-work":
         work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes" if "work_ratio" in n else "")
-        return (f"Why: its GPU computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
+        return (f"Why: it computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
                 f"({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given more work.")
     if st.cause == "unexplained":
         more = (f" It is given {n['work_ratio']:.2f}x the others' FLOPs or bytes by its ops' shapes, yet computes no "
