@@ -218,7 +218,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
     if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
-    return "unexplained", {**numbers, "idle_excess_ms": 0.0}, late_ms
+    work = _work_ratio(s, others)
+    return "unexplained", {**numbers, "idle_excess_ms": 0.0, **({} if work is None else {"work_ratio": round(work, 4)})}, late_ms
 
 
 def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
