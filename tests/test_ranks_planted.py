@@ -250,3 +250,23 @@ def test_cpu_rank_whose_operators_are_slower_on_the_same_work() -> None:
     assert (st.rank, st.cause, st.price_ms, st.numbers["kernel_slowdown"]) == (1, "slower-cpu", pytest.approx(0.8), 1.4)
     f = combine([_cpu_rank(0, 0, 4.0), _cpu_rank(1, 800_000, 6.0)]).findings[0]
     assert "its cores are slower, or shared with other processes" in f.summary and "taskset" in f.fixes[0].code
+
+
+def test_overlap_not_taken_is_at_most_the_compute_running_alone() -> None:
+    # two 1 ms all-reduces a step with nothing beside them: the first could have been issued earlier,
+    # but only 0.4 ms of compute a step runs alone to hide it under (0.6 ms more beside the second)
+    def comm_bound(rank: int) -> RankSummary:
+        colls = []
+        for k in range(3):
+            t = k * 10_000_000
+            colls += [Collective("all-reduce", 2 * k, MiB, t + 1_000_000, t + 2_000_000, 7, "0", k),
+                      Collective("all-reduce", 2 * k + 1, MiB, t + 3_000_000, t + 4_000_000, 7, "0", k,
+                                 overlap=((0, 600_000),))]
+        return RankSummary(rank=rank, source=f"r{rank}", gpu="", step_start=(0, 10_000_000, 20_000_000),
+                           step_end=(10_000_000, 20_000_000, 30_000_000), busy_ms=1.0, compute_ms=1.0, idle_ms=9.0,
+                           idle_by_cause={}, collectives=tuple(colls), kernel_ms={}, kernels_per_step=0.0)
+
+    result = combine([comm_bound(0), comm_bound(1)])
+    e = result.distributed["exposed_comm"]
+    assert (e["exposed_ms"], e["overlap_not_taken_ms"], e["transfer_ms"]) == (1.4, 0.4, 1.0)
+    assert e["overlap_not_taken_by_cause"]["issued-late"] == 0.4

@@ -10,6 +10,9 @@ compute kernel runs beside it on that rank; its exposed part is split three ways
     been split off and overlapped with the backward pass before it (one huge bucket);
   - ``issued-late``: every other collective of the step could have been issued earlier (DDP
     buckets ready sooner, FSDP all-gathers prefetched);
+  the last two together at most the rank's compute that runs with no collective beside it (there
+  is nothing else to hide them under: a step whose communication outlasts its compute leaves the
+  rest exposed however early it is issued);
 - transfer: the rest, the data moved at the achieved bus bandwidth with nothing left to hide it.
 """
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.analysis.intervals import union
 from gpudoctor.ranks.accumulation import repeated_sets
 from gpudoctor.ranks.aligned import Aligned
 
@@ -67,10 +71,27 @@ def split(al: Aligned) -> CommSplit:
     def per_step(x: np.ndarray) -> np.ndarray:
         return x.sum(axis=0) / n / 1e6 if len(x) else np.zeros(len(al.summaries))
 
+    # what can be moved under compute is at most the compute that runs with no collective beside it
+    cap = hideable_ms(al) * n * 1e6  # [R] ns over the window
+    movable = (bucket + late).sum(axis=0) if len(rows) else np.zeros(len(al.summaries))
+    keep = np.divide(cap, movable, out=np.ones_like(cap), where=movable > cap)
+    bucket, late = bucket * np.minimum(keep, 1.0), late * np.minimum(keep, 1.0)
     missed = bucket + late + accumulation
     return CommSplit(per_step(al.exposed[rows]), per_step(wait), per_step(transfer - missed), per_step(missed),
                      per_step(comm), per_step(accumulation), per_step(bucket), per_step(late),
                      repeated.sets_per_step)
+
+
+def hideable_ms(al: Aligned) -> np.ndarray:
+    """[R] ms per step of each rank's compute with no collective of the steps beside it."""
+    out = []
+    for s in al.summaries:
+        inside = [c for c in s.collectives if c.step >= 0]
+        starts = np.array([c.start + a for c in inside for a, _ in c.overlap], np.int64)
+        ends = np.array([c.start + b for c in inside for _, b in c.overlap], np.int64)
+        beside = float((np.subtract(*union(starts, ends)[::-1])).sum()) if len(starts) else 0.0
+        out.append(max(s.compute_ms - beside / max(s.steps, 1) / 1e6, 0.0))
+    return np.array(out)
 
 
 def _splittable(nbytes: np.ndarray) -> np.ndarray:
