@@ -123,8 +123,9 @@ class RankSummary:
     host_events: dict[str, float] = field(default_factory=dict)
     transfers: tuple[Transfer, ...] = ()  # send starts and recv ends, in time order
     backward_passes: tuple[int, ...] = ()  # per step (ranks/backward.py): micro-batches accumulated
-    # per step, the FLOPs and bytes of its non-NCCL kernels by the cost model (analysis/roofline.py):
-    # the work a rank is given, which tells more work from a slower GPU; 0 when unknown
+    # per step, the FLOPs and bytes of its non-NCCL kernels by the cost model (analysis/roofline.py),
+    # a CPU rank's of its operators (ranks/host_ops.py): the work a rank is given, which tells more
+    # work from a slower GPU; 0 when unknown
     work_flops: float = 0.0
     work_bytes: float = 0.0
 
@@ -149,8 +150,9 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
     starts = tuple(int(x) + origin for x in steps.start)
     ends = tuple(int(x) + origin for x in steps.end)
     compute_ns = _in_steps(comp_s, comp_e, steps)
-    lo, hi = (steps.host_start, steps.host_end) if steps.host_start is not None and steps.host_end is not None \
-        else (steps.start, steps.end)
+    # the host's own step ranges (its launches are what the backward passes are matched with)
+    lo = steps.host_start if steps.host_start is not None else steps.start
+    hi = steps.host_end if steps.host_end is not None else steps.end
     passes = pass_starts(t, _step_thread(t, steps)) if len(steps) else np.empty(0, np.int64)
     collectives = _collectives(a, comp_s, comp_e, lambda ts: micro_of(passes, lo, hi, ts))
     host = host_time(t, steps, a.idle)
