@@ -48,12 +48,24 @@ def test_exposed_comm_names_its_largest_part_and_no_ratio_when_the_fix_is_slower
     assert row["found"] == "exposed-comm, most not-overlapped"
     assert row["hit"] is True
     assert (row["measured_ms"], row["ratio"], row["within_1_5x"]) == (-23.9, None, False)
+    # the accumulation case names the overlap's cause, and checks it
+    report = _report(_finding("exposed-comm", 8.67, wait_for_slowest_ms=8.54, overlap_not_taken_ms=8.67,
+                              transfer_ms=11.7, overlap_not_taken_cause="accumulation"))
+    row = vm.judge(CASE["ddp_accum_no_sync"], report, 96.59, 49.06, nproc=2)
+    assert (row["found"], row["cause"], row["cause_ok"]) == ("exposed-comm, most transfer", "accumulation", True)
+    report["findings"][1]["evidence"]["numbers"]["transfer_ms"] = 1.0
+    assert vm.judge(CASE["ddp_accum_no_sync"], report, 96.59, 49.06, nproc=2)["found"] == (
+        "exposed-comm, most not-overlapped (accumulation)")
 
 
 def test_stage_imbalance_rank_and_missing_report() -> None:
     row = vm.judge(CASE["pipeline_imbalance"], _report(_finding("stage-imbalance", 46.68, slowest_rank=1)),
                    106.84, 64.27, nproc=2)
     assert (row["found"], row["hit"], row["measured_ms"], row["ratio"]) == ("stage-imbalance r1", True, 42.57, 1.097)
+    # an info note (no straggler, within noise) is no top finding
+    noted = vm.judge(CASE["ddp_huge_bucket"], _report(_finding("straggler", 0.0, "info", rank=0, cause="step-noise")),
+                     19.32, 29.0, nproc=2)
+    assert (noted["found"], noted["hit"], noted["predicted_ms"]) == ("none", False, None)
     none = vm.judge(CASE["pipeline_imbalance"], None, None, 64.27, nproc=2)
     assert (none["found"], none["hit"], none["measured_ms"]) == ("no report", False, None)
 

@@ -28,6 +28,7 @@ class Aligned:
     exposed: np.ndarray  # [M, R] time not hidden by compute on that rank
     exposed_wait: np.ndarray  # [M, R] the exposed part spent waiting (at the kernel's start)
     clock: Clock | None = None  # how each offset was found, and how sure it is
+    micro: np.ndarray | None = None  # [M] the backward pass of its step that launched it (rank 0's), -1 unknown
 
     @property
     def ranks(self) -> list[int]:
@@ -71,7 +72,8 @@ def align(summaries: Sequence[RankSummary]) -> Aligned:
     ref = cols[0] if cols else []
     step = np.array([c.step for c in ref], np.int64)
     return Aligned(summaries, off, tuple(c.op for c in ref), np.array([c.nbytes for c in ref], np.int64), step,
-                   _last_of_step(step), start, end, wait, exposed, exposed_wait, clock)
+                   _last_of_step(step), start, end, wait, exposed, exposed_wait, clock,
+                   np.array([c.micro for c in ref], np.int64))
 
 
 def _hidden_free(c: Collective, upto: int) -> int:

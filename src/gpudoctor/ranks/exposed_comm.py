@@ -1,7 +1,9 @@
 """``exposed-comm``: communication no compute hides, per step, split into the wait for the slowest
 rank, the transfer at the achieved bus bandwidth, and the overlap possible but not taken
-(ranks/comm.py says how). Each part is priced on its own; the finding's saving leaves out the wait
-when ``straggler`` claims it, and the transfer that one bucket must leave exposed."""
+(ranks/comm.py says how, and its causes: gradient sets reduced again under accumulation, one
+bucket too big, collectives issued late). Each part is priced on its own; the finding's saving
+leaves out the wait when ``straggler`` claims it, and the transfer that one bucket must leave
+exposed."""
 
 from __future__ import annotations
 
@@ -13,43 +15,82 @@ ID = "exposed-comm"
 MIN_MS = 0.05  # per step: below this the exposed time is within launch jitter
 MIN_SHARE = 0.01  # of the step
 
+_NO_SYNC = (
+    Fix("Skip the gradient all-reduce on all but the last micro-batch of each optimizer step "
+        "(accelerate's accumulate() and Lightning's accumulate_grad_batches do this for you)",
+        "ctx = model.no_sync() if i < accum - 1 else contextlib.nullcontext()\n"
+        "with ctx: loss.backward()"),
+    Fix("With FSDP2, turn the reduction off on the micro-batches before the last",
+        "model.set_requires_gradient_sync(i == accum - 1)"),
+)
+_BUCKETS = (
+    Fix(f"Overlap the all-reduces with backward: keep DDP's buckets near {BUCKET_BYTES >> 20} MiB "
+        "so the first ones start during backward",
+        "DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)"),
+)
+_PREFETCH = (
+    Fix("Issue the collectives earlier: with FSDP, prefetch the next all-gather",
+        "FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)"),
+)
+
 
 def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | None:
     exposed = split.mean("exposed")
     if exposed < max(MIN_MS, MIN_SHARE * al.step_ms):
         return None
     wait, transfer, missed = split.mean("wait"), split.mean("transfer"), split.mean("not_overlapped")
+    causes = split.by_cause()
+    cause = max(causes, key=lambda c: causes[c]) if missed > 0 else ""
     saving = missed + (0.0 if straggler_fired else wait)
     numbers = {
         "exposed_ms_per_step": round(exposed, 4),
         "wait_for_slowest_ms": round(wait, 4),
         "transfer_ms": round(transfer, 4),
         "overlap_not_taken_ms": round(missed, 4),
+        **{f"overlap_not_taken_{c.replace('-', '_')}_ms": round(v, 4) for c, v in causes.items()},
+        "overlap_not_taken_cause": cause,
         "comm_ms_per_step": round(split.mean("comm"), 4),
         "exposed_share_of_comm": round(exposed / split.mean("comm"), 4) if split.mean("comm") > 0 else 0.0,
     }
+    if causes["accumulation"] > 0:
+        numbers["gradient_sets_per_step"] = round(split.accumulated_sets, 2)
     return make_finding(
-        ID, f"{exposed:.2f} ms per step of communication is not hidden behind compute",
+        ID, _title(exposed, cause, split.accumulated_sets),
         al.step_ms, saving,
         f"Of {split.mean('comm'):.2f} ms of collectives per step, {exposed:.2f} ms runs with no compute beside "
         f"it (mean over ranks): {wait:.2f} ms waiting for the slowest rank, {missed:.2f} ms that could have "
-        f"overlapped the backward pass (issued earlier or in smaller buckets), {transfer:.2f} ms of transfer "
+        f"been overlapped or skipped{_missed_parts(causes, split.accumulated_sets)}, {transfer:.2f} ms of transfer "
         "left with nothing to hide it.",
-        Evidence(numbers=numbers), _fixes(missed, wait, straggler_fired),
+        Evidence(numbers=numbers), _fixes(cause, missed, wait, straggler_fired),
         wrong_fix="A faster interconnect alone: the wait and the missed overlap stay",
     )
 
 
-def _fixes(missed: float, wait: float, straggler_fired: bool) -> tuple[Fix, ...]:
-    fixes = []
-    if missed > 0:
-        fixes.append(Fix(f"Overlap the all-reduces with backward: keep DDP's buckets near {BUCKET_BYTES >> 20} MiB "
-                         "so the first ones start during backward",
-                         "DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)"))
-        fixes.append(Fix("With FSDP, prefetch the next all-gather",
-                         "FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)"))
-        fixes.append(Fix("With gradient accumulation, skip the all-reduce on the accumulation steps",
-                         "with model.no_sync(): loss.backward()  # all but the last micro-batch"))
+def _title(exposed: float, cause: str, sets: float) -> str:
+    if cause == "accumulation":
+        return (f"The gradients are all-reduced {sets:.0f} times per optimizer step (gradient accumulation "
+                f"without no_sync): {exposed:.2f} ms per step of communication is exposed")
+    return f"{exposed:.2f} ms per step of communication is not hidden behind compute"
+
+
+def _missed_parts(causes: dict[str, float], sets: float) -> str:
+    parts = []
+    if causes["accumulation"] > 0:
+        parts.append(f"{causes['accumulation']:.2f} ms reducing gradient sets that the next micro-batch reduces "
+                     f"again ({sets:.0f} backward passes per step, each followed by the same all-reduces: only "
+                     "the last set is used)")
+    if causes["bucket"] > 0:
+        parts.append(f"{causes['bucket']:.2f} ms of a last all-reduce too large to overlap (one bucket of "
+                     "gradients started after the whole backward)")
+    if causes["issued-late"] > 0:
+        parts.append(f"{causes['issued-late']:.2f} ms of collectives that could have been issued earlier")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _fixes(cause: str, missed: float, wait: float, straggler_fired: bool) -> tuple[Fix, ...]:
+    order = {"accumulation": (_NO_SYNC, _BUCKETS, _PREFETCH), "bucket": (_BUCKETS, _PREFETCH, _NO_SYNC),
+             "issued-late": (_BUCKETS, _PREFETCH, _NO_SYNC)}
+    fixes = [f for group in order.get(cause, ()) for f in group] if missed > 0 else []
     if wait > 0 and not straggler_fired:
         fixes.append(Fix("Even out the ranks' arrival: see the per-rank table for who arrives last"))
     fixes.append(Fix("Move fewer bytes: bf16 gradients (DDP comm hook) or a larger micro-batch per all-reduce",

@@ -10,16 +10,23 @@ their waits for the collectives: the cause its host spends the most extra time i
 as a sleep, file I/O or Python outside any operator; input wait; its own syncs; op dispatch). A
 cause the profiler inflates (dispatch: ~3 us per recorded event, analysis/observer.py) is
 de-inflated first, and between ranks that issue the same ops a dispatch difference counts only
-above the profiler's own noise. Then the GPU: its kernels slower than the same kernels elsewhere
-(a slower or throttled GPU: its NVML clocks and throttle reasons), more GPU work than the others
-(uneven batches, MoE load). Ranks without host steps (hand-built summaries, CPU ranks) are judged
-on their GPU idle by cause instead,
-and priced at that cause's excess over the others', capped at the wait they impose.
+above the profiler's own noise. A rank whose extra dispatch follows syncs the others do not make,
+its GPU idle after them, is late for its syncs (the drained queue refilled: analysis/idle.py).
+Then the GPU: its kernels slower than the same kernels elsewhere on the same work (a slower or
+throttled GPU: its NVML clocks and throttle reasons), or more GPU work than the others (uneven
+batches, MoE load): its FLOPs or bytes per step, by the cost model from the ops' shapes, at least
+MORE_WORK times the others', or its compute longer where the shapes are unknown; either priced at
+its GPU's extra time at most. Ranks without host steps (hand-built summaries, CPU ranks) are
+judged on their idle by cause instead, and priced at that cause's excess over the others', capped
+at the wait they impose; a CPU rank's operators stand for its kernels (ranks/host_ops.py: the same
+operators slower on the same work is "slower-cpu", its cores slower or shared).
 
 Priced as what the rank's extra host time costs the job per step, capped at the wait it imposes
 in the profiled trace: that wait sums the rank's lateness once per collective it holds up, and
 counts the profiler's own time; a rank late only within the profiler's noise is reported at no
-cost (severity info), the ranks of a healthy job being equal without the profiler.
+cost (severity info), the ranks of a healthy job being equal without the profiler; so is a rank
+late on average but not step after step (ranks/step_noise.py: ranks on shared CPU cores taking
+turns), whatever cause its summed lateness was given.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from gpudoctor.analysis.host_time import WAITS
 from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
 from gpudoctor.core.finding import MAX_SAVING_SHARE, Evidence, Finding, Fix, make_finding, severity_for, speedup
 from gpudoctor.ranks.aligned import Aligned
+from gpudoctor.ranks.step_noise import lateness
 from gpudoctor.ranks.summary import RankSummary
 
 ID = "straggler"
@@ -41,7 +49,14 @@ NOISE_SHARE = 0.01  # of the step
 LATE_NS = 10_000  # an instance the others waited >10 us for on average counts as held up
 EXPLAINS = 0.5  # a cause must account for this share of the lateness to be named
 SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
+# FLOPs or bytes per step >= 5% above the others': more work, whatever its kernels' speed. The cost
+# model gives ranks running the same shapes the same figures exactly (the 2x H100 DDP ranks:
+# 1.334e12 FLOPs and 1.126e10 bytes a step each, tests/data/ddp2_h100); the margin is for steps whose
+# shapes vary (sequence lengths)
+MORE_WORK = 1.05
 PROFILER_NOISE_CAUSE = "profiler-noise"
+STEP_NOISE_CAUSE = "step-noise"  # late on average but not step after step (ranks/step_noise.py)
+NOISE_CAUSES = frozenset({PROFILER_NOISE_CAUSE, STEP_NOISE_CAUSE})
 # Ranks whose recorded events per step differ by at most this share issue the same ops.
 SAME_EVENTS = 0.01
 # Between ranks that issue the same ops, a host-time difference in a cause counts only above this
@@ -71,6 +86,11 @@ _GPU_FIXES = (
     Fix("Check this GPU's clocks, power and temperature (nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE)"),
     Fix("Move the job off the node or replace the card if it stays slower"),
 )
+_CPU_FIXES = (
+    Fix("Give each rank its own cores and no more threads than it has (a rank sharing its cores with another "
+        "process runs every operator slower)", "OMP_NUM_THREADS=4 taskset -c 0-3 python train.py  # per rank"),
+    Fix("Look for other processes on the node (top, htop) and move the job or them"),
+)
 _WORK_FIXES = (
     Fix("Balance the work per rank: equal batch sizes and sequence lengths (bucketed sampling), "
         "balanced MoE routing (auxiliary load-balancing loss)"),
@@ -83,7 +103,7 @@ class Straggler:
     index: int  # its place in Aligned.summaries
     imposed_ms: float  # per step: the others' mean wait in the collectives it arrived last at
     held_per_step: float  # collectives per step it arrived last at, holding the others >10 us
-    cause: str  # a host-time or idle cause, "slower-gpu", "more-work", "unexplained" or "profiler-noise"
+    cause: str  # a host-time or idle cause, "slower-gpu" / "slower-cpu", "more-work", "unexplained", or a noise cause
     numbers: dict[str, float | int | str] = field(default_factory=dict)
     priced_ms: float | None = None  # per step, what it costs the job; None: the imposed wait
 
@@ -93,8 +113,8 @@ class Straggler:
 
     @property
     def real(self) -> bool:
-        """False when its lateness is within the profiler's noise: no rank straggles."""
-        return self.cause != PROFILER_NOISE_CAUSE
+        """False when its lateness is within the profiler's or the steps' noise: no rank straggles."""
+        return self.cause not in NOISE_CAUSES
 
 
 def imposed_per_rank(al: Aligned) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +146,15 @@ def find_straggler(al: Aligned) -> Straggler | None:
         cause, numbers = _cause(mine, others, float(imposed[i]))
         # an idle cause explains its excess, no more: the rest of the wait (a CPU rank's scheduling
         # on shared cores, say) is not what its fix removes; as on the host path, capped at the wait
-        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else None
+        # (a GPU cause: the GPU's extra time)
+        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else numbers.get("gpu_excess_ms")
         price = None if excess is None else min(float(imposed[i]), float(excess))
+    late = lateness(al, i)
+    if cause not in NOISE_CAUSES and late.within_noise:
+        # late on average over the window, not step after step: the ranks' own variation
+        numbers = {**numbers, "found_cause": cause, "lateness_ms_per_step": list(late.per_step_ms),
+                   "lateness_mean_ms": round(late.mean_ms, 4), "lateness_lower_bound_ms": round(late.lower_ms, 4)}
+        return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), STEP_NOISE_CAUSE, numbers, 0.0)
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 
@@ -167,21 +194,32 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
                      "dispatch_excess_ms": round(d_excess, 4), "dispatch_noise_ms": round(d_noise, 4),
                      "host_events_per_step": round(sum(s.host_events.values()), 1)}
     own = {c: e for c, e in real.items() if c != "host-sync"}
+    sync_idle = _idle_excess(s, others, "host-sync")
+    if own and max(own, key=lambda c: own[c]) == "dispatch" and excess.get("host-sync", (0.0,))[0] > 0 < sync_idle:
+        # a rank that syncs more than the others, its GPU idle after the syncs: its extra dispatch is
+        # the refill of the drained queue, the syncs' cost as analysis/idle.py counts it
+        price = min(late_ms, sync_idle)
+        return "host-sync", {**numbers, "host_excess_ms": round(excess["host-sync"][0], 4),
+                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
     if own:
         cause = max(own, key=lambda c: own[c])
         price = min(late_ms, sum(real.values()))
         return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
     gpu, gpu_numbers = _gpu_cause(s, others, late_ms)
     if gpu:
-        return gpu, {**numbers, **gpu_numbers}, late_ms
+        return gpu, {**numbers, **gpu_numbers}, min(late_ms, gpu_numbers["gpu_excess_ms"])
     if "host-sync" in real:
-        price = min(late_ms, real["host-sync"])
-        return "host-sync", {**numbers, "host_excess_ms": round(price, 4), "priced_host_excess_ms": round(price, 4)}, price
+        # its host waits for its own GPU: what the job loses is the GPU's idle after each sync (the
+        # queue drained, then refilled), analysis/idle.py's host-sync idle, where the GPU shows it
+        price = min(late_ms, real["host-sync"], sync_idle if sync_idle > 0 else real["host-sync"])
+        return "host-sync", {**numbers, "host_excess_ms": round(real["host-sync"], 4),
+                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
     events = [o.host_events.get("dispatch", 0.0) for o in others]
     if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
-    return "unexplained", {**numbers, "idle_excess_ms": 0.0}, late_ms
+    work = _work_ratio(s, others)
+    return "unexplained", {**numbers, "idle_excess_ms": 0.0, **({} if work is None else {"work_ratio": round(work, 4)})}, late_ms
 
 
 def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
@@ -193,23 +231,48 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
     gpu, numbers = _gpu_cause(s, others, late_ms)
     if gpu:
         return gpu, numbers
-    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4)}
+    work = _work_ratio(s, others)
+    return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4),
+                           **({} if work is None else {"work_ratio": round(work, 4)})}
 
 
 def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
-    """A slower GPU (the same kernels slower) or more GPU work than the others; "" when neither
-    accounts for EXPLAINS of the lateness."""
+    """A slower GPU (the same kernels slower, on the same work) or more GPU work than the others
+    (more FLOPs or bytes by the cost model, or more compute time when the work is unknown); "" when
+    neither accounts for EXPLAINS of the lateness. ``gpu_excess_ms``: its GPU's extra time per step,
+    what the job loses to it at most."""
     common = [k for k in s.kernel_ms if all(k in o.kernel_ms for o in others)]
     mine = sum(s.kernel_ms[k] for k in common)
     theirs = sum(float(np.median([o.kernel_ms[k] for o in others])) for k in common)
-    if common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs:
-        return "slower-gpu", {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
-                              "kernel_slowdown": round(mine / theirs, 4), **_clocks(s, others)}
+    work = _work_ratio(s, others)
+    if (common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs
+            and (work is None or work < MORE_WORK)):
+        numbers = {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
+                   "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
+                   **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
+        # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
+        return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
     extra = s.compute_ms - float(np.median([o.compute_ms for o in others]))
     if extra >= EXPLAINS * late_ms:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
-        return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2)}
+        return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2),
+                             "gpu_excess_ms": round(extra, 4),
+                             **({} if work is None else {"work_ratio": round(work, 4)})}
     return "", {}
+
+
+def _work_ratio(s: RankSummary, others: list[RankSummary]) -> float | None:
+    """The rank's FLOPs or bytes per step over the others' median, the larger; None when unknown."""
+    ratios = []
+    for field_ in ("work_flops", "work_bytes"):
+        theirs = float(np.median([getattr(o, field_) for o in others]))
+        if getattr(s, field_) > 0 and theirs > 0:
+            ratios.append(getattr(s, field_) / theirs)
+    return max(ratios) if ratios else None
+
+
+def _idle_excess(s: RankSummary, others: list[RankSummary], cause: str) -> float:
+    return s.idle_by_cause.get(cause, 0.0) - float(np.median([o.idle_by_cause.get(cause, 0.0) for o in others]))
 
 
 def _clocks(s: RankSummary, others: list[RankSummary]) -> dict:
@@ -230,6 +293,22 @@ def check(al: Aligned) -> Finding | None:
         return None
     numbers = {"rank": st.rank, "wait_imposed_ms_per_step": round(st.imposed_ms, 4),
                "held_up_per_step": round(st.held_per_step, 2), "cause": st.cause, **st.numbers}
+    if st.cause == STEP_NOISE_CAUSE:
+        n = st.numbers
+        steps = ", ".join(f"{x:.2f}" for x in n["lateness_ms_per_step"])
+        return make_finding(
+            ID, f"No straggler: rank {st.rank} reaches the collectives last only within the ranks' step-to-step noise",
+            al.step_ms, 0.0,
+            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for rank {st.rank} on "
+            f"average, but it was not late step after step: its lateness per step was {steps} ms (mean "
+            f"{n['lateness_mean_ms']:.2f} ms, 95% lower bound {n['lateness_lower_bound_ms']:.2f} ms): the ranks "
+            "take turns arriving last, as ranks sharing busy CPU cores or stalled by the profiler do.",
+            Evidence(numbers=numbers),
+            (Fix("Nothing to fix for this: profile more steps, or compare the ranks' unprofiled step times "
+                 "(env.json), if in doubt"),
+             Fix("If one rank does work every few steps (a checkpoint, an evaluation on rank 0), profile a window "
+                 "holding several of them: late in one step only is within this noise")),
+        )
     if not st.real:
         n = st.numbers
         return make_finding(
@@ -263,18 +342,28 @@ def _why(st: Straggler) -> str:
                  "on the others." if "sm_clock_mhz" in n else "")
         return (f"Why: the same kernels take {n['kernel_ms']:.2f} ms per step on it against {n['others_kernel_ms']:.2f}"
                 f" ms on the others ({n['kernel_slowdown']:.2f}x): a slower GPU.{clock}")
+    if st.cause == "slower-cpu":
+        return (f"Why: the same operators take {n['kernel_ms']:.2f} ms per step on its CPU against "
+                f"{n['others_kernel_ms']:.2f} ms on the others' ({n['kernel_slowdown']:.2f}x), on the same work: its "
+                "cores are slower, or shared with other processes.")
     if st.cause == "more-work":
-        return (f"Why: its GPU computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
-                f"({n['extra_kernels_per_step']:+.0f} kernels): it is given more work.")
+        work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes" if "work_ratio" in n else "")
+        return (f"Why: it computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
+                f"({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given more work.")
     if st.cause == "unexplained":
-        return "Why: neither its idle, its kernel times nor its amount of work differ enough; look at its timeline."
+        more = (f" It is given {n['work_ratio']:.2f}x the others' FLOPs or bytes by its ops' shapes, yet computes no "
+                "longer than they do." if n.get("work_ratio", 0) >= MORE_WORK else "")
+        return ("Why: neither its idle, its kernel times nor its compute time differ enough; look at its timeline."
+                + more)
     if "priced_host_excess_ms" in n:
         noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
                  f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
                  else "")
+        idle = (f" Its GPU sat idle {n['gpu_idle_excess_ms']:.2f} ms more per step after those syncs (its queue "
+                "drained, then refilled)." if n.get("gpu_idle_excess_ms", 0) > 0 else "")
         return (f"Why: {st.cause} takes {n['host_excess_ms']:.2f} ms more of its host's step than of the others' "
                 "(their waits for the collectives left out, the profiler's time per recorded event taken out)."
-                f"{noise} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
+                f"{noise}{idle} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
                 "its lateness once per collective it holds up, and the profiler's time.")
     return f"Why: {st.cause} holds it up {n['idle_excess_ms']:.2f} ms per step more than the others' median."
 
@@ -284,6 +373,8 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
         return _GPU_FIXES
     if cause == "more-work":
         return _WORK_FIXES
+    if cause == "slower-cpu":
+        return _CPU_FIXES
     if cause == "unexplained":
         return (Fix("Open this rank's timeline beside another's (gpudoctor analyze RANK_TRACE --html) and compare "
                     "what runs before its late collective"),)

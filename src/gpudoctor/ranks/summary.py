@@ -6,6 +6,7 @@ kilobytes whatever the trace's size: worker processes send these back, never eve
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ from gpudoctor.analysis.host_time import host_time
 from gpudoctor.analysis.idle import dataloader_calls
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.ranks import host_ops
+from gpudoctor.ranks.backward import micro_of, pass_starts, per_step
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
 
@@ -65,6 +68,7 @@ class Collective:
     # what of it is hidden, worked out once its wait is known (ranks/comm.py)
     overlap: tuple[tuple[int, int], ...] = ()
     name: str = ""  # the recorded collective name ("send", "recv", "all_reduce"), "" when unrecorded
+    micro: int = -1  # the backward pass of its step that launched it (ranks/backward.py), -1 unknown
 
     @property
     def is_recv(self) -> bool:
@@ -118,6 +122,12 @@ class RankSummary:
     host_ms: dict[str, float] = field(default_factory=dict)
     host_events: dict[str, float] = field(default_factory=dict)
     transfers: tuple[Transfer, ...] = ()  # send starts and recv ends, in time order
+    backward_passes: tuple[int, ...] = ()  # per step (ranks/backward.py): micro-batches accumulated
+    # per step, the FLOPs and bytes of its non-NCCL kernels by the cost model (analysis/roofline.py),
+    # a CPU rank's of its operators (ranks/host_ops.py): the work a rank is given, which tells more
+    # work from a slower GPU; 0 when unknown
+    work_flops: float = 0.0
+    work_bytes: float = 0.0
 
     @property
     def step_ms(self) -> float:
@@ -140,8 +150,13 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
     starts = tuple(int(x) + origin for x in steps.start)
     ends = tuple(int(x) + origin for x in steps.end)
     compute_ns = _in_steps(comp_s, comp_e, steps)
-    collectives = _collectives(a, comp_s, comp_e)
+    # the host's own step ranges (its launches are what the backward passes are matched with)
+    lo = steps.host_start if steps.host_start is not None else steps.start
+    hi = steps.host_end if steps.host_end is not None else steps.end
+    passes = pass_starts(t, _step_thread(t, steps)) if len(steps) else np.empty(0, np.int64)
+    collectives = _collectives(a, comp_s, comp_e, lambda ts: micro_of(passes, lo, hi, ts))
     host = host_time(t, steps, a.idle)
+    flops, nbytes = _work(a, ~nccl, n)
     return RankSummary(
         rank=rank,
         source=t.source,
@@ -162,6 +177,9 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         host_ms=host.ms,
         host_events=host.events,
         transfers=_device_transfers(a, collectives),
+        backward_passes=per_step(passes, lo, hi),
+        work_flops=flops,
+        work_bytes=nbytes,
     )
 
 
@@ -179,6 +197,7 @@ the causes a straggler's lateness is judged on."""
     main = _step_thread(trace, steps)
     p2p_op = np.array([x in _P2P_OPS for x in trace.strings], bool)
     ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name] & ~p2p_op[host.name])
+    work = host_ops.op_work(trace, host_ops.in_steps(trace, ops, steps), max(len(steps), 1))
     if ops.size:  # the outermost operators: under the step's annotation, not under another operator
         parent = host.parent[ops]
         # gloo's send range outlives its operator, so the trace nests the next operators under
@@ -188,6 +207,7 @@ the causes a straggler's lateness is judged on."""
     comp_s, comp_e = union(host.ts[ops], host.end[ops])
     n = max(len(steps), 1)
     compute_ns = _in_steps(comp_s, comp_e, steps)
+    stepped = host_ops.in_steps(trace, ops, steps)  # the outermost operators: the CPU rank's "kernels"
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
     recv = np.array([x in _RECV_RANGES or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
@@ -206,13 +226,16 @@ the causes a straggler's lateness is judged on."""
     loader_ms = min(max(_in_steps(both_s, both_e, steps) - covered_ns, 0.0) / n / 1e6, uncovered_ms)
     idle_by_cause = {"input-pipeline": round(loader_ms, 6), "host-work": round(uncovered_ms - loader_ms, 6)}
     out = []
+    # the backward of micro-batch j waits for its collectives before it returns (the reducer's
+    # finalize): a collective's range starts inside the pass that issued it
+    passes = pass_starts(trace, main)
     for seq, i in enumerate(coll.tolist()):
         s, e = int(host.ts[i]), int(host.end[i])
         m = _HOST_COLLECTIVE.match(trace.strings[int(host.name[i])])
         op = _OP_NAMES.get(m.group(1), "collective") if m else "collective"
         out.append(Collective(op, seq, 0, s + origin, e + origin, int(host.thread[i]), "",
                               _step_of(steps.start, steps.end, s), _overlap(comp_s, comp_e, s, e),
-                              m.group(1) if m else ""))
+                              m.group(1) if m else "", micro_of(passes, steps.start, steps.end, s)))
     comm_s, comm_e = union(host.ts[coll], host.end[coll])
     return RankSummary(
         rank=rank,
@@ -225,13 +248,16 @@ the causes a straggler's lateness is judged on."""
         idle_ms=max(step_ns / n / 1e6 - compute_ns / n / 1e6, 0.0),
         idle_by_cause={k: v for k, v in idle_by_cause.items() if v > 0},
         collectives=tuple(out),
-        kernel_ms={},
-        kernels_per_step=0.0,
+        kernel_ms=host_ops.op_ms(trace, stepped, n),
+        kernels_per_step=len(stepped) / n,
         timeline_step=len(steps) // 2 if len(steps) else -1,
         timeline=_timeline(steps, comp_s, comp_e, comm_s, comm_e, origin),
         env=_env_facts(env or {}),
         **_p2p_host(recv_i, trace, steps),
         transfers=_host_transfers(trace, steps, main),
+        backward_passes=per_step(passes, steps.start, steps.end),
+        work_flops=work[0],
+        work_bytes=work[1],
     )
 
 
@@ -364,7 +390,9 @@ def _overlap(comp_s: np.ndarray, comp_e: np.ndarray, s: int, e: int) -> tuple[tu
     return tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
 
 
-def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[Collective, ...]:
+def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray,
+                 micro: Callable[[int], int]) -> tuple[Collective, ...]:
+    """``micro``: the backward pass of its step a host time falls in (ranks/backward.py)."""
     t, d = a.trace, a.trace.device
     idx = np.flatnonzero(d.kind == Kind.NCCL)
     idx = idx[np.argsort(d.ts[idx], kind="stable")]
@@ -374,9 +402,20 @@ def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray) -> tuple[C
         s, e = int(d.ts[i]), int(d.end[i])
         op, nbytes, group, name = _describe(t, i)
         step = _launch_step(a, i)
+        launch = int(d.launch[i])
+        launched = int(t.host.ts[launch]) if launch >= 0 else s
         out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step,
-                              _overlap(comp_s, comp_e, s, e), name))
+                              _overlap(comp_s, comp_e, s, e), name, micro(launched)))
     return tuple(out)
+
+
+def _work(a: Analysis, mask: np.ndarray, n: int) -> tuple[float, float]:
+    """FLOPs and bytes per step of the kernels in ``mask``, as much of each as lies in the steps."""
+    r, d = a.roofline, a.trace.device
+    if len(r.event_flops) != len(d):
+        return 0.0, 0.0
+    weight = np.divide(r.event_in_steps_ns, d.dur, out=np.zeros(len(d)), where=d.dur > 0) * mask
+    return float((r.event_flops * weight).sum()) / n, float((r.event_bytes * weight).sum()) / n
 
 
 def _launch_step(a: Analysis, i: int) -> int:
