@@ -158,9 +158,19 @@ def find_straggler(al: Aligned) -> Straggler | None:
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 
-def _deinflated(ms: float, events: float) -> float:
+def _deinflated(ms: float, events: float, ns_per_event: float = PROFILER_OVERHEAD_NS_PER_EVENT) -> float:
     """Host ms less the profiler's estimated time for the events recorded in it."""
-    return max(ms - events * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6, 0.0)
+    return max(ms - events * ns_per_event / 1e6, 0.0)
+
+
+# The profiler's time per event is measured on each rank where its unprofiled step is known
+# (RankSummary.profiler_ns_per_event): on 2x H200 (2026-11-26, tests/programs/multigpu) it was
+# 3.7-5.6 us, not the 3 us of one GPU, and at 3 us three healthy twins and a run whose plant cost
+# 0.44 ms a step got "dispatch" stragglers of 7-15 ms (rank 0 issuing the same ~4,600 events a
+# step 16-35% slower than rank 1 under the profiler). The noise bar uses the larger of the two.
+def per_event_ns(summaries: list[RankSummary]) -> float:
+    measured = [s.profiler_ns_per_event for s in summaries if s.profiler_ns_per_event]
+    return max(PROFILER_OVERHEAD_NS_PER_EVENT, float(np.median(measured)) if measured else 0.0)
 
 
 def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
@@ -169,15 +179,17 @@ def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
     median, the noise it must exceed (``floor_ms``, or PROFILER_NOISE of the profiler's time for
     its events between ranks that issue the same ones), and whether it does."""
     causes = sorted((set(s.host_ms) | {c for o in others for c in o.host_ms}) - WAITS)
+    per_event = per_event_ns([s, *others])
     out = {}
     for c in causes:
         ev_mine = s.host_events.get(c, 0.0)
         ev_theirs = float(np.median([o.host_events.get(c, 0.0) for o in others]))
-        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0), o.host_events.get(c, 0.0)) for o in others]))
-        excess = _deinflated(s.host_ms.get(c, 0.0), ev_mine) - theirs
+        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0), o.host_events.get(c, 0.0), per_event)
+                                  for o in others]))
+        excess = _deinflated(s.host_ms.get(c, 0.0), ev_mine, per_event) - theirs
         most = max(ev_mine, ev_theirs)
         same = abs(ev_mine - ev_theirs) <= SAME_EVENTS * most
-        noise = max(floor_ms, PROFILER_NOISE * most * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6) if same else floor_ms
+        noise = max(floor_ms, PROFILER_NOISE * most * per_event / 1e6) if same else floor_ms
         out[c] = (excess, noise, excess > noise)
     return out
 
@@ -205,9 +217,14 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         cause = max(own, key=lambda c: own[c])
         price = min(late_ms, sum(real.values()))
         return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
-    gpu, gpu_numbers = _gpu_cause(s, others, late_ms)
+    # No cause of its host's own explains the lateness, so a GPU that computes more (or the same
+    # more slowly) above the noise does, and costs the others what it computes beyond theirs: the
+    # wait in the profiled window holds the profiler's time too (2x H200, 2026-11-26: a rank with
+    # twice the batch computed 3.97 ms more a step, the others waited 39.7 ms in the window, and
+    # the twin measured 3.68 ms; against half the wait the cause went unnamed).
+    gpu, gpu_numbers = _gpu_cause(s, others, late_ms, need_ms=floor_ms)
     if gpu:
-        return gpu, {**numbers, **gpu_numbers}, min(late_ms, gpu_numbers["gpu_excess_ms"])
+        return gpu, {**numbers, **gpu_numbers}, min(late_ms, float(gpu_numbers["gpu_excess_ms"]))
     if "host-sync" in real:
         # its host waits for its own GPU: what the job loses is the GPU's idle after each sync (the
         # queue drained, then refilled), analysis/idle.py's host-sync idle, where the GPU shows it
@@ -236,24 +253,27 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
                            **({} if work is None else {"work_ratio": round(work, 4)})}
 
 
-def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
+def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_ms: float | None = None
+               ) -> tuple[str, dict]:
     """A slower GPU (the same kernels slower, on the same work) or more GPU work than the others
     (more FLOPs or bytes by the cost model, or more compute time when the work is unknown); "" when
-    neither accounts for EXPLAINS of the lateness. ``gpu_excess_ms``: its GPU's extra time per step,
-    what the job loses to it at most."""
+    neither exceeds ``need_ms`` (default: EXPLAINS of the lateness). ``gpu_excess_ms``: its GPU's
+    extra time per step, what the job loses to it at most."""
+    need = EXPLAINS * late_ms if need_ms is None else need_ms
     common = [k for k in s.kernel_ms if all(k in o.kernel_ms for o in others)]
     mine = sum(s.kernel_ms[k] for k in common)
     theirs = sum(float(np.median([o.kernel_ms[k] for o in others])) for k in common)
     work = _work_ratio(s, others)
-    if (common and mine - theirs >= EXPLAINS * late_ms and mine >= SLOWER_KERNELS * theirs
+    if (common and mine - theirs >= need and mine >= SLOWER_KERNELS * theirs
             and (work is None or work < MORE_WORK)):
         numbers = {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
                    "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
                    **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
         # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
         return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
-    extra = s.compute_ms - float(np.median([o.compute_ms for o in others]))
-    if extra >= EXPLAINS * late_ms:
+    theirs_compute = float(np.median([o.compute_ms for o in others]))
+    extra = s.compute_ms - theirs_compute
+    if extra >= need and s.compute_ms >= SLOWER_KERNELS * theirs_compute:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
         return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2),
                              "gpu_excess_ms": round(extra, 4),
@@ -398,8 +418,12 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
     # judged on the host's step: the saving is the unprofiled one already, unless no cause was found
     # (then it is the profiled wait, stretched like the step) or the GPU is the cause (kernel time)
     if "dispatch_noise_ms" in numbers and numbers.get("cause") != "unexplained":
-        saving = min(finding.saving_ms, MAX_SAVING_SHARE * u)
-        return dataclasses.replace(finding, saving_ms=saving, predicted_speedup=speedup(u, saving),
+        # except dispatch: issuing the same ops more slowly is host time the profiler stretches
+        # with the rest of the step (its per-event cost is most of a dispatch-bound step's host time)
+        saving = finding.saving_ms * (u / p if numbers.get("cause") == "dispatch" else 1.0)
+        saving = min(saving, MAX_SAVING_SHARE * u)
+        title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
+        return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
                                    severity=severity_for(saving, u, finding.severity_floor, finding.major_share))
     if numbers.get("cause") not in ("dispatch", "unexplained") or (
             numbers.get("cause") == "unexplained" and "dispatch_noise_ms" not in numbers):

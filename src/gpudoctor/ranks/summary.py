@@ -128,6 +128,9 @@ class RankSummary:
     # work from a slower GPU; 0 when unknown
     work_flops: float = 0.0
     work_bytes: float = 0.0
+    # the profiler's own host time per recorded event on this rank, measured: (profiled step -
+    # unprofiled step) / the host's recorded events per step; None without an unprofiled step
+    profiler_ns_per_event: float | None = None
 
     @property
     def step_ms(self) -> float:
@@ -180,7 +183,16 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         backward_passes=per_step(passes, lo, hi),
         work_flops=flops,
         work_bytes=nbytes,
+        profiler_ns_per_event=_profiler_ns_per_event(a.step_ms, a.unprofiled_step_ms, sum(host.events.values())),
     )
+
+
+def _profiler_ns_per_event(profiled_ms: float, unprofiled_ms: float | None, events: float) -> float | None:
+    """What the profiler added per recorded event on this rank: the step it stretched, over the
+    events it recorded in it. None when the unprofiled step is unknown or not shorter."""
+    if not unprofiled_ms or events <= 0 or profiled_ms <= unprofiled_ms:
+        return None
+    return (profiled_ms - unprofiled_ms) * 1e6 / events
 
 
 def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | None = None) -> RankSummary:
