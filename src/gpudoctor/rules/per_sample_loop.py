@@ -42,8 +42,6 @@ import re
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import launch_threads
-from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
@@ -52,7 +50,7 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups
+from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups, ops_removed_ms, step_of, step_ops
 from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"
@@ -62,11 +60,6 @@ _BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::au
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
 MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
-# A stretch of the host with no operator this long is the program's other work (Python, I/O, a
-# wait), which the fix keeps: ten operators' worth at the 20 us an operator costs the H100's host
-# unprofiled (the lab's per_sample_loop and its twin, 2026-11-25). Operators are the unit of the
-# host's time only where they follow one another.
-MAX_OP_GAP_NS = 200_000
 
 
 def check(a: Analysis) -> Finding | None:
@@ -87,16 +80,15 @@ def check(a: Analysis) -> Finding | None:
     if backward_ns > 0:  # the batched backward: about twice the forward's FLOPs
         batched_ns *= 3
     saving = max(span_ns + backward_ns - batched_ns, 0.0) / 1e6 / n
-    removed, total, dense = _ops_removed(a, groups, _looped_nodes(a, iterations))
+    ops = step_ops(a)
+    removed = _ops_removed(a, ops, groups, _looped_nodes(a, iterations))
     numbers: dict[str, float] = {}
-    if total > 0 and removed > 0:
-        # the host's time in operators (the profiler's work at the step's edges aside) in
-        # proportion to the operators the fix removes; rules/calibrate.py "step-share" scales the
-        # rest to the unprofiled step
-        inner = max(a.step_ms - step_boundary_ms(a.trace, a.steps), 0.0)
-        saving = inner * dense * removed / total
+    if removed > 0:
+        # the host's time in proportion to the operators the fix removes (rules/shared.py);
+        # rules/calibrate.py "step-share" scales the rest to the unprofiled step
+        saving = ops_removed_ms(a, ops, removed)
         gpu_after = max(a.breakdown.busy_ms - _busy_in_span_ns(a, idx) / 1e6 / n, 0.0) + batched_ns / 1e6 / n
-        numbers = {"ops_per_step": round(total / n, 1), "loop_ops_removed_per_step": round(removed / n, 1),
+        numbers = {"ops_per_step": round(ops.size / n, 1), "loop_ops_removed_per_step": round(removed / n, 1),
                    STEP_FLOOR_AFTER_FIX: round(gpu_after, 3)}
     calls = idx.size / n
     return make_finding(
@@ -133,46 +125,22 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-def _ops_removed(a: Analysis, groups: list[np.ndarray], looped_nodes: np.ndarray) -> tuple[int, int, float]:
-    """(operators the fix removes, top-level operators the launching threads issue, the share of
-    the host's steps those operators fill), summed over the steps. Each loop (the forward's
-    matrix-vector products, the backward's repeated nodes) keeps one iteration's operators."""
+def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray], looped_nodes: np.ndarray) -> int:
+    """Operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps: each
+    loop (the forward's matrix-vector products, the backward's repeated nodes) keeps one
+    iteration's operators."""
     host, dev = a.trace.host, a.trace.device
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, launch_threads(a.trace)))
-    ops = ops[_inside_steps(a, host.ts[ops])]
-    if ops.size == 0:
-        return 0, 0, 0.0
     anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g]) for g in groups]
     if looped_nodes.size:
         anchors.append(looped_nodes)
-    step_of = np.searchsorted(_step_starts(a), host.ts[ops], side="right") - 1
+    steps = step_of(a, host.ts[ops])
     removed = 0
-    for step in np.unique(step_of).tolist():
+    for step in np.unique(steps).tolist():
         for thread in np.unique(host.thread[ops]).tolist():
-            seq = ops[(step_of == step) & (host.thread[ops] == thread)]
-            seq = seq[np.argsort(host.ts[seq], kind="stable")]
+            seq = ops[(steps == step) & (host.thread[ops] == thread)]
             runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor))) for anchor in anchors]
             removed += _removed_in(runs)
-    return removed, int(ops.size), _dense_share(a, ops)
-
-
-def _dense_share(a: Analysis, ops: np.ndarray) -> float:
-    """Share of the host's steps, less the profiler's time at their edges
-    (analysis/observer.step_boundary_ms), spent in operators that follow one another: from each
-    step's first operator to its last, less the gaps over MAX_OP_GAP_NS."""
-    host = a.trace.host
-    order = np.argsort(host.ts[ops], kind="stable")
-    ts, end = host.ts[ops][order], np.maximum.accumulate(host.end[ops][order])
-    starts = _step_starts(a)
-    step_of = np.searchsorted(starts, ts, side="right") - 1
-    dense = 0
-    for step in np.unique(step_of).tolist():
-        s, e = ts[step_of == step], end[step_of == step]
-        gaps = s[1:] - e[:-1]
-        dense += int(e[-1] - s[0]) - int(gaps[gaps > MAX_OP_GAP_NS].sum())
-    ends = a.steps.host_end if a.steps.host_end is not None else a.steps.end
-    inner = float((ends - starts).sum()) - step_boundary_ms(a.trace, a.steps) * 1e6 * len(starts)
-    return min(dense / inner, 1.0) if inner > 0 else 0.0
+    return removed
 
 
 def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
@@ -209,10 +177,6 @@ def _removed_in(runs: list[tuple[int, int, int]]) -> int:
     if current is not None:
         removed += max(current[1] - current[0] - current[2], 0)
     return removed
-
-
-def _step_starts(a: Analysis) -> np.ndarray:
-    return a.steps.host_start if a.steps.host_start is not None else a.steps.start
 
 
 def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
