@@ -21,6 +21,10 @@ from gpudoctor.trace.model import HostCat
 # reserved share of the card above which allocator churn is memory pressure (that finding owns it)
 PRESSURE_FRACTION = 0.90
 
+# GPU busy share of the step above which the GPU, not the host, sets the step's pace
+# (rules/calibrate.py "gpu-step-share" and "host-step-share", rules/host_sync.py)
+GPU_BOUND_SHARE = 0.8
+
 # per-sample-loop (and small-gemm, which leaves such a loop to it)
 MAX_VECTOR_DIM = 1
 MIN_REPEATS_PER_STEP = 16
