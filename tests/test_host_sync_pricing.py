@@ -50,3 +50,19 @@ def test_on_a_busy_gpu_the_idle_after_the_syncs_is_the_saving() -> None:
     f = _finding(kernel_us=110)
     assert HOST_WORK_REMOVED not in f.evidence.numbers
     assert f.saving_ms == pytest.approx(f.evidence.numbers["gpu_idle_after_syncs_ms_per_step"], abs=1e-3)
+
+
+def test_uploads_and_autotuning_are_not_reads() -> None:
+    """Real H100 twins (tests/data/twins_h100): uploads from pageable memory sync too, and an
+    autotuner waits on its trial kernels; neither is a value read back for the program, so
+    host-sync keeps the GPU idle after them (the pageable_h2d twin's 10 `.to(device)` a step
+    would otherwise have been priced at 8.7 ms, the multiscale twin's 41 convolutions at 686 ms)."""
+    from pathlib import Path
+
+    from gpudoctor.pipeline import analyze_path
+
+    data = Path(__file__).parent / "data" / "twins_h100"
+    for name, idle in (("pageable_h2d", 0.558), ("multiscale_cudnn_benchmark", 8.03)):
+        f = analyze_path(data / name).finding("host-sync")
+        assert HOST_WORK_REMOVED not in f.evidence.numbers, name
+        assert f.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(idle, abs=1e-3), name

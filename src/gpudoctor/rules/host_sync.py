@@ -19,12 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import sync_calls
+from gpudoctor.analysis.idle import SYNC_OPS, sync_calls
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 from gpudoctor.rules.shared import GPU_BOUND_SHARE, step_ops
+from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 
 ID = "host-sync"
@@ -53,7 +54,7 @@ def check(a: Analysis) -> Finding | None:
     saving, numbers = idle, {}
     if a.breakdown.busy_ms < GPU_BOUND_SHARE * a.step_ms:
         ops = step_ops(a)
-        reads = _own_reads(a, np.intersect1d(np.unique(named), ops))
+        reads = _own_reads(a, culprits, ops)
         starts, ends, checks = _read_spans(a, ops, reads)
         host_ms = _host_work_ns(a, reads, starts, ends) / 1e6 / n_steps
         numbers = {"check_ops_per_step": round(checks / n_steps, 2)}
@@ -94,21 +95,34 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-# Reads inside these causes' spans are part of that work, priced and fixed with it: an optimizer
+# Syncs inside these causes' spans are part of that work, priced and fixed with it: an optimizer
 # written per parameter reads its step count back once a parameter (the lab's optimizer_loop:
-# 66 reads a step, gone with the foreach / fused optimizer), an autotuner times its trials.
-_OWNED_BY = ("input-pipeline", "op-setup", "optimizer")
+# 66 reads a step, gone with the foreach / fused optimizer), an autotuner times its trials (the
+# multiscale_cudnn_benchmark twin: 41 convolutions a step waiting on their trial kernels).
+_OWNED_BY = ("input-pipeline", "op-setup", "optimizer", "pageable-copy")
 
 
-def _own_reads(a: Analysis, reads: np.ndarray) -> np.ndarray:
-    """The reads the program makes itself, outside the work of another cause."""
-    ts = a.trace.host.ts[reads]
-    keep = np.ones(reads.size, bool)
+def _own_reads(a: Analysis, culprits: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """The steps' top-level operators (among ``ops``) that read a value back for the program
+    itself: a sync operator (``.item()``, ``nonzero``...) or a copy to the host, holding a sync
+    outside the work of another cause. An upload from pageable memory syncs too, but its fix is
+    pinning (pageable-copy)."""
+    host, dev = a.trace.host, a.trace.device
+    ts = host.ts[culprits]
+    own = np.ones(culprits.size, bool)
     for cause in _OWNED_BY:
         starts, ends = a.idle.labels.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
-        k = np.searchsorted(starts, ts, side="right") - 1
-        keep &= ~((k >= 0) & (ts < ends[np.maximum(k, 0)])) if starts.size else True
-    return reads[keep]
+        if starts.size:
+            k = np.searchsorted(starts, ts, side="right") - 1
+            own &= ~((k >= 0) & (ts < ends[np.maximum(k, 0)]))
+    culprits = culprits[own]
+    named = np.intersect1d(np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits), ops)
+    sync_ops = a.trace.names_matching(lambda name: name in SYNC_OPS)[host.name[named]]
+    readback = np.flatnonzero(np.isin(dev.kind, (int(Kind.MEMCPY_DTOH_PAGEABLE), int(Kind.MEMCPY_DTOH_PINNED)))
+                              & (dev.launch >= 0))
+    at = dev.launch[readback]
+    top = np.where(host.top_op[at] >= 0, host.top_op[at], at)
+    return named[sync_ops | np.isin(named, top)]
 
 
 def _read_spans(a: Analysis, ops: np.ndarray, reads: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
