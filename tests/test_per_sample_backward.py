@@ -105,3 +105,19 @@ def test_a_long_stretch_without_operators_is_kept() -> None:
     # the same operators removed; 5 ms of the host's own work after the loop stays in the step
     assert apart.evidence.numbers["loop_ops_removed_per_step"] == 105.0
     assert near.saving_ms == pytest.approx(apart.saving_ms, rel=0.02)
+
+
+def test_the_step_after_the_fix_keeps_the_gpus_other_work() -> None:
+    from gpudoctor.pipeline import analyze_loaded
+
+    t = _loop_of_layers(16)
+    for s in range(3):  # a 12 ms GEMM after the loop, launched right after the sum
+        t.launch("sm90_xmma_gemm_bf16bf16_bf16f32", s * 20_000 + 2_100, s * 20_000 + 2_200, 12_000, op="aten::mm")
+    # unprofiled, the step shrinks to 12.5 ms: the host's share would leave 11.2 ms, under the GPU's 12
+    report = analyze_loaded(parse(t.to_bytes()), unprofiled_step_ms=12.5)
+    f = report.finding("per-sample-loop")
+    # the GPU's work outside the loop (the GEMM, the fill, the stack and sum) and one batched GEMM
+    # per layer stay: the saving stops at the step less that
+    floor = f.evidence.numbers["step_floor_after_fix_ms"]
+    assert floor == pytest.approx(12.0 + 0.006 + 0.01, abs=1e-3)
+    assert f.saving_ms == pytest.approx(12.5 - floor, abs=1e-6)
