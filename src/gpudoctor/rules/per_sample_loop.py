@@ -2,8 +2,10 @@
 
 Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
 cores and pay a launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls
-per step, issued back to back (a few kernels apart), outside CUDA graphs; priced as the loop's span on the GPU timeline
-(kernels plus the idle between them) minus one batched GEMM of the same FLOPs.
+per step, issued back to back (a few kernels apart), outside CUDA graphs; priced by the host
+operators the batched fix removes (below). Where the trace records no host operators, as the
+loop's span on the GPU timeline (kernels plus the idle between them) minus one batched GEMM of the
+same FLOPs.
 
 Not a per-sample loop: a layer with one output feature (a regression head's N = 1, called once per
 forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), dot
