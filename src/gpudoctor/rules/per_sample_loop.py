@@ -88,8 +88,9 @@ def check(a: Analysis) -> Finding | None:
     if removed > 0:
         # the host's time in proportion to the operators the fix removes (rules/shared.py);
         # rules/calibrate.py "step-share" scales the rest to the unprofiled step
-        saving = ops_removed_ms(a, ops, removed)
         gpu_after = max(a.breakdown.busy_ms - _busy_in_span_ns(a, idx) / 1e6 / n, 0.0) + batched_ns / 1e6 / n
+        # never below the GPU's work after the fix (unprofiled too: STEP_FLOOR_AFTER_FIX)
+        saving = min(ops_removed_ms(a, ops, removed), max(a.step_ms - gpu_after, 0.0))
         numbers = {"ops_per_step": round(ops.size / n, 1), "loop_ops_removed_per_step": round(removed / n, 1),
                    STEP_FLOOR_AFTER_FIX: round(gpu_after, 3)}
     calls = idx.size / n
