@@ -16,7 +16,9 @@ DATA = Path(__file__).parent / "data"
 # scenario, top finding, its saving (ms/step), step ms, GPU busy %, MFU
 EXPECTED = [
     ("input_pipeline", "input-pipeline", 34.373, 57.458, 16.3, 0.0493),
-    ("host_sync", "host-sync", 1.791, 10.469, 27.1, 0.0381),
+    # a host-bound step: the host's time in its 25 reads and the 48 check operators computed only
+    # to be read, less its waits in the syncs (the GPU idle after the syncs alone: 1.791)
+    ("host_sync", "host-sync", 3.108, 10.469, 27.1, 0.0381),
     ("launch_bound", "launch-bound", 26.730, 32.785, 2.3, 0.0),
     # floored at the host's time less the profiler's per-event share (3.174 - 0.640 ms)
     ("fp32_matmul", "fp32-matmul", 5.562, 8.096, 99.1, 0.0472),
@@ -26,7 +28,8 @@ EXPECTED = [
     ("pageable_copy", "pageable-copy", 16.436, 19.18, 94.0, 0.0063),
     # the idle behind the allocator (1.526) plus the dispatch idle that is not the profiler's (0.291)
     ("allocator_churn", "allocator-churn", 1.817, 3.004, 38.5, 0.0),
-    ("per_sample_loop", "per-sample-loop", 9.292, 9.847, 7.1, 0.0001),
+    # the host's time in operators (9.713 ms less the profiler's edges) x 310 of 322 operators removed
+    ("per_sample_loop", "per-sample-loop", 9.332, 9.847, 7.1, 0.0001),
     ("optimizer_loop", "optimizer-loop", 13.194, 17.904, 6.0, 0.0039),
     ("host_blocking_work", "host-blocking-work", 14.507, 23.271, 30.7, 0.1373),
     ("misaligned_gemm", "misaligned-gemm", 28.349, 41.979, 99.9, 0.1284),
@@ -81,6 +84,29 @@ def test_host_sync_points_at_the_source_line_and_the_op() -> None:
     assert f.evidence.ops[0] == "aten::item"
     assert f.evidence.sources[0].startswith("gpudoctor/lab/traps/host_sync.py:")
     assert f.evidence.numbers["syncs_per_step"] == 25
+    # per layer abs -> amax -> item, per gradient isfinite -> all -> item: 8 x 2 + 16 x 2
+    assert f.evidence.numbers["check_ops_per_step"] == 48
+    assert f.evidence.numbers["host_work_removed_ms_per_step"] == pytest.approx(3.108, abs=1e-3)
+    assert "hold 3.11 ms of the host's time" in f.summary
+
+
+def test_host_sync_on_a_host_bound_step_is_priced_by_the_work_it_removes() -> None:
+    """The fixed twin reads and checks nothing: 4.39 against 7.04 ms unprofiled. The step left
+    without the reads' and checks' host time, shrunk like the step: x1.434 predicted, x1.602
+    measured (the GPU idle after the syncs alone predicted x1.27)."""
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import load
+
+    entry = json.loads((DATA / "manifest.json").read_text())["scenarios"]["host_sync"]
+    r = analyze_loaded(load(DATA / "host_sync" / "trace.json.gz"), unprofiled_step_ms=entry["sick_median_ms"])
+    assert r.findings[0].id == "host-sync"
+    assert r.findings[0].predicted_speedup == pytest.approx(1.434, abs=1e-3)
+    assert entry["sick_median_ms"] / entry["fixed_median_ms"] == pytest.approx(1.602, abs=1e-3)
+    # the optimizer's own reads (a per-parameter optimizer reads its step count, 66 a step) are its
+    # finding's: the host-sync finding there keeps the GPU idle after them, not their operators
+    loop = report("optimizer_loop").finding("host-sync")
+    assert loop.evidence.numbers["syncs_per_step"] == 66
+    assert loop.saving_ms == pytest.approx(loop.evidence.numbers["gpu_idle_after_syncs_ms_per_step"], abs=1e-3)
 
 
 def test_fp32_matmul_names_cuda_core_kernels() -> None:
@@ -115,6 +141,24 @@ def test_small_gemm_prices_graph_replayed_kernels_by_grid() -> None:
     assert f.evidence.numbers["priced_by_grid_fill"] > 0
     # 1024 graph-replayed kernels a step, ~0.29 us apart: the gaps go with the kernels
     assert f.evidence.numbers["queue_gaps_removed_ms_per_step"] == pytest.approx(0.292, abs=1e-3)
+
+
+def test_per_sample_loop_keeps_one_iterations_operators() -> None:
+    """32 samples x (select, then matmul, add, relu per layer): 320 of the step's 322 operators
+    are the loop, and the batched fix keeps one iteration's 10. Against the unprofiled step the
+    step left is 322 / 12 of it: x25.49 predicted, x24.40 measured (6.494 -> 0.266 ms)."""
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import load
+
+    entry = json.loads((DATA / "manifest.json").read_text())["scenarios"]["per_sample_loop"]
+    r = analyze_loaded(load(DATA / "per_sample_loop" / "trace.json.gz"), unprofiled_step_ms=entry["sick_median_ms"])
+    f = r.finding("per-sample-loop")
+    assert f.evidence.numbers["ops_per_step"] == 322.0
+    assert f.evidence.numbers["loop_ops_removed_per_step"] == 310.0
+    # the GPU after the fix: the sum's kernel and the three batched GEMMs
+    assert f.evidence.numbers["step_floor_after_fix_ms"] == pytest.approx(0.019, abs=1e-3)
+    assert f.predicted_speedup == pytest.approx(25.494, abs=1e-3)
+    assert entry["sick_median_ms"] / entry["fixed_median_ms"] == pytest.approx(24.404, abs=1e-3)
 
 
 def test_host_blocking_work_names_the_io_frame() -> None:

@@ -147,6 +147,10 @@ STEP_FLOOR_AFTER_FIX = "step_floor_after_fix_ms"
 # an attention pattern into its fused kernels). The host still issues the rest: the step it
 # predicts is floored at the host's time for the kernels that remain (rules/calibrate.py).
 KERNELS_REMOVED = "kernels_removed_per_step"
+# An evidence number: the host's own work per step (ms, profiled) the fix takes away, when that is
+# the saving (a host-bound step's reads and the checks computed for them): what it leaves shrinks
+# like the step without the profiler (rules/calibrate.py, as "step-share").
+HOST_WORK_REMOVED = "host_work_removed_ms_per_step"
 
 # No fix is priced above 100x: the lab's per_sample_loop and small_gemm fixes measured 24-32x on
 # the H100 (2026-11-22), which a 95% cap (20x) could never predict.

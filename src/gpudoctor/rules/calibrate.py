@@ -23,6 +23,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import IdleResult
 from gpudoctor.analysis.observer import host_step_ms, step_boundary_ms
 from gpudoctor.core.finding import (
+    HOST_WORK_REMOVED,
     KERNELS_REMOVED,
     MAX_SAVING_SHARE,
     STEP_AFTER_FIX,
@@ -31,6 +32,7 @@ from gpudoctor.core.finding import (
     severity_for,
     speedup,
 )
+from gpudoctor.rules.shared import GPU_BOUND_SHARE
 
 
 def _metadata(finding_id: str) -> tuple[str, str]:
@@ -67,8 +69,9 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
 # (GPU_BOUND_SHARE of it): stacking them leaves a step of a few large kernels, and that remainder is what the lab's twin measures (small_gemm,
 # H100: predicted 0.19 ms profiled; the fixed twin 0.18-0.21 ms profiled, 0.10-0.14 unprofiled).
 # On a step the host holds back, the kernels' time does not shrink with the profiler gone: the
-# kernel saving stands as it is.
-GPU_BOUND_SHARE = 0.8
+# kernel saving stands as it is (GPU_BOUND_SHARE: rules/shared.py).
+# A finding priced by the host's own work its fix removes (evidence HOST_WORK_REMOVED: a host-bound
+# step's reads and the checks computed for them, rules/host_sync.py) is calibrated the same way.
 
 # The unprofiled step's time beyond the profiled one, per step: waits the window did not record.
 # A loader whose workers deliver batches in bursts makes most steps fast and a few long; five
@@ -112,7 +115,8 @@ def calibrate(
         if after is not None:  # the fix leaves a step made of kernel time and kept idle
             saving = max(unprofiled_step_ms - float(after), 0.0)
             idle = saving if finding.idle_ms >= finding.saving_ms else min(finding.idle_ms, saving)
-        elif profiled_step_ms > 0 and (calibration == "step-share" or (calibration == "gpu-step-share" and gpu_bound)):
+        elif profiled_step_ms > 0 and (calibration == "step-share" or (calibration == "gpu-step-share" and gpu_bound)
+                                       or HOST_WORK_REMOVED in finding.evidence.numbers):
             inner = max(profiled_step_ms - boundary_ms, 1e-9)
             share = min(unprofiled_step_ms / inner, 1.0)
             left = max(profiled_step_ms - finding.saving_ms - boundary_ms, 0.0) * share

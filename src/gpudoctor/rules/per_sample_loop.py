@@ -2,8 +2,10 @@
 
 Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
 cores and pay a launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls
-per step, issued back to back (a few kernels apart), outside CUDA graphs; priced as the loop's span on the GPU timeline
-(kernels plus the idle between them) minus one batched GEMM of the same FLOPs.
+per step, issued back to back (a few kernels apart), outside CUDA graphs; priced by the host
+operators the batched fix removes (below). Where the trace records no host operators, as the
+loop's span on the GPU timeline (kernels plus the idle between them) minus one batched GEMM of the
+same FLOPs.
 
 Not a per-sample loop: a layer with one output feature (a regression head's N = 1, called once per
 forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), dot
@@ -18,6 +20,21 @@ thread. Backward nodes repeated at least half as often per step as the loop iter
 their host time is priced with the forward span (the batched fix has one node per op). The
 node_loop_gnn twin (a 2-layer GNN written node by node, H100, 2026-11-25): the forward loop spanned
 80 ms of a 320 ms profiled step, and the fix measured x71; the forward alone predicted x1.34.
+
+What the fix removes is the loop's host work: every iteration but one of the operators the loop
+issues (the batched call is one iteration's operators on bigger tensors). On a step the host
+holds, each operator costs the host about the same with or without the loop (Python, the
+dispatcher, a launch), so the step after the fix is the step's time in proportion to the
+operators left: those outside the loop plus one iteration's. The loop's operators are the run of
+top-level operators around the matrix-vector products that repeats with the iteration's period
+(``_loop_runs``). The lab's per_sample_loop (322 operators a step, 320 of them a loop of 32
+iterations of 10): the fixed twin issues 10 operators and ran 0.117-0.127 ms against 3.55-4.01
+ms sick on the H200 (x30.4-31.7, 2026-11-26) and 0.196-0.230 against 5.85-7.22 ms on the H100
+(x29.9-31.4, 2026-11-25): 11-12 and 20-23 us per operator in both twins. Pricing the loop's span
+on the GPU timeline instead left the step's other profiled time (the profiler's own share of it
+larger than the loop's) to shrink only like the step, and predicted x17.6-20.1 on the same runs.
+The step cannot go below the GPU's work after the fix (``STEP_FLOOR_AFTER_FIX``): the kernels
+outside the loop and the batched GEMMs.
 """
 
 from __future__ import annotations
@@ -27,7 +44,7 @@ import re
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -35,12 +52,16 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups
+from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups, ops_removed_ms, step_of, step_ops
 from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"
 MIN_BATCHED_NS = 10_000
 _BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::autograd::AccumulateGrad)")
+# An iteration's operators repeat in the same order: a period holds when this share of the loop's
+# operators equals the one a period later (a branch taken in a few iterations does not break it).
+PERIOD_MATCH = 0.95
+MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
 
 
 def check(a: Analysis) -> Finding | None:
@@ -61,6 +82,17 @@ def check(a: Analysis) -> Finding | None:
     if backward_ns > 0:  # the batched backward: about twice the forward's FLOPs
         batched_ns *= 3
     saving = max(span_ns + backward_ns - batched_ns, 0.0) / 1e6 / n
+    ops = step_ops(a)
+    removed = _ops_removed(a, ops, groups, _looped_nodes(a, iterations))
+    numbers: dict[str, float] = {}
+    if removed > 0:
+        # the host's time in proportion to the operators the fix removes (rules/shared.py);
+        # rules/calibrate.py "step-share" scales the rest to the unprofiled step
+        gpu_after = max(a.breakdown.busy_ms - _busy_in_span_ns(a, idx) / 1e6 / n, 0.0) + batched_ns / 1e6 / n
+        # never below the GPU's work after the fix (unprofiled too: STEP_FLOOR_AFTER_FIX)
+        saving = min(ops_removed_ms(a, ops, removed), max(a.step_ms - gpu_after, 0.0))
+        numbers = {"ops_per_step": round(ops.size / n, 1), "loop_ops_removed_per_step": round(removed / n, 1),
+                   STEP_FLOOR_AFTER_FIX: round(gpu_after, 3)}
     calls = idx.size / n
     return make_finding(
         ID,
@@ -78,6 +110,7 @@ def check(a: Analysis) -> Finding | None:
                 "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
                 "batched_estimate_ms_per_step": round(batched_ns / 1e6 / n, 3),
                 "achieved_tflops": round(flops / (kernel_ns / 1e9) / 1e12, 3) if kernel_ns else 0.0,
+                **numbers,
             },
             ops=op_names_of_events(a.trace, idx),
             kernels=kernel_names_of_events(a.trace, idx),
@@ -95,21 +128,64 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray], looped_nodes: np.ndarray) -> int:
+    """Operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps: each
+    loop (the forward's matrix-vector products, the backward's repeated nodes) keeps one
+    iteration's operators."""
+    host, dev = a.trace.host, a.trace.device
+    anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g]) for g in groups]
+    if looped_nodes.size:
+        anchors.append(looped_nodes)
+    steps = step_of(a, host.ts[ops])
+    removed = 0
+    for step in np.unique(steps).tolist():
+        for thread in np.unique(host.thread[ops]).tolist():
+            seq = ops[(steps == step) & (host.thread[ops] == thread)]
+            runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor))) for anchor in anchors]
+            removed += _removed_in(runs)
+    return removed
+
+
+def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
+    """(first, end, period) of the loop around positions ``at`` of a thread's operator sequence:
+    the stretch that repeats with the iteration's period; (0, 0, 0) for fewer than 2 positions."""
+    if at.size < 2:
+        return 0, 0, 0
+    first, last = int(at.min()), int(at.max())
+    body = names[first:last + 1]
+    period = next((p for p in range(1, min(MAX_PERIOD_OPS, body.size // 2) + 1)
+                   if float(np.mean(body[p:] == body[:-p])) >= PERIOD_MATCH), 0)
+    if period == 0:  # no repeating order: one anchor per iteration
+        period = max(round((last - first) / (at.size - 1)), 1)
+        return first, min(last + period, names.size), period
+    while first > 0 and first - 1 + period < names.size and names[first - 1] == names[first - 1 + period]:
+        first -= 1
+    end = last + 1
+    while end < names.size and names[end] == names[end - period]:
+        end += 1
+    return first, end, period
+
+
+def _removed_in(runs: list[tuple[int, int, int]]) -> int:
+    """Operators removed by loops on one thread: each run of overlapping loops keeps one
+    iteration (the longest period among them)."""
+    removed, current = 0, None
+    for first, end, period in sorted(r for r in runs if r[1] > r[0]):
+        if current is not None and first < current[1]:
+            current = (current[0], max(current[1], end), max(current[2], period))
+            continue
+        if current is not None:
+            removed += max(current[1] - current[0] - current[2], 0)
+        current = (first, end, period)
+    if current is not None:
+        removed += max(current[1] - current[0] - current[2], 0)
+    return removed
+
+
 def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
-    """Host span (first to last, per step) of the backward nodes that repeat like the loop: at least
-    iterations / 2 of each per step."""
-    trace, host = a.trace, a.trace.host
-    names = trace.strings
-    n = max(len(a.steps), 1)
-    candidates = [i for i in np.unique(host.name[host.cat == HostCat.OP]).tolist() if _BACKWARD_NODE.match(names[i])]
-    if not candidates:
-        return 0.0
-    nodes = np.flatnonzero((host.cat == HostCat.OP) & np.isin(host.name, candidates))
-    in_steps = _inside_steps(a, host.ts[nodes])
-    nodes = nodes[in_steps]
-    counts = np.bincount(np.searchsorted(np.asarray(candidates), host.name[nodes]), minlength=len(candidates))
-    repeated = np.asarray(candidates)[counts / n >= max(iterations / 2, MIN_REPEATS_PER_STEP)]
-    looped = nodes[np.isin(host.name[nodes], repeated)]
+    """Host span (first to last, per step) of the backward nodes that repeat like the loop."""
+    host = a.trace.host
+    looped = _looped_nodes(a, iterations)
     if looped.size == 0:
         return 0.0
     # first to last looped node of each step: the autograd engine's own time between the tiny
@@ -118,10 +194,39 @@ def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
     return float(sum(host.end[looped[k == step]].max() - host.ts[looped[k == step]].min() for step in np.unique(k).tolist()))
 
 
+def _looped_nodes(a: Analysis, iterations: float) -> np.ndarray:
+    """The backward nodes, in the steps, whose name repeats like the loop: at least
+    iterations / 2 of each per step."""
+    trace, host = a.trace, a.trace.host
+    names = trace.strings
+    n = max(len(a.steps), 1)
+    candidates = [i for i in np.unique(host.name[host.cat == HostCat.OP]).tolist() if _BACKWARD_NODE.match(names[i])]
+    if not candidates:
+        return np.empty(0, np.int64)
+    nodes = np.flatnonzero((host.cat == HostCat.OP) & np.isin(host.name, candidates))
+    nodes = nodes[_inside_steps(a, host.ts[nodes])]
+    counts = np.bincount(np.searchsorted(np.asarray(candidates), host.name[nodes]), minlength=len(candidates))
+    repeated = np.asarray(candidates)[counts / n >= max(iterations / 2, MIN_REPEATS_PER_STEP)]
+    return nodes[np.isin(host.name[nodes], repeated)]
+
+
 def _inside_steps(a: Analysis, ts: np.ndarray) -> np.ndarray:
     k = np.searchsorted(a.steps.start, ts, side="right") - 1
     ok = k >= 0
     return ok & (ts < a.steps.end[np.maximum(k, 0)])
+
+
+def _busy_in_span_ns(a: Analysis, idx: np.ndarray) -> float:
+    """GPU time of every device event inside the loop's span (its other kernels: the bias adds,
+    activations, gathers between the products), summed over the steps."""
+    dev = a.trace.device
+    k = np.searchsorted(a.steps.start, dev.ts[idx], side="right") - 1
+    total = 0.0
+    for step in np.unique(k[k >= 0]).tolist():
+        sel = idx[k == step]
+        inside = (dev.ts >= dev.ts[sel].min()) & (dev.end <= dev.end[sel].max())
+        total += float((dev.end[inside] - dev.ts[inside]).sum())
+    return total
 
 
 def _span_per_step(a: Analysis, idx: np.ndarray) -> float:

@@ -1,5 +1,6 @@
 """Helpers that more than one rule reads: which events are fp32 matrix work, a per-sample
-loop, a naive attention pattern; the memory-pressure line; and which idle another finding owns.
+loop, a naive attention pattern; the memory-pressure line; which idle another finding owns; and
+the host's time priced by the operators a fix removes.
 No rule imports another rule: what two rules share lives here (or in rules/common.py)."""
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from collections import defaultdict
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
+from gpudoctor.trace.model import HostCat
 
 # reserved share of the card above which allocator churn is memory pressure (that finding owns it)
 PRESSURE_FRACTION = 0.90
+
+# GPU busy share of the step above which the GPU, not the host, sets the step's pace
+# (rules/calibrate.py "gpu-step-share" and "host-step-share", rules/host_sync.py)
+GPU_BOUND_SHARE = 0.8
 
 # per-sample-loop (and small-gemm, which leaves such a loop to it)
 MAX_VECTOR_DIM = 1
@@ -139,3 +147,66 @@ def owned_elsewhere(a: Analysis, rule_id: str) -> set[str]:
         if rule.check(a) is not None:
             owned.update(rule.owns_idle)
     return owned
+
+
+# The host's time priced by operators (per-sample-loop, host-sync). On a step the host holds, each
+# operator costs the host about the same whatever it computes (Python, the dispatcher, a launch):
+# the lab's per_sample_loop issues 322 operators a step and its fixed twin 10, and both ran 11-12
+# us an operator on the H200 (2026-11-26) and 20-23 us on the H100 (2026-11-25); host_sync's
+# twin issues 102 of the sick step's 175 and ran 4.39 against 7.04 ms (H100, tests/data). A fix
+# that removes operators then removes their share of the host's time, a share that the profiler
+# (a few us on every recorded event, the most on the smallest operators) does not distort the way
+# it distorts their recorded time.
+# A stretch of the host with no operator this long is the program's other work (Python, I/O, a
+# wait), which the fix keeps: ten operators' worth at the H100's 20 us.
+MAX_OP_GAP_NS = 200_000
+
+
+def step_ops(a: Analysis) -> np.ndarray:
+    """Top-level operators of the launching threads (main and autograd) inside the host's steps,
+    in time order."""
+    host = a.trace.host
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, launch_threads(a.trace)))
+    ops = ops[step_of(a, host.ts[ops]) >= 0]
+    return ops[np.argsort(host.ts[ops], kind="stable")]
+
+
+def step_of(a: Analysis, ts: np.ndarray) -> np.ndarray:
+    """The host step each time falls in, -1 outside every step."""
+    starts, ends = _host_steps(a)
+    k = np.searchsorted(starts, ts, side="right") - 1
+    inside = (k >= 0) & (ts < ends[np.maximum(k, 0)])
+    return np.where(inside, k, -1)
+
+
+def ops_removed_ms(a: Analysis, ops: np.ndarray, removed: float) -> float:
+    """The profiled step's time (less the profiler's at its edges) that ``removed`` of the
+    operators ``ops`` (``step_ops``, all steps) hold, per step: their share of the host's time in
+    operators that follow one another (gaps up to MAX_OP_GAP_NS)."""
+    if ops.size == 0 or removed <= 0:
+        return 0.0
+    inner = max(a.step_ms - step_boundary_ms(a.trace, a.steps), 0.0)
+    return inner * _dense_share(a, ops) * min(removed / ops.size, 1.0)
+
+
+def _dense_share(a: Analysis, ops: np.ndarray) -> float:
+    """Share of the host's steps, less the profiler's time at their edges
+    (analysis/observer.step_boundary_ms), spent in operators that follow one another: from each
+    step's first operator to its last, less the gaps over MAX_OP_GAP_NS."""
+    host = a.trace.host
+    ts, end = host.ts[ops], np.maximum.accumulate(host.end[ops])
+    k = step_of(a, ts)
+    dense = 0
+    for step in np.unique(k).tolist():
+        s, e = ts[k == step], end[k == step]
+        gaps = s[1:] - e[:-1]
+        dense += int(e[-1] - s[0]) - int(gaps[gaps > MAX_OP_GAP_NS].sum())
+    starts, ends = _host_steps(a)
+    inner = float((ends - starts).sum()) - step_boundary_ms(a.trace, a.steps) * 1e6 * len(starts)
+    return min(dense / inner, 1.0) if inner > 0 else 0.0
+
+
+def _host_steps(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    if a.steps.host_start is not None and a.steps.host_end is not None:
+        return a.steps.host_start, a.steps.host_end
+    return a.steps.start, a.steps.end
