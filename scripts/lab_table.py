@@ -1,0 +1,36 @@
+"""Print the lab's results (``gpudoctor lab run --all --json``) as one short table per run.
+
+    python scripts/lab_table.py RUN.json [RUN.json ...]
+
+Counts the traps named first with a predicted/measured ratio inside 0.67-1.5 (the lab's band).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(paths: list[str]) -> int:
+    for path in paths:
+        try:
+            rows = json.loads(open(path).read())
+        except (OSError, ValueError) as exc:
+            print(f"{path}: unreadable ({exc})")
+            continue
+        ok = 0
+        print(f"== {path}")
+        for r in rows:
+            ratio = r.get("ratio")
+            hit = r.get("top_finding") == r.get("expected")
+            good = hit and ratio is not None and 0.67 <= ratio <= 1.5
+            ok += good
+            print(f"{r['trap']:<22} {str(r.get('top_finding')):<20} {'' if ratio is None else f'{ratio:5.2f}':>5} "
+                  f"pred {r.get('predicted_speedup') or 0:7.2f} meas {r.get('measured_speedup') or 0:7.2f} "
+                  f"{'ok' if good else ''} {r.get('error', '')[:60]}")
+        print(f"in band and first: {ok} of {len(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
