@@ -349,7 +349,7 @@ def path_in_use() -> str:
                 "torch.compile breaks the graph there)" + ("; custom ops for the rest" if apis else ""))
     if not apis:
         return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile breaks "
-                "the graph at each patched module")
+                "the graph at each patched module that runs a kernel under it")
     if TRITON_OP in apis:
         return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with no graph break "
                 "and Inductor sees the norms' Triton kernels (the GLUs and linear_cross_entropy stay opaque ops)")
