@@ -434,7 +434,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default="host,gpu,model")
-    parser.add_argument("--compiled", default="op,native",
+    parser.add_argument("--compiled", "--compiled-norms", default="op,native",
                         help="the patch(compiled=...) variants of the model rows: op, native or both (op,native)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="no model row starts after this many seconds (default: 210 with --quick, none without)")

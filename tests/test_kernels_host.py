@@ -143,6 +143,14 @@ def test_exact_key_finds_the_specialization_once_then_itself(monkeypatch) -> Non
     assert len(fn.calls) == 3  # the first launch went through Triton's own launch
 
 
+def test_exact_keys_tell_apart_what_python_calls_equal() -> None:
+    """1, 1.0 and True are equal (and hash alike) in Python; Triton types them i32, fp32 and i1."""
+    buf = torch.zeros(8)
+    keys = [_common._exact((buf, v)) for v in (1, 1.0, True)]
+    assert len(set(keys)) == 3
+    assert _common._exact((buf, buf[1:], 7)) == ((torch.float32, 0), (torch.float32, 4), 7)
+
+
 # -- one RMSNorm forward + backward, the launch stubbed -------------------------------------------------
 
 
