@@ -2,7 +2,8 @@
 
 - The direct launch hands ``CompiledKernel.run`` exactly what triton's own ``CompiledKernel[grid]`` runner
   hands it (the installed triton's runner, on a compiled kernel whose handles are stand-ins), except the
-  launch metadata and the two hooks, None where the runner passes empty hook chains; a registered hook
+  launch metadata and the two hooks, None where the runner passes empty hook chains, and each tensor's
+  address where the runner passes the tensor (the C launcher reads that address from it); a registered hook
   sends the launch through the runner, and a launcher that raises makes the fallback permanent.
 - An RMSNorm forward + backward makes a fixed number of Python calls into gpudoctor and launches, and its
   wall time per call, everything around the launch included, stays under a bound.
@@ -90,7 +91,8 @@ def test_direct_launch_hands_the_launcher_what_tritons_runner_does(monkeypatch) 
     direct, runner = calls
     # gridX, gridY, gridZ, stream, function, packed metadata, then every argument, constexprs last
     assert direct[:6] == runner[:6] == (5, 2, 1, 7, 0xF00, ("packed",))
-    assert direct[9:] == runner[9:] == (x, 4096, 1e-6, 128, True)
+    assert runner[9:] == (x, 4096, 1e-6, 128, True)
+    assert direct[9:] == (x.data_ptr(), 4096, 1e-6, 128, True)  # the address the C launcher takes from x
     assert direct[6:9] == (None, None, None)
     assert runner[6] is not None and runner[7].calls == [] and runner[8].calls == []  # nothing to call
 
@@ -174,6 +176,7 @@ def _fwd_bwd(shape):
     def call() -> None:
         x.grad = w.grad = None
         _rms.rms_norm(x, w, 1e-6).backward(dy)
+    call.w = w
     return call
 
 
@@ -201,14 +204,15 @@ def test_rms_norm_forward_backward_launches_and_python_calls(stubbed) -> None:
     small()
     # 4 rows of 4096: the forward and one backward program that stores dw itself; 64 rows: + stage two
     assert [len(args) - 9 for args in stubbed] == [14, 21]
-    dw_arg = stubbed[1][9 + 5]  # the backward's DW: dw itself, in the weight's dtype
-    assert stubbed[1][:3] == (1, 1, 1) and (dw_arg.shape, dw_arg.dtype) == ((4096,), torch.bfloat16)
+    # the backward's DW (the address of its 6th argument) is dw itself, the weight's gradient
+    assert stubbed[1][:3] == (1, 1, 1) and stubbed[1][9 + 5] == small.w.grad.data_ptr()
     stubbed.clear()
     tall()
-    dw_arg = stubbed[1][9 + 5]  # fp32 partial rows, one a program (4: the resident programs on CPU)
-    assert len(stubbed) == 3 and stubbed[1][:3] == (4, 1, 1) and dw_arg.shape == (4, 4096)
+    # fp32 partial rows, one a program (4: the resident programs on CPU), summed into dw by stage two
+    assert len(stubbed) == 3 and stubbed[1][:3] == (4, 1, 1) and stubbed[1][9 + 5] != tall.w.grad.data_ptr()
+    assert stubbed[2][9 + 2] == tall.w.grad.data_ptr() and stubbed[2][9 + 4:9 + 6] == (4, 4096)  # n_parts, H
     # no view, no plan, no specialization key, no device query: checks, then one launch each way
-    launch = ["launch", "_exact", "<listcomp>", "hooks_idle"]
+    launch = ["launch", "_exact", "<listcomp>", "hooks_idle", "<listcomp>"]  # the key, then the addresses
     assert _gpudoctor_calls(small) == ["rms_norm", "check_tensor", "check_tensor", "check_same", "check_eps",
                                        "forward", "_forward", "rows_of", *launch,
                                        "backward", "_backward", "rows_of", "rows_of", *launch]

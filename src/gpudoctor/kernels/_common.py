@@ -94,7 +94,10 @@ def check_same(reference_name: str, reference: torch.Tensor, **others: torch.Ten
 # ``triton.runtime.driver``, and building the launch metadata for the launch hooks (triton 3.6 does that on
 # every launch, its hooks being empty ``HookChain`` objects rather than None, and its C launcher then
 # calls both). With no hook registered, the metadata and hooks are passed as None, which the C launcher
-# skips. Where a hook is registered (Proton, a user's), or the compiled kernel lacks that API (triton
+# skips. Tensors are passed as their addresses: for a tensor the C launcher calls ``data_ptr()`` and then
+# ``cuPointerGetAttribute`` (a driver call, per pointer argument and launch, that checks the memory is
+# the GPU's); an int it takes as the address (triton 3.6 and 3.9 ``getPointer``). Every tensor reaching a
+# launch here is on the launching GPU (``use_triton``, ``check_same``, the kernels' own allocations). Where a hook is registered (Proton, a user's), or the compiled kernel lacks that API (triton
 # before 3.3), the launch goes through ``CompiledKernel[grid]`` as before; should the direct call fail,
 # the launcher falls back to it for good.
 
@@ -234,7 +237,8 @@ class Launcher:
             n = len(grid)
             try:
                 bound[1](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, _current_stream(device),
-                         bound[2], bound[3], None, None, None, *args, *values)
+                         bound[2], bound[3], None, None, None,
+                         *[a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args], *values)
                 return
             except Exception:  # noqa: BLE001 - a Triton whose launcher API differs: launch as below, from now on
                 self.direct = False
