@@ -456,6 +456,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
     dx = x2.new_empty(x_shape)  # contiguous: rows `hidden` apart
     if whole:  # one program: its row of dw is all of dw, stored in the weight's dtype
         dw = dw_part = weight.new_empty(hidden)
+    elif not need_dw:  # a frozen weight: DW is never touched (HAS_DW is compile-time), dx stands in
+        dw_part = dx
     else:
         dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
     _launch_bwd.launch(grid, (x2, weight, dy2, rstd, dx, dw_part, stride_x, stride_dy, hidden, n_rows, n_tiles, per,
