@@ -1,25 +1,30 @@
-"""Host cost and torch.compile visibility of gpudoctor.kernels as ``gpudoctor::`` custom ops (issue 22), on
+"""Host cost per call of gpudoctor.kernels and the compiled path against plain torch.compile (issue 22), on
 one GPU.
 
-``PYTHONPATH=src python3 benchmarks/bench_kernels_host.py --out OUT_DIR [--quick] [--parts host,gpu,model]``
-writes ``OUT_DIR/kernels_host.json`` and prints a table last, each row against the issue's target:
+``PYTHONPATH=src python3 benchmarks/bench_kernels_host.py --out OUT_DIR [--quick] [--parts host,gpu,model]
+[--compiled op,native] [--budget-s S]`` writes ``OUT_DIR/kernels_host.json`` after each part and prints a
+table last, each row against the issue's target. ``--quick`` (2-layer model, 200 host calls) finishes in
+about 2-3 minutes on an H100; rows that would start past ``--budget-s`` (default 210 s with ``--quick``)
+are skipped and say so.
 
-- ``host``: host time of one RMSNorm forward + backward call, 4 x 4096 bf16 (GPU work of a few us, so the
-  wall clock of N calls is the CPU's time to issue them): ``torch.nn.RMSNorm`` (fp32 math, bf16 weight),
-  ``gpudoctor rms_norm`` eager (the autograd.Function path the public function takes outside compile, both
-  castings), the same through ``torch.ops.gpudoctor.rms_norm`` (the dispatcher and the op's generated
-  autograd node), the forward alone without grad, and Liger's RMSNorm if importable. Target: ours <=
-  1.5x torch.nn.RMSNorm.
+- ``host``: host time of one RMSNorm forward + backward call, 4 x 4096 bf16 (a few us of GPU work, so the
+  wall clock of N calls is the CPU's time to issue them): ``torch.nn.RMSNorm`` (fp32 math, bf16 weight);
+  ours with the direct launch (``CompiledKernel.run``), with the fallback (``CompiledKernel[grid]``, every
+  Launcher's ``direct`` off), and with the backward's stage two kept (``WHOLE_MAX_TILES = 0``: three
+  launches instead of two); the Gemma casting; through ``torch.ops.gpudoctor.rms_norm``; the forward alone
+  without grad, ours (direct and fallback) and ``F.rms_norm``. Also whether the direct and the fallback
+  launch give bit-identical outputs and gradients. Target: ours <= 1.5x torch.nn.RMSNorm.
 - ``gpu``: GPU time (sum of kernels, memsets and copies in a torch.profiler trace) of forward + backward at
-  2048 x 4096 bf16: torch's F.rms_norm, ours eager, ours through the op, and ``torch.compile`` of a
-  function calling ours (Inductor sees the Triton kernels through triton_op). Target: ours through the op
-  and compiled no slower than ours eager (BENCHMARKS.md: 33.9 us on the H100 of 2026-11-25).
-- ``model``: a Llama-style transformers model (4 layers, H 1024, V 32000, bf16, batch 4 x 512, AdamW),
-  unpatched and ``patch``-ed, each eager, ``torch.compile`` and ``torch.compile(mode="reduce-overhead")``
-  (CUDA graphs), plus Liger if importable: median step time of 10 steps after 5 warm-ups, peak memory,
-  the first step's loss, and the graph breaks ``torch._dynamo.explain`` counts for the forward with labels.
-  Targets: patched compiled 0 graph breaks; patched compiled step <= compiled step and < patched eager;
-  patched reduce-overhead step <= unpatched reduce-overhead step (and <= unpatched compiled step).
+  2048 x 4096 bf16 (torch's F.rms_norm and nn.RMSNorm, ours eager, through the op, ``torch.compile`` of a
+  function calling ours (the op, Triton kernels seen through triton_op) and of the same math in plain torch
+  ops) and at 4 x 4096 (ours with the one-program backward and with stage two, torch).
+- ``model``: a Llama-style transformers model (2 layers with ``--quick``, else 4; H 1024, V 32000, bf16,
+  batch 2 x 256 with ``--quick``, else 4 x 512; AdamW): unpatched, ``patch(compiled="op")`` and
+  ``patch(compiled="native")`` (the norms and gated MLPs run their own forward under compile, the loss its
+  op), each eager, ``torch.compile`` and ``mode="reduce-overhead"`` (CUDA graphs); median step of 5 (10)
+  after 3 (5) warm-ups, peak memory, first loss, the graph breaks ``torch._dynamo.explain`` counts (once a
+  variant), and the seconds each row took (compile included). Targets: 0 graph breaks; compiled patched
+  <= compiled unpatched and < patched eager; reduce-overhead patched <= unpatched.
 
 Every candidate is caught on its own: a failure is recorded with its message, and the run goes on.
 """
@@ -44,6 +49,7 @@ from bench_kernels import gpu_events
 
 DT = torch.bfloat16
 RESULTS: dict = {}
+DEADLINE = [float("inf")]  # time.time() past which no new model row starts
 
 
 def liger_available() -> bool:
@@ -86,64 +92,141 @@ def fwd_bwd(f, x: torch.Tensor, w: torch.Tensor):
     return run
 
 
-def rms_candidates(hidden: int) -> dict:
+# -- switches the rows flip: the launch path and the one-program backward ----------------------------------
+
+
+def launchers() -> list:
+    from gpudoctor.kernels import _common, _layer_norm, _rms_norm, cross_entropy, glu
+
+    return [v for m in (_rms_norm, _layer_norm, glu, cross_entropy) for v in vars(m).values()
+            if isinstance(v, _common.Launcher)]
+
+
+class Setting:
+    """``with Setting(direct=False, whole=False):`` the fallback launch / the backward's stage two kept."""
+
+    def __init__(self, direct: bool = True, whole: bool = True) -> None:
+        self.direct, self.whole = direct, whole
+
+    def __enter__(self) -> None:
+        from gpudoctor.kernels import _rms_norm
+
+        self.saved = [(launch, launch.direct) for launch in launchers()], _rms_norm.WHOLE_MAX_TILES
+        for launch in launchers():
+            launch.direct = self.direct and launch.direct
+        _rms_norm.WHOLE_MAX_TILES = _rms_norm.WHOLE_MAX_TILES if self.whole else 0
+        _rms_norm._BWD_PLANS.clear()
+
+    def __exit__(self, *exc) -> None:
+        from gpudoctor.kernels import _rms_norm
+
+        for launch, direct in self.saved[0]:
+            launch.direct = direct
+        _rms_norm.WHOLE_MAX_TILES = self.saved[1]
+        _rms_norm._BWD_PLANS.clear()
+
+
+def measure(rows: list, name: str, key: str, fn, setting: Setting | None = None) -> None:
+    try:
+        with setting or Setting():
+            rows.append({"candidate": name, key: round(fn(), 1)})
+    except Exception as exc:  # noqa: BLE001 - one failing candidate does not stop the run; it is reported
+        rows.append({"candidate": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+# -- host ------------------------------------------------------------------------------------------------
+
+
+def same_results(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether the direct and the fallback launch give bit-identical y, dx and dw."""
     from gpudoctor.kernels import rms_norm
 
-    torch_mod = torch.nn.RMSNorm(hidden, eps=1e-6, device="cuda", dtype=DT)
-    out = {
-        "torch.nn.RMSNorm": lambda x, w: torch_mod(x),
-        "ours eager (llama)": lambda x, w: rms_norm(x, w, 1e-6),
-        "ours eager (gemma casting, torch's math)": lambda x, w: rms_norm(x, w, 1e-6, casting="gemma"),
-        "ours through torch.ops.gpudoctor": lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0],
-    }
-    if liger_available():
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    def run(setting: Setting) -> list[torch.Tensor]:
+        with setting:
+            x.grad = w.grad = None
+            y = rms_norm(x, w, 1e-6)
+            y.backward(torch.ones_like(y))
+            return [y.detach().clone(), x.grad.clone(), w.grad.clone()]
 
-        out["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
-    return out
+    direct, fallback = run(Setting()), run(Setting(direct=False))
+    return all(torch.equal(a, b) for a, b in zip(direct, fallback, strict=True))
 
 
 def part_host(quick: bool) -> None:
+    from gpudoctor.kernels import rms_norm
+
     hidden = 4096
     x = torch.randn(4, hidden, device="cuda", dtype=DT, requires_grad=True)
     w = torch.ones(hidden, device="cuda", dtype=DT, requires_grad=True)
     calls = 200 if quick else 1000
-    rows = []
-    for name, f in rms_candidates(hidden).items():
-        try:
-            rows.append({"candidate": name, "host_us_fwd_bwd": round(host_us(fwd_bwd(f, x, w), calls), 1)})
-        except Exception as exc:  # noqa: BLE001 - one failing candidate does not stop the run; it is reported
-            rows.append({"candidate": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-    from gpudoctor.kernels import rms_norm
+    torch_mod = torch.nn.RMSNorm(hidden, eps=1e-6, device="cuda", dtype=DT)
+    rows: list = []
 
-    xi = x.detach()
+    def host(f):
+        return lambda: host_us(fwd_bwd(f, x, w), calls)
+
+    ours = lambda x, w: rms_norm(x, w, 1e-6)  # noqa: E731
+    measure(rows, "torch.nn.RMSNorm", "host_us_fwd_bwd", host(lambda x, w: torch_mod(x)))
+    measure(rows, "ours, direct launch", "host_us_fwd_bwd", host(ours))
+    measure(rows, "ours, fallback launch", "host_us_fwd_bwd", host(ours), Setting(direct=False))
+    measure(rows, "ours, direct, stage two kept (3 launches)", "host_us_fwd_bwd", host(ours), Setting(whole=False))
+    measure(rows, "ours, gemma casting", "host_us_fwd_bwd", host(lambda x, w: rms_norm(x, w, 1e-6, casting="gemma")))
+    measure(rows, "ours through torch.ops.gpudoctor", "host_us_fwd_bwd",
+            host(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0]))
+    if liger_available():
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        measure(rows, "liger", "host_us_fwd_bwd",
+                host(lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)))
+    xi, wi = x.detach(), w.detach()
     with torch.no_grad():  # the forward alone, no autograd node: the launcher's own cost
-        rows.append({"candidate": "ours forward only, no grad",
-                     "host_us_fwd": round(host_us(lambda: rms_norm(xi, w.detach(), 1e-6), calls), 1)})
-        rows.append({"candidate": "F.rms_norm forward only, no grad",
-                     "host_us_fwd": round(host_us(lambda: F.rms_norm(xi, (hidden,), w.detach(), 1e-6), calls), 1)})
-    if not liger_available():
-        rows.append({"candidate": "liger", "error": "liger-kernel not installed: skipped"})
-    RESULTS["host"] = {"shape": [4, hidden], "dtype": "bf16", "calls": calls, "rows": rows}
+        measure(rows, "ours forward only, no grad, direct", "host_us_fwd",
+                lambda: host_us(lambda: rms_norm(xi, wi, 1e-6), calls))
+        measure(rows, "ours forward only, no grad, fallback", "host_us_fwd",
+                lambda: host_us(lambda: rms_norm(xi, wi, 1e-6), calls), Setting(direct=False))
+        measure(rows, "F.rms_norm forward only, no grad", "host_us_fwd",
+                lambda: host_us(lambda: F.rms_norm(xi, (hidden,), wi, 1e-6), calls))
+    RESULTS["host"] = {"shape": [4, hidden], "dtype": "bf16", "calls": calls, "rows": rows,
+                       "direct_equals_fallback": same_results(x, w)}
+
+
+# -- GPU time --------------------------------------------------------------------------------------------
 
 
 def part_gpu(quick: bool) -> None:
     from gpudoctor.kernels import rms_norm
+    from gpudoctor.kernels._rms_norm import _rms_norm_native
 
-    m, hidden = 2048, 4096
-    x = torch.randn(m, hidden, device="cuda", dtype=DT, requires_grad=True)
-    w = (torch.rand(hidden, device="cuda", dtype=DT) + 0.5).requires_grad_(True)
-    candidates = rms_candidates(hidden)
-    candidates["torch F.rms_norm (bf16 weight)"] = lambda x, w: F.rms_norm(x, (hidden,), w, 1e-6)
-    torch._dynamo.reset()
-    candidates["torch.compile(ours)"] = torch.compile(lambda x, w: rms_norm(x, w, 1e-6))
-    rows = []
-    for name, f in candidates.items():
-        try:
-            rows.append({"candidate": name, "gpu_us_fwd_bwd": round(gpu_us(fwd_bwd(f, x, w)), 1)})
-        except Exception as exc:  # noqa: BLE001 - one failing candidate does not stop the run; it is reported
-            rows.append({"candidate": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-    RESULTS["gpu"] = {"shape": [m, hidden], "dtype": "bf16", "rows": rows}
+    rows: list = []
+    for m in (2048, 4):
+        hidden = 4096
+        x = torch.randn(m, hidden, device="cuda", dtype=DT, requires_grad=True)
+        w = (torch.rand(hidden, device="cuda", dtype=DT) + 0.5).requires_grad_(True)
+        torch_mod = torch.nn.RMSNorm(hidden, eps=1e-6, device="cuda", dtype=DT)
+        shape = f"{m}x{hidden}"
+
+        def gpu(f, x=x, w=w):
+            return lambda: gpu_us(fwd_bwd(f, x, w))
+
+        measure(rows, f"{shape} torch.nn.RMSNorm", "gpu_us_fwd_bwd", gpu(lambda x, w, mod=torch_mod: mod(x)))
+        measure(rows, f"{shape} torch F.rms_norm (bf16 weight)", "gpu_us_fwd_bwd",
+                gpu(lambda x, w, h=hidden: F.rms_norm(x, (h,), w, 1e-6)))
+        measure(rows, f"{shape} ours eager", "gpu_us_fwd_bwd", gpu(lambda x, w: rms_norm(x, w, 1e-6)))
+        if m == 4:
+            measure(rows, f"{shape} ours eager, stage two kept", "gpu_us_fwd_bwd",
+                    gpu(lambda x, w: rms_norm(x, w, 1e-6)), Setting(whole=False))
+            continue
+        measure(rows, f"{shape} ours through torch.ops.gpudoctor", "gpu_us_fwd_bwd",
+                gpu(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0]))
+        torch._dynamo.reset()
+        measure(rows, f"{shape} torch.compile(ours), the op", "gpu_us_fwd_bwd",
+                gpu(torch.compile(lambda x, w: rms_norm(x, w, 1e-6))))
+        measure(rows, f"{shape} torch.compile(the same math in torch ops)", "gpu_us_fwd_bwd",
+                gpu(torch.compile(lambda x, w: _rms_norm_native(x, w, 1e-6, 0.0, True))))
+    RESULTS["gpu"] = {"dtype": "bf16", "rows": rows}
+
+
+# -- the model step --------------------------------------------------------------------------------------
 
 
 def llama(layers: int):
@@ -165,11 +248,11 @@ def graph_breaks(model, ids) -> dict:
             "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})[:6]}
 
 
-def run_steps(model, step_model, ids, mode: str | None, warmup: int, timed: int) -> dict:
+def run_steps(model, step_model, ids, mode: str, warmup: int, timed: int) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
     losses, times = [], []
 
-    def step() -> float:
+    def step() -> torch.Tensor:
         if mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # a new step: the graph's outputs may be overwritten
         loss = step_model(input_ids=ids, labels=ids).loss
@@ -180,9 +263,11 @@ def run_steps(model, step_model, ids, mode: str | None, warmup: int, timed: int)
         # the first step's loss is read after the run
         return loss.detach().clone()
 
+    t0 = time.time()
     for _ in range(warmup):
         losses.append(step())
     torch.cuda.synchronize()
+    warm_s = time.time() - t0
     torch.cuda.reset_peak_memory_stats()
     for _ in range(timed):
         t0 = time.perf_counter()
@@ -190,62 +275,85 @@ def run_steps(model, step_model, ids, mode: str | None, warmup: int, timed: int)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     return {"step_ms": round(statistics.median(times), 2), "step_ms_min": round(min(times), 2),
-            "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 3), "first_loss": float(losses[0])}
+            "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 3), "first_loss": float(losses[0]),
+            "warmup_s": round(warm_s, 1)}
+
+
+def build(base, kind: str):
+    """A copy of the model, patched as ``kind`` says; the PatchReport line where patched."""
+    from gpudoctor.kernels import patch
+
+    model = copy.deepcopy(base)
+    note = {}
+    if kind.startswith("patched-"):
+        report = patch(model, compiled=kind.split("-", 1)[1])
+        note = {"patch": str(report).split("; path: ")[0], "path": report.path}
+    elif kind == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(model=model, rope=False)
+    return model, note
+
+
+def model_row(base, ids, kind: str, mode: str, warmup: int, timed: int, breaks: dict) -> dict:
+    row: dict = {"model": kind, "mode": mode}
+    if time.time() > DEADLINE[0]:
+        return {**row, "error": "skipped: past --budget-s"}
+    t0 = time.time()
+    model = step_model = None
+    try:
+        model, note = build(base, kind)
+        row.update(note)
+        if mode != "eager":
+            if kind not in breaks:  # the same graphs in both compiled modes: explained once a variant
+                breaks[kind] = graph_breaks(model, ids)
+            row["dynamo"] = breaks[kind]
+            torch._dynamo.reset()
+            step_model = torch.compile(model, **({"mode": mode} if mode != "default" else {}))
+        else:
+            step_model = model
+        row.update(run_steps(model, step_model, ids, mode, warmup, timed))
+    except Exception as exc:  # noqa: BLE001 - one failing variant does not stop the run; it is reported
+        row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        row["trace"] = traceback.format_exc()[-1500:]
+    finally:
+        model = step_model = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch._dynamo.reset()
+    row["row_s"] = round(time.time() - t0, 1)
+    print(kind, mode, row.get("step_ms", row.get("error")), f"{row['row_s']} s", flush=True)
+    return row
 
 
 def part_model(quick: bool) -> None:
-    from gpudoctor.kernels import patch
-
     layers, batch, seq = (2, 2, 256) if quick else (4, 4, 512)
     warmup, timed = (3, 5) if quick else (5, 10)
     base = llama(layers)
     torch.manual_seed(1)
     ids = torch.randint(0, 32000, (batch, seq), device="cuda")
-    variants = [(p, mode) for p in ("unpatched", "patched") for mode in ("eager", "default", "reduce-overhead")]
-    variants.append(("liger", "eager"))
-    rows = []
-    for kind, mode in variants:
-        row = {"model": kind, "mode": mode}
-        model = step_model = None
-        try:
-            if kind == "liger" and not liger_available():
-                rows.append({**row, "error": "liger-kernel not installed: skipped"})
-                continue
-            model = copy.deepcopy(base)
-            if kind == "patched":
-                report = patch(model)
-                row["patch"], row["path"] = str(report).split("; path: ")[0], report.path
-            elif kind == "liger":
-                from liger_kernel.transformers import apply_liger_kernel_to_llama
-
-                apply_liger_kernel_to_llama(model=model, rope=False)
-            if mode != "eager":
-                row["dynamo"] = graph_breaks(model, ids)
-                torch._dynamo.reset()
-                step_model = torch.compile(model, **({"mode": mode} if mode != "default" else {}))
-            else:
-                step_model = model
-            row.update(run_steps(model, step_model, ids, mode, warmup, timed))
-        except Exception as exc:  # noqa: BLE001 - one failing variant does not stop the run; it is reported
-            row["error"] = f"{type(exc).__name__}: {exc}"[:400]
-            row["trace"] = traceback.format_exc()[-1500:]
-        finally:
-            model = step_model = None
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch._dynamo.reset()
-        rows.append(row)
-        print(row.get("model"), row.get("mode"), row.get("step_ms", row.get("error")), flush=True)
+    kinds = ["unpatched", *(f"patched-{c}" for c in COMPILED)]
+    # the compiled rows first (the targets), eager last: a row past the budget is the cheapest to lose
+    variants = [(k, m) for m in ("default", "reduce-overhead", "eager") for k in kinds]
+    if liger_available():
+        variants.append(("liger", "eager"))
+    breaks: dict = {}
+    rows = [model_row(base, ids, kind, mode, warmup, timed, breaks) for kind, mode in variants]
+    if not liger_available():
+        rows.append({"model": "liger", "mode": "eager", "error": "liger-kernel not installed: skipped"})
     RESULTS["model"] = {"layers": layers, "batch": batch, "seq": seq, "hidden": 1024, "vocab": 32000,
-                        "rows": rows}
+                        "warmup": warmup, "timed": timed, "rows": rows}
+
+
+COMPILED = ["op", "native"]
 
 
 # -- the table and the targets -------------------------------------------------------------------------
 
 
-def _find(part: str, key: str, value: str, field: str):
+def _find(part: str, name: str, field: str):
     for row in RESULTS.get(part, {}).get("rows", []):
-        if row.get(key) == value:
+        if row.get("candidate") == name:
             return row.get(field)
     return None
 
@@ -264,46 +372,61 @@ def _verdict(ok) -> str:
 def targets() -> list[tuple[str, str, str]]:
     """(target, measured, verdict) rows."""
     out = []
-    ours = _find("host", "candidate", "ours eager (llama)", "host_us_fwd_bwd")
-    ref = _find("host", "candidate", "torch.nn.RMSNorm", "host_us_fwd_bwd")
-    op = _find("host", "candidate", "ours through torch.ops.gpudoctor", "host_us_fwd_bwd")
+    ref = _find("host", "torch.nn.RMSNorm", "host_us_fwd_bwd")
+    ours = _find("host", "ours, direct launch", "host_us_fwd_bwd")
+    fallback = _find("host", "ours, fallback launch", "host_us_fwd_bwd")
     ratio = ours / ref if ours and ref else None
     out.append(("host fwd+bwd <= 1.5x torch.nn.RMSNorm",
-                f"ours {ours} us, via op {op} us, torch {ref} us" + (f" ({ratio:.2f}x)" if ratio else ""),
+                f"ours {ours} (fallback {fallback}), torch {ref} us" + (f": {ratio:.2f}x" if ratio else ""),
                 _verdict(None if ratio is None else ratio <= 1.5)))
-    eager = _find("gpu", "candidate", "ours eager (llama)", "gpu_us_fwd_bwd")
-    via_op = _find("gpu", "candidate", "ours through torch.ops.gpudoctor", "gpu_us_fwd_bwd")
-    comp = _find("gpu", "candidate", "torch.compile(ours)", "gpu_us_fwd_bwd")
-    torch_us = _find("gpu", "candidate", "torch.nn.RMSNorm", "gpu_us_fwd_bwd")
-    ok = None if not (eager and via_op and comp) else max(via_op, comp) <= eager * 1.03  # 3%: run-to-run noise
-    out.append(("GPU fwd+bwd 2048x4096: op / compiled <= eager ours",
-                f"eager {eager}, op {via_op}, compiled {comp}, torch {torch_us} us", _verdict(ok)))
-    breaks = _model("patched", "default", "breaks")
-    out.append(("patched + compile: 0 graph breaks", f"{breaks} (unpatched: {_model('unpatched', 'default', 'breaks')})",
-                _verdict(None if breaks is None else breaks == 0)))
-    pc, uc, pe = (_model("patched", "default", "step_ms"), _model("unpatched", "default", "step_ms"),
-                  _model("patched", "eager", "step_ms"))
-    out.append(("patched compiled <= compiled, < patched eager", f"{pc} / {uc} / {pe} ms",
-                _verdict(None if None in (pc, uc, pe) else pc <= uc and pc < pe)))
-    pr, ur = _model("patched", "reduce-overhead", "step_ms"), _model("unpatched", "reduce-overhead", "step_ms")
-    out.append(("reduce-overhead: patched <= unpatched (and <= unpatched compiled)", f"{pr} / {ur} ({uc}) ms",
-                _verdict(None if None in (pr, ur, uc) else pr <= ur and pr <= uc)))
+    eager = _find("gpu", "2048x4096 ours eager", "gpu_us_fwd_bwd")
+    via_op = _find("gpu", "2048x4096 ours through torch.ops.gpudoctor", "gpu_us_fwd_bwd")
+    comp = _find("gpu", "2048x4096 torch.compile(ours), the op", "gpu_us_fwd_bwd")
+    native = _find("gpu", "2048x4096 torch.compile(the same math in torch ops)", "gpu_us_fwd_bwd")
+    ok = None if not (eager and via_op) else via_op <= eager * 1.03  # 3%: run-to-run noise
+    out.append(("GPU fwd+bwd 2048x4096: op <= eager ours (compiled: info)",
+                f"eager {eager}, op {via_op}, compiled op {comp}, compiled torch math {native} us", _verdict(ok)))
+    for c in COMPILED:
+        kind = f"patched-{c}"
+        breaks = _model(kind, "default", "breaks")
+        pc, uc, pe = (_model(kind, "default", "step_ms"), _model("unpatched", "default", "step_ms"),
+                      _model(kind, "eager", "step_ms"))
+        pr, ur = _model(kind, "reduce-overhead", "step_ms"), _model("unpatched", "reduce-overhead", "step_ms")
+        out.append((f"{kind} + compile: 0 graph breaks", f"{breaks}", _verdict(None if breaks is None else breaks == 0)))
+        out.append((f"{kind} compiled <= compiled, < patched eager", f"{pc} / {uc} / {pe} ms",
+                    _verdict(None if None in (pc, uc, pe) else pc <= uc and pc < pe)))
+        out.append((f"{kind} reduce-overhead <= unpatched reduce-overhead", f"{pr} / {ur} ms",
+                    _verdict(None if None in (pr, ur) else pr <= ur)))
     return out
 
 
 def print_table() -> None:
     print()
-    for part in ("host", "gpu"):
-        for row in RESULTS.get(part, {}).get("rows", []):
-            value = row.get("host_us_fwd_bwd", row.get("host_us_fwd", row.get("gpu_us_fwd_bwd", row.get("error"))))
-            print(f"{part:5} {row['candidate'][:44]:44} {value}")
-    for row in RESULTS.get("model", {}).get("rows", []):
-        print(f"model {row['model']:9} {row['mode']:15} step {row.get('step_ms', '-')} ms, peak "
-              f"{row.get('peak_GB', '-')} GB, breaks {row.get('dynamo', {}).get('breaks', '-')}, loss "
-              f"{row.get('first_loss', '-')}" + (f"  ERROR {row['error'][:120]}" if "error" in row else ""))
-    print(f"\n{'target':62} {'measured':52} verdict")
+    host = RESULTS.get("host", {})
+    for row in host.get("rows", []):
+        value = row.get("host_us_fwd_bwd", row.get("host_us_fwd", row.get("error")))
+        print(f"host us {row['candidate'][:46]:46} {value}")
+    if host:
+        print(f"host    direct launch == fallback launch, bit for bit: {host.get('direct_equals_fallback')}")
+    for row in RESULTS.get("gpu", {}).get("rows", []):
+        print(f"GPU us  {row['candidate'][:60]:60} {row.get('gpu_us_fwd_bwd', row.get('error'))}")
+    model = RESULTS.get("model", {})
+    if model:
+        print(f"\nmodel step ms (graph breaks): {model['layers']} layers, batch {model['batch']} x {model['seq']}")
+        print(f"{'':18}{'eager':>14}{'compile':>18}{'reduce-overhead':>18}")
+        for kind in ["unpatched", *(f"patched-{c}" for c in COMPILED), "liger"]:
+            cells = []
+            for mode in ("eager", "default", "reduce-overhead"):
+                ms, breaks = _model(kind, mode, "step_ms"), _model(kind, mode, "breaks")
+                cells.append("-" if ms is None else f"{ms}" + ("" if breaks is None else f" ({breaks})"))
+            if any(c != "-" for c in cells):
+                print(f"{kind:18}{cells[0]:>14}{cells[1]:>18}{cells[2]:>18}")
+        for row in model.get("rows", []):
+            if "error" in row and "not installed" not in row["error"]:
+                print(f"  {row['model']} {row['mode']}: {row['error'][:150]}")
+    print(f"\n{'target':58} {'measured':64} verdict")
     for target, measured, verdict in targets():
-        print(f"{target:62} {measured:52} {verdict}")
+        print(f"{target:58} {measured:64} {verdict}")
 
 
 def main() -> None:
@@ -311,21 +434,32 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default="host,gpu,model")
+    parser.add_argument("--compiled", "--compiled-norms", default="op,native",
+                        help="the patch(compiled=...) variants of the model rows: op, native or both (op,native)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="no model row starts after this many seconds (default: 210 with --quick, none without)")
     args = parser.parse_args()
+    parts, compiled = args.parts.split(","), args.compiled.split(",")
+    unknown = sorted(set(parts) - {"host", "gpu", "model"}) + sorted(set(compiled) - {"op", "native"})
+    if unknown:
+        sys.exit(f"unknown --parts / --compiled value(s) {','.join(unknown)}; parts: host, gpu, model; "
+                 "compiled: op, native")
     if not torch.cuda.is_available():
         sys.exit("bench_kernels_host.py needs a CUDA GPU")
-    parts = args.parts.split(",")
-    unknown = sorted(set(parts) - {"host", "gpu", "model"})
-    if unknown:
-        sys.exit(f"unknown --parts {','.join(unknown)}; choose from host, gpu, model")
+    COMPILED[:] = [c for c in ("op", "native") if c in compiled]
+    start = time.time()
+    budget = args.budget_s if args.budget_s is not None else (210.0 if args.quick else None)
+    if budget is not None:
+        DEADLINE[0] = start + budget
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
 
     from gpudoctor.kernels import _common, _rms_norm, cross_entropy, glu  # noqa: F401 - registers the ops
 
     RESULTS.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   date=time.strftime("%Y-%m-%d"), registration_api=_common.API, ops=dict(_common.REGISTERED),
-                   liger=liger_available())
+                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), registration_api=_common.API,
+                   ops=dict(_common.REGISTERED), liger=liger_available(), quick=args.quick, compiled=COMPILED,
+                   whole_max_tiles=_rms_norm.WHOLE_MAX_TILES)
     for part in parts:
         t0 = time.time()
         try:
@@ -334,10 +468,14 @@ def main() -> None:
             RESULTS[part + "_error"] = traceback.format_exc()[-2000:]
             print(RESULTS[part + "_error"], flush=True)
         RESULTS.setdefault("seconds", {})[part] = round(time.time() - t0, 1)
+        RESULTS["direct_launch"] = [launch.direct for launch in launchers()]  # False: a launcher fell back
         RESULTS["targets"] = targets()
         (args.out / "kernels_host.json").write_text(json.dumps(RESULTS, indent=1, default=str))
         print(f"[{part}] {RESULTS['seconds'][part]} s", flush=True)
+    RESULTS["seconds"]["total"] = round(time.time() - start, 1)
+    (args.out / "kernels_host.json").write_text(json.dumps(RESULTS, indent=1, default=str))
     print_table()
+    print(f"\ntotal {RESULTS['seconds']['total']} s")
 
 
 if __name__ == "__main__":

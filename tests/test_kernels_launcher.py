@@ -29,13 +29,20 @@ class FakeJit:
 
             class Compiled:
                 def __getitem__(self, g):
-                    return lambda *a: fake.launches.append((g, a))
+                    return lambda *a, stream=None: fake.launches.append((g, a))
             return Compiled()
         return compile_and_launch
 
 
-def test_cached_launch_reuses_the_kernel_only_for_the_same_specialization(monkeypatch) -> None:
+def _on_cpu(monkeypatch) -> None:
+    """The fast path on CPU tensors: no interpreter, the current device is the CPU's -1, stream 0."""
     monkeypatch.setattr(_common, "interpreting", lambda: False)
+    monkeypatch.setattr(_common, "_current_device", lambda: -1)
+    monkeypatch.setattr(_common, "_current_stream", lambda device: 0)
+
+
+def test_cached_launch_reuses_the_kernel_only_for_the_same_specialization(monkeypatch) -> None:
+    _on_cpu(monkeypatch)
     fn = FakeJit()
     launch = Launcher(fn)
     assert launch.fast and launch.constexpr_names == ("BLOCK", "FLAG")
@@ -78,7 +85,7 @@ def test_inline_specializations_equal_one_call_per_argument() -> None:
 
 
 def test_positional_launch_is_the_keyword_launch(monkeypatch) -> None:
-    monkeypatch.setattr(_common, "interpreting", lambda: False)
+    _on_cpu(monkeypatch)
     fn = FakeJit()
     launch = Launcher(fn)
     x = torch.zeros(32)

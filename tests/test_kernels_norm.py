@@ -15,6 +15,7 @@ import importlib
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -305,7 +306,8 @@ def test_saves_only_input_and_row_statistics():
     x, w, b, _ = inputs((2, 5, 96))
     x.requires_grad_()
     x_hat_saved = rms_mod.rms_norm(x, w).grad_fn.saved_tensors
-    assert [tuple(t.shape) for t in x_hat_saved] == [(10, 96), (96,), (10,)]
+    # a contiguous input is saved as it is (no view built), LayerNorm's as its [rows, H] view
+    assert [tuple(t.shape) for t in x_hat_saved] == [(2, 5, 96), (96,), (10,)]
     assert x_hat_saved[0].data_ptr() == x.data_ptr() and x_hat_saved[2].dtype == torch.float32
     saved = ln_mod.layer_norm(x, w, b).grad_fn.saved_tensors
     assert [tuple(t.shape) for t in saved] == [(10, 96), (96,), (10,), (10,)]
@@ -690,3 +692,32 @@ def test_layer_norm_tiles_by_row_width(dtype, limit, backward_rows, monkeypatch)
     assert rows == {"_launch_fwd": 4, "_launch_bwd": backward_rows}
     for i, (g, r) in enumerate(zip(got, want)):
         close(g, r, **(FP32 if dtype == torch.float32 else bf16_tol(i, (37, 100))))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("shape", "programs"), [((3, 4095), 3), ((2, 3, 1000), 2)])  # tiles of 1 and of 4 rows
+def test_one_program_backward_stores_dw_itself(dtype, shape, programs, monkeypatch):
+    """A backward of at most WHOLE_MAX_TILES row tiles runs as one program storing dw in the weight's dtype,
+    with no stage two; its gradients are those of the partial-sums path (fp32: to the last bit but the
+    order of the sum; bf16: one rounding of the same fp32 sum), and of the reference."""
+    x, w, b, dy = inputs(shape, dtype, seed=29)
+    op, _ = rms_pair()
+    launched = []
+    spy_launcher(monkeypatch, rms_mod, "_launch_sum", lambda k, a: launched.append(a[4]))
+    seen = []
+    results, grids = [], []
+    real = rms_mod._launch_bwd
+    monkeypatch.setattr(rms_mod, "_launch_bwd", SimpleNamespace(
+        launch=lambda grid, args, values, warps: (grids.append(grid), real.launch(grid, args, values, warps))))
+    for tiles in (rms_mod.WHOLE_MAX_TILES, 0):
+        monkeypatch.setattr(rms_mod, "WHOLE_MAX_TILES", tiles)
+        rms_mod._BWD_PLANS.clear()
+        results.append(grads(op, (x, w, b), dy))
+        seen.append(len(launched))
+    assert grids == [(1,), (programs,)]  # the partial-sums path: a program a tile (up to 4 in the interpreter)
+    assert seen == [0, 1]  # stage two only on the partial-sums path
+    whole, partial = results
+    assert whole[2].dtype == dtype and torch.equal(whole[0], partial[0]) and torch.equal(whole[1], partial[1])
+    close(whole[2].float(), partial[2].float(), **(FP32 if dtype == torch.float32 else bf16_tol(2, shape)))
+    if dtype == torch.float32:
+        check_fp32(*rms_pair(), x, w, b, dy)

@@ -119,16 +119,49 @@ def _llama(layers: int = 2):
 def test_patched_llama_compiles_with_zero_graph_breaks_and_one_node_per_op() -> None:
     model = _llama()
     ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
-    report = patch(model)
+    report = patch(model, compiled="op")
     assert report.replaced == {"causal-LM loss": 1, "gated MLP": 2, "RMSNorm": 5}
     assert report.path.startswith("gpudoctor:: ops through torch.library.custom_op")
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(model)(input_ids=ids, labels=ids)
+    assert report.under_compile() == ("RMSNorm gpudoctor::rms_norm, gated MLP gpudoctor::glu, causal-LM loss "
+                                      "gpudoctor::linear_cross_entropy")
+    explained = _explain(model, ids)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    ops = Counter(str(n.target) for g in explained.graphs for n in g.graph.nodes if "gpudoctor" in str(n.target))
     # 2 norms a layer and the final one, one gated MLP a layer, one loss: each a single node
-    assert ops == {"gpudoctor.rms_norm.default": 5, "gpudoctor.glu.default": 2,
-                   "gpudoctor.linear_cross_entropy.default": 1}
+    assert _gpudoctor_nodes(explained) == {"gpudoctor.rms_norm.default": 5, "gpudoctor.glu.default": 2,
+                                           "gpudoctor.linear_cross_entropy.default": 1}
+
+
+def _explain(model, ids):
+    torch._dynamo.reset()
+    return torch._dynamo.explain(model)(input_ids=ids, labels=ids)
+
+
+def _gpudoctor_nodes(explained) -> Counter:
+    return Counter(str(n.target) for g in explained.graphs for n in g.graph.nodes if "gpudoctor" in str(n.target))
+
+
+def _calls(explained) -> Counter:
+    """The graph's call targets, by name (the loss's nodes and the gpudoctor ops left out)."""
+    return Counter(str(getattr(n.target, "__name__", n.target)) for g in explained.graphs for n in g.graph.nodes
+                   if n.op in ("call_function", "call_method", "call_module"))
+
+
+def test_patched_llama_compiles_its_norms_and_mlps_as_the_unpatched_model_does() -> None:
+    """compiled="native" (the default): under torch.compile the norms and gated MLPs trace into their own
+    forward, the graph the unpatched model gives, and the loss into its op; one graph, no break."""
+    model = _llama()
+    ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
+    unpatched = _explain(model, ids)
+    report = patch(model)
+    assert report.under_compile() == ("RMSNorm and gated MLP its own forward, causal-LM loss "
+                                      "gpudoctor::linear_cross_entropy")
+    assert "; under torch.compile: RMSNorm and gated MLP its own forward, causal-LM loss" in str(report)
+    patched = _explain(model, ids)
+    assert (patched.graph_count, patched.graph_break_count) == (1, 0)
+    assert _gpudoctor_nodes(patched) == {"gpudoctor.linear_cross_entropy.default": 1}
+    before, after = _calls(unpatched), _calls(patched)
+    # every norm's and MLP's own math is there, as unpatched: 5 rsqrt, 2 silu
+    assert (after["rsqrt"], after["silu"]) == (before["rsqrt"], before["silu"]) == (5, 2)
 
 
 def test_compiled_patched_training_step_matches_eager() -> None:
@@ -216,8 +249,9 @@ def test_torch_without_the_registration_api_falls_back_and_says_so() -> None:
     """, TRITON_INTERPRET="1")
     first, line = out.splitlines()
     assert first == "autograd.Function 0 True"
-    assert line == ("gpudoctor.kernels.patch: replaced 1 RMSNorm; path: autograd.Function: this torch has no "
-                    "torch.library.custom_op (2.4+), so torch.compile breaks the graph at each patched module")
+    assert line == ("gpudoctor.kernels.patch: replaced 1 RMSNorm; under torch.compile: RMSNorm its own forward; "
+                    "path: autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile "
+                    "breaks the graph at each patched module that runs a kernel under it")
 
 
 def test_a_registration_that_fails_keeps_the_function_path_and_says_why(monkeypatch) -> None:

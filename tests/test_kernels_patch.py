@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 pytest.importorskip("triton")
 
+from gpudoctor.errors import InputError
 from gpudoctor.kernels import patch, unpatch
 
 
@@ -128,6 +129,22 @@ def test_gemma_norm_and_gelu_mlp_recognised():
     report = patch(model)
     assert report.replaced == {"RMSNorm": 1, "gated MLP": 1}
     torch.testing.assert_close(model(x), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_path_is_reported_per_kind_and_checked():
+    """PatchReport says what each kind of patched module runs under torch.compile; a bad ``compiled`` is a
+    one-line InputError naming the choices, before anything is patched."""
+    model = TinyCausalLM()
+    report = patch(model, compiled="op")
+    assert report.compiled == {"causal-LM loss": "gpudoctor::linear_cross_entropy", "gated MLP": "gpudoctor::glu",
+                               "RMSNorm": "gpudoctor::rms_norm"}
+    unpatch(model)
+    with pytest.raises(InputError, match=r"^compiled must be one of 'native', 'op', got 'inductor'$"):
+        patch(model, compiled="inductor")
+    assert "forward" not in vars(model.model.norm)
+    report = patch(nn.Sequential(LlamaStyleRMSNorm(8)))
+    assert str(report).startswith("gpudoctor.kernels.patch: replaced 1 RMSNorm; under torch.compile: RMSNorm its "
+                                  "own forward; path: ")
 
 
 def test_unknown_modules_are_left_alone_and_said_so():

@@ -107,6 +107,12 @@ SUM_WARPS = 4
 # reloaded weight plus the next-tile prefetch 50.9 / 169.4, 32 warps 48.6 / 154.1 (with the prefetch
 # 64.8 / 206.5), the backward's column loop over 8192 / 4096 columns 50.2 / 167.1 and 70.1 / 238.6.
 RELOAD_W_MIN_BLOCK = 16384
+# A backward of at most this many row tiles (at most 4 x 16384 elements) runs as one program that stores dw
+# itself, in the weight's dtype, instead of a program per tile writing fp32 partials that a second kernel
+# sums: one launch, one allocation and their host time less (on the H100 host a Triton launch costs tens
+# of us of CPU, BENCHMARKS.md), for a few us of GPU work either way. benchmarks/bench_kernels_host.py
+# measures both clocks at 4 x 4096.
+WHOLE_MAX_TILES = 4
 
 CASTINGS = ("llama", "gemma")
 
@@ -236,8 +242,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                 if LLAMA:  # the weight multiplied x_hat rounded to x's dtype
                     x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
                 dw_acc += dy * x_hat
-        if HAS_DW:
-            tl.store(dw_row + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+        if HAS_DW:  # fp32 partials, or dw itself in the weight's dtype where one program does all rows
+            tl.store(dw_row + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_ok)
     else:  # one row per tile: a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is its own
         for r in range(tile_start, tile_end):
             rstd = tl.load(RSTD + r)
@@ -393,61 +399,88 @@ def _forward_plan(n_rows: int, hidden: int, element_size: int, llama: bool) -> t
 
 def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.device, llama: bool,
                    need_dw: bool) -> tuple:
-    """(grid, n_tiles, tiles per program, single, constexprs in signature order, num_warps) of the backward."""
+    """(grid, n_tiles, tiles per program, single, constexprs in signature order, num_warps, whole) of the
+    backward; ``whole``: one program, which stores dw itself (no partial buffer, no stage two)."""
     block, single = tile_block(hidden, element_size)
     rows = rows_per_tile(block, single, n_rows)
     n_tiles = -(-n_rows // rows)
     num_warps = warps_for(rows * block)
     programs, per = grid_programs(device, n_tiles, num_warps)
+    whole = single and need_dw and n_tiles <= WHOLE_MAX_TILES
+    if whole:
+        programs, per = 1, n_tiles
     prefetch = single and use_prefetch_size(element_size, rows, block, num_warps)
     values = (block, rows, single, llama, need_dw, prefetch, single and block >= RELOAD_W_MIN_BLOCK)
-    return (programs,), n_tiles, per, single, values, num_warps
+    return (programs,), n_tiles, per, single, values, num_warps, whole
 
 
-def _forward(x2: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool,
-             y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    n_rows, hidden = concrete(x2)
-    key = (n_rows, hidden, x2.dtype, llama)
-    plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key, _forward_plan(n_rows, hidden, x2.element_size(), llama))
-    if y is None:
-        y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
-    _launch_fwd.launch(plan[0], (x2, weight, y, rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, offset),
-                       plan[1], plan[2])
-    return y, rstd
+def rows_of(t: torch.Tensor, hidden: int) -> tuple[torch.Tensor, int, int]:
+    """(t as rows, number of rows, row stride) for a kernel that reads rows of ``hidden`` consecutive
+    elements: a contiguous t is passed as it is (its rows are ``hidden`` apart), with no view to build (a
+    reshape and a view cost 2-3 us of host time each on the 2-core development machine, 2026-11-26, about
+    as much as the launch they feed); anything else goes through ``as_rows``."""
+    if t.is_contiguous():
+        n_rows = t.numel() // hidden
+        return t, n_rows if type(n_rows) is int else int(n_rows), hidden
+    t2 = as_rows(t, hidden)
+    return t2, concrete(t2)[0], t2.stride(0)
 
 
-def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
-              llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    n_rows, hidden = concrete(x2)
-    key = (n_rows, hidden, x2.dtype, x2.device, llama, need_dw)
+def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool,
+             y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y (x's shape, contiguous; or written into the contiguous ``y`` given), rstd [rows] fp32, and x as the
+    rows the kernel read (x itself when contiguous: what the backward needs)."""
+    hidden = x.shape[-1] if type(x.shape[-1]) is int else int(x.shape[-1])
+    x2, n_rows, stride_x = rows_of(x, hidden)
+    key = (n_rows, hidden, x.dtype, llama)
+    plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key, _forward_plan(n_rows, hidden, x.element_size(), llama))
+    if y is None:  # contiguous, [..., H]: rows `hidden` apart
+        y = torch.empty_like(x) if x2 is x else x.new_empty(x.shape)
+    rstd = x.new_empty(n_rows, dtype=torch.float32)  # [rows]
+    _launch_fwd.launch(plan[0], (x2, weight, y, rstd, stride_x, hidden, n_rows, hidden, eps, offset), plan[1],
+                       plan[2])
+    return y, rstd, x2
+
+
+def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
+              llama: bool, need_dw: bool, x_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """dx of shape ``x_shape`` (contiguous) and dw (None unless ``need_dw``), from dy and the rows x2 the
+    forward read (any shape with ``x_shape``'s number of elements and rows)."""
+    hidden = x2.shape[-1] if type(x2.shape[-1]) is int else int(x2.shape[-1])
+    x2, n_rows, stride_x = rows_of(x2, hidden)
+    dy2, _, stride_dy = rows_of(dy, hidden)
+    key = (n_rows, hidden, x2.dtype, x2.get_device(), llama, need_dw)
     plan = _BWD_PLANS.get(key) or remember(
         _BWD_PLANS, key, _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
-    grid, n_tiles, per, single, values, num_warps = plan
-    dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
-    _launch_bwd.launch(grid, (x2, weight, dy2, rstd, dx, dw_part, x2.stride(0), dy2.stride(0), dx.stride(0), n_rows,
-                              n_tiles, per, hidden, offset), values, num_warps)
-    dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
+    grid, n_tiles, per, single, values, num_warps, whole = plan
+    dx = x2.new_empty(x_shape)  # contiguous: rows `hidden` apart
+    if whole:  # one program: its row of dw is all of dw, stored in the weight's dtype
+        dw = dw_part = weight.new_empty(hidden)
+    elif not need_dw:  # a frozen weight: DW is never touched (HAS_DW is compile-time), dx stands in
+        dw_part = dx
+    else:
+        dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
+    _launch_bwd.launch(grid, (x2, weight, dy2, rstd, dx, dw_part, stride_x, stride_dy, hidden, n_rows, n_tiles, per,
+                              hidden, offset), values, num_warps)
+    if not whole:
+        dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
 
 
 class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
-        x2 = as_rows(x, x.shape[-1])
-        y, rstd = _forward(x2, weight, eps, offset, llama)
-        ctx.save_for_backward(x2, weight, rstd)  # the input (a view of x when possible) and [rows] fp32
+        y, rstd, x2 = _forward(x, weight, eps, offset, llama)
+        ctx.save_for_backward(x2, weight, rstd)  # the input (itself, or its rows) and [rows] fp32
         ctx.offset, ctx.llama, ctx.x_shape = offset, llama, x.shape
-        return y.view(x.shape)
+        return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy: torch.Tensor):
         x2, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(as_rows(dy, x2.shape[1]), x2, weight, rstd, ctx.offset, ctx.llama,
-                           ctx.needs_input_grad[1])
-        return dx.view(ctx.x_shape), dw, None, None, None
+        dx, dw = _backward(dy, x2, weight, rstd, ctx.offset, ctx.llama, ctx.needs_input_grad[1], ctx.x_shape)
+        return dx, dw, None, None, None
 
 
 # -- the gpudoctor::rms_norm custom op (what torch.compile sees) -------------------------------------------
@@ -457,8 +490,7 @@ def _op_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
                 llama: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """y [..., H] in x's dtype and rstd [rows] fp32: the kernels on CUDA (and under the interpreter)."""
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # allocated whole: the op returns no view
-    _, rstd = _forward(as_rows(x, x.shape[-1]), weight, eps, offset, llama, y.view(-1, x.shape[-1]))
-    return y, rstd
+    return y, _forward(x, weight, eps, offset, llama, y)[1]
 
 
 def _op_forward_fake(x, weight, eps, offset, llama):
@@ -476,9 +508,8 @@ def _op_forward_reference(x, weight, eps, offset, llama):
 def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
                  llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """dx [..., H] and dw [H] (an empty [0] when ``need_dw`` is False: an op returns tensors only)."""
-    hidden = x.shape[-1]
-    dx, dw = _backward(as_rows(dy, hidden), as_rows(x, hidden), weight, rstd, offset, llama, need_dw)
-    return dx.view(x.shape), weight.new_empty(0) if dw is None else dw
+    dx, dw = _backward(dy, x, weight, rstd, offset, llama, need_dw, x.shape)
+    return dx, weight.new_empty(0) if dw is None else dw
 
 
 def _op_backward_fake(dy, x, weight, rstd, offset, llama, need_dw):
@@ -561,11 +592,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), x.shape[-1]):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+        # the op, not the torch math, for a direct call: alone at 2048 x 4096 bf16 (H100, BENCHMARKS.md) it
+        # compiled to 43.9 us of GPU time (2026-11-25) against 53.6 us for torch.compile of HF's math
+        # (2026-11-24); in a model, where Inductor fuses the math with its neighbours, patch(compiled=)
+        # chooses
         return _FWD_OP(x, weight, eps, offset, llama)[0]
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save
-        y, _ = _forward(as_rows(x, x.shape[-1]), weight, eps, offset, llama)
-        return y.view(x.shape)
+        return _forward(x, weight, eps, offset, llama)[0]
     return _RMSNormFunction.apply(x, weight, eps, offset, llama)
 
 

@@ -153,22 +153,34 @@ def _launch(rows: int, cols: int) -> tuple[tuple[int], int, int]:
 
 def _forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     rows, cols = _layout(gate, up)
-    g2, u2 = _rows(gate, rows, cols), _rows(up, rows, cols)
-    out = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # [rows, cols]
+    if rows == 1:  # contiguous: one long row, the tensors as they are (no view to build: 2-3 us of host each)
+        g2, u2, out = gate, up, torch.empty_like(gate)
+        strides = (cols,) * 3  # never read (one row), the strides of [1, cols] views
+    else:
+        g2, u2 = _rows(gate, rows, cols), _rows(up, rows, cols)
+        out = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # [rows, cols]
+        strides = g2.stride(0), u2.stride(0), out.stride(0)
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_fwd.launch(grid, (g2, u2, out, g2.stride(0), u2.stride(0), out.stride(0), cols, col_blocks),
-                       (kind, block, not interpreting()), max(1, block // 256))
-    return out.view(gate.shape)
+    _launch_fwd.launch(grid, (g2, u2, out, *strides, cols, col_blocks), (kind, block, not interpreting()),
+                       max(1, block // 256))
+    return out if rows == 1 else out.view(gate.shape)
 
 
 def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, cols = _layout(dy, gate, up)
-    dy2, g2, u2 = _rows(dy, rows, cols), _rows(gate, rows, cols), _rows(up, rows, cols)
-    dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # fresh buffers, [rows, cols]
-    du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
+    if rows == 1:  # contiguous: as the forward
+        dy2, g2, u2, dg, du = dy, gate, up, torch.empty_like(gate), torch.empty_like(up)
+        strides = (cols,) * 5
+    else:
+        dy2, g2, u2 = _rows(dy, rows, cols), _rows(gate, rows, cols), _rows(up, rows, cols)
+        dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # fresh buffers, [rows, cols]
+        du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
+        strides = dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0)
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_bwd.launch(grid, (dy2, g2, u2, dg, du, dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0),
-                              du.stride(0), cols, col_blocks), (kind, block, not interpreting()), max(1, block // 256))
+    _launch_bwd.launch(grid, (dy2, g2, u2, dg, du, *strides, cols, col_blocks), (kind, block, not interpreting()),
+                       max(1, block // 256))
+    if rows == 1:
+        return dg, du
     return dg.view(gate.shape), du.view(up.shape)
 
 
