@@ -1,0 +1,120 @@
+"""The unprofiled step against the program's own step time: plain runs interleaved with runs under
+``gpudoctor run``, repeated, for the short-step gallery programs (tests/programs/).
+
+    PYTHONPATH=src python benchmarks/bench_unprofiled_step.py --rounds 6 --out DIR
+    python benchmarks/bench_unprofiled_step.py --src /path/to/old/src --src src   # two versions, same rounds
+    python benchmarks/bench_unprofiled_step.py --gpu-args --out $OUT/unprofiled   # on a GPU machine
+
+Each round runs every program plainly (its printed ms per iteration after the first log line: the
+TRUE step of that round, as benchmarks/run_gallery.py defines it) and under
+``python -m gpudoctor run --skip 5 --steps 5`` once per ``--src`` tree, the order rotated from round
+to round so that a drift of the shared machine falls on every variant alike. The ratio
+unprofiled / true is taken within a round; the table gives its median over the rounds, its range,
+and how many rounds' reports called their timing trustworthy (env.json ``capture.unprofiled``).
+Writes DIR/unprofiled.json (every run's samples) and prints a markdown table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_gallery import ROOT, newest_run_dir, parse_ms, read_json, run_command
+
+REGEX = r"([0-9]+(?:\.[0-9]+)?) ms/iter"
+# name -> (file, CPU args, GPU args): long enough on the CPU for a steady state after the first log
+# line; on the GPU the manifest's args (the gallery's table)
+PROGRAMS: dict[str, tuple[str, list[str], list[str]]] = {
+    "cpu_only": ("cpu_only.py", ["--iters", "80", "--log-every", "10", "--threads", "1"],
+                 ["--iters", "60", "--log-every", "10"]),
+    "early_exit": ("early_exit.py", ["--exit-at", "9", "--log-every", "3"], ["--exit-at", "9", "--log-every", "3"]),
+    "crash_at_12": ("crash_at_12.py", ["--crash-at", "9", "--log-every", "2"], ["--crash-at", "9", "--log-every", "2"]),
+    "manual_sgd": ("manual_sgd.py", ["--iters", "80", "--log-every", "10"], ["--iters", "60", "--log-every", "10"]),
+    "dataloader_workers": ("dataloader_workers.py", ["--iters", "70", "--log-every", "10"],
+                           ["--iters", "40", "--log-every", "10"]),
+}
+
+
+def doctor_run(python: str, src: Path, script: str, args: list[str], out: Path, timeout: float) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(src.resolve()), PYTHONUNBUFFERED="1")
+    res = run_command([python, "-m", "gpudoctor", "run", "--skip", "5", "--steps", "5", "--out", str(out), script,
+                       *args], ROOT, env, timeout)
+    run_dir = newest_run_dir(out)
+    cap = ((read_json(run_dir / "env.json") if run_dir else None) or {}).get("capture") or {}
+    return {"rc": res["rc"], "unprofiled_step_ms": cap.get("unprofiled_step_ms"),
+            "unprofiled": cap.get("unprofiled"), "notes": cap.get("notes"),
+            "before": cap.get("unprofiled_before_window_ms"), "after": cap.get("unprofiled_after_window_ms"),
+            "stderr_tail": res["stderr"][-300:] if cap == {} else ""}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--only", default="", help="comma-separated program names")
+    ap.add_argument("--src", type=Path, action="append", default=[], help="gpudoctor source tree (repeatable)")
+    ap.add_argument("--gpu-args", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("unprofiled-bench"))
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--python", default=sys.executable)
+    opts = ap.parse_args()
+    srcs = opts.src or [ROOT / "src"]
+    names = [n for n in opts.only.split(",") if n] or list(PROGRAMS)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    plain_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    runs: list[dict[str, Any]] = []
+    for r in range(opts.rounds):
+        for name in names:
+            file, cpu_args, gpu_args = PROGRAMS[name]
+            script, args = str(ROOT / "tests" / "programs" / file), gpu_args if opts.gpu_args else cpu_args
+            order = ["plain", *range(len(srcs))]
+            order = order[r % len(order):] + order[:r % len(order)]
+            row: dict[str, Any] = {"round": r, "program": name}
+            for kind in order:
+                if kind == "plain":
+                    res = run_command([opts.python, script, *args], ROOT, plain_env, opts.timeout)
+                    row["true_ms"], row["printed_ms"] = parse_ms(res["stdout"], REGEX)
+                else:
+                    out = opts.out / "runs" / f"{name}-r{r}-v{kind}"
+                    row[f"v{kind}"] = doctor_run(opts.python, srcs[kind], script, args, out, opts.timeout)
+            runs.append(row)
+            print(f"[unprofiled] round {r} {name}: true {row['true_ms']}, "
+                  + ", ".join(f"v{i} {row[f'v{i}']['unprofiled_step_ms']}" for i in range(len(srcs))),
+                  file=sys.stderr, flush=True)
+            (opts.out / "unprofiled.json").write_text(json.dumps(
+                {"srcs": [str(s) for s in srcs], "gpu_args": opts.gpu_args, "runs": runs}, indent=1) + "\n")
+    print(table(runs, names, srcs))
+    return 0
+
+
+def table(runs: list[dict[str, Any]], names: list[str], srcs: list[Path]) -> str:
+    lines = [f"# unprofiled step / true step, {time.strftime('%Y-%m-%d %H:%M')}; "
+             + "; ".join(f"v{i} = {s}" for i, s in enumerate(srcs)), "",
+             "| program | rounds | true ms (median) | " + " | ".join(
+                 f"v{i} ratio median [min, max] | v{i} within 10% | v{i} trusted" for i in range(len(srcs))) + " |",
+             "|---|---:|---:|" + "---:|---:|---:|" * len(srcs)]
+    for name in names:
+        rows = [r for r in runs if r["program"] == name and r.get("true_ms")]
+        cells = [name, str(len(rows)), f"{statistics.median(r['true_ms'] for r in rows):.3f}" if rows else "-"]
+        for i in range(len(srcs)):
+            ratios = [r[f"v{i}"]["unprofiled_step_ms"] / r["true_ms"] for r in rows
+                      if r[f"v{i}"].get("unprofiled_step_ms")]
+            trusted = [bool((r[f"v{i}"].get("unprofiled") or {}).get("trusted")) for r in rows]
+            if ratios:
+                cells += [f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]",
+                          f"{sum(abs(x - 1) <= 0.10 for x in ratios)}/{len(ratios)}",
+                          f"{sum(trusted)}/{len(trusted)}"]
+            else:
+                cells += ["-", "-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
