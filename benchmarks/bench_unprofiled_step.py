@@ -3,7 +3,7 @@
 
     PYTHONPATH=src python benchmarks/bench_unprofiled_step.py --rounds 6 --out DIR
     python benchmarks/bench_unprofiled_step.py --src /path/to/old/src --src src   # two versions, same rounds
-    python benchmarks/bench_unprofiled_step.py --gpu-args --out $OUT/unprofiled   # on a GPU machine
+    PYTHONPATH=src python3 benchmarks/bench_unprofiled_step.py --gpu-args --rounds 3 --out $OUT/unprofiled
 
 Each round runs every program plainly (its printed ms per iteration after the first log line: the
 TRUE step of that round, as benchmarks/run_gallery.py defines it) and under
@@ -11,7 +11,10 @@ TRUE step of that round, as benchmarks/run_gallery.py defines it) and under
 to round so that a drift of the shared machine falls on every variant alike. The ratio
 unprofiled / true is taken within a round; the table gives its median over the rounds, its range,
 and how many rounds' reports called their timing trustworthy (env.json ``capture.unprofiled``).
-Writes DIR/unprofiled.json (every run's samples) and prints a markdown table last.
+On the CPU (default) the five short-step programs run with longer CPU arguments; with
+``--gpu-args`` the eight the H200 gallery missed (BENCHMARKS.md, Runs 5-8) with the manifest's GPU
+arguments. Writes DIR/unprofiled.json (every run's samples) and DIR/unprofiled.md (the table, also
+printed last); the run directories go to ``--runs`` (a temporary folder by default).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,22 +32,23 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_gallery import ROOT, newest_run_dir, parse_ms, read_json, run_command
 
-REGEX = r"([0-9]+(?:\.[0-9]+)?) ms/iter"
-# name -> (file, CPU args, GPU args): long enough on the CPU for a steady state after the first log
-# line; on the GPU the manifest's args (the gallery's table)
-PROGRAMS: dict[str, tuple[str, list[str], list[str]]] = {
-    "cpu_only": ("cpu_only.py", ["--iters", "80", "--log-every", "10", "--threads", "1"],
-                 ["--iters", "60", "--log-every", "10"]),
-    "early_exit": ("early_exit.py", ["--exit-at", "9", "--log-every", "3"], ["--exit-at", "9", "--log-every", "3"]),
-    "crash_at_12": ("crash_at_12.py", ["--crash-at", "9", "--log-every", "2"], ["--crash-at", "9", "--log-every", "2"]),
-    "manual_sgd": ("manual_sgd.py", ["--iters", "80", "--log-every", "10"], ["--iters", "60", "--log-every", "10"]),
-    "dataloader_workers": ("dataloader_workers.py", ["--iters", "70", "--log-every", "10"],
-                           ["--iters", "40", "--log-every", "10"]),
+MANIFEST = {e["name"]: e for e in json.loads((ROOT / "tests" / "programs" / "manifest.json").read_text())["programs"]}
+# CPU arguments: long enough for a steady state after the first log line (one thread: the machine's
+# other load makes two threads' barrier waits last a scheduler tick); the GPU ones are the manifest's
+CPU_ARGS: dict[str, list[str]] = {
+    "cpu_only": ["--iters", "80", "--log-every", "10", "--threads", "1"],
+    "early_exit": ["--exit-at", "9", "--log-every", "3"],
+    "crash_at_12": ["--crash-at", "9", "--log-every", "2"],
+    "manual_sgd": ["--iters", "80", "--log-every", "10"],
+    "dataloader_workers": ["--iters", "70", "--log-every", "10"],
 }
+GPU_MISSES = ["cpu_only", "early_exit", "crash_at_12", "manual_sgd", "dataloader_workers", "compiled_step",
+              "hf_trainer_llama", "launch_bound_rnn"]
 
 
 def doctor_run(python: str, src: Path, script: str, args: list[str], out: Path, timeout: float) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(src.resolve()), PYTHONUNBUFFERED="1")
+    paths = [str(src.resolve()), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
     res = run_command([python, "-m", "gpudoctor", "run", "--skip", "5", "--steps", "5", "--out", str(out), script,
                        *args], ROOT, env, timeout)
     run_dir = newest_run_dir(out)
@@ -61,27 +66,33 @@ def main() -> int:
     ap.add_argument("--src", type=Path, action="append", default=[], help="gpudoctor source tree (repeatable)")
     ap.add_argument("--gpu-args", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("unprofiled-bench"))
+    ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default: a temp folder)")
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--python", default=sys.executable)
     opts = ap.parse_args()
     srcs = opts.src or [ROOT / "src"]
-    names = [n for n in opts.only.split(",") if n] or list(PROGRAMS)
+    names = [n for n in opts.only.split(",") if n] or (GPU_MISSES if opts.gpu_args else list(CPU_ARGS))
+    unknown = [n for n in names if n not in MANIFEST or (not opts.gpu_args and n not in CPU_ARGS)]
+    if unknown:
+        ap.error(f"no {'GPU' if opts.gpu_args else 'CPU'} arguments for {', '.join(unknown)}")
     opts.out.mkdir(parents=True, exist_ok=True)
+    runs_dir = opts.runs or Path(tempfile.mkdtemp(prefix="unprofiled-runs-"))
     plain_env = dict(os.environ, PYTHONUNBUFFERED="1")
     runs: list[dict[str, Any]] = []
     for r in range(opts.rounds):
         for name in names:
-            file, cpu_args, gpu_args = PROGRAMS[name]
-            script, args = str(ROOT / "tests" / "programs" / file), gpu_args if opts.gpu_args else cpu_args
+            entry = MANIFEST[name]
+            script = str(ROOT / "tests" / "programs" / entry["file"])
+            args = entry["args_gpu"] if opts.gpu_args else CPU_ARGS[name]
             order = ["plain", *range(len(srcs))]
             order = order[r % len(order):] + order[:r % len(order)]
             row: dict[str, Any] = {"round": r, "program": name}
             for kind in order:
                 if kind == "plain":
                     res = run_command([opts.python, script, *args], ROOT, plain_env, opts.timeout)
-                    row["true_ms"], row["printed_ms"] = parse_ms(res["stdout"], REGEX)
+                    row["true_ms"], row["printed_ms"] = parse_ms(res["stdout"] + res["stderr"], entry["timing_regex"])
                 else:
-                    out = opts.out / "runs" / f"{name}-r{r}-v{kind}"
+                    out = runs_dir / f"{name}-r{r}-v{kind}"
                     row[f"v{kind}"] = doctor_run(opts.python, srcs[kind], script, args, out, opts.timeout)
             runs.append(row)
             print(f"[unprofiled] round {r} {name}: true {row['true_ms']}, "
@@ -89,7 +100,9 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             (opts.out / "unprofiled.json").write_text(json.dumps(
                 {"srcs": [str(s) for s in srcs], "gpu_args": opts.gpu_args, "runs": runs}, indent=1) + "\n")
-    print(table(runs, names, srcs))
+    text = table(runs, names, srcs)
+    (opts.out / "unprofiled.md").write_text(text + "\n")
+    print(text)
     return 0
 
 

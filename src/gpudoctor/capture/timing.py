@@ -3,8 +3,8 @@ timed outside the profiler's window (capture/session.py times them; this module 
 
 Two sets of samples exist: the steps before the window (their second half: the first are warm-up)
 and the steps after it (the first ``SETTLE_STEPS`` left out). Each has a bias that only ever adds
-time: the steps before the window may still be warming up (a CPU program of 0.64 ms steps ran its
-steps 3-5 at 0.73-1.75 ms plainly, tests/programs/cpu_only.py, 2026-11-26), and the steps after it
+time: the steps before the window may still be warming up (tests/programs/cpu_only.py on a shared
+2-core CPU, 2026-11-26: steps 3-5 at 0.88-1.00 ms plainly, its steady state 0.69 ms), and the steps after it
 run behind the profiler's leftovers (on an H100 with torch 2.11, launch-bound programs ran 13-65%
 slower per step after the window than before it: CUPTI stays attached unless torn down). So when
 both sets have enough steps, the one with the lower estimate is the better one; when neither has,
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 MIN_SAMPLES = 3
 """Fewer timed steps than this: the number is shown but not trusted."""
 SETTLE_STEPS = 1
-"""Steps after the window left untimed beyond the one that wrote the trace: the first step after
-it ran 10-30% slower than the next ones (cpu_only on a 2-core CPU, 2026-11-26: 0.92 / 0.94 / 1.24
-/ 0.80 ms against 0.70-0.95 after; on the H200 gallery, 2026-11-26, accelerate_loop 25.8 against
-24.1, hf_trainer_llama 23.5 against 18.5-20.5): caches and allocator refilled after the export."""
+"""Steps after the window left untimed beyond the one that wrote the trace: the first step after it
+ran slower than the next ones (cpu_only on a shared 2-core CPU, 2026-11-26: 0.92, 0.94, 1.24 and
+0.80 ms in four runs whose next steps had medians of 0.75, 0.70, 0.94 and 0.75 ms; the H200 gallery,
+call 7: hf_trainer_llama 23.5 ms against 18.5-20.5, compiled_step 5.76 against 5.23-5.58): the
+caches and the allocator refill after the export."""
 WARM_STEPS = 10
 """Steps a program needs to reach its steady state: timed steps that all end before this step
 are likely warm-up (the gallery's early_exit on an H200: steps 3-5 at 1.9-3.5 ms, its steady
