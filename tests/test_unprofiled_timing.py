@@ -100,7 +100,7 @@ def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_ti
         if s._hooks is not None:
             attached.append((s.phase.value, s._hooks.installed()))
     s.close()
-    phases = {phase: names for phase, names in attached}
+    phases = dict(attached)  # the last list seen in each phase
     assert phases["before"] == ["optimizer-hook", "replay", "backward", "__next__", "prepare_trace", "stop_trace",
                                 "export_chrome_trace"]
     assert phases["after"] == ["optimizer-hook"]
