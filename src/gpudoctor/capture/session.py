@@ -583,8 +583,6 @@ class CaptureSession(Listener):
             self.result.error = error
         raw = self._trace_file()
         prof.export_chrome_trace(str(raw))
-        del prof
-        _collect_profiler_garbage()
         self.result.trace_path = _gzip(raw)
 
     def _keep_step_hook_only(self) -> None:
@@ -690,15 +688,6 @@ def _preload_profiler_imports(torch: Any) -> None:
     # an optional speed-up: the profiler imports it again if this fails
     with contextlib.suppress(Exception):
         import torch._inductor  # noqa: F401
-
-
-def _collect_profiler_garbage() -> None:
-    """Collect what the stopped profiler left: its Python events (FunctionEvent objects linked
-    parent <-> child, so only the cycle collector frees them). Collected here, inside the step
-    that wrote the trace (never timed), they cannot land a full collection in a timed step."""
-    import gc
-
-    gc.collect()
 
 
 def _gzip(raw: Path) -> Path:
