@@ -42,6 +42,18 @@ def test_behind_a_dataloader_the_mean_over_whole_rounds_of_its_queue() -> None:
     assert spread == pytest.approx(0.5)  # round means 4 and 5: stdev 0.7071, over sqrt(2) rounds
 
 
+def test_behind_a_dataloader_a_set_needs_a_whole_round_of_the_queue() -> None:
+    # three steps served at once before the window: never the estimate against two whole rounds
+    before, after = [3.0, 3.1, 2.9], [3.0, 3.0, 3.0, 31.0, 3.0, 3.0, 3.0, 29.0]
+    assert choose(before, after, loader_depth=4) == (after, "after")
+    u = unprofiled_step(before, after, loader_depth=4)
+    assert u is not None and (u.ms, u.estimator, u.trusted) == (9.75, "loader-mean", True)  # 78 / 8
+    # neither has a round: pooled, their mean, not trusted
+    u = unprofiled_step([2.0], [2.0, 14.0], loader_depth=8)
+    assert u is not None and (u.ms, u.estimator, u.trusted) == (6.0, "mean", False)
+    assert u.why.startswith("only 3 steps could be timed without the profiler, fewer than one round")
+
+
 def test_the_lower_of_two_sets_is_chosen_as_both_biases_only_add_time() -> None:
     warming, steady = [1.40, 1.34, 1.37], [0.70, 0.69, 0.71, 0.72]
     assert choose(warming, steady) == (steady, "after")

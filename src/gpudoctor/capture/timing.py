@@ -61,7 +61,12 @@ class UnprofiledStep:
 def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float, str]:
     """(estimate, its standard error, estimator) of a non-empty list of step times."""
     n = len(samples)
-    if loader_depth > 0 and n >= loader_depth:
+    if loader_depth > 0 and n < loader_depth:
+        # less than one round of the queue: a median would be a served-at-once batch; the mean at
+        # least counts the waits it saw (not trusted: unprofiled_step says so)
+        spread = statistics.stdev(samples) / math.sqrt(n) if n > 1 else 0.0
+        return statistics.fmean(samples), spread, "mean"
+    if loader_depth > 0:
         rounds = n // loader_depth
         kept = samples[n - rounds * loader_depth:]  # whole rounds, the latest ones
         means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth]) for i in range(rounds)]
@@ -75,9 +80,15 @@ def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float
     return median, 1.2533 * 1.4826 * mad / math.sqrt(n), "median"
 
 
+def enough(samples: list[float], loader_depth: int = 0) -> bool:
+    """Enough steps to estimate from: 3, and behind a DataLoader with workers one whole round of
+    its queue (a few steps of it may see no wait at all)."""
+    return len(samples) >= max(MIN_SAMPLES, loader_depth)
+
+
 def choose(before: list[float], after: list[float], loader_depth: int = 0) -> tuple[list[float], str]:
     """The samples to estimate from, and where they come from (see the module docstring)."""
-    enough_before, enough_after = len(before) >= MIN_SAMPLES, len(after) >= MIN_SAMPLES
+    enough_before, enough_after = enough(before, loader_depth), enough(after, loader_depth)
     if enough_before and enough_after:
         if summarize(after, loader_depth)[0] < summarize(before, loader_depth)[0]:
             return after, "after"
@@ -105,6 +116,9 @@ def unprofiled_step(before: list[float], after: list[float], loader_depth: int =
     why = ""
     if n < MIN_SAMPLES:
         why = f"only {n} step{'s' * (n != 1)} could be timed without the profiler (fewer than {MIN_SAMPLES})"
+    elif not enough(samples, loader_depth):
+        why = (f"only {n} steps could be timed without the profiler, fewer than one round of the DataLoader's "
+               f"queue ({loader_depth} batches: workers x prefetch), whose steps come in bursts")
     elif where == "before" and not after and last_step_before is not None and last_step_before < WARM_STEPS:
         why = (f"the steps timed without the profiler are steps {last_step_before - n + 1}-{last_step_before} of the "
                f"program, likely still warming up, and none could be timed after the window (the program ended)")
