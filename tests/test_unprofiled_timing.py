@@ -139,3 +139,27 @@ def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(tmp
     s.close()
     assert s.result.step_source == "module-forward"
     assert after and all(names == ["root-hook"] for names in after)
+
+
+def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine (is_available) a CPU-only program's steps are timed on the host clock and
+    gpudoctor creates no CUDA event, context or profiler activity for it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not torch.cuda.is_initialized()
+
+    def no_event(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a CUDA event was created for a program that never started CUDA")
+
+    monkeypatch.setattr(torch.cuda, "Event", no_event)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=3, nvml_interval_s=0.2), tmp_path)
+    s.start()
+    while not s.done:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+    s.close()
+    r = s.result
+    assert r.device == "cpu" and r.trace_path is not None and not torch.cuda.is_initialized()
+    assert (len(r.unprofiled_before_ms), len(r.unprofiled_after_ms)) == (3, 3) and r.nvml == {}

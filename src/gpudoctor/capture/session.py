@@ -6,7 +6,8 @@ Steps come from the step detector (capture/detect.py) fed by hooks (capture/hook
 starts, its events are dropped), then ``steps`` recorded steps, each marked ``ProfilerStep#N``.
 The profiler starts and stops only inside a hook or a ``step()`` call, at a step boundary.
 
-Outside the window each boundary costs one CUDA event record (no synchronization). The event
+Outside the window each boundary costs one CUDA event record (no synchronization; a host clock
+reading until the program starts CUDA, and for good in a program that never does). The event
 pairs give the unprofiled step time on the GPU timeline: the second half of the steps before
 the window (the first half is warm-up: compilation, autotuning, the allocator) and
 ``calibration_steps`` steps after it, which the doctor compares with the profiled step (the
@@ -177,7 +178,7 @@ class CaptureSession(Listener):
 
         self._torch = torch
         self._cuda = torch.cuda.is_available()
-        self.result.device = torch.cuda.get_device_name() if self._cuda else "cpu"
+        self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
         self._started_at = time.perf_counter()
         if hook_optimizers:
             _preload_profiler_imports(torch)
@@ -203,6 +204,7 @@ class CaptureSession(Listener):
             self._compute_unprofiled_times()
 
     def _note_detector(self) -> None:
+        self._note_device()
         self.result.training_forwards = self.detector.training_forwards
         if not self.result.root_module:
             self.result.root_module = self.detector.root_name
@@ -210,7 +212,7 @@ class CaptureSession(Listener):
     def fail(self, error: str) -> None:
         """The program raised inside (or before the end of) the window: keep what was captured."""
         self.result.error = error
-        if self._prof is not None and self._cuda:
+        if self._prof is not None and self._gpu_in_use():
             self.result.memory_at_error = _memory_state(self._torch)
         self.close()
 
@@ -503,7 +505,8 @@ class CaptureSession(Listener):
         self.result.window_opened_at_step = self._count if stepped else None
         if stepped:
             self._narrow_hooks()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+        self._note_device()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._gpu_in_use() else [])
         self._prof = profile(
             activities=activities,
             schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1) if stepped else None,
@@ -519,7 +522,7 @@ class CaptureSession(Listener):
         self.phase = Phase.WINDOW
         self._timed_window = not stepped
         self._window_start = time.perf_counter()
-        if self.config.nvml_interval_s > 0 and self._cuda:
+        if self.config.nvml_interval_s > 0 and self._gpu_in_use():
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
 
@@ -598,19 +601,33 @@ class CaptureSession(Listener):
 
     # -- unprofiled timing ---------------------------------------------------------------------
 
+    def _gpu_in_use(self) -> bool:
+        """Has the program started CUDA? Until it has, nothing of gpudoctor's touches the GPU: a
+        program that never does (tests/programs/cpu_only.py on a GPU machine) gets no CUDA
+        context, no CUPTI and no events from gpudoctor, and its steps are timed on the host."""
+        return self._cuda and bool(self._torch.cuda.is_initialized())
+
+    def _note_device(self) -> None:
+        if self._gpu_in_use() and self.result.device == "cpu":
+            with contextlib.suppress(Exception):  # a name, never worth failing the capture for
+                self.result.device = self._torch.cuda.get_device_name()
+
     def _stamp(self) -> Any:
-        if self._cuda:
+        if self._gpu_in_use():
             event = self._torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return time.perf_counter()
 
     def _intervals(self, marks: list[Any]) -> list[float]:
-        """Times between consecutive marks; a None mark cuts the series (a wait, not a step)."""
-        pairs = [(a, b) for a, b in itertools.pairwise(marks) if a is not None and b is not None]
-        if self._cuda:
-            return [a.elapsed_time(b) for a, b in pairs]
-        return [(b - a) * 1e3 for a, b in pairs]
+        """Times between consecutive marks; a None mark cuts the series (a wait, not a step), and
+        so does the switch from host clock stamps to CUDA events when the program starts CUDA."""
+        out = []
+        for a, b in itertools.pairwise(marks):
+            if a is None or b is None or isinstance(a, float) != isinstance(b, float):
+                continue
+            out.append((b - a) * 1e3 if isinstance(a, float) else a.elapsed_time(b))
+        return out
 
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window, and the one number made of them.
@@ -626,7 +643,7 @@ class CaptureSession(Listener):
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []
         try:
-            if self._cuda and (len(before) > 1 or len(after) > 1 or tokens):
+            if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
