@@ -163,3 +163,44 @@ def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path
     r = s.result
     assert r.device == "cpu" and r.trace_path is not None and not torch.cuda.is_initialized()
     assert (len(r.unprofiled_before_ms), len(r.unprofiled_after_ms)) == (3, 3) and r.nvml == {}
+
+
+def _sleepy_loop(s: CaptureSession, stop_at: int, warm: int, warm_s: float, steady_s: float) -> int:
+    """Optimizer steps that sleep ``warm_s`` for the first ``warm`` iterations, then ``steady_s``:
+    a warm-up whose length the test knows (sleeps: the machine's load barely moves them)."""
+    import time
+
+    param = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=0.0)
+    it = 0
+    while not s.done and it < stop_at:
+        it += 1
+        time.sleep(warm_s if it <= warm else steady_s)
+        param.grad = torch.zeros(1)
+        opt.step()
+    s.close()
+    return it
+
+
+def test_a_warm_up_longer_than_the_skip_is_not_taken_for_the_step(tmp_path: Path) -> None:
+    """Steps 1-7 take 30 ms, the rest 10 ms; the window opens after --skip 5: the steps before it
+    are warm-up, the 8 after it are the steady step, and the estimate is theirs (the mean of the
+    steps before the window, as gpudoctor reported it before, was 30 ms)."""
+    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0), tmp_path)
+    s.start()
+    _sleepy_loop(s, stop_at=100, warm=7, warm_s=0.030, steady_s=0.010)
+    u = s.result.unprofiled
+    assert u is not None and (u.samples_from, u.steps, u.estimator, u.trusted) == ("after", 8, "median", True)
+    assert min(s.result.unprofiled_before_ms) >= 30.0 and 10.0 <= u.ms < 20.0
+
+
+def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: Path) -> None:
+    s = CaptureSession(CaptureConfig(steps=5, skip=5, nvml_interval_s=0), tmp_path)
+    s.start()
+    assert _sleepy_loop(s, stop_at=9, warm=0, warm_s=0.0, steady_s=0.002) == 9
+    r = s.result
+    assert r.unprofiled is not None and (r.unprofiled.steps, r.unprofiled.trusted) == (3, False)
+    assert r.unprofiled_after_ms == [] and r.notes == [
+        "the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
+        "still warming up, and none could be timed after the window (the program ended); the observer-effect "
+        "calibration is weak (raise --skip or --calibrate, or let the program run longer)"]
