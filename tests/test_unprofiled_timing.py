@@ -201,6 +201,6 @@ def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: 
     r = s.result
     assert r.unprofiled is not None and (r.unprofiled.steps, r.unprofiled.trusted) == (3, False)
     assert r.unprofiled_after_ms == [] and r.notes == [
-        "the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
+        ("the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
         "still warming up, and none could be timed after the window (the program ended); the observer-effect "
-        "calibration is weak (raise --skip or --calibrate, or let the program run longer)"]
+        "calibration is weak (raise --skip or --calibrate, or let the program run longer)")]
