@@ -638,7 +638,10 @@ class CaptureSession(Listener):
         with torch 2.11 the launch-bound gallery programs ran 13-65% slower per step right after
         the profiler stopped than before it started (gallery run 2026-11-25: an RNN 38 -> 48 ms,
         a GAN 8.5 -> 10.0 ms, generate() 273 -> 455 ms), while on a CPU the steps before a
-        window at --skip 5 are still warming up (cpu_only: 0.78-1.40 ms against 0.64-0.73 after).
+        window at --skip 5 are still warming up (cpu_only, 4 runs on a shared 2-core CPU,
+        2026-11-26: the mean of its steps 3-5 was 1.93, 1.20, 1.12 and 1.30 times the program's own
+        steady step in the same run; the median of the steps after the window 1.03, 1.09, 0.98 and
+        1.08 times).
         """
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []
