@@ -41,11 +41,10 @@ from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.capture.ranks import RankSync
-from gpudoctor.capture.timing import MIN_SAMPLES, SETTLE_STEPS, UnprofiledStep, unprofiled_step
+from gpudoctor.capture.timing import SETTLE_STEPS, UnprofiledStep, unprofiled_step
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
-MIN_CALIBRATION_SAMPLES = MIN_SAMPLES  # fewer unprofiled steps than this: the report says the timing is thin
 _TOKEN_CALLS_KEPT = 16  # generate() calls whose per-token timing is kept
 
 
