@@ -204,3 +204,13 @@ def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: 
         ("the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
         "still warming up, and none could be timed after the window (the program ended); the observer-effect "
         "calibration is weak (raise --skip or --calibrate, or let the program run longer)")]
+
+
+def test_a_run_directory_read_again_keeps_the_uncertainty() -> None:
+    from gpudoctor.capture.bundle import facts_of
+
+    good = {"ms": 4.06, "spread_ms": 0.05, "steps": 5, "estimator": "median", "samples_from": "after",
+            "trusted": True, "why": ""}
+    assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": good}}).unprofiled == good
+    for bad in ({**good, "steps": -1}, {**good, "trusted": "yes"}, {**good, "spread_ms": None}, [4.06], None):
+        assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": bad}}).unprofiled is None
