@@ -226,6 +226,7 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     # the step timings the calibration chose from, kept to study the unprofiled-step estimate
     row["env_unprofiled_before_window_ms"] = cap.get("unprofiled_before_window_ms")
     row["env_unprofiled_after_window_ms"] = cap.get("unprofiled_after_window_ms")
+    row["unprofiled"] = cap.get("unprofiled")  # its standard error, steps, estimator, trusted (capture/timing.py)
     row["step_source"] = cap.get("step_source")
     row["capture_error"] = cap.get("error")
     report = read_json(run_dir / "report.json") if run_dir and row["report_written"] else None
@@ -296,10 +297,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         rec = f"{fmt(r.get('steps_recorded'))} ({r.get('step_source') or r.get('steps_method') or '-'})"
         true_ms, unprof = r.get("true_step_ms"), r.get("unprofiled_step_ms")
         ratio = f"{unprof / true_ms:.2f}" if true_ms and unprof else "-"
+        u = r.get("unprofiled") or {}
+        unprof_text = fmt(unprof) + (f" ± {u['spread_ms']:.2f} ({u['steps']}{'' if u.get('trusted') else ', uncertain'})"
+                                     if unprof is not None and u.get("spread_ms") is not None else "")
         per_step = r.get("iterations_per_step", "")
         ex = f"{r['doctor']['rc']}/{r['expected_exit_code']}" + ("" if r.get("exit_ok") else " WRONG")
         lines.append(f"| {name} | {expected} | {got} | {rec} | {per_step} | {fmt(true_ms)} "
-                     f"| {fmt(unprof)} | {ratio} | {fmt(r.get('profiled_step_ms'))} | {ex} "
+                     f"| {unprof_text} | {ratio} | {fmt(r.get('profiled_step_ms'))} | {ex} "
                      f"| {'yes' if r.get('report_written') else 'no'} |")
         msg = r["doctor"].get("message")
         if msg or not r.get("report_written") or not r.get("exit_ok"):

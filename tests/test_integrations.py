@@ -173,7 +173,8 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
     monkeypatch.delenv("MASTER_ADDR", raising=False)  # no store to reach: this rank records alone, and says so
     model = torch.nn.Linear(8, 8)
     with gi.profile(skip=2, steps=2, out=tmp_path / "runs", quiet=True) as doc:
-        for _ in range(8):
+        # 9 steps: 1 timed before the window, 2 after it (past the one that settles): 3, no note
+        for _ in range(9):
             model(torch.randn(4, 8)).sum().backward()
             doc.step()
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -117,7 +117,7 @@ def run(
     wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
     window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
     calibrate: int = typer.Option(
-        5, "--calibrate", help="Unprofiled steps timed after the window (the observer-effect calibration)."
+        8, "--calibrate", help="Unprofiled steps timed after the window (the observer-effect calibration)."
     ),
     json_out: bool = typer.Option(
         False, "--json", help="Print only the JSON report on stdout; the program's own stdout goes to stderr."

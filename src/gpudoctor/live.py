@@ -53,7 +53,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     report: Report | None = None
     note = ""
     suffix = rank_suffix(rank)
-    unprofiled = unprofiled_step(result.unprofiled_step_ms)
+    unprofiled = unprofiled_step(result)
     if result.trace_path is not None:
         try:
             report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
@@ -76,15 +76,16 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
 
 
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
-    """What only the live capture knows: what marked the steps, per-token generate() timing, and
-    its notes (thin calibration, a window cut short)."""
+    """What only the live capture knows: what marked the steps, per-token generate() timing, how
+    far to trust the unprofiled step, and its notes (thin calibration, a window cut short)."""
     steps = dict(report.steps)  # steps["source"]: set by analyze_loaded from step_source
     if result.root_module:
         steps["root_module"] = result.root_module
     if result.generate:
         steps["generate"] = result.generate
     warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
-    return dataclasses.replace(report, steps=steps, warnings=warnings)
+    unprofiled = result.unprofiled.to_dict() if result.unprofiled is not None else report.unprofiled
+    return dataclasses.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)
 
 
 def run_and_diagnose(

@@ -101,8 +101,9 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
     from gpudoctor.capture.bundle import read_run
 
     run = read_run(path)  # env.json, parsed once
-    return analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
-                          model_state=run.model_state, step_source=run.step_source)
+    report = analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
+                            model_state=run.model_state, step_source=run.step_source)
+    return dataclasses.replace(report, unprofiled=run.unprofiled) if run.unprofiled else report
 
 
 def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,

@@ -1,6 +1,6 @@
 """A CPU-only training program: it never touches CUDA, even on a machine with a GPU.
 
-A small tabular model (MLP with dropout) trained on the CPU with ``torch.set_num_threads(2)``,
+A small tabular model (MLP with dropout) trained on the CPU with ``torch.set_num_threads(args.threads)``,
 as in a laptop prototype or a CPU CI job. Prints the mean time per iteration every ``--log-every``.
 
 EXPECTED: no GPU finding at all: the report should give the step times and the host breakdown and
@@ -18,9 +18,10 @@ from torch import nn
 parser = argparse.ArgumentParser()
 parser.add_argument("--iters", type=int, default=60)
 parser.add_argument("--log-every", type=int, default=10)
+parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
 
-torch.set_num_threads(2)
+torch.set_num_threads(args.threads)
 torch.manual_seed(0)
 n_features, batch = 32, 64
 weights = torch.randn(n_features)

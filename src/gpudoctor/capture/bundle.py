@@ -176,15 +176,21 @@ def program_facts(path_or_module: str, args: tuple[str, ...] | list[str], is_mod
     return facts
 
 
-def unprofiled_step(samples: list[float]) -> float | None:
-    """The unprofiled step time: the mean of the timed steps (their throughput, as a program's own
-    ms/iter is; a median would miss a DataLoader's bursts of ready batches and the waits between)."""
+def unprofiled_step(result: Any) -> float | None:
+    """The unprofiled step time of a capture: capture/timing.py's estimate (the median of the
+    chosen steps, or behind a DataLoader the mean over whole rounds of its queue); the mean of the
+    samples for a result that carries no estimate."""
+    estimate = getattr(result, "unprofiled", None)
+    if estimate is not None:
+        return float(estimate.ms)
+    samples = result.unprofiled_step_ms
     return statistics.fmean(samples) if samples else None
 
 
 def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> dict[str, Any]:
     """The capture half of env.json: settings, timings, the window's overhead, NVML, errors."""
-    unprofiled = unprofiled_step(result.unprofiled_step_ms)
+    unprofiled = unprofiled_step(result)
+    estimate = getattr(result, "unprofiled", None)
     overhead = None
     if unprofiled and profiled_step_ms:
         overhead = {
@@ -203,6 +209,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "steps_recorded": result.steps_recorded,
         "window_opened_at_step": result.window_opened_at_step,
         "unprofiled_step_ms": None if unprofiled is None else round(unprofiled, 4),
+        "unprofiled": estimate.to_dict() if estimate is not None else None,
         "unprofiled_step_ms_samples": [round(x, 4) for x in result.unprofiled_step_ms],
         "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
         "unprofiled_after_window_ms": [round(x, 4) for x in result.unprofiled_after_ms],
@@ -240,6 +247,7 @@ class RunFacts:
     unprofiled_step_ms: float | None = None  # the step timed outside the profiler
     model_state: dict[str, Any] | None = None  # the optimizer's parameter/gradient/state bytes
     step_source: str = ""  # what marked the steps of a live capture
+    unprofiled: dict[str, Any] | None = None  # its uncertainty: capture.unprofiled (capture/timing.py)
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -264,7 +272,7 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
     if not isinstance(capture, dict):
         return RunFacts()
     return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")), _model_state(capture.get("model_state")),
-                    _step_source(capture.get("step_source")))
+                    _step_source(capture.get("step_source")), _unprofiled_facts(capture.get("unprofiled")))
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:
@@ -286,3 +294,11 @@ def _step_source(value: Any) -> str:
 
 def _unprofiled_step(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _unprofiled_facts(value: Any) -> dict[str, Any] | None:
+    """capture.unprofiled as written by capture_facts, or None when absent or malformed."""
+    if not isinstance(value, dict):
+        return None
+    numbers = all(isinstance(value.get(k), (int, float)) and value[k] >= 0 for k in ("ms", "spread_ms", "steps"))
+    return value if numbers and isinstance(value.get("trusted"), bool) else None

@@ -10,7 +10,8 @@ Cost: the global module hooks put every module call on ``nn.Module``'s slow path
 only while the step source is being discovered. Once it is known they are replaced by one hook
 on the outermost module (or none), unless torch.compile has already traced code with them in
 place: removing them then would force a recompilation, and compiled modules call no hooks inside
-their graphs anyway (each hook returns at once under ``torch.compiler.is_compiling()``).
+their graphs anyway (each hook returns at once under ``torch.compiler.is_compiling()``). Once
+the window is over, ``keep_only`` leaves only what marks the steps for the timing after it.
 """
 
 from __future__ import annotations
@@ -127,6 +128,37 @@ class Hooks:
         self.depth = 0
         if module is not None:
             self._root_handle = module.register_forward_pre_hook(self._on_root_pre)
+
+    def keep_only(self, *, optimizer: bool, backward: bool, generate: bool, replay: bool, root: Any | None) -> None:
+        """After the window: remove every hook and wrapper except those that mark the steps (the
+        optimizer-step hook, the ``autograd.backward`` wrapper, the ``generate`` wrapper, the
+        graph-replay wrapper, a hook on ``root``, the outermost module, when its forwards are
+        steps or tokens). The DataLoader and profiler wrappers go: nothing after the window needs
+        them."""
+        if not optimizer:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+        if root is None:
+            if self._root_handle is not None:
+                self._root_handle.remove()
+                self._root_handle = None
+            self._release_global()
+        elif self._global:
+            self.narrow_to(root)  # a no-op where compiled code guards on the global hooks
+        kept = {name for name, keep in (("replay", replay), ("backward", backward), ("generate", generate)) if keep}
+        for owner, name, original in reversed(self._patches):
+            if name not in kept:
+                setattr(owner, name, original)
+        self._patches = [p for p in self._patches if p[1] in kept]
+        self._generate_patched = True  # a transformers imported from now on is not wrapped
+
+    def installed(self) -> list[str]:
+        """What is attached now: ``optimizer-hook``, ``global-module-hooks``, ``root-hook`` and the
+        wrapped methods' names (for tests and the capture-overhead benchmark)."""
+        names = ["optimizer-hook"] * bool(self._handles) + ["global-module-hooks"] * self._global
+        names += ["root-hook"] * (self._root_handle is not None)
+        return names + [name for _, name, _ in self._patches]
 
     def remove(self) -> None:
         for handle in [*self._handles, self._root_handle]:

@@ -6,11 +6,14 @@ Steps come from the step detector (capture/detect.py) fed by hooks (capture/hook
 starts, its events are dropped), then ``steps`` recorded steps, each marked ``ProfilerStep#N``.
 The profiler starts and stops only inside a hook or a ``step()`` call, at a step boundary.
 
-Outside the window each boundary costs one CUDA event record (no synchronization). The event
+Outside the window each boundary costs one CUDA event record (no synchronization; a host clock
+reading until the program starts CUDA, and for good in a program that never does). The event
 pairs give the unprofiled step time on the GPU timeline: the second half of the steps before
 the window (the first half is warm-up: compilation, autotuning, the allocator) and
 ``calibration_steps`` steps after it, which the doctor compares with the profiled step (the
-observer effect).
+observer effect); capture/timing.py makes one number of them, with its uncertainty. Once the
+window closes only the hook that marks the steps stays: the steps after it are timed as the
+program runs without gpudoctor, bar that one hook and one event per step.
 
 A program whose steps cannot be seen gets a time window: ``wait_s`` seconds after the start,
 the profiler opens at the next safe point (any module call, optimizer step, DataLoader batch,
@@ -38,10 +41,10 @@ from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.capture.ranks import RankSync
+from gpudoctor.capture.timing import SETTLE_STEPS, UnprofiledStep, unprofiled_step
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
-MIN_CALIBRATION_SAMPLES = 3  # fewer unprofiled steps than this: the report says the timing is thin
 _TOKEN_CALLS_KEPT = 16  # generate() calls whose per-token timing is kept
 
 
@@ -61,8 +64,10 @@ class CaptureConfig:
     """profile_memory=True: peaks, churn, fragmentation."""
     nvml_interval_s: float = 0.2
     """How often NVML is sampled during the window (0 disables sampling)."""
-    calibration_steps: int = 5
-    """Unprofiled steps timed after the window (the program runs this many more steps)."""
+    calibration_steps: int = 8
+    """Unprofiled steps timed after the window (the program runs this many more steps, plus one
+    left to settle after the trace is written: capture/timing.py SETTLE_STEPS). 8 rather than 5:
+    the median of 8 steps is the steady state even when two of them are slow."""
     profile: bool = True
     """False: no profiler window. The session ends where the window would open (after ``skip``
     steps) with the unprofiled step times alone, timed exactly as a profiled run times them
@@ -96,6 +101,7 @@ class CaptureResult:
     unprofiled_step_ms: list[float] = field(default_factory=list)
     unprofiled_before_ms: list[float] = field(default_factory=list)
     unprofiled_after_ms: list[float] = field(default_factory=list)
+    unprofiled: UnprofiledStep | None = None  # the one number made of them (capture/timing.py)
     generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
     nvml: dict[str, Any] = field(default_factory=dict)
     window_wall_s: float = 0.0
@@ -140,6 +146,8 @@ class CaptureSession(Listener):
         self._hooks: Hooks | None = None
         self._root_ref: weakref.ref[Any] | None = None
         self._foreign: Any = None  # the program's own profiler, once it stopped
+        self._model_state_tried = False
+        self._total = 0  # boundaries seen, all sources together (never restarts)
         self._loader_depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
         self._loader_backlog = False  # the current iterator still serves its start-up backlog
         self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
@@ -169,7 +177,7 @@ class CaptureSession(Listener):
 
         self._torch = torch
         self._cuda = torch.cuda.is_available()
-        self.result.device = torch.cuda.get_device_name() if self._cuda else "cpu"
+        self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
         self._started_at = time.perf_counter()
         if hook_optimizers:
             _preload_profiler_imports(torch)
@@ -195,6 +203,7 @@ class CaptureSession(Listener):
             self._compute_unprofiled_times()
 
     def _note_detector(self) -> None:
+        self._note_device()
         self.result.training_forwards = self.detector.training_forwards
         if not self.result.root_module:
             self.result.root_module = self.detector.root_name
@@ -202,7 +211,7 @@ class CaptureSession(Listener):
     def fail(self, error: str) -> None:
         """The program raised inside (or before the end of) the window: keep what was captured."""
         self.result.error = error
-        if self._prof is not None and self._cuda:
+        if self._prof is not None and self._gpu_in_use():
             self.result.memory_at_error = _memory_state(self._torch)
         self.close()
 
@@ -216,7 +225,10 @@ class CaptureSession(Listener):
     def optimizer_step(self, optimizer: Any) -> None:
         if self.phase is Phase.DONE:
             return
-        if not self.result.model_state:
+        if not self._model_state_tried:
+            # once: on a CPU-only program it finds nothing, and walking every parameter on every
+            # step cost 5 us of a 0.6 ms step (cpu_only's 6 tensors; more with more tensors)
+            self._model_state_tried = True
             self.result.model_state = model_state_of(optimizer)
         if self.detector.optimizer_step(id(optimizer)):
             self._boundary()
@@ -362,6 +374,7 @@ class CaptureSession(Listener):
             self.result.step_source = self.detector.source.value if self.detector.source else ""
             self.result.root_module = self.detector.root_name
         self._count += 1
+        self._total += 1
         self.result.steps_seen += 1
         cfg = self.config
         if self.phase is Phase.BEFORE:
@@ -397,9 +410,14 @@ class CaptureSession(Listener):
             if self.result.steps_recorded >= cfg.steps:
                 self._finish_window()
                 self.phase = Phase.AFTER
-                self._after_backlog = self._loader_depth
+                # the step after this one is not timed either: it settles after the export
+                # (capture/timing.py SETTLE_STEPS), and behind a DataLoader its workers refilled
+                # their queue meanwhile
+                self._after_backlog = self._loader_depth + SETTLE_STEPS
                 if cfg.calibration_steps == 0:
                     self._complete()
+                else:
+                    self._keep_step_hook_only()
         elif self.phase is Phase.AFTER:
             if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
                 self._after_backlog -= 1
@@ -486,7 +504,8 @@ class CaptureSession(Listener):
         self.result.window_opened_at_step = self._count if stepped else None
         if stepped:
             self._narrow_hooks()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+        self._note_device()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._gpu_in_use() else [])
         self._prof = profile(
             activities=activities,
             schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1) if stepped else None,
@@ -502,7 +521,7 @@ class CaptureSession(Listener):
         self.phase = Phase.WINDOW
         self._timed_window = not stepped
         self._window_start = time.perf_counter()
-        if self.config.nvml_interval_s > 0 and self._cuda:
+        if self.config.nvml_interval_s > 0 and self._gpu_in_use():
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
 
@@ -568,36 +587,65 @@ class CaptureSession(Listener):
         prof.export_chrome_trace(str(raw))
         self.result.trace_path = _gzip(raw)
 
+    def _keep_step_hook_only(self) -> None:
+        """The window is over: of the hooks, keep only the one that marks the steps, so that the
+        steps timed after it run as the program runs alone (the DataLoader, backward and
+        profiler wrappers, the optimizer hook of a forward-stepped loop: all gone)."""
+        if self._hooks is None:
+            return
+        source = self.detector.source
+        root = self._root_module() if source in (Source.FORWARD, Source.GENERATE) else None
+        self._hooks.keep_only(optimizer=source is Source.OPTIMIZER, backward=source is Source.BACKWARD,
+                              generate=source is Source.GENERATE, replay=source is Source.GRAPH, root=root)
+
     # -- unprofiled timing ---------------------------------------------------------------------
 
+    def _gpu_in_use(self) -> bool:
+        """Has the program started CUDA? Until it has, nothing of gpudoctor's touches the GPU: a
+        program that never does (tests/programs/cpu_only.py on a GPU machine) gets no CUDA
+        context, no CUPTI and no events from gpudoctor, and its steps are timed on the host."""
+        return self._cuda and bool(self._torch.cuda.is_initialized())
+
+    def _note_device(self) -> None:
+        if self._gpu_in_use() and self.result.device == "cpu":
+            with contextlib.suppress(Exception):  # a name, never worth failing the capture for
+                self.result.device = self._torch.cuda.get_device_name()
+
     def _stamp(self) -> Any:
-        if self._cuda:
+        if self._gpu_in_use():
             event = self._torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return time.perf_counter()
 
     def _intervals(self, marks: list[Any]) -> list[float]:
-        """Times between consecutive marks; a None mark cuts the series (a wait, not a step)."""
-        pairs = [(a, b) for a, b in itertools.pairwise(marks) if a is not None and b is not None]
-        if self._cuda:
-            return [a.elapsed_time(b) for a, b in pairs]
-        return [(b - a) * 1e3 for a, b in pairs]
+        """Times between consecutive marks; a None mark cuts the series (a wait, not a step), and
+        so does the switch from host clock stamps to CUDA events when the program starts CUDA."""
+        out = []
+        for a, b in itertools.pairwise(marks):
+            if a is None or b is None or isinstance(a, float) != isinstance(b, float):
+                continue
+            out.append((b - a) * 1e3 if isinstance(a, float) else a.elapsed_time(b))
+        return out
 
     def _compute_unprofiled_times(self) -> None:
-        """Step times between boundaries outside the window.
+        """Step times between boundaries outside the window, and the one number made of them.
 
-        The steps before the window are the reference: the last half of them (at least 3 when
-        there are 3; the first are warm-up: compilation, autotuning, the allocator). The steps
-        after it are kept apart and used only when fewer than 3 came before: on an H100 with
-        torch 2.11 the launch-bound gallery programs ran 13-65% slower per step right after the
-        profiler stopped than before it started (gallery run 2026-11-25: an RNN 38 -> 48 ms, a
-        GAN 8.5 -> 10.0 ms, generate() 273 -> 455 ms), while GPU-bound ones did not move.
+        Before the window: the last half of its steps (at least 3 when there are 3; the first
+        are warm-up: compilation, autotuning, the allocator). After it: every step timed. Which
+        set (or both) the number comes from, and how, is capture/timing.py's choice: on an H100
+        with torch 2.11 the launch-bound gallery programs ran 13-65% slower per step right after
+        the profiler stopped than before it started (gallery run 2026-11-25: an RNN 38 -> 48 ms,
+        a GAN 8.5 -> 10.0 ms, generate() 273 -> 455 ms), while on a CPU the steps before a
+        window at --skip 5 are still warming up (cpu_only, 4 runs on a shared 2-core CPU,
+        2026-11-26: the mean of its steps 3-5 was 1.93, 1.20, 1.12 and 1.30 times the program's own
+        steady step in the same run; the median of the steps after the window 1.03, 1.09, 0.98 and
+        1.08 times).
         """
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []
         try:
-            if self._cuda and (len(before) > 1 or len(after) > 1 or tokens):
+            if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
@@ -607,15 +655,17 @@ class CaptureSession(Listener):
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
             self.result.notes.append(f"the unprofiled steps could not be timed ({type(exc).__name__})")
             return
-        before_ms = self.result.unprofiled_before_ms
-        self.result.unprofiled_step_ms = (before_ms if len(before_ms) >= MIN_CALIBRATION_SAMPLES
-                                          else before_ms + self.result.unprofiled_after_ms)
-        n = len(self.result.unprofiled_step_ms)
-        if self.result.step_source and self.result.step_source != Source.TIME.value and n < MIN_CALIBRATION_SAMPLES:
-            self.result.notes.append(
-                f"only {n} unprofiled step{'s' * (n != 1)} could be timed (fewer than {MIN_CALIBRATION_SAMPLES}): "
-                "the observer-effect calibration is weak; raise --skip or --calibrate"
-            )
+        r = self.result
+        window_step = r.window_opened_at_step
+        last_before = None if window_step is None else self._total - self._count + window_step
+        r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms, self._loader_depth, last_before)
+        chosen = r.unprofiled.samples_from if r.unprofiled is not None else "before"
+        r.unprofiled_step_ms = {"before": r.unprofiled_before_ms, "after": r.unprofiled_after_ms}.get(
+            chosen, r.unprofiled_before_ms + r.unprofiled_after_ms)
+        if r.step_source and r.step_source != Source.TIME.value and (r.unprofiled is None or not r.unprofiled.trusted):
+            why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"
+            r.notes.append(f"the unprofiled step is uncertain: {why}; the observer-effect calibration is weak "
+                           "(raise --skip or --calibrate, or let the program run longer)")
 
     def _token_times(self, calls: list[list[Any]]) -> dict[str, Any]:
         """Prefill and per-token decode time of the generate() calls timed outside the window."""

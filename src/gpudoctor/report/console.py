@@ -68,7 +68,7 @@ def _header(r: Report) -> Panel:
     profiled = f"{r.step_ms:.3f} ms mean over {r.steps['count']} steps ({marked}); {where}"
     if r.unprofiled_step_ms is not None:
         # the program as it runs: timed without the profiler; the profiled step beside it
-        grid.add_row("step", Text(f"{r.unprofiled_step_ms:.3f} ms, timed without the profiler"))
+        grid.add_row("step", Text(f"{r.unprofiled_text()}, timed without the profiler"))
         grid.add_row("profiled", Text(profiled))
     else:
         grid.add_row("step", Text(profiled))

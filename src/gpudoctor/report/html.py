@@ -90,6 +90,19 @@ def render_html(report: Report, standalone: bool = True) -> str:
 # --- header -------------------------------------------------------------------------------------
 
 
+def _unprofiled_cell(r: Report) -> tuple[str, str] | None:
+    """The step timed without the profiler, its standard error and the steps it comes from."""
+    if r.unprofiled_step_ms is None:
+        return None
+    u = r.unprofiled
+    value = f"{r.unprofiled_step_ms:.2f} ms"
+    label = "unprofiled step" + (" (CPU)" if r.host_only else "")
+    if u and u.get("spread_ms") is not None and u.get("steps"):
+        value += f" ± {float(u['spread_ms']):.2f}"
+        label += f", {int(u['steps'])} steps" + ("" if u.get("trusted", True) else ", uncertain")
+    return esc(value), esc(label)
+
+
 def _header(r: Report) -> str:
     steps = r.steps or {}
     if r.host_only:
@@ -98,8 +111,6 @@ def _header(r: Report) -> str:
             (f"{r.step_ms:.2f} ms", "step time (mean, CPU)"),
             (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
         ]
-        if r.unprofiled_step_ms is not None:
-            cells.insert(2, (f"{r.unprofiled_step_ms:.2f} ms", "unprofiled step (CPU)"))
     else:
         cells = [
             (esc(r.gpu.get("name") or "unknown GPU"), "GPU"),
@@ -108,6 +119,9 @@ def _header(r: Report) -> str:
             (f"{100 * r.mfu:.1f} %", "MFU"),
             (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
         ]
+    unprofiled = _unprofiled_cell(r)
+    if unprofiled is not None:
+        cells.insert(1, unprofiled)  # the program's step as it runs, before the profiled one
     meta = "".join(f"<div><b>{value}</b><span>{label}</span></div>" for value, label in cells)
     parts = [
         "<header>",

@@ -40,6 +40,9 @@ class Report:
     not_applicable: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     unprofiled_step_ms: float | None = None  # the same step timed without the profiler
+    # how far to trust it (capture/timing.py UnprofiledStep.to_dict: ms, spread_ms, steps,
+    # estimator, samples_from, trusted, why); empty when the capture did not say
+    unprofiled: dict[str, Any] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
     # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
@@ -61,6 +64,7 @@ class Report:
             "steps": self.steps,
             "step_ms": round(self.step_ms, 4),
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
+            "unprofiled": self.unprofiled or None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
             "mfu": round(self.mfu, 5),
             "breakdown": self.breakdown,
@@ -95,6 +99,18 @@ class Report:
         if idle_ms > 0 and not causes:
             segs.append(Segment("idle", idle_ms, True, 0))
         return segs
+
+    def unprofiled_text(self) -> str:
+        """``4.060 ms ± 0.200 (5 steps)``, ``(... steps; uncertain)`` when the capture said not to
+        trust it, or the bare ``4.060 ms`` when it gave no uncertainty ("" with no unprofiled step)."""
+        if self.unprofiled_step_ms is None:
+            return ""
+        u = self.unprofiled
+        if not u or u.get("spread_ms") is None or not u.get("steps"):
+            return f"{self.unprofiled_step_ms:.3f} ms"
+        steps = int(u["steps"])
+        trust = "" if u.get("trusted", True) else "; uncertain"
+        return f"{self.unprofiled_step_ms:.3f} ms ± {float(u['spread_ms']):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
 
     def verdict(self) -> dict[str, Any]:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of

@@ -1,0 +1,126 @@
+"""The unprofiled step: one number, its uncertainty and whether to trust it, from the step times
+timed outside the profiler's window (capture/session.py times them; this module only decides).
+
+Two sets of samples exist: the steps before the window (their second half: the first are warm-up)
+and the steps after it (the first ``SETTLE_STEPS`` left out). Each has a bias that only ever adds
+time: the steps before the window may still be warming up (tests/programs/cpu_only.py on a shared
+2-core CPU, 2026-11-26: steps 3-5 at 0.88-1.00 ms plainly, its steady state 0.69 ms), and the steps
+after it run behind the profiler's leftovers (on an H100 with torch 2.11, launch-bound programs ran
+13-65% slower per step after the window than before it; pytorch/pytorch#144455 names CUPTI, which
+Kineto leaves attached after profiling unless TEARDOWN_CUPTI=1). So when
+both sets have enough steps, the one with the lower estimate is the better one; when neither has,
+they are pooled.
+
+The estimator: the median of the chosen steps (a single warm-up or collection outlier among 3-8
+steps cannot move it), except behind a DataLoader with worker processes, whose steps are bursty by
+nature (batches handed over in bursts, a wait every ``workers x prefetch`` steps): there the mean
+over whole rounds of the loader's queue, the long-run throughput the program's own ms/iter gives.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+MIN_SAMPLES = 3
+"""Fewer timed steps than this: the number is shown but not trusted."""
+SETTLE_STEPS = 1
+"""Steps after the window left untimed beyond the one that wrote the trace: the first step after it
+ran slower than the next ones (cpu_only on a shared 2-core CPU, 2026-11-26: 0.92, 0.94, 1.24 and
+0.80 ms in four runs whose next steps had medians of 0.75, 0.70, 0.94 and 0.75 ms; the H200 gallery,
+call 7: hf_trainer_llama 23.5 ms against 18.5-20.5, compiled_step 5.76 against 5.23-5.58): the
+caches and the allocator refill after the export."""
+WARM_STEPS = 10
+"""Steps a program needs to reach its steady state: timed steps that all end before this step
+are likely warm-up (the gallery's early_exit on an H200: steps 3-5 at 1.9-3.5 ms, its steady
+1.7-1.8 ms)."""
+
+
+@dataclass(frozen=True)
+class UnprofiledStep:
+    """The unprofiled step time and how far to trust it."""
+
+    ms: float
+    spread_ms: float  # the standard error of ``ms`` (0 when it cannot be estimated: one step)
+    steps: int  # timed steps it comes from
+    estimator: str  # "median", "mean" (one or two steps) or "loader-mean" (whole rounds of the queue)
+    samples_from: str  # "before" / "after" the window, or "both"
+    trusted: bool
+    why: str = ""  # why it is not trusted ("" when it is)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ms": round(self.ms, 4), "spread_ms": round(self.spread_ms, 4), "steps": self.steps,
+                "estimator": self.estimator, "samples_from": self.samples_from, "trusted": self.trusted,
+                "why": self.why}
+
+    def text(self) -> str:
+        """``4.060 ms ± 0.200 (5 steps)``."""
+        return f"{self.ms:.3f} ms ± {self.spread_ms:.3f} ({self.steps} step{'s' * (self.steps != 1)})"
+
+
+def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float, str]:
+    """(estimate, its standard error, estimator) of a non-empty list of step times."""
+    n = len(samples)
+    if loader_depth > 0 and n < loader_depth:
+        # less than one round of the queue: a median would be a served-at-once batch; the mean at
+        # least counts the waits it saw (not trusted: unprofiled_step says so)
+        spread = statistics.stdev(samples) / math.sqrt(n) if n > 1 else 0.0
+        return statistics.fmean(samples), spread, "mean"
+    if loader_depth > 0:
+        rounds = n // loader_depth
+        kept = samples[n - rounds * loader_depth:]  # whole rounds, the latest ones
+        means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth]) for i in range(rounds)]
+        spread = statistics.stdev(means) / math.sqrt(rounds) if rounds > 1 else statistics.stdev(kept) / math.sqrt(len(kept))
+        return statistics.fmean(kept), spread, "loader-mean"
+    if n < MIN_SAMPLES:
+        return statistics.fmean(samples), (max(samples) - min(samples)) / 2, "mean"
+    median = statistics.median(samples)
+    mad = statistics.median(abs(x - median) for x in samples)
+    # the median's standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma = 1.4826 MAD
+    return median, 1.2533 * 1.4826 * mad / math.sqrt(n), "median"
+
+
+def enough(samples: list[float], loader_depth: int = 0) -> bool:
+    """Enough steps to estimate from: 3, and behind a DataLoader with workers one whole round of
+    its queue (a few steps of it may see no wait at all)."""
+    return len(samples) >= max(MIN_SAMPLES, loader_depth)
+
+
+def choose(before: list[float], after: list[float], loader_depth: int = 0) -> tuple[list[float], str]:
+    """The samples to estimate from, and where they come from (see the module docstring)."""
+    enough_before, enough_after = enough(before, loader_depth), enough(after, loader_depth)
+    if enough_before and enough_after:
+        if summarize(after, loader_depth)[0] < summarize(before, loader_depth)[0]:
+            return after, "after"
+        return before, "before"
+    if enough_before:
+        return before, "before"
+    if enough_after:
+        return after, "after"
+    return before + after, "both" if before and after else "before" if before else "after"
+
+
+def unprofiled_step(before: list[float], after: list[float], loader_depth: int = 0,
+                    last_step_before: int | None = None) -> UnprofiledStep | None:
+    """The unprofiled step from the steps timed ``before`` and ``after`` the window (ms each).
+
+    ``last_step_before``: the program's step at which the last step before the window ended (the
+    window's first step): when no step after the window was timed and it is below ``WARM_STEPS``,
+    every timed step was among the program's first, and the result is not trusted.
+    """
+    samples, where = choose(before, after, loader_depth)
+    if not samples:
+        return None
+    ms, spread, estimator = summarize(samples, loader_depth)
+    n = len(samples)
+    why = ""
+    if n < MIN_SAMPLES:
+        why = f"only {n} step{'s' * (n != 1)} could be timed without the profiler (fewer than {MIN_SAMPLES})"
+    elif not enough(samples, loader_depth):
+        why = (f"only {n} steps could be timed without the profiler, fewer than one round of the DataLoader's "
+               f"queue ({loader_depth} batches: workers x prefetch), whose steps come in bursts")
+    elif where == "before" and not after and last_step_before is not None and last_step_before < WARM_STEPS:
+        why = (f"the steps timed without the profiler are steps {last_step_before - n + 1}-{last_step_before} of the "
+               f"program, likely still warming up, and none could be timed after the window (the program ended)")
+    return UnprofiledStep(ms, spread, n, estimator, where, not why, why)

@@ -1,0 +1,216 @@
+"""The unprofiled step (capture/timing.py): which steps it comes from, the estimator, its
+uncertainty and when it is not trusted; and, in a real loop, that only the step hook is left once
+the window closes (capture/hooks.py keep_only).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from gpudoctor.capture.session import CaptureConfig, CaptureSession
+from gpudoctor.capture.timing import choose, summarize, unprofiled_step
+from gpudoctor.report.model import Report
+
+# -- the estimator, on given samples ---------------------------------------------------------------
+
+
+def test_the_median_of_a_few_steps_ignores_one_warm_up_step() -> None:
+    # lazy_import_sdpa's three steps before the window on an H200 (gallery call 7): the mean, 9.62,
+    # was 7% over its true 9.02 ms; the median is the steady step
+    ms, spread, estimator = summarize([10.8768, 8.9948, 8.9987])
+    assert estimator == "median" and ms == 8.9987
+    # MAD 0.0039 -> 1.2533 x 1.4826 x 0.0039 / sqrt(3)
+    assert spread == pytest.approx(1.2533 * 1.4826 * 0.0039 / math.sqrt(3), abs=1e-9)
+
+
+def test_fewer_than_three_steps_give_their_mean_and_half_their_range() -> None:
+    assert summarize([2.0, 3.0]) == (2.5, 0.5, "mean")
+    assert summarize([2.0]) == (2.0, 0.0, "mean")
+
+
+def test_behind_a_dataloader_the_mean_over_whole_rounds_of_its_queue() -> None:
+    # a queue of 4 batches: three served at once, then a wait; 10 samples hold 2 whole rounds,
+    # the latest 8 (the first 2 are dropped, not a whole round)
+    samples = [9.0, 9.0, 1.0, 1.0, 1.0, 13.0, 1.0, 1.0, 1.0, 17.0]
+    ms, spread, estimator = summarize(samples, loader_depth=4)
+    assert estimator == "loader-mean" and ms == 4.5  # (16 + 20) / 8
+    assert spread == pytest.approx(0.5)  # round means 4 and 5: stdev 0.7071, over sqrt(2) rounds
+
+
+def test_behind_a_dataloader_a_set_needs_a_whole_round_of_the_queue() -> None:
+    # three steps served at once before the window: never the estimate against two whole rounds
+    before, after = [3.0, 3.1, 2.9], [3.0, 3.0, 3.0, 31.0, 3.0, 3.0, 3.0, 29.0]
+    assert choose(before, after, loader_depth=4) == (after, "after")
+    u = unprofiled_step(before, after, loader_depth=4)
+    assert u is not None and (u.ms, u.estimator, u.trusted) == (9.75, "loader-mean", True)  # 78 / 8
+    # neither has a round: pooled, their mean, not trusted
+    u = unprofiled_step([2.0], [2.0, 14.0], loader_depth=8)
+    assert u is not None and (u.ms, u.estimator, u.trusted) == (6.0, "mean", False)
+    assert u.why.startswith("only 3 steps could be timed without the profiler, fewer than one round")
+
+
+def test_the_lower_of_two_sets_is_chosen_as_both_biases_only_add_time() -> None:
+    warming, steady = [1.40, 1.34, 1.37], [0.70, 0.69, 0.71, 0.72]
+    assert choose(warming, steady) == (steady, "after")
+    # launch-bound on an H100: slower after the profiler (CUPTI stays attached)
+    assert choose([11.6, 11.9, 11.9], [17.8, 18.3, 19.2, 18.0, 18.2]) == ([11.6, 11.9, 11.9], "before")
+    # neither has 3: pooled
+    assert choose([1.0], [2.0, 3.0]) == ([1.0, 2.0, 3.0], "both")
+    assert choose([1.0, 2.0, 3.0], [5.0]) == ([1.0, 2.0, 3.0], "before")
+
+
+def test_steps_timed_only_among_the_first_ten_of_a_program_that_ended_are_not_trusted() -> None:
+    # early_exit on an H200 (gallery call 7): steps 3-5 before a window at --skip 5, sys.exit inside it
+    u = unprofiled_step([2.6321, 3.4782, 1.8932], [], last_step_before=5)
+    assert u is not None and (u.ms, u.steps, u.samples_from, u.trusted) == (2.6321, 3, "before", False)
+    assert u.why.startswith("the steps timed without the profiler are steps 3-5 of the program")
+    # the same steps with steps after the window to compare: trusted
+    assert unprofiled_step([2.6321, 3.4782, 1.8932], [1.8, 1.7, 1.9], last_step_before=5).trusted
+    # or far enough into the program
+    assert unprofiled_step([1.8, 1.7, 1.9], [], last_step_before=12).trusted
+
+
+def test_two_steps_are_not_trusted_and_none_give_no_estimate() -> None:
+    u = unprofiled_step([2.0, 3.0], [])
+    assert u is not None and not u.trusted and u.why.startswith("only 2 steps could be timed")
+    assert unprofiled_step([], []) is None
+
+
+def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
+    u = unprofiled_step([4.1, 4.0, 4.06, 4.3, 3.9], [])
+    # MAD 0.06 -> 1.2533 x 1.4826 x 0.06 / sqrt(5) = 0.0499
+    assert u is not None and u.text() == "4.060 ms ± 0.050 (5 steps)"
+    report = Report(schema_version="1", tool_version="0", source="t", gpu={}, ceilings={}, steps={}, step_ms=5.0,
+                    gpu_busy_pct=0.0, mfu=0.0, breakdown={}, idle={}, roofline={}, memory={}, findings=(),
+                    unprofiled_step_ms=u.ms, unprofiled=u.to_dict())
+    assert report.unprofiled_text() == "4.060 ms ± 0.050 (5 steps)"
+    thin = unprofiled_step([2.0, 3.0], [])
+    assert thin is not None
+    report = Report(**{**report.__dict__, "unprofiled_step_ms": thin.ms, "unprofiled": thin.to_dict()})
+    assert report.unprofiled_text() == "2.500 ms ± 0.500 (2 steps; uncertain)"
+    assert report.to_dict()["unprofiled"]["trusted"] is False
+
+
+# -- a real loop: what stays attached after the window ---------------------------------------------
+
+
+def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_timed(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = CaptureSession(CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path)
+    backward, next_batch = torch.autograd.backward, torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+    s.start()
+    attached: list[tuple[str, list[str]]] = []
+    while not s.done:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        if s._hooks is not None:
+            attached.append((s.phase.value, s._hooks.installed()))
+    s.close()
+    phases = dict(attached)  # the last list seen in each phase
+    assert phases["before"] == ["optimizer-hook", "replay", "backward", "__next__", "prepare_trace", "stop_trace",
+                                "export_chrome_trace"]
+    assert phases["after"] == ["optimizer-hook"]
+    # from the step that closed the window to the last one timed (the step that settles, then 3
+    # timed: 4 boundaries, the last of which ends the session): the optimizer hook alone
+    assert [names for phase, names in attached if phase == "after"] == [["optimizer-hook"]] * 5
+    # the wrappers are the originals again once the window is over
+    assert torch.autograd.backward is backward
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__next__ is next_batch
+    # 3 calibration steps (4 boundaries) after the step that settles
+    assert len(s.result.unprofiled_after_ms) == 3 and s.result.unprofiled is not None
+
+
+def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    s = CaptureSession(CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path)
+    s.start()
+    after: list[list[str]] = []
+    with torch.no_grad():
+        while not s.done:
+            model(torch.randn(8, 16))
+            if s._hooks is not None and s.phase.value == "after":
+                after.append(s._hooks.installed())
+    s.close()
+    assert s.result.step_source == "module-forward"
+    assert after and all(names == ["root-hook"] for names in after)
+
+
+def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine (is_available) a CPU-only program's steps are timed on the host clock and
+    gpudoctor creates no CUDA event, context or profiler activity for it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not torch.cuda.is_initialized()
+
+    def no_event(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a CUDA event was created for a program that never started CUDA")
+
+    monkeypatch.setattr(torch.cuda, "Event", no_event)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=3, nvml_interval_s=0.2), tmp_path)
+    s.start()
+    while not s.done:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+    s.close()
+    r = s.result
+    assert r.device == "cpu" and r.trace_path is not None and not torch.cuda.is_initialized()
+    assert (len(r.unprofiled_before_ms), len(r.unprofiled_after_ms)) == (3, 3) and r.nvml == {}
+
+
+def _sleepy_loop(s: CaptureSession, stop_at: int, warm: int, warm_s: float, steady_s: float) -> int:
+    """Optimizer steps that sleep ``warm_s`` for the first ``warm`` iterations, then ``steady_s``:
+    a warm-up whose length the test knows (sleeps: the machine's load barely moves them)."""
+    import time
+
+    param = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=0.0)
+    it = 0
+    while not s.done and it < stop_at:
+        it += 1
+        time.sleep(warm_s if it <= warm else steady_s)
+        param.grad = torch.zeros(1)
+        opt.step()
+    s.close()
+    return it
+
+
+def test_a_warm_up_longer_than_the_skip_is_not_taken_for_the_step(tmp_path: Path) -> None:
+    """Steps 1-7 take 30 ms, the rest 10 ms; the window opens after --skip 5: the steps before it
+    are warm-up, the 8 after it are the steady step, and the estimate is theirs (the mean of the
+    steps before the window, as gpudoctor reported it before, was 30 ms)."""
+    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0), tmp_path)
+    s.start()
+    _sleepy_loop(s, stop_at=100, warm=7, warm_s=0.030, steady_s=0.010)
+    u = s.result.unprofiled
+    assert u is not None and (u.samples_from, u.steps, u.estimator, u.trusted) == ("after", 8, "median", True)
+    assert min(s.result.unprofiled_before_ms) >= 30.0 and 10.0 <= u.ms < 20.0
+
+
+def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: Path) -> None:
+    s = CaptureSession(CaptureConfig(steps=5, skip=5, nvml_interval_s=0), tmp_path)
+    s.start()
+    assert _sleepy_loop(s, stop_at=9, warm=0, warm_s=0.0, steady_s=0.002) == 9
+    r = s.result
+    assert r.unprofiled is not None and (r.unprofiled.steps, r.unprofiled.trusted) == (3, False)
+    assert r.unprofiled_after_ms == [] and r.notes == [
+        ("the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
+        "still warming up, and none could be timed after the window (the program ended); the observer-effect "
+        "calibration is weak (raise --skip or --calibrate, or let the program run longer)")]
+
+
+def test_a_run_directory_read_again_keeps_the_uncertainty() -> None:
+    from gpudoctor.capture.bundle import facts_of
+
+    good = {"ms": 4.06, "spread_ms": 0.05, "steps": 5, "estimator": "median", "samples_from": "after",
+            "trusted": True, "why": ""}
+    assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": good}}).unprofiled == good
+    for bad in ({**good, "steps": -1}, {**good, "trusted": "yes"}, {**good, "spread_ms": None}, [4.06], None):
+        assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": bad}}).unprofiled is None
