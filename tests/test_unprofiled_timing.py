@@ -103,6 +103,17 @@ def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
 # -- a real loop: what stays attached after the window ---------------------------------------------
 
 
+@pytest.fixture
+def no_compiled_code_on_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Earlier tests in this process may have run torch.compile while the global module hooks were
+    installed; then the hooks rightly stay (removing them would force a recompilation). These
+    tests are about what is removed when nothing guards on them."""
+    from gpudoctor.capture import hooks as hooks_mod
+
+    monkeypatch.setattr(hooks_mod.Hooks, "_compiled_with_hooks", staticmethod(lambda: False))
+
+
+@pytest.mark.usefixtures("no_compiled_code_on_the_hooks")
 def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_timed(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -117,8 +128,9 @@ def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_ti
             attached.append((s.phase.value, s._hooks.installed()))
     s.close()
     phases = dict(attached)  # the last list seen in each phase
-    assert phases["before"] == ["optimizer-hook", "replay", "backward", "__next__", "prepare_trace", "stop_trace",
-                                "export_chrome_trace"]
+    # ("generate" too, when an earlier test imported transformers: its generate() is wrapped)
+    assert [n for n in phases["before"] if n != "generate"] == [
+        "optimizer-hook", "replay", "backward", "__next__", "prepare_trace", "stop_trace", "export_chrome_trace"]
     assert phases["after"] == ["optimizer-hook"]
     # from the step that closed the window to the last one timed (the step that settles, then 3
     # timed: 4 boundaries, the last of which ends the session): the optimizer hook alone
@@ -130,6 +142,7 @@ def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_ti
     assert len(s.result.unprofiled_after_ms) == 3 and s.result.unprofiled is not None
 
 
+@pytest.mark.usefixtures("no_compiled_code_on_the_hooks")
 def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
     s = CaptureSession(CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path)
