@@ -86,3 +86,18 @@ def test_no_rule_imports_another_rule() -> None:
         for name, path in modules.items()
     }
     assert not {k: v for k, v in offenders.items() if v}, offenders
+
+
+def test_a_tie_goes_to_the_larger_saving_in_the_profiled_window() -> None:
+    # an accelerate loop on an H100 (gallery call 9): both capped at the unprofiled step's idle
+    from gpudoctor.core.finding import Evidence, make_finding
+    from gpudoctor.rules.registry import rank
+
+    def priced(rule_id: str, saving: float, profiled: float):  # type: ignore[no-untyped-def]
+        return make_finding(rule_id, rule_id, 24.573, saving, "", Evidence(
+            numbers={"saving_in_profiled_trace_ms": profiled}), ())
+
+    sync, loader = priced("host-sync", 2.6610, 3.23), priced("input-pipeline", 2.6606, 5.86)
+    assert [f.id for f in rank([sync, loader])] == ["input-pipeline", "host-sync"]
+    # beyond the tie the saving decides, whatever the profiled window saw
+    assert [f.id for f in rank([priced("host-sync", 2.70, 3.23), loader])] == ["host-sync", "input-pipeline"]
