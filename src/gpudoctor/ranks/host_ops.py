@@ -13,7 +13,7 @@ from gpudoctor.analysis.opcost import op_cost
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace
 
-MAX_NAMES = 80  # as ranks/summary.py MAX_KERNEL_NAMES: the longest cover the step
+MAX_NAMES = 80  # the names compared across ranks (kernels or operators): the longest ones cover the step
 
 
 def in_steps(trace: Trace, ops: np.ndarray, steps: Steps) -> np.ndarray:
@@ -21,15 +21,21 @@ def in_steps(trace: Trace, ops: np.ndarray, steps: Steps) -> np.ndarray:
     return ops[contains(steps.start, steps.end, trace.host.ts[ops])] if len(steps) and ops.size else ops[:0]
 
 
+def ms_by_name(trace: Trace, names: np.ndarray, durations_ns: np.ndarray, n: int) -> dict[str, float]:
+    """ms per step by name (string ids ``names``, one per event), the longest MAX_NAMES: a GPU
+    rank's kernels, a CPU rank's operators."""
+    if not len(names):
+        return {}
+    uniq, inv = np.unique(names, return_inverse=True)
+    total = np.bincount(inv, weights=durations_ns)
+    top = np.argsort(-total, kind="stable")[:MAX_NAMES]
+    return {trace.string(int(uniq[k])): float(total[k]) / n / 1e6 for k in top.tolist()}
+
+
 def op_ms(trace: Trace, ops: np.ndarray, n: int) -> dict[str, float]:
     """ms per step by operator name, the longest MAX_NAMES."""
     host = trace.host
-    if not ops.size:
-        return {}
-    uniq, inv = np.unique(host.name[ops], return_inverse=True)
-    total = np.bincount(inv, weights=(host.end - host.ts)[ops])
-    top = np.argsort(-total, kind="stable")[:MAX_NAMES]
-    return {trace.string(int(uniq[k])): float(total[k]) / n / 1e6 for k in top.tolist()}
+    return ms_by_name(trace, host.name[ops], (host.end - host.ts)[ops], n)
 
 
 def op_work(trace: Trace, ops: np.ndarray, n: int) -> tuple[float, float]:

@@ -158,7 +158,7 @@ def find_straggler(al: Aligned) -> Straggler | None:
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 
-def _deinflated(ms: float, events: float, ns_per_event: float = PROFILER_OVERHEAD_NS_PER_EVENT) -> float:
+def _deinflated(ms: float, events: float, ns_per_event: float) -> float:
     """Host ms less the profiler's estimated time for the events recorded in it."""
     return max(ms - events * ns_per_event / 1e6, 0.0)
 
@@ -236,12 +236,11 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
     work = _work_ratio(s, others)
-    return "unexplained", {**numbers, "idle_excess_ms": 0.0, **({} if work is None else {"work_ratio": round(work, 4)})}, late_ms
+    return "unexplained", {**numbers, "idle_excess_ms": 0.0, **_work_numbers(work)}, late_ms
 
 
 def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
-    idle = {c: v - float(np.median([o.idle_by_cause.get(c, 0.0) for o in others]))
-            for c, v in s.idle_by_cause.items()}
+    idle = {c: _idle_excess(s, others, c) for c in s.idle_by_cause}
     cause, excess = max(idle.items(), key=lambda kv: kv[1], default=("", 0.0))
     if excess >= EXPLAINS * late_ms:
         return cause, {"idle_cause": cause, "idle_excess_ms": round(excess, 4)}
@@ -250,7 +249,7 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
         return gpu, numbers
     work = _work_ratio(s, others)
     return "unexplained", {"idle_excess_ms": round(max(excess, 0.0), 4),
-                           **({} if work is None else {"work_ratio": round(work, 4)})}
+                           **_work_numbers(work)}
 
 
 def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_ms: float | None = None
@@ -268,7 +267,7 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_m
             and (work is None or work < MORE_WORK)):
         numbers = {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
                    "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
-                   **({} if work is None else {"work_ratio": round(work, 4)}), **_clocks(s, others)}
+                   **_work_numbers(work), **_clocks(s, others)}
         # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
         return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
     theirs_compute = float(np.median([o.compute_ms for o in others]))
@@ -277,7 +276,7 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_m
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
         return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2),
                              "gpu_excess_ms": round(extra, 4),
-                             **({} if work is None else {"work_ratio": round(work, 4)})}
+                             **_work_numbers(work)}
     return "", {}
 
 
@@ -289,6 +288,10 @@ def _work_ratio(s: RankSummary, others: list[RankSummary]) -> float | None:
         if getattr(s, field_) > 0 and theirs > 0:
             ratios.append(getattr(s, field_) / theirs)
     return max(ratios) if ratios else None
+
+
+def _work_numbers(work: float | None) -> dict[str, float]:
+    return {} if work is None else {"work_ratio": round(work, 4)}
 
 
 def _idle_excess(s: RankSummary, others: list[RankSummary], cause: str) -> float:
@@ -421,17 +424,20 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
         # except dispatch: issuing the same ops more slowly is host time the profiler stretches
         # with the rest of the step (its per-event cost is most of a dispatch-bound step's host time)
         saving = finding.saving_ms * (u / p if numbers.get("cause") == "dispatch" else 1.0)
-        saving = min(saving, MAX_SAVING_SHARE * u)
-        title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
-        return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
-                                   severity=severity_for(saving, u, finding.severity_floor, finding.major_share))
+        return _repriced(finding, min(saving, MAX_SAVING_SHARE * u), u)
     if numbers.get("cause") not in ("dispatch", "unexplained") or (
             numbers.get("cause") == "unexplained" and "dispatch_noise_ms" not in numbers):
         return finding
-    saving = finding.saving_ms * u / p
-    numbers = dict(numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
-                   unprofiled_scale=round(u / p, 4))
-    title = finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms")
-    return dataclasses.replace(finding, title=title, saving_ms=saving, predicted_speedup=speedup(u, saving),
-                               severity=severity_for(saving, u, finding.severity_floor, finding.major_share),
-                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return _repriced(finding, finding.saving_ms * u / p, u,
+                     dict(numbers, wait_imposed_in_profiled_trace_ms=round(finding.saving_ms, 4),
+                          unprofiled_scale=round(u / p, 4)))
+
+
+def _repriced(finding: Finding, saving: float, step_ms: float, numbers: dict | None = None) -> Finding:
+    """``finding`` with ``saving`` against a step of ``step_ms`` (its title's figure, speedup and
+    severity with it; ``numbers`` replacing its evidence's when given)."""
+    evidence = finding.evidence if numbers is None else dataclasses.replace(finding.evidence, numbers=numbers)
+    return dataclasses.replace(
+        finding, title=finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms"), saving_ms=saving,
+        predicted_speedup=speedup(step_ms, saving),
+        severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share), evidence=evidence)

@@ -23,7 +23,6 @@ from gpudoctor.ranks.backward import micro_of, pass_starts, per_step
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
 
-MAX_KERNEL_NAMES = 80  # the kernels compared across ranks: the longest ones cover the step
 # one step's timeline is drawn at ~1000 px: intervals closer than this are merged into one bar
 TIMELINE_MERGE_NS = 20_000
 MAX_TIMELINE_BARS = 400
@@ -106,7 +105,7 @@ class RankSummary:
     idle_ms: float
     idle_by_cause: dict[str, float]  # cause -> ms per step (analysis/idle.py)
     collectives: tuple[Collective, ...]
-    kernel_ms: dict[str, float]  # non-NCCL kernel name -> ms per step (the longest MAX_KERNEL_NAMES)
+    kernel_ms: dict[str, float]  # non-NCCL kernel name -> ms per step (the longest host_ops.MAX_NAMES)
     kernels_per_step: float
     # one step (the middle one of the window) as merged bars on the rank's clock: (start, end, kind)
     timeline_step: int = -1
@@ -479,13 +478,7 @@ def _int(value: Any) -> int:
 
 def _kernel_ms(a: Analysis, mask: np.ndarray, n: int) -> dict[str, float]:
     d = a.trace.device
-    names, durs = d.name[mask], (d.end - d.ts)[mask]
-    if len(names) == 0:
-        return {}
-    uniq, inv = np.unique(names, return_inverse=True)
-    total = np.bincount(inv, weights=durs)
-    top = np.argsort(-total, kind="stable")[:MAX_KERNEL_NAMES]
-    return {a.trace.string(int(uniq[k])): float(total[k]) / n / 1e6 for k in top.tolist()}
+    return host_ops.ms_by_name(a.trace, d.name[mask], (d.end - d.ts)[mask], n)
 
 
 def _timeline(steps: Steps, comp_s: np.ndarray, comp_e: np.ndarray, comm_s: np.ndarray, comm_e: np.ndarray,

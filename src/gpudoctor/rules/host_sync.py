@@ -20,7 +20,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import SYNC_OPS, sync_calls
-from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
@@ -112,9 +112,7 @@ def _own_reads(a: Analysis, culprits: np.ndarray, ops: np.ndarray) -> np.ndarray
     own = np.ones(culprits.size, bool)
     for cause in _OWNED_BY:
         starts, ends = a.idle.labels.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
-        if starts.size:
-            k = np.searchsorted(starts, ts, side="right") - 1
-            own &= ~((k >= 0) & (ts < ends[np.maximum(k, 0)]))
+        own &= ~contains(starts, ends, ts)
     culprits = culprits[own]
     named = np.intersect1d(np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits), ops)
     sync_ops = a.trace.names_matching(lambda name: name in SYNC_OPS)[host.name[named]]
