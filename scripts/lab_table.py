@@ -12,11 +12,23 @@ import sys
 
 
 def main(paths: list[str]) -> int:
+    if not paths:
+        print("lab_table.py: give one or more files written by `gpudoctor lab run --all --json`", file=sys.stderr)
+        return 2
+    failed = 0
     for path in paths:
         try:
-            rows = json.loads(open(path).read())
+            with open(path) as f:
+                rows = json.load(f)
         except (OSError, ValueError) as exc:
-            print(f"{path}: unreadable ({exc})")
+            print(f"{path}: not a readable JSON file ({exc}); give the output of `gpudoctor lab run --all --json`",
+                  file=sys.stderr)
+            failed += 1
+            continue
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "trap" in r for r in rows):
+            print(f"{path}: not a lab result (a JSON list of traps); give the output of `gpudoctor lab run --all "
+                  "--json`", file=sys.stderr)
+            failed += 1
             continue
         ok = 0
         print(f"== {path}")
@@ -29,7 +41,7 @@ def main(paths: list[str]) -> int:
                   f"pred {r.get('predicted_speedup') or 0:7.2f} meas {r.get('measured_speedup') or 0:7.2f} "
                   f"{'ok' if good else ''} {r.get('error', '')[:60]}")
         print(f"in band and first: {ok} of {len(rows)}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -2,8 +2,7 @@
 timed outside the profiler's window (capture/session.py times them; this module only decides).
 
 Two sets of samples exist: the steps before the window (their second half: the first are warm-up)
-and the steps after it (the first ``SETTLE_STEPS`` left out). Each has a bias that only ever adds
-time: the steps before the window may still be warming up (tests/programs/cpu_only.py on a shared
+and the steps after it (the first ``SETTLE_STEPS`` left out). Each can be slowed: the steps before the window may still be warming up (tests/programs/cpu_only.py on a shared
 2-core CPU, 2026-11-26: steps 3-5 at 0.88-1.00 ms plainly, its steady state 0.69 ms), and the steps
 after it run behind the profiler's leftovers (on an H100 with torch 2.11, launch-bound programs ran
 13-65% slower per step after the window than before it; pytorch/pytorch#144455 names CUPTI, which
