@@ -37,7 +37,7 @@ def main(paths: list[str]) -> int:
             hit = r.get("top_finding") == r.get("expected")
             good = hit and ratio is not None and 0.67 <= ratio <= 1.5
             ok += good
-            print(f"{r['trap']:<22} {str(r.get('top_finding')):<20} {'' if ratio is None else f'{ratio:5.2f}':>5} "
+            print(f"{r['trap']:<22} {r.get('top_finding')!s:<20} {'' if ratio is None else f'{ratio:5.2f}':>5} "
                   f"pred {r.get('predicted_speedup') or 0:7.2f} meas {r.get('measured_speedup') or 0:7.2f} "
                   f"{'ok' if good else ''} {r.get('error', '')[:60]}")
         print(f"in band and first: {ok} of {len(rows)}")
