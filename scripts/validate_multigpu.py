@@ -61,9 +61,10 @@ CASES = (
          "straggler", "rank last, host-work", "host-work"),
     Case("straggler_loader", "ddp_gpt_straggler.py", ("--slow-loader", LAST, "--delay-ms", "20"), ("--fixed",),
          "straggler", "rank last, input-pipeline", "input-pipeline"),
-    Case("straggler_batch", "ddp_gpt_straggler.py", ("--bigger-batch-rank", LAST), ("--fixed",),
-         "straggler", "rank last, more-work", "more-work"),
-    # a sync costs the GPU work queued behind it: a GPU-bound batch, so that there is some
+    # GPU-bound batches: at the default 8 rows the step is bound by launches and a rank's extra GPU
+    # work hides behind them (2x H200: 0.04 ms measured); a sync costs the GPU work queued behind it
+    Case("straggler_batch", "ddp_gpt_straggler.py", ("--bigger-batch-rank", LAST, "--batch", "32"),
+         ("--batch", "32", "--fixed"), "straggler", "rank last, more-work", "more-work"),
     Case("straggler_sync", "ddp_gpt_straggler.py", ("--sync-rank", LAST, "--batch", "32"),
          ("--batch", "32", "--fixed"),
          "straggler", "rank last, host-sync", "host-sync"),

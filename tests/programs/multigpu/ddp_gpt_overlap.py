@@ -27,7 +27,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tiny_gpt import CPU_SIZE, GPU_SIZE, gpt, log_step, setup
+from tiny_gpt import COMM_SIZE, CPU_SIZE, gpt, log_step, setup
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--fixed", action="store_true", help="the twin: default buckets, no_sync on micro-batches")
     args = ap.parse_args()
     rank, _, device, cuda = setup()
-    d, layers, vocab, batch, seq, heads = GPU_SIZE if cuda else CPU_SIZE
+    d, layers, vocab, batch, seq, heads = COMM_SIZE if cuda else CPU_SIZE
     torch.manual_seed(0)
     bucket = HUGE_BUCKET_MB if args.huge_bucket and not args.fixed else DEFAULT_BUCKET_MB
     model = DDP(gpt(d, layers, vocab, heads).to(device), device_ids=[device.index] if cuda else None,

@@ -28,7 +28,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from tiny_gpt import CPU_SIZE, GPU_SIZE, gpt, log_step, setup
+from tiny_gpt import COMM_SIZE, CPU_SIZE, gpt, log_step, setup
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--fixed", action="store_true", help="the twin: one FSDP group per block, prefetched")
     args = ap.parse_args()
     rank, world, device, cuda = setup()
-    d, layers, vocab, batch, seq, heads = GPU_SIZE if cuda else CPU_SIZE
+    d, layers, vocab, batch, seq, heads = COMM_SIZE if cuda else CPU_SIZE
     torch.manual_seed(0)
     model = gpt(d, layers, vocab, heads).to(device)
     mesh = init_device_mesh(device.type, (world,))

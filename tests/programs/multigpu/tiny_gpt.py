@@ -13,6 +13,12 @@ from torch import nn
 # is about 19 ms); a tiny model on the CPU so that 2 gloo ranks on 2 cores finish in seconds.
 GPU_SIZE = (768, 6, 8192, 8, 512, 12)
 CPU_SIZE = (64, 2, 256, 2, 16, 4)
+# The communication cases (one DDP bucket, accumulation without no_sync, FSDP without per-block
+# groups) need a step that is GPU-bound and whose gradients take as long to reduce as a good part of
+# the backward: 8 x d=2048 (436 M parameters, 1.7 GB of fp32 gradients, about 5-7 ms to all-reduce
+# over NVLink) on 4 x 512 tokens (about 5 TFLOP a step). At GPU_SIZE the 55 M parameters reduce in
+# under 1 ms and the step is bound by launches, so a bucket layout cannot show.
+COMM_SIZE = (2048, 8, 8192, 4, 512, 16)
 
 
 class Block(nn.Module):
