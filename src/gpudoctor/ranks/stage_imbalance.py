@@ -16,19 +16,23 @@ Balancing moves work between the stages and keeps the total (sum(t_i) = p mean(t
 becomes (m + p - 1) mean(t_i) and the saving is (m - 1) (max(t_i) - mean(t_i)): nothing with one
 micro-batch, where no stage overlaps another. Also given (``extra_work_cost_ms``): what the step
 loses to the slowest stage's time above the other stages' median, the saving of removing its extra
-work rather than moving it. On 2x H200 (2026-11-26, tests/data/pp2_h200_imbalance, GPipe, m = 4,
-the last stage with 4 layers against 2) that figure for the twin with 2 layers on each stage, from
-the twin's own stage times (0.482 and 0.551 ms per micro-batch against 0.482 and 1.087), was
-m x 0.536 = 2.14 ms; its measured saving was 2.14 ms (5.13 -> 3.00 ms unprofiled).
+work rather than moving it. Checked on 2x H200 (2026-11-26, tests/data/pp2_h200_imbalance: GPipe,
+m = 4, 64 x 4096 fp32, the last stage with 4 layers against 2, 0.482 and 1.087 ms per micro-batch;
+its twin with 2 layers on each stage, 0.483 and 0.551 by that run's report): the model's stage
+time is 4.83 and 2.69 ms; the constant that makes the first the measured 5.13 ms unprofiled step
+(0.30 ms: the optimizer, launches) makes the twin's 2.99 ms, measured 3.00, and the twin's saving
+m x (1.087 - 0.551) = 2.14 ms, measured 2.14. (m + p - 1) max(t_i) would put the first step at
+5.43 ms, over the measured one before any overhead. Balancing that run prices 0.91 ms.
 
 The stage times are kernel durations, which the profiler does not stretch (it adds host time per
 recorded event), so the saving is not scaled to the unprofiled step as a host-side wait is
-(ranks/straggler.py); its severity is judged against the unprofiled step (``priced_unprofiled``).
+(ranks/straggler.py: by unprofiled / profiled step, 5.13 / 9.52 on that run, which would have put
+the twin's 2.14 ms at 1.16); its severity is judged against the unprofiled step (``priced_unprofiled``).
 The same holds, less exactly, for a CPU rank's operators, which include the profiler's ~3 us per
 event recorded inside them. The saving is capped at the others' measured wait in recv beyond the
 slowest stage's own (its bubble, ``pipeline-bubble``): when they did not wait for it, moving work
 off it saves nothing. Where no pipeline pattern is read (m unknown), it is priced as the slowest
-stage's compute above the mean, m / (m - 1) times the model's saving at most."""
+stage's compute above the mean, m / (m - 1) times the model's saving."""
 
 from __future__ import annotations
 
