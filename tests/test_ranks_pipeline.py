@@ -24,9 +24,13 @@ SRC = Path(__file__).parent.parent / "src"
 
 
 def _analyze(case: str):  # type: ignore[no-untyped-def]
+    return analyze_ranks_dir(DATA / case)
+
+
+def analyze_ranks_dir(path: Path):  # type: ignore[no-untyped-def]
     from gpudoctor.pipeline import analyze_ranks
 
-    return analyze_ranks([DATA / case], jobs=1)
+    return analyze_ranks([path], jobs=1)
 
 
 # -- recorded on the CPU: `gpudoctor run --nproc 2 --skip 4 --steps 3 --calibrate 2 pp_two_stage.py
@@ -48,10 +52,17 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert n["saving_2x_microbatches_ms"] == n["saving_interleaved_v2_ms"]
     assert n["recv_wait_ms_by_rank"] == "0: 28.79, 1: 16.51"
     assert n["bubble_ms_by_step"] == "15.88, 9.27, 24.36"  # shared CPU cores: the steps vary
-    # in this recording the last stage computed 35.15 ms a step against 25.86 (profiled, on two shared
-    # cores), so stage-imbalance fires too; rank 0 waits 12.28 ms beyond the bubble for it
+    # the last stage computed 35.15 ms a step against 25.86: with the same 2 layers it also runs the
+    # loss and the input gradient of its first layer (rank 0's first layer has none), 4 backward GEMMs
+    # to 3. stage-imbalance fires, priced by the schedule at (m-1)(max - mean) per micro-batch,
+    # 3 x (8.787 - 7.626) = 3.48 ms, 4.5% of the 78.16 ms unprofiled step: minor, not the 12.28 ms
+    # that rank 0 waited beyond the bubble in the profiled window
     imb = next(f for f in report.findings if f.id == "stage-imbalance")
-    assert imb.evidence.numbers["slowest_rank"] == 1 and imb.saving_ms == pytest.approx(12.2812, abs=1e-4)
+    n = imb.evidence.numbers
+    assert n["slowest_rank"] == 1 and n["ms_per_microbatch_by_rank"] == "0: 6.465, 1: 8.787"
+    assert imb.saving_ms == pytest.approx(3 * (35.1498 - 30.5047) / 4, abs=1e-4)
+    assert (imb.saving_ms, imb.severity) == (pytest.approx(3.4838, abs=1e-4), "minor")
+    assert n["others_wait_for_it_ms"] == pytest.approx(12.2812, abs=1e-4)
     assert [r["recv_wait_ms"] for r in report.ranks] == [28.7875, 16.5063]
     assert report.distributed["pipeline"] == {"stages": 2, "microbatches": 4, "stage_ranks": [0, 1], "slowest_rank": 1,
                                               "bubble_ms": 16.5063, "expected_share_of_step": 0.2}
@@ -62,18 +73,27 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
         "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
 
 
-def test_imbalanced_stage_named_and_priced_as_the_others_wait() -> None:
+def test_imbalanced_stage_named_and_priced_by_the_schedule() -> None:
     """--imbalance: rank 1 runs twice the layers. It computes 122.36 ms a step against rank 0's
-    52.46; rank 0 waits 74.28 ms a step in recv beyond rank 1's own wait (the bubble), within 7%
-    of the compute difference (69.90 ms) that the pipeline model predicts."""
+    52.46: 30.590 and 13.116 ms per micro-batch. The schedule's step is sum(t) + (m-1) max(t) =
+    43.706 + 3 x 30.590 = 135.48 ms of stage time; balanced, (m+p-1) mean(t) = 5 x 21.853 = 109.27:
+    26.21 ms saved, 21.5% of the 121.64 ms unprofiled step (major). Removing rank 1's extra work
+    instead (its time down to rank 0's) would save m (t1 - t0) = 69.90 ms, the compute difference
+    rank 0 waits for in recv beyond the bubble (74.28 ms, the cap)."""
     report = _analyze("imbalanced")
     by_id = {f.id: f for f in report.findings}
     imb = by_id["stage-imbalance"]
     n = imb.evidence.numbers
     assert n["slowest_rank"] == 1
     assert (n["slowest_compute_ms"], n["compute_ms_by_rank"]) == (pytest.approx(122.3613, abs=1e-4), "0: 52.46, 1: 122.36")
-    assert imb.saving_ms == pytest.approx(74.2796, abs=1e-4)
-    assert imb.saving_ms / (122.3613 - 52.4637) == pytest.approx(1.063, abs=1e-3)
+    assert (n["stages"], n["microbatches"], n["ms_per_microbatch_by_rank"]) == (2, 4, "0: 13.116, 1: 30.590")
+    assert (n["model_step_ms"], n["balanced_step_ms"]) == (pytest.approx(135.4772, abs=1e-4),
+                                                           pytest.approx(109.2656, abs=1e-4))
+    assert (imb.saving_ms, n["balance_saving_ms"]) == (pytest.approx(26.2116, abs=1e-4), 26.2116)
+    assert imb.saving_ms == pytest.approx(3 * (122.3613 - 87.4125) / 4, abs=1e-4)
+    assert (imb.severity, report.unprofiled_step_ms) == ("major", pytest.approx(121.6445, abs=1e-4))
+    assert n["extra_work_cost_ms"] == pytest.approx(122.3613 - 52.4637, abs=1e-4)
+    assert n["others_wait_for_it_ms"] == pytest.approx(74.2796, abs=1e-4)
     bubble = by_id["pipeline-bubble"].evidence.numbers
     assert bubble["measured_on_rank"] == 1 and bubble["bubble_ms_per_step"] == pytest.approx(32.0707, abs=1e-4)
     assert bubble["bubble_share_of_step"] == pytest.approx(0.1912, abs=1e-4)  # 20% by the formula
@@ -106,13 +126,51 @@ def test_gloo_summary_counts_sends_receives_and_waits() -> None:
     assert (s0.compute_ms, s1.compute_ms) == (pytest.approx(25.8595, abs=1e-4), pytest.approx(35.1498, abs=1e-4))
 
 
+# -- recorded on 2x H200 (NCCL, torch 2.11, 2026-11-26, scripts/validate_multigpu.py): `gpudoctor run
+#    --nproc 2 --skip 10 --steps 5 --calibrate 5 pp_two_stage.py --steps 30 --microbatches 4 --imbalance` --
+
+
+def test_h200_imbalanced_stage_priced_by_the_schedule() -> None:
+    """Rank 1 runs 4 layers to rank 0's 2 (64 x 4096 fp32 activations): 4.35 ms of kernels a step
+    against 1.93, 1.087 and 0.482 ms per micro-batch. By the schedule the step is 0.482 + 4 x 1.087 =
+    4.83 ms of stage time, balanced 5 x 0.785 = 3.92: 0.91 ms saved, kernel time, not scaled by the
+    profiled step's stretch (9.52 ms profiled, 5.13 unprofiled): 17.7% of the unprofiled step, major.
+    The others' wait in the profiled window (7.39 ms, the former price) is only the cap. The twin
+    with 2 layers on each stage removes the extra work instead: measured 2.14 ms (5.13 -> 3.00 ms
+    unprofiled); this run's figure for that, rank 1 at rank 0's pace, is m (1.087 - 0.482) = 2.42."""
+    report = analyze_ranks_dir(DATA.parent / "pp2_h200_imbalance")
+    multi = [f for f in report.findings if f.id in ("stage-imbalance", "pipeline-bubble")]
+    assert [f.id for f in multi] == ["stage-imbalance"]  # rank 1 waits 0.06 ms a step: no bubble to price
+    imb = multi[0]
+    n = imb.evidence.numbers
+    assert (n["slowest_rank"], n["stages"], n["microbatches"]) == (1, 2, 4)
+    assert (n["compute_ms_by_rank"], n["ms_per_microbatch_by_rank"]) == ("0: 1.93, 1: 4.35", "0: 0.482, 1: 1.087")
+    assert (n["model_step_ms"], n["balanced_step_ms"]) == (4.8299, 3.9225)
+    assert (imb.saving_ms, n["balance_saving_ms"]) == (pytest.approx(0.9074, abs=1e-4), 0.9074)
+    assert (report.step_ms, report.unprofiled_step_ms) == (pytest.approx(9.5231, abs=1e-4),
+                                                           pytest.approx(5.1345, abs=1e-4))
+    assert (imb.severity, imb.predicted_speedup) == ("major", pytest.approx(5.1345 / (5.1345 - 0.9074), abs=1e-3))
+    assert (n["extra_work_cost_ms"], n["others_wait_for_it_ms"]) == (2.4196, 7.3891)
+
+
+def test_h200_twin_stage_times_call_no_stage_slow() -> None:
+    """The equal-layers twin of that run (its traces were not kept; its report's kernel time by kind
+    without NCCL: rank 0 1.9306 ms a step, rank 1 2.2037): rank 1, with the loss and its first
+    layer's input gradient, computes 0.137 ms above the median, under 10% of it: no stage-imbalance."""
+    result = combine(stages(per_mb=[1.9306 / 4, 2.2037 / 4]))
+    assert [f.id for f in result.findings if f.id == "stage-imbalance"] == []
+
+
 # -- hand-built stages: p = 4, m = 4, 1 ms of compute per micro-batch, stage 2 twice as slow ---------
 
 
-def stages(slow: int = -1, p: int = 4, m: int = 4, steps: int = 2) -> list[RankSummary]:
+def stages(slow: int = -1, p: int = 4, m: int = 4, steps: int = 2,
+           per_mb: list[float] | None = None) -> list[RankSummary]:
     """The pipeline's timings by its model: the pace is the slowest stage's time per micro-batch t;
-    the step is (m+p-1) t; each stage waits the step minus its own compute."""
-    per_mb = [2.0 if r == slow else 1.0 for r in range(p)]
+    the step is (m+p-1) t; each stage waits the step minus its own compute. ``per_mb``: each stage's
+    ms per micro-batch (default 1, 2 for ``slow``)."""
+    per_mb = per_mb or [2.0 if r == slow else 1.0 for r in range(p)]
+    p = len(per_mb)
     t = max(per_mb)
     step_ms = (m + p - 1) * t
     out = []
@@ -140,13 +198,53 @@ def test_four_balanced_stages_bubble_is_the_formula() -> None:
 
 def test_four_stages_one_slow_both_findings() -> None:
     """Stage 2 at 2 ms per micro-batch: step 14 ms; it waits the bubble (p-1) x 2 = 6 ms, the others
-    14 - 4 = 10 ms: 4 ms each of waiting for it."""
+    14 - 4 = 10 ms: 4 ms each of waiting for it. Balancing (1.25 ms each) saves (m-1)(max - mean)
+    = 3 x 0.75 = 2.25 ms by the schedule (sum(t) + (m-1) max(t): 11 ms, balanced 7 x 1.25 = 8.75);
+    bringing stage 2 down to 1 ms instead would save 4 ms, the others' wait."""
     result = combine(stages(slow=2))
     by_id = {f.id: f for f in result.findings}
-    assert by_id["stage-imbalance"].evidence.numbers["slowest_rank"] == 2
-    assert by_id["stage-imbalance"].saving_ms == pytest.approx(4.0)
+    n = by_id["stage-imbalance"].evidence.numbers
+    assert n["slowest_rank"] == 2
+    assert by_id["stage-imbalance"].saving_ms == pytest.approx(2.25)
+    assert (n["model_step_ms"], n["balanced_step_ms"], n["extra_work_cost_ms"], n["others_wait_for_it_ms"]) == (
+        11.0, 8.75, 4.0, 4.0)
     bubble = by_id["pipeline-bubble"].evidence.numbers
     assert (bubble["measured_on_rank"], bubble["bubble_ms_per_step"], bubble["expected_bubble_ms"]) == (2, 6.0, 6.0)
+
+
+def test_one_microbatch_balancing_saves_nothing() -> None:
+    """m = 1: no two stages ever compute at once, the step is the sum of the stages' times whatever
+    the split; the slow stage is named (2 ms against 1) at no saving, (m-1)(max - mean) = 0."""
+    result = combine(stages(m=1, per_mb=[1.0, 2.0]))
+    imb = next(f for f in result.findings if f.id == "stage-imbalance")
+    assert imb.evidence.numbers["slowest_rank"] == 1
+    assert (imb.saving_ms, imb.severity, imb.evidence.numbers["model_step_ms"]) == (0.0, "info", 3.0)
+
+
+def test_saving_capped_at_the_others_wait() -> None:
+    """The model prices 3 x (2 - 1.5) = 1.5 ms for stages of 1 and 2 ms per micro-batch, but the
+    recorded waits say rank 0 waited only 0.4 ms a step beyond rank 1's own: the saving is 0.4."""
+    s = stages(per_mb=[1.0, 2.0])
+    s[0] = RankSummary(**{**s[0].__dict__, "recv_wait_ms": (s[1].recv_wait_ms[0] + 0.4,) * 2})
+    imb = next(f for f in combine(s).findings if f.id == "stage-imbalance")
+    assert imb.evidence.numbers["balance_saving_ms"] == 1.5
+    assert imb.saving_ms == pytest.approx(0.4)
+
+
+def test_severity_against_the_unprofiled_step_saving_kept() -> None:
+    """Kernel time is not stretched by the profiler: re-priced for a 5 ms unprofiled step the
+    saving stays 2.25 ms (45%: critical, x1.82); against a 1 ms step it is capped at 99% of it;
+    other findings pass unchanged."""
+    from gpudoctor.ranks.stage_imbalance import priced_unprofiled
+
+    imb = next(f for f in combine(stages(slow=2)).findings if f.id == "stage-imbalance")
+    assert imb.severity == "major"  # 2.25 of the 14 ms hand-built step
+    again = priced_unprofiled(imb, 5.0)
+    assert (again.saving_ms, again.severity, again.predicted_speedup) == (2.25, "critical", pytest.approx(5 / 2.75))
+    assert priced_unprofiled(imb, 1.0).saving_ms == pytest.approx(0.99)
+    assert priced_unprofiled(imb, None) is imb
+    bubble = next(f for f in combine(stages(slow=2)).findings if f.id == "pipeline-bubble")
+    assert priced_unprofiled(bubble, 5.0) is bubble
 
 
 def test_counts_that_break_the_pattern_are_not_one_pipeline() -> None:
@@ -206,7 +304,7 @@ def test_cpu_rank_set_renders_its_ranks_and_findings() -> None:
     report = _analyze("imbalanced")
     text = render_text(report, width=140)
     assert "No GPU findings" not in text and "ranks (ms per step" in text
-    assert "1. [critical] stage-imbalance  save ~74.280 ms/step" in text
+    assert "1. [major] stage-imbalance  save ~26.212 ms/step (x1.27)" in text
     assert "2. [major] pipeline-bubble  save ~16.035 ms/step" in text
     html = render_html(report)
     assert "<h2>Ranks</h2>" in html and "pipeline of 2 stages, 4 micro-batches" in html

@@ -148,10 +148,12 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
 
 def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
     """The chosen rank's single-GPU report with the per-rank table and the multi-GPU findings."""
+    from gpudoctor.ranks import stage_imbalance
     from gpudoctor.ranks.straggler import priced_unprofiled
 
     base = reports[result.chosen]
-    ranked = tuple(priced_unprofiled(f, base.unprofiled_step_ms, base.step_ms) for f in result.findings)
+    ranked = tuple(stage_imbalance.priced_unprofiled(priced_unprofiled(f, base.unprofiled_step_ms, base.step_ms),
+                                                     base.unprofiled_step_ms) for f in result.findings)
     findings = tuple(sorted((*ranked, *base.findings), key=lambda f: -f.saving_ms))
     warnings = (*result.warnings, *base.warnings)
     return dataclasses.replace(base, source=result.source, findings=findings, warnings=warnings,

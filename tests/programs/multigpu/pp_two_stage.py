@@ -7,13 +7,17 @@ a bubble of (p-1)/(m+p-1) of the step ((p-1)/m of the compute, core.layout.bubbl
 p=2, m=4 -> 20% of the step; p=2, m=8 -> 11%; p=4, m=4 -> 43%. gpudoctor should report
 `pipeline-bubble` near that share, each stage's wait in recv, and price more micro-batches and an
 interleaved schedule. With --imbalance the stage --slow-stage (default the last) runs twice the
-layers of the others: `stage-imbalance` names that rank, its compute about 2x the others', and
-each other stage waits in recv, beyond the bubble, about the slow stage's extra compute per step
-(the step is (m+p-1) x the slow stage's time per micro-batch). ``--fixed``: the twin, every stage
-the same layers.
+layers of the others: `stage-imbalance` names that rank, its compute about 2x the others'. With
+stage times t_i per micro-batch the step is sum(t_i) + (m-1) max(t_i) ((m+p-1) t when balanced),
+so moving layers until every stage computes the mean saves (m-1)(max(t_i) - mean(t_i)), which
+`stage-imbalance` prices. ``--balanced``: that fix's twin, the imbalanced run's (p+1) x --layers
+layers spread over the stages (p=2, --layers 2: 3 and 3; where they do not divide evenly the first
+stages get one more). ``--fixed``: every stage the same --layers, which also removes the extra
+layers: it saves the slow stage's extra time, m (t_slow - t_other) for p=2, more than balancing.
 
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4
     gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4 --imbalance
+    gpudoctor run --nproc 2 pp_two_stage.py --steps 12 --microbatches 4 --balanced
     gpudoctor run --nproc 4 pp_two_stage.py --steps 12 --schedule 1f1b
 
 Each rank runs its own optimizer step at the end of a step (gpudoctor's step boundary).
@@ -97,10 +101,12 @@ def main() -> None:
     ap.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
     ap.add_argument("--imbalance", action="store_true", help="the slow stage runs twice the layers")
     ap.add_argument("--fixed", action="store_true", help="the twin: every stage the same layers")
+    ap.add_argument("--balanced", action="store_true",
+                    help="the twin that keeps the work: the imbalanced run's layers spread over the stages")
     ap.add_argument("--slow-stage", type=int, default=-1, help="default: the last stage")
     ap.add_argument("--layers", type=int, default=2, help="layers per stage")
     args = ap.parse_args()
-    args.imbalance = args.imbalance and not args.fixed
+    args.imbalance = args.imbalance and not (args.fixed or args.balanced)
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -111,6 +117,9 @@ def main() -> None:
     width, batch = (4096, 64) if cuda else (512, 128)
     slow = args.slow_stage % world
     layers = args.layers * (2 if args.imbalance and rank == slow else 1)
+    if args.balanced:  # the same (world + 1) x --layers as --imbalance, as even as whole layers go
+        total = (world + 1) * args.layers
+        layers = total // world + (1 if rank < total % world else 0)
     torch.manual_seed(rank)
     model = stage_model(width, layers, device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
