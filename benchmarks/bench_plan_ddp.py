@@ -321,13 +321,17 @@ def predict_table(m: dict, bench: Path | None = None, single: dict | None = None
     rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
              "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"),
             "|---|---:|---:|---:|---:|---:|---|"]
-    layouts = [(label, short, _layout(name, w, batch), m.get(f"{name}_step_s"))
+    layouts = [(label, short, _layout(name, w, batch), m.get(f"{name}_step_s"), m.get(f"{name}_error"))
                for name, (label, short) in _names(w).items()]
     if single:
-        layouts.append(("one GPU, no DP", None, _layout("ddp", 1, batch), single["step_s"]))
+        layouts.append(("one GPU, no DP", None, _layout("ddp", 1, batch), single["step_s"], None))
     predicted, measured = {}, {}
-    for label, short, lay, seconds in layouts:
+    for label, short, lay, seconds, error in layouts:
         if seconds is None:
+            if error:  # priced all the same, not ranked
+                a = _price(spec, hw, net, lay, seq)
+                c = f"{1e3 * _price(spec, hw, net, lay, seq, cal)['step_s']:.1f} ms" if cal else "-"
+                rows.append(f"| {label} | failed: {error[:60]} | {1e3 * a['step_s']:.1f} ms | - | {c} | - | - |")
             continue
         a = _price(spec, hw, net, lay, seq)
         c = _price(spec, hw, net, lay, seq, cal) if cal else None
