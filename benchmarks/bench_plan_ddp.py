@@ -1,17 +1,21 @@
-"""A real 2-GPU training step under DDP and FSDP, to check `gpudoctor plan train`'s step time.
+"""A real multi-GPU training step under DDP, FSDP2 and TP=2 x FSDP2, to check `gpudoctor plan train`'s step time.
 
-On a 2-GPU machine: ``torchrun --nproc_per_node 2 benchmarks/bench_plan_ddp.py OUT_DIR``. Builds a
+On a 2- or 4-GPU machine: ``torchrun --nproc_per_node N benchmarks/bench_plan_ddp.py OUT_DIR``. Builds a
 transformers Llama-style model with random weights (bf16 parameters, AdamW), times steady-state
-steps (after warm-up) under DistributedDataParallel and under FSDP (full shard), and writes
-``OUT_DIR/ddp_fsdp.json``. The prediction for the same layouts is made anywhere with
+steps (after warm-up) under DistributedDataParallel, under FSDP2 (full shard) and, with an even
+N >= 4, under TP=2 x FSDP2 (torch's 2D recipe, the same global batch), and writes
+``OUT_DIR/ddp_fsdp.json``. ``--layouts ddp,fsdp,tp_dp`` (or env BENCH_LAYOUTS) runs some of them;
+``--tiny --cpu`` runs a tiny model on CPU with gloo, a check of the code paths. The prediction for the same layouts is made anywhere with
 ``python benchmarks/bench_plan_ddp.py --predict RESULTS_JSON [BENCH_JSON [SINGLE_JSON]]``, the
-bench file (``gpudoctor bench --json``) calibrating it; ``--predict-ahead WORLD GPU BENCH_JSON OUT``
+bench file (``gpudoctor bench --json``) calibrating it; it ends with the predicted and measured order
+of the layouts. ``--predict-ahead WORLD GPU BENCH_JSON OUT``
 writes the prediction for a GPU count not measured yet (committed before the run: a held-out check). ``--single OUT_DIR`` times the same model
 on one GPU and profiles it (kernel time by kind) to separate compute from communication.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
@@ -151,7 +155,8 @@ def measure(out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, ti
     import torch.distributed as dist
     import transformers
 
-    dist.init_process_group("gloo" if cpu else "nccl")
+    # a collective that hangs (one rank out of memory, the others waiting) aborts after this, not NCCL's 10 minutes
+    dist.init_process_group("gloo" if cpu else "nccl", timeout=datetime.timedelta(seconds=240))
     rank, world = dist.get_rank(), dist.get_world_size()
     if cpu:
         device = torch.device("cpu")
@@ -166,11 +171,26 @@ def measure(out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, ti
               "batch_per_gpu": batch, "seq": seq, "date": time.strftime("%Y-%m-%d"), "layouts": list(layouts)}
     for name in layouts:
         _run_layout(name, result, device, world, rank, config, batch, seq)
+        if rank == 0:  # after each layout: a later one that hangs or dies leaves the earlier numbers
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "ddp_fsdp.json").write_text(json.dumps(result, indent=1))
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "ddp_fsdp.json").write_text(json.dumps(result, indent=1))
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))
+        print("\n".join(measured_table(result)))
     dist.destroy_process_group()
+
+
+def measured_table(result: dict) -> list[str]:
+    """``measure``'s results as a short table: step time and peak memory per layout, or its error."""
+    rows = ["| layout | step | peak memory per GPU |", "|---|---:|---:|"]
+    for name, (label, _) in _names(result["world_size"]).items():
+        if f"{name}_error" in result:
+            rows.append(f"| {label} | failed: {result[name + '_error'][:80]} | - |")
+        elif f"{name}_step_s" in result:
+            peak = result.get(f"{name}_peak_bytes")
+            rows.append(f"| {label} | {1e3 * result[name + '_step_s']:.1f} ms | "
+                        f"{'-' if peak is None else f'{peak / 1e9:.1f} GB'} |")
+    return rows
 
 
 # kernel name -> category, first match wins (attention before GEMM: flash kernels are CUTLASS too)

@@ -88,3 +88,13 @@ def test_layouts_option() -> None:
         b._layouts("ddp,pp")
     with pytest.raises(SystemExit, match=r"--layouts: '' not among"):
         b._layouts("")
+
+
+def test_measured_table() -> None:
+    result = {"world_size": 4, "ddp_step_s": 0.1587, "ddp_peak_bytes": 28640025088, "fsdp_step_s": 0.1554,
+              "tp_dp_error": "OutOfMemoryError: CUDA out of memory"}
+    assert b.measured_table(result) == [
+        "| layout | step | peak memory per GPU |", "|---|---:|---:|",
+        "| DDP (dp=4) | 158.7 ms | 28.6 GB |",
+        "| FSDP full shard (dp=4, ZeRO-3) | 155.4 ms | - |",
+        "| TP=2 x FSDP (dp=2, ZeRO-3) | failed: OutOfMemoryError: CUDA out of memory | - |"]
