@@ -1,17 +1,21 @@
-"""A real 2-GPU training step under DDP and FSDP, to check `gpudoctor plan train`'s step time.
+"""A real multi-GPU training step under DDP, FSDP2 and TP=2 x FSDP2, to check `gpudoctor plan train`'s step time.
 
-On a 2-GPU machine: ``torchrun --nproc_per_node 2 benchmarks/bench_plan_ddp.py OUT_DIR``. Builds a
+On a 2- or 4-GPU machine: ``torchrun --nproc_per_node N benchmarks/bench_plan_ddp.py OUT_DIR``. Builds a
 transformers Llama-style model with random weights (bf16 parameters, AdamW), times steady-state
-steps (after warm-up) under DistributedDataParallel and under FSDP (full shard), and writes
-``OUT_DIR/ddp_fsdp.json``. The prediction for the same layouts is made anywhere with
+steps (after warm-up) under DistributedDataParallel, under FSDP2 (full shard) and, with an even
+N >= 4, under TP=2 x FSDP2 (torch's 2D recipe, the same global batch), and writes
+``OUT_DIR/ddp_fsdp.json``. ``--layouts ddp,fsdp,tp_dp`` (or env BENCH_LAYOUTS) runs some of them;
+``--tiny --cpu`` runs a tiny model on CPU with gloo, a check of the code paths. The prediction for the same layouts is made anywhere with
 ``python benchmarks/bench_plan_ddp.py --predict RESULTS_JSON [BENCH_JSON [SINGLE_JSON]]``, the
-bench file (``gpudoctor bench --json``) calibrating it; ``--predict-ahead WORLD GPU BENCH_JSON OUT``
+bench file (``gpudoctor bench --json``) calibrating it; it ends with the predicted and measured order
+of the layouts. ``--predict-ahead WORLD GPU BENCH_JSON OUT``
 writes the prediction for a GPU count not measured yet (committed before the run: a held-out check). ``--single OUT_DIR`` times the same model
 on one GPU and profiles it (kernel time by kind) to separate compute from communication.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
@@ -21,23 +25,42 @@ from pathlib import Path
 CONFIG = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
           "num_hidden_layers": 16, "vocab_size": 32000, "max_position_embeddings": 4096}
 BATCH, SEQ = 4, 2048  # per GPU
+# --tiny: the same code paths on a model small enough for CPU (gloo) in seconds; heads and KV heads
+# even, so that TP=2 splits both
+TINY_CONFIG = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 128}
+TINY_BATCH, TINY_SEQ = 2, 32
+LAYOUTS = ("ddp", "fsdp", "tp_dp")
+# the torch tensor-parallel plan of one Hugging Face Llama decoder layer (Megatron's split): the
+# projections that make heads / the MLP width column-wise, the ones that sum them back row-wise
+TP_PLAN = {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
+           "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise",
+           "mlp.down_proj": "rowwise"}
 
 
-def _model(device):
+def _model(device, config=None):
     import torch
     import transformers
 
-    cfg = transformers.LlamaConfig(**CONFIG)
+    cfg = transformers.LlamaConfig(**(config or CONFIG))
     cfg._attn_implementation = "sdpa"
     with torch.device(device):
         return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
 
 
-def _time(model, device, steps=8, warmup=3) -> float:
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(model, device, steps=8, warmup=3, ids=None) -> float:
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), device=device)
+    if ids is None:
+        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), device=device)
 
     def step():
         loss = model(input_ids=ids, labels=ids).loss
@@ -47,51 +70,127 @@ def _time(model, device, steps=8, warmup=3) -> float:
 
     for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
+    _sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
-    torch.cuda.synchronize()
+    _sync(device)
     return (time.perf_counter() - t0) / steps
 
 
-def measure(out: Path) -> None:
+def _tp_dp(model, device, world: int) -> str:
+    """TP=2 inside each pair of ranks, FSDP2 over the pairs: the 2D recipe of torch's tensor-parallel
+    tutorial. Embedding, norms and lm_head stay whole on every TP rank (no sequence parallelism)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    for layer in model.model.layers:
+        parallelize_module(layer, mesh["tp"], {name: styles[s]() for name, s in TP_PLAN.items()})
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return (f"TP=2 x DP={world // 2}: parallelize_module per decoder layer (q/k/v, gate/up ColwiseParallel; o_proj, "
+            "down_proj RowwiseParallel; embedding, norms and lm_head replicated), fully_shard over the dp mesh per "
+            "layer and the root")
+
+
+def _layouts(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in LAYOUTS]
+    if bad or not names:
+        raise SystemExit(f"--layouts: {', '.join(bad) or repr(text)} not among {', '.join(LAYOUTS)}")
+    return names
+
+
+def _run_layout(name: str, result: dict, device, world: int, rank: int, config: dict, batch: int, seq: int) -> None:
+    """Build the model fresh, wrap it as ``name``, time it; ``result`` gets ``<name>_step_s`` and
+    ``<name>_peak_bytes``, or ``<name>_error`` (the other layouts' numbers still stand)."""
+    import torch
+
+    torch.manual_seed(0)  # the same weights on every rank
+    model = _model(device, config)
+    result.setdefault("params", sum(p.numel() for p in model.parameters()))
+    dp_rank, per_replica = rank, batch
+    try:
+        if name == "ddp":
+            ids_dev = [device.index] if device.type == "cuda" else None
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids_dev)
+        elif name == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh(device.type, (world,))
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            result["fsdp_api"] = "fully_shard (FSDP2), one unit per decoder layer"
+        else:
+            if world < 4 or world % 2:
+                raise ValueError(f"TP=2 x DP needs an even world size of at least 4, got {world}")
+            result["tp_dp_layout"] = _tp_dp(model, device, world)
+            # the same global batch as DP over every GPU: each TP pair is one replica with two GPUs' share;
+            # both ranks of a pair must see the same ids (ranks are laid out TP innermost)
+            dp_rank, per_replica = rank // 2, 2 * batch
+            result["tp_dp_batch_per_replica"] = per_replica
+        gen = torch.Generator().manual_seed(dp_rank)
+        ids = torch.randint(0, config["vocab_size"], (per_replica, seq), generator=gen).to(device)
+        result[f"{name}_step_s"] = _time(model, device, ids=ids)
+        if device.type == "cuda":
+            result[f"{name}_peak_bytes"] = torch.cuda.max_memory_allocated()
+    except Exception as exc:  # noqa: BLE001 - reported, the other layouts' numbers still stand
+        result[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def measure(out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, tiny: bool = False) -> None:
+    """Time one training step under each of ``layouts`` (DDP, FSDP2, and with 4 or more GPUs TP=2 x
+    FSDP2) and write ``out/ddp_fsdp.json`` from rank 0. ``cpu``: gloo and CPU tensors (a check of
+    the code paths, not a timing); ``tiny``: ``TINY_CONFIG``."""
     import torch
     import torch.distributed as dist
+    import transformers
 
-    dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(device)
-    result = {"world_size": dist.get_world_size(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "config": CONFIG, "batch_per_gpu": BATCH, "seq": SEQ, "date": time.strftime("%Y-%m-%d")}
-    torch.manual_seed(0)
-    model = _model(device)
-    result["params"] = sum(p.numel() for p in model.parameters())
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
-    result["ddp_step_s"] = _time(ddp, device)
-    result["ddp_peak_bytes"] = torch.cuda.max_memory_allocated()
-    del ddp, model
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    torch.manual_seed(0)
-    model = _model(device)
-    try:
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-        result["fsdp_api"] = "fully_shard (FSDP2), one unit per decoder layer"
-        result["fsdp_step_s"] = _time(model, device)
-        result["fsdp_peak_bytes"] = torch.cuda.max_memory_allocated()
-    except Exception as exc:  # noqa: BLE001 - reported, the DDP number still stands
-        result["fsdp_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    # a collective that hangs (one rank out of memory, the others waiting) aborts after this, not NCCL's 10 minutes
+    dist.init_process_group("gloo" if cpu else "nccl", timeout=datetime.timedelta(seconds=240))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if cpu:
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    config, batch, seq = (TINY_CONFIG, TINY_BATCH, TINY_SEQ) if tiny else (CONFIG, BATCH, SEQ)
+    if "tp_dp" in layouts and (world < 4 or world % 2):
+        layouts = tuple(n for n in layouts if n != "tp_dp")  # TP=2 x DP needs two pairs at least
+    result = {"world_size": world, "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "transformers": transformers.__version__, "config": config,
+              "batch_per_gpu": batch, "seq": seq, "date": time.strftime("%Y-%m-%d"), "layouts": list(layouts)}
+    for name in layouts:
+        _run_layout(name, result, device, world, rank, config, batch, seq)
+        if rank == 0:  # after each layout: a later one that hangs or dies leaves the earlier numbers
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "ddp_fsdp.json").write_text(json.dumps(result, indent=1))
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "ddp_fsdp.json").write_text(json.dumps(result, indent=1))
         print(json.dumps({k: v for k, v in result.items() if k != "config"}))
+        print("\n".join(measured_table(result)))
     dist.destroy_process_group()
+
+
+def measured_table(result: dict) -> list[str]:
+    """``measure``'s results as a short table: step time and peak memory per layout, or its error."""
+    rows = ["| layout | step | peak memory per GPU |", "|---|---:|---:|"]
+    for name, (label, _) in _names(result["world_size"]).items():
+        if f"{name}_error" in result:
+            rows.append(f"| {label} | failed: {result[name + '_error'][:80]} | - |")
+        elif f"{name}_step_s" in result:
+            peak = result.get(f"{name}_peak_bytes")
+            rows.append(f"| {label} | {1e3 * result[name + '_step_s']:.1f} ms | "
+                        f"{'-' if peak is None else f'{peak / 1e9:.1f} GB'} |")
+    return rows
 
 
 # kernel name -> category, first match wins (attention before GEMM: flash kernels are CUTLASS too)
@@ -180,62 +279,112 @@ def single(out: Path) -> None:
     print(json.dumps({k: prof.get(k) for k in ("kernels_per_step", "busy_s", "span_s", "by_kind")}))
 
 
-def _price(spec, hw, net, zero: int, world: int, batch: int, seq: int, calibration=None) -> dict:
-    """plan.train.predict_step for DP over ``world`` GPUs (ZeRO ``zero``), ``batch`` sequences per GPU."""
+def _layout(name: str, world: int, batch: int):
+    """The plan.train Layout of one measured layout; ``batch`` sequences per GPU, so every layout has
+    the global batch ``batch * world``. TP=2 x DP runs torch's ColwiseParallel / RowwiseParallel
+    without sequence parallelism (``sp=False``: norms and residual adds see the whole hidden width)."""
     from gpudoctor.core.layout import Layout
+
+    if name == "tp_dp":
+        return Layout(dp=world // 2, tp=2, pp=1, zero=3, microbatch=2 * batch, sp=False)
+    return Layout(dp=world, tp=1, pp=1, zero=3 if name == "fsdp" else 0, microbatch=batch)
+
+
+def _price(spec, hw, net, lay, seq: int, calibration=None) -> dict:
+    """plan.train.predict_step for ``lay`` (one micro-batch per step, as measured)."""
     from gpudoctor.plan.train import predict_step
 
-    lay = Layout(dp=world, tp=1, pp=1, zero=zero, microbatch=batch)
-    return predict_step(spec, lay, global_batch=batch * world, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
-                        hbm_bytes_per_s=hw.hbm_bytes_per_s, calibration=calibration)
+    return predict_step(spec, lay, global_batch=lay.dp * lay.microbatch, seq=seq, peak_flops=hw.matrix_flops["bf16"],
+                        net=net, hbm_bytes_per_s=hw.hbm_bytes_per_s, calibration=calibration)
 
 
-def predict(results: Path, bench: Path | None = None, single_json: Path | None = None) -> None:
-    """Price the measured layouts with plan.train (H200 datasheet, NVLink preset, impl="eager-hf":
-    Hugging Face eager, torch.optim.AdamW foreach, DDP / FSDP2 defaults) and print the table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones. With
-    ``single_json`` (``--single``'s output), the one-GPU step's GPU time by kernel kind beside the
-    calibrated prediction's parts."""
+def _names(world: int) -> dict[str, tuple[str, str]]:
+    """layout -> (table label, short name for the order line), the layouts a ``world``-GPU run times."""
+    names = {"ddp": (f"DDP (dp={world})", "DDP"), "fsdp": (f"FSDP full shard (dp={world}, ZeRO-3)", "FSDP")}
+    if world >= 4 and world % 2 == 0:
+        names["tp_dp"] = (f"TP=2 x FSDP (dp={world // 2}, ZeRO-3)", f"TP=2 x DP={world // 2}")
+    return names
+
+
+def order_line(predicted: dict[str, float], measured: dict[str, float], basis: str) -> str:
+    """The layouts fastest first by predicted and by measured step time (short names -> seconds), and
+    whether the two orders agree; ``measured`` empty: not measured yet."""
+    pred = " < ".join(sorted(predicted, key=predicted.__getitem__))
+    if not measured:
+        return f"order by step time, fastest first ({basis}): predicted {pred}; measured: not yet"
+    meas = " < ".join(sorted(measured, key=measured.__getitem__))
+    same = sorted(predicted, key=predicted.__getitem__) == sorted(measured, key=measured.__getitem__)
+    return (f"order by step time, fastest first ({basis}): predicted {pred}; measured {meas}; "
+            f"ranking matches: {'yes' if same else 'no'}")
+
+
+def _parts(p: dict) -> str:
+    comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
+    return (f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
+            f"{1e3 * comm:.1f} / {1e3 * p['overlap_s']:.1f} / {1e3 * p['dp_copy_s']:.1f} / "
+            f"{1e3 * p['optimizer_s']:.1f} ms")
+
+
+def predict_table(m: dict, bench: Path | None = None, single: dict | None = None) -> list[str]:
+    """The table of ``predict`` for a results dict ``m`` (``measure``'s JSON), its last line the
+    order of the multi-GPU layouts, predicted (calibrated when ``bench`` is given) vs measured."""
     from gpudoctor.core.spec import from_hf_config
     from gpudoctor.hardware.specs import find_spec
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.train import make_net
 
-    m = json.loads(results.read_text())
     spec = from_hf_config({"model_type": "llama", **m["config"]}, name="bench-llama")
     hw = find_spec(m["gpu"])
-    net = make_net(hw.key, m["world_size"], None)
+    w, batch, seq = m["world_size"], m["batch_per_gpu"], m["seq"]
+    net = make_net(hw.key, w, None)
     cal = load_calibration(bench, hw.key) if bench else None
-
-    def price(zero: int, world: int, calibration=None) -> dict:
-        return _price(spec, hw, net, zero, world, m["batch_per_gpu"], m["seq"], calibration)
-
-    def parts(p: dict) -> str:
-        comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
-        return (f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
-                f"{1e3 * comm:.1f} / {1e3 * p['overlap_s']:.1f} / {1e3 * p['dp_copy_s']:.1f} / "
-                f"{1e3 * p['optimizer_s']:.1f} ms")
-
     rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
              "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"),
             "|---|---:|---:|---:|---:|---:|---|"]
-    w = m["world_size"]
-    layouts = [(f"DDP (dp={w})", 0, w, m.get("ddp_step_s")),
-               (f"FSDP full shard (dp={w}, ZeRO-3)", 3, w, m.get("fsdp_step_s"))]
-    single = json.loads(single_json.read_text()) if single_json else None
+    layouts = [(label, short, _layout(name, w, batch), m.get(f"{name}_step_s"), m.get(f"{name}_error"))
+               for name, (label, short) in _names(w).items()]
     if single:
-        layouts.append(("one GPU, no DP", 0, 1, single["step_s"]))
-    for name, zero, world, measured in layouts:
-        if measured is None:
+        layouts.append(("one GPU, no DP", None, _layout("ddp", 1, batch), single["step_s"], None))
+    predicted, measured = {}, {}
+    for label, short, lay, seconds, error in layouts:
+        if seconds is None:
+            if error:  # priced all the same, not ranked
+                a = _price(spec, hw, net, lay, seq)
+                c = f"{1e3 * _price(spec, hw, net, lay, seq, cal)['step_s']:.1f} ms" if cal else "-"
+                rows.append(f"| {label} | failed: {error[:60]} | {1e3 * a['step_s']:.1f} ms | - | {c} | - | - |")
             continue
-        a = price(zero, world)
-        c = price(zero, world, cal) if cal else None
-        cells = (f"{1e3 * c['step_s']:.1f} ms | {100 * (c['step_s'] / measured - 1):+.1f}% | {parts(c)}"
+        a = _price(spec, hw, net, lay, seq)
+        c = _price(spec, hw, net, lay, seq, cal) if cal else None
+        cells = (f"{1e3 * c['step_s']:.1f} ms | {100 * (c['step_s'] / seconds - 1):+.1f}% | {_parts(c)}"
                  if c else "- | - | -")
-        rows.append(f"| {name} | {1e3 * measured:.1f} ms | {1e3 * a['step_s']:.1f} ms | "
-                    f"{100 * (a['step_s'] / measured - 1):+.1f}% | {cells} |")
-    print("\n".join(rows))
-    if single and cal and "profile" in single:
-        _by_kind(single, price(0, 1, cal), price(0, 1))
+        rows.append(f"| {label} | {1e3 * seconds:.1f} ms | {1e3 * a['step_s']:.1f} ms | "
+                    f"{100 * (a['step_s'] / seconds - 1):+.1f}% | {cells} |")
+        if short:  # the one-GPU row has another global batch: not ranked with the others
+            predicted[short], measured[short] = (c or a)["step_s"], seconds
+    rows.append(order_line(predicted, measured, "calibrated" if cal else "assumed"))
+    return rows
+
+
+def predict(results: Path, bench: Path | None = None, single_json: Path | None = None) -> None:
+    """Price the measured layouts with plan.train (H200 datasheet, NVLink preset, impl="eager-hf":
+    Hugging Face eager, torch.optim.AdamW foreach, DDP / FSDP2 defaults, torch's TP styles) and print
+    the table: assumed efficiencies, and with ``bench`` (a gpudoctor bench JSON) calibrated ones; last,
+    the predicted and measured order of the layouts. With ``single_json`` (``--single``'s output), the
+    one-GPU step's GPU time by kernel kind beside the calibrated prediction's parts."""
+    m = json.loads(results.read_text())
+    single = json.loads(single_json.read_text()) if single_json else None
+    print("\n".join(predict_table(m, bench, single)))
+    if single and bench and "profile" in single:
+        from gpudoctor.core.spec import from_hf_config
+        from gpudoctor.hardware.specs import find_spec
+        from gpudoctor.plan.calibration import load_calibration
+        from gpudoctor.plan.train import make_net
+
+        spec = from_hf_config({"model_type": "llama", **m["config"]}, name="bench-llama")
+        hw = find_spec(m["gpu"])
+        net, one = make_net(hw.key, m["world_size"], None), _layout("ddp", 1, m["batch_per_gpu"])
+        _by_kind(single, _price(spec, hw, net, one, m["seq"], load_calibration(bench, hw.key)),
+                 _price(spec, hw, net, one, m["seq"]))
 
 
 def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
@@ -251,14 +400,16 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     hw = require_spec(gpu)
     cal = load_calibration(bench, hw.key)
     net = make_net(hw.key, world, None)
-    rows = {}
-    for name, zero in (("ddp", 0), ("fsdp", 3)):
+    rows, calibrated = {}, {}
+    for name, (_, short) in _names(world).items():
         for label, c in (("assumed", None), ("calibrated", cal)):
-            rows[f"{name}_{label}_step_s"] = _price(spec, hw, net, zero, world, BATCH, SEQ, c)["step_s"]
+            rows[f"{name}_{label}_step_s"] = _price(spec, hw, net, _layout(name, world, BATCH), SEQ, c)["step_s"]
+        calibrated[short] = rows[f"{name}_calibrated_step_s"]
     result = {"world_size": world, "gpu": hw.key, "bench": str(bench), "config": CONFIG, "batch_per_gpu": BATCH,
               "seq": SEQ, "predicted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **rows}
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(rows))
+    print(order_line(calibrated, {}, "calibrated"))
 
 
 def _by_kind(single: dict, cal: dict, assumed: dict) -> None:
@@ -289,5 +440,14 @@ if __name__ == "__main__":
         predict_ahead(int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]))
     elif sys.argv[1] == "--single":
         single(Path(sys.argv[2]))
-    else:
-        measure(Path(sys.argv[1]))
+    else:  # [--tiny] [--cpu] [--layouts ddp,fsdp,tp_dp] OUT_DIR
+        import argparse
+
+        ap = argparse.ArgumentParser(description="time DDP, FSDP2 and TP=2 x FSDP2 steps (under torchrun)")
+        ap.add_argument("out", type=Path)
+        ap.add_argument("--tiny", action="store_true", help="a tiny model (checks the code paths in seconds)")
+        ap.add_argument("--cpu", action="store_true", help="gloo and CPU tensors instead of NCCL and CUDA")
+        ap.add_argument("--layouts", default=os.environ.get("BENCH_LAYOUTS", ",".join(LAYOUTS)),
+                        help=f"comma-separated, of {', '.join(LAYOUTS)} (default all; env BENCH_LAYOUTS)")
+        a = ap.parse_args()
+        measure(a.out, _layouts(a.layouts), cpu=a.cpu, tiny=a.tiny)

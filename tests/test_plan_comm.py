@@ -250,3 +250,33 @@ def test_plan_train_prices_tp_all_reduces_with_nvls_when_asked() -> None:
     # bandwidth 1.30x and 2 latency steps instead of 14: 0.750 of the ring's time for these messages
     assert round(ratio, 3) == 0.750
     assert nvls.breakdown["dp_comm_s"] == plain.breakdown["dp_comm_s"]
+
+
+def test_tp_all_reduces_per_layer_by_implementation() -> None:
+    """TP=2 x FSDP of benchmarks/bench_plan_ddp.py (the 1.10 B Llama, 8 x 2048 tokens per TP pair):
+    torch's ColwiseParallel on Hugging Face's separate q, k, v, gate and up all-reduces each one's
+    input gradient, 2 + 5 all-reduces per layer (counted on a 2-rank CPU run of the styles); Megatron
+    (impl="fused") and torch TP with sequence parallelism reduce each block's input once, 2 + 2."""
+    from gpudoctor.core.layout import Layout
+    from gpudoctor.core.spec import ModelSpec, from_hf_config
+    from gpudoctor.plan.comm import tp_backward_allreduces
+    from gpudoctor.plan.train import make_net, predict_step
+
+    spec = from_hf_config({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+                           "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 16,
+                           "vocab_size": 32000, "max_position_embeddings": 4096}, name="bench-llama")
+    net = make_net("h200", 4, None)
+    lay = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=False)
+    kw = {"global_batch": 16, "seq": 2048, "peak_flops": 989.4e12, "net": net, "hbm_bytes_per_s": 4.8e12}
+    one = net.time("all-reduce", 8 * 2048 * 2048 * 2, 2, 1)  # b*s*h bf16, 64 MiB over the TP pair
+    assert one == pytest.approx(0.000201613511, rel=1e-9)
+    assert predict_step(spec, lay, **kw)["tp_comm_s"] == pytest.approx(16 * 7 * one, rel=1e-12)
+    assert predict_step(spec, lay, **kw, impl="fused")["tp_comm_s"] == pytest.approx(16 * 4 * one, rel=1e-12)
+    sp = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=True)
+    assert predict_step(spec, sp, **kw)["tp_comm_s"] == pytest.approx(16 * 4 * one, rel=1e-12)
+    full = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=False, checkpointing="full")
+    assert predict_step(spec, full, **kw)["tp_comm_s"] == pytest.approx(16 * 9 * one, rel=1e-12)
+    gpt2 = ModelSpec(name="gpt2", family="gpt2", hidden=768, layers=12, heads=12, kv_heads=12, head_dim=64,
+                     intermediate=3072, vocab=50257, tied_embeddings=True, gated_mlp=False, fused_qkv=True)
+    assert tp_backward_allreduces(gpt2, lay, per_projection=True) == 2  # c_attn, c_fc: one each
+    assert tp_backward_allreduces(spec, lay, per_projection=False) == 2

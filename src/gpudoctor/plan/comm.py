@@ -60,13 +60,28 @@ def make_net(gpu: str, gpus_per_node: int, fabric: str | None, nvls: bool = Fals
     return Net(gpu, gpus_per_node, fabric, nvls)
 
 
-def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net) -> float:
-    """Megatron TP: 2 all-reduces of b*s*h activations per layer in forward, 2 in backward, 2 more
-    in the recomputed forward (with SP: all-gather + reduce-scatter, the same bytes). Exposed."""
+def tp_backward_allreduces(spec: ModelSpec, lay: Layout, per_projection: bool) -> int:
+    """All-reduces of an input gradient per decoder layer in backward. Megatron-LM reduces each
+    block's input gradient once (its ``f`` operator before the fused QKV / fc1 GEMM): 2 per layer; so
+    does torch's TP with sequence parallelism, whose ``PrepareModuleInput`` hands every projection of
+    a block one DTensor. ``per_projection``: torch's ``ColwiseParallel`` on each projection module of
+    an unfused model (Hugging Face's q, k, v and gate, up) wraps each module's input on its own, so
+    each all-reduces its own input gradient: 5 per Llama layer (counted on a 2-rank CPU run of the
+    torch 2.13 styles on transformers' LlamaDecoderLayer: 2 all-reduces per layer forward, 5 backward)."""
+    if not per_projection or lay.sequence_parallel:
+        return 2
+    attention = 2 if spec.mla is not None else (1 if spec.fused_qkv else 3)  # MLA: q (or q_b) and kv_b
+    return attention + (2 if spec.gated_mlp else 1)
+
+
+def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net, backward: int = 2) -> float:
+    """Megatron TP: 2 all-reduces of b*s*h activations per layer in forward, ``backward`` (2 in
+    Megatron, ``tp_backward_allreduces``) in backward, 2 more in the recomputed forward (with SP:
+    all-gather + reduce-scatter, the same bytes). Exposed."""
     if lay.tp == 1:
         return 0.0
     nbytes = lay.microbatch * (seq // lay.cp) * spec.hidden * BYTES_BF16
-    per_layer = 4 + (2 if lay.checkpointing == "full" else 0)
+    per_layer = 2 + backward + (2 if lay.checkpointing == "full" else 0)
     return m * layers * per_layer * net.time("all-reduce", nbytes, lay.tp, 1)
 
 

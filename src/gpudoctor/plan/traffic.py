@@ -4,7 +4,8 @@ the data-parallel wrapper's own copies.
 ``IMPLEMENTATIONS`` names what a step runs (``impl=`` of ``predict_step``, ``--impl`` of plan train):
 
 - ``eager-hf``: a Hugging Face Transformers model in eager PyTorch (bf16 parameters, no autocast),
-  ``torch.optim.AdamW`` (foreach, the default), DDP / FSDP2 with their defaults. The elementwise bytes
+  ``torch.optim.AdamW`` (foreach, the default), DDP / FSDP2 with their defaults, tensor parallelism
+  as torch's ``ColwiseParallel`` / ``RowwiseParallel`` on each projection module. The elementwise bytes
   are counted op by op from transformers 5.17's ``modeling_llama.py`` and the autograd formulas of
   torch (``hf_layer_bytes``); ``benchmarks/count_hf_traffic.py`` checks the count against every aten
   op a CPU forward + backward of a small Llama dispatches.
@@ -53,6 +54,9 @@ class Implementation:
     dp_copies: bool  # DDP gradient_as_bucket_view=False / FSDP2 copy-in, copy-out (PyTorch defaults)
     optimizer_probe: str  # the bench's ``optimizer`` row that prices its step (hardware/kinds.py)
     attention: str = "sdpa"  # the fused model's attention: "sdpa" (flash) or "eager" (scores materialized)
+    # TP: torch's ColwiseParallel on each projection module, each all-reducing its own input gradient
+    # (plan/comm.py tp_backward_allreduces); False: Megatron's one per block
+    tp_per_projection: bool = False
 
 
 # torch.optim.AdamW foreach moves ADAMW_FOREACH_PASSES x 2 bytes per parameter (the count is in
@@ -63,7 +67,8 @@ FUSED_MIXED_ADAM_BYTES = 36
 
 IMPLEMENTATIONS = {
     "eager-hf": Implementation("eager-hf", "eager-hf", ADAMW_FOREACH_PASSES * 2,
-                               "torch.optim.AdamW foreach on bf16 parameters: 20 passes x 2 bytes", True, "adamw_foreach"),
+                               "torch.optim.AdamW foreach on bf16 parameters: 20 passes x 2 bytes", True, "adamw_foreach",
+                               tp_per_projection=True),
     "fused": Implementation("fused", "fused", FUSED_MIXED_ADAM_BYTES,
                             "fused mixed-precision Adam: 36 bytes per parameter", False, "adamw_fused"),
     "fused-noflash": Implementation("fused-noflash", "fused", FUSED_MIXED_ADAM_BYTES,

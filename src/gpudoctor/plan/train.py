@@ -43,6 +43,7 @@ from gpudoctor.plan.comm import (  # noqa: F401 - make_net re-exported: a benchm
     dp_overlap,
     make_net,
     pp_comm,
+    tp_backward_allreduces,
     tp_comm,
 )
 from gpudoctor.plan.traffic import (
@@ -87,7 +88,9 @@ ASSUMPTIONS = (
     ("ZeRO-3/FSDP gathers each layer's parameters in forward and backward and reduce-scatters its "
     "gradients every micro-batch, overlapped with that layer's compute up to its length"),
     ("TP all-reduces (or, with sequence parallelism, all-gather + reduce-scatter: the same bytes, "
-    "Korthikanti et al. 2022 sec. 4.2.2) are exposed, not overlapped; selective recompute adds none"),
+    "Korthikanti et al. 2022 sec. 4.2.2) are exposed, not overlapped; selective recompute adds none; "
+    "4 per layer (Megatron), 7 for eager-hf without sequence parallelism (torch's ColwiseParallel "
+    "all-reduces the input gradient of each of q, k, v, gate, up)"),
     ("PP sends one activation forward and one gradient backward per micro-batch per stage boundary, "
     "exposed; the last stage also runs the LM head (imbalance counted)"),
     ("PP with TP > 1: Megatron-LM's scatter/gather (Narayanan et al. 2021 sec. 4.1) is assumed on: "
@@ -198,7 +201,7 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
         recompute_s = m * {"full": t.layers_fwd, "selective": t.attention_fwd}.get(lay.checkpointing, 0.0)
         hbm = calibration.hbm_bytes_per_s
         eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)  # what it amounts to
-    tp_s = tp_comm(spec, lay, seq, m, layers_stage, net)
+    tp_s = tp_comm(spec, lay, seq, m, layers_stage, net, tp_backward_allreduces(spec, lay, code.tp_per_projection))
     cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = pp_comm(spec, lay, seq, m, net)
     by_kind = elementwise_kinds(spec, lay, seq, layers_stage, code)
