@@ -69,7 +69,9 @@ CASES = (
     Case("straggler_sync", "ddp_gpt_straggler.py", ("--sync-rank", LAST, "--batch", "32"),
          ("--batch", "32", "--fixed"),
          "straggler", "rank last, host-sync", "host-sync"),
-    Case("ddp_huge_bucket", "ddp_gpt_overlap.py", ("--huge-bucket",), ("--huge-bucket", "--fixed"),
+    # 16 rows: a backward longer than the gradients' all-reduce, so that good buckets can hide it
+    Case("ddp_huge_bucket", "ddp_gpt_overlap.py", ("--huge-bucket", "--batch", "16"),
+         ("--huge-bucket", "--batch", "16", "--fixed"),
          "exposed-comm", "overlap not taken, bucket", "bucket"),
     Case("ddp_accum_no_sync", "ddp_gpt_overlap.py", ("--accum", "4"), ("--accum", "4", "--fixed"),
          "exposed-comm", "overlap not taken, accumulation", "accumulation"),
@@ -79,7 +81,7 @@ CASES = (
     Case("pipeline_imbalance", "pp_two_stage.py", ("--microbatches", "4", "--imbalance"),
          ("--microbatches", "4", "--balanced"), "stage-imbalance", "rank last"),
 )
-HEALTHY = {"ddp": ("ddp_gpt_overlap.py", ("--huge-bucket", "--fixed")), "fsdp2": ("fsdp2_gpt.py", ("--fixed",))}
+HEALTHY = {"ddp": ("ddp_gpt_overlap.py", ("--huge-bucket", "--batch", "16", "--fixed")), "fsdp2": ("fsdp2_gpt.py", ("--fixed",))}
 
 
 def concrete(args: tuple[str, ...], nproc: int) -> tuple[str, ...]:

@@ -414,3 +414,56 @@ def test_two_h200s_profiler_time_per_event_is_measured_on_the_ranks() -> None:
     assert (n["rank"], n["cause"]) == (0, "profiler-noise")
     assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(7.211, abs=1e-3),
                                                                 pytest.approx(8.2429, abs=1e-4))
+
+
+def _four_h200(case: str):  # type: ignore[no-untyped-def]
+    from gpudoctor.pipeline import analyze_ranks
+
+    return analyze_ranks([Path(__file__).parent / "data" / f"ddp4_h200_{case}"], jobs=1)
+
+
+def test_four_h200s_more_work_explains_the_slow_dispatch_of_a_full_queue() -> None:
+    """--bigger-batch-rank 3 --batch 32 on 4x H200 (NV18, torch 2.11, 2026-11-26): unprofiled 41.21
+    ms a step against the twin's 22.48, the plant cost 18.74 ms. Rank 3's GPU, given twice the rows,
+    filled its launch queue, so its host's launches blocked: 7.31 ms more dispatch than the others,
+    above the 6.93 ms noise bar, once read as a "dispatch" straggler priced at 7.16 ms. Its 15.82
+    ms of extra compute explains the slow dispatch: more-work, 0.84x the measured cost."""
+    straggler = _four_h200("batch").finding("straggler")
+    assert straggler is not None and straggler.severity == "critical"
+    n = straggler.evidence.numbers
+    assert (n["rank"], n["cause"], n["work_ratio"]) == (3, "more-work", 2.0)
+    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(7.3085, abs=1e-4),
+                                                                pytest.approx(6.933, abs=1e-4))
+    assert straggler.saving_ms == pytest.approx(15.8189, abs=1e-4)
+    assert 18.74 / 1.5 <= straggler.saving_ms <= 18.74 * 1.5
+
+
+def test_four_h200s_syncs_of_one_rank_named_under_the_profilers_noise() -> None:
+    """--sync-rank 3 --batch 32 (the same machine): rank 3 reads a value back after each block, 25.4
+    sync events a step against the others' 0.2; it cost the job 1.84 ms a step (24.31 vs 22.48 ms
+    unprofiled). In the window its dispatch differed by 9.99 ms, under the 10.73 ms noise bar, and
+    the rank was called profiler noise. Its own report prices the syncs at 0.68 ms: named host-sync
+    at that price (0.37x the measured cost: the profiled window, host-bound, shows less of a drained
+    queue than the unprofiled run loses)."""
+    report = _four_h200("sync")
+    straggler = report.finding("straggler")
+    assert straggler is not None and straggler.severity == "minor"
+    n = straggler.evidence.numbers
+    assert (n["rank"], n["cause"]) == (3, "host-sync")
+    assert n["own_syncs_per_step_excess"] == pytest.approx(25.2, abs=1e-2)
+    assert straggler.saving_ms == pytest.approx(0.6756, abs=1e-4)
+    assert "syncs a step that the others do not" in straggler.summary
+
+
+def test_own_syncs_need_more_events_and_a_saving_of_the_rank() -> None:
+    from gpudoctor.ranks.straggler import own_sync_excess
+
+    def syncing(events: float, saving: float) -> RankSummary:
+        return RankSummary(**{**rank(0).__dict__, "host_events": {"host-sync": events, "dispatch": 100.0},
+                              "sync_saving_ms": saving})
+
+    others = [syncing(0.2, 0.0), syncing(0.2, 0.0), syncing(1.0, 0.0)]
+    assert own_sync_excess(syncing(25.4, 0.68), others) == (pytest.approx(25.2), pytest.approx(0.68))
+    assert own_sync_excess(syncing(2.1, 0.68), others) is None  # under 2 more a step
+    assert own_sync_excess(syncing(25.4, 0.0), others) is None  # no saving of its own
+    assert own_sync_excess(syncing(6.0, 0.5), [syncing(3.0, 0.1)] * 3) is None  # 2x theirs, under 3x

@@ -173,4 +173,5 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple
         return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
-    return summarize(analysis, source.rank, env), report
+    sync = sum(f.saving_ms for f in report.findings if f.id == "host-sync")
+    return dataclasses.replace(summarize(analysis, source.rank, env), sync_saving_ms=round(sync, 6)), report

@@ -55,6 +55,10 @@ SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
 # shapes vary (sequence lengths)
 MORE_WORK = 1.05
 PROFILER_NOISE_CAUSE = "profiler-noise"
+# a rank's own syncs: at least this many sync events a step more than the others' median, and this
+# many times theirs (DDP and FSDP make a few of their own on every rank)
+OWN_SYNCS = 2.0
+OWN_SYNC_RATIO = 3.0
 STEP_NOISE_CAUSE = "step-noise"  # late on average but not step after step (ranks/step_noise.py)
 NOISE_CAUSES = frozenset({PROFILER_NOISE_CAUSE, STEP_NOISE_CAUSE})
 # Ranks whose recorded events per step differ by at most this share issue the same ops.
@@ -213,6 +217,14 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         price = min(late_ms, sync_idle)
         return "host-sync", {**numbers, "host_excess_ms": round(excess["host-sync"][0], 4),
                              "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
+    if own and max(own, key=lambda c: own[c]) == "dispatch":
+        # a rank whose GPU has more to do fills its launch queue, and then every launch blocks until
+        # a slot frees: its dispatch looks slow because its GPU is (4x H200, 2026-11-26: a rank with
+        # twice the batch showed 7.3 ms more dispatch and 18.7 ms more compute a step; its fixed twin
+        # measured 18.74 ms). More GPU work at least as large as the dispatch excess explains both.
+        gpu, gpu_numbers = _gpu_cause(s, others, late_ms, need_ms=max(floor_ms, own["dispatch"]))
+        if gpu:
+            return gpu, {**numbers, **gpu_numbers}, min(late_ms, float(gpu_numbers["gpu_excess_ms"]))
     if own:
         cause = max(own, key=lambda c: own[c])
         price = min(late_ms, sum(real.values()))
@@ -231,12 +243,33 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         price = min(late_ms, real["host-sync"], sync_idle if sync_idle > 0 else real["host-sync"])
         return "host-sync", {**numbers, "host_excess_ms": round(real["host-sync"], 4),
                              "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
+    own_syncs = own_sync_excess(s, others)
+    if own_syncs is not None:
+        # syncs only this rank makes: the profiler's dispatch noise hides their cost in the window,
+        # its own report prices them (4x H200, 2026-11-26: rank 3 with 6 .item() a step, 25 sync
+        # events against 0.2, 10.0 ms more dispatch under a 10.7 ms noise bar)
+        syncs, saving = own_syncs
+        price = min(late_ms, saving)
+        return "host-sync", {**numbers, "own_syncs_per_step_excess": round(syncs, 2),
+                             "own_sync_saving_ms": round(saving, 4), "priced_host_excess_ms": round(price, 4)}, price
     events = [o.host_events.get("dispatch", 0.0) for o in others]
     if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
     work = _work_ratio(s, others)
     return "unexplained", {**numbers, "idle_excess_ms": 0.0, **_work_numbers(work)}, late_ms
+
+
+def own_sync_excess(s: RankSummary, others: list[RankSummary]) -> tuple[float, float] | None:
+    """(sync events per step beyond the others' median, the rank's own host-sync saving beyond
+    theirs) when the rank syncs where the others do not: at least OWN_SYNCS more sync events a step,
+    OWN_SYNC_RATIO times theirs, and a host-sync saving of its own; None otherwise."""
+    mine = s.host_events.get("host-sync", 0.0)
+    theirs = float(np.median([o.host_events.get("host-sync", 0.0) for o in others]))
+    saving = s.sync_saving_ms - float(np.median([o.sync_saving_ms for o in others]))
+    if mine - theirs >= OWN_SYNCS and mine >= OWN_SYNC_RATIO * theirs and saving > 0:
+        return mine - theirs, saving
+    return None
 
 
 def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[str, dict]:
@@ -378,6 +411,12 @@ def _why(st: Straggler) -> str:
                 "longer than they do." if n.get("work_ratio", 0) >= MORE_WORK else "")
         return ("Why: neither its idle, its kernel times nor its compute time differ enough; look at its timeline."
                 + more)
+    if "own_syncs_per_step_excess" in n:
+        return (f"Why: it makes {n['own_syncs_per_step_excess']:.1f} host-device syncs a step that the others do not "
+                f"(.item(), .cpu(), a printed tensor); each drains its GPU's queue, and its own report prices them at "
+                f"{n['own_sync_saving_ms']:.2f} ms a step. Under the profiler its dispatch differs from theirs by "
+                f"{n['dispatch_excess_ms']:.2f} ms, within the profiler's noise ({n['dispatch_noise_ms']:.2f} ms), so "
+                "the syncs are the difference that is not the profiler's.")
     if "priced_host_excess_ms" in n:
         noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
                  f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]

@@ -130,6 +130,10 @@ class RankSummary:
     # the profiler's own host time per recorded event on this rank, measured: (profiled step -
     # unprofiled step) / the host's recorded events per step; None without an unprofiled step
     profiler_ns_per_event: float | None = None
+    # what the rank's own single-GPU host-sync finding saves per step (rules/host_sync.py), 0 when it
+    # has none: syncs only one rank makes cost the job what they cost that rank, and in a profiled
+    # window that the profiler makes host-bound they hide inside its dispatch noise
+    sync_saving_ms: float = 0.0
 
     @property
     def step_ms(self) -> float:
