@@ -88,7 +88,7 @@ def test_table_rows() -> None:
 
 
 def test_twin_args_name_the_last_rank() -> None:
-    assert vm.concrete(CASE["straggler_batch"].sick, 4) == ("--bigger-batch-rank", "3")
+    assert vm.concrete(CASE["straggler_batch"].sick, 4) == ("--bigger-batch-rank", "3", "--batch", "32")
     assert vm.concrete(CASE["ddp_accum_no_sync"].fixed, 4) == ("--accum", "4", "--fixed")
 
 

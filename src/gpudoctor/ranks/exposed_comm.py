@@ -14,6 +14,12 @@ from gpudoctor.ranks.comm import BUCKET_BYTES, CommSplit
 ID = "exposed-comm"
 MIN_MS = 0.05  # per step: below this the exposed time is within launch jitter
 MIN_SHARE = 0.01  # of the step
+# What hiding a collective under compute costs that compute, per ms of the collective alone
+# (plan/comm.py's dp_overlap, same model): under GEMMs an all-reduce takes 1.956x as long and the
+# compute beside it runs at 1 / 1.137 of its rate (hardware/overlap.py on 2x H200, 2026-11-22:
+# GEMMs 1.094x, a bf16 multiply 1.214x, mixed as in a transformer step), so 1.956 x (1 - 1 / 1.137).
+# 4x H200 (2026-11-26): one 1.7 GB bucket priced at 7.71 ms exposed, default buckets saved 4.01.
+OVERLAP_COST = 1.956 * (1.0 - 1.0 / 1.137)
 
 _NO_SYNC = (
     Fix("Skip the gradient all-reduce on all but the last micro-batch of each optimizer step "
@@ -41,7 +47,12 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
     wait, transfer, missed = split.mean("wait"), split.mean("transfer"), split.mean("not_overlapped")
     causes = split.by_cause()
     cause = max(causes, key=lambda c: causes[c]) if missed > 0 else ""
-    saving = missed + (0.0 if straggler_fired else wait)
+    # overlapping is not free: the missed overlap that moves under compute (a bucket too big, a
+    # collective issued late; not accumulation's extra sets, which no_sync removes) slows that
+    # compute while it runs beside it
+    hidden = causes["bucket"] + causes["issued-late"]
+    penalty = hidden * OVERLAP_COST
+    saving = missed - penalty + (0.0 if straggler_fired else wait)
     numbers = {
         "exposed_ms_per_step": round(exposed, 4),
         "wait_for_slowest_ms": round(wait, 4),
@@ -49,6 +60,7 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
         "overlap_not_taken_ms": round(missed, 4),
         **{f"overlap_not_taken_{c.replace('-', '_')}_ms": round(v, 4) for c, v in causes.items()},
         "overlap_not_taken_cause": cause,
+        "overlap_slows_compute_ms": round(penalty, 4),
         "comm_ms_per_step": round(split.mean("comm"), 4),
         "exposed_share_of_comm": round(exposed / split.mean("comm"), 4) if split.mean("comm") > 0 else 0.0,
     }
@@ -60,7 +72,9 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
         f"Of {split.mean('comm'):.2f} ms of collectives per step, {exposed:.2f} ms runs with no compute beside "
         f"it (mean over ranks): {wait:.2f} ms waiting for the slowest rank, {missed:.2f} ms that could have "
         f"been overlapped or skipped{_missed_parts(causes, split.accumulated_sets)}, {transfer:.2f} ms of transfer "
-        "left with nothing to hide it.",
+        "left with nothing to hide it."
+        + (f" Overlapped, those collectives would slow the compute beside them by about {penalty:.2f} ms "
+           "(measured under NCCL traffic), priced in." if penalty > 0 else ""),
         Evidence(numbers=numbers), _fixes(cause, missed, wait, straggler_fired),
         wrong_fix="A faster interconnect alone: the wait and the missed overlap stay",
     )
