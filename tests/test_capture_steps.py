@@ -7,6 +7,7 @@ accumulation, two optimizers, a loss module beside the model, a training loop wi
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import types
@@ -337,3 +338,18 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
     # 4 refilled after the window, then two rounds of the queue timed (9 boundaries)
     assert r.steps_seen == 5 + 1 + 2 + 4 + 1 + 9
     assert r.steps_recorded == 2
+
+
+def test_session_asks_kineto_to_detach_cupti_after_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUPTI left attached slows every launch after the window (pytorch/pytorch#144455); a value
+    the user or torch set stays."""
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    s = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
+    s.start(hook_optimizers=False)
+    s.close()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    s = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
+    s.start(hook_optimizers=False)
+    s.close()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import statistics
 import time
 import warnings
@@ -177,6 +178,13 @@ class CaptureSession(Listener):
 
         self._torch = torch
         self._cuda = torch.cuda.is_available()
+        # Kineto detaches CUPTI when the window stops only with TEARDOWN_CUPTI=1; left attached, its
+        # callbacks slow every later launch (pytorch/pytorch#144455): on an H100 with torch 2.11
+        # (2026-11-26) the steps after the window ran 1.2-1.7x the ones before it in launch-bound
+        # programs (a DCGAN 6.5 -> 10.8 ms, an RNN loop 31-42 -> 51 ms). Kineto reads the variable
+        # when the trace stops; torch sets it to 0 itself where CUDA graphs cannot take a teardown,
+        # and a value the user set is kept.
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
         self._started_at = time.perf_counter()
         if hook_optimizers:
