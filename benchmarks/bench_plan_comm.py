@@ -3,7 +3,10 @@ benchmarks/results/, every op and size >= 1 MiB; preset, calibrated (interpolate
 the fitted alpha-beta model (what other GPU counts use). No GPU needed.
 
     python benchmarks/bench_plan_comm.py [--table FILE] [--append BENCHMARKS.md]
-    python benchmarks/bench_plan_comm.py --table 2-GPU.json --held-out 4-GPU.json   # across GPU counts
+    python benchmarks/bench_plan_comm.py --from 2-GPU.json --measured 4-GPU.json   # across GPU counts
+
+Across counts every measured size is compared (1 KiB up), and the summary gives the median and max
+|error| of each column over all sizes and over sizes >= 1 MiB.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ MIB = 2**20
 
 
 def size(n: int) -> str:
-    return f"{n // 2**30} GiB" if n >= 2**30 else f"{n // MIB} MiB"
+    if n >= 2**30:
+        return f"{n // 2**30} GiB"
+    return f"{n // MIB} MiB" if n >= MIB else f"{n // 1024} KiB"
 
 
-def points(table: str):
-    """(op, bytes, measured seconds, predict() keywords) of every measured size >= 1 MiB."""
+def points(table: str, min_bytes: int = MIB):
+    """(op, bytes, measured seconds, predict() keywords) of every measured size >= ``min_bytes``."""
     curves, _ = load_curves(str(ROOT / table))
     for op, curve in curves.items():
         for nbytes, measured in zip(curve.sizes, curve.times):
-            if nbytes >= MIB:
+            if nbytes >= min_bytes:
                 yield op, nbytes, measured, {"gpus": curve.world, "gpu": "h200"}
 
 
@@ -92,22 +97,37 @@ def markdown(table: str) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict], columns: tuple[str, ...], min_bytes: int = 0) -> dict[str, tuple[float, float]]:
+    """Per column, (median |error|, max |error|) over the rows of ``min_bytes`` and more; each row holds
+    "bytes", "measured" and one predicted time per column."""
+    kept = [r for r in rows if r["bytes"] >= min_bytes]
+    if not kept:
+        raise ValueError(f"no row of {min_bytes} bytes or more")
+    out = {}
+    for col in columns:
+        errs = [abs(err(r[col], r["measured"])) for r in kept]
+        out[col] = (statistics.median(errs), max(errs))
+    return out
+
+
 def held_out(calibration: str, measured: str) -> str:
     """The model calibrated on one GPU count's curve (``calibration``) predicting another count's
-    measured curve (``measured``): the fitted alpha-beta model is all ``--busbw-table`` has there."""
+    measured curve (``measured``), every measured size: the fitted alpha-beta model is all
+    ``--busbw-table`` has there."""
     lines = ["| op | size | measured | preset | err | from the other count's curve | err |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    errs: dict[str, list[float]] = {"preset": [], "held": []}
-    for op, nbytes, m, kw in points(measured):
+    rs = []
+    for op, nbytes, m, kw in points(measured, min_bytes=1):
         pre = predict(op, nbytes, **kw).time_s
         held = predict(op, nbytes, busbw_table=str(ROOT / calibration), **kw).time_s
-        errs["preset"].append(abs(err(pre, m)))
-        errs["held"].append(abs(err(held, m)))
+        rs.append({"bytes": nbytes, "measured": m, "preset": pre, "held": held})
         lines.append(f"| {op} | {size(nbytes)} | {m * 1e6:,.1f} us | {pre * 1e6:,.1f} us | {err(pre, m):+.1%} | "
                      f"{held * 1e6:,.1f} us | {err(held, m):+.1%} |")
-    lines += ["", (f"median abs error: preset {statistics.median(errs['preset']):.1%}, from the other count's "
-                   f"curve {statistics.median(errs['held']):.1%}; max {max(errs['preset']):.1%} / "
-                   f"{max(errs['held']):.1%}")]
+    lines += ["", "| |error| | preset | from the other count's curve |", "|---|---:|---:|"]
+    for label, floor in (("all sizes", 0), (">= 1 MiB", MIB)):
+        stats = summary(rs, ("preset", "held"), floor)
+        lines.append(f"| median, {label} | {stats['preset'][0]:.1%} | {stats['held'][0]:.1%} |")
+        lines.append(f"| max, {label} | {stats['preset'][1]:.1%} | {stats['held'][1]:.1%} |")
     return "\n".join(lines)
 
 
@@ -124,9 +144,10 @@ def append(md: str, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--table", default=DEFAULT)
+    parser.add_argument("--table", "--from", dest="table", default=DEFAULT,
+                        help="The bench file whose curve calibrates the model.")
     parser.add_argument("--append", type=Path, default=None, help="Add / replace the section in this file.")
-    parser.add_argument("--held-out", default=None, metavar="MEASURED",
+    parser.add_argument("--held-out", "--measured", dest="held_out", default=None, metavar="MEASURED",
                         help="Predict this bench file's GPU count from --table's curve, and compare.")
     args = parser.parse_args()
     if args.held_out:

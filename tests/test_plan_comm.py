@@ -280,3 +280,30 @@ def test_tp_all_reduces_per_layer_by_implementation() -> None:
                      intermediate=3072, vocab=50257, tied_embeddings=True, gated_mlp=False, fused_qkv=True)
     assert tp_backward_allreduces(gpt2, lay, per_projection=True) == 2  # c_attn, c_fc: one each
     assert tp_backward_allreduces(spec, lay, per_projection=False) == 2
+
+
+def test_two_gpu_fit_extrapolates_with_the_ring_factors_and_bench_byte_counts(tmp_path: Path) -> None:
+    # A 2-GPU bench file that is exactly alpha-beta (fixed cost 20 us, NVLink step 3.4 us, busbw
+    # 300 GB/s), bytes counted as gpudoctor bench counts them (the full buffer: all-gather's output,
+    # reduce-scatter's input). Its fit must predict 4 GPUs by the ring formulas: all-reduce
+    # 20 + 2(4-1) x 3.4 us + 2(4-1)/4 S/B, all-gather and reduce-scatter 20 + (4-1) x 3.4 us + (4-1)/4 S/B.
+    base, alpha, bus = 20e-6, 3.4e-6, 300e9
+    curves = {}
+    for name, steps2, factor2 in (("all_reduce", 2, 1.0), ("all_gather", 1, 0.5), ("reduce_scatter", 1, 0.5)):
+        rows = []
+        for nbytes in (2**10, 2**20, 2**26, 2**30):
+            t = base + steps2 * alpha + factor2 * nbytes / bus
+            rows.append({"bytes": nbytes, "time_s": t, "algbw_Bps": nbytes / t, "busbw_Bps": factor2 * nbytes / t})
+        curves[name] = rows
+    table = tmp_path / "two.json"
+    table.write_text(json.dumps({"collectives": {"world_size": 2, "gpu": "NVIDIA H200", "curves": curves}}))
+    gib = 2**30
+    ar = predict("all-reduce", gib, gpus=4, gpu="h200", busbw_table=str(table))
+    ag = predict("all-gather", gib, gpus=4, gpu="h200", busbw_table=str(table))
+    rs = predict("reduce-scatter", gib, gpus=4, gpu="h200", busbw_table=str(table))
+    assert ar.algorithm == "ring"
+    assert ar.time_s * 1e6 == pytest.approx(20 + 6 * 3.4 + 1.5 * gib / bus * 1e6, rel=1e-9)  # 5,409.109 us
+    assert ar.time_s * 1e6 == pytest.approx(5409.109, abs=1e-3)
+    assert ag.time_s * 1e6 == pytest.approx(2714.555, abs=1e-3)  # 20 + 10.2 + 0.75 x 3,579.139
+    assert rs.time_s == pytest.approx(ag.time_s, rel=1e-12)
+    assert ar.busbw_GBps == pytest.approx(1.5 * gib / ar.time_s / 1e9, rel=1e-9)
