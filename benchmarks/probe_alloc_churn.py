@@ -2,6 +2,11 @@
 a fresh process, over rounds that alternate with a fixed build (as `gpudoctor lab` does).
 
     PYTHONPATH=src python3 benchmarks/probe_alloc_churn.py [--out FILE.json]
+    PYTHONPATH=src python3 benchmarks/probe_alloc_churn.py --lab [--out FILE.json]
+
+``--lab``: the candidate plants as lab traps (sick: the variant; fixed: the same sizes as views of
+one workspace), timed in one process by the lab's own ``paired_rounds``, one after the other, as
+``gpudoctor lab run`` does.
 
 Variants (each step: allocate, fill, reduce, free; ``empty_cache()`` at the step's end unless noted):
 - ``lab``: the lab trap's sick twin (16 bf16 tensors of 16-64 MB, sizes cycling over 4 steps);
@@ -78,11 +83,73 @@ print(json.dumps(out))
 '''
 
 
+LAB_VARIANTS = {  # name -> (bf16 element counts of one step's tensors, steps between empty_cache calls)
+    "lab": (lambda step: [(8 + 8 * ((step + j) % 4)) * MIB for j in range(16)], 1),
+    "large": (lambda step: [(128 + 128 * ((step + j) % 4)) * MIB for j in range(4)], 1),
+    "many": (lambda step: [(1 + (step + j) % 4) * MIB // 2 for j in range(256)], 1),
+    # empty_cache after every tensor: 8 allocations and 8 device syncs a step
+    "inner": (lambda step: [(8 + 8 * ((step + j) % 4)) * MIB for j in range(8)], 0),
+}
+
+
+def lab_trap(name: str):  # type: ignore[no-untyped-def]
+    import torch
+
+    from gpudoctor.lab.trap import Trap, Workload
+
+    sizes_of, every = LAB_VARIANTS[name]
+    largest = [max(sizes_of(s)[j] for s in range(4)) for j in range(len(sizes_of(0)))]
+
+    def build(device: str, churn: bool) -> Workload:
+        workspace = None if churn else [torch.empty(n, device=device, dtype=torch.bfloat16) for n in largest]
+        counter = [0]
+
+        def step() -> None:
+            sums = []
+            for j, n in enumerate(sizes_of(counter[0])):
+                t = torch.empty(n, device=device, dtype=torch.bfloat16) if churn else workspace[j][:n]
+                sums.append(t.normal_().sum(dtype=torch.float32))
+                del t
+                if churn and every == 0:
+                    torch.cuda.empty_cache()
+            torch.stack(sums).sum()
+            counter[0] += 1
+            if churn and every:
+                torch.cuda.empty_cache()
+
+        return Workload(step)
+
+    return Trap(id=f"churn_{name}", title=name, expected_finding="allocator-churn",
+                build_sick=lambda d: build(d, True), build_fixed=lambda d: build(d, False), description=name)
+
+
+def lab_mode(out: str | None) -> int:
+    from gpudoctor.lab.verify import paired_rounds
+
+    rows = []
+    for name in LAB_VARIANTS:
+        t0 = time.perf_counter()
+        sick, fixed = paired_rounds(lab_trap(name), "cuda", warmup=5, timed=20)
+        rows.append({"variant": name, "sick_rounds_ms": sick, "fixed_rounds_ms": fixed,
+                     "ratio": statistics.median(sick) / statistics.median(fixed), "wall_s": time.perf_counter() - t0})
+    if out:
+        with open(out, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"{'variant':<8} {'sick rounds ms':<26} {'fixed rounds ms':<26} {'x':>6}")
+    for r in rows:
+        print(f"{r['variant']:<8} {' '.join(f'{x:.3f}' for x in r['sick_rounds_ms']):<26} "
+              f"{' '.join(f'{x:.3f}' for x in r['fixed_rounds_ms']):<26} {r['ratio']:>6.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--lab", action="store_true", help="the candidate plants timed as lab traps")
     args = ap.parse_args()
+    if args.lab:
+        return lab_mode(args.out)
     results = []
     for v in VARIANTS:
         env = dict(os.environ)

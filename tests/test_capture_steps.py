@@ -353,3 +353,48 @@ def test_session_asks_kineto_to_detach_cupti_after_the_window(tmp_path: Path, mo
     s.start(hook_optimizers=False)
     s.close()
     assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_only_the_first_loader_iterator_serves_a_start_up_backlog(tmp_path: Path) -> None:
+    """A later epoch's iterator counts its batches from 0 again but has no queue filled while the
+    program set up: read as one, an epoch shorter than the queue (accelerate's loop, 8 workers x 2)
+    left no step timed."""
+    s = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
+
+    class It:
+        _num_workers, _prefetch_factor = 8, 2
+
+        def __init__(self, yielded: int) -> None:
+            self._num_yielded = yielded
+
+    first = It(3)
+    s.batch(first)
+    assert s._loader_depth == 16 and s._loader_backlog
+    first._num_yielded = 16
+    s.batch(first)
+    assert not s._loader_backlog
+    s.batch(It(0))  # the next epoch
+    assert not s._loader_backlog
+    fresh = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
+    fresh.batch(It(2))
+    fresh.batch(It(0))  # a second iterator before the first served its queue: the backlog is over
+    assert not fresh._loader_backlog
+
+
+def test_a_loader_knob_sets_workers_once_per_dataset() -> None:
+    """accelerate's prepare builds a new DataLoader from the old one's settings: the knob must not
+    double the workers it set (8 -> 16 on an H100 host of 16 CPUs, 2026-11-26)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpudoctor.tryfix.knobs import apply_knobs
+
+    original = DataLoader.__init__
+    try:
+        effects = apply_knobs(["loader-workers"])
+        data = TensorDataset(torch.zeros(8, 2))
+        first = DataLoader(data, batch_size=2)
+        again = DataLoader(data, batch_size=2, num_workers=first.num_workers)
+        assert again.num_workers == first.num_workers == min(8, os.cpu_count() or 1)
+        assert sum(e.startswith("DataLoader: num_workers") for e in effects) == 1
+    finally:
+        DataLoader.__init__ = original  # type: ignore[method-assign]

@@ -151,6 +151,8 @@ class CaptureSession(Listener):
         self._total = 0  # boundaries seen, all sources together (never restarts)
         self._loader_depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
         self._loader_backlog = False  # the current iterator still serves its start-up backlog
+        self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
+        self._loader_iterator: Any = None  # a weak reference to the iterator batch() saw last
         self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
         self._prof: Any = None
         self._timed_window = False
@@ -304,7 +306,18 @@ class CaptureSession(Listener):
             return
         self._loader_depth = max(self._loader_depth, depth)
         yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
-        self._loader_backlog = yielded < depth
+        # only the loop's first iterator starts with a queue filled while the program set up; a
+        # later epoch's iterator restarts its count at 0 with no such backlog, and read as one
+        # an epoch shorter than the queue left no step timed (an accelerate loop of 8 workers, H100,
+        # 2026-11-26)
+        if self._loader_iterator is not None and self._loader_iterator() is not iterator:
+            self._loader_started = True
+        try:
+            self._loader_iterator = weakref.ref(iterator)
+        except TypeError:  # an iterator that takes no weak reference: each batch's is "the same"
+            self._loader_iterator = None
+        self._loader_backlog = not self._loader_started and yielded < depth
+        self._loader_started = self._loader_started or yielded >= depth
 
     def foreign_profiler(self, profiler: Any, starting: bool) -> None:
         """The program starts or stops a torch.profiler of its own."""
@@ -393,7 +406,14 @@ class CaptureSession(Listener):
                 self._narrow_hooks()  # the source has repeated: discovery is over
             if self._count >= max(cfg.skip, 1):
                 if not cfg.profile:
-                    self._complete()  # a trial: the steps before the window are all it times
+                    # a trial: the steps before the window are all it times; behind a DataLoader
+                    # with workers, past its start-up backlog and over two rounds of its queue
+                    # (capture/timing.py keeps the later half, which must hold one round)
+                    if self._serving_backlog(cfg.skip) or (
+                            self._loader_depth and len(self._before) <= 2 * self._loader_depth
+                            and self._count < max(cfg.skip, 1) + 3 * self._loader_depth):
+                        return
+                    self._complete()
                     return
                 if self._open_at is None:
                     if self._serving_backlog(cfg.skip):

@@ -1,11 +1,17 @@
-"""allocator-churn: ``torch.cuda.empty_cache()`` and changing sizes force cudaMalloc every step.
+"""allocator-churn: ``torch.cuda.empty_cache()`` inside the step forces cudaMalloc / cudaFree per tensor.
 
 PyTorch's caching allocator normally serves tensors from memory it already holds. Calling
-``torch.cuda.empty_cache()`` hands all cached blocks back to the driver, so the next step's large
-tensors go through ``cudaMalloc`` again, and ``cudaFree`` waits for the device to finish. Sizes
-that change from step to step defeat the cache even without it. The driver calls are slow and
-synchronizing, so the GPU idles while the host manages memory. The fixed twin allocates one
-workspace of the largest sizes once and works in views of it, with no ``empty_cache``.
+``torch.cuda.empty_cache()`` hands every cached block back to the driver: the next tensor goes
+through ``cudaMalloc`` again, and ``cudaFree`` waits for the device to finish. Called after each
+tensor (a "free memory as soon as possible" habit), every tensor of the step pays a driver
+allocation and the GPU drains between them, while the host manages memory. The fixed twin
+allocates a workspace of the largest sizes once and works in views of it, with no ``empty_cache``.
+
+Why after each tensor, not once a step: on driver 580 (H100, torch 2.11, 2026-11-26) one
+``empty_cache()`` at the end of a step of sixteen 16-64 MB tensors cost 2x in a fresh process but
+nothing (1.00x) once the lab had run the fixed twin in the same process: the driver then served the
+step's ``cudaMalloc`` calls at once. After each tensor, 8 tensors a step ran 2.40x the fixed twin in
+every round of the lab's own timing (``benchmarks/probe_alloc_churn.py --lab``: 1.41 against 0.59 ms).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch
 from gpudoctor.lab.common import on_gpu, seed, size
 from gpudoctor.lab.trap import Trap, Workload
 
-TENSORS = 16
+TENSORS = 8
 MIB = 1 << 20
 
 
@@ -26,37 +32,32 @@ def _numels(device: str, step: int) -> list[int]:
 
 def _build(device: str, churn: bool) -> Workload:
     seed(8)
-    workspace = None
-    if not churn:
-        numel = 32 * size(device, MIB, 1024)
-        workspace = torch.empty(TENSORS, numel, device=device, dtype=torch.bfloat16)
+    largest = 32 * size(device, MIB, 1024)
+    workspace = None if churn else torch.empty(TENSORS, largest, device=device, dtype=torch.bfloat16)
+    gpu = on_gpu(device)
     counter = [0]
 
     def step() -> None:
-        numels = _numels(device, counter[0])
+        sums = []
+        for j, n in enumerate(_numels(device, counter[0])):
+            t = torch.empty(n, device=device, dtype=torch.bfloat16) if churn else workspace[j, :n]
+            sums.append(t.normal_().sum(dtype=torch.float32))
+            del t
+            if churn and gpu:
+                torch.cuda.empty_cache()
+        torch.stack(sums).sum()
         counter[0] += 1
-        tensors = []
-        for j, n in enumerate(numels):
-            if churn:
-                t = torch.empty(n, device=device, dtype=torch.bfloat16)
-            else:
-                t = workspace[j, :n]
-            tensors.append(t.normal_())
-        torch.stack([t.sum(dtype=torch.float32) for t in tensors]).sum()
-        tensors.clear()
-        if churn and on_gpu(device):
-            torch.cuda.empty_cache()
 
     return Workload(step)
 
 
 TRAP = Trap(
     id="allocator_churn",
-    title="empty_cache() and varying tensor sizes force cudaMalloc/cudaFree every step",
+    title="empty_cache() after each tensor forces cudaMalloc/cudaFree for every allocation",
     expected_finding="allocator-churn",
     build_sick=lambda device: _build(device, churn=True),
     build_fixed=lambda device: _build(device, churn=False),
-    description="Each step allocates sixteen bf16 tensors of 16-64 MB whose sizes cycle, fills "
-    "each with random numbers and reduces it, then calls torch.cuda.empty_cache(). Fixed: one "
+    description="Each step allocates eight bf16 tensors of 16-64 MB whose sizes cycle, fills each "
+    "with random numbers and reduces it, and calls torch.cuda.empty_cache() after each. Fixed: one "
     "preallocated workspace, no empty_cache.",
 )
