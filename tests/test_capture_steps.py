@@ -398,3 +398,26 @@ def test_a_loader_knob_sets_workers_once_per_dataset() -> None:
         assert sum(e.startswith("DataLoader: num_workers") for e in effects) == 1
     finally:
         DataLoader.__init__ = original  # type: ignore[method-assign]
+
+
+def test_steps_that_compiled_are_not_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step in which torch.compile compiled (dynamo's compile-time records grew) is cut from the
+    unprofiled samples: a recompile of 1 s among 13 ms steps is not a step as the program runs."""
+    records: dict[str, list[float]] = {}
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records))
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = session(tmp_path, skip=8, steps=2, calibration=4)
+    step = 0
+    while not s.done and step < 40:
+        step += 1
+        if step in (6, 16):  # a compile inside step 6 (before the window) and step 16 (after it)
+            records.setdefault("_compile.compile_inner", []).append(1.0)
+        model(torch.randn(4, 16)).sum().backward()
+        opt.step()
+    s.close()
+    r = s.result
+    # before: steps 1-8, the interval ending at step 6 cut (4 of them kept without it)
+    assert len(r.unprofiled_before_ms) == 3
+    # after (calibration 4): the step compiling is cut, one more step timed to make up for it
+    assert len(r.unprofiled_after_ms) == 4 and r.steps_seen == 18
