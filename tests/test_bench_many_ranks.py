@@ -3,23 +3,9 @@ function over pid maps, here) and its table."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from benchmark_module import load
 
-BENCH = Path(__file__).parent.parent / "benchmarks" / "bench_many_ranks.py"
-
-
-def _bench():
-    if "bench_many_ranks" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_many_ranks", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules["bench_many_ranks"] = module
-    return sys.modules["bench_many_ranks"]
-
-
-b = _bench()
+b = load("bench_many_ranks")
 MIB = 2**20
 
 

@@ -3,25 +3,10 @@ error summary it prints under the across-GPU-counts table."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_module import load
 
-BENCH = Path(__file__).parent.parent / "benchmarks" / "bench_plan_comm.py"
-
-
-def _bench():
-    if "bench_plan_comm" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_plan_comm", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules["bench_plan_comm"] = module
-    return sys.modules["bench_plan_comm"]
-
-
-b = _bench()
+b = load("bench_plan_comm")
 MIB = 2**20
 ROWS = [  # measured 100 us each; errors: preset -50%, -20%, +10%; held +100%, +30%, -5%
     {"bytes": 1024, "measured": 100e-6, "preset": 50e-6, "held": 200e-6},

@@ -3,28 +3,15 @@ it prints from a results file (a small fake one here; the measuring side needs t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_module import load
 
 from gpudoctor.core.layout import Layout
 
-BENCH = Path(__file__).parent.parent / "benchmarks" / "bench_plan_ddp.py"
-
-
-def _bench():
-    if "bench_plan_ddp" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_plan_ddp", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules["bench_plan_ddp"] = module
-    return sys.modules["bench_plan_ddp"]
-
-
-b = _bench()
+b = load("bench_plan_ddp")
 HEADER = ("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
           "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |\n"
           "|---|---:|---:|---:|---:|---:|---|\n")

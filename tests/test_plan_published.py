@@ -8,25 +8,10 @@ count its name says. A mistyped time, batch, hidden size or layer count fails he
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_module import load
 
-BENCH = Path(__file__).parent.parent / "benchmarks" / "bench_plan_train.py"
-
-
-def _bench():
-    if "bench_plan_train" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_plan_train", BENCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules["bench_plan_train"] = module
-    return sys.modules["bench_plan_train"]
-
-
-b = _bench()
+b = load("bench_plan_train")
 ROWS = b.KORTHIKANTI_TABLE_3
 NOMINAL_B = {"22B": 22, "175B (GPT-3)": 175, "530B (MT-NLG)": 530, "1T": 1000}
 
