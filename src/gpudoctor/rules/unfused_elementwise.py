@@ -9,7 +9,7 @@ and rsqrt on [B, T, 1], or a cross-entropy's softmax, loss and gradient on the l
 needs two distinct ops (one op's several kernels are not a chain a compiler can shorten).
 torch.compile (Inductor) fuses a chain into about one pass over its tensor: priced as 1.25x its
 slowest kernel (its slowest kernels, one per pass, when the same ops repeat on separate tensors
-of that shape: ``_passes``), each taken at no more than its bytes at a quarter of the memory roof
+of that shape: ``_passes``), each taken at no more than its bytes at 15% of the memory roof
 (``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept). Kernels on tensors of another shape in the same region (a weight's
 cast between two activation ops) are their own chain: fusing independent tensors saves launches,
 not bytes. In a step that waits on host syncs, the kernels' time is hidden behind the host's:
@@ -45,13 +45,14 @@ from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
 ID = "unfused-elementwise"
 MIN_CHAIN = 2
 FUSED_PASS_FACTOR = 1.25
-# An eager kernel under a quarter of the memory roof is a layout the compiler writes anew, not a
-# floor for the fused pass: bf16 BatchNorm backward on NCHW activations ran at 6-12% of the H100's
-# roof (tests/data/gallery_h100/accelerate_loop, own_profiler), and compiling the accelerate loop
-# measured 25.83 -> 13.25 ms a step (x1.95) where 1.25x its eager kernels priced x1.02. Kernels at a
-# third of the roof stay as they are: the lab's healthy GPT step (its slowest chain kernels at 32-37%
-# of the roof) gained 1.88 ms from compiling against 2.63 ms priced (H200, 2026-11-26).
-COMPILED_PASS_SHARE = 0.25
+# An eager kernel far under the memory roof is a layout the compiler writes anew, not a floor for
+# the fused pass: bf16 BatchNorm backward on NCHW activations ran at 6-12% of the H100's roof
+# (tests/data/gallery_h100/accelerate_loop, own_profiler), and compiling the accelerate loop measured
+# 25.83 -> 13.25 ms a step (x1.95) where 1.25x its eager kernels priced x1.02. Where a compiler stops
+# doing better is not measured: the lab's healthy GPT step (its slowest chain kernels at 32-37% of the
+# roof) gained 1.88 ms from compiling against 2.63 ms priced (H200, 2026-11-26), and LayerNorm's
+# gamma/beta reduction at 17% (the lab's fused twin) is left as it runs, so the share stays under both.
+COMPILED_PASS_SHARE = 0.15
 # Major from 10% of the step, not 5%: the fix is a compiler whose gain is priced from kernel times
 # alone (its own warm-up, graph breaks and recompiles are not), and at a tenth of the step the
 # price is within its error of nothing: the lab's healthy GPT step was priced at 2.63 ms of 27.0
