@@ -13,9 +13,10 @@ from gpudoctor.trace.model import NEEDS
 #   "idle":           its idle part shrinks like the idle of its ``idle_cause`` (the default);
 #   "step-share":     its whole saving is host-driven time: what it leaves shrinks like the step;
 #   "gpu-step-share": like "step-share" on a step the GPU keeps busy, else like "idle";
+#   "host-step-share": like "step-share" on a step the host holds back, else like "idle";
 #   "same-ops":       like "idle", and its fix keeps every op, so the step it predicts is floored
 #                     at the host's time to issue them (calibrate.floor_at_host_time).
-CALIBRATIONS = ("idle", "step-share", "gpu-step-share", "same-ops")
+CALIBRATIONS = ("idle", "step-share", "gpu-step-share", "host-step-share", "same-ops")
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,14 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
 # H100: predicted 0.19 ms profiled; the fixed twin 0.18-0.21 ms profiled, 0.10-0.14 unprofiled).
 # On a step the host holds back, the kernels' time does not shrink with the profiler gone: the
 # kernel saving stands as it is (GPU_BOUND_SHARE: rules/shared.py).
+# Calibration "host-step-share": a per-parameter optimizer loop, the same way on a step the host
+# holds back (under GPU_BOUND_SHARE busy): the loop and the rest of the step are both the host's
+# dispatch, and both shrink with the profiler gone. Priced by the idle share of its cause instead,
+# the lab's optimizer_loop (H100, 2026-11-26, CUPTI detached after each window: GPU busy 1.07 ms of
+# a 13.19 ms profiled step) read x4.32 against x3.67 on the one trace kept, and x6.62-7.11 against
+# x3.19-3.66 in three other runs; calibrated like the step, x3.73 on that trace. The twins' steps
+# after the fix were 0.19-0.35 of the sick unprofiled step in all 25 lab runs on record, the loop
+# 0.71 of that trace's profiled step. On a GPU-bound step the idle share stands.
 # A finding priced by the host's own work its fix removes (evidence HOST_WORK_REMOVED: a host-bound
 # step's reads and the checks computed for them, rules/host_sync.py) is calibrated the same way.
 
@@ -116,6 +124,7 @@ def calibrate(
             saving = max(unprofiled_step_ms - float(after), 0.0)
             idle = saving if finding.idle_ms >= finding.saving_ms else min(finding.idle_ms, saving)
         elif profiled_step_ms > 0 and (calibration == "step-share" or (calibration == "gpu-step-share" and gpu_bound)
+                                       or (calibration == "host-step-share" and not gpu_bound)
                                        or HOST_WORK_REMOVED in finding.evidence.numbers):
             inner = max(profiled_step_ms - boundary_ms, 1e-9)
             share = min(unprofiled_step_ms / inner, 1.0)

@@ -106,5 +106,5 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray, launch_ts: np.
 
 RULE = Rule(
     ID, "Per-parameter optimizer loop", check, __doc__ or "", needs=("launch_links",),
-    order=90, idle_cause="optimizer", owns_idle=("optimizer",),
+    order=90, idle_cause="optimizer", owns_idle=("optimizer",), calibration="host-step-share",
 )

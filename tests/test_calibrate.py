@@ -1,0 +1,43 @@
+"""rules/calibrate.py on a real trace and on the calibrations' choice between a host-bound and a
+GPU-bound step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.core.finding import Evidence, make_finding
+from gpudoctor.pipeline import analyze_loaded
+from gpudoctor.rules.calibrate import calibrate
+from gpudoctor.trace import load
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_optimizer_loop_on_a_host_bound_step_is_calibrated_like_the_step() -> None:
+    """The lab's optimizer_loop, run C of 2026-11-26 (H100, CUPTI detached after each window): the
+    sick step 7.587 ms unprofiled, its fixed twin 2.066 ms (x3.67). The loop is 9.37 of the 13.19
+    ms profiled step and the GPU is busy 1.07 ms of it: what the fused step leaves shrinks like the
+    step, x3.73 (the idle share of its cause read x4.32)."""
+    report = analyze_loaded(load(DATA / "optimizer_loop_h100_c" / "trace.json.gz"), unprofiled_step_ms=7.587)
+    loop = report.finding("optimizer-loop")
+    assert loop is not None and report.findings[0].id == "optimizer-loop"
+    assert loop.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(9.366, abs=1e-3)
+    assert loop.saving_ms == pytest.approx(5.552, abs=1e-3)
+    assert loop.predicted_speedup == pytest.approx(3.728, abs=1e-3)
+    assert 1 / 1.5 <= loop.predicted_speedup / (7.587 / 2.066) <= 1.5
+
+
+def _loop_finding(saving: float, idle: float):  # type: ignore[no-untyped-def]
+    return make_finding("optimizer-loop", "loop", 10.0, saving, "", Evidence(numbers={}), (), idle_ms=idle)
+
+
+def test_host_step_share_only_where_the_host_holds_the_step_back() -> None:
+    """P = 10 ms, a loop of 6 ms (5 of it idle). Host-bound (U = 5, GPU busy 1 ms): the 4 ms the fix
+    leaves shrink like the step, to 2: saving 3. GPU-bound (U = 9.5, busy 8 ms): its idle shrinks
+    like its cause's (to half) but by no more than U - busy allows: 1 + min(2.5, 1.5) = 2.5."""
+    host = calibrate([_loop_finding(6.0, 5.0)], 5.0, {"optimizer": 0.5}, busy_ms=1.0, profiled_step_ms=10.0)[0]
+    assert host.saving_ms == pytest.approx(3.0)
+    gpu = calibrate([_loop_finding(6.0, 5.0)], 9.5, {"optimizer": 0.5}, busy_ms=8.0, profiled_step_ms=10.0)[0]
+    assert gpu.saving_ms == pytest.approx(2.5)
