@@ -3,7 +3,7 @@ function over pid maps, here) and its table."""
 
 from __future__ import annotations
 
-from benchmark_module import load
+from script_module import load
 
 b = load("bench_many_ranks")
 MIB = 2**20

@@ -4,7 +4,7 @@ error summary it prints under the across-GPU-counts table."""
 from __future__ import annotations
 
 import pytest
-from benchmark_module import load
+from script_module import load
 
 b = load("bench_plan_comm")
 MIB = 2**20

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_module import load
+from script_module import load
 
 from gpudoctor.core.layout import Layout
 

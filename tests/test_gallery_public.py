@@ -4,16 +4,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_module import load
 
 from gpudoctor.capture.detect import Source
 from gpudoctor.rules.registry import RULES
@@ -23,18 +22,9 @@ MANIFEST = json.loads((ROOT / "tests" / "programs" / "manifest.json").read_text(
 PUBLIC = [e for e in MANIFEST["public"] if e.get("enabled", True)]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and typing look the module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-fetch = _load("fetch_gallery_public", ROOT / "scripts" / "fetch_gallery_public.py")
+fetch = load("fetch_gallery_public", "scripts")
 sys.path.insert(0, str(ROOT / "benchmarks"))
-run_gallery = _load("run_gallery", ROOT / "benchmarks" / "run_gallery.py")
+run_gallery = load("run_gallery")
 
 
 @pytest.mark.parametrize("entry", PUBLIC, ids=[e["name"] for e in PUBLIC])

@@ -63,13 +63,12 @@ def test_a_tied_table_is_streamed_as_the_head():
 def test_decode_and_prefill_against_the_h100_measurements(capsys):
     """benchmarks/results/plan_infer_h100_2026-11-24.json: CUDA-graphed decode steps and prefills on one
     H100. DECODE_HBM_EFFICIENCY was read off llama-3.1-8b's rows; the 7B models are held out."""
-    import importlib.util
     from pathlib import Path
 
+    from script_module import load
+
     root = Path(__file__).parent.parent
-    spec = importlib.util.spec_from_file_location("bench_plan_infer", root / "benchmarks" / "bench_plan_infer.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_plan_infer")
     rows = bench.predict(root / "benchmarks" / "results" / "plan_infer_h100_2026-11-24.json")
     capsys.readouterr()
     assert len(rows) == 4 * (8 + 3)

@@ -9,7 +9,7 @@ count its name says. A mistyped time, batch, hidden size or layer count fails he
 from __future__ import annotations
 
 import pytest
-from benchmark_module import load
+from script_module import load
 
 b = load("bench_plan_train")
 ROWS = b.KORTHIKANTI_TABLE_3

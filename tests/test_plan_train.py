@@ -239,12 +239,9 @@ def test_calibrated_step_of_the_two_gpu_benchmark() -> None:
 def test_hf_traffic_count_matches_the_dispatched_ops() -> None:
     """plan/traffic.py's op-by-op count against every aten op of a CPU forward + backward."""
     pytest.importorskip("transformers")
-    import importlib.util
+    from script_module import load
 
-    path = Path(__file__).parent.parent / "benchmarks" / "count_hf_traffic.py"
-    spec = importlib.util.spec_from_file_location("count_hf_traffic", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load("count_hf_traffic")
     assert module.counted_bytes() == pytest.approx(module.dispatched_bytes(), rel=0.01)
 
 

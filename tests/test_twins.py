@@ -12,7 +12,6 @@ made-up reports.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from script_module import load
 
 from gpudoctor.rules.registry import RULES
 
@@ -135,10 +135,7 @@ def test_manifest_is_well_formed() -> None:
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("run_twins", ROOT / "benchmarks" / "run_twins.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("run_twins")
 
 
 @pytest.mark.parametrize(

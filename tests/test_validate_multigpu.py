@@ -4,7 +4,6 @@ sleeping 20 ms a batch, against its --fixed twin)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,11 +11,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+from script_module import load
+
 ROOT = Path(__file__).parent.parent
-_spec = importlib.util.spec_from_file_location("validate_multigpu", ROOT / "scripts" / "validate_multigpu.py")
-vm = importlib.util.module_from_spec(_spec)
-sys.modules["validate_multigpu"] = vm  # dataclasses look the module up while building Case
-_spec.loader.exec_module(vm)
+vm = load("validate_multigpu", "scripts")
 
 CASE = {c.name: c for c in vm.CASES}
 
