@@ -403,22 +403,13 @@ class CaptureSession(Listener):
         if self.phase is Phase.BEFORE:
             if self._loader_backlog and self._before:
                 self._before = []  # the steps so far ate the loader's start-up backlog: not timed
-            stamp = self._stamp()
-            if self._compiled_since_last() and self._before:
-                self._before.append(None)  # the step that ended compiled: not a step as it runs
-            self._before.append(stamp)
+            self._mark_step(self._before)
             if self._count == 2:
                 self._narrow_hooks()  # the source has repeated: discovery is over
             if self._count >= max(cfg.skip, 1):
                 if not cfg.profile:
-                    # a trial: the steps before the window are all it times; behind a DataLoader
-                    # with workers, past its start-up backlog and over two rounds of its queue
-                    # (capture/timing.py keeps the later half, which must hold one round)
-                    if self._serving_backlog(cfg.skip) or (
-                            self._loader_depth and len(self._before) <= 2 * self._loader_depth
-                            and self._count < max(cfg.skip, 1) + 3 * self._loader_depth):
-                        return
-                    self._complete()
+                    if not self._trial_wants_more(cfg.skip):
+                        self._complete()  # a trial: the steps before the window are all it times
                     return
                 if self._open_at is None:
                     if self._serving_backlog(cfg.skip):
@@ -455,10 +446,7 @@ class CaptureSession(Listener):
             if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
                 self._after_backlog -= 1
                 return
-            stamp = self._stamp()
-            if self._compiled_since_last() and self._after:
-                self._after.append(None)
-            self._after.append(stamp)
+            self._mark_step(self._after)
             timed = sum(a is not None and b is not None for a, b in itertools.pairwise(self._after))
             if timed >= self._calibration_target(cfg.calibration_steps):
                 self._complete()
@@ -647,6 +635,22 @@ class CaptureSession(Listener):
         if self._gpu_in_use() and self.result.device == "cpu":
             with contextlib.suppress(Exception):  # a name, never worth failing the capture for
                 self.result.device = self._torch.cuda.get_device_name()
+
+    def _trial_wants_more(self, skip: int) -> bool:
+        """A trial behind a DataLoader with workers times past its start-up backlog and over two
+        rounds of its queue (capture/timing.py keeps the later half, which must hold one round),
+        bounded by 3 rounds past ``skip``."""
+        if self._serving_backlog(skip):
+            return True
+        depth = self._loader_depth
+        return bool(depth) and len(self._before) <= 2 * depth and self._count < max(skip, 1) + 3 * depth
+
+    def _mark_step(self, marks: list[Any]) -> None:
+        """A step boundary's stamp; a step in which torch.compile compiled is cut from the series."""
+        stamp = self._stamp()
+        if self._compiled_since_last() and marks:
+            marks.append(None)  # the step that ended compiled: not a step as it runs
+        marks.append(stamp)
 
     def _compiled_since_last(self) -> bool:
         """Did torch.compile compile anything (a first compile, a recompile, a lazy backward) since
