@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from gpudoctor.plan.collectives import load_curves, predict
@@ -160,4 +161,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from gpudoctor.errors import InputError
+
+    try:
+        main()
+    except InputError as exc:  # a file that is not a bench JSON with curves: one line, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
