@@ -19,9 +19,9 @@ are skipped and say so.
   function calling ours (the op, Triton kernels seen through triton_op) and of the same math in plain torch
   ops) and at 4 x 4096 (ours with the one-program backward and with stage two, torch).
 - ``model``: a Llama-style transformers model (2 layers with ``--quick``, else 4; H 1024, V 32000, bf16,
-  batch 2 x 256 with ``--quick``, else 4 x 512; AdamW): unpatched, ``patch(compiled="op")`` and
-  ``patch(compiled="native")`` (the norms and gated MLPs run their own forward under compile, the loss its
-  op), each eager, ``torch.compile`` and ``mode="reduce-overhead"`` (CUDA graphs); median step of 5 (10)
+  batch 2 x 256 with ``--quick``, else 4 x 512, or ``--batch-seq``; AdamW): unpatched, ``patch(compiled="op")``
+  and ``patch(compiled="native")`` (the norms and gated MLPs run their own forward under compile, the loss
+  its own too up to ``patching.NATIVE_LOSS_MAX_LOGITS`` logits, else its op), each eager, ``torch.compile`` and ``mode="reduce-overhead"`` (CUDA graphs); median step of 5 (10)
   after 3 (5) warm-ups, peak memory, first loss, the graph breaks ``torch._dynamo.explain`` counts (once a
   variant), and the seconds each row took (compile included). Targets: 0 graph breaks; compiled patched
   <= compiled unpatched and < patched eager; reduce-overhead patched <= unpatched.
@@ -328,6 +328,8 @@ def model_row(base, ids, kind: str, mode: str, warmup: int, timed: int, breaks: 
 
 def part_model(quick: bool) -> None:
     layers, batch, seq = (2, 2, 256) if quick else (4, 4, 512)
+    if MODEL_SHAPE:
+        batch, seq = MODEL_SHAPE
     warmup, timed = (3, 5) if quick else (5, 10)
     base = llama(layers)
     torch.manual_seed(1)
@@ -346,6 +348,7 @@ def part_model(quick: bool) -> None:
 
 
 COMPILED = ["op", "native"]
+MODEL_SHAPE: list[int] = []  # --batch-seq: the model rows' batch and sequence length, when given
 
 
 # -- the table and the targets -------------------------------------------------------------------------
@@ -436,6 +439,8 @@ def main() -> None:
     parser.add_argument("--parts", default="host,gpu,model")
     parser.add_argument("--compiled", "--compiled-norms", default="op,native",
                         help="the patch(compiled=...) variants of the model rows: op, native or both (op,native)")
+    parser.add_argument("--batch-seq", default="",
+                        help="the model rows' batch x sequence, e.g. 8x1024 (default: 2x256 with --quick, else 4x512)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="no model row starts after this many seconds (default: 210 with --quick, none without)")
     args = parser.parse_args()
@@ -447,6 +452,12 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_kernels_host.py needs a CUDA GPU")
     COMPILED[:] = [c for c in ("op", "native") if c in compiled]
+    if args.batch_seq:
+        try:
+            MODEL_SHAPE[:] = [int(v) for v in args.batch_seq.lower().split("x")]
+            assert len(MODEL_SHAPE) == 2 and min(MODEL_SHAPE) > 0
+        except (ValueError, AssertionError):
+            sys.exit(f"--batch-seq takes BATCHxSEQ, e.g. 8x1024; got {args.batch_seq!r}")
     start = time.time()
     budget = args.budget_s if args.budget_s is not None else (210.0 if args.quick else None)
     if budget is not None:

@@ -148,25 +148,46 @@ def _calls(explained) -> Counter:
 
 def test_patched_llama_compiles_its_norms_and_mlps_as_the_unpatched_model_does() -> None:
     """compiled="native" (the default): under torch.compile the norms and gated MLPs trace into their own
-    forward, the graph the unpatched model gives, and the loss into its op; one graph, no break."""
+    forward, the graph the unpatched model gives, and so does a loss with few logits; one graph, no break."""
     model = _llama()
     ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
     unpatched = _explain(model, ids)
     report = patch(model)
-    assert report.under_compile() == ("RMSNorm and gated MLP its own forward, causal-LM loss "
-                                      "gpudoctor::linear_cross_entropy")
+    assert report.under_compile() == ("RMSNorm and gated MLP its own forward, causal-LM loss its own forward up to "
+                                      "67,108,864 logits, gpudoctor::linear_cross_entropy above")
     assert "; under torch.compile: RMSNorm and gated MLP its own forward, causal-LM loss" in str(report)
     patched = _explain(model, ids)
     assert (patched.graph_count, patched.graph_break_count) == (1, 0)
-    assert _gpudoctor_nodes(patched) == {"gpudoctor.linear_cross_entropy.default": 1}
+    assert _gpudoctor_nodes(patched) == {}  # 20 tokens x 96: the class's own loss
     before, after = _calls(unpatched), _calls(patched)
-    # every norm's and MLP's own math is there, as unpatched: 5 rsqrt, 2 silu
+    # every norm's and MLP's own math is there, as unpatched: 5 rsqrt, 2 silu; and the same loss
     assert (after["rsqrt"], after["silu"]) == (before["rsqrt"], before["silu"]) == (5, 2)
+    assert after == before
 
 
-def test_compiled_patched_training_step_matches_eager() -> None:
+def test_a_patched_llama_with_many_logits_compiles_its_loss_as_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above NATIVE_LOSS_MAX_LOGITS (here lowered under the 2 x 10 x 96 = 1920 logits) the loss is the
+    op under compile (its memory); at the bound it is the class's own."""
+    from gpudoctor.kernels import patching
+
+    model = _llama()
+    ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
+    patch(model)
+    monkeypatch.setattr(patching, "NATIVE_LOSS_MAX_LOGITS", 1919)
+    explained = _explain(model, ids)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert _gpudoctor_nodes(explained) == {"gpudoctor.linear_cross_entropy.default": 1}
+    monkeypatch.setattr(patching, "NATIVE_LOSS_MAX_LOGITS", 1920)
+    assert _gpudoctor_nodes(_explain(model, ids)) == {}
+
+
+@pytest.mark.parametrize("max_logits", [0, 1 << 26])  # the loss as the op, and as the class's own
+def test_compiled_patched_training_step_matches_eager(max_logits: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled graph (AOTAutograd, so the ops' autograd and fake registrations run) gives eager's loss
     and gradients."""
+    from gpudoctor.kernels import patching
+
+    monkeypatch.setattr(patching, "NATIVE_LOSS_MAX_LOGITS", max_logits)
     model = _llama(layers=1)
     patch(model)
     ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(2))

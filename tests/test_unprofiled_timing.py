@@ -6,6 +6,7 @@ the window closes (capture/hooks.py keep_only).
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
-from gpudoctor.capture.timing import choose, summarize, unprofiled_step
+from gpudoctor.capture.timing import TRIAL_SETTLE_HALF, choose, settled, summarize, unprofiled_step
 from gpudoctor.report.model import Report
 
 # -- the estimator, on given samples ---------------------------------------------------------------
@@ -231,3 +232,71 @@ def test_a_run_directory_read_again_keeps_the_uncertainty() -> None:
     assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": good}}).unprofiled == good
     for bad in ({**good, "steps": -1}, {**good, "trusted": "yes"}, {**good, "spread_ms": None}, [4.06], None):
         assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": bad}}).unprofiled is None
+
+
+
+# -- a trial waits for its steps to settle ----------------------------------------------------------
+
+
+def test_settled_compares_the_last_steps_with_the_ones_before_them() -> None:
+    # the compile trial with a warm Inductor cache (H100, 2026-11-26): half a second a step, then 15 ms
+    warm_cache = [523.0, 9.3, 728.6, 533.9, 472.7, 522.3, 520.3, 520.7, 204.1, 281.1, 90.1, 15.5]
+    assert not settled(warm_cache)
+    assert settled(warm_cache + [13.0, 14.1, 12.9, 13.5, 13.2, 30.0, 13.1, 12.8, 13.4, 13.0, 13.3, 13.6])
+    assert not settled([13.0] * (2 * TRIAL_SETTLE_HALF - 1))  # too few to tell
+    # 6 steps at 20 ms against 6 at 16: 1.25x, the edge; 21 ms: not settled
+    assert settled([20.0] * 6 + [16.0] * 6) and not settled([21.0] * 6 + [16.0] * 6)
+    # behind a loader of 8 batches a round: halves of 8 steps and their means. A burst of 7 served
+    # steps and one wait per round is steady; by medians it would look steady even with no wait
+    burst = [2.0] * 7 + [60.0]
+    assert settled(burst * 2, loader_depth=8)
+    assert not settled([2.0] * 8 + burst, loader_depth=8) and settled([2.0] * 8 + burst)
+
+
+def _trial_loop(tmp_path: Path, sleep_s, skip: int = 16, steps: int = 200) -> tuple:
+    """A trial's session (no window) over a loop whose step ``i`` sleeps ``sleep_s(i)`` seconds."""
+    import time
+
+    s = CaptureSession(CaptureConfig(steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=False),
+                       tmp_path)
+    s.start()
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ran = 0
+    for i in range(steps):
+        time.sleep(sleep_s(i))
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        ran += 1
+        if s.done:
+            break
+    s.close()
+    return s.result, ran
+
+
+def test_a_trial_runs_on_until_its_steps_settle_and_times_the_settled_ones(tmp_path: Path) -> None:
+    """Steps 10-25 take 30 ms (a transient across --skip 16), the others 3 ms: the trial times
+    past the transient and keeps the settled steps only. (A transient that has stopped moving by
+    --skip, a slow plateau, cannot be told from a steady step: the compile trials' warm-up steps
+    are there for that.)"""
+    result, ran = _trial_loop(tmp_path, lambda i: 0.030 if 10 <= i < 26 else 0.003)
+    assert 26 + 4 <= ran <= 26 + 13
+    samples = result.unprofiled_before_ms
+    assert len(samples) == 2 * TRIAL_SETTLE_HALF and statistics.median(samples) < 10.0
+    assert not any("settled" in n for n in result.notes)
+
+
+def test_a_steady_trial_stops_at_its_skip(tmp_path: Path) -> None:
+    result, ran = _trial_loop(tmp_path, lambda i: 0.003)
+    assert ran == 16 and len(result.unprofiled_before_ms) == 15 - 15 // 2
+
+
+def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.capture import session as session_mod
+
+    monkeypatch.setattr(session_mod, "TRIAL_SETTLE_MAX_STEPS", 10)
+    result, ran = _trial_loop(tmp_path, lambda i: 0.001 * 1.1**i)  # 1.77x from one half to the next
+    assert ran == 26
+    assert any("had not settled 10 steps past --skip" in n for n in result.notes)
+    assert len(result.unprofiled_before_ms) == 25 - 25 // 2  # the usual later half

@@ -43,7 +43,16 @@ from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.capture.ranks import RankSync
-from gpudoctor.capture.timing import SETTLE_STEPS, UnprofiledStep, unprofiled_step
+from gpudoctor.capture.timing import (
+    SETTLE_STEPS,
+    TRIAL_SETTLE_HALF,
+    TRIAL_SETTLE_MAX_S,
+    TRIAL_SETTLE_MAX_STEPS,
+    TRIAL_SETTLE_RATIO,
+    UnprofiledStep,
+    settled,
+    unprofiled_step,
+)
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
@@ -154,6 +163,11 @@ class CaptureSession(Listener):
         self._loader_backlog = False  # the current iterator still serves its start-up backlog
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
+        self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
+        self._settle_keep = 0  # the settled steps a trial that waited for them keeps (0: it did not wait)
+        self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
+        self._settle_read = 1
+        self._settle_intervals: list[float] = []
         self._loader_iterator: Any = None  # a weak reference to the iterator batch() saw last
         self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
         self._prof: Any = None
@@ -643,7 +657,41 @@ class CaptureSession(Listener):
         if self._serving_backlog(skip):
             return True
         depth = self._loader_depth
-        return bool(depth) and len(self._before) <= 2 * depth and self._count < max(skip, 1) + 3 * depth
+        if depth and len(self._before) <= 2 * depth and self._count < max(skip, 1) + 3 * depth:
+            return True
+        return self._trial_unsettled(skip)
+
+    def _trial_unsettled(self, skip: int) -> bool:
+        """Past ``skip``, a trial runs on while its latest steps are still moving (timing.settled),
+        bounded by TRIAL_SETTLE_MAX_STEPS steps and TRIAL_SETTLE_MAX_S seconds. Only steps the GPU
+        has finished are read (no sync: the program's own overlap of host and GPU is kept)."""
+        extra = self._count - max(skip, 1)
+        now = time.perf_counter()
+        if extra == 0:
+            self._settle_started = now
+        if settled(self._finished_intervals(self._before), self._loader_depth):
+            self._settle_keep = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth) if extra else 0
+            return False
+        if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
+            self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last "
+                                     f"{TRIAL_SETTLE_HALF} against the {TRIAL_SETTLE_HALF} before them differ by "
+                                     f"more than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
+            return False
+        return True
+
+    def _finished_intervals(self, marks: list[Any]) -> list[float]:
+        """The intervals between ``marks`` up to the last one the GPU has reached (host stamps:
+        all), kept as they come: each is read once (one event query a step, no list rebuilt)."""
+        if marks is not self._settle_marks:  # a new series (a new epoch, a served backlog)
+            self._settle_marks, self._settle_read, self._settle_intervals = marks, 1, []
+        end = len(marks)
+        while end > self._settle_read and marks[end - 1] is not None and not isinstance(marks[end - 1], float) \
+                and not marks[end - 1].query():
+            end -= 1
+        if end > self._settle_read:
+            self._settle_intervals.extend(self._intervals(marks[self._settle_read - 1:end]))
+            self._settle_read = end
+        return self._settle_intervals
 
     def _mark_step(self, marks: list[Any]) -> None:
         """A step boundary's stamp; a step in which torch.compile compiled is cut from the series."""
@@ -705,6 +753,8 @@ class CaptureSession(Listener):
                 self._torch.cuda.synchronize()
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
+            if self._settle_keep:  # a trial that ran on until its steps settled: the settled ones
+                keep = min(len(early), self._settle_keep)
             self.result.unprofiled_before_ms = early[len(early) - keep:]
             self.result.unprofiled_after_ms = self._intervals(after)
             self.result.generate = self._token_times(tokens)

@@ -40,6 +40,19 @@ are likely warm-up (the gallery's early_exit on an H200: steps 3-5 at 1.9-3.5 ms
 1.7-1.8 ms)."""
 
 
+TRIAL_SETTLE_HALF = 6
+"""A trial's steps have settled when the median of its last this-many steps is within
+``TRIAL_SETTLE_RATIO`` of the median of the this-many before them (``settled``)."""
+TRIAL_SETTLE_RATIO = 1.25
+TRIAL_SETTLE_NOISE_MS = 0.25
+"""Closer than this (ms) is settled whatever the ratio: the host's scheduling noise on steps of a
+millisecond or less (a shared 2-core CPU), not a transient."""
+TRIAL_SETTLE_MAX_STEPS = 48
+"""At most this many steps past the trial's ``skip`` are run waiting for them to settle."""
+TRIAL_SETTLE_MAX_S = 30.0
+"""Nor more than this many seconds past it."""
+
+
 @dataclass(frozen=True)
 class UnprofiledStep:
     """The unprofiled step time and how far to trust it."""
@@ -125,3 +138,30 @@ def unprofiled_step(before: list[float], after: list[float], loader_depth: int =
         why = (f"the steps timed without the profiler are steps {last_step_before - n + 1}-{last_step_before} of the "
                f"program, likely still warming up, and none could be timed after the window (the program ended)")
     return UnprofiledStep(ms, spread, n, estimator, where, not why, why)
+
+
+def settled(intervals: list[float], loader_depth: int = 0) -> bool:
+    """Have a trial's step times (ms, oldest first) settled? The last ``TRIAL_SETTLE_HALF`` steps
+    against the ones before them: their medians within ``TRIAL_SETTLE_RATIO`` of each other, and
+    the latest no slower than that ratio over the fastest such run of steps so far (a slow plateau
+    is not the steady step when the same program already ran faster). Behind a DataLoader with
+    workers, means over runs of at least one round of its queue, whose steps come in bursts. Fewer
+    steps than two runs: not settled.
+
+    Why a trial waits for it: torch.compile's background work outlives the compile. A compile
+    trial on an accelerate loop (H100, torch 2.11, 2026-11-26) timed steps of 9-729 ms (a median
+    of 520) when Inductor's cache already held the graph, and 11-63 ms (median 14) with a fresh
+    cache directory, in the same call; its steady step is 13 ms. A fixed number of warm-up steps
+    cannot cover both; a settled series can."""
+    half = max(TRIAL_SETTLE_HALF, loader_depth)
+    if len(intervals) < 2 * half:
+        return False
+    center = statistics.fmean if loader_depth > 0 else statistics.median
+    older, recent = center(intervals[-2 * half:-half]), center(intervals[-half:])
+    fastest = min(center(intervals[i:i + half]) for i in range(len(intervals) - half + 1))
+    if min(older, recent, fastest) <= 0:
+        return True  # a clock that did not move: nothing to wait for
+    def close(a: float, b: float) -> bool:  # b no slower than a by the ratio or the noise
+        return b <= TRIAL_SETTLE_RATIO * a or b - a <= TRIAL_SETTLE_NOISE_MS
+
+    return close(older, recent) and close(recent, older) and close(fastest, recent)

@@ -22,8 +22,14 @@ fuses the norm and the activation with their neighbours (the residual add before
 around it), which an op cannot offer; the kernels serve eager calls. Measured on an H100 (BENCHMARKS.md,
 2026-11-25): with every patched module an op, a 4-layer Llama-style step compiled took 6.88 ms against
 6.02 ms unpatched. With ``"op"`` each traces into its ``gpudoctor::`` op. The loss is the
-``gpudoctor::linear_cross_entropy`` op either way: it is about memory (the logits are never whole),
-which Inductor's fusion of the plain loss does not give.
+``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with ``"native"`` wherever its logits would
+hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is about memory (the logits are never whole),
+which Inductor's fusion of the plain loss does not give. Smaller, the class's own loss is traced:
+there the op saved nothing and cost time (``benchmarks/probe_ce_compiled.py``, H100, torch 2.11,
+2026-11-26, V = 32000, H = 1024, bf16, forward + backward compiled: 2048 tokens, the plain loss 731 us
+of GPU time and 849 us a call against the op's 765 and 1305, the same 192.5 MB peak; 512 tokens, 225
+/ 652 against 288 / 1426; from 8192 tokens the op was ahead, 2652 against 2801 us, and at 16384 it
+held 602 MB against 1094).
 """
 
 from __future__ import annotations
@@ -39,10 +45,15 @@ from gpudoctor.errors import InputError
 
 _MARK = "_gpudoctor_patched"
 COMPILED = ("native", "op")
-# what each kind of patched module runs under torch.compile, per ``compiled=`` (the loss: always its op)
+# Under torch.compile with compiled="native", a loss whose logits (tokens x vocabulary) would hold at
+# most this many elements traces as the class's own loss (the module docstring has the measurements:
+# 2048 x 32000 = 65.5M, under it, was faster plain; 8192 x 32000 = 262M faster as the op).
+NATIVE_LOSS_MAX_LOGITS = 1 << 26
+# what each kind of patched module runs under torch.compile, per ``compiled=``
 _UNDER_COMPILE = {
     "native": {"RMSNorm": "its own forward", "gated MLP": "its own forward",
-               "causal-LM loss": "gpudoctor::linear_cross_entropy"},
+               "causal-LM loss": f"its own forward up to {NATIVE_LOSS_MAX_LOGITS:,} logits, "
+                                 "gpudoctor::linear_cross_entropy above"},
     "op": {"RMSNorm": "gpudoctor::rms_norm", "gated MLP": "gpudoctor::glu",
            "causal-LM loss": "gpudoctor::linear_cross_entropy"},
 }
@@ -82,8 +93,9 @@ def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool
           verbose: bool = False) -> PatchReport:
     """Replace what is recognised; return what was replaced and what was skipped (and why).
 
-    ``compiled``: what the norms and gated MLPs run under torch.compile: ``"native"``, their own forward
-    (Inductor fuses it), or ``"op"``, the ``gpudoctor::`` ops (see the module docstring)."""
+    ``compiled``: what the norms, gated MLPs and small losses run under torch.compile: ``"native"``,
+    their own forward (Inductor fuses it), or ``"op"``, the ``gpudoctor::`` ops (see the module
+    docstring)."""
     if compiled not in COMPILED:
         raise InputError(f"compiled must be one of {', '.join(map(repr, COMPILED))}, got {compiled!r}")
     native = compiled == "native"
@@ -110,7 +122,7 @@ def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool
             if getattr(getattr(module, "config", None), "final_logit_softcapping", None):
                 report.skipped.append((name, "logit soft-capping is not fused"))
                 continue
-            _set_forward(module, _causal_lm_forward(type(module).forward))
+            _set_forward(module, _causal_lm_forward(type(module).forward, native))
             kind = "causal-LM loss"
         if kind:
             report.replaced[kind] = report.replaced.get(kind, 0) + 1
@@ -246,12 +258,15 @@ def _mlp_forward(act: str, native=None):
     return forward
 
 
-def _causal_lm_forward(original):
+def _causal_lm_forward(original, native: bool = False):
+    """The patched causal LM's forward: the loss without the logits; under torch.compile, with
+    ``native``, the class's own forward where the logits are small (NATIVE_LOSS_MAX_LOGITS)."""
     from gpudoctor.kernels.cross_entropy import linear_cross_entropy
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, logits_to_keep=0, **kwargs):
-        if labels is None:
-            return original(self, input_ids=input_ids, attention_mask=attention_mask,
+        if labels is None or (native and torch.compiler.is_compiling()
+                              and labels.numel() * self.lm_head.out_features <= NATIVE_LOSS_MAX_LOGITS):
+            return original(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels,
                             logits_to_keep=logits_to_keep, **kwargs)
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)

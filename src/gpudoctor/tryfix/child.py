@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
         step_source=result.step_source or None,
         steps_seen=result.steps_seen,
         samples_ms=[round(x, 4) for x in result.unprofiled_step_ms],
+        unsettled=next((n for n in result.notes if "had not settled" in n), ""),
         peak_memory_bytes=peak_memory_bytes(),
     )
     env = environment()

@@ -323,6 +323,8 @@ class Trials:
             rec["reason"] = "the knob found nothing to change in this program"
         elif status == "ok":
             self._judge(rec, samples, planned)
+        if status == "ok" and child.get("unsettled"):  # the timing mixes a transient: say so beside the verdict
+            rec["reason"] = "; ".join(r for r in (rec["reason"], child["unsettled"]) if r)
         return rec
 
     def _judge(self, rec: dict[str, Any], samples: tuple[float, ...], planned: Planned | None) -> None:
