@@ -41,3 +41,18 @@ def test_host_step_share_only_where_the_host_holds_the_step_back() -> None:
     assert host.saving_ms == pytest.approx(3.0)
     gpu = calibrate([_loop_finding(6.0, 5.0)], 9.5, {"optimizer": 0.5}, busy_ms=8.0, profiled_step_ms=10.0)[0]
     assert gpu.saving_ms == pytest.approx(2.5)
+
+
+def test_pageable_copy_leaves_the_pinned_copy_and_the_kernels_after_the_fix() -> None:
+    """The lab's pageable_copy, run G of 2026-11-26 (H200): the sick step 8.808 ms unprofiled, its
+    fixed twin (pinned, non_blocking) 2.717 ms (x3.24). Profiled, the 128 MB pageable copy took
+    16.23 of a 17.03 ms step; scaled to the unprofiled step alone its saving left 1.3 ms after the
+    fix (x6.92, 2.13x over). The pinned copy at the trace's 63 GB/s and the kernels are a floor:
+    2.403 ms, x3.67."""
+    report = analyze_loaded(load(DATA / "pageable_copy_h200_g" / "trace.json.gz"), unprofiled_step_ms=8.808)
+    copy = report.findings[0]
+    assert copy.id == "pageable-copy"
+    assert copy.evidence.numbers["step_floor_after_fix_ms"] == pytest.approx(2.403, abs=1e-3)
+    assert copy.saving_ms == pytest.approx(8.808 - 2.403, abs=1e-3)
+    assert copy.predicted_speedup == pytest.approx(3.665, abs=1e-3)
+    assert 1 / 1.5 <= copy.predicted_speedup / (8.808 / 2.717) <= 1.5

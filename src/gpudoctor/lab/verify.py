@@ -29,7 +29,7 @@ from typing import Any
 from gpudoctor.errors import NoGpuActivityError
 from gpudoctor.lab.trap import Baseline, Trap, Workload
 
-RATIO_BAND = (0.67, 1.5)  # predicted / measured speedup counted as right
+RATIO_BAND = (1 / 1.5, 1.5)  # predicted / measured speedup counted as right: within 1.5x either way
 ROUNDS = 3  # alternating sick / fixed timing rounds
 SLOW_STEP_MS = 80.0  # a sick step this slow is timed in one round: 25 steps already take 2 s
 

@@ -1,11 +1,19 @@
-"""pageable-copy: host<->device copies from pageable memory are slow and block the host."""
+"""pageable-copy: host<->device copies from pageable memory are slow and block the host.
+
+The fix leaves the copy itself, at the pinned bandwidth, on the stream with the kernels that read
+it: the step cannot go below that GPU work (``STEP_FLOOR_AFTER_FIX``), however much the profiler
+slowed the pageable copy. Without the floor the lab's trap was over-predicted 1.61x and 2.13x
+(H100 and H200, 2026-11-26): its profiled copy took 16.2 ms where the unprofiled step was 8.8 ms,
+and the saving scaled down with the step left 1.3 ms after the fix against the twin's 2.7 ms (the
+128 MB pinned copy alone 2.1 ms at 63 GB/s).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import op_names_of_events, sources_of_events
 from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
@@ -25,6 +33,7 @@ def check(a: Analysis) -> Finding | None:
     pinned_ns = nbytes / pinned_bw * 1e9
     idle = a.idle.ms(ID)
     saving = max(time_ns - pinned_ns, 0.0) / 1e6 / n + idle
+    gpu_after = max(a.breakdown.busy_ms - time_ns / 1e6 / n, 0.0) + pinned_ns / 1e6 / n
     achieved = nbytes / (time_ns / 1e9) if time_ns else 0.0
     return make_finding(
         ID,
@@ -41,6 +50,7 @@ def check(a: Analysis) -> Finding | None:
                 "achieved_GBps": round(achieved / 1e9, 2),
                 "pinned_GBps_assumed": round(pinned_bw / 1e9, 1),
                 "gpu_idle_during_copies_ms_per_step": round(idle, 3),
+                STEP_FLOOR_AFTER_FIX: round(gpu_after, 3),
             },
             ops=op_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
