@@ -300,3 +300,15 @@ def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(tmp_path: Pat
     assert ran == 26
     assert any("had not settled 10 steps past --skip" in n for n in result.notes)
     assert len(result.unprofiled_before_ms) == 25 - 25 // 2  # the usual later half
+
+
+def test_a_trial_first_asked_past_its_skip_still_waits_for_its_steps(tmp_path: Path) -> None:
+    """Behind a loader the trial's first question about settling comes rounds after --skip; the
+    time bound counts from that question, not from the clock's zero."""
+    s = CaptureSession(CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
+    stamps, t = [], 100.0
+    for i in range(27):  # a step of 30 ms, then of 3 ms from step 20 on: still moving at step 26
+        stamps.append(t)
+        t += 0.030 if i < 20 else 0.003
+    s._before, s._count = stamps, 26
+    assert s._trial_unsettled(16) is True and not s.result.notes

@@ -667,7 +667,7 @@ class CaptureSession(Listener):
         has finished are read (no sync: the program's own overlap of host and GPU is kept)."""
         extra = self._count - max(skip, 1)
         now = time.perf_counter()
-        if extra == 0:
+        if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
             self._settle_started = now
         if settled(self._finished_intervals(self._before), self._loader_depth):
             self._settle_keep = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth) if extra else 0
