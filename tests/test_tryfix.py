@@ -189,8 +189,8 @@ def test_every_outermost_module_of_the_first_iteration_gets_the_knob() -> None:
 
 def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A knob with warm-up steps (the compile knobs: knobs.WARMUP_COMPILE) runs that many more
-    steps before the ones it times: the child is told skip 16 (trial.TRIAL_MIN_SKIP, above the
-    baseline's 6) + 4 and sees 20 steps."""
+    steps before the ones it times: the child is told skip 24 (trial.TRIAL_MIN_SKIP, above the
+    baseline's 6) + 4 and sees 28 steps."""
     import dataclasses
 
     assert knobs_mod.BY_ID["compile"].warmup_steps == knobs_mod.BY_ID["compile-reduce-overhead"].warmup_steps == 10
@@ -198,10 +198,10 @@ def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkey
     rec = _trials(tmp_path, sandbox=False).one("tf32", ["tf32"], None)
     assert rec["status"] == "ok", rec
     spec = json.loads((tmp_path / "run" / "trials" / "tf32" / "spec.json").read_text())
-    assert spec["skip"] == 16 + 4
+    assert spec["skip"] == 24 + 4
     trial = json.loads((tmp_path / "run" / "trials" / "tf32" / "trial.json").read_text())
-    assert trial["steps_seen"] == 20
-    assert len(trial["samples_ms"]) == 10  # the second half of the 20 steps, after the warm-up
+    assert trial["steps_seen"] == 28
+    assert len(trial["samples_ms"]) == 14  # the second half of the 28 steps, after the warm-up
 
 
 def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:

@@ -312,3 +312,34 @@ def test_a_trial_first_asked_past_its_skip_still_waits_for_its_steps(tmp_path: P
         t += 0.030 if i < 20 else 0.003
     s._before, s._count = stamps, 26
     assert s._trial_unsettled(16) is True and not s.result.notes
+
+
+class _Event:
+    """A CUDA event's stand-in: a time, and whether the GPU has reached it."""
+
+    def __init__(self, t_s: float, done: bool) -> None:
+        self.t_s, self.done = t_s, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, other: _Event) -> float:
+        return (other.t_s - self.t_s) * 1e3
+
+
+def test_a_trial_times_the_steps_it_judged_settled_not_the_ones_still_queued(tmp_path: Path) -> None:
+    """The host runs ahead of the GPU: when the trial's finished steps have settled, the steps the GPU
+    has not reached yet were not judged, and are not timed (two 72 ms steps there, H100 2026-11-26)."""
+    s = CaptureSession(CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
+    steps = [30.0] * 10 + [13.0] * 18 + [72.0, 72.0]  # a transient across --skip 16, then queued steps
+    t, marks = 0.0, [_Event(0.0, True)]
+    for i, ms in enumerate(steps):
+        t += ms / 1e3
+        marks.append(_Event(t, i < 28))
+    s._before, s._count = marks[:17], 16
+    assert s._trial_unsettled(16) is True  # the last 6 steps against the 6 before: moving
+    s._before.extend(marks[17:])
+    s._count = 30
+    assert s._trial_unsettled(16) is False
+    s._compute_unprofiled_times()
+    assert s.result.unprofiled_before_ms == pytest.approx([13.0] * 12)
