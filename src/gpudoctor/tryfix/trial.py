@@ -392,6 +392,9 @@ def _measured(change: StepChange) -> dict[str, Any]:
         "change_pct": _round(change.change_pct),
         "change_ci95_pct": None if lo is None or hi is None else [_round(lo), _round(hi)],
         "n_baseline": change.n_before, "n_trial": change.n_after, "method": change.method,
+        # the samples left out as outliers (diff/samples.py), beside the counts kept
+        "outliers_ms": {"baseline": [_round(v) for v in change.dropped_before],
+                        "trial": [_round(v) for v in change.dropped_after]},
     }
 
 
