@@ -286,9 +286,9 @@ def test_a_trial_runs_on_until_its_steps_settle_and_times_the_settled_ones(tmp_p
     assert not any("settled" in n for n in result.notes)
 
 
-def test_a_steady_trial_stops_at_its_skip(tmp_path: Path) -> None:
+def test_a_steady_trial_stops_at_its_skip_and_times_the_steps_it_judged(tmp_path: Path) -> None:
     result, ran = _trial_loop(tmp_path, lambda i: 0.003)
-    assert ran == 16 and len(result.unprofiled_before_ms) == 15 - 15 // 2
+    assert ran == 16 and len(result.unprofiled_before_ms) == 2 * TRIAL_SETTLE_HALF
 
 
 def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(tmp_path: Path,

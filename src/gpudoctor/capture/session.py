@@ -164,7 +164,7 @@ class CaptureSession(Listener):
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
-        self._settle_keep = 0  # the settled steps a trial that waited for them keeps (0: it did not wait)
+        self._settle_keep = 0  # the steps a trial judged settled keeps (0: none was judged)
         self._settle_end = 0  # and the marks they end at (steps the GPU had finished when judged)
         self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
         self._settle_read = 1
@@ -671,9 +671,11 @@ class CaptureSession(Listener):
         if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
             self._settle_started = now
         if settled(self._finished_intervals(self._before), self._loader_depth):
-            if extra:  # it waited: the steps timed are the ones judged settled, not the later ones still queued
-                self._settle_keep = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
-                self._settle_end = self._settle_read
+            # the steps timed are the ones judged settled: not the earlier ones (a compile trial at its
+            # --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran 9-20 ms: H100,
+            # 2026-11-26), nor the later ones the GPU had not run yet
+            self._settle_keep = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
+            self._settle_end = self._settle_read
             return False
         if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
             self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last "
@@ -754,7 +756,7 @@ class CaptureSession(Listener):
         try:
             if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
-            if self._settle_keep:  # a trial that ran on until its steps settled: the ones judged settled
+            if self._settle_keep:  # a trial whose steps were judged settled: those steps
                 before = before[:self._settle_end]
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
