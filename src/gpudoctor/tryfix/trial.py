@@ -2,9 +2,10 @@
 
 After the diagnosis, each finding whose fix is a knob (tryfix/knobs.py), or each knob named by
 ``--fixes``, gets a **trial**: the program in a fresh process (tryfix/child.py) with that knob
-applied, the generators seeded as in the baseline, timed over the same steps as the baseline's
-unprofiled samples (the second half of the ``--skip`` steps before the window), and stopped
-there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
+applied, the generators seeded as in the baseline, run for at least as many steps as the
+baseline skipped (``trial_skip``) and then on until its latest steps have settled
+(capture/timing.py ``settled``: a compile's background work can slow ten steps after it by 40x),
+timed over the steps judged settled, and stopped there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
 directory is then a run bundle, and ``gpudoctor diff RUN RUN/trials/KNOB`` shows which kernels the
 knob changed; the window comes after the timed steps and leaves them alone). A trial is bounded by
 those steps and by ``--trial-timeout`` seconds (the whole process
