@@ -12,7 +12,8 @@ gallery's calls 8 and 9, 20 programs, 3 steps before and 6-8 after the window): 
 the plain step's mean, against 14 for the median of both sets pooled. The steps before the window
 were the faster ones where they were wrong (a DCGAN: 6.5 ms before, 7.9 after, 9.3 plainly; an
 L-BFGS loop 15.4 / 18.2 / 17.2). So both sets are pooled whenever both have enough steps (the
-median is robust to a warm-up or a leftover step either way); a set alone when only it has.
+median is robust to a warm-up or a leftover step either way), unless their medians are more than
+``SETS_DISAGREE`` apart: then the faster set alone; a set alone when only it has.
 
 The estimator: the median of the chosen steps (a single warm-up or collection outlier among 3-8
 steps cannot move it), except behind a DataLoader with worker processes, whose steps are bursty by
@@ -34,6 +35,14 @@ ran slower than the next ones (cpu_only on a shared 2-core CPU, 2026-11-26: 0.92
 0.80 ms in four runs whose next steps had medians of 0.75, 0.70, 0.94 and 0.75 ms; the H200 gallery,
 call 7: hf_trainer_llama 23.5 ms against 18.5-20.5, compiled_step 5.76 against 5.23-5.58): the
 caches and the allocator refill after the export."""
+SETS_DISAGREE = 1.25
+"""Medians of the two sets further apart than this: the faster set alone. Both slowdowns only add
+time (warm-up before the window, the profiler's leftovers after it), so the faster set is the one
+neither reached. generate() calls on an H100 with CUPTI detached (gallery call 12, 2026-11-26):
+214.6 ms before the window, 297.8 after it (1.39x), 212.7 plainly; the pooled median read 291.9
+(1.37), the set before 214.6 (1.01). Of the 16 gallery programs re-timed with CUPTI detached it
+changes one other (unet_ema, 1.25x apart: 17.34 before, 21.70 after, 17.67 plainly; pooled 17.93,
+now 17.34). The DCGAN below (1.21x apart) stays pooled."""
 WARM_STEPS = 10
 """Steps a program needs to reach its steady state: timed steps that all end before this step
 are likely warm-up (the gallery's early_exit on an H200: steps 3-5 at 1.9-3.5 ms, its steady
@@ -107,6 +116,10 @@ def choose(before: list[float], after: list[float], loader_depth: int = 0) -> tu
     """The samples to estimate from, and where they come from (see the module docstring)."""
     enough_before, enough_after = enough(before, loader_depth), enough(after, loader_depth)
     if enough_before and enough_after:
+        if not loader_depth:
+            fast, slow = sorted((statistics.median(before), statistics.median(after)))
+            if fast > 0 and slow / fast > SETS_DISAGREE:  # one set was slowed: warm-up or leftovers only add time
+                return (before, "before") if statistics.median(before) == fast else (after, "after")
         return before + after, "both"
     if enough_before:
         return before, "before"
