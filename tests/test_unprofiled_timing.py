@@ -358,3 +358,22 @@ def test_two_sets_far_apart_give_the_faster_one() -> None:
     # 1.25x apart or closer: pooled; behind a loader the sets are bursty, never compared
     assert choose([10.0] * 3, [12.5] * 3)[1] == "both"
     assert choose([1.0] * 4, [5.0] * 4, loader_depth=4)[1] == "both"
+
+
+def test_a_cut_between_queued_steps_does_not_read_an_unfinished_one(tmp_path: Path) -> None:
+    """A compiling step's cut (None) among steps the GPU has not reached: only finished marks are
+    read (an unfinished event's elapsed_time raises)."""
+
+    class Strict(_Event):
+        def elapsed_time(self, other: _Event) -> float:
+            assert self.done and other.done, "read an unfinished event"
+            return super().elapsed_time(other)
+
+    s = CaptureSession(CaptureConfig(steps=1, skip=4, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
+    marks = [Strict(i * 0.01, i < 6) for i in range(8)]
+    marks[6:6] = [None]  # cut before the unfinished ones: finished 0-5, None, unfinished, unfinished
+    s._before, s._count = marks, 6
+    assert s._finished_intervals(s._before) == pytest.approx([10.0] * 5)
+    for m in marks[7:]:
+        m.done = True
+    assert s._finished_intervals(s._before) == pytest.approx([10.0] * 6)  # 6-7 only: the cut stays cut

@@ -660,7 +660,13 @@ class CaptureSession(Listener):
         depth = self._loader_depth
         if depth and len(self._before) <= 2 * depth and self._count < max(skip, 1) + 3 * depth:
             return True
-        return self._trial_unsettled(skip)
+        try:
+            return self._trial_unsettled(skip)
+        except Exception as exc:  # noqa: BLE001 - never the program's failure: stop waiting, time what there is
+            self.result.notes.append(f"the steps could not be read while waiting for them to settle "
+                                     f"({type(exc).__name__}); the later half of those run is timed")
+            self._settle_keep = 0
+            return False
 
     def _trial_unsettled(self, skip: int) -> bool:
         """Past ``skip``, a trial runs on while its latest steps are still moving (timing.settled),
@@ -690,8 +696,10 @@ class CaptureSession(Listener):
         if marks is not self._settle_marks:  # a new series (a new epoch, a served backlog)
             self._settle_marks, self._settle_read, self._settle_intervals = marks, 1, []
         end = len(marks)
-        while end > self._settle_read and marks[end - 1] is not None and not isinstance(marks[end - 1], float) \
-                and not marks[end - 1].query():
+        while end > self._settle_read:  # back to the last mark the GPU has reached (a cut, None, tells nothing)
+            mark = marks[end - 1]
+            if mark is not None and (isinstance(mark, float) or mark.query()):
+                break
             end -= 1
         if end > self._settle_read:
             self._settle_intervals.extend(self._intervals(marks[self._settle_read - 1:end]))
