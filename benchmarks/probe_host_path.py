@@ -1,7 +1,7 @@
 """Where the host time of one ``gpudoctor.kernels.rms_norm`` forward + backward goes, the launch aside, on CPU.
 
 ``PYTHONPATH=src python3 benchmarks/probe_host_path.py [--batches 31] [--calls 2000]`` needs no GPU: it
-times (``time.perf_counter_ns`` around ``calls`` back-to-back calls, median of ``batches`` such batches,
+times (``time.perf_counter_ns`` around ``calls`` back-to-back calls; median and least of ``batches`` such batches,
 us per call) each piece of the eager path in isolation on CPU tensors of 4 x 4096 bf16 (the shape of
 bench_kernels_host.py's ``host`` part), then the whole call with the kernel path forced on (``use_triton``
 True) and the launchers replaced by no-ops, then with the launchers' own Python included (each launcher
@@ -28,8 +28,9 @@ SHAPE = (4, 4096)
 DT = torch.bfloat16
 
 
-def per_call_us(fn, calls: int, batches: int) -> float:
-    """Median over ``batches`` of the wall time per call of ``calls`` back-to-back calls of fn, in us."""
+def per_call_us(fn, calls: int, batches: int) -> tuple[float, float]:
+    """(median, least) over ``batches`` of the wall time per call of ``calls`` back-to-back calls of fn, in us:
+    on a machine shared with other work the least is the steadier of the two."""
     for _ in range(min(calls, 200)):
         fn()
     times = []
@@ -38,7 +39,7 @@ def per_call_us(fn, calls: int, batches: int) -> float:
         for _ in range(calls):
             fn()
         times.append((time.perf_counter_ns() - t0) / calls / 1e3)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 # -- stand-ins: an autograd.Function that does nothing, launchers that launch nothing -------------------
@@ -83,6 +84,9 @@ class _NoLaunch:
     """A launcher that launches nothing: the call's Python without the launch."""
 
     def launch(self, grid, args, values, num_warps) -> None:
+        pass
+
+    def launch_split(self, grid, tensors, scalars, values, num_warps) -> None:
         pass
 
 
@@ -184,10 +188,25 @@ def pieces(x, w, dy) -> list[tuple[str, object]]:
             cls.apply(x, w).backward(dy)
         return run
 
+    def c_apply_of(cls):
+        c_apply = _rms._c_apply(cls)[0]  # AttributeError where this checkout has none
+
+        def run():
+            x.grad = w.grad = None
+            c_apply(x, w).backward(dy)
+        return run
+
+    def valid(x=x, weight=w):  # rms_norm's one condition for valid inputs
+        return (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
+                and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]
+                and weight.device == x.device)
+
     out += [
+        ("the checks above in one condition", valid),
         ("Function.apply fwd+bwd, empty bodies", fn_of(_Empty)),
         ("  + save_for_backward / saved_tensors", fn_of(_Saving)),
         ("  + once_differentiable", fn_of(_SavingOnce)),
+        ("Function's C apply fwd+bwd, empty bodies", c_apply_of(_Empty)),
     ]
     return out
 
@@ -208,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(SHAPE, dtype=DT, requires_grad=True)
     w = torch.ones(SHAPE[-1], dtype=DT, requires_grad=True)
     dy = torch.ones_like(x)
-    rows: list[tuple[str, float | None]] = []
+    rows: list[tuple[str, tuple[float, float] | None]] = []
     for name, fn in pieces(x, w, dy):
         try:
             rows.append((name, per_call_us(fn, args.calls, args.batches)))
@@ -224,6 +243,20 @@ def main(argv: list[str] | None = None) -> None:
                          per_call_us(lambda: _rms.rms_norm(xi, wi, 1e-6), args.calls, args.batches)))
     if _common.tl is not None:
         with Patched("stub"):
+            xd, wd = x.detach(), w.detach()
+            y, rstd = torch.empty_like(xd), torch.empty(SHAPE[0])
+            tensors, scalars = (xd, wd, y, rstd), (SHAPE[1], SHAPE[1], SHAPE[0], SHAPE[1], 1e-6, 0.0)
+            plan = _rms._forward_plan(SHAPE[0], SHAPE[1], xd.element_size(), True)
+            launch = _rms._launch_fwd
+            launch.launch(plan[0], tensors + scalars, plan[1], plan[2])  # compiled: the cached path from here
+            rows.append(("stub Launcher.launch, forward's 10 args", per_call_us(
+                lambda: launch.launch(plan[0], tensors + scalars, plan[1], plan[2]), args.calls, args.batches)))
+            try:
+                rows.append(("stub Launcher.launch_split, the same", per_call_us(
+                    lambda: launch.launch_split(plan[0], tensors, scalars, plan[1], plan[2]), args.calls,
+                    args.batches)))
+            except AttributeError:  # a checkout without it
+                rows.append(("stub Launcher.launch_split, the same", None))
             rows.append(("rms_norm fwd+bwd, stub Launchers", per_call_us(whole(x, w, dy), whole_calls, args.batches)))
     module = torch.nn.RMSNorm(SHAPE[-1], eps=1e-6, dtype=DT)
 
@@ -233,9 +266,9 @@ def main(argv: list[str] | None = None) -> None:
         module(x).backward(dy)
     rows.append(("torch.nn.RMSNorm fwd+bwd (CPU math too)", per_call_us(torch_run, whole_calls, args.batches)))
     width = max(len(n) for n, _ in rows)
-    print(f"{'piece (4 x 4096 bf16, CPU)':<{width}}  us/call")
+    print(f"{'piece (4 x 4096 bf16, CPU), us a call':<{width}}   median    least")
     for name, us in rows:
-        print(f"{name:<{width}}  {'-' if us is None else f'{us:7.2f}'}")
+        print(f"{name:<{width}}  " + ("      -        -" if us is None else f"{us[0]:7.2f}  {us[1]:7.2f}"))
 
 
 if __name__ == "__main__":

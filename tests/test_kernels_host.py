@@ -145,6 +145,27 @@ def test_exact_key_finds_the_specialization_once_then_itself(monkeypatch) -> Non
     assert len(fn.calls) == 3  # the first launch went through Triton's own launch
 
 
+def test_split_launch_hands_the_launcher_what_launch_does(monkeypatch) -> None:
+    """launch_split(grid, tensors, scalars, ...) is launch(grid, tensors + scalars, ...): the same direct call,
+    the same compiled kernel; a misaligned tensor or an int where a float was makes another specialization."""
+    _on_cpu(monkeypatch, stream=7)
+    calls: list = []
+    fn = FakeJit(["X", "Y", "n", "eps", "BLOCK", "FLAG"], ("BLOCK", "FLAG"), _compiled(calls))
+    launch = Launcher(fn)
+    x, y = torch.zeros(32), torch.zeros(32, dtype=torch.bfloat16)
+    launch((3,), x, y, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)  # compiles
+    launch((5, 2), x, y, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
+    launch.launch_split((5, 2), (x, y), (4096, 1e-6), (128, True), 4)
+    assert fn.compiles == 1 and len(calls) == 2 and calls[0] == calls[1]
+    assert calls[1][9:] == (x.data_ptr(), y.data_ptr(), 4096, 1e-6, 128, True)
+    assert len(launch.cache) == 2  # each form its own exact key, of one specialization
+    launch.launch_split((5, 2), (x[1:], y), (4096, 1e-6), (128, True), 4)  # 4 bytes past a 16-byte boundary
+    launch.launch_split((5, 2), (x, y), (4096, 1), (128, True), 4)  # an int: Triton types it i32, not fp32
+    assert fn.compiles == 3 and len(calls) == 2  # each compiled (and launched) through Triton
+    launch.launch_split((5, 2), (x, y), (4096, 1), (128, True), 4)
+    assert fn.compiles == 3 and calls[2][9:] == (x.data_ptr(), y.data_ptr(), 4096, 1, 128, True)
+
+
 def test_exact_keys_tell_apart_what_python_calls_equal() -> None:
     """1, 1.0 and True are equal (and hash alike) in Python; Triton types them i32, fp32 and i1."""
     buf = torch.zeros(8)
@@ -211,11 +232,35 @@ def test_rms_norm_forward_backward_launches_and_python_calls(stubbed) -> None:
     # fp32 partial rows, one a program (4: the resident programs on CPU), summed into dw by stage two
     assert len(stubbed) == 3 and stubbed[1][:3] == (4, 1, 1) and stubbed[1][9 + 5] != tall.w.grad.data_ptr()
     assert stubbed[2][9 + 2] == tall.w.grad.data_ptr() and stubbed[2][9 + 4:9 + 6] == (4, 4096)  # n_parts, H
-    # no view, no plan, no specialization key, no device query: checks, then one launch each way
-    launch = ["launch", "_exact", "<listcomp>", "hooks_idle", "<listcomp>"]  # the key, then the addresses
-    assert _gpudoctor_calls(small) == ["rms_norm", "check_tensor", "check_tensor", "check_same", "check_eps",
-                                       "forward", "_forward", "rows_of", *launch,
-                                       "backward", "_backward", "rows_of", "rows_of", *launch]
+    # no view, no plan, no specialization key, no device query, no check one by one (valid inputs pass one
+    # condition), no Function.apply or once_differentiable wrapper: one launch each way, its key from two
+    # groups of arguments (comprehension frames, which Python 3.12 inlines, left out)
+    launch = ["launch_split", "_run", "hooks_idle"]
+    called = [name for name in _gpudoctor_calls(small) if not name.startswith("<")]
+    assert called == ["rms_norm", "apply_function", "forward", "_forward", "rows_of", *launch,
+                      "backward", "_backward", "rows_of", "rows_of", *launch]
+
+
+def test_double_backward_raises_as_once_differentiable(stubbed) -> None:
+    """The backward skips once_differentiable's wrapper only where grad mode is off (every backward without
+    create_graph); with create_graph=True the wrapper runs, and differentiating its result raises."""
+    x = torch.randn(4, 4096, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(4096, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.ones_like(x, requires_grad=True)  # once_differentiable marks outputs only when an input needs grad
+    (dx,) = torch.autograd.grad(_rms.rms_norm(x, w, 1e-6), x, dy, create_graph=True)
+    assert dx.requires_grad and type(dx.grad_fn).__name__ == "Error"  # DelayedError's node
+    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with "
+                                           "@once_differentiable"):
+        dx.sum().backward()
+
+
+def test_functorch_transforms_take_function_apply(stubbed) -> None:
+    """Under torch.func the call goes through Function.apply, which rejects a Function without setup_context,
+    as it did before the C apply was called directly."""
+    x = torch.randn(4, 4096, dtype=torch.bfloat16)
+    w = torch.ones(4096, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="it must override the setup_context"):
+        torch.func.grad(lambda x: _rms.rms_norm(x, w, 1e-6).float().sum())(x)
 
 
 def test_rms_norm_host_time_per_call_stays_under_a_bound(stubbed) -> None:

@@ -204,7 +204,7 @@ def _fresh_launch_plans():
 
 def spy_launcher(monkeypatch, module, name, record):
     """Replace ``module.<name>`` (a Launcher) by one that calls ``record(constexprs by name, args)`` before
-    each launch, whether called with keywords or through ``.launch``."""
+    each launch, whether called with keywords or through ``.launch`` / ``.launch_split``."""
     real = getattr(module, name)
 
     class Spy:
@@ -216,6 +216,10 @@ def spy_launcher(monkeypatch, module, name, record):
         def launch(self, grid, args, values, num_warps):
             record(dict(zip(real.constexpr_names, values, strict=True)), args)
             real.launch(grid, args, values, num_warps)
+
+        def launch_split(self, grid, tensors, scalars, values, num_warps):
+            record(dict(zip(real.constexpr_names, values, strict=True)), tensors + scalars)
+            real.launch_split(grid, tensors, scalars, values, num_warps)
 
     monkeypatch.setattr(module, name, Spy())
 
@@ -443,6 +447,11 @@ def test_layer_norm_module():
     (lambda x, w: rms_mod.rms_norm(x.long(), w), "x must be a floating-point tensor"),
     (lambda x, w: rms_mod.rms_norm(x, w, casting="mistral"), "casting must be one of 'llama', 'gemma'"),
     (lambda x, w: rms_mod.rms_norm(x, w, eps=-1.0), "eps must be a number >= 0"),
+    (lambda x, w: rms_mod.rms_norm(x[0, 0], w), r"x must have at least 1 dimension\(s\), got shape \(\)"),
+    (lambda x, w: rms_mod.rms_norm(x, w[None]), r"weight must have 1 dimension\(s\), got shape \(1, 7\)"),
+    (lambda x, w: rms_mod.rms_norm(x, w.long()), "weight must be a floating-point tensor"),
+    (lambda x, w: rms_mod.rms_norm(x, w, eps=float("nan")), "eps must be a number >= 0, got nan"),
+    (lambda x, w: rms_mod.rms_norm(x, w, eps=True), "eps must be a number >= 0, got True"),
     (lambda x, w: ln_mod.layer_norm(x, w, w[:6]), r"bias has 6 elements but x's last dimension .* is 7"),
     (lambda x, w: ln_mod.layer_norm(x, "w", None), "weight must be a torch.Tensor, got str"),
     (lambda x, w: ln_mod.layer_norm(x, w, w.half()), "bias is torch.float16 but x is torch.float32"),
@@ -707,8 +716,8 @@ def test_one_program_backward_stores_dw_itself(dtype, shape, programs, monkeypat
     seen = []
     results, grids = [], []
     real = rms_mod._launch_bwd
-    monkeypatch.setattr(rms_mod, "_launch_bwd", SimpleNamespace(
-        launch=lambda grid, args, values, warps: (grids.append(grid), real.launch(grid, args, values, warps))))
+    monkeypatch.setattr(rms_mod, "_launch_bwd", SimpleNamespace(launch_split=lambda grid, tensors, scalars, values,
+                        warps: (grids.append(grid), real.launch_split(grid, tensors, scalars, values, warps))))
     for tiles in (rms_mod.WHOLE_MAX_TILES, 0):
         monkeypatch.setattr(rms_mod, "WHOLE_MAX_TILES", tiles)
         rms_mod._BWD_PLANS.clear()

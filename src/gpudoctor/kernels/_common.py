@@ -10,6 +10,7 @@ PyTorch path, which computes the same thing.
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from collections.abc import Callable
 
@@ -189,6 +190,10 @@ def bindable(compiled: object) -> bool:
     return all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata", "launch_metadata"))
 
 
+_data_ptr = torch.Tensor.data_ptr
+_dtype = operator.attrgetter("dtype")
+
+
 class Launcher:
     """``Launcher(jit_fn)(grid, *args, **constexprs, num_warps=W)``: the same launch as
     ``jit_fn[grid](*args, **constexprs, num_warps=W)`` with the per-call Python work cut to building an
@@ -233,12 +238,45 @@ class Launcher:
             bound = self._bind(grid, args, values, num_warps, device, key)
             if bound is None:  # compiled and launched by Triton just now
                 return
+        self._run(bound, grid, args, None, values, num_warps, device)
+
+    def launch_split(self, grid: tuple[int, ...], tensors: tuple, scalars: tuple, values: tuple,
+                     num_warps: int) -> None:
+        """``launch(grid, tensors + scalars, values, num_warps)`` for a kernel whose tensor arguments all come
+        before the others. The exact key is then built from C-level maps over each group (every tensor's dtype
+        and address modulo 16; the scalars and their types), with no per-argument type test in Python: 1.4
+        against 2.8 us for the norm forward's 10 arguments (key and addresses), 1.7 against 3.5 for the
+        backward's 14, 2-core development machine, 2026-11-26. Its keys never equal ``launch``'s (other
+        lengths) and, like them, equal keys have equal specializations."""
+        first = tensors[0]
+        if type(first) is not torch.Tensor or not self.fast:  # a trace, a Parameter, the interpreter
+            self.launch(grid, tensors + scalars, values, num_warps)
+            return
+        device = first.get_device()
+        if device != _current_device():
+            self.launch(grid, tensors + scalars, values, num_warps)
+            return
+        ptrs = list(map(_data_ptr, tensors))
+        key = (device, num_warps, values, tuple(map(_dtype, tensors)), tuple([p & 15 for p in ptrs]), scalars,
+               tuple(map(type, scalars)))
+        bound = self.cache.get(key)
+        if bound is None:
+            bound = self._bind(grid, tensors + scalars, values, num_warps, device, key)
+            if bound is None:  # compiled and launched by Triton just now
+                return
+        self._run(bound, grid, tensors + scalars, ptrs + list(scalars), values, num_warps, device)
+
+    def _run(self, bound: tuple, grid: tuple[int, ...], args: tuple, addressed: list | None, values: tuple,
+             num_warps: int, device: int) -> None:
+        """Launch a cached kernel: directly with ``addressed`` (args, each tensor as its address; None: made
+        here) where no hook is registered, else through the compiled kernel's runner, else through Triton."""
         if self.direct and hooks_idle():
             n = len(grid)
+            if addressed is None:
+                addressed = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
             try:
                 bound[1](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, _current_stream(device),
-                         bound[2], bound[3], None, None, None,
-                         *[a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args], *values)
+                         bound[2], bound[3], None, None, None, *addressed, *values)
                 return
             except Exception:  # noqa: BLE001 - a Triton whose launcher API differs: launch as below, from now on
                 self.direct = False

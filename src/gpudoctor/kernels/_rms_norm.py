@@ -363,9 +363,19 @@ def sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor
     n_parts, hidden = first.shape
     outs = [torch.empty(hidden, dtype=dtype, device=first.device) for _, dtype in parts]
     second = parts[1][0] if len(parts) > 1 else first
-    _launch_sum.launch((-(-hidden // SUM_COLS),), (first, second, outs[0], outs[-1], n_parts, hidden),
-                       (SUM_ROWS, SUM_COLS, len(parts) > 1), SUM_WARPS)
+    _launch_sum.launch_split((-(-hidden // SUM_COLS),), (first, second, outs[0], outs[-1]), (n_parts, hidden),
+                             (SUM_ROWS, SUM_COLS, len(parts) > 1), SUM_WARPS)
     return outs
+
+
+def check_inputs(x: object, weight: object) -> None:
+    """x [..., H] and weight [H], floating point, of one dtype and device, or a one-line error."""
+    check_tensor("x", x, min_dims=1)
+    check_tensor("weight", weight, dims=1)
+    check_same("x", x, weight=weight)
+    if weight.shape[0] != x.shape[-1]:
+        raise InputError(f"weight has {weight.shape[0]} elements but x's last dimension (the hidden size) is "
+                         f"{x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
 
 
 def check_eps(eps: object) -> float:
@@ -430,15 +440,17 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, l
              y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """y (x's shape, contiguous; or written into the contiguous ``y`` given), rstd [rows] fp32, and x as the
     rows the kernel read (x itself when contiguous: what the backward needs)."""
-    hidden = x.shape[-1] if type(x.shape[-1]) is int else int(x.shape[-1])
+    hidden = x.shape[-1]
+    if type(hidden) is not int:  # a compiler's symbolic size
+        hidden = int(hidden)
     x2, n_rows, stride_x = rows_of(x, hidden)
     key = (n_rows, hidden, x.dtype, llama)
     plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key, _forward_plan(n_rows, hidden, x.element_size(), llama))
     if y is None:  # contiguous, [..., H]: rows `hidden` apart
         y = torch.empty_like(x) if x2 is x else x.new_empty(x.shape)
     rstd = x.new_empty(n_rows, dtype=torch.float32)  # [rows]
-    _launch_fwd.launch(plan[0], (x2, weight, y, rstd, stride_x, hidden, n_rows, hidden, eps, offset), plan[1],
-                       plan[2])
+    _launch_fwd.launch_split(plan[0], (x2, weight, y, rstd), (stride_x, hidden, n_rows, hidden, eps, offset),
+                             plan[1], plan[2])
     return y, rstd, x2
 
 
@@ -446,22 +458,28 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
               llama: bool, need_dw: bool, x_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor | None]:
     """dx of shape ``x_shape`` (contiguous) and dw (None unless ``need_dw``), from dy and the rows x2 the
     forward read (any shape with ``x_shape``'s number of elements and rows)."""
-    hidden = x2.shape[-1] if type(x2.shape[-1]) is int else int(x2.shape[-1])
+    hidden = x2.shape[-1]
+    if type(hidden) is not int:  # a compiler's symbolic size
+        hidden = int(hidden)
+    saved = x2
     x2, n_rows, stride_x = rows_of(x2, hidden)
     dy2, _, stride_dy = rows_of(dy, hidden)
     key = (n_rows, hidden, x2.dtype, x2.get_device(), llama, need_dw)
     plan = _BWD_PLANS.get(key) or remember(
         _BWD_PLANS, key, _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
     grid, n_tiles, per, single, values, num_warps, whole = plan
-    dx = x2.new_empty(x_shape)  # contiguous: rows `hidden` apart
+    # contiguous: rows `hidden` apart. empty_like of the contiguous input itself where it has x's shape (the
+    # eager path's usual case): 0.9 us against 1.9 us for new_empty(shape), 2-core development machine,
+    # 2026-11-26 (benchmarks/probe_host_path.py)
+    dx = torch.empty_like(x2) if x2 is saved and x2.shape == x_shape else x2.new_empty(x_shape)
     if whole:  # one program: its row of dw is all of dw, stored in the weight's dtype
         dw = dw_part = weight.new_empty(hidden)
     elif not need_dw:  # a frozen weight: DW is never touched (HAS_DW is compile-time), dx stands in
         dw_part = dx
     else:
         dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
-    _launch_bwd.launch(grid, (x2, weight, dy2, rstd, dx, dw_part, stride_x, stride_dy, hidden, n_rows, n_tiles, per,
-                              hidden, offset), values, num_warps)
+    _launch_bwd.launch_split(grid, (x2, weight, dy2, rstd, dx, dw_part),
+                             (stride_x, stride_dy, hidden, n_rows, n_tiles, per, hidden, offset), values, num_warps)
     if not whole:
         dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
@@ -476,11 +494,47 @@ class _RMSNormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy: torch.Tensor):
+        # once_differentiable's wrapper (a no_grad block, then a check of grad mode) costs 4-5 us a call on the
+        # 2-core development machine (2026-11-26, benchmarks/probe_host_path.py); the engine runs a backward
+        # with grad mode off unless create_graph=True, where that wrapper is needed and taken
+        if torch.is_grad_enabled():
+            return _backward_once(ctx, dy)
         x2, weight, rstd = ctx.saved_tensors
         dx, dw = _backward(dy, x2, weight, rstd, ctx.offset, ctx.llama, ctx.needs_input_grad[1], ctx.x_shape)
         return dx, dw, None, None, None
+
+
+@once_differentiable
+def _backward_once(ctx, dy: torch.Tensor):
+    """The backward under create_graph=True: its outputs then raise when differentiated again."""
+    return _RMSNormFunction.backward(ctx, dy)
+
+
+# The C apply of autograd.Function, without the Python ``Function.apply`` in front of it, which checks for
+# functorch transforms (vmap, grad: they take Function.apply, which rejects a Function without
+# setup_context, as before) and unwraps dead functorch wrappers of the arguments, done here for the two
+# tensors: 2-3 us less a call on the 2-core development machine (2026-11-26, benchmarks/probe_host_path.py).
+# A torch without these internals keeps Function.apply.
+def _c_apply(function: type) -> tuple | None:
+    """(the C apply bound to ``function``, unwrap_if_dead, whether functorch transforms are active), or None."""
+    try:
+        c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
+        return c_apply, torch._C._functorch.unwrap_if_dead, torch._C._are_functorch_transforms_active
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+_C_APPLY = _c_apply(_RMSNormFunction)
+
+
+def apply_function(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+    """``_RMSNormFunction.apply(x, weight, eps, offset, llama)``; through Function.apply itself under functorch
+    transforms and where a compiler traces the call (no registered op): dynamo knows Function.apply."""
+    if _C_APPLY is None or _C_APPLY[2]() or (_FWD_OP is None and torch.compiler.is_compiling()):
+        return _RMSNormFunction.apply(x, weight, eps, offset, llama)
+    c_apply, unwrap, _ = _C_APPLY
+    return c_apply(unwrap(x), unwrap(weight), eps, offset, llama)
 
 
 # -- the gpudoctor::rms_norm custom op (what torch.compile sees) -------------------------------------------
@@ -576,15 +630,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     ``"gemma"`` applies the weight in fp32 (GemmaRMSNorm, with ``offset=1.0``). Triton on CUDA
     (fp32/bf16/fp16); native PyTorch for CPU tensors, fp64 and small inputs.
     """
-    check_tensor("x", x, min_dims=1)
-    check_tensor("weight", weight, dims=1)
-    check_same("x", x, weight=weight)
-    if weight.shape[0] != x.shape[-1]:
-        raise InputError(f"weight has {weight.shape[0]} elements but x's last dimension (the hidden size) is "
-                         f"{x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
+    # valid inputs pass one condition (0.7 us against 1.3 us for the checks one by one on the 2-core
+    # development machine, 2026-11-26, benchmarks/probe_host_path.py); anything else takes the checks, which
+    # raise the first problem's one-line error
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
+            and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]
+            and weight.device == x.device):
+        check_inputs(x, weight)
     if casting not in CASTINGS:
         raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
-    eps = check_eps(eps)
+    if type(eps) is not float or not eps >= 0:  # a float >= 0 is what check_eps would return
+        eps = check_eps(eps)
     offset = float(offset)
     llama = casting == "llama"
     if x.numel() == 0 or not use_triton(x, weight):
@@ -600,7 +656,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save
         return _forward(x, weight, eps, offset, llama)[0]
-    return _RMSNormFunction.apply(x, weight, eps, offset, llama)
+    return apply_function(x, weight, eps, offset, llama)
 
 
 class RMSNorm(nn.Module):
