@@ -449,15 +449,16 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown --parts / --compiled value(s) {','.join(unknown)}; parts: host, gpu, model; "
                  "compiled: op, native")
-    if not torch.cuda.is_available():
-        sys.exit("bench_kernels_host.py needs a CUDA GPU")
-    COMPILED[:] = [c for c in ("op", "native") if c in compiled]
     if args.batch_seq:
         try:
             MODEL_SHAPE[:] = [int(v) for v in args.batch_seq.lower().split("x")]
-            assert len(MODEL_SHAPE) == 2 and min(MODEL_SHAPE) > 0
-        except (ValueError, AssertionError):
+            if len(MODEL_SHAPE) != 2 or min(MODEL_SHAPE) < 1:
+                raise ValueError
+        except ValueError:
             sys.exit(f"--batch-seq takes BATCHxSEQ, e.g. 8x1024; got {args.batch_seq!r}")
+    if not torch.cuda.is_available():
+        sys.exit("bench_kernels_host.py needs a CUDA GPU")
+    COMPILED[:] = [c for c in ("op", "native") if c in compiled]
     start = time.time()
     budget = args.budget_s if args.budget_s is not None else (210.0 if args.quick else None)
     if budget is not None:

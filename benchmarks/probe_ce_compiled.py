@@ -38,6 +38,10 @@ def _op(h, w, t):
 
 
 def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: probe_ce_compiled.py OUT_DIR (a folder for ce_compiled.json)")
+    if not torch.cuda.is_available():
+        sys.exit("probe_ce_compiled.py needs a CUDA GPU")
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     rows = []
