@@ -684,9 +684,10 @@ class CaptureSession(Listener):
             self._settle_end = self._settle_read
             return False
         if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
-            self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last "
-                                     f"{TRIAL_SETTLE_HALF} against the {TRIAL_SETTLE_HALF} before them differ by "
-                                     f"more than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
+            half = max(TRIAL_SETTLE_HALF, self._loader_depth)
+            self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last {half} "
+                                     f"against the {half} before them, or the fastest {half}, differ by more "
+                                     f"than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
             return False
         return True
 
