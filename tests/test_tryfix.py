@@ -89,6 +89,15 @@ def test_child_env_adds_to_an_existing_alloc_conf() -> None:
     assert knobs_mod.child_env(["tf32"], {}) == {}
 
 
+def test_compile_knobs_start_inductors_workers_on_demand_unless_the_user_chose() -> None:
+    """A warm Inductor cache let the compile end while its worker pool was still starting on every CPU
+    (knobs.COLD_POOL): the compile trials start it only when a kernel must be compiled."""
+    for kid in ("compile", "compile-reduce-overhead"):
+        assert knobs_mod.child_env([kid], {}) == {"TORCH_WARM_POOL": "0"}
+        assert knobs_mod.child_env([kid], {"TORCH_WARM_POOL": "1"}) == {"TORCH_WARM_POOL": "1"}  # the user's
+    assert "TORCH_WARM_POOL" not in knobs_mod.child_env(["bf16-autocast"], {})
+
+
 # -- verdicts with synthetic samples ---------------------------------------------------------------
 
 

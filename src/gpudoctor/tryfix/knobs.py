@@ -257,6 +257,13 @@ def _bf16_autocast(effects: Effects) -> None:
     on_outermost_module(change, effects, around_first=autocast)
 
 
+def _pool_note() -> str:
+    """What the trial's environment says about Inductor's worker pool (COLD_POOL), for its effects line."""
+    import os
+
+    return "; compile workers started on demand (TORCH_WARM_POOL=0)" if os.environ.get("TORCH_WARM_POOL") == "0" else ""
+
+
 def _compile(mode: str | None) -> Callable[[Effects], None]:
     def apply(effects: Effects) -> None:
         def change(module: Any) -> str:
@@ -268,13 +275,13 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             name = type(module).__name__
             if mode != "reduce-overhead":
                 module.forward = compiled
-                return f"{name}.forward = torch.compile({name}.forward{args})"
+                return f"{name}.forward = torch.compile({name}.forward{args}){_pool_note()}"
             # A CUDA graph's outputs live in its own pool and the next replay overwrites them: a
             # program that keeps one call's output past the next call (a GAN's fake images, fed to
             # the discriminator twice) stops with "accessing tensor output of CUDAGraphs that has
             # been overwritten". Cloning the outputs is the documented way out and costs one copy.
             module.forward = _cloning_outputs(compiled)
-            return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned"
+            return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned{_pool_note()}"
 
         on_outermost_module(change, effects)
 
@@ -323,6 +330,16 @@ def _no_empty_cache(effects: Effects) -> None:
 
 
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+# Inductor starts its pool of compile worker processes (one per CPU, up to 32) at its first compile,
+# before it knows whether anything needs compiling (torch/_inductor/async_compile.py
+# ``maybe_warm_pool``); TORCH_WARM_POOL=0 starts it only when a kernel must be compiled. When the
+# graph is already in Inductor's cache, the compile ends while the workers are still importing torch
+# on every CPU, and the compiled steps share the CPUs with them: a compile trial with a warm cache
+# timed about ten steps of 520 ms where its steady step is 13 ms (accelerate loop, H100, 2026-11-26;
+# 16 CPUs). That the pool is the cause is read from torch's source, not measured; the trial also
+# waits for its steps to settle (capture/timing.py), whatever the cause.
+COLD_POOL = {"TORCH_WARM_POOL": "0"}
+_MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
 KNOBS: tuple[Knob, ...] = (
     Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers", ("input-pipeline",),
@@ -336,9 +353,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
-         _compile("reduce-overhead"), numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
-    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), numerics=True,
-         group="compile", warmup_steps=WARMUP_COMPILE),
+         _compile("reduce-overhead"), env=COLD_POOL, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
+    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=COLD_POOL,
+         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
          _expandable, env=EXPANDABLE, group="allocator"),
     Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),
@@ -363,12 +380,15 @@ def knobs_for(finding_id: str) -> tuple[Knob, ...]:
 
 def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str]) -> dict[str, str]:
     """The child's environment: ``base`` plus each knob's variables (a comma-separated setting such
-    as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced)."""
+    as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced; any other variable the user set is kept)."""
     env = dict(base)
     for kid in knob_ids:
         for name, value in BY_ID[kid].env.items():
             old = env.get(name, "")
-            env[name] = value if not old else (old if value in old.split(",") else f"{old},{value}")
+            if not old:
+                env[name] = value
+            elif name in _MERGED and value not in old.split(","):
+                env[name] = f"{old},{value}"
     return env
 
 
