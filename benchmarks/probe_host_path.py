@@ -67,17 +67,10 @@ class _Saving(torch.autograd.Function):
         return dy, None
 
 
-class _SavingOnce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return torch.empty_like(x)
+class _SavingOnce(_Saving):
+    """_Saving with its backward under once_differentiable: the decorator's own cost."""
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        _ = ctx.saved_tensors
-        return dy, None
+    backward = staticmethod(once_differentiable(_Saving.backward))
 
 
 class _NoLaunch:
