@@ -61,6 +61,16 @@ def test_runs_like_python_and_stops_after_the_window(tmp_path: Path) -> None:
     assert "no GPU work was recorded" in out.stdout
 
 
+def test_the_interpreter_collects_our_frozen_objects_at_exit(tmp_path: Path) -> None:
+    """The runner freezes the objects alive before the program (gc.freeze); left frozen, triton's
+    outlived its bindings and nanobind printed about a hundred "leaked" lines after the report."""
+    pytest.importorskip("triton")
+    script = "import time, gpudoctor\nfor i in range(12):\n    time.sleep(0.001)\n    gpudoctor.step()\n"
+    out = run(tmp_path, "--skip", "3", "--steps", "2", "pure.py", script=script, name="pure.py")
+    assert out.returncode == 0, out.stderr
+    assert "leaked" not in out.stderr and "nanobind" not in out.stderr
+
+
 def test_continue_lets_the_program_finish(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "2", "--steps", "2", "--continue", "train.py", "12")
     assert "finished" in out.stdout and out.returncode == 0
