@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
@@ -377,3 +379,32 @@ def test_a_cut_between_queued_steps_does_not_read_an_unfinished_one(tmp_path: Pa
     for m in marks[7:]:
         m.done = True
     assert s._finished_intervals(s._before) == pytest.approx([10.0] * 6)  # 6-7 only: the cut stays cut
+
+
+# -- properties of the two decisions, on any step times -------------------------------------------------
+
+_MS = st.floats(min_value=0.01, max_value=1e4, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(_MS, min_size=1, max_size=40), st.integers(min_value=0, max_value=16))
+def test_settled_never_fails_and_a_steady_series_is_settled(intervals: list[float], depth: int) -> None:
+    assert settled(intervals, depth) in (True, False)
+    n = max(2 * max(TRIAL_SETTLE_HALF, depth), len(intervals))
+    assert settled([intervals[0]] * n, depth)
+
+
+@given(st.lists(_MS, min_size=2 * TRIAL_SETTLE_HALF, max_size=40), st.floats(min_value=1.3, max_value=100))
+def test_a_series_that_just_slowed_down_is_not_settled(intervals: list[float], factor: float) -> None:
+    base = max(intervals)  # every earlier step faster than the last ones by the factor
+    slowed = intervals + [base * factor + 1.0] * TRIAL_SETTLE_HALF
+    assert not settled(slowed)
+
+
+@given(st.lists(_MS, min_size=3, max_size=12), st.lists(_MS, min_size=3, max_size=12))
+def test_choose_returns_one_set_or_both_and_the_faster_when_far_apart(before: list[float],
+                                                                      after: list[float]) -> None:
+    samples, where = choose(before, after)
+    assert (samples, where) in ((before + after, "both"), (before, "before"), (after, "after"))
+    if where != "both":
+        chosen, other = (before, after) if where == "before" else (after, before)
+        assert statistics.median(chosen) * 1.25 < statistics.median(other)
