@@ -164,8 +164,7 @@ class CaptureSession(Listener):
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
-        self._settle_keep = 0  # the steps a trial judged settled keeps (0: none was judged)
-        self._settle_end = 0  # and the marks they end at (steps the GPU had finished when judged)
+        self._settled_ms: list[float] | None = None  # the steps a trial judged settled: the ones it times
         self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
         self._settle_read = 1
         self._settle_intervals: list[float] = []
@@ -654,7 +653,8 @@ class CaptureSession(Listener):
     def _trial_wants_more(self, skip: int) -> bool:
         """A trial behind a DataLoader with workers times past its start-up backlog and over two
         rounds of its queue (capture/timing.py keeps the later half, which must hold one round),
-        bounded by 3 rounds past ``skip``."""
+        bounded by 3 rounds past ``skip``; then every trial runs on until its steps have settled
+        (``_trial_unsettled``)."""
         if self._serving_backlog(skip):
             return True
         depth = self._loader_depth
@@ -665,7 +665,7 @@ class CaptureSession(Listener):
         except Exception as exc:  # noqa: BLE001 - never the program's failure: stop waiting, time what there is
             self.result.notes.append(f"the steps could not be read while waiting for them to settle "
                                      f"({type(exc).__name__}); the later half of those run is timed")
-            self._settle_keep = 0
+            self._settled_ms = None
             return False
 
     def _trial_unsettled(self, skip: int) -> bool:
@@ -676,12 +676,12 @@ class CaptureSession(Listener):
         now = time.perf_counter()
         if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
             self._settle_started = now
-        if settled(self._finished_intervals(self._before), self._loader_depth):
+        intervals = self._finished_intervals(self._before)
+        if settled(intervals, self._loader_depth):
             # the steps timed are the ones judged settled: not the earlier ones (a compile trial at its
             # --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran 9-20 ms: H100,
             # 2026-11-26), nor the later ones the GPU had not run yet
-            self._settle_keep = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
-            self._settle_end = self._settle_read
+            self._settled_ms = intervals[-2 * max(TRIAL_SETTLE_HALF, self._loader_depth):]
             return False
         if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
             half = max(TRIAL_SETTLE_HALF, self._loader_depth)
@@ -765,13 +765,11 @@ class CaptureSession(Listener):
         try:
             if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
-            if self._settle_keep:  # a trial whose steps were judged settled: those steps
-                before = before[:self._settle_end]
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
-            if self._settle_keep:
-                keep = min(len(early), self._settle_keep)
-            self.result.unprofiled_before_ms = early[len(early) - keep:]
+            # a trial whose steps were judged settled times those steps
+            settled_ms = self._settled_ms
+            self.result.unprofiled_before_ms = list(settled_ms) if settled_ms else early[len(early) - keep:]
             self.result.unprofiled_after_ms = self._intervals(after)
             self.result.generate = self._token_times(tokens)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error

@@ -117,9 +117,9 @@ def choose(before: list[float], after: list[float], loader_depth: int = 0) -> tu
     enough_before, enough_after = enough(before, loader_depth), enough(after, loader_depth)
     if enough_before and enough_after:
         if not loader_depth:
-            fast, slow = sorted((statistics.median(before), statistics.median(after)))
-            if fast > 0 and slow / fast > SETS_DISAGREE:  # one set was slowed: warm-up or leftovers only add time
-                return (before, "before") if statistics.median(before) == fast else (after, "after")
+            mb, ma = statistics.median(before), statistics.median(after)
+            if min(mb, ma) > 0 and max(mb, ma) / min(mb, ma) > SETS_DISAGREE:  # one set was slowed: warm-up or
+                return (before, "before") if mb < ma else (after, "after")  # leftovers only add time
         return before + after, "both"
     if enough_before:
         return before, "before"
