@@ -211,11 +211,12 @@ def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkey
     spec = json.loads((tmp_path / "run" / "trials" / "tf32" / "spec.json").read_text())
     assert spec["skip"] == 24 + 4
     trial = json.loads((tmp_path / "run" / "trials" / "tf32" / "trial.json").read_text())
-    # 28 steps, of which the last 12 judged settled are timed (capture/timing.settled); on a loaded
-    # CPU the steps may still move at 28: then it runs on, and the program's 40 steps end it (the
-    # later half of what it ran is timed)
+    # 28 steps, then the 12 judged settled (capture/timing.settled) and the steps after them are
+    # timed until the program's 40 steps end it, before the 30 a trial times: 24 samples when the
+    # steps settled at 28; on a loaded CPU they may settle later (fewer), or never (the later half
+    # of the 40, 20)
     seen, timed = trial["steps_seen"], len(trial["samples_ms"])
-    assert 28 <= seen <= 40 and (timed == 12 or (seen == 40 and timed == 20)), (seen, timed)
+    assert seen == 40 and 12 <= timed <= 24, (seen, timed)
 
 
 def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:

@@ -49,6 +49,8 @@ from gpudoctor.capture.timing import (
     TRIAL_SETTLE_MAX_S,
     TRIAL_SETTLE_MAX_STEPS,
     TRIAL_SETTLE_RATIO,
+    TRIAL_TIMED_MAX_S,
+    TRIAL_TIMED_STEPS,
     UnprofiledStep,
     settled,
     unprofiled_step,
@@ -164,7 +166,10 @@ class CaptureSession(Listener):
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
-        self._settled_ms: list[float] | None = None  # the steps a trial judged settled: the ones it times
+        self._settled_ms: list[float] | None = None  # the steps a trial times: from the ones it judged settled
+        self._timed_from: int | None = None  # where they start in the settled series
+        self._timed_started = 0.0
+        self._timed_series: list[Any] | None = None
         self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
         self._settle_read = 1
         self._settle_intervals: list[float] = []
@@ -677,12 +682,15 @@ class CaptureSession(Listener):
         if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
             self._settle_started = now
         intervals = self._finished_intervals(self._before)
+        if self._timed_from is not None:
+            return self._trial_timing(intervals, now)
         if settled(intervals, self._loader_depth):
-            # the steps timed are the ones judged settled: not the earlier ones (a compile trial at its
-            # --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran 9-20 ms: H100,
-            # 2026-11-26), nor the later ones the GPU had not run yet
-            self._settled_ms = intervals[-2 * max(TRIAL_SETTLE_HALF, self._loader_depth):]
-            return False
+            # the steps timed start with the ones judged settled: not the earlier ones (a compile trial
+            # at its --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran 9-20
+            # ms: H100, 2026-11-26), nor the later ones the GPU had not run yet
+            self._timed_from = len(intervals) - 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
+            self._timed_started, self._timed_series = now, self._settle_marks
+            return self._trial_timing(intervals, now)
         if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
             half = max(TRIAL_SETTLE_HALF, self._loader_depth)
             self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last {half} "
@@ -690,6 +698,16 @@ class CaptureSession(Listener):
                                      f"than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
             return False
         return True
+
+    def _trial_timing(self, intervals: list[float], now: float) -> bool:
+        """Once settled, a trial times on up to TRIAL_TIMED_STEPS steps (or TRIAL_TIMED_MAX_S
+        seconds); the steps timed so far are kept at every step, so a program that ends sooner is
+        timed over those. A new series of marks (a new step source) ends the timing there."""
+        assert self._timed_from is not None
+        if self._settle_marks is not self._timed_series:
+            return False
+        self._settled_ms = intervals[self._timed_from:]
+        return len(self._settled_ms) < TRIAL_TIMED_STEPS and now - self._timed_started < TRIAL_TIMED_MAX_S
 
     def _finished_intervals(self, marks: list[Any]) -> list[float]:
         """The intervals between ``marks`` up to the last one the GPU has reached (host stamps:
