@@ -17,6 +17,7 @@ from gpudoctor.capture.runner import Target
 from gpudoctor.diff.samples import compare_samples
 from gpudoctor.errors import InputError
 from gpudoctor.tryfix import knobs as knobs_mod
+from gpudoctor.tryfix import trial as trial_mod
 from gpudoctor.tryfix.render import render_console, section_html
 from gpudoctor.tryfix.trial import (
     CONFIRMED,
@@ -89,13 +90,42 @@ def test_child_env_adds_to_an_existing_alloc_conf() -> None:
     assert knobs_mod.child_env(["tf32"], {}) == {}
 
 
-def test_compile_knobs_start_inductors_workers_on_demand_unless_the_user_chose() -> None:
-    """A warm Inductor cache let the compile end while its worker pool was still starting on every CPU
-    (knobs.COLD_POOL): the compile trials start it only when a kernel must be compiled."""
+def test_compile_knobs_compile_from_a_fresh_inductor_cache_even_where_the_user_set_one(tmp_path: Path) -> None:
+    """A warm Inductor cache starts its worker pool behind the compiled steps (knobs.FRESH_CACHE): each
+    compile trial gets empty cache folders of its own, the user's are left alone, other knobs get none."""
     for kid in ("compile", "compile-reduce-overhead"):
-        assert knobs_mod.child_env([kid], {}) == {"TORCH_WARM_POOL": "0"}
-        assert knobs_mod.child_env([kid], {"TORCH_WARM_POOL": "1"}) == {"TORCH_WARM_POOL": "1"}  # the user's
-    assert "TORCH_WARM_POOL" not in knobs_mod.child_env(["bf16-autocast"], {})
+        env = knobs_mod.child_env([kid], {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, str(tmp_path))
+        assert env == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_cache_dir"),
+                       "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"), "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1"}
+        assert knobs_mod.needs_fresh_dir([kid])
+    assert knobs_mod.child_env(["bf16-autocast"], {}, str(tmp_path)) == {}
+    assert not knobs_mod.needs_fresh_dir(["bf16-autocast", "tf32"])
+
+
+def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    made = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(**kw):
+        made.append(real(dir=tmp_path, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    seen = {}
+
+    def run_child(self, trial_dir, spec_path, env, cwd, target):
+        seen.update(env)
+        Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True)  # what the child's compile writes
+        return "ok", "", {}, 0.0
+
+    monkeypatch.setattr(trial_mod.Trials, "_run_child", run_child)
+    trials = _trials(tmp_path, sandbox=False)
+    (tmp_path / "run" / "trials" / "compile").mkdir(parents=True, exist_ok=True)
+    trials._spawn(tmp_path / "run" / "trials" / "compile", ["compile"], tmp_path)
+    assert len(made) == 1 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[0])
+    assert not Path(made[0]).exists()
 
 
 # -- verdicts with synthetic samples ---------------------------------------------------------------

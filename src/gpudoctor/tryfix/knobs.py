@@ -60,6 +60,8 @@ class Knob:
     group: str = ""  # knobs of one group are alternatives: a combined trial takes one of them
     # steps the trial runs before the ones it times, beyond the baseline's --skip (WARMUP_COMPILE)
     warmup_steps: int = 0
+    # variables set to a new, empty directory for the trial (whatever the user set), removed after it
+    fresh_dirs: tuple[str, ...] = ()
 
 
 # torch.compile compiles at the module's second call and again when gpudoctor's step discovery
@@ -257,11 +259,9 @@ def _bf16_autocast(effects: Effects) -> None:
     on_outermost_module(change, effects, around_first=autocast)
 
 
-def _pool_note() -> str:
-    """What the trial's environment says about Inductor's worker pool (COLD_POOL), for its effects line."""
-    import os
-
-    return "; compile workers started on demand (TORCH_WARM_POOL=0)" if os.environ.get("TORCH_WARM_POOL") == "0" else ""
+def _cache_note() -> str:
+    """The compile trials' fresh Inductor cache (FRESH_CACHE), for the effects line."""
+    return "; compiled from a fresh Inductor cache" if os.environ.get("GPUDOCTOR_FRESH_INDUCTOR_CACHE") else ""
 
 
 def _compile(mode: str | None) -> Callable[[Effects], None]:
@@ -275,13 +275,13 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             name = type(module).__name__
             if mode != "reduce-overhead":
                 module.forward = compiled
-                return f"{name}.forward = torch.compile({name}.forward{args}){_pool_note()}"
+                return f"{name}.forward = torch.compile({name}.forward{args}){_cache_note()}"
             # A CUDA graph's outputs live in its own pool and the next replay overwrites them: a
             # program that keeps one call's output past the next call (a GAN's fake images, fed to
             # the discriminator twice) stops with "accessing tensor output of CUDAGraphs that has
             # been overwritten". Cloning the outputs is the documented way out and costs one copy.
             module.forward = _cloning_outputs(compiled)
-            return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned{_pool_note()}"
+            return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned{_cache_note()}"
 
         on_outermost_module(change, effects)
 
@@ -330,15 +330,18 @@ def _no_empty_cache(effects: Effects) -> None:
 
 
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-# Inductor starts its pool of compile worker processes (one per CPU, up to 32) at its first compile,
-# before it knows whether anything needs compiling (torch/_inductor/async_compile.py
-# ``maybe_warm_pool``); TORCH_WARM_POOL=0 starts it only when a kernel must be compiled. When the
-# graph is already in Inductor's cache, the compile ends while the workers are still importing torch
-# on every CPU, and the compiled steps share the CPUs with them: a compile trial with a warm cache
-# timed about ten steps of 520 ms where its steady step is 13 ms (accelerate loop, H100, 2026-11-26;
-# 16 CPUs). That the pool is the cause is read from torch's source, not measured; the trial also
-# waits for its steps to settle (capture/timing.py), whatever the cause.
-COLD_POOL = {"TORCH_WARM_POOL": "0"}
+# A compile trial compiles from an empty Inductor cache of its own. With the graph already in the
+# cache, loading it calls ``async_compile.triton`` for each kernel, which starts Inductor's pool of
+# compile workers (one per CPU, up to 32; torch/_inductor/async_compile.py ``use_process_pool``)
+# without waiting for it: the workers import torch on every CPU while the compiled steps run. On an
+# accelerate loop (H100, 16 CPUs, 2026-11-26, three invocations in one call, 30 timed steps each)
+# the compile trial with a cold cache timed 3 stalls of 62-72 ms among steps of 9-19 ms (x1.90
+# [1.76-2.05]); the two with the cache it left timed 5 and 6 stalls of 53-110 ms (x1.18, x1.07:
+# "no effect"). An earlier warm-cache trial timed ten steps of 520 ms. With a cold cache the compile
+# itself waits for the pool, which is up before the timed steps. The trial also leaves the user's
+# cache as it was. Its cost: each compile trial compiles anew (30 s for the cold trial above, 26-30
+# s for the warm ones).
+FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
 KNOBS: tuple[Knob, ...] = (
@@ -353,9 +356,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
-         _compile("reduce-overhead"), env=COLD_POOL, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
-    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=COLD_POOL,
-         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE),
+         _compile("reduce-overhead"), numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
+    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None),
+         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
          _expandable, env=EXPANDABLE, group="allocator"),
     Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),
@@ -378,18 +381,28 @@ def knobs_for(finding_id: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS if finding_id in k.findings)
 
 
-def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str]) -> dict[str, str]:
+def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str], fresh_dir: str | None = None) -> dict[str, str]:
     """The child's environment: ``base`` plus each knob's variables (a comma-separated setting such
-    as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced; any other variable the user set is kept)."""
+    as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced; any other variable the user set is kept),
+    and each knob's ``fresh_dirs`` set to a folder of the empty ``fresh_dir`` (what the user set is not)."""
     env = dict(base)
     for kid in knob_ids:
-        for name, value in BY_ID[kid].env.items():
+        knob = BY_ID[kid]
+        for name, value in knob.env.items():
             old = env.get(name, "")
             if not old:
                 env[name] = value
             elif name in _MERGED and value not in old.split(","):
                 env[name] = f"{old},{value}"
+        if fresh_dir is not None and knob.fresh_dirs:
+            for name in knob.fresh_dirs:
+                env[name] = os.path.join(fresh_dir, name.lower())
+            env["GPUDOCTOR_FRESH_INDUCTOR_CACHE"] = "1"
     return env
+
+
+def needs_fresh_dir(knob_ids: list[str] | tuple[str, ...]) -> bool:
+    return any(BY_ID[kid].fresh_dirs for kid in knob_ids)
 
 
 def apply_knobs(knob_ids: list[str] | tuple[str, ...]) -> Effects:

@@ -68,9 +68,11 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +91,7 @@ from gpudoctor.diff.samples import (
     usable,
 )
 from gpudoctor.errors import InputError
-from gpudoctor.tryfix.knobs import BY_ID, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for
+from gpudoctor.tryfix.knobs import BY_ID, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for, needs_fresh_dir
 
 LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
@@ -354,7 +356,19 @@ class Trials:
                 "program": self.program}
         spec_path = trial_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
-        env = child_env(knob_ids, dict(os.environ))
+        # a compile trial's own empty Inductor cache (knobs.FRESH_CACHE), removed after it
+        fresh = None
+        if needs_fresh_dir(knob_ids):
+            with contextlib.suppress(OSError):  # no room for one: the trial compiles with the user's cache
+                fresh = tempfile.mkdtemp(prefix="gpudoctor-trial-cache-")
+        try:
+            return self._run_child(trial_dir, spec_path, child_env(knob_ids, dict(os.environ), fresh), cwd, target)
+        finally:
+            if fresh is not None:
+                shutil.rmtree(fresh, ignore_errors=True)
+
+    def _run_child(self, trial_dir: Path, spec_path: Path, env: dict[str, str], cwd: Path,
+                   target: Any) -> tuple[str, str, dict[str, Any], float]:
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding gpudoctor/
         paths = [package_root] + ([str(Path.cwd())] if target.is_module else [])
         env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH", "")] if p])
