@@ -381,6 +381,28 @@ def test_only_the_first_loader_iterator_serves_a_start_up_backlog(tmp_path: Path
     assert not fresh._loader_backlog
 
 
+def test_a_persistent_loaders_next_epoch_serves_no_start_up_backlog(tmp_path: Path) -> None:
+    """With persistent workers the DataLoader hands out the same iterator every epoch, its count reset
+    to 0: an epoch of 8 batches against a queue of 16 read as backlog at every step, and a Lightning
+    trial timed none (H100, 2026-11-26)."""
+    s = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
+
+    class It:
+        _num_workers, _prefetch_factor, _num_yielded = 8, 2, 0
+
+    it = It()
+    for yielded in range(8):  # the first epoch: all of it served from the queue filled at start-up
+        it._num_yielded = yielded
+        s.batch(it)
+        assert s._loader_backlog
+    it._num_yielded = 0  # the same object, reset for the next epoch
+    s.batch(it)
+    assert not s._loader_backlog
+    it._num_yielded = 1
+    s.batch(it)
+    assert not s._loader_backlog
+
+
 def test_a_loader_knob_sets_workers_once_per_dataset() -> None:
     """accelerate's prepare builds a new DataLoader from the old one's settings: the knob must not
     double the workers it set (8 -> 16 on an H100 host of 16 CPUs, 2026-11-26)."""

@@ -163,6 +163,7 @@ class CaptureSession(Listener):
         self._total = 0  # boundaries seen, all sources together (never restarts)
         self._loader_depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
         self._loader_backlog = False  # the current iterator still serves its start-up backlog
+        self._loader_yielded = 0  # the current iterator's count of batches at the last fetch
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
@@ -331,8 +332,13 @@ class CaptureSession(Listener):
         # later epoch's iterator restarts its count at 0 with no such backlog, and read as one
         # an epoch shorter than the queue left no step timed (an accelerate loop of 8 workers, H100,
         # 2026-11-26)
-        if self._loader_iterator is not None and self._loader_iterator() is not iterator:
+        # A persistent-workers loader hands out the same iterator object every epoch, its count reset
+        # to 0: with 8 batches an epoch against a queue of 16 (a Lightning module under the
+        # loader-workers knob, H100, 2026-11-26) every step read as backlog and the trial timed none
+        if self._loader_iterator is not None and (self._loader_iterator() is not iterator
+                                                  or yielded < self._loader_yielded):
             self._loader_started = True
+        self._loader_yielded = yielded
         try:
             self._loader_iterator = weakref.ref(iterator)
         except TypeError:  # an iterator that takes no weak reference: each batch's is "the same"
