@@ -29,7 +29,7 @@ CASES = {
     # finds it empty
     "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.363),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
-    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 5.096),
+    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.4565),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
     # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, BENCHMARKS.md): its
     # BatchNorm backward runs at 6% of the roof, and the compile knob measured x1.95 [1.66-2.29]

@@ -158,12 +158,27 @@ def parse_fixes(text: str | None) -> list[str] | None:
     return list(dict.fromkeys(ids))
 
 
+def _code_fix_first(finding: Any) -> str:
+    """Why a finding that usually has a knob needs a code change this time ("" when it does not)."""
+    numbers = getattr(getattr(finding, "evidence", None), "numbers", None) or {}
+    if finding.id == "input-pipeline" and numbers.get("loader_time_is_pinning"):
+        # eight workers made a Lightning module's step 2.1x slower (H100, 2026-11-26): the loader's time
+        # was pinning in-memory batches (rules/input_pipeline.py)
+        return ("the loader's time is pinning batches of an in-memory data set: pinning it once is a code "
+                "change, and worker processes would still copy each batch")
+    return ""
+
+
 def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
     """Which knobs to try, for which finding; the findings that need a code change, with why."""
     out = Plan()
     chosen: dict[str, Planned] = {}
     for f in findings:
         knobs = knobs_for(f.id)
+        code_only = _code_fix_first(f)
+        if knobs and code_only and fixes is None:
+            out.not_tried.append({"finding": f.id, "reason": code_only})
+            continue
         if not knobs:
             if f.id in NEEDS_CODE and fixes is None:
                 out.not_tried.append({"finding": f.id, "reason": NEEDS_CODE[f.id]})
