@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import gpu_events
+from probe_host_path import EmptyFunction  # an autograd.Function that computes nothing: the floor
 
 DT = torch.bfloat16
 RESULTS: dict = {}
@@ -139,19 +140,6 @@ def same_results(x: torch.Tensor, w: torch.Tensor) -> bool:
     return all(torch.equal(a, b) for a, b in zip(direct, fallback, strict=True))
 
 
-class _EmptyFunction(torch.autograd.Function):
-    """A Python autograd.Function that computes nothing: the floor of any Python-level op's forward +
-    backward (node creation, the engine's call into Python and back), beside which ours is read."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        return torch.empty_like(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy, None
-
-
 def host_rounds(candidates: list, calls: int, rounds: int) -> dict:
     """{name: [us per call, one per round]}: the candidates take turns within each round, so that a host
     whose speed drifts (a shared VM: the same row read 93.5 and 122.5 us in two calls, H100, 2026-11-26)
@@ -202,7 +190,7 @@ def part_host(quick: bool) -> None:
         ("ours, gemma casting", fwd_bwd(lambda x, w: rms_norm(x, w, 1e-6, casting="gemma"), x, w), None),
         ("ours through torch.ops.gpudoctor",
          fwd_bwd(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0], x, w), None),
-        ("an empty Python autograd.Function (floor)", fwd_bwd(_EmptyFunction.apply, x, w), None),
+        ("an empty Python autograd.Function (floor)", fwd_bwd(EmptyFunction.apply, x, w), None),
     ]
     if liger_available():
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction

@@ -45,7 +45,9 @@ def per_call_us(fn, calls: int, batches: int) -> tuple[float, float]:
 # -- stand-ins: an autograd.Function that does nothing, launchers that launch nothing -------------------
 
 
-class _Empty(torch.autograd.Function):
+class EmptyFunction(torch.autograd.Function):
+    """Computes nothing: the floor of a Python op's forward + backward (bench_kernels_host.py uses it too)."""
+
     @staticmethod
     def forward(ctx, x, w):
         return torch.empty_like(x)
@@ -198,10 +200,10 @@ def pieces(x, w, dy) -> list[tuple[str, object]]:
 
     out += [
         ("the checks above in one condition", valid),
-        ("Function.apply fwd+bwd, empty bodies", fn_of(_Empty)),
+        ("Function.apply fwd+bwd, empty bodies", fn_of(EmptyFunction)),
         ("  + save_for_backward / saved_tensors", fn_of(_Saving)),
         ("  + once_differentiable", fn_of(_SavingOnce)),
-        ("Function's C apply fwd+bwd, empty bodies", c_apply_of(_Empty)),
+        ("Function's C apply fwd+bwd, empty bodies", c_apply_of(EmptyFunction)),
     ]
     return out
 

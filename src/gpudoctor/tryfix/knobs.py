@@ -336,11 +336,12 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # without waiting for it: the workers import torch on every CPU while the compiled steps run. On an
 # accelerate loop (H100, 16 CPUs, 2026-11-26, three invocations in one call, 30 timed steps each)
 # the compile trial with a cold cache timed 3 stalls of 62-72 ms among steps of 9-19 ms (x1.90
-# [1.76-2.05]); the two with the cache it left timed 5 and 6 stalls of 53-110 ms (x1.18, x1.07:
+# [1.76-2.05]); the two with the cache it left timed 8 and 5 stalls of 27-110 ms (x1.18, x1.07:
 # "no effect"). An earlier warm-cache trial timed ten steps of 520 ms. With a cold cache the compile
 # itself waits for the pool, which is up before the timed steps. The trial also leaves the user's
 # cache as it was. Its cost: each compile trial compiles anew (30 s for the cold trial above, 26-30
-# s for the warm ones).
+# s for the warm ones). With it, three invocations in the next call were each confirmed (x1.91,
+# x1.70, x2.18; 1-2 steps of 25-77 ms among 30).
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
