@@ -96,9 +96,13 @@ def test_compile_knobs_compile_from_a_fresh_inductor_cache_even_where_the_user_s
     for kid in ("compile", "compile-reduce-overhead"):
         env = knobs_mod.child_env([kid], {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, str(tmp_path))
         assert env == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_cache_dir"),
-                       "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"), "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1"}
+                       "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"), "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1",
+                       "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         assert knobs_mod.needs_fresh_dir([kid])
+        # the worker pool slowed pinned copies 80x (knobs.IN_PROCESS_COMPILE); a user's own setting is kept
+        assert knobs_mod.child_env([kid], {"TORCHINDUCTOR_COMPILE_THREADS": "8"})["TORCHINDUCTOR_COMPILE_THREADS"] == "8"
     assert knobs_mod.child_env(["bf16-autocast"], {}, str(tmp_path)) == {}
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in knobs_mod.child_env(["tf32"], {})
     assert not knobs_mod.needs_fresh_dir(["bf16-autocast", "tf32"])
 
 

@@ -260,8 +260,13 @@ def _bf16_autocast(effects: Effects) -> None:
 
 
 def _cache_note() -> str:
-    """The compile trials' fresh Inductor cache (FRESH_CACHE), for the effects line."""
-    return "; compiled from a fresh Inductor cache" if os.environ.get("GPUDOCTOR_FRESH_INDUCTOR_CACHE") else ""
+    """The compile trials' environment (FRESH_CACHE, IN_PROCESS_COMPILE), for the effects line."""
+    note = "; compiled from a fresh Inductor cache" if os.environ.get("GPUDOCTOR_FRESH_INDUCTOR_CACHE") else ""
+    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    if threads == "1":
+        note += ("; in the program's own process (TORCHINDUCTOR_COMPILE_THREADS=1: set it too, Inductor's "
+                 "worker pool slows the host's copies into pinned memory)")
+    return note
 
 
 def _compile(mode: str | None) -> Callable[[Effects], None]:
@@ -343,6 +348,14 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # s for the warm ones). With it, three invocations in the next call were each confirmed (x1.91,
 # x1.70, x2.18; 1-2 steps of 25-77 ms among 30).
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# And a compile trial compiles in the program's own process, with no worker pool, unless the user set
+# the variable: with the pool up, the host's copies into pinned memory ran 80x slower. Pinning a 16 MB
+# tensor took 0.10 ms before a compile and 8.0 ms after it, 2.1 ms once the workers were shut down, and
+# 0.07-0.19 ms throughout with TORCHINDUCTOR_COMPILE_THREADS=1 (benchmarks/probe_pin_after_compile.py,
+# H100, 16 CPUs, torch 2.11, 2026-11-26). A Lightning classifier whose DataLoader pins its batches on
+# the training thread measured x0.53 for compile, twice: its __next__ went from 0.5 to 4.6 ms a step
+# while the GPU's work fell from 4.45 to 4.20 ms. The effects line tells the user to set it too.
+IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
 KNOBS: tuple[Knob, ...] = (
@@ -357,8 +370,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
-         _compile("reduce-overhead"), numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
-    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None),
+         _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
+         fresh_dirs=FRESH_CACHE),
+    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
          numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
          _expandable, env=EXPANDABLE, group="allocator"),
