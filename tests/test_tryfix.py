@@ -433,3 +433,22 @@ def test_the_pin_once_price_against_the_measured_fix() -> None:
     finding = report.findings[0]
     assert finding.id == "input-pipeline" and finding.evidence.numbers["loader_time_is_pinning"] is True
     assert round(finding.saving_ms, 3) == 0.262 and round(finding.predicted_speedup, 2) == 1.06
+
+
+def test_pinning_slowed_under_torch_compile_puts_the_in_process_compile_first() -> None:
+    """The Lightning module's compile trial (H100, 2026-11-26): its loader pinned 16 MB batches at 3.2 GB/s
+    with Inductor's compile workers up; the same program's own run pinned at 45 GB/s and its newer run at 32
+    (lightning_module_b, no compile: pin-once first, nothing said of compile)."""
+    from gpudoctor.pipeline import analyze_path
+
+    data = Path(__file__).parent / "data" / "gallery_h100"
+    compiled = next(f for f in analyze_path(data / "lightning_module_compiled").findings if f.id == "input-pipeline")
+    numbers = compiled.evidence.numbers
+    assert numbers["pinning_gb_per_s"] == 3.24 and numbers["pinning_slowed_under_torch_compile"] is True
+    assert "TORCHINDUCTOR_COMPILE_THREADS=1" in compiled.fixes[0].code
+    assert compiled.fixes[1].title.startswith("Pin the in-memory data set once")
+    assert "torch.compile" in compiled.summary and round(compiled.saving_ms, 3) == 3.832
+    plain = next(f for f in analyze_path(data / "lightning_module_b").findings if f.id == "input-pipeline")
+    assert plain.evidence.numbers["pinning_gb_per_s"] == 32.32
+    assert plain.evidence.numbers["pinning_slowed_under_torch_compile"] is False
+    assert plain.fixes[0].title.startswith("Pin the in-memory data set once")

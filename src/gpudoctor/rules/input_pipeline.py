@@ -15,6 +15,11 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
   still pinned. A Lightning module fed 16 MB pre-made batches spent 4.5 of its 4.7 ms per
   ``__next__`` in ``aten::pin_memory`` (H100, 2026-11-25, tests/data/gallery_h100/lightning_module);
   eight workers made its step 2.1x slower, not 1.33x faster (``--try-fixes``, H100, 2026-11-26).
+  Where that pinning runs below ``SLOW_PINNING_GBPS`` in a program that uses torch.compile, the first
+  fix is to compile in the program's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``): with
+  Inductor's compile workers up, pinning a 16 MB tensor took 8.0 ms instead of 0.10
+  (benchmarks/probe_pin_after_compile.py, H100, 2026-11-26), and the same Lightning module, compiled,
+  pinned its batches at 3.3 GB/s instead of 40-56 (tests/data/gallery_h100/lightning_module_compiled).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.analysis.opcost import DTYPE_BYTES
 from gpudoctor.core.finding import ALL_IDLE, STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
@@ -32,6 +38,30 @@ WORKERS = 8  # what the first fix prescribes
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")
 PINNING_SHARE = 0.5
+SLOW_PINNING_GBPS = 10.0  # unloaded H100 hosts pinned at 40-56 GB/s, under the compile workers at 1.7-3.8
+COMPILED_REGION = "Torch-Compiled Region"  # the op torch.compile's code runs under (torch >= 2.1)
+
+
+def pinning_gbps(a: Analysis, threads: np.ndarray) -> float | None:
+    """Bytes per second of the ``aten::pin_memory`` calls on these threads (their first input's shape and
+    dtype), in GB/s; None when no call names both."""
+    trace = a.trace
+    pin_id = trace.string_ids.get(PIN_OPS[0])
+    if pin_id is None:
+        return None
+    nbytes, seconds = 0, 0.0
+    for i in np.flatnonzero((trace.host.name == pin_id) & np.isin(trace.host.thread, threads)).tolist():
+        dims, types = trace.input_dims(i), trace.input_types(i)
+        size = DTYPE_BYTES.get(types[0]) if types and isinstance(types[0], str) else None
+        if not dims or not isinstance(dims[0], list) or size is None:
+            continue
+        nbytes += size * int(np.prod([d for d in dims[0] if isinstance(d, int)] or [0]))
+        seconds += float(trace.host.end[i] - trace.host.ts[i]) / 1e9
+    return nbytes / seconds / 1e9 if nbytes and seconds > 0 else None
+
+
+def uses_torch_compile(a: Analysis) -> bool:
+    return any(name.startswith(COMPILED_REGION) for name in a.trace.string_ids)
 
 
 def pinning_ns(a: Analysis, culprits: np.ndarray, loader_s: np.ndarray, loader_e: np.ndarray) -> int:
@@ -60,6 +90,8 @@ def check(a: Analysis) -> Finding | None:
     from_workers = any(_MULTIPROCESS in name for name in names)
     pinning_ms = 0.0 if from_workers else pinning_ns(a, culprits, s, e) / 1e6 / n_steps
     pinning = loader_ms > 0 and pinning_ms >= PINNING_SHARE * loader_ms
+    gbps = pinning_gbps(a, np.unique(host.thread[culprits])) if pinning else None
+    slowed_by_compile = gbps is not None and gbps < SLOW_PINNING_GBPS and uses_torch_compile(a)
     floor: float | None = None
     if pinning:  # pin the data set once: the pinning goes, the rest of __next__ stays on the thread
         saving = min(idle, pinning_ms)
@@ -74,6 +106,8 @@ def check(a: Analysis) -> Finding | None:
             "loader_workers_already": from_workers,
             "host_time_pinning_ms_per_step": round(pinning_ms, 3),
             "loader_time_is_pinning": pinning,
+            **({} if gbps is None else {"pinning_gb_per_s": round(gbps, 2)}),
+            "pinning_slowed_under_torch_compile": slowed_by_compile,
             # the step the prescribed loader can deliver; none for pinning, whose saving is the
             # pinning itself (calibrated as the idle it fills)
             **({} if floor is None else {STEP_FLOOR_AFTER_FIX: round(floor, 3)}),
@@ -85,6 +119,12 @@ def check(a: Analysis) -> Finding | None:
              else f"{pinning_ms:.2f} ms of it copies each batch into pinned memory: the data set is in memory, "
                   "unpinned" if pinning
              else "batches are produced on the training thread")
+    if slowed_by_compile:
+        where += (f", at {gbps:.1f} GB/s in a program that uses torch.compile: Inductor's compile workers slow "
+                  "the host's copies into pinned memory")
+    in_process = Fix("Compile in the program's own process: with Inductor's worker pool up, pinning a 16 MB "
+                     "batch took 8.0 ms instead of 0.10 (H100, 2026-11-26)",
+                     "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or torch._inductor.config.compile_threads = 1")
     workers_fix = Fix("More worker processes (twice as many as now), batches pinned" if from_workers
                       else "Load batches in worker processes and pin them",
                       "DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True,\n"
@@ -103,7 +143,7 @@ def check(a: Analysis) -> Finding | None:
         f"({loader_ms:.2f} ms per step in __next__): {where}.",
         evidence,
         (
-            *((pin_once,) if pinning else (workers_fix,)),
+            *((in_process, pin_once) if slowed_by_compile else (pin_once,) if pinning else (workers_fix,)),
             Fix("Copy asynchronously so the next batch's transfer overlaps compute",
                 "x = x.to('cuda', non_blocking=True)"),
             Fix("Move heavy preprocessing off the step: precompute it, or run it on the GPU",
