@@ -24,11 +24,13 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import overlap_per_window, union
-from gpudoctor.analysis.opcost import DTYPE_BYTES
+from gpudoctor.analysis.opcost import DTYPE_BYTES, tensor_inputs
 from gpudoctor.core.finding import ALL_IDLE, STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
@@ -43,34 +45,34 @@ COMPILED_REGION = "Torch-Compiled Region"  # the op torch.compile's code runs un
 
 
 def pinning_gbps(a: Analysis, threads: np.ndarray) -> float | None:
-    """Bytes per second of the ``aten::pin_memory`` calls on these threads (their first input's shape and
-    dtype), in GB/s; None when no call names both."""
+    """Bytes per second of the ``aten::pin_memory`` calls on these threads (their first tensor input), in
+    GB/s; None when no call records its input's shape and dtype."""
     trace = a.trace
     pin_id = trace.string_ids.get(PIN_OPS[0])
     if pin_id is None:
         return None
     nbytes, seconds = 0, 0.0
     for i in np.flatnonzero((trace.host.name == pin_id) & np.isin(trace.host.thread, threads)).tolist():
-        dims, types = trace.input_dims(i), trace.input_types(i)
-        size = DTYPE_BYTES.get(types[0]) if types and isinstance(types[0], str) else None
-        if not dims or not isinstance(dims[0], list) or size is None:
+        tensors = tensor_inputs(trace.input_dims(i), trace.input_types(i))
+        if not tensors:
             continue
-        nbytes += size * int(np.prod([d for d in dims[0] if isinstance(d, int)] or [0]))
+        shape, dtype = tensors[0]
+        nbytes += DTYPE_BYTES[dtype] * math.prod(shape)
         seconds += float(trace.host.end[i] - trace.host.ts[i]) / 1e9
     return nbytes / seconds / 1e9 if nbytes and seconds > 0 else None
 
 
 def uses_torch_compile(a: Analysis) -> bool:
-    return any(name.startswith(COMPILED_REGION) for name in a.trace.string_ids)
+    return bool(a.trace.names_matching(lambda name: name.startswith(COMPILED_REGION)).any())
 
 
-def pinning_ns(a: Analysis, culprits: np.ndarray, loader_s: np.ndarray, loader_e: np.ndarray) -> int:
-    """Host time in ``pin_memory`` ops inside the loader's spans, on the culprits' threads."""
+def pinning_ns(a: Analysis, threads: np.ndarray, loader_s: np.ndarray, loader_e: np.ndarray) -> int:
+    """Host time in ``pin_memory`` ops inside the loader's spans, on these threads."""
     host, ids = a.trace.host, [a.trace.string_ids.get(n) for n in PIN_OPS]
     ids = [i for i in ids if i is not None]
     if not ids:
         return 0
-    pins = np.flatnonzero(np.isin(host.name, ids) & np.isin(host.thread, np.unique(host.thread[culprits])))
+    pins = np.flatnonzero(np.isin(host.name, ids) & np.isin(host.thread, threads))
     if pins.size == 0:
         return 0
     pin_s, pin_e = union(host.ts[pins], host.end[pins])
@@ -88,9 +90,10 @@ def check(a: Analysis) -> Finding | None:
     loader_ms = float((e - s).sum()) / 1e6 / n_steps
     names = {trace.strings[i] for i in np.unique(host.name[culprits]).tolist()}
     from_workers = any(_MULTIPROCESS in name for name in names)
-    pinning_ms = 0.0 if from_workers else pinning_ns(a, culprits, s, e) / 1e6 / n_steps
+    threads = np.unique(host.thread[culprits])  # where the loader ran: the training thread
+    pinning_ms = 0.0 if from_workers else pinning_ns(a, threads, s, e) / 1e6 / n_steps
     pinning = loader_ms > 0 and pinning_ms >= PINNING_SHARE * loader_ms
-    gbps = pinning_gbps(a, np.unique(host.thread[culprits])) if pinning else None
+    gbps = pinning_gbps(a, threads) if pinning else None
     slowed_by_compile = gbps is not None and gbps < SLOW_PINNING_GBPS and uses_torch_compile(a)
     floor: float | None = None
     if pinning:  # pin the data set once: the pinning goes, the rest of __next__ stays on the thread
