@@ -51,6 +51,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     if not torch.cuda.is_available():
         sys.exit("probe_compile_autocast.py needs a CUDA GPU")
     from torch._dynamo.utils import counters

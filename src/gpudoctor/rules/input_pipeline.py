@@ -19,7 +19,8 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
   fix is to compile in the program's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``): with
   Inductor's compile workers up, pinning a 16 MB tensor took 8.0 ms instead of 0.10
   (benchmarks/probe_pin_after_compile.py, H100, 2026-11-26), and the same Lightning module, compiled,
-  pinned its batches at 3.3 GB/s instead of 40-56 (tests/data/gallery_h100/lightning_module_compiled).
+  pinned its batches at 3.2 GB/s instead of 32-45 (tests/data/gallery_h100/lightning_module_compiled
+  against lightning_module_b and the trial's own uncompiled run).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ WORKERS = 8  # what the first fix prescribes
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")
 PINNING_SHARE = 0.5
-SLOW_PINNING_GBPS = 10.0  # unloaded H100 hosts pinned at 40-56 GB/s, under the compile workers at 1.7-3.8
+SLOW_PINNING_GBPS = 10.0  # H100 hosts pinned 16 MB batches at 32-45 GB/s, under the compile workers at 1.7-3.8
 COMPILED_REGION = "Torch-Compiled Region"  # the op torch.compile's code runs under (torch >= 2.1)
 
 
