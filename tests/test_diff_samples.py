@@ -116,3 +116,49 @@ def test_fuzz_scale_free_and_symmetric(a, b, k):
     assert swapped.speedup == pytest.approx(1 / c.speedup, rel=1e-9)
     if c.verdict in (SLOWER, FASTER) and c.method == "welch-log":
         assert swapped.verdict == (FASTER if c.verdict == SLOWER else SLOWER)
+
+
+# -- processes as the observations (gpudoctor run --trial-repeats) ------------------------------------
+
+
+def _process(mean: float) -> list[float]:
+    return [mean * 0.99, mean * 1.01, mean] * 4  # 12 steps whose mean is ``mean``
+
+
+def test_compare_processes_is_pooled_t_on_the_logs_of_the_process_means() -> None:
+    from gpudoctor.diff.samples import compare_processes
+
+    # three controls that drifted 25 -> 28 -> 26 ms, a knob's two processes at 14 and 15 ms
+    # (worked by hand: log means 3.26973 and 2.67356, pooled variance 0.0030014 on 3 degrees of
+    # freedom, standard error 0.050012, t 3.1824)
+    change = compare_processes([_process(25), _process(28), _process(26)], [_process(14), _process(15)])
+    assert change.before_ms == pytest.approx(26.3041, abs=1e-4) and change.after_ms == pytest.approx(14.4914, abs=1e-4)
+    assert change.speedup == pytest.approx(1.8152, abs=1e-4)
+    assert change.ci_low_pct == pytest.approx(-53.015, abs=1e-3) and change.ci_high_pct == pytest.approx(-35.403, abs=1e-3)
+    assert change.verdict == FASTER and change.n_before == 36 and change.n_after == 24
+    assert change.method == "processes (3 vs 2), pooled t on log means"
+    # a knob within the processes' spread is no difference, however tight each process's steps
+    same = compare_processes([_process(25), _process(25.5)], [_process(25.2)])
+    assert same.verdict == SAME and same.ci_low_pct < 0 < same.ci_high_pct
+
+
+def test_compare_processes_needs_two_processes_on_one_side_to_draw_an_interval() -> None:
+    from gpudoctor.diff.samples import compare_processes
+
+    one = compare_processes([_process(25)], [_process(14)])
+    assert one.verdict == UNKNOWN and one.ci_low_pct is None and "--trial-repeats" in one.notes[0]
+    assert one.speedup == pytest.approx(25 / 14)
+    # a process that timed nothing is left out; no process at all on a side is an error
+    assert compare_processes([_process(25), [], _process(26)], [_process(14)]).method.startswith("processes (2 vs 1)")
+    with pytest.raises(ValueError, match="at least one process"):
+        compare_processes([[]], [_process(14)])
+    with pytest.raises(ValueError, match="floor_pct"):
+        compare_processes([_process(25)], [_process(14)], floor_pct=-1)
+
+
+def test_a_process_mean_leaves_its_outliers_out() -> None:
+    from gpudoctor.diff.samples import process_mean
+
+    steady = [9.8, 10.0, 10.2, 10.1, 9.9] * 2
+    assert process_mean([*steady, 90.0]) == pytest.approx(10.0)  # one stall in 11: dropped
+    assert process_mean([10.0, 90.0]) == pytest.approx(50.0)  # too few to call one an outlier

@@ -135,6 +135,10 @@ def run(
         None, "--sandbox", help="Run each trial in DIR/<knob>/, the files it writes land there (implies --try-fixes)."
     ),
     trial_timeout: float = typer.Option(300.0, "--trial-timeout", help="Seconds one trial may run."),
+    trial_repeats: int = typer.Option(
+        1, "--trial-repeats", help="With --try-fixes: run the control and each knob this many times, alternating, "
+        "and measure each knob over its processes (for programs whose speed moves between processes)."
+    ),
     trial_trace: bool = typer.Option(
         True, "--trial-trace/--no-trial-trace", help="With --try-fixes: each trial also records the profiled "
         "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: faster)."
@@ -167,8 +171,8 @@ def run(
         what = "--try-fixes needs a program: " if try_fixes or fixes is not None else ""
         raise InputError(f"{what}give a script to run (gpudoctor run train.py ARGS) or a module "
                          "(gpudoctor run -m pkg.train)")
-    try_fixes = try_fixes or fixes is not None or sandbox is not None
-    fix_ids = _check_try_fixes(fixes, sandbox, trial_timeout) if try_fixes else None
+    try_fixes = try_fixes or fixes is not None or sandbox is not None or trial_repeats != 1
+    fix_ids = _check_try_fixes(fixes, sandbox, trial_timeout, trial_repeats) if try_fixes else None
     if wait < 0 or window <= 0:
         raise InputError(f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
     from gpudoctor.outputs import check_output_dir
@@ -199,7 +203,7 @@ def run(
         sys.stderr.write(f"gpudoctor: {note}\n")
     if try_fixes and (report is not None or note.startswith("no GPU activity")):
         _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
-                    trial_trace, json_out, width)
+                    trial_trace, json_out, width, trial_repeats)
     code = outcome.exit_code
     if report is None and not note.startswith("no GPU activity") and ranked is None:
         code = code or 2  # in a distributed job a rank's non-zero exit would make torchrun stop the others
@@ -253,12 +257,15 @@ def _run_args(target: Any, *, steps: int, skip: int, stack: bool, exit_after: bo
     return [*args, *program, *target.args]
 
 
-def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float) -> list[str] | None:
-    """--fixes, --sandbox and --trial-timeout, checked before the program runs."""
-    from gpudoctor.tryfix.trial import parse_fixes
+def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float, repeats: int) -> list[str] | None:
+    """--fixes, --sandbox, --trial-timeout and --trial-repeats, checked before the program runs."""
+    from gpudoctor.tryfix.trial import MAX_REPEATS, parse_fixes
 
     if not timeout > 0:
         raise InputError(f"--trial-timeout must be a positive number of seconds, got {timeout:g}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise InputError(f"--trial-repeats must be a whole number from 1 to {MAX_REPEATS}, got {repeats}; "
+                         "each repeat runs the control and every knob once more")
     if sandbox is not None:
         from gpudoctor.outputs import check_output_dir
 
@@ -284,7 +291,7 @@ def _baseline_numerics(on: bool):  # type: ignore[no-untyped-def]
 
 
 def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, timeout,  # type: ignore[no-untyped-def]
-                trace: bool, json_out: bool, width: int | None) -> None:
+                trace: bool, json_out: bool, width: int | None, repeats: int = 1) -> None:
     from gpudoctor.capture.bundle import global_rank, program_facts, rank_suffix
     from gpudoctor.report.safe import SafeConsole
     from gpudoctor.tryfix.render import attach, render_console
@@ -313,7 +320,7 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
         err = SafeConsole(stderr=True)
         baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps)
         runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
-                        baseline, timeout_s=timeout, sandbox=sandbox, trace=trace,
+                        baseline, timeout_s=timeout, sandbox=sandbox, trace=trace, repeats=repeats,
                         progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
                                                         highlight=False))
         trials = runner.run(chosen.trials)

@@ -49,10 +49,11 @@ from gpudoctor.capture.timing import (
     TRIAL_SETTLE_MAX_S,
     TRIAL_SETTLE_MAX_STEPS,
     TRIAL_SETTLE_RATIO,
-    TRIAL_TIMED_MAX_S,
     TRIAL_TIMED_STEPS,
     UnprofiledStep,
+    next_timed_check,
     settled,
+    timed_enough,
     unprofiled_step,
 )
 from gpudoctor.errors import InputError
@@ -169,7 +170,9 @@ class CaptureSession(Listener):
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
         self._settled_ms: list[float] | None = None  # the steps a trial times: from the ones it judged settled
         self._timed_from: int | None = None  # where they start in the settled series
+        self._judged_ms: list[float] = []  # the steps judged settled, just before the timed ones
         self._timed_started = 0.0
+        self._timed_check_at = 0  # timed steps at which timing.timed_enough is asked next
         self._timed_series: list[Any] | None = None
         self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
         self._settle_read = 1
@@ -691,10 +694,13 @@ class CaptureSession(Listener):
         if self._timed_from is not None:
             return self._trial_timing(intervals, now)
         if settled(intervals, self._loader_depth):
-            # the steps timed start with the ones judged settled: not the earlier ones (a compile trial
-            # at its --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran 9-20
-            # ms: H100, 2026-11-26), nor the later ones the GPU had not run yet
-            self._timed_from = len(intervals) - 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
+            # the steps timed are the ones after those judged settled: not earlier ones (a compile
+            # trial at its --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran
+            # 9-20 ms: H100, 2026-11-26), nor the judged ones themselves, whose median passed the test
+            # with a transient's last steps among them (a trial's mean keeps every step: tryfix/trial.py)
+            judged = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
+            self._judged_ms = intervals[len(intervals) - judged:]
+            self._timed_from = len(intervals)
             self._timed_started, self._timed_series = now, self._settle_marks
             return self._trial_timing(intervals, now)
         if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
@@ -706,14 +712,21 @@ class CaptureSession(Listener):
         return True
 
     def _trial_timing(self, intervals: list[float], now: float) -> bool:
-        """Once settled, a trial times on up to TRIAL_TIMED_STEPS steps (or TRIAL_TIMED_MAX_S
-        seconds); the steps timed so far are kept at every step, so a program that ends sooner is
-        timed over those. A new series of marks (a new step source) ends the timing there."""
+        """Once settled, a trial times on until timing.timed_enough (30 steps at least, more while
+        their mean is uncertain, within a time bound); the steps timed so far are kept at every
+        step, so a program that ends sooner is timed over those. A new series of marks (a new step
+        source) ends the timing there."""
         assert self._timed_from is not None
         if self._settle_marks is not self._timed_series:
             return False
-        self._settled_ms = intervals[self._timed_from:]
-        return len(self._settled_ms) < TRIAL_TIMED_STEPS and now - self._timed_started < TRIAL_TIMED_MAX_S
+        if self._settled_ms is None:
+            self._settled_ms, self._timed_check_at = [], TRIAL_TIMED_STEPS
+        timed = self._settled_ms
+        timed.extend(intervals[self._timed_from + len(timed):])  # the steps read since the last call
+        check = len(timed) >= self._timed_check_at
+        if check:
+            self._timed_check_at = next_timed_check(len(timed))
+        return not timed_enough(timed, now - self._timed_started, check)
 
     def _finished_intervals(self, marks: list[Any]) -> list[float]:
         """The intervals between ``marks`` up to the last one the GPU has reached (host stamps:
@@ -793,6 +806,9 @@ class CaptureSession(Listener):
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
             # a trial whose steps were judged settled times those steps
             settled_ms = self._settled_ms
+            if settled_ms is not None and len(settled_ms) < len(self._judged_ms):
+                # the program ended soon after its steps settled: its judged steps are timed too
+                settled_ms = self._judged_ms + settled_ms
             self.result.unprofiled_before_ms = list(settled_ms) if settled_ms else early[len(early) - keep:]
             self.result.unprofiled_after_ms = self._intervals(after)
             self.result.generate = self._token_times(tokens)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIN_SAMPLES = 3
@@ -61,13 +62,47 @@ TRIAL_SETTLE_MAX_STEPS = 48
 TRIAL_SETTLE_MAX_S = 30.0
 """Nor more than this many seconds past it."""
 TRIAL_TIMED_STEPS = 30
-"""Once settled, a trial times this many steps (the settled ones first). Twelve were too few for
-two invocations to agree: a compile trial on an accelerate loop (H100, 2026-11-26) measured x2.07
-in one and x1.28 in the next, each mean moved by one or two stalls of 25-105 ms among steps of
+"""Once settled, a trial times at least this many steps (the settled ones first). Twelve were too
+few for two invocations to agree: a compile trial on an accelerate loop (H100, 2026-11-26) measured
+x2.07 in one and x1.28 in the next, each mean moved by one or two stalls of 25-105 ms among steps of
 9-28 ms, and the outlier rule may drop one sample in ten (diff/samples.py): none of 8, one of 12,
 three of 30. At that program's 25 ms a step the 18 more steps cost half a second."""
-TRIAL_TIMED_MAX_S = 3.0
-"""Nor longer than this many seconds past the settled steps (a slow step times fewer)."""
+TRIAL_TIMED_SE = 0.01
+"""Past TRIAL_TIMED_STEPS, a trial times on until the standard error of its mean step (every step:
+a trial's comparison keeps them all, tryfix/trial.py) is within this share of the mean
+(``timed_enough``). Thirty steps were still too few where the host stalls: the same accelerate
+loop's unchanged controls (H100, 2026-11-26 11:45 UTC) held stalls of 40-85 ms in 3-8 of 30 steps of
+25-30 ms, and two of them measured 35.9 and 27.1 ms means in one invocation (standard errors of 5-7%
+of the mean). Stalls that come at random average out as one over the root of the steps; a clean
+step (nanoGPT's, spread 1-2%) stops at 30."""
+TRIAL_TIMED_MAX_STEPS = 600
+TRIAL_TIMED_MAX_S = 5.0
+"""Nor more steps than TRIAL_TIMED_MAX_STEPS, nor longer than this many seconds past the settled
+steps (a slow step times fewer than TRIAL_TIMED_STEPS)."""
+TRIAL_TIMED_CHECK_GROWTH = 1.25
+"""The standard error is computed again only when the steps timed have grown by this factor (30,
+38, 48, ... : a dozen times up to 600): each computation is a pass over the samples inside the
+step being timed, so not at every step."""
+
+
+def next_timed_check(n: int) -> int:
+    """The count of timed steps at which ``timed_enough`` is asked next, after asking at ``n``."""
+    return min(max(n + 1, math.ceil(n * TRIAL_TIMED_CHECK_GROWTH)), TRIAL_TIMED_MAX_STEPS)
+
+
+def timed_enough(samples: Sequence[float], elapsed_s: float, check_error: bool = True) -> bool:
+    """Whether a settled trial has timed enough steps (``samples``, ms), ``elapsed_s`` seconds
+    after the first: its time or step bound, or (asked with ``check_error``: see
+    TRIAL_TIMED_CHECK_GROWTH) at least TRIAL_TIMED_STEPS whose mean has a standard error within
+    TRIAL_TIMED_SE of it."""
+    if elapsed_s >= TRIAL_TIMED_MAX_S or len(samples) >= TRIAL_TIMED_MAX_STEPS:
+        return True
+    if not check_error or len(samples) < TRIAL_TIMED_STEPS:
+        return False
+    n = len(samples)
+    mean = math.fsum(samples) / n
+    variance = math.fsum((v - mean) ** 2 for v in samples) / (n - 1)
+    return mean > 0 and math.sqrt(variance / n) <= TRIAL_TIMED_SE * mean
 
 
 @dataclass(frozen=True)

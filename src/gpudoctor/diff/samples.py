@@ -152,14 +152,15 @@ def bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float
 
 
 def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: float = DEFAULT_FLOOR_PCT,
-                    confidence: float = CONFIDENCE) -> StepChange:
-    """The change from BEFORE's step times to AFTER's (each a list of positive ms)."""
+                    confidence: float = CONFIDENCE, drop_outliers: bool = True) -> StepChange:
+    """The change from BEFORE's step times to AFTER's (each a list of positive ms); with
+    ``drop_outliers`` False every sample counts (``--try-fixes``' trials: tryfix/trial.py)."""
     if not before or not after:
         raise ValueError("compare_samples needs at least one sample on each side")
     if floor_pct < 0 or not math.isfinite(floor_pct):
         raise ValueError(f"floor_pct must be a finite number >= 0, got {floor_pct!r}")
-    a, dropped_a = split_outliers(before)
-    b, dropped_b = split_outliers(after)
+    a, dropped_a = split_outliers(before) if drop_outliers else (tuple(before), ())
+    b, dropped_b = split_outliers(after) if drop_outliers else (tuple(after), ())
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     change = 100.0 * (mb / ma - 1.0)
     notes = []
@@ -184,3 +185,64 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
                          f"within the {floor_pct:g}% run-to-run floor")
     return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, lo_pct, hi_pct, method, floor_pct,
                       verdict, confidence, statistics.stdev(a), statistics.stdev(b), tuple(notes))
+
+
+def process_mean(values: Sequence[float], drop_outliers: bool = True) -> float:
+    """One process's mean step time (ms), its outliers left out as ``compare_samples`` leaves them
+    (unless ``drop_outliers`` is False)."""
+    return statistics.fmean(split_outliers(values)[0] if drop_outliers else values)
+
+
+def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]],
+                      floor_pct: float = DEFAULT_FLOOR_PCT, confidence: float = CONFIDENCE,
+                      drop_outliers: bool = True) -> StepChange:
+    """The change from BEFORE's processes to AFTER's, each side a list of processes' step samples.
+
+    Where a program's speed moves from one process to the next (a host-bound loop on a shared CPU:
+    its compiled steps' medians 13.5-15.4 ms in five processes, H100 2026-11-26), the steps of one
+    process cannot say how far the next will differ. Each process's mean (``process_mean``) is then
+    one observation: the estimate is the ratio of the geometric means of the two sides' process
+    means, its interval Student's t on their logs with the variance pooled over both sides (n_before
+    + n_after - 2 degrees of freedom: with 4 and 3 processes, 5). The process-to-process spread is
+    the noise, measured, so the floor stays diff's 1%. Pooled, not Welch: with 2-3 processes a side
+    Welch's degrees of freedom fall to 1-2 and the interval to nothing useful; the price is assuming
+    both sides move alike between processes."""
+    if floor_pct < 0 or not math.isfinite(floor_pct):
+        raise ValueError(f"floor_pct must be a finite number >= 0, got {floor_pct!r}")
+    runs_b = [tuple(r) for r in before if len(r) > 0]
+    runs_a = [tuple(r) for r in after if len(r) > 0]
+    if not runs_b or not runs_a:
+        raise ValueError("compare_processes needs at least one process with samples on each side")
+
+    def split(run: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return split_outliers(run) if drop_outliers else (run, ())
+
+    kept_b, kept_a = [split(r) for r in runs_b], [split(r) for r in runs_a]
+    logs_b = [math.log(statistics.fmean(k)) for k, _ in kept_b]
+    logs_a = [math.log(statistics.fmean(k)) for k, _ in kept_a]
+    mb, ma = statistics.fmean(logs_b), statistics.fmean(logs_a)
+    before_ms, after_ms = math.exp(mb), math.exp(ma)
+    change = 100.0 * (after_ms / before_ms - 1.0)
+    dropped_b = tuple(v for _, d in kept_b for v in d)
+    dropped_a = tuple(v for _, d in kept_a for v in d)
+    n_b, n_a = sum(len(k) for k, _ in kept_b), sum(len(k) for k, _ in kept_a)
+    sd_b = statistics.stdev([math.exp(v) for v in logs_b]) if len(logs_b) > 1 else 0.0
+    sd_a = statistics.stdev([math.exp(v) for v in logs_a]) if len(logs_a) > 1 else 0.0
+    df = len(logs_b) + len(logs_a) - 2
+    method = f"processes ({len(logs_b)} vs {len(logs_a)}), pooled t on log means"
+    if df < 1:
+        why = "one process a side: the spread between processes cannot be measured; run more (--trial-repeats)"
+        return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, None, None, "none",
+                          floor_pct, UNKNOWN, confidence, sd_b, sd_a, (why,))
+    ss = sum((v - mb) ** 2 for v in logs_b) + sum((v - ma) ** 2 for v in logs_a)
+    se = math.sqrt(ss / df * (1 / len(logs_b) + 1 / len(logs_a)))
+    t = t_quantile(0.5 + confidence / 2, df)
+    lo_pct, hi_pct = 100.0 * (math.exp(ma - mb - t * se) - 1.0), 100.0 * (math.exp(ma - mb + t * se) - 1.0)
+    if lo_pct > floor_pct:
+        verdict = SLOWER
+    elif hi_pct < -floor_pct:
+        verdict = FASTER
+    else:
+        verdict = SAME
+    return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, lo_pct, hi_pct, method,
+                      floor_pct, verdict, confidence, sd_b, sd_a)

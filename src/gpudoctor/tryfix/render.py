@@ -41,6 +41,12 @@ def outcome_text(rec: dict[str, Any]) -> str:
     return text
 
 
+def rounds_text(rounds: list[dict[str, Any]]) -> str:
+    """A repeated trial's processes: "3 processes: 14.02, crashed, 14.51 ms"."""
+    means = [f"{r['mean_ms']:.2f}" if r.get("mean_ms") is not None else str(r.get("status")) for r in rounds]
+    return f"{len(rounds)} processes: {', '.join(means)} ms"
+
+
 def numerics_text(rec: dict[str, Any]) -> str:
     n = rec.get("numerics") or {}
     if not n.get("checked"):
@@ -72,6 +78,8 @@ def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]]
         if rec.get("baseline_ms") is not None:
             details.append(f"{rec['baseline_ms']:.2f} -> {rec['trial_ms']:.2f} ms/step "
                            f"({rec['n_baseline']} vs {rec['n_trial']} steps)")
+        if rec.get("rounds"):
+            details.append(rounds_text(rec["rounds"]))
         mem = rec.get("peak_memory_bytes") or {}
         if mem.get("baseline") is not None or mem.get("trial") is not None:
             details.append(f"peak memory {_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}")
@@ -101,7 +109,8 @@ def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], 
         rows.append(
             "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
                 rec["knob"], rec.get("finding") or "-", _x(rec.get("predicted_speedup")), measured_text(rec),
-                outcome_text(rec), f"{_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}",
+                outcome_text(rec) + (f"; {rounds_text(rec['rounds'])}" if rec.get("rounds") else ""),
+                f"{_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}",
                 numerics_text(rec) or "-", "; ".join(rec.get("effects") or []) or "-")) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted", "measured (95% interval)", "verdict",
                                               "peak memory", "numerics", "applied"))

@@ -30,8 +30,11 @@ against.
 
 **Measured speedup**: the reference's samples (the control's, else the diagnosed run's env.json
 ``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s noise model (diff/samples.py ``compare_samples``:
-outliers, Welch's t on the log ratio of means, a run-to-run floor: 1%, or the drift below): speedup = baseline mean /
-trial mean, its 95% interval the inverse of the step-time change's.
+Welch's t on the log ratio of means, a run-to-run floor: 1%, or the drift below; every step kept,
+``DROP_OUTLIERS``): speedup = baseline mean / trial mean, its 95% interval the inverse of the
+step-time change's. With ``--trial-repeats N`` (N rounds of the control and each knob, alternating,
+and the control once more at the end), each process's mean is one observation instead, and the
+interval is over processes (diff/samples.py ``compare_processes``; ``Trials._run_rounds``).
 
 **Verdict** (``verdict``):
 
@@ -80,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.numerics import LOSS_STEPS
+from gpudoctor.core.finding import MAX_SAVING_SHARE, speedup
 from gpudoctor.diff.samples import (
     DEFAULT_FLOOR_PCT,
     FASTER,
@@ -87,7 +91,9 @@ from gpudoctor.diff.samples import (
     SLOWER,
     UNKNOWN,
     StepChange,
+    compare_processes,
     compare_samples,
+    process_mean,
     usable,
 )
 from gpudoctor.errors import InputError
@@ -99,6 +105,13 @@ CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, 
     "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied",
     "within the program's drift")
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
+MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
+# A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are
+# at most one sample in ten and keeps them all above that: on an accelerate loop whose compiled
+# steps stalled 50-78 ms in 3-9% of steps (H100, 2026-11-26), it dropped them in some processes and
+# not in others, 14.4 against 20.3 ms a step for the same knob. The trials need no rule to drop a
+# warm-up step: they time steps judged settled (capture/timing.py), with compilation cut.
+DROP_OUTLIERS = False
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
 
 
@@ -188,8 +201,36 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
                 chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms)
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
-    out.trials = list(chosen.values())
+    priced = [_with_also_saves(p, findings) for p in chosen.values()]
+    out.trials = [p for p in priced if fixes is not None or _worth_a_trial(p)]
+    out.not_tried += [{"finding": p.finding or p.knob.id,
+                       "reason": f"{p.knob.id}: the finding puts no time at stake (0 ms); name it with --fixes to "
+                                 "try it"} for p in priced if p not in out.trials]
     return out
+
+
+def _worth_a_trial(planned: Planned) -> bool:
+    """A knob whose findings put no time at stake is not tried unless named: a Hugging Face
+    Trainer's fp32-matmul finding, 0.0 ms (its matmuls already bf16), planned the bf16-autocast and
+    tf32 trials, 30 s of a 212 s invocation that measured x1.09 and x0.97, within the program's drift
+    (H100, 2026-11-26). A small saving still earns its trial: nanoGPT's launch-bound finding priced
+    reduce-overhead at x1.00-1.01, and it measured x1.26 twice (H100, 2026-11-26)."""
+    return planned.saving_ms is None or planned.saving_ms > 0
+
+
+def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
+    """The knob's price with the savings of the findings it also removes (Knob.also_saves) added to
+    its own finding's, over the same step (each finding's saving and speedup give it: speedup =
+    step / (step - saving))."""
+    extra = [f for f in findings if f.id in planned.knob.also_saves and f.id != planned.finding
+             and (f.saving_ms or 0) > 0 and (f.predicted_speedup or 0) > 1]
+    if planned.finding is None or not extra or planned.saving_ms is None:
+        return planned
+    ps, saving = extra[0].predicted_speedup, extra[0].saving_ms
+    step = saving * ps / (ps - 1.0)
+    total = min(planned.saving_ms + sum(f.saving_ms for f in extra), MAX_SAVING_SHARE * step)
+    label = " + ".join([planned.finding, *(f.id for f in extra)])
+    return Planned(planned.knob, label, speedup(step, total), total)
 
 
 def verdict(change: StepChange, predicted_speedup: float | None) -> str:
@@ -251,11 +292,14 @@ class Trials:
     records: list[dict[str, Any]] = field(default_factory=list)
     reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
+    repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
     _children: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
         if self.control and planned:
             self._run_control()
+        if self.repeats > 1 and self.reference == "control":
+            return self._run_rounds(planned)
         tried = [(self.one(p.knob.id, [p.knob.id], p), p) for p in planned]
         self.records += [rec for rec, _ in tried]
         if self.reference == "control":
@@ -263,16 +307,91 @@ class Trials:
             for rec, p in tried:  # measured again, the floor raised to the drift
                 if rec["status"] == "ok":
                     self._judge(rec, usable(self._children[rec["knob"]].get("samples_ms") or []), p)
+        ids = self._combinable()
+        if ids:
+            self.records.append(self.one("combined", ids, None))
+        return self.records
+
+    def _combinable(self) -> list[str]:
+        """The knobs to run together: confirmed or faster ones, the fastest of each group."""
         best: dict[str, dict[str, Any]] = {}
         for rec in self.records:
             if rec["verdict"] in (CONFIRMED, FASTER_UNPREDICTED):
                 group = BY_ID[rec["knob"]].group or rec["knob"]
                 if group not in best or rec["measured_speedup"] > best[group]["measured_speedup"]:
                     best[group] = rec
-        if len(best) >= 2:
-            ids = [r["knob"] for r in best.values()]
-            self.records.append(self.one("combined", ids, None))
+        return [r["knob"] for r in best.values()] if len(best) >= 2 else []
+
+    def _run_rounds(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+        """``--trial-repeats N``: N rounds, each the control then every knob in a fresh process,
+        and the control once more at the end; each knob's speedup and interval over its N
+        processes against the N + 1 controls (diff/samples.py ``compare_processes``).
+
+        Why: a host-bound program's speed moves from one process to the next, and one process a
+        knob cannot tell that from the knob. The accelerate loop's compile trial measured x1.91,
+        x1.70 and x2.18 in three invocations (H100, 2026-11-26), each interval narrow, while its
+        unchanged controls moved 24.6 <-> 28.0 ms. Alternating the knobs with the controls round by
+        round spreads the machine's drift over both sides instead of into one knob's number."""
+        rounds: dict[str, list[dict[str, Any]]] = {CONTROL: [self.records[-1]]}
+        for r in range(1, self.repeats + 1):
+            if r > 1:
+                rounds[CONTROL].append(self.one(_round_name(CONTROL, r), [], None))
+            for p in planned:
+                rounds.setdefault(p.knob.id, []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
+        end = self.one(CONTROL_END, [], None)
+        rounds[CONTROL].append(end)
+        controls = self._round_samples(rounds[CONTROL])
+        self._summarize_controls(rounds[CONTROL], controls)
+        self.records.append(end)
+        for p in planned:
+            self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
+        ids = self._combinable()
+        if ids:
+            runs = [self.one(_round_name("combined", r), ids, None) for r in range(1, self.repeats + 1)]
+            self.records.append(self._aggregate(runs, controls, None))
         return self.records
+
+    def _round_samples(self, recs: Sequence[dict[str, Any]]) -> list[tuple[float, ...]]:
+        """The step samples of each round that ran to its steps."""
+        out = []
+        for rec in recs:
+            samples = usable(self._children.get(rec["knob"], {}).get("samples_ms") or [])
+            if rec["status"] == "ok" and samples:
+                out.append(samples)
+        return out
+
+    def _summarize_controls(self, recs: list[dict[str, Any]], controls: list[tuple[float, ...]]) -> None:
+        """The control's record lists its processes; control-end's says how far they moved."""
+        recs[0]["rounds"] = [_round_record(rec, self._children.get(rec["knob"], {})) for rec in recs]
+        means = [process_mean(c, drop_outliers=DROP_OUTLIERS) for c in controls]
+        if means:
+            recs[-1]["reason"] = (f"the control ran {len(recs)} times, {len(means)} to their steps: means "
+                                  f"{min(means):.2f}-{max(means):.2f} ms ({100 * (max(means) / min(means) - 1):.1f}% "
+                                  "apart); each knob is measured over its processes against them all")
+
+    def _aggregate(self, recs: list[dict[str, Any]], controls: list[tuple[float, ...]],
+                   planned: Planned | None) -> dict[str, Any]:
+        """One knob's record over its rounds: the first round's record (its numerics, memory and
+        files), measured again over every round's process."""
+        runs = self._round_samples(recs)
+        ok = [rec for rec in recs if rec["status"] == "ok"]
+        agg = dict(ok[0] if ok else recs[0])
+        agg["knob"] = recs[0]["knob"]
+        agg["rounds"] = [_round_record(rec, self._children.get(rec["knob"], {})) for rec in recs]
+        failed = [f"round {i}: {rec['status']}" for i, rec in enumerate(recs, 1)
+                  if rec["status"] not in ("ok", NOT_APPLIED)]
+        if failed and ok:
+            agg["reason"] = "; ".join([r for r in (agg["reason"],) if r] + failed)
+        if not ok or agg["status"] != "ok":
+            return agg
+        if runs and controls:
+            change = compare_processes(controls, runs, floor_pct=DEFAULT_FLOOR_PCT, drop_outliers=DROP_OUTLIERS)
+            agg.update(_measured(change))
+            agg["floor_pct"] = DEFAULT_FLOOR_PCT
+            agg["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
+        else:
+            agg["status"], agg["verdict"] = TOO_FEW, TOO_FEW
+        return agg
 
     def _run_control(self) -> None:
         """The program with no knob, in a trial process like the others: the reference. The
@@ -300,7 +419,7 @@ class Trials:
         self.records.append(rec)
         samples = usable(self._children.get(CONTROL_END, {}).get("samples_ms") or [])
         if rec["status"] == "ok" and len(samples) >= 2 and self.baseline.samples_ms:
-            drift = abs(compare_samples(self.baseline.samples_ms, samples).change_pct)
+            drift = abs(compare_samples(self.baseline.samples_ms, samples, drop_outliers=DROP_OUTLIERS).change_pct)
             self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
             rec["reason"] = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise floor is "
                              f"{self.floor_pct:g}%")
@@ -339,7 +458,7 @@ class Trials:
         rec["n_trial"] = len(samples)
         if not knob_ids:  # a control: measured against the reference so far, for the record
             if status == "ok" and samples and self.baseline.samples_ms:
-                rec.update(_measured(compare_samples(self.baseline.samples_ms, samples)))
+                rec.update(_measured(compare_samples(self.baseline.samples_ms, samples, drop_outliers=DROP_OUTLIERS)))
                 rec["verdict"] = REFERENCE
         elif status == "ok" and not rec["effects"]:
             rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
@@ -352,7 +471,7 @@ class Trials:
 
     def _judge(self, rec: dict[str, Any], samples: tuple[float, ...], planned: Planned | None) -> None:
         if samples and self.baseline.samples_ms:
-            change = compare_samples(self.baseline.samples_ms, samples, floor_pct=self.floor_pct)
+            change = compare_samples(self.baseline.samples_ms, samples, floor_pct=self.floor_pct, drop_outliers=DROP_OUTLIERS)
             rec.update(_measured(change))
             rec["floor_pct"] = self.floor_pct
             rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
@@ -427,6 +546,19 @@ def _measured(change: StepChange) -> dict[str, Any]:
         "outliers_ms": {"baseline": [_round(v) for v in change.dropped_before],
                         "trial": [_round(v) for v in change.dropped_after]},
     }
+
+
+def _round_name(name: str, r: int) -> str:
+    """The trial directory (and record name) of round ``r``: the first round's keeps the plain name."""
+    return name if r == 1 else f"{name}.r{r}"
+
+
+def _round_record(rec: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """One process of a repeated trial: where it ran, how it ended and its mean step."""
+    samples = usable(child.get("samples_ms") or [])
+    ok = rec["status"] == "ok" and samples
+    return {"dir": rec["dir"], "status": rec["status"], "reason": rec["reason"], "wall_s": rec["wall_s"],
+            "n_trial": len(samples), "mean_ms": _round(process_mean(samples, drop_outliers=DROP_OUTLIERS)) if ok else None}
 
 
 def _round(value: float | None) -> float | None:
