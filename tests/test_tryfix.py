@@ -320,6 +320,20 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
 
 
+def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(tmp_path: Path) -> None:
+    """The interpreter's teardown is skipped once trial.json is written (a DataLoader's persistent
+    workers are joined there, 5 s each): a program whose exit handler sleeps 60 s ends at once."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text("import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 60)\n"
+                      "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
+                      "    gpudoctor.step()\n")
+    runner = _trials(tmp_path, sandbox=False)
+    runner.target = Target(str(script))
+    rec = runner.one("tf32", ["tf32"], None)
+    assert rec["status"] == "ok" and rec["n_trial"] >= 2, rec
+    assert rec["wall_s"] < 45
+
+
 # -- rendering ---------------------------------------------------------------------------------------
 
 
