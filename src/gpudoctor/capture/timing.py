@@ -71,8 +71,8 @@ TRIAL_TIMED_SE = 0.01
 """Past TRIAL_TIMED_STEPS, a trial times on until the standard error of its mean step (every step:
 a trial's comparison keeps them all, tryfix/trial.py) is within this share of the mean
 (``timed_enough``). Thirty steps were still too few where the host stalls: the same accelerate
-loop's unchanged controls (H100, 2026-11-26 11:45 UTC) held stalls of 40-85 ms in 3-8 of 30 steps of
-25-30 ms, and two of them measured 35.9 and 27.1 ms means in one invocation (standard errors of 5-7%
+loop's unchanged controls (H100, 2026-11-26 11:45 UTC) held stalls of 40-99 ms in 1-9 of 30 steps of
+23-30 ms, and two of them measured 35.9 and 29.4 ms means in one invocation (standard errors of 7-9%
 of the mean). Stalls that come at random average out as one over the root of the steps; a clean
 step (nanoGPT's, spread 1-2%) stops at 30."""
 TRIAL_TIMED_MAX_STEPS = 600

@@ -151,6 +151,15 @@ def bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float
     return float(lo), float(hi)
 
 
+def interval_verdict(lo_pct: float, hi_pct: float, floor_pct: float) -> str:
+    """SLOWER when the change's whole interval is above +floor, FASTER when below -floor, else SAME."""
+    if lo_pct > floor_pct:
+        return SLOWER
+    if hi_pct < -floor_pct:
+        return FASTER
+    return SAME
+
+
 def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: float = DEFAULT_FLOOR_PCT,
                     confidence: float = CONFIDENCE, drop_outliers: bool = True) -> StepChange:
     """The change from BEFORE's step times to AFTER's (each a list of positive ms); with
@@ -174,15 +183,10 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
         blo, bhi = bootstrap_interval(a, b, confidence)
         lo, hi, method = min(lo, blo), max(hi, bhi), "welch-log+bootstrap"
     lo_pct, hi_pct = 100.0 * (lo - 1.0), 100.0 * (hi - 1.0)
-    if lo_pct > floor_pct:
-        verdict = SLOWER
-    elif hi_pct < -floor_pct:
-        verdict = FASTER
-    else:
-        verdict = SAME
-        if lo_pct > 0 or hi_pct < 0:
-            notes.append(f"the {abs(change):.1f}% change is outside this pair's step-to-step noise but "
-                         f"within the {floor_pct:g}% run-to-run floor")
+    verdict = interval_verdict(lo_pct, hi_pct, floor_pct)
+    if verdict == SAME and (lo_pct > 0 or hi_pct < 0):
+        notes.append(f"the {abs(change):.1f}% change is outside this pair's step-to-step noise but "
+                     f"within the {floor_pct:g}% run-to-run floor")
     return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, lo_pct, hi_pct, method, floor_pct,
                       verdict, confidence, statistics.stdev(a), statistics.stdev(b), tuple(notes))
 
@@ -238,11 +242,5 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     se = math.sqrt(ss / df * (1 / len(logs_b) + 1 / len(logs_a)))
     t = t_quantile(0.5 + confidence / 2, df)
     lo_pct, hi_pct = 100.0 * (math.exp(ma - mb - t * se) - 1.0), 100.0 * (math.exp(ma - mb + t * se) - 1.0)
-    if lo_pct > floor_pct:
-        verdict = SLOWER
-    elif hi_pct < -floor_pct:
-        verdict = FASTER
-    else:
-        verdict = SAME
     return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, lo_pct, hi_pct, method,
-                      floor_pct, verdict, confidence, sd_b, sd_a)
+                      floor_pct, interval_verdict(lo_pct, hi_pct, floor_pct), confidence, sd_b, sd_a)

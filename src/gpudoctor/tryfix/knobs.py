@@ -376,8 +376,8 @@ KNOBS: tuple[Knob, ...] = (
          _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE),
     # priced with the launch-bound saving too: on a Hugging Face Trainer's Llama step (H100, 2026-11-26)
-    # fusion alone priced compile at x1.19, fusion and launches together at x1.75; it measured x1.72,
-    # x1.86, x2.02 and x1.90 in four invocations
+    # fusion alone priced compile at x1.19, fusion and launches together at x1.47-1.90 (the launch-bound
+    # saving moves with the host); it measured x1.72-2.16 in seven invocations
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
          numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE,
          also_saves=("launch-bound",)),

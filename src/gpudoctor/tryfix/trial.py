@@ -108,7 +108,7 @@ CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
 # A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are
 # at most one sample in ten and keeps them all above that: on an accelerate loop whose compiled
-# steps stalled 50-78 ms in 3-9% of steps (H100, 2026-11-26), it dropped them in some processes and
+# steps stalled 40-78 ms in 3-10% of steps (H100, 2026-11-26), it dropped them in some processes and
 # not in others, 14.4 against 20.3 ms a step for the same knob. The trials need no rule to drop a
 # warm-up step: they time steps judged settled (capture/timing.py), with compilation cut.
 DROP_OUTLIERS = False
@@ -211,9 +211,8 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
 
 def _worth_a_trial(planned: Planned) -> bool:
     """A knob whose findings put no time at stake is not tried unless named: a Hugging Face
-    Trainer's fp32-matmul finding, 0.0 ms (its matmuls already bf16), planned the bf16-autocast and
-    tf32 trials, 30 s of a 212 s invocation that measured x1.09 and x0.97, within the program's drift
-    (H100, 2026-11-26). A small saving still earns its trial: nanoGPT's launch-bound finding priced
+    Trainer's fp32-matmul finding, 0.0 ms, planned the bf16-autocast and tf32 trials: 28 s of a 212 s
+    invocation, which measured x1.09 and x0.97 against controls 4.6% apart (H100, 2026-11-26). A small saving still earns its trial: nanoGPT's launch-bound finding priced
     reduce-overhead at x1.00-1.01, and it measured x1.26 twice (H100, 2026-11-26)."""
     return planned.saving_ms is None or planned.saving_ms > 0
 
