@@ -168,7 +168,7 @@ class CaptureSession(Listener):
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
         self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
         self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
-        self._settled_ms: list[float] | None = None  # the steps a trial times: from the ones it judged settled
+        self._settled_ms: list[float] | None = None  # the steps a trial times: after the ones it judged settled
         self._timed_from: int | None = None  # where they start in the settled series
         self._judged_ms: list[float] = []  # the steps judged settled, just before the timed ones
         self._timed_started = 0.0
@@ -804,7 +804,7 @@ class CaptureSession(Listener):
                 self._torch.cuda.synchronize()
             early = self._intervals(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
-            # a trial whose steps were judged settled times those steps
+            # a trial whose steps were judged settled times the steps after those
             settled_ms = self._settled_ms
             if settled_ms is not None and len(settled_ms) < len(self._judged_ms):
                 # the program ended soon after its steps settled: its judged steps are timed too

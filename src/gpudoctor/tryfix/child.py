@@ -4,7 +4,7 @@ The spec (written by tryfix/trial.py) names the program, its arguments, the knob
 number of steps. The child seeds the generators as the baseline did (capture/numerics.py),
 applies the knobs (tryfix/knobs.py), then runs the program in-process as ``gpudoctor run`` does
 (capture/runner.py): it runs ``skip`` steps, and on until its latest steps have settled, times
-from the steps judged settled on (capture/timing.py ``settled``, ``TRIAL_TIMED_STEPS``), then either records the baseline's profiler
+from the step after those judged settled (capture/timing.py ``settled``, ``timed_enough``), then either records the baseline's profiler
 window (``trace``: the trial directory is then a run bundle that ``gpudoctor diff`` compares with
 the baseline's or another trial's) and stops, or stops where the window would open. It writes
 into the trial's directory ``env.json`` (as a run's: its ``capture.unprofiled_step_ms_samples``),

@@ -5,7 +5,8 @@ After the diagnosis, each finding whose fix is a knob (tryfix/knobs.py), or each
 applied, the generators seeded as in the baseline, run for at least as many steps as the
 baseline skipped (``trial_skip``) and then on until its latest steps have settled
 (capture/timing.py ``settled``: a compile's background work can slow ten steps after it by 40x),
-timed from the steps judged settled on, up to 30 steps or 3 s (``TRIAL_TIMED_STEPS``), and stopped there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
+timed from the step after those judged settled on, 30 steps and more while their mean is uncertain, up to 5 s
+(capture/timing.py ``timed_enough``), and stopped there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
 directory is then a run bundle, and ``gpudoctor diff RUN RUN/trials/KNOB`` shows which kernels the
 knob changed; the window comes after the timed steps and leaves them alone). A trial is bounded by
 those steps and by ``--trial-timeout`` seconds (the whole process
@@ -129,13 +130,11 @@ class Baseline:
 # A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and on an
 # H100 (2026-11-26) 3-against-3 samples left a DCGAN's control at x0.85 [0.78-0.93] of the
 # diagnosed run and a no-op knob's interval 0.59-1.09 wide: no verdict stands on that. Trials
-# therefore skip at least this many steps (then time 30 from the 12 judged settled: capture/timing.py
-# TRIAL_TIMED_STEPS). A program that ends sooner is timed over
-# the second half of the steps it ran (a trial's program may end before its window). 12, not 8: the
-# comparison drops at most one outlier in ten samples (diff/samples.py), so of 8 it drops none, and
-# an accelerate loop's once-an-epoch step (90 ms against 24.5, every 16th) fell in one control's 8
-# samples and not in the next one's: x1.29 for compile in one invocation, x2.17 in the next (H100,
-# 2026-11-26).
+# therefore skip at least this many steps (then time 30 or more after the 12 judged settled: capture/timing.py
+# timed_enough). A program that ends sooner is timed over the second half of the steps it ran (a
+# trial's program may end before its window). 24, not 16 (12 steps in its second half, not 8): an accelerate loop's
+# once-an-epoch step (90 ms against 24.5, every 16th) fell in one control's samples and not in the
+# next one's: x1.29 for compile in one invocation, x2.17 in the next (H100, 2026-11-26).
 TRIAL_MIN_SKIP = 24
 
 
