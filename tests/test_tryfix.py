@@ -569,6 +569,18 @@ def test_a_round_that_crashes_leaves_the_others_measured_and_says_so(tmp_path: P
     assert compile_["method"] == "processes (4 vs 2), pooled t on log means"
 
 
+def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path) -> None:
+    means = {"control": 25.0, "compile": 14.0, "control.r2": "timed out", "compile.r2": 15.0, "control-end": 26.0}
+    records = _rounds_runner(tmp_path, means, repeats=2).run(
+        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+    control, end, compile_ = records
+    assert [r["status"] for r in control["rounds"]] == ["ok", "timed out", "ok"]
+    assert control["rounds"][1]["mean_ms"] is None
+    assert "ran 3 times, 2 to their steps: means 25.00-26.00 ms (4.0% apart)" in end["reason"]
+    assert compile_["method"] == "processes (2 vs 2), pooled t on log means"
+    assert compile_["baseline_ms"] == pytest.approx((25.0 * 26.0) ** 0.5, abs=1e-4)
+
+
 def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path) -> None:
     means = {"control": 25.0, "compile": 14.0, "loader-workers": 20.0, "control.r2": 25.5, "compile.r2": 14.2,
              "loader-workers.r2": 20.3, "control-end": 25.2, "combined": 11.0, "combined.r2": 11.2}
