@@ -63,7 +63,8 @@ class Knob:
     # variables set to a new, empty directory for the trial (whatever the user set), removed after it
     fresh_dirs: tuple[str, ...] = ()
     # findings whose saving the knob's price adds, when the program has them, though they do not call
-    # for its trial (trial.plan): compile also removes much of a launch-bound step's host time
+    # for its trial (trial.plan): compile also removes much of a launch-bound step's host time, and
+    # reduce-overhead fuses as compile does
     also_saves: tuple[str, ...] = ()
 
 
@@ -372,9 +373,12 @@ KNOBS: tuple[Knob, ...] = (
          group="optimizer"),
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
+    # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too. Priced on the
+    # launches alone it read x1.34-1.49 on a Hugging Face Trainer's Llama step and x1.00-1.01 on nanoGPT's,
+    # and measured x1.49-1.99 and x1.26 (H100, 2026-11-26)
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
          _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
-         fresh_dirs=FRESH_CACHE),
+         fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
     # priced with the launch-bound saving too: on a Hugging Face Trainer's Llama step (H100, 2026-11-26)
     # fusion alone priced compile at x1.19, fusion and launches together at x1.47-1.90 (the launch-bound
     # saving moves with the host); it measured x1.72-2.16 in seven invocations

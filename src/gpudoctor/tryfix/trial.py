@@ -218,14 +218,16 @@ def _worth_a_trial(planned: Planned) -> bool:
 
 def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
     """The knob's price with the savings of the findings it also removes (Knob.also_saves) added to
-    its own finding's, over the same step (each finding's saving and speedup give it: speedup =
-    step / (step - saving))."""
+    its own finding's, over the same step (its own finding's saving and speedup give it, else the
+    first other's: speedup = step / (step - saving))."""
     extra = [f for f in findings if f.id in planned.knob.also_saves and f.id != planned.finding
              and (f.saving_ms or 0) > 0 and (f.predicted_speedup or 0) > 1]
     if planned.finding is None or not extra or planned.saving_ms is None:
         return planned
-    ps, saving = extra[0].predicted_speedup, extra[0].saving_ms
-    step = saving * ps / (ps - 1.0)
+    own = planned.predicted_speedup is not None and planned.predicted_speedup > 1 and planned.saving_ms > 0
+    ps, saving = (planned.predicted_speedup, planned.saving_ms) if own else (extra[0].predicted_speedup,
+                                                                             extra[0].saving_ms)
+    step = saving * ps / (ps - 1.0)  # the step the savings are shares of
     total = min(planned.saving_ms + sum(f.saving_ms for f in extra), MAX_SAVING_SHARE * step)
     label = " + ".join([planned.finding, *(f.id for f in extra)])
     return Planned(planned.knob, label, speedup(step, total), total)
