@@ -626,6 +626,16 @@ def test_run_try_fixes_with_repeats_end_to_end(tmp_path: Path) -> None:
     assert "2 processes:" in out.stdout and "3 processes:" in out.stdout
 
 
+def test_controls_far_apart_suggest_repeats(tmp_path: Path) -> None:
+    far = _rounds_runner(tmp_path / "far", {"control": 25.0, "compile": 14.0, "control-end": 28.0}, repeats=1)
+    end = far.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])[-1]
+    assert end["knob"] == "control-end" and "12.0% apart" in end["reason"]
+    assert end["reason"].endswith("--trial-repeats 3 measures each knob over three")
+    near = _rounds_runner(tmp_path / "near", {"control": 25.0, "compile": 14.0, "control-end": 25.5}, repeats=1)
+    assert "--trial-repeats" not in near.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5,
+                                                      5.0)])[-1]["reason"]
+
+
 def test_trial_repeats_out_of_range_is_one_line() -> None:
     out = gd("run", "--trial-repeats", "0", str(PROBE))
     assert out.returncode == 2 and "--trial-repeats must be a whole number from 1 to 20, got 0" in out.stderr

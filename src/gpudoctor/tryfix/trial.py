@@ -106,6 +106,9 @@ CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, 
     "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied",
     "within the program's drift")
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
+# Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate the
+# knob from the program's own drift (an HF Trainer's controls 20.2% apart, H100, 2026-11-26)
+REPEATS_HINT_DRIFT_PCT = 5.0
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
 # A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are
 # at most one sample in ten and keeps them all above that: on an accelerate loop whose compiled
@@ -423,6 +426,9 @@ class Trials:
             self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
             rec["reason"] = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise floor is "
                              f"{self.floor_pct:g}%")
+            if drift > REPEATS_HINT_DRIFT_PCT:
+                rec["reason"] += ("; this program's speed moves between processes: --trial-repeats 3 measures "
+                                  "each knob over three")
 
     def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> dict[str, Any]:
         if self.progress is not None:
