@@ -62,11 +62,10 @@ TRIAL_SETTLE_MAX_STEPS = 48
 TRIAL_SETTLE_MAX_S = 30.0
 """Nor more than this many seconds past it."""
 TRIAL_TIMED_STEPS = 30
-"""Once settled, a trial times at least this many steps (the settled ones first). Twelve were too
-few for two invocations to agree: a compile trial on an accelerate loop (H100, 2026-11-26) measured
-x2.07 in one and x1.28 in the next, each mean moved by one or two stalls of 25-105 ms among steps of
-9-28 ms, and the outlier rule may drop one sample in ten (diff/samples.py): none of 8, one of 12,
-three of 30. At that program's 25 ms a step the 18 more steps cost half a second."""
+"""Once settled, a trial times at least this many steps (after the ones judged settled). Twelve
+were too few for two invocations to agree: a compile trial on an accelerate loop (H100, 2026-11-26)
+measured x2.07 in one and x1.28 in the next, each mean moved by one or two stalls of 25-105 ms among
+steps of 9-28 ms. At that program's 25 ms a step the 18 more steps cost half a second."""
 TRIAL_TIMED_SE = 0.01
 """Past TRIAL_TIMED_STEPS, a trial times on until the standard error of its mean step (every step:
 a trial's comparison keeps them all, tryfix/trial.py) is within this share of the mean

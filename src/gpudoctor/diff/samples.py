@@ -151,6 +151,11 @@ def bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float
     return float(lo), float(hi)
 
 
+def _kept(values: Sequence[float], drop_outliers: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(kept, dropped): ``split_outliers``, or every sample kept."""
+    return split_outliers(values) if drop_outliers else (tuple(values), ())
+
+
 def interval_verdict(lo_pct: float, hi_pct: float, floor_pct: float) -> str:
     """SLOWER when the change's whole interval is above +floor, FASTER when below -floor, else SAME."""
     if lo_pct > floor_pct:
@@ -168,8 +173,8 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
         raise ValueError("compare_samples needs at least one sample on each side")
     if floor_pct < 0 or not math.isfinite(floor_pct):
         raise ValueError(f"floor_pct must be a finite number >= 0, got {floor_pct!r}")
-    a, dropped_a = split_outliers(before) if drop_outliers else (tuple(before), ())
-    b, dropped_b = split_outliers(after) if drop_outliers else (tuple(after), ())
+    a, dropped_a = _kept(before, drop_outliers)
+    b, dropped_b = _kept(after, drop_outliers)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     change = 100.0 * (mb / ma - 1.0)
     notes = []
@@ -194,7 +199,7 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
 def process_mean(values: Sequence[float], drop_outliers: bool = True) -> float:
     """One process's mean step time (ms), its outliers left out as ``compare_samples`` leaves them
     (unless ``drop_outliers`` is False)."""
-    return statistics.fmean(split_outliers(values)[0] if drop_outliers else values)
+    return statistics.fmean(_kept(values, drop_outliers)[0])
 
 
 def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]],
@@ -217,21 +222,17 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     runs_a = [tuple(r) for r in after if len(r) > 0]
     if not runs_b or not runs_a:
         raise ValueError("compare_processes needs at least one process with samples on each side")
-
-    def split(run: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        return split_outliers(run) if drop_outliers else (run, ())
-
-    kept_b, kept_a = [split(r) for r in runs_b], [split(r) for r in runs_a]
-    logs_b = [math.log(statistics.fmean(k)) for k, _ in kept_b]
-    logs_a = [math.log(statistics.fmean(k)) for k, _ in kept_a]
+    kept_b, kept_a = [_kept(r, drop_outliers) for r in runs_b], [_kept(r, drop_outliers) for r in runs_a]
+    means_b, means_a = [statistics.fmean(k) for k, _ in kept_b], [statistics.fmean(k) for k, _ in kept_a]
+    logs_b, logs_a = [math.log(m) for m in means_b], [math.log(m) for m in means_a]
     mb, ma = statistics.fmean(logs_b), statistics.fmean(logs_a)
     before_ms, after_ms = math.exp(mb), math.exp(ma)
     change = 100.0 * (after_ms / before_ms - 1.0)
     dropped_b = tuple(v for _, d in kept_b for v in d)
     dropped_a = tuple(v for _, d in kept_a for v in d)
     n_b, n_a = sum(len(k) for k, _ in kept_b), sum(len(k) for k, _ in kept_a)
-    sd_b = statistics.stdev([math.exp(v) for v in logs_b]) if len(logs_b) > 1 else 0.0
-    sd_a = statistics.stdev([math.exp(v) for v in logs_a]) if len(logs_a) > 1 else 0.0
+    sd_b = statistics.stdev(means_b) if len(means_b) > 1 else 0.0
+    sd_a = statistics.stdev(means_a) if len(means_a) > 1 else 0.0
     df = len(logs_b) + len(logs_a) - 2
     method = f"processes ({len(logs_b)} vs {len(logs_a)}), pooled t on log means"
     if df < 1:

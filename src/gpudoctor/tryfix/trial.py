@@ -213,8 +213,9 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
 
 def _worth_a_trial(planned: Planned) -> bool:
     """A knob whose findings put no time at stake is not tried unless named: a Hugging Face
-    Trainer's fp32-matmul finding, 0.0 ms, planned the bf16-autocast and tf32 trials: 28 s of a 212 s
-    invocation, which measured x1.09 and x0.97 against controls 4.6% apart (H100, 2026-11-26). A small saving still earns its trial: nanoGPT's launch-bound finding priced
+    Trainer's fp32-matmul finding, 0.0 ms, planned the bf16-autocast and tf32 trials: 28 s of a
+    212 s invocation, which measured x1.09 and x0.97 against controls 4.6% apart (H100,
+    2026-11-26). A small saving still earns its trial: nanoGPT's launch-bound finding priced
     reduce-overhead at x1.00-1.01, and it measured x1.26 twice (H100, 2026-11-26)."""
     return planned.saving_ms is None or planned.saving_ms > 0
 
@@ -309,7 +310,7 @@ class Trials:
             self._run_drift_check()
             for rec, p in tried:  # measured again, the floor raised to the drift
                 if rec["status"] == "ok":
-                    self._judge(rec, usable(self._children[rec["knob"]].get("samples_ms") or []), p)
+                    self._judge(rec, self._samples(rec["knob"]), p)
         ids = self._combinable()
         if ids:
             self.records.append(self.one("combined", ids, None))
@@ -344,7 +345,7 @@ class Trials:
         end = self.one(CONTROL_END, [], None)
         rounds[CONTROL].append(end)
         controls = self._round_samples(rounds[CONTROL])
-        self._summarize_controls(rounds[CONTROL], controls)
+        self._summarize_controls(rounds[CONTROL])
         self.records.append(end)
         for p in planned:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
@@ -354,19 +355,26 @@ class Trials:
             self.records.append(self._aggregate(runs, controls, None))
         return self.records
 
+    def _samples(self, name: str) -> tuple[float, ...]:
+        """The step samples a trial's child recorded (none when it recorded nothing)."""
+        return usable(self._children.get(name, {}).get("samples_ms") or [])
+
     def _round_samples(self, recs: Sequence[dict[str, Any]]) -> list[tuple[float, ...]]:
         """The step samples of each round that ran to its steps."""
-        out = []
-        for rec in recs:
-            samples = usable(self._children.get(rec["knob"], {}).get("samples_ms") or [])
-            if rec["status"] == "ok" and samples:
-                out.append(samples)
-        return out
+        return [s for s in (self._samples(rec["knob"]) for rec in recs if rec["status"] == "ok") if s]
 
-    def _summarize_controls(self, recs: list[dict[str, Any]], controls: list[tuple[float, ...]]) -> None:
+    def _round_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """One process of a repeated trial: where it ran, how it ended and its mean step."""
+        samples = self._samples(rec["knob"])
+        ok = rec["status"] == "ok" and samples
+        return {"dir": rec["dir"], "status": rec["status"], "reason": rec["reason"], "wall_s": rec["wall_s"],
+                "n_trial": len(samples),
+                "mean_ms": _round(process_mean(samples, drop_outliers=DROP_OUTLIERS)) if ok else None}
+
+    def _summarize_controls(self, recs: list[dict[str, Any]]) -> None:
         """The control's record lists its processes; control-end's says how far they moved."""
-        recs[0]["rounds"] = [_round_record(rec, self._children.get(rec["knob"], {})) for rec in recs]
-        means = [process_mean(c, drop_outliers=DROP_OUTLIERS) for c in controls]
+        recs[0]["rounds"] = [self._round_record(rec) for rec in recs]
+        means = [r["mean_ms"] for r in recs[0]["rounds"] if r["mean_ms"] is not None]
         if means:
             recs[-1]["reason"] = (f"the control ran {len(recs)} times, {len(means)} to their steps: means "
                                   f"{min(means):.2f}-{max(means):.2f} ms ({100 * (max(means) / min(means) - 1):.1f}% "
@@ -380,7 +388,7 @@ class Trials:
         ok = [rec for rec in recs if rec["status"] == "ok"]
         agg = dict(ok[0] if ok else recs[0])
         agg["knob"] = recs[0]["knob"]
-        agg["rounds"] = [_round_record(rec, self._children.get(rec["knob"], {})) for rec in recs]
+        agg["rounds"] = [self._round_record(rec) for rec in recs]
         failed = [f"round {i}: {rec['status']}" for i, rec in enumerate(recs, 1)
                   if rec["status"] not in ("ok", NOT_APPLIED)]
         if failed and ok:
@@ -403,7 +411,7 @@ class Trials:
         a no-op knob (tf32) measured x1.29 against it and x1.0 against a control."""
         rec = self.one(CONTROL, [], None)
         child = self._children.get(CONTROL, {})
-        samples = usable(child.get("samples_ms") or [])
+        samples = self._samples(CONTROL)
         if rec["status"] == "ok" and len(samples) >= 2:
             self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
                                      self.baseline.skip, self.baseline.steps)
@@ -420,7 +428,7 @@ class Trials:
         step spread is tight, and a knob must beat the drift between processes to count."""
         rec = self.one(CONTROL_END, [], None)
         self.records.append(rec)
-        samples = usable(self._children.get(CONTROL_END, {}).get("samples_ms") or [])
+        samples = self._samples(CONTROL_END)
         if rec["status"] == "ok" and len(samples) >= 2 and self.baseline.samples_ms:
             drift = abs(compare_samples(self.baseline.samples_ms, samples, drop_outliers=DROP_OUTLIERS).change_pct)
             self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
@@ -557,14 +565,6 @@ def _measured(change: StepChange) -> dict[str, Any]:
 def _round_name(name: str, r: int) -> str:
     """The trial directory (and record name) of round ``r``: the first round's keeps the plain name."""
     return name if r == 1 else f"{name}.r{r}"
-
-
-def _round_record(rec: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """One process of a repeated trial: where it ran, how it ended and its mean step."""
-    samples = usable(child.get("samples_ms") or [])
-    ok = rec["status"] == "ok" and samples
-    return {"dir": rec["dir"], "status": rec["status"], "reason": rec["reason"], "wall_s": rec["wall_s"],
-            "n_trial": len(samples), "mean_ms": _round(process_mean(samples, drop_outliers=DROP_OUTLIERS)) if ok else None}
 
 
 def _round(value: float | None) -> float | None:
