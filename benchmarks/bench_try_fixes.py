@@ -1,6 +1,8 @@
 """Check ``gpudoctor run --try-fixes`` against the twins' own fixes (issue 19's first target).
 
-For each twin in tests/programs/twins whose fix is a knob (TWIN_KNOBS below):
+For each twin in tests/programs/twins whose fix is a knob (TWIN_KNOBS below), or with ``--lab`` for each
+of the lab's traps whose fix is a knob (LAB_KNOBS: the trap run as a plain program by
+``python -m gpudoctor.lab.program TRAP``, its fixed twin by the same with ``--fixed``):
 
 1. ``python PROG ARGS`` and ``python PROG ARGS --fixed``, plainly: the program's own ms lines (its
    ``timing_regex``; the first log line dropped as warm-up, median; benchmarks/run_twins.py's
@@ -57,13 +59,45 @@ TWIN_KNOBS: dict[str, tuple[str, int, str]] = {
                                                        "the model's forward and backward")),
 }
 
+# --lab: the lab's traps run as plain programs (python -m gpudoctor.lab.program TRAP [--fixed]), each
+# against its fixed twin: trap -> (knob, --skip, what may make the knob's speedup differ from the twin's)
+LAB_PROGRAM = ("-m", "gpudoctor.lab.program")
+LAB_STEPS = 300
+LAB_STEPS_FOR = {"memory_pressure": 150}  # 112 ms a step sick on an H100 (the lab's table): 300 would take 34 s
+LAB_TIMING_REGEX = r"step \d+: ([0-9.]+) ms/step"
+LAB_KNOBS: dict[str, tuple[str, int, str]] = {
+    "input_pipeline": ("loader-workers", 20, "the twin uses 12 workers and non_blocking copies; the knob min(8, CPUs)"),
+    "pageable_copy": ("pin-memory", 20, ("the trap copies its own pageable tensor, no DataLoader: the knob finds "
+                                        "nothing (expected: not applied)")),
+    "fp32_matmul": ("bf16-autocast", 20, "same fix: bf16 autocast around the model"),
+    "optimizer_loop": ("optimizer-fused", 20, "same fix: AdamW(fused=True)"),
+    "launch_bound": ("compile-reduce-overhead", 40, ("the twin replays one CUDA graph of the eager forward; the knob "
+                                                    "Inductor's compiled forward under CUDA graphs")),
+    "unfused_elementwise": ("compile", 20, "the twin calls the built-in fused operators; the knob compiles"),
+    "allocator_churn": ("no-empty-cache", 20, ("the twin preallocates one workspace; the knob makes empty_cache() a "
+                                              "no-op under expandable segments")),
+    "memory_pressure": ("expandable-segments", 10, ("the twin splits the work into equal micro-batches; the knob "
+                                                   "lets the allocator grow segments instead")),
+}
+
+
+def target_of(entry: dict[str, Any]) -> list[str]:
+    """How the program is named on a command line: its script, or ``-m gpudoctor.lab.program TRAP``."""
+    return [*LAB_PROGRAM, entry["name"]] if entry.get("lab") else [str(MANIFEST.parent / entry["file"])]
+
+
+def lab_entry(trap: str) -> dict[str, Any]:
+    """A lab trap as the twins' manifest would describe it."""
+    return {"name": trap, "lab": True, "args_gpu": ["--steps", str(LAB_STEPS_FOR.get(trap, LAB_STEPS))], "args_cpu": ["--steps", "40"],
+            "timing_regex": LAB_TIMING_REGEX, "fix": "--fixed"}
+
 
 def try_fixes_run(entry: dict[str, Any], knob: str, skip: int, args: list[str], opts: argparse.Namespace,
                   env: dict[str, str], runs: Path) -> dict[str, Any]:
     out_dir = runs / entry["name"]
     cmd = [opts.python, "-m", "gpudoctor", "run", "--try-fixes", "--fixes", knob, "--no-trial-trace", "--json",
            "--skip", str(skip), "--steps", str(opts.steps), "--calibrate", "0", "--trial-timeout",
-           str(opts.timeout), "--out", str(out_dir), str(MANIFEST.parent / entry["file"]), *args]
+           str(opts.timeout), "--out", str(out_dir), *target_of(entry), *args]
     res = run_command(cmd, ROOT, env, 3 * opts.timeout)
     run_dir = newest_run_dir(out_dir)
     report = read_json(run_dir / "report.json") if run_dir is not None else None
@@ -78,14 +112,14 @@ def try_fixes_run(entry: dict[str, Any], knob: str, skip: int, args: list[str], 
 
 
 def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str], runs: Path) -> dict[str, Any]:
-    knob, skip, expected = TWIN_KNOBS[entry["name"]]
+    knob, skip, expected = (LAB_KNOBS if entry.get("lab") else TWIN_KNOBS)[entry["name"]]
     args = entry.get("args_gpu") if opts.gpu_args else entry.get("args_cpu")
     row: dict[str, Any] = {"twin": entry["name"], "knob": knob, "expected_difference": expected,
                            "twin_fix": entry.get("fix", "")}
-    script = str(MANIFEST.parent / entry["file"])
+    target = target_of(entry)
     per_step = float(entry.get("iterations_per_step", 1))
-    sick = plain_run(script, list(args), entry.get("timing_regex"), per_step, opts, env)
-    fixed = plain_run(script, [*args, "--fixed"], entry.get("timing_regex"), per_step, opts, env)
+    sick = plain_run(target[0], [*target[1:], *args], entry.get("timing_regex"), per_step, opts, env)
+    fixed = plain_run(target[0], [*target[1:], *args, "--fixed"], entry.get("timing_regex"), per_step, opts, env)
     row["sick_ms"], row["fixed_ms"] = sick["true_step_ms"], fixed["true_step_ms"]
     row["twin_speedup"] = (round(sick["true_step_ms"] / fixed["true_step_ms"], 4)
                            if sick["true_step_ms"] and fixed["true_step_ms"] else None)
@@ -137,14 +171,20 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(ap, "twin", "try_fixes")
+    ap.add_argument("--lab", action="store_true",
+                    help="the lab's traps (python -m gpudoctor.lab.program TRAP) against their fixed twins")
     opts = ap.parse_args()
     if opts.steps == 5:
         opts.steps = 3  # the trials need no long window: their samples come before it
-    entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["programs"]}
-    wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()] or list(TWIN_KNOBS)
-    unknown = [n for n in wanted if n not in TWIN_KNOBS or n not in entries]
+    knobs = LAB_KNOBS if opts.lab else TWIN_KNOBS
+    if opts.lab:
+        entries = {name: lab_entry(name) for name in LAB_KNOBS}
+    else:
+        entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["programs"]}
+    wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()] or list(knobs)
+    unknown = [n for n in wanted if n not in knobs or n not in entries]
     if unknown:
-        ap.error(f"no knob twin named {', '.join(unknown)}; choose from {', '.join(TWIN_KNOBS)}")
+        ap.error(f"no knob {'trap' if opts.lab else 'twin'} named {', '.join(unknown)}; choose from {', '.join(knobs)}")
     out = opts.out or ROOT / "benchmarks" / "results" / f"try_fixes-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     runs = out / "runs"
@@ -152,18 +192,18 @@ def main() -> int:
                                                          if p))
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    meta = {"gpu_args": opts.gpu_args, "python": opts.python, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta = {"gpu_args": opts.gpu_args, "lab": opts.lab, "python": opts.python, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     for name in wanted:
         if opts.deadline and time.perf_counter() - start > opts.deadline:
-            rows.append({"twin": name, "knob": TWIN_KNOBS[name][0], "result": "skipped",
-                         "expected_difference": TWIN_KNOBS[name][2]})
+            rows.append({"twin": name, "knob": knobs[name][0], "result": "skipped",
+                         "expected_difference": knobs[name][2]})
             continue
-        print(f"[{time.perf_counter() - start:5.0f} s] {name}: {TWIN_KNOBS[name][0]}", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:5.0f} s] {name}: {knobs[name][0]}", file=sys.stderr, flush=True)
         try:
             rows.append(run_one(entries[name], opts, env, runs))
         except Exception as exc:  # noqa: BLE001 - recorded, the next twin runs
-            rows.append({"twin": name, "knob": TWIN_KNOBS[name][0], "result": "error", "message": repr(exc),
-                         "expected_difference": TWIN_KNOBS[name][2]})
+            rows.append({"twin": name, "knob": knobs[name][0], "result": "error", "message": repr(exc),
+                         "expected_difference": knobs[name][2]})
         (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     meta["wall_s"] = round(time.perf_counter() - start, 1)
     (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")

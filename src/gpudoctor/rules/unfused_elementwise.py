@@ -10,7 +10,9 @@ needs two distinct ops (one op's several kernels are not a chain a compiler can 
 torch.compile (Inductor) fuses a chain into about one pass over its tensor: priced as 1.25x its
 slowest kernel (its slowest kernels, one per pass, when the same ops repeat on separate tensors
 of that shape: ``_passes``), each taken at no more than its bytes at 15% of the memory roof
-(``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept). Kernels on tensors of another shape in the same region (a weight's
+(``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept), and at no less
+than the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel still takes
+the card's per-kernel time). Kernels on tensors of another shape in the same region (a weight's
 cast between two activation ops) are their own chain: fusing independent tensors saves launches,
 not bytes. In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
@@ -104,15 +106,28 @@ def _passes(a: Analysis, chain: np.ndarray) -> int:
     return max(1, int(chain.size // np.unique(names).size))
 
 
-def _fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray) -> float:
+def kernel_floor_ns(a: Analysis) -> float:
+    """The shortest memory-bound kernel recorded in the steps (ns, whole kernels): the least a
+    kernel takes on this card, which a fused pass over a tiny tensor takes too. Without it, a chain
+    on 8 x 64 activations was priced at its bytes (nanoseconds): the lab's launch_bound trap's
+    reduce-overhead trial was priced at 0.22 ms a step and measured 0.395 (H100, 2026-11-26), its
+    eager elementwise kernels taking about 2 us each."""
+    dev = a.trace.device
+    live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & np.isin(dev.kind, [int(k) for k in MEMORY_BOUND_KINDS])
+    whole = (dev.end - dev.ts)[live]
+    whole = whole[whole > 0]
+    return float(whole.min()) if whole.size else 0.0
+
+
+def _fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0) -> float:
     """The chain's time once fused: FUSED_PASS_FACTOR x its slowest kernels (one per pass), each
     no slower than its bytes at the rate a generated kernel reaches (COMPILED_PASS_SHARE of the
     memory roof): the compiler writes the pass anew, so an eager kernel far under the roof does not
-    set it."""
+    set it; and no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
     passes = _passes(a, chain)
     slowest = chain[np.argsort(t[chain])[::-1][:passes]]
     at_rate = a.roofline.event_bytes[slowest] / (COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s) * 1e9
-    return float(FUSED_PASS_FACTOR * np.minimum(t[slowest], at_rate).sum())
+    return float(FUSED_PASS_FACTOR * np.maximum(np.minimum(t[slowest], at_rate), floor_ns).sum())
 
 
 def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:
@@ -142,7 +157,8 @@ def check(a: Analysis) -> Finding | None:
     t = a.roofline.event_in_steps_ns
     n = max(len(a.steps), 1)
     chain_ns = np.array([t[r].sum() for r in runs], float)
-    fused_ns = np.array([_fused_ns(a, r, t) for r in runs], float)
+    floor_ns = kernel_floor_ns(a)
+    fused_ns = np.array([_fused_ns(a, r, t, floor_ns) for r in runs], float)
     saving_ns = np.clip(chain_ns - fused_ns, 0, None)
     idx = np.concatenate(runs)
     nbytes = float(a.roofline.event_bytes[idx].sum())
