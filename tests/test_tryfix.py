@@ -168,14 +168,29 @@ def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch:
 
     def run_child(self, trial_dir, spec_path, env, cwd, target):
         seen.update(env)
-        Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True)  # what the child's compile writes
+        Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)  # what the child's compile writes
         return "ok", "", {}, 0.0
 
     monkeypatch.setattr(trial_mod.Trials, "_run_child", run_child)
     trials = _trials(tmp_path, sandbox=False)
-    (tmp_path / "run" / "trials" / "compile").mkdir(parents=True, exist_ok=True)
+    for name in ("compile", "compile.r2", "tf32", "combined"):
+        (tmp_path / "run" / "trials" / name).mkdir(parents=True, exist_ok=True)
     trials._spawn(tmp_path / "run" / "trials" / "compile", ["compile"], tmp_path)
     assert len(made) == 1 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[0])
+    assert seen["GPUDOCTOR_FRESH_INDUCTOR_CACHE"] == "1"
+    assert Path(made[0]).exists()  # kept for the combined trial
+    # a second process of the same knob (--trial-repeats) compiles from a fresh cache of its own
+    trials._spawn(tmp_path / "run" / "trials" / "compile.r2", ["compile"], tmp_path)
+    assert len(made) == 2 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[1]) and not Path(made[1]).exists()
+    # the combined trial reuses what the compile trial left, and says so
+    trials._spawn(tmp_path / "run" / "trials" / "combined", ["loader-workers", "compile"], tmp_path)
+    assert len(made) == 2 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[0])
+    assert seen["GPUDOCTOR_FRESH_INDUCTOR_CACHE"] == knobs_mod.REUSED_CACHE
+    monkeypatch.setenv("GPUDOCTOR_FRESH_INDUCTOR_CACHE", knobs_mod.REUSED_CACHE)
+    assert "with the Inductor cache its own compile trial left" in knobs_mod._cache_note()
+    # and the invocation's end removes it
+    monkeypatch.setattr(trial_mod.Trials, "_run", lambda self, planned: [])
+    trials.run([])
     assert not Path(made[0]).exists()
 
 

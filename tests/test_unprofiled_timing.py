@@ -307,21 +307,32 @@ def test_a_slow_settled_trial_times_for_its_time_bound_only(tmp_path: Path, monk
 
 
 def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_later() -> None:
-    from gpudoctor.capture.timing import TRIAL_TIMED_MAX_S, TRIAL_TIMED_MAX_STEPS, next_timed_check, timed_enough
+    from gpudoctor.capture.timing import (
+        TRIAL_TIMED_MAX_S,
+        TRIAL_TIMED_MAX_STEPS,
+        TRIAL_TIMED_MIN_S,
+        next_timed_check,
+        timed_enough,
+    )
 
     steady = [10.0, 10.2, 9.9, 10.1] * 10  # spread 1%: its mean is known to 0.2%
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1], 0.5)
-    assert timed_enough(steady[:TRIAL_TIMED_STEPS], 0.5)
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS], 0.5, check_error=False)  # only the bounds
+    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1], TRIAL_TIMED_MIN_S)
+    assert timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S)
+    assert not timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S, check_error=False)  # only the bounds
+    # 30 steady steps over less than the least time: one spell of the host's speed, time on
+    assert not timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S - 0.5)
+    assert not timed_enough(steady, 0.4)
+    # ... unless the step bound comes first (steps of a fraction of a millisecond)
+    assert timed_enough([0.5] * TRIAL_TIMED_MAX_STEPS, 0.3, check_error=False)
     # the accelerate loop's control on the H100 (2026-11-26 11:46 UTC): 25-30 ms steps with stalls of
     # 47-83 ms in 7 of 30: the standard error of the mean is 8% of it
     control = [26.7, 29.0, 32.0, 77.7, 23.6, 27.1, 25.5, 29.7, 27.2, 26.2, 38.0, 32.8, 56.2, 28.3, 25.7, 28.8,
                27.1, 30.4, 26.1, 59.4, 23.5, 25.7, 28.7, 47.3, 33.9, 56.8, 34.7, 82.9, 38.9, 54.2]
-    assert not timed_enough(control, 1.0)
+    assert not timed_enough(control, TRIAL_TIMED_MIN_S)
     assert timed_enough(control, TRIAL_TIMED_MAX_S, check_error=False)  # the time bound ends it
     assert timed_enough([30.0] * TRIAL_TIMED_MAX_STEPS, 1.0, check_error=False)
     # one stall of 8x among 30 steady steps moves the mean by 23%: time on
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1] + [80.0], 0.5)
+    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1] + [80.0], TRIAL_TIMED_MIN_S)
     # asked again at 30, 38, 48, ... and at the step bound
     assert [next_timed_check(n) for n in (30, 38, 48)] == [38, 48, 60]
     assert next_timed_check(TRIAL_TIMED_MAX_STEPS - 10) == TRIAL_TIMED_MAX_STEPS

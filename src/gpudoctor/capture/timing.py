@@ -74,6 +74,15 @@ loop's unchanged controls (H100, 2026-11-26 11:45 UTC) held stalls of 40-99 ms i
 23-30 ms, and two of them measured 35.9 and 29.4 ms means in one invocation (standard errors of 7-9%
 of the mean). Stalls that come at random average out as one over the root of the steps; a clean
 step (nanoGPT's, spread 1-2%) stops at 30."""
+TRIAL_TIMED_MIN_S = 3.0
+"""Nor fewer seconds than this (unless TRIAL_TIMED_MAX_STEPS come first): a host-bound step's speed
+moves with the host's, in spells of seconds that the steps of one spell cannot show. On the lent
+H100 machines (2026-11-26) a pure-Python loop ran in 37-40 ms or in 57-75 ms on every one of 16 CPUs,
+switching between sweeps 4 s apart (benchmarks/probe_cpu_map.py); a Hugging Face Trainer's and an
+accelerate loop's plain runs, read over windows of 0.3 s, moved by 6-8% (standard deviation of the
+window means), over 3 s windows by 2-4% (benchmarks/probe_host_noise.py). Thirty steps of a 10-30 ms
+step are one spell; the lab's input_pipeline trap stepped in 42.8 ms in one control process and 31.1
+in the next, each steady within itself. The cost: a trial of a 25 ms step times 2 s more."""
 TRIAL_TIMED_MAX_STEPS = 600
 TRIAL_TIMED_MAX_S = 5.0
 """Nor more steps than TRIAL_TIMED_MAX_STEPS, nor longer than this many seconds past the settled
@@ -92,11 +101,11 @@ def next_timed_check(n: int) -> int:
 def timed_enough(samples: Sequence[float], elapsed_s: float, check_error: bool = True) -> bool:
     """Whether a settled trial has timed enough steps (``samples``, ms), ``elapsed_s`` seconds
     after the first: its time or step bound, or (asked with ``check_error``: see
-    TRIAL_TIMED_CHECK_GROWTH) at least TRIAL_TIMED_STEPS whose mean has a standard error within
-    TRIAL_TIMED_SE of it."""
+    TRIAL_TIMED_CHECK_GROWTH) at least TRIAL_TIMED_STEPS over at least TRIAL_TIMED_MIN_S whose mean
+    has a standard error within TRIAL_TIMED_SE of it."""
     if elapsed_s >= TRIAL_TIMED_MAX_S or len(samples) >= TRIAL_TIMED_MAX_STEPS:
         return True
-    if not check_error or len(samples) < TRIAL_TIMED_STEPS:
+    if not check_error or len(samples) < TRIAL_TIMED_STEPS or elapsed_s < TRIAL_TIMED_MIN_S:
         return False
     n = len(samples)
     mean = math.fsum(samples) / n

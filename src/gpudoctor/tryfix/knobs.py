@@ -265,7 +265,9 @@ def _bf16_autocast(effects: Effects) -> None:
 
 def _cache_note() -> str:
     """The compile trials' environment (FRESH_CACHE, IN_PROCESS_COMPILE), for the effects line."""
-    note = "; compiled from a fresh Inductor cache" if os.environ.get("GPUDOCTOR_FRESH_INDUCTOR_CACHE") else ""
+    cache = os.environ.get("GPUDOCTOR_FRESH_INDUCTOR_CACHE")
+    note = ("; compiled with the Inductor cache its own compile trial left" if cache == REUSED_CACHE
+            else "; compiled from a fresh Inductor cache" if cache else "")
     threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
     if threads == "1":
         note += ("; in the program's own process (TORCHINDUCTOR_COMPILE_THREADS=1: set it too, Inductor's "
@@ -352,6 +354,12 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # s for the warm ones). With it, three invocations in the next call were each confirmed (x1.91,
 # x1.70, x2.18; 1-2 steps of 25-77 ms among 30).
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# The combined trial compiles the same model again: it reuses the cache its compile knob's own trial
+# left (tryfix/trial.py ``Trials._spawn``) instead of compiling from nothing a second time (an
+# accelerate loop's combined trial took 49 s, its compile 30 of them: H100, 2026-11-26). What made a
+# warm cache stall the steps was the worker pool it started; the compile trials run without one
+# (IN_PROCESS_COMPILE).
+REUSED_CACHE = "reused"
 # And a compile trial compiles in the program's own process, with no worker pool, unless the user set
 # the variable: with the pool up, the host's copies into pinned memory ran 80x slower. Pinning a 16 MB
 # tensor took 0.10 ms before a compile and 8.0 ms after it, 2.1 ms once the workers were shut down, and
@@ -407,10 +415,12 @@ def knobs_for(finding_id: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS if finding_id in k.findings)
 
 
-def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str], fresh_dir: str | None = None) -> dict[str, str]:
+def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str], fresh_dir: str | None = None,
+              reused: bool = False) -> dict[str, str]:
     """The child's environment: ``base`` plus each knob's variables (a comma-separated setting such
     as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced; any other variable the user set is kept),
-    and each knob's ``fresh_dirs`` set to a folder of the empty ``fresh_dir`` (what the user set is not)."""
+    and each knob's ``fresh_dirs`` set to a folder of the empty ``fresh_dir`` (what the user set is
+    not), or, ``reused``, of the folder an earlier compile trial of the same invocation left."""
     env = dict(base)
     for kid in knob_ids:
         knob = BY_ID[kid]
@@ -423,7 +433,7 @@ def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str], fresh
         if fresh_dir is not None and knob.fresh_dirs:
             for name in knob.fresh_dirs:
                 env[name] = os.path.join(fresh_dir, name.lower())
-            env["GPUDOCTOR_FRESH_INDUCTOR_CACHE"] = "1"
+            env["GPUDOCTOR_FRESH_INDUCTOR_CACHE"] = REUSED_CACHE if reused else "1"
     return env
 
 

@@ -298,8 +298,17 @@ class Trials:
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
     _children: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _caches: dict[str, str] = field(default_factory=dict)  # a compile knob -> the cache its first trial left
 
     def run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+        try:
+            return self._run(planned)
+        finally:  # the compile trials' caches, kept for the combined trial
+            for folder in self._caches.values():
+                shutil.rmtree(folder, ignore_errors=True)
+            self._caches.clear()
+
+    def _run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
         if self.control and planned:
             self._run_control()
         if self.repeats > 1 and self.reference == "control":
@@ -504,15 +513,24 @@ class Trials:
                 "program": self.program}
         spec_path = trial_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
-        # a compile trial's own empty Inductor cache (knobs.FRESH_CACHE), removed after it
-        fresh = None
+        # a compile trial's own empty Inductor cache (knobs.FRESH_CACHE); the first trial of a lone
+        # compile knob keeps it for the combined trial (knobs.REUSED_CACHE), any other removes it
+        fresh, reused = None, False
         if needs_fresh_dir(knob_ids):
-            with contextlib.suppress(OSError):  # no room for one: the trial compiles with the user's cache
-                fresh = tempfile.mkdtemp(prefix="gpudoctor-trial-cache-")
+            left = [self._caches[k] for k in knob_ids if k in self._caches]
+            if len(knob_ids) > 1 and left:
+                fresh, reused = left[0], True
+            else:
+                with contextlib.suppress(OSError):  # no room for one: the trial compiles with the user's cache
+                    fresh = tempfile.mkdtemp(prefix="gpudoctor-trial-cache-")
+        keep = fresh is not None and not reused and len(knob_ids) == 1 and knob_ids[0] not in self._caches
         try:
-            return self._run_child(trial_dir, spec_path, child_env(knob_ids, dict(os.environ), fresh), cwd, target)
+            return self._run_child(trial_dir, spec_path, child_env(knob_ids, dict(os.environ), fresh, reused), cwd,
+                                   target)
         finally:
-            if fresh is not None:
+            if keep:
+                self._caches[knob_ids[0]] = fresh
+            elif fresh is not None and not reused:
                 shutil.rmtree(fresh, ignore_errors=True)
 
     def _run_child(self, trial_dir: Path, spec_path: Path, env: dict[str, str], cwd: Path,
