@@ -224,8 +224,10 @@ priced x1.00-1.01 on its launches and measured x1.26, is now priced with the fus
 
 def _stake(planned: Planned) -> str:
     """``0 ms`` or ``0.0029 ms (x1.0001)``: what a knob's findings put at stake, for its not-tried line."""
-    if not planned.saving_ms:
+    if not planned.saving_ms or planned.saving_ms < 0:
         return "0 ms"
+    if planned.predicted_speedup is None:
+        return f"{planned.saving_ms:.3g} ms"
     return f"{planned.saving_ms:.3g} ms (x{planned.predicted_speedup:.5g})"
 
 
