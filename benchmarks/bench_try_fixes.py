@@ -148,12 +148,13 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| twin | knob | twin x | knob x [95%] | ratio | predicted | floor % | verdict | result | numerics |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| twin | knob | twin x | knob x [95%] | ratio | predicted | floor % | verdict | result | numerics "
+            "| sick / fixed plainly, ms | control / knob trial, ms | ratio against the plain sick run |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         if r.get("result") == "skipped":
-            lines.append(f"| {r['twin']} | {r['knob']} | | | | | | | skipped | |")
+            lines.append(f"| {r['twin']} | {r['knob']} | | | | | | | skipped | | | | |")
             continue
         ci = r.get("speedup_ci95")
         knob_x = f"{fmt(r.get('measured_speedup'))}" + (f" [{fmt(ci[0])}-{fmt(ci[1])}]" if ci else "")
@@ -161,9 +162,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         numerics = "-" if not num.get("checked") else ("DIVERGED" if num.get("diverged") else
                                                        f"ok ({fmt(num.get('max_rel_diff'), 4)})")
         verdict = r.get("verdict") or (f"{r['status']}: {r.get('reason')}" if r.get("status") else r.get("message"))
+        # the knob's trial against the plain sick run instead of gpudoctor's control: where the two
+        # differ, the reference moved, not the knob (the lab's input_pipeline, H100 2026-11-26: a
+        # control at 42.8 ms against 32.2 plainly)
+        sick, trial_ms, twin = r.get("sick_ms"), r.get("trial_ms"), r.get("twin_speedup")
+        plain_ratio = fmt(sick / trial_ms / twin, 3) if sick and trial_ms and twin else "-"
         lines.append(f"| {r['twin']} | {r['knob']} | {fmt(r.get('twin_speedup'))} | {knob_x} | {fmt(r.get('ratio'))} "
                      f"| {fmt(r.get('predicted_speedup'))} | {fmt(r.get('floor_pct'), 1)} | {verdict} | {r['result']} "
-                     f"| {numerics} |")
+                     f"| {numerics} | {fmt(sick)} / {fmt(r.get('fixed_ms'))} | {fmt(r.get('baseline_ms'))} / "
+                     f"{fmt(trial_ms)} | {plain_ratio} |")
     notes = "\n".join(f"- {r['twin']}: {r['expected_difference']}" for r in rows)
     return head + "\n".join(lines) + "\n\nWhere a difference is expected:\n" + notes + "\n"
 
