@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from gpudoctor.capture.runner import Target
 from gpudoctor.diff.samples import compare_samples
 from gpudoctor.errors import InputError
 from gpudoctor.tryfix import knobs as knobs_mod
+from gpudoctor.tryfix import render as render_mod
 from gpudoctor.tryfix import trial as trial_mod
 from gpudoctor.tryfix.render import render_console, section_html
 from gpudoctor.tryfix.trial import (
@@ -657,3 +659,19 @@ def test_trial_repeats_out_of_range_is_one_line() -> None:
     out = gd("run", "--trial-repeats", "0", str(PROBE))
     assert out.returncode == 2 and "--trial-repeats must be a whole number from 1 to 20, got 0" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_control_far_off_the_diagnosed_step_says_the_prices_may_not_hold(tmp_path: Path) -> None:
+    """unet_ema (H100, 2026-11-26): diagnosed at 18.96 ms, its control at 24.63 (+30%), compile priced
+    x1.30 and measured x1.00. Within 20% the control's line stays as it was."""
+    diagnosed = statistics.fmean(BASE)
+    for factor, says in ((1.3, True), (1.1, False)):
+        means = {"control": diagnosed * factor, "compile": diagnosed, "control-end": diagnosed * factor}
+        control = _rounds_runner(tmp_path / str(factor), means, repeats=1).run(
+            [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)])[0]
+        text = render_mod.outcome_text(control)
+        assert text.startswith("reference for the trials (measured: the diagnosed run -> this run with no knob)")
+        assert ("the prices assume the diagnosed run's" in text) is says
+        if says:
+            assert f"{control['baseline_ms']:.2f} ms a step; this process stepped at {control['trial_ms']:.2f} ms (+30%)" \
+                in text

@@ -32,7 +32,8 @@ def outcome_text(rec: dict[str, Any]) -> str:
     if rec.get("status") != "ok":
         return f"{rec['status']}: {rec['reason']}" if rec.get("reason") else str(rec["status"])
     if rec.get("knob") == "control" and rec.get("status") == "ok":
-        return "reference for the trials (measured: the diagnosed run -> this run with no knob)"
+        text = "reference for the trials (measured: the diagnosed run -> this run with no knob)"
+        return f"{text}; {rec['reason']}" if rec.get("reason") else text
     if rec.get("knob") == "control-end" and rec.get("status") == "ok":
         return str(rec.get("reason") or "the control again")
     text = str(rec.get("verdict"))

@@ -109,6 +109,11 @@ CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 # Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate the
 # knob from the program's own drift (an HF Trainer's controls 20.2% apart, H100, 2026-11-26)
 REPEATS_HINT_DRIFT_PCT = 5.0
+PRICED_STEP_MOVED_PCT = 20.0
+"""The control's step this much off the diagnosed run's (the step the findings priced): the control's
+line says so. unet_ema (H100, 2026-11-26): diagnosed at 18.96 ms, near the GPU's 16.1 ms of work a
+step, its fusion finding priced compile at x1.30; the control stepped at 24.63 ms (+30%), host-bound,
+and compile measured x1.00."""
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
 # A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are
 # at most one sample in ten and keeps them all above that: on an accelerate loop whose compiled
@@ -442,7 +447,13 @@ class Trials:
         rec = self.one(CONTROL, [], None)
         child = self._children.get(CONTROL, {})
         samples = self._samples(CONTROL)
-        if rec["status"] == "ok" and len(samples) >= 2:
+        if rec["status"] == "ok" and rec.get("trial_ms") and rec.get("baseline_ms"):
+            moved = 100.0 * (rec["trial_ms"] / rec["baseline_ms"] - 1.0)
+            if abs(moved) > PRICED_STEP_MOVED_PCT:
+                note = (f"the prices assume the diagnosed run's {rec['baseline_ms']:.2f} ms a step; this process "
+                        f"stepped at {rec['trial_ms']:.2f} ms ({moved:+.0f}%): the program's speed moved between "
+                        "the two, and a price made at one speed may not hold at the other")
+                rec["reason"] = "; ".join(r for r in (rec["reason"], note) if r)
             self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
                                      self.baseline.skip, self.baseline.steps)
             self.reference = "control"
