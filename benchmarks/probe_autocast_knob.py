@@ -15,13 +15,13 @@ Run each in a fresh process (``for v in twin wrapped knob; do ...; done``).
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 
 
 def main() -> None:
     variant = sys.argv[1]
+    from gpudoctor.lab.program import timed_loop
     from gpudoctor.lab.traps import fp32_matmul
 
     if variant.startswith("knob"):
@@ -47,16 +47,7 @@ def main() -> None:
                 return forward(*args, **kwargs)
 
         model.forward = autocast_forward
-    times = []
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(1, 201):
-        work.step()
-        if i % 10 == 0:
-            torch.cuda.synchronize()
-            now = time.perf_counter()
-            times.append((now - t0) / 10 * 1000)
-            t0 = now
+    times = [ms for _, ms in timed_loop(work.step, 200, 10, torch.cuda.synchronize)]
     print(f"{variant}: {sum(times[5:]) / len(times[5:]):.3f} ms/step  ({', '.join(f'{t:.2f}' for t in times[:6])} ...)"
           f"  effects={effects}", flush=True)
 

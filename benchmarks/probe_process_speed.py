@@ -57,21 +57,15 @@ def main() -> None:
     ap.add_argument("trap")
     ap.add_argument("--steps", type=int, default=150)
     args = ap.parse_args()
+    from gpudoctor.lab.program import timed_loop
     from gpudoctor.lab.registry import load_trap
 
     before = probes()
     work = load_trap(args.trap).build_sick("cuda")
     cpus, times = set(), []
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(1, args.steps + 1):
-        work.step()
-        if i % 10 == 0:
-            torch.cuda.synchronize()
-            now = time.perf_counter()
-            times.append((now - t0) / 10 * 1000)
-            t0 = now
-            cpus.add(current_cpu())
+    for _, ms in timed_loop(work.step, args.steps, 10, torch.cuda.synchronize):
+        times.append(ms)
+        cpus.add(current_cpu())
     work.close()
     after = probes()
     steady = times[len(times) // 3:]

@@ -107,10 +107,8 @@ def timed_enough(samples: Sequence[float], elapsed_s: float, check_error: bool =
         return True
     if not check_error or len(samples) < TRIAL_TIMED_STEPS or elapsed_s < TRIAL_TIMED_MIN_S:
         return False
-    n = len(samples)
-    mean = math.fsum(samples) / n
-    variance = math.fsum((v - mean) ** 2 for v in samples) / (n - 1)
-    return mean > 0 and math.sqrt(variance / n) <= TRIAL_TIMED_SE * mean
+    mean = statistics.fmean(samples)
+    return mean > 0 and statistics.stdev(samples) / math.sqrt(len(samples)) <= TRIAL_TIMED_SE * mean
 
 
 @dataclass(frozen=True)

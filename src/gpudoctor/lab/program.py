@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from gpudoctor.lab.registry import BASELINE_IDS, TRAP_IDS
 
@@ -38,11 +40,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def timed_loop(step: Callable[[], Any], steps: int, every: int, sync: Callable[[], Any]) -> Iterator[tuple[int, float]]:
+    """Call ``step`` ``steps`` times, each marked with ``gpudoctor.step()``; every ``every`` steps and
+    at the last, synchronize and yield (steps so far, mean ms a step since the last yield)."""
+    from gpudoctor.capture.session import step as mark_step
+
+    sync()
+    t0, last = time.perf_counter(), 0
+    for i in range(1, steps + 1):
+        step()
+        mark_step()
+        if i % every == 0 or i == steps:
+            sync()
+            now = time.perf_counter()
+            yield i, (now - t0) / (i - last) * 1000
+            t0, last = now, i
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from gpudoctor.capture.session import step as mark_step
     from gpudoctor.lab.registry import load_baselines, load_trap
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -59,16 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     print(f"{args.trap} ({'fixed' if args.fixed else 'sick'}) on {device}, {args.steps} steps", flush=True)
     try:
-        sync()
-        t0, last = time.perf_counter(), 0
-        for i in range(1, args.steps + 1):
-            workload.step()
-            mark_step()
-            if i % args.log_every == 0 or i == args.steps:
-                sync()
-                now = time.perf_counter()
-                print(f"step {i}: {(now - t0) / (i - last) * 1000:.3f} ms/step", flush=True)
-                t0, last = now, i
+        for i, ms in timed_loop(workload.step, args.steps, args.log_every, sync):
+            print(f"step {i}: {ms:.3f} ms/step", flush=True)
     finally:
         workload.close()
     return 0

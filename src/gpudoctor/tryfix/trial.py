@@ -471,7 +471,7 @@ class Trials:
         self.records.append(rec)
         samples = self._samples(CONTROL_END)
         if rec["status"] == "ok" and len(samples) >= 2 and self.baseline.samples_ms:
-            drift = abs(compare_samples(self.baseline.samples_ms, samples, drop_outliers=DROP_OUTLIERS).change_pct)
+            drift = abs(_compare(self.baseline.samples_ms, samples).change_pct)
             self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
             rec["reason"] = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise floor is "
                              f"{self.floor_pct:g}%")
@@ -513,7 +513,7 @@ class Trials:
         rec["n_trial"] = len(samples)
         if not knob_ids:  # a control: measured against the reference so far, for the record
             if status == "ok" and samples and self.baseline.samples_ms:
-                rec.update(_measured(compare_samples(self.baseline.samples_ms, samples, drop_outliers=DROP_OUTLIERS)))
+                rec.update(_measured(_compare(self.baseline.samples_ms, samples)))
                 rec["verdict"] = REFERENCE
         elif status == "ok" and not rec["effects"]:
             rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
@@ -526,7 +526,7 @@ class Trials:
 
     def _judge(self, rec: dict[str, Any], samples: tuple[float, ...], planned: Planned | None) -> None:
         if samples and self.baseline.samples_ms:
-            change = compare_samples(self.baseline.samples_ms, samples, floor_pct=self.floor_pct, drop_outliers=DROP_OUTLIERS)
+            change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
             rec.update(_measured(change))
             rec["floor_pct"] = self.floor_pct
             rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
@@ -610,6 +610,11 @@ def _measured(change: StepChange) -> dict[str, Any]:
         "outliers_ms": {"baseline": [_round(v) for v in change.dropped_before],
                         "trial": [_round(v) for v in change.dropped_after]},
     }
+
+
+def _compare(before: Sequence[float], after: Sequence[float], floor_pct: float = DEFAULT_FLOOR_PCT) -> StepChange:
+    """Two trial processes' steps compared as a trial compares them: every step kept (DROP_OUTLIERS)."""
+    return compare_samples(before, after, floor_pct=floor_pct, drop_outliers=DROP_OUTLIERS)
 
 
 def _round_name(name: str, r: int) -> str:
