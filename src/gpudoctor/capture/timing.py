@@ -77,8 +77,8 @@ step (nanoGPT's, spread 1-2%) stops at 30."""
 TRIAL_TIMED_MIN_S = 3.0
 """Nor fewer seconds than this (unless TRIAL_TIMED_MAX_STEPS come first): a host-bound step's speed
 moves with the host's, in spells of seconds that the steps of one spell cannot show. On the lent
-H100 machines (2026-11-26) a pure-Python loop ran in 37-40 ms or in 57-75 ms on every one of 16 CPUs,
-switching between sweeps 4 s apart (benchmarks/probe_cpu_map.py); a Hugging Face Trainer's and an
+H100 machines (2026-11-26) a pure-Python loop ran in 37-42 ms at best and up to 76 ms on every one of 16
+CPUs, changing between sweeps 4 s apart (benchmarks/probe_cpu_map.py); a Hugging Face Trainer's and an
 accelerate loop's plain runs, read over windows of 0.3 s, moved by 6-8% (standard deviation of the
 window means), over 3 s windows by 2-4% (benchmarks/probe_host_noise.py). Thirty steps of a 10-30 ms
 step are one spell; the lab's input_pipeline trap stepped in 42.8 ms in one control process and 31.1
