@@ -15,6 +15,11 @@ of the lab's traps whose fix is a knob (LAB_KNOBS: the trap run as a plain progr
    "within 10%"), ``differs`` otherwise (the EXPECTED column says where a difference is expected:
    the knob is not the twin's whole fix), ``error`` when no trial came back.
 
+With ``--by-hand``, the programs of tests/programs/byhand (the issue's third target: knob speedups
+against measurements made by hand): each program's manifest entry lists, per knob, the flags that make
+the knob's change by hand; step 1 runs the program with those flags instead of ``--fixed`` (the plain
+run is shared by a program's knobs), and "twin" in the table reads "made by hand".
+
     python benchmarks/bench_try_fixes.py                     # CPU smoke run: the mechanics, not the timings
     python benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330
 
@@ -43,6 +48,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_gallery import add_common_arguments, failure_message, fmt, newest_run_dir, read_json, run_command
 from run_twins import MANIFEST, ROOT, plain_run
+
+BY_HAND_MANIFEST = ROOT / "tests" / "programs" / "byhand" / "manifest.json"
+BY_HAND_SKIP = 20
 
 MATCH_BAND = (0.9, 1.1)
 
@@ -83,7 +91,18 @@ LAB_KNOBS: dict[str, tuple[str, int, str]] = {
 
 def target_of(entry: dict[str, Any]) -> list[str]:
     """How the program is named on a command line: its script, or ``-m gpudoctor.lab.program TRAP``."""
-    return [*LAB_PROGRAM, entry["name"]] if entry.get("lab") else [str(MANIFEST.parent / entry["file"])]
+    if entry.get("lab"):
+        return [*LAB_PROGRAM, entry["name"]]
+    return [str((BY_HAND_MANIFEST if entry.get("hand") else MANIFEST).parent / entry["file"])]
+
+
+def by_hand_cases() -> dict[str, tuple[dict[str, Any], str, int, str, list[str]]]:
+    """program:knob -> (entry, knob, --skip, how the hand-made change differs, the flags that make it)."""
+    cases = {}
+    for entry in json.loads(BY_HAND_MANIFEST.read_text())["programs"]:
+        for hand in entry["hand"]:
+            cases[f"{entry['name']}:{hand['knob']}"] = (entry, hand["knob"], BY_HAND_SKIP, hand["differs"], hand["args"])
+    return cases
 
 
 def lab_entry(trap: str) -> dict[str, Any]:
@@ -111,15 +130,22 @@ def try_fixes_run(entry: dict[str, Any], knob: str, skip: int, args: list[str], 
             "message": "" if trial is not None else failure_message(res) or "no trial in the report"}
 
 
-def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str], runs: Path) -> dict[str, Any]:
-    knob, skip, expected = (LAB_KNOBS if entry.get("lab") else TWIN_KNOBS)[entry["name"]]
+def run_one(entry: dict[str, Any], knob: str, skip: int, expected: str, fix_args: list[str],
+            opts: argparse.Namespace, env: dict[str, str], runs: Path,
+            plain_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One knob on one program: its plain and fixed runs (``fix_args``), then gpudoctor's trial.
+
+    ``plain_runs`` keeps each program's plain run: the knobs of one program share it."""
     args = entry.get("args_gpu") if opts.gpu_args else entry.get("args_cpu")
     row: dict[str, Any] = {"twin": entry["name"], "knob": knob, "expected_difference": expected,
-                           "twin_fix": entry.get("fix", "")}
+                           "twin_fix": entry.get("fix") or " ".join(fix_args)}
     target = target_of(entry)
     per_step = float(entry.get("iterations_per_step", 1))
-    sick = plain_run(target[0], [*target[1:], *args], entry.get("timing_regex"), per_step, opts, env)
-    fixed = plain_run(target[0], [*target[1:], *args, "--fixed"], entry.get("timing_regex"), per_step, opts, env)
+    if entry["name"] not in plain_runs:
+        plain_runs[entry["name"]] = plain_run(target[0], [*target[1:], *args], entry.get("timing_regex"), per_step,
+                                              opts, env)
+    sick = plain_runs[entry["name"]]
+    fixed = plain_run(target[0], [*target[1:], *args, *fix_args], entry.get("timing_regex"), per_step, opts, env)
     row["sick_ms"], row["fixed_ms"] = sick["true_step_ms"], fixed["true_step_ms"]
     row["twin_speedup"] = (round(sick["true_step_ms"] / fixed["true_step_ms"], 4)
                            if sick["true_step_ms"] and fixed["true_step_ms"] else None)
@@ -127,7 +153,7 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
         iters = int(args[args.index("--iters") + 1])
         skip = max(2, min(skip, iters - opts.steps - 3))
     row["skip"] = skip
-    tried = try_fixes_run(entry, knob, skip, list(args), opts, env, runs)
+    tried = try_fixes_run(entry, knob, skip, list(args), opts, env, runs / knob if entry.get("hand") else runs)
     trial = tried["trial"] or {}
     row.update(findings=tried["findings"], run_dir=tried["run_dir"], wall_s=tried["wall_s"],
                status=trial.get("status"), verdict=trial.get("verdict"), reason=trial.get("reason"),
@@ -180,18 +206,28 @@ def main() -> int:
     add_common_arguments(ap, "twin", "try_fixes")
     ap.add_argument("--lab", action="store_true",
                     help="the lab's traps (python -m gpudoctor.lab.program TRAP) against their fixed twins")
+    ap.add_argument("--by-hand", action="store_true",
+                    help="the programs of tests/programs/byhand against their changes made by hand")
     opts = ap.parse_args()
     if opts.steps == 5:
         opts.steps = 3  # the trials need no long window: their samples come before it
-    knobs = LAB_KNOBS if opts.lab else TWIN_KNOBS
-    if opts.lab:
-        entries = {name: lab_entry(name) for name in LAB_KNOBS}
+    if opts.lab and opts.by_hand:
+        ap.error("--lab and --by-hand are two different sets of programs: choose one")
+    if opts.by_hand:
+        cases = by_hand_cases()
     else:
-        entries = {e["name"]: e for e in json.loads(MANIFEST.read_text())["programs"]}
-    wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()] or list(knobs)
-    unknown = [n for n in wanted if n not in knobs or n not in entries]
+        entries = ({name: lab_entry(name) for name in LAB_KNOBS} if opts.lab else
+                   {e["name"]: e for e in json.loads(MANIFEST.read_text())["programs"]})
+        cases = {name: (entries[name], *knob_skip_expected, ["--fixed"])
+                 for name, knob_skip_expected in (LAB_KNOBS if opts.lab else TWIN_KNOBS).items() if name in entries}
+    wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()]
+    # a by-hand program's name picks all its knobs
+    wanted = [c for n in wanted for c in ([n] if n in cases else [k for k in cases if k.split(":")[0] == n] or [n])]
+    wanted = wanted or list(cases)
+    unknown = [n for n in wanted if n not in cases]
     if unknown:
-        ap.error(f"no knob {'trap' if opts.lab else 'twin'} named {', '.join(unknown)}; choose from {', '.join(knobs)}")
+        noun = "trap" if opts.lab else "program" if opts.by_hand else "twin"
+        ap.error(f"no knob {noun} named {', '.join(unknown)}; choose from {', '.join(cases)}")
     out = opts.out or ROOT / "benchmarks" / "results" / f"try_fixes-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     runs = out / "runs"
@@ -199,18 +235,19 @@ def main() -> int:
                                                          if p))
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    meta = {"gpu_args": opts.gpu_args, "lab": opts.lab, "python": opts.python, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta = {"gpu_args": opts.gpu_args, "lab": opts.lab, "by_hand": opts.by_hand, "python": opts.python, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    plain_runs: dict[str, dict[str, Any]] = {}
     for name in wanted:
+        entry, knob, skip, expected, fix_args = cases[name]
         if opts.deadline and time.perf_counter() - start > opts.deadline:
-            rows.append({"twin": name, "knob": knobs[name][0], "result": "skipped",
-                         "expected_difference": knobs[name][2]})
+            rows.append({"twin": entry["name"], "knob": knob, "result": "skipped", "expected_difference": expected})
             continue
-        print(f"[{time.perf_counter() - start:5.0f} s] {name}: {knobs[name][0]}", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:5.0f} s] {entry['name']}: {knob}", file=sys.stderr, flush=True)
         try:
-            rows.append(run_one(entries[name], opts, env, runs))
+            rows.append(run_one(entry, knob, skip, expected, fix_args, opts, env, runs, plain_runs))
         except Exception as exc:  # noqa: BLE001 - recorded, the next twin runs
-            rows.append({"twin": name, "knob": knobs[name][0], "result": "error", "message": repr(exc),
-                         "expected_difference": knobs[name][2]})
+            rows.append({"twin": entry["name"], "knob": knob, "result": "error", "message": repr(exc),
+                         "expected_difference": expected})
         (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     meta["wall_s"] = round(time.perf_counter() - start, 1)
     (out / "try_fixes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")

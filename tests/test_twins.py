@@ -1,7 +1,10 @@
-"""The twin programs (tests/programs/twins/, the pricing check) on the CPU, and their manifest.
+"""The twin programs (tests/programs/twins/, the pricing check) and the by-hand programs
+(tests/programs/byhand/, try-fixes' knobs against the same changes made by hand) on the CPU, and their
+manifests.
 
-Each twin runs plainly (no gpudoctor) with its ``args_cpu``, sick and with ``--fixed``, and must exit 0
-and print at least one timing line its ``timing_regex`` reads. Importing torch and, at the first
+Each twin runs plainly (no gpudoctor) with its ``args_cpu``, sick and with ``--fixed`` (a by-hand
+program: plainly and with each of its hand-made changes' flags), and must exit 0 and print at least
+one timing line its ``timing_regex`` reads. Importing torch and, at the first
 optimizer step, torch._dynamo costs ~4 s of CPU per interpreter, so one interpreter per twin runs
 both modes one after the other, each as ``python PROG ARGS`` would (``runpy`` as ``__main__``, its
 own ``sys.argv``, its exit code read from ``SystemExit``); the twins run concurrently (a pool of at
@@ -32,6 +35,9 @@ TWINS = ROOT / "tests" / "programs" / "twins"
 MANIFEST = json.loads((TWINS / "manifest.json").read_text())
 ENTRIES = {e["name"]: e for e in MANIFEST["programs"]}
 MODES = ("sick", "fixed")
+BY_HAND = ROOT / "tests" / "programs" / "byhand"
+BY_HAND_MANIFEST = json.loads((BY_HAND / "manifest.json").read_text())
+BY_HAND_ENTRIES = {e["name"]: e for e in BY_HAND_MANIFEST["programs"]}
 TIMEOUT_S = 90.0
 REQUIRED = {"name": str, "file": str, "args_cpu": list, "args_gpu": list, "expected_top_finding": list,
             "iterations_per_step": (int, float), "timing_regex": str, "requires": list, "notes": str, "fix": str}
@@ -42,10 +48,10 @@ REQUIRED = {"name": str, "file": str, "args_cpu": list, "args_gpu": list, "expec
 MARK = "@@twin-results@@"
 DRIVER = f"""
 import contextlib, io, json, runpy, sys, traceback
-prog, args = sys.argv[1], sys.argv[2:]
+prog, modes, args = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
 results = {{}}
-for mode in {MODES!r}:
-    sys.argv = [prog, *args] + (["--fixed"] if mode == "fixed" else [])
+for mode, extra in modes.items():
+    sys.argv = [prog, *args, *extra]
     out, rc, error = io.StringIO(), 0, ""
     with contextlib.redirect_stdout(out):
         try:
@@ -59,11 +65,18 @@ print({MARK!r} + json.dumps(results), flush=True)
 """
 
 
-def _run(entry: dict[str, Any]) -> dict[str, Any]:
+def _modes(entry: dict[str, Any]) -> dict[str, list[str]]:
+    """mode -> the flags it adds: a twin's sick and --fixed, a by-hand program's plain and each knob's."""
+    if "hand" in entry:
+        return {"plain": [], **{hand["knob"]: hand["args"] for hand in entry["hand"]}}
+    return {"sick": [], "fixed": ["--fixed"]}
+
+
+def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-c", DRIVER, str(TWINS / entry["file"]), *entry["args_cpu"]]
+    cmd = [sys.executable, "-c", DRIVER, str(folder / entry["file"]), json.dumps(_modes(entry)), *entry["args_cpu"]]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
     try:
@@ -81,14 +94,16 @@ def _run(entry: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def twin_runs(request: pytest.FixtureRequest):
     """Start every selected twin at once; each test waits for its own."""
-    selected = []
+    selected = {}
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         name = callspec.params.get("name") if callspec else None
-        if name in ENTRIES and item.originalname == "test_twin_runs_on_cpu" and name not in selected:
-            selected.append(name)
+        if item.originalname == "test_twin_runs_on_cpu" and name in ENTRIES:
+            selected[name] = (ENTRIES[name], TWINS)
+        elif item.originalname == "test_by_hand_runs_on_cpu" and name in BY_HAND_ENTRIES:
+            selected[name] = (BY_HAND_ENTRIES[name], BY_HAND)
     pool = ThreadPoolExecutor(max_workers=max(1, min(4, 2 * (os.cpu_count() or 1))))
-    futures: dict[str, Future] = {n: pool.submit(_run, ENTRIES[n]) for n in selected}
+    futures: dict[str, Future] = {n: pool.submit(_run, *selected[n]) for n in selected}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -96,7 +111,18 @@ def twin_runs(request: pytest.FixtureRequest):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_twin_runs_on_cpu(name: str, mode: str, twin_runs: dict[str, Future]) -> None:
-    entry = ENTRIES[name]
+    _check_run(ENTRIES[name], mode, twin_runs)
+
+
+@pytest.mark.parametrize("name", sorted(BY_HAND_ENTRIES))
+def test_by_hand_runs_on_cpu(name: str, twin_runs: dict[str, Future]) -> None:
+    entry = BY_HAND_ENTRIES[name]
+    for mode in _modes(entry):
+        _check_run(entry, mode, twin_runs)
+
+
+def _check_run(entry: dict[str, Any], mode: str, twin_runs: dict[str, Future]) -> None:
+    name = entry["name"]
     res = twin_runs[name].result()
     context = f"\n--- stderr ---\n{res['stderr'][-2000:]}\n--- stdout ---\n{res['stdout'][-800:]}"
     assert not res["timed_out"], f"{name} ran past {TIMEOUT_S} s" + context
@@ -159,3 +185,28 @@ def test_runner_verdict(findings: list, measured: float, verdict: str, rank: int
     if findings:
         saved = sum(ms for i, _, ms, _ in findings if i in ("fp32-matmul", "host-sync"))
         assert row["predicted_speedup_fix"] == pytest.approx(20.0 / (20.0 - min(saved, 19.0)), rel=1e-3)
+
+
+def test_by_hand_manifest_is_well_formed() -> None:
+    from gpudoctor.tryfix.knobs import KNOBS
+
+    knobs = {k.id: k for k in KNOBS}
+    assert len(BY_HAND_ENTRIES) == len(BY_HAND_MANIFEST["programs"]) >= 5, "duplicate names, or too few programs"
+    assert {p.name for p in BY_HAND.glob("*.py")} == {e["file"] for e in BY_HAND_MANIFEST["programs"]}
+    for entry in BY_HAND_MANIFEST["programs"]:
+        name = entry["name"]
+        for key, kind in {**REQUIRED, "hand": list}.items():
+            if key != "fix":
+                assert isinstance(entry.get(key), kind), f"{name}: {key} missing or not {kind}"
+        source = (BY_HAND / entry["file"]).read_text()
+        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, f"{name}: docstring"
+        assert entry["hand"], f"{name}: no change made by hand"
+        for hand in entry["hand"]:
+            knob = knobs.get(hand["knob"])
+            assert knob is not None, f"{name}: {hand['knob']!r} is not a knob ({', '.join(knobs)})"
+            # the knob is the one try-fixes would try for the program's expected finding
+            assert set(knob.findings) & set(entry["expected_top_finding"]), f"{name}: {knob.id} fixes {knob.findings}"
+            low, high = hand["expected_speedup"]
+            assert 1.0 < low <= high, f"{name}: expected_speedup {low}-{high}"
+            assert hand["args"] and all(a in source for a in hand["args"] if a.startswith("--")), f"{name}: {hand}"
+            assert isinstance(hand["differs"], str) and hand["differs"], name

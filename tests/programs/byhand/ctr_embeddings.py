@@ -17,6 +17,7 @@ One step = one optimizer step = one printed iteration.
 """
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -38,7 +39,7 @@ DENSE, SPARSE = 13, 26
 
 def mlp(sizes):
     layers = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
+    for a, b in itertools.pairwise(sizes):
         layers += [nn.Linear(a, b), nn.LayerNorm(b), nn.ReLU()]
     return nn.Sequential(*layers)
 
