@@ -46,6 +46,18 @@ def host_ms() -> float:
     return (time.perf_counter() - t) * 1000
 
 
+def busy() -> dict:
+    """The host's load before a run: the 1-minute load average and the processes using most CPU
+    (a process left behind by an earlier run, spinning, would show here)."""
+    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").is_file() else "?"
+    try:
+        ps = subprocess.run(["ps", "-eo", "pcpu,etimes,comm", "--sort=-pcpu", "--no-headers"], check=False,
+                            capture_output=True, text=True, timeout=10).stdout.splitlines()[:3]
+    except (OSError, subprocess.SubprocessError):
+        ps = []
+    return {"load1": load, "top": [" ".join(line.split()) for line in ps]}
+
+
 def run_variant(kind: str, extra: str, args: list[str], prog: str, out: Path, tag: str, timeout: float) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if kind == "plain":
@@ -99,9 +111,9 @@ def main() -> int:
     results: dict[str, list[dict]] = {v: [] for v, *_ in parsed}
     for r in range(opts.rounds):
         for i, (v, kind, extra, args) in enumerate(parsed):
-            ref = round(host_ms(), 1)
+            ref, load = round(host_ms(), 1), busy()
             row = run_variant(kind, extra, args, opts.program, opts.out, f"r{r}-v{i}", opts.timeout)
-            row["host_loop_ms"] = ref
+            row["host_loop_ms"], row["host"] = ref, load
             results[v].append(row)
             print(f"round {r} {v}: {json.dumps({k: x for k, x in row.items() if k != 'lines_ms'})}", flush=True)
             (opts.out / "probe.json").write_text(json.dumps(results, indent=1))

@@ -324,8 +324,10 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
                           Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
     control, crashed, ok, end = records
     assert end["knob"] == "control-end" and end["status"] == "ok" and runner.floor_pct >= 1.0
-    assert control["knob"] == "control" and control["verdict"] == "reference" and runner.reference == "control"
-    assert ok["reference"] == "control" and crashed["reference"] == "control"
+    assert control["knob"] == "control" and control["verdict"] == "reference"
+    # once control-end ran, the knob that ran is measured against both controls
+    assert runner.reference == trial_mod.CONTROLS_BOTH and ok["reference"] == trial_mod.CONTROLS_BOTH
+    assert crashed["reference"] == "control"
     assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
     assert crashed["verdict"] is None and crashed["measured_speedup"] is None
     assert ok["status"] == "ok" and ok["verdict"] is not None
@@ -429,7 +431,10 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     control, trial, end = report["trials"]
     assert end["knob"] == "control-end" and trial["floor_pct"] >= 1.0
     assert control["knob"] == "control" and control["knobs"] == [] and control["verdict"] == "reference"
-    assert trial["reference"] == "control"
+    assert trial["reference"] == "controls before and after"
+    # the baseline is the geometric mean of the two controls' means (trial.bracketed)
+    first, last = control["trial_ms"], end["trial_ms"]
+    assert trial["baseline_ms"] == pytest.approx((first * last) ** 0.5, rel=0.02)
     assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"
     for key in ("measured_speedup", "speedup_ci95", "verdict", "peak_memory_bytes", "numerics", "effects",
                 "baseline_ms", "trial_ms", "n_baseline", "n_trial", "predicted_speedup", "finding", "dir"):
@@ -675,3 +680,14 @@ def test_a_control_far_off_the_diagnosed_step_says_the_prices_may_not_hold(tmp_p
         if says:
             assert f"{control['baseline_ms']:.2f} ms a step; this process stepped at {control['trial_ms']:.2f} ms (+30%)" \
                 in text
+
+
+def test_bracketed_moves_the_first_control_to_the_two_controls_geometric_mean() -> None:
+    first, last = (10.0, 11.0, 12.0), (16.0, 18.0, 20.0)  # process means 11 and 18
+    moved = trial_mod.bracketed(first, last)
+    scale = (11.0 * 18.0) ** 0.5 / 11.0
+    assert moved == pytest.approx(tuple(v * scale for v in first))
+    assert sum(moved) / 3 == pytest.approx((11.0 * 18.0) ** 0.5)
+    # the spread within the process is kept: the same relative spread
+    assert (max(moved) - min(moved)) / (sum(moved) / 3) == pytest.approx(2.0 / 11.0)
+    assert trial_mod.bracketed(first, ()) == first and trial_mod.bracketed((), last) == ()
