@@ -18,7 +18,8 @@ of the lab's traps whose fix is a knob (LAB_KNOBS: the trap run as a plain progr
 With ``--by-hand``, the programs of tests/programs/byhand (the issue's third target: knob speedups
 against measurements made by hand): each program's manifest entry lists, per knob, the flags that make
 the knob's change by hand; step 1 runs the program with those flags instead of ``--fixed`` (the plain
-run is shared by a program's knobs), and "twin" in the table reads "made by hand".
+run is shared by a program's knobs), and "twin" in the table reads "made by hand". ``--hand-rounds N``
+runs the plain and the fixed program N times each, alternating, and takes each side's geometric mean.
 
     python benchmarks/bench_try_fixes.py                     # CPU smoke run: the mechanics, not the timings
     python benchmarks/bench_try_fixes.py --gpu-args --out $OUT/try_fixes --deadline 330
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -141,14 +143,25 @@ def run_one(entry: dict[str, Any], knob: str, skip: int, expected: str, fix_args
                            "twin_fix": entry.get("fix") or " ".join(fix_args)}
     target = target_of(entry)
     per_step = float(entry.get("iterations_per_step", 1))
-    if entry["name"] not in plain_runs:
-        plain_runs[entry["name"]] = plain_run(target[0], [*target[1:], *args], entry.get("timing_regex"), per_step,
-                                              opts, env)
-    sick = plain_runs[entry["name"]]
-    fixed = plain_run(target[0], [*target[1:], *args, *fix_args], entry.get("timing_regex"), per_step, opts, env)
-    row["sick_ms"], row["fixed_ms"] = sick["true_step_ms"], fixed["true_step_ms"]
-    row["twin_speedup"] = (round(sick["true_step_ms"] / fixed["true_step_ms"], 4)
-                           if sick["true_step_ms"] and fixed["true_step_ms"] else None)
+    regex = entry.get("timing_regex")
+    if opts.hand_rounds > 1:
+        # plain and fixed alternate, each round a fresh pair of processes: a host-bound program's
+        # speed moves between processes (the GRU tagger unchanged: 19.5-27.8 ms in four, H100
+        # 2026-11-26), and one plain run against one fixed run measures that as much as the fix
+        sicks, fixeds = [], []
+        for _ in range(opts.hand_rounds):
+            sicks.append(plain_run(target[0], [*target[1:], *args], regex, per_step, opts, env)["true_step_ms"])
+            fixeds.append(plain_run(target[0], [*target[1:], *args, *fix_args], regex, per_step, opts, env)["true_step_ms"])
+        row["sick_rounds_ms"], row["fixed_rounds_ms"] = sicks, fixeds
+        row["sick_ms"], row["fixed_ms"] = geometric_mean(sicks), geometric_mean(fixeds)
+    else:
+        if entry["name"] not in plain_runs:
+            plain_runs[entry["name"]] = plain_run(target[0], [*target[1:], *args], regex, per_step, opts, env)
+        sick = plain_runs[entry["name"]]
+        fixed = plain_run(target[0], [*target[1:], *args, *fix_args], regex, per_step, opts, env)
+        row["sick_ms"], row["fixed_ms"] = sick["true_step_ms"], fixed["true_step_ms"]
+    row["twin_speedup"] = (round(row["sick_ms"] / row["fixed_ms"], 4)
+                           if row["sick_ms"] and row["fixed_ms"] else None)
     if "--iters" in args:  # the window (1 warm-up + --steps) must fit in the program's iterations
         iters = int(args[args.index("--iters") + 1])
         skip = max(2, min(skip, iters - opts.steps - 3))
@@ -171,6 +184,12 @@ def run_one(entry: dict[str, Any], knob: str, skip: int, expected: str, fix_args
     else:
         row["result"] = "match" if MATCH_BAND[0] <= row["ratio"] <= MATCH_BAND[1] else "differs"
     return row
+
+
+def geometric_mean(values: list[float | None]) -> float | None:
+    """Of the runs that printed a step time; None when none did."""
+    kept = [v for v in values if v]
+    return round(statistics.geometric_mean(kept), 4) if kept else None
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -206,6 +225,8 @@ def main() -> int:
     add_common_arguments(ap, "twin", "try_fixes")
     ap.add_argument("--lab", action="store_true",
                     help="the lab's traps (python -m gpudoctor.lab.program TRAP) against their fixed twins")
+    ap.add_argument("--hand-rounds", type=int, default=1,
+                    help="run the program plainly and fixed this many times each, alternating (geometric means)")
     ap.add_argument("--by-hand", action="store_true",
                     help="the programs of tests/programs/byhand against their changes made by hand")
     opts = ap.parse_args()

@@ -8,12 +8,12 @@ batches under bf16 autocast with AdamW.
 
 Hand-made fixes, each one flag (the same change a user would make):
   --num-workers N / --pin-memory / --persistent-workers: the DataLoader's arguments.
-  The ``loader-workers`` knob's equivalent on a 16-CPU machine: --num-workers 4 --pin-memory
-  --persistent-workers (twice the workers the program asked for, pinned, persistent).
+  The ``loader-workers`` knob's equivalent on a 16-CPU machine: --num-workers 4 --pin-memory (twice
+  the workers the program asked for, pinned; the program passes persistent_workers, so the knob keeps it).
 
 EXPECTED on an H100 (written before any run): ``input-pipeline`` (two workers cannot keep up with
 the spectrograms; the GPU step is a few ms). Hand-made ``--num-workers 4 --pin-memory
---persistent-workers``: about x1.6-2.0 (the step is the loader's: half the time with twice the
+--persistent-workers`` (as first written): about x1.6-2.0 (the step is the loader's: half the time with twice the
 workers, until the GPU step shows).
 One step = one optimizer step = one batch = one printed iteration.
 """
