@@ -56,3 +56,21 @@ def test_pageable_copy_leaves_the_pinned_copy_and_the_kernels_after_the_fix() ->
     assert copy.saving_ms == pytest.approx(8.808 - 2.403, abs=1e-3)
     assert copy.predicted_speedup == pytest.approx(3.665, abs=1e-3)
     assert 1 / 1.5 <= copy.predicted_speedup / (8.808 / 2.717) <= 1.5
+
+
+def _loader_finding(saving: float):  # type: ignore[no-untyped-def]
+    from gpudoctor.core.finding import STEP_FLOOR_SHARE_AFTER_FIX
+
+    return make_finding("input-pipeline", "loader", 10.0, saving, "",
+                        Evidence(numbers={STEP_FLOOR_SHARE_AFTER_FIX: 0.5}), (), idle_ms=saving)
+
+
+def test_a_floor_share_holds_against_the_step_the_program_runs() -> None:
+    """Workers already too slow (P = 10 ms, 5 of it waiting for them): twice as many at most halve
+    the step. Where the unprofiled step is longer (U = 30: bursty waits the window did not see, all
+    given to input-pipeline) the floor is half of U, 15 ms, not half of P (which left 5 ms: x6)."""
+    longer = calibrate([_loader_finding(5.0)], 30.0, {}, busy_ms=2.0, profiled_step_ms=10.0)[0]
+    assert longer.saving_ms == pytest.approx(15.0) and longer.predicted_speedup == pytest.approx(2.0)
+    # a step the profiler inflated (U = 8): what the window saw, scaled, stays under the floor
+    shorter = calibrate([_loader_finding(5.0)], 8.0, {"input-pipeline": 0.6}, busy_ms=2.0, profiled_step_ms=10.0)[0]
+    assert shorter.saving_ms == pytest.approx(3.0) and shorter.saving_ms <= 4.0

@@ -143,6 +143,10 @@ STEP_AFTER_FIX = "step_after_fix_ms"
 # An evidence number: a lower bound of the step after the fix that the profiler does not inflate
 # (a DataLoader's per-batch cost over its workers). No calibrated saving goes below it.
 STEP_FLOOR_AFTER_FIX = "step_floor_after_fix_ms"
+# An evidence number: a lower bound of the step after the fix as a share of the step as the program
+# runs (the unprofiled step when it is known): DataLoader workers that are already too slow, doubled,
+# at most halve the step they set (0.5). No calibrated saving goes below it.
+STEP_FLOOR_SHARE_AFTER_FIX = "step_floor_share_after_fix"
 # An evidence number: kernels per step that the fix takes away (a chain fused into one kernel,
 # an attention pattern into its fused kernels). The host still issues the rest: the step it
 # predicts is floored at the host's time for the kernels that remain (rules/calibrate.py).

@@ -28,6 +28,7 @@ from gpudoctor.core.finding import (
     MAX_SAVING_SHARE,
     STEP_AFTER_FIX,
     STEP_FLOOR_AFTER_FIX,
+    STEP_FLOOR_SHARE_AFTER_FIX,
     Finding,
     severity_for,
     speedup,
@@ -143,6 +144,10 @@ def calibrate(
         floor = finding.evidence.numbers.get(STEP_FLOOR_AFTER_FIX)
         if floor is not None:  # what the fix cannot go below, whatever the window saw
             saving = min(saving, actual_step_ms - float(floor))
+            idle = min(idle, max(saving, 0.0))
+        share = finding.evidence.numbers.get(STEP_FLOOR_SHARE_AFTER_FIX)
+        if share is not None:  # the same, as a share of the step the program runs
+            saving = min(saving, actual_step_ms * (1.0 - float(share)))
             idle = min(idle, max(saving, 0.0))
         saving = max(min(saving, MAX_SAVING_SHARE * actual_step_ms), 0.0)
         severity = severity_for(saving, actual_step_ms, finding.severity_floor, finding.major_share)
