@@ -34,16 +34,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_cpu_map import loop_ms  # the host's speed: a pure-Python loop of 1M additions
+
 TIMING = re.compile(r"([0-9]+(?:\.[0-9]+)?) ms/(?:iter|step)")
 VARIANT = re.compile(r"^(plain|child)(?:\[([^\]]*)\])?\|(.*)$")
-
-
-def host_ms() -> float:
-    t = time.perf_counter()
-    s = 0
-    for i in range(1_000_000):
-        s += i
-    return (time.perf_counter() - t) * 1000
 
 
 def busy() -> dict:
@@ -111,7 +106,7 @@ def main() -> int:
     results: dict[str, list[dict]] = {v: [] for v, *_ in parsed}
     for r in range(opts.rounds):
         for i, (v, kind, extra, args) in enumerate(parsed):
-            ref, load = round(host_ms(), 1), busy()
+            ref, load = round(loop_ms(), 1), busy()
             row = run_variant(kind, extra, args, opts.program, opts.out, f"r{r}-v{i}", opts.timeout)
             row["host_loop_ms"], row["host"] = ref, load
             results[v].append(row)
