@@ -110,12 +110,18 @@ def check(a: Analysis) -> Finding | None:
     pinning = loader_ms > 0 and pinning_ms >= PINNING_SHARE * loader_ms
     gbps = pinning_gbps(a, threads) if pinning else None
     slowed_by_compile = gbps is not None and gbps < SLOW_PINNING_GBPS and uses_torch_compile(a)
-    floor: float | None = None
+    # the step the prescribed loader can deliver; none for pinning, whose saving is the pinning
+    # itself (calibrated as the idle it fills)
+    floor_evidence: dict[str, float] = {}
     if pinning:  # pin the data set once: the pinning goes, the rest of __next__ stays on the thread
         saving = min(idle, pinning_ms)
+    elif from_workers:  # a share of the step the program runs: calibrate applies it to the unprofiled step
+        saving = a.step_ms - max(a.step_ms - idle, a.step_ms * WORKER_FLOOR_SHARE)
+        floor_evidence = {STEP_FLOOR_SHARE_AFTER_FIX: WORKER_FLOOR_SHARE}
     else:
-        floor = a.step_ms * WORKER_FLOOR_SHARE if from_workers else loader_ms / WORKERS
+        floor = loader_ms / WORKERS
         saving = a.step_ms - max(a.step_ms - idle, floor)
+        floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3)}
     evidence = Evidence(
         numbers={
             "gpu_idle_waiting_for_data_ms_per_step": round(idle, 3),
@@ -126,10 +132,7 @@ def check(a: Analysis) -> Finding | None:
             "loader_time_is_pinning": pinning,
             **({} if gbps is None else {"pinning_gb_per_s": round(gbps, 2)}),
             "pinning_slowed_under_torch_compile": slowed_by_compile,
-            # the step the prescribed loader can deliver; none for pinning, whose saving is the
-            # pinning itself (calibrated as the idle it fills)
-            **({} if floor is None else
-               {STEP_FLOOR_SHARE_AFTER_FIX: WORKER_FLOOR_SHARE} if from_workers else {STEP_FLOOR_AFTER_FIX: round(floor, 3)}),
+            **floor_evidence,
         },
         ops=top_names(trace, host.name[culprits], host.dur[culprits].astype(float)),
         sources=sources_of_host(trace, culprits, a.idle.culprit_idle_ns[ID].astype(float)),
