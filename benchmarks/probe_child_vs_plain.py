@@ -37,6 +37,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_cpu_map import loop_ms  # the host's speed: a pure-Python loop of 1M additions
 
+from gpudoctor.tryfix.trial import TRIAL_MIN_SKIP, child_spec
+
+# as a trial of `gpudoctor run --try-fixes` would get them: at least TRIAL_MIN_SKIP steps first, then
+# the window's steps
+CHILD_SKIP, CHILD_STEPS = TRIAL_MIN_SKIP, 3
+
 TIMING = re.compile(r"([0-9]+(?:\.[0-9]+)?) ms/(?:iter|step)")
 VARIANT = re.compile(r"^(plain|child)(?:\[([^\]]*)\])?\|(.*)$")
 
@@ -63,9 +69,8 @@ def run_variant(kind: str, extra: str, args: list[str], prog: str, out: Path, ta
     else:
         run_dir = out / tag
         run_dir.mkdir(parents=True, exist_ok=True)
-        spec = {"target": str(Path(prog).resolve()), "args": args, "is_module": False,
-                "knobs": [k for k in extra.split(",") if k], "skip": 24, "steps": 3, "trace": False, "loss_steps": 3,
-                "out_dir": str(run_dir.resolve()), "program": {}}
+        spec = child_spec(str(Path(prog).resolve()), args, False, [k for k in extra.split(",") if k], CHILD_SKIP,
+                          CHILD_STEPS, run_dir)
         (run_dir / "spec.json").write_text(json.dumps(spec))
         cmd = [sys.executable, "-m", "gpudoctor.tryfix.child", str(run_dir / "spec.json")]
     start = time.perf_counter()

@@ -544,10 +544,8 @@ class Trials:
         script = target.path_or_module if target.is_module else str(Path(target.path_or_module).resolve())
         # knobs that compile run their compilation outside the timed steps (knobs.WARMUP_COMPILE)
         warmup = max((BY_ID[k].warmup_steps for k in knob_ids), default=0)
-        spec = {"target": script, "args": list(target.args), "is_module": target.is_module, "knobs": knob_ids,
-                "skip": trial_skip(self.baseline, warmup), "steps": self.baseline.steps,
-                "trace": self.trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
-                "program": self.program}
+        spec = child_spec(script, target.args, target.is_module, knob_ids, trial_skip(self.baseline, warmup),
+                          self.baseline.steps, trial_dir, trace=self.trace, program=self.program)
         spec_path = trial_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
         # a compile trial's own empty Inductor cache (knobs.FRESH_CACHE); the first trial of a lone
@@ -615,6 +613,15 @@ def _measured(change: StepChange) -> dict[str, Any]:
         "outliers_ms": {"baseline": [_round(v) for v in change.dropped_before],
                         "trial": [_round(v) for v in change.dropped_after]},
     }
+
+
+def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequence[str], skip: int, steps: int,
+               trial_dir: Path, trace: bool = False, program: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``python -m gpudoctor.tryfix.child SPEC`` reads (tryfix/child.py): the program, the knobs,
+    the steps to skip and record, where the trial's files go."""
+    return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids), "skip": skip,
+            "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
+            "program": program or {}}
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
