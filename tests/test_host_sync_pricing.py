@@ -66,3 +66,29 @@ def test_uploads_and_autotuning_are_not_reads() -> None:
         f = analyze_path(data / name).finding("host-sync")
         assert HOST_WORK_REMOVED not in f.evidence.numbers, name
         assert f.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(idle, abs=1e-3), name
+
+
+def _nan_checked_steps(check_op: str) -> TraceBuilder:
+    """3 steps of a 900 us kernel, then ``if torch.isnan(loss):`` — the check's kernel, and the
+    read (``is_nonzero``) waiting 866 us in cudaStreamSynchronize for the GPU."""
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 1000
+        t.step(s, base, 1000)
+        t.launch(ADD, base + 10, base + 15, 900, op="aten::add", dims=[[4096, 4096], [4096, 4096]], launch_dur=9)
+        t.launch("isnan_kernel", base + 30, base + 35, 1, op=check_op, dims=[[]], launch_dur=9)
+        t.op("aten::is_nonzero", base + 50, 880, dims=[[]])
+        t.runtime("cudaStreamSynchronize", base + 55, 866)
+    return t
+
+
+def test_a_finiteness_check_read_every_step_is_named_and_its_fix_comes_first() -> None:
+    found = check(analyze_trace(parse(_nan_checked_steps("aten::isnan").to_bytes()), for_gpu_name("h100-sxm")))
+    assert found.evidence.numbers["finiteness_check_reads_per_step"] == 1
+    assert "logging_nan_inf_filter=False" in found.fixes[0].code
+
+
+def test_a_read_after_any_other_operator_is_not_a_finiteness_check() -> None:
+    found = check(analyze_trace(parse(_nan_checked_steps("aten::gt").to_bytes()), for_gpu_name("h100-sxm")))
+    assert "finiteness_check_reads_per_step" not in found.evidence.numbers
+    assert all("nan_inf" not in fix.code for fix in found.fixes)

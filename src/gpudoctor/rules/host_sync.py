@@ -12,6 +12,12 @@ the idle (evidence HOST_WORK_REMOVED: calibrated like the step). The lab's host_
 tests/data): 25 reads and 48 check operators a step, 3.27 ms of its 10.47 ms profiled step; its
 fixed twin, which reads and checks nothing, measured x1.60 (7.04 -> 4.39 ms) where the idle alone
 predicted x1.27 (x1.26 against x1.56 on the H200, 2026-11-26).
+
+A read right after ``torch.isnan`` / ``torch.isinf`` / ``torch.isfinite`` (``if torch.isnan(loss) or
+torch.isinf(loss):``) is named as a finiteness check, and its fix comes first. The Hugging Face
+``Trainer`` makes exactly these two reads every step unless ``logging_nan_inf_filter=False``
+(transformers ``Trainer._inner_training_loop``); on an fp32 BERT fine-tune (H100, 2026-11-26,
+tests/data/gallery_h100/hf_bert_fp32) the isnan read was the step's one long wait, 17.8-27.2 ms.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ ID = "host-sync"
 # operator feeding it on the same shape
 _REDUCTIONS = frozenset({"aten::all", "aten::any", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::sum",
                          "aten::mean", "aten::norm", "aten::linalg_vector_norm", "aten::count_nonzero"})
+# A read of one of these, right before it on its thread: a finiteness check (the Trainer's NaN filter)
+_FINITENESS_CHECKS = frozenset({"aten::isnan", "aten::isinf", "aten::isfinite"})
 _ELEMENTWISE_CHECKS = frozenset({"aten::abs", "aten::isfinite", "aten::isnan", "aten::isinf", "aten::eq", "aten::ne",
                                  "aten::gt", "aten::ge", "aten::lt", "aten::le", "aten::logical_not"})
 
@@ -52,6 +60,9 @@ def check(a: Analysis) -> Finding | None:
         return None  # no sync, or no idle to show for it: nothing to report
     shown = f"{idle:.2f}" if idle >= 0.005 else f"{idle:.3f}"  # never "0.00 ms"
     saving, numbers = idle, {}
+    finiteness = _finiteness_reads(a, named) / n_steps
+    if finiteness > 0:
+        numbers["finiteness_check_reads_per_step"] = round(finiteness, 2)
     if a.breakdown.busy_ms < GPU_BOUND_SHARE * a.step_ms:
         ops = step_ops(a)
         reads = _own_reads(a, culprits, ops)
@@ -81,7 +92,7 @@ def check(a: Analysis) -> Finding | None:
         + (f" On this host-bound step the reads and the checks computed only for them hold {saving:.2f} ms of the "
            "host's time." if HOST_WORK_REMOVED in numbers else ""),
         evidence,
-        (
+        (*((_FINITENESS_FIX,) if finiteness > 0 else ()),
             Fix("Keep values on the GPU; read them back every N steps, not every step",
                 "running_loss += loss.detach()          # no sync\n"
                 "if step % 100 == 0:\n    print((running_loss / 100).item())"),
@@ -93,6 +104,28 @@ def check(a: Analysis) -> Finding | None:
         wrong_fix="Adding DataLoader workers or CUDA streams will not help while the loop itself blocks.",
         idle_ms=ALL_IDLE,
     )
+
+
+_FINITENESS_FIX = Fix(
+    "Stop reading a NaN/Inf check back every step (the Hugging Face Trainer does, unless told not to)",
+    "TrainingArguments(..., logging_nan_inf_filter=False)   # Trainer: no torch.isnan(loss) / isinf read a step\n"
+    "bad = bad | ~torch.isfinite(loss)   # your own loop: keep the flag on the GPU, read it every N steps")
+
+
+def _finiteness_reads(a: Analysis, named: np.ndarray) -> int:
+    """How many of the syncs' operators (``named``) read a finiteness check made right before them
+    on their thread (``bool(torch.isnan(loss))``)."""
+    trace, host = a.trace, a.trace.host
+    ops = step_ops(a)
+    reads = np.intersect1d(named, ops)
+    count = 0
+    for thread in np.unique(host.thread[reads]).tolist():
+        seq = ops[host.thread[ops] == thread]
+        mine = reads[host.thread[reads] == thread]
+        before = np.searchsorted(seq, mine) - 1
+        count += sum(1 for at in before.tolist()
+                     if at >= 0 and trace.strings[host.name[seq[at]]] in _FINITENESS_CHECKS)
+    return count
 
 
 # Syncs inside these causes' spans are part of that work, priced and fixed with it: an optimizer
