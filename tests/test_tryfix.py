@@ -237,6 +237,23 @@ def test_numerics_flags_divergence_beyond_tolerance() -> None:
     assert numerics([], [], checked=True)["diverged"] is None
 
 
+def test_a_divergence_under_compiled_dropout_says_why() -> None:
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1), torch.nn.Dropout(0.0),
+                                torch.nn.Sequential(torch.nn.Dropout2d(0.2)))
+    note = knobs_mod._dropout_note(model)
+    assert note.startswith("; 2 dropout modules:")  # p = 0 draws nothing
+    assert knobs_mod._dropout_note(torch.nn.Linear(4, 4)) == ""
+    effects = [f"Bert.forward = torch.compile(Bert.forward){note}"]
+    # the BERT fine-tune's losses (H100, 2026-11-26): equal first step, 5.6% apart at the second
+    diverged = numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True, effects=effects)
+    assert diverged["diverged"] is True and "dropout" in diverged["reason"]
+    assert "(dropout: " in render_mod.numerics_text({"numerics": diverged})
+    assert numerics([1.1087, 1.1232], [1.1087, 1.1233], checked=True, effects=effects)["reason"] is None
+    assert numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True, effects=["Bert.forward under autocast"])["reason"] is None
+
+
 # -- trials in child processes ---------------------------------------------------------------------
 
 

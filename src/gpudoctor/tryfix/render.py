@@ -56,7 +56,8 @@ def numerics_text(rec: dict[str, Any]) -> str:
         return "loss not recorded (no scalar passed to backward)"
     pairs = ", ".join(f"{_num(b)}->{_num(t)}" for b, t in zip(n.get("baseline") or [], n.get("trial") or []))
     state = "DIVERGED" if n["diverged"] else "within"
-    return f"first losses {pairs}: {state} {n['tolerance_rel'] * 100:g}% tolerance"
+    why = f" ({n['reason']})" if n.get("reason") else ""
+    return f"first losses {pairs}: {state} {n['tolerance_rel'] * 100:g}% tolerance{why}"
 
 
 def _num(v: float | None) -> str:

@@ -99,7 +99,7 @@ from gpudoctor.diff.samples import (
     usable,
 )
 from gpudoctor.errors import InputError
-from gpudoctor.tryfix.knobs import BY_ID, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for, needs_fresh_dir
+from gpudoctor.tryfix.knobs import BY_ID, DROPOUT_MARK, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for, needs_fresh_dir
 
 LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
@@ -287,8 +287,11 @@ def verdict(change: StepChange, predicted_speedup: float | None) -> str:
     return CONFIRMED if best_saving >= BALLPARK * predicted_saving else SMALLER
 
 
-def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], checked: bool) -> dict[str, Any]:
-    """The first losses side by side; ``diverged`` (None when not checked or nothing to compare)."""
+def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], checked: bool,
+             effects: Sequence[str] = ()) -> dict[str, Any]:
+    """The first losses side by side; ``diverged`` (None when not checked or nothing to compare).
+    A divergence where a compiled module draws its own dropout masks (knobs.DROPOUT_MARK in an
+    effect) says so in ``reason``: the losses differ by sampling noise, not only by precision."""
     pairs = list(zip(baseline, trial))
     worst: float | None = None
     diverged: bool | None = None
@@ -303,9 +306,11 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
             rel = abs(t - b) / max(abs(b), 1e-12)
             worst = rel if worst is None else max(worst, rel)
             diverged = diverged or rel > LOSS_RTOL
+    random = [e for e in effects if f" {DROPOUT_MARK} module" in e]
+    reason = ("dropout: the compiled module draws other random masks than eager" if diverged and random else None)
     return {"baseline": list(baseline), "trial": list(trial), "tolerance_rel": LOSS_RTOL, "checked": checked,
             "max_rel_diff": None if worst is None or not math.isfinite(worst) else round(worst, 6),
-            "diverged": diverged}
+            "diverged": diverged, "reason": reason}
 
 
 @dataclass
@@ -509,7 +514,8 @@ class Trials:
             "method": None,
             "peak_memory_bytes": {"baseline": self.baseline.peak_memory_bytes,
                                   "trial": child.get("peak_memory_bytes")},
-            "numerics": numerics(self.baseline.losses, child.get("losses") or [], any(k.numerics for k in knobs)),
+            "numerics": numerics(self.baseline.losses, child.get("losses") or [], any(k.numerics for k in knobs),
+                                 child.get("effects") or []),
             "effects": child.get("effects") or [], "exit_code": child.get("exit_code"),
             "wall_s": round(wall, 2), "cwd": str(cwd), "dir": str(trial_dir),
             "files_written": _files_under(cwd) if self.sandbox is not None else None,
