@@ -367,6 +367,21 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
 
 
+def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path: Path) -> None:
+    """torch.compile of an OptimizedModule's forward changes nothing but the effect line; the trial
+    says the program compiled it (backend "eager" here: the trace is cheap on the CPU)."""
+    script = tmp_path / "self_compiled.py"
+    script.write_text("import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
+                      "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
+                      "    import gpudoctor; gpudoctor.step()\n")
+    runner = _trials(tmp_path, sandbox=False)
+    runner.target = Target(str(script))
+    rec = runner.one("compile", ["compile"], None)
+    assert rec["status"] == NOT_APPLIED, rec
+    assert rec["effects"] == [f"{knobs_mod.LEFT_AS_IS}OptimizedModule is compiled by the program already"]
+    assert rec["reason"].endswith(": OptimizedModule is compiled by the program already")
+
+
 def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(tmp_path: Path) -> None:
     """The interpreter's teardown is skipped once trial.json is written (a DataLoader's persistent
     workers are joined there, 5 s each): a program whose exit handler sleeps 60 s ends at once."""

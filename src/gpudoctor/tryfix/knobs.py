@@ -27,7 +27,8 @@ Rules for overriding what the program passed:
   first runs eager). Not ``module.compile()``: that compiles the module's call with its hooks,
   and the hooks that mark an inference loop's steps (capture/hooks.py) would run inside the graph
   instead of at each call: the compile trials of a plain inference loop timed no step (H100,
-  2026-11-25).
+  2026-11-25). A module the program compiled already (``torch.compile(model)``, ``model.compile()``)
+  is left as it is, and a trial that changed nothing else is not applied.
 - **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
   and ``torch.set_float32_matmul_precision("high")``.
 - **Allocator** (``expandable-segments``, ``no-empty-cache``): ``PYTORCH_CUDA_ALLOC_CONF`` gets
@@ -281,9 +282,15 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             import torch
 
             kwargs = {"mode": mode} if mode else {}
-            compiled = torch.compile(module.forward, **kwargs)
             args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
             name = type(module).__name__
+            if _compiled_already(module):
+                # compiling the compiled module again changes nothing but the effect line: the
+                # trial of a self-compiled MLP read "OptimizedModule.forward = torch.compile(...)"
+                # and measured the program as it was (CPU, 2026-11-26)
+                how = f": pass torch.compile(model{args}) in the program instead" if args else ""
+                return f"{LEFT_AS_IS}{name} is compiled by the program already{how}"
+            compiled = torch.compile(module.forward, **kwargs)
             note = _cache_note() + _dropout_note(module)
             if mode != "reduce-overhead":
                 module.forward = compiled
@@ -298,6 +305,19 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
         on_outermost_module(change, effects)
 
     return apply
+
+
+# An effect line that starts so names a module the knob found and did not change (trial.py: a
+# trial whose every line is one is "not applied")
+LEFT_AS_IS = "left as it is: "
+
+
+def _compiled_already(module: Any) -> bool:
+    """torch.compile(model) (an OptimizedModule), model.compile(), or a compiled forward."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return (isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None
+            or hasattr(getattr(module, "forward", None), "_torchdynamo_orig_callable"))
 
 
 # The effect line's mark that the compiled module draws random masks (trial.numerics reads it)

@@ -99,7 +99,17 @@ from gpudoctor.diff.samples import (
     usable,
 )
 from gpudoctor.errors import InputError
-from gpudoctor.tryfix.knobs import BY_ID, DROPOUT_MARK, KNOBS, NEEDS_CODE, Knob, child_env, knobs_for, needs_fresh_dir
+from gpudoctor.tryfix.knobs import (
+    BY_ID,
+    DROPOUT_MARK,
+    KNOBS,
+    LEFT_AS_IS,
+    NEEDS_CODE,
+    Knob,
+    child_env,
+    knobs_for,
+    needs_fresh_dir,
+)
 
 LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
@@ -526,9 +536,10 @@ class Trials:
             if status == "ok" and samples and self.baseline.samples_ms:
                 rec.update(_measured(_compare(self.baseline.samples_ms, samples)))
                 rec["verdict"] = REFERENCE
-        elif status == "ok" and not rec["effects"]:
+        elif status == "ok" and all(e.startswith(LEFT_AS_IS) for e in rec["effects"]):
             rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
-            rec["reason"] = "the knob found nothing to change in this program"
+            left = "; ".join(e[len(LEFT_AS_IS):] for e in rec["effects"])
+            rec["reason"] = "the knob found nothing to change in this program" + (f": {left}" if left else "")
         elif status == "ok":
             self._judge(rec, samples, planned)
         if status == "ok" and child.get("unsettled"):  # the timing mixes a transient: say so beside the verdict
