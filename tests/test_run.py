@@ -196,6 +196,23 @@ def test_bad_targets(tmp_path: Path) -> None:
     assert run(tmp_path, script=None).returncode == 2
 
 
+def test_a_module_is_found_in_the_working_directory_as_python_m_finds_it(tmp_path: Path, monkeypatch) -> None:
+    """The gpudoctor command's sys.path[0] is its bin folder, not the working directory that
+    ``python -m pkg.train`` searches first: ``gpudoctor run -m pkg.train`` said "no module named"."""
+    from gpudoctor.capture.runner import Target
+    from gpudoctor.errors import InputError
+
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train_here.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    Target("mypkg.train_here", is_module=True).check()  # no InputError
+    assert str(tmp_path) not in sys.path  # looked up there, not left there
+    with pytest.raises(InputError, match="no module named"):
+        Target("mypkg.not_there", is_module=True).check()
+
+
 def test_profile_api_detaches_everything(tmp_path: Path) -> None:
     import torch
 
