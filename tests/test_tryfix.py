@@ -367,6 +367,27 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
 
 
+def test_the_tf32_knob_holds_when_the_program_turns_tf32_off() -> None:
+    """The lab's fp32_matmul trap sets allow_tf32 = False itself: without the hold, the knob's trial
+    timed fp32 and would read "no effect". Run in a fresh process: the knob patches torch."""
+    code = ("from gpudoctor.tryfix.knobs import apply_knobs\n"
+            "effects = apply_knobs(['tf32'])\n"
+            "import torch\n"
+            "torch.backends.cuda.matmul.allow_tf32 = False\n"
+            "torch.backends.cuda.matmul.allow_tf32 = False\n"
+            "torch.backends.cudnn.allow_tf32 = False\n"
+            "torch.set_float32_matmul_precision('highest')\n"
+            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,"
+            " torch.get_float32_matmul_precision())\n"
+            "print(len(effects), effects[1])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+    flags, effects = out.stdout.splitlines()[-2:]
+    assert flags == "True True high"
+    # each override named once
+    assert effects == "4 the program's torch.backends.cuda.matmul.allow_tf32 = False ignored: TF32 kept on"
+
+
 def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path: Path) -> None:
     """torch.compile of an OptimizedModule's forward changes nothing but the effect line; the trial
     says the program compiled it (backend "eager" here: the trace is cheap on the CPU)."""

@@ -30,7 +30,8 @@ Rules for overriding what the program passed:
   2026-11-25). A module the program compiled already (``torch.compile(model)``, ``model.compile()``)
   is left as it is, and a trial that changed nothing else is not applied.
 - **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
-  and ``torch.set_float32_matmul_precision("high")``.
+  and ``torch.set_float32_matmul_precision("high")``; the program turning them off again
+  (``allow_tf32 = False``, ``"highest"``, ``fp32_precision = "ieee"``) is ignored and named.
 - **Allocator** (``expandable-segments``, ``no-empty-cache``): ``PYTORCH_CUDA_ALLOC_CONF`` gets
   ``expandable_segments:True`` (added to what the environment already has; set by the parent in
   the child's environment, before CUDA starts); ``no-empty-cache`` also makes
@@ -358,6 +359,49 @@ def _tf32(effects: Effects) -> None:
     torch.backends.cudnn.allow_tf32 = True
     torch.set_float32_matmul_precision("high")
     effects.append("TF32 matmuls and convolutions (torch.backends.*.allow_tf32, matmul precision 'high')")
+    _keep_tf32(effects)
+
+
+# What a program sets to turn TF32 off, which the knob keeps on: fp32 on purpose, or a library's
+# default (the lab's fp32_matmul trap sets allow_tf32 = False itself; HF TrainingArguments(tf32=False))
+_TF32_OFF = {"allow_tf32": (False,), "fp32_precision": ("ieee",)}
+
+
+def _keep_tf32(effects: Effects) -> None:
+    """Keep TF32 on when the program turns it off later (``allow_tf32 = False``,
+    ``set_float32_matmul_precision("highest")``, ``fp32_precision = "ieee"``): otherwise the trial
+    would time fp32 and read "no effect". Each override is named once in ``effects``."""
+    import torch
+
+    said: set[str] = set()
+
+    def kept(what: str) -> None:
+        if what not in said:
+            said.add(what)
+            effects.append(f"the program's {what} ignored: TF32 kept on")
+
+    set_precision = torch.set_float32_matmul_precision
+
+    def set_float32_matmul_precision(precision: str) -> None:
+        if precision == "highest":
+            kept("set_float32_matmul_precision('highest')")
+            return
+        set_precision(precision)
+
+    torch.set_float32_matmul_precision = set_float32_matmul_precision
+    for where, backend in (("torch.backends.cuda.matmul", torch.backends.cuda.matmul),
+                           ("torch.backends.cudnn", torch.backends.cudnn)):
+        cls = type(backend)
+        original = cls.__setattr__
+
+        def setattr_keeping_tf32(self: Any, name: str, value: Any, _original: Any = original,
+                                 _where: str = where) -> None:
+            if name in _TF32_OFF and value in _TF32_OFF[name]:
+                kept(f"{_where}.{name} = {value!r}")
+                return
+            _original(self, name, value)
+
+        cls.__setattr__ = setattr_keeping_tf32
 
 
 def _expandable(effects: Effects) -> None:
