@@ -357,13 +357,19 @@ def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
     assert rec["wall_s"] < 30
 
 
-def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
-    script = tmp_path / "plain.py"
-    script.write_text("import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
-                      "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n")
+def _trial_of_script(tmp_path: Path, name: str, source: str, knob: str) -> dict:
+    """One trial of ``knob`` on a script written to ``tmp_path / name``, in the working directory."""
+    script = tmp_path / name
+    script.write_text(source)
     runner = _trials(tmp_path, sandbox=False)
     runner.target = Target(str(script))
-    rec = runner.one("loader-workers", ["loader-workers"], None)
+    return runner.one(knob, [knob], None)
+
+
+def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
+    rec = _trial_of_script(tmp_path, "plain.py",
+                           "import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
+                           "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n", "loader-workers")
     assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
 
 
@@ -391,13 +397,10 @@ def test_the_tf32_knob_holds_when_the_program_turns_tf32_off() -> None:
 def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path: Path) -> None:
     """torch.compile of an OptimizedModule's forward changes nothing but the effect line; the trial
     says the program compiled it (backend "eager" here: the trace is cheap on the CPU)."""
-    script = tmp_path / "self_compiled.py"
-    script.write_text("import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
-                      "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
-                      "    import gpudoctor; gpudoctor.step()\n")
-    runner = _trials(tmp_path, sandbox=False)
-    runner.target = Target(str(script))
-    rec = runner.one("compile", ["compile"], None)
+    rec = _trial_of_script(tmp_path, "self_compiled.py",
+                           "import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
+                           "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
+                           "    import gpudoctor; gpudoctor.step()\n", "compile")
     assert rec["status"] == NOT_APPLIED, rec
     assert rec["effects"] == [f"{knobs_mod.LEFT_AS_IS}OptimizedModule is compiled by the program already"]
     assert rec["reason"].endswith(": OptimizedModule is compiled by the program already")
@@ -406,13 +409,10 @@ def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path
 def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(tmp_path: Path) -> None:
     """The interpreter's teardown is skipped once trial.json is written (a DataLoader's persistent
     workers are joined there, 5 s each): a program whose exit handler sleeps 60 s ends at once."""
-    script = tmp_path / "slow_exit.py"
-    script.write_text("import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 60)\n"
-                      "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
-                      "    gpudoctor.step()\n")
-    runner = _trials(tmp_path, sandbox=False)
-    runner.target = Target(str(script))
-    rec = runner.one("tf32", ["tf32"], None)
+    rec = _trial_of_script(tmp_path, "slow_exit.py",
+                           "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 60)\n"
+                           "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
+                           "    gpudoctor.step()\n", "tf32")
     assert rec["status"] == "ok" and rec["n_trial"] >= 2, rec
     assert rec["wall_s"] < 45
 
