@@ -53,16 +53,13 @@ class Target:
         if self.is_module:
             # as `python -m` finds it: the working directory first (_execute puts it there too; the
             # gpudoctor command's own sys.path[0] is its bin folder, where no user package is)
-            added = os.getcwd() not in sys.path
-            if added:
-                sys.path.insert(0, os.getcwd())
+            sys.path.insert(0, os.getcwd())
             try:
                 found = importlib.util.find_spec(self.path_or_module)
             except (ImportError, ValueError):
                 found = None
             finally:
-                if added:
-                    sys.path.remove(os.getcwd())
+                sys.path.remove(os.getcwd())  # the first occurrence: the one put there above
             if found is None:
                 raise InputError(f"no module named {self.path_or_module!r}; check the name and that it is importable")
         else:

@@ -60,11 +60,11 @@ def check(a: Analysis) -> Finding | None:
         return None  # no sync, or no idle to show for it: nothing to report
     shown = f"{idle:.2f}" if idle >= 0.005 else f"{idle:.3f}"  # never "0.00 ms"
     saving, numbers = idle, {}
-    finiteness = _finiteness_reads(a, named) / n_steps
+    ops = step_ops(a)
+    finiteness = _finiteness_reads(a, named, ops) / n_steps
     if finiteness > 0:
         numbers["finiteness_check_reads_per_step"] = round(finiteness, 2)
     if a.breakdown.busy_ms < GPU_BOUND_SHARE * a.step_ms:
-        ops = step_ops(a)
         reads = _own_reads(a, culprits, ops)
         starts, ends, checks = _read_spans(a, ops, reads)
         host_ms = _host_work_ns(a, reads, starts, ends) / 1e6 / n_steps
@@ -112,20 +112,25 @@ _FINITENESS_FIX = Fix(
     "bad = bad | ~torch.isfinite(loss)   # your own loop: keep the flag on the GPU, read it every N steps")
 
 
-def _finiteness_reads(a: Analysis, named: np.ndarray) -> int:
+def _finiteness_reads(a: Analysis, named: np.ndarray, ops: np.ndarray) -> int:
     """How many of the syncs' operators (``named``) read a finiteness check made right before them
-    on their thread (``bool(torch.isnan(loss))``)."""
-    trace, host = a.trace, a.trace.host
-    ops = step_ops(a)
-    reads = np.intersect1d(named, ops)
-    count = 0
-    for thread in np.unique(host.thread[reads]).tolist():
+    on their thread (``bool(torch.isnan(loss))``); ``ops``: the steps' top-level operators."""
+    names, host = a.trace.strings, a.trace.host
+    before = _op_before(a, ops, np.intersect1d(named, ops))
+    return sum(1 for prev in before.tolist() if prev >= 0 and names[host.name[prev]] in _FINITENESS_CHECKS)
+
+
+def _op_before(a: Analysis, ops: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each operator of ``at`` (among ``ops``, the steps' top-level operators in time order),
+    the operator right before it on its thread; -1 where none is."""
+    host = a.trace.host
+    before = np.full(at.size, -1, np.int64)
+    for thread in np.unique(host.thread[at]).tolist():
         seq = ops[host.thread[ops] == thread]
-        mine = reads[host.thread[reads] == thread]
-        before = np.searchsorted(seq, mine) - 1
-        count += sum(1 for at in before.tolist()
-                     if at >= 0 and trace.strings[host.name[seq[at]]] in _FINITENESS_CHECKS)
-    return count
+        mine = np.flatnonzero(host.thread[at] == thread)
+        k = np.searchsorted(seq, at[mine]) - 1
+        before[mine] = np.where(k >= 0, seq[np.maximum(k, 0)], -1)
+    return before
 
 
 # Syncs inside these causes' spans are part of that work, priced and fixed with it: an optimizer
@@ -164,19 +169,17 @@ def _read_spans(a: Analysis, ops: np.ndarray, reads: np.ndarray) -> tuple[np.nda
     trace, host = a.trace, a.trace.host
     names = trace.strings
     starts, checks = host.ts[reads].copy(), 0
-    for thread in np.unique(host.thread[reads]).tolist():
-        seq = ops[host.thread[ops] == thread]
-        mine = np.flatnonzero(host.thread[reads] == thread)
-        for k, at in zip(mine.tolist(), np.searchsorted(seq, reads[mine]).tolist()):
-            if at < 1 or names[host.name[seq[at - 1]]] not in _REDUCTIONS:
-                continue
-            first = at - 1
-            shape = trace.input_dims(int(seq[first]))[:1]
-            if (at >= 2 and names[host.name[seq[at - 2]]] in _ELEMENTWISE_CHECKS
-                    and trace.input_dims(int(seq[at - 2]))[:1] == shape):
-                first = at - 2
-            starts[k] = host.ts[seq[first]]
-            checks += at - first
+    reduction = _op_before(a, ops, reads)
+    feeding = np.full(reads.size, -1, np.int64)
+    feeding[reduction >= 0] = _op_before(a, ops, reduction[reduction >= 0])
+    for k, (prev, first) in enumerate(zip(reduction.tolist(), feeding.tolist())):
+        if prev < 0 or names[host.name[prev]] not in _REDUCTIONS:
+            continue
+        if (first < 0 or names[host.name[first]] not in _ELEMENTWISE_CHECKS
+                or trace.input_dims(first)[:1] != trace.input_dims(prev)[:1]):
+            first = prev
+        starts[k] = host.ts[first]
+        checks += 2 if first != prev else 1
     return starts, host.end[reads], checks
 
 

@@ -316,8 +316,8 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
             rel = abs(t - b) / max(abs(b), 1e-12)
             worst = rel if worst is None else max(worst, rel)
             diverged = diverged or rel > LOSS_RTOL
-    random = [e for e in effects if f" {DROPOUT_MARK} module" in e]
-    reason = ("dropout: the compiled module draws other random masks than eager" if diverged and random else None)
+    random_masks = any(f" {DROPOUT_MARK} module" in e for e in effects)
+    reason = "dropout: the compiled module draws other random masks than eager" if diverged and random_masks else None
     return {"baseline": list(baseline), "trial": list(trial), "tolerance_rel": LOSS_RTOL, "checked": checked,
             "max_rel_diff": None if worst is None or not math.isfinite(worst) else round(worst, 6),
             "diverged": diverged, "reason": reason}
