@@ -16,7 +16,7 @@ predicted x1.27 (x1.26 against x1.56 on the H200, 2026-11-26).
 A read right after ``torch.isnan`` / ``torch.isinf`` / ``torch.isfinite`` (``if torch.isnan(loss) or
 torch.isinf(loss):``) is named as a finiteness check, and its fix comes first. The Hugging Face
 ``Trainer`` makes exactly these two reads every step unless ``logging_nan_inf_filter=False``
-(transformers ``Trainer._inner_training_loop``); on an fp32 BERT fine-tune (H100, 2026-11-26,
+(its training loop, ``Trainer._run_epoch`` in transformers 5.24); on an fp32 BERT fine-tune (H100, 2026-11-26,
 tests/data/gallery_h100/hf_bert_fp32) the isnan read was the step's one long wait, 17.8-27.2 ms.
 """
 
