@@ -15,8 +15,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpudoctor.capture.ranks import RankInfo, RankSync, Window
+from gpudoctor.capture.ranks import POLL_S, RankInfo, RankSync, Window
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
+from gpudoctor.core.clock import SYSTEM_CLOCK, Clock, ManualClock
+
+# a wait that must end because another rank came: far beyond any machine's delay, never reached
+NEVER_S = 120.0
 
 
 @pytest.fixture(autouse=True)
@@ -28,23 +32,55 @@ def _fresh_capture_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ranks, "_CAPTURES", {})
 
 
-def _sync(tmp: Path, store: Any, rank: int, world: int, timeout: float = 5.0) -> RankSync:
-    return RankSync(RankInfo(rank, world, rank, "host"), tmp / "runs", "train", 3, timeout, store=store)
+def _sync(tmp: Path, store: Any, rank: int, world: int, timeout: float = NEVER_S,
+          clock: Clock = SYSTEM_CLOCK) -> RankSync:
+    return RankSync(RankInfo(rank, world, rank, "host"), tmp / "runs", "train", 3, timeout, store=store, clock=clock)
 
 
 def _agree_all(syncs: list[RankSync], ready: list[int | None]) -> dict[int, Window]:
-    """Each rank agrees from its own thread (a None ready step: that rank never comes)."""
+    """Each rank agrees from its own thread (a None ready step: that rank never comes). Over a given
+    store, rank 0 decides once the others that come have said they are ready, so that its deadline
+    (on a manual clock, reached at once) only ever cuts the ranks that never come; a store rank 0
+    hosts itself (None) must exist before the others can say anything, so then all start at once."""
     windows: dict[int, Window] = {}
 
     def one(sync: RankSync, at: int) -> None:
         windows[sync.info.rank] = sync.agree(at)
 
-    threads = [threading.Thread(target=one, args=(s, at)) for s, at in zip(syncs, ready, strict=True) if at is not None]
+    store = syncs[0].store
+    first = [] if store is None else [s.info.rank for s in syncs if s.info.rank != 0]
+    others = [(s, at) for s, at in zip(syncs, ready, strict=True) if at is not None and s.info.rank in first]
+    threads = [threading.Thread(target=one, args=pair) for pair in others]
     for t in threads:
         t.start()
+    if store is not None:
+        keys = [syncs[0]._key(f"ready/{s.info.rank}") for s, _ in others]
+        _wait_for(lambda: store.check(keys))
+    later = [threading.Thread(target=one, args=(s, at)) for s, at in zip(syncs, ready, strict=True)
+             if at is not None and s.info.rank not in first]
+    for t in later:
+        t.start()
+    threads += later
     for t in threads:
-        t.join(30)
+        t.join(NEVER_S)
     return windows
+
+
+def _wait_for(condition: Any) -> None:
+    """Poll the real clock until ``condition()``; a test failure (never a hang) past NEVER_S."""
+    deadline = time.monotonic() + NEVER_S
+    while not condition():
+        assert time.monotonic() < deadline, "the other ranks never said they were ready"
+        time.sleep(0.005)
+
+
+class _SleepingManualClock(ManualClock):
+    """A manual clock whose sleep also passes as much real time: a wait for another thread ends when
+    that thread comes, and the waiting shows on this clock only where the code reads it."""
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+        super().sleep(seconds)
 
 
 def test_the_window_opens_at_the_latest_ready_step(tmp_path: Path) -> None:
@@ -62,17 +98,16 @@ def test_the_window_opens_at_the_latest_ready_step(tmp_path: Path) -> None:
 
 
 def test_a_rank_that_never_comes_costs_rank_0_its_timeout_and_is_named(tmp_path: Path) -> None:
-    store = dist.HashStore()
-    rank0 = _sync(tmp_path, store, 0, 2, timeout=0.3)
-    start = time.monotonic()
+    store, clock = dist.HashStore(), ManualClock()
+    rank0 = _sync(tmp_path, store, 0, 2, timeout=0.3, clock=clock)
+    start = clock.now()
     window = rank0.agree(4)
-    waited = time.monotonic() - start
-    assert 0.3 <= waited < 2.0
+    assert 0.3 <= clock.now() - start <= 0.3 + POLL_S  # polled until its deadline, not a poll longer
     assert (window.open_at, window.ranks, window.agreed) == (4, (0,), True)
     assert window.notes == (("rank 1 was not ready within 0.3 s (it ran fewer steps, hung or died): the window was "
                             "agreed without it"),)
     # it comes after all: it records from its own step, later than the others, and says so
-    late = _sync(tmp_path, store, 1, 2, timeout=0.3).agree(9)
+    late = _sync(tmp_path, store, 1, 2, timeout=0.3, clock=clock).agree(9)
     assert (late.open_at, late.agreed, late.run_name) == (9, False, window.run_name)
     assert late.notes[-1] == ("rank 1 was ready at step 9, after the other ranks agreed on step 4: its window "
                               "starts 5 steps later than theirs")
@@ -81,9 +116,9 @@ def test_a_rank_that_never_comes_costs_rank_0_its_timeout_and_is_named(tmp_path:
 def test_a_rank_whose_program_ended_early_is_not_waited_for(tmp_path: Path) -> None:
     store = dist.HashStore()
     _sync(tmp_path, store, 1, 2).leave(3)
-    start = time.monotonic()
-    window = _sync(tmp_path, store, 0, 2, timeout=30.0).agree(5)
-    assert time.monotonic() - start < 5.0  # not the 30 s bound
+    clock = ManualClock()
+    window = _sync(tmp_path, store, 0, 2, timeout=30.0, clock=clock).agree(5)
+    assert clock.now() == ManualClock().now()  # decided at the first look: not one poll of the 30 s bound
     assert (window.open_at, window.ranks) == (5, (0,))
     assert window.notes == ("rank 1 ended after 3 steps, before the window (--skip): it has no bundle",)
 
@@ -98,24 +133,26 @@ def test_without_rank_0_a_rank_records_alone_in_its_own_directory(tmp_path: Path
     assert window.notes == (("rank 1 could not agree its window with the other ranks (rank 0 ended after 2 steps, "
                             "before the window): it recorded from its own step 7, which may not be the other ranks' "
                             "steps"),)
-    silent = _sync(tmp_path, dist.HashStore(), 1, 2, timeout=0.1)  # rank 0 never decides: 2 x its timeout
-    start = time.monotonic()
+    clock = ManualClock()
+    silent = _sync(tmp_path, dist.HashStore(), 1, 2, timeout=0.1, clock=clock)  # rank 0 never decides
     assert silent.agree(6).notes[0].startswith(
         "rank 1 could not agree its window with the other ranks (rank 0 published no window within 0.2 s)")
-    assert 0.2 <= time.monotonic() - start < 2.0
+    assert 0.2 <= clock.now() - ManualClock().now() <= 0.2 + POLL_S  # 2 x its timeout, as rank 0 waits one
 
 
 def test_rank_0_waits_for_each_bundle_and_names_those_left_out(tmp_path: Path) -> None:
-    store = dist.HashStore()
-    syncs = [_sync(tmp_path, store, r, 4, timeout=0.5) for r in range(4)]
+    store, clock = dist.HashStore(), ManualClock()
+    syncs = [_sync(tmp_path, store, r, 4, timeout=0.5, clock=clock if r == 0 else SYSTEM_CLOCK) for r in range(4)]
     _agree_all(syncs, [2, 2, 2, None])  # rank 3 never joins
     run = syncs[0].run_dir()
     (run / "rank0").mkdir(parents=True)
     (run / "rank0" / "env.json").write_text("{}")
     syncs[1].bundle_done(True)  # written, but on a file system rank 0 does not see
     syncs[2].bundle_done(False)  # recorded nothing
+    before = clock.now()
     state, notes = syncs[0].wait_bundles()
     assert state == {0: "ok", 1: "elsewhere", 2: "none", 3: "missing"}
+    assert clock.now() - before == pytest.approx(0.0)  # ranks 0-2 answered at once; 3 never joined: not waited for
     assert notes == [(f"rank 1 wrote its bundle on another file system ({run / 'rank1'} is not here): copy it here "
                      "and run gpudoctor analyze on the run directory"),
                      "rank 2 recorded no window: the combined report leaves it out"]
@@ -123,17 +160,19 @@ def test_rank_0_waits_for_each_bundle_and_names_those_left_out(tmp_path: Path) -
 
 def test_the_session_opens_at_the_agreed_step_and_leaves_the_wait_untimed(tmp_path: Path) -> None:
     """Rank 0 is ready at step 5; rank 1 (a thread) says 0.4 s later that it is ready at step 8:
-    rank 0 records steps 9.. and none of its unprofiled steps holds the 0.4 s wait."""
-    store = dist.HashStore()
-    sync = _sync(tmp_path, store, 0, 2)
+    rank 0 records steps 9.. and none of its unprofiled steps holds the wait. Rank 0's session and
+    its waits share one clock: each step is 10 ms on it, and the wait shows there as polls."""
+    store, clock = dist.HashStore(), _SleepingManualClock()
+    sync = _sync(tmp_path, store, 0, 2, clock=clock)
     other = _sync(tmp_path, store, 1, 2)
     threading.Thread(target=lambda: (time.sleep(0.4), other.agree(8))).start()
     session = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=2, nvml_interval_s=0), sync.bundle_dir(),
-                             sync=sync)
+                             sync=sync, clock=clock)
     model = torch.nn.Linear(8, 8)
     session.start(hook_optimizers=False)
     for _ in range(20):
         model(torch.randn(4, 8)).sum().backward()
+        clock.advance(0.010)
         session.step()
         if session.done:
             break
@@ -141,7 +180,8 @@ def test_the_session_opens_at_the_agreed_step_and_leaves_the_wait_untimed(tmp_pa
     result = session.result
     assert result.window_opened_at_step == 8 and result.steps_recorded == 2
     assert result.trace_path == sync.bundle_dir() / "trace.json.gz"
-    assert len(result.unprofiled_before_ms) == 4 and max(result.unprofiled_before_ms) < 200
+    assert result.unprofiled_before_ms == pytest.approx([10.0] * 4)
+    assert clock.now() - ManualClock().now() > 0.010 * 10 + POLL_S  # the wait did pass on the session's clock
     with gzip.open(result.trace_path, "rt") as fh:
         trace = json.load(fh)
     assert trace["gpudoctor_window"] == {"first_step": 9, "steps": 2, "rank": 0, "world_size": 2}
@@ -249,13 +289,16 @@ def test_without_a_process_group_or_torchrun_rank_0_hosts_the_store(tmp_path: Pa
     that never initializes a process group: rank 0 hosts a store at MASTER_PORT + 1."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port - 1))  # the store goes one above: the free port
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-    syncs = [_sync(tmp_path, None, r, 2, timeout=20.0) for r in range(2)]
-    windows = _agree_all(syncs, [4, 6])
+    for _ in range(5):  # the port found free may be taken before the store binds it: another one then
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port - 1))  # the store goes one above: the free port
+        monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+        syncs = [_sync(tmp_path, None, r, 2, timeout=20.0) for r in range(2)]
+        windows = _agree_all(syncs, [4, 6])
+        if all(w.agreed for w in windows.values()):
+            break
     assert [(w.open_at, w.agreed) for w in (windows[0], windows[1])] == [(6, True), (6, True)]
     assert isinstance(syncs[0].store, dist.TCPStore) and syncs[0].store.port == port

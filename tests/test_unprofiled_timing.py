@@ -17,6 +17,7 @@ from torch import nn
 
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.capture.timing import TRIAL_SETTLE_HALF, TRIAL_TIMED_STEPS, choose, settled, summarize, unprofiled_step
+from gpudoctor.core.clock import ManualClock
 from gpudoctor.report.model import Report
 
 # -- the estimator, on given samples ---------------------------------------------------------------
@@ -185,17 +186,16 @@ def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path
     assert (len(r.unprofiled_before_ms), len(r.unprofiled_after_ms)) == (3, 3) and r.nvml == {}
 
 
-def _sleepy_loop(s: CaptureSession, stop_at: int, warm: int, warm_s: float, steady_s: float) -> int:
-    """Optimizer steps that sleep ``warm_s`` for the first ``warm`` iterations, then ``steady_s``:
-    a warm-up whose length the test knows (sleeps: the machine's load barely moves them)."""
-    import time
-
+def _sleepy_loop(s: CaptureSession, clock: ManualClock, stop_at: int, warm: int, warm_s: float,
+                 steady_s: float) -> int:
+    """Optimizer steps that take ``warm_s`` for the first ``warm`` iterations, then ``steady_s``, on
+    the session's manual clock: a warm-up whose length the test knows, on any machine's load."""
     param = nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([param], lr=0.0)
     it = 0
     while not s.done and it < stop_at:
         it += 1
-        time.sleep(warm_s if it <= warm else steady_s)
+        clock.advance(warm_s if it <= warm else steady_s)
         param.grad = torch.zeros(1)
         opt.step()
     s.close()
@@ -206,18 +206,20 @@ def test_a_warm_up_longer_than_the_skip_is_not_taken_for_the_step(tmp_path: Path
     """Steps 1-7 take 30 ms, the rest 10 ms; the window opens after --skip 5: the steps before it
     are warm-up, the 8 after it are the steady step, three times faster: those alone (the mean of
     the steps before the window, as gpudoctor reported it before, was 30 ms)."""
-    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0), tmp_path)
+    clock = ManualClock()
+    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0), tmp_path, clock=clock)
     s.start()
-    _sleepy_loop(s, stop_at=100, warm=7, warm_s=0.030, steady_s=0.010)
+    _sleepy_loop(s, clock, stop_at=100, warm=7, warm_s=0.030, steady_s=0.010)
     u = s.result.unprofiled
     assert u is not None and (u.samples_from, u.steps, u.estimator, u.trusted) == ("after", 8, "median", True)
-    assert min(s.result.unprofiled_before_ms) >= 30.0 and 10.0 <= u.ms < 15.0
+    assert s.result.unprofiled_before_ms == pytest.approx([30.0] * 3) and u.ms == pytest.approx(10.0)
 
 
 def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: Path) -> None:
-    s = CaptureSession(CaptureConfig(steps=5, skip=5, nvml_interval_s=0), tmp_path)
+    clock = ManualClock()
+    s = CaptureSession(CaptureConfig(steps=5, skip=5, nvml_interval_s=0), tmp_path, clock=clock)
     s.start()
-    assert _sleepy_loop(s, stop_at=9, warm=0, warm_s=0.0, steady_s=0.002) == 9
+    assert _sleepy_loop(s, clock, stop_at=9, warm=0, warm_s=0.0, steady_s=0.002) == 9
     r = s.result
     assert r.unprofiled is not None and (r.unprofiled.steps, r.unprofiled.trusted) == (3, False)
     assert r.unprofiled_after_ms == [] and r.notes == [
@@ -255,18 +257,18 @@ def test_settled_compares_the_last_steps_with_the_ones_before_them() -> None:
     assert not settled([2.0] * 8 + burst, loader_depth=8) and settled([2.0] * 8 + burst)
 
 
-def _trial_loop(tmp_path: Path, sleep_s, skip: int = 16, steps: int = 200) -> tuple:
-    """A trial's session (no window) over a loop whose step ``i`` sleeps ``sleep_s(i)`` seconds."""
-    import time
-
+def _trial_loop(tmp_path: Path, step_s, skip: int = 16, steps: int = 200) -> tuple:
+    """A trial's session (no window) over a loop whose step ``i`` takes ``step_s(i)`` seconds on the
+    session's manual clock."""
+    clock = ManualClock()
     s = CaptureSession(CaptureConfig(steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=False),
-                       tmp_path)
+                       tmp_path, clock=clock)
     s.start()
     model = nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ran = 0
     for i in range(steps):
-        time.sleep(sleep_s(i))
+        clock.advance(step_s(i))
         model(torch.ones(2, 4)).sum().backward()
         opt.step()
         ran += 1
@@ -283,27 +285,36 @@ def test_a_trial_runs_on_until_its_steps_settle_and_times_the_steps_after_them(t
     warm-up steps are there for that.)"""
     result, ran = _trial_loop(tmp_path, lambda i: 0.030 if 10 <= i < 26 else 0.003)
     samples = result.unprofiled_before_ms
-    # settled 4-13 steps past the transient, then 30 timed (more where a loaded CPU's sleeps jitter:
-    # timing.timed_enough)
-    assert 26 + 4 <= ran - len(samples) <= 26 + 13 and len(samples) >= TRIAL_TIMED_STEPS
-    # the settled test compares medians, so the judged 12 may end the transient; the timed steps follow them
-    assert max(samples) < 25.0
-    assert not any("settled" in n for n in result.notes)
+    # the 12 judged are steps 24-35: their first 6 hold the transient's last two (30, 30, 3, 3, 3, 3;
+    # median 3), as settled as the 6 after them, since the test compares medians. The steps after
+    # them are timed until the program ends (164 steps of 3 ms: 0.49 s, short of TRIAL_TIMED_MIN_S)
+    assert (ran, ran - len(samples)) == (200, 36)
+    assert samples == pytest.approx([3.0] * 164)
+    assert not result.notes
 
 
-def test_a_steady_trial_times_the_steps_after_those_it_judged(tmp_path: Path) -> None:
-    """Settled at its --skip (16 steps: two runs of 6 judged), the trial times the next 30."""
+def test_a_steady_trial_times_thirty_steps_after_those_it_judged(tmp_path: Path) -> None:
+    """Settled at its --skip (16 steps: two runs of 6 judged), the trial times the next 30 when
+    they take TRIAL_TIMED_MIN_S or more (30 x 110 ms) and their mean is known to 1%."""
+    result, ran = _trial_loop(tmp_path, lambda i: 0.110)
+    assert (ran, len(result.unprofiled_before_ms)) == (16 + TRIAL_TIMED_STEPS, TRIAL_TIMED_STEPS)
+    assert result.unprofiled_before_ms == pytest.approx([110.0] * TRIAL_TIMED_STEPS)
+
+
+def test_a_fast_steady_trial_times_on_for_the_least_time(tmp_path: Path) -> None:
+    """30 steps of 3 ms are one spell of the host's speed (0.09 s): the trial times on, here until
+    the program ends at its 200th step (184 steps, 0.55 s, still short of TRIAL_TIMED_MIN_S)."""
     result, ran = _trial_loop(tmp_path, lambda i: 0.003)
-    assert ran == 16 + len(result.unprofiled_before_ms) and len(result.unprofiled_before_ms) >= TRIAL_TIMED_STEPS
+    assert (ran, len(result.unprofiled_before_ms)) == (200, 200 - 16)
 
 
 def test_a_slow_settled_trial_times_for_its_time_bound_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpudoctor.capture import timing as timing_mod
 
-    monkeypatch.setattr(timing_mod, "TRIAL_TIMED_MAX_S", 0.05)  # about 5 of the 10 ms steps past the settled 12
+    monkeypatch.setattr(timing_mod, "TRIAL_TIMED_MAX_S", 0.045)  # reached by the 5th 10 ms step past the judged 12
     result, ran = _trial_loop(tmp_path, lambda i: 0.010)
-    assert 2 * TRIAL_SETTLE_HALF + 1 <= len(result.unprofiled_before_ms) <= 2 * TRIAL_SETTLE_HALF + 7
-    assert ran == 16 + len(result.unprofiled_before_ms) - 2 * TRIAL_SETTLE_HALF
+    # fewer timed than judged: the judged 12 are kept with the 5 timed (as a trial that ends early)
+    assert (ran, len(result.unprofiled_before_ms)) == (16 + 5, 2 * TRIAL_SETTLE_HALF + 5)
 
 
 def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_later() -> None:
@@ -338,11 +349,19 @@ def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_lat
     assert next_timed_check(TRIAL_TIMED_MAX_STEPS - 10) == TRIAL_TIMED_MAX_STEPS
 
 
-def test_a_trial_whose_steps_stall_at_random_times_more_than_thirty(tmp_path: Path) -> None:
-    """One step in five stalls 5x: the mean of 30 is uncertain to about 7%, so the trial times on
-    (to the 5 s bound at most)."""
-    result, ran = _trial_loop(tmp_path, lambda i: 0.010 if i % 5 == 0 else 0.002, steps=120)
-    assert ran == 120 and len(result.unprofiled_before_ms) > 3 * TRIAL_TIMED_STEPS  # timed until the program ended
+def test_a_trial_whose_steps_stall_times_on_to_its_time_bound(tmp_path: Path) -> None:
+    """One step in five stalls 5x (100 ms among 20 ms steps): past the least time (3 s, 84 steps)
+    the mean is still uncertain to about 5%, so the trial times on until TRIAL_TIMED_MAX_S; a steady
+    step of the same mean (36 ms) stops at the first check past the least time."""
+    from gpudoctor.capture.timing import TRIAL_TIMED_MAX_S
+
+    stalling, ran = _trial_loop(tmp_path / "stall", lambda i: 0.100 if i % 5 == 0 else 0.020, steps=400)
+    # the time bound: 28 rounds of 100 + 4 x 20 ms (steps 16-155) are the first to reach 5 s
+    assert (ran, len(stalling.unprofiled_before_ms)) == (156, 140) and TRIAL_TIMED_MAX_S == 5.0
+    assert sum(stalling.unprofiled_before_ms) == pytest.approx(5040.0)
+    steady, ran = _trial_loop(tmp_path / "steady", lambda i: 0.036, steps=400)
+    # asked at 30, 38, 48, 60, 75, 94 timed steps: 94 x 36 ms is the first past 3 s
+    assert (ran, len(steady.unprofiled_before_ms)) == (16 + 94, 94)
 
 
 def test_a_trial_that_ends_while_timing_keeps_the_steps_it_judged_and_timed(tmp_path: Path) -> None:

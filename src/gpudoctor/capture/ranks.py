@@ -30,13 +30,13 @@ import itertools
 import json
 import os
 import socket
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import new_run_dir, rank_and_world
+from gpudoctor.core.clock import SYSTEM_CLOCK, Clock
 
 OWN_STORE_PORT_OFFSET = 1  # rank 0 hosts a store at MASTER_PORT + 1 when no other store exists
 DEFAULT_TIMEOUT_S = 120.0
@@ -105,6 +105,7 @@ class RankSync:
     steps: int
     timeout_s: float = DEFAULT_TIMEOUT_S
     store: Any = None  # a torch.distributed Store; found when first needed if None
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False, compare=False)  # the waits' deadlines (core/clock.py)
     window: Window | None = field(default=None, init=False)  # set by agree()
     _prefix: str = field(default="", init=False)  # the keys of this capture: job, restart, capture number
     _store_error: str = field(default="", init=False)  # why there is no store
@@ -130,7 +131,7 @@ class RankSync:
                 decision = self._decide(store)
             else:
                 waited = 2 * self.timeout_s  # rank 0 itself waits up to timeout_s for the last rank
-                if not _wait_all(store, [self._key("window")], waited):
+                if not _wait_all(store, [self._key("window")], waited, self.clock):
                     return self._alone(ready_at, f"rank 0 published no window within {waited:g} s")
                 decision = json.loads(store.get(self._key("window")))
                 if "abandoned" in decision:
@@ -143,16 +144,16 @@ class RankSync:
         everyone = list(range(self.info.world_size))
         ready: dict[int, int] = {}
         left: dict[int, int] = {}
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self.clock.now() + self.timeout_s
         while True:
             for r in [r for r in everyone if r not in ready and r not in left]:
                 if store.check([self._key(f"ready/{r}")]):
                     ready[r] = int(store.get(self._key(f"ready/{r}")))
                 elif store.check([self._key(f"left/{r}")]):
                     left[r] = int(store.get(self._key(f"left/{r}")))
-            if len(ready) + len(left) == len(everyone) or time.monotonic() >= deadline:
+            if len(ready) + len(left) == len(everyone) or self.clock.now() >= deadline:
                 break
-            time.sleep(POLL_S)
+            self.clock.sleep(POLL_S)
         missing = [r for r in everyone if r not in ready and r not in left]
         name = new_run_dir(self.base, self.name).name
         decision = {"open_at": max(ready.values()), "run": name, "ranks": sorted(ready),
@@ -228,15 +229,15 @@ class RankSync:
             return {}, []
         run = self.run_dir()
         state: dict[int, str] = {}
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self.clock.now() + self.timeout_s
         while True:
             for r in [r for r in window.ranks if r not in state]:
                 found = self._bundle_state(run, r)
                 if found:
                     state[r] = found
-            if len(state) == len(window.ranks) or time.monotonic() >= deadline:
+            if len(state) == len(window.ranks) or self.clock.now() >= deadline:
                 break
-            time.sleep(POLL_S * 5)
+            self.clock.sleep(POLL_S * 5)
         notes = []
         for r in range(self.info.world_size):
             state.setdefault(r, "left" if r in window.left else "missing")
@@ -308,12 +309,12 @@ def find_store(info: RankInfo, timeout_s: float) -> Any:
                          wait_for_workers=False)
 
 
-def _wait_all(store: Any, keys: list[str], timeout_s: float) -> bool:
+def _wait_all(store: Any, keys: list[str], timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> bool:
     """Wait until every key exists, polling (a blocking get would wait for the store's own
     timeout, 30 minutes by default); False after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.now() + timeout_s
     while not store.check(keys):
-        if time.monotonic() >= deadline:
+        if clock.now() >= deadline:
             return False
-        time.sleep(POLL_S)
+        clock.sleep(POLL_S)
     return True

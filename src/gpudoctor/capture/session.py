@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from gpudoctor.capture.timing import (
     timed_enough,
     unprofiled_step,
 )
+from gpudoctor.core.clock import SYSTEM_CLOCK, Clock
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
@@ -142,8 +142,10 @@ class CaptureSession(Listener):
     """Profiles steps ``skip + 2 .. skip + 1 + steps`` of whatever the detector calls a step."""
 
     def __init__(self, config: CaptureConfig, out_dir: Path, wait_s: float | None = None,
-                 window_s: float = 3.0, rank: int | None = None, sync: RankSync | None = None) -> None:
+                 window_s: float = 3.0, rank: int | None = None, sync: RankSync | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock  # host stamps, the time window and a trial's time bounds (core/clock.py)
         self.out_dir = out_dir
         self.sync = sync  # a distributed job: the window's steps are agreed with the other ranks
         self._open_at: int | None = None  # the step count at which the agreed window opens
@@ -213,7 +215,7 @@ class CaptureSession(Listener):
         # and a value the user set is kept.
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
-        self._started_at = time.perf_counter()
+        self._started_at = self.clock.now()
         if hook_optimizers:
             _preload_profiler_imports(torch)
             self._hooks = Hooks(torch, self)
@@ -407,7 +409,7 @@ class CaptureSession(Listener):
         """A place where the profiler may start or stop: drives the time-window fallback."""
         if self.wait_s is None or self.phase is Phase.DONE:
             return
-        now = time.perf_counter()
+        now = self.clock.now()
         if self._timed_window:
             if now - self._window_start >= self.window_s:
                 self.finish_now()
@@ -573,7 +575,7 @@ class CaptureSession(Listener):
             self._label_window()
         self.phase = Phase.WINDOW
         self._timed_window = not stepped
-        self._window_start = time.perf_counter()
+        self._window_start = self.clock.now()
         if self.config.nvml_interval_s > 0 and self._gpu_in_use():
             self._sampler = NvmlSampler(self.config.nvml_interval_s)
             self._sampler.start()
@@ -630,7 +632,7 @@ class CaptureSession(Listener):
             with kineto_chatter_filtered():
                 prof.stop()
         finally:
-            self.result.window_wall_s = time.perf_counter() - self._window_start
+            self.result.window_wall_s = self.clock.now() - self._window_start
             if self._sampler is not None:
                 self.result.nvml = self._sampler.stop()
                 self._sampler = None
@@ -687,7 +689,7 @@ class CaptureSession(Listener):
         bounded by TRIAL_SETTLE_MAX_STEPS steps and TRIAL_SETTLE_MAX_S seconds. Only steps the GPU
         has finished are read (no sync: the program's own overlap of host and GPU is kept)."""
         extra = self._count - max(skip, 1)
-        now = time.perf_counter()
+        now = self.clock.now()
         if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
             self._settle_started = now
         intervals = self._finished_intervals(self._before)
@@ -771,7 +773,7 @@ class CaptureSession(Listener):
             event = self._torch.cuda.Event(enable_timing=True)
             event.record()
             return event
-        return time.perf_counter()
+        return self.clock.now()
 
     def _intervals(self, marks: list[Any]) -> list[float]:
         """Times between consecutive marks; a None mark cuts the series (a wait, not a step), and
