@@ -84,8 +84,12 @@ CASES = (
 HEALTHY = {"ddp": ("ddp_gpt_overlap.py", ("--huge-bucket", "--batch", "16", "--fixed")), "fsdp2": ("fsdp2_gpt.py", ("--fixed",))}
 
 
-def concrete(args: tuple[str, ...], nproc: int) -> tuple[str, ...]:
-    return tuple(str(nproc - 1) if a == LAST else a for a in args)
+def concrete(args: tuple[str, ...], nproc: int, delay_ms: float | None = None) -> tuple[str, ...]:
+    """A case's arguments for ``nproc`` ranks; ``delay_ms`` replaces a planted delay's length."""
+    out = [str(nproc - 1) if a == LAST else a for a in args]
+    if delay_ms is not None and "--delay-ms" in out:
+        out[out.index("--delay-ms") + 1] = f"{delay_ms:g}"
+    return tuple(out)
 
 
 def top_multi(report: dict[str, Any]) -> dict[str, Any] | None:
@@ -248,6 +252,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", default=None, choices=[c.name for c in CASES], metavar="CASE")
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU, tiny models")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no run that would end past this")
+    ap.add_argument("--delay-ms", type=float, default=None,
+                    help="the planted delay of the straggler cases (default 20 ms); on a shared CPU a longer one "
+                    "stands out of the ranks' own noise")
     args = ap.parse_args()
     import torch
 
@@ -263,7 +270,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-multigpu-") as tmp:
         runner = Runner(nproc, args.cpu, Path(tmp), args.budget_s)
         for case in cases:
-            sick = runner.run(f"{case.name}-sick", case.program, concrete(case.sick, nproc))
+            sick = runner.run(f"{case.name}-sick", case.program, concrete(case.sick, nproc, args.delay_ms))
             fixed = runner.run(f"{case.name}-fixed", case.program, concrete(case.fixed, nproc))
             row = judge(case, sick.get("report"), sick.get("unprofiled_ms"), fixed.get("unprofiled_ms"), nproc)
             row["skipped"] = [r["skipped"] for r in (sick, fixed) if "skipped" in r]

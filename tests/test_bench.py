@@ -84,6 +84,7 @@ def test_health_findings() -> None:
                    "remapped-rows": "major", "pcie-downgrade": "major"}
 
 
+@pytest.mark.e2e
 def test_collective_definitions_and_a_two_process_run(tmp_path) -> None:
     """nccl-tests' bus factors; the torchrun path end to end on two CPU processes (gloo)."""
     import json

@@ -69,6 +69,7 @@ def _lightning_fit(tmp_path: Path, batches: int, accumulate: int = 1, fail_at: i
     return callback
 
 
+@pytest.mark.e2e
 def test_lightning_writes_a_bundle_of_three_steps(tmp_path: Path) -> None:
     callback = _lightning_fit(tmp_path, batches=20)
     run_dir, env, events = _bundle(tmp_path / "runs")
@@ -112,6 +113,7 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_hf_trainer_writes_a_bundle_of_three_steps(tmp_path: Path, accumulate: int) -> None:
     transformers = pytest.importorskip("transformers")

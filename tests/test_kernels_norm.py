@@ -172,10 +172,13 @@ def test_fp16_both():
     x, w, b, dy = inputs((3, 4095), torch.float16)
     got = grads(ln_mod.layer_norm, (x, w, b), dy)
     want = grads(lambda x, w, b: F.layer_norm(x, (4095,), w, b), (x.float(), w.float(), b.float()), dy.float())
+    # the kernels ran (not a fallback to torch), in fp16: y, dx, dw, db
+    assert kernel_ran(got[0]) and len(got) == 4 and all(g.dtype == torch.float16 for g in got)
     for g, r in zip(got, want):
         close(g, r.half(), atol=2e-3, rtol=2e-3)
     got = grads(rms_mod.rms_norm, (x, w), dy)
     want = grads(hf_llama_rms, (x.float(), w.float()), dy.float())
+    assert kernel_ran(got[0]) and len(got) == 3 and all(g.dtype == torch.float16 for g in got)
     for g, r in zip(got, want):
         close(g, r.half(), atol=2e-3, rtol=2e-3)
 
@@ -267,6 +270,7 @@ def test_column_loop(pair, shape, monkeypatch):
     check_fp32(*pair(), x, w, b, dy)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("pair", [rms_pair, ln_pair])
 def test_wide_row_default_limits(pair):
     """H = 70001 fp32 is past MAX_FUSED_BYTES: the looping kernels, at their real chunk size."""
@@ -366,6 +370,7 @@ def test_native_llama_is_hf_bit_for_bit(monkeypatch):
     assert torch.equal(rms_mod.rms_norm(x, w, offset=1.0, casting="gemma"), hf_gemma_rms(x, w))
 
 
+@pytest.mark.e2e
 def test_without_triton_in_a_fresh_process():
     """No triton at all (blocked import): the modules import and the native path computes."""
     code = textwrap.dedent("""

@@ -80,6 +80,7 @@ def test_fake_implementations_give_exact_shapes_and_dtypes_on_meta_tensors() -> 
     assert [t.shape for t in per_row] == [(12,), (0,), (0,), (0,)]  # "none": gradients wait for grad_output
 
 
+@pytest.mark.e2e
 def test_opcheck_passes_for_every_op_on_cpu_tensors() -> None:
     torch.manual_seed(0)
     x = torch.randn(3, 5, 40, requires_grad=True)
@@ -116,6 +117,7 @@ def _llama(layers: int = 2):
     return transformers.LlamaForCausalLM(cfg)
 
 
+@pytest.mark.e2e
 def test_patched_llama_compiles_with_zero_graph_breaks_and_one_node_per_op() -> None:
     model = _llama()
     ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
@@ -146,6 +148,7 @@ def _calls(explained) -> Counter:
                    if n.op in ("call_function", "call_method", "call_module"))
 
 
+@pytest.mark.e2e
 def test_patched_llama_compiles_its_norms_and_mlps_as_the_unpatched_model_does() -> None:
     """compiled="native" (the default): under torch.compile the norms and gated MLPs trace into their own
     forward, the graph the unpatched model gives, and so does a loss with few logits; one graph, no break."""
@@ -165,6 +168,7 @@ def test_patched_llama_compiles_its_norms_and_mlps_as_the_unpatched_model_does()
     assert after == before
 
 
+@pytest.mark.e2e
 def test_a_patched_llama_with_many_logits_compiles_its_loss_as_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above NATIVE_LOSS_MAX_LOGITS (here lowered under the 2 x 10 x 96 = 1920 logits) the loss is the
     op under compile (its memory); at the bound it is the class's own."""
@@ -181,6 +185,7 @@ def test_a_patched_llama_with_many_logits_compiles_its_loss_as_the_op(monkeypatc
     assert _gpudoctor_nodes(_explain(model, ids)) == {}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("max_logits", [0, 1 << 26])  # the loss as the op, and as the class's own
 def test_compiled_patched_training_step_matches_eager(max_logits: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled graph (AOTAutograd, so the ops' autograd and fake registrations run) gives eager's loss
@@ -212,6 +217,7 @@ def _run(code: str, **env: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.e2e
 def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
     """Without the interpreter the norms are triton_ops (the GLUs and the loss opaque custom_ops); on CPU
     tensors the norms' traced decomposition is the PyTorch reference, which opcheck runs through AOTAutograd."""
@@ -243,6 +249,7 @@ def test_triton_op_registration_passes_opcheck_with_the_cpu_reference() -> None:
     assert rms == glu == "['SUCCESS']"
 
 
+@pytest.mark.e2e
 def test_torch_without_the_registration_api_falls_back_and_says_so() -> None:
     out = _run("""
         import torch

@@ -19,6 +19,8 @@ import pytest
 
 import gpudoctor.kernels as K
 
+pytestmark = pytest.mark.e2e  # every test here runs fresh Python-with-torch processes
+
 SRC = Path(__file__).parent.parent / "src"
 pytest.importorskip("torch")
 

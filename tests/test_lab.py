@@ -96,6 +96,7 @@ def test_healthy_closure_steps_the_optimizer_through_a_closure(monkeypatch: pyte
     assert len(losses) == 1 and losses[0] > 0
 
 
+@pytest.mark.e2e
 def test_lab_smoke_run_on_the_cpu(tmp_path: Path) -> None:
     out = gd("lab", "run", "launch_bound", "--device", "cpu", "--json", "--out", str(tmp_path), cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -55,6 +55,7 @@ def test_cuda_asked_for_without_cuda_says_so(capsys: pytest.CaptureFixture[str])
     assert "torch sees no CUDA device; use --device cpu" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_try_fixes_on_a_trap_run_as_a_module(tmp_path: Path) -> None:
     """The step marker sets the steps, and the knob reaches the trap's own optimizer."""
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -259,13 +258,27 @@ def test_a_repeated_pattern_with_a_unique_kernel_is_found(base: list[int], repea
         assert found.count >= repeats - 1
 
 
-def test_two_hundred_thousand_kernels_take_well_under_a_second_or_two() -> None:
+def test_two_hundred_thousand_kernels_take_a_bounded_number_of_linear_passes(monkeypatch) -> None:
+    """find_period is O(n log n) with a bounded constant: one round of proposals (sorts and lag
+    counts), then at most MAX_PERIODS_TRIED linear verifications, however the kernels fall. Counted,
+    not timed (about 0.5 s for both sequences on a 2-core machine: the work the analyze benchmarks in
+    benchmarks/bench_diagnosis_vs_hta.py time on whole traces)."""
+    from gpudoctor.analysis import period as period_mod
+
+    calls = {"_proposals": 0, "_score": 0}
+    for name in calls:
+        original = getattr(period_mod, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(period_mod, name, counted)
     rng = np.random.default_rng(0)
     periodic = np.tile(np.arange(400) % 97, 500)  # 200k kernels, period 400
-    aperiodic = rng.integers(0, 500, 200_000)
-    t0 = time.perf_counter()
     found = find_period(periodic)
-    assert find_period(aperiodic) is None
-    elapsed = time.perf_counter() - t0
     assert found is not None and found.length == 400 and found.count == 499
-    assert elapsed < 5.0  # ~0.5 s on a 2-core CI machine
+    assert calls["_proposals"] == 1 and 1 <= calls["_score"] <= period_mod.MAX_PERIODS_TRIED
+    calls.update(_proposals=0, _score=0)
+    assert find_period(rng.integers(0, 500, 200_000)) is None
+    assert calls["_proposals"] == 1 and calls["_score"] <= period_mod.MAX_PERIODS_TRIED

@@ -11,12 +11,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from script_module import load
 
 ROOT = Path(__file__).parent.parent
 vm = load("validate_multigpu", "scripts")
 
 CASE = {c.name: c for c in vm.CASES}
+DELAY_MS = 150  # the straggler_loader run's planted loader sleep on the CPU
 
 
 def _finding(fid: str, saving: float, severity: str = "major", **numbers: object) -> dict:
@@ -115,20 +117,29 @@ def test_pack_splits_traces_under_the_limit(tmp_path: Path, monkeypatch) -> None
     assert len(names) == 9 and not any("trace" in n for n in names)
 
 
+@pytest.mark.e2e
 def test_one_case_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "validate_multigpu.py"), "--cpu", "--nproc", "2",
-                           "--only", "straggler_loader", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=170, check=False)
+                           "--only", "straggler_loader", "--delay-ms", str(DELAY_MS), "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     (row,) = summary["rows"]
     assert (row["found"], row["hit"], row["cause_ok"]) == ("straggler r1 input-pipeline", True, True)
-    # the loader sleeps 20 ms a batch on rank 1: the price comes from the trace (the sleep's
-    # excess over the other rank). The measured saving is two timings of a job on shared cores
-    # (12-22 ms alone, outside 10-25 under load): it is reported, not asserted.
-    assert 10.0 <= row["predicted_ms"] <= 25.0
+    # the loader sleeps DELAY_MS a batch on rank 1: the price comes from the trace (the sleep's
+    # excess over the other rank). At the GPU runs' 20 ms a busy 2-core machine's own noise hid the
+    # straggler; 150 ms stands out of it. The measured saving is two timings of a job on shared
+    # cores: it is reported, not asserted.
+    assert 0.6 * DELAY_MS <= row["predicted_ms"] <= 1.3 * DELAY_MS
     assert isinstance(row["measured_ms"], float)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["console.txt", "reports.tar.gz", "summary.json",
                                                           "traces-1.tar.gz"]
     assert proc.stdout.splitlines()[-1].startswith("straggler_loader    yes  straggler r1 input-pipeline")
+
+
+def test_a_planted_delay_can_be_lengthened() -> None:
+    sick = vm.concrete(CASE["straggler_loader"].sick, 2, DELAY_MS)
+    assert sick == ("--slow-loader", "1", "--delay-ms", "150")
+    assert vm.concrete(CASE["straggler_loader"].sick, 4) == ("--slow-loader", "3", "--delay-ms", "20")
+    assert vm.concrete(CASE["straggler_batch"].sick, 2, DELAY_MS) == ("--bigger-batch-rank", "1", "--batch", "32")
