@@ -45,6 +45,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# the runner's own interpreter may lack gpudoctor (the programs get --src on their PYTHONPATH): this tree's then
+sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))
+from gpudoctor.core.subprocesses import default_sigint_in_child
+
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "tests" / "programs" / "manifest.json"
 
@@ -70,8 +74,9 @@ def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
     ``interrupt_after``: for a program with no iteration limit, SIGINT to the group after that many
     seconds, as Ctrl-C in a terminal would (what it printed until then is kept; "interrupted": True)."""
     t0 = time.perf_counter()
+    # default SIGINT in the child even when this runner was started with it ignored (a background job)
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", start_new_session=True)
+                            errors="replace", start_new_session=True, preexec_fn=default_sigint_in_child())
     timed_out = interrupted = False
     first = timeout if interrupt_after is None else min(timeout, interrupt_after)
     try:

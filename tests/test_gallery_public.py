@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from script_module import load
+from sigint import ignore_sigint
 
 from gpudoctor.capture.detect import Source
 from gpudoctor.rules.registry import RULES
@@ -134,6 +135,27 @@ def test_run_command_stops_an_endless_program_with_ctrl_c(tmp_path: Path) -> Non
     assert res["interrupted"] and not res["timed_out"]
     assert res["rc"] == -2  # Python's uncaught KeyboardInterrupt ends the process by SIGINT
     assert res["stdout"].count("tick") >= 5 and "KeyboardInterrupt" in res["stderr"]
+
+
+def test_run_command_stops_an_endless_program_with_ctrl_c_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """The runner started as a script's background job (SIGINT ignored, and every child inherits that:
+    a Python child then installs no KeyboardInterrupt handler): its Ctrl-C still stops the program."""
+    parent = "\n".join([
+        "import json, os, signal, sys",
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})",
+        "import run_gallery",
+        f"res = run_gallery.run_command([sys.executable, '-c', {LOOP!r}], {str(tmp_path)!r}, dict(os.environ), 300,",
+        "                               interrupt_after=1.0)",
+        "res['parent_ignored_sigint'] = signal.getsignal(signal.SIGINT) is signal.SIG_IGN",
+        "print(json.dumps(res))"])
+    out = subprocess.run([sys.executable, "-c", parent], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         preexec_fn=ignore_sigint, check=False)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["parent_ignored_sigint"]  # the scenario: the runner itself takes no Ctrl-C
+    assert res["interrupted"] and not res["timed_out"]
+    assert res["rc"] == -2 and "KeyboardInterrupt" in res["stderr"]
+    assert res["stdout"].count("tick") >= 5
 
 
 def test_run_command_kills_a_program_that_ignores_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -278,18 +277,16 @@ def test_gpu_recv_wait_is_the_recv_kernel_not_beside_compute() -> None:
 def test_run_on_the_program_reports_the_bubble(tmp_path: Path) -> None:
     """2 micro-batches: the formula's bubble is a third of the step; the combined report reads the
     job as 2 stages of 2 micro-batches and prices the bubble (its size on shared CPU cores varies)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", MASTER_PORT=str(port))
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+    # no port chosen here: --nproc starts torchrun --standalone, whose store binds a free one itself
+    env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--nproc", "2", "--out", str(tmp_path), "--skip",
-                          "3", "--steps", "2", "--calibrate", "1", "--rank-timeout", "120",
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--nproc", "2", "--out", str(tmp_path / "runs"),
+                          "--skip", "3", "--steps", "2", "--calibrate", "1", "--rank-timeout", "120",
                           str(PROGRAM), "--steps", "8", "--microbatches", "2"],
-                         capture_output=True, text=True, env=env, timeout=240, check=False)
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240, check=False)
     assert out.returncode == 0, out.stderr
-    (run,) = tmp_path.iterdir()
+    (run,) = (tmp_path / "runs").iterdir()
     text = (run / "report.json").read_text()
     assert re.search(r'"stages":\s*2', text) and re.search(r'"microbatches":\s*2', text)
     assert re.search(r'"expected_share_of_step":\s*0\.3333', text)

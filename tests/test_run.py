@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sigint import default_sigint, ignore_sigint
 
 SRC = Path(__file__).parent.parent / "src"
 
@@ -248,6 +252,63 @@ def test_ctrl_c_inside_the_window(tmp_path: Path) -> None:
     [run_dir] = run_dirs(tmp_path)
     env = json.loads((run_dir / "env.json").read_text())
     assert env["capture"]["error"] == "interrupted by Ctrl-C" and env["capture"]["steps_recorded"] == 2
+
+
+# inside the window (--skip 2: step i == 4), the program says so in its working directory and waits for "go"
+WAITS = TRAIN.replace("    opt.zero_grad()", """    opt.zero_grad()
+    if i == 4:
+        import os, time
+        open("inside", "w").close()
+        deadline = time.time() + 240
+        while not os.path.exists("go") and time.time() < deadline:
+            time.sleep(0.05)""")
+
+
+def _sigint_inside_the_window(tmp: Path, preexec: Callable[[], None],
+                              then_go: bool) -> subprocess.CompletedProcess[str]:
+    """``gpudoctor run`` on WAITS, started with SIGINT as ``preexec`` leaves it; a real SIGINT to its
+    process once the program waits inside the window (then "go", for a program that is to carry on)."""
+    (tmp / "w.py").write_text(textwrap.dedent(WAITS))
+    cmd = [sys.executable, "-m", "gpudoctor", "run", "--out", str(tmp / "runs"), "--skip", "2", "--steps", "5", "w.py",
+           "30"]
+    with subprocess.Popen(cmd, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(SRC)), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, preexec_fn=preexec) as proc:
+        try:
+            deadline = time.monotonic() + 240
+            while not (tmp / "inside").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert (tmp / "inside").exists() and proc.poll() is None, "the program never reached its window"
+            proc.send_signal(signal.SIGINT)
+            if then_go:
+                (tmp / "go").touch()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.e2e
+def test_a_real_ctrl_c_ends_the_run_with_its_report_and_130(tmp_path: Path) -> None:
+    out = _sigint_inside_the_window(tmp_path, default_sigint, then_go=False)
+    assert out.returncode == 130, out.stderr
+    assert "interrupted by Ctrl-C" in out.stderr and "finished" not in out.stdout
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["capture"]["error"] == "interrupted by Ctrl-C" and env["capture"]["steps_recorded"] == 2
+    assert (run_dir / "report.json").is_file() and (run_dir / "report.html").is_file()
+
+
+@pytest.mark.e2e
+def test_started_with_sigint_ignored_the_run_ignores_it_as_python_would(tmp_path: Path) -> None:
+    """A background job (``gpudoctor run ... &`` in a script) inherits SIGINT ignored: the program runs
+    in gpudoctor's own process, as under ``python``, so it is left running, and the run ends as usual."""
+    out = _sigint_inside_the_window(tmp_path, ignore_sigint, then_go=True)
+    assert out.returncode == 0, out.stderr
+    assert "interrupted" not in out.stderr
+    [run_dir] = run_dirs(tmp_path)
+    env = json.loads((run_dir / "env.json").read_text())
+    assert not env["capture"].get("error") and env["capture"]["steps_recorded"] == 5
+    assert (run_dir / "report.json").is_file() and (run_dir / "report.html").is_file()
 
 
 def test_json_stdout_is_only_the_report(tmp_path: Path) -> None:

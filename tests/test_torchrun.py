@@ -15,6 +15,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+from sigint import sigint_ignored
+
 SRC = Path(__file__).parent.parent / "src"
 
 # DDP over gloo; rank SLOW_RANK sleeps before its backward, so the others wait for it inside the
@@ -76,12 +79,6 @@ sys.exit(3 if os.environ["RANK"] == "0" else 0)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(tmp: Path, argv: list[str], program: str, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp / "train.py").write_text(textwrap.dedent(program))
     full = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", **env)
@@ -92,7 +89,10 @@ def _run(tmp: Path, argv: list[str], program: str, **env: str) -> subprocess.Com
 
 
 def _torchrun(nproc: int) -> list[str]:
-    return ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(_free_port())]
+    """torchrun on this host, its rendezvous store on a port the store itself binds (``--standalone``: port 0),
+    as ``gpudoctor run --nproc`` starts it: no port picked here, closed and bound again by another process
+    (a free port found by binding port 0 can be taken by then, by a test running beside this one)."""
+    return ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
 
 
 def _rank(run: Path, r: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -191,3 +191,14 @@ def test_the_integrations_context_agrees_under_torchrun(tmp_path: Path) -> None:
     # rank 0 ends holding RUN (the combined report), rank 1 its own bundle
     assert f"rank 0 dir {run}\n" in out.stdout and f"rank 1 dir {run / 'rank1'}\n" in out.stdout
 
+
+def test_nproc_gives_torchrun_ctrl_c_when_started_with_sigint_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpudoctor started as a background job (SIGINT ignored, which its children would inherit): the
+    job it launches still takes SIGINT, as torchrun does once its ranks run (it installs its own handler).
+    The child here sends itself SIGINT; taken, it ends as an uncaught KeyboardInterrupt does (130)."""
+    from gpudoctor.capture import launch as launch_mod
+
+    child = "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(120)\nraise SystemExit(5)\n"
+    monkeypatch.setattr(launch_mod, "torchrun_command", lambda nproc, run_args: [sys.executable, "-c", child])
+    with sigint_ignored():
+        assert launch_mod.launch(2, []) == 130

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sigint import default_sigint, sigint_ignored
 
 from gpudoctor.capture.runner import Target
 from gpudoctor.diff.samples import compare_samples
@@ -42,6 +45,13 @@ from gpudoctor.tryfix.trial import (
 SRC = Path(__file__).parent.parent / "src"
 PROBE = Path(__file__).parent / "programs" / "tryfix" / "probe.py"
 BASE = (10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.2, 10.0)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own tmp_path: a trial with no sandbox runs the program in the current
+    directory, and tests/programs/tryfix/probe.py writes probe.json there."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _scaled(factor: float) -> list[float]:
@@ -348,13 +358,80 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
     assert crashed["verdict"] is None and crashed["measured_speedup"] is None
     assert ok["status"] == "ok" and ok["verdict"] is not None
-    assert ok["cwd"] == str(Path.cwd())
+    # no sandbox: the trials ran where gpudoctor runs (this test's tmp_path), and the program wrote there
+    assert Path(ok["cwd"]).resolve() == Path.cwd().resolve() == tmp_path.resolve()
+    assert (tmp_path / "probe.json").is_file()
 
 
 def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
     rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one("optimizer-fused", ["optimizer-fused"], None)
     assert rec["status"] == "timed out" and rec["verdict"] is None
     assert rec["wall_s"] < 30
+
+
+# a trial's program that sends SIGINT to its own process group (the trial's session) at its 4th step
+SELF_INTERRUPT = """import os, signal, time
+import torch
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(60):
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if i == 3:
+        os.killpg(os.getpgid(0), signal.SIGINT)
+        time.sleep(1)
+print("finished")
+"""
+
+
+@pytest.mark.e2e
+def test_a_trial_takes_ctrl_c_when_gpudoctor_was_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """gpudoctor started as a background job (SIGINT ignored, which its children would inherit): a trial
+    still takes SIGINT sent to its process group as python would, a KeyboardInterrupt."""
+    with sigint_ignored():
+        rec = _trial_of_script(tmp_path, "interrupts.py", SELF_INTERRUPT, "tf32")
+    assert rec["status"] == "crashed" and rec["reason"] == "exit code 130: interrupted by Ctrl-C", rec
+
+
+def _trials_alive(folder: Path) -> list[str]:
+    """The command lines of the trial processes (tryfix/child.py) whose files are under ``folder``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "gpudoctor.tryfix.child" in text and str(folder) in text:
+            found.append(text)
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads the processes from /proc")
+def test_ctrl_c_during_a_trial_ends_gpudoctor_and_the_trial(tmp_path: Path) -> None:
+    """The trial runs in its own session, out of the terminal's reach; a real Ctrl-C to gpudoctor while it
+    waits for one ends gpudoctor with 130 and takes the trial's processes with it."""
+    cmd = [sys.executable, "-m", "gpudoctor", "run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out",
+           str(tmp_path / "runs"), "--try-fixes", "--fixes", "optimizer-fused", "--no-trial-trace", "--sandbox",
+           str(tmp_path / "sb"), str(PROBE), "--hang-when-fused"]
+    hung = tmp_path / "sb" / "optimizer-fused" / "probe.json"  # written at its first step, before it hangs
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=default_sigint) as proc:
+        try:
+            deadline = time.monotonic() + 280
+            while not hung.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert hung.exists() and proc.poll() is None, "the fused trial never started"
+            assert _trials_alive(tmp_path)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert _trials_alive(tmp_path) == []
 
 
 def _trial_of_script(tmp_path: Path, name: str, source: str, knob: str) -> dict:

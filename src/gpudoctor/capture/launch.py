@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpudoctor.core.subprocesses import default_sigint_in_child
+
 EXIT_CODES_VAR = "GPUDOCTOR_EXIT_CODES"  # a folder: rank R writes its exit code to rank<R>
 
 
@@ -29,7 +31,10 @@ def launch(nproc: int, run_args: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-exit-") as folder:
         env = dict(os.environ, **{EXIT_CODES_VAR: folder})
         try:
-            code = subprocess.run(torchrun_command(nproc, run_args), env=env, check=False).returncode
+            # torchrun with default SIGINT even when gpudoctor was started with it ignored: torchrun installs its
+            # own handler as it starts the ranks (which then take Ctrl-C), so this makes its start-up agree
+            code = subprocess.run(torchrun_command(nproc, run_args), env=env, check=False,
+                                  preexec_fn=default_sigint_in_child()).returncode
         except KeyboardInterrupt:
             code = 130
         ranks = rank_exit_codes(Path(folder))

@@ -86,6 +86,7 @@ from typing import Any
 
 from gpudoctor.capture.numerics import LOSS_STEPS
 from gpudoctor.core.finding import MAX_SAVING_SHARE, speedup
+from gpudoctor.core.subprocesses import default_sigint_in_child
 from gpudoctor.diff.samples import (
     DEFAULT_FLOOR_PCT,
     FASTER,
@@ -593,9 +594,11 @@ class Trials:
         log = trial_dir / "output.log"
         start = time.perf_counter()
         with log.open("wb") as out:
+            # its own session: the terminal's Ctrl-C reaches gpudoctor alone, which kills the group (finally
+            # below); default SIGINT all the same, so that one sent to the group stops it as it would stop python
             proc = subprocess.Popen([sys.executable, "-m", "gpudoctor.tryfix.child", str(spec_path.resolve())],
                                     cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=default_sigint_in_child())
             try:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
