@@ -114,9 +114,16 @@ def test_a_trace_with_no_events_is_one_line(tmp_path: Path) -> None:
 
 
 def test_missing_path_and_unknown_gpu(tmp_path: Path) -> None:
-    assert gd("analyze", str(tmp_path / "nope.json")).returncode == 2
+    from gpudoctor.hardware.specs import known_names
+
+    out = gd("analyze", str(tmp_path / "nope.json"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (f"error: {tmp_path / 'nope.json'} does not exist; pass the file written by torch.profiler's "
+                          "export_chrome_trace() (.json or .json.gz), or a gpudoctor run directory\n")
     out = gd("analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--gpu", "voodoo5")
-    assert out.returncode == 2 and "h100-sxm" in out.stderr
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (f"error: no datasheet row matches GPU 'voodoo5'; pass --gpu with one of "
+                          f"{', '.join(known_names())}, or --ceilings FILE\n")
 
 
 def test_bad_ceilings_file(tmp_path: Path) -> None:
@@ -148,9 +155,14 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 
 def test_rules_lists_every_id() -> None:
+    from gpudoctor.rules.registry import RULES
+
     out = gd("rules")
     assert out.returncode == 0 and "memory-pressure" in out.stdout and "per-sample-loop" in out.stdout
+    assert len(RULES) >= 15 and [r for r in RULES if r not in out.stdout] == []
 
 
 def test_usage_error_exits_2() -> None:
-    assert gd("analyze").returncode == 2
+    out = gd("analyze")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Error: Missing argument" in out.stderr and "Usage:" in out.stderr and "Traceback" not in out.stderr

@@ -31,6 +31,13 @@ def _one_line_error(out, code: int = 2) -> str:  # type: ignore[no-untyped-def]
     return lines[0]
 
 
+def _refused_as_input(out, target: Path, source: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--html target`` refused, naming the input it would destroy (``source``, resolved)."""
+    line = _one_line_error(out)
+    assert line == (f"error: --html {target} is an input of this command ({source.resolve()}): writing there would "
+                    "destroy it; give another file path such as report.html"), line
+
+
 # -- 3: no output over an input, nor into a directory; atomic writes -----------------------------
 
 
@@ -42,9 +49,9 @@ def test_html_over_the_input_trace_is_refused_and_the_trace_kept(tmp_path: Path)
     assert "input" in line and "another file path" in line
     assert trace.read_bytes() == before
     (tmp_path / "link.html").symlink_to(trace)  # the same file under another name
-    _one_line_error(gd("analyze", str(trace), "--html", str(tmp_path / "link.html")))
+    _refused_as_input(gd("analyze", str(trace), "--html", str(tmp_path / "link.html")), tmp_path / "link.html", trace)
     os.link(trace, tmp_path / "hard.html")
-    _one_line_error(gd("analyze", str(trace), "--html", str(tmp_path / "hard.html")))
+    _refused_as_input(gd("analyze", str(trace), "--html", str(tmp_path / "hard.html")), tmp_path / "hard.html", trace)
     assert trace.read_bytes() == before
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -54,11 +61,13 @@ def test_html_over_a_run_directorys_trace_or_the_ceilings_file_is_refused(tmp_pa
     run.mkdir()
     shutil.copy(TRACE, run / "trace.json.gz")
     before = (run / "trace.json.gz").read_bytes()
-    _one_line_error(gd("analyze", str(run), "--html", str(run / "trace.json.gz")))
+    _refused_as_input(gd("analyze", str(run), "--html", str(run / "trace.json.gz")), run / "trace.json.gz",
+                      run / "trace.json.gz")
     assert (run / "trace.json.gz").read_bytes() == before
     ceilings = tmp_path / "c.json"
     ceilings.write_text(json.dumps({"matrix_flops": {"bf16": 1e15}, "hbm_bytes_per_s": 3e12}))
-    _one_line_error(gd("analyze", str(TRACE), "--ceilings", str(ceilings), "--html", str(ceilings)))
+    _refused_as_input(gd("analyze", str(TRACE), "--ceilings", str(ceilings), "--html", str(ceilings)), ceilings,
+                      ceilings)
     assert json.loads(ceilings.read_text())["hbm_bytes_per_s"] == 3e12
 
 
@@ -76,7 +85,7 @@ def test_demo_html_over_the_bundled_sample_is_refused() -> None:
 
     sample = resources.files("gpudoctor") / "data" / "sample_trace.json.gz"
     before = sample.read_bytes()
-    _one_line_error(gd("demo", "--html", str(sample)))
+    _refused_as_input(gd("demo", "--html", str(sample)), Path(str(sample)), Path(str(sample)))
     assert sample.read_bytes() == before
 
 
@@ -134,10 +143,11 @@ def test_replacing_a_file_keeps_its_mode(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("width", ["-5", "0", "3", "100000"])
 def test_a_width_no_terminal_has_is_one_line(width: str) -> None:
-    line = _one_line_error(gd("analyze", str(TRACE), "--width", width))
-    assert f"--width {width}" in line and "40" in line
-    _one_line_error(gd("explain", str(DATA / "explain" / "nvidia_smi_q.txt"), "--width", width))
-    _one_line_error(gd("demo", "--width", width))
+    said = (f"error: --width {width}: give a terminal width from 40 to 1000 columns (e.g. --width 100), or leave it "
+            "out to use the terminal's")
+    assert _one_line_error(gd("analyze", str(TRACE), "--width", width)) == said
+    assert _one_line_error(gd("explain", str(DATA / "explain" / "nvidia_smi_q.txt"), "--width", width)) == said
+    assert _one_line_error(gd("demo", "--width", width)) == said
 
 
 # -- 10: --debug before or after the command ------------------------------------------------------
@@ -374,17 +384,31 @@ ALL_TRACES = sorted(DATA.glob("**/trace*.json.gz")) + [
 
 @pytest.mark.parametrize("trace", ALL_TRACES, ids=lambda p: str(p.parent.name))
 def test_every_fixture_analyzes_without_a_single_warning(trace: Path) -> None:
+    """No Python warning is issued and no numpy floating-point error happens (raised here, where
+    gpudoctor would otherwise have carried on), and what is rendered is this analysis: every
+    renderer shows its step and each of its findings."""
+    import re
+
     from gpudoctor.pipeline import analyze_path
     from gpudoctor.report.console import render_text
     from gpudoctor.report.html import render_html
     from gpudoctor.report.json_report import to_json
 
-    with warnings.catch_warnings(), np.errstate(all="raise"):
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="raise"):
+        warnings.simplefilter("always")
         report = analyze_path(trace)
-        render_text(report)
-        render_html(report)
-        to_json(report)
+        text, page, data = render_text(report), render_html(report), json.loads(to_json(report))
+    assert [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught] == []
+    steps = report.steps["count"]
+    assert steps >= 1 and report.step_ms > 0
+    assert f"{report.step_ms:.3f} ms mean over {steps} steps" in text
+    assert data["steps"]["count"] == steps and data["step_ms"] == pytest.approx(report.step_ms, abs=5e-5)
+    assert [f["id"] for f in data["findings"]] == [f.id for f in report.findings]
+    if report.findings:
+        assert f"Findings, ranked by time saved per step ({len(report.findings)})" in text
+    for finding in report.findings:
+        assert re.search(rf"\[{finding.severity}\] {re.escape(finding.id)} ", text), finding.id
+        assert finding.id in page
 
 
 def test_a_warning_reaches_the_user_as_one_plain_line(tmp_path: Path) -> None:
@@ -401,12 +425,12 @@ def test_a_warning_reaches_the_user_as_one_plain_line(tmp_path: Path) -> None:
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", script, "warn"], capture_output=True, text=True, env=env,
-                         timeout=60, check=False)
+                         timeout=600, check=False)
     assert out.returncode == 0, out.stderr
     line, *program = out.stderr.strip().splitlines()
     assert line.startswith("gpudoctor: warning: RuntimeWarning: divide by zero") and "--debug" in line
     assert "gpudoctor/pipeline.py:7" in line
     assert "train.py:3: UserWarning: the program warns" in program[0]  # not gpudoctor's: as Python shows it
     out = subprocess.run([sys.executable, "-c", script, "--debug", "warn"], capture_output=True, text=True,
-                         env=env, timeout=60, check=False)
+                         env=env, timeout=600, check=False)
     assert "RuntimeWarning: divide by zero" in out.stderr and not out.stderr.startswith("gpudoctor:")

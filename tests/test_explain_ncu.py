@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from gpudoctor.errors import InputError
 from gpudoctor.explain import explain_paths
+from gpudoctor.explain.kernel import KernelMetrics
+from gpudoctor.explain.ncu import EXPECTED as NCU_EXPECTED
 from gpudoctor.explain.ncu import number, parse_ncu_csv
 
 DATA = Path(__file__).parent / "data" / "explain"
@@ -113,11 +115,20 @@ def test_numbers_with_separators_and_tuples():
 @given(st.text(max_size=400))
 def test_fuzz_never_raises_anything_but_input_error(junk):
     header = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    if '"ID"' not in junk and "ID," not in junk:
+        # no header row at all: refused, and said so in one line
+        with pytest.raises(InputError) as info:
+            parse_ncu_csv(junk)
+        assert str(info.value) == f"ncu csv: no CSV header with an ID column; expected {NCU_EXPECTED}"
     for text in (junk, header + junk):
         try:
-            parse_ncu_csv(text)
-        except InputError:
-            pass
+            kernels = parse_ncu_csv(text)
+        except InputError as exc:
+            assert str(exc).startswith("ncu csv: ") and "\n" not in str(exc), str(exc)
+            continue
+        # a kernel per ID among the rows below the header: at most one per line after it
+        assert 1 <= len(kernels) <= len(text.splitlines()) - 1, (text, kernels)
+        assert all(isinstance(k, KernelMetrics) and isinstance(k.name, str) for k in kernels)
 
 
 def test_raw_export_gz_round_trip():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.core.layout import bubble_fraction
@@ -526,6 +526,43 @@ _ANY = st.one_of(st.none(), st.booleans(), st.integers(-5, 200), st.floats(allow
 @given(_ANY, _ANY, _ANY, _ANY, _ANY, _ANY, _ANY)
 def test_random_pipeline_configs_raise_only_input_error(pp, m, bubble, v, stage_ms, p2p, recompute):
     try:
-        timings.pipeline_hypotheses(pp, m, bubble, v, stage_ms=stage_ms, p2p_ms=p2p, recompute=recompute)
-    except InputError:
-        pass
+        found = timings.pipeline_hypotheses(pp, m, bubble, v, stage_ms=stage_ms, p2p_ms=p2p, recompute=recompute)
+    except InputError as exc:
+        assert str(exc) and "\n" not in str(exc), str(exc)  # one line, as the CLI prints it
+        return
+    _check_pipeline(found, pp, m, bubble, v)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 64), st.integers(1, 256), st.floats(0, 0.99), st.integers(1, 4),
+       st.one_of(st.none(), st.floats(0.1, 100)), st.one_of(st.none(), st.lists(st.floats(0.1, 100), min_size=64,
+                                                                              max_size=64)))
+# 1F1B, pp 4, m 16: (pp-1)/m = 0.1875; 1.25 points over it is as predicted, 4 points over is not
+@example(4, 16, 0.2, 1, None, None)
+@example(4, 16, 0.2275, 1, None, None)
+@example(4, 16, 0.2275, 1, 0.5, [10.0] * 64)
+def test_random_valid_pipeline_configs_follow_the_formula(pp, m, bubble, v, p2p, stages):
+    """The same contract on configurations that are all accepted (the fuzz above rarely draws one);
+    ``stages``: the first pp are the per-stage times."""
+    stage_ms = None if stages is None else stages[:pp]
+    found = timings.pipeline_hypotheses(pp, m, bubble, v, stage_ms=stage_ms, p2p_ms=p2p)
+    _check_pipeline(found, pp, m, bubble, v)
+
+
+def _check_pipeline(found, pp, m, bubble, v) -> None:  # type: ignore[no-untyped-def]
+    assert found and all(0 <= (f.confidence or 0) <= 1 for f in found)
+    n = found[0].evidence.numbers
+    # the inputs as read (a fraction, or a percent over 1), priced by core.layout's formula
+    assert (n["pp"], n["microbatches"], n["virtual_stages"]) == (float(pp), float(m), float(v))
+    assert n["schedule"] == ("interleaved" if n["virtual_stages"] > 1 else "1f1b")
+    measured = float(bubble) / 100 if float(bubble) > 1 else float(bubble)
+    expected = bubble_fraction(n["pp"], n["microbatches"], n["schedule"], n["virtual_stages"])
+    assert n["measured_bubble"] == round(measured, 4) and n["expected"] == round(expected, 4)
+    assert n["excess_points"] == round(100 * (measured - expected), 1)
+    # within 3 points of the formula: the one "as predicted" note, else the causes (never that note)
+    ids = [f.id for f in found]
+    if measured - expected <= 0.03:
+        assert ids == ["pipeline-bubble-ok"] and found[0].severity == "info"
+    else:
+        assert "pipeline-bubble-ok" not in ids
+        assert [f.confidence for f in found] == sorted((f.confidence for f in found), reverse=True)

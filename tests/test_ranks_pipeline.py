@@ -274,6 +274,7 @@ def test_gpu_recv_wait_is_the_recv_kernel_not_beside_compute() -> None:
 # -- the whole path on the CPU: `gpudoctor run --nproc 2` on the program -----------------------------
 
 
+@pytest.mark.e2e
 def test_run_on_the_program_reports_the_bubble(tmp_path: Path) -> None:
     """2 micro-batches: the formula's bubble is a third of the step; the combined report reads the
     job as 2 stages of 2 micro-batches and prices the bubble (its size on shared CPU cores varies)."""

@@ -44,6 +44,7 @@ def run_dirs(tmp: Path) -> list[Path]:
     return sorted((tmp / "runs").glob("*")) if (tmp / "runs").exists() else []
 
 
+@pytest.mark.e2e
 def test_runs_like_python_and_stops_after_the_window(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "3", "--steps", "2", "train.py", "50", "--lr", "3")
     assert "argv ['50', '--lr', '3'] name __main__" in out.stdout
@@ -65,6 +66,7 @@ def test_runs_like_python_and_stops_after_the_window(tmp_path: Path) -> None:
     assert "no GPU work was recorded" in out.stdout
 
 
+@pytest.mark.e2e
 def test_the_interpreter_collects_our_frozen_objects_at_exit(tmp_path: Path) -> None:
     """The runner freezes the objects alive before the program (gc.freeze); left frozen, triton's
     outlived its bindings and nanobind printed about a hundred "leaked" lines after the report."""
@@ -75,16 +77,19 @@ def test_the_interpreter_collects_our_frozen_objects_at_exit(tmp_path: Path) -> 
     assert "leaked" not in out.stderr and "nanobind" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_continue_lets_the_program_finish(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "2", "--steps", "2", "--continue", "train.py", "12")
     assert "finished" in out.stdout and out.returncode == 0
 
 
+@pytest.mark.e2e
 def test_program_exit_code_passes_through(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "50", "t.py", script="import sys\nsys.exit(7)\n", name="t.py")
     assert out.returncode == 7
 
 
+@pytest.mark.e2e
 def test_crash_inside_the_window_keeps_the_capture(tmp_path: Path) -> None:
     crash = TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 5: raise ValueError('boom')")
     out = run(tmp_path, "--skip", "2", "--steps", "8", "c.py", "40", script=crash, name="c.py")
@@ -95,6 +100,7 @@ def test_crash_inside_the_window_keeps_the_capture(tmp_path: Path) -> None:
     assert env["capture"]["error"] == "ValueError: boom" and env["capture"]["steps_recorded"] == 3
 
 
+@pytest.mark.e2e
 def test_program_that_ends_before_the_window(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "10", "train.py", "4")
     assert out.returncode == 2
@@ -104,7 +110,7 @@ def test_program_that_ends_before_the_window(tmp_path: Path) -> None:
 MANUAL_SGD = """
 import time, torch
 m = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
-end = time.time() + 3
+end = time.time() + 120  # gpudoctor stops it once its window closed: the loop outlasts any machine's delays
 while time.time() < end:
     loss = m(torch.randn(8, 32)).pow(2).mean()
     loss.backward()
@@ -117,6 +123,7 @@ print("done")
 """
 
 
+@pytest.mark.e2e
 def test_no_step_source_uses_a_time_window_opened_at_a_module_call(tmp_path: Path) -> None:
     # training-like forwards with no optimizer: no step source within --wait, so a time window
     # opens and closes at module calls, each iteration marked inside it
@@ -125,7 +132,8 @@ def test_no_step_source_uses_a_time_window_opened_at_a_module_call(tmp_path: Pat
     [run_dir] = run_dirs(tmp_path)
     env = json.loads((run_dir / "env.json").read_text())
     assert env["capture"]["step_source"] == "time-window" and env["capture"]["root_module"] == "Sequential"
-    assert 0.5 <= env["capture"]["window_wall_s"] < 1.5
+    # closed at the first module call past its 0.5 s, not when the program would have ended
+    assert 0.5 <= env["capture"]["window_wall_s"] < 60
     import gzip
 
     trace = json.loads(gzip.decompress((run_dir / "trace.json.gz").read_bytes()))
@@ -133,6 +141,7 @@ def test_no_step_source_uses_a_time_window_opened_at_a_module_call(tmp_path: Pat
     assert len(marks) >= 5
 
 
+@pytest.mark.e2e
 def test_a_loop_of_bare_tensor_ops_is_told_to_mark_its_steps(tmp_path: Path) -> None:
     # no module, optimizer, DataLoader or graph: no safe point to open a window at
     script = "import time, torch\nx = torch.randn(64, 64)\nend = time.time() + 1\nwhile time.time() < end:\n    x = x @ x.T / 64\n"
@@ -141,11 +150,13 @@ def test_a_loop_of_bare_tensor_ops_is_told_to_mark_its_steps(tmp_path: Path) -> 
     assert "ran no step gpudoctor could see" in out.stderr and "gpudoctor.step()" in out.stderr
 
 
+@pytest.mark.e2e
 def test_no_steps_and_a_short_program(tmp_path: Path) -> None:
     out = run(tmp_path, "--wait", "30", "q.py", script="print('hello')\n", name="q.py")
     assert out.returncode == 2 and "ran no step" in out.stderr and "hello" in out.stdout
 
 
+@pytest.mark.e2e
 def test_explicit_steps_and_modules(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -165,6 +176,7 @@ def test_explicit_steps_and_modules(tmp_path: Path) -> None:
     assert json.loads((run_dir / "env.json").read_text())["capture"]["steps_recorded"] == 3
 
 
+@pytest.mark.e2e
 def test_a_program_with_its_own_profiler(tmp_path: Path) -> None:
     script = TRAIN.replace("for i in", "prof = torch.profiler.profile()\nprof.start()\nfor i in")
     script = script.replace('print("finished")', 'prof.stop()\nprof.export_chrome_trace("own.json")\nprint("finished")')
@@ -178,6 +190,7 @@ def test_a_program_with_its_own_profiler(tmp_path: Path) -> None:
     assert env["capture"]["step_source"] == "program-profiler" and (run_dir / "report.json").is_file()
 
 
+@pytest.mark.e2e
 def test_a_program_that_starts_its_profiler_inside_our_window(tmp_path: Path) -> None:
     script = TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 5:\n"
                            "        prof = torch.profiler.profile()\n        prof.start()")
@@ -191,6 +204,7 @@ def test_a_program_that_starts_its_profiler_inside_our_window(tmp_path: Path) ->
     assert env["capture"]["steps_recorded"] == 3 and (run_dir / "report.json").is_file()
 
 
+@pytest.mark.e2e
 def test_bad_targets(tmp_path: Path) -> None:
     assert run(tmp_path, "missing.py", script=None).returncode == 2
     out = run(tmp_path, "-m", "no_such_module_xyz", script=None)
@@ -244,6 +258,7 @@ def test_profile_api_detaches_everything(tmp_path: Path) -> None:
     assert hooks._CURRENT == []  # the global module hooks listen to nobody (or are gone)
 
 
+@pytest.mark.e2e
 def test_ctrl_c_inside_the_window(tmp_path: Path) -> None:
     script = TRAIN.replace("    opt.zero_grad()", "    opt.zero_grad()\n    if i == 4: raise KeyboardInterrupt")
     out = run(tmp_path, "--skip", "2", "--steps", "5", "k.py", "30", script=script, name="k.py")
@@ -311,6 +326,7 @@ def test_started_with_sigint_ignored_the_run_ignores_it_as_python_would(tmp_path
     assert (run_dir / "report.json").is_file() and (run_dir / "report.html").is_file()
 
 
+@pytest.mark.e2e
 def test_json_stdout_is_only_the_report(tmp_path: Path) -> None:
     noisy = TRAIN.replace("for i in", "import os\nos.system('echo from a child process')\nfor i in")
     out = run(tmp_path, "--json", "--skip", "2", "--steps", "2", "n.py", "30", script=noisy, name="n.py")
@@ -320,8 +336,9 @@ def test_json_stdout_is_only_the_report(tmp_path: Path) -> None:
     assert "argv ['30'] name __main__" in out.stderr and "from a child process" in out.stderr
 
 
+@pytest.mark.e2e
 def test_no_steps_told_apart_says_what_it_saw(tmp_path: Path) -> None:
-    script = MANUAL_SGD.replace("end = time.time() + 3", "end = time.time() + 0.5")
+    script = MANUAL_SGD.replace("end = time.time() + 120", "end = time.time() + 0.5")
     out = run(tmp_path, "--wait", "30", "sgd.py", script=script, name="sgd.py")
     assert out.returncode == 2
     assert "called Sequential" in out.stderr and "never stepped a torch.optim optimizer" in out.stderr
@@ -341,6 +358,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_faults_keep_the_program_and_the_capture(tmp_path: Path, name: str) -> None:
     out = run(tmp_path, "--skip", "2", "--steps", "4", "--continue", "f.py", "12", script=FAULTS[name], name="f.py")
@@ -358,6 +376,7 @@ def test_faults_keep_the_program_and_the_capture(tmp_path: Path, name: str) -> N
         assert "OutOfMemoryError" in env["capture"]["error"] and "OutOfMemoryError" in out.stderr
 
 
+@pytest.mark.e2e
 def test_under_python_dev_mode(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
     env = dict(os.environ, PYTHONPATH=str(SRC))

@@ -76,9 +76,15 @@ def test_keys_are_unique_and_listed() -> None:
 
 def test_every_alias_is_a_valid_regex() -> None:
     for spec in SPECS:
-        assert spec.aliases
+        assert spec.aliases, spec.key
         for alias in spec.aliases:
-            re.compile(alias)
+            re.compile(alias)  # raises re.error when it is not one
+            # names are lower-cased before matching: an upper-case letter (outside an escape) never matches
+            assert not any(ch.isupper() for ch in re.sub(r"\\.", "", alias)), (spec.key, alias)
+        # and the row's aliases find its real device names (without the key / name shortcut)
+        names = [device.lower() for device, key in DEVICE_NAMES.items() if key == spec.key]
+        assert all(any(re.search(alias, name) for alias in spec.aliases) for name in names), (spec.key, names)
+    assert set(DEVICE_NAMES.values()) == set(known_names())  # every row has a device name above
 
 
 def test_cli_key_and_name_survive() -> None:

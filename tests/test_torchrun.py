@@ -109,6 +109,7 @@ def _host_op_ms(run: Path, r: int, name: str) -> float:
     return total_us / 1e3 / env["capture"]["steps_recorded"]
 
 
+@pytest.mark.e2e
 def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
     out = _run(tmp_path, [*_torchrun(4), "-m", "gpudoctor", "run", "--out", "runs", "--skip", "5", "--steps", "3",
                           "--calibrate", "2", "--rank-timeout", "60", "train.py", "30"], DDP, SLOW_RANK="2")
@@ -153,6 +154,7 @@ def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
     assert f"run directory: runs/{run.name}\n" in out.stderr
 
 
+@pytest.mark.e2e
 def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit_code_wins(tmp_path: Path) -> None:
     out = _run(tmp_path, ["-m", "gpudoctor", "run", "--nproc", "2", "--out", "runs", "--skip", "5", "--steps", "2",
                           "--calibrate", "1", "--continue", "train.py", "20"], SHORT)
@@ -169,6 +171,7 @@ def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit
     assert out.stdout.count("╭─") == 1
 
 
+@pytest.mark.e2e
 def test_nproc_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     for args, message in ((["--nproc", "0"], "--nproc must be 1 or more processes, got 0"),
                           (["--nproc", "2", "--try-fixes"], "--try-fixes reruns one process per knob"),
@@ -178,6 +181,7 @@ def test_nproc_refuses_what_it_cannot_do(tmp_path: Path) -> None:
         assert "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_the_integrations_context_agrees_under_torchrun(tmp_path: Path) -> None:
     out = _run(tmp_path, [*_torchrun(2), "train.py", str(tmp_path / "runs")], CONTEXT)
     assert out.returncode == 0, out.stderr

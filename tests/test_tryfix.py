@@ -274,6 +274,7 @@ def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = Tr
                   sandbox=tmp_path / "sandbox" if sandbox else None, trace=False)
 
 
+@pytest.mark.e2e
 def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     runner = _trials(tmp_path)
     rec = runner.one("all", ["loader-workers", "optimizer-foreach", "bf16-autocast", "no-empty-cache"], None)
@@ -324,6 +325,7 @@ def test_every_outermost_module_of_the_first_iteration_gets_the_knob() -> None:
     assert len(nn_module._global_forward_pre_hooks) == hooks_before
 
 
+@pytest.mark.e2e
 def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A knob with warm-up steps (the compile knobs: knobs.WARMUP_COMPILE) runs that many more
     steps before the ones it times: the child is told skip 24 (trial.TRIAL_MIN_SKIP, above the
@@ -345,6 +347,7 @@ def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkey
     assert seen == 40 and 12 <= timed <= 24, (seen, timed)
 
 
+@pytest.mark.e2e
 def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
     records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
@@ -363,10 +366,11 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     assert (tmp_path / "probe.json").is_file()
 
 
+@pytest.mark.e2e
 def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
     rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one("optimizer-fused", ["optimizer-fused"], None)
     assert rec["status"] == "timed out" and rec["verdict"] is None
-    assert rec["wall_s"] < 30
+    assert rec["wall_s"] < 300  # stopped at its 8 s timeout, not left to hang (the bound only catches a hang)
 
 
 # a trial's program that sends SIGINT to its own process group (the trial's session) at its 4th step
@@ -443,6 +447,7 @@ def _trial_of_script(tmp_path: Path, name: str, source: str, knob: str) -> dict:
     return runner.one(knob, [knob], None)
 
 
+@pytest.mark.e2e
 def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     rec = _trial_of_script(tmp_path, "plain.py",
                            "import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
@@ -450,6 +455,7 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
 
 
+@pytest.mark.e2e
 def test_the_tf32_knob_holds_when_the_program_turns_tf32_off() -> None:
     """The lab's fp32_matmul trap sets allow_tf32 = False itself: without the hold, the knob's trial
     timed fp32 and would read "no effect". Run in a fresh process: the knob patches torch."""
@@ -471,6 +477,7 @@ def test_the_tf32_knob_holds_when_the_program_turns_tf32_off() -> None:
     assert effects == "4 the program's torch.backends.cuda.matmul.allow_tf32 = False ignored: TF32 kept on"
 
 
+@pytest.mark.e2e
 def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path: Path) -> None:
     """torch.compile of an OptimizedModule's forward changes nothing but the effect line; the trial
     says the program compiled it (backend "eager" here: the trace is cheap on the CPU)."""
@@ -483,15 +490,16 @@ def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path
     assert rec["reason"].endswith(": OptimizedModule is compiled by the program already")
 
 
+@pytest.mark.e2e
 def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(tmp_path: Path) -> None:
     """The interpreter's teardown is skipped once trial.json is written (a DataLoader's persistent
-    workers are joined there, 5 s each): a program whose exit handler sleeps 60 s ends at once."""
+    workers are joined there, 5 s each): a program whose exit handler sleeps an hour ends at once."""
     rec = _trial_of_script(tmp_path, "slow_exit.py",
-                           "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 60)\n"
+                           "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 3600)\n"
                            "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
                            "    gpudoctor.step()\n", "tf32")
     assert rec["status"] == "ok" and rec["n_trial"] >= 2, rec
-    assert rec["wall_s"] < 45
+    assert rec["wall_s"] < 600  # not the exit handler's hour
 
 
 # -- rendering ---------------------------------------------------------------------------------------
@@ -550,6 +558,7 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert not out.stdout
 
 
+@pytest.mark.e2e
 def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
              "--try-fixes", "--fixes", "optimizer-foreach", "--sandbox", str(tmp_path / "sb"), str(PROBE),
@@ -584,6 +593,7 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert "control" in out.stdout and "reference" in out.stdout
 
 
+@pytest.mark.e2e
 def test_run_try_fixes_with_nothing_to_try_says_so(tmp_path: Path) -> None:
     out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
              "--try-fixes", "--json", str(PROBE), cwd=tmp_path)
@@ -764,6 +774,7 @@ def test_repeats_fall_back_to_one_process_a_knob_when_the_control_fails(tmp_path
     assert records[1]["reference"] == "diagnosed run" and "rounds" not in records[1]
 
 
+@pytest.mark.e2e
 def test_run_try_fixes_with_repeats_end_to_end(tmp_path: Path) -> None:
     out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
              "--fixes", "optimizer-foreach", "--trial-repeats", "2", "--no-trial-trace", str(PROBE), cwd=tmp_path)
