@@ -18,7 +18,7 @@ from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
-from gpudoctor.rules.calibrate import price
+from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
@@ -81,8 +81,11 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     lacking = lacking_notes(trace, skipped_rules(trace))
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings = price(find(analysis), analysis)
-    return analysis, build_report(analysis, findings)
+    findings, together = priced(find(analysis), analysis)
+    report = build_report(analysis, findings)
+    if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
+        report = dataclasses.replace(report, all_fixes=together.to_dict())
+    return analysis, report
 
 
 def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:

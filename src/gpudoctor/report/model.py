@@ -48,6 +48,9 @@ class Report:
     # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
     ranks: tuple[dict[str, Any], ...] = ()
     distributed: dict[str, Any] = field(default_factory=dict)
+    # every replay-priced fix at once (rules/whatif.py AllFixes.to_dict): ids, step_ms,
+    # step_after_ms, predicted_speedup; empty when no fix was priced by replay
+    all_fixes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def host_only(self) -> bool:
@@ -77,6 +80,7 @@ class Report:
             "warnings": list(self.warnings),
             "host": self.host,
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
+            **({"all_fixes": self.all_fixes} if self.all_fixes else {}),
         }
 
     def step_segments(self) -> list[Segment]:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.idle import allocator_calls
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 from gpudoctor.rules.shared import PRESSURE_FRACTION
@@ -76,7 +78,20 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The allocator's calls leave the step (cached blocks are reused), waits included."""
+    s, e = a.idle.labels.get("allocator", (np.empty(0, np.int64), np.empty(0, np.int64)))
+    calls = np.flatnonzero(allocator_calls(a.trace))
+    if s.size == 0 and calls.size == 0:
+        return None
+    host = a.trace.host
+    s = np.concatenate([s, host.ts[calls]])
+    e = np.concatenate([e, host.end[calls]])
+    return Edit(host_removed_s=s, host_removed_e=e, unwait=calls.astype(np.int64), note="allocator calls removed")
+
+
 RULE = Rule(
     ID, "Allocator churn inside the step", check, __doc__ or "", needs=("launch_links",),
-    order=70, idle_cause="allocator", owns_idle=("allocator",), calibration="step-share",
+    order=70, idle_cause="allocator", owns_idle=("allocator",), calibration="step-share", edit=edit,
 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import Finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.trace.model import NEEDS
 
 # How rules/calibrate.py re-prices a finding for the step run without the profiler:
@@ -30,7 +31,10 @@ class Rule:
     ``calibration``: how its saving is re-priced without the profiler (CALIBRATIONS above);
     ``blocked_by``: finding ids whose fix must come first (a major or critical one ranks before it);
     ``owns_idle``: idle causes its finding claims when it fires, so another fix (launch-bound's
-    CUDA graph) does not count them too."""
+    CUDA graph) does not count them too;
+    ``edit``: its fix as an edit of the step's graph (replay/edits.py), priced by replaying it
+    (rules/whatif.py); None: the edit rules/whatif.py derives from the finding's idle cause and
+    kernels, or the rule's formula where it cannot."""
 
     id: str
     title: str
@@ -42,6 +46,7 @@ class Rule:
     calibration: str = "idle"
     blocked_by: tuple[str, ...] = ()
     owns_idle: tuple[str, ...] = ()
+    edit: Callable[[Analysis, Finding], Edit | None] | None = None
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.needs if n not in NEEDS]

@@ -34,6 +34,7 @@ from gpudoctor.core.finding import (
     speedup,
 )
 from gpudoctor.rules.shared import GPU_BOUND_SHARE
+from gpudoctor.rules.whatif import AllFixes, reprice
 
 
 def _metadata(finding_id: str) -> tuple[str, str]:
@@ -215,13 +216,26 @@ def _host_floor(finding: Finding, host_ms: float, kernels_per_step: float) -> fl
 
 
 def price(findings: list[Finding], a: Analysis) -> list[Finding]:
-    """The findings priced for the step as it runs and ranked: the one place either happens.
+    """The findings priced for the step as it runs and ranked (``priced`` without "all fixes")."""
+    return priced(findings, a)[0]
 
-    With the step timed without the profiler (``a.unprofiled_step_ms``, U), each finding is
-    re-priced against U (``calibrate``) and the host's time loses the profiler's share of it;
-    same-ops and op-removing fixes are then floored at the host's time (``floor_at_host_time``)."""
+
+def priced(findings: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixes | None]:
+    """The findings priced for the step as it runs and ranked: the one place either happens; and
+    every replay-priced fix at once.
+
+    Each fix that is an edit of the step's graph is priced by replaying it (rules/whatif.py);
+    the others by their rule's formula, re-priced here: with the step timed without the profiler
+    (``a.unprofiled_step_ms``, U), against U (``calibrate``), the host's time losing the
+    profiler's share of it; same-ops and op-removing fixes floored at the host's time
+    (``floor_at_host_time``)."""
     from gpudoctor.rules.registry import rank
 
+    replayed, together = reprice(findings, _by_formula(findings, a), a)
+    return rank(replayed), together
+
+
+def _by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
     host_ms = host_step_ms(a.trace, a.steps)
     unprofiled = a.unprofiled_step_ms
     if unprofiled:
@@ -240,4 +254,4 @@ def price(findings: list[Finding], a: Analysis) -> list[Finding]:
         if host_ms is not None:  # offline: the per-event estimate of the profiler's share
             host_ms = max(host_ms - a.profiler_overhead_ms, 0.0)
         findings = floor_at_host_time(findings, a.step_ms, host_ms, a.breakdown.kernel_count_per_step)
-    return rank(findings)
+    return findings

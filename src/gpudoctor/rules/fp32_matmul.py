@@ -26,6 +26,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
@@ -167,7 +168,33 @@ def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
     return tuple(fixes)
 
 
+
+# Cast launches autocast adds per fp32 matrix kernel, at the program's own cost per launch
+# (replay/edits.py launch_cost_ns): a forward matmul casts its input and its weight; its two
+# backward matmuls reuse them: 2 casts per 3 kernels. The lab's fp32_matmul twins: 47 launches a
+# step with 11 GEMMs, 55 under autocast (tests/data/fp32_matmul, fp32_matmul_fixed).
+CASTS_PER_MATMUL = 2 / 3
+
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """Each fp32 / TF32 matrix kernel at its bf16 time (casts included, as priced), and the
+    casts' launches on the host."""
+    parts = fp32_matrix_events(a)
+    idx_parts = [(p, i) for p, i in parts.items() if i.size]
+    if not idx_parts:
+        return None
+    dev, rf = a.trace.device, a.roofline
+    idx = np.concatenate([i for _, i in idx_parts])
+    after_in_steps = np.concatenate([_bf16_ns(a, p, i) for p, i in idx_parts])
+    share = np.divide(after_in_steps, rf.event_in_steps_ns[idx], out=np.ones(idx.size),
+                      where=rf.event_in_steps_ns[idx] > 0)
+    matmuls = np.concatenate([i for p, i in idx_parts if p != "attention"]) if any(p != "attention" for p, _ in idx_parts) \
+        else np.empty(0, np.int64)
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * np.clip(share, 0.0, 1.0),
+                added_at=matmuls.astype(np.int64), added_launches=CASTS_PER_MATMUL, note="matmuls at the bf16 rate")
+
+
 RULE = Rule(
     ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "",
-    order=30, calibration="same-ops",
+    order=30, calibration="same-ops", edit=edit,
 )

@@ -28,6 +28,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import SYNC_OPS, sync_calls
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 from gpudoctor.rules.shared import GPU_BOUND_SHARE, step_ops
@@ -205,7 +206,31 @@ def _how_often(syncs: int, n_steps: int) -> str:
     return f"{count} blocking sync{'s' if count > 1 else ''} {where} make{'' if count > 1 else 's'}"
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The reads leave the step: the syncs behind the idle no longer wait; on a host-bound step
+    the reads and the checks computed only for them go too, host time and kernels (as priced)."""
+    culprits = a.idle.culprits.get(ID, np.empty(0, np.int64))
+    if culprits.size == 0:
+        return None
+    host, dev = a.trace.host, a.trace.device
+    named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
+    s, e = union(host.ts[named], host.end[named])
+    syncs = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
+    unwait = syncs[contains(s, e, host.ts[syncs])].astype(np.int64)
+    if HOST_WORK_REMOVED not in finding.evidence.numbers:
+        return Edit(unwait=unwait, note="syncs removed")
+    ops = step_ops(a)
+    starts, ends, _ = _read_spans(a, ops, _own_reads(a, culprits, ops))
+    rs, re_ = union(starts, ends)
+    launched = dev.launch >= 0
+    gone = np.flatnonzero(launched & contains(rs, re_, host.ts[np.maximum(dev.launch, 0)]))
+    return Edit(host_removed_s=rs, host_removed_e=re_, unwait=unwait, device=gone.astype(np.int64),
+                device_ns=np.zeros(gone.size), calls_removed=dev.launch[gone].astype(np.int64),
+                note="reads and their checks removed")
+
+
 RULE = Rule(
     ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",),
-    order=10, idle_cause="host-sync",
+    order=10, idle_cause="host-sync", edit=edit,
 )

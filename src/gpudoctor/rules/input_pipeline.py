@@ -46,6 +46,7 @@ from gpudoctor.core.finding import (
     Fix,
     make_finding,
 )
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
@@ -176,7 +177,23 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The loader's time leaves the training thread; the step cannot go below what the workers
+    deliver (the floor the finding states), and pinning, when that is the loader's time, goes."""
+    s, e = a.idle.labels.get(ID, (np.empty(0, np.int64), np.empty(0, np.int64)))
+    if s.size == 0:
+        return None
+    numbers = finding.evidence.numbers
+    if numbers.get("loader_time_is_pinning"):
+        loader_ms = float(numbers.get("host_time_in_dataloader_ms_per_step", 0.0))
+        share = min(float(numbers.get("host_time_pinning_ms_per_step", 0.0)) / loader_ms, 1.0) if loader_ms else 0.0
+        return Edit(host_removed_s=s, host_removed_e=e, host_share=share, note="pinning removed")
+    floor_ms = float(numbers.get(STEP_FLOOR_AFTER_FIX, 0.0))
+    return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6, note="loader moved to workers")
+
+
 RULE = Rule(
     ID, "GPU idle waiting for the input pipeline", check, __doc__ or "", needs=("launch_links",),
-    order=0, idle_cause="input-pipeline",
+    order=0, idle_cause="input-pipeline", edit=edit,
 )

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
@@ -73,7 +74,31 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """One fused kernel per softmax pass takes the pattern's time at the fused rate; the pattern's
+    other kernels go, with their launches and their operators' host time."""
+    idx = attention_events(a)
+    if idx.size == 0:
+        return None
+    dev, rf, host = a.trace.device, a.roofline, a.trace.host
+    softmax = dev.kind[idx] == Kind.SOFTMAX
+    if not softmax.any():
+        return None
+    matmul = np.isin(dev.kind[idx], MATRIX_KINDS_FOR_ATTENTION)
+    fused_ns = float(rf.event_flops[idx][matmul].sum()) / (a.ceilings.best_matrix_flops * ATTENTION_EFFICIENCY) * 1e9
+    kept, gone = idx[softmax], idx[~softmax]
+    kept_ns = np.full(kept.size, min(fused_ns, float(dev.dur[idx].sum())) / kept.size)
+    ops = dev.op[gone]
+    ops = ops[ops >= 0]
+    calls = dev.launch[gone]
+    return Edit(device=np.concatenate([kept, gone]).astype(np.int64),
+                device_ns=np.concatenate([kept_ns, np.zeros(gone.size)]),
+                calls_removed=calls[calls >= 0].astype(np.int64),
+                host_removed_s=host.ts[ops], host_removed_e=host.end[ops], note="attention fused")
+
+
 RULE = Rule(
     ID, "Unfused (naive) attention", check, __doc__ or "", needs=("launch_links", "cpu_ops"),
-    order=50,
+    order=50, edit=edit,
 )

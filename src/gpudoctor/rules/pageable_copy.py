@@ -14,6 +14,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import op_names_of_events, sources_of_events
 from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
@@ -81,7 +82,23 @@ def _pinned_bandwidth(a: Analysis) -> float:
     return a.ceilings.h2d_pinned_bytes_per_s
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The copies at the pinned bandwidth, issued without blocking the host."""
+    dev = a.trace.device
+    idx = np.flatnonzero((a.roofline.event_in_steps_ns > 0) & np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]))
+    if idx.size == 0:
+        return None
+    pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9
+    calls = dev.launch[idx]
+    calls = calls[calls >= 0]
+    s, e = a.idle.labels.get(ID, (np.empty(0, np.int64), np.empty(0, np.int64)))
+    return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
+                unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
+                note="copies pinned and asynchronous")
+
+
 RULE = Rule(
     ID, "Pageable host<->device copies", check, __doc__ or "",
-    order=60, idle_cause="pageable-copy", calibration="step-share",
+    order=60, idle_cause="pageable-copy", calibration="step-share", edit=edit,
 )

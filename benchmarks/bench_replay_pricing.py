@@ -1,0 +1,109 @@
+"""Predicted against measured speedups on the recorded traces: the replay's price beside the formula's.
+
+Offline, on the traces committed under tests/data (no GPU needed): for each lab trap, its sick
+trace analysed with the unprofiled step that was timed with it (manifest.json ``sick_median_ms``),
+the planted finding's predicted speedup by replay and by formula, beside the measured one
+(``sick_median_ms / fixed_median_ms``, both timed in the same recording run). For each recorded
+twin (tests/data/twins_h100), its expected finding's prediction beside the measured band its
+manifest gives (tests/programs/twins/manifest.json ``expected_measured_speedup``).
+
+    python benchmarks/bench_replay_pricing.py [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpudoctor.capture.bundle import read_run  # noqa: E402
+from gpudoctor.pipeline import analyze_loaded  # noqa: E402
+from gpudoctor.trace import load  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+BAND = 1.25
+
+
+def _formula_speedup(finding, step_ms: float) -> float | None:
+    saving = finding.evidence.numbers.get("saving_by_formula_ms")
+    if saving is None:
+        return finding.predicted_speedup
+    return step_ms / (step_ms - saving) if step_ms - saving > 0 else None
+
+
+def lab_rows() -> list[dict]:
+    rows = []
+    manifest = json.loads((DATA / "manifest.json").read_text())
+    for sid, e in manifest["scenarios"].items():
+        if not (e.get("expected_finding") and e.get("sick_median_ms") and e.get("fixed_median_ms")):
+            continue
+        report = analyze_loaded(load(DATA / e["trace"]), unprofiled_step_ms=e["sick_median_ms"])
+        rows.append(_row("lab", sid, report, e["expected_finding"], e["sick_median_ms"],
+                         e["sick_median_ms"] / e["fixed_median_ms"], None))
+    return rows
+
+
+def twin_rows() -> list[dict]:
+    rows = []
+    programs = json.loads((ROOT / "tests/programs/twins/manifest.json").read_text())["programs"]
+    for p in programs:
+        folder = DATA / "twins_h100" / p["name"]
+        if not folder.is_dir():
+            continue
+        run = read_run(folder)
+        report = analyze_loaded(load(folder / "trace.json.gz"), unprofiled_step_ms=run.unprofiled_step_ms)
+        lo, hi = p["expected_measured_speedup"]
+        rows.append(_row("twin", p["name"], report, p["expected_top_finding"][0],
+                         run.unprofiled_step_ms or report.step_ms, (lo * hi) ** 0.5, (lo, hi)))
+    return rows
+
+
+def _row(kind: str, name: str, report, expected: str, step_ms: float, measured: float, band) -> dict:
+    f = report.finding(expected)
+    row = {"kind": kind, "name": name, "expected": expected, "rank": None, "measured": round(measured, 3),
+           "band": band, "replay": None, "formula": None, "priced_by": None, "top": report.findings[0].id if report.findings else None}
+    if f is not None:
+        ids = [x.id for x in report.findings]
+        row.update(rank=ids.index(expected) + 1, replay=round(f.predicted_speedup, 3),
+                   formula=round(_formula_speedup(f, step_ms) or 0.0, 3), priced_by=f.evidence.numbers.get("priced_by"),
+                   why=f.evidence.numbers.get("priced_by_formula_because"))
+    if report.all_fixes:
+        row["all_fixes"] = report.all_fixes["predicted_speedup"]
+    return row
+
+
+def within(pred: float | None, measured: float, band=None) -> bool:
+    if not pred:
+        return False
+    if band:
+        return band[0] / BAND <= pred <= band[1] * BAND
+    return 1 / BAND <= pred / measured <= BAND
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args()
+    rows = lab_rows() + twin_rows()
+    print(f"{'':5} {'program':26} {'finding':20} {'rank':>4} {'measured':>9} {'replay':>7} {'formula':>7}  priced by")
+    for r in rows:
+        meas = f"{r['band'][0]}-{r['band'][1]}" if r["band"] else f"{r['measured']:.2f}"
+        ok_r = "*" if within(r["replay"], r["measured"], r["band"]) else " "
+        ok_f = "*" if within(r["formula"], r["measured"], r["band"]) else " "
+        print(f"{r['kind']:5} {r['name'][:26]:26} {r['expected'][:20]:20} {r['rank'] or '-':>4} {meas:>9} "
+              f"{r['replay'] or 0:6.2f}{ok_r} {r['formula'] or 0:6.2f}{ok_f}  {r['priced_by']} {r.get('why') or ''}")
+    for kind in ("lab", "twin"):
+        sub = [r for r in rows if r["kind"] == kind]
+        print(f"{kind}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], r['band']) for r in sub)} "
+              f"of {len(sub)}; formula on {sum(within(r['formula'], r['measured'], r['band']) for r in sub)}")
+    if opts.json:
+        opts.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

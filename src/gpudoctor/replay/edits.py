@@ -1,0 +1,174 @@
+"""Fixes as edits of the step's graph (Daydream, ATC 2020, models optimizations the same way).
+
+An ``Edit`` says what a fix changes, in the trace's own terms: device events that take another
+time (a GEMM at the bf16 rate, a copy at the pinned bandwidth, a chain fused into one kernel),
+host time that goes away (the DataLoader's fetch moved to workers, the Python of a loop that is
+vectorized, the launches a CUDA graph replaces), host time that is added (the casts autocast
+puts in front of each matmul), and waits that are removed (a read of a GPU value taken out of
+the step). ``changes`` turns it into the replay's ``Changes`` for one graph; edits combine with
+``merge`` ("all fixes together" is one replay of every edit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.replay.graph import CALL, StepGraph
+from gpudoctor.replay.simulate import Changes
+
+EMPTY_I = np.empty(0, np.int64)
+EMPTY_F = np.empty(0, float)
+
+
+@dataclass(frozen=True, eq=False)
+class Edit:
+    """What one fix changes. Device events and host events are trace indices.
+
+    device / device_ns: device events and their time after the fix (ns);
+    host_removed_s / _e: host intervals whose time the fix takes out of the chain (ns, any
+      thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per interval);
+    unwait: host calls that no longer wait (their own time stays);
+    calls_removed: host calls that no longer happen (their time goes, their device events stay:
+      a CUDA graph replays them); calls_timed / calls_timed_ns: calls that take another time
+      (the one launch of a graph: its nodes' upload);
+    added_launches: launches (each at the graph's median launch cost: its gap and call) added
+      before each chain call that launches one of ``added_at`` (device events);
+    latency_ns: the launch latency after the fix (a graph's kernels follow each other closely);
+    note: how the edit was made, for the report."""
+
+    device: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    device_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
+    host_removed_s: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    host_removed_e: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    unwait: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    calls_removed: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    calls_timed: np.ndarray = field(default_factory=lambda: EMPTY_I)  # host calls that take calls_timed_ns
+    calls_timed_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
+    added_at: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    added_launches: float = 0.0  # host launches added before each call that launches one of added_at
+    latency_ns: float | None = None
+    host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
+    min_step_ns: float = 0.0  # what the step cannot go below after the fix (a loader's throughput)
+    note: str = ""
+
+    def is_empty(self) -> bool:
+        return (self.device.size == 0 and self.host_removed_s.size == 0 and self.unwait.size == 0
+                and self.calls_timed.size == 0
+                and self.calls_removed.size == 0 and self.added_at.size == 0 and self.latency_ns is None)
+
+
+def merge(edits: list[Edit]) -> Edit:
+    """Every edit at once; a device event two edits retime takes the shorter time."""
+    if not edits:
+        return Edit()
+    dev = np.concatenate([e.device for e in edits]).astype(np.int64)
+    ns = np.concatenate([e.device_ns for e in edits]).astype(float)
+    if dev.size:
+        order = np.lexsort((ns, dev))
+        dev, ns = dev[order], ns[order]
+        first = np.concatenate([[True], dev[1:] != dev[:-1]])
+        dev, ns = dev[first], ns[first]
+    latencies = [e.latency_ns for e in edits if e.latency_ns is not None]
+    shares = np.concatenate([np.broadcast_to(np.asarray(e.host_share, float), e.host_removed_s.shape)
+                             for e in edits]) if edits else EMPTY_F
+    added = [e for e in edits if e.added_at.size]
+    return Edit(
+        device=dev, device_ns=ns,
+        host_removed_s=np.concatenate([e.host_removed_s for e in edits]).astype(np.int64),
+        host_removed_e=np.concatenate([e.host_removed_e for e in edits]).astype(np.int64),
+        unwait=np.unique(np.concatenate([e.unwait for e in edits]).astype(np.int64)),
+        calls_removed=np.unique(np.concatenate([e.calls_removed for e in edits]).astype(np.int64)),
+        calls_timed=np.concatenate([e.calls_timed for e in edits]).astype(np.int64),
+        calls_timed_ns=np.concatenate([e.calls_timed_ns for e in edits]).astype(float),
+        added_at=np.concatenate([e.added_at for e in added]).astype(np.int64) if added else EMPTY_I,
+        added_launches=max((e.added_launches for e in added), default=0.0),
+        latency_ns=min(latencies) if latencies else None,
+        host_share=shares,
+        min_step_ns=max(e.min_step_ns for e in edits),
+        note="; ".join(e.note for e in edits if e.note),
+    )
+
+
+def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Changes:
+    """The replay's changes for ``edit`` on ``graph``. With ``base`` (the graph without the
+    profiler, replay/observer.py) each gap and call loses the share of its profiled time the edit
+    removes: removed host time took its recorded events' profiler cost with it."""
+    gap = graph.gap_ns.astype(float)
+    own = graph.own_ns.astype(float)
+    tail = float(graph.tail_ns)
+    n = gap.size
+    if edit.host_removed_s.size:
+        entry_start, entry_end = graph.ts_ns, graph.end_ns
+        running = np.maximum.accumulate(entry_end) if n else entry_end
+        prev_end = np.concatenate([[graph.window[0]], running[:-1]])
+        last = int(running[-1]) if n else graph.window[0]
+        shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
+        for share in np.unique(shares).tolist():  # each share on the union of its intervals
+            pick = shares == share
+            s, e = union(edit.host_removed_s[pick], edit.host_removed_e[pick])
+            # each gap loses the removed host time inside it; a call inside a removed range too
+            gap = np.maximum(gap - share * overlap_per_window(s, e, prev_end, entry_start), 0.0)
+            own = np.maximum(own - share * overlap_per_window(s, e, entry_start, entry_end), 0.0)
+            in_tail = overlap_per_window(s, e, np.array([last]), np.array([last + graph.tail_ns]))[0]
+            tail = max(tail - share * float(in_tail), 0.0)
+    waits = None
+    rows = _rows_of_hosts(graph, edit.unwait)
+    if rows.size:
+        waits = np.ones(n, bool)
+        waits[rows] = False
+    rows = _rows_of_hosts(graph, edit.calls_removed)
+    if rows.size:
+        own[rows] = 0.0
+        waits = np.ones(n, bool) if waits is None else waits
+        waits[rows] = False
+    if base is not None:
+        gap = _rescaled(gap, graph.gap_ns, base.gap_ns)
+        own = _rescaled(own, graph.own_ns, base.own_ns)
+        tail = float(_rescaled(np.array([tail]), np.array([graph.tail_ns]),
+                               np.array([graph.tail_ns if base.tail_ns is None else base.tail_ns]))[0])
+    if edit.calls_timed.size:
+        row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
+        for h, ns in zip(edit.calls_timed.tolist(), edit.calls_timed_ns.tolist()):
+            if h in row_of:
+                own[row_of[h]] = ns
+    if edit.added_at.size and edit.added_launches > 0:
+        launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
+        launched = np.unique(launched[launched >= 0])
+        gap[launched] += edit.added_launches * launch_cost_ns(graph, base)
+    dur = None
+    if edit.device.size:
+        dur = graph.dev_dur_ns.astype(float)
+        pos = np.searchsorted(edit.device, graph.dev_index)
+        pos = np.minimum(pos, edit.device.size - 1)
+        hit = edit.device[pos] == graph.dev_index
+        dur[hit] = np.maximum(edit.device_ns[pos[hit]], 0.0)
+    if base is not None and base.waits is not None:
+        waits = base.waits if waits is None else waits & base.waits
+    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, latency_ns=edit.latency_ns)
+
+
+def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:
+    """The host's median time per launch: the gap before a call that launches GPU work, and the call."""
+    launching = np.unique(graph.dev_launched_by[graph.dev_launched_by >= 0])
+    if launching.size == 0:
+        return 0.0
+    gap = graph.gap_ns if base is None or base.gap_ns is None else base.gap_ns
+    own = graph.own_ns if base is None or base.own_ns is None else base.own_ns
+    return float(np.median(np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]))
+
+
+def _rescaled(edited: np.ndarray, profiled: np.ndarray, free: np.ndarray | None) -> np.ndarray:
+    """``free`` (the profiler-free times) times the share of ``profiled`` that ``edited`` kept."""
+    if free is None:
+        return edited
+    kept = np.divide(edited, profiled, out=np.ones_like(edited, dtype=float), where=profiled > 0)
+    return np.asarray(free, float) * np.clip(kept, 0.0, 1.0)
+
+
+def _rows_of_hosts(graph: StepGraph, hosts: np.ndarray) -> np.ndarray:
+    if hosts.size == 0:
+        return EMPTY_I
+    return np.flatnonzero(np.isin(graph.host, hosts) & (graph.kind == CALL))

@@ -1,0 +1,98 @@
+"""The profiler's own time, taken out where it happens: per recorded event, by event class.
+
+The profiler adds host time to every event it records (RL-Scope, MLSys 2021, calibrates it per
+event class and subtracts it where it happens; so does this). Each gap and call of the host chain
+loses its recorded events' cost (replay/graph.py counts them by class); the replay then says what
+the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (fitted across the
+lab's and the gallery's profiled and unprofiled steps on an H100: BENCHMARKS.md "Replay"), scaled
+by one factor fitted on the user's own run when its unprofiled step was timed (``fit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.replay.graph import CALL, EVENT_CLASSES, StepGraph
+from gpudoctor.replay.simulate import Changes, Replayed, replay
+
+# ns of host time the profiler adds per recorded event (record_shapes, with_flops, profile_memory
+# as gpudoctor records; BENCHMARKS.md "Replay" holds the fit): operator and annotation ranges pay
+# the RecordFunction callbacks, runtime calls the CUPTI callback, Python frames the stack tracer.
+DEFAULT_COST_NS = {"op": 3_000.0, "runtime": 3_000.0, "python": 1_000.0, "annotation": 3_000.0, "memory": 0.0}
+# A call keeps at least this much of its time: a launch costs the host a few microseconds unprofiled.
+MIN_CALL_NS = 1_500.0
+# The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.
+SCALE_RANGE = (0.0, 8.0)
+FIT_ITERATIONS = 24
+
+
+@dataclass(frozen=True, eq=False)
+class Unprofiled:
+    """The graph's changes that remove the profiler, and how they were chosen."""
+
+    changes: Changes
+    scale: float  # on DEFAULT_COST_NS (or the costs given)
+    replayed: Replayed
+    fitted: bool  # scale fitted to a measured unprofiled step
+    residual_ns: float  # measured minus replayed unprofiled step (0 when not fitted, or fitted exactly)
+
+
+def costs_vector(costs: dict[str, float] | None = None) -> np.ndarray:
+    c = {**DEFAULT_COST_NS, **(costs or {})}
+    return np.array([c[name] for name in EVENT_CLASSES], float)
+
+
+def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, float] | None = None,
+                     base: Changes | None = None) -> Changes:
+    """``base`` (a fix's changes, or none) with the profiler's cost taken out of every gap and call."""
+    base = base or Changes()
+    per_entry = graph.load @ (costs_vector(costs) * scale)
+    gap = (graph.gap_ns if base.gap_ns is None else base.gap_ns).astype(float)
+    own = (graph.own_ns if base.own_ns is None else base.own_ns).astype(float)
+    tail = float(graph.tail_ns if base.tail_ns is None else base.tail_ns)
+    n = gap.size
+    overhead = per_entry[:n]
+    from_gap = np.minimum(overhead, gap)
+    is_call = graph.kind == CALL
+    room = np.where(is_call, np.maximum(own - MIN_CALL_NS, 0.0), 0.0)
+    from_own = np.minimum(overhead - from_gap, room)
+    # a call that waited keeps its return time: the wait, not the profiler, set its length
+    from_own = np.where(graph.wait_on >= 0, 0.0, from_own)
+    return Changes(
+        gap_ns=gap - from_gap, own_ns=own - from_own, tail_ns=max(tail - float(per_entry[n]), 0.0),
+        waits=base.waits, dev_dur_ns=base.dev_dur_ns, latency_ns=base.latency_ns,
+    )
+
+
+def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
+               costs: dict[str, float] | None = None) -> Unprofiled:
+    """The profiler taken out: at the default costs, or with their scale fitted (bisection: the
+    replayed step falls as the scale grows) so that the replayed step matches ``measured_step_ns``."""
+    if measured_step_ns is None or measured_step_ns <= 0:
+        ch = without_profiler(graph, 1.0, costs)
+        return Unprofiled(ch, 1.0, replay(graph, ch), fitted=False, residual_ns=0.0)
+    lo, hi = SCALE_RANGE
+    at_lo = replay(graph, without_profiler(graph, lo, costs))
+    if at_lo.step_ns <= measured_step_ns:
+        # the profiled step is no longer than the measured one: the GPU's work sets it, the
+        # profiler's host time is hidden and the step says nothing of it: the default costs stand
+        ch = without_profiler(graph, 1.0, costs)
+        r = replay(graph, ch)
+        return Unprofiled(ch, 1.0, r, True, measured_step_ns - r.step_ns)
+    at_hi = replay(graph, without_profiler(graph, hi, costs))
+    if at_hi.step_ns >= measured_step_ns:  # even the most the profiler could have added leaves it longer
+        return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True, measured_step_ns - at_hi.step_ns)
+    best = at_hi
+    for _ in range(FIT_ITERATIONS):
+        mid = (lo + hi) / 2
+        r = replay(graph, without_profiler(graph, mid, costs))
+        if r.step_ns > measured_step_ns:
+            lo = mid
+        else:
+            hi, best = mid, r
+        if abs(r.step_ns - measured_step_ns) <= 1e-4 * measured_step_ns:
+            hi, best = mid, r
+            break
+    return Unprofiled(without_profiler(graph, hi, costs), hi, best, True, measured_step_ns - best.step_ns)

@@ -1,0 +1,197 @@
+"""Every fix priced by replaying the step's graph with the fix applied (replay/).
+
+The step's graph is built once per trace; the profiler's own time is taken out of it (fitted to
+the unprofiled step when ``gpudoctor run`` timed it, else at the default per-event costs). Each
+finding's fix is an edit of the graph: its rule's own (``Rule.edit``), or one derived here from
+the finding: the host time of its idle cause that the fix removes (the share its rule priced),
+and its kernels shortened by the kernel time its rule priced. The saving is the replayed step
+before minus after; the same edits all at once give "all fixes together". A finding whose fix
+cannot be stated as an edit (or a trace whose graph cannot be built) keeps its formula's price,
+and its evidence says so (``PRICED_BY``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.idle import BLOCKING
+from gpudoctor.core.finding import MAX_SAVING_SHARE, Finding, severity_for, speedup
+from gpudoctor.replay.edits import Edit, changes, merge
+from gpudoctor.replay.graph import StepGraph, build
+from gpudoctor.replay.observer import Unprofiled, unprofiled
+from gpudoctor.replay.simulate import replay
+
+PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
+FORMULA_BECAUSE = "priced_by_formula_because"
+STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
+FORMULA_SAVING = "saving_by_formula_ms"
+# Below this share of the unprofiled step, a measured step longer than the replayed one is the
+# spread between two timings of one step, not waits the window missed (rules/calibrate.py, same).
+UNSEEN_MIN_SHARE = 0.15
+# Findings whose whole price is the unseen time of an unprofiled step longer than the window
+# (rules/calibrate.py UNSEEN_TAKEN_BY): the replay cannot see it either.
+TAKES_UNSEEN = frozenset({"input-pipeline"})
+
+
+@dataclass(frozen=True, eq=False)
+class StepModel:
+    """The graph of a trace's steps and its profiler-free baseline."""
+
+    graph: StepGraph
+    base: Unprofiled
+    step_ms: float  # the step the speedups are taken against: unprofiled when timed, else profiled
+    unprofiled_known: bool
+
+    def after_ms(self, edit: Edit, takes_unseen: bool = False) -> float:
+        """The step once ``edit`` is applied, in the terms of ``step_ms``."""
+        fixed = replay(self.graph, changes(self.graph, edit, base=self.base.changes))
+        after_ns = max(fixed.step_ns, edit_floor_ns(edit))
+        base_ns = self.base.replayed.step_ns
+        if base_ns <= 0:
+            return self.step_ms
+        if not self.unprofiled_known:  # offline: the share the replay removes, of the profiled step
+            return self.step_ms * after_ns / base_ns
+        residual_ms = self.base.residual_ns / 1e6
+        if 0 <= residual_ms < UNSEEN_MIN_SHARE * self.step_ms:  # the spread of timing one step two ways
+            return self.step_ms * after_ns / base_ns
+        if residual_ms >= 0:  # time the window did not see stays, unless the fix is the one that takes it
+            return after_ns / 1e6 + (0.0 if takes_unseen else residual_ms)
+        # the replay stays above the measured step with all the profiler's cost taken out: the
+        # trace's device work itself ran slower (a pageable copy staged under the profiler); the
+        # step after the fix is what the edited graph leaves, never more than the step now
+        return min(after_ns / 1e6, self.step_ms)
+
+
+@dataclass(frozen=True)
+class AllFixes:
+    """Every replay-priced fix applied at once: the step it leaves and the speedup."""
+
+    ids: tuple[str, ...]
+    step_ms: float
+    step_after_ms: float
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.step_ms / self.step_after_ms if self.step_after_ms > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        return {"ids": list(self.ids), "step_ms": round(self.step_ms, 4), "step_after_ms": round(self.step_after_ms, 4),
+                "predicted_speedup": round(self.predicted_speedup, 4)}
+
+
+def edit_floor_ns(edit: Edit) -> float:
+    return float(edit.min_step_ns)
+
+
+def step_model(a: Analysis) -> StepModel | str:
+    """The model of ``a``'s steps, or why there is none."""
+    if len(a.trace.device) == 0:
+        return "no GPU work"
+    graph = build(a.trace, a.steps)
+    if graph.coverage != "full":
+        return graph.coverage
+    measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
+    base = unprofiled(graph, measured)
+    if base.replayed.step_ns <= 0:
+        return "the replayed step is empty"
+    return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None)
+
+
+def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixes | None]:
+    """``priced`` (the formulas' prices, rules/calibrate.py) re-priced by replay where each fix is
+    an edit; ``raw``: the same findings as the rules made them, on the profiled step (their idle
+    and kernel parts say what the derived edits remove). Unranked."""
+    model = step_model(a)
+    by_id = {f.id: f for f in raw}
+    if isinstance(model, str):
+        return [_formula(f, f"the step's graph could not be built: {model}") for f in priced], None
+    out, edits, ids = [], [], []
+    for finding in priced:
+        edit, why = edit_for(a, by_id.get(finding.id, finding))
+        if edit is None or edit.is_empty():
+            out.append(_formula(finding, why or "its fix is not an edit of the step's graph"))
+            continue
+        after = model.after_ms(edit, takes_unseen=finding.id in TAKES_UNSEEN)
+        out.append(_replayed(finding, model.step_ms, after, edit.note))
+        edits.append(edit)
+        ids.append(finding.id)
+    if not edits:
+        return out, None
+    together = merge(edits)
+    after_all = model.after_ms(together, takes_unseen=bool(TAKES_UNSEEN & set(ids)))
+    return out, AllFixes(tuple(ids), model.step_ms, min(after_all, model.step_ms))
+
+
+def edit_for(a: Analysis, finding: Finding) -> tuple[Edit | None, str]:
+    """The fix of ``finding`` as an edit: its rule's, else one derived from its idle cause and kernels."""
+    from gpudoctor.rules.registry import RULES
+
+    rule = RULES.get(finding.id)
+    if rule is None:
+        return None, "no rule of that id"
+    if rule.edit is not None:
+        edit = rule.edit(a, finding)
+        return (edit, "") if edit is not None else (None, "its rule states no edit for this trace")
+    return derived_edit(a, finding, rule.idle_cause)
+
+
+def derived_edit(a: Analysis, finding: Finding, cause: str) -> tuple[Edit | None, str]:
+    """The host time of ``cause`` the finding's idle part stands for, removed; its kernels (those it
+    names) shortened by its kernel part. None where a part has nothing in the trace to edit."""
+    n = max(len(a.steps), 1)
+    idle_ms = finding.saving_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, finding.saving_ms)
+    kernel_ms = max(finding.saving_ms - idle_ms, 0.0)
+    parts: list[Edit] = []
+    if idle_ms > 0:
+        if cause not in BLOCKING or cause not in a.idle.labels:
+            return None, f"its idle part ({cause or 'no cause'}) is not host time the trace labels"
+        s, e = a.idle.labels[cause]
+        labelled_ms = float((e - s).sum()) / 1e6 / n
+        if labelled_ms <= 0:
+            return None, f"no host time labelled {cause}"
+        parts.append(Edit(host_removed_s=s, host_removed_e=e, host_share=min(idle_ms / labelled_ms, 1.0),
+                          note=f"{cause} host time removed"))
+    if kernel_ms > 0:
+        edit = shortened_kernels(a, finding.evidence.kernels, kernel_ms * n * 1e6)
+        if edit is None:
+            return None, "its kernel time is not tied to kernels in the trace"
+        parts.append(edit)
+    if not parts:
+        return None, "nothing to remove"
+    return merge(parts), ""
+
+
+def shortened_kernels(a: Analysis, names: tuple[str, ...], saved_ns: float) -> Edit | None:
+    """The kernels named ``names`` in the steps, each shortened by the same share, ``saved_ns`` in all."""
+    if not names:
+        return None
+    trace, dev = a.trace, a.trace.device
+    wanted = trace.names_matching(lambda s: s in set(names))
+    idx = np.flatnonzero(wanted[dev.name] & (a.roofline.event_in_steps_ns > 0))
+    total = float(dev.dur[idx].sum())
+    if idx.size == 0 or total <= 0:
+        return None
+    keep = max(1.0 - saved_ns / total, 0.0)
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * keep, note="kernels shortened")
+
+
+def _formula(finding: Finding, why: str) -> Finding:
+    numbers = dict(finding.evidence.numbers, **{PRICED_BY: "formula", FORMULA_BECAUSE: why})
+    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+
+
+def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:
+    saving = min(max(step_ms - after_ms, 0.0), MAX_SAVING_SHARE * step_ms)
+    idle = finding.idle_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, saving)
+    numbers = dict(finding.evidence.numbers, **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
+                                                 FORMULA_SAVING: round(finding.saving_ms, 4)})
+    return dataclasses.replace(
+        finding, saving_ms=saving, idle_ms=min(idle, saving), predicted_speedup=speedup(step_ms, saving),
+        severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share),
+        evidence=dataclasses.replace(finding.evidence, numbers=numbers),
+    )
