@@ -50,13 +50,15 @@ class Edit:
     added_at: np.ndarray = field(default_factory=lambda: EMPTY_I)
     added_launches: float = 0.0  # host launches added before each call that launches one of added_at
     latency_ns: float | None = None
+    switch_ns: float | None = None  # the gap between back-to-back device events after the fix
     host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
     min_step_ns: float = 0.0  # what the step cannot go below after the fix (a loader's throughput)
+    min_step_share: float = 0.0  # the same, as a share of the step the program runs now
     note: str = ""
 
     def is_empty(self) -> bool:
         return (self.device.size == 0 and self.host_removed_s.size == 0 and self.unwait.size == 0
-                and self.calls_timed.size == 0
+                and self.calls_timed.size == 0 and self.switch_ns is None
                 and self.calls_removed.size == 0 and self.added_at.size == 0 and self.latency_ns is None)
 
 
@@ -86,8 +88,10 @@ def merge(edits: list[Edit]) -> Edit:
         added_at=np.concatenate([e.added_at for e in added]).astype(np.int64) if added else EMPTY_I,
         added_launches=max((e.added_launches for e in added), default=0.0),
         latency_ns=min(latencies) if latencies else None,
+        switch_ns=min((e.switch_ns for e in edits if e.switch_ns is not None), default=None),
         host_share=shares,
         min_step_ns=max(e.min_step_ns for e in edits),
+        min_step_share=max(e.min_step_share for e in edits),
         note="; ".join(e.note for e in edits if e.note),
     )
 
@@ -141,13 +145,15 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     dur = None
     if edit.device.size:
         dur = graph.dev_dur_ns.astype(float)
-        pos = np.searchsorted(edit.device, graph.dev_index)
-        pos = np.minimum(pos, edit.device.size - 1)
-        hit = edit.device[pos] == graph.dev_index
-        dur[hit] = np.maximum(edit.device_ns[pos[hit]], 0.0)
+        order = np.argsort(edit.device, kind="stable")
+        device, device_ns = edit.device[order], np.asarray(edit.device_ns, float)[order]
+        pos = np.minimum(np.searchsorted(device, graph.dev_index), device.size - 1)
+        hit = device[pos] == graph.dev_index
+        dur[hit] = np.maximum(device_ns[pos[hit]], 0.0)
     if base is not None and base.waits is not None:
         waits = base.waits if waits is None else waits & base.waits
-    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, latency_ns=edit.latency_ns)
+    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, latency_ns=edit.latency_ns,
+                   switch_ns=edit.switch_ns)
 
 
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:

@@ -30,6 +30,7 @@ class Changes:
     waits: np.ndarray | None = None  # bool per entry: False removes the entry's wait
     dev_dur_ns: np.ndarray | None = None
     latency_ns: float | None = None
+    switch_ns: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,7 +75,7 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     kind = graph.kind.tolist()
     dur = (graph.dev_dur_ns if c.dev_dur_ns is None else c.dev_dur_ns).astype(float).tolist()
     latency = float(graph.latency_ns if c.latency_ns is None else c.latency_ns)
-    switch = float(graph.switch_ns)
+    switch = float(graph.switch_ns if c.switch_ns is None else c.switch_ns)
     stream = graph.dev_stream.tolist()
     after = graph.dev_after.tolist()
     m = len(dur)

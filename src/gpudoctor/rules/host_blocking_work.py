@@ -16,8 +16,9 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, blocking_work_regions, launch_threads
-from gpudoctor.analysis.intervals import overlap_per_window
+from gpudoctor.analysis.intervals import contains, overlap_per_window
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import frame_line
 from gpudoctor.trace.kernels import Kind
@@ -103,8 +104,22 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The host work and the blocking copies and syncs around it leave the step (a background
+    thread, an asynchronous checkpoint): their host time goes, and the calls in them no longer wait."""
+    region_s, region_e = blocking_work_regions(a.idle, a.steps)
+    if region_s.size == 0:
+        return None
+    host = a.trace.host
+    calls = np.flatnonzero((host.cat >= HostCat.RUNTIME) & np.isin(host.thread, launch_threads(a.trace)))
+    inside = calls[contains(region_s, region_e, host.ts[calls])]
+    return Edit(host_removed_s=region_s, host_removed_e=region_e, unwait=inside.astype(np.int64),
+                note="host work moved off the step")
+
+
 RULE = Rule(
     ID, "Host work with no GPU operator inside the step", check, __doc__ or "",
     needs=("launch_links",),
-    order=100, idle_cause="host-work",
+    order=100, idle_cause="host-work", edit=edit,
 )

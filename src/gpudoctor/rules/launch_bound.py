@@ -20,11 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.intervals import complement, contains, union
+from gpudoctor.analysis.idle import HOST_WORK_MIN_NS
+from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.shared import owned_elsewhere
+from gpudoctor.trace.model import HostCat
 
 ID = "launch-bound"
 GRAPH_GAP_NS = 300
@@ -94,39 +96,62 @@ def check(a: Analysis) -> Finding | None:
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
-    """The step captured in a CUDA graph: the host's dispatch (and the optimizer's and the
-    allocator's, unless their own findings fire) goes, with the kernels' launches; one replay
-    issues them back to back. Blocking host work (loader, syncs, I/O) stays outside the graph."""
-    steps = a.steps
-    lo = steps.host_start if steps.host_start is not None else steps.start
-    hi = steps.host_end if steps.host_end is not None else steps.end
-    owned = owned_elsewhere(a, ID)
-    kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
-    ks = np.concatenate([k[0] for k in kept]) if kept else np.empty(0, np.int64)
-    ke = np.concatenate([k[1] for k in kept]) if kept else np.empty(0, np.int64)
-    ks, ke = union(ks, ke)
-    removed_s, removed_e = [], []
-    for start, end in zip(lo.tolist(), hi.tolist()):
-        gs, ge = complement(ks, ke, int(start), int(end))
-        removed_s.append(gs)
-        removed_e.append(ge)
-    rs, re_ = np.concatenate(removed_s), np.concatenate(removed_e)
+    """The step's GPU work captured in a CUDA graph: the host time of the operators that launch
+    it goes (and the Python between two of them), with their launches; one replay issues the
+    kernels back to back. The optimizer's and the allocator's host time goes too unless their own
+    findings fire; host work that launches nothing (CPU tensors, I/O), the loader and syncs stay."""
     dev, host = a.trace.device, a.trace.host
     kernels = np.flatnonzero((a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & (dev.launch >= 0))
-    calls = dev.launch[kernels]
-    calls = np.unique(calls[contains(rs, re_, host.ts[calls])]).astype(np.int64)
+    if kernels.size == 0:
+        return None
+    calls = np.unique(dev.launch[kernels])
+    tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
+    rs, re_ = union(host.ts[tops], host.end[tops])
+    # Python between two launching operators, short and holding no operator of its own (an
+    # operator on CPU tensors launches nothing and stays)
+    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, host.thread[tops]))
+    own_ops = np.sort(host.ts[np.setdiff1d(outer, tops)])
+    between = np.searchsorted(own_ops, rs[1:]) - np.searchsorted(own_ops, re_[:-1])
+    glue = np.concatenate([(rs[1:] - re_[:-1] <= HOST_WORK_MIN_NS) & (between == 0), [False]])
+    re_ = np.where(glue, np.concatenate([rs[1:], [0]]), re_)
+    rs, re_ = union(rs, re_)
+    owned = owned_elsewhere(a, ID)
+    kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
+    if kept:
+        rs, re_ = _minus(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
+    calls = calls[contains(rs, re_, host.ts[calls])].astype(np.int64)
+    lo = a.steps.host_start if a.steps.host_start is not None else a.steps.start
     # one graph launch a step, at the first launch of each step: it uploads every node
-    step_of = np.searchsorted(lo, host.ts[calls], side="right") - 1
+    step_of = np.maximum(np.searchsorted(lo, host.ts[calls], side="right") - 1, 0)
     first = np.unique(step_of, return_index=True)[1]
-    nodes = np.bincount(step_of,
-                        minlength=len(lo))
+    nodes = np.bincount(step_of, minlength=len(lo))
     launches = calls[first]
     return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=np.setdiff1d(calls, launches),
                 calls_timed=launches, calls_timed_ns=nodes[step_of[first]] * GRAPH_NODE_NS,
-                latency_ns=GRAPH_GAP_NS, note="step captured in a CUDA graph")
+                latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS, note="step captured in a CUDA graph")
+
+
+def _minus(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke)."""
+    out_s, out_e = [], []
+    j = 0
+    for lo, hi in zip(s.tolist(), e.tolist()):
+        while j < ks.size and ke[j] <= lo:
+            j += 1
+        k, cur = j, lo
+        while k < ks.size and ks[k] < hi:
+            if ks[k] > cur:
+                out_s.append(cur)
+                out_e.append(int(ks[k]))
+            cur = max(cur, int(ke[k]))
+            k += 1
+        if cur < hi:
+            out_s.append(cur)
+            out_e.append(hi)
+    return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
 
 
 RULE = Rule(
     ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
-    order=20, idle_cause="dispatch", blocked_by=("host-sync",), edit=edit,
+    order=20, idle_cause="dispatch", blocked_by=("host-sync", "allocator-churn"), edit=edit,
 )

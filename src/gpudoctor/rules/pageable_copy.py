@@ -92,7 +92,13 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9
     calls = dev.launch[idx]
     calls = calls[calls >= 0]
+    # the host staged each copy through a bounce buffer inside the copy's operator: that time goes
+    # (the pinned copy's launch is a few microseconds), and the idle the cause's labels hold
+    ops = dev.op[idx]
+    ops = ops[ops >= 0]
+    host = a.trace.host
     s, e = a.idle.labels.get(ID, (np.empty(0, np.int64), np.empty(0, np.int64)))
+    s, e = np.concatenate([s, host.ts[ops]]), np.concatenate([e, host.end[ops]])
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
                 unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
                 note="copies pinned and asynchronous")

@@ -49,6 +49,9 @@ class StepModel:
 
     def after_ms(self, edit: Edit, takes_unseen: bool = False) -> float:
         """The step once ``edit`` is applied, in the terms of ``step_ms``."""
+        return max(self._after_ms(edit, takes_unseen), edit.min_step_share * self.step_ms)
+
+    def _after_ms(self, edit: Edit, takes_unseen: bool) -> float:
         fixed = replay(self.graph, changes(self.graph, edit, base=self.base.changes))
         after_ns = max(fixed.step_ns, edit_floor_ns(edit))
         base_ns = self.base.replayed.step_ns
@@ -61,9 +64,14 @@ class StepModel:
             return self.step_ms * after_ns / base_ns
         if residual_ms >= 0:  # time the window did not see stays, unless the fix is the one that takes it
             return after_ns / 1e6 + (0.0 if takes_unseen else residual_ms)
-        # the replay stays above the measured step with all the profiler's cost taken out: the
-        # trace's device work itself ran slower (a pageable copy staged under the profiler); the
-        # step after the fix is what the edited graph leaves, never more than the step now
+        # the replay stays above the measured step with the most profiler cost taken out. On a
+        # step the host holds, the host ran slower still: the fix keeps its share of the step. On a
+        # step the GPU holds, the trace's device work itself ran slower (a pageable copy staged
+        # under the profiler): the step after the fix is what the edited graph leaves
+        base = self.base.replayed
+        counted = max(self.graph.steps - 1, 1)
+        if base.host_work_ns / counted >= base.gpu_busy_ns / max(self.graph.steps, 1):
+            return self.step_ms * after_ns / base_ns
         return min(after_ns / 1e6, self.step_ms)
 
 
