@@ -5,7 +5,8 @@ trace analysed with the unprofiled step that was timed with it (manifest.json ``
 the planted finding's predicted speedup by replay and by formula, beside the measured one
 (``sick_median_ms / fixed_median_ms``, both timed in the same recording run). For each recorded
 twin (tests/data/twins_h100), its expected finding's prediction beside the measured band its
-manifest gives (tests/programs/twins/manifest.json ``expected_measured_speedup``).
+manifest gives (tests/programs/twins/manifest.json ``expected_measured_speedup``), or the speedup
+measured in the same run as the trace where tests/test_twin_traces.py records one.
 
     python benchmarks/bench_replay_pricing.py [--json PATH]
 """
@@ -47,6 +48,14 @@ def lab_rows() -> list[dict]:
     return rows
 
 
+def measured_with_trace() -> dict[str, float]:
+    """Twin -> the speedup measured in the run that recorded its trace (tests/test_twin_traces.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_twin_traces import CASES
+
+    return {name: case[3] for name, case in CASES.items()}
+
+
 def twin_rows() -> list[dict]:
     rows = []
     programs = json.loads((ROOT / "tests/programs/twins/manifest.json").read_text())["programs"]
@@ -57,8 +66,10 @@ def twin_rows() -> list[dict]:
         run = read_run(folder)
         report = analyze_loaded(load(folder / "trace.json.gz"), unprofiled_step_ms=run.unprofiled_step_ms)
         lo, hi = p["expected_measured_speedup"]
+        same_run = measured_with_trace().get(p["name"])
         rows.append(_row("twin", p["name"], report, p["expected_top_finding"][0],
-                         run.unprofiled_step_ms or report.step_ms, (lo * hi) ** 0.5, (lo, hi)))
+                         run.unprofiled_step_ms or report.step_ms, same_run or (lo * hi) ** 0.5,
+                         None if same_run else (lo, hi)))
     return rows
 
 

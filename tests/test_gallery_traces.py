@@ -14,6 +14,9 @@ from gpudoctor.pipeline import analyze_path
 DATA = Path(__file__).parent / "data" / "gallery_h100"
 
 # program: (step source, recorded steps, unprofiled step ms, top actionable finding, its saving ms)
+# The savings are priced by replaying the step's graph with the fix as an edit (rules/whatif.py);
+# the comments keep what was measured on the GPU. Replay against those measurements, program by
+# program: BENCHMARKS.md "Replay".
 CASES = {
     # 4 DataLoader workers behind a CPU-heavy __getitem__ (more workers at most halve the step: the
     # step after the fix is floored at half the step the program runs, 20.51 ms; it was half the
@@ -22,34 +25,38 @@ CASES = {
     # (41.0 ms; the program's own log said 39.4), and its 7.15 ms beyond the profiled step are
     # loader waits the window did not see
     "dataloader_workers": ("optimizer-step", 5, 41.0179, "input-pipeline", 20.509),
-    # L-BFGS: ~200 aten::dot a step in its two-loop recursion are not a per-sample loop
-    "lbfgs_closure": ("optimizer-step", 5, 17.0956, "fp32-matmul", 2.960),
-    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.825),
+    # L-BFGS: ~200 aten::dot a step in its two-loop recursion are not a per-sample loop. Replayed
+    # without the line search's reads' waits, the host runs ahead of the GPU: host-sync first
+    # (x1.35; not measured: the reads are the algorithm's own), then fp32-matmul (formula x1.21)
+    "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.418),
+    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.4771),
     # no optimizer: each call of the outermost module is a step
     # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
     # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
     # finds it empty
     "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.363),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
-    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.4565),
+    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5256),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
     # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, BENCHMARKS.md): its
     # BatchNorm backward runs at 6% of the roof, and the compile knob measured x1.95 [1.66-2.29]
     # (25.83 -> 13.25 ms) in the same invocation: priced x1.24 (it was x1.02 at 1.25x the eager
-    # kernel); the loader knob, for input-pipeline, measured x1.04
-    "accelerate_loop": ("optimizer-step", 5, 27.0724, "unfused-elementwise", 5.2492),
+    # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the reads'
+    # waits lets the host load the next batch beside the GPU: host-sync x1.18 ranks first, with
+    # unfused-elementwise (x1.30) blocked behind it (not measured)
+    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1536),
     # its bf16 BatchNorm backward (NCHW) runs at 8-12% of the memory roof: a generated kernel
     # rewrites it, so the chains it heads are priced at 15% of the roof (the program's stated
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms)
-    "own_profiler": ("program-profiler", 4, None, "unfused-elementwise", 1.1235),
+    "own_profiler": ("program-profiler", 4, None, "unfused-elementwise", 0.8971),
     # the by-hand gallery's TransformerEncoder calling torch.cuda.empty_cache() after every step
     # (tests/programs/byhand, H100, 2026-11-26): 84 cudaMalloc/cudaFree a step, 61.1 ms profiled
     # against 31.0 unprofiled. The step the fix leaves is calibrated like the step: x1.58 (it was
     # x1.00, info); dropping the call measured x1.71 by hand, x1.80 by the knob, and its --keep-cache
     # run in the same call (below) 17.25 ms: x1.79
-    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 11.3816),
+    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 5.5448),
     # the same with --keep-cache: no allocator churn left; launch-bound comes first
-    "varlen_empty_cache_fixed": ("optimizer-step", 5, 17.2543, "launch-bound", 4.5663),
+    "varlen_empty_cache_fixed": ("optimizer-step", 5, 17.2543, "launch-bound", 10.7746),
     # the by-hand gallery's audio_loader: 2 workers behind numpy spectrograms, a bursty loader (five
     # profiled steps of 24.3 ms, 32.4 unprofiled). Doubling the workers at most halves the step the
     # program runs: x2.00 (half the profiled step as the floor priced it x2.66). Measured in the
@@ -62,9 +69,9 @@ CASES = {
     "gru_cell_tagger": ("optimizer-step", 5, 30.9525, "launch-bound", 27.0915),
     # tests/programs/byhand (2026-11-26, H100): a Lightning GPT at fp32; the GEMMs' saving stops at
     # the host's 18.3 ms a step (x2.80; bf16-mixed by hand measured x2.80, the knob x2.81)
-    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 32.9386),
+    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 36.7968),
     # a Hugging Face Trainer fine-tuning BERT at fp32 (x2.27; TF32 by hand measured x2.07, the knob x1.91)
-    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 35.8495),
+    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4462),
 }
 
 

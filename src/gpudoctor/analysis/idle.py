@@ -461,6 +461,12 @@ def sync_calls(trace: Trace) -> np.ndarray:
     return mask
 
 
+def bookkeeping_names(trace: Trace) -> np.ndarray:
+    """Mask over the string table: operators that only make views, allocate or keep autograd's
+    books (they launch nothing on any device, and are no host computation either)."""
+    return trace.names_matching(lambda s: _BOOKKEEPING.search(s) is not None)
+
+
 def dataloader_calls(trace: Trace) -> np.ndarray:
     """Host events of a DataLoader fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
     return _name_masks(trace)["dataloader"][trace.host.name]

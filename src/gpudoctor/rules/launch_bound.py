@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import HOST_WORK_MIN_NS
+from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, bookkeeping_names
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
@@ -107,15 +107,17 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     calls = np.unique(dev.launch[kernels])
     tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
     rs, re_ = union(host.ts[tops], host.end[tops])
-    # Python between two launching operators, short and holding no operator of its own (an
-    # operator on CPU tensors launches nothing and stays)
-    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, host.thread[tops]))
+    # Python between two launching operators, short and holding no operator of its own but views
+    # and autograd's books (an operator on CPU tensors launches nothing and stays)
+    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, host.thread[tops])
+                           & ~bookkeeping_names(a.trace)[host.name])
     own_ops = np.sort(host.ts[np.setdiff1d(outer, tops)])
     between = np.searchsorted(own_ops, rs[1:]) - np.searchsorted(own_ops, re_[:-1])
     glue = np.concatenate([(rs[1:] - re_[:-1] <= HOST_WORK_MIN_NS) & (between == 0), [False]])
     re_ = np.where(glue, np.concatenate([rs[1:], [0]]), re_)
-    rs, re_ = union(rs, re_)
     owned = owned_elsewhere(a, ID)
+    taken = [a.idle.labels[c] for c in GRAPH_REMOVES if c in a.idle.labels and c not in owned]
+    rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]), np.concatenate([re_, *(t[1] for t in taken)]))
     kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
     if kept:
         rs, re_ = _minus(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
