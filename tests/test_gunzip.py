@@ -12,7 +12,7 @@ import pytest
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.trace.read import gunzip
 
-ONE = gzip.compress(b'{"traceEvents": []}')
+ONE = gzip.compress(b'{"traceEvents": []}', mtime=0)
 
 
 @pytest.fixture(params=["isal", "zlib"])
@@ -26,11 +26,11 @@ def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize(("data", "expected"), [
     (ONE, b'{"traceEvents": []}'),
-    (gzip.compress(b""), b""),
+    (gzip.compress(b"", mtime=0), b""),
     (ONE + ONE, b'{"traceEvents": []}{"traceEvents": []}'),  # two identical members: both read
-    (gzip.compress(b"ab") + gzip.compress(b"cd"), b"abcd"),
+    (gzip.compress(b"ab", mtime=0) + gzip.compress(b"cd", mtime=0), b"abcd"),
     (ONE + b"\x00\x00\x00", b'{"traceEvents": []}'),  # zero padding after the member
-])
+], ids=["one-member", "empty", "two-members", "two-different-members", "zero-padding"])
 def test_inflates_what_gzip_decompress_inflates(inflater: str, data: bytes, expected: bytes) -> None:
     assert gunzip(data, "t.json.gz") == expected == gzip.decompress(data)
 
@@ -41,7 +41,7 @@ def test_inflates_what_gzip_decompress_inflates(inflater: str, data: bytes, expe
     ONE + b"junk",  # garbage after the member
     ONE[:-8] + b"\x00" * 8,  # a zeroed CRC and size
     b"\x1f\x8b" + b"not deflate" * 4,
-])
+], ids=["truncated-trailer", "truncated-stream", "garbage-after", "zeroed-crc", "not-deflate"])
 def test_a_corrupt_file_fails_in_one_line(inflater: str, data: bytes) -> None:
     with pytest.raises(TraceFormatError, match=r"^t\.json\.gz is a truncated or corrupt gzip file; re-export"):
         gunzip(data, "t.json.gz")

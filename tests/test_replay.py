@@ -52,7 +52,7 @@ def test_the_profilers_cost_is_fitted_to_the_unprofiled_step() -> None:
 
 
 def test_an_edit_that_changes_nothing_replays_the_same_step_and_edits_combine() -> None:
-    trace, graph = _graph("host_sync")
+    _, graph = _graph("host_sync")
     base = unprofiled(graph, 7.036e6)
     assert replay(graph, changes(graph, Edit(), base=base.changes)).step_ns == pytest.approx(base.replayed.step_ns)
     waits = graph.host[graph.wait_on >= 0]
