@@ -29,12 +29,12 @@ CASES = {
     # without the line search's reads' waits, the host runs ahead of the GPU: host-sync first
     # (x1.35; not measured: the reads are the algorithm's own), then fp32-matmul (formula x1.21)
     "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.418),
-    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.4771),
+    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.4692),
     # no optimizer: each call of the outermost module is a step
     # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
     # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
     # finds it empty
-    "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.363),
+    "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.3642),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5256),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
@@ -44,7 +44,7 @@ CASES = {
     # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the reads'
     # waits lets the host load the next batch beside the GPU: host-sync x1.18 ranks first, with
     # unfused-elementwise (x1.30) blocked behind it (not measured)
-    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1536),
+    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1547),
     # its bf16 BatchNorm backward (NCHW) runs at 8-12% of the memory roof: a generated kernel
     # rewrites it, so the chains it heads are priced at 15% of the roof (the program's stated
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms). Replayed, the fusion
@@ -73,7 +73,7 @@ CASES = {
     # the host's 18.3 ms a step (x2.80; bf16-mixed by hand measured x2.80, the knob x2.81)
     "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 36.7968),
     # a Hugging Face Trainer fine-tuning BERT at fp32 (x2.27; TF32 by hand measured x2.07, the knob x1.91)
-    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4462),
+    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4386),
 }
 
 

@@ -31,7 +31,7 @@ CASES = {
     "pageable_h2d": ("pageable-copy", 6.995, 2.839, 7.3704),
     # num_workers=0 with a CPU-heavy __getitem__: 8 workers deliver a batch every cost / 8 (the
     # twin used 6: its measured step is 8.99 ms, the floor here 5.59)
-    "loader_no_workers": ("input-pipeline", 40.239, 8.2, 6.1902),
+    "loader_no_workers": ("input-pipeline", 40.24, 8.201, 6.1902),
     # torch.save of the model and optimizer every step: the whole copy-sync-write span priced
     # (run 2026-11-25 18:45 UTC; the save's writes alone predicted x2.51 on an earlier run)
     "checkpoint_every_step": ("host-blocking-work", 33.603, 4.445, 6.3043),

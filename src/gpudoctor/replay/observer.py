@@ -25,7 +25,8 @@ DEFAULT_COST_NS = {"op": 3_000.0, "runtime": 3_000.0, "python": 1_000.0, "annota
 MIN_CALL_NS = 1_500.0
 # The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.
 SCALE_RANGE = (0.0, 8.0)
-FIT_ITERATIONS = 24
+FIT_ITERATIONS = 40
+FIT_TOLERANCE = 1e-5  # of the measured step
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,8 +69,8 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
 
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                costs: dict[str, float] | None = None) -> Unprofiled:
-    """The profiler taken out: at the default costs, or with their scale fitted (bisection: the
-    replayed step falls as the scale grows) so that the replayed step matches ``measured_step_ns``."""
+    """The profiler taken out: at the default costs, or with their scale fitted (the replayed step
+    falls as the scale grows: regula falsi) so that the replayed step matches ``measured_step_ns``."""
     if measured_step_ns is None or measured_step_ns <= 0:
         ch = without_profiler(graph, 1.0, costs)
         return Unprofiled(ch, 1.0, replay(graph, ch), fitted=False, residual_ns=0.0)
@@ -84,15 +85,24 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
     at_hi = replay(graph, without_profiler(graph, hi, costs))
     if at_hi.step_ns >= measured_step_ns:  # even the most the profiler could have added leaves it longer
         return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True, measured_step_ns - at_hi.step_ns)
-    best = at_hi
+    # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
+    f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
+    best, side = at_hi, 0
     for _ in range(FIT_ITERATIONS):
-        mid = (lo + hi) / 2
+        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         r = replay(graph, without_profiler(graph, mid, costs))
-        if r.step_ns > measured_step_ns:
-            lo = mid
-        else:
-            hi, best = mid, r
-        if abs(r.step_ns - measured_step_ns) <= 1e-4 * measured_step_ns:
+        f_mid = r.step_ns - measured_step_ns
+        if abs(f_mid) <= FIT_TOLERANCE * measured_step_ns or hi - lo <= 1e-9:
             hi, best = mid, r
             break
+        if f_mid > 0:
+            lo, f_lo = mid, f_mid
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        else:
+            hi, f_hi, best = mid, f_mid, r
+            if side == 1:
+                f_lo /= 2
+            side = 1
     return Unprofiled(without_profiler(graph, hi, costs), hi, best, True, measured_step_ns - best.step_ns)
