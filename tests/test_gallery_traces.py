@@ -29,7 +29,7 @@ CASES = {
     # without the line search's reads' waits, the host runs ahead of the GPU: host-sync first
     # (x1.35; not measured: the reads are the algorithm's own), then fp32-matmul (formula x1.21)
     "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.418),
-    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.4692),
+    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.4367),
     # no optimizer: each call of the outermost module is a step
     # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
     # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
@@ -44,7 +44,7 @@ CASES = {
     # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the reads'
     # waits lets the host load the next batch beside the GPU: host-sync x1.18 ranks first, with
     # unfused-elementwise (x1.30) blocked behind it (not measured)
-    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1547),
+    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1589),
     # its bf16 BatchNorm backward (NCHW) runs at 8-12% of the memory roof: a generated kernel
     # rewrites it, so the chains it heads are priced at 15% of the roof (the program's stated
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms). Replayed, the fusion
@@ -68,12 +68,12 @@ CASES = {
     # a GRUCell stepped 48 times in Python: 1,393 kernels a step of 2 us; one graph leaves 3.86 ms
     # (x8.02); reduce-overhead measured 3.05-3.15 ms a step, x7.06-9.62 of the same process's
     # or the plain program's step
-    "gru_cell_tagger": ("optimizer-step", 5, 30.9525, "launch-bound", 27.0915),
+    "gru_cell_tagger": ("optimizer-step", 5, 30.9525, "launch-bound", 27.0924),
     # tests/programs/byhand (2026-11-26, H100): a Lightning GPT at fp32; the GEMMs' saving stops at
     # the host's 18.3 ms a step (x2.80; bf16-mixed by hand measured x2.80, the knob x2.81)
-    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 36.7968),
+    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 36.8031),
     # a Hugging Face Trainer fine-tuning BERT at fp32 (x2.27; TF32 by hand measured x2.07, the knob x1.91)
-    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4386),
+    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4257),
 }
 
 

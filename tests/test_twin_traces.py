@@ -23,7 +23,7 @@ CASES = {
     # fp32 GPT with set_float32_matmul_precision("high"): TF32 GEMMs and fp32 attention; the fix
     # (bf16 autocast) is held back by the host (17.5 ms fixed): the saving is floored at the host's
     # time scaled to the unprofiled step
-    "tf32_gpt": ("fp32-matmul", 6.905, 1.479, 1.2327),
+    "tf32_gpt": ("fp32-matmul", 6.908, 1.479, 1.2327),
     # 48 tiny layers: a whole-step CUDA graph leaves the kernels and a queue gap per kernel
     "tiny_mlp_launch": ("launch-bound", 14.686, 8.516, 8.1622),
     # 64 MB from pageable memory each step: the copy at the pinned rate, and the dispatch idle the
@@ -34,7 +34,7 @@ CASES = {
     "loader_no_workers": ("input-pipeline", 40.24, 8.201, 6.1902),
     # torch.save of the model and optimizer every step: the whole copy-sync-write span priced
     # (run 2026-11-25 18:45 UTC; the save's writes alone predicted x2.51 on an earlier run)
-    "checkpoint_every_step": ("host-blocking-work", 33.603, 4.445, 6.3043),
+    "checkpoint_every_step": ("host-blocking-work", 33.606, 4.446, 6.3043),
 }
 
 

@@ -111,7 +111,7 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     nested = np.zeros(len(host), bool)
     has_parent = parent >= 0
     nested[has_parent] = (host.cat[parent[has_parent]] >= HostCat.RUNTIME) & (host.cat[parent[has_parent]] <= HostCat.DRIVER)
-    in_window = (host.ts >= w0) & (host.ts < w1)
+    in_window = (host.ts >= w0) & (host.ts < int(ends[-1]))  # the steps' host time, not what follows them
     call_idx = np.flatnonzero(is_call & ~nested & in_window)
     call_idx = call_idx[np.argsort(host.ts[call_idx], kind="stable")]
     coverage = "full" if call_idx.size else "no runtime calls on the launching threads: host time not modelled"
@@ -157,7 +157,9 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     # them; other long calls wait for the device event that ended just before they returned
     wait_on = np.full(n, -1, np.int64)
     ret = np.zeros(n, np.int64)
-    own = np.where(entry_kind == CALL, entry_end - entry_ts, 0).astype(np.int64)
+    # a call that starts inside the previous entry (another thread's) adds only what outlasts it:
+    # the chain then holds the union of the threads' time, as the trace does
+    own = np.where(entry_kind == CALL, entry_end - np.maximum(entry_ts, prev_end), 0).clip(0).astype(np.int64)
     if call_idx.size and dev_idx.size:
         is_sync = sync_calls(trace)
         row_sync = np.zeros(n, bool)
