@@ -68,9 +68,9 @@ def check(a: Analysis) -> Finding | None:
     flop_idx, flop_saving = _by_flops(a, live)
     grid_idx, grid_saving = _by_grid(a, live)
     idx = np.concatenate((flop_idx, grid_idx))
-    if idx.size == 0:
-        return None
     n = max(len(a.steps), 1)
+    if idx.size < n:  # under one a step is no pattern: nothing to list
+        return None
     t = rf.event_in_steps_ns[idx].astype(float)
     kernel_saving = np.concatenate((flop_saving, grid_saving))
     # the share of each kernel's time that batching removes, applied to its queue gap
@@ -80,6 +80,9 @@ def check(a: Analysis) -> Finding | None:
     f = rf.event_flops[flop_idx]
     achieved = f.sum() / (rf.event_in_steps_ns[flop_idx].sum() / 1e9) if flop_idx.size else 0.0
     mean_blocks = float(dev.blocks[idx].mean())
+    rows = _rows_per_call(a, idx)
+    if saving <= 0:
+        return None
     return make_finding(
         ID,
         "Matmuls too small to feed the tensor cores",
@@ -98,6 +101,7 @@ def check(a: Analysis) -> Finding | None:
                 "priced_by_grid_fill": int(grid_idx.size),
                 "queue_gaps_removed_ms_per_step": round(gap_ns / 1e6 / n, 3),
                 "achieved_tflops": round(achieved / 1e12, 2),
+                **({"rows_per_call_median": rows} if rows else {}),
                 **_measured_small_shapes(a),
             },
             ops=op_names_of_events(a.trace, idx),
@@ -105,8 +109,7 @@ def check(a: Analysis) -> Finding | None:
             sources=sources_of_events(a.trace, idx),
         ),
         (
-            Fix("Give each matmul more rows: a larger batch (or gradient accumulation the other way round)",
-                "loader = DataLoader(ds, batch_size=256)   # was 16"),
+            _more_rows_fix(rows),
             Fix("Merge parallel projections into one GEMM (QKV, gate+up)",
                 "qkv = x @ w_qkv.T; q, k, v = qkv.split([dq, dk, dv], dim=-1)"),
             Fix("Group many independent small GEMMs into one batched call", "out = torch.bmm(A_stack, B_stack)"),
@@ -114,6 +117,28 @@ def check(a: Analysis) -> Finding | None:
         wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most SMs idle.",
         idle_ms=gap_ns / 1e6 / n,
     )
+
+
+def _rows_per_call(a: Analysis, idx: np.ndarray) -> int:
+    """The median rows a small GEMM multiplies (its first input's leading dimensions, from the
+    operator's recorded shapes); 0 when the trace recorded none."""
+    ops = a.trace.device.op[idx]
+    rows = []
+    for op in np.unique(ops[ops >= 0]).tolist()[:200]:
+        dims = a.trace.input_dims(op)
+        first = dims[0] if dims and isinstance(dims[0], list) else None
+        if first and len(first) >= 2 and all(isinstance(d, int) for d in first):
+            rows.append(int(np.prod(first[:-1])))
+    return int(np.median(rows)) if rows else 0
+
+
+def _more_rows_fix(rows: int) -> Fix:
+    """The batch fix, in the program's own numbers where the trace recorded the shapes."""
+    title = "Give each matmul more rows: a larger batch (or gradient accumulation the other way round)"
+    if not rows:
+        return Fix(title, "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now")
+    return Fix(title, f"# each small matmul multiplies {rows} rows now (median, from the recorded shapes)\n"
+                      f"loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now; {8 * rows} rows a matmul")
 
 
 def _measured_small_shapes(a: Analysis) -> dict[str, float]:
