@@ -192,3 +192,31 @@ def test_program_facts_record_the_git_commit(tmp_path):
     script.write_text("print(2)\n")
     assert program_facts(str(script), (), False)["git_dirty"] is True
     json.dumps(facts)
+
+
+def test_history_keeps_each_trial_prediction_beside_its_measurement(tmp_path):
+    """A run's --try-fixes trials (report.json "trials"): the predicted and measured pairs, and how
+    far off they were: predicted / measured per trial, its median and the share within 1.25x."""
+    from gpudoctor.diff.history import prediction_errors
+
+    runs = tmp_path / "gpudoctor-runs"
+    trials = [
+        {"knob": "bf16-autocast", "finding": "fp32-matmul", "predicted_speedup": 1.5, "measured_speedup": 1.25,
+         "predicted_by": "replay", "status": "ok"},
+        {"knob": "compile", "finding": "launch-bound", "predicted_speedup": 2.0, "measured_speedup": 2.1,
+         "predicted_by": "replay", "status": "ok"},
+        {"knob": "tf32", "finding": "fp32-matmul", "predicted_speedup": 1.2, "measured_speedup": 0.8,
+         "predicted_by": "formula", "status": "ok"},
+        {"knob": "loader-workers", "finding": "input-pipeline", "predicted_speedup": 2.0, "measured_speedup": None,
+         "status": "failed"},  # not measured: not a pair
+    ]
+    folder = make_run(runs / "train-1", DATA / "host_sync" / "trace.json.gz", [7.0, 7.1])
+    (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
+    make_run(runs / "train-2", DATA / "host_sync" / "trace.json.gz", [7.0])  # no trials
+    entries = list_runs(runs)
+    assert sorted(len(e.predictions) for e in entries) == [0, 3]
+    errors = prediction_errors(entries)
+    # ratios 1.2, 0.952, 1.5: median 1.2, two within 1.25x
+    assert errors["all"] == {"trials": 3, "median_ratio": 1.2, "within_1_25x": 2}
+    assert errors["by"]["replay"] == {"trials": 2, "median_ratio": 1.076, "within_1_25x": 2}
+    assert errors["by"]["formula"] == {"trials": 1, "median_ratio": 1.5, "within_1_25x": 0}

@@ -150,3 +150,20 @@ def test_html_page_renders_and_trace_names_stay_text(tmp_path):
     assert result.console_errors == []
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;aten::" in result.dom
     assert "<script" not in result.dom.lower() and "<img" not in result.dom
+
+
+def test_history_predictions_view_and_json(tmp_path):
+    runs = tmp_path / "gpudoctor-runs"
+    folder = make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00")
+    trials = [{"knob": "bf16-autocast", "finding": "fp32-matmul", "predicted_speedup": 1.5,
+               "measured_speedup": 1.25, "predicted_by": "replay", "status": "ok"}]
+    (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
+    table = gd("history", runs, "--predictions", "--width", "160")
+    assert table.returncode == 0, table.stderr
+    assert "bf16-autocast" in table.stdout and "x1.50" in table.stdout and "x1.25" in table.stdout
+    assert "1 trials, median predicted / measured 1.20, 1 within 1.25x" in table.stdout
+    out = gd("history", runs, "--predictions", "--json")
+    data = json.loads(out.stdout)
+    assert data["prediction_errors"]["all"] == {"trials": 1, "median_ratio": 1.2, "within_1_25x": 1}
+    empty = gd("history", tmp_path / "gpudoctor-runs", "--predictions")
+    assert empty.returncode == 0

@@ -752,18 +752,27 @@ def _diff_inputs(before: Path | None, after: Path | None, last: bool, runs: Path
 def history_cmd(
     folder: Path = typer.Argument(Path("gpudoctor-runs"), help="The folder gpudoctor run wrote to (its --out)."),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    predictions: bool = typer.Option(False, "--predictions",
+                                     help="The --try-fixes trials' predicted vs measured speedups, and how far off."),
     width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
 ) -> None:
     """The runs under a folder, newest first: program, arguments, git commit, GPU, step time, top finding."""
-    from gpudoctor.diff.history import list_runs
-    from gpudoctor.diff.history_table import render_history
+    from gpudoctor.diff.history import list_runs, prediction_errors
+    from gpudoctor.diff.history_table import render_history, render_predictions
     from gpudoctor.report.safe import SafeConsole
 
     entries = list_runs(folder)
     if json_out:
-        sys.stdout.write(json.dumps([e.to_dict() for e in entries], indent=2) + "\n")
+        data: object = [e.to_dict() for e in entries]
+        if predictions:
+            data = {"runs": data, "prediction_errors": prediction_errors(entries)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    render_history(entries, folder, SafeConsole(width=width) if width else SafeConsole())
+    console = SafeConsole(width=width) if width else SafeConsole()
+    if predictions:
+        render_predictions(entries, folder, console)
+        return
+    render_history(entries, folder, console)
 
 
 @app.command("rules")

@@ -38,6 +38,9 @@ class RunEntry:
     has_trace: bool
     findings: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # the run's --try-fixes trials with a prediction and a measurement: knob, finding,
+    # predicted_speedup, measured_speedup, predicted_by (report.json "trials")
+    predictions: tuple[dict[str, Any], ...] = ()
 
     @property
     def identity(self) -> tuple[str, tuple[str, ...], bool]:
@@ -50,7 +53,7 @@ class RunEntry:
             "step_ms": None if self.step_ms is None else round(self.step_ms, 4), "step_kind": self.step_kind,
             "top_finding": self.top_finding,
             "top_saving_ms": None if self.top_saving_ms is None else round(self.top_saving_ms, 4),
-            "findings": self.findings, "has_trace": self.has_trace,
+            "findings": self.findings, "has_trace": self.has_trace, "predictions": list(self.predictions),
         }
 
 
@@ -119,7 +122,43 @@ def read_run(folder: Path) -> RunEntry | None:
         top_saving_ms=_number(top.get("saving_ms")),
         has_trace=any(folder.glob("trace*.json*")),
         findings=len(findings),
+        predictions=_predictions(report),
     )
+
+
+def _predictions(report: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The trials of a run that were both predicted and measured."""
+    trials = report.get("trials") if isinstance(report.get("trials"), list) else []
+    out = []
+    for t in trials:
+        if not isinstance(t, dict):
+            continue
+        predicted, measured = _number(t.get("predicted_speedup")), _number(t.get("measured_speedup"))
+        if predicted and measured and predicted > 0 and measured > 0 and t.get("status") == "ok":
+            out.append({"knob": str(t.get("knob") or ""), "finding": str(t.get("finding") or ""),
+                        "predicted_speedup": predicted, "measured_speedup": measured,
+                        "predicted_by": str(t.get("predicted_by") or "formula")})
+    return tuple(out)
+
+
+def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
+    """How far the predictions were off over ``entries``' trials: predicted / measured per trial,
+    its median and the share within 1.25x, in all and by how they were priced."""
+    pairs = [(p, p["predicted_speedup"] / p["measured_speedup"]) for e in entries for p in e.predictions]
+
+    def summary(ratios: list[float]) -> dict[str, Any]:
+        if not ratios:
+            return {"trials": 0}
+        ordered = sorted(ratios)
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return {"trials": len(ratios), "median_ratio": round(median, 3),
+                "within_1_25x": sum(1 / 1.25 <= r <= 1.25 for r in ratios)}
+
+    by: dict[str, list[float]] = {}
+    for p, r in pairs:
+        by.setdefault(p["predicted_by"].split(" ")[0], []).append(r)
+    return {"all": summary([r for _, r in pairs]), "by": {k: summary(v) for k, v in sorted(by.items())}}
 
 
 def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:

@@ -72,6 +72,8 @@ def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]]
         console.print(f"  {note}", markup=False, highlight=False)
     for rec in trials:
         pred = _x(rec.get("predicted_speedup"))
+        by = rec.get("predicted_by")
+        pred += f" ({by.split(' ')[0]})" if by else ""
         head = f"  {rec['knob']:<24} predicted {pred:>6}  measured {measured_text(rec):<22} {outcome_text(rec)}"
         console.print(head, markup=False, highlight=False, soft_wrap=True)
         details = []

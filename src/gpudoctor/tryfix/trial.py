@@ -171,6 +171,7 @@ class Planned:
     finding: str | None = None
     predicted_speedup: float | None = None
     saving_ms: float | None = None
+    priced_by: str | None = None  # "replay" or "formula" (the finding's evidence, rules/whatif.py)
 
 
 @dataclass
@@ -218,7 +219,8 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
             continue
         for knob in knobs:
             if (fixes is None or knob.id in fixes) and knob.id not in chosen:
-                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms)
+                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms,
+                                          f.evidence.numbers.get("priced_by"))
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
     priced = [_with_also_saves(p, findings) for p in chosen.values()]
@@ -273,7 +275,8 @@ def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
     step = saving * ps / (ps - 1.0)  # the step the savings are shares of
     total = min(planned.saving_ms + sum(f.saving_ms for f in extra), MAX_SAVING_SHARE * step)
     label = " + ".join([planned.finding, *(f.id for f in extra)])
-    return Planned(planned.knob, label, speedup(step, total), total)
+    return Planned(planned.knob, label, speedup(step, total), total,
+                   "formula" if planned.priced_by != "replay" else "replay (summed with the findings it also removes)")
 
 
 def verdict(change: StepChange, predicted_speedup: float | None) -> str:
@@ -519,6 +522,7 @@ class Trials:
             "finding": planned.finding if planned else None,
             "predicted_speedup": _round(planned.predicted_speedup if planned else None),
             "predicted_saving_ms": _round(planned.saving_ms if planned else None),
+            "predicted_by": planned.priced_by if planned else None,
             "status": status, "reason": reason, "verdict": None,
             "measured_speedup": None, "speedup_ci95": None, "baseline_ms": None, "trial_ms": None,
             "change_pct": None, "change_ci95_pct": None, "n_baseline": len(self.baseline.samples_ms), "n_trial": 0,
