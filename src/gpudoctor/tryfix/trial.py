@@ -219,8 +219,7 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
             continue
         for knob in knobs:
             if (fixes is None or knob.id in fixes) and knob.id not in chosen:
-                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms,
-                                          f.evidence.numbers.get("priced_by"))
+                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms, _priced_by(f))
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
     priced = [_with_also_saves(p, findings) for p in chosen.values()]
@@ -259,6 +258,12 @@ def _worth_a_trial(planned: Planned) -> bool:
     if planned.predicted_speedup is None:
         return planned.saving_ms > 0
     return planned.saving_ms > 0 and planned.predicted_speedup >= MIN_TRIAL_SPEEDUP
+
+
+def _priced_by(finding: Any) -> str | None:
+    """How a finding was priced (rules/whatif.py PRICED_BY), None where it does not say."""
+    numbers = getattr(getattr(finding, "evidence", None), "numbers", None)
+    return numbers.get("priced_by") if isinstance(numbers, dict) else None
 
 
 def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
