@@ -832,3 +832,18 @@ def test_bracketed_moves_the_first_control_to_the_two_controls_geometric_mean() 
     # the spread within the process is kept: the same relative spread
     assert (max(moved) - min(moved)) / (sum(moved) / 3) == pytest.approx(2.0 / 11.0)
     assert trial_mod.bracketed(first, ()) == first and trial_mod.bracketed((), last) == ()
+
+
+def test_the_tf32_knob_is_priced_by_its_own_replay_not_the_bf16_fix() -> None:
+    """hf_bert_fp32 (H100 bundle): fp32-matmul is priced for bf16 autocast (x1.90, its casts'
+    launches added on a host-held step); the tf32 knob replays the GEMMs at the TF32 rate with no
+    cast: x2.03 (TF32 by hand measured x2.07, the knob x1.91 on the same program)."""
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / "gallery_h100" / "hf_bert_fp32")
+    finding = report.finding("fp32-matmul")
+    assert round(finding.predicted_speedup, 3) == 1.903
+    assert finding.evidence.numbers["predicted_speedup_with_tf32"] == 2.0277
+    trials = {t.knob.id: t for t in plan(report.findings, ["tf32", "bf16-autocast"]).trials}
+    assert round(trials["tf32"].predicted_speedup, 4) == 2.0277 and trials["tf32"].priced_by == "replay"
+    assert round(trials["bf16-autocast"].predicted_speedup, 3) == 1.903

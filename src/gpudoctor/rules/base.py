@@ -47,6 +47,9 @@ class Rule:
     blocked_by: tuple[str, ...] = ()
     owns_idle: tuple[str, ...] = ()
     edit: Callable[[Analysis, Finding], Edit | None] | None = None
+    # a run --try-fixes knob whose change differs from the finding's first fix, as its own edit
+    # (fp32-matmul's "tf32": the matmuls at the TF32 rate, not bf16): knob id -> edit
+    knob_edits: tuple[tuple[str, Callable[[Analysis, Finding], Edit | None]], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.needs if n not in NEEDS]

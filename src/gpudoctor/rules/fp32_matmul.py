@@ -194,7 +194,24 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 added_at=matmuls.astype(np.int64), added_launches=CASTS_PER_MATMUL, note="matmuls at the bf16 rate")
 
 
+
+def tf32_edit(a: Analysis, finding: Finding) -> Edit | None:
+    """TF32 on (the ``tf32`` knob): fp32 GEMMs on CUDA cores at the TF32 roof times the same
+    efficiency (never below their bytes at the memory roof); TF32 GEMMs and attention unchanged."""
+    idx = fp32_matrix_events(a)["simt"]
+    if idx.size == 0:
+        return None
+    rf, c, dev = a.roofline, a.ceilings, a.trace.device
+    tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+    flops, nbytes = rf.event_flops[idx], rf.event_bytes[idx]
+    in_steps = rf.event_in_steps_ns[idx].astype(float)
+    after = np.maximum(flops / (tf32_roof * GEMM_EFFICIENCY) * 1e9, nbytes / c.hbm_bytes_per_s * 1e9)
+    after = np.where(flops > 0, np.minimum(after, in_steps), in_steps)
+    share = np.divide(after, in_steps, out=np.ones(idx.size), where=in_steps > 0)
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share, note="matmuls at the TF32 rate")
+
+
 RULE = Rule(
     ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "",
-    order=30, calibration="same-ops", edit=edit,
+    order=30, calibration="same-ops", edit=edit, knob_edits=(("tf32", tf32_edit),),
 )

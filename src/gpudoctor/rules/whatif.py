@@ -27,6 +27,7 @@ from gpudoctor.replay.observer import Unprofiled, unprofiled
 from gpudoctor.replay.simulate import replay
 
 PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
+KNOB_SPEEDUP = "predicted_speedup_with_"  # + knob id: a knob's own edit, replayed (Rule.knob_edits)
 FORMULA_BECAUSE = "priced_by_formula_because"
 STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
 FORMULA_SAVING = "saving_by_formula_ms"
@@ -125,7 +126,8 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[lis
             out.append(_formula(finding, why or "its fix is not an edit of the step's graph"))
             continue
         after = model.after_ms(edit, takes_unseen=finding.id in TAKES_UNSEEN)
-        out.append(_replayed(finding, model.step_ms, after, edit.note))
+        priced_finding = _replayed(finding, model.step_ms, after, edit.note)
+        out.append(_with_knob_prices(priced_finding, a, by_id.get(finding.id, finding), model))
         edits.append(edit)
         ids.append(finding.id)
     if not edits:
@@ -189,6 +191,23 @@ def shortened_kernels(a: Analysis, names: tuple[str, ...], saved_ns: float) -> E
         return None
     keep = max(1.0 - saved_ns / total, 0.0)
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * keep, note="kernels shortened")
+
+
+def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepModel) -> Finding:
+    """The finding with each of its rule's knob edits replayed: their speedups in its evidence."""
+    from gpudoctor.rules.registry import RULES
+
+    rule = RULES.get(finding.id)
+    numbers = dict(finding.evidence.numbers)
+    for knob_id, knob_edit in (rule.knob_edits if rule is not None else ()):
+        edit = knob_edit(a, raw)
+        if edit is None or edit.is_empty():
+            continue
+        after = model.after_ms(edit)
+        numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
+    if numbers == finding.evidence.numbers:
+        return finding
+    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
 
 
 def _formula(finding: Finding, why: str) -> Finding:

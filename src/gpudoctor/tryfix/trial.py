@@ -219,7 +219,7 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
             continue
         for knob in knobs:
             if (fixes is None or knob.id in fixes) and knob.id not in chosen:
-                chosen[knob.id] = Planned(knob, f.id, f.predicted_speedup, f.saving_ms, _priced_by(f))
+                chosen[knob.id] = _knob_price(Planned(knob, f.id, f.predicted_speedup, f.saving_ms, _priced_by(f)), f)
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
     priced = [_with_also_saves(p, findings) for p in chosen.values()]
@@ -258,6 +258,18 @@ def _worth_a_trial(planned: Planned) -> bool:
     if planned.predicted_speedup is None:
         return planned.saving_ms > 0
     return planned.saving_ms > 0 and planned.predicted_speedup >= MIN_TRIAL_SPEEDUP
+
+
+def _knob_price(planned: Planned, finding: Any) -> Planned:
+    """The knob's own replayed price where its finding carries one (rules/whatif.py KNOB_SPEEDUP:
+    ``tf32`` makes fp32 matmuls TF32, not bf16), over the same step as the finding's."""
+    numbers = getattr(getattr(finding, "evidence", None), "numbers", None)
+    own = numbers.get(f"predicted_speedup_with_{planned.knob.id}") if isinstance(numbers, dict) else None
+    ps, saving = planned.predicted_speedup, planned.saving_ms
+    if not own or not ps or ps <= 1 or not saving:
+        return planned
+    step = saving * ps / (ps - 1.0)
+    return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)), "replay")
 
 
 def _priced_by(finding: Any) -> str | None:
