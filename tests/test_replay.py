@@ -7,8 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.analysis.steps import segment
+from gpudoctor.errors import GpuDoctorError
 from gpudoctor.pipeline import analyze_loaded
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import build
@@ -88,3 +91,44 @@ def test_a_trace_without_launches_falls_back_to_the_formulas_and_says_so() -> No
     for finding in report.findings:
         assert finding.evidence.numbers["priced_by"] == "formula"
         assert "graph could not be built" in finding.evidence.numbers["priced_by_formula_because"]
+
+
+KERNELS = ("ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel", "Memcpy HtoD (Pageable -> Device)")
+
+
+@given(st.lists(st.tuples(st.sampled_from(["launch", "sync", "unlinked", "gap"]), st.integers(0, 2),
+                          st.floats(1, 400), st.floats(0, 300)), min_size=1, max_size=40),
+       st.integers(1, 4))
+@settings(max_examples=40)
+def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_without_raising(events, steps) -> None:
+    """Random steps of launches (on up to three streams), syncs, kernels with no launch record and
+    host gaps: the graph builds, replays to a finite step, and every finding says how it was priced
+    (or the trace is refused with its one-line error)."""
+    b = TraceBuilder()
+    t, per_step = 0.0, max(len(events) // steps, 1)
+    for s in range(steps):
+        start = t
+        for kind, stream, dur, gap in events[s * per_step:(s + 1) * per_step] or events[:1]:
+            t += gap
+            if kind == "launch":
+                corr = b.runtime("cudaLaunchKernel", t, 5.0)
+                b.kernel(KERNELS[stream], t + 8.0, dur, correlation=corr, stream=7 + stream)
+            elif kind == "sync":
+                b.runtime("cudaStreamSynchronize", t, dur)
+            elif kind == "unlinked":
+                b.kernel(KERNELS[stream], t, dur, correlation=10_000 + len(b.events), stream=7 + stream)
+            t += dur
+        b.step(s, start, max(t - start, 1.0))
+    trace = parse(b.to_bytes())
+    if len(trace.device) == 0:
+        return
+    graph = build(trace, segment(trace))
+    replayed = replay(graph)
+    assert np.isfinite(replayed.step_ns) and replayed.step_ns >= 0
+    try:
+        report = analyze_loaded(trace, gpu="h100-sxm", unprofiled_step_ms=1.0)
+    except GpuDoctorError:  # a trace no sound report can come from says so in one line (capabilities)
+        return
+    for finding in report.findings:
+        assert finding.evidence.numbers["priced_by"] in ("replay", "formula")
+        assert finding.saving_ms >= 0 and finding.predicted_speedup >= 1.0
