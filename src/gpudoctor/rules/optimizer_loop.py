@@ -19,6 +19,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import kernel_names_of_events
 from gpudoctor.trace.kernels import Kind
@@ -104,7 +105,34 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray, launch_ts: np.
     return phase_s, gpu_end
 
 
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The fused (or foreach) step: the region's own host time goes but one launch a step, and its
+    kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    names = trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
+    regions = np.flatnonzero(names[host.name] & (host.cat == HostCat.ANNOTATION)) if len(host) else np.empty(0, int)
+    if regions.size == 0:
+        return None
+    r_s, r_e = union(host.ts[regions], host.end[regions])
+    launched = dev.launch >= 0
+    launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
+    phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
+    idx = np.flatnonzero(launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
+    if idx.size == 0:
+        return None
+    fused_ns = float(a.roofline.event_bytes[idx].sum()) / LOOP_TRAFFIC_FACTOR / a.ceilings.hbm_bytes_per_s * 1e9
+    total = float(dev.dur[idx].sum())
+    share = min(fused_ns / total, 1.0) if total > 0 else 1.0
+    calls = np.unique(dev.launch[idx])
+    step_of = np.searchsorted(phase_s, host.ts[calls], side="right") - 1
+    first = calls[np.unique(step_of, return_index=True)[1]]  # one launch a region stays
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share,
+                host_removed_s=phase_s, host_removed_e=r_e, calls_removed=np.setdiff1d(calls, first).astype(np.int64),
+                note="fused optimizer step")
+
+
 RULE = Rule(
     ID, "Per-parameter optimizer loop", check, __doc__ or "", needs=("launch_links",),
-    order=90, idle_cause="optimizer", owns_idle=("optimizer",), calibration="host-step-share",
+    order=90, idle_cause="optimizer", owns_idle=("optimizer",), calibration="host-step-share", edit=edit,
 )
