@@ -135,7 +135,7 @@ def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_witho
 
 
 def test_interval_subtraction_keeps_what_the_kept_intervals_do_not_cover() -> None:
-    from gpudoctor.rules.launch_bound import _minus
+    from gpudoctor.analysis.intervals import subtract as _minus
 
     s, e = _minus(np.array([0, 100]), np.array([50, 200]), np.array([10, 40, 120]), np.array([20, 60, 130]))
     assert list(zip(s.tolist(), e.tolist())) == [(0, 10), (20, 40), (100, 120), (130, 200)]

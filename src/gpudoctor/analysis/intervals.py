@@ -63,3 +63,23 @@ def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
         return np.zeros(len(t), dtype=bool)
     k = np.searchsorted(starts, t, side="right") - 1
     return (k >= 0) & (t < ends[np.maximum(k, 0)])
+
+
+def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke), as intervals."""
+    out_s, out_e = [], []
+    j = 0
+    for lo, hi in zip(s.tolist(), e.tolist()):
+        while j < ks.size and ke[j] <= lo:
+            j += 1
+        k, cur = j, lo
+        while k < ks.size and ks[k] < hi:
+            if ks[k] > cur:
+                out_s.append(cur)
+                out_e.append(int(ks[k]))
+            cur = max(cur, int(ke[k]))
+            k += 1
+        if cur < hi:
+            out_s.append(cur)
+            out_e.append(hi)
+    return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)

@@ -25,12 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.idle import launch_threads, sync_calls
+from gpudoctor.analysis.observer import BLOCKED_CALL_NS  # a call this long waited (a full queue, a syncing free)
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
-# A runtime call at least this long was the host waiting, not working (analysis/observer.py's
-# BLOCKED_CALL_NS): a launch into a full queue, a free or an allocation that synchronizes.
-BLOCKED_CALL_NS = 50_000
 # A blocked call that returned within this long after a device event ended was waiting for it.
 RETURN_AFTER_NS = 30_000
 # A device event that started this long after both its launch and its stream's previous event

@@ -3,9 +3,9 @@
 The profiler adds host time to every event it records (RL-Scope, MLSys 2021, calibrates it per
 event class and subtracts it where it happens; so does this). Each gap and call of the host chain
 loses its recorded events' cost (replay/graph.py counts them by class); the replay then says what
-the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (fitted across the
-lab's and the gallery's profiled and unprofiled steps on an H100: BENCHMARKS.md "Replay"), scaled
-by one factor fitted on the user's own run when its unprofiled step was timed (``fit``).
+the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (the analysis'
+per-event estimate, analysis/observer.py), scaled by one factor fitted on the user's own run when
+its unprofiled step was timed (``unprofiled``); BENCHMARKS.md "Replay" holds how close both come.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
 from gpudoctor.replay.graph import CALL, EVENT_CLASSES, StepGraph
 from gpudoctor.replay.simulate import Changes, Replayed, replay
 
-# ns of host time the profiler adds per recorded event (record_shapes, with_flops, profile_memory
-# as gpudoctor records; BENCHMARKS.md "Replay" holds the fit): operator and annotation ranges pay
-# the RecordFunction callbacks, runtime calls the CUPTI callback, Python frames the stack tracer.
-DEFAULT_COST_NS = {"op": 3_000.0, "runtime": 3_000.0, "python": 1_000.0, "annotation": 3_000.0, "memory": 0.0}
+# ns of host time the profiler adds per recorded event: operator and annotation ranges pay the
+# RecordFunction callbacks, runtime calls the CUPTI callback (analysis/observer.py's estimate).
+# A Python frame costs less (with_stack added 0.16 us an op: tests/data/manifest.json
+# profiler_overhead); 1 us is an upper figure no recorded trace here separates from the rest.
+_PER_EVENT = float(PROFILER_OVERHEAD_NS_PER_EVENT)
+DEFAULT_COST_NS = {"op": _PER_EVENT, "runtime": _PER_EVENT, "python": 1_000.0, "annotation": _PER_EVENT, "memory": 0.0}
 # A call keeps at least this much of its time: a launch costs the host a few microseconds unprofiled.
 MIN_CALL_NS = 1_500.0
 # The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.

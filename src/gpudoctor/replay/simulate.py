@@ -92,9 +92,7 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     for r in range(bounds[0], bounds[1]):  # not launched by the chain
         s = stream[r]
         # queued before the window: in order on its stream from the window's start; else where it ran
-        begin = max(free.get(s, 0.0) + switch, 0.0) if backlog[r] and s in free else (0.0 if backlog[r] else profiled_ts[r])
-        if backlog[r] and profiled_ts[r] < 0:
-            begin = max(begin, 0.0)
+        begin = (free[s] + switch if s in free else 0.0) if backlog[r] else profiled_ts[r]
         start[r], end[r], done[r] = begin, begin + dur[r], True
         free[s] = max(free.get(s, 0.0), end[r])
 

@@ -33,7 +33,7 @@ from gpudoctor.core.finding import (
     severity_for,
     speedup,
 )
-from gpudoctor.rules.shared import GPU_BOUND_SHARE
+from gpudoctor.rules.shared import GPU_BOUND_SHARE, UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 from gpudoctor.rules.whatif import AllFixes, reprice
 
 
@@ -89,11 +89,11 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
 # 2026-11-25: 32.4 ms a profiled step, 96.1 ms unprofiled; before this, launch-bound and
 # pageable-copy were priced at 78 and 64 ms a step out of that unseen time).
 UNSEEN_MS = "unseen_in_window_ms"
-UNSEEN_TAKEN_BY = frozenset({"input-pipeline"})
+# UNSEEN_TAKEN_BY (rules/shared.py): the findings that take that time.
 # Below this share of U the gap is the spread between the two timings of one step, not waits: the
 # lab's small_gemm trap (CUDA-graph replays, H100) ran 3.31 ms unprofiled against 3.00 profiled
 # (9%); the dataloader_workers gallery program 41.0 against 33.9 (17%), the dcgan example 96 against 32.
-UNSEEN_MIN_SHARE = 0.15
+# UNSEEN_MIN_SHARE (rules/shared.py; the replay's pricing reads it too).
 
 
 def calibrate(

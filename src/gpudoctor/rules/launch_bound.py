@@ -21,7 +21,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, bookkeeping_names
-from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.analysis.intervals import contains, subtract, union
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -30,9 +30,8 @@ from gpudoctor.trace.model import HostCat
 
 ID = "launch-bound"
 GRAPH_GAP_NS = 300
-# Host time of a graph launch per node it replays, unprofiled: the launch_bound twin's fixed graph of
-# 384 kernels stepped 1.02 ms unprofiled against 0.81 ms of GPU span (H100; tests/data/manifest.json),
-# and its cudaGraphLaunch calls took 1.1 us a node profiled (tests/data/launch_bound_fixed).
+# Host time of a graph launch per node it replays, unprofiled: the launch_bound fixed twin's step
+# less its graph's GPU span, over its 384 nodes (tests/data/manifest.json, launch_bound_fixed).
 GRAPH_NODE_NS = 550
 # idle that capturing the step in a CUDA graph removes (analysis/idle.py causes)
 GRAPH_REMOVES = ("dispatch", "optimizer", "allocator")
@@ -120,7 +119,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]), np.concatenate([re_, *(t[1] for t in taken)]))
     kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
     if kept:
-        rs, re_ = _minus(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
+        rs, re_ = subtract(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
     calls = calls[contains(rs, re_, host.ts[calls])].astype(np.int64)
     lo = a.steps.host_start if a.steps.host_start is not None else a.steps.start
     # one graph launch a step, at the first launch of each step: it uploads every node
@@ -131,26 +130,6 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=np.setdiff1d(calls, launches),
                 calls_timed=launches, calls_timed_ns=nodes[step_of[first]] * GRAPH_NODE_NS,
                 latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS, note="step captured in a CUDA graph")
-
-
-def _minus(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke)."""
-    out_s, out_e = [], []
-    j = 0
-    for lo, hi in zip(s.tolist(), e.tolist()):
-        while j < ks.size and ke[j] <= lo:
-            j += 1
-        k, cur = j, lo
-        while k < ks.size and ks[k] < hi:
-            if ks[k] > cur:
-                out_s.append(cur)
-                out_e.append(int(ks[k]))
-            cur = max(cur, int(ke[k]))
-            k += 1
-        if cur < hi:
-            out_s.append(cur)
-            out_e.append(hi)
-    return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
 
 
 # A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, and a

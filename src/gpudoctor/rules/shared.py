@@ -18,6 +18,11 @@ from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
+# An unprofiled step longer than the profiled one by at least this share holds waits the window
+# did not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why).
+UNSEEN_MIN_SHARE = 0.15
+UNSEEN_TAKEN_BY = frozenset({"input-pipeline"})
+
 # reserved share of the card above which allocator churn is memory pressure (that finding owns it)
 PRESSURE_FRACTION = 0.90
 

@@ -25,18 +25,13 @@ from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
 from gpudoctor.replay.simulate import replay
+from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
 PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
 KNOB_SPEEDUP = "predicted_speedup_with_"  # + knob id: a knob's own edit, replayed (Rule.knob_edits)
 FORMULA_BECAUSE = "priced_by_formula_because"
 STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
 FORMULA_SAVING = "saving_by_formula_ms"
-# Below this share of the unprofiled step, a measured step longer than the replayed one is the
-# spread between two timings of one step, not waits the window missed (rules/calibrate.py, same).
-UNSEEN_MIN_SHARE = 0.15
-# Findings whose whole price is the unseen time of an unprofiled step longer than the window
-# (rules/calibrate.py UNSEEN_TAKEN_BY): the replay cannot see it either.
-TAKES_UNSEEN = frozenset({"input-pipeline"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,12 +49,14 @@ class StepModel:
 
     def _after_ms(self, edit: Edit, takes_unseen: bool) -> float:
         fixed = replay(self.graph, changes(self.graph, edit, base=self.base.changes))
-        after_ns = max(fixed.step_ns, edit_floor_ns(edit))
+        after_ns = max(fixed.step_ns, edit.min_step_ns)
         base_ns = self.base.replayed.step_ns
         if base_ns <= 0:
             return self.step_ms
         if not self.unprofiled_known:  # offline: the share the replay removes, of the profiled step
             return self.step_ms * after_ns / base_ns
+        # a measured step longer than the replayed one: within the spread of timing one step two
+        # ways, or waits the window did not see (rules/calibrate.py's rule, the same threshold)
         residual_ms = self.base.residual_ns / 1e6
         if 0 <= residual_ms < UNSEEN_MIN_SHARE * self.step_ms:  # the spread of timing one step two ways
             return self.step_ms * after_ns / base_ns
@@ -93,10 +90,6 @@ class AllFixes:
                 "predicted_speedup": round(self.predicted_speedup, 4)}
 
 
-def edit_floor_ns(edit: Edit) -> float:
-    return float(edit.min_step_ns)
-
-
 def step_model(a: Analysis) -> StepModel | str:
     """The model of ``a``'s steps, or why there is none."""
     if len(a.trace.device) == 0:
@@ -125,7 +118,7 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[lis
         if edit is None or edit.is_empty():
             out.append(_formula(finding, why or "its fix is not an edit of the step's graph"))
             continue
-        after = model.after_ms(edit, takes_unseen=finding.id in TAKES_UNSEEN)
+        after = model.after_ms(edit, takes_unseen=finding.id in UNSEEN_TAKEN_BY)
         priced_finding = _replayed(finding, model.step_ms, after, edit.note)
         out.append(_with_knob_prices(priced_finding, a, by_id.get(finding.id, finding), model))
         edits.append(edit)
@@ -133,7 +126,7 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[lis
     if not edits:
         return out, None
     together = merge(edits)
-    after_all = model.after_ms(together, takes_unseen=bool(TAKES_UNSEEN & set(ids)))
+    after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)))
     return out, AllFixes(tuple(ids), model.step_ms, min(after_all, model.step_ms))
 
 
