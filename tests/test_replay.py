@@ -143,3 +143,59 @@ def test_interval_subtraction_keeps_what_the_kept_intervals_do_not_cover() -> No
     assert list(zip(s.tolist(), e.tolist())) == [(0, 10)]
     s, e = _minus(np.array([0]), np.array([10]), np.array([-5]), np.array([15]))
     assert s.size == 0
+
+
+def _per_head_loop(steps: int = 4, heads: int = 48) -> bytes:
+    """A host-bound loop over heads: each step issues ``heads`` small bf16 GEMMs (16 x 64 x 64), one
+    operator and launch each, 20 us of host apiece; each kernel runs 3 us."""
+    b = TraceBuilder()
+    step_us = heads * 20 + 40
+    for s in range(steps):
+        t0 = s * step_us
+        b.step(s, t0, step_us)
+        for h in range(heads):
+            host = t0 + 20 + h * 20
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", host, host + 12, 3.0,
+                     op="aten::mm", dims=[[16, 64], [64, 64]], flops=2 * 16 * 64 * 64)
+    return b.to_bytes()
+
+
+def test_small_gemms_issued_one_after_another_are_priced_as_one_batched_gemm() -> None:
+    """The 48 GEMMs of a step become one kernel; the other 47 leave with their launches, operators
+    and the host time between them: the host-bound step shrinks to what is left, by replay."""
+    trace = parse(_per_head_loop())
+    report = analyze_loaded(trace, gpu="h100-sxm")
+    small = next(f for f in report.findings if f.id == "small-gemm")
+    assert small.evidence.numbers["priced_by"] == "replay"
+    assert small.evidence.numbers["small_gemms_per_step"] == 48
+    assert small.predicted_speedup > 5  # 47 of 48 launches and their host time gone
+    from gpudoctor.analysis import analyze_trace
+    from gpudoctor.pipeline import choose_ceilings
+    from gpudoctor.rules.small_gemm import edit
+
+    a = analyze_trace(trace, choose_ceilings(trace, "h100-sxm"))
+    e = edit(a, small)
+    assert e is not None and e.device_removed.size == 4 * 47 and e.calls_removed.size == 4 * 47
+    kept = np.setdiff1d(e.device, e.device_removed)
+    assert kept.size == 4  # one kernel a step, at the 48 GEMMs' batched time
+    assert e.device_ns[np.isin(e.device, e.device_removed)].sum() == 0
+
+
+def test_a_removed_device_event_takes_no_time_and_no_switch_on_its_stream() -> None:
+    """100 kernels of 10 us queued back to back (1 us apart) by a fast host: zeroing 50 leaves their
+    50 switches on the stream; removing them takes those too."""
+    b = TraceBuilder()
+    for s in range(3):  # the host queues a step in 250 us, the GPU runs it in 1.1 ms
+        t0 = s * 250
+        b.step(s, t0, 250)
+        for k in range(100):
+            b.launch("vectorized_elementwise_kernel", t0 + k * 2, 50 + (s * 100 + k) * 11, 10.0, launch_dur=1.0)
+    trace = parse(b.to_bytes())
+    graph = build(trace, segment(trace))
+    rows = graph.dev_index[::2]
+    before = replay(graph).step_ns
+    zero = replay(graph, changes(graph, Edit(device=rows, device_ns=np.zeros(rows.size)))).step_ns
+    gone = replay(graph, changes(graph, Edit(device=rows, device_ns=np.zeros(rows.size), device_removed=rows))).step_ns
+    assert before == pytest.approx(1_100_000, rel=0.03)
+    assert zero == pytest.approx(before - 50 * 10_000, rel=0.05)
+    assert gone == pytest.approx(zero - 50 * graph.switch_ns, rel=0.02) and graph.switch_ns > 0

@@ -28,6 +28,7 @@ class Edit:
     """What one fix changes. Device events and host events are trace indices.
 
     device / device_ns: device events and their time after the fix (ns);
+    device_removed: device events that no longer run (merged into another: a batched GEMM);
     host_removed_s / _e: host intervals whose time the fix takes out of the chain (ns, any
       thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per interval);
     unwait: host calls that no longer wait (their own time stays);
@@ -41,6 +42,7 @@ class Edit:
 
     device: np.ndarray = field(default_factory=lambda: EMPTY_I)
     device_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
+    device_removed: np.ndarray = field(default_factory=lambda: EMPTY_I)
     host_removed_s: np.ndarray = field(default_factory=lambda: EMPTY_I)
     host_removed_e: np.ndarray = field(default_factory=lambda: EMPTY_I)
     unwait: np.ndarray = field(default_factory=lambda: EMPTY_I)
@@ -57,7 +59,7 @@ class Edit:
     note: str = ""
 
     def is_empty(self) -> bool:
-        return (self.device.size == 0 and self.host_removed_s.size == 0 and self.unwait.size == 0
+        return (self.device.size == 0 and self.device_removed.size == 0 and self.host_removed_s.size == 0 and self.unwait.size == 0
                 and self.calls_timed.size == 0 and self.switch_ns is None
                 and self.calls_removed.size == 0 and self.added_at.size == 0 and self.latency_ns is None)
 
@@ -79,6 +81,7 @@ def merge(edits: list[Edit]) -> Edit:
     added = [e for e in edits if e.added_at.size]
     return Edit(
         device=dev, device_ns=ns,
+        device_removed=np.unique(np.concatenate([e.device_removed for e in edits]).astype(np.int64)),
         host_removed_s=np.concatenate([e.host_removed_s for e in edits]).astype(np.int64),
         host_removed_e=np.concatenate([e.host_removed_e for e in edits]).astype(np.int64),
         unwait=np.unique(np.concatenate([e.unwait for e in edits]).astype(np.int64)),
@@ -150,10 +153,11 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         pos = np.minimum(np.searchsorted(device, graph.dev_index), device.size - 1)
         hit = device[pos] == graph.dev_index
         dur[hit] = np.maximum(device_ns[pos[hit]], 0.0)
+    removed = np.isin(graph.dev_index, edit.device_removed) if edit.device_removed.size else None
     if base is not None and base.waits is not None:
         waits = base.waits if waits is None else waits & base.waits
-    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, latency_ns=edit.latency_ns,
-                   switch_ns=edit.switch_ns)
+    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, dev_removed=removed,
+                   latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
 
 
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:

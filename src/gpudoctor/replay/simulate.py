@@ -29,6 +29,7 @@ class Changes:
     tail_ns: float | None = None
     waits: np.ndarray | None = None  # bool per entry: False removes the entry's wait
     dev_dur_ns: np.ndarray | None = None
+    dev_removed: np.ndarray | None = None  # bool per device row: the event no longer runs (merged into another)
     latency_ns: float | None = None
     switch_ns: float | None = None
 
@@ -78,6 +79,7 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     switch = float(graph.switch_ns if c.switch_ns is None else c.switch_ns)
     stream = graph.dev_stream.tolist()
     after = graph.dev_after.tolist()
+    removed = [False] * len(dur) if c.dev_removed is None else c.dev_removed.tolist()
     m = len(dur)
     start = [0.0] * m
     end = [0.0] * m
@@ -108,6 +110,10 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
         ready = call_start + latency
         for r in range(bounds[i + 1], bounds[i + 2]):
             s = stream[r]
+            if removed[r]:  # no kernel, no switch: it ends where its stream's work does
+                start[r] = end[r] = max(ready, free.get(s, 0.0))
+                done[r] = True
+                continue
             begin = ready
             prev = free.get(s)
             if prev is not None and prev + switch > begin:

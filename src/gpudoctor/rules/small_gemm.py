@@ -19,6 +19,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES, roof_for
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -27,7 +28,7 @@ from gpudoctor.rules.common import (
     queue_gaps_before,
     sources_of_events,
 )
-from gpudoctor.rules.shared import loop_groups
+from gpudoctor.rules.shared import MAX_KERNELS_BETWEEN, loop_groups
 from gpudoctor.trace.kernels import Kind
 
 ID = "small-gemm"
@@ -149,7 +150,77 @@ def _measured_small_shapes(a: Analysis) -> dict[str, float]:
     return {label: round(float(curve[key]) / 1e12, 1) for key, label in names.items() if curve.get(key)}
 
 
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The small GEMMs batched: each run of same-kernel GEMMs issued back to back (a loop over
+    heads, micro-batches or experts) becomes one kernel at the run's batched time (its FLOPs at the
+    roof's realistic share, or its grid's fill, as priced); the rest of the run leaves the GPU, with
+    its launches and the operators that issued them and the host time since the run's previous
+    one. A GEMM alone in its run keeps its launch and takes its batched time."""
+    idx, saving = _small(a)
+    if idx.size == 0:
+        return None
+    dev, host = a.trace.device, a.trace.host
+    order = np.argsort(dev.ts[idx], kind="stable")
+    idx, saving = idx[order], saving[order]
+    after = np.maximum(dev.dur[idx] - saving, 0.0)
+    device_ns = after.copy()
+    gone: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    runs = _runs(a, idx)
+    for run in runs:
+        device_ns[run[0]] = after[run].sum()
+        device_ns[run[1:]] = 0.0
+        for prev, cur in zip(run[:-1].tolist(), run[1:].tolist()):
+            gone.append(int(idx[cur]))
+            call, prev_call = int(dev.launch[idx[cur]]), int(dev.launch[idx[prev]])
+            if call < 0:  # replayed from a CUDA graph: no host work of its own
+                continue
+            top = int(host.top_op[call]) if host.top_op[call] >= 0 else call
+            begin = int(host.ts[top])
+            if prev_call >= 0:  # the loop's Python since the previous GEMM's operator ended
+                prev_top = int(host.top_op[prev_call]) if host.top_op[prev_call] >= 0 else prev_call
+                begin = min(begin, int(host.end[prev_top]))
+            starts.append(begin)
+            ends.append(int(host.end[top]))
+    removed = np.array(gone, np.int64)
+    calls = dev.launch[removed]
+    return Edit(device=idx.astype(np.int64), device_ns=device_ns, device_removed=removed,
+                host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
+                calls_removed=calls[calls >= 0].astype(np.int64),
+                note=f"{idx.size} small GEMMs batched into {idx.size - removed.size} kernels")
+
+
+def _small(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """The small GEMMs the finding prices and each one's saving (ns), as ``check`` finds them."""
+    dev, rf = a.trace.device, a.roofline
+    live = (rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC)
+    groups = loop_groups(a)
+    if groups:
+        live[np.concatenate(groups)] = False
+    flop_idx, flop_saving = _by_flops(a, live)
+    grid_idx, grid_saving = _by_grid(a, live)
+    return np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
+
+
+def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
+    """Positions (into ``idx``, in time order) of each run of two or more GEMMs of one kernel name
+    in one step, at most MAX_KERNELS_BETWEEN other kernels apart: what one batched call replaces."""
+    dev = a.trace.device
+    order = np.argsort(dev.ts, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    starts = a.steps.start
+    step = np.searchsorted(starts, dev.ts[idx], side="right") - 1 if len(starts) else np.zeros(idx.size, np.int64)
+    runs: list[np.ndarray] = []
+    for key in set(zip(step.tolist(), dev.name[idx].tolist())):
+        members = np.flatnonzero((step == key[0]) & (dev.name[idx] == key[1]))
+        breaks = np.flatnonzero(np.diff(position[idx[members]]) > MAX_KERNELS_BETWEEN + 1) + 1
+        runs.extend(r for r in np.split(members, breaks) if r.size >= 2)
+    return sorted(runs, key=lambda r: int(r[0]))
+
+
 RULE = Rule(
     ID, "Small GEMMs starving the tensor cores", check, __doc__ or "",
-    order=120, calibration="gpu-step-share",
+    order=120, calibration="gpu-step-share", edit=edit,
 )
