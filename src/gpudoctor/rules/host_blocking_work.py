@@ -107,14 +107,17 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The host work and the blocking copies and syncs around it leave the step (a background
-    thread, an asynchronous checkpoint): their host time goes, and the calls in them no longer wait."""
+    thread, an asynchronous checkpoint): their host time goes, the calls in them no longer wait,
+    and the GPU work those calls launched (a checkpoint's copies to the host) leaves the step too."""
     region_s, region_e = blocking_work_regions(a.idle, a.steps)
     if region_s.size == 0:
         return None
     host = a.trace.host
     calls = np.flatnonzero((host.cat >= HostCat.RUNTIME) & np.isin(host.thread, launch_threads(a.trace)))
     inside = calls[contains(region_s, region_e, host.ts[calls])]
-    return Edit(host_removed_s=region_s, host_removed_e=region_e, unwait=inside.astype(np.int64),
+    launched = np.flatnonzero(np.isin(a.trace.device.launch, inside)).astype(np.int64)
+    return Edit(device=launched, device_ns=np.zeros(launched.size), device_removed=launched,
+                host_removed_s=region_s, host_removed_e=region_e, unwait=inside.astype(np.int64),
                 note="host work moved off the step")
 
 
