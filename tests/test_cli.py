@@ -162,6 +162,38 @@ def test_rules_lists_every_id() -> None:
     assert len(RULES) >= 15 and [r for r in RULES if r not in out.stdout] == []
 
 
+def test_rules_lists_the_multi_gpu_ids_marked_as_such() -> None:
+    from gpudoctor.ranks.combine import RULE_IDS
+
+    lines = gd("rules").stdout.splitlines()
+    for rule_id in RULE_IDS:
+        [line] = [x for x in lines if x.split()[:1] == [rule_id]]
+        assert "multi-GPU:" in line
+    assert len(RULE_IDS) == 5
+
+
+def test_version_and_short_help() -> None:
+    from gpudoctor.core.version import __version__
+
+    out = gd("--version")
+    assert out.returncode == 0 and out.stdout == f"gpudoctor {__version__}\n"
+    short, long = gd("-h"), gd("--help")
+    assert short.returncode == 0 and short.stdout == long.stdout and "Commands" in short.stdout
+    run_help = gd("run", "-h")
+    assert run_help.returncode == 0 and "--try-fixes" in run_help.stdout
+
+
+def test_top_level_help_wraps_each_command_summary_as_one_paragraph() -> None:
+    """The command list kept the docstrings' line breaks: "the time each" / "would save per step"."""
+    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "--help"], capture_output=True, text=True, env=env,
+                         timeout=120, check=False).stdout
+    [analyze] = [line for line in out.splitlines() if " analyze " in line]
+    assert "the time each would save per step (multi-GPU: stragglers" in analyze
+    [bench] = [line for line in out.splitlines() if " bench " in line]
+    assert "copies, GEMM and attention throughput by shape)" in bench
+
+
 def test_usage_error_exits_2() -> None:
     out = gd("analyze")
     assert out.returncode == 2 and out.stdout == ""

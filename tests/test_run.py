@@ -205,6 +205,14 @@ def test_a_program_that_starts_its_profiler_inside_our_window(tmp_path: Path) ->
 
 
 @pytest.mark.e2e
+def test_a_script_with_a_syntax_error_shows_only_its_error(tmp_path: Path) -> None:
+    out = run(tmp_path, "bad.py", script="import sys\ndef f(:\n    pass\n", name="bad.py")
+    assert out.returncode == 1
+    assert 'bad.py", line 2' in out.stderr and "SyntaxError: invalid syntax" in out.stderr
+    assert "runner.py" not in out.stderr and "runpy" not in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.e2e
 def test_bad_targets(tmp_path: Path) -> None:
     assert run(tmp_path, "missing.py", script=None).returncode == 2
     out = run(tmp_path, "-m", "no_such_module_xyz", script=None)

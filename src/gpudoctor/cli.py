@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import sys
 import traceback
@@ -22,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Diagnose slow or out-of-memory PyTorch GPU workloads from their profiler traces.",
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command's context inherits them
 )
 _state = {"debug": False}
 MIN_WIDTH, MAX_WIDTH = 40, 1000
@@ -35,9 +37,19 @@ def _check_width(value: int | None) -> int | None:
     return value
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from gpudoctor.core.version import __version__
+
+        sys.stdout.write(f"gpudoctor {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors (before or after the command)."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print gpudoctor's version and exit."),
 ) -> None:
     _state["debug"] = _state["debug"] or debug
 
@@ -777,12 +789,16 @@ def history_cmd(
 
 @app.command("rules")
 def list_rules() -> None:
-    """List the finding ids the doctor knows."""
+    """List the finding ids the doctor knows: each GPU's rules, then the multi-GPU ones (analyze
+    with several ranks' traces, run --nproc)."""
+    from gpudoctor.ranks.combine import RULE_TITLES
     from gpudoctor.rules.registry import RULES
 
     console = Console()
     for rule in RULES.values():
         console.print(f"[bold]{rule.id:22}[/bold] {rule.title}")
+    for rule_id, title in RULE_TITLES.items():
+        console.print(f"[bold]{rule_id:22}[/bold] multi-GPU: {title}")
 
 
 def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type: ignore[no-untyped-def]
@@ -884,6 +900,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         "and report it").replace("\n", " ") + "\n")
 
 
+def _one_line_summaries(typer_app: typer.Typer) -> None:
+    """The command list shows each command's first paragraph; typer's rich mode keeps the
+    docstring's line breaks there, cutting sentences mid-line. Joined, rich wraps them to the terminal."""
+    for info in typer_app.registered_commands:
+        doc = inspect.cleandoc(info.help or (info.callback.__doc__ if info.callback else None) or "")
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.split("\n\n")[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _one_line_summaries(group.typer_instance)
+
+
 def main() -> None:
     argv, debug = _pop_debug(sys.argv[1:])
     _state["debug"] = _state["debug"] or debug
@@ -913,6 +941,8 @@ def _fail(exc: BaseException, line: str, code: int) -> None:
     sys.stderr.write(visible_controls(line.replace("\n", " ")) + "\n")
     sys.exit(code)
 
+
+_one_line_summaries(app)  # every command is registered by now
 
 if __name__ == "__main__":
     main()

@@ -199,6 +199,10 @@ def _print_user_traceback(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
+    if tb is None and isinstance(exc, SyntaxError):
+        # the script did not compile: Python shows the file, line and message, with no frame
+        traceback.print_exception(type(exc), exc, None)
+        return
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
 
 

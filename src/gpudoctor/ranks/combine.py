@@ -17,6 +17,7 @@ from gpudoctor.ranks.table import distributed, rows
 
 # the multi-rank finding ids (one module each), for listings and tests
 RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID, pipeline_bubble.ID)
+RULE_TITLES = {m.ID: m.TITLE for m in (straggler, exposed_comm, slow_collective, stage_imbalance, pipeline_bubble)}
 
 
 @dataclass(frozen=True)

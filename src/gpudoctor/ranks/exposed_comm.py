@@ -12,6 +12,7 @@ from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.comm import BUCKET_BYTES, CommSplit
 
 ID = "exposed-comm"
+TITLE = "Communication no compute hides (wait, transfer, overlap not taken)"  # the rule's line in `gpudoctor rules`
 MIN_MS = 0.05  # per step: below this the exposed time is within launch jitter
 MIN_SHARE = 0.01  # of the step
 # What hiding a collective under compute costs that compute, per ms of the collective alone

@@ -12,6 +12,7 @@ from gpudoctor.core.layout import bubble_fraction
 from gpudoctor.ranks.stages import Stages
 
 ID = "pipeline-bubble"
+TITLE = "Pipeline stages idle while the schedule fills and drains"  # the rule's line in `gpudoctor rules`
 MIN_MS = 0.05
 MIN_SHARE = 0.05  # of the step: below this the bubble is within the schedule's noise
 

@@ -20,6 +20,7 @@ from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.comm import CommSplit
 
 ID = "slow-collective"
+TITLE = "Collectives well below the interconnect's bus bandwidth"  # the rule's line in `gpudoctor rules`
 SLOW = 0.5  # achieved under half the predicted bus bandwidth
 SMALL_BYTES = 1 << 20  # below 1 MiB a collective is latency-bound (nccl-tests curves flatten above)
 MIN_MS = 0.05

@@ -45,6 +45,7 @@ from gpudoctor.ranks.stages import Stages
 from gpudoctor.ranks.summary import RankSummary
 
 ID = "stage-imbalance"
+TITLE = "Pipeline stages of unequal compute: the slowest sets the pace"  # the rule's line in `gpudoctor rules`
 MIN_EXCESS = 0.10  # of the median stage's compute
 MIN_MS = 0.05
 

@@ -44,6 +44,7 @@ from gpudoctor.ranks.step_noise import lateness
 from gpudoctor.ranks.summary import RankSummary
 
 ID = "straggler"
+TITLE = "One rank reaches the collectives last; the others wait for it"  # the rule's line in `gpudoctor rules`
 NOISE_MS = 0.05  # per step: launch jitter and clock-alignment error stay well below (tests/test_ranks.py)
 NOISE_SHARE = 0.01  # of the step
 LATE_NS = 10_000  # an instance the others waited >10 us for on average counts as held up
