@@ -32,6 +32,16 @@ DEVICE_NAMES = {
     "NVIDIA GeForce RTX 4090": "rtx-4090",
     "NVIDIA GeForce RTX 3090": "rtx-3090",
     "AMD Instinct MI300X": "mi300x",
+    "Tesla T4": "t4",
+    "NVIDIA L40": "l40",
+    "NVIDIA A40": "a40",
+    "NVIDIA RTX A6000": "rtx-a6000",
+    "NVIDIA GeForce RTX 3080": "rtx-3080",
+    "NVIDIA RTX 6000 Ada Generation": "rtx-6000-ada",
+    "NVIDIA H800": "h800",
+    "NVIDIA H800 PCIe": "h800-pcie",
+    "NVIDIA GH200 480GB": "gh200",
+    "NVIDIA GH200 144G HBM3e": "gh200-144gb",
 }
 
 HOPPER = ("h100-sxm", "h100-pcie", "h100-nvl", "h200")
@@ -46,7 +56,9 @@ def test_device_name_finds_the_intended_row(device: str, key: str) -> None:
 
 @pytest.mark.parametrize("device", ["NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D",
                                     "NVIDIA GeForce RTX 4090 Laptop GPU", "Tesla V100S-PCIE-32GB",
-                                    "AMD Instinct MI300A", "NVIDIA L40", "voodoo5", ""])
+                                    "AMD Instinct MI300A", "voodoo5", "", "NVIDIA GeForce RTX 3080 Ti",
+                                    "NVIDIA GeForce RTX 3080 Laptop GPU", "Quadro RTX 6000", "NVIDIA T400",
+                                    "NVIDIA H20", "Some Future GPU"])
 def test_look_alikes_and_unknown_names_find_nothing(device: str) -> None:
     assert find_spec(device) is None
 
@@ -59,6 +71,13 @@ def test_specific_rows_win_over_generic_ones() -> None:
     assert find_spec("NVIDIA A100-SXM4-40GB").key != "a10"
     assert find_spec("NVIDIA L4").key != "l40s" and find_spec("NVIDIA L40S").key != "l4"
     assert find_spec("NVIDIA GB200").key != "b200"
+    # substrings of another card's name: GH200 is not an H200, A10 not an A100, L40 not an L40S
+    assert find_spec("NVIDIA GH200 480GB").key == "gh200"
+    assert find_spec("NVIDIA H200").key == "h200"
+    assert find_spec("NVIDIA A100-SXM4-40GB").key == "a100-40gb" and find_spec("NVIDIA A10").key == "a10"
+    assert find_spec("NVIDIA L40").key == "l40" and find_spec("NVIDIA L40S").key == "l40s"
+    assert find_spec("NVIDIA H100 PCIe").key == "h100-pcie" and find_spec("NVIDIA H100 80GB HBM3").key == "h100-sxm"
+    assert find_spec("NVIDIA H800 PCIe").key == "h800-pcie" and find_spec("NVIDIA H800").key == "h800"
 
 
 def test_keys_and_names_look_themselves_up() -> None:
@@ -141,7 +160,7 @@ def test_rows_are_plausible() -> None:
         assert spec.vector_flops > 0, spec.key
         assert all(v > 0 for v in spec.matrix_flops.values()), spec.key
         assert 1e11 < spec.hbm_bytes_per_s < 1e13, spec.key
-        assert 16 * 1024**3 <= spec.memory_bytes <= 200 * 1024**3, spec.key
+        assert 8 * 1024**3 <= spec.memory_bytes <= 200 * 1024**3, spec.key  # RTX 3080: 10 GB
         assert spec.l2_bytes >= 0 and spec.sm_count >= 0 and spec.nvlink_bytes_per_s >= 0, spec.key
         assert spec.pcie == "" or re.fullmatch(r"Gen[3-6] x16", spec.pcie), spec.key
         assert set(spec.matrix_flops) <= {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"}

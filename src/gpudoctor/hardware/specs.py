@@ -91,6 +91,7 @@ _H100_SXM_FLOPS = {"fp32": 67 * T, "tf32": 494.7 * T, "bf16": 989.4 * T, "fp16":
 
 SPECS: tuple[GpuSpec, ...] = (
     # ---------------------------------------------------------------- Hopper
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
     GpuSpec(
         key="h100-nvl",
         name="NVIDIA H100 NVL 94GB",
@@ -111,6 +112,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "confirmed only against secondary tables; TF32, INT8 and FP64 tensor core left out. "
                "132 SMs and 50 MB L2 as GH100 SXM5, not confirmed"),
     ),
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
     GpuSpec(
         key="h100-sxm",
         name="NVIDIA H100 SXM5 80GB",
@@ -130,6 +132,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "with sparsity; rows hold half), FP32 67, FP64 tensor core 67 (FMA 34) as 'fp64'; "
                "3,350 GB/s, 50 MB L2, 132 SMs, NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
     ),
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
     GpuSpec(
         key="h100-pcie",
         name="NVIDIA H100 PCIe 80GB",
@@ -148,10 +151,12 @@ SPECS: tuple[GpuSpec, ...] = (
                "1,513*, FP8/INT8 3,026* (rows hold half), FP32 51, FP64 tensor core 51 (FMA 26); "
                "2,000 GB/s HBM2e, 50 MB L2, 114 SMs, NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s"),
     ),
+    # https://www.nvidia.com/en-us/data-center/h200/
     GpuSpec(
         key="h200",
         name="NVIDIA H200 SXM 141GB",
-        aliases=(r"h200",),
+        # not preceded by a letter: "GH200" is the Grace Hopper rows'
+        aliases=(r"(?<![a-z])h200",),
         matrix_flops=dict(_H100_SXM_FLOPS),
         vector_flops=67 * T,
         hbm_bytes_per_s=4.8e12,
@@ -163,10 +168,90 @@ SPECS: tuple[GpuSpec, ...] = (
         pcie="Gen5 x16",
         notes=("H200 SXM: same GH100 compute as H100 SXM5 (FP8 3,958* etc., rows hold half); 141 GB "
                "HBM3e, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s. The 'h200' alias also catches "
-               "'NVIDIA H200 NVL' (a 600 W PCIe card rated lower) and 'GH200' parts, which get these "
-               "SXM figures (unchanged behaviour; no confirmed H200 NVL figures to give them a row)"),
+               "'NVIDIA H200 NVL' (a 600 W PCIe card rated lower), which gets these SXM figures (no "
+               "confirmed H200 NVL figures to give it a row); GH200 parts have rows of their own"),
+    ),
+    # https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (GH200 specifications table)
+    GpuSpec(
+        key="gh200-144gb",
+        name="NVIDIA GH200 144GB HBM3e",
+        aliases=(r"\bgh200\b.*144",),
+        matrix_flops=dict(_H100_SXM_FLOPS),
+        vector_flops=67 * T,
+        hbm_bytes_per_s=4.9e12,
+        memory_bytes=144 * GIB,
+        l2_bytes=50 * MIB,
+        sm_count=132,
+        source="NVIDIA GH200 Grace Hopper Superchip specifications (144GB HBM3e, dense)",
+        nvlink_bytes_per_s=900e9,
+        pcie="",
+        notes=("GH200 specifications, the superchip's Hopper GPU: FP64 34, FP64 tensor 67 (as 'fp64'), "
+               "FP32 67, TF32 494 | 989*, BF16/FP16 990 | 1,979*, FP8/INT8 1,979 | 3,958* (* = with "
+               "sparsity; the row holds the H100 SXM5 dense column, the same figures); HBM3e version: "
+               "144 GB, 4.9 TB/s. NVLink-C2C to the Grace CPU 900 GB/s (the host link: no PCIe "
+               "generation). SM count and L2 as GH100 SXM5, not confirmed for the superchip"),
+    ),
+    # https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (GH200 specifications table)
+    GpuSpec(
+        key="gh200",
+        name="NVIDIA GH200 480GB (96GB HBM3)",
+        # torch prints "NVIDIA GH200 480GB": the 480 GB are the Grace CPU's LPDDR5X, the GPU has 96 GB
+        aliases=(r"\bgh200\b",),
+        matrix_flops=dict(_H100_SXM_FLOPS),
+        vector_flops=67 * T,
+        hbm_bytes_per_s=4.0e12,
+        memory_bytes=96 * GIB,
+        l2_bytes=50 * MIB,
+        sm_count=132,
+        source="NVIDIA GH200 Grace Hopper Superchip specifications (96GB HBM3, dense)",
+        nvlink_bytes_per_s=900e9,
+        pcie="",
+        notes=("GH200 specifications: the compute column of the 144GB row (TF32 494, BF16/FP16 990, "
+               "FP8/INT8 1,979 dense; FP32 67); HBM3 version: 96 GB, 4 TB/s, beside 480 GB LPDDR5X on "
+               "the Grace side (what the device name counts). SM count and L2 as GH100 SXM5, not "
+               "confirmed for the superchip"),
+    ),
+    # https://www.nvidia.cn/data-center/h800/ (H800 datasheet, PCIe column)
+    GpuSpec(
+        key="h800-pcie",
+        name="NVIDIA H800 PCIe 80GB",
+        aliases=(r"(?<![a-z])h800.*pcie",),
+        matrix_flops={"fp32": 51 * T, "tf32": 378 * T, "bf16": 756 * T, "fp16": 756 * T,
+                      "fp8": 1513 * T, "int8": 1513 * T, "fp64": 0.8 * T},
+        vector_flops=51 * T,
+        hbm_bytes_per_s=2.0e12,
+        memory_bytes=80 * GIB,
+        l2_bytes=50 * MIB,
+        sm_count=114,
+        source="NVIDIA H800 Tensor Core GPU datasheet (PCIe, dense)",
+        nvlink_bytes_per_s=400e9,
+        pcie="Gen5 x16",
+        notes=("H800 datasheet PCIe column: the H100 PCIe compute (TF32 756*, BF16/FP16 1,513*, FP8/"
+               "INT8 3,026*, rows hold half; FP32 51) with FP64 cut to 0.8 TF and NVLink to 400 GB/s; "
+               "80 GB HBM2e, 2 TB/s. SMs and L2 as H100 PCIe, not confirmed for the H800"),
+    ),
+    # https://www.nvidia.cn/data-center/h800/ (H800 datasheet, SXM column)
+    GpuSpec(
+        key="h800",
+        name="NVIDIA H800 SXM5 80GB",
+        aliases=(r"(?<![a-z])h800\b",),
+        matrix_flops={**_H100_SXM_FLOPS, "fp64": 1 * T},
+        vector_flops=67 * T,
+        hbm_bytes_per_s=3.35e12,
+        memory_bytes=80 * GIB,
+        l2_bytes=50 * MIB,
+        sm_count=132,
+        source="NVIDIA H800 Tensor Core GPU datasheet (SXM, dense)",
+        nvlink_bytes_per_s=400e9,
+        pcie="Gen5 x16",
+        notes=("H800 datasheet SXM column: the H100 SXM5 compute (TF32 989*, BF16/FP16 1,979*, FP8/INT8 "
+               "3,958*, rows hold half; FP32 67) with FP64 and FP64 tensor cut to 1 TF and NVLink to "
+               "400 GB/s; 80 GB HBM3, 3.35 TB/s. SMs and L2 as H100 SXM5, not confirmed for the H800. "
+               "The H20 has no public NVIDIA datasheet, so no row (its figures circulate only in "
+               "secondary tables)"),
     ),
     # ---------------------------------------------------------------- Blackwell
+    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
     GpuSpec(
         key="gb200",
         name="NVIDIA GB200 (per Blackwell GPU)",
@@ -190,6 +275,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "confirmed for this form factor (0 / empty). Early 2024 figures (192 GB, FP64 45, "
                "FP32 90) superseded"),
     ),
+    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
     GpuSpec(
         key="b200",
         name="NVIDIA B200 (HGX) 180GB",
@@ -213,6 +299,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "(192 GB, 8 TB/s) superseded"),
     ),
     # ---------------------------------------------------------------- Ampere data center
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     GpuSpec(
         key="a100-pcie-80gb",
         name="NVIDIA A100 PCIe 80GB",
@@ -229,6 +316,7 @@ SPECS: tuple[GpuSpec, ...] = (
         notes=_A100_NOTES.format(mem="80 GB HBM2e, 1,935 GB/s, NVLink bridge for 2 GPUs 600 GB/s, "
                                  "PCIe Gen4"),
     ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     GpuSpec(
         key="a100-pcie-40gb",
         name="NVIDIA A100 PCIe 40GB",
@@ -245,6 +333,7 @@ SPECS: tuple[GpuSpec, ...] = (
         notes=_A100_NOTES.format(mem="40 GB HBM2, 1,555 GB/s, NVLink bridge for 2 GPUs 600 GB/s, "
                                  "PCIe Gen4"),
     ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     GpuSpec(
         key="a100-sxm-80gb",
         name="NVIDIA A100 SXM4 80GB",
@@ -260,6 +349,7 @@ SPECS: tuple[GpuSpec, ...] = (
         pcie="Gen4 x16",
         notes=_A100_NOTES.format(mem="80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s, PCIe Gen4"),
     ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     GpuSpec(
         key="a100-40gb",
         name="NVIDIA A100 SXM4 40GB",
@@ -276,6 +366,7 @@ SPECS: tuple[GpuSpec, ...] = (
         notes=_A100_NOTES.format(mem="40 GB HBM2, 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4. Also the "
                                  "fallback row for any other 'A100' device name"),
     ),
+    # no NVIDIA datasheet; https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/
     GpuSpec(
         key="a10g",
         name="NVIDIA A10G (AWS)",
@@ -296,6 +387,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "vector_flops, set to the A10's datasheet FP32 (31.2 TF) as a floor: bf16 MFU against "
                "it is overstated. SM count, L2 and PCIe generation not confirmed"),
     ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf
     GpuSpec(
         key="a10",
         name="NVIDIA A10",
@@ -313,12 +405,74 @@ SPECS: tuple[GpuSpec, ...] = (
                "24 GB GDDR6, 600 GB/s; PCIe Gen4 x16, no NVLink; 72 SMs, 6 MB L2 (GA102). TF32 "
                "(62.5 dense as recalled) could not be confirmed: left out. FP64 not listed"),
     ),
+    # https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf
+    GpuSpec(
+        key="a40",
+        name="NVIDIA A40",
+        aliases=(r"\ba40\b",),
+        matrix_flops={"fp32": 37.4 * T, "tf32": 74.8 * T, "bf16": 149.7 * T, "fp16": 149.7 * T,
+                      "int8": 299.3 * T},
+        vector_flops=37.4 * T,
+        hbm_bytes_per_s=696e9,
+        memory_bytes=48 * GIB,
+        l2_bytes=6 * MIB,
+        sm_count=84,
+        source="NVIDIA A40 datasheet (dense, unstarred column)",
+        nvlink_bytes_per_s=112.5e9,
+        pcie="Gen4 x16",
+        notes=("A40 datasheet: FP32 37.4, TF32 74.8 | 149.6*, BF16 (FP32 accumulate) and FP16 149.7 | "
+               "299.4*, INT8 299.3 | 598.6* (* = with sparsity); 48 GB GDDR6, 696 GB/s; NVLink 112.5 "
+               "GB/s (bidirectional, 2 GPUs); PCIe Gen4 x16. 84 SMs (10,752 CUDA cores) and 6 MB L2 "
+               "as GA102 (GA102 whitepaper v2 A40 table). No FP8 on Ampere; FP64 not listed"),
+    ),
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix C)
+    GpuSpec(
+        key="rtx-a6000",
+        name="NVIDIA RTX A6000",
+        aliases=(r"rtx a6000$",),
+        matrix_flops={"fp32": 38.7 * T, "tf32": 77.4 * T, "bf16": 154.8 * T, "fp16": 154.8 * T,
+                      "int8": 309.7 * T},
+        vector_flops=38.7 * T,
+        hbm_bytes_per_s=768e9,
+        memory_bytes=48 * GIB,
+        l2_bytes=6 * MIB,
+        sm_count=84,
+        source=("NVIDIA Ampere GA102 GPU architecture whitepaper v2, Appendix C (RTX A6000, dense); "
+                "RTX A6000 datasheet"),
+        nvlink_bytes_per_s=112.5e9,
+        pcie="Gen4 x16",
+        notes=("GA102 whitepaper Appendix C, RTX A6000: FP32 38.7, TF32 77.4 | 154.8*, BF16 and FP16 "
+               "(FP32 accumulate: full rate on the professional card) 154.8 | 309.7*, INT8 309.7 | "
+               "619.4* (* = with sparsity; the datasheet prints only 'Tensor performance 309.7 TFLOPS', "
+               "the sparse FP16 figure); 48 GB GDDR6, 768 GB/s, 84 SMs, 6 MB L2; NVLink 112.5 GB/s; "
+               "PCIe Gen4 x16. 'RTX A6000 Ada' does not exist: the Ada card is 'RTX 6000 Ada Generation'"),
+    ),
+    # ---------------------------------------------------------------- Turing
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
+    GpuSpec(
+        key="t4",
+        name="NVIDIA Tesla T4",
+        aliases=(r"(?<![a-z0-9])t4\b",),
+        matrix_flops={"fp32": 8.1 * T, "fp16": 65 * T, "int8": 130 * T},
+        vector_flops=8.1 * T,
+        hbm_bytes_per_s=320e9,
+        memory_bytes=16 * GIB,
+        l2_bytes=4 * MIB,
+        sm_count=40,
+        source="NVIDIA T4 Tensor Core GPU datasheet (dense; no BF16, TF32 or FP8 on Turing)",
+        pcie="Gen3 x16",
+        notes=("T4 datasheet: FP32 8.1, mixed precision (FP16/FP32) 65, INT8 130, INT4 260 (Turing has "
+               "no structured sparsity: all dense); 16 GB GDDR6, '320+ GB/s'; PCIe Gen3 x16; 70 W. "
+               "2,560 CUDA cores = 40 SMs; 4 MB L2 (TU104). No BF16 and no TF32 on Turing: a bf16 "
+               "matmul there runs without tensor cores, so bf16 falls back to the fp32 roof"),
+    ),
     # ---------------------------------------------------------------- Volta
     _v100("v100-sxm2-32gb", "NVIDIA Tesla V100 SXM2 32GB", (r"v100-sxm2-32gb",), 32, sxm=True),
     _v100("v100-sxm2-16gb", "NVIDIA Tesla V100 SXM2 16GB", (r"v100-sxm2",), 16, sxm=True),
     _v100("v100-pcie-32gb", "NVIDIA Tesla V100 PCIe 32GB", (r"v100-pcie-32gb",), 32, sxm=False),
     _v100("v100-pcie-16gb", "NVIDIA Tesla V100 PCIe 16GB", (r"v100-pcie",), 16, sxm=False),
     # ---------------------------------------------------------------- Ada data center
+    # https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413
     GpuSpec(
         key="l40s",
         name="NVIDIA L40S",
@@ -337,6 +491,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "tensor cores). INT8 could not be confirmed: left out; FP64 not listed. 96 MB L2 is "
                "the full-AD102 figure from the Ada whitepaper, not confirmed for the L40S"),
     ),
+    # https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet
     GpuSpec(
         key="l4",
         name="NVIDIA L4",
@@ -354,7 +509,48 @@ SPECS: tuple[GpuSpec, ...] = (
                "rows hold half; FP32 30.3; 24 GB GDDR6, 300 GB/s; 48 MB L2, 58 SMs (7,424 CUDA "
                "cores); PCIe Gen4 x16, no NVLink; FP64 not listed"),
     ),
+    # https://images.nvidia.com/content/Solutions/data-center/vgpu-L40-datasheet.pdf
+    GpuSpec(
+        key="l40",
+        name="NVIDIA L40",
+        # a word boundary after "l40": "L40S" is its own row
+        aliases=(r"\bl40\b",),
+        matrix_flops={"fp32": 90.5 * T, "tf32": 90.5 * T, "bf16": 181.05 * T, "fp16": 181.05 * T,
+                      "fp8": 362 * T, "int8": 362 * T},
+        vector_flops=90.5 * T,
+        hbm_bytes_per_s=864e9,
+        memory_bytes=48 * GIB,
+        l2_bytes=96 * MIB,
+        sm_count=142,
+        source="NVIDIA L40 datasheet (dense, unstarred column)",
+        pcie="Gen4 x16",
+        notes=("L40 datasheet: FP32 90.5, TF32 90.5 | 181*, BF16/FP16 181.05 | 362.1*, FP8 362 | 724*, "
+               "INT8 362 | 724* (* = with sparsity); 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, no NVLink; "
+               "142 RT cores / 568 tensor cores = 142 SMs. 96 MB L2 is the full-AD102 figure of the Ada "
+               "whitepaper, not confirmed for the L40; FP64 not listed"),
+    ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/design-visualization/rtx-6000/proviz-print-rtx6000-datasheet-web-2504660.pdf
+    GpuSpec(
+        key="rtx-6000-ada",
+        name="NVIDIA RTX 6000 Ada Generation",
+        aliases=(r"rtx 6000 ada",),
+        matrix_flops={"fp32": 91.1 * T, "fp8": 728.5 * T},
+        vector_flops=91.1 * T,
+        hbm_bytes_per_s=960e9,
+        memory_bytes=48 * GIB,
+        l2_bytes=96 * MIB,
+        sm_count=142,
+        source=("NVIDIA RTX 6000 Ada Generation datasheet (FP8 dense = half the sparsity figure; "
+                "TF32, BF16, FP16 not printed, left out)"),
+        pcie="Gen4 x16",
+        notes=("RTX 6000 Ada datasheet: FP32 91.1 TF, 'Tensor performance 1,457.0 TFLOPS' (FP8 with "
+               "sparsity: the row holds half); 48 GB GDDR6 ECC, 960 GB/s; 18,176 CUDA cores / 568 "
+               "tensor cores = 142 SMs; PCIe Gen4 x16, no NVLink. The datasheet prints no TF32, BF16 "
+               "or FP16 figure: left out (those roofs fall back to FP32, which understates them). 96 MB "
+               "L2 as full AD102, not confirmed. 'Quadro RTX 6000' (Turing) does not match"),
+    ),
     # ---------------------------------------------------------------- GeForce
+    # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (Appendix)
     GpuSpec(
         key="rtx-4090",
         name="NVIDIA GeForce RTX 4090",
@@ -373,6 +569,7 @@ SPECS: tuple[GpuSpec, ...] = (
                "1,008 GB/s, 72 MB L2, 128 SMs; PCIe Gen4, no NVLink. 'RTX 4090 D' and laptop 4090s "
                "are different chips and do not match"),
     ),
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix A)
     GpuSpec(
         key="rtx-3090",
         name="NVIDIA GeForce RTX 3090",
@@ -392,7 +589,28 @@ SPECS: tuple[GpuSpec, ...] = (
                "NVLink bridge 112.5 GB/s total (GA102 third-gen NVLink, four x4 links). INT8 could "
                "not be confirmed: left out; no FP8 on Ampere. 'RTX 3090 Ti' does not match"),
     ),
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Table 1)
+    GpuSpec(
+        key="rtx-3080",
+        name="NVIDIA GeForce RTX 3080",
+        aliases=(r"rtx 3080$",),
+        matrix_flops={"fp32": 29.8 * T, "tf32": 29.8 * T, "bf16": 59.5 * T, "fp16": 59.5 * T,
+                      "int8": 238 * T},
+        vector_flops=29.8 * T,
+        hbm_bytes_per_s=760e9,
+        memory_bytes=10 * GIB,
+        l2_bytes=5 * MIB,
+        sm_count=68,
+        source=("NVIDIA Ampere GA102 GPU architecture whitepaper v2 (GeForce RTX 3080 10GB, dense, "
+                "FP32-accumulate)"),
+        pcie="Gen4 x16",
+        notes=(f"GA102 whitepaper Table 1, RTX 3080: {_GEFORCE_NOTE} - BF16/FP16 59.5 (FP16-acc 119); "
+               "TF32 29.8, INT8 238, FP32 29.8; 10 GB GDDR6X, 760 GB/s, 5 MB L2, 68 SMs; PCIe Gen4, no "
+               "NVLink. The 12 GB card (70 SMs, 912 GB/s) prints the same device name and gets these "
+               "figures, a little under its own. 'RTX 3080 Ti' and laptop 3080s do not match"),
+    ),
     # ---------------------------------------------------------------- AMD
+    # https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300.html
     GpuSpec(
         key="mi300x",
         name="AMD Instinct MI300X",
