@@ -12,14 +12,15 @@ from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.steps import describe, segment
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
-from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, load_file
+from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, from_spec, load_file, unavailable, unknown_card_note
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
+from gpudoctor.hardware.specs import find_spec
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report
 from gpudoctor.rules.calibrate import priced
-from gpudoctor.rules.registry import find, skipped_rules
+from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
 
@@ -40,7 +41,12 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     if gpu:
         return for_gpu_name(gpu)
     if trace.gpu and trace.gpu.name:
-        return measured_ceilings_for(trace.gpu.name) or for_gpu_name(trace.gpu.name)
+        # a card the table does not know still gets its report: the host side and the idle causes
+        # need no peak rates (``unavailable`` ceilings leave out what does, and the report says so)
+        measured = measured_ceilings_for(trace.gpu.name)
+        if measured is not None:
+            return measured
+        return from_spec(spec) if (spec := find_spec(trace.gpu.name)) else unavailable(trace.gpu.name)
     raise NoGpuActivityError(
         f"{trace.source} names no GPU (no deviceProperties); pass --gpu NAME (e.g. --gpu {DEFAULT_GPU}) "
         "or --ceilings FILE"
@@ -79,6 +85,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source)
     lacking = lacking_notes(trace, skipped_rules(trace))
+    if not chosen.available:
+        lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
     findings, together = priced(find(analysis), analysis)

@@ -65,7 +65,12 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     not_applicable: dict[str, str] = {}
     if not mem.applicable:
         not_applicable["memory"] = mem.reason
-    if roof.placed_fraction < 0.5:
+    if not ceilings.available:
+        not_applicable["roofline"] = (
+            f"unavailable: no ceilings for {ceilings.gpu} (not in the datasheet table); pass --ceilings FILE "
+            "(as `gpudoctor bench` saves on that card) or --gpu NAME to draw it"
+        )
+    elif roof.placed_fraction < 0.5:
         not_applicable["roofline"] = (
             "under half of the kernel time has known FLOPs or bytes: record with record_shapes=True "
             "(and with_flops=True) to place kernels on the roofline"

@@ -91,18 +91,24 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
     costs = _op_costs(trace, np.unique(dev.op[dev.op >= 0]))
     flops, nbytes, dtype = _event_shares(trace, costs)
     dtype = _tf32_where_tensor_cores(dev.kind, dtype, trace)
-    roofs = _event_roofs(dev.kind, dtype, ceilings)
     known = (flops > 0) | (nbytes > 0)
-    placed = known & ~_over_roof(flops, nbytes, dev.dur, roofs, ceilings)
     weight = np.divide(in_steps, dev.dur, out=np.zeros(len(dev)), where=dev.dur > 0)
-    f_in, b_in = np.where(placed, flops * weight, 0.0), np.where(placed, nbytes * weight, 0.0)
-    kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
-    op_names = np.where(dev.op >= 0, trace.host.name[np.maximum(dev.op, 0)], -1)
-    ops = _aggregate(trace, op_names, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
     matrix = np.isin(dev.kind, [int(k) for k in _MATRIX])
     model_flops = float((flops * weight)[matrix].sum()) / n_steps
     step_s = steps.total_ns / 1e9 / n_steps
-    mfu = model_flops / (step_s * ceilings.best_matrix_flops) if step_s > 0 else 0.0
+    if not ceilings.available:  # no roofs (a card the table does not know): the work is known, nothing is placed
+        placed = np.zeros(len(dev), bool)
+        kernels: tuple[Placement, ...] = ()
+        ops: tuple[Placement, ...] = ()
+        mfu = 0.0
+    else:
+        roofs = _event_roofs(dev.kind, dtype, ceilings)
+        placed = known & ~_over_roof(flops, nbytes, dev.dur, roofs, ceilings)
+        f_in, b_in = np.where(placed, flops * weight, 0.0), np.where(placed, nbytes * weight, 0.0)
+        kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
+        op_names = np.where(dev.op >= 0, trace.host.name[np.maximum(dev.op, 0)], -1)
+        ops = _aggregate(trace, op_names, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
+        mfu = model_flops / (step_s * ceilings.best_matrix_flops) if step_s > 0 else 0.0
     total = max(in_steps.sum(), 1)
     return RooflineResult(
         kernels=kernels,

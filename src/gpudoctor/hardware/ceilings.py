@@ -40,6 +40,12 @@ class Ceilings:
         """The 16-bit tensor-core roof: the reference for MFU and for "what a fix reaches"."""
         return self.matrix_flops.get("bf16") or self.matrix_flops.get("fp16") or self.vector_flops
 
+    @property
+    def available(self) -> bool:
+        """Peak rates to draw a roofline with: False for a card with no datasheet row and nothing
+        measured (``unavailable``), where only the host side and the idle causes can be judged."""
+        return self.hbm_bytes_per_s > 0 and self.best_matrix_flops > 0
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -67,6 +73,22 @@ def for_gpu_name(name: str) -> Ceilings:
             f"{', '.join(known_names())}, or --ceilings FILE"
         )
     return from_spec(spec)
+
+
+def unavailable(name: str) -> Ceilings:
+    """No ceilings for a GPU the datasheet table does not know: zero rates (``available`` False),
+    so that no roofline, MFU or peak-priced finding is made up. The host link keeps the Gen4 x16
+    rate ``from_spec`` takes when a datasheet does not name one."""
+    return Ceilings(gpu=name, matrix_flops={}, vector_flops=0.0, hbm_bytes_per_s=0.0,
+                    h2d_pinned_bytes_per_s=PCIE4_X16_BYTES_PER_S, memory_bytes=0,
+                    source=f"none: {name} is not in the datasheet table")
+
+
+def unknown_card_note(name: str, skipped: tuple[str, ...] = ()) -> str:
+    """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to give it."""
+    rules = f" ({', '.join(skipped)})" if skipped else ""
+    return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced findings{rules}; "
+            "for them, run `gpudoctor bench` on that card, or pass --ceilings FILE (bench's JSON) or --gpu NAME")
 
 
 _REQUIRED = ("matrix_flops", "hbm_bytes_per_s")

@@ -63,6 +63,8 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             "placed_fraction": round(a.roofline.placed_fraction, 4),
             "kernels": [_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]],
             "ops": [_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]],
+            # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"] says why)
+            **({} if a.ceilings.available else {"unavailable": a.not_applicable.get("roofline", "no ceilings")}),
         },
         memory=_memory(a),
         findings=tuple(findings),

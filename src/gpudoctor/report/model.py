@@ -69,7 +69,7 @@ class Report:
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
             "unprofiled": self.unprofiled or None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
-            "mfu": round(self.mfu, 5),
+            "mfu": None if self.roofline.get("unavailable") else round(self.mfu, 5),  # no peak: no MFU
             "breakdown": self.breakdown,
             "idle": self.idle,
             "roofline": self.roofline,

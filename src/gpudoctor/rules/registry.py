@@ -35,6 +35,13 @@ def discover() -> dict[str, Rule]:
 
 RULES: dict[str, Rule] = discover()
 
+# The rules priced from the card's peak rates (its roofs, its HBM rate): on a card with no
+# ceilings (hardware/ceilings.py ``unavailable``) they do not run, rather than price from made-up
+# peaks. tests/test_unknown_gpu.py checks that every rule reading ``a.ceilings`` is listed here
+# (pageable-copy reads only the host link, which keeps its Gen4 rate).
+PEAK_PRICED = ("fp32-matmul", "small-gemm", "misaligned-gemm", "naive-attention", "unfused-elementwise",
+               "optimizer-loop", "per-sample-loop")
+
 _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 
 # A finding whose fix cannot be applied before another's comes after it, whatever its saving
@@ -85,11 +92,13 @@ def get_rule(rule_id: str) -> Rule:
 
 def find(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
     """Findings of every rule the trace has the data for, as each rule priced it, in rule order
-    (unranked). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``)."""
+    (unranked). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``), nor
+    one of ``PEAK_PRICED`` when the card has no ceilings."""
     findings = []
     caps = analysis.trace.capabilities
+    peaks = analysis.ceilings.available
     for rule in (rules or RULES).values():
-        if caps.lacks(rule.needs):
+        if caps.lacks(rule.needs) or (not peaks and rule.id in PEAK_PRICED):
             continue
         finding = rule.check(analysis)
         if finding is not None:
