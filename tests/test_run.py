@@ -103,8 +103,8 @@ def test_crash_inside_the_window_keeps_the_capture(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_program_that_ends_before_the_window(tmp_path: Path) -> None:
     out = run(tmp_path, "--skip", "10", "train.py", "4")
-    assert out.returncode == 2
-    assert "ran 4 steps (optimizer-step) and stopped (it ended) before the window" in out.stderr
+    assert out.returncode == 3  # the program succeeded; gpudoctor has no report (run --help: "Exit code")
+    assert "ran 4 steps (optimizer-step) and ended with exit code 0 before the window" in out.stderr
 
 
 MANUAL_SGD = """
@@ -146,14 +146,28 @@ def test_a_loop_of_bare_tensor_ops_is_told_to_mark_its_steps(tmp_path: Path) -> 
     # no module, optimizer, DataLoader or graph: no safe point to open a window at
     script = "import time, torch\nx = torch.randn(64, 64)\nend = time.time() + 1\nwhile time.time() < end:\n    x = x @ x.T / 64\n"
     out = run(tmp_path, "--wait", "0.3", "--window", "0.5", "busy.py", script=script, name="busy.py")
-    assert out.returncode == 2
-    assert "ran no step gpudoctor could see" in out.stderr and "gpudoctor.step()" in out.stderr
+    assert out.returncode == 3
+    # it ran past --wait: the reason is that nothing marks an iteration, not the time window
+    assert "(exit code 0) and nothing in it marks an iteration" in out.stderr and "gpudoctor.step()" in out.stderr
+    assert "ended before the time window" not in out.stderr and "lower --wait" not in out.stderr
 
 
 @pytest.mark.e2e
 def test_no_steps_and_a_short_program(tmp_path: Path) -> None:
     out = run(tmp_path, "--wait", "30", "q.py", script="print('hello')\n", name="q.py")
-    assert out.returncode == 2 and "ran no step" in out.stderr and "hello" in out.stdout
+    assert out.returncode == 3 and "hello" in out.stdout
+    assert "the program ended with exit code 0 after" in out.stderr
+    assert "before any step and before the time window (--wait 30 s): nothing was recorded" in out.stderr
+
+
+@pytest.mark.e2e
+def test_a_program_that_prints_its_help_is_told_apart_from_a_failure(tmp_path: Path) -> None:
+    script = "import argparse\nargparse.ArgumentParser().parse_args()\n"
+    out = run(tmp_path, "h.py", "--help", script=script, name="h.py")
+    assert out.returncode == 3 and "usage: h.py" in out.stdout
+    assert "the program ended with exit code 0 after" in out.stderr and "Traceback" not in out.stderr
+    bad = run(tmp_path, "h.py", "--nope", script=script, name="h.py")  # argparse's own exit 2 passes through
+    assert bad.returncode == 2 and "the program stopped (exit code 2) before its first step" in bad.stderr
 
 
 @pytest.mark.e2e
@@ -220,6 +234,71 @@ def test_bad_targets(tmp_path: Path) -> None:
     out = run(tmp_path, "--steps", "0", "train.py", "3")
     assert out.returncode == 2 and "--steps must be a positive integer" in out.stderr
     assert run(tmp_path, script=None).returncode == 2
+
+
+@pytest.mark.parametrize("option", ["--out", "--sandbox"])
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_an_unwritable_output_folder_fails_before_the_program_starts(tmp_path: Path, option: str, where: str) -> None:
+    """The first write came when the window closed, inside the program's opt.step(): a
+    FileNotFoundError blamed on train.py, and a closing line saying to lower --skip."""
+    if where == "proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    (tmp_path / "train.py").write_text("open('started', 'w').close()\n" + TRAIN)
+    target = str(tmp_path / "train.py" / "sub") if where == "under-a-file" else "/proc/gpudoctor-out"
+    others = ["--out", str(tmp_path / "runs")] if option == "--sandbox" else []
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", *others, option, target, "train.py", "30"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    assert out.returncode == 2
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"error: {option} {target}") and "give a folder path you can write to" in line
+    assert not (tmp_path / "started").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_trace_that_cannot_be_written_never_raises_inside_the_program(tmp_path: Path, capsys) -> None:
+    """Written inside the program's opt.step() hook: the failure is reported after the program,
+    which runs on to its end untouched."""
+    from gpudoctor.capture.runner import Target, run_program
+    from gpudoctor.capture.session import CaptureConfig
+    from gpudoctor.live import _why_nothing
+
+    (tmp_path / "blocker").write_text("")  # a file where the run directory's parent should be
+    (tmp_path / "t.py").write_text(TRAIN)
+    config = CaptureConfig(steps=2, skip=2)
+    outcome = run_program(Target(str(tmp_path / "t.py"), ("12",)), config, tmp_path / "blocker" / "run")
+    assert outcome.exit_code == 0 and not outcome.stopped_by_us
+    out = capsys.readouterr()
+    assert "finished" in out.out and "Traceback" not in out.err
+    result = outcome.result
+    assert result.trace_path is None and result.internal_error.startswith("NotADirectoryError")
+    assert str(tmp_path / "blocker") in result.internal_error
+    assert _why_nothing(outcome, config, 30.0).startswith(
+        f"gpudoctor failed while recording ({result.internal_error}) and detached, leaving the program to run on")
+    from gpudoctor.capture import session as session_module
+
+    assert session_module._ACTIVE == []
+
+
+def test_why_nothing_names_the_reason_no_window_opened() -> None:
+    """A loop of bare tensor ops that ran 6 s under --wait 1 was told it "ended before the time
+    window (--wait 1 s) ... lower --wait": nothing marked an iteration, so no window could open."""
+    from gpudoctor.capture.runner import Outcome
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import _why_nothing
+
+    config = CaptureConfig(skip=10)
+    busy = _why_nothing(Outcome(0, CaptureResult(program_s=6.0), False), config, 1.0)
+    assert busy.startswith("the program ran 6.0 s (exit code 0) and nothing in it marks an iteration")
+    assert busy.endswith("call gpudoctor.step() once per iteration (import gpudoctor)") and "--wait 1 s" in busy
+    short = _why_nothing(Outcome(0, CaptureResult(program_s=0.4), False), config, 1.0)
+    assert short.startswith("the program ended with exit code 0 after 0.4 s, before any step and before the time "
+                            "window (--wait 1 s)") and short.endswith("or lower --wait")
+    crashed = _why_nothing(Outcome(2, CaptureResult(program_s=0.4), False), config, 1.0)
+    assert crashed == "the program stopped (exit code 2) before its first step: nothing was recorded"
+    stepped = _why_nothing(Outcome(0, CaptureResult(steps_seen=4, step_source="optimizer-step", program_s=2.0),
+                                   False), config, 1.0)
+    assert stepped == ("the program ran 4 steps (optimizer-step) and ended with exit code 0 before the window, which "
+                       "opens after --skip 10: nothing was recorded; lower --skip")
 
 
 def test_a_module_is_found_in_the_working_directory_as_python_m_finds_it(tmp_path: Path, monkeypatch) -> None:
@@ -348,7 +427,7 @@ def test_json_stdout_is_only_the_report(tmp_path: Path) -> None:
 def test_no_steps_told_apart_says_what_it_saw(tmp_path: Path) -> None:
     script = MANUAL_SGD.replace("end = time.time() + 120", "end = time.time() + 0.5")
     out = run(tmp_path, "--wait", "30", "sgd.py", script=script, name="sgd.py")
-    assert out.returncode == 2
+    assert out.returncode == 3
     assert "called Sequential" in out.stderr and "never stepped a torch.optim optimizer" in out.stderr
 
 

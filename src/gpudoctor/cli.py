@@ -26,6 +26,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # every command's context inherits them
 )
 _state = {"debug": False}
+NO_REPORT_EXIT = 3  # `run`: the program ended normally before any window: no report (as `plan`'s "nothing fits")
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 
 
@@ -167,6 +168,10 @@ def run(
     """Run a program as python would, profile a window of its steps, and diagnose it.
 
     gpudoctor run [OPTIONS] SCRIPT [ARGS]...  or  gpudoctor run [OPTIONS] -m MODULE [ARGS]...
+
+    Exit code: 0 with a report; the program's own code when it fails; 3 when it ended normally (exit
+    code 0) before anything could be recorded (no report; the reason is printed); 2 on bad input;
+    130 on Ctrl-C.
     """
     from gpudoctor.capture.runner import Target, program_stdout_to_stderr
     from gpudoctor.capture.session import CaptureConfig
@@ -218,7 +223,9 @@ def run(
                     trial_trace, json_out, width, trial_repeats)
     code = outcome.exit_code
     if report is None and not note.startswith("no GPU activity") and ranked is None:
-        code = code or 2  # in a distributed job a rank's non-zero exit would make torchrun stop the others
+        # the program succeeded, but gpudoctor made no report: not the program's error, not bad input
+        # (in a distributed job a rank's non-zero exit would make torchrun stop the others)
+        code = code or NO_REPORT_EXIT
     if ranked is not None:
         from gpudoctor.capture.launch import record_exit_code
 
@@ -330,7 +337,8 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
                 "with; raise --skip")
     else:
         err = SafeConsole(stderr=True)
-        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps)
+        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps,
+                            report.unprofiled_step_ms if report is not None else None)
         runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
                         baseline, timeout_s=timeout, sandbox=sandbox, trace=trace, repeats=repeats,
                         progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,

@@ -126,6 +126,8 @@ def _with_capture_notes(note: str, result: CaptureResult) -> str:
         note = _join(note, f"the GPU's clocks were held back during the window ({', '.join(throttled)})")
     if result.error:
         note = _join(note, f"the window ended early ({result.error}): the report covers what was captured")
+    if result.internal_error:
+        note = _join(note, f"gpudoctor failed while recording ({result.internal_error}) and detached")
     return note
 
 
@@ -197,25 +199,36 @@ def _analyze_ranks(run: Path) -> tuple[Report | None, str]:
 
 
 def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
+    """Why no window was recorded, and what to do about it: one line for the user."""
     result = outcome.result
     seen = result.steps_seen
     if outcome.message:
         return outcome.message
-    if seen == 0 and outcome.exit_code not in (0, 2):
-        return f"the program stopped (exit code {outcome.exit_code}) before its first step: nothing was recorded"
+    if result.internal_error:
+        return (f"gpudoctor failed while recording ({result.internal_error}) and detached, leaving the program to "
+                "run on: nothing was recorded")
+    code = outcome.exit_code
+    if seen == 0 and code != 0:
+        return f"the program stopped (exit code {code}) before its first step: nothing was recorded"
+    ran = f"after {result.program_s:.1f} s" if result.program_s > 0 else ""
+    ended_early = result.program_s < wait_s  # the time window could still have opened, had it run on
+    mark = "call gpudoctor.step() once per iteration (import gpudoctor)"
     if seen == 0 and result.training_forwards:
-        return (f"the program called {result.root_module} {result.training_forwards} times with gradients and never "
-                f"stepped a torch.optim optimizer, so its steps could not be told apart (forwards count as steps after "
-                f"{config.patience} such calls) and it ended before the time window (--wait {wait_s:g} s); call "
-                "gpudoctor.step() once per iteration, or lower --wait")
+        return (f"the program ended with exit code 0 {ran}; it called {result.root_module} "
+                f"{result.training_forwards} times with gradients and never stepped a torch.optim optimizer, so its "
+                f"steps could not be told apart (forwards count as steps after {config.patience} such calls): "
+                f"nothing was recorded; {mark}" + (f", or lower --wait ({wait_s:g} s)" if ended_early else ""))
+    if seen == 0 and ended_early:
+        return (f"the program ended with exit code 0 {ran}, before any step and before the time window "
+                f"(--wait {wait_s:g} s): nothing was recorded; if it has iterations, {mark}, or lower --wait")
     if seen == 0:
-        return ("the program ran no step gpudoctor could see (no module call, optimizer step, generate() or CUDA "
-                f"graph replay) and ended before the time window (--wait {wait_s:g} s); call gpudoctor.step() once "
-                "per iteration, or lower --wait")
+        return (f"the program ran {result.program_s:.1f} s (exit code 0) and nothing in it marks an iteration: no "
+                "module call, optimizer step, backward(), DataLoader batch, generate() or CUDA graph replay, so no "
+                f"window could open (a time window, after --wait {wait_s:g} s, also opens only at one of those "
+                f"calls): nothing was recorded; {mark}")
     source = result.step_source or "steps"
-    how = f"exit code {outcome.exit_code}" if outcome.exit_code else "it ended"
-    return (f"the program ran {seen} step{'s' * (seen != 1)} ({source}) and stopped ({how}) before the window, "
-            f"which opens after --skip {config.skip}; lower --skip")
+    return (f"the program ran {seen} step{'s' * (seen != 1)} ({source}) and ended with exit code {code} before the "
+            f"window, which opens after --skip {config.skip}: nothing was recorded; lower --skip")
 
 
 class Doctor:

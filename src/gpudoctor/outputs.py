@@ -60,10 +60,24 @@ def _check_output_file(target: Path, option: str, inputs: Iterable[str | os.Path
 
 
 def check_output_dir(target: Path, option: str) -> None:
-    """Raise an InputError when ``target`` exists and is not a folder (run directories go inside it)."""
+    """Raise an InputError when ``target`` is not a folder that can be written in, nor one that can
+    be created: checked before the program starts, since the first write comes only when its
+    window closes, inside the program's own step."""
     if target.exists() and not target.is_dir():
         raise InputError(f"{option} {target} is a file, not a folder: run directories are written inside it; "
                          "give a folder path (it is created when missing)")
+    folder = target
+    while not folder.exists() and folder != folder.parent:  # the nearest folder that exists
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"{option} {target}: {folder} is a file, not a folder, so {target} cannot be created; "
+                         "give a folder path you can write to")
+    try:  # a real write: permissions, read-only mounts and /proc-like file systems all answer here
+        os.rmdir(tempfile.mkdtemp(prefix=".gpudoctor-check-", dir=folder))
+    except OSError as exc:
+        what = "written in" if folder == target else f"created (inside {folder})"
+        raise InputError(f"{option} {target} cannot be {what}: {exc.strerror or exc}; "
+                         "give a folder path you can write to") from None
 
 
 def write_text_atomic(target: Path, text: str, option: str = "output",

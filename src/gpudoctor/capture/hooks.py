@@ -73,6 +73,8 @@ class Listener:
     def backward_call(self) -> None: ...
     def foreign_profiler(self, profiler: Any, starting: bool) -> None: ...
     def foreign_export(self, profiler: Any, path: str) -> None: ...
+    def broke(self, exc: Exception) -> None:
+        """One of the calls above raised: it is gpudoctor's failure, never the program's."""
 
 
 class Hooks:
@@ -187,19 +189,30 @@ class Hooks:
         # is_compiling() first: under torch.compile it folds to True and dynamo traces nothing else
         return not self._is_compiling() and os.getpid() == self.pid and threading.get_ident() == self.thread
 
+    # Every hook runs inside the program's own call (its opt.step(), its model(x)): what the
+    # listener raises there is gpudoctor's failure (a trace it cannot write), and goes to
+    # ``listener.broke``, never up through the program's frames. StopProgram (--exit-after) and
+    # Ctrl-C are BaseExceptions: they pass.
+
     def _on_optimizer_step(self, optimizer: Any, *_: Any) -> None:
         if self._ours():
-            self.listener.optimizer_step(optimizer)
-            self.listener.safe_point()
+            try:
+                self.listener.optimizer_step(optimizer)
+                self.listener.safe_point()
+            except Exception as exc:  # noqa: BLE001 - see above
+                self.listener.broke(exc)
 
     def _on_module_pre(self, module: Any) -> None:
         if not self._ours():
             return
         outer = self.depth == 0
         self.depth += 1
-        if outer:
-            self._outer(module)
-        self.listener.safe_point()
+        try:
+            if outer:
+                self._outer(module)
+            self.listener.safe_point()
+        except Exception as exc:  # noqa: BLE001 - gpudoctor's failure, not the program's
+            self.listener.broke(exc)
 
     def _on_module_post(self) -> None:
         if self._ours() and self.depth > 0:
@@ -207,8 +220,11 @@ class Hooks:
 
     def _on_root_pre(self, module: Any, *_: Any) -> None:
         if self._ours():
-            self._outer(module)
-            self.listener.safe_point()
+            try:
+                self._outer(module)
+                self.listener.safe_point()
+            except Exception as exc:  # noqa: BLE001 - gpudoctor's failure, not the program's
+                self.listener.broke(exc)
 
     def _outer(self, module: Any) -> None:
         if not self._generate_patched:
@@ -217,6 +233,13 @@ class Hooks:
             self.listener.token_forward(module)
         else:
             self.listener.outer_forward(module)
+
+    def _tell(self, event: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """``event(*args, **kwargs)``, what it raises handed to ``listener.broke``."""
+        try:
+            event(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - gpudoctor's failure, not the program's
+            self.listener.broke(exc)
 
     # -- wrapped methods -------------------------------------------------------------------------
 
@@ -237,8 +260,11 @@ class Hooks:
             @functools.wraps(original)
             def wrapped(*args: Any, **kwargs: Any) -> Any:
                 if hooks._ours():
-                    event(args[0]) if with_self else event()
-                    hooks.listener.safe_point()
+                    try:
+                        event(args[0]) if with_self else event()
+                        hooks.listener.safe_point()
+                    except Exception as exc:  # noqa: BLE001 - gpudoctor's failure, not the program's
+                        hooks.listener.broke(exc)
                 return original(*args, **kwargs)
 
             return wrapped
@@ -255,10 +281,10 @@ class Hooks:
             if os.getpid() != hooks.pid:
                 return original(profiler, *args, **kwargs)
             if starting:
-                hooks.listener.foreign_profiler(profiler, starting=True)
+                hooks._tell(hooks.listener.foreign_profiler, profiler, starting=True)
             result = original(profiler, *args, **kwargs)
             if not starting:
-                hooks.listener.foreign_profiler(profiler, starting=False)
+                hooks._tell(hooks.listener.foreign_profiler, profiler, starting=False)
             return result
 
         return wrapped
@@ -270,7 +296,7 @@ class Hooks:
         def export_chrome_trace(profiler: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(profiler, path, *args, **kwargs)
             if os.getpid() == hooks.pid:
-                hooks.listener.foreign_export(profiler, str(path))
+                hooks._tell(hooks.listener.foreign_export, profiler, str(path))
             return result
 
         return export_chrome_trace
@@ -285,13 +311,13 @@ class Hooks:
             hooks.generating += 1
             if hooks.generating == 1:
                 hooks._unwrapped_generate = None
-                hooks.listener.generate_start()
+                hooks._tell(hooks.listener.generate_start)
             try:
                 return original(model, *args, **kwargs)
             finally:
                 hooks.generating -= 1
                 if hooks.generating == 0:
-                    hooks.listener.generate_end()
+                    hooks._tell(hooks.listener.generate_end)
 
         return generate
 

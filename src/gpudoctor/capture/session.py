@@ -121,6 +121,8 @@ class CaptureResult:
     window_wall_s: float = 0.0
     device: str = "cpu"
     error: str = ""  # what interrupted the window, if anything
+    program_s: float = 0.0  # seconds from the session's start to its close (the program's run, under gpudoctor run)
+    internal_error: str = ""  # gpudoctor's own failure inside a hook (a trace it could not write): it detached
     memory_at_error: dict[str, Any] = field(default_factory=dict)
     model_state: dict[str, Any] = field(default_factory=dict)  # from the stepped optimizer (model_state_of)
     notes: list[str] = field(default_factory=list)
@@ -224,12 +226,17 @@ class CaptureSession(Listener):
 
     def close(self) -> None:
         """Detach everything; safe to call twice, and from an exception handler."""
+        if self._started_at and not self.result.program_s:
+            self.result.program_s = self.clock.now() - self._started_at
         self._export_foreign()
         if self._hooks is not None:
             self._hooks.remove()
             self._hooks = None
         if self._prof is not None:
-            self._finish_window(error=self.result.error or "the program stopped inside the window")
+            try:
+                self._finish_window(error=self.result.error or "the program stopped inside the window")
+            except Exception as exc:  # noqa: BLE001 - reported after the program (runner, live), never raised
+                self.result.internal_error = self.result.internal_error or _failure(exc)
         if self.sync is not None and self._open_at is None and self.phase is not Phase.DONE:
             self.sync.leave(self.result.steps_seen)  # never ready: the other ranks need not wait for it
         if self in _ACTIVE:
@@ -252,12 +259,31 @@ class CaptureSession(Listener):
             self.result.memory_at_error = _memory_state(self._torch)
         self.close()
 
+    def broke(self, exc: Exception) -> None:
+        """A hook's call raised (the trace could not be written, ...): keep what that was, stop
+        recording and detach everything; the program runs on as if gpudoctor were not there."""
+        self.result.internal_error = self.result.internal_error or _failure(exc)
+        prof, self._prof = self._prof, None
+        with contextlib.suppress(Exception):
+            if prof is not None:
+                prof.stop()
+        with contextlib.suppress(Exception):
+            if self._sampler is not None:
+                self._sampler.stop()
+                self._sampler = None
+        with contextlib.suppress(Exception):
+            self._complete(stop_program=False)
+        self.phase = Phase.DONE
+
     # -- what the hooks report ---------------------------------------------------------------
 
     def step(self) -> None:
         """An explicit boundary: gpudoctor.step(), doc.step() or a framework callback."""
         if self.detector.explicit():
-            self._boundary()
+            try:
+                self._boundary()
+            except Exception as exc:  # noqa: BLE001 - called from the program's loop: gpudoctor's failure stays ours
+                self.broke(exc)
 
     def optimizer_step(self, optimizer: Any) -> None:
         if self.phase is Phase.DONE:
@@ -869,6 +895,10 @@ def _preload_profiler_imports(torch: Any) -> None:
     # an optional speed-up: the profiler imports it again if this fails
     with contextlib.suppress(Exception):
         import torch._inductor  # noqa: F401
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _gzip(raw: Path) -> Path:

@@ -108,6 +108,8 @@ class RunCapture:
 
     def _why_nothing(self) -> str:
         cfg, seen = self.config, self.session.result.steps_seen
+        if self.session.result.internal_error:
+            return f"gpudoctor failed while recording ({self.session.result.internal_error}) and detached"
         return (f"training ended after {seen} optimizer step{'s' * (seen != 1)}, before the window closed "
                 f"(skip {cfg.skip} + 1 warm-up + steps {cfg.steps} = {cfg.skip + 1 + cfg.steps}): nothing was "
                 "recorded; lower skip or steps")
