@@ -4,6 +4,7 @@ mechanics do)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from gpudoctor.tryfix.trial import (
     NO_EFFECT,
     NOISY,
     NOT_APPLIED,
+    NOT_ENOUGH,
     SMALLER,
     TOO_FEW,
     WORSE,
@@ -54,8 +56,12 @@ def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-def _scaled(factor: float) -> list[float]:
-    return [v * factor for v in BASE]
+# samples enough for a verdict (trial.MIN_JUDGED_STEPS steps over trial.MIN_JUDGED_S on each side)
+JUDGED = tuple(v * 10 for v in BASE) * 3  # 24 steps of ~100 ms
+
+
+def _scaled(factor: float, base: tuple[float, ...] = JUDGED) -> list[float]:
+    return [v * factor for v in base]
 
 
 # -- --fixes and the plan ------------------------------------------------------------------------
@@ -220,18 +226,42 @@ def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch:
     (0.5, None, FASTER_UNPREDICTED),
 ])
 def test_verdict(factor: float, predicted: float | None, expected: str) -> None:
-    assert verdict(compare_samples(BASE, _scaled(factor)), predicted) == expected
+    assert verdict(compare_samples(JUDGED, _scaled(factor)), predicted) == expected
+
+
+@pytest.mark.parametrize(("base", "trial"), [
+    (JUDGED, _scaled(0.03)),  # x33 from 24 trial steps of 3 ms: 0.07 s timed
+    (JUDGED[:9], _scaled(0.5)[:9]),  # 9 steps a side, 0.9 and 0.45 s
+    (tuple(v / 100 for v in JUDGED) * 30, [v / 200 for v in JUDGED] * 30),  # 720 steps a side, under 1 s
+])
+def test_no_verdict_from_too_few_steps_or_under_a_second_of_them(base: tuple[float, ...], trial: list[float]) -> None:
+    """On a loaded 2-core CPU a bf16 trial read "faster x33.77" where bf16 ran 3.5x slower."""
+    change = compare_samples(base, trial)
+    assert change.verdict == "faster"  # diff's noise model alone would call it
+    assert verdict(change, 2.0) == verdict(change, None) == NOT_ENOUGH
+    assert trial_mod.short_of_evidence((trial_mod.timed(base), trial_mod.timed(trial))).endswith(
+        "a verdict needs 10 steps and 1 s of them on each side")
+    assert verdict(compare_samples(JUDGED, _scaled(0.5)), None) == FASTER_UNPREDICTED  # 24 steps, 1.2 s and more
+
+
+def test_a_trial_short_of_evidence_says_what_it_timed(tmp_path: Path) -> None:
+    records = _rounds_runner(tmp_path, {"control": 25.0, "compile": 14.0, "control-end": 25.0}, repeats=1,
+                             copies=2).run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+    [compile_] = [r for r in records if r["knob"] == "compile"]
+    assert compile_["verdict"] == NOT_ENOUGH and compile_["measured_speedup"] > 1.7
+    assert compile_["reason"].startswith("the reference timed 6 steps over 0.15 s and the trial timed 6 steps over "
+                                         "0.08 s; a verdict needs 10 steps")
 
 
 def test_a_change_inside_the_controls_drift_is_not_called_no_effect() -> None:
     # the controls moved by 40%: a 30% saving whose interval excludes 0 is within the drift
-    assert verdict(compare_samples(BASE, _scaled(0.7), floor_pct=40.0), 2.0) == NOISY
-    assert verdict(compare_samples(BASE, _scaled(1.0), floor_pct=40.0), 2.0) == NO_EFFECT
-    assert verdict(compare_samples(BASE, _scaled(0.7), floor_pct=1.0), 2.0) == CONFIRMED
+    assert verdict(compare_samples(JUDGED, _scaled(0.7), floor_pct=40.0), 2.0) == NOISY
+    assert verdict(compare_samples(JUDGED, _scaled(1.0), floor_pct=40.0), 2.0) == NO_EFFECT
+    assert verdict(compare_samples(JUDGED, _scaled(0.7), floor_pct=1.0), 2.0) == CONFIRMED
 
 
 def test_verdict_ballpark_is_half_the_predicted_saving_at_the_intervals_best_end() -> None:
-    change = compare_samples(BASE, _scaled(0.7))  # saves ~30%
+    change = compare_samples(JUDGED, _scaled(0.7))  # saves ~30%
     best = -change.ci_low_pct / 100
     assert verdict(change, 1 / (1 - 2 * best) - 1e-6) == CONFIRMED  # predicted saving just under 2x best
     assert verdict(change, 1 / (1 - 2 * best - 0.01)) == SMALLER
@@ -688,9 +718,10 @@ def test_pinning_slowed_under_torch_compile_puts_the_in_process_compile_first() 
 # -- --trial-repeats: rounds of processes -----------------------------------------------------------
 
 
-def _rounds_runner(tmp_path: Path, means: dict[str, float | str], repeats: int) -> Trials:
+def _rounds_runner(tmp_path: Path, means: dict[str, float | str], repeats: int, copies: int = 40) -> Trials:
     """Trials whose children are planted: each trial name (``compile``, ``compile.r2``, ...) ends
-    with 12 steps around its mean, or with the status given as a string."""
+    with 3 x ``copies`` steps around its mean (120: over a second, enough for a verdict), or with
+    the status given as a string."""
     runner = _trials(tmp_path, sandbox=False)
     runner.repeats = repeats
 
@@ -698,7 +729,7 @@ def _rounds_runner(tmp_path: Path, means: dict[str, float | str], repeats: int) 
         planted = means[trial_dir.name]
         if isinstance(planted, str):
             return planted, "planted", {}, 1.0
-        samples = [planted * 0.99, planted * 1.01, planted] * 4
+        samples = [planted * 0.99, planted * 1.01, planted] * copies
         return "ok", "", {"samples_ms": samples, "effects": ["planted"] if knob_ids else [], "losses": [2.0],
                           "peak_memory_bytes": 100}, 2.0
 
@@ -723,7 +754,7 @@ def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_
     assert compile_["measured_speedup"] == pytest.approx(1.8152, abs=1e-4)
     assert compile_["speedup_ci95"] == pytest.approx([1.5481, 2.1283], abs=1e-4)
     assert compile_["verdict"] == CONFIRMED and compile_["floor_pct"] == 1.0
-    assert compile_["method"] == "processes (3 vs 2), pooled t on log means" and compile_["n_trial"] == 24
+    assert compile_["method"] == "processes (3 vs 2), pooled t on log means" and compile_["n_trial"] == 240  # 2 x 120
     assert compile_["dir"].endswith("trials/compile") and compile_["rounds"][1]["dir"].endswith("trials/compile.r2")
     # tf32 moved with the controls: no effect, though each of its processes is tight
     assert tf32["verdict"] == NO_EFFECT
@@ -821,6 +852,22 @@ def test_a_control_far_off_the_diagnosed_step_says_the_prices_may_not_hold(tmp_p
         if says:
             assert f"{control['baseline_ms']:.2f} ms a step; this process stepped at {control['trial_ms']:.2f} ms (+30%)" \
                 in text
+
+
+def test_the_control_line_quotes_the_step_the_report_header_shows(tmp_path: Path) -> None:
+    """One report quoted "step 16.048 ms ± 9.406 (8 steps)" in its header and "the diagnosed run's
+    94.38 ms a step" on the control's line: the mean of the steps before the window, named as the
+    step the findings were priced on. The note now quotes the header's step; the mean is labelled."""
+    runner = _rounds_runner(tmp_path, {"control": 21.0, "compile": 14.0, "control-end": 21.0}, repeats=1)
+    runner.baseline = dataclasses.replace(runner.baseline, priced_ms=16.048)  # the header's unprofiled step
+    control = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)])[0]
+    assert control["baseline_ms"] == pytest.approx(statistics.fmean(BASE), abs=1e-3)  # the samples' mean: 10.03
+    text = render_mod.outcome_text(control)
+    assert ("the prices assume the diagnosed run's unprofiled step, 16.048 ms (the report's \"step\" line); this "
+            "process stepped at 21.00 ms (+31%)") in text
+    assert "10.03 ms" not in text
+    assert render_mod.means_text(control) == ("the diagnosed run's steps before its window 10.03 -> this run 21.00 ms "
+                                               "a step (means of 8 and 120 steps)")
 
 
 def test_bracketed_moves_the_first_control_to_the_two_controls_geometric_mean() -> None:

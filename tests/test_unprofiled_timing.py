@@ -312,6 +312,9 @@ def test_a_slow_settled_trial_times_for_its_time_bound_only(tmp_path: Path, monk
     from gpudoctor.capture import timing as timing_mod
 
     monkeypatch.setattr(timing_mod, "TRIAL_TIMED_MAX_S", 0.045)  # reached by the 5th 10 ms step past the judged 12
+    # (the bounds wait for the steps a verdict needs: here none, to reach the bound's own case)
+    monkeypatch.setattr(timing_mod, "TRIAL_JUDGED_MIN_STEPS", 0)
+    monkeypatch.setattr(timing_mod, "TRIAL_JUDGED_MIN_S", 0.0)
     result, ran = _trial_loop(tmp_path, lambda i: 0.010)
     # fewer timed than judged: the judged 12 are kept with the 5 timed (as a trial that ends early)
     assert (ran, len(result.unprofiled_before_ms)) == (16 + 5, 2 * TRIAL_SETTLE_HALF + 5)
@@ -334,7 +337,12 @@ def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_lat
     assert not timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S - 0.5)
     assert not timed_enough(steady, 0.4)
     # ... unless the step bound comes first (steps of a fraction of a millisecond)
-    assert timed_enough([0.5] * TRIAL_TIMED_MAX_STEPS, 0.3, check_error=False)
+    assert timed_enough([0.5] * TRIAL_TIMED_MAX_STEPS, 1.0, check_error=False)
+    # the step bound waits for the second a verdict needs (tryfix/trial.py verdict)
+    assert not timed_enough([0.5] * TRIAL_TIMED_MAX_STEPS, 0.3, check_error=False)
+    # and the time bound for the steps: 8 steps of 0.7 s time on to 10
+    assert not timed_enough([700.0] * 8, TRIAL_TIMED_MAX_S + 0.6, check_error=False)
+    assert timed_enough([700.0] * 10, TRIAL_TIMED_MAX_S + 2.0, check_error=False)
     # the accelerate loop's control on the H100 (2026-11-26 11:46 UTC): 25-30 ms steps with stalls of
     # 47-83 ms in 7 of 30: the standard error of the mean is 8% of it
     control = [26.7, 29.0, 32.0, 77.7, 23.6, 27.1, 25.5, 29.7, 27.2, 26.2, 38.0, 32.8, 56.2, 28.3, 25.7, 28.8,

@@ -86,7 +86,13 @@ in the next, each steady within itself. The cost: a trial of a 25 ms step times 
 TRIAL_TIMED_MAX_STEPS = 600
 TRIAL_TIMED_MAX_S = 5.0
 """Nor more steps than TRIAL_TIMED_MAX_STEPS, nor longer than this many seconds past the settled
-steps (a slow step times fewer than TRIAL_TIMED_STEPS)."""
+steps (a slow step times fewer than TRIAL_TIMED_STEPS), once TRIAL_JUDGED_MIN_STEPS steps over
+TRIAL_JUDGED_MIN_S are timed."""
+TRIAL_JUDGED_MIN_STEPS = 10
+TRIAL_JUDGED_MIN_S = 1.0
+"""The least a trial's verdict stands on, on each side (tryfix/trial.py ``verdict``): a few steps, or a
+fraction of a second of them, are one spell of the host's speed (see TRIAL_TIMED_MIN_S). On a loaded
+2-core CPU a bf16 trial read x33.77 faster where, timed directly, bf16 ran 3.5x slower."""
 TRIAL_TIMED_CHECK_GROWTH = 1.25
 """The standard error is computed again only when the steps timed have grown by this factor (30,
 38, 48, ... : a dozen times up to 600): each computation is a pass over the samples inside the
@@ -103,7 +109,8 @@ def timed_enough(samples: Sequence[float], elapsed_s: float, check_error: bool =
     after the first: its time or step bound, or (asked with ``check_error``: see
     TRIAL_TIMED_CHECK_GROWTH) at least TRIAL_TIMED_STEPS over at least TRIAL_TIMED_MIN_S whose mean
     has a standard error within TRIAL_TIMED_SE of it."""
-    if elapsed_s >= TRIAL_TIMED_MAX_S or len(samples) >= TRIAL_TIMED_MAX_STEPS:
+    judged = len(samples) >= TRIAL_JUDGED_MIN_STEPS and elapsed_s >= TRIAL_JUDGED_MIN_S
+    if judged and (elapsed_s >= TRIAL_TIMED_MAX_S or len(samples) >= TRIAL_TIMED_MAX_STEPS):
         return True
     if not check_error or len(samples) < TRIAL_TIMED_STEPS or elapsed_s < TRIAL_TIMED_MIN_S:
         return False

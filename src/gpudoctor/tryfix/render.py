@@ -42,6 +42,20 @@ def outcome_text(rec: dict[str, Any]) -> str:
     return text
 
 
+# what a record's ``baseline_ms`` is the mean of (its ``reference``): the diagnosed run's number
+# here is the mean of its steps before the window, not the header's unprofiled step (an estimate
+# over the steps before and after it, capture/timing.py), so it is named as such
+_REFERENCE_LABELS = {"diagnosed run": "the diagnosed run's steps before its window", "control": "the control",
+                     "controls before and after": "the controls before and after"}
+
+
+def means_text(rec: dict[str, Any]) -> str:
+    """``the control 10.00 -> this run 5.88 ms a step (means of 30 and 31 steps)``."""
+    ref = _REFERENCE_LABELS.get(str(rec.get("reference")), str(rec.get("reference") or "the reference"))
+    return (f"{ref} {rec['baseline_ms']:.2f} -> this run {rec['trial_ms']:.2f} ms a step (means of "
+            f"{rec['n_baseline']} and {rec['n_trial']} steps)")
+
+
 def rounds_text(rounds: list[dict[str, Any]]) -> str:
     """A repeated trial's processes: "3 processes: 14.02, crashed, 14.51 ms"."""
     means = [f"{r['mean_ms']:.2f}" if r.get("mean_ms") is not None else str(r.get("status")) for r in rounds]
@@ -80,8 +94,7 @@ def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]]
         if rec.get("finding"):
             details.append(f"for {rec['finding']}")
         if rec.get("baseline_ms") is not None:
-            details.append(f"{rec['baseline_ms']:.2f} -> {rec['trial_ms']:.2f} ms/step "
-                           f"({rec['n_baseline']} vs {rec['n_trial']} steps)")
+            details.append(means_text(rec))
         if rec.get("rounds"):
             details.append(rounds_text(rec["rounds"]))
         mem = rec.get("peak_memory_bytes") or {}

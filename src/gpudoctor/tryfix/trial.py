@@ -51,7 +51,11 @@ interval is over processes (diff/samples.py ``compare_processes``; ``Trials._run
   predicted saving;
 - ``faster``: faster, with no prediction to hold it to (a knob named by ``--fixes`` with no
   finding, and the combined trial);
-- ``too few samples``: fewer than 2 step times on a side.
+- ``too few samples``: fewer than 2 step times on a side;
+- ``not enough steps to judge``: fewer than ``MIN_JUDGED_STEPS`` timed steps, or less than
+  ``MIN_JUDGED_S`` seconds of them, on a side (summed over the processes with ``--trial-repeats``):
+  a handful of steps, or a fraction of a second of them, is one spell of the host's speed, and a
+  speedup read from it can point either way.
 
 A trial whose knob found nothing to change (no DataLoader, no torch.optim optimizer, no module)
 is ``not applied``, whatever its timing.
@@ -85,6 +89,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.numerics import LOSS_STEPS
+from gpudoctor.capture.timing import TRIAL_JUDGED_MIN_S, TRIAL_JUDGED_MIN_STEPS
 from gpudoctor.core.finding import MAX_SAVING_SHARE, speedup
 from gpudoctor.core.subprocesses import default_sigint_in_child
 from gpudoctor.diff.samples import (
@@ -135,6 +140,9 @@ MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with 
 # warm-up step: they time steps judged settled (capture/timing.py), with compilation cut.
 DROP_OUTLIERS = False
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
+NOT_ENOUGH = "not enough steps to judge"
+# the evidence a verdict needs on each side: capture/timing.py says why, and times trials to it
+MIN_JUDGED_STEPS, MIN_JUDGED_S = TRIAL_JUDGED_MIN_STEPS, TRIAL_JUDGED_MIN_S
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,9 @@ class Baseline:
     peak_memory_bytes: int | None = None
     skip: int = 10
     steps: int = 5  # the profiled window's steps, recorded after the timed ones when trials keep a trace
+    # the report header's unprofiled step, the one the findings were priced on: an estimate made of
+    # the steps before and after the window (capture/timing.py), not the mean of ``samples_ms``
+    priced_ms: float | None = None
 
 
 # A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and on an
@@ -296,10 +307,32 @@ def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
                    "formula" if planned.priced_by != "replay" else "replay (summed with the findings it also removes)")
 
 
-def verdict(change: StepChange, predicted_speedup: float | None) -> str:
-    """See the module docstring."""
+def timed(samples: Sequence[float]) -> tuple[int, float]:
+    """A side's evidence: its timed steps and their total (ms)."""
+    return len(samples), float(sum(samples))
+
+
+def short_of_evidence(sides: Sequence[tuple[int, float]]) -> str:
+    """Why the sides' timed steps (``timed``: reference first, then trial) cannot carry a verdict;
+    "" when they can."""
+    short = [(name, n, ms) for name, (n, ms) in zip(("the reference", "the trial"), sides, strict=False)
+             if n < MIN_JUDGED_STEPS or ms < 1000.0 * MIN_JUDGED_S]
+    if not short:
+        return ""
+    said = " and ".join(f"{name} timed {n} steps over {ms / 1000.0:.2f} s" for name, n, ms in short)
+    return f"{said}; a verdict needs {MIN_JUDGED_STEPS} steps and {MIN_JUDGED_S:g} s of them on each side"
+
+
+def verdict(change: StepChange, predicted_speedup: float | None,
+            sides: Sequence[tuple[int, float]] | None = None) -> str:
+    """See the module docstring. ``sides``: each side's timed steps and their total ms (``timed``),
+    when the change's counts are not steps (processes: ``compare_processes``)."""
     if change.verdict == UNKNOWN or change.ci_low_pct is None:
         return TOO_FEW
+    if sides is None:
+        sides = ((change.n_before, change.n_before * change.before_ms), (change.n_after, change.n_after * change.after_ms))
+    if short_of_evidence(sides):
+        return NOT_ENOUGH
     if change.verdict == SLOWER:
         return WORSE
     if change.verdict == SAME:
@@ -473,7 +506,10 @@ class Trials:
             change = compare_processes(controls, runs, floor_pct=DEFAULT_FLOOR_PCT, drop_outliers=DROP_OUTLIERS)
             agg.update(_measured(change))
             agg["floor_pct"] = DEFAULT_FLOOR_PCT
-            agg["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
+            sides = (timed([v for c in controls for v in c]), timed([v for r in runs for v in r]))
+            agg["verdict"] = verdict(change, planned.predicted_speedup if planned else None, sides)
+            if agg["verdict"] == NOT_ENOUGH:
+                agg["reason"] = "; ".join(r for r in (agg["reason"], short_of_evidence(sides)) if r)
         else:
             agg["status"], agg["verdict"] = TOO_FEW, TOO_FEW
         return agg
@@ -486,15 +522,18 @@ class Trials:
         rec = self.one(CONTROL, [], None)
         child = self._children.get(CONTROL, {})
         samples = self._samples(CONTROL)
-        if rec["status"] == "ok" and rec.get("trial_ms") and rec.get("baseline_ms"):
-            moved = 100.0 * (rec["trial_ms"] / rec["baseline_ms"] - 1.0)
+        priced = self.baseline.priced_ms or rec.get("baseline_ms")
+        if rec["status"] == "ok" and rec.get("trial_ms") and priced:
+            moved = 100.0 * (rec["trial_ms"] / priced - 1.0)
             if abs(moved) > PRICED_STEP_MOVED_PCT:
-                note = (f"the prices assume the diagnosed run's {rec['baseline_ms']:.2f} ms a step; this process "
-                        f"stepped at {rec['trial_ms']:.2f} ms ({moved:+.0f}%): the program's speed moved between "
+                what = (f"unprofiled step, {priced:.3f} ms (the report's \"step\" line)"
+                        if self.baseline.priced_ms else f"steps before its window, {priced:.2f} ms a step")
+                note = (f"the prices assume the diagnosed run's {what}; this process stepped at "
+                        f"{rec['trial_ms']:.2f} ms ({moved:+.0f}%): the program's speed moved between "
                         "the two, and a price made at one speed may not hold at the other")
                 rec["reason"] = "; ".join(r for r in (rec["reason"], note) if r)
             self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
-                                     self.baseline.skip, self.baseline.steps)
+                                     self.baseline.skip, self.baseline.steps, self.baseline.priced_ms)
             self.reference = "control"
         else:
             rec["reason"] = (rec["reason"] + "; " if rec["reason"] else "") + \
@@ -573,7 +612,10 @@ class Trials:
             change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
             rec.update(_measured(change))
             rec["floor_pct"] = self.floor_pct
-            rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None)
+            sides = (timed(self.baseline.samples_ms), timed(samples))
+            rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None, sides)
+            if rec["verdict"] == NOT_ENOUGH:
+                rec["reason"] = "; ".join(r for r in (rec["reason"], short_of_evidence(sides)) if r)
         else:
             rec["status"], rec["verdict"] = TOO_FEW, TOO_FEW
             rec["reason"] = f"the trial timed {len(samples)} steps"
