@@ -59,7 +59,10 @@ def _main(
 def analyze(
     paths: list[Path] = typer.Argument(
         ..., help="torch.profiler trace (.json / .json.gz) or a run directory; a run directory with rank*/ "
-        "bundles, or several traces (one per rank), for a multi-GPU analysis."),
+        "bundles, or several traces (one per rank), for a multi-GPU analysis. Several traces are one job's ranks "
+        "when each records the same world size and backend and its own rank (Kineto's distributedInfo; "
+        "without it, when each records collectives or send/recv); otherwise each is diagnosed on its own, "
+        "one report per trace headed by its file (--json: {\"separate_traces\": why, \"reports\": [...]})."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
@@ -82,6 +85,9 @@ def analyze(
 
         check_output_file(html, "--html", inputs)
     report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+    if html is not None and hasattr(report, "reports"):  # traces diagnosed one by one: one page holds one report
+        raise InputError(f"--html writes one report, and these {len(paths)} traces are not the ranks of one job "
+                         f"({report.why}); write one page per trace: gpudoctor analyze TRACE --html PAGE.html")
     _emit(report, json_out, html, width, inputs)
 
 

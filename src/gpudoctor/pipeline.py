@@ -18,7 +18,7 @@ from gpudoctor.hardware.specs import find_spec
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import build_host_report, build_report
-from gpudoctor.report.model import Report
+from gpudoctor.report.model import Report, Reports
 from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
@@ -118,12 +118,31 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
 
 
 def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
-                   gpu: str | None = None) -> Report:
-    """What ``gpudoctor analyze`` reads: several traces, or one run directory of a distributed job,
-    as the ranks' combined report; else one trace or run directory."""
-    if len(paths) > 1 or is_rank_set(Path(paths[0])):
+                   gpu: str | None = None) -> Report | Reports:
+    """What ``gpudoctor analyze`` reads: one run directory of a distributed job, or several traces
+    that are the ranks of one job (ranks/job.py: their distributedInfo, else their collectives), as
+    the ranks' combined report; several traces that are not, each diagnosed on its own (``Reports``);
+    else one trace or run directory."""
+    if len(paths) == 1:
+        if is_rank_set(Path(paths[0])):
+            return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+        return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+    from gpudoctor.ranks.job import apart
+    from gpudoctor.ranks.sources import traces_of
+    from gpudoctor.trace.job import job_facts
+
+    why = apart([job_facts(t) for t in traces_of(paths)])  # a missing path fails here, at once
+    if not why:
         return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
-    return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+    workers = min(jobs or os.cpu_count() or 1, len(paths))
+    if workers == 1:
+        reports = [analyze_path(p, gpu, ceilings) for p in paths]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:  # in the order given
+            reports = list(pool.map(analyze_path, paths, [gpu] * len(paths), [ceilings] * len(paths)))
+    return Reports(tuple(reports), why)
 
 
 def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,

@@ -51,6 +51,12 @@ def rank_sources(paths: Sequence[str | Path]) -> list[RankSource]:
     return _checked(found, ", ".join(str(p) for p in items))
 
 
+def traces_of(paths: Sequence[str | Path]) -> list[Path]:
+    """The trace each of several paths names (a trace file, or a directory holding one), before
+    anything says whether they are ranks of one job (ranks/job.py)."""
+    return [_of_path(Path(p), i).trace for i, p in enumerate(paths)]
+
+
 def _of_run_dir(run: Path) -> list[RankSource]:
     dirs = _rank_dirs(run)
     if dirs:

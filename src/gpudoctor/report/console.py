@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # the Report calls these renderers (__str__), so they import it for types only
-    from gpudoctor.report.model import Report
+    from gpudoctor.report.model import Report, Reports
 
 SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
 _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
@@ -24,7 +24,10 @@ MAX_HOST_OPS = 10
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "  # its category says backward
 
 
-def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -> None:
+def render(report: Report | Reports, console: Console, max_findings: int = MAX_FINDINGS) -> None:
+    if hasattr(report, "reports"):  # Reports (not imported here: model imports this module)
+        _render_each(report, console, max_findings)
+        return
     console.print(_header(report))
     if report.host_only:
         _render_host(report, console, max_findings)
@@ -47,7 +50,19 @@ def render(report: Report, console: Console, max_findings: int = MAX_FINDINGS) -
         console.print(Text(f"{name}: not applicable — {reason}", style="dim"))
 
 
-def render_text(report: Report, width: int = 100) -> str:
+def _render_each(many: Reports, console: Console, max_findings: int) -> None:
+    """Traces that are not one job's ranks: each report in turn, headed by its file."""
+    n = len(many.reports)
+    console.print(Text(f"{n} traces, diagnosed one by one: they are not the ranks of one job ({many.why}). "
+                       "For a multi-GPU analysis pass the ranks of one distributed run (its run directory, "
+                       "or its rank traces).", style="bold"))
+    for i, report in enumerate(many.reports, 1):
+        console.print()
+        console.rule(Text(f"{i}/{n}: {report.source}"), style="bold")
+        render(report, console, max_findings)
+
+
+def render_text(report: Report | Reports, width: int = 100) -> str:
     buffer = io.StringIO()
     render(report, Console(file=buffer, width=width, color_system=None, force_terminal=False))
     return buffer.getvalue()

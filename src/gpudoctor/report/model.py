@@ -146,3 +146,20 @@ class Report:
         from gpudoctor.report.console import render_text
 
         return render_text(self)
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Several traces that are not the ranks of one job, each diagnosed on its own
+    (pipeline.analyze_inputs); ``why`` says what told them apart (ranks/job.py)."""
+
+    reports: tuple[Report, ...]
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": self.reports[0].tool_version if self.reports else "",
+            "separate_traces": self.why,
+            "reports": [r.to_dict() for r in self.reports],
+        }
