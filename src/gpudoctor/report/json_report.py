@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.controls import encodable
 from gpudoctor.report.model import Report
 
 
@@ -24,11 +25,14 @@ def _default(value: Any) -> Any:
 
 
 def _finite(value: Any) -> Any:
-    """NaN and infinities are not JSON: they become null."""
+    """NaN and infinities are not JSON: they become null. Nor is a lone surrogate (a file name's
+    undecodable byte) valid UTF-8 JSON: it becomes ``\\xNN`` (gpudoctor/controls.py)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, str):
+        return encodable(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {encodable(k): _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value

@@ -82,7 +82,9 @@ def load(path: str | os.PathLike[str]) -> Trace:
             data += stream.read()  # ... or grew
     except OSError as exc:
         raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
-    return _parse(data, str(file))
+    # the name is shown in every message and written into every report: an undecodable byte of it
+    # (a lone surrogate, which no UTF-8 output can carry) becomes \xNN there (gpudoctor/controls.py)
+    return _parse(data, visible_controls(str(file)))
 
 
 def resolve_trace_path(path: Path) -> Path:
