@@ -87,6 +87,16 @@ def render_html(report: Report, standalone: bool = True) -> str:
     )
 
 
+def with_section(page: str, section: str) -> str:
+    """``page`` (``render_html``'s) with ``section`` added as its last section: inside the report's
+    container, where its styles reach it (after ``</div>`` the page's own serif font and bare tables)."""
+    end = page.rfind("</body>")
+    end = len(page) if end < 0 else end
+    at = page.rfind("</div>", 0, end)  # the container's end: the last element the body holds
+    at = end if at < 0 else at
+    return page[:at] + section + "\n" + page[at:]
+
+
 # --- header -------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
+from gpudoctor.report.html import with_section
+
 
 def _x(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"x{value:.{digits}f}"
@@ -135,7 +137,8 @@ def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], 
     if note:
         parts.append(f"<p>{e(note)}</p>")
     if rows:
-        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+                     "</table></div>")
     if not_tried:
         parts.append("<ul>" + "".join(f"<li>not tried: {e(i['finding'])}: {e(i['reason'])}</li>"
                                       for i in not_tried) + "</ul>")
@@ -156,7 +159,4 @@ def attach(run_dir: Path, trials: list[dict[str, Any]], not_tried: list[dict[str
     report_html = run_dir / f"report{suffix}.html"
     if report_html.is_file():
         page = report_html.read_text()
-        section = section_html(trials, not_tried, note)
-        at = page.rfind("</body>")
-        page = page[:at] + section + "\n" + page[at:] if at >= 0 else page + section
-        report_html.write_text(page)
+        report_html.write_text(with_section(page, section_html(trials, not_tried, note)))
