@@ -232,3 +232,17 @@ def test_bench_json_carries_the_kind_sections() -> None:
     d = result.to_dict()
     assert d["schema_version"] == "1.0" and d["elementwise"] == {"rows": {}} and d["optimizer"] == {}
     assert d["overlap"] == {"skipped": "one GPU"}
+
+
+def test_the_profilers_cost_per_event_is_measured_and_saved_with_the_ceilings(monkeypatch) -> None:
+    """The probe's code on the CPU (syncs stubbed): a cost per recorded host event, counted in the
+    profile's own exported trace, lands in the machine profile's ceilings for the replay."""
+    from gpudoctor.hardware.probe import ProbePlan, profiler_probes
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    (m,) = profiler_probes(torch, ProbePlan(quick=True), device="cpu")
+    assert m.probe == "profiler.event" and m.unit == "s" and m.value >= 0
+    assert m.detail["ops"] == 500 and m.detail["events_per_op"] >= 1  # each add_ is recorded
+    assert m.detail["profiled_us_per_op"] >= m.detail["plain_us_per_op"] or m.value == 0
+    ceilings = ceilings_from([*_measurements(), Measurement("profiler.event", 4.5e-6, "s")], H100, "GPU-1", 1)
+    assert ceilings.extra["profiler_event_s"] == 4.5e-6

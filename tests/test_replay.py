@@ -199,3 +199,23 @@ def test_a_removed_device_event_takes_no_time_and_no_switch_on_its_stream() -> N
     assert before == pytest.approx(1_100_000, rel=0.03)
     assert zero == pytest.approx(before - 50 * 10_000, rel=0.05)
     assert gone == pytest.approx(zero - 50 * graph.switch_ns, rel=0.02) and graph.switch_ns > 0
+
+
+def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
+    """Offline (no unprofiled step to fit) and on a step the GPU holds, the prior is all the replay
+    has: a cost per event measured by bench (the ceilings' extra) replaces the default 3 us."""
+    import dataclasses
+
+    from gpudoctor.analysis import analyze_trace
+    from gpudoctor.pipeline import choose_ceilings
+    from gpudoctor.rules.whatif import measured_costs, step_model
+
+    trace = load(DATA / "host_sync" / "trace.json.gz")
+    ceilings = choose_ceilings(trace, "h100-sxm")
+    default = analyze_trace(trace, ceilings)
+    assert measured_costs(default) is None
+    measured = analyze_trace(trace, dataclasses.replace(ceilings, extra={**ceilings.extra, "profiler_event_s": 6e-6}))
+    assert measured_costs(measured) == {"op": 6000.0, "runtime": 6000.0, "annotation": 6000.0}
+    at_3us, at_6us = step_model(default), step_model(measured)
+    # twice the cost per event leaves less host time in the profiler-free step
+    assert at_6us.base.replayed.step_ns < at_3us.base.replayed.step_ns

@@ -42,6 +42,8 @@ def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str, mem
         source=f"measured {day} on {uuid or gpu_name} (gpudoctor bench)",
         extra={"l2_bytes_per_s": by.get("l2.copy"), "launch_eager_s": by.get("launch.eager"),
                "launch_graph_s": by.get("launch.graph"), "datasheet": spec.key if spec else None,
+               # the profiler's host time per recorded event: the replay's prior (replay/observer.py)
+               "profiler_event_s": by.get("profiler.event"),
                # measured GEMM rates by shape: what the misaligned-gemm and small-gemm findings use
                "gemm_curve": {k: v for k, v in by.items() if k.startswith("gemm.")}},
     )

@@ -8,11 +8,16 @@ once plus each output written once (copy = 2x the buffer, triad = 3x).
 
 from __future__ import annotations
 
+import json
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from gpudoctor.capture.quiet import kineto_chatter_filtered
 
 GIB = 1024**3
 
@@ -50,7 +55,7 @@ class ProbePlan:
         gemms = ["gemm.fp32", "gemm.tf32", "gemm.bf16", "gemm.fp16", "gemm.fp8"]
         shapes = [] if self.quick else ["gemm.bf16.misaligned", "gemm.bf16.skinny", "gemm.bf16.small"]
         return ["hbm.read", "hbm.write", "hbm.copy", "hbm.triad", "l2.copy", *gemms, *shapes,
-                "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned"]
+                "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned", "profiler.event"]
 
 
 def median_ms(
@@ -207,11 +212,62 @@ def host_copy_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
     return out
 
 
+def profiler_probes(torch: Any, plan: ProbePlan, device: str = "cuda") -> list[Measurement]:
+    """The profiler's own host time per event it records, recorded as ``gpudoctor run`` records
+    (CPU and CUDA activities, shapes, FLOPs): a host-bound loop of tiny launches timed plainly and
+    under the profiler, the difference over the host events the profiler recorded in the loop.
+    replay/observer.py takes it out of every recorded event (the prior its fit scales)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.rand(1, device=device)
+    n = 500 if plan.quick else 2000
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+
+    def loop() -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            x.add_(1e-3)
+        host = time.perf_counter() - start  # the host's time: the loop is launch-bound
+        torch.cuda.synchronize()
+        return host
+
+    loop()
+    plain = min(loop() for _ in range(3))
+    profiled, events = [], 0
+    with kineto_chatter_filtered():
+        with profile(activities=activities, record_shapes=True, with_flops=True):
+            loop()  # the profiler's first start loads and warms CUPTI
+        for _ in range(3):
+            with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
+                profiled.append(loop())
+            events = _host_events(prof)
+    per_iteration = max(events / n, 1.0)  # the op and its launch (the runtime call)
+    extra = max(min(profiled) - plain, 0.0) / n
+    return [Measurement("profiler.event", extra / per_iteration, "s",
+                        {"ops": n, "events_per_op": round(per_iteration, 2), "plain_us_per_op": round(plain / n * 1e6, 3),
+                         "profiled_us_per_op": round(min(profiled) / n * 1e6, 3)})]
+
+
+# the trace-event categories the profiler records on the host: replay/graph.py's event classes
+HOST_EVENT_CATS = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation", "python_function"})
+
+
+def _host_events(prof: Any) -> int:
+    """The host events a profile recorded, counted in its exported trace as the replay counts them."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "probe.json"
+        prof.export_chrome_trace(str(path))
+        data = json.loads(path.read_text())
+    return sum(1 for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") in HOST_EVENT_CATS)
+
+
 PROBE_GROUPS: list[tuple[str, Callable[[Any, ProbePlan], list[Measurement]]]] = [
     ("memory bandwidth", memory_probes),
     ("matrix multiply", gemm_probes),
     ("kernel launch", launch_probes),
     ("host <-> device copies", host_copy_probes),
+    ("the profiler's own cost", profiler_probes),
 ]
 
 

@@ -4,7 +4,8 @@ The profiler adds host time to every event it records (RL-Scope, MLSys 2021, cal
 event class and subtracts it where it happens; so does this). Each gap and call of the host chain
 loses its recorded events' cost (replay/graph.py counts them by class); the replay then says what
 the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (the analysis'
-per-event estimate, analysis/observer.py), scaled by one factor fitted on the user's own run when
+per-event estimate, analysis/observer.py), or what ``gpudoctor bench`` measured on the card
+(hardware/probe.py ``profiler_probes``, through the machine profile), scaled by one factor fitted on the user's own run when
 its unprofiled step was timed (``unprofiled``); BENCHMARKS.md "Replay" holds how close both come.
 """
 
@@ -66,7 +67,8 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
     from_own = np.where(graph.wait_on >= 0, 0.0, from_own)
     return Changes(
         gap_ns=gap - from_gap, own_ns=own - from_own, tail_ns=max(tail - float(per_entry[n]), 0.0),
-        waits=base.waits, dev_dur_ns=base.dev_dur_ns, latency_ns=base.latency_ns, switch_ns=base.switch_ns,
+        waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed, latency_ns=base.latency_ns,
+        switch_ns=base.switch_ns,
     )
 
 

@@ -90,6 +90,16 @@ class AllFixes:
                 "predicted_speedup": round(self.predicted_speedup, 4)}
 
 
+def measured_costs(a: Analysis) -> dict[str, float] | None:
+    """The profiler's per-event cost ``gpudoctor bench`` measured on this card (its machine profile),
+    for the operator, runtime and annotation events it costs alike; None: the default."""
+    per_event_s = (a.ceilings.extra or {}).get("profiler_event_s")
+    if not isinstance(per_event_s, (int, float)) or not per_event_s > 0:
+        return None
+    ns = float(per_event_s) * 1e9
+    return {"op": ns, "runtime": ns, "annotation": ns}
+
+
 def step_model(a: Analysis) -> StepModel | str:
     """The model of ``a``'s steps, or why there is none."""
     if len(a.trace.device) == 0:
@@ -98,7 +108,7 @@ def step_model(a: Analysis) -> StepModel | str:
     if graph.coverage != "full":
         return graph.coverage
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
-    base = unprofiled(graph, measured)
+    base = unprofiled(graph, measured, measured_costs(a))
     if base.replayed.step_ns <= 0:
         return "the replayed step is empty"
     return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None)
