@@ -272,6 +272,9 @@ class CaptureSession(Listener):
                 self._sampler.stop()
                 self._sampler = None
         with contextlib.suppress(Exception):
+            if self.sync is not None and self._open_at is None:
+                self.sync.leave(self.result.steps_seen)  # the other ranks need not wait for this one
+        with contextlib.suppress(Exception):
             self._complete(stop_program=False)
         self.phase = Phase.DONE
 
