@@ -181,6 +181,7 @@ def test_version_and_short_help() -> None:
     assert short.returncode == 0 and short.stdout == long.stdout and "Commands" in short.stdout
     run_help = gd("run", "-h")
     assert run_help.returncode == 0 and "--try-fixes" in run_help.stdout
+    assert "Exit code: 0 with a report; the program's own code when it fails; 3 when" in run_help.stdout
 
 
 def test_top_level_help_wraps_each_command_summary_as_one_paragraph() -> None:
