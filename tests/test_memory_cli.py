@@ -75,3 +75,51 @@ def test_malformed_config_is_one_line(tmp_path):
     bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     out = gd("memory", str(bad))
     assert out.returncode == 2 and "num_hidden_layers" in out.stderr
+
+
+def test_longest_context_stops_at_the_models_positions():
+    # GPT-2 has 1,024 learned positions; memory alone would hold 235,497 tokens at batch 8 on an H200
+    out = gd("memory", "gpt2", "--infer", "--batch", "8", "--prompt", "1000", "--new", "24", "--gpu", "h200", "--json")
+    assert out.returncode == 0, out.stderr
+    extra = json.loads(out.stdout)["extra"]
+    assert extra["max_context"] == 1024 and extra["max_context_limited_by"] == "model"
+    assert extra["max_context_by_memory"] > 200_000
+    text = gd("memory", "gpt2", "--infer", "--batch", "8", "--prompt", "1000", "--new", "24", "--gpu", "h200",
+              "--width", "300").stdout
+    assert "longest context at this batch: 1,024 tokens (the model's limit: its 1,024 positions, not memory" in text
+
+
+@pytest.mark.parametrize("preset", ["gemma-2b", "mistral-7b", "qwen2.5-7b"])
+def test_longest_context_of_rotary_models_stops_at_max_position_embeddings(preset):
+    from gpudoctor.memory import estimate_from_options, load_spec
+
+    limit = load_spec(preset).max_positions
+    est = estimate_from_options(preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="refuse")
+    assert est.extra["max_context"] == limit < est.extra["max_context_by_memory"]
+    # --allow-long-context prices a longer RoPE scaling: then memory is the limit
+    ext = estimate_from_options(preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="extend")
+    assert ext.extra["max_context"] == ext.extra["max_context_by_memory"] > limit
+
+
+def test_gpt2_names_its_positional_part_as_it_is():
+    from gpudoctor.memory import estimate_from_options
+
+    gpt2 = estimate_from_options("gpt2", batch=4, seq=1024).extra["activations_by_component"]
+    assert "embedding_dropout_mask" in gpt2 and "rope_tables" not in gpt2  # learned positions: no rope
+    assert not any("rope" in k for k in gpt2)
+    llama = estimate_from_options("llama-3.2-1b", batch=1, seq=1024).extra["activations_by_component"]
+    assert llama["rope_tables"] > 0 and "embedding_dropout_mask" not in llama
+    text = gd("memory", "gpt2", "--batch", "4", "--width", "300").stdout
+    assert "rope" not in text and "embedding dropout mask" in text
+
+
+def test_help_lists_the_presets():
+    from gpudoctor.core.presets import PRESETS
+
+    out = gd("memory", "--help")
+    assert out.returncode == 0, out.stderr
+    flat = " ".join(out.stdout.replace("│", " ").split())
+    assert all(name in flat for name in PRESETS), flat
+    from gpudoctor.cli import _PRESET_NAMES
+
+    assert tuple(sorted(PRESETS)) == _PRESET_NAMES  # the help's list is the registry's

@@ -647,18 +647,30 @@ def explain_cmd(
     render(result, SafeConsole(width=width) if width else SafeConsole())
 
 
+# core/presets.py's names, listed here so the help needs no import (tests/test_memory_cli.py keeps them in step)
+_PRESET_NAMES = ("deepseek-v2-lite", "deepseek-v3", "gemma-2b", "gemma-7b", "gpt2", "gpt2-xl", "llama-3.1-405b",
+                 "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "mixtral-8x7b",
+                 "pythia-1b", "qwen2.5-0.5b", "qwen2.5-72b", "qwen2.5-7b")
+
+
 @app.command("memory")
 def memory_cmd(
-    spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory."),
+    spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory. "
+                                         f"Presets: {', '.join(_PRESET_NAMES)}."),
     infer: bool = typer.Option(False, "--infer", help="Generation instead of a training step."),
     batch: int | None = typer.Option(None, "--batch", help="Micro-batch per GPU (training) or sequences (generation)."),
     seq: int | None = typer.Option(None, "--seq", help="Sequence length (training; default 2048)."),
     params_dtype: str | None = typer.Option(None, "--params-dtype", help="bf16, fp16 or fp32."),
     autocast: str | None = typer.Option(None, "--autocast", help="none, bf16 or fp16."),
     optimizer: str | None = typer.Option(None, "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
-    master_weights: bool | None = typer.Option(None, "--master-weights", help="fp32 master weights and states."),
+    master_weights: bool | None = typer.Option(
+        None, "--master-weights",
+        help="fp32 master weights and optimizer states beside 16-bit weights; ignored (with a note) under "
+             "--params-dtype fp32, whose weights are their own master copy."),
     checkpointing: str | None = typer.Option(None, "--checkpointing", help="none, selective or full."),
-    attention: str | None = typer.Option(None, "--attention", help="sdpa, flash or eager."),
+    attention: str | None = typer.Option(
+        None, "--attention", help="sdpa (default), flash or eager: the attention transformers runs, priced as "
+                                  "given (Gemma 2: eager on transformers >= 5.21, which refuses SDPA for it)."),
     loss: str | None = typer.Option(None, "--loss", help="standard, or chunked (fused linear cross-entropy)."),
     dp: int | None = typer.Option(None, "--dp", help="Data-parallel ranks."),
     zero: int | None = typer.Option(None, "--zero", help="ZeRO stage 0-3 over the data-parallel ranks."),

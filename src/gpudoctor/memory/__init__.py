@@ -17,6 +17,7 @@ from gpudoctor.memory.options import (
     TrainOptions,
     check_common_train,
     check_context,
+    master_weights_note,
     validate_infer,
     validate_train,
 )
@@ -61,13 +62,16 @@ def estimate(spec: ModelSpec, options: TrainOptions | InferOptions, gpu: str | N
 
         options = validate_infer(spec, options)
         note = check_context(spec, options, context)
-        est = estimate_inference(spec, options, gpu)
+        est = estimate_inference(spec, options, gpu, past_positions=context == "extend")
     else:
         from gpudoctor.memory.training import estimate_training
 
+        ignored = master_weights_note(options)
         options = validate_train(spec, options)
         note = check_context(spec, options, context)
         est = estimate_training(spec, options)
+        if ignored:
+            est = replace(est, notes=(ignored, *est.notes))
     if note:
         est = replace(est, notes=(*est.notes, note))
     est = _with_accuracy(spec, est)
@@ -96,8 +100,11 @@ def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: 
         from gpudoctor.memory.module_estimate import estimate_module
 
         options = TrainOptions(**_split(TrainOptions, opts))
+        ignored = master_weights_note(options)
         # the option checks that need no model structure (TP/PP against heads/layers need a spec)
-        return with_fit(None, options, estimate_module(source, check_common_train(options)), gpu, suggest=False)
+        est = estimate_module(source, check_common_train(options))
+        est = replace(est, notes=(ignored, *est.notes)) if ignored else est
+        return with_fit(None, options, est, gpu, suggest=False)
     spec = source if isinstance(source, ModelSpec) else load_spec(source)
     given = _split(cls, opts)
     defaults, note = _defaults_within(spec, cls, given)

@@ -206,7 +206,7 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
                 # k are new tensors that SDPA keeps
                 core += c * tokens * (heads + kv) * d
             core += _FUSED_ATTENTION_CORE_EXTRA * c * tokens * kv * d if not spec.learned_positions else 0.0
-        elif sdpa_with_mask(spec, w.local_seq):
+        elif sdpa_with_mask(spec, w.local_seq, layer):
             # A sliding window makes transformers build an explicit (b, 1, s, s) mask: SDPA then
             # gets K/V repeated to every query head (no enable_gqa), and the memory-efficient
             # backend keeps its own copy of the mask in every layer.
@@ -258,12 +258,29 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
 
 
 def attention_kind(spec: ModelSpec, attention: str) -> str:
-    """The attention transformers actually runs: Gemma2ForCausalLM refuses SDPA
-    (``_supports_sdpa = False``, its attention soft-capping; transformers 5.17 to 5.24) and loads
-    eager by default, so an SDPA request is priced as eager; flash-attn takes a softcap."""
-    if spec.family == "gemma2" and spec.attn_logit_softcapping and attention == "sdpa":
-        return "eager"
+    """The attention priced: the one asked for (``--attention``), for every architecture. Gemma 2 is
+    no exception: transformers 5.17 to 5.20 run it under SDPA when ``attn_implementation="sdpa"`` is
+    asked (``Gemma2PreTrainedModel._supports_sdpa = True``; the SDPA path drops the attention
+    soft-capping, so no s x s scores are kept); 5.21 and later refuse SDPA for it (a ValueError) and
+    load eager by default, which ``--attention eager`` prices (``attention_note`` says so)."""
     return attention
+
+
+def attention_assumption(attention: str) -> str:
+    """The attention an estimate assumed, in one line (printed with every estimate)."""
+    what = {"sdpa": "torch SDPA (flash / memory-efficient kernels: no s x s scores kept)",
+            "flash": "flash attention (counted as SDPA's flash backend)",
+            "eager": "eager (the s x s attention scores materialized)"}[attention]
+    return f"attention: {what}; --attention sdpa, flash or eager to change it"
+
+
+def attention_note(spec: ModelSpec, attention: str) -> str | None:
+    """Gemma 2: which transformers versions run the attention asked for."""
+    if spec.family != "gemma2" or not spec.attn_logit_softcapping or attention != "sdpa":
+        return None
+    return ("Gemma 2 under SDPA, as transformers 5.17 to 5.20 run it with attn_implementation=\"sdpa\" "
+            "(attention soft-capping dropped); 5.21 and later refuse SDPA for Gemma 2 and load eager "
+            "attention by default: price that with --attention eager")
 
 
 def expert_workload(w: Workload) -> Workload:
@@ -289,12 +306,20 @@ def shared_width(spec: ModelSpec) -> int:
     return moe.shared_intermediate if moe.shared_intermediate is not None else moe.shared_experts * moe.intermediate
 
 
-def sdpa_with_mask(spec: ModelSpec, seq: int) -> bool:
+def sdpa_with_mask(spec: ModelSpec, seq: int, layer: int | None = None) -> bool:
     """Whether transformers hands SDPA an explicit mask for plain causal training (no padding):
-    with a sliding window only when the sequence reaches it (``masking_utils.
+    on a sliding-window layer only when the sequence reaches the window (``masking_utils.
     _ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size``, transformers 5.17 to 5.24);
-    a shorter one runs causal with GQA like a model without a window."""
+    a shorter one, and a full-attention layer (Gemma 2's every other one), runs causal with GQA like
+    a model without a window."""
+    if layer is not None and not is_sliding_layer(spec, layer):
+        return False
     return bool(spec.sliding_window) and seq >= spec.sliding_window
+
+
+def is_sliding_layer(spec: ModelSpec, layer: int) -> bool:
+    """Whether ``layer`` attends within ``sliding_window`` (not one of ``full_attention_layers``)."""
+    return bool(spec.sliding_window) and layer not in spec.full_attention_layers
 
 
 def head_memory(spec: ModelSpec, w: Workload) -> HeadMemory:

@@ -50,6 +50,8 @@ class MemoryEstimate:
     options: dict = field(default_factory=dict)
     phases: dict[str, int] = field(default_factory=dict)  # phase -> peak allocated bytes
     notes: tuple[str, ...] = ()
+    # what the estimate takes as given (precision, optimizer, attention), one line each, printed with it
+    assumptions: tuple[str, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     extra: dict = field(default_factory=dict)  # mode-specific answers (inference: max batch, TP needed)
 
@@ -87,6 +89,7 @@ class MemoryEstimate:
             "fits": self.fits,
             "options": dict(self.options),
             "notes": list(self.notes),
+            "assumptions": list(self.assumptions),
             "suggestions": [s.to_dict() for s in self.suggestions],
             **({"extra": self.extra} if self.extra else {}),
         }

@@ -22,7 +22,15 @@ from dataclasses import asdict, replace
 
 from gpudoctor.core.params import count_params, norm_params
 from gpudoctor.core.spec import ModelSpec
-from gpudoctor.memory.activations import DTYPE_BYTES, attention_kind, shared_width
+from gpudoctor.memory.activations import (
+    DTYPE_BYTES,
+    attention_assumption,
+    attention_kind,
+    attention_note,
+    is_sliding_layer,
+    sdpa_with_mask,
+    shared_width,
+)
 from gpudoctor.memory.capacity import capacity_of
 from gpudoctor.memory.estimate import (
     CUBLAS_WORKSPACE_BYTES,
@@ -67,12 +75,29 @@ def kv_bytes_per_token(spec: ModelSpec, o: InferOptions) -> float:
     return spec.layers * 2 * kv_heads * spec.head_dim * kvb
 
 
-def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int) -> int:
-    if spec.sliding_window:
-        tokens = min(tokens, spec.sliding_window)
+def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int, layer: int = 0, prefill: bool = False) -> int:
+    """Tokens ``layer``'s cache holds with ``tokens`` of context. A full-attention layer holds them
+    all. A sliding-window layer of Hugging Face's DynamicCache (``DynamicSlidingWindowLayer``,
+    transformers 5.17; Gemma 2 alternates such layers with full ones) keeps the last window - 1
+    tokens as a slice of the K/V it just concatenated: after the prefill that slice is a view of the
+    whole prompt's K/V (or of the window plus one chunk), whose storage stays alive until the
+    layer's first decode step; from then on it holds min(window, context). A paged cache keeps the
+    window only."""
+    if is_sliding_layer(spec, layer):
+        window = spec.sliding_window
+        if prefill and not o.paged_block:
+            chunk = o.prefill_chunk
+            tokens = min(tokens, window - 1 + chunk) if chunk else tokens
+        else:
+            tokens = min(tokens, window)
     if o.paged_block:
         tokens = math.ceil(tokens / o.paged_block) * o.paged_block
     return tokens
+
+
+def _cache_tokens(spec: ModelSpec, o: InferOptions, tokens: int, prefill: bool = False) -> list[int]:
+    """``_cached_tokens`` of every layer."""
+    return [_cached_tokens(spec, o, tokens, i, prefill) for i in range(spec.layers)]
 
 
 def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
@@ -114,12 +139,26 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     if attention_kind(spec, o.attention) == "eager":
         heads = spec.heads / o.tp
         attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
-    widest = max(mlp + mlp_hidden, attn + hidden)
+    widest = max(mlp + mlp_hidden, attn + hidden) + _sliding_mask(spec, o)
     if spec.mla is not None:
         # in the attention the residual is still the layer input: three hidden-sized tensors
         widest = max(widest, _mla_prefill(spec, o, t) + 3 * c * t * h)
     logits = o.batch * spec.vocab / o.tp * (c + 4)  # last position only, and its fp32 copy
     return widest + rope + logits
+
+
+def _sliding_mask(spec: ModelSpec, o: InferOptions) -> float:
+    """The boolean (batch, 1, q, kv) mask transformers builds once per forward for its sliding-window
+    layers under SDPA when the keys reach the window (``activations.sdpa_with_mask``; generate
+    passes an attention mask, so it is built per sequence), alive through the prefill. Full-attention
+    layers and flash attention take none; a serving engine (paged cache) builds none."""
+    if attention_kind(spec, o.attention) != "sdpa" or o.paged_block:
+        return 0.0
+    chunk = min(o.prefill_chunk or o.prompt, o.prompt)
+    kv = min(o.prompt, spec.sliding_window - 1 + chunk) if (spec.sliding_window and o.prefill_chunk) else o.prompt
+    if not any(sdpa_with_mask(spec, kv, i) for i in range(spec.layers)):
+        return 0.0
+    return float(o.batch * chunk * kv)
 
 
 def _routed_prefill(spec: ModelSpec, o: InferOptions, t: float) -> float:
@@ -199,15 +238,20 @@ def _expert_gather(spec: ModelSpec, o: InferOptions) -> float:
     return o.batch * m.top_k * per_expert * _linear_width(spec, o)
 
 
-def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None) -> MemoryEstimate:
+def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None,
+                       past_positions: bool = False) -> MemoryEstimate:
+    """``past_positions``: the longest context (with ``gpu``) may go past a rotary model's
+    max_position_embeddings (``--allow-long-context``); otherwise it stops at the model's limit."""
     counts = count_params(spec)
     weights = weight_bytes(spec, o)
     per_token = kv_bytes_per_token(spec, o)
-    kv_prompt = o.batch * _cached_tokens(spec, o, o.prompt) * per_token
-    kv_full = o.batch * _cached_tokens(spec, o, o.context) * per_token
+    per_layer = per_token / spec.layers
+    full_tokens = _cache_tokens(spec, o, o.context)
+    kv_prompt = o.batch * sum(_cache_tokens(spec, o, o.prompt, prefill=True)) * per_layer
+    kv_full = o.batch * sum(full_tokens) * per_layer
     scratch = _prefill_scratch(spec, o)
     workspace = CUBLAS_WORKSPACE_BYTES
-    transient = _decode_scratch(spec, o, kv_full / spec.layers)
+    transient = _decode_scratch(spec, o, o.batch * max(full_tokens) * per_layer)
     decode_scratch = o.batch * spec.vocab / o.tp * 6 + 8 * o.batch * spec.hidden * 2
     phases = {
         "prefill": weights + workspace + kv_prompt + scratch,
@@ -231,11 +275,15 @@ def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None)
         options=asdict(o),
         phases={k: round(v) for k, v in phases.items()},
         notes=_notes(spec, o),
+        assumptions=(f"weights {o.weights_dtype}, KV cache {o.kv_dtype}"
+                     + (f", KV in paged blocks of {o.paged_block} tokens" if o.paged_block
+                        else ", Hugging Face generate's DynamicCache"),
+                     attention_assumption(o.attention)),
         extra={"kv_bytes_per_token": round(per_token),
                "kv_cache_full_context_bytes": round(kv_full)},
     )
     if gpu:
-        est = replace(est, extra={**est.extra, **_sizing(spec, o, gpu)})
+        est = replace(est, extra={**est.extra, **_sizing(spec, o, gpu, past_positions)})
     return est
 
 
@@ -243,13 +291,20 @@ def _fits(spec: ModelSpec, o: InferOptions, capacity: int) -> bool:
     return estimate_inference(spec, o).total_bytes <= capacity
 
 
-def _sizing(spec: ModelSpec, o: InferOptions, gpu: str) -> dict:
-    """The largest batch at this context, the longest context at this batch, and the GPUs needed."""
+def _sizing(spec: ModelSpec, o: InferOptions, gpu: str, past_positions: bool = False) -> dict:
+    """The largest batch at this context, the longest context at this batch (memory's, and no more
+    than the model's positions: a learned table has no more rows, and a rotary model past its
+    max_position_embeddings is what --allow-long-context asks for), and the GPUs needed."""
     _, capacity = capacity_of(gpu)
     out: dict = {}
     out["max_batch"] = _search(lambda b: _fits(spec, replace(o, batch=b), capacity), 1 << 20)
     max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)), capacity), 1 << 24)
-    out["max_context"] = max_ctx if max_ctx > o.new else 0
+    by_memory = max_ctx if max_ctx > o.new else 0
+    limit = spec.max_positions if spec.max_positions and (spec.learned_positions or not past_positions) else 0
+    out["max_context"] = min(by_memory, limit) if limit else by_memory
+    out["max_context_by_memory"] = by_memory
+    out["max_context_limited_by"] = "model" if limit and by_memory > limit else "memory"
+    out["model_positions"] = spec.max_positions
     needed = None
     for tp in spec.tp_degrees(_TP_DEGREES):
         if _fits(spec, replace(o, tp=tp), capacity):
@@ -285,6 +340,12 @@ def _notes(spec: ModelSpec, o: InferOptions) -> tuple[str, ...]:
                      f"top-{spec.moe.top_k}); it grows with the batch")
     if o.weights_dtype != "bf16":
         notes.append(f"{o.weights_dtype}: linear weights quantized, embeddings/head/norms in bf16")
-    if spec.sliding_window and o.context > spec.sliding_window:
-        notes.append(f"sliding window: the cache keeps the last {spec.sliding_window} tokens per layer")
+    sliding = sum(is_sliding_layer(spec, i) for i in range(spec.layers))
+    if sliding and o.context > spec.sliding_window:
+        which = "every layer" if sliding == spec.layers else f"its {sliding} sliding-window layers of {spec.layers}"
+        notes.append(f"sliding window: the cache keeps the last {spec.sliding_window:,} tokens in {which}"
+                     + ("" if sliding == spec.layers else "; the others keep the whole context"))
+    gemma2 = attention_note(spec, o.attention)
+    if gemma2:
+        notes.append(gemma2)
     return tuple(notes)

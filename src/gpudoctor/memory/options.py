@@ -127,7 +127,42 @@ def check_common_train(o: TrainOptions) -> TrainOptions:
     if o.autocast != "none" and o.params_dtype != "fp32":
         # autocast over 16-bit parameters changes nothing that memory sees; accept it as given
         o = replace(o, autocast="none") if o.autocast == o.params_dtype else o
+    if o.master_weights and o.params_dtype == "fp32":
+        o = replace(o, master_weights=False)  # fp32 parameters are their own master copy
     return o
+
+
+def master_weights_note(o: TrainOptions) -> str | None:
+    """The line that says --master-weights was ignored: fp32 parameters need no fp32 copy."""
+    if o.master_weights and o.params_dtype == "fp32":
+        return ("--master-weights ignored: with --params-dtype fp32 the weights are already fp32, "
+                "so there is no separate master copy to count")
+    return None
+
+
+def precision_summary(o: TrainOptions) -> str:
+    """What a parameter costs before sharding, in words and bytes: the assumption `memory` and
+    `plan train` print with every training estimate (e.g. "bf16 weights and gradients, fp32 AdamW
+    states + fp32 master weights: 16 bytes/parameter")."""
+    pb = _BYTES[o.params_dtype]
+    state = 4 if o.master_weights else pb
+    sname = "fp32" if o.master_weights else o.params_dtype
+    head = f"{o.params_dtype} weights and gradients"
+    if o.autocast != "none" and o.autocast != o.params_dtype:
+        head += f" (compute under {o.autocast} autocast)"
+    states = {"adamw": (f"{sname} AdamW states (2 per parameter)", 2 * state),
+              "adamw8bit": ("8-bit AdamW states (bitsandbytes)", 2 * (1 + 4 / 256)),
+              "sgd": ("SGD (no optimizer state)", 0.0),
+              "sgd-momentum": (f"{sname} SGD momentum", float(state)),
+              "adafactor": ("Adafactor's factored states (a row and a column per matrix, not per parameter)", 0.0),
+              }[o.optimizer]
+    total = 2 * pb + states[1] + (4 if o.master_weights else 0)
+    master = " + fp32 master weights" if o.master_weights else ", no master copy"
+    approx = "~" if o.optimizer in ("adamw8bit", "adafactor") else ""
+    return f"{head}, {states[0]}{master}: {approx}{total:.3g} bytes/parameter before sharding"
+
+
+_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def validate_infer(spec: ModelSpec, o: InferOptions) -> InferOptions:

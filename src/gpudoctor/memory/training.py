@@ -22,7 +22,8 @@ from gpudoctor.core.spec import ModelSpec
 from gpudoctor.memory.activations import (
     DTYPE_BYTES,
     Workload,
-    attention_kind,
+    attention_assumption,
+    attention_note,
     embedding_saved,
     head_memory,
     layer_memory,
@@ -34,7 +35,7 @@ from gpudoctor.memory.estimate import (
     RESERVED_OVER_ALLOCATED,
     MemoryEstimate,
 )
-from gpudoctor.memory.options import TrainOptions
+from gpudoctor.memory.options import TrainOptions, precision_summary
 
 # bitsandbytes 8-bit optimizers: one byte per state plus an fp32 absmax per 256-element block.
 ADAM8BIT_STATE_BYTES = 2 * (1 + 4 / 256)
@@ -149,7 +150,9 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     full = o.checkpointing == "full"
     saved_layers = [(lm.checkpoint_input if full else lm.total + cast) for lm, cast in zip(layers, casts_per_layer)]
     recompute = [lm.total + cast for lm, cast in zip(layers, casts_per_layer)]
-    fixed = rope_tables(spec, w) + (embedding_saved(spec, w) if stage.embedding else 0.0)
+    rope = rope_tables(spec, w)
+    emb_saved = embedding_saved(spec, w) if stage.embedding else 0.0
+    fixed = rope + emb_saved
     head = head_memory(spec, w) if stage.head else None
     head_cast = 0.0
     if head and w.autocast:
@@ -210,7 +213,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         breakdown["activations"] = activations
     # whatever the phase's walk adds beyond those (gradients so far, the loss's fp32 grads, logits)
     breakdown["transient"] = peak - sum(breakdown.values())
-    act_detail = _activation_detail(layers, casts_per_layer, head, head_cast, fixed, full, o, stage)
+    act_detail = _activation_detail(layers, casts_per_layer, head, head_cast, (rope, emb_saved), full, o, stage)
     notes = _notes(spec, o, stage)
     return MemoryEstimate(
         mode="train",
@@ -224,6 +227,7 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         options=asdict(o),
         phases={k: round(v) for k, v in phases.items()},
         notes=notes,
+        assumptions=(precision_summary(o), attention_assumption(o.attention)),
         extra={"activations_by_component": {k: round(v) for k, v in act_detail.items()},
                "params_per_gpu": round(local / (shard if o.zero_stage >= 3 else 1))},
     )
@@ -244,8 +248,11 @@ def _activation_detail(layers, casts, head, head_cast, fixed, full, o: TrainOpti
             detail[k] = detail.get(k, 0.0) + v
         if head_cast:
             detail["autocast_weight_copies"] = detail.get("autocast_weight_copies", 0.0) + head_cast
-    if fixed:
-        detail["rope_and_embedding"] = fixed
+    rope, emb = fixed
+    if rope:
+        detail["rope_tables"] = rope  # cos and sin of rotary positions (none for learned ones)
+    if emb:
+        detail["embedding_dropout_mask"] = emb
     if stage.in_flight > 1:
         detail = {k: v * stage.in_flight for k, v in detail.items()}
     return detail
@@ -256,9 +263,9 @@ def _notes(spec: ModelSpec, o: TrainOptions, stage: _Stage) -> tuple[str, ...]:
     if o.checkpointing == "selective" and o.attention != "eager":
         notes.append("selective checkpointing recomputes the attention core, which SDPA/flash "
                      "already does not store: it saves nothing here")
-    if attention_kind(spec, o.attention) != o.attention:
-        notes.append("Gemma 2: transformers refuses SDPA for it (attention soft-capping) and runs "
-                     "eager attention: priced as eager")
+    gemma2 = attention_note(spec, o.attention)
+    if gemma2:
+        notes.append(gemma2)
     if o.attention == "flash":
         notes.append("flash: counted as SDPA's flash backend (same saved tensors)")
     if o.pp > 1:

@@ -62,6 +62,8 @@ def render(est: MemoryEstimate, console: Console) -> None:
         extra = est.extra
         console.print(f"KV cache: {extra['kv_bytes_per_token'] / 1024:,.1f} KiB per token; "
                       f"{gib(extra['kv_cache_full_context_bytes'])} for the whole batch at full context")
+    for line in est.assumptions:
+        console.print(Text(f"assumed: {line}", style="dim"))
     for note in est.notes:
         console.print(Text(f"note: {note}", style="dim"))
     if est.capacity_bytes:
@@ -77,9 +79,12 @@ def render(est: MemoryEstimate, console: Console) -> None:
         if est.mode == "infer":
             x = est.extra
             tp = x.get("gpus_needed_tp")
+            longest = f"{x.get('max_context', 0):,} tokens"
+            if x.get("max_context_limited_by") == "model":
+                longest += (f" (the model's limit: its {x.get('model_positions', 0):,} positions, not memory, "
+                            f"which would hold {x.get('max_context_by_memory', 0):,})")
             console.print(f"largest batch at this context: {x.get('max_batch', 0)}; longest context at this batch: "
-                          f"{x.get('max_context', 0):,} tokens; GPUs needed (tensor parallel): "
-                          f"{tp or 'more than 8'}")
+                          f"{longest}; GPUs needed (tensor parallel): {tp or 'more than 8'}")
     if est.suggestions:
         console.print(Text.assemble(("What makes it fit, cheapest first", "bold"),
                                     f" (new peak; it fits up to {gib(est.usable_peak_bytes)}):"))
