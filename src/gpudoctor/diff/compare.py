@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpudoctor.diff.match import KernelChange, match
-from gpudoctor.diff.samples import DEFAULT_FLOOR_PCT, SLOWER, StepChange, compare_samples
+from gpudoctor.diff.samples import DEFAULT_FLOOR_PCT, MIN_SIDE_SAMPLES, SLOWER, StepChange, compare_samples
 from gpudoctor.report.model import Report
 
 DIFF_SCHEMA_VERSION = "1.0"
@@ -170,10 +170,10 @@ def finding_changes(before: Report, after: Report, step: StepChange) -> tuple[Fi
 def choose_samples(before: Any, after: Any) -> tuple[str, tuple[float, ...], tuple[float, ...], list[str]]:
     """(kind, before samples, after samples, notes): unprofiled when both sides have 2+ of them."""
     notes = []
-    if len(before.unprofiled) >= 2 and len(after.unprofiled) >= 2:
+    if len(before.unprofiled) >= MIN_SIDE_SAMPLES and len(after.unprofiled) >= MIN_SIDE_SAMPLES:
         return "unprofiled", before.unprofiled, after.unprofiled, notes
     if before.unprofiled or after.unprofiled:
-        which = "BEFORE" if len(before.unprofiled) >= 2 else "AFTER"
+        which = "BEFORE" if len(before.unprofiled) >= MIN_SIDE_SAMPLES else "AFTER"
         notes.append(f"only {which} has unprofiled step samples (env.json): both sides use their profiled steps, "
                      "which the profiler inflates; compare two run directories for the program's real step time")
     else:

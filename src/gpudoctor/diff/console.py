@@ -30,7 +30,7 @@ def verdict_line(d: Diff) -> Text:
     text = Text()
     text.append(d.verdict.upper() if d.verdict in (FASTER, SLOWER) else d.verdict, VERDICT_STYLE.get(d.verdict, "bold"))
     text.append(f"  x{s.speedup:.3f}" if s.after_ms > 0 else "")
-    text.append(f"  {s.before_ms:.3f} -> {s.after_ms:.3f} ms per step ({s.change_pct:+.1f}%")
+    text.append(f"  {s.before_ms:.3f} -> {s.after_ms:.3f} ms mean step ({s.change_pct:+.1f}%")
     if s.ci_low_pct is not None and s.ci_high_pct is not None:
         text.append(f"; {100 * s.confidence:.0f}% interval {s.ci_low_pct:+.1f}% to {s.ci_high_pct:+.1f}%")
     text.append(f"; run-to-run floor {s.floor_pct:g}%)")

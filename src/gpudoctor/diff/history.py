@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import read_json_object
+from gpudoctor.diff.samples import MIN_SIDE_SAMPLES, process_mean, unprofiled_samples, usable
 from gpudoctor.errors import InputError
 
 DEFAULT_RUNS = Path("gpudoctor-runs")
@@ -91,6 +92,23 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
+def step_of(env: dict[str, Any], report: dict[str, Any]) -> tuple[float | None, str]:
+    """(ms, kind): the run's step time as ``gpudoctor diff`` compares it (diff/compare.py
+    ``choose_samples``), so that both quote one number for one run: the mean of the steps timed
+    without the profiler, its outliers left out (``process_mean``), else of the profiled steps.
+    Not the report's unprofiled step, a median (capture/timing.py): a mean is what the diff's ratio
+    and interval are of."""
+    unprofiled = unprofiled_samples(env)
+    if len(unprofiled) >= MIN_SIDE_SAMPLES:
+        return process_mean(unprofiled), "unprofiled"
+    steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
+    profiled = usable(steps.get("per_step_ms")) if isinstance(steps.get("per_step_ms"), list) else ()
+    if profiled:
+        return process_mean(profiled), "profiled"
+    step = _number(report.get("step_ms"))
+    return step, "profiled" if step else ""
+
+
 def read_run(folder: Path) -> RunEntry | None:
     """A run directory's entry (None when ``folder`` holds no env.json)."""
     env_file = folder / "env.json"
@@ -102,9 +120,7 @@ def read_run(folder: Path) -> RunEntry | None:
     env = read_json_object(env_file)
     report = read_json_object(folder / env_file.name.replace("env", "report", 1))
     program = program_of(env)
-    capture = env.get("capture") if isinstance(env.get("capture"), dict) else {}
-    unprofiled = _number(report.get("unprofiled_step_ms")) or _number(capture.get("unprofiled_step_ms"))
-    profiled = _number(report.get("step_ms"))
+    step_ms, step_kind = step_of(env, report)
     findings = report.get("findings") if isinstance(report.get("findings"), list) else []
     top = findings[0] if findings and isinstance(findings[0], dict) else {}
     gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
@@ -116,8 +132,8 @@ def read_run(folder: Path) -> RunEntry | None:
         is_module=bool(program.get("is_module")),
         git_commit=program.get("git_commit") if isinstance(program.get("git_commit"), str) else None,
         gpu=str(gpu.get("name") or ""),
-        step_ms=unprofiled or profiled,
-        step_kind="unprofiled" if unprofiled else "profiled" if profiled else "",
+        step_ms=step_ms,
+        step_kind=step_kind,
         top_finding=str(top["id"]) if isinstance(top.get("id"), str) else None,
         top_saving_ms=_number(top.get("saving_ms")),
         has_trace=any(folder.glob("trace*.json*")),

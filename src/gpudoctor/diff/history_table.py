@@ -10,24 +10,88 @@ from rich.text import Text
 
 from gpudoctor.diff.history import RunEntry, prediction_errors
 
+RUN_MAX = 40  # a longer run name folds (names are the program's and the UTC start's: 26 for train_gpt2)
+PROGRAM_FLOOR = 24  # a program with its arguments wraps at its spaces, never narrower than this
+WORD_MAX = 24  # a finding id or GPU word longer than this may fold
+STEP_NOTE = ("step ms: mean of the steps timed without the profiler, outliers left out, as gpudoctor diff compares "
+             "them; (p): of the profiled steps")
+
+
+def _program(e: RunEntry) -> str:
+    return " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program else "?", *e.args])
+
+
+def _cells(e: RunEntry) -> dict[str, str]:
+    step = "-" if e.step_ms is None else f"{e.step_ms:.3f}" + ("" if e.step_kind == "unprofiled" else " (p)")
+    top = "-" if e.top_finding is None else e.top_finding + (f" ({e.top_saving_ms:.2f} ms)" if e.top_saving_ms else "")
+    return {"recorded (UTC)": e.recorded_utc.replace("T", " ")[:16], "run": Path(e.path).name, "program": _program(e),
+            "commit": e.git_commit or "-", "GPU": e.gpu.removeprefix("NVIDIA ") or "-", "step ms": step,
+            "top finding": top}
+
+
+def _fit(columns: list[str], rows: list[dict[str, str]], width: int, stacked: bool) -> dict[str, int] | None:
+    """Content widths of ``columns`` within ``width``, or None when they cannot fit. ``stacked``: the
+    run cell holds the run's name over its program. The run's name, commit and step stay whole; the
+    program, top finding and GPU wrap at their spaces, no narrower than their floors (the run's name,
+    PROGRAM_FLOOR, the longest id or word), then get back what room is left, the nearest to its
+    whole cell first."""
+    def longest(c: str) -> int:
+        return max(len(c), *(len(r[c]) for r in rows))
+
+    def word(c: str) -> int:
+        return min(max(max(len(w) for w in r[c].split()) for r in rows), WORD_MAX)
+
+    natural = {c: longest(c) for c in columns}
+    name = min(max(len(r["run"]) for r in rows), RUN_MAX)
+    natural["run"] = max(name, longest("program")) if stacked else name
+    floor = {"run": name} if stacked else {"program": min(natural.get("program", 0), PROGRAM_FLOOR)}
+    floor |= {"top finding": max(word("top finding"), len("finding")), "GPU": max(word("GPU"), len("GPU"))}
+    out = {c: min(natural[c], floor.get(c, natural[c])) for c in columns}
+    left = width - (3 * len(columns) - 1) - sum(out.values())  # a space either side of a cell, a rule between
+    if left < 0:
+        return None
+    for c in sorted(columns, key=lambda c: natural[c] - out[c]):  # the nearest to whole first
+        more = min(natural[c] - out[c], left)
+        out[c], left = out[c] + more, left - more
+    return out
+
 
 def render_history(entries: list[RunEntry], base: Path, console: Console) -> None:
+    """One row a run, newest first, within the console's width: where not every column fits whole,
+    the program, top finding and GPU wrap; narrower, the recorded time goes (the run's name ends
+    with it), then the program goes under the run's name, then the commit goes."""
     if not entries:
         console.print(Text(f"no run directory under {base} (gpudoctor run writes one per run)"))
         return
-    table = Table(title=f"Runs under {base}, newest first ({len(entries)})", title_justify="left", show_edge=False)
-    for col in ("recorded (UTC)", "run", "program", "commit", "GPU", "step ms", "top finding"):
+    rows = [_cells(e) for e in entries]
+    columns = ["recorded (UTC)", "run", "program", "commit", "GPU", "step ms", "top finding"]
+    title = f"Runs under {base}, newest first ({len(entries)})"
+    if len({r["GPU"] for r in rows}) == 1:  # one GPU for all: named once, in the title
+        columns.remove("GPU")
+        title += f", all on {entries[0].gpu}" if entries[0].gpu else ""
+    if all(r["commit"] == "-" for r in rows):
+        columns.remove("commit")
+    narrow = [c for c in columns if c not in ("recorded (UTC)", "program")]
+    layouts = [(columns, False), (columns[1:], False), (narrow, True), ([c for c in narrow if c != "commit"], True)]
+    for cols, stacked in layouts:
+        widths = _fit(cols, rows, console.width, stacked)
+        if widths is not None:
+            break
+    else:  # not even the floors fit: the narrowest layout, its wrapping columns shrunk by rich
+        widths = None
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for col in cols:
         table.add_column(col, justify="right" if col == "step ms" else "left", overflow="fold",
-                         no_wrap=col in ("recorded (UTC)", "run", "commit", "step ms"))
-    for e in entries:
-        program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program else "?", *e.args])
-        step = "-" if e.step_ms is None else f"{e.step_ms:.3f}" + ("" if e.step_kind == "unprofiled" else " (p)")
-        top = "-" if e.top_finding is None else e.top_finding + (
-            f" ({e.top_saving_ms:.2f} ms)" if e.top_saving_ms else "")
-        table.add_row(Text(e.recorded_utc.replace("T", " ")[:16]), Text(Path(e.path).name), Text(program),
-                      Text(e.git_commit or "-"), Text(e.gpu or "-"), step, Text(top))
+                         no_wrap=col in ("recorded (UTC)", "commit", "step ms"),
+                         width=None if widths is None else widths[col])
+    for r in rows:
+        cells = {c: Text(r[c]) for c in cols}
+        if stacked:
+            cells["run"] = Text.assemble(r["run"], "\n", (r["program"], "dim"))
+        table.add_row(*cells.values())
     console.print(table)
-    console.print(Text("step ms: unprofiled mean; (p): the profiled step (no unprofiled timing)", style="dim"))
+    note = "; run: its name (the program and its UTC start) over the program" if stacked else ""
+    console.print(Text(STEP_NOTE + note, style="dim"))
 
 
 def render_predictions(entries: list[RunEntry], base: Path, console: Console) -> None:

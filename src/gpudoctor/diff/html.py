@@ -86,7 +86,7 @@ def _header(d: Diff) -> str:
     return (
         "<header><h1>gpudoctor diff</h1>"
         f'<p><span class="verdict {css}">{esc(d.verdict)}</span> '
-        f"<b>x{s.speedup:.3f}</b>: {s.before_ms:.3f} → {s.after_ms:.3f} ms per step "
+        f"<b>x{s.speedup:.3f}</b>: {s.before_ms:.3f} → {s.after_ms:.3f} ms mean step "
         f"({s.change_pct:+.1f}%{esc(interval)}; run-to-run floor {s.floor_pct:g}%)</p>"
         f'<p class="muted">samples: {esc(d.samples_kind)} step times, {s.n_before} before and {s.n_after} after'
         f" ({esc(s.method)}{f'; {dropped} outliers left out' if dropped else ''})</p>"

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpudoctor.capture.bundle import env_file_of, facts_of, read_env
 from gpudoctor.diff.match import Group, groups
-from gpudoctor.diff.samples import usable
+from gpudoctor.diff.samples import unprofiled_samples, usable
 from gpudoctor.errors import InputError
 from gpudoctor.report.model import Report
 
@@ -81,15 +81,6 @@ def resolve(path: Path, label: str) -> tuple[Path, str, tuple[str, ...]]:
 
 def _has_trace(folder: Path) -> bool:
     return any(p.name.startswith("trace.") and p.name.endswith((".json", ".json.gz")) for p in folder.iterdir())
-
-
-def unprofiled_samples(env: dict[str, Any]) -> tuple[float, ...]:
-    """The unprofiled step samples ``gpudoctor run`` timed (capture.unprofiled_step_ms_samples)."""
-    capture = env.get("capture")
-    if not isinstance(capture, dict):
-        return ()
-    values = capture.get("unprofiled_step_ms_samples")
-    return usable(values) if isinstance(values, list) else ()
 
 
 def load_side(path: str | Path, label: str) -> Side:

@@ -46,6 +46,9 @@ BOOTSTRAP_SEED = 20261125
 FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no difference beyond noise", "too few samples"
 
 
+MIN_SIDE_SAMPLES = 2  # unprofiled samples each side needs for the diff to compare them (else the profiled steps)
+
+
 @dataclass(frozen=True)
 class Samples:
     """One side's per-step times (ms) and where they come from."""
@@ -66,6 +69,15 @@ def usable(values: Sequence[Any]) -> tuple[float, ...]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
             out.append(float(v))
     return tuple(out)
+
+
+def unprofiled_samples(env: dict[str, Any]) -> tuple[float, ...]:
+    """The unprofiled step samples ``gpudoctor run`` timed (env.json capture.unprofiled_step_ms_samples)."""
+    capture = env.get("capture")
+    if not isinstance(capture, dict):
+        return ()
+    values = capture.get("unprofiled_step_ms_samples")
+    return usable(values) if isinstance(values, list) else ()
 
 
 def split_outliers(values: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
