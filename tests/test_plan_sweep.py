@@ -102,7 +102,7 @@ def test_too_few_gpus_still_names_the_gpu_count() -> None:
     out = gd("plan", "train", "llama-3.1-405b", "--gpus", "8", "--gpu", "h100-sxm", "--global-batch", "64")
     assert out.returncode == NO_FIT
     text = " ".join(out.stdout.split())
-    assert "weights alone need 94.5 GiB per GPU" in text and "need >= 96 GPUs" in text
+    assert "weights alone need 94.5 GiB per GPU" in text and "need >= 48 GPUs" in text
 
 
 # 8 ---------------------------------------------------------------------------------------------

@@ -105,7 +105,11 @@ def test_405b_on_8_gpus_is_infeasible() -> None:
     r = plan_training("llama-3.1-405b", gpus=8, gpu="h100-sxm", global_batch=64, seq=4096)
     assert r.plans == []
     assert "weights alone need 94.5 GiB" in r.infeasible
-    assert "need >= 96 GPUs" in r.infeasible
+    # memory's default precision: bf16 weights, gradients and AdamW states, 8 bytes a parameter
+    assert "(8 bytes per parameter, 3,024 GiB)" in r.infeasible and "need >= 48 GPUs" in r.infeasible
+    mixed = plan_training("llama-3.1-405b", gpus=8, gpu="h100-sxm", global_batch=64, seq=4096,
+                          precision={"master_weights": True})
+    assert "(16 bytes per parameter, 6,048 GiB)" in mixed.infeasible and "need >= 96 GPUs" in mixed.infeasible
 
 
 def test_json_keys() -> None:
@@ -556,3 +560,44 @@ def test_fused_noflash_moves_the_materialized_scores() -> None:
         noflash = elementwise_bytes(spec, lay, s, 12, implementation("fused-noflash"))
         # the eager path also keeps q, k, v and the output per head where flash keeps its own four
         assert noflash - flash == pytest.approx(12 * passes * scores, rel=0.02), ckpt
+
+
+MEMORY_ARGS = ("memory", "llama-3.1-8b", "--batch", "1", "--seq", "512", "--dp", "8", "--zero", "3", "--gpu", "h100-sxm")
+PLAN_ARGS = ("plan", "train", "llama-3.1-8b", "--gpus", "8", "--global-batch", "8", "--seq", "512", "--dp", "8",
+             "--tp", "1", "--pp", "1", "--zero", "3", "--microbatch", "1", "--checkpointing", "none")
+
+
+@pytest.mark.parametrize("precision", [(), ("--master-weights",), ("--optimizer", "sgd-momentum"),
+                                       ("--params-dtype", "fp32", "--autocast", "bf16")])
+def test_memory_and_plan_train_give_one_number_for_one_layout(precision) -> None:
+    from test_cli import gd
+
+    mem = gd(*MEMORY_ARGS, *precision, "--json")
+    plan = gd(*PLAN_ARGS, *precision, "--json")
+    assert mem.returncode == 0, mem.stderr
+    assert plan.returncode == 0, plan.stderr
+    m, p = json.loads(mem.stdout), json.loads(plan.stdout)
+    assert p["plans"][0]["peak_bytes"] == m["peak_bytes"]
+    assert p["plans"][0]["total_bytes"] == m["total_bytes"]
+    assert p["memory_model"] == m["assumptions"][0]  # the same precision line in both
+
+
+def test_both_commands_print_the_precision_they_assumed() -> None:
+    from test_cli import gd
+
+    line = "bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: 8 bytes/parameter"
+    mem = " ".join(gd(*MEMORY_ARGS, "--width", "300").stdout.split())
+    plan = " ".join(gd(*PLAN_ARGS, "--width", "300").stdout.split())
+    assert "peak allocated 10.30 GiB" in mem and "10.3 GiB" in plan
+    assert f"assumed: {line}" in mem and f"memory: {line}" in plan
+    mixed = " ".join(gd(*PLAN_ARGS, "--master-weights", "--width", "300").stdout.split())
+    assert "18.76 GiB" in mixed and "fp32 AdamW states (2 per parameter) + fp32 master weights: 16 bytes" in mixed
+
+
+def test_plan_train_refuses_a_bad_precision_option_in_one_line() -> None:
+    from test_cli import gd
+
+    out = gd(*PLAN_ARGS, "--optimizer", "lion")
+    assert out.returncode == 2
+    assert "--optimizer 'lion' is not one of: adamw, adamw8bit, sgd, sgd-momentum, adafactor" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -572,6 +572,12 @@ def plan_train(
     microbatch: int | None = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
     checkpointing: str | None = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
     nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduces inside one NVSwitch node)."),
+    params_dtype: str | None = typer.Option(None, "--params-dtype", help="bf16 (default), fp16 or fp32, as gpudoctor memory."),
+    autocast: str | None = typer.Option(None, "--autocast", help="none (default), bf16 or fp16, as gpudoctor memory."),
+    optimizer: str | None = typer.Option(
+        None, "--optimizer", help="adamw (default), adamw8bit, sgd, sgd-momentum, adafactor, as gpudoctor memory."),
+    master_weights: bool | None = typer.Option(
+        None, "--master-weights", help="fp32 master weights and optimizer states (default off), as gpudoctor memory."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -586,7 +592,9 @@ def plan_train(
     pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
                            gpus_per_node=gpus_per_node, fabric=fabric, top=top, schedule=schedule,
-                           calibration=bench_file, sp=sp, impl=impl, pins=pins, nvls=nvls)
+                           calibration=bench_file, sp=sp, impl=impl, pins=pins, nvls=nvls,
+                           precision={"params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
+                                      "master_weights": master_weights})
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         if not result.plans:

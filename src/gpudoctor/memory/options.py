@@ -144,22 +144,31 @@ def precision_summary(o: TrainOptions) -> str:
     """What a parameter costs before sharding, in words and bytes: the assumption `memory` and
     `plan train` print with every training estimate (e.g. "bf16 weights and gradients, fp32 AdamW
     states + fp32 master weights: 16 bytes/parameter")."""
-    pb = _BYTES[o.params_dtype]
-    state = 4 if o.master_weights else pb
     sname = "fp32" if o.master_weights else o.params_dtype
     head = f"{o.params_dtype} weights and gradients"
     if o.autocast != "none" and o.autocast != o.params_dtype:
         head += f" (compute under {o.autocast} autocast)"
-    states = {"adamw": (f"{sname} AdamW states (2 per parameter)", 2 * state),
-              "adamw8bit": ("8-bit AdamW states (bitsandbytes)", 2 * (1 + 4 / 256)),
-              "sgd": ("SGD (no optimizer state)", 0.0),
-              "sgd-momentum": (f"{sname} SGD momentum", float(state)),
-              "adafactor": ("Adafactor's factored states (a row and a column per matrix, not per parameter)", 0.0),
+    states = {"adamw": f"{sname} AdamW states (2 per parameter)",
+              "adamw8bit": "8-bit AdamW states (bitsandbytes)",
+              "sgd": "SGD (no optimizer state)",
+              "sgd-momentum": f"{sname} SGD momentum",
+              "adafactor": "Adafactor's factored states (a row and a column per matrix, not per parameter)",
               }[o.optimizer]
-    total = 2 * pb + states[1] + (4 if o.master_weights else 0)
+    total = bytes_per_param(o)
     master = " + fp32 master weights" if o.master_weights else ", no master copy"
     approx = "~" if o.optimizer in ("adamw8bit", "adafactor") else ""
-    return f"{head}, {states[0]}{master}: {approx}{total:.3g} bytes/parameter before sharding"
+    return f"{head}, {states}{master}: {approx}{total:.3g} bytes/parameter before sharding"
+
+
+def bytes_per_param(o: TrainOptions) -> float:
+    """Weights, gradients, optimizer states and master weights per parameter, before sharding
+    (Adafactor's factored states, a row and a column per matrix, are left out: they are not per
+    parameter)."""
+    pb = _BYTES[o.params_dtype]
+    state = 4 if o.master_weights else pb
+    states = {"adamw": 2 * state, "adamw8bit": 2 * (1 + 4 / 256), "sgd": 0.0, "sgd-momentum": float(state),
+              "adafactor": 0.0}[o.optimizer]
+    return 2 * pb + states + (4 if o.master_weights else 0)
 
 
 _BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

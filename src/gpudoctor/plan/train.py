@@ -72,8 +72,11 @@ SMALL_M_TOKENS = 1024
 TIE_TOLERANCE = 0.02
 
 
+# The memory side (weights, gradients, optimizer states per parameter) is `gpudoctor memory`'s, at the
+# precision options given: plan_training prints its line (memory.options.precision_summary) first.
 ASSUMPTIONS = (
-    "bf16 weights and gradients with fp32 master weights and Adam moments (16 bytes/parameter)",
+    ("step time priced as 16-bit matmuls and bf16 gradient traffic whatever the precision options, "
+     "which set the memory only"),
     ("GEMM efficiency per width class (GEMM_EFFICIENCY) is an assumption: 0.72 of the datasheet "
     "bf16 peak for GEMMs whose narrower side (N or K, per GPU) is >= 4096, down to 0.40 below 512"),
     "attention is causal with a FlashAttention-style kernel: half the s x s score and context work",
@@ -294,6 +297,7 @@ class TrainPlanResult:
     comm_model: str  # what priced the collectives: COMM_MODEL ("gpudoctor.plan.collectives")
     assumptions: tuple[str, ...] = ASSUMPTIONS
     compute_model: str = COMPUTE_ASSUMED  # or Calibration.label (--bench)
+    memory_model: str = ""  # the bytes per parameter the memory estimates assumed (memory.options.precision_summary)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpus": self.gpus, "gpu": self.gpu, "global_batch": self.global_batch,
@@ -301,4 +305,5 @@ class TrainPlanResult:
                 "plans": [p.to_dict() for p in self.plans], "explanation": self.explanation,
                 "infeasible": self.infeasible, "considered": self.considered, "fitting": self.fitting,
                 "comm_model": self.comm_model, "compute_model": self.compute_model,
+                "memory_model": self.memory_model,
                 "assumptions": list(self.assumptions)}

@@ -16,6 +16,13 @@ from pathlib import Path
 from gpudoctor.core.layout import CHECKPOINTING, Layout, bubble_fraction
 from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
+from gpudoctor.memory.options import (
+    TrainOptions,
+    bytes_per_param,
+    check_common_train,
+    master_weights_note,
+    precision_summary,
+)
 from gpudoctor.plan.calibration import Calibration, load_calibration
 from gpudoctor.plan.collectives import DEFAULT_FABRIC
 from gpudoctor.plan.comm import COMM_MODEL, Net, make_net
@@ -24,7 +31,6 @@ from gpudoctor.plan.pins import Pins, check_pins, whole
 from gpudoctor.plan.traffic import implementation
 from gpudoctor.plan.train import (
     ASSUMPTIONS,
-    BYTES_BF16,
     COMPUTE_ASSUMED,
     TIE_TOLERANCE,
     Plan,
@@ -76,7 +82,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                   seq: int = 4096, gpus_per_node: int = 8, fabric: str | None = None, top: int = 5,
                   schedule: str = "1f1b", calibration: str | Path | Calibration | None = None,
                   sp: bool = True, impl: str = "eager-hf", pins: Pins | None = None,
-                  nvls: bool = False) -> TrainPlanResult:
+                  nvls: bool = False, precision: dict | None = None) -> TrainPlanResult:
     """Every layout that fits ``gpu``'s memory, ranked by predicted step time (see module doc).
     ``calibration``: a ``gpudoctor bench --json`` file of this GPU (or its loaded Calibration).
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
@@ -84,8 +90,12 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
     runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``: layout values the
     user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
-    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py)."""
+    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py).
+    ``precision``: ``gpudoctor memory``'s precision and optimizer options by name (params_dtype,
+    autocast, optimizer, master_weights; None or absent: memory's defaults), priced by the same
+    estimator, so that ``memory`` and ``plan train`` give one number for one layout."""
     implementation(impl)  # validates the name
+    prec = _precision(precision)
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.memory import load_spec
 
@@ -126,13 +136,13 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                         continue
                     lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
                     considered += 1
-                    est = _memory(model, hw.key, lay, global_batch, seq)
+                    est = _memory(model, hw.key, lay, global_batch, seq, prec)
                     if est is not None and (smallest is None or est.total_bytes < smallest[0].total_bytes):
                         smallest = (est, lay)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
                     if ckpt == "selective" and pins.checkpointing is None and _dominated(
-                            model, hw.key, lay, est, global_batch, seq):
+                            model, hw.key, lay, est, global_batch, seq, prec):
                         continue
                     plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
     plans = _rank(plans)
@@ -149,33 +159,49 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                       f"({gib(est.total_bytes)} with the allocator's reserve and the CUDA context), is {describe(lay)}; "
                       f"free a value or add GPUs")
     else:
-        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest, global_batch, seq)
+        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest, global_batch, seq, prec)
     assumptions = ASSUMPTIONS if cal is None else calibrated_assumptions(cal)
+    memory_model = precision_summary(TrainOptions(**prec))
+    ignored = master_weights_note(TrainOptions(**{k: v for k, v in (precision or {}).items() if v is not None}))
     if precision_note:
         assumptions = (precision_note, *assumptions)
+    assumptions = (*assumptions, f"memory: {memory_model}", *((ignored,) if ignored else ()))
     return TrainPlanResult(
         model=model.name, gpus=gpus, gpu=hw.key, global_batch=global_batch, seq=seq,
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
-        explanation=explain(plans, gpus, gpus_per_node, hw.memory_bytes, _replicated(model, hw.key, plans[0], global_batch, seq))
-        if plans else "",
+        explanation=explain(plans, gpus, gpus_per_node, hw.memory_bytes,
+                            _replicated(model, hw.key, plans[0], global_batch, seq, prec)) if plans else "",
         infeasible=infeasible, considered=considered, fitting=len(plans),
         comm_model=COMM_MODEL,
         assumptions=assumptions,
-        compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label)
+        compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label,
+        memory_model=memory_model)
 
 
-def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int) -> bool:
+def _precision(given: dict | None) -> dict:
+    """The precision options as ``gpudoctor memory`` takes them, checked the same way (one-line
+    errors naming the option), with memory's defaults for those not given."""
+    names = ("params_dtype", "autocast", "optimizer", "master_weights")
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ValueError(f"precision options {unknown} are not among {names}")
+    o = check_common_train(TrainOptions(**given))
+    return {k: getattr(o, k) for k in names}
+
+
+def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int, prec: dict) -> bool:
     """Selective checkpointing that keeps as much as no checkpointing: more FLOPs for nothing."""
-    plain = _memory(spec, gpu, replace(lay, checkpointing="none"), global_batch, seq)
+    plain = _memory(spec, gpu, replace(lay, checkpointing="none"), global_batch, seq, prec)
     return plain is not None and plain.peak_bytes <= est.peak_bytes
 
 
-def _replicated(spec: ModelSpec, gpu: str, w: Plan, global_batch: int, seq: int):
+def _replicated(spec: ModelSpec, gpu: str, w: Plan, global_batch: int, seq: int, prec: dict):
     """With a ZeRO winner, the memory of the same layout replicated (DDP), for the explanation."""
     if not w.zero:
         return None
     return _memory(spec, gpu, Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule,
-                                     sp=w.sp or w.tp == 1), global_batch, seq)
+                                     sp=w.sp or w.tp == 1), global_batch, seq, prec)
 
 
 def _complexity(p: Plan) -> tuple[int, int]:
@@ -195,20 +221,20 @@ def _rank(plans: list[Plan]) -> list[Plan]:
 _MEMORY_CACHE: dict = {}
 
 
-def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int):
-    """``gpudoctor memory`` for the layout (mixed precision: bf16 weights, fp32 master + Adam),
-    cached; None when the memory planner refuses the combination."""
+def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int, prec: dict | None = None):
+    """``gpudoctor memory`` for the layout, at the precision options ``prec`` (``_precision``; None:
+    memory's defaults), cached; None when the memory planner refuses the combination."""
     from gpudoctor.memory import estimate_from_options
 
+    prec = prec if prec is not None else _precision(None)
     m = global_batch // (lay.dp * lay.microbatch)
-    key = (spec, gpu, lay, m, seq)
+    key = (spec, gpu, lay, m, seq, tuple(sorted(prec.items())))
     if key not in _MEMORY_CACHE:
         try:
             _MEMORY_CACHE[key] = estimate_from_options(
                 spec, gpu=gpu, suggest=False, batch=lay.microbatch, seq=seq, tp=lay.tp, pp=lay.pp,
                 dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3, sp=lay.sequence_parallel,
-                cp=lay.cp, microbatches=m, checkpointing=lay.checkpointing, params_dtype="bf16",
-                master_weights=True,
+                cp=lay.cp, microbatches=m, checkpointing=lay.checkpointing, **prec,
                 virtual_stages=lay.virtual_stages if lay.schedule == "interleaved" and lay.pp > 1 else 1)
         except InputError:
             _MEMORY_CACHE[key] = None
@@ -228,32 +254,35 @@ def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak:
 
 
 def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest, global_batch: int,
-                seq: int) -> str:
+                seq: int, prec: dict) -> str:
     """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do not
     fit even fully sharded over all of them; otherwise the activations, with the layout that came
     closest and the --seq it would fit at."""
     n = param_counts(spec).total
     _, tp, pp, _ = max(shapes, key=lambda s: (s[1] * s[2], s[1]))
     cap = hw.memory_bytes
-    weights = n * BYTES_BF16 / (tp * pp)
-    states = 16 * n / gpus
+    o = TrainOptions(**prec)
+    per_param = bytes_per_param(o)
+    weights = n * {"fp32": 4, "bf16": 2, "fp16": 2}[o.params_dtype] / (tp * pp)
+    states = per_param * n / gpus
+    what = f"weights + gradients + optimizer states ({per_param:.3g} bytes per parameter"
     head = f"no layout of {spec.name} fits the {hw.name}'s {gib(cap)} on {plural(gpus, 'GPU')}: "
     if states > STATES_SHARE * cap:
-        need = math.ceil(16 * n / (STATES_SHARE * cap))
+        need = math.ceil(per_param * n / (STATES_SHARE * cap))
         need = need if need <= gpus_per_node else math.ceil(need / gpus_per_node) * gpus_per_node
         why = (f"the weights alone need {gib(weights)} per GPU at the largest TP x PP ({tp} x {pp}), and "
                if weights > cap else "")
-        return (head + why + f"weights + gradients + Adam states (16 bytes per parameter, {gib(16 * n)}) need "
+        return (head + why + f"{what}, {gib(per_param * n)}) need "
                 f"{gib(states)} per GPU even fully sharded (ZeRO-3) over {plural(gpus, 'GPU')}, more than "
                 f"{STATES_SHARE:.0%} of the card; need >= {max(need, gpus + 1):,} GPUs (with activations, more)")
-    states_fit = (f"weights + gradients + Adam states (16 bytes per parameter) fit, {gib(states)} per GPU fully "
+    states_fit = (f"{what}) fit, {gib(states)} per GPU fully "
                   f"sharded (ZeRO-3) over {plural(gpus, 'GPU')}, so more GPUs will not help; ")
     beyond = (f"; --seq {seq:,} is also beyond the model's {spec.max_positions:,} positions"
               if spec.max_positions and seq > spec.max_positions else "")
     if smallest is None:
         return (head + states_fit + f"the memory planner accepts no layout at --seq {seq:,}: shorten --seq" + beyond)
     est, lay = smallest
-    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq) for s in shapes), key=lambda r: r[0])
+    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq, prec) for s in shapes), key=lambda r: r[0])
     shorter = (f"--seq {longest:,} fits {describe(at)}" if at else "no --seq fits: even one token per sequence "
                "needs more than the card, so check the model and --global-batch")
     return (head + states_fit + f"the activations do not: the layout that needs least, {describe(lay)}, needs "
@@ -261,7 +290,7 @@ def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smal
 
 
 def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], global_batch: int,
-                 seq: int) -> tuple[int, Layout | None]:
+                 seq: int, prec: dict) -> tuple[int, Layout | None]:
     """The longest sequence below ``seq`` (rounded down to a multiple of 1024 above 4096) at which the
     shape's leanest layout (micro-batch 1, full checkpointing, ZeRO-3 where DP > 1) fits, with that
     layout; (0, None) if none does. CP > 1 counts only from 8192 tokens, where the planner tries it."""
@@ -271,7 +300,7 @@ def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], gl
     def fits(k: int) -> bool:
         if cp > 1 and k * cp < 8192:
             return False
-        est = _memory(spec, gpu, lay, global_batch, k * cp)
+        est = _memory(spec, gpu, lay, global_batch, k * cp, prec)
         return est is not None and bool(est.fits)
 
     lo, hi = 0, seq // cp  # fits(lo) or lo == 0; not fits(hi)

@@ -116,6 +116,9 @@ def render_train(result: Any, console: Console) -> None:
     compute = getattr(result, "compute_model", None)
     if compute:
         console.print(Text(f"compute: {compute}", style="dim"))
+    memory = getattr(result, "memory_model", None)
+    if memory:
+        console.print(Text(f"memory: {memory} (gpudoctor memory's estimate, per GPU)", style="dim"))
     for attr in ("explanation", "infeasible"):
         value = getattr(result, attr, None)
         if not value:
