@@ -13,6 +13,7 @@ from typing import Any
 
 from gpudoctor.capture.bundle import (
     capture_facts,
+    cut_after,
     environment,
     global_rank,
     new_run_dir,
@@ -57,7 +58,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     if result.trace_path is not None:
         try:
             report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
-                                    model_state=result.model_state or None, step_source=result.step_source)
+                                    model_state=result.model_state or None, step_source=result.step_source,
+                                    cut_after=cut_after(result.error, result.steps_recorded))
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")

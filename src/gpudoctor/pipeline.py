@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
-from gpudoctor.analysis.steps import describe, segment
+from gpudoctor.analysis.steps import describe, segment, whole_steps
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, from_spec, load_file, unavailable, unknown_card_note
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
@@ -55,11 +55,13 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
 
 def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: dict | None = None, step_source: str = "",
+    model_state: dict | None = None, step_source: str = "", cut_after: int | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py);
-    ``step_source`` (what marked a live capture's steps) is named in ``report.steps``."""
+    ``step_source`` (what marked a live capture's steps) is named in ``report.steps``;
+    ``cut_after``: the window ended early (the program raised) after this many whole steps, and
+    the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
     if len(trace.device) == 0 and len(trace.host) == 0:
         raise EmptyTraceError(
             f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window in which "
@@ -67,23 +69,18 @@ def analyze_loaded(
         )
     check_usable(trace)  # GPU time, host events, one clock: else nothing sound can be said
     if len(trace.device) == 0:
-        report = analyze_host_only(trace, unprofiled_step_ms)
+        report = analyze_host_only(trace, unprofiled_step_ms, cut_after)
     else:
-        report = _analyze_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source)
+        report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source, cut_after)[1]
     if step_source:
         report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
     return report
 
 
-def _analyze_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
-                 model_state: dict | None, step_source: str) -> Report:
-    return _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source)[1]
-
-
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
-                  model_state: dict | None, step_source: str) -> tuple[Analysis, Report]:
+                  model_state: dict | None, step_source: str, cut_after: int | None = None) -> tuple[Analysis, Report]:
     chosen = choose_ceilings(trace, gpu, ceilings)
-    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source)
+    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -96,9 +93,9 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     return analysis, report
 
 
-def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None) -> Report:
+def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None, cut_after: int | None = None) -> Report:
     """A trace with host events and no GPU work: step times and the host breakdown."""
-    steps = segment(trace)
+    steps = whole_steps(segment(trace), cut_after)
     warnings = [no_gpu_work_note(trace)]
     note = describe(steps)
     if note:
@@ -113,7 +110,7 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
 
     run = read_run(path)  # env.json, parsed once
     report = analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
-                            model_state=run.model_state, step_source=run.step_source)
+                            model_state=run.model_state, step_source=run.step_source, cut_after=run.cut_after)
     return dataclasses.replace(report, unprofiled=run.unprofiled) if run.unprofiled else report
 
 

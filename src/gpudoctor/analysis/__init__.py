@@ -12,7 +12,7 @@ from gpudoctor.analysis.observer import (
     profiler_overhead_ms,
 )
 from gpudoctor.analysis.roofline import RooflineResult, roofline
-from gpudoctor.analysis.steps import Steps, describe, segment
+from gpudoctor.analysis.steps import Steps, describe, segment, whole_steps
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
@@ -42,9 +42,10 @@ class Analysis:
 
 
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
-                  model_state: dict | None = None, step_source: str = "") -> Analysis:
-    """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after)."""
-    steps = segment(trace)
+                  model_state: dict | None = None, step_source: str = "", cut_after: int | None = None) -> Analysis:
+    """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after).
+    ``cut_after``: a capture that ended early recorded this many whole steps (``steps.whole_steps``)."""
+    steps = whole_steps(segment(trace), cut_after)
     warnings: list[str] = []
     note = describe(steps)
     if note:

@@ -43,6 +43,7 @@ class Steps:
     host_end: np.ndarray | None = None
     period: int = 0  # kernel-period: kernels per iteration
     marker: str = ""  # module-forward: the range whose calls start the steps
+    cut_short: bool = False  # the step a crash cut short is left out (``whole_steps``)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -71,9 +72,25 @@ def segment(trace: Trace) -> Steps:
     return Steps("whole-trace", np.array([lo], np.int64), np.array([max(hi, lo + 1)], np.int64), ("trace",))
 
 
+def whole_steps(steps: Steps, recorded: int | None) -> Steps:
+    """``steps`` without the one a crash cut short: a capture that ended early (the program raised
+    mid-step) recorded ``recorded`` whole steps, and its profiler's step markers hold one more, the
+    step in progress. Counted, it would hold part of a step's work (an optimizer step once in 3
+    steps, not once a step) and end where the profiler stopped."""
+    if steps.method != "profiler-step" or recorded is None or not 0 < recorded < len(steps):
+        return steps
+    host = (None, None) if steps.host_start is None or steps.host_end is None else (
+        steps.host_start[:recorded], steps.host_end[:recorded])
+    return dataclasses.replace(steps, start=steps.start[:recorded], end=steps.end[:recorded],
+                               labels=steps.labels[:recorded], host_start=host[0], host_end=host[1], cut_short=True)
+
+
 def describe(steps: Steps) -> str | None:
     """A note on how the steps were found, when it is not the program's own step markers."""
     edges = "the partial iterations at the window's edges are left out"
+    if steps.cut_short:
+        return (f"the window ended early (the program stopped during a step): the step it cut short is left out, "
+                f"{len(steps)} whole step{'s' * (len(steps) != 1)} remain")
     if steps.method == "whole-trace":
         return ("no ProfilerStep#N or Optimizer.step markers and no repeating iteration: the whole trace is "
                 "treated as one step (call prof.step() once per iteration for per-step numbers)")

@@ -248,6 +248,7 @@ class RunFacts:
     model_state: dict[str, Any] | None = None  # the optimizer's parameter/gradient/state bytes
     step_source: str = ""  # what marked the steps of a live capture
     unprofiled: dict[str, Any] | None = None  # its uncertainty: capture.unprofiled (capture/timing.py)
+    cut_after: int | None = None  # the window ended early (capture.error) after this many whole steps
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -272,13 +273,21 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
     if not isinstance(capture, dict):
         return RunFacts()
     return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")), _model_state(capture.get("model_state")),
-                    _step_source(capture.get("step_source")), _unprofiled_facts(capture.get("unprofiled")))
+                    _step_source(capture.get("step_source")), _unprofiled_facts(capture.get("unprofiled")),
+                    cut_after(capture.get("error"), capture.get("steps_recorded")))
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:
     """The one reader of the env.json beside a trace or in a run directory: parsed once, each
     field checked (a missing, unreadable or malformed file or field reads as absent)."""
     return facts_of(read_env(path))
+
+
+def cut_after(error: Any, steps_recorded: Any) -> int | None:
+    """The whole steps of a window the program's error ended early (None: it ended as planned)."""
+    if not error or not isinstance(steps_recorded, int) or isinstance(steps_recorded, bool) or steps_recorded < 0:
+        return None
+    return steps_recorded
 
 
 def _model_state(value: Any) -> dict[str, Any] | None:

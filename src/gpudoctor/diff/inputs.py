@@ -85,7 +85,7 @@ def _has_trace(folder: Path) -> bool:
 
 def load_side(path: str | Path, label: str) -> Side:
     """Read and analyze one input of ``gpudoctor diff``."""
-    from gpudoctor.analysis.steps import segment
+    from gpudoctor.analysis.steps import segment, whole_steps
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
@@ -95,12 +95,12 @@ def load_side(path: str | Path, label: str) -> Side:
         env = read_env(trace_path)  # parsed once: the facts analyze needs and the step samples
         facts = facts_of(env)
         report = analyze_loaded(trace, unprofiled_step_ms=facts.unprofiled_step_ms,
-                                model_state=facts.model_state, step_source=facts.step_source)
+                                model_state=facts.model_state, step_source=facts.step_source, cut_after=facts.cut_after)
     except InputError as exc:
         raise InputError(f"{label}: {exc}") from None
     found: list[Group] = []
     if len(trace.device):
-        steps = segment(trace)
+        steps = whole_steps(segment(trace), facts.cut_after)
         if len(steps):
             found = groups(trace, int(steps.start[0]), int(steps.end[-1]), len(steps))
     return Side(label, str(path), str(trace_path), kind, report, tuple(found), unprofiled_samples(env), env, notes)
