@@ -79,3 +79,37 @@ def test_decode_and_prefill_against_the_h100_measurements(capsys):
     # the 3B model's single-sequence steps are slower than the model says (small GEMVs: fixed cost per kernel)
     small = [r for r in rows[3 * 11:] if r["kind"] == "decode" and r["shape"].startswith("B=1 ")]
     assert all(-0.25 < r["error"] < -0.15 for r in small)
+
+
+def test_a_tp_degree_that_holds_no_request_prints_no_speed():
+    # Llama 3.1 8B's bf16 weights (15 GiB) on one 16 GB V100: not one request fits at TP=1
+    plan = plan_serving("llama-3.1-8b", gpu="v100-sxm2-16gb", qps=5, prompt=1024, new=256)
+    tp1 = plan.options[0]
+    assert (tp1.tp, tp1.fits, tp1.max_sequences, tp1.limited_by) == (1, False, 0, "no-fit")
+    assert tp1.tokens_per_s_per_user is None and tp1.concurrency is None and tp1.decode_step_s is None
+    assert tp1.saturation_qps == 0.0 and not tp1.meets_qps
+    assert plan.explanation.startswith(
+        "TP=1 does not fit: its weights alone take 15 GiB per GPU, more than the 13.7 GiB an engine has; "
+        "what would: more GPUs (a larger TP) or narrower weights (--weights-dtype int8 or int4).")  # no fp8 on a V100
+    out = gd("plan", "infer", "llama-3.1-8b", "--gpu", "v100-sxm2-16gb", "--qps", "5", "--width", "200")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["1"])
+    assert row.split() == ["1", "15.0", "0.0", "0", "-", "-", "-", "-", "-", "no", "fit"]
+    js = json.loads(gd("plan", "infer", "llama-3.1-8b", "--gpu", "v100-sxm2-16gb", "--qps", "5", "--json").stdout)
+    assert js["options"][0]["tokens_per_s_per_user"] is None and js["options"][0]["why_not"]
+
+
+def test_a_kv_cache_that_does_not_fit_says_what_context_would():
+    plan = plan_serving("llama-3.1-8b", gpu="l4", qps=0.1, prompt=60000, new=1000)
+    assert plan.explanation.startswith(
+        "TP=1 does not fit: one request's KV cache (61,000 tokens) takes 7.4 GiB per GPU, more than the 6 GiB left "
+        "after the weights; what would: a larger TP, a context of at most 48,936 tokens (--prompt + --new), "
+        "or --kv-dtype fp8.")
+
+
+def test_plan_infer_takes_width():
+    out = gd("plan", "infer", "llama-3.1-8b", "--qps", "1", "--width", "200")
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) > 120  # one line, not wrapped at 80 or 120
+    bad = gd("plan", "infer", "llama-3.1-8b", "--qps", "1", "--width", "5")
+    assert bad.returncode == 2 and "--width" in bad.stderr

@@ -618,6 +618,7 @@ def plan_infer(
         False, "--allow-long-context",
         help="Accept --prompt + --new beyond the model's maximum context (served with a longer RoPE scaling)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
 ) -> None:
     """Serving sizing: TP degree, sequences the KV budget holds, decode speed, the QPS that saturates.
     Exit code 3 when no TP degree can hold the weights and one request (why is printed), 2 on bad input."""
@@ -632,7 +633,7 @@ def plan_infer(
         if not result.feasible:
             sys.stderr.write(f"nothing fits: {result.explanation}\n")
     else:
-        render_serving(result, Console())
+        render_serving(result, Console(width=width) if width else Console())
     if not result.feasible:
         raise typer.Exit(NO_FIT_EXIT_CODE)
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from gpudoctor.core.params import active_params, count_params
 from gpudoctor.errors import InputError
 from gpudoctor.memory import load_spec
+from gpudoctor.memory.activations import DTYPE_BYTES
 from gpudoctor.memory.estimate import CUDA_CONTEXT_BYTES
 from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
@@ -48,13 +49,15 @@ class ServingOption:
     weights_bytes_per_gpu: float
     kv_budget_bytes_per_gpu: float
     max_sequences: int  # concurrent sequences at full context that the KV budget holds
-    prefill_s: float  # one request's prompt
-    decode_step_s: float  # at the operating point
-    tokens_per_s_per_user: float
-    concurrency: float  # sequences in flight at the asked QPS (Little's law)
-    saturation_qps: float  # the load at which the KV budget or the prefill queue runs out
-    limited_by: str  # "kv-cache" or "prefill"
+    # speeds and load: None when not even one request fits (there is nothing to run)
+    prefill_s: float | None  # one request's prompt
+    decode_step_s: float | None  # at the operating point
+    tokens_per_s_per_user: float | None
+    concurrency: float | None  # sequences in flight at the asked QPS (Little's law)
+    saturation_qps: float  # the load at which the KV budget or the prefill queue runs out (0: nothing fits)
+    limited_by: str  # "kv-cache" or "prefill"; "no-fit" when not one request fits
     meets_qps: bool
+    why_not: str = ""  # when it does not fit: why, and what would
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,6 +132,9 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int, we
         _replicas(plan, qps)
     else:
         plan.explanation = _nothing_fits(spec, hw, plan, weights_dtype, kv_dtype)
+    if plan.feasible:
+        # the degrees below the first that fits: say so, and what would, rather than leave a blank row
+        plan.explanation = " ".join([o.why_not for o in plan.options if not o.fits] + [plan.explanation])
     return plan
 
 
@@ -215,6 +221,24 @@ def _nothing_fits(spec, hw, plan: ServingPlan, weights_dtype: str, kv_dtype: str
             f"up to {t} holds one replica. What can work: " + "; ".join(ways) + ".")
 
 
+def _why_not(o: InferOptions, weights: float, budget: float, per_token: float, capacity: float, fp8: bool) -> str:
+    """One TP degree that cannot hold one request, in a sentence: why, and what would (more TP, a
+    shorter context, a narrower KV cache or weights)."""
+    ctx = o.prompt + o.new
+    if weights > capacity:
+        why = f"its weights alone take {gib(weights)} per GPU, more than the {gib(capacity)} an engine has"
+        narrower = [q for q in (("fp8",) if fp8 else ()) + ("int8", "int4") if DTYPE_BYTES[q] < DTYPE_BYTES[o.weights_dtype]]
+        fix = "more GPUs (a larger TP)" + (f" or narrower weights (--weights-dtype {' or '.join(narrower)})"
+                                          if narrower else "")
+    else:
+        most = int(budget // per_token) if per_token else 0
+        why = (f"one request's KV cache ({ctx:,} tokens) takes {gib(per_token * ctx)} per GPU, more than the "
+               f"{gib(budget)} left after the weights")
+        fix = (f"a larger TP, a context of at most {most:,} tokens (--prompt + --new), or --kv-dtype fp8"
+               if most else "a larger TP or narrower weights")
+    return f"TP={o.tp} does not fit: {why}; what would: {fix}."
+
+
 def _capacity(hw) -> float:
     """Bytes a serving engine has for weights and KV cache on one GPU."""
     return hw.memory_bytes * MEMORY_UTILIZATION - CUDA_CONTEXT_BYTES
@@ -249,6 +273,11 @@ def _option(spec, o: InferOptions, hw, peak: float, n_active: int, qps: float, t
     budget = max(capacity - weights, 0.0)
     max_seq = int(budget // (per_token * ctx)) if per_token else 0
     fits = max_seq >= 1
+    if not fits:
+        return ServingOption(tp=tp, fits=False, weights_bytes_per_gpu=weights, kv_budget_bytes_per_gpu=budget,
+                             max_sequences=0, prefill_s=None, decode_step_s=None, tokens_per_s_per_user=None,
+                             concurrency=None, saturation_qps=0.0, limited_by="no-fit", meets_qps=False,
+                             why_not=_why_not(o, weights, budget, per_token, capacity, "fp8" in hw.matrix_flops))
     avg_ctx = o.prompt + o.new / 2  # a running sequence is, on average, halfway through its answer
 
     def step(c: float) -> float:

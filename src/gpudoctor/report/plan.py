@@ -138,6 +138,10 @@ def render_serving(plan: Any, console: Console) -> None:
         table.add_column(col, justify="right", no_wrap=True)
     for o in plan.options:
         mark = "<-" if plan.choice == o.tp else ("ok" if o.meets_qps else "")
+        if not o.fits:  # not one request fits: no speed to print
+            table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu), _gib(o.kv_budget_bytes_per_gpu), "0",
+                          "-", "-", "-", "-", "-", "no fit", "")
+            continue
         table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu), _gib(o.kv_budget_bytes_per_gpu),
                       count(o.max_sequences), _short_seconds(o.prefill_s), _short_seconds(o.decode_step_s),
                       count(o.tokens_per_s_per_user), count(o.concurrency), rate(o.saturation_qps),
