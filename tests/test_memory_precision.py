@@ -8,7 +8,7 @@ import json
 from test_cli import gd
 
 from gpudoctor.memory import estimate_from_options
-from gpudoctor.memory.options import TrainOptions, precision_summary
+from gpudoctor.memory.options import TrainOptions
 
 
 def test_master_weights_over_fp32_weights_are_not_counted_twice():
@@ -34,6 +34,8 @@ def test_master_weights_note_on_the_command_line():
 
 
 def test_precision_summary_in_bytes_per_parameter():
+    from gpudoctor.memory.options import precision_summary
+
     assert precision_summary(TrainOptions()) == (
         "bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: "
         "8 bytes/parameter before sharding")
