@@ -212,3 +212,15 @@ def test_every_plotted_kernel_lies_inside_and_zeros_are_skipped():
 def test_empty_report_renders():
     html = render_html(make_report(kernels=[]))
     assert "<svg" in html and "All 0 kernels plotted." in html
+
+
+def test_kernels_per_step_counts_what_launch_bound_counts():
+    """The step breakdown's kernel count is the launch-bound finding's (kernels only, an integer
+    shown as one); the trace's copies and memsets are named apart."""
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / "host_sync" / "trace.json.gz")
+    launch = report.finding("launch-bound")
+    assert launch is not None and launch.evidence.numbers["kernels_per_step"] == 220.0
+    assert (report.breakdown["kernels_per_step"], report.breakdown["copies_per_step"]) == (220.0, 50.0)
+    assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in render_html(report)

@@ -9,7 +9,7 @@ import numpy as np
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
-from gpudoctor.trace.model import Trace
+from gpudoctor.trace.model import DeviceCat, Trace
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class Breakdown:
     by_kind: dict[str, float]  # Kind name -> ms per step
     busy_per_step_ms: tuple[float, ...]
     idle_per_step_ms: tuple[float, ...]
-    kernel_count_per_step: float
+    kernel_count_per_step: float  # kernels only (what launch-bound counts)
+    launch_count_per_step: float  # kernels, copies and memsets: each a launch the host pays for
     triton_ms: float
     cuda_graph_ms: float
 
@@ -60,7 +61,8 @@ def breakdown(trace: Trace, steps: Steps) -> Breakdown:
         by_kind=dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         busy_per_step_ms=tuple((busy / 1e6).round(4).tolist()),
         idle_per_step_ms=tuple(((window - busy) / 1e6).round(4).tolist()),
-        kernel_count_per_step=float(in_window.sum()) / n,
+        kernel_count_per_step=float((in_window & (dev.cat == DeviceCat.KERNEL)).sum()) / n,
+        launch_count_per_step=float(in_window.sum()) / n,
         triton_ms=float(clipped[dev.triton].sum()) / 1e6 / n,
         cuda_graph_ms=float(clipped[dev.graph].sum()) / 1e6 / n,
     )

@@ -50,6 +50,7 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             "idle_ms": round(b.idle_ms, 4),
             "by_kind": {Kind[k].label: round(v, 4) for k, v in b.by_kind.items()},
             "kernels_per_step": round(b.kernel_count_per_step, 2),
+            "copies_per_step": round(b.launch_count_per_step - b.kernel_count_per_step, 2),  # memcpy, memset
             "triton_ms": round(b.triton_ms, 4),
             "cuda_graph_ms": round(b.cuda_graph_ms, 4),
             "per_step": [
@@ -92,7 +93,8 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
         step_ms=steps.total_ns / 1e6 / n,
         gpu_busy_pct=0.0,
         mfu=0.0,
-        breakdown={"busy_ms": 0.0, "idle_ms": 0.0, "by_kind": {}, "kernels_per_step": 0.0, "triton_ms": 0.0,
+        breakdown={"busy_ms": 0.0, "idle_ms": 0.0, "by_kind": {}, "kernels_per_step": 0.0, "copies_per_step": 0.0,
+                   "triton_ms": 0.0,
                    "cuda_graph_ms": 0.0,
                    "per_step": [{"step_ms": round(d, 4), "busy_ms": 0.0, "idle_ms": 0.0} for d in per_step]},
         idle={},

@@ -175,12 +175,21 @@ def _breakdown(r: Report) -> str:
         for label, ms, color in segs
     )
     busy, idle = r.breakdown.get("busy_ms", 0), r.breakdown.get("idle_ms", 0)
+    copies = float(r.breakdown.get("copies_per_step") or 0)
+    launches = f"{_count(r.breakdown.get('kernels_per_step'))} kernels" + (
+        f" and {_count(copies)} copies / memsets" if copies else "")
     return (
         "<section><h2>Step breakdown</h2>"
         f'<p class="muted">per step: {float(busy):.2f} ms busy + {float(idle):.2f} ms idle; '
-        f"{esc(r.breakdown.get('kernels_per_step', 0))} kernels per step</p>"
+        f"{launches} per step</p>"
         f'<div class="bar">{bar}</div><div class="legend">{legend}</div></section>'
     )
+
+
+def _count(value: Any) -> str:
+    """A per-step count: ``220``, not ``220.0``; ``2.5`` when the steps differ."""
+    v = float(value or 0)
+    return f"{v:.0f}" if v == round(v) else f"{v:.1f}"
 
 
 def _idle_table(r: Report) -> str:

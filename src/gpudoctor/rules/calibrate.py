@@ -249,9 +249,9 @@ def by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
             # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
             host_ms = max(min(host_ms - a.profiler_overhead_ms, host_ms * unprofiled / a.step_ms), 0.0)
         findings = floor_at_host_time(findings, min(unprofiled, a.step_ms) if a.step_ms > 0 else unprofiled,
-                                      host_ms, a.breakdown.kernel_count_per_step, actual_step_ms=unprofiled)
+                                      host_ms, a.breakdown.launch_count_per_step, actual_step_ms=unprofiled)
     else:
         if host_ms is not None:  # offline: the per-event estimate of the profiler's share
             host_ms = max(host_ms - a.profiler_overhead_ms, 0.0)
-        findings = floor_at_host_time(findings, a.step_ms, host_ms, a.breakdown.kernel_count_per_step)
+        findings = floor_at_host_time(findings, a.step_ms, host_ms, a.breakdown.launch_count_per_step)
     return findings
