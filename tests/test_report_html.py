@@ -223,4 +223,7 @@ def test_kernels_per_step_counts_what_launch_bound_counts():
     launch = report.finding("launch-bound")
     assert launch is not None and launch.evidence.numbers["kernels_per_step"] == 220.0
     assert (report.breakdown["kernels_per_step"], report.breakdown["copies_per_step"]) == (220.0, 50.0)
-    assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in render_html(report)
+    page = render_html(report)
+    assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in page
+    counts = re.findall(r'</code></td><td>[^<]*</td><td>[^<]*</td><td class="num">([\d.]+)</td>', page)
+    assert counts and not any(c.endswith(".0") for c in counts)  # the kernel table's calls per step

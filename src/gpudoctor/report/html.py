@@ -290,7 +290,7 @@ def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
         f'<td class="name" title="{esc(k.get("name", ""))}"><code>{esc(short_name(str(k.get("name", ""))))}</code></td>',
         f"<td>{esc(k.get('kind', ''))}</td>",
         f"<td>{esc(k.get('dtype') or '-')}</td>",
-        _num(f"{float(k.get('count_per_step') or 0):.1f}"),
+        _num(_count(k.get('count_per_step'))),
         _num(f"{ms:.3f}"),
         _num(_pct(ms, step_ms)),
         _num(f"{float(k.get('achieved_flops') or 0) / 1e12:.2f}"),
