@@ -53,3 +53,15 @@ def test_every_training_estimate_prints_its_precision():
     assert assumptions[0].endswith("+ fp32 master weights: 16 bytes/parameter before sharding")
     text = gd("memory", "llama-3.1-8b", "--width", "300").stdout
     assert "assumed: bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: 8 bytes" in text
+
+
+def test_a_module_estimate_ignores_master_weights_over_fp32_and_prints_its_precision(tmp_path):
+    path = tmp_path / "factory_mlp.py"
+    path.write_text("import torch\nfrom torch import nn\n\ndef mlp():\n"
+                    "    return nn.Linear(256, 256), torch.randn(8, 256)\n")
+    plain = estimate_from_options(f"{path}:mlp", params_dtype="fp32")
+    flagged = estimate_from_options(f"{path}:mlp", params_dtype="fp32", master_weights=True)
+    assert flagged.peak_bytes == plain.peak_bytes and flagged.notes[0].startswith("--master-weights ignored")
+    line = ("fp32 weights and gradients, fp32 AdamW states (2 per parameter), no master copy: "
+            "16 bytes/parameter before sharding")
+    assert plain.assumptions == (line,)

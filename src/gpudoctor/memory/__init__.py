@@ -18,6 +18,7 @@ from gpudoctor.memory.options import (
     check_common_train,
     check_context,
     master_weights_note,
+    precision_summary,
     validate_infer,
     validate_train,
 )
@@ -102,7 +103,8 @@ def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: 
         options = TrainOptions(**_split(TrainOptions, opts))
         ignored = master_weights_note(options)
         # the option checks that need no model structure (TP/PP against heads/layers need a spec)
-        est = estimate_module(source, check_common_train(options))
+        checked = check_common_train(options)
+        est = replace(estimate_module(source, checked), assumptions=(precision_summary(checked),))
         est = replace(est, notes=(ignored, *est.notes)) if ignored else est
         return with_fit(None, options, est, gpu, suggest=False)
     spec = source if isinstance(source, ModelSpec) else load_spec(source)
