@@ -202,3 +202,15 @@ def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> No
     assert np.abs(np.array([_row(report, r)["clock_offset_us"] for r in range(8)]) - offsets).max() < 10.0
     # 7/8 x 5 ms = 4.375 planted; measured 12.3 us a step less
     assert report.distributed["exposed_comm"]["wait_for_slowest_ms"] == pytest.approx(4.3627, abs=1e-4)
+
+
+def test_every_ranks_column_is_named() -> None:
+    """The console table's and the HTML table's last column (the straggler mark) has a header."""
+    from gpudoctor.report.ranks import console_table, html_section
+
+    report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"])
+    table = console_table(report)
+    assert [str(c.header) for c in table.columns][-1] == "verdict" and all(str(c.header) for c in table.columns)
+    assert [str(c) for c in table.columns[-1].cells] == ["", "straggler"]
+    page = html_section(report)
+    assert "<th></th>" not in page and "<th>how</th><th>verdict</th></tr>" in page

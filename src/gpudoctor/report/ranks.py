@@ -29,7 +29,7 @@ def console_table(r: Report) -> Table:
     t = Table(title="ranks (ms per step; clocks aligned on the collectives or send/recv)", title_justify="left")
     for name, justify in (("rank", "right"), ("step", "right"), ("busy", "right"), ("idle", "right"),
                           ("top idle causes", "left"), ("comm", "right"), ("exposed", "right"),
-                          ("waits", "right"), ("makes others wait", "right"), ("", "left")):
+                          ("waits", "right"), ("makes others wait", "right"), ("verdict", "left")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in r.ranks[:MAX_ROWS]:
         t.add_row(str(row["rank"]), f"{row['step_ms']:.2f}", f"{row['busy_ms']:.2f}", f"{row['idle_ms']:.2f}",
@@ -61,7 +61,7 @@ def _offset_text(row: dict) -> str:
 def html_section(r: Report) -> str:
     head = ("<tr><th>rank</th><th>host</th><th>step ms</th><th>busy ms</th><th>idle ms</th><th>top idle causes</th>"
             "<th>comm ms</th><th>exposed ms</th><th>waits ms</th><th>makes others wait ms</th>"
-            "<th>clock offset us</th><th>how</th><th></th></tr>")
+            "<th>clock offset us</th><th>how</th><th>verdict</th></tr>")
     body = "".join(
         f"<tr><td>{esc(row['rank'])}</td><td>{esc(row.get('hostname') or '')}</td><td>{row['step_ms']:.2f}</td>"
         f"<td>{row['busy_ms']:.2f}</td><td>{row['idle_ms']:.2f}</td><td>{esc(_idle_text(row, 3))}</td>"
