@@ -199,3 +199,16 @@ def test_usage_error_exits_2() -> None:
     out = gd("analyze")
     assert out.returncode == 2 and out.stdout == ""
     assert "Error: Missing argument" in out.stderr and "Usage:" in out.stderr and "Traceback" not in out.stderr
+
+
+JOBS_ERROR = ("error: --jobs {}: give a number of worker processes of 1 or more (e.g. --jobs 4), or leave it out "
+              "for one per core\n")
+
+
+@pytest.mark.parametrize("inputs", [("host_sync",), ("gloo_straggler",),
+                                    ("host_sync/trace.json.gz", "fp32_matmul/trace.json.gz")],
+                         ids=["one trace", "one job's ranks", "separate traces"])
+@pytest.mark.parametrize("jobs", ["-3", "0"])
+def test_bad_jobs_is_refused_for_any_inputs(inputs: tuple[str, ...], jobs: str) -> None:
+    out = gd("analyze", *(str(DATA / i) for i in inputs), "--jobs", jobs)
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", JOBS_ERROR.format(jobs))

@@ -120,6 +120,7 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
     that are the ranks of one job (ranks/job.py: their distributedInfo, else their collectives), as
     the ranks' combined report; several traces that are not, each diagnosed on its own (``Reports``);
     else one trace or run directory."""
+    check_jobs(jobs)  # whatever the inputs turn out to be: one trace uses no worker, yet -3 is no count
     if len(paths) == 1:
         if is_rank_set(Path(paths[0])):
             return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
@@ -142,6 +143,13 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
     return Reports(tuple(reports), why)
 
 
+def check_jobs(jobs: int | None) -> None:
+    """``--jobs``: a count of worker processes, 1 or more (None: one per core)."""
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: give a number of worker processes of 1 or more (e.g. --jobs 4), "
+                         "or leave it out for one per core")
+
+
 def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
                   gpu: str | None = None) -> Report:
     """The combined report of a distributed run: ``sources`` is one run directory holding rank
@@ -157,8 +165,7 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     from gpudoctor.ranks.combine import combine
 
     ranks = rank_sources([Path(p) for p in sources])
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
+    check_jobs(jobs)
     workers = min(jobs or os.cpu_count() or 1, len(ranks))
     if workers == 1:
         results = [_summarize_rank(r, gpu, ceilings) for r in ranks]
