@@ -4,6 +4,7 @@ and shows hostile trace strings (kernel names, sources, finding text) as text, n
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,19 @@ def test_kernels_per_step_counts_what_launch_bound_counts():
     assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in page
     counts = re.findall(r'</code></td><td>[^<]*</td><td>[^<]*</td><td class="num">([\d.]+)</td>', page)
     assert counts and not any(c.endswith(".0") for c in counts)  # the kernel table's calls per step
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_ceiling_labels_do_not_overlap(gpu):
+    """Each ceiling label's box (11 px text, as the page's CSS and the element draw it: a full em
+    above the baseline, a quarter below) meets no other's; H100's fp64 and fp32 roofs are 0.15% apart."""
+    from gpudoctor.hardware.ceilings import for_gpu_name
+
+    svg, _ = roofline_svg(for_gpu_name(gpu).to_dict(), [])
+    labels = [(float(y), text) for y, text in re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="end" fill='
+                                                         r'[^>]*>([^<]*FLOP/s)</text>', svg)]
+    assert [t.split()[0] for _, t in labels] == ["fp64", "fp32/vector", "tf32", "bf16/fp16", "fp8/int8"]
+    boxes = sorted((y - 11, y + 2.75) for y, _ in labels)
+    assert all(upper[1] < lower[0] for upper, lower in pairwise(boxes)), boxes
+    assert boxes[0][0] >= 16  # inside the plot: its top margin is 16 px
+    assert all('font-size="11"' in m for m in re.findall(r'<text [^>]*text-anchor="end" fill=[^>]*>', svg))

@@ -28,6 +28,12 @@ BOUND_COLORS = {
     "unknown": "#718096",
 }
 ROOF_COLOR, VECTOR_COLOR, DIAGONAL_COLOR = "#2d3748", "#805ad5", "#38a169"
+# A ceiling label's text box: the font size it is drawn at (set on the element, so a page's CSS
+# cannot change it) from a full em above its baseline to a quarter em below (descenders); labels
+# stack at least LABEL_GAP apart. H100's fp64 (66.9 TFLOP/s) and fp32 (67) roofs are one line apart
+# by a pixel: their labels stepped 12 px and their boxes of ~14 px overlapped.
+LABEL_PX = 11
+LABEL_ASCENT, LABEL_DESCENT, LABEL_GAP = LABEL_PX, 0.25 * LABEL_PX, 1.0
 
 
 def esc(value: Any) -> str:
@@ -178,17 +184,37 @@ def _roof_lines(ax: LogAxes, ceilings: dict[str, Any], dashed: bool = False) -> 
             out.append(_line(ax, x0, bw * x0, x1, bw * x1, DIAGONAL_COLOR, "roof", dashed))
             if not dashed:
                 out.append(_diagonal_label(ax, x0, x1, bw))
-    label_y = math.inf
-    for dtype, roof in reversed(roofs):  # lowest first; labels sit above their line, right-aligned
+    for dtype, roof in reversed(roofs):  # lowest first
         x0 = max(ax.x_min, roof / bw) if bw > 0 else ax.x_min
         color = VECTOR_COLOR if "vector" in dtype else ROOF_COLOR
         cls = "roof vector" if "vector" in dtype else "roof"
         out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls, dashed))
-        if dashed:
-            continue  # datasheet roofs: lines only, the legend says what dashes are
-        label_y = min(ax.y(roof) - 4, label_y - 12)  # roofs close together: labels step up
-        out.append(f'<text x="{ax.right - 4}" y="{label_y:.1f}" text-anchor="end" fill="{color}">'
+    if dashed:
+        return out  # datasheet roofs: lines only, the legend says what dashes are
+    for (dtype, roof), y in zip(reversed(roofs), label_baselines(ax, [r for _, r in reversed(roofs)])):
+        color = VECTOR_COLOR if "vector" in dtype else ROOF_COLOR
+        out.append(f'<text x="{ax.right - 4}" y="{y:.1f}" text-anchor="end" fill="{color}" font-size="{LABEL_PX}">'
                    f'{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
+    return out
+
+
+def label_box(baseline: float) -> tuple[float, float]:
+    """(top, bottom) in pixels of a ceiling label drawn at ``baseline``."""
+    return baseline - LABEL_ASCENT, baseline + LABEL_DESCENT
+
+
+def label_baselines(ax: LogAxes, roofs: list[float]) -> list[float]:
+    """Baselines of the labels of ``roofs`` (FLOP/s, lowest first): each just above its line,
+    right-aligned, and where roofs lie close together stepped up until no two boxes (``label_box``)
+    meet. Labels that would then rise above the plot are stepped down from its top instead."""
+    step = LABEL_ASCENT + LABEL_DESCENT + LABEL_GAP
+    out: list[float] = []
+    for roof in roofs:
+        out.append(min(ax.y(roof) - 4, out[-1] - step) if out else ax.y(roof) - 4)
+    lowest_top = ax.top + LABEL_ASCENT  # the highest baseline whose box stays inside the plot
+    for i in range(len(out) - 1, -1, -1):  # from the top label down: none above the frame, none meeting
+        limit = lowest_top if i == len(out) - 1 else out[i + 1] + step
+        out[i] = max(out[i], limit)
     return out
 
 
