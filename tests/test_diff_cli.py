@@ -167,3 +167,15 @@ def test_history_predictions_view_and_json(tmp_path):
     assert data["prediction_errors"]["all"] == {"trials": 1, "median_ratio": 1.2, "within_1_25x": 1}
     empty = gd("history", tmp_path / "gpudoctor-runs", "--predictions")
     assert empty.returncode == 0
+
+
+def test_history_predictions_says_which_runs_it_could_not_read(tmp_path):
+    """A report.json cut short (a crash mid-write) is not a run without trials: it is named."""
+    runs = tmp_path / "gpudoctor-runs"
+    folder = make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00")
+    (folder / "report.json").write_text('{"trials": [{"knob": "bf16-autoc')
+    table = gd("history", runs, "--predictions", "--width", "160")
+    assert table.returncode == 0, table.stderr
+    assert "left out: 1 run(s) whose report.json cannot be read (train-1): their trials are not counted" in table.stdout
+    data = json.loads(gd("history", runs, "--predictions", "--json").stdout)
+    assert data["left_out_unreadable"] == [str(folder)] and data["runs"][0]["report_unreadable"] is True

@@ -42,6 +42,7 @@ class RunEntry:
     # the run's --try-fixes trials with a prediction and a measurement: knob, finding,
     # predicted_speedup, measured_speedup, predicted_by (report.json "trials")
     predictions: tuple[dict[str, Any], ...] = ()
+    report_unreadable: bool = False  # a report file is there but holds no JSON object (cut short, edited)
 
     @property
     def identity(self) -> tuple[str, tuple[str, ...], bool]:
@@ -55,6 +56,7 @@ class RunEntry:
             "top_finding": self.top_finding,
             "top_saving_ms": None if self.top_saving_ms is None else round(self.top_saving_ms, 4),
             "findings": self.findings, "has_trace": self.has_trace, "predictions": list(self.predictions),
+            "report_unreadable": self.report_unreadable,
         }
 
 
@@ -118,7 +120,8 @@ def read_run(folder: Path) -> RunEntry | None:
             return None
         env_file = ranks[0]
     env = read_json_object(env_file)
-    report = read_json_object(folder / env_file.name.replace("env", "report", 1))
+    report_file = folder / env_file.name.replace("env", "report", 1)
+    report = read_json_object(report_file)
     program = program_of(env)
     step_ms, step_kind = step_of(env, report)
     findings = report.get("findings") if isinstance(report.get("findings"), list) else []
@@ -139,6 +142,7 @@ def read_run(folder: Path) -> RunEntry | None:
         has_trace=any(folder.glob("trace*.json*")),
         findings=len(findings),
         predictions=_predictions(report),
+        report_unreadable=not report and report_file.is_file(),
     )
 
 

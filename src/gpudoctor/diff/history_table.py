@@ -98,6 +98,11 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
     """Each --try-fixes trial's predicted speedup beside the measured one, per program, and how far
     the predictions were off over them all (by how they were priced)."""
     runs = [e for e in entries if e.predictions]
+    unreadable = [Path(e.path).name for e in entries if e.report_unreadable]
+    if unreadable:  # their trials cannot be counted: say so rather than count them as none
+        shown = ", ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
+        console.print(Text(f"left out: {len(unreadable)} run(s) whose report.json cannot be read ({shown}): "
+                           "their trials are not counted"))
     if not runs:
         console.print(Text(f"no run under {base} has a trial both predicted and measured "
                            "(gpudoctor run --try-fixes records them)"))
