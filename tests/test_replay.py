@@ -219,3 +219,17 @@ def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
     at_3us, at_6us = step_model(default), step_model(measured)
     # twice the cost per event leaves less host time in the profiler-free step
     assert at_6us.base.replayed.step_ns < at_3us.base.replayed.step_ns
+
+
+def test_a_knob_that_fixes_two_findings_is_priced_by_one_replay_of_both_edits() -> None:
+    """reduce-overhead graphs the step and fuses its chains: launch-bound's knob price is the
+    replay of its edit merged with unfused-elementwise's, and try-fixes takes it as it is (no
+    second sum of the fusion's saving on top)."""
+    from gpudoctor.tryfix.trial import plan
+
+    report = analyze_loaded(load(DATA / "launch_bound" / "trace.json.gz"))
+    launch = report.finding("launch-bound")
+    joint = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
+    assert joint == pytest.approx(38.1637, abs=1e-4) and joint > launch.predicted_speedup
+    (trial,) = [t for t in plan(report.findings, ["compile-reduce-overhead"]).trials]
+    assert trial.own_edit and trial.predicted_speedup == pytest.approx(joint)

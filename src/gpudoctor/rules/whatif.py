@@ -135,6 +135,7 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[lis
         ids.append(finding.id)
     if not edits:
         return out, None
+    out = [_with_joint_knob_prices(f, dict(zip(ids, edits)), model) for f in out]
     together = merge(edits)
     after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)))
     return out, AllFixes(tuple(ids), model.step_ms, min(after_all, model.step_ms))
@@ -207,6 +208,26 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
         if edit is None or edit.is_empty():
             continue
         after = model.after_ms(edit)
+        numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
+    if numbers == finding.evidence.numbers:
+        return finding
+    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+
+
+def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
+    """The finding with its rule's joint knobs (Rule.knob_with) priced: its edit merged with those of
+    the other findings the knob also fixes, where they were found, in one replay."""
+    from gpudoctor.rules.registry import RULES
+
+    rule = RULES.get(finding.id)
+    if rule is None or finding.id not in edits:
+        return finding
+    numbers = dict(finding.evidence.numbers)
+    for knob_id, others in rule.knob_with:
+        present = [edits[o] for o in others if o in edits]
+        if not present:
+            continue
+        after = model.after_ms(merge([edits[finding.id], *present]))
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding

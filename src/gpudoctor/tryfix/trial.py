@@ -183,6 +183,7 @@ class Planned:
     predicted_speedup: float | None = None
     saving_ms: float | None = None
     priced_by: str | None = None  # "replay" or "formula" (the finding's evidence, rules/whatif.py)
+    own_edit: bool = False  # priced by the knob's own replayed edit (the findings it also fixes included)
 
 
 @dataclass
@@ -280,7 +281,7 @@ def _knob_price(planned: Planned, finding: Any) -> Planned:
     if not own or not ps or ps <= 1 or not saving:
         return planned
     step = saving * ps / (ps - 1.0)
-    return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)), "replay")
+    return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)), "replay", own_edit=True)
 
 
 def _priced_by(finding: Any) -> str | None:
@@ -295,8 +296,8 @@ def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
     first other's: speedup = step / (step - saving))."""
     extra = [f for f in findings if f.id in planned.knob.also_saves and f.id != planned.finding
              and (f.saving_ms or 0) > 0 and (f.predicted_speedup or 0) > 1]
-    if planned.finding is None or not extra or planned.saving_ms is None:
-        return planned
+    if planned.finding is None or not extra or planned.saving_ms is None or planned.own_edit:
+        return planned  # a knob priced by its own replay has the findings it also fixes in it
     own = planned.predicted_speedup is not None and planned.predicted_speedup > 1 and planned.saving_ms > 0
     ps, saving = (planned.predicted_speedup, planned.saving_ms) if own else (extra[0].predicted_speedup,
                                                                              extra[0].saving_ms)
