@@ -231,5 +231,5 @@ def test_a_knob_that_fixes_two_findings_is_priced_by_one_replay_of_both_edits() 
     launch = report.finding("launch-bound")
     joint = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
     assert joint == pytest.approx(38.1637, abs=1e-4) and joint > launch.predicted_speedup
-    (trial,) = [t for t in plan(report.findings, ["compile-reduce-overhead"]).trials]
+    (trial,) = plan(report.findings, ["compile-reduce-overhead"]).trials
     assert trial.own_edit and trial.predicted_speedup == pytest.approx(joint)
