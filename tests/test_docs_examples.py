@@ -340,6 +340,29 @@ def test_python_example(block: Block, tmp_path: Path) -> None:
     assert out.returncode == int(block.marks.get("exit", "0")), f"{block.name}:\n{out.stderr[-2000:]}"
 
 
+def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
+    """docs/try-fixes.md gives how long a trial runs in numbers; they are the ones the code runs
+    with (capture/timing.py, tryfix/trial.py, tryfix/knobs.py)."""
+    from gpudoctor.capture import timing as t
+    from gpudoctor.tryfix.knobs import WARMUP_COMPILE
+    from gpudoctor.tryfix.trial import DEFAULT_TIMEOUT_S, TRIAL_MIN_SKIP
+
+    text = " ".join((ROOT / "docs" / "try-fixes.md").read_text().split())
+    stated = [
+        f"runs `--skip` steps, and at least {TRIAL_MIN_SKIP}, plus {WARMUP_COMPILE} more for a compile knob",
+        (f"the median of its last {t.TRIAL_SETTLE_HALF} steps within {t.TRIAL_SETTLE_RATIO:g}x of the "
+        f"{t.TRIAL_SETTLE_HALF} before them (and of its fastest {t.TRIAL_SETTLE_HALF} so far)"),
+        f"at most {t.TRIAL_SETTLE_MAX_STEPS} steps or {t.TRIAL_SETTLE_MAX_S:g} seconds",
+        (f"times the steps after those {2 * t.TRIAL_SETTLE_HALF}: at least {t.TRIAL_TIMED_STEPS} steps over at "
+        f"least {t.TRIAL_TIMED_MIN_S:g} seconds, and more while the standard error of their mean is over "
+        f"{t.TRIAL_TIMED_SE:.0%} of it; it stops at {t.TRIAL_TIMED_MAX_STEPS} steps or {t.TRIAL_TIMED_MAX_S:g} "
+        f"seconds once it has {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second"),
+        f"`--trial-timeout` ({DEFAULT_TIMEOUT_S:g} seconds by default)",
+        f"A verdict needs at least {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second on each side",
+    ]
+    assert [s for s in stated if s not in text] == []
+
+
 def _write_outputs(tmp_path: Path) -> None:
     """Rewrite the output under every exact console command from what it prints now."""
     env = environment(tmp_path)
