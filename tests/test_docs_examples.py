@@ -213,8 +213,9 @@ def environment(tmp_path: Path) -> dict[str, str]:
     shim = bin_dir / "gpudoctor"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpudoctor "$@"\n')
     shim.chmod(0o755)
+    # CUDA hidden: every example runs as the docs show it, on a CPU (the demo diagnoses its sample trace)
     return dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS=WIDTH, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                TERM="dumb", NO_COLOR="1")
+                TERM="dumb", NO_COLOR="1", CUDA_VISIBLE_DEVICES="")
 
 
 def runnable_line(text: str) -> str | None:
@@ -338,6 +339,15 @@ def test_python_example(block: Block, tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == int(block.marks.get("exit", "0")), f"{block.name}:\n{out.stderr[-2000:]}"
+
+
+def test_findings_doc_has_a_row_per_rule() -> None:
+    """docs/findings.md is where a new rule gets its row (ARCHITECTURE.md): one per id, no other."""
+    from gpudoctor.ranks.combine import RULE_TITLES
+    from gpudoctor.rules.registry import RULES
+
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| .* \| .* \|$", (ROOT / "docs" / "findings.md").read_text(), re.MULTILINE)
+    assert sorted(rows) == sorted([*RULES, *RULE_TITLES])  # the idle causes' table has two columns, not three
 
 
 def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
