@@ -6,18 +6,11 @@ up. When the card is nearly full this is memory pressure, and that finding owns 
 
 Priced by the step the fix leaves: the profiled step without the idle behind the allocator and
 without the dispatch idle that is the profiler's own launch time. The allocator's calls also slow
-every launch around them, so the idle they cause is split between "allocator" and "dispatch";
-pricing only the first under-predicted the lab's twin by half on one H100 run (2026-11-25 run 3:
-x1.73 predicted, x3.45 measured) while the step the fixed twin ran, 1.20 ms in all three runs, is
-what this leaves.
-
-That step is in the profiled trace's time, and on a host-bound step what it keeps (launches,
-dispatch idle) shrinks with the profiler gone as the whole step does: it is calibrated like the
-step (``calibration="step-share"``, rules/calibrate.py), not taken as an unprofiled step. Taken as
-one, the by-hand gallery's ``varlen_empty_cache`` (a TransformerEncoder calling ``empty_cache()``
-every step; H100, 2026-11-26: 61.1 ms profiled, 31.0 unprofiled) left 38.7 ms, longer than the
-step itself, and was priced x1.00; dropping the call measured x1.71-1.80 (by hand, its knob,
-its fixed run in the same call: 17.25 ms). Calibrated like the step: x1.58.
+Priced by the step the fix leaves: the profiled step without the idle behind the allocator and
+without the dispatch idle that is the profiler's own launch time (the allocator's calls slow every
+launch around them, so the idle they cause is split between "allocator" and "dispatch"). On a
+host-bound step what that step keeps shrinks with the profiler gone as the whole step does, so it
+is calibrated like the step (``calibration="step-share"``, rules/calibrate.py).
 """
 
 from __future__ import annotations

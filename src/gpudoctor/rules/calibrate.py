@@ -61,39 +61,33 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
 
 
 # Calibration "step-share" (rules/base.py): findings whose whole saving is host-driven time that
-# stretches with the host: a pageable copy is staged by the CPU, a per-sample loop is most of the step. What they leave (the step after the
-# fix, P - saving) shrinks like the rest of the step, except the profiler's own time at the step's
-# edges (B, analysis/observer.step_boundary_ms), which the unprofiled step does not have at all:
-# left = (P - saving - B) x U / (P - B). With B = 0 that is the saving scaled by U / P. The lab's
-# per_sample_loop (H100, 2026-11-22): P 9.85, U 6.49, B 0.22 ms; the fixed twin profiled 0.569 ms
-# (predicted 0.555), unprofiled 0.266 ms (predicted 0.229; U / P alone predicted 0.366).
+# stretches with the host (a pageable copy is staged by the CPU, a per-sample loop is most of the
+# step). What they leave (the step after the fix, P - saving) shrinks like the rest of the step,
+# except the profiler's own time at the step's edges (B, analysis/observer.step_boundary_ms), which
+# the unprofiled step does not have at all: left = (P - saving - B) x U / (P - B). With B = 0 that
+# is the saving scaled by U / P.
 # Calibration "gpu-step-share": small GEMMs, the same way on a step the GPU keeps busy
-# (GPU_BOUND_SHARE of it): stacking them leaves a step of a few large kernels, and that remainder is what the lab's twin measures (small_gemm,
-# H100: predicted 0.19 ms profiled; the fixed twin 0.18-0.21 ms profiled, 0.10-0.14 unprofiled).
-# On a step the host holds back, the kernels' time does not shrink with the profiler gone: the
-# kernel saving stands as it is (GPU_BOUND_SHARE: rules/shared.py).
+# (GPU_BOUND_SHARE of it, rules/shared.py): stacking them leaves a step of a few large kernels, and
+# that remainder is what the fixed twin measures. On a step the host holds back, the kernels' time
+# does not shrink with the profiler gone: the kernel saving stands as it is.
 # Calibration "host-step-share": a per-parameter optimizer loop, the same way on a step the host
 # holds back (under GPU_BOUND_SHARE busy): the loop and the rest of the step are both the host's
-# dispatch, and both shrink with the profiler gone. Priced by the idle share of its cause instead,
-# the lab's optimizer_loop (H100, 2026-11-26, CUPTI detached after each window: GPU busy 1.07 ms of
-# a 13.19 ms profiled step) read x4.32 against x3.67 on the one trace kept, and x6.62-7.11 against
-# x3.19-3.66 in three other runs; calibrated like the step, x3.73 on that trace. The twins' steps
-# after the fix were 0.19-0.35 of the sick unprofiled step in all 25 lab runs on record, the loop
-# 0.71 of that trace's profiled step. On a GPU-bound step the idle share stands.
+# dispatch, and both shrink with the profiler gone (priced by the idle share of its cause instead,
+# the lab's twin was over-predicted: tests/test_calibrate.py::
+# test_optimizer_loop_on_a_host_bound_step_is_calibrated_like_the_step). On a GPU-bound step the
+# idle share stands.
 # A finding priced by the host's own work its fix removes (evidence HOST_WORK_REMOVED: a host-bound
 # step's reads and the checks computed for them, rules/host_sync.py) is calibrated the same way.
+# The lab's twins against each calibration: BENCHMARKS.md "Evidence moved from the source: rule
+# pricing", calibration.
 
 # The unprofiled step's time beyond the profiled one, per step: waits the window did not record.
-# A loader whose workers deliver batches in bursts makes most steps fast and a few long; five
-# recorded steps can all be fast ones (pytorch/examples dcgan with --dataset fake, H200,
-# 2026-11-25: 32.4 ms a profiled step, 96.1 ms unprofiled; before this, launch-bound and
-# pageable-copy were priced at 78 and 64 ms a step out of that unseen time).
+# A loader whose workers deliver batches in bursts makes most steps fast and a few long; the
+# recorded steps can all be fast ones, and this time is then most of the program's step.
 UNSEEN_MS = "unseen_in_window_ms"
 # UNSEEN_TAKEN_BY (rules/shared.py): the findings that take that time.
-# Below this share of U the gap is the spread between the two timings of one step, not waits: the
-# lab's small_gemm trap (CUDA-graph replays, H100) ran 3.31 ms unprofiled against 3.00 profiled
-# (9%); the dataloader_workers gallery program 41.0 against 33.9 (17%), the dcgan example 96 against 32.
-# UNSEEN_MIN_SHARE (rules/shared.py; the replay's pricing reads it too).
+# UNSEEN_MIN_SHARE (rules/shared.py; the replay's pricing reads it too): below that share of U the
+# gap is the spread between two timings of one step, not waits.
 
 
 def calibrate(
@@ -166,14 +160,13 @@ def calibrate(
 
 
 # Calibration "same-ops": findings whose fix makes the same kernels faster without removing any
-# op: the step cannot get shorter than the time the host needs to issue those ops (a GPU-bound step hides the host's
-# time; after the fix it shows). Fixes that remove ops (fusion, fused attention) declare how many
-# kernels per step they take away (KERNELS_REMOVED): the host still issues the rest, so their
-# step is floored at the host's time scaled by the kernels that remain. The lab's naive_attention
-# (H100, 2026-11-25): the sick step is GPU-bound (13.6 ms), its fixed twin host-bound (GPU busy
-# 2.05 ms, step 2.86-3.96 ms in three runs, 52 of the sick step's 84 kernels); priced without the
-# floor at x5.3 against x3.4-4.8 measured. Batching fixes (per-sample loops, small GEMMs) remove
-# the host's own loop with the kernels and are priced by the step they leave instead.
+# op: the step cannot get shorter than the time the host needs to issue those ops (a GPU-bound
+# step hides the host's time; after the fix it shows). Fixes that remove ops (fusion, fused
+# attention) declare how many kernels per step they take away (KERNELS_REMOVED): the host still
+# issues the rest, so their step is floored at the host's time scaled by the kernels that remain
+# (without the floor the lab's naive_attention was over-predicted: BENCHMARKS.md "Evidence moved
+# from the source: rule pricing", calibration). Batching fixes (per-sample loops, small GEMMs)
+# remove the host's own loop with the kernels and are priced by the step they leave instead.
 
 
 def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float | None,
@@ -244,9 +237,8 @@ def by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
                              step_boundary_ms(a.trace, a.steps))
         if host_ms is not None and a.step_ms > 0:
             # the host's time without the profiler's share of it: the per-event estimate, or the
-            # step's own shrink when that is larger (the tf32_gpt twin, H100, 2026-11-25: host
-            # 32.7 ms of a 43.0 ms profiled step, 21.4 ms unprofiled; the per-event estimate left
-            # 26 ms, above the step, and priced the TF32 -> bf16 fix at nothing; measured x1.13-1.26)
+            # step's own shrink when that is larger (the per-event estimate can leave more host
+            # time than the unprofiled step has, and price a same-ops fix at nothing)
             host_ms = max(min(host_ms - a.profiler_overhead_ms, host_ms * unprofiled / a.step_ms), 0.0)
         findings = floor_at_host_time(findings, min(unprofiled, a.step_ms) if a.step_ms > 0 else unprofiled,
                                       host_ms, a.breakdown.launch_count_per_step, actual_step_ms=unprofiled)

@@ -8,23 +8,12 @@ first call of the operator in each step taking tens of milliseconds, the same op
 calls a fraction of one, on input shapes that differ from step to step (analysis/idle.py
 ``setup_calls``, the "op-setup" idle cause).
 
-Found on a program written for the twins gallery before anything ran (empty_cache_varlen, H100,
-torch 2.11, 2026-11-25): its author expected allocator churn from ``empty_cache()``; the step was
-165.6 ms, padding the lengths to 8 buckets made it 19.3 ms (x8.6), and removing ``empty_cache()``
-alone left it at 153-179 ms. SDPA ran cuDNN attention, whose forward and backward each took 68-91
-ms on every new sequence length.
-
 Priced as what bucketing the shapes takes away: the GPU idle during those setup calls and the
-refill after them, and the autotuner's trial runs. cuDNN's autotuner runs every candidate kernel
-of the call on the GPU (each convolution_backward of the multiscale_cudnn_benchmark twin, H100,
-2026-11-25: 88-99 kernels, its most repeated kernel 22-30 times, 2.4-5.8 ms of GPU time, while
-the call itself needs one of each); with a bucketed shape the plan is cached and none of them
-runs. The GPU time counted busy inside the setup calls was left out of the saving before: the
-lab's dynamic_shapes trap (a new image size every step under ``cudnn.benchmark``) measured x67-208
-on the H100 and x69-184 on the H200 (fixed twin 2.8-3.4 ms), and was predicted x4-19. A call's
-own work is taken as its GPU time over the count of its most repeated kernel (``_trial_ns``):
-a call that tries no candidates (cuDNN attention building its plan, one kernel) keeps all of it.
-A CUDA graph cannot help (every new shape is a new capture).
+refill after them, and the autotuner's trial runs (cuDNN's autotuner runs every candidate kernel of
+the call on the GPU; with a bucketed shape the plan is cached and none of them runs). A call's own
+work is taken as its GPU time over the count of its most repeated kernel (``_trial_ns``): a call
+that tries no candidates (cuDNN attention building its plan, one kernel) keeps all of it. A CUDA
+graph cannot help (every new shape is a new capture).
 """
 
 from __future__ import annotations

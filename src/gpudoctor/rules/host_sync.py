@@ -1,23 +1,19 @@
 """host-sync: ``.item()``, ``.cpu()``, ``nonzero`` or explicit synchronizes drain the GPU queue.
 
-Priced as what removing the read-backs takes away. The GPU idles after each sync until the host
-has refilled its queue (the "host-sync" idle cause): that is the cost where the GPU otherwise
-stays busy. On a step the host holds back (GPU busy under rules/shared.GPU_BOUND_SHARE of it),
-that idle is largely the host's pace with or without the sync, and what goes is the host's own
-work: the reads, and the checks computed only to be read (``x.abs().amax().item()``,
-``torch.isfinite(g).all().item()``: a full reduction right before the read and the elementwise
-operator feeding it, on the same shape), priced at the host's time from the check's first
-operator to the read's end less the time it waited in a sync (the GPU's work, not the host's). That is the saving there when larger than
-the idle (evidence HOST_WORK_REMOVED: calibrated like the step). The lab's host_sync trap (H100,
-tests/data): 25 reads and 48 check operators a step, 3.27 ms of its 10.47 ms profiled step; its
-fixed twin, which reads and checks nothing, measured x1.60 (7.04 -> 4.39 ms) where the idle alone
-predicted x1.27 (x1.26 against x1.56 on the H200, 2026-11-26).
+Detects reads that wait for the GPU: ``.item()``, ``.cpu()``, ``nonzero`` and explicit
+synchronizes, each followed by GPU idle until the host refills its queue (the "host-sync" idle
+cause). A read right after ``torch.isnan`` / ``torch.isinf`` / ``torch.isfinite`` (``if
+torch.isnan(loss) or torch.isinf(loss):``, as the Hugging Face ``Trainer`` does every step unless
+``logging_nan_inf_filter=False``) is named as a finiteness check, and its fix comes first.
 
-A read right after ``torch.isnan`` / ``torch.isinf`` / ``torch.isfinite`` (``if torch.isnan(loss) or
-torch.isinf(loss):``) is named as a finiteness check, and its fix comes first. The Hugging Face
-``Trainer`` makes exactly these two reads every step unless ``logging_nan_inf_filter=False``
-(its training loop, ``Trainer._run_epoch`` in transformers 5.24); on an fp32 BERT fine-tune (H100, 2026-11-26,
-tests/data/gallery_h100/hf_bert_fp32) the isnan read was the step's one long wait, 17.8-27.2 ms.
+Priced as what removing the read-backs takes away: the idle after each sync where the GPU otherwise
+stays busy. On a step the host holds back (GPU busy under rules/shared.GPU_BOUND_SHARE of it), that
+idle is largely the host's pace with or without the sync, and what goes is the host's own work:
+the reads, and the checks computed only to be read (``x.abs().amax().item()``,
+``torch.isfinite(g).all().item()``: a full reduction right before the read and the elementwise
+operator feeding it, on the same shape), priced at the host's time from the check's first operator
+to the read's end less the time it waited in a sync. That is the saving there when larger than the
+idle (evidence HOST_WORK_REMOVED: calibrated like the step).
 """
 
 from __future__ import annotations

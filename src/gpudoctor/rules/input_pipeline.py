@@ -6,26 +6,17 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
   ``__next__`` is one batch's cost on one core; WORKERS worker processes deliver a batch every
   cost / WORKERS, so the step after the fix is max(step - idle, cost / WORKERS);
 - batches from workers already (``_MultiProcessingDataLoaderIter``) and still late: the workers'
-  throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2). The
-  step they set is the one the program runs, waits the window did not see included: the floor is
-  half of that (``STEP_FLOOR_SHARE_AFTER_FIX``), not half of the profiled step. The by-hand
-  gallery's audio_loader (H100, 2026-11-26: 2 workers, 18.2 ms profiled, 30.3 unprofiled) was
-  priced x3.33 with half the profiled step as the floor; doubling its workers measured x1.69 by
-  hand and x1.88 by the knob (x1.32 and x2.18 in an earlier call). Half the step: x2.00;
+  throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2), where
+  the step is the one the program runs, waits the window did not see included
+  (``STEP_FLOOR_SHARE_AFTER_FIX``), not the profiled step;
 - batches made on the training thread whose time is mostly ``pin_memory`` (at least
-  ``PINNING_SHARE`` of it): the data set is already in memory, and the loader copies each batch
-  into pinned memory. The fix is to pin the data set once (a view of pinned memory is not copied
-  again: ``Tensor.pin_memory`` returns a pinned tensor as it is) or keep it on the GPU, which saves
-  the pinning: min(idle, pinning). Workers do not: each batch then crosses shared memory and is
-  still pinned. A Lightning module fed 16 MB pre-made batches spent 4.5 of its 4.7 ms per
-  ``__next__`` in ``aten::pin_memory`` (H100, 2026-11-25, tests/data/gallery_h100/lightning_module);
-  eight workers made its step 2.1x slower, not 1.33x faster (``--try-fixes``, H100, 2026-11-26).
-  Where that pinning runs below ``SLOW_PINNING_GBPS`` in a program that uses torch.compile, the first
-  fix is to compile in the program's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``): with
-  Inductor's compile workers up, pinning a 16 MB tensor took 8.0 ms instead of 0.10
-  (benchmarks/probe_pin_after_compile.py, H100, 2026-11-26), and the same Lightning module, compiled,
-  pinned its batches at 3.2 GB/s instead of 32-45 (tests/data/gallery_h100/lightning_module_compiled
-  against lightning_module_b and the trial's own uncompiled run).
+  ``PINNING_SHARE`` of it): the data set is already in memory and the loader copies each batch
+  into pinned memory. The fix is to pin the data set once (``Tensor.pin_memory`` returns a pinned
+  tensor as it is) or keep it on the GPU, which saves the pinning: min(idle, pinning). Workers do
+  not: each batch then crosses shared memory and is still pinned. Where that pinning runs below
+  ``SLOW_PINNING_GBPS`` in a program that uses torch.compile, the first fix is to compile in the
+  program's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``): Inductor's compile workers slow the
+  host's copies into pinned memory.
 """
 
 from __future__ import annotations
@@ -146,7 +137,7 @@ def check(a: Analysis) -> Finding | None:
         where += (f", at {gbps:.1f} GB/s in a program that uses torch.compile: Inductor's compile workers slow "
                   "the host's copies into pinned memory")
     in_process = Fix("Compile in the program's own process: with Inductor's worker pool up, pinning a 16 MB "
-                     "batch took 8.0 ms instead of 0.10 (H100, 2026-11-26)",
+                     "batch took 8.0 ms instead of 0.10 on an H100",
                      "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or torch._inductor.config.compile_threads = 1")
     workers_fix = Fix("More worker processes (twice as many as now), batches pinned" if from_workers
                       else "Load batches in worker processes and pin them",

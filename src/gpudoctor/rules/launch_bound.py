@@ -7,8 +7,7 @@ a graph cannot remove (input pipeline, syncs, pageable copies, op-free host work
 The dispatch idle goes, and with it the optimizer's and the allocator's (a captured step holds a
 capturable optimizer and allocates from the graph's pool) unless a finding with a simpler fix owns
 them (its rule declares ``owns_idle``: optimizer-loop's foreach / fused, allocator-churn,
-memory-pressure). The tiny_mlp_launch twin (48 narrow layers, H100, 2026-11-25) measured x8.65
-for a whole-step graph; pricing the dispatch idle alone predicted x3.61.
+memory-pressure).
 
 The profiler itself adds host time to every recorded op (the observer effect), which widens
 exactly these gaps; without an unprofiled step time the saving discounts that overhead

@@ -1,4 +1,4 @@
-"""memory-pressure: the card is nearly full (the VRAM wall, seed 002).
+"""memory-pressure: the card is nearly full (the VRAM wall).
 
 Near the limit the caching allocator frees its cache and retries (cudaFree + cudaMalloc inside the
 step), batch size cannot grow, and the next longer sequence is an OOM. The saving counts the

@@ -1,11 +1,8 @@
 """pageable-copy: host<->device copies from pageable memory are slow and block the host.
 
-The fix leaves the copy itself, at the pinned bandwidth, on the stream with the kernels that read
-it: the step cannot go below that GPU work (``STEP_FLOOR_AFTER_FIX``), however much the profiler
-slowed the pageable copy. Without the floor the lab's trap was over-predicted 1.61x and 2.13x
-(H100 and H200, 2026-11-26): its profiled copy took 16.2 ms where the unprofiled step was 8.8 ms,
-and the saving scaled down with the step left 1.3 ms after the fix against the twin's 2.7 ms (the
-128 MB pinned copy alone 2.1 ms at 63 GB/s).
+Priced at what the fix leaves: the copy itself, at the pinned bandwidth, on the stream with the
+kernels that read it. The step cannot go below that GPU work (``STEP_FLOOR_AFTER_FIX``), however
+much the profiler slowed the pageable copy.
 """
 
 from __future__ import annotations

@@ -1,40 +1,28 @@
 """per-sample-loop: a Python loop issues one matrix-vector product per sample / node.
 
-Seed 000's trap: node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor
-cores and pay a launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls
-per step, issued back to back (a few kernels apart), outside CUDA graphs; priced by the host
-operators the batched fix removes (below). Where the trace records no host operators, as the
-loop's span on the GPU timeline (kernels plus the idle between them) minus one batched GEMM of the
-same FLOPs.
-
-Not a per-sample loop: a layer with one output feature (a regression head's N = 1, called once per
-forward, a whole forward and backward apart: LBFGS's closure calls it 20 times a step), dot
-products (L-BFGS's two-loop recursion: 212 ``aten::dot`` a step on the H100 gallery), and ``generate()``'s decode, whose tokens depend
-on each other and cannot be batched (a live capture whose steps are generate calls; its cost is the
-launch-bound finding's). Both were reported as critical per-sample loops on the H100 gallery
-(2026-11-25) before this check.
+Node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor cores and pay a
+launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls per step,
+issued back to back (a few kernels apart), outside CUDA graphs. Not a per-sample loop: a layer with
+one output feature (a regression head's N = 1, called once per forward, a whole forward and
+backward apart, as LBFGS's closure calls it), dot products (L-BFGS's two-loop recursion), and
+``generate()``'s decode, whose tokens depend on each other and cannot be batched (its cost is the
+launch-bound finding's).
 
 In training the loop has a backward too: each iteration's ops leave autograd nodes
 (``MvBackward0``, ``IndexBackward0``...) that the backward runs one by one, on the autograd
 thread. Backward nodes repeated at least half as often per step as the loop iterates belong to it;
-their host time is priced with the forward span (the batched fix has one node per op). The
-node_loop_gnn twin (a 2-layer GNN written node by node, H100, 2026-11-25): the forward loop spanned
-80 ms of a 320 ms profiled step, and the fix measured x71; the forward alone predicted x1.34.
+their host time is priced with the forward span (the batched fix has one node per op).
 
-What the fix removes is the loop's host work: every iteration but one of the operators the loop
-issues (the batched call is one iteration's operators on bigger tensors). On a step the host
-holds, each operator costs the host about the same with or without the loop (Python, the
-dispatcher, a launch), so the step after the fix is the step's time in proportion to the
-operators left: those outside the loop plus one iteration's. The loop's operators are the run of
-top-level operators around the matrix-vector products that repeats with the iteration's period
-(``_loop_runs``). The lab's per_sample_loop (322 operators a step, 320 of them a loop of 32
-iterations of 10): the fixed twin issues 10 operators and ran 0.117-0.127 ms against 3.55-4.01
-ms sick on the H200 (x30.4-31.7, 2026-11-26) and 0.196-0.230 against 5.85-7.22 ms on the H100
-(x29.9-31.4, 2026-11-25): 11-12 and 20-23 us per operator in both twins. Pricing the loop's span
-on the GPU timeline instead left the step's other profiled time (the profiler's own share of it
-larger than the loop's) to shrink only like the step, and predicted x17.6-20.1 on the same runs.
-The step cannot go below the GPU's work after the fix (``STEP_FLOOR_AFTER_FIX``): the kernels
-outside the loop and the batched GEMMs.
+Priced by the host work the fix removes: every iteration but one of the operators the loop issues
+(the batched call is one iteration's operators on bigger tensors). On a step the host holds, each
+operator costs the host about the same with or without the loop (Python, the dispatcher, a
+launch), so the step after the fix is the step's time in proportion to the operators left: those
+outside the loop plus one iteration's. The loop's operators are the run of top-level operators
+around the matrix-vector products that repeats with the iteration's period (``_loop_runs``). The
+step cannot go below the GPU's work after the fix (``STEP_FLOOR_AFTER_FIX``): the kernels outside
+the loop and the batched GEMMs. Where the trace records no host operators, the saving is the loop's
+span on the GPU timeline (kernels plus the idle between them) minus one batched GEMM of the same
+FLOPs.
 """
 
 from __future__ import annotations

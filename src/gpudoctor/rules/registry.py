@@ -51,10 +51,10 @@ _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 _BLOCKING_SEVERITIES = ("critical", "major")
 
 
-# Savings within this many ms are a tie. Two findings capped at the same bound (no fix removes more
-# idle than the unprofiled step has beyond the GPU's work) priced alike to the microsecond on an
-# accelerate loop (H100, 2026-11-26: input-pipeline 2.6606, host-sync 2.6610 ms), and the name
-# decided; the tie now goes to the larger saving in the profiled window (5.86 against 3.23 ms of idle).
+# Savings within this many ms are a tie, broken by the larger saving in the profiled window: two
+# findings capped at the same bound (no fix removes more idle than the unprofiled step has beyond
+# the GPU's work) can price alike to the microsecond (BENCHMARKS.md "Evidence moved from the
+# source: rule pricing", ties).
 TIE_MS = 0.01
 
 

@@ -19,7 +19,9 @@ from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
 # An unprofiled step longer than the profiled one by at least this share holds waits the window
-# did not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why).
+# did not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why). Under it the
+# gap is the spread between two timings of one step: 9% and 17% on two programs whose steps hold no
+# such waits, 200% on one that does (BENCHMARKS.md "Evidence moved from the source: rule pricing").
 UNSEEN_MIN_SHARE = 0.15
 UNSEEN_TAKEN_BY = frozenset({"input-pipeline"})
 
@@ -155,13 +157,12 @@ def owned_elsewhere(a: Analysis, rule_id: str) -> set[str]:
 
 
 # The host's time priced by operators (per-sample-loop, host-sync). On a step the host holds, each
-# operator costs the host about the same whatever it computes (Python, the dispatcher, a launch):
-# the lab's per_sample_loop issues 322 operators a step and its fixed twin 10, and both ran 11-12
-# us an operator on the H200 (2026-11-26) and 20-23 us on the H100 (2026-11-25); host_sync's
-# twin issues 102 of the sick step's 175 and ran 4.39 against 7.04 ms (H100, tests/data). A fix
-# that removes operators then removes their share of the host's time, a share that the profiler
-# (a few us on every recorded event, the most on the smallest operators) does not distort the way
-# it distorts their recorded time.
+# operator costs the host about the same whatever it computes (Python, the dispatcher, a launch:
+# the lab's per-sample-loop and host-sync twins ran at the same us per operator as their sick
+# steps, BENCHMARKS.md "Evidence moved from the source: rule pricing", per-sample-loop). A fix that
+# removes operators then removes their share of the host's time, a share that the profiler (a few
+# us on every recorded event, the most on the smallest operators) does not distort the way it
+# distorts their recorded time.
 # A stretch of the host with no operator this long is the program's other work (Python, I/O, a
 # wait), which the fix keeps: ten operators' worth at the H100's 20 us.
 MAX_OP_GAP_NS = 200_000

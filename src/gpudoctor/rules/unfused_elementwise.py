@@ -1,4 +1,4 @@
-"""unfused-elementwise: memory-bound kernels that a compiler would fuse, each streaming its tensors through HBM.
+"""unfused-elementwise: memory-bound kernels a compiler would fuse, each a pass through HBM.
 
 A region is a run of consecutive memory-bound kernels (elementwise, reduction, normalization,
 softmax, cast / copy, index) on one stream: any other kernel (a GEMM, a convolution, fused
@@ -17,15 +17,7 @@ cast between two activation ops) are their own chain: fusing independent tensors
 not bytes. In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
 
-Measured on the lent H100 (torch 2.11, 2026-11-25, `gpudoctor run --fixes compile`, steps timed
-without the profiler): a nanoGPT-style bf16 training step with fused SDPA
-(tests/programs/nanogpt_train.py) went from 16.77 to 12.44 ms with torch.compile (4.33 ms saved;
-priced 4.07 ms); a Hugging Face Trainer Llama step from 19.84 to 12.96 ms (6.88 ms; priced 3.68
-ms here plus 3.16 ms of launch-bound idle that compiling also removes); a DCGAN step, priced
-0.03 ms, gained nothing measurable (x0.95-0.99); the lab's healthy GPT step, priced 2.63 ms of
-27.0 (x1.11), gained x1.08 (H200). A chain that had to keep one tensor size from
-kernel to kernel, and hold two elementwise ops, priced the nanoGPT step at 0.00 ms. Chains inside
-naive attention belong to that rule.
+Chains inside naive attention belong to that rule.
 """
 
 from __future__ import annotations
@@ -48,17 +40,13 @@ ID = "unfused-elementwise"
 MIN_CHAIN = 2
 FUSED_PASS_FACTOR = 1.25
 # An eager kernel far under the memory roof is a layout the compiler writes anew, not a floor for
-# the fused pass: bf16 BatchNorm backward on NCHW activations ran at 6-12% of the H100's roof
-# (tests/data/gallery_h100/accelerate_loop, own_profiler), and compiling the accelerate loop measured
-# 25.83 -> 13.25 ms a step (x1.95) where 1.25x its eager kernels priced x1.02. Where a compiler stops
-# doing better is not measured: the lab's healthy GPT step (its slowest chain kernels at 32-37% of the
-# roof) gained 1.88 ms from compiling against 2.63 ms priced (H200, 2026-11-26), and LayerNorm's
-# gamma/beta reduction at 17% (the lab's fused twin) is left as it runs, so the share stays under both.
+# the fused pass (bf16 BatchNorm backward on NCHW ran at 6-12% of the roof); where a compiler stops
+# doing better is not measured (chain kernels at 17% and 32-37% were left as they ran), so the share
+# stays under both: BENCHMARKS.md "Evidence moved from the source: rule pricing", unfused-elementwise.
 COMPILED_PASS_SHARE = 0.15
-# Major from 10% of the step, not 5%: the fix is a compiler whose gain is priced from kernel times
-# alone (its own warm-up, graph breaks and recompiles are not), and at a tenth of the step the
-# price is within its error of nothing: the lab's healthy GPT step was priced at 2.63 ms of 27.0
-# (x1.11) and compiling it measured 1.88 ms (x1.08, H200, 2026-11-26).
+# Major from 10% of the step, not 5%: the gain is priced from kernel times alone (the compiler's
+# warm-up, graph breaks and recompiles are not), and at a tenth of the step the price is within its
+# error of nothing (same BENCHMARKS.md entry: the lab's healthy GPT step).
 MAJOR_SHARE = 0.10
 
 
@@ -108,10 +96,8 @@ def _passes(a: Analysis, chain: np.ndarray) -> int:
 
 def kernel_floor_ns(a: Analysis) -> float:
     """The shortest memory-bound kernel recorded in the steps (ns, whole kernels): the least a
-    kernel takes on this card, which a fused pass over a tiny tensor takes too. Without it, a chain
-    on 8 x 64 activations was priced at its bytes (nanoseconds): the lab's launch_bound trap's
-    reduce-overhead trial was priced at 0.22 ms a step and measured 0.395 (H100, 2026-11-26), its
-    eager elementwise kernels taking about 2 us each."""
+    kernel takes on this card, which a fused pass over a tiny tensor takes too; without it a chain
+    on tiny activations is priced at its bytes (nanoseconds) and under-predicts the step."""
     dev = a.trace.device
     live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & np.isin(dev.kind, [int(k) for k in MEMORY_BOUND_KINDS])
     whole = (dev.end - dev.ts)[live]
