@@ -350,6 +350,31 @@ def test_findings_doc_has_a_row_per_rule() -> None:
     assert sorted(rows) == sorted([*RULES, *RULE_TITLES])  # the idle causes' table has two columns, not three
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_between_the_docs_resolve() -> None:
+    """Every relative link of README.md and docs/*.md names a file that exists and, into a .md
+    file, a heading it has."""
+    broken = []
+    for doc in DOCS:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                broken.append(f"{doc.name}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", file.read_text(), re.MULTILINE)
+                if anchor not in {_slug(h) for h in headings}:
+                    broken.append(f"{doc.name}: {target}")
+    assert broken == []
+
+
 def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
     """docs/try-fixes.md gives how long a trial runs in numbers; they are the ones the code runs
     with (capture/timing.py, tryfix/trial.py, tryfix/knobs.py)."""
