@@ -1,5 +1,5 @@
-"""Fused Triton kernels that cure the VRAM wall (seed 002): each saves only what it cannot cheaply
-recompute, and recomputes the rest in backward.
+"""Fused Triton kernels that cure the VRAM wall (activation memory that outgrows the card): each
+saves only what it cannot cheaply recompute, and recomputes the rest in backward.
 
 - ``rms_norm`` / ``RMSNorm``, ``layer_norm`` / ``LayerNorm``: save the input and per-row statistics.
 - ``swiglu``, ``geglu``: save the two inputs, recompute the activation.

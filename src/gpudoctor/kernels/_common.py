@@ -130,9 +130,9 @@ def _constexprs(fn) -> tuple[str, ...]:
 
 
 def _specializations(args: tuple) -> tuple:
-    """``_specialization`` of each argument, tensors and ints inline: one list comprehension, not a Python
-    call per argument (14 for the norm backward: 10.3 -> 5.6 us a launch on the 2-core development machine,
-    2026-11-25)."""
+    """``_specialization`` of each argument, tensors and ints inline: one list comprehension, not a
+    Python call per argument (about half the host time a launch, BENCHMARKS.md "Evidence moved from
+    the source: kernel constants")."""
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
                   else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64) if type(a) is int
                         else _specialization(a))
@@ -140,10 +140,11 @@ def _specializations(args: tuple) -> tuple:
 
 
 def _exact(args: tuple) -> tuple:
-    """The exact key of a launch's arguments: an int as itself, a tensor as its dtype and address modulo 16,
-    anything else with its type (1, 1.0 and True are equal in Python, and Triton types them differently).
-    Equal exact keys have equal specializations (``_specializations``). 14 arguments: 1.7 us against 3.6 us
-    for the specialization key, 2-core development machine, 2026-11-26."""
+    """The exact key of a launch's arguments: an int as itself, a tensor as its dtype and address
+    modulo 16, anything else with its type (1, 1.0 and True are equal in Python, and Triton types
+    them differently). Equal exact keys have equal specializations (``_specializations``); it takes
+    half the host time of the specialization key (BENCHMARKS.md "Evidence moved from the source:
+    kernel constants")."""
     return tuple([a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor)
                   else (type(a), a) for a in args])
 
@@ -244,10 +245,10 @@ class Launcher:
                      num_warps: int) -> None:
         """``launch(grid, tensors + scalars, values, num_warps)`` for a kernel whose tensor arguments all come
         before the others. The exact key is then built from C-level maps over each group (every tensor's dtype
-        and address modulo 16; the scalars and their types), with no per-argument type test in Python: 1.4
-        against 2.8 us for the norm forward's 10 arguments (key and addresses), 1.7 against 3.5 for the
-        backward's 14, 2-core development machine, 2026-11-26. Its keys never equal ``launch``'s (other
-        lengths) and, like them, equal keys have equal specializations."""
+        and address modulo 16; the scalars and their types), with no per-argument type test in
+        Python: half the host time of ``launch``'s key (BENCHMARKS.md "Evidence moved from the
+        source: kernel constants"). Its keys never equal ``launch``'s (other lengths) and, like them,
+        equal keys have equal specializations."""
         first = tensors[0]
         if type(first) is not torch.Tensor or not self.fast:  # a trace, a Parameter, the interpreter
             self.launch(grid, tensors + scalars, values, num_warps)
@@ -326,10 +327,10 @@ def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int
 # schedules them with its own; ``torch.library.custom_op`` (2.4, 2.5) gives an opaque node; older torch has
 # neither and keeps the ``autograd.Function`` path (with its graph breaks).
 #
-# Eager calls do not go through the ops: the dispatcher's round trip to a Python kernel and the generated
-# autograd node cost about twice an ``autograd.Function``'s host time, forward + backward with empty bodies,
-# 93 vs 47 us on the CPU-only development machine (torch 2.13, 2026-11-25); the public functions take the op
-# only when ``torch.compiler.is_compiling()``.
+# Eager calls do not go through the ops: the dispatcher's round trip to a Python kernel and the
+# generated autograd node cost about twice an ``autograd.Function``'s host time (BENCHMARKS.md
+# "Evidence moved from the source: kernel constants"); the public functions take the op only when
+# ``torch.compiler.is_compiling()``.
 
 TRITON_OP, CUSTOM_OP, FUNCTION = "triton_op", "custom_op", "autograd.Function"
 

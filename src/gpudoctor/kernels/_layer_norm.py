@@ -1,8 +1,9 @@
 """Fused layer normalization: ``y = (x - mean) * rstd * w + b`` over the last dimension.
 
-The cure for the VRAM wall (seed 002): the forward saves only the input and two fp32 numbers per
-row (``mean``, ``rstd``); backward recomputes ``x_hat = (x - mean) * rstd``. Numerics are those of
-``torch.nn.functional.layer_norm``: statistics, weight and bias in fp32, one cast at the end.
+The cure for the VRAM wall (activation memory that outgrows the card): the forward saves only the
+input and two fp32 numbers per row (``mean``, ``rstd``); backward recomputes
+``x_hat = (x - mean) * rstd``. Numerics are those of ``torch.nn.functional.layer_norm``:
+statistics, weight and bias in fp32, one cast at the end.
 ``weight`` and ``bias`` may each be None (``elementwise_affine=False``, ``bias=False``).
 """
 
@@ -42,69 +43,49 @@ from gpudoctor.kernels._rms_norm import (
 )
 
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
-# backward (x, mean, rstd); CUDA inputs that NATIVE_BELOW lists (rows up to this wide, fewer elements
-# than this) go there, where it takes less GPU time than these kernels. H100, triton 3.6, torch 2.11,
-# 2026-11-24, forward + backward GPU time, bf16 (benchmarks/probe_native_threshold.py,
-# results/native_threshold_h100_2026-11-24.json): rows of 256: torch's less up to 256K elements (1024 x
-# 256: 10.8 vs 15.5 us), ours from 1M (4096 x 256: 16.0 vs 25.4); rows of 1024: torch's less up to 2M
-# (2048 x 1024: 19.7 vs 20.3), ours at 8M (kernels_h100_run12: 45.2 vs 84.6); rows of 4096 and wider:
-# ours less at every size from 64K (16 x 4096: 7.4 vs 11.6; 128 x 16384: 25.6 vs 34.9). Rows between
-# 1024 and 4096 wide were not measured and follow the 1024 rule.
+# backward (x, mean, rstd); CUDA inputs that NATIVE_BELOW lists (rows up to this wide, fewer
+# elements than this) go there, where it takes less GPU time than these kernels. Rows between 1024
+# and 4096 wide were not measured and follow the 1024 rule (BENCHMARKS.md "Evidence moved from the
+# source: kernel constants").
 NATIVE_BELOW = ((512, 2**20), (2048, 2**22))
-# Rows whose block is at least this wide take the split backward: the dx kernel without the weight and
-# bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding x, dy,
-# x_hat, g and two fp32 accumulators of 16384 spills registers: 61 us of backward kernel for 512 x 16384
-# bf16 against 16 us of HBM time (H100, 2026-11-22, benchmarks/probe_stages.py). Rows too wide for
-# one block (the column loop) take it too: the loop's per-row read-modify-write of the partials goes.
-# With it, 512 x 16384 bf16 forward + backward took 61 us (probe_ln_wide.py, same day).
+# Rows whose block is at least this wide take the split backward: the dx kernel without the weight
+# and bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding
+# x, dy, x_hat, g and two fp32 accumulators of 16384 spills registers (about 4x its HBM time). Rows
+# too wide for one block (the column loop) take it too: the loop's per-row read-modify-write of the
+# partials goes (BENCHMARKS.md "Evidence moved from the source: kernel constants").
 SPLIT_MIN_BLOCK = 16384
-# The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile and warps: H100, triton 3.6, 2026-11-24 (benchmarks/
-# probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json), forward + backward GPU us,
-# bf16, 128 / 256 / 512 / 2048 x 16384: (32, 256, 8 warps) 25.9 / 32.0 / 55.6 / 184.3, (32, 128, 4) 20.3 /
-# 25.9 / 49.4 / 177.8 (dw / db kernel alone at 512 rows: 24.3 -> 18.1 us); (8, 1024, 8) 21.4 / 27.6 / 51.9 /
-# 180.8, (16, 256, 4) 25.0 / 30.5 / 53.4 / 182.2, (64, 256, 8) and (16, 512, 8) no better than (32, 256, 8);
-# the row loop pipelined (3 stages) or 2-4x the programs (run1.json): no better, or slower (512 rows,
-# 4x: 83.8).
+# The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile and warps: the fastest of the tiles tried at
+# every height of 16384-wide rows (BENCHMARKS.md "Evidence moved from the source: kernel
+# constants").
 SPLIT_ROWS = 32
 SPLIT_COLS = 128
 SPLIT_WARPS = 4
 
-# [ROWS, BLOCK] tile size (see _rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over the
-# six tuned shapes (509 us vs 518 us at 4096), best at H = 256, 4096 and 8192 (same run).
+# [ROWS, BLOCK] tile size (see _rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over
+# the six tuned shapes (BENCHMARKS.md "Evidence moved from the source: kernel constants").
 TILE_ELEMENTS = 8192
-# The backward loads the next row tile early (_rms_norm.PREFETCH) only for tiles of at most this many
-# rows: H100, triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py; results/probe_norm_bwd_h100_2026-11-24
-# _run1.json, _run2.json, _run3.json), forward + backward GPU us, bf16, run 1, without -> with:
-# 2048 x 4096 (2 rows a tile) 40.2 -> 35.3, 8192 x 4096 134.6 -> 122.4, 1024 x 8192 44.9 -> 38.1,
-# 4096 x 8192 149.8 -> 125.0; at 8 rows (1024 wide) it spilled: 8192 x 1024 50.6 -> 59.5, 32768 x 1024
-# 146.7 -> 186.9; at 32 rows (256 wide) no change (41.8 -> 41.6).
+# The backward loads the next row tile early (_rms_norm.PREFETCH) only for tiles of at most this
+# many rows: at 8 rows a tile it spilled, at 32 it changed nothing (BENCHMARKS.md "Evidence moved
+# from the source: kernel constants").
 PREFETCH_MAX_ROWS = 2
 # Taller tiles, up to PIPELINE_MAX_ROWS rows, have Triton pipeline the backward's tile loop instead
-# (``tl.range(..., num_stages=PIPELINE_STAGES)``: the next tiles' x and dy are copied into shared memory
-# while this one is computed; no registers). Same probe, forward + backward GPU us, bf16. Run 2, plain /
-# 2 stages / 3 stages: 8192 x 1024 (8 rows a tile) 52.5 / 54.0 / 47.6, 32768 x 1024 148.7 / 152.1 / 134.3;
-# 32768 x 256 (32 rows) 43.2 / 49.4 / 44.6, 131072 x 256 130.9 / 145.7 / 132.8; where the register
-# prefetch runs, 3 stages instead were as fast or slower (1024 x 8192: 38.7 vs 39.2), and RMSNorm's tiles
-# of 16 rows gained nothing (32768 x 256: 36.8 vs 37.5). Run 3, plain -> 3 stages: 4096 x 2048 (4 rows)
-# 45.5 -> 41.5, 16384 x 2048 140.6 -> 128.8; 16384 x 512 (16 rows) 50.1 -> 46.9, 65536 x 512 151.7 ->
-# 141.8; 32768 x 256 (32 rows) 41.2 -> 42.9.
+# (``tl.range(..., num_stages=PIPELINE_STAGES)``: the next tiles' x and dy are copied into shared
+# memory while this one is computed; no registers): 3 stages gained up to 16 rows a tile, not at 32,
+# and not where the register prefetch runs (BENCHMARKS.md "Evidence moved from the source: kernel
+# constants").
 PIPELINE_MAX_ROWS = 16
 PIPELINE_STAGES = 3
-# Row widths whose tiles differ from TILE_ELEMENTS: H100, triton 3.6, 2026-11-24 (benchmarks/
-# probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json), forward + backward GPU
-# us, bf16. Rows of 1024 (blocks of 1024): the forward's tile of 4096 took less at every size (4096 x 1024
-# 27.6 -> 26.7, 8192 x 1024 45.4 -> 44.4, 32768 x 1024 133.2 -> 132.0; at 256 wide it did not: 41.2 ->
-# 41.8 at 32768 x 256); the backward's tile of 2048 (2 rows, 8 warps, the register prefetch) in place of
-# 8192 (8 rows, 16 warps, the pipelined loop) took less up to 8M elements (4096 x 1024 27.6 -> 23.2,
-# 8192 x 1024 45.4 -> 43.2) and more at 32M (133.2 -> 139.2): (tile, up to this many elements).
+# Row widths whose tiles differ from TILE_ELEMENTS, (tile, up to this many elements): rows of 1024
+# took less GPU time with a forward tile of 4096, and with a backward tile of 2048 (2 rows, 8 warps,
+# the register prefetch) up to 8M elements (BENCHMARKS.md "Evidence moved from the source: kernel
+# constants").
 FORWARD_TILE_ELEMENTS = {1024: 4096}
 BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
-# Wide rows (block >= SPLIT_MIN_BLOCK) keep the fused backward when each program gets a single row tile
-# (n_tiles <= the resident programs): Triton then compiles the one-iteration tile loop without
-# loop-carried accumulators (tiles_per_program == 1 is specialized), which fits in registers (no spills
-# against 60 with a loop); the weight is reloaded (_rms_norm.RELOAD_W_MIN_BLOCK). Same run, 128 x 16384:
-# split 25.9 us, fused 19.3 (Liger: 25.2, run 14). At 2 tiles a program (256 x 16384) fused was slower
-# (37.1 vs 32.0).
+# Wide rows (block >= SPLIT_MIN_BLOCK) keep the fused backward when each program gets a single row
+# tile (n_tiles <= the resident programs): Triton then compiles the one-iteration tile loop without
+# loop-carried accumulators (tiles_per_program == 1 is specialized), which fits in registers; the
+# weight is reloaded (_rms_norm.RELOAD_W_MIN_BLOCK). At 2 tiles a program fused was slower
+# (BENCHMARKS.md "Evidence moved from the source: kernel constants").
 FUSED_WIDE_MAX_TILES = 1
 
 

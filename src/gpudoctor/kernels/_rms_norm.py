@@ -1,8 +1,9 @@
 """Fused RMS normalization: ``y = x / sqrt(mean(x^2) + eps) * (offset + w)`` over the last dimension.
 
-The cure for the VRAM wall (seed 002): eager PyTorch keeps every intermediate of the elementwise
-chain (the fp32 upcast, ``x^2``, ``x * rstd``, its cast) for backward; this op saves only the input
-and one fp32 ``rstd`` per row, and recomputes ``x_hat = x * rstd`` in backward.
+The cure for the VRAM wall (activation memory that outgrows the card): eager PyTorch keeps every
+intermediate of the elementwise chain (the fp32 upcast, ``x^2``, ``x * rstd``, its cast) for
+backward; this op saves only the input and one fp32 ``rstd`` per row, and recomputes
+``x_hat = x * rstd`` in backward.
 
 Numerics follow Hugging Face so a patched model matches the original:
 
@@ -38,74 +39,49 @@ from gpudoctor.kernels._common import (
 )
 from gpudoctor.kernels._common import jit as _jit
 
-# With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm`` (fp32 math,
-# one rounding), whose fused CUDA kernels keep the same tensors for backward as this one; inputs that
-# NATIVE_BELOW lists (rows up to this wide, fewer elements than this) go there, where its fewer launches
-# cost less GPU time than our kernels'. H100, triton 3.6, torch 2.11, 2026-11-24, forward + backward GPU
-# time, bf16 (benchmarks/probe_native_threshold.py, results/native_threshold_h100_2026-11-24.json):
-# torch's took less only at 64K elements with rows of 256 and 1024 (256 x 256: 6.0 vs 7.0 us;
-# 64 x 1024: 5.8 vs 6.2); from 256K up, and at 64K with rows of 4096 or more (16 x 4096: 9.4 vs 5.3),
-# ours took less at every width measured (256-16384), 0.38-0.97x of torch's (kernels_h100_run12: 0.44-0.76x
-# from 4M up). Llama casting has no native fused equivalent (F.rms_norm(x, None) * w took twice our
-# GPU time, benchmarks/results/tune_norms_h100_2026-11-22.json), so it always takes the kernel.
+# With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm``, whose fused
+# CUDA kernels keep the same tensors for backward; below these sizes (rows up to this wide, fewer
+# elements than this) its fewer launches cost less GPU time than our kernels. Llama casting has no
+# native fused equivalent, so it always takes the kernel. Measured: BENCHMARKS.md "Evidence moved
+# from the source: kernel constants".
 NATIVE_BELOW = ((1024, 2**17),)
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
-# Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that measured
-# better here. H100, triton 3.6, 2026-11-22, backward of 2048 x 32768 bf16 (64 KB rows): one block 946 us
-# (rms) / 1574 us (layer norm), chunks of 8192 547 / 820 us; 4096 x 16384 fp32: layer norm 1522 us
-# in one block, 897 us in chunks. At 32 KB and below one block was the faster.
+# Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that was faster on
+# 64 KB rows, one block the faster at 32 KB and below (BENCHMARKS.md "Evidence moved from the
+# source: kernel constants").
 MAX_FUSED_BYTES = 32768
-# Column chunk of the looping kernels: 8192 beat 4096 on every shape above (H100).
+# Column chunk of the looping kernels: 8192 beat 4096 on every shape measured for MAX_FUSED_BYTES.
 LOOP_BLOCK = 8192
 # Elements of one [ROWS, BLOCK] tile of the single-block kernels: rows narrower than this are
-# processed TILE_ELEMENTS // BLOCK at a time. benchmarks/tune_norms.py, H100, triton 3.6, 2026-11-22,
-# forward + backward GPU time, bf16: 4096 was the best or within 4% of it at every H from 256 to 16384
-# (e.g. 32768 x 1024: 131 us at 4096, 139 us at 8192, 149 us at 2048; one row per program before: 45%
-# of the HBM ceiling at 256 x 32768, 68-72% in tiles).
+# processed TILE_ELEMENTS // BLOCK at a time; 4096 was the best or within 4% of it at every width
+# from 256 to 16384, forward + backward (BENCHMARKS.md "Evidence moved from the source: kernel
+# constants").
 TILE_ELEMENTS = 4096
-# The forward alone does not care: tiles of 2048 to 16384 elements and 4-16 warps gave 46.5-48.4 us for
-# 8192 x 4096 bf16 (91% of the copy ceiling; the backward took 85 us), H100, 2026-11-22,
-# benchmarks/probe_rms_split_tiles.py. One tile size serves both.
-# Backward programs resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps)
-# programs, each writing one fp32 row of partial weight gradients (fewer programs, less of that
-# traffic; more, more loads in flight). Same run: 16 beat 4, 8, 32 and 64 (8192 x 4096: 130 us at
-# 16, 152 at 8, 141 at 32, 138 at 64).
+# The forward alone does not care about the tile size, so one size serves both. Backward programs
+# resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps) programs, each
+# writing one fp32 row of partial weight gradients (fewer programs, less of that traffic; more, more
+# loads in flight); 16 beat 4, 8, 32 and 64 (BENCHMARKS.md "Evidence moved from the source: kernel
+# constants").
 BACKWARD_WARPS_PER_SM = 16
-# The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile t's
-# math: with about two programs per SM (one at 16 warps), one tile of loads in flight per program left
-# HBM idle while each program waited for its next tile. Only where the extra registers fit (use_prefetch):
-# 16-bit inputs at up to PREFETCH_ELEMENTS elements of a tile per thread (fp32 was not measured). H100,
-# triton 3.6, 2026-11-24 (benchmarks/probe_norm_bwd.py, results/probe_norm_bwd_h100_2026-11-24_run1.json),
-# forward + backward GPU us, bf16, with the stage-two kernel, without -> with: 2048 x 4096 36.2 -> 34.0,
-# 8192 x 4096 125.6 -> 121.4, 1024 x 8192 38.3 -> 33.9, 4096 x 8192 130.5 -> 120.3, 8192 x 1024 37.2 ->
-# 35.1, 32768 x 1024 127.3 -> 122.0, 32768 x 256 36.9 -> 36.5; at 32 elements a thread (16384-wide rows,
-# 16 warps) the kernel spilled: 512 x 16384 46.5 -> 273.9.
+# The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile
+# t's math: with about two programs per SM, one tile of loads in flight per program left HBM idle.
+# Only where the extra registers fit (use_prefetch): 16-bit inputs at up to PREFETCH_ELEMENTS
+# elements of a tile per thread; at 32 the kernel spilled (fp32 was not measured). BENCHMARKS.md
+# "Evidence moved from the source: kernel constants".
 PREFETCH = True
 PREFETCH_ELEMENTS = 16
-# Stage two of the weight / bias gradient: _sum_partials, one launch (LayerNorm's dw and db together),
-# each program SUM_COLS columns summed SUM_ROWS partial rows at a time, in place of
-# partials.sum(0).to(dtype) (two kernels a gradient). H100, triton 3.6, 2026-11-24
-# (benchmarks/probe_norm_bwd.py, results/probe_norm_bwd_h100_2026-11-24_run1.json), GPU us of stage two
-# alone over the partial buffers of the ten 8M / 32M-element benchmark shapes: PyTorch's 73.6 in all;
-# (SUM_COLS, SUM_ROWS, warps) (32, 128, 4)
-# 23.1, (16, 128, 4) 24.4, (32, 64, 4) 28.4, (64, 64, 4) 41.7, (256, 16, 4) 114.9; e.g. 264 x 4096
-# partials (RMSNorm, 2048 x 4096) 6.45 -> 2.44, LayerNorm's two of 128 x 8192 9.71 -> 2.79. Forward +
-# backward, bf16: RMSNorm 3.3-4.8 us less at every shape (2048 x 4096: 40.8 -> 36.2), LayerNorm 4.4-8.6
-# (4096 x 8192: 158.2 -> 149.8).
+# Stage two of the weight / bias gradient: _sum_partials, one launch (LayerNorm's dw and db
+# together), each program SUM_COLS columns summed SUM_ROWS partial rows at a time, in place of
+# partials.sum(0).to(dtype) (two kernels a gradient): the fastest of the tiles tried, 3x faster than
+# PyTorch's stage two (BENCHMARKS.md "Evidence moved from the source: kernel constants").
 SUM_COLS = 32
 SUM_ROWS = 128
 SUM_WARPS = 4
-# Single-block backwards of blocks at least this wide load the weight again for each row tile (an L1 / L2
-# hit) instead of holding BLOCK / threads fp32 values of it in registers across the tile loop: at 16384
-# (16 warps, 32 columns a thread) the held weight pushed the kernel past its 128 registers. H100, triton
-# 3.6, 2026-11-24 (benchmarks/probe_norm_variants.py, results/probe_norm_variants_h100_2026-11-24_run2.json),
-# forward + backward GPU us, bf16, held -> reloaded: 256 x 16384 26.7 -> 23.5, 512 x 16384 47.0 -> 41.9,
-# 2048 x 16384 142.9 -> 132.5 (spilled registers 42 -> 20); from 4096 wide no change (1024 x 8192 34.0 /
-# 33.8, 4096 x 8192 121.1 / 121.2, 2048 x 4096 34.2 / 34.1), so it stays held there. Tried the same day
-# and slower at 512 / 2048 x 16384 (run1.json; us, the held weight's 47.0 / 143.4 for reference): the
-# reloaded weight plus the next-tile prefetch 50.9 / 169.4, 32 warps 48.6 / 154.1 (with the prefetch
-# 64.8 / 206.5), the backward's column loop over 8192 / 4096 columns 50.2 / 167.1 and 70.1 / 238.6.
+# Single-block backwards of blocks at least this wide load the weight again for each row tile (an L1
+# / L2 hit) instead of holding BLOCK / threads fp32 values of it in registers across the tile loop:
+# at 16384 the held weight pushed the kernel past its 128 registers; narrower, no change, so it
+# stays held there (BENCHMARKS.md "Evidence moved from the source: kernel constants").
 RELOAD_W_MIN_BLOCK = 16384
 # A backward of at most this many row tiles (at most 4 x 16384 elements) runs as one program that stores dw
 # itself, in the weight's dtype, instead of a program per tile writing fp32 partials that a second kernel
@@ -310,9 +286,8 @@ def rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | No
 
 def warps_for(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8); wider tiles get 16.
-    # H100, triton 3.6, 2026-11-22 (benchmarks/probe_warps.py), forward + backward GPU time, bf16
-    # tiles of 8192 and 16384 elements: 16 warps beat 8 and 32 at every shape tried (2048 x 16384
-    # rms: 145 us at 16, 158 at 8 and at 32; layer norm 269 / 302 / 348 us), 4 spilled (3-9x slower).
+    # 16 warps beat 8 and 32 at every shape tried with tiles of 8192 and 16384 elements; 4 spilled
+    # (BENCHMARKS.md "Evidence moved from the source: kernel constants").
     if block >= 8192:
         return 16
     return min(max(block // 256, 1), 8)
@@ -427,8 +402,8 @@ def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.de
 def rows_of(t: torch.Tensor, hidden: int) -> tuple[torch.Tensor, int, int]:
     """(t as rows, number of rows, row stride) for a kernel that reads rows of ``hidden`` consecutive
     elements: a contiguous t is passed as it is (its rows are ``hidden`` apart), with no view to build (a
-    reshape and a view cost 2-3 us of host time each on the 2-core development machine, 2026-11-26, about
-    as much as the launch they feed); anything else goes through ``as_rows``."""
+    reshape and a view cost about as much host time as the launch they feed, BENCHMARKS.md
+    "Evidence moved from the source: kernel constants"); anything else goes through ``as_rows``."""
     if t.is_contiguous():
         n_rows = t.numel() // hidden
         return t, n_rows if type(n_rows) is int else int(n_rows), hidden
@@ -468,9 +443,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
     plan = _BWD_PLANS.get(key) or remember(
         _BWD_PLANS, key, _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
     grid, n_tiles, per, single, values, num_warps, whole = plan
-    # contiguous: rows `hidden` apart. empty_like of the contiguous input itself where it has x's shape (the
-    # eager path's usual case): 0.9 us against 1.9 us for new_empty(shape), 2-core development machine,
-    # 2026-11-26 (benchmarks/probe_host_path.py)
+    # contiguous: rows `hidden` apart. empty_like of the contiguous input itself where it has x's
+    # shape (the eager path's usual case) costs half the host time of new_empty(shape)
     dx = torch.empty_like(x2) if x2 is saved and x2.shape == x_shape else x2.new_empty(x_shape)
     if whole:  # one program: its row of dw is all of dw, stored in the weight's dtype
         dw = dw_part = weight.new_empty(hidden)
@@ -495,9 +469,9 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        # once_differentiable's wrapper (a no_grad block, then a check of grad mode) costs 4-5 us a call on the
-        # 2-core development machine (2026-11-26, benchmarks/probe_host_path.py); the engine runs a backward
-        # with grad mode off unless create_graph=True, where that wrapper is needed and taken
+        # once_differentiable's wrapper (a no_grad block, then a check of grad mode) costs a few us
+        # a call; the engine runs a backward with grad mode off unless create_graph=True, where that
+        # wrapper is needed and taken
         if torch.is_grad_enabled():
             return _backward_once(ctx, dy)
         x2, weight, rstd = ctx.saved_tensors
@@ -511,11 +485,11 @@ def _backward_once(ctx, dy: torch.Tensor):
     return _RMSNormFunction.backward(ctx, dy)
 
 
-# The C apply of autograd.Function, without the Python ``Function.apply`` in front of it, which checks for
-# functorch transforms (vmap, grad: they take Function.apply, which rejects a Function without
-# setup_context, as before) and unwraps dead functorch wrappers of the arguments, done here for the two
-# tensors: 2-3 us less a call on the 2-core development machine (2026-11-26, benchmarks/probe_host_path.py).
-# A torch without these internals keeps Function.apply.
+# The C apply of autograd.Function, without the Python ``Function.apply`` in front of it, which
+# checks for functorch transforms (vmap, grad: they take Function.apply, which rejects a Function
+# without setup_context, as before) and unwraps dead functorch wrappers of the arguments, done here
+# for the two tensors: a few us less a call (benchmarks/probe_host_path.py). A torch without these
+# internals keeps Function.apply.
 def _c_apply(function: type) -> tuple | None:
     """(the C apply bound to ``function``, unwrap_if_dead, whether functorch transforms are active), or None."""
     try:
@@ -630,9 +604,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     ``"gemma"`` applies the weight in fp32 (GemmaRMSNorm, with ``offset=1.0``). Triton on CUDA
     (fp32/bf16/fp16); native PyTorch for CPU tensors, fp64 and small inputs.
     """
-    # valid inputs pass one condition (0.7 us against 1.3 us for the checks one by one on the 2-core
-    # development machine, 2026-11-26, benchmarks/probe_host_path.py); anything else takes the checks, which
-    # raise the first problem's one-line error
+    # valid inputs pass one condition (half the host time of the checks one by one,
+    # benchmarks/probe_host_path.py); anything else takes the checks, which raise the first
+    # problem's one-line error
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
             and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]
             and weight.device == x.device):
@@ -648,10 +622,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), x.shape[-1]):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
-        # the op, not the torch math, for a direct call: alone at 2048 x 4096 bf16 (H100, BENCHMARKS.md) it
-        # compiled to 43.9 us of GPU time (2026-11-25) against 53.6 us for torch.compile of HF's math
-        # (2026-11-24); in a model, where Inductor fuses the math with its neighbours, patch(compiled=)
-        # chooses
+        # the op, not the torch math, for a direct call: alone it compiles to less GPU time than
+        # torch.compile of HF's math (BENCHMARKS.md "Evidence moved from the source: kernel
+        # constants"); in a model, where Inductor fuses the math with its neighbours,
+        # patch(compiled=) chooses
         return _FWD_OP(x, weight, eps, offset, llama)[0]
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         # inference: no autograd node to build, nothing to save

@@ -1,9 +1,10 @@
 """``linear_cross_entropy``: the LM head and the cross-entropy loss, chunked over tokens so the
 [tokens, vocab] logits never exist whole.
 
-The cure for the VRAM wall (seed 002) at its widest point: eager ``F.cross_entropy(h @ W.T, t)``
-keeps the logits (and HF's ``.float()`` copy of them) for backward, for 8192 tokens of Qwen2's
-151936-entry vocabulary 2.5 GB in bf16 plus 5.0 GB in fp32. Here, for each chunk of rows:
+The cure for the VRAM wall (activation memory that outgrows the card) at its widest point: eager
+``F.cross_entropy(h @ W.T, t)`` keeps the logits (and HF's ``.float()`` copy of them) for backward,
+for 8192 tokens of Qwen2's 151936-entry vocabulary 2.5 GB in bf16 plus 5.0 GB in fp32. Here, for
+each chunk of rows:
 
 1. ``logits = h_chunk @ W.T (+ b)`` in the input dtype (cuBLAS, through ``torch.mm``);
 2. one Triton program per row reads the row twice in fp32: an online max / logsumexp, then the
@@ -25,12 +26,8 @@ divides by the number of non-ignored rows, counted once up front (0 of them give
 NaN as ``F.cross_entropy`` does). The mean is per call: to divide by a count over several
 micro-batches (HF's ``num_items_in_batch``), call with ``reduction="sum"`` and divide the result.
 
-Measured on an H100 (torch 2.11+cu130, triton 3.6, 2026-11-22; bf16, a quarter of the labels
-ignored, forward + backward, against HF's ``F.cross_entropy((h @ W.T).float(), t)``): 8192 tokens,
-H=4096, V=151936: 49 ms and 1.7 GiB of peak memory above the inputs, eager 59 ms and 13.9 GiB;
-V=128256: 40 ms / 1.5 GiB, eager 53 ms / 11.7 GiB; 16384 tokens, H=2048, V=151936: 52 ms /
-1.1 GiB, eager 80 ms / 27.8 GiB. Gradients agree with eager to bf16 rounding (relative L2
-difference 1e-5 to 6e-4 for the hidden states, 2e-3 for the weight, which is rounded once per chunk).
+Memory, time and gradients against Hugging Face's ``F.cross_entropy((h @ W.T).float(), t)`` on an
+H100: BENCHMARKS.md "Evidence moved from the source: kernel constants".
 """
 
 from __future__ import annotations

@@ -19,17 +19,14 @@ and the module is exactly what it was.
 Under ``torch.compile`` (``compiled=``): with ``"native"`` (the default) a patched norm or gated MLP traces
 into its class's own forward, so the compiler sees the model it would have seen unpatched and Inductor
 fuses the norm and the activation with their neighbours (the residual add before a norm, the casts
-around it), which an op cannot offer; the kernels serve eager calls. Measured on an H100 (BENCHMARKS.md,
-2026-11-25): with every patched module an op, a 4-layer Llama-style step compiled took 6.88 ms against
-6.02 ms unpatched. With ``"op"`` each traces into its ``gpudoctor::`` op. The loss is the
+around it), which an op cannot offer; the kernels serve eager calls (every patched module an op
+made a compiled Llama-style step slower than unpatched: BENCHMARKS.md "Evidence moved from the
+source: kernel constants"). With ``"op"`` each traces into its ``gpudoctor::`` op. The loss is the
 ``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with ``"native"`` wherever its logits would
 hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is about memory (the logits are never whole),
 which Inductor's fusion of the plain loss does not give. Smaller, the class's own loss is traced:
-there the op saved nothing and cost time (``benchmarks/probe_ce_compiled.py``, H100, torch 2.11,
-2026-11-26, V = 32000, H = 1024, bf16, forward + backward compiled: 2048 tokens, the plain loss 731 us
-of GPU time and 849 us a call against the op's 765 and 1305, the same 192.5 MB peak; 512 tokens, 225
-/ 652 against 288 / 1426; from 8192 tokens the op was ahead, 2652 against 2801 us, and at 16384 it
-held 602 MB against 1094).
+there the op saved nothing and cost time (``benchmarks/probe_ce_compiled.py``; BENCHMARKS.md
+"Evidence moved from the source: kernel constants").
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from gpudoctor.core.finding import Fix
 # Measured by benchmarks/bench_kernels.py; see BENCHMARKS.md ("gpudoctor.kernels"). None: not
 # measured, and then no figure is quoted.
 MEASURED: dict[str, dict] = {
-    # benchmarks/results/kernels_h100_run4_*2026-11-22.json and run{12,17}_*2026-11-24.json (torch 2.11,
-    # triton 3.6), bf16
+    # benchmarks/results/kernels_h100_run4_*.json and run{12,17}_*.json (torch 2.11, triton 3.6),
+    # bf16
     "device": {"name": "H100 SXM", "date": "2026-11-22/24"},
     # run 12, 8192 x 4096, forward + backward GPU time: 119.2 us vs HF's Python LlamaRMSNorm 1733.0 us
     "rms_norm": {"gpu_time_ratio_vs_hf_eager": 1733.0 / 119.2},
