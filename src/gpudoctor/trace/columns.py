@@ -5,7 +5,7 @@ the tables of them)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, count, repeat
 from operator import attrgetter, is_
 from typing import Any
@@ -90,7 +90,8 @@ def _in_first_order(provisional: np.ndarray) -> bool:
 
 @dataclass
 class Events:
-    """The events of one table as columns, in the file's order."""
+    """The events of one table as columns, in the file's order. ``keys`` and ``args`` are the
+    slice's own until ``read_args`` turns the args into columns (``extra``) and joined bytes."""
 
     code: np.ndarray  # int8: CAT_CODES
     ts: np.ndarray  # float64 us
@@ -99,6 +100,7 @@ class Events:
     thread: np.ndarray  # int32: Interner ids of (pid, tid) (host events)
     keys: list[tuple[int | str, int | str]]  # (pid, tid) (device events)
     args: list[Any]  # msgspec.Raw
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # columns read from the args
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -110,13 +112,15 @@ class Events:
         return Events(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("code", "ts", "dur", "name", "thread")),
             list(chain.from_iterable(p.keys for p in parts)), list(chain.from_iterable(p.args for p in parts)),
+            {k: np.concatenate([p.extra[k] for p in parts]) for k in parts[0].extra} if parts else {},
         )
 
     def take(self, keep: np.ndarray) -> Events:
         """The events where ``keep`` holds."""
         rows = np.flatnonzero(keep).tolist()
         return Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep], self.thread[keep],
-                       [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows])
+                       [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows],
+                       {k: v[keep] for k, v in self.extra.items()})
 
 
 def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: Interner | None = None,

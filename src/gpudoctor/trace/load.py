@@ -6,8 +6,6 @@ import dataclasses
 import gc
 import os
 from collections.abc import Iterable
-from itertools import repeat
-from operator import is_
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +20,7 @@ from gpudoctor.trace.columns import (
     Interner,
     Strings,
     Tables,
-    field_of,
     first_seen,
-    int_column,
-    split,
-    unreadable,
-    usable_times,
 )
 from gpudoctor.trace.kernels import (
     DRIVER_LAUNCHES,
@@ -48,16 +41,14 @@ from gpudoctor.trace.model import (
     Trace,
 )
 from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
+from gpudoctor.trace.parts import Parts
+from gpudoctor.trace.rawargs import RawArgs
 from gpudoctor.trace.read import NotSliced, Slices, gunzip
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
-    DeviceArgs,
     DeviceProperties,
-    LaunchArgs,
-    MemoryArgs,
     TraceEvent,
     TraceFile,
-    decode_args,
 )
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -67,8 +58,6 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 # trace with no other timed event is refused. So is a trace whose events span more than a day:
 # its clocks disagree.
 MAX_SPAN_NS = 24 * 3600 * 10**9
-_I64_MAX = 2**63 - 1
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
@@ -229,44 +218,43 @@ def _ns(values: np.ndarray) -> np.ndarray:
 
 
 def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
-          unreadable_gpu_fields: tuple[str, ...] = ()) -> Trace:
+          unreadable_gpu_fields: tuple[str, ...] = (), compress_args: bool = False) -> Trace:
     """Columnar tables from decoded events (the file's, in one list or several in order), with
-    every link resolved.
+    every link resolved. ``compress_args``: the host events' raw args are kept compressed (a big
+    trace's; trace/rawargs.py).
 
-    Consumes each list: it is emptied once the columns of the events it needs are read, so that
-    the decoded events do not stay alive while the next are decoded and the tables made (peak memory).
+    Consumes each list: it is emptied once the columns of its events are read, so that the decoded
+    events do not stay alive while the next are decoded and the tables made (peak memory).
     """
     event_count = 0
-    parts = []
+    parts = Parts()
     ids = Tables(Interner(), Interner(), Interner())
     for events in slices:
         event_count += len(events)
-        parts.append(split(events, ids))
+        parts.add(events, ids)
         events.clear()
-    host_events, device_events, memory_events = (Events.concat([p[k] for p in parts]) for k in range(3))
-    del parts
-    counts = len(host_events) + len(device_events) + len(memory_events)
-    host_events, bad_host = usable_times(host_events)
-    device_events, bad_device = usable_times(device_events)
-    memory_events, bad_memory = usable_times(memory_events)
-    bad_times = counts - len(host_events) - len(device_events) - len(memory_events)
+    host_events, device_events, memory_events = (Events.concat(p) if p else _NO_EVENTS
+                                                 for p in (parts.host, parts.device, parts.memory))
+    parts.host = parts.device = parts.memory = []
+    bad_times = parts.timed - len(host_events) - len(device_events) - len(memory_events)
     if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
             f"{source}: none of its {bad_times} timed events has a usable time "
-            f"({bad_host or bad_device or bad_memory}); a profiler writes microseconds since the epoch or since the "
-            f"trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
+            f"({next(e for e in parts.bad_example if e)}); a profiler writes microseconds since the epoch or since "
+            f"the trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
+    raw_args = RawArgs.build(parts.host_args, compress_args)
+    parts.host_args = []
     strings = Strings()
     first, host_events.thread = first_seen(host_events.thread, len(ids.threads.ids))
     keys = list(ids.threads.ids)
     threads = [keys[i] for i in first.tolist()]
     negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
-    bad_args = [0]  # events kept without their unreadable args
-    host = _host_table(host_events, strings, ids.host_names, bad_args)
+    host = _host_table(host_events, strings, ids.host_names, raw_args)
     del host_events
-    device = _device_table(device_events, strings, ids.device_names, host, bad_args)
+    device = _device_table(device_events, strings, ids.device_names, host)
     del device_events
-    memory = _memory_table(memory_events, bad_args)
+    memory = _memory_table(memory_events)
     origin, last = _span(host, device, memory)
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
@@ -291,13 +279,12 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
         skipped_events=skipped,
         bad_times=bad_times,
         negative_durations=negative,
-        bad_args=bad_args[0],
+        bad_args=parts.bad_args,
         unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable_gpu_fields),
     )
 
 
-def _host_table(events: Events, strings: Strings, names: Interner, bad_args: list[int]) -> HostEvents:
-    n = len(events)
+def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs) -> HostEvents:
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
     thread = events.thread
@@ -309,15 +296,9 @@ def _host_table(events: Events, strings: Strings, names: Interner, bad_args: lis
                              len(strings.ids))
     step_like = step_names[name]
     cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
-    is_launch = (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER)
-    launch_idx = np.flatnonzero(is_launch)
-    correlation = np.full(n, -1, np.int64)
-    launch_raws = [events.args[i] for i in launch_idx.tolist()]
-    launch_args = decode_args(launch_raws, LaunchArgs)
-    bad_args[0] += unreadable(launch_raws, launch_args)
-    correlation[launch_idx] = int_column(field_of(launch_args, "correlation"))
+    correlation = events.extra["correlation"]
     order = np.lexsort((-end, ts, thread))
-    raw_args = list(map(events.args.__getitem__, order.tolist()))
+    raw_args = args.reordered(order)
     ts, end, cat, name, thread, correlation = (
         ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
     )
@@ -340,29 +321,14 @@ def _host_table(events: Events, strings: Strings, names: Interner, bad_args: lis
     )
 
 
-def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents,
-                  bad_args: list[int]) -> DeviceEvents:
+def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents) -> DeviceEvents:
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
     cat = (events.code - DEVICE).astype(np.int8)
     name = strings.add(events.name, names)
-    raws = events.args
-    args = decode_args(raws, DeviceArgs)
-    bad_args[0] += unreadable(raws, args)
-    keys = events.keys
-    device = int_column(field_of(args, "device")).astype(np.int32)
-    # without one in its args, a GPU event's pid is its device index: one beyond int32 is no GPU's
-    # (read as unknown, -1)
-    missing = np.flatnonzero(device < 0).tolist()
-    device[missing] = [pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
-                       for pid, _ in map(keys.__getitem__, missing)]
-    stream = int_column(field_of(args, "stream"))
-    missing = np.flatnonzero(stream < 0).tolist()  # ... and its tid its stream
-    stream[missing] = [_as_int(tid) for _, tid in map(keys.__getitem__, missing)]
-    correlation = int_column(field_of(args, "correlation"))
-    nbytes = int_column(field_of(args, "nbytes"))
-    nbytes = np.maximum(nbytes, 0)
-    blocks = _grid_sizes(field_of(args, "grid"))
+    extra = events.extra
+    device, stream, correlation = extra["device"], extra["stream"], extra["correlation"]
+    nbytes, blocks = extra["nbytes"], extra["blocks"]
     order = np.argsort(ts, kind="stable")
     ts, end, cat, name = ts[order], end[order], cat[order], name[order]
     device, stream, correlation = device[order], stream[order], correlation[order]
@@ -396,44 +362,6 @@ def _gather(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     if len(values) == 0:
         return np.full(len(index), -1, dtype=np.int32)
     return np.where(index >= 0, values[np.maximum(index, 0)], -1).astype(np.int32)
-
-
-def _as_int(value: int | str) -> int:
-    """A stream id from an int or a name such as "stream 7"; -1 when none fits in int64."""
-    if isinstance(value, int):
-        return value
-    # ASCII digits only: str.isdigit() also admits '²', which int() refuses (found by the fuzz test)
-    digits = "".join(ch for ch in value if "0" <= ch <= "9")
-    if not digits or len(digits) > 18:  # 18 digits always fit int64; more may not (a tid of 2**70)
-        return -1
-    return int(digits)
-
-
-def _grid_sizes(grids: list[list[int] | None]) -> np.ndarray:
-    """Thread blocks of each launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64;
-    a product beyond it is capped there. Grids of three dimensions, as Kineto writes them, at once."""
-    three = [g if g is not None and len(g) == 3 else _NO_GRID for g in grids]
-    dims = np.maximum(np.array(three, dtype=np.int64).reshape(len(grids), 3), 1)
-    # each dimension is below 2**31 (schema.I32): the product of two fits int64, of three may not
-    # (an int64 product that wraps around is replaced below)
-    sizes = dims[:, 0] * dims[:, 1] * dims[:, 2]
-    rough = dims[:, 0].astype(np.float64) * dims[:, 1] * dims[:, 2]
-    odd = np.flatnonzero((rough >= 2.0**62) | np.fromiter(map(is_, three, repeat(_NO_GRID)), bool, len(grids)))
-    for i in odd.tolist():
-        sizes[i] = _grid_size(grids[i])
-    return sizes
-
-
-_NO_GRID = [0, 0, 0]
-
-
-def _grid_size(grid: list[int] | None) -> int:
-    if not grid:
-        return 0
-    size = 1
-    for g in grid:
-        size *= max(int(g), 1)
-    return min(size, _I64_MAX)
 
 
 def _classify(cat: np.ndarray, name: np.ndarray, strings: Strings) -> np.ndarray:
@@ -485,22 +413,22 @@ def _launch_flags(
     return graph, np.asarray(triton, dtype=bool)
 
 
-def _memory_table(events: Events, bad_args: list[int]) -> MemoryEvents:
+def _memory_table(events: Events) -> MemoryEvents:
     # Device Type 1 is CUDA in c10::DeviceType; CPU allocations (type 0) are not GPU memory.
-    raws = events.args
-    ts_us = events.ts
-    decoded = decode_args(raws, MemoryArgs)
-    bad_args[0] += unreadable(raws, decoded)
-    cuda = np.flatnonzero(int_column(field_of(decoded, "device_type")) == 1)
-    order = cuda[np.argsort(ts_us[cuda], kind="stable")]  # by time; ties keep the file's order
-    args = list(map(decoded.__getitem__, order.tolist()))
+    extra = events.extra
+    cuda = np.flatnonzero(extra["device_type"] == 1)
+    order = cuda[np.argsort(events.ts[cuda], kind="stable")]  # by time; ties keep the file's order
     return MemoryEvents(
-        ts=_ns(ts_us[order]),
-        delta=int_column(field_of(args, "mem_bytes"), missing=0),
-        allocated=np.maximum(int_column(field_of(args, "total_allocated")), 0),
-        reserved=np.maximum(int_column(field_of(args, "total_reserved")), 0),
-        device=int_column(field_of(args, "device_id")).astype(np.int32),
+        ts=_ns(events.ts[order]),
+        delta=extra["delta"][order],
+        allocated=extra["allocated"][order],
+        reserved=extra["reserved"][order],
+        device=extra["device"][order],
     )
+
+
+_NO_EVENTS = Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                    [], [], {})
 
 
 def _span(host: HostEvents, device: DeviceEvents, memory: MemoryEvents) -> tuple[int, int]:
