@@ -79,9 +79,6 @@ PENDING: dict[str, str] = {
     "rules/host_blocking_work.py": "edited by another engineer meanwhile",
     "rules/small_gemm.py": "edited by another engineer meanwhile",
     "trace/schema.py": "edited by another engineer meanwhile",
-    "tryfix/child.py": "not cleaned yet",
-    "tryfix/knobs.py": "not cleaned yet",
-    "tryfix/trial.py": "not cleaned yet",
 }
 
 

@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
 def _exit_now(code: int) -> None:
     """Leave without the interpreter's teardown once trial.json is written: nothing after it is
     measured, and a DataLoader's persistent workers are joined there one by one, five seconds each
-    when they do not stop (torch's MP_STATUS_CHECK_INTERVAL): an accelerate loop's loader-workers
-    trial (eight workers) took 57 s for 6 s of steps (H100, 2026-11-26). The parent kills the
-    process group after it, as before."""
+    when they do not stop (torch's MP_STATUS_CHECK_INTERVAL), which can take ten times the trial's
+    steps (BENCHMARKS.md "Evidence moved from the source: try-fixes"). The parent kills the process
+    group after it."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

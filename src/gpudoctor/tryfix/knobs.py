@@ -21,14 +21,15 @@ Rules for overriding what the program passed:
 - **The outermost modules** (``bf16-autocast``, ``compile``, ``compile-reduce-overhead``): each
   module with parameters called at the top level (no module call around it) on the main thread
   during the first iteration (one model; a GAN's two networks; blocks called one by one from a
-  list), ``effects`` names each. Its ``forward`` runs under ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu``
-  without CUDA) from its first call on, or its ``forward`` is compiled
+  list), ``effects`` names each. Its ``forward`` runs under
+  ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu`` without CUDA) from its
+  first call on, or its ``forward`` is compiled
   (``module.forward = torch.compile(module.forward, mode=...)``, from its second call on: the
   first runs eager). Not ``module.compile()``: that compiles the module's call with its hooks,
   and the hooks that mark an inference loop's steps (capture/hooks.py) would run inside the graph
-  instead of at each call: the compile trials of a plain inference loop timed no step (H100,
-  2026-11-25). A module the program compiled already (``torch.compile(model)``, ``model.compile()``)
-  is left as it is, and a trial that changed nothing else is not applied.
+  instead of at each call, and the trial would time no step. A module the program compiled
+  already (``torch.compile(model)``, ``model.compile()``) is left as it is, and a trial that
+  changed nothing else is not applied.
 - **TF32** (``tf32``): ``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``
   and ``torch.set_float32_matmul_precision("high")``; the program turning them off again
   (``allow_tf32 = False``, ``"highest"``, ``fp32_precision = "ieee"``) is ignored and named.
@@ -70,11 +71,11 @@ class Knob:
     also_saves: tuple[str, ...] = ()
 
 
-# torch.compile compiles at the module's second call and again when gpudoctor's step discovery
-# drops its global module hooks after the second step (the compiled code guards on them): with
-# the baseline's --skip 5, the timed steps held the compilation (an inference loop on a 2-core
-# CPU, 2026-11-26: 6983, 1.2 and 9.7 ms; on the H200, 955 ms a step on average). The compile
-# trials run this many more steps first and time the same number of steps after them.
+# torch.compile compiles at the module's second call and again when gpudoctor's step discovery drops
+# its global module hooks after the second step (the compiled code guards on them): with the
+# baseline's --skip 5, the timed steps held the compilation. The compile trials run this many more
+# steps first and time the same number of steps after them (BENCHMARKS.md "Evidence moved from the
+# source: try-fixes").
 WARMUP_COMPILE = 10
 
 
@@ -90,8 +91,7 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
     cpus = os.cpu_count() or 1
     cuda = torch.cuda.is_available()
     # datasets whose loader this knob already set: a wrapper that builds a new loader from the
-    # old one's settings (accelerate's prepare) passes them on, and doubling them again gave an
-    # accelerate loop 16 workers on 16 CPUs (H100, 2026-11-26)
+    # old one's settings (accelerate's prepare) passes them on, and would double them again
     done: set[int] = set()
 
     @functools.wraps(original)
@@ -189,9 +189,8 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
     top level (no module call around it) on the main thread during the program's first iteration,
     before its first call runs; ``change`` returns a line for ``effects``. One model is one such
     module; a program that calls its blocks one by one from a list (tests/programs/lazy_import_sdpa.py)
-    or a GAN's two networks are several, and a knob on the first alone measured nothing of the
-    fix (the compile trial of lazy_import_sdpa compiled one block of four, H100, 2026-11-25). The
-    first iteration ends when a module already changed is called again at the top level.
+    or a GAN's two networks are several, and a knob on the first alone measures nothing of the
+    fix. The first iteration ends when a module already changed is called again at the top level.
 
     A change made there (a new ``forward``) takes effect from the module's next call:
     ``around_first`` (a context manager factory), when given, wraps each first call itself. The two
@@ -286,9 +285,8 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
             name = type(module).__name__
             if _compiled_already(module):
-                # compiling the compiled module again changes nothing but the effect line: the
-                # trial of a self-compiled MLP read "OptimizedModule.forward = torch.compile(...)"
-                # and measured the program as it was (CPU, 2026-11-26)
+                # compiling the compiled module again changes nothing but the effect line, and the
+                # trial would measure the program as it was
                 how = f": pass torch.compile(model{args}) in the program instead" if args else ""
                 return f"{LEFT_AS_IS}{name} is compiled by the program already{how}"
             compiled = torch.compile(module.forward, **kwargs)
@@ -328,8 +326,8 @@ DROPOUT_MARK = "dropout"
 def _dropout_note(module: Any) -> str:
     """"; 12 dropout modules: ..." when the module holds dropout with p > 0. Inductor draws its
     own random masks (Philox), not eager's, so the first losses of a compiled model that trains
-    with dropout differ by sampling noise: a BERT fine-tune (dropout 0.1) read 1.1232 -> 1.1865 at
-    its second step (H100, 2026-11-26), where TF32 on the same program moved it by 4e-5."""
+    with dropout differ by sampling noise, far more than a numerics change such as TF32 moves them
+    (BENCHMARKS.md "Evidence moved from the source: try-fixes")."""
     from torch import nn
 
     count = sum(1 for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
@@ -427,29 +425,20 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # A compile trial compiles from an empty Inductor cache of its own. With the graph already in the
 # cache, loading it calls ``async_compile.triton`` for each kernel, which starts Inductor's pool of
 # compile workers (one per CPU, up to 32; torch/_inductor/async_compile.py ``use_process_pool``)
-# without waiting for it: the workers import torch on every CPU while the compiled steps run. On an
-# accelerate loop (H100, 16 CPUs, 2026-11-26, three invocations in one call, 30 timed steps each)
-# the compile trial with a cold cache timed 3 stalls of 62-72 ms among steps of 9-19 ms (x1.90
-# [1.76-2.05]); the two with the cache it left timed 8 and 5 stalls of 27-110 ms (x1.18, x1.07:
-# "no effect"). An earlier warm-cache trial timed ten steps of 520 ms. With a cold cache the compile
-# itself waits for the pool, which is up before the timed steps. The trial also leaves the user's
-# cache as it was. Its cost: each compile trial compiles anew (30 s for the cold trial above, 26-30
-# s for the warm ones). With it, three invocations in the next call were each confirmed (x1.91,
-# x1.70, x2.18; 1-2 steps of 25-77 ms among 30).
+# without waiting for it: the workers import torch on every CPU while the compiled steps run and
+# stall them. With a cold cache the compile itself waits for the pool, which is up before the timed
+# steps. The trial also leaves the user's cache as it was; its cost is a compile from nothing
+# (tens of seconds) per compile trial (BENCHMARKS.md "Evidence moved from the source: try-fixes").
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # The combined trial compiles the same model again: it reuses the cache its compile knob's own trial
-# left (tryfix/trial.py ``Trials._spawn``) instead of compiling from nothing a second time (an
-# accelerate loop's combined trial took 49 s, its compile 30 of them: H100, 2026-11-26). What made a
-# warm cache stall the steps was the worker pool it started; the compile trials run without one
-# (IN_PROCESS_COMPILE).
+# left (tryfix/trial.py ``Trials._spawn``) instead of compiling from nothing a second time (the
+# compile is most of a combined trial's time). What made a warm cache stall the steps was the worker
+# pool it started; the compile trials run without one (IN_PROCESS_COMPILE).
 REUSED_CACHE = "reused"
-# And a compile trial compiles in the program's own process, with no worker pool, unless the user set
-# the variable: with the pool up, the host's copies into pinned memory ran 80x slower. Pinning a 16 MB
-# tensor took 0.10 ms before a compile and 8.0 ms after it, 2.1 ms once the workers were shut down, and
-# 0.07-0.19 ms throughout with TORCHINDUCTOR_COMPILE_THREADS=1 (benchmarks/probe_pin_after_compile.py,
-# H100, 16 CPUs, torch 2.11, 2026-11-26). A Lightning classifier whose DataLoader pins its batches on
-# the training thread measured x0.53 for compile, twice: its __next__ went from 0.5 to 4.6 ms a step
-# while the GPU's work fell from 4.45 to 4.20 ms. The effects line tells the user to set it too.
+# And a compile trial compiles in the program's own process, with no worker pool, unless the user
+# set the variable: with the pool up, the host's copies into pinned memory ran 80x slower, and a
+# program that pins its batches on the training thread measured slower compiled (BENCHMARKS.md
+# "Evidence moved from the source: try-fixes"). The effects line tells the user to set it too.
 IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
@@ -464,15 +453,14 @@ KNOBS: tuple[Knob, ...] = (
          group="optimizer"),
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
-    # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too. Priced on the
-    # launches alone it read x1.34-1.49 on a Hugging Face Trainer's Llama step and x1.00-1.01 on nanoGPT's,
-    # and measured x1.49-1.99 and x1.26 (H100, 2026-11-26)
+    # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too
+    # (priced on the launches alone it under-predicted: BENCHMARKS.md "Evidence moved from the
+    # source: try-fixes")
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
          _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
-    # priced with the launch-bound saving too: on a Hugging Face Trainer's Llama step (H100, 2026-11-26)
-    # fusion alone priced compile at x1.19, fusion and launches together at x1.47-1.90 (the launch-bound
-    # saving moves with the host); it measured x1.72-2.16 in seven invocations
+    # priced with the launch-bound saving too (the launch-bound saving moves with the host; fusion
+    # alone under-predicted: BENCHMARKS.md "Evidence moved from the source: try-fixes")
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
          numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE,
          also_saves=("launch-bound",)),

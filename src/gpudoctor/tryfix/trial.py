@@ -124,20 +124,21 @@ CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, 
     "within the program's drift")
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 CONTROLS_BOTH = "controls before and after"  # the reference once control-end ran (``bracketed``)
-# Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate the
-# knob from the program's own drift (an HF Trainer's controls 20.2% apart, H100, 2026-11-26)
+# Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate
+# the knob from the program's own drift (controls 20% apart on a real program: BENCHMARKS.md
+# "Evidence moved from the source: try-fixes")
 REPEATS_HINT_DRIFT_PCT = 5.0
 PRICED_STEP_MOVED_PCT = 20.0
-"""The control's step this much off the diagnosed run's (the step the findings priced): the control's
-line says so. unet_ema (H100, 2026-11-26): diagnosed at 18.96 ms, near the GPU's 16.1 ms of work a
-step, its fusion finding priced compile at x1.30; the control stepped at 24.63 ms (+30%), host-bound,
-and compile measured x1.00."""
+"""The control's step this much off the diagnosed run's (the step the findings priced): the
+control's line says so, since a step that moved may have changed what bounds it (a GPU-bound step
+found host-bound in the control measures nothing of a fusion fix: BENCHMARKS.md "Evidence moved
+from the source: try-fixes")."""
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
-# A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are
-# at most one sample in ten and keeps them all above that: on an accelerate loop whose compiled
-# steps stalled 40-78 ms in 3-10% of steps (H100, 2026-11-26), it dropped them in some processes and
-# not in others, 14.4 against 20.3 ms a step for the same knob. The trials need no rule to drop a
-# warm-up step: they time steps judged settled (capture/timing.py), with compilation cut.
+# A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are at
+# most one sample in ten and keeps them all above that: on steps that stall in a few percent of them
+# it drops them in some processes and not in others (BENCHMARKS.md "Evidence moved from the source:
+# try-fixes"). The trials need no rule to drop a warm-up step: they time steps judged settled
+# (capture/timing.py), with compilation cut.
 DROP_OUTLIERS = False
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
 NOT_ENOUGH = "not enough steps to judge"
@@ -159,14 +160,12 @@ class Baseline:
     priced_ms: float | None = None
 
 
-# A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and on an
-# H100 (2026-11-26) 3-against-3 samples left a DCGAN's control at x0.85 [0.78-0.93] of the
-# diagnosed run and a no-op knob's interval 0.59-1.09 wide: no verdict stands on that. Trials
-# therefore skip at least this many steps (then time 30 or more after the 12 judged settled: capture/timing.py
-# timed_enough). A program that ends sooner is timed over the second half of the steps it ran (a
-# trial's program may end before its window). 24, not 16 (12 steps in its second half, not 8): an accelerate loop's
-# once-an-epoch step (90 ms against 24.5, every 16th) fell in one control's samples and not in the
-# next one's: x1.29 for compile in one invocation, x2.17 in the next (H100, 2026-11-26).
+# A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and 3
+# against 3 samples left intervals too wide for any verdict. Trials therefore skip at least this
+# many steps (then time 30 or more after the 12 judged settled: capture/timing.py timed_enough). A
+# program that ends sooner is timed over the second half of the steps it ran (a trial's program may
+# end before its window). 24, not 16: a once-an-epoch step every 16th fell in one control's samples
+# and not in the next one's (BENCHMARKS.md "Evidence moved from the source: try-fixes").
 TRIAL_MIN_SKIP = 24
 
 
@@ -208,8 +207,8 @@ def _code_fix_first(finding: Any) -> str:
     """Why a finding that usually has a knob needs a code change this time ("" when it does not)."""
     numbers = getattr(getattr(finding, "evidence", None), "numbers", None) or {}
     if finding.id == "input-pipeline" and numbers.get("loader_time_is_pinning"):
-        # eight workers made a Lightning module's step 2.1x slower (H100, 2026-11-26): the loader's time
-        # was pinning in-memory batches (rules/input_pipeline.py)
+        # the loader's time is pinning in-memory batches (rules/input_pipeline.py): worker processes
+        # would make the step slower, not faster
         return ("the loader's time is pinning batches of an in-memory data set: pinning it once is a code "
                 "change, and worker processes would still copy each batch")
     return ""
@@ -244,13 +243,9 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
 
 
 MIN_TRIAL_SPEEDUP = 1.01
-"""A knob priced under this (its findings put less than 1% of the step at stake) is listed, not tried,
-unless named: no trial can tell 1% from the drift between two processes of an unchanged program (1-9%
-on the lent H100s). A Hugging Face Trainer's fp32-matmul finding, 0.0 and 0.0029 ms of a 24 ms step,
-planned the bf16-autocast and tf32 trials in two invocations (H100, 2026-11-26): 28 and 44 s of them,
-measured x1.09 / x0.97 and x0.98 / x0.95, each within its controls' drift. nanoGPT's reduce-overhead,
-priced x1.00-1.01 on its launches and measured x1.26, is now priced with the fusion it also does
-(x1.33: ``_with_also_saves``)."""
+"""A knob priced under this (its findings put less than 1% of the step at stake) is listed, not
+tried, unless named: no trial can tell 1% from the drift between two processes of an unchanged
+program (1-9% on the lent H100s; BENCHMARKS.md "Evidence moved from the source: try-fixes")."""
 
 
 def _stake(planned: Planned) -> str:
@@ -338,9 +333,9 @@ def verdict(change: StepChange, predicted_speedup: float | None,
         return WORSE
     if change.verdict == SAME:
         # the interval excludes 0 but not the drift of the controls (a floor above diff's 1%): the
-        # knob did change the step, by less than unchanged runs of the program moved. The
-        # optimizer_foreach_off twin (H100, 2026-11-25): x1.55 [1.30-1.86] under a 29.5% floor
-        # was called "no effect"
+        # knob did change the step, by less than unchanged runs of the program moved (a twin's real
+        # fix was once called "no effect" there: BENCHMARKS.md "Evidence moved from the source:
+        # try-fixes")
         drift = change.floor_pct > DEFAULT_FLOOR_PCT
         excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0 or change.ci_low_pct > 0)
         return NOISY if drift and excludes_zero else NO_EFFECT
@@ -440,10 +435,10 @@ class Trials:
         processes against the N + 1 controls (diff/samples.py ``compare_processes``).
 
         Why: a host-bound program's speed moves from one process to the next, and one process a
-        knob cannot tell that from the knob. The accelerate loop's compile trial measured x1.91,
-        x1.70 and x2.18 in three invocations (H100, 2026-11-26), each interval narrow, while its
-        unchanged controls moved 24.6 <-> 28.0 ms. Alternating the knobs with the controls round by
-        round spreads the machine's drift over both sides instead of into one knob's number."""
+        knob cannot tell that from the knob (three invocations, each interval narrow, disagreed:
+        BENCHMARKS.md "Evidence moved from the source: try-fixes"). Alternating the knobs with the
+        controls round by round spreads the machine's drift over both sides instead of into one
+        knob's number."""
         rounds: dict[str, list[dict[str, Any]]] = {CONTROL: [self.records[-1]]}
         for r in range(1, self.repeats + 1):
             if r > 1:
@@ -712,11 +707,10 @@ def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...
     """The first control's samples, moved to the geometric mean of the two controls' process means.
 
     The knob trials run between the control and control-end; the program's speed moves from one
-    process to the next (the by-hand gallery's unchanged GRU tagger: 19.5-27.8 ms a step in four
-    plain processes, and its controls 29.4 and 33.4 ms in one invocation; H100, 2026-11-26), so
-    the two controls' mean is a better estimate of the speed the trials ran at than either alone.
-    The spread within one process stays the first control's (the interval's within-process part);
-    the drift between the two already raised the verdicts' floor."""
+    process to the next (BENCHMARKS.md "Evidence moved from the source: try-fixes"), so the two
+    controls' mean is a better estimate of the speed the trials ran at than either alone. The
+    spread within one process stays the first control's (the interval's within-process part); the
+    drift between the two already raised the verdicts' floor."""
     if not first or not last:
         return tuple(first)
     a, b = process_mean(first, drop_outliers=DROP_OUTLIERS), process_mean(last, drop_outliers=DROP_OUTLIERS)
