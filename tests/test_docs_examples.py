@@ -356,6 +356,23 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def test_inline_commands_name_real_options() -> None:
+    """A command quoted in the prose (`gpudoctor run --json train.py`) names only options its
+    subcommand has: a renamed option fails here as in the fenced examples."""
+    wrong = []
+    for doc in DOCS:
+        prose = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)
+        for span in re.findall(r"`(gpudoctor [^`\n]+)`", prose):
+            words = span.split()
+            used = {w.split("=")[0] for w in words if re.fullmatch(r"--?[a-zA-Z][\w-]*(=.*)?", w)}
+            if not used:
+                continue  # a command's name alone
+            unknown = used - help_options(words[1:])
+            if unknown:
+                wrong.append(f"{doc.name}: `{span}`: {sorted(unknown)}")
+    assert wrong == []
+
+
 def test_links_between_the_docs_resolve() -> None:
     """Every relative link of README.md and docs/*.md names a file that exists and, into a .md
     file, a heading it has."""
