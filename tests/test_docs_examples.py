@@ -412,8 +412,8 @@ def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
         f"{math.ceil(1000 * t.TRIAL_JUDGED_MIN_S / kept)} ms or more"),
         (f"the median of its last {t.TRIAL_SETTLE_HALF} steps within {t.TRIAL_SETTLE_RATIO:g}x of the "
         f"{t.TRIAL_SETTLE_HALF} before them (and of its fastest {t.TRIAL_SETTLE_HALF} so far)"),
-        f"at most {t.TRIAL_SETTLE_MAX_STEPS} steps or {t.TRIAL_SETTLE_MAX_S:g} seconds",
-        (f"Then it times the steps after those {2 * t.TRIAL_SETTLE_HALF}: at least {t.TRIAL_TIMED_STEPS} steps over at "
+        f"It waits at most {t.TRIAL_SETTLE_MAX_STEPS} steps or {t.TRIAL_SETTLE_MAX_S:g} seconds past `--skip`",
+        (f"Once settled, it times the steps after those {2 * t.TRIAL_SETTLE_HALF}: at least {t.TRIAL_TIMED_STEPS} steps over at "
         f"least {t.TRIAL_TIMED_MIN_S:g} seconds, and more while the standard error of their mean is over "
         f"{t.TRIAL_TIMED_SE:.0%} of it; it stops at {t.TRIAL_TIMED_MAX_STEPS} steps or {t.TRIAL_TIMED_MAX_S:g} "
         f"seconds once it has {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second"),
