@@ -42,9 +42,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 PENDING: dict[str, str] = {
     "analysis/idle.py": "not cleaned yet",
     "analysis/observer.py": "not cleaned yet",
-    "capture/runner.py": "not cleaned yet",
-    "capture/session.py": "not cleaned yet",
-    "capture/timing.py": "not cleaned yet",
     "cli.py": "not cleaned yet",
     "core/finding.py": "not cleaned yet",
     "diff/samples.py": "not cleaned yet",

@@ -162,11 +162,10 @@ def program_stdout_to_stderr() -> Iterator[None]:
 def _freeze_our_objects() -> None:
     """Move every object alive now (gpudoctor's imports, torch's, the profiler's preloaded
     ``torch._inductor``: ~900 modules) out of the garbage collector's reach, so that the program's
-    full collections scan what the program made, as they would without gpudoctor. A host-bound
-    program that makes thousands of tensors a step (tests/programs/launch_bound_rnn.py, H200,
-    2026-11-25) ran 29-34 ms a step plainly, 30-42 ms with ``torch._inductor`` imported first, and
-    30-37 ms with it imported and frozen (``gc.freeze``, made for this: objects that live as
-    long as the process)."""
+    full collections scan what the program made, as they would without gpudoctor (``gc.freeze``,
+    made for this: objects that live as long as the process). A host-bound program that makes
+    thousands of tensors a step ran slower with ``torch._inductor`` imported first, and back near
+    its own pace with it frozen (BENCHMARKS.md "Evidence moved from the source: capture")."""
     import gc
 
     gc.freeze()
@@ -174,9 +173,8 @@ def _freeze_our_objects() -> None:
 
 def _unfreeze_our_objects() -> None:
     """The program is over: the frozen objects go back to the collector, so that the interpreter's
-    shutdown collects them too. Left frozen, triton's objects outlived its bindings, and nanobind
-    printed about a hundred "leaked instance" lines after every report (a pure-Python program under
-    ``gpudoctor run`` on the 2-core development machine, torch 2.13, triton 3.9, 2026-11-26)."""
+    shutdown collects them too. Left frozen, triton's objects outlive its bindings, and nanobind
+    prints about a hundred "leaked instance" lines after every report (torch 2.13, triton 3.9)."""
     import gc
 
     gc.unfreeze()

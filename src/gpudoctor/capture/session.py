@@ -210,11 +210,10 @@ class CaptureSession(Listener):
         self._torch = torch
         self._cuda = torch.cuda.is_available()
         # Kineto detaches CUPTI when the window stops only with TEARDOWN_CUPTI=1; left attached, its
-        # callbacks slow every later launch (pytorch/pytorch#144455): on an H100 with torch 2.11
-        # (2026-11-26) the steps after the window ran 1.2-1.7x the ones before it in launch-bound
-        # programs (a DCGAN 6.5 -> 10.8 ms, an RNN loop 31-42 -> 51 ms). Kineto reads the variable
-        # when the trace stops; torch sets it to 0 itself where CUDA graphs cannot take a teardown,
-        # and a value the user set is kept.
+        # callbacks slow every later launch (pytorch/pytorch#144455), and the steps timed after the
+        # window ran slower than before it in launch-bound programs (BENCHMARKS.md "Evidence moved
+        # from the source: capture"). Kineto reads the variable when the trace stops; torch sets it
+        # to 0 itself where CUDA graphs cannot take a teardown, and a value the user set is kept.
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
         self._started_at = self.clock.now()
@@ -363,12 +362,10 @@ class CaptureSession(Listener):
         self._loader_depth = max(self._loader_depth, depth)
         yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
         # only the loop's first iterator starts with a queue filled while the program set up; a
-        # later epoch's iterator restarts its count at 0 with no such backlog, and read as one
-        # an epoch shorter than the queue left no step timed (an accelerate loop of 8 workers, H100,
-        # 2026-11-26)
+        # later epoch's iterator restarts its count at 0 with no such backlog, and read as one an
+        # epoch shorter than the queue leaves no step timed.
         # A persistent-workers loader hands out the same iterator object every epoch, its count reset
-        # to 0: with 8 batches an epoch against a queue of 16 (a Lightning module under the
-        # loader-workers knob, H100, 2026-11-26) every step read as backlog and the trial timed none
+        # to 0: with fewer batches an epoch than its queue holds, every step would read as backlog
         if self._loader_iterator is not None and (self._loader_iterator() is not iterator
                                                   or yielded < self._loader_yielded):
             self._loader_started = True
@@ -481,8 +478,8 @@ class CaptureSession(Listener):
             # (only these two go through the filter: its few syscalls stay out of the other steps)
             if self._in_window == 0 or self._in_window >= cfg.steps:
                 # torch warns at the warm-up -> record transition that events are cleared "at the
-                # end of each cycle": the window is one cycle (repeat=1), and the line landed on the
-                # program's stderr on every run (twins, H100, 2026-11-25)
+                # end of each cycle": the window is one cycle (repeat=1), and the line would land on
+                # the program's stderr on every run
                 with kineto_chatter_filtered(), warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
                     self._prof.step()
@@ -513,9 +510,8 @@ class CaptureSession(Listener):
     def _calibration_target(self, asked: int) -> int:
         """Steps to time after the window: what was asked, or behind a DataLoader with workers two
         rounds of its queue (2 x workers x prefetch): its workers hand over batches in bursts, and
-        a few steps see one wait or none (tests/programs/dataloader_workers.py, H200, 2026-11-26:
-        5 steps after the window timed 2.7-3.2 ms and one 114.5 ms, a mean of 21.5 ms against
-        the program's own 29.9-31.4 ms)."""
+        a few steps see one wait or none, and their mean misses the program's step by far
+        (BENCHMARKS.md "Evidence moved from the source: capture")."""
         if asked <= 0 or self._loader_depth <= 0:
             return asked
         return max(asked, 2 * self._loader_depth)
@@ -524,9 +520,8 @@ class CaptureSession(Listener):
         """The window waits while the loader still serves the batches its workers queued before the
         loop started (at most its queue depth more steps; not in a distributed job, whose ranks
         agree on one step). Opened inside that backlog, the window records steps that never wait
-        for a batch: a loader of 4 workers feeding a 2.4 ms step every 22-24 ms was recorded at
-        14.95 ms a step and called launch-bound (tests/programs/dataloader_workers.py, H200,
-        2026-11-25: --skip 5 against a queue of 8 batches)."""
+        for a batch, and a loader-bound step reads launch-bound (BENCHMARKS.md "Evidence moved from
+        the source: capture")."""
         return (self._loader_backlog and self.sync is None
                 and self._count < max(skip, 1) + self._loader_depth)
 
@@ -726,9 +721,9 @@ class CaptureSession(Listener):
             return self._trial_timing(intervals, now)
         if settled(intervals, self._loader_depth):
             # the steps timed are the ones after those judged settled: not earlier ones (a compile
-            # trial at its --skip kept 16 steps, the first two 488 and 119 ms, where the 12 judged ran
-            # 9-20 ms: H100, 2026-11-26), nor the judged ones themselves, whose median passed the test
-            # with a transient's last steps among them (a trial's mean keeps every step: tryfix/trial.py)
+            # trial's first steps after its --skip still compile), nor the judged ones themselves,
+            # whose median passed the test with a transient's last steps among them (a trial's mean
+            # keeps every step: tryfix/trial.py)
             judged = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
             self._judged_ms = intervals[len(intervals) - judged:]
             self._timed_from = len(intervals)
@@ -785,9 +780,9 @@ class CaptureSession(Listener):
     def _compiled_since_last(self) -> bool:
         """Did torch.compile compile anything (a first compile, a recompile, a lazy backward) since
         the last call? Read from dynamo's own compile-time records, only where the program has
-        imported dynamo. A compiling step is no step as the program runs: a compile trial on an
-        accelerate loop timed 13 steps of 9-1027 ms (mean 196 ms) in one invocation and 13.3 ms
-        a step in the next (H100, 2026-11-26)."""
+        imported dynamo. A compiling step is no step as the program runs: timed with the rest, it
+        made two invocations of one compile trial disagree by 15x (BENCHMARKS.md "Evidence moved
+        from the source: capture")."""
         utils = sys.modules.get("torch._dynamo.utils")
         metrics = getattr(utils, "compilation_time_metrics", None)
         if not isinstance(metrics, dict):
@@ -819,14 +814,10 @@ class CaptureSession(Listener):
 
         Before the window: the last half of its steps (at least 3 when there are 3; the first
         are warm-up: compilation, autotuning, the allocator). After it: every step timed. Which
-        set (or both) the number comes from, and how, is capture/timing.py's choice: on an H100
-        with torch 2.11 the launch-bound gallery programs ran 13-65% slower per step right after
-        the profiler stopped than before it started (gallery run 2026-11-25: an RNN 38 -> 48 ms,
-        a GAN 8.5 -> 10.0 ms, generate() 273 -> 455 ms), while on a CPU the steps before a
-        window at --skip 5 are still warming up (cpu_only, 4 runs on a shared 2-core CPU,
-        2026-11-26: the mean of its steps 3-5 was 1.93, 1.20, 1.12 and 1.30 times the program's own
-        steady step in the same run; the median of the steps after the window 1.03, 1.09, 0.98 and
-        1.08 times).
+        set (or both) the number comes from, and how, is capture/timing.py's choice: on a GPU the
+        launch-bound programs ran slower per step right after the profiler stopped than before it
+        started, while on a CPU the steps before a window at --skip 5 are still warming up
+        (BENCHMARKS.md "Evidence moved from the source: capture").
         """
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []

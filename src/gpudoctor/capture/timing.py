@@ -2,18 +2,14 @@
 timed outside the profiler's window (capture/session.py times them; this module only decides).
 
 Two sets of samples exist: the steps before the window (their second half: the first are warm-up)
-and the steps after it (the first ``SETTLE_STEPS`` left out). Each can be slowed: the steps before the window may still be warming up (tests/programs/cpu_only.py on a shared
-2-core CPU, 2026-11-26: steps 3-5 at 0.88-1.00 ms plainly, its steady state 0.69 ms), and the steps
-after it run behind the profiler's leftovers (on an H100 with torch 2.11, launch-bound programs ran
-13-65% slower per step after the window than before it; pytorch/pytorch#144455 names CUPTI, which
-Kineto leaves attached after profiling unless TEARDOWN_CUPTI=1). Taking the lower of the two sets
-on that reasoning was measured against the programs' own timing on an H100 (2026-11-26, the
-gallery's calls 8 and 9, 20 programs, 3 steps before and 6-8 after the window): 10 within 10% of
-the plain step's mean, against 14 for the median of both sets pooled. The steps before the window
-were the faster ones where they were wrong (a DCGAN: 6.5 ms before, 7.9 after, 9.3 plainly; an
-L-BFGS loop 15.4 / 18.2 / 17.2). So both sets are pooled whenever both have enough steps (the
-median is robust to a warm-up or a leftover step either way), unless their medians are more than
-``SETS_DISAGREE`` apart: then the faster set alone; a set alone when only it has.
+and the steps after it (the first ``SETTLE_STEPS`` left out). Each can be slowed: the steps before
+the window may still be warming up, and the steps after it run behind the profiler's leftovers
+(pytorch/pytorch#144455 names CUPTI, which Kineto leaves attached after profiling unless
+TEARDOWN_CUPTI=1). Taking the lower of the two sets was wrong more often than pooling them, against
+the programs' own timing (BENCHMARKS.md "Evidence moved from the source: capture"). So both sets
+are pooled whenever both have enough steps (the median is robust to a warm-up or a leftover step
+either way), unless their medians are more than ``SETS_DISAGREE`` apart: then the faster set
+alone; a set alone when only it has.
 
 The estimator: the median of the chosen steps (a single warm-up or collection outlier among 3-8
 steps cannot move it), except behind a DataLoader with worker processes, whose steps are bursty by
@@ -32,22 +28,18 @@ MIN_SAMPLES = 3
 """Fewer timed steps than this: the number is shown but not trusted."""
 SETTLE_STEPS = 1
 """Steps after the window left untimed beyond the one that wrote the trace: the first step after it
-ran slower than the next ones (cpu_only on a shared 2-core CPU, 2026-11-26: 0.92, 0.94, 1.24 and
-0.80 ms in four runs whose next steps had medians of 0.75, 0.70, 0.94 and 0.75 ms; the H200 gallery,
-call 7: hf_trainer_llama 23.5 ms against 18.5-20.5, compiled_step 5.76 against 5.23-5.58): the
-caches and the allocator refill after the export."""
+runs slower than the next ones while the caches and the allocator refill after the export
+(BENCHMARKS.md "Evidence moved from the source: capture")."""
 SETS_DISAGREE = 1.25
 """Medians of the two sets further apart than this: the faster set alone. Both slowdowns only add
 time (warm-up before the window, the profiler's leftovers after it), so the faster set is the one
-neither reached. generate() calls on an H100 with CUPTI detached (gallery call 12, 2026-11-26):
-214.6 ms before the window, 297.8 after it (1.39x), 212.7 plainly; the pooled median read 291.9
-(1.37), the set before 214.6 (1.01). Of the 16 gallery programs re-timed with CUPTI detached it
-changes one other (unet_ema, 1.25x apart: 17.34 before, 21.70 after, 17.67 plainly; pooled 17.93,
-now 17.34). The DCGAN below (1.21x apart) stays pooled."""
+neither reached; 1.25 separates a generate() loop (1.39x apart) from a DCGAN whose pooled
+median was right (1.21x apart). Pinned by tests/test_unprofiled_timing.py::
+test_two_sets_far_apart_give_the_faster_one; the runs: BENCHMARKS.md "Evidence moved from the
+source: capture"."""
 WARM_STEPS = 10
 """Steps a program needs to reach its steady state: timed steps that all end before this step
-are likely warm-up (the gallery's early_exit on an H200: steps 3-5 at 1.9-3.5 ms, its steady
-1.7-1.8 ms)."""
+are likely warm-up (BENCHMARKS.md "Evidence moved from the source: capture")."""
 
 
 TRIAL_SETTLE_HALF = 6
@@ -63,26 +55,20 @@ TRIAL_SETTLE_MAX_S = 30.0
 """Nor more than this many seconds past it."""
 TRIAL_TIMED_STEPS = 30
 """Once settled, a trial times at least this many steps (after the ones judged settled). Twelve
-were too few for two invocations to agree: a compile trial on an accelerate loop (H100, 2026-11-26)
-measured x2.07 in one and x1.28 in the next, each mean moved by one or two stalls of 25-105 ms among
-steps of 9-28 ms. At that program's 25 ms a step the 18 more steps cost half a second."""
+were too few for two invocations to agree, each mean moved by one or two stalls (BENCHMARKS.md
+"Evidence moved from the source: capture"); at 25 ms a step the 18 more steps cost half a second."""
 TRIAL_TIMED_SE = 0.01
 """Past TRIAL_TIMED_STEPS, a trial times on until the standard error of its mean step (every step:
 a trial's comparison keeps them all, tryfix/trial.py) is within this share of the mean
-(``timed_enough``). Thirty steps were still too few where the host stalls: the same accelerate
-loop's unchanged controls (H100, 2026-11-26 11:45 UTC) held stalls of 40-99 ms in 1-9 of 30 steps of
-23-30 ms, and two of them measured 35.9 and 29.4 ms means in one invocation (standard errors of 7-9%
-of the mean). Stalls that come at random average out as one over the root of the steps; a clean
-step (nanoGPT's, spread 1-2%) stops at 30."""
+(``timed_enough``). Thirty steps are still too few where the host stalls (BENCHMARKS.md "Evidence
+moved from the source: capture"). Stalls that come at random average out as one over the root of
+the steps; a clean step (spread 1-2%) stops at 30."""
 TRIAL_TIMED_MIN_S = 3.0
 """Nor fewer seconds than this (unless TRIAL_TIMED_MAX_STEPS come first): a host-bound step's speed
-moves with the host's, in spells of seconds that the steps of one spell cannot show. On the lent
-H100 machines (2026-11-26) a pure-Python loop ran in 37-42 ms at best and up to 76 ms on every one of 16
-CPUs, changing between sweeps 4 s apart (benchmarks/probe_cpu_map.py); a Hugging Face Trainer's and an
-accelerate loop's plain runs, read over windows of 0.3 s, moved by 6-8% (standard deviation of the
-window means), over 3 s windows by 2-4% (benchmarks/probe_host_noise.py). Thirty steps of a 10-30 ms
-step are one spell; the lab's input_pipeline trap stepped in 42.8 ms in one control process and 31.1
-in the next, each steady within itself. The cost: a trial of a 25 ms step times 2 s more."""
+moves with the host's, in spells of seconds that the steps of one spell cannot show (2-4% over 3 s
+windows against 6-8% over 0.3 s: benchmarks/probe_host_noise.py, benchmarks/probe_cpu_map.py;
+BENCHMARKS.md "Evidence moved from the source: capture"). The cost: a trial of a 25 ms step times
+2 s more."""
 TRIAL_TIMED_MAX_STEPS = 600
 TRIAL_TIMED_MAX_S = 5.0
 """Nor more steps than TRIAL_TIMED_MAX_STEPS, nor longer than this many seconds past the settled
@@ -217,11 +203,10 @@ def settled(intervals: list[float], loader_depth: int = 0) -> bool:
     workers, means over runs of at least one round of its queue, whose steps come in bursts. Fewer
     steps than two runs: not settled.
 
-    Why a trial waits for it: torch.compile's background work outlives the compile. A compile
-    trial on an accelerate loop (H100, torch 2.11, 2026-11-26) timed steps of 9-729 ms (a median
-    of 520) when Inductor's cache already held the graph, and 11-63 ms (median 14) with a fresh
-    cache directory, in the same call; its steady step is 13 ms. A fixed number of warm-up steps
-    cannot cover both; a settled series can."""
+    Why a trial waits for it: torch.compile's background work outlives the compile, by how much
+    depends on whether Inductor's cache already held the graph (BENCHMARKS.md "Evidence moved from
+    the source: capture"). A fixed number of warm-up steps cannot cover both; a settled series
+    can."""
     half = max(TRIAL_SETTLE_HALF, loader_depth)
     if len(intervals) < 2 * half:
         return False
