@@ -243,8 +243,8 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
 
     A copy from pageable memory blocks the host like a sync (the driver stages it through a bounce
     buffer); with pinned memory and ``non_blocking=True`` the host launches the forward while the
-    copy runs. The pageable_h2d twin (64 MB a step, H100, 2026-11-25): 1.7 ms of dispatch idle a
-    step after each copy, gone in the fixed twin (11.5 -> 1.6 ms).
+    copy runs, and the dispatch idle after each copy goes with the fix (BENCHMARKS.md "Evidence
+    moved from the source: analysis").
     """
     if by_cause[cause] <= 0 or blocked_ms <= 0:
         return
@@ -333,19 +333,13 @@ def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, n
 # reusing its plan) or SETUP_TIMES_GPU times the GPU time of the kernels it launched (every call on
 # a new shape: the host, not the GPU, is busy), and such calls come on at least half the steps with
 # at least two different input shapes.
-# - empty_cache_varlen twin (H100, torch 2.11, 2026-11-25): the first
-#   aten::_cudnn_attention_forward / _backward of each step took 68-91 ms on a new sequence length,
-#   the five others 0.13-0.41 ms; its GEMMs on a new shape 3-25 ms of host time (cuBLASLt choosing
-#   a kernel; the launch itself 0.03 ms). Padding to 8 buckets: x8.6.
-# - multiscale_cudnn_benchmark twin (same day): with cudnn.benchmark = True and a new image size
-#   every step, 9 of 11 convolutions took 38-49 ms forward and ~70 ms backward on every step (the
-#   autotuner), too many for a quartile to be typical; 6 size buckets: x12.3.
+# The thresholds separate the two twins that showed the pattern, a plan built per sequence length
+# (cuDNN attention, cuBLASLt choosing a kernel) and cuDNN's autotuner on a new image size every step
+# (too many setup calls for a quartile to be typical): BENCHMARKS.md "Evidence moved from the
+# source: analysis".
 # A call that waits on CUDA events inside itself this many times times its own kernels: an
-# autotuner trying candidates (cuDNN's under cudnn.benchmark). multiscale_cudnn_benchmark: every
-# autotuned convolution forward waited 10 times in cudaEventSynchronize, every backward 20; the
-# first layer's (3 channels, 472-524 px) ran trials long enough on the GPU (9-11 ms) that its host
-# time (14-17 ms) was not 5 times its GPU time, and 10 of its 22 autotuned calls a step were left
-# out. A plain operator, a compiled region included, never waits on an event inside itself.
+# autotuner trying candidates (cuDNN's under cudnn.benchmark waits 10 times a forward, 20 a
+# backward). A plain operator, a compiled region included, never waits on an event inside itself.
 SETUP_MIN_TIMED = 4
 SETUP_MIN_NS = 2_000_000
 SETUP_TIMES_TYPICAL = 20.0
@@ -490,11 +484,10 @@ def _pageable_copy_calls(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -
     """Host copy calls that stage an upload from pageable memory, except those that find the
     queue already emptied by a sync: such an upload drains nothing, and the catch-up after it
     belongs to the sync (an inference loop's ``.cpu()`` of each batch's predictions, then the next
-    batch's 0.1 MB pageable ``.to(device)``: tests/programs/inference_loop.py, H100, 2026-11-25,
-    0.28 ms a batch went to the upload, whose fix cannot remove it while ``.cpu()`` still drains the
-    queue). An upload right after another one stays with it (the pageable_h2d twin's labels after
-    its 64 MB batch: the catch-up hides behind the batch's pinned copy once fixed). Downloads to
-    pageable memory are syncs (``sync_calls``)."""
+    batch's small pageable ``.to(device)``: the upload's fix cannot remove that catch-up while
+    ``.cpu()`` still drains the queue). An upload right after another one stays with it (a batch's
+    labels after the batch: the catch-up hides behind the batch's pinned copy once fixed).
+    Downloads to pageable memory are syncs (``sync_calls``)."""
     dev, host = trace.device, trace.host
     mask = np.zeros(len(host), bool)
     upload = (dev.kind == int(Kind.MEMCPY_HTOD_PAGEABLE)) & (dev.launch >= 0)
@@ -536,9 +529,9 @@ def _host_work(
 
     Operators that call no CUDA runtime or driver function ran on the host alone (torch ops on CPU
     tensors: a batch augmented in the training loop): their time is host work too, not the
-    dispatch of GPU work. The cpu_augment_loop twin (H100, 2026-11-25) spent 33 ms a step in CPU
-    flips, crops and divisions before one 12 MB pageable copy; counted as dispatch, the idle went to
-    the copy that closed the gap (pageable-copy, x3.9) and host-blocking-work saw nothing."""
+    dispatch of GPU work; counted as dispatch, their idle would go to the copy that closes the gap
+    and host-blocking-work would see nothing (BENCHMARKS.md "Evidence moved from the source:
+    analysis")."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
     ops = np.flatnonzero(on_thread & (host.cat == HostCat.OP))

@@ -1,10 +1,9 @@
 """The observer effect: host time the profiler itself adds to every event it records.
 
 On a GPU-bound step that overhead is hidden; on a host-bound one it widens exactly the gaps the
-doctor prices (launch-bound, per-sample loops). Measured on the lent H100 (torch 2.11,
-2026-11-22) as profiled minus unprofiled step time over recorded ops + runtime calls per step:
-2.9 us (tests/data/host_sync), 3.3 us (per_sample_loop), 3.1 us (optimizer_loop); and 3.2 us per
-``x.add_(1)`` in a loop (record_shapes + with_flops + profile_memory; manifest.json).
+doctor prices (launch-bound, per-sample loops). Measured as profiled minus unprofiled step time
+over recorded ops + runtime calls per step: about 3 us an event on the lab's host-bound traps
+(BENCHMARKS.md "Evidence moved from the source: analysis").
 """
 
 from __future__ import annotations
@@ -33,10 +32,9 @@ def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
 
 
 # The profiler's own work at each step boundary (closing one ProfilerStep range, opening the next)
-# shows as host time before the step's first recorded event and after its last. Fixed twins of
-# the lab's host-bound traps (tests/data/*_fixed, H100, torch 2.11, 2026-11-22): 0.07-0.25 ms per
-# step with 10 ops (per_sample_loop_fixed: 0.569 ms profiled, 0.266 ms unprofiled). Capped: a
-# longer stretch is the program's own work (Python, I/O) rather than the profiler's.
+# shows as host time before the step's first recorded event and after its last: 0.07-0.25 ms a
+# step on the lab's fixed twins (BENCHMARKS.md "Evidence moved from the source: analysis").
+# Capped: a longer stretch is the program's own work (Python, I/O) rather than the profiler's.
 MAX_STEP_BOUNDARY_NS = 300_000
 
 
