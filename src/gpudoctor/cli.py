@@ -856,7 +856,7 @@ def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type:
 
 
 def _write_html(report, target: Path, inputs: Sequence[Path | str | None] = ()) -> None:  # type: ignore[no-untyped-def]
-    """Never over an input (the trace itself: issue 16), never a half-written file (outputs.py)."""
+    """Never over an input (the trace itself included), never a half-written file (outputs.py)."""
     from gpudoctor.outputs import check_output_file, write_text_atomic
     from gpudoctor.report.html import render_html
 

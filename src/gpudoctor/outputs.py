@@ -1,6 +1,6 @@
 """Files gpudoctor writes for the user (--html, --out): never over an input, never half-written.
 
-``gpudoctor analyze v.json --html v.json`` used to replace the trace with its own report (issue 16).
+``gpudoctor analyze v.json --html v.json`` must not replace the trace with its own report.
 Every output path is checked against the command's inputs (the same file by inode, or by resolved
 path) and refused when it names one, or a folder; the file is then written to a temporary file in
 the same folder and moved over the target in one step (``os.replace``), so a failure leaves the
