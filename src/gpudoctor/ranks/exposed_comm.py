@@ -17,9 +17,8 @@ MIN_MS = 0.05  # per step: below this the exposed time is within launch jitter
 MIN_SHARE = 0.01  # of the step
 # What hiding a collective under compute costs that compute, per ms of the collective alone
 # (plan/comm.py's dp_overlap, same model): under GEMMs an all-reduce takes 1.956x as long and the
-# compute beside it runs at 1 / 1.137 of its rate (hardware/overlap.py on 2x H200, 2026-11-22:
-# GEMMs 1.094x, a bf16 multiply 1.214x, mixed as in a transformer step), so 1.956 x (1 - 1 / 1.137).
-# 4x H200 (2026-11-26): one 1.7 GB bucket priced at 7.71 ms exposed, default buckets saved 4.01.
+# compute beside it runs at 1 / 1.137 of its rate (hardware/overlap.py, mixed as in a transformer
+# step), so 1.956 x (1 - 1 / 1.137). Measured: BENCHMARKS.md "Evidence moved from the source: ranks".
 OVERLAP_COST = 1.956 * (1.0 - 1.0 / 1.137)
 
 _NO_SYNC = (

@@ -16,13 +16,10 @@ Balancing moves work between the stages and keeps the total (sum(t_i) = p mean(t
 becomes (m + p - 1) mean(t_i) and the saving is (m - 1) (max(t_i) - mean(t_i)): nothing with one
 micro-batch, where no stage overlaps another. Also given (``extra_work_cost_ms``): what the step
 loses to the slowest stage's time above the other stages' median, the saving of removing its extra
-work rather than moving it. Checked on 2x H200 (2026-11-26, tests/data/pp2_h200_imbalance: GPipe,
-m = 4, 64 x 4096 fp32, the last stage with 4 layers against 2, 0.482 and 1.087 ms per micro-batch;
-its twin with 2 layers on each stage, 0.483 and 0.551 by that run's report): the model's stage
-time is 4.83 and 2.69 ms; the constant that makes the first the measured 5.13 ms unprofiled step
-(0.30 ms: the optimizer, launches) makes the twin's 2.99 ms, measured 3.00, and the twin's saving
-m x (1.087 - 0.551) = 2.14 ms, measured 2.14. (m + p - 1) max(t_i) would put the first step at
-5.43 ms, over the measured one before any overhead. Balancing that run prices 0.91 ms.
+work rather than moving it. The model and its constant are checked against a 2-GPU pipeline and its
+balanced twin in tests/test_ranks_pipeline.py::test_h200_imbalanced_stage_priced_by_the_schedule
+(the run: BENCHMARKS.md "Evidence moved from the source: ranks"); (m + p - 1) max(t_i) would put
+the step above the measured one before any overhead.
 
 The stage times are kernel durations, which the profiler does not stretch (it adds host time per
 recorded event), so the saving is not scaled to the unprofiled step as a host-side wait is

@@ -9,13 +9,10 @@ confidence bound of its mean over the steps (Student's t) must be above zero. Wi
 is no spread to judge and the rank is not judged. A rank late in one step of the window only (work
 it does every N steps, caught once) cannot be told from a hiccup this way: it is within the noise.
 
-Measured on the planted CPU runs (scripts/validate_multigpu.py --cpu, 2 gloo ranks on 2 shared
-cores, 2026-11-26): a healthy DDP run (accumulation with no_sync) whose rank 1 was late by 11.8,
-11.7, 2.8, -15.3 and 14.4 ms in its five steps (mean 5.1 ms, bound -6.6: noise; it had been named a
-major straggler, cause unexplained, 8.14 ms), against tests/data/gloo_straggler's rank sleeping
-30 ms a step, late by 32.8, 43.2 and 15.7 ms in its three (mean 30.6 ms, bound 7.2). On the 2x H100
-runs (tests/data/ddp2_h100) the sleeping rank's bound is 48.8 ms; the healthy run's latest rank
-(-11.7 to 29.3 ms a step) is within this noise as well as the profiler's.
+A healthy run's latest rank can be late by more than a planted straggler in single steps, and
+still within this bound over the window (tests/test_ranks_planted.py::
+test_ranks_late_by_turns_have_no_straggler; the runs: BENCHMARKS.md "Evidence moved from the
+source: ranks").
 """
 
 from __future__ import annotations

@@ -65,15 +65,11 @@ NOISE_CAUSES = frozenset({PROFILER_NOISE_CAUSE, STEP_NOISE_CAUSE})
 # Ranks whose recorded events per step differ by at most this share issue the same ops.
 SAME_EVENTS = 0.01
 # Between ranks that issue the same ops, a host-time difference in a cause counts only above this
-# share of the profiler's estimated time for that cause's events (events x 3 us). On the 2x H100
-# DDP runs (tests/data/ddp2_h100, 2026-11-25) both ranks recorded the same ~4,552 dispatch events a step
-# (13.7 ms of profiler time by that estimate) and their dispatch differed by 1.45 ms in the
-# healthy run (11% of it) and 3.54 ms in the slow one (26%: the sleeping rank, dispatching right
-# after its sleep), while unprofiled neither issued its ops more slowly: the healthy ranks' steps
-# were 19.08 and 19.62 ms, and the slow run lost 16.68 ms a step to a 20 ms sleep, less than the
-# sleep. The per-event cost itself ran 2.9-3.3 us on one GPU (analysis/observer.py) and 4.4-4.7 us
-# on these ranks ((profiled - unprofiled step) / events): half the estimate is about twice the
-# largest difference seen between ranks doing the same work.
+# share of the profiler's estimated time for that cause's events (events x 3 us): ranks doing the
+# same work differ in profiled dispatch by up to about a quarter of that estimate, while unprofiled
+# neither issues its ops more slowly, so half the estimate is about twice the largest difference
+# seen (tests/test_ranks_causes.py::test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise;
+# the runs: BENCHMARKS.md "Evidence moved from the source: ranks").
 PROFILER_NOISE = 0.5
 
 _IDLE_FIXES = {
@@ -169,10 +165,10 @@ def _deinflated(ms: float, events: float, ns_per_event: float) -> float:
 
 
 # The profiler's time per event is measured on each rank where its unprofiled step is known
-# (RankSummary.profiler_ns_per_event): on 2x H200 (2026-11-26, tests/programs/multigpu) it was
-# 3.7-5.6 us, not the 3 us of one GPU, and at 3 us three healthy twins and a run whose plant cost
-# 0.44 ms a step got "dispatch" stragglers of 7-15 ms (rank 0 issuing the same ~4,600 events a
-# step 16-35% slower than rank 1 under the profiler). The noise bar uses the larger of the two.
+# (RankSummary.profiler_ns_per_event): on several GPUs it runs above the 3 us of one GPU, and at
+# 3 us healthy ranks got "dispatch" stragglers (tests/test_ranks_causes.py::
+# test_two_h200s_profiler_time_per_event_is_measured_on_the_ranks). The noise bar uses the larger
+# of the two.
 def per_event_ns(summaries: list[RankSummary]) -> float:
     measured = [s.profiler_ns_per_event for s in summaries if s.profiler_ns_per_event]
     return max(PROFILER_OVERHEAD_NS_PER_EVENT, float(np.median(measured)) if measured else 0.0)
@@ -220,9 +216,9 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
                              "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
     if own and max(own, key=lambda c: own[c]) == "dispatch":
         # a rank whose GPU has more to do fills its launch queue, and then every launch blocks until
-        # a slot frees: its dispatch looks slow because its GPU is (4x H200, 2026-11-26: a rank with
-        # twice the batch showed 7.3 ms more dispatch and 18.7 ms more compute a step; its fixed twin
-        # measured 18.74 ms). More GPU work at least as large as the dispatch excess explains both.
+        # a slot frees: its dispatch looks slow because its GPU is (tests/test_ranks_causes.py::
+        # test_four_h200s_more_work_explains_the_slow_dispatch_of_a_full_queue). More GPU work at
+        # least as large as the dispatch excess explains both.
         gpu, gpu_numbers = _gpu_cause(s, others, late_ms, need_ms=max(floor_ms, own["dispatch"]))
         if gpu:
             return gpu, {**numbers, **gpu_numbers}, min(late_ms, float(gpu_numbers["gpu_excess_ms"]))
@@ -232,9 +228,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
     # No cause of its host's own explains the lateness, so a GPU that computes more (or the same
     # more slowly) above the noise does, and costs the others what it computes beyond theirs: the
-    # wait in the profiled window holds the profiler's time too (2x H200, 2026-11-26: a rank with
-    # twice the batch computed 3.97 ms more a step, the others waited 39.7 ms in the window, and
-    # the twin measured 3.68 ms; against half the wait the cause went unnamed).
+    # wait in the profiled window holds the profiler's time too, and half of it left the cause
+    # unnamed (tests/test_ranks_planted.py::test_a_larger_batch_is_more_work_not_a_slower_gpu).
     gpu, gpu_numbers = _gpu_cause(s, others, late_ms, need_ms=floor_ms)
     if gpu:
         return gpu, {**numbers, **gpu_numbers}, min(late_ms, float(gpu_numbers["gpu_excess_ms"]))
@@ -247,8 +242,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
     own_syncs = own_sync_excess(s, others)
     if own_syncs is not None:
         # syncs only this rank makes: the profiler's dispatch noise hides their cost in the window,
-        # its own report prices them (4x H200, 2026-11-26: rank 3 with 6 .item() a step, 25 sync
-        # events against 0.2, 10.0 ms more dispatch under a 10.7 ms noise bar)
+        # its own report prices them (tests/test_ranks_planted.py::
+        # test_a_host_sync_on_one_rank_is_host_sync)
         syncs, saving = own_syncs
         price = min(late_ms, saving)
         return "host-sync", {**numbers, "own_syncs_per_step_excess": round(syncs, 2),

@@ -437,8 +437,8 @@ def _launch_step(a: Analysis, i: int) -> int:
     """The step whose host launched collective kernel ``i``: -1 for one launched before the window
     (no launch recorded: the previous step's all-reduce still running when the profiler started)
     or outside every step. The GPU-aligned steps would count such a leftover in the first step on
-    the rank that opened its window first: a 2-GPU DDP run (H100 x2, 2026-11-25) had 3 on rank 0,
-    none on rank 1, and the collectives matched one place off (a healthy run called a straggler)."""
+    the rank that opened its window first, and match the ranks' collectives one place off (a healthy
+    run called a straggler)."""
     d, steps = a.trace.device, a.steps
     launch = int(d.launch[i])
     if launch < 0:
