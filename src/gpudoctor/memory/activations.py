@@ -2,8 +2,8 @@
 
 Every term below is a tensor that autograd saves (or that stays alive) in ``transformers``'
 eager PyTorch code, counted by unique storage. The rules were read off the autograd graph
-(``grad_fn._saved_*``) and checked against ``torch.cuda.memory_allocated`` after the forward on
-an H200 (torch 2.11, transformers 5.17, 2026-11-22; ``benchmarks/bench_memory.py``): the saved
+(``grad_fn._saved_*``) and checked against ``torch.cuda.memory_allocated`` after the forward
+(``benchmarks/bench_memory.py``; BENCHMARKS.md "Evidence moved from the source: memory"): the saved
 bytes matched to within a few MB per run. Notation: ``T`` tokens of the micro-batch on this GPU,
 ``c`` bytes of a matmul output (the autocast dtype, else the parameters'), ``r`` bytes of the
 residual stream (the parameters' dtype).

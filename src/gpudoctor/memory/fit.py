@@ -1,7 +1,7 @@
 """Does it fit on ``--gpu``, and if not, the cheapest changes that make it fit.
 
-The changes are tried in the order an experienced engineer tries them (seed 001's answer to
-"you hit CUDA OOM"): precision first (bf16 halves weights and activations), then a smaller
+The changes are tried in the order an experienced engineer tries them on a CUDA out-of-memory
+error: precision first (bf16 halves weights and activations), then a smaller
 micro-batch with accumulation (same effective batch, no accuracy cost), activation checkpointing
 (~33% more compute), a fused/chunked loss where the vocabulary makes the logits dominate, an 8-bit
 optimizer, ZeRO/FSDP sharding, and tensor parallelism. Each is priced by re-running the estimate,

@@ -9,10 +9,9 @@ decoding holds the whole context's KV cache beside the step's widest transient
 GPU, MLA's per-head expansion of the context). ``generate`` computes logits for the last
 position only.
 
-Checked on an H200 (torch 2.11, transformers 5.17, 2026-11-22) on six models, three of them held
-out: within 1.8% of ``torch.cuda.max_memory_allocated``; on an H100 (2026-11-25) on the twelve
-model types of the arch sweep: within 2.1%, each phase of the MoE cases (prefill and decode
-peaks measured apart, memory-arch-gen-phases-h100-2026-11-25.json) within 0.7%.
+Checked against ``torch.cuda.max_memory_allocated`` on six models (three of them held out) and on
+the twelve model types of the arch sweep, each phase of the MoE cases measured apart: within 2.1%
+(BENCHMARKS.md "Evidence moved from the source: memory"; tests/test_memory_arch.py pins the sweep).
 """
 
 from __future__ import annotations
