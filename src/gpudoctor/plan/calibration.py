@@ -337,7 +337,7 @@ def _attention_core(spec: ModelSpec, cal: Calibration, layer: int, batch: int, s
 
 # Kernels an eager PyTorch step launches per decoder layer, forward + backward: 1958 GPU kernels in
 # forward + backward of a 16-layer Hugging Face Llama (transformers 5.17, torch 2.11, SDPA; 1.10 B,
-# 4 x 2048 tokens) on an H200, 2026-11-22, counted with torch.profiler
+# 4 x 2048 tokens) on an H200, counted with torch.profiler
 # (benchmarks/results/plan_single_h200_2026-11-22.json): 122 per layer, the embedding, head and
 # loss spread over the layers. A count of that implementation, not fitted to any step time.
 EAGER_KERNELS_PER_LAYER = 122

@@ -1,7 +1,7 @@
 """Serving sizing: per tensor-parallel degree, how many sequences fit, how fast decode and prefill
 run, and the load (QPS) at which the decode batch or the prefill queue saturates.
 
-The model is seed 004's scenario 3 in numbers. Decode is memory-bound: every decode step reads the
+The model is the usual serving-capacity reasoning in numbers. Decode is memory-bound: every decode step reads the
 weights once and the whole batch's KV cache, so per-user speed falls as the running batch grows.
 Prefill is compute-bound: 2 FLOPs per parameter per prompt token. With continuous batching, the
 number of sequences in flight follows Little's law, ``C = QPS x (prefill + new x decode_step(C))``;
@@ -23,12 +23,13 @@ from gpudoctor.memory.inference import kv_bytes_per_token, weight_bytes
 from gpudoctor.memory.options import InferOptions, validate_infer
 from gpudoctor.plan.limits import gib, half_precision, plural
 
-# The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once): measured,
-# 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of 1024-4096 tokens, one
-# H100 SXM, a CUDA-graphed step of cuBLAS GEMVs and batched-matmul attention, torch 2.11, 2026-11-24
-# (benchmarks/bench_plan_infer.py; held out there: mistral-7b, qwen2.5-7b, llama-3.2-3b). Other cards
-# are assumed to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches: assumed
-# 0.6 (the same run measured 0.51-0.66). The share of GPU memory a serving engine takes: vLLM's default
+# The share of the datasheet HBM bandwidth a decode step reaches (weights and KV streamed once):
+# measured, 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of
+# 1024-4096 tokens, a CUDA-graphed step of cuBLAS GEMVs and batched-matmul attention
+# (benchmarks/bench_plan_infer.py, held out there: mistral-7b, qwen2.5-7b, llama-3.2-3b;
+# BENCHMARKS.md "`gpudoctor plan infer`: decode and prefill on one H100"). Other cards are assumed
+# to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches: assumed 0.6 (the
+# same run measured 0.51-0.66). The share of GPU memory a serving engine takes: vLLM's default
 # gpu_memory_utilization, 0.9.
 DECODE_HBM_EFFICIENCY = 0.68
 PREFILL_EFFICIENCY = 0.6

@@ -1,6 +1,6 @@
 """A layout the user fixes (``plan train --tp 4 --pp 2 ...``): every value is checked against the
 model and the cluster before anything is priced, and one that cannot work is a one-line error naming
-the constraint and the nearest values that would (seed 004: "the layout must divide the model").
+the constraint and the nearest values that would (the layout must divide the model).
 
 Values left out stay free: the planner enumerates them as usual and ranks what remains.
 """
