@@ -1,5 +1,5 @@
 """Diagnose from the artifacts engineers already have: Nsight Compute exports, nvidia-smi output,
-timing tables and scenario files (seed 004's casebook). Each file is recognised by its content,
+timing tables and scenario files (the common cases of slow training). Each file is recognised by its content,
 turned into ranked hypotheses (``Finding`` with a confidence, what to check next, ordered fixes and
 the fix to avoid), and all of them are ranked together."""
 

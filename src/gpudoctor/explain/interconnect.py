@@ -30,7 +30,7 @@ DEFAULT_GPU = "h100-sxm"  # plan.collectives.predict's default
 DEFAULT_GPUS_PER_NODE = 8  # DGX / HGX boards
 INFER_BYTES = (1.0, 1e13)  # the range searched for a message size the table does not give
 
-# Fixes when the ring leaves the node (seed 004, scenario 6's order): the algorithm, then overlap.
+# Fixes when the ring leaves the node, cheapest first: the algorithm, then overlap.
 CROSS_NODE_FIXES = (
     Fix("Tree or hierarchical all-reduce: reduce inside the node over NVLink, all-reduce across nodes over IB, "
         "broadcast inside the node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING  # the rings/trees NCCL "

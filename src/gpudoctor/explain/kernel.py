@@ -3,8 +3,7 @@
 The metrics arrive normalised (``KernelMetrics``), from an ``ncu --csv`` export (ncu.py) or from
 the numbers of a scenario file (scenarios.py), so the reasoning lives here once.
 
-The order of the reasoning follows the seed casebook (seed 004, scenario 1): on a matrix kernel
-whose tensor pipes are idle, the 10x factor is the missing tensor-core path, and everything else
+The reasoning runs in a fixed order: on a matrix kernel whose tensor pipes are idle, the 10x factor is the missing tensor-core path, and everything else
 (occupancy, stalls, bank conflicts) is a symptom to fix after it; "raise occupancy" is never the
 first fix while the tensor cores are idle. A kernel at its roof (memory or compute) is called good.
 """

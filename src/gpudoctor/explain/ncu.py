@@ -7,8 +7,8 @@ header). The lines ncu prints before the CSV (``==PROF==``, warnings) are skippe
 separators in numbers are tolerated, and what a section did not export is listed in
 ``KernelMetrics.missing`` so the conclusions say they are partial.
 
-Metric names were checked against real exports (tests/data/explain, ncu 2025.3 on an H200, recorded
-2026-11-22) and the Nsight Compute profiling guide's metric tables.
+Metric names were checked against real exports (tests/data/explain, ncu 2025.3 on an H200) and the
+Nsight Compute profiling guide's metric tables.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A pipeline's measured bubble against its schedule's formula (seed 004, scenario 8).
+"""A pipeline's measured bubble against its schedule's formula.
 
 The formulas (1F1B (pp-1)/m, interleaved (pp-1)/(v m), ZB-H1 (pp-1)/(3m)) come from one place,
 ``gpudoctor.core.layout.bubble_fraction``, the one the training planner prices layouts with.

@@ -1,5 +1,5 @@
 """Per-rank step times (``rank,step,step_ms``) -> stragglers, a change point, periodic stalls
-(seed 004, scenario 2: hardware first)."""
+(hardware first: one slow rank is most often one degraded card)."""
 
 from __future__ import annotations
 

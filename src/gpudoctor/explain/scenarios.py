@@ -2,7 +2,7 @@
 
 A scenario is a small JSON (or YAML) object with a ``scenario`` key naming its kind and the
 numbers the engineer has; each kind below documents its fields (docs/explain.md has them all).
-The diagnoses follow the seed casebook (seed 004): the boring explanation first, quantitative
+The diagnoses follow one casebook style: the boring explanation first, quantitative
 reasoning (bandwidth, FLOPs, bytes) in the summary, fixes in order of impact, the tempting wrong
 fix named.
 

@@ -1,7 +1,7 @@
 """Card health from ``nvidia-smi -q`` text or ``nvidia-smi --query-gpu=... --format=csv`` output.
 
-Seed 004, scenario 2: "sudden MFU drop with no code change" is almost always one degraded node,
-and ``nvidia-smi`` says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
+A sudden MFU drop with no code change is almost always one degraded node, and ``nvidia-smi``
+says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
 below its capability, a lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU
 (what the artifact does not say stays ``None`` and is listed in ``missing``; the record and the judgement
 of it, ``judge``, are core/card.py's, shared with NVML); ``card_hypotheses``

@@ -1,4 +1,4 @@
-"""Timing tables -> ranked hypotheses (seed 004, scenarios 2, 6 and 8).
+"""Timing tables -> ranked hypotheses (a slow rank, all-reduce scaling, a pipeline's bubble).
 
 - ``rank_hypotheses``: per-rank step times (``rank,step,step_ms``): stragglers by a robust z-score
   of each rank's median step time, a change point in the step time (MFU collapse), periodic spikes.

@@ -1,7 +1,6 @@
 """Card health from NVML: clocks, throttling, power, temperature, ECC, retired pages, PCIe, MIG.
 
-A throttled or degraded card looks like slow code (seed 004: "training got 20% slower with no
-code change"). ``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral
+A throttled or degraded card looks like slow code (training got slower with no code change). ``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral
 ``GpuRecord`` that core/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
 ``health_findings`` words the verdict: each anomaly a Finding (same type as the doctor's, saving
 unknown: 0). What NVML could not read is listed, never guessed.

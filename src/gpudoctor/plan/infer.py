@@ -1,11 +1,11 @@
 """Serving sizing: per tensor-parallel degree, how many sequences fit, how fast decode and prefill
 run, and the load (QPS) at which the decode batch or the prefill queue saturates.
 
-The model is the usual serving-capacity reasoning in numbers. Decode is memory-bound: every decode step reads the
-weights once and the whole batch's KV cache, so per-user speed falls as the running batch grows.
-Prefill is compute-bound: 2 FLOPs per parameter per prompt token. With continuous batching, the
-number of sequences in flight follows Little's law, ``C = QPS x (prefill + new x decode_step(C))``;
-the load saturates when that ``C`` no longer fits the KV budget, or when prefill alone would keep
+The model is the usual serving-capacity reasoning in numbers. Decode is memory-bound: every decode
+step reads the weights once and the whole batch's KV cache, so per-user speed falls as the running
+batch grows. Prefill is compute-bound: 2 FLOPs per parameter per prompt token. With continuous
+batching, the number of sequences in flight follows Little's law,
+``C = QPS x (prefill + new x decode_step(C))``; the load saturates when that ``C`` no longer fits the KV budget, or when prefill alone would keep
 the GPUs busy all the time. Past either point requests queue and time-to-first-token explodes.
 """
 
