@@ -6,7 +6,8 @@ step reads the weights once and the whole batch's KV cache, so per-user speed fa
 batch grows. Prefill is compute-bound: 2 FLOPs per parameter per prompt token. With continuous
 batching, the number of sequences in flight follows Little's law,
 ``C = QPS x (prefill + new x decode_step(C))``; the load saturates when that ``C`` no longer fits
-the KV budget, or when prefill alone would keep the GPUs busy all the time. Past either point requests queue and time-to-first-token explodes.
+the KV budget, or when prefill alone would keep the GPUs busy all the time. Past either point
+requests queue and time-to-first-token explodes.
 """
 
 from __future__ import annotations
