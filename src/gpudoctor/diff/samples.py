@@ -220,8 +220,8 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     """The change from BEFORE's processes to AFTER's, each side a list of processes' step samples.
 
     Where a program's speed moves from one process to the next (a host-bound loop on a shared CPU:
-    its compiled steps' medians 13.5-15.4 ms in five processes, H100 2026-11-26), the steps of one
-    process cannot say how far the next will differ. Each process's mean (``process_mean``) is then
+    BENCHMARKS.md "Evidence moved from the source: lab, diff and report"), the steps of one process
+    cannot say how far the next will differ. Each process's mean (``process_mean``) is then
     one observation: the estimate is the ratio of the geometric means of the two sides' process
     means, its interval Student's t on their logs with the variance pooled over both sides (n_before
     + n_after - 2 degrees of freedom: with 4 and 3 processes, 5). The process-to-process spread is

@@ -6,9 +6,10 @@ the sick one, diagnose that trace with the unprofiled step time, and compare the
 predicted speedup for the planted finding with the measured one (sick / fixed). Baselines pass
 when they get no major or critical finding.
 
-Why rounds, and why before the capture: the host-bound twins (per_sample_loop's fixed step is
-0.15-0.27 ms of launches) moved by 1.8x between lab runs on the H100 (2026-11-25, runs 3-7) while
-timed once each, the fixed twin after the sick one's profiled window. Alternating the twins puts
+Why rounds, and why before the capture: the host-bound twins (per_sample_loop's fixed step is a
+fraction of a millisecond of launches) moved by 1.8x between lab runs while timed once each, the
+fixed twin after the sick one's profiled window (BENCHMARKS.md "The lab: predicted vs measured
+speedup on the GPU"). Alternating the twins puts
 both under the same machine state, the median of the rounds drops a round that a neighbour
 disturbed, and no twin is timed after the profiler has run in the process. A round costs
 ``warmup + timed`` steps of each twin, so slow traps (the sick step over SLOW_STEP_MS) take one.
@@ -108,9 +109,9 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
 
 def _release(device: str) -> None:
     """Hand a closed workload's cached blocks back to the driver, so the next build starts as a
-    fresh process would. Lab run 8 (H100, 2026-11-25): allocator_churn's sick step measured 3.54 ms
-    in its first round and 1.21 ms, the fixed twin's time, in the two rounds after a fixed build had
-    left its 1 GiB workspace in PyTorch's cache."""
+    fresh process would: a fixed build's workspace left in PyTorch's cache made allocator_churn's
+    sick step run at the fixed twin's time (BENCHMARKS.md "Evidence moved from the source: lab, diff
+    and report")."""
     import gc
 
     gc.collect()

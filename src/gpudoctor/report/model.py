@@ -120,8 +120,8 @@ class Report:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
         the step, 10% for fusion by a compiler: core/finding.severity_for), else the finding to fix
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
-        plain runs moved 0.2-11% between two runs in one call, H200, 2026-11-26): worth knowing,
-        not worth a rewrite."""
+        plain runs moved 0.2-11% between two runs: BENCHMARKS.md "Evidence moved from the source:
+        lab, diff and report"): worth knowing, not worth a rewrite."""
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
         if top is None:

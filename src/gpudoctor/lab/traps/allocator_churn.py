@@ -7,11 +7,11 @@ tensor (a "free memory as soon as possible" habit), every tensor of the step pay
 allocation and the GPU drains between them, while the host manages memory. The fixed twin
 allocates a workspace of the largest sizes once and works in views of it, with no ``empty_cache``.
 
-Why after each tensor, not once a step: on driver 580 (H100, torch 2.11, 2026-11-26) one
-``empty_cache()`` at the end of a step of sixteen 16-64 MB tensors cost 2x in a fresh process but
-nothing (1.00x) once the lab had run the fixed twin in the same process: the driver then served the
-step's ``cudaMalloc`` calls at once. After each tensor, 8 tensors a step ran 2.40x the fixed twin in
-every round of the lab's own timing (``benchmarks/probe_alloc_churn.py --lab``: 1.41 against 0.59 ms).
+Why after each tensor, not once a step: one ``empty_cache()`` at the end of a step cost 2x in a
+fresh process but nothing once the lab had run the fixed twin in the same process (the driver then
+served the step's ``cudaMalloc`` calls at once); after each tensor the trap holds in every round of
+the lab's own timing (``benchmarks/probe_alloc_churn.py --lab``; BENCHMARKS.md "Evidence moved
+from the source: lab, diff and report").
 """
 
 from __future__ import annotations
