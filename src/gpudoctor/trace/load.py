@@ -7,7 +7,7 @@ import gc
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -50,6 +50,7 @@ from gpudoctor.trace.schema import (
     TraceEvent,
     TraceFile,
 )
+from gpudoctor.trace.stream import MAX_OUTSIDE, Chunks, NotStreamed, pieces
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
@@ -60,20 +61,88 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 MAX_SPAN_NS = 24 * 3600 * 10**9
 
 
-def load(path: str | os.PathLike[str]) -> Trace:
-    """Load a trace file, or the single trace inside a run directory."""
+# Files from this size on are read a chunk at a time (trace/stream.py): their memory is the
+# columns and one chunk, not the whole JSON. Below it, reading the file whole is as fast and the
+# whole buffer is small (BENCHMARKS.md, "Traces of any size").
+CHUNKED_FROM = 64 << 20
+CHUNKED_FROM_GZ = 8 << 20
+
+
+def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
+    """Load a trace file, or the single trace inside a run directory; ``chunked``: read it a
+    chunk at a time (None: from CHUNKED_FROM bytes of file on)."""
     file = resolve_trace_path(Path(path))
+    # the name is shown in every message and written into every report: an undecodable byte of it
+    # (a lone surrogate, which no UTF-8 output can carry) becomes \xNN there (gpudoctor/controls.py)
+    source = visible_controls(str(file))
     try:
         with file.open("rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if chunked is None:
+                gz = stream.read(2) == b"\x1f\x8b"
+                stream.seek(0)
+                chunked = size >= (CHUNKED_FROM_GZ if gz else CHUNKED_FROM)
+            if chunked:
+                trace = _load_chunked(stream, source)
+                if trace is not None:
+                    return trace
+                stream.seek(0)
             # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the file's size
-            data = bytearray(os.fstat(stream.fileno()).st_size)
+            data = bytearray(size)
             del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
             data += stream.read()  # ... or grew
     except OSError as exc:
         raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
-    # the name is shown in every message and written into every report: an undecodable byte of it
-    # (a lone surrogate, which no UTF-8 output can carry) becomes \xNN there (gpudoctor/controls.py)
-    return _parse(data, visible_controls(str(file)))
+    try:
+        return _parse(data, source)
+    except TraceFormatError as exc:
+        if chunked or not any(m in str(exc) for m in (" is not valid JSON", " gzip file")):
+            raise
+        del data
+        _where_it_broke(file, source)  # where reading stopped, when the chunked reader can tell
+        raise
+
+
+def _where_it_broke(file: Path, source: str) -> None:
+    """Raises the chunked reader's error for a file that did not decode whole: it says at which
+    byte reading stopped."""
+    try:
+        with file.open("rb") as stream:
+            _load_chunked(stream, source)
+    except OSError:
+        pass
+
+
+def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
+    """The trace read a chunk at a time; None when it is not laid out as a trace near its start
+    and small enough to read whole (where it fails as it fails there)."""
+    chunks = Chunks(pieces(stream, source), source)
+    try:
+        chunks.start()
+    except NotStreamed:
+        if os.fstat(stream.fileno()).st_size <= MAX_OUTSIDE:
+            return None
+        raise TraceFormatError(
+            f"{source} is not a profiler trace: no top-level 'traceEvents' array in its first "
+            f"{MAX_OUTSIDE >> 20} MB; {_FILE_HINT}") from None
+    collecting = gc.isenabled()
+    gc.disable()  # as in _parse
+    try:
+        trace = build(chunks.events(), [], source, compress_args=True)
+    finally:
+        if collecting:
+            gc.enable()
+    if chunks.skipped and not trace.event_count:
+        raise TraceFormatError(
+            f"{source} is JSON but none of its {chunks.skipped} events is a trace event; {_FILE_HINT}")
+    if chunks.outline is not None and not chunks.lenient:
+        gpus, unreadable = _gpus(chunks.outline), ()
+    else:  # fields of unexpected types somewhere: the GPUs read as the whole file's lenient path reads them
+        raw = msgspec.json.decode(chunks.rest or b"{}")
+        properties, unreadable = _lenient_properties(raw.get("deviceProperties") if isinstance(raw, dict) else None)
+        gpus = _gpus(TraceFile(traceEvents=[], deviceProperties=properties))
+    return dataclasses.replace(trace, gpus=gpus, skipped_events=chunks.skipped,
+                               unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable))
 
 
 def resolve_trace_path(path: Path) -> Path:

@@ -9,6 +9,7 @@ Links (computed once by ``trace.load``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
@@ -49,7 +50,7 @@ class HostEvents:
     name: np.ndarray  # int32 string id
     thread: np.ndarray  # int32 index into Trace.threads
     correlation: np.ndarray  # int64 (runtime / driver events)
-    raw_args: list[Any]  # msgspec.Raw: each event's "args", decoded on demand (Trace.op_args)
+    raw_args: Sequence[bytes]  # each event's "args" as raw JSON (trace/rawargs.py), decoded on demand (Trace.op_args)
     parent: np.ndarray  # int32: enclosing host event on the same thread
     depth: np.ndarray  # int32
     op: np.ndarray  # int32: innermost enclosing cpu_op (excluding self)
@@ -155,7 +156,10 @@ class Trace:
         """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
         wanted = [int(i) for i in indices if int(i) not in self._op_args]
         if wanted:
-            decoded = decode_args([self.host.raw_args[i] for i in wanted], OpArgs)
+            raws = self.host.raw_args
+            # RawArgs reads each of its blocks once for many rows
+            chosen = raws.take(wanted) if hasattr(raws, "take") else [raws[i] for i in wanted]
+            decoded = decode_args(chosen, OpArgs)
             self._op_args.update(zip(wanted, decoded))
         return {int(i): self._op_args[int(i)] for i in indices}
 
