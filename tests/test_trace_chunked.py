@@ -91,7 +91,8 @@ def kineto(events: list[dict[str, Any]], before: str = '"deviceProperties": [{"i
            after: str = '"traceName": "t.json"') -> bytes:
     """Laid out as Kineto's ChromeTraceLogger writes a trace: one event per block, indented by two."""
     blocks = ",\n  ".join("{\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)
-    return f'{{\n  {before},\n  "traceEvents": [\n  {blocks}\n  ],\n  {after}\n}}'.encode()
+    tail = f",\n  {after}" if after else ""  # nothing after the events: the file ends '  }\n  ]\n}\n'
+    return f'{{\n  {before},\n  "traceEvents": [\n  {blocks}\n  ]{tail}\n}}\n'.encode()
 
 
 def one_line(events: list[dict[str, Any]]) -> bytes:
@@ -109,10 +110,12 @@ def _read(data: bytes, cuts: list[int]) -> tuple[list[bytes], Chunks]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(layout=st.sampled_from(["kineto", "one line"]), chunk=st.integers(1, 3000),
+@given(layout=st.sampled_from(["kineto", "kineto, events last", "one line"]), chunk=st.integers(1, 3000),
        cuts=st.lists(st.integers(0, 40_000), max_size=12))
 def test_any_chunk_size_and_any_cut_decode_the_events_one_decode_does(layout: str, chunk: int, cuts: list[int]) -> None:
-    data = (kineto if layout == "kineto" else one_line)(_events(25))
+    events = _events(25)
+    data = {"kineto": kineto(events), "kineto, events last": kineto(events, after=""),
+            "one line": one_line(events)}[layout]
     whole = [msgspec.json.encode(e) for e in msgspec.json.decode(data, type=TraceFile).traceEvents]
     saved = stream_module.CHUNK_BYTES
     stream_module.CHUNK_BYTES = chunk  # hypothesis runs the examples in one test: no fixture here
@@ -124,7 +127,8 @@ def test_any_chunk_size_and_any_cut_decode_the_events_one_decode_does(layout: st
     assert chunks.outline is not None and [p.name for p in chunks.outline.deviceProperties] == ["H100"]
 
 
-@pytest.mark.parametrize("layout", [kineto, one_line])
+@pytest.mark.parametrize("layout", [kineto, lambda events: kineto(events, after=""), one_line],
+                         ids=["kineto", "kineto, events last", "one line"])
 def test_a_file_larger_than_a_chunk_loads_as_it_loads_whole(layout: Any, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.json"

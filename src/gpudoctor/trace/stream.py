@@ -230,7 +230,8 @@ class Chunks:
     def _broken(self, decoder: msgspec.json.Decoder[Any], text: bytes, message: str) -> Any:
         at = _BYTE.search(message)
         # a number cut short is "invalid" at the end rather than "truncated"
-        if message.startswith("Input data was truncated") or (at and int(at.group(1)) >= len(text) - 1):
+        if message.startswith("Input data was truncated") or (
+                "invalid number" in message and at and int(at.group(1)) >= len(text) - 1):
             return "cut"
         if "trailing characters" in message and at:
             # the array closed before: its ']' is the last one before the trailing text
