@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import msgspec
 
 # Integer fields are bounded so that decoding never yields a Python int numpy cannot hold (a pid or
-# correlation id of 2**70 raised OverflowError deep in the loader, issue 16). An event whose pid or
+# correlation id of 2**70 would raise OverflowError deep in the loader). An event whose pid or
 # tid is out of range is skipped (it counts in Trace.skipped_events); args holding an id or size out
 # of range are unreadable, and their event is kept without them (Trace.bad_args).
 I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
