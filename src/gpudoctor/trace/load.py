@@ -42,7 +42,7 @@ from gpudoctor.trace.model import (
 )
 from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
 from gpudoctor.trace.parts import Parts
-from gpudoctor.trace.rawargs import RawArgs
+from gpudoctor.trace.rawargs import RawArgs, RawArgsBuilder
 from gpudoctor.trace.read import NotSliced, Slices, gunzip
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
@@ -50,7 +50,7 @@ from gpudoctor.trace.schema import (
     TraceEvent,
     TraceFile,
 )
-from gpudoctor.trace.stream import MAX_OUTSIDE, Chunks, NotStreamed, pieces
+from gpudoctor.trace.stream import MAX_OUTSIDE, Chunks, NotStreamed, pieces, release_free_memory
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
@@ -132,6 +132,7 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
     finally:
         if collecting:
             gc.enable()
+    release_free_memory()
     if chunks.skipped and not trace.event_count:
         raise TraceFormatError(
             f"{source} is JSON but none of its {chunks.skipped} events is a trace event; {_FILE_HINT}")
@@ -296,7 +297,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     events do not stay alive while the next are decoded and the tables made (peak memory).
     """
     event_count = 0
-    parts = Parts()
+    parts = Parts(host_args=RawArgsBuilder(compress_args))
     ids = Tables(Interner(), Interner(), Interner())
     for events in slices:
         event_count += len(events)
@@ -305,6 +306,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     host_events, device_events, memory_events = (Events.concat(p) if p else _NO_EVENTS
                                                  for p in (parts.host, parts.device, parts.memory))
     parts.host = parts.device = parts.memory = []
+    release_free_memory()  # the slices' columns, now joined
     bad_times = parts.timed - len(host_events) - len(device_events) - len(memory_events)
     if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
@@ -312,8 +314,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
             f"({next(e for e in parts.bad_example if e)}); a profiler writes microseconds since the epoch or since "
             f"the trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
-    raw_args = RawArgs.build(parts.host_args, compress_args)
-    parts.host_args = []
+    raw_args = parts.host_args.finish()
     strings = Strings()
     first, host_events.thread = first_seen(host_events.thread, len(ids.threads.ids))
     keys = list(ids.threads.ids)

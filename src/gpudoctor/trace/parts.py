@@ -21,6 +21,7 @@ from gpudoctor.trace.columns import (
     usable_times,
 )
 from gpudoctor.trace.model import HostCat
+from gpudoctor.trace.rawargs import RawArgsBuilder
 from gpudoctor.trace.schema import DeviceArgs, LaunchArgs, MemoryArgs, TraceEvent, decode_args
 
 _I64_MAX = 2**63 - 1
@@ -34,7 +35,7 @@ class Parts:
     host: list[Events] = field(default_factory=list)
     device: list[Events] = field(default_factory=list)
     memory: list[Events] = field(default_factory=list)
-    host_args: list[tuple[bytes, np.ndarray]] = field(default_factory=list)  # joined args, their lengths
+    host_args: RawArgsBuilder = field(default_factory=lambda: RawArgsBuilder(compressed=False))
     timed: int = 0  # complete host and device events and [memory] events, before dropping bad times
     bad_example: list[str] = field(default_factory=lambda: ["", "", ""])  # first bad time per table
     bad_args: int = 0
@@ -61,7 +62,7 @@ class Parts:
         self.bad_args += unreadable(launch_raws, launch_args)
         correlation[launch_idx] = int_column(field_of(launch_args, "correlation"))
         raws = events.args
-        self.host_args.append((b"".join(raws), np.fromiter(map(len, raws), np.int64, len(raws))))
+        self.host_args.add(b"".join(raws), np.fromiter(map(len, raws), np.int64, len(raws)))
         events.extra = {"correlation": correlation}
         events.args = []
         return events

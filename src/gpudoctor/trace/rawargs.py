@@ -33,19 +33,10 @@ class RawArgs(Sequence[bytes]):
     @classmethod
     def build(cls, parts: Iterable[tuple[bytes, np.ndarray]], compressed: bool) -> RawArgs:
         """From each slice's args joined and their lengths, in the file's order."""
-        blocks, starts, lengths = [], [], []
-        at = 0
+        builder = RawArgsBuilder(compressed)
         for blob, sizes in parts:
-            lengths.append(sizes)
-            for first, last in _cuts(sizes, BLOCK_BYTES if compressed else len(blob) + 1):
-                piece = blob[first:last]
-                starts.append(at + first)
-                blocks.append(zlib.compress(piece, 1) if compressed else piece)
-            at += len(blob)
-        sizes = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        offsets = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        return cls(blocks, np.array(starts, np.int64), offsets, compressed)
+            builder.add(blob, sizes)
+        return builder.finish()
 
     def reordered(self, order: np.ndarray) -> RawArgs:
         """Row i holds what row ``order[i]`` held."""
@@ -90,6 +81,33 @@ class RawArgs(Sequence[bytes]):
     @property
     def stored_bytes(self) -> int:
         return sum(map(len, self._blocks)) + self._offsets.nbytes + (0 if self._order is None else self._order.nbytes)
+
+
+class RawArgsBuilder:
+    """RawArgs a slice at a time: each slice's args are cut into blocks (and compressed) as they come."""
+
+    def __init__(self, compressed: bool) -> None:
+        self.compressed = compressed
+        self.blocks: list[bytes] = []
+        self.starts: list[int] = []
+        self.lengths: list[np.ndarray] = []
+        self.at = 0
+
+    def add(self, blob: bytes, sizes: np.ndarray) -> None:
+        """One slice's args joined, and the length of each."""
+        self.lengths.append(sizes.astype(np.int64))
+        for first, last in _cuts(sizes, BLOCK_BYTES if self.compressed else len(blob) + 1):
+            piece = blob[first:last]
+            self.starts.append(self.at + first)
+            self.blocks.append(zlib.compress(piece, 1) if self.compressed else piece)
+        self.at += len(blob)
+
+    def finish(self) -> RawArgs:
+        sizes = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        self.lengths = []
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return RawArgs(self.blocks, np.array(self.starts, np.int64), offsets, self.compressed)
 
 
 def _cuts(sizes: np.ndarray, target: int) -> list[tuple[int, int]]:

@@ -10,9 +10,10 @@ bracket open (msgspec: "truncated"), which sends the cut to the previous boundar
 
 from __future__ import annotations
 
+import ctypes
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import msgspec
@@ -30,6 +31,19 @@ _ANY_GAP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _SPACE = b" \t\r\n"
 _BYTE = re.compile(r"\(byte (\d+)\)")
 _HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
+
+
+def _malloc_trim() -> Callable[[], object]:
+    """glibc's malloc_trim(0), which hands free pages inside the heap back to the system; elsewhere nothing."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda: trim(0)
+
+
+release_free_memory = _malloc_trim()
 
 
 class NotStreamed(Exception):
@@ -155,6 +169,9 @@ class Chunks:
             self.count += len(events)
             if events:
                 yield events
+                # the chunk's objects are freed by now; the allocator keeps their pages, scattered
+                # between the columns: given back, the RSS is the columns' (a 0.8 GB trace: 548 MB -> 219 MB)
+                release_free_memory()
         self._read_outline()
 
     def _chunk(self, decoder: msgspec.json.Decoder[Any]) -> tuple[list[TraceEvent], int]:
