@@ -50,7 +50,14 @@ from gpudoctor.trace.schema import (
     TraceEvent,
     TraceFile,
 )
-from gpudoctor.trace.stream import MAX_OUTSIDE, Chunks, NotStreamed, pieces, release_free_memory
+from gpudoctor.trace.stream import (
+    MAX_OUTSIDE,
+    Chunks,
+    NotStreamed,
+    big_arrays_apart,
+    pieces,
+    release_free_memory,
+)
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
@@ -125,6 +132,7 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
         raise TraceFormatError(
             f"{source} is not a profiler trace: no top-level 'traceEvents' array in its first "
             f"{MAX_OUTSIDE >> 20} MB; {_FILE_HINT}") from None
+    big_arrays_apart()
     collecting = gc.isenabled()
     gc.disable()  # as in _parse
     try:
@@ -284,7 +292,8 @@ def _gpus(parsed: TraceFile) -> list[GpuInfo]:
 
 def _ns(values: np.ndarray) -> np.ndarray:
     """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US."""
-    return np.rint(values * 1000.0).astype(np.int64)
+    scaled = values * 1000.0
+    return np.rint(scaled, out=scaled).astype(np.int64)
 
 
 def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
@@ -357,6 +366,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
 def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs) -> HostEvents:
     ts = _ns(events.ts)
     end = ts + np.maximum(_ns(events.dur), 0)
+    events.ts = events.dur = _NO_EVENTS.ts  # read: not kept while the table is made (peak memory)
     thread = events.thread
     cat = events.code.copy()
     name = strings.add(events.name, names)

@@ -118,6 +118,9 @@ class GpuInfo:
     l2_bytes: int = 0
 
 
+_RAW_FIELDS = ("input_dims", "input_type", "input_strides", "concrete_inputs")
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """A loaded profiler trace. Build it with ``gpudoctor.trace.load``."""
@@ -140,6 +143,7 @@ class Trace:
     unreadable_gpu_fields: tuple[str, ...] = ()  # deviceProperties fields read as 0 (unknown): out of range, wrong type
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
     _op_args: dict[int, Any] = field(default_factory=dict, repr=False)
+    _texts: dict[bytes, bytes] = field(default_factory=dict, repr=False)  # the op args' raw fields, one of each
 
     def string(self, sid: int) -> str:
         return self.strings[sid]
@@ -160,8 +164,22 @@ class Trace:
             # RawArgs reads each of its blocks once for many rows
             chosen = raws.take(wanted) if hasattr(raws, "take") else [raws[i] for i in wanted]
             decoded = decode_args(chosen, OpArgs)
-            self._op_args.update(zip(wanted, decoded))
+            del chosen
+            self._op_args.update(zip(wanted, map(self._own_fields, decoded)))
         return {int(i): self._op_args[int(i)] for i in indices}
+
+    def _own_fields(self, args: OpArgs | None) -> OpArgs | None:
+        """The args with their raw fields as bytes of their own, one object per distinct value: the
+        decoded fields would keep alive the text of every op's whole args (the ops of every step
+        repeat the same shapes; on a 4 GB trace, 0.4 GB)."""
+        if args is not None:
+            shared = self._texts.setdefault
+            for name in _RAW_FIELDS:
+                raw = getattr(args, name)
+                if raw:
+                    text = bytes(raw)
+                    setattr(args, name, shared(text, text))
+        return args
 
     def input_dims(self, host_index: int) -> list[Any]:
         """Decoded "Input Dims" of one host event ([] when not recorded)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
 import msgspec
@@ -33,17 +33,30 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 _HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
 
-def _malloc_trim() -> Callable[[], object]:
-    """glibc's malloc_trim(0), which hands free pages inside the heap back to the system; elsewhere nothing."""
+def _glibc(name: str) -> Any:
     try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return lambda: None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return lambda: trim(0)
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
-release_free_memory = _malloc_trim()
+_TRIM, _MALLOPT = _glibc("malloc_trim"), _glibc("mallopt")
+_M_MMAP_THRESHOLD = -3
+
+
+def release_free_memory() -> None:
+    """glibc's malloc_trim(0): free pages inside the heap handed back to the system (elsewhere nothing)."""
+    if _TRIM is not None:
+        _TRIM(ctypes.c_size_t(0))
+
+
+def big_arrays_apart() -> None:
+    """Allocations from 1 MB on (numpy's columns and their temporaries) mapped apart and unmapped
+    when freed, for the rest of the process. glibc would otherwise raise that threshold to the
+    largest block freed so far (up to 32 MB) and carve later ones from the heap, where the holes
+    they leave stay counted in the RSS: a 0.8 GB trace analysed at 415 MB peak RSS, ... with it."""
+    if _MALLOPT is not None:
+        _MALLOPT(ctypes.c_int(_M_MMAP_THRESHOLD), ctypes.c_int(1 << 20))
 
 
 class NotStreamed(Exception):
