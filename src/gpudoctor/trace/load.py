@@ -379,9 +379,15 @@ def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs
     correlation = events.extra["correlation"]
     order = np.lexsort((-end, ts, thread))
     raw_args = args.reordered(order)
-    ts, end, cat, name, thread, correlation = (
-        ts[order], end[order], cat[order], name[order], thread[order], correlation[order]
-    )
+    # one column at a time, each unsorted one freed as its sorted one is made (peak memory)
+    events.thread, events.extra = _NO_EVENTS.thread, {}
+    ts = ts[order]
+    end = end[order]
+    cat = cat[order]
+    name = name[order]
+    thread = thread[order]
+    correlation = correlation[order]
+    del order
     parent, depth = nest(thread, ts, end)
     is_op = cat == HostCat.OP
     by_level = levels(depth)
@@ -525,10 +531,9 @@ def _duration(ns: int) -> str:
 
 
 def _shift(table: Any, origin: int) -> Any:
-    """The table with its times counted from ``origin``."""
-    if origin == 0:
-        return table
-    changes = {"ts": table.ts - origin}
+    """The table with its times counted from ``origin``: in place, as the table's arrays are its own
+    (no second copy of the times at the peak of a big trace's memory)."""
+    np.subtract(table.ts, origin, out=table.ts)
     if hasattr(table, "end"):
-        changes["end"] = table.end - origin
-    return dataclasses.replace(table, **changes)
+        np.subtract(table.end, origin, out=table.end)
+    return table
