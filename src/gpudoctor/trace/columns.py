@@ -107,13 +107,22 @@ class Events:
 
     @staticmethod
     def concat(parts: list[Events]) -> Events:
+        """The parts joined; consumes them: each column of the parts is dropped once joined, so that
+        a big trace's columns are not all alive twice (peak memory)."""
         if len(parts) == 1:
             return parts[0]
-        return Events(
-            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("code", "ts", "dur", "name", "thread")),
-            list(chain.from_iterable(p.keys for p in parts)), list(chain.from_iterable(p.args for p in parts)),
-            {k: np.concatenate([p.extra[k] for p in parts]) for k in parts[0].extra} if parts else {},
-        )
+        columns = {}
+        for f in ("code", "ts", "dur", "name", "thread"):
+            columns[f] = np.concatenate([getattr(p, f) for p in parts])
+            for p in parts:
+                setattr(p, f, _DROPPED)
+        extra = {}
+        for k in parts[0].extra if parts else ():
+            extra[k] = np.concatenate([p.extra[k] for p in parts])
+            for p in parts:
+                p.extra[k] = _DROPPED
+        return Events(**columns, keys=list(chain.from_iterable(p.keys for p in parts)),
+                      args=list(chain.from_iterable(p.args for p in parts)), extra=extra)
 
     def take(self, keep: np.ndarray) -> Events:
         """The events where ``keep`` holds."""
@@ -121,6 +130,9 @@ class Events:
         return Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep], self.thread[keep],
                        [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows],
                        {k: v[keep] for k, v in self.extra.items()})
+
+
+_DROPPED = np.zeros(0)
 
 
 def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: Interner | None = None,
