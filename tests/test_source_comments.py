@@ -40,12 +40,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "data, not a comment: the prescription tells the user which device and day its figures come from",
 }
 
-# Files other engineers are editing while this test was written; each must still hold a finding
-# (remove the line when the file is cleaned, and the test keeps it clean from then on).
-PENDING: dict[str, str] = {
-    "rules/host_blocking_work.py": "edited by another engineer meanwhile",
-    "rules/small_gemm.py": "edited by another engineer meanwhile",
-}
 
 
 def _findings() -> dict[str, list[str]]:
@@ -66,16 +60,11 @@ def _findings() -> dict[str, list[str]]:
 
 def test_no_dates_runs_seeds_or_issue_numbers_in_source() -> None:
     found = _findings()
-    offending = [line for rel, lines in found.items() if rel not in PENDING for line in lines]
+    offending = [line for lines in found.values() for line in lines]
     assert not offending, (
         "move measurements to BENCHMARKS.md and history to CHANGELOG.md; keep one line of why and a "
         "pointer in the source:\n" + "\n".join(offending)
     )
-
-
-@pytest.mark.parametrize("rel", sorted(PENDING))
-def test_pending_files_still_need_cleaning(rel: str) -> None:
-    assert rel in _findings(), f"src/gpudoctor/{rel} is clean now: remove it from PENDING ({PENDING[rel]})"
 
 
 def test_allowed_literals_are_still_there() -> None:

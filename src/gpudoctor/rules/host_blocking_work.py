@@ -4,10 +4,7 @@ Priced as the work itself, not only its op-free stretches: a checkpoint saved in
 copies each GPU tensor to pageable memory (a blocking copy and its sync) between file writes, and
 removing the save removes the copies and syncs too. So the saving is the GPU idle and the
 device-to-host copy time inside each span of host work plus the blocking copies and syncs
-around it (analysis/idle.blocking_work_regions). The checkpoint_every_step twin (torch.save of a
-CNN and its optimizer each step, H100, 2026-11-25): the op-free stretches were 28.3 ms of a
-49.4 ms profiled step, the copies and syncs around them 11 ms more; the fix measured x5.6, the
-stretches alone predicted x2.5.
+around it (analysis/idle.blocking_work_regions).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ what batching the work (larger batch, fused QKV / gate-up projections, grouped G
 Kernels whose FLOPs the trace does not give (replayed from a CUDA graph, so no op shapes) are
 priced by how much of the chip their grid fills: a grid of g blocks on S SMs leaves 1 - g/S idle.
 Batching also removes kernels, and with them the queue gap in front of each (rules/common.py):
-each kernel's gap is priced at the same share as its time. The lab's small_gemm (1024 kernels a
-step from a CUDA graph, H100, 2026-11-22) spends 0.45 ms a step in those gaps, 15% of its step,
-that the stacked twin does not have.
+each kernel's gap is priced at the same share as its time.
 """
 
 from __future__ import annotations
