@@ -257,12 +257,12 @@ def test_settled_compares_the_last_steps_with_the_ones_before_them() -> None:
     assert not settled([2.0] * 8 + burst, loader_depth=8) and settled([2.0] * 8 + burst)
 
 
-def _trial_loop(tmp_path: Path, step_s, skip: int = 16, steps: int = 200) -> tuple:
-    """A trial's session (no window) over a loop whose step ``i`` takes ``step_s(i)`` seconds on the
-    session's manual clock."""
+def _trial_loop(tmp_path: Path, step_s, skip: int = 16, steps: int = 200, window: bool = False) -> tuple:
+    """A trial's session (no window, or with ``window`` one recorded after its timed steps) over a
+    loop whose step ``i`` takes ``step_s(i)`` seconds on the session's manual clock."""
     clock = ManualClock()
-    s = CaptureSession(CaptureConfig(steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=False),
-                       tmp_path, clock=clock)
+    s = CaptureSession(CaptureConfig(steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=window,
+                                     trial=True), tmp_path, clock=clock)
     s.start()
     model = nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -291,6 +291,14 @@ def test_a_trial_runs_on_until_its_steps_settle_and_times_the_steps_after_them(t
     assert (ran, ran - len(samples)) == (200, 36)
     assert samples == pytest.approx([3.0] * 164)
     assert not result.notes
+
+
+def test_a_trial_that_records_a_window_times_its_settled_steps_first(tmp_path: Path) -> None:
+    """With a window to record (run --try-fixes' default), the trial still settles and times the
+    30 steps after those it judged before the window opens: enough for a verdict."""
+    result, _ = _trial_loop(tmp_path, lambda i: 0.110, window=True)
+    assert len(result.unprofiled_before_ms) == TRIAL_TIMED_STEPS
+    assert result.window_opened_at_step == 16 + TRIAL_TIMED_STEPS  # at --skip it had 8 steps: no verdict
 
 
 def test_a_steady_trial_times_thirty_steps_after_those_it_judged(tmp_path: Path) -> None:

@@ -86,6 +86,10 @@ class CaptureConfig:
     """False: no profiler window. The session ends where the window would open (after ``skip``
     steps) with the unprofiled step times alone, timed exactly as a profiled run times them
     (``gpudoctor run --try-fixes`` trials)."""
+    trial: bool = False
+    """A ``--try-fixes`` trial that records a window too: past ``skip`` its steps settle and are
+    timed as a trial without a window times them, and only then does the window open (a verdict
+    needs tryfix/trial.py's minimum of steps and seconds)."""
     patience: int = 32
     """Training-like forwards to wait for an optimizer step before forwards count as steps (a
     gradient-accumulation loop of more micro-batches than this is cut at each micro-batch)."""
@@ -467,6 +471,8 @@ class CaptureSession(Listener):
                     if not self._trial_wants_more(cfg.skip):
                         self._complete()  # a trial: the steps before the window are all it times
                     return
+                if cfg.trial and self._open_at is None and self._trial_wants_more(cfg.skip):
+                    return  # a trial that records a window times its settled steps first
                 if self._open_at is None:
                     if self._serving_backlog(cfg.skip):
                         return
