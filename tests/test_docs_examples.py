@@ -25,7 +25,6 @@ block from what the commands print now.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -401,15 +400,9 @@ def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
     from gpudoctor.tryfix.trial import DEFAULT_TIMEOUT_S, TRIAL_MIN_SKIP
 
     text = " ".join((ROOT / "docs" / "try-fixes.md").read_text().split())
-    intervals = TRIAL_MIN_SKIP - 1  # between the marks of the steps run before the window
-    kept = intervals - intervals // 2
     stated = [
         f"runs `--skip` steps, and at least {TRIAL_MIN_SKIP}, plus {WARMUP_COMPILE} more for a compile knob",
-        # --trial-trace: the later half of the steps before the profiled window (capture/session.py
-        # _compute_unprofiled_times), and a verdict's floor of steps and seconds
-        f"the later half of those steps ({kept} with the default `--skip`)",
-        (f"{kept} timed steps reach {t.TRIAL_JUDGED_MIN_S:g} second only when a step takes "
-        f"{math.ceil(1000 * t.TRIAL_JUDGED_MIN_S / kept)} ms or more"),
+        # with or without the window (capture/session.py CaptureConfig.trial), the settled timing
         (f"the median of its last {t.TRIAL_SETTLE_HALF} steps within {t.TRIAL_SETTLE_RATIO:g}x of the "
         f"{t.TRIAL_SETTLE_HALF} before them (and of its fastest {t.TRIAL_SETTLE_HALF} so far)"),
         f"It waits at most {t.TRIAL_SETTLE_MAX_STEPS} steps or {t.TRIAL_SETTLE_MAX_S:g} seconds past `--skip`",
