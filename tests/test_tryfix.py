@@ -592,7 +592,7 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
 def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
              "--try-fixes", "--fixes", "optimizer-foreach", "--sandbox", str(tmp_path / "sb"), str(PROBE),
-             cwd=tmp_path)
+             "--iters", "3000", cwd=tmp_path)  # a trial's window opens after a second of settled steps
     assert out.returncode == 0, out.stderr
     assert "Fixes tried" in out.stdout and "optimizer-foreach" in out.stdout and "Traceback" not in out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
