@@ -95,3 +95,18 @@ def kernel_loop(iterations: list[list[str]], pause_us: float = 50.0, launch_us: 
             t.launch(name, host, host + 10, kernel_us, op=f"aten::op_{name}")
             host += launch_us + 2
     return t
+
+
+def trace_columns(trace: Any) -> dict[str, Any]:
+    """Everything a Trace holds, comparable with ==."""
+    import dataclasses
+
+    out: dict[str, Any] = {}
+    for table in ("host", "device", "memory"):
+        for f in dataclasses.fields(getattr(trace, table)):
+            value = getattr(getattr(trace, table), f.name)
+            out[f"{table}.{f.name}"] = [bytes(r) for r in value] if f.name == "raw_args" else value.tolist()
+    for name in ("strings", "threads", "gpus", "span", "origin_ns", "event_count", "skipped_events", "bad_times",
+                 "negative_durations", "bad_args", "unreadable_gpu_fields"):
+        out[name] = getattr(trace, name)
+    return out

@@ -4,7 +4,6 @@ in one line that says at which byte reading stopped, and are never written to.""
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import importlib
 import json
@@ -21,9 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from synth import TraceBuilder
+from synth import trace_columns as columns
 
 from gpudoctor.errors import TraceFormatError
-from gpudoctor.trace import Trace, load
+from gpudoctor.trace import load
 from gpudoctor.trace.rawargs import RawArgs
 from gpudoctor.trace.schema import TraceFile
 from gpudoctor.trace.stream import Chunks
@@ -32,19 +32,6 @@ stream_module = importlib.import_module("gpudoctor.trace.stream")
 DATA = Path(__file__).parent / "data"
 SRC = Path(__file__).resolve().parent.parent / "src"
 TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")))
-
-
-def columns(trace: Trace) -> dict[str, Any]:
-    """Everything a Trace holds, comparable with ==."""
-    out: dict[str, Any] = {}
-    for table in ("host", "device", "memory"):
-        for f in dataclasses.fields(getattr(trace, table)):
-            value = getattr(getattr(trace, table), f.name)
-            out[f"{table}.{f.name}"] = [bytes(r) for r in value] if f.name == "raw_args" else value.tolist()
-    for name in ("strings", "threads", "gpus", "span", "origin_ns", "event_count", "skipped_events", "bad_times",
-                 "negative_durations", "bad_args", "unreadable_gpu_fields"):
-        out[name] = getattr(trace, name)
-    return out
 
 
 def outcome(path: Path, chunked: bool) -> Any:

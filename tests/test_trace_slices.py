@@ -5,7 +5,6 @@ decode and fails as it fails."""
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import importlib
 import json
@@ -15,9 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 from synth import PID, TraceBuilder
+from synth import trace_columns as columns
 
 from gpudoctor.errors import TraceFormatError
-from gpudoctor.trace import Trace, load, parse
+from gpudoctor.trace import load, parse
 from gpudoctor.trace.columns import first_seen
 from gpudoctor.trace.nesting import levels, nearest_ancestor, nest
 from gpudoctor.trace.read import Slices
@@ -33,19 +33,6 @@ def kineto(events: list[dict[str, Any]], before: str = '"deviceProperties": [{"i
     ``{`` on lines of their own, indented by two."""
     blocks = ",\n  ".join("{\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)
     return f'{{\n  {before},\n  "traceEvents": [\n  {blocks}\n  ],\n  {after}\n}}'.encode()
-
-
-def columns(trace: Trace) -> dict[str, Any]:
-    """Everything a Trace holds, comparable with ==."""
-    out: dict[str, Any] = {}
-    for table in ("host", "device", "memory"):
-        for f in dataclasses.fields(getattr(trace, table)):
-            value = getattr(getattr(trace, table), f.name)
-            out[f"{table}.{f.name}"] = [bytes(r) for r in value] if f.name == "raw_args" else value.tolist()
-    for name in ("strings", "threads", "gpus", "span", "origin_ns", "event_count", "skipped_events", "bad_times",
-                 "negative_durations", "bad_args", "unreadable_gpu_fields"):
-        out[name] = getattr(trace, name)
-    return out
 
 
 def _events(n: int) -> list[dict[str, Any]]:

@@ -60,12 +60,7 @@ def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def check(a: Analysis) -> Finding | None:
     dev, rf = a.trace.device, a.roofline
-    live = (rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC)
-    groups = loop_groups(a)
-    if groups:
-        live[np.concatenate(groups)] = False
-    flop_idx, flop_saving = _by_flops(a, live)
-    grid_idx, grid_saving = _by_grid(a, live)
+    (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
     idx = np.concatenate((flop_idx, grid_idx))
     n = max(len(a.steps), 1)
     if idx.size < n:  # under one a step is no pattern: nothing to list
@@ -154,7 +149,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     roof's realistic share, or its grid's fill, as priced); the rest of the run leaves the GPU, with
     its launches and the operators that issued them and the host time since the run's previous
     one. A GEMM alone in its run keeps its launch and takes its batched time."""
-    idx, saving = _small(a)
+    (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
+    idx, saving = np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
     if idx.size == 0:
         return None
     dev, host = a.trace.device, a.trace.host
@@ -189,16 +185,18 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 note=f"{idx.size} small GEMMs batched into {idx.size - removed.size} kernels")
 
 
-def _small(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
-    """The small GEMMs the finding prices and each one's saving (ns), as ``check`` finds them."""
+Priced = tuple[np.ndarray, np.ndarray]  # small GEMMs (device events) and each one's saving (ns)
+
+
+def _small(a: Analysis) -> tuple[Priced, Priced]:
+    """The small GEMMs the finding prices, by FLOPs and by grid fill (a per-sample loop's are
+    per-sample-loop's)."""
     dev, rf = a.trace.device, a.roofline
     live = (rf.event_in_steps_ns > 0) & (dev.kind == Kind.GEMM_TC)
     groups = loop_groups(a)
     if groups:
         live[np.concatenate(groups)] = False
-    flop_idx, flop_saving = _by_flops(a, live)
-    grid_idx, grid_saving = _by_grid(a, live)
-    return np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
+    return _by_flops(a, live), _by_grid(a, live)
 
 
 def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
