@@ -245,7 +245,7 @@ def profiler_probes(torch: Any, plan: ProbePlan, device: str = "cuda") -> list[M
     per_iteration = max(events / n, 1.0)  # the op and its launch (the runtime call)
     extra = max(min(profiled) - plain, 0.0) / n
     return [Measurement("profiler.event", extra / per_iteration, "s",
-                        {"ops": n, "events_per_op": round(per_iteration, 2), "plain_us_per_op": round(plain / n * 1e6, 3),
+                        {"ops": n, "events": events, "events_per_op": round(per_iteration, 2), "plain_us_per_op": round(plain / n * 1e6, 3),
                          "profiled_us_per_op": round(min(profiled) / n * 1e6, 3)})]
 
 
