@@ -41,6 +41,16 @@ SLOWER_PREDICTED_AT_MOST = 1.05
 # knobs tried whatever the diagnosis calls for: the ones a user reaches for on such a program
 FIXES_FOR: dict[str, str] = {
     "accelerate_loop": "bf16-autocast,tf32,compile",
+    "hf_trainer_llama": "bf16-autocast,compile",
+    "examples_word_language_model": "compile-reduce-overhead,bf16-autocast,tf32",
+    "fabric_language_model": "compile-reduce-overhead,bf16-autocast",
+    "manual_sgd": "compile-reduce-overhead,compile",
+    "examples_dcgan_fake": "loader-workers,bf16-autocast",
+    "unet_ema": "compile-reduce-overhead,compile,bf16-autocast",
+    "examples_imagenet_dummy": "loader-workers,bf16-autocast",
+    "lightning_transformer_wikitext": "bf16-autocast,tf32,compile",
+    "dataloader_workers": "loader-workers,pin-memory",
+    "nanogpt_train": "bf16-autocast,compile",
 }
 
 
