@@ -23,7 +23,7 @@ from gpudoctor.trace import load  # noqa: E402
 
 
 def _formulas_only(raw, priced, a):  # type: ignore[no-untyped-def]
-    return priced, None
+    return whatif.Repriced(priced)
 
 
 def timed(path: str, unprofiled: float | None, replayed: bool) -> float:

@@ -323,7 +323,7 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
     from gpudoctor.tryfix.trial import Baseline, Trials, plan
 
     findings = report.findings if report is not None else ()
-    chosen = plan(findings, fix_ids)
+    chosen = plan(findings, fix_ids, report.knob_prices if report is not None else None)
     samples = tuple(outcome.result.unprofiled_before_ms)
     note = ""
     trials: list = []

@@ -86,10 +86,12 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings, together = priced(find(analysis), analysis)
+    findings, together, knobs = priced(find(analysis), analysis)
     report = build_report(analysis, findings)
     if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
         report = dataclasses.replace(report, all_fixes=together.to_dict())
+    if knobs:
+        report = dataclasses.replace(report, knob_prices={k: p.to_dict() for k, p in knobs.items()})
     return analysis, report
 
 

@@ -51,6 +51,9 @@ class Report:
     # every replay-priced fix at once (rules/whatif.py AllFixes.to_dict): ids, step_ms,
     # step_after_ms, predicted_speedup; empty when no fix was priced by replay
     all_fixes: dict[str, Any] = field(default_factory=dict)
+    # the compile knobs' own replayed prices (rules/knob_prices.py KnobPrice.to_dict), by knob id:
+    # what run --try-fixes predicts for them; empty when the step's graph could not be built
+    knob_prices: dict[str, Any] = field(default_factory=dict)
 
     @property
     def host_only(self) -> bool:
@@ -81,6 +84,7 @@ class Report:
             "host": self.host,
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
             **({"all_fixes": self.all_fixes} if self.all_fixes else {}),
+            **({"knob_prices": self.knob_prices} if self.knob_prices else {}),
         }
 
     def step_segments(self) -> list[Segment]:

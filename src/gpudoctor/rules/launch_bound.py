@@ -98,8 +98,18 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     it goes (and the Python between two of them), with their launches; one replay issues the
     kernels back to back. The optimizer's and the allocator's host time goes too unless their own
     findings fire; host work that launches nothing (CPU tensors, I/O), the loader and syncs stay."""
+    return captured(a)
+
+
+def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
+    """The GPU work launched from the host events ``within`` (a mask; None: the whole step, with
+    the idle a graph removes, as one graph a step) captured in CUDA graphs: one graph a step for
+    each launching thread (a module's forward and its backward are two), launched where the
+    thread's first captured launch of the step was."""
     dev, host = a.trace.device, a.trace.host
     kernels = np.flatnonzero((a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & (dev.launch >= 0))
+    if within is not None:
+        kernels = kernels[within[dev.launch[kernels]]]
     if kernels.size == 0:
         return None
     calls = np.unique(dev.launch[kernels])
@@ -114,21 +124,30 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     glue = np.concatenate([(rs[1:] - re_[:-1] <= HOST_WORK_MIN_NS) & (between == 0), [False]])
     re_ = np.where(glue, np.concatenate([rs[1:], [0]]), re_)
     owned = owned_elsewhere(a, ID)
-    taken = [a.idle.labels[c] for c in GRAPH_REMOVES if c in a.idle.labels and c not in owned]
-    rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]), np.concatenate([re_, *(t[1] for t in taken)]))
+    if within is None:
+        taken = [a.idle.labels[c] for c in GRAPH_REMOVES if c in a.idle.labels and c not in owned]
+        rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]), np.concatenate([re_, *(t[1] for t in taken)]))
     kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
     if kept:
         rs, re_ = subtract(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
     calls = calls[contains(rs, re_, host.ts[calls])].astype(np.int64)
+    if calls.size == 0:
+        return None
     lo = a.steps.host_start if a.steps.host_start is not None else a.steps.start
-    # one graph launch a step, at the first launch of each step: it uploads every node
+    # one graph launch a step (a step captured whole), or a step and thread (a module's forward
+    # and backward), at its first launch: it uploads every node
     step_of = np.maximum(np.searchsorted(lo, host.ts[calls], side="right") - 1, 0)
-    first = np.unique(step_of, return_index=True)[1]
-    nodes = np.bincount(step_of, minlength=len(lo))
+    graph_of = step_of
+    if within is not None:
+        _, thread_of = np.unique(host.thread[calls], return_inverse=True)
+        graph_of = step_of * (int(thread_of.max()) + 1) + thread_of
+    first = np.unique(graph_of, return_index=True)[1]
+    nodes = np.bincount(graph_of)
     launches = calls[first]
     return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=np.setdiff1d(calls, launches),
-                calls_timed=launches, calls_timed_ns=nodes[step_of[first]] * GRAPH_NODE_NS,
-                latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS, note="step captured in a CUDA graph")
+                calls_timed=launches, calls_timed_ns=nodes[graph_of[first]] * GRAPH_NODE_NS,
+                latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS,
+                note="step captured in a CUDA graph" if within is None else "module captured in CUDA graphs")
 
 
 # A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, and a

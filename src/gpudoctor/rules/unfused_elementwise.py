@@ -105,7 +105,7 @@ def kernel_floor_ns(a: Analysis) -> float:
     return float(whole.min()) if whole.size else 0.0
 
 
-def _fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0) -> float:
+def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0) -> float:
     """The chain's time once fused: FUSED_PASS_FACTOR x its slowest kernels (one per pass), each
     no slower than its bytes at the rate a generated kernel reaches (COMPILED_PASS_SHARE of the
     memory roof): the compiler writes the pass anew, so an eager kernel far under the roof does not
@@ -144,8 +144,8 @@ def check(a: Analysis) -> Finding | None:
     n = max(len(a.steps), 1)
     chain_ns = np.array([t[r].sum() for r in runs], float)
     floor_ns = kernel_floor_ns(a)
-    fused_ns = np.array([_fused_ns(a, r, t, floor_ns) for r in runs], float)
-    saving_ns = np.clip(chain_ns - fused_ns, 0, None)
+    fused = np.array([fused_ns(a, r, t, floor_ns) for r in runs], float)
+    saving_ns = np.clip(chain_ns - fused, 0, None)
     idx = np.concatenate(runs)
     nbytes = float(a.roofline.event_bytes[idx].sum())
     bw = nbytes / (t[idx].sum() / 1e9) if t[idx].sum() else 0.0

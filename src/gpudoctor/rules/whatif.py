@@ -25,6 +25,7 @@ from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
 from gpudoctor.replay.simulate import replay
+from gpudoctor.rules.knob_prices import KnobPrice, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
 PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
@@ -114,14 +115,40 @@ def step_model(a: Analysis) -> StepModel | str:
     return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None)
 
 
-def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixes | None]:
+@dataclass(frozen=True)
+class Repriced:
+    """The findings re-priced by replay (unranked), every replayed fix at once, and the compile
+    knobs' own prices (rules/knob_prices.py), by knob id."""
+
+    findings: list[Finding]
+    together: AllFixes | None = None
+    knobs: dict[str, KnobPrice] = dataclasses.field(default_factory=dict)
+
+
+def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
     """``priced`` (the formulas' prices, rules/calibrate.py) re-priced by replay where each fix is
     an edit; ``raw``: the same findings as the rules made them, on the profiled step (their idle
-    and kernel parts say what the derived edits remove). Unranked."""
+    and kernel parts say what the derived edits remove)."""
     model = step_model(a)
-    by_id = {f.id: f for f in raw}
     if isinstance(model, str):
-        return [_formula(f, f"the step's graph could not be built: {model}") for f in priced], None
+        return Repriced([_formula(f, f"the step's graph could not be built: {model}") for f in priced])
+    findings, together = _repriced_findings(raw, priced, a, model)
+    return Repriced(findings, together, knob_prices_of(a, model))
+
+
+def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
+    """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``."""
+    out = {}
+    for knob, edit in knob_edits(a).items():
+        after = model.after_ms(edit)
+        out[knob] = KnobPrice(knob, model.step_ms, min(after, model.step_ms) if after > 0 else model.step_ms,
+                              edit.note)
+    return out
+
+
+def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
+                       model: StepModel) -> tuple[list[Finding], AllFixes | None]:
+    by_id = {f.id: f for f in raw}
     out, edits, ids = [], [], []
     for finding in priced:
         edit, why = edit_for(a, by_id.get(finding.id, finding))

@@ -252,16 +252,55 @@ def _bf16_autocast(effects: Effects) -> None:
 
     def change(module: Any) -> str:
         forward = module.forward
+        fp32_weights = any(p.dtype == torch.float32 for p in module.parameters())
 
         @functools.wraps(forward)
         def autocast_forward(*args: Any, **kwargs: Any) -> Any:
             with autocast():
-                return forward(*args, **kwargs)
+                out = forward(*args, **kwargs)
+            return _as_fp32(out) if fp32_weights else out
 
-        module.forward = autocast_forward
-        return f"{type(module).__name__}.forward under torch.autocast({device!r}, dtype=torch.bfloat16)"
+        set_forward(module, autocast_forward)
+        back = ", its bf16 outputs cast back to fp32" if fp32_weights else ""
+        return f"{type(module).__name__}.forward under torch.autocast({device!r}, dtype=torch.bfloat16){back}"
 
     on_outermost_module(change, effects, around_first=autocast)
+
+
+def _as_fp32(out: Any) -> Any:
+    """The module's outputs with its bf16 tensors cast back to fp32: the program's code after the
+    forward (a loss on fp32 labels, ``nn.BCELoss``) gets the dtype it was written for, as when the
+    autocast region also holds the loss."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x, out)
+
+
+PATCHED = "__gpudoctor_patched__"  # instance attribute: the names a knob set on a module
+
+
+def set_forward(module: Any, forward: Callable[..., Any]) -> None:
+    """``module.forward = forward`` on the instance alone, and invisible to pickling.
+
+    Set in the instance's ``__dict__``: a wrapper module whose ``__setattr__`` passes attributes to
+    the module it wraps (Lightning Fabric's _FabricModule) would otherwise give the wrapped module
+    a forward that calls the wrapper, which calls it again (RecursionError). And a program that
+    saves or copies its model (``torch.save(model)``, ``copy.deepcopy`` for an EMA) pickles the
+    instance's attributes, where a wrapper function cannot go: the instance's ``__getstate__``
+    leaves the knob's names out, so the saved or copied module is the program's own."""
+    state = module.__dict__
+    state["forward"] = forward
+    state[PATCHED] = tuple(dict.fromkeys((*state.get(PATCHED, ()), "forward")))
+    state["__getstate__"] = functools.partial(_state_without_patches, module)
+
+
+def _state_without_patches(module: Any) -> dict[str, Any]:
+    base = type(module).__getstate__
+    state = dict(base(module) if callable(base) else module.__dict__)
+    for name in (*state.get(PATCHED, ()), PATCHED, "__getstate__"):
+        state.pop(name, None)
+    return state
 
 
 def _cache_note() -> str:
@@ -292,13 +331,13 @@ def _compile(mode: str | None) -> Callable[[Effects], None]:
             compiled = torch.compile(module.forward, **kwargs)
             note = _cache_note() + _dropout_note(module)
             if mode != "reduce-overhead":
-                module.forward = compiled
+                set_forward(module, compiled)
                 return f"{name}.forward = torch.compile({name}.forward{args}){note}"
             # A CUDA graph's outputs live in its own pool and the next replay overwrites them: a
             # program that keeps one call's output past the next call (a GAN's fake images, fed to
             # the discriminator twice) stops with "accessing tensor output of CUDAGraphs that has
             # been overwritten". Cloning the outputs is the documented way out and costs one copy.
-            module.forward = _cloning_outputs(compiled)
+            set_forward(module, _cloning_outputs(compiled))
             return f"{name}.forward = torch.compile({name}.forward{args}), its outputs cloned{note}"
 
         on_outermost_module(change, effects)
@@ -459,11 +498,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
          _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
-    # priced with the launch-bound saving too (the launch-bound saving moves with the host; fusion
-    # alone under-predicted: BENCHMARKS.md "Evidence moved from the source: try-fixes")
+    # priced by fusion alone: summed with launch-bound's saving it read x9.1 and x2.4 where x0.98
+    # and x0.93 were measured (BENCHMARKS.md "Replay", knob trials); the report's own replayed
+    # price of the knob (rules/knob_prices.py) comes first
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
-         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE,
-         also_saves=("launch-bound",)),
+         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
          _expandable, env=EXPANDABLE, group="allocator"),
     Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),

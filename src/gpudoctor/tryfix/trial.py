@@ -83,7 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -214,8 +214,10 @@ def _code_fix_first(finding: Any) -> str:
     return ""
 
 
-def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
-    """Which knobs to try, for which finding; the findings that need a code change, with why."""
+def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[str, Any] | None = None) -> Plan:
+    """Which knobs to try, for which finding; the findings that need a code change, with why.
+    ``knob_prices``: the report's own prices of knobs (rules/knob_prices.py, by knob id), which
+    stand for a knob's prediction in place of its findings'."""
     out = Plan()
     chosen: dict[str, Planned] = {}
     for f in findings:
@@ -233,7 +235,8 @@ def plan(findings: Sequence[Any], fixes: list[str] | None) -> Plan:
                 chosen[knob.id] = _knob_price(Planned(knob, f.id, f.predicted_speedup, f.saving_ms, _priced_by(f)), f)
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
-    priced = [_with_also_saves(p, findings) for p in chosen.values()]
+    priced = [_own_price(p, (knob_prices or {}).get(p.knob.id)) or _with_also_saves(p, findings)
+              for p in chosen.values()]
     out.trials = [p for p in priced if fixes is not None or _worth_a_trial(p)]
     out.not_tried += [{"finding": p.finding or p.knob.id,
                        "reason": f"{p.knob.id}: the finding puts {_stake(p)} of the step at stake, less than a trial "
@@ -277,6 +280,17 @@ def _knob_price(planned: Planned, finding: Any) -> Planned:
         return planned
     step = saving * ps / (ps - 1.0)
     return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)), "replay", own_edit=True)
+
+
+def _own_price(planned: Planned, price: Any) -> Planned | None:
+    """The knob priced by its own replayed edit (report ``knob_prices``), None where there is none."""
+    if not isinstance(price, Mapping):
+        return None
+    speedup_, step, after = price.get("predicted_speedup"), price.get("step_ms"), price.get("step_after_ms")
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (speedup_, step, after)):
+        return None
+    return Planned(planned.knob, planned.finding, float(speedup_), float(step) - float(after),
+                   "replay (the knob's own edit)", own_edit=True)
 
 
 def _priced_by(finding: Any) -> str | None:

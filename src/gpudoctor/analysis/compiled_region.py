@@ -1,0 +1,74 @@
+"""The part of the step a ``torch.compile`` of the outermost module would take: its forward and,
+in training, the backward of that forward.
+
+A trace does not say where the module's forward begins (module events come only with
+``with_stack``), so the region is read from what the operators carry:
+
+- the backward is every top-level operator on the thread the autograd engine runs on
+  (``autograd::engine::evaluate_function: ...`` events);
+- the forward is every top-level operator on the other launching threads that was recorded under
+  grad mode: the profiler gives those a ``Sequence number`` (the autograd node they would make);
+  ``torch.no_grad()`` work (an optimizer's step, a hand-written update, ``zero_grad``) has none;
+- in a step with no backward (inference: no grad mode anywhere), every top-level operator on the
+  launching threads but the copies between host and device, the reads of GPU values and the work
+  of an optimizer or a DataLoader: what the module's forward itself runs.
+
+What stays outside (an optimizer's for-loop, a hand-written SGD update, the loader) keeps its host
+time when the module is compiled or captured in a CUDA graph (``rules/knob_prices.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.trace.model import HostCat, Trace
+
+ENGINE_PREFIX = "autograd::engine::evaluate_function"
+GRAD_MODE_MARK = b'"Sequence number"'
+# work a compile of the module does not take, in a step without backward (and outside grad mode)
+OUTSIDE_NAMES = re.compile(r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
+OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
+
+
+def compiled_region(trace: Trace) -> np.ndarray:
+    """Boolean mask over host events: the top-level operators (and every event inside them) that a
+    compile of the outermost module takes (module docstring). All False when no thread launches
+    GPU work."""
+    host = trace.host
+    n = len(host)
+    threads = launch_threads(trace)
+    if n == 0 or threads.size == 0:
+        return np.zeros(n, bool)
+    top = (host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, threads)
+    engine = trace.names_matching(lambda s: s.startswith(ENGINE_PREFIX))[host.name]
+    engine_threads = np.unique(host.thread[engine & np.isin(host.thread, threads)])
+    outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
+    if engine_threads.size:
+        backward = top & np.isin(host.thread, engine_threads)
+        forward_candidates = np.flatnonzero(top & ~np.isin(host.thread, engine_threads) & ~outside)
+        raws = host.raw_args
+        chosen = raws.take(forward_candidates.tolist()) if hasattr(raws, "take") else [raws[i] for i in forward_candidates]
+        graded = np.fromiter((GRAD_MODE_MARK in bytes(r or b"") for r in chosen), bool, forward_candidates.size)
+        region_top = backward.copy()
+        region_top[forward_candidates[graded]] = True
+    else:
+        copies = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[host.name]
+        region_top = top & ~copies & ~outside
+    # every event inside a region operator belongs to it (its launches, its nested operators)
+    owner = np.where(host.top_op >= 0, host.top_op, np.arange(n))
+    return region_top[owner]
+
+
+def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
+    """Host events inside (or equal to) an annotation whose name starts with one of ``prefixes``."""
+    host = trace.host
+    marked = trace.names_matching(lambda s: s.startswith(prefixes))[host.name] & (host.cat == HostCat.ANNOTATION)
+    s, e = union(host.ts[marked], host.end[marked])
+    return contains(s, e, host.ts)
+
+
+__all__ = ["compiled_region"]

@@ -1,0 +1,100 @@
+"""The compile knobs of ``run --try-fixes`` priced by what they change, whatever the findings.
+
+``torch.compile`` of the outermost module (tryfix/knobs.py) takes the module's forward and its
+backward (analysis/compiled_region.py), nothing else: an optimizer's loop, a hand-written update
+or the loader keep their host time. So each knob is its own edit of the step's graph, replayed:
+
+- ``compile``: each chain of memory-bound kernels inside the region (rules/unfused_elementwise.py
+  ``chains``) becomes one kernel at its fused time; the chain's other kernels leave the GPU. The
+  host keeps its time: on host-bound steps the compiled module's generated code cost the host
+  about what eager did (manual_sgd x0.98, unet_ema x0.93 measured, where taking the fused
+  operators' host time out priced x1.15 and x1.14, and summing launch-bound's saving x9.1 and
+  x2.4: BENCHMARKS.md "Replay", knob trials).
+- ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
+  (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
+  backward a step.
+
+A finding's own price stays its fix's (launch-bound's graph of the whole step); the knob's price
+is what the knob itself does, and ``run --try-fixes`` prints it beside the measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.compiled_region import compiled_region
+from gpudoctor.replay.edits import Edit, merge
+from gpudoctor.rules import launch_bound, unfused_elementwise
+
+KNOB_COMPILE = "compile"
+KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
+
+
+@dataclass(frozen=True)
+class KnobPrice:
+    knob: str
+    step_ms: float
+    step_after_ms: float
+    note: str
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.step_ms / self.step_after_ms if self.step_after_ms > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        return {"predicted_speedup": round(self.predicted_speedup, 4), "step_ms": round(self.step_ms, 4),
+                "step_after_ms": round(self.step_after_ms, 4), "priced_by": "replay", "note": self.note}
+
+
+def knob_edits(a: Analysis) -> dict[str, Edit]:
+    """The compile knobs' edits of ``a``'s step; none where the trace shows no region to compile, or
+    one compiled already."""
+    region = compiled_region(a.trace)
+    if not region.any() or _compiled_already(a, region):
+        return {}
+    fused = fusion(a, region)
+    graphs = launch_bound.captured(a, within=region)
+    out = {KNOB_COMPILE: fused}
+    if graphs is not None:
+        out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs])
+    return out
+
+
+def _compiled_already(a: Analysis, region: np.ndarray) -> bool:
+    """The region launches generated (Triton) kernels: the program compiles its module already,
+    and the knobs leave it as it is (tryfix/knobs.py)."""
+    dev = a.trace.device
+    launched = dev.launch >= 0
+    return bool((dev.triton[launched] & region[dev.launch[launched]]).any())
+
+
+def fusion(a: Analysis, within: np.ndarray) -> Edit:
+    """Each chain of memory-bound kernels launched from host events ``within`` fused into one
+    kernel at its fused time (unfused_elementwise ``fused_ns``): the chain's first kernel takes
+    it, the others leave the GPU; the host's calls stay (module docstring). An empty edit (a
+    region with no chain) is the step unchanged."""
+    dev = a.trace.device
+    t = a.roofline.event_in_steps_ns
+    floor_ns = unfused_elementwise.kernel_floor_ns(a)
+    retimed: list[int] = []
+    retimed_ns: list[float] = []
+    gone: list[np.ndarray] = []
+    for chain in unfused_elementwise.chains(a):
+        calls = dev.launch[chain]
+        if (calls < 0).any() or not within[calls].all():
+            continue
+        retimed.append(int(chain[0]))
+        retimed_ns.append(unfused_elementwise.fused_ns(a, chain, t, floor_ns))
+        gone.append(chain[1:])
+    if not retimed:
+        return Edit(note="no chain to fuse in the compiled region")
+    removed = np.unique(np.concatenate(gone)).astype(np.int64)
+    n = max(len(a.steps), 1)
+    return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float), device_removed=removed,
+                note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused ({removed.size / n:.0f} kernels fewer)")
+
+
+__all__ = ["KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KnobPrice", "fusion", "knob_edits"]

@@ -1,0 +1,89 @@
+"""The compile knobs priced by their own edits (rules/knob_prices.py) on run bundles recorded by
+``gpudoctor run --try-fixes`` on an H200 (torch 2.11, 2026-12-03; benchmarks/bench_knob_trials.py,
+BENCHMARKS.md "Replay", knob trials): each bundle keeps the trials' measured speedups
+(trials.json) beside the trace the prices are replayed on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudoctor.analysis.compiled_region import compiled_region
+from gpudoctor.pipeline import analyze_path
+from gpudoctor.trace.load import load
+from gpudoctor.trace.model import HostCat
+
+DATA = Path(__file__).parent / "data"
+KNOBS = DATA / "knobs_h200"
+
+
+def _measured(bundle: Path) -> dict[str, float]:
+    trials = json.loads((bundle / "trials.json").read_text())
+    rows = trials.get("trials", trials) if isinstance(trials, dict) else trials
+    return {t["knob"]: t["measured_speedup"] for t in rows if t.get("measured_speedup")}
+
+
+def _top_ops(trace, region: np.ndarray) -> tuple[set[str], set[str]]:
+    host = trace.host
+    top = (host.cat == HostCat.OP) & (host.top_op < 0)
+    names = np.asarray(trace.strings, dtype=object)
+    inside = {str(n) for n in names[host.name[top & region]]}
+    outside = {str(n) for n in names[host.name[top & ~region]]}
+    return inside, outside
+
+
+def test_the_compiled_region_is_the_modules_forward_and_backward_not_a_hand_written_update() -> None:
+    """manual_sgd: a residual MLP in bf16 autocast, updated by ``p -= lr * p.grad`` in a Python
+    loop under no_grad. The forward's operators (grad mode: a Sequence number) and the backward's
+    (the autograd thread) are the region; the update's mul and sub_ and the input's randn are not."""
+    trace = load(KNOBS / "manual_sgd")
+    inside, outside = _top_ops(trace, compiled_region(trace))
+    assert {"aten::linear", "aten::layer_norm", "aten::relu", "aten::mse_loss"} <= inside
+    assert any(n.startswith("autograd::engine::evaluate_function: AddmmBackward0") for n in inside)
+    assert {"aten::mul", "aten::sub_", "aten::randn"} <= outside
+    assert not ({"aten::mul", "aten::sub_"} & inside)
+
+
+def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
+    """An inference loop (no grad mode anywhere): its forward is the region, the batch's upload and
+    the result's ``.cpu()`` are not."""
+    trace = load(DATA / "gallery_h100" / "inference_loop")
+    inside, outside = _top_ops(trace, compiled_region(trace))
+    assert "aten::linear" in inside or "aten::addmm" in inside
+    assert "aten::to" in outside and "aten::to" not in inside
+
+
+@pytest.mark.parametrize(("program", "compile_", "reduce_overhead"), [
+    # measured x0.98 [0.94-1.02] and x2.70 [2.60-2.80]; summing the findings read x9.09 and x12.1
+    ("manual_sgd", 1.0, 3.6941),
+    # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89]; summing the findings read x2.42 and x3.19
+    ("unet_ema", 1.0, 3.1361),
+])
+def test_compile_knobs_are_priced_by_what_they_change(program: str, compile_: float, reduce_overhead: float) -> None:
+    bundle = KNOBS / program
+    report = analyze_path(bundle)
+    prices = report.knob_prices
+    assert prices["compile"]["predicted_speedup"] == compile_
+    assert prices["compile-reduce-overhead"]["predicted_speedup"] == reduce_overhead
+    assert "module captured in CUDA graphs" in prices["compile-reduce-overhead"]["note"]
+    measured = _measured(bundle)
+    assert set(measured) >= {"compile", "compile-reduce-overhead"}
+    assert report.to_dict()["knob_prices"] == prices
+
+
+def test_a_step_replayed_from_a_cuda_graph_has_nothing_to_capture_or_fuse() -> None:
+    """The launch_bound trap's fixed twin replays its step from a CUDA graph (kernels without
+    launches): compile fuses nothing and reduce-overhead has no launches to capture, so it gets
+    no price of its own."""
+    prices = analyze_path(DATA / "launch_bound_fixed").knob_prices
+    assert prices == {"compile": {"predicted_speedup": 1.0, "step_ms": 0.8272, "step_after_ms": 0.8272,
+                                  "priced_by": "replay", "note": "no chain to fuse in the compiled region"}}
+
+
+def test_a_program_that_compiles_its_model_gets_no_compile_knob_price() -> None:
+    """healthy_compiled runs torch.compile itself: its region launches Triton kernels, and the
+    knobs would leave it as it is."""
+    assert analyze_path(DATA / "healthy_compiled").knob_prices == {}
