@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpudoctor.analysis.compiled_region import compiled_region
-from gpudoctor.pipeline import analyze_path
+from gpudoctor.pipeline import knob_prices_for
 from gpudoctor.trace.load import load
 from gpudoctor.trace.model import HostCat
 
@@ -64,21 +64,19 @@ def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
 ])
 def test_compile_knobs_are_priced_by_what_they_change(program: str, compile_: float, reduce_overhead: float) -> None:
     bundle = KNOBS / program
-    report = analyze_path(bundle)
-    prices = report.knob_prices
+    prices = knob_prices_for(bundle)
     assert prices["compile"]["predicted_speedup"] == compile_
     assert prices["compile-reduce-overhead"]["predicted_speedup"] == reduce_overhead
     assert "module captured in CUDA graphs" in prices["compile-reduce-overhead"]["note"]
     measured = _measured(bundle)
     assert set(measured) >= {"compile", "compile-reduce-overhead"}
-    assert report.to_dict()["knob_prices"] == prices
 
 
 def test_a_step_replayed_from_a_cuda_graph_has_nothing_to_capture_or_fuse() -> None:
     """The launch_bound trap's fixed twin replays its step from a CUDA graph (kernels without
     launches): compile fuses nothing and reduce-overhead has no launches to capture, so it gets
     no price of its own."""
-    prices = analyze_path(DATA / "launch_bound_fixed").knob_prices
+    prices = knob_prices_for(DATA / "launch_bound_fixed")
     assert prices == {"compile": {"predicted_speedup": 1.0, "step_ms": 0.8272, "step_after_ms": 0.8272,
                                   "priced_by": "replay", "note": "no chain to fuse in the compiled region"}}
 
@@ -86,4 +84,4 @@ def test_a_step_replayed_from_a_cuda_graph_has_nothing_to_capture_or_fuse() -> N
 def test_a_program_that_compiles_its_model_gets_no_compile_knob_price() -> None:
     """healthy_compiled runs torch.compile itself: its region launches Triton kernels, and the
     knobs would leave it as it is."""
-    assert analyze_path(DATA / "healthy_compiled").knob_prices == {}
+    assert knob_prices_for(DATA / "healthy_compiled") == {}

@@ -318,12 +318,16 @@ def _baseline_numerics(on: bool):  # type: ignore[no-untyped-def]
 def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, timeout,  # type: ignore[no-untyped-def]
                 trace: bool, json_out: bool, width: int | None, repeats: int = 1) -> None:
     from gpudoctor.capture.bundle import global_rank, program_facts, rank_suffix
+    from gpudoctor.pipeline import knob_prices_for
     from gpudoctor.report.safe import SafeConsole
     from gpudoctor.tryfix.render import attach, render_console
     from gpudoctor.tryfix.trial import Baseline, Trials, plan
 
     findings = report.findings if report is not None else ()
-    chosen = plan(findings, fix_ids, report.knob_prices if report is not None else None)
+    # the compile knobs priced by their own edits, on the diagnosed trace (a second reading of it:
+    # seconds, against the minutes the trials take)
+    prices = knob_prices_for(run_dir) if report is not None and not report.host_only else {}
+    chosen = plan(findings, fix_ids, prices)
     samples = tuple(outcome.result.unprofiled_before_ms)
     note = ""
     trials: list = []
@@ -350,7 +354,7 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
                         progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
                                                         highlight=False))
         trials = runner.run(chosen.trials)
-    attach(run_dir, trials, chosen.not_tried, note, rank_suffix(global_rank()))
+    attach(run_dir, trials, chosen.not_tried, note, rank_suffix(global_rank()), knob_prices=prices)
     if json_out:
         suffix = rank_suffix(global_rank())
         path = run_dir / f"report{suffix}.json"

@@ -86,12 +86,10 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings, together, knobs = priced(find(analysis), analysis)
+    findings, together = priced(find(analysis), analysis)
     report = build_report(analysis, findings)
     if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
         report = dataclasses.replace(report, all_fixes=together.to_dict())
-    if knobs:
-        report = dataclasses.replace(report, knob_prices={k: p.to_dict() for k, p in knobs.items()})
     return analysis, report
 
 
@@ -114,6 +112,25 @@ def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings:
     report = analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
                             model_state=run.model_state, step_source=run.step_source, cut_after=run.cut_after)
     return dataclasses.replace(report, unprofiled=run.unprofiled) if run.unprofiled else report
+
+
+def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> dict[str, Any]:
+    """The compile knobs' own replayed prices (rules/knob_prices.py) on a run directory or trace,
+    by knob id (``KnobPrice.to_dict``): what ``run --try-fixes`` predicts for them. Empty when the
+    trace has no GPU work or its step's graph cannot be built."""
+    from gpudoctor.capture.bundle import read_run
+    from gpudoctor.rules.whatif import knob_prices_of, step_model
+
+    run = read_run(path)
+    trace = load(path)
+    if len(trace.device) == 0:
+        return {}
+    analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms, run.model_state,
+                             run.step_source, run.cut_after)
+    model = step_model(analysis)
+    if isinstance(model, str):
+        return {}
+    return {k: p.to_dict() for k, p in knob_prices_of(analysis, model).items()}
 
 
 def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,

@@ -33,7 +33,6 @@ from gpudoctor.core.finding import (
     severity_for,
     speedup,
 )
-from gpudoctor.rules.knob_prices import KnobPrice
 from gpudoctor.rules.shared import GPU_BOUND_SHARE, UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 from gpudoctor.rules.whatif import AllFixes, reprice
 
@@ -214,9 +213,9 @@ def price(findings: list[Finding], a: Analysis) -> list[Finding]:
     return priced(findings, a)[0]
 
 
-def priced(findings: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixes | None, dict[str, KnobPrice]]:
+def priced(findings: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixes | None]:
     """The findings priced for the step as it runs and ranked: the one place either happens; and
-    every replay-priced fix at once; and the compile knobs' own prices (rules/knob_prices.py).
+    every replay-priced fix at once.
 
     Each fix that is an edit of the step's graph is priced by replaying it (rules/whatif.py);
     the others by their rule's formula, re-priced here: with the step timed without the profiler
@@ -226,7 +225,7 @@ def priced(findings: list[Finding], a: Analysis) -> tuple[list[Finding], AllFixe
     from gpudoctor.rules.registry import rank
 
     out = reprice(findings, by_formula(findings, a), a)
-    return rank(out.findings), out.together, out.knobs
+    return rank(out.findings), out.together
 
 
 def by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:

@@ -117,12 +117,10 @@ def step_model(a: Analysis) -> StepModel | str:
 
 @dataclass(frozen=True)
 class Repriced:
-    """The findings re-priced by replay (unranked), every replayed fix at once, and the compile
-    knobs' own prices (rules/knob_prices.py), by knob id."""
+    """The findings re-priced by replay (unranked), and every replayed fix at once."""
 
     findings: list[Finding]
     together: AllFixes | None = None
-    knobs: dict[str, KnobPrice] = dataclasses.field(default_factory=dict)
 
 
 def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
@@ -132,12 +130,13 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
     model = step_model(a)
     if isinstance(model, str):
         return Repriced([_formula(f, f"the step's graph could not be built: {model}") for f in priced])
-    findings, together = _repriced_findings(raw, priced, a, model)
-    return Repriced(findings, together, knob_prices_of(a, model))
+    return Repriced(*_repriced_findings(raw, priced, a, model))
 
 
 def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
-    """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``."""
+    """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``: what ``run --try-fixes``
+    predicts for it (pipeline.knob_prices_for; not part of every analysis: its two replays would
+    add a fifth to ``analyze`` on a large trace)."""
     out = {}
     for knob, edit in knob_edits(a).items():
         after = model.after_ms(edit)

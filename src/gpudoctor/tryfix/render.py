@@ -147,14 +147,16 @@ def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], 
 
 
 def attach(run_dir: Path, trials: list[dict[str, Any]], not_tried: list[dict[str, str]], note: str = "",
-           suffix: str = "") -> None:
-    """Write trials.json and add the trials to the run directory's report.json and report.html."""
-    data = {"trials": trials, "trials_not_tried": not_tried, "note": note}
+           suffix: str = "", knob_prices: dict[str, Any] | None = None) -> None:
+    """Write trials.json and add the trials to the run directory's report.json and report.html;
+    ``knob_prices``: the compile knobs' own prices the trials were predicted by (pipeline.knob_prices_for)."""
+    data = {"trials": trials, "trials_not_tried": not_tried, "note": note, "knob_prices": knob_prices or {}}
     (run_dir / "trials.json").write_text(json.dumps(data, indent=2) + "\n")
     report_json = run_dir / f"report{suffix}.json"
     if report_json.is_file():
         report = json.loads(report_json.read_text())
         report["trials"], report["trials_not_tried"], report["trials_note"] = trials, not_tried, note
+        report["knob_prices"] = knob_prices or {}
         report_json.write_text(json.dumps(report, indent=2) + "\n")
     report_html = run_dir / f"report{suffix}.html"
     if report_html.is_file():
