@@ -77,11 +77,25 @@ def test_a_step_replayed_from_a_cuda_graph_has_nothing_to_capture_or_fuse() -> N
     launches): compile fuses nothing and reduce-overhead has no launches to capture, so it gets
     no price of its own."""
     prices = knob_prices_for(DATA / "launch_bound_fixed")
-    assert prices == {"compile": {"predicted_speedup": 1.0, "step_ms": 0.8272, "step_after_ms": 0.8272,
-                                  "priced_by": "replay", "note": "no chain to fuse in the compiled region"}}
+    assert "compile-reduce-overhead" not in prices
+    assert prices["compile"] == {"predicted_speedup": 1.0, "step_ms": 0.8272, "step_after_ms": 0.8272,
+                                 "priced_by": "replay", "note": "no chain to fuse in the compiled region"}
 
 
 def test_a_program_that_compiles_its_model_gets_no_compile_knob_price() -> None:
     """healthy_compiled runs torch.compile itself: its region launches Triton kernels, and the
     knobs would leave it as it is."""
-    assert knob_prices_for(DATA / "healthy_compiled") == {}
+    prices = knob_prices_for(DATA / "healthy_compiled")
+    assert "compile" not in prices and "compile-reduce-overhead" not in prices
+    assert set(prices) == {"bf16-autocast", "tf32"}
+
+
+def test_the_matmul_knobs_are_priced_whether_or_not_a_finding_calls_for_them() -> None:
+    """The lab's fp32_matmul trap: bf16-autocast on the module is the finding's own fix (x2.9543),
+    tf32 its TF32 edit. manual_sgd runs under bf16 autocast already: both knobs x1.0, saying why
+    (a trial named with --fixes is judged against the step unchanged)."""
+    fp32 = knob_prices_for(DATA / "fp32_matmul")
+    assert (fp32["bf16-autocast"]["predicted_speedup"], fp32["tf32"]["predicted_speedup"]) == (2.9543, 3.1773)
+    sgd = knob_prices_for(KNOBS / "manual_sgd")
+    assert {k: (sgd[k]["predicted_speedup"], sgd[k]["note"]) for k in ("bf16-autocast", "tf32")} == {
+        "bf16-autocast": (1.0, "no fp32 or TF32 matmul"), "tf32": (1.0, "no fp32 GEMM")}

@@ -176,7 +176,7 @@ def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
 CASTS_PER_MATMUL = 2 / 3
 
 
-def edit(a: Analysis, finding: Finding) -> Edit | None:
+def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
     """Each fp32 / TF32 matrix kernel at its bf16 time (casts included, as priced), and the
     casts' launches on the host."""
     parts = fp32_matrix_events(a)
@@ -195,7 +195,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
 
 
 
-def tf32_edit(a: Analysis, finding: Finding) -> Edit | None:
+def tf32_edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
     """TF32 on (the ``tf32`` knob): fp32 GEMMs on CUDA cores at the TF32 roof times the same
     efficiency (never below their bytes at the memory roof); TF32 GEMMs and attention unchanged."""
     idx = fp32_matrix_events(a)["simt"]

@@ -1,4 +1,5 @@
-"""The compile knobs of ``run --try-fixes`` priced by what they change, whatever the findings.
+"""The knobs of ``run --try-fixes`` on the module and its matmuls priced by what they change,
+whatever the findings.
 
 ``torch.compile`` of the outermost module (tryfix/knobs.py) takes the module's forward and its
 backward (analysis/compiled_region.py), nothing else: an optimizer's loop, a hand-written update
@@ -13,6 +14,13 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 - ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
   (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
   backward a step.
+- ``bf16-autocast`` (autocast around the module's forward): the region's fp32 / TF32 matrix
+  kernels at the bf16 rate, with autocast's casts (rules/fp32_matmul.py ``edit``); an fp32 loss
+  or update outside keeps its time.
+- ``tf32`` (a process-wide setting): every fp32 GEMM at the TF32 rate (fp32_matmul ``tf32_edit``).
+
+A knob with nothing to change in the step (no chain, no fp32 matmul) is priced x1.0, the step
+unchanged, so a trial named with ``--fixes`` still has a prediction to be judged by.
 
 A finding's own price stays its fix's (launch-bound's graph of the whole step); the knob's price
 is what the knob itself does, and ``run --try-fixes`` prints it beside the measurement.
@@ -27,10 +35,12 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region
 from gpudoctor.replay.edits import Edit, merge
-from gpudoctor.rules import launch_bound, unfused_elementwise
+from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 
 KNOB_COMPILE = "compile"
 KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
+KNOB_BF16 = "bf16-autocast"
+KNOB_TF32 = "tf32"
 
 
 @dataclass(frozen=True)
@@ -50,17 +60,36 @@ class KnobPrice:
 
 
 def knob_edits(a: Analysis) -> dict[str, Edit]:
-    """The compile knobs' edits of ``a``'s step; none where the trace shows no region to compile, or
-    one compiled already."""
+    """The knobs' edits of ``a``'s step; the ones on the module need a region (none where the trace
+    shows none), the compile ones a region not compiled already."""
     region = compiled_region(a.trace)
-    if not region.any() or _compiled_already(a, region):
-        return {}
+    tf32 = fp32_matmul.tf32_edit(a)
+    out = {KNOB_TF32: tf32 if tf32 is not None else Edit(note="no fp32 GEMM")}
+    if not region.any():
+        return out
+    bf16 = fp32_matmul.edit(a)
+    out[KNOB_BF16] = _within(a, bf16, region) if bf16 is not None else Edit(note="no fp32 or TF32 matmul")
+    if _compiled_already(a, region):
+        return out
     fused = fusion(a, region)
+    out[KNOB_COMPILE] = fused
     graphs = launch_bound.captured(a, within=region)
-    out = {KNOB_COMPILE: fused}
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs])
     return out
+
+
+def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
+    """``edit``'s device changes (and added launches) kept to the kernels launched from ``region``."""
+    launch = a.trace.device.launch
+
+    def inside(events: np.ndarray) -> np.ndarray:
+        calls = launch[events]
+        return (calls >= 0) & region[np.maximum(calls, 0)]
+
+    keep = inside(edit.device)
+    return Edit(device=edit.device[keep], device_ns=edit.device_ns[keep], added_at=edit.added_at[inside(edit.added_at)],
+                added_launches=edit.added_launches, note=edit.note)
 
 
 def _compiled_already(a: Analysis, region: np.ndarray) -> bool:
@@ -97,4 +126,4 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
                 note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused ({removed.size / n:.0f} kernels fewer)")
 
 
-__all__ = ["KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KnobPrice", "fusion", "knob_edits"]
+__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice", "fusion", "knob_edits"]
