@@ -1,0 +1,100 @@
+"""Knob trials re-priced offline: every kept ``run --try-fixes`` bundle's trials, the prediction the
+run made beside the one the current code makes from the same trace, against the speedup measured.
+
+A bundle is a run directory (env.json, trace.json.gz, trials.json) as benchmarks/bench_knob_trials.py
+leaves them; ``--bundles`` takes a folder of them or a .tar.gz of that folder:
+
+    python benchmarks/bench_knob_reprice.py --bundles benchmarks/results/knob-trials-h200-2026-12-03-bundles.tar.gz
+
+The prediction now is what ``run --try-fixes`` would print: the report's findings planned with the
+knobs the run tried and the knobs' own replayed prices (tryfix/trial.py ``plan``,
+pipeline.knob_prices_for). Re-pricing trials whose results are known is a fit, not a forecast: the
+table says which prices were made before the measurement ("then") and which after ("now").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+WITHIN = 1.25
+SLOWER_PREDICTED_AT_MOST = 1.05
+
+
+def bundles_in(path: Path, scratch: Path) -> list[Path]:
+    if path.is_file():
+        with tarfile.open(path) as tar:
+            tar.extractall(scratch, filter="data")
+        path = scratch
+    return sorted(p.parent for p in path.rglob("trials.json") if (p.parent / "trace.json.gz").is_file())
+
+
+def repriced(bundle: Path) -> list[dict[str, Any]]:
+    from gpudoctor.pipeline import analyze_path, knob_prices_for
+    from gpudoctor.tryfix.trial import plan
+
+    trials = json.loads((bundle / "trials.json").read_text())["trials"]
+    knobs = [t["knob"] for t in trials if not str(t["knob"]).startswith(("control", "combined"))]
+    report = analyze_path(bundle)
+    now = {p.knob.id: p for p in plan(report.findings, knobs, knob_prices_for(bundle)).trials}
+    rows = []
+    for t in trials:
+        if t["knob"] not in now:
+            continue
+        p = now[t["knob"]]
+        rows.append({"program": bundle.name, "knob": t["knob"], "then": t.get("predicted_speedup"),
+                     "now": p.predicted_speedup, "now_by": p.priced_by, "measured": t.get("measured_speedup"),
+                     "ci95": t.get("speedup_ci95"), "status": t.get("status")})
+    return rows
+
+
+def fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def within(p: float | None, m: float | None) -> bool | None:
+    return None if not p or not m else 1 / WITHIN <= p / m <= WITHIN
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| program | knob | predicted then | predicted now (by) | measured [95%] | now / measured |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        ci = r.get("ci95") or [None, None]
+        q = r["now"] / r["measured"] if r["now"] and r["measured"] else None
+        star = "*" if within(r["now"], r["measured"]) else ""
+        lines.append(f"| {r['program']} | {r['knob']} | {fmt(r['then'])} | {fmt(r['now'])} ({r['now_by'] or '-'}) "
+                     f"| {fmt(r['measured'])} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} |")
+    paired = [r for r in rows if r["measured"]]
+    then_in = sum(bool(within(r["then"], r["measured"])) for r in paired)
+    now_in = sum(bool(within(r["now"], r["measured"])) for r in paired)
+    slower = [r for r in paired if (r.get("ci95") or [None, None])[1] is not None and r["ci95"][1] < 1.0]
+    slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
+    lines += ["", f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
+              f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
+              f"or below: {len(slow_ok)}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundles", type=Path, required=True, help="a folder of run bundles, or a .tar.gz of one")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows here")
+    opts = ap.parse_args()
+    if not opts.bundles.exists():
+        ap.error(f"--bundles {opts.bundles}: no such file or folder")
+    with tempfile.TemporaryDirectory() as scratch:
+        rows = [row for b in bundles_in(opts.bundles, Path(scratch)) for row in repriced(b)]
+    if opts.json:
+        opts.json.write_text(json.dumps(rows, indent=1) + "\n")
+    sys.stdout.write(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
