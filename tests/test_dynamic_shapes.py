@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from synth import TraceBuilder
 
-from gpudoctor.analysis.idle import idle_causes, setup_calls
+from gpudoctor.analysis.host_events import setup_calls
+from gpudoctor.analysis.idle import idle_causes
 from gpudoctor.analysis.steps import segment
 from gpudoctor.pipeline import analyze_loaded, analyze_path
 from gpudoctor.trace import load, parse

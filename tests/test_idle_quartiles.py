@@ -1,11 +1,11 @@
-"""The first quartile of each op's call durations (analysis/idle.py setup_calls), from one sort:
+"""The first quartile of each op's call durations (analysis/host_events.py setup_calls), from one sort:
 the same numbers np.percentile gives group by group, to the last bit."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpudoctor.analysis.idle import _first_quartiles
+from gpudoctor.analysis.host_events import _first_quartiles
 
 
 def test_small_groups_by_hand() -> None:

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.trace.model import HostCat, Trace
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpudoctor.analysis.idle import BLOCKING, CAUSES, IdleResult, launch_threads, sync_calls
+from gpudoctor.analysis.host_events import launch_threads, sync_calls
+from gpudoctor.analysis.idle import BLOCKING, CAUSES, IdleResult
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.analysis.observer import BLOCKED_CALL_NS
 from gpudoctor.analysis.steps import Steps

@@ -24,16 +24,29 @@ Syncs cost more than the gap right after them: once the queue is drained, the ho
 the GPU until it builds a lead again, and every dispatch gap until then is the sync's doing.
 Without the syncs the host would be ahead by the time it spent waiting in them, so dispatch idle
 up to that waiting time moves from "dispatch" to "host-sync".
+
+Which host events are syncs, allocations, a DataLoader's fetch or an operator's setup is
+analysis/host_events.py's to say; this module says what their time cost the GPU.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpudoctor.analysis.breakdown import gpu_busy_intervals
+from gpudoctor.analysis.host_events import (
+    HOST_WORK_MIN_NS,
+    allocator_calls,
+    bookkeeping_names,
+    dataloader_calls,
+    launch_thread,
+    launch_threads,
+    optimizer_steps,
+    setup_calls,
+    sync_calls,
+)
 from gpudoctor.analysis.intervals import complement, contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
@@ -55,67 +68,6 @@ GPU_WAIT = "gpu-wait"
 # a trace without kernel-to-launch links (trace/capabilities.py): all its idle, cause unknown
 UNATTRIBUTED = "unattributed"
 
-# A stretch of the launching threads inside no operator, launch or copy, longer than this, is host
-# work (I/O, Python) rather than the interpreter's overhead between two operators. The longest
-# such stretch between two ops of an eager 96-layer module loop (tests/data/launch_bound, H100,
-# torch 2.11, profiled) was 0.33 ms; file writes and checkpoints take milliseconds.
-HOST_WORK_MIN_NS = 1_000_000
-
-_DATALOADER = re.compile(r"dataloader|dataloaderiter|_next_data|fetcher", re.IGNORECASE)
-# Operators that only make views, allocate or keep autograd's books: they launch nothing on any
-# device, so an op that launched nothing is host computation only when it is none of these.
-_BOOKKEEPING = re.compile(
-    r"^aten::(view|_?reshape|_reshape_alias|_unsafe_view|view_as|as_strided|slice|narrow|select|expand"
-    r"|expand_as|permute|transpose|t|numpy_T|unsqueeze|squeeze|detach|alias|lift_fresh|unbind|split"
-    r"|split_with_sizes|chunk|empty|empty_like|empty_strided|new_empty|new_empty_strided|resize_|set_"
-    r"|resolve_conj|resolve_neg|real|imag|flatten|unflatten|movedim|diagonal"
-    r"|_has_compatible_shallow_copy_type|requires_grad_|lift)$"
-    r"|AccumulateGrad|^autograd::engine::evaluate_function: |Backward\d*$|^detach_?$"
-)
-SYNC_RUNTIME = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-    }
-)
-SYNC_OPS = frozenset(
-    {
-        "aten::item",
-        "aten::_local_scalar_dense",
-        "aten::nonzero",
-        "aten::is_nonzero",
-        "aten::equal",
-        "aten::masked_select",
-        "aten::_unique2",
-        "aten::unique_consecutive",
-        "aten::unique_dim",
-    }
-)
-ALLOCATOR_CALLS = frozenset(
-    {
-        "cudaMalloc",
-        "cudaFree",
-        "cudaHostAlloc",
-        "cudaMallocHost",
-        "cudaFreeHost",
-        "cudaHostRegister",
-        "cuMemAlloc_v2",
-        "cuMemFree_v2",
-        "cuMemCreate",
-        "cuMemRelease",
-        "cuMemMap",
-        "cuMemUnmap",
-        "cuMemAddressReserve",
-        "cuMemAddressFree",
-        "cuMemSetAccess",
-    }
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,26 +153,6 @@ def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, steps: Steps) -> tuple[np.ndar
     return np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)
 
 
-def launch_thread(trace: Trace) -> int:
-    """The host thread that launched most GPU work (-1 when none did)."""
-    counts = _launch_counts(trace)
-    return int(counts.argmax()) if counts.size and counts.max() > 0 else -1
-
-
-def launch_threads(trace: Trace) -> np.ndarray:
-    """Threads that launched at least 1% of the GPU work (the main and the autograd threads)."""
-    counts = _launch_counts(trace)
-    if counts.size == 0 or counts.max() == 0:
-        return np.empty(0, np.int32)
-    return np.flatnonzero(counts >= max(1, 0.01 * counts.sum())).astype(np.int32)
-
-
-def _launch_counts(trace: Trace) -> np.ndarray:
-    launches = trace.device.launch
-    launches = launches[launches >= 0]
-    return np.bincount(trace.host.thread[launches], minlength=len(trace.threads))
-
-
 def _blocked_in_syncs(trace: Trace, on_threads: np.ndarray, steps: Steps) -> int:
     """ns the launching threads spent inside blocking syncs, within the steps."""
     host = trace.host
@@ -269,19 +201,18 @@ def _label_intervals(
     trace: Trace, on_thread: np.ndarray, steps: Steps, setup: np.ndarray, uploads: np.ndarray
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     host = trace.host
-    by_name = _name_masks(trace)
     sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def add(cause: str, mask: np.ndarray) -> None:
         idx = np.flatnonzero(mask & on_thread)
         sets[cause] = union(host.ts[idx], host.end[idx])
 
-    add("input-pipeline", by_name["dataloader"][host.name])
+    add("input-pipeline", dataloader_calls(trace))
     add("op-setup", setup)  # its syncs and allocations (autotuning) are its own
     add("host-sync", sync_calls(trace))
     add("pageable-copy", uploads)
     add("allocator", allocator_calls(trace))
-    add("optimizer", by_name["optimizer"][host.name] & (host.cat == HostCat.ANNOTATION))
+    add("optimizer", optimizer_steps(trace))
     sets["host-work"] = _host_work(trace, on_thread, steps, list(sets.values()))
     return sets
 
@@ -325,159 +256,6 @@ def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, n
     if not out_s:
         return empty
     return np.concatenate(out_s).astype(np.int64), np.concatenate(out_e).astype(np.int64)
-
-
-# A call is an operator's setup when, less the time it spent blocked in cudaMalloc / cudaFree or a
-# sync (theirs, not the setup's), it takes at least SETUP_MIN_NS and either SETUP_TIMES_TYPICAL
-# times the lower quartile of the same operator's calls (the first call on a new shape, the others
-# reusing its plan) or SETUP_TIMES_GPU times the GPU time of the kernels it launched (every call on
-# a new shape: the host, not the GPU, is busy), and such calls come on at least half the steps with
-# at least two different input shapes.
-# The thresholds separate the two twins that showed the pattern, a plan built per sequence length
-# (cuDNN attention, cuBLASLt choosing a kernel) and cuDNN's autotuner on a new image size every step
-# (too many setup calls for a quartile to be typical): BENCHMARKS.md "Evidence moved from the
-# source: analysis".
-# A call that waits on CUDA events inside itself this many times times its own kernels: an
-# autotuner trying candidates (cuDNN's under cudnn.benchmark waits 10 times a forward, 20 a
-# backward). A plain operator, a compiled region included, never waits on an event inside itself.
-SETUP_MIN_TIMED = 4
-SETUP_MIN_NS = 2_000_000
-SETUP_TIMES_TYPICAL = 20.0
-SETUP_TIMES_GPU = 5.0
-
-
-def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
-    """Host mask of operator calls that set the operator up for a new input shape (see above)."""
-    host = trace.host
-    mask = np.zeros(len(host), bool)
-    if not len(steps) or not trace.capabilities.cpu_ops:
-        return mask
-    ops = np.flatnonzero((host.cat == HostCat.OP) & contains(steps.start, steps.end, host.ts))
-    dur = host.end[ops] - host.ts[ops]
-    cand = np.flatnonzero(dur >= SETUP_MIN_NS)
-    if cand.size == 0:
-        return mask
-    names, inverse = np.unique(host.name[ops], return_inverse=True)
-    typical = _first_quartiles(dur, inverse, len(names))
-    own = dur[cand] - _nested_ns(trace, ops[cand], np.flatnonzero(allocator_calls(trace) | sync_calls(trace)))
-    gpu = _gpu_ns_launched_inside(trace, ops[cand])
-    timed = _nested_count(trace, ops[cand], np.flatnonzero(event_waits(trace)))
-    slow = np.zeros(len(ops), bool)
-    slow[cand] = ((own >= SETUP_MIN_NS) & ((own >= SETUP_TIMES_TYPICAL * typical[inverse[cand]])
-                                           | (own >= SETUP_TIMES_GPU * gpu))) | (timed >= SETUP_MIN_TIMED)
-    for k in np.unique(inverse[slow]).tolist():
-        calls = ops[slow & (inverse == k)]
-        step_of = np.searchsorted(steps.start, host.ts[calls], side="right") - 1
-        shapes = {repr(trace.input_dims(int(i))) for i in calls.tolist()}
-        if len(np.unique(step_of)) * 2 >= len(steps) and len(shapes) >= 2:
-            mask[calls] = True
-    return mask
-
-
-def _first_quartiles(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """``np.percentile(values[group == k], 25)`` for every group k, bit for bit, from one sort
-    (a percentile per group costs a pass over every value per group: n x groups). Each group
-    must hold a value. numpy's default ("linear") method: the value at (m - 1) / 4 in the group's
-    sorted m values, interpolated as numpy's _lerp does."""
-    order = np.lexsort((values, group))
-    ranked = values[order].astype(np.float64)
-    count = np.bincount(group, minlength=n_groups)
-    first = np.concatenate(([0], np.cumsum(count)[:-1]))
-    virtual = count * 0.25 - 0.25  # numpy: n * q + (alpha + q * (1 - alpha - beta)) - 1, alpha = beta = 1
-    below = np.floor(virtual)
-    gamma = virtual - below
-    a = ranked[first + below.astype(np.int64)]
-    b = ranked[first + np.minimum(below.astype(np.int64) + 1, count - 1)]
-    diff = b - a
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-
-
-def _gpu_ns_launched_inside(trace: Trace, ops: np.ndarray) -> np.ndarray:
-    """For each op, the device time of the GPU events launched from inside it (its thread)."""
-    host, dev = trace.host, trace.device
-    out = np.zeros(len(ops), np.int64)
-    launched = np.flatnonzero(dev.launch >= 0)
-    if launched.size == 0:
-        return out
-    at = dev.launch[launched]
-    for t in np.unique(host.thread[ops]).tolist():
-        mine = launched[host.thread[at] == t]
-        order = np.argsort(host.ts[dev.launch[mine]], kind="stable")
-        ts = host.ts[dev.launch[mine]][order]
-        cum = np.concatenate(([0], np.cumsum((dev.end - dev.ts)[mine][order])))
-        sel = host.thread[ops] == t
-        lo = np.searchsorted(ts, host.ts[ops[sel]], side="left")
-        hi = np.searchsorted(ts, host.end[ops[sel]], side="right")
-        out[sel] = cum[hi] - cum[lo]
-    return out
-
-
-def event_waits(trace: Trace) -> np.ndarray:
-    """Host mask of cudaEventSynchronize calls: the host timing GPU work it launched."""
-    host = trace.host
-    return trace.names_matching(lambda s: s == "cudaEventSynchronize")[host.name] & (host.cat >= HostCat.RUNTIME)
-
-
-def _nested_count(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """For each op, how many of ``calls`` (host events) start inside it on its thread."""
-    host = trace.host
-    out = np.zeros(len(ops), np.int64)
-    for t in np.unique(host.thread[ops]).tolist():
-        starts = np.sort(host.ts[calls[host.thread[calls] == t]])
-        sel = host.thread[ops] == t
-        out[sel] = (np.searchsorted(starts, host.end[ops[sel]], side="right")
-                    - np.searchsorted(starts, host.ts[ops[sel]], side="left"))
-    return out
-
-
-def _nested_ns(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """For each op, the ns of ``calls`` (host events) that lie inside it on its thread."""
-    host = trace.host
-    out = np.zeros(len(ops), np.int64)
-    for t in np.unique(host.thread[ops]).tolist():
-        mine = calls[host.thread[calls] == t]
-        s, e = union(host.ts[mine], host.end[mine])
-        sel = host.thread[ops] == t
-        out[sel] = overlap_per_window(s, e, host.ts[ops[sel]], host.end[ops[sel]])
-    return out
-
-
-def sync_calls(trace: Trace) -> np.ndarray:
-    """Host events that block on the GPU: sync runtime calls, the ops that imply one, and the
-    calls that copy to pageable host memory (``.cpu()``, ``.tolist()``): such a copy waits for
-    everything queued before it, and its fix is reading back less often, not pinning."""
-    host = trace.host
-    by_name = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
-    mask = by_name[host.name] & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
-    dev = trace.device
-    readback = (dev.kind == int(Kind.MEMCPY_DTOH_PAGEABLE)) & (dev.launch >= 0)
-    mask[dev.launch[readback]] = True
-    return mask
-
-
-def bookkeeping_names(trace: Trace) -> np.ndarray:
-    """Mask over the string table: operators that only make views, allocate or keep autograd's
-    books (they launch nothing on any device, and are no host computation either)."""
-    return trace.names_matching(lambda s: _BOOKKEEPING.search(s) is not None)
-
-
-def dataloader_calls(trace: Trace) -> np.ndarray:
-    """Host events of a DataLoader fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
-    return _name_masks(trace)["dataloader"][trace.host.name]
-
-
-def allocator_calls(trace: Trace) -> np.ndarray:
-    """Host runtime / driver calls that allocate or free device (or pinned) memory."""
-    host = trace.host
-    return trace.names_matching(lambda s: s in ALLOCATOR_CALLS)[host.name] & (host.cat >= HostCat.RUNTIME)
-
-
-def _name_masks(trace: Trace) -> dict[str, np.ndarray]:
-    return {
-        "dataloader": trace.names_matching(lambda s: bool(_DATALOADER.search(s)) and "pin_memory" not in s),
-        "optimizer": trace.names_matching(lambda s: s.startswith("Optimizer.step#")),
-        "bookkeeping": trace.names_matching(lambda s: bool(_BOOKKEEPING.search(s))),
-    }
 
 
 def _pageable_copy_calls(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -> np.ndarray:
@@ -540,7 +318,7 @@ def _host_work(
     # views, allocations and autograd's bookkeeping launch nothing either, on GPU tensors too: the
     # optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad steals them
     # (1.9 ms a step, profiled), which is dispatch, not host work
-    bookkeeping = _name_masks(trace)["bookkeeping"][host.name[ops]]
+    bookkeeping = bookkeeping_names(trace)[host.name[ops]]
     active = calls.copy()
     active[ops[talks_to_gpu | bookkeeping]] = True
     starts = np.concatenate([host.ts[active]] + [s for s, _ in labelled])
@@ -625,9 +403,8 @@ def _culprits(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Host events of each blocking cause that overlap idle gaps, and the idle inside each."""
     host = trace.host
-    masks = _name_masks(trace)
     selectors = {
-        "input-pipeline": masks["dataloader"][host.name] & on_thread,
+        "input-pipeline": dataloader_calls(trace) & on_thread,
         "host-sync": sync_calls(trace) & on_thread,
         "allocator": allocator_calls(trace) & on_thread,
         "pageable-copy": uploads & on_thread,
@@ -654,6 +431,5 @@ def _extend_to_gap_end(end: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) ->
 
 
 __all__ = [
-    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes", "launch_thread",
-    "launch_threads",
+    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes",
 ]

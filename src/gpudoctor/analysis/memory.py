@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.analysis.idle import allocator_calls
+from gpudoctor.analysis.host_events import allocator_calls
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace
 
@@ -68,7 +68,7 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
     (sync calls, and runtime calls long enough to be waits). None without ProfilerStep ranges."""
     if steps.host_start is None or steps.host_end is None or len(steps.host_start) == 0:
         return None
-    from gpudoctor.analysis.idle import sync_calls
+    from gpudoctor.analysis.host_events import sync_calls
     from gpudoctor.analysis.intervals import overlap_per_window, union
 
     host = trace.host

@@ -14,8 +14,8 @@ import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import dataloader_calls
 from gpudoctor.analysis.host_time import host_time
-from gpudoctor.analysis.idle import dataloader_calls
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.ranks import host_ops

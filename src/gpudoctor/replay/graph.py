@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.analysis.idle import launch_threads, sync_calls
+from gpudoctor.analysis.host_events import launch_threads, sync_calls
 from gpudoctor.analysis.observer import BLOCKED_CALL_NS  # a call this long waited (a full queue, a syncing free)
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
@@ -34,6 +34,10 @@ RETURN_AFTER_NS = 30_000
 # A device event that started this long after both its launch and its stream's previous event
 # was held back by something else: an event on another stream that ended just before it.
 HELD_SLACK_NS = 5_000
+# How long before a held-back event the event it waited for on another stream may have ended: a
+# DDP all-reduce started 2.8-5.2 us after the gradient kernel it waited for (tests/data/ddp4_h200_batch;
+# BENCHMARKS.md "Replay").
+WAIT_SLACK_NS = 20_000
 
 # Kinds of host-chain entries.
 CALL = 0  # a runtime / driver call
@@ -226,7 +230,7 @@ def _previous_on_stream(ts: np.ndarray, stream: np.ndarray) -> np.ndarray:
 
 def _waited_for(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, held: np.ndarray) -> np.ndarray:
     """For each held-back event, the event on another stream that ended last before it started
-    (within HELD_SLACK_NS): the cross-stream wait (an event record and wait) it was seen to obey."""
+    (within WAIT_SLACK_NS): the cross-stream wait (an event record and wait) it was seen to obey."""
     after = np.full(ts.size, -1, np.int64)
     rows = np.flatnonzero(held)
     if rows.size == 0:
@@ -235,7 +239,7 @@ def _waited_for(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, held: np.nd
     sorted_end = end[by_end]
     for r in rows.tolist():
         pos = int(np.searchsorted(sorted_end, ts[r], side="right")) - 1
-        while pos >= 0 and ts[r] - sorted_end[pos] <= HELD_SLACK_NS:
+        while pos >= 0 and ts[r] - sorted_end[pos] <= WAIT_SLACK_NS:
             cand = int(by_end[pos])
             if stream[cand] != stream[r]:
                 after[r] = cand

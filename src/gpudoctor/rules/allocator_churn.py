@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import allocator_calls
+from gpudoctor.analysis.host_events import allocator_calls
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule

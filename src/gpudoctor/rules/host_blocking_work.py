@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, blocking_work_regions, launch_threads
+from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS, launch_threads
+from gpudoctor.analysis.idle import blocking_work_regions
 from gpudoctor.analysis.intervals import contains, overlap_per_window
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit

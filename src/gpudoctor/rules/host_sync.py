@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import SYNC_OPS, sync_calls
+from gpudoctor.analysis.host_events import SYNC_OPS, sync_calls
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit

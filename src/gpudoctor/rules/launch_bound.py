@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import HOST_WORK_MIN_NS, bookkeeping_names
+from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS, bookkeeping_names
 from gpudoctor.analysis.intervals import contains, subtract, union
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit

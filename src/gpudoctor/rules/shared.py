@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.idle import launch_threads
+from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
