@@ -520,7 +520,7 @@ def measure(out: Path, names: list[str]) -> None:
 
 
 def _phase_table(done: list[dict]) -> None:
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.memory import estimate_from_options
 
     print(f"\n{'run':34s} {'phase':8s} {'measured GiB':>12s} {'predicted':>9s} {'error':>7s}")
@@ -553,7 +553,7 @@ def measure_one(out: Path, name: str) -> None:
 
 
 def table(results: Path) -> None:
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.memory import estimate_from_options
 
     lines = ["| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
@@ -626,7 +626,7 @@ def dryrun_table(results: Path) -> None:
                 path.write_text(_FACTORY.format(config=json.dumps(m["config"]), family=fam,
                                                 cls=_CONFIG_CLASSES[fam], attention=m["opts"].get("attention", "sdpa")))
                 opts = {k: v for k, v in m["opts"].items() if k != "attention"}
-                from gpudoctor.core.spec import from_hf_config
+                from gpudoctor.core.hf_config import from_hf_config
 
                 rules = estimate_from_options(from_hf_config(m["config"]), **m["opts"]).peak_bytes
                 try:

@@ -328,7 +328,7 @@ def _parts(p: dict) -> str:
 def predict_table(m: dict, bench: Path | None = None, single: dict | None = None) -> list[str]:
     """The table of ``predict`` for a results dict ``m`` (``measure``'s JSON), its last line the
     order of the multi-GPU layouts, predicted (calibrated when ``bench`` is given) vs measured."""
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.hardware.specs import find_spec
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.train import make_net
@@ -375,7 +375,7 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
     single = json.loads(single_json.read_text()) if single_json else None
     print("\n".join(predict_table(m, bench, single)))
     if single and bench and "profile" in single:
-        from gpudoctor.core.spec import from_hf_config
+        from gpudoctor.core.hf_config import from_hf_config
         from gpudoctor.hardware.specs import find_spec
         from gpudoctor.plan.calibration import load_calibration
         from gpudoctor.plan.train import make_net
@@ -391,7 +391,7 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     """The prediction for a ``world``-GPU run not measured yet, written (and committed) before it is:
     a held-out check of the model. Communication from the interconnect preset (no curve measured at
     this GPU count), compute and elementwise rates from ``bench``."""
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.hardware.specs import require_spec
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.train import make_net

@@ -72,7 +72,7 @@ def dispatched_bytes() -> float:
 
 
 def counted_bytes() -> float:
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.plan.traffic import hf_head_bytes, hf_layer_bytes, widths
 
     spec = from_hf_config({"model_type": "llama", **CONFIG}, name="count-llama")

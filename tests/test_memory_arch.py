@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_cli import gd
 
-from gpudoctor.core.spec import from_hf_config
+from gpudoctor.core.hf_config import from_hf_config
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.accuracy import KNOWN_MISSES, accuracy_note
 from gpudoctor.memory.activations import Workload, attention_kind, head_memory, layer_memory

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudoctor.core.hf_config import from_hf_config
 from gpudoctor.core.presets import from_preset
-from gpudoctor.core.spec import from_hf_config
 from gpudoctor.errors import InputError
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.options import InferOptions, TrainOptions

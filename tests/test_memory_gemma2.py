@@ -13,7 +13,7 @@ import json
 import pytest
 from test_cli import gd
 
-from gpudoctor.core.spec import from_hf_config
+from gpudoctor.core.hf_config import from_hf_config
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.activations import Workload, layer_memory
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpudoctor.core.hf_config import from_hf_config
 from gpudoctor.core.params import count_params, norm_params
-from gpudoctor.core.spec import from_hf_config
 from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.activations import Workload, layer_memory
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpudoctor.core.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
 from gpudoctor.core.params import active_params, count_params
 from gpudoctor.core.presets import PRESETS, from_preset
-from gpudoctor.core.spec import SUPPORTED_MODEL_TYPES, from_hf_config
 from gpudoctor.errors import InputError
 
 RUNS_FILE = Path(__file__).parent.parent / "benchmarks" / "results" / "memory_h200_2026-11-22.json"
@@ -350,7 +350,7 @@ def test_deepseek_v2_needs_top_k():
 
 
 def test_no_transformers_or_torch_import():
-    code = ("import sys, gpudoctor.core.spec, gpudoctor.core.params, gpudoctor.core.presets;"
+    code = ("import sys, gpudoctor.core.spec, gpudoctor.core.hf_config, gpudoctor.core.params, gpudoctor.core.presets;"
             "print('transformers' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

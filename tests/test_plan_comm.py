@@ -257,8 +257,9 @@ def test_tp_all_reduces_per_layer_by_implementation() -> None:
     torch's ColwiseParallel on Hugging Face's separate q, k, v, gate and up all-reduces each one's
     input gradient, 2 + 5 all-reduces per layer (counted on a 2-rank CPU run of the styles); Megatron
     (impl="fused") and torch TP with sequence parallelism reduce each block's input once, 2 + 2."""
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.core.layout import Layout
-    from gpudoctor.core.spec import ModelSpec, from_hf_config
+    from gpudoctor.core.spec import ModelSpec
     from gpudoctor.plan.comm import tp_backward_allreduces
     from gpudoctor.plan.train import make_net, predict_step
 

@@ -211,7 +211,7 @@ def test_gemm_grid_reads_the_measured_rows_and_interpolates_in_log_space() -> No
 
 def test_calibrated_step_of_the_two_gpu_benchmark() -> None:
     """The 1.10 B Llama under DDP on 2 x H200 (benchmarks/bench_plan_ddp.py): pinned numbers."""
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
 
     spec = from_hf_config(LLAMA_1B, name="bench-llama")
@@ -390,7 +390,7 @@ def test_pipeline_sends_use_megatron_scatter_gather() -> None:
 
 
 def test_calibrated_selective_recompute_is_the_measured_attention_forward() -> None:
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.plan.calibration import load_calibration, microbatch_times
 
     spec = from_hf_config(LLAMA_1B, name="bench-llama")
@@ -447,7 +447,7 @@ def test_kind_rates_read_from_the_measured_bench() -> None:
 
 def test_measured_kinds_price_the_two_gpu_benchmark() -> None:
     """The 1.10 B Llama of benchmarks/bench_plan_ddp.py on the kind-calibrated bench: pinned numbers."""
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
     from gpudoctor.plan.traffic import elementwise_kinds, implementation
 
@@ -482,7 +482,7 @@ def test_measured_kinds_price_the_two_gpu_benchmark() -> None:
 def test_without_the_kind_sections_the_step_is_priced_as_before(tmp_path: Path) -> None:
     import gzip
 
-    from gpudoctor.core.spec import from_hf_config
+    from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.plan.calibration import load_calibration
 
     data = json.loads(gzip.decompress(BENCH_KINDS.read_bytes()))

@@ -9,7 +9,7 @@ units, pipeline stages) and offload are decided per layer, and MoE routed expert
 expert parallelism splits only them.
 
 Every formula names the module it counts; the per-family choices (biases, fused projections,
-norms) are already in the spec (``spec.from_hf_config``).
+norms) are already in the spec (``hf_config.from_hf_config``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Known models by name: the fields of their Hugging Face ``config.json`` that size them.
 
 Each entry holds the values of the official repository's config.json for the keys
-``spec.from_hf_config`` reads, plus a few that say what the model is (rope scaling, routing);
+``hf_config.from_hf_config`` reads, plus a few that say what the model is (rope scaling, routing);
 token ids and generation settings are left out. A preset and the downloaded file therefore give
 the same ``ModelSpec``. The parameter counts below are what transformers 5.17 builds from these
 configs (``AutoModelForCausalLM.from_config`` on the meta device gives the same numbers); the
@@ -39,7 +39,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gpudoctor.core.spec import ModelSpec, from_hf_config
+from gpudoctor.core.hf_config import from_hf_config
+from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 
 

@@ -29,14 +29,14 @@ __all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_fr
 def load_spec(source: str) -> ModelSpec:
     """A config.json path (or a directory holding one), a preset name, or ``module:factory``."""
     from gpudoctor.core import presets
-    from gpudoctor.core import spec as spec_mod
+    from gpudoctor.core.hf_config import from_hf_config
 
     path = Path(source)
     if path.suffix == ".json" or path.is_dir() or path.exists():
         if not path.exists():
             raise InputError(f"{source}: no such file; give a config.json path, a preset "
                              f"({', '.join(sorted(presets.PRESETS))}) or module:factory")
-        return spec_mod.from_hf_config(path)
+        return from_hf_config(path)
     if source.lower() in presets.PRESETS:
         return presets.from_preset(source.lower())
     raise InputError(f"{source!r} is not a config.json path, a preset or module:factory; presets: "
