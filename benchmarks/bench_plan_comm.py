@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from gpudoctor.plan.collectives import load_curves, predict
+from gpudoctor.plan.collective_cost import load_curves, predict
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = "benchmarks/results/bench-2xh200-2026-11-22.json"

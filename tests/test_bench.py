@@ -92,7 +92,7 @@ def test_collective_definitions_and_a_two_process_run(tmp_path) -> None:
     import subprocess
     import sys
 
-    from gpudoctor.hardware.collectives import _parse_bytes, bus_factor, sizes
+    from gpudoctor.hardware.collective_bandwidth import _parse_bytes, bus_factor, sizes
 
     assert bus_factor("all_reduce", 8) == 1.75 and bus_factor("all_gather", 8) == 0.875
     assert sizes(_parse_bytes("4GiB"))[0] == 1024 and sizes(_parse_bytes("4GiB"))[-1] == 4 * 1024**3
@@ -100,7 +100,7 @@ def test_collective_definitions_and_a_two_process_run(tmp_path) -> None:
     out = tmp_path / "curve.json"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent / "src"))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", "64KiB"],
+                           "-m", "gpudoctor.hardware.collective_bandwidth", "--out", str(out), "--max-bytes", "64KiB"],
                           check=False, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-500:]
     data = json.loads(out.read_text())

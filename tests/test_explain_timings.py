@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpudoctor.core.layout import bubble_fraction
 from gpudoctor.errors import InputError
 from gpudoctor.explain import timings
-from gpudoctor.explain.collectives import FITTED
+from gpudoctor.explain.allreduce_scaling import FITTED
 
 
 def ranks_csv(ranks: int = 64, steps: int = 2000, slow: dict[int, float] | None = None, change: int = 1000,
@@ -193,7 +193,7 @@ def test_no_hardware_named_uses_the_fitted_ring_and_says_so():
     assert "model_ms" not in f.evidence.numbers
 
 
-# -- all-reduce against plan.collectives' model of the machine ------------------------------------------
+# -- all-reduce against plan.collective_cost' model of the machine ------------------------------------------
 
 GIB = 2**30
 NVLINK4 = 450e9 * 0.80  # H100 SXM datasheet NVLink 900 GB/s both ways x plan's NVLINK_EFFICIENCY
@@ -201,7 +201,7 @@ HDR = 25e9 * 0.85  # ConnectX-6 HDR 200 Gb/s per GPU x plan's IB_EFFICIENCY
 
 
 def ring_ms(n: int, s: float = GIB) -> float:
-    """plan.collectives' ring all-reduce inside one node: t0 + 2(N-1)/N S/B + 2(N-1) alpha_NVLink."""
+    """plan.collective_cost' ring all-reduce inside one node: t0 + 2(N-1)/N S/B + 2(N-1) alpha_NVLink."""
     return 1e3 * (8.4e-6 + 2 * (n - 1) / n * s / NVLINK4 + 2 * (n - 1) * 3.4e-6)
 
 
@@ -227,8 +227,9 @@ def test_the_jump_at_the_node_boundary_is_what_the_hierarchical_model_predicts()
         16, round(HIER16_MS / ring_ms(8), 3), round(12.8 / 5.8, 3)) == (16, 2.203, 2.207)
     assert (n["gpu"], n["fabric"], n["gpus_per_node"], n["message_bytes"], n["assumed"]) == (
         "h100-sxm", "ib-hdr", 8, GIB, [])
-    assert n["expected_from"].startswith("plan.collectives: NVIDIA H100 SXM5 80GB, NVLink 4 (H100/H200) x 0.80 inside "
-                                         "8-GPU nodes, InfiniBand HDR 200 Gb/s per GPU x 0.85 across; 1 GiB per rank")
+    assert n["expected_from"].startswith("plan.collective_cost: NVIDIA H100 SXM5 80GB, NVLink 4 (H100/H200) x 0.80 "
+                                         "inside 8-GPU nodes, InfiniBand HDR 200 Gb/s per GPU x 0.85 across; "
+                                         "1 GiB per rank")
     assert ("Crossing the node boundary (8 -> 16 GPUs) the model predicts 2.20x (hierarchical onto the fabric) and "
             "the measurement rose 2.21x: expected behaviour, not a fault.") in f.summary
     assert "Measured vs model per GPU count (ms): 2: 3.3 vs 3; 4: 4.95 vs 4.5; 8: 5.8 vs 5.28; 16: 12.8 vs 11.6." in f.summary

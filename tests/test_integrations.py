@@ -215,7 +215,7 @@ def test_the_framework_hooks_join_the_window_agreement_with_their_own_ranks(tmp_
     import socket
     from types import SimpleNamespace
 
-    from gpudoctor.capture.ranks import RankInfo
+    from gpudoctor.capture.rank_window import RankInfo
 
     pytest.importorskip("lightning.pytorch")
     pytest.importorskip("transformers")

@@ -14,8 +14,8 @@ import pytest
 from rich.console import Console
 
 from gpudoctor.errors import InputError
-from gpudoctor.plan import collectives as C
-from gpudoctor.plan.collectives import parse_bytes, predict
+from gpudoctor.plan import collective_cost as C
+from gpudoctor.plan.collective_cost import parse_bytes, predict
 from gpudoctor.report.plan import render_comm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +220,7 @@ def test_render_train_generic() -> None:
 def test_nvls_all_reduce_inside_one_nvswitch_node() -> None:
     """NVLink SHARP: 8 H100 SXM reach 1.30x the ring's bus bandwidth (480 vs 370 GB/s, NCCL's
     maintainers); 4 ranks gain nothing on bandwidth; A100 and multi-node runs do not get it."""
-    from gpudoctor.plan.collectives import predict
+    from gpudoctor.plan.collective_cost import predict
 
     ring = predict("all-reduce", 2**30, gpus=8, gpu="h100-sxm")
     nvls = predict("all-reduce", 2**30, gpus=8, gpu="h100-sxm", nvls=True)

@@ -1,4 +1,4 @@
-"""The window agreement of a distributed job (capture/ranks.py), each rank a thread sharing one
+"""The window agreement of a distributed job (capture/rank_window.py), each rank a thread sharing one
 in-process store: the window opens at the latest rank's ready step, every wait is bounded, and
 each rank left out is named. The real thing, under torchrun, is tests/test_torchrun.py."""
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpudoctor.capture.ranks import POLL_S, RankInfo, RankSync, Window
+from gpudoctor.capture.rank_window import POLL_S, RankInfo, RankSync, Window
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.core.clock import SYSTEM_CLOCK, Clock, ManualClock
 
@@ -27,9 +27,9 @@ NEVER_S = 120.0
 def _fresh_capture_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each process of a job holds one rank; here one process plays them all, so every test
     starts each rank's capture count afresh (the keys' prefix holds it)."""
-    import gpudoctor.capture.ranks as ranks
+    import gpudoctor.capture.rank_window as rank_window
 
-    monkeypatch.setattr(ranks, "_CAPTURES", {})
+    monkeypatch.setattr(rank_window, "_CAPTURES", {})
 
 
 def _sync(tmp: Path, store: Any, rank: int, world: int, timeout: float = NEVER_S,
@@ -194,7 +194,7 @@ def test_the_session_opens_at_the_agreed_step_and_leaves_the_wait_untimed(tmp_pa
 ])
 def test_rank_info_from_the_launcher(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                                      expected: tuple[int, int, int] | None) -> None:
-    from gpudoctor.capture.ranks import rank_info
+    from gpudoctor.capture.rank_window import rank_info
 
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
         monkeypatch.delenv(var, raising=False)

@@ -19,7 +19,7 @@ from gpudoctor.errors import InputError
 from gpudoctor.pipeline import analyze_ranks, is_rank_set
 from gpudoctor.ranks.summary import _OP_NAMES
 from gpudoctor.report.html import render_html
-from gpudoctor.report.ranks import timeline_svg
+from gpudoctor.report.ranks_section import timeline_svg
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ranksynth
@@ -163,7 +163,7 @@ def test_cli_analyze_many_ranks(late: Path, tmp_path: Path) -> None:
 
 
 def test_collective_names_map_to_plan_ops() -> None:
-    from gpudoctor.plan.collectives import OPS
+    from gpudoctor.plan.collective_cost import OPS
 
     assert set(_OP_NAMES.values()) <= set(OPS)
 
@@ -206,7 +206,7 @@ def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> No
 
 def test_every_ranks_column_is_named() -> None:
     """The console table's and the HTML table's last column (the straggler mark) has a header."""
-    from gpudoctor.report.ranks import console_table, html_section
+    from gpudoctor.report.ranks_section import console_table, html_section
 
     report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"])
     table = console_table(report)

@@ -194,7 +194,7 @@ def p2p_probe(torch: Any) -> list[Measurement]:
 
 
 def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[str, Any]:
-    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collectives.py);
+    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collective_bandwidth.py);
     with ``overlap``, its ``"overlap"`` key holds compute under an all-reduce (hardware/overlap.py)."""
     import json
     import subprocess
@@ -203,7 +203,7 @@ def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[st
 
     out = Path(tempfile.mkdtemp()) / "collectives.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-           "-m", "gpudoctor.hardware.collectives", "--out", str(out), "--max-bytes", max_bytes]
+           "-m", "gpudoctor.hardware.collective_bandwidth", "--out", str(out), "--max-bytes", max_bytes]
     cmd += ["--overlap"] if overlap else []
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not out.exists():

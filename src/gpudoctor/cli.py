@@ -208,7 +208,7 @@ def run(
         _launch_ranks(nproc, target, try_fixes, steps=steps, skip=skip, stack=stack, exit_after=exit_after, out=out,
                       wait=wait, window=window, calibrate=calibrate, json_out=json_out, width=width,
                       rank_timeout=rank_timeout)
-    from gpudoctor.capture.ranks import rank_info
+    from gpudoctor.capture.rank_window import rank_info
 
     ranked = rank_info()  # torchrun's variables: each rank prints one line, rank 0 the report
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
@@ -252,7 +252,7 @@ def _end_rank(rank: int, code: int, bundle: Path, note: str) -> None:
 def _launch_ranks(nproc: int, target: Any, try_fixes: bool, **options: Any) -> None:
     """--nproc N: the same command under torchrun, N ranks on this host; exits with the worst code."""
     from gpudoctor.capture.launch import launch
-    from gpudoctor.capture.ranks import rank_info
+    from gpudoctor.capture.rank_window import rank_info
 
     if nproc < 1:
         raise InputError(f"--nproc must be 1 or more processes, got {nproc}")
@@ -541,7 +541,7 @@ def plan_comm(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predicted time and bus bandwidth of one collective."""
-    from gpudoctor.plan.collectives import parse_bytes, predict
+    from gpudoctor.plan.collective_cost import parse_bytes, predict
     from gpudoctor.report.plan import render_comm
 
     pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, fabric=fabric,

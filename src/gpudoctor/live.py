@@ -22,7 +22,7 @@ from gpudoctor.capture.bundle import (
     unprofiled_step,
     write_json,
 )
-from gpudoctor.capture.ranks import DEFAULT_TIMEOUT_S, RankSync, rank_info
+from gpudoctor.capture.rank_window import DEFAULT_TIMEOUT_S, RankSync, rank_info
 from gpudoctor.capture.runner import Outcome, Target, run_program
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession
 from gpudoctor.core.card import problem_reasons

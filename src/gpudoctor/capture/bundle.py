@@ -7,7 +7,7 @@
         report.json     the diagnosis (docs/report-schema.md)
         report.html     the same, as one self-contained page
 
-A distributed job (capture/ranks.py) shares one run directory:
+A distributed job (capture/rank_window.py) shares one run directory:
 
     gpudoctor-runs/<name>-<UTC timestamp>/
         rank<R>/        each rank's bundle as above; env.json adds rank, world_size, local_rank,

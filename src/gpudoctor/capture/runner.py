@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.capture.bundle import global_rank
-from gpudoctor.capture.ranks import RankSync
+from gpudoctor.capture.rank_window import RankSync
 from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSession, Phase
 from gpudoctor.errors import InputError
 
@@ -88,7 +88,7 @@ def run_program(
     window_s: float = 3.0,
     sync: RankSync | None = None,
 ) -> Outcome:
-    """``sync``: a distributed job whose ranks agree on the window (capture/ranks.py); the bundle
+    """``sync``: a distributed job whose ranks agree on the window (capture/rank_window.py); the bundle
     then goes to ``sync.bundle_dir()``, and ``out_dir`` serves only a time window."""
     target.check()
     session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s,

@@ -41,7 +41,7 @@ from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
-from gpudoctor.capture.ranks import RankSync
+from gpudoctor.capture.rank_window import RankSync
 from gpudoctor.capture.timing import (
     SETTLE_STEPS,
     TRIAL_SETTLE_HALF,

@@ -1,6 +1,6 @@
 """How a training step is split over the GPUs (``Layout``) and what the pipeline leaves idle
 (``bubble_fraction``): the vocabulary that the planner (plan/train.py), the memory estimator
-(memory/options.py) and ``explain`` (explain/pipeline.py) share."""
+(memory/options.py) and ``explain`` (explain/schedule_bubble.py) share."""
 
 from __future__ import annotations
 

@@ -116,13 +116,13 @@ def _smi(path: Path, text: str) -> tuple[Source, list[Finding]]:
 
 
 def _ranks(path: Path, text: str) -> tuple[Source, list[Finding]]:
-    from gpudoctor.explain import ranks
+    from gpudoctor.explain import rank_times
     from gpudoctor.explain.tables import cut_last_line
 
     text, cut = cut_last_line(text)
     with _saying(cut):
-        table = ranks.rank_table(text, notes=(cut,) if cut else ())
-        found = ranks.rank_findings(table)
+        table = rank_times.rank_table(text, notes=(cut,) if cut else ())
+        found = rank_times.rank_findings(table)
     return Source(str(path), "rank-timings", f"{table.ranks.size} rank(s) x {table.steps.size} step(s)",
                   table.partial), found
 

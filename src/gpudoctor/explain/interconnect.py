@@ -1,4 +1,4 @@
-"""All-reduce time vs GPU count against ``gpudoctor.plan.collectives``' model of the machine.
+"""All-reduce time vs GPU count against ``gpudoctor.plan.collective_cost``' model of the machine.
 
 When the table or scenario names the hardware (GPU, fabric, GPUs per node), the expected curve is
 the plan model's all-reduce time at each count: ring, tree or hierarchical, whichever is fastest
@@ -19,14 +19,14 @@ import numpy as np
 
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.explain.tables import CLIFF
-from gpudoctor.plan.collectives import (
+from gpudoctor.plan.collective_cost import (
     DEFAULT_FABRIC,
     FABRIC_PRESETS,
     intra_link,
     predict,
 )
 
-DEFAULT_GPU = "h100-sxm"  # plan.collectives.predict's default
+DEFAULT_GPU = "h100-sxm"  # plan.collective_cost.predict's default
 DEFAULT_GPUS_PER_NODE = 8  # DGX / HGX boards
 INFER_BYTES = (1.0, 1e13)  # the range searched for a message size the table does not give
 
@@ -148,7 +148,7 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
         f" (inferred: the size at which the model gives the measured {t[0]:.3g} ms at {ns[0]} GPUs)"
         if curve.inferred else "")
     numbers.update(
-        expected_from=f"plan.collectives: {where}", model_ms=[round(float(x), 3) for x in curve.ms],
+        expected_from=f"plan.collective_cost: {where}", model_ms=[round(float(x), 3) for x in curve.ms],
         model_algorithm=curve.algorithms, measured_over_model=[round(float(x), 3) for x in ratio],
         gpus_per_node=k, gpu=hw.gpu or DEFAULT_GPU, fabric=hw.fabric or DEFAULT_FABRIC,
         message_bytes=curve.sizes[0] if len(set(curve.sizes)) == 1 else curve.sizes,

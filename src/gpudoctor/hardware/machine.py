@@ -90,7 +90,7 @@ def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings
 
 def collectives_profile_for(gpu_name: str, folder: Path | None = None) -> Path | None:
     """The newest saved profile of a GPU with this name that holds NCCL curves (``gpudoctor bench``
-    on 2+ GPUs), for plan/collectives.py ``load_curves``; None when there is none."""
+    on 2+ GPUs), for plan/collective_cost.py ``load_curves``; None when there is none."""
     folder = folder or cache_dir()
     if not folder.is_dir():
         return None

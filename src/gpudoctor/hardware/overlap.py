@@ -1,6 +1,6 @@
 """Compute under overlapped communication: GEMM (and a memory-bound kernel) throughput while an NCCL
 all-reduce runs on another stream, vs alone; and the all-reduce's time under the GEMMs. One process
-per GPU under torchrun, run by ``gpudoctor.hardware.collectives --overlap`` (2+ GPUs only).
+per GPU under torchrun, run by ``gpudoctor.hardware.collective_bandwidth --overlap`` (2+ GPUs only).
 
 DDP's gradient all-reduce and FSDP's all-gathers / reduce-scatters run on NCCL's stream while the
 backward (forward) runs: NCCL's kernels hold SMs and HBM bandwidth for as long as they run, so the

@@ -6,7 +6,7 @@ boundaries. The bundle is written once: when the session is done, or when traini
 or the interpreter exits with the window still open (then with what was captured).
 
 In a distributed job the ranks agree on the window's steps and share one run directory exactly
-as under ``gpudoctor run`` (capture/ranks.py, ``live.finish_ranked``): ``RUN/rank<R>/``, and
+as under ``gpudoctor run`` (capture/rank_window.py, ``live.finish_ranked``): ``RUN/rank<R>/``, and
 rank 0 writes the combined report.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.capture.bundle import new_run_dir
-from gpudoctor.capture.ranks import DEFAULT_TIMEOUT_S, RankInfo, RankSync
+from gpudoctor.capture.rank_window import DEFAULT_TIMEOUT_S, RankInfo, RankSync
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.errors import GpuDoctorError, InputError
 

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.capture.bundle import distributed_rank, global_rank
-from gpudoctor.capture.ranks import RankInfo, rank_info
+from gpudoctor.capture.rank_window import RankInfo, rank_info
 from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.capture.ranks import rank_info
+from gpudoctor.capture.rank_window import rank_info
 from gpudoctor.integrations._capture import DEFAULT_OUT, RunCapture, missing
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Communication of one training step by parallel axis: what each collective moves, over which
 group, and how much of it is exposed (the overlap rules).
 
-Every collective is priced by ``gpudoctor.plan.collectives.predict``, the alpha-beta model
+Every collective is priced by ``gpudoctor.plan.collective_cost.predict``, the alpha-beta model
 validated against measured NCCL curves (BENCHMARKS.md, "plan comm: predicted vs measured
 collectives"); its interconnect presets are the only fabric table. Ranks are laid out TP innermost,
 then CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
@@ -15,13 +15,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from gpudoctor.core.spec import ModelSpec
-from gpudoctor.plan.collectives import predict
+from gpudoctor.plan.collective_cost import predict
 
 if TYPE_CHECKING:
     from gpudoctor.core.layout import Layout
 
 BYTES_BF16 = 2
-COMM_MODEL = "gpudoctor.plan.collectives"  # what prices the collectives (TrainPlanResult.comm_model)
+COMM_MODEL = "gpudoctor.plan.collective_cost"  # what prices the collectives (TrainPlanResult.comm_model)
 
 # Gradient buckets: PyTorch DDP's bucket_cap_mb default (25 MB); ZeRO-1/2 use the same size here.
 BUCKET_BYTES = 25 * 1024**2

@@ -17,7 +17,7 @@ The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every
   (``--bench``, ``calibration=``): each GEMM timed at its own shape on the measured grid, attention
   at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
   (plan/calibration.py).
-- Communication is priced by ``gpudoctor.plan.collectives.predict`` (the collective model validated
+- Communication is priced by ``gpudoctor.plan.collective_cost.predict`` (the collective model validated
   in BENCHMARKS.md); what each axis sends and how much of it is exposed is in plan/comm.py.
 """
 
@@ -294,7 +294,7 @@ class TrainPlanResult:
     infeasible: str | None  # None, or the constraint no layout meets
     considered: int  # layouts priced (memory estimated)
     fitting: int  # layouts that fit
-    comm_model: str  # what priced the collectives: COMM_MODEL ("gpudoctor.plan.collectives")
+    comm_model: str  # what priced the collectives: COMM_MODEL ("gpudoctor.plan.collective_cost")
     assumptions: tuple[str, ...] = ASSUMPTIONS
     compute_model: str = COMPUTE_ASSUMED  # or Calibration.label (--bench)
     memory_model: str = ""  # the bytes per parameter the memory estimates assumed (memory.options.precision_summary)

@@ -24,7 +24,7 @@ from gpudoctor.memory.options import (
     precision_summary,
 )
 from gpudoctor.plan.calibration import Calibration, load_calibration
-from gpudoctor.plan.collectives import DEFAULT_FABRIC
+from gpudoctor.plan.collective_cost import DEFAULT_FABRIC
 from gpudoctor.plan.comm import COMM_MODEL, Net, make_net
 from gpudoctor.plan.limits import check_gpus, gib, half_precision, plural
 from gpudoctor.plan.pins import Pins, check_pins, whole
@@ -90,7 +90,7 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
     runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``: layout values the
     user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
-    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collectives.py).
+    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collective_cost.py).
     ``precision``: ``gpudoctor memory``'s precision and optimizer options by name (params_dtype,
     autocast, optimizer, master_weights; None or absent: memory's defaults), priced by the same
     estimator, so that ``memory`` and ``plan train`` give one number for one layout."""

@@ -1,7 +1,7 @@
 """``slow-collective``: collectives moving data well below the bus bandwidth the interconnect should
 give. Each matched instance's transfer time is the latest arriver's kernel (it waits for no one);
-its achieved bus bandwidth (nccl-tests convention, hardware/collectives.py ``bus_factor``) is
-compared per op and size with plan/collectives.py's prediction for the card's interconnect. Priced
+its achieved bus bandwidth (nccl-tests convention, hardware/collective_bandwidth.py ``bus_factor``) is
+compared per op and size with plan/collective_cost.py's prediction for the card's interconnect. Priced
 as the time above the prediction, at most the exposed transfer (hidden time costs nothing)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.errors import GpuDoctorError
-from gpudoctor.hardware.collectives import bus_factor
+from gpudoctor.hardware.collective_bandwidth import bus_factor
 from gpudoctor.hardware.specs import find_spec
-from gpudoctor.plan.collectives import OPS, predict
+from gpudoctor.plan.collective_cost import OPS, predict
 from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.comm import CommSplit
 

@@ -27,7 +27,7 @@ from gpudoctor.trace.model import HostCat, Trace
 TIMELINE_MERGE_NS = 20_000
 MAX_TIMELINE_BARS = 400
 
-# record_param_comms "Collective name" (torch.distributed) -> plan/collectives.py OPS
+# record_param_comms "Collective name" (torch.distributed) -> plan/collective_cost.py OPS
 _OP_NAMES = {
     "allreduce": "all-reduce", "all_reduce": "all-reduce",
     "allgather": "all-gather", "_allgather_base": "all-gather", "all_gather": "all-gather",
@@ -55,7 +55,7 @@ _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "I
 class Collective:
     """One collective kernel on one rank, times on the rank's own clock (ns, the profiler's)."""
 
-    op: str  # plan/collectives.py OPS name: all-reduce, all-gather, ...
+    op: str  # plan/collective_cost.py OPS name: all-reduce, all-gather, ...
     seq: int  # its place among this rank's collectives of the window
     nbytes: int  # nccl-tests size convention (the larger of input and output); 0 when unrecorded
     start: int

@@ -35,7 +35,7 @@ def render(report: Report | Reports, console: Console, max_findings: int = MAX_F
     console.print(_breakdown(report))
     console.print()
     if report.ranks:  # a multi-rank report: the ranks side by side first
-        from gpudoctor.report.ranks import console_summary, console_table
+        from gpudoctor.report.ranks_section import console_summary, console_table
 
         console.print(console_table(report))
         console.print(console_summary(report))
@@ -100,7 +100,7 @@ def _render_host(r: Report, console: Console, max_findings: int = MAX_FINDINGS) 
     """A CPU-only report: the host's step by category and its top-level ops; no GPU findings. A CPU
     job's ranks (gloo) come first, with their findings (straggler, exposed communication)."""
     if r.ranks:
-        from gpudoctor.report.ranks import console_summary, console_table
+        from gpudoctor.report.ranks_section import console_summary, console_table
 
         console.print(console_table(r))
         console.print(console_summary(r))

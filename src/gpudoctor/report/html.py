@@ -71,7 +71,7 @@ def render_html(report: Report, standalone: bool = True) -> str:
         sections = [_header(report), _breakdown(report), _idle_table(report), _roofline(report),
                     _kernel_table(report), _findings(report)]
     if report.ranks:  # a multi-rank report (GPU or CPU job): the ranks and their timeline after the header
-        from gpudoctor.report.ranks import html_section
+        from gpudoctor.report.ranks_section import html_section
 
         sections.insert(1, html_section(report))
     body = "\n".join(sections)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.plan.collectives import CommPrediction
+from gpudoctor.plan.collective_cost import CommPrediction
 
 
 def size(n: float) -> str:

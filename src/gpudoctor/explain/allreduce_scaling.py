@@ -1,7 +1,7 @@
 """All-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo][,gpu][,fabric][,gpus_per_node]``) ->
 the count where the measurement leaves the expected curve (all-reduce scaling across nodes).
 
-The expected curve: when the table (or the scenario) names the machine, ``plan.collectives``'
+The expected curve: when the table (or the scenario) names the machine, ``plan.collective_cost``'
 model of it (``explain.interconnect``); else the ring model t = a + b x 2(N-1)/N fitted on the
 smaller counts, with a hop-latency fit to tell a cliff from a ring growing long.
 """

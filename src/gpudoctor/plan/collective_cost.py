@@ -1,7 +1,7 @@
 """Alpha-beta cost of NCCL collectives: ring, double binary tree and hierarchical, from interconnect
 presets (datasheets x an achievable fraction) or calibrated on a ``gpudoctor bench`` curve.
 
-Sizes follow nccl-tests (doc/PERFORMANCE.md), as ``gpudoctor.hardware.collectives`` measures them:
+Sizes follow nccl-tests (doc/PERFORMANCE.md), as ``gpudoctor.hardware.collective_bandwidth`` measures them:
 ``S`` is the buffer each rank holds - all-reduce: its input (= output); all-gather: the *gathered*
 output (N shards); reduce-scatter: the *full* input (N shards); all-to-all: each rank's send buffer;
 broadcast and p2p: the message. algbw = S / t; busbw = algbw x 2(N-1)/N (all-reduce), x (N-1)/N
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import InputError, UnknownGpuError
-from gpudoctor.hardware.collectives import bus_factor
+from gpudoctor.hardware.collective_bandwidth import bus_factor
 from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 from gpudoctor.plan.limits import check_gpus
 

@@ -1,7 +1,7 @@
 """Collective bus bandwidth vs message size, one process per GPU (run under torchrun).
 
     python -m torch.distributed.run --standalone --nproc-per-node N \\
-        -m gpudoctor.hardware.collectives --out curve.json [--max-bytes 4GiB]
+        -m gpudoctor.hardware.collective_bandwidth --out curve.json [--max-bytes 4GiB]
 
 Definitions follow nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time, where bytes is the
 buffer each rank holds (all-reduce: its input; all-gather: the gathered output; reduce-scatter:
