@@ -266,6 +266,9 @@ def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, 
     utils = types.ModuleType("transformers.generation.utils")
     utils.GenerationMixin = GenerationMixin  # type: ignore[attr-defined]
     model = TinyLM().eval()
+    # no transformers when the session starts (a real one imported by an earlier test would be the
+    # one wrapped at start, and this module's generate() never would)
+    monkeypatch.delitem(sys.modules, "transformers.generation.utils", raising=False)
     s = session(tmp_path)
     # imported after the session started, as a program does: wrapped inside the first call
     monkeypatch.setitem(sys.modules, "transformers.generation.utils", utils)

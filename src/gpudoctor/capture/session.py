@@ -11,9 +11,11 @@ reading until the program starts CUDA, and for good in a program that never does
 pairs give the unprofiled step time on the GPU timeline: the second half of the steps before
 the window (the first half is warm-up: compilation, autotuning, the allocator) and
 ``calibration_steps`` steps after it, which the doctor compares with the profiled step (the
-observer effect); capture/timing.py makes one number of them, with its uncertainty. Once the
-window closes only the hook that marks the steps stays: the steps after it are timed as the
-program runs without gpudoctor, bar that one hook and one event per step.
+observer effect); capture/marks.py turns the events into times and capture/timing.py makes one
+number of them, with its uncertainty (a ``--try-fixes`` trial first waits for its steps to settle
+and times those: capture/trial_timing.py). Once the window closes only the hook that marks the
+steps stays: the steps after it are timed as the program runs without gpudoctor, bar that one hook
+and one event per step.
 
 A program whose steps cannot be seen gets a time window: ``wait_s`` seconds after the start,
 the profiler opens at the next safe point (any module call, optimizer step, DataLoader batch,
@@ -26,8 +28,6 @@ import contextlib
 import itertools
 import json
 import os
-import statistics
-import sys
 import warnings
 import weakref
 from collections.abc import Callable
@@ -39,22 +39,18 @@ from typing import Any
 from gpudoctor.capture.bundle import rank_suffix
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
+from gpudoctor.capture.marks import CompileWatch, FinishedIntervals, intervals_ms, token_times
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.capture.rank_window import RankSync
 from gpudoctor.capture.timing import (
     SETTLE_STEPS,
-    TRIAL_SETTLE_HALF,
     TRIAL_SETTLE_MAX_S,
     TRIAL_SETTLE_MAX_STEPS,
-    TRIAL_SETTLE_RATIO,
-    TRIAL_TIMED_STEPS,
     UnprofiledStep,
-    next_timed_check,
-    settled,
-    timed_enough,
     unprofiled_step,
 )
+from gpudoctor.capture.trial_timing import TrialTiming
 from gpudoctor.core.clock import SYSTEM_CLOCK, Clock
 from gpudoctor.errors import InputError
 
@@ -174,17 +170,10 @@ class CaptureSession(Listener):
         self._loader_backlog = False  # the current iterator still serves its start-up backlog
         self._loader_yielded = 0  # the current iterator's count of batches at the last fetch
         self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
-        self._compile_events = 0  # torch.compile's compile-time records seen at the last boundary
-        self._settle_started = 0.0  # when a trial passed its skip and began waiting for settled steps
-        self._settled_ms: list[float] | None = None  # the steps a trial times: after the ones it judged settled
-        self._timed_from: int | None = None  # where they start in the settled series
-        self._judged_ms: list[float] = []  # the steps judged settled, just before the timed ones
-        self._timed_started = 0.0
-        self._timed_check_at = 0  # timed steps at which timing.timed_enough is asked next
-        self._timed_series: list[Any] | None = None
-        self._settle_marks: list[Any] | None = None  # the series _finished_intervals reads
-        self._settle_read = 1
-        self._settle_intervals: list[float] = []
+        self._compiles = CompileWatch()  # a step in which torch.compile compiled is cut from the marks
+        # a trial's settle-and-time (capture/trial_timing.py), on the steps the GPU has finished
+        self._trial = TrialTiming(max_steps=TRIAL_SETTLE_MAX_STEPS, max_s=TRIAL_SETTLE_MAX_S)
+        self._finished = FinishedIntervals()
         self._loader_iterator: Any = None  # a weak reference to the iterator batch() saw last
         self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
         self._prof: Any = None
@@ -449,6 +438,7 @@ class CaptureSession(Listener):
     # -- boundaries --------------------------------------------------------------------------
 
     def _boundary(self) -> None:
+        """A step ended: count it, then what the phase does with it (time it, or record it)."""
         if self.phase is Phase.DONE or self._timed_window:
             return
         if self.phase is Phase.BEFORE and self.detector.epoch != self._epoch:
@@ -459,59 +449,74 @@ class CaptureSession(Listener):
         self._count += 1
         self._total += 1
         self.result.steps_seen += 1
-        cfg = self.config
         if self.phase is Phase.BEFORE:
-            if self._loader_backlog and self._before:
-                self._before = []  # the steps so far ate the loader's start-up backlog: not timed
-            self._mark_step(self._before)
-            if self._count == 2:
-                self._narrow_hooks()  # the source has repeated: discovery is over
-            if self._count >= max(cfg.skip, 1):
-                if not cfg.profile:
-                    if not self._trial_wants_more(cfg.skip):
-                        self._complete()  # a trial: the steps before the window are all it times
-                    return
-                if cfg.trial and self._open_at is None and self._trial_wants_more(cfg.skip):
-                    return  # a trial that records a window times its settled steps first
-                if self._open_at is None:
-                    if self._serving_backlog(cfg.skip):
-                        return
-                    self._open_at = self._agree()
-                if self._count >= self._open_at:
-                    self._open_window(stepped=True)
+            self._step_before_window()
         elif self.phase is Phase.WINDOW:
-            # the first step starts the recording and the last one stops it: Kineto logs each
-            # (only these two go through the filter: its few syscalls stay out of the other steps)
-            if self._in_window == 0 or self._in_window >= cfg.steps:
-                # torch warns at the warm-up -> record transition that events are cleared "at the
-                # end of each cycle": the window is one cycle (repeat=1), and the line would land on
-                # the program's stderr on every run
-                with kineto_chatter_filtered(), warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
-                    self._prof.step()
-            else:
-                self._prof.step()
-            self._in_window += 1
-            self.result.steps_recorded = max(0, self._in_window - 1)
-            if self.result.steps_recorded >= cfg.steps:
-                self._finish_window()
-                self.phase = Phase.AFTER
-                # the step after this one is not timed either: it settles after the export
-                # (capture/timing.py SETTLE_STEPS), and behind a DataLoader its workers refilled
-                # their queue meanwhile
-                self._after_backlog = self._loader_depth + SETTLE_STEPS
-                if cfg.calibration_steps == 0:
-                    self._complete()
-                else:
-                    self._keep_step_hook_only()
+            self._step_in_window()
         elif self.phase is Phase.AFTER:
-            if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
-                self._after_backlog -= 1
+            self._step_after_window()
+
+    def _step_before_window(self) -> None:
+        """Timed; past ``skip`` the window opens (a trial first settles and times its steps, one
+        without a window ends there instead)."""
+        cfg = self.config
+        if self._loader_backlog and self._before:
+            self._before = []  # the steps so far ate the loader's start-up backlog: not timed
+        self._mark_step(self._before)
+        if self._count == 2:
+            self._narrow_hooks()  # the source has repeated: discovery is over
+        if self._count < max(cfg.skip, 1):
+            return
+        if not cfg.profile:
+            if not self._trial_wants_more(cfg.skip):
+                self._complete()  # a trial: the steps before the window are all it times
+            return
+        if cfg.trial and self._open_at is None and self._trial_wants_more(cfg.skip):
+            return  # a trial that records a window times its settled steps first
+        if self._open_at is None:
+            if self._serving_backlog(cfg.skip):
                 return
-            self._mark_step(self._after)
-            timed = sum(a is not None and b is not None for a, b in itertools.pairwise(self._after))
-            if timed >= self._calibration_target(cfg.calibration_steps):
+            self._open_at = self._agree()
+        if self._count >= self._open_at:
+            self._open_window(stepped=True)
+
+    def _step_in_window(self) -> None:
+        """The profiler's schedule moves on a step; after the last recorded one the trace is written."""
+        cfg = self.config
+        # the first step starts the recording and the last one stops it: Kineto logs each
+        # (only these two go through the filter: its few syscalls stay out of the other steps)
+        if self._in_window == 0 or self._in_window >= cfg.steps:
+            # torch warns at the warm-up -> record transition that events are cleared "at the
+            # end of each cycle": the window is one cycle (repeat=1), and the line would land on
+            # the program's stderr on every run
+            with kineto_chatter_filtered(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+                self._prof.step()
+        else:
+            self._prof.step()
+        self._in_window += 1
+        self.result.steps_recorded = max(0, self._in_window - 1)
+        if self.result.steps_recorded >= cfg.steps:
+            self._finish_window()
+            self.phase = Phase.AFTER
+            # the step after this one is not timed either: it settles after the export
+            # (capture/timing.py SETTLE_STEPS), and behind a DataLoader its workers refilled
+            # their queue meanwhile
+            self._after_backlog = self._loader_depth + SETTLE_STEPS
+            if cfg.calibration_steps == 0:
                 self._complete()
+            else:
+                self._keep_step_hook_only()
+
+    def _step_after_window(self) -> None:
+        """Timed, until the calibration steps are (then the session ends)."""
+        if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
+            self._after_backlog -= 1
+            return
+        self._mark_step(self._after)
+        timed = sum(a is not None and b is not None for a, b in itertools.pairwise(self._after))
+        if timed >= self._calibration_target(self.config.calibration_steps):
+            self._complete()
 
     def _calibration_target(self, asked: int) -> int:
         """Steps to time after the window: what was asked, or behind a DataLoader with workers two
@@ -533,7 +538,7 @@ class CaptureSession(Listener):
 
     def _agree(self) -> int:
         """The step count at which the window opens: this one, or in a distributed job the one
-        every rank agreed on (capture/ranks.py; this call waits for the other ranks, bounded)."""
+        every rank agreed on (capture/rank_window.py; this call waits for the other ranks, bounded)."""
         if self.sync is None:
             return self._count
         window = self.sync.agree(self._count)
@@ -700,7 +705,7 @@ class CaptureSession(Listener):
         """A trial behind a DataLoader with workers times past its start-up backlog and over two
         rounds of its queue (capture/timing.py keeps the later half, which must hold one round),
         bounded by 3 rounds past ``skip``; then every trial runs on until its steps have settled
-        (``_trial_unsettled``)."""
+        and enough of them are timed (``_trial_unsettled``)."""
         if self._serving_backlog(skip):
             return True
         depth = self._loader_depth
@@ -711,92 +716,29 @@ class CaptureSession(Listener):
         except Exception as exc:  # noqa: BLE001 - never the program's failure: stop waiting, time what there is
             self.result.notes.append(f"the steps could not be read while waiting for them to settle "
                                      f"({type(exc).__name__}); the later half of those run is timed")
-            self._settled_ms = None
+            self._trial.abandon()
             return False
 
     def _trial_unsettled(self, skip: int) -> bool:
-        """Past ``skip``, a trial runs on while its latest steps are still moving (timing.settled),
-        bounded by TRIAL_SETTLE_MAX_STEPS steps and TRIAL_SETTLE_MAX_S seconds. Only steps the GPU
-        has finished are read (no sync: the program's own overlap of host and GPU is kept)."""
-        extra = self._count - max(skip, 1)
+        """Past ``skip``, the trial's own decision (capture/trial_timing.py) on the steps the GPU has
+        finished: no sync, the program's own overlap of host and GPU is kept."""
         now = self.clock.now()
-        if not self._settle_started:  # the first call may come later than skip (behind a loader's rounds)
-            self._settle_started = now
-        intervals = self._finished_intervals(self._before)
-        if self._timed_from is not None:
-            return self._trial_timing(intervals, now)
-        if settled(intervals, self._loader_depth):
-            # the steps timed are the ones after those judged settled: not earlier ones (a compile
-            # trial's first steps after its --skip still compile), nor the judged ones themselves,
-            # whose median passed the test with a transient's last steps among them (a trial's mean
-            # keeps every step: tryfix/trial.py)
-            judged = 2 * max(TRIAL_SETTLE_HALF, self._loader_depth)
-            self._judged_ms = intervals[len(intervals) - judged:]
-            self._timed_from = len(intervals)
-            self._timed_started, self._timed_series = now, self._settle_marks
-            return self._trial_timing(intervals, now)
-        if extra >= TRIAL_SETTLE_MAX_STEPS or now - self._settle_started >= TRIAL_SETTLE_MAX_S:
-            half = max(TRIAL_SETTLE_HALF, self._loader_depth)
-            self.result.notes.append(f"the steps had not settled {extra} steps past --skip (their last {half} "
-                                     f"against the {half} before them, or the fastest {half}, differ by more "
-                                     f"than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
-            return False
-        return True
-
-    def _trial_timing(self, intervals: list[float], now: float) -> bool:
-        """Once settled, a trial times on until timing.timed_enough (30 steps at least, more while
-        their mean is uncertain, within a time bound); the steps timed so far are kept at every
-        step, so a program that ends sooner is timed over those. A new series of marks (a new step
-        source) ends the timing there."""
-        assert self._timed_from is not None
-        if self._settle_marks is not self._timed_series:
-            return False
-        if self._settled_ms is None:
-            self._settled_ms, self._timed_check_at = [], TRIAL_TIMED_STEPS
-        timed = self._settled_ms
-        timed.extend(intervals[self._timed_from + len(timed):])  # the steps read since the last call
-        check = len(timed) >= self._timed_check_at
-        if check:
-            self._timed_check_at = next_timed_check(len(timed))
-        return not timed_enough(timed, now - self._timed_started, check)
+        runs_on = self._trial.on_step(self._finished_intervals(self._before), self._count - max(skip, 1),
+                                      self._loader_depth, now)
+        if not runs_on and self._trial.note:
+            self.result.notes.append(self._trial.note)
+        return runs_on
 
     def _finished_intervals(self, marks: list[Any]) -> list[float]:
-        """The intervals between ``marks`` up to the last one the GPU has reached (host stamps:
-        all), kept as they come: each is read once (one event query a step, no list rebuilt)."""
-        if marks is not self._settle_marks:  # a new series (a new epoch, a served backlog)
-            self._settle_marks, self._settle_read, self._settle_intervals = marks, 1, []
-        end = len(marks)
-        while end > self._settle_read:  # back to the last mark the GPU has reached (a cut, None, tells nothing)
-            mark = marks[end - 1]
-            if mark is not None and (isinstance(mark, float) or mark.query()):
-                break
-            end -= 1
-        if end > self._settle_read:
-            self._settle_intervals.extend(self._intervals(marks[self._settle_read - 1:end]))
-            self._settle_read = end
-        return self._settle_intervals
+        """The intervals between ``marks`` up to the last one the GPU has reached (capture/marks.py)."""
+        return self._finished.read(marks)
 
     def _mark_step(self, marks: list[Any]) -> None:
         """A step boundary's stamp; a step in which torch.compile compiled is cut from the series."""
         stamp = self._stamp()
-        if self._compiled_since_last() and marks:
+        if self._compiles.changed() and marks:
             marks.append(None)  # the step that ended compiled: not a step as it runs
         marks.append(stamp)
-
-    def _compiled_since_last(self) -> bool:
-        """Did torch.compile compile anything (a first compile, a recompile, a lazy backward) since
-        the last call? Read from dynamo's own compile-time records, only where the program has
-        imported dynamo. A compiling step is no step as the program runs: timed with the rest, it
-        made two invocations of one compile trial disagree by 15x (BENCHMARKS.md "Evidence moved
-        from the source: capture")."""
-        utils = sys.modules.get("torch._dynamo.utils")
-        metrics = getattr(utils, "compilation_time_metrics", None)
-        if not isinstance(metrics, dict):
-            return False
-        count = sum(len(v) for v in metrics.values() if isinstance(v, list))
-        changed = count != self._compile_events
-        self._compile_events = count
-        return changed
 
     def _stamp(self) -> Any:
         if self._gpu_in_use():
@@ -804,16 +746,6 @@ class CaptureSession(Listener):
             event.record()
             return event
         return self.clock.now()
-
-    def _intervals(self, marks: list[Any]) -> list[float]:
-        """Times between consecutive marks; a None mark cuts the series (a wait, not a step), and
-        so does the switch from host clock stamps to CUDA events when the program starts CUDA."""
-        out = []
-        for a, b in itertools.pairwise(marks):
-            if a is None or b is None or isinstance(a, float) != isinstance(b, float):
-                continue
-            out.append((b - a) * 1e3 if isinstance(a, float) else a.elapsed_time(b))
-        return out
 
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window, and the one number made of them.
@@ -830,16 +762,12 @@ class CaptureSession(Listener):
         try:
             if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
-            early = self._intervals(before)
+            early = intervals_ms(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
-            # a trial whose steps were judged settled times the steps after those
-            settled_ms = self._settled_ms
-            if settled_ms is not None and len(settled_ms) < len(self._judged_ms):
-                # the program ended soon after its steps settled: its judged steps are timed too
-                settled_ms = self._judged_ms + settled_ms
-            self.result.unprofiled_before_ms = list(settled_ms) if settled_ms else early[len(early) - keep:]
-            self.result.unprofiled_after_ms = self._intervals(after)
-            self.result.generate = self._token_times(tokens)
+            trial_ms = self._trial.timed_ms  # a trial whose steps settled: the steps it timed
+            self.result.unprofiled_before_ms = list(trial_ms) if trial_ms else early[len(early) - keep:]
+            self.result.unprofiled_after_ms = intervals_ms(after)
+            self.result.generate = token_times(tokens)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
             self.result.notes.append(f"the unprofiled steps could not be timed ({type(exc).__name__})")
             return
@@ -854,27 +782,6 @@ class CaptureSession(Listener):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"
             r.notes.append(f"the unprofiled step is uncertain: {why}; the observer-effect calibration is weak "
                            "(raise --skip or --calibrate, or let the program run longer)")
-
-    def _token_times(self, calls: list[list[Any]]) -> dict[str, Any]:
-        """Prefill and per-token decode time of the generate() calls timed outside the window."""
-        closed = [c[:-1] for c in calls if len(c) >= 4 and c[-1] is None]  # start, fwd, fwd..., end
-        if not closed:
-            return {}
-        prefill, decode, tokens, total = [], [], [], []
-        for marks in closed:
-            gaps = self._intervals(marks)  # start->fwd1, fwd1->fwd2, ..., fwdN->end
-            total.append(sum(gaps))
-            tokens.append(len(marks) - 2)
-            if len(gaps) >= 3:
-                prefill.append(gaps[0] + gaps[1])
-                decode.extend(gaps[2:])
-        out: dict[str, Any] = {"calls_timed": len(closed), "forwards_per_call": statistics.median(tokens),
-                               "call_ms": round(statistics.median(total), 4)}
-        if prefill:
-            out["prefill_ms"] = round(statistics.median(prefill), 4)
-        if decode:
-            out["decode_ms_per_token"] = round(statistics.median(decode), 4)
-        return out
 
 
 def step() -> None:
