@@ -69,26 +69,55 @@ def analyze(
     ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
     width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes for many ranks (default: one per core)."),
+    perfetto: Path | None = typer.Option(
+        None, "--perfetto", help="Write the trace with the diagnosis drawn on it here (steps, GPU idle by cause, "
+        "each finding, arrows from each sync to its idle), for ui.perfetto.dev or chrome://tracing; gzipped when the "
+        "name ends in .gz. A distributed run: one file per rank, .rank<R> before .json."),
 ) -> None:
     """Diagnose one trace, or every rank of a distributed run: ranked findings with the time each
     would save per step (multi-GPU: stragglers, exposed communication, slow collectives)."""
     from gpudoctor.pipeline import analyze_inputs
 
     inputs: list[Path | str | None] = []
-    if html is not None:
+    if html is not None or perfetto is not None:
         for p in paths:
             inputs += _inputs_of(p, ceilings)
             if p.is_dir():  # a run directory: every rank's trace and env.json is an input
                 inputs += [f for f in p.rglob("*.json*") if f.name.startswith(("trace", "env"))]
-    if html is not None:  # before the analysis: a bad --html fails at once
-        from gpudoctor.outputs import check_output_file
-
-        check_output_file(html, "--html", inputs)
-    report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+    _check_outputs(html, perfetto, inputs)  # before the analysis: a bad output path fails at once
+    report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=perfetto, inputs=inputs)
     if html is not None and hasattr(report, "reports"):  # traces diagnosed one by one: one page holds one report
         raise InputError(f"--html writes one report, and these {len(paths)} traces are not the ranks of one job "
                          f"({report.why}); write one page per trace: gpudoctor analyze TRACE --html PAGE.html")
     _emit(report, json_out, html, width, inputs)
+    if perfetto is not None and not json_out:
+        _say_annotated(report, perfetto)
+
+
+def _check_outputs(html: Path | None, perfetto: Path | None, inputs: Sequence[Path | str | None]) -> None:
+    """--html and --perfetto: each a file that can be written, neither over an input nor the other."""
+    from gpudoctor.outputs import check_output_file, same_file
+
+    if html is not None:
+        check_output_file(html, "--html", inputs)
+    if perfetto is not None:
+        check_output_file(perfetto, "--perfetto", inputs, example="annotated.trace.json.gz")
+        if html is not None and same_file(html, perfetto):
+            raise InputError(f"--perfetto {perfetto} is also the --html page: give the annotated trace its own file, "
+                             "such as annotated.trace.json.gz")
+
+
+def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def]
+    """Where the annotated trace went (each rank's file, for a distributed run), on stderr."""
+    from gpudoctor.pipeline import rank_file
+    from gpudoctor.report.safe import SafeConsole
+
+    ranks = [int(row["rank"]) for row in getattr(report, "ranks", ()) if "rank" in row]
+    files = [f for f in (rank_file(target, r) for r in ranks) if f.is_file()] if ranks else [target]
+    said = (f"annotated trace{'s' * (len(files) > 1)} written to {', '.join(map(str, files))} "
+            "(open at ui.perfetto.dev or in chrome://tracing)" if files else
+            "no annotated trace written: no rank recorded GPU work")
+    SafeConsole(stderr=True).print(said, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

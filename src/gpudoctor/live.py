@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.capture.bundle import (
     capture_facts,
@@ -29,20 +29,24 @@ from gpudoctor.core.card import problem_reasons
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
 from gpudoctor.report.model import Report
 
+if TYPE_CHECKING:
+    from gpudoctor.pipeline import Diagnosis
+
 DEFAULT_BASE = Path("gpudoctor-runs")
 
 
 def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path,
                      rank: int | None = None, program: dict[str, Any] | None = None,
                      facts: dict[str, Any] | None = None) -> tuple[Report | None, str]:
-    """Analyze what a session captured and write env.json, report.json, report.html (each name
-    carries ``rank`` when given: ``report.rank3.json``); ``program`` (what ran, its git commit:
+    """Analyze what a session captured and write env.json, report.json, report.html and
+    annotated.trace.json.gz (each name carries ``rank`` when given: ``report.rank3.json``,
+    ``annotated.trace.rank3.json.gz``); ``program`` (what ran, its git commit:
     bundle.program_facts) and ``facts`` (a rank's place in the job: RankSync.env_facts) go into
     env.json.
 
     Returns the report (None when there is nothing to diagnose) and a note for the user.
     """
-    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.pipeline import diagnose_loaded
     from gpudoctor.report.html import render_html
     from gpudoctor.report.json_report import to_json
     from gpudoctor.trace import load
@@ -52,14 +56,16 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     if program:
         env["program"] = program
     report: Report | None = None
+    found: Diagnosis | None = None
     note = ""
     suffix = rank_suffix(rank)
     unprofiled = unprofiled_step(result)
     if result.trace_path is not None:
         try:
-            report = analyze_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
+            found = diagnose_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
                                     model_state=result.model_state or None, step_source=result.step_source,
                                     cut_after=cut_after(result.error, result.steps_recorded))
+            report = found.report
         except NoGpuActivityError:
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")
@@ -69,12 +75,30 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
         report = _with_capture_facts(report, result)
     env["capture"] = capture_facts(result, config, report.step_ms if report else None)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if report is not None:
+    if report is not None and found is not None and result.trace_path is not None:
         env["ceilings"] = report.ceilings
+        annotated = run_dir / f"annotated.trace{suffix}.json.gz"
+        report, why = _with_annotated_trace(report, found, result.trace_path, annotated)
+        note = _join(note, why)
         (run_dir / f"report{suffix}.json").write_text(to_json(report) + "\n")
         (run_dir / f"report{suffix}.html").write_text(render_html(report))
     write_json(run_dir / f"env{suffix}.json", env)
     return report, note
+
+
+def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target: Path) -> tuple[Report, str]:
+    """Write the trace with the diagnosis drawn on it beside the trace (report/perfetto.py); the
+    report then says where each finding lies in it. A trace with no GPU work has nothing to draw.
+    Failing costs that file and a note, never the bundle."""
+    from gpudoctor.report.perfetto import write_annotated
+
+    if found.analysis is None:
+        return report, ""
+    try:
+        annotation = write_annotated(trace, found.analysis, report.findings, target, option="annotated trace")
+    except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
+        return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
+    return dataclasses.replace(report, annotated_trace=annotation.entry(target.name)), ""
 
 
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:

@@ -14,8 +14,9 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gpudoctor.errors import InputError
 
@@ -83,6 +84,21 @@ def check_output_dir(target: Path, option: str) -> None:
 def write_text_atomic(target: Path, text: str, option: str = "output",
                       inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
     """Write ``text`` to ``target`` in one step, after ``check_output_file``."""
+    write_bytes_atomic(target, text.encode("utf-8"), option, inputs)
+
+
+def write_bytes_atomic(target: Path, data: bytes, option: str = "output",
+                       inputs: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """Write ``data`` to ``target`` in one step, after ``check_output_file``."""
+    with atomic_file(target, option, inputs) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(target: Path, option: str = "output",
+                inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[BinaryIO]:
+    """A binary file, written in the block, that replaces ``target`` in one step when the block
+    ends (after ``check_output_file``); when the block raises, nothing of it is left."""
     check_output_file(target, option, inputs)
     folder = target.parent
     try:
@@ -91,8 +107,8 @@ def write_text_atomic(target: Path, text: str, option: str = "output",
         raise InputError(f"cannot write {option} {target}: {exc.strerror}; choose a folder you can write to") from None
     try:
         os.fchmod(fd, _mode_for(target))  # mkstemp makes 0600 files
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
         os.replace(tmp, target)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
+from gpudoctor.trace.load import resolve_trace_path
 
 if TYPE_CHECKING:
     from gpudoctor.ranks.combine import RanksResult
@@ -53,6 +55,15 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     )
 
 
+@dataclass(frozen=True, eq=False)
+class Diagnosis:
+    """A report and the analysis it was drawn from (None for a trace with no GPU work): what the
+    annotated trace draws (report/perfetto.py)."""
+
+    report: Report
+    analysis: Analysis | None
+
+
 def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
     model_state: dict | None = None, step_source: str = "", cut_after: int | None = None,
@@ -62,19 +73,29 @@ def analyze_loaded(
     ``step_source`` (what marked a live capture's steps) is named in ``report.steps``;
     ``cut_after``: the window ended early (the program raised) after this many whole steps, and
     the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
+    return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source, cut_after).report
+
+
+def diagnose_loaded(
+    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
+    model_state: dict | None = None, step_source: str = "", cut_after: int | None = None,
+) -> Diagnosis:
+    """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
         raise EmptyTraceError(
             f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window in which "
             "the program runs (torch.profiler.profile around a few steps, or gpudoctor run)"
         )
     check_usable(trace)  # GPU time, host events, one clock: else nothing sound can be said
+    analysis: Analysis | None = None
     if len(trace.device) == 0:
         report = analyze_host_only(trace, unprofiled_step_ms, cut_after)
     else:
-        report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source, cut_after)[1]
+        analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
+                                         cut_after)
     if step_source:
         report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
-    return report
+    return Diagnosis(report, analysis)
 
 
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
@@ -106,12 +127,33 @@ def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None, cut
 
 def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
+    return diagnose_path(path, gpu, ceilings).report
+
+
+def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Diagnosis:
+    """``analyze_path``'s report with its analysis."""
     from gpudoctor.capture.bundle import read_run
 
     run = read_run(path)  # env.json, parsed once
-    report = analyze_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
+    found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
                             model_state=run.model_state, step_source=run.step_source, cut_after=run.cut_after)
-    return dataclasses.replace(report, unprofiled=run.unprofiled) if run.unprofiled else report
+    if not run.unprofiled:
+        return found
+    return Diagnosis(dataclasses.replace(found.report, unprofiled=run.unprofiled), found.analysis)
+
+
+def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
+              inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report:
+    """Write the annotated trace (report/perfetto.py) of ``trace``, the file ``found`` was drawn
+    from, to ``target``; the report then says where each finding lies in it, under the name
+    ``label`` (the path as given, or the file name beside the report)."""
+    from gpudoctor.report.perfetto import write_annotated
+
+    if found.analysis is None:
+        raise InputError(f"--perfetto: {trace} recorded no GPU work, so there is no GPU idle or finding to draw; "
+                         "annotate a trace recorded on a GPU")
+    annotation = write_annotated(trace, found.analysis, found.report.findings, target, inputs=inputs)
+    return dataclasses.replace(found.report, annotated_trace=annotation.entry(label))
 
 
 def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> dict[str, Any]:
@@ -134,23 +176,32 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilin
 
 
 def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
-                   gpu: str | None = None) -> Report | Reports:
+                   gpu: str | None = None, annotate: Path | None = None,
+                   inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report | Reports:
     """What ``gpudoctor analyze`` reads: one run directory of a distributed job, or several traces
     that are the ranks of one job (ranks/job.py: their distributedInfo, else their collectives), as
     the ranks' combined report; several traces that are not, each diagnosed on its own (``Reports``);
-    else one trace or run directory."""
+    else one trace or run directory. ``annotate``: write the annotated trace there (one per rank,
+    ``rank_file``, for a distributed run), never over one of ``inputs``."""
     check_jobs(jobs)  # whatever the inputs turn out to be: one trace uses no worker, yet -3 is no count
     if len(paths) == 1:
         if is_rank_set(Path(paths[0])):
-            return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
-        return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+            return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate, inputs=inputs)
+        if annotate is None:
+            return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
+        found = diagnose_path(paths[0], gpu=gpu, ceilings=ceilings)
+        return annotated(found, resolve_trace_path(Path(paths[0])), annotate, str(annotate), inputs)
     from gpudoctor.ranks.job import apart
     from gpudoctor.ranks.sources import traces_of
     from gpudoctor.trace.job import job_facts
 
     why = apart([job_facts(t) for t in traces_of(paths)])  # a missing path fails here, at once
     if not why:
-        return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu)
+        return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate, inputs=inputs)
+    if annotate is not None:
+        raise InputError(f"--perfetto writes the annotated trace of one trace or one job, and these {len(paths)} "
+                         f"traces are not the ranks of one job ({why}); annotate one trace at a time: "
+                         "gpudoctor analyze TRACE --perfetto FILE")
     workers = min(jobs or os.cpu_count() or 1, len(paths))
     if workers == 1:
         reports = [analyze_path(p, gpu, ceilings) for p in paths]
@@ -170,13 +221,16 @@ def check_jobs(jobs: int | None) -> None:
 
 
 def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
-                  gpu: str | None = None) -> Report:
+                  gpu: str | None = None, annotate: Path | None = None,
+                  inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report:
     """The combined report of a distributed run: ``sources`` is one run directory holding rank
     bundles (``rank{R}/``, or ``trace.rank{R}.json.gz`` side by side), or several trace files or
     rank directories. Each rank is analysed in a worker process (``jobs`` of them, default one per
     core) that sends back its small summary and its single-GPU report, never its events; the
     ranks' clocks are aligned on their collectives and the multi-GPU findings added to the report
-    of the straggler (rank 0 when there is none)."""
+    of the straggler (rank 0 when there is none). ``annotate``: each worker also writes its rank's
+    annotated trace, to ``rank_file(annotate, rank)``, never over one of ``inputs`` or the ranks'
+    files."""
     # the multi-rank analysis and the worker pool, imported only for a distributed run: for one
     # trace they were 0.027 s and 0.011 s of the imports (python -X importtime, 2-core x86_64)
     from concurrent.futures import ProcessPoolExecutor
@@ -186,12 +240,14 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     ranks = rank_sources([Path(p) for p in sources])
     check_jobs(jobs)
     workers = min(jobs or os.cpu_count() or 1, len(ranks))
+    kept = [*inputs, *(f for r in ranks for f in (r.trace, r.env))]  # no annotated trace over any of them
+    targets = [None if annotate is None else (rank_file(annotate, r.rank), kept) for r in ranks]
     if workers == 1:
-        results = [_summarize_rank(r, gpu, ceilings) for r in ranks]
+        results = [_summarize_rank(r, gpu, ceilings, t) for r, t in zip(ranks, targets)]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             # one task per rank, results in rank order; each worker holds one trace at a time
-            results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks), [ceilings] * len(ranks)))
+            results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks), [ceilings] * len(ranks), targets))
     summaries = [s for s, _ in results]
     # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
     table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
@@ -213,8 +269,19 @@ def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
                                ranks=result.rows, distributed=result.distributed)
 
 
-def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple[RankSummary, Report]:
-    """One rank in its worker: load, diagnose, summarize; the trace is dropped on return."""
+def rank_file(target: Path, rank: int) -> Path:
+    """Rank ``rank``'s file of a per-rank output named ``target``: ``.rank<R>`` before ``.json``
+    (``out.trace.json.gz`` -> ``out.trace.rank3.json.gz``), else at the end of the name."""
+    name = target.name
+    at = name.rfind(".json")
+    at = len(name) if at <= 0 else at
+    return target.with_name(f"{name[:at]}.rank{rank}{name[at:]}")
+
+
+def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
+                    annotate: tuple[Path, list[Any]] | None = None) -> tuple[RankSummary, Report]:
+    """One rank in its worker: load, diagnose, summarize (``annotate``: also write the rank's
+    annotated trace there, never over one of the files listed); the trace is dropped on return."""
     from gpudoctor.capture.bundle import facts_of, read_json_object
     from gpudoctor.ranks.summary import summarize, summarize_host
 
@@ -226,5 +293,8 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any) -> tuple
         return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
+    if annotate is not None:
+        target, kept = annotate
+        report = annotated(Diagnosis(report, analysis), source.trace, target, str(target), kept)
     sync = sum(f.saving_ms for f in report.findings if f.id == "host-sync")
     return dataclasses.replace(summarize(analysis, source.rank, env), sync_saving_ms=round(sync, 6)), report

@@ -6,6 +6,8 @@
                         unprofiled step time and the window's own overhead, NVML samples
         report.json     the diagnosis (docs/report-schema.md)
         report.html     the same, as one self-contained page
+        annotated.trace.json.gz   the trace with the diagnosis drawn on it (report/perfetto.py),
+                        for ui.perfetto.dev or chrome://tracing
 
 A distributed job (capture/rank_window.py) shares one run directory:
 

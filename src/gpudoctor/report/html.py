@@ -313,10 +313,24 @@ def _findings(r: Report) -> str:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
     v = r.verdict()
     verdict = f'<p class="verdict{" healthy" if v["status"] == "healthy" else ""}">Verdict: {esc(v["text"])}</p>'
-    return "<section><h2>Findings</h2>" + verdict + "".join(_finding(f) for f in r.findings) + "</section>"
+    places = (r.annotated_trace or {}).get("findings") or {}
+    file = str((r.annotated_trace or {}).get("file") or "")
+    return ("<section><h2>Findings</h2>" + verdict
+            + "".join(_finding(f, _trace_note(file, places.get(f.id))) for f in r.findings) + "</section>")
 
 
-def _finding(f: Finding) -> str:
+def _trace_note(file: str, place: dict[str, Any] | None) -> str:
+    """Where the finding lies in the annotated trace: ui.perfetto.dev cannot open a local file from
+    a link, so the note names the file, the track and the slice, and when it starts."""
+    if not file or not place:
+        return ""
+    return (f'<p class="muted">In the annotated trace <code>{esc(file)}</code> (open it at ui.perfetto.dev or in '
+            f"chrome://tracing): track <code>{esc(place.get('track', ''))}</code>, slice "
+            f"<code>{esc(place.get('slice', ''))}</code>, {float(place.get('from_start_ms') or 0):.3f} ms after the "
+            f"trace's start (ts {esc(place.get('ts_us', ''))} µs); placed by {esc(place.get('placed_by', ''))}.</p>")
+
+
+def _finding(f: Finding, trace_note: str = "") -> str:
     sev = f.severity if f.severity in ("critical", "major", "minor", "info") else "info"
     parts = [
         f'<article class="finding sev-{sev}">',
@@ -325,6 +339,7 @@ def _finding(f: Finding) -> str:
          f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),  # noqa: RUF001 - the multiplication sign
         f"<p>{esc(f.summary)}</p>",
         _evidence(f),
+        trace_note,
     ]
     if f.fixes:
         items = "".join(
