@@ -76,8 +76,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     slower = [r for r in paired if (r.get("ci95") or [None, None])[1] is not None and r["ci95"][1] < 1.0]
     slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
     lines += ["", f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
-              f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
-              f"or below: {len(slow_ok)}"]
+              (f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
+               f"or below: {len(slow_ok)}")]
     return "\n".join(lines) + "\n"
 
 
