@@ -318,6 +318,30 @@ def test_a_live_bundle_holds_the_annotated_trace(tmp_path: Path) -> None:
     assert analyze_path(run).findings[0].id == report.findings[0].id  # the bundle still reads its own trace
 
 
+def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: Path) -> None:
+    """Each rank's bundle gets its annotated trace; RUN's combined report (the straggler's, rank 1's
+    here) points into that rank's bundle."""
+    from test_rank_window import _two_bundles
+
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import combine_ranks, diagnose_capture
+
+    sync = _two_bundles(tmp_path)
+    run = sync.run_dir()
+    for rank in (0, 1):
+        bundle = run / f"rank{rank}"
+        shutil.copy(DDP / f"rank{rank}" / "trace.json.gz", bundle / "trace.json.gz")
+        diagnose_capture(CaptureResult(trace_path=bundle / "trace.json.gz", device="cuda"), CaptureConfig(), bundle)
+        assert (bundle / "annotated.trace.json.gz").is_file()
+    report, note = combine_ranks(sync, None)
+    assert note == "" and report is not None and [row["straggler"] for row in report.ranks] == [False, True]
+    saved = json.loads((run / "report.json").read_text())["annotated_trace"]
+    assert saved["file"] == "rank1/annotated.trace.json.gz"
+    own = json.loads((run / "rank1" / "report.json").read_text())["annotated_trace"]
+    assert saved["findings"] == own["findings"]
+    assert "In the annotated trace <code>rank1/annotated.trace.json.gz</code>" in (run / "report.html").read_text()
+
+
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     report = dataclasses.replace(host_sync[0], annotated_trace={
         **host_sync[0].annotated_trace, "file": "<script>alert(1)</script>.json.gz"})

@@ -7,6 +7,7 @@ analyzes the trace with the unprofiled step time, and writes the run bundle.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -205,9 +206,27 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
         return None, _join(why, "; ".join(notes))
     report = dataclasses.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
                                                                                  if n not in report.warnings))
+    report = _with_rank_annotation(report, run)
     (run / "report.json").write_text(to_json(report) + "\n")
     (run / "report.html").write_text(render_html(report))
     return report, ""
+
+
+def _with_rank_annotation(report: Report, run: Path) -> Report:
+    """RUN's report is one rank's (the straggler's, else the first rank's: ranks/combine.py; rank
+    0's own where there is no combined one): it points at that rank's annotated trace, in its
+    bundle (``rank<R>/annotated.trace.json.gz``), as that rank's report.json does."""
+    rank = next((int(row["rank"]) for row in report.ranks if row.get("straggler")),
+                int(report.ranks[0]["rank"]) if report.ranks else 0)
+    entry = report.annotated_trace
+    if not entry:
+        try:
+            entry = json.loads((run / f"rank{rank}" / "report.json").read_text()).get("annotated_trace") or {}
+        except (OSError, ValueError, AttributeError):  # no bundle, or not one this gpudoctor wrote
+            entry = {}
+    if not entry or not entry.get("file"):
+        return report
+    return dataclasses.replace(report, annotated_trace={**entry, "file": f"rank{rank}/{Path(entry['file']).name}"})
 
 
 def _analyze_ranks(run: Path) -> tuple[Report | None, str]:
