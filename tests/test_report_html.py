@@ -13,6 +13,7 @@ from browser import load_page
 from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
+from gpudoctor.report.sections import RooflineRow, RooflineSection
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
 
 SCRIPT = "<script>alert(1)</script>"
@@ -39,13 +40,13 @@ def _kernel(name, kind, dtype, time_ms, flops, nbytes, bound, count=1.0):
     intensity = flops / nbytes if nbytes else 0.0
     roof = CEILINGS["matrix_flops"].get(dtype, CEILINGS["vector_flops"])
     attainable = min(roof, CEILINGS["hbm_bytes_per_s"] * intensity) if intensity else roof
-    return {
-        "name": name, "kind": kind, "dtype": dtype, "count_per_step": count, "time_ms_per_step": time_ms,
-        "flops": flops, "bytes": nbytes, "achieved_flops": achieved,
-        "achieved_bytes_per_s": nbytes / seconds if seconds else 0.0, "intensity": intensity,
-        "roof_flops": roof, "attainable_flops": attainable,
-        "efficiency": achieved / attainable if attainable and achieved else 0.0, "bound": bound,
-    }
+    return RooflineRow(
+        name=name, kind=kind, dtype=dtype, count_per_step=count, time_ms_per_step=time_ms,
+        flops=flops, bytes=nbytes, achieved_flops=achieved,
+        achieved_bytes_per_s=nbytes / seconds if seconds else 0.0, intensity=intensity,
+        roof_flops=roof, attainable_flops=attainable,
+        efficiency=achieved / attainable if attainable and achieved else 0.0, bound=bound,
+    )
 
 
 KERNELS = [
@@ -112,7 +113,7 @@ def make_report(kernels=KERNELS) -> Report:
                    "by_kind": {"gemm (tensor cores)": 4.2, "elementwise": 1.6, "memcpy HtoD pageable": 2.1,
                                "softmax": 0.9, "reduction": 0.5, "normalization": 0.3, "other": 0.2}},
         idle={"pageable-copy": 2.0, "dispatch": 0.4, "host-sync": 0.2, "input-pipeline": 0.0},
-        roofline={"model_tflop_per_step": 120.96, "placed_fraction": 0.83, "kernels": kernels, "ops": []},
+        roofline=RooflineSection(model_tflop_per_step=120.96, placed_fraction=0.83, kernels=tuple(kernels)),
         memory={},
         findings=FINDINGS,
         not_applicable={"communication": f"single GPU; no NCCL kernels {IMG}"},
@@ -190,7 +191,9 @@ def test_fragment_mode():
 
 
 def test_svg_scale_places_a_point_inside_the_plot():
-    point = {"name": "k", "intensity": 10.0, "achieved_flops": 1e12, "time_ms_per_step": 1.0, "bound": "memory"}
+    point = RooflineRow(name="k", kind="", dtype="", count_per_step=0.0, time_ms_per_step=1.0, flops=0.0, bytes=0.0,
+                        achieved_flops=1e12, achieved_bytes_per_s=0.0, intensity=10.0, roof_flops=0.0,
+                        attainable_flops=0.0, efficiency=0.0, bound="memory")
     ax = axes_for(CEILINGS, [point])
     assert isinstance(ax, LogAxes)
     assert ax.x_min < 10 < ax.x_max and ax.y_min < 1e12 < ax.y_max
@@ -207,7 +210,7 @@ def test_every_plotted_kernel_lies_inside_and_zeros_are_skipped():
     assert (len(points), skipped) == (PLOTTED, 2)
     ax = axes_for(CEILINGS, points)
     for p in points:
-        assert ax.inside(ax.x(p["intensity"]), ax.y(p["achieved_flops"])), p["name"]
+        assert ax.inside(ax.x(p.intensity), ax.y(p.achieved_flops)), p.name
 
 
 def test_empty_report_renders():

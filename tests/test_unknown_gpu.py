@@ -52,7 +52,7 @@ def test_common_cards_get_their_datasheet_row(tmp_path: Path, device: str, row: 
     assert report.gpu["name"] == device
     assert report.ceilings["gpu"] == row
     assert report.ceilings["source"].startswith("datasheet: ")
-    assert "unavailable" not in report.roofline
+    assert report.roofline.unavailable is None
     assert report.finding("host-sync") is not None
 
 
@@ -107,7 +107,7 @@ def test_unknown_card_with_measured_ceilings_draws_the_roofline(tmp_path: Path) 
     ceilings.write_text(json.dumps({"gpu": "Some Future GPU", "matrix_flops": {"bf16": 500e12, "fp32": 50e12},
                                     "hbm_bytes_per_s": 2e12, "source": "measured: gpudoctor bench"}))
     report = analyze_path(_renamed(tmp_path, "Some Future GPU"), ceilings=ceilings)
-    assert "unavailable" not in report.roofline and report.roofline["kernels"]
+    assert report.roofline.unavailable is None and report.roofline.kernels
     assert report.ceilings["source"] == "measured: gpudoctor bench"
     assert not any("not in the datasheet table" in w for w in report.warnings)
 

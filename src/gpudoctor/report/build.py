@@ -13,6 +13,7 @@ from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
+from gpudoctor.report.sections import RooflineRow, RooflineSection
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 
@@ -59,14 +60,14 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             ],
         },
         idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(), key=lambda kv: -kv[1])},
-        roofline={
-            "model_tflop_per_step": round(a.roofline.model_flops_per_step / 1e12, 6),
-            "placed_fraction": round(a.roofline.placed_fraction, 4),
-            "kernels": [_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]],
-            "ops": [_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]],
+        roofline=RooflineSection(
+            model_tflop_per_step=round(a.roofline.model_flops_per_step / 1e12, 6),
+            placed_fraction=round(a.roofline.placed_fraction, 4),
+            kernels=tuple(_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]),
+            ops=tuple(_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]),
             # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"] says why)
-            **({} if a.ceilings.available else {"unavailable": a.not_applicable.get("roofline", "no ceilings")}),
-        },
+            unavailable=None if a.ceilings.available else a.not_applicable.get("roofline", "no ceilings"),
+        ),
         memory=_memory(a),
         findings=tuple(findings),
         not_applicable=dict(a.not_applicable),
@@ -98,7 +99,7 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
                    "cuda_graph_ms": 0.0,
                    "per_step": [{"step_ms": round(d, 4), "busy_ms": 0.0, "idle_ms": 0.0} for d in per_step]},
         idle={},
-        roofline={"model_tflop_per_step": 0.0, "placed_fraction": 0.0, "kernels": [], "ops": []},
+        roofline=RooflineSection(model_tflop_per_step=0.0, placed_fraction=0.0),
         memory=_memory_dict(MemoryResult(False, NO_GPU_WORK, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0)),
         findings=(),
         not_applicable={"gpu": f"{NO_GPU_WORK}: the roofline, the idle causes, GPU memory and the rules need GPU "
@@ -125,12 +126,12 @@ def _steps(steps: Steps) -> dict[str, Any]:
     }
 
 
-def _placement(p: Placement) -> dict[str, Any]:
-    d = dataclasses.asdict(p)
-    d["kind"] = Kind[p.kind].label
-    for key in ("count_per_step", "time_ms_per_step", "intensity", "efficiency"):
-        d[key] = round(d[key], 5)
-    return d
+def _placement(p: Placement) -> RooflineRow:
+    return RooflineRow(
+        name=p.name, kind=Kind[p.kind].label, dtype=p.dtype, count_per_step=round(p.count_per_step, 5),
+        time_ms_per_step=round(p.time_ms_per_step, 5), flops=p.flops, bytes=p.bytes, achieved_flops=p.achieved_flops,
+        achieved_bytes_per_s=p.achieved_bytes_per_s, intensity=round(p.intensity, 5), roof_flops=p.roof_flops,
+        attainable_flops=p.attainable_flops, efficiency=round(p.efficiency, 5), bound=p.bound)
 
 
 def _memory(a: Analysis) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.report.sections import RooflineRow
 from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
 from gpudoctor.trace.kernels import short_name
 
@@ -254,13 +255,13 @@ def _host_ops(r: Report) -> str:
 
 
 def _roofline(r: Report) -> str:
-    kernels = list(r.roofline.get("kernels") or [])
+    kernels = r.roofline.kernels
     svg, skipped = roofline_svg(r.ceilings, kernels)
     legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{b}-bound</span>'
                      for b, c in BOUND_COLORS.items())
     note = (f"{skipped} of {len(kernels)} kernels not plotted (no FLOPs or no bytes known)."
             if skipped else f"All {len(kernels)} kernels plotted.")
-    placed = 100 * float(r.roofline.get("placed_fraction") or 0.0)
+    placed = 100 * r.roofline.placed_fraction
     return (
         "<section><h2>Roofline</h2>"
         f'<p class="muted">Circle area ∝ time per step; hover a circle for details. {note} '
@@ -270,7 +271,7 @@ def _roofline(r: Report) -> str:
 
 
 def _kernel_table(r: Report) -> str:
-    kernels = sorted(r.roofline.get("kernels") or [], key=lambda k: -float(k.get("time_ms_per_step") or 0))
+    kernels = sorted(r.roofline.kernels, key=lambda k: -k.time_ms_per_step)
     if not kernels:
         return ""
     head = ("<tr><th>kernel</th><th>kind</th><th>dtype</th><th class='num'>calls / step</th>"
@@ -284,20 +285,20 @@ def _kernel_table(r: Report) -> str:
             f"<tbody>{rows}</tbody></table></div>{more}</section>")
 
 
-def _kernel_row(k: dict[str, Any], step_ms: float) -> str:
-    ms = float(k.get("time_ms_per_step") or 0.0)
+def _kernel_row(k: RooflineRow, step_ms: float) -> str:
+    ms = k.time_ms_per_step
     cells = [
-        f'<td class="name" title="{esc(k.get("name", ""))}"><code>{esc(short_name(str(k.get("name", ""))))}</code></td>',
-        f"<td>{esc(k.get('kind', ''))}</td>",
-        f"<td>{esc(k.get('dtype') or '-')}</td>",
-        _num(_count(k.get('count_per_step'))),
+        f'<td class="name" title="{esc(k.name)}"><code>{esc(short_name(k.name))}</code></td>',
+        f"<td>{esc(k.kind)}</td>",
+        f"<td>{esc(k.dtype or '-')}</td>",
+        _num(_count(k.count_per_step)),
         _num(f"{ms:.3f}"),
         _num(_pct(ms, step_ms)),
-        _num(f"{float(k.get('achieved_flops') or 0) / 1e12:.2f}"),
-        _num(f"{float(k.get('achieved_bytes_per_s') or 0) / 1e9:.1f}"),
-        _num(f"{float(k.get('intensity') or 0):.3g}"),
-        _num(f"{100 * float(k.get('efficiency') or 0):.1f} %"),
-        f"<td>{esc(k.get('bound', ''))}</td>",
+        _num(f"{k.achieved_flops / 1e12:.2f}"),
+        _num(f"{k.achieved_bytes_per_s / 1e9:.1f}"),
+        _num(f"{k.intensity:.3g}"),
+        _num(f"{100 * k.efficiency:.1f} %"),
+        f"<td>{esc(k.bound)}</td>",
     ]
     return f"<tr>{''.join(cells)}</tr>"
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.report.sections import RooflineSection
 
 SCHEMA_VERSION = "1.0"
 
@@ -34,7 +35,7 @@ class Report:
     mfu: float
     breakdown: dict[str, Any]  # busy_ms, idle_ms, by_kind {label: ms}, kernels_per_step...
     idle: dict[str, float]  # cause -> ms per step
-    roofline: dict[str, Any]  # kernels [...], ops [...], placed_fraction, model_tflop_per_step
+    roofline: RooflineSection
     memory: dict[str, Any]
     findings: tuple[Finding, ...]
     not_applicable: dict[str, str] = field(default_factory=dict)
@@ -75,10 +76,10 @@ class Report:
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
             "unprofiled": self.unprofiled or None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
-            "mfu": None if self.roofline.get("unavailable") else round(self.mfu, 5),  # no peak: no MFU
+            "mfu": None if self.roofline.unavailable else round(self.mfu, 5),  # no peak: no MFU
             "breakdown": self.breakdown,
             "idle": self.idle,
-            "roofline": self.roofline,
+            "roofline": self.roofline.to_dict(),
             "memory": self.memory,
             "verdict": self.verdict(),
             "findings": [f.to_dict() for f in self.findings],

@@ -11,11 +11,13 @@ visible), titles included.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 from gpudoctor.controls import visible_controls
+from gpudoctor.report.sections import RooflineRow
 
 WIDTH, HEIGHT = 760, 440
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 92, 16, 16, 48
@@ -78,18 +80,18 @@ class LogAxes:
         return self.left <= px <= self.right and self.top <= py <= self.bottom
 
 
-def plottable(kernels: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+def plottable(kernels: Sequence[RooflineRow]) -> tuple[list[RooflineRow], int]:
     """Kernels with a positive intensity and achieved FLOP/s, and how many were left out."""
-    keep = [k for k in kernels if _positive(k.get("intensity")) and _positive(k.get("achieved_flops"))]
+    keep = [k for k in kernels if _positive(k.intensity) and _positive(k.achieved_flops)]
     return keep, len(kernels) - len(keep)
 
 
-def axes_for(ceilings: dict[str, Any], points: list[dict[str, Any]]) -> LogAxes:
+def axes_for(ceilings: dict[str, Any], points: Sequence[RooflineRow]) -> LogAxes:
     """Decades that hold every roof, the ridge points and every point, with some room around."""
     roofs = _roofs(ceilings)
     bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
-    xs = [float(p["intensity"]) for p in points]
-    ys = [float(p["achieved_flops"]) for p in points]
+    xs = [float(p.intensity) for p in points]
+    ys = [float(p.achieved_flops) for p in points]
     ridges = [r / bw for _, r in roofs if bw > 0]
     # data get a factor of 2 of room, so that no circle sits on the frame
     x_lo = min([x / 2 for x in xs] + [r / 100 for r in ridges] + [0.1])
@@ -105,7 +107,7 @@ def axes_for(ceilings: dict[str, Any], points: list[dict[str, Any]]) -> LogAxes:
 
 
 def roofline_svg(
-    ceilings: dict[str, Any], kernels: list[dict[str, Any]], reference: dict[str, Any] | None = None
+    ceilings: dict[str, Any], kernels: Sequence[RooflineRow], reference: dict[str, Any] | None = None
 ) -> tuple[str, int]:
     """The chart's markup and the number of kernels that could not be placed on it.
 
@@ -234,27 +236,25 @@ def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, c
             f'stroke="{color}" class="{cls}"{dash}/>')
 
 
-def _circles(ax: LogAxes, points: list[dict[str, Any]]) -> list[str]:
-    biggest = max((float(p.get("time_ms_per_step") or 0.0) for p in points), default=0.0)
+def _circles(ax: LogAxes, points: Sequence[RooflineRow]) -> list[str]:
+    biggest = max((p.time_ms_per_step for p in points), default=0.0)
     out = []
     # largest first, so that small circles stay on top and keep their tooltips reachable
-    for p in sorted(points, key=lambda p: -float(p.get("time_ms_per_step") or 0.0)):
-        t = float(p.get("time_ms_per_step") or 0.0)
+    for p in sorted(points, key=lambda p: -p.time_ms_per_step):
+        t = p.time_ms_per_step
         r = max(MIN_RADIUS, MAX_RADIUS * math.sqrt(t / biggest)) if biggest > 0 else MIN_RADIUS
-        color = BOUND_COLORS.get(str(p.get("bound")), BOUND_COLORS["unknown"])
-        out.append(f'<circle cx="{ax.x(float(p["intensity"])):.1f}" cy="{ax.y(float(p["achieved_flops"])):.1f}" '
+        color = BOUND_COLORS.get(p.bound, BOUND_COLORS["unknown"])
+        out.append(f'<circle cx="{ax.x(float(p.intensity)):.1f}" cy="{ax.y(float(p.achieved_flops)):.1f}" '
                    f'r="{r:.1f}" fill="{color}"><title>{esc(point_title(p))}</title></circle>')
     return out
 
 
-def point_title(p: dict[str, Any]) -> str:
+def point_title(p: RooflineRow) -> str:
     """Tooltip text (not yet escaped): name, kind, dtype, time, TFLOP/s, GB/s, efficiency."""
     return "\n".join([
-        str(p.get("name", "")),
-        f"kind: {p.get('kind', '')}   dtype: {p.get('dtype') or '-'}   bound: {p.get('bound', '')}",
-        f"time: {float(p.get('time_ms_per_step') or 0):.3f} ms/step",
-        (f"achieved: {float(p.get('achieved_flops') or 0) / 1e12:.2f} TFLOP/s, "
-         f"{float(p.get('achieved_bytes_per_s') or 0) / 1e9:.1f} GB/s"),
-        (f"intensity: {float(p.get('intensity') or 0):.3g} FLOP/byte   "
-         f"efficiency: {100 * float(p.get('efficiency') or 0):.1f} %"),
+        p.name,
+        f"kind: {p.kind}   dtype: {p.dtype or '-'}   bound: {p.bound}",
+        f"time: {p.time_ms_per_step:.3f} ms/step",
+        f"achieved: {p.achieved_flops / 1e12:.2f} TFLOP/s, {p.achieved_bytes_per_s / 1e9:.1f} GB/s",
+        f"intensity: {p.intensity:.3g} FLOP/byte   efficiency: {100 * p.efficiency:.1f} %",
     ])

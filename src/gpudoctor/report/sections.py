@@ -1,0 +1,154 @@
+"""The Report's sections as typed, frozen data: report/build.py fills them once, the renderers read
+their attributes, and ``to_dict`` writes each one's JSON (docs/report-schema.md) key for key, in
+the order the schema gives — the only place a section becomes a dict."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuSection:
+    """The GPU the trace ran on (``name`` None: no GPU work was recorded)."""
+
+    name: str | None
+    memory_bytes: int
+    sm_count: int
+    compute_capability: str  # "9.0"; "" when unknown
+    device: str = ""  # "cpu" for a trace with no GPU work; written only when set
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "memory_bytes": self.memory_bytes, "sm_count": self.sm_count,
+                             "compute_capability": self.compute_capability}
+        return {**d, "device": self.device} if self.device else d
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One recorded step: its duration and the GPU's busy and idle time in it (ms)."""
+
+    step_ms: float
+    busy_ms: float
+    idle_ms: float
+
+
+@dataclass(frozen=True)
+class BreakdownSection:
+    """Where the profiled step's GPU time goes, per step (ms, rounded as written)."""
+
+    busy_ms: float
+    idle_ms: float
+    by_kind: dict[str, float]  # kernel kind label -> ms; kinds on several streams can sum past busy_ms
+    kernels_per_step: float
+    copies_per_step: float  # memcpy and memset launches
+    triton_ms: float
+    cuda_graph_ms: float
+    per_step: tuple[StepTime, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"per_step": [dataclasses.asdict(s) for s in self.per_step]}
+
+
+@dataclass(frozen=True)
+class RooflineRow:
+    """One kernel (or op) on the roofline, aggregated over the steps (analysis/roofline.py
+    ``Placement``, with its kind's label and its ratios rounded as written)."""
+
+    name: str
+    kind: str  # the kind's label: "gemm (tensor cores)"
+    dtype: str
+    count_per_step: float
+    time_ms_per_step: float
+    flops: float  # per step
+    bytes: float  # per step
+    achieved_flops: float  # FLOP/s
+    achieved_bytes_per_s: float
+    intensity: float  # FLOP/byte; 0 when the bytes are unknown
+    roof_flops: float
+    attainable_flops: float
+    efficiency: float  # against the attainable FLOP/s (bandwidth efficiency when no FLOPs)
+    bound: str  # latency | memory | compute | unknown
+
+
+@dataclass(frozen=True)
+class RooflineSection:
+    """The roofline's placed kernels and ops, largest first, and the model's FLOPs per step."""
+
+    model_tflop_per_step: float
+    placed_fraction: float  # share of kernel time with known FLOPs or bytes
+    kernels: tuple[RooflineRow, ...] = ()
+    ops: tuple[RooflineRow, ...] = ()
+    unavailable: str | None = None  # why there is no roof (a card with no ceilings); None: there is one
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "model_tflop_per_step": self.model_tflop_per_step,
+            "placed_fraction": self.placed_fraction,
+            "kernels": [dataclasses.asdict(k) for k in self.kernels],
+            "ops": [dataclasses.asdict(o) for o in self.ops],
+        }
+        return d if self.unavailable is None else {**d, "unavailable": self.unavailable}
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """GPU memory over the steps (analysis/memory.py ``MemoryResult``, rounded as written)."""
+
+    applicable: bool
+    reason: str  # why not applicable ("" when applicable)
+    capacity_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    fragmentation: float
+    allocations_per_step: float
+    allocated_bytes_per_step: float
+    reserved_growth_bytes: int
+    malloc_calls_per_step: float
+    malloc_ms_per_step: float
+    persistent_bytes: int = 0
+    model_state: dict[str, Any] | None = None  # the optimizer's params/grads/states bytes (live runs)
+    peak_reserved_fraction: float = 0.0  # of capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """A top-level host op of a CPU-only trace, per step."""
+
+    name: str
+    category: str
+    ms_per_step: float
+    calls_per_step: float
+
+
+@dataclass(frozen=True)
+class HostSection:
+    """The host's step of a trace with no GPU work: time by category and the top-level ops."""
+
+    pid: Any  # the step thread, as the trace names it
+    tid: Any
+    step_ms: float
+    by_category: dict[str, float] = field(default_factory=dict)  # category -> ms per step
+    ops: tuple[HostOp, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": "cpu", "thread": {"pid": self.pid, "tid": self.tid}, "step_ms": self.step_ms,
+                "by_category": self.by_category, "ops": [dataclasses.asdict(o) for o in self.ops]}
+
+
+@dataclass(frozen=True)
+class AllFixesSection:
+    """Every replay-priced fix applied at once (rules/whatif.py ``AllFixes``, rounded as written)."""
+
+    ids: tuple[str, ...]
+    step_ms: float
+    step_after_ms: float
+    predicted_speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "step_ms": self.step_ms, "step_after_ms": self.step_after_ms,
+                "predicted_speedup": self.predicted_speedup}
