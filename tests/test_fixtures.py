@@ -132,7 +132,7 @@ def test_input_pipeline_attributes_idle_to_the_dataloader() -> None:
 
 def test_memory_pressure_reads_the_peak() -> None:
     m = report("memory_pressure").memory
-    assert m["peak_reserved_fraction"] == pytest.approx(0.989, abs=0.002)
+    assert m.peak_reserved_fraction == pytest.approx(0.989, abs=0.002)
     assert report("memory_pressure").finding("allocator-churn") is None  # pressure owns the churn
 
 

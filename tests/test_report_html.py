@@ -13,7 +13,7 @@ from browser import load_page
 from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import RooflineRow, RooflineSection
+from gpudoctor.report.sections import MemorySection, RooflineRow, RooflineSection
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
 
 SCRIPT = "<script>alert(1)</script>"
@@ -114,7 +114,7 @@ def make_report(kernels=KERNELS) -> Report:
                                "softmax": 0.9, "reduction": 0.5, "normalization": 0.3, "other": 0.2}},
         idle={"pageable-copy": 2.0, "dispatch": 0.4, "host-sync": 0.2, "input-pipeline": 0.0},
         roofline=RooflineSection(model_tflop_per_step=120.96, placed_fraction=0.83, kernels=tuple(kernels)),
-        memory={},
+        memory=MemorySection(applicable=False, reason=""),
         findings=FINDINGS,
         not_applicable={"communication": f"single GPU; no NCCL kernels {IMG}"},
         warnings=(f"2 kernels of unknown kind: {QUOTES}",),

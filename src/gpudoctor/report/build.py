@@ -13,7 +13,7 @@ from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import RooflineRow, RooflineSection
+from gpudoctor.report.sections import MemorySection, RooflineRow, RooflineSection
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 
@@ -68,7 +68,7 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"] says why)
             unavailable=None if a.ceilings.available else a.not_applicable.get("roofline", "no ceilings"),
         ),
-        memory=_memory(a),
+        memory=_memory(a.memory),
         findings=tuple(findings),
         not_applicable=dict(a.not_applicable),
         warnings=a.warnings,
@@ -100,7 +100,7 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
                    "per_step": [{"step_ms": round(d, 4), "busy_ms": 0.0, "idle_ms": 0.0} for d in per_step]},
         idle={},
         roofline=RooflineSection(model_tflop_per_step=0.0, placed_fraction=0.0),
-        memory=_memory_dict(MemoryResult(False, NO_GPU_WORK, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0)),
+        memory=MemorySection(applicable=False, reason=NO_GPU_WORK),
         findings=(),
         not_applicable={"gpu": f"{NO_GPU_WORK}: the roofline, the idle causes, GPU memory and the rules need GPU "
                                "events"},
@@ -134,12 +134,6 @@ def _placement(p: Placement) -> RooflineRow:
         attainable_flops=p.attainable_flops, efficiency=round(p.efficiency, 5), bound=p.bound)
 
 
-def _memory(a: Analysis) -> dict[str, Any]:
-    return _memory_dict(a.memory)
-
-
-def _memory_dict(m: MemoryResult) -> dict[str, Any]:
-    d = dataclasses.asdict(m)
-    d["peak_reserved_fraction"] = round(m.peak_reserved_fraction, 4)
-    d["fragmentation"] = round(m.fragmentation, 4)
-    return d
+def _memory(m: MemoryResult) -> MemorySection:
+    return MemorySection(**{**dataclasses.asdict(m), "fragmentation": round(m.fragmentation, 4)},
+                         peak_reserved_fraction=round(m.peak_reserved_fraction, 4))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.report.sections import RooflineSection
+from gpudoctor.report.sections import MemorySection, RooflineSection
 
 SCHEMA_VERSION = "1.0"
 
@@ -36,7 +36,7 @@ class Report:
     breakdown: dict[str, Any]  # busy_ms, idle_ms, by_kind {label: ms}, kernels_per_step...
     idle: dict[str, float]  # cause -> ms per step
     roofline: RooflineSection
-    memory: dict[str, Any]
+    memory: MemorySection
     findings: tuple[Finding, ...]
     not_applicable: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -80,7 +80,7 @@ class Report:
             "breakdown": self.breakdown,
             "idle": self.idle,
             "roofline": self.roofline.to_dict(),
-            "memory": self.memory,
+            "memory": self.memory.to_dict(),
             "verdict": self.verdict(),
             "findings": [f.to_dict() for f in self.findings],
             "not_applicable": self.not_applicable,

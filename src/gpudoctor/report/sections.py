@@ -98,15 +98,15 @@ class MemorySection:
 
     applicable: bool
     reason: str  # why not applicable ("" when applicable)
-    capacity_bytes: int
-    peak_allocated_bytes: int
-    peak_reserved_bytes: int
-    fragmentation: float
-    allocations_per_step: float
-    allocated_bytes_per_step: float
-    reserved_growth_bytes: int
-    malloc_calls_per_step: float
-    malloc_ms_per_step: float
+    capacity_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    fragmentation: float = 0.0
+    allocations_per_step: float = 0.0
+    allocated_bytes_per_step: float = 0.0
+    reserved_growth_bytes: int = 0
+    malloc_calls_per_step: float = 0.0
+    malloc_ms_per_step: float = 0.0
     persistent_bytes: int = 0
     model_state: dict[str, Any] | None = None  # the optimizer's params/grads/states bytes (live runs)
     peak_reserved_fraction: float = 0.0  # of capacity_bytes
