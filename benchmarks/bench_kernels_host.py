@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "probes"))
 from bench_kernels import gpu_events
 from probe_host_path import EmptyFunction  # an autograd.Function that computes nothing: the floor
 

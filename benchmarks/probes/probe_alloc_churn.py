@@ -1,8 +1,8 @@
 """Does allocator churn still cost time on this GPU and driver? Step times of plant variants, each in
 a fresh process, over rounds that alternate with a fixed build (as `gpudoctor lab` does).
 
-    PYTHONPATH=src python3 benchmarks/probe_alloc_churn.py [--out FILE.json]
-    PYTHONPATH=src python3 benchmarks/probe_alloc_churn.py --lab [--out FILE.json]
+    PYTHONPATH=src python3 benchmarks/probes/probe_alloc_churn.py [--out FILE.json]
+    PYTHONPATH=src python3 benchmarks/probes/probe_alloc_churn.py --lab [--out FILE.json]
 
 ``--lab``: the candidate plants as lab traps (sick: the variant; fixed: the same sizes as views of
 one workspace), timed in one process by the lab's own ``paired_rounds``, one after the other, as

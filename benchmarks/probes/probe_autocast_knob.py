@@ -1,7 +1,7 @@
 """Why did the bf16-autocast knob's trial on the lab's fp32_matmul trap step in 2.12 ms when the trap's
 fixed twin (bf16 autocast written into its step) stepped in 1.21 (H100, 2026-11-26, bench_try_fixes.py --lab)?
 
-``PYTHONPATH=src python3 benchmarks/probe_autocast_knob.py VARIANT`` times 200 steps of the trap's model
+``PYTHONPATH=src python3 benchmarks/probes/probe_autocast_knob.py VARIANT`` times 200 steps of the trap's model
 (4 x Linear(2048) + GELU, batch 4096, AdamW fused, allow_tf32 False) in this process, a sync every 10
 steps, and prints one line: VARIANT and the mean ms of the last 150 steps. VARIANT:
 

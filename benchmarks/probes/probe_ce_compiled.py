@@ -8,7 +8,7 @@ backward four ways: the plain ``F.cross_entropy(F.linear(h, w), t)`` eager and c
 eager and compiled; GPU time (the profiler's kernel sum), wall time per call and peak memory above
 the inputs.
 
-``PYTHONPATH=src python3 benchmarks/probe_ce_compiled.py OUT_DIR`` writes ``OUT_DIR/ce_compiled.json``
+``PYTHONPATH=src python3 benchmarks/probes/probe_ce_compiled.py OUT_DIR`` writes ``OUT_DIR/ce_compiled.json``
 and prints a table.
 """
 
@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_kernels import bench, fwd_bwd, gpu_us, peak_mb  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import bench, fwd_bwd, gpu_us, peak_mb
 
 from gpudoctor.kernels.cross_entropy import linear_cross_entropy
 

@@ -1,4 +1,4 @@
-"""linear_cross_entropy on a GPU without host syncs: ``python benchmarks/probe_ce_sync.py OUT_DIR`` runs the
+"""linear_cross_entropy on a GPU without host syncs: ``python benchmarks/probes/probe_ce_sync.py OUT_DIR`` runs the
 loss forward + backward under ``torch.cuda.set_sync_debug_mode("error")`` (any host sync raises), checks
 it against eager PyTorch (loss and gradients, bf16, mean with ignored rows, grad_output 0.5), counts
 dynamo's graph breaks for the op under torch.compile, and checks in a child process that an

@@ -2,7 +2,7 @@
 
 A knob's measured speedup is compared with the same change made by hand (issue 19's third target),
 and the two measurements come from different processes minutes apart: on the lent H100 machines a
-host-bound program's step moves by up to 37% between processes (benchmarks/probe_process_speed.py).
+host-bound program's step moves by up to 37% between processes (benchmarks/probes/probe_process_speed.py).
 This probe runs the variants of one program in rounds, interleaved (A B C A B C ...), so that a
 difference between variants that holds in every round is not the host's drift:
 
@@ -15,7 +15,7 @@ a child the mean of its timed samples (what try-fixes compares); before each run
 time in this process (the host's speed at that moment). Prints one line per run and, last, a table:
 variant | median ms of the program's lines in each round | the child's sample means.
 
-    PYTHONPATH=src python3 benchmarks/probe_child_vs_plain.py tests/programs/byhand/audio_loader.py \\
+    PYTHONPATH=src python3 benchmarks/probes/probe_child_vs_plain.py tests/programs/byhand/audio_loader.py \\
         --args "--iters 300 --log-every 20" --rounds 3 --out $OUT/probe \\
         "plain|" "child|" "plain|--num-workers 4 --pin-memory" "child[loader-workers]|" \\
         "plain[OPENBLAS_NUM_THREADS=1]|"

@@ -1,6 +1,6 @@
 """Why did ``--try-fixes``' compile knob make a Lightning classifier 2x slower? (H100, 2026-11-26: x0.53 twice.)
 
-``PYTHONPATH=src python3 benchmarks/probe_compile_autocast.py [--steps 30]`` times, without Lightning, the
+``PYTHONPATH=src python3 benchmarks/probes/probe_compile_autocast.py [--steps 30]`` times, without Lightning, the
 same model as tests/programs/lightning_module.py on CUDA (4 Linear 1024/4096 -> 4096 + ReLU, a 1000-way head,
 batch 4096, Adam) one training step at a time (CUDA events, median of ``--steps`` after 10 warm-ups) in
 bf16 autocast, as Lightning's "bf16-mixed" runs it: eager; ``model.forward = torch.compile(model.forward)``

@@ -1,5 +1,5 @@
 """Where the CPU time of one fused-norm forward + backward goes (the wall-clock side of BENCHMARKS.md's
-kernels tables): ``python benchmarks/probe_cpu_cost.py OUT_DIR`` on a GPU runs rms_norm and layer_norm
+kernels tables): ``python benchmarks/probes/probe_cpu_cost.py OUT_DIR`` on a GPU runs rms_norm and layer_norm
 forward + backward in a loop under cProfile and prints the functions that take the most CPU time,
 next to the per-call wall time of the same loop and of PyTorch's own ops."""
 
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tune_norms import cpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from tune_norms import cpu_us
 
 from gpudoctor.kernels._layer_norm import layer_norm
 from gpudoctor.kernels._rms_norm import rms_norm

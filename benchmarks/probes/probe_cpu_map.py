@@ -1,8 +1,8 @@
 """How fast is each CPU of this machine, and does it stay so? (A lent GPU machine's fresh processes of one
 host-bound program stepped up to 37% apart, and a pure-Python loop ran 84-143 ms from one process to the
-next: benchmarks/probe_process_speed.py, H100, 2026-11-26.)
+next: benchmarks/probes/probe_process_speed.py, H100, 2026-11-26.)
 
-``python3 benchmarks/probe_cpu_map.py [SWEEPS] [PAUSE_S]`` pins this process to each CPU in turn, times a
+``python3 benchmarks/probes/probe_cpu_map.py [SWEEPS] [PAUSE_S]`` pins this process to each CPU in turn, times a
 1M-iteration Python loop there (best of 3), pauses, and sweeps again; prints one line per CPU with its
 times in every sweep (ms), then ``fastest F slowest S`` by median. Reads only; changes nothing but its own
 affinity.

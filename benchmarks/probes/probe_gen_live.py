@@ -1,6 +1,6 @@
 """Live tensor memory of one prefill or one decode step of an arch-sweep generation case, on CPU.
 
-``python benchmarks/probe_gen_live.py NAME BATCH PROMPT {prefill,decode} [JSON_OVERRIDES]``, NAME a
+``python benchmarks/probes/probe_gen_live.py NAME BATCH PROMPT {prefill,decode} [JSON_OVERRIDES]``, NAME a
 generation run of ``benchmarks/results/memory-arch-h100-2026-11-25.json`` (its transformers config).
 It prints the peak of bytes alive in storages that ops made during the forward (weights and
 inputs excluded), where it happened, and the largest tensors alive then: the traces behind the
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-RESULTS = Path(__file__).parent / "results" / "memory-arch-h100-2026-11-25.json"
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "memory-arch-h100-2026-11-25.json"
 
 
 class LiveBytes(TorchDispatchMode):

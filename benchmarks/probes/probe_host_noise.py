@@ -10,7 +10,7 @@ and records, every ``--period`` seconds, what could explain a plateau:
   steal is time the host gave this machine's CPUs to someone else;
 - the machine's 1-minute load.
 
-``python3 benchmarks/probe_host_noise.py --out FILE [--period 0.05] [--seconds N]`` writes one CSV row
+``python3 benchmarks/probes/probe_host_noise.py --out FILE [--period 0.05] [--seconds N]`` writes one CSV row
 a sample (``t`` is ``time.time()``, to line up with a program's timestamped output) until killed or
 ``--seconds`` pass. ``--summarize FILE [--from T0 --to T1]`` prints one line per column: min, median,
 max over the rows in the window. Reads only; sets nothing on the card.

@@ -1,6 +1,6 @@
 """Where the host time of one ``gpudoctor.kernels.rms_norm`` forward + backward goes, the launch aside, on CPU.
 
-``PYTHONPATH=src python3 benchmarks/probe_host_path.py [--batches 31] [--calls 2000]`` needs no GPU: it
+``PYTHONPATH=src python3 benchmarks/probes/probe_host_path.py [--batches 31] [--calls 2000]`` needs no GPU: it
 times (``time.perf_counter_ns`` around ``calls`` back-to-back calls; median and least of ``batches`` such batches,
 us per call) each piece of the eager path in isolation on CPU tensors of 4 x 4096 bf16 (the shape of
 bench_kernels_host.py's ``host`` part), then the whole call with the kernel path forced on (``use_triton``

@@ -1,15 +1,17 @@
 """LayerNorm on wide rows (16384 and wider, bf16 and fp32): the kernel with the split backward against
 PyTorch's op and Liger's, forward + backward GPU time and the largest error against F.layer_norm in
-fp32. ``python benchmarks/probe_ln_wide.py`` on a GPU (Liger-Kernel optional)."""
+fp32. ``python benchmarks/probes/probe_ln_wide.py`` on a GPU (Liger-Kernel optional)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
-from bench_kernels import (  # benchmarks/ is on sys.path when run as a script
-    fwd_bwd,
-    gpu_us,
-)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import fwd_bwd, gpu_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
 

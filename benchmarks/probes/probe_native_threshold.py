@@ -2,7 +2,7 @@
 ``rms_norm`` (torch.nn.RMSNorm's casting) and ``layer_norm`` hand the call to ``F.rms_norm`` /
 ``F.layer_norm`` (``NATIVE_BELOW``).
 
-``python benchmarks/probe_native_threshold.py OUT_DIR`` times forward + backward GPU time (the
+``python benchmarks/probes/probe_native_threshold.py OUT_DIR`` times forward + backward GPU time (the
 profiler's kernel sum, ``bench_kernels.gpu_us``) of the kernel forced on (the threshold set to 0),
 the native op and, if installed, Liger-Kernel, at sizes from 64K to 4M elements and widths 256 to
 16384, bf16; writes ``OUT_DIR/native_threshold.json`` and prints a table.
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_kernels import fwd_bwd, gpu_us, liger  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import fwd_bwd, gpu_us, liger
 
 import gpudoctor.kernels._layer_norm as ln_mod
 import gpudoctor.kernels._rms_norm as rms_mod

@@ -4,7 +4,7 @@ few tile shapes), the single-block backward with and without the next tile's loa
 (``PREFETCH``), and each forward + backward beside the size-matched elementwise floor (``y.copy_(x)``
 plus ``torch.add(x, dy, out=dx)``: the same bytes in the same passes).
 
-``python benchmarks/probe_norm_bwd.py OUT_DIR [--parts stage2,full,loops] [--shapes H:M,...]`` writes
+``python benchmarks/probes/probe_norm_bwd.py OUT_DIR [--parts stage2,full,loops] [--shapes H:M,...]`` writes
 ``OUT_DIR/probe_norm_bwd.json`` and prints tables (``loops``: register prefetch against Triton's
 pipelining of the backward's tile loop). GPU time is ``bench_kernels.gpu_us``: the sum of the kernels'
 durations in a profiler trace.
@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_kernels import floor_call, fwd_bwd, gpu_events, gpu_us  # benchmarks/ is on sys.path as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import floor_call, fwd_bwd, gpu_events, gpu_us
 from tune_norms import copy_ceiling
 
 import gpudoctor.kernels._layer_norm as ln_mod

@@ -3,10 +3,10 @@
 tiles a program, the split backward's dw / db kernel at other tiles and warps) and LayerNorm's 256 /
 1024-wide rows (the forward's and backward's tiles, without the bias gradient, RMSNorm beside it). Each
 variant's gradients are compared with the rule's; the backward kernel's registers and spills are read from
-the compiled kernel. Results: results/probe_norm_variants_h100_2026-11-24_run{1,2,3}.json (runs 1-2 before
-the settings were committed, with knobs since removed or renamed; run 3 as below).
+the compiled kernel. Results: benchmarks/results/probe_norm_variants_h100_2026-11-24_run{1,2,3}.json
+(runs 1-2 before the settings were committed, with knobs since removed or renamed; run 3 as below).
 
-``python benchmarks/probe_norm_variants.py OUT_DIR [--only rms,ln16k,lnnarrow]`` writes
+``python benchmarks/probes/probe_norm_variants.py OUT_DIR [--only rms,ln16k,lnnarrow]`` writes
 ``OUT_DIR/probe_norm_variants.json``.
 """
 
@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_kernels import fwd_bwd, gpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import fwd_bwd, gpu_us
 from probe_norm_bwd import per_kernel_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
@@ -26,11 +28,11 @@ import gpudoctor.kernels._rms_norm as rms_mod
 DT = torch.bfloat16
 BIG = 1 << 30
 
-# Run 2's variants, written against the settings as committed after it ("rule"): each names the settings
-# it changes. Run 1 (results/probe_norm_variants_h100_2026-11-24_run1.json) also tried knobs that were
-# removed after it, as they did not help: 32 warps and the column loop for RMSNorm's 16384-wide backward,
-# 2-4x the dw / db programs, a pipelined dw / db row loop, dw fused with only db split, LayerNorm's
-# narrow-row backward at tiles of 2048-8192 elements with the register prefetch at any height.
+# Run 2's variants, written against the settings as committed after it ("rule"): each names the settings it
+# changes. Run 1 (benchmarks/results/probe_norm_variants_h100_2026-11-24_run1.json) also tried knobs that
+# were removed after it, as they did not help: 32 warps and the column loop for RMSNorm's 16384-wide
+# backward, 2-4x the dw / db programs, a pipelined dw / db row loop, dw fused with only db split,
+# LayerNorm's narrow-row backward at tiles of 2048-8192 elements with the register prefetch at any height.
 GROUPS = {
     "rms": ("rms", [(256, 16384), (512, 16384), (2048, 16384), (1024, 8192), (4096, 8192), (2048, 4096)], {
         "rule": {},

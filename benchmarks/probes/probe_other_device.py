@@ -1,6 +1,6 @@
 """The fused ops on tensors of a GPU other than the current one (a model spread over GPUs with
 device_map="auto"): forward and backward against the native math. ``python
-benchmarks/probe_other_device.py`` on a machine with 2+ GPUs."""
+benchmarks/probes/probe_other_device.py`` on a machine with 2+ GPUs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Does a patched model still run under torch.compile? ``python benchmarks/probe_patch_compile.py OUT_DIR``
+"""Does a patched model still run under torch.compile? ``python benchmarks/probes/probe_patch_compile.py OUT_DIR``
 on a GPU builds a small Llama-style transformers model (random init), patches it with
 ``gpudoctor.kernels.patch(compiled="op")`` (each patched module its op under compile), and runs three
 training steps each: eager, patched, and patched under ``torch.compile`` (default and

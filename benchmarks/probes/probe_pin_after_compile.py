@@ -2,7 +2,7 @@
 pinned its 16 MB batch in 0.30 ms a step, and in 5.1 ms once ``--try-fixes`` compiled the model: H100,
 2026-11-26.)
 
-``PYTHONPATH=src python3 benchmarks/probe_pin_after_compile.py`` times ``Tensor.pin_memory()`` of a
+``PYTHONPATH=src python3 benchmarks/probes/probe_pin_after_compile.py`` times ``Tensor.pin_memory()`` of a
 16 MB fp32 tensor (median of 30) and reads ``torch.get_num_threads()``: before any compile, after
 ``torch.compile`` of a small MLP has run (its compile workers up), after
 ``torch._inductor.async_compile.shutdown_compile_workers()``, and again with a fresh compile in a

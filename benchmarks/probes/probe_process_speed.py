@@ -1,9 +1,9 @@
 """Does a process's own host speed explain its step time? (On the lent H100 machines, fresh processes of
 one host-bound program step at levels up to 37% apart: the lab's input_pipeline trap at 42.8 and 31.1 ms
 a step in one ``--try-fixes`` invocation, 2026-11-26, while the GPU's clocks held at 1980 MHz and the
-CPUs showed no steal: benchmarks/probe_host_noise.py.)
+CPUs showed no steal: benchmarks/probes/probe_host_noise.py.)
 
-``PYTHONPATH=src python3 benchmarks/probe_process_speed.py TRAP [--steps N]`` measures, in this process,
+``PYTHONPATH=src python3 benchmarks/probes/probe_process_speed.py TRAP [--steps N]`` measures, in this process,
 three host speeds before and after running the lab trap TRAP (``gpudoctor.lab.program``'s loop, a sync
 every 10 steps) and prints one line:
 

@@ -1,12 +1,16 @@
 """RMSNorm forward and backward GPU time apart, over the forward's tile size and warps: does the
-forward want a different tile than the backward? ``python benchmarks/probe_rms_split_tiles.py``."""
+forward want a different tile than the backward? ``python benchmarks/probes/probe_rms_split_tiles.py``."""
 
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import torch
-from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import gpu_us
 
 import gpudoctor.kernels._rms_norm as rms_mod
 

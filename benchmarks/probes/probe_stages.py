@@ -1,12 +1,16 @@
 """Backward-kernel GPU time of the fused norms over num_warps x num_stages (Triton's software
-pipelining depth for the loop over row tiles): ``python benchmarks/probe_stages.py`` on a GPU."""
+pipelining depth for the loop over row tiles): ``python benchmarks/probes/probe_stages.py`` on a GPU."""
 
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import torch
-from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import gpu_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
 import gpudoctor.kernels._rms_norm as rms_mod

@@ -1,7 +1,7 @@
 """What are the 50-78 ms stalls of a compiled training loop? (``--try-fixes``' compile trials on the
 accelerate loop stalled in 9% of their steps, its unchanged controls in 1-3%: H100, 2026-11-26.)
 
-``PYTHONPATH=src python3 benchmarks/probe_stalls_compiled.py --mode MODE [--steps N]`` runs a
+``PYTHONPATH=src python3 benchmarks/probes/probe_stalls_compiled.py --mode MODE [--steps N]`` runs a
 ResNet-style CNN under bf16 autocast with AdamW, fed by a default ``DataLoader`` over an in-memory
 data set (the shape of tests/programs/accelerate_loop.py, without accelerate), and times each
 step on the host (no sync: the loop's own overlap is kept). MODE: ``eager``, ``compile``

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
-from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import gpu_us
 
 
 def main() -> None:

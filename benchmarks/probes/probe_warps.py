@@ -1,11 +1,16 @@
 """Forward + backward GPU time of the fused norms at each num_warps, for the wide tiles (8192 and
-16384 elements) where the tutorial's rule stops: ``python benchmarks/probe_warps.py`` on a GPU.
+16384 elements) where the tutorial's rule stops: ``python benchmarks/probes/probe_warps.py`` on a GPU.
 Prints one line per (op, H, M, warps); "None" is the launcher's own choice."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
-from bench_kernels import gpu_us  # benchmarks/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+from bench_kernels import gpu_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
 import gpudoctor.kernels._rms_norm as rms_mod

@@ -66,7 +66,7 @@ the steps; a clean step (spread 1-2%) stops at 30."""
 TRIAL_TIMED_MIN_S = 3.0
 """Nor fewer seconds than this (unless TRIAL_TIMED_MAX_STEPS come first): a host-bound step's speed
 moves with the host's, in spells of seconds that the steps of one spell cannot show (2-4% over 3 s
-windows against 6-8% over 0.3 s: benchmarks/probe_host_noise.py, benchmarks/probe_cpu_map.py;
+windows against 6-8% over 0.3 s: benchmarks/probes/probe_host_noise.py, benchmarks/probes/probe_cpu_map.py;
 BENCHMARKS.md "Evidence moved from the source: capture"). The cost: a trial of a 25 ms step times
 2 s more."""
 TRIAL_TIMED_MAX_STEPS = 600

@@ -488,7 +488,7 @@ def _backward_once(ctx, dy: torch.Tensor):
 # The C apply of autograd.Function, without the Python ``Function.apply`` in front of it, which
 # checks for functorch transforms (vmap, grad: they take Function.apply, which rejects a Function
 # without setup_context, as before) and unwraps dead functorch wrappers of the arguments, done here
-# for the two tensors: a few us less a call (benchmarks/probe_host_path.py). A torch without these
+# for the two tensors: a few us less a call (benchmarks/probes/probe_host_path.py). A torch without these
 # internals keeps Function.apply.
 def _c_apply(function: type) -> tuple | None:
     """(the C apply bound to ``function``, unwrap_if_dead, whether functorch transforms are active), or None."""
@@ -605,7 +605,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     (fp32/bf16/fp16); native PyTorch for CPU tensors, fp64 and small inputs.
     """
     # valid inputs pass one condition (half the host time of the checks one by one,
-    # benchmarks/probe_host_path.py); anything else takes the checks, which raise the first
+    # benchmarks/probes/probe_host_path.py); anything else takes the checks, which raise the first
     # problem's one-line error
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
             and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]

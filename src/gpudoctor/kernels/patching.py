@@ -25,7 +25,7 @@ source: kernel constants"). With ``"op"`` each traces into its ``gpudoctor::`` o
 ``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with ``"native"`` wherever its logits would
 hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is about memory (the logits are never whole),
 which Inductor's fusion of the plain loss does not give. Smaller, the class's own loss is traced:
-there the op saved nothing and cost time (``benchmarks/probe_ce_compiled.py``; BENCHMARKS.md
+there the op saved nothing and cost time (``benchmarks/probes/probe_ce_compiled.py``; BENCHMARKS.md
 "Evidence moved from the source: kernel constants").
 """
 
