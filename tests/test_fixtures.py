@@ -138,7 +138,7 @@ def test_memory_pressure_reads_the_peak() -> None:
 
 def test_small_gemm_prices_graph_replayed_kernels_by_grid() -> None:
     r = report("small_gemm")
-    assert r.breakdown["cuda_graph_ms"] > 0
+    assert r.breakdown.cuda_graph_ms > 0
     f = r.finding("small-gemm")
     assert f.evidence.numbers["priced_by_grid_fill"] > 0
     # 1024 graph-replayed kernels a step, ~0.29 us apart: the gaps go with the kernels
@@ -192,7 +192,7 @@ def test_the_fixed_twin_removes_most_of_the_predicted_saving(name: str, finding_
 
 def test_compiled_healthy_training_is_triton_and_clean() -> None:
     r = report("healthy_compiled")
-    assert r.breakdown["triton_ms"] > 0.5 * r.breakdown["busy_ms"] * 0.1
+    assert r.breakdown.triton_ms > 0.5 * r.breakdown.busy_ms * 0.1
     assert [f.id for f in r.findings if f.severity in ("major", "critical")] == []
 
 
@@ -244,7 +244,7 @@ def test_ddp_training_on_two_gpus() -> None:
     inside DDP does not hold back the launch-bound finding."""
     r = report("ddp_train")
     assert r.gpu["name"] == "NVIDIA H200"
-    assert r.breakdown["by_kind"]["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
+    assert r.breakdown.by_kind["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
     assert [(f.id, f.severity) for f in r.findings[:3]] == [
         ("launch-bound", "critical"), ("host-sync", "info"), ("unfused-elementwise", "info")]
     assert r.step_ms == pytest.approx(25.735, abs=1e-3)

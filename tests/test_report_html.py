@@ -13,7 +13,7 @@ from browser import load_page
 from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import MemorySection, RooflineRow, RooflineSection
+from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
 
 SCRIPT = "<script>alert(1)</script>"
@@ -108,10 +108,10 @@ def make_report(kernels=KERNELS) -> Report:
         step_ms=12.4,
         gpu_busy_pct=79.0,
         mfu=0.41,
-        breakdown={"busy_ms": 9.8, "idle_ms": 2.6, "kernels_per_step": 440.0, "triton_ms": 0.0,
-                   "cuda_graph_ms": 0.0,
-                   "by_kind": {"gemm (tensor cores)": 4.2, "elementwise": 1.6, "memcpy HtoD pageable": 2.1,
-                               "softmax": 0.9, "reduction": 0.5, "normalization": 0.3, "other": 0.2}},
+        breakdown=BreakdownSection(busy_ms=9.8, idle_ms=2.6, kernels_per_step=440.0, copies_per_step=0.0,
+                                   triton_ms=0.0, cuda_graph_ms=0.0,
+                                   by_kind={"gemm (tensor cores)": 4.2, "elementwise": 1.6, "memcpy HtoD pageable": 2.1,
+                                            "softmax": 0.9, "reduction": 0.5, "normalization": 0.3, "other": 0.2}),
         idle={"pageable-copy": 2.0, "dispatch": 0.4, "host-sync": 0.2, "input-pipeline": 0.0},
         roofline=RooflineSection(model_tflop_per_step=120.96, placed_fraction=0.83, kernels=tuple(kernels)),
         memory=MemorySection(applicable=False, reason=""),
@@ -226,7 +226,7 @@ def test_kernels_per_step_counts_what_launch_bound_counts():
     report = analyze_path(Path(__file__).parent / "data" / "host_sync" / "trace.json.gz")
     launch = report.finding("launch-bound")
     assert launch is not None and launch.evidence.numbers["kernels_per_step"] == 220.0
-    assert (report.breakdown["kernels_per_step"], report.breakdown["copies_per_step"]) == (220.0, 50.0)
+    assert (report.breakdown.kernels_per_step, report.breakdown.copies_per_step) == (220.0, 50.0)
     page = render_html(report)
     assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in page
     counts = re.findall(r'</code></td><td>[^<]*</td><td>[^<]*</td><td class="num">([\d.]+)</td>', page)

@@ -120,8 +120,8 @@ def _rows(before: dict[str, Any], after: dict[str, Any]) -> tuple[Row, ...]:
 def segments(r: Report) -> tuple[tuple[str, float], ...]:
     """(label, ms per profiled step) that add up to the step: GPU kinds scaled to the busy time
     (kinds can overlap on several streams), then idle causes scaled to the idle time."""
-    busy, idle = float(r.breakdown.get("busy_ms") or 0.0), float(r.breakdown.get("idle_ms") or 0.0)
-    kinds = {str(k): float(v) for k, v in (r.breakdown.get("by_kind") or {}).items() if v > 0}
+    busy, idle = float(r.breakdown.busy_ms), float(r.breakdown.idle_ms)
+    kinds = {k: float(v) for k, v in r.breakdown.by_kind.items() if v > 0}
     causes = {str(k): float(v) for k, v in r.idle.items() if v > 0}
     out: list[tuple[str, float]] = []
     total = sum(kinds.values())
@@ -134,10 +134,10 @@ def segments(r: Report) -> tuple[tuple[str, float], ...]:
 
 def categories(before: Report, after: Report) -> tuple[Row, ...]:
     """GPU busy time by kind, then the busy and idle totals and the profiled step (ms per step)."""
-    rows = list(_rows(before.breakdown.get("by_kind") or {}, after.breakdown.get("by_kind") or {}))
-    for key in ("busy_ms", "idle_ms"):
-        rows.append(Row(f"total {key[:-3]}", float(before.breakdown.get(key) or 0.0),
-                        float(after.breakdown.get(key) or 0.0)))
+    b, a = before.breakdown, after.breakdown
+    rows = list(_rows(b.by_kind, a.by_kind))
+    rows.append(Row("total busy", float(b.busy_ms), float(a.busy_ms)))
+    rows.append(Row("total idle", float(b.idle_ms), float(a.idle_ms)))
     rows.append(Row("profiled step", before.step_ms, after.step_ms))
     return tuple(rows)
 

@@ -13,7 +13,7 @@ from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import MemorySection, RooflineRow, RooflineSection
+from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection, StepTime
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 
@@ -46,19 +46,19 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
         step_ms=b.step_ms,
         gpu_busy_pct=b.busy_pct,
         mfu=a.roofline.mfu,
-        breakdown={
-            "busy_ms": round(b.busy_ms, 4),
-            "idle_ms": round(b.idle_ms, 4),
-            "by_kind": {Kind[k].label: round(v, 4) for k, v in b.by_kind.items()},
-            "kernels_per_step": round(b.kernel_count_per_step, 2),
-            "copies_per_step": round(b.launch_count_per_step - b.kernel_count_per_step, 2),  # memcpy, memset
-            "triton_ms": round(b.triton_ms, 4),
-            "cuda_graph_ms": round(b.cuda_graph_ms, 4),
-            "per_step": [
-                {"step_ms": round(float(d), 4), "busy_ms": busy, "idle_ms": idle}
+        breakdown=BreakdownSection(
+            busy_ms=round(b.busy_ms, 4),
+            idle_ms=round(b.idle_ms, 4),
+            by_kind={Kind[k].label: round(v, 4) for k, v in b.by_kind.items()},
+            kernels_per_step=round(b.kernel_count_per_step, 2),
+            copies_per_step=round(b.launch_count_per_step - b.kernel_count_per_step, 2),  # memcpy, memset
+            triton_ms=round(b.triton_ms, 4),
+            cuda_graph_ms=round(b.cuda_graph_ms, 4),
+            per_step=tuple(
+                StepTime(round(float(d), 4), busy, idle)
                 for d, busy, idle in zip(a.steps.durations_ms.tolist(), b.busy_per_step_ms, b.idle_per_step_ms)
-            ],
-        },
+            ),
+        ),
         idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(), key=lambda kv: -kv[1])},
         roofline=RooflineSection(
             model_tflop_per_step=round(a.roofline.model_flops_per_step / 1e12, 6),
@@ -94,10 +94,9 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
         step_ms=steps.total_ns / 1e6 / n,
         gpu_busy_pct=0.0,
         mfu=0.0,
-        breakdown={"busy_ms": 0.0, "idle_ms": 0.0, "by_kind": {}, "kernels_per_step": 0.0, "copies_per_step": 0.0,
-                   "triton_ms": 0.0,
-                   "cuda_graph_ms": 0.0,
-                   "per_step": [{"step_ms": round(d, 4), "busy_ms": 0.0, "idle_ms": 0.0} for d in per_step]},
+        breakdown=BreakdownSection(busy_ms=0.0, idle_ms=0.0, by_kind={}, kernels_per_step=0.0, copies_per_step=0.0,
+                                   triton_ms=0.0, cuda_graph_ms=0.0,
+                                   per_step=tuple(StepTime(round(d, 4), 0.0, 0.0) for d in per_step)),
         idle={},
         roofline=RooflineSection(model_tflop_per_step=0.0, placed_fraction=0.0),
         memory=MemorySection(applicable=False, reason=NO_GPU_WORK),

@@ -175,13 +175,12 @@ def _breakdown(r: Report) -> str:
         f'<span><i class="sw" style="background:{color}"></i>{esc(label)} {ms:.2f} ms</span>'
         for label, ms, color in segs
     )
-    busy, idle = r.breakdown.get("busy_ms", 0), r.breakdown.get("idle_ms", 0)
-    copies = float(r.breakdown.get("copies_per_step") or 0)
-    launches = f"{_count(r.breakdown.get('kernels_per_step'))} kernels" + (
-        f" and {_count(copies)} copies / memsets" if copies else "")
+    b = r.breakdown
+    launches = f"{_count(b.kernels_per_step)} kernels" + (
+        f" and {_count(b.copies_per_step)} copies / memsets" if b.copies_per_step else "")
     return (
         "<section><h2>Step breakdown</h2>"
-        f'<p class="muted">per step: {float(busy):.2f} ms busy + {float(idle):.2f} ms idle; '
+        f'<p class="muted">per step: {b.busy_ms:.2f} ms busy + {b.idle_ms:.2f} ms idle; '
         f"{launches} per step</p>"
         f'<div class="bar">{bar}</div><div class="legend">{legend}</div></section>'
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.report.sections import MemorySection, RooflineSection
+from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineSection
 
 SCHEMA_VERSION = "1.0"
 
@@ -33,7 +33,7 @@ class Report:
     step_ms: float  # mean step time over the recorded steps
     gpu_busy_pct: float
     mfu: float
-    breakdown: dict[str, Any]  # busy_ms, idle_ms, by_kind {label: ms}, kernels_per_step...
+    breakdown: BreakdownSection
     idle: dict[str, float]  # cause -> ms per step
     roofline: RooflineSection
     memory: MemorySection
@@ -77,7 +77,7 @@ class Report:
             "unprofiled": self.unprofiled or None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
             "mfu": None if self.roofline.unavailable else round(self.mfu, 5),  # no peak: no MFU
-            "breakdown": self.breakdown,
+            "breakdown": self.breakdown.to_dict(),
             "idle": self.idle,
             "roofline": self.roofline.to_dict(),
             "memory": self.memory.to_dict(),
@@ -98,9 +98,8 @@ class Report:
         more than the busy time), largest first; then the idle time by cause, as ``idle`` reports it
         (the causes sum to ``idle_ms``), largest first. A part with nothing to split it is one
         "busy" or "idle" segment; empty parts are left out."""
-        b = self.breakdown
-        busy_ms, idle_ms = float(b.get("busy_ms") or 0.0), float(b.get("idle_ms") or 0.0)
-        by_kind = {str(k): float(v) for k, v in (b.get("by_kind") or {}).items() if v > 0}
+        busy_ms, idle_ms = float(self.breakdown.busy_ms), float(self.breakdown.idle_ms)
+        by_kind = {k: float(v) for k, v in self.breakdown.by_kind.items() if v > 0}
         scale = busy_ms / sum(by_kind.values()) if by_kind else 0.0
         segs = [Segment(label, ms * scale, False, i)
                 for i, (label, ms) in enumerate(sorted(by_kind.items(), key=lambda kv: -kv[1]))]
