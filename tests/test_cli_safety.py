@@ -399,7 +399,7 @@ def test_every_fixture_analyzes_without_a_single_warning(trace: Path) -> None:
         report = analyze_path(trace)
         text, page, data = render_text(report), render_html(report), json.loads(to_json(report))
     assert [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught] == []
-    steps = report.steps["count"]
+    steps = report.steps.count
     assert steps >= 1 and report.step_ms > 0
     assert f"{report.step_ms:.3f} ms mean over {steps} steps" in text
     assert data["steps"]["count"] == steps and data["step_ms"] == pytest.approx(report.step_ms, abs=5e-5)

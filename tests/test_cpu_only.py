@@ -34,7 +34,7 @@ def report():
 
 def test_steps_are_the_profiler_steps_in_host_time(report) -> None:
     assert report.host_only
-    assert report.steps == {"method": "profiler-step", "count": 3, "median_ms": 1.1805,
+    assert report.steps.to_dict() == {"method": "profiler-step", "count": 3, "median_ms": 1.1805,
                             "per_step_ms": [1.3024, 1.1805, 1.1182]}
     assert report.step_ms == pytest.approx(1.2004, abs=5e-5)
     assert report.gpu_busy_pct == 0.0 and report.mfu == 0.0
@@ -101,7 +101,7 @@ def test_without_markers_the_cpu_steps_come_from_the_optimizer() -> None:
     data = json.loads(gzip.decompress(TRACE.read_bytes()))
     data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
     r = analyze_loaded(parse(json.dumps(data).encode()))
-    assert r.host_only and r.steps["method"] == "optimizer-step" and r.steps["count"] == 3
+    assert r.host_only and r.steps.method == "optimizer-step" and r.steps.count == 3
 
 
 def test_a_cpu_side_profile_of_a_cuda_program_says_what_happened() -> None:
@@ -113,7 +113,7 @@ def test_a_cpu_side_profile_of_a_cuda_program_says_what_happened() -> None:
         t.op("aten::mm", 100 * i + 10, 20)
         t.runtime("cudaLaunchKernel", 100 * i + 12, 5)
     r = analyze_loaded(parse(t.to_bytes()))
-    assert r.host_only and r.steps["count"] == 3
+    assert r.host_only and r.steps.count == 3
     assert "yet the host made 3 CUDA runtime calls" in r.warnings[0]
     assert "ran on the CPU" not in r.warnings[0]
     assert r.host["by_category"]["aten ops"] == pytest.approx(0.02)
@@ -124,7 +124,7 @@ def test_a_gpu_listed_but_unused_is_named() -> None:
     t.op("aten::add", 1, 2)
     r = analyze_loaded(parse(t.to_bytes()))
     assert "(the trace lists a NVIDIA H100 80GB HBM3, but no kernel or copy ran on it)" in r.warnings[0]
-    assert r.steps["method"] == "whole-trace"
+    assert r.steps.method == "whole-trace"
 
 
 def test_a_trace_with_no_events_is_an_error() -> None:

@@ -33,7 +33,7 @@ def test_the_step_a_crash_cut_short_is_left_out(tmp_path, scenario):
     trace = DATA / scenario / "trace.json.gz"
     assert len(segment(load(trace))) == 3  # ProfilerStep#1-3: here the third is the one cut short
     report = analyze_path(_run_dir(tmp_path / "run", trace, "RuntimeError: boom", 2))
-    assert report.steps["count"] == 2 and len(report.steps["per_step_ms"]) == 2
+    assert report.steps.count == 2 and len(report.steps.per_step_ms) == 2
     assert ("the window ended early (the program stopped during a step): the step it cut short is left out, "
             "2 whole steps remain") in report.warnings
 
@@ -41,7 +41,7 @@ def test_the_step_a_crash_cut_short_is_left_out(tmp_path, scenario):
 def test_a_window_that_ended_as_planned_keeps_its_steps(tmp_path):
     trace = DATA / "cpu_only" / "trace.json.gz"
     report = analyze_path(_run_dir(tmp_path / "run", trace, None, 2))
-    assert report.steps["count"] == 3
+    assert report.steps.count == 3
     steps = segment(load(trace))
     assert whole_steps(steps, 3) is steps and whole_steps(steps, 0) is steps and whole_steps(steps, None) is steps
 

@@ -193,7 +193,7 @@ def test_without_launch_links_the_report_says_so_and_no_host_side_rule_fires(cas
     note = next(w for w in report.warnings if w.startswith("the trace lacks kernel-to-launch links"))
     assert reason in note and "host-sync" in note.split("skipped ", 1)[1]
     # the step keeps its host boundaries (it used to collapse onto the last GPU event) ...
-    assert report.steps["count"] == 4 and report.step_ms == pytest.approx(0.1)
+    assert report.steps.count == 4 and report.step_ms == pytest.approx(0.1)
     assert report.gpu_busy_pct == pytest.approx(40.0)
     # ... and no idle is blamed on a host cause it cannot be tied to
     assert {k for k, v in report.idle.items() if v > 0} == {"unattributed"}
@@ -224,13 +224,13 @@ def test_without_step_markers_the_steps_are_found_and_the_report_says_how() -> N
     t = healthy()
     t.events = [e for e in t.events if not e["name"].startswith("ProfilerStep")]
     report = report_of(t)
-    assert report.steps["method"] != "profiler-step"
+    assert report.steps.method != "profiler-step"
     assert any(w.startswith("no step markers") or w.startswith("no ProfilerStep#N") for w in report.warnings)
 
 
 def test_one_step_is_a_report() -> None:
     report = report_of(healthy(steps=1))
-    assert report.steps["count"] == 1 and report.step_ms == pytest.approx(0.1)
+    assert report.steps.count == 1 and report.step_ms == pytest.approx(0.1)
     assert report.finding("host-sync") is not None
 
 

@@ -149,7 +149,7 @@ def test_integer_overflow_in_any_integer_field_loads_or_fails_cleanly(data) -> N
     # an event whose pid or tid does not fit is skipped (a ProfilerStep among them: one step fewer);
     # one whose args do not fit loses its args
     assert trace.skipped_events <= 3 and trace.bad_args <= 3
-    assert report.steps["count"] in (1, 2)
+    assert report.steps.count in (1, 2)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,7 +169,7 @@ def test_far_out_timestamps_load_or_fail_cleanly(data) -> None:
     assert len(trace.host) + len(trace.device) + len(trace.memory) == 14 - trace.skipped_events - trace.bad_times
     # a dropped ProfilerStep is a step fewer; with both gone the whole trace is the one step
     steps_lost = sum(events[i]["name"].startswith("ProfilerStep#") for i in spoiled)
-    assert report.steps["count"] == (2 - steps_lost if steps_lost < 2 else 1)
+    assert report.steps.count == (2 - steps_lost if steps_lost < 2 else 1)
 
 
 # _shape()'s events: 0 and 10 the two ProfilerSteps, 3 a kernel, 9 the memory instant
@@ -186,7 +186,7 @@ def test_far_out_times_on_known_events(spoil: dict[int, str], dropped: int, step
         doc["traceEvents"][index][field] = 1e20
     trace, report = _load_and_analyze(json.dumps(doc).encode())
     assert (trace.bad_times, trace.skipped_events, trace.event_count) == (dropped, 0, 14)
-    assert (report.steps["count"], report.steps["method"]) == (steps, method)
+    assert (report.steps.count, report.steps.method) == (steps, method)
 
 
 def test_a_pid_or_correlation_of_2_to_the_70_is_noted_not_a_crash() -> None:

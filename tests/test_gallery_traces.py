@@ -1,5 +1,5 @@
 """Run bundles of the gallery's programs recorded by ``gpudoctor run`` on an H100 (torch 2.11,
-2026-11-25; benchmarks/run_gallery.py, BENCHMARKS.md): each trace with the env.json its capture
+2026-11-25; benchmarks/run_gallery.py, benchmarks/BENCHMARKS-gallery.md): each trace with the env.json its capture
 wrote (the step source and the unprofiled step times), diagnosed offline with exact numbers."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ DATA = Path(__file__).parent / "data" / "gallery_h100"
 # program: (step source, recorded steps, unprofiled step ms, top actionable finding, its saving ms)
 # The savings are priced by replaying the step's graph with the fix as an edit (rules/whatif.py);
 # the comments keep what was measured on the GPU. Replay against those measurements, program by
-# program: BENCHMARKS.md "Replay".
+# program: benchmarks/BENCHMARKS-replay.md "Replay".
 CASES = {
     # 4 DataLoader workers behind a CPU-heavy __getitem__ (more workers at most halve the step: the
     # step after the fix is floored at half the step the program runs, 20.51 ms; it was half the
@@ -38,7 +38,7 @@ CASES = {
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5256),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
-    # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, BENCHMARKS.md): its
+    # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, benchmarks/BENCHMARKS-try-fixes.md): its
     # BatchNorm backward runs at 6% of the roof, and the compile knob measured x1.95 [1.66-2.29]
     # (25.83 -> 13.25 ms) in the same invocation: priced x1.24 (it was x1.02 at 1.25x the eager
     # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the reads'
@@ -49,7 +49,7 @@ CASES = {
     # rewrites it, so the chains it heads are priced at 15% of the roof (the program's stated
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms). Replayed, the fusion
     # shortens kernels on a host-bound step and saves 0.11 ms; a CUDA graph 0.74: launch-bound
-    # first again, against the program's stated expectation (a miss, BENCHMARKS.md "Replay")
+    # first again, against the program's stated expectation (a miss, benchmarks/BENCHMARKS-replay.md "Replay")
     "own_profiler": ("program-profiler", 4, None, "launch-bound", 0.7371),
     # the by-hand gallery's TransformerEncoder calling torch.cuda.empty_cache() after every step
     # (tests/programs/byhand, H100, 2026-11-26): 84 cudaMalloc/cudaFree a step, 61.1 ms profiled
@@ -83,7 +83,7 @@ def test_gallery_bundle(name: str) -> None:
     env = json.loads((DATA / name / "env.json").read_text())["capture"]
     assert env["step_source"] == source
     report = analyze_path(DATA / name)
-    assert report.steps["count"] == steps
+    assert report.steps.count == steps
     assert (report.unprofiled_step_ms is None) == (unprofiled is None)
     if unprofiled is not None:
         assert report.unprofiled_step_ms == pytest.approx(unprofiled, abs=1e-4)

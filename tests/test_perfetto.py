@@ -114,7 +114,7 @@ def test_steps_idle_and_findings_say_what_the_report_says(host_sync) -> None:  #
     report, _, _, added, _ = host_sync
     slices = [e for e in added if e["ph"] == "X"]
     steps = [e["args"] for e in slices if e["name"].startswith("step ")]
-    assert [s["profiled_ms"] for s in steps] == report.steps["per_step_ms"] == [10.733, 10.4714, 10.2018]
+    assert [s["profiled_ms"] for s in steps] == list(report.steps.per_step_ms) == [10.733, 10.4714, 10.2018]
     assert [s["label"] for s in steps] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
     assert all("unprofiled_step_ms" not in s for s in steps)  # a bare trace: not timed without the profiler
     idle = Counter()

@@ -13,7 +13,7 @@ from browser import load_page
 from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection
+from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection, StepsSection
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
 
 SCRIPT = "<script>alert(1)</script>"
@@ -103,8 +103,7 @@ def make_report(kernels=KERNELS) -> Report:
         gpu={"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85_520_809_984, "sm_count": 132,
              "compute_capability": "9.0"},
         ceilings=CEILINGS,
-        steps={"method": "ProfilerStep", "count": 5, "median_ms": 12.4,
-               "per_step_ms": [12.6, 12.4, 12.3, 12.5, 12.2]},
+        steps=StepsSection(method="ProfilerStep", count=5, median_ms=12.4, per_step_ms=(12.6, 12.4, 12.3, 12.5, 12.2)),
         step_ms=12.4,
         gpu_busy_pct=79.0,
         mfu=0.41,

@@ -29,6 +29,7 @@ from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSessi
 from gpudoctor.core.card import problem_reasons
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
 from gpudoctor.report.model import Report
+from gpudoctor.report.sections import GenerateTiming
 
 if TYPE_CHECKING:
     from gpudoctor.pipeline import Diagnosis
@@ -105,11 +106,11 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target:
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
     """What only the live capture knows: what marked the steps, per-token generate() timing, how
     far to trust the unprofiled step, and its notes (thin calibration, a window cut short)."""
-    steps = dict(report.steps)  # steps["source"]: set by analyze_loaded from step_source
+    steps = report.steps  # its source: set by analyze_loaded from step_source
     if result.root_module:
-        steps["root_module"] = result.root_module
+        steps = dataclasses.replace(steps, root_module=result.root_module)
     if result.generate:
-        steps["generate"] = result.generate
+        steps = dataclasses.replace(steps, generate=GenerateTiming.from_dict(result.generate))
     warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
     unprofiled = result.unprofiled.to_dict() if result.unprofiled is not None else report.unprofiled
     return dataclasses.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)

@@ -94,7 +94,7 @@ def diagnose_loaded(
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
                                          cut_after)
     if step_source:
-        report = dataclasses.replace(report, steps={**report.steps, "source": step_source})
+        report = dataclasses.replace(report, steps=dataclasses.replace(report.steps, source=step_source))
     return Diagnosis(report, analysis)
 
 

@@ -204,7 +204,7 @@ def compare(before: Any, after: Any, floor_pct: float = DEFAULT_FLOOR_PCT) -> Di
                         "the GPU's; compared anyway")
     if before.trace_path == after.trace_path:
         warnings.append("BEFORE and AFTER are the same trace: there is no difference to find")
-    methods = (before.report.steps.get("method"), after.report.steps.get("method"))
+    methods = (before.report.steps.method, after.report.steps.method)
     if methods[0] != methods[1]:
         warnings.append(f"the steps were found differently (BEFORE: {methods[0]}, AFTER: {methods[1]}): "
                         "per-step figures may not cover the same work")

@@ -40,7 +40,7 @@ class Side:
     @property
     def profiled(self) -> tuple[float, ...]:
         """The profiled per-step times of the trace (ms)."""
-        return usable((self.report.steps or {}).get("per_step_ms") or [])
+        return usable(self.report.steps.per_step_ms)
 
     @property
     def gpu(self) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_breakdown import HostBreakdown
@@ -13,7 +12,14 @@ from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection, StepTime
+from gpudoctor.report.sections import (
+    BreakdownSection,
+    MemorySection,
+    RooflineRow,
+    RooflineSection,
+    StepsSection,
+    StepTime,
+)
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
 
@@ -116,13 +122,9 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
     )
 
 
-def _steps(steps: Steps) -> dict[str, Any]:
-    return {
-        "method": steps.method,
-        "count": len(steps),
-        "median_ms": round(steps.median_ms, 4),
-        "per_step_ms": [round(x, 4) for x in steps.durations_ms.tolist()],
-    }
+def _steps(steps: Steps) -> StepsSection:
+    return StepsSection(method=steps.method, count=len(steps), median_ms=round(steps.median_ms, 4),
+                        per_step_ms=tuple(round(x, 4) for x in steps.durations_ms.tolist()))
 
 
 def _placement(p: Placement) -> RooflineRow:

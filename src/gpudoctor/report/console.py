@@ -80,18 +80,18 @@ def _header(r: Report) -> Panel:
         grid.add_row("ceilings", Text(f"{r.ceilings['source']}"))
     mfu = "n/a (no ceilings)" if r.roofline.unavailable else f"{100 * r.mfu:.1f}%"
     where = "host (CPU) time" if r.host_only else f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {mfu}"
-    marked = r.steps.get("source") or r.steps["method"]
-    profiled = f"{r.step_ms:.3f} ms mean over {r.steps['count']} steps ({marked}); {where}"
+    marked = r.steps.source or r.steps.method
+    profiled = f"{r.step_ms:.3f} ms mean over {r.steps.count} steps ({marked}); {where}"
     if r.unprofiled_step_ms is not None:
         # the program as it runs: timed without the profiler; the profiled step beside it
         grid.add_row("step", Text(f"{r.unprofiled_text()}, timed without the profiler"))
         grid.add_row("profiled", Text(profiled))
     else:
         grid.add_row("step", Text(profiled))
-    generate = r.steps.get("generate") or {}
-    if generate.get("decode_ms_per_token") is not None:
-        grid.add_row("generate", Text(f"{generate.get('forwards_per_call')} forwards per call; prefill "
-                                      f"{generate.get('prefill_ms', 0):.2f} ms, decode {generate['decode_ms_per_token']:.2f} "
+    generate = r.steps.generate
+    if generate is not None and generate.decode_ms_per_token is not None:
+        grid.add_row("generate", Text(f"{generate.forwards_per_call} forwards per call; prefill "
+                                      f"{generate.prefill_ms or 0:.2f} ms, decode {generate.decode_ms_per_token:.2f} "
                                       "ms per token (unprofiled)"))
     return Panel(grid, title="gpudoctor", expand=False)
 

@@ -115,12 +115,12 @@ def _unprofiled_cell(r: Report) -> tuple[str, str] | None:
 
 
 def _header(r: Report) -> str:
-    steps = r.steps or {}
+    steps = r.steps
     if r.host_only:
         cells = [
             ("none", "GPU: no GPU work recorded (device: cpu)"),
             (f"{r.step_ms:.2f} ms", "step time (mean, CPU)"),
-            (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
+            (f"{esc(steps.count)}", f"steps ({esc(steps.method)})"),
         ]
     else:
         cells = [
@@ -128,7 +128,7 @@ def _header(r: Report) -> str:
             (f"{r.step_ms:.2f} ms", "step time (mean)"),
             (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
             (f"{100 * r.mfu:.1f} %", "MFU"),
-            (f"{esc(steps.get('count', 0))}", f"steps ({esc(steps.get('method', '?'))})"),
+            (f"{esc(steps.count)}", f"steps ({esc(steps.method)})"),
         ]
     unprofiled = _unprofiled_cell(r)
     if unprofiled is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineSection
+from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineSection, StepsSection
 
 SCHEMA_VERSION = "1.0"
 
@@ -29,7 +29,7 @@ class Report:
     source: str
     gpu: dict[str, Any]  # name, memory_bytes, sm_count, compute_capability; name None: no GPU work
     ceilings: dict[str, Any]  # source, matrix_flops {dtype: FLOP/s}, vector_flops, hbm_bytes_per_s
-    steps: dict[str, Any]  # method, count, median_ms, per_step_ms
+    steps: StepsSection
     step_ms: float  # mean step time over the recorded steps
     gpu_busy_pct: float
     mfu: float
@@ -71,7 +71,7 @@ class Report:
             "source": self.source,
             "gpu": self.gpu,
             "ceilings": self.ceilings,
-            "steps": self.steps,
+            "steps": self.steps.to_dict(),
             "step_ms": round(self.step_ms, 4),
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
             "unprofiled": self.unprofiled or None,
@@ -128,7 +128,7 @@ class Report:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
         the step, 10% for fusion by a compiler: core/finding.severity_for), else the finding to fix
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
-        plain runs moved 0.2-11% between two runs: BENCHMARKS.md "Evidence moved from the source:
+        plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from the source:
         lab, diff and report"): worth knowing, not worth a rewrite."""
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms

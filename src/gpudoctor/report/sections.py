@@ -26,6 +26,48 @@ class GpuSection:
 
 
 @dataclass(frozen=True)
+class GenerateTiming:
+    """``generate()`` calls timed outside the window (capture/marks.py ``token_times``), medians in ms."""
+
+    calls_timed: int
+    forwards_per_call: float
+    call_ms: float
+    prefill_ms: float | None = None  # None: no call had a prefill and a decode to tell apart
+    decode_ms_per_token: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GenerateTiming:
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class StepsSection:
+    """The recorded steps: how they were found and their times (ms, rounded as written)."""
+
+    method: str  # analysis/steps.py: profiler-step, optimizer-step, ..., whole-trace
+    count: int
+    median_ms: float
+    per_step_ms: tuple[float, ...]
+    source: str = ""  # what marked a live capture's steps; "" when not a live capture
+    root_module: str = ""  # the live capture's outermost module class
+    generate: GenerateTiming | None = None  # a live capture of generate() calls: per-token timing
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"method": self.method, "count": self.count, "median_ms": self.median_ms,
+                             "per_step_ms": list(self.per_step_ms)}
+        if self.source:
+            d["source"] = self.source
+        if self.root_module:
+            d["root_module"] = self.root_module
+        if self.generate is not None:
+            d["generate"] = self.generate.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
 class StepTime:
     """One recorded step: its duration and the GPU's busy and idle time in it (ms)."""
 

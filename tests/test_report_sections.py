@@ -1,0 +1,34 @@
+"""The Report's typed sections at the JSON edge: what a live capture adds to the steps is written
+after the steps' own keys, in the schema's order, and the console reads it from the section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpudoctor.capture.session import CaptureResult
+from gpudoctor.live import _with_capture_facts
+from gpudoctor.pipeline import diagnose_loaded
+from gpudoctor.report.console import render_text
+from gpudoctor.trace import load
+
+HOST_SYNC = Path(__file__).parent / "data" / "host_sync" / "trace.json.gz"
+GENERATE = {"calls_timed": 2, "forwards_per_call": 9, "call_ms": 40.5, "prefill_ms": 8.25, "decode_ms_per_token": 4.0}
+
+
+def test_a_live_capture_writes_its_step_facts_after_the_steps_own() -> None:
+    found = diagnose_loaded(load(HOST_SYNC), step_source="optimizer-step")
+    report = _with_capture_facts(found.report, CaptureResult(root_module="GPT", generate=dict(GENERATE)))
+    steps = report.to_dict()["steps"]
+    assert list(steps) == ["method", "count", "median_ms", "per_step_ms", "source", "root_module", "generate"]
+    assert (steps["source"], steps["root_module"], steps["generate"]) == ("optimizer-step", "GPT", GENERATE)
+    assert steps["per_step_ms"] == [10.733, 10.4714, 10.2018]
+    assert "generate  9 forwards per call; prefill 8.25 ms, decode 4.00 ms per token (unprofiled)" in render_text(report)
+
+
+def test_a_generate_call_of_one_forward_has_no_per_token_time() -> None:
+    found = diagnose_loaded(load(HOST_SYNC))
+    one = {"calls_timed": 1, "forwards_per_call": 1, "call_ms": 3.5}
+    report = _with_capture_facts(found.report, CaptureResult(generate=dict(one)))
+    steps = report.to_dict()["steps"]
+    assert list(steps) == ["method", "count", "median_ms", "per_step_ms", "generate"] and steps["generate"] == one
+    assert "forwards per call" not in render_text(report)
