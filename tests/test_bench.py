@@ -60,7 +60,7 @@ def test_a_saved_profile_becomes_the_ceilings_of_that_gpu() -> None:
     assert measured_ceilings_for(H100).source.startswith("measured ")
     assert measured_ceilings_for("NVIDIA A100-SXM4-80GB") is None
     report = gpudoctor.analyze(DATA / "fp32_matmul" / "trace.json.gz")
-    assert report.ceilings["source"].startswith("measured ") and "GPU-1234" in report.ceilings["source"]
+    assert report.ceilings.source.startswith("measured ") and "GPU-1234" in report.ceilings.source
     # the measured roof (770, not the datasheet's 989) prices the fix
     assert report.findings[0].evidence.numbers["bf16_roof_tflops"] == 770.0
 

@@ -56,7 +56,7 @@ def test_the_host_breakdown_pins_the_loop(report) -> None:
 
 
 def test_no_gpu_and_nothing_priced_against_one(report) -> None:
-    assert report.gpu["name"] is None and report.gpu["device"] == "cpu"
+    assert report.gpu.name is None and report.gpu.device == "cpu"
     assert report.findings == () and report.idle == {}
     assert list(report.roofline.kernels) == [] and list(report.roofline.ops) == []
     assert report.warnings[0].startswith(

@@ -200,7 +200,7 @@ def test_calibrated_predictions_against_the_fixed_twins() -> None:
     """With the unprofiled step time (as `gpudoctor run` and the lab measure it), the planted
     finding still ranks first everywhere, and its predicted speedup is within 0.67-1.5x of the
     measured one (sick / fixed, unprofiled) for these traps — the others are listed in
-    BENCHMARKS.md with their ratios."""
+    benchmarks/BENCHMARKS-diagnosis.md with their ratios."""
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
@@ -243,7 +243,7 @@ def test_ddp_training_on_two_gpus() -> None:
     NCCL kernels are communication, overlapping backward on their own stream; a trivial sync
     inside DDP does not hold back the launch-bound finding."""
     r = report("ddp_train")
-    assert r.gpu["name"] == "NVIDIA H200"
+    assert r.gpu.name == "NVIDIA H200"
     assert r.breakdown.by_kind["communication (NCCL)"] == pytest.approx(0.9761, abs=1e-4)
     assert [(f.id, f.severity) for f in r.findings[:3]] == [
         ("launch-bound", "critical"), ("host-sync", "info"), ("unfused-elementwise", "info")]

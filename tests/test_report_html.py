@@ -13,7 +13,15 @@ from browser import load_page
 from gpudoctor.core.finding import Evidence, Finding, Fix
 from gpudoctor.report.html import render_html
 from gpudoctor.report.model import SCHEMA_VERSION, Report
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineRow, RooflineSection, StepsSection
+from gpudoctor.report.sections import (
+    BreakdownSection,
+    CeilingsSection,
+    GpuSection,
+    MemorySection,
+    RooflineRow,
+    RooflineSection,
+    StepsSection,
+)
 from gpudoctor.report.svg import LogAxes, axes_for, plottable, roofline_svg
 
 SCRIPT = "<script>alert(1)</script>"
@@ -24,22 +32,22 @@ TITLE_BREAK = "</title></circle><script>alert(3)</script>"
 
 # H100 SXM datasheet ceilings (dense): bf16/fp16 989 TFLOP/s, tf32 494.5, fp8 1979, fp32 FMA 67;
 # HBM3 3.35 TB/s
-CEILINGS = {
-    "gpu": "NVIDIA H100 80GB HBM3",
-    "source": "datasheet: NVIDIA H100 Tensor Core GPU datasheet (SXM5)",
-    "matrix_flops": {"bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp8": 1979e12, "fp32": 67e12},
-    "vector_flops": 67e12,
-    "hbm_bytes_per_s": 3.35e12,
-    "h2d_pinned_bytes_per_s": 25e9,
-}
+CEILINGS = CeilingsSection(
+    gpu="NVIDIA H100 80GB HBM3",
+    source="datasheet: NVIDIA H100 Tensor Core GPU datasheet (SXM5)",
+    matrix_flops={"bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp8": 1979e12, "fp32": 67e12},
+    vector_flops=67e12,
+    hbm_bytes_per_s=3.35e12,
+    h2d_pinned_bytes_per_s=25e9,
+)
 
 
 def _kernel(name, kind, dtype, time_ms, flops, nbytes, bound, count=1.0):
     seconds = time_ms / 1e3
     achieved = flops / seconds if seconds else 0.0
     intensity = flops / nbytes if nbytes else 0.0
-    roof = CEILINGS["matrix_flops"].get(dtype, CEILINGS["vector_flops"])
-    attainable = min(roof, CEILINGS["hbm_bytes_per_s"] * intensity) if intensity else roof
+    roof = CEILINGS.matrix_flops.get(dtype, CEILINGS.vector_flops)
+    attainable = min(roof, CEILINGS.hbm_bytes_per_s * intensity) if intensity else roof
     return RooflineRow(
         name=name, kind=kind, dtype=dtype, count_per_step=count, time_ms_per_step=time_ms,
         flops=flops, bytes=nbytes, achieved_flops=achieved,
@@ -100,8 +108,8 @@ def make_report(kernels=KERNELS) -> Report:
         schema_version=SCHEMA_VERSION,
         tool_version="0.1.0",
         source=f"runs/{SCRIPT}/trace.json.gz",
-        gpu={"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85_520_809_984, "sm_count": 132,
-             "compute_capability": "9.0"},
+        gpu=GpuSection(name="NVIDIA H100 80GB HBM3", memory_bytes=85_520_809_984, sm_count=132,
+                       compute_capability="9.0"),
         ceilings=CEILINGS,
         steps=StepsSection(method="ProfilerStep", count=5, median_ms=12.4, per_step_ms=(12.6, 12.4, 12.3, 12.5, 12.2)),
         step_ms=12.4,
@@ -238,7 +246,7 @@ def test_ceiling_labels_do_not_overlap(gpu):
     above the baseline, a quarter below) meets no other's; H100's fp64 and fp32 roofs are 0.15% apart."""
     from gpudoctor.hardware.ceilings import for_gpu_name
 
-    svg, _ = roofline_svg(for_gpu_name(gpu).to_dict(), [])
+    svg, _ = roofline_svg(for_gpu_name(gpu), [])
     labels = [(float(y), text) for y, text in re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="end" fill='
                                                          r'[^>]*>([^<]*FLOP/s)</text>', svg)]
     assert [t.split()[0] for _, t in labels] == ["fp64", "fp32/vector", "tf32", "bf16/fp16", "fp8/int8"]

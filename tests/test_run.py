@@ -334,7 +334,7 @@ def test_profile_api_detaches_everything(tmp_path: Path) -> None:
     assert session_module._ACTIVE == []
     assert not torch.autograd.profiler._is_profiler_enabled
     report = doc.report()  # a CPU-only window still gets its report: step times, no GPU findings
-    assert report.gpu["name"] is None and not report.findings and report.steps.source == "optimizer-step"
+    assert report.gpu.name is None and not report.findings and report.steps.source == "optimizer-step"
     # 1 skipped, 1 warm-up, 2 recorded, 2 calibration steps; then the hooks are gone
     assert doc.session.result.steps_seen == 6
     opt.step()

@@ -49,16 +49,16 @@ def _analyze(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 ])
 def test_common_cards_get_their_datasheet_row(tmp_path: Path, device: str, row: str) -> None:
     report = analyze_path(_renamed(tmp_path, device))
-    assert report.gpu["name"] == device
-    assert report.ceilings["gpu"] == row
-    assert report.ceilings["source"].startswith("datasheet: ")
+    assert report.gpu.name == device
+    assert report.ceilings.gpu == row
+    assert report.ceilings.source.startswith("datasheet: ")
     assert report.roofline.unavailable is None
     assert report.finding("host-sync") is not None
 
 
 def test_gh200_is_not_read_as_an_h200(tmp_path: Path) -> None:
     report = analyze_path(_renamed(tmp_path, "NVIDIA GH200 480GB"))
-    assert report.ceilings["hbm_bytes_per_s"] == 4.0e12  # the GH200's 96 GB HBM3, not the H200's 4.8 TB/s
+    assert report.ceilings.hbm_bytes_per_s == 4.0e12  # the GH200's 96 GB HBM3, not the H200's 4.8 TB/s
 
 
 def test_t4_trace_gives_a_report_from_the_command_line(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_unknown_card_with_measured_ceilings_draws_the_roofline(tmp_path: Path) 
                                     "hbm_bytes_per_s": 2e12, "source": "measured: gpudoctor bench"}))
     report = analyze_path(_renamed(tmp_path, "Some Future GPU"), ceilings=ceilings)
     assert report.roofline.unavailable is None and report.roofline.kernels
-    assert report.ceilings["source"] == "measured: gpudoctor bench"
+    assert report.ceilings.source == "measured: gpudoctor bench"
     assert not any("not in the datasheet table" in w for w in report.warnings)
 
 

@@ -19,7 +19,14 @@ from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.capture.timing import TRIAL_SETTLE_HALF, TRIAL_TIMED_STEPS, choose, settled, summarize, unprofiled_step
 from gpudoctor.core.clock import ManualClock
 from gpudoctor.report.model import Report
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineSection, StepsSection
+from gpudoctor.report.sections import (
+    BreakdownSection,
+    CeilingsSection,
+    GpuSection,
+    MemorySection,
+    RooflineSection,
+    StepsSection,
+)
 
 # -- the estimator, on given samples ---------------------------------------------------------------
 
@@ -94,7 +101,8 @@ def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
     u = unprofiled_step([4.1, 4.0, 4.06, 4.3, 3.9], [])
     # MAD 0.06 -> 1.2533 x 1.4826 x 0.06 / sqrt(5) = 0.0499
     assert u is not None and u.text() == "4.060 ms ± 0.050 (5 steps)"
-    report = Report(schema_version="1", tool_version="0", source="t", gpu={}, ceilings={},
+    report = Report(schema_version="1", tool_version="0", source="t", gpu=GpuSection("", 0, 0, ""),
+                    ceilings=CeilingsSection("", "", {}, 0.0, 0.0, 0.0),
                     steps=StepsSection("profiler-step", 0, 0.0, ()), step_ms=5.0,
                     gpu_busy_pct=0.0, mfu=0.0, breakdown=BreakdownSection(0.0, 0.0, {}, 0.0, 0.0, 0.0, 0.0), idle={},
                     roofline=RooflineSection(0.0, 0.0),

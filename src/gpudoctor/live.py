@@ -78,7 +78,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     env["capture"] = capture_facts(result, config, report.step_ms if report else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     if report is not None and found is not None and result.trace_path is not None:
-        env["ceilings"] = report.ceilings
+        env["ceilings"] = report.ceilings.to_dict()
         annotated = run_dir / f"annotated.trace{suffix}.json.gz"
         report, why = _with_annotated_trace(report, found, result.trace_path, annotated)
         note = _join(note, why)

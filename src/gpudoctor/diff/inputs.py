@@ -44,7 +44,7 @@ class Side:
 
     @property
     def gpu(self) -> str:
-        return str(self.report.gpu.get("name") or (self.env.get("gpu") or {}).get("name") or "")
+        return str(self.report.gpu.name or (self.env.get("gpu") or {}).get("name") or "")
 
 
 def rank_traces(folder: Path) -> list[tuple[int, Path]]:

@@ -39,8 +39,7 @@ def render_bench(result: BenchResult, console: Console) -> None:
 
 
 def render_bench_html(result: BenchResult) -> str:
-    measured = result.ceilings.to_dict()
-    svg, _ = roofline_svg(measured, [], reference=result.datasheet.to_dict() if result.datasheet else None)
+    svg, _ = roofline_svg(result.ceilings, [], reference=result.datasheet)
     rows = "".join(
         f"<tr><td>{html.escape(m.probe)}</td><td class=num>{html.escape(_fmt(m))}</td>"
         f"<td class=num>{_pct(result.vs_datasheet(m))}</td></tr>"

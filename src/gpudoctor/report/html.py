@@ -79,7 +79,7 @@ def render_html(report: Report, standalone: bool = True) -> str:
     fragment = f'<div class="gpud">\n<style>{CSS}</style>\n{body}\n</div>'
     if not standalone:
         return fragment
-    title = esc(f"gpudoctor: {'CPU-only' if report.host_only else report.gpu.get('name') or 'GPU'} report")
+    title = esc(f"gpudoctor: {'CPU-only' if report.host_only else report.gpu.name or 'GPU'} report")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -124,7 +124,7 @@ def _header(r: Report) -> str:
         ]
     else:
         cells = [
-            (esc(r.gpu.get("name") or "unknown GPU"), "GPU"),
+            (esc(r.gpu.name or "unknown GPU"), "GPU"),
             (f"{r.step_ms:.2f} ms", "step time (mean)"),
             (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
             (f"{100 * r.mfu:.1f} %", "MFU"),
@@ -139,7 +139,7 @@ def _header(r: Report) -> str:
         "<h1>gpudoctor report</h1>",
         (f'<p class="muted">trace <code>{esc(r.source)}</code> · gpudoctor {esc(r.tool_version)}'
          f" · schema {esc(r.schema_version)}"
-         + ("" if r.host_only else f"<br>ceilings: {esc(r.ceilings.get('source') or 'unknown')}") + "</p>"),
+         + ("" if r.host_only else f"<br>ceilings: {esc(r.ceilings.source or 'unknown')}") + "</p>"),
         f'<div class="meta">{meta}</div>',
         *(f'<p class="warn">⚠ {esc(w)}</p>' for w in r.warnings),
     ]

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.report.sections import BreakdownSection, MemorySection, RooflineSection, StepsSection
+from gpudoctor.report.sections import (
+    BreakdownSection,
+    CeilingsSection,
+    GpuSection,
+    MemorySection,
+    RooflineSection,
+    StepsSection,
+)
 
 SCHEMA_VERSION = "1.0"
 
@@ -27,8 +34,8 @@ class Report:
     schema_version: str
     tool_version: str
     source: str
-    gpu: dict[str, Any]  # name, memory_bytes, sm_count, compute_capability; name None: no GPU work
-    ceilings: dict[str, Any]  # source, matrix_flops {dtype: FLOP/s}, vector_flops, hbm_bytes_per_s
+    gpu: GpuSection
+    ceilings: CeilingsSection
     steps: StepsSection
     step_ms: float  # mean step time over the recorded steps
     gpu_busy_pct: float
@@ -62,15 +69,15 @@ class Report:
     @property
     def host_only(self) -> bool:
         """No GPU work was recorded: the report covers the host (CPU) alone."""
-        return self.gpu.get("device") == "cpu"
+        return self.gpu.device == "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,
             "source": self.source,
-            "gpu": self.gpu,
-            "ceilings": self.ceilings,
+            "gpu": self.gpu.to_dict(),
+            "ceilings": self.ceilings.to_dict(),
             "steps": self.steps.to_dict(),
             "step_ms": round(self.step_ms, 4),
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),

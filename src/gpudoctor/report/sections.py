@@ -26,6 +26,21 @@ class GpuSection:
 
 
 @dataclass(frozen=True)
+class CeilingsSection:
+    """The roofs the report was priced against (hardware/ceilings.py ``Ceilings``) and where they come from."""
+
+    gpu: str | None  # the datasheet row or machine profile; None: no GPU work
+    source: str  # "datasheet: ...", "measured: ...", or why there is none
+    matrix_flops: dict[str, float]  # dtype -> FLOP/s on the matrix units
+    vector_flops: float
+    hbm_bytes_per_s: float
+    h2d_pinned_bytes_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class GenerateTiming:
     """``generate()`` calls timed outside the window (capture/marks.py ``token_times``), medians in ms."""
 

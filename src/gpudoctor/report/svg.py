@@ -11,10 +11,10 @@ visible), titles included.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, Protocol
 
 from gpudoctor.controls import visible_controls
 from gpudoctor.report.sections import RooflineRow
@@ -36,6 +36,29 @@ ROOF_COLOR, VECTOR_COLOR, DIAGONAL_COLOR = "#2d3748", "#805ad5", "#38a169"
 # by a pixel: their labels stepped 12 px and their boxes of ~14 px overlapped.
 LABEL_PX = 11
 LABEL_ASCENT, LABEL_DESCENT, LABEL_GAP = LABEL_PX, 0.25 * LABEL_PX, 1.0
+
+
+class Roofs(Protocol):
+    """What the chart draws of a set of ceilings: a report's ``CeilingsSection``, or the
+    ``hardware.ceilings.Ceilings`` that ``gpudoctor bench`` measured or the datasheet gives."""
+
+    @property
+    def matrix_flops(self) -> Mapping[str, float]: ...  # dtype -> FLOP/s
+
+    @property
+    def vector_flops(self) -> float: ...
+
+    @property
+    def hbm_bytes_per_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class _Span:
+    """The roofs of two sets of ceilings at once, for the axes only (``_merged``)."""
+
+    matrix_flops: Mapping[str, float]
+    vector_flops: float
+    hbm_bytes_per_s: float
 
 
 def esc(value: Any) -> str:
@@ -86,10 +109,10 @@ def plottable(kernels: Sequence[RooflineRow]) -> tuple[list[RooflineRow], int]:
     return keep, len(kernels) - len(keep)
 
 
-def axes_for(ceilings: dict[str, Any], points: Sequence[RooflineRow]) -> LogAxes:
+def axes_for(ceilings: Roofs, points: Sequence[RooflineRow]) -> LogAxes:
     """Decades that hold every roof, the ridge points and every point, with some room around."""
     roofs = _roofs(ceilings)
-    bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
+    bw = float(ceilings.hbm_bytes_per_s)
     xs = [float(p.intensity) for p in points]
     ys = [float(p.achieved_flops) for p in points]
     ridges = [r / bw for _, r in roofs if bw > 0]
@@ -107,7 +130,7 @@ def axes_for(ceilings: dict[str, Any], points: Sequence[RooflineRow]) -> LogAxes
 
 
 def roofline_svg(
-    ceilings: dict[str, Any], kernels: Sequence[RooflineRow], reference: dict[str, Any] | None = None
+    ceilings: Roofs, kernels: Sequence[RooflineRow], reference: Roofs | None = None
 ) -> tuple[str, int]:
     """The chart's markup and the number of kernels that could not be placed on it.
 
@@ -133,10 +156,10 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def _roofs(ceilings: dict[str, Any]) -> list[tuple[str, float]]:
+def _roofs(ceilings: Roofs) -> list[tuple[str, float]]:
     """(label, FLOP/s) per distinct roof; dtypes sharing a peak share a line ("bf16/fp16")."""
-    named = [(str(d), float(v)) for d, v in (ceilings.get("matrix_flops") or {}).items() if _positive(v)]
-    vector = ceilings.get("vector_flops") or 0.0
+    named = [(str(d), float(v)) for d, v in ceilings.matrix_flops.items() if _positive(v)]
+    vector = ceilings.vector_flops
     if _positive(vector):
         named.append(("vector", float(vector)))
     merged: dict[float, list[str]] = {}
@@ -167,17 +190,16 @@ def _grid(ax: LogAxes) -> list[str]:
     return out
 
 
-def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def _merged(a: Roofs, b: Roofs) -> Roofs:
     """Ceilings whose roofs span both sets (for the axes only)."""
-    matrix = {f"{k}@a": v for k, v in (a.get("matrix_flops") or {}).items()}
-    matrix.update({f"{k}@b": v for k, v in (b.get("matrix_flops") or {}).items()})
-    return {"matrix_flops": matrix, "vector_flops": max(a.get("vector_flops") or 0, b.get("vector_flops") or 0),
-            "hbm_bytes_per_s": a.get("hbm_bytes_per_s") or b.get("hbm_bytes_per_s")}
+    matrix = {f"{k}@a": v for k, v in a.matrix_flops.items()}
+    matrix.update({f"{k}@b": v for k, v in b.matrix_flops.items()})
+    return _Span(matrix, max(a.vector_flops, b.vector_flops), a.hbm_bytes_per_s or b.hbm_bytes_per_s)
 
 
-def _roof_lines(ax: LogAxes, ceilings: dict[str, Any], dashed: bool = False) -> list[str]:
+def _roof_lines(ax: LogAxes, ceilings: Roofs, dashed: bool = False) -> list[str]:
     roofs = sorted(((d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max), key=lambda dr: -dr[1])
-    bw = float(ceilings.get("hbm_bytes_per_s") or 0.0)
+    bw = float(ceilings.hbm_bytes_per_s)
     out = []
     if bw > 0 and roofs:
         x0 = max(ax.x_min, ax.y_min / bw)
