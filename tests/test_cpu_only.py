@@ -42,11 +42,11 @@ def test_steps_are_the_profiler_steps_in_host_time(report) -> None:
 
 def test_the_host_breakdown_pins_the_loop(report) -> None:
     host = report.host
-    assert host["device"] == "cpu" and host["step_ms"] == pytest.approx(1.2004, abs=5e-5)
-    assert host["by_category"] == {"dataloader": 0.392, "backward": 0.2372, "optimizer": 0.2125,
+    assert host.device == "cpu" and host.step_ms == pytest.approx(1.2004, abs=5e-5)
+    assert host.by_category == {"dataloader": 0.392, "backward": 0.2372, "optimizer": 0.2125,
                                    UNTRACED: 0.2075, "aten ops": 0.1511}
-    assert sum(host["by_category"].values()) == pytest.approx(report.step_ms, abs=1e-3)
-    top = [(o["name"], o["category"], o["ms_per_step"], o["calls_per_step"]) for o in host["ops"][:4]]
+    assert sum(host.by_category.values()) == pytest.approx(report.step_ms, abs=1e-3)
+    top = [(o.name, o.category, o.ms_per_step, o.calls_per_step) for o in host.ops[:4]]
     assert top == [
         ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "dataloader", 0.392, 1.0),
         ("Optimizer.step#SGD.step", "optimizer", 0.1969, 1.0),
@@ -116,7 +116,7 @@ def test_a_cpu_side_profile_of_a_cuda_program_says_what_happened() -> None:
     assert r.host_only and r.steps.count == 3
     assert "yet the host made 3 CUDA runtime calls" in r.warnings[0]
     assert "ran on the CPU" not in r.warnings[0]
-    assert r.host["by_category"]["aten ops"] == pytest.approx(0.02)
+    assert r.host.by_category["aten ops"] == pytest.approx(0.02)
 
 
 def test_a_gpu_listed_but_unused_is_named() -> None:

@@ -16,6 +16,8 @@ from gpudoctor.report.sections import (
     BreakdownSection,
     CeilingsSection,
     GpuSection,
+    HostOp,
+    HostSection,
     MemorySection,
     RooflineRow,
     RooflineSection,
@@ -113,14 +115,13 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
                                "events"},
         warnings=warnings,
         unprofiled_step_ms=unprofiled_step_ms,
-        host={
-            "device": "cpu",
-            "thread": {"pid": thread[0], "tid": thread[1]},
-            "step_ms": round(host.step_ms, 4),
-            "by_category": {k: round(v, 4) for k, v in host.by_category_ms.items()},
-            "ops": [{"name": o.name, "category": o.category, "ms_per_step": round(o.ms_per_step, 4),
-                     "calls_per_step": round(o.calls_per_step, 3)} for o in host.ops],
-        },
+        host=HostSection(
+            pid=thread[0],
+            tid=thread[1],
+            step_ms=round(host.step_ms, 4),
+            by_category={k: round(v, 4) for k, v in host.by_category_ms.items()},
+            ops=tuple(HostOp(o.name, o.category, round(o.ms_per_step, 4), round(o.calls_per_step, 3)) for o in host.ops),
+        ),
     )
 
 

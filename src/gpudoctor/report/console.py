@@ -107,7 +107,7 @@ def _render_host(r: Report, console: Console, max_findings: int = MAX_FINDINGS) 
         console.print()
     console.print(_host_breakdown(r))
     console.print()
-    if r.host.get("ops"):
+    if r.host is not None and r.host.ops:
         console.print(_host_ops(r))
         console.print()
     if r.findings:
@@ -125,7 +125,7 @@ def _host_breakdown(r: Report) -> Group:
     legend.add_column()
     legend.add_column(justify="right")
     legend.add_column(justify="right")
-    for i, (label, ms) in enumerate((r.host.get("by_category") or {}).items()):
+    for i, (label, ms) in enumerate((r.host.by_category if r.host is not None else {}).items()):
         color = _BAR_COLORS[i % len(_BAR_COLORS)]
         bar.append("█" * round(BAR_WIDTH * ms / step), style=color)
         legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms", f"{100 * ms / step:.1f}%")
@@ -140,9 +140,9 @@ def _host_ops(r: Report) -> Table:
     table.add_column("calls/step", justify="right", no_wrap=True)
     table.add_column("ms/step", justify="right", no_wrap=True)
     table.add_column("% of step", justify="right", no_wrap=True)
-    for op in r.host["ops"][:MAX_HOST_OPS]:
-        table.add_row(op["name"].removeprefix(AUTOGRAD_PREFIX), op["category"], f"{op['calls_per_step']:g}", f"{op['ms_per_step']:.3f}",
-                      f"{100 * op['ms_per_step'] / max(r.step_ms, 1e-9):.1f}")
+    for op in (r.host.ops if r.host is not None else ())[:MAX_HOST_OPS]:
+        table.add_row(op.name.removeprefix(AUTOGRAD_PREFIX), op.category, f"{op.calls_per_step:g}", f"{op.ms_per_step:.3f}",
+                      f"{100 * op.ms_per_step / max(r.step_ms, 1e-9):.1f}")
     return table
 
 

@@ -211,7 +211,7 @@ def _idle_table(r: Report) -> str:
 
 
 def _host_breakdown(r: Report) -> str:
-    parts = [(str(k), float(v)) for k, v in (r.host.get("by_category") or {}).items() if float(v) > 0]
+    parts = [(k, float(v)) for k, v in (r.host.by_category if r.host is not None else {}).items() if v > 0]
     total = sum(ms for _, ms in parts)
     if total <= 0:
         return '<section><h2>Host breakdown</h2><p class="muted">No host time in the steps.</p></section>'
@@ -234,13 +234,12 @@ def _host_breakdown(r: Report) -> str:
 
 
 def _host_ops(r: Report) -> str:
-    ops = list(r.host.get("ops") or [])
+    ops = r.host.ops if r.host is not None else ()
     if not ops:
         return ""
     rows = "".join(
-        f'<tr><td class="name"><code>{esc(op.get("name", ""))}</code></td><td>{esc(op.get("category", ""))}</td>'
-        + _num(f"{float(op.get('calls_per_step') or 0):g}") + _num(f"{float(op.get('ms_per_step') or 0):.3f}")
-        + _num(_pct(float(op.get("ms_per_step") or 0), r.step_ms)) + "</tr>"
+        f'<tr><td class="name"><code>{esc(op.name)}</code></td><td>{esc(op.category)}</td>'
+        + _num(f"{op.calls_per_step:g}") + _num(f"{op.ms_per_step:.3f}") + _num(_pct(op.ms_per_step, r.step_ms)) + "</tr>"
         for op in ops
     )
     return (

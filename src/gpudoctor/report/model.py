@@ -10,6 +10,7 @@ from gpudoctor.report.sections import (
     BreakdownSection,
     CeilingsSection,
     GpuSection,
+    HostSection,
     MemorySection,
     RooflineSection,
     StepsSection,
@@ -51,7 +52,7 @@ class Report:
     # how far to trust it (capture/timing.py UnprofiledStep.to_dict: ms, spread_ms, steps,
     # estimator, samples_from, trusted, why); empty when the capture did not say
     unprofiled: dict[str, Any] = field(default_factory=dict)
-    host: dict[str, Any] = field(default_factory=dict)  # CPU-only traces: the host breakdown
+    host: HostSection | None = None  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
     # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
     ranks: tuple[dict[str, Any], ...] = ()
@@ -92,7 +93,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
-            "host": self.host,
+            "host": self.host.to_dict() if self.host is not None else {},
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
             **({"all_fixes": self.all_fixes} if self.all_fixes else {}),
             **({"knob_prices": self.knob_prices} if self.knob_prices else {}),

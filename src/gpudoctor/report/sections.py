@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -191,9 +191,10 @@ class HostSection:
     step_ms: float
     by_category: dict[str, float] = field(default_factory=dict)  # category -> ms per step
     ops: tuple[HostOp, ...] = ()
+    device: ClassVar[str] = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": "cpu", "thread": {"pid": self.pid, "tid": self.tid}, "step_ms": self.step_ms,
+        return {"device": self.device, "thread": {"pid": self.pid, "tid": self.tid}, "step_ms": self.step_ms,
                 "by_category": self.by_category, "ops": [dataclasses.asdict(o) for o in self.ops]}
 
 
