@@ -26,6 +26,7 @@ from gpudoctor.report.sections import (
     MemorySection,
     RooflineSection,
     StepsSection,
+    UnprofiledSection,
 )
 
 # -- the estimator, on given samples ---------------------------------------------------------------
@@ -107,11 +108,12 @@ def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
                     gpu_busy_pct=0.0, mfu=0.0, breakdown=BreakdownSection(0.0, 0.0, {}, 0.0, 0.0, 0.0, 0.0), idle={},
                     roofline=RooflineSection(0.0, 0.0),
                     memory=MemorySection(applicable=False, reason=""), findings=(),
-                    unprofiled_step_ms=u.ms, unprofiled=u.to_dict())
+                    unprofiled_step_ms=u.ms, unprofiled=UnprofiledSection.from_dict(u.to_dict()))
     assert report.unprofiled_text() == "4.060 ms ± 0.050 (5 steps)"
     thin = unprofiled_step([2.0, 3.0], [])
     assert thin is not None
-    report = Report(**{**report.__dict__, "unprofiled_step_ms": thin.ms, "unprofiled": thin.to_dict()})
+    report = Report(**{**report.__dict__, "unprofiled_step_ms": thin.ms,
+                       "unprofiled": UnprofiledSection.from_dict(thin.to_dict())})
     assert report.unprofiled_text() == "2.500 ms ± 0.500 (2 steps; uncertain)"
     assert report.to_dict()["unprofiled"]["trusted"] is False
 

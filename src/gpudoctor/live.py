@@ -29,7 +29,7 @@ from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSessi
 from gpudoctor.core.card import problem_reasons
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
 from gpudoctor.report.model import Report
-from gpudoctor.report.sections import GenerateTiming
+from gpudoctor.report.sections import GenerateTiming, UnprofiledSection
 
 if TYPE_CHECKING:
     from gpudoctor.pipeline import Diagnosis
@@ -112,7 +112,8 @@ def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
     if result.generate:
         steps = dataclasses.replace(steps, generate=GenerateTiming.from_dict(result.generate))
     warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
-    unprofiled = result.unprofiled.to_dict() if result.unprofiled is not None else report.unprofiled
+    unprofiled = (UnprofiledSection.from_dict(result.unprofiled.to_dict()) if result.unprofiled is not None
+                  else report.unprofiled)
     return dataclasses.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)
 
 

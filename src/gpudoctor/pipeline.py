@@ -20,6 +20,7 @@ from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import build_host_report, build_report
 from gpudoctor.report.model import Report, Reports
+from gpudoctor.report.sections import UnprofiledSection
 from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
@@ -139,7 +140,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings
                             model_state=run.model_state, step_source=run.step_source, cut_after=run.cut_after)
     if not run.unprofiled:
         return found
-    return Diagnosis(dataclasses.replace(found.report, unprofiled=run.unprofiled), found.analysis)
+    return Diagnosis(dataclasses.replace(found.report, unprofiled=UnprofiledSection.from_dict(run.unprofiled)),
+                     found.analysis)
 
 
 def annotated(found: Diagnosis, trace: Path, target: Path, label: str,

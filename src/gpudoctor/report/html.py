@@ -108,9 +108,9 @@ def _unprofiled_cell(r: Report) -> tuple[str, str] | None:
     u = r.unprofiled
     value = f"{r.unprofiled_step_ms:.2f} ms"
     label = "unprofiled step" + (" (CPU)" if r.host_only else "")
-    if u and u.get("spread_ms") is not None and u.get("steps"):
-        value += f" ± {float(u['spread_ms']):.2f}"
-        label += f", {int(u['steps'])} steps" + ("" if u.get("trusted", True) else ", uncertain")
+    if u is not None and u.steps:
+        value += f" ± {float(u.spread_ms):.2f}"
+        label += f", {int(u.steps)} steps" + ("" if u.trusted else ", uncertain")
     return esc(value), esc(label)
 
 

@@ -14,6 +14,7 @@ from gpudoctor.report.sections import (
     MemorySection,
     RooflineSection,
     StepsSection,
+    UnprofiledSection,
 )
 
 SCHEMA_VERSION = "1.0"
@@ -49,9 +50,7 @@ class Report:
     not_applicable: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     unprofiled_step_ms: float | None = None  # the same step timed without the profiler
-    # how far to trust it (capture/timing.py UnprofiledStep.to_dict: ms, spread_ms, steps,
-    # estimator, samples_from, trusted, why); empty when the capture did not say
-    unprofiled: dict[str, Any] = field(default_factory=dict)
+    unprofiled: UnprofiledSection | None = None  # how far to trust it; None when the capture did not say
     host: HostSection | None = None  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
     # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
@@ -82,7 +81,7 @@ class Report:
             "steps": self.steps.to_dict(),
             "step_ms": round(self.step_ms, 4),
             "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
-            "unprofiled": self.unprofiled or None,
+            "unprofiled": self.unprofiled.to_dict() if self.unprofiled is not None else None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
             "mfu": None if self.roofline.unavailable else round(self.mfu, 5),  # no peak: no MFU
             "breakdown": self.breakdown.to_dict(),
@@ -126,11 +125,11 @@ class Report:
         if self.unprofiled_step_ms is None:
             return ""
         u = self.unprofiled
-        if not u or u.get("spread_ms") is None or not u.get("steps"):
+        if u is None or not u.steps:
             return f"{self.unprofiled_step_ms:.3f} ms"
-        steps = int(u["steps"])
-        trust = "" if u.get("trusted", True) else "; uncertain"
-        return f"{self.unprofiled_step_ms:.3f} ms ± {float(u['spread_ms']):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
+        steps = int(u.steps)
+        trust = "" if u.trusted else "; uncertain"
+        return f"{self.unprofiled_step_ms:.3f} ms ± {float(u.spread_ms):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
 
     def verdict(self) -> dict[str, Any]:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of

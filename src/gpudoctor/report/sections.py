@@ -83,6 +83,29 @@ class StepsSection:
 
 
 @dataclass(frozen=True)
+class UnprofiledSection:
+    """How far to trust the step timed without the profiler (capture/timing.py ``UnprofiledStep``,
+    as env.json's ``capture.unprofiled`` holds it)."""
+
+    ms: float
+    spread_ms: float  # its standard error
+    steps: int  # timed steps it comes from
+    estimator: str = ""
+    samples_from: str = ""  # "before" / "after" the window, or "both"
+    trusted: bool = True
+    why: str = ""  # why it is not trusted
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> UnprofiledSection:
+        """From env.json (capture/bundle.py ``facts_of`` checked its numbers) or ``UnprofiledStep.to_dict``."""
+        return cls(d["ms"], d["spread_ms"], d["steps"], d.get("estimator", ""), d.get("samples_from", ""),
+                   d.get("trusted", True), d.get("why", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class StepTime:
     """One recorded step: its duration and the GPU's busy and idle time in it (ms)."""
 
