@@ -82,8 +82,8 @@ def _row(kind: str, name: str, report, expected: str, step_ms: float, measured: 
         row.update(rank=ids.index(expected) + 1, replay=round(f.predicted_speedup, 3),
                    formula=round(_formula_speedup(f, step_ms) or 0.0, 3), priced_by=f.evidence.numbers.get("priced_by"),
                    why=f.evidence.numbers.get("priced_by_formula_because"))
-    if report.all_fixes:
-        row["all_fixes"] = report.all_fixes["predicted_speedup"]
+    if report.all_fixes is not None:
+        row["all_fixes"] = report.all_fixes.predicted_speedup
     return row
 
 

@@ -75,9 +75,9 @@ def test_findings_say_how_they_were_priced_and_all_fixes_are_one_replay() -> Non
     priced = {f.id: f.evidence.numbers["priced_by"] for f in report.findings}
     assert priced["host-sync"] == "replay"
     assert set(priced.values()) <= {"replay", "formula"}
-    assert report.all_fixes["ids"] and report.all_fixes["step_ms"] == pytest.approx(7.036)
+    assert report.all_fixes.ids and report.all_fixes.step_ms == pytest.approx(7.036)
     best_single = max(f.predicted_speedup for f in report.findings if priced[f.id] == "replay")
-    assert report.all_fixes["predicted_speedup"] >= best_single
+    assert report.all_fixes.predicted_speedup >= best_single
 
 
 def test_a_trace_without_launches_falls_back_to_the_formulas_and_says_so() -> None:

@@ -18,7 +18,7 @@ from gpudoctor.hardware.machine import collectives_profile_for, measured_ceiling
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
-from gpudoctor.report.build import build_host_report, build_report
+from gpudoctor.report.build import all_fixes_section, build_host_report, build_report
 from gpudoctor.report.model import Report, Reports
 from gpudoctor.report.sections import UnprofiledSection
 from gpudoctor.rules.calibrate import priced
@@ -111,7 +111,7 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     findings, together = priced(find(analysis), analysis)
     report = build_report(analysis, findings)
     if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
-        report = dataclasses.replace(report, all_fixes=together.to_dict())
+        report = dataclasses.replace(report, all_fixes=all_fixes_section(together))
     return analysis, report
 
 

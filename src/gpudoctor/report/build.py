@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_breakdown import HostBreakdown
@@ -13,6 +14,7 @@ from gpudoctor.core.finding import Finding
 from gpudoctor.core.version import __version__
 from gpudoctor.report.model import SCHEMA_VERSION, Report
 from gpudoctor.report.sections import (
+    AllFixesSection,
     BreakdownSection,
     CeilingsSection,
     GpuSection,
@@ -26,6 +28,9 @@ from gpudoctor.report.sections import (
 )
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
+
+if TYPE_CHECKING:
+    from gpudoctor.rules.whatif import AllFixes
 
 MAX_PLACEMENTS = 60
 NO_GPU_WORK = "no GPU work was recorded"
@@ -84,6 +89,12 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
         warnings=a.warnings,
         unprofiled_step_ms=a.unprofiled_step_ms,
     )
+
+
+def all_fixes_section(together: AllFixes) -> AllFixesSection:
+    """Every replay-priced fix at once, rounded as the JSON writes it (``AllFixes.to_dict``)."""
+    d = together.to_dict()
+    return AllFixesSection(tuple(d["ids"]), d["step_ms"], d["step_after_ms"], d["predicted_speedup"])
 
 
 def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings: tuple[str, ...],

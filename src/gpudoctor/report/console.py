@@ -182,10 +182,10 @@ def _findings(r: Report, limit: int) -> Group:
         Text(f"Verdict: {verdict['text']}", style="green" if verdict["status"] == "healthy" else "bold"),
         Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold"),
     ]
-    if r.all_fixes:
-        together = r.all_fixes
-        items.append(Text(f"All {len(together['ids'])} replayed fixes together: {together['step_ms']:.3f} -> "
-                          f"{together['step_after_ms']:.3f} ms a step (x{together['predicted_speedup']:.2f})"))
+    together = r.all_fixes
+    if together is not None:
+        items.append(Text(f"All {len(together.ids)} replayed fixes together: {together.step_ms:.3f} -> "
+                          f"{together.step_after_ms:.3f} ms a step (x{together.predicted_speedup:.2f})"))
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))

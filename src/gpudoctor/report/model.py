@@ -7,6 +7,7 @@ from typing import Any
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.report.sections import (
+    AllFixesSection,
     BreakdownSection,
     CeilingsSection,
     GpuSection,
@@ -56,9 +57,8 @@ class Report:
     # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
     ranks: tuple[dict[str, Any], ...] = ()
     distributed: dict[str, Any] = field(default_factory=dict)
-    # every replay-priced fix at once (rules/whatif.py AllFixes.to_dict): ids, step_ms,
-    # step_after_ms, predicted_speedup; empty when no fix was priced by replay
-    all_fixes: dict[str, Any] = field(default_factory=dict)
+    # every replay-priced fix at once; None when fewer than two fixes were priced by replay
+    all_fixes: AllFixesSection | None = None
     # the compile knobs' own replayed prices (rules/knob_prices.py KnobPrice.to_dict), by knob id:
     # what run --try-fixes predicts for them; empty when the step's graph could not be built
     knob_prices: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +94,7 @@ class Report:
             "warnings": list(self.warnings),
             "host": self.host.to_dict() if self.host is not None else {},
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
-            **({"all_fixes": self.all_fixes} if self.all_fixes else {}),
+            **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
             **({"knob_prices": self.knob_prices} if self.knob_prices else {}),
             **({"annotated_trace": self.annotated_trace} if self.annotated_trace else {}),
         }
