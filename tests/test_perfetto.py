@@ -130,7 +130,7 @@ def test_steps_idle_and_findings_say_what_the_report_says(host_sync) -> None:  #
         assert {a["saving_ms"] for a in mine} == {round(f.saving_ms, 4)}
         assert {a["predicted_speedup"] for a in mine} == {round(f.predicted_speedup, 4)}
         assert all(a["evidence"] == f.evidence.numbers and a["first_fix"] == f.fixes[0].title for a in mine)
-    placed = {k: v["placed_by"] for k, v in report.annotated_trace["findings"].items()}
+    placed = {k: v.placed_by for k, v in report.annotated_trace.findings.items()}
     assert placed == {"host-sync": "its idle (host-sync)", "launch-bound": "its idle (dispatch)",
                       "unfused-elementwise": "its kernels"}
 
@@ -244,7 +244,7 @@ def test_each_rank_gets_its_annotated_trace(tmp_path: Path) -> None:
         original = _events(DDP / f"rank{rank}" / "trace.json.gz")
         assert events[: len(original)] == original
         assert sum(e.get("name") == "thread_name" and e.get("cat") == CAT for e in events) > 2
-    assert report.annotated_trace["file"] == str(files[1])  # the straggler's report, and its file
+    assert report.annotated_trace.file == str(files[1])  # the straggler's report, and its file
 
 
 def test_several_unrelated_traces_are_refused(tmp_path: Path) -> None:
@@ -343,8 +343,8 @@ def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: 
 
 
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    report = dataclasses.replace(host_sync[0], annotated_trace={
-        **host_sync[0].annotated_trace, "file": "<script>alert(1)</script>.json.gz"})
+    report = dataclasses.replace(host_sync[0], annotated_trace=dataclasses.replace(
+        host_sync[0].annotated_trace, file="<script>alert(1)</script>.json.gz"))
     path = tmp_path / "report.html"
     path.write_text(render_html(report), encoding="utf-8")
     page = load_page(path)

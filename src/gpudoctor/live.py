@@ -29,7 +29,7 @@ from gpudoctor.capture.session import CaptureConfig, CaptureResult, CaptureSessi
 from gpudoctor.core.card import problem_reasons
 from gpudoctor.errors import GpuDoctorError, IncompleteTraceError, NoGpuActivityError
 from gpudoctor.report.model import Report
-from gpudoctor.report.sections import GenerateTiming, UnprofiledSection
+from gpudoctor.report.sections import AnnotatedTraceSection, GenerateTiming, UnprofiledSection
 
 if TYPE_CHECKING:
     from gpudoctor.pipeline import Diagnosis
@@ -100,7 +100,7 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target:
         annotation = write_annotated(trace, found.analysis, report.findings, target, option="annotated trace")
     except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
         return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
-    return dataclasses.replace(report, annotated_trace=annotation.entry(target.name)), ""
+    return dataclasses.replace(report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(target.name))), ""
 
 
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
@@ -221,14 +221,15 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
     rank = next((int(row["rank"]) for row in report.ranks if row.get("straggler")),
                 int(report.ranks[0]["rank"]) if report.ranks else 0)
     entry = report.annotated_trace
-    if not entry:
+    if entry is None:
         try:
-            entry = json.loads((run / f"rank{rank}" / "report.json").read_text()).get("annotated_trace") or {}
-        except (OSError, ValueError, AttributeError):  # no bundle, or not one this gpudoctor wrote
-            entry = {}
-    if not entry or not entry.get("file"):
+            saved = json.loads((run / f"rank{rank}" / "report.json").read_text()).get("annotated_trace")
+            entry = AnnotatedTraceSection.from_dict(saved) if saved else None
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):  # no bundle, or not one this gpudoctor wrote
+            entry = None
+    if entry is None or not entry.file:
         return report
-    return dataclasses.replace(report, annotated_trace={**entry, "file": f"rank{rank}/{Path(entry['file']).name}"})
+    return dataclasses.replace(report, annotated_trace=dataclasses.replace(entry, file=f"rank{rank}/{Path(entry.file).name}"))
 
 
 def _analyze_ranks(run: Path) -> tuple[Report | None, str]:

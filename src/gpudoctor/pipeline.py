@@ -20,7 +20,7 @@ from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import all_fixes_section, build_host_report, build_report
 from gpudoctor.report.model import Report, Reports
-from gpudoctor.report.sections import UnprofiledSection
+from gpudoctor.report.sections import AnnotatedTraceSection, UnprofiledSection
 from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
@@ -155,7 +155,7 @@ def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
         raise InputError(f"--perfetto: {trace} recorded no GPU work, so there is no GPU idle or finding to draw; "
                          "annotate a trace recorded on a GPU")
     annotation = write_annotated(trace, found.analysis, found.report.findings, target, inputs=inputs)
-    return dataclasses.replace(found.report, annotated_trace=annotation.entry(label))
+    return dataclasses.replace(found.report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(label)))
 
 
 def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.report.sections import RooflineRow
+from gpudoctor.report.sections import AnnotatedTraceSection, RooflineRow
 from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
 from gpudoctor.trace.kernels import short_name
 
@@ -312,21 +312,20 @@ def _findings(r: Report) -> str:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
     v = r.verdict()
     verdict = f'<p class="verdict{" healthy" if v["status"] == "healthy" else ""}">Verdict: {esc(v["text"])}</p>'
-    places = (r.annotated_trace or {}).get("findings") or {}
-    file = str((r.annotated_trace or {}).get("file") or "")
     return ("<section><h2>Findings</h2>" + verdict
-            + "".join(_finding(f, _trace_note(file, places.get(f.id))) for f in r.findings) + "</section>")
+            + "".join(_finding(f, _trace_note(r.annotated_trace, f.id)) for f in r.findings) + "</section>")
 
 
-def _trace_note(file: str, place: dict[str, Any] | None) -> str:
+def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
     """Where the finding lies in the annotated trace: ui.perfetto.dev cannot open a local file from
     a link, so the note names the file, the track and the slice, and when it starts."""
-    if not file or not place:
+    place = trace.findings.get(finding_id) if trace is not None and trace.file else None
+    if trace is None or place is None:
         return ""
-    return (f'<p class="muted">In the annotated trace <code>{esc(file)}</code> (open it at ui.perfetto.dev or in '
-            f"chrome://tracing): track <code>{esc(place.get('track', ''))}</code>, slice "
-            f"<code>{esc(place.get('slice', ''))}</code>, {float(place.get('from_start_ms') or 0):.3f} ms after the "
-            f"trace's start (ts {esc(place.get('ts_us', ''))} µs); placed by {esc(place.get('placed_by', ''))}.</p>")
+    return (f'<p class="muted">In the annotated trace <code>{esc(trace.file)}</code> (open it at ui.perfetto.dev or in '
+            f"chrome://tracing): track <code>{esc(place.track)}</code>, slice "
+            f"<code>{esc(place.slice)}</code>, {float(place.from_start_ms):.3f} ms after the "
+            f"trace's start (ts {esc(place.ts_us)} µs); placed by {esc(place.placed_by)}.</p>")
 
 
 def _finding(f: Finding, trace_note: str = "") -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from gpudoctor.core.finding import Finding
 from gpudoctor.report.sections import (
     AllFixesSection,
+    AnnotatedTraceSection,
     BreakdownSection,
     CeilingsSection,
     GpuSection,
@@ -62,9 +63,8 @@ class Report:
     # the compile knobs' own replayed prices (rules/knob_prices.py KnobPrice.to_dict), by knob id:
     # what run --try-fixes predicts for them; empty when the step's graph could not be built
     knob_prices: dict[str, Any] = field(default_factory=dict)
-    # the annotated trace written beside the report (report/perfetto.py Annotation.entry): its
-    # file, how to open it, each finding's place in it; empty when none was written
-    annotated_trace: dict[str, Any] = field(default_factory=dict)
+    # the annotated trace written beside the report (report/perfetto.py); None when none was written
+    annotated_trace: AnnotatedTraceSection | None = None
 
     @property
     def host_only(self) -> bool:
@@ -96,7 +96,7 @@ class Report:
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
             **({"knob_prices": self.knob_prices} if self.knob_prices else {}),
-            **({"annotated_trace": self.annotated_trace} if self.annotated_trace else {}),
+            **({"annotated_trace": self.annotated_trace.to_dict()} if self.annotated_trace is not None else {}),
         }
 
     def step_segments(self) -> list[Segment]:

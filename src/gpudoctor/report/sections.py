@@ -222,6 +222,36 @@ class HostSection:
 
 
 @dataclass(frozen=True)
+class TracePlace:
+    """Where a finding lies in the annotated trace (report/perfetto.py ``Place``)."""
+
+    track: str
+    slice: str  # the slice's name on that track
+    ts_us: float  # the trace's own clock
+    dur_us: float
+    placed_by: str
+    from_start_ms: float  # after the trace's first event: where Perfetto's timeline starts
+
+
+@dataclass(frozen=True)
+class AnnotatedTraceSection:
+    """The annotated trace written beside the report: its file, how to open it, and each
+    finding's place in it (by finding id)."""
+
+    file: str
+    how: str
+    findings: dict[str, TracePlace] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AnnotatedTraceSection:
+        """From report/perfetto.py ``Annotation.entry`` or a report.json's ``annotated_trace``."""
+        return cls(d["file"], d["how"], {k: TracePlace(**v) for k, v in d["findings"].items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class AllFixesSection:
     """Every replay-priced fix applied at once (rules/whatif.py ``AllFixes``, rounded as written)."""
 
