@@ -3,12 +3,16 @@ after the steps' own keys, in the schema's order, and the console reads it from 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import gpudoctor
 from gpudoctor.capture.session import CaptureResult
 from gpudoctor.live import _with_capture_facts
 from gpudoctor.pipeline import diagnose_loaded
 from gpudoctor.report.console import render_text
+from gpudoctor.report.html import render_html
 from gpudoctor.trace import load
 
 HOST_SYNC = Path(__file__).parent / "data" / "host_sync" / "trace.json.gz"
@@ -32,3 +36,15 @@ def test_a_generate_call_of_one_forward_has_no_per_token_time() -> None:
     steps = report.to_dict()["steps"]
     assert list(steps) == ["method", "count", "median_ms", "per_step_ms", "generate"] and steps["generate"] == one
     assert "forwards per call" not in render_text(report)
+
+
+def test_the_model_loads_no_renderer_and_a_report_still_shows_itself() -> None:
+    """The renderers import the model, never the reverse; print() and a notebook's cell find the
+    renderer by the name the model gives (report/model.py SHOWN_BY) when the report is shown."""
+    code = ("import sys, gpudoctor.report.model; "
+            "print(sorted(m for m in sys.modules if m.startswith(('rich', 'gpudoctor.report.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    assert loaded.strip() == "['gpudoctor.report.model', 'gpudoctor.report.sections']"
+    report = gpudoctor.analyze(HOST_SYNC)
+    assert str(report) == render_text(report)
+    assert report._repr_html_() == render_html(report, standalone=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -11,8 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:  # the Report calls these renderers (__str__), so they import it for types only
-    from gpudoctor.report.model import Report, Reports
+from gpudoctor.report.model import Report, Reports
 
 SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
 _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
@@ -25,7 +23,7 @@ AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "  # its category says b
 
 
 def render(report: Report | Reports, console: Console, max_findings: int = MAX_FINDINGS) -> None:
-    if hasattr(report, "reports"):  # Reports (not imported here: model imports this module)
+    if isinstance(report, Reports):
         _render_each(report, console, max_findings)
         return
     console.print(_header(report))

@@ -7,15 +7,13 @@ that comes from the trace is passed through ``esc`` before it joins the markup.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.report.model import Report
 from gpudoctor.report.sections import AnnotatedTraceSection, RooflineRow
 from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
 from gpudoctor.trace.kernels import short_name
-
-if TYPE_CHECKING:  # the Report calls these renderers (_repr_html_), so they import it for types only
-    from gpudoctor.report.model import Report
 
 TOP_KERNELS = 15
 KIND_COLORS = ("#2b6cb0", "#3182ce", "#63b3ed", "#805ad5", "#b794f4", "#38a169", "#68d391",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,18 @@ from gpudoctor.report.sections import (
 )
 
 SCHEMA_VERSION = "1.0"
+
+# How a Report shows itself (print, a notebook's cell): the renderer named here, looked up when it is
+# shown. The renderers import the model; the model imports none of them, and analyze --json never
+# loads rich.
+SHOWN_BY = {"text": "gpudoctor.report.console:render_text", "html": "gpudoctor.report.html:render_html"}
+
+
+def shown_by(how: str) -> Callable[..., str]:
+    """The renderer ``SHOWN_BY[how]`` names."""
+    module, name = SHOWN_BY[how].split(":")
+    renderer: Callable[..., str] = getattr(importlib.import_module(module), name)
+    return renderer
 
 
 @dataclass(frozen=True)
@@ -153,14 +167,10 @@ class Report:
         return next((f for f in self.findings if f.id == finding_id), None)
 
     def _repr_html_(self) -> str:  # notebooks
-        from gpudoctor.report.html import render_html
-
-        return render_html(self, standalone=False)
+        return shown_by("html")(self, standalone=False)
 
     def __str__(self) -> str:
-        from gpudoctor.report.console import render_text
-
-        return render_text(self)
+        return shown_by("text")(self)
 
 
 @dataclass(frozen=True)
