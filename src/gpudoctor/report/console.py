@@ -177,7 +177,7 @@ def _findings(r: Report, limit: int) -> Group:
         return Group(Text("No findings: nothing in this trace costs a measurable share of the step.", style="green"))
     verdict = r.verdict()
     items: list[RenderableType] = [
-        Text(f"Verdict: {verdict['text']}", style="green" if verdict["status"] == "healthy" else "bold"),
+        Text(f"Verdict: {verdict.text}", style="green" if verdict.status == "healthy" else "bold"),
         Text(f"Findings, ranked by time saved per step ({len(r.findings)})", style="bold"),
     ]
     together = r.all_fixes

@@ -309,7 +309,7 @@ def _findings(r: Report) -> str:
     if not r.findings:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
     v = r.verdict()
-    verdict = f'<p class="verdict{" healthy" if v["status"] == "healthy" else ""}">Verdict: {esc(v["text"])}</p>'
+    verdict = f'<p class="verdict{" healthy" if v.status == "healthy" else ""}">Verdict: {esc(v.text)}</p>'
     return ("<section><h2>Findings</h2>" + verdict
             + "".join(_finding(f, _trace_note(r.annotated_trace, f.id)) for f in r.findings) + "</section>")
 

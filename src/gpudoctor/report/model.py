@@ -48,6 +48,18 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The one-line answer (``Report.verdict``)."""
+
+    status: str  # "healthy" or "findings"
+    top_finding: str | None  # the finding to fix first; None when healthy
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "top_finding": self.top_finding, "text": self.text}
+
+
+@dataclass(frozen=True)
 class Report:
     schema_version: str
     tool_version: str
@@ -102,7 +114,7 @@ class Report:
             "idle": self.idle,
             "roofline": self.roofline.to_dict(),
             "memory": self.memory.to_dict(),
-            "verdict": self.verdict(),
+            "verdict": self.verdict().to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
@@ -145,7 +157,7 @@ class Report:
         trust = "" if u.trusted else "; uncertain"
         return f"{self.unprofiled_step_ms:.3f} ms ± {float(u.spread_ms):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
 
-    def verdict(self) -> dict[str, Any]:
+    def verdict(self) -> Verdict:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
         the step, 10% for fusion by a compiler: core/finding.severity_for), else the finding to fix
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
@@ -158,10 +170,10 @@ class Report:
             text = "healthy: no major finding"
             if largest is not None and largest.saving_ms > 0:
                 text += f" (the largest, {largest.id}, ~{largest.saving_ms:.3f} ms of {step:.3f} ms)"
-            return {"status": "healthy", "top_finding": None, "text": text}
+            return Verdict("healthy", None, text)
         text = (f"fix {top.id} first: ~{top.saving_ms:.3f} ms of a {step:.3f} ms step "
                 f"(x{top.predicted_speedup:.2f})")
-        return {"status": "findings", "top_finding": top.id, "text": text}
+        return Verdict("findings", top.id, text)
 
     def finding(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)
