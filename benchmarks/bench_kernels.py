@@ -1,7 +1,7 @@
 """gpudoctor.kernels side by side with eager PyTorch, torch.compile and Liger-Kernel, on one GPU.
 
 ``python benchmarks/bench_kernels.py OUT_DIR [--quick] [--parts norms,glu,ce,e2e,converge,large]``
-writes ``OUT_DIR/kernels.json`` and prints the tables BENCHMARKS.md carries. Timings are
+writes ``OUT_DIR/kernels.json`` and prints the tables benchmarks/BENCHMARKS-kernels.md carries. Timings are
 ``triton.testing.do_bench`` medians (forward + backward, bf16); memory is the peak of
 ``torch.cuda.max_memory_allocated`` above what was allocated before the call. The HBM ceiling is
 measured in the same run (a device-to-device copy of 2 GiB), so "% of HBM" is against this card.

@@ -12,7 +12,7 @@ Two halves, because the prediction needs no GPU and the measurement needs one:
   ``--list [--arch]`` names the runs.
 * ``python benchmarks/bench_memory.py table RESULTS_JSON`` (anywhere): predicts each run from its
   saved ``config.json`` and options with ``gpudoctor.memory`` and prints the markdown table that
-  BENCHMARKS.md carries, with the error per run, the median and the maximum.
+  benchmarks/BENCHMARKS-memory.md carries, with the error per run, the median and the maximum.
 """
 
 from __future__ import annotations

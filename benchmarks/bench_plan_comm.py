@@ -2,7 +2,7 @@
 benchmarks/results/, every op and size >= 1 MiB; preset, calibrated (interpolated on the curve) and
 the fitted alpha-beta model (what other GPU counts use). No GPU needed.
 
-    python benchmarks/bench_plan_comm.py [--table FILE] [--append BENCHMARKS.md]
+    python benchmarks/bench_plan_comm.py [--table FILE] [--append benchmarks/BENCHMARKS-plan.md]
     python benchmarks/bench_plan_comm.py --from 2-GPU.json --measured 4-GPU.json   # across GPU counts
 
 Across counts every measured size is compared (1 KiB up), and the summary gives the median and max

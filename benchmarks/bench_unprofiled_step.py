@@ -15,7 +15,7 @@ With ``--same-run`` the program also runs on after the session (``--continue``) 
 step is compared with the program's own last printed times in the same process ("own"): on a
 shared machine whose load moves from one run to the next, the cleaner measure of the estimate.
 On the CPU (default) the five short-step programs run with longer CPU arguments; with
-``--gpu-args`` the eight the H200 gallery missed (BENCHMARKS.md, Runs 5-8) with the manifest's GPU
+``--gpu-args`` the eight the H200 gallery missed (benchmarks/BENCHMARKS-gallery.md, "Runs 5-8") with the manifest's GPU
 arguments. Writes DIR/unprofiled.json (every run's samples) and DIR/unprofiled.md (the table, also
 printed last); the run directories go to ``--runs`` (a temporary folder by default).
 """

@@ -54,7 +54,7 @@ def test_augmenting_on_the_cpu_in_the_loop_is_host_work_not_the_copy() -> None:
     assert top.id == "host-blocking-work"
     assert report.idle["host-work"] == pytest.approx(32.4107, abs=1e-3)
     assert report.idle["pageable-copy"] == pytest.approx(1.2243, abs=1e-3)
-    # a replay miss (BENCHMARKS.md "Replay"): the regions of op-free host work it removes hold a
+    # a replay miss (benchmarks/BENCHMARKS-replay.md "Replay"): the regions of op-free host work it removes hold a
     # fifth of the per-sample CPU operators the fix moves to the GPU: x1.16 against x6.40 measured
     # (the formula, the idle of the cause: 32.41 ms, x4.3)
     assert top.predicted_speedup == pytest.approx(1.157, abs=1e-3)

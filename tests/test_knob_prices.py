@@ -1,6 +1,6 @@
 """The compile knobs priced by their own edits (rules/knob_prices.py) on run bundles recorded by
 ``gpudoctor run --try-fixes`` on an H200 (torch 2.11, 2026-12-03; benchmarks/bench_knob_trials.py,
-BENCHMARKS.md "Replay", knob trials): each bundle keeps the trials' measured speedups
+benchmarks/BENCHMARKS-replay.md "Replay", knob trials): each bundle keeps the trials' measured speedups
 (trials.json) beside the trace the prices are replayed on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lab on the CPU: the catalog, and a smoke run (GPU timings are in BENCHMARKS.md)."""
+"""The lab on the CPU: the catalog, and a smoke run (GPU timings are in benchmarks/BENCHMARKS-lab.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Source comments say why; measurements, run logs and history live elsewhere.
 
-A measured constant carries one line of why and a pointer to the BENCHMARKS.md section or the test
-that holds the measurement; the device, date and run belong there, and history in CHANGELOG.md.
+A measured constant carries one line of why and a pointer to the benchmarks/BENCHMARKS-<area>.md section
+or the test that holds the measurement; the device, date and run belong there, and history in CHANGELOG.md.
 This test fails, naming file:line, on what belongs elsewhere: a calendar date or a UTC time of day,
 a reference to an undefined "seed" document, and an issue or pull-request number.
 """
@@ -62,7 +62,7 @@ def test_no_dates_runs_seeds_or_issue_numbers_in_source() -> None:
     found = _findings()
     offending = [line for lines in found.values() for line in lines]
     assert not offending, (
-        "move measurements to BENCHMARKS.md and history to CHANGELOG.md; keep one line of why and a "
+        "move measurements to benchmarks/BENCHMARKS-<area>.md and history to CHANGELOG.md; keep one line of why and a "
         "pointer in the source:\n" + "\n".join(offending)
     )
 

@@ -100,7 +100,7 @@ def test_compile_is_priced_by_fusion_alone_and_reduce_overhead_with_the_launches
     hf_trainer_llama): launch-bound 6.3905 ms (x1.3723), unfused-elementwise 3.7238 ms (x1.1878), of
     a 23.55 ms step. Without the report's own knob prices (a trace whose graph could not be built),
     compile is priced by its fusion finding alone: summed with launch-bound's saving it read x9.1
-    and x2.4 where x0.98 and x0.93 were measured (BENCHMARKS.md "Replay", knob trials)."""
+    and x2.4 where x0.98 and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials)."""
     launch = SimpleNamespace(id="launch-bound", predicted_speedup=1.3723, saving_ms=6.3905)
     fusion = SimpleNamespace(id="unfused-elementwise", predicted_speedup=1.1878, saving_ms=3.7238)
     trials = {t.knob.id: t for t in plan([launch, fusion], None).trials}

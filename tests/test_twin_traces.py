@@ -38,7 +38,7 @@ CASES = {
 }
 
 
-# Twins the replay prices outside 0.67-1.5x of the measured speedup (BENCHMARKS.md "Replay"):
+# Twins the replay prices outside 0.67-1.5x of the measured speedup (benchmarks/BENCHMARKS-replay.md "Replay"):
 # pageable_h2d keeps 2.3 ms a step of host gaps after each launch behind the copies, which the
 # fixed twin does not have (x2.84 against x7.37 measured; the formula's floor read x5.15).
 REPLAY_MISSES = {"pageable_h2d"}

@@ -3,7 +3,7 @@
 ``patch(model)`` keeps the causal-LM loss as the ``gpudoctor::linear_cross_entropy`` op under
 torch.compile (for its memory: the logits are never whole). On a 2-layer Llama-style step at 512
 tokens x 32k vocabulary that cost 0.23 ms a step against the unpatched compiled model (H100,
-2026-11-26, BENCHMARKS.md). This probe times, for several token counts, the loss's forward +
+2026-11-26, benchmarks/BENCHMARKS-kernels.md). This probe times, for several token counts, the loss's forward +
 backward four ways: the plain ``F.cross_entropy(F.linear(h, w), t)`` eager and compiled, and the op
 eager and compiled; GPU time (the profiler's kernel sum), wall time per call and peak memory above
 the inputs.

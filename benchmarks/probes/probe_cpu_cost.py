@@ -1,5 +1,5 @@
-"""Where the CPU time of one fused-norm forward + backward goes (the wall-clock side of BENCHMARKS.md's
-kernels tables): ``python benchmarks/probes/probe_cpu_cost.py OUT_DIR`` on a GPU runs rms_norm and layer_norm
+"""Where the CPU time of one fused-norm forward + backward goes (the wall-clock side of the kernels
+tables, benchmarks/BENCHMARKS-kernels.md): ``python benchmarks/probes/probe_cpu_cost.py OUT_DIR`` on a GPU runs rms_norm and layer_norm
 forward + backward in a loop under cProfile and prints the functions that take the most CPU time,
 next to the per-call wall time of the same loop and of PyTorch's own ops."""
 

@@ -152,7 +152,7 @@ def event_waits(trace: Trace) -> np.ndarray:
 # at least two different input shapes.
 # The thresholds separate the two twins that showed the pattern, a plan built per sequence length
 # (cuDNN attention, cuBLASLt choosing a kernel) and cuDNN's autotuner on a new image size every step
-# (too many setup calls for a quartile to be typical): BENCHMARKS.md "Evidence moved from the
+# (too many setup calls for a quartile to be typical): benchmarks/BENCHMARKS-twins.md "Evidence moved from the
 # source: analysis".
 # A call that waits on CUDA events inside itself this many times times its own kernels: an
 # autotuner trying candidates (cuDNN's under cudnn.benchmark waits 10 times a forward, 20 a

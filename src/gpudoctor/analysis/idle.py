@@ -175,7 +175,7 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
 
     A copy from pageable memory blocks the host like a sync (the driver stages it through a bounce
     buffer); with pinned memory and ``non_blocking=True`` the host launches the forward while the
-    copy runs, and the dispatch idle after each copy goes with the fix (BENCHMARKS.md "Evidence
+    copy runs, and the dispatch idle after each copy goes with the fix (benchmarks/BENCHMARKS-twins.md "Evidence
     moved from the source: analysis").
     """
     if by_cause[cause] <= 0 or blocked_ms <= 0:
@@ -308,7 +308,7 @@ def _host_work(
     Operators that call no CUDA runtime or driver function ran on the host alone (torch ops on CPU
     tensors: a batch augmented in the training loop): their time is host work too, not the
     dispatch of GPU work; counted as dispatch, their idle would go to the copy that closes the gap
-    and host-blocking-work would see nothing (BENCHMARKS.md "Evidence moved from the source:
+    and host-blocking-work would see nothing (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source:
     analysis")."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))

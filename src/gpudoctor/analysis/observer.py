@@ -3,7 +3,7 @@
 On a GPU-bound step that overhead is hidden; on a host-bound one it widens exactly the gaps the
 doctor prices (launch-bound, per-sample loops). Measured as profiled minus unprofiled step time
 over recorded ops + runtime calls per step: about 3 us an event on the lab's host-bound traps
-(BENCHMARKS.md "Evidence moved from the source: analysis").
+(benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: analysis").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
 
 # The profiler's own work at each step boundary (closing one ProfilerStep range, opening the next)
 # shows as host time before the step's first recorded event and after its last: 0.07-0.25 ms a
-# step on the lab's fixed twins (BENCHMARKS.md "Evidence moved from the source: analysis").
+# step on the lab's fixed twins (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: analysis").
 # Capped: a longer stretch is the program's own work (Python, I/O) rather than the profiler's.
 MAX_STEP_BOUNDARY_NS = 300_000
 

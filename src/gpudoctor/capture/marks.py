@@ -59,7 +59,7 @@ class CompileWatch:
     """Did torch.compile compile anything (a first compile, a recompile, a lazy backward) since the
     last ``changed()``? Read from dynamo's own compile-time records, only where the program has
     imported dynamo. A compiling step is no step as the program runs: timed with the rest, it made
-    two invocations of one compile trial disagree by 15x (BENCHMARKS.md "Evidence moved from the
+    two invocations of one compile trial disagree by 15x (benchmarks/BENCHMARKS-capture.md "Evidence moved from the
     source: capture")."""
 
     def __init__(self) -> None:

@@ -165,7 +165,7 @@ def _freeze_our_objects() -> None:
     full collections scan what the program made, as they would without gpudoctor (``gc.freeze``,
     made for this: objects that live as long as the process). A host-bound program that makes
     thousands of tensors a step ran slower with ``torch._inductor`` imported first, and back near
-    its own pace with it frozen (BENCHMARKS.md "Evidence moved from the source: capture")."""
+    its own pace with it frozen (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
     import gc
 
     gc.freeze()

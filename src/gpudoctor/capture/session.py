@@ -204,7 +204,7 @@ class CaptureSession(Listener):
         self._cuda = torch.cuda.is_available()
         # Kineto detaches CUPTI when the window stops only with TEARDOWN_CUPTI=1; left attached, its
         # callbacks slow every later launch (pytorch/pytorch#144455), and the steps timed after the
-        # window ran slower than before it in launch-bound programs (BENCHMARKS.md "Evidence moved
+        # window ran slower than before it in launch-bound programs (benchmarks/BENCHMARKS-capture.md "Evidence moved
         # from the source: capture"). Kineto reads the variable when the trace stops; torch sets it
         # to 0 itself where CUDA graphs cannot take a teardown, and a value the user set is kept.
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
@@ -522,7 +522,7 @@ class CaptureSession(Listener):
         """Steps to time after the window: what was asked, or behind a DataLoader with workers two
         rounds of its queue (2 x workers x prefetch): its workers hand over batches in bursts, and
         a few steps see one wait or none, and their mean misses the program's step by far
-        (BENCHMARKS.md "Evidence moved from the source: capture")."""
+        (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
         if asked <= 0 or self._loader_depth <= 0:
             return asked
         return max(asked, 2 * self._loader_depth)
@@ -531,7 +531,7 @@ class CaptureSession(Listener):
         """The window waits while the loader still serves the batches its workers queued before the
         loop started (at most its queue depth more steps; not in a distributed job, whose ranks
         agree on one step). Opened inside that backlog, the window records steps that never wait
-        for a batch, and a loader-bound step reads launch-bound (BENCHMARKS.md "Evidence moved from
+        for a batch, and a loader-bound step reads launch-bound (benchmarks/BENCHMARKS-capture.md "Evidence moved from
         the source: capture")."""
         return (self._loader_backlog and self.sync is None
                 and self._count < max(skip, 1) + self._loader_depth)
@@ -755,7 +755,7 @@ class CaptureSession(Listener):
         set (or both) the number comes from, and how, is capture/timing.py's choice: on a GPU the
         launch-bound programs ran slower per step right after the profiler stopped than before it
         started, while on a CPU the steps before a window at --skip 5 are still warming up
-        (BENCHMARKS.md "Evidence moved from the source: capture").
+        (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture").
         """
         before, after, tokens = self._before, self._after, self._tokens
         self._before, self._after, self._tokens = [], [], []

@@ -6,7 +6,7 @@ and the steps after it (the first ``SETTLE_STEPS`` left out). Each can be slowed
 the window may still be warming up, and the steps after it run behind the profiler's leftovers
 (pytorch/pytorch#144455 names CUPTI, which Kineto leaves attached after profiling unless
 TEARDOWN_CUPTI=1). Taking the lower of the two sets was wrong more often than pooling them, against
-the programs' own timing (BENCHMARKS.md "Evidence moved from the source: capture"). So both sets
+the programs' own timing (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture"). So both sets
 are pooled whenever both have enough steps (the median is robust to a warm-up or a leftover step
 either way), unless their medians are more than ``SETS_DISAGREE`` apart: then the faster set
 alone; a set alone when only it has.
@@ -29,17 +29,17 @@ MIN_SAMPLES = 3
 SETTLE_STEPS = 1
 """Steps after the window left untimed beyond the one that wrote the trace: the first step after it
 runs slower than the next ones while the caches and the allocator refill after the export
-(BENCHMARKS.md "Evidence moved from the source: capture")."""
+(benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
 SETS_DISAGREE = 1.25
 """Medians of the two sets further apart than this: the faster set alone. Both slowdowns only add
 time (warm-up before the window, the profiler's leftovers after it), so the faster set is the one
 neither reached; 1.25 separates a generate() loop (1.39x apart) from a DCGAN whose pooled
 median was right (1.21x apart). Pinned by tests/test_unprofiled_timing.py::
-test_two_sets_far_apart_give_the_faster_one; the runs: BENCHMARKS.md "Evidence moved from the
+test_two_sets_far_apart_give_the_faster_one; the runs: benchmarks/BENCHMARKS-capture.md "Evidence moved from the
 source: capture"."""
 WARM_STEPS = 10
 """Steps a program needs to reach its steady state: timed steps that all end before this step
-are likely warm-up (BENCHMARKS.md "Evidence moved from the source: capture")."""
+are likely warm-up (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
 
 
 TRIAL_SETTLE_HALF = 6
@@ -55,19 +55,19 @@ TRIAL_SETTLE_MAX_S = 30.0
 """Nor more than this many seconds past it."""
 TRIAL_TIMED_STEPS = 30
 """Once settled, a trial times at least this many steps (after the ones judged settled). Twelve
-were too few for two invocations to agree, each mean moved by one or two stalls (BENCHMARKS.md
+were too few for two invocations to agree, each mean moved by one or two stalls (benchmarks/BENCHMARKS-capture.md
 "Evidence moved from the source: capture"); at 25 ms a step the 18 more steps cost half a second."""
 TRIAL_TIMED_SE = 0.01
 """Past TRIAL_TIMED_STEPS, a trial times on until the standard error of its mean step (every step:
 a trial's comparison keeps them all, tryfix/trial.py) is within this share of the mean
-(``timed_enough``). Thirty steps are still too few where the host stalls (BENCHMARKS.md "Evidence
+(``timed_enough``). Thirty steps are still too few where the host stalls (benchmarks/BENCHMARKS-capture.md "Evidence
 moved from the source: capture"). Stalls that come at random average out as one over the root of
 the steps; a clean step (spread 1-2%) stops at 30."""
 TRIAL_TIMED_MIN_S = 3.0
 """Nor fewer seconds than this (unless TRIAL_TIMED_MAX_STEPS come first): a host-bound step's speed
 moves with the host's, in spells of seconds that the steps of one spell cannot show (2-4% over 3 s
 windows against 6-8% over 0.3 s: benchmarks/probes/probe_host_noise.py, benchmarks/probes/probe_cpu_map.py;
-BENCHMARKS.md "Evidence moved from the source: capture"). The cost: a trial of a 25 ms step times
+benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture"). The cost: a trial of a 25 ms step times
 2 s more."""
 TRIAL_TIMED_MAX_STEPS = 600
 TRIAL_TIMED_MAX_S = 5.0
@@ -204,7 +204,7 @@ def settled(intervals: list[float], loader_depth: int = 0) -> bool:
     steps than two runs: not settled.
 
     Why a trial waits for it: torch.compile's background work outlives the compile, by how much
-    depends on whether Inductor's cache already held the graph (BENCHMARKS.md "Evidence moved from
+    depends on whether Inductor's cache already held the graph (benchmarks/BENCHMARKS-capture.md "Evidence moved from
     the source: capture"). A fixed number of warm-up steps cannot cover both; a settled series
     can."""
     half = max(TRIAL_SETTLE_HALF, loader_depth)

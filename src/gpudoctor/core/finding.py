@@ -157,7 +157,7 @@ KERNELS_REMOVED = "kernels_removed_per_step"
 HOST_WORK_REMOVED = "host_work_removed_ms_per_step"
 
 # No fix is priced above 100x: the lab's per_sample_loop and small_gemm fixes measured 24-32x
-# (BENCHMARKS.md "The lab: predicted vs measured speedup on the GPU"), which a 95% cap (20x) could
+# (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs measured speedup on the GPU"), which a 95% cap (20x) could
 # never predict.
 MAX_SAVING_SHARE = 0.99
 

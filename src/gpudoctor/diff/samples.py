@@ -220,7 +220,7 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     """The change from BEFORE's processes to AFTER's, each side a list of processes' step samples.
 
     Where a program's speed moves from one process to the next (a host-bound loop on a shared CPU:
-    BENCHMARKS.md "Evidence moved from the source: lab, diff and report"), the steps of one process
+    benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff and report"), the steps of one process
     cannot say how far the next will differ. Each process's mean (``process_mean``) is then
     one observation: the estimate is the ratio of the geometric means of the two sides' process
     means, its interval Student's t on their logs with the variance pooled over both sides (n_before

@@ -131,7 +131,7 @@ def _constexprs(fn) -> tuple[str, ...]:
 
 def _specializations(args: tuple) -> tuple:
     """``_specialization`` of each argument, tensors and ints inline: one list comprehension, not a
-    Python call per argument (about half the host time a launch, BENCHMARKS.md "Evidence moved from
+    Python call per argument (about half the host time a launch, benchmarks/BENCHMARKS-kernels.md "Evidence moved from
     the source: kernel constants")."""
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
                   else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64) if type(a) is int
@@ -143,7 +143,7 @@ def _exact(args: tuple) -> tuple:
     """The exact key of a launch's arguments: an int as itself, a tensor as its dtype and address
     modulo 16, anything else with its type (1, 1.0 and True are equal in Python, and Triton types
     them differently). Equal exact keys have equal specializations (``_specializations``); it takes
-    half the host time of the specialization key (BENCHMARKS.md "Evidence moved from the source:
+    half the host time of the specialization key (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source:
     kernel constants")."""
     return tuple([a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor)
                   else (type(a), a) for a in args])
@@ -246,7 +246,7 @@ class Launcher:
         """``launch(grid, tensors + scalars, values, num_warps)`` for a kernel whose tensor arguments all come
         before the others. The exact key is then built from C-level maps over each group (every tensor's dtype
         and address modulo 16; the scalars and their types), with no per-argument type test in
-        Python: half the host time of ``launch``'s key (BENCHMARKS.md "Evidence moved from the
+        Python: half the host time of ``launch``'s key (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
         source: kernel constants"). Its keys never equal ``launch``'s (other lengths) and, like them,
         equal keys have equal specializations."""
         first = tensors[0]
@@ -328,7 +328,7 @@ def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int
 # neither and keeps the ``autograd.Function`` path (with its graph breaks).
 #
 # Eager calls do not go through the ops: the dispatcher's round trip to a Python kernel and the
-# generated autograd node cost about twice an ``autograd.Function``'s host time (BENCHMARKS.md
+# generated autograd node cost about twice an ``autograd.Function``'s host time (benchmarks/BENCHMARKS-kernels.md
 # "Evidence moved from the source: kernel constants"); the public functions take the op only when
 # ``torch.compiler.is_compiling()``.
 

@@ -45,39 +45,39 @@ from gpudoctor.kernels._rms_norm import (
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
 # backward (x, mean, rstd); CUDA inputs that NATIVE_BELOW lists (rows up to this wide, fewer
 # elements than this) go there, where it takes less GPU time than these kernels. Rows between 1024
-# and 4096 wide were not measured and follow the 1024 rule (BENCHMARKS.md "Evidence moved from the
+# and 4096 wide were not measured and follow the 1024 rule (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
 # source: kernel constants").
 NATIVE_BELOW = ((512, 2**20), (2048, 2**22))
 # Rows whose block is at least this wide take the split backward: the dx kernel without the weight
 # and bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding
 # x, dy, x_hat, g and two fp32 accumulators of 16384 spills registers (about 4x its HBM time). Rows
 # too wide for one block (the column loop) take it too: the loop's per-row read-modify-write of the
-# partials goes (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+# partials goes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
 SPLIT_MIN_BLOCK = 16384
 # The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile and warps: the fastest of the tiles tried at
-# every height of 16384-wide rows (BENCHMARKS.md "Evidence moved from the source: kernel
+# every height of 16384-wide rows (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
 # constants").
 SPLIT_ROWS = 32
 SPLIT_COLS = 128
 SPLIT_WARPS = 4
 
 # [ROWS, BLOCK] tile size (see _rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over
-# the six tuned shapes (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+# the six tuned shapes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
 TILE_ELEMENTS = 8192
 # The backward loads the next row tile early (_rms_norm.PREFETCH) only for tiles of at most this
-# many rows: at 8 rows a tile it spilled, at 32 it changed nothing (BENCHMARKS.md "Evidence moved
+# many rows: at 8 rows a tile it spilled, at 32 it changed nothing (benchmarks/BENCHMARKS-kernels.md "Evidence moved
 # from the source: kernel constants").
 PREFETCH_MAX_ROWS = 2
 # Taller tiles, up to PIPELINE_MAX_ROWS rows, have Triton pipeline the backward's tile loop instead
 # (``tl.range(..., num_stages=PIPELINE_STAGES)``: the next tiles' x and dy are copied into shared
 # memory while this one is computed; no registers): 3 stages gained up to 16 rows a tile, not at 32,
-# and not where the register prefetch runs (BENCHMARKS.md "Evidence moved from the source: kernel
+# and not where the register prefetch runs (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
 # constants").
 PIPELINE_MAX_ROWS = 16
 PIPELINE_STAGES = 3
 # Row widths whose tiles differ from TILE_ELEMENTS, (tile, up to this many elements): rows of 1024
 # took less GPU time with a forward tile of 4096, and with a backward tile of 2048 (2 rows, 8 warps,
-# the register prefetch) up to 8M elements (BENCHMARKS.md "Evidence moved from the source: kernel
+# the register prefetch) up to 8M elements (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
 # constants").
 FORWARD_TILE_ELEMENTS = {1024: 4096}
 BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
@@ -85,7 +85,7 @@ BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
 # tile (n_tiles <= the resident programs): Triton then compiles the one-iteration tile loop without
 # loop-carried accumulators (tiles_per_program == 1 is specialized), which fits in registers; the
 # weight is reloaded (_rms_norm.RELOAD_W_MIN_BLOCK). At 2 tiles a program fused was slower
-# (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+# (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
 FUSED_WIDE_MAX_TILES = 1
 
 

@@ -42,52 +42,52 @@ from gpudoctor.kernels._common import jit as _jit
 # With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm``, whose fused
 # CUDA kernels keep the same tensors for backward; below these sizes (rows up to this wide, fewer
 # elements than this) its fewer launches cost less GPU time than our kernels. Llama casting has no
-# native fused equivalent, so it always takes the kernel. Measured: BENCHMARKS.md "Evidence moved
+# native fused equivalent, so it always takes the kernel. Measured: benchmarks/BENCHMARKS-kernels.md "Evidence moved
 # from the source: kernel constants".
 NATIVE_BELOW = ((1024, 2**17),)
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
 # Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that was faster on
-# 64 KB rows, one block the faster at 32 KB and below (BENCHMARKS.md "Evidence moved from the
+# 64 KB rows, one block the faster at 32 KB and below (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
 # source: kernel constants").
 MAX_FUSED_BYTES = 32768
 # Column chunk of the looping kernels: 8192 beat 4096 on every shape measured for MAX_FUSED_BYTES.
 LOOP_BLOCK = 8192
 # Elements of one [ROWS, BLOCK] tile of the single-block kernels: rows narrower than this are
 # processed TILE_ELEMENTS // BLOCK at a time; 4096 was the best or within 4% of it at every width
-# from 256 to 16384, forward + backward (BENCHMARKS.md "Evidence moved from the source: kernel
+# from 256 to 16384, forward + backward (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
 # constants").
 TILE_ELEMENTS = 4096
 # The forward alone does not care about the tile size, so one size serves both. Backward programs
 # resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps) programs, each
 # writing one fp32 row of partial weight gradients (fewer programs, less of that traffic; more, more
-# loads in flight); 16 beat 4, 8, 32 and 64 (BENCHMARKS.md "Evidence moved from the source: kernel
+# loads in flight); 16 beat 4, 8, 32 and 64 (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
 # constants").
 BACKWARD_WARPS_PER_SM = 16
 # The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile
 # t's math: with about two programs per SM, one tile of loads in flight per program left HBM idle.
 # Only where the extra registers fit (use_prefetch): 16-bit inputs at up to PREFETCH_ELEMENTS
-# elements of a tile per thread; at 32 the kernel spilled (fp32 was not measured). BENCHMARKS.md
+# elements of a tile per thread; at 32 the kernel spilled (fp32 was not measured). benchmarks/BENCHMARKS-kernels.md
 # "Evidence moved from the source: kernel constants".
 PREFETCH = True
 PREFETCH_ELEMENTS = 16
 # Stage two of the weight / bias gradient: _sum_partials, one launch (LayerNorm's dw and db
 # together), each program SUM_COLS columns summed SUM_ROWS partial rows at a time, in place of
 # partials.sum(0).to(dtype) (two kernels a gradient): the fastest of the tiles tried, 3x faster than
-# PyTorch's stage two (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+# PyTorch's stage two (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
 SUM_COLS = 32
 SUM_ROWS = 128
 SUM_WARPS = 4
 # Single-block backwards of blocks at least this wide load the weight again for each row tile (an L1
 # / L2 hit) instead of holding BLOCK / threads fp32 values of it in registers across the tile loop:
 # at 16384 the held weight pushed the kernel past its 128 registers; narrower, no change, so it
-# stays held there (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+# stays held there (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
 RELOAD_W_MIN_BLOCK = 16384
 # A backward of at most this many row tiles (at most 4 x 16384 elements) runs as one program that stores dw
 # itself, in the weight's dtype, instead of a program per tile writing fp32 partials that a second kernel
 # sums: one launch, one allocation and their host time less (on the H100 host a Triton launch costs tens
-# of us of CPU, BENCHMARKS.md), for a few us of GPU work either way. benchmarks/bench_kernels_host.py
-# measures both clocks at 4 x 4096.
+# of us of CPU, benchmarks/BENCHMARKS-kernels.md), for a few us of GPU work either way.
+# benchmarks/bench_kernels_host.py measures both clocks at 4 x 4096.
 WHOLE_MAX_TILES = 4
 
 CASTINGS = ("llama", "gemma")
@@ -287,7 +287,7 @@ def rows_per_tile(block: int, single: bool, n_rows: int, tile_elements: int | No
 def warps_for(block: int) -> int:
     # Triton tutorial 05 "Layer Normalization": min(max(BLOCK // 256, 1), 8); wider tiles get 16.
     # 16 warps beat 8 and 32 at every shape tried with tiles of 8192 and 16384 elements; 4 spilled
-    # (BENCHMARKS.md "Evidence moved from the source: kernel constants").
+    # (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
     if block >= 8192:
         return 16
     return min(max(block // 256, 1), 8)
@@ -402,7 +402,7 @@ def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.de
 def rows_of(t: torch.Tensor, hidden: int) -> tuple[torch.Tensor, int, int]:
     """(t as rows, number of rows, row stride) for a kernel that reads rows of ``hidden`` consecutive
     elements: a contiguous t is passed as it is (its rows are ``hidden`` apart), with no view to build (a
-    reshape and a view cost about as much host time as the launch they feed, BENCHMARKS.md
+    reshape and a view cost about as much host time as the launch they feed, benchmarks/BENCHMARKS-kernels.md
     "Evidence moved from the source: kernel constants"); anything else goes through ``as_rows``."""
     if t.is_contiguous():
         n_rows = t.numel() // hidden
@@ -623,7 +623,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
         # the op, not the torch math, for a direct call: alone it compiles to less GPU time than
-        # torch.compile of HF's math (BENCHMARKS.md "Evidence moved from the source: kernel
+        # torch.compile of HF's math (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
         # constants"); in a model, where Inductor fuses the math with its neighbours,
         # patch(compiled=) chooses
         return _FWD_OP(x, weight, eps, offset, llama)[0]

@@ -27,7 +27,7 @@ NaN as ``F.cross_entropy`` does). The mean is per call: to divide by a count ove
 micro-batches (HF's ``num_items_in_batch``), call with ``reduction="sum"`` and divide the result.
 
 Memory, time and gradients against Hugging Face's ``F.cross_entropy((h @ W.T).float(), t)`` on an
-H100: BENCHMARKS.md "Evidence moved from the source: kernel constants".
+H100: benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants".
 """
 
 from __future__ import annotations

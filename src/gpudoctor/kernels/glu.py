@@ -18,7 +18,7 @@ Formulas (fp32 inside the kernels):
   The interpreter, which has no libdevice, takes t = 2 sigmoid(2k) - 1.
 - erf-GELU(x) = 0.5 x (1 + erf(x / sqrt(2))); derivative Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi).
 
-Memory, time and bit-equality against eager on an H100: BENCHMARKS.md "Evidence moved from the
+Memory, time and bit-equality against eager on an H100: benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
 source: kernel constants".
 """
 

@@ -20,12 +20,12 @@ Under ``torch.compile`` (``compiled=``): with ``"native"`` (the default) a patch
 into its class's own forward, so the compiler sees the model it would have seen unpatched and Inductor
 fuses the norm and the activation with their neighbours (the residual add before a norm, the casts
 around it), which an op cannot offer; the kernels serve eager calls (every patched module an op
-made a compiled Llama-style step slower than unpatched: BENCHMARKS.md "Evidence moved from the
+made a compiled Llama-style step slower than unpatched: benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
 source: kernel constants"). With ``"op"`` each traces into its ``gpudoctor::`` op. The loss is the
 ``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with ``"native"`` wherever its logits would
 hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is about memory (the logits are never whole),
 which Inductor's fusion of the plain loss does not give. Smaller, the class's own loss is traced:
-there the op saved nothing and cost time (``benchmarks/probes/probe_ce_compiled.py``; BENCHMARKS.md
+there the op saved nothing and cost time (``benchmarks/probes/probe_ce_compiled.py``; benchmarks/BENCHMARKS-kernels.md
 "Evidence moved from the source: kernel constants").
 """
 

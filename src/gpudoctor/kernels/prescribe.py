@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gpudoctor.core.finding import Fix
 
-# Measured by benchmarks/bench_kernels.py; see BENCHMARKS.md ("gpudoctor.kernels"). None: not
+# Measured by benchmarks/bench_kernels.py; see benchmarks/BENCHMARKS-kernels.md ("gpudoctor.kernels"). None: not
 # measured, and then no figure is quoted.
 MEASURED: dict[str, dict] = {
     # benchmarks/results/kernels_h100_run4_*.json and run{12,17}_*.json (torch 2.11, triton 3.6),

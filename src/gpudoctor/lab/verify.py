@@ -8,7 +8,7 @@ when they get no major or critical finding.
 
 Why rounds, and why before the capture: the host-bound twins (per_sample_loop's fixed step is a
 fraction of a millisecond of launches) moved by 1.8x between lab runs while timed once each, the
-fixed twin after the sick one's profiled window (BENCHMARKS.md "The lab: predicted vs measured
+fixed twin after the sick one's profiled window (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs measured
 speedup on the GPU"). Alternating the twins puts
 both under the same machine state, the median of the rounds drops a round that a neighbour
 disturbed, and no twin is timed after the profiler has run in the process. A round costs
@@ -110,7 +110,7 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
 def _release(device: str) -> None:
     """Hand a closed workload's cached blocks back to the driver, so the next build starts as a
     fresh process would: a fixed build's workspace left in PyTorch's cache made allocator_churn's
-    sick step run at the fixed twin's time (BENCHMARKS.md "Evidence moved from the source: lab, diff
+    sick step run at the fixed twin's time (benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff
     and report")."""
     import gc
 

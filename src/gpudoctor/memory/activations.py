@@ -3,7 +3,7 @@
 Every term below is a tensor that autograd saves (or that stays alive) in ``transformers``'
 eager PyTorch code, counted by unique storage. The rules were read off the autograd graph
 (``grad_fn._saved_*``) and checked against ``torch.cuda.memory_allocated`` after the forward
-(``benchmarks/bench_memory.py``; BENCHMARKS.md "Evidence moved from the source: memory"): the saved
+(``benchmarks/bench_memory.py``; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"): the saved
 bytes matched to within a few MB per run. Notation: ``T`` tokens of the micro-batch on this GPU,
 ``c`` bytes of a matmul output (the autocast dtype, else the parameters'), ``r`` bytes of the
 residual stream (the parameters' dtype).

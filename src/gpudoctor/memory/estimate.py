@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # The caching allocator keeps more than it hands out: reserved / allocated at the peak ranged from
-# 1.06 to 1.36 (median 1.12) over the 18 runs of benchmarks/bench_memory.py (BENCHMARKS.md
+# 1.06 to 1.36 (median 1.12) over the 18 runs of benchmarks/bench_memory.py (benchmarks/BENCHMARKS-memory.md
 # "Evidence moved from the source: memory"). The median is the estimate; fragmentation-heavy
 # workloads go higher.
 RESERVED_OVER_ALLOCATED = 1.12
 
 # Per process, outside the allocator: the CUDA context, cuBLAS/cuDNN handles and kernels loaded.
 # Measured: used memory (cudaMemGetInfo) minus torch.cuda.memory_reserved() after a first matmul (an
-# H200 with CUDA 13; BENCHMARKS.md "Evidence moved from the source: memory"). Other drivers and
+# H200 with CUDA 13; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"). Other drivers and
 # cards differ by a few hundred MB.
 CUDA_CONTEXT_BYTES = 718_077_952
 

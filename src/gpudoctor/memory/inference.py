@@ -11,7 +11,7 @@ position only.
 
 Checked against ``torch.cuda.max_memory_allocated`` on six models (three of them held out) and on
 the twelve model types of the arch sweep, each phase of the MoE cases measured apart: within 2.1%
-(BENCHMARKS.md "Evidence moved from the source: memory"; tests/test_memory_arch.py pins the sweep).
+(benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"; tests/test_memory_arch.py pins the sweep).
 """
 
 from __future__ import annotations

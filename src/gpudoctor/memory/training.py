@@ -7,7 +7,7 @@ fp32 copy; the backward starts with the loss's two fp32 grads, then frees each l
 tensors as its gradients appear; the optimizer step adds its temporaries. The peak is the largest
 of those moments, and its phase is reported with it.
 
-Measured facts used here (benchmarks/bench_memory.py; BENCHMARKS.md "Evidence moved from the
+Measured facts used here (benchmarks/bench_memory.py; benchmarks/BENCHMARKS-memory.md "Evidence moved from the
 source: memory"):
 ``AdamW`` (foreach, the CUDA default) allocates one parameter-sized temporary in its step
 (``exp_avg_sq.sqrt()``); SGD with momentum none; ``torch.optim.Adafactor`` about one copy of the

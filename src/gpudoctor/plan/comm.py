@@ -2,7 +2,7 @@
 group, and how much of it is exposed (the overlap rules).
 
 Every collective is priced by ``gpudoctor.plan.collective_cost.predict``, the alpha-beta model
-validated against measured NCCL curves (BENCHMARKS.md, "plan comm: predicted vs measured
+validated against measured NCCL curves (benchmarks/BENCHMARKS-plan.md, "plan comm: predicted vs measured
 collectives"); its interconnect presets are the only fabric table. Ranks are laid out TP innermost,
 then CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
 """

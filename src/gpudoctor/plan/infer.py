@@ -28,7 +28,7 @@ from gpudoctor.plan.limits import gib, half_precision, plural
 # measured, 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of
 # 1024-4096 tokens, a CUDA-graphed step of cuBLAS GEMVs and batched-matmul attention
 # (benchmarks/bench_plan_infer.py, held out there: mistral-7b, qwen2.5-7b, llama-3.2-3b;
-# BENCHMARKS.md "`gpudoctor plan infer`: decode and prefill on one H100"). Other cards are assumed
+# benchmarks/BENCHMARKS-plan.md "`gpudoctor plan infer`: decode and prefill on one H100"). Other cards are assumed
 # to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches: assumed 0.6 (the
 # same run measured 0.51-0.66). The share of GPU memory a serving engine takes: vLLM's default
 # gpu_memory_utilization, 0.9.

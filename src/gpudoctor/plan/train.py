@@ -18,7 +18,7 @@ The model, and what it assumes (each also in ``ASSUMPTIONS``, printed with every
   at the measured SDPA rate, HBM work at the measured bandwidth, plus a launch-gap term
   (plan/calibration.py).
 - Communication is priced by ``gpudoctor.plan.collective_cost.predict`` (the collective model validated
-  in BENCHMARKS.md); what each axis sends and how much of it is exposed is in plan/comm.py.
+  in benchmarks/BENCHMARKS-plan.md); what each axis sends and how much of it is exposed is in plan/comm.py.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ micro-batch, where no stage overlaps another. Also given (``extra_work_cost_ms``
 loses to the slowest stage's time above the other stages' median, the saving of removing its extra
 work rather than moving it. The model and its constant are checked against a 2-GPU pipeline and its
 balanced twin in tests/test_ranks_pipeline.py::test_h200_imbalanced_stage_priced_by_the_schedule
-(the run: BENCHMARKS.md "Evidence moved from the source: ranks"); (m + p - 1) max(t_i) would put
+(the run: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the source: ranks"); (m + p - 1) max(t_i) would put
 the step above the measured one before any overhead.
 
 The stage times are kernel durations, which the profiler does not stretch (it adds host time per

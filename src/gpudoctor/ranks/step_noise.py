@@ -11,7 +11,7 @@ it does every N steps, caught once) cannot be told from a hiccup this way: it is
 
 A healthy run's latest rank can be late by more than a planted straggler in single steps, and
 still within this bound over the window (tests/test_ranks_planted.py::
-test_ranks_late_by_turns_have_no_straggler; the runs: BENCHMARKS.md "Evidence moved from the
+test_ranks_late_by_turns_have_no_straggler; the runs: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the
 source: ranks").
 """
 

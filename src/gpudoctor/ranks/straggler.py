@@ -69,7 +69,7 @@ SAME_EVENTS = 0.01
 # same work differ in profiled dispatch by up to about a quarter of that estimate, while unprofiled
 # neither issues its ops more slowly, so half the estimate is about twice the largest difference
 # seen (tests/test_ranks_causes.py::test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise;
-# the runs: BENCHMARKS.md "Evidence moved from the source: ranks").
+# the runs: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the source: ranks").
 PROFILER_NOISE = 0.5
 
 _IDLE_FIXES = {

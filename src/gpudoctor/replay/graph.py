@@ -36,7 +36,7 @@ RETURN_AFTER_NS = 30_000
 HELD_SLACK_NS = 5_000
 # How long before a held-back event the event it waited for on another stream may have ended: a
 # DDP all-reduce started 2.8-5.2 us after the gradient kernel it waited for (tests/data/ddp4_h200_batch;
-# BENCHMARKS.md "Replay").
+# benchmarks/BENCHMARKS-replay.md "Replay").
 WAIT_SLACK_NS = 20_000
 
 # Kinds of host-chain entries.

@@ -6,7 +6,7 @@ loses its recorded events' cost (replay/graph.py counts them by class); the repl
 the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (the analysis'
 per-event estimate, analysis/observer.py), or what ``gpudoctor bench`` measured on the card
 (hardware/probe.py ``profiler_probes``, through the machine profile), scaled by one factor fitted on the user's own run when
-its unprofiled step was timed (``unprofiled``); BENCHMARKS.md "Replay" holds how close both come.
+its unprofiled step was timed (``unprofiled``); benchmarks/BENCHMARKS-replay.md "Replay" holds how close both come.
 """
 
 from __future__ import annotations

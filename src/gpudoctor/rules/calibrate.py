@@ -78,7 +78,7 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: f
 # idle share stands.
 # A finding priced by the host's own work its fix removes (evidence HOST_WORK_REMOVED: a host-bound
 # step's reads and the checks computed for them, rules/host_sync.py) is calibrated the same way.
-# The lab's twins against each calibration: BENCHMARKS.md "Evidence moved from the source: rule
+# The lab's twins against each calibration: benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule
 # pricing", calibration.
 
 # The unprofiled step's time beyond the profiled one, per step: waits the window did not record.
@@ -164,7 +164,7 @@ def calibrate(
 # step hides the host's time; after the fix it shows). Fixes that remove ops (fusion, fused
 # attention) declare how many kernels per step they take away (KERNELS_REMOVED): the host still
 # issues the rest, so their step is floored at the host's time scaled by the kernels that remain
-# (without the floor the lab's naive_attention was over-predicted: BENCHMARKS.md "Evidence moved
+# (without the floor the lab's naive_attention was over-predicted: benchmarks/BENCHMARKS-twins.md "Evidence moved
 # from the source: rule pricing", calibration). Batching fixes (per-sample loops, small GEMMs)
 # remove the host's own loop with the kernels and are priced by the step they leave instead.
 

@@ -10,7 +10,7 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   host keeps its time: on host-bound steps the compiled module's generated code cost the host
   about what eager did (manual_sgd x0.98, unet_ema x0.93 measured, where taking the fused
   operators' host time out priced x1.15 and x1.14, and summing launch-bound's saving x9.1 and
-  x2.4: BENCHMARKS.md "Replay", knob trials).
+  x2.4: benchmarks/BENCHMARKS-replay.md "Replay", knob trials).
 - ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
   (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
   backward a step.

@@ -97,8 +97,8 @@ def check(a: Analysis) -> Finding | None:
 
 
 # GEMM_EFFICIENCY is a share of the datasheet roof; a measured 8192^3 GEMM already sits at about
-# 0.81 of it (H100 bf16: 800 of 989 TFLOP/s, BENCHMARKS.md), so against a measured large-shape rate
-# the same expectation is GEMM_EFFICIENCY / 0.81.
+# 0.81 of it (H100 bf16: 800 of 989 TFLOP/s, benchmarks/BENCHMARKS-bench.md), so against a measured
+# large-shape rate the same expectation is GEMM_EFFICIENCY / 0.81.
 MEASURED_LARGE_SHAPE = 0.81
 
 

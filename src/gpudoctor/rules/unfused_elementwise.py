@@ -42,11 +42,12 @@ FUSED_PASS_FACTOR = 1.25
 # An eager kernel far under the memory roof is a layout the compiler writes anew, not a floor for
 # the fused pass (bf16 BatchNorm backward on NCHW ran at 6-12% of the roof); where a compiler stops
 # doing better is not measured (chain kernels at 17% and 32-37% were left as they ran), so the share
-# stays under both: BENCHMARKS.md "Evidence moved from the source: rule pricing", unfused-elementwise.
+# stays under both: benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing",
+# unfused-elementwise.
 COMPILED_PASS_SHARE = 0.15
 # Major from 10% of the step, not 5%: the gain is priced from kernel times alone (the compiler's
 # warm-up, graph breaks and recompiles are not), and at a tenth of the step the price is within its
-# error of nothing (same BENCHMARKS.md entry: the lab's healthy GPT step).
+# error of nothing (same benchmarks/BENCHMARKS-twins.md entry: the lab's healthy GPT step).
 MAJOR_SHARE = 0.10
 
 

@@ -4,7 +4,7 @@ torch.profiler's ``export_chrome_trace`` writes ``{"traceEvents": [...], "device
 [...], ...}``. Decoding straight into typed structs, with each event's ``args`` kept as raw JSON until the
 table of its kind decodes them, ``cat`` and ``ph`` as shared enum members, is what makes loading
 fast: benchmarks/bench_json_decode.py compares it with ``json.loads`` and ``orjson.loads`` on the
-same trace (BENCHMARKS.md).
+same trace (benchmarks/BENCHMARKS-loading.md).
 
 Field names and their spelling come from Kineto's ChromeTraceLogger (libkineto/src/output_json.cpp)
 and torch/autograd/profiler_util.py; they have been stable from PyTorch 2.4 to 2.13.

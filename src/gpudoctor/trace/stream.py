@@ -55,7 +55,7 @@ def big_arrays_apart() -> None:
     when freed, for the rest of the process. glibc would otherwise raise that threshold to the
     largest block freed so far (up to 32 MB) and carve later ones from the heap, where the holes
     they leave stay counted in the RSS: a 0.8 GB trace analysed at 415 MB peak RSS without this,
-    366 MB with it (BENCHMARKS.md, "Traces of any size")."""
+    366 MB with it (benchmarks/BENCHMARKS-loading.md, "Traces of any size")."""
     if _MALLOPT is not None:
         _MALLOPT(ctypes.c_int(_M_MMAP_THRESHOLD), ctypes.c_int(1 << 20))
 

@@ -72,7 +72,7 @@ def _exit_now(code: int) -> None:
     """Leave without the interpreter's teardown once trial.json is written: nothing after it is
     measured, and a DataLoader's persistent workers are joined there one by one, five seconds each
     when they do not stop (torch's MP_STATUS_CHECK_INTERVAL), which can take ten times the trial's
-    steps (BENCHMARKS.md "Evidence moved from the source: try-fixes"). The parent kills the process
+    steps (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). The parent kills the process
     group after it."""
     sys.stdout.flush()
     sys.stderr.flush()

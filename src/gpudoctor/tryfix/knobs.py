@@ -74,7 +74,7 @@ class Knob:
 # torch.compile compiles at the module's second call and again when gpudoctor's step discovery drops
 # its global module hooks after the second step (the compiled code guards on them): with the
 # baseline's --skip 5, the timed steps held the compilation. The compile trials run this many more
-# steps first and time the same number of steps after them (BENCHMARKS.md "Evidence moved from the
+# steps first and time the same number of steps after them (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the
 # source: try-fixes").
 WARMUP_COMPILE = 10
 
@@ -366,7 +366,7 @@ def _dropout_note(module: Any) -> str:
     """"; 12 dropout modules: ..." when the module holds dropout with p > 0. Inductor draws its
     own random masks (Philox), not eager's, so the first losses of a compiled model that trains
     with dropout differ by sampling noise, far more than a numerics change such as TF32 moves them
-    (BENCHMARKS.md "Evidence moved from the source: try-fixes")."""
+    (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes")."""
     from torch import nn
 
     count = sum(1 for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
@@ -467,7 +467,7 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # without waiting for it: the workers import torch on every CPU while the compiled steps run and
 # stall them. With a cold cache the compile itself waits for the pool, which is up before the timed
 # steps. The trial also leaves the user's cache as it was; its cost is a compile from nothing
-# (tens of seconds) per compile trial (BENCHMARKS.md "Evidence moved from the source: try-fixes").
+# (tens of seconds) per compile trial (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes").
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # The combined trial compiles the same model again: it reuses the cache its compile knob's own trial
 # left (tryfix/trial.py ``Trials._spawn``) instead of compiling from nothing a second time (the
@@ -476,7 +476,7 @@ FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 REUSED_CACHE = "reused"
 # And a compile trial compiles in the program's own process, with no worker pool, unless the user
 # set the variable: with the pool up, the host's copies into pinned memory ran 80x slower, and a
-# program that pins its batches on the training thread measured slower compiled (BENCHMARKS.md
+# program that pins its batches on the training thread measured slower compiled (benchmarks/BENCHMARKS-try-fixes.md
 # "Evidence moved from the source: try-fixes"). The effects line tells the user to set it too.
 IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
@@ -493,13 +493,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
          numerics=True, group="optimizer"),
     # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too
-    # (priced on the launches alone it under-predicted: BENCHMARKS.md "Evidence moved from the
+    # (priced on the launches alone it under-predicted: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the
     # source: try-fixes")
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
          _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
     # priced by fusion alone: summed with launch-bound's saving it read x9.1 and x2.4 where x0.98
-    # and x0.93 were measured (BENCHMARKS.md "Replay", knob trials); the report's own replayed
+    # and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials); the report's own replayed
     # price of the knob (rules/knob_prices.py) comes first
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
          numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),

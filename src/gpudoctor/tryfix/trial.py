@@ -125,18 +125,18 @@ CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, 
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 CONTROLS_BOTH = "controls before and after"  # the reference once control-end ran (``bracketed``)
 # Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate
-# the knob from the program's own drift (controls 20% apart on a real program: BENCHMARKS.md
+# the knob from the program's own drift (controls 20% apart on a real program: benchmarks/BENCHMARKS-try-fixes.md
 # "Evidence moved from the source: try-fixes")
 REPEATS_HINT_DRIFT_PCT = 5.0
 PRICED_STEP_MOVED_PCT = 20.0
 """The control's step this much off the diagnosed run's (the step the findings priced): the
 control's line says so, since a step that moved may have changed what bounds it (a GPU-bound step
-found host-bound in the control measures nothing of a fusion fix: BENCHMARKS.md "Evidence moved
+found host-bound in the control measures nothing of a fusion fix: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved
 from the source: try-fixes")."""
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
 # A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are at
 # most one sample in ten and keeps them all above that: on steps that stall in a few percent of them
-# it drops them in some processes and not in others (BENCHMARKS.md "Evidence moved from the source:
+# it drops them in some processes and not in others (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
 # try-fixes"). The trials need no rule to drop a warm-up step: they time steps judged settled
 # (capture/timing.py), with compilation cut.
 DROP_OUTLIERS = False
@@ -165,7 +165,7 @@ class Baseline:
 # many steps (then time 30 or more after the 12 judged settled: capture/timing.py timed_enough). A
 # program that ends sooner is timed over the second half of the steps it ran (a trial's program may
 # end before its window). 24, not 16: a once-an-epoch step every 16th fell in one control's samples
-# and not in the next one's (BENCHMARKS.md "Evidence moved from the source: try-fixes").
+# and not in the next one's (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes").
 TRIAL_MIN_SKIP = 24
 
 
@@ -248,7 +248,7 @@ def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[
 MIN_TRIAL_SPEEDUP = 1.01
 """A knob priced under this (its findings put less than 1% of the step at stake) is listed, not
 tried, unless named: no trial can tell 1% from the drift between two processes of an unchanged
-program (1-9% on the lent H100s; BENCHMARKS.md "Evidence moved from the source: try-fixes")."""
+program (1-9% on the lent H100s; benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes")."""
 
 
 def _stake(planned: Planned) -> str:
@@ -348,7 +348,7 @@ def verdict(change: StepChange, predicted_speedup: float | None,
     if change.verdict == SAME:
         # the interval excludes 0 but not the drift of the controls (a floor above diff's 1%): the
         # knob did change the step, by less than unchanged runs of the program moved (a twin's real
-        # fix was once called "no effect" there: BENCHMARKS.md "Evidence moved from the source:
+        # fix was once called "no effect" there: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
         # try-fixes")
         drift = change.floor_pct > DEFAULT_FLOOR_PCT
         excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0 or change.ci_low_pct > 0)
@@ -450,7 +450,7 @@ class Trials:
 
         Why: a host-bound program's speed moves from one process to the next, and one process a
         knob cannot tell that from the knob (three invocations, each interval narrow, disagreed:
-        BENCHMARKS.md "Evidence moved from the source: try-fixes"). Alternating the knobs with the
+        benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). Alternating the knobs with the
         controls round by round spreads the machine's drift over both sides instead of into one
         knob's number."""
         rounds: dict[str, list[dict[str, Any]]] = {CONTROL: [self.records[-1]]}
@@ -721,7 +721,7 @@ def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...
     """The first control's samples, moved to the geometric mean of the two controls' process means.
 
     The knob trials run between the control and control-end; the program's speed moves from one
-    process to the next (BENCHMARKS.md "Evidence moved from the source: try-fixes"), so the two
+    process to the next (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"), so the two
     controls' mean is a better estimate of the speed the trials ran at than either alone. The
     spread within one process stays the first control's (the interval's within-process part); the
     drift between the two already raised the verdicts' floor."""
