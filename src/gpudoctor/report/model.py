@@ -86,9 +86,6 @@ class Report:
     distributed: dict[str, Any] = field(default_factory=dict)
     # every replay-priced fix at once; None when fewer than two fixes were priced by replay
     all_fixes: AllFixesSection | None = None
-    # the compile knobs' own replayed prices (rules/knob_prices.py KnobPrice.to_dict), by knob id:
-    # what run --try-fixes predicts for them; empty when the step's graph could not be built
-    knob_prices: dict[str, Any] = field(default_factory=dict)
     # the annotated trace written beside the report (report/perfetto.py); None when none was written
     annotated_trace: AnnotatedTraceSection | None = None
 
@@ -121,7 +118,6 @@ class Report:
             "host": self.host.to_dict() if self.host is not None else {},
             **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
-            **({"knob_prices": self.knob_prices} if self.knob_prices else {}),
             **({"annotated_trace": self.annotated_trace.to_dict()} if self.annotated_trace is not None else {}),
         }
 
