@@ -61,6 +61,9 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Report:
+    """The diagnosis as typed sections (report/sections.py), built once by report/build.py;
+    ``to_dict`` is where it becomes the JSON of docs/report-schema.md, key for key."""
+
     schema_version: str
     tool_version: str
     source: str
