@@ -318,13 +318,19 @@ def test_a_live_bundle_holds_the_annotated_trace(tmp_path: Path) -> None:
     assert analyze_path(run).findings[0].id == report.findings[0].id  # the bundle still reads its own trace
 
 
-def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: Path) -> None:
+def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Each rank's bundle gets its annotated trace; RUN's combined report (the straggler's, rank 1's
     here) points into that rank's bundle."""
     from test_rank_window import _two_bundles
 
+    import gpudoctor.capture.rank_window as rank_window
     from gpudoctor.capture.session import CaptureConfig, CaptureResult
     from gpudoctor.live import combine_ranks, diagnose_capture
+
+    # one process plays both ranks: their capture counts (the agreement keys' prefix) start afresh,
+    # whatever captures earlier tests in this process made (tests/test_rank_window.py does the same)
+    monkeypatch.setattr(rank_window, "_CAPTURES", {})
 
     sync = _two_bundles(tmp_path)
     run = sync.run_dir()
