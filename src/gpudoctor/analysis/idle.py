@@ -110,7 +110,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         by_cause["dispatch"] = total_idle / 1e6 / n_steps
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
                           gaps=(gap_s, gap_e))
-    launched_at = _next_launch_end(trace, gap_e)
+    launched_at = next_launch_end(trace, gap_e)
     waiting = launched_at <= gap_s
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
@@ -185,8 +185,9 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
     by_cause["dispatch"] -= moved
 
 
-def _next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
-    """When the host finished launching the GPU event that ends each gap (+inf: none / unknown)."""
+def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
+    """When the host finished launching the GPU event that ends each gap (int64 max: none or
+    unknown); analysis/idle_spans.py places the idle with it too."""
     dev = trace.device
     never = np.iinfo(np.int64).max
     if len(dev) == 0:
@@ -431,5 +432,5 @@ def _extend_to_gap_end(end: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) ->
 
 
 __all__ = [
-    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes",
+    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes", "next_launch_end",
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.analysis.idle import BLOCKING, CAUSES, GPU_WAIT, UNATTRIBUTED, IdleResult
+from gpudoctor.analysis.idle import BLOCKING, CAUSES, GPU_WAIT, UNATTRIBUTED, IdleResult, next_launch_end
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace
@@ -116,19 +116,6 @@ def _give_dispatch_to_blocking(s: np.ndarray, e: np.ndarray, gap: np.ndarray, ca
 def _spans(s: np.ndarray, e: np.ndarray, cause: np.ndarray, refill: np.ndarray, steps: Steps) -> IdleSpans:
     step = np.searchsorted(steps.start, s, side="right") - 1
     return IdleSpans(s.astype(np.int64), e.astype(np.int64), cause.astype(np.int64), refill, step.astype(np.int64))
-
-
-def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
-    """When the host finished launching the GPU event that ends each gap (int64 max: none or
-    unknown); as idle_causes reads it."""
-    dev = trace.device
-    never = np.iinfo(np.int64).max
-    if len(dev) == 0:
-        return np.full(len(gap_e), never, np.int64)
-    nxt = np.searchsorted(dev.ts, gap_e, side="left")
-    has_next = nxt < len(dev)
-    launch = np.where(has_next, dev.launch[np.minimum(nxt, len(dev) - 1)], -1)
-    return np.where(launch >= 0, trace.host.end[np.maximum(launch, 0)], never)
 
 
 def blocking_calls(trace: Trace, idle: IdleResult, spans: IdleSpans, cause: str) -> tuple[np.ndarray, np.ndarray]:
