@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-WITHIN = 1.25
-SLOWER_PREDICTED_AT_MOST = 1.05
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_knob_trials
+from bench_knob_trials import SLOWER_PREDICTED_AT_MOST, WITHIN, fmt  # the trials' own targets and format
 
 
 def bundles_in(path: Path, scratch: Path) -> list[Path]:
@@ -53,10 +54,6 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
 def within(p: float | None, m: float | None) -> bool | None:
     return None if not p or not m else 1 / WITHIN <= p / m <= WITHIN
 
@@ -73,7 +70,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     paired = [r for r in rows if r["measured"]]
     then_in = sum(bool(within(r["then"], r["measured"])) for r in paired)
     now_in = sum(bool(within(r["now"], r["measured"])) for r in paired)
-    slower = [r for r in paired if (r.get("ci95") or [None, None])[1] is not None and r["ci95"][1] < 1.0]
+    slower = [r for r in paired if bench_knob_trials.slower({"speedup_ci95": r.get("ci95")})]
     slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
     lines += ["", f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
               (f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
