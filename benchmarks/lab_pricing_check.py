@@ -1,6 +1,7 @@
-"""Check the pricing of four lab traps on a GPU, keeping their traces for offline tests.
+"""Check the pricing of the lab's traps on a GPU, keeping their traces for offline tests.
 
-Issue 15's persistent misses: per_sample_loop, dynamic_shapes, host_sync and small_gemm. For each,
+By default four traps that were persistently mispriced (per_sample_loop, dynamic_shapes, host_sync
+and small_gemm); ``--only all`` every trap, ``--fixed all`` every fixed twin's trace. For each,
 the lab's own protocol (lab/verify.py ``verify_trap``: alternating timing rounds of the sick
 workload and its fixed twin, then a profiled window of the sick one, diagnosed with its unprofiled
 step) gives the predicted and the measured speedup. The sick traces come back, with the fixed
@@ -11,7 +12,7 @@ Run on a CUDA machine from the repository root:
 
     PYTHONPATH=src python3 benchmarks/lab_pricing_check.py --out DIR
 
-Writes at most 7 files: ``<trap>.trace.json.gz`` (4), ``<trap>_fixed.trace.json.gz`` (2) and
+Writes ``<trap>.trace.json.gz`` and ``<trap>_fixed.trace.json.gz`` for each trap and
 ``lab_pricing.json`` (each trap's verdict, timing rounds, top findings, device and versions).
 Prints a table last.
 """
@@ -48,13 +49,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="output folder (created)")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run")
-    p.add_argument("--only", default="", help="comma-separated subset of " + ", ".join(TRAPS))
+    p.add_argument("--only", default="", help="comma-separated traps, or all (default: " + ", ".join(TRAPS) + ")")
+    p.add_argument("--fixed", default=",".join(FIXED_TRACES),
+                   help="comma-separated traps whose fixed twin is profiled too, or all")
     args = p.parse_args()
 
-    from gpudoctor.lab.registry import load_trap
+    from gpudoctor.lab.registry import TRAP_IDS, load_trap
     from gpudoctor.lab.verify import _capture_fresh, verify_trap
 
-    names = [n for n in args.only.split(",") if n] or list(TRAPS)
+    names = list(TRAP_IDS) if args.only == "all" else [n for n in args.only.split(",") if n] or list(TRAPS)
+    fixed_traces = set(TRAP_IDS) if args.fixed == "all" else {n for n in args.fixed.split(",") if n}
     args.out.mkdir(parents=True, exist_ok=True)
     rows, results = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +71,7 @@ def main() -> None:
             if trace is not None:
                 shutil.copy(trace, args.out / f"{name}.trace.json.gz")
                 entry["trace"] = f"{name}.trace.json.gz"
-            if name in FIXED_TRACES:
+            if name in fixed_traces:
                 try:
                     fixed = _capture_fresh(trap.build_fixed, args.device, work / "fixed" / name, 5, trap.with_stack)
                     shutil.copy(fixed, args.out / f"{name}_fixed.trace.json.gz")

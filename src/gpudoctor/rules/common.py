@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
 from gpudoctor.trace.model import Trace
 
+if TYPE_CHECKING:
+    from gpudoctor.analysis import Analysis
+
 # A realistic share of the tensor-core roof that cuBLAS / FlashAttention reach on large shapes,
-# used to price "the same FLOPs after the fix". The lab (gpudoctor lab) checks predictions made
+# used to price "the same FLOPs after the fix" where the trace gives no GEMM shape (else the
+# measured grid of shapes, gemm_ns_of_events). The lab (gpudoctor lab) checks predictions made
 # with it against measured fixed twins.
 GEMM_EFFICIENCY = 0.6
 ATTENTION_EFFICIENCY = 0.45
@@ -145,3 +151,21 @@ def inside_op_named(trace: Trace, host_idx: np.ndarray, name: str) -> np.ndarray
         k = np.searchsorted(starts, ts, side="right") - 1
         out[np.flatnonzero(mine)] = (k >= 0) & (ts < ends[np.maximum(k, 0)])
     return out
+
+
+def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.ndarray | float = 1.0) -> np.ndarray:
+    """Each matrix event's time (ns) in ``dtype`` at the rate the measured grid gives its operator's
+    GEMM shape (hardware/gemm_rate.py), with its rows multiplied by ``rows_times`` (a batched fix
+    stacks the rows of many calls); where the trace gives no shape, its FLOPs at the roof times
+    GEMM_EFFICIENCY. Never below the shortest GEMM kernel."""
+    rf, dev = a.roofline, a.trace.device
+    flops = rf.event_flops[idx].astype(float)
+    times = np.broadcast_to(np.asarray(rows_times, float), idx.shape)
+    rate = np.full(idx.size, a.ceilings.matrix(dtype) * GEMM_EFFICIENCY)
+    shapes = [rf.op_costs.get(int(op)) for op in dev.op[idx].tolist()]
+    known = np.array([c is not None and c.gemm_shape is not None and c.flops > 0 for c in shapes], bool)
+    if known.any():
+        b, m, n, k = (np.array([shapes[i].gemm_shape[j] for i in np.flatnonzero(known)], float) for j in range(4))
+        op_flops = 2.0 * b * m * n * k * times[known]
+        rate[known] = op_flops / gemm_seconds(m * times[known], n, k, dtype, a.ceilings, batch=b)
+    return np.maximum(flops * times / np.maximum(rate, 1.0) * 1e9, KERNEL_FLOOR_S * 1e9)

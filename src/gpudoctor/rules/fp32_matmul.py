@@ -3,13 +3,14 @@
 Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its own:
 
 - **fp32 on CUDA cores** (``allow_tf32 = False``, PyTorch's default for matmuls): the kernels'
-  time minus the same FLOPs at the bf16 roof times a realistic efficiency (or half the bytes at
-  the memory roof, whichever is slower).
+  time minus a bf16 GEMM's of the same shape, at the rate the card's measured grid of shapes gives
+  it (hardware/gemm_rate.py; or half the bytes at the memory roof, whichever is slower).
 - **TF32 tensor cores** (``torch.set_float32_matmul_precision("high")``, ``allow_tf32 = True``,
   Hugging Face ``tf32=True``, or a flag a library set): TF32 runs at half the bf16 rate on
   Ampere and Hopper (H100 SXM datasheet: 495 vs 989 TFLOP/s dense; ``gpudoctor bench`` measured
-  369-397 vs 760-800 on an H100). The same kernel is priced at the measured bf16 / TF32 ratio of
-  the card's ceilings, never below the bf16 bytes at the memory roof.
+  369-397 vs 760-800 on an H100). The kernel that ran is priced at the bf16 / TF32 ratio of the
+  card's ceilings (its own time on this card says more than a reference grid), never below the
+  bf16 bytes at the memory roof.
 - **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
   kernels (16-bit only) and runs the memory-efficient kernel in fp32, or its math fallback
   (matmul, softmax, matmul: with some masks, Hugging Face models in fp32); priced as its FLOPs at
@@ -26,11 +27,12 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.hardware.gemm_rate import rate_source
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
-    GEMM_EFFICIENCY,
+    gemm_ns_of_events,
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
@@ -53,16 +55,15 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     hbm = c.hbm_bytes_per_s
     casts = CAST_BYTES_FACTOR * nbytes / hbm * 1e9
     half_bytes = nbytes / 2 / hbm * 1e9
-    if part == "tf32":
-        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
-        ratio = min(tf32_roof / c.best_matrix_flops, 1.0)
-        return np.maximum(time_ns * ratio, half_bytes) + casts
-    efficiency = ATTENTION_EFFICIENCY if part == "attention" else GEMM_EFFICIENCY
     if part == "attention":  # the math fallback's softmax and masking kernels carry no matmul FLOPs
         matmul = np.isin(a.trace.device.kind[idx], [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
-        return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0), c.best_matrix_flops * efficiency)
-    after = np.maximum(flops / (c.best_matrix_flops * efficiency) * 1e9, half_bytes)
-    after = after + (0.0 if part == "attention" else casts)  # q, k, v are cast by the projections
+        return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0), c.best_matrix_flops * ATTENTION_EFFICIENCY)
+    if part == "tf32":  # the tensor-core kernel that ran, at the bf16 / TF32 roof ratio
+        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+        return np.maximum(time_ns * min(tf32_roof / c.best_matrix_flops, 1.0), half_bytes) + casts
+    # a CUDA-core kernel says nothing of the tensor cores: the bf16 kernel of the same shape at the
+    # measured grid's rate (rules/common.py gemm_ns_of_events)
+    after = np.maximum(gemm_ns_of_events(a, idx, "bf16"), half_bytes) + casts
     return np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
 
 
@@ -109,7 +110,7 @@ def check(a: Analysis) -> Finding | None:
                 "achieved_tflops": round(achieved / 1e12, 2),
                 "bf16_roof_tflops": round(roof / 1e12, 1),
                 "tf32_roof_tflops": round((a.ceilings.matrix_flops.get("tf32") or 0.0) / 1e12, 1),
-                "gemm_efficiency_assumed": GEMM_EFFICIENCY,
+                "bf16_gemm_rate_from": rate_source(a.ceilings),
                 "share_of_step_pct": round(100 * time_ms / a.step_ms, 1) if a.step_ms > 0 else 0.0,
             },
             ops=op_names_of_events(a.trace, idx),
@@ -196,16 +197,15 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
 
 
 def tf32_edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
-    """TF32 on (the ``tf32`` knob): fp32 GEMMs on CUDA cores at the TF32 roof times the same
-    efficiency (never below their bytes at the memory roof); TF32 GEMMs and attention unchanged."""
+    """TF32 on (the ``tf32`` knob): fp32 GEMMs on CUDA cores at the TF32 rate for their shapes
+    (never below their bytes at the memory roof); TF32 GEMMs and attention unchanged."""
     idx = fp32_matrix_events(a)["simt"]
     if idx.size == 0:
         return None
     rf, c, dev = a.roofline, a.ceilings, a.trace.device
-    tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
     flops, nbytes = rf.event_flops[idx], rf.event_bytes[idx]
     in_steps = rf.event_in_steps_ns[idx].astype(float)
-    after = np.maximum(flops / (tf32_roof * GEMM_EFFICIENCY) * 1e9, nbytes / c.hbm_bytes_per_s * 1e9)
+    after = np.maximum(gemm_ns_of_events(a, idx, "tf32"), nbytes / c.hbm_bytes_per_s * 1e9)
     after = np.where(flops > 0, np.minimum(after, in_steps), in_steps)
     share = np.divide(after, in_steps, out=np.ones(idx.size), where=in_steps > 0)
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share, note="matmuls at the TF32 rate")

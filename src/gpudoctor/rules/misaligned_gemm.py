@@ -2,8 +2,9 @@
 
 Tensor-core kernels want every leading dimension 16-byte aligned (a multiple of 8 elements in
 bf16/fp16, 16 in fp8); odd sizes (vocab 50257, hidden 4095) fall back to slower kernels.
-Priced against the efficiency that the aligned GEMMs of the same trace reach, else the
-tensor-core roof times a realistic efficiency.
+Priced as each GEMM padded to multiples of 64, at the rate the measured grid of shapes gives the
+padded shape (hardware/gemm_rate.py), scaled by how the aligned GEMMs of the same trace ran
+against that grid.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.roofline import DTYPES, roof_for
+from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.hardware.gemm_rate import gemm_seconds, rate_source
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
-    GEMM_EFFICIENCY,
+    gemm_ns_of_events,
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
@@ -55,16 +57,10 @@ def check(a: Analysis) -> Finding | None:
     t_bad = rf.event_in_steps_ns[bad].astype(float)
     f_bad = rf.event_flops[bad]
     dtype = DTYPES[int(np.bincount(rf.event_dtype[bad]).argmax())]
-    roof = roof_for(Kind.GEMM_TC, dtype, a.ceilings)
-    curve = a.ceilings.extra.get("gemm_curve") or {}
-    rate, reference = roof * GEMM_EFFICIENCY, f"roof x {GEMM_EFFICIENCY}"
-    if curve.get(f"gemm.{dtype}"):
-        rate, reference = float(curve[f"gemm.{dtype}"]) * GEMM_EFFICIENCY / MEASURED_LARGE_SHAPE, "measured curve"
-    if good.size and rf.event_in_steps_ns[good].sum() > 0:
-        rate = float(rf.event_flops[good].sum()) / (rf.event_in_steps_ns[good].sum() / 1e9)
-        reference = "aligned GEMMs in this trace"
+    after_ns, reference = _aligned_ns(a, bad, good, dtype)
+    rate = f_bad.sum() / (after_ns.sum() / 1e9)
     achieved = f_bad.sum() / (t_bad.sum() / 1e9)
-    saving = max(t_bad.sum() - f_bad.sum() / rate * 1e9, 0.0) / 1e6 / n
+    saving = float(np.clip(t_bad - after_ns, 0, None).sum()) / 1e6 / n
     shapes = sorted({dims[i] for i in bad.tolist()}, key=lambda s: -s[0] * s[1] * s[2])[:4]
     return make_finding(
         ID,
@@ -80,7 +76,7 @@ def check(a: Analysis) -> Finding | None:
                 "achieved_tflops": round(achieved / 1e12, 1),
                 "aligned_reference_tflops": round(rate / 1e12, 1),
                 "reference": reference,
-                **_measured_penalty(curve),
+                **_measured_penalty(a.ceilings.extra.get("gemm_curve") or {}),
                 "shapes_MxNxK": ["x".join(map(str, s)) for s in shapes],
             },
             ops=op_names_of_events(a.trace, bad),
@@ -96,10 +92,38 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-# GEMM_EFFICIENCY is a share of the datasheet roof; a measured 8192^3 GEMM already sits at about
-# 0.81 of it (H100 bf16: 800 of 989 TFLOP/s, benchmarks/BENCHMARKS-bench.md), so against a measured
-# large-shape rate the same expectation is GEMM_EFFICIENCY / 0.81.
-MEASURED_LARGE_SHAPE = 0.81
+PAD_TO = 64  # the fix pads the odd dimensions to a multiple of 64 (its first Fix)
+# How far the trace's own aligned GEMMs may set the grid's rates (they ran on this card, the grid
+# on the reference card): a GEMM library differs by less than this between Hopper parts.
+GRID_SCALE_BOUNDS = (0.5, 2.0)
+
+
+def _padded(d: int) -> int:
+    """A dimension as the fix pads it: to a multiple of 64, or of 8 below 64 (a few channels)."""
+    step = PAD_TO if d >= PAD_TO else 8
+    return -(-d // step) * step
+
+
+def _aligned_ns(a: Analysis, bad: np.ndarray, good: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """Each misaligned GEMM's time once padded: the padded shape at the measured grid's rate
+    (hardware/gemm_rate.py), scaled by how the trace's aligned GEMMs ran against that grid."""
+    rf = a.roofline
+    m, n, k, b = (np.empty(bad.size) for _ in range(4))
+    for j, i in enumerate(bad.tolist()):
+        bb, mm, nn, kk = rf.op_costs[int(a.trace.device.op[i])].gemm_shape
+        b[j], m[j], n[j], k[j] = bb, _padded(mm), _padded(nn), _padded(kk)
+    op_flops = 2.0 * b * m * n * k
+    share = rf.event_flops[bad] / np.maximum(op_flops, 1.0)  # the event's part of its operator's work
+    after = np.maximum(gemm_seconds(m, n, k, dtype, a.ceilings, batch=b) * 1e9 * share, 1.0)
+    reference = rate_source(a.ceilings, dtype)
+    if good.size:
+        ran = rf.event_in_steps_ns[good].astype(float)
+        grid = gemm_ns_of_events(a, good, dtype)
+        if ran.sum() > 0 and grid.sum() > 0:
+            scale = float(np.clip(ran.sum() / grid.sum(), *GRID_SCALE_BOUNDS))
+            after = after * scale
+            reference = f"{reference}, x{scale:.2f} as this trace's aligned GEMMs ran"
+    return after, reference
 
 
 def _measured_penalty(curve: dict[str, float]) -> dict[str, float]:

@@ -21,6 +21,7 @@ from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
+    gemm_ns_of_events,
     kernel_names_of_events,
     op_names_of_events,
     queue_gaps_before,
@@ -163,7 +164,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     ends: list[int] = []
     runs = _runs(a, idx)
     for run in runs:
-        device_ns[run[0]] = after[run].sum()
+        device_ns[run[0]] = _batched_ns(a, idx[run], after[run])
         device_ns[run[1:]] = 0.0
         for prev, cur in zip(run[:-1].tolist(), run[1:].tolist()):
             gone.append(int(idx[cur]))
@@ -183,6 +184,20 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
                 calls_removed=calls[calls >= 0].astype(np.int64),
                 note=f"{idx.size} small GEMMs batched into {idx.size - removed.size} kernels")
+
+
+def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:
+    """One kernel for a run of GEMMs: with their shapes known, the first one's shape with every
+    call's rows stacked, at the measured grid's rate for that shape (hardware/gemm_rate.py);
+    else the sum of their priced times. Never longer than the run took."""
+    rf = a.roofline
+    took = float(a.trace.device.dur[run].sum())
+    flops = rf.event_flops[run]
+    if run.size < 2 or not np.all(flops > 0):
+        return min(float(after.sum()), took)
+    dtype = DTYPES[int(rf.event_dtype[run[0]])]
+    one = float(gemm_ns_of_events(a, run[:1], dtype, rows_times=float(run.size))[0])
+    return min(one * float(flops.sum()) / (float(flops[0]) * run.size), took)
 
 
 Priced = tuple[np.ndarray, np.ndarray]  # small GEMMs (device events) and each one's saving (ns)
