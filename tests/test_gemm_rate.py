@@ -124,3 +124,16 @@ def test_misaligned_gemms_are_priced_at_their_padded_shape_on_the_grid() -> None
     assert numbers["reference"] == "reference grid (NVIDIA H100 80GB HBM3, gpudoctor bench), at the datasheet bf16 roof x 0.76"
     assert numbers["aligned_reference_tflops"] == pytest.approx(766.3, abs=0.1)
     assert f.saving_ms == pytest.approx(30.3781, abs=1e-3)
+
+
+def test_a_saved_machine_profile_brings_its_grid(tmp_path, monkeypatch) -> None:
+    from gpudoctor.hardware.machine import measured_ceilings_for, save_profile
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    measured = dataclasses.replace(H100, source="measured", extra={"gemm_curve": {"gemm.bf16": 7.5e14}})
+    save_profile("GPU-grid", {"measured_utc": "2026-12-03T10:00:00+00:00", "ceilings": measured.to_dict(),
+                              "gemm_grid": _grid_rows(1.0)})
+    found = measured_ceilings_for(H100.gpu)
+    assert found is not None
+    assert grid_for(found).source == "this machine's grid (gpudoctor bench)"
+    assert rate_source(found) == "this machine's grid (gpudoctor bench), at this card's measured 8192^3 bf16 rate"

@@ -82,6 +82,9 @@ def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings
             continue
         if not ceilings.matrix_flops or ceilings.hbm_bytes_per_s <= 0:
             continue
+        if isinstance(data.get("gemm_grid"), dict) and data["gemm_grid"].get("rows"):
+            # the card's own GEMM times by shape: what the fixes' GEMMs are priced with (hardware/gemm_rate.py)
+            ceilings.extra["gemm_grid"] = data["gemm_grid"]
         stamp = str(data.get("measured_utc", ""))
         if best is None or stamp > best[0]:
             best = (stamp, ceilings)
