@@ -8,7 +8,10 @@ twin (tests/data/twins_h100), its expected finding's prediction beside the measu
 manifest gives (tests/programs/twins/manifest.json ``expected_measured_speedup``), or the speedup
 measured in the same run as the trace where tests/test_twin_traces.py records one.
 
-    python benchmarks/bench_replay_pricing.py [--json PATH]
+    python benchmarks/bench_replay_pricing.py [--json PATH] [--lab-dir DIR]
+
+``--lab-dir`` adds a lab run kept on a GPU by benchmarks/lab_pricing_check.py (its
+``lab_pricing.json`` and traces; tests/data/lab_h200 keeps part of one).
 """
 
 from __future__ import annotations
@@ -45,6 +48,19 @@ def lab_rows() -> list[dict]:
         report = analyze_loaded(load(DATA / e["trace"]), unprofiled_step_ms=e["sick_median_ms"])
         rows.append(_row("lab", sid, report, e["expected_finding"], e["sick_median_ms"],
                          e["sick_median_ms"] / e["fixed_median_ms"], None))
+    return rows
+
+
+def lab_dir_rows(folder: Path) -> list[dict]:
+    """A lab run kept by benchmarks/lab_pricing_check.py (``lab_pricing.json`` and each trap's sick
+    trace): each planted finding priced from its trace and the sick step timed with it."""
+    rows = []
+    for v in json.loads((folder / "lab_pricing.json").read_text())["verdicts"]:
+        trace = folder / (v.get("trace") or f"{v['trap']}.trace.json.gz")
+        if not (v.get("expected") and v.get("sick_ms") and v.get("fixed_ms")) or not trace.is_file():
+            continue
+        report = analyze_loaded(load(trace), unprofiled_step_ms=v["sick_ms"])
+        rows.append(_row("lab-dir", v["trap"], report, v["expected"], v["sick_ms"], v["sick_ms"] / v["fixed_ms"], None))
     return rows
 
 
@@ -98,8 +114,12 @@ def within(pred: float | None, measured: float, band=None) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--lab-dir", type=Path, action="append", default=[],
+                        help="a lab run kept by benchmarks/lab_pricing_check.py (repeatable)")
     opts = parser.parse_args()
     rows = lab_rows() + twin_rows()
+    for folder in opts.lab_dir:
+        rows += lab_dir_rows(folder)
     print(f"{'':5} {'program':26} {'finding':20} {'rank':>4} {'measured':>9} {'replay':>7} {'formula':>7}  priced by")
     for r in rows:
         meas = f"{r['band'][0]}-{r['band'][1]}" if r["band"] else f"{r['measured']:.2f}"
@@ -107,8 +127,10 @@ def main() -> int:
         ok_f = "*" if within(r["formula"], r["measured"], r["band"]) else " "
         print(f"{r['kind']:5} {r['name'][:26]:26} {r['expected'][:20]:20} {r['rank'] or '-':>4} {meas:>9} "
               f"{r['replay'] or 0:6.2f}{ok_r} {r['formula'] or 0:6.2f}{ok_f}  {r['priced_by']} {r.get('why') or ''}")
-    for kind in ("lab", "twin"):
+    for kind in ("lab", "twin", "lab-dir"):
         sub = [r for r in rows if r["kind"] == kind]
+        if not sub:
+            continue
         print(f"{kind}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], r['band']) for r in sub)} "
               f"of {len(sub)}; formula on {sum(within(r['formula'], r['measured'], r['band']) for r in sub)}")
     if opts.json:

@@ -24,6 +24,7 @@ from gpudoctor.rules.common import (
 )
 from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
+from gpudoctor.trace.model import HostCat
 
 ID = "naive-attention"
 
@@ -76,25 +77,80 @@ def check(a: Analysis) -> Finding | None:
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """One fused kernel per softmax pass takes the pattern's time at the fused rate; the pattern's
-    other kernels go, with their launches and their operators' host time."""
+    other kernels go, with their launches and every kernel launched inside the pattern's host
+    stretches (the copies of a transposed operand, the mask's). The host loses each stretch of the pattern's operators
+    (``pattern_spans``: the matmuls, the scale and mask, the softmax, and the views and transposes
+    between them, forward and backward) and pays one operator with its launch per fused kernel,
+    at the program's own cost per launch (replay/edits.py ``launch_cost_ns``)."""
     idx = attention_events(a)
     if idx.size == 0:
         return None
-    dev, rf, host = a.trace.device, a.roofline, a.trace.host
+    dev, rf = a.trace.device, a.roofline
     softmax = dev.kind[idx] == Kind.SOFTMAX
     if not softmax.any():
         return None
     matmul = np.isin(dev.kind[idx], MATRIX_KINDS_FOR_ATTENTION)
     fused_ns = float(rf.event_flops[idx][matmul].sum()) / (a.ceilings.best_matrix_flops * ATTENTION_EFFICIENCY) * 1e9
-    kept, gone = idx[softmax], idx[~softmax]
+    starts, ends, threads = pattern_spans(a, idx)
+    # every kernel launched inside a stretch goes with it (the copies a matmul of a transposed
+    # operand makes, the mask's), the fused kernels aside
+    kept = idx[softmax]
+    host = a.trace.host
+    launched = np.flatnonzero((dev.launch >= 0) & (rf.event_in_steps_ns > 0))
+    calls_at = host.ts[dev.launch[launched]]
+    inside = np.zeros(launched.size, bool)
+    for s, e, th in zip(starts.tolist(), ends.tolist(), threads.tolist()):
+        inside |= (calls_at >= s) & (calls_at < e) & (host.thread[dev.launch[launched]] == th)
+    gone = np.setdiff1d(np.union1d(idx[~softmax], launched[inside]), kept)
     kept_ns = np.full(kept.size, min(fused_ns, float(dev.dur[idx].sum())) / kept.size)
-    ops = dev.op[gone]
-    ops = ops[ops >= 0]
-    calls = dev.launch[gone]
+    calls = dev.launch[np.concatenate([kept, gone])]
     return Edit(device=np.concatenate([kept, gone]).astype(np.int64),
                 device_ns=np.concatenate([kept_ns, np.zeros(gone.size)]),
                 calls_removed=calls[calls >= 0].astype(np.int64),
-                host_removed_s=host.ts[ops], host_removed_e=host.end[ops], note="attention fused")
+                host_removed_s=starts, host_removed_e=ends,
+                added_at=kept.astype(np.int64), added_launches=1.0, note="attention fused")
+
+
+def pattern_spans(a: Analysis, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The host stretches the attention pattern's operators run in: on each thread, from a top-level
+    operator that launched one of ``idx`` to the last such operator before any top-level operator
+    that launches other GPU work; operators that launch nothing in between (views, transposes, a
+    backward node of a reshape) belong to the stretch. Returns starts, ends and threads."""
+    trace = a.trace
+    host, dev = trace.host, trace.device
+    launched = dev.launch >= 0
+    top_of = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
+    owner = np.full(len(dev), -1, np.int64)
+    owner[launched] = top_of[dev.launch[launched]]
+    mine = np.zeros(len(host), bool)
+    mine[owner[idx][owner[idx] >= 0]] = True
+    others = np.zeros(len(host), bool)
+    rest = np.ones(len(dev), bool)
+    rest[idx] = False
+    others[owner[rest & (owner >= 0)]] = True
+    others &= ~mine
+    tops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0))
+    starts: list[int] = []
+    ends: list[int] = []
+    threads: list[int] = []
+    for thread in np.unique(host.thread[tops]).tolist():
+        seq = tops[host.thread[tops] == thread]
+        seq = seq[np.argsort(host.ts[seq], kind="stable")]
+        first = last = -1
+        for op in seq.tolist():
+            if mine[op]:
+                first = op if first < 0 else first
+                last = op
+            elif others[op] and first >= 0:
+                starts.append(int(host.ts[first]))
+                ends.append(int(host.end[last]))
+                threads.append(thread)
+                first = last = -1
+        if first >= 0:
+            starts.append(int(host.ts[first]))
+            ends.append(int(host.end[last]))
+            threads.append(thread)
+    return np.array(starts, np.int64), np.array(ends, np.int64), np.array(threads, np.int64)
 
 
 RULE = Rule(
