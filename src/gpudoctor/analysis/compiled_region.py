@@ -15,6 +15,12 @@ A trace does not say where the module's forward begins (module events come only 
 
 What stays outside (an optimizer's for-loop, a hand-written SGD update, the loader) keeps its host
 time when the module is compiled or captured in a CUDA graph (``rules/knob_prices.py``).
+
+``traced_by_dynamo`` narrows the region to what ``torch.compile`` itself takes: TorchDynamo does not
+trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``, ``nn.GRU``
+and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before, forward and
+backward (a word-level LSTM language model: reduce-overhead measured x0.94 where capturing its
+LSTM had priced x3.33; benchmarks/BENCHMARKS-replay.md "Knob trials, third session").
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ GRAD_MODE_MARK = b'"Sequence number"'
 # work a compile of the module does not take, in a step without backward (and outside grad mode)
 OUTSIDE_NAMES = re.compile(r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
 OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
+# recurrent modules' operators and their backward nodes: left to eager mode by TorchDynamo
+EAGER_UNDER_DYNAMO = re.compile(
+    r"^(aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
+    r"|autograd::engine::evaluate_function: (CudnnRnn|MiopenRnn)Backward\d*)$")
 
 
 def compiled_region(trace: Trace) -> np.ndarray:
@@ -63,6 +73,15 @@ def compiled_region(trace: Trace) -> np.ndarray:
     return region_top[owner]
 
 
+def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
+    """``region`` without the operators TorchDynamo leaves to eager mode (module docstring), and
+    every event inside them."""
+    host = trace.host
+    eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & (host.top_op < 0)
+    owner = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
+    return region & ~eager[owner]
+
+
 def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     """Host events inside (or equal to) an annotation whose name starts with one of ``prefixes``."""
     host = trace.host
@@ -71,4 +90,4 @@ def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     return contains(s, e, host.ts)
 
 
-__all__ = ["compiled_region"]
+__all__ = ["compiled_region", "traced_by_dynamo"]

@@ -14,6 +14,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 - ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
   (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
   backward a step.
+- Both leave a recurrent module (nn.LSTM, nn.GRU, nn.RNN) eager: TorchDynamo does not trace it
+  (analysis/compiled_region.py ``traced_by_dynamo``).
 - ``bf16-autocast`` (autocast around the module's forward): the region's fp32 / TF32 matrix
   kernels at the bf16 rate, with autocast's casts (rules/fp32_matmul.py ``edit``); an fp32 loss
   or update outside keeps its time.
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.compiled_region import compiled_region
+from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 
@@ -71,9 +73,10 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
     out[KNOB_BF16] = _within(a, bf16, region) if bf16 is not None else Edit(note="no fp32 or TF32 matmul")
     if _compiled_already(a, region):
         return out
+    region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
     out[KNOB_COMPILE] = fused
-    graphs = launch_bound.captured(a, within=region)
+    graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs])
     return out
