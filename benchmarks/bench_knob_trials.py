@@ -51,6 +51,10 @@ FIXES_FOR: dict[str, str] = {
     "lightning_transformer_wikitext": "bf16-autocast,tf32,compile",
     "dataloader_workers": "loader-workers,pin-memory",
     "nanogpt_train": "bf16-autocast,compile",
+    "checkpointed_mlp": "bf16-autocast,tf32",
+    "contrastive_aug": "loader-workers,pin-memory",
+    "vit_eager_attention": "compile",
+    "lstm_packed_seq": "compile-reduce-overhead",
 }
 
 
