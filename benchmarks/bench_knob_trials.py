@@ -55,6 +55,7 @@ FIXES_FOR: dict[str, str] = {
     "contrastive_aug": "loader-workers,pin-memory",
     "vit_eager_attention": "compile",
     "lstm_packed_seq": "compile-reduce-overhead",
+    "resnet_amp_scaler": "compile",
 }
 
 
