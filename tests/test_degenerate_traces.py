@@ -350,3 +350,26 @@ def test_a_live_window_with_nothing_sound_writes_its_run_directory_and_says_why(
     assert report is None
     assert note.startswith("the recorded window cannot be diagnosed: ") and "records no GPU time" in note
     assert (tmp_path / "run" / "env.json").exists()
+
+
+def test_a_live_windows_status_says_what_it_came_to(tmp_path: Path) -> None:
+    """The CLI branches on the status, never on the note's words: a window the doctor cannot judge,
+    a window with no GPU named (try-fixes still runs there), and a diagnosed one."""
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import RunStatus, diagnose_capture
+
+    broken = mutate(healthy(), "kernel", dur=lambda _: 0.0).write(tmp_path / "broken.json")
+    found = diagnose_capture(CaptureResult(trace_path=broken, device="cuda"), CaptureConfig(), tmp_path / "a")
+    assert found.status is RunStatus.NOT_DIAGNOSED and found.report is None
+    # a window whose trace names no GPU (no deviceProperties): what a CPU-only device records
+    unnamed = tmp_path / "unnamed.json"
+    data = json.loads(healthy().write(tmp_path / "named.json").read_text())
+    data.pop("deviceProperties", None)
+    unnamed.write_text(json.dumps(data))
+    found = diagnose_capture(CaptureResult(trace_path=unnamed, device="cpu"), CaptureConfig(), tmp_path / "b")
+    assert found.status is RunStatus.NO_GPU_ACTIVITY and found.note.startswith("no GPU activity")
+    found = diagnose_capture(CaptureResult(trace_path=healthy().write(tmp_path / "ok.json"), device="cuda"),
+                             CaptureConfig(), tmp_path / "c")
+    assert found.status is RunStatus.DIAGNOSED and found.report is not None
+    report, note = found  # unpacks as (report, note) for the callers that need no status
+    assert report is found.report and note == found.note

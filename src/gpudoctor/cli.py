@@ -210,7 +210,7 @@ def run(
     """
     from gpudoctor.capture.runner import Target, program_stdout_to_stderr
     from gpudoctor.capture.session import CaptureConfig
-    from gpudoctor.live import run_and_diagnose
+    from gpudoctor.live import RunStatus, run_and_diagnose
 
     args = list(ctx.args)
     if module is not None:
@@ -242,9 +242,11 @@ def run(
     ranked = rank_info()  # torchrun's variables: each rank prints one line, rank 0 the report
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
     with quiet, _baseline_numerics(try_fixes) as numerics:
-        outcome, run_dir, report, note = run_and_diagnose(
+        run = run_and_diagnose(
             target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window, rank_timeout_s=rank_timeout
         )
+    outcome, run_dir, report, note = run.outcome, run.run_dir, run.report, run.note
+    cpu_only = run.status is RunStatus.NO_GPU_ACTIVITY
     if ranked is not None and ranked.rank != 0:
         _end_rank(ranked.rank, outcome.exit_code, run_dir, note)
     if report is not None and not (try_fixes and json_out):
@@ -253,11 +255,11 @@ def run(
         sys.stderr.write(f"run directory: {run_dir}\n")
     if note:
         sys.stderr.write(f"gpudoctor: {note}\n")
-    if try_fixes and (report is not None or note.startswith("no GPU activity")):
+    if try_fixes and (report is not None or cpu_only):
         _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
                     trial_trace, json_out, width, trial_repeats)
     code = outcome.exit_code
-    if report is None and not note.startswith("no GPU activity") and ranked is None:
+    if run.status is RunStatus.NOT_DIAGNOSED and ranked is None:
         # the program succeeded, but gpudoctor made no report: not the program's error, not bad input
         # (in a distributed job a rank's non-zero exit would make torchrun stop the others)
         code = code or NO_REPORT_EXIT

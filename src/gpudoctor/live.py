@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,16 +40,48 @@ if TYPE_CHECKING:
 DEFAULT_BASE = Path("gpudoctor-runs")
 
 
+class RunStatus(str, Enum):
+    """What a captured window came to; the CLI's exit code and its try-fixes follow from it."""
+
+    DIAGNOSED = "diagnosed"  # a report
+    NO_GPU_ACTIVITY = "no-gpu-activity"  # a window, but the program ran no GPU work in it
+    NOT_DIAGNOSED = "not-diagnosed"  # no window, or one nothing sound can be said of (the note says why)
+
+
+@dataclass(frozen=True)
+class Diagnosed:
+    """A window's diagnosis: its report (None when there is none), a note for the user, and the status.
+    Unpacks as ``report, note``."""
+
+    report: Report | None
+    note: str
+    status: RunStatus
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.report, self.note))
+
+
+@dataclass(frozen=True)
+class RunDiagnosis:
+    """``run_and_diagnose``'s outcome: the program's, where the bundle went, and the diagnosis."""
+
+    outcome: Outcome
+    run_dir: Path
+    report: Report | None
+    note: str
+    status: RunStatus
+
+
 def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path,
                      rank: int | None = None, program: dict[str, Any] | None = None,
-                     facts: dict[str, Any] | None = None) -> tuple[Report | None, str]:
+                     facts: dict[str, Any] | None = None) -> Diagnosed:
     """Analyze what a session captured and write env.json, report.json, report.html and
     annotated.trace.json.gz (each name carries ``rank`` when given: ``report.rank3.json``,
     ``annotated.trace.rank3.json.gz``); ``program`` (what ran, its git commit:
     bundle.program_facts) and ``facts`` (a rank's place in the job: RankSync.env_facts) go into
     env.json.
 
-    Returns the report (None when there is nothing to diagnose) and a note for the user.
+    Returns the report (None when there is nothing to diagnose), a note for the user and the status.
     """
     from gpudoctor.pipeline import diagnose_loaded
     from gpudoctor.report.html import render_html
@@ -60,6 +95,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     report: Report | None = None
     found: Diagnosis | None = None
     note = ""
+    status = RunStatus.NOT_DIAGNOSED
     suffix = rank_suffix(rank)
     unprofiled = unprofiled_step(result)
     if result.trace_path is not None:
@@ -69,6 +105,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
                                     cut_after=cut_after(result.error, result.steps_recorded))
             report = found.report
         except NoGpuActivityError:
+            status = RunStatus.NO_GPU_ACTIVITY
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
                     f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")
         except IncompleteTraceError as exc:  # the window holds nothing sound to report (its message names the file)
@@ -85,7 +122,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
         (run_dir / f"report{suffix}.json").write_text(to_json(report) + "\n")
         (run_dir / f"report{suffix}.html").write_text(render_html(report))
     write_json(run_dir / f"env{suffix}.json", env)
-    return report, note
+    return Diagnosed(report, note, RunStatus.DIAGNOSED if report is not None else status)
 
 
 def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target: Path) -> tuple[Report, str]:
@@ -125,7 +162,7 @@ def run_and_diagnose(
     wait_s: float = 30.0,
     window_s: float = 3.0,
     rank_timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> tuple[Outcome, Path, Report | None, str]:
+) -> RunDiagnosis:
     """Run, capture, diagnose. In a distributed job (torchrun) every rank records the agreed steps
     into ``RUN/rank<R>/`` and rank 0 returns ``RUN`` with the combined report (finish_ranked); the
     others return their own bundle and report."""
@@ -138,14 +175,15 @@ def run_and_diagnose(
         run_dir, report, note = finish_ranked(outcome.result, config, sync, program)
         if outcome.result.trace_path is None:
             note = _join(_why_nothing(outcome, config, wait_s), note)
-        return outcome, run_dir, report, _with_capture_notes(note, outcome.result)
+        status = RunStatus.DIAGNOSED if report is not None else RunStatus.NOT_DIAGNOSED
+        return RunDiagnosis(outcome, run_dir, report, _with_capture_notes(note, outcome.result), status)
     run_dir = new_run_dir(base, target.name)
     outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
-        return outcome, run_dir, None, _why_nothing(outcome, config, wait_s)
-    report, note = diagnose_capture(result, config, run_dir, None, program)
-    return outcome, run_dir, report, _with_capture_notes(note, result)
+        return RunDiagnosis(outcome, run_dir, None, _why_nothing(outcome, config, wait_s), RunStatus.NOT_DIAGNOSED)
+    found = diagnose_capture(result, config, run_dir, None, program)
+    return RunDiagnosis(outcome, run_dir, found.report, _with_capture_notes(found.note, result), found.status)
 
 
 def _with_capture_notes(note: str, result: CaptureResult) -> str:
