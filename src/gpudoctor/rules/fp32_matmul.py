@@ -8,9 +8,10 @@ Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its
 - **TF32 tensor cores** (``torch.set_float32_matmul_precision("high")``, ``allow_tf32 = True``,
   Hugging Face ``tf32=True``, or a flag a library set): TF32 runs at half the bf16 rate on
   Ampere and Hopper (H100 SXM datasheet: 495 vs 989 TFLOP/s dense; ``gpudoctor bench`` measured
-  369-397 vs 760-800 on an H100). The kernel that ran is priced at the bf16 / TF32 ratio of the
-  card's ceilings (its own time on this card says more than a reference grid), never below the
-  bf16 bytes at the memory roof.
+  369-397 vs 760-800 on an H100). Priced as fp32: the bf16 kernel of the same shape off the grid
+  (a TF32 weight-gradient GEMM ran at half the rate of its forward, and the bf16 kernels of the
+  fixed twin within 5% of the grid: benchmarks/BENCHMARKS-replay.md "GEMM time by shape"); where
+  the trace gives no shape, the kernel's time at the bf16 / TF32 ratio of the card's ceilings.
 - **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
   kernels (16-bit only) and runs the memory-efficient kernel in fp32, or its math fallback
   (matmul, softmax, matmul: with some masks, Hugging Face models in fp32); priced as its FLOPs at
@@ -58,12 +59,13 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     if part == "attention":  # the math fallback's softmax and masking kernels carry no matmul FLOPs
         matmul = np.isin(a.trace.device.kind[idx], [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
         return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0), c.best_matrix_flops * ATTENTION_EFFICIENCY)
-    if part == "tf32":  # the tensor-core kernel that ran, at the bf16 / TF32 roof ratio
-        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
-        return np.maximum(time_ns * min(tf32_roof / c.best_matrix_flops, 1.0), half_bytes) + casts
-    # a CUDA-core kernel says nothing of the tensor cores: the bf16 kernel of the same shape at the
-    # measured grid's rate (rules/common.py gemm_ns_of_events)
+    # the bf16 kernel of the same shape at the measured grid's rate (rules/common.py
+    # gemm_ns_of_events); a TF32 kernel whose shape the trace does not give, at the bf16 / TF32 ratio
     after = np.maximum(gemm_ns_of_events(a, idx, "bf16"), half_bytes) + casts
+    if part == "tf32":
+        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+        by_ratio = np.maximum(time_ns * min(tf32_roof / c.best_matrix_flops, 1.0), half_bytes) + casts
+        return np.where(flops > 0, np.minimum(after, time_ns), by_ratio)
     return np.where(flops > 0, after, time_ns)  # no FLOPs known: claim nothing
 
 
