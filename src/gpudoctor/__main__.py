@@ -4,7 +4,7 @@
 to the pipeline: the typer app, rich and the pydantic that typer brings take about 0.1 s to import
 and set up, a fifth of the whole run on a 150k-event trace (benchmarks/bench_load.py
 --whole-process). It does what the typer command does (cli.analyze) and fails the same way
-(cli._fail). Every other command line, ``--help`` and ``--debug`` included, goes to the typer app.
+(failures.py). Every other command line, ``--help`` and ``--debug`` included, goes to the typer app.
 """
 
 from __future__ import annotations
@@ -45,13 +45,10 @@ def main() -> None:
     except KeyboardInterrupt:  # as click does for the typer app: a new line, then exit 130
         sys.stderr.write("\n")
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - one line, never a traceback: cli's own handling
-        from gpudoctor import cli
-        from gpudoctor.errors import GpuDoctorError
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback, as the typer app fails
+        from gpudoctor.failures import fail_on
 
-        if isinstance(exc, GpuDoctorError):
-            cli._fail(exc, f"error: {exc}", exc.exit_code)
-        cli._fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+        fail_on(exc)
     sys.exit(0)
 
 
@@ -64,12 +61,13 @@ def _plain_analyze_json(argv: list[str]) -> str | None:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
-    """cli's warning line (cli._show_warning), its module imported only when a warning comes."""
-    warnings.showwarning = _python_showwarning  # what cli records as Python's own
-    from gpudoctor import cli
+    """The command line's warning line (failures.show_warning), its module imported only when a
+    warning comes."""
+    warnings.showwarning = _python_showwarning  # what failures records as Python's own
+    from gpudoctor.failures import show_warning
 
-    warnings.showwarning = cli._show_warning
-    cli._show_warning(message, category, filename, lineno, file, line)
+    warnings.showwarning = show_warning
+    show_warning(message, category, filename, lineno, file, line)
 
 
 if __name__ == "__main__":

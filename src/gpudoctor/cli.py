@@ -6,7 +6,6 @@ import contextlib
 import inspect
 import json
 import sys
-import traceback
 import warnings
 from collections.abc import Sequence
 from importlib import resources
@@ -16,6 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from gpudoctor import failures
 from gpudoctor.controls import visible_controls
 from gpudoctor.errors import GpuDoctorError, InputError
 
@@ -25,7 +25,6 @@ app = typer.Typer(
     help="Diagnose slow or out-of-memory PyTorch GPU workloads from their profiler traces.",
     context_settings={"help_option_names": ["-h", "--help"]},  # every command's context inherits them
 )
-_state = {"debug": False}
 NO_REPORT_EXIT = 3  # `run`: the program ended normally before any window: no report (as `plan`'s "nothing fits")
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 
@@ -52,7 +51,7 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print gpudoctor's version and exit."),
 ) -> None:
-    _state["debug"] = _state["debug"] or debug
+    failures.debug["on"] = failures.debug["on"] or debug
 
 
 @app.command()
@@ -952,25 +951,6 @@ def _run_value_options() -> set[str]:
             for opt in p.opts}
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
-_python_showwarning = warnings.showwarning
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
-    """A warning raised in gpudoctor's own code (numpy's above all: an overflow, a division by zero)
-    reaches the user as one line saying what it means; --debug shows Python's own form. Warnings of
-    a program that `gpudoctor run` runs are its own: they show as Python shows them."""
-    ours = str(Path(filename).resolve()).startswith(_PACKAGE_DIR) if filename else False
-    if _state["debug"] or not ours:
-        _python_showwarning(message, category, filename, lineno, file, line)
-        return
-    where = "/".join(Path(filename).parts[-3:])
-    hint = "a number of this report may be off: " if issubclass(category, RuntimeWarning) else ""
-    sys.stderr.write(visible_controls(
-        f"gpudoctor: warning: {category.__name__}: {message} (at {where}:{lineno}); {hint}rerun with --debug "
-        "and report it").replace("\n", " ") + "\n")
-
-
 def _one_line_summaries(typer_app: typer.Typer) -> None:
     """The command list shows each command's first paragraph; typer's rich mode keeps the
     docstring's line breaks there, cutting sentences mid-line. Joined, rich wraps them to the terminal."""
@@ -985,13 +965,13 @@ def _one_line_summaries(typer_app: typer.Typer) -> None:
 
 def main() -> None:
     argv, debug = _pop_debug(sys.argv[1:])
-    _state["debug"] = _state["debug"] or debug
-    warnings.showwarning = _show_warning
+    failures.debug["on"] = failures.debug["on"] or debug
+    warnings.showwarning = failures.show_warning
     try:
         code = app(args=argv, standalone_mode=False)  # returns the code of a typer.Exit
         sys.exit(code if isinstance(code, int) else 0)
     except GpuDoctorError as exc:
-        _fail(exc, f"error: {exc}", exc.exit_code)
+        failures.fail_on(exc)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         sys.exit(code if isinstance(code, int) else 1)
@@ -1003,14 +983,7 @@ def main() -> None:
         if callable(show) and isinstance(code, int):
             show()
             sys.exit(code)
-        _fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
-
-
-def _fail(exc: BaseException, line: str, code: int) -> None:
-    if _state["debug"]:
-        traceback.print_exception(exc)
-    sys.stderr.write(visible_controls(line.replace("\n", " ")) + "\n")
-    sys.exit(code)
+        failures.fail_on(exc)
 
 
 _one_line_summaries(app)  # every command is registered by now
