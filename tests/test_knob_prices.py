@@ -86,6 +86,9 @@ def test_a_recurrent_module_stays_eager_under_compile() -> None:
     traced, _ = _top_ops(trace, traced_by_dynamo(trace, region))
     assert not ({"aten::lstm", "autograd::engine::evaluate_function: CudnnRnnBackward0"} & traced)
     assert {"aten::embedding", "aten::linear"} <= traced
+    # the compiled backward hands the gradients to autograd, whose AccumulateGrad nodes stay eager
+    assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" in inside
+    assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" not in traced
     prices = knob_prices_for(bundle)
     assert prices["compile-reduce-overhead"]["predicted_speedup"] == 1.2588
     assert _measured(bundle)["compile-reduce-overhead"] == 0.9412

@@ -20,7 +20,9 @@ time when the module is compiled or captured in a CUDA graph (``rules/knob_price
 trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``, ``nn.GRU``
 and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before, forward and
 backward (a word-level LSTM language model: reduce-overhead measured x0.94 where capturing its
-LSTM had priced x3.33; benchmarks/BENCHMARKS-replay.md "Knob trials, third session").
+LSTM had priced x3.33; benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
+backward hands each parameter's gradient to the autograd engine, whose AccumulateGrad nodes run
+eagerly after it, one per parameter, as before.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
 # recurrent modules' operators and their backward nodes: left to eager mode by TorchDynamo
 EAGER_UNDER_DYNAMO = re.compile(
     r"^(aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
-    r"|autograd::engine::evaluate_function: (CudnnRnn|MiopenRnn)Backward\d*)$")
+    r"|autograd::engine::evaluate_function: ((CudnnRnn|MiopenRnn)Backward\d*|torch::autograd::AccumulateGrad))$")
 
 
 def compiled_region(trace: Trace) -> np.ndarray:
