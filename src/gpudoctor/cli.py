@@ -347,50 +347,23 @@ def _baseline_numerics(on: bool):  # type: ignore[no-untyped-def]
 
 def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, timeout,  # type: ignore[no-untyped-def]
                 trace: bool, json_out: bool, width: int | None, repeats: int = 1) -> None:
-    from gpudoctor.capture.bundle import global_rank, program_facts, rank_suffix
-    from gpudoctor.pipeline import knob_prices_for
+    from gpudoctor.capture.bundle import global_rank, rank_suffix
     from gpudoctor.report.safe import SafeConsole
     from gpudoctor.tryfix.render import attach, render_console
-    from gpudoctor.tryfix.trial import Baseline, Trials, plan
+    from gpudoctor.tryfix.session import try_fixes
 
-    findings = report.findings if report is not None else ()
-    # the compile knobs priced by their own edits, on the diagnosed trace (a second reading of it:
-    # seconds, against the minutes the trials take)
-    prices = knob_prices_for(run_dir) if report is not None and not report.host_only else {}
-    chosen = plan(findings, fix_ids, prices)
-    samples = tuple(outcome.result.unprofiled_before_ms)
-    note = ""
-    trials: list = []
-    if global_rank() is not None:
-        chosen.trials = []
-        note = ("--try-fixes reruns one process per knob and does not run inside a distributed job (each rank "
-                "would start its own trials): try the knobs on a single-process run of the program")
-    elif not chosen.trials:
-        note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
-                "loader-workers, pin-memory, bf16-autocast, tf32, optimizer-foreach, optimizer-fused, compile, "
-                "compile-reduce-overhead, expandable-segments, no-empty-cache); name some with --fixes")
-        if report is None or report.host_only:
-            note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs to try with --fixes "
-                    "(e.g. --fixes loader-workers,optimizer-foreach)")
-    elif len(samples) < 2:
-        note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing to compare trials "
-                "with; raise --skip")
-    else:
-        err = SafeConsole(stderr=True)
-        baseline = Baseline(samples, tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps,
-                            report.unprofiled_step_ms if report is not None else None)
-        runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
-                        baseline, timeout_s=timeout, sandbox=sandbox, trace=trace, repeats=repeats,
-                        progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
-                                                        highlight=False))
-        trials = runner.run(chosen.trials)
-    attach(run_dir, trials, chosen.not_tried, note, rank_suffix(global_rank()), knob_prices=prices)
+    err = SafeConsole(stderr=True)
+    done = try_fixes(target, config, outcome.result.unprofiled_before_ms, run_dir, report, numerics, fix_ids,
+                     sandbox=sandbox, timeout_s=timeout, trace=trace, repeats=repeats,
+                     progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False, highlight=False))
+    trials, note = done.trials, done.note
+    attach(run_dir, trials, done.not_tried, note, rank_suffix(global_rank()), knob_prices=done.knob_prices)
     if json_out:
         suffix = rank_suffix(global_rank())
         path = run_dir / f"report{suffix}.json"
         sys.stdout.write(path.read_text() if path.is_file() else (run_dir / "trials.json").read_text())
         return
-    render_console(trials, chosen.not_tried, SafeConsole(width=width) if width else SafeConsole(), note)
+    render_console(trials, done.not_tried, SafeConsole(width=width) if width else SafeConsole(), note)
 
 
 @app.command()

@@ -1,0 +1,61 @@
+"""``run --try-fixes`` after the diagnosis: which knobs to try, whether they can be tried, and the
+trials themselves. The command line only hands over what the run produced and prints the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.capture.bundle import global_rank, program_facts
+from gpudoctor.tryfix.knobs import KNOBS
+from gpudoctor.tryfix.trial import Baseline, Trials, plan
+
+
+@dataclass
+class TrialsOutcome:
+    """The trials run (none where they could not be), the knobs not tried and why, a note for the
+    user, and the knobs' own prices (rules/knob_prices.py) kept beside them."""
+
+    trials: list[Any] = field(default_factory=list)
+    not_tried: list[Any] = field(default_factory=list)
+    note: str = ""
+    knob_prices: dict[str, Any] = field(default_factory=dict)
+
+
+def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path, report: Any,
+              numerics: dict[str, Any], fix_ids: list[str] | None, *, sandbox: Any, timeout_s: float,
+              trace: bool, repeats: int = 1, progress: Callable[[str], None] | None = None) -> TrialsOutcome:
+    """Plan the trials for ``report``'s findings (or the knobs ``fix_ids`` names) and run them
+    against the unprofiled ``samples`` timed before the window."""
+    from gpudoctor.pipeline import knob_prices_for
+
+    findings = report.findings if report is not None else ()
+    diagnosed = report is not None and not report.host_only
+    # the compile knobs priced by their own edits, on the diagnosed trace (a second reading of it:
+    # seconds, against the minutes the trials take)
+    prices = knob_prices_for(run_dir) if diagnosed else {}
+    chosen = plan(findings, fix_ids, prices)
+    out = TrialsOutcome(not_tried=list(chosen.not_tried), knob_prices=prices)
+    if global_rank() is not None:
+        out.note = ("--try-fixes reruns one process per knob and does not run inside a distributed job (each rank "
+                    "would start its own trials): try the knobs on a single-process run of the program")
+    elif not chosen.trials:
+        out.note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
+                    f"{', '.join(k.id for k in KNOBS)}); name some with --fixes")
+        if not diagnosed:
+            out.note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs to try with "
+                        "--fixes (e.g. --fixes loader-workers,optimizer-foreach)")
+    elif len(samples) < 2:
+        out.note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing to compare trials "
+                    "with; raise --skip")
+    else:
+        baseline = Baseline(tuple(samples), tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps,
+                            report.unprofiled_step_ms if report is not None else None)
+        runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
+                        baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace, repeats=repeats,
+                        progress=progress)
+        out.trials = runner.run(chosen.trials)
+    return out
