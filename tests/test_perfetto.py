@@ -238,13 +238,76 @@ def test_each_rank_gets_its_annotated_trace(tmp_path: Path) -> None:
     report = analyze_inputs([DDP], jobs=1, annotate=target)
     files = [rank_file(target, r) for r in (0, 1)]
     assert [f.name for f in files] == ["ddp.trace.rank0.json.gz", "ddp.trace.rank1.json.gz"]
-    assert not target.exists()
+    assert target.exists()  # both merged on rank 0's clock (the next test)
     for rank, f in enumerate(files):
         events = _events(f)
         original = _events(DDP / f"rank{rank}" / "trace.json.gz")
         assert events[: len(original)] == original
         assert sum(e.get("name") == "thread_name" and e.get("cat") == CAT for e in events) > 2
     assert report.annotated_trace.file == str(files[1])  # the straggler's report, and its file
+
+
+def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(tmp_path: Path) -> None:
+    """ddp2_h100/slow: rank 1 straggles (host work), rank 0 waits 48.76 ms a step in its all-reduces;
+    rank 1's clock runs 8.98 us ahead of rank 0's. Merged, every event of both annotated traces is
+    there once, rank 1's moved by its offset, each rank's ids its own, the processes named and
+    labelled for their rank."""
+    target = tmp_path / "ddp.trace.json.gz"
+    report = analyze_inputs([DDP], jobs=1, annotate=target)
+    offsets = {int(r["rank"]): float(r["clock_offset_us"]) for r in report.ranks}
+    assert offsets == {0: 0.0, 1: 8.98}
+    merged = _events(target)
+    per_rank = [_events(rank_file(target, r)) for r in (0, 1)]
+    def timed(events: list[dict]) -> int:
+        return sum(e.get("ph") != "M" for e in events)
+    assert timed(merged) == sum(timed(x) for x in per_rank)
+    added = len(merged) - sum(len(x) for x in per_rank)  # metadata for processes Kineto left unnamed or unsorted
+    assert 0 <= added <= 3 * len({e.get("pid") for e in merged})
+    # the same kernel on each rank: its start moved by exactly the rank's offset
+    def first_kernel(events: list[dict]) -> dict:
+        return min((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    k1 = first_kernel(per_rank[1])
+    moved = [e for e in merged if e.get("cat") == "kernel" and e.get("name") == k1["name"]
+             and e.get("args", {}).get("correlation") == k1["args"]["correlation"]
+             and abs(e["ts"] - (k1["ts"] - 8.98)) < 1e-3]
+    assert len(moved) == 1
+    # no pid or tid shared by the two ranks (their GPU streams are both 7 in the traces)
+    names = {e["pid"]: e["args"]["name"] for e in merged if e.get("name") == "process_name"}
+    ranks_of = {pid: int(name.split()[1]) for pid, name in names.items() if name.startswith("rank ")}
+    assert set(ranks_of.values()) == {0, 1} and len(ranks_of) == len(names)
+    by_rank: dict[int, set] = {0: set(), 1: set()}
+    for e in merged:
+        if isinstance(e.get("pid"), int) and e["pid"] in ranks_of and isinstance(e.get("tid"), int):
+            by_rank[ranks_of[e["pid"]]].add(e["tid"])
+    assert by_rank[0] and by_rank[1] and not (by_rank[0] & by_rank[1])
+    labels = [e["args"]["labels"] for e in merged if e.get("name") == "process_labels"]
+    assert any(label.endswith("straggler") for label in labels)
+    assert any("waits 48.76 ms a step for rank 1" in label for label in labels)
+    # the merged file is never over a rank's own
+    assert all(_events(rank_file(target, r))[: 10] == per_rank[r][: 10] for r in (0, 1))
+
+
+def test_the_merge_reads_and_writes_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """Two synthetic ranks written plain (not gzipped): the merge streams them (trace/stream.py
+    Chunks.raw_events) and shifts each by its offset; a flow id keeps its rank in its high bits."""
+    from gpudoctor.report.perfetto_merge import FLOW_RANK_SHIFT, RankPart, write_merged
+
+    paths = []
+    for rank in (0, 1):
+        t = TraceBuilder()
+        t.step(0, 0, 100)
+        corr = t.runtime("cudaLaunchKernel", 10, 4)
+        t.kernel("k", 20, 5, corr)
+        paths.append(t.write(tmp_path / f"r{rank}.json"))
+    out = write_merged([RankPart(0, paths[0], 0.0, ""), RankPart(1, paths[1], 2.5, "straggler")], tmp_path / "m.json")
+    merged = _events(out)
+    kernels = sorted(e["ts"] for e in merged if e.get("name") == "k")
+    assert kernels == sorted([e["ts"] for e in _events(paths[0]) if e.get("name") == "k"]
+                             + [e["ts"] - 2.5 for e in _events(paths[1]) if e.get("name") == "k"])
+    flows = [e for e in merged if e.get("ph") in ("s", "f")]
+    assert {e["id"] >> FLOW_RANK_SHIFT for e in flows} <= {0, 1}
+    with pytest.raises(Exception, match="--perfetto"):
+        write_merged([RankPart(0, paths[0], 0.0, "")], paths[0])  # never over a rank's own file
 
 
 def test_several_unrelated_traces_are_refused(tmp_path: Path) -> None:
@@ -346,6 +409,11 @@ def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: 
     own = json.loads((run / "rank1" / "report.json").read_text())["annotated_trace"]
     assert saved["findings"] == own["findings"]
     assert "In the annotated trace <code>rank1/annotated.trace.json.gz</code>" in (run / "report.html").read_text()
+    # and RUN holds both ranks' on rank 0's clock
+    merged = _events(run / "annotated.trace.json.gz")
+    assert any("straggler" in e["args"]["labels"] for e in merged if e.get("name") == "process_labels")
+    assert sum(e.get("ph") != "M" for e in merged) == sum(
+        e.get("ph") != "M" for r in (0, 1) for e in _events(run / f"rank{r}" / "annotated.trace.json.gz"))
 
 
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -113,7 +113,8 @@ def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def
 
     ranks = [int(row["rank"]) for row in getattr(report, "ranks", ()) if "rank" in row]
     files = [f for f in (rank_file(target, r) for r in ranks) if f.is_file()] if ranks else [target]
-    said = (f"annotated trace{'s' * (len(files) > 1)} written to {', '.join(map(str, files))} "
+    merged = f"; every rank's on rank 0's clock in {target}" if ranks and target.is_file() else ""
+    said = (f"annotated trace{'s' * (len(files) > 1)} written to {', '.join(map(str, files))}{merged} "
             "(open at ui.perfetto.dev or in chrome://tracing)" if files else
             "no annotated trace written: no rank recorded GPU work")
     SafeConsole(stderr=True).print(said, markup=False, highlight=False, soft_wrap=True)

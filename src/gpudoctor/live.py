@@ -247,9 +247,29 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
     report = dataclasses.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
                                                                                  if n not in report.warnings))
     report = _with_rank_annotation(report, run)
+    merge_failed = _merge_rank_annotations(report, run)
+    if merge_failed:
+        report = dataclasses.replace(report, warnings=(*report.warnings, merge_failed))
     (run / "report.json").write_text(to_json(report) + "\n")
     (run / "report.html").write_text(render_html(report))
     return report, ""
+
+
+def _merge_rank_annotations(report: Report, run: Path) -> str:
+    """RUN/annotated.trace.json.gz: every rank's annotated trace on rank 0's clock, the straggler
+    marked (report/perfetto_merge.py). Failing costs that file and says why, never the report."""
+    from gpudoctor.report.perfetto_merge import parts_from_rows, write_merged
+
+    files = {int(r["rank"]): f for r in report.ranks
+             if (f := run / f"rank{int(r['rank'])}" / "annotated.trace.json.gz").is_file()}
+    parts = parts_from_rows(report.ranks, files)
+    if len(parts) < 2:
+        return ""
+    try:
+        write_merged(parts, run / "annotated.trace.json.gz", option="the merged annotated trace")
+    except Exception as exc:  # noqa: BLE001 - the combined report must still be written
+        return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
+    return ""
 
 
 def _with_rank_annotation(report: Report, run: Path) -> Report:

@@ -232,7 +232,7 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     ranks' clocks are aligned on their collectives and the multi-GPU findings added to the report
     of the straggler (rank 0 when there is none). ``annotate``: each worker also writes its rank's
     annotated trace, to ``rank_file(annotate, rank)``, never over one of ``inputs`` or the ranks'
-    files."""
+    files, and ``annotate`` itself gets them all merged on rank 0's clock."""
     # the multi-rank analysis and the worker pool, imported only for a distributed run: for one
     # trace they were 0.027 s and 0.011 s of the imports (python -X importtime, 2-core x86_64)
     from concurrent.futures import ProcessPoolExecutor
@@ -254,7 +254,20 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
     table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
     result = combine(summaries, str(table) if table else None)
+    if annotate is not None:
+        _merged_annotation(result, annotate, kept)
     return _combined_report(result, [r for _, r in results])
+
+
+def _merged_annotation(result: RanksResult, annotate: Path, kept: Sequence[Any]) -> None:
+    """``annotate`` itself: every rank's annotated trace merged on rank 0's clock, the straggler
+    marked (report/perfetto_merge.py), where two ranks or more wrote theirs."""
+    from gpudoctor.report.perfetto_merge import parts_from_rows, write_merged
+
+    files = {int(row["rank"]): f for row in result.rows if (f := rank_file(annotate, int(row["rank"]))).is_file()}
+    parts = parts_from_rows(result.rows, files)
+    if len(parts) >= 2:
+        write_merged(parts, annotate, inputs=kept)
 
 
 def _combined_report(result: RanksResult, reports: list[Report]) -> Report:

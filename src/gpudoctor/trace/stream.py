@@ -188,6 +188,19 @@ class Chunks:
                 release_free_memory()
         self._read_outline()
 
+    def raw_events(self, item: Any = msgspec.Raw) -> Iterator[list[Any]]:
+        """As ``events``, each event as its JSON text (``item`` msgspec.Raw) or its plain values
+        (``item`` Any): what a merge rewrites (report/perfetto_merge.py)."""
+        decoder = msgspec.json.Decoder(list[item])
+        while not self.closed:
+            self._fill(CHUNK_BYTES)
+            events, used = self._chunk(decoder)
+            self._drop(used)
+            self.count += len(events)
+            if events:
+                yield events
+        self._read_outline()
+
     def _chunk(self, decoder: msgspec.json.Decoder[Any]) -> tuple[list[TraceEvent], int]:
         """The events of the next chunk and how many bytes of buf they took (the ',' after them,
         or the array's ']', included)."""

@@ -1,0 +1,187 @@
+"""One annotated trace for a whole job: every rank's, on rank 0's clock, the straggler marked.
+
+Each rank's annotated trace (report/perfetto.py) keeps its own clock. Merged, rank r's events
+move by its clock offset (ranks/align.py: its collectives end together on every rank), so that a
+collective lines up across the ranks and the others' wait for the straggler shows as the gap before
+theirs. Ids cannot be shared between ranks: Perfetto names a thread by its tid alone, and two
+ranks' GPU streams both call theirs 7, so every (rank, pid) and (rank, tid) takes an id of its own,
+and flow ids take the rank in their high bits. Each rank's processes are named and labelled
+("rank 1 (straggler)", "rank 0: waits 48.76 ms a step for rank 1").
+
+The files are read a chunk at a time (trace/stream.py) and written as read: the merge holds one
+chunk of one rank's events at a time, whatever their size.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from gpudoctor.outputs import atomic_file, check_output_file
+from gpudoctor.trace.stream import Chunks, NotStreamed, pieces
+
+FLOW_RANK_SHIFT = 40  # flow ids (correlation ids, 32-bit) keep the rank above this bit
+MAX_ID = 2**31 - 1  # Perfetto reads pids and tids as 32-bit
+SORT_STRIDE = 10_000_000  # a rank's processes sort as Kineto sorts them (GPU 4: 5000004), after the rank before
+_FLOW_PHASES = frozenset({"s", "t", "f"})
+
+
+@dataclass(frozen=True)
+class RankPart:
+    """One rank's annotated trace and where it goes in the merge."""
+
+    rank: int
+    path: Path
+    offset_us: float  # the rank's clock minus rank 0's
+    label: str  # "straggler", "waits 48.76 ms a step for rank 1", or ""
+
+
+def parts_from_rows(rows: Sequence[dict[str, Any]], files: dict[int, Path]) -> list[RankPart]:
+    """The parts of a job from its ranks table (report ``ranks``: rank, clock_offset_us, straggler,
+    wait_imposed_ms, comm_wait_ms) and each rank's annotated file; ranks with no file are left out."""
+    straggler = next((int(r["rank"]) for r in rows if r.get("straggler")), None)
+    parts = []
+    for row in rows:
+        rank = int(row["rank"])
+        if rank not in files:
+            continue
+        if straggler is not None and rank == straggler:
+            label = "straggler"
+        elif straggler is not None and float(row.get("comm_wait_ms") or 0.0) > 0:
+            label = f"waits {float(row['comm_wait_ms']):.2f} ms a step for rank {straggler}"
+        else:
+            label = ""
+        parts.append(RankPart(rank, files[rank], float(row.get("clock_offset_us") or 0.0), label))
+    return parts
+
+
+def write_merged(parts: Sequence[RankPart], target: Path, option: str = "--perfetto",
+                 inputs: Sequence[Path | str | None] = ()) -> Path:
+    """Write every part's events, on rank 0's clock, to ``target`` (gzipped when its name ends in
+    .gz), in one step; never over a part or another of ``inputs``."""
+    kept = [*(p.path for p in parts), *inputs]
+    check_output_file(target, option, kept)
+    with atomic_file(target, option, kept) as handle:
+        if target.name.endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=handle, compresslevel=6, mtime=0) as packed:
+                _write(parts, packed)
+        else:
+            _write(parts, handle)
+    return target
+
+
+def _write(parts: Sequence[RankPart], out: IO[bytes]) -> None:
+    ids = _Ids()
+    out.write(b'{"traceEvents": [\n')
+    first = True
+    for part in parts:
+        named: set[int] = set()
+        labelled: set[int] = set()
+        sorted_: set[int] = set()
+        seen: set[int] = set()
+        for event in _raw_events(part.path):
+            if not isinstance(event, dict):
+                continue
+            moved = _moved(event, part, ids)
+            pid = moved.get("pid")
+            if isinstance(pid, int):
+                seen.add(pid)
+                if event.get("ph") == "M" and event.get("name") == "process_name":
+                    named.add(pid)
+                if event.get("ph") == "M" and event.get("name") == "process_labels":
+                    labelled.add(pid)
+                if event.get("ph") == "M" and event.get("name") == "process_sort_index":
+                    sorted_.add(pid)
+            out.write(b"" if first else b",\n")
+            out.write(msgspec.json.encode(moved))
+            first = False
+        for pid in sorted(seen):
+            tid = ids.of(part.rank, "tid", 0)  # the rank's own "thread 0", as Kineto's metadata have it
+            for meta in _process_meta(part, pid, tid, pid not in named, pid not in labelled, pid not in sorted_):
+                out.write(b"" if first else b",\n")
+                out.write(msgspec.json.encode(meta))
+                first = False
+    out.write(b'\n], "displayTimeUnit": "ms"}\n')
+
+
+def _moved(event: dict[str, Any], part: RankPart, ids: _Ids) -> dict[str, Any]:
+    """``event`` on rank 0's clock, its ids made the rank's own, its process named for the rank
+    (changed in place: each event is read for this and dropped)."""
+    out = event
+    ts = out.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        out["ts"] = round(ts - part.offset_us, 3)
+    for key in ("pid", "tid"):
+        value = out.get(key)
+        if value is not None:
+            out[key] = ids.of(part.rank, key, value)
+    if out.get("ph") in _FLOW_PHASES and isinstance(out.get("id"), int):
+        out["id"] = (part.rank << FLOW_RANK_SHIFT) | out["id"]
+    if out.get("ph") == "M" and isinstance(out.get("args"), dict):
+        args = dict(out["args"])
+        if out.get("name") == "process_name":
+            args["name"] = f"rank {part.rank} · {args.get('name', '')}"
+        elif out.get("name") == "process_labels" and part.label:  # Kineto's "GPU 0": the rank's label joins it
+            args["labels"] = f"{args.get('labels', '')}, {part.label}" if args.get("labels") else part.label
+        elif out.get("name") == "process_sort_index" and isinstance(args.get("sort_index"), int):
+            args["sort_index"] = _sort_index(part.rank, args["sort_index"])  # the ranks in order, each as it was
+        out["args"] = args
+    return out
+
+
+def _sort_index(rank: int, own: int = 0) -> int:
+    return rank * SORT_STRIDE + min(max(own, 0), SORT_STRIDE - 1)
+
+
+def _process_meta(part: RankPart, pid: int, tid: int, unnamed: bool, unlabelled: bool,
+                  unsorted: bool) -> Iterator[dict[str, Any]]:
+    if unnamed:
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": tid, "args": {"name": f"rank {part.rank}"}}
+    if part.label and unlabelled:
+        yield {"ph": "M", "name": "process_labels", "pid": pid, "tid": tid, "args": {"labels": part.label}}
+    if unsorted:
+        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": _sort_index(part.rank)}}
+
+
+class _Ids:
+    """A new id for each (rank, pid) and (rank, tid) value, counted from 1 (32-bit, as Perfetto reads them)."""
+
+    def __init__(self) -> None:
+        self.given: dict[tuple[int, str, Any], int] = {}
+
+    def of(self, rank: int, key: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            return value
+        if isinstance(value, str) and key == "tid" and not value.isdigit():
+            return value  # a named thread ("PyTorch Profiler"): Perfetto keeps it under its process
+        new = self.given.setdefault((rank, key, value), len(self.given) + 1)
+        if new > MAX_ID:
+            raise ValueError("more processes and threads than a 32-bit id holds")
+        return new
+
+
+def _raw_events(path: Path) -> Iterator[Any]:
+    """Each event of a trace file as plain values, a chunk at a time."""
+    with path.open("rb") as stream:
+        chunks = Chunks(pieces(stream, str(path)), str(path))
+        try:
+            chunks.start()
+        except NotStreamed:  # not a Kineto layout: decoded whole (an annotated trace always streams)
+            data = msgspec.json.decode(gunzipped(path))
+            yield from (data.get("traceEvents") or []) if isinstance(data, dict) else data
+            return
+        for events in chunks.raw_events(Any):
+            yield from events
+
+
+def gunzipped(path: Path) -> bytes | bytearray:
+    """The file's JSON text, inflated when it is gzipped."""
+    from gpudoctor.trace.read import gunzip
+
+    data = path.read_bytes()
+    return gunzip(data, str(path)) if data[:2] == b"\x1f\x8b" else data
