@@ -316,7 +316,7 @@ def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) ->
     r = s.result
     # 2 workers x prefetch 2 = 4 batches of backlog at the start, and again after the window; then
     # two rounds of the queue (8 steps, more than the 3 asked) timed: the loader's bursts
-    assert s._loader_depth == 4
+    assert s.loader.depth == 4
     assert r.steps_seen == 8 + 1 + 2 + 4 + 1 + 9 and yielded == r.steps_seen  # + 1 to settle
     assert len(r.unprofiled_before_ms) == 3 and len(r.unprofiled_after_ms) == 8
 
@@ -336,7 +336,7 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
             break
     s.close()
     r = s.result
-    assert s._loader_depth == 4
+    assert s.loader.depth == 4
     # 5 steps before the window (2 skipped + 3 more in the backlog), 1 warm-up, 2 recorded, the
     # 4 refilled after the window, then two rounds of the queue timed (9 boundaries)
     assert r.steps_seen == 5 + 1 + 2 + 4 + 1 + 9
@@ -372,16 +372,16 @@ def test_only_the_first_loader_iterator_serves_a_start_up_backlog(tmp_path: Path
 
     first = It(3)
     s.batch(first)
-    assert s._loader_depth == 16 and s._loader_backlog
+    assert s.loader.depth == 16 and s.loader.backlog
     first._num_yielded = 16
     s.batch(first)
-    assert not s._loader_backlog
+    assert not s.loader.backlog
     s.batch(It(0))  # the next epoch
-    assert not s._loader_backlog
+    assert not s.loader.backlog
     fresh = CaptureSession(CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path)
     fresh.batch(It(2))
     fresh.batch(It(0))  # a second iterator before the first served its queue: the backlog is over
-    assert not fresh._loader_backlog
+    assert not fresh.loader.backlog
 
 
 def test_a_persistent_loaders_next_epoch_serves_no_start_up_backlog(tmp_path: Path) -> None:
@@ -397,13 +397,13 @@ def test_a_persistent_loaders_next_epoch_serves_no_start_up_backlog(tmp_path: Pa
     for yielded in range(8):  # the first epoch: all of it served from the queue filled at start-up
         it._num_yielded = yielded
         s.batch(it)
-        assert s._loader_backlog
+        assert s.loader.backlog
     it._num_yielded = 0  # the same object, reset for the next epoch
     s.batch(it)
-    assert not s._loader_backlog
+    assert not s.loader.backlog
     it._num_yielded = 1
     s.batch(it)
-    assert not s._loader_backlog
+    assert not s.loader.backlog
 
 
 def test_a_loader_knob_sets_workers_once_per_dataset() -> None:

@@ -39,6 +39,7 @@ from typing import Any
 from gpudoctor.capture.bundle import rank_suffix
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
+from gpudoctor.capture.loader_queue import LoaderQueue
 from gpudoctor.capture.marks import CompileWatch, FinishedIntervals, intervals_ms, token_times
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
@@ -166,15 +167,11 @@ class CaptureSession(Listener):
         self._foreign: Any = None  # the program's own profiler, once it stopped
         self._model_state_tried = False
         self._total = 0  # boundaries seen, all sources together (never restarts)
-        self._loader_depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
-        self._loader_backlog = False  # the current iterator still serves its start-up backlog
-        self._loader_yielded = 0  # the current iterator's count of batches at the last fetch
-        self._loader_started = False  # the start-up backlog has been served (or a later epoch began)
+        self.loader = LoaderQueue()  # the DataLoader's queue of ready batches (capture/loader_queue.py)
         self._compiles = CompileWatch()  # a step in which torch.compile compiled is cut from the marks
         # a trial's settle-and-time (capture/trial_timing.py), on the steps the GPU has finished
         self._trial = TrialTiming(max_steps=TRIAL_SETTLE_MAX_STEPS, max_s=TRIAL_SETTLE_MAX_S)
         self._finished = FinishedIntervals()
-        self._loader_iterator: Any = None  # a weak reference to the iterator batch() saw last
         self._after_backlog = 0  # steps after the window left untimed (the refilled queue)
         self._prof: Any = None
         self._timed_window = False
@@ -345,30 +342,8 @@ class CaptureSession(Listener):
             self._boundary()
 
     def batch(self, iterator: Any) -> None:
-        """A DataLoader batch is about to be fetched. Worker processes fill a queue of
-        ``num_workers x prefetch_factor`` batches ahead of the loop while the program starts (and
-        again while the profiler exports its trace): steps served from that backlog are faster
-        than the loader can sustain, so they are not timed as unprofiled steps."""
-        depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(getattr(iterator, "_prefetch_factor", 0) or 0)
-        if depth <= 0:
-            return
-        self._loader_depth = max(self._loader_depth, depth)
-        yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
-        # only the loop's first iterator starts with a queue filled while the program set up; a
-        # later epoch's iterator restarts its count at 0 with no such backlog, and read as one an
-        # epoch shorter than the queue leaves no step timed.
-        # A persistent-workers loader hands out the same iterator object every epoch, its count reset
-        # to 0: with fewer batches an epoch than its queue holds, every step would read as backlog
-        if self._loader_iterator is not None and (self._loader_iterator() is not iterator
-                                                  or yielded < self._loader_yielded):
-            self._loader_started = True
-        self._loader_yielded = yielded
-        try:
-            self._loader_iterator = weakref.ref(iterator)
-        except TypeError:  # an iterator that takes no weak reference: each batch's is "the same"
-            self._loader_iterator = None
-        self._loader_backlog = not self._loader_started and yielded < depth
-        self._loader_started = self._loader_started or yielded >= depth
+        """A DataLoader batch is about to be fetched (capture/loader_queue.py)."""
+        self.loader.batch(iterator)
 
     def foreign_profiler(self, profiler: Any, starting: bool) -> None:
         """The program starts or stops a torch.profiler of its own."""
@@ -460,7 +435,7 @@ class CaptureSession(Listener):
         """Timed; past ``skip`` the window opens (a trial first settles and times its steps, one
         without a window ends there instead)."""
         cfg = self.config
-        if self._loader_backlog and self._before:
+        if self.loader.backlog and self._before:
             self._before = []  # the steps so far ate the loader's start-up backlog: not timed
         self._mark_step(self._before)
         if self._count == 2:
@@ -474,7 +449,7 @@ class CaptureSession(Listener):
         if cfg.trial and self._open_at is None and self._trial_wants_more(cfg.skip):
             return  # a trial that records a window times its settled steps first
         if self._open_at is None:
-            if self._serving_backlog(cfg.skip):
+            if self.loader.serving_backlog(self._count, cfg.skip, distributed=self.sync is not None):
                 return
             self._open_at = self._agree()
         if self._count >= self._open_at:
@@ -502,7 +477,7 @@ class CaptureSession(Listener):
             # the step after this one is not timed either: it settles after the export
             # (capture/timing.py SETTLE_STEPS), and behind a DataLoader its workers refilled
             # their queue meanwhile
-            self._after_backlog = self._loader_depth + SETTLE_STEPS
+            self._after_backlog = self.loader.depth + SETTLE_STEPS
             if cfg.calibration_steps == 0:
                 self._complete()
             else:
@@ -515,26 +490,8 @@ class CaptureSession(Listener):
             return
         self._mark_step(self._after)
         timed = sum(a is not None and b is not None for a, b in itertools.pairwise(self._after))
-        if timed >= self._calibration_target(self.config.calibration_steps):
+        if timed >= self.loader.calibration_target(self.config.calibration_steps):
             self._complete()
-
-    def _calibration_target(self, asked: int) -> int:
-        """Steps to time after the window: what was asked, or behind a DataLoader with workers two
-        rounds of its queue (2 x workers x prefetch): its workers hand over batches in bursts, and
-        a few steps see one wait or none, and their mean misses the program's step by far
-        (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
-        if asked <= 0 or self._loader_depth <= 0:
-            return asked
-        return max(asked, 2 * self._loader_depth)
-
-    def _serving_backlog(self, skip: int) -> bool:
-        """The window waits while the loader still serves the batches its workers queued before the
-        loop started (at most its queue depth more steps; not in a distributed job, whose ranks
-        agree on one step). Opened inside that backlog, the window records steps that never wait
-        for a batch, and a loader-bound step reads launch-bound (benchmarks/BENCHMARKS-capture.md "Evidence moved from
-        the source: capture")."""
-        return (self._loader_backlog and self.sync is None
-                and self._count < max(skip, 1) + self._loader_depth)
 
     def _agree(self) -> int:
         """The step count at which the window opens: this one, or in a distributed job the one
@@ -706,9 +663,9 @@ class CaptureSession(Listener):
         rounds of its queue (capture/timing.py keeps the later half, which must hold one round),
         bounded by 3 rounds past ``skip``; then every trial runs on until its steps have settled
         and enough of them are timed (``_trial_unsettled``)."""
-        if self._serving_backlog(skip):
+        if self.loader.serving_backlog(self._count, skip, distributed=self.sync is not None):
             return True
-        depth = self._loader_depth
+        depth = self.loader.depth
         if depth and len(self._before) <= 2 * depth and self._count < max(skip, 1) + 3 * depth:
             return True
         try:
@@ -724,7 +681,7 @@ class CaptureSession(Listener):
         finished: no sync, the program's own overlap of host and GPU is kept."""
         now = self.clock.now()
         runs_on = self._trial.on_step(self._finished_intervals(self._before), self._count - max(skip, 1),
-                                      self._loader_depth, now)
+                                      self.loader.depth, now)
         if not runs_on and self._trial.note:
             self.result.notes.append(self._trial.note)
         return runs_on
@@ -774,7 +731,7 @@ class CaptureSession(Listener):
         r = self.result
         window_step = r.window_opened_at_step
         last_before = None if window_step is None else self._total - self._count + window_step
-        r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms, self._loader_depth, last_before)
+        r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms, self.loader.depth, last_before)
         chosen = r.unprofiled.samples_from if r.unprofiled is not None else "before"
         r.unprofiled_step_ms = {"before": r.unprofiled_before_ms, "after": r.unprofiled_after_ms}.get(
             chosen, r.unprofiled_before_ms + r.unprofiled_after_ms)

@@ -1,0 +1,62 @@
+"""The DataLoader's queue of ready batches, as the capture sees it through the batches it hands out.
+
+Worker processes fill a queue of ``num_workers x prefetch_factor`` batches ahead of the loop while
+the program starts (and again while the profiler exports its trace): steps served from that backlog
+are faster than the loader can sustain. The capture does not time them as unprofiled steps, opens
+its window after them, and times two rounds of the queue after it (capture/session.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+
+class LoaderQueue:
+    """What the batches fetched so far say of the loader's queue."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # batches a multi-worker DataLoader keeps ready (workers x prefetch)
+        self.backlog = False  # the current iterator still serves its start-up backlog
+        self._yielded = 0  # the current iterator's count of batches at the last fetch
+        self._started = False  # the start-up backlog has been served (or a later epoch began)
+        self._iterator: Any = None  # a weak reference to the iterator seen last
+
+    def batch(self, iterator: Any) -> None:
+        """A batch is about to be fetched from ``iterator`` (a DataLoader's)."""
+        depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(getattr(iterator, "_prefetch_factor", 0) or 0)
+        if depth <= 0:
+            return
+        self.depth = max(self.depth, depth)
+        yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
+        # only the loop's first iterator starts with a queue filled while the program set up; a
+        # later epoch's iterator restarts its count at 0 with no such backlog, and read as one an
+        # epoch shorter than the queue leaves no step timed.
+        # A persistent-workers loader hands out the same iterator object every epoch, its count reset
+        # to 0: with fewer batches an epoch than its queue holds, every step would read as backlog
+        if self._iterator is not None and (self._iterator() is not iterator or yielded < self._yielded):
+            self._started = True
+        self._yielded = yielded
+        try:
+            self._iterator = weakref.ref(iterator)
+        except TypeError:  # an iterator that takes no weak reference: each batch's is "the same"
+            self._iterator = None
+        self.backlog = not self._started and yielded < depth
+        self._started = self._started or yielded >= depth
+
+    def calibration_target(self, asked: int) -> int:
+        """Steps to time after the window: what was asked, or behind a DataLoader with workers two
+        rounds of its queue (2 x workers x prefetch): its workers hand over batches in bursts, and
+        a few steps see one wait or none, and their mean misses the program's step by far
+        (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
+        if asked <= 0 or self.depth <= 0:
+            return asked
+        return max(asked, 2 * self.depth)
+
+    def serving_backlog(self, steps_seen: int, skip: int, distributed: bool) -> bool:
+        """The window waits while the loader still serves the batches its workers queued before the
+        loop started (at most its queue depth more steps; not in a distributed job, whose ranks
+        agree on one step). Opened inside that backlog, the window records steps that never wait
+        for a batch, and a loader-bound step reads launch-bound (benchmarks/BENCHMARKS-capture.md
+        "Evidence moved from the source: capture")."""
+        return self.backlog and not distributed and steps_seen < max(skip, 1) + self.depth
