@@ -258,15 +258,11 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
 def _merge_rank_annotations(report: Report, run: Path) -> str:
     """RUN/annotated.trace.json.gz: every rank's annotated trace on rank 0's clock, the straggler
     marked (report/perfetto_merge.py). Failing costs that file and says why, never the report."""
-    from gpudoctor.report.perfetto_merge import parts_from_rows, write_merged
+    from gpudoctor.report.perfetto_merge import merge_ranks
 
-    files = {int(r["rank"]): f for r in report.ranks
-             if (f := run / f"rank{int(r['rank'])}" / "annotated.trace.json.gz").is_file()}
-    parts = parts_from_rows(report.ranks, files)
-    if len(parts) < 2:
-        return ""
     try:
-        write_merged(parts, run / "annotated.trace.json.gz", option="the merged annotated trace")
+        merge_ranks(report.ranks, lambda rank: run / f"rank{rank}" / "annotated.trace.json.gz",
+                    run / "annotated.trace.json.gz", option="the merged annotated trace")
     except Exception as exc:  # noqa: BLE001 - the combined report must still be written
         return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
     return ""

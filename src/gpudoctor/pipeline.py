@@ -254,20 +254,11 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
     table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
     result = combine(summaries, str(table) if table else None)
-    if annotate is not None:
-        _merged_annotation(result, annotate, kept)
+    if annotate is not None:  # every rank's annotated trace on rank 0's clock (report/perfetto_merge.py)
+        from gpudoctor.report.perfetto_merge import merge_ranks
+
+        merge_ranks(result.rows, lambda rank: rank_file(annotate, rank), annotate, inputs=kept)
     return _combined_report(result, [r for _, r in results])
-
-
-def _merged_annotation(result: RanksResult, annotate: Path, kept: Sequence[Any]) -> None:
-    """``annotate`` itself: every rank's annotated trace merged on rank 0's clock, the straggler
-    marked (report/perfetto_merge.py), where two ranks or more wrote theirs."""
-    from gpudoctor.report.perfetto_merge import parts_from_rows, write_merged
-
-    files = {int(row["rank"]): f for row in result.rows if (f := rank_file(annotate, int(row["rank"]))).is_file()}
-    parts = parts_from_rows(result.rows, files)
-    if len(parts) >= 2:
-        write_merged(parts, annotate, inputs=kept)
 
 
 def _combined_report(result: RanksResult, reports: list[Report]) -> Report:

@@ -19,8 +19,7 @@ time when the module is compiled or captured in a CUDA graph (``rules/knob_price
 ``traced_by_dynamo`` narrows the region to what ``torch.compile`` itself takes: TorchDynamo does not
 trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``, ``nn.GRU``
 and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before, forward and
-backward (a word-level LSTM language model: reduce-overhead measured x0.94 where capturing its
-LSTM had priced x3.33; benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
+backward (benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
 backward hands each parameter's gradient to the autograd engine, whose AccumulateGrad nodes run
 eagerly after it, one per parameter, as before.
 """

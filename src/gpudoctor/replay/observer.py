@@ -30,10 +30,9 @@ MIN_CALL_NS = 1_500.0
 # The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.
 SCALE_RANGE = (0.0, 8.0)
 # The profiled step replayed with nothing taken out, within this share of the measured one: the
-# GPU's work sets both and the profiler's cost is hidden, so the step cannot tell it (a fit would
-# run to the range's end: the H200 lab's fp32_matmul, 7.947 against 7.928 ms, fitted 8x and left
-# the host a quarter of its time; benchmarks/BENCHMARKS-replay.md "The lab on the H200, with its
-# fixed twins' traces").
+# GPU's work sets both and the profiler's cost is hidden, so the step cannot tell it: a fit runs to
+# the range's end and leaves the host too little time (benchmarks/BENCHMARKS-replay.md "The lab on
+# the H200, with its fixed twins' traces").
 GPU_SET_SHARE = 0.02
 PRIOR_SCALE = 1.0
 FIT_ITERATIONS = 40

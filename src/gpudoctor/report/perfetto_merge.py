@@ -15,7 +15,7 @@ chunk of one rank's events at a time, whatever their size.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +23,7 @@ from typing import IO, Any
 import msgspec
 
 from gpudoctor.outputs import atomic_file, check_output_file
+from gpudoctor.trace.append import decoded_whole
 from gpudoctor.trace.stream import Chunks, NotStreamed, pieces
 
 FLOW_RANK_SHIFT = 40  # flow ids (correlation ids, 32-bit) keep the rank above this bit
@@ -89,6 +90,18 @@ def parts_from_rows(rows: Sequence[dict[str, Any]], files: dict[int, Path]) -> l
             label = ""
         parts.append(RankPart(rank, files[rank], float(row.get("clock_offset_us") or 0.0), label))
     return parts
+
+
+def merge_ranks(rows: Sequence[dict[str, Any]], file_of: Callable[[int], Path], target: Path,
+                option: str = "--perfetto", inputs: Sequence[Path | str | None] = ()) -> bool:
+    """``target``: the annotated traces ``file_of(rank)`` of a job's ranks (its ranks table
+    ``rows``) merged, where two ranks or more wrote theirs; whether it was written."""
+    files = {int(r["rank"]): f for r in rows if (f := file_of(int(r["rank"]))).is_file()}
+    parts = parts_from_rows(rows, files)
+    if len(parts) < 2:
+        return False
+    write_merged(parts, target, option, inputs)
+    return True
 
 
 def write_merged(parts: Sequence[RankPart], target: Path, option: str = "--perfetto",
@@ -193,8 +206,7 @@ def _events(path: Path) -> Iterator[_Event]:
         try:
             chunks.start()
         except NotStreamed:  # not a Kineto layout: decoded whole (an annotated trace always streams)
-            data = msgspec.json.decode(gunzipped(path))
-            raws = (data.get("traceEvents") or []) if isinstance(data, dict) else data
+            raws = decoded_whole(path)["traceEvents"]
             yield from (e for e in (_event(msgspec.json.encode(r)) for r in raws) if e is not None)
             return
         for raws in chunks.raw_events():
@@ -209,11 +221,3 @@ def _event(raw: bytes) -> _Event | None:
         return msgspec.json.decode(raw, type=_Event)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-
-
-def gunzipped(path: Path) -> bytes | bytearray:
-    """The file's JSON text, inflated when it is gzipped."""
-    from gpudoctor.trace.read import gunzip
-
-    data = path.read_bytes()
-    return gunzip(data, str(path)) if data[:2] == b"\x1f\x8b" else data

@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gpudoctor.analysis.host_breakdown import HostOp
+
 
 @dataclass(frozen=True)
 class GpuSection:
@@ -196,16 +198,6 @@ class MemorySection:
 
 
 @dataclass(frozen=True)
-class HostOp:
-    """A top-level host op of a CPU-only trace, per step."""
-
-    name: str
-    category: str
-    ms_per_step: float
-    calls_per_step: float
-
-
-@dataclass(frozen=True)
 class HostSection:
     """The host's step of a trace with no GPU work: time by category and the top-level ops."""
 
@@ -213,7 +205,7 @@ class HostSection:
     tid: Any
     step_ms: float
     by_category: dict[str, float] = field(default_factory=dict)  # category -> ms per step
-    ops: tuple[HostOp, ...] = ()
+    ops: tuple[HostOp, ...] = ()  # analysis/host_breakdown.py's, rounded by report/build.py
     device: ClassVar[str] = "cpu"
 
     def to_dict(self) -> dict[str, Any]:

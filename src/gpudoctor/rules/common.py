@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -153,11 +154,12 @@ def inside_op_named(trace: Trace, host_idx: np.ndarray, name: str) -> np.ndarray
     return out
 
 
-def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.ndarray | float = 1.0) -> np.ndarray:
+def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.ndarray | float = 1.0,
+                      pad: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Each matrix event's time (ns) in ``dtype`` at the rate the measured grid gives its operator's
-    GEMM shape (hardware/gemm_rate.py), with its rows multiplied by ``rows_times`` (a batched fix
-    stacks the rows of many calls); where the trace gives no shape, its FLOPs at the roof times
-    GEMM_EFFICIENCY. Never below the shortest GEMM kernel."""
+    GEMM shape (hardware/gemm_rate.py), its M, N and K through ``pad`` (a fix that pads them), its
+    rows multiplied by ``rows_times`` (a batched fix stacks the rows of many calls); where the trace
+    gives no shape, its FLOPs at the roof times GEMM_EFFICIENCY. Never below the shortest GEMM kernel."""
     rf, dev = a.roofline, a.trace.device
     flops = rf.event_flops[idx].astype(float)
     times = np.broadcast_to(np.asarray(rows_times, float), idx.shape)
@@ -166,6 +168,8 @@ def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.n
     known = np.array([c is not None and c.gemm_shape is not None and c.flops > 0 for c in shapes], bool)
     if known.any():
         b, m, n, k = (np.array([shapes[i].gemm_shape[j] for i in np.flatnonzero(known)], float) for j in range(4))
+        if pad is not None:
+            m, n, k = pad(m), pad(n), pad(k)
         op_flops = 2.0 * b * m * n * k * times[known]
         rate[known] = op_flops / gemm_seconds(m * times[known], n, k, dtype, a.ceilings, batch=b)
     return np.maximum(flops * times / np.maximum(rate, 1.0) * 1e9, KERNEL_FLOOR_S * 1e9)

@@ -8,10 +8,10 @@ Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its
 - **TF32 tensor cores** (``torch.set_float32_matmul_precision("high")``, ``allow_tf32 = True``,
   Hugging Face ``tf32=True``, or a flag a library set): TF32 runs at half the bf16 rate on
   Ampere and Hopper (H100 SXM datasheet: 495 vs 989 TFLOP/s dense; ``gpudoctor bench`` measured
-  369-397 vs 760-800 on an H100). Priced as fp32: the bf16 kernel of the same shape off the grid
-  (a TF32 weight-gradient GEMM ran at half the rate of its forward, and the bf16 kernels of the
-  fixed twin within 5% of the grid: benchmarks/BENCHMARKS-replay.md "GEMM time by shape"); where
-  the trace gives no shape, the kernel's time at the bf16 / TF32 ratio of the card's ceilings.
+  369-397 vs 760-800 on an H100). Priced as fp32: the bf16 kernel of the same shape off the grid,
+  since a TF32 kernel's own time varies with its layout more than the bf16 one's does
+  (benchmarks/BENCHMARKS-replay.md "GEMM time by shape"); where the trace gives no shape, the
+  kernel's time at the bf16 / TF32 ratio of the card's ceilings.
 - **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
   kernels (16-bit only) and runs the memory-efficient kernel in fp32, or its math fallback
   (matmul, softmax, matmul: with some masks, Hugging Face models in fp32); priced as its FLOPs at

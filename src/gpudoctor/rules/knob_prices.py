@@ -8,8 +8,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 - ``compile``: each chain of memory-bound kernels inside the region (rules/unfused_elementwise.py
   ``chains``) becomes one kernel at its fused time; the chain's other kernels leave the GPU. A
   naive attention in the region is fused as naive-attention's fix prices it: Inductor's pattern
-  matcher rewrites it to scaled_dot_product_attention (a ViT with hand-written attention, bf16:
-  compile measured x1.68, where fusion alone priced x1.03). The
+  matcher rewrites it to scaled_dot_product_attention (benchmarks/BENCHMARKS-replay.md "Knob
+  trials, third session"). The
   host keeps its time: on host-bound steps the compiled module's generated code cost the host
   about what eager did (manual_sgd x0.98, unet_ema x0.93 measured, where taking the fused
   operators' host time out priced x1.15 and x1.14, and summing launch-bound's saving x9.1 and

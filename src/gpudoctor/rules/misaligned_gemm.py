@@ -14,7 +14,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
-from gpudoctor.hardware.gemm_rate import gemm_seconds, rate_source
+from gpudoctor.hardware.gemm_rate import rate_source
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     gemm_ns_of_events,
@@ -98,23 +98,17 @@ PAD_TO = 64  # the fix pads the odd dimensions to a multiple of 64 (its first Fi
 GRID_SCALE_BOUNDS = (0.5, 2.0)
 
 
-def _padded(d: int) -> int:
-    """A dimension as the fix pads it: to a multiple of 64, or of 8 below 64 (a few channels)."""
-    step = PAD_TO if d >= PAD_TO else 8
-    return -(-d // step) * step
+def _padded(d: np.ndarray) -> np.ndarray:
+    """Dimensions as the fix pads them: to a multiple of 64, or of 8 below 64 (a few channels)."""
+    step = np.where(d >= PAD_TO, PAD_TO, 8)
+    return np.ceil(d / step) * step
 
 
 def _aligned_ns(a: Analysis, bad: np.ndarray, good: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
     """Each misaligned GEMM's time once padded: the padded shape at the measured grid's rate
     (hardware/gemm_rate.py), scaled by how the trace's aligned GEMMs ran against that grid."""
     rf = a.roofline
-    m, n, k, b = (np.empty(bad.size) for _ in range(4))
-    for j, i in enumerate(bad.tolist()):
-        bb, mm, nn, kk = rf.op_costs[int(a.trace.device.op[i])].gemm_shape
-        b[j], m[j], n[j], k[j] = bb, _padded(mm), _padded(nn), _padded(kk)
-    op_flops = 2.0 * b * m * n * k
-    share = rf.event_flops[bad] / np.maximum(op_flops, 1.0)  # the event's part of its operator's work
-    after = np.maximum(gemm_seconds(m, n, k, dtype, a.ceilings, batch=b) * 1e9 * share, 1.0)
+    after = gemm_ns_of_events(a, bad, dtype, pad=_padded)
     reference = rate_source(a.ceilings, dtype)
     if good.size:
         ran = rf.event_in_steps_ns[good].astype(float)

@@ -93,7 +93,7 @@ class _Marked:
 
 def _surveyed_whole(path: Path, cat: str) -> Survey:
     """``survey`` of a file read whole: one laid out otherwise, or annotated before."""
-    events = _decoded(path).get("traceEvents", [])
+    events = decoded_whole(path).get("traceEvents", [])
     ids: set[int] = set()
     first: float | None = None
     for e in events:
@@ -106,7 +106,8 @@ def _surveyed_whole(path: Path, cat: str) -> Survey:
     return Survey(path, frozenset(ids), first, -1, True)
 
 
-def _decoded(path: Path) -> dict[str, Any]:
+def decoded_whole(path: Path) -> dict[str, Any]:
+    """The whole trace file decoded (gunzipped first where it is), as ``{"traceEvents": [...], ...}``."""
     raw = path.read_bytes()
     data = bytes(gunzip(raw, str(path))) if raw[:2] == b"\x1f\x8b" else raw
     try:
@@ -167,7 +168,7 @@ def _block(event: dict[str, Any]) -> bytes:
 
 def _rewritten(path: Path, added: bytes, cat: str) -> bytes:
     """The whole file decoded, the events of ``cat`` dropped, and written again with ``added``."""
-    top = _decoded(path)
+    top = decoded_whole(path)
     kept = [e for e in top["traceEvents"] if not (isinstance(e, dict) and e.get("cat") == cat)]
     head = {k: v for k, v in top.items() if k != "traceEvents"}
     blocks = [_block(e) if isinstance(e, dict) else msgspec.json.encode(e) for e in kept]
