@@ -28,15 +28,17 @@ CASES = {
     # L-BFGS: ~200 aten::dot a step in its two-loop recursion are not a per-sample loop. Replayed
     # without the line search's reads' waits, the host runs ahead of the GPU: host-sync first
     # (x1.35; not measured: the reads are the algorithm's own), then fp32-matmul (formula x1.21)
-    "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.418),
+    "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.3991),
     "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 11.9693),
     # no optimizer: each call of the outermost module is a step
     # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
     # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
-    # finds it empty
-    "inference_loop": ("module-forward", 5, 5.6703, "host-sync", 0.3642),
+    # finds it empty. With the profiler's work at the step edges taken out (0.06-0.2 ms a step,
+    # where the GPU idles after the read), the replayed host holds the step: launch-bound first,
+    # host-sync 0.01 ms (it was first at 0.36 ms; neither fix measured on this program)
+    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6117),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
-    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5256),
+    "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5129),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
     # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, benchmarks/BENCHMARKS-try-fixes.md): its
     # BatchNorm backward runs at 6% of the roof, and the compile knob measured x1.95 [1.66-2.29]
@@ -50,13 +52,13 @@ CASES = {
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms). Replayed, the fusion
     # shortens kernels on a host-bound step and saves 0.11 ms; a CUDA graph 0.74: launch-bound
     # first again, against the program's stated expectation (a miss, benchmarks/BENCHMARKS-replay.md "Replay")
-    "own_profiler": ("program-profiler", 4, None, "launch-bound", 0.7371),
+    "own_profiler": ("program-profiler", 4, None, "launch-bound", 0.6974),
     # the by-hand gallery's TransformerEncoder calling torch.cuda.empty_cache() after every step
     # (tests/programs/byhand, H100, 2026-11-26): 84 cudaMalloc/cudaFree a step, 61.1 ms profiled
     # against 31.0 unprofiled. The step the fix leaves is calibrated like the step: x1.58 (it was
     # x1.00, info); dropping the call measured x1.71 by hand, x1.80 by the knob, and its --keep-cache
     # run in the same call (below) 17.25 ms: x1.79
-    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 5.5448),
+    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 5.5315),
     # the same with --keep-cache: no allocator churn left; launch-bound comes first
     "varlen_empty_cache_fixed": ("optimizer-step", 5, 17.2543, "launch-bound", 10.7746),
     # the by-hand gallery's audio_loader: 2 workers behind numpy spectrograms, a bursty loader (five
@@ -72,9 +74,9 @@ CASES = {
     # tests/programs/byhand (2026-11-26, H100): a Lightning GPT at fp32; the GEMMs' saving stops at
     # the host's time a step, the profiler's cost at its prior (the GPU sets the profiled step):
     # x2.55 (bf16-mixed by hand measured x2.80, the knob x2.81)
-    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 31.102),
+    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 31.402),
     # a Hugging Face Trainer fine-tuning BERT at fp32 (x2.27; TF32 by hand measured x2.07, the knob x1.91)
-    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 30.4257),
+    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 29.223),
 }
 
 

@@ -20,12 +20,15 @@ with no launch in the window starts where it started; a trace with no launches h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpudoctor.analysis.host_events import launch_threads, sync_calls
-from gpudoctor.analysis.observer import BLOCKED_CALL_NS  # a call this long waited (a full queue, a syncing free)
+from gpudoctor.analysis.observer import (
+    BLOCKED_CALL_NS,  # a call this long waited (a full queue, a syncing free)
+    MAX_STEP_BOUNDARY_NS,
+)
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
@@ -38,6 +41,8 @@ HELD_SLACK_NS = 5_000
 # DDP all-reduce started 2.8-5.2 us after the gradient kernel it waited for (tests/data/ddp4_h200_batch;
 # benchmarks/BENCHMARKS-replay.md "Replay").
 WAIT_SLACK_NS = 20_000
+
+EMPTY_EDGES = np.empty(0, np.int64)
 
 # Kinds of host-chain entries.
 CALL = 0  # a runtime / driver call
@@ -93,6 +98,8 @@ class StepGraph:
     switch_ns: int
     profiled_ns: int  # the profiled mean step after the first (analysis/steps.py: GPU-aligned)
     coverage: str  # "full", or what the graph could not build
+    edge_s: np.ndarray = field(default_factory=lambda: EMPTY_EDGES)  # the profiler's own work at each
+    edge_e: np.ndarray = field(default_factory=lambda: EMPTY_EDGES)  # step's edges (step_edges)
 
     @property
     def calls(self) -> int:
@@ -187,6 +194,7 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
         own[waited] = ret[waited]  # had it not waited, it would have taken its return time
 
     load = _recorded_load(trace, on_threads, entry_ts, entry_end, entry_kind, prev_end, w0, w1)
+    edge_s, edge_e = step_edges(trace, on_threads)
     first = 1 if len(steps) >= 2 else 0  # as simulate.Replayed.step_ns
     profiled = int((steps.end[-1] - steps.start[first]) / (len(steps) - first))
     return StepGraph(
@@ -197,8 +205,37 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
         dev_backlog=(launched_by < 0) & (((dev.launch[dev_idx] >= 0) & (host.ts[np.maximum(dev.launch[dev_idx], 0)] < w0))
                                          | queued_before_window(trace)[dev_idx]),
         latency_ns=latency, switch_ns=max(switch, 0),
-        profiled_ns=profiled, coverage=coverage,
+        profiled_ns=profiled, coverage=coverage, edge_s=edge_s, edge_e=edge_e,
     )
+
+
+def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host time between the edges of each ProfilerStep range and the first and last event the
+    program itself recorded in it (an operator, a runtime call, an annotation of its own): the
+    profiler closing one step and opening the next, 0.07-0.25 ms a step on the lab's fixed twins
+    (analysis/observer.py MAX_STEP_BOUNDARY_NS, the same cap). A per-event cost misses it: it holds
+    no events of the program's. Steps found another way (a module's forward, an optimizer step)
+    have no such edges: the host time around them is the program's."""
+    host = trace.host
+    step_ranges = trace.names_matching(lambda s: s.startswith("ProfilerStep#"))[host.name]
+    ranges = np.flatnonzero(step_ranges & (host.cat == HostCat.ANNOTATION))
+    own = ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
+           | ((host.cat == HostCat.ANNOTATION) & ~step_ranges))
+    idx = np.flatnonzero(own & on_threads)
+    if idx.size == 0 or ranges.size == 0:
+        return EMPTY_EDGES, EMPTY_EDGES
+    order = np.argsort(host.ts[idx], kind="stable")
+    starts, ends = host.ts[idx][order], np.maximum.accumulate(host.end[idx][order])
+    lo, hi = host.ts[ranges].astype(np.int64), host.end[ranges].astype(np.int64)
+    first = np.searchsorted(starts, lo, side="left")
+    last = np.searchsorted(starts, hi, side="left") - 1
+    ok = last >= first
+    head_e = np.minimum(starts[np.minimum(first, starts.size - 1)], lo + MAX_STEP_BOUNDARY_NS)
+    tail_s = np.maximum(ends[np.maximum(last, 0)], hi - MAX_STEP_BOUNDARY_NS)
+    s = np.concatenate([lo[ok], tail_s[ok]])
+    e = np.concatenate([head_e[ok], hi[ok]])
+    keep = e > s
+    return s[keep].astype(np.int64), e[keep].astype(np.int64)
 
 
 def _latest_launched(launched_by: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:

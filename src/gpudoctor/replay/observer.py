@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
 from gpudoctor.replay.graph import CALL, EVENT_CLASSES, StepGraph
 from gpudoctor.replay.simulate import Changes, Replayed, replay
@@ -64,6 +65,7 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
     own = (graph.own_ns if base.own_ns is None else base.own_ns).astype(float)
     tail = float(graph.tail_ns if base.tail_ns is None else base.tail_ns)
     n = gap.size
+    gap, tail = _without_step_edges(graph, gap, tail)
     overhead = per_entry[:n]
     from_gap = np.minimum(overhead, gap)
     is_call = graph.kind == CALL
@@ -76,6 +78,21 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
         waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed, latency_ns=base.latency_ns,
         switch_ns=base.switch_ns,
     )
+
+
+def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple[np.ndarray, float]:
+    """The gaps and tail less the profiler's work at the steps' edges (graph.step_edges), the share
+    of each gap they fill: a fix's changes already took out what it removed of that gap."""
+    if graph.edge_s.size == 0 or gap.size == 0:
+        return gap, tail
+    s, e = union(graph.edge_s, graph.edge_e)
+    running = np.maximum.accumulate(graph.end_ns)
+    prev_end = np.concatenate([[graph.window[0]], running[:-1]])
+    edges = overlap_per_window(s, e, prev_end, graph.ts_ns)
+    edges_tail = overlap_per_window(s, e, running[-1:], running[-1:] + graph.tail_ns)[0]
+    kept = np.divide(gap, graph.gap_ns, out=np.ones_like(gap), where=graph.gap_ns > 0)
+    kept_tail = tail / graph.tail_ns if graph.tail_ns > 0 else 1.0
+    return np.maximum(gap - edges * np.clip(kept, 0, 1), 0.0), max(tail - float(edges_tail) * min(kept_tail, 1.0), 0.0)
 
 
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,

@@ -13,7 +13,10 @@ In training the loop has a backward too: each iteration's ops leave autograd nod
 thread. Backward nodes repeated at least half as often per step as the loop iterates belong to it;
 their host time is priced with the forward span (the batched fix has one node per op).
 
-Priced by the host work the fix removes: every iteration but one of the operators the loop issues
+Priced by replaying the step with the loop vectorized (``edit``): the loop's host span keeps one
+average iteration's share, the stack or cat that gathers the samples goes, the kept iteration's
+matrix-vector products become GEMMs of every sample's rows at the measured grid's time. Where the
+graph cannot be built, the formula: the host work the fix removes, every iteration but one of the operators the loop issues
 (the batched call is one iteration's operators on bigger tensors). On a step the host holds, each
 operator costs the host about the same with or without the loop (Python, the dispatcher, a
 launch), so the step after the fix is the step's time in proportion to the operators left: those
@@ -32,7 +35,10 @@ import re
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
+from gpudoctor.hardware.gemm_rate import gemm_seconds
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
@@ -49,7 +55,8 @@ _BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::au
 # An iteration's operators repeat in the same order: a period holds when this share of the loop's
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
-MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
+MAX_PERIOD_OPS = 512
+GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})  # operators in one iteration, at most, searched for
 
 
 def check(a: Analysis) -> Finding | None:
@@ -116,22 +123,88 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The loop vectorized: every iteration but the first leaves the host (its operators and the
+    Python between them, forward and backward) and the GPU (the kernels those operators launched);
+    the kept iteration's matrix-vector products become one GEMM each, every sample's rows stacked,
+    at the measured grid's time for that shape (hardware/gemm_rate.py). The kept iteration's other
+    kernels (bias adds, activations) keep their time: on a batch this small it is their latency."""
+    if a.step_source == "generate-call":
+        return None
+    groups = loop_groups(a)
+    if not groups:
+        return None
+    host, dev = a.trace.host, a.trace.device
+    n = max(len(a.steps), 1)
+    idx = np.concatenate(groups)
+    iterations = idx.size / n / len(groups)
+    loops = _loops(a, step_ops(a), groups, _looped_nodes(a, iterations))
+    if not loops:
+        return None
+    removed_ops = np.concatenate([seq[first + period:end] for seq, first, end, period in loops])
+    # the batched iteration costs the host what an average iteration did (the first one also
+    # carries the loop's setup): the loop's span loses the share of its iterations that goes
+    loop_start = np.array([host.ts[seq[first]] for seq, first, _end, _period in loops], np.int64)
+    loop_end = np.array([host.end[seq[first:end]].max() for seq, first, end, _period in loops], np.int64)
+    share = np.array([(end - first - period) / (end - first) for _seq, first, end, period in loops])
+    # the stack / cat that gathers the per-sample results right after the loop goes too: the
+    # batched call's result is already stacked
+    gathers = np.array([seq[end] for seq, _first, end, _period in loops
+                        if end < seq.size and a.trace.strings[host.name[seq[end]]] in GATHER_OPS], np.int64)
+    removed_ops = np.concatenate([removed_ops, gathers])
+    loop_start = np.concatenate([loop_start, host.ts[gathers]])
+    loop_end = np.concatenate([loop_end, host.end[gathers]])
+    share = np.concatenate([share, np.ones(gathers.size)])
+    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
+    gone = np.flatnonzero(np.isin(owner, removed_ops) & (owner >= 0))
+    kept = np.setdiff1d(idx, gone)
+    calls = dev.launch[gone]
+    return Edit(device=kept.astype(np.int64), device_ns=_stacked_ns(a, kept, iterations),
+                device_removed=gone.astype(np.int64), host_removed_s=loop_start, host_removed_e=loop_end,
+                host_share=share,
+                calls_removed=calls[calls >= 0].astype(np.int64),
+                note=f"{removed_ops.size / n:.0f} loop operators a step removed; "
+                     f"{kept.size / n:.0f} matrix-vector products batched {iterations:.0f} samples each")
+
+
+def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
+    """Each matrix-vector product's time with ``samples`` vectors stacked into a matrix: the grid's
+    time for (wide side) x (samples) x K; never longer than ``samples`` products one by one."""
+    rf, dev = a.roofline, a.trace.device
+    out = dev.dur[idx].astype(float) * samples
+    for j, op in enumerate(dev.op[idx].tolist()):
+        cost = rf.op_costs.get(int(op))
+        if cost is None or cost.gemm_shape is None:
+            continue
+        _b, m, n, k = cost.gemm_shape
+        dtype = DTYPES[int(rf.event_dtype[idx[j]])]
+        stacked = float(gemm_seconds(max(m, n), min(m, n) * samples, k, dtype, a.ceilings)) * 1e9
+        out[j] = min(stacked, out[j])
+    return out
+
+
 def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray], looped_nodes: np.ndarray) -> int:
-    """Operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps: each
-    loop (the forward's matrix-vector products, the backward's repeated nodes) keeps one
-    iteration's operators."""
+    """How many operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps."""
+    return sum(end - first - period for _seq, first, end, period in _loops(a, ops, groups, looped_nodes))
+
+
+def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
+           looped_nodes: np.ndarray) -> list[tuple[np.ndarray, int, int, int]]:
+    """Each loop of each step and thread as (its thread's operator sequence, first, end, period):
+    the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes
+    ``seq[first + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
     host, dev = a.trace.host, a.trace.device
     anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g]) for g in groups]
     if looped_nodes.size:
         anchors.append(looped_nodes)
     steps = step_of(a, host.ts[ops])
-    removed = 0
+    out = []
     for step in np.unique(steps).tolist():
         for thread in np.unique(host.thread[ops]).tolist():
             seq = ops[(steps == step) & (host.thread[ops] == thread)]
             runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor))) for anchor in anchors]
-            removed += _removed_in(runs)
-    return removed
+            out.extend((seq, *run) for run in _merged(runs) if run[1] - run[0] > run[2])
+    return out
 
 
 def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
@@ -154,20 +227,17 @@ def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
     return first, end, period
 
 
-def _removed_in(runs: list[tuple[int, int, int]]) -> int:
-    """Operators removed by loops on one thread: each run of overlapping loops keeps one
-    iteration (the longest period among them)."""
-    removed, current = 0, None
+def _merged(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Loops on one thread, overlapping ones merged: each merged loop keeps one iteration (the
+    longest period among them)."""
+    merged: list[tuple[int, int, int]] = []
     for first, end, period in sorted(r for r in runs if r[1] > r[0]):
-        if current is not None and first < current[1]:
-            current = (current[0], max(current[1], end), max(current[2], period))
-            continue
-        if current is not None:
-            removed += max(current[1] - current[0] - current[2], 0)
-        current = (first, end, period)
-    if current is not None:
-        removed += max(current[1] - current[0] - current[2], 0)
-    return removed
+        if merged and first < merged[-1][1]:
+            f, e, p = merged[-1]
+            merged[-1] = (f, max(e, end), max(p, period))
+        else:
+            merged.append((first, end, period))
+    return merged
 
 
 def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
@@ -231,5 +301,5 @@ def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
 RULE = Rule(
     ID, "Per-sample / per-node Python loop of matrix-vector products", check, __doc__ or "",
     needs=("launch_links", "cpu_ops"),
-    order=80, idle_cause="dispatch", calibration="step-share",
+    order=80, idle_cause="dispatch", calibration="step-share", edit=edit,
 )
