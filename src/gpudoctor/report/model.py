@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.ranks.sections import Distributed, RankRow
 from gpudoctor.report.sections import (
     AllFixesSection,
     AnnotatedTraceSection,
@@ -84,9 +85,9 @@ class Report:
     unprofiled: UnprofiledSection | None = None  # how far to trust it; None when the capture did not say
     host: HostSection | None = None  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
-    # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
-    ranks: tuple[dict[str, Any], ...] = ()
-    distributed: dict[str, Any] = field(default_factory=dict)
+    # (exposed communication, the pipeline, one step's timeline per rank); empty / None for one trace
+    ranks: tuple[RankRow, ...] = ()
+    distributed: Distributed | None = None
     # every replay-priced fix at once; None when fewer than two fixes were priced by replay
     all_fixes: AllFixesSection | None = None
     # the annotated trace written beside the report (report/perfetto.py); None when none was written
@@ -119,7 +120,8 @@ class Report:
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
             "host": self.host.to_dict() if self.host is not None else {},
-            **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
+            **({"ranks": [r.to_dict() for r in self.ranks],
+                "distributed": self.distributed.to_dict() if self.distributed is not None else {}} if self.ranks else {}),
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
             **({"annotated_trace": self.annotated_trace.to_dict()} if self.annotated_trace is not None else {}),
         }
