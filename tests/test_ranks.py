@@ -207,11 +207,11 @@ def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> No
 
 def test_every_ranks_column_is_named() -> None:
     """The console table's and the HTML table's last column (the straggler mark) has a header."""
-    from gpudoctor.report.ranks_section import console_table, html_section
+    from gpudoctor.report.ranks_section import ranks_html, ranks_table
 
     report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"])
-    table = console_table(report)
+    table = ranks_table(report)
     assert [str(c.header) for c in table.columns][-1] == "verdict" and all(str(c.header) for c in table.columns)
     assert [str(c) for c in table.columns[-1].cells] == ["", "straggler"]
-    page = html_section(report)
+    page = ranks_html(report)
     assert "<th></th>" not in page and "<th>how</th><th>verdict</th></tr>" in page

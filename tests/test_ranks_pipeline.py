@@ -67,9 +67,9 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert report.distributed.pipeline == PipelineFacts(stages=2, microbatches=4, stage_ranks=(0, 1), slowest_rank=1,
                                                          bubble_ms=16.5063, expected_share_of_step=0.2)
     assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
-    from gpudoctor.report.ranks_section import console_summary
+    from gpudoctor.report.ranks_section import ranks_summary
 
-    assert console_summary(report).plain.endswith(
+    assert ranks_summary(report).plain.endswith(
         "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
 
 

@@ -154,9 +154,10 @@ class Report:
         u = self.unprofiled
         if u is None or not u.steps:
             return f"{self.unprofiled_step_ms:.3f} ms"
-        steps = int(u.steps)
+        steps = int(u.steps)  # env.json's number, which may be written 5.0
         trust = "" if u.trusted else "; uncertain"
-        return f"{self.unprofiled_step_ms:.3f} ms ± {float(u.spread_ms):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
+        spread = f"± {u.spread_ms:.3f} ({steps} step{'s' * (steps != 1)}{trust})"
+        return f"{self.unprofiled_step_ms:.3f} ms {spread}"
 
     def verdict(self) -> Verdict:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of

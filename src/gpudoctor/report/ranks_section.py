@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.ranks.sections import Distributed, RankRow, Timeline
+from gpudoctor.report.escape import esc
 from gpudoctor.report.model import Report
-from gpudoctor.report.svg import esc
 
 TIMELINE_COLORS = {"compute": "#2b6cb0", "comm": "#dd6b20"}
 IDLE_COLOR = "#edf2f7"
@@ -21,7 +21,7 @@ def _idle_text(row: RankRow, top: int = 2) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in list(row.idle.items())[:top]) or "-"
 
 
-def console_table(r: Report) -> Table:
+def ranks_table(r: Report) -> Table:
     t = Table(title="ranks (ms per step; clocks aligned on the collectives or send/recv)", title_justify="left")
     for name, justify in (("rank", "right"), ("step", "right"), ("busy", "right"), ("idle", "right"),
                           ("top idle causes", "left"), ("comm", "right"), ("exposed", "right"),
@@ -47,7 +47,7 @@ def summary_text(d: Distributed) -> str:
             if pp else ""))
 
 
-def console_summary(r: Report) -> Text:
+def ranks_summary(r: Report) -> Text:
     return Text(summary_text(r.distributed) if r.distributed is not None else "")
 
 
@@ -57,7 +57,7 @@ def _offset_text(row: RankRow) -> str:
     return f"{row.clock_offset_us:.1f}" + (f" &plusmn; {unc:.1f}" if unc else "")
 
 
-def html_section(r: Report) -> str:
+def ranks_html(r: Report) -> str:
     head = ("<tr><th>rank</th><th>host</th><th>step ms</th><th>busy ms</th><th>idle ms</th><th>top idle causes</th>"
             "<th>comm ms</th><th>exposed ms</th><th>waits ms</th><th>makes others wait ms</th>"
             "<th>clock offset us</th><th>how</th><th>verdict</th></tr>")
