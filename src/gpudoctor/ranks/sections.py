@@ -40,19 +40,22 @@ class RankRow:
     clock_offset_us: float  # its clock minus rank 0's
     clock: RankClock | None  # None when the ranks were not aligned
     straggler: bool
-    host: dict[str, float] = field(default_factory=dict)  # the host's own step by cause; empty: unknown
+    # the host's own step by cause, largest first; empty when unknown
+    host: dict[str, float] = field(default_factory=dict)
     recv_wait_ms: float | None = None  # a pipeline stage's wait to receive; None: not a stage
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "rank": self.rank, "source": self.source, "gpu": self.gpu, "hostname": self.hostname,
-            "steps": self.steps, "step_ms": self.step_ms, "busy_ms": self.busy_ms, "idle_ms": self.idle_ms,
-            "idle": dict(self.idle), "comm_ms": self.comm_ms, "comm_exposed_ms": self.comm_exposed_ms,
-            "comm_wait_ms": self.comm_wait_ms, "wait_imposed_ms": self.wait_imposed_ms,
-            "held_up_per_step": self.held_up_per_step, "clock_offset_us": self.clock_offset_us,
+            "steps": self.steps, "step_ms": self.step_ms, "busy_ms": self.busy_ms,
+            "idle_ms": self.idle_ms, "idle": dict(self.idle), "comm_ms": self.comm_ms,
+            "comm_exposed_ms": self.comm_exposed_ms, "comm_wait_ms": self.comm_wait_ms,
+            "wait_imposed_ms": self.wait_imposed_ms, "held_up_per_step": self.held_up_per_step,
+            "clock_offset_us": self.clock_offset_us,
         }
         if self.clock is not None:
-            d |= {"clock_method": self.clock.method, "clock_uncertainty_us": self.clock.uncertainty_us,
+            d |= {"clock_method": self.clock.method,
+                  "clock_uncertainty_us": self.clock.uncertainty_us,
                   "clock_bound_us": list(self.clock.bound_us)}
         d["straggler"] = self.straggler
         if self.host:
@@ -76,7 +79,7 @@ class ExposedComm:
 
 @dataclass(frozen=True)
 class CollectiveClass:
-    """One op and size of collective (ranks/slow_collective.py ``SizeClass``) against its prediction."""
+    """One op and size of collective (ranks/slow_collective.py ``SizeClass``) and its prediction."""
 
     op: str
     bytes: int
@@ -123,7 +126,8 @@ class Timeline:
     ranks: tuple[TimelineRank, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "span_us": self.span_us, "ranks": [r.to_dict() for r in self.ranks]}
+        return {"step": self.step, "span_us": self.span_us,
+                "ranks": [r.to_dict() for r in self.ranks]}
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,8 @@ class Distributed:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "world_size": self.world_size, "matched_collectives": self.matched_collectives, "steps": self.steps,
+            "world_size": self.world_size, "matched_collectives": self.matched_collectives,
+            "steps": self.steps,
             "straggler_rank": self.straggler_rank, "straggler_cause": self.straggler_cause,
             "exposed_comm": dataclasses.asdict(self.exposed_comm),
             "collectives": [dataclasses.asdict(c) for c in self.collectives],

@@ -76,7 +76,8 @@ def distributed(al: Aligned, split: CommSplit, straggler: Straggler | None,
         overlap_not_taken_by_cause={c: round(v, 4) for c, v in split.by_cause().items()},
         comm_ms=round(split.mean("comm"), 4),
     )
-    collectives = tuple(CollectiveClass(c.op, c.nbytes, round(c.count_per_step, 3), round(c.achieved_busbw_GBps, 2),
+    collectives = tuple(CollectiveClass(c.op, c.nbytes, round(c.count_per_step, 3),
+                                        round(c.achieved_busbw_GBps, 2),
                                         round(c.predicted_busbw_GBps, 2)) for c in classes)
     return Distributed(
         world_size=len(al.summaries),
@@ -101,7 +102,8 @@ def _pipeline(stages: Stages) -> PipelineFacts:
 
 def timeline(al: Aligned) -> Timeline | None:
     """One step on every rank, on rank 0's clock, in us from the step's earliest start."""
-    picked = [(i, s) for i, s in enumerate(al.summaries) if s.timeline_step >= 0 and s.steps > s.timeline_step]
+    picked = [(i, s) for i, s in enumerate(al.summaries)
+              if s.timeline_step >= 0 and s.steps > s.timeline_step]
     if not picked:
         return None
     k = picked[0][1].timeline_step
@@ -111,6 +113,6 @@ def timeline(al: Aligned) -> Timeline | None:
     ranks = []
     for (i, s), st, en in zip(picked, starts, ends):
         off = int(al.offsets[i]) + t0
-        bars = tuple((round((a - off) / 1e3, 3), round((b - off) / 1e3, 3), kind) for a, b, kind in s.timeline)
-        ranks.append(TimelineRank(s.rank, round((st - t0) / 1e3, 3), round((en - t0) / 1e3, 3), bars))
+        bars = tuple((_us(a - off), _us(b - off), kind) for a, b, kind in s.timeline)
+        ranks.append(TimelineRank(s.rank, _us(st - t0), _us(en - t0), bars))
     return Timeline(k, round(float(np.max(ends) - t0) / 1e3, 3), tuple(ranks))

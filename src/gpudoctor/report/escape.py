@@ -1,5 +1,6 @@
-"""The one escape for HTML: every renderer's page (report, diff, bench, the fixes tried) passes each
-string from outside — trace names, paths, messages — through ``esc`` before it joins the markup."""
+"""The one escape for HTML: every renderer's page (report, diff, bench, the fixes tried) passes
+each string from outside (trace names, paths, messages) through ``esc`` before it joins the
+markup."""
 
 from __future__ import annotations
 
