@@ -79,7 +79,7 @@ def test_rank_traces_named_one_by_one_are_still_one_ranks_report() -> None:
 def test_rank_directories_named_one_by_one_are_one_job(case: str) -> None:
     report = analyze_inputs([DATA / case / "rank0", DATA / case / "rank1"], jobs=1)
     assert isinstance(report, Report)
-    assert [r["rank"] for r in report.ranks] == [0, 1]
+    assert [r.rank for r in report.ranks] == [0, 1]
 
 
 def test_ranks_of_different_runs_are_diagnosed_apart() -> None:

@@ -123,13 +123,13 @@ def test_misaligned_gemm_rests_on_the_measured_curve() -> None:
 def test_bench_html_is_escaped_and_self_contained() -> None:
     from gpudoctor.bench import BenchResult
     from gpudoctor.hardware.ceilings import for_gpu_name
-    from gpudoctor.report.bench import render_bench_html
+    from gpudoctor.report.bench import render_html
 
     ceilings = ceilings_from(_measurements(), H100, "GPU-<b>x</b>", 85_017_493_504)
     result = BenchResult(gpu="<script>alert(1)</script>", uuid="GPU-<b>x</b>", measured_utc="2026-11-22T00:00:00",
                          measurements=_measurements(), health=HealthReading(), findings=[], ceilings=ceilings,
                          datasheet=for_gpu_name(H100))
-    page = render_bench_html(result)
+    page = render_html(result)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     assert "stroke-dasharray" in page  # datasheet roofs dashed
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")

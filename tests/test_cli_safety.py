@@ -359,8 +359,8 @@ def test_the_html_page_holds_no_control_character(tmp_path: Path) -> None:
     import re
 
     from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.report.escape import esc
     from gpudoctor.report.html import render_html
-    from gpudoctor.report.svg import esc
     from gpudoctor.trace import load
 
     page = render_html(analyze_loaded(load(_hostile_trace(tmp_path / "t.json"))))

@@ -80,14 +80,14 @@ def test_a_noted_miss_is_printed_with_its_measured_error(monkeypatch):
     from rich.console import Console
 
     from gpudoctor.memory import accuracy
-    from gpudoctor.report.memory import render
+    from gpudoctor.report.memory import render_console
 
     monkeypatch.setitem(accuracy.KNOWN_MISSES, ("deepseek", "infer"), 0.132)
     run = next(r for r in RUNS if r["name"] == "arch-deepseek-v2-gen")
     est = estimate_from_options(from_hf_config(run["config"]), infer=True, **run["opts"])
     assert est.extra["measured_error"] == 0.132
     buf = io.StringIO()
-    render(est, Console(file=buf, width=200))
+    render_console(est, Console(file=buf, width=200))
     assert "±13% (measured, see the accuracy note)" in buf.getvalue()
     assert "the prediction was up to 13.2% above the peak measured on an H100" in buf.getvalue()
     assert accuracy_note("llama", "infer") is None

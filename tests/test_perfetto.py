@@ -254,7 +254,7 @@ def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(tmp_pat
     labelled for their rank."""
     target = tmp_path / "ddp.trace.json.gz"
     report = analyze_inputs([DDP], jobs=1, annotate=target)
-    offsets = {int(r["rank"]): float(r["clock_offset_us"]) for r in report.ranks}
+    offsets = {r.rank: r.clock_offset_us for r in report.ranks}
     assert offsets == {0: 0.0, 1: 8.98}
     merged = _events(target)
     per_rank = [_events(rank_file(target, r)) for r in (0, 1)]
@@ -403,7 +403,7 @@ def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: 
         diagnose_capture(CaptureResult(trace_path=bundle / "trace.json.gz", device="cuda"), CaptureConfig(), bundle)
         assert (bundle / "annotated.trace.json.gz").is_file()
     report, note = combine_ranks(sync, None)
-    assert note == "" and report is not None and [row["straggler"] for row in report.ranks] == [False, True]
+    assert note == "" and report is not None and [row.straggler for row in report.ranks] == [False, True]
     saved = json.loads((run / "report.json").read_text())["annotated_trace"]
     assert saved["file"] == "rank1/annotated.trace.json.gz"
     own = json.loads((run / "rank1" / "report.json").read_text())["annotated_trace"]

@@ -17,6 +17,7 @@ import pytest
 
 from gpudoctor.errors import InputError
 from gpudoctor.pipeline import analyze_ranks, is_rank_set
+from gpudoctor.ranks.sections import RankRow
 from gpudoctor.ranks.summary import _OP_NAMES
 from gpudoctor.report.html import render_html
 from gpudoctor.report.ranks_section import timeline_svg
@@ -49,21 +50,21 @@ def stretched(tmp_path_factory: pytest.TempPathFactory) -> Path:
                               stretched_k=LAST, extra_us=EXTRA_US, layout="legacy")
 
 
-def _row(report, rank: int) -> dict:
-    return next(r for r in report.ranks if r["rank"] == rank)
+def _row(report, rank: int) -> RankRow:
+    return next(r for r in report.ranks if r.rank == rank)
 
 
 def test_clean_set_offsets_recovered_and_no_straggler(clean: Path) -> None:
     report = analyze_ranks([clean], jobs=1)
-    offsets = [_row(report, r)["clock_offset_us"] for r in range(3)]
+    offsets = [_row(report, r).clock_offset_us for r in range(3)]
     assert np.abs(np.array(offsets) - OFFSETS_US[:3]).max() < 10.0
     assert report.finding("straggler") is None  # identical ranks: nobody straggles, unlike a top-k pick
-    assert report.distributed["matched_collectives"] == 21
-    assert report.distributed["straggler_rank"] is None
+    assert report.distributed.matched_collectives == 21
+    assert report.distributed.straggler_rank is None
     # the recorded trace: of 0.976 ms of all-reduce per step, 0.947 ms runs with no compute beside it
-    assert report.distributed["exposed_comm"]["exposed_ms"] == pytest.approx(0.9471, abs=1e-4)
-    assert report.distributed["exposed_comm"]["wait_for_slowest_ms"] == 0.0
-    assert [r["comm_ms"] for r in report.ranks] == [0.9761] * 3
+    assert report.distributed.exposed_comm.exposed_ms == pytest.approx(0.9471, abs=1e-4)
+    assert report.distributed.exposed_comm.wait_for_slowest_ms == 0.0
+    assert [r.comm_ms for r in report.ranks] == [0.9761] * 3
 
 
 def test_straggler_named_with_its_planted_cause(late: Path) -> None:
@@ -75,14 +76,14 @@ def test_straggler_named_with_its_planted_cause(late: Path) -> None:
     # every other rank waits the planted 3 ms in each step's last all-reduce
     assert f.saving_ms == pytest.approx(DELAY_US / 1000, rel=0.01)
     assert f.evidence.numbers["held_up_per_step"] == 1.0
-    assert [r["straggler"] for r in report.ranks] == [False, False, True, False]
-    offsets = np.array([_row(report, r)["clock_offset_us"] for r in range(4)])
+    assert [r.straggler for r in report.ranks] == [False, False, True, False]
+    offsets = np.array([_row(report, r).clock_offset_us for r in range(4)])
     assert np.abs(offsets - OFFSETS_US).max() < 10.0
     # the others' exposed wait is the planted delay (within 5%); the straggler waits for no one
     for r in (0, 1, 3):
-        assert _row(report, r)["comm_wait_ms"] == pytest.approx(DELAY_US / 1000, rel=0.05)
-        assert _row(report, r)["comm_exposed_ms"] - 0.9471 == pytest.approx(DELAY_US / 1000, rel=0.05)
-    assert _row(report, 2)["comm_wait_ms"] == 0.0
+        assert _row(report, r).comm_wait_ms == pytest.approx(DELAY_US / 1000, rel=0.05)
+        assert _row(report, r).comm_exposed_ms - 0.9471 == pytest.approx(DELAY_US / 1000, rel=0.05)
+    assert _row(report, 2).comm_wait_ms == 0.0
     # the combined report carries the straggler's own single-GPU diagnosis: its DataLoader
     assert report.finding("input-pipeline") is not None
     assert "rank 2's, the straggler" in report.warnings[0]
@@ -91,16 +92,16 @@ def test_straggler_named_with_its_planted_cause(late: Path) -> None:
 def test_exposed_comm_split_prices_the_planted_stretch(stretched: Path) -> None:
     base = 0.9471  # the recorded trace's exposed all-reduce per step (test above)
     report = analyze_ranks(sorted(stretched.glob("trace.rank*.json.gz")), jobs=1)
-    e = report.distributed["exposed_comm"]
-    assert e["exposed_ms"] - base == pytest.approx(EXTRA_US / 1000, rel=0.05)
-    assert e["wait_for_slowest_ms"] == 0.0
-    assert e["transfer_ms"] + e["overlap_not_taken_ms"] == pytest.approx(e["exposed_ms"], abs=1e-3)
+    e = report.distributed.exposed_comm
+    assert e.exposed_ms - base == pytest.approx(EXTRA_US / 1000, rel=0.05)
+    assert e.wait_for_slowest_ms == 0.0
+    assert e.transfer_ms + e.overlap_not_taken_ms == pytest.approx(e.exposed_ms, abs=1e-3)
     f = report.finding("exposed-comm")
     # less what the overlapped all-reduce would slow the compute beside it by (exposed_comm.OVERLAP_COST)
     n = f.evidence.numbers if f is not None else {}
     assert n["overlap_slows_compute_ms"] == pytest.approx(0.2357 * (n["overlap_not_taken_bucket_ms"]
                                                                     + n["overlap_not_taken_issued_late_ms"]), abs=1e-3)
-    assert f is not None and f.saving_ms == pytest.approx(e["overlap_not_taken_ms"] - n["overlap_slows_compute_ms"],
+    assert f is not None and f.saving_ms == pytest.approx(e.overlap_not_taken_ms - n["overlap_slows_compute_ms"],
                                                           abs=1e-3)
     assert report.finding("straggler") is None
     # a 32 MiB all-reduce taking 2.2 ms: far under the bus bandwidth an H200's NVLink gives
@@ -115,13 +116,13 @@ def test_legacy_layout_and_rank_set_detection(stretched: Path, clean: Path, tmp_
     assert is_rank_set(stretched) and is_rank_set(clean)
     assert not is_rank_set(clean / "rank0") and not is_rank_set(tmp_path)
     report = gpudoctor.analyze(stretched)  # the public API reads a rank set whole
-    assert [r["rank"] for r in report.ranks] == [0, 1, 2]
+    assert [r.rank for r in report.ranks] == [0, 1, 2]
     legacy = tmp_path / "legacy"
     for r in range(2):  # separate <name>-rankR-<stamp> run directories
         d = legacy / f"train-rank{r}-20261125T000000Z"
         d.mkdir(parents=True)
         (d / "trace.json.gz").symlink_to(stretched / f"trace.rank{r}.json.gz")
-    assert [r["rank"] for r in analyze_ranks([legacy], jobs=1).ranks] == [0, 1]
+    assert [r.rank for r in analyze_ranks([legacy], jobs=1).ranks] == [0, 1]
 
 
 def test_one_rank_or_a_repeated_rank_is_refused(clean: Path) -> None:
@@ -144,7 +145,7 @@ def test_json_html_and_timeline(clean: Path) -> None:
     assert {r["start_us"] for r in tl["ranks"]} == {0.0}
     page = render_html(report)
     assert "&lt;b&gt;node1&lt;/b&gt;" in page and "<b>node1</b>" not in page
-    ET.fromstring(timeline_svg(tl))  # well-formed SVG
+    ET.fromstring(timeline_svg(report.distributed.timeline))  # well-formed SVG
     assert "<svg" in page and not any(r["straggler"] for r in d["ranks"])
 
 
@@ -179,7 +180,7 @@ def test_rank_directory_with_a_trace_and_its_gzipped_copy(clean: Path, tmp_path:
         (d / "trace.json").write_bytes(gzip.decompress(data)[:10])  # the unzipped leftover is not read
         (d / "report.json").write_text("{}")
     assert is_rank_set(tmp_path / "run")
-    assert [r["rank"] for r in analyze_ranks([tmp_path / "run"], jobs=1).ranks] == [0, 1]
+    assert [r.rank for r in analyze_ranks([tmp_path / "run"], jobs=1).ranks] == [0, 1]
 
 
 def test_worker_processes_give_the_inline_result(late: Path) -> None:
@@ -198,19 +199,19 @@ def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> No
     assert f is not None
     assert (f.evidence.numbers["rank"], f.evidence.numbers["cause"]) == (5, "input-pipeline")
     assert f.saving_ms == pytest.approx(5.0, abs=1e-4)
-    assert [r["straggler"] for r in report.ranks] == [r == 5 for r in range(8)]
-    assert np.abs(np.array([_row(report, r)["clock_offset_us"] for r in range(8)]) - offsets).max() < 10.0
+    assert [r.straggler for r in report.ranks] == [r == 5 for r in range(8)]
+    assert np.abs(np.array([_row(report, r).clock_offset_us for r in range(8)]) - offsets).max() < 10.0
     # 7/8 x 5 ms = 4.375 planted; measured 12.3 us a step less
-    assert report.distributed["exposed_comm"]["wait_for_slowest_ms"] == pytest.approx(4.3627, abs=1e-4)
+    assert report.distributed.exposed_comm.wait_for_slowest_ms == pytest.approx(4.3627, abs=1e-4)
 
 
 def test_every_ranks_column_is_named() -> None:
     """The console table's and the HTML table's last column (the straggler mark) has a header."""
-    from gpudoctor.report.ranks_section import console_table, html_section
+    from gpudoctor.report.ranks_section import ranks_html, ranks_table
 
     report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"])
-    table = console_table(report)
+    table = ranks_table(report)
     assert [str(c.header) for c in table.columns][-1] == "verdict" and all(str(c.header) for c in table.columns)
     assert [str(c) for c in table.columns[-1].cells] == ["", "straggler"]
-    page = html_section(report)
+    page = ranks_html(report)
     assert "<th></th>" not in page and "<th>how</th><th>verdict</th></tr>" in page

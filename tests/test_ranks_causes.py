@@ -75,8 +75,8 @@ def test_spread_within_noise_names_no_one() -> None:
     # 40 us late per step: under the 50 us / 1% of a 10 ms step floor
     result = combine([rank(0), rank(1, late_ns=40_000), rank(2)])
     assert all(f.id != "straggler" for f in result.findings)
-    assert result.distributed["straggler_rank"] is None
-    assert [r["wait_imposed_ms"] for r in result.rows] == [0.0, 0.04, 0.0]
+    assert result.distributed.straggler_rank is None
+    assert [r.wait_imposed_ms for r in result.rows] == [0.0, 0.04, 0.0]
 
 
 # -- the cause from the host's own step -----------------------------------------------------------
@@ -112,7 +112,7 @@ def test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise() -> Non
     assert f is not None and (f.severity, f.saving_ms) == ("info", 0.0)
     assert f.title.startswith("No straggler: rank 1")
     result = combine(_hosts({"dispatch": 10.9}))
-    assert result.distributed["straggler_rank"] is None and not any(r["straggler"] for r in result.rows)
+    assert result.distributed.straggler_rank is None and not any(r.straggler for r in result.rows)
     assert result.chosen == 0
     # the wait is the profiler's: exposed-comm does not price it either, only the overlap not taken
     exposed = next(f for f in result.findings if f.id == "exposed-comm")
@@ -197,9 +197,9 @@ def test_slow_collective_against_this_machines_measured_curve(tmp_path) -> None:
     table = collectives_profile_for("NVIDIA H100 80GB HBM3", tmp_path)
     assert table == tmp_path / "gpu-1.json"
     result = combine(ranks, str(table))
-    c = result.distributed["collectives"][0]
-    assert (c["achieved_busbw_GBps"], c["predicted_busbw_GBps"]) == (33.55, 100.0)
-    assert result.distributed["predicted_from"] == f"machine profile {table}"
+    c = result.distributed.collectives[0]
+    assert (c.achieved_busbw_GBps, c.predicted_busbw_GBps) == (33.55, 100.0)
+    assert result.distributed.predicted_from == f"machine profile {table}"
     slow = next(f for f in result.findings if f.id == "slow-collective")
     assert "measured on this machine" in slow.summary
     # every 2 ms transfer runs exposed; the curve says 0.671 ms: 1.329 ms per step above it
@@ -232,7 +232,7 @@ def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
         Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in r.collectives)})
         for r in (rank(0), rank(1, late_ns=500_000))]
     result = combine(p2p)
-    assert result.distributed["matched_collectives"] == 0 and result.distributed["straggler_rank"] is None
+    assert result.distributed.matched_collectives == 0 and result.distributed.straggler_rank is None
     assert any("no pipeline pattern" in w for w in result.warnings)  # no recv waits recorded
     assert [f.id for f in result.findings] == []  # equal stages: no stage-imbalance
 
@@ -277,9 +277,9 @@ def test_a_gloo_job_names_its_straggler_from_host_ranges() -> None:
     assert straggler.evidence.numbers["rank"] == 1 and straggler.evidence.numbers["cause"] == "host-work"
     assert straggler.saving_ms == pytest.approx(30.5774, abs=1e-4)  # planted: 30 ms a step
     assert straggler.evidence.numbers["idle_excess_ms"] == pytest.approx(34.2428, abs=1e-4)
-    assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
-    assert [r["idle"] for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
-    assert report.ranks[1]["clock_offset_us"] == pytest.approx(3180.425, abs=1e-3)
+    assert [(r.rank, r.straggler) for r in report.ranks] == [(0, False), (1, True)]
+    assert [r.idle for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
+    assert report.ranks[1].clock_offset_us == pytest.approx(3180.425, abs=1e-3)
     assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(15.231, abs=1e-3)
 
 
@@ -315,12 +315,12 @@ def test_two_h100s_name_the_rank_that_sleeps() -> None:
     # the sleep, seen from the GPU of the same rank, is the other finding at the top
     assert [(f.id, round(f.saving_ms, 2)) for f in report.findings[:2]] == [("straggler", 20.29),
                                                                             ("host-blocking-work", 20.14)]
-    assert [(r["rank"], r["straggler"]) for r in report.ranks] == [(0, False), (1, True)]
-    assert report.distributed["straggler_cause"] == "host-work"
-    assert report.ranks[1]["host"] == {"dispatch": 39.7491, "host-work": 20.2911, "optimizer": 0.9096,
+    assert [(r.rank, r.straggler) for r in report.ranks] == [(0, False), (1, True)]
+    assert report.distributed.straggler_cause == "host-work"
+    assert report.ranks[1].host == {"dispatch": 39.7491, "host-work": 20.2911, "optimizer": 0.9096,
                                        "host-sync": 0.0325}
     # the ranks share one host clock: the offset the collectives give is 9 us
-    assert report.ranks[1]["clock_offset_us"] == pytest.approx(8.98, abs=0.01)
+    assert report.ranks[1].clock_offset_us == pytest.approx(8.98, abs=0.01)
     assert not any("do not all match" in w for w in report.warnings)
 
 
@@ -339,7 +339,7 @@ def test_two_h100s_healthy_job_has_no_straggler() -> None:
     assert n["wait_imposed_ms_per_step"] == pytest.approx(15.5845, abs=1e-4)
     assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(1.4493, abs=1e-4),
                                                                 pytest.approx(10.3545, abs=1e-4))
-    assert report.distributed["straggler_rank"] is None and not any(r["straggler"] for r in report.ranks)
+    assert report.distributed.straggler_rank is None and not any(r.straggler for r in report.ranks)
     assert any("no rank straggles" in w for w in report.warnings)
     # the wait is claimed as the profiler's: exposed-comm prices only the overlap not taken
     # less what overlapping it would slow the compute by (exposed_comm.OVERLAP_COST)
@@ -376,7 +376,7 @@ def test_gloo_ranks_slow_dataloader_is_input_pipeline_priced_at_its_excess() -> 
     assert numbers["wait_imposed_ms_per_step"] == pytest.approx(33.5341, abs=1e-4)
     assert numbers["idle_excess_ms"] == pytest.approx(20.3361, abs=1e-4)
     assert {f.id: f for f in report.findings}["straggler"].saving_ms == pytest.approx(20.3361, abs=1e-4)
-    assert [r["idle"] for r in report.ranks] == [{"host-work": 5.3388, "input-pipeline": 0.1044},
+    assert [r.idle for r in report.ranks] == [{"host-work": 5.3388, "input-pipeline": 0.1044},
                                                  {"input-pipeline": 20.4405, "host-work": 9.6078}]
 
 

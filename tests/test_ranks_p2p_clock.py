@@ -15,6 +15,7 @@ from ranksynth import offset_run
 from gpudoctor.ranks.align import estimate, match
 from gpudoctor.ranks.combine import combine
 from gpudoctor.ranks.p2p_clock import pair_bounds, reach
+from gpudoctor.ranks.sections import RankClock
 from gpudoctor.ranks.summary import Collective, RankSummary, Transfer
 
 DATA = Path(__file__).parent / "data" / "pp_gloo"
@@ -27,7 +28,7 @@ def _analyze(path: Path):  # type: ignore[no-untyped-def]
 
 
 def _clock(report) -> list[tuple[float, str, float | None]]:  # type: ignore[no-untyped-def]
-    return [(r["clock_offset_us"], r["clock_method"], r["clock_uncertainty_us"]) for r in report.ranks]
+    return [(r.clock_offset_us, r.clock.method, r.clock.uncertainty_us) for r in report.ranks]
 
 
 def _findings(report) -> list[tuple[str, float, dict]]:  # type: ignore[no-untyped-def]
@@ -40,7 +41,7 @@ def test_two_stages_recorded_offset_zero_within_the_bounds() -> None:
     their midpoint 12.16 us, the true 0 inside."""
     report = _analyze(DATA / "balanced")
     assert _clock(report) == [(0.0, "reference", 0.0), (12.157, "p2p", 188.139)]
-    assert report.ranks[1]["clock_bound_us"] == [-175.982, 200.296]
+    assert report.ranks[1].clock.bound_us == (-175.982, 200.296)
     assert any("clocks are aligned on send/recv only" in w for w in report.warnings)
     from gpudoctor.report.html import render_html
 
@@ -107,8 +108,8 @@ def test_recorded_forward_only_is_one_sided() -> None:
     s1 = dataclasses.replace(s1, transfers=tuple(t for t in s1.transfers if t.kind == "recv"))
     result = combine([s0, s1])
     row = result.rows[1]
-    assert (row["clock_offset_us"], row["clock_method"], row["clock_uncertainty_us"]) == (0.0, "p2p-one-sided", None)
-    assert row["clock_bound_us"] == [None, 200.296]
+    assert (row.clock_offset_us, row.clock.method, row.clock.uncertainty_us) == (0.0, "p2p-one-sided", None)
+    assert row.clock.bound_us == (None, 200.296)
     assert ("rank 1: send/recv on its path from rank 0 (0 - 1) go one way only, so its clock offset is bounded on "
             "one side (<= 200.3 us), not estimated") in result.warnings
 
@@ -157,8 +158,7 @@ def test_one_way_messages_give_a_one_sided_bound_and_say_so() -> None:
     late = [summary(0, (Transfer("send", 1, 10, 5000, 0),)), summary(1, (Transfer("recv", 0, 10, 1100, 0),))]
     assert estimate(late, np.empty((0, 2), np.int64)).offsets.tolist() == [0, -3900]
     rows = combine(one_way).rows
-    assert (rows[1]["clock_method"], rows[1]["clock_uncertainty_us"], rows[1]["clock_bound_us"]) == (
-        "p2p-one-sided", None, [None, 1.1])
+    assert rows[1].clock == RankClock("p2p-one-sided", None, (None, 1.1))
 
 
 def test_chain_sums_the_pairs_and_unreached_rank_is_none() -> None:
@@ -217,9 +217,8 @@ def test_ddp_collectives_keep_their_offset_and_state_its_spread() -> None:
     """The 2-GPU DDP recording (no send/recv): rank 1's offset is the collectives' median as before,
     8.98 us, with half its interquartile range, 0.515 us."""
     report = _analyze(Path(__file__).parent / "data" / "ddp2_h100" / "slow")
-    assert report.ranks[1]["clock_offset_us"] == pytest.approx(8.98, abs=0.01)
-    assert (report.ranks[1]["clock_method"], report.ranks[1]["clock_uncertainty_us"]) == ("collectives", 0.515)
-    assert report.ranks[1]["clock_bound_us"] == [None, None]
+    assert report.ranks[1].clock_offset_us == pytest.approx(8.98, abs=0.01)
+    assert report.ranks[1].clock == RankClock("collectives", 0.515, (None, None))
 
 
 def test_gpu_send_recv_kernels_read_their_peer_from_record_param_comms() -> None:

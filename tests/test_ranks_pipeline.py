@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.ranks.combine import combine
+from gpudoctor.ranks.sections import PipelineFacts
 from gpudoctor.ranks.stages import read_stages
 from gpudoctor.ranks.summary import Collective, RankSummary, _p2p_device
 
@@ -62,13 +63,13 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert imb.saving_ms == pytest.approx(3 * (35.1498 - 30.5047) / 4, abs=1e-4)
     assert (imb.saving_ms, imb.severity) == (pytest.approx(3.4838, abs=1e-4), "minor")
     assert n["others_wait_for_it_ms"] == pytest.approx(12.2812, abs=1e-4)
-    assert [r["recv_wait_ms"] for r in report.ranks] == [28.7875, 16.5063]
-    assert report.distributed["pipeline"] == {"stages": 2, "microbatches": 4, "stage_ranks": [0, 1], "slowest_rank": 1,
-                                              "bubble_ms": 16.5063, "expected_share_of_step": 0.2}
+    assert [r.recv_wait_ms for r in report.ranks] == [28.7875, 16.5063]
+    assert report.distributed.pipeline == PipelineFacts(stages=2, microbatches=4, stage_ranks=(0, 1), slowest_rank=1,
+                                                         bubble_ms=16.5063, expected_share_of_step=0.2)
     assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
-    from gpudoctor.report.ranks_section import console_summary
+    from gpudoctor.report.ranks_section import ranks_summary
 
-    assert console_summary(report).plain.endswith(
+    assert ranks_summary(report).plain.endswith(
         "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
 
 
@@ -255,7 +256,7 @@ def test_counts_that_break_the_pattern_are_not_one_pipeline() -> None:
     result = combine(s)
     assert [f.id for f in result.findings] == ["stage-imbalance"]
     assert result.findings[0].saving_ms == pytest.approx(8.0 - 5.0)
-    assert "pipeline" not in result.distributed
+    assert result.distributed.pipeline is None
     assert any("no pipeline pattern" in w for w in result.warnings)
     assert read_stages(stages()[:1]) is None
 

@@ -43,7 +43,7 @@ def test_accumulation_without_no_sync_is_found_and_priced_at_the_repeated_sets(t
     assert (n["overlap_not_taken_accumulation_ms"], n["overlap_not_taken_cause"], n["gradient_sets_per_step"]) == (
         0.5, "accumulation", 2.0)
     assert "no_sync" in f.fixes[0].code and "accumulate_grad_batches" in f.fixes[0].title
-    assert report.distributed["exposed_comm"]["overlap_not_taken_by_cause"] == {
+    assert report.distributed.exposed_comm.overlap_not_taken_by_cause == {
         "accumulation": 0.5, "bucket": 0.0, "issued-late": 0.0}
     assert report.finding("straggler") is None
 
@@ -184,7 +184,7 @@ def test_ranks_late_by_turns_have_no_straggler() -> None:
     f = next(f for f in result.findings if f.id == "straggler")
     assert (f.severity, f.saving_ms) == ("info", 0.0)
     assert f.title == "No straggler: rank 1 reaches the collectives last only within the ranks' step-to-step noise"
-    assert result.distributed["straggler_rank"] is None
+    assert result.distributed.straggler_rank is None
     # late by 3-4 ms in every step: the same mean wait, a straggler
     ranks[1] = _late_by(1, [3.0, 4.0, 3.0, 4.0, 3.0])
     st = find_straggler(align(ranks))
@@ -267,6 +267,6 @@ def test_overlap_not_taken_is_at_most_the_compute_running_alone() -> None:
                            idle_by_cause={}, collectives=tuple(colls), kernel_ms={}, kernels_per_step=0.0)
 
     result = combine([comm_bound(0), comm_bound(1)])
-    e = result.distributed["exposed_comm"]
-    assert (e["exposed_ms"], e["overlap_not_taken_ms"], e["transfer_ms"]) == (1.4, 0.4, 1.0)
-    assert e["overlap_not_taken_by_cause"]["issued-late"] == 0.4
+    e = result.distributed.exposed_comm
+    assert (e.exposed_ms, e.overlap_not_taken_ms, e.transfer_ms) == (1.4, 0.4, 1.0)
+    assert e.overlap_not_taken_by_cause["issued-late"] == 0.4

@@ -25,6 +25,7 @@ from gpudoctor.tryfix import knobs as knobs_mod
 from gpudoctor.tryfix import render as render_mod
 from gpudoctor.tryfix import trial as trial_mod
 from gpudoctor.tryfix.render import render_console, section_html
+from gpudoctor.tryfix.session import TrialsOutcome
 from gpudoctor.tryfix.trial import (
     CONFIRMED,
     FASTER_UNPREDICTED,
@@ -564,9 +565,10 @@ def test_console_and_html_sections() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=160)
-    render_console([_record(), _record(knob="compile", status="out of memory", reason="CUDA out of memory",
-                                       verdict=None, measured_speedup=None)],
-                   [{"finding": "host-sync", "reason": "in the code"}], console)
+    oom = _record(knob="compile", status="out of memory", reason="CUDA out of memory", verdict=None,
+                  measured_speedup=None)
+    not_tried = [{"finding": "host-sync", "reason": "in the code"}]
+    render_console(TrialsOutcome([_record(), oom], not_tried), console)
     text = console.export_text()
     assert "Fixes tried" in text
     assert "bf16-autocast" in text and "x1.80" in text and "x1.70 [1.60-1.80]" in text and "confirmed" in text
@@ -575,10 +577,11 @@ def test_console_and_html_sections() -> None:
     assert "not tried: host-sync: in the code" in text
     console = Console(record=True, width=160)
     rounds = [{"mean_ms": 14.02, "status": "ok"}, {"mean_ms": None, "status": "crashed"}, {"mean_ms": 14.5, "status": "ok"}]
-    render_console([_record(rounds=rounds)], [], console)
+    repeated = TrialsOutcome([_record(rounds=rounds)])
+    render_console(repeated, console)
     assert "3 processes: 14.02, crashed, 14.50 ms" in console.export_text()
-    assert "3 processes: 14.02, crashed, 14.50 ms" in section_html([_record(rounds=rounds)], [])
-    page = section_html([_record()], [{"finding": "<x>", "reason": "r"}])
+    assert "3 processes: 14.02, crashed, 14.50 ms" in section_html(repeated)
+    page = section_html(TrialsOutcome([_record()], [{"finding": "<x>", "reason": "r"}]))
     assert "&lt;b&gt;Net&lt;/b&gt;" in page and "<b>Net" not in page and "&lt;x&gt;" in page
 
 

@@ -11,7 +11,8 @@ from browser import load_page
 
 from gpudoctor.pipeline import analyze_path
 from gpudoctor.report.html import render_html
-from gpudoctor.tryfix.render import attach
+from gpudoctor.tryfix.attach import attach
+from gpudoctor.tryfix.session import TrialsOutcome
 
 DATA = Path(__file__).parent / "data"
 
@@ -38,7 +39,8 @@ document.body.appendChild(probe);
 
 def test_fixes_tried_sits_in_the_styled_container(tmp_path: Path) -> None:
     (tmp_path / "report.html").write_text(render_html(analyze_path(DATA / "fp32_matmul")), encoding="utf-8")
-    attach(tmp_path, [RECORD], [{"finding": "host-sync", "reason": "in the code"}], note="one process per trial")
+    not_tried = [{"finding": "host-sync", "reason": "in the code"}]
+    attach(tmp_path, TrialsOutcome([RECORD], not_tried, note="one process per trial"))
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.rstrip().endswith("</html>") and page.count('<section id="fixes-tried">') == 1
     probed = tmp_path / "probed.html"

@@ -350,21 +350,21 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
                 trace: bool, json_out: bool, width: int | None, repeats: int = 1) -> None:
     from gpudoctor.capture.bundle import global_rank, rank_suffix
     from gpudoctor.report.safe import SafeConsole
-    from gpudoctor.tryfix.render import attach, render_console
+    from gpudoctor.tryfix.attach import attach
+    from gpudoctor.tryfix.render import render_console
     from gpudoctor.tryfix.session import try_fixes
 
     err = SafeConsole(stderr=True)
     done = try_fixes(target, config, outcome.result.unprofiled_before_ms, run_dir, report, numerics, fix_ids,
                      sandbox=sandbox, timeout_s=timeout, trace=trace, repeats=repeats,
                      progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False, highlight=False))
-    trials, note = done.trials, done.note
-    attach(run_dir, trials, done.not_tried, note, rank_suffix(global_rank()), knob_prices=done.knob_prices)
+    attach(run_dir, done, rank_suffix(global_rank()))
     if json_out:
         suffix = rank_suffix(global_rank())
         path = run_dir / f"report{suffix}.json"
         sys.stdout.write(path.read_text() if path.is_file() else (run_dir / "trials.json").read_text())
         return
-    render_console(trials, done.not_tried, SafeConsole(width=width) if width else SafeConsole(), note)
+    render_console(done, SafeConsole(width=width) if width else SafeConsole())
 
 
 @app.command()
@@ -405,15 +405,16 @@ def bench(
         result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes,
                            shapes=shapes)
     if html is not None:
-        from gpudoctor.report.bench import render_bench_html
+        from gpudoctor.report.bench import render_html
 
-        write_text_atomic(html, render_bench_html(result), "--html")
+        write_text_atomic(html, render_html(result), "--html")
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         return
-    from gpudoctor.report.bench import render_bench
+    from gpudoctor.report.bench import render_console
+    from gpudoctor.report.safe import SafeConsole
 
-    render_bench(result, Console())
+    render_console(result, SafeConsole())
 
 
 lab_app = typer.Typer(help="The trap lab: workloads that plant each finding, run next to their fixed twins.")
@@ -547,13 +548,14 @@ def plan_comm(
     """Predicted time and bus bandwidth of one collective."""
     from gpudoctor.plan.collective_cost import parse_bytes, predict
     from gpudoctor.report.plan import render_comm
+    from gpudoctor.report.safe import SafeConsole
 
     pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, fabric=fabric,
                    busbw_table=str(busbw_table) if busbw_table else None, nvls=nvls)
     if json_out:
         sys.stdout.write(json.dumps(pred.to_dict(), indent=1) + "\n")
         return
-    render_comm(pred, Console())
+    render_comm(pred, SafeConsole())
 
 
 @plan_app.command("train")
@@ -596,6 +598,7 @@ def plan_train(
     from gpudoctor.plan.pins import Pins
     from gpudoctor.plan.train_search import plan_training
     from gpudoctor.report.plan import render_train
+    from gpudoctor.report.safe import SafeConsole
 
     pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
@@ -608,7 +611,7 @@ def plan_train(
         if not result.plans:
             sys.stderr.write(f"no layout fits: {result.infeasible}\n")
     else:
-        render_train(result, Console(width=width) if width else Console())
+        render_train(result, SafeConsole(width=width) if width else SafeConsole())
     if not result.plans:
         raise typer.Exit(NO_FIT_EXIT_CODE)
 
@@ -633,6 +636,7 @@ def plan_infer(
     from gpudoctor.plan.infer import plan_serving
     from gpudoctor.plan.limits import NO_FIT_EXIT_CODE
     from gpudoctor.report.plan import render_serving
+    from gpudoctor.report.safe import SafeConsole
 
     result = plan_serving(spec, gpu=gpu, qps=qps, prompt=prompt, new=new, weights_dtype=weights_dtype,
                           kv_dtype=kv_dtype, allow_long_context=allow_long_context)
@@ -641,7 +645,7 @@ def plan_infer(
         if not result.feasible:
             sys.stderr.write(f"nothing fits: {result.explanation}\n")
     else:
-        render_serving(result, Console(width=width) if width else Console())
+        render_serving(result, SafeConsole(width=width) if width else SafeConsole())
     if not result.feasible:
         raise typer.Exit(NO_FIT_EXIT_CODE)
 
@@ -654,14 +658,14 @@ def explain_cmd(
 ) -> None:
     """Diagnose from artifacts you already have: Nsight Compute, nvidia-smi, timing tables, scenarios."""
     from gpudoctor.explain import explain_paths
-    from gpudoctor.report.explain import render, to_json
+    from gpudoctor.report.explain import render_console, to_json
     from gpudoctor.report.safe import SafeConsole
 
     result = explain_paths([str(f) for f in files])
     if json_out:
         sys.stdout.write(to_json(result) + "\n")
         return
-    render(result, SafeConsole(width=width) if width else SafeConsole())
+    render_console(result, SafeConsole(width=width) if width else SafeConsole())
 
 
 # core/presets.py's names, listed here so the help needs no import (tests/test_memory_cli.py keeps them in step)
@@ -714,7 +718,8 @@ def memory_cmd(
 ) -> None:
     """Predict the GPU memory of training or generation before launch, and what to change when it does not fit."""
     from gpudoctor.memory import estimate_from_options
-    from gpudoctor.report.memory import render, to_json
+    from gpudoctor.report.memory import render_console, to_json
+    from gpudoctor.report.safe import SafeConsole
 
     opts = {
         "batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
@@ -727,7 +732,7 @@ def memory_cmd(
     if json_out:
         sys.stdout.write(to_json(est) + "\n")
         return
-    render(est, Console(width=width) if width else Console())
+    render_console(est, SafeConsole(width=width) if width else SafeConsole())
 
 
 @app.command("diff")
@@ -763,10 +768,10 @@ def diff_cmd(
         check_output_file(html, "--html", inputs, example="diff.html")
     result = diff_paths(before, after, floor)
     if html is not None:
-        from gpudoctor.diff.html import render_diff_html
+        from gpudoctor.diff.html import render_html
         from gpudoctor.outputs import write_text_atomic
 
-        write_text_atomic(html, render_diff_html(result), "--html", inputs)
+        write_text_atomic(html, render_html(result), "--html", inputs)
     if json_out:
         from gpudoctor.diff.serialize import diff_to_dict
 
@@ -776,9 +781,9 @@ def diff_cmd(
                             "exit_code": SLOWER_EXIT_CODE if failed(result, threshold) else 0}
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
     else:
-        from gpudoctor.diff.console import render_diff
+        from gpudoctor.diff.console import render_console
 
-        render_diff(result, SafeConsole(width=width) if width else SafeConsole())
+        render_console(result, SafeConsole(width=width) if width else SafeConsole())
         if html is not None:
             SafeConsole(stderr=True).print(f"HTML diff written to {html}", markup=False, highlight=False)
     if threshold is not None:
@@ -856,9 +861,9 @@ def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type:
 
         sys.stdout.write(to_json(report) + "\n")
         return
-    from gpudoctor.report.console import render
+    from gpudoctor.report.console import render_console
 
-    render(report, SafeConsole(width=width) if width else SafeConsole())
+    render_console(report, SafeConsole(width=width) if width else SafeConsole())
     if html is not None:
         SafeConsole(stderr=True).print(f"HTML report written to {html}", markup=False, highlight=False)
 

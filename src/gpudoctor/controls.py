@@ -8,7 +8,7 @@ Unicode control picture of a C0 one (ESC -> ␛, BEL -> ␇), ␡ for DEL, and U
 A lone surrogate cannot be written as UTF-8 at all: a file name's undecodable byte (Python's
 surrogateescape, ``tr\\xe9ce.json.gz`` in a UTF-8 locale) is shown as ``\\xe9``, any other as ``\\udXXX``.
 The loader applies it to every name it keeps (trace/load.py), the console to every line it prints
-(report/safe.py), the HTML page to every string it escapes (report/svg.py ``esc``).
+(report/safe.py), the HTML page to every string it escapes (report/escape.py ``esc``).
 """
 
 from __future__ import annotations

@@ -261,7 +261,8 @@ def _merge_rank_annotations(report: Report, run: Path) -> str:
     from gpudoctor.report.perfetto_merge import merge_ranks
 
     try:
-        merge_ranks(report.ranks, lambda rank: run / f"rank{rank}" / "annotated.trace.json.gz",
+        merge_ranks([row.to_dict() for row in report.ranks],  # the ranks table as report.json holds it
+                    lambda rank: run / f"rank{rank}" / "annotated.trace.json.gz",
                     run / "annotated.trace.json.gz", option="the merged annotated trace")
     except Exception as exc:  # noqa: BLE001 - the combined report must still be written
         return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
@@ -272,8 +273,7 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
     """RUN's report is one rank's (the straggler's, else the first rank's: ranks/combine.py; rank
     0's own where there is no combined one): it points at that rank's annotated trace, in its
     bundle (``rank<R>/annotated.trace.json.gz``), as that rank's report.json does."""
-    rank = next((int(row["rank"]) for row in report.ranks if row.get("straggler")),
-                int(report.ranks[0]["rank"]) if report.ranks else 0)
+    rank = next((row.rank for row in report.ranks if row.straggler), report.ranks[0].rank if report.ranks else 0)
     entry = report.annotated_trace
     if entry is None:
         try:

@@ -257,7 +257,9 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     if annotate is not None:  # every rank's annotated trace on rank 0's clock (report/perfetto_merge.py)
         from gpudoctor.report.perfetto_merge import merge_ranks
 
-        merge_ranks(result.rows, lambda rank: rank_file(annotate, rank), annotate, inputs=kept)
+        # the merge reads the ranks table as report.json holds it
+        rows = [row.to_dict() for row in result.rows]
+        merge_ranks(rows, lambda rank: rank_file(annotate, rank), annotate, inputs=kept)
     return _combined_report(result, [r for _, r in results])
 
 

@@ -31,8 +31,8 @@ REASON_BITS = {
 # group); DisplayClockSetting "GPU clocks are limited by current setting of Display clocks". These are
 # states and settings, not slowdowns; the power and thermal reasons (SW power cap, SW/HW thermal, HW
 # slowdown, HW power brake) are. An application clock set low still shows as an SM clock below its
-# maximum under load (the low-clock check). bench (NVML) used to count display_clock_setting as a
-# problem and live capture also applications_clocks_setting; nvidia-smi's reading was the right one.
+# maximum under load (the low-clock check). One set for bench and live capture (NVML) and explain
+# (nvidia-smi), so the three read a card alike.
 BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
 # Asserted by the board or an external signal: "reducing the core clocks by a factor of 2 or more".
 HARDWARE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})

@@ -118,7 +118,7 @@ def _kernel_table(title: str, rows: list[KernelChange]) -> Table | None:
     return table
 
 
-def render_diff(d: Diff, console: Console) -> None:
+def render_console(d: Diff, console: Console) -> None:
     parts: list = [_header(d)]
     for note in d.step.notes:
         parts.append(Text(f"note: {note}", style="yellow"))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from gpudoctor.diff.compare import Diff, FindingChange, Row
 from gpudoctor.diff.match import KernelChange
 from gpudoctor.diff.samples import FASTER, SLOWER
+from gpudoctor.report.escape import esc
 from gpudoctor.report.html import CSS, IDLE_COLORS, KIND_COLORS
-from gpudoctor.report.svg import esc
 
 SVG_WIDTH, BAR_HEIGHT, LABEL_WIDTH, TOP = 760, 34, 70, 26
 EXTRA_CSS = """
@@ -139,7 +139,7 @@ def _kernels(title: str, rows: list[KernelChange]) -> str:
             f"</thead><tbody>{body}</tbody></table></div></section>")
 
 
-def render_diff_html(d: Diff) -> str:
+def render_html(d: Diff) -> str:
     """The whole page."""
     body = "\n".join([
         _header(d),

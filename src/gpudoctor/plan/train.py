@@ -68,7 +68,7 @@ GEMM_EFFICIENCY = ((4096, 0.72), (2048, 0.68), (1024, 0.62), (512, 0.52), (0, 0.
 SMALL_M_TOKENS = 1024
 
 # Within this fraction of the fastest step time the prediction cannot tell layouts apart; there the
-# seed's rule decides: the simplest layout (fewest parallel axes, lowest ZeRO stage) comes first.
+# simplest layout (fewest parallel axes, lowest ZeRO stage) comes first: less to run and debug.
 TIE_TOLERANCE = 0.02
 
 
@@ -290,7 +290,7 @@ class TrainPlanResult:
     gpus_per_node: int
     fabric: str
     plans: list[Plan]  # the best ``top``, fastest first
-    explanation: str  # why the winner beats the runner-up, in the seed's terms
+    explanation: str  # why the winner beats the runner-up, in a few sentences (plan/train_prose.py)
     infeasible: str | None  # None, or the constraint no layout meets
     considered: int  # layouts priced (memory estimated)
     fitting: int  # layouts that fit

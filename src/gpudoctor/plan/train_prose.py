@@ -16,7 +16,7 @@ def describe(lay: Layout) -> str:
 
 
 def explain(plans: list[Plan], gpus: int, gpn: int, cap: int, replicated=None) -> str:
-    """A few sentences in the seed's terms: the winner's layout, why each axis, and the margin over
+    """A few sentences: the winner's layout, why each axis, and the margin over
     the runner-up (the fastest plan with a different DP x TP x PP x CP x ZeRO). ``replicated``: with a
     ZeRO winner, ``gpudoctor memory``'s estimate of the same layout replicated (DDP), None when the
     memory planner refuses it."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
 from gpudoctor.ranks import exposed_comm, pipeline_bubble, slow_collective, stage_imbalance, straggler
 from gpudoctor.ranks.aligned import align
 from gpudoctor.ranks.comm import split
+from gpudoctor.ranks.sections import Distributed, RankRow
 from gpudoctor.ranks.stages import read_stages
 from gpudoctor.ranks.summary import RankSummary
 from gpudoctor.ranks.table import distributed, rows
@@ -23,8 +23,8 @@ RULE_TITLES = {m.ID: m.TITLE for m in (straggler, exposed_comm, slow_collective,
 @dataclass(frozen=True)
 class RanksResult:
     findings: tuple[Finding, ...]
-    rows: tuple[dict[str, Any], ...]
-    distributed: dict[str, Any]
+    rows: tuple[RankRow, ...]
+    distributed: Distributed
     chosen: int  # index of the rank whose single-GPU report carries the combined one
     source: str
     warnings: tuple[str, ...] = ()

@@ -3,18 +3,17 @@ and the HTML page with the measured roofline."""
 
 from __future__ import annotations
 
-import html
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.bench import BenchResult
 from gpudoctor.hardware.probe import Measurement
+from gpudoctor.report.escape import esc
 from gpudoctor.report.svg import roofline_svg
 
 
-def render_bench(result: BenchResult, console: Console) -> None:
+def render_console(result: BenchResult, console: Console) -> None:
     table = Table(title=f"gpudoctor bench: {result.gpu} ({result.uuid})", title_justify="left")
     table.add_column("probe")
     table.add_column("measured", justify="right")
@@ -38,20 +37,21 @@ def render_bench(result: BenchResult, console: Console) -> None:
                            style="dim"))
 
 
-def render_bench_html(result: BenchResult) -> str:
+def render_html(result: BenchResult) -> str:
     svg, _ = roofline_svg(result.ceilings, [], reference=result.datasheet)
     rows = "".join(
-        f"<tr><td>{html.escape(m.probe)}</td><td class=num>{html.escape(_fmt(m))}</td>"
+        f"<tr><td>{esc(m.probe)}</td><td class=num>{esc(_fmt(m))}</td>"
         f"<td class=num>{_pct(result.vs_datasheet(m))}</td></tr>"
         for m in result.measurements
     )
-    health = "".join(f"<li>{html.escape(f.title)}: {html.escape(f.summary)}</li>" for f in result.findings) or "<li>healthy</li>"
+    health = ("".join(f"<li>{esc(f.title)}: {esc(f.summary)}</li>" for f in result.findings)
+              or "<li>healthy</li>")
     return (
         "<!DOCTYPE html><html><head><meta charset=utf-8><title>gpudoctor bench</title><link rel=icon href=\"data:,\">"
         "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}td,th{padding:2px 10px}"
         ".num{text-align:right}</style></head><body>"
-        f"<h1>gpudoctor bench: {html.escape(result.gpu)}</h1><p>{html.escape(result.uuid)} · "
-        f"{html.escape(result.measured_utc)}</p><h2>Measured roofline</h2>{svg}"
+        f"<h1>gpudoctor bench: {esc(result.gpu)}</h1><p>{esc(result.uuid)} · "
+        f"{esc(result.measured_utc)}</p><h2>Measured roofline</h2>{svg}"
         "<p>Solid: measured; dashed: datasheet.</p>"
         f"<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of datasheet</th></tr>{rows}</table>"
         f"<h2>Health</h2><ul>{health}</ul></body></html>"

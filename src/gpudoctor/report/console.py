@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.report.model import Report, Reports
+from gpudoctor.report.ranks_section import ranks_summary, ranks_table
 
 SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
 _BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
@@ -22,7 +23,9 @@ MAX_HOST_OPS = 10
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "  # its category says backward
 
 
-def render(report: Report | Reports, console: Console, max_findings: int = MAX_FINDINGS) -> None:
+def render_console(report: Report | Reports, console: Console,
+                   max_findings: int = MAX_FINDINGS) -> None:
+    """Print the report on ``console`` (the command line gives a report/safe.py ``SafeConsole``)."""
     if isinstance(report, Reports):
         _render_each(report, console, max_findings)
         return
@@ -33,10 +36,8 @@ def render(report: Report | Reports, console: Console, max_findings: int = MAX_F
     console.print(_breakdown(report))
     console.print()
     if report.ranks:  # a multi-rank report: the ranks side by side first
-        from gpudoctor.report.ranks_section import console_summary, console_table
-
-        console.print(console_table(report))
-        console.print(console_summary(report))
+        console.print(ranks_table(report))
+        console.print(ranks_summary(report))
         console.print()
     if any(v > 0 for v in report.idle.values()):
         console.print(_idle_table(report))
@@ -57,12 +58,14 @@ def _render_each(many: Reports, console: Console, max_findings: int) -> None:
     for i, report in enumerate(many.reports, 1):
         console.print()
         console.rule(Text(f"{i}/{n}: {report.source}"), style="bold")
-        render(report, console, max_findings)
+        render_console(report, console, max_findings)
 
 
 def render_text(report: Report | Reports, width: int = 100) -> str:
+    """The console report as plain text, no colour (``str(report)``)."""
     buffer = io.StringIO()
-    render(report, Console(file=buffer, width=width, color_system=None, force_terminal=False))
+    plain = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    render_console(report, plain)
     return buffer.getvalue()
 
 
@@ -98,10 +101,8 @@ def _render_host(r: Report, console: Console, max_findings: int = MAX_FINDINGS) 
     """A CPU-only report: the host's step by category and its top-level ops; no GPU findings. A CPU
     job's ranks (gloo) come first, with their findings (straggler, exposed communication)."""
     if r.ranks:
-        from gpudoctor.report.ranks_section import console_summary, console_table
-
-        console.print(console_table(r))
-        console.print(console_summary(r))
+        console.print(ranks_table(r))
+        console.print(ranks_summary(r))
         console.print()
     console.print(_host_breakdown(r))
     console.print()

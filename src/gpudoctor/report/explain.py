@@ -31,7 +31,7 @@ def _finite(value: object) -> object:
     return value
 
 
-def render(ex: Explanation, console: Console, limit: int = MAX_SHOWN) -> None:
+def render_console(ex: Explanation, console: Console, limit: int = MAX_SHOWN) -> None:
     console.print(Text("gpudoctor explain", style="bold"))
     for s in ex.sources:
         line = Text(f"  {s.path}: {s.kind}" + (f" ({s.detail})" if s.detail else ""), style="dim")

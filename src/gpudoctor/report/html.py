@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.report.escape import esc
 from gpudoctor.report.model import Report
 from gpudoctor.report.sections import AnnotatedTraceSection, RooflineRow
-from gpudoctor.report.svg import BOUND_COLORS, esc, roofline_svg, si
+from gpudoctor.report.svg import BOUND_COLORS, roofline_svg, si
 from gpudoctor.trace.kernels import short_name
 
 TOP_KERNELS = 15
@@ -70,9 +71,10 @@ def render_html(report: Report, standalone: bool = True) -> str:
         sections = [_header(report), _breakdown(report), _idle_table(report), _roofline(report),
                     _kernel_table(report), _findings(report)]
     if report.ranks:  # a multi-rank report (GPU or CPU job): the ranks and their timeline after the header
-        from gpudoctor.report.ranks_section import html_section
+        # imported here: it brings rich (the console's table), which one trace's page never needs
+        from gpudoctor.report.ranks_section import ranks_html
 
-        sections.insert(1, html_section(report))
+        sections.insert(1, ranks_html(report))
     body = "\n".join(sections)
     fragment = f'<div class="gpud">\n<style>{CSS}</style>\n{body}\n</div>'
     if not standalone:
@@ -107,7 +109,8 @@ def _unprofiled_cell(r: Report) -> tuple[str, str] | None:
     value = f"{r.unprofiled_step_ms:.2f} ms"
     label = "unprofiled step" + (" (CPU)" if r.host_only else "")
     if u is not None and u.steps:
-        value += f" ± {float(u.spread_ms):.2f}"
+        value += f" ± {u.spread_ms:.2f}"
+        # int(): env.json may write the count 5.0
         label += f", {int(u.steps)} steps" + ("" if u.trusted else ", uncertain")
     return esc(value), esc(label)
 
@@ -184,14 +187,13 @@ def _breakdown(r: Report) -> str:
     )
 
 
-def _count(value: Any) -> str:
+def _count(value: float) -> str:
     """A per-step count: ``220``, not ``220.0``; ``2.5`` when the steps differ."""
-    v = float(value or 0)
-    return f"{v:.0f}" if v == round(v) else f"{v:.1f}"
+    return f"{value:.0f}" if value == round(value) else f"{value:.1f}"
 
 
 def _idle_table(r: Report) -> str:
-    rows = [(c, float(ms)) for c, ms in sorted(r.idle.items(), key=lambda kv: -kv[1]) if ms > 0]
+    rows = [(c, ms) for c, ms in sorted(r.idle.items(), key=lambda kv: -kv[1]) if ms > 0]
     if not rows:
         return '<section><h2>Idle causes</h2><p class="muted">The GPU was never idle in the steps.</p></section>'
     body = "".join(
@@ -209,7 +211,8 @@ def _idle_table(r: Report) -> str:
 
 
 def _host_breakdown(r: Report) -> str:
-    parts = [(k, float(v)) for k, v in (r.host.by_category if r.host is not None else {}).items() if v > 0]
+    by_category = r.host.by_category if r.host is not None else {}
+    parts = [(k, ms) for k, ms in by_category.items() if ms > 0]
     total = sum(ms for _, ms in parts)
     if total <= 0:
         return '<section><h2>Host breakdown</h2><p class="muted">No host time in the steps.</p></section>'
@@ -322,7 +325,7 @@ def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
         return ""
     return (f'<p class="muted">In the annotated trace <code>{esc(trace.file)}</code> (open it at ui.perfetto.dev or in '
             f"chrome://tracing): track <code>{esc(place.track)}</code>, slice "
-            f"<code>{esc(place.slice)}</code>, {float(place.from_start_ms):.3f} ms after the "
+            f"<code>{esc(place.slice)}</code>, {place.from_start_ms:.3f} ms after the "
             f"trace's start (ts {esc(place.ts_us)} µs); placed by {esc(place.placed_by)}.</p>")
 
 

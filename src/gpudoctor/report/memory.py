@@ -34,7 +34,7 @@ def to_json(est: MemoryEstimate) -> str:
     return json.dumps(est.to_dict(), indent=1)
 
 
-def render(est: MemoryEstimate, console: Console) -> None:
+def render_console(est: MemoryEstimate, console: Console) -> None:
     mode = "training step" if est.mode == "train" else "generation"
     console.print(Text.assemble(("gpudoctor memory", "bold"), f"  {est.model}  ·  {est.n_params / 1e9:,.2f} B params  ·  {mode}"))
     err = est.extra.get("measured_error")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.core.finding import Finding
+from gpudoctor.ranks.sections import Distributed, RankRow
 from gpudoctor.report.sections import (
     AllFixesSection,
     AnnotatedTraceSection,
@@ -84,9 +85,9 @@ class Report:
     unprofiled: UnprofiledSection | None = None  # how far to trust it; None when the capture did not say
     host: HostSection | None = None  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
-    # (clock offsets, exposed communication, one step's timeline per rank); empty for one trace
-    ranks: tuple[dict[str, Any], ...] = ()
-    distributed: dict[str, Any] = field(default_factory=dict)
+    # (exposed communication, the pipeline, one step's timeline per rank); empty / None for one trace
+    ranks: tuple[RankRow, ...] = ()
+    distributed: Distributed | None = None
     # every replay-priced fix at once; None when fewer than two fixes were priced by replay
     all_fixes: AllFixesSection | None = None
     # the annotated trace written beside the report (report/perfetto.py); None when none was written
@@ -119,7 +120,8 @@ class Report:
             "not_applicable": self.not_applicable,
             "warnings": list(self.warnings),
             "host": self.host.to_dict() if self.host is not None else {},
-            **({"ranks": list(self.ranks), "distributed": self.distributed} if self.ranks else {}),
+            **({"ranks": [r.to_dict() for r in self.ranks],
+                "distributed": self.distributed.to_dict() if self.distributed is not None else {}} if self.ranks else {}),
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
             **({"annotated_trace": self.annotated_trace.to_dict()} if self.annotated_trace is not None else {}),
         }
@@ -152,9 +154,10 @@ class Report:
         u = self.unprofiled
         if u is None or not u.steps:
             return f"{self.unprofiled_step_ms:.3f} ms"
-        steps = int(u.steps)
+        steps = int(u.steps)  # env.json's number, which may be written 5.0
         trust = "" if u.trusted else "; uncertain"
-        return f"{self.unprofiled_step_ms:.3f} ms ± {float(u.spread_ms):.3f} ({steps} step{'s' * (steps != 1)}{trust})"
+        spread = f"± {u.spread_ms:.3f} ({steps} step{'s' * (steps != 1)}{trust})"
+        return f"{self.unprofiled_step_ms:.3f} ms {spread}"
 
     def verdict(self) -> Verdict:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of

@@ -4,8 +4,7 @@ x is arithmetic intensity (FLOP/byte), y is achieved FLOP/s. The roofs are drawn
 min(roof, bandwidth x intensity): the memory diagonal from ``hbm_bytes_per_s`` up to the highest
 roof, then a horizontal line per dtype from its ridge point (roof / bandwidth) to the right edge.
 A circle's area is proportional to the kernel's time per step; its colour says what bounds it.
-Every string from the trace goes through ``esc`` (html.escape with quotes, control characters made
-visible), titles included.
+Every string from the trace goes through ``esc`` (report/escape.py), titles included.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Any, Protocol
 
-from gpudoctor.controls import visible_controls
+from gpudoctor.report.escape import esc
 from gpudoctor.report.sections import RooflineRow
 
 WIDTH, HEIGHT = 760, 440
@@ -59,12 +57,6 @@ class _Span:
     matrix_flops: Mapping[str, float]
     vector_flops: float
     hbm_bytes_per_s: float
-
-
-def esc(value: Any) -> str:
-    """Escape anything (trace strings above all) for HTML text and attribute values; a control
-    character (no HTML page may hold one, gpudoctor/controls.py) becomes a printable stand-in."""
-    return escape(visible_controls(str(value)), quote=True)
 
 
 def si(value: float, unit: str) -> str:

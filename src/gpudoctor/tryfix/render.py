@@ -1,17 +1,15 @@
-"""The "Fixes tried" section: console text, HTML (every text escaped) and the run directory's
-files (``trials.json``; ``trials`` / ``trials_not_tried`` added to ``report.json``; the section
-added to ``report.html``). Field meanings: docs/report-schema.md, "trials"."""
+"""The "Fixes tried" section of a ``TrialsOutcome``: console text and an HTML section (every text
+through ``esc``); tryfix/attach.py writes them into the run directory. Field meanings:
+docs/report-schema.md, "trials"."""
 
 from __future__ import annotations
 
-import html
-import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from gpudoctor.report.html import with_section
+from gpudoctor.report.escape import esc
+from gpudoctor.tryfix.session import TrialsOutcome
 
 
 def _x(value: float | None, digits: int = 2) -> str:
@@ -80,13 +78,12 @@ def _num(v: float | None) -> str:
     return "nan" if v is None else f"{v:.4g}"
 
 
-def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], console: Console,
-                   note: str = "") -> None:
+def render_console(outcome: TrialsOutcome, console: Console) -> None:
     console.print()
     console.print("Fixes tried", style="bold", markup=False, highlight=False)
-    if note:
-        console.print(f"  {note}", markup=False, highlight=False)
-    for rec in trials:
+    if outcome.note:
+        console.print(f"  {outcome.note}", markup=False, highlight=False)
+    for rec in outcome.trials:
         pred = _x(rec.get("predicted_speedup"))
         by = rec.get("predicted_by")
         pred += f" ({by.split(' ')[0]})" if by else ""
@@ -115,18 +112,18 @@ def render_console(trials: list[dict[str, Any]], not_tried: list[dict[str, str]]
         num = numerics_text(rec)
         if num:
             console.print(f"      {num}", markup=False, highlight=False, soft_wrap=True)
-    for item in not_tried:
+    for item in outcome.not_tried:
         console.print(f"  not tried: {item['finding']}: {item['reason']}", markup=False, highlight=False,
                       soft_wrap=True)
 
 
-def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], note: str = "") -> str:
-    e = html.escape
+def section_html(outcome: TrialsOutcome) -> str:
+    """The section report/html.py ``with_section`` adds to the run's report page."""
     rows = []
-    for rec in trials:
+    for rec in outcome.trials:
         mem = rec.get("peak_memory_bytes") or {}
         rows.append(
-            "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in (
                 rec["knob"], rec.get("finding") or "-", _x(rec.get("predicted_speedup")), measured_text(rec),
                 outcome_text(rec) + (f"; {rounds_text(rec['rounds'])}" if rec.get("rounds") else ""),
                 f"{_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}",
@@ -134,31 +131,14 @@ def section_html(trials: list[dict[str, Any]], not_tried: list[dict[str, str]], 
     head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted", "measured (95% interval)", "verdict",
                                               "peak memory", "numerics", "applied"))
     parts = ['<section id="fixes-tried"><h2>Fixes tried</h2>']
-    if note:
-        parts.append(f"<p>{e(note)}</p>")
+    if outcome.note:
+        parts.append(f"<p>{esc(outcome.note)}</p>")
     if rows:
         parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
                      "</table></div>")
-    if not_tried:
-        parts.append("<ul>" + "".join(f"<li>not tried: {e(i['finding'])}: {e(i['reason'])}</li>"
-                                      for i in not_tried) + "</ul>")
+    if outcome.not_tried:
+        parts.append("<ul>" + "".join(f"<li>not tried: {esc(i['finding'])}: {esc(i['reason'])}</li>"
+                                      for i in outcome.not_tried) + "</ul>")
     parts.append("</section>")
     return "\n".join(parts)
 
-
-def attach(run_dir: Path, trials: list[dict[str, Any]], not_tried: list[dict[str, str]], note: str = "",
-           suffix: str = "", knob_prices: dict[str, Any] | None = None) -> None:
-    """Write trials.json and add the trials to the run directory's report.json and report.html;
-    ``knob_prices``: the compile knobs' own prices the trials were predicted by (pipeline.knob_prices_for)."""
-    data = {"trials": trials, "trials_not_tried": not_tried, "note": note, "knob_prices": knob_prices or {}}
-    (run_dir / "trials.json").write_text(json.dumps(data, indent=2) + "\n")
-    report_json = run_dir / f"report{suffix}.json"
-    if report_json.is_file():
-        report = json.loads(report_json.read_text())
-        report["trials"], report["trials_not_tried"], report["trials_note"] = trials, not_tried, note
-        report["knob_prices"] = knob_prices or {}
-        report_json.write_text(json.dumps(report, indent=2) + "\n")
-    report_html = run_dir / f"report{suffix}.html"
-    if report_html.is_file():
-        page = report_html.read_text()
-        report_html.write_text(with_section(page, section_html(trials, not_tried, note)))
