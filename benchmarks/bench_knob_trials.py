@@ -56,6 +56,9 @@ FIXES_FOR: dict[str, str] = {
     "vit_eager_attention": "compile",
     "lstm_packed_seq": "compile-reduce-overhead",
     "resnet_amp_scaler": "compile",
+    "grad_accum": "bf16-autocast,tf32,compile",
+    "gan_two_optimizers": "bf16-autocast,compile",
+    "inference_loop": "compile-reduce-overhead,compile",
 }
 
 
