@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from synth import TraceBuilder
 
@@ -125,3 +126,21 @@ def test_the_step_after_the_fix_keeps_the_gpus_other_work() -> None:
     assert f.evidence.numbers["priced_by"] == "replay"
     assert 12.5 - f.saving_ms >= floor
     assert f.saving_ms == pytest.approx(0.1004, abs=1e-4)
+
+
+def test_the_vectorized_loop_keeps_an_average_iteration_and_drops_the_gathering_stack() -> None:
+    """The fix as a graph edit: the loop's host span keeps one iteration's share (7 of 112
+    operators), the stack gathering the samples goes with its kernel, the sum after it stays, and
+    one iteration's three products become GEMMs of all 16 samples."""
+    from gpudoctor.rules.per_sample_loop import edit
+
+    a = _analysis(_loop_of_layers(16))
+    e = edit(a, check(a))
+    assert e is not None
+    names = a.trace.strings
+    dev = a.trace.device
+    removed = {names[dev.name[i]] for i in e.device_removed.tolist()}
+    assert "void cat_kernel" in removed and "void reduce_kernel" not in removed
+    assert e.device.size == 3 * 3  # one iteration's products, in each of the 3 steps
+    # per step: the loop's span at 105 / 112 of its time, and the stack's own time whole
+    assert np.asarray(e.host_share).tolist() == [105 / 112] * 3 + [1.0] * 3
