@@ -26,6 +26,7 @@ from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
 from gpudoctor.trace.load import resolve_trace_path
+from gpudoctor.trace.stream import release_free_memory
 
 if TYPE_CHECKING:
     from gpudoctor.ranks.combine import RanksResult
@@ -108,7 +109,9 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings, together = priced(find(analysis), analysis)
+    found = find(analysis)
+    release_free_memory()  # as between the analyses (analysis/__init__.py)
+    findings, together = priced(found, analysis)
     report = build_report(analysis, findings)
     if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
         report = dataclasses.replace(report, all_fixes=all_fixes_section(together))
