@@ -381,6 +381,67 @@ def test_a_live_bundle_holds_the_annotated_trace(tmp_path: Path) -> None:
     assert analyze_path(run).findings[0].id == report.findings[0].id  # the bundle still reads its own trace
 
 
+def _capture(run: Path):  # type: ignore[no-untyped-def]
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import diagnose_capture
+
+    return diagnose_capture(CaptureResult(trace_path=run / "trace.json.gz", device="cuda"), CaptureConfig(), run)
+
+
+def test_a_bundle_of_a_big_trace_holds_no_annotated_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ANNOTATED_COPY_UP_TO bytes of trace the copy is left out, a one-line note saying how to
+    write it; the command it names writes it."""
+    import gpudoctor.live as live
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    size = (run / "trace.json.gz").stat().st_size
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", size - 1)
+    report, note = _capture(run)
+    assert note == (
+        f"annotated.trace.json.gz was not written: the trace it copies is {size / 2**20:,.1f} MB and the copy would be about "
+        f"as big (a bundle holds one up to {(size - 1) / 2**20:,.1f} MB, about as much as Perfetto's UI opens in a "
+        f"browser); to write it: gpudoctor analyze {run} --perfetto {run}/annotated.trace.json.gz")
+    assert sorted(p.name for p in run.iterdir()) == ["env.json", "report.html", "report.json", "trace.json.gz"]
+    assert report.annotated_trace is None and "annotated_trace" not in json.loads((run / "report.json").read_text())
+    out = gd("analyze", str(run), "--perfetto", str(run / "annotated.trace.json.gz"))
+    assert out.returncode == 0, out.stderr
+    assert _events(run / "annotated.trace.json.gz")
+    # a trace of just that size gets its copy
+    shutil.rmtree(run)
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", size)
+    assert _capture(run).note == "" and (run / "annotated.trace.json.gz").is_file()
+
+
+def test_a_bundle_on_a_full_disk_holds_no_annotated_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.live as live
+
+    run = tmp_path / "my run"
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    size = (run / "trace.json.gz").stat().st_size
+    asked: list[Path] = []
+    free = live.DISK_KEPT_FREE + size - 1
+
+    def free_bytes(folder: Path) -> int:
+        asked.append(folder)
+        return free
+
+    monkeypatch.setattr(live, "free_bytes", free_bytes)
+    _, note = _capture(run)
+    assert asked == [run]
+    assert note == (
+        f"annotated.trace.json.gz was not written: its disk has {free / 2**20:,.1f} MB free and the copy would take "
+        f"about {size / 2**20:,.1f} MB of the 1,024.0 MB kept free; to write it: gpudoctor analyze '{run}' "
+        f"--perfetto '{run}/annotated.trace.json.gz'")
+    assert not (run / "annotated.trace.json.gz").exists()
+    free += 1  # room for the copy and the reserve: written
+    assert _capture(run).note == "" and (run / "annotated.trace.json.gz").is_file()
+
+
 def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Each rank's bundle gets its annotated trace; RUN's combined report (the straggler's, rank 1's
@@ -414,6 +475,40 @@ def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: 
     assert any("straggler" in e["args"]["labels"] for e in merged if e.get("name") == "process_labels")
     assert sum(e.get("ph") != "M" for e in merged) == sum(
         e.get("ph") != "M" for r in (0, 1) for e in _events(run / f"rank{r}" / "annotated.trace.json.gz"))
+
+
+def test_a_distributed_run_of_big_traces_holds_no_merged_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank's copy is within ANNOTATED_COPY_UP_TO, the two together are not: RUN's merge is
+    left out, the combined report warning how to write it."""
+    from test_rank_window import _two_bundles
+
+    import gpudoctor.capture.rank_window as rank_window
+    import gpudoctor.live as live
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import combine_ranks, diagnose_capture
+
+    monkeypatch.setattr(rank_window, "_CAPTURES", {})
+    sync = _two_bundles(tmp_path)
+    run = sync.run_dir()
+    for rank in (0, 1):
+        bundle = run / f"rank{rank}"
+        shutil.copy(DDP / f"rank{rank}" / "trace.json.gz", bundle / "trace.json.gz")
+        assert diagnose_capture(CaptureResult(trace_path=bundle / "trace.json.gz", device="cuda"), CaptureConfig(),
+                                bundle).note == ""
+    copies = sum((run / f"rank{r}" / "annotated.trace.json.gz").stat().st_size for r in (0, 1))
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", copies - 1)
+    report, note = combine_ranks(sync, None)
+    assert note == "" and report is not None
+    assert report.warnings[-1] == (
+        f"the ranks' merged annotated trace was not written: the 2 traces it copies are {copies / 2**20:,.1f} MB and the copy "
+        f"would be about as big (a bundle holds one up to {(copies - 1) / 2**20:,.1f} MB, about as much as Perfetto's "
+        f"UI opens in a browser); to write it: gpudoctor analyze {run} --perfetto {run}/annotated.trace.json.gz")
+    assert not (run / "annotated.trace.json.gz").exists()
+    assert json.loads((run / "report.json").read_text())["annotated_trace"]["file"] == "rank1/annotated.trace.json.gz"
+    out = gd("analyze", str(run), "--perfetto", str(run / "annotated.trace.json.gz"))
+    assert out.returncode == 0, out.stderr
+    assert any("straggler" in e["args"]["labels"] for e in _events(run / "annotated.trace.json.gz")
+               if e.get("name") == "process_labels")
 
 
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
