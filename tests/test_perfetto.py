@@ -20,6 +20,7 @@ from test_cli import DATA, gd
 
 from gpudoctor.analysis.host_events import SYNC_OPS, SYNC_RUNTIME
 from gpudoctor.analysis.idle_spans import idle_spans
+from gpudoctor.errors import TraceFormatError
 from gpudoctor.pipeline import analyze_inputs, analyze_path, diagnose_path, rank_file
 from gpudoctor.report.html import render_html
 from gpudoctor.report.perfetto import CAT, free_ids
@@ -245,6 +246,53 @@ def test_each_rank_gets_its_annotated_trace(tmp_path: Path) -> None:
         assert events[: len(original)] == original
         assert sum(e.get("name") == "thread_name" and e.get("cat") == CAT for e in events) > 2
     assert report.annotated_trace.file == str(files[1])  # the straggler's report, and its file
+
+
+def _job_with_a_broken_rank(tmp_path: Path) -> Path:
+    """DDP copied, rank 1's trace cut short: its gzip stream ends early."""
+    job = tmp_path / "job"
+    shutil.copytree(DDP, job)
+    broken = job / "rank1" / "trace.json.gz"
+    broken.write_bytes(broken.read_bytes()[:20_000])
+    return job
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_job_that_fails_leaves_no_annotated_file(tmp_path: Path, jobs: int) -> None:
+    """Rank 0 is annotated, rank 1 fails to read: neither rank's file nor the merge is left, and
+    files of an earlier run at those names are as they were."""
+    job = _job_with_a_broken_rank(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "ddp.trace.json.gz"
+    rank_file(target, 1).write_bytes(b"an earlier run's")
+    with pytest.raises(TraceFormatError, match=r"rank1/trace\.json\.gz is a truncated or corrupt gzip file"):
+        analyze_inputs([job], jobs=jobs, annotate=target)
+    assert sorted(p.name for p in out.iterdir()) == ["ddp.trace.rank1.json.gz"]
+    assert rank_file(target, 1).read_bytes() == b"an earlier run's"
+
+
+def test_a_job_whose_merge_fails_leaves_no_annotated_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.report.perfetto_merge as perfetto_merge
+
+    def broken(*args: object, **kwargs: object) -> bool:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(perfetto_merge, "merge_ranks", broken)
+    target = tmp_path / "ddp.trace.json.gz"
+    with pytest.raises(OSError, match="No space left on device"):
+        analyze_inputs([DDP], jobs=1, annotate=target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_says_in_one_line_why_a_job_was_not_annotated(tmp_path: Path) -> None:
+    job = _job_with_a_broken_rank(tmp_path)
+    target = tmp_path / "ddp.trace.json.gz"
+    out = gd("analyze", str(job), "--perfetto", str(target))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert f"{job}/rank1/trace.json.gz is a truncated or corrupt gzip file" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
 
 
 def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(tmp_path: Path) -> None:
