@@ -55,8 +55,10 @@ from gpudoctor.trace.stream import (
     Chunks,
     NotStreamed,
     big_arrays_apart,
+    events_keys,
     pieces,
     release_free_memory,
+    two_arrays,
 )
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -202,6 +204,7 @@ def _parse(data: bytearray, source: str) -> Trace:
     try:
         sliced = Slices.find(data)
         if sliced is not None:
+            _one_events_array(data, sliced, source)
             try:
                 return build(sliced.events(), _gpus(sliced.outline), source)
             except NotSliced:
@@ -213,7 +216,22 @@ def _parse(data: bytearray, source: str) -> Trace:
             gc.enable()
 
 
+def _one_events_array(data: bytearray, sliced: Slices, source: str) -> None:
+    """Raises where another top-level "traceEvents" stands beside the sliced one (the file with 0
+    for its events is read: it is small), as the chunked reader does."""
+    zero, closing = sliced.opening, sliced.closing
+    if b'"traceEvents"' not in data[:sliced.key] and b'"traceEvents"' not in data[closing + 1:]:
+        return
+    others = events_keys(b"".join((data[:zero], b"0", data[closing + 1:])), own=sliced.key)
+    if others:
+        at = others[0]
+        raise two_arrays(source, sliced.key, at if at < zero else closing + at - zero)
+
+
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
+    # a JSON decoder keeps the last of two equal keys: a second events array would pass unseen
+    if data.count(b'"traceEvents"') > 1 and len(keys := events_keys(data)) > 1:
+        raise two_arrays(source, keys[0], keys[1])
     try:
         parsed = msgspec.json.decode(data, type=TraceFile)
     except msgspec.ValidationError:
