@@ -2,7 +2,7 @@
 whole-file loader and the chunked one, side by side: wall time, CPU time, peak RSS.
 
     python benchmarks/bench_big_trace.py make OUT.json --copies 86 [--from benchmarks/data/bench_170k.json.gz]
-    python benchmarks/bench_big_trace.py measure OUT.json [--repeat 1] [--src OTHER/src]
+    python benchmarks/bench_big_trace.py measure OUT.json [--repeat 1] [--src OTHER/src] [--no-whole]
 
 ``make``: the recorded trace's events COPIES times over, each copy one profiler window later (its
 times shifted by the window's span plus 1 ms, its correlation and flow ids by 10**8 per copy, so
@@ -68,9 +68,9 @@ def make(out: Path, copies: int, source: Path) -> None:
     print(json.dumps({"file": str(out), "bytes": out.stat().st_size, "events": copies * len(events)}))
 
 
-def measure(trace: Path, repeat: int, srcs: list[Path]) -> None:
-    commands = {"whole (this checkout, load(chunked=False))": (SRC, {"GPUDOCTOR_BENCH_WHOLE": "1"}),
-                "chunked (this checkout)": (SRC, {})}
+def measure(trace: Path, repeat: int, srcs: list[Path], whole: bool = True) -> None:
+    commands = {"whole (this checkout, load(chunked=False))": (SRC, {"GPUDOCTOR_BENCH_WHOLE": "1"})} if whole else {}
+    commands["chunked (this checkout)"] = (SRC, {})
     for src in srcs:
         commands[f"{src}"] = (src, {})
     rows = {}
@@ -124,12 +124,13 @@ if __name__ == "__main__":
     r.add_argument("trace", type=Path)
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument("--src", type=Path, action="append", default=[])
+    r.add_argument("--no-whole", action="store_true", help="leave out the whole-file loader (6.5 GB on a 4 GB trace)")
     x = sub.add_parser("run")
     x.add_argument("trace")
     args = parser.parse_args()
     if args.what == "make":
         make(args.out, args.copies, args.source)
     elif args.what == "measure":
-        measure(args.trace, args.repeat, args.src)
+        measure(args.trace, args.repeat, args.src, whole=not args.no_whole)
     else:
         run(args.trace)

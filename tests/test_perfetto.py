@@ -20,6 +20,7 @@ from test_cli import DATA, gd
 
 from gpudoctor.analysis.host_events import SYNC_OPS, SYNC_RUNTIME
 from gpudoctor.analysis.idle_spans import idle_spans
+from gpudoctor.errors import TraceFormatError
 from gpudoctor.pipeline import analyze_inputs, analyze_path, diagnose_path, rank_file
 from gpudoctor.report.html import render_html
 from gpudoctor.report.perfetto import CAT, free_ids
@@ -170,7 +171,7 @@ def test_a_run_directory_annotated_is_a_bundle_that_diagnoses_the_same(tmp_path:
     shutil.copy(INFERENCE / "env.json", bundle / "env.json")
     again = analyze_path(bundle)
     assert [(f.id, f.saving_ms) for f in again.findings] == [(f.id, f.saving_ms) for f in report.findings]
-    assert [f.id for f in report.findings] == ["host-sync", "launch-bound", "unfused-elementwise", "pageable-copy",
+    assert [f.id for f in report.findings] == ["launch-bound", "pageable-copy", "host-sync", "unfused-elementwise",
                                                "small-gemm"]
     steps = [e["args"] for e in _events(bundle / "trace.json.gz") if e["name"].startswith("step ")]
     assert {s["unprofiled_step_ms"] for s in steps} == {5.6703} and len(steps) == 5
@@ -245,6 +246,53 @@ def test_each_rank_gets_its_annotated_trace(tmp_path: Path) -> None:
         assert events[: len(original)] == original
         assert sum(e.get("name") == "thread_name" and e.get("cat") == CAT for e in events) > 2
     assert report.annotated_trace.file == str(files[1])  # the straggler's report, and its file
+
+
+def _job_with_a_broken_rank(tmp_path: Path) -> Path:
+    """DDP copied, rank 1's trace cut short: its gzip stream ends early."""
+    job = tmp_path / "job"
+    shutil.copytree(DDP, job)
+    broken = job / "rank1" / "trace.json.gz"
+    broken.write_bytes(broken.read_bytes()[:20_000])
+    return job
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_job_that_fails_leaves_no_annotated_file(tmp_path: Path, jobs: int) -> None:
+    """Rank 0 is annotated, rank 1 fails to read: neither rank's file nor the merge is left, and
+    files of an earlier run at those names are as they were."""
+    job = _job_with_a_broken_rank(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "ddp.trace.json.gz"
+    rank_file(target, 1).write_bytes(b"an earlier run's")
+    with pytest.raises(TraceFormatError, match=r"rank1/trace\.json\.gz is a truncated or corrupt gzip file"):
+        analyze_inputs([job], jobs=jobs, annotate=target)
+    assert sorted(p.name for p in out.iterdir()) == ["ddp.trace.rank1.json.gz"]
+    assert rank_file(target, 1).read_bytes() == b"an earlier run's"
+
+
+def test_a_job_whose_merge_fails_leaves_no_annotated_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.report.perfetto_merge as perfetto_merge
+
+    def broken(*args: object, **kwargs: object) -> bool:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(perfetto_merge, "merge_ranks", broken)
+    target = tmp_path / "ddp.trace.json.gz"
+    with pytest.raises(OSError, match="No space left on device"):
+        analyze_inputs([DDP], jobs=1, annotate=target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_says_in_one_line_why_a_job_was_not_annotated(tmp_path: Path) -> None:
+    job = _job_with_a_broken_rank(tmp_path)
+    target = tmp_path / "ddp.trace.json.gz"
+    out = gd("analyze", str(job), "--perfetto", str(target))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert f"{job}/rank1/trace.json.gz is a truncated or corrupt gzip file" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
 
 
 def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(tmp_path: Path) -> None:
@@ -336,7 +384,7 @@ def test_cli_writes_the_file_and_the_page_points_into_it(tmp_path: Path) -> None
     assert target.read_bytes()[:2] == b"\x1f\x8b"
     html = page.read_text()
     assert html.count(f"In the annotated trace <code>{target}</code>") == 3
-    assert ("track <code>gpudoctor: 1. host-sync</code>, slice <code>host-sync: saves 3.827 ms/step (x1.58)</code>, "
+    assert ("track <code>gpudoctor: 1. host-sync</code>, slice <code>host-sync: saves 3.922 ms/step (x1.60)</code>, "
             "1.835 ms after the trace's start (ts 4450988834786.052 µs)") in html
 
 
@@ -381,6 +429,67 @@ def test_a_live_bundle_holds_the_annotated_trace(tmp_path: Path) -> None:
     assert analyze_path(run).findings[0].id == report.findings[0].id  # the bundle still reads its own trace
 
 
+def _capture(run: Path):  # type: ignore[no-untyped-def]
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import diagnose_capture
+
+    return diagnose_capture(CaptureResult(trace_path=run / "trace.json.gz", device="cuda"), CaptureConfig(), run)
+
+
+def test_a_bundle_of_a_big_trace_holds_no_annotated_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ANNOTATED_COPY_UP_TO bytes of trace the copy is left out, a one-line note saying how to
+    write it; the command it names writes it."""
+    import gpudoctor.live as live
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    size = (run / "trace.json.gz").stat().st_size
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", size - 1)
+    report, note = _capture(run)
+    assert note == (
+        f"annotated.trace.json.gz was not written: the trace it copies is {size / 2**20:,.1f} MB and the copy would be about "
+        f"as big (a bundle holds one up to {(size - 1) / 2**20:,.1f} MB, about as much as Perfetto's UI opens in a "
+        f"browser); to write it: gpudoctor analyze {run} --perfetto {run}/annotated.trace.json.gz")
+    assert sorted(p.name for p in run.iterdir()) == ["env.json", "report.html", "report.json", "trace.json.gz"]
+    assert report.annotated_trace is None and "annotated_trace" not in json.loads((run / "report.json").read_text())
+    out = gd("analyze", str(run), "--perfetto", str(run / "annotated.trace.json.gz"))
+    assert out.returncode == 0, out.stderr
+    assert _events(run / "annotated.trace.json.gz")
+    # a trace of just that size gets its copy
+    shutil.rmtree(run)
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", size)
+    assert _capture(run).note == "" and (run / "annotated.trace.json.gz").is_file()
+
+
+def test_a_bundle_on_a_full_disk_holds_no_annotated_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpudoctor.live as live
+
+    run = tmp_path / "my run"
+    run.mkdir()
+    shutil.copy(HOST_SYNC, run / "trace.json.gz")
+    size = (run / "trace.json.gz").stat().st_size
+    asked: list[Path] = []
+    free = live.DISK_KEPT_FREE + size - 1
+
+    def free_bytes(folder: Path) -> int:
+        asked.append(folder)
+        return free
+
+    monkeypatch.setattr(live, "free_bytes", free_bytes)
+    _, note = _capture(run)
+    assert asked == [run]
+    assert note == (
+        f"annotated.trace.json.gz was not written: its disk has {free / 2**20:,.1f} MB free and the copy would take "
+        f"about {size / 2**20:,.1f} MB of the 1,024.0 MB kept free; to write it: gpudoctor analyze '{run}' "
+        f"--perfetto '{run}/annotated.trace.json.gz'")
+    assert not (run / "annotated.trace.json.gz").exists()
+    free += 1  # room for the copy and the reserve: written
+    assert _capture(run).note == "" and (run / "annotated.trace.json.gz").is_file()
+
+
 def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Each rank's bundle gets its annotated trace; RUN's combined report (the straggler's, rank 1's
@@ -414,6 +523,40 @@ def test_a_distributed_run_points_at_the_chosen_ranks_annotated_trace(tmp_path: 
     assert any("straggler" in e["args"]["labels"] for e in merged if e.get("name") == "process_labels")
     assert sum(e.get("ph") != "M" for e in merged) == sum(
         e.get("ph") != "M" for r in (0, 1) for e in _events(run / f"rank{r}" / "annotated.trace.json.gz"))
+
+
+def test_a_distributed_run_of_big_traces_holds_no_merged_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank's copy is within ANNOTATED_COPY_UP_TO, the two together are not: RUN's merge is
+    left out, the combined report warning how to write it."""
+    from test_rank_window import _two_bundles
+
+    import gpudoctor.capture.rank_window as rank_window
+    import gpudoctor.live as live
+    from gpudoctor.capture.session import CaptureConfig, CaptureResult
+    from gpudoctor.live import combine_ranks, diagnose_capture
+
+    monkeypatch.setattr(rank_window, "_CAPTURES", {})
+    sync = _two_bundles(tmp_path)
+    run = sync.run_dir()
+    for rank in (0, 1):
+        bundle = run / f"rank{rank}"
+        shutil.copy(DDP / f"rank{rank}" / "trace.json.gz", bundle / "trace.json.gz")
+        assert diagnose_capture(CaptureResult(trace_path=bundle / "trace.json.gz", device="cuda"), CaptureConfig(),
+                                bundle).note == ""
+    copies = sum((run / f"rank{r}" / "annotated.trace.json.gz").stat().st_size for r in (0, 1))
+    monkeypatch.setattr(live, "ANNOTATED_COPY_UP_TO", copies - 1)
+    report, note = combine_ranks(sync, None)
+    assert note == "" and report is not None
+    assert report.warnings[-1] == (
+        f"the ranks' merged annotated trace was not written: the 2 traces it copies are {copies / 2**20:,.1f} MB and the copy "
+        f"would be about as big (a bundle holds one up to {(copies - 1) / 2**20:,.1f} MB, about as much as Perfetto's "
+        f"UI opens in a browser); to write it: gpudoctor analyze {run} --perfetto {run}/annotated.trace.json.gz")
+    assert not (run / "annotated.trace.json.gz").exists()
+    assert json.loads((run / "report.json").read_text())["annotated_trace"]["file"] == "rank1/annotated.trace.json.gz"
+    out = gd("analyze", str(run), "--perfetto", str(run / "annotated.trace.json.gz"))
+    assert out.returncode == 0, out.stderr
+    assert any("straggler" in e["args"]["labels"] for e in _events(run / "annotated.trace.json.gz")
+               if e.get("name") == "process_labels")
 
 
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

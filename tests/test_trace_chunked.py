@@ -156,15 +156,21 @@ def test_raw_args_compressed_read_as_stored() -> None:
 # -- bad input ----------------------------------------------------------------------------------
 
 
-def _fails(path: Path, message: str) -> str:
+def _fails(path: Path, message: str, chunked: bool | None = True) -> str:
+    """``chunked`` None: as a file this small is read by default, whole."""
     before = (path.read_bytes(), path.stat().st_mtime_ns)
     with pytest.raises(TraceFormatError) as err:
-        load(path, chunked=True)
+        load(path, chunked=chunked)
     text = str(err.value)
     assert "\n" not in text and text.startswith(str(path)), text
     assert message in text, text
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before  # the input is never touched
     return text
+
+
+def _both(path: Path, message: str) -> None:
+    """The same error whether the file is read a chunk at a time or whole."""
+    assert _fails(path, message, chunked=True) == _fails(path, message, chunked=None)
 
 
 def test_a_trace_cut_mid_write_says_where_reading_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,12 +217,41 @@ def test_a_corrupt_gzip_stream(tmp_path: Path) -> None:
     _fails(path, "is a truncated or corrupt gzip file (")
 
 
-def test_two_trace_events_arrays(tmp_path: Path) -> None:
-    data = kineto(_events(3), after='"traceEvents": [], "traceName": "t.json"')
+@pytest.mark.parametrize("where", ["after the events", "before the events", "one long line", "a value first"])
+def test_two_trace_events_keys(where: str, tmp_path: Path) -> None:
+    """Read whole, a JSON decoder keeps the last of two equal keys: the events of one array would
+    pass for the trace's, or none at all."""
+    data = {"after the events": kineto(_events(3), after='"traceEvents": [], "traceName": "t.json"'),
+            "before the events": kineto(_events(3), before='"traceEvents": [], "deviceProperties": []'),
+            "one long line": one_line(_events(3))[:-1] + b',"traceEvents":[{"ph":"X"}]}',
+            "a value first": kineto(_events(3), before='"traceEvents": 7, "deviceProperties": []')}[where]
     path = tmp_path / "t.json"
     path.write_bytes(data)
     first, second = data.index(b'"traceEvents"'), data.rindex(b'"traceEvents"')
-    _fails(path, f"has two traceEvents arrays (keys at bytes {first:,} and {second:,} of its JSON)")
+    _both(path, f"t.json has two traceEvents arrays (keys at bytes {first:,} and {second:,} of its JSON); a trace "
+                "has one: pass each trace as a file of its own")
+
+
+def test_a_trace_on_one_line_cut_mid_write_says_where_reading_stopped(tmp_path: Path) -> None:
+    data = one_line(_events(100))
+    cut = len(data) // 2
+    path = tmp_path / "t.json"
+    path.write_bytes(data[:cut])
+    last = data.rfind(b"},{", 0, cut)
+    while data[:last + 1].count(b"{") != data[:last + 1].count(b"}") + 1:
+        last = data.rfind(b"},{", 0, last)  # the last '},{' between two events, not inside one's args
+    whole = len(msgspec.json.decode(data[data.index(b"[") : last + 1] + b"]"))
+    _both(path, f"t.json is not valid JSON (it ends inside traceEvents, at byte {cut:,}; {whole:,} whole events before "
+                f"byte {last + 2:,}): a crash while the trace was written?")
+
+
+def test_a_gzip_stream_that_ends_early_read_whole(tmp_path: Path) -> None:
+    data = kineto(_events(300))
+    blob = gzip.compress(data)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(blob[:-8])  # all of the stream but its trailer: every byte of the JSON inflates
+    _both(path, f"t.json.gz is a truncated or corrupt gzip file (its stream ends early, at byte {len(blob) - 8:,} of "
+                f"the file, after {len(data):,} bytes of JSON)")
 
 
 def test_one_long_line_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,6 +276,23 @@ def test_an_annotated_trace_fed_back_is_read_and_a_report_is_refused(tmp_path: P
     _fails(report, "not a profiler trace")
 
 
+def test_gpudoctors_own_annotated_trace_fed_back_reads_as_the_trace(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its added events (category "gpudoctor") are read past, a chunk at a time as whole: the same
+    tables as the trace it annotates, one count of events apart."""
+    from gpudoctor.pipeline import analyze_inputs
+
+    original = DATA / "host_sync" / "trace.json.gz"
+    annotated = tmp_path / "annotated.trace.json.gz"
+    analyze_inputs([original], annotate=annotated)
+    monkeypatch.setattr(stream_module, "CHUNK_BYTES", 1 << 16)
+    chunked, whole = columns(load(annotated, chunked=True)), columns(load(annotated, chunked=False))
+    before = columns(load(original))
+    assert chunked == whole
+    assert chunked.pop("event_count") > before.pop("event_count")
+    assert chunked == before
+
+
 def test_fields_of_unexpected_types_are_skipped_as_the_whole_read_skips_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events = _events(30, tricky=False)
@@ -258,14 +310,34 @@ def test_fields_of_unexpected_types_are_skipped_as_the_whole_read_skips_them(
     assert a == b
 
 
-def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
-    data = kineto(_events(50))
-    path = tmp_path / "t.json"
-    path.write_bytes(data[: len(data) - 200])
+def _bad_inputs() -> dict[str, tuple[str, bytes, str]]:
+    """Each bad input of a trace: its file name, its bytes, what the one line says of it."""
+    data, line = kineto(_events(50)), one_line(_events(50))
+    packed = gzip.compress(data)
+    twice = kineto(_events(3), after='"traceEvents": [], "traceName": "t.json"')
+    first, second = twice.index(b'"traceEvents"'), twice.rindex(b'"traceEvents"')
+    return {
+        "cut mid-write": ("t.json", data[:-200], f"it ends inside traceEvents, at byte {len(data) - 200:,};"),
+        "one long line, cut": ("t.json", line[:-200], f"it ends inside traceEvents, at byte {len(line) - 200:,};"),
+        "gzip stream ends early": ("t.json.gz", packed[:-8], (f"its stream ends early, at byte {len(packed) - 8:,} "
+                                                              f"of the file, after {len(data):,} bytes of JSON")),
+        "two traceEvents keys": ("t.json", twice, (f"has two traceEvents arrays (keys at bytes {first:,} and "
+                                                   f"{second:,} of its JSON)")),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_the_cli_says_it_in_one_line(case: str, tmp_path: Path) -> None:
+    name, data, message = _bad_inputs()[case]
+    path = tmp_path / name
+    path.write_bytes(data)
+    before = path.stat().st_mtime_ns
     env = dict(os.environ, PYTHONPATH=str(SRC))
     out = subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", str(path), "--json"], capture_output=True,
                          text=True, env=env, timeout=120, check=False)
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
-    assert f"it ends inside traceEvents, at byte {len(data) - 200:,}" in lines[0]
+    assert message in lines[0], lines[0]
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == (data, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written beside it

@@ -111,7 +111,7 @@ def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def
     from gpudoctor.pipeline import rank_file
     from gpudoctor.report.safe import SafeConsole
 
-    ranks = [int(row["rank"]) for row in getattr(report, "ranks", ()) if "rank" in row]
+    ranks = [row.rank for row in report.ranks or ()]
     files = [f for f in (rank_file(target, r) for r in ranks) if f.is_file()] if ranks else [target]
     merged = f"; every rank's on rank 0's clock in {target}" if ranks and target.is_file() else ""
     said = (f"annotated trace{'s' * (len(files) > 1)} written to {', '.join(map(str, files))}{merged} "

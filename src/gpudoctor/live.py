@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+import shlex
+import shutil
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +40,14 @@ if TYPE_CHECKING:
     from gpudoctor.pipeline import Diagnosis
 
 DEFAULT_BASE = Path("gpudoctor-runs")
+# The annotated copy is about as big as the trace it copies (the same events gzipped alike, a few
+# thousand added). A bundle gets one up to this size of trace file: about 1 GB of JSON (Kineto's
+# JSON gzips 10-16x), as much as Perfetto's UI opens in a browser, which holds a trace in about
+# 2 GB, several times its file (perfetto.dev/docs/visualization/large-traces); gzipped at ~50 MB of
+# JSON a second (benchmarks/BENCHMARKS-loading.md, "Annotated trace"), a copy of that takes ~20 s.
+ANNOTATED_COPY_UP_TO = 64 << 20
+# ... and while its disk keeps this much free beside it: the program, or the next run, writes there too
+DISK_KEPT_FREE = 1 << 30
 
 
 class RunStatus(str, Enum):
@@ -133,11 +143,41 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target:
 
     if found.analysis is None:
         return report, ""
+    skipped = annotated_copy_skipped([trace], target, target.name)
+    if skipped:
+        return report, skipped
     try:
         annotation = write_annotated(trace, found.analysis, report.findings, target, option="annotated trace")
     except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
         return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
     return dataclasses.replace(report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(target.name))), ""
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes free on the disk of ``folder``."""
+    return shutil.disk_usage(folder).free
+
+
+def annotated_copy_skipped(sources: Sequence[Path], target: Path, what: str) -> str:
+    """Why an annotated copy of ``sources`` is not written to ``target`` with the bundle (too big a
+    trace, too full a disk: ANNOTATED_COPY_UP_TO, DISK_KEPT_FREE), saying how to write it; "" to write it."""
+    size = sum(p.stat().st_size for p in sources)
+    if size > ANNOTATED_COPY_UP_TO:
+        copied = "the trace it copies is" if len(sources) == 1 else f"the {len(sources)} traces it copies are"
+        why = (f"{copied} {_mb(size)} and the copy would be about as big (a bundle holds one up to "
+               f"{_mb(ANNOTATED_COPY_UP_TO)}, about as much as Perfetto's UI opens in a browser)")
+    else:
+        free = free_bytes(target.parent)
+        if size + DISK_KEPT_FREE <= free:
+            return ""
+        why = (f"its disk has {_mb(free)} free and the copy would take about {_mb(size)} of the "
+               f"{_mb(DISK_KEPT_FREE)} kept free")
+    run = shlex.quote(str(target.parent))
+    return f"{what} was not written: {why}; to write it: gpudoctor analyze {run} --perfetto {shlex.quote(str(target))}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
 
 
 def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
@@ -260,10 +300,17 @@ def _merge_rank_annotations(report: Report, run: Path) -> str:
     marked (report/perfetto_merge.py). Failing costs that file and says why, never the report."""
     from gpudoctor.report.perfetto_merge import merge_ranks
 
+    def file_of(rank: int) -> Path:
+        return run / f"rank{rank}" / "annotated.trace.json.gz"
+
+    target = run / "annotated.trace.json.gz"
+    files = [f for row in report.ranks if (f := file_of(row.rank)).is_file()]
+    skipped = annotated_copy_skipped(files, target, "the ranks' merged annotated trace") if len(files) > 1 else ""
+    if skipped:
+        return skipped
     try:
-        merge_ranks([row.to_dict() for row in report.ranks],  # the ranks table as report.json holds it
-                    lambda rank: run / f"rank{rank}" / "annotated.trace.json.gz",
-                    run / "annotated.trace.json.gz", option="the merged annotated trace")
+        # the ranks table as report.json holds it
+        merge_ranks([row.to_dict() for row in report.ranks], file_of, target, option="the merged annotated trace")
     except Exception as exc:  # noqa: BLE001 - the combined report must still be written
         return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
     return ""

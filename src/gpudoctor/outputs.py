@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -116,6 +117,41 @@ def atomic_file(target: Path, option: str = "output",
             raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; the old file, if any, "
                              "is untouched") from None
         raise
+
+
+@contextlib.contextmanager
+def staged_files(targets: Sequence[Path], option: str = "output",
+                 inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[list[Path]]:
+    """Files that stand for ``targets`` (each checked by ``check_output_file``) while the block
+    writes them, in the targets' folders under hidden names: when the block ends each one written
+    replaces its target in one step, after all of them are written; when it raises, none of them
+    is left and every target is as it was. For outputs that belong together (a job's ranks'
+    annotated traces and their merge), so that a failure halfway leaves no part of them."""
+    inputs = list(inputs)
+    for target in targets:
+        check_output_file(target, option, inputs)
+    token = secrets.token_hex(6)
+    staged = [target.with_name(f".{target.name}.{token}.tmp") for target in targets]
+    try:
+        yield staged
+    except BaseException:
+        _remove(staged)
+        raise
+    for part, target in zip(staged, targets):
+        if not part.exists():  # a part the block chose not to write leaves its target as it was
+            continue
+        try:
+            os.chmod(part, _mode_for(target))
+            os.replace(part, target)
+        except OSError as exc:
+            _remove(staged)
+            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; choose a folder you can "
+                             "write to") from None
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _mode_for(target: Path) -> int:

@@ -16,6 +16,7 @@ from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, from_spec, load_file, unavailable, unknown_card_note
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
 from gpudoctor.hardware.specs import find_spec
+from gpudoctor.outputs import staged_files
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import all_fixes_section, build_host_report, build_report
@@ -26,6 +27,7 @@ from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
 from gpudoctor.trace.load import resolve_trace_path
+from gpudoctor.trace.stream import release_free_memory
 
 if TYPE_CHECKING:
     from gpudoctor.ranks.combine import RanksResult
@@ -108,7 +110,9 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
-    findings, together = priced(find(analysis), analysis)
+    found = find(analysis)
+    release_free_memory()  # as between the analyses (analysis/__init__.py)
+    findings, together = priced(found, analysis)
     report = build_report(analysis, findings)
     if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
         report = dataclasses.replace(report, all_fixes=all_fixes_section(together))
@@ -233,17 +237,40 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     of the straggler (rank 0 when there is none). ``annotate``: each worker also writes its rank's
     annotated trace, to ``rank_file(annotate, rank)``, never over one of ``inputs`` or the ranks'
     files, and ``annotate`` itself gets them all merged on rank 0's clock."""
-    # the multi-rank analysis and the worker pool, imported only for a distributed run: for one
-    # trace they were 0.027 s and 0.011 s of the imports (python -X importtime, 2-core x86_64)
-    from concurrent.futures import ProcessPoolExecutor
-
-    from gpudoctor.ranks.combine import combine
-
+    # the multi-rank analysis and the worker pool are imported only for a distributed run
+    # (_ranks_result): for one trace they were 0.027 s and 0.011 s of the imports (python -X
+    # importtime, 2-core x86_64)
     ranks = rank_sources([Path(p) for p in sources])
     check_jobs(jobs)
     workers = min(jobs or os.cpu_count() or 1, len(ranks))
     kept = [*inputs, *(f for r in ranks for f in (r.trace, r.env))]  # no annotated trace over any of them
-    targets = [None if annotate is None else (rank_file(annotate, r.rank), kept) for r in ranks]
+    if annotate is None:
+        return _ranks_report(ranks, workers, gpu, ceilings)
+    # the ranks' annotated traces and their merge are written under hidden names and put in place
+    # together once the whole job is analysed: a rank that fails leaves none of them behind
+    finals = [*(rank_file(annotate, r.rank) for r in ranks), annotate]
+    with staged_files(finals, "--perfetto", kept) as staged:
+        files = dict(zip((r.rank for r in ranks), staged))
+        result, reports = _ranks_result(ranks, workers, gpu, ceilings,
+                                        [(files[r.rank], kept, str(rank_file(annotate, r.rank))) for r in ranks])
+        from gpudoctor.report.perfetto_merge import merge_ranks  # every rank's on rank 0's clock
+
+        # the merge reads the ranks table as report.json holds it
+        merge_ranks([row.to_dict() for row in result.rows], files.__getitem__, staged[-1], inputs=kept)
+    return _combined_report(result, reports)
+
+
+def _ranks_report(ranks: list[RankSource], workers: int, gpu: str | None, ceilings: Any) -> Report:
+    return _combined_report(*_ranks_result(ranks, workers, gpu, ceilings, [None] * len(ranks)))
+
+
+def _ranks_result(ranks: list[RankSource], workers: int, gpu: str | None, ceilings: Any,
+                  targets: list[tuple[Path, list[Any], str] | None]) -> tuple[RanksResult, list[Report]]:
+    """Each rank summarized (in ``workers`` processes), and their combination."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gpudoctor.ranks.combine import combine
+
     if workers == 1:
         results = [_summarize_rank(r, gpu, ceilings, t) for r, t in zip(ranks, targets)]
     else:
@@ -253,14 +280,7 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     summaries = [s for s, _ in results]
     # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
     table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
-    result = combine(summaries, str(table) if table else None)
-    if annotate is not None:  # every rank's annotated trace on rank 0's clock (report/perfetto_merge.py)
-        from gpudoctor.report.perfetto_merge import merge_ranks
-
-        # the merge reads the ranks table as report.json holds it
-        rows = [row.to_dict() for row in result.rows]
-        merge_ranks(rows, lambda rank: rank_file(annotate, rank), annotate, inputs=kept)
-    return _combined_report(result, [r for _, r in results])
+    return combine(summaries, str(table) if table else None), [r for _, r in results]
 
 
 def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
@@ -287,9 +307,10 @@ def rank_file(target: Path, rank: int) -> Path:
 
 
 def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
-                    annotate: tuple[Path, list[Any]] | None = None) -> tuple[RankSummary, Report]:
+                    annotate: tuple[Path, list[Any], str] | None = None) -> tuple[RankSummary, Report]:
     """One rank in its worker: load, diagnose, summarize (``annotate``: also write the rank's
-    annotated trace there, never over one of the files listed); the trace is dropped on return."""
+    annotated trace to that file, never over one of the files listed, the report naming it by the
+    label that follows); the trace is dropped on return."""
     from gpudoctor.capture.bundle import facts_of, read_json_object
     from gpudoctor.ranks.summary import summarize, summarize_host
 
@@ -302,7 +323,7 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
     if annotate is not None:
-        target, kept = annotate
-        report = annotated(Diagnosis(report, analysis), source.trace, target, str(target), kept)
+        target, kept, label = annotate
+        report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)
     sync = sum(f.saving_ms for f in report.findings if f.id == "host-sync")
     return dataclasses.replace(summarize(analysis, source.rank, env), sync_saving_ms=round(sync, 6)), report

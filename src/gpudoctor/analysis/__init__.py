@@ -16,6 +16,7 @@ from gpudoctor.analysis.steps import Steps, describe, segment, whole_steps
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
+from gpudoctor.trace.stream import release_free_memory
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +55,11 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     mem = memory(trace, steps, model_state)
     bd = breakdown(trace, steps)
     idle = idle_causes(trace, steps)
+    # the heap pages an analysis freed, handed back: its small objects leave holes that would add
+    # up, analysis after analysis, in a big trace's RSS (benchmarks/BENCHMARKS-loading.md, "Traces of any size")
+    release_free_memory()
     roof = roofline(trace, steps, ceilings)
+    release_free_memory()
     overhead = profiler_overhead_ms(trace, steps)
     dispatch = idle.ms("dispatch")
     if unprofiled_step_ms is None and dispatch > 0.1 * bd.step_ms and overhead > 0.1 * dispatch:

@@ -54,13 +54,13 @@ def compiled_region(trace: Trace) -> np.ndarray:
     threads = launch_threads(trace)
     if n == 0 or threads.size == 0:
         return np.zeros(n, bool)
-    top = (host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, threads)
+    top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
     engine = trace.names_matching(lambda s: s.startswith(ENGINE_PREFIX))[host.name]
-    engine_threads = np.unique(host.thread[engine & np.isin(host.thread, threads)])
+    engine_threads = np.unique(host.thread[engine & host.on_threads(threads)])
     outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
     if engine_threads.size:
-        backward = top & np.isin(host.thread, engine_threads)
-        forward_candidates = np.flatnonzero(top & ~np.isin(host.thread, engine_threads) & ~outside)
+        backward = top & host.on_threads(engine_threads)
+        forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
         raws = host.raw_args
         chosen = raws.take(forward_candidates.tolist()) if hasattr(raws, "take") else [raws[i] for i in forward_candidates]
         graded = np.fromiter((GRAD_MODE_MARK in bytes(r or b"") for r in chosen), bool, forward_candidates.size)

@@ -54,7 +54,7 @@ def host_time(trace: Trace, steps: Steps, idle: IdleResult) -> HostTime:
         return HostTime()
     host, dev = trace.host, trace.device
     lo, hi = steps.host_start.astype(np.int64), steps.host_end.astype(np.int64)
-    on = np.isin(host.thread, launch_threads(trace))
+    on = host.on_threads(launch_threads(trace))
     blocked = (sync_calls(trace) | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))) & on
     bs, be = union(host.ts[blocked], host.end[blocked])
     nccl = dev.kind == Kind.NCCL

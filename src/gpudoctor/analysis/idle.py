@@ -31,6 +31,7 @@ analysis/host_events.py's to say; this module says what their time cost the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,10 +48,10 @@ from gpudoctor.analysis.host_events import (
     setup_calls,
     sync_calls,
 )
-from gpudoctor.analysis.intervals import complement, contains, overlap_per_window, union
+from gpudoctor.analysis.intervals import WINDOW, complement, contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
-from gpudoctor.trace.model import HostCat, Trace
+from gpudoctor.trace.model import HostCat, HostEvents, Trace
 
 # Priority order (first wins). "dispatch" is the default and comes last.
 CAUSES = (
@@ -114,7 +115,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     waiting = launched_at <= gap_s
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
-    on_threads = np.isin(trace.host.thread, launch_threads(trace))
+    on_threads = trace.host.on_threads(launch_threads(trace))
     setup = setup_calls(trace, steps)
     uploads = _pageable_copy_calls(trace, busy_s, busy_e)  # once: labels, catch-up and culprits read it
     label_sets = _label_intervals(trace, on_threads, steps, setup, uploads)
@@ -313,17 +314,14 @@ def _host_work(
     analysis")."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
-    ops = np.flatnonzero(on_thread & (host.cat == HostCat.OP))
-    talks_to_gpu = _contains_any(host.ts[ops], host.end[ops], host.thread[ops],
-                                 host.ts[calls], host.thread[calls])
-    # views, allocations and autograd's bookkeeping launch nothing either, on GPU tensors too: the
-    # optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad steals them
-    # (1.9 ms a step, profiled), which is dispatch, not host work
-    bookkeeping = bookkeeping_names(trace)[host.name[ops]]
-    active = calls.copy()
-    active[ops[talks_to_gpu | bookkeeping]] = True
-    starts = np.concatenate([host.ts[active]] + [s for s, _ in labelled])
-    ends = np.concatenate([host.end[active]] + [e for _, e in labelled])
+    active = calls | _ops_talking_to_gpu(trace, on_thread & (host.cat == HostCat.OP), calls)
+    # each window's own intervals merged first (a union of unions is the union): a big trace's
+    # millions of active events are never sorted, nor copied, all at once (peak memory)
+    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]]) for _, a, b in _thread_windows(host)]
+    del active
+    starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])
+    ends = np.concatenate([e for _, e in merged] + [e for _, e in labelled])
+    del merged
     busy_s, busy_e = union(starts, ends)
     gs, ge = [], []
     for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
@@ -336,17 +334,33 @@ def _host_work(
     return np.concatenate(gs), np.concatenate(ge)
 
 
-def _contains_any(op_s: np.ndarray, op_e: np.ndarray, op_thread: np.ndarray,
-                  ts: np.ndarray, thread: np.ndarray) -> np.ndarray:
-    """For each op, whether any of the events (start ``ts`` on ``thread``) starts inside it, on its thread."""
-    out = np.zeros(len(op_s), bool)
-    for t in np.unique(op_thread).tolist():
-        mine = op_thread == t
-        at = np.sort(ts[thread == t])
-        first = np.searchsorted(at, op_s[mine], side="left")
-        last = np.searchsorted(at, op_e[mine], side="right")
-        out[mine] = last > first
+def _ops_talking_to_gpu(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """Mask of the ``ops`` inside which one of the ``calls`` of their thread starts, or that only
+    keep books: views, allocations and autograd's bookkeeping launch nothing either, on GPU tensors
+    too (the optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad steals
+    them, 1.9 ms a step, profiled), which is dispatch, not host work."""
+    host = trace.host
+    bookkeeping = bookkeeping_names(trace)
+    out = np.zeros(len(host), bool)
+    at, thread = np.empty(0, np.int64), (-1, -1)
+    for lo_hi, a, b in _thread_windows(host):
+        if lo_hi != thread:
+            thread = lo_hi
+            at = np.sort(host.ts[lo_hi[0]:lo_hi[1]][calls[lo_hi[0]:lo_hi[1]]])
+        mine = a + np.flatnonzero(ops[a:b])
+        first = np.searchsorted(at, host.ts[mine], side="left")
+        last = np.searchsorted(at, host.end[mine], side="right")
+        out[mine[(last > first) | bookkeeping[host.name[mine]]]] = True
     return out
+
+
+def _thread_windows(host: HostEvents) -> Iterator[tuple[tuple[int, int], int, int]]:
+    """Each thread's events (host events are sorted by thread, then start) a WINDOW at a time:
+    (the thread's first and end index, the window's first and end index)."""
+    bounds = (np.flatnonzero(np.diff(host.thread)) + 1).tolist()
+    for lo, hi in zip([0, *bounds], [*bounds, len(host)]):
+        for a in range(lo, hi, WINDOW):
+            yield (lo, hi), a, min(a + WINDOW, hi)
 
 
 def _events_by_cause(

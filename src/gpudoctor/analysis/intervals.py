@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 
+# Times looked at a time where each takes a few int64 temporaries: a big trace's millions of host
+# events are not copied several times over at once (peak memory)
+WINDOW = 1 << 20
+
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge overlapping intervals; returns sorted disjoint (starts, ends)."""
     if len(starts) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    s = starts[order]
+    reach = ends[order]
+    del order
+    np.maximum.accumulate(reach, out=reach)
     new_block = np.empty(len(s), dtype=bool)
     new_block[0] = True
-    new_block[1:] = s[1:] > reach[:-1]
-    block = np.cumsum(new_block) - 1
-    merged_s = s[new_block]
-    merged_e = np.zeros(len(merged_s), dtype=np.int64)
-    np.maximum.at(merged_e, block, reach)
-    return merged_s, merged_e
+    np.greater(s[1:], reach[:-1], out=new_block[1:])
+    first = np.flatnonzero(new_block)
+    del new_block
+    # the running reach only grows: a block ends where it stands at the block's last interval
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = len(s) - 1
+    return s[first], reach[last].astype(np.int64, copy=False)
 
 
 def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,10 +67,17 @@ def clip_total(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
 
 def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time in ``t``, whether it lies in one of the sorted disjoint intervals."""
+    out = np.zeros(len(t), dtype=bool)
     if len(starts) == 0:
-        return np.zeros(len(t), dtype=bool)
-    k = np.searchsorted(starts, t, side="right") - 1
-    return (k >= 0) & (t < ends[np.maximum(k, 0)])
+        return out
+    for a in range(0, len(t), WINDOW):
+        times = t[a:a + WINDOW]
+        k = np.searchsorted(starts, times, side="right")
+        k -= 1
+        inside = k >= 0
+        np.maximum(k, 0, out=k)
+        out[a:a + WINDOW] = inside & (times < ends[k])
+    return out
 
 
 def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

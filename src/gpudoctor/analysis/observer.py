@@ -23,7 +23,7 @@ def recorded_events_per_step(trace: Trace, steps: Steps) -> float:
     if len(host) == 0:
         return 0.0
     recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    return float((recorded & np.isin(host.thread, launch_threads(trace))).sum()) / max(len(steps), 1)
+    return float((recorded & host.on_threads(launch_threads(trace))).sum()) / max(len(steps), 1)
 
 
 def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
@@ -44,7 +44,7 @@ def step_boundary_ms(trace: Trace, steps: Steps) -> float:
         return 0.0
     host = trace.host
     recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    idx = np.flatnonzero(recorded & np.isin(host.thread, launch_threads(trace)))
+    idx = np.flatnonzero(recorded & host.on_threads(launch_threads(trace)))
     if idx.size == 0:
         return 0.0
     order = np.argsort(host.ts[idx], kind="stable")
@@ -73,7 +73,7 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
 
     host = trace.host
     waiting = sync_calls(trace) | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))
-    waiting &= np.isin(host.thread, launch_threads(trace))
+    waiting &= host.on_threads(launch_threads(trace))
     s, e = union(host.ts[waiting], host.end[waiting])
     blocked = overlap_per_window(s, e, steps.host_start, steps.host_end)
     return float(np.median(steps.host_end - steps.host_start - blocked)) / 1e6

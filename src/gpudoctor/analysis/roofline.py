@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpudoctor.analysis.breakdown import durations_in_steps
-from gpudoctor.analysis.opcost import OpCost, element_type_of_kernel, op_cost
+from gpudoctor.analysis.op_costs import OpCosts
+from gpudoctor.analysis.opcost import element_type_of_kernel, op_cost
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.kernels import Kind
@@ -79,7 +80,7 @@ class RooflineResult:
     event_bytes: np.ndarray
     event_dtype: np.ndarray  # index into DTYPES
     event_in_steps_ns: np.ndarray
-    op_costs: dict[int, OpCost]  # host op index -> cost
+    op_costs: OpCosts  # host op index -> cost
     event_placed: np.ndarray  # bool: on the roofline (a known cost, not over its roof)
     over_roof_fraction: float  # share of kernel time with a known cost, left unplaced above its roof
 
@@ -126,50 +127,54 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
     )
 
 
-def _op_costs(trace: Trace, ops: np.ndarray) -> dict[int, OpCost]:
+def _op_costs(trace: Trace, ops: np.ndarray) -> OpCosts:
     """Cost of each op; ops repeated step after step with the same arguments are costed once."""
     host, dev = trace.host, trace.device
-    args = trace.op_args(ops.tolist())
+    if not len(ops):
+        return OpCosts(ops, np.zeros(0, np.int32), [])
+    arg = trace.op_arg_ids(ops)
+    values = trace.op_arg_values
     # the profiler records no dtype for a TensorList's tensors: the op's first kernel names it
-    kernel_of: dict[int, int] = {}
+    list_types: dict[str, int] = {"": 0}
+    list_type = np.zeros(len(ops), np.int64)
     if len(dev):
         launched = np.flatnonzero((dev.op >= 0) & (dev.cat == 0))
         first_ops, first = np.unique(dev.op[launched], return_index=True)
-        kernel_of = dict(zip(first_ops.tolist(), dev.name[launched[first]].tolist()))
-    cache: dict[tuple[int, bytes, bytes, bytes, bytes, float, str], OpCost] = {}
-    costs: dict[int, OpCost] = {}
-    for i, a in args.items():
-        dims = bytes(a.input_dims) if a is not None else b""
-        types = bytes(a.input_type) if a is not None else b""
-        strides = bytes(a.input_strides) if a is not None else b""
-        concrete = bytes(a.concrete_inputs) if a is not None else b""
-        flops = a.flops if a is not None and a.flops is not None else -1.0
-        list_type = ""
-        if b"TensorList" in types and i in kernel_of:
-            list_type = element_type_of_kernel(trace.strings[kernel_of[i]])
-        key = (int(host.name[i]), dims, types, strides, concrete, flops, list_type)
-        cost = cache.get(key)
-        if cost is None:
-            cost = op_cost(trace.strings[key[0]], trace.input_dims(i), trace.input_types(i),
-                           np.nan if flops < 0 else flops, trace.input_strides(i), trace.concrete_inputs(i),
-                           list_type)
-            cache[key] = cost
-        costs[i] = cost
-    return costs
+        kernel_names, kernel_at = np.unique(dev.name[launched[first]], return_inverse=True)
+        codes = np.array([list_types.setdefault(element_type_of_kernel(trace.strings[k]), len(list_types))
+                          for k in kernel_names.tolist()], np.int64)
+        tensor_list = np.array([b"TensorList" in bytes(v.input_type) for v in values] + [False])
+        with_kernel = np.searchsorted(ops, first_ops)  # every op with a kernel is among ops
+        list_type[with_kernel] = np.where(tensor_list[arg[with_kernel]], codes[kernel_at.reshape(-1)], 0)
+    type_names = list(list_types)
+    keys = np.stack((host.name[ops].astype(np.int64), arg.astype(np.int64), list_type))
+    distinct, first_op, which = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+    table = []
+    for (name, k, code), i in zip(distinct.T.tolist(), ops[first_op].tolist()):
+        flops = values[k].flops if k >= 0 and values[k].flops is not None else -1.0
+        table.append(op_cost(trace.strings[name], trace.input_dims(i), trace.input_types(i),
+                             np.nan if flops < 0 else flops, trace.input_strides(i), trace.concrete_inputs(i),
+                             type_names[code]))
+    return OpCosts(ops, which.reshape(-1).astype(np.int32), table)
 
 
-def _event_shares(trace: Trace, costs: dict[int, OpCost]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _event_shares(trace: Trace, costs: OpCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dev = trace.device
-    n_host = len(trace.host)
-    op_flops = np.zeros(n_host + 1)
-    op_bytes = np.zeros(n_host + 1)
-    op_dtype = np.zeros(n_host + 1, np.int8)
-    op_matrix = np.zeros(n_host + 1, bool)
-    for i, cost in costs.items():
-        op_flops[i], op_bytes[i] = cost.flops, cost.bytes
-        op_dtype[i] = DTYPES.index(cost.dtype) if cost.dtype in DTYPES else 0
-        op_matrix[i] = cost.matrix
-    op = np.where(dev.op >= 0, dev.op, n_host)
+    n_ops = len(costs)
+    # one slot per op with a cost, the last for events without one
+    op_flops = np.zeros(n_ops + 1)
+    op_bytes = np.zeros(n_ops + 1)
+    op_dtype = np.zeros(n_ops + 1, np.int8)
+    op_matrix = np.zeros(n_ops + 1, bool)
+    table = costs.table
+    op_flops[:n_ops] = np.array([c.flops for c in table], np.float64)[costs.which] if table else 0.0
+    op_bytes[:n_ops] = np.array([c.bytes for c in table], np.float64)[costs.which] if table else 0.0
+    op_dtype[:n_ops] = np.array([DTYPES.index(c.dtype) if c.dtype in DTYPES else 0 for c in table],
+                                np.int8)[costs.which] if table else 0
+    op_matrix[:n_ops] = np.array([c.matrix for c in table], bool)[costs.which] if table else False
+    slot = costs.slots(dev.op)
+    op = np.where(slot >= 0, slot, n_ops)
+    del slot
     dur = dev.dur.astype(np.float64)
     # memcpy / memset carry their own bytes (a host copy is bound by its link, far under HBM);
     # kernels take a duration share of their op's cost, a GEMM / attention / convolution's only
@@ -177,7 +182,7 @@ def _event_shares(trace: Trace, costs: dict[int, OpCost]) -> tuple[np.ndarray, n
     is_kernel = dev.cat == 0
     sharing = is_kernel & ~np.isin(dev.kind, [int(k) for k in _NO_ROOF])
     sharing &= ~op_matrix[op] | np.isin(dev.kind, [int(k) for k in _MATRIX])
-    op_time = np.bincount(op[sharing], weights=dur[sharing], minlength=n_host + 1)
+    op_time = np.bincount(op[sharing], weights=dur[sharing], minlength=n_ops + 1)
     share = np.divide(dur, op_time[op], out=np.zeros(len(dev)), where=op_time[op] > 0) * sharing
     flops = op_flops[op] * share
     # a device-to-device copy reads its bytes and writes them: twice through HBM (not a peer copy,

@@ -113,7 +113,7 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     ends = steps.host_end if steps.host_end is not None and len(steps.host_end) else steps.end
     w0, w1 = int(starts[0]), int(max(ends[-1], steps.end[-1]))
     threads = launch_threads(trace)
-    on_threads = np.isin(host.thread, threads) if threads.size else np.zeros(len(host), bool)
+    on_threads = host.on_threads(threads)
     is_call = (host.cat >= HostCat.RUNTIME) & (host.cat <= HostCat.DRIVER) & on_threads
     # outermost calls only: a driver call inside a runtime call is part of it
     parent = host.parent

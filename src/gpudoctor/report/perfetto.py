@@ -242,7 +242,7 @@ def _where(a: Analysis, spans: IdleSpans, f: Finding) -> tuple[np.ndarray, np.nd
         tried.append((f"{PLACED_BY[1]} ({cause})", spans.start[mine], spans.end[mine]))
     names = [ids[k] for k in f.evidence.ops if k in ids]
     if names:
-        mask = np.isin(host.name, names) & (host.cat == HostCat.OP) & np.isin(host.thread, launch_threads(trace))
+        mask = np.isin(host.name, names) & (host.cat == HostCat.OP) & host.on_threads(launch_threads(trace))
         order = np.argsort(host.ts[mask], kind="stable")
         tried.append((PLACED_BY[2], host.ts[mask][order], host.end[mask][order]))
     for how, starts, ends in tried:

@@ -164,7 +164,7 @@ def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.n
     flops = rf.event_flops[idx].astype(float)
     times = np.broadcast_to(np.asarray(rows_times, float), idx.shape)
     rate = np.full(idx.size, a.ceilings.matrix(dtype) * GEMM_EFFICIENCY)
-    shapes = [rf.op_costs.get(int(op)) for op in dev.op[idx].tolist()]
+    shapes = rf.op_costs.lookup(dev.op[idx])
     known = np.array([c is not None and c.gemm_shape is not None and c.flops > 0 for c in shapes], bool)
     if known.any():
         b, m, n, k = (np.array([shapes[i].gemm_shape[j] for i in np.flatnonzero(known)], float) for j in range(4))

@@ -84,7 +84,7 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     still covering at least half of what the best-covering frame covers.
     """
     trace, host = a.trace, a.trace.host
-    frames = np.flatnonzero((host.cat == HostCat.PYTHON) & np.isin(host.thread, launch_threads(trace)))
+    frames = np.flatnonzero((host.cat == HostCat.PYTHON) & host.on_threads(launch_threads(trace)))
     gap_s, gap_e = a.idle.gaps
     if frames.size == 0 or gap_s.size == 0:
         return ()
@@ -111,7 +111,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     if region_s.size == 0:
         return None
     host = a.trace.host
-    calls = np.flatnonzero((host.cat >= HostCat.RUNTIME) & np.isin(host.thread, launch_threads(a.trace)))
+    calls = np.flatnonzero((host.cat >= HostCat.RUNTIME) & host.on_threads(launch_threads(a.trace)))
     inside = calls[contains(region_s, region_e, host.ts[calls])]
     launched = np.flatnonzero(np.isin(a.trace.device.launch, inside)).astype(np.int64)
     return Edit(device=launched, device_ns=np.zeros(launched.size), device_removed=launched,

@@ -59,7 +59,7 @@ def pinning_gbps(a: Analysis, threads: np.ndarray) -> float | None:
     if pin_id is None:
         return None
     nbytes, seconds = 0, 0.0
-    for i in np.flatnonzero((trace.host.name == pin_id) & np.isin(trace.host.thread, threads)).tolist():
+    for i in np.flatnonzero((trace.host.name == pin_id) & trace.host.on_threads(threads)).tolist():
         tensors = tensor_inputs(trace.input_dims(i), trace.input_types(i))
         if not tensors:
             continue
@@ -79,7 +79,7 @@ def pinning_ns(a: Analysis, threads: np.ndarray, loader_s: np.ndarray, loader_e:
     ids = [i for i in ids if i is not None]
     if not ids:
         return 0
-    pins = np.flatnonzero(np.isin(host.name, ids) & np.isin(host.thread, threads))
+    pins = np.flatnonzero(np.isin(host.name, ids) & host.on_threads(threads))
     if pins.size == 0:
         return 0
     pin_s, pin_e = union(host.ts[pins], host.end[pins])

@@ -117,7 +117,7 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     rs, re_ = union(host.ts[tops], host.end[tops])
     # Python between two launching operators, short and holding no operator of its own but views
     # and autograd's books (an operator on CPU tensors launches nothing and stays)
-    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, host.thread[tops])
+    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(host.thread[tops])
                            & ~bookkeeping_names(a.trace)[host.name])
     own_ops = np.sort(host.ts[np.setdiff1d(outer, tops)])
     between = np.searchsorted(own_ops, rs[1:]) - np.searchsorted(own_ops, re_[:-1])

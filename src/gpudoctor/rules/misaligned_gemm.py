@@ -35,8 +35,7 @@ def _misaligned(a: Analysis) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[in
     bad: list[int] = []
     good: list[int] = []
     dims: dict[int, tuple[int, int, int]] = {}
-    for i in live.tolist():
-        cost = rf.op_costs.get(int(dev.op[i]))
+    for i, cost in zip(live.tolist(), rf.op_costs.lookup(dev.op[live])):
         if cost is None or cost.gemm_shape is None or cost.flops < MIN_FLOPS_PER_CALL:
             continue
         align = _ALIGN.get(DTYPES[int(rf.event_dtype[i])], 8)

@@ -99,9 +99,8 @@ def loop_groups(a: Analysis) -> list[np.ndarray]:
     dev, rf = a.trace.device, a.roofline
     live = (rf.event_in_steps_ns > 0) & np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & ~dev.graph & (dev.op >= 0)
     groups: dict[tuple[int, tuple[int, int, int, int]], list[int]] = defaultdict(list)
-    for i in np.flatnonzero(live).tolist():
-        op = int(dev.op[i])
-        cost = rf.op_costs.get(op)
+    chosen = np.flatnonzero(live)
+    for i, op, cost in zip(chosen.tolist(), dev.op[chosen].tolist(), rf.op_costs.lookup(dev.op[chosen])):
         if cost is None or cost.gemm_shape is None:
             continue
         _b, m, n, _k = cost.gemm_shape
@@ -172,7 +171,7 @@ def step_ops(a: Analysis) -> np.ndarray:
     """Top-level operators of the launching threads (main and autograd) inside the host's steps,
     in time order."""
     host = a.trace.host
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & np.isin(host.thread, launch_threads(a.trace)))
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(launch_threads(a.trace)))
     ops = ops[step_of(a, host.ts[ops]) >= 0]
     return ops[np.argsort(host.ts[ops], kind="stable")]
 

@@ -127,14 +127,21 @@ def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:
 
 
 def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
-    """Id of the largest input shape of each device event's op, and its element count."""
-    dev = a.trace.device
+    """Id of the largest input shape of each device event's op (numbered in the order the ops
+    first show each shape; -1 without a cost), and its element count."""
+    dev, costs = a.trace.device, a.roofline.op_costs
+    if not len(costs):
+        return np.full(len(dev), -1, np.int64), np.zeros(len(dev), np.int64)
     ids: dict[tuple[int, ...], int] = {}
-    by_op = {i: (ids.setdefault(c.shape, len(ids)), c.numel) for i, c in a.roofline.op_costs.items()}
-    pairs = [by_op.get(int(o), (-1, 0)) for o in dev.op.tolist()]
-    shape_id = np.fromiter((p[0] for p in pairs), np.int64, len(pairs))
-    numel = np.fromiter((p[1] for p in pairs), np.int64, len(pairs))
-    return shape_id, numel
+    shape = np.array([ids.setdefault(c.shape, len(ids)) for c in costs.table], np.int64)[costs.which]
+    numel = np.array([c.numel for c in costs.table], np.int64)[costs.which]
+    _, first, shape = np.unique(shape, return_index=True, return_inverse=True)
+    renumbered = np.empty(len(first), np.int64)
+    renumbered[np.argsort(first, kind="stable")] = np.arange(len(first))
+    shape = renumbered[shape.reshape(-1)]
+    slot = costs.slots(dev.op)
+    found = slot >= 0
+    return np.where(found, shape[slot], -1), np.where(found, numel[slot], 0)
 
 
 def check(a: Analysis) -> Finding | None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from gpudoctor.trace.model import DeviceCat, HostCat
 from gpudoctor.trace.schema import MAX_TIME_US, Cat, Ph, TraceEvent
+from gpudoctor.trace.stream import release_free_memory
 
 # Each event's category as one int8 code: a HostCat, DEVICE + a DeviceCat, or OTHER.
 DEVICE = 8
@@ -116,11 +117,13 @@ class Events:
             columns[f] = np.concatenate([getattr(p, f) for p in parts])
             for p in parts:
                 setattr(p, f, _DROPPED)
+            release_free_memory()  # the parts' small arrays sit in the heap: its freed pages handed back
         extra = {}
         for k in parts[0].extra if parts else ():
             extra[k] = np.concatenate([p.extra[k] for p in parts])
             for p in parts:
                 p.extra[k] = _DROPPED
+            release_free_memory()
         return Events(**columns, keys=list(chain.from_iterable(p.keys for p in parts)),
                       args=list(chain.from_iterable(p.args for p in parts)), extra=extra)
 

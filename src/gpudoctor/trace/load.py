@@ -55,8 +55,10 @@ from gpudoctor.trace.stream import (
     Chunks,
     NotStreamed,
     big_arrays_apart,
+    events_keys,
     pieces,
     release_free_memory,
+    two_arrays,
 )
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -69,8 +71,8 @@ MAX_SPAN_NS = 24 * 3600 * 10**9
 
 
 # Files from this size on are read a chunk at a time (trace/stream.py): their memory is the
-# columns and one chunk, not the whole JSON (a 4 GB trace: 1.6 GB peak RSS against 6.5 GB whole;
-# benchmarks/BENCHMARKS-loading.md, "Traces of any size"). Below it the whole buffer is small.
+# columns and one chunk, not the whole JSON (a 4 GB trace analysed at 1.1 GB peak RSS, 6.5 GB read
+# whole; benchmarks/BENCHMARKS-loading.md, "Traces of any size"). Below it the whole buffer is small.
 CHUNKED_FROM = 64 << 20
 CHUNKED_FROM_GZ = 8 << 20
 
@@ -202,6 +204,7 @@ def _parse(data: bytearray, source: str) -> Trace:
     try:
         sliced = Slices.find(data)
         if sliced is not None:
+            _one_events_array(data, sliced, source)
             try:
                 return build(sliced.events(), _gpus(sliced.outline), source)
             except NotSliced:
@@ -213,7 +216,22 @@ def _parse(data: bytearray, source: str) -> Trace:
             gc.enable()
 
 
+def _one_events_array(data: bytearray, sliced: Slices, source: str) -> None:
+    """Raises where another top-level "traceEvents" stands beside the sliced one (the file with 0
+    for its events is read: it is small), as the chunked reader does."""
+    zero, closing = sliced.opening, sliced.closing
+    if b'"traceEvents"' not in data[:sliced.key] and b'"traceEvents"' not in data[closing + 1:]:
+        return
+    others = events_keys(b"".join((data[:zero], b"0", data[closing + 1:])), own=sliced.key)
+    if others:
+        at = others[0]
+        raise two_arrays(source, sliced.key, at if at < zero else closing + at - zero)
+
+
 def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
+    # a JSON decoder keeps the last of two equal keys: a second events array would pass unseen
+    if data.count(b'"traceEvents"') > 1 and len(keys := events_keys(data)) > 1:
+        raise two_arrays(source, keys[0], keys[1])
     try:
         parsed = msgspec.json.decode(data, type=TraceFile)
     except msgspec.ValidationError:
@@ -290,10 +308,23 @@ def _gpus(parsed: TraceFile) -> list[GpuInfo]:
     ]
 
 
-def _ns(values: np.ndarray) -> np.ndarray:
-    """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US."""
-    scaled = values * 1000.0
+def _ns(values: np.ndarray, own: bool = False) -> np.ndarray:
+    """Microseconds (float) -> int64 nanoseconds; ``values`` are finite and within MAX_TIME_US.
+    ``own``: ``values`` may be overwritten (no second float copy of a big trace's times)."""
+    scaled = np.multiply(values, 1000.0, out=values if own else None)
     return np.rint(scaled, out=scaled).astype(np.int64)
+
+
+def _times(events: Events) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (int64 ns; a negative duration read as 0) of complete events, their float
+    columns dropped as they are read (peak memory)."""
+    ts = _ns(events.ts, own=True)
+    events.ts = _NO_EVENTS.ts
+    end = _ns(events.dur, own=True)
+    events.dur = _NO_EVENTS.dur
+    np.maximum(end, 0, out=end)
+    end += ts
+    return ts, end
 
 
 def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, skipped: int = 0,
@@ -312,7 +343,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
         event_count += len(events)
         parts.add(events, ids)
         events.clear()
-    host_events, device_events, memory_events = (Events.concat(p) if p else _NO_EVENTS
+    host_events, device_events, memory_events = (Events.concat(p) if p else _no_events()
                                                  for p in (parts.host, parts.device, parts.memory))
     parts.host = parts.device = parts.memory = []
     release_free_memory()  # the slices' columns, now joined
@@ -329,11 +360,12 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     keys = list(ids.threads.ids)
     threads = [keys[i] for i in first.tolist()]
     negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
+    memory = _memory_table(memory_events)  # first: its table is smaller than its events (peak memory)
+    del memory_events
     host = _host_table(host_events, strings, ids.host_names, raw_args)
     del host_events
     device = _device_table(device_events, strings, ids.device_names, host)
     del device_events
-    memory = _memory_table(memory_events)
     origin, last = _span(host, device, memory)
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
@@ -364,12 +396,10 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
 
 
 def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs) -> HostEvents:
-    ts = _ns(events.ts)
-    end = ts + np.maximum(_ns(events.dur), 0)
-    events.ts = events.dur = _NO_EVENTS.ts  # read: not kept while the table is made (peak memory)
-    thread = events.thread
-    cat = events.code.copy()
+    ts, end = _times(events)
+    thread, cat = events.thread, events.code  # the table's own from here on (set below)
     name = strings.add(events.name, names)
+    events.name = events.code = _NO_EVENTS.name
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
     step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
@@ -377,7 +407,9 @@ def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs
     step_like = step_names[name]
     cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
     correlation = events.extra["correlation"]
-    order = np.lexsort((-end, ts, thread))
+    np.negative(end, out=end)  # sorted by -end without a negated copy; restored below
+    order = np.lexsort((end, ts, thread))
+    np.negative(end, out=end)
     raw_args = args.reordered(order)
     # one column at a time, each unsorted one freed as its sorted one is made (peak memory)
     events.thread, events.extra = _NO_EVENTS.thread, {}
@@ -408,8 +440,7 @@ def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs
 
 
 def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents) -> DeviceEvents:
-    ts = _ns(events.ts)
-    end = ts + np.maximum(_ns(events.dur), 0)
+    ts, end = _times(events)
     cat = (events.code - DEVICE).astype(np.int8)
     name = strings.add(events.name, names)
     extra = events.extra
@@ -513,8 +544,13 @@ def _memory_table(events: Events) -> MemoryEvents:
     )
 
 
-_NO_EVENTS = Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int32),
-                    [], [], {})
+def _no_events() -> Events:
+    """An empty table of events, of its own: the tables are made from their events' columns in place."""
+    return Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                  [], [], {})
+
+
+_NO_EVENTS = _no_events()  # what a dropped column is set to
 
 
 def _span(host: HostEvents, device: DeviceEvents, memory: MemoryEvents) -> tuple[int, int]:

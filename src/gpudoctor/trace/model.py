@@ -64,6 +64,17 @@ class HostEvents:
     def dur(self) -> np.ndarray:
         return self.end - self.ts
 
+    def on_threads(self, threads: Any) -> np.ndarray:
+        """Mask of the events on any of ``threads`` (``thread`` ids): np.isin's answer from a lookup
+        table, without its int64 copy of the column (72 MB on a 4 GB trace's 9M host events)."""
+        threads = np.asarray(threads, np.int64).reshape(-1)
+        if not len(self.thread) or not threads.size:
+            return np.zeros(len(self.thread), bool)
+        low = min(int(self.thread.min()), int(threads.min()), 0)
+        table = np.zeros(max(int(self.thread.max()), int(threads.max())) + 1 - low, bool)
+        table[threads - low] = True
+        return table[self.thread - low] if low else table[self.thread]
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceEvents:
@@ -119,6 +130,37 @@ class GpuInfo:
 
 
 _RAW_FIELDS = ("input_dims", "input_type", "input_strides", "concrete_inputs")
+# Op args decoded at a time (in the file's order, each compressed block of them inflated once):
+# their raw text, a few hundred bytes an op, is all that a bulk read holds besides what it keeps.
+DECODE_ROWS = 1 << 14
+
+
+class OpArgsTable:
+    """The host events' op args as they are read: each row's index into ``values`` (-2: not read
+    yet, -1: none or unreadable), one ``OpArgs`` per distinct value. The ops of every step repeat
+    the same shapes: a 4 GB trace's 640k decoded ops are a few hundred values, not an object, a
+    key and their text each (0.3 GB of RSS; benchmarks/BENCHMARKS-loading.md, "Traces of any size")."""
+
+    def __init__(self) -> None:
+        self.ids: np.ndarray | None = None  # int32 [host events], made at the first read
+        self.values: list[OpArgs] = []
+        self._index: dict[tuple[Any, ...], int] = {}
+        self._texts: dict[bytes, bytes] = {}  # the raw fields, one of each
+
+    def add(self, args: OpArgs | None) -> int:
+        """The index of ``args``' value, a new one taking the next."""
+        if args is None:
+            return -1
+        key = (args.flops, bytes(args.input_dims), bytes(args.input_type), bytes(args.input_strides),
+               bytes(args.concrete_inputs))
+        at = self._index.get(key)
+        if at is None:
+            # the decoded fields would keep alive the text of the op's whole args: bytes of their own
+            for name, text in zip(_RAW_FIELDS, key[1:]):
+                setattr(args, name, self._texts.setdefault(text, text))
+            at = self._index[key] = len(self.values)
+            self.values.append(args)
+        return at
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,8 +184,7 @@ class Trace:
     origin_ns: int = 0
     unreadable_gpu_fields: tuple[str, ...] = ()  # deviceProperties fields read as 0 (unknown): out of range, wrong type
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
-    _op_args: dict[int, Any] = field(default_factory=dict, repr=False)
-    _texts: dict[bytes, bytes] = field(default_factory=dict, repr=False)  # the op args' raw fields, one of each
+    _op_args: OpArgsTable = field(default_factory=OpArgsTable, repr=False)
 
     def string(self, sid: int) -> str:
         return self.strings[sid]
@@ -158,47 +199,60 @@ class Trace:
 
     def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
         """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
-        wanted = [int(i) for i in indices if int(i) not in self._op_args]
-        if wanted:
-            raws = self.host.raw_args
-            # RawArgs reads each of its blocks once for many rows
-            chosen = raws.take(wanted) if hasattr(raws, "take") else [raws[i] for i in wanted]
-            decoded = decode_args(chosen, OpArgs)
-            del chosen
-            self._op_args.update(zip(wanted, map(self._own_fields, decoded)))
-        return {int(i): self._op_args[int(i)] for i in indices}
+        rows = [int(i) for i in indices]
+        values = self._op_args.values
+        return {i: values[k] if k >= 0 else None
+                for i, k in zip(rows, self.op_arg_ids(np.array(rows, np.int64)).tolist())}
 
-    def _own_fields(self, args: OpArgs | None) -> OpArgs | None:
-        """The args with their raw fields as bytes of their own, one object per distinct value: the
-        decoded fields would keep alive the text of every op's whole args (the ops of every step
-        repeat the same shapes; on a 4 GB trace, 0.4 GB)."""
-        if args is not None:
-            shared = self._texts.setdefault
-            for name in _RAW_FIELDS:
-                raw = getattr(args, name)
-                if raw:
-                    text = bytes(raw)
-                    setattr(args, name, shared(text, text))
-        return args
+    def op_arg_ids(self, rows: np.ndarray) -> np.ndarray:
+        """int32 [rows]: each host event's index into ``op_arg_values`` (-1: no args, or unreadable);
+        read once per row and kept."""
+        table = self._op_args
+        if table.ids is None:
+            table.ids = np.full(len(self.host), -2, np.int32)
+        ids = table.ids
+        wanted = np.unique(rows[ids[rows] == -2])
+        if wanted.size:
+            raws = self.host.raw_args
+            if hasattr(raws, "positions"):  # RawArgs: in the file's order, each block inflated once
+                wanted = wanted[np.argsort(raws.positions(wanted), kind="stable")]
+            for lo in range(0, wanted.size, DECODE_ROWS):
+                batch = wanted[lo:lo + DECODE_ROWS].tolist()
+                chosen = raws.take(batch) if hasattr(raws, "take") else [raws[i] for i in batch]
+                ids[batch] = [table.add(a) for a in decode_args(chosen, OpArgs)]
+                del chosen
+        return ids[rows]
+
+    def _args_of(self, host_index: int) -> OpArgs | None:
+        ids = self._op_args.ids
+        k = int(ids[host_index]) if ids is not None else -2
+        if k == -2:
+            k = int(self.op_arg_ids(np.array([host_index], np.int64))[0])
+        return self._op_args.values[k] if k >= 0 else None
+
+    @property
+    def op_arg_values(self) -> list[OpArgs]:
+        """The distinct op args read so far, indexed by ``op_arg_ids``."""
+        return self._op_args.values
 
     def input_dims(self, host_index: int) -> list[Any]:
         """Decoded "Input Dims" of one host event ([] when not recorded)."""
-        args = self.op_args([host_index])[host_index]
+        args = self._args_of(host_index)
         return self._decode(args.input_dims) if args is not None else []
 
     def input_types(self, host_index: int) -> list[Any]:
         """Decoded "Input type" of one host event ([] when not recorded)."""
-        args = self.op_args([host_index])[host_index]
+        args = self._args_of(host_index)
         return self._decode(args.input_type) if args is not None else []
 
     def input_strides(self, host_index: int) -> list[Any]:
         """Decoded "Input Strides" of one host event ([] when not recorded)."""
-        args = self.op_args([host_index])[host_index]
+        args = self._args_of(host_index)
         return self._decode(args.input_strides) if args is not None else []
 
     def concrete_inputs(self, host_index: int) -> list[Any]:
         """Decoded "Concrete Inputs" (scalar arguments as strings) of one host event ([] when not recorded)."""
-        args = self.op_args([host_index])[host_index]
+        args = self._args_of(host_index)
         return self._decode(args.concrete_inputs) if args is not None else []
 
     def _decode(self, raw: Any) -> list[Any]:

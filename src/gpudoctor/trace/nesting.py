@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# Events whose depths are found at a time: each takes a few int64 temporaries (peak memory)
+WINDOW = 1 << 20
+
 
 def nest(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parent index (-1 for roots) and depth of each event; input sorted by (thread, ts, -end).
@@ -25,46 +28,59 @@ def nest(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarra
     depth = np.zeros(n, dtype=np.int32)
     if n == 0:
         return parent, depth
-    end = np.maximum(end, ts + 1)
     bounds = np.flatnonzero(np.diff(thread)) + 1
-    starts = np.concatenate(([0], bounds))
-    stops = np.concatenate((bounds, [n]))
-    for lo, hi in zip(starts.tolist(), stops.tolist()):
-        d = _depths(ts[lo:hi], end[lo:hi])
-        depth[lo:hi] = d
-        parent[lo:hi] = _parents(d) + np.where(d > 0, lo, 0)
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
+        d = depth[lo:hi]
+        _depths(ts[lo:hi], end[lo:hi], out=d)
+        p = _parents(d)
+        p[d > 0] += lo
+        parent[lo:hi] = p
     return parent, depth
 
 
-def _depths(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    sorted_ends = np.sort(end)
-    closed = np.searchsorted(sorted_ends, ts, side="right")
-    depth = np.arange(len(ts)) - closed
-    return np.maximum(depth, 0).astype(np.int32)
+def _depths(ts: np.ndarray, end: np.ndarray, out: np.ndarray) -> None:
+    """Each event's depth into ``out``: how many earlier events are still open at its start."""
+    ends = ts + 1
+    np.maximum(ends, end, out=ends)
+    ends.sort()
+    for a in range(0, len(ts), WINDOW):
+        b = min(a + WINDOW, len(ts))
+        closed = np.searchsorted(ends, ts[a:b], side="right")
+        np.subtract(np.arange(a, b), closed, out=closed)
+        out[a:b] = np.maximum(closed, 0, out=closed)
 
 
 def _parents(depth: np.ndarray) -> np.ndarray:
     """For each event at depth d > 0, the last earlier event at depth d - 1 (else -1)."""
-    parent = np.full(len(depth), -1, dtype=np.int64)
-    order = np.argsort(depth, kind="stable")
-    sorted_depth = depth[order]
-    level_bounds = np.searchsorted(sorted_depth, np.arange(sorted_depth[-1] + 2))
-    for level in range(1, int(sorted_depth[-1]) + 1):
-        above = order[level_bounds[level - 1] : level_bounds[level]]
-        here = order[level_bounds[level] : level_bounds[level + 1]]
+    parent = np.full(len(depth), -1, dtype=np.int32)
+    order, bounds = _by_depth(depth)
+    for level in range(1, len(bounds) - 1):
+        above = order[bounds[level - 1] : bounds[level]]
+        here = order[bounds[level] : bounds[level + 1]]
         slot = np.searchsorted(above, here) - 1
         ok = slot >= 0
         parent[here[ok]] = above[slot[ok]]
-    return parent.astype(np.int32)
+    return parent
+
+
+def _by_depth(depth: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The events ordered by depth (each depth's in their own order), and where each depth starts
+    in that order (depth d: ``bounds[d]`` to ``bounds[d + 1]``)."""
+    small = depth.astype(np.int16) if depth.max() <= np.iinfo(np.int16).max else depth
+    order = np.argsort(small, kind="stable")  # a radix sort on 16 bits
+    del small
+    if len(order) <= np.iinfo(np.int32).max:
+        order = order.astype(np.int32)  # half the memory: it is kept while the links are made
+    bounds = [0, *np.cumsum(np.bincount(depth)).tolist()]
+    return order, bounds
 
 
 def levels(depth: np.ndarray) -> list[np.ndarray]:
     """The events at each depth, 1 and deeper (``levels(depth)[d - 1]``), for ``nearest_ancestor``."""
     if len(depth) == 0:
         return []
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
-    return [order[bounds[d] : bounds[d + 1]] for d in range(1, int(depth.max()) + 1)]
+    order, bounds = _by_depth(depth)
+    return [order[bounds[d] : bounds[d + 1]] for d in range(1, len(bounds) - 1)]
 
 
 def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool = False,

@@ -38,8 +38,10 @@ class Slices:
     and decodes only if it is whole JSON values, so it ends there too, and the part of the file
     around the array decodes with ``0`` in the array's place as the top-level ``traceEvents``."""
 
-    def __init__(self, data: bytearray, spans: list[tuple[int, int]], outline: TraceOutline) -> None:
+    def __init__(self, data: bytearray, spans: list[tuple[int, int]], outline: TraceOutline,
+                 key: int = -1, opening: int = -1, closing: int = -1) -> None:
         self.data, self.spans, self.outline = data, spans, outline
+        self.key, self.opening, self.closing = key, opening, closing  # of "traceEvents", its '[' and ']'
         self.done = 0
 
     @classmethod
@@ -62,7 +64,7 @@ class Slices:
             spans.append((start, cut + 4))  # up to the '}' that ends the last event of the slice
             start = cut + len(_EVENT_GAP) - 1  # from the '{' that starts the next
         spans.append((start, closing))
-        return cls(data, spans, outline)
+        return cls(data, spans, outline, key, opening, closing)
 
     def events(self) -> Iterator[list[TraceEvent]]:
         """Each slice's events, decoded as they are asked for; raises NotSliced."""

@@ -331,11 +331,9 @@ class Chunks:
         def where(at: int) -> int:  # an index of rest, as a byte of the file's JSON
             return at if at < zero else self.base + at - zero - 1
 
-        twice = _another_key(rest, zero, self.key_at)
-        if twice is not None:
-            raise TraceFormatError(
-                f"{self.source} has two traceEvents arrays (keys at bytes {self.key_at:,} and {where(twice):,} of "
-                f"its JSON); a trace has one: pass each trace as a file of its own")
+        twice = events_keys(rest, own=self.key_at)
+        if twice:
+            raise two_arrays(self.source, self.key_at, where(twice[0]))
         self.rest = rest
         try:
             self.outline = msgspec.json.decode(rest, type=TraceOutline)
@@ -357,15 +355,22 @@ def _top_level_key(head: bytes) -> bool:
         return False
 
 
-def _another_key(rest: bytes, zero: int, own: int) -> int | None:
-    """Where a top-level "traceEvents" key other than the one at ``own`` stands in ``rest`` (the
-    file with 0 for its events, at ``zero``)."""
-    at = rest.find(b'"traceEvents"')
+def events_keys(text: bytes | bytearray, own: int = -1) -> list[int]:
+    """Where the top-level "traceEvents" keys of ``text`` (a JSON object, whole or with 0 for its
+    events) stand, but for the one at ``own``."""
+    found = []
+    at = text.find(b'"traceEvents"')
     while at >= 0:
-        if at != own and _KEY.match(rest, at + len(b'"traceEvents"')) and _top_level_key(rest[:at]):
-            return at
-        at = rest.find(b'"traceEvents"', at + 1)
-    return None
+        if at != own and _KEY.match(text, at + len(b'"traceEvents"')) and _top_level_key(bytes(text[:at])):
+            found.append(at)
+        at = text.find(b'"traceEvents"', at + 1)
+    return found
+
+
+def two_arrays(source: str, one: int, other: int) -> TraceFormatError:
+    first, second = sorted((one, other))
+    return TraceFormatError(f"{source} has two traceEvents arrays (keys at bytes {first:,} and {second:,} of its JSON); "
+                            "a trace has one: pass each trace as a file of its own")
 
 
 _KEY = re.compile(rb"[ \t\r\n]*:")
