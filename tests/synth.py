@@ -105,7 +105,9 @@ def trace_columns(trace: Any) -> dict[str, Any]:
     for table in ("host", "device", "memory"):
         for f in dataclasses.fields(getattr(trace, table)):
             value = getattr(getattr(trace, table), f.name)
-            out[f"{table}.{f.name}"] = [bytes(r) for r in value] if f.name == "raw_args" else value.tolist()
+            # RawArgs.take reads all rows a block at a time; iterating would read one row per call
+            out[f"{table}.{f.name}"] = ([bytes(r) for r in value.take(range(len(value)))] if f.name == "raw_args"
+                                        else value.tolist())
     for name in ("strings", "threads", "gpus", "span", "origin_ns", "event_count", "skipped_events", "bad_times",
                  "negative_durations", "bad_args", "unreadable_gpu_fields"):
         out[name] = getattr(trace, name)

@@ -114,12 +114,14 @@ def _context(res: dict[str, Any]) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("gallery")  # one worker runs them all: each worker that asks starts every program
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_gallery_program(name: str, gallery: dict[str, Future]) -> None:
     _check(ENTRIES[name], gallery)
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("gallery")
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_gallery_public_program(name: str, gallery: dict[str, Future]) -> None:
     _check(PUBLIC[name], gallery)

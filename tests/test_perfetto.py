@@ -234,9 +234,15 @@ def test_free_ids_take_the_first_unused_block() -> None:
     assert free_ids(used, 4) == (1 << 20) + 8
 
 
-def test_each_rank_gets_its_annotated_trace(tmp_path: Path) -> None:
-    target = tmp_path / "ddp.trace.json.gz"
-    report = analyze_inputs([DDP], jobs=1, annotate=target)
+@pytest.fixture(scope="module")
+def ddp_annotated(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """ddp2_h100/slow diagnosed once with --annotate, for the two tests below (which only read it)."""
+    target = tmp_path_factory.mktemp("ddp") / "ddp.trace.json.gz"
+    return analyze_inputs([DDP], jobs=1, annotate=target), target
+
+
+def test_each_rank_gets_its_annotated_trace(ddp_annotated: tuple) -> None:
+    report, target = ddp_annotated
     files = [rank_file(target, r) for r in (0, 1)]
     assert [f.name for f in files] == ["ddp.trace.rank0.json.gz", "ddp.trace.rank1.json.gz"]
     assert target.exists()  # both merged on rank 0's clock (the next test)
@@ -295,13 +301,12 @@ def test_the_cli_says_in_one_line_why_a_job_was_not_annotated(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
 
 
-def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(tmp_path: Path) -> None:
+def test_the_ranks_are_merged_on_rank_0s_clock_with_the_straggler_marked(ddp_annotated: tuple) -> None:
     """ddp2_h100/slow: rank 1 straggles (host work), rank 0 waits 48.76 ms a step in its all-reduces;
     rank 1's clock runs 8.98 us ahead of rank 0's. Merged, every event of both annotated traces is
     there once, rank 1's moved by its offset, each rank's ids its own, the processes named and
     labelled for their rank."""
-    target = tmp_path / "ddp.trace.json.gz"
-    report = analyze_inputs([DDP], jobs=1, annotate=target)
+    report, target = ddp_annotated
     offsets = {r.rank: r.clock_offset_us for r in report.ranks}
     assert offsets == {0: 0.0, 1: 8.98}
     merged = _events(target)

@@ -123,6 +123,7 @@ def twin_runs(request: pytest.FixtureRequest):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("twin_runs")  # one worker runs them all: each worker that asks starts every twin
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_twin_runs_on_cpu(name: str, mode: str, twin_runs: dict[str, Future]) -> None:
@@ -130,6 +131,7 @@ def test_twin_runs_on_cpu(name: str, mode: str, twin_runs: dict[str, Future]) ->
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("twin_runs")
 @pytest.mark.parametrize("name", sorted(BY_HAND_ENTRIES))
 def test_by_hand_runs_on_cpu(name: str, twin_runs: dict[str, Future]) -> None:
     entry = BY_HAND_ENTRIES[name]
