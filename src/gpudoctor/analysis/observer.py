@@ -44,19 +44,29 @@ def step_boundary_ms(trace: Trace, steps: Steps) -> float:
         return 0.0
     host = trace.host
     recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    idx = np.flatnonzero(recorded & host.on_threads(launch_threads(trace)))
+    lo, head_e, tail_s, hi = step_edge_stretches(trace, recorded & host.on_threads(launch_threads(trace)),
+                                                 steps.host_start, steps.host_end)
+    return float(np.median((head_e - lo) + (hi - tail_s))) / 1e6 if lo.size else 0.0
+
+
+def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
+                        hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each step [lo, hi) holding a ``recorded`` host event: (lo, the first one's start, the
+    last one's end, hi), each stretch capped at MAX_STEP_BOUNDARY_NS; steps holding none are left out."""
+    host = trace.host
+    idx = np.flatnonzero(recorded)
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if idx.size == 0:
-        return 0.0
+        return (np.empty(0, np.int64),) * 4
     order = np.argsort(host.ts[idx], kind="stable")
     starts, ends = host.ts[idx][order], np.maximum.accumulate(host.end[idx][order])
-    edges = []
-    for lo, hi in zip(steps.host_start.tolist(), steps.host_end.tolist()):
-        first = np.searchsorted(starts, lo, side="left")
-        last = np.searchsorted(starts, hi, side="left") - 1
-        if last < first:
-            continue
-        edges.append(min(starts[first] - lo, MAX_STEP_BOUNDARY_NS) + min(max(hi - ends[last], 0), MAX_STEP_BOUNDARY_NS))
-    return float(np.median(edges)) / 1e6 if edges else 0.0
+    first = np.searchsorted(starts, lo, side="left")
+    last = np.searchsorted(starts, hi, side="left") - 1
+    ok = last >= first
+    lo, hi, first, last = lo[ok], hi[ok], first[ok], last[ok]
+    head_e = np.minimum(starts[first], lo + MAX_STEP_BOUNDARY_NS)
+    tail_s = np.minimum(np.maximum(ends[last], hi - MAX_STEP_BOUNDARY_NS), hi)
+    return lo, head_e.astype(np.int64), tail_s.astype(np.int64), hi
 
 
 # A runtime call this long is the host waiting (a full launch queue, an implicit sync), not working.

@@ -108,10 +108,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     tail = float(graph.tail_ns)
     n = gap.size
     if edit.host_removed_s.size:
-        entry_start, entry_end = graph.ts_ns, graph.end_ns
-        running = np.maximum.accumulate(entry_end) if n else entry_end
-        prev_end = np.concatenate([[graph.window[0]], running[:-1]])
-        last = int(running[-1]) if n else graph.window[0]
+        entry_end = graph.end_ns
+        prev_end, entry_start, last = graph.gap_windows()
         shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
         for share in np.unique(shares).tolist():  # each share on the union of its intervals
             pick = shares == share

@@ -27,7 +27,7 @@ import numpy as np
 from gpudoctor.analysis.host_events import launch_threads, sync_calls
 from gpudoctor.analysis.observer import (
     BLOCKED_CALL_NS,  # a call this long waited (a full queue, a syncing free)
-    MAX_STEP_BOUNDARY_NS,
+    step_edge_stretches,
 )
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
@@ -104,6 +104,12 @@ class StepGraph:
     @property
     def calls(self) -> int:
         return int((self.kind == CALL).sum())
+
+    def gap_windows(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Each entry's gap as [previous entries' end, its start), and where the tail starts."""
+        running = np.maximum.accumulate(self.end_ns) if self.end_ns.size else self.end_ns
+        prev_end = np.concatenate([[self.window[0]], running[:-1]])
+        return prev_end, self.ts_ns, int(running[-1]) if running.size else self.window[0]
 
 
 def build(trace: Trace, steps: Steps) -> StepGraph:
@@ -213,7 +219,7 @@ def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.nda
     """Host time between the edges of each ProfilerStep range and the first and last event the
     program itself recorded in it (an operator, a runtime call, an annotation of its own): the
     profiler closing one step and opening the next, 0.07-0.25 ms a step on the lab's fixed twins
-    (analysis/observer.py MAX_STEP_BOUNDARY_NS, the same cap). A per-event cost misses it: it holds
+    (analysis/observer.py step_edge_stretches, capped alike). A per-event cost misses it: it holds
     no events of the program's. Steps found another way (a module's forward, an optimizer step)
     have no such edges: the host time around them is the program's."""
     host = trace.host
@@ -221,21 +227,10 @@ def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.nda
     ranges = np.flatnonzero(step_ranges & (host.cat == HostCat.ANNOTATION))
     own = ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
            | ((host.cat == HostCat.ANNOTATION) & ~step_ranges))
-    idx = np.flatnonzero(own & on_threads)
-    if idx.size == 0 or ranges.size == 0:
-        return EMPTY_EDGES, EMPTY_EDGES
-    order = np.argsort(host.ts[idx], kind="stable")
-    starts, ends = host.ts[idx][order], np.maximum.accumulate(host.end[idx][order])
-    lo, hi = host.ts[ranges].astype(np.int64), host.end[ranges].astype(np.int64)
-    first = np.searchsorted(starts, lo, side="left")
-    last = np.searchsorted(starts, hi, side="left") - 1
-    ok = last >= first
-    head_e = np.minimum(starts[np.minimum(first, starts.size - 1)], lo + MAX_STEP_BOUNDARY_NS)
-    tail_s = np.maximum(ends[np.maximum(last, 0)], hi - MAX_STEP_BOUNDARY_NS)
-    s = np.concatenate([lo[ok], tail_s[ok]])
-    e = np.concatenate([head_e[ok], hi[ok]])
+    lo, head_e, tail_s, hi = step_edge_stretches(trace, own & on_threads, host.ts[ranges], host.end[ranges])
+    s, e = np.concatenate([lo, tail_s]), np.concatenate([head_e, hi])
     keep = e > s
-    return s[keep].astype(np.int64), e[keep].astype(np.int64)
+    return s[keep], e[keep]
 
 
 def _latest_launched(launched_by: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:

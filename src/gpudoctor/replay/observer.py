@@ -86,10 +86,9 @@ def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple
     if graph.edge_s.size == 0 or gap.size == 0:
         return gap, tail
     s, e = union(graph.edge_s, graph.edge_e)
-    running = np.maximum.accumulate(graph.end_ns)
-    prev_end = np.concatenate([[graph.window[0]], running[:-1]])
-    edges = overlap_per_window(s, e, prev_end, graph.ts_ns)
-    edges_tail = overlap_per_window(s, e, running[-1:], running[-1:] + graph.tail_ns)[0]
+    prev_end, entry_start, last = graph.gap_windows()
+    edges = overlap_per_window(s, e, prev_end, entry_start)
+    edges_tail = overlap_per_window(s, e, np.array([last]), np.array([last + graph.tail_ns]))[0]
     kept = np.divide(gap, graph.gap_ns, out=np.ones_like(gap), where=graph.gap_ns > 0)
     kept_tail = tail / graph.tail_ns if graph.tail_ns > 0 else 1.0
     return np.maximum(gap - edges * np.clip(kept, 0, 1), 0.0), max(tail - float(edges_tail) * min(kept_tail, 1.0), 0.0)

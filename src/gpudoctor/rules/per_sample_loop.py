@@ -55,8 +55,8 @@ _BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::au
 # An iteration's operators repeat in the same order: a period holds when this share of the loop's
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
-MAX_PERIOD_OPS = 512
-GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})  # operators in one iteration, at most, searched for
+MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
+GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})  # what gathers the per-sample results
 
 
 def check(a: Analysis) -> Finding | None:
@@ -124,9 +124,10 @@ def check(a: Analysis) -> Finding | None:
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
-    """The loop vectorized: every iteration but the first leaves the host (its operators and the
-    Python between them, forward and backward) and the GPU (the kernels those operators launched);
-    the kept iteration's matrix-vector products become one GEMM each, every sample's rows stacked,
+    """The loop vectorized: the host keeps an average iteration's share of the loop's span (its
+    operators and the Python between them, forward and backward), every iteration but the first
+    leaves the GPU (the kernels its operators launched), and so does the stack gathering the
+    samples; the kept iteration's matrix-vector products become one GEMM each, every sample's rows stacked,
     at the measured grid's time for that shape (hardware/gemm_rate.py). The kept iteration's other
     kernels (bias adds, activations) keep their time: on a batch this small it is their latency."""
     if a.step_source == "generate-call":
