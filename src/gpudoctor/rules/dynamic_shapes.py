@@ -14,6 +14,11 @@ the call on the GPU; with a bucketed shape the plan is cached and none of them r
 work is taken as its GPU time over the count of its most repeated kernel (``_trial_ns``): a call
 that tries no candidates (cuDNN attention building its plan, one kernel) keeps all of it. A CUDA
 graph cannot help (every new shape is a new capture).
+
+Its edit (``edit``) replays the step with each setup call taking what the operator's calls on a
+known shape take (the median of its other calls; none where every call sets up), the waits
+inside it gone, and the candidate kernels gone: the kernels a call launched before its last wait
+on a CUDA event inside itself are the autotuner's timed trials; those after it, its own work.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import event_waits
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
@@ -40,7 +47,7 @@ def check(a: Analysis) -> Finding | None:
     n = max(len(a.steps), 1)
     # the innermost setup call of each nest names the operator (aten::_cudnn_attention_forward,
     # not the scaled_dot_product_attention around it)
-    inner = calls[~np.isin(calls, host.op[calls])]
+    inner = _innermost(a)
     setup_ms = float((host.end[inner] - host.ts[inner]).sum()) / 1e6 / n
     trials = _trial_ns(a, inner) / 1e6 / n
     names = [trace.strings[i] for i in host.name[inner].tolist()]
@@ -102,8 +109,63 @@ def _trial_ns(a: Analysis, calls: np.ndarray) -> float:
     return total
 
 
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The shapes bucketed: each setup call at the operator's typical time, its inner waits and its
+    trial kernels gone (module docstring)."""
+    calls = _innermost(a)
+    if calls.size == 0:
+        return None
+    host, dev = a.trace.host, a.trace.device
+    typical = _typical_ns(a, calls)
+    waits = event_waits(a.trace)
+    launched = np.flatnonzero(dev.launch >= 0)
+    order = np.argsort(dev.launch[launched], kind="stable")
+    launched, launch_host = launched[order], dev.launch[launched[order]]
+    starts, ends, unwait, trials = [], [], [], []
+    for call in calls.tolist():
+        inside = _nested(a, call)
+        if typical[call] < host.end[call] - host.ts[call]:
+            starts.append(int(host.ts[call]) + int(typical[call]))
+            ends.append(int(host.end[call]))
+        unwait.append(inside)
+        timed = inside[waits[inside]]
+        if timed.size:  # the trials are launched before the autotuner's last timing wait
+            lo, hi = np.searchsorted(launch_host, [call, int(timed.max())])
+            trials.append(launched[lo:hi])
+    removed = np.concatenate(trials) if trials else np.empty(0, np.int64)
+    return Edit(host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
+                unwait=np.concatenate(unwait).astype(np.int64), device_removed=removed.astype(np.int64),
+                note=f"{calls.size} setup calls at their operators' typical time, {removed.size} trial kernels removed")
+
+
+def _innermost(a: Analysis) -> np.ndarray:
+    calls = a.idle.setup_calls
+    return calls[~np.isin(calls, a.trace.host.op[calls])]
+
+
+def _typical_ns(a: Analysis, calls: np.ndarray) -> dict[int, float]:
+    """Each setup call's operator's median call that set nothing up (0 where every call did)."""
+    host = a.trace.host
+    setup = np.zeros(len(host), bool)
+    setup[a.idle.setup_calls] = True
+    out = {}
+    for name in np.unique(host.name[calls]).tolist():
+        others = np.flatnonzero((host.name == name) & ~setup)
+        ns = float(np.median(host.end[others] - host.ts[others])) if others.size else 0.0
+        out.update({int(c): ns for c in calls[host.name[calls] == name].tolist()})
+    return out
+
+
+def _nested(a: Analysis, call: int) -> np.ndarray:
+    """Host events inside ``call`` on its thread (host events are sorted by thread, start, -end)."""
+    host = a.trace.host
+    last = int(np.searchsorted(host.thread, host.thread[call], side="right"))
+    stop = call + 1 + int(np.searchsorted(host.ts[call + 1:last], host.end[call], side="left"))
+    return np.arange(call + 1, stop, dtype=np.int64)
+
+
 RULE = Rule(
     ID, "Per-shape operator setup on every step (dynamic shapes)", check, __doc__ or "",
     needs=("launch_links", "cpu_ops"),
-    order=75, idle_cause=CAUSE, owns_idle=(CAUSE,),
+    order=75, idle_cause=CAUSE, owns_idle=(CAUSE,), edit=edit,
 )

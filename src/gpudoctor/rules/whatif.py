@@ -20,7 +20,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import BLOCKING
-from gpudoctor.core.finding import MAX_SAVING_SHARE, Finding, severity_for, speedup
+from gpudoctor.core.finding import MAX_REPLAYED_SAVING_SHARE, Finding, severity_for, speedup
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
@@ -266,7 +266,7 @@ def _formula(finding: Finding, why: str) -> Finding:
 
 
 def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:
-    saving = min(max(step_ms - after_ms, 0.0), MAX_SAVING_SHARE * step_ms)
+    saving = min(max(step_ms - after_ms, 0.0), MAX_REPLAYED_SAVING_SHARE * step_ms)
     idle = finding.idle_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, saving)
     numbers = dict(finding.evidence.numbers, **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
                                                  FORMULA_SAVING: round(finding.saving_ms, 4)})
