@@ -12,7 +12,7 @@ from gpudoctor.analysis.observer import (
     profiler_overhead_ms,
 )
 from gpudoctor.analysis.roofline import RooflineResult, roofline
-from gpudoctor.analysis.steps import Steps, describe, segment, whole_steps
+from gpudoctor.analysis.steps import Steps, describe, outlier_note, segment, whole_steps, without_outlier_edges
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
@@ -46,11 +46,14 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
                   model_state: dict | None = None, step_source: str = "", cut_after: int | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after).
     ``cut_after``: a capture that ended early recorded this many whole steps (``steps.whole_steps``)."""
-    steps = whole_steps(segment(trace), cut_after)
+    found = whole_steps(segment(trace), cut_after)
+    steps, left_out = without_outlier_edges(found, trace, unprofiled_step_ms)
     warnings: list[str] = []
     note = describe(steps)
     if note:
         warnings.append(note)
+    if left_out:
+        warnings.append(outlier_note(trace, found, left_out, steps))
     warnings.extend(trace_notes(trace))
     mem = memory(trace, steps, model_state)
     bd = breakdown(trace, steps)

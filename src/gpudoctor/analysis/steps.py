@@ -85,6 +85,86 @@ def whole_steps(steps: Steps, recorded: int | None) -> Steps:
                                labels=steps.labels[:recorded], host_start=host[0], host_end=host[1], cut_short=True)
 
 
+# A step at the window's edge this many times the median of the others is one-off work (a new
+# input shape autotuned at an epoch's last, smaller batch; an evaluation), not the steady state the
+# findings price: the DCGAN example's window held steps of 18-39 ms and one of 1,070 ms, which made
+# a 28.9 ms step read as 234 ms (benchmarks/BENCHMARKS-replay.md "An outlier step at the window's
+# edge"). A DataLoader that cannot keep up stalls the same way (steps of 4, 4, 132 and 25 ms) and
+# that stall is its steady state, so a step is left out only where operators hold most of it (a
+# stall waits in the loader's __next__, outside any operator) and, where the step was timed
+# outside the profiler, the window's mean comes closer to that time without it.
+# Only the edges: a step left out of the middle would leave a hole in the step graph's timeline.
+OUTLIER_TIMES = 4.0
+MIN_TYPICAL_STEPS = 3
+OUTLIER_OP_SHARE = 0.5
+
+
+def without_outlier_edges(steps: Steps, trace: Trace,
+                          unprofiled_ms: float | None = None) -> tuple[Steps, tuple[int, ...]]:
+    """``steps`` without the outlying steps at the window's edges (above), and the positions left out."""
+    keep = np.ones(len(steps), bool)
+    dur = (steps.end - steps.start).astype(float)
+    lo, hi = 0, len(steps) - 1
+    while hi - lo + 1 > MIN_TYPICAL_STEPS:
+        if dur[hi] > OUTLIER_TIMES * float(np.median(dur[lo:hi])) and dur[hi] >= dur[lo]:
+            edge = hi
+        elif dur[lo] > OUTLIER_TIMES * float(np.median(dur[lo + 1:hi + 1])):
+            edge = lo
+        else:
+            break
+        one_off = _op_share(trace, int(steps.start[edge]), int(steps.end[edge])) >= OUTLIER_OP_SHARE
+        if unprofiled_ms is not None and unprofiled_ms > 0:
+            rest, target = dur[lo:hi + 1][np.arange(lo, hi + 1) != edge], unprofiled_ms * 1e6
+            one_off = one_off and abs(rest.mean() - target) < abs(dur[lo:hi + 1].mean() - target)
+        if not one_off:
+            break
+        keep[edge] = False
+        lo, hi = (lo + 1, hi) if edge == lo else (lo, hi - 1)
+    if keep.all():
+        return steps, ()
+    host = (None, None) if steps.host_start is None or steps.host_end is None else (
+        steps.host_start[keep], steps.host_end[keep])
+    labels = tuple(label for label, k in zip(steps.labels, keep.tolist()) if k)
+    trimmed = dataclasses.replace(steps, start=steps.start[keep], end=steps.end[keep], labels=labels,
+                                  host_start=host[0], host_end=host[1])
+    return trimmed, tuple(np.flatnonzero(~keep).tolist())
+
+
+def _op_share(trace: Trace, start: int, end: int) -> float:
+    """The share of [start, end) the outermost operator calls cover (on any thread, overlaps once)."""
+    host = trace.host
+    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts < end) & (host.end > start))
+    if ops.size == 0 or end <= start:
+        return 0.0
+    order = np.argsort(host.ts[ops], kind="stable")
+    s = np.maximum(host.ts[ops][order], start)
+    e = np.maximum.accumulate(np.minimum(host.end[ops][order], end))
+    covered, reach = 0, start
+    for a, b in zip(s.tolist(), e.tolist()):
+        if b > reach:
+            covered += b - max(a, reach)
+            reach = b
+    return covered / (end - start)
+
+
+def outlier_note(trace: Trace, steps: Steps, left_out: tuple[int, ...], typical: Steps) -> str:
+    """What the left-out steps took, beside the typical step, and each one's longest operator."""
+    parts = []
+    host = trace.host
+    for i in left_out:
+        s, e = int(steps.start[i]), int(steps.end[i])
+        ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts >= s) & (host.ts < e))
+        longest = ""
+        if ops.size:
+            top = int(ops[np.argmax(host.end[ops] - host.ts[ops])])
+            longest = (f"; its longest operator {trace.strings[int(host.name[top])]} took "
+                       f"{(host.end[top] - host.ts[top]) / 1e6:.2f} ms")
+        parts.append(f"{steps.labels[i]} took {(e - s) / 1e6:.2f} ms{longest}")
+    return (f"{'; '.join(parts)}: over {OUTLIER_TIMES:.0f}x the median step ({typical.median_ms:.2f} ms), "
+            f"left out of the per-step figures as one-off work (a new input shape, a checkpoint, an "
+            f"evaluation) at the window's edge")
+
+
 def describe(steps: Steps) -> str | None:
     """A note on how the steps were found, when it is not the program's own step markers."""
     edges = "the partial iterations at the window's edges are left out"

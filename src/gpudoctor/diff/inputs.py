@@ -85,7 +85,7 @@ def _has_trace(folder: Path) -> bool:
 
 def load_side(path: str | Path, label: str) -> Side:
     """Read and analyze one input of ``gpudoctor diff``."""
-    from gpudoctor.analysis.steps import segment, whole_steps
+    from gpudoctor.analysis.steps import segment, whole_steps, without_outlier_edges
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
@@ -100,7 +100,8 @@ def load_side(path: str | Path, label: str) -> Side:
         raise InputError(f"{label}: {exc}") from None
     found: list[Group] = []
     if len(trace.device):
-        steps = whole_steps(segment(trace), facts.cut_after)
+        # the steps as analyze counts them
+        steps, _ = without_outlier_edges(whole_steps(segment(trace), facts.cut_after), trace, facts.unprofiled_step_ms)
         if len(steps):
             found = groups(trace, int(steps.start[0]), int(steps.end[-1]), len(steps))
     return Side(label, str(path), str(trace_path), kind, report, tuple(found), unprofiled_samples(env), env, notes)
