@@ -149,7 +149,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     heads, micro-batches or experts) becomes one kernel at the run's batched time (its FLOPs at the
     roof's realistic share, or its grid's fill, as priced); the rest of the run leaves the GPU, with
     its launches and the operators that issued them and the host time since the run's previous
-    one. A GEMM alone in its run keeps its launch and takes its batched time."""
+    one, and so do the other kernels launched in that host time (the loop's casts, its bias
+    gradients' sums). A GEMM alone in its run keeps its launch and takes its batched time."""
     (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
     idx, saving = np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
     if idx.size == 0:
@@ -162,6 +163,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     gone: list[int] = []
     starts: list[int] = []
     ends: list[int] = []
+    threads: list[int] = []
     runs = _runs(a, idx)
     for run in runs:
         device_ns[run[0]] = _batched_ns(a, idx[run], after[run])
@@ -178,12 +180,35 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 begin = min(begin, int(host.end[prev_top]))
             starts.append(begin)
             ends.append(int(host.end[top]))
-    removed = np.array(gone, np.int64)
+            threads.append(int(host.thread[top]))
+    starts_a, ends_a, threads_a = (np.array(v, np.int64) for v in (starts, ends, threads))
+    # the loop's other kernels (a cast of each head's weight, its bias gradient's sum) are launched
+    # inside the removed stretches: one batched call launches them once, so they go with it
+    others = _launched_inside(a, starts_a, ends_a, threads_a)
+    removed = np.union1d(np.array(gone, np.int64), np.setdiff1d(others, idx))
     calls = dev.launch[removed]
     return Edit(device=idx.astype(np.int64), device_ns=device_ns, device_removed=removed,
-                host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
+                host_removed_s=starts_a, host_removed_e=ends_a,
                 calls_removed=calls[calls >= 0].astype(np.int64),
-                note=f"{idx.size} small GEMMs batched into {idx.size - removed.size} kernels")
+                note=f"{idx.size} small GEMMs batched into {idx.size - len(gone)} kernels"
+                     + (f", {removed.size - len(gone)} kernels of their loops with them" if removed.size > len(gone) else ""))
+
+
+def _launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Device events launched by a host call inside one of the stretches, on its thread."""
+    dev, host = a.trace.device, a.trace.host
+    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
+    if launched.size == 0 or starts.size == 0:
+        return np.empty(0, np.int64)
+    at, thread = host.ts[dev.launch[launched]], host.thread[dev.launch[launched]]
+    inside = np.zeros(launched.size, bool)
+    for th in np.unique(threads).tolist():
+        mine = threads == th
+        order = np.argsort(starts[mine], kind="stable")
+        s, e = starts[mine][order], np.maximum.accumulate(ends[mine][order])
+        pos = np.searchsorted(s, at, side="right") - 1
+        inside |= (thread == th) & (pos >= 0) & (at < e[np.maximum(pos, 0)])
+    return launched[inside]
 
 
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:
