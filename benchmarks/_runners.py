@@ -168,8 +168,10 @@ def phases(path: str) -> None:
     json_report = importlib.import_module("gpudoctor.report.json_report")
     spent = {"imports": time.perf_counter() - t0}
     inflate = "gunzip" if hasattr(load, "gunzip") else "_gunzip"  # its name in the loader, then and now
+    # what analyze_path calls, then and now
+    diagnose = "diagnose_loaded" if hasattr(pipeline, "diagnose_loaded") else "analyze_loaded"
     for label, module, name in (("gunzip", load, inflate), ("JSON decode", load, "_decode"),
-                                ("trace build", load, "build"), ("analysis + rules + report", pipeline, "analyze_loaded"),
+                                ("trace build", load, "build"), ("analysis + rules + report", pipeline, diagnose),
                                 ("JSON render", json_report, "to_json")):
         spent[label] = 0.0
         setattr(module, name, _timed(getattr(module, name), label, spent))

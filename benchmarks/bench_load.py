@@ -15,7 +15,8 @@ each (bytecode compiled and cached as an installed package has it, the file in t
 Peak RAM is the whole process's peak RSS; CPU seconds (user + system) beside the wall time, as
 they move less with the machine's other load. Then gpudoctor's phases, timed one by one in one more
 process (``_runners.py phases``). ``--src`` points at another checkout's ``src`` (a before/after
-comparison on the same machine in the same run).
+comparison on the same machine in the same run). Each run's figures go to stderr as it ends, and the
+1-minute load average as the runs started is printed under the table.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def table(rows: list[dict]) -> str:
 def spawn(cmd: list[str], env: dict[str, str]) -> dict:
     """One fresh process through the small launcher in _runners.py: its wall time and peak RSS."""
     out = subprocess.run([sys.executable, str(HERE / "_runners.py"), "spawn", *cmd], capture_output=True, text=True,
-                         env=env, timeout=900, check=True)
+                         env=env, timeout=3600, check=True)  # HTA on a 400 MB trace: minutes
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -137,11 +138,16 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
         # the floor under both: the interpreter starting and stopping
         commands["python -c pass"] = ([sys.executable, "-c", "pass"], _env(SRC))
         runs: dict[str, list[dict]] = {name: [] for name in commands}
-        for _ in range(repeat + 1):  # the first round is the unmeasured warm-up
+        loads = []  # the 1-minute load average as each measured run starts (the machine's other work)
+        for round_ in range(repeat + 1):  # the first round is the unmeasured warm-up
             for name, (cmd, env) in commands.items():
+                if round_:
+                    loads.append(os.getloadavg()[0])
                 runs[name].append(spawn(cmd, env))
+                print(json.dumps({"trace": trace.name, "round": round_, "tool": name, **runs[name][-1]}),
+                      file=sys.stderr, flush=True)
         shutil.rmtree(folder)
-        row = {"trace": trace.name, "json_MB": json_size(trace) / 1e6}
+        row = {"trace": trace.name, "json_MB": json_size(trace) / 1e6, "load": [min(loads), max(loads)]}
         for name, measured in runs.items():
             measured = measured[1:]
             failed = [m["rc"] for m in measured if m["rc"] != 0]
@@ -175,6 +181,9 @@ def whole_table(rows: list[dict], srcs: list[Path]) -> str:
             head.append(f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
                         f"{hta / m['seconds']:.1f}x | {m['cpu']:.3f} | {hta_cpu / m['cpu']:.1f}x | "
                         f"{m['peak_MB']:.0f} ({m['peak_MB'] / r['json_MB']:.2f}x) |")
+    head.append("")
+    head += [f"Load average (1 min) as the runs on {r['trace']} started: {r['load'][0]:.2f}-{r['load'][1]:.2f}"
+             for r in rows]
     return "\n".join(head)
 
 
