@@ -111,7 +111,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     if result.trace_path is not None:
         try:
             found = diagnose_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
-                                    model_state=result.model_state or None, step_source=result.step_source,
+                                    model_state=result.model_state, step_source=result.step_source,
                                     cut_after=cut_after(result.error, result.steps_recorded))
             report = found.report
         except NoGpuActivityError:
