@@ -309,8 +309,7 @@ def _merge_rank_annotations(report: Report, run: Path) -> str:
     if skipped:
         return skipped
     try:
-        # the ranks table as report.json holds it
-        merge_ranks([row.to_dict() for row in report.ranks], file_of, target, option="the merged annotated trace")
+        merge_ranks(report.ranks, file_of, target, option="the merged annotated trace")
     except Exception as exc:  # noqa: BLE001 - the combined report must still be written
         return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
     return ""

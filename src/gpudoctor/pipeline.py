@@ -257,8 +257,7 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
                                         [(files[r.rank], kept, str(rank_file(annotate, r.rank))) for r in ranks])
         from gpudoctor.report.perfetto_merge import merge_ranks  # every rank's on rank 0's clock
 
-        # the merge reads the ranks table as report.json holds it
-        merge_ranks([row.to_dict() for row in result.rows], files.__getitem__, staged[-1], inputs=kept)
+        merge_ranks(result.rows, files.__getitem__, staged[-1], inputs=kept)
     return _combined_report(result, reports)
 
 
