@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from runs import DATA, MANIFEST, TWINS, make_run, rewrite_trace, twin_runs
+from trial_records import record
 
 from gpudoctor.capture.bundle import git_commit, program_facts
 from gpudoctor.diff import diff_paths
@@ -206,16 +207,14 @@ def test_history_keeps_each_trial_prediction_beside_its_measurement(tmp_path):
     from gpudoctor.diff.history import prediction_errors
 
     runs = tmp_path / "gpudoctor-runs"
-    trials = [
-        {"knob": "bf16-autocast", "finding": "fp32-matmul", "predicted_speedup": 1.5, "measured_speedup": 1.25,
-         "predicted_by": "replay", "status": "ok"},
-        {"knob": "compile", "finding": "launch-bound", "predicted_speedup": 2.0, "measured_speedup": 2.1,
-         "predicted_by": "replay", "status": "ok"},
-        {"knob": "tf32", "finding": "fp32-matmul", "predicted_speedup": 1.2, "measured_speedup": 0.8,
-         "predicted_by": "formula", "status": "ok"},
-        {"knob": "loader-workers", "finding": "input-pipeline", "predicted_speedup": 2.0, "measured_speedup": None,
-         "status": "failed"},  # not measured: not a pair
-    ]
+    trials = [record(knob=knob, finding=finding, predicted_speedup=predicted,
+                     measured_speedup=measured, predicted_by=by, status=status).to_dict()
+              for knob, finding, predicted, measured, by, status in (
+                  ("bf16-autocast", "fp32-matmul", 1.5, 1.25, "replay", "ok"),
+                  ("compile", "launch-bound", 2.0, 2.1, "replay", "ok"),
+                  ("tf32", "fp32-matmul", 1.2, 0.8, "formula", "ok"),
+                  # not measured: not a pair
+                  ("loader-workers", "input-pipeline", 2.0, None, None, "crashed"))]
     folder = make_run(runs / "train-1", DATA / "host_sync" / "trace.json.gz", [7.0, 7.1])
     (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
     make_run(runs / "train-2", DATA / "host_sync" / "trace.json.gz", [7.0])  # no trials

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from browser import load_page
 from runs import DATA, MANIFEST, make_run, rewrite_trace, twin_runs
+from trial_records import record
 
 SRC = Path(__file__).parent.parent / "src"
 HEALTHY = DATA / "healthy_train" / "trace.json.gz"
@@ -155,8 +156,7 @@ def test_html_page_renders_and_trace_names_stay_text(tmp_path):
 def test_history_predictions_view_and_json(tmp_path):
     runs = tmp_path / "gpudoctor-runs"
     folder = make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00")
-    trials = [{"knob": "bf16-autocast", "finding": "fp32-matmul", "predicted_speedup": 1.5,
-               "measured_speedup": 1.25, "predicted_by": "replay", "status": "ok"}]
+    trials = [record(predicted_speedup=1.5, measured_speedup=1.25).to_dict()]
     (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
     table = gd("history", runs, "--predictions", "--width", "160")
     assert table.returncode == 0, table.stderr
@@ -179,3 +179,25 @@ def test_history_predictions_says_which_runs_it_could_not_read(tmp_path):
     assert "left out: 1 run(s) whose report.json cannot be read (train-1): their trials are not counted" in table.stdout
     data = json.loads(gd("history", runs, "--predictions", "--json").stdout)
     assert data["left_out_unreadable"] == [str(folder)] and data["runs"][0]["report_unreadable"] is True
+
+
+def test_history_predictions_name_a_trial_record_they_cannot_read(tmp_path):
+    """A trial record with a field of the wrong type leaves its run's trials out, with the field
+    named, and the other runs' trials counted: one line, no traceback."""
+    runs = tmp_path / "gpudoctor-runs"
+    bad = make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00")
+    trials = [record().to_dict(), record(knob="tf32").to_dict() | {"measured_speedup": "fast"}]
+    (bad / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
+    good = make_run(runs / "train-2", HEALTHY, TIMES, "2026-11-21T00:00:00+00:00")
+    (good / "report.json").write_text(json.dumps({"trials": [record().to_dict()], "findings": []}))
+    table = gd("history", runs, "--predictions", "--width", "200")
+    assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
+    assert ("left out: the trials of train-1: report.json trials[1]: 'measured_speedup' is 'fast', "
+            "not a number or null") in table.stdout
+    assert "1 trials, median predicted / measured" in table.stdout  # train-2's
+    data = json.loads(gd("history", runs, "--predictions", "--json").stdout)
+    assert data["left_out_unreadable"] == [str(bad)]
+    by_path = {r["path"]: r for r in data["runs"]}
+    unreadable = by_path[str(bad)]["trials_unreadable"]
+    assert unreadable.startswith("report.json trials[1]: 'measured_speedup'")
+    assert by_path[str(bad)]["predictions"] == [] and "trials_unreadable" not in by_path[str(good)]

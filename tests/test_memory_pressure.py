@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from gpudoctor.capture.bundle import facts_of
+from gpudoctor.capture.model_state import ModelState
 from gpudoctor.pipeline import analyze_loaded
 from gpudoctor.trace import load
 
@@ -23,8 +27,8 @@ def test_trace_only_names_what_is_held_between_steps():
 
 
 def test_with_the_optimizers_sizes_each_fix_is_priced():
-    state = {"optimizer": "AdamW", "params": 1_000_000_000, "param_bytes": 4_000_000_000,
-             "grad_bytes": 4_000_000_000, "state_bytes": 8_000_000_000, "param_dtype": "float32"}
+    state = ModelState(params=1_000_000_000, param_bytes=4_000_000_000, grad_bytes=4_000_000_000,
+                       state_bytes=8_000_000_000, optimizer="AdamW", param_dtype="float32")
     finding = analyze_loaded(load(TRACE), model_state=state).finding("memory-pressure")
     numbers = finding.evidence.numbers
     assert (numbers["weights_GB"], numbers["gradients_GB"], numbers["optimizer_states_GB"]) == (4.0, 4.0, 8.0)
@@ -42,4 +46,30 @@ def test_model_state_of_reads_an_optimizer():
 
     p = torch.nn.Parameter(torch.zeros(10))
     opt = torch.optim.AdamW([p])
-    assert model_state_of(opt) == {}  # CPU tensors: not GPU memory
+    assert model_state_of(opt) is None  # CPU tensors: not GPU memory
+
+
+STATE_JSON = {"optimizer": "AdamW", "params": 10, "param_bytes": 40, "grad_bytes": 40,
+              "state_bytes": 80, "param_dtype": "float32"}
+
+
+def test_a_model_state_reads_back_from_env_json_and_writes_the_same_keys() -> None:
+    state = facts_of({"capture": {"model_state": STATE_JSON}}).model_state
+    assert state == ModelState(10, 40, 40, 80, optimizer="AdamW", param_dtype="float32")
+    assert list(state.to_dict().items()) == list(STATE_JSON.items())  # same keys, same order
+
+
+@pytest.mark.parametrize("value", [
+    None, [], "state", {**STATE_JSON, "params": -1}, {**STATE_JSON, "grad_bytes": 4.5},
+    {**STATE_JSON, "state_bytes": True},
+    {k: v for k, v in STATE_JSON.items() if k != "param_bytes"},
+])
+def test_a_malformed_model_state_reads_as_absent(value: object) -> None:
+    assert facts_of({"capture": {"model_state": value}}).model_state is None
+
+
+def test_a_model_state_without_its_names_still_reads() -> None:
+    counts = {k: STATE_JSON[k] for k in ("params", "param_bytes", "grad_bytes", "state_bytes")}
+    state = ModelState.parse({**counts, "optimizer": 3})
+    assert state is not None and state.optimizer is None and state.param_dtype is None
+    assert state.to_dict() == counts

@@ -17,8 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 from sigint import default_sigint, sigint_ignored
+from trial_records import record
 
 from gpudoctor.capture.runner import Target
+from gpudoctor.core.trial_record import NotTried, TrialRound
 from gpudoctor.diff.samples import compare_samples
 from gpudoctor.errors import InputError
 from gpudoctor.tryfix import knobs as knobs_mod
@@ -90,7 +92,7 @@ def test_plan_maps_findings_to_knobs_and_lists_code_changes() -> None:
     p = plan(findings, None)
     assert [t.knob.id for t in p.trials] == ["loader-workers", "bf16-autocast", "tf32"]
     assert p.trials[0].finding == "input-pipeline" and p.trials[0].predicted_speedup == 2.0
-    assert [n["finding"] for n in p.not_tried] == ["host-sync", "naive-attention"]
+    assert [n.finding for n in p.not_tried] == ["host-sync", "naive-attention"]
     only = plan(findings, ["tf32", "optimizer-fused"])
     assert [(t.knob.id, t.finding) for t in only.trials] == [("tf32", "fp32-matmul"), ("optimizer-fused", None)]
     assert plan([_finding("host-sync")], None).trials == []
@@ -144,9 +146,10 @@ def test_knobs_whose_findings_put_under_one_percent_at_stake_are_listed_not_trie
         p = plan([loader, fp32], None)
         assert [t.knob.id for t in p.trials] == ["loader-workers"]
         assert p.not_tried == [
-            {"finding": "fp32-matmul", "reason": f"{kid}: the finding puts {stake} of the step at stake, less than "
-                                                 "a trial can tell from the drift between processes; name it with "
-                                                 "--fixes to try it"} for kid in ("bf16-autocast", "tf32")]
+            NotTried("fp32-matmul",
+                     f"{kid}: the finding puts {stake} of the step at stake, less than a trial can "
+                     "tell from the drift between processes; name it with --fixes to try it")
+            for kid in ("bf16-autocast", "tf32")]
         assert [t.knob.id for t in plan([loader, fp32], ["tf32"]).trials] == ["tf32"]  # named: tried
     # nanoGPT's launch-bound finding, x1.0053: its reduce-overhead trial (measured x1.26) is tried on
     # the fusion saving it also removes, not on the launches alone
@@ -263,10 +266,10 @@ def test_no_verdict_from_too_few_steps_or_under_a_second_of_them(base: tuple[flo
 def test_a_trial_short_of_evidence_says_what_it_timed(tmp_path: Path) -> None:
     records = _rounds_runner(tmp_path, {"control": 25.0, "compile": 14.0, "control-end": 25.0}, repeats=1,
                              copies=2).run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
-    [compile_] = [r for r in records if r["knob"] == "compile"]
-    assert compile_["verdict"] == NOT_ENOUGH and compile_["measured_speedup"] > 1.7
-    assert compile_["reason"].startswith("the reference timed 6 steps over 0.15 s and the trial timed 6 steps over "
-                                         "0.08 s; a verdict needs 10 steps")
+    [compile_] = [r for r in records if r.knob == "compile"]
+    assert compile_.verdict == NOT_ENOUGH and compile_.measured_speedup > 1.7
+    assert compile_.reason.startswith("the reference timed 6 steps over 0.15 s and the trial timed "
+                                      "6 steps over 0.08 s; a verdict needs 10 steps")
 
 
 def test_a_change_inside_the_controls_drift_is_not_called_no_effect() -> None:
@@ -286,11 +289,12 @@ def test_verdict_ballpark_is_half_the_predicted_saving_at_the_intervals_best_end
 
 def test_numerics_flags_divergence_beyond_tolerance() -> None:
     ok = numerics([2.0, 1.9], [2.01, 1.91], checked=True)
-    assert ok["diverged"] is False and ok["max_rel_diff"] == pytest.approx(0.00526, abs=1e-4)
-    assert numerics([2.0, 1.9], [2.0, 2.5], checked=True)["diverged"] is True
-    assert numerics([2.0], [None], checked=True)["diverged"] is True  # NaN where the baseline was finite
-    assert numerics([2.0], [3.0], checked=False)["diverged"] is None
-    assert numerics([], [], checked=True)["diverged"] is None
+    assert ok.diverged is False and ok.max_rel_diff == pytest.approx(0.00526, abs=1e-4)
+    assert numerics([2.0, 1.9], [2.0, 2.5], checked=True).diverged is True
+    # NaN where the baseline was finite
+    assert numerics([2.0], [None], checked=True).diverged is True
+    assert numerics([2.0], [3.0], checked=False).diverged is None
+    assert numerics([], [], checked=True).diverged is None
 
 
 def test_a_divergence_under_compiled_dropout_says_why() -> None:
@@ -304,10 +308,12 @@ def test_a_divergence_under_compiled_dropout_says_why() -> None:
     effects = [f"Bert.forward = torch.compile(Bert.forward){note}"]
     # the BERT fine-tune's losses (H100, 2026-11-26): equal first step, 5.6% apart at the second
     diverged = numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True, effects=effects)
-    assert diverged["diverged"] is True and "dropout" in diverged["reason"]
-    assert "(dropout: " in render_mod.numerics_text({"numerics": diverged})
-    assert numerics([1.1087, 1.1232], [1.1087, 1.1233], checked=True, effects=effects)["reason"] is None
-    assert numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True, effects=["Bert.forward under autocast"])["reason"] is None
+    assert diverged.diverged is True and "dropout" in diverged.reason
+    assert "(dropout: " in render_mod.numerics_text(diverged)
+    assert numerics([1.1087, 1.1232], [1.1087, 1.1233], checked=True,
+                    effects=effects).reason is None
+    assert numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True,
+                    effects=["Bert.forward under autocast"]).reason is None
 
 
 # -- trials in child processes ---------------------------------------------------------------------
@@ -324,7 +330,7 @@ def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = Tr
 def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     runner = _trials(tmp_path)
     rec = runner.one("all", ["loader-workers", "optimizer-foreach", "bf16-autocast", "no-empty-cache"], None)
-    assert rec["status"] == "ok", rec
+    assert rec.status == "ok", rec
     seen = json.loads((tmp_path / "sandbox" / "all" / "probe.json").read_text())  # the sandbox was the cwd
     assert seen["num_workers"] == min(8, os.cpu_count() or 1) and seen["persistent_workers"] is True
     assert seen["pin_memory"] is False  # pinned only with CUDA
@@ -333,19 +339,20 @@ def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     assert seen["output_dtype"] == "torch.bfloat16"
     assert seen["alloc_conf"] == "expandable_segments:True"
     assert seen["empty_cache"] == "gpudoctor.tryfix.knobs"
-    assert any(e.startswith("DataLoader: num_workers 0 ->") for e in rec["effects"])
-    assert "SGD(foreach=True)" in rec["effects"]
-    assert any("autocast('cpu', dtype=torch.bfloat16)" in e for e in rec["effects"])
-    assert rec["numerics"]["checked"] and len(rec["numerics"]["trial"]) == 3
-    assert rec["n_trial"] >= 2 and rec["measured_speedup"] is not None and rec["verdict"] is not None
+    assert any(e.startswith("DataLoader: num_workers 0 ->") for e in rec.effects)
+    assert "SGD(foreach=True)" in rec.effects
+    assert any("autocast('cpu', dtype=torch.bfloat16)" in e for e in rec.effects)
+    assert rec.numerics.checked and len(rec.numerics.trial) == 3
+    assert rec.n_trial >= 2 and rec.measured_speedup is not None and rec.verdict is not None
     env = json.loads((tmp_path / "run" / "trials" / "all" / "env.json").read_text())
     # every sample timed is kept (trial.DROP_OUTLIERS)
-    assert len(env["capture"]["unprofiled_step_ms_samples"]) == rec["n_trial"] and not rec["outliers_ms"]["trial"]
-    assert env["trial"]["knobs"] == rec["knobs"]
+    assert len(env["capture"]["unprofiled_step_ms_samples"]) == rec.n_trial
+    assert not rec.outliers_ms.trial
+    assert env["trial"]["knobs"] == list(rec.knobs)
 
     fused = runner.one("fused", ["optimizer-fused", "tf32"], None)
     seen = json.loads((tmp_path / "sandbox" / "fused" / "probe.json").read_text())
-    assert fused["status"] == "ok", fused
+    assert fused.status == "ok", fused
     assert seen["fused"] is True and not seen["foreach"]
     assert seen["alloc_conf"] is None and seen["autocast"] is False
 
@@ -381,7 +388,7 @@ def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkey
     assert knobs_mod.BY_ID["compile"].warmup_steps == knobs_mod.BY_ID["compile-reduce-overhead"].warmup_steps == 10
     monkeypatch.setitem(knobs_mod.BY_ID, "tf32", dataclasses.replace(knobs_mod.BY_ID["tf32"], warmup_steps=4))
     rec = _trials(tmp_path, sandbox=False).one("tf32", ["tf32"], None)
-    assert rec["status"] == "ok", rec
+    assert rec.status == "ok", rec
     spec = json.loads((tmp_path / "run" / "trials" / "tf32" / "spec.json").read_text())
     assert spec["skip"] == 24 + 4
     trial = json.loads((tmp_path / "run" / "trials" / "tf32" / "trial.json").read_text())
@@ -399,24 +406,25 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
                           Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
     control, crashed, ok, end = records
-    assert end["knob"] == "control-end" and end["status"] == "ok" and runner.floor_pct >= 1.0
-    assert control["knob"] == "control" and control["verdict"] == "reference"
+    assert end.knob == "control-end" and end.status == "ok" and runner.floor_pct >= 1.0
+    assert control.knob == "control" and control.verdict == "reference"
     # once control-end ran, the knob that ran is measured against both controls
-    assert runner.reference == trial_mod.CONTROLS_BOTH and ok["reference"] == trial_mod.CONTROLS_BOTH
-    assert crashed["reference"] == "control"
-    assert crashed["status"] == "crashed" and "planted crash" in crashed["reason"]
-    assert crashed["verdict"] is None and crashed["measured_speedup"] is None
-    assert ok["status"] == "ok" and ok["verdict"] is not None
+    assert runner.reference == trial_mod.CONTROLS_BOTH and ok.reference == trial_mod.CONTROLS_BOTH
+    assert crashed.reference == "control"
+    assert crashed.status == "crashed" and "planted crash" in crashed.reason
+    assert crashed.verdict is None and crashed.measured_speedup is None
+    assert ok.status == "ok" and ok.verdict is not None
     # no sandbox: the trials ran where gpudoctor runs (this test's tmp_path), and the program wrote there
-    assert Path(ok["cwd"]).resolve() == Path.cwd().resolve() == tmp_path.resolve()
+    assert Path(ok.cwd).resolve() == Path.cwd().resolve() == tmp_path.resolve()
     assert (tmp_path / "probe.json").is_file()
 
 
 @pytest.mark.e2e
 def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
     rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one("optimizer-fused", ["optimizer-fused"], None)
-    assert rec["status"] == "timed out" and rec["verdict"] is None
-    assert rec["wall_s"] < 300  # stopped at its 8 s timeout, not left to hang (the bound only catches a hang)
+    assert rec.status == "timed out" and rec.verdict is None
+    # stopped at its 8 s timeout, not left to hang (the bound only catches a hang)
+    assert rec.wall_s < 300
 
 
 # a trial's program that sends SIGINT to its own process group (the trial's session) at its 4th step
@@ -441,7 +449,7 @@ def test_a_trial_takes_ctrl_c_when_gpudoctor_was_started_with_sigint_ignored(tmp
     still takes SIGINT sent to its process group as python would, a KeyboardInterrupt."""
     with sigint_ignored():
         rec = _trial_of_script(tmp_path, "interrupts.py", SELF_INTERRUPT, "tf32")
-    assert rec["status"] == "crashed" and rec["reason"] == "exit code 130: interrupted by Ctrl-C", rec
+    assert rec.status == "crashed" and rec.reason == "exit code 130: interrupted by Ctrl-C", rec
 
 
 def _trials_alive(folder: Path) -> list[str]:
@@ -498,7 +506,7 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
     rec = _trial_of_script(tmp_path, "plain.py",
                            "import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
                            "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n", "loader-workers")
-    assert rec["status"] == NOT_APPLIED and rec["verdict"] == NOT_APPLIED
+    assert rec.status == NOT_APPLIED and rec.verdict == NOT_APPLIED
 
 
 @pytest.mark.e2e
@@ -531,9 +539,10 @@ def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path
                            "import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
                            "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
                            "    import gpudoctor; gpudoctor.step()\n", "compile")
-    assert rec["status"] == NOT_APPLIED, rec
-    assert rec["effects"] == [f"{knobs_mod.LEFT_AS_IS}OptimizedModule is compiled by the program already"]
-    assert rec["reason"].endswith(": OptimizedModule is compiled by the program already")
+    assert rec.status == NOT_APPLIED, rec
+    left = f"{knobs_mod.LEFT_AS_IS}OptimizedModule is compiled by the program already"
+    assert rec.effects == (left,)
+    assert rec.reason.endswith(": OptimizedModule is compiled by the program already")
 
 
 @pytest.mark.e2e
@@ -544,31 +553,21 @@ def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown
                            "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 3600)\n"
                            "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
                            "    gpudoctor.step()\n", "tf32")
-    assert rec["status"] == "ok" and rec["n_trial"] >= 2, rec
-    assert rec["wall_s"] < 600  # not the exit handler's hour
+    assert rec.status == "ok" and rec.n_trial >= 2, rec
+    assert rec.wall_s < 600  # not the exit handler's hour
 
 
 # -- rendering ---------------------------------------------------------------------------------------
-
-
-def _record(**kw: object) -> dict:
-    rec = {"knob": "bf16-autocast", "knobs": ["bf16-autocast"], "title": "t", "finding": "fp32-matmul",
-           "predicted_speedup": 1.8, "status": "ok", "reason": "", "verdict": CONFIRMED, "measured_speedup": 1.7,
-           "speedup_ci95": [1.6, 1.8], "baseline_ms": 10.0, "trial_ms": 5.88, "n_baseline": 5, "n_trial": 5,
-           "peak_memory_bytes": {"baseline": 2**30, "trial": 2**29}, "effects": ["<b>Net</b>.forward"],
-           "numerics": numerics([2.0], [2.01], checked=True)}
-    rec.update(kw)
-    return rec
 
 
 def test_console_and_html_sections() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=160)
-    oom = _record(knob="compile", status="out of memory", reason="CUDA out of memory", verdict=None,
-                  measured_speedup=None)
-    not_tried = [{"finding": "host-sync", "reason": "in the code"}]
-    render_console(TrialsOutcome([_record(), oom], not_tried), console)
+    oom = record(knob="compile", status="out of memory", reason="CUDA out of memory", verdict=None,
+                 measured_speedup=None)
+    not_tried = [NotTried("host-sync", "in the code")]
+    render_console(TrialsOutcome([record(), oom], not_tried), console)
     text = console.export_text()
     assert "Fixes tried" in text
     assert "bf16-autocast" in text and "x1.80" in text and "x1.70 [1.60-1.80]" in text and "confirmed" in text
@@ -576,12 +575,14 @@ def test_console_and_html_sections() -> None:
     assert "out of memory: CUDA out of memory" in text
     assert "not tried: host-sync: in the code" in text
     console = Console(record=True, width=160)
-    rounds = [{"mean_ms": 14.02, "status": "ok"}, {"mean_ms": None, "status": "crashed"}, {"mean_ms": 14.5, "status": "ok"}]
-    repeated = TrialsOutcome([_record(rounds=rounds)])
+    ends = (("ok", 14.02), ("crashed", None), ("ok", 14.5))
+    rounds = tuple(TrialRound(f"/runs/r/trials/compile.r{i}", status, "", 9.0, 30, mean)
+                   for i, (status, mean) in enumerate(ends, 1))
+    repeated = TrialsOutcome([record(rounds=rounds)])
     render_console(repeated, console)
     assert "3 processes: 14.02, crashed, 14.50 ms" in console.export_text()
     assert "3 processes: 14.02, crashed, 14.50 ms" in section_html(repeated)
-    page = section_html(TrialsOutcome([_record()], [{"finding": "<x>", "reason": "r"}]))
+    page = section_html(TrialsOutcome([record()], [NotTried("<x>", "r")]))
     assert "&lt;b&gt;Net&lt;/b&gt;" in page and "<b>Net" not in page and "&lt;x&gt;" in page
 
 
@@ -738,7 +739,7 @@ def test_a_loader_whose_time_is_pinning_gets_the_pin_once_fix_and_no_worker_tria
     assert round(finding.saving_ms, 3) == 4.513  # replayed without the pinning's host time
     p = plan(report.findings, None)
     assert "loader-workers" not in [t.knob.id for t in p.trials]
-    assert any(n["finding"] == "input-pipeline" and "pinning" in n["reason"] for n in p.not_tried)
+    assert any(n.finding == "input-pipeline" and "pinning" in n.reason for n in p.not_tried)
     # named with --fixes, the knob is tried all the same
     assert "loader-workers" in [t.knob.id for t in plan(report.findings, ["loader-workers"]).trials]
 
@@ -806,17 +807,19 @@ def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_
                           Planned(knobs_mod.BY_ID["tf32"], "fp32-matmul", 1.3, 3.0)])
     assert order == ["control", "compile", "tf32", "control.r2", "compile.r2", "tf32.r2", "control-end"]
     control, end, compile_, tf32 = records
-    assert [r["mean_ms"] for r in control["rounds"]] == [25.0, 28.0, 26.0]
-    assert "ran 3 times, 3 to their steps: means 25.00-28.00 ms (12.0% apart)" in end["reason"]
+    assert [r.mean_ms for r in control.rounds] == [25.0, 28.0, 26.0]
+    assert "ran 3 times, 3 to their steps: means 25.00-28.00 ms (12.0% apart)" in end.reason
     # geometric means: controls 26.3041 ms, compile's processes 14.4914 (worked in test_diff_samples.py)
-    assert compile_["knob"] == "compile" and [r["mean_ms"] for r in compile_["rounds"]] == [14.0, 15.0]
-    assert compile_["measured_speedup"] == pytest.approx(1.8152, abs=1e-4)
-    assert compile_["speedup_ci95"] == pytest.approx([1.5481, 2.1283], abs=1e-4)
-    assert compile_["verdict"] == CONFIRMED and compile_["floor_pct"] == 1.0
-    assert compile_["method"] == "processes (3 vs 2), pooled t on log means" and compile_["n_trial"] == 240  # 2 x 120
-    assert compile_["dir"].endswith("trials/compile") and compile_["rounds"][1]["dir"].endswith("trials/compile.r2")
+    assert compile_.knob == "compile" and [r.mean_ms for r in compile_.rounds] == [14.0, 15.0]
+    assert compile_.measured_speedup == pytest.approx(1.8152, abs=1e-4)
+    assert compile_.speedup_ci95 == pytest.approx([1.5481, 2.1283], abs=1e-4)
+    assert compile_.verdict == CONFIRMED and compile_.floor_pct == 1.0
+    assert compile_.method == "processes (3 vs 2), pooled t on log means"
+    assert compile_.n_trial == 240  # 2 x 120
+    assert compile_.dir.endswith("trials/compile")
+    assert compile_.rounds[1].dir.endswith("trials/compile.r2")
     # tf32 moved with the controls: no effect, though each of its processes is tight
-    assert tf32["verdict"] == NO_EFFECT
+    assert tf32.verdict == NO_EFFECT
     assert len(records) == 4  # one confirmed knob: nothing to combine
 
 
@@ -826,10 +829,10 @@ def test_a_round_that_crashes_leaves_the_others_measured_and_says_so(tmp_path: P
     records = _rounds_runner(tmp_path, means, repeats=3).run(
         [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
     compile_ = records[-1]
-    assert compile_["status"] == "ok" and compile_["verdict"] == CONFIRMED
-    assert "round 2: crashed" in compile_["reason"]
-    assert [r["status"] for r in compile_["rounds"]] == ["ok", "crashed", "ok"]
-    assert compile_["method"] == "processes (4 vs 2), pooled t on log means"
+    assert compile_.status == "ok" and compile_.verdict == CONFIRMED
+    assert "round 2: crashed" in compile_.reason
+    assert [r.status for r in compile_.rounds] == ["ok", "crashed", "ok"]
+    assert compile_.method == "processes (4 vs 2), pooled t on log means"
 
 
 def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path) -> None:
@@ -837,11 +840,11 @@ def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path)
     records = _rounds_runner(tmp_path, means, repeats=2).run(
         [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
     control, end, compile_ = records
-    assert [r["status"] for r in control["rounds"]] == ["ok", "timed out", "ok"]
-    assert control["rounds"][1]["mean_ms"] is None
-    assert "ran 3 times, 2 to their steps: means 25.00-26.00 ms (4.0% apart)" in end["reason"]
-    assert compile_["method"] == "processes (2 vs 2), pooled t on log means"
-    assert compile_["baseline_ms"] == pytest.approx((25.0 * 26.0) ** 0.5, abs=1e-4)
+    assert [r.status for r in control.rounds] == ["ok", "timed out", "ok"]
+    assert control.rounds[1].mean_ms is None
+    assert "ran 3 times, 2 to their steps: means 25.00-26.00 ms (4.0% apart)" in end.reason
+    assert compile_.method == "processes (2 vs 2), pooled t on log means"
+    assert compile_.baseline_ms == pytest.approx((25.0 * 26.0) ** 0.5, abs=1e-4)
 
 
 def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path) -> None:
@@ -851,17 +854,17 @@ def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path)
         [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
          Planned(knobs_mod.BY_ID["loader-workers"], "input-pipeline", 1.2, 4.0)])
     combined = records[-1]
-    assert combined["knob"] == "combined" and combined["knobs"] == ["compile", "loader-workers"]
-    assert [r["mean_ms"] for r in combined["rounds"]] == [11.0, 11.2]
-    assert combined["verdict"] == FASTER_UNPREDICTED and combined["measured_speedup"] > 2.2
+    assert combined.knob == "combined" and combined.knobs == ("compile", "loader-workers")
+    assert [r.mean_ms for r in combined.rounds] == [11.0, 11.2]
+    assert combined.verdict == FASTER_UNPREDICTED and combined.measured_speedup > 2.2
 
 
 def test_repeats_fall_back_to_one_process_a_knob_when_the_control_fails(tmp_path: Path) -> None:
     means = {"control": "crashed", "compile": 14.0, "control-end": 25.0}
     records = _rounds_runner(tmp_path, means, repeats=2).run(
         [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
-    assert [r["knob"] for r in records] == ["control", "compile"]
-    assert records[1]["reference"] == "diagnosed run" and "rounds" not in records[1]
+    assert [r.knob for r in records] == ["control", "compile"]
+    assert records[1].reference == "diagnosed run" and records[1].rounds is None
 
 
 @pytest.mark.e2e
@@ -884,11 +887,11 @@ def test_run_try_fixes_with_repeats_end_to_end(tmp_path: Path) -> None:
 def test_controls_far_apart_suggest_repeats(tmp_path: Path) -> None:
     far = _rounds_runner(tmp_path / "far", {"control": 25.0, "compile": 14.0, "control-end": 28.0}, repeats=1)
     end = far.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])[-1]
-    assert end["knob"] == "control-end" and "12.0% apart" in end["reason"]
-    assert end["reason"].endswith("--trial-repeats 3 measures each knob over three")
+    assert end.knob == "control-end" and "12.0% apart" in end.reason
+    assert end.reason.endswith("--trial-repeats 3 measures each knob over three")
     near = _rounds_runner(tmp_path / "near", {"control": 25.0, "compile": 14.0, "control-end": 25.5}, repeats=1)
     assert "--trial-repeats" not in near.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5,
-                                                      5.0)])[-1]["reason"]
+                                                      5.0)])[-1].reason
 
 
 def test_trial_repeats_out_of_range_is_one_line() -> None:
@@ -909,7 +912,8 @@ def test_a_control_far_off_the_diagnosed_step_says_the_prices_may_not_hold(tmp_p
         assert text.startswith("reference for the trials (measured: the diagnosed run -> this run with no knob)")
         assert ("the prices assume the diagnosed run's" in text) is says
         if says:
-            assert f"{control['baseline_ms']:.2f} ms a step; this process stepped at {control['trial_ms']:.2f} ms (+30%)" \
+            assert (f"{control.baseline_ms:.2f} ms a step; this process stepped at "
+                    f"{control.trial_ms:.2f} ms (+30%)") \
                 in text
 
 
@@ -920,7 +924,8 @@ def test_the_control_line_quotes_the_step_the_report_header_shows(tmp_path: Path
     runner = _rounds_runner(tmp_path, {"control": 21.0, "compile": 14.0, "control-end": 21.0}, repeats=1)
     runner.baseline = dataclasses.replace(runner.baseline, priced_ms=16.048)  # the header's unprofiled step
     control = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)])[0]
-    assert control["baseline_ms"] == pytest.approx(statistics.fmean(BASE), abs=1e-3)  # the samples' mean: 10.03
+    # the samples' mean: 10.03
+    assert control.baseline_ms == pytest.approx(statistics.fmean(BASE), abs=1e-3)
     text = render_mod.outcome_text(control)
     assert ("the prices assume the diagnosed run's unprofiled step, 16.048 ms (the report's \"step\" line); this "
             "process stepped at 21.00 ms (+31%)") in text

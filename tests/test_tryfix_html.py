@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 
 from browser import load_page
+from trial_records import record
 
+from gpudoctor.core.trial_record import NotTried
 from gpudoctor.pipeline import analyze_path
 from gpudoctor.report.html import render_html
 from gpudoctor.tryfix.attach import attach
@@ -16,10 +18,7 @@ from gpudoctor.tryfix.session import TrialsOutcome
 
 DATA = Path(__file__).parent / "data"
 
-RECORD = {"knob": "bf16-autocast", "knobs": ["bf16-autocast"], "title": "t", "finding": "fp32-matmul",
-          "predicted_speedup": 1.8, "status": "ok", "reason": "", "verdict": "confirmed", "measured_speedup": 1.7,
-          "speedup_ci95": [1.6, 1.8], "baseline_ms": 10.0, "trial_ms": 5.88, "n_baseline": 5, "n_trial": 5,
-          "reference": "control", "peak_memory_bytes": {"baseline": 2**30, "trial": 2**29}, "effects": ["autocast"]}
+RECORD = record(effects=("autocast",))
 
 # run in the test's copy of the page only (a report page holds no script): what the browser computed,
 # written into the DOM that --dump-dom returns
@@ -39,7 +38,7 @@ document.body.appendChild(probe);
 
 def test_fixes_tried_sits_in_the_styled_container(tmp_path: Path) -> None:
     (tmp_path / "report.html").write_text(render_html(analyze_path(DATA / "fp32_matmul")), encoding="utf-8")
-    not_tried = [{"finding": "host-sync", "reason": "in the code"}]
+    not_tried = [NotTried("host-sync", "in the code")]
     attach(tmp_path, TrialsOutcome([RECORD], not_tried, note="one process per trial"))
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.rstrip().endswith("</html>") and page.count('<section id="fixes-tried">') == 1

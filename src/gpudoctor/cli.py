@@ -826,7 +826,8 @@ def history_cmd(
         data: object = [e.to_dict() for e in entries]
         if predictions:
             data = {"runs": data, "prediction_errors": prediction_errors(entries),
-                    "left_out_unreadable": [e.path for e in entries if e.report_unreadable]}
+                    "left_out_unreadable": [e.path for e in entries
+                                            if e.report_unreadable or e.trials_unreadable]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     console = SafeConsole(width=width) if width else SafeConsole()

@@ -42,3 +42,8 @@ class UnknownGpuError(InputError):
 
 class CeilingsFileError(InputError):
     """A ceilings file is unreadable or lacks a required field."""
+
+
+class TrialRecordError(InputError):
+    """A ``--try-fixes`` trial record read back (trials.json, report.json) lacks a field or holds
+    one of the wrong type."""

@@ -111,7 +111,7 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     if result.trace_path is not None:
         try:
             found = diagnose_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
-                                    model_state=result.model_state or None, step_source=result.step_source,
+                                    model_state=result.model_state, step_source=result.step_source,
                                     cut_after=cut_after(result.error, result.steps_recorded))
             report = found.report
         except NoGpuActivityError:
@@ -309,8 +309,7 @@ def _merge_rank_annotations(report: Report, run: Path) -> str:
     if skipped:
         return skipped
     try:
-        # the ranks table as report.json holds it
-        merge_ranks([row.to_dict() for row in report.ranks], file_of, target, option="the merged annotated trace")
+        merge_ranks(report.ranks, file_of, target, option="the merged annotated trace")
     except Exception as exc:  # noqa: BLE001 - the combined report must still be written
         return f"the ranks' merged annotated trace was not written ({type(exc).__name__}: {exc})"
     return ""

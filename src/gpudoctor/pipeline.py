@@ -30,6 +30,7 @@ from gpudoctor.trace.load import resolve_trace_path
 from gpudoctor.trace.stream import release_free_memory
 
 if TYPE_CHECKING:
+    from gpudoctor.capture.model_state import ModelState
     from gpudoctor.ranks.combine import RanksResult
     from gpudoctor.ranks.summary import RankSummary
 
@@ -69,7 +70,7 @@ class Diagnosis:
 
 def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: dict | None = None, step_source: str = "", cut_after: int | None = None,
+    model_state: ModelState | None = None, step_source: str = "", cut_after: int | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py);
@@ -81,7 +82,7 @@ def analyze_loaded(
 
 def diagnose_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: dict | None = None, step_source: str = "", cut_after: int | None = None,
+    model_state: ModelState | None = None, step_source: str = "", cut_after: int | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -102,7 +103,8 @@ def diagnose_loaded(
 
 
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
-                  model_state: dict | None, step_source: str, cut_after: int | None = None) -> tuple[Analysis, Report]:
+                  model_state: ModelState | None, step_source: str,
+                  cut_after: int | None = None) -> tuple[Analysis, Report]:
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
     lacking = lacking_notes(trace, skipped_rules(trace))
@@ -255,8 +257,7 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
                                         [(files[r.rank], kept, str(rank_file(annotate, r.rank))) for r in ranks])
         from gpudoctor.report.perfetto_merge import merge_ranks  # every rank's on rank 0's clock
 
-        # the merge reads the ranks table as report.json holds it
-        merge_ranks([row.to_dict() for row in result.rows], files.__getitem__, staged[-1], inputs=kept)
+        merge_ranks(result.rows, files.__getitem__, staged[-1], inputs=kept)
     return _combined_report(result, reports)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.breakdown import Breakdown, breakdown
 from gpudoctor.analysis.idle import IdleResult, idle_causes
@@ -17,6 +18,9 @@ from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
 from gpudoctor.trace.stream import release_free_memory
+
+if TYPE_CHECKING:
+    from gpudoctor.capture.model_state import ModelState
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +47,8 @@ class Analysis:
 
 
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
-                  model_state: dict | None = None, step_source: str = "", cut_after: int | None = None) -> Analysis:
+                  model_state: ModelState | None = None, step_source: str = "",
+                  cut_after: int | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after).
     ``cut_after``: a capture that ended early recorded this many whole steps (``steps.whole_steps``)."""
     found = whole_steps(segment(trace), cut_after)

@@ -7,6 +7,7 @@ calls (cudaMalloc / cudaFree) come from the runtime events, which every CUDA tra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from gpudoctor.analysis.host_events import allocator_calls
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace
+
+if TYPE_CHECKING:
+    from gpudoctor.capture.model_state import ModelState
 
 
 @dataclass(frozen=True)
@@ -30,14 +34,14 @@ class MemoryResult:
     malloc_calls_per_step: float  # cudaMalloc / cudaFree / driver equivalents
     malloc_ms_per_step: float
     persistent_bytes: int = 0  # allocated when the first step starts: what lives between steps
-    model_state: dict | None = None  # the optimizer's params/grads/states bytes (live runs)
+    model_state: ModelState | None = None  # the optimizer's params/grads/states bytes (live runs)
 
     @property
     def peak_reserved_fraction(self) -> float:
         return self.peak_reserved_bytes / self.capacity_bytes if self.capacity_bytes else 0.0
 
 
-def memory(trace: Trace, steps: Steps, model_state: dict | None = None) -> MemoryResult:
+def memory(trace: Trace, steps: Steps, model_state: ModelState | None = None) -> MemoryResult:
     n = max(len(steps), 1)
     calls, call_ms = _allocator_calls(trace, steps)
     mem = trace.memory

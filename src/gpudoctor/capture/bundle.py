@@ -34,6 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.capture.model_state import ModelState
+
 ENV_SCHEMA = "1.0"
 
 
@@ -222,7 +224,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "nvml": result.nvml,
         "error": result.error,
         "memory_at_error": result.memory_at_error,
-        "model_state": getattr(result, "model_state", {}) or None,
+        "model_state": _model_state_json(getattr(result, "model_state", None)),
     }
 
 
@@ -247,7 +249,7 @@ class RunFacts:
     """What ``analyze`` reads from a run bundle's env.json (empty for a bare trace)."""
 
     unprofiled_step_ms: float | None = None  # the step timed outside the profiler
-    model_state: dict[str, Any] | None = None  # the optimizer's parameter/gradient/state bytes
+    model_state: ModelState | None = None  # the optimizer's parameter/gradient/state bytes
     step_source: str = ""  # what marked the steps of a live capture
     unprofiled: dict[str, Any] | None = None  # its uncertainty: capture.unprofiled (capture/timing.py)
     cut_after: int | None = None  # the window ended early (capture.error) after this many whole steps
@@ -274,7 +276,8 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
     capture = env.get("capture")
     if not isinstance(capture, dict):
         return RunFacts()
-    return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")), _model_state(capture.get("model_state")),
+    return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")),
+                    ModelState.parse(capture.get("model_state")),
                     _step_source(capture.get("step_source")), _unprofiled_facts(capture.get("unprofiled")),
                     cut_after(capture.get("error"), capture.get("steps_recorded")))
 
@@ -292,11 +295,8 @@ def cut_after(error: Any, steps_recorded: Any) -> int | None:
     return steps_recorded
 
 
-def _model_state(value: Any) -> dict[str, Any] | None:
-    keys = ("params", "param_bytes", "grad_bytes", "state_bytes")
-    if not isinstance(value, dict) or not all(isinstance(value.get(k), int) and value[k] >= 0 for k in keys):
-        return None
-    return value
+def _model_state_json(state: ModelState | None) -> dict[str, Any] | None:
+    return None if state is None else state.to_dict()
 
 
 def _step_source(value: Any) -> str:

@@ -41,6 +41,7 @@ from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.loader_queue import LoaderQueue
 from gpudoctor.capture.marks import CompileWatch, FinishedIntervals, intervals_ms, token_times
+from gpudoctor.capture.model_state import ModelState
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
 from gpudoctor.capture.rank_window import RankSync
@@ -125,7 +126,7 @@ class CaptureResult:
     program_s: float = 0.0  # seconds from the session's start to its close (the program's run, under gpudoctor run)
     internal_error: str = ""  # gpudoctor's own failure inside a hook (a trace it could not write): it detached
     memory_at_error: dict[str, Any] = field(default_factory=dict)
-    model_state: dict[str, Any] = field(default_factory=dict)  # from the stepped optimizer (model_state_of)
+    model_state: ModelState | None = None  # from the stepped optimizer (model_state_of)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -789,8 +790,9 @@ def _memory_state(torch: Any) -> dict[str, Any]:
     return state
 
 
-def model_state_of(optimizer: Any) -> dict[str, Any]:
-    """Bytes of the parameters, gradients and optimizer states an optimizer holds (on the GPU).
+def model_state_of(optimizer: Any) -> ModelState | None:
+    """Bytes of the parameters, gradients and optimizer states an optimizer holds (on the GPU);
+    None when it holds no parameter on the GPU or cannot be read.
 
     The memory-pressure finding uses them to say what fills the card and what each change frees;
     it runs once, after the first optimizer step, when the states exist.
@@ -808,15 +810,16 @@ def model_state_of(optimizer: Any) -> dict[str, Any]:
                 seen.add(id(p))
                 n += p.numel()
                 params += p.numel() * p.element_size()
-                dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
+                dtype = str(p.dtype).replace("torch.", "")
+                dtypes[dtype] = dtypes.get(dtype, 0) + p.numel()
                 if p.grad is not None:
                     grads += p.grad.numel() * p.grad.element_size()
                 for value in optimizer.state.get(p, {}).values():
                     if isinstance(value, torch.Tensor) and value.device.type == "cuda":
                         states += value.numel() * value.element_size()
     except (AttributeError, KeyError, TypeError, RuntimeError):
-        return {}
+        return None
     if not n:
-        return {}
-    return {"optimizer": type(optimizer).__name__, "params": n, "param_bytes": params, "grad_bytes": grads,
-            "state_bytes": states, "param_dtype": max(dtypes, key=dtypes.__getitem__)}
+        return None
+    return ModelState(n, params, grads, states, optimizer=type(optimizer).__name__,
+                      param_dtype=max(dtypes, key=dtypes.__getitem__))

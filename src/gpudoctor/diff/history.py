@@ -13,12 +13,34 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import read_json_object
+from gpudoctor.core.trial_record import TrialRecord, trial_records
 from gpudoctor.diff.samples import MIN_SIDE_SAMPLES, process_mean, unprofiled_samples, usable
-from gpudoctor.errors import InputError
+from gpudoctor.errors import InputError, TrialRecordError
 
 DEFAULT_RUNS = Path("gpudoctor-runs")
 # gpudoctor run's options that take a value (cli.run): skipped when reading a program back from argv
 _RUN_VALUE_OPTIONS = {"--steps", "--skip", "--out", "--wait", "--window", "--calibrate", "--width"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A ``--try-fixes`` trial both predicted and measured (report.json ``trials``)."""
+
+    knob: str
+    finding: str  # "" for a knob named with no finding
+    predicted_speedup: float
+    measured_speedup: float
+    predicted_by: str  # how it was priced: "replay ...", "formula"
+
+    @property
+    def ratio(self) -> float:
+        """Predicted / measured: above 1, the prediction promised more than the trial gave."""
+        return self.predicted_speedup / self.measured_speedup
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"knob": self.knob, "finding": self.finding,
+                "predicted_speedup": self.predicted_speedup,
+                "measured_speedup": self.measured_speedup, "predicted_by": self.predicted_by}
 
 
 @dataclass(frozen=True)
@@ -39,10 +61,9 @@ class RunEntry:
     has_trace: bool
     findings: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    # the run's --try-fixes trials with a prediction and a measurement: knob, finding,
-    # predicted_speedup, measured_speedup, predicted_by (report.json "trials")
-    predictions: tuple[dict[str, Any], ...] = ()
+    predictions: tuple[Prediction, ...] = ()  # its --try-fixes trials predicted and measured
     report_unreadable: bool = False  # a report file is there but holds no JSON object (cut short, edited)
+    trials_unreadable: str = ""  # why its report's trials cannot be read ("" when they can)
 
     @property
     def identity(self) -> tuple[str, tuple[str, ...], bool]:
@@ -55,9 +76,10 @@ class RunEntry:
             "step_ms": None if self.step_ms is None else round(self.step_ms, 4), "step_kind": self.step_kind,
             "top_finding": self.top_finding,
             "top_saving_ms": None if self.top_saving_ms is None else round(self.top_saving_ms, 4),
-            "findings": self.findings, "has_trace": self.has_trace, "predictions": list(self.predictions),
+            "findings": self.findings, "has_trace": self.has_trace,
+            "predictions": [p.to_dict() for p in self.predictions],
             "report_unreadable": self.report_unreadable,
-        }
+        } | ({"trials_unreadable": self.trials_unreadable} if self.trials_unreadable else {})
 
 
 def program_from_argv(argv: list[Any]) -> dict[str, Any]:
@@ -127,6 +149,7 @@ def read_run(folder: Path) -> RunEntry | None:
     findings = report.get("findings") if isinstance(report.get("findings"), list) else []
     top = findings[0] if findings and isinstance(findings[0], dict) else {}
     gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
+    predictions, trials_unreadable = _predictions(report, report_file.name)
     return RunEntry(
         path=str(folder),
         recorded_utc=str(env.get("recorded_utc") or ""),
@@ -141,30 +164,38 @@ def read_run(folder: Path) -> RunEntry | None:
         top_saving_ms=_number(top.get("saving_ms")),
         has_trace=any(folder.glob("trace*.json*")),
         findings=len(findings),
-        predictions=_predictions(report),
+        predictions=predictions,
         report_unreadable=not report and report_file.is_file(),
+        trials_unreadable=trials_unreadable,
     )
 
 
-def _predictions(report: dict[str, Any]) -> tuple[dict[str, Any], ...]:
-    """The trials of a run that were both predicted and measured."""
-    trials = report.get("trials") if isinstance(report.get("trials"), list) else []
-    out = []
-    for t in trials:
-        if not isinstance(t, dict):
-            continue
-        predicted, measured = _number(t.get("predicted_speedup")), _number(t.get("measured_speedup"))
-        if predicted and measured and predicted > 0 and measured > 0 and t.get("status") == "ok":
-            out.append({"knob": str(t.get("knob") or ""), "finding": str(t.get("finding") or ""),
-                        "predicted_speedup": predicted, "measured_speedup": measured,
-                        "predicted_by": str(t.get("predicted_by") or "formula")})
-    return tuple(out)
+def _predictions(report: dict[str, Any], name: str) -> tuple[tuple[Prediction, ...], str]:
+    """The trials of a run that were both predicted and measured, read from its report (``name``);
+    none and why, where a trial record cannot be read (a field missing or of the wrong type)."""
+    if "trials" not in report:
+        return (), ""
+    try:
+        records = trial_records(report["trials"], f"{name} trials")
+    except TrialRecordError as exc:
+        return (), str(exc)
+    return tuple(p for p in map(_prediction, records) if p is not None), ""
+
+
+def _prediction(rec: TrialRecord) -> Prediction | None:
+    """A trial's prediction beside its measurement (None: it lacks either, or did not run to
+    the end)."""
+    predicted, measured = _number(rec.predicted_speedup), _number(rec.measured_speedup)
+    if not (predicted and measured and rec.status == "ok"):
+        return None
+    return Prediction(rec.knob, rec.finding or "", predicted, measured,
+                      rec.predicted_by or "formula")
 
 
 def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
     """How far the predictions were off over ``entries``' trials: predicted / measured per trial,
     its median and the share within 1.25x, in all and by how they were priced."""
-    pairs = [(p, p["predicted_speedup"] / p["measured_speedup"]) for e in entries for p in e.predictions]
+    pairs = [(p, p.ratio) for e in entries for p in e.predictions]
 
     def summary(ratios: list[float]) -> dict[str, Any]:
         if not ratios:
@@ -177,7 +208,7 @@ def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
 
     by: dict[str, list[float]] = {}
     for p, r in pairs:
-        by.setdefault(p["predicted_by"].split(" ")[0], []).append(r)
+        by.setdefault(p.predicted_by.split(" ")[0], []).append(r)
     return {"all": summary([r for _, r in pairs]), "by": {k: summary(v) for k, v in sorted(by.items())}}
 
 

@@ -103,6 +103,10 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
         shown = ", ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
         console.print(Text(f"left out: {len(unreadable)} run(s) whose report.json cannot be read ({shown}): "
                            "their trials are not counted"))
+    for e in entries:
+        if e.trials_unreadable:  # a trial record missing a field or holding one of the wrong type
+            name = Path(e.path).name
+            console.print(Text(f"left out: the trials of {name}: {e.trials_unreadable}"))
     if not runs:
         console.print(Text(f"no run under {base} has a trial both predicted and measured "
                            "(gpudoctor run --try-fixes records them)"))
@@ -115,11 +119,12 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
     for e in runs:
         program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program else "?", *e.args])
         for p in e.predictions:
-            ratio = p["predicted_speedup"] / p["measured_speedup"]
-            table.add_row(Text(e.recorded_utc.replace("T", " ")[:16]), Text(program), Text(p["knob"]),
-                          Text(p["finding"] or "-"), f"x{p['predicted_speedup']:.2f}", f"x{p['measured_speedup']:.2f}",
+            ratio = p.ratio
+            table.add_row(Text(e.recorded_utc.replace("T", " ")[:16]), Text(program), Text(p.knob),
+                          Text(p.finding or "-"), f"x{p.predicted_speedup:.2f}",
+                          f"x{p.measured_speedup:.2f}",
                           Text(f"{ratio:.2f}", style="" if 1 / 1.25 <= ratio <= 1.25 else "yellow"),
-                          Text(p["predicted_by"]))
+                          Text(p.predicted_by))
     console.print(table)
     errors = prediction_errors(runs)
     lines = [f"{name}: {s['trials']} trials, median predicted / measured {s['median_ratio']:.2f}, "

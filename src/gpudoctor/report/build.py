@@ -150,5 +150,6 @@ def _placement(p: Placement) -> RooflineRow:
 
 
 def _memory(m: MemoryResult) -> MemorySection:
-    return MemorySection(**{**dataclasses.asdict(m), "fragmentation": round(m.fragmentation, 4)},
+    fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}  # model_state kept typed
+    return MemorySection(**{**fields, "fragmentation": round(m.fragmentation, 4)},
                          peak_reserved_fraction=round(m.peak_reserved_fraction, 4))

@@ -18,13 +18,16 @@ import gzip
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
 from gpudoctor.outputs import atomic_file, check_output_file
 from gpudoctor.trace.append import decoded_whole
 from gpudoctor.trace.stream import Chunks, NotStreamed, pieces
+
+if TYPE_CHECKING:
+    from gpudoctor.ranks.sections import RankRow
 
 FLOW_RANK_SHIFT = 40  # flow ids (correlation ids, 32-bit) keep the rank above this bit
 MAX_ID = 2**31 - 1  # Perfetto reads pids and tids as 32-bit
@@ -73,30 +76,30 @@ class RankPart:
     label: str  # "straggler", "waits 48.76 ms a step for rank 1", or ""
 
 
-def parts_from_rows(rows: Sequence[dict[str, Any]], files: dict[int, Path]) -> list[RankPart]:
-    """The parts of a job from its ranks table (report ``ranks``: rank, clock_offset_us, straggler,
-    wait_imposed_ms, comm_wait_ms) and each rank's annotated file; ranks with no file are left out."""
-    straggler = next((int(r["rank"]) for r in rows if r.get("straggler")), None)
+def parts_from_rows(rows: Sequence[RankRow], files: dict[int, Path]) -> list[RankPart]:
+    """The parts of a job from its ranks table (report ``ranks``: each rank's clock offset, whether
+    it is the straggler and its wait for one) and each rank's annotated file; ranks with no file
+    are left out."""
+    straggler = next((row.rank for row in rows if row.straggler), None)
     parts = []
     for row in rows:
-        rank = int(row["rank"])
-        if rank not in files:
+        if row.rank not in files:
             continue
-        if straggler is not None and rank == straggler:
+        if straggler is not None and row.rank == straggler:
             label = "straggler"
-        elif straggler is not None and float(row.get("comm_wait_ms") or 0.0) > 0:
-            label = f"waits {float(row['comm_wait_ms']):.2f} ms a step for rank {straggler}"
+        elif straggler is not None and row.comm_wait_ms > 0:
+            label = f"waits {row.comm_wait_ms:.2f} ms a step for rank {straggler}"
         else:
             label = ""
-        parts.append(RankPart(rank, files[rank], float(row.get("clock_offset_us") or 0.0), label))
+        parts.append(RankPart(row.rank, files[row.rank], float(row.clock_offset_us), label))
     return parts
 
 
-def merge_ranks(rows: Sequence[dict[str, Any]], file_of: Callable[[int], Path], target: Path,
+def merge_ranks(rows: Sequence[RankRow], file_of: Callable[[int], Path], target: Path,
                 option: str = "--perfetto", inputs: Sequence[Path | str | None] = ()) -> bool:
     """``target``: the annotated traces ``file_of(rank)`` of a job's ranks (its ranks table
     ``rows``) merged, where two ranks or more wrote theirs; whether it was written."""
-    files = {int(r["rank"]): f for r in rows if (f := file_of(int(r["rank"]))).is_file()}
+    files = {row.rank: f for row in rows if (f := file_of(row.rank)).is_file()}
     parts = parts_from_rows(rows, files)
     if len(parts) < 2:
         return False

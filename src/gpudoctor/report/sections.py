@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpudoctor.analysis.host_breakdown import HostOp
+
+if TYPE_CHECKING:
+    from gpudoctor.capture.model_state import ModelState
 
 
 @dataclass(frozen=True)
@@ -190,11 +193,13 @@ class MemorySection:
     malloc_calls_per_step: float = 0.0
     malloc_ms_per_step: float = 0.0
     persistent_bytes: int = 0
-    model_state: dict[str, Any] | None = None  # the optimizer's params/grads/states bytes (live runs)
+    model_state: ModelState | None = None  # the optimizer's params/grads/states bytes (live runs)
     peak_reserved_fraction: float = 0.0  # of capacity_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        state = None if self.model_state is None else self.model_state.to_dict()
+        return d | {"model_state": state}  # its JSON object, in its place
 
 
 @dataclass(frozen=True)

@@ -87,24 +87,23 @@ def _gb(n: float) -> str:
 
 def _parts(mem: MemoryResult) -> tuple[float, float, float, float]:
     """(weights, gradients, optimizer states, what the step adds beyond them) in bytes."""
-    state = mem.model_state or {}
-    weights = float(state.get("param_bytes", 0))
-    grads = float(state.get("grad_bytes", 0)) or weights  # grads exist at the peak of backward
-    states = float(state.get("state_bytes", 0))
-    if state:
-        step = max(mem.peak_allocated_bytes - weights - grads - states, 0.0)
-    else:
-        step = max(mem.peak_allocated_bytes - mem.persistent_bytes, 0)
-    return weights, grads, states, step
+    state = mem.model_state
+    if state is None:
+        return 0.0, 0.0, 0.0, max(mem.peak_allocated_bytes - mem.persistent_bytes, 0)
+    weights = float(state.param_bytes)
+    grads = float(state.grad_bytes) or weights  # grads exist at the peak of backward
+    states = float(state.state_bytes)
+    return weights, grads, states, max(mem.peak_allocated_bytes - weights - grads - states, 0.0)
 
 
 def _what_fills(mem: MemoryResult) -> tuple[dict, str]:
     weights, grads, states, step = _parts(mem)
-    if mem.model_state:
+    if mem.model_state is not None:
         numbers = {"weights_GB": round(weights / 1e9, 2), "gradients_GB": round(grads / 1e9, 2),
-                   "optimizer_states_GB": round(states / 1e9, 2), "activations_and_temporaries_GB": round(step / 1e9, 2)}
+                   "optimizer_states_GB": round(states / 1e9, 2),
+                   "activations_and_temporaries_GB": round(step / 1e9, 2)}
         text = (f"At the peak: weights {_gb(weights)}, gradients {_gb(grads)}, optimizer states "
-                f"{_gb(states)} ({mem.model_state.get('optimizer', 'optimizer')}), activations and "
+                f"{_gb(states)} ({mem.model_state.optimizer or 'optimizer'}), activations and "
                 f"temporaries {_gb(step)}.")
         return numbers, text
     numbers = {"held_between_steps_GB": round(mem.persistent_bytes / 1e9, 2),
@@ -116,7 +115,7 @@ def _what_fills(mem: MemoryResult) -> tuple[dict, str]:
 
 def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     weights, grads, states, step = _parts(mem)
-    state = mem.model_state or {}
+    state = mem.model_state
     activations = step if state else max(step - weights, 0.0) if weights else step
     fixes: list[tuple[float, Fix]] = []
     fixes.append((activations * (1 - CHECKPOINT_KEEPS), Fix(
@@ -125,15 +124,15 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     fixes.append((activations / 2, Fix(
         f"Halve the micro-batch and accumulate gradients over two (frees ~{_gb(activations / 2)}, same effective batch)",
         "loss = model(x_micro) / accum; loss.backward()\nif (i + 1) % accum == 0: opt.step(); opt.zero_grad()")))
-    if state.get("param_dtype") == "float32":
+    if state is not None and state.param_dtype == "float32":
         freed = (weights + grads + states) / 2
         fixes.append((freed, Fix(f"Keep weights, gradients and Adam states in bf16 (frees ~{_gb(freed)})",
                                  "model.to(torch.bfloat16)   # or autocast for activations only")))
-    if states and "adam" in str(state.get("optimizer", "")).lower():
+    if state is not None and states and "adam" in (state.optimizer or "").lower():
         # here, not at the top: the memory estimator's package costs every analysis ~20 ms to import
         from gpudoctor.memory.training import ADAM8BIT_STATE_BYTES
 
-        freed = max(states - ADAM8BIT_STATE_BYTES * state.get("params", 0), 0.0)
+        freed = max(states - ADAM8BIT_STATE_BYTES * state.params, 0.0)
         fixes.append((freed, Fix(f"8-bit AdamW (frees ~{_gb(freed)} of optimizer states)",
                                  "import bitsandbytes as bnb; opt = bnb.optim.AdamW8bit(model.parameters(), lr=...)")))
     if states:

@@ -15,7 +15,9 @@ def attach(run_dir: Path, outcome: TrialsOutcome, suffix: str = "") -> None:
     """Write trials.json and add the trials to the run directory's report.json and report.html
     (``suffix``: a rank's, ``.rank3``); ``outcome.knob_prices`` are the compile knobs' own prices
     the trials were predicted by (pipeline.knob_prices_for)."""
-    trials, not_tried, note = outcome.trials, outcome.not_tried, outcome.note
+    trials = [rec.to_dict() for rec in outcome.trials]
+    not_tried = [item.to_dict() for item in outcome.not_tried]
+    note = outcome.note
     prices = outcome.knob_prices
     data = {"trials": trials, "trials_not_tried": not_tried, "note": note, "knob_prices": prices}
     (run_dir / "trials.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -4,10 +4,11 @@ docs/report-schema.md, "trials"."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 
+from gpudoctor.core.trial_record import TrialNumerics, TrialRecord, TrialRound
 from gpudoctor.report.escape import esc
 from gpudoctor.tryfix.session import TrialsOutcome
 
@@ -20,25 +21,25 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f} MiB"
 
 
-def measured_text(rec: dict[str, Any]) -> str:
-    if rec.get("measured_speedup") is None:
+def measured_text(rec: TrialRecord) -> str:
+    if rec.measured_speedup is None:
         return "-"
-    ci = rec.get("speedup_ci95")
+    ci = rec.speedup_ci95
     interval = f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
-    return f"{_x(rec['measured_speedup'])}{interval}"
+    return f"{_x(rec.measured_speedup)}{interval}"
 
 
-def outcome_text(rec: dict[str, Any]) -> str:
-    if rec.get("status") != "ok":
-        return f"{rec['status']}: {rec['reason']}" if rec.get("reason") else str(rec["status"])
-    if rec.get("knob") == "control" and rec.get("status") == "ok":
+def outcome_text(rec: TrialRecord) -> str:
+    if rec.status != "ok":
+        return f"{rec.status}: {rec.reason}" if rec.reason else rec.status
+    if rec.knob == "control":
         text = "reference for the trials (measured: the diagnosed run -> this run with no knob)"
-        return f"{text}; {rec['reason']}" if rec.get("reason") else text
-    if rec.get("knob") == "control-end" and rec.get("status") == "ok":
-        return str(rec.get("reason") or "the control again")
-    text = str(rec.get("verdict"))
-    if rec.get("reason"):
-        text += f" ({rec['reason']})"
+        return f"{text}; {rec.reason}" if rec.reason else text
+    if rec.knob == "control-end":
+        return rec.reason or "the control again"
+    text = str(rec.verdict)
+    if rec.reason:
+        text += f" ({rec.reason})"
     return text
 
 
@@ -49,29 +50,28 @@ _REFERENCE_LABELS = {"diagnosed run": "the diagnosed run's steps before its wind
                      "controls before and after": "the controls before and after"}
 
 
-def means_text(rec: dict[str, Any]) -> str:
+def means_text(rec: TrialRecord) -> str:
     """``the control 10.00 -> this run 5.88 ms a step (means of 30 and 31 steps)``."""
-    ref = _REFERENCE_LABELS.get(str(rec.get("reference")), str(rec.get("reference") or "the reference"))
-    return (f"{ref} {rec['baseline_ms']:.2f} -> this run {rec['trial_ms']:.2f} ms a step (means of "
-            f"{rec['n_baseline']} and {rec['n_trial']} steps)")
+    ref = _REFERENCE_LABELS.get(str(rec.reference), rec.reference or "the reference")
+    return (f"{ref} {rec.baseline_ms:.2f} -> this run {rec.trial_ms:.2f} ms a step (means of "
+            f"{rec.n_baseline} and {rec.n_trial} steps)")
 
 
-def rounds_text(rounds: list[dict[str, Any]]) -> str:
+def rounds_text(rounds: Sequence[TrialRound]) -> str:
     """A repeated trial's processes: "3 processes: 14.02, crashed, 14.51 ms"."""
-    means = [f"{r['mean_ms']:.2f}" if r.get("mean_ms") is not None else str(r.get("status")) for r in rounds]
+    means = [f"{r.mean_ms:.2f}" if r.mean_ms is not None else r.status for r in rounds]
     return f"{len(rounds)} processes: {', '.join(means)} ms"
 
 
-def numerics_text(rec: dict[str, Any]) -> str:
-    n = rec.get("numerics") or {}
-    if not n.get("checked"):
+def numerics_text(n: TrialNumerics) -> str:
+    if not n.checked:
         return ""
-    if n.get("diverged") is None:
+    if n.diverged is None:
         return "loss not recorded (no scalar passed to backward)"
-    pairs = ", ".join(f"{_num(b)}->{_num(t)}" for b, t in zip(n.get("baseline") or [], n.get("trial") or []))
-    state = "DIVERGED" if n["diverged"] else "within"
-    why = f" ({n['reason']})" if n.get("reason") else ""
-    return f"first losses {pairs}: {state} {n['tolerance_rel'] * 100:g}% tolerance{why}"
+    pairs = ", ".join(f"{_num(b)}->{_num(t)}" for b, t in zip(n.baseline, n.trial))
+    state = "DIVERGED" if n.diverged else "within"
+    why = f" ({n.reason})" if n.reason else ""
+    return f"first losses {pairs}: {state} {n.tolerance_rel * 100:g}% tolerance{why}"
 
 
 def _num(v: float | None) -> str:
@@ -84,36 +84,37 @@ def render_console(outcome: TrialsOutcome, console: Console) -> None:
     if outcome.note:
         console.print(f"  {outcome.note}", markup=False, highlight=False)
     for rec in outcome.trials:
-        pred = _x(rec.get("predicted_speedup"))
-        by = rec.get("predicted_by")
+        pred = _x(rec.predicted_speedup)
+        by = rec.predicted_by
         pred += f" ({by.split(' ')[0]})" if by else ""
-        head = f"  {rec['knob']:<24} predicted {pred:>6}  measured {measured_text(rec):<22} {outcome_text(rec)}"
+        head = (f"  {rec.knob:<24} predicted {pred:>6}  measured {measured_text(rec):<22} "
+                f"{outcome_text(rec)}")
         console.print(head, markup=False, highlight=False, soft_wrap=True)
         details = []
-        if rec.get("finding"):
-            details.append(f"for {rec['finding']}")
-        if rec.get("baseline_ms") is not None:
+        if rec.finding:
+            details.append(f"for {rec.finding}")
+        if rec.baseline_ms is not None:
             details.append(means_text(rec))
-        if rec.get("rounds"):
-            details.append(rounds_text(rec["rounds"]))
-        mem = rec.get("peak_memory_bytes") or {}
-        if mem.get("baseline") is not None or mem.get("trial") is not None:
-            details.append(f"peak memory {_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}")
+        if rec.rounds:
+            details.append(rounds_text(rec.rounds))
+        mem = rec.peak_memory_bytes
+        if mem.baseline is not None or mem.trial is not None:
+            details.append(f"peak memory {_mib(mem.baseline)} -> {_mib(mem.trial)}")
         if details:
             console.print("      " + "; ".join(details), markup=False, highlight=False, soft_wrap=True)
-        if rec.get("effects"):
-            console.print("      applied: " + "; ".join(rec["effects"][:4]), markup=False, highlight=False,
-                          soft_wrap=True)
-        written = rec.get("files_written")
+        if rec.effects:
+            console.print("      applied: " + "; ".join(rec.effects[:4]), markup=False,
+                          highlight=False, soft_wrap=True)
+        written = rec.files_written
         if written:
             more = f" and {len(written) - 5} more" if len(written) > 5 else ""
-            console.print(f"      wrote in {rec['cwd']}: {', '.join(written[:5])}{more}", markup=False,
+            console.print(f"      wrote in {rec.cwd}: {', '.join(written[:5])}{more}", markup=False,
                           highlight=False, soft_wrap=True)
-        num = numerics_text(rec)
+        num = numerics_text(rec.numerics)
         if num:
             console.print(f"      {num}", markup=False, highlight=False, soft_wrap=True)
     for item in outcome.not_tried:
-        console.print(f"  not tried: {item['finding']}: {item['reason']}", markup=False, highlight=False,
+        console.print(f"  not tried: {item.finding}: {item.reason}", markup=False, highlight=False,
                       soft_wrap=True)
 
 
@@ -121,13 +122,13 @@ def section_html(outcome: TrialsOutcome) -> str:
     """The section report/html.py ``with_section`` adds to the run's report page."""
     rows = []
     for rec in outcome.trials:
-        mem = rec.get("peak_memory_bytes") or {}
+        mem = rec.peak_memory_bytes
         rows.append(
             "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in (
-                rec["knob"], rec.get("finding") or "-", _x(rec.get("predicted_speedup")), measured_text(rec),
-                outcome_text(rec) + (f"; {rounds_text(rec['rounds'])}" if rec.get("rounds") else ""),
-                f"{_mib(mem.get('baseline'))} -> {_mib(mem.get('trial'))}",
-                numerics_text(rec) or "-", "; ".join(rec.get("effects") or []) or "-")) + "</tr>")
+                rec.knob, rec.finding or "-", _x(rec.predicted_speedup), measured_text(rec),
+                outcome_text(rec) + (f"; {rounds_text(rec.rounds)}" if rec.rounds else ""),
+                f"{_mib(mem.baseline)} -> {_mib(mem.trial)}",
+                numerics_text(rec.numerics) or "-", "; ".join(rec.effects) or "-")) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted", "measured (95% interval)", "verdict",
                                               "peak memory", "numerics", "applied"))
     parts = ['<section id="fixes-tried"><h2>Fixes tried</h2>']
@@ -137,7 +138,7 @@ def section_html(outcome: TrialsOutcome) -> str:
         parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
                      "</table></div>")
     if outcome.not_tried:
-        parts.append("<ul>" + "".join(f"<li>not tried: {esc(i['finding'])}: {esc(i['reason'])}</li>"
+        parts.append("<ul>" + "".join(f"<li>not tried: {esc(i.finding)}: {esc(i.reason)}</li>"
                                       for i in outcome.not_tried) + "</ul>")
     parts.append("</section>")
     return "\n".join(parts)

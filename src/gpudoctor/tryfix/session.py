@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import global_rank, program_facts
+from gpudoctor.core.trial_record import NotTried, TrialRecord
 from gpudoctor.tryfix.knobs import KNOBS
 from gpudoctor.tryfix.trial import Baseline, Trials, plan
 
@@ -19,8 +20,8 @@ class TrialsOutcome:
     """The trials run (none where they could not be), the knobs not tried and why, a note for the
     user, and the knobs' own prices (rules/knob_prices.py) kept beside them."""
 
-    trials: list[Any] = field(default_factory=list)
-    not_tried: list[Any] = field(default_factory=list)
+    trials: list[TrialRecord] = field(default_factory=list)
+    not_tried: list[NotTried] = field(default_factory=list)
     note: str = ""
     knob_prices: dict[str, Any] = field(default_factory=dict)
 

@@ -92,6 +92,14 @@ from gpudoctor.capture.numerics import LOSS_STEPS
 from gpudoctor.capture.timing import TRIAL_JUDGED_MIN_S, TRIAL_JUDGED_MIN_STEPS
 from gpudoctor.core.finding import MAX_SAVING_SHARE, speedup
 from gpudoctor.core.subprocesses import default_sigint_in_child
+from gpudoctor.core.trial_record import (
+    NotTried,
+    Outliers,
+    PeakMemory,
+    TrialNumerics,
+    TrialRecord,
+    TrialRound,
+)
 from gpudoctor.diff.samples import (
     DEFAULT_FLOOR_PCT,
     FASTER,
@@ -188,7 +196,7 @@ class Planned:
 @dataclass
 class Plan:
     trials: list[Planned] = field(default_factory=list)
-    not_tried: list[dict[str, str]] = field(default_factory=list)  # finding, reason
+    not_tried: list[NotTried] = field(default_factory=list)
 
 
 def parse_fixes(text: str | None) -> list[str] | None:
@@ -224,11 +232,11 @@ def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[
         knobs = knobs_for(f.id)
         code_only = _code_fix_first(f)
         if knobs and code_only and fixes is None:
-            out.not_tried.append({"finding": f.id, "reason": code_only})
+            out.not_tried.append(NotTried(f.id, code_only))
             continue
         if not knobs:
             if f.id in NEEDS_CODE and fixes is None:
-                out.not_tried.append({"finding": f.id, "reason": NEEDS_CODE[f.id]})
+                out.not_tried.append(NotTried(f.id, NEEDS_CODE[f.id]))
             continue
         for knob in knobs:
             if (fixes is None or knob.id in fixes) and knob.id not in chosen:
@@ -238,9 +246,7 @@ def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[
     priced = [_own_price(p, (knob_prices or {}).get(p.knob.id)) or _with_also_saves(p, findings)
               for p in chosen.values()]
     out.trials = [p for p in priced if fixes is not None or _worth_a_trial(p)]
-    out.not_tried += [{"finding": p.finding or p.knob.id,
-                       "reason": f"{p.knob.id}: the finding puts {_stake(p)} of the step at stake, less than a trial "
-                                 "can tell from the drift between processes; name it with --fixes to try it"}
+    out.not_tried += [NotTried(p.finding or p.knob.id, _too_little_at_stake(p))
                       for p in priced if p not in out.trials]
     return out
 
@@ -249,6 +255,13 @@ MIN_TRIAL_SPEEDUP = 1.01
 """A knob priced under this (its findings put less than 1% of the step at stake) is listed, not
 tried, unless named: no trial can tell 1% from the drift between two processes of an unchanged
 program (1-9% on the lent H100s; benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes")."""
+
+
+def _too_little_at_stake(planned: Planned) -> str:
+    """The not-tried line of a knob priced under MIN_TRIAL_SPEEDUP."""
+    return (f"{planned.knob.id}: the finding puts {_stake(planned)} of the step at stake, less "
+            "than a trial can tell from the drift between processes; name it with --fixes to try "
+            "it")
 
 
 def _stake(planned: Planned) -> str:
@@ -362,7 +375,7 @@ def verdict(change: StepChange, predicted_speedup: float | None,
 
 
 def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], checked: bool,
-             effects: Sequence[str] = ()) -> dict[str, Any]:
+             effects: Sequence[str] = ()) -> TrialNumerics:
     """The first losses side by side; ``diverged`` (None when not checked or nothing to compare).
     A divergence where a compiled module draws its own dropout masks (knobs.DROPOUT_MARK in an
     effect) says so in ``reason``: the losses differ by sampling noise, not only by precision."""
@@ -382,9 +395,13 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
             diverged = diverged or rel > LOSS_RTOL
     random_masks = any(f" {DROPOUT_MARK} module" in e for e in effects)
     reason = "dropout: the compiled module draws other random masks than eager" if diverged and random_masks else None
-    return {"baseline": list(baseline), "trial": list(trial), "tolerance_rel": LOSS_RTOL, "checked": checked,
-            "max_rel_diff": None if worst is None or not math.isfinite(worst) else round(worst, 6),
-            "diverged": diverged, "reason": reason}
+    worst = None if worst is None or not math.isfinite(worst) else round(worst, 6)
+    return TrialNumerics(tuple(baseline), tuple(trial), LOSS_RTOL, checked, worst, diverged, reason)
+
+
+def _with_reason(rec: TrialRecord, *more: str) -> TrialRecord:
+    """``rec`` with ``more`` added to its reason, "; " between the parts that are not empty."""
+    return replace(rec, reason="; ".join(r for r in (rec.reason, *more) if r))
 
 
 @dataclass
@@ -400,14 +417,15 @@ class Trials:
     trace: bool = True  # record the window after the timed steps (gpudoctor diff compares the trials)
     progress: Callable[[str], None] | None = None
     control: bool = True  # run the program once with no knob first, and measure the trials against it
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[TrialRecord] = field(default_factory=list)
     reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
+    # each trial's trial.json as its child process wrote it (tryfix/child.py), by trial name
     _children: dict[str, dict[str, Any]] = field(default_factory=dict)
     _caches: dict[str, str] = field(default_factory=dict)  # a compile knob -> the cache its first trial left
 
-    def run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+    def run(self, planned: Sequence[Planned]) -> list[TrialRecord]:
         try:
             return self._run(planned)
         finally:  # the compile trials' caches, kept for the combined trial
@@ -415,35 +433,40 @@ class Trials:
                 shutil.rmtree(folder, ignore_errors=True)
             self._caches.clear()
 
-    def _run(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+    def _run(self, planned: Sequence[Planned]) -> list[TrialRecord]:
         if self.control and planned:
             self._run_control()
         if self.repeats > 1 and self.reference == "control":
             return self._run_rounds(planned)
         tried = [(self.one(p.knob.id, [p.knob.id], p), p) for p in planned]
-        self.records += [rec for rec, _ in tried]
         if self.reference == "control":
-            self._run_drift_check()
-            for rec, p in tried:  # measured again: against both controls, the floor raised to the drift
-                if rec["status"] == "ok":
-                    rec["reference"] = self.reference
-                    self._judge(rec, self._samples(rec["knob"]), p)
+            end = self._run_drift_check()
+            # measured again: against both controls, the floor raised to the drift
+            self.records += [self._judged_again(rec, p) for rec, p in tried] + [end]
+        else:
+            self.records += [rec for rec, _ in tried]
         ids = self._combinable()
         if ids:
             self.records.append(self.one("combined", ids, None))
         return self.records
 
+    def _judged_again(self, rec: TrialRecord, planned: Planned) -> TrialRecord:
+        if rec.status != "ok":
+            return rec
+        again = replace(rec, reference=self.reference)
+        return self._judged(again, self._samples(rec.knob), planned)
+
     def _combinable(self) -> list[str]:
         """The knobs to run together: confirmed or faster ones, the fastest of each group."""
-        best: dict[str, dict[str, Any]] = {}
+        best: dict[str, TrialRecord] = {}
         for rec in self.records:
-            if rec["verdict"] in (CONFIRMED, FASTER_UNPREDICTED):
-                group = BY_ID[rec["knob"]].group or rec["knob"]
-                if group not in best or rec["measured_speedup"] > best[group]["measured_speedup"]:
+            if rec.verdict in (CONFIRMED, FASTER_UNPREDICTED):
+                group = BY_ID[rec.knob].group or rec.knob
+                if group not in best or rec.measured_speedup > best[group].measured_speedup:
                     best[group] = rec
-        return [r["knob"] for r in best.values()] if len(best) >= 2 else []
+        return [r.knob for r in best.values()] if len(best) >= 2 else []
 
-    def _run_rounds(self, planned: Sequence[Planned]) -> list[dict[str, Any]]:
+    def _run_rounds(self, planned: Sequence[Planned]) -> list[TrialRecord]:
         """``--trial-repeats N``: N rounds, each the control then every knob in a fresh process,
         and the control once more at the end; each knob's speedup and interval over its N
         processes against the N + 1 controls (diff/samples.py ``compare_processes``).
@@ -453,17 +476,16 @@ class Trials:
         benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). Alternating the knobs with the
         controls round by round spreads the machine's drift over both sides instead of into one
         knob's number."""
-        rounds: dict[str, list[dict[str, Any]]] = {CONTROL: [self.records[-1]]}
+        # the control's record leaves the list, to come back listing its processes
+        rounds: dict[str, list[TrialRecord]] = {CONTROL: [self.records.pop()]}
         for r in range(1, self.repeats + 1):
             if r > 1:
                 rounds[CONTROL].append(self.one(_round_name(CONTROL, r), [], None))
             for p in planned:
                 rounds.setdefault(p.knob.id, []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
-        end = self.one(CONTROL_END, [], None)
-        rounds[CONTROL].append(end)
+        rounds[CONTROL].append(self.one(CONTROL_END, [], None))
         controls = self._round_samples(rounds[CONTROL])
-        self._summarize_controls(rounds[CONTROL])
-        self.records.append(end)
+        self.records += self._summarize_controls(rounds[CONTROL])
         for p in planned:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
         ids = self._combinable()
@@ -476,53 +498,50 @@ class Trials:
         """The step samples a trial's child recorded (none when it recorded nothing)."""
         return usable(self._children.get(name, {}).get("samples_ms") or [])
 
-    def _round_samples(self, recs: Sequence[dict[str, Any]]) -> list[tuple[float, ...]]:
+    def _round_samples(self, recs: Sequence[TrialRecord]) -> list[tuple[float, ...]]:
         """The step samples of each round that ran to its steps."""
-        return [s for s in (self._samples(rec["knob"]) for rec in recs if rec["status"] == "ok") if s]
+        return [s for s in (self._samples(rec.knob) for rec in recs if rec.status == "ok") if s]
 
-    def _round_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+    def _round_record(self, rec: TrialRecord) -> TrialRound:
         """One process of a repeated trial: where it ran, how it ended and its mean step."""
-        samples = self._samples(rec["knob"])
-        ok = rec["status"] == "ok" and samples
-        return {"dir": rec["dir"], "status": rec["status"], "reason": rec["reason"], "wall_s": rec["wall_s"],
-                "n_trial": len(samples),
-                "mean_ms": _round(process_mean(samples, drop_outliers=DROP_OUTLIERS)) if ok else None}
+        samples = self._samples(rec.knob)
+        ok = rec.status == "ok" and samples
+        mean = _round(process_mean(samples, drop_outliers=DROP_OUTLIERS)) if ok else None
+        return TrialRound(rec.dir, rec.status, rec.reason, rec.wall_s, len(samples), mean)
 
-    def _summarize_controls(self, recs: list[dict[str, Any]]) -> None:
-        """The control's record lists its processes; control-end's says how far they moved."""
-        recs[0]["rounds"] = [self._round_record(rec) for rec in recs]
-        means = [r["mean_ms"] for r in recs[0]["rounds"] if r["mean_ms"] is not None]
+    def _summarize_controls(self, recs: list[TrialRecord]) -> tuple[TrialRecord, TrialRecord]:
+        """The control's record listing its processes, and control-end's saying how far they
+        moved."""
+        control = replace(recs[0], rounds=tuple(self._round_record(rec) for rec in recs))
+        end = recs[-1]
+        means = [r.mean_ms for r in control.rounds or () if r.mean_ms is not None]
         if means:
-            recs[-1]["reason"] = (f"the control ran {len(recs)} times, {len(means)} to their steps: means "
-                                  f"{min(means):.2f}-{max(means):.2f} ms ({100 * (max(means) / min(means) - 1):.1f}% "
-                                  "apart); each knob is measured over its processes against them all")
+            end = replace(end, reason=(
+                f"the control ran {len(recs)} times, {len(means)} to their steps: means "
+                f"{min(means):.2f}-{max(means):.2f} ms ({100 * (max(means) / min(means) - 1):.1f}% "
+                "apart); each knob is measured over its processes against them all"))
+        return control, end
 
-    def _aggregate(self, recs: list[dict[str, Any]], controls: list[tuple[float, ...]],
-                   planned: Planned | None) -> dict[str, Any]:
+    def _aggregate(self, recs: list[TrialRecord], controls: list[tuple[float, ...]],
+                   planned: Planned | None) -> TrialRecord:
         """One knob's record over its rounds: the first round's record (its numerics, memory and
         files), measured again over every round's process."""
         runs = self._round_samples(recs)
-        ok = [rec for rec in recs if rec["status"] == "ok"]
-        agg = dict(ok[0] if ok else recs[0])
-        agg["knob"] = recs[0]["knob"]
-        agg["rounds"] = [self._round_record(rec) for rec in recs]
-        failed = [f"round {i}: {rec['status']}" for i, rec in enumerate(recs, 1)
-                  if rec["status"] not in ("ok", NOT_APPLIED)]
+        ok = [rec for rec in recs if rec.status == "ok"]
+        agg = replace(ok[0] if ok else recs[0], knob=recs[0].knob,
+                      rounds=tuple(self._round_record(rec) for rec in recs))
+        failed = [f"round {i}: {rec.status}" for i, rec in enumerate(recs, 1)
+                  if rec.status not in ("ok", NOT_APPLIED)]
         if failed and ok:
-            agg["reason"] = "; ".join([r for r in (agg["reason"],) if r] + failed)
-        if not ok or agg["status"] != "ok":
+            agg = _with_reason(agg, *failed)
+        if not ok or agg.status != "ok":
             return agg
-        if runs and controls:
-            change = compare_processes(controls, runs, floor_pct=DEFAULT_FLOOR_PCT, drop_outliers=DROP_OUTLIERS)
-            agg.update(_measured(change))
-            agg["floor_pct"] = DEFAULT_FLOOR_PCT
-            sides = (timed([v for c in controls for v in c]), timed([v for r in runs for v in r]))
-            agg["verdict"] = verdict(change, planned.predicted_speedup if planned else None, sides)
-            if agg["verdict"] == NOT_ENOUGH:
-                agg["reason"] = "; ".join(r for r in (agg["reason"], short_of_evidence(sides)) if r)
-        else:
-            agg["status"], agg["verdict"] = TOO_FEW, TOO_FEW
-        return agg
+        if not (runs and controls):
+            return replace(agg, status=TOO_FEW, verdict=TOO_FEW)
+        change = compare_processes(controls, runs, floor_pct=DEFAULT_FLOOR_PCT,
+                                   drop_outliers=DROP_OUTLIERS)
+        sides = (timed([v for c in controls for v in c]), timed([v for r in runs for v in r]))
+        return _verdict_of(_measured(agg, change), change, DEFAULT_FLOOR_PCT, planned, sides)
 
     def _run_control(self) -> None:
         """The program with no knob, in a trial process like the others: the reference. The
@@ -532,44 +551,46 @@ class Trials:
         rec = self.one(CONTROL, [], None)
         child = self._children.get(CONTROL, {})
         samples = self._samples(CONTROL)
-        priced = self.baseline.priced_ms or rec.get("baseline_ms")
-        if rec["status"] == "ok" and rec.get("trial_ms") and priced:
-            moved = 100.0 * (rec["trial_ms"] / priced - 1.0)
+        priced = self.baseline.priced_ms or rec.baseline_ms
+        if rec.status == "ok" and rec.trial_ms and priced:
+            moved = 100.0 * (rec.trial_ms / priced - 1.0)
             if abs(moved) > PRICED_STEP_MOVED_PCT:
                 what = (f"unprofiled step, {priced:.3f} ms (the report's \"step\" line)"
                         if self.baseline.priced_ms else f"steps before its window, {priced:.2f} ms a step")
-                note = (f"the prices assume the diagnosed run's {what}; this process stepped at "
-                        f"{rec['trial_ms']:.2f} ms ({moved:+.0f}%): the program's speed moved between "
-                        "the two, and a price made at one speed may not hold at the other")
-                rec["reason"] = "; ".join(r for r in (rec["reason"], note) if r)
+                rec = _with_reason(rec, (
+                    f"the prices assume the diagnosed run's {what}; this process stepped at "
+                    f"{rec.trial_ms:.2f} ms ({moved:+.0f}%): the program's speed moved between the "
+                    "two, and a price made at one speed may not hold at the other"))
             self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
                                      self.baseline.skip, self.baseline.steps, self.baseline.priced_ms)
             self.reference = "control"
         else:
-            rec["reason"] = (rec["reason"] + "; " if rec["reason"] else "") + \
-                "the trials are measured against the diagnosed run's samples instead"
+            rec = _with_reason(rec, "the trials are measured against the diagnosed run's samples "
+                                    "instead")
         self.records.append(rec)
 
-    def _run_drift_check(self) -> None:
+    def _run_drift_check(self) -> TrialRecord:
         """The control again, after the knobs: how far the same program moved between two fresh
         processes minutes apart (the machine's load, its clocks). The noise floor of every verdict
         is raised to that drift, when it exceeds diff's 1% floor: within one process the step-to-
         step spread is tight, and a knob must beat the drift between processes to count."""
         rec = self.one(CONTROL_END, [], None)
-        self.records.append(rec)
         samples = self._samples(CONTROL_END)
-        if rec["status"] == "ok" and len(samples) >= 2 and self.baseline.samples_ms:
-            drift = abs(_compare(self.baseline.samples_ms, samples).change_pct)
-            self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
-            self.baseline = replace(self.baseline, samples_ms=bracketed(self.baseline.samples_ms, samples))
-            self.reference = CONTROLS_BOTH
-            rec["reason"] = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise floor is "
-                             f"{self.floor_pct:g}%")
-            if drift > REPEATS_HINT_DRIFT_PCT:
-                rec["reason"] += ("; this program's speed moves between processes: --trial-repeats 3 measures "
-                                  "each knob over three")
+        if not (rec.status == "ok" and len(samples) >= 2 and self.baseline.samples_ms):
+            return rec
+        drift = abs(_compare(self.baseline.samples_ms, samples).change_pct)
+        self.floor_pct = max(DEFAULT_FLOOR_PCT, round(drift, 2))
+        moved = bracketed(self.baseline.samples_ms, samples)
+        self.baseline = replace(self.baseline, samples_ms=moved)
+        self.reference = CONTROLS_BOTH
+        reason = (f"the control again, after the trials: {drift:.1f}% apart; the verdicts' noise "
+                  f"floor is {self.floor_pct:g}%")
+        if drift > REPEATS_HINT_DRIFT_PCT:
+            reason += ("; this program's speed moves between processes: --trial-repeats 3 measures "
+                       "each knob over three")
+        return replace(rec, reason=reason)
 
-    def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> dict[str, Any]:
+    def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> TrialRecord:
         if self.progress is not None:
             self.progress(name)
         trial_dir = self.run_dir / "trials" / name
@@ -582,53 +603,50 @@ class Trials:
         self._children[name] = child
         knobs = [BY_ID[k] for k in knob_ids]
         title = knobs[0].title if len(knobs) == 1 else " + ".join(k.id for k in knobs)
-        rec: dict[str, Any] = {
-            "knob": name, "knobs": knob_ids, "reference": self.reference,
-            "title": title if knobs else "no knob: the program as it is, the reference for the trials",
-            "finding": planned.finding if planned else None,
-            "predicted_speedup": _round(planned.predicted_speedup if planned else None),
-            "predicted_saving_ms": _round(planned.saving_ms if planned else None),
-            "predicted_by": planned.priced_by if planned else None,
-            "status": status, "reason": reason, "verdict": None,
-            "measured_speedup": None, "speedup_ci95": None, "baseline_ms": None, "trial_ms": None,
-            "change_pct": None, "change_ci95_pct": None, "n_baseline": len(self.baseline.samples_ms), "n_trial": 0,
-            "method": None,
-            "peak_memory_bytes": {"baseline": self.baseline.peak_memory_bytes,
-                                  "trial": child.get("peak_memory_bytes")},
-            "numerics": numerics(self.baseline.losses, child.get("losses") or [], any(k.numerics for k in knobs),
-                                 child.get("effects") or []),
-            "effects": child.get("effects") or [], "exit_code": child.get("exit_code"),
-            "wall_s": round(wall, 2), "cwd": str(cwd), "dir": str(trial_dir),
-            "files_written": _files_under(cwd) if self.sandbox is not None else None,
-        }
+        effects = tuple(child.get("effects") or [])
         samples = usable(child.get("samples_ms") or [])
-        rec["n_trial"] = len(samples)
+        checked = any(k.numerics for k in knobs)
+        rec = TrialRecord(
+            knob=name, knobs=tuple(knob_ids), reference=self.reference,
+            title=title if knobs else "no knob: the program as it is, the reference for the trials",
+            finding=planned.finding if planned else None,
+            predicted_speedup=_round(planned.predicted_speedup if planned else None),
+            predicted_saving_ms=_round(planned.saving_ms if planned else None),
+            predicted_by=planned.priced_by if planned else None,
+            status=status, reason=reason, verdict=None,
+            measured_speedup=None, speedup_ci95=None, baseline_ms=None, trial_ms=None,
+            change_pct=None, change_ci95_pct=None, n_baseline=len(self.baseline.samples_ms),
+            n_trial=len(samples), method=None,
+            peak_memory_bytes=PeakMemory(self.baseline.peak_memory_bytes,
+                                         child.get("peak_memory_bytes")),
+            numerics=numerics(self.baseline.losses, child.get("losses") or [], checked, effects),
+            effects=effects, exit_code=child.get("exit_code"), wall_s=round(wall, 2), cwd=str(cwd),
+            dir=str(trial_dir),
+            files_written=tuple(_files_under(cwd)) if self.sandbox is not None else None,
+        )
         if not knob_ids:  # a control: measured against the reference so far, for the record
             if status == "ok" and samples and self.baseline.samples_ms:
-                rec.update(_measured(_compare(self.baseline.samples_ms, samples)))
-                rec["verdict"] = REFERENCE
-        elif status == "ok" and all(e.startswith(LEFT_AS_IS) for e in rec["effects"]):
-            rec["status"], rec["verdict"] = NOT_APPLIED, NOT_APPLIED
-            left = "; ".join(e[len(LEFT_AS_IS):] for e in rec["effects"])
-            rec["reason"] = "the knob found nothing to change in this program" + (f": {left}" if left else "")
+                measured = _measured(rec, _compare(self.baseline.samples_ms, samples))
+                rec = replace(measured, verdict=REFERENCE)
+        elif status == "ok" and all(e.startswith(LEFT_AS_IS) for e in effects):
+            left = "; ".join(e[len(LEFT_AS_IS):] for e in effects)
+            rec = replace(rec, status=NOT_APPLIED, verdict=NOT_APPLIED,
+                          reason="the knob found nothing to change in this program"
+                          + (f": {left}" if left else ""))
         elif status == "ok":
-            self._judge(rec, samples, planned)
+            rec = self._judged(rec, samples, planned)
         if status == "ok" and child.get("unsettled"):  # the timing mixes a transient: say so beside the verdict
-            rec["reason"] = "; ".join(r for r in (rec["reason"], child["unsettled"]) if r)
+            rec = _with_reason(rec, child["unsettled"])
         return rec
 
-    def _judge(self, rec: dict[str, Any], samples: tuple[float, ...], planned: Planned | None) -> None:
-        if samples and self.baseline.samples_ms:
-            change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
-            rec.update(_measured(change))
-            rec["floor_pct"] = self.floor_pct
-            sides = (timed(self.baseline.samples_ms), timed(samples))
-            rec["verdict"] = verdict(change, planned.predicted_speedup if planned else None, sides)
-            if rec["verdict"] == NOT_ENOUGH:
-                rec["reason"] = "; ".join(r for r in (rec["reason"], short_of_evidence(sides)) if r)
-        else:
-            rec["status"], rec["verdict"] = TOO_FEW, TOO_FEW
-            rec["reason"] = f"the trial timed {len(samples)} steps"
+    def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
+                planned: Planned | None) -> TrialRecord:
+        if not (samples and self.baseline.samples_ms):
+            return replace(rec, status=TOO_FEW, verdict=TOO_FEW,
+                           reason=f"the trial timed {len(samples)} steps")
+        change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
+        sides = (timed(self.baseline.samples_ms), timed(samples))
+        return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
 
     def _spawn(self, trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple[str, str, dict[str, Any], float]:
         target = self.target
@@ -693,19 +711,31 @@ class Trials:
         return "ok", "" if code == 0 else f"the program ended with exit code {code} after the timed steps", child, wall
 
 
-def _measured(change: StepChange) -> dict[str, Any]:
+def _measured(rec: TrialRecord, change: StepChange) -> TrialRecord:
+    """``rec`` with what ``change`` measured: the speedup (baseline mean / trial mean) and its 95%
+    interval, the inverse of the step-time change's."""
     lo, hi = change.ci_low_pct, change.ci_high_pct
-    return {
-        "measured_speedup": _round(change.speedup),
-        "speedup_ci95": None if lo is None or hi is None else [_round(1 / (1 + hi / 100)), _round(1 / (1 + lo / 100))],
-        "baseline_ms": _round(change.before_ms), "trial_ms": _round(change.after_ms),
-        "change_pct": _round(change.change_pct),
-        "change_ci95_pct": None if lo is None or hi is None else [_round(lo), _round(hi)],
-        "n_baseline": change.n_before, "n_trial": change.n_after, "method": change.method,
+    interval = lo is not None and hi is not None
+    return replace(
+        rec, measured_speedup=_round(change.speedup),
+        speedup_ci95=(_round(1 / (1 + hi / 100)), _round(1 / (1 + lo / 100))) if interval else None,
+        baseline_ms=_round(change.before_ms), trial_ms=_round(change.after_ms),
+        change_pct=_round(change.change_pct),
+        change_ci95_pct=(_round(lo), _round(hi)) if interval else None,
+        n_baseline=change.n_before, n_trial=change.n_after, method=change.method,
         # the samples left out as outliers (diff/samples.py), beside the counts kept
-        "outliers_ms": {"baseline": [_round(v) for v in change.dropped_before],
-                        "trial": [_round(v) for v in change.dropped_after]},
-    }
+        outliers_ms=Outliers(tuple(_round(v) for v in change.dropped_before),
+                             tuple(_round(v) for v in change.dropped_after)),
+    )
+
+
+def _verdict_of(rec: TrialRecord, change: StepChange, floor_pct: float, planned: Planned | None,
+                sides: Sequence[tuple[int, float]]) -> TrialRecord:
+    """A measured ``rec``'s noise floor and verdict (``verdict``), and why there is none where a
+    side timed too little (``short_of_evidence``)."""
+    said = verdict(change, planned.predicted_speedup if planned else None, sides)
+    rec = replace(rec, floor_pct=floor_pct, verdict=said)
+    return _with_reason(rec, short_of_evidence(sides)) if said == NOT_ENOUGH else rec
 
 
 def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequence[str], skip: int, steps: int,
