@@ -59,6 +59,10 @@ FIXES_FOR: dict[str, str] = {
     "grad_accum": "bf16-autocast,tf32,compile",
     "gan_two_optimizers": "bf16-autocast,compile",
     "inference_loop": "compile-reduce-overhead,compile",
+    "lightning_module": "compile",
+    "lbfgs_closure": "compile",
+    "own_profiler": "compile",
+    "lazy_import_sdpa": "compile",
 }
 
 
