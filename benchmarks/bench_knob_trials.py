@@ -99,8 +99,9 @@ def run_program(entry: dict[str, Any], public: bool, opts: argparse.Namespace, e
                 findings=[(f.get("id"), f.get("predicted_speedup")) for f in report.get("findings", [])][:5])
     trials = report.get("trials") or []
     if not trials:
-        return [{**base, "knob": None, "message": "no trial: " + "; ".join(
-            f"{n.get('finding')}: {n.get('reason')}" for n in report.get("trials_not_tried", []) or [])[:300]}]
+        why = [report.get("trials_note") or ""] + [f"{n.get('finding')}: {n.get('reason')}"
+                                                  for n in report.get("trials_not_tried", []) or []]
+        return [{**base, "knob": None, "message": "no trial: " + "; ".join(w for w in why if w)[:300]}]
     return [{**base, "knob": t.get("knob"), "status": t.get("status"), "verdict": t.get("verdict"),
              "predicted_speedup": t.get("predicted_speedup"), "predicted_by": t.get("predicted_by"),
              "measured_speedup": t.get("measured_speedup"), "speedup_ci95": t.get("speedup_ci95"),
