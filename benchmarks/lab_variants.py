@@ -39,7 +39,6 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpudoctor.lab.common import TinyGPT, graphed, on_gpu, seed, size  # noqa: E402
 from gpudoctor.lab.trap import Trap, Workload  # noqa: E402
 
-
 # --- input-pipeline: text tokenized in Python on the training thread ---------------------------
 
 class CharTokens(Dataset):
@@ -440,7 +439,7 @@ def main() -> None:
     for e in results:
         pred, meas = e.get("predicted_speedup"), e.get("measured_speedup")
         ratio = f"{pred / meas:.2f}" if pred and meas else "-"
-        print(f"{e['trap']:22} {e['expected']:20} {str(e.get('top_finding')):20} "
+        print(f"{e['trap']:22} {e['expected']:20} {e.get('top_finding')!s:20} "
               f"{pred or 0:7.2f} {meas or 0:7.2f} {ratio:>6}")
 
 
