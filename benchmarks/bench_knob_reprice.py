@@ -25,7 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_knob_trials
-from bench_knob_trials import SLOWER_PREDICTED_AT_MOST, WITHIN, fmt  # the trials' own targets and format
+from bench_knob_trials import (  # the trials' own targets and format
+    SLOWER_PREDICTED_AT_MOST,
+    WITHIN,
+    fmt,
+)
 
 KEPT_IN_TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "knobs_h200"
 

@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_gallery import MANIFEST, ROOT, failure_message, fmt, lightning_shim, newest_run_dir, read_json, run_command
+from run_gallery import (
+    MANIFEST,
+    ROOT,
+    failure_message,
+    fmt,
+    lightning_shim,
+    newest_run_dir,
+    read_json,
+    run_command,
+)
 
 ITER_FLAGS = ("--iters", "--max-steps", "--micro-batches", "--batches")
 WITHIN = 1.25

@@ -83,7 +83,11 @@ def _tp_dp(model, device, world: int) -> str:
     tutorial. Embedding, norms and lm_head stay whole on every TP rank (no sequence parallelism)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}

@@ -48,7 +48,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_gallery import add_common_arguments, failure_message, fmt, newest_run_dir, read_json, run_command
+from run_gallery import (
+    add_common_arguments,
+    failure_message,
+    fmt,
+    newest_run_dir,
+    read_json,
+    run_command,
+)
 from run_twins import MANIFEST, ROOT, plain_run
 
 BY_HAND_MANIFEST = ROOT / "tests" / "programs" / "byhand" / "manifest.json"

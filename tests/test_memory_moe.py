@@ -87,7 +87,12 @@ def _replay(config: dict, params_dtype: str, autocast: bool) -> tuple[int, int]:
     transformers = pytest.importorskip("transformers")
     if not (hasattr(torch.nn.functional, "grouped_mm") or hasattr(torch, "_grouped_mm")):
         pytest.skip("this torch has no grouped_mm: transformers would run its eager experts")
-    from gpudoctor.memory.dryrun import _auto_loss, _cuda_kernels, _hf_one_sequence_per_row, _measure
+    from gpudoctor.memory.dryrun import (
+        _auto_loss,
+        _cuda_kernels,
+        _hf_one_sequence_per_row,
+        _measure,
+    )
 
     transformers.logging.set_verbosity_error()
     classes = {"mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),

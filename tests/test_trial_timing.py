@@ -3,7 +3,12 @@ times it is given (no session, no clock: ``now`` is the sum of the steps so far)
 
 from __future__ import annotations
 
-from gpudoctor.capture.timing import TRIAL_SETTLE_HALF, TRIAL_SETTLE_MAX_S, TRIAL_SETTLE_MAX_STEPS, TRIAL_TIMED_STEPS
+from gpudoctor.capture.timing import (
+    TRIAL_SETTLE_HALF,
+    TRIAL_SETTLE_MAX_S,
+    TRIAL_SETTLE_MAX_STEPS,
+    TRIAL_TIMED_STEPS,
+)
 from gpudoctor.capture.trial_timing import TrialTiming
 
 

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
-from gpudoctor.capture.timing import TRIAL_SETTLE_HALF, TRIAL_TIMED_STEPS, choose, settled, summarize, unprofiled_step
+from gpudoctor.capture.timing import (
+    TRIAL_SETTLE_HALF,
+    TRIAL_TIMED_STEPS,
+    choose,
+    settled,
+    summarize,
+    unprofiled_step,
+)
 from gpudoctor.core.clock import ManualClock
 from gpudoctor.report.model import Report
 from gpudoctor.report.sections import (

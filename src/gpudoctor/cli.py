@@ -853,7 +853,9 @@ def list_rules() -> None:
 
 def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type: ignore[no-untyped-def]
           inputs: Sequence[Path | str | None] = ()) -> None:
-    from gpudoctor.report.safe import SafeConsole  # trace names print with their control characters made visible
+    from gpudoctor.report.safe import (
+        SafeConsole,  # trace names print with their control characters made visible
+    )
 
     if html is not None:
         _write_html(report, html, inputs)

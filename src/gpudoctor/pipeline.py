@@ -13,7 +13,14 @@ from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.steps import describe, segment, whole_steps
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
-from gpudoctor.hardware.ceilings import Ceilings, for_gpu_name, from_spec, load_file, unavailable, unknown_card_note
+from gpudoctor.hardware.ceilings import (
+    Ceilings,
+    for_gpu_name,
+    from_spec,
+    load_file,
+    unavailable,
+    unknown_card_note,
+)
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
 from gpudoctor.hardware.specs import find_spec
 from gpudoctor.outputs import staged_files

@@ -13,7 +13,14 @@ from gpudoctor.analysis.observer import (
     profiler_overhead_ms,
 )
 from gpudoctor.analysis.roofline import RooflineResult, roofline
-from gpudoctor.analysis.steps import Steps, describe, outlier_note, segment, whole_steps, without_outlier_edges
+from gpudoctor.analysis.steps import (
+    Steps,
+    describe,
+    outlier_note,
+    segment,
+    whole_steps,
+    without_outlier_edges,
+)
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace

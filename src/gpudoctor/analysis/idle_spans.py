@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpudoctor.analysis.idle import BLOCKING, CAUSES, GPU_WAIT, UNATTRIBUTED, IdleResult, next_launch_end
+from gpudoctor.analysis.idle import (
+    BLOCKING,
+    CAUSES,
+    GPU_WAIT,
+    UNATTRIBUTED,
+    IdleResult,
+    next_launch_end,
+)
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace

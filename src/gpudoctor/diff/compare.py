@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpudoctor.diff.match import KernelChange, match
-from gpudoctor.diff.samples import DEFAULT_FLOOR_PCT, MIN_SIDE_SAMPLES, SLOWER, StepChange, compare_samples
+from gpudoctor.diff.samples import (
+    DEFAULT_FLOOR_PCT,
+    MIN_SIDE_SAMPLES,
+    SLOWER,
+    StepChange,
+    compare_samples,
+)
 from gpudoctor.report.model import Report
 
 DIFF_SCHEMA_VERSION = "1.0"

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
-from gpudoctor.ranks import exposed_comm, pipeline_bubble, slow_collective, stage_imbalance, straggler
+from gpudoctor.ranks import (
+    exposed_comm,
+    pipeline_bubble,
+    slow_collective,
+    stage_imbalance,
+    straggler,
+)
 from gpudoctor.ranks.aligned import align
 from gpudoctor.ranks.comm import split
 from gpudoctor.ranks.sections import Distributed, RankRow

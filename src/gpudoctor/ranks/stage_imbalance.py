@@ -37,7 +37,15 @@ import dataclasses
 
 import numpy as np
 
-from gpudoctor.core.finding import MAX_SAVING_SHARE, Evidence, Finding, Fix, make_finding, severity_for, speedup
+from gpudoctor.core.finding import (
+    MAX_SAVING_SHARE,
+    Evidence,
+    Finding,
+    Fix,
+    make_finding,
+    severity_for,
+    speedup,
+)
 from gpudoctor.ranks.stages import Stages
 from gpudoctor.ranks.summary import RankSummary
 

@@ -38,7 +38,15 @@ import numpy as np
 
 from gpudoctor.analysis.host_time import WAITS
 from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
-from gpudoctor.core.finding import MAX_SAVING_SHARE, Evidence, Finding, Fix, make_finding, severity_for, speedup
+from gpudoctor.core.finding import (
+    MAX_SAVING_SHARE,
+    Evidence,
+    Finding,
+    Fix,
+    make_finding,
+    severity_for,
+    speedup,
+)
 from gpudoctor.ranks.aligned import Aligned
 from gpudoctor.ranks.step_noise import lateness
 from gpudoctor.ranks.summary import RankSummary

@@ -46,7 +46,13 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import MIN_REPEATS_PER_STEP, loop_groups, ops_removed_ms, step_of, step_ops
+from gpudoctor.rules.shared import (
+    MIN_REPEATS_PER_STEP,
+    loop_groups,
+    ops_removed_ms,
+    step_of,
+    step_ops,
+)
 from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"

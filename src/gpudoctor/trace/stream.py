@@ -78,7 +78,9 @@ def pieces(stream: IO[bytes], source: str) -> Iterator[bytes]:
 
 def _inflate(first: bytes, stream: IO[bytes], source: str) -> Iterator[bytes]:
     try:
-        from isal import isal_zlib as inflater  # ~1.6x zlib's speed where installed (the `fast` extra)
+        from isal import (
+            isal_zlib as inflater,  # ~1.6x zlib's speed where installed (the `fast` extra)
+        )
     except ImportError:
         inflater = zlib  # type: ignore[assignment]
     errors = (zlib.error, getattr(inflater, "error", zlib.error))

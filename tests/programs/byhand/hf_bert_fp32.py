@@ -25,7 +25,13 @@ import time
 
 import torch
 from torch.utils.data import Dataset
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--max-steps", type=int, default=40)
