@@ -24,8 +24,8 @@ from gpudoctor.hardware.specs import find_spec
 
 # probe -> (datasheet key in Ceilings.matrix_flops, or an attribute of Ceilings)
 _VS_DATASHEET = {
-    "gemm.fp32": "fp32", "gemm.tf32": "tf32", "gemm.bf16": "bf16", "gemm.fp16": "fp16", "gemm.fp8": "fp8",
-    "hbm.read": "hbm", "hbm.write": "hbm", "hbm.copy": "hbm", "hbm.triad": "hbm",
+    "gemm.fp32": "fp32", "gemm.tf32": "tf32", "gemm.bf16": "bf16", "gemm.fp16": "fp16",
+    "gemm.fp8": "fp8", "hbm.read": "hbm", "hbm.write": "hbm", "hbm.copy": "hbm", "hbm.triad": "hbm",
     "h2d.pinned": "pcie", "d2h.pinned": "pcie", "h2d.pageable": "pcie",
 }
 
@@ -54,7 +54,8 @@ class BenchResult:
         sheet = self.datasheet
         if key is None or sheet is None or m.value <= 0:
             return None
-        ref = {"hbm": sheet.hbm_bytes_per_s, "pcie": sheet.h2d_pinned_bytes_per_s}.get(key, sheet.matrix_flops.get(key))
+        ref = {"hbm": sheet.hbm_bytes_per_s,
+               "pcie": sheet.h2d_pinned_bytes_per_s}.get(key, sheet.matrix_flops.get(key))
         return m.value / ref if ref else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,7 +64,8 @@ class BenchResult:
             "gpu": self.gpu,
             "uuid": self.uuid,
             "measured_utc": self.measured_utc,
-            "measurements": [dict(m.to_dict(), vs_datasheet=self.vs_datasheet(m)) for m in self.measurements],
+            "measurements": [dict(m.to_dict(), vs_datasheet=self.vs_datasheet(m))
+                             for m in self.measurements],
             "health": {"readings": self.health.readings, "unreadable": self.health.unreadable,
                        "error": self.health.error},
             "findings": [f.to_dict() for f in self.findings],
@@ -83,13 +85,16 @@ def plan_lines(quick: bool) -> list[str]:
     """What a bench run would do (``--dry-run``)."""
     plan = ProbePlan(quick=quick)
     sizes = "4" if quick else "7"
-    shapes = [f"probe gemm_grid: bf16 M x N x K, each of {sizes} sizes 256..16384", "probe attention_grid: causal SDPA, seq 512..8192, head_dim 64/128",
+    shapes = [f"probe gemm_grid: bf16 M x N x K, each of {sizes} sizes 256..16384",
+              "probe attention_grid: causal SDPA, seq 512..8192, head_dim 64/128",
               f"probe elementwise: bytes/s of {', '.join(ELEMENTWISE_KINDS)}",
               "probe optimizer: torch.optim.AdamW step, foreach and fused, over bf16 parameters"]
-    multi = ["with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 KiB..4 GiB (torchrun)",
-             ("with 2+ GPUs: overlap: GEMM and memory-bound throughput under a concurrent NCCL all-reduce, and "
-              "the all-reduce under GEMMs (torchrun)")]
-    return [f"probe {name}" for name in plan.names()] + shapes + multi + ["read NVML health", "save the machine profile"]
+    multi = [("with 2+ GPUs: peer-to-peer copy, NCCL all-reduce / all-gather / reduce-scatter 1 "
+              "KiB..4 GiB (torchrun)"),
+             ("with 2+ GPUs: overlap: GEMM and memory-bound throughput under a concurrent NCCL "
+              "all-reduce, and the all-reduce under GEMMs (torchrun)")]
+    return [f"probe {name}" for name in plan.names()] + shapes + multi + [
+        "read NVML health", "save the machine profile"]
 
 
 def run_bench(
@@ -109,8 +114,9 @@ def run_bench(
     except ImportError:  # pragma: no cover - torch is a dependency
         raise InputError("bench needs PyTorch with CUDA") from None
     if not torch.cuda.is_available():
-        raise InputError("bench measures a CUDA GPU and none is visible here (torch.cuda.is_available() is False); "
-                         "`gpudoctor bench --dry-run` lists what it would measure")
+        raise InputError("bench measures a CUDA GPU and none is visible here "
+                         "(torch.cuda.is_available() is False); `gpudoctor bench --dry-run` lists "
+                         "what it would measure")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     health = read_health()
     uuid = str(health.readings.get("uuid") or getattr(props, "uuid", "") or props.name)
@@ -135,7 +141,8 @@ def run_bench(
                 progress("peer-to-peer, NCCL collectives and compute under an all-reduce")
             measurements += p2p_probe(torch)
             curves = run_collectives(gpus, max_bytes, overlap=shapes)
-            overlap = curves.pop("overlap", None) or {"error": curves.get("error") or "torchrun returned no overlap"}
+            overlap = curves.pop("overlap", None) or {"error": curves.get("error")
+                                                      or "torchrun returned no overlap"}
             overlap = overlap if shapes else {}
             measurements += _peaks(curves)
     if shapes and not overlap:
@@ -170,7 +177,9 @@ def run_bench(
 def overlap_skipped(gpus: int) -> dict[str, str]:
     """The ``overlap`` section of a bench that could not measure it (one GPU, or no collectives)."""
     why = "this machine shows one GPU" if gpus < 2 else "collectives were not measured (--no-collectives, --quick)"
-    return {"skipped": f"compute under an overlapped NCCL all-reduce needs 2+ GPUs and collectives: {why}"}
+    return {
+        "skipped": "compute under an overlapped NCCL all-reduce needs 2+ GPUs and "
+                   f"collectives: {why}"}
 
 
 def p2p_probe(torch: Any) -> list[Measurement]:
@@ -190,7 +199,8 @@ def p2p_probe(torch: Any) -> list[Measurement]:
         if i >= 2:
             times.append(start.elapsed_time(end) / 1e3)
     peer = bool(torch.cuda.can_device_access_peer(0, 1))
-    return [Measurement("p2p.gpu0->gpu1", src.numel() * 4 / statistics.median(times), "B/s", {"peer_access": peer})]
+    return [Measurement("p2p.gpu0->gpu1", src.numel() * 4 / statistics.median(times), "B/s",
+                        {"peer_access": peer})]
 
 
 def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[str, Any]:
@@ -202,8 +212,9 @@ def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[st
     import tempfile
 
     out = Path(tempfile.mkdtemp()) / "collectives.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-           "-m", "gpudoctor.hardware.collective_bandwidth", "--out", str(out), "--max-bytes", max_bytes]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={gpus}", "-m", "gpudoctor.hardware.collective_bandwidth", "--out",
+           str(out), "--max-bytes", max_bytes]
     cmd += ["--overlap"] if overlap else []
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not out.exists():
@@ -218,5 +229,6 @@ def _peaks(curves: dict[str, Any]) -> list[Measurement]:
         if rows:
             best = max(rows, key=lambda r: r["busbw_Bps"])
             out.append(Measurement(f"nccl.{op}.busbw", best["busbw_Bps"], "B/s",
-                                   {"at_bytes": best["bytes"], "world_size": curves.get("world_size")}))
+                                   {"at_bytes": best["bytes"],
+                                    "world_size": curves.get("world_size")}))
     return out

@@ -32,8 +32,8 @@ MIN_WIDTH, MAX_WIDTH = 40, 1000
 def _check_width(value: int | None) -> int | None:
     """--width of every report command: a width rich can lay out (a negative one printed nothing)."""
     if value is not None and not MIN_WIDTH <= value <= MAX_WIDTH:
-        raise InputError(f"--width {value}: give a terminal width from {MIN_WIDTH} to {MAX_WIDTH} columns "
-                         "(e.g. --width 100), or leave it out to use the terminal's")
+        raise InputError(f"--width {value}: give a terminal width from {MIN_WIDTH} to {MAX_WIDTH} "
+                         "columns (e.g. --width 100), or leave it out to use the terminal's")
     return value
 
 
@@ -47,7 +47,8 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors (before or after the command)."),
+    debug: bool = typer.Option(False, "--debug",
+                               help="Show tracebacks on errors (before or after the command)."),
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print gpudoctor's version and exit."),
 ) -> None:
@@ -57,21 +58,30 @@ def _main(
 @app.command()
 def analyze(
     paths: list[Path] = typer.Argument(
-        ..., help="torch.profiler trace (.json / .json.gz) or a run directory; a run directory with rank*/ "
-        "bundles, or several traces (one per rank), for a multi-GPU analysis. Several traces are one job's ranks "
-        "when each records the same world size and backend and its own rank (Kineto's distributedInfo; "
-        "without it, when each records collectives or send/recv); otherwise each is diagnosed on its own, "
-        "one report per trace headed by its file (--json: {\"separate_traces\": why, \"reports\": [...]})."),
+        ...,
+        help="torch.profiler trace (.json / .json.gz) or a run directory; a run directory "
+        "with rank*/ bundles, or several traces (one per rank), for a multi-GPU analysis. Several "
+        "traces are one job's ranks when each records the same world size and backend and its "
+        "own rank (Kineto's distributedInfo; without it, when each records collectives or "
+        "send/recv); otherwise each is diagnosed on its own, one report per trace headed by its "
+        "file (--json: {\"separate_traces\": why, \"reports\": [...]})."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    gpu: str | None = typer.Option(None, "--gpu", help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
-    ceilings: Path | None = typer.Option(None, "--ceilings", help="Ceilings JSON file (overrides --gpu)."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes for many ranks (default: one per core)."),
+    html: Path | None = typer.Option(None, "--html",
+                                     help="Write a self-contained HTML report here."),
+    gpu: str | None = typer.Option(None, "--gpu",
+                                   help="Datasheet row to use (e.g. h100-sxm, a100-sxm-80gb)."),
+    ceilings: Path | None = typer.Option(None, "--ceilings",
+                                         help="Ceilings JSON file (overrides --gpu)."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width for the report."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j",
+                                    help="Worker processes for many ranks (default: one per core)."),
     perfetto: Path | None = typer.Option(
-        None, "--perfetto", help="Write the trace with the diagnosis drawn on it here (steps, GPU idle by cause, "
-        "each finding, arrows from each sync to its idle), for ui.perfetto.dev or chrome://tracing; gzipped when the "
-        "name ends in .gz. A distributed run: one file per rank, .rank<R> before .json."),
+        None, "--perfetto",
+        help="Write the trace with the diagnosis drawn on it here (steps, GPU idle by cause, "
+        "each finding, arrows from each sync to its idle), for ui.perfetto.dev or "
+        "chrome://tracing; gzipped when the name ends in .gz. A distributed run: one file per "
+        "rank, .rank<R> before .json."),
 ) -> None:
     """Diagnose one trace, or every rank of a distributed run: ranked findings with the time each
     would save per step (multi-GPU: stragglers, exposed communication, slow collectives)."""
@@ -84,16 +94,19 @@ def analyze(
             if p.is_dir():  # a run directory: every rank's trace and env.json is an input
                 inputs += [f for f in p.rglob("*.json*") if f.name.startswith(("trace", "env"))]
     _check_outputs(html, perfetto, inputs)  # before the analysis: a bad output path fails at once
-    report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=perfetto, inputs=inputs)
+    report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=perfetto,
+                            inputs=inputs)
     if html is not None and hasattr(report, "reports"):  # traces diagnosed one by one: one page holds one report
-        raise InputError(f"--html writes one report, and these {len(paths)} traces are not the ranks of one job "
-                         f"({report.why}); write one page per trace: gpudoctor analyze TRACE --html PAGE.html")
+        raise InputError(f"--html writes one report, and these {len(paths)} traces are not the "
+                         f"ranks of one job ({report.why}); write one page per trace: gpudoctor "
+                         "analyze TRACE --html PAGE.html")
     _emit(report, json_out, html, width, inputs)
     if perfetto is not None and not json_out:
         _say_annotated(report, perfetto)
 
 
-def _check_outputs(html: Path | None, perfetto: Path | None, inputs: Sequence[Path | str | None]) -> None:
+def _check_outputs(html: Path | None, perfetto: Path | None,
+                   inputs: Sequence[Path | str | None]) -> None:
     """--html and --perfetto: each a file that can be written, neither over an input nor the other."""
     from gpudoctor.outputs import check_output_file, same_file
 
@@ -102,8 +115,8 @@ def _check_outputs(html: Path | None, perfetto: Path | None, inputs: Sequence[Pa
     if perfetto is not None:
         check_output_file(perfetto, "--perfetto", inputs, example="annotated.trace.json.gz")
         if html is not None and same_file(html, perfetto):
-            raise InputError(f"--perfetto {perfetto} is also the --html page: give the annotated trace its own file, "
-                             "such as annotated.trace.json.gz")
+            raise InputError(f"--perfetto {perfetto} is also the --html page: give the annotated "
+                             "trace its own file, such as annotated.trace.json.gz")
 
 
 def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def]
@@ -114,8 +127,9 @@ def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def
     ranks = [row.rank for row in report.ranks or ()]
     files = [f for f in (rank_file(target, r) for r in ranks) if f.is_file()] if ranks else [target]
     merged = f"; every rank's on rank 0's clock in {target}" if ranks and target.is_file() else ""
-    said = (f"annotated trace{'s' * (len(files) > 1)} written to {', '.join(map(str, files))}{merged} "
-            "(open at ui.perfetto.dev or in chrome://tracing)" if files else
+    said = (f"annotated trace{'s' * (len(files) > 1)} written to "
+            f"{', '.join(map(str, files))}{merged} (open at ui.perfetto.dev or in chrome://tracing)"
+            if files else
             "no annotated trace written: no rank recorded GPU work")
     SafeConsole(stderr=True).print(said, markup=False, highlight=False, soft_wrap=True)
 
@@ -123,8 +137,10 @@ def _say_annotated(report, target: Path) -> None:  # type: ignore[no-untyped-def
 @app.command()
 def demo(
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
+    html: Path | None = typer.Option(None, "--html",
+                                     help="Write a self-contained HTML report here."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width for the report."),
 ) -> None:
     """On a GPU: run one lab trap live, diagnose it and verify the predicted speedup on its fixed
     twin. Without a GPU: diagnose the sample trace shipped with gpudoctor (recorded on an H100)."""
@@ -142,61 +158,81 @@ def demo(
         from gpudoctor.report.safe import SafeConsole
 
         SafeConsole(stderr=True, highlight=False).print(
-            "gpudoctor demo: no CUDA GPU here, so this diagnoses the sample trace bundled with gpudoctor, recorded "
-            f"on an NVIDIA H100 ({path}); on a GPU, the demo runs a trap live instead.", markup=False)
+            "gpudoctor demo: no CUDA GPU here, so this diagnoses the sample trace bundled with "
+            f"gpudoctor, recorded on an NVIDIA H100 ({path}); on a GPU, the demo runs a trap live "
+            "instead.", markup=False)
         report = analyze_path(path)
         _emit(report, json_out, html, width, [path])
 
 
 @app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                      "allow_interspersed_args": False}
 )
 def run(
     ctx: typer.Context,
     script: str | None = typer.Argument(None, help="The Python script to run (or use -m MODULE)."),
     module: str | None = typer.Option(None, "-m", help="Run a module, as python -m MODULE does."),
     steps: int = typer.Option(5, "--steps", help="Steps to record."),
-    skip: int = typer.Option(10, "--skip", help="Warm-up steps to leave out (compilation, autotuning)."),
-    stack: bool = typer.Option(False, "--stack", help="Record Python stacks: findings point at file:line."),
+    skip: int = typer.Option(10, "--skip",
+                             help="Warm-up steps to leave out (compilation, autotuning)."),
+    stack: bool = typer.Option(False, "--stack",
+                               help="Record Python stacks: findings point at file:line."),
     exit_after: bool = typer.Option(
-        True, "--exit-after/--continue", help="Stop the program once the window is recorded, or let it run on."
+        True, "--exit-after/--continue",
+        help="Stop the program once the window is recorded, or let it run on."
     ),
-    out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where run directories are written."),
-    wait: float = typer.Option(30.0, "--wait", help="Seconds without any step before a time window is used."),
+    out: Path = typer.Option(Path("gpudoctor-runs"), "--out",
+                             help="Where run directories are written."),
+    wait: float = typer.Option(30.0, "--wait",
+                               help="Seconds without any step before a time window is used."),
     window: float = typer.Option(3.0, "--window", help="Length of that time window, in seconds."),
     calibrate: int = typer.Option(
-        8, "--calibrate", help="Unprofiled steps timed after the window (the observer-effect calibration)."
+        8, "--calibrate",
+        help="Unprofiled steps timed after the window (the observer-effect calibration)."
     ),
     json_out: bool = typer.Option(
-        False, "--json", help="Print only the JSON report on stdout; the program's own stdout goes to stderr."
+        False, "--json",
+        help="Print only the JSON report on stdout; the program's own stdout goes to stderr."
     ),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width for the report."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width for the report."),
     try_fixes: bool = typer.Option(
-        False, "--try-fixes", help="Then rerun the program once per knob-fixable finding, the knob applied, and "
+        False, "--try-fixes",
+        help="Then rerun the program once per knob-fixable finding, the knob applied, and "
         "measure the speedup."
     ),
     fixes: str | None = typer.Option(
-        None, "--fixes", help="The knobs to try, comma-separated (implies --try-fixes; default: those the "
+        None, "--fixes",
+        help="The knobs to try, comma-separated (implies --try-fixes; default: those the "
         "findings call for)."
     ),
     sandbox: Path | None = typer.Option(
-        None, "--sandbox", help="Run each trial in DIR/<knob>/, the files it writes land there (implies --try-fixes)."
+        None, "--sandbox",
+        help="Run each trial in DIR/<knob>/, the files it writes land there (implies --try-fixes)."
     ),
-    trial_timeout: float = typer.Option(300.0, "--trial-timeout", help="Seconds one trial may run."),
+    trial_timeout: float = typer.Option(300.0, "--trial-timeout",
+                                        help="Seconds one trial may run."),
     trial_repeats: int = typer.Option(
-        1, "--trial-repeats", help="With --try-fixes: run the control and each knob this many times, alternating, "
-        "and measure each knob over its processes (for programs whose speed moves between processes)."
+        1, "--trial-repeats",
+        help="With --try-fixes: run the control and each knob this many times, alternating, "
+        "and measure each knob over its processes (for programs whose speed moves between "
+        "processes)."
     ),
     trial_trace: bool = typer.Option(
-        True, "--trial-trace/--no-trial-trace", help="With --try-fixes: each trial also records the profiled "
-        "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: faster)."
+        True, "--trial-trace/--no-trial-trace",
+        help="With --try-fixes: each trial also records the profiled "
+        "window after its timed steps, so gpudoctor diff can compare trials (--no-trial-trace: "
+        "faster)."
     ),
     nproc: int | None = typer.Option(
-        None, "--nproc", help="Launch N processes on this host through torchrun, each profiling the same steps; "
+        None, "--nproc",
+        help="Launch N processes on this host through torchrun, each profiling the same steps; "
         "rank 0 writes the combined report."
     ),
     rank_timeout: float = typer.Option(
-        120.0, "--rank-timeout", help="In a distributed job: seconds a rank waits for the others (the window "
+        120.0, "--rank-timeout",
+        help="In a distributed job: seconds a rank waits for the others (the window "
         "agreement, the bundles) before going on without them."
     ),
 ) -> None:
@@ -226,24 +262,27 @@ def run(
     try_fixes = try_fixes or fixes is not None or sandbox is not None or trial_repeats != 1
     fix_ids = _check_try_fixes(fixes, sandbox, trial_timeout, trial_repeats) if try_fixes else None
     if wait < 0 or window <= 0:
-        raise InputError(f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
+        raise InputError(
+            f"--wait must be >= 0 and --window > 0 seconds, got --wait {wait:g} --window {window:g}")
     from gpudoctor.outputs import check_output_dir
 
     check_output_dir(out, "--out")
     config = CaptureConfig(steps=steps, skip=skip, stack=stack, calibration_steps=calibrate)
     if not rank_timeout > 0:
-        raise InputError(f"--rank-timeout must be a positive number of seconds, got {rank_timeout:g}")
+        raise InputError(
+            f"--rank-timeout must be a positive number of seconds, got {rank_timeout:g}")
     if nproc is not None:
-        _launch_ranks(nproc, target, try_fixes, steps=steps, skip=skip, stack=stack, exit_after=exit_after, out=out,
-                      wait=wait, window=window, calibrate=calibrate, json_out=json_out, width=width,
-                      rank_timeout=rank_timeout)
+        _launch_ranks(nproc, target, try_fixes, steps=steps, skip=skip, stack=stack,
+                      exit_after=exit_after, out=out, wait=wait, window=window, calibrate=calibrate,
+                      json_out=json_out, width=width, rank_timeout=rank_timeout)
     from gpudoctor.capture.rank_window import rank_info
 
     ranked = rank_info()  # torchrun's variables: each rank prints one line, rank 0 the report
     quiet = program_stdout_to_stderr() if json_out else contextlib.nullcontext()
     with quiet, _baseline_numerics(try_fixes) as numerics:
         run = run_and_diagnose(
-            target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window, rank_timeout_s=rank_timeout
+            target, config, base=out, exit_after=exit_after, wait_s=wait, window_s=window,
+            rank_timeout_s=rank_timeout
         )
     outcome, run_dir, report, note = run.outcome, run.run_dir, run.report, run.note
     cpu_only = run.status is RunStatus.NO_GPU_ACTIVITY
@@ -256,8 +295,8 @@ def run(
     if note:
         sys.stderr.write(f"gpudoctor: {note}\n")
     if try_fixes and (report is not None or cpu_only):
-        _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox, trial_timeout,
-                    trial_trace, json_out, width, trial_repeats)
+        _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, sandbox,
+                    trial_timeout, trial_trace, json_out, width, trial_repeats)
     code = outcome.exit_code
     if run.status is RunStatus.NOT_DIAGNOSED and ranked is None:
         # the program succeeded, but gpudoctor made no report: not the program's error, not bad input
@@ -275,7 +314,8 @@ def _end_rank(rank: int, code: int, bundle: Path, note: str) -> None:
     from gpudoctor.capture.launch import record_exit_code
 
     where = f"bundle in {bundle}" if (bundle / "env.json").is_file() else "no bundle"
-    sys.stderr.write(visible_controls(f"gpudoctor (rank {rank}): {where}" + (f"; {note}" if note else "")) + "\n")
+    sys.stderr.write(
+        visible_controls(f"gpudoctor (rank {rank}): {where}" + (f"; {note}" if note else "")) + "\n")
     record_exit_code(rank, code)
     raise typer.Exit(code)
 
@@ -288,21 +328,22 @@ def _launch_ranks(nproc: int, target: Any, try_fixes: bool, **options: Any) -> N
     if nproc < 1:
         raise InputError(f"--nproc must be 1 or more processes, got {nproc}")
     if try_fixes:
-        raise InputError("--try-fixes reruns one process per knob and does not run with --nproc: try the knobs on "
-                         "a single-process run")
+        raise InputError("--try-fixes reruns one process per knob and does not run with --nproc: "
+                         "try the knobs on a single-process run")
     if rank_info() is not None:
-        raise InputError("--nproc launches torchrun, and this process already is one rank of a distributed job: "
-                         "leave --nproc out under torchrun")
+        raise InputError("--nproc launches torchrun, and this process already is one rank of a "
+                         "distributed job: leave --nproc out under torchrun")
     target.check()  # once here, not once per rank
     raise typer.Exit(launch(nproc, _run_args(target, **options)))
 
 
-def _run_args(target: Any, *, steps: int, skip: int, stack: bool, exit_after: bool, out: Path, wait: float,
-              window: float, calibrate: int, json_out: bool, width: int | None, rank_timeout: float) -> list[str]:
+def _run_args(target: Any, *, steps: int, skip: int, stack: bool, exit_after: bool, out: Path,
+              wait: float, window: float, calibrate: int, json_out: bool, width: int | None,
+              rank_timeout: float) -> list[str]:
     """The options of this `gpudoctor run`, spelled out again for every rank (--nproc left out)."""
-    args = ["--steps", str(steps), "--skip", str(skip), "--out", str(out), "--wait", repr(wait), "--window",
-            repr(window), "--calibrate", str(calibrate), "--rank-timeout", repr(rank_timeout),
-            "--exit-after" if exit_after else "--continue"]
+    args = ["--steps", str(steps), "--skip", str(skip), "--out", str(out), "--wait",
+            repr(wait), "--window", repr(window), "--calibrate", str(calibrate), "--rank-timeout",
+            repr(rank_timeout), "--exit-after" if exit_after else "--continue"]
     if stack:
         args.append("--stack")
     if json_out:
@@ -313,15 +354,16 @@ def _run_args(target: Any, *, steps: int, skip: int, stack: bool, exit_after: bo
     return [*args, *program, *target.args]
 
 
-def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float, repeats: int) -> list[str] | None:
+def _check_try_fixes(fixes: str | None, sandbox: Path | None, timeout: float,
+                     repeats: int) -> list[str] | None:
     """--fixes, --sandbox, --trial-timeout and --trial-repeats, checked before the program runs."""
     from gpudoctor.tryfix.trial import MAX_REPEATS, parse_fixes
 
     if not timeout > 0:
         raise InputError(f"--trial-timeout must be a positive number of seconds, got {timeout:g}")
     if not 1 <= repeats <= MAX_REPEATS:
-        raise InputError(f"--trial-repeats must be a whole number from 1 to {MAX_REPEATS}, got {repeats}; "
-                         "each repeat runs the control and every knob once more")
+        raise InputError(f"--trial-repeats must be a whole number from 1 to {MAX_REPEATS}, got "
+                         f"{repeats}; each repeat runs the control and every knob once more")
     if sandbox is not None:
         from gpudoctor.outputs import check_output_dir
 
@@ -355,14 +397,17 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
     from gpudoctor.tryfix.session import try_fixes
 
     err = SafeConsole(stderr=True)
-    done = try_fixes(target, config, outcome.result.unprofiled_before_ms, run_dir, report, numerics, fix_ids,
+    done = try_fixes(target, config, outcome.result.unprofiled_before_ms, run_dir, report,
+                     numerics, fix_ids,
                      sandbox=sandbox, timeout_s=timeout, trace=trace, repeats=repeats,
-                     progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False, highlight=False))
+                     progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
+                                                     highlight=False))
     attach(run_dir, done, rank_suffix(global_rank()))
     if json_out:
         suffix = rank_suffix(global_rank())
         path = run_dir / f"report{suffix}.json"
-        sys.stdout.write(path.read_text() if path.is_file() else (run_dir / "trials.json").read_text())
+        sys.stdout.write(path.read_text() if path.is_file()
+                         else (run_dir / "trials.json").read_text())
         return
     render_console(done, SafeConsole(width=width) if width else SafeConsole())
 
@@ -373,13 +418,17 @@ def bench(
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     html: Path | None = typer.Option(None, "--html", help="Write the measured roofline page here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be measured, and stop."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the machine profile for analyze and run."),
+    save: bool = typer.Option(True, "--save/--no-save",
+                              help="Save the machine profile for analyze and run."),
     collectives: bool | None = typer.Option(
-        None, "--collectives/--no-collectives", help="NCCL curves across GPUs (default: with 2+ GPUs, full runs)."
+        None, "--collectives/--no-collectives",
+        help="NCCL curves across GPUs (default: with 2+ GPUs, full runs)."
     ),
-    max_bytes: str = typer.Option("4GiB", "--max-bytes", help="Largest collective message (1 KiB up to this)."),
+    max_bytes: str = typer.Option("4GiB", "--max-bytes",
+                                  help="Largest collective message (1 KiB up to this)."),
     shapes: bool = typer.Option(
-        True, "--shapes/--no-shapes", help="bf16 GEMM (M, N, K) and attention grids, for plan train --bench."
+        True, "--shapes/--no-shapes",
+        help="bf16 GEMM (M, N, K) and attention grids, for plan train --bench."
     ),
 ) -> None:
     """Measure this GPU's real ceilings (memory, matrix FLOP/s per dtype, launches, host copies, GEMM
@@ -402,8 +451,8 @@ def bench(
         def step(label: str) -> None:
             bar.update(task, description=f"measuring {label}", advance=1)
 
-        result = run_bench(quick=quick, save=save, progress=step, collectives=collectives, max_bytes=max_bytes,
-                           shapes=shapes)
+        result = run_bench(quick=quick, save=save, progress=step, collectives=collectives,
+                           max_bytes=max_bytes, shapes=shapes)
     if html is not None:
         from gpudoctor.report.bench import render_html
 
@@ -417,7 +466,8 @@ def bench(
     render_console(result, SafeConsole())
 
 
-lab_app = typer.Typer(help="The trap lab: workloads that plant each finding, run next to their fixed twins.")
+lab_app = typer.Typer(
+    help="The trap lab: workloads that plant each finding, run next to their fixed twins.")
 app.add_typer(lab_app, name="lab")
 
 
@@ -432,7 +482,8 @@ def lab_list(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
         return
     console = Console()
     for e in entries:
-        console.print(f"[bold]{e['name']:22}[/bold] {e['expected_finding'] or '(healthy)':22} {e['title']}",
+        console.print(f"[bold]{e['name']:22}[/bold] {e['expected_finding'] or '(healthy)':22} "
+                      f"{e['title']}",
                       markup=True, highlight=False, soft_wrap=True)
 
 
@@ -441,9 +492,11 @@ def lab_run(
     names: list[str] | None = typer.Argument(None, help="Traps to run (see gpudoctor lab list)."),
     all_traps: bool = typer.Option(False, "--all", help="Every trap and baseline."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    device: str = typer.Option("cuda", "--device", help="cuda, or cpu for a smoke run (timings mean nothing)."),
+    device: str = typer.Option("cuda", "--device",
+                               help="cuda, or cpu for a smoke run (timings mean nothing)."),
     steps: int = typer.Option(5, "--steps", help="Profiled steps per trap."),
-    out: Path = typer.Option(Path("gpudoctor-runs"), "--out", help="Where the lab's traces and reports go."),
+    out: Path = typer.Option(Path("gpudoctor-runs"), "--out",
+                             help="Where the lab's traces and reports go."),
 ) -> None:
     """Run traps and their fixed twins, diagnose the sick ones, compare predicted and measured speedups."""
     from gpudoctor.capture.bundle import new_run_dir, write_json
@@ -512,13 +565,15 @@ def _live_demo(json_out: bool, html: Path | None, width: int | None) -> None:
     with err.status(f"running the {DEMO_TRAP} trap and its fixed twin on {torch_device_name()}..."):
         verdict = verify_trap(trap, "cuda", new_run_dir(Path("gpudoctor-runs"), "demo"))
     if verdict.report is None:
-        raise InputError(f"the live demo failed ({verdict.error}); `gpudoctor analyze` still works on traces")
+        raise InputError(
+            f"the live demo failed ({verdict.error}); `gpudoctor analyze` still works on traces")
     _emit(verdict.report, json_out, html, width)
     if not json_out:
         err.print(
-            f"verified on this GPU: {trap.title}. The doctor predicted x{verdict.predicted_speedup:.2f} from the "
-            f"{verdict.expected} fix; the fixed twin ran x{verdict.measured_speedup:.2f} faster "
-            f"({verdict.sick_ms:.2f} -> {verdict.fixed_ms:.2f} ms per step).",
+            f"verified on this GPU: {trap.title}. The doctor predicted "
+            f"x{verdict.predicted_speedup:.2f} from the {verdict.expected} fix; the fixed twin ran "
+            f"x{verdict.measured_speedup:.2f} faster ({verdict.sick_ms:.2f} -> "
+            f"{verdict.fixed_ms:.2f} ms per step).",
             markup=False,
         )
 
@@ -529,20 +584,28 @@ def torch_device_name() -> str:
     return torch.cuda.get_device_name()
 
 
-plan_app = typer.Typer(no_args_is_help=True, help="Predict collectives and training layouts (DP/TP/PP/ZeRO).")
+plan_app = typer.Typer(no_args_is_help=True,
+                       help="Predict collectives and training layouts (DP/TP/PP/ZeRO).")
 app.add_typer(plan_app, name="plan")
 
 
 @plan_app.command("comm")
 def plan_comm(
-    op: str = typer.Argument(..., help="all-reduce, all-gather, reduce-scatter, all-to-all, broadcast or p2p."),
+    op: str = typer.Argument(...,
+                             help="all-reduce, all-gather, reduce-scatter, all-to-all, "
+                                  "broadcast or p2p."),
     nbytes: str = typer.Argument(..., help="Message size per rank, e.g. 256MiB, 1GB, 4096."),
     gpus: int = typer.Option(..., "--gpus", help="Ranks taking part."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (NVLink domain)."),
     gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
-    fabric: str | None = typer.Option(None, "--fabric", help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, pcie4, pcie5."),
-    busbw_table: Path | None = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured collectives."),
-    nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduce in one NVSwitch node)."),
+    fabric: str | None = typer.Option(None, "--fabric",
+                                      help="Inter-node fabric: ib-ndr, ib-xdr, ib-hdr, roce, "
+                                      "pcie4, pcie5."),
+    busbw_table: Path
+    | None = typer.Option(None, "--busbw-table", help="A gpudoctor bench JSON with measured "
+                          "collectives."),
+    nvls: bool = typer.Option(False, "--nvls",
+                              help="NVLink SHARP on (all-reduce in one NVSwitch node)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predicted time and bus bandwidth of one collective."""
@@ -550,8 +613,8 @@ def plan_comm(
     from gpudoctor.report.plan import render_comm
     from gpudoctor.report.safe import SafeConsole
 
-    pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu, fabric=fabric,
-                   busbw_table=str(busbw_table) if busbw_table else None, nvls=nvls)
+    pred = predict(op, parse_bytes(nbytes), gpus=gpus, gpus_per_node=gpus_per_node, gpu=gpu,
+                   fabric=fabric, busbw_table=str(busbw_table) if busbw_table else None, nvls=nvls)
     if json_out:
         sys.stdout.write(json.dumps(pred.to_dict(), indent=1) + "\n")
         return
@@ -560,7 +623,9 @@ def plan_comm(
 
 @plan_app.command("train")
 def plan_train(
-    spec: str = typer.Argument(..., help="A config.json, a preset or module:factory (as gpudoctor memory)."),
+    spec: str = typer.Argument(...,
+                               help="A config.json, a preset or module:factory (as gpudoctor "
+                                    "memory)."),
     gpus: int = typer.Option(..., "--gpus", help="GPUs in total."),
     gpu: str = typer.Option("h100-sxm", "--gpu", help="GPU datasheet row."),
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per optimizer step."),
@@ -569,25 +634,39 @@ def plan_train(
     fabric: str | None = typer.Option(None, "--fabric", help="Inter-node fabric (ib-ndr, ...)."),
     top: int = typer.Option(5, "--top", help="Plans to show."),
     bench_file: Path | None = typer.Option(
-        None, "--bench", help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
+        None, "--bench",
+        help="A `gpudoctor bench --json` file of this GPU: GEMMs and attention at measured rates."
     ),
-    sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism on layouts with TP > 1."),
-    impl: str = typer.Option("eager-hf", "--impl", help="What runs the step: eager-hf (HF eager, AdamW foreach), fused (Megatron-style kernels, flash attention) or fused-noflash (the same, attention scores materialized)."),
-    schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved or zb-h1."),
+    sp: bool = typer.Option(True, "--sp/--no-sp",
+                            help="Sequence parallelism on layouts with TP > 1."),
+    impl: str = typer.Option("eager-hf", "--impl",
+                             help="What runs the step: eager-hf (HF eager, AdamW foreach), fused "
+                                  "(Megatron-style kernels, flash attention) or fused-noflash (the "
+                                  "same, attention scores materialized)."),
+    schedule: str = typer.Option("1f1b", "--schedule",
+                                 help="Pipeline schedule: 1f1b, interleaved or zb-h1."),
     dp: int | None = typer.Option(None, "--dp", help="Fix the data-parallel degree."),
     tp: int | None = typer.Option(None, "--tp", help="Fix the tensor-parallel degree."),
     pp: int | None = typer.Option(None, "--pp", help="Fix the pipeline-parallel degree."),
     cp: int | None = typer.Option(None, "--cp", help="Fix the context-parallel degree."),
     zero: int | None = typer.Option(None, "--zero", help="Fix the ZeRO stage (0-3; 3 = FSDP)."),
-    microbatch: int | None = typer.Option(None, "--microbatch", help="Fix the micro-batch (sequences)."),
-    checkpointing: str | None = typer.Option(None, "--checkpointing", help="Fix it: none, selective or full."),
-    nvls: bool = typer.Option(False, "--nvls", help="NVLink SHARP on (all-reduces inside one NVSwitch node)."),
-    params_dtype: str | None = typer.Option(None, "--params-dtype", help="bf16 (default), fp16 or fp32, as gpudoctor memory."),
-    autocast: str | None = typer.Option(None, "--autocast", help="none (default), bf16 or fp16, as gpudoctor memory."),
+    microbatch: int | None = typer.Option(None, "--microbatch",
+                                          help="Fix the micro-batch (sequences)."),
+    checkpointing: str | None = typer.Option(None, "--checkpointing",
+                                             help="Fix it: none, selective or full."),
+    nvls: bool = typer.Option(False, "--nvls",
+                              help="NVLink SHARP on (all-reduces inside one NVSwitch node)."),
+    params_dtype: str
+    | None = typer.Option(None, "--params-dtype", help="bf16 (default), fp16 or fp32, as "
+                          "gpudoctor memory."),
+    autocast: str | None = typer.Option(None, "--autocast",
+                                        help="none (default), bf16 or fp16, as gpudoctor memory."),
     optimizer: str | None = typer.Option(
-        None, "--optimizer", help="adamw (default), adamw8bit, sgd, sgd-momentum, adafactor, as gpudoctor memory."),
+        None, "--optimizer",
+        help="adamw (default), adamw8bit, sgd, sgd-momentum, adafactor, as gpudoctor memory."),
     master_weights: bool | None = typer.Option(
-        None, "--master-weights", help="fp32 master weights and optimizer states (default off), as gpudoctor memory."),
+        None, "--master-weights",
+        help="fp32 master weights and optimizer states (default off), as gpudoctor memory."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     width: int | None = typer.Option(None, "--width", help="Terminal width."),
 ) -> None:
@@ -600,12 +679,13 @@ def plan_train(
     from gpudoctor.report.plan import render_train
     from gpudoctor.report.safe import SafeConsole
 
-    pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch, checkpointing=checkpointing)
+    pins = Pins(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, microbatch=microbatch,
+                checkpointing=checkpointing)
     result = plan_training(spec, gpus=gpus, gpu=gpu, global_batch=global_batch, seq=seq,
                            gpus_per_node=gpus_per_node, fabric=fabric, top=top, schedule=schedule,
                            calibration=bench_file, sp=sp, impl=impl, pins=pins, nvls=nvls,
-                           precision={"params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
-                                      "master_weights": master_weights})
+                           precision={"params_dtype": params_dtype, "autocast": autocast,
+                                      "optimizer": optimizer, "master_weights": master_weights})
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         if not result.plans:
@@ -623,13 +703,16 @@ def plan_infer(
     qps: float = typer.Option(..., "--qps", help="Requests per second to serve."),
     prompt: int = typer.Option(1024, "--prompt", help="Prompt tokens per request."),
     new: int = typer.Option(256, "--new", help="Generated tokens per request."),
-    weights_dtype: str = typer.Option("bf16", "--weights-dtype", help="bf16, fp16, fp8, int8 or int4."),
+    weights_dtype: str = typer.Option("bf16", "--weights-dtype",
+                                      help="bf16, fp16, fp8, int8 or int4."),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16, fp16, fp8 or int8."),
     allow_long_context: bool = typer.Option(
         False, "--allow-long-context",
-        help="Accept --prompt + --new beyond the model's maximum context (served with a longer RoPE scaling)."),
+        help="Accept --prompt + --new beyond the model's maximum context (served with a longer "
+             "RoPE scaling)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width."),
 ) -> None:
     """Serving sizing: TP degree, sequences the KV budget holds, decode speed, the QPS that saturates.
     Exit code 3 when no TP degree can hold the weights and one request (why is printed), 2 on bad input."""
@@ -638,7 +721,8 @@ def plan_infer(
     from gpudoctor.report.plan import render_serving
     from gpudoctor.report.safe import SafeConsole
 
-    result = plan_serving(spec, gpu=gpu, qps=qps, prompt=prompt, new=new, weights_dtype=weights_dtype,
+    result = plan_serving(spec, gpu=gpu, qps=qps, prompt=prompt, new=new,
+                          weights_dtype=weights_dtype,
                           kv_dtype=kv_dtype, allow_long_context=allow_long_context)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
@@ -652,9 +736,12 @@ def plan_infer(
 
 @app.command("explain")
 def explain_cmd(
-    files: list[Path] = typer.Argument(..., help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or scenario files."),
+    files: list[Path] = typer.Argument(...,
+                                       help="ncu CSV/.ncu-rep, nvidia-smi output, timing CSVs or "
+                                       "scenario files."),
     json_out: bool = typer.Option(False, "--json", help="Print the ranked hypotheses as JSON."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width."),
 ) -> None:
     """Diagnose from artifacts you already have: Nsight Compute, nvidia-smi, timing tables, scenarios."""
     from gpudoctor.explain import explain_paths
@@ -669,52 +756,73 @@ def explain_cmd(
 
 
 # core/presets.py's names, listed here so the help needs no import (tests/test_memory_cli.py keeps them in step)
-_PRESET_NAMES = ("deepseek-v2-lite", "deepseek-v3", "gemma-2b", "gemma-7b", "gpt2", "gpt2-xl", "llama-3.1-405b",
-                 "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "mixtral-8x7b",
+_PRESET_NAMES = ("deepseek-v2-lite", "deepseek-v3", "gemma-2b", "gemma-7b", "gpt2", "gpt2-xl",
+                 "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b",
+                 "mistral-7b", "mixtral-8x7b",
                  "pythia-1b", "qwen2.5-0.5b", "qwen2.5-72b", "qwen2.5-7b")
 
 
 @app.command("memory")
 def memory_cmd(
-    spec: str = typer.Argument(..., help="A config.json (or its folder), a preset name, or module:factory. "
-                                         f"Presets: {', '.join(_PRESET_NAMES)}."),
+    spec: str = typer.Argument(...,
+                               help="A config.json (or its folder), a preset name, or "
+                                         f"module:factory. Presets: {', '.join(_PRESET_NAMES)}."),
     infer: bool = typer.Option(False, "--infer", help="Generation instead of a training step."),
-    batch: int | None = typer.Option(None, "--batch", help="Micro-batch per GPU (training) or sequences (generation)."),
+    batch: int | None = typer.Option(None, "--batch",
+                                     help="Micro-batch per GPU (training) or sequences "
+                                     "(generation)."),
     seq: int | None = typer.Option(None, "--seq", help="Sequence length (training; default 2048)."),
     params_dtype: str | None = typer.Option(None, "--params-dtype", help="bf16, fp16 or fp32."),
     autocast: str | None = typer.Option(None, "--autocast", help="none, bf16 or fp16."),
-    optimizer: str | None = typer.Option(None, "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    optimizer: str | None = typer.Option(None, "--optimizer",
+                                         help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
     master_weights: bool | None = typer.Option(
         None, "--master-weights",
-        help="fp32 master weights and optimizer states beside 16-bit weights; ignored (with a note) under "
-             "--params-dtype fp32, whose weights are their own master copy."),
-    checkpointing: str | None = typer.Option(None, "--checkpointing", help="none, selective or full."),
+        help="fp32 master weights and optimizer states beside 16-bit weights; ignored (with a "
+             "note) under --params-dtype fp32, whose weights are their own master copy."),
+    checkpointing: str | None = typer.Option(None, "--checkpointing",
+                                             help="none, selective or full."),
     attention: str | None = typer.Option(
-        None, "--attention", help="sdpa (default), flash or eager: the attention transformers runs, priced as "
-                                  "given (Gemma 2: eager on transformers >= 5.21, which refuses SDPA for it)."),
-    loss: str | None = typer.Option(None, "--loss", help="standard, or chunked (fused linear cross-entropy)."),
+        None, "--attention",
+        help="sdpa (default), flash or eager: the attention transformers runs, priced as "
+                                  "given (Gemma 2: eager on transformers >= 5.21, which refuses "
+                                  "SDPA for it)."),
+    loss: str | None = typer.Option(None, "--loss",
+                                    help="standard, or chunked (fused linear cross-entropy)."),
     dp: int | None = typer.Option(None, "--dp", help="Data-parallel ranks."),
-    zero: int | None = typer.Option(None, "--zero", help="ZeRO stage 0-3 over the data-parallel ranks."),
+    zero: int | None = typer.Option(None, "--zero",
+                                    help="ZeRO stage 0-3 over the data-parallel ranks."),
     fsdp: bool | None = typer.Option(None, "--fsdp", help="FSDP full sharding (ZeRO-3 semantics)."),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel ranks."),
     sp: bool | None = typer.Option(None, "--sp", help="Sequence parallelism (with --tp)."),
     pp: int | None = typer.Option(None, "--pp", help="Pipeline stages (1F1B)."),
-    virtual_stages: int | None = typer.Option(None, "--virtual-stages", help="Interleaved 1F1B: chunks per stage."),
+    virtual_stages: int | None = typer.Option(None, "--virtual-stages",
+                                              help="Interleaved 1F1B: chunks per stage."),
     cp: int | None = typer.Option(None, "--cp", help="Context-parallel ranks (sequence split)."),
-    microbatches: int | None = typer.Option(None, "--microbatches", help="Gradient-accumulation steps (PP micro-batches)."),
+    microbatches: int | None = typer.Option(None, "--microbatches",
+                                            help="Gradient-accumulation steps (PP micro-batches)."),
     prompt: int | None = typer.Option(None, "--prompt", help="Prompt tokens (generation)."),
     new: int | None = typer.Option(None, "--new", help="New tokens generated (generation)."),
-    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8 or int4 (generation)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="bf16, fp16, fp8 or int8 (generation)."),
-    group_size: int | None = typer.Option(None, "--group-size", help="int4 quantization group (default 128)."),
-    paged_block: int | None = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF DynamicCache)."),
-    prefill_chunk: int | None = typer.Option(None, "--prefill-chunk", help="Chunked prefill size in tokens."),
-    gpu: str | None = typer.Option(None, "--gpu", help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
+    weights_dtype: str | None = typer.Option(None, "--weights-dtype",
+                                             help="bf16, fp16, fp8, int8 or int4 (generation)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype",
+                                        help="bf16, fp16, fp8 or int8 (generation)."),
+    group_size: int | None = typer.Option(None, "--group-size",
+                                          help="int4 quantization group (default 128)."),
+    paged_block: int
+    | None = typer.Option(None, "--paged-block", help="Paged KV cache block in tokens (0: HF "
+                          "DynamicCache)."),
+    prefill_chunk: int | None = typer.Option(None, "--prefill-chunk",
+                                             help="Chunked prefill size in tokens."),
+    gpu: str | None = typer.Option(None, "--gpu",
+                                   help="Check the fit on this GPU (e.g. h100-sxm, a100-sxm-80gb)."),
     allow_long_context: bool = typer.Option(
         False, "--allow-long-context",
-        help="Price a sequence beyond a RoPE model's max positions (a longer RoPE scaling than its config says)."),
+        help="Price a sequence beyond a RoPE model's max positions (a longer RoPE scaling than its "
+             "config says)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width."),
 ) -> None:
     """Predict the GPU memory of training or generation before launch, and what to change when it does not fit."""
     from gpudoctor.memory import estimate_from_options
@@ -722,13 +830,17 @@ def memory_cmd(
     from gpudoctor.report.safe import SafeConsole
 
     opts = {
-        "batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
-        "master_weights": master_weights, "checkpointing": checkpointing, "attention": attention, "loss": loss,
-        "dp": dp, "zero": zero, "fsdp": fsdp, "tp": tp, "sp": sp, "pp": pp, "virtual_stages": virtual_stages,
-        "cp": cp, "microbatches": microbatches, "prompt": prompt, "new": new, "weights_dtype": weights_dtype,
-        "kv_dtype": kv_dtype, "group_size": group_size, "paged_block": paged_block, "prefill_chunk": prefill_chunk,
+        "batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast,
+        "optimizer": optimizer, "master_weights": master_weights, "checkpointing": checkpointing,
+        "attention": attention, "loss": loss,
+        "dp": dp, "zero": zero, "fsdp": fsdp, "tp": tp, "sp": sp, "pp": pp,
+        "virtual_stages": virtual_stages, "cp": cp, "microbatches": microbatches, "prompt": prompt,
+        "new": new, "weights_dtype": weights_dtype,
+        "kv_dtype": kv_dtype, "group_size": group_size, "paged_block": paged_block,
+        "prefill_chunk": prefill_chunk,
     }
-    est = estimate_from_options(spec, infer=infer, gpu=gpu, context="extend" if allow_long_context else "refuse", **opts)
+    est = estimate_from_options(spec, infer=infer, gpu=gpu,
+                                context="extend" if allow_long_context else "refuse", **opts)
     if json_out:
         sys.stdout.write(to_json(est) + "\n")
         return
@@ -737,17 +849,25 @@ def memory_cmd(
 
 @app.command("diff")
 def diff_cmd(
-    before: Path | None = typer.Argument(None, help="BEFORE: a trace, a run directory, or a directory of rank traces."),
+    before: Path
+    | None = typer.Argument(None,
+                            help="BEFORE: a trace, a run directory, or a directory of rank traces."),
     after: Path | None = typer.Argument(None, help="AFTER: the same kinds as BEFORE."),
-    last: bool = typer.Option(False, "--last", help="Compare the two most recent runs of the program run last."),
-    runs: Path = typer.Option(Path("gpudoctor-runs"), "--runs", help="Where --last looks for run directories."),
-    json_out: bool = typer.Option(False, "--json", help="Print the diff as JSON (schema: docs/diff.md)."),
+    last: bool = typer.Option(False, "--last",
+                              help="Compare the two most recent runs of the program run last."),
+    runs: Path = typer.Option(Path("gpudoctor-runs"), "--runs",
+                              help="Where --last looks for run directories."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print the diff as JSON (schema: docs/diff.md)."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML page here."),
     fail_if_slower: str | None = typer.Option(
-        None, "--fail-if-slower", help="CI gate: exit with code 4 when AFTER is slower by more than PCT (5% or 5) "
+        None, "--fail-if-slower",
+        help="CI gate: exit with code 4 when AFTER is slower by more than PCT (5% or 5) "
                                        "beyond noise (the 95% interval's lower end is above PCT)."),
-    floor: float = typer.Option(1.0, "--noise-floor", help="Run-to-run floor in percent: smaller changes are noise."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+    floor: float = typer.Option(1.0, "--noise-floor",
+                                help="Run-to-run floor in percent: smaller changes are noise."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width."),
 ) -> None:
     """Compare two runs: the step-time change with its confidence interval and a verdict (faster,
     slower, no difference beyond noise), the change per category, idle cause and kernel, and the
@@ -785,36 +905,43 @@ def diff_cmd(
 
         render_console(result, SafeConsole(width=width) if width else SafeConsole())
         if html is not None:
-            SafeConsole(stderr=True).print(f"HTML diff written to {html}", markup=False, highlight=False)
+            SafeConsole(stderr=True).print(f"HTML diff written to {html}", markup=False,
+                                           highlight=False)
     if threshold is not None:
         sys.stderr.write(visible_controls(explain(result, threshold)) + "\n")
         if failed(result, threshold):
             raise typer.Exit(SLOWER_EXIT_CODE)
 
 
-def _diff_inputs(before: Path | None, after: Path | None, last: bool, runs: Path) -> tuple[Path, Path]:
+def _diff_inputs(before: Path | None, after: Path | None, last: bool,
+                 runs: Path) -> tuple[Path, Path]:
     """BEFORE and AFTER as given, or the last two runs of one program (--last)."""
     if last:
         if before is not None or after is not None:
-            raise InputError("--last picks BEFORE and AFTER itself: give either --last or two paths, not both")
+            raise InputError(
+                "--last picks BEFORE and AFTER itself: give either --last or two paths, not both")
         from gpudoctor.diff.history import last_pair
 
         older, newer = last_pair(runs)
-        sys.stderr.write(visible_controls(f"gpudoctor diff --last: {older.path} -> {newer.path}") + "\n")
+        sys.stderr.write(
+            visible_controls(f"gpudoctor diff --last: {older.path} -> {newer.path}") + "\n")
         return Path(older.path), Path(newer.path)
     if before is None or after is None:
-        raise InputError("give BEFORE and AFTER (traces or run directories): gpudoctor diff runs/a runs/b; "
-                         "or --last for the two most recent runs of one program")
+        raise InputError("give BEFORE and AFTER (traces or run directories): gpudoctor diff runs/a "
+                         "runs/b; or --last for the two most recent runs of one program")
     return before, after
 
 
 @app.command("history")
 def history_cmd(
-    folder: Path = typer.Argument(Path("gpudoctor-runs"), help="The folder gpudoctor run wrote to (its --out)."),
+    folder: Path = typer.Argument(Path("gpudoctor-runs"),
+                                  help="The folder gpudoctor run wrote to (its --out)."),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
     predictions: bool = typer.Option(False, "--predictions",
-                                     help="The --try-fixes trials' predicted vs measured speedups, and how far off."),
-    width: int | None = typer.Option(None, "--width", callback=_check_width, help="Terminal width."),
+                                     help="The --try-fixes trials' predicted vs measured speedups, "
+                                     "and how far off."),
+    width: int | None = typer.Option(None, "--width", callback=_check_width,
+                                     help="Terminal width."),
 ) -> None:
     """The runs under a folder, newest first: program, arguments, git commit, GPU, step time, top finding."""
     from gpudoctor.diff.history import list_runs, prediction_errors
@@ -868,7 +995,8 @@ def _emit(report, json_out: bool, html: Path | None, width: int | None,  # type:
 
     render_console(report, SafeConsole(width=width) if width else SafeConsole())
     if html is not None:
-        SafeConsole(stderr=True).print(f"HTML report written to {html}", markup=False, highlight=False)
+        SafeConsole(stderr=True).print(f"HTML report written to {html}", markup=False,
+                                       highlight=False)
 
 
 def _write_html(report, target: Path, inputs: Sequence[Path | str | None] = ()) -> None:  # type: ignore[no-untyped-def]
@@ -929,7 +1057,8 @@ def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
 def _run_value_options() -> set[str]:
     """The options of ``gpudoctor run`` that take a value (read from the command, not listed twice)."""
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-    return {opt for p in command.params if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+    return {opt for p in command.params if p.param_type_name == "option"
+            and not getattr(p, "is_flag", False)
             for opt in p.opts}
 
 
@@ -937,7 +1066,8 @@ def _one_line_summaries(typer_app: typer.Typer) -> None:
     """The command list shows each command's first paragraph; typer's rich mode keeps the
     docstring's line breaks there, cutting sentences mid-line. Joined, rich wraps them to the terminal."""
     for info in typer_app.registered_commands:
-        doc = inspect.cleandoc(info.help or (info.callback.__doc__ if info.callback else None) or "")
+        doc = inspect.cleandoc(info.help
+                               or (info.callback.__doc__ if info.callback else None) or "")
         if info.short_help is None and doc:
             info.short_help = " ".join(doc.split("\n\n")[0].split())
     for group in typer_app.registered_groups:

@@ -34,7 +34,8 @@ def fail_on(exc: BaseException) -> NoReturn:
 
     if isinstance(exc, GpuDoctorError):
         fail(exc, f"error: {exc}", exc.exit_code)
-    fail(exc, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+    fail(exc,
+         f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
 
 
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
@@ -48,5 +49,5 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
     where = "/".join(Path(filename).parts[-3:])
     hint = "a number of this report may be off: " if issubclass(category, RuntimeWarning) else ""
     sys.stderr.write(visible_controls(
-        f"gpudoctor: warning: {category.__name__}: {message} (at {where}:{lineno}); {hint}rerun with --debug "
-        "and report it").replace("\n", " ") + "\n")
+        f"gpudoctor: warning: {category.__name__}: {message} (at {where}:{lineno}); {hint}rerun "
+        "with --debug and report it").replace("\n", " ") + "\n")

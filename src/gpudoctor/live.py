@@ -116,8 +116,9 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
             report = found.report
         except NoGpuActivityError:
             status = RunStatus.NO_GPU_ACTIVITY
-            note = (f"no GPU activity in the window (device: {result.device}): the CPU-only profile is in "
-                    f"{result.trace_path}; the doctor needs a CUDA device to diagnose GPU time")
+            note = (f"no GPU activity in the window (device: {result.device}): the CPU-only "
+                    f"profile is in {result.trace_path}; the doctor needs a CUDA device to "
+                    "diagnose GPU time")
         except IncompleteTraceError as exc:  # the window holds nothing sound to report (its message names the file)
             note = f"the recorded window cannot be diagnosed: {exc}"
     if report is not None:
@@ -135,7 +136,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
     return Diagnosed(report, note, RunStatus.DIAGNOSED if report is not None else status)
 
 
-def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target: Path) -> tuple[Report, str]:
+def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path,
+                          target: Path) -> tuple[Report, str]:
     """Write the trace with the diagnosis drawn on it beside the trace (report/perfetto.py); the
     report then says where each finding lies in it. A trace with no GPU work has nothing to draw.
     Failing costs that file and a note, never the bundle."""
@@ -147,10 +149,13 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path, target:
     if skipped:
         return report, skipped
     try:
-        annotation = write_annotated(trace, found.analysis, report.findings, target, option="annotated trace")
+        annotation = write_annotated(trace, found.analysis, report.findings, target,
+                                     option="annotated trace")
     except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
         return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
-    return dataclasses.replace(report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(target.name))), ""
+    return dataclasses.replace(report,
+                               annotated_trace=AnnotatedTraceSection.from_dict(
+                                   annotation.entry(target.name))), ""
 
 
 def free_bytes(folder: Path) -> int:
@@ -189,7 +194,8 @@ def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
     if result.generate:
         steps = dataclasses.replace(steps, generate=GenerateTiming.from_dict(result.generate))
     warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
-    unprofiled = (UnprofiledSection.from_dict(result.unprofiled.to_dict()) if result.unprofiled is not None
+    unprofiled = (UnprofiledSection.from_dict(result.unprofiled.to_dict())
+                  if result.unprofiled is not None
                   else report.unprofiled)
     return dataclasses.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)
 
@@ -210,31 +216,38 @@ def run_and_diagnose(
     program = program_facts(target.path_or_module, target.args, target.is_module)  # before the program can chdir
     if info is not None:
         sync = RankSync(info, base, target.name, config.steps, rank_timeout_s)
-        outcome = run_program(target, config, sync.bundle_dir(), exit_after=exit_after, wait_s=wait_s,
-                              window_s=window_s, sync=sync)
+        outcome = run_program(target, config, sync.bundle_dir(), exit_after=exit_after,
+                              wait_s=wait_s, window_s=window_s, sync=sync)
         run_dir, report, note = finish_ranked(outcome.result, config, sync, program)
         if outcome.result.trace_path is None:
             note = _join(_why_nothing(outcome, config, wait_s), note)
         status = RunStatus.DIAGNOSED if report is not None else RunStatus.NOT_DIAGNOSED
-        return RunDiagnosis(outcome, run_dir, report, _with_capture_notes(note, outcome.result), status)
+        return RunDiagnosis(outcome, run_dir, report,
+                            _with_capture_notes(note, outcome.result), status)
     run_dir = new_run_dir(base, target.name)
-    outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s, window_s=window_s)
+    outcome = run_program(target, config, run_dir, exit_after=exit_after, wait_s=wait_s,
+                          window_s=window_s)
     result = outcome.result
     if result.trace_path is None:
-        return RunDiagnosis(outcome, run_dir, None, _why_nothing(outcome, config, wait_s), RunStatus.NOT_DIAGNOSED)
+        return RunDiagnosis(outcome, run_dir, None, _why_nothing(outcome, config, wait_s),
+                            RunStatus.NOT_DIAGNOSED)
     found = diagnose_capture(result, config, run_dir, None, program)
-    return RunDiagnosis(outcome, run_dir, found.report, _with_capture_notes(found.note, result), found.status)
+    return RunDiagnosis(outcome, run_dir, found.report, _with_capture_notes(found.note, result),
+                        found.status)
 
 
 def _with_capture_notes(note: str, result: CaptureResult) -> str:
     """The user's note, plus the GPU's held-back clocks and a window cut short."""
     throttled = problem_reasons(result.nvml.get("throttle_reasons_seen"))
     if throttled:
-        note = _join(note, f"the GPU's clocks were held back during the window ({', '.join(throttled)})")
+        note = _join(note,
+                     f"the GPU's clocks were held back during the window ({', '.join(throttled)})")
     if result.error:
-        note = _join(note, f"the window ended early ({result.error}): the report covers what was captured")
+        note = _join(note,
+                     f"the window ended early ({result.error}): the report covers what was captured")
     if result.internal_error:
-        note = _join(note, f"gpudoctor failed while recording ({result.internal_error}) and detached")
+        note = _join(note,
+                     f"gpudoctor failed while recording ({result.internal_error}) and detached")
     return note
 
 
@@ -275,13 +288,14 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
     notes = [*(window.notes if window is not None else ()), *waited]  # the ranks left out, and why
     ranks = [{"rank": r, "path": f"rank{r}", "state": state[r]} for r in sorted(state)]
     write_json(run / "ranks.json", {"world_size": sync.info.world_size,
-                                    "window": window.facts() if window is not None else None, "ranks": ranks})
+                                    "window": window.facts() if window is not None else None,
+                                    "ranks": ranks})
     report, why = _analyze_ranks(run)
     if report is None:
         report = own
         if report is not None:
-            notes.append(f"this is rank 0's report, not a combined one ({why}); each rank's own is in "
-                         f"{run}/rank<R>/report.json")
+            notes.append(f"this is rank 0's report, not a combined one ({why}); each rank's "
+                         f"own is in {run}/rank<R>/report.json")
     if report is None:
         return None, _join(why, "; ".join(notes))
     report = dataclasses.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
@@ -319,17 +333,21 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
     """RUN's report is one rank's (the straggler's, else the first rank's: ranks/combine.py; rank
     0's own where there is no combined one): it points at that rank's annotated trace, in its
     bundle (``rank<R>/annotated.trace.json.gz``), as that rank's report.json does."""
-    rank = next((row.rank for row in report.ranks if row.straggler), report.ranks[0].rank if report.ranks else 0)
+    rank = next((row.rank for row in report.ranks if row.straggler),
+                report.ranks[0].rank if report.ranks else 0)
     entry = report.annotated_trace
     if entry is None:
         try:
-            saved = json.loads((run / f"rank{rank}" / "report.json").read_text()).get("annotated_trace")
+            saved = json.loads((run / f"rank{rank}"
+                                / "report.json").read_text()).get("annotated_trace")
             entry = AnnotatedTraceSection.from_dict(saved) if saved else None
         except (OSError, ValueError, AttributeError, KeyError, TypeError):  # no bundle, or not one this gpudoctor wrote
             entry = None
     if entry is None or not entry.file:
         return report
-    return dataclasses.replace(report, annotated_trace=dataclasses.replace(entry, file=f"rank{rank}/{Path(entry.file).name}"))
+    return dataclasses.replace(report,
+                               annotated_trace=dataclasses.replace(
+                                   entry, file=f"rank{rank}/{Path(entry.file).name}"))
 
 
 def _analyze_ranks(run: Path) -> tuple[Report | None, str]:
@@ -353,8 +371,8 @@ def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
     if outcome.message:
         return outcome.message
     if result.internal_error:
-        return (f"gpudoctor failed while recording ({result.internal_error}) and detached, leaving the program to "
-                "run on: nothing was recorded")
+        return (f"gpudoctor failed while recording ({result.internal_error}) and detached, leaving "
+                "the program to run on: nothing was recorded")
     code = outcome.exit_code
     if seen == 0 and code != 0:
         return f"the program stopped (exit code {code}) before its first step: nothing was recorded"
@@ -363,27 +381,31 @@ def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
     mark = "call gpudoctor.step() once per iteration (import gpudoctor)"
     if seen == 0 and result.training_forwards:
         return (f"the program ended with exit code 0 {ran}; it called {result.root_module} "
-                f"{result.training_forwards} times with gradients and never stepped a torch.optim optimizer, so its "
-                f"steps could not be told apart (forwards count as steps after {config.patience} such calls): "
-                f"nothing was recorded; {mark}" + (f", or lower --wait ({wait_s:g} s)" if ended_early else ""))
+                f"{result.training_forwards} times with gradients and never stepped a torch.optim "
+                "optimizer, so its steps could not be told apart (forwards count as steps after "
+                f"{config.patience} such calls): nothing was recorded; {mark}"
+                + (f", or lower --wait ({wait_s:g} s)" if ended_early else ""))
     if seen == 0 and ended_early:
-        return (f"the program ended with exit code 0 {ran}, before any step and before the time window "
-                f"(--wait {wait_s:g} s): nothing was recorded; if it has iterations, {mark}, or lower --wait")
+        return (f"the program ended with exit code 0 {ran}, before any step and before the "
+                f"time window (--wait {wait_s:g} s): nothing was recorded; if it has iterations, "
+                f"{mark}, or lower --wait")
     if seen == 0:
-        return (f"the program ran {result.program_s:.1f} s (exit code 0) and nothing in it marks an iteration: no "
-                "module call, optimizer step, backward(), DataLoader batch, generate() or CUDA graph replay, so no "
-                f"window could open (a time window, after --wait {wait_s:g} s, also opens only at one of those "
-                f"calls): nothing was recorded; {mark}")
+        return (f"the program ran {result.program_s:.1f} s (exit code 0) and nothing in it marks "
+                "an iteration: no module call, optimizer step, backward(), DataLoader batch, "
+                "generate() or CUDA graph replay, so no window could open (a time window, after "
+                f"--wait {wait_s:g} s, also opens only at one of those calls): nothing was "
+                f"recorded; {mark}")
     source = result.step_source or "steps"
-    return (f"the program ran {seen} step{'s' * (seen != 1)} ({source}) and ended with exit code {code} before the "
-            f"window, which opens after --skip {config.skip}: nothing was recorded; lower --skip")
+    return (f"the program ran {seen} step{'s' * (seen != 1)} ({source}) and ended with exit code "
+            f"{code} before the window, which opens after --skip {config.skip}: nothing was "
+            "recorded; lower --skip")
 
 
 class Doctor:
     """``with gpudoctor.profile(steps=5, skip=3) as doc: ... doc.step()``; then ``doc.report()``."""
 
-    def __init__(self, steps: int = 5, skip: int = 3, stack: bool = False, out: str | Path | None = None,
-                 name: str = "profile") -> None:
+    def __init__(self, steps: int = 5, skip: int = 3, stack: bool = False,
+                 out: str | Path | None = None, name: str = "profile") -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = global_rank()
         base = Path(out) if out else DEFAULT_BASE
@@ -402,23 +424,27 @@ class Doctor:
         """Mark the end of one iteration (optimizer steps are counted without it)."""
         self.session.step()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc is not None:
             self.session.fail(f"{type(exc).__name__}: {exc}")
         else:
             self.session.close()
         if self.sync is not None:
-            self.run_dir, self._report, self._note = finish_ranked(self.session.result, self.config, self.sync)
+            self.run_dir, self._report, self._note = finish_ranked(self.session.result,
+                                                                   self.config, self.sync)
         elif self.session.result.trace_path is not None:
-            self._report, self._note = diagnose_capture(self.session.result, self.config, self.run_dir)
+            self._report, self._note = diagnose_capture(self.session.result, self.config,
+                                                        self.run_dir)
 
     def report(self) -> Report:
         """The diagnosis of the recorded window."""
         if self._report is None:
             result = self.session.result
             why = self._note or (
-                f"no window was recorded: {result.steps_seen} steps seen, {self.config.skip + 1 + self.config.steps} "
-                "needed (skip + 1 warm-up + steps); call doc.step() once per iteration"
+                f"no window was recorded: {result.steps_seen} steps seen, "
+                f"{self.config.skip + 1 + self.config.steps} needed (skip + 1 warm-up + steps); "
+                "call doc.step() once per iteration"
             )
             raise GpuDoctorError(why)
         return self._report
@@ -427,6 +453,7 @@ class Doctor:
         return self._report._repr_html_() if self._report is not None else f"<pre>{self._note}</pre>"
 
 
-def profile(steps: int = 5, skip: int = 3, stack: bool = False, out: str | Path | None = None) -> Any:
+def profile(steps: int = 5, skip: int = 3, stack: bool = False,
+            out: str | Path | None = None) -> Any:
     """Profile ``steps`` steps of the code inside the ``with`` block, after ``skip`` untouched ones."""
     return Doctor(steps=steps, skip=skip, stack=stack, out=out)

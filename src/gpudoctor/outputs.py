@@ -31,29 +31,33 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output_file(target: Path, option: str, inputs: Iterable[str | os.PathLike[str] | None] = (),
+def check_output_file(target: Path, option: str,
+                      inputs: Iterable[str | os.PathLike[str] | None] = (),
                       example: str = "report.html") -> None:
     """Raise an InputError when ``target`` cannot take the output: a folder, a path in a missing
     folder, or one of ``inputs``."""
     try:
         _check_output_file(target, option, inputs, example)
     except OSError as exc:  # a folder on the way that cannot be entered
-        raise InputError(f"{option} {target}: {exc.strerror or exc}; choose a path you can write to") from None
+        raise InputError(
+            f"{option} {target}: {exc.strerror or exc}; choose a path you can write to") from None
 
 
 def _check_output_file(target: Path, option: str, inputs: Iterable[str | os.PathLike[str] | None],
                        example: str) -> None:
     if target.is_dir():
-        raise InputError(f"{option} {target} is a directory; give a file path such as {target / example}")
+        raise InputError(
+            f"{option} {target} is a directory; give a file path such as {target / example}")
     for source in inputs:
         if source is not None and same_file(target, source):
             raise InputError(
-                f"{option} {target} is an input of this command ({source}): writing there would destroy it; "
-                f"give another file path such as {example}"
+                f"{option} {target} is an input of this command ({source}): writing there would "
+                f"destroy it; give another file path such as {example}"
             )
     folder = target.parent
     if not folder.exists():
-        raise InputError(f"{option} {target}: folder {folder} does not exist; create it or choose another path")
+        raise InputError(
+            f"{option} {target}: folder {folder} does not exist; create it or choose another path")
     if not folder.is_dir():
         raise InputError(f"{option} {target}: {folder} is not a folder; choose another path")
     if target.exists() and not target.is_file():
@@ -66,14 +70,14 @@ def check_output_dir(target: Path, option: str) -> None:
     be created: checked before the program starts, since the first write comes only when its
     window closes, inside the program's own step."""
     if target.exists() and not target.is_dir():
-        raise InputError(f"{option} {target} is a file, not a folder: run directories are written inside it; "
-                         "give a folder path (it is created when missing)")
+        raise InputError(f"{option} {target} is a file, not a folder: run directories are written "
+                         "inside it; give a folder path (it is created when missing)")
     folder = target
     while not folder.exists() and folder != folder.parent:  # the nearest folder that exists
         folder = folder.parent
     if not folder.is_dir():
-        raise InputError(f"{option} {target}: {folder} is a file, not a folder, so {target} cannot be created; "
-                         "give a folder path you can write to")
+        raise InputError(f"{option} {target}: {folder} is a file, not a folder, so {target} cannot "
+                         "be created; give a folder path you can write to")
     try:  # a real write: permissions, read-only mounts and /proc-like file systems all answer here
         os.rmdir(tempfile.mkdtemp(prefix=".gpudoctor-check-", dir=folder))
     except OSError as exc:
@@ -105,7 +109,8 @@ def atomic_file(target: Path, option: str = "output",
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise InputError(f"cannot write {option} {target}: {exc.strerror}; choose a folder you can write to") from None
+        raise InputError(
+            f"cannot write {option} {target}: {exc.strerror}; choose a folder you can write to") from None
     try:
         os.fchmod(fd, _mode_for(target))  # mkstemp makes 0600 files
         with os.fdopen(fd, "wb") as handle:
@@ -114,8 +119,8 @@ def atomic_file(target: Path, option: str = "output",
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; the old file, if any, "
-                             "is untouched") from None
+            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; the old "
+                             "file, if any, is untouched") from None
         raise
 
 
@@ -145,8 +150,8 @@ def staged_files(targets: Sequence[Path], option: str = "output",
             os.replace(part, target)
         except OSError as exc:
             _remove(staged)
-            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; choose a folder you can "
-                             "write to") from None
+            raise InputError(f"cannot write {option} {target}: {exc.strerror or exc}; choose a "
+                             "folder you can write to") from None
 
 
 def _remove(paths: Iterable[Path]) -> None:

@@ -59,10 +59,11 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
         measured = measured_ceilings_for(trace.gpu.name)
         if measured is not None:
             return measured
-        return from_spec(spec) if (spec := find_spec(trace.gpu.name)) else unavailable(trace.gpu.name)
+        return from_spec(spec) if (spec := find_spec(trace.gpu.name)) else unavailable(
+            trace.gpu.name)
     raise NoGpuActivityError(
-        f"{trace.source} names no GPU (no deviceProperties); pass --gpu NAME (e.g. --gpu {DEFAULT_GPU}) "
-        "or --ceilings FILE"
+        f"{trace.source} names no GPU (no deviceProperties); pass --gpu NAME (e.g. --gpu "
+        f"{DEFAULT_GPU}) or --ceilings FILE"
     )
 
 
@@ -76,36 +77,41 @@ class Diagnosis:
 
 
 def analyze_loaded(
-    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: ModelState | None = None, step_source: str = "", cut_after: int | None = None,
+    trace: Trace, gpu: str | None = None, ceilings: Any = None,
+    unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
+    step_source: str = "", cut_after: int | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py);
     ``step_source`` (what marked a live capture's steps) is named in ``report.steps``;
     ``cut_after``: the window ended early (the program raised) after this many whole steps, and
     the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
-    return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source, cut_after).report
+    return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
+                           cut_after).report
 
 
 def diagnose_loaded(
-    trace: Trace, gpu: str | None = None, ceilings: Any = None, unprofiled_step_ms: float | None = None,
-    model_state: ModelState | None = None, step_source: str = "", cut_after: int | None = None,
+    trace: Trace, gpu: str | None = None, ceilings: Any = None,
+    unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
+    step_source: str = "", cut_after: int | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
         raise EmptyTraceError(
-            f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window in which "
-            "the program runs (torch.profiler.profile around a few steps, or gpudoctor run)"
+            f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window "
+            "in which the program runs (torch.profiler.profile around a few steps, or "
+            "gpudoctor run)"
         )
     check_usable(trace)  # GPU time, host events, one clock: else nothing sound can be said
     analysis: Analysis | None = None
     if len(trace.device) == 0:
         report = analyze_host_only(trace, unprofiled_step_ms, cut_after)
     else:
-        analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
-                                         cut_after)
+        analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
+                                         step_source, cut_after)
     if step_source:
-        report = dataclasses.replace(report, steps=dataclasses.replace(report.steps, source=step_source))
+        report = dataclasses.replace(report,
+                                     steps=dataclasses.replace(report.steps, source=step_source))
     return Diagnosis(report, analysis)
 
 
@@ -128,7 +134,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     return analysis, report
 
 
-def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None, cut_after: int | None = None) -> Report:
+def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None,
+                      cut_after: int | None = None) -> Report:
     """A trace with host events and no GPU work: step times and the host breakdown."""
     steps = whole_steps(segment(trace), cut_after)
     warnings = [no_gpu_work_note(trace)]
@@ -136,24 +143,29 @@ def analyze_host_only(trace: Trace, unprofiled_step_ms: float | None = None, cut
     if note:
         warnings.append(note)
     warnings.extend(trace_notes(trace))
-    return build_host_report(trace, steps, host_breakdown(trace, steps), tuple(warnings), unprofiled_step_ms)
+    return build_host_report(trace, steps, host_breakdown(trace, steps), tuple(warnings),
+                             unprofiled_step_ms)
 
 
-def analyze_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Report:
+def analyze_path(path: str | os.PathLike[str], gpu: str | None = None,
+                 ceilings: Any = None) -> Report:
     """A trace file, or a run directory (whose env.json holds the unprofiled step time)."""
     return diagnose_path(path, gpu, ceilings).report
 
 
-def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> Diagnosis:
+def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
+                  ceilings: Any = None) -> Diagnosis:
     """``analyze_path``'s report with its analysis."""
     from gpudoctor.capture.bundle import read_run
 
     run = read_run(path)  # env.json, parsed once
-    found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings, unprofiled_step_ms=run.unprofiled_step_ms,
-                            model_state=run.model_state, step_source=run.step_source, cut_after=run.cut_after)
+    found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings,
+                            unprofiled_step_ms=run.unprofiled_step_ms, model_state=run.model_state,
+                            step_source=run.step_source, cut_after=run.cut_after)
     if not run.unprofiled:
         return found
-    return Diagnosis(dataclasses.replace(found.report, unprofiled=UnprofiledSection.from_dict(run.unprofiled)),
+    return Diagnosis(dataclasses.replace(found.report,
+                                         unprofiled=UnprofiledSection.from_dict(run.unprofiled)),
                      found.analysis)
 
 
@@ -165,13 +177,17 @@ def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
     from gpudoctor.report.perfetto import write_annotated
 
     if found.analysis is None:
-        raise InputError(f"--perfetto: {trace} recorded no GPU work, so there is no GPU idle or finding to draw; "
-                         "annotate a trace recorded on a GPU")
-    annotation = write_annotated(trace, found.analysis, found.report.findings, target, inputs=inputs)
-    return dataclasses.replace(found.report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(label)))
+        raise InputError(f"--perfetto: {trace} recorded no GPU work, so there is no GPU idle or "
+                         "finding to draw; annotate a trace recorded on a GPU")
+    annotation = write_annotated(trace, found.analysis, found.report.findings, target,
+                                 inputs=inputs)
+    return dataclasses.replace(found.report,
+                               annotated_trace=AnnotatedTraceSection.from_dict(
+                                   annotation.entry(label)))
 
 
-def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilings: Any = None) -> dict[str, Any]:
+def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
+                    ceilings: Any = None) -> dict[str, Any]:
     """The compile knobs' own replayed prices (rules/knob_prices.py) on a run directory or trace,
     by knob id (``KnobPrice.to_dict``): what ``run --try-fixes`` predicts for them. Empty when the
     trace has no GPU work or its step's graph cannot be built."""
@@ -182,16 +198,16 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None, ceilin
     trace = load(path)
     if len(trace.device) == 0:
         return {}
-    analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms, run.model_state,
-                             run.step_source, run.cut_after)
+    analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
+                             run.model_state, run.step_source, run.cut_after)
     model = step_model(analysis)
     if isinstance(model, str):
         return {}
     return {k: p.to_dict() for k, p in knob_prices_of(analysis, model).items()}
 
 
-def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
-                   gpu: str | None = None, annotate: Path | None = None,
+def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None,
+                   ceilings: Any = None, gpu: str | None = None, annotate: Path | None = None,
                    inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report | Reports:
     """What ``gpudoctor analyze`` reads: one run directory of a distributed job, or several traces
     that are the ranks of one job (ranks/job.py: their distributedInfo, else their collectives), as
@@ -201,7 +217,8 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
     check_jobs(jobs)  # whatever the inputs turn out to be: one trace uses no worker, yet -3 is no count
     if len(paths) == 1:
         if is_rank_set(Path(paths[0])):
-            return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate, inputs=inputs)
+            return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate,
+                                 inputs=inputs)
         if annotate is None:
             return analyze_path(paths[0], gpu=gpu, ceilings=ceilings)
         found = diagnose_path(paths[0], gpu=gpu, ceilings=ceilings)
@@ -212,11 +229,12 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
 
     why = apart([job_facts(t) for t in traces_of(paths)])  # a missing path fails here, at once
     if not why:
-        return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate, inputs=inputs)
+        return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate,
+                             inputs=inputs)
     if annotate is not None:
-        raise InputError(f"--perfetto writes the annotated trace of one trace or one job, and these {len(paths)} "
-                         f"traces are not the ranks of one job ({why}); annotate one trace at a time: "
-                         "gpudoctor analyze TRACE --perfetto FILE")
+        raise InputError("--perfetto writes the annotated trace of one trace or one job, and these "
+                         f"{len(paths)} traces are not the ranks of one job ({why}); annotate one "
+                         "trace at a time: gpudoctor analyze TRACE --perfetto FILE")
     workers = min(jobs or os.cpu_count() or 1, len(paths))
     if workers == 1:
         reports = [analyze_path(p, gpu, ceilings) for p in paths]
@@ -224,19 +242,20 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=workers) as pool:  # in the order given
-            reports = list(pool.map(analyze_path, paths, [gpu] * len(paths), [ceilings] * len(paths)))
+            reports = list(pool.map(analyze_path, paths, [gpu] * len(paths),
+                                    [ceilings] * len(paths)))
     return Reports(tuple(reports), why)
 
 
 def check_jobs(jobs: int | None) -> None:
     """``--jobs``: a count of worker processes, 1 or more (None: one per core)."""
     if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs {jobs}: give a number of worker processes of 1 or more (e.g. --jobs 4), "
-                         "or leave it out for one per core")
+        raise InputError(f"--jobs {jobs}: give a number of worker processes of 1 or more (e.g. "
+                         "--jobs 4), or leave it out for one per core")
 
 
-def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None, ceilings: Any = None,
-                  gpu: str | None = None, annotate: Path | None = None,
+def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None = None,
+                  ceilings: Any = None, gpu: str | None = None, annotate: Path | None = None,
                   inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report:
     """The combined report of a distributed run: ``sources`` is one run directory holding rank
     bundles (``rank{R}/``, or ``trace.rank{R}.json.gz`` side by side), or several trace files or
@@ -261,7 +280,8 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     with staged_files(finals, "--perfetto", kept) as staged:
         files = dict(zip((r.rank for r in ranks), staged))
         result, reports = _ranks_result(ranks, workers, gpu, ceilings,
-                                        [(files[r.rank], kept, str(rank_file(annotate, r.rank))) for r in ranks])
+                                        [(files[r.rank], kept, str(rank_file(annotate, r.rank)))
+                                         for r in ranks])
         from gpudoctor.report.perfetto_merge import merge_ranks  # every rank's on rank 0's clock
 
         merge_ranks(result.rows, files.__getitem__, staged[-1], inputs=kept)
@@ -273,7 +293,8 @@ def _ranks_report(ranks: list[RankSource], workers: int, gpu: str | None, ceilin
 
 
 def _ranks_result(ranks: list[RankSource], workers: int, gpu: str | None, ceilings: Any,
-                  targets: list[tuple[Path, list[Any], str] | None]) -> tuple[RanksResult, list[Report]]:
+                  targets: list[tuple[Path, list[Any], str] | None]) -> tuple[RanksResult,
+                                                                              list[Report]]:
     """Each rank summarized (in ``workers`` processes), and their combination."""
     from concurrent.futures import ProcessPoolExecutor
 
@@ -284,7 +305,8 @@ def _ranks_result(ranks: list[RankSource], workers: int, gpu: str | None, ceilin
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             # one task per rank, results in rank order; each worker holds one trace at a time
-            results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks), [ceilings] * len(ranks), targets))
+            results = list(pool.map(_summarize_rank, ranks, [gpu] * len(ranks),
+                                    [ceilings] * len(ranks), targets))
     summaries = [s for s, _ in results]
     # this machine's measured NCCL curves (gpudoctor bench), when the GPU's profile has them
     table = collectives_profile_for(summaries[0].gpu) if summaries[0].gpu else None
@@ -297,8 +319,10 @@ def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
     from gpudoctor.ranks.straggler import priced_unprofiled
 
     base = reports[result.chosen]
-    ranked = tuple(stage_imbalance.priced_unprofiled(priced_unprofiled(f, base.unprofiled_step_ms, base.step_ms),
-                                                     base.unprofiled_step_ms) for f in result.findings)
+    ranked = tuple(stage_imbalance.priced_unprofiled(priced_unprofiled(f, base.unprofiled_step_ms,
+                                                                       base.step_ms),
+                                                     base.unprofiled_step_ms)
+                   for f in result.findings)
     findings = tuple(sorted((*ranked, *base.findings), key=lambda f: -f.saving_ms))
     warnings = (*result.warnings, *base.warnings)
     return dataclasses.replace(base, source=result.source, findings=findings, warnings=warnings,
@@ -315,7 +339,8 @@ def rank_file(target: Path, rank: int) -> Path:
 
 
 def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
-                    annotate: tuple[Path, list[Any], str] | None = None) -> tuple[RankSummary, Report]:
+                    annotate: tuple[Path, list[Any], str]
+                    | None = None) -> tuple[RankSummary, Report]:
     """One rank in its worker: load, diagnose, summarize (``annotate``: also write the rank's
     annotated trace to that file, never over one of the files listed, the report naming it by the
     label that follows); the trace is dropped on return."""
@@ -329,9 +354,11 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
         report = analyze_loaded(trace, unprofiled_step_ms=run.unprofiled_step_ms)
         return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
-    analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state, run.step_source)
+    analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
+                                     run.step_source)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)
     sync = sum(f.saving_ms for f in report.findings if f.id == "host-sync")
-    return dataclasses.replace(summarize(analysis, source.rank, env), sync_saving_ms=round(sync, 6)), report
+    return dataclasses.replace(summarize(analysis, source.rank, env),
+                               sync_saving_ms=round(sync, 6)), report

@@ -79,22 +79,23 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     dispatch = idle.ms("dispatch")
     if unprofiled_step_ms is None and dispatch > 0.1 * bd.step_ms and overhead > 0.1 * dispatch:
         warnings.append(
-            f"up to {min(overhead, dispatch):.2f} ms per step of the dispatch idle may be the profiler's own "
-            f"overhead (~{PROFILER_OVERHEAD_NS_PER_EVENT / 1000:.0f} us per recorded event); launch-bound "
-            "discounts it: time the step without the profiler to confirm"
+            f"up to {min(overhead, dispatch):.2f} ms per step of the dispatch idle may be the "
+            f"profiler's own overhead (~{PROFILER_OVERHEAD_NS_PER_EVENT / 1000:.0f} us per "
+            "recorded event); launch-bound discounts it: time the step without the profiler "
+            "to confirm"
         )
     not_applicable: dict[str, str] = {}
     if not mem.applicable:
         not_applicable["memory"] = mem.reason
     if not ceilings.available:
         not_applicable["roofline"] = (
-            f"unavailable: no ceilings for {ceilings.gpu} (not in the datasheet table); pass --ceilings FILE "
-            "(as `gpudoctor bench` saves on that card) or --gpu NAME to draw it"
+            f"unavailable: no ceilings for {ceilings.gpu} (not in the datasheet table); pass "
+            "--ceilings FILE (as `gpudoctor bench` saves on that card) or --gpu NAME to draw it"
         )
     elif roof.placed_fraction < 0.5:
         not_applicable["roofline"] = (
-            "under half of the kernel time has known FLOPs or bytes: record with record_shapes=True "
-            "(and with_flops=True) to place kernels on the roofline"
+            "under half of the kernel time has known FLOPs or bytes: record with "
+            "record_shapes=True (and with_flops=True) to place kernels on the roofline"
         )
     return Analysis(
         trace=trace,

@@ -37,12 +37,14 @@ from gpudoctor.trace.model import HostCat, Trace
 ENGINE_PREFIX = "autograd::engine::evaluate_function"
 GRAD_MODE_MARK = b'"Sequence number"'
 # work a compile of the module does not take, in a step without backward (and outside grad mode)
-OUTSIDE_NAMES = re.compile(r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
+OUTSIDE_NAMES = re.compile(
+    r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
 OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
 # recurrent modules' operators and their backward nodes: left to eager mode by TorchDynamo
 EAGER_UNDER_DYNAMO = re.compile(
     r"^(aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
-    r"|autograd::engine::evaluate_function: ((CudnnRnn|MiopenRnn)Backward\d*|torch::autograd::AccumulateGrad))$")
+    r"|autograd::engine::evaluate_function: "
+    r"((CudnnRnn|MiopenRnn)Backward\d*|torch::autograd::AccumulateGrad))$")
 
 
 def compiled_region(trace: Trace) -> np.ndarray:
@@ -62,8 +64,10 @@ def compiled_region(trace: Trace) -> np.ndarray:
         backward = top & host.on_threads(engine_threads)
         forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
         raws = host.raw_args
-        chosen = raws.take(forward_candidates.tolist()) if hasattr(raws, "take") else [raws[i] for i in forward_candidates]
-        graded = np.fromiter((GRAD_MODE_MARK in bytes(r or b"") for r in chosen), bool, forward_candidates.size)
+        chosen = raws.take(forward_candidates.tolist()) if hasattr(raws, "take") else [
+            raws[i] for i in forward_candidates]
+        graded = np.fromiter((GRAD_MODE_MARK in bytes(r or b"") for r in chosen), bool,
+                             forward_candidates.size)
         region_top = backward.copy()
         region_top[forward_candidates[graded]] = True
     else:
@@ -78,7 +82,8 @@ def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
     """``region`` without the operators TorchDynamo leaves to eager mode (module docstring), and
     every event inside them."""
     host = trace.host
-    eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & (host.top_op < 0)
+    eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & (
+        host.top_op < 0)
     owner = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
     return region & ~eager[owner]
 
@@ -86,7 +91,8 @@ def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
 def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     """Host events inside (or equal to) an annotation whose name starts with one of ``prefixes``."""
     host = trace.host
-    marked = trace.names_matching(lambda s: s.startswith(prefixes))[host.name] & (host.cat == HostCat.ANNOTATION)
+    marked = trace.names_matching(lambda s: s.startswith(prefixes))[host.name] & (
+        host.cat == HostCat.ANNOTATION)
     s, e = union(host.ts[marked], host.end[marked])
     return contains(s, e, host.ts)
 

@@ -26,8 +26,8 @@ BY_NAME = (
     ("optimizer", ("Optimizer.",)),
     ("backward", ("autograd::engine::evaluate_function", "torch::autograd::")),
 )
-BY_CAT = {HostCat.OP: "aten ops", HostCat.ANNOTATION: "annotations", HostCat.RUNTIME: "cuda runtime",
-          HostCat.DRIVER: "cuda runtime"}
+BY_CAT = {HostCat.OP: "aten ops", HostCat.ANNOTATION: "annotations",
+          HostCat.RUNTIME: "cuda runtime", HostCat.DRIVER: "cuda runtime"}
 TOP_OPS = 15
 
 
@@ -75,7 +75,8 @@ def _top_level(trace: Trace) -> np.ndarray:
     host = trace.host
     if len(host) == 0:
         return np.zeros(0, np.int64)
-    marker = trace.names_matching(lambda s: s.startswith(("ProfilerStep#", ITERATION_MARKER)))[host.name]
+    marker = trace.names_matching(lambda s: s.startswith(("ProfilerStep#",
+                                                          ITERATION_MARKER)))[host.name]
     opaque = (host.cat != HostCat.PYTHON) & ~marker
     return np.flatnonzero(opaque & (nearest_ancestor(host.parent, opaque) < 0))
 
@@ -95,7 +96,8 @@ def _categories(trace: Trace, idx: np.ndarray) -> list[str]:
     return out
 
 
-def _ops(trace: Trace, idx: np.ndarray, inside: np.ndarray, category: list[str], n: int) -> tuple[HostOp, ...]:
+def _ops(trace: Trace, idx: np.ndarray, inside: np.ndarray, category: list[str],
+         n: int) -> tuple[HostOp, ...]:
     host = trace.host
     totals: dict[int, list] = {}
     for i, ns, cat in zip(idx.tolist(), inside.tolist(), category):
@@ -103,7 +105,8 @@ def _ops(trace: Trace, idx: np.ndarray, inside: np.ndarray, category: list[str],
         entry[0] += ns
         entry[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:TOP_OPS]
-    return tuple(HostOp(trace.strings[sid], cat, ns / 1e6 / n, calls / n) for sid, (ns, calls, cat) in ranked)
+    return tuple(HostOp(trace.strings[sid], cat, ns / 1e6 / n, calls / n)
+                 for sid, (ns, calls, cat) in ranked)
 
 
 def no_gpu_work_note(trace: Trace) -> str:
@@ -112,10 +115,12 @@ def no_gpu_work_note(trace: Trace) -> str:
     host = trace.host
     cuda_calls = int(((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)).sum()) if len(host) else 0
     if cuda_calls:
-        return (f"no GPU work was recorded in this window, yet the host made {cuda_calls} CUDA runtime calls: the "
-                "profiler recorded CPU activity only; record with activities=[ProfilerActivity.CPU, "
-                "ProfilerActivity.CUDA] to see the GPU side. This report covers the host alone")
+        return (f"no GPU work was recorded in this window, yet the host made {cuda_calls} CUDA "
+                "runtime calls: the profiler recorded CPU activity only; record with "
+                "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to see the GPU side. "
+                "This report covers the host alone")
     idle_gpu = f" (the trace lists a {trace.gpu.name}, but no kernel or copy ran on it)" if trace.gpu else ""
-    return (f"no GPU work was recorded in this window: the program ran on the CPU (device: cpu){idle_gpu}. "
-            "Step times and the host breakdown are CPU time; nothing is priced against a GPU. To diagnose "
-            "GPU time, move the model and its tensors to a CUDA device and record on a GPU machine")
+    return ("no GPU work was recorded in this window: the program ran on the CPU (device: "
+            f"cpu){idle_gpu}. Step times and the host breakdown are CPU time; nothing is priced "
+            "against a GPU. To diagnose GPU time, move the model and its tensors to a CUDA device "
+            "and record on a GPU machine")

@@ -122,7 +122,8 @@ def bookkeeping_names(trace: Trace) -> np.ndarray:
 
 def dataloader_calls(trace: Trace) -> np.ndarray:
     """Host events of a DataLoader fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
-    return trace.names_matching(lambda s: bool(_DATALOADER.search(s)) and "pin_memory" not in s)[trace.host.name]
+    return trace.names_matching(lambda s: bool(_DATALOADER.search(s))
+                                and "pin_memory" not in s)[trace.host.name]
 
 
 def optimizer_steps(trace: Trace) -> np.ndarray:
@@ -135,13 +136,15 @@ def optimizer_steps(trace: Trace) -> np.ndarray:
 def allocator_calls(trace: Trace) -> np.ndarray:
     """Host runtime / driver calls that allocate or free device (or pinned) memory."""
     host = trace.host
-    return trace.names_matching(lambda s: s in ALLOCATOR_CALLS)[host.name] & (host.cat >= HostCat.RUNTIME)
+    return trace.names_matching(lambda s: s in ALLOCATOR_CALLS)[host.name] & (
+        host.cat >= HostCat.RUNTIME)
 
 
 def event_waits(trace: Trace) -> np.ndarray:
     """Host mask of cudaEventSynchronize calls: the host timing GPU work it launched."""
     host = trace.host
-    return trace.names_matching(lambda s: s == "cudaEventSynchronize")[host.name] & (host.cat >= HostCat.RUNTIME)
+    return trace.names_matching(lambda s: s == "cudaEventSynchronize")[host.name] & (
+        host.cat >= HostCat.RUNTIME)
 
 
 # A call is an operator's setup when, less the time it spent blocked in cudaMalloc / cudaFree or a
@@ -176,12 +179,14 @@ def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
         return mask
     names, inverse = np.unique(host.name[ops], return_inverse=True)
     typical = _first_quartiles(dur, inverse, len(names))
-    own = dur[cand] - _nested_ns(trace, ops[cand], np.flatnonzero(allocator_calls(trace) | sync_calls(trace)))
+    own = dur[cand] - _nested_ns(trace, ops[cand],
+                                 np.flatnonzero(allocator_calls(trace) | sync_calls(trace)))
     gpu = _gpu_ns_launched_inside(trace, ops[cand])
     timed = _nested_count(trace, ops[cand], np.flatnonzero(event_waits(trace)))
     slow = np.zeros(len(ops), bool)
     slow[cand] = ((own >= SETUP_MIN_NS) & ((own >= SETUP_TIMES_TYPICAL * typical[inverse[cand]])
-                                           | (own >= SETUP_TIMES_GPU * gpu))) | (timed >= SETUP_MIN_TIMED)
+                                           | (own >= SETUP_TIMES_GPU * gpu))) | (
+                                               timed >= SETUP_MIN_TIMED)
     for k in np.unique(inverse[slow]).tolist():
         calls = ops[slow & (inverse == k)]
         step_of = np.searchsorted(steps.start, host.ts[calls], side="right") - 1
@@ -254,6 +259,7 @@ def _nested_ns(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "ALLOCATOR_CALLS", "HOST_WORK_MIN_NS", "SYNC_OPS", "SYNC_RUNTIME", "allocator_calls", "bookkeeping_names",
-    "dataloader_calls", "event_waits", "launch_thread", "launch_threads", "optimizer_steps", "setup_calls", "sync_calls",
+    "ALLOCATOR_CALLS", "HOST_WORK_MIN_NS", "SYNC_OPS", "SYNC_RUNTIME", "allocator_calls",
+    "bookkeeping_names", "dataloader_calls", "event_waits", "launch_thread", "launch_threads",
+    "optimizer_steps", "setup_calls", "sync_calls",
 ]

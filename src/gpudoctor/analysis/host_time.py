@@ -31,7 +31,8 @@ from gpudoctor.trace.model import HostCat, Trace
 COLLECTIVE_WAIT = "collective-wait"
 # label order: first wins; a wait is a wait whatever the code around it was doing
 ORDER = ("input-pipeline", COLLECTIVE_WAIT, "host-sync",
-         *(c for c in CAUSES if c in BLOCKING and c not in ("input-pipeline", "host-sync")), "dispatch")
+         *(c for c in CAUSES if c in BLOCKING and c not in ("input-pipeline",
+                                                            "host-sync")), "dispatch")
 WAITS = frozenset({COLLECTIVE_WAIT})  # time spent because of another rank, not this host's own work
 
 
@@ -87,7 +88,8 @@ def host_time(trace: Trace, steps: Steps, idle: IdleResult) -> HostTime:
                     {k: v for k, v in events.items() if v > 0})
 
 
-def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray,
+               b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The intersection of two sorted disjoint interval sets."""
     if not len(a_s) or not len(b_s):
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -95,7 +97,8 @@ def _intersect(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarra
     hi = np.searchsorted(b_s, a_e, side="left")  # b's starting before each a ends
     rep = hi - lo
     a = np.repeat(np.arange(len(a_s)), np.maximum(rep, 0))
-    b = np.concatenate([np.arange(x, y) for x, y in zip(lo.tolist(), hi.tolist()) if y > x] or [np.empty(0, np.int64)])
+    b = np.concatenate([np.arange(x, y) for x, y in zip(lo.tolist(), hi.tolist()) if y > x]
+                       or [np.empty(0, np.int64)])
     s, e = np.maximum(a_s[a], b_s[b]), np.minimum(a_e[a], b_e[b])
     keep = e > s
     return s[keep].astype(np.int64), e[keep].astype(np.int64)

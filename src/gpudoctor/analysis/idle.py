@@ -106,7 +106,8 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     if not trace.capabilities.launch_links and len(gap_s):
         # no kernel-to-launch links: what the host did before each gap says nothing of its cause
         by_cause[UNATTRIBUTED] = total_idle / 1e6 / n_steps
-        return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, -1, gaps=(gap_s, gap_e))
+        return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, -1,
+                          gaps=(gap_s, gap_e))
     if thread < 0 or len(gap_s) == 0:
         by_cause["dispatch"] = total_idle / 1e6 / n_steps
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
@@ -124,8 +125,10 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     per_gap = _give_dispatch_to_blocking(per_gap)
     for cause, ns in per_gap.items():
         by_cause[cause] = float(ns[~waiting].sum()) / 1e6 / n_steps
-    _move_catch_up_to(by_cause, "host-sync", _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
-    _move_catch_up_to(by_cause, "pageable-copy", _blocked_in_pageable_copies(trace, steps, uploads) / 1e6 / n_steps)
+    _move_catch_up_to(by_cause, "host-sync",
+                      _blocked_in_syncs(trace, on_threads, steps) / 1e6 / n_steps)
+    _move_catch_up_to(by_cause, "pageable-copy",
+                      _blocked_in_pageable_copies(trace, steps, uploads) / 1e6 / n_steps)
     by_cause[GPU_WAIT] = float((gap_e - gap_s)[waiting].sum()) / 1e6 / n_steps
     culprits, culprit_ns = _culprits(trace, on_threads, gap_s[~waiting], gap_e[~waiting], uploads)
     events = _events_by_cause(trace, on_threads, steps, label_sets)
@@ -237,7 +240,8 @@ def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, n
     if work_s.size == 0:
         return empty
     parts = [sets["host-work"], sets["host-sync"], sets["pageable-copy"]]
-    s_all, e_all = union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    s_all, e_all = union(np.concatenate([p[0] for p in parts]),
+                         np.concatenate([p[1] for p in parts]))
     out_s, out_e = [], []
     for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
         inside = (s_all < hi) & (e_all > lo)
@@ -317,7 +321,8 @@ def _host_work(
     active = calls | _ops_talking_to_gpu(trace, on_thread & (host.cat == HostCat.OP), calls)
     # each window's own intervals merged first (a union of unions is the union): a big trace's
     # millions of active events are never sorted, nor copied, all at once (peak memory)
-    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]]) for _, a, b in _thread_windows(host)]
+    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]])
+              for _, a, b in _thread_windows(host)]
     del active
     starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])
     ends = np.concatenate([e for _, e in merged] + [e for _, e in labelled])
@@ -364,7 +369,8 @@ def _thread_windows(host: HostEvents) -> Iterator[tuple[tuple[int, int], int, in
 
 
 def _events_by_cause(
-    trace: Trace, on_threads: np.ndarray, steps: Steps, sets: dict[str, tuple[np.ndarray, np.ndarray]]
+    trace: Trace, on_threads: np.ndarray, steps: Steps,
+    sets: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> dict[str, int]:
     """Recorded ops and runtime calls in the steps, by the first cause (CAUSES order) covering them."""
     host = trace.host
@@ -432,7 +438,8 @@ def _culprits(
             culprits[cause], idle_ns[cause] = idx, np.zeros(idx.size, np.int64)
             continue
         # idle inside [event start, end of the gap the event ends in] (the refill counts too)
-        ov = overlap_per_window(gap_s, gap_e, host.ts[idx], _extend_to_gap_end(host.end[idx], gap_s, gap_e))
+        ov = overlap_per_window(gap_s, gap_e, host.ts[idx],
+                                _extend_to_gap_end(host.end[idx], gap_s, gap_e))
         keep = ov > 0
         culprits[cause], idle_ns[cause] = idx[keep], ov[keep]
     return culprits, idle_ns
@@ -446,5 +453,6 @@ def _extend_to_gap_end(end: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) ->
 
 
 __all__ = [
-    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes", "next_launch_end",
+    "CAUSES", "GPU_WAIT", "UNATTRIBUTED", "IdleResult", "blocking_work_regions", "idle_causes",
+    "next_launch_end",
 ]

@@ -61,7 +61,8 @@ class IdleSpans:
 
     def ms_by_cause(self, n_steps: int) -> dict[str, float]:
         """ms per step of each cause, as ``IdleResult.by_cause_ms`` counts it (before the catch-up)."""
-        ns = np.bincount(self.cause, weights=(self.end - self.start).astype(np.float64), minlength=len(NAMES))
+        ns = np.bincount(self.cause, weights=(self.end - self.start).astype(np.float64),
+                         minlength=len(NAMES))
         return {name: float(ns[i]) / 1e6 / max(n_steps, 1) for i, name in enumerate(NAMES)}
 
 
@@ -77,7 +78,8 @@ def idle_spans(trace: Trace, steps: Steps, idle: IdleResult) -> IdleSpans:
     waiting = launched_at <= gap_s
     cut = np.clip(launched_at, gap_s, gap_e)
     labels = [idle.labels.get(c, (_EMPTY, _EMPTY)) for c in CAUSES[:-1]]
-    edges = np.unique(np.concatenate([gap_s, gap_e, cut, *(s for s, _ in labels), *(e for _, e in labels)]))
+    edges = np.unique(np.concatenate([gap_s, gap_e, cut, *(s for s, _ in labels),
+                                      *(e for _, e in labels)]))
     s, e = edges[:-1], edges[1:]
     gap = np.searchsorted(gap_s, s, side="right") - 1
     inside = (gap >= 0) & (e <= gap_e[np.maximum(gap, 0)])
@@ -93,7 +95,8 @@ def idle_spans(trace: Trace, steps: Steps, idle: IdleResult) -> IdleSpans:
     return _spans(s, e, cause, refill, steps)
 
 
-def _merged(s: np.ndarray, e: np.ndarray, gap: np.ndarray, cause: np.ndarray) -> tuple[np.ndarray, ...]:
+def _merged(s: np.ndarray, e: np.ndarray, gap: np.ndarray,
+            cause: np.ndarray) -> tuple[np.ndarray, ...]:
     """Touching spans of one gap and one cause joined."""
     if len(s) == 0:
         return s, e, gap, cause
@@ -120,12 +123,15 @@ def _give_dispatch_to_blocking(s: np.ndarray, e: np.ndarray, gap: np.ndarray, ca
     return refill
 
 
-def _spans(s: np.ndarray, e: np.ndarray, cause: np.ndarray, refill: np.ndarray, steps: Steps) -> IdleSpans:
+def _spans(s: np.ndarray, e: np.ndarray, cause: np.ndarray, refill: np.ndarray,
+           steps: Steps) -> IdleSpans:
     step = np.searchsorted(steps.start, s, side="right") - 1
-    return IdleSpans(s.astype(np.int64), e.astype(np.int64), cause.astype(np.int64), refill, step.astype(np.int64))
+    return IdleSpans(s.astype(np.int64), e.astype(np.int64), cause.astype(np.int64), refill,
+                     step.astype(np.int64))
 
 
-def blocking_calls(trace: Trace, idle: IdleResult, spans: IdleSpans, cause: str) -> tuple[np.ndarray, np.ndarray]:
+def blocking_calls(trace: Trace, idle: IdleResult, spans: IdleSpans,
+                   cause: str) -> tuple[np.ndarray, np.ndarray]:
     """(host event, span) pairs: each blocking call of ``cause`` that idle_causes found over idle
     (``IdleResult.culprits``), its innermost one where such calls nest (``aten::item`` holds
     ``cudaStreamSynchronize``: the call that waits), and the first span of ``cause`` between the

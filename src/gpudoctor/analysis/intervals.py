@@ -30,7 +30,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], reach[last].astype(np.int64, copy=False)
 
 
-def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray,
+                                                                                np.ndarray]:
     """Gaps of disjoint sorted intervals inside [lo, hi)."""
     s = np.clip(starts, lo, hi)
     e = np.clip(ends, lo, hi)
@@ -51,7 +52,8 @@ def overlap_per_window(
     return _covered_before(starts, ends, cum, win_e) - _covered_before(starts, ends, cum, win_s)
 
 
-def _covered_before(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _covered_before(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray,
+                    t: np.ndarray) -> np.ndarray:
     """Covered length in (-inf, t) for each t."""
     k = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
     full = cum[np.maximum(k - 1, 0)] * (k > 0)
@@ -80,7 +82,8 @@ def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray,
+                                                                                    np.ndarray]:
     """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke), as intervals."""
     out_s, out_e = [], []
     j = 0

@@ -25,7 +25,8 @@ from gpudoctor.trace.model import HostCat, Trace
 from gpudoctor.trace.nesting import nearest_ancestor
 
 # record_function ranges torch opens itself, or that mark steps already (steps.py reads those)
-NOT_A_FORWARD = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)", "gpudoctor.", "nccl:", "aten::")
+NOT_A_FORWARD = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)", "gpudoctor.",
+                 "nccl:", "aten::")
 MODULE_PREFIX = "nn.Module: "
 MIN_CALLS = 3  # two whole iterations between three calls
 CONSISTENT_SHARE = 0.8

@@ -47,8 +47,9 @@ def memory(trace: Trace, steps: Steps, model_state: ModelState | None = None) ->
     mem = trace.memory
     capacity = trace.gpu.memory_bytes if trace.gpu else 0
     if len(mem) == 0:
-        return MemoryResult(False, "no GPU [memory] events: record with profile_memory=True", capacity,
-                            0, 0, 0.0, 0.0, 0.0, 0, calls / n, call_ms / n, model_state=model_state)
+        return MemoryResult(False,
+                            "no GPU [memory] events: record with profile_memory=True", capacity, 0,
+                            0, 0.0, 0.0, 0.0, 0, calls / n, call_ms / n, model_state=model_state)
     peak_r = int(mem.reserved.max())
     at_peak = int(np.argmax(mem.reserved))
     frag = 1.0 - mem.allocated[at_peak] / peak_r if peak_r else 0.0
@@ -66,8 +67,8 @@ def memory(trace: Trace, steps: Steps, model_state: ModelState | None = None) ->
         reserved_growth_bytes=int(mem.reserved[-1] - mem.reserved[0]),
         malloc_calls_per_step=calls / n,
         malloc_ms_per_step=call_ms / n,
-        persistent_bytes=_allocated_at(mem, float(steps.start[0])) if len(steps) else int(mem.allocated.min()),
-        model_state=model_state,
+        persistent_bytes=_allocated_at(mem, float(steps.start[0])) if len(steps)
+        else int(mem.allocated.min()), model_state=model_state,
     )
 
 

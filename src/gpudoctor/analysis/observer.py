@@ -22,7 +22,8 @@ def recorded_events_per_step(trace: Trace, steps: Steps) -> float:
     host = trace.host
     if len(host) == 0:
         return 0.0
-    recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
+    recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (
+        host.cat == HostCat.DRIVER)
     return float((recorded & host.on_threads(launch_threads(trace))).sum()) / max(len(steps), 1)
 
 
@@ -43,8 +44,10 @@ def step_boundary_ms(trace: Trace, steps: Steps) -> float:
     if steps.host_start is None or steps.host_end is None or len(steps.host_start) == 0:
         return 0.0
     host = trace.host
-    recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    lo, head_e, tail_s, hi = step_edge_stretches(trace, recorded & host.on_threads(launch_threads(trace)),
+    recorded = (host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (
+        host.cat == HostCat.DRIVER)
+    lo, head_e, tail_s, hi = step_edge_stretches(trace,
+                                                 recorded & host.on_threads(launch_threads(trace)),
                                                  steps.host_start, steps.host_end)
     return float(np.median((head_e - lo) + (hi - tail_s))) / 1e6 if lo.size else 0.0
 

@@ -76,10 +76,11 @@ DTYPE_NAMES = {
     "signed char": "int8",
 }
 # "Input type" entries that are not tensors
-_NOT_TENSORS = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "None", "Device", "Layout",
-                          "ScalarType", "MemoryFormat", "string", "str"})
+_NOT_TENSORS = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "None",
+                          "Device", "Layout", "ScalarType", "MemoryFormat", "string", "str"})
 # c10::ScalarType codes (a dtype argument's "Concrete Inputs" value) -> bytes per element
-_SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
+_SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1,
+                      25: 1, 26: 1}
 
 _GEMMS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "_addmm_activation", "_int_mm"}
 _MATVECS = {"mv", "addmv", "dot", "vdot"}
@@ -113,30 +114,33 @@ _CONV = {
 _CONV_BACKWARD = {"convolution_backward": 0, "convolution_backward_overrideable": -1}
 
 _UNARY = {
-    "abs", "neg", "negative", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
-    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "logit",
-    "relu", "relu6", "gelu", "silu", "mish", "hardswish", "hardsigmoid", "hardtanh", "elu", "selu", "celu",
-    "leaky_relu", "softplus", "softshrink", "hardshrink", "threshold", "clamp", "clamp_min", "clamp_max", "clip",
-    "reciprocal", "sign", "sgn", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "erfc", "erfinv",
-    "lgamma", "digamma", "square", "nan_to_num", "bitwise_not", "deg2rad", "rad2deg", "i0", "sinc",
-    "conj_physical", "_masked_scale", "masked_fill", "where",
+    "abs", "neg", "negative", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
+    "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "sigmoid", "logit", "relu", "relu6", "gelu", "silu", "mish", "hardswish",
+    "hardsigmoid", "hardtanh", "elu", "selu", "celu", "leaky_relu", "softplus", "softshrink",
+    "hardshrink", "threshold", "clamp", "clamp_min", "clamp_max", "clip",
+    "reciprocal", "sign", "sgn", "floor", "ceil", "round", "trunc", "fix", "frac", "erf",
+    "erfc", "erfinv", "lgamma", "digamma", "square", "nan_to_num", "bitwise_not", "deg2rad",
+    "rad2deg", "i0", "sinc", "conj_physical", "_masked_scale", "masked_fill", "where",
 }
 _BINARY = {
-    "add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
-    "remainder", "fmod", "pow", "float_power", "maximum", "minimum", "fmax", "fmin", "atan2", "arctan2", "hypot",
-    "copysign", "nextafter", "xlogy", "logaddexp", "logaddexp2", "ldexp", "heaviside", "bitwise_and",
-    "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "__and__", "__or__", "__xor__",
-    "__lshift__", "__rshift__", "lerp", "addcmul", "addcdiv",
+    "add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide",
+    "floor_divide", "remainder", "fmod", "pow", "float_power", "maximum", "minimum", "fmax", "fmin",
+    "atan2", "arctan2", "hypot",
+    "copysign", "nextafter", "xlogy", "logaddexp", "logaddexp2", "ldexp", "heaviside",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+    "__and__", "__or__", "__xor__", "__lshift__", "__rshift__", "lerp", "addcmul", "addcdiv",
 }
 _COMPARE = {
-    "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf", "isfinite", "isneginf",
-    "isposinf", "signbit", "isclose",
+    "eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal",
+    "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf",
+    "isfinite", "isneginf", "isposinf", "signbit", "isclose",
 }
 _POINTWISE_BACKWARD = {
     "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
-    "hardtanh_backward", "leaky_relu_backward", "elu_backward", "softplus_backward", "hardswish_backward",
-    "hardsigmoid_backward", "mish_backward", "logit_backward", "native_dropout_backward", "mse_loss_backward",
+    "hardtanh_backward", "leaky_relu_backward", "elu_backward", "softplus_backward",
+    "hardswish_backward", "hardsigmoid_backward", "mish_backward", "logit_backward",
+    "native_dropout_backward", "mse_loss_backward",
     "smooth_l1_loss_backward", "huber_loss_backward", "soft_margin_loss_backward",
     "binary_cross_entropy_backward", "rrelu_with_noise_backward", "glu_backward",
 }
@@ -145,16 +149,19 @@ _LOSSES = {"mse_loss": 2, "l1_loss": 2, "smooth_l1_loss": 2, "huber_loss": 2, "s
            "binary_cross_entropy": 3, "binary_cross_entropy_with_logits": 4, "kl_div": 2}
 # reductions: position of the dim argument
 _REDUCTIONS = {
-    "sum": 1, "nansum": 1, "mean": 1, "nanmean": 1, "prod": 1, "amax": 1, "amin": 1, "max": 1, "min": 1,
-    "argmax": 1, "argmin": 1, "all": 1, "any": 1, "logsumexp": 1, "var": 1, "std": 1, "var_mean": 1,
-    "std_mean": 1, "count_nonzero": 1, "aminmax": 1, "_aminmax": 1, "norm": 2, "linalg_vector_norm": 2,
+    "sum": 1, "nansum": 1, "mean": 1, "nanmean": 1, "prod": 1, "amax": 1, "amin": 1,
+    "max": 1, "min": 1, "argmax": 1, "argmin": 1, "all": 1, "any": 1, "logsumexp": 1, "var": 1,
+    "std": 1, "var_mean": 1,
+    "std_mean": 1, "count_nonzero": 1, "aminmax": 1, "_aminmax": 1, "norm": 2,
+    "linalg_vector_norm": 2,
 }
 _REDUCTION_OUT_BYTES = {"argmax": 8, "argmin": 8, "count_nonzero": 8, "all": 1, "any": 1}
 # one output of the first argument's shape; the backward ones write the gradient of their input
 _SAME_SHAPE = {
     "_softmax", "_log_softmax", "_safe_softmax", "native_layer_norm", "native_batch_norm",
-    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "native_group_norm", "_fused_rms_norm",
-    "cumsum", "cumprod", "logcumsumexp", "native_dropout", "_fused_dropout", "cudnn_batch_norm",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "native_group_norm",
+    "_fused_rms_norm", "cumsum", "cumprod", "logcumsumexp", "native_dropout", "_fused_dropout",
+    "cudnn_batch_norm",
     "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm_backward",
     "native_batch_norm_backward", "cudnn_batch_norm_backward", "native_group_norm_backward",
     "_fused_rms_norm_backward",
@@ -165,17 +172,18 @@ _NOT_READ = {"native_layer_norm_backward": (6,), "native_batch_norm_backward": (
              "cudnn_batch_norm_backward": (3, 4, 5, 6)}
 # ScalarType argument naming the output dtype
 _SAME_SHAPE_DTYPE_ARG = {"_softmax_backward_data": 3, "_log_softmax_backward_data": 3}
-_WRITE_ONLY = {"fill", "zero", "normal", "uniform", "random", "exponential", "cauchy", "log_normal", "geometric",
-               "bernoulli"}
+_WRITE_ONLY = {"fill", "zero", "normal", "uniform", "random", "exponential", "cauchy", "log_normal",
+               "geometric", "bernoulli"}
 _FACTORIES = {"arange", "linspace", "logspace", "full", "zeros", "ones", "empty", "randperm"}
-_FUSED_OPTIMIZERS = {"_fused_adam": (0, 2, 3, 4), "_fused_adamw": (0, 2, 3, 4), "_fused_sgd": (0, 2),
-                     "_fused_adagrad": (0, 2)}
+_FUSED_OPTIMIZERS = {"_fused_adam": (0, 2, 3, 4), "_fused_adamw": (0, 2, 3, 4),
+                     "_fused_sgd": (0, 2), "_fused_adagrad": (0, 2)}
 # _foreach ops whose result is one value per tensor
 _FOREACH_REDUCTIONS = {"norm", "max", "min"}
 # names of fused ops inside an Inductor kernel's name that read only part of a buffer it is passed
-_PARTIAL_IN_TRITON = ("slice", "select", "narrow", "split", "unbind", "index", "gather", "embedding", "nll_loss",
-                      "take", "as_strided", "diagonal", "scatter", "masked", "unfold", "constant_pad",
-                      "reflection_pad", "replication_pad", "upsample", "pool", "roll", "flip")
+_PARTIAL_IN_TRITON = ("slice", "select", "narrow", "split", "unbind", "index", "gather",
+                      "embedding", "nll_loss", "take", "as_strided", "diagonal", "scatter",
+                      "masked", "unfold", "constant_pad", "reflection_pad", "replication_pad",
+                      "upsample", "pool", "roll", "flip")
 # the element type of a multi-tensor-apply / cat kernel's tensors: the first template argument
 # of its functor (BinaryOpListAlphaFunctor<c10::BFloat16, 2, 2, 0>), or cat's OpaqueType<2u>
 _FUNCTOR_TYPE = re.compile(r"Functor<\s*(c10::BFloat16|c10::Half|float|double|c10::Float8_e4m3fn|c10::Float8_e5m2"
@@ -274,7 +282,8 @@ def _parse(dims: list[Any], types: list[Any], strides: list[Any], list_type: str
             size = _type_bytes(list_type)
             subs = st if isinstance(st, list) else []
             args.append([
-                _Tensor(tuple(sub), size, list_type, _distinct(sub, subs[j] if j < len(subs) else None))
+                _Tensor(tuple(sub), size, list_type,
+                        _distinct(sub, subs[j] if j < len(subs) else None))
                 for j, sub in enumerate(d) if isinstance(sub, list) and _is_shape(sub)
             ])
         elif isinstance(t, str) and t not in _NOT_TENSORS and isinstance(d, list) and _is_shape(d):
@@ -340,7 +349,8 @@ def _pointwise_result_size(stem: str, tensors: list[_Tensor]) -> int:
     if stem == "abs" and "complex" in tensors[0].type:
         return size // 2  # the magnitude of a complex number is real
     if stem in ("div", "divide", "true_divide") and all(
-            any(w in t.type for w in ("int", "char", "short", "long", "bool")) for t in tensors if t.shape):
+            any(w in t.type for w in ("int", "char", "short", "long", "bool")) for t in tensors
+            if t.shape):
         return 4  # true division of integers gives the default float
     return size
 
@@ -351,7 +361,8 @@ def _unknown(dtype: str = "", numel: int = 0, shape: tuple[int, ...] = (), squar
 
 
 def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float,
-            strides: list[Any] | None = None, concrete: list[Any] | None = None, list_type: str = "") -> OpCost:
+            strides: list[Any] | None = None, concrete: list[Any] | None = None,
+            list_type: str = "") -> OpCost:
     """Cost of one op call. ``strides`` and ``concrete`` are the recorded "Input Strides" and
     "Concrete Inputs"; ``list_type`` the dtype of its TensorLists' tensors (the profiler leaves it
     out; element_type_of_kernel reads it off the op's kernel)."""
@@ -359,8 +370,10 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float,
     concrete = concrete if isinstance(concrete, list) else []
     pflops = None if profiler_flops is None or np.isnan(profiler_flops) else float(profiler_flops)
     args = _parse(dims, types, strides, list_type)
-    flat = [a for a in args if isinstance(a, _Tensor)] + [t for a in args if isinstance(a, list) for t in a]
-    first_type = next((a.type for a in args if isinstance(a, _Tensor)), "") or (list_type if flat else "")
+    flat = [a for a in args if isinstance(a, _Tensor)] + [t for a in args
+                                                          if isinstance(a, list) for t in a]
+    first_type = next((a.type for a in args if isinstance(a, _Tensor)), "") or (list_type
+                                                                                if flat else "")
     dtype = DTYPE_NAMES.get(first_type, "")
     legacy = tensor_inputs(dims, types)  # the largest input and the square, as the rules know them
     largest_shape: tuple[int, ...] = ()
@@ -415,14 +428,15 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float,
         return _gather_cost(stem, ins, out_tensors, concrete, dtype, meta)
     if stem in ("scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy"):
         return _scatter_cost(stem, ins, concrete, dtype, meta)
-    if stem in ("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward", "nll_loss2d_backward"):
+    if stem in ("nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward",
+                "nll_loss2d_backward"):
         return _nll_loss_cost(stem, ins, concrete, dtype, meta)
     if stem == "embedding_dense_backward" and len(tensors) >= 2:
         # reads the gradient rows (all, unless a padding row is skipped) and the indices; the
         # gradient table it accumulates into is zeroed and summed by kernels of unknown split
         skips = _ints(_concrete(concrete, 3)) not in ([-1], None)
-        return OpCost(float(tensors[0].numel), tensors[1].nbytes + (0.0 if skips else tensors[0].nbytes),
-                      dtype, **meta)
+        return OpCost(float(tensors[0].numel),
+                      tensors[1].nbytes + (0.0 if skips else tensors[0].nbytes), dtype, **meta)
     if not tensors:
         return _unknown(dtype, **meta)
     if stem in _REDUCTIONS and not (stem in ("max", "min") and len(tensors) >= 2):
@@ -430,13 +444,15 @@ def op_cost(name: str, dims: list[Any], types: list[Any], profiler_flops: float,
         # reduce everything: their second argument is not a dim)
         pos = _REDUCTIONS[stem]
         dims = _ints(_concrete(concrete, pos)) if len(ins) >= pos + 2 or stem == "count_nonzero" else []
-        return _reduction_cost(stem, tensors[0], tensors[1:], out_tensors, dims, pflops, dtype, meta)
+        return _reduction_cost(stem, tensors[0], tensors[1:], out_tensors, dims, pflops,
+                               dtype, meta)
     if stem in _LOSSES:
         reduction = _ints(_concrete(concrete, _LOSSES[stem]))
         shape = _broadcast([t.shape for t in tensors[:2]])
         out_numel = _numel(shape) if reduction == [0] else 1
         out_bytes = out_numel * _out_size(out_tensors, _promoted_size(tensors[:2]))
-        return OpCost(pflops if pflops is not None else float(_numel(shape)), reads + out_bytes, dtype, **meta)
+        return OpCost(pflops if pflops is not None else float(_numel(shape)), reads + out_bytes,
+                      dtype, **meta)
     if stem in _SAME_SHAPE:
         skip = _NOT_READ.get(stem, ())
         read_tensors = [a for i, a in enumerate(ins) if isinstance(a, _Tensor) and i not in skip]
@@ -472,12 +488,14 @@ def _out_count(base: str, args: list[Any], types: list[Any]) -> int:
         if names is None or f" {base} " not in f" {names} ":
             continue
         tail = args[n - k:]
-        if all(isinstance(a, (_Tensor, list)) or t == "TensorList" for a, t in zip(tail, types[n - k:])):
+        if all(isinstance(a, (_Tensor, list)) or t == "TensorList" for a, t in zip(tail,
+                                                                                   types[n - k:])):
             return k
     return 0
 
 
-def _triton_cost(name: str, flat: list[_Tensor], pflops: float | None, dtype: str, meta: dict[str, Any]) -> OpCost:
+def _triton_cost(name: str, flat: list[_Tensor], pflops: float | None, dtype: str,
+                 meta: dict[str, Any]) -> OpCost:
     """An Inductor kernel is recorded with the buffers it is passed: each is read or written at
     least once, unless the kernel fuses an op that reads only part of one (a slice, a gather) or is
     a template (a GEMM whose M, N, K the buffer list does not say)."""
@@ -487,8 +505,8 @@ def _triton_cost(name: str, flat: list[_Tensor], pflops: float | None, dtype: st
     return OpCost(pflops or 0.0, sum(t.nbytes for t in flat), dtype, **meta)
 
 
-def _gemm_cost(stem: str, ins: list[Any], outs: list[Any], concrete: list[Any], pflops: float | None, dtype: str,
-               meta: dict[str, Any]) -> OpCost:
+def _gemm_cost(stem: str, ins: list[Any], outs: list[Any], concrete: list[Any],
+               pflops: float | None, dtype: str, meta: dict[str, Any]) -> OpCost:
     def at(i: int) -> _Tensor | None:
         return ins[i] if i < len(ins) and isinstance(ins[i], _Tensor) else None
 
@@ -524,8 +542,8 @@ def _gemm_cost(stem: str, ins: list[Any], outs: list[Any], concrete: list[Any], 
     if stem == "_scaled_mm":  # its scales and bias
         read += sum(t.nbytes for t in ins[2:] if isinstance(t, _Tensor))
     flops = pflops if pflops is not None else 2.0 * bsz * m * n * k
-    return OpCost(float(flops), read + out_bytes, dtype, gemm, meta["numel"], meta["shape"], meta["square"],
-                  matrix=True)
+    return OpCost(float(flops), read + out_bytes, dtype, gemm, meta["numel"], meta["shape"],
+                  meta["square"], matrix=True)
 
 
 # arguments that, when passed, leave the query-key pairs unknown: sliding windows, per-sequence
@@ -545,9 +563,11 @@ def _causal_pairs(sq: int, sk: int) -> float:
     return sk * (sk + 1) / 2 + (sq - sk) * sk
 
 
-def _attention_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, meta: dict[str, Any]) -> OpCost:
+def _attention_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str,
+                    meta: dict[str, Any]) -> OpCost:
     qi, ki, vi, layout, causal_at, backward = _ATTENTION[stem]
-    q, k, v = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor) else None for i in (qi, ki, vi))
+    q, k, v = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor)
+               else None for i in (qi, ki, vi))
     if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         return _unknown(dtype, matrix=True, **meta)  # variable-length batches: sequence lengths unknown
     if any(_concrete(concrete, i) not in ("", "None", "-1") or (i < len(ins) and ins[i] is not None)
@@ -573,7 +593,8 @@ def _attention_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, 
     tensors = [t for t in ins if isinstance(t, _Tensor)]
     read = sum(t.nbytes for t in tensors)
     out_bytes = (q.nbytes + k.nbytes + v.nbytes) if backward else b * h * sq * dv * q.size
-    return OpCost(flops, read + out_bytes, dtype, None, meta["numel"], meta["shape"], meta["square"], matrix=True)
+    return OpCost(flops, read + out_bytes, dtype, None, meta["numel"], meta["shape"],
+                  meta["square"], matrix=True)
 
 
 def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | None, dtype: str,
@@ -581,7 +602,8 @@ def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | N
     backward = stem in _CONV_BACKWARD
     if backward:
         offset = 1 if _CONV_BACKWARD[stem] == 0 else 0  # bias_sizes sits at 3 in convolution_backward
-        g_out, x, w = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor) else None for i in (0, 1, 2))
+        g_out, x, w = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor)
+                       else None for i in (0, 1, 2))
         pos = (3 + offset, 4 + offset, 5 + offset, 6 + offset, 7 + offset, 8 + offset)
         mask_text = _concrete(concrete, 9 + offset)
     else:
@@ -621,7 +643,8 @@ def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | N
                   for i, s, p, d, kk, op in zip(x.shape[2:], stride, pad, dil, kernel, outpad)]
             channels = w.shape[1] * groups[0]
         else:
-            sp = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, s, p, d, kk in zip(x.shape[2:], stride, pad, dil, kernel)]
+            sp = [(i + 2 * p - d * (kk - 1) - 1) // s + 1
+                  for i, s, p, d, kk in zip(x.shape[2:], stride, pad, dil, kernel)]
             channels = w.shape[0]
         if min(sp, default=0) <= 0:
             return _unknown(dtype, matrix=True, **meta)
@@ -633,9 +656,10 @@ def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | N
         bias = ins[2] if len(ins) > 2 and isinstance(ins[2], _Tensor) and stem != "cudnn_convolution" else None
         read = x.nbytes + w.nbytes + (bias.nbytes if bias is not None else 0.0)
         flops = pflops if pflops is not None else one_pass
-        return OpCost(float(flops), read + _numel(out_shape) * x.size, dtype, None, meta["numel"], meta["shape"],
-                      meta["square"], matrix=True)
-    mask = [_flag(t.strip()) for t in mask_text.strip("[]").split(",")] if mask_text else [True, True, True]
+        return OpCost(float(flops), read + _numel(out_shape) * x.size, dtype, None, meta["numel"],
+                      meta["shape"], meta["square"], matrix=True)
+    mask = [_flag(t.strip()) for t in mask_text.strip("[]").split(",")] if mask_text else [
+        True, True, True]
     grad_input, grad_weight = bool(mask and mask[0]), bool(len(mask) > 1 and mask[1])
     if g_out is None:
         return _unknown(dtype, matrix=True, **meta)
@@ -644,12 +668,12 @@ def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | N
     flops = one_pass * (int(grad_input) + int(grad_weight))
     if pflops is not None:
         flops = pflops
-    return OpCost(float(flops), read + write, dtype, None, meta["numel"], meta["shape"], meta["square"],
-                  matrix=True)
+    return OpCost(float(flops), read + write, dtype, None, meta["numel"], meta["shape"],
+                  meta["square"], matrix=True)
 
 
-def _foreach_cost(stem: str, in_place: bool, ins: list[Any], outs: list[Any], pflops: float | None, dtype: str,
-                  meta: dict[str, Any]) -> OpCost:
+def _foreach_cost(stem: str, in_place: bool, ins: list[Any], outs: list[Any],
+                  pflops: float | None, dtype: str, meta: dict[str, Any]) -> OpCost:
     lists = [a for a in ins if isinstance(a, list)]
     if not lists or any(a is None for a in ins[:1]):
         return _unknown(dtype, **meta)
@@ -672,7 +696,8 @@ def _foreach_cost(stem: str, in_place: bool, ins: list[Any], outs: list[Any], pf
     if in_place:
         write = sum(t.nbytes for t in first)
     else:  # a new list like the first (an out= list is often passed empty, to be resized)
-        write = sum(t.numel for t in first) * (out_lists[0][0].size if out_lists and out_lists[0] else first[0].size)
+        write = sum(t.numel for t in first) * (out_lists[0][0].size if out_lists and out_lists[0]
+                                               else first[0].size)
     return OpCost(flops, read + write, dtype, **meta)
 
 
@@ -684,11 +709,13 @@ def _fused_optimizer_cost(stem: str, ins: list[Any], dtype: str, meta: dict[str,
         return _unknown(dtype, **meta)  # params / grads unrecorded (a long list) or of unknown dtype
     read = sum(t.nbytes for a in lists if a for t in a)
     read += sum(a.nbytes for a in ins if isinstance(a, _Tensor))
-    write = sum(t.nbytes for i in _FUSED_OPTIMIZERS[stem] if i < len(lists) and lists[i] for t in lists[i])
+    write = sum(t.nbytes for i in _FUSED_OPTIMIZERS[stem] if i < len(lists) and lists[i]
+                for t in lists[i])
     return OpCost(float(sum(t.numel for t in lists[0])), read + write, dtype, **meta)
 
 
-def _cat_cost(ins: list[Any], out_tensors: list[_Tensor], dtype: str, meta: dict[str, Any]) -> OpCost:
+def _cat_cost(ins: list[Any], out_tensors: list[_Tensor], dtype: str,
+              meta: dict[str, Any]) -> OpCost:
     parts = ins[0] if ins and isinstance(ins[0], list) else None
     if not parts:
         return _unknown(dtype, **meta)  # no dtype, or the shapes unrecorded
@@ -706,7 +733,8 @@ def _im2col_cost(ins: list[Any], out_tensors: list[_Tensor], concrete: list[Any]
     if x is None or len(x.shape) not in (3, 4) or not ks or not dil or pad is None or not st:
         return _unknown(dtype, **meta)
     ks, dil, pad, st = ([v[0]] * 2 if len(v) == 1 else v for v in (ks, dil, pad, st))
-    spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, k, d, p, s in zip(x.shape[-2:], ks, dil, pad, st)]
+    spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, k, d, p, s in zip(x.shape[-2:], ks,
+                                                                               dil, pad, st)]
     if min(spatial) <= 0:
         return _unknown(dtype, **meta)
     out_numel = x.numel // _numel(x.shape[-2:]) * ks[0] * ks[1] * spatial[0] * spatial[1]
@@ -715,8 +743,8 @@ def _im2col_cost(ins: list[Any], out_tensors: list[_Tensor], concrete: list[Any]
     return OpCost(0.0, read + write, dtype, **meta)
 
 
-def _gather_cost(stem: str, ins: list[Any], out_tensors: list[_Tensor], concrete: list[Any], dtype: str,
-                 meta: dict[str, Any]) -> OpCost:
+def _gather_cost(stem: str, ins: list[Any], out_tensors: list[_Tensor],
+                 concrete: list[Any], dtype: str, meta: dict[str, Any]) -> OpCost:
     """gather(self, dim, index) / index_select(self, dim, index) / embedding(weight, indices):
     the index is read, the output written; of the source, only what is sure to be distinct."""
     if stem == "embedding":
@@ -740,7 +768,8 @@ def _gather_cost(stem: str, ins: list[Any], out_tensors: list[_Tensor], concrete
     return OpCost(0.0, index.nbytes + distinct * src.size + out_bytes, dtype, **meta)
 
 
-def _scatter_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, meta: dict[str, Any]) -> OpCost:
+def _scatter_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str,
+                  meta: dict[str, Any]) -> OpCost:
     """scatter(self, dim, index, src) reads the index and as many src elements, and writes at least
     one element per position of the index's other dims; index_add / index_copy(self, dim, index,
     source) read all of source and write at least one slice."""
@@ -764,7 +793,8 @@ def _scatter_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, me
     return OpCost(flops, index.nbytes + src.nbytes + row * self_.size, dtype, **meta)
 
 
-def _nll_loss_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, meta: dict[str, Any]) -> OpCost:
+def _nll_loss_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str,
+                   meta: dict[str, Any]) -> OpCost:
     """nll_loss picks one element per row: it reads the targets and writes the loss (one value, or
     one per row with reduction='none'). The picked inputs are not counted: rows whose target is
     ignore_index read nothing. Backward reads the targets and the incoming gradient and writes one
@@ -782,11 +812,13 @@ def _nll_loss_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str, m
         return OpCost(float(target.numel), target.nbytes + out * self_.size, dtype, **meta)
     grad_out = ins[0] if isinstance(ins[0], _Tensor) else None
     total_weight = ins[6] if len(ins) > 6 and isinstance(ins[6], _Tensor) else None
-    read = target.nbytes + (grad_out.nbytes if grad_out else 0.0) + (total_weight.nbytes if total_weight else 0.0)
+    read = target.nbytes + (grad_out.nbytes if grad_out else 0.0) + (total_weight.nbytes
+                                                                     if total_weight else 0.0)
     return OpCost(float(target.numel), read, dtype, **meta)
 
 
-def _reduction_cost(stem: str, x: _Tensor, rest: list[_Tensor], out_tensors: list[_Tensor], dims: list[int] | None,
+def _reduction_cost(stem: str, x: _Tensor, rest: list[_Tensor], out_tensors: list[_Tensor],
+                    dims: list[int] | None,
                     pflops: float | None, dtype: str, meta: dict[str, Any]) -> OpCost:
     if dims and x.shape:
         kept = [s for i, s in enumerate(x.shape) if i not in {d % len(x.shape) for d in dims}]
@@ -798,7 +830,8 @@ def _reduction_cost(stem: str, x: _Tensor, rest: list[_Tensor], out_tensors: lis
     return OpCost(flops, x.nbytes + sum(t.nbytes for t in rest) + out_bytes, dtype, **meta)
 
 
-def _same_shape_cost(stem: str, tensors: list[_Tensor], out_tensors: list[_Tensor], concrete: list[Any],
+def _same_shape_cost(stem: str, tensors: list[_Tensor], out_tensors: list[_Tensor],
+                     concrete: list[Any],
                      pflops: float | None, dtype: str, meta: dict[str, Any]) -> OpCost:
     """Softmax, norms, dropout, scans and their backwards: every input read, one output the size of
     the first argument written (the norms' small statistics and masks are left out)."""
@@ -815,7 +848,9 @@ def _same_shape_cost(stem: str, tensors: list[_Tensor], out_tensors: list[_Tenso
         size = 4  # half_to_float
     write = lead.numel * size
     if stem.endswith("_backward") and stem.startswith(("native_", "cudnn_", "_fused_rms")):
-        mask = _concrete(concrete, {"native_layer_norm_backward": 7, "native_batch_norm_backward": 9}.get(stem, -1))
+        mask = _concrete(concrete,
+                         {"native_layer_norm_backward": 7,
+                          "native_batch_norm_backward": 9}.get(stem, -1))
         if mask and _flag(mask.strip("[]").split(",")[0].strip()) is False:
             write = 0.0  # no gradient of the input asked for
     if out_tensors and write:

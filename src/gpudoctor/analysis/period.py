@@ -117,7 +117,8 @@ def _proposals(sym: np.ndarray, min_periods: int) -> list[tuple[int, list[_Ancho
     return sorted(by_period.items(), key=lambda kv: (-len(kv[1]), -kv[0]))
 
 
-def _lag_mode(order: np.ndarray, s: np.ndarray, r: int, symbols: int) -> tuple[np.ndarray, np.ndarray]:
+def _lag_mode(order: np.ndarray, s: np.ndarray, r: int, symbols: int) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
     """Per symbol: the most common gap between its occurrences j and j + r, and the share of its
     lag-r gaps within max(1, gap / 50) of it."""
     mode = np.zeros(symbols, np.int64)
@@ -186,8 +187,8 @@ def _rare_share(region: np.ndarray, segments: int) -> float:
     return float(occurrences[rare].sum() / max(len(region), 1))
 
 
-def _phase(sym: np.ndarray, seq: np.ndarray, p: int, anchors: list[_Anchor], gap_before: np.ndarray | None,
-           min_match: float, min_periods: int) -> Period | None:
+def _phase(sym: np.ndarray, seq: np.ndarray, p: int, anchors: list[_Anchor],
+           gap_before: np.ndarray | None, min_match: float, min_periods: int) -> Period | None:
     """The anchor of period p that starts iterations: as good a score as the best, then the longest
     pause before it, then the earliest."""
     tried = []

@@ -106,9 +106,11 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
         roofs = _event_roofs(dev.kind, dtype, ceilings)
         placed = known & ~_over_roof(flops, nbytes, dev.dur, roofs, ceilings)
         f_in, b_in = np.where(placed, flops * weight, 0.0), np.where(placed, nbytes * weight, 0.0)
-        kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
+        kernels = _aggregate(trace, dev.name, f_in, b_in, in_steps, placed, dtype, roofs,
+                             ceilings, n_steps)
         op_names = np.where(dev.op >= 0, trace.host.name[np.maximum(dev.op, 0)], -1)
-        ops = _aggregate(trace, op_names, f_in, b_in, in_steps, placed, dtype, roofs, ceilings, n_steps)
+        ops = _aggregate(trace, op_names, f_in, b_in, in_steps, placed, dtype, roofs,
+                         ceilings, n_steps)
         mfu = model_flops / (step_s * ceilings.best_matrix_flops) if step_s > 0 else 0.0
     total = max(in_steps.sum(), 1)
     return RooflineResult(
@@ -141,11 +143,13 @@ def _op_costs(trace: Trace, ops: np.ndarray) -> OpCosts:
         launched = np.flatnonzero((dev.op >= 0) & (dev.cat == 0))
         first_ops, first = np.unique(dev.op[launched], return_index=True)
         kernel_names, kernel_at = np.unique(dev.name[launched[first]], return_inverse=True)
-        codes = np.array([list_types.setdefault(element_type_of_kernel(trace.strings[k]), len(list_types))
+        codes = np.array([list_types.setdefault(element_type_of_kernel(trace.strings[k]),
+                                                len(list_types))
                           for k in kernel_names.tolist()], np.int64)
         tensor_list = np.array([b"TensorList" in bytes(v.input_type) for v in values] + [False])
         with_kernel = np.searchsorted(ops, first_ops)  # every op with a kernel is among ops
-        list_type[with_kernel] = np.where(tensor_list[arg[with_kernel]], codes[kernel_at.reshape(-1)], 0)
+        list_type[with_kernel] = np.where(tensor_list[arg[with_kernel]],
+                                          codes[kernel_at.reshape(-1)], 0)
     type_names = list(list_types)
     keys = np.stack((host.name[ops].astype(np.int64), arg.astype(np.int64), list_type))
     distinct, first_op, which = np.unique(keys, axis=1, return_index=True, return_inverse=True)
@@ -153,8 +157,8 @@ def _op_costs(trace: Trace, ops: np.ndarray) -> OpCosts:
     for (name, k, code), i in zip(distinct.T.tolist(), ops[first_op].tolist()):
         flops = values[k].flops if k >= 0 and values[k].flops is not None else -1.0
         table.append(op_cost(trace.strings[name], trace.input_dims(i), trace.input_types(i),
-                             np.nan if flops < 0 else flops, trace.input_strides(i), trace.concrete_inputs(i),
-                             type_names[code]))
+                             np.nan if flops < 0 else flops, trace.input_strides(i),
+                             trace.concrete_inputs(i), type_names[code]))
     return OpCosts(ops, which.reshape(-1).astype(np.int32), table)
 
 
@@ -188,7 +192,8 @@ def _event_shares(trace: Trace, costs: OpCosts) -> tuple[np.ndarray, np.ndarray,
     # a device-to-device copy reads its bytes and writes them: twice through HBM (not a peer copy,
     # whose other half is the other GPU's)
     dtod = np.flatnonzero(trace.names_matching(lambda s: "dtod" in s.lower()))
-    copied = dev.nbytes.astype(np.float64) * np.where(np.isin(dev.name, dtod) & (dev.kind == Kind.MEMCPY_DTOD), 2, 1)
+    copied = dev.nbytes.astype(np.float64) * np.where(
+        np.isin(dev.name, dtod) & (dev.kind == Kind.MEMCPY_DTOD), 2, 1)
     nbytes = np.where(is_kernel, op_bytes[op] * share, copied)
     return flops, nbytes, op_dtype[op]
 
@@ -240,7 +245,8 @@ def _aggregate(
         "flops": np.bincount(inverse, weights=flops[live]),
         "bytes": np.bincount(inverse, weights=nbytes[live]),
         # FLOPs over roof, summed: the time the FLOPs take at their own roofs
-        "roof_time": np.bincount(inverse, weights=np.divide(flops[live], roofs[live], out=np.zeros(on.size),
+        "roof_time": np.bincount(inverse,
+                                 weights=np.divide(flops[live], roofs[live], out=np.zeros(on.size),
                                                              where=roofs[live] > 0)),
         "count": np.bincount(inverse),
     }
@@ -248,7 +254,8 @@ def _aggregate(
     kinds = _dominant(inverse, dev.kind[live], time_ns[live], len(uniq))
     dtypes = _dominant(inverse, dtype[live], time_ns[live], len(uniq))
     points = [
-        _place(trace.strings[int(key)], Kind(int(kinds[g])), DTYPES[int(dtypes[g])], g, sums, ceilings, n_steps)
+        _place(trace.strings[int(key)], Kind(int(kinds[g])), DTYPES[int(dtypes[g])], g, sums,
+               ceilings, n_steps)
         for g, key in enumerate(uniq.tolist())
     ]
     return tuple(sorted(points, key=lambda p: -p.time_ms_per_step))
@@ -270,7 +277,8 @@ def roof_for(kind: Kind, dtype: str, ceilings: Ceilings) -> float:
 
 
 def _place(
-    name: str, kind: Kind, dtype: str, g: int, sums: dict[str, np.ndarray], ceilings: Ceilings, n_steps: int
+    name: str, kind: Kind, dtype: str, g: int, sums: dict[str, np.ndarray], ceilings: Ceilings,
+    n_steps: int
 ) -> Placement:
     time_s = sums["placed_time"][g] / 1e9
     flops, nbytes, count = sums["flops"][g], sums["bytes"][g], int(sums["count"][g])

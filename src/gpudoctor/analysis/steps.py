@@ -29,7 +29,8 @@ import numpy as np
 from gpudoctor.analysis.iterations import kernel_period_starts, module_forward_starts
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
-METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forward", "kernel-period", "whole-trace")
+METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forward", "kernel-period",
+           "whole-trace")
 ITERATION_MARKER = "gpudoctor.iteration#"
 
 
@@ -69,7 +70,8 @@ def segment(trace: Trace) -> Steps:
         if steps is not None:
             return align_to_gpu(trace, steps)
     lo, hi = trace.span
-    return Steps("whole-trace", np.array([lo], np.int64), np.array([max(hi, lo + 1)], np.int64), ("trace",))
+    return Steps("whole-trace", np.array([lo], np.int64),
+                 np.array([max(hi, lo + 1)], np.int64), ("trace",))
 
 
 def whole_steps(steps: Steps, recorded: int | None) -> Steps:
@@ -82,7 +84,8 @@ def whole_steps(steps: Steps, recorded: int | None) -> Steps:
     host = (None, None) if steps.host_start is None or steps.host_end is None else (
         steps.host_start[:recorded], steps.host_end[:recorded])
     return dataclasses.replace(steps, start=steps.start[:recorded], end=steps.end[:recorded],
-                               labels=steps.labels[:recorded], host_start=host[0], host_end=host[1], cut_short=True)
+                               labels=steps.labels[:recorded], host_start=host[0], host_end=host[1],
+                               cut_short=True)
 
 
 # A step at the window's edge this many times the median of the others is one-off work (a new
@@ -125,15 +128,16 @@ def without_outlier_edges(steps: Steps, trace: Trace,
     host = (None, None) if steps.host_start is None or steps.host_end is None else (
         steps.host_start[keep], steps.host_end[keep])
     labels = tuple(label for label, k in zip(steps.labels, keep.tolist()) if k)
-    trimmed = dataclasses.replace(steps, start=steps.start[keep], end=steps.end[keep], labels=labels,
-                                  host_start=host[0], host_end=host[1])
+    trimmed = dataclasses.replace(steps, start=steps.start[keep], end=steps.end[keep],
+                                  labels=labels, host_start=host[0], host_end=host[1])
     return trimmed, tuple(np.flatnonzero(~keep).tolist())
 
 
 def _op_share(trace: Trace, start: int, end: int) -> float:
     """The share of [start, end) the outermost operator calls cover (on any thread, overlaps once)."""
     host = trace.host
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts < end) & (host.end > start))
+    ops = np.flatnonzero(
+        (host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts < end) & (host.end > start))
     if ops.size == 0 or end <= start:
         return 0.0
     order = np.argsort(host.ts[ops], kind="stable")
@@ -153,33 +157,35 @@ def outlier_note(trace: Trace, steps: Steps, left_out: tuple[int, ...], typical:
     host = trace.host
     for i in left_out:
         s, e = int(steps.start[i]), int(steps.end[i])
-        ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts >= s) & (host.ts < e))
+        ops = np.flatnonzero(
+            (host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts >= s) & (host.ts < e))
         longest = ""
         if ops.size:
             top = int(ops[np.argmax(host.end[ops] - host.ts[ops])])
             longest = (f"; its longest operator {trace.strings[int(host.name[top])]} took "
                        f"{(host.end[top] - host.ts[top]) / 1e6:.2f} ms")
         parts.append(f"{steps.labels[i]} took {(e - s) / 1e6:.2f} ms{longest}")
-    return (f"{'; '.join(parts)}: over {OUTLIER_TIMES:.0f}x the median step ({typical.median_ms:.2f} ms), "
-            f"left out of the per-step figures as one-off work (a new input shape, a checkpoint, an "
-            f"evaluation) at the window's edge")
+    return (f"{'; '.join(parts)}: over {OUTLIER_TIMES:.0f}x the median step "
+            f"({typical.median_ms:.2f} ms), left out of the per-step figures as one-off work (a "
+            f"new input shape, a checkpoint, an evaluation) at the window's edge")
 
 
 def describe(steps: Steps) -> str | None:
     """A note on how the steps were found, when it is not the program's own step markers."""
     edges = "the partial iterations at the window's edges are left out"
     if steps.cut_short:
-        return (f"the window ended early (the program stopped during a step): the step it cut short is left out, "
-                f"{len(steps)} whole step{'s' * (len(steps) != 1)} remain")
+        return ("the window ended early (the program stopped during a step): the step it cut short "
+                f"is left out, {len(steps)} whole step{'s' * (len(steps) != 1)} remain")
     if steps.method == "whole-trace":
-        return ("no ProfilerStep#N or Optimizer.step markers and no repeating iteration: the whole trace is "
-                "treated as one step (call prof.step() once per iteration for per-step numbers)")
+        return ("no ProfilerStep#N or Optimizer.step markers and no repeating iteration: the whole "
+                "trace is treated as one step (call prof.step() once per iteration for per-step "
+                "numbers)")
     if steps.method == "module-forward":
         return (f"no step markers: a step runs from one call of {steps.marker!r} to the next "
                 f"({len(steps)} whole iterations; {edges})")
     if steps.method == "kernel-period":
-        return (f"no step markers: the GPU kernel sequence repeats every {steps.period} kernels; a step is one "
-                f"repetition ({len(steps)} whole iterations; {edges})")
+        return (f"no step markers: the GPU kernel sequence repeats every {steps.period} kernels; a "
+                f"step is one repetition ({len(steps)} whole iterations; {edges})")
     return None
 
 
@@ -209,8 +215,8 @@ def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
     last_end = max(int(he[-1]), int(gpu_end[n]))
     end = np.concatenate((start[1:], [last_end]))
     end = np.maximum(end, start + 1)
-    return dataclasses.replace(steps, start=start.astype(np.int64), end=end.astype(np.int64), host_start=hs,
-                               host_end=he)
+    return dataclasses.replace(steps, start=start.astype(np.int64), end=end.astype(np.int64),
+                               host_start=hs, host_end=he)
 
 
 def _marked(trace: Trace, prefix: str) -> np.ndarray:
@@ -240,7 +246,8 @@ def _ranges(trace: Trace, prefix: str, method: str) -> Steps | None:
     best: dict[int, int] = {}
     for i in idx.tolist():
         label = int(host.name[i])
-        if label not in best or host.end[i] - host.ts[i] > host.end[best[label]] - host.ts[best[label]]:
+        if label not in best or host.end[i] - host.ts[i] > host.end[best[label]] - host.ts[
+            best[label]]:
             best[label] = i
     idx = np.array(sorted(best.values(), key=lambda i: host.ts[i]), dtype=np.int64)
     labels = tuple(trace.strings[host.name[i]] for i in idx.tolist())

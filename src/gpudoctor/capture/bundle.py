@@ -102,7 +102,8 @@ def environment() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        env["gpu"] = {"name": props.name, "memory_bytes": props.total_memory, "sm_count": props.multi_processor_count,
+        env["gpu"] = {"name": props.name, "memory_bytes": props.total_memory,
+                      "sm_count": props.multi_processor_count,
                       "compute_capability": f"{props.major}.{props.minor}"}
         env.update(_nvml_facts())
     else:
@@ -157,7 +158,8 @@ def git_commit(folder: Path) -> dict[str, Any]:
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
-def program_facts(path_or_module: str, args: tuple[str, ...] | list[str], is_module: bool) -> dict[str, Any]:
+def program_facts(path_or_module: str, args: tuple[str, ...] | list[str],
+                  is_module: bool) -> dict[str, Any]:
     """env.json's ``program``: what ran (script path made absolute, or module) with its arguments, and
     the git commit of the repository the script lives in (``gpudoctor history``, ``diff --last``)."""
     folder: Path | None = None
@@ -174,7 +176,8 @@ def program_facts(path_or_module: str, args: tuple[str, ...] | list[str], is_mod
     else:
         script = Path(path_or_module).resolve()
         target, folder = str(script), script.parent
-    facts: dict[str, Any] = {"target": target, "args": [str(a) for a in args], "is_module": is_module}
+    facts: dict[str, Any] = {"target": target, "args": [str(a) for a in args],
+                             "is_module": is_module}
     facts.update(git_commit(folder) if folder is not None and folder.is_dir()
                  else {"git_commit": None, "git_dirty": None})
     return facts
@@ -278,7 +281,8 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
         return RunFacts()
     return RunFacts(_unprofiled_step(capture.get("unprofiled_step_ms")),
                     ModelState.parse(capture.get("model_state")),
-                    _step_source(capture.get("step_source")), _unprofiled_facts(capture.get("unprofiled")),
+                    _step_source(capture.get("step_source")),
+                    _unprofiled_facts(capture.get("unprofiled")),
                     cut_after(capture.get("error"), capture.get("steps_recorded")))
 
 
@@ -311,5 +315,6 @@ def _unprofiled_facts(value: Any) -> dict[str, Any] | None:
     """capture.unprofiled as written by capture_facts, or None when absent or malformed."""
     if not isinstance(value, dict):
         return None
-    numbers = all(isinstance(value.get(k), (int, float)) and value[k] >= 0 for k in ("ms", "spread_ms", "steps"))
+    numbers = all(isinstance(value.get(k), (int, float)) and value[k] >= 0
+                  for k in ("ms", "spread_ms", "steps"))
     return value if numbers and isinstance(value.get("trusted"), bool) else None

@@ -41,8 +41,8 @@ class Source(str, Enum):
     TIME = "time-window"
 
 
-_RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.BACKWARD: 3, Source.FORWARD: 4,
-         Source.GRAPH: 5}
+_RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.BACKWARD: 3,
+         Source.FORWARD: 4, Source.GRAPH: 5}
 
 
 @dataclass

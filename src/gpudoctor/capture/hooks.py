@@ -91,7 +91,8 @@ class Hooks:
         self._root_handle: Any = None
         self._patches: list[tuple[Any, str, Any]] = []
         self._generate_patched = False
-        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling",
+                                     lambda: False)
         self._params: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     # -- install / remove ------------------------------------------------------------------------
@@ -104,7 +105,8 @@ class Hooks:
         if not _GLOBAL_PAIR:
             _GRAPHS_BEFORE_PAIR[0] = _graphs_compiled()
             _GLOBAL_PAIR.extend([nn_module.register_module_forward_pre_hook(_module_pre),
-                                 nn_module.register_module_forward_hook(_module_post, always_call=True)])
+                                 nn_module.register_module_forward_hook(_module_post,
+                                                                        always_call=True)])
         _CURRENT.append(self)
         self._global = True
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING)
@@ -113,12 +115,15 @@ class Hooks:
         self._patch(self.torch.autograd, "backward", self._before(listener.backward_call))
         from torch.utils.data import dataloader
 
-        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._before(listener.batch, with_self=True))
+        self._patch(dataloader._BaseDataLoaderIter, "__next__",
+                    self._before(listener.batch, with_self=True))
         from torch.profiler import profiler as torch_profiler
 
         kineto = torch_profiler._KinetoProfile
-        self._patch(kineto, "prepare_trace", lambda original: self._wrap_profiler(original, starting=True))
-        self._patch(kineto, "stop_trace", lambda original: self._wrap_profiler(original, starting=False))
+        self._patch(kineto, "prepare_trace",
+                    lambda original: self._wrap_profiler(original, starting=True))
+        self._patch(kineto, "stop_trace",
+                    lambda original: self._wrap_profiler(original, starting=False))
         self._patch(kineto, "export_chrome_trace", self._wrap_export)
         self._maybe_patch_generate()
 
@@ -131,7 +136,8 @@ class Hooks:
         if module is not None:
             self._root_handle = module.register_forward_pre_hook(self._on_root_pre)
 
-    def keep_only(self, *, optimizer: bool, backward: bool, generate: bool, replay: bool, root: Any | None) -> None:
+    def keep_only(self, *, optimizer: bool, backward: bool, generate: bool, replay: bool,
+                  root: Any | None) -> None:
         """After the window: remove every hook and wrapper except those that mark the steps (the
         optimizer-step hook, the ``autograd.backward`` wrapper, the ``generate`` wrapper, the
         graph-replay wrapper, a hook on ``root``, the outermost module, when its forwards are
@@ -148,7 +154,8 @@ class Hooks:
             self._release_global()
         elif self._global:
             self.narrow_to(root)  # a no-op where compiled code guards on the global hooks
-        kept = {name for name, keep in (("replay", replay), ("backward", backward), ("generate", generate)) if keep}
+        kept = {name
+                for name, keep in (("replay", replay), ("backward", backward), ("generate", generate)) if keep}
         for owner, name, original in reversed(self._patches):
             if name not in kept:
                 setattr(owner, name, original)

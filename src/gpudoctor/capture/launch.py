@@ -22,8 +22,8 @@ EXIT_CODES_VAR = "GPUDOCTOR_EXIT_CODES"  # a folder: rank R writes its exit code
 def torchrun_command(nproc: int, run_args: Sequence[str]) -> list[str]:
     """torchrun on one host (``--standalone``: a free port for the rendezvous, so two jobs on one
     machine never collide) with ``python -m gpudoctor run RUN_ARGS`` as each rank's program."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "gpudoctor", "run", *run_args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc), "-m", "gpudoctor", "run", *run_args]
 
 
 def launch(nproc: int, run_args: Sequence[str]) -> int:

@@ -24,7 +24,8 @@ class LoaderQueue:
 
     def batch(self, iterator: Any) -> None:
         """A batch is about to be fetched from ``iterator`` (a DataLoader's)."""
-        depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(getattr(iterator, "_prefetch_factor", 0) or 0)
+        depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(
+            getattr(iterator, "_prefetch_factor", 0) or 0)
         if depth <= 0:
             return
         self.depth = max(self.depth, depth)
@@ -34,7 +35,8 @@ class LoaderQueue:
         # epoch shorter than the queue leaves no step timed.
         # A persistent-workers loader hands out the same iterator object every epoch, its count reset
         # to 0: with fewer batches an epoch than its queue holds, every step would read as backlog
-        if self._iterator is not None and (self._iterator() is not iterator or yielded < self._yielded):
+        if self._iterator is not None and (self._iterator() is not iterator
+                                           or yielded < self._yielded):
             self._started = True
         self._yielded = yielded
         try:

@@ -90,7 +90,8 @@ def token_times(calls: list[list[Any]]) -> dict[str, Any]:
         if len(gaps) >= 3:
             prefill.append(gaps[0] + gaps[1])
             decode.extend(gaps[2:])
-    out: dict[str, Any] = {"calls_timed": len(closed), "forwards_per_call": statistics.median(tokens),
+    out: dict[str, Any] = {"calls_timed": len(closed),
+                           "forwards_per_call": statistics.median(tokens),
                            "call_ms": round(statistics.median(total), 4)}
     if prefill:
         out["prefill_ms"] = round(statistics.median(prefill), 4)

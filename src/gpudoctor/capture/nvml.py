@@ -50,7 +50,8 @@ class NvmlSampler:
             self._nvml = pynvml
             self._handle = (current_device_handle(pynvml) if self.device_index is None
                             else pynvml.nvmlDeviceGetHandleByIndex(self.device_index))
-            self._max_sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM)
+            self._max_sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(self._handle,
+                                                                  pynvml.NVML_CLOCK_SM)
         except Exception as exc:  # noqa: BLE001 - no library, no driver, no permission: sampling is optional
             self.error = f"NVML unavailable: {type(exc).__name__}: {exc}"
             return
@@ -67,7 +68,8 @@ class NvmlSampler:
                     {
                         "gpu_util_pct": float(util.gpu),
                         "mem_util_pct": float(util.memory),
-                        "sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+                        "sm_clock_mhz": float(nvml.nvmlDeviceGetClockInfo(handle,
+                                                                          nvml.NVML_CLOCK_SM)),
                         "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
                     }
                 )
@@ -84,7 +86,8 @@ class NvmlSampler:
 
     def summary(self) -> dict[str, Any]:
         if not self.samples:
-            return {"samples": 0, "error": self.error or "no sample taken (window shorter than the interval)"}
+            return {"samples": 0,
+                    "error": self.error or "no sample taken (window shorter than the interval)"}
         def col(key: str) -> list[float]:
             return [s[key] for s in self.samples]
 

@@ -61,7 +61,8 @@ def _copy_back(fd: int) -> None:
     chunks = []
     while chunk := os.read(fd, 1 << 16):
         chunks.append(chunk)
-    kept = b"".join(line for line in b"".join(chunks).splitlines(keepends=True) if not CHATTER.match(line))
+    kept = b"".join(line for line in b"".join(chunks).splitlines(keepends=True)
+                    if not CHATTER.match(line))
     while kept:
         try:
             kept = kept[os.write(2, kept):]

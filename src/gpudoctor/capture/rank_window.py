@@ -60,7 +60,8 @@ class RankInfo:
                 "hostname": self.hostname}
 
 
-def rank_info(rank: int | None = None, world_size: int | None = None, local_rank: int | None = None) -> RankInfo | None:
+def rank_info(rank: int | None = None, world_size: int | None = None,
+              local_rank: int | None = None) -> RankInfo | None:
     """This process's place in a distributed job (None for a single process): the values given (a
     framework's own: Lightning's ``trainer.global_rank``), else torch.distributed once the program
     initialized it, else the launcher's variables (torchrun, SLURM, MPI)."""
@@ -135,7 +136,9 @@ class RankSync:
                     return self._alone(ready_at, f"rank 0 published no window within {waited:g} s")
                 decision = json.loads(store.get(self._key("window")))
                 if "abandoned" in decision:
-                    return self._alone(ready_at, f"rank 0 ended after {decision['abandoned']} steps, before the window")
+                    return self._alone(ready_at,
+                                       f"rank 0 ended after {decision['abandoned']} steps, before "
+                                       "the window")
         except (RuntimeError, ValueError, OSError) as exc:  # a store that went away: carry on alone
             return self._alone(ready_at, f"the store failed ({type(exc).__name__}: {exc})")
         return self._adopt(decision, ready_at)
@@ -165,20 +168,23 @@ class RankSync:
         open_at = int(decision["open_at"])
         notes = [f"rank {r} ended after {n} steps, before the window (--skip): it has no bundle"
                  for r, n in decision.get("left", {}).items()]
-        notes += [f"rank {r} was not ready within {self.timeout_s:g} s (it ran fewer steps, hung or died): the "
-                  "window was agreed without it" for r in decision.get("missing", [])]
+        notes += [f"rank {r} was not ready within {self.timeout_s:g} s (it ran fewer steps, hung "
+                  "or died): the window was agreed without it" for r in decision.get("missing", [])]
         if open_at < ready_at:  # this rank came after rank 0 stopped waiting for it
-            notes.append(f"rank {self.info.rank} was ready at step {ready_at}, after the other ranks agreed on "
-                         f"step {open_at}: its window starts {ready_at - open_at} steps later than theirs")
+            notes.append(f"rank {self.info.rank} was ready at step {ready_at}, after the other "
+                         f"ranks agreed on step {open_at}: its window starts {ready_at - open_at} "
+                         "steps later than theirs")
         self.window = Window(max(open_at, ready_at), self.steps, str(decision["run"]),
-                             tuple(int(r) for r in decision["ranks"]), open_at >= ready_at, tuple(notes),
-                             tuple(int(r) for r in decision.get("left", {})))
+                             tuple(int(r) for r in decision["ranks"]), open_at >= ready_at,
+                             tuple(notes), tuple(int(r) for r in decision.get("left", {})))
         return self.window
 
     def _alone(self, ready_at: int, why: str) -> Window:
-        note = (f"rank {self.info.rank} could not agree its window with the other ranks ({why}): it recorded from "
-                f"its own step {ready_at + 1}, which may not be the other ranks' steps")
-        self.window = Window(ready_at, self.steps, self._own_name(), (self.info.rank,), False, (note,))
+        note = (f"rank {self.info.rank} could not agree its window with the other ranks ({why}): "
+                f"it recorded from its own step {ready_at + 1}, which may not be the other "
+                "ranks' steps")
+        self.window = Window(ready_at, self.steps, self._own_name(), (self.info.rank,),
+                             False, (note,))
         return self.window
 
     def leave(self, steps_seen: int) -> None:
@@ -242,11 +248,12 @@ class RankSync:
         for r in range(self.info.world_size):
             state.setdefault(r, "left" if r in window.left else "missing")
             if state[r] == "missing" and r in window.ranks:
-                notes.append(f"rank {r}'s bundle did not appear within {self.timeout_s:g} s: the combined report "
-                             "leaves it out")
+                notes.append(f"rank {r}'s bundle did not appear within {self.timeout_s:g} s: the "
+                             "combined report leaves it out")
             elif state[r] == "elsewhere":
-                notes.append(f"rank {r} wrote its bundle on another file system ({run / f'rank{r}'} is not here): "
-                             "copy it here and run gpudoctor analyze on the run directory")
+                notes.append(f"rank {r} wrote its bundle on another file system "
+                             f"({run / f'rank{r}'} is not here): copy it here and run gpudoctor "
+                             "analyze on the run directory")
             elif state[r] == "none" and r in window.ranks:
                 notes.append(f"rank {r} recorded no window: the combined report leaves it out")
         return state, notes
@@ -304,9 +311,10 @@ def find_store(info: RankInfo, timeout_s: float) -> Any:
     if not addr or not port.isdecimal():
         return None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent hosts it already
-        return dist.TCPStore(addr, int(port), is_master=False, timeout=timeout, wait_for_workers=False)
-    return dist.TCPStore(addr, int(port) + OWN_STORE_PORT_OFFSET, is_master=info.rank == 0, timeout=timeout,
-                         wait_for_workers=False)
+        return dist.TCPStore(addr, int(port), is_master=False, timeout=timeout,
+                             wait_for_workers=False)
+    return dist.TCPStore(addr, int(port) + OWN_STORE_PORT_OFFSET, is_master=info.rank == 0,
+                         timeout=timeout, wait_for_workers=False)
 
 
 def _wait_all(store: Any, keys: list[str], timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> bool:

@@ -47,7 +47,8 @@ class Target:
 
     @property
     def name(self) -> str:
-        return self.path_or_module.rsplit(".", 1)[-1] if self.is_module else Path(self.path_or_module).stem
+        return self.path_or_module.rsplit(".", 1)[-1] if self.is_module else Path(
+            self.path_or_module).stem
 
     def check(self) -> None:
         if self.is_module:
@@ -61,7 +62,9 @@ class Target:
             finally:
                 sys.path.remove(os.getcwd())  # the first occurrence: the one put there above
             if found is None:
-                raise InputError(f"no module named {self.path_or_module!r}; check the name and that it is importable")
+                raise InputError(
+                    f"no module named {self.path_or_module!r}; check the name and that it is "
+                    "importable")
         else:
             path = Path(self.path_or_module)
             if not path.is_file():
@@ -205,7 +208,8 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 
 def _ours(filename: str) -> bool:
-    return filename in (__file__, runpy.__file__) or filename.endswith(("runpy.py", "<frozen runpy>"))
+    return filename in (__file__, runpy.__file__) or filename.endswith(("runpy.py",
+                                                                        "<frozen runpy>"))
 
 
 def _exit_code(exc: SystemExit) -> int:

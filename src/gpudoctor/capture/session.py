@@ -224,7 +224,8 @@ class CaptureSession(Listener):
             self._hooks = None
         if self._prof is not None:
             try:
-                self._finish_window(error=self.result.error or "the program stopped inside the window")
+                self._finish_window(error=self.result.error
+                                    or "the program stopped inside the window")
             except Exception as exc:  # noqa: BLE001 - reported after the program (runner, live), never raised
                 self.result.internal_error = self.result.internal_error or _failure(exc)
         if self.sync is not None and self._open_at is None and self.phase is not Phase.DONE:
@@ -295,7 +296,8 @@ class CaptureSession(Listener):
         torch = self._torch
         training_like = bool(torch.is_grad_enabled() and getattr(module, "training", False))
         params = self._hooks.parameter_count(module)
-        boundary = self.detector.outer_forward(id(module), params, training_like, type(module).__name__)
+        boundary = self.detector.outer_forward(id(module), params, training_like,
+                                               type(module).__name__)
         self._keep_root(module)
         if boundary:
             self._boundary()
@@ -324,7 +326,8 @@ class CaptureSession(Listener):
     def token_forward(self, module: Any) -> None:
         """A forward inside generate(): a token; the model is the outermost module all the same."""
         if self._hooks is not None and self.phase is not Phase.DONE:
-            self.detector.see_module(id(module), self._hooks.parameter_count(module), type(module).__name__)
+            self.detector.see_module(id(module), self._hooks.parameter_count(module),
+                                     type(module).__name__)
             self._keep_root(module)
         if self._tokens and self.phase in (Phase.BEFORE, Phase.AFTER):
             self._tokens[-1].append(self._stamp())
@@ -352,7 +355,8 @@ class CaptureSession(Listener):
             return
         if starting and self._prof is not None:
             # ours must make way, or the program's profiler would fail to start
-            self._finish_window(error="the program started its own torch.profiler inside the window")
+            self._finish_window(
+                error="the program started its own torch.profiler inside the window")
             self._complete(stop_program=False)
         elif starting and self.phase is Phase.BEFORE:
             self.phase = Phase.BORROW
@@ -376,14 +380,16 @@ class CaptureSession(Listener):
                 shutil.copyfile(path, raw)
                 self.result.trace_path = _gzip(raw)
         except OSError as exc:
-            self.result.notes.append(f"the program's own trace {path} could not be copied ({exc.strerror})")
+            self.result.notes.append(
+                f"the program's own trace {path} could not be copied ({exc.strerror})")
             return
         self._borrowed()
 
     def _borrowed(self) -> None:
         self.result.step_source = "program-profiler"
         self.conflict = ""
-        self.result.notes.append("the program runs its own torch.profiler: this report diagnoses the window it recorded")
+        self.result.notes.append(
+            "the program runs its own torch.profiler: this report diagnoses the window it recorded")
         self._complete(stop_program=False)  # the program goes on
 
     def _export_foreign(self) -> None:
@@ -395,7 +401,8 @@ class CaptureSession(Listener):
         try:
             profiler.export_chrome_trace(str(raw))
         except Exception as exc:  # noqa: BLE001 - its profiler, its state: say so and step aside
-            self.result.notes.append(f"the program's own profiler window could not be exported ({type(exc).__name__})")
+            self.result.notes.append(
+                f"the program's own profiler window could not be exported ({type(exc).__name__})")
             return
         self.result.trace_path = _gzip(raw)
         self._borrowed()
@@ -450,7 +457,8 @@ class CaptureSession(Listener):
         if cfg.trial and self._open_at is None and self._trial_wants_more(cfg.skip):
             return  # a trial that records a window times its settled steps first
         if self._open_at is None:
-            if self.loader.serving_backlog(self._count, cfg.skip, distributed=self.sync is not None):
+            if self.loader.serving_backlog(self._count, cfg.skip,
+                                           distributed=self.sync is not None):
                 return
             self._open_at = self._agree()
         if self._count >= self._open_at:
@@ -466,7 +474,8 @@ class CaptureSession(Listener):
             # end of each cycle": the window is one cycle (repeat=1), and the line would land on
             # the program's stderr on every run
             with kineto_chatter_filtered(), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+                warnings.filterwarnings("ignore", message="Warning: Profiler clears events",
+                                        category=UserWarning)
                 self._prof.step()
         else:
             self._prof.step()
@@ -553,11 +562,12 @@ class CaptureSession(Listener):
         if stepped:
             self._narrow_hooks()
         self._note_device()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._gpu_in_use() else [])
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                               if self._gpu_in_use() else [])
         self._prof = profile(
             activities=activities,
-            schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1) if stepped else None,
-            record_shapes=True,
+            schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1)
+            if stepped else None, record_shapes=True,
             with_flops=True,
             profile_memory=self.config.record_memory,
             with_stack=self.config.stack,
@@ -643,8 +653,10 @@ class CaptureSession(Listener):
             return
         source = self.detector.source
         root = self._root_module() if source in (Source.FORWARD, Source.GENERATE) else None
-        self._hooks.keep_only(optimizer=source is Source.OPTIMIZER, backward=source is Source.BACKWARD,
-                              generate=source is Source.GENERATE, replay=source is Source.GRAPH, root=root)
+        self._hooks.keep_only(optimizer=source is Source.OPTIMIZER,
+                              backward=source is Source.BACKWARD,
+                              generate=source is Source.GENERATE,
+                              replay=source is Source.GRAPH, root=root)
 
     # -- unprofiled timing ---------------------------------------------------------------------
 
@@ -672,8 +684,9 @@ class CaptureSession(Listener):
         try:
             return self._trial_unsettled(skip)
         except Exception as exc:  # noqa: BLE001 - never the program's failure: stop waiting, time what there is
-            self.result.notes.append(f"the steps could not be read while waiting for them to settle "
-                                     f"({type(exc).__name__}); the later half of those run is timed")
+            self.result.notes.append("the steps could not be read while waiting for them "
+                                     f"to settle ({type(exc).__name__}); the later half of those "
+                                     "run is timed")
             self._trial.abandon()
             return False
 
@@ -681,8 +694,8 @@ class CaptureSession(Listener):
         """Past ``skip``, the trial's own decision (capture/trial_timing.py) on the steps the GPU has
         finished: no sync, the program's own overlap of host and GPU is kept."""
         now = self.clock.now()
-        runs_on = self._trial.on_step(self._finished_intervals(self._before), self._count - max(skip, 1),
-                                      self.loader.depth, now)
+        runs_on = self._trial.on_step(self._finished_intervals(self._before),
+                                      self._count - max(skip, 1), self.loader.depth, now)
         if not runs_on and self._trial.note:
             self.result.notes.append(self._trial.note)
         return runs_on
@@ -723,23 +736,29 @@ class CaptureSession(Listener):
             early = intervals_ms(before)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
             trial_ms = self._trial.timed_ms  # a trial whose steps settled: the steps it timed
-            self.result.unprofiled_before_ms = list(trial_ms) if trial_ms else early[len(early) - keep:]
+            self.result.unprofiled_before_ms = list(trial_ms) if trial_ms else early[
+                len(early) - keep:]
             self.result.unprofiled_after_ms = intervals_ms(after)
             self.result.generate = token_times(tokens)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
-            self.result.notes.append(f"the unprofiled steps could not be timed ({type(exc).__name__})")
+            self.result.notes.append(
+                f"the unprofiled steps could not be timed ({type(exc).__name__})")
             return
         r = self.result
         window_step = r.window_opened_at_step
         last_before = None if window_step is None else self._total - self._count + window_step
-        r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms, self.loader.depth, last_before)
+        r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms,
+                                       self.loader.depth, last_before)
         chosen = r.unprofiled.samples_from if r.unprofiled is not None else "before"
-        r.unprofiled_step_ms = {"before": r.unprofiled_before_ms, "after": r.unprofiled_after_ms}.get(
+        r.unprofiled_step_ms = {"before": r.unprofiled_before_ms,
+                                "after": r.unprofiled_after_ms}.get(
             chosen, r.unprofiled_before_ms + r.unprofiled_after_ms)
-        if r.step_source and r.step_source != Source.TIME.value and (r.unprofiled is None or not r.unprofiled.trusted):
+        if r.step_source and r.step_source != Source.TIME.value and (
+            r.unprofiled is None or not r.unprofiled.trusted):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"
-            r.notes.append(f"the unprofiled step is uncertain: {why}; the observer-effect calibration is weak "
-                           "(raise --skip or --calibrate, or let the program run longer)")
+            r.notes.append(f"the unprofiled step is uncertain: {why}; the observer-effect "
+                           "calibration is weak (raise --skip or --calibrate, or let the program "
+                           "run longer)")
 
 
 def step() -> None:

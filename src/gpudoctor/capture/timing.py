@@ -118,8 +118,8 @@ class UnprofiledStep:
 
     def to_dict(self) -> dict[str, object]:
         return {"ms": round(self.ms, 4), "spread_ms": round(self.spread_ms, 4), "steps": self.steps,
-                "estimator": self.estimator, "samples_from": self.samples_from, "trusted": self.trusted,
-                "why": self.why}
+                "estimator": self.estimator, "samples_from": self.samples_from,
+                "trusted": self.trusted, "why": self.why}
 
     def text(self) -> str:
         """``4.060 ms ± 0.200 (5 steps)``."""
@@ -137,7 +137,8 @@ def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float
     if loader_depth > 0:
         rounds = n // loader_depth
         kept = samples[n - rounds * loader_depth:]  # whole rounds, the latest ones
-        means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth]) for i in range(rounds)]
+        means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth])
+                 for i in range(rounds)]
         spread = statistics.stdev(means) / math.sqrt(rounds) if rounds > 1 else statistics.stdev(kept) / math.sqrt(len(kept))
         return statistics.fmean(kept), spread, "loader-mean"
     if n < MIN_SAMPLES:
@@ -154,7 +155,8 @@ def enough(samples: list[float], loader_depth: int = 0) -> bool:
     return len(samples) >= max(MIN_SAMPLES, loader_depth)
 
 
-def choose(before: list[float], after: list[float], loader_depth: int = 0) -> tuple[list[float], str]:
+def choose(before: list[float], after: list[float],
+           loader_depth: int = 0) -> tuple[list[float], str]:
     """The samples to estimate from, and where they come from (see the module docstring)."""
     enough_before, enough_after = enough(before, loader_depth), enough(after, loader_depth)
     if enough_before and enough_after:
@@ -187,11 +189,13 @@ def unprofiled_step(before: list[float], after: list[float], loader_depth: int =
     if n < MIN_SAMPLES:
         why = f"only {n} step{'s' * (n != 1)} could be timed without the profiler (fewer than {MIN_SAMPLES})"
     elif not enough(samples, loader_depth):
-        why = (f"only {n} steps could be timed without the profiler, fewer than one round of the DataLoader's "
-               f"queue ({loader_depth} batches: workers x prefetch), whose steps come in bursts")
+        why = (f"only {n} steps could be timed without the profiler, fewer than one round of the "
+               f"DataLoader's queue ({loader_depth} batches: workers x prefetch), whose steps come "
+               "in bursts")
     elif where == "before" and not after and last_step_before is not None and last_step_before < WARM_STEPS:
-        why = (f"the steps timed without the profiler are steps {last_step_before - n + 1}-{last_step_before} of the "
-               f"program, likely still warming up, and none could be timed after the window (the program ended)")
+        why = ("the steps timed without the profiler are steps "
+               f"{last_step_before - n + 1}-{last_step_before} of the program, likely still "
+               "warming up, and none could be timed after the window (the program ended)")
     return UnprofiledStep(ms, spread, n, estimator, where, not why, why)
 
 

@@ -53,7 +53,8 @@ class TrialTiming:
             return self._judged_ms + timed
         return timed
 
-    def on_step(self, intervals: list[float], past_skip: int, loader_depth: int, now: float) -> bool:
+    def on_step(self, intervals: list[float], past_skip: int, loader_depth: int,
+                now: float) -> bool:
         """Run on (True) or stop (False), at a step boundary ``past_skip`` steps past the trial's
         skip, ``now`` on the session's clock. ``intervals``: the finished steps' times (ms, oldest
         first) of the current series, one list growing in place; another list is a new series
@@ -75,9 +76,10 @@ class TrialTiming:
             return self._timing(intervals, now)
         if past_skip >= self.max_steps or now - self._settle_started >= self.max_s:
             half = max(TRIAL_SETTLE_HALF, loader_depth)
-            self.note = (f"the steps had not settled {past_skip} steps past --skip (their last {half} "
-                         f"against the {half} before them, or the fastest {half}, differ by more "
-                         f"than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a transient")
+            self.note = (f"the steps had not settled {past_skip} steps past --skip (their "
+                         f"last {half} against the {half} before them, or the fastest {half}, "
+                         f"differ by more than {TRIAL_SETTLE_RATIO:g}x): the timing mixes a "
+                         "transient")
             return False
         return True
 

@@ -33,7 +33,8 @@ REASON_BITS = {
 # slowdown, HW power brake) are. An application clock set low still shows as an SM clock below its
 # maximum under load (the low-clock check). One set for bench and live capture (NVML) and explain
 # (nvidia-smi), so the three read a card alike.
-BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
+BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost",
+                    "display_clock_setting"})
 # Asserted by the board or an external signal: "reducing the core clocks by a factor of 2 or more".
 HARDWARE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 
@@ -106,7 +107,8 @@ class GpuRecord:
     @property
     def missing(self) -> tuple[str, ...]:
         have = {"clocks": self.sm_mhz is not None and self.sm_max_mhz is not None,
-                "throttle reasons": self.reasons is not None, "utilization": self.util_pct is not None,
+                "throttle reasons": self.reasons is not None,
+                "utilization": self.util_pct is not None,
                 "ECC": self.ecc_volatile_unc is not None or self.ecc_aggregate_unc is not None
                 or self.remap_pending is not None or self.retired_pending is not None,
                 "PCIe": self.pcie_gen is not None or self.pcie_width is not None,
@@ -155,7 +157,8 @@ def judge(r: GpuRecord, load: str | None = None) -> CardState:
         load=load, bad_reasons=tuple(problem_reasons(r.reasons)), clock_ratio=ratio,
         low_clock=ratio is not None and ratio < LOW_CLOCK_SHARE and load == "busy",
         power_reference_w=reference,
-        power_capped=r.power_limit_w is not None and bool(reference) and r.power_limit_w < POWER_CAP_SHARE * reference,
+        power_capped=r.power_limit_w is not None and bool(reference)
+        and r.power_limit_w < POWER_CAP_SHARE * reference,
         pending=bool(r.remap_pending or r.retired_pending or r.repair_pending),
         pcie_gen_down=r.pcie_gen is not None and r.pcie_gen_max is not None and r.pcie_gen < r.pcie_gen_max,
         pcie_width_down=r.pcie_width is not None and r.pcie_width_max is not None and r.pcie_width < r.pcie_width_max,

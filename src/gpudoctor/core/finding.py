@@ -124,7 +124,8 @@ def make_hypothesis(
     )
 
 
-def severity_for(saving_ms: float, step_ms: float, floor: str = "info", major_share: float = MAJOR_SHARE) -> str:
+def severity_for(saving_ms: float, step_ms: float, floor: str = "info",
+                 major_share: float = MAJOR_SHARE) -> str:
     """critical >= 25% of the step, major >= ``major_share`` (5%), minor >= 1%, info below; never
     below ``floor``."""
     share = saving_ms / step_ms if step_ms > 0 else 0.0

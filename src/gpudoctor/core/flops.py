@@ -36,14 +36,16 @@ def attended_pairs(seq: int, causal: bool, window: int | None = None) -> float:
     return seq * seq / 2 if causal else float(seq * seq)
 
 
-def attention_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0, causal: bool = True) -> float:
+def attention_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0,
+                    causal: bool = True) -> float:
     """Forward FLOPs of one attention block: projections + scores (QK^T) + context (PV)."""
     h, n, tokens = spec.hidden, spec.heads, batch * seq
     if spec.mla is not None:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         q = h * n * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank * n * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * n * (m.qk_nope_head_dim
+                                                                               + m.v_head_dim)
         proj = 2 * tokens * (q + kv + n * m.v_head_dim * h)
     else:
         d, kv = spec.head_dim, spec.kv_heads
@@ -51,7 +53,8 @@ def attention_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0, causa
     return proj + attention_core_flops(spec, batch, seq, layer, causal)
 
 
-def attention_core_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0, causal: bool = True) -> float:
+def attention_core_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0,
+                         causal: bool = True) -> float:
     """Forward FLOPs of one layer's attention core, QK^T and PV (2 FLOPs per MAC each):
     2 B pairs n (qk_d + v_d); non-causal MHA: 4 B s^2 h. What selective recomputation runs again
     (Korthikanti et al. 2022, sec. 5: the core's softmax, dropout and the two batched matmuls)."""
@@ -89,7 +92,8 @@ def step_flops(spec: ModelSpec, batch: int, seq: int, checkpointing: str = "none
     if checkpointing == "full":
         recompute = layers
     elif checkpointing == "selective":
-        recompute = sum(attention_core_flops(spec, batch, seq, i, causal) for i in range(spec.layers))
+        recompute = sum(attention_core_flops(spec, batch, seq, i, causal)
+                        for i in range(spec.layers))
     else:
         recompute = 0.0
     return StepFlops(layers, head, recompute)

@@ -148,7 +148,8 @@ class _Config:
         return tuple(value)
 
 
-def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str]:
+def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mapping[str,
+                                                                                  Any], str, str]:
     """(config object, label for messages, source) from a dict, a config.json or its folder."""
     if isinstance(path_or_dict, Mapping):
         return path_or_dict, "config dict", "dict"
@@ -165,10 +166,11 @@ def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mappin
         raise InputError(f"{path} does not exist; give a Hugging Face config.json or the folder "
                          f"that holds one") from None
     except UnicodeDecodeError:
-        raise InputError(f"{path} is not a text config.json (binary or compressed); give a Hugging Face "
-                         f"config.json or the folder that holds one") from None
+        raise InputError(f"{path} is not a text config.json (binary or compressed); give a "
+                         f"Hugging Face config.json or the folder that holds one") from None
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
+        raise InputError(
+            f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -228,8 +230,8 @@ def _attention_shape(cfg: _Config, *, heads_default: int | None, head_dim_defaul
     """(kv_heads, head_dim). ``heads_default``: the family's num_key_value_heads default (None:
     = heads); ``head_dim_default``: its head_dim default (None: hidden // heads, which must then
     divide: a remainder is always a typo in a real config)."""
-    kv_heads = cfg.size("num_key_value_heads", default=heads if heads_default is None else heads_default,
-                        high=_MAX_HEADS)
+    kv_heads = cfg.size("num_key_value_heads",
+                        default=heads if heads_default is None else heads_default, high=_MAX_HEADS)
     if heads % kv_heads:
         note = ("" if cfg.has("num_key_value_heads") else
                 " (this model_type's default, as the key is absent: set it)")
@@ -245,7 +247,8 @@ def _attention_shape(cfg: _Config, *, heads_default: int | None, head_dim_defaul
     return kv_heads, hidden // heads
 
 
-def _core(cfg: _Config, *, tied: bool, positions: int, hidden_keys: tuple[str, ...] = ("hidden_size",),
+def _core(cfg: _Config, *, tied: bool, positions: int,
+          hidden_keys: tuple[str, ...] = ("hidden_size",),
           layer_keys: tuple[str, ...] = ("num_hidden_layers",),
           head_keys: tuple[str, ...] = ("num_attention_heads",)) -> dict[str, Any]:
     """The sizes every family has. ``tied`` / ``positions``: the family's defaults."""
@@ -273,12 +276,14 @@ def _rope_decoder(cfg: _Config, *, tied: bool, positions: int, kv_default: int |
     return out
 
 
-def _sliding(cfg: _Config, layers: int, window: int | None, default_full: tuple[int, ...]) -> dict[str, Any]:
+def _sliding(cfg: _Config, layers: int, window: int | None,
+             default_full: tuple[int, ...]) -> dict[str, Any]:
     """sliding_window and the layers that attend fully anyway (layer_types wins when given)."""
     if window is None:
         return {"sliding_window": None, "full_attention_layers": ()}
     types = cfg.layer_types(layers)
-    full = default_full if types is None else tuple(i for i, t in enumerate(types) if t != "sliding_attention")
+    full = default_full if types is None else tuple(i for i, t in enumerate(types)
+                                                    if t != "sliding_attention")
     return {"sliding_window": window, "full_attention_layers": full}
 
 
@@ -400,7 +405,8 @@ def _gpt2(cfg: _Config) -> dict[str, Any]:
         raise cfg.fail("add_cross_attention is true (an encoder-decoder GPT-2); gpudoctor sizes "
                        "decoder-only GPT-2 models")
     out = _core(cfg, tied=True, positions=1024, hidden_keys=("n_embd", "hidden_size"),
-                layer_keys=("n_layer", "num_hidden_layers"), head_keys=("n_head", "num_attention_heads"))
+                layer_keys=("n_layer", "num_hidden_layers"),
+                head_keys=("n_head", "num_attention_heads"))
     out["max_positions"] = cfg.size("n_positions", "max_position_embeddings", default=1024,
                                     high=_MAX_POSITIONS)
     if out["hidden"] % out["heads"]:
@@ -449,7 +455,8 @@ def _deepseek(cfg: _Config, v3: bool) -> dict[str, Any]:
     # the config classes' defaults
     d = ({"experts": 256, "top_k": 8, "width": 2048, "shared": 1, "dense": 3, "positions": 4096}
          if v3 else
-         {"experts": 64, "top_k": _REQUIRED, "width": 1407, "shared": 2, "dense": 0, "positions": 2048})
+         {"experts": 64, "top_k": _REQUIRED, "width": 1407, "shared": 2, "dense": 0,
+          "positions": 2048})
     out = _core(cfg, tied=False, positions=d["positions"])
     out["intermediate"] = cfg.size("intermediate_size", high=_MAX_WIDTH)
     q_lora = None

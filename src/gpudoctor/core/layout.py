@@ -12,7 +12,8 @@ SCHEDULES = ("1f1b", "interleaved", "zb-h1")
 CHECKPOINTING = ("none", "selective", "full")
 
 
-def bubble_fraction(pp: int, microbatches: int, schedule: str = "1f1b", virtual_stages: int = 2) -> float:
+def bubble_fraction(pp: int, microbatches: int, schedule: str = "1f1b",
+                    virtual_stages: int = 2) -> float:
     """Idle time over ideal compute time (Narayanan et al. 2021, sec. 2.2): 1F1B (p-1)/m;
     interleaved (p-1)/(v m); ZB-H1 (Qi et al. 2023) about a third of 1F1B, (p-1)/(3m)."""
     if schedule not in SCHEDULES:
@@ -50,7 +51,8 @@ class Layout:
         if self.zero not in (0, 1, 2, 3):
             raise InputError(f"Layout.zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.checkpointing not in CHECKPOINTING:
-            raise InputError(f"checkpointing {self.checkpointing!r} is not one of: {', '.join(CHECKPOINTING)}")
+            raise InputError(
+                f"checkpointing {self.checkpointing!r} is not one of: {', '.join(CHECKPOINTING)}")
         if self.schedule not in SCHEDULES:
             raise InputError(f"schedule {self.schedule!r} is not one of: {', '.join(SCHEDULES)}")
 

@@ -95,7 +95,8 @@ class Diff:
 
     def changed_kernels(self, limit: int = MAX_KERNELS) -> list[KernelChange]:
         """Matched groups, the largest change first."""
-        rows = [k for k in self.kernels if k.before and k.after and abs(k.delta_ms) >= MIN_KERNEL_MS]
+        rows = [k for k in self.kernels if k.before and k.after
+                and abs(k.delta_ms) >= MIN_KERNEL_MS]
         return sorted(rows, key=lambda k: -abs(k.delta_ms))[:limit]
 
     def appeared(self, limit: int = MAX_KERNELS) -> list[KernelChange]:
@@ -113,7 +114,8 @@ class Diff:
         """True when the slowdown exceeds ``threshold_pct`` beyond noise: the lower end of the step
         change's 95% interval is above both the threshold and the run-to-run floor."""
         low = self.step.ci_low_pct
-        return low is not None and self.step.verdict == SLOWER and low > max(threshold_pct, self.step.floor_pct)
+        return low is not None and self.step.verdict == SLOWER and low > max(threshold_pct,
+                                                                             self.step.floor_pct)
 
 
 def _rows(before: dict[str, Any], after: dict[str, Any]) -> tuple[Row, ...]:
@@ -131,7 +133,8 @@ def segments(r: Report) -> tuple[tuple[str, float], ...]:
     causes = {str(k): float(v) for k, v in r.idle.items() if v > 0}
     out: list[tuple[str, float]] = []
     total = sum(kinds.values())
-    out += [(k, v * busy / total) for k, v in kinds.items()] if total > 0 else ([("busy", busy)] if busy else [])
+    out += [(k, v * busy / total) for k, v in kinds.items()] if total > 0 else ([("busy", busy)]
+                                                                                if busy else [])
     total = sum(causes.values())
     out += ([(f"idle: {k}", v * idle / total) for k, v in causes.items()] if total > 0
             else [("idle", idle)] if idle else [])
@@ -164,33 +167,37 @@ def finding_changes(before: Report, after: Report, step: StepChange) -> tuple[Fi
         left = None if g is None else g.saving_ms
         if g is None or (f.saving_ms > 0 and g.saving_ms <= RESOLVED_FRACTION * f.saving_ms):
             ratio = measured / f.saving_ms if f.saving_ms > 0 else None
-            out.append(FindingChange(f.id, f.title, "resolved", f.saving_ms, left, f.predicted_speedup, measured,
-                                     speedup, ratio))
+            out.append(FindingChange(f.id, f.title, "resolved", f.saving_ms, left,
+                                     f.predicted_speedup, measured, speedup, ratio))
         else:
-            out.append(FindingChange(f.id, f.title, "persisting", f.saving_ms, left, f.predicted_speedup))
+            out.append(FindingChange(f.id, f.title, "persisting", f.saving_ms, left,
+                                     f.predicted_speedup))
     out += [FindingChange(g.id, g.title, "new", None, g.saving_ms, None) for g in after.findings
             if before.finding(g.id) is None]
     return tuple(out)
 
 
-def choose_samples(before: Any, after: Any) -> tuple[str, tuple[float, ...], tuple[float, ...], list[str]]:
+def choose_samples(before: Any, after: Any) -> tuple[str, tuple[float, ...],
+                                                     tuple[float, ...], list[str]]:
     """(kind, before samples, after samples, notes): unprofiled when both sides have 2+ of them."""
     notes = []
     if len(before.unprofiled) >= MIN_SIDE_SAMPLES and len(after.unprofiled) >= MIN_SIDE_SAMPLES:
         return "unprofiled", before.unprofiled, after.unprofiled, notes
     if before.unprofiled or after.unprofiled:
         which = "BEFORE" if len(before.unprofiled) >= MIN_SIDE_SAMPLES else "AFTER"
-        notes.append(f"only {which} has unprofiled step samples (env.json): both sides use their profiled steps, "
-                     "which the profiler inflates; compare two run directories for the program's real step time")
+        notes.append(f"only {which} has unprofiled step samples (env.json): both sides use their "
+                     "profiled steps, which the profiler inflates; compare two run directories for "
+                     "the program's real step time")
     else:
-        notes.append("no unprofiled step samples (env.json of a run directory): the step times are the profiled "
-                     "steps of the traces, inflated by the profiler; `gpudoctor run` times the step without it")
+        notes.append("no unprofiled step samples (env.json of a run directory): the step times are "
+                     "the profiled steps of the traces, inflated by the profiler; `gpudoctor run` "
+                     "times the step without it")
     return "profiled", before.profiled, after.profiled, notes
 
 
 def _info(side: Any, samples: tuple[float, ...], program: dict[str, Any]) -> SideInfo:
-    return SideInfo(side.path, side.trace_path, side.kind, side.gpu, side.report.step_ms, side.report.unprofiled_step_ms,
-                    samples, side.notes, program)
+    return SideInfo(side.path, side.trace_path, side.kind, side.gpu, side.report.step_ms,
+                    side.report.unprofiled_step_ms, samples, side.notes, program)
 
 
 def compare(before: Any, after: Any, floor_pct: float = DEFAULT_FLOOR_PCT) -> Diff:
@@ -201,19 +208,20 @@ def compare(before: Any, after: Any, floor_pct: float = DEFAULT_FLOOR_PCT) -> Di
     kind, a, b, notes = choose_samples(before, after)
     for side, values in ((before, a), (after, b)):
         if not values:
-            raise InputError(f"{side.label} {side.path} has no step to time (no profiled step, no unprofiled "
-                             "sample): record a window of whole steps (torch.profiler with prof.step(), or gpudoctor run)")
+            raise InputError(f"{side.label} {side.path} has no step to time (no profiled step, no "
+                             "unprofiled sample): record a window of whole steps (torch.profiler "
+                             "with prof.step(), or gpudoctor run)")
     step = compare_samples(a, b, floor_pct)
     warnings = list(notes)
     if before.gpu and after.gpu and before.gpu != after.gpu:
-        warnings.append(f"BEFORE ran on {before.gpu} and AFTER on {after.gpu}: the change mixes the code's and "
-                        "the GPU's; compared anyway")
+        warnings.append(f"BEFORE ran on {before.gpu} and AFTER on {after.gpu}: the change mixes "
+                        "the code's and the GPU's; compared anyway")
     if before.trace_path == after.trace_path:
         warnings.append("BEFORE and AFTER are the same trace: there is no difference to find")
     methods = (before.report.steps.method, after.report.steps.method)
     if methods[0] != methods[1]:
-        warnings.append(f"the steps were found differently (BEFORE: {methods[0]}, AFTER: {methods[1]}): "
-                        "per-step figures may not cover the same work")
+        warnings.append(f"the steps were found differently (BEFORE: {methods[0]}, AFTER: "
+                        f"{methods[1]}): per-step figures may not cover the same work")
     warnings += [f"{n}" for n in (*before.notes, *after.notes)]
     return Diff(
         before=_info(before, a, program_of(before.env)),

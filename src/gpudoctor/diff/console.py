@@ -28,11 +28,13 @@ def verdict_line(d: Diff) -> Text:
     """One line: the verdict, the speedup, both step times, the change and its interval."""
     s = d.step
     text = Text()
-    text.append(d.verdict.upper() if d.verdict in (FASTER, SLOWER) else d.verdict, VERDICT_STYLE.get(d.verdict, "bold"))
+    text.append(d.verdict.upper() if d.verdict in (FASTER, SLOWER) else d.verdict,
+                VERDICT_STYLE.get(d.verdict, "bold"))
     text.append(f"  x{s.speedup:.3f}" if s.after_ms > 0 else "")
     text.append(f"  {s.before_ms:.3f} -> {s.after_ms:.3f} ms mean step ({s.change_pct:+.1f}%")
     if s.ci_low_pct is not None and s.ci_high_pct is not None:
-        text.append(f"; {100 * s.confidence:.0f}% interval {s.ci_low_pct:+.1f}% to {s.ci_high_pct:+.1f}%")
+        text.append(
+            f"; {100 * s.confidence:.0f}% interval {s.ci_low_pct:+.1f}% to {s.ci_high_pct:+.1f}%")
     text.append(f"; run-to-run floor {s.floor_pct:g}%)")
     return text
 
@@ -68,11 +70,13 @@ def _findings(d: Diff) -> Table | None:
     if not d.findings:
         return None
     table = Table(title="Findings", title_justify="left", show_edge=False)
-    for col in ("status", "id", "predicted saving", "measured", "measured / predicted", "saving left"):
+    for col in ("status", "id", "predicted saving", "measured", "measured / predicted",
+                "saving left"):
         table.add_column(col, justify="left" if col in ("status", "id") else "right")
     order = {"resolved": 0, "new": 1, "persisting": 2}
     for f in sorted(d.findings, key=lambda f: order[f.status]):
-        table.add_row(Text(f.status, style={"resolved": "green", "new": "red"}.get(f.status, "")), Text(f.id),
+        table.add_row(Text(f.status,
+                           style={"resolved": "green", "new": "red"}.get(f.status, "")), Text(f.id),
                       *_finding_cells(f))
     return table
 
@@ -81,7 +85,8 @@ def _finding_cells(f: FindingChange) -> tuple[str, str, str, str]:
     predicted = "-" if f.saving_before_ms is None else f"{f.saving_before_ms:.3f} ms (x{f.predicted_speedup:.2f})"
     measured = ratio = "-"
     if f.status == "resolved" and f.measured_saving_ms is not None:
-        measured = f"{f.measured_saving_ms:.3f} ms" + (f" (x{f.measured_speedup:.2f})" if f.measured_speedup else "")
+        measured = f"{f.measured_saving_ms:.3f} ms" + (f" (x{f.measured_speedup:.2f})"
+                                                       if f.measured_speedup else "")
         ratio = "-" if f.ratio is None else f"{f.ratio:.2f}"
     after = "-" if f.saving_after_ms is None else f"{f.saving_after_ms:.3f} ms"
     return predicted, measured, ratio, after
@@ -114,7 +119,8 @@ def _kernel_table(title: str, rows: list[KernelChange]) -> Table | None:
         if key.op:
             shapes = key.shapes if len(key.shapes) <= 48 else key.shapes[:47] + "…"
             name.append(f"  ({key.op}{' ' + shapes if shapes else ''})", style="dim")
-        table.add_row(name, _ms(k.ms_before), _ms(k.ms_after), _signed(k.delta_ms), calls, Text(k.level))
+        table.add_row(name, _ms(k.ms_before), _ms(k.ms_after), _signed(k.delta_ms), calls,
+                      Text(k.level))
     return table
 
 
@@ -126,7 +132,8 @@ def render_console(d: Diff, console: Console) -> None:
         _findings(d),
         _rows_table("Step breakdown (ms per profiled step)", d.categories),
         _rows_table("GPU idle by cause (ms per step)", d.idle),
-        _kernel_table("Kernels that changed most (ms per profiled step)", d.changed_kernels(KERNEL_ROWS)),
+        _kernel_table("Kernels that changed most (ms per profiled step)",
+                      d.changed_kernels(KERNEL_ROWS)),
         _kernel_table("Appeared", d.appeared(KERNEL_ROWS)),
         _kernel_table("Disappeared", d.disappeared(KERNEL_ROWS)),
     ):

@@ -39,10 +39,10 @@ def explain(d: Diff, threshold_pct: float) -> str:
     """One line on the gate's outcome, for stderr."""
     s = d.step
     if s.ci_low_pct is None:
-        return (f"--fail-if-slower {threshold_pct:g}%: not applied, one side has fewer than 2 step samples "
-                "(no interval); passing")
+        return (f"--fail-if-slower {threshold_pct:g}%: not applied, one side has fewer than 2 step "
+                "samples (no interval); passing")
     where = f"{s.change_pct:+.1f}% (95% interval {s.ci_low_pct:+.1f}% to {s.ci_high_pct:+.1f}%)"
     if failed(d, threshold_pct):
-        return (f"--fail-if-slower {threshold_pct:g}%: FAILED, the step is slower by {where}, beyond the "
-                f"threshold and the noise; exit code {SLOWER_EXIT_CODE}")
+        return (f"--fail-if-slower {threshold_pct:g}%: FAILED, the step is slower by {where}, "
+                f"beyond the threshold and the noise; exit code {SLOWER_EXIT_CODE}")
     return f"--fail-if-slower {threshold_pct:g}%: passed, step change {where}"

@@ -71,10 +71,11 @@ class RunEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path, "recorded_utc": self.recorded_utc, "program": self.program, "args": list(self.args),
+            "path": self.path, "recorded_utc": self.recorded_utc, "program": self.program,
+            "args": list(self.args),
             "is_module": self.is_module, "git_commit": self.git_commit, "gpu": self.gpu,
-            "step_ms": None if self.step_ms is None else round(self.step_ms, 4), "step_kind": self.step_kind,
-            "top_finding": self.top_finding,
+            "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
+            "step_kind": self.step_kind, "top_finding": self.top_finding,
             "top_saving_ms": None if self.top_saving_ms is None else round(self.top_saving_ms, 4),
             "findings": self.findings, "has_trace": self.has_trace,
             "predictions": [p.to_dict() for p in self.predictions],
@@ -107,7 +108,8 @@ def program_of(env: dict[str, Any]) -> dict[str, Any]:
     program = env.get("program")
     if isinstance(program, dict) and isinstance(program.get("target"), str):
         return {"target": program["target"], "args": [str(a) for a in program.get("args") or []],
-                "is_module": bool(program.get("is_module")), "git_commit": program.get("git_commit")}
+                "is_module": bool(program.get("is_module")),
+                "git_commit": program.get("git_commit")}
     argv = env.get("argv")
     return program_from_argv(argv) if isinstance(argv, list) else {}
 
@@ -156,8 +158,8 @@ def read_run(folder: Path) -> RunEntry | None:
         program=str(program.get("target") or ""),
         args=tuple(str(a) for a in program.get("args") or []),
         is_module=bool(program.get("is_module")),
-        git_commit=program.get("git_commit") if isinstance(program.get("git_commit"), str) else None,
-        gpu=str(gpu.get("name") or ""),
+        git_commit=program.get("git_commit")
+        if isinstance(program.get("git_commit"), str) else None, gpu=str(gpu.get("name") or ""),
         step_ms=step_ms,
         step_kind=step_kind,
         top_finding=str(top["id"]) if isinstance(top.get("id"), str) else None,
@@ -209,7 +211,8 @@ def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
     by: dict[str, list[float]] = {}
     for p, r in pairs:
         by.setdefault(p.predicted_by.split(" ")[0], []).append(r)
-    return {"all": summary([r for _, r in pairs]), "by": {k: summary(v) for k, v in sorted(by.items())}}
+    return {"all": summary([r for _, r in pairs]),
+            "by": {k: summary(v) for k, v in sorted(by.items())}}
 
 
 def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:
@@ -223,7 +226,8 @@ def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:
     try:
         folders = [p for p in base.iterdir() if p.is_dir()]
     except OSError as exc:
-        raise InputError(f"cannot list {base}: {exc.strerror or exc}; check its permissions") from None
+        raise InputError(
+            f"cannot list {base}: {exc.strerror or exc}; check its permissions") from None
     entries = [e for e in (read_run(p) for p in folders) if e is not None]
     return sorted(entries, key=lambda e: (e.recorded_utc, Path(e.path).name), reverse=True)
 
@@ -232,12 +236,14 @@ def last_pair(base: Path = DEFAULT_RUNS) -> tuple[RunEntry, RunEntry]:
     """(older, newer): the two most recent runs, with a trace, of the program run last."""
     runs = [e for e in list_runs(base) if e.has_trace]
     if not runs:
-        raise InputError(f"--last: {base} holds no run directory with a trace; run the program twice with "
-                         "`gpudoctor run` (before and after the change), or give BEFORE and AFTER")
+        raise InputError(f"--last: {base} holds no run directory with a trace; run the program "
+                         "twice with `gpudoctor run` (before and after the change), or give BEFORE "
+                         "and AFTER")
     newest = runs[0]
     same = [e for e in runs if e.identity == newest.identity]
     if len(same) < 2:
         what = " ".join([newest.program, *newest.args]) or Path(newest.path).name
-        raise InputError(f"--last: {base} holds only one run of `{what}` (the latest program run); run it again "
-                         "with `gpudoctor run` after the change, or give BEFORE and AFTER")
+        raise InputError(f"--last: {base} holds only one run of `{what}` (the latest program run); "
+                         "run it again with `gpudoctor run` after the change, or give BEFORE "
+                         "and AFTER")
     return same[1], same[0]

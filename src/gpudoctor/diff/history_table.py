@@ -13,23 +13,27 @@ from gpudoctor.diff.history import RunEntry, prediction_errors
 RUN_MAX = 40  # a longer run name folds (names are the program's and the UTC start's: 26 for train_gpt2)
 PROGRAM_FLOOR = 24  # a program with its arguments wraps at its spaces, never narrower than this
 WORD_MAX = 24  # a finding id or GPU word longer than this may fold
-STEP_NOTE = ("step ms: mean of the steps timed without the profiler, outliers left out, as gpudoctor diff compares "
-             "them; (p): of the profiled steps")
+STEP_NOTE = ("step ms: mean of the steps timed without the profiler, outliers left out, as "
+             "gpudoctor diff compares them; (p): of the profiled steps")
 
 
 def _program(e: RunEntry) -> str:
-    return " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program else "?", *e.args])
+    return " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program
+                     else "?", *e.args])
 
 
 def _cells(e: RunEntry) -> dict[str, str]:
-    step = "-" if e.step_ms is None else f"{e.step_ms:.3f}" + ("" if e.step_kind == "unprofiled" else " (p)")
-    top = "-" if e.top_finding is None else e.top_finding + (f" ({e.top_saving_ms:.2f} ms)" if e.top_saving_ms else "")
-    return {"recorded (UTC)": e.recorded_utc.replace("T", " ")[:16], "run": Path(e.path).name, "program": _program(e),
-            "commit": e.git_commit or "-", "GPU": e.gpu.removeprefix("NVIDIA ") or "-", "step ms": step,
-            "top finding": top}
+    step = "-" if e.step_ms is None else f"{e.step_ms:.3f}" + ("" if e.step_kind == "unprofiled"
+                                                               else " (p)")
+    top = "-" if e.top_finding is None else e.top_finding + (f" ({e.top_saving_ms:.2f} ms)"
+                                                             if e.top_saving_ms else "")
+    return {"recorded (UTC)": e.recorded_utc.replace("T", " ")[:16], "run": Path(e.path).name,
+            "program": _program(e), "commit": e.git_commit or "-",
+            "GPU": e.gpu.removeprefix("NVIDIA ") or "-", "step ms": step, "top finding": top}
 
 
-def _fit(columns: list[str], rows: list[dict[str, str]], width: int, stacked: bool) -> dict[str, int] | None:
+def _fit(columns: list[str], rows: list[dict[str, str]], width: int,
+         stacked: bool) -> dict[str, int] | None:
     """Content widths of ``columns`` within ``width``, or None when they cannot fit. ``stacked``: the
     run cell holds the run's name over its program. The run's name, commit and step stay whole; the
     program, top finding and GPU wrap at their spaces, no narrower than their floors (the run's name,
@@ -45,7 +49,8 @@ def _fit(columns: list[str], rows: list[dict[str, str]], width: int, stacked: bo
     name = min(max(len(r["run"]) for r in rows), RUN_MAX)
     natural["run"] = max(name, longest("program")) if stacked else name
     floor = {"run": name} if stacked else {"program": min(natural.get("program", 0), PROGRAM_FLOOR)}
-    floor |= {"top finding": max(word("top finding"), len("finding")), "GPU": max(word("GPU"), len("GPU"))}
+    floor |= {"top finding": max(word("top finding"), len("finding")),
+              "GPU": max(word("GPU"), len("GPU"))}
     out = {c: min(natural[c], floor.get(c, natural[c])) for c in columns}
     left = width - (3 * len(columns) - 1) - sum(out.values())  # a space either side of a cell, a rule between
     if left < 0:
@@ -72,7 +77,8 @@ def render_history(entries: list[RunEntry], base: Path, console: Console) -> Non
     if all(r["commit"] == "-" for r in rows):
         columns.remove("commit")
     narrow = [c for c in columns if c not in ("recorded (UTC)", "program")]
-    layouts = [(columns, False), (columns[1:], False), (narrow, True), ([c for c in narrow if c != "commit"], True)]
+    layouts = [(columns, False), (columns[1:], False), (narrow, True),
+               ([c for c in narrow if c != "commit"], True)]
     for cols, stacked in layouts:
         widths = _fit(cols, rows, console.width, stacked)
         if widths is not None:
@@ -100,9 +106,10 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
     runs = [e for e in entries if e.predictions]
     unreadable = [Path(e.path).name for e in entries if e.report_unreadable]
     if unreadable:  # their trials cannot be counted: say so rather than count them as none
-        shown = ", ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
-        console.print(Text(f"left out: {len(unreadable)} run(s) whose report.json cannot be read ({shown}): "
-                           "their trials are not counted"))
+        shown = ", ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more"
+                                             if len(unreadable) > 5 else "")
+        console.print(Text(f"left out: {len(unreadable)} run(s) whose report.json cannot be read "
+                           f"({shown}): their trials are not counted"))
     for e in entries:
         if e.trials_unreadable:  # a trial record missing a field or holding one of the wrong type
             name = Path(e.path).name
@@ -111,13 +118,17 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
         console.print(Text(f"no run under {base} has a trial both predicted and measured "
                            "(gpudoctor run --try-fixes records them)"))
         return
-    table = Table(title=f"Predicted vs measured, {sum(len(e.predictions) for e in runs)} trials under {base}",
+    table = Table(title=f"Predicted vs measured, {sum(len(e.predictions) for e in runs)} trials "
+                        f"under {base}",
                   title_justify="left", show_edge=False)
-    for col in ("recorded (UTC)", "program", "knob", "finding", "predicted", "measured", "pred / meas", "priced by"):
-        table.add_column(col, justify="right" if col in ("predicted", "measured", "pred / meas") else "left",
-                         overflow="fold")
+    for col in ("recorded (UTC)", "program", "knob", "finding", "predicted", "measured",
+                "pred / meas", "priced by"):
+        table.add_column(col,
+                         justify="right" if col in ("predicted", "measured", "pred / meas")
+                         else "left", overflow="fold")
     for e in runs:
-        program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program else "?", *e.args])
+        program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program
+                            else "?", *e.args])
         for p in e.predictions:
             ratio = p.ratio
             table.add_row(Text(e.recorded_utc.replace("T", " ")[:16]), Text(program), Text(p.knob),
@@ -128,6 +139,7 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
     console.print(table)
     errors = prediction_errors(runs)
     lines = [f"{name}: {s['trials']} trials, median predicted / measured {s['median_ratio']:.2f}, "
-             f"{s['within_1_25x']} within 1.25x" for name, s in (("all", errors["all"]), *errors["by"].items())
+             f"{s['within_1_25x']} within 1.25x" for name, s in (("all", errors["all"]),
+                                                                 *errors["by"].items())
              if s["trials"]]
     console.print(Text("\n".join(lines)))

@@ -67,10 +67,13 @@ def resolve(path: Path, label: str) -> tuple[Path, str, tuple[str, ...]]:
         ranks = rank_traces(path)
         if len(ranks) > 1:
             rank, trace = ranks[0]
-            return trace, "ranks", (f"{label} holds {len(ranks)} rank traces; rank {rank} ({trace.name}) is compared",)
-        if not ranks and not _has_trace(path) and any((path / n).is_file() for n in ("env.json", "report.json")):
-            raise InputError(f"{label} {path} is a run directory without its trace (trace.json.gz): the diff needs "
-                             "the trace's steps and kernels; copy the trace back, or give another run directory")
+            return trace, "ranks", (
+                f"{label} holds {len(ranks)} rank traces; rank {rank} ({trace.name}) is compared",)
+        if not ranks and not _has_trace(path) and any((path / n).is_file()
+                                                      for n in ("env.json", "report.json")):
+            raise InputError(f"{label} {path} is a run directory without its trace "
+                             "(trace.json.gz): the diff needs the trace's steps and kernels; copy "
+                             "the trace back, or give another run directory")
     try:
         trace = resolve_trace_path(path)
     except InputError as exc:
@@ -80,7 +83,8 @@ def resolve(path: Path, label: str) -> tuple[Path, str, tuple[str, ...]]:
 
 
 def _has_trace(folder: Path) -> bool:
-    return any(p.name.startswith("trace.") and p.name.endswith((".json", ".json.gz")) for p in folder.iterdir())
+    return any(p.name.startswith("trace.") and p.name.endswith((".json", ".json.gz"))
+               for p in folder.iterdir())
 
 
 def load_side(path: str | Path, label: str) -> Side:
@@ -95,13 +99,16 @@ def load_side(path: str | Path, label: str) -> Side:
         env = read_env(trace_path)  # parsed once: the facts analyze needs and the step samples
         facts = facts_of(env)
         report = analyze_loaded(trace, unprofiled_step_ms=facts.unprofiled_step_ms,
-                                model_state=facts.model_state, step_source=facts.step_source, cut_after=facts.cut_after)
+                                model_state=facts.model_state, step_source=facts.step_source,
+                                cut_after=facts.cut_after)
     except InputError as exc:
         raise InputError(f"{label}: {exc}") from None
     found: list[Group] = []
     if len(trace.device):
         # the steps as analyze counts them
-        steps, _ = without_outlier_edges(whole_steps(segment(trace), facts.cut_after), trace, facts.unprofiled_step_ms)
+        steps, _ = without_outlier_edges(whole_steps(segment(trace), facts.cut_after), trace,
+                                         facts.unprofiled_step_ms)
         if len(steps):
             found = groups(trace, int(steps.start[0]), int(steps.end[-1]), len(steps))
-    return Side(label, str(path), str(trace_path), kind, report, tuple(found), unprofiled_samples(env), env, notes)
+    return Side(label, str(path), str(trace_path), kind, report, tuple(found),
+                unprofiled_samples(env), env, notes)

@@ -121,8 +121,9 @@ def groups(trace: Trace, start_ns: int, end_ns: int, steps: int) -> list[Group]:
             continue
         op, top, launch = int(d.op[i]), int(d.top_op[i]), int(d.launch[i])
         frame = int(h.frame[launch]) if launch >= 0 else -1
-        key = Key(norm(int(d.name[i])), norm(int(h.name[op])) if op >= 0 else "", _shapes(trace, op, shape_cache),
-                  s[int(h.name[frame])] if frame >= 0 else "", norm(int(h.name[top])) if top >= 0 else "")
+        key = Key(norm(int(d.name[i])), norm(int(h.name[op])) if op >= 0 else "",
+                  _shapes(trace, op, shape_cache), s[int(h.name[frame])] if frame >= 0 else "",
+                  norm(int(h.name[top])) if top >= 0 else "")
         slot = acc.get(key)
         if slot is None:
             acc[key] = [0, 0, s[int(d.name[i])], Kind(int(d.kind[i])).label]

@@ -140,7 +140,8 @@ def _log_ratio_parts(a: Sequence[float], b: Sequence[float]) -> tuple[float, flo
     return math.log(mb / ma), math.sqrt(se2), df
 
 
-def welch_log_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+def welch_log_interval(a: Sequence[float], b: Sequence[float],
+                       confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The interval of mean(b) / mean(a) from Welch's t on the log ratio (both sides need 2+ samples)."""
     center, se, df = _log_ratio_parts(a, b)
     if se == 0:
@@ -151,7 +152,8 @@ def welch_log_interval(a: Sequence[float], b: Sequence[float], confidence: float
 
 
 def bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
-                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+                       resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     """Percentile bootstrap interval of mean(b) / mean(a), with a fixed seed (deterministic)."""
     rng = np.random.default_rng(seed)
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -163,7 +165,8 @@ def bootstrap_interval(a: Sequence[float], b: Sequence[float], confidence: float
     return float(lo), float(hi)
 
 
-def _kept(values: Sequence[float], drop_outliers: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _kept(values: Sequence[float], drop_outliers: bool) -> tuple[tuple[float, ...],
+                                                                 tuple[float, ...]]:
     """(kept, dropped): ``split_outliers``, or every sample kept."""
     return split_outliers(values) if drop_outliers else (tuple(values), ())
 
@@ -177,8 +180,9 @@ def interval_verdict(lo_pct: float, hi_pct: float, floor_pct: float) -> str:
     return SAME
 
 
-def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: float = DEFAULT_FLOOR_PCT,
-                    confidence: float = CONFIDENCE, drop_outliers: bool = True) -> StepChange:
+def compare_samples(before: Sequence[float], after: Sequence[float],
+                    floor_pct: float = DEFAULT_FLOOR_PCT, confidence: float = CONFIDENCE,
+                    drop_outliers: bool = True) -> StepChange:
     """The change from BEFORE's step times to AFTER's (each a list of positive ms); with
     ``drop_outliers`` False every sample counts (``--try-fixes``' trials: tryfix/trial.py)."""
     if not before or not after:
@@ -192,8 +196,8 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
     notes = []
     if len(a) < 2 or len(b) < 2:
         why = "one side has a single step sample: no interval can be drawn; record more steps (--steps, --skip)"
-        return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, None, None, "none", floor_pct,
-                          UNKNOWN, confidence, notes=(why,))
+        return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, None, None,
+                          "none", floor_pct, UNKNOWN, confidence, notes=(why,))
     lo, hi = welch_log_interval(a, b, confidence)
     method = "welch-log"
     if len(a) >= BOOTSTRAP_MIN_N and len(b) >= BOOTSTRAP_MIN_N:
@@ -204,8 +208,9 @@ def compare_samples(before: Sequence[float], after: Sequence[float], floor_pct: 
     if verdict == SAME and (lo_pct > 0 or hi_pct < 0):
         notes.append(f"the {abs(change):.1f}% change is outside this pair's step-to-step noise but "
                      f"within the {floor_pct:g}% run-to-run floor")
-    return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, lo_pct, hi_pct, method, floor_pct,
-                      verdict, confidence, statistics.stdev(a), statistics.stdev(b), tuple(notes))
+    return StepChange(ma, mb, len(a), len(b), dropped_a, dropped_b, change, lo_pct, hi_pct,
+                      method, floor_pct, verdict, confidence, statistics.stdev(a),
+                      statistics.stdev(b), tuple(notes))
 
 
 def process_mean(values: Sequence[float], drop_outliers: bool = True) -> float:
@@ -234,8 +239,10 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     runs_a = [tuple(r) for r in after if len(r) > 0]
     if not runs_b or not runs_a:
         raise ValueError("compare_processes needs at least one process with samples on each side")
-    kept_b, kept_a = [_kept(r, drop_outliers) for r in runs_b], [_kept(r, drop_outliers) for r in runs_a]
-    means_b, means_a = [statistics.fmean(k) for k, _ in kept_b], [statistics.fmean(k) for k, _ in kept_a]
+    kept_b, kept_a = [_kept(r, drop_outliers) for r in runs_b], [_kept(r, drop_outliers)
+                                                                 for r in runs_a]
+    means_b, means_a = [statistics.fmean(k) for k, _ in kept_b], [statistics.fmean(k)
+                                                                  for k, _ in kept_a]
     logs_b, logs_a = [math.log(m) for m in means_b], [math.log(m) for m in means_a]
     mb, ma = statistics.fmean(logs_b), statistics.fmean(logs_a)
     before_ms, after_ms = math.exp(mb), math.exp(ma)
@@ -249,11 +256,13 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     method = f"processes ({len(logs_b)} vs {len(logs_a)}), pooled t on log means"
     if df < 1:
         why = "one process a side: the spread between processes cannot be measured; run more (--trial-repeats)"
-        return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, None, None, "none",
-                          floor_pct, UNKNOWN, confidence, sd_b, sd_a, (why,))
+        return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, None,
+                          None, "none", floor_pct, UNKNOWN, confidence, sd_b, sd_a, (why,))
     ss = sum((v - mb) ** 2 for v in logs_b) + sum((v - ma) ** 2 for v in logs_a)
     se = math.sqrt(ss / df * (1 / len(logs_b) + 1 / len(logs_a)))
     t = t_quantile(0.5 + confidence / 2, df)
-    lo_pct, hi_pct = 100.0 * (math.exp(ma - mb - t * se) - 1.0), 100.0 * (math.exp(ma - mb + t * se) - 1.0)
-    return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, lo_pct, hi_pct, method,
-                      floor_pct, interval_verdict(lo_pct, hi_pct, floor_pct), confidence, sd_b, sd_a)
+    lo_pct, hi_pct = 100.0 * (math.exp(ma - mb - t * se) - 1.0), 100.0 * (
+        math.exp(ma - mb + t * se) - 1.0)
+    return StepChange(before_ms, after_ms, n_b, n_a, dropped_b, dropped_a, change, lo_pct,
+                      hi_pct, method, floor_pct, interval_verdict(lo_pct, hi_pct, floor_pct),
+                      confidence, sd_b, sd_a)

@@ -22,7 +22,8 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 400):
         m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) > _TINY else _TINY)
             c = 1.0 + aa / c

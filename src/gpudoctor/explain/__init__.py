@@ -15,8 +15,8 @@ from gpudoctor.core.finding import Finding
 from gpudoctor.errors import InputError
 
 SCHEMA = "gpudoctor.explain/1"
-HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok", "pipeline-bubble-ok",
-               "mig-enabled")
+HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok",
+               "pipeline-bubble-ok", "mig-enabled")
 UNCHECKED_IDS = ("gpu-unchecked",)  # the artifact lacked what every check needs: neither a problem nor health
 
 
@@ -42,7 +42,8 @@ class Explanation:
                 d["kernel"] = h.subject
             items.append(d)
         return {"schema": SCHEMA,
-                "sources": [{"path": s.path, "kind": s.kind, "detail": s.detail, "partial": s.partial or None}
+                "sources": [{"path": s.path, "kind": s.kind, "detail": s.detail,
+                             "partial": s.partial or None}
                             for s in self.sources],
                 "hypotheses": items}
 
@@ -110,7 +111,8 @@ def _smi(path: Path, text: str) -> tuple[Source, list[Finding]]:
     for r in records:
         if r.missing:
             by_missing.setdefault(r.missing, []).append(str(r.index))
-    notes += [f"not checked on GPU {', '.join(gpus)}: {', '.join(missing)}" for missing, gpus in by_missing.items()]
+    notes += [f"not checked on GPU {', '.join(gpus)}: {', '.join(missing)}"
+              for missing, gpus in by_missing.items()]
     return (Source(str(path), "nvidia-smi", f"{len(records)} GPU(s)", "; ".join(notes)),
             smi.card_hypotheses(records))
 
@@ -123,8 +125,8 @@ def _ranks(path: Path, text: str) -> tuple[Source, list[Finding]]:
     with _saying(cut):
         table = rank_times.rank_table(text, notes=(cut,) if cut else ())
         found = rank_times.rank_findings(table)
-    return Source(str(path), "rank-timings", f"{table.ranks.size} rank(s) x {table.steps.size} step(s)",
-                  table.partial), found
+    return Source(str(path), "rank-timings",
+                  f"{table.ranks.size} rank(s) x {table.steps.size} step(s)", table.partial), found
 
 
 def _collectives(path: Path, text: str) -> tuple[Source, list[Finding]]:
@@ -152,7 +154,8 @@ def _scenario(path: Path, text: str) -> tuple[Source, list[Finding]]:
     from gpudoctor.explain.scenarios import load_scenario, scenario_hypotheses
 
     data = load_scenario(path, text)
-    return Source(str(path), "scenario", str(data.get("scenario"))), scenario_hypotheses(data, str(path))
+    return Source(str(path), "scenario",
+                  str(data.get("scenario"))), scenario_hypotheses(data, str(path))
 
 
 _HANDLERS = {"ncu-csv": _ncu, "smi-q": _smi, "smi-csv": _smi, "rank-timings": _ranks,

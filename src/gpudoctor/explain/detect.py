@@ -16,8 +16,8 @@ from pathlib import Path
 from gpudoctor.errors import InputError
 
 ACCEPTED = ("an Nsight Compute CSV (ncu --csv --page details) or .ncu-rep, nvidia-smi -q text, "
-            "nvidia-smi --query-gpu CSV, a rank,step,step_ms CSV, a gpus,allreduce_ms CSV, or a scenario "
-            "JSON/YAML (docs/explain.md)")
+            "nvidia-smi --query-gpu CSV, a rank,step,step_ms CSV, a gpus,allreduce_ms CSV, or a "
+            "scenario JSON/YAML (docs/explain.md)")
 
 _MAX_BYTES = 512 * 1024 * 1024
 
@@ -31,7 +31,8 @@ def read_text(path: Path) -> str:
     if size == 0:
         raise InputError(f"{path} is empty; give {ACCEPTED}")
     if size > _MAX_BYTES:
-        raise InputError(f"{path} is {size / 1e9:.1f} GB; export fewer kernels or metrics (the limit is 512 MB)")
+        raise InputError(
+            f"{path} is {size / 1e9:.1f} GB; export fewer kernels or metrics (the limit is 512 MB)")
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
@@ -52,13 +53,15 @@ def kind_of(path: Path, text: str) -> str:
         return "smi-q"
     header = _csv_header(head)
     low = [h.strip().lower() for h in header]
-    if {"kernel name", "metric name", "metric value"} <= set(low) or ("kernel name" in low and "id" in low):
+    if {"kernel name", "metric name", "metric value"} <= set(low) or ("kernel name" in low
+                                                                      and "id" in low):
         return "ncu-csv"
     if any(h.startswith(("gpu__", "sm__", "dram__", "l1tex__", "smsp__")) for h in low) and "kernel name" in low:
         return "ncu-csv"
     if "rank" in low and any(h in low for h in ("step_ms", "step_time_ms", "ms")):
         return "rank-timings"
-    if "gpus" in low and any("allreduce" in h or "all_reduce" in h or h.endswith("_ms") for h in low):
+    if "gpus" in low and any("allreduce" in h or "all_reduce" in h or h.endswith("_ms")
+                             for h in low):
         return "collectives"
     if low and (low[0].startswith("name") or any("[mib]" in h or "[mhz]" in h for h in low)) and any(
             "." in h for h in low):
@@ -72,7 +75,8 @@ def _csv_header(text: str) -> list[str]:
         if not line.strip() or line.startswith(("==", "#")):
             continue
         try:  # a tab-separated table (the rank and collective parsers read TSV too)
-            row = next(csv.reader(io.StringIO(line), delimiter="\t" if "\t" in line and "," not in line else ","))
+            row = next(csv.reader(io.StringIO(line),
+                                  delimiter="\t" if "\t" in line and "," not in line else ","))
         except (csv.Error, StopIteration):
             continue
         if len(row) >= 2:

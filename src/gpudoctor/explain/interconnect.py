@@ -32,8 +32,9 @@ INFER_BYTES = (1.0, 1e13)  # the range searched for a message size the table doe
 
 # Fixes when the ring leaves the node, cheapest first: the algorithm, then overlap.
 CROSS_NODE_FIXES = (
-    Fix("Tree or hierarchical all-reduce: reduce inside the node over NVLink, all-reduce across nodes over IB, "
-        "broadcast inside the node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING  # the rings/trees NCCL "
+    Fix("Tree or hierarchical all-reduce: reduce inside the node over NVLink, all-reduce across "
+        "nodes over IB, broadcast inside the node",
+        "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING  # the rings/trees NCCL "
         "built, and the links they use"),
     Fix("NCCL's double binary tree at large scale (latency grows as log2 N, not N)",
         "NCCL_ALGO=Tree  # or unset NCCL_ALGO=Ring and let NCCL's tuner choose"),
@@ -43,13 +44,15 @@ CROSS_NODE_FIXES = (
         "with model.no_sync():  # k-1 micro-steps without all-reduce\n    loss.backward()"))
 CROSS_NODE_WRONG = "ZeRO / FSDP: they shard memory, a different problem class; this is the collective algorithm at scale."
 INSIDE_NODE_FIXES = (
-    Fix("Find the slow pair: NVLink topology and link state (PHB/SYS between two GPUs means no NVLink path)",
+    Fix("Find the slow pair: NVLink topology and link state (PHB/SYS between two GPUs means no "
+        "NVLink path)",
         "nvidia-smi topo -m; nvidia-smi nvlink --status"),
     Fix("See which transport NCCL uses for each peer (P2P/NVLink, NVLS, or SHM through the host)",
         "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH"),
-    Fix("Drain the node if an NVLink or NVSwitch is degraded; DCGM diagnostics must pass", "dcgmi diag -r 3"))
-INSIDE_NODE_WRONG = ("Changing NCCL_ALGO or bucket sizes: inside one node the path between GPUs is slower than the "
-                     "hardware allows; the algorithm is not the problem.")
+    Fix("Drain the node if an NVLink or NVSwitch is degraded; DCGM diagnostics must pass",
+        "dcgmi diag -r 3"))
+INSIDE_NODE_WRONG = ("Changing NCCL_ALGO or bucket sizes: inside one node the path between GPUs is "
+                     "slower than the hardware allows; the algorithm is not the problem.")
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,8 @@ class ModelCurve:
 def model_ms(n: int, nbytes: float, hw: Hardware, algo: str) -> tuple[float, str]:
     """One all-reduce of ``nbytes`` per rank on ``n`` GPUs: (ms, algorithm), the table's algo when the
     model has it (ring, tree, hierarchical), else the fastest."""
-    p = predict("all-reduce", max(1, round(nbytes)), gpus=n, gpus_per_node=hw.k, gpu=hw.gpu or DEFAULT_GPU,
-                fabric=hw.fabric)
+    p = predict("all-reduce", max(1, round(nbytes)), gpus=n, gpus_per_node=hw.k,
+                gpu=hw.gpu or DEFAULT_GPU, fabric=hw.fabric)
     name = algo if algo in p.candidates else p.algorithm
     return p.candidates[name] * 1e3, name
 
@@ -104,7 +107,8 @@ def effective_bytes(n: int, measured_ms: float, hw: Hardware, algo: str) -> int:
     return round(math.exp(hi))
 
 
-def model_curve(ns: list[int], t: np.ndarray, sizes: list[float] | None, hw: Hardware, algo: str) -> ModelCurve:
+def model_curve(ns: list[int], t: np.ndarray, sizes: list[float] | None, hw: Hardware,
+                algo: str) -> ModelCurve:
     """The expected curve for counts ``ns`` (measured ``t`` ms, used only to infer a missing size)."""
     inferred = sizes is None
     per_count = [effective_bytes(ns[0], float(t[0]), hw, algo)] * len(ns) if sizes is None else [
@@ -121,8 +125,8 @@ def model_curve(ns: list[int], t: np.ndarray, sizes: list[float] | None, hw: Har
     assumed = [f"{what} not given: assumed {value}" for what, given, value in (
         ("gpu", hw.gpu, DEFAULT_GPU), ("gpus_per_node", hw.gpus_per_node, DEFAULT_GPUS_PER_NODE),
         ("fabric", hw.fabric if ns[-1] > hw.k else "-", DEFAULT_FABRIC)) if given is None]
-    return ModelCurve(np.array([ms for ms, _ in points]), [a for _, a in points], per_count, inferred, describe,
-                      assumed)
+    return ModelCurve(np.array([ms for ms, _ in points]), [a for _, a in points], per_count,
+                      inferred, describe, assumed)
 
 
 def _size(nbytes: int) -> str:
@@ -148,8 +152,9 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
         f" (inferred: the size at which the model gives the measured {t[0]:.3g} ms at {ns[0]} GPUs)"
         if curve.inferred else "")
     numbers.update(
-        expected_from=f"plan.collective_cost: {where}", model_ms=[round(float(x), 3) for x in curve.ms],
-        model_algorithm=curve.algorithms, measured_over_model=[round(float(x), 3) for x in ratio],
+        expected_from=f"plan.collective_cost: {where}",
+        model_ms=[round(float(x), 3) for x in curve.ms], model_algorithm=curve.algorithms,
+        measured_over_model=[round(float(x), 3) for x in ratio],
         gpus_per_node=k, gpu=hw.gpu or DEFAULT_GPU, fabric=hw.fabric or DEFAULT_FABRIC,
         message_bytes=curve.sizes[0] if len(set(curve.sizes)) == 1 else curve.sizes,
         message_bytes_inferred=curve.inferred, assumed=curve.assumed)
@@ -163,24 +168,26 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
         m_step, t_step = float(curve.ms[b] / curve.ms[b - 1]), float(t[b] / t[b - 1])
         numbers.update(node_boundary_gpus=ns[b], model_jump_at_node_boundary=round(m_step, 3),
                        measured_jump_at_node_boundary=round(t_step, 3))
-        expected_jump = (f" Crossing the node boundary ({ns[b - 1]} -> {ns[b]} GPUs) the model predicts "
-                         f"{m_step:.2f}x ({curve.algorithms[b]} onto the fabric) and the measurement rose "
-                         f"{t_step:.2f}x: expected behaviour, not a fault.")
+        expected_jump = (f" Crossing the node boundary ({ns[b - 1]} -> {ns[b]} GPUs) the model "
+                         f"predicts {m_step:.2f}x ({curve.algorithms[b]} onto the fabric) and the "
+                         f"measurement rose {t_step:.2f}x: expected behaviour, not a fault.")
     label = f" ({algo})" if algo else ""
     if cliff is None:
         worst = max(jumps)
         f = make_hypothesis(
             "collective-scaling-ok", f"All-reduce{label} follows the interconnect model", 0.6,
-            f"All-reduce time{label} follows the plan model's curve ({where}) scaled to the measurement at the smaller "
-            f"counts; its largest step off the curve is {worst:.2f}x (a cliff is {CLIFF:g}x): no jump the model does "
-            f"not predict.{expected_jump}{tail}",
-            dict(numbers, largest_unexplained_jump=round(worst, 3)), (), subject=f"all-reduce{label}",
-            partial=bool(partial))
+            f"All-reduce time{label} follows the plan model's curve ({where}) scaled to the "
+            f"measurement at the smaller counts; its largest step off the curve is {worst:.2f}x (a "
+            f"cliff is {CLIFF:g}x): no jump the model does not predict.{expected_jump}{tail}",
+            dict(numbers, largest_unexplained_jump=round(worst, 3)), (),
+            subject=f"all-reduce{label}", partial=bool(partial))
         return replace(f, severity="info")
-    return _cliff(algo, ns, t, curve, ratio, cliff, k, numbers, (where, expected_jump, tail), partial)
+    return _cliff(algo, ns, t, curve, ratio, cliff, k, numbers,
+                  (where, expected_jump, tail), partial)
 
 
-def _cliff(algo: str, ns: list[int], t: np.ndarray, curve: ModelCurve, ratio: np.ndarray, j: int, k: int,
+def _cliff(algo: str, ns: list[int], t: np.ndarray, curve: ModelCurve, ratio: np.ndarray,
+           j: int, k: int,
            numbers: dict[str, Any], texts: tuple[str, str, str], partial: str) -> Finding:
     where, expected_jump, tail = texts
     base = float(np.median(ratio[:j]))
@@ -190,34 +197,42 @@ def _cliff(algo: str, ns: list[int], t: np.ndarray, curve: ModelCurve, ratio: np
     m_step, t_step = float(curve.ms[j] / curve.ms[j - 1]), float(t[j] / t[j - 1])
     place = "inside a node" if n <= k else "at the node boundary" if prev <= k else "beyond the node boundary"
     numbers.update(cliff_gpus=n, measured_ms=round(float(t[j]), 3), expected_ms=round(expected, 3),
-                   ratio=round(unexplained, 2), scaled_on_gpus=ns[:j], measured_over_model_before=round(base, 3),
-                   model_jump=round(m_step, 3), measured_jump=round(t_step, 3), where=place)
+                   ratio=round(unexplained, 2), scaled_on_gpus=ns[:j],
+                   measured_over_model_before=round(base, 3), model_jump=round(m_step, 3),
+                   measured_jump=round(t_step, 3), where=place)
     fixes: tuple[Fix, ...]
     checks: tuple[str, ...]
     if n <= k:
-        why = (f" Inside one {k}-GPU node the GPUs should keep their NVLink/NVSwitch bandwidth, and the model has "
-               f"no boundary here: some of the {n} GPUs reach each other over a slower path (an NVLink down, a GPU "
-               "outside the NVSwitch domain, PCIe through the host: `nvidia-smi topo -m` shows PHB/SYS), and the "
-               "slowest segment of the ring sets the pace.")
+        why = (f" Inside one {k}-GPU node the GPUs should keep their NVLink/NVSwitch bandwidth, "
+               f"and the model has no boundary here: some of the {n} GPUs reach each other over a "
+               "slower path (an NVLink down, a GPU outside the NVSwitch domain, PCIe through the "
+               "host: `nvidia-smi topo -m` shows PHB/SYS), and the slowest segment of the ring "
+               "sets the pace.")
         fixes, wrong = INSIDE_NODE_FIXES, INSIDE_NODE_WRONG
-        checks = (f"nccl-tests `all_reduce_perf -b 8 -e 4G -f 2 -g {n}` on this node, and on {prev} GPUs of it",
-                  "`nvidia-smi topo -m` and `nvidia-smi nvlink --status`: every pair NV#, every link up",
+        checks = ((f"nccl-tests `all_reduce_perf -b 8 -e 4G -f 2 -g {n}` on this node, and on "
+                   f"{prev} GPUs of it"),
+                  ("`nvidia-smi topo -m` and `nvidia-smi nvlink --status`: every pair NV#, "
+                   "every link up"),
                   "NCCL_DEBUG=INFO: P2P/NVLink or SHM for each peer")
     else:
         if prev <= k:
-            why = (" The model already moves onto the fabric here; a larger jump means the fabric gives less than "
-                   "its preset: fewer rails than GPUs, NCCL not using every HCA, GPUDirect RDMA off (traffic through "
-                   "host memory), or a rail down.")
+            why = (" The model already moves onto the fabric here; a larger jump means the fabric "
+                   "gives less than its preset: fewer rails than GPUs, NCCL not using every HCA, "
+                   "GPUDirect RDMA off (traffic through host memory), or a rail down.")
         else:
-            why = (" Every count here spans several nodes on the same fabric, so the model has no boundary: the "
-                   "ring crossed a topology boundary it does not know, most likely a pod / rack / spine boundary "
-                   "with less bandwidth between pods (the slowest segment sets the pace).")
+            why = (" Every count here spans several nodes on the same fabric, so the model has no "
+                   "boundary: the ring crossed a topology boundary it does not know, most likely a "
+                   "pod / rack / spine boundary with less bandwidth between pods (the slowest "
+                   "segment sets the pace).")
         fixes, wrong = CROSS_NODE_FIXES, CROSS_NODE_WRONG
-        checks = (f"nccl-tests `all_reduce_perf -b 8 -e 4G -f 2` at {prev} and {n} GPUs: busbw per size",
-                  ("`ibstat` on every node: each rail up at its rate; NCCL_IB_HCA lists every HCA; nvidia-peermem "
-                   "loaded (GPUDirect RDMA)"),
-                  f"Which pods, racks and spine switches the {n} ranks span; the oversubscription between them",
-                  "NCCL_DEBUG=INFO: which transports (NVLink P2P, NVLS, NET/IB) and which ring/tree NCCL chose")
+        checks = ((f"nccl-tests `all_reduce_perf -b 8 -e 4G -f 2` at {prev} and {n} GPUs: busbw "
+                   "per size"),
+                  ("`ibstat` on every node: each rail up at its rate; NCCL_IB_HCA lists every HCA; "
+                   "nvidia-peermem loaded (GPUDirect RDMA)"),
+                  (f"Which pods, racks and spine switches the {n} ranks span; the oversubscription "
+                   "between them"),
+                  ("NCCL_DEBUG=INFO: which transports (NVLink P2P, NVLS, NET/IB) and which "
+                   "ring/tree NCCL chose"))
     bw = ""
     if "bus_bandwidth_gbps" in numbers:
         bus = numbers["bus_bandwidth_gbps"]
@@ -226,9 +241,10 @@ def _cliff(algo: str, ns: list[int], t: np.ndarray, curve: ModelCurve, ratio: np
     conf = 0.3 + 0.55 * min(1.0, (unexplained - CLIFF) / 2.5) - (0.1 if partial else 0.0)
     return make_hypothesis(
         "topology-cliff", f"All-reduce{label} falls off a cliff at {n} GPUs ({place})", conf,
-        f"All-reduce takes {t[j]:.3g} ms at {n} GPUs where the plan model ({where}), scaled to the measurement at "
-        f"{', '.join(str(x) for x in ns[:j])} GPUs ({base:.2f}x the model there), expects {expected:.3g} ms "
-        f"({unexplained:.1f}x). From {prev} to {n} GPUs the model predicts {m_step:.2f}x and the measurement rose "
-        f"{t_step:.2f}x: a jump the model does not predict.{why}{expected_jump}{bw}{tail}",
-        numbers, fixes, subject=f"all-reduce{label} at {n} GPUs", partial=bool(partial), check_next=checks,
-        wrong_fix=wrong)
+        f"All-reduce takes {t[j]:.3g} ms at {n} GPUs where the plan model ({where}), scaled to the "
+        f"measurement at {', '.join(str(x) for x in ns[:j])} GPUs ({base:.2f}x the model there), "
+        f"expects {expected:.3g} ms ({unexplained:.1f}x). From {prev} to {n} GPUs the model "
+        f"predicts {m_step:.2f}x and the measurement rose {t_step:.2f}x: a jump the model does not "
+        f"predict.{why}{expected_jump}{bw}{tail}",
+        numbers, fixes, subject=f"all-reduce{label} at {n} GPUs", partial=bool(partial),
+        check_next=checks, wrong_fix=wrong)

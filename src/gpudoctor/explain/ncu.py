@@ -43,7 +43,8 @@ _DETAILS = {
     "Block Limit SM": "block_limit_sm",
     "L1/TEX Hit Rate": "l1_hit_rate_pct",
 }
-_SHARED = ("Static Shared Memory Per Block", "Dynamic Shared Memory Per Block", "Driver Shared Memory Per Block")
+_SHARED = ("Static Shared Memory Per Block", "Dynamic Shared Memory Per Block",
+           "Driver Shared Memory Per Block")
 
 # raw page: metric -> canonical field (first match wins; Hopper's GMMA pipe and earlier HMMA)
 _RAW = {
@@ -71,8 +72,10 @@ _RAW = {
     "l1tex__t_sector_hit_rate.pct": "l1_hit_rate_pct",
     "smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct": "stall_long_scoreboard_pct",
 }
-_RAW_LOCAL = ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
-_RAW_LOCAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")
+_RAW_LOCAL = ("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
+              "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
+_RAW_LOCAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+                      "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")
 _RAW_STALL = {
     "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall_long_scoreboard",
     "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall_mio_throttle",
@@ -80,7 +83,8 @@ _RAW_STALL = {
 }
 _RAW_CPI = "smsp__average_warp_latency_per_inst_issued.ratio"
 _RAW_GLOBAL_EXCESS = "derived__memory_l2_theoretical_sectors_global_excessive"
-_RAW_GLOBAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")
+_RAW_GLOBAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+                       "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")
 _RAW_BANK_CONFLICTS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
                        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
 _RAW_BANK_WAVEFRONTS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -89,32 +93,43 @@ _RAW_BANK_WAVEFRONTS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
 # rule texts (details page) that carry what no metric row does
 _RULE_PATTERNS = [
     # "... uncoalesced global accesses resulting in a total of N excessive sectors (P% of the total M sectors)"
-    (re.compile(r"uncoalesced global accesses resulting in a total of [\d,]+ excessive sectors \((\d+(?:\.\d+)?)%"),
+    (re.compile(
+        r"uncoalesced global accesses resulting in a total of [\d,]+ excessive sectors "
+        r"\((\d+(?:\.\d+)?)%"),
      "uncoalesced_excess_pct"),
     # "... a 32.3 - way bank conflict ... This results in N bank conflicts,  which represent P% of the overall ..."
-    (re.compile(r"bank conflicts,\s+which represent (\d+(?:\.\d+)?)% of the overall"), "bank_conflict_pct"),
-    (re.compile(r"uncoalesced shared accesses resulting in a total of [\d,]+ excessive wavefronts \((\d+(?:\.\d+)?)%"),
+    (re.compile(r"bank conflicts,\s+which represent (\d+(?:\.\d+)?)% of the overall"),
+     "bank_conflict_pct"),
+    (re.compile(
+        r"uncoalesced shared accesses resulting in a total of [\d,]+ excessive wavefronts "
+        r"\((\d+(?:\.\d+)?)%"),
      "bank_conflict_pct"),
 ]
 # CPIStall: "each warp of this workload spends 6.9 cycles being stalled waiting for the MIO ..." (cycles,
 # turned into a share of "Warp Cycles Per Issued Instruction")
 _STALL_PATTERNS = [
-    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a L1TEX"),
+    (re.compile(
+        r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency "
+        r"on a L1TEX"),
      "stall_long_scoreboard_pct"),
-    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for the MIO"), "stall_mio_throttle_pct"),
-    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a MIO"),
+    (re.compile(r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for the MIO"),
+     "stall_mio_throttle_pct"),
+    (re.compile(
+        r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a MIO"),
      "stall_short_scoreboard_pct"),
 ]
 # HighPipeUtilization: "Tensor is the highest-utilized pipeline (90.4%) ..." / "FMA is the highest-utilized ..."
 _HIGH_PIPE = re.compile(r"^(.{1,40}?) is the highest-utilized pipeline \((\d+(?:\.\d+)?)%\)")
 _SPILL_RULE = re.compile(r"local memory|spill", re.IGNORECASE)
 
-_TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0, "microsecond": 1.0,
+_TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "nanosecond": 1e-3, "us": 1.0, "usecond": 1.0,
+               "microsecond": 1.0,
                "ms": 1e3, "msecond": 1e3, "millisecond": 1e3, "s": 1e6, "second": 1e6}
-_BYTE_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 1024, "mibyte": 1024**2, "b": 1}
+_BYTE_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 1024,
+               "mibyte": 1024**2, "b": 1}
 
-EXPECTED = ("an Nsight Compute CSV: `ncu --csv --page details` (columns Kernel Name, Section Name, Metric Name, "
-            "Metric Unit, Metric Value) or `--page raw`")
+EXPECTED = ("an Nsight Compute CSV: `ncu --csv --page details` (columns Kernel Name, Section Name, "
+            "Metric Name, Metric Unit, Metric Value) or `--page raw`")
 
 
 def number(text: str) -> float | None:
@@ -166,7 +181,8 @@ def parse_ncu_csv(text: str, where: str = "ncu csv") -> list[KernelMetrics]:
     cols = {name.strip(): i for i, name in enumerate(header)}
     if "Kernel Name" not in cols:
         raise InputError(f"{where}: no 'Kernel Name' column; expected {EXPECTED}")
-    kernels = _details(cols, rows, where) if {"Metric Name", "Metric Value"} <= set(cols) else _raw(cols, rows, where)
+    kernels = _details(cols, rows, where) if {"Metric Name", "Metric Value"} <= set(cols) else _raw(
+        cols, rows, where)
     if text and not text.endswith(("\n", "\r")) and kernels:
         kernels[-1].missing.append("the end of the file (it stops mid-row)")
     return kernels
@@ -179,7 +195,9 @@ def _details(cols: dict[str, int], rows: list[list[str]], where: str) -> list[Ke
     rule_col = cols.get("Rule Description")
     for row in rows:
         kid = row[cols["ID"]]
-        item = per.setdefault(kid, {"name": row[cols["Kernel Name"]], "labels": {}, "raw": {}, "rules": []})
+        item = per.setdefault(kid,
+                              {"name": row[cols["Kernel Name"]], "labels": {}, "raw": {},
+                               "rules": []})
         section = row[cols["Section Name"]].strip() if "Section Name" in cols else ""
         name = row[cols["Metric Name"]].strip()
         unit = row[cols["Metric Unit"]].strip().lower() if "Metric Unit" in cols else ""
@@ -218,7 +236,8 @@ def _from_details(item: dict) -> KernelMetrics:
     if shared:
         k.shared_mem_per_block = shared
     _apply_raw(k, item["raw"], None)
-    cpi = next((v for (sec, n), (v, _) in labels.items() if n == "Warp Cycles Per Issued Instruction"), None)
+    cpi = next((v for (sec, n), (v, _) in labels.items()
+                if n == "Warp Cycles Per Issued Instruction"), None)
     for text in item["rules"]:
         _apply_rule(k, text, cpi)
     k.missing = _missing(k, set())
@@ -260,8 +279,8 @@ def _raw(cols: dict[str, int], rows: list[list[str]], where: str) -> list[Kernel
     known = (set(_RAW) | set(_RAW_LOCAL) | set(_RAW_LOCAL_SECTORS) | set(_RAW_STALL) | {_RAW_CPI}
              | {_RAW_GLOBAL_EXCESS} | set(_RAW_BANK_CONFLICTS))
     if not known & set(cols):
-        raise InputError(f"{where}: none of the raw metrics explain reads are in this CSV (renamed in another ncu "
-                         f"version?); expected {EXPECTED}, e.g. with `--set full`")
+        raise InputError(f"{where}: none of the raw metrics explain reads are in this CSV (renamed "
+                         f"in another ncu version?); expected {EXPECTED}, e.g. with `--set full`")
     units = rows[0] if rows and not rows[0][cols["ID"]].strip().isdigit() else None
     data = rows[1:] if units else rows
     out = []
@@ -275,7 +294,8 @@ def _raw(cols: dict[str, int], rows: list[list[str]], where: str) -> list[Kernel
     return out
 
 
-def _apply_raw(k: KernelMetrics, values: dict[str, float | None], units: dict[str, str] | None) -> None:
+def _apply_raw(k: KernelMetrics, values: dict[str, float | None],
+               units: dict[str, str] | None) -> None:
     """Fields from raw metric names (the raw page, or --metrics on the details page)."""
     for metric, field in _RAW.items():
         v = values.get(metric)
@@ -304,7 +324,8 @@ def _apply_raw(k: KernelMetrics, values: dict[str, float | None], units: dict[st
         k.uncoalesced_excess_pct = 100 * excess / total
     conflicts = sum(values.get(m) or 0.0 for m in _RAW_BANK_CONFLICTS)
     wavefronts = sum(values.get(m) or 0.0 for m in _RAW_BANK_WAVEFRONTS)
-    if wavefronts and k.bank_conflict_pct is None and any(values.get(m) is not None for m in _RAW_BANK_CONFLICTS):
+    if wavefronts and k.bank_conflict_pct is None and any(
+        values.get(m) is not None for m in _RAW_BANK_CONFLICTS):
         k.bank_conflict_pct = 100 * conflicts / wavefronts
 
 
@@ -312,12 +333,12 @@ def import_report(path: Path) -> str:
     """A .ncu-rep through `ncu --import ... --csv --page details` (needs ncu on the PATH)."""
     exe = shutil.which("ncu")
     if exe is None:
-        raise InputError(f"{path}: reading a .ncu-rep needs `ncu` on the PATH; or export it where ncu is: "
-                         f"ncu --import {path.name} --csv --page details > kernels.csv")
+        raise InputError(f"{path}: reading a .ncu-rep needs `ncu` on the PATH; or export it where "
+                         f"ncu is: ncu --import {path.name} --csv --page details > kernels.csv")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    proc = subprocess.run([exe, "--import", str(path), "--csv", "--page", "details"], capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run([exe, "--import", str(path), "--csv", "--page", "details"],
+                          capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
         err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"{path}: ncu --import failed: {err}")

@@ -23,8 +23,8 @@ from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.kernel import KernelMetrics, kernel_hypotheses
 
-KINDS = ("kernel", "training-slowdown", "serving", "fp8-regression", "oom-sharding", "allreduce-scaling",
-         "triton-autotune", "pipeline-bubble")
+KINDS = ("kernel", "training-slowdown", "serving", "fp8-regression", "oom-sharding",
+         "allreduce-scaling", "triton-autotune", "pipeline-bubble")
 
 
 def load_scenario(path: Path, text: str) -> dict:
@@ -32,7 +32,9 @@ def load_scenario(path: Path, text: str) -> dict:
         try:
             import yaml  # type: ignore[import-untyped]
         except ImportError:
-            raise InputError(f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the scenario as JSON") from None
+            raise InputError(
+                f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the "
+                "scenario as JSON") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -43,12 +45,16 @@ def load_scenario(path: Path, text: str) -> dict:
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if isinstance(data, dict) and "traceEvents" in data:
-        raise InputError(f"{path} is a profiler trace, not a scenario: diagnose it with `gpudoctor analyze {path}`")
+        raise InputError(
+            f"{path} is a profiler trace, not a scenario: diagnose it with `gpudoctor "
+            f"analyze {path}`")
     if not isinstance(data, dict) or "scenario" not in data:
-        raise InputError(f"{path}: a scenario is an object with a 'scenario' key, one of: {', '.join(KINDS)}")
+        raise InputError(
+            f"{path}: a scenario is an object with a 'scenario' key, one of: {', '.join(KINDS)}")
     bad = _non_finite(data)
     if bad is not None:
-        raise InputError(f"{path}: '{bad[0]}' is {bad[1]!r}; give a finite number or leave the field out")
+        raise InputError(
+            f"{path}: '{bad[0]}' is {bad[1]!r}; give a finite number or leave the field out")
     return data
 
 
@@ -58,7 +64,9 @@ def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
         return where or "(top)", value
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        found = _non_finite(item, f"{where}.{key}" if where and isinstance(key, str) else f"{where}[{key}]"
+        found = _non_finite(item,
+                            f"{where}.{key}" if where and isinstance(key, str)
+                            else f"{where}[{key}]"
                             if where else str(key))
         if found is not None:
             return found
@@ -77,7 +85,9 @@ def _number(value: Any, name: str, where: str, *, positive: bool = False, lo: fl
     top = MAX_NUMBER if hi is None else hi
     if (positive and value <= 0) or (lo is not None and value < lo) or value > top or value < -MAX_NUMBER:
         least = "above 0" if positive else f"from {lo:g}" if lo is not None else ""
-        raise InputError(f"{where}: '{name}' must be a number {least}{' ' if least else ''}up to {top:g}, got {value!r}")
+        raise InputError(
+            f"{where}: '{name}' must be a number {least}{' ' if least else ''}up to {top:g}, got "
+            f"{value!r}")
     if whole and value != int(value):
         raise InputError(f"{where}: '{name}' must be a whole number, got {value!r}")
     return float(value)
@@ -101,7 +111,8 @@ class _Fields:
         """``bounds``: ``positive``, ``lo``, ``hi``, ``whole`` (see ``_number``)."""
         value = self.data.get(key, default)
         if value is None:
-            raise InputError(f"{self.where}: scenario {self.data.get('scenario')!r} needs a number '{key}'")
+            raise InputError(
+                f"{self.where}: scenario {self.data.get('scenario')!r} needs a number '{key}'")
         return _number(value, key, self.where, **bounds)
 
     def opt(self, key: str, **bounds: Any) -> float | None:
@@ -114,7 +125,8 @@ class _Fields:
         value = self.data.get(key)
         if value is None:
             if default is None:
-                raise InputError(f"{self.where}: scenario {self.data.get('scenario')!r} needs a text '{key}'")
+                raise InputError(
+                    f"{self.where}: scenario {self.data.get('scenario')!r} needs a text '{key}'")
             return default
         if not isinstance(value, str) or not value.strip():
             raise InputError(f"{self.where}: '{key}' must be a text (a name), got {value!r}")
@@ -142,19 +154,25 @@ def _kernel(f: _Fields) -> list[Finding]:
     spec = f.obj("kernel")
     unknown = sorted(set(spec) - _KERNEL_FIELDS - {"name"})
     if unknown:
-        raise InputError(f"{f.where}: unknown kernel field(s) {', '.join(unknown)}; known: {', '.join(sorted(_KERNEL_FIELDS))}")
+        raise InputError(
+            f"{f.where}: unknown kernel field(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(_KERNEL_FIELDS))}")
     k = KernelMetrics(name=str(spec.get("name", "kernel")),
-                      **{key: _kernel_field(key, v, f.where) for key, v in spec.items() if key != "name" and v is not None})
+                      **{key: _kernel_field(key, v, f.where) for key, v in spec.items()
+                         if key != "name" and v is not None})
     found = kernel_hypotheses(k)
-    achieved, ceiling = f.opt("achieved_tflops", positive=True), f.opt("reference_tflops", positive=True)
+    achieved, ceiling = f.opt("achieved_tflops", positive=True), f.opt("reference_tflops",
+                                                                       positive=True)
     if achieved and ceiling and found and found[0].id == "tensor-cores-idle":
         top = found[0]
         gap = ceiling / achieved
-        summary = (f"{top.summary} It reaches {achieved:.0f} TFLOP/s where the reference (cuBLAS) reaches "
-                   f"{ceiling:.0f}: a {gap:.1f}x gap that only the tensor-core path closes.")
+        summary = (f"{top.summary} It reaches {achieved:.0f} TFLOP/s where the reference (cuBLAS) "
+                   f"reaches {ceiling:.0f}: a {gap:.1f}x gap that only the tensor-core path closes.")
         found[0] = make_hypothesis(top.id, top.title, top.confidence or 0.9, summary,
-                                   {**top.evidence.numbers, "achieved_tflops": achieved, "reference_tflops": ceiling},
-                                   top.fixes, check_next=top.check_next, wrong_fix=top.wrong_fix, subject=top.subject)
+                                   {**top.evidence.numbers, "achieved_tflops": achieved,
+                                    "reference_tflops": ceiling},
+                                   top.fixes, check_next=top.check_next, wrong_fix=top.wrong_fix,
+                                   subject=top.subject)
     return found
 
 
@@ -182,37 +200,51 @@ def _training_slowdown(f: _Fields) -> list[Finding]:
     sudden = "suddenly " if f.get("sudden", True) else ""
     out = [
         make_hypothesis(
-            "straggler", "One degraded node or GPU drags every synchronous step", 0.8 if not code_changed else 0.5,
-            f"MFU {sudden}fell from {100 * before:.0f}% to {100 * after:.0f}% (steps {step_factor:.1f}x slower) with "
-            f"{'no' if not code_changed else 'a'} code change: in synchronous training the slowest rank sets every "
-            f"step{f' across all {gpus:.0f} GPUs' if gpus else ''}, so one throttled, ECC-degraded or PCIe-downgraded "
-            "node is the boring and most likely cause.",
+            "straggler", "One degraded node or GPU drags every synchronous step",
+            0.8 if not code_changed else 0.5,
+            f"MFU {sudden}fell from {100 * before:.0f}% to {100 * after:.0f}% (steps "
+            f"{step_factor:.1f}x slower) with {'no' if not code_changed else 'a'} code change: in "
+            "synchronous training the slowest rank sets every "
+            f"step{f' across all {gpus:.0f} GPUs' if gpus else ''}, so one throttled, ECC-degraded "
+            "or PCIe-downgraded node is the boring and most likely cause.",
             numbers,
-            (Fix("Find the slow rank: per-rank step and NCCL all-reduce times (a histogram per rank); "
-                 "`gpudoctor explain ranks.csv` flags stragglers", "columns: rank,step,step_ms"),
-             Fix("Check that node's health: `nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE` (throttling, ECC, link "
-                 "downgrade), `dcgmi diag -r 3`", "gpudoctor explain nvidia-smi-q.txt"),
+            (Fix("Find the slow rank: per-rank step and NCCL all-reduce times (a histogram "
+                 "per rank); `gpudoctor explain ranks.csv` flags stragglers",
+                 "columns: rank,step,step_ms"),
+             Fix("Check that node's health: `nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE` "
+                 "(throttling, ECC, link downgrade), `dcgmi diag -r 3`",
+                 "gpudoctor explain nvidia-smi-q.txt"),
              Fix("Drain and reschedule the degraded node; resume from the last checkpoint", "")),
-            check_next=("Per-rank step-time histogram before/after the drop", "nvidia-smi -q on the slowest node",
+            check_next=("Per-rank step-time histogram before/after the drop",
+                        "nvidia-smi -q on the slowest node",
                         "NCCL all-reduce time per rank (one rank late on every collective)"),
-            wrong_fix="Code-level changes (sharding, recompute policy) before checking hardware: nothing in the code changed.",
+            wrong_fix="Code-level changes (sharding, recompute policy) before checking hardware: "
+                      "nothing in the code changed.",
             saving_ms=drop, step_ms=1.0),
         make_hypothesis(
             "dataloader-stall", "The input pipeline fell behind", 0.4,
-            "If step time grew but GPU busy time did not, the host is the bottleneck: worker count, prefetch "
-            "depth, or read latency of streamed data.",
-            {}, (Fix("DataLoader(num_workers=..., prefetch_factor=..., persistent_workers=True); check storage "
-                     "read latency", ""),),
+            "If step time grew but GPU busy time did not, the host is the bottleneck: worker "
+            "count, prefetch depth, or read latency of streamed data.",
+            {},
+            (Fix("DataLoader(num_workers=..., prefetch_factor=..., persistent_workers=True); check "
+                     "storage read latency", ""),),
             check_next=("GPU busy time per step vs step time (a profile: `gpudoctor run`)",)),
         make_hypothesis(
             "checkpoint-stall", "Checkpoint writes serialize the ranks", 0.3,
-            "An async checkpoint hanging on slow storage can hold every rank at the next collective.",
-            {}, (Fix("Check storage throughput and the checkpoint interval; make saves asynchronous", ""),),
+            "An async checkpoint hanging on slow storage can hold every rank at the next "
+            "collective.",
+            {},
+            (Fix(
+                "Check storage throughput and the checkpoint interval; make saves asynchronous", ""),),
             check_next=("Step times around checkpoint steps",)),
         make_hypothesis(
             "network-fabric", "Network fabric: a link flap or a rail down", 0.3,
-            "An InfiniBand link flap or congestion, or one rail down forcing fallback, slows every collective.",
-            {}, (Fix("Check IB port counters / link state (ibstat, perfquery), NCCL_DEBUG=INFO for fallbacks", ""),),
+            "An InfiniBand link flap or congestion, or one rail down forcing fallback, slows every "
+            "collective.",
+            {},
+            (Fix(
+                "Check IB port counters / link state (ibstat, perfquery), NCCL_DEBUG=INFO for "
+                "fallbacks", ""),),
             check_next=("All-reduce bus bandwidth per node pair (nccl-tests)",)),
     ]
     return out
@@ -228,13 +260,15 @@ def _serving(f: _Fields) -> list[Finding]:
     for i, point in enumerate(rows):
         for key in ("qps", "tok_s_per_user"):
             if point.get(key) is None:
-                raise InputError(f"{f.where}: each 'load' point needs a positive '{key}' (point {i} has none)")
+                raise InputError(
+                    f"{f.where}: each 'load' point needs a positive '{key}' (point {i} has none)")
             _number(point[key], f"load[{i}].{key}", f.where, positive=True)
         if point.get("ttft_p50_ms") is not None:
             _number(point["ttft_p50_ms"], f"load[{i}].ttft_p50_ms", f.where, positive=True)
     loads = sorted(rows, key=lambda r: float(r["qps"]))
     if len(loads) < 2:
-        raise InputError(f"{f.where}: 'load' needs at least two points (qps, tok_s_per_user, ttft_p50_ms)")
+        raise InputError(
+            f"{f.where}: 'load' needs at least two points (qps, tok_s_per_user, ttft_p50_ms)")
     low, high = loads[0], loads[-1]
     params_b = f.num("model_params_b", positive=True, hi=1e5)  # billions: 100T parameters at most
     gpus = f.num("gpus", 1, lo=1, hi=1e7, whole=True)
@@ -256,51 +290,62 @@ def _serving(f: _Fields) -> list[Finding]:
     step_high = 1e3 / float(high["tok_s_per_user"])
     other_ms = max(step_high - weight_read_ms, 0.0)
     ttft_low, ttft_high = low.get("ttft_p50_ms"), high.get("ttft_p50_ms")
-    numbers = {"qps_low": low["qps"], "qps_high": high["qps"], "decode_step_ms_low": round(step_low, 2),
-               "decode_step_ms_high": round(step_high, 2), "weights_per_gpu_GB": round(weights_per_gpu / 1e9, 2),
+    numbers = {"qps_low": low["qps"], "qps_high": high["qps"],
+               "decode_step_ms_low": round(step_low, 2), "decode_step_ms_high": round(step_high, 2),
+               "weights_per_gpu_GB": round(weights_per_gpu / 1e9, 2),
                "weight_read_ms_per_step": round(weight_read_ms, 2), "hbm_TB_s": round(bw / 1e12, 2)}
     kv_note = ""
-    layers, kv_heads, head_dim = (f.opt(key, lo=1, hi=1e6, whole=True) for key in ("layers", "kv_heads", "head_dim"))
+    layers, kv_heads, head_dim = (f.opt(key, lo=1, hi=1e6, whole=True)
+                                  for key in ("layers", "kv_heads", "head_dim"))
     if layers and kv_heads and head_dim:
         kv_bytes = 2 * layers * kv_heads * head_dim * f.num("kv_bytes", 2, positive=True, hi=8)
         tokens_read = other_ms / 1e3 * bw * gpus / kv_bytes
         numbers["kv_bytes_per_token"] = kv_bytes
         numbers["kv_tokens_read_per_step"] = round(tokens_read)
-        kv_note = (f" At {kv_bytes / 1024:.0f} KiB of KV per token, the rest of the step is the time to read "
-                   f"~{tokens_read / 1e6:.1f} M cached tokens per decode step across the batch.")
+        kv_note = (f" At {kv_bytes / 1024:.0f} KiB of KV per token, the rest of the step is the "
+                   f"time to read ~{tokens_read / 1e6:.1f} M cached tokens per decode step across "
+                   "the batch.")
     if ttft_low and ttft_high:
         numbers.update(ttft_p50_ms_low=ttft_low, ttft_p50_ms_high=ttft_high)
     util = f.opt("gpu_util_pct", lo=0, hi=100)
     chunked = bool(f.get("chunked_prefill", False))
     out = [
         make_hypothesis(
-            "decode-memory-bound", "Decode batch grown past the KV budget: HBM-bound on KV reads", 0.85,
-            f"Per-user decode went from {low['tok_s_per_user']} to {high['tok_s_per_user']} tok/s: a decode step "
-            f"takes {step_high:.0f} ms at QPS {high['qps']} against {step_low:.1f} ms at QPS {low['qps']}. Reading "
-            f"the {weights_per_gpu / 1e9:.1f} GB of weights per GPU takes {weight_read_ms:.1f} ms at "
-            f"{bw / 1e12:.2f} TB/s, so {100 * other_ms / step_high:.0f}% of the step is something else: continuous "
-            f"batching admitted a batch whose KV-cache reads dominate.{kv_note}"
-            + (f" GPU util {util:.0f}% only says a kernel was resident: decode at a large batch is HBM-bound, "
-               "SMs wait." if util else ""),
+            "decode-memory-bound",
+            "Decode batch grown past the KV budget: HBM-bound on KV reads", 0.85,
+            f"Per-user decode went from {low['tok_s_per_user']} to {high['tok_s_per_user']} tok/s: "
+            f"a decode step takes {step_high:.0f} ms at QPS {high['qps']} against {step_low:.1f} "
+            f"ms at QPS {low['qps']}. Reading the {weights_per_gpu / 1e9:.1f} GB of weights per "
+            f"GPU takes {weight_read_ms:.1f} ms at {bw / 1e12:.2f} TB/s, so "
+            f"{100 * other_ms / step_high:.0f}% of the step is something else: continuous batching "
+            f"admitted a batch whose KV-cache reads dominate.{kv_note}"
+            + (f" GPU util {util:.0f}% only says a kernel was resident: decode at a large batch is "
+               "HBM-bound, SMs wait." if util else ""),
             numbers,
-            (Fix("Chunked prefill, and prefill/decode disaggregation if available", "vllm ... --enable-chunked-prefill"),
+            (Fix("Chunked prefill, and prefill/decode disaggregation if available",
+                 "vllm ... --enable-chunked-prefill"),
              Fix("Cap the running batch from KV-budget arithmetic, not request count",
-                 "--max-num-seqs N --max-num-batched-tokens T   # N x context x KV bytes/token <= KV budget"),
+                 "--max-num-seqs N --max-num-batched-tokens T   # N x context x KV bytes/token <= "
+                 "KV budget"),
              Fix("Speculative decoding to raise decode's arithmetic intensity", ""),
              Fix("Tune max_num_seqs / max_num_batched_tokens explicitly", ""),
              Fix("MQA/GQA KV sharing if the model allows (Llama-70B already has GQA: bounded gain)", "")),
             check_next=("Running batch size and KV-cache usage % over time (engine metrics)",
                         "Preemptions / swaps count at high QPS"),
-            wrong_fix="Just adding GPUs: decode is memory-bandwidth-bound per token; the batch policy is the problem."),
+            wrong_fix="Just adding GPUs: decode is memory-bandwidth-bound per token; the batch "
+                      "policy is the problem."),
     ]
     if ttft_low and ttft_high and float(ttft_high) > 5 * float(ttft_low):
         out.append(make_hypothesis(
-            "prefill-contention", "Prefills queue behind decode batches (TTFT)", 0.7 if not chunked else 0.4,
-            f"TTFT p50 rose from {ttft_low} ms to {ttft_high} ms ({float(ttft_high) / float(ttft_low):.0f}x): new "
-            "prompts wait behind decode steps"
-            + (" (no chunked prefill)" if not chunked else "") + ", or prefill and decode contend for the SMs.",
+            "prefill-contention", "Prefills queue behind decode batches (TTFT)",
+            0.7 if not chunked else 0.4,
+            f"TTFT p50 rose from {ttft_low} ms to {ttft_high} ms "
+            f"({float(ttft_high) / float(ttft_low):.0f}x): new prompts wait behind decode steps"
+            + (" (no chunked prefill)" if not chunked else "")
+            + ", or prefill and decode contend for the SMs.",
             {"ttft_p50_ms_low": ttft_low, "ttft_p50_ms_high": ttft_high},
-            (Fix("Chunked prefill", "--enable-chunked-prefill"), Fix("Prefill/decode disaggregation", "")),
+            (Fix("Chunked prefill", "--enable-chunked-prefill"),
+             Fix("Prefill/decode disaggregation", "")),
             check_next=("Queue time vs prefill time in TTFT",)))
     return out
 
@@ -310,7 +355,8 @@ def _serving(f: _Fields) -> list[Finding]:
 
 def _fp8(f: _Fields) -> list[Finding]:
     long_task = f.obj("long_task")
-    seq = 0.0 if long_task.get("seq") is None else _number(long_task["seq"], "long_task.seq", f.where, lo=0,
+    seq = 0.0 if long_task.get("seq") is None else _number(long_task["seq"], "long_task.seq",
+                                                           f.where, lo=0,
                                                              whole=True)
     fp8_acc, ref_acc = long_task.get("fp8"), long_task.get("bf16")
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (fp8_acc, ref_acc)):
@@ -330,19 +376,24 @@ def _fp8(f: _Fields) -> list[Finding]:
     ratio = f" ({seq / calib:.0f}x the calibration length)" if calib and seq else ""
     return [
         make_hypothesis(
-            "fp8-saturation", "Per-tensor FP8 scales calibrated short saturate at long context", 0.8,
-            f"Short-context quality holds but the {seq:.0f}-token task drops from {ref_acc} to {fp8_acc}{ratio}. "
-            f"{fmt.upper()} tops out at {fmax:.0f}; {scaling} scales calibrated on short sequences underestimate "
-            "the range that long contexts reach (pre-softmax logits, accumulated attention outputs, late-layer "
-            "residuals), so specific layers saturate.",
+            "fp8-saturation",
+            "Per-tensor FP8 scales calibrated short saturate at long context", 0.8,
+            f"Short-context quality holds but the {seq:.0f}-token task drops from {ref_acc} to "
+            f"{fp8_acc}{ratio}. {fmt.upper()} tops out at {fmax:.0f}; {scaling} scales calibrated "
+            "on short sequences underestimate the range that long contexts reach (pre-softmax "
+            "logits, accumulated attention outputs, late-layer residuals), so specific layers "
+            "saturate.",
             numbers,
             (Fix("Recalibrate the scales with long-context data", ""),
              Fix("Per-row / per-block scaling (MXFP8) for the offending layers", ""),
-             Fix("Keep attention accumulation in higher precision; quantize only the QKV and output projections", ""),
+             Fix("Keep attention accumulation in higher precision; quantize only the QKV and "
+                 "output projections", ""),
              Fix("Per-layer sensitivity analysis: quantize layer by layer and watch the long task", "")),
-            check_next=("Per-layer activation amax vs sequence length (hooks on each Linear's input/output)",
+            check_next=(("Per-layer activation amax vs sequence length (hooks on each Linear's "
+                         "input/output)"),
                         "Which layers hit the FP8 max (saturation counts) at 32k but not at 4k"),
-            wrong_fix="Blaming the calibration set's size without localising which layers/ops drift."),
+            wrong_fix="Blaming the calibration set's size without localising which "
+                      "layers/ops drift."),
     ]
 
 
@@ -354,20 +405,25 @@ def _oom_sharding(f: _Fields) -> list[Finding]:
 
     model = str(f.get("model", ""))
     if not model:
-        raise InputError(f"{f.where}: 'model' names a preset or a config.json (e.g. llama-3.1-405b)")
+        raise InputError(
+            f"{f.where}: 'model' names a preset or a config.json (e.g. llama-3.1-405b)")
     works, fails = f.obj("works"), f.obj("fails")
     for label, cfg in (("works", works), ("fails", fails)):
         for key in ("tp", "dp"):  # left out or null: 1
-            cfg[key] = 1 if cfg.get(key) is None else int(_number(cfg[key], f"{label}.{key}", f.where, lo=1, hi=1e7,
+            cfg[key] = 1 if cfg.get(key) is None else int(_number(cfg[key], f"{label}.{key}",
+                                                                  f.where, lo=1, hi=1e7,
                                                                   whole=True))
-    base = {"batch": int(f.num("batch", 1, lo=1, whole=True)), "seq": int(f.num("seq", 4096, lo=1, whole=True)),
-            "checkpointing": str(f.get("checkpointing", "full")), "attention": str(f.get("attention", "eager"))}
+    base = {"batch": int(f.num("batch", 1, lo=1, whole=True)),
+            "seq": int(f.num("seq", 4096, lo=1, whole=True)),
+            "checkpointing": str(f.get("checkpointing", "full")),
+            "attention": str(f.get("attention", "eager"))}
     if f.get("fsdp", True):
         base["fsdp"] = True
     gpu = None if f.get("gpu") is None else f.text("gpu")
 
     def est(cfg: dict):
-        opts = dict(base, tp=int(cfg.get("tp", 1)), dp=int(cfg.get("dp", 1)), sp=bool(cfg.get("sp", False)))
+        opts = dict(base, tp=int(cfg.get("tp", 1)), dp=int(cfg.get("dp", 1)),
+                    sp=bool(cfg.get("sp", False)))
         if opts["dp"] < 2:
             opts.pop("fsdp", None)
         return estimate_from_options(model, gpu=gpu, suggest=False, **opts)
@@ -379,34 +435,44 @@ def _oom_sharding(f: _Fields) -> list[Finding]:
     tp_good, tp_bad = int(works.get("tp", 1)), int(fails.get("tp", 1))
     states_good = good.breakdown.get("optimizer_states", 0) / 1e9
     states_bad = bad.breakdown.get("optimizer_states", 0) / 1e9
-    numbers = {"peak_GB_works": round(good.peak_bytes / 1e9, 1), "peak_GB_fails": round(bad.peak_bytes / 1e9, 1),
+    numbers = {"peak_GB_works": round(good.peak_bytes / 1e9, 1),
+               "peak_GB_fails": round(bad.peak_bytes / 1e9, 1),
                "tp_works": tp_good, "tp_fails": tp_bad,
-               "optimizer_states_GB_works": round(states_good, 2), "optimizer_states_GB_fails": round(states_bad, 2)}
-    summary = (f"At TP={tp_bad} each rank holds {tp_good / tp_bad:.0f}x the heads and MLP width it holds at "
-               f"TP={tp_good}, so the one layer that the backward recomputes at a time is that much larger. "
-               f"Predicted peak {bad.peak_bytes / 1e9:.0f} GB vs {good.peak_bytes / 1e9:.0f} GB "
-               f"(in the {bad.phase}). Optimizer states per GPU: {states_good:.2f} GB vs {states_bad:.2f} GB "
+               "optimizer_states_GB_works": round(states_good, 2),
+               "optimizer_states_GB_fails": round(states_bad, 2)}
+    summary = (f"At TP={tp_bad} each rank holds {tp_good / tp_bad:.0f}x the heads and MLP width it "
+               f"holds at TP={tp_good}, so the one layer that the backward recomputes at a time is "
+               f"that much larger. Predicted peak {bad.peak_bytes / 1e9:.0f} GB vs "
+               f"{good.peak_bytes / 1e9:.0f} GB (in the {bad.phase}). Optimizer states per GPU: "
+               f"{states_good:.2f} GB vs {states_bad:.2f} GB "
                f"({'unchanged: sharded over TP x DP ranks either way' if abs(states_good - states_bad) < 0.01 * max(states_good, 1e-9) else 'smaller with more DP'}): not the cause.")
     if base["attention"] == "eager":
         def scores(tp):
             return base["batch"] * spec.heads / tp * base["seq"] ** 2 * 6
         numbers["attention_scores_GB_per_layer_fails"] = round(scores(tp_bad) / 1e9, 1)
         numbers["attention_scores_GB_per_layer_works"] = round(scores(tp_good) / 1e9, 1)
-        summary += (f" The real culprit is the attention matrix: QK^T is O(seq^2 x heads per rank), "
-                    f"{scores(tp_bad) / 1e9:.1f} GB for one layer at TP={tp_bad} against {scores(tp_good) / 1e9:.1f} "
-                    f"GB at TP={tp_good} (seq {base['seq']}, fp32 softmax + bf16 probs).")
+        summary += (" The real culprit is the attention matrix: QK^T is O(seq^2 x heads "
+                    f"per rank), {scores(tp_bad) / 1e9:.1f} GB for one layer at TP={tp_bad} "
+                    f"against {scores(tp_good) / 1e9:.1f} GB at TP={tp_good} (seq {base['seq']}, "
+                    "fp32 softmax + bf16 probs).")
     return [
         make_hypothesis(
-            "tp-activation-peak", "Fewer TP ranks: twice the heads per rank, twice the per-layer activation peak",
+            "tp-activation-peak",
+            "Fewer TP ranks: twice the heads per rank, twice the per-layer activation peak",
             0.85, summary, numbers,
-            (Fix("Sequence parallelism: shard the norm/dropout activations along the sequence", "--sp"),
-             Fix("FlashAttention / SDPA: no s x s scores at all (the headline fix if attention is eager)",
+            (Fix(
+                "Sequence parallelism: shard the norm/dropout activations along the sequence", "--sp"),
+             Fix("FlashAttention / SDPA: no s x s scores at all (the headline fix if attention "
+                 "is eager)",
                  "attn_implementation='sdpa'"),
              Fix("A smaller micro-batch", ""),
              Fix("Back to TP=8 if the fabric allows", "")),
-            check_next=("torch.cuda.memory._record_memory_history() around the failing step: which layer's recompute",
-                        f"gpudoctor memory {model} --tp {fails.get('tp')} --dp {fails.get('dp')} --fsdp ..."),
-            wrong_fix="More activation checkpointing: every layer already recomputes; the peak is one layer's own activations."),
+            check_next=(("torch.cuda.memory._record_memory_history() around the failing step: which "
+                         "layer's recompute"),
+                        (f"gpudoctor memory {model} --tp {fails.get('tp')} --dp {fails.get('dp')} "
+                         "--fsdp ...")),
+            wrong_fix="More activation checkpointing: every layer already recomputes; the peak is "
+                      "one layer's own activations."),
     ]
 
 
@@ -419,11 +485,14 @@ def _allreduce(f: _Fields) -> list[Finding]:
     rows = f.rows("points")
     lines = ["gpus,allreduce_ms" + (",bytes" if all("bytes" in r for r in rows) else "")]
     for r in rows:
-        lines.append(",".join(str(r.get(k, "")) for k in (["gpus", "allreduce_ms"] + (["bytes"] if "bytes" in r else []))))
+        lines.append(",".join(str(r.get(k, ""))
+                              for k in (["gpus", "allreduce_ms"]
+                                        + (["bytes"] if "bytes" in r else []))))
     algo, gpu, fabric = (f.get(key) for key in ("algo", "gpu", "fabric"))
     return timings.collective_hypotheses(
-        "\n".join(lines) + "\n", gpu=None if gpu is None else str(gpu), fabric=None if fabric is None else str(fabric),
-        gpus_per_node=f.get("gpus_per_node"), nbytes=f.opt("bytes"), algo=None if algo is None else str(algo))
+        "\n".join(lines) + "\n", gpu=None if gpu is None else str(gpu),
+        fabric=None if fabric is None else str(fabric), gpus_per_node=f.get("gpus_per_node"),
+        nbytes=f.opt("bytes"), algo=None if algo is None else str(algo))
 
 
 # -- 7. a Triton kernel slower than eager ------------------------------------------------------------
@@ -435,12 +504,13 @@ def _triton(f: _Fields) -> list[Finding]:
         for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps"):
             if c.get(key) is not None:
                 _number(c[key], f"configs[{i}].{key}", f.where, lo=0, hi=1e6, whole=True)
-    expected, measured = f.num("speedup_expected", positive=True), f.num("speedup_measured", positive=True)
+    expected, measured = f.num("speedup_expected", positive=True), f.num("speedup_measured",
+                                                                         positive=True)
     ks = [int(c.get("BLOCK_K", 0) or 0) for c in configs]
     stages = sorted({int(c.get("num_stages", 0) or 0) for c in configs})
     warps = sorted({int(c.get("num_warps", 0) or 0) for c in configs})
-    numbers = {"configs": len(configs), "block_k": sorted(set(ks)), "num_stages": stages, "num_warps": warps,
-               "speedup_expected": expected, "speedup_measured": measured}
+    numbers = {"configs": len(configs), "block_k": sorted(set(ks)), "num_stages": stages,
+               "num_warps": warps, "speedup_expected": expected, "speedup_measured": measured}
     problems = []
     if len(configs) < 8:
         problems.append(f"only {len(configs)} configs")
@@ -453,29 +523,35 @@ def _triton(f: _Fields) -> list[Finding]:
     fused = f.get("fused") or []
     fused = [fused] if isinstance(fused, str) else fused
     if not isinstance(fused, list):
-        raise InputError(f"{f.where}: 'fused' must be a list of the fused ops' names (e.g. [\"rmsnorm\", \"linear\"]), "
-                         f"got {fused!r}")
+        raise InputError(f"{f.where}: 'fused' must be a list of the fused ops' names (e.g. "
+                         f"[\"rmsnorm\", \"linear\"]), got {fused!r}")
     gemm_note = ""
     if any("linear" in str(x).lower() or "matmul" in str(x).lower() for x in fused):
-        gemm_note = (" Eager runs the linear on cuBLAS, which is already near the roof: the fused kernel must "
-                     "beat cuBLAS on the GEMM, and fusing a cheap RMSNorm into it gains little.")
+        gemm_note = (" Eager runs the linear on cuBLAS, which is already near the roof: the fused "
+                     "kernel must beat cuBLAS on the GEMM, and fusing a cheap RMSNorm into it "
+                     "gains little.")
     return [
         make_hypothesis(
             "autotune-space", "Autotune space too small to reach the tensor-core path", 0.85,
-            f"Measured {measured}x where {expected}x was expected. The autotune space: {'; '.join(problems) or 'fine'}."
+            f"Measured {measured}x where {expected}x was expected. The autotune space: "
+            f"{'; '.join(problems) or 'fine'}."
             + gemm_note,
             numbers,
-            (Fix("Widen the grid: BLOCK_M, BLOCK_N in {64,128,256}, BLOCK_K in {64,128}, num_stages in {3,4,5}, "
-                 "num_warps in {4,8}",
-                 "configs = [triton.Config({'BLOCK_M': m, 'BLOCK_N': n, 'BLOCK_K': k}, num_stages=s, num_warps=w)\n"
+            (Fix("Widen the grid: BLOCK_M, BLOCK_N in {64,128,256}, BLOCK_K in {64,128}, "
+                 "num_stages in {3,4,5}, num_warps in {4,8}",
+                 "configs = [triton.Config({'BLOCK_M': m, 'BLOCK_N': n, 'BLOCK_K': k}, "
+                 "num_stages=s, num_warps=w)\n"
                  "           for m in (64, 128, 256) for n in (64, 128, 256) for k in (64, 128)\n"
                  "           for s in (3, 4, 5) for w in (4, 8)]"),
-             Fix("Check the SASS for wgmma (HGMMA) instructions", "TRITON_CACHE_DIR=...; cuobjdump -sass *.cubin | grep -c HGMMA"),
-             Fix("Ask whether the fusion pays: if the GEMM dominates, fuse RMSNorm into the QKV projection instead "
-                 "of one linear", ""),
+             Fix("Check the SASS for wgmma (HGMMA) instructions",
+                 "TRITON_CACHE_DIR=...; cuobjdump -sass *.cubin | grep -c HGMMA"),
+             Fix("Ask whether the fusion pays: if the GEMM dominates, fuse RMSNorm into the QKV "
+                 "projection instead of one linear", ""),
              Fix("CUTLASS epilogue fusion if Triton cannot reach cuBLAS", "")),
-            check_next=("ncu on both kernels: tensor pipe utilization and achieved TFLOP/s vs cuBLAS",),
-            wrong_fix="Blaming Triton in general: the autotune levers and the fusion's arithmetic intensity decide."),
+            check_next=(
+                "ncu on both kernels: tensor pipe utilization and achieved TFLOP/s vs cuBLAS",),
+            wrong_fix="Blaming Triton in general: the autotune levers and the fusion's arithmetic "
+                      "intensity decide."),
     ]
 
 
@@ -488,7 +564,8 @@ def _pipeline(f: _Fields) -> list[Finding]:
     stage_ms = f.get("stage_ms")
     return timings.pipeline_hypotheses(
         pp=int(f.num("pp", positive=True)), microbatches=int(f.num("microbatches", positive=True)),
-        measured_bubble=f.num("measured_bubble"), virtual_stages=int(f.num("virtual_stages", 1, positive=True)),
+        measured_bubble=f.num("measured_bubble"),
+        virtual_stages=int(f.num("virtual_stages", 1, positive=True)),
         stage_ms=stage_ms if isinstance(stage_ms, list) else None, p2p_ms=f.opt("p2p_ms"),
         recompute=f.get("recompute"), schedule=f.get("schedule"))
 

@@ -23,14 +23,17 @@ from gpudoctor.errors import InputError
 
 REASON_TEXT = {
     "sw_power_cap": "SW power cap (the driver lowers clocks to stay under the power limit)",
-    "hw_slowdown": "HW slowdown (the board asserted slowdown: over-temperature or an external power brake)",
+    "hw_slowdown": "HW slowdown (the board asserted slowdown: over-temperature or an external "
+                   "power brake)",
     "hw_thermal_slowdown": "HW thermal slowdown (the GPU or its memory is too hot)",
-    "hw_power_brake_slowdown": "HW power brake (an external signal: the PSU or chassis is short of power)",
+    "hw_power_brake_slowdown": "HW power brake (an external signal: the PSU or chassis is short "
+                               "of power)",
     "sw_thermal_slowdown": "SW thermal slowdown (above the max operating temperature)",
 }
 SMI_CMD = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
 UNCHECKED = "gpu-unchecked"  # no health check could run: not a hypothesis, not health
-_GPU_HEAD = re.compile(r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_GPU_HEAD = re.compile(
+    r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*))?$")
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 _ACCEPTED = ("expected `nvidia-smi -q` text (a 'GPU 00000000:18:00.0' section per GPU) or "
@@ -50,8 +53,9 @@ def read(text: str) -> tuple[list[GpuRecord], list[str]]:
     if any(_GPU_HEAD.match(line) for line in text.splitlines()):
         return _read_q(text)
     if "NVSMI LOG" in text or re.search(r"^\s*Attached GPUs\s*:", text, re.MULTILINE):
-        raise InputError("the nvidia-smi -q text has no GPU section (a 'GPU 00000000:18:00.0' line and what follows): "
-                         "it stops after the banner (a cut copy?); give the whole output")
+        raise InputError("the nvidia-smi -q text has no GPU section (a 'GPU 00000000:18:00.0' line "
+                         "and what follows): it stops after the banner (a cut copy?); give the "
+                         "whole output")
     return _read_csv(text)
 
 
@@ -68,8 +72,9 @@ def _cut(text: str) -> tuple[str, bool]:
 
 _CUT_Q = "the text stops mid-line (a cut copy): its last line is not used"
 _READ_SECTIONS = frozenset({  # the top-level sections _record_q reads
-    "ecc errors", "remapped rows", "retired pages", "pci", "gpu power readings", "power readings", "clocks event reasons",
-    "clocks throttle reasons", "gpu reset status", "clocks", "max clocks", "utilization", "temperature", "mig mode"})
+    "ecc errors", "remapped rows", "retired pages", "pci", "gpu power readings", "power readings",
+    "clocks event reasons", "clocks throttle reasons", "gpu reset status", "clocks", "max clocks",
+    "utilization", "temperature", "mig mode"})
 
 
 def parse_q(text: str) -> list[GpuRecord]:
@@ -121,13 +126,14 @@ def _read_q(text: str) -> tuple[list[GpuRecord], list[str]]:
     if not blocks:
         raise InputError(f"no GPU section in the nvidia-smi -q text; {_ACCEPTED}")
     if attached is not None and attached > len(blocks):  # `-i` prints fewer too: a note, not proof of a cut
-        notes.append(f"{attached - len(blocks)} of the {attached} attached GPUs are not in the text (left out with "
-                     "-i, or the copy stops early)")
+        notes.append(f"{attached - len(blocks)} of the {attached} attached GPUs are not in the "
+                     "text (left out with -i, or the copy stops early)")
     last_bus, last = blocks[-1]
     # a full `nvidia-smi -q` (Product Name first) ends each GPU with Processes: without it, the copy stops early
     stops_early = "product name" in last and "processes" not in last
     if stops_early:
-        notes.append(f"GPU {len(blocks) - 1} ({last_bus})'s section stops before its end (no Processes)")
+        notes.append(
+            f"GPU {len(blocks) - 1} ({last_bus})'s section stops before its end (no Processes)")
     if (cut or stops_early) and names and stack and names[0].lower() in _READ_SECTIONS:
         # the section the text stops in was not read whole: a half-read section is no check
         last.pop(names[0].lower(), None)
@@ -156,19 +162,27 @@ def _record_q(index: int, bus: str, t: dict[str, Any]) -> GpuRecord:
         reasons=_reasons_q(reasons),
         temp_c=_num(_v(_sub(t, "Temperature"), "GPU Current Temp")),
         power_w=_num(_first(power, "Power Draw", "Average Power Draw", "Instantaneous Power Draw")),
-        power_limit_w=_num(_first(power, "Enforced Power Limit", "Current Power Limit", "Power Limit")),
-        power_default_w=_num(_v(power, "Default Power Limit")), power_max_w=_num(_v(power, "Max Power Limit")),
-        ecc_volatile_unc=_ecc_sum(vol, uncorrectable=True), ecc_aggregate_unc=_ecc_sum(agg, uncorrectable=True),
-        ecc_volatile_corr=_ecc_sum(vol, uncorrectable=False), ecc_aggregate_corr=_ecc_sum(agg, uncorrectable=False),
+        power_limit_w=_num(_first(power, "Enforced Power Limit", "Current Power Limit",
+                                  "Power Limit")),
+        power_default_w=_num(_v(power, "Default Power Limit")),
+        power_max_w=_num(_v(power, "Max Power Limit")),
+        ecc_volatile_unc=_ecc_sum(vol, uncorrectable=True),
+        ecc_aggregate_unc=_ecc_sum(agg, uncorrectable=True),
+        ecc_volatile_corr=_ecc_sum(vol, uncorrectable=False),
+        ecc_aggregate_corr=_ecc_sum(agg, uncorrectable=False),
         sram_threshold_exceeded=_yes(_v(agg, "SRAM Threshold Exceeded")),
         retired_pending=_yes(_first(retired, "Pending Page Blacklist", "Pending")),
         repair_pending=_any_yes(_v(ecc, "Channel Repair Pending"), _v(ecc, "TPC Repair Pending")),
-        remap_pending=_yes(_v(remap, "Pending")), remap_failure=_yes(_v(remap, "Remapping Failure Occurred")),
+        remap_pending=_yes(_v(remap, "Pending")),
+        remap_failure=_yes(_v(remap, "Remapping Failure Occurred")),
         remapped_unc=_int(_v(remap, "Uncorrectable Error")),
-        pcie_gen=_int(_v(gen, "Current")), pcie_gen_max=gen_max, pcie_host_max=host_max, pcie_device_max=dev_max,
+        pcie_gen=_int(_v(gen, "Current")), pcie_gen_max=gen_max, pcie_host_max=host_max,
+        pcie_device_max=dev_max,
         pcie_width=_int(_v(width, "Current")), pcie_width_max=_int(_v(width, "Max")),
-        mig_current=_text(_v(_sub(t, "MIG Mode"), "Current")), mig_pending=_text(_v(_sub(t, "MIG Mode"), "Pending")),
-        reset_required=_any_yes(_v(reset, "Reset Required"), _v(reset, "Drain and Reset Recommended")),
+        mig_current=_text(_v(_sub(t, "MIG Mode"), "Current")),
+        mig_pending=_text(_v(_sub(t, "MIG Mode"), "Pending")),
+        reset_required=_any_yes(_v(reset, "Reset Required"),
+                                _v(reset, "Drain and Reset Recommended")),
     )
 
 
@@ -210,7 +224,8 @@ def _v(section: dict[str, Any], key: str) -> Any:
 
 
 def _first(section: dict[str, Any], *keys: str) -> Any:
-    return next((_v(section, k) for k in keys if _num(_v(section, k)) is not None or _text(_v(section, k))), None)
+    return next((_v(section, k) for k in keys
+                 if _num(_v(section, k)) is not None or _text(_v(section, k))), None)
 
 
 def _num(value: Any) -> float | None:
@@ -224,7 +239,8 @@ def _int(value: Any) -> int | None:
 
 
 def _text(value: Any) -> str | None:
-    if not isinstance(value, str) or value.strip().strip("[]").lower() in ("n/a", "not supported", ""):
+    if not isinstance(value, str) or value.strip().strip("[]").lower() in ("n/a",
+                                                                           "not supported", ""):
         return None
     return value.strip()
 
@@ -276,20 +292,23 @@ def _read_csv(text: str) -> tuple[list[GpuRecord], list[str]]:
         text, cut = whole, False
     notes = ["the CSV stops mid-row (a cut copy): its last row is not used"] if cut else []
     try:
-        rows = [[c.strip() for c in row] for row in csv.reader(io.StringIO(text)) if any(c.strip() for c in row)]
+        rows = [[c.strip() for c in row] for row in csv.reader(io.StringIO(text))
+                if any(c.strip() for c in row)]
     except csv.Error as exc:
         raise InputError(f"unreadable nvidia-smi CSV ({exc}); {_ACCEPTED}") from None
     if not rows:
         raise InputError(f"empty nvidia-smi output; {_ACCEPTED}")
     header = [re.sub(r"\s*\[.*?\]\s*$", "", h).strip().lower() for h in rows[0]]
     known = [h for h in header if h in _CSV_FIELDS or _reason_column(h)]
-    if len(known) < 2 or ("name" not in header and "index" not in header and "pci.bus_id" not in header):
-        raise InputError(f"no nvidia-smi --query-gpu header (name or index, plus fields such as clocks.sm); "
-                         f"{_ACCEPTED}")
+    if len(known) < 2 or ("name" not in header and "index" not in header
+                          and "pci.bus_id" not in header):
+        raise InputError("no nvidia-smi --query-gpu header (name or index, plus fields such as "
+                         f"clocks.sm); {_ACCEPTED}")
     by_gpu: dict[str, list[dict[str, Any]]] = {}
     for n, row in enumerate(rows[1:]):
         values = _csv_row(header, row)
-        key = next((str(values[k]) for k in ("bus_id", "index") if values.get(k) is not None), f"row {n}")
+        key = next((str(values[k]) for k in ("bus_id", "index")
+                    if values.get(k) is not None), f"row {n}")
         by_gpu.setdefault(key, []).append(values)
     if not by_gpu:
         why = "no whole GPU row: the last one stops mid-row (a cut copy?)" if cut else "no GPU rows"
@@ -310,7 +329,8 @@ def _row_is_whole(header_line: str, line: str) -> bool:
     unit = re.search(r"\[(.+?)\]\s*$", header[-1]) if header else None
     last = cells[-1].strip() if cells else ""
     return (len(cells) == len(header) and unit is not None and bool(last)
-            and (last.endswith(unit.group(1)) or last.strip("[]").lower() in ("n/a", "not supported")))
+            and (last.endswith(unit.group(1)) or last.strip("[]").lower() in ("n/a",
+                                                                              "not supported")))
 
 
 def _reason_column(h: str) -> str | None:
@@ -385,14 +405,17 @@ def card_hypotheses(records: list[GpuRecord]) -> list[Finding]:
     peer = statistics.median(busy_clocks) if len(busy_clocks) >= 3 else None
     out: list[Finding] = []
     for r, st in zip(records, states):
-        found = [f for f in (_throttle(r, st, peer), _power_cap(r, st), _ecc(r, st), _pcie(r, st), _reset(r)) if f]
+        found = [f
+                 for f in (_throttle(r, st, peer), _power_cap(r, st), _ecc(r, st), _pcie(r, st), _reset(r)) if f]
         out.extend(found)
         if not any((f.confidence or 0) >= 0.3 for f in found):
             out.append(_healthy(r, found))
         if st.mig:
             out.append(_mig(r))
     tier = {"gpu-healthy": 1, "mig-enabled": 2}
-    return sorted(out, key=lambda f: (tier.get(f.id, 0 if (f.confidence or 0) >= 0.3 else 2), -(f.confidence or 0)))
+    return sorted(out,
+                  key=lambda f: (tier.get(f.id, 0 if (f.confidence or 0) >= 0.3 else 2),
+                                 -(f.confidence or 0)))
 
 
 def _load_text(r: GpuRecord) -> str:
@@ -419,7 +442,8 @@ def _throttle(r: GpuRecord, st: CardState, peer: float | None) -> Finding | None
     if behind_peers:
         conf = min(conf + 0.25, 0.95)
     what = "; ".join(REASON_TEXT.get(b, b.replace("_", " ")) for b in bad) or "no reason reported"
-    clocks = (f"SM clock {r.sm_mhz:.0f} of {r.sm_max_mhz:.0f} MHz ({100 * ratio:.0f}%)" if ratio is not None
+    clocks = (f"SM clock {r.sm_mhz:.0f} of {r.sm_max_mhz:.0f} MHz ({100 * ratio:.0f}%)"
+              if ratio is not None
               else "SM clock not in the artifact")
     peers = f"; the other busy GPUs run at {peer:.0f} MHz (median)" if behind_peers and peer else ""
     thermal = any("thermal" in b for b in bad)
@@ -431,21 +455,25 @@ def _throttle(r: GpuRecord, st: CardState, peer: float | None) -> Finding | None
     fixes = (
         Fix("Drain the node and reschedule the job on healthy nodes (one slow GPU paces every rank)",
             "scontrol update NodeName=<node> State=DRAIN Reason=\"gpu clock throttle\""),
-        Fix("Check cooling and airflow (fans, inlet temperature, blanking panels)" if thermal or not bad
+        Fix("Check cooling and airflow (fans, inlet temperature, blanking panels)"
+            if thermal or not bad
             else "Check power delivery: PSUs, power-brake signal, the power limit",
             "nvidia-smi -q -d TEMPERATURE,POWER,PERFORMANCE"),
-        Fix("Reseat or replace the GPU; run DCGM diagnostics before returning the node", "dcgmi diag -r 3"),
+        Fix("Reseat or replace the GPU; run DCGM diagnostics before returning the node",
+            "dcgmi diag -r 3"),
     )
     return make_hypothesis(
         "clock-throttle", f"{r.label} runs below its clocks", conf,
-        f"{r.label}: {clocks} with {_load_text(r)}; active reasons: {what}{peers}. A throttled card looks "
-        "like slow code, and in synchronous training every rank waits for it.",
+        f"{r.label}: {clocks} with {_load_text(r)}; active reasons: {what}{peers}. A throttled "
+        "card looks like slow code, and in synchronous training every rank waits for it.",
         numbers, fixes, subject=r.label, partial=r.reasons is None,
         check_next=(f"`{SMI_CMD}` again under load, a few times (reasons change within seconds)",
-                    "`nvidia-smi dmon -s pucv -d 1` while the job runs: clocks, power and temperature per second",
+                    ("`nvidia-smi dmon -s pucv -d 1` while the job runs: clocks, power and "
+                     "temperature per second"),
                     "Compare with the other GPUs of the node and of the job",
                     "`dcgmi diag -r 3` on the node"),
-        wrong_fix="Tuning the code (kernels, batch size, sharding): the same code runs at full clocks on a healthy card.")
+        wrong_fix="Tuning the code (kernels, batch size, sharding): the same code runs at full "
+                  "clocks on a healthy card.")
 
 
 def _power_cap(r: GpuRecord, st: CardState) -> Finding | None:
@@ -460,12 +488,16 @@ def _power_cap(r: GpuRecord, st: CardState) -> Finding | None:
         f"({100 * r.power_limit_w / full:.0f}%), {_load_text(r)}"
         + ("; SW power cap is active: the clocks are held down by it." if capping else "."),
         {"power_limit_w": r.power_limit_w, "default_power_limit_w": r.power_default_w,
-         "max_power_limit_w": r.power_max_w, "power_draw_w": r.power_w, "sw_power_cap_active": capping},
-        (Fix("Restore the default limit if the cap is not intended", "sudo nvidia-smi -i <gpu> -pl <default W>"),
-         Fix("Ask the administrator: a rack power budget may set it on purpose (then plan for the lower clocks)", "")),
+         "max_power_limit_w": r.power_max_w, "power_draw_w": r.power_w,
+         "sw_power_cap_active": capping},
+        (Fix("Restore the default limit if the cap is not intended",
+             "sudo nvidia-smi -i <gpu> -pl <default W>"),
+         Fix("Ask the administrator: a rack power budget may set it on purpose (then plan for the "
+             "lower clocks)", "")),
         subject=r.label,
         check_next=("`nvidia-smi -q -d POWER`: Requested vs Enforced vs Default Power Limit",
-                    "Power draw under load against the limit: at the limit means the cap is what slows it"),
+                    ("Power draw under load against the limit: at the limit means the cap is what "
+                     "slows it")),
         wrong_fix="Code changes: the card's power budget, not the program, sets the clocks.")
 
 
@@ -475,16 +507,24 @@ def _ecc(r: GpuRecord, st: CardState) -> Finding | None:
     pending = st.pending
     # past uncorrectable errors the driver already handled: SRAM threshold not reached, nothing pending
     handled = r.sram_threshold_exceeded is False and not pending and not r.remap_failure
-    problems = [(0.95, "row remapping failed: the card has run out of spare rows") if r.remap_failure else None,
+    problems = [(0.95, "row remapping failed: the card has run out of spare rows")
+                if r.remap_failure else None,
                 (0.9, f"{vu} uncorrectable ECC errors since the driver loaded") if vu else None,
-                (0.85, "a row remap, page retirement or repair is pending: it takes effect at the next GPU reset")
+                (0.85,
+                 ("a row remap, page retirement or repair is pending: it takes effect at the next "
+                  "GPU reset"))
                 if pending else None,
-                (0.8, "the SRAM error threshold is exceeded") if r.sram_threshold_exceeded else None,
-                (0.2 if handled else 0.45, f"{au} uncorrectable ECC error(s) over the card's life, none since the "
-                 "driver loaded" + ("; the SRAM threshold is not exceeded and no remap or repair is pending: "
+                (0.8, "the SRAM error threshold is exceeded")
+                if r.sram_threshold_exceeded else None,
+                (0.2 if handled else 0.45,
+                 f"{au} uncorrectable ECC error(s) over the card's life, none since the "
+                 "driver loaded"
+                 + ("; the SRAM threshold is not exceeded and no remap or repair is pending: "
                                     "handled, watch the count" if handled else ""))
                 if au and not vu else None,
-                (0.25, f"{corr} correctable ECC errors only (corrected in hardware; a rising count is a warning)")
+                (0.25,
+                 (f"{corr} correctable ECC errors only (corrected in hardware; a rising count is a "
+                  "warning)"))
                 if corr else None]
     found = [p for p in problems if p]
     if not found:
@@ -492,20 +532,24 @@ def _ecc(r: GpuRecord, st: CardState) -> Finding | None:
     return make_hypothesis(
         "ecc-errors", f"{r.label} reports memory errors", max(c for c, _ in found),
         f"{r.label}: " + "; ".join(t for _, t in found) + ".",
-        {"volatile_uncorrectable": r.ecc_volatile_unc, "aggregate_uncorrectable": r.ecc_aggregate_unc,
+        {"volatile_uncorrectable": r.ecc_volatile_unc,
+         "aggregate_uncorrectable": r.ecc_aggregate_unc,
          "volatile_correctable": r.ecc_volatile_corr, "aggregate_correctable": r.ecc_aggregate_corr,
          "remapped_rows_uncorrectable": r.remapped_unc, "remap_pending": r.remap_pending,
          "remap_failure": r.remap_failure, "retired_pages_pending": r.retired_pending,
          "repair_pending": r.repair_pending, "sram_threshold_exceeded": r.sram_threshold_exceeded},
         (Fix("Drain the node and reschedule the job elsewhere",
              "scontrol update NodeName=<node> State=DRAIN Reason=\"gpu ECC\""),
-         Fix("Reset the GPU to apply pending remaps/retirements (no process may hold it)", "sudo nvidia-smi -r -i <gpu>"),
-         Fix("Run DCGM diagnostics; replace the card if they fail or remapping failed", "dcgmi diag -r 3")),
+         Fix("Reset the GPU to apply pending remaps/retirements (no process may hold it)",
+             "sudo nvidia-smi -r -i <gpu>"),
+         Fix("Run DCGM diagnostics; replace the card if they fail or remapping failed",
+             "dcgmi diag -r 3")),
         subject=r.label,
         check_next=("`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`",
                     "Kernel log for Xid 48/63/64/94/95: `sudo dmesg -T | grep -i xid`",
                     "`dcgmi diag -r 3` on the node"),
-        wrong_fix="Restarting the job on the same GPU, or changing batch size or code: memory errors are hardware.")
+        wrong_fix="Restarting the job on the same GPU, or changing batch size or code: memory "
+                  "errors are hardware.")
 
 
 def _pcie(r: GpuRecord, st: CardState) -> Finding | None:
@@ -523,18 +567,22 @@ def _pcie(r: GpuRecord, st: CardState) -> Finding | None:
         note += f" The host slot allows only gen {r.pcie_host_max}: a platform limit, not a fault."
     return make_hypothesis(
         "pcie-downgrade", f"{r.label}'s PCIe link runs below its capability", conf,
-        f"{r.label}: PCIe gen {r.pcie_gen} x{r.pcie_width} of gen {r.pcie_gen_max} x{r.pcie_width_max} "
-        f"with {_load_text(r)}: {effect}.{note}",
+        f"{r.label}: PCIe gen {r.pcie_gen} x{r.pcie_width} of gen {r.pcie_gen_max} "
+        f"x{r.pcie_width_max} with {_load_text(r)}: {effect}.{note}",
         {"pcie_gen": r.pcie_gen, "pcie_gen_max": r.pcie_gen_max, "pcie_width": r.pcie_width,
-         "pcie_width_max": r.pcie_width_max, "pcie_host_max": r.pcie_host_max, "utilization_pct": r.util_pct},
+         "pcie_width_max": r.pcie_width_max, "pcie_host_max": r.pcie_host_max,
+         "utilization_pct": r.util_pct},
         (Fix("Drain the node if the link stays down under load",
              "scontrol update NodeName=<node> State=DRAIN Reason=\"pcie downgrade\""),
-         Fix("Reseat the card (and riser/cable); check the slot's BIOS link settings", "sudo lspci -vvv -s <bus id>"),
-         Fix("Replace the riser, cable or card if it persists; `dcgmi diag -r 2` checks PCIe bandwidth", "dcgmi diag -r 2")),
+         Fix("Reseat the card (and riser/cable); check the slot's BIOS link settings",
+             "sudo lspci -vvv -s <bus id>"),
+         Fix("Replace the riser, cable or card if it persists; `dcgmi diag -r 2` checks PCIe "
+             "bandwidth", "dcgmi diag -r 2")),
         subject=r.label,
         check_next=("`nvidia-smi -q -d PCIE` while the GPU is busy: Current should reach Max",
                     "`sudo lspci -vvv -s <bus id> | grep -E 'LnkCap|LnkSta'`",
-                    "Replays Since Reset in `nvidia-smi -q -d PCIE`: a growing count means link errors"),
+                    ("Replays Since Reset in `nvidia-smi -q -d PCIE`: a growing count means "
+                     "link errors")),
         wrong_fix="Tuning data loading or pinned copies first: the link itself is slow.")
 
 
@@ -543,11 +591,13 @@ def _reset(r: GpuRecord) -> Finding | None:
         return None
     return make_hypothesis(
         "reset-required", f"{r.label} asks for a reset", 0.85,
-        f"{r.label}: nvidia-smi's GPU Reset Status says Reset Required or Drain and Reset Recommended.",
+        f"{r.label}: nvidia-smi's GPU Reset Status says Reset Required or Drain and Reset "
+        "Recommended.",
         {"reset_required": True},
         (Fix("Drain the node, then reset the GPU", "sudo nvidia-smi -r -i <gpu>"),
          Fix("Run DCGM diagnostics before returning it to service", "dcgmi diag -r 3")),
-        subject=r.label, check_next=("`sudo dmesg -T | grep -i xid`: which error asked for the reset",),
+        subject=r.label,
+        check_next=("`sudo dmesg -T | grep -i xid`: which error asked for the reset",),
         wrong_fix="Keeping jobs on the card: it stays degraded until reset.")
 
 
@@ -556,10 +606,11 @@ def _mig(r: GpuRecord) -> Finding:
                and r.mig_pending.lower() != (r.mig_current or "").lower() else "")
     f = make_hypothesis(
         "mig-enabled", f"{r.label} is partitioned (MIG)", 0.2,
-        f"{r.label}: MIG mode is Enabled{pending}; a process sees one slice, with that slice's SMs, memory and "
-        "bandwidth, not the whole card.",
+        f"{r.label}: MIG mode is Enabled{pending}; a process sees one slice, with that slice's "
+        "SMs, memory and bandwidth, not the whole card.",
         {"mig_current": r.mig_current, "mig_pending": r.mig_pending},
-        (Fix("Compare against the slice's ceilings, or disable MIG for whole-card jobs", "sudo nvidia-smi -i <gpu> -mig 0"),),
+        (Fix("Compare against the slice's ceilings, or disable MIG for whole-card jobs",
+             "sudo nvidia-smi -i <gpu> -mig 0"),),
         subject=r.label, check_next=("`nvidia-smi mig -lgi`: which instance profiles exist",))
     return replace(f, severity="info")
 
@@ -569,21 +620,24 @@ def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
     checked = [c for c in CHECKS if c not in missing]
     if not checked:
         return _unchecked(r, notes)
-    clocks = (f"SM {r.sm_mhz:.0f}/{r.sm_max_mhz:.0f} MHz" if r.sm_mhz is not None and r.sm_max_mhz else "")
+    clocks = (f"SM {r.sm_mhz:.0f}/{r.sm_max_mhz:.0f} MHz"
+              if r.sm_mhz is not None and r.sm_max_mhz else "")
     link = f"PCIe gen {r.pcie_gen} x{r.pcie_width}" if r.pcie_gen is not None else ""
     facts = ", ".join(x for x in (clocks, link, _load_text(r)) if x)
     minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
     # a clean bill of health is only as good as what it covers: 0.9 with every check, less with fewer
     conf = 0.9 if not missing else round(0.3 + 0.4 * len(checked) / len(CHECKS), 2)
     title = (f"{r.label} looks healthy" if not missing else
-             f"{r.label}: no problem in the {len(checked)} of {len(CHECKS)} checks the artifact allows")
+             f"{r.label}: no problem in the {len(checked)} of {len(CHECKS)} checks the "
+             "artifact allows")
     f = make_hypothesis(
         "gpu-healthy", title, conf,
-        f"{r.label}{', ' + r.name if r.name else ''}: no active throttling, new or pending memory errors, link downgrade or "
-        f"power cap in what was checked ({', '.join(checked)}); {facts}."
+        f"{r.label}{', ' + r.name if r.name else ''}: no active throttling, new or pending memory "
+        f"errors, link downgrade or power cap in what was checked ({', '.join(checked)}); {facts}."
         + (f" Not in the artifact: {', '.join(missing)}." if missing else "") + minor,
-        {"checked": checked, "not_checked": list(missing), "sm_clock_mhz": r.sm_mhz, "sm_clock_max_mhz": r.sm_max_mhz,
-         "utilization_pct": r.util_pct, "active_reasons": sorted(r.reasons or ()), "pcie_gen": r.pcie_gen,
+        {"checked": checked, "not_checked": list(missing), "sm_clock_mhz": r.sm_mhz,
+         "sm_clock_max_mhz": r.sm_max_mhz, "utilization_pct": r.util_pct,
+         "active_reasons": sorted(r.reasons or ()), "pcie_gen": r.pcie_gen,
          "pcie_width": r.pcie_width},
         (),
         subject=r.label, partial=bool(missing),
@@ -597,8 +651,8 @@ def _unchecked(r: GpuRecord, notes: list[Finding]) -> Finding:
     minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
     f = make_hypothesis(
         UNCHECKED, f"{r.label}: nothing in the artifact to check its health with", 0.0,
-        f"{r.label}{', ' + r.name if r.name else ''}: the artifact has none of {', '.join(CHECKS)}, so no health "
-        f"check ran and nothing is claimed about this GPU.{minor}",
+        f"{r.label}{', ' + r.name if r.name else ''}: the artifact has none of "
+        f"{', '.join(CHECKS)}, so no health check ran and nothing is claimed about this GPU.{minor}",
         {"checked": [], "not_checked": list(CHECKS)}, (),
         subject=r.label, partial=True,
         check_next=(f"`{SMI_CMD}` (whole, not cut), or `nvidia-smi -q` for every section",))

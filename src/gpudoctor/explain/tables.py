@@ -16,13 +16,14 @@ CLIFF = 1.5  # measured / expected time (ring fit or scaled plan model) from whi
 GPUS_PER_NODE = 8
 MS_RANGE = (1e-6, 1e9)  # 1 ns to 11 days: times outside are not timings
 MAX_BYTES, MAX_COUNT = 1e15, 1e7  # per-rank message size; GPUs, stages, micro-batches
-RANKS_EXPECTED = ("a CSV whose header names rank, step and step_ms (any order; extra columns and an optional "
-                  "time column are ignored), one row per rank and step")
-COLL_EXPECTED = ("a CSV whose header names gpus and the all-reduce time in ms (allreduce_ms), optional bytes "
-                 "(per-rank message size), algo, and the machine: gpu, fabric, gpus_per_node; one row per GPU count")
+RANKS_EXPECTED = ("a CSV whose header names rank, step and step_ms (any order; extra columns and "
+                  "an optional time column are ignored), one row per rank and step")
+COLL_EXPECTED = ("a CSV whose header names gpus and the all-reduce time in ms (allreduce_ms), "
+                 "optional bytes (per-rank message size), algo, and the machine: gpu, fabric, "
+                 "gpus_per_node; one row per GPU count")
 SMI_CHECK = "nvidia-smi -q -d PERFORMANCE,CLOCK,ECC,PCIE"
-NODE_FIRST_WRONG = ("Code-level changes (different sharding, recompute policy, bucket sizes) before checking the "
-                    "hardware: nothing in the code changed.")
+NODE_FIRST_WRONG = ("Code-level changes (different sharding, recompute policy, bucket sizes) "
+                    "before checking the hardware: nothing in the code changed.")
 
 
 
@@ -43,7 +44,8 @@ def cut_last_line(text: str) -> tuple[str, str]:
     return head + sep, CUT_NOTE
 
 
-def read_table(text: Any, what: str, expected: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_table(text: Any, what: str, expected: str) -> tuple[list[str],
+                                                             list[tuple[int, list[str]]]]:
     """(lower-case header, [(line number, cells)]) from CSV, TSV or whitespace-separated text."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty {what} table; expected {expected}")
@@ -54,7 +56,8 @@ def read_table(text: Any, what: str, expected: str) -> tuple[list[str], list[tup
     head = lines[0][1]
     delim = "," if "," in head else "\t" if "\t" in head else None
     try:
-        split = csv.reader([line for _, line in lines], delimiter=delim) if delim else (line.split() for _, line in lines)
+        split = csv.reader([line for _, line in lines], delimiter=delim) if delim else (
+            line.split() for _, line in lines)
         rows = [(n, [c.strip() for c in cells]) for (n, _), cells in zip(lines, split)]
     except csv.Error as exc:
         raise InputError(f"unreadable {what} table ({exc}); expected {expected}") from None
@@ -62,13 +65,14 @@ def read_table(text: Any, what: str, expected: str) -> tuple[list[str], list[tup
     return header, rows[1:]
 
 
-def find_column(header: list[str], names: tuple[str, ...], what: str, expected: str, required: bool = True) -> int | None:
+def find_column(header: list[str], names: tuple[str, ...], what: str, expected: str,
+                required: bool = True) -> int | None:
     for name in names:
         if name in header:
             return header.index(name)
     if required:
-        raise InputError(f"{what}: no {names[0]!r} column in the header ({', '.join(header[:8]) or 'empty'}); "
-                         f"expected {expected}")
+        raise InputError(f"{what}: no {names[0]!r} column in the header "
+                         f"({', '.join(header[:8]) or 'empty'}); expected {expected}")
     return None
 
 
@@ -83,7 +87,8 @@ def parse_number(cell: str, name: str, line: int, expected: str) -> float | None
     try:
         value = float(cell)
     except ValueError:
-        raise InputError(f"line {line}: {name} {cell[:30]!r} is not a number; expected {expected}") from None
+        raise InputError(
+            f"line {line}: {name} {cell[:30]!r} is not a number; expected {expected}") from None
     return value if math.isfinite(value) else None
 
 
@@ -114,7 +119,9 @@ def stage_times(stage_ms: Any, p: int, v: int) -> tuple[np.ndarray | None, str]:
     if stage_ms is None:
         return None, ""
     if not isinstance(stage_ms, (list, tuple)) or len(stage_ms) not in (p, p * v):
-        raise InputError(f"stage_ms: expected a list of {p} per-stage times (or {p * v} per chunk), got {stage_ms!r}"[:200])
+        raise InputError(
+            f"stage_ms: expected a list of {p} per-stage times (or {p * v} per chunk), got "
+            f"{stage_ms!r}"[:200])
     vals = [None if x is None else real_number(x, "stage_ms") for x in stage_ms]
     missing = sum(x is None for x in vals)
     per_stage = np.zeros(p)

@@ -15,7 +15,8 @@ from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 PCIE4_X16_BYTES_PER_S = 31.5e9
 PCIE5_X16_BYTES_PER_S = 63.0e9
 PCIE3_X16_BYTES_PER_S = 15.75e9  # 8 GT/s per lane, x16
-_PCIE_BY_GEN = {"gen3": PCIE3_X16_BYTES_PER_S, "gen4": PCIE4_X16_BYTES_PER_S, "gen5": PCIE5_X16_BYTES_PER_S}
+_PCIE_BY_GEN = {"gen3": PCIE3_X16_BYTES_PER_S, "gen4": PCIE4_X16_BYTES_PER_S,
+                "gen5": PCIE5_X16_BYTES_PER_S}
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ def unavailable(name: str) -> Ceilings:
 def unknown_card_note(name: str, skipped: tuple[str, ...] = ()) -> str:
     """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to give it."""
     rules = f" ({', '.join(skipped)})" if skipped else ""
-    return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced findings{rules}; "
-            "for them, run `gpudoctor bench` on that card, or pass --ceilings FILE (bench's JSON) or --gpu NAME")
+    return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced "
+            f"findings{rules}; for them, run `gpudoctor bench` on that card, or pass --ceilings "
+            "FILE (bench's JSON) or --gpu NAME")
 
 
 _REQUIRED = ("matrix_flops", "hbm_bytes_per_s")
@@ -103,7 +105,8 @@ def load_file(path: str | Path) -> Ceilings:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise CeilingsFileError(f"cannot read ceilings file {path}: {exc.strerror or exc}; {hint}") from None
+        raise CeilingsFileError(
+            f"cannot read ceilings file {path}: {exc.strerror or exc}; {hint}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise CeilingsFileError(
             f"ceilings file {path} is not JSON; expected an object with {', '.join(_REQUIRED)}"

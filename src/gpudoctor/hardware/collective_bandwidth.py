@@ -132,7 +132,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--max-bytes", default="4GiB")
-    parser.add_argument("--overlap", action="store_true", help="also compute under an overlapped all-reduce")
+    parser.add_argument("--overlap", action="store_true",
+                        help="also compute under an overlapped all-reduce")
     args = parser.parse_args()
     result = measure(_parse_bytes(args.max_bytes), args.overlap)
     if int(os.environ.get("RANK", "0")) == 0:

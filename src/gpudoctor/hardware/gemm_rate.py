@@ -50,7 +50,8 @@ class GemmGrid:
     source: str
 
 
-def grid_from(dims: list[int], seconds: Any, datasheet_bf16: float | None, source: str) -> GemmGrid | None:
+def grid_from(dims: list[int], seconds: Any, datasheet_bf16: float | None,
+              source: str) -> GemmGrid | None:
     """A grid from its dimensions and seconds[m][n][k] (None when it is not a full grid with LARGE)."""
     try:
         d = np.asarray(dims, float)
@@ -69,7 +70,8 @@ def grid_from(dims: list[int], seconds: Any, datasheet_bf16: float | None, sourc
     return GemmGrid(np.log2(d), rate / large, share, source)
 
 
-def grid_from_rows(grid: dict[str, Any], datasheet_bf16: float | None, source: str) -> GemmGrid | None:
+def grid_from_rows(grid: dict[str, Any], datasheet_bf16: float | None,
+                   source: str) -> GemmGrid | None:
     """A grid from ``gpudoctor bench``'s ``gemm_grid`` section (rows of m, n, k, s)."""
     dims = grid.get("dims") if isinstance(grid, dict) else None
     rows = grid.get("rows") if isinstance(grid, dict) else None
@@ -129,7 +131,8 @@ def rate_source(ceilings: Ceilings, dtype: str = "bf16") -> str:
 
 def relative_rate(grid: GemmGrid, m: Any, n: Any, k: Any) -> np.ndarray:
     """The grid's rate at (m, n, k) over its LARGE^3 rate: trilinear in log2 of each dimension."""
-    coords = [np.clip(np.log2(np.maximum(np.asarray(x, float), 1.0)), grid.log_dims[0], grid.log_dims[-1])
+    coords = [np.clip(np.log2(np.maximum(np.asarray(x, float), 1.0)), grid.log_dims[0],
+                      grid.log_dims[-1])
               for x in (m, n, k)]
     coords = np.broadcast_arrays(*coords)
     lo, w = [], []
@@ -142,12 +145,14 @@ def relative_rate(grid: GemmGrid, m: Any, n: Any, k: Any) -> np.ndarray:
     for dm in (0, 1):
         for dn in (0, 1):
             for dk in (0, 1):
-                weight = ((w[0] if dm else 1 - w[0]) * (w[1] if dn else 1 - w[1]) * (w[2] if dk else 1 - w[2]))
+                weight = ((w[0] if dm else 1 - w[0]) * (w[1] if dn else 1 - w[1])
+                          * (w[2] if dk else 1 - w[2]))
                 out += weight * grid.relative[lo[0] + dm, lo[1] + dn, lo[2] + dk]
     return out
 
 
-def gemm_seconds(m: Any, n: Any, k: Any, dtype: str, ceilings: Ceilings, batch: Any = 1) -> np.ndarray:
+def gemm_seconds(m: Any, n: Any, k: Any, dtype: str, ceilings: Ceilings,
+                 batch: Any = 1) -> np.ndarray:
     """Seconds of a (batch x) M x N x K GEMM in ``dtype`` on this card (arrays broadcast). A batched
     GEMM is read at the shape of its rows stacked: batch * M."""
     grid = grid_for(ceilings)

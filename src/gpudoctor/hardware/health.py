@@ -43,7 +43,8 @@ def read_health(device_index: int = 0) -> HealthReading:
         "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
         "mem_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
         "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
-        "throttle_reasons": lambda: sorted(reason_names(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+        "throttle_reasons": lambda: sorted(
+            reason_names(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
         "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
         "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
         "power_limit_max_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[1] / 1000.0,
@@ -71,7 +72,8 @@ def read_health(device_index: int = 0) -> HealthReading:
 
 def _remapped(pynvml: Any, h: Any) -> dict[str, int]:
     corr, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(h)
-    return {"correctable": corr, "uncorrectable": unc, "pending": int(pending), "failure": int(failure)}
+    return {"correctable": corr, "uncorrectable": unc, "pending": int(pending),
+            "failure": int(failure)}
 
 
 def _text(value: Any) -> str:
@@ -84,14 +86,17 @@ def nvml_record(health: HealthReading, index: int = 0) -> GpuRecord:
     rows = r.get("remapped_rows") or {}
     mig = r.get("mig_mode")
     return GpuRecord(
-        index=index, name=str(r.get("name") or ""), sm_mhz=r.get("sm_clock_mhz"), sm_max_mhz=r.get("sm_clock_max_mhz"),
+        index=index, name=str(r.get("name") or ""), sm_mhz=r.get("sm_clock_mhz"),
+        sm_max_mhz=r.get("sm_clock_max_mhz"),
         reasons=frozenset(r["throttle_reasons"]) if "throttle_reasons" in r else None,
-        temp_c=r.get("temperature_c"), power_w=r.get("power_w"), power_limit_w=r.get("power_limit_w"),
-        power_default_w=r.get("power_limit_default_w"), power_max_w=r.get("power_limit_max_w"),
-        ecc_volatile_unc=r.get("ecc_uncorrected_volatile"), ecc_volatile_corr=r.get("ecc_corrected_volatile"),
+        temp_c=r.get("temperature_c"), power_w=r.get("power_w"),
+        power_limit_w=r.get("power_limit_w"), power_default_w=r.get("power_limit_default_w"),
+        power_max_w=r.get("power_limit_max_w"), ecc_volatile_unc=r.get("ecc_uncorrected_volatile"),
+        ecc_volatile_corr=r.get("ecc_corrected_volatile"),
         remap_pending=bool(rows["pending"]) if "pending" in rows else None,
-        remap_failure=bool(rows["failure"]) if "failure" in rows else None, remapped_unc=rows.get("uncorrectable"),
-        pcie_gen=r.get("pcie_gen"), pcie_gen_max=r.get("pcie_gen_max"), pcie_width=r.get("pcie_width"),
+        remap_failure=bool(rows["failure"]) if "failure" in rows else None,
+        remapped_unc=rows.get("uncorrectable"), pcie_gen=r.get("pcie_gen"),
+        pcie_gen_max=r.get("pcie_gen_max"), pcie_width=r.get("pcie_width"),
         pcie_width_max=r.get("pcie_width_max"),
         mig_current=None if mig is None else "Enabled" if mig == 1 else "Disabled",
         other_processes=r.get("other_processes"), source="NVML")
@@ -103,8 +108,10 @@ def health_findings(health: HealthReading, under_load: bool = False) -> list[Fin
     st = judge(rec, "busy" if under_load else "unknown")
     out: list[Finding] = []
 
-    def add(fid: str, title: str, severity: str, summary: str, numbers: dict[str, Any], fixes: tuple[Fix, ...]) -> None:
-        out.append(Finding(fid, title, severity, 0.0, 1.0, summary, Evidence(numbers=numbers), fixes))
+    def add(fid: str, title: str, severity: str, summary: str, numbers: dict[str, Any],
+            fixes: tuple[Fix, ...]) -> None:
+        out.append(Finding(fid, title, severity, 0.0, 1.0, summary,
+                           Evidence(numbers=numbers), fixes))
 
     bad = list(st.bad_reasons)
     if bad:
@@ -112,18 +119,22 @@ def health_findings(health: HealthReading, under_load: bool = False) -> list[Fin
         add("clock-throttle", "The GPU's clocks are held back", "critical" if severe else "major",
             f"NVML reports clock throttle reasons: {', '.join(bad)}.",
             {"reasons": bad, "sm_clock_mhz": rec.sm_mhz, "sm_clock_max_mhz": rec.sm_max_mhz},
-            (Fix("Check cooling and power delivery; compare with the other GPUs of the node", "nvidia-smi -q -d PERFORMANCE"),))
+            (Fix("Check cooling and power delivery; compare with the other GPUs of the node",
+                 "nvidia-smi -q -d PERFORMANCE"),))
     if st.low_clock:
-        add("low-clocks", f"SM clock below {LOW_CLOCK_SHARE:.0%} of its maximum under load", "major",
+        add("low-clocks",
+            f"SM clock below {LOW_CLOCK_SHARE:.0%} of its maximum under load", "major",
             f"SM clock {rec.sm_mhz} MHz of {rec.sm_max_mhz} MHz while the probes ran.",
             {"sm_clock_mhz": rec.sm_mhz, "sm_clock_max_mhz": rec.sm_max_mhz},
-            (Fix("Look for power or thermal limits and application clock settings", "nvidia-smi -q -d CLOCK"),))
+            (Fix("Look for power or thermal limits and application clock settings",
+                 "nvidia-smi -q -d CLOCK"),))
     if st.power_capped:
         limit, ref = rec.power_limit_w, st.power_reference_w
         of = "default" if rec.power_default_w else "maximum"
         add("power-cap", f"The power limit is set below the card's {of}", "major",
             f"Enforced power limit {limit:.0f} W of a {of} {ref:.0f} W.",
-            {"power_limit_w": limit, "power_limit_max_w": rec.power_max_w, "power_limit_default_w": rec.power_default_w},
+            {"power_limit_w": limit, "power_limit_max_w": rec.power_max_w,
+             "power_limit_default_w": rec.power_default_w},
             (Fix("Ask the administrator whether the cap is intended", "nvidia-smi -q -d POWER"),))
     if (rec.ecc_volatile_unc or 0) > 0:
         add("ecc-errors", "Uncorrected ECC errors since the driver loaded", "critical",
@@ -132,18 +143,22 @@ def health_findings(health: HealthReading, under_load: bool = False) -> list[Fin
             (Fix("Drain the node and have the GPU checked", "nvidia-smi -q -d ECC"),))
     rows = health.readings.get("remapped_rows") or {}
     if rec.remap_failure or st.pending or (rec.remapped_unc or 0) > 0:
-        add("remapped-rows", "Memory rows remapped or pending remap", "critical" if rec.remap_failure else "major",
-            f"Row remapping: {rows}.", dict(rows),
-            (Fix("A pending remap needs a GPU reset; a failure needs the card replaced", "nvidia-smi -q -d ROW_REMAPPER"),))
+        add("remapped-rows", "Memory rows remapped or pending remap",
+            "critical" if rec.remap_failure else "major", f"Row remapping: {rows}.", dict(rows),
+            (Fix("A pending remap needs a GPU reset; a failure needs the card replaced",
+                 "nvidia-smi -q -d ROW_REMAPPER"),))
     if (st.pcie_gen_down and under_load) or st.pcie_width_down:  # an idle link drops its generation to save power
         add("pcie-downgrade", "The PCIe link runs below its capability", "major",
-            f"PCIe gen {rec.pcie_gen} x{rec.pcie_width} of gen {rec.pcie_gen_max} x{rec.pcie_width_max}: "
-            "host copies are capped accordingly.",
-            {"gen": rec.pcie_gen, "gen_max": rec.pcie_gen_max, "width": rec.pcie_width, "width_max": rec.pcie_width_max},
-            (Fix("Reseat the card or check the slot and BIOS link settings", "nvidia-smi -q -d PCIE"),))
+            f"PCIe gen {rec.pcie_gen} x{rec.pcie_width} of gen {rec.pcie_gen_max} "
+            f"x{rec.pcie_width_max}: host copies are capped accordingly.",
+            {"gen": rec.pcie_gen, "gen_max": rec.pcie_gen_max, "width": rec.pcie_width,
+             "width_max": rec.pcie_width_max},
+            (Fix("Reseat the card or check the slot and BIOS link settings",
+                 "nvidia-smi -q -d PCIE"),))
     if st.mig:
         add("mig-enabled", "MIG is on: this process sees a slice of the GPU", "info",
-            "MIG mode is enabled; ceilings are those of the slice, not the whole card.", {"mig_mode": 1}, ())
+            "MIG mode is enabled; ceilings are those of the slice, not the whole card.",
+            {"mig_mode": 1}, ())
     if st.shared:
         add("gpu-shared", "Other processes are using this GPU", "major",
             f"{rec.other_processes} compute processes on the GPU: measured figures may be low.",

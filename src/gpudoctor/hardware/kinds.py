@@ -26,7 +26,8 @@ from gpudoctor.hardware.probe import ProbePlan, median_ms
 # KIND -> what the op list of plan/traffic.py prices at that kind's rate
 ELEMENTWISE_KINDS = {
     "contiguous": "binary op, all operands contiguous and alike: a * b, bf16",
-    "rope": "q * cos with q as the projections leave it ([b, s, H, d].transpose(1, 2)) and cos [1, 1, s, d], bf16",
+    "rope": "q * cos with q as the projections leave it ([b, s, H, d].transpose(1, 2)) and cos [1, "
+            "1, s, d], bf16",
     "broadcast_heads": "q * cos with q contiguous [b, H, s, d] and cos [1, 1, s, d], bf16",
     "weight": "x * w with x [tokens, h] and the norm weight w [h], bf16",
     "rowscale": "x * r with x [tokens, h] and r [tokens, 1], fp32 (RMSNorm's x * rsqrt(var))",
@@ -77,8 +78,10 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
     cases: dict[str, tuple[Callable[[], Any], int, str, str]] = {
         # kind: (fn, bytes, shape, dtype); bytes = inputs read once + output written once
         "contiguous": (lambda: a * c, 3 * 2 * n, f"[{n}] * [{n}]", "bf16"),
-        "rope": (lambda: q_t * cos, 2 * 2 * n, f"[{b}, {s}, {heads}, {d}].transpose(1, 2) * [1, 1, {s}, {d}]", "bf16"),
-        "broadcast_heads": (lambda: q * cos, 2 * 2 * n, f"[{b}, {heads}, {s}, {d}] * [1, 1, {s}, {d}]", "bf16"),
+        "rope": (lambda: q_t * cos, 2 * 2 * n,
+                 f"[{b}, {s}, {heads}, {d}].transpose(1, 2) * [1, 1, {s}, {d}]", "bf16"),
+        "broadcast_heads": (lambda: q * cos, 2 * 2 * n,
+                            f"[{b}, {heads}, {s}, {d}] * [1, 1, {s}, {d}]", "bf16"),
         "weight": (lambda: x * w, 2 * 2 * t * h, f"[{t}, {h}] * [{h}]", "bf16"),
         "rowscale": (lambda: x32 * r32, 2 * 4 * t * h, f"[{t}, {h}] * [{t}, 1]", "fp32"),
         "cast_up": (lambda: x.to(fp32), (2 + 4) * t * h, f"[{t}, {h}]", "bf16 -> fp32"),
@@ -88,8 +91,8 @@ def elementwise_rows(torch: Any, plan: ProbePlan) -> dict[str, dict[str, Any]]:
     rows = {}
     for kind, (fn, nbytes, shape, dtype) in cases.items():
         sec = median_ms(torch, fn, plan.repeats) / 1e3
-        rows[kind] = {"op": ELEMENTWISE_KINDS[kind], "shape": shape, "dtype": dtype, "bytes": nbytes, "s": sec,
-                      "bytes_per_s": nbytes / sec}
+        rows[kind] = {"op": ELEMENTWISE_KINDS[kind], "shape": shape, "dtype": dtype,
+                      "bytes": nbytes, "s": sec, "bytes_per_s": nbytes / sec}
     return rows
 
 
@@ -101,7 +104,8 @@ def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any
     rows = {}
     for name, kwargs, per_param in (("adamw_foreach", {"foreach": True}, 2 * ADAMW_FOREACH_PASSES),
                                     ("adamw_fused", {"fused": True}, TORCH_FUSED_ADAMW_BYTES)):
-        params = [torch.nn.Parameter(torch.randn(size, device="cuda", dtype=torch.bfloat16)) for _ in range(tensors)]
+        params = [torch.nn.Parameter(torch.randn(size, device="cuda", dtype=torch.bfloat16))
+                  for _ in range(tensors)]
         for p in params:
             p.grad = torch.randn_like(p)
         opt = torch.optim.AdamW(params, lr=1e-5, **kwargs)
@@ -123,7 +127,8 @@ def kind_probes(plan: ProbePlan, progress: Callable[[str], None] | None = None) 
         progress("elementwise kinds")
     try:
         out["elementwise"] = {"rows": elementwise_rows(torch, plan),
-                              "bytes": "inputs read once + output written once (broadcast operands left out)"}
+                              "bytes": "inputs read once + output written once (broadcast operands "
+                                       "left out)"}
     except (RuntimeError, TypeError, ValueError) as exc:
         out["elementwise"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     torch.cuda.empty_cache()

@@ -24,12 +24,14 @@ def cache_dir() -> Path:
     return Path(base) / "gpudoctor" / "machines"
 
 
-def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str, memory_bytes: int) -> Ceilings:
+def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str,
+                  memory_bytes: int) -> Ceilings:
     """Measured roofs; what no probe measured (vector FLOP/s) comes from the datasheet row if any."""
     by = {m.probe: m.value for m in measurements if m.value > 0}
     spec = find_spec(gpu_name)
     sheet = from_spec(spec) if spec else None
-    matrix = {dtype: by[f"gemm.{dtype}"] for dtype in ("fp32", "tf32", "bf16", "fp16", "fp8") if f"gemm.{dtype}" in by}
+    matrix = {dtype: by[f"gemm.{dtype}"] for dtype in ("fp32", "tf32", "bf16", "fp16", "fp8")
+              if f"gemm.{dtype}" in by}
     hbm = max((v for k, v in by.items() if k.startswith("hbm.")), default=0.0)
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     return Ceilings(
@@ -37,7 +39,9 @@ def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str, mem
         matrix_flops=matrix,
         vector_flops=sheet.vector_flops if sheet else by.get("gemm.fp32", 0.0),
         hbm_bytes_per_s=hbm,
-        h2d_pinned_bytes_per_s=by.get("h2d.pinned", sheet.h2d_pinned_bytes_per_s if sheet else PCIE4_X16_BYTES_PER_S),
+        h2d_pinned_bytes_per_s=by.get("h2d.pinned",
+                                      sheet.h2d_pinned_bytes_per_s if sheet
+                                      else PCIE4_X16_BYTES_PER_S),
         memory_bytes=memory_bytes,
         source=f"measured {day} on {uuid or gpu_name} (gpudoctor bench)",
         extra={"l2_bytes_per_s": by.get("l2.copy"), "launch_eager_s": by.get("launch.eager"),
@@ -55,7 +59,8 @@ def save_profile(uuid: str, data: dict[str, Any], folder: Path | None = None) ->
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in uuid) or "gpu"
     path = folder / f"{safe}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"schema_version": PROFILE_SCHEMA, **data}, indent=2, default=str) + "\n")
+    tmp.write_text(
+        json.dumps({"schema_version": PROFILE_SCHEMA, **data}, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -75,7 +80,8 @@ def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings
             ceilings = Ceilings(
                 gpu=c["gpu"], matrix_flops={k: float(v) for k, v in c["matrix_flops"].items()},
                 vector_flops=float(c["vector_flops"]), hbm_bytes_per_s=float(c["hbm_bytes_per_s"]),
-                h2d_pinned_bytes_per_s=float(c["h2d_pinned_bytes_per_s"]), memory_bytes=int(c["memory_bytes"]),
+                h2d_pinned_bytes_per_s=float(c["h2d_pinned_bytes_per_s"]),
+                memory_bytes=int(c["memory_bytes"]),
                 source=str(c["source"]), extra=dict(c.get("extra") or {}),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -44,7 +44,8 @@ def _alone(torch: Any, fn: Callable[[], Any], reps: int = 3) -> float:
     return median_ms(torch, fn, reps, warmup=1) / 1e3
 
 
-def _together(torch: Any, dist: Any, work: Callable[[], Any], comm: Callable[[], Any]) -> tuple[float, float]:
+def _together(torch: Any, dist: Any, work: Callable[[], Any],
+              comm: Callable[[], Any]) -> tuple[float, float]:
     """Seconds of ``work`` (main stream) and ``comm`` (side stream) started together: the main stream
     spins ~50 ms first (``torch.cuda._sleep``) while the host enqueues both, then releases them."""
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
@@ -84,7 +85,8 @@ def measure_overlap(torch: Any, dist: Any, device: Any, quick: bool = False) -> 
                 fn()
         return run
 
-    out: dict[str, Any] = {"allreduce_bytes": AR_BYTES, "dtype": "bf16", "world_size": dist.get_world_size()}
+    out: dict[str, Any] = {"allreduce_bytes": AR_BYTES, "dtype": "bf16",
+                           "world_size": dist.get_world_size()}
     for name, fn, alone in (("gemm", lambda: a @ b, gemm_s), ("memory", lambda: x * y, mem_s)):
         n = max(3, int(target / alone))
         comm_n = max(3, int(1.5 * target / ar_s) + 1)  # the all-reduces outlast the work
@@ -92,16 +94,20 @@ def measure_overlap(torch: Any, dist: Any, device: Any, quick: bool = False) -> 
         both, _ = _together(torch, dist, times(fn, n), times(lambda: dist.all_reduce(buf), comm_n))
         both = _slowest(torch, dist, both, device)
         base = _slowest(torch, dist, base, device)
-        out[name] = {"op": f"{GEMM_SIZE}^3 bf16 matmul" if name == "gemm" else f"[{MEMORY_ELEMENTS}] * [{MEMORY_ELEMENTS}] bf16",
+        out[name] = {"op": f"{GEMM_SIZE}^3 bf16 matmul" if name == "gemm"
+                     else f"[{MEMORY_ELEMENTS}] * [{MEMORY_ELEMENTS}] bf16",
                      "calls": n, "alone_s": base, "overlapped_s": both}
         out[f"{name}_slowdown"] = both / base
     comm_n = max(3, int(target / ar_s))
     gemm_n = max(3, int(1.5 * target / gemm_s) + 1)  # the GEMMs outlast the all-reduces
-    base = _slowest(torch, dist, _alone(torch, times(lambda: dist.all_reduce(buf), comm_n), reps=2), device)
-    _, both = _together(torch, dist, times(lambda: a @ b, gemm_n), times(lambda: dist.all_reduce(buf), comm_n))
+    base = _slowest(torch, dist,
+                    _alone(torch, times(lambda: dist.all_reduce(buf), comm_n), reps=2), device)
+    _, both = _together(torch, dist, times(lambda: a @ b, gemm_n),
+                        times(lambda: dist.all_reduce(buf), comm_n))
     both = _slowest(torch, dist, both, device)
     out["allreduce"] = {"calls": comm_n, "alone_s": base, "overlapped_s": both,
-                        "busbw_alone_Bps": AR_BYTES * 2 * (dist.get_world_size() - 1) / dist.get_world_size()
+                        "busbw_alone_Bps": AR_BYTES * 2 * (dist.get_world_size() - 1)
+                        / dist.get_world_size()
                         / (base / comm_n)}
     out["allreduce_slowdown"] = both / base
     return out

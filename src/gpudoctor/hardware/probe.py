@@ -53,13 +53,16 @@ class ProbePlan:
 
     def names(self) -> list[str]:
         gemms = ["gemm.fp32", "gemm.tf32", "gemm.bf16", "gemm.fp16", "gemm.fp8"]
-        shapes = [] if self.quick else ["gemm.bf16.misaligned", "gemm.bf16.skinny", "gemm.bf16.small"]
+        shapes = [] if self.quick else ["gemm.bf16.misaligned", "gemm.bf16.skinny",
+                                        "gemm.bf16.small"]
         return ["hbm.read", "hbm.write", "hbm.copy", "hbm.triad", "l2.copy", *gemms, *shapes,
-                "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned", "profiler.event"]
+                "launch.eager", "launch.graph", "h2d.pageable", "h2d.pinned", "d2h.pinned",
+                "profiler.event"]
 
 
 def median_ms(
-    torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3, before: Callable[[], Any] | None = None
+    torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3,
+    before: Callable[[], Any] | None = None
 ) -> float:
     """Median of ``repeats`` event-timed calls; ``before`` runs untimed ahead of each (an L2 flush)."""
     for _ in range(warmup):
@@ -87,7 +90,8 @@ def memory_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
 
     def bandwidth(name: str, fn: Callable[[], Any], nbytes: int) -> None:
         ms = median_ms(torch, fn, plan.repeats)
-        out.append(Measurement(name, nbytes / (ms / 1e3), "B/s", {"buffer_bytes": size, "ms": round(ms, 4)}))
+        out.append(Measurement(name, nbytes / (ms / 1e3), "B/s",
+                               {"buffer_bytes": size, "ms": round(ms, 4)}))
 
     bandwidth("hbm.read", lambda: torch.sum(a), size)
     bandwidth("hbm.write", lambda: c.fill_(1.5), size)
@@ -111,7 +115,8 @@ def _l2_copy(torch: Any, plan: ProbePlan) -> Measurement:
             for _ in range(copies):
                 y.copy_(x)
     ms = median_ms(torch, graph.replay, plan.repeats)
-    return Measurement("l2.copy", copies * 2 * small * 4 / (ms / 1e3), "B/s", {"buffer_bytes": small * 4})
+    return Measurement("l2.copy", copies * 2 * small * 4 / (ms / 1e3), "B/s",
+                       {"buffer_bytes": small * 4})
 
 
 def gemm_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
@@ -130,11 +135,14 @@ def gemm_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
         out.append(fp8)
     if not plan.quick:
         odd = size - 1
-        out.append(_gemm(torch, "gemm.bf16.misaligned", torch.bfloat16, odd, odd, odd, plan.repeats))
+        out.append(_gemm(torch, "gemm.bf16.misaligned", torch.bfloat16, odd, odd, odd,
+                         plan.repeats))
         # operands of these fit in L2: flush it between repeats so each call reads them from HBM
         flush = l2_flusher(torch)
-        out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size, plan.repeats, flush))
-        out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512, plan.repeats, flush))
+        out.append(_gemm(torch, "gemm.bf16.skinny", torch.bfloat16, 16, size, size,
+                         plan.repeats, flush))
+        out.append(_gemm(torch, "gemm.bf16.small", torch.bfloat16, 512, 512, 512,
+                         plan.repeats, flush))
     return out
 
 
@@ -149,7 +157,8 @@ def _gemm(torch: Any, name: str, dtype: Any, m: int, n: int, k: int, repeats: in
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(k, n, device="cuda", dtype=dtype)
     ms = median_ms(torch, lambda: a @ b, repeats, before=flush)
-    return Measurement(name, 2.0 * m * n * k / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{m}x{n}x{k}", "ms": round(ms, 4)})
+    return Measurement(name, 2.0 * m * n * k / (ms / 1e3), "FLOP/s",
+                       {"shape_MxNxK": f"{m}x{n}x{k}", "ms": round(ms, 4)})
 
 
 def _fp8_gemm(torch: Any, size: int, repeats: int) -> Measurement | None:
@@ -160,11 +169,15 @@ def _fp8_gemm(torch: Any, size: int, repeats: int) -> Measurement | None:
         a = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
         b = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
         one = torch.tensor(1.0, device="cuda")
-        ms = median_ms(torch, lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        ms = median_ms(torch,
+                       lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                out_dtype=torch.bfloat16),
                         repeats)
     except (RuntimeError, TypeError) as exc:
-        return Measurement("gemm.fp8", 0.0, "FLOP/s", {"error": f"{type(exc).__name__}: {exc}"[:200]})
-    return Measurement("gemm.fp8", 2.0 * size**3 / (ms / 1e3), "FLOP/s", {"shape_MxNxK": f"{size}x{size}x{size}"})
+        return Measurement("gemm.fp8", 0.0, "FLOP/s",
+                           {"error": f"{type(exc).__name__}: {exc}"[:200]})
+    return Measurement("gemm.fp8", 2.0 * size**3 / (ms / 1e3), "FLOP/s",
+                       {"shape_MxNxK": f"{size}x{size}x{size}"})
 
 
 def launch_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
@@ -192,7 +205,8 @@ def launch_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
     graph.replay()
     torch.cuda.synchronize()
     replay = (time.perf_counter() - start) / n
-    return [Measurement("launch.eager", eager, "s", {"ops": n}), Measurement("launch.graph", replay, "s", {"ops": n})]
+    return [Measurement("launch.eager", eager, "s", {"ops": n}),
+            Measurement("launch.graph", replay, "s", {"ops": n})]
 
 
 def host_copy_probes(torch: Any, plan: ProbePlan) -> list[Measurement]:
@@ -245,12 +259,14 @@ def profiler_probes(torch: Any, plan: ProbePlan, device: str = "cuda") -> list[M
     per_iteration = max(events / n, 1.0)  # the op and its launch (the runtime call)
     extra = max(min(profiled) - plain, 0.0) / n
     return [Measurement("profiler.event", extra / per_iteration, "s",
-                        {"ops": n, "events": events, "events_per_op": round(per_iteration, 2), "plain_us_per_op": round(plain / n * 1e6, 3),
+                        {"ops": n, "events": events, "events_per_op": round(per_iteration, 2),
+                         "plain_us_per_op": round(plain / n * 1e6, 3),
                          "profiled_us_per_op": round(min(profiled) / n * 1e6, 3)})]
 
 
 # the trace-event categories the profiler records on the host: replay/graph.py's event classes
-HOST_EVENT_CATS = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation", "python_function"})
+HOST_EVENT_CATS = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation",
+                             "python_function"})
 
 
 def _host_events(prof: Any) -> int:
@@ -259,7 +275,8 @@ def _host_events(prof: Any) -> int:
         path = Path(folder) / "probe.json"
         prof.export_chrome_trace(str(path))
         data = json.loads(path.read_text())
-    return sum(1 for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") in HOST_EVENT_CATS)
+    return sum(1 for e in data.get("traceEvents", []) if isinstance(e, dict)
+               and e.get("cat") in HOST_EVENT_CATS)
 
 
 PROBE_GROUPS: list[tuple[str, Callable[[Any, ProbePlan], list[Measurement]]]] = [

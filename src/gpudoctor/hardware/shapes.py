@@ -53,7 +53,8 @@ def gemm_grid(torch: Any, plan: ProbePlan) -> dict[str, Any]:
                 s = ms / 1e3
                 rows.append({"m": m, "n": n, "k": k, "s": s, "tflops": 2.0 * m * n * k / s / 1e12})
     del a_buf, b_buf
-    return {"dtype": "bf16", "layout": "a[M,K] @ b[K,N] row-major, random data, L2 flushed before each call",
+    return {"dtype": "bf16",
+            "layout": "a[M,K] @ b[K,N] row-major, random data, L2 flushed before each call",
             "repeats": repeats, "dims": list(dims), "rows": rows}
 
 
@@ -67,7 +68,8 @@ def attention_grid(torch: Any, plan: ProbePlan) -> dict[str, Any]:
     for d in ATTENTION_HEAD_DIMS:
         for s in seqs:
             b, h = max(1, ATTENTION_TOKENS // s), ATTENTION_HEADS
-            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16,
+                                   requires_grad=True)
                        for _ in range(3))
             grad = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
 
@@ -83,10 +85,12 @@ def attention_grid(torch: Any, plan: ProbePlan) -> dict[str, Any]:
             both_s = median_ms(torch, fwd_bwd, repeats) / 1e3
             bwd_s = max(both_s - fwd_s, 1e-9)
             flops = 4.0 * b * h * (s * s / 2) * d  # QK^T and PV over the causal half
-            rows.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "fwd_s": fwd_s, "bwd_s": bwd_s,
-                         "fwd_tflops": flops / fwd_s / 1e12, "bwd_tflops": 2 * flops / bwd_s / 1e12})
+            rows.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "fwd_s": fwd_s,
+                         "bwd_s": bwd_s, "fwd_tflops": flops / fwd_s / 1e12,
+                         "bwd_tflops": 2 * flops / bwd_s / 1e12})
             del q, k, v, grad
-    return {"dtype": "bf16", "causal": True, "op": "torch.nn.functional.scaled_dot_product_attention",
+    return {"dtype": "bf16", "causal": True,
+            "op": "torch.nn.functional.scaled_dot_product_attention",
             "flops": "4 x batch x heads x seq^2/2 x head_dim forward; backward rate counts 2 x that",
             "repeats": repeats, "rows": rows}
 
@@ -97,7 +101,8 @@ def shape_probes(plan: ProbePlan, progress: Callable[[str], None] | None = None)
     import torch
 
     out: dict[str, Any] = {}
-    for key, label, probe in (("gemm_grid", "GEMM shapes", gemm_grid), ("attention_grid", "attention", attention_grid)):
+    for key, label, probe in (("gemm_grid", "GEMM shapes", gemm_grid),
+                              ("attention_grid", "attention", attention_grid)):
         if progress:
             progress(label)
         try:

@@ -65,8 +65,9 @@ def _v100(key: str, name: str, aliases: tuple[str, ...], gib: int, sxm: bool) ->
         source = "NVIDIA Tesla V100 datasheet (SXM2, dense)"
         notes = ("V100 SXM2: tensor 125 TF (FP16 inputs, FP16 or FP32 accumulate), FP32 15.7, FP64 "
                  "7.8, HBM2 900 GB/s, NVLink 300 GB/s, PCIe Gen3; cross-checked against NVIDIA's "
-                 "'Ampere Architecture In-Depth' Table 3 (V100 SXM2: 80 SMs, L2 6144 KB, 900 GB/s). "
-                 "No BF16/TF32/FP8 on Volta; INT8 is DP4A, not tensor, and not listed: left out")
+                 "'Ampere Architecture In-Depth' Table 3 (V100 SXM2: 80 SMs, L2 6144 KB, "
+                 "900 GB/s). No BF16/TF32/FP8 on Volta; INT8 is DP4A, not tensor, and not listed: "
+                 "left out")
     else:
         flops = {"fp16": 112 * T, "fp32": 14 * T, "fp64": 7 * T}
         source = "NVIDIA Tesla V100 datasheet (PCIe, dense)"
@@ -83,9 +84,9 @@ def _v100(key: str, name: str, aliases: tuple[str, ...], gib: int, sxm: bool) ->
 _A100_FLOPS = {"fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T,
                "int8": 624 * T, "fp64": 19.5 * T}
 _A100_NOTES = ("A100 datasheet: TF32 156 | 312*, BF16/FP16 312 | 624*, INT8 624 | 1,248* (* = with "
-               "sparsity); FP32 19.5; FP64 tensor core 19.5 (FMA 9.7) as 'fp64'; same compute for SXM "
-               "and PCIe (the PCIe card has a lower TDP, not lower peaks). {mem}. 108 SMs, 40 MB L2 "
-               "(Ampere architecture whitepaper). No FP8 on Ampere")
+               "sparsity); FP32 19.5; FP64 tensor core 19.5 (FMA 9.7) as 'fp64'; same compute "
+               "for SXM and PCIe (the PCIe card has a lower TDP, not lower peaks). {mem}. 108 SMs, "
+               "40 MB L2 (Ampere architecture whitepaper). No FP8 on Ampere")
 _H100_SXM_FLOPS = {"fp32": 67 * T, "tf32": 494.7 * T, "bf16": 989.4 * T, "fp16": 989.4 * T,
                    "fp8": 1978.9 * T, "int8": 1978.9 * T, "fp64": 66.9 * T}
 
@@ -107,10 +108,10 @@ SPECS: tuple[GpuSpec, ...] = (
         nvlink_bytes_per_s=600e9,
         pcie="Gen5 x16",
         notes=("Datasheet (2024 revision) NVL column: BF16/FP16 1,671*, FP8 3,341*, FP32 60, 94 GB "
-               "HBM3, 3.9 TB/s, NVLink bridge 600 GB/s, PCIe Gen5. The datasheet text itself was not "
-               "found in the search corpus: dense BF16 ~835 / FP8 ~1,670 and FP32 60 / FP64 30 were "
-               "confirmed only against secondary tables; TF32, INT8 and FP64 tensor core left out. "
-               "132 SMs and 50 MB L2 as GH100 SXM5, not confirmed"),
+               "HBM3, 3.9 TB/s, NVLink bridge 600 GB/s, PCIe Gen5. The datasheet text itself "
+               "was not found in the search corpus: dense BF16 ~835 / FP8 ~1,670 and FP32 60 / "
+               "FP64 30 were confirmed only against secondary tables; TF32, INT8 and FP64 tensor "
+               "core left out. 132 SMs and 50 MB L2 as GH100 SXM5, not confirmed"),
     ),
     # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
     GpuSpec(
@@ -166,10 +167,11 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
         nvlink_bytes_per_s=900e9,
         pcie="Gen5 x16",
-        notes=("H200 SXM: same GH100 compute as H100 SXM5 (FP8 3,958* etc., rows hold half); 141 GB "
-               "HBM3e, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s. The 'h200' alias also catches "
-               "'NVIDIA H200 NVL' (a 600 W PCIe card rated lower), which gets these SXM figures (no "
-               "confirmed H200 NVL figures to give it a row); GH200 parts have rows of their own"),
+        notes=("H200 SXM: same GH100 compute as H100 SXM5 (FP8 3,958* etc., rows hold "
+               "half); 141 GB HBM3e, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s. The 'h200' "
+               "alias also catches 'NVIDIA H200 NVL' (a 600 W PCIe card rated lower), which gets "
+               "these SXM figures (no confirmed H200 NVL figures to give it a row); GH200 parts "
+               "have rows of their own"),
     ),
     # https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (GH200 specifications table)
     GpuSpec(
@@ -185,11 +187,12 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA GH200 Grace Hopper Superchip specifications (144GB HBM3e, dense)",
         nvlink_bytes_per_s=900e9,
         pcie="",
-        notes=("GH200 specifications, the superchip's Hopper GPU: FP64 34, FP64 tensor 67 (as 'fp64'), "
-               "FP32 67, TF32 494 | 989*, BF16/FP16 990 | 1,979*, FP8/INT8 1,979 | 3,958* (* = with "
-               "sparsity; the row holds the H100 SXM5 dense column, the same figures); HBM3e version: "
-               "144 GB, 4.9 TB/s. NVLink-C2C to the Grace CPU 900 GB/s (the host link: no PCIe "
-               "generation). SM count and L2 as GH100 SXM5, not confirmed for the superchip"),
+        notes=("GH200 specifications, the superchip's Hopper GPU: FP64 34, FP64 tensor 67 (as "
+               "'fp64'), FP32 67, TF32 494 | 989*, BF16/FP16 990 | 1,979*, FP8/INT8 1,979 | 3,958* "
+               "(* = with sparsity; the row holds the H100 SXM5 dense column, the same "
+               "figures); HBM3e version: 144 GB, 4.9 TB/s. NVLink-C2C to the Grace CPU 900 GB/s "
+               "(the host link: no PCIe generation). SM count and L2 as GH100 SXM5, not confirmed "
+               "for the superchip"),
     ),
     # https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (GH200 specifications table)
     GpuSpec(
@@ -206,10 +209,10 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA GH200 Grace Hopper Superchip specifications (96GB HBM3, dense)",
         nvlink_bytes_per_s=900e9,
         pcie="",
-        notes=("GH200 specifications: the compute column of the 144GB row (TF32 494, BF16/FP16 990, "
-               "FP8/INT8 1,979 dense; FP32 67); HBM3 version: 96 GB, 4 TB/s, beside 480 GB LPDDR5X on "
-               "the Grace side (what the device name counts). SM count and L2 as GH100 SXM5, not "
-               "confirmed for the superchip"),
+        notes=("GH200 specifications: the compute column of the 144GB row (TF32 494, "
+               "BF16/FP16 990, FP8/INT8 1,979 dense; FP32 67); HBM3 version: 96 GB, 4 TB/s, beside "
+               "480 GB LPDDR5X on the Grace side (what the device name counts). SM count and L2 as "
+               "GH100 SXM5, not confirmed for the superchip"),
     ),
     # https://www.nvidia.cn/data-center/h800/ (H800 datasheet, PCIe column)
     GpuSpec(
@@ -226,9 +229,10 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA H800 Tensor Core GPU datasheet (PCIe, dense)",
         nvlink_bytes_per_s=400e9,
         pcie="Gen5 x16",
-        notes=("H800 datasheet PCIe column: the H100 PCIe compute (TF32 756*, BF16/FP16 1,513*, FP8/"
-               "INT8 3,026*, rows hold half; FP32 51) with FP64 cut to 0.8 TF and NVLink to 400 GB/s; "
-               "80 GB HBM2e, 2 TB/s. SMs and L2 as H100 PCIe, not confirmed for the H800"),
+        notes=("H800 datasheet PCIe column: the H100 PCIe compute (TF32 756*, BF16/FP16 "
+               "1,513*, FP8/INT8 3,026*, rows hold half; FP32 51) with FP64 cut to 0.8 TF and "
+               "NVLink to 400 GB/s; 80 GB HBM2e, 2 TB/s. SMs and L2 as H100 PCIe, not confirmed "
+               "for the H800"),
     ),
     # https://www.nvidia.cn/data-center/h800/ (H800 datasheet, SXM column)
     GpuSpec(
@@ -244,11 +248,11 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA H800 Tensor Core GPU datasheet (SXM, dense)",
         nvlink_bytes_per_s=400e9,
         pcie="Gen5 x16",
-        notes=("H800 datasheet SXM column: the H100 SXM5 compute (TF32 989*, BF16/FP16 1,979*, FP8/INT8 "
-               "3,958*, rows hold half; FP32 67) with FP64 and FP64 tensor cut to 1 TF and NVLink to "
-               "400 GB/s; 80 GB HBM3, 3.35 TB/s. SMs and L2 as H100 SXM5, not confirmed for the H800. "
-               "The H20 has no public NVIDIA datasheet, so no row (its figures circulate only in "
-               "secondary tables)"),
+        notes=("H800 datasheet SXM column: the H100 SXM5 compute (TF32 989*, BF16/FP16 1,979*, "
+               "FP8/INT8 3,958*, rows hold half; FP32 67) with FP64 and FP64 tensor cut to 1 TF "
+               "and NVLink to 400 GB/s; 80 GB HBM3, 3.35 TB/s. SMs and L2 as H100 SXM5, not "
+               "confirmed for the H800. The H20 has no public NVIDIA datasheet, so no row (its "
+               "figures circulate only in secondary tables)"),
     ),
     # ---------------------------------------------------------------- Blackwell
     # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
@@ -269,11 +273,11 @@ SPECS: tuple[GpuSpec, ...] = (
         pcie="",
         notes=("'Individual Blackwell GPU Specifications', GB200 NVL72 column (one GPU of a GB200 "
                "superchip, configurable up to 1,200 W). Footnote: 'all Tensor Core numbers except "
-               "FP64 with sparsity' - printed TF32 2.5, FP16/BF16 5, FP8/INT8 10 P(FL)OPS, rows hold "
-               "half; FP32 80 TF, FP64/FP64 tensor 40 TF; 186 GB HBM3e, 8 TB/s; NVLink 5 1.8 TB/s; "
-               "host CPU over NVLink-C2C (900 GB/s). SM count, L2 size and PCIe generation not "
-               "confirmed for this form factor (0 / empty). Early 2024 figures (192 GB, FP64 45, "
-               "FP32 90) superseded"),
+               "FP64 with sparsity' - printed TF32 2.5, FP16/BF16 5, FP8/INT8 10 P(FL)OPS, "
+               "rows hold half; FP32 80 TF, FP64/FP64 tensor 40 TF; 186 GB HBM3e, 8 TB/s; NVLink 5 "
+               "1.8 TB/s; host CPU over NVLink-C2C (900 GB/s). SM count, L2 size and PCIe "
+               "generation not confirmed for this form factor (0 / empty). Early 2024 figures (192 "
+               "GB, FP64 45, FP32 90) superseded"),
     ),
     # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
     GpuSpec(
@@ -291,12 +295,12 @@ SPECS: tuple[GpuSpec, ...] = (
                 "figure)"),
         nvlink_bytes_per_s=1.8e12,
         pcie="Gen5 x16",
-        notes=("'Individual Blackwell GPU Specifications', HGX B200 column (up to 1,000 W). Footnote "
-               "'all Tensor Core numbers except FP64 with sparsity': printed TF32 2.2, FP16/BF16 "
-               "4.5, FP8/INT8 9 P(FL)OPS, rows hold half; FP32 75 TF, FP64 37 TF; 180 GB HBM3e, "
-               "7.7 TB/s; NVLink 5 1.8 TB/s; PCIe Gen5 128 GB/s. 148 SMs (74 per die) as measured by "
-               "Chips and Cheese, 'Nvidia's B200'. L2 size not published (0). Early 2024 figures "
-               "(192 GB, 8 TB/s) superseded"),
+        notes=("'Individual Blackwell GPU Specifications', HGX B200 column (up to 1,000 W). "
+               "Footnote 'all Tensor Core numbers except FP64 with sparsity': printed TF32 2.2, "
+               "FP16/BF16 4.5, FP8/INT8 9 P(FL)OPS, rows hold half; FP32 75 TF, FP64 37 TF; 180 "
+               "GB HBM3e, 7.7 TB/s; NVLink 5 1.8 TB/s; PCIe Gen5 128 GB/s. 148 SMs (74 per die) as "
+               "measured by Chips and Cheese, 'Nvidia's B200'. L2 size not published (0). Early "
+               "2024 figures (192 GB, 8 TB/s) superseded"),
     ),
     # ---------------------------------------------------------------- Ampere data center
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
@@ -380,12 +384,12 @@ SPECS: tuple[GpuSpec, ...] = (
         source=("no NVIDIA A10G datasheet; Baseten 'A10 vs A10G' (memory); no tensor figure "
                 "confirmed, left out; vector = A10 FP32 floor"),
         pcie="",
-        notes=("The A10G is an AWS-only GA102 part (EC2 G5) with no public NVIDIA datasheet. Baseten, "
-               "'NVIDIA A10 vs A10G for ML model inference': same 24 GB GDDR6 at 600 GB/s as the A10, "
-               "lower tensor throughput and higher CUDA-core throughput than the A10. No tensor "
-               "figure could be confirmed, so matrix_flops is empty and the ceilings fall back to "
-               "vector_flops, set to the A10's datasheet FP32 (31.2 TF) as a floor: bf16 MFU against "
-               "it is overstated. SM count, L2 and PCIe generation not confirmed"),
+        notes=("The A10G is an AWS-only GA102 part (EC2 G5) with no public NVIDIA datasheet. "
+               "Baseten, 'NVIDIA A10 vs A10G for ML model inference': same 24 GB GDDR6 at 600 GB/s "
+               "as the A10, lower tensor throughput and higher CUDA-core throughput than the A10. "
+               "No tensor figure could be confirmed, so matrix_flops is empty and the ceilings "
+               "fall back to vector_flops, set to the A10's datasheet FP32 (31.2 TF) as a floor: "
+               "bf16 MFU against it is overstated. SM count, L2 and PCIe generation not confirmed"),
     ),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf
     GpuSpec(
@@ -401,9 +405,10 @@ SPECS: tuple[GpuSpec, ...] = (
         source=("NVIDIA A10 Tensor Core GPU datasheet (dense = half the sparsity figure; TF32 not "
                 "confirmed)"),
         pcie="Gen4 x16",
-        notes=("A10 datasheet: BF16/FP16 125 | 250*, INT8 250 | 500* (* = with sparsity), FP32 31.2; "
-               "24 GB GDDR6, 600 GB/s; PCIe Gen4 x16, no NVLink; 72 SMs, 6 MB L2 (GA102). TF32 "
-               "(62.5 dense as recalled) could not be confirmed: left out. FP64 not listed"),
+        notes=("A10 datasheet: BF16/FP16 125 | 250*, INT8 250 | 500* (* = with sparsity), "
+               "FP32 31.2; 24 GB GDDR6, 600 GB/s; PCIe Gen4 x16, no NVLink; 72 SMs, 6 MB L2 "
+               "(GA102). TF32 (62.5 dense as recalled) could not be confirmed: left out. FP64 "
+               "not listed"),
     ),
     # https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf
     GpuSpec(
@@ -420,10 +425,11 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA A40 datasheet (dense, unstarred column)",
         nvlink_bytes_per_s=112.5e9,
         pcie="Gen4 x16",
-        notes=("A40 datasheet: FP32 37.4, TF32 74.8 | 149.6*, BF16 (FP32 accumulate) and FP16 149.7 | "
-               "299.4*, INT8 299.3 | 598.6* (* = with sparsity); 48 GB GDDR6, 696 GB/s; NVLink 112.5 "
-               "GB/s (bidirectional, 2 GPUs); PCIe Gen4 x16. 84 SMs (10,752 CUDA cores) and 6 MB L2 "
-               "as GA102 (GA102 whitepaper v2 A40 table). No FP8 on Ampere; FP64 not listed"),
+        notes=("A40 datasheet: FP32 37.4, TF32 74.8 | 149.6*, BF16 (FP32 accumulate) and FP16 "
+               "149.7 | 299.4*, INT8 299.3 | 598.6* (* = with sparsity); 48 GB GDDR6, 696 GB/s; "
+               "NVLink 112.5 GB/s (bidirectional, 2 GPUs); PCIe Gen4 x16. 84 SMs (10,752 CUDA "
+               "cores) and 6 MB L2 as GA102 (GA102 whitepaper v2 A40 table). No FP8 on Ampere; "
+               "FP64 not listed"),
     ),
     # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix C)
     GpuSpec(
@@ -437,15 +443,16 @@ SPECS: tuple[GpuSpec, ...] = (
         memory_bytes=48 * GIB,
         l2_bytes=6 * MIB,
         sm_count=84,
-        source=("NVIDIA Ampere GA102 GPU architecture whitepaper v2, Appendix C (RTX A6000, dense); "
-                "RTX A6000 datasheet"),
+        source=("NVIDIA Ampere GA102 GPU architecture whitepaper v2, Appendix C (RTX A6000, "
+                "dense); RTX A6000 datasheet"),
         nvlink_bytes_per_s=112.5e9,
         pcie="Gen4 x16",
-        notes=("GA102 whitepaper Appendix C, RTX A6000: FP32 38.7, TF32 77.4 | 154.8*, BF16 and FP16 "
-               "(FP32 accumulate: full rate on the professional card) 154.8 | 309.7*, INT8 309.7 | "
-               "619.4* (* = with sparsity; the datasheet prints only 'Tensor performance 309.7 TFLOPS', "
-               "the sparse FP16 figure); 48 GB GDDR6, 768 GB/s, 84 SMs, 6 MB L2; NVLink 112.5 GB/s; "
-               "PCIe Gen4 x16. 'RTX A6000 Ada' does not exist: the Ada card is 'RTX 6000 Ada Generation'"),
+        notes=("GA102 whitepaper Appendix C, RTX A6000: FP32 38.7, TF32 77.4 | 154.8*, BF16 "
+               "and FP16 (FP32 accumulate: full rate on the professional card) 154.8 | 309.7*, "
+               "INT8 309.7 | 619.4* (* = with sparsity; the datasheet prints only 'Tensor "
+               "performance 309.7 TFLOPS', the sparse FP16 figure); 48 GB GDDR6, 768 GB/s, 84 SMs, "
+               "6 MB L2; NVLink 112.5 GB/s; PCIe Gen4 x16. 'RTX A6000 Ada' does not exist: the Ada "
+               "card is 'RTX 6000 Ada Generation'"),
     ),
     # ---------------------------------------------------------------- Turing
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
@@ -461,10 +468,11 @@ SPECS: tuple[GpuSpec, ...] = (
         sm_count=40,
         source="NVIDIA T4 Tensor Core GPU datasheet (dense; no BF16, TF32 or FP8 on Turing)",
         pcie="Gen3 x16",
-        notes=("T4 datasheet: FP32 8.1, mixed precision (FP16/FP32) 65, INT8 130, INT4 260 (Turing has "
-               "no structured sparsity: all dense); 16 GB GDDR6, '320+ GB/s'; PCIe Gen3 x16; 70 W. "
-               "2,560 CUDA cores = 40 SMs; 4 MB L2 (TU104). No BF16 and no TF32 on Turing: a bf16 "
-               "matmul there runs without tensor cores, so bf16 falls back to the fp32 roof"),
+        notes=("T4 datasheet: FP32 8.1, mixed precision (FP16/FP32) 65, INT8 130, INT4 260 "
+               "(Turing has no structured sparsity: all dense); 16 GB GDDR6, '320+ GB/s'; PCIe "
+               "Gen3 x16; 70 W. 2,560 CUDA cores = 40 SMs; 4 MB L2 (TU104). No BF16 and no TF32 on "
+               "Turing: a bf16 matmul there runs without tensor cores, so bf16 falls back to the "
+               "fp32 roof"),
     ),
     # ---------------------------------------------------------------- Volta
     _v100("v100-sxm2-32gb", "NVIDIA Tesla V100 SXM2 32GB", (r"v100-sxm2-32gb",), 32, sxm=True),
@@ -486,10 +494,11 @@ SPECS: tuple[GpuSpec, ...] = (
         sm_count=142,
         source="NVIDIA L40S datasheet (dense, unstarred column; INT8 not confirmed)",
         pcie="Gen4 x16",
-        notes=("L40S datasheet: TF32 183 | 366*, BF16/FP16 362.05 | 733*, FP8 733 | 1,466* (* = with "
-               "sparsity), FP32 91.6; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, no NVLink; 142 SMs (568 "
-               "tensor cores). INT8 could not be confirmed: left out; FP64 not listed. 96 MB L2 is "
-               "the full-AD102 figure from the Ada whitepaper, not confirmed for the L40S"),
+        notes=("L40S datasheet: TF32 183 | 366*, BF16/FP16 362.05 | 733*, FP8 733 | 1,466* "
+               "(* = with sparsity), FP32 91.6; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, no NVLink; "
+               "142 SMs (568 tensor cores). INT8 could not be confirmed: left out; FP64 not "
+               "listed. 96 MB L2 is the full-AD102 figure from the Ada whitepaper, not confirmed "
+               "for the L40S"),
     ),
     # https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet
     GpuSpec(
@@ -505,9 +514,9 @@ SPECS: tuple[GpuSpec, ...] = (
         sm_count=58,
         source="NVIDIA L4 Tensor Core GPU datasheet (dense)",
         pcie="Gen4 x16",
-        notes=("L4 datasheet prints only sparsity figures: TF32 120*, FP16/BF16 242*, FP8/INT8 485* - "
-               "rows hold half; FP32 30.3; 24 GB GDDR6, 300 GB/s; 48 MB L2, 58 SMs (7,424 CUDA "
-               "cores); PCIe Gen4 x16, no NVLink; FP64 not listed"),
+        notes=("L4 datasheet prints only sparsity figures: TF32 120*, FP16/BF16 242*, "
+               "FP8/INT8 485* - rows hold half; FP32 30.3; 24 GB GDDR6, 300 GB/s; 48 MB L2, 58 SMs "
+               "(7,424 CUDA cores); PCIe Gen4 x16, no NVLink; FP64 not listed"),
     ),
     # https://images.nvidia.com/content/Solutions/data-center/vgpu-L40-datasheet.pdf
     GpuSpec(
@@ -524,10 +533,10 @@ SPECS: tuple[GpuSpec, ...] = (
         sm_count=142,
         source="NVIDIA L40 datasheet (dense, unstarred column)",
         pcie="Gen4 x16",
-        notes=("L40 datasheet: FP32 90.5, TF32 90.5 | 181*, BF16/FP16 181.05 | 362.1*, FP8 362 | 724*, "
-               "INT8 362 | 724* (* = with sparsity); 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, no NVLink; "
-               "142 RT cores / 568 tensor cores = 142 SMs. 96 MB L2 is the full-AD102 figure of the Ada "
-               "whitepaper, not confirmed for the L40; FP64 not listed"),
+        notes=("L40 datasheet: FP32 90.5, TF32 90.5 | 181*, BF16/FP16 181.05 | 362.1*, FP8 362 "
+               "| 724*, INT8 362 | 724* (* = with sparsity); 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16, "
+               "no NVLink; 142 RT cores / 568 tensor cores = 142 SMs. 96 MB L2 is the full-AD102 "
+               "figure of the Ada whitepaper, not confirmed for the L40; FP64 not listed"),
     ),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/design-visualization/rtx-6000/proviz-print-rtx6000-datasheet-web-2504660.pdf
     GpuSpec(
@@ -543,11 +552,12 @@ SPECS: tuple[GpuSpec, ...] = (
         source=("NVIDIA RTX 6000 Ada Generation datasheet (FP8 dense = half the sparsity figure; "
                 "TF32, BF16, FP16 not printed, left out)"),
         pcie="Gen4 x16",
-        notes=("RTX 6000 Ada datasheet: FP32 91.1 TF, 'Tensor performance 1,457.0 TFLOPS' (FP8 with "
-               "sparsity: the row holds half); 48 GB GDDR6 ECC, 960 GB/s; 18,176 CUDA cores / 568 "
-               "tensor cores = 142 SMs; PCIe Gen4 x16, no NVLink. The datasheet prints no TF32, BF16 "
-               "or FP16 figure: left out (those roofs fall back to FP32, which understates them). 96 MB "
-               "L2 as full AD102, not confirmed. 'Quadro RTX 6000' (Turing) does not match"),
+        notes=("RTX 6000 Ada datasheet: FP32 91.1 TF, 'Tensor performance 1,457.0 TFLOPS' "
+               "(FP8 with sparsity: the row holds half); 48 GB GDDR6 ECC, 960 GB/s; 18,176 CUDA "
+               "cores / 568 tensor cores = 142 SMs; PCIe Gen4 x16, no NVLink. The datasheet "
+               "prints no TF32, BF16 or FP16 figure: left out (those roofs fall back to "
+               "FP32, which understates them). 96 MB L2 as full AD102, not confirmed. 'Quadro "
+               "RTX 6000' (Turing) does not match"),
     ),
     # ---------------------------------------------------------------- GeForce
     # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (Appendix)
@@ -565,9 +575,9 @@ SPECS: tuple[GpuSpec, ...] = (
         source="NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090, dense, FP32-accumulate)",
         pcie="Gen4 x16",
         notes=(f"Ada whitepaper appendix, RTX 4090: {_GEFORCE_NOTE} - BF16/FP16 165.2 (FP16-acc "
-               "330.3), FP8 330.3 (FP16-acc 660.6); TF32 82.6, INT8 660.6, FP32 82.6; 24 GB GDDR6X, "
-               "1,008 GB/s, 72 MB L2, 128 SMs; PCIe Gen4, no NVLink. 'RTX 4090 D' and laptop 4090s "
-               "are different chips and do not match"),
+               "330.3), FP8 330.3 (FP16-acc 660.6); TF32 82.6, INT8 660.6, FP32 82.6; 24 GB "
+               "GDDR6X, 1,008 GB/s, 72 MB L2, 128 SMs; PCIe Gen4, no NVLink. 'RTX 4090 D' and "
+               "laptop 4090s are different chips and do not match"),
     ),
     # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix A)
     GpuSpec(
@@ -604,10 +614,11 @@ SPECS: tuple[GpuSpec, ...] = (
         source=("NVIDIA Ampere GA102 GPU architecture whitepaper v2 (GeForce RTX 3080 10GB, dense, "
                 "FP32-accumulate)"),
         pcie="Gen4 x16",
-        notes=(f"GA102 whitepaper Table 1, RTX 3080: {_GEFORCE_NOTE} - BF16/FP16 59.5 (FP16-acc 119); "
-               "TF32 29.8, INT8 238, FP32 29.8; 10 GB GDDR6X, 760 GB/s, 5 MB L2, 68 SMs; PCIe Gen4, no "
-               "NVLink. The 12 GB card (70 SMs, 912 GB/s) prints the same device name and gets these "
-               "figures, a little under its own. 'RTX 3080 Ti' and laptop 3080s do not match"),
+        notes=(f"GA102 whitepaper Table 1, RTX 3080: {_GEFORCE_NOTE} - BF16/FP16 59.5 "
+               "(FP16-acc 119); TF32 29.8, INT8 238, FP32 29.8; 10 GB GDDR6X, 760 GB/s, 5 MB L2, "
+               "68 SMs; PCIe Gen4, no NVLink. The 12 GB card (70 SMs, 912 GB/s) prints the same "
+               "device name and gets these figures, a little under its own. 'RTX 3080 Ti' and "
+               "laptop 3080s do not match"),
     ),
     # ---------------------------------------------------------------- AMD
     # https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300.html
@@ -628,13 +639,13 @@ SPECS: tuple[GpuSpec, ...] = (
         nvlink_bytes_per_s=896e9,
         pcie="Gen5 x16",
         infinity_cache_bytes=256 * MIB,
-        notes=("ROCm 'AMD Instinct MI300 series microarchitecture', MI300X table (per-CU FLOPS/clock "
-               "x 304 CUs at 2.1 GHz, i.e. dense; AMD's datasheet 'with sparsity' figures are twice "
-               "these): FP64 matrix 163.4 (vector 81.7), FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, "
-               "FP8/INT8 2,614.9; 5.3 TB/s HBM3, 192 GB. ROCm 'GPU hardware specifications': 304 "
-               "CUs, L2 32 MB (4 MB per XCD), Infinity Cache ('L3') 256 MB - in "
-               "infinity_cache_bytes, not l2_bytes. 7 Infinity Fabric links x 128 GB/s = 896 GB/s "
-               "(the 'nvlink' field); PCIe Gen5 x16 to the host"),
+        notes=("ROCm 'AMD Instinct MI300 series microarchitecture', MI300X table (per-CU "
+               "FLOPS/clock x 304 CUs at 2.1 GHz, i.e. dense; AMD's datasheet 'with sparsity' "
+               "figures are twice these): FP64 matrix 163.4 (vector 81.7), FP32 163.4, TF32 653.7, "
+               "FP16/BF16 1,307.4, FP8/INT8 2,614.9; 5.3 TB/s HBM3, 192 GB. ROCm 'GPU hardware "
+               "specifications': 304 CUs, L2 32 MB (4 MB per XCD), Infinity Cache ('L3') 256 "
+               "MB - in infinity_cache_bytes, not l2_bytes. 7 Infinity Fabric links x 128 GB/s = "
+               "896 GB/s (the 'nvlink' field); PCIe Gen5 x16 to the host"),
     ),
 )
 

@@ -31,21 +31,23 @@ DEFAULT_OUT = "gpudoctor-runs"
 
 def missing(framework: str, package: str) -> InputError:
     """The one-line error for a hook whose framework is not installed."""
-    return InputError(f"gpudoctor.integrations needs {framework} for this hook, and it is not installed: "
-                      f"pip install {package}")
+    return InputError(f"gpudoctor.integrations needs {framework} for this hook, and it is not "
+                      f"installed: pip install {package}")
 
 
 class RunCapture:
     """A capture session, its run directory and, once finished, its report."""
 
-    def __init__(self, *, skip: int, steps: int, stack: bool, out: str | os.PathLike[str], name: str,
-                 rank: RankInfo | None, quiet: bool = False, rank_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, *, skip: int, steps: int, stack: bool,
+                 out: str | os.PathLike[str], name: str, rank: RankInfo | None, quiet: bool = False,
+                 rank_timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = rank.rank if rank is not None else None
         # distributed: the ranks agree on the steps and share RUN/; run_dir is this rank's bundle
         # until the end, then RUN on rank 0 (which holds the combined report)
         self.sync = RankSync(rank, Path(out), name, steps, rank_timeout_s) if rank is not None else None
-        self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(Path(out), name)
+        self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(
+            Path(out), name)
         self.session = CaptureSession(self.config, self.run_dir, sync=self.sync)
         self.quiet = quiet
         self.report: Report | None = None
@@ -89,39 +91,47 @@ class RunCapture:
         if result.trace_path is not None or self.sync is not None:
             try:
                 if self.sync is not None:
-                    self.run_dir, self.report, self.note = finish_ranked(result, self.config, self.sync)
+                    self.run_dir, self.report, self.note = finish_ranked(result,
+                                                                         self.config, self.sync)
                 else:
                     self.report, self.note = diagnose_capture(result, self.config, self.run_dir)
             except Exception as exc:  # noqa: BLE001 - a failed diagnosis must not end the user's training
-                self.note = (f"the trace is in {result.trace_path}, but diagnosing it failed ({type(exc).__name__}: "
-                             f"{exc}); rerun `gpudoctor --debug analyze {self.run_dir}` for the traceback")
+                self.note = (f"the trace is in {result.trace_path}, but diagnosing it failed "
+                             f"({type(exc).__name__}: {exc}); rerun `gpudoctor --debug analyze "
+                             f"{self.run_dir}` for the traceback")
             if result.error:
-                self.note = _join(self.note, f"the window ended early ({result.error}): the report covers what was captured")
+                self.note = _join(self.note,
+                                  f"the window ended early ({result.error}): the report covers "
+                                  "what was captured")
         if result.trace_path is None:
             self.note = _join(self.session.conflict or self._why_nothing(), self.note)
         self._announce()
 
     def require_report(self) -> Report:
         if self.report is None:
-            raise GpuDoctorError(self.note or "no window was recorded yet: the report is written when the window closes")
+            raise GpuDoctorError(self.note
+                                 or "no window was recorded yet: the report is written when the "
+                                    "window closes")
         return self.report
 
     def _why_nothing(self) -> str:
         cfg, seen = self.config, self.session.result.steps_seen
         if self.session.result.internal_error:
             return f"gpudoctor failed while recording ({self.session.result.internal_error}) and detached"
-        return (f"training ended after {seen} optimizer step{'s' * (seen != 1)}, before the window closed "
-                f"(skip {cfg.skip} + 1 warm-up + steps {cfg.steps} = {cfg.skip + 1 + cfg.steps}): nothing was "
-                "recorded; lower skip or steps")
+        return (f"training ended after {seen} optimizer step{'s' * (seen != 1)}, before the "
+                f"window closed (skip {cfg.skip} + 1 warm-up + steps {cfg.steps} = "
+                f"{cfg.skip + 1 + cfg.steps}): nothing was recorded; lower skip or steps")
 
     def _announce(self) -> None:
         if self.quiet:
             return
         where = f"gpudoctor{'' if self.rank is None else f' (rank {self.rank})'}:"
         if self.report is not None:
-            top = next((f for f in self.report.findings if f.severity in ("critical", "major")), None)
+            top = next((f for f in self.report.findings if f.severity in ("critical",
+                                                                          "major")), None)
             verdict = f"top finding {top.id} (~{top.saving_ms:.2f} ms/step)" if top else "no major finding"
-            print(f"{where} step {self.report.step_ms:.2f} ms, {verdict}; report in {self.run_dir}", file=sys.stderr)
+            print(f"{where} step {self.report.step_ms:.2f} ms, {verdict}; report in {self.run_dir}",
+                  file=sys.stderr)
         if self.note:
             print(f"{where} {self.note}", file=sys.stderr)
 

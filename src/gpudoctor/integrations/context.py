@@ -24,11 +24,12 @@ class Profile:
     """The context ``profile()`` returns: ``step()`` per iteration, ``report()`` afterwards."""
 
     def __init__(self, accelerator: Any = None, skip: int = 10, steps: int = 5, stack: bool = False,
-                 out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile", quiet: bool = False) -> None:
+                 out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile",
+                 quiet: bool = False) -> None:
         self.accelerator = accelerator
         self.rank = rank_of(accelerator)
-        self.capture = RunCapture(skip=skip, steps=steps, stack=stack, out=out, name=name, rank=info_of(accelerator),
-                                  quiet=quiet)
+        self.capture = RunCapture(skip=skip, steps=steps, stack=stack, out=out, name=name,
+                                  rank=info_of(accelerator), quiet=quiet)
 
     @property
     def run_dir(self) -> os.PathLike[str]:
@@ -46,7 +47,8 @@ class Profile:
             return
         self.capture.step()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc is not None:
             self.capture.fail(f"{type(exc).__name__}: {exc}")
         else:
@@ -58,7 +60,8 @@ class Profile:
 
 
 def profile(accelerator: Any = None, skip: int = 10, steps: int = 5, stack: bool = False,
-            out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile", quiet: bool = False) -> Profile:
+            out: str | os.PathLike[str] = DEFAULT_OUT, name: str = "profile",
+            quiet: bool = False) -> Profile:
     """Profile ``steps`` optimizer steps after ``skip`` untouched ones. In a distributed job every
     rank records the same steps into ``RUN/rank<R>/`` and rank 0 writes the combined report.
 
@@ -69,20 +72,24 @@ def profile(accelerator: Any = None, skip: int = 10, steps: int = 5, stack: bool
     The rank comes from ``accelerator.process_index`` (an ``accelerate.Accelerator``), else from
     torch.distributed, else from the ``RANK`` / ``WORLD_SIZE`` variables a launcher sets.
     """
-    return Profile(accelerator, skip=skip, steps=steps, stack=stack, out=out, name=name, quiet=quiet)
+    return Profile(accelerator, skip=skip, steps=steps, stack=stack, out=out, name=name,
+                   quiet=quiet)
 
 
 def info_of(accelerator: Any = None) -> RankInfo | None:
     """This process's place in a distributed job (None for a single process): from an
     ``accelerate.Accelerator`` when given, else torch.distributed or the launcher's variables."""
     if accelerator is not None and hasattr(accelerator, "process_index"):
-        return rank_info(int(accelerator.process_index), int(getattr(accelerator, "num_processes", 1)),
-                         int(getattr(accelerator, "local_process_index", accelerator.process_index)))
+        return rank_info(int(accelerator.process_index),
+                         int(getattr(accelerator, "num_processes", 1)),
+                         int(getattr(accelerator, "local_process_index",
+                                     accelerator.process_index)))
     return rank_info()
 
 
 def rank_of(accelerator: Any = None) -> int | None:
     """The global rank of this process in a distributed job, None for a single process."""
     if accelerator is not None and hasattr(accelerator, "process_index"):
-        return distributed_rank(int(accelerator.process_index), int(getattr(accelerator, "num_processes", 1)))
+        return distributed_rank(int(accelerator.process_index),
+                                int(getattr(accelerator, "num_processes", 1)))
     return global_rank()

@@ -46,8 +46,10 @@ class GpuDoctorCallback(TrainerCallback):
         return self.capture.run_dir if self.capture is not None else None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        rank = rank_info(int(getattr(args, "process_index", 0)), int(getattr(args, "world_size", 1)),
-                         int(getattr(args, "local_process_index", getattr(args, "process_index", 0))))
+        rank = rank_info(int(getattr(args, "process_index", 0)),
+                         int(getattr(args, "world_size", 1)),
+                         int(getattr(args, "local_process_index",
+                                     getattr(args, "process_index", 0))))
         self.capture = RunCapture(skip=self.skip, steps=self.steps, stack=self.stack, out=self.out,
                                   name=self.name, rank=rank, quiet=self.quiet)
         self.capture.start()
@@ -65,5 +67,6 @@ class GpuDoctorCallback(TrainerCallback):
         if self.capture is None:
             from gpudoctor.errors import GpuDoctorError
 
-            raise GpuDoctorError("the callback has not run: pass it to Trainer(callbacks=[...]) and call train()")
+            raise GpuDoctorError(
+                "the callback has not run: pass it to Trainer(callbacks=[...]) and call train()")
         return self.capture.require_report()

@@ -58,7 +58,8 @@ class GpuDoctorCallback(Callback):
         self._global_step = trainer.global_step
         self.capture.start()
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         # global_step counts optimizer steps: unchanged on a batch that only accumulated gradients
         if self.capture is None or trainer.global_step == self._global_step:
             return
@@ -82,5 +83,6 @@ class GpuDoctorCallback(Callback):
         if self.capture is None:
             from gpudoctor.errors import GpuDoctorError
 
-            raise GpuDoctorError("the callback has not run: pass it to Trainer(callbacks=[...]) and call fit()")
+            raise GpuDoctorError(
+                "the callback has not run: pass it to Trainer(callbacks=[...]) and call fit()")
         return self.capture.require_report()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LayerNorm", "PatchReport", "RMSNorm", "geglu", "layer_norm", "linear_cross_entropy", "patch",
-           "rms_norm", "swiglu", "unpatch"]
+__all__ = ["LayerNorm", "PatchReport", "RMSNorm", "geglu", "layer_norm",
+           "linear_cross_entropy", "patch", "rms_norm", "swiglu", "unpatch"]
 
 _WHERE = {
     "rms_norm": "gpudoctor.kernels._rms_norm", "RMSNorm": "gpudoctor.kernels._rms_norm",

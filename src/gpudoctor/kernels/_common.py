@@ -52,16 +52,18 @@ def use_triton(*tensors: torch.Tensor) -> bool:
     return first.is_cuda or (interpreting() and first.device.type == "cpu")
 
 
-def check_tensor(name: str, t: object, *, dims: int | None = None, min_dims: int | None = None) -> torch.Tensor:
+def check_tensor(name: str, t: object, *, dims: int | None = None,
+                 min_dims: int | None = None) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if dims is not None and t.dim() != dims:
         raise InputError(f"{name} must have {dims} dimension(s), got shape {tuple(t.shape)}")
     if min_dims is not None and t.dim() < min_dims:
-        raise InputError(f"{name} must have at least {min_dims} dimension(s), got shape {tuple(t.shape)}")
+        raise InputError(
+            f"{name} must have at least {min_dims} dimension(s), got shape {tuple(t.shape)}")
     if not (t.is_floating_point() or name in ("target",)):
-        raise InputError(f"{name} must be a floating-point tensor (fp32, bf16, fp16; fp64 uses the native path), "
-                         f"got {t.dtype}")
+        raise InputError(f"{name} must be a floating-point tensor (fp32, bf16, fp16; fp64 uses the "
+                         f"native path), got {t.dtype}")
     return t
 
 
@@ -71,9 +73,13 @@ def check_same(reference_name: str, reference: torch.Tensor, **others: torch.Ten
         if t is None:
             continue
         if t.device != reference.device:
-            raise InputError(f"{name} is on {t.device} but {reference_name} is on {reference.device}; move both to one device")
+            raise InputError(
+                f"{name} is on {t.device} but {reference_name} is on {reference.device}; move both "
+                "to one device")
         if t.is_floating_point() and t.dtype != reference.dtype:
-            raise InputError(f"{name} is {t.dtype} but {reference_name} is {reference.dtype}; give both the same dtype")
+            raise InputError(
+                f"{name} is {t.dtype} but {reference_name} is {reference.dtype}; give both the "
+                "same dtype")
 
 
 # -- launching with less CPU per call ------------------------------------------------------------------
@@ -134,7 +140,8 @@ def _specializations(args: tuple) -> tuple:
     Python call per argument (about half the host time a launch, benchmarks/BENCHMARKS-kernels.md "Evidence moved from
     the source: kernel constants")."""
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
-                  else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64) if type(a) is int
+                  else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64)
+                        if type(a) is int
                         else _specialization(a))
                   for a in args])
 
@@ -145,7 +152,8 @@ def _exact(args: tuple) -> tuple:
     them differently). Equal exact keys have equal specializations (``_specializations``); it takes
     half the host time of the specialization key (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source:
     kernel constants")."""
-    return tuple([a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor)
+    return tuple([a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a,
+                                                                                      torch.Tensor)
                   else (type(a), a) for a in args])
 
 
@@ -174,7 +182,8 @@ def hooks_idle() -> bool:
     if _HOOKS is None:
         return False
     enter, leave = _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
-    return (enter is None or getattr(enter, "calls", None) == []) and (leave is None or getattr(leave, "calls", None) == [])
+    return (enter is None or getattr(enter, "calls", None) == []) and (
+        leave is None or getattr(leave, "calls", None) == [])
 
 
 def _current_device() -> int:
@@ -188,7 +197,8 @@ def _current_stream(device: int) -> int:
 
 def bindable(compiled: object) -> bool:
     """Whether a compiled kernel exposes the low-level launcher the direct launch calls (triton 3.3+)."""
-    return all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata", "launch_metadata"))
+    return all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata",
+                                                    "launch_metadata"))
 
 
 _data_ptr = torch.Tensor.data_ptr
@@ -213,7 +223,8 @@ class Launcher:
         self.fast = params is not None and not interpreting()
         self.direct = direct
 
-    def __call__(self, grid: tuple[int, ...], *args: object, num_warps: int = 4, **constexprs: object) -> None:
+    def __call__(self, grid: tuple[int, ...], *args: object, num_warps: int = 4,
+                 **constexprs: object) -> None:
         self.launch(grid, args, tuple(constexprs[name] for name in self.constexpr_names), num_warps)
 
     def launch(self, grid: tuple[int, ...], args: tuple, values: tuple, num_warps: int) -> None:
@@ -221,7 +232,8 @@ class Launcher:
         first = args[0]
         if type(first) is not torch.Tensor and isinstance(first, torch.Tensor) and traced(first):
             # inside a compiler's trace of a triton_op: record the kernel, launch nothing
-            torch.library.wrap_triton(self.fn)[grid](*args, num_warps=num_warps, **self._named(values))
+            torch.library.wrap_triton(self.fn)[grid](*args, num_warps=num_warps,
+                                                     **self._named(values))
             return
         if not self.fast:
             self.fn[grid](*args, num_warps=num_warps, **self._named(values))
@@ -258,8 +270,8 @@ class Launcher:
             self.launch(grid, tensors + scalars, values, num_warps)
             return
         ptrs = list(map(_data_ptr, tensors))
-        key = (device, num_warps, values, tuple(map(_dtype, tensors)), tuple([p & 15 for p in ptrs]), scalars,
-               tuple(map(type, scalars)))
+        key = (device, num_warps, values, tuple(map(_dtype, tensors)),
+               tuple([p & 15 for p in ptrs]), scalars, tuple(map(type, scalars)))
         bound = self.cache.get(key)
         if bound is None:
             bound = self._bind(grid, tensors + scalars, values, num_warps, device, key)
@@ -267,8 +279,8 @@ class Launcher:
                 return
         self._run(bound, grid, tensors + scalars, ptrs + list(scalars), values, num_warps, device)
 
-    def _run(self, bound: tuple, grid: tuple[int, ...], args: tuple, addressed: list | None, values: tuple,
-             num_warps: int, device: int) -> None:
+    def _run(self, bound: tuple, grid: tuple[int, ...], args: tuple, addressed: list | None,
+             values: tuple, num_warps: int, device: int) -> None:
         """Launch a cached kernel: directly with ``addressed`` (args, each tensor as its address; None: made
         here) where no hook is registered, else through the compiled kernel's runner, else through Triton."""
         if self.direct and hooks_idle():
@@ -276,7 +288,8 @@ class Launcher:
             if addressed is None:
                 addressed = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
             try:
-                bound[1](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, _current_stream(device),
+                bound[1](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
+                         _current_stream(device),
                          bound[2], bound[3], None, None, None, *addressed, *values)
                 return
             except Exception:  # noqa: BLE001 - a Triton whose launcher API differs: launch as below, from now on
@@ -337,7 +350,8 @@ TRITON_OP, CUSTOM_OP, FUNCTION = "triton_op", "custom_op", "autograd.Function"
 
 def registration_api(library: object = torch.library) -> str:
     """Which registration API this torch has: TRITON_OP, CUSTOM_OP or FUNCTION (none)."""
-    if hasattr(library, "triton_op") and hasattr(library, "wrap_triton") and hasattr(library, "custom_op"):
+    if hasattr(library, "triton_op") and hasattr(library, "wrap_triton") and hasattr(library,
+                                                                                     "custom_op"):
         return TRITON_OP
     if hasattr(library, "custom_op"):
         return CUSTOM_OP
@@ -351,7 +365,8 @@ REGISTERED: dict[str, str] = {}
 FAILED: dict[str, str] = {}
 
 
-def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable, triton: bool = True) -> Callable | None:
+def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable,
+              triton: bool = True) -> Callable | None:
     """Register ``gpudoctor::name`` (``impl``'s annotations give the schema); None where torch has no API.
 
     ``triton=False`` registers an opaque ``custom_op`` even where ``triton_op`` exists (an op whose body
@@ -390,16 +405,18 @@ def path_in_use() -> str:
     apis = set(REGISTERED.values()) - {FUNCTION}
     if FAILED:
         first = next(iter(FAILED.items()))
-        return (f"autograd.Function for {', '.join(sorted(FAILED))} (registration failed: {first[0]}: {first[1]}; "
-                "torch.compile breaks the graph there)" + ("; custom ops for the rest" if apis else ""))
+        return (f"autograd.Function for {', '.join(sorted(FAILED))} (registration failed: "
+                f"{first[0]}: {first[1]}; torch.compile breaks the graph there)"
+                + ("; custom ops for the rest" if apis else ""))
     if not apis:
-        return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so torch.compile breaks "
-                "the graph at each patched module that runs a kernel under it")
+        return ("autograd.Function: this torch has no torch.library.custom_op (2.4+), so "
+                "torch.compile breaks the graph at each patched module that runs a kernel under it")
     if TRITON_OP in apis:
-        return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with no graph break "
-                "and Inductor sees the norms' Triton kernels (the GLUs and linear_cross_entropy stay opaque ops)")
-    return ("gpudoctor:: ops through torch.library.custom_op: torch.compile keeps each as one opaque node, "
-            "no graph break")
+        return ("gpudoctor:: ops through torch.library.triton_op: torch.compile traces them with "
+                "no graph break and Inductor sees the norms' Triton kernels (the GLUs and "
+                "linear_cross_entropy stay opaque ops)")
+    return ("gpudoctor:: ops through torch.library.custom_op: torch.compile keeps each as one "
+            "opaque node, no graph break")
 
 
 def traced(t: torch.Tensor) -> bool:

@@ -94,8 +94,8 @@ FUSED_WIDE_MAX_TILES = 1
 
 @_jit
 def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
-                    BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, HAS_W: tl.constexpr,
-                    HAS_B: tl.constexpr):
+                    BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
+                    HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x (and w, b), writes y, mean and rstd
     pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
     if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
@@ -147,10 +147,11 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
 
 
 @_jit
-def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx, n_rows, n_tiles,
-                    tiles_per_program, H, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
-                    HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, PREFETCH: tl.constexpr,
-                    STAGES: tl.constexpr, RELOAD_W: tl.constexpr):
+def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, stride_dx,
+                    n_rows, n_tiles, tiles_per_program, H, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                    SINGLE: tl.constexpr,
+                    HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr,
+                    PREFETCH: tl.constexpr, STAGES: tl.constexpr, RELOAD_W: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
     # (stage one of the reductions; the launcher sums them over programs: no atomics)
     # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
@@ -169,7 +170,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
         if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
-            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy,
+                                                   rows < row_end,
                                                     col_ok)
             mean_next = tl.load(MEAN + rows, mask=rows < row_end, other=0.0)
         for t in tl.range(tile_start, tile_end, num_stages=STAGES):
@@ -177,8 +179,10 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
             if PREFETCH:
-                x, dy, rstd, mean = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next, mean_next
-                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                x, dy, rstd, mean = x_next.to(tl.float32), dy_next.to(
+                    tl.float32), rstd_next, mean_next
+                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols,
+                                                       stride_x, stride_dy,
                                                         rows + ROWS < row_end, col_ok)
                 mean_next = tl.load(MEAN + rows + ROWS, mask=rows + ROWS < row_end, other=0.0)
             else:
@@ -195,7 +199,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             c1 = tl.sum(x_hat * g, axis=1) / H
             c2 = tl.sum(g, axis=1) / H
             dx = (g - x_hat * c1[:, None] - c2[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :],
+                     dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 dw_acc += dy * x_hat
             if HAS_DB:
@@ -230,17 +235,20 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
                 g = dy
                 if HAS_W:
                     g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-                tl.store(DX + r * stride_dx + cols, ((g - x_hat * c1 - c2) * rstd).to(DX.dtype.element_ty),
-                         mask=mask)
+                tl.store(DX + r * stride_dx + cols,
+                         ((g - x_hat * c1 - c2) * rstd).to(DX.dtype.element_ty), mask=mask)
                 if HAS_DW:
-                    tl.store(dw_row + cols, tl.load(dw_row + cols, mask=mask, other=0.0) + dy * x_hat, mask=mask)
+                    tl.store(dw_row + cols,
+                             tl.load(dw_row + cols, mask=mask, other=0.0) + dy * x_hat, mask=mask)
                 if HAS_DB:
-                    tl.store(db_row + cols, tl.load(db_row + cols, mask=mask, other=0.0) + dy, mask=mask)
+                    tl.store(db_row + cols,
+                             tl.load(db_row + cols, mask=mask, other=0.0) + dy, mask=mask)
 
 
 @_jit
 def _layer_norm_dwdb(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, n_rows, rows_per_program, H,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DW: tl.constexpr,
+                     HAS_DB: tl.constexpr):
     # program (c, r) sums dy * x_hat and dy over rows [r * rows_per_program, ...) for columns
     # [c * BLOCK_N, ...) and stores them in row r of DW and DB (stage one; the launcher sums the rows)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -277,7 +285,8 @@ _launch_bwd = Launcher(_layer_norm_bwd)
 
 
 def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-             eps: float, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             eps: float, y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                 torch.Tensor]:
     n_rows, hidden = concrete(x2)
     if y is None:
         y = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)  # [rows, H]
@@ -286,9 +295,10 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     block, single = tile_block(hidden, x2.element_size())
     rows = rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS.get(block, TILE_ELEMENTS))
     # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
-    _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean,
-                rstd, x2.stride(0), y.stride(0), n_rows, hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single,
-                HAS_W=weight is not None, HAS_B=bias is not None, num_warps=warps_for(rows * block))
+    _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight,
+                x2 if bias is None else bias, y, mean, rstd, x2.stride(0), y.stride(0), n_rows,
+                hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single, HAS_W=weight is not None,
+                HAS_B=bias is not None, num_warps=warps_for(rows * block))
     return y, mean, rstd
 
 
@@ -298,22 +308,26 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     n_rows, hidden = concrete(x2)
     block, single = tile_block(hidden, x2.element_size())
     tile, max_elements = BACKWARD_TILE_ELEMENTS.get(block, (TILE_ELEMENTS, 0))
-    rows = rows_per_tile(block, single, n_rows, tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
+    rows = rows_per_tile(block, single, n_rows,
+                         tile if n_rows * hidden <= max_elements else TILE_ELEMENTS)
     n_tiles = -(-n_rows // rows)
     num_warps = warps_for(rows * block)
     programs, per = grid_programs(x2.device, n_tiles, num_warps)
     dx = torch.empty((n_rows, hidden), dtype=x2.dtype, device=x2.device)
-    split = (need_dw or need_db) and (not single or (block >= SPLIT_MIN_BLOCK and per > FUSED_WIDE_MAX_TILES))
+    split = (need_dw or need_db) and (not single
+                                      or (block >= SPLIT_MIN_BLOCK and per > FUSED_WIDE_MAX_TILES))
     fused_dw, fused_db = need_dw and not split, need_db and not split
     dw_part = partial_sums(programs, hidden, single, fused_dw, x2.device)
     db_part = partial_sums(programs, hidden, single, fused_db, x2.device)
     prefetch = single and use_prefetch(x2, rows, block, num_warps, PREFETCH_MAX_ROWS)
     pipelined = single and not prefetch and x2.element_size() == 2 and rows <= PIPELINE_MAX_ROWS
-    _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx, dw_part, db_part,
-                x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per, hidden, BLOCK=block, ROWS=rows,
-                SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db, PREFETCH=prefetch,
-                STAGES=PIPELINE_STAGES if pipelined else 1,
-                RELOAD_W=single and block >= _rms.RELOAD_W_MIN_BLOCK and (fused_dw or fused_db), num_warps=num_warps)
+    _launch_bwd((programs,), x2, x2 if weight is None else weight, dy2, mean, rstd, dx,
+                dw_part, db_part, x2.stride(0), dy2.stride(0), dx.stride(0), n_rows, n_tiles, per,
+                hidden, BLOCK=block, ROWS=rows,
+                SINGLE=single, HAS_W=weight is not None, HAS_DW=fused_dw, HAS_DB=fused_db,
+                PREFETCH=prefetch, STAGES=PIPELINE_STAGES if pipelined else 1,
+                RELOAD_W=single and block >= _rms.RELOAD_W_MIN_BLOCK and (fused_dw or fused_db),
+                num_warps=num_warps)
     if split:
         dw_part, db_part = _split_partials(dy2, x2, mean, rstd, need_dw, need_db)
     # stage two: dw and db summed over the per-program partials in one launch
@@ -326,8 +340,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
     return dx, dw, db
 
 
-def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, need_dw: bool,
-                    need_db: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                    need_dw: bool, need_db: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage one of dw / db for wide rows: [row chunks, H] fp32 partials from the column-parallel kernel,
     about a full GPU of (column block, row chunk) programs."""
     n_rows, hidden = concrete(x2)
@@ -336,11 +350,13 @@ def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rst
     chunks = max(1, min(row_blocks, resident_programs(x2.device, SPLIT_WARPS) // col_blocks))
     per = -(-row_blocks // chunks) * SPLIT_ROWS
     chunks = -(-n_rows // per)
-    dw_part = torch.empty((chunks, hidden) if need_dw else (1,), dtype=torch.float32, device=x2.device)
-    db_part = torch.empty((chunks, hidden) if need_db else (1,), dtype=torch.float32, device=x2.device)
-    _launch_dwdb((col_blocks, chunks), x2, dy2, mean, rstd, dw_part, db_part, x2.stride(0), dy2.stride(0), n_rows,
-                 per, hidden, BLOCK_M=SPLIT_ROWS, BLOCK_N=SPLIT_COLS, HAS_DW=need_dw, HAS_DB=need_db,
-                 num_warps=SPLIT_WARPS)
+    dw_part = torch.empty((chunks, hidden) if need_dw else (1,), dtype=torch.float32,
+                          device=x2.device)
+    db_part = torch.empty((chunks, hidden) if need_db else (1,), dtype=torch.float32,
+                          device=x2.device)
+    _launch_dwdb((col_blocks, chunks), x2, dy2, mean, rstd, dw_part, db_part, x2.stride(0),
+                 dy2.stride(0), n_rows, per, hidden, BLOCK_M=SPLIT_ROWS, BLOCK_N=SPLIT_COLS,
+                 HAS_DW=need_dw, HAS_DB=need_db, num_warps=SPLIT_WARPS)
     return dw_part, db_part
 
 
@@ -359,7 +375,8 @@ class _LayerNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x2, weight, mean, rstd = ctx.saved_tensors
         need_dw = weight is not None and ctx.needs_input_grad[1]
-        dx, dw, db = _backward(as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, need_dw, ctx.needs_input_grad[2])
+        dx, dw, db = _backward(as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, need_dw,
+                               ctx.needs_input_grad[2])
         return dx.view(ctx.x_shape), dw, db, None
 
 
@@ -413,7 +430,8 @@ def _op_backward_reference(dy, x, weight, mean, rstd, need_dw, need_db):
     x2, dy2 = x.reshape(-1, hidden).to(compute), dy.reshape(-1, hidden).to(compute)
     x_hat = (x2 - mean.to(compute)[:, None]) * rstd.to(compute)[:, None]
     g = dy2 if weight is None else dy2 * weight.to(compute)
-    dx = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd.to(compute)[:, None]
+    dx = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd.to(
+        compute)[:, None]
     no_dw = (x if weight is None else weight).new_empty(0)
     dw = (dy2 * x_hat).sum(0).to(weight.dtype) if need_dw and weight is not None else no_dw
     db = dy2.sum(0).to(x.dtype) if need_db else x.new_empty(0)
@@ -435,7 +453,8 @@ def _op_grad(ctx, dy: torch.Tensor, _dmean: torch.Tensor | None, _drstd: torch.T
 
 
 _FWD_OP = define_op("layer_norm", _op_forward, _op_forward_fake, reference=_op_forward_reference)
-_BWD_OP = define_op("layer_norm_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference)
+_BWD_OP = define_op("layer_norm_backward", _op_backward, _op_backward_fake,
+                    reference=_op_backward_reference)
 if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
@@ -456,8 +475,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
             continue
         check_tensor(name, t, dims=1)
         if t.shape[0] != hidden:
-            raise InputError(f"{name} has {t.shape[0]} elements but x's last dimension (the hidden size) is "
-                             f"{hidden}; give a {name} of shape ({hidden},)")
+            raise InputError(f"{name} has {t.shape[0]} elements but x's last dimension (the hidden "
+                             f"size) is {hidden}; give a {name} of shape ({hidden},)")
     check_same("x", x, weight=weight, bias=bias)
     eps = check_eps(eps)
     if x.numel() == 0 or not use_triton(x):
@@ -477,14 +496,17 @@ class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` over the last dimension (same arguments, attributes and state dict), fused."""
 
     def __init__(self, normalized_shape: int | tuple[int] | list[int], eps: float = 1e-5,
-                 elementwise_affine: bool = True, bias: bool = True, device: torch.device | str | None = None,
+                 elementwise_affine: bool = True, bias: bool = True,
+                 device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
         if len(shape) != 1:
-            raise InputError(f"normalized_shape must be one int (the last dimension), got {normalized_shape!r}; "
-                             "use torch.nn.LayerNorm to normalize over several dimensions")
-        super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias, device=device,
-                         dtype=dtype)
+            raise InputError("normalized_shape must be one int (the last dimension), got "
+                             f"{normalized_shape!r}; use torch.nn.LayerNorm to normalize over "
+                             "several dimensions")
+        super().__init__(shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
+                         device=device, dtype=dtype)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return layer_norm(input, self.weight, self.bias, self.eps)

@@ -142,7 +142,8 @@ def _scaled(x_hat, s, Y, LLAMA: tl.constexpr):
 
 @_jit
 def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
-                  BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr):
+                  BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
+                  LLAMA: tl.constexpr):
     # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x and w, writes y and one rstd per row
     pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
     if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
@@ -175,8 +176,9 @@ def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
 
 
 @_jit
-def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, n_tiles, tiles_per_program, H,
-                  offset, BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr, LLAMA: tl.constexpr,
+def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows, n_tiles,
+                  tiles_per_program, H, offset, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                  SINGLE: tl.constexpr, LLAMA: tl.constexpr,
                   HAS_DW: tl.constexpr, PREFETCH: tl.constexpr, RELOAD_W: tl.constexpr):
     # program p handles row tiles [p * tiles_per_program, ...) and writes its partial dw to DW[p, :]
     # (stage one of the dw reduction; the launcher sums DW over programs: no atomics)
@@ -193,7 +195,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
         if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
-            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy, rows < row_end,
+            x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy,
+                                                   rows < row_end,
                                                     col_ok)
         for t in range(tile_start, tile_end):
             rows = t * ROWS + tl.arange(0, ROWS)
@@ -201,7 +204,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
             mask = row_ok[:, None] & col_ok[None, :]
             if PREFETCH:
                 x, dy, rstd = x_next.to(tl.float32), dy_next.to(tl.float32), rstd_next
-                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols, stride_x, stride_dy,
+                x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows + ROWS, cols,
+                                                       stride_x, stride_dy,
                                                         rows + ROWS < row_end, col_ok)
             else:
                 x = load_tile(X, rows, cols, stride_x, mask)
@@ -213,7 +217,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
             g = dy * s[None, :]
             c = tl.sum(x_hat * g, axis=1) / H
             dx = (g - x_hat * c[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :],
+                     dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_DW:
                 if LLAMA:  # the weight multiplied x_hat rounded to x's dtype
                     x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
@@ -239,8 +244,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                 dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
                 s = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
                 x_hat = x * rstd
-                tl.store(DX + r * stride_dx + cols, ((dy * s - x_hat * c) * rstd).to(DX.dtype.element_ty),
-                         mask=mask)
+                tl.store(DX + r * stride_dx + cols,
+                         ((dy * s - x_hat * c) * rstd).to(DX.dtype.element_ty), mask=mask)
                 if HAS_DW:
                     if LLAMA:
                         x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
@@ -314,19 +319,22 @@ def grid_programs(device: torch.device, n_tiles: int, num_warps: int) -> tuple[i
     return -(-n_tiles // per), per
 
 
-def partial_sums(programs: int, hidden: int, single: bool, needed: bool, device: torch.device) -> torch.Tensor:
+def partial_sums(programs: int, hidden: int, single: bool, needed: bool,
+                 device: torch.device) -> torch.Tensor:
     """Stage one of a weight/bias gradient: one fp32 row per backward program, summed afterwards.
     The looping kernel adds into its row, so it starts from zero; the single-block one stores."""
     alloc = torch.empty if single else torch.zeros
     return alloc((programs, hidden) if needed else (1,), dtype=torch.float32, device=device)
 
 
-def use_prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
+def use_prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int,
+                 max_rows: int | None = None) -> bool:
     """Whether the single-block backward of [rows, block] tiles loads the next tile early (PREFETCH)."""
     return use_prefetch_size(x.element_size(), rows, block, num_warps, max_rows)
 
 
-def use_prefetch_size(element_size: int, rows: int, block: int, num_warps: int, max_rows: int | None = None) -> bool:
+def use_prefetch_size(element_size: int, rows: int, block: int, num_warps: int,
+                      max_rows: int | None = None) -> bool:
     return (PREFETCH and element_size == 2 and rows * block <= PREFETCH_ELEMENTS * 32 * num_warps
             and (max_rows is None or rows <= max_rows))
 
@@ -338,8 +346,8 @@ def sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor
     n_parts, hidden = first.shape
     outs = [torch.empty(hidden, dtype=dtype, device=first.device) for _, dtype in parts]
     second = parts[1][0] if len(parts) > 1 else first
-    _launch_sum.launch_split((-(-hidden // SUM_COLS),), (first, second, outs[0], outs[-1]), (n_parts, hidden),
-                             (SUM_ROWS, SUM_COLS, len(parts) > 1), SUM_WARPS)
+    _launch_sum.launch_split((-(-hidden // SUM_COLS),), (first, second, outs[0], outs[-1]),
+                             (n_parts, hidden), (SUM_ROWS, SUM_COLS, len(parts) > 1), SUM_WARPS)
     return outs
 
 
@@ -349,8 +357,8 @@ def check_inputs(x: object, weight: object) -> None:
     check_tensor("weight", weight, dims=1)
     check_same("x", x, weight=weight)
     if weight.shape[0] != x.shape[-1]:
-        raise InputError(f"weight has {weight.shape[0]} elements but x's last dimension (the hidden size) is "
-                         f"{x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
+        raise InputError(f"weight has {weight.shape[0]} elements but x's last dimension (the "
+                         f"hidden size) is {x.shape[-1]}; give a weight of shape ({x.shape[-1]},)")
 
 
 def check_eps(eps: object) -> float:
@@ -420,17 +428,19 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, l
         hidden = int(hidden)
     x2, n_rows, stride_x = rows_of(x, hidden)
     key = (n_rows, hidden, x.dtype, llama)
-    plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key, _forward_plan(n_rows, hidden, x.element_size(), llama))
+    plan = _FWD_PLANS.get(key) or remember(_FWD_PLANS, key,
+                                           _forward_plan(n_rows, hidden, x.element_size(), llama))
     if y is None:  # contiguous, [..., H]: rows `hidden` apart
         y = torch.empty_like(x) if x2 is x else x.new_empty(x.shape)
     rstd = x.new_empty(n_rows, dtype=torch.float32)  # [rows]
-    _launch_fwd.launch_split(plan[0], (x2, weight, y, rstd), (stride_x, hidden, n_rows, hidden, eps, offset),
-                             plan[1], plan[2])
+    _launch_fwd.launch_split(plan[0], (x2, weight, y, rstd),
+                             (stride_x, hidden, n_rows, hidden, eps, offset), plan[1], plan[2])
     return y, rstd, x2
 
 
-def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
-              llama: bool, need_dw: bool, x_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+              offset: float, llama: bool, need_dw: bool,
+              x_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor | None]:
     """dx of shape ``x_shape`` (contiguous) and dw (None unless ``need_dw``), from dy and the rows x2 the
     forward read (any shape with ``x_shape``'s number of elements and rows)."""
     hidden = x2.shape[-1]
@@ -441,7 +451,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
     dy2, _, stride_dy = rows_of(dy, hidden)
     key = (n_rows, hidden, x2.dtype, x2.get_device(), llama, need_dw)
     plan = _BWD_PLANS.get(key) or remember(
-        _BWD_PLANS, key, _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
+        _BWD_PLANS, key,
+        _backward_plan(n_rows, hidden, x2.element_size(), x2.device, llama, need_dw))
     grid, n_tiles, per, single, values, num_warps, whole = plan
     # contiguous: rows `hidden` apart. empty_like of the contiguous input itself where it has x's
     # shape (the eager path's usual case) costs half the host time of new_empty(shape)
@@ -453,7 +464,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
     else:
         dw_part = partial_sums(grid[0], hidden, single, need_dw, x2.device)
     _launch_bwd.launch_split(grid, (x2, weight, dy2, rstd, dx, dw_part),
-                             (stride_x, stride_dy, hidden, n_rows, n_tiles, per, hidden, offset), values, num_warps)
+                             (stride_x, stride_dy, hidden, n_rows, n_tiles, per, hidden, offset),
+                             values, num_warps)
     if not whole:
         dw = sum_rows([(dw_part, weight.dtype)])[0] if need_dw else None  # stage two
     return dx, dw
@@ -461,7 +473,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
 
 class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+                llama: bool) -> torch.Tensor:
         y, rstd, x2 = _forward(x, weight, eps, offset, llama)
         ctx.save_for_backward(x2, weight, rstd)  # the input (itself, or its rows) and [rows] fp32
         ctx.offset, ctx.llama, ctx.x_shape = offset, llama, x.shape
@@ -475,7 +488,8 @@ class _RMSNormFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             return _backward_once(ctx, dy)
         x2, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(dy, x2, weight, rstd, ctx.offset, ctx.llama, ctx.needs_input_grad[1], ctx.x_shape)
+        dx, dw = _backward(dy, x2, weight, rstd, ctx.offset, ctx.llama, ctx.needs_input_grad[1],
+                           ctx.x_shape)
         return dx, dw, None, None, None
 
 
@@ -502,7 +516,8 @@ def _c_apply(function: type) -> tuple | None:
 _C_APPLY = _c_apply(_RMSNormFunction)
 
 
-def apply_function(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+def apply_function(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+                   llama: bool) -> torch.Tensor:
     """``_RMSNormFunction.apply(x, weight, eps, offset, llama)``; through Function.apply itself under functorch
     transforms and where a compiler traces the call (no registered op): dynamo knows Function.apply."""
     if _C_APPLY is None or _C_APPLY[2]() or (_FWD_OP is None and torch.compiler.is_compiling()):
@@ -522,7 +537,8 @@ def _op_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float
 
 
 def _op_forward_fake(x, weight, eps, offset, llama):
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(x.shape[:-1].numel(),
+    return torch.empty_like(x,
+                            memory_format=torch.contiguous_format), x.new_empty(x.shape[:-1].numel(),
                                                                                     dtype=torch.float32)
 
 
@@ -533,8 +549,8 @@ def _op_forward_reference(x, weight, eps, offset, llama):
     return _rms_norm_native(x, weight, eps, offset, llama).contiguous(), rstd.reshape(-1).float()
 
 
-def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float,
-                 llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                 offset: float, llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """dx [..., H] and dw [H] (an empty [0] when ``need_dw`` is False: an op returns tensors only)."""
     dx, dw = _backward(dy, x, weight, rstd, offset, llama, need_dw, x.shape)
     return dx, weight.new_empty(0) if dw is None else dw
@@ -578,12 +594,14 @@ def _op_grad(ctx, dy: torch.Tensor, _drstd: torch.Tensor | None):
 
 
 _FWD_OP = define_op("rms_norm", _op_forward, _op_forward_fake, reference=_op_forward_reference)
-_BWD_OP = define_op("rms_norm_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference)
+_BWD_OP = define_op("rms_norm_backward", _op_backward, _op_backward_fake,
+                    reference=_op_backward_reference)
 if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
 
-def _rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool) -> torch.Tensor:
+def _rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+                     llama: bool) -> torch.Tensor:
     """The same math in PyTorch ops (fp32, or fp64 for fp64 input); autograd differentiates it."""
     compute = torch.promote_types(x.dtype, torch.float32)
     xf = x.to(compute)
@@ -607,19 +625,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
     # valid inputs pass one condition (half the host time of the checks one by one,
     # benchmarks/probes/probe_host_path.py); anything else takes the checks, which raise the first
     # problem's one-line error
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim()
+            and weight.dim() == 1
             and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]
             and weight.device == x.device):
         check_inputs(x, weight)
     if casting not in CASTINGS:
-        raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
+        raise InputError(
+            f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
     if type(eps) is not float or not eps >= 0:  # a float >= 0 is what check_eps would return
         eps = check_eps(eps)
     offset = float(offset)
     llama = casting == "llama"
     if x.numel() == 0 or not use_triton(x, weight):
         return _rms_norm_native(x, weight, eps, offset, llama)
-    if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(), x.shape[-1]):
+    if not llama and offset == 0.0 and x.is_cuda and native_is_faster(NATIVE_BELOW, x.numel(),
+                                                                      x.shape[-1]):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
         # the op, not the torch math, for a direct call: alone it compiles to less GPU time than
@@ -639,11 +660,13 @@ class RMSNorm(nn.Module):
     The weight starts at ones, or at zeros with a nonzero ``offset`` (Gemma), so the scale starts at 1.
     """
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, *, offset: float = 0.0, casting: str = "llama",
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, hidden_size: int, eps: float = 1e-6, *, offset: float = 0.0,
+                 casting: str = "llama", device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if casting not in CASTINGS:
-            raise InputError(f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
+            raise InputError(
+                f"casting must be one of {', '.join(map(repr, CASTINGS))}, got {casting!r}")
         self.hidden_size = hidden_size
         self.eps = check_eps(eps)
         self.offset = float(offset)
@@ -660,19 +683,21 @@ class RMSNorm(nn.Module):
         self.eps = check_eps(value)
 
     @classmethod
-    def from_module(cls, module: nn.Module, *, offset: float = 0.0, casting: str = "llama") -> RMSNorm:
+    def from_module(cls, module: nn.Module, *, offset: float = 0.0,
+                    casting: str = "llama") -> RMSNorm:
         """A copy of an HF-style norm (``weight`` and ``variance_epsilon`` or ``eps``), sharing its weight."""
         eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
         weight = getattr(module, "weight", None)
         if eps is None or not isinstance(weight, torch.Tensor):
-            raise InputError(f"module {type(module).__name__} has no weight and variance_epsilon/eps; "
-                             "give an RMSNorm-like module")
+            raise InputError(f"module {type(module).__name__} has no weight and "
+                             "variance_epsilon/eps; give an RMSNorm-like module")
         new = cls(weight.shape[0], eps, offset=offset, casting=casting, device="meta")
         new.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight)
         return new
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return rms_norm(hidden_states, self.weight, self.eps, offset=self.offset, casting=self.casting)
+        return rms_norm(hidden_states, self.weight, self.eps, offset=self.offset,
+                        casting=self.casting)
 
     def extra_repr(self) -> str:
         return f"{self.hidden_size}, eps={self.eps}, offset={self.offset}, casting={self.casting!r}"

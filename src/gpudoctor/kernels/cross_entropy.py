@@ -58,9 +58,9 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 @_jit
-def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignore_index, smoothing, z_loss,
-               HAS_ROW_SCALE: tl.constexpr, WRITE_GRAD: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
-               BLOCK: tl.constexpr):
+def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignore_index,
+               smoothing, z_loss, HAS_ROW_SCALE: tl.constexpr, WRITE_GRAD: tl.constexpr,
+               HAS_SMOOTHING: tl.constexpr, BLOCK: tl.constexpr):
     # one program per row: reads the row twice (statistics, then gradient), writes it once in place
     row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 for rows > 14133 at V = 151936
     x_row = LOGITS + row * stride_row
@@ -125,16 +125,21 @@ class _Opts(NamedTuple):
     chunk: int
 
 
-def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
+def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
+                 scale: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     n_rows, vocab = logits.shape
     block = min(BLOCK_V, max(16, 1 << (vocab - 1).bit_length()))
-    _launch_ce.launch((n_rows,), (logits, logits.stride(0), target, loss, loss if row_scale is None else row_scale,
+    _launch_ce.launch((n_rows,),
+                      (logits, logits.stride(0), target, loss,
+                       loss if row_scale is None else row_scale,
                                   scale, vocab, o.ignore_index, o.label_smoothing, o.z_loss),
-                      (row_scale is not None, write_grad, o.label_smoothing > 0, block), 8 if block >= 2048 else 4)
+                      (row_scale is not None, write_grad, o.label_smoothing > 0, block),
+                      8 if block >= 2048 else 4)
 
 
-def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, scale: torch.Tensor,
+def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
+                 scale: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
     """The kernel's math in PyTorch ops, fp32 (fp64 for fp64), on one chunk; same in-place contract."""
     x = logits.to(loss.dtype)  # [rows, V]
@@ -157,8 +162,9 @@ def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
     logits.copy_(g)
 
 
-def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, t1: torch.Tensor, o: _Opts,
-                scale: torch.Tensor, row_scale: torch.Tensor | None, needs: tuple[bool, bool, bool]):
+def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                t1: torch.Tensor, o: _Opts, scale: torch.Tensor, row_scale: torch.Tensor | None,
+                needs: tuple[bool, bool, bool]):
     """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its gradient.
     ``scale``: [1] in the loss dtype, every row's gradient factor (1 / valid rows for mean)."""
     n_rows, _ = h2.shape
@@ -194,13 +200,15 @@ def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
-                o: _Opts, scale: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                target: torch.Tensor, o: _Opts, scale: torch.Tensor) -> torch.Tensor:
         h2, t1 = _flat(hidden, target)
-        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                 bias is not None and ctx.needs_input_grad[2])
         ctx.o, ctx.hidden_shape = o, hidden.shape
         if o.reduction == "none":  # grad_output is per row: the gradients wait for it (a second pass)
-            loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(scale), None, (False, False, False))
+            loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(scale), None,
+                                        (False, False, False))
             ctx.needs = needs
             ctx.save_for_backward(h2, weight, bias, t1)  # inputs only
             return loss.view(target.shape)
@@ -215,18 +223,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if o.reduction == "none":
             h2, weight, bias, t1 = ctx.saved_tensors
             # contiguous: the gradient of loss.sum() arrives expanded (stride 0)
-            row_scale = grad_loss.reshape(-1).to(torch.promote_types(h2.dtype, torch.float32)).contiguous()
-            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(row_scale[:1]), row_scale, ctx.needs)
+            row_scale = grad_loss.reshape(-1).to(torch.promote_types(h2.dtype,
+                                                                     torch.float32)).contiguous()
+            _, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(row_scale[:1]),
+                                           row_scale, ctx.needs)
             g_b = None if g_b is None else g_b.to(bias.dtype)
         else:
             if getattr(ctx, "used", False):
-                raise InputError("linear_cross_entropy's backward ran twice on one forward (retain_graph): its "
-                                 "gradients are computed in the forward and handed out once; run the forward again")
+                raise InputError("linear_cross_entropy's backward ran twice on one forward "
+                                 "(retain_graph): its gradients are computed in the forward and "
+                                 "handed out once; run the forward again")
             ctx.used = True
             g_h, g_w, g_b = ctx.saved_tensors
             # scaled in place (the saved gradients are ours, and a copy of the [V, H] one would raise the peak),
             # always: testing grad_loss == 1 first would sync the host with the GPU once per step
-            g_h, g_w, g_b = (None if g is None else g.mul_(grad_loss.to(g.dtype)) for g in (g_h, g_w, g_b))
+            g_h, g_w, g_b = (None if g is None else g.mul_(grad_loss.to(g.dtype))
+                             for g in (g_h, g_w, g_b))
         g_h = None if g_h is None else g_h.view(ctx.hidden_shape)
         return g_h, g_w, g_b, None, None, None
 
@@ -237,38 +249,42 @@ class _LinearCrossEntropy(torch.autograd.Function):
 # a kernel rewriting it in place, which a functionalized trace would turn into copies of the buffer per chunk.
 
 
-def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
-                scale: torch.Tensor, row_scale: torch.Tensor | None, ignore_index: int, reduction: str,
-                label_smoothing: float, z_loss: float, chunk: int, need_hidden: bool, need_weight: bool,
-                need_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                target: torch.Tensor, scale: torch.Tensor, row_scale: torch.Tensor | None,
+                ignore_index: int, reduction: str,
+                label_smoothing: float, z_loss: float, chunk: int, need_hidden: bool,
+                need_weight: bool, need_bias: bool) -> tuple[torch.Tensor, torch.Tensor,
+                                                             torch.Tensor, torch.Tensor]:
     """hidden [N, H], target [N] -> (loss, grad hidden, grad weight, grad bias); a gradient not asked for
     is an empty [0]. The loss is 0-d for "mean" / "sum", [N] for "none" (whose gradients come from a second
     call with ``row_scale``, the per-row grad_output)."""
     o = _Opts(ignore_index, reduction, label_smoothing, z_loss, chunk)
     needs = (need_hidden, need_weight, bias is not None and need_bias)
     if row_scale is not None:
-        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, torch.ones_like(row_scale[:1]), row_scale,
-                                          needs)
+        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o,
+                                          torch.ones_like(row_scale[:1]), row_scale, needs)
     elif reduction == "none":
-        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, torch.ones_like(scale), None,
-                                          (False, False, False))
+        loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o,
+                                          torch.ones_like(scale), None, (False, False, False))
     else:
         loss, g_h, g_w, g_b = _run_chunks(hidden, weight, bias, target, o, scale, None, needs)
         loss = loss.sum() * scale[0]
-    return (loss, hidden.new_empty(0) if g_h is None else g_h, weight.new_empty(0) if g_w is None else g_w,
+    return (loss, hidden.new_empty(0) if g_h is None else g_h,
+            weight.new_empty(0) if g_w is None else g_w,
             (hidden if bias is None else bias).new_empty(0) if g_b is None else g_b.to(bias.dtype))  # distinct
     # empties (returns never alias one another), in the dtypes the fake implementation gives
 
 
-def _op_forward_fake(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction, label_smoothing,
-                     z_loss, chunk, need_hidden, need_weight, need_bias):
+def _op_forward_fake(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction,
+                     label_smoothing, z_loss, chunk, need_hidden, need_weight, need_bias):
     loss_dtype = torch.promote_types(hidden.dtype, torch.float32)
     per_row = row_scale is not None or reduction == "none"
     grads = row_scale is not None or reduction != "none"
     return (hidden.new_empty(target.shape if per_row else (), dtype=loss_dtype),
             hidden.new_empty(hidden.shape if grads and need_hidden else (0,)),
             weight.new_empty(weight.shape if grads and need_weight else (0,)),
-            hidden.new_empty((weight.shape[0],) if grads and need_bias and bias is not None else (0,),
+            hidden.new_empty((weight.shape[0],) if grads and need_bias
+                             and bias is not None else (0,),
                              dtype=hidden.dtype if bias is None else bias.dtype))
 
 
@@ -290,15 +306,18 @@ def _op_grad(ctx, grad_loss: torch.Tensor | None, *_unused):
     needs = ctx.needs_input_grad
     if reduction == "none":
         hidden, weight, bias, target, scale = ctx.saved_tensors
-        row_scale = grad_loss.reshape(-1).to(torch.promote_types(hidden.dtype, torch.float32)).contiguous()
-        _, g_h, g_w, g_b = _OP(hidden, weight, bias, target, scale, row_scale, ignore_index, reduction,
-                               label_smoothing, z_loss, chunk, needs[0], needs[1], needs[2])
+        row_scale = grad_loss.reshape(-1).to(torch.promote_types(hidden.dtype,
+                                                                 torch.float32)).contiguous()
+        _, g_h, g_w, g_b = _OP(hidden, weight, bias, target, scale, row_scale,
+                               ignore_index, reduction, label_smoothing, z_loss, chunk, needs[0],
+                               needs[1], needs[2])
     else:
         g_h, g_w, g_b = (g * grad_loss.to(g.dtype) for g in ctx.saved_tensors)  # out of place: traced
     return ((g_h if needs[0] else None), (g_w if needs[1] else None), (g_b if needs[2] else None)) + (None,) * 11
 
 
-_OP = define_op("linear_cross_entropy", _op_forward, _op_forward_fake, reference=_op_forward, triton=False)
+_OP = define_op("linear_cross_entropy", _op_forward, _op_forward_fake, reference=_op_forward,
+                triton=False)
 if _OP is not None:
     _OP.register_autograd(_op_grad, setup_context=_setup)
 
@@ -323,38 +342,45 @@ def chunk_rows(n_rows: int, vocab: int, element_size: int) -> int:
 
 
 def _check(hidden: object, weight: object, target: object, bias: object, reduction: object,
-           label_smoothing: object, z_loss: object, ignore_index: object, chunk_size: object) -> None:
+           label_smoothing: object, z_loss: object, ignore_index: object,
+           chunk_size: object) -> None:
     check_tensor("hidden", hidden, min_dims=1)
     check_tensor("weight", weight, dims=2)
     if bias is not None:
         check_tensor("bias", bias, dims=1)
     if not isinstance(target, torch.Tensor):
-        raise InputError(f"target must be a torch.Tensor of class indices, got {type(target).__name__}")
+        raise InputError(
+            f"target must be a torch.Tensor of class indices, got {type(target).__name__}")
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise InputError(f"target must be an integer tensor of class indices (int64 or int32), got {target.dtype}; "
-                         "probabilities as targets are not supported")
+        raise InputError("target must be an integer tensor of class indices (int64 or int32), got "
+                         f"{target.dtype}; probabilities as targets are not supported")
     check_same("hidden", hidden, weight=weight, bias=bias, target=target)
     h = hidden.shape[-1]
     if weight.shape[1] != h:
-        raise InputError(f"weight has shape {tuple(weight.shape)} but hidden's last dimension is {h}; "
-                         f"give the LM head weight as [vocab, {h}]")
+        raise InputError(f"weight has shape {tuple(weight.shape)} but hidden's last dimension "
+                         f"is {h}; give the LM head weight as [vocab, {h}]")
     if bias is not None and bias.shape[0] != weight.shape[0]:
-        raise InputError(f"bias has {bias.shape[0]} elements but weight has {weight.shape[0]} rows (the vocabulary); "
-                         f"give a bias of shape ({weight.shape[0]},)")
+        raise InputError(f"bias has {bias.shape[0]} elements but weight has {weight.shape[0]} rows "
+                         f"(the vocabulary); give a bias of shape ({weight.shape[0]},)")
     if target.shape != hidden.shape[:-1]:
-        raise InputError(f"target has shape {tuple(target.shape)} but hidden has shape {tuple(hidden.shape)}; "
-                         f"give one class index per row of hidden: shape {tuple(hidden.shape[:-1])}")
+        raise InputError(f"target has shape {tuple(target.shape)} but hidden has shape "
+                         f"{tuple(hidden.shape)}; give one class index per row of hidden: shape "
+                         f"{tuple(hidden.shape[:-1])}")
     if reduction not in REDUCTIONS:
-        raise InputError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
+        raise InputError(
+            f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing <= 1.0:
         raise InputError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if isinstance(z_loss, bool) or not isinstance(z_loss, (int, float)) or not 0.0 <= z_loss < float("inf"):
-        raise InputError(f"z_loss must be a finite number >= 0 (the weight of lse^2), got {z_loss!r}")
+        raise InputError(
+            f"z_loss must be a finite number >= 0 (the weight of lse^2), got {z_loss!r}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise InputError(f"ignore_index must be an int, got {ignore_index!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise InputError(f"chunk_size must be an int >= 1 (rows per chunk) or None, got {chunk_size!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise InputError(
+            f"chunk_size must be an int >= 1 (rows per chunk) or None, got {chunk_size!r}")
 
 
 def _autocast(hidden: object, weight: object, bias: object) -> tuple:
@@ -363,7 +389,8 @@ def _autocast(hidden: object, weight: object, bias: object) -> tuple:
     if not isinstance(hidden, torch.Tensor) or not torch.is_autocast_enabled(hidden.device.type):
         return hidden, weight, bias
     dtype = torch.get_autocast_dtype(hidden.device.type)
-    cast = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+    cast = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
+            and t.dtype != torch.float64
             else t for t in (hidden, weight, bias)]  # autocast leaves fp64 alone
     return cast[0], cast[1], cast[2]
 
@@ -379,16 +406,18 @@ def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tenso
         n_bad = int(bad.sum())
         if n_bad:
             value = int(t1[bad][0])
-            raise InputError(f"target holds class index {value}, outside [0, {vocab}) (weight's rows) and not "
-                             f"ignore_index={ignore_index}; {n_bad} such entries")
+            raise InputError(f"target holds class index {value}, outside [0, {vocab}) (weight's "
+                             f"rows) and not ignore_index={ignore_index}; {n_bad} such entries")
     else:
-        torch._assert_async(~bad.any(), f"linear_cross_entropy: a target outside [0, {vocab}) that is not "
+        torch._assert_async(~bad.any(),
+                            f"linear_cross_entropy: a target outside [0, {vocab}) that is not "
                                         f"ignore_index={ignore_index}")
     return valid.sum()
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-                         bias: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                         bias: torch.Tensor | None = None, ignore_index: int = -100,
+                         reduction: str = "mean",
                          label_smoothing: float = 0.0, z_loss: float = 0.0, *,
                          chunk_size: int | None = None) -> torch.Tensor:
     """``F.cross_entropy(hidden @ weight.T + bias, target, ...) + z_loss * lse^2`` without the logits.
@@ -405,7 +434,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     ``torch.autocast`` the matmuls run in the autocast dtype, as ``F.linear`` would. Triton on CUDA; the same chunked loop in PyTorch ops for CPU tensors and fp64.
     """
     hidden, weight, bias = _autocast(hidden, weight, bias)
-    _check(hidden, weight, target, bias, reduction, label_smoothing, z_loss, ignore_index, chunk_size)
+    _check(hidden, weight, target, bias, reduction, label_smoothing, z_loss,
+           ignore_index, chunk_size)
     n_rows = target.numel()
     vocab = weight.shape[0]
     n_valid = _count_valid(target.reshape(-1), vocab, ignore_index)
@@ -417,13 +447,14 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     if n_rows == 0:  # F.cross_entropy's empty cases, with mean -> 0 like the all-ignored case
         zero = (hidden.sum() + weight.sum()).to(loss_dtype) * 0
         return zero.expand(target.shape) if reduction == "none" else zero
-    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                            for t in (hidden, weight, bias))
     with torch.autocast(hidden.device.type, enabled=False):  # inputs already in the matmul dtype
         if _OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
             h2, t1 = _flat(hidden, target)
             needs = [grads and t is not None and t.requires_grad for t in (hidden, weight, bias)]
-            loss = _OP(h2, weight, bias, t1, scale, None, ignore_index, reduction, o.label_smoothing, o.z_loss,
-                       chunk, *needs)[0]
+            loss = _OP(h2, weight, bias, t1, scale, None, ignore_index, reduction,
+                       o.label_smoothing, o.z_loss, chunk, *needs)[0]
             return loss.view(target.shape) if reduction == "none" else loss
         if grads:
             return _LinearCrossEntropy.apply(hidden, weight, bias, target, o, scale)

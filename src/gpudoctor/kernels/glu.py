@@ -76,7 +76,8 @@ def _act_and_grad(x, KIND: tl.constexpr, GRAD: tl.constexpr, LIBDEVICE: tl.const
             t = 2.0 / (1.0 + tl.exp(-2.0 * k)) - 1.0
         a = 0.5 * x * (1.0 + t)
         if GRAD:
-            da = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+            da = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
+                1.0 + 3.0 * 0.044715 * x * x)
     else:  # erf-GELU
         cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
         a = x * cdf
@@ -101,8 +102,8 @@ def _glu_fwd(G, U, OUT, stride_g, stride_u, stride_o, n_cols, col_blocks,
 
 
 @_jit
-def _glu_bwd(DY, G, U, DG, DU, stride_dy, stride_g, stride_u, stride_dg, stride_du, n_cols, col_blocks,
-             KIND: tl.constexpr, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+def _glu_bwd(DY, G, U, DG, DU, stride_dy, stride_g, stride_u, stride_dg, stride_du,
+             n_cols, col_blocks, KIND: tl.constexpr, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
     # recomputes act(g); reads dy, g, u and writes dg, du: one pass over memory for both gradients
     pid = tl.program_id(0)
     row = (pid // col_blocks).to(tl.int64)
@@ -158,12 +159,13 @@ def _forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
         out = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # [rows, cols]
         strides = g2.stride(0), u2.stride(0), out.stride(0)
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_fwd.launch(grid, (g2, u2, out, *strides, cols, col_blocks), (kind, block, not interpreting()),
-                       max(1, block // 256))
+    _launch_fwd.launch(grid, (g2, u2, out, *strides, cols, col_blocks),
+                       (kind, block, not interpreting()), max(1, block // 256))
     return out if rows == 1 else out.view(gate.shape)
 
 
-def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+              kind: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, cols = _layout(dy, gate, up)
     if rows == 1:  # contiguous: as the forward
         dy2, g2, u2, dg, du = dy, gate, up, torch.empty_like(gate), torch.empty_like(up)
@@ -174,8 +176,8 @@ def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int)
         du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
         strides = dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0)
     grid, col_blocks, block = _launch(rows, cols)
-    _launch_bwd.launch(grid, (dy2, g2, u2, dg, du, *strides, cols, col_blocks), (kind, block, not interpreting()),
-                       max(1, block // 256))
+    _launch_bwd.launch(grid, (dy2, g2, u2, dg, du, *strides, cols, col_blocks),
+                       (kind, block, not interpreting()), max(1, block // 256))
     if rows == 1:
         return dg, du
     return dg.view(gate.shape), du.view(up.shape)
@@ -193,7 +195,8 @@ class _GluFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         gate, up = ctx.saved_tensors
         dg, du = _backward(dy, gate, up, ctx.kind)
-        return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1] else None), None
+        return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1]
+                                                           else None), None
 
 
 # -- the gpudoctor::glu custom op (what torch.compile sees) ------------------------------------------------
@@ -212,7 +215,8 @@ def _op_forward_reference(gate, up, kind):
     return _native(gate, up, kind).contiguous()
 
 
-def _op_backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _op_backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+                 kind: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _backward(dy, gate, up, kind)
 
 
@@ -231,7 +235,8 @@ def _op_backward_reference(dy, gate, up, kind):
     elif kind == GELU_TANH:
         t = torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
         act = 0.5 * x * (1.0 + t)
-        dact = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        dact = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0
+                                                                                 * 0.044715 * x * x)
     else:
         cdf = 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
         act, dact = x * cdf, cdf + x * 0.3989422804014327 * torch.exp(-0.5 * x * x)
@@ -248,7 +253,8 @@ def _setup(ctx, inputs, output) -> None:
 def _op_grad(ctx, dy: torch.Tensor):
     gate, up = ctx.saved_tensors
     dg, du = _BWD_OP(dy, gate, up, ctx.kind)
-    return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1] else None), None
+    return (dg if ctx.needs_input_grad[0] else None), (du if ctx.needs_input_grad[1]
+                                                       else None), None
 
 
 def _native(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
@@ -264,7 +270,8 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     check_same("gate", gate, up=up)
     if gate.shape != up.shape:
         raise InputError(f"up has shape {tuple(up.shape)} but gate has shape {tuple(gate.shape)}; "
-                         "give two tensors of one shape (the gate and up projections of the same tokens)")
+                         "give two tensors of one shape (the gate and up projections of the "
+                         "same tokens)")
     if gate.numel() == 0 or not use_triton(gate):
         return _native(gate, up, kind)
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
@@ -276,9 +283,10 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
 # helpers and names imported from triton that the kernel reads, but not a module global such as
 # ``libdevice`` (torch 2.13, torch/_inductor/codegen/wrapper.py), so the traced GLU kernels would not
 # compile; and an elementwise kernel gains nothing from Inductor seeing it (it fuses none into user kernels).
-_FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference, triton=False)
-_BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake, reference=_op_backward_reference,
+_FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference,
                     triton=False)
+_BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake,
+                    reference=_op_backward_reference, triton=False)
 if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
@@ -299,14 +307,16 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> to
     """``gelu(gate, approximate=approximate) * up``: ``"tanh"`` (``gelu_pytorch_tanh``, Gemma) or
     ``"none"`` (the exact erf GELU, HF's ``"gelu"``); saves only ``gate`` and ``up`` for backward."""
     if approximate not in ("tanh", "none"):
-        raise InputError(f"approximate must be 'tanh' or 'none' (the erf GELU), got {approximate!r}")
+        raise InputError(
+            f"approximate must be 'tanh' or 'none' (the erf GELU), got {approximate!r}")
     return _gated(gate, up, GELU_TANH if approximate == "tanh" else GELU_ERF)
 
 
 # activation names (HF's ``hidden_act`` values and activation class names) -> kind
 _BY_NAME = {
     "silu": SILU, "swish": SILU, "SiLU": SILU, "SiLUActivation": SILU,
-    "gelu_pytorch_tanh": GELU_TANH, "gelu_new": GELU_TANH, "gelu_fast": GELU_TANH, "gelu_tanh": GELU_TANH,
+    "gelu_pytorch_tanh": GELU_TANH, "gelu_new": GELU_TANH, "gelu_fast": GELU_TANH,
+    "gelu_tanh": GELU_TANH,
     "GELUTanh": GELU_TANH, "PytorchGELUTanh": GELU_TANH, "NewGELUActivation": GELU_TANH,
     "FastGELUActivation": GELU_TANH,
     "gelu": GELU_ERF, "gelu_python": GELU_ERF, "GELUActivation": GELU_ERF,
@@ -320,7 +330,8 @@ def _activation_kind(mlp: nn.Module, activation: object) -> int:
         activation = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
     if activation is None:
         config = getattr(mlp, "config", None)
-        activation = getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None)
+        activation = getattr(config, "hidden_act", None) or getattr(config,
+                                                                    "hidden_activation", None)
     if isinstance(activation, nn.GELU):
         return GELU_TANH if activation.approximate == "tanh" else GELU_ERF
     if activation is F.silu:
@@ -331,11 +342,13 @@ def _activation_kind(mlp: nn.Module, activation: object) -> int:
     if name in _BY_NAME:
         return _BY_NAME[name]
     known = sorted(k for k in _BY_NAME if k.islower())
-    raise InputError(f"the MLP's activation {name!r} is not one the fused gated MLP computes; accepted: "
-                     f"{', '.join(known)} (or nn.SiLU / nn.GELU); pass activation= to name it")
+    raise InputError(f"the MLP's activation {name!r} is not one the fused gated MLP computes; "
+                     f"accepted: {', '.join(known)} (or nn.SiLU / nn.GELU); pass activation= "
+                     "to name it")
 
 
-def fused_gated_mlp_forward(mlp_module: nn.Module, x: torch.Tensor, *, activation: object = None) -> torch.Tensor:
+def fused_gated_mlp_forward(mlp_module: nn.Module, x: torch.Tensor, *,
+                            activation: object = None) -> torch.Tensor:
     """``down_proj(act(gate_proj(x)) * up_proj(x))`` with the fused op, for an HF-style gated MLP
     (Llama, Qwen, Mistral, Gemma...; a fused ``gate_up_proj`` as in Phi-3 works too).
 
@@ -347,9 +360,11 @@ def fused_gated_mlp_forward(mlp_module: nn.Module, x: torch.Tensor, *, activatio
     down = getattr(mlp_module, "down_proj", None)
     if isinstance(getattr(mlp_module, "gate_up_proj", None), nn.Module) and down is not None:
         gate, up = mlp_module.gate_up_proj(x).chunk(2, dim=-1)  # views, row stride 2 * intermediate
-    elif all(isinstance(getattr(mlp_module, n, None), nn.Module) for n in ("gate_proj", "up_proj", "down_proj")):
+    elif all(isinstance(getattr(mlp_module, n, None), nn.Module) for n in ("gate_proj", "up_proj",
+                                                                           "down_proj")):
         gate, up = mlp_module.gate_proj(x), mlp_module.up_proj(x)
     else:
-        raise InputError(f"mlp_module ({type(mlp_module).__name__}) needs gate_proj, up_proj and down_proj "
-                         "modules (or gate_up_proj and down_proj); give an HF-style gated MLP")
+        raise InputError(f"mlp_module ({type(mlp_module).__name__}) needs gate_proj, up_proj and "
+                         "down_proj modules (or gate_up_proj and down_proj); give an HF-style "
+                         "gated MLP")
     return mlp_module.down_proj(_gated(gate, up, kind))

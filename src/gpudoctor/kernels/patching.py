@@ -71,10 +71,12 @@ class PatchReport:
     def __str__(self) -> str:
         if not self.total:
             why = f" ({self.skipped[0][0]}: {self.skipped[0][1]})" if self.skipped else ""
-            return ("gpudoctor.kernels.patch: nothing replaced: no RMSNorm, gated MLP or causal-LM head recognised"
+            return ("gpudoctor.kernels.patch: nothing replaced: no RMSNorm, gated MLP or causal-LM "
+                    "head recognised"
                     + why)
         parts = ", ".join(f"{n} {kind}" for kind, n in self.replaced.items())
-        return (f"gpudoctor.kernels.patch: replaced {parts}" + (f"; skipped {len(self.skipped)}" if self.skipped else "")
+        return (f"gpudoctor.kernels.patch: replaced {parts}"
+                + (f"; skipped {len(self.skipped)}" if self.skipped else "")
                 + (f"; under torch.compile: {self.under_compile()}" if self.compiled else "")
                 + (f"; path: {self.path}" if self.path else ""))
 
@@ -86,15 +88,16 @@ class PatchReport:
         return ", ".join(f"{' and '.join(kinds)} {path}" for path, kinds in by_path.items())
 
 
-def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool = True, compiled: str = "native",
-          verbose: bool = False) -> PatchReport:
+def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool = True,
+          compiled: str = "native", verbose: bool = False) -> PatchReport:
     """Replace what is recognised; return what was replaced and what was skipped (and why).
 
     ``compiled``: what the norms, gated MLPs and small losses run under torch.compile: ``"native"``,
     their own forward (Inductor fuses it), or ``"op"``, the ``gpudoctor::`` ops (see the module
     docstring)."""
     if compiled not in COMPILED:
-        raise InputError(f"compiled must be one of {', '.join(map(repr, COMPILED))}, got {compiled!r}")
+        raise InputError(
+            f"compiled must be one of {', '.join(map(repr, COMPILED))}, got {compiled!r}")
     native = compiled == "native"
     report = PatchReport()
     for name, module in model.named_modules():
@@ -111,7 +114,8 @@ def patch(model: nn.Module, *, norms: bool = True, mlps: bool = True, loss: bool
         elif mlps and _looks_like_gated_mlp(module):
             act = _activation(module.act_fn)
             if act is None:
-                report.skipped.append((name, "a gated MLP whose activation is neither SiLU nor tanh-GELU"))
+                report.skipped.append((name,
+                                       "a gated MLP whose activation is neither SiLU nor tanh-GELU"))
                 continue
             _set_forward(module, _mlp_forward(act, type(module).forward if native else None))
             kind = "gated MLP"
@@ -186,7 +190,8 @@ def _norm_variant(m: nn.Module) -> str | None:
             return None
         xf = x.float()
         x_hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        variants = {"llama": w * x_hat.to(x.dtype), "gemma": (x_hat * (1.0 + w.float())).to(x.dtype)}
+        variants = {"llama": w * x_hat.to(x.dtype),
+                    "gemma": (x_hat * (1.0 + w.float())).to(x.dtype)}
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return None
     tol = 1e-5 if w.dtype == torch.float32 else 2e-2
@@ -218,7 +223,8 @@ def _activation(act) -> str | None:
 
 
 def _looks_like_causal_lm(m: nn.Module) -> bool:
-    return isinstance(getattr(m, "lm_head", None), nn.Linear) and isinstance(getattr(m, "model", None), nn.Module)
+    return isinstance(getattr(m, "lm_head", None), nn.Linear) and isinstance(
+        getattr(m, "model", None), nn.Module)
 
 
 # -- the replacement forwards ----------------------------------------------------------------------------
@@ -262,7 +268,8 @@ def _causal_lm_forward(original, native: bool = False):
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, logits_to_keep=0, **kwargs):
         if labels is None or (native and torch.compiler.is_compiling()
-                              and labels.numel() * self.lm_head.out_features <= NATIVE_LOSS_MAX_LOGITS):
+                              and labels.numel()
+                              * self.lm_head.out_features <= NATIVE_LOSS_MAX_LOGITS):
             return original(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels,
                             logits_to_keep=logits_to_keep, **kwargs)
         num_items = kwargs.pop("num_items_in_batch", None)
@@ -276,12 +283,15 @@ def _causal_lm_forward(original, native: bool = False):
         target = shift_labels.reshape(-1).to(h.device)
         head = self.lm_head
         if num_items is not None:
-            total = linear_cross_entropy(h, head.weight, target, bias=head.bias, ignore_index=ignore_index,
-                                         reduction="sum")
-            loss = total / (num_items.to(total.device) if isinstance(num_items, torch.Tensor) else num_items)
+            total = linear_cross_entropy(h, head.weight, target, bias=head.bias,
+                                         ignore_index=ignore_index, reduction="sum")
+            loss = total / (num_items.to(total.device) if isinstance(num_items, torch.Tensor)
+                            else num_items)
         else:
-            loss = linear_cross_entropy(h, head.weight, target, bias=head.bias, ignore_index=ignore_index)
-        fields = {"loss": loss, "logits": None, "past_key_values": getattr(outputs, "past_key_values", None),
+            loss = linear_cross_entropy(h, head.weight, target, bias=head.bias,
+                                        ignore_index=ignore_index)
+        fields = {"loss": loss, "logits": None,
+                  "past_key_values": getattr(outputs, "past_key_values", None),
                   "hidden_states": getattr(outputs, "hidden_states", None),
                   "attentions": getattr(outputs, "attentions", None)}
         try:

@@ -23,7 +23,8 @@ MEASURED: dict[str, dict] = {
     # gate and up only (eager also keeps silu(g))
     "swiglu": {"speedup_vs_eager": 543.4 / 311.4, "saved_ratio_vs_eager": 3 / 2},
     # run 17, 32768 tokens, H 4096, V 128256: peak 1.79 GB vs 48.1 GB; 154 ms vs 226 ms
-    "linear_cross_entropy": {"peak_memory_ratio_vs_eager": 48096.0 / 1791.1, "time_ratio_vs_eager": 154.10 / 225.92},
+    "linear_cross_entropy": {"peak_memory_ratio_vs_eager": 48096.0 / 1791.1,
+                             "time_ratio_vs_eager": 154.10 / 225.92},
     # run 17, a 1.24B Llama-style model, batch 4 x 2048, AdamW: the whole patch
     "end_to_end": {"step_ms": (190.03, 150.12), "peak_GB": (34.47, 18.59)},
 }
@@ -50,22 +51,23 @@ def kernel_fix(op_names: tuple[str, ...] | list[str]) -> Fix | None:
     ce = MEASURED.get("linear_cross_entropy") or {}
     # all of an RMSNorm's ops (x.pow(2).mean(-1), rsqrt), an activation next to a mul, a log-softmax
     if ops >= _RMS_OPS and rms.get("gpu_time_ratio_vs_hf_eager"):
-        parts.append(f"RMSNorm in {rms['gpu_time_ratio_vs_hf_eager']:.1f}x less GPU time than HF eager "
-                     "(forward + backward)")
+        parts.append(f"RMSNorm in {rms['gpu_time_ratio_vs_hf_eager']:.1f}x less GPU time than "
+                     "HF eager (forward + backward)")
     if ops & _GLU_OPS and "aten::mul" in ops and glu.get("speedup_vs_eager"):
         text = f"SwiGLU {glu['speedup_vs_eager']:.1f}x faster than eager"
         if glu.get("saved_ratio_vs_eager"):
             text += f", {glu['saved_ratio_vs_eager']:.1f}x less memory kept for backward"
         parts.append(text)
     if ops & _CE_OPS and ce.get("peak_memory_ratio_vs_eager"):
-        parts.append(f"the LM head + loss with {ce['peak_memory_ratio_vs_eager']:.1f}x less peak memory than eager "
-                     "(the fp32 logits are never whole)")
+        parts.append(f"the LM head + loss with {ce['peak_memory_ratio_vs_eager']:.1f}x less peak "
+                     "memory than eager (the fp32 logits are never whole)")
     if not parts:
         return None
     e2e = MEASURED.get("end_to_end") or {}
     if e2e.get("step_ms") and e2e.get("peak_GB"):
         (t0, t1), (m0, m1) = e2e["step_ms"], e2e["peak_GB"]
-        parts.append(f"on a 1.24B Llama-style model the whole patch took the step from {t0:.0f} to {t1:.0f} ms "
-                     f"and its peak memory from {m0:.1f} to {m1:.1f} GB")
+        parts.append(f"on a 1.24B Llama-style model the whole patch took the step from {t0:.0f} to "
+                     f"{t1:.0f} ms and its peak memory from {m0:.1f} to {m1:.1f} GB")
     return Fix("Swap in gpudoctor's fused kernels: " + "; ".join(parts) + _where(),
-               "from gpudoctor.kernels import patch\nprint(patch(model))   # HF Llama/Mistral/Qwen2/Gemma-style; unpatch(model) undoes it")
+               "from gpudoctor.kernels import patch\nprint(patch(model))   # HF "
+               "Llama/Mistral/Qwen2/Gemma-style; unpatch(model) undoes it")

@@ -17,9 +17,11 @@ def catalog() -> list[dict[str, Any]]:
     from gpudoctor.lab.registry import load_baselines, load_traps
 
     entries: list[dict[str, Any]] = [
-        {"name": t.id, "kind": "trap", "expected_finding": t.expected_finding, "title": t.title} for t in load_traps()
+        {"name": t.id, "kind": "trap", "expected_finding": t.expected_finding, "title": t.title}
+        for t in load_traps()
     ]
-    entries += [{"name": b.id, "kind": "baseline", "expected_finding": None, "title": b.title} for b in load_baselines()]
+    entries += [{"name": b.id, "kind": "baseline", "expected_finding": None, "title": b.title}
+                for b in load_baselines()]
     return entries
 
 

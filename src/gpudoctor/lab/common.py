@@ -98,11 +98,13 @@ class TinyGPT(nn.Module):
         return self.ln(x) @ self.tok.weight.t()
 
 
-def gelu_mlp_regression(device: str, width: int, batch: int, layers: int, bf16: bool) -> tuple[Callable[[], None], float]:
+def gelu_mlp_regression(device: str, width: int, batch: int, layers: int,
+                        bf16: bool) -> tuple[Callable[[], None], float]:
     """A float32 MLP (Linear + GELU) x layers trained on a regression step with AdamW; under bf16
     autocast when ``bf16`` (fp32 master weights kept). Returns the step and its FLOPs per step
     (forward + backward GEMMs). Seed first: the weights, then x and the target, are drawn here."""
-    model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(width, width), nn.GELU())]).to(device)
+    model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(width, width),
+                                                               nn.GELU())]).to(device)
     opt = adamw(model.parameters(), device)
     x = torch.randn(batch, width, device=device)
     target = torch.randn(batch, width, device=device)

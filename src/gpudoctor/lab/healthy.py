@@ -88,8 +88,9 @@ HEALTHY_CLOSURE = Baseline(
     title="GPT-like training step through opt.step(closure), Lightning-style",
     build=build_closure,
     with_stack=True,
-    description="healthy_train's model and data (bf16 autocast, SDPA, AdamW(fused=True), no syncs); "
-    "zero_grad, forward and backward in a closure passed to opt.step(closure), as Lightning runs it.",
+    description="healthy_train's model and data (bf16 autocast, SDPA, AdamW(fused=True), no "
+    "syncs); zero_grad, forward and backward in a closure passed to opt.step(closure), as "
+    "Lightning runs it.",
 )
 
 HEALTHY_INFER = Baseline(

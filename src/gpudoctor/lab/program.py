@@ -24,15 +24,21 @@ from gpudoctor.lab.registry import BASELINE_IDS, TRAP_IDS
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m gpudoctor.lab.program",
-                                     description="Run one lab trap, or its fixed twin, as a plain loop.")
-    parser.add_argument("trap", help=f"a trap ({', '.join(TRAP_IDS)}) or a baseline ({', '.join(BASELINE_IDS)})")
+                                     description="Run one lab trap, or its fixed twin, as a "
+                                     "plain loop.")
+    parser.add_argument("trap",
+                        help=f"a trap ({', '.join(TRAP_IDS)}) or a baseline "
+                             f"({', '.join(BASELINE_IDS)})")
     parser.add_argument("--fixed", action="store_true", help="run the trap's fixed twin instead")
     parser.add_argument("--steps", type=int, default=200, help="steps to run (default 200)")
-    parser.add_argument("--log-every", type=int, default=10, help="print the mean step time every K steps")
+    parser.add_argument("--log-every", type=int, default=10,
+                        help="print the mean step time every K steps")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     args = parser.parse_args(argv)
     if args.trap not in TRAP_IDS and args.trap not in BASELINE_IDS:
-        parser.error(f"no trap or baseline named {args.trap!r}; choose from {', '.join(TRAP_IDS + BASELINE_IDS)}")
+        parser.error(
+            f"no trap or baseline named {args.trap!r}; choose from "
+            f"{', '.join(TRAP_IDS + BASELINE_IDS)}")
     if args.steps < 1 or args.log_every < 1:
         parser.error("--steps and --log-every must be at least 1")
     if args.fixed and args.trap in BASELINE_IDS:
@@ -40,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def timed_loop(step: Callable[[], Any], steps: int, every: int, sync: Callable[[], Any]) -> Iterator[tuple[int, float]]:
+def timed_loop(step: Callable[[], Any], steps: int, every: int,
+               sync: Callable[[], Any]) -> Iterator[tuple[int, float]]:
     """Call ``step`` ``steps`` times, each marked with ``gpudoctor.step()``; every ``every`` steps and
     at the last, synchronize and yield (steps so far, mean ms a step since the last yield)."""
     from gpudoctor.capture.session import step as mark_step
@@ -65,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        print("gpudoctor.lab.program: --device cuda asked for, but torch sees no CUDA device; use --device cpu",
+        print("gpudoctor.lab.program: --device cuda asked for, but torch sees no CUDA device; use "
+              "--device cpu",
               file=sys.stderr)
         return 2
     if args.trap in TRAP_IDS:
@@ -75,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         build = next(b for b in load_baselines() if b.id == args.trap).build
     workload = build(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    print(f"{args.trap} ({'fixed' if args.fixed else 'sick'}) on {device}, {args.steps} steps", flush=True)
+    print(
+        f"{args.trap} ({'fixed' if args.fixed else 'sick'}) on {device}, {args.steps} steps", flush=True)
     try:
         for i, ms in timed_loop(workload.step, args.steps, args.log_every, sync):
             print(f"step {i}: {ms:.3f} ms/step", flush=True)

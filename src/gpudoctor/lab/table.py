@@ -16,8 +16,8 @@ from rich.text import Text
 
 from gpudoctor.lab.verify import RATIO_BAND, TrapVerdict
 
-_STYLE = {"pass": "green", "healthy": "green", "diagnosed": "yellow", "missed": "red", "unhealthy": "red",
-          "error": "bold red"}
+_STYLE = {"pass": "green", "healthy": "green", "diagnosed": "yellow", "missed": "red",
+          "unhealthy": "red", "error": "bold red"}
 
 
 def _two(first: str, second: str, style: str = "") -> Text:
@@ -34,7 +34,8 @@ def _rank(v: TrapVerdict) -> str:
 
 
 def render_lab(verdicts: Sequence[TrapVerdict], console: Console) -> None:
-    table = Table(title="gpudoctor lab", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, leading=1)
+    table = Table(title="gpudoctor lab", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, leading=1)
     table.add_column(_two("trap", "expected finding"), no_wrap=True)
     table.add_column(_two("top finding", "rank of expected"), no_wrap=True)
     table.add_column(_two("sick ms", "fixed ms"), justify="right", no_wrap=True)
@@ -44,7 +45,8 @@ def render_lab(verdicts: Sequence[TrapVerdict], console: Console) -> None:
         table.add_row(
             _two(v.trap, v.expected or "(healthy)"),
             _two(v.top_finding or "-", _rank(v)),
-            _two(f"{v.sick_ms:.2f}" if v.sick_ms else "-", f"{v.fixed_ms:.2f}" if v.fixed_ms else "-"),
+            _two(f"{v.sick_ms:.2f}" if v.sick_ms else "-",
+                 f"{v.fixed_ms:.2f}" if v.fixed_ms else "-"),
             _two(f"x{v.predicted_speedup:.2f}" if v.predicted_speedup else "-",
                  f"x{v.measured_speedup:.2f}" if v.measured_speedup else "-"),
             _two(v.verdict, f"{v.ratio:.2f}" if v.ratio else "", style=_STYLE.get(v.verdict, "")),

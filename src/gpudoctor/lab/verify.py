@@ -94,7 +94,8 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
     """A profiled window of ``steps`` steps (after 2 untouched and 1 warm-up), as trace.json.gz."""
     from gpudoctor.capture.session import CaptureConfig, CaptureSession
 
-    session = CaptureSession(CaptureConfig(steps=steps, skip=2, stack=with_stack, nvml_interval_s=0), out_dir)
+    session = CaptureSession(CaptureConfig(steps=steps, skip=2, stack=with_stack,
+                                           nvml_interval_s=0), out_dir)
     session.start(hook_optimizers=False)
     try:
         while not session.done:
@@ -103,7 +104,8 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
     finally:
         session.close()
     if session.result.trace_path is None:
-        raise RuntimeError(f"no trace was written ({session.result.error or 'window never opened'})")
+        raise RuntimeError(
+            f"no trace was written ({session.result.error or 'window never opened'})")
     return session.result.trace_path
 
 
@@ -140,7 +142,8 @@ def _capture_fresh(build: Callable[[str], Workload], device: str, folder: Path, 
 
 
 def _time_and_capture(
-    build: Callable[[str], Workload], device: str, folder: Path, steps: int, with_stack: bool, warmup: int, timed: int
+    build: Callable[[str], Workload], device: str, folder: Path, steps: int, with_stack: bool,
+    warmup: int, timed: int
 ) -> tuple[float, Path]:
     """The unprofiled step time of a fresh workload, then a profiled window of it."""
     with _built(build, device) as work:
@@ -165,8 +168,8 @@ def paired_rounds(trap: Trap, device: str, warmup: int, timed: int,
     return sick, fixed
 
 
-def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5, timed: int = 20,
-                rounds: int = ROUNDS) -> TrapVerdict:
+def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,
+                timed: int = 20, rounds: int = ROUNDS) -> TrapVerdict:
     from gpudoctor.pipeline import analyze_loaded
     from gpudoctor.trace import load
 
@@ -181,11 +184,12 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
     except NoGpuActivityError:
         report = None
     except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
-        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0, "error", (),
-                           f"{type(exc).__name__}: {str(exc)[:200]}")
+        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0,
+                           "error", (), f"{type(exc).__name__}: {str(exc)[:200]}")
     if report is None or report.host_only:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
-        return TrapVerdict(trap.id, trap.expected_finding, None, None, None, sick_ms / fixed_ms if fixed_ms else None,
-                           sick_ms, fixed_ms, 0.0, "ran-on-cpu", (), sick_rounds_ms=tuple(sick_rounds),
+        return TrapVerdict(trap.id, trap.expected_finding, None, None, None,
+                           sick_ms / fixed_ms if fixed_ms else None, sick_ms, fixed_ms, 0.0,
+                           "ran-on-cpu", (), sick_rounds_ms=tuple(sick_rounds),
                            fixed_rounds_ms=tuple(fixed_rounds))
     _write(out_dir / trap.id, report)
     ids = [f.id for f in report.findings]
@@ -197,7 +201,8 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
     if rank == 1:
         ratio = predicted / measured if predicted and measured else 0.0
         verdict = "pass" if RATIO_BAND[0] <= ratio <= RATIO_BAND[1] else "diagnosed"
-    return TrapVerdict(trap.id, trap.expected_finding, ids[0] if ids else None, rank, predicted, measured, sick_ms,
+    return TrapVerdict(trap.id, trap.expected_finding, ids[0] if ids else None, rank, predicted,
+                       measured, sick_ms,
                        fixed_ms, report.step_ms, verdict, _summary(report), report=report,
                        sick_rounds_ms=tuple(round(t, 4) for t in sick_rounds),
                        fixed_rounds_ms=tuple(round(t, 4) for t in fixed_rounds))
@@ -210,8 +215,8 @@ def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, 
 
     step_ms = 0.0
     try:
-        step_ms, trace = _time_and_capture(base.build, device, out_dir / base.id, steps, base.with_stack,
-                                           warmup, timed)
+        step_ms, trace = _time_and_capture(base.build, device, out_dir / base.id, steps,
+                                           base.with_stack, warmup, timed)
         report = analyze_loaded(load(trace), unprofiled_step_ms=step_ms)
     except NoGpuActivityError:
         report = None
@@ -219,11 +224,13 @@ def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, 
         return TrapVerdict(base.id, None, None, None, None, None, 0.0, None, 0.0, "error", (),
                            f"{type(exc).__name__}: {str(exc)[:200]}")
     if report is None or report.host_only:  # a CPU smoke run
-        return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0, "ran-on-cpu", ())
+        return TrapVerdict(base.id, None, None, None, None, None, step_ms, None, 0.0,
+                           "ran-on-cpu", ())
     _write(out_dir / base.id, report)
     bad = [f for f in report.findings if f.severity in ("major", "critical")]
-    return TrapVerdict(base.id, None, report.findings[0].id if report.findings else None, None, None, None, step_ms,
-                       None, report.step_ms, "unhealthy" if bad else "healthy", _summary(report))
+    return TrapVerdict(base.id, None, report.findings[0].id if report.findings else None, None,
+                       None, None, step_ms, None, report.step_ms, "unhealthy" if bad else "healthy",
+                       _summary(report))
 
 
 def _summary(report: Any) -> tuple[tuple[str, str, float], ...]:
@@ -238,7 +245,8 @@ def _write(folder: Path, report: Any) -> None:
 
 
 def verify_all(
-    names: list[str], device: str, out_dir: Path, steps: int = 5, progress: Callable[[str], None] | None = None
+    names: list[str], device: str, out_dir: Path, steps: int = 5,
+    progress: Callable[[str], None] | None = None
 ) -> list[TrapVerdict]:
     from gpudoctor.lab.registry import BASELINE_IDS, load_baselines, load_trap
 

@@ -23,7 +23,8 @@ from gpudoctor.memory.options import (
     validate_train,
 )
 
-__all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_from_options", "load_spec"]
+__all__ = ["MemoryEstimate", "ModelSpec", "Suggestion", "estimate", "estimate_from_options",
+           "load_spec"]
 
 
 def load_spec(source: str) -> ModelSpec:
@@ -96,7 +97,9 @@ def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: 
     cls = InferOptions if infer else TrainOptions
     if isinstance(source, str) and is_module_source(source):
         if infer:
-            raise InputError("module:factory is priced for training; for generation give a config.json or a preset")
+            raise InputError(
+                "module:factory is priced for training; for generation give a config.json or "
+                "a preset")
         from gpudoctor.memory.fit import with_fit
         from gpudoctor.memory.module_estimate import estimate_module
 
@@ -143,5 +146,6 @@ def is_module_source(source: str) -> bool:
     from gpudoctor.core import presets
 
     head, sep, attr = source.rpartition(":")
-    return bool(sep and head and attr and not Path(source).exists() and source.lower() not in presets.PRESETS)
+    return bool(sep and head and attr and not Path(source).exists()
+                and source.lower() not in presets.PRESETS)
 

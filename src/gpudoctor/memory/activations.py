@@ -254,7 +254,8 @@ def layer_memory(spec: ModelSpec, w: Workload, layer: int = 0) -> LayerMemory:
         backward_transient = 3 * c * tokens * spec.intermediate / tp + 2 * c * th
     if attention_kind(spec, w.attention) == "eager":
         backward_transient = max(backward_transient, (2 * c + 4) * b * heads * s * s)
-    return LayerMemory(saved=saved, backward_transient=backward_transient, checkpoint_input=w.r * th_rep)
+    return LayerMemory(saved=saved, backward_transient=backward_transient,
+                       checkpoint_input=w.r * th_rep)
 
 
 def attention_kind(spec: ModelSpec, attention: str) -> str:
@@ -278,9 +279,10 @@ def attention_note(spec: ModelSpec, attention: str) -> str | None:
     """Gemma 2: which transformers versions run the attention asked for."""
     if spec.family != "gemma2" or not spec.attn_logit_softcapping or attention != "sdpa":
         return None
-    return ("Gemma 2 under SDPA, as transformers 5.17 to 5.20 run it with attn_implementation=\"sdpa\" "
-            "(attention soft-capping dropped); 5.21 and later refuse SDPA for Gemma 2 and load eager "
-            "attention by default: price that with --attention eager")
+    return ("Gemma 2 under SDPA, as transformers 5.17 to 5.20 run it with "
+            "attn_implementation=\"sdpa\" (attention soft-capping dropped); 5.21 and later refuse "
+            "SDPA for Gemma 2 and load eager attention by default: price that with "
+            "--attention eager")
 
 
 def expert_workload(w: Workload) -> Workload:
@@ -296,7 +298,8 @@ def moe_norm_consumers(spec: ModelSpec) -> int:
     """The consumers of an MoE layer's pre-MLP norm that each keep their own autocast cast of its
     output: the router, and the shared experts' projections (gate and up, or one fc), and their
     gate. The routed experts gather the norm's output without autocast (``expert_workload``)."""
-    return 1 + ((2 if spec.gated_mlp else 1) if shared_width(spec) else 0) + (1 if spec.moe.shared_gate else 0)
+    return 1 + ((2 if spec.gated_mlp else 1) if shared_width(spec) else 0) + (
+        1 if spec.moe.shared_gate else 0)
 
 
 def shared_width(spec: ModelSpec) -> int:

@@ -162,7 +162,8 @@ def _resolve(module: Any, attr: str, spec: str) -> Any:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise InputError(f"{spec!r}: {module.__name__!r} has no attribute {attr!r}; {_ACCEPTED}")
+            raise InputError(
+                f"{spec!r}: {module.__name__!r} has no attribute {attr!r}; {_ACCEPTED}")
         obj = getattr(obj, part)
     return obj
 
@@ -210,7 +211,8 @@ def _to_meta(module: nn.Module) -> nn.Module:
     return module
 
 
-def _map_tensors(example: Example | None, fn: Callable[[torch.Tensor], torch.Tensor]) -> Example | None:
+def _map_tensors(example: Example | None,
+                 fn: Callable[[torch.Tensor], torch.Tensor]) -> Example | None:
     if example is None:
         return None
     if isinstance(example, torch.Tensor):
@@ -258,7 +260,8 @@ def dry_run(
             args, kwargs = call(dtype)
             checkpointed = checkpointing and hasattr(module, "gradient_checkpointing_enable")
             if checkpointed:
-                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                module.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
             module.train()
             return _measure(module, args, kwargs, amp, reduce, checkpointed, grads_exist)
         except InputError:
@@ -272,8 +275,8 @@ def _failure(module: nn.Module, e: Exception) -> str:
     lines = str(e).strip().splitlines()
     why = ""
     if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)):
-        why = ("; the model reads tensor values (.item(), a branch on a tensor, a data-dependent shape),"
-               " which a dry run on fake tensors cannot")
+        why = ("; the model reads tensor values (.item(), a branch on a tensor, a "
+               "data-dependent shape), which a dry run on fake tensors cannot")
     return f"the dry run of {type(module).__name__} failed: {type(e).__name__}: {lines[0] if lines else ''}{why}"
 
 
@@ -287,7 +290,8 @@ def _loss_fn(loss: str | Callable[[Any], torch.Tensor]) -> Callable[[Any], torch
     if callable(loss):
         return loss
     if loss != "auto":
-        raise InputError(f"loss {loss!r} is not 'auto' or a callable that maps the output to a scalar")
+        raise InputError(
+            f"loss {loss!r} is not 'auto' or a callable that maps the output to a scalar")
     return _auto_loss
 
 
@@ -302,8 +306,8 @@ def _auto_loss(output: Any) -> torch.Tensor:
                 break
             first = values[0]
     if not isinstance(first, torch.Tensor):
-        raise InputError(f"the model's output is a {type(output).__name__} with no tensor to take as the loss;"
-                         " pass loss= a callable that maps the output to a scalar")
+        raise InputError(f"the model's output is a {type(output).__name__} with no tensor to take "
+                         "as the loss; pass loss= a callable that maps the output to a scalar")
     return first if first.dim() == 0 else first.sum()
 
 
@@ -316,8 +320,9 @@ def _step_inputs(module: nn.Module, example: Example | None, batch: int, seq: in
         return lambda dtype: _fake_example(example, dtype)
     config = getattr(module, "config", None)
     if not isinstance(getattr(config, "vocab_size", None), int):
-        raise InputError(f"{type(module).__name__} is not a Hugging Face causal LM (no config.vocab_size):"
-                         " make the factory return (module, example_input) with one micro-batch of input")
+        raise InputError(f"{type(module).__name__} is not a Hugging Face causal LM (no "
+                         "config.vocab_size): make the factory return (module, example_input) with "
+                         "one micro-batch of input")
     if batch < 1 or seq < 1:
         raise InputError(f"batch and seq must be positive, got batch={batch} seq={seq}")
 
@@ -369,8 +374,9 @@ def _fake_module(module: nn.Module, dtype: torch.dtype) -> None:
                 setattr(sub, name, fresh(value, cast=False))
 
 
-def _measure(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], amp: torch.dtype | None,
-             reduce: Callable[[Any], torch.Tensor], checkpointed: bool, grads_exist: bool = False) -> DryRun:
+def _measure(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+             amp: torch.dtype | None, reduce: Callable[[Any], torch.Tensor], checkpointed: bool,
+             grads_exist: bool = False) -> DryRun:
     """Run the step under a ``_LiveBytes``: the forward (the output dropped once the loss is taken,
     as a loop that keeps only the loss does), then the backward, each with its own peak."""
     params = list(module.parameters())
@@ -521,8 +527,9 @@ def _cuda_kernels(autocast: bool) -> Iterator[None]:
         lib._destroy()
 
 
-def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
-               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+               is_causal: bool = False, scale: float | None = None,
                enable_gqa: bool = False) -> torch.Tensor:
     """Attention on the kernel a GPU would pick, for what it saves.
 
@@ -542,14 +549,16 @@ def _cuda_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
             # v and output count at q's head dim, a little over the GPU's (v and out only)
             value = torch.nn.functional.pad(value, (0, query.shape[-1] - dv))
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0][..., :dv]
+                query, key, value, dropout_p, is_causal, attn_mask=attn_mask,
+                scale=scale)[0][..., :dv]
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, **gqa)[0]
 
 
-def _cuda_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool) -> bool:
+def _cuda_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                gqa: bool) -> bool:
     """Would CUDA run flash or memory-efficient attention (rather than math) on these inputs?"""
     low = q.dtype in (torch.float16, torch.bfloat16)
     dim = q.shape[-1]

@@ -21,7 +21,8 @@ from gpudoctor.memory.estimate import MemoryEstimate, Suggestion
 from gpudoctor.memory.options import InferOptions, TrainOptions
 
 
-def with_fit(spec: ModelSpec, options, est: MemoryEstimate, gpu: str | None, suggest: bool) -> MemoryEstimate:
+def with_fit(spec: ModelSpec, options, est: MemoryEstimate, gpu: str | None,
+             suggest: bool) -> MemoryEstimate:
     if not gpu:
         return est
     name, capacity = capacity_of(gpu)
@@ -46,7 +47,8 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
         out.append(("Train in bf16: torch.autocast(dtype=torch.bfloat16) over fp32 weights",
                     {"autocast": "bf16"}, "none on Ampere or newer; fp16 needs a GradScaler"))
     if o.params_dtype == "fp32":
-        out.append(("Keep the weights in bf16 (model.to(torch.bfloat16)) with fp32 master weights in the optimizer",
+        out.append((("Keep the weights in bf16 (model.to(torch.bfloat16)) with fp32 master weights "
+                     "in the optimizer"),
                     {"params_dtype": "bf16", "autocast": "none", "master_weights": True},
                     "an fp32 master copy keeps small updates from rounding away"))
     b = o.batch
@@ -54,7 +56,8 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
         b //= 2
         acc = o.microbatches * (o.batch // b)
         out.append((f"Micro-batch {b} with {acc} gradient-accumulation steps (same effective batch)",
-                    {"batch": b, "microbatches": acc}, "more, smaller steps: slightly lower throughput"))
+                    {"batch": b, "microbatches": acc},
+                    "more, smaller steps: slightly lower throughput"))
     if o.checkpointing != "full":
         out.append(("Activation checkpointing per layer: model.gradient_checkpointing_enable()",
                     {"checkpointing": "full"}, "about 33% more compute (one extra forward)"))
@@ -70,16 +73,19 @@ def _train_candidates(spec: ModelSpec, o: TrainOptions) -> list[tuple[str, dict,
             if o.zero_stage < stage:
                 label = {1: "ZeRO-1: shard optimizer states", 2: "ZeRO-2: shard gradients too",
                          3: "ZeRO-3 / FSDP: shard the weights too"}[stage]
-                out.append((f"{label} over the {o.dp} data-parallel ranks", {"zero": stage, "fsdp": False},
-                            "more communication per step" if stage < 3 else "an all-gather per layer"))
+                out.append((f"{label} over the {o.dp} data-parallel ranks",
+                            {"zero": stage, "fsdp": False},
+                            "more communication per step" if stage < 3
+                            else "an all-gather per layer"))
     for tp in spec.tp_degrees((2, 4, 8)):
         if tp > o.tp:
-            out.append((f"Tensor parallelism over {tp} GPUs (with sequence parallelism)", {"tp": tp, "sp": True},
-                        "needs NVLink: an all-reduce per layer"))
+            out.append((f"Tensor parallelism over {tp} GPUs (with sequence parallelism)",
+                        {"tp": tp, "sp": True}, "needs NVLink: an all-reduce per layer"))
     return out
 
 
-def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int, peak: int) -> list[Suggestion]:
+def _train_suggestions(spec: ModelSpec, o: TrainOptions, capacity: int,
+                       peak: int) -> list[Suggestion]:
     """Changes that lower ``peak`` (the current one), those that fit first; a change that does not
     lower the peak is no answer, whatever else it does."""
     from gpudoctor.memory.training import estimate_training
@@ -127,11 +133,13 @@ def _cheapest_combination(singles, capacity: int, price) -> Suggestion | None:
             new = price(delta)
             if new is not None and _total(new) <= capacity:
                 change = " + ".join(item[1].split(":")[0].split(" (")[0] for item in combo)
-                return Suggestion(change, delta, new.peak_bytes, True, "; ".join(item[3] for item in combo), new.phase)
+                return Suggestion(change, delta, new.peak_bytes, True,
+                                  "; ".join(item[3] for item in combo), new.phase)
     return None
 
 
-def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str, peak: int) -> list[Suggestion]:
+def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str,
+                       peak: int) -> list[Suggestion]:
     from gpudoctor.memory.inference import estimate_inference
 
     cands: list[tuple[str, dict, str]] = []
@@ -140,9 +148,11 @@ def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str
     for dt in ("fp8", "int8", "int4"):
         # only a narrower weight than the current one (int8 after fp8 is no smaller: it adds scales)
         if DTYPE_BYTES[dt] < DTYPE_BYTES[o.weights_dtype]:
-            cands.append((f"{dt} weights", {"weights_dtype": dt}, "accuracy risk; validate on your task"))
+            cands.append((f"{dt} weights", {"weights_dtype": dt},
+                          "accuracy risk; validate on your task"))
     if o.batch > 1:
-        cands.append((f"Batch {max(o.batch // 2, 1)}", {"batch": max(o.batch // 2, 1)}, "lower throughput"))
+        cands.append((f"Batch {max(o.batch // 2, 1)}", {"batch": max(o.batch // 2, 1)},
+                      "lower throughput"))
     for tp in (2, 4, 8):
         if tp > o.tp and spec.heads % tp == 0:
             cands.append((f"Tensor parallelism over {tp} GPUs", {"tp": tp}, "needs NVLink"))
@@ -154,7 +164,8 @@ def _infer_suggestions(spec: ModelSpec, o: InferOptions, capacity: int, gpu: str
             continue
         if new.peak_bytes >= peak:
             continue  # no lower: no answer
-        out.append(Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity, cost, new.phase))
+        out.append(Suggestion(change, delta, new.peak_bytes, _total(new) <= capacity,
+                              cost, new.phase))
     fitting = [s for s in out if s.fits]
     return (fitting + sorted((s for s in out if not s.fits), key=lambda s: s.peak_bytes))[:8]
 

@@ -74,7 +74,8 @@ def kv_bytes_per_token(spec: ModelSpec, o: InferOptions) -> float:
     return spec.layers * 2 * kv_heads * spec.head_dim * kvb
 
 
-def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int, layer: int = 0, prefill: bool = False) -> int:
+def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int, layer: int = 0,
+                   prefill: bool = False) -> int:
     """Tokens ``layer``'s cache holds with ``tokens`` of context. A full-attention layer holds them
     all. A sliding-window layer of Hugging Face's DynamicCache (``DynamicSlidingWindowLayer``,
     transformers 5.17; Gemma 2 alternates such layers with full ones) keeps the last window - 1
@@ -94,7 +95,8 @@ def _cached_tokens(spec: ModelSpec, o: InferOptions, tokens: int, layer: int = 0
     return tokens
 
 
-def _cache_tokens(spec: ModelSpec, o: InferOptions, tokens: int, prefill: bool = False) -> list[int]:
+def _cache_tokens(spec: ModelSpec, o: InferOptions, tokens: int,
+                  prefill: bool = False) -> list[int]:
     """``_cached_tokens`` of every layer."""
     return [_cached_tokens(spec, o, tokens, i, prefill) for i in range(spec.layers)]
 
@@ -259,7 +261,8 @@ def estimate_inference(spec: ModelSpec, o: InferOptions, gpu: str | None = None,
     phase = max(phases, key=lambda p: phases[p])
     peak = phases[phase]
     kv = kv_prompt if phase == "prefill" else kv_full
-    breakdown = {"weights": weights, "kv_cache": kv, "activations": scratch if phase == "prefill" else decode_scratch,
+    breakdown = {"weights": weights, "kv_cache": kv,
+                 "activations": scratch if phase == "prefill" else decode_scratch,
                  "cuda_workspaces": workspace}
     breakdown["transient"] = peak - sum(breakdown.values())
     est = MemoryEstimate(
@@ -297,7 +300,8 @@ def _sizing(spec: ModelSpec, o: InferOptions, gpu: str, past_positions: bool = F
     _, capacity = capacity_of(gpu)
     out: dict = {}
     out["max_batch"] = _search(lambda b: _fits(spec, replace(o, batch=b), capacity), 1 << 20)
-    max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)), capacity), 1 << 24)
+    max_ctx = _search(lambda n: _fits(spec, replace(o, prompt=max(n - o.new, 1)),
+                                      capacity), 1 << 24)
     by_memory = max_ctx if max_ctx > o.new else 0
     limit = spec.max_positions if spec.max_positions and (spec.learned_positions or not past_positions) else 0
     out["max_context"] = min(by_memory, limit) if limit else by_memory
@@ -334,15 +338,16 @@ def _notes(spec: ModelSpec, o: InferOptions) -> tuple[str, ...]:
     notes = []
     gather = _expert_gather(spec, o)
     if gather:
-        notes.append(f"MoE decode: transformers' generate runs the experts as batched_mm on a GPU, copying "
-                     f"each routed row's expert weights ({gather / 2**30:,.2f} GiB at batch {o.batch} x "
-                     f"top-{spec.moe.top_k}); it grows with the batch")
+        notes.append("MoE decode: transformers' generate runs the experts as batched_mm on a GPU, "
+                     f"copying each routed row's expert weights ({gather / 2**30:,.2f} GiB at "
+                     f"batch {o.batch} x top-{spec.moe.top_k}); it grows with the batch")
     if o.weights_dtype != "bf16":
         notes.append(f"{o.weights_dtype}: linear weights quantized, embeddings/head/norms in bf16")
     sliding = sum(is_sliding_layer(spec, i) for i in range(spec.layers))
     if sliding and o.context > spec.sliding_window:
         which = "every layer" if sliding == spec.layers else f"its {sliding} sliding-window layers of {spec.layers}"
-        notes.append(f"sliding window: the cache keeps the last {spec.sliding_window:,} tokens in {which}"
+        notes.append(f"sliding window: the cache keeps the last {spec.sliding_window:,} tokens "
+                     f"in {which}"
                      + ("" if sliding == spec.layers else "; the others keep the whole context"))
     gemma2 = attention_note(spec, o.attention)
     if gemma2:

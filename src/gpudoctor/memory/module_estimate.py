@@ -26,8 +26,9 @@ from gpudoctor.memory.training import state_bytes_per_param
 def check_module_options(o: TrainOptions) -> None:
     for name in ("tp", "pp", "cp"):
         if getattr(o, name) != 1:
-            raise InputError(f"--{name} needs the model's structure: give its config.json or a preset; "
-                             "module:factory is priced for data parallelism, ZeRO/FSDP and accumulation")
+            raise InputError(f"--{name} needs the model's structure: give its config.json or a "
+                             "preset; module:factory is priced for data parallelism, ZeRO/FSDP and "
+                             "accumulation")
     if o.sp:
         raise InputError("--sp needs --tp, which module:factory does not price; give a config.json")
 
@@ -51,8 +52,9 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
     module = loaded.module
     adafactor_elems = _adafactor_state_elements(module) if o.optimizer == "adafactor" else 0
     accumulate = o.microbatches > 1
-    run = dry_run(module, loaded.example_input, batch=o.batch, seq=o.seq, params_dtype=o.params_dtype,
-                  autocast=o.autocast, checkpointing=o.checkpointing == "full", grads_exist=accumulate)
+    run = dry_run(module, loaded.example_input, batch=o.batch, seq=o.seq,
+                  params_dtype=o.params_dtype, autocast=o.autocast,
+                  checkpointing=o.checkpointing == "full", grads_exist=accumulate)
     pb = DTYPE_BYTES[o.params_dtype]
     shard = o.shard_degree
     stage = o.zero_stage
@@ -70,8 +72,10 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
         backward = persistent + grads + run.backward_peak_bytes
     else:  # the dry run's backward counts full gradients; sharding keeps fewer of them
         backward = persistent + run.backward_peak_bytes - (run.grad_bytes - grads)
-    phases = {"forward": persistent + run.forward_peak_bytes + (grads if accumulate else 0.0), "backward": backward}
-    temp = {"adamw": run.param_bytes * ((4 / pb) if o.master_weights else 1.0), "adamw8bit": 0.0, "sgd": 0.0,
+    phases = {"forward": persistent + run.forward_peak_bytes + (grads if accumulate else 0.0),
+              "backward": backward}
+    temp = {"adamw": run.param_bytes * ((4 / pb) if o.master_weights else 1.0),
+            "adamw8bit": 0.0, "sgd": 0.0,
             "sgd-momentum": 0.0, "adafactor": float(CUBLAS_WORKSPACE_BYTES)}[o.optimizer]
     temp /= shard if stage >= 1 and o.optimizer == "adamw" else 1
     phases["optimizer"] = persistent + grads + temp
@@ -95,6 +99,7 @@ def estimate_module(source: str, o: TrainOptions) -> MemoryEstimate:
         context_bytes=CUDA_CONTEXT_BYTES,
         options=asdict(o),
         phases={k: round(v) for k, v in phases.items()},
-        notes=("module:factory: activations from a dry run of one forward and backward on fake tensors",),
+        notes=(
+            "module:factory: activations from a dry run of one forward and backward on fake tensors",),
         extra={"dry_run": asdict(run)},
     )

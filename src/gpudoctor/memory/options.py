@@ -75,12 +75,14 @@ class InferOptions:
 
 def _choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise InputError(f"--{field.replace('_', '-')} {value!r} is not one of: {', '.join(allowed)}")
+        raise InputError(
+            f"--{field.replace('_', '-')} {value!r} is not one of: {', '.join(allowed)}")
 
 
 def _positive(field: str, value: int, upper: int = _MAX_TOKENS) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > upper:
-        raise InputError(f"--{field.replace('_', '-')} must be a whole number from 1 to {upper}, got {value!r}")
+        raise InputError(
+            f"--{field.replace('_', '-')} must be a whole number from 1 to {upper}, got {value!r}")
 
 
 def _check_tp(spec: ModelSpec, tp: int) -> None:
@@ -88,7 +90,8 @@ def _check_tp(spec: ModelSpec, tp: int) -> None:
         raise InputError(f"--tp {tp} does not divide the model's {spec.heads} attention heads; "
                          f"use a divisor of {spec.heads}")
     if spec.kv_heads % tp and tp % spec.kv_heads:
-        raise InputError(f"--tp {tp} and the model's {spec.kv_heads} KV heads: one must divide the other")
+        raise InputError(
+            f"--tp {tp} and the model's {spec.kv_heads} KV heads: one must divide the other")
 
 
 def validate_train(spec: ModelSpec, o: TrainOptions) -> TrainOptions:
@@ -107,7 +110,8 @@ def check_common_train(o: TrainOptions) -> TrainOptions:
     for name in ("batch", "seq", "dp", "tp", "pp", "cp", "microbatches", "virtual_stages"):
         _positive(name, getattr(o, name))
     if o.batch * o.seq > _MAX_TOKENS:
-        raise InputError(f"--batch x --seq = {o.batch * o.seq} tokens is beyond any GPU; check the numbers")
+        raise InputError(
+            f"--batch x --seq = {o.batch * o.seq} tokens is beyond any GPU; check the numbers")
     _choice("params_dtype", o.params_dtype, PARAM_DTYPES)
     _choice("autocast", o.autocast, AUTOCAST)
     _choice("optimizer", o.optimizer, OPTIMIZERS)
@@ -152,7 +156,8 @@ def precision_summary(o: TrainOptions) -> str:
               "adamw8bit": "8-bit AdamW states (bitsandbytes)",
               "sgd": "SGD (no optimizer state)",
               "sgd-momentum": f"{sname} SGD momentum",
-              "adafactor": "Adafactor's factored states (a row and a column per matrix, not per parameter)",
+              "adafactor": "Adafactor's factored states (a row and a column per matrix, not per "
+                           "parameter)",
               }[o.optimizer]
     total = bytes_per_param(o)
     master = " + fp32 master weights" if o.master_weights else ", no master copy"
@@ -166,8 +171,8 @@ def bytes_per_param(o: TrainOptions) -> float:
     parameter)."""
     pb = _BYTES[o.params_dtype]
     state = 4 if o.master_weights else pb
-    states = {"adamw": 2 * state, "adamw8bit": 2 * (1 + 4 / 256), "sgd": 0.0, "sgd-momentum": float(state),
-              "adafactor": 0.0}[o.optimizer]
+    states = {"adamw": 2 * state, "adamw8bit": 2 * (1 + 4 / 256), "sgd": 0.0,
+              "sgd-momentum": float(state), "adafactor": 0.0}[o.optimizer]
     return 2 * pb + states + (4 if o.master_weights else 0)
 
 
@@ -180,7 +185,8 @@ def validate_infer(spec: ModelSpec, o: InferOptions) -> InferOptions:
     if not isinstance(o.new, int) or o.new < 0 or o.new > _MAX_TOKENS:
         raise InputError(f"--new must be a whole number from 0 to {_MAX_TOKENS}, got {o.new!r}")
     if o.paged_block < 0 or o.prefill_chunk < 0:
-        raise InputError("--paged-block and --prefill-chunk must be 0 (off) or a positive number of tokens")
+        raise InputError(
+            "--paged-block and --prefill-chunk must be 0 (off) or a positive number of tokens")
     _choice("weights_dtype", o.weights_dtype, WEIGHT_DTYPES)
     _choice("kv_dtype", o.kv_dtype, KV_DTYPES)
     _choice("attention", o.attention, ATTENTION)
@@ -188,7 +194,8 @@ def validate_infer(spec: ModelSpec, o: InferOptions) -> InferOptions:
     return o
 
 
-def check_context(spec: ModelSpec, o: TrainOptions | InferOptions, policy: str = "note") -> str | None:
+def check_context(spec: ModelSpec, o: TrainOptions | InferOptions,
+                  policy: str = "note") -> str | None:
     """A sequence beyond the model's positions: refused, or priced with a note (returned).
 
     ``policy``: ``"refuse"`` (``gpudoctor memory`` without ``--allow-long-context``), ``"extend"`` (with
@@ -211,11 +218,13 @@ def check_context(spec: ModelSpec, o: TrainOptions | InferOptions, policy: str =
     if not limit or tokens <= limit:
         return None
     if spec.learned_positions and policy != "note":
-        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions: its position embeddings are a "
-                         f"learned table of {limit:,} rows, which no flag extends; {fix}")
+        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions: its position "
+                         f"embeddings are a learned table of {limit:,} rows, which no flag "
+                         f"extends; {fix}")
     if policy == "refuse":
-        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions (max_position_embeddings); {fix}, "
-                         f"or add --allow-long-context to price a run past its trained length (e.g. with RoPE scaling)")
+        raise InputError(f"{given} is beyond {spec.name}'s {limit:,} positions "
+                         f"(max_position_embeddings); {fix}, or add --allow-long-context to price "
+                         "a run past its trained length (e.g. with RoPE scaling)")
     if spec.learned_positions:
         return f"{tokens:,} tokens is beyond the model's {limit:,} learned positions: it cannot run at this length"
     return (f"{tokens:,} tokens is beyond the model's {limit:,} positions: "

@@ -139,7 +139,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     # -- activations of one micro-batch on this stage --
     w = Workload(batch=o.batch, seq=o.seq, params_bytes=pb,
                  autocast_bytes=None if o.autocast == "none" else DTYPE_BYTES[o.autocast],
-                 attention=o.attention, checkpointing=o.checkpointing, tp=tp, sp=o.sp, cp=o.cp, loss=o.loss)
+                 attention=o.attention, checkpointing=o.checkpointing, tp=tp, sp=o.sp, cp=o.cp,
+                 loss=o.loss)
     layers = [layer_memory(spec, w, i) for i in stage.layers]
     casts_per_layer = [0.0] * len(layers)
     if w.autocast:
@@ -149,7 +150,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         casts_per_layer = [(counts.per_layer[i] - norms - counts.expert_per_layer[i]) / tp * w.c
                            for i in stage.layers]
     full = o.checkpointing == "full"
-    saved_layers = [(lm.checkpoint_input if full else lm.total + cast) for lm, cast in zip(layers, casts_per_layer)]
+    saved_layers = [(lm.checkpoint_input if full else lm.total + cast)
+                    for lm, cast in zip(layers, casts_per_layer)]
     recompute = [lm.total + cast for lm, cast in zip(layers, casts_per_layer)]
     rope = rope_tables(spec, w)
     emb_saved = embedding_saved(spec, w) if stage.embedding else 0.0
@@ -187,7 +189,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     if stage.embedding:
         emb = (counts.embedding + counts.positions) * grad_share
         tied_extra = counts.embedding * pb / tp if spec.tied_embeddings and stage.head else 0.0
-        bwd_peak = max(bwd_peak, base + fixed + g_so_far + (0 if persistent_grads else emb) + tied_extra)
+        bwd_peak = max(bwd_peak,
+                       base + fixed + g_so_far + (0 if persistent_grads else emb) + tied_extra)
     phases["backward"] = bwd_peak
     # optimizer step: all gradients, the states and the step's temporaries
     adafactor_temp = max(counts.embedding, counts.lm_head, counts.largest_layer // 4) / tp * pb + CUBLAS_WORKSPACE_BYTES
@@ -214,13 +217,15 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
         breakdown["activations"] = activations
     # whatever the phase's walk adds beyond those (gradients so far, the loss's fp32 grads, logits)
     breakdown["transient"] = peak - sum(breakdown.values())
-    act_detail = _activation_detail(layers, casts_per_layer, head, head_cast, (rope, emb_saved), full, o, stage)
+    act_detail = _activation_detail(layers, casts_per_layer, head, head_cast, (rope, emb_saved),
+                                    full, o, stage)
     notes = _notes(spec, o, stage)
     return MemoryEstimate(
         mode="train",
         model=spec.name,
         n_params=n_params,
-        breakdown={k: round(v) for k, v in breakdown.items() if round(v) != 0 or k in ("weights", "activations")},
+        breakdown={k: round(v) for k, v in breakdown.items() if round(v) != 0
+                   or k in ("weights", "activations")},
         peak_bytes=round(peak),
         phase=phase if o.pp == 1 else f"{phase} (pipeline stage {stage.index})",
         reserved_bytes=round(peak * RESERVED_OVER_ALLOCATED),
@@ -234,7 +239,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     )
 
 
-def _activation_detail(layers, casts, head, head_cast, fixed, full, o: TrainOptions, stage: _Stage) -> dict[str, float]:
+def _activation_detail(layers, casts, head, head_cast, fixed, full, o: TrainOptions,
+                       stage: _Stage) -> dict[str, float]:
     detail: dict[str, float] = {}
     if full:
         detail["checkpointed_layer_inputs"] = sum(lm.checkpoint_input for lm in layers)

@@ -49,7 +49,8 @@ class GemmGrid:
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
         log_rate = sum(wm * wn * wk * self.log_rate[(mi, ni, ki)]
-                       for (mi, wm), (ni, wn), (ki, wk) in product(*(_bracket(self.dims, x) for x in (m, n, k))))
+                       for (mi, wm), (ni, wn), (ki, wk) in product(*(_bracket(self.dims, x)
+                                                                     for x in (m, n, k))))
         return 2.0 * m * n * k / math.exp(log_rate)
 
 
@@ -118,7 +119,8 @@ class Calibration:
     def label(self) -> str:
         parts = ["GEMM (M, N, K) grid"] + (["attention grid"] if self.attention else []) + \
             (["elementwise rates by kind"] if self.elementwise else []) + \
-            (["optimizer step rates"] if self.optimizer else []) + (["compute under NCCL"] if self.overlap else [])
+            (["optimizer step rates"] if self.optimizer else []) + (["compute under NCCL"]
+                                                                    if self.overlap else [])
         listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
         return f"calibrated: {listed} of {self.path} ({self.gpu}, measured {self.measured_utc})"
 
@@ -133,11 +135,11 @@ def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibratio
         raw = Path(path).read_bytes()
         data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{where}: cannot read it as JSON ({exc.__class__.__name__}); give the output of "
-                         "`gpudoctor bench --json`") from exc
+        raise InputError(f"{where}: cannot read it as JSON ({exc.__class__.__name__}); give the "
+                         "output of `gpudoctor bench --json`") from exc
     if not isinstance(data, dict) or not isinstance(data.get("ceilings"), dict) or "gpu" not in data:
-        raise InputError(f"{where}: not a gpudoctor bench JSON (no 'gpu' and 'ceilings'); give the output of "
-                         "`gpudoctor bench --json`")
+        raise InputError(f"{where}: not a gpudoctor bench JSON (no 'gpu' and 'ceilings'); give the "
+                         "output of `gpudoctor bench --json`")
     gpu = str(data["gpu"])
     if gpu_key is not None:
         spec = find_spec(gpu)
@@ -146,18 +148,22 @@ def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibratio
                              f"{spec.key if spec else '<that GPU>'} or a bench file of a {gpu_key}")
     grid = _gemm_grid(data.get("gemm_grid"), where)
     ceilings = data["ceilings"]
-    measured = {m.get("probe"): m.get("value") for m in data.get("measurements") or [] if isinstance(m, dict)}
+    measured = {m.get("probe"): m.get("value") for m in data.get("measurements") or []
+                if isinstance(m, dict)}
     try:
         peak = float(ceilings["matrix_flops"]["bf16"])
-        hbm = max(float(measured.get(p) or 0.0) for p in ("hbm.copy", "hbm.triad")) or float(ceilings["hbm_bytes_per_s"])
+        hbm = max(float(measured.get(p) or 0.0) for p in ("hbm.copy", "hbm.triad")) or float(
+            ceilings["hbm_bytes_per_s"])
         launch = (ceilings.get("extra") or {}).get("launch_eager_s")
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where}: its ceilings lack a bf16 matrix rate or HBM bandwidth ({exc}); "
                          "run gpudoctor bench again") from exc
-    return Calibration(path=str(path), gpu=gpu, measured_utc=str(data.get("measured_utc", "")), matrix_bf16=peak,
-                       hbm_bytes_per_s=hbm, launch_eager_s=float(launch) if launch else None, gemm=grid,
+    return Calibration(path=str(path), gpu=gpu, measured_utc=str(data.get("measured_utc", "")),
+                       matrix_bf16=peak, hbm_bytes_per_s=hbm,
+                       launch_eager_s=float(launch) if launch else None, gemm=grid,
                        attention=_attention_grid(data.get("attention_grid")),
-                       elementwise=_rates(data.get("elementwise"), "elementwise", ELEMENTWISE_KINDS, where),
+                       elementwise=_rates(data.get("elementwise"), "elementwise",
+                                          ELEMENTWISE_KINDS, where),
                        optimizer=_rates(data.get("optimizer"), "optimizer", OPTIMIZER_ROWS, where),
                        overlap=_overlap(data.get("overlap"), where))
 
@@ -183,8 +189,8 @@ def _rates(section: Any, name: str, needed: Any, where: str) -> dict[str, float]
             out[key] = 0.0
     bad = [k for k in needed if not out[k] > 0 or math.isinf(out[k])]
     if bad:
-        raise InputError(f"{where}: the '{name}' section is incomplete ({len(bad)} of {len(out)} rows lack a "
-                         f"positive bytes_per_s, e.g. {bad[0]!r}); {rerun}")
+        raise InputError(f"{where}: the '{name}' section is incomplete ({len(bad)} of {len(out)} "
+                         f"rows lack a positive bytes_per_s, e.g. {bad[0]!r}); {rerun}")
     return out
 
 
@@ -204,25 +210,28 @@ def _overlap(section: Any, where: str) -> Overlap | None:
             values[key] = float("nan")
     bad = [k for k, v in values.items() if not 0 < v < 100]
     if bad:
-        raise InputError(f"{where}: the 'overlap' section lacks a slowdown between 0 and 100 for {bad[0]!r} "
-                         f"(got {section.get(bad[0])!r}); {rerun}")
+        raise InputError(f"{where}: the 'overlap' section lacks a slowdown between 0 and 100 for "
+                         f"{bad[0]!r} (got {section.get(bad[0])!r}); {rerun}")
     return Overlap(values["gemm_slowdown"], values["memory_slowdown"], values["allreduce_slowdown"])
 
 
 def _gemm_grid(section: Any, where: str) -> GemmGrid:
     if not isinstance(section, dict) or not section.get("rows"):
         why = section.get("error") if isinstance(section, dict) and section.get("error") else "no 'gemm_grid' section"
-        raise InputError(f"{where}: {why}; run `gpudoctor bench --json` (with --shapes, the default) to measure "
-                         "the GEMM grid")
+        raise InputError(f"{where}: {why}; run `gpudoctor bench --json` (with --shapes, the "
+                         "default) to measure the GEMM grid")
     try:
-        rates = {(int(r["m"]), int(r["n"]), int(r["k"])): float(r["tflops"]) * 1e12 for r in section["rows"]}
+        rates = {(int(r["m"]), int(r["n"]), int(r["k"])): float(r["tflops"]) * 1e12
+                 for r in section["rows"]}
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where}: a gemm_grid row lacks m, n, k or tflops ({exc})") from exc
     dims = tuple(sorted({d for key in rates for d in key}))
-    missing = [(m, n, k) for m in dims for n in dims for k in dims if rates.get((m, n, k), 0.0) <= 0]
+    missing = [(m, n, k) for m in dims for n in dims for k in dims
+               if rates.get((m, n, k), 0.0) <= 0]
     if missing:
-        raise InputError(f"{where}: the gemm_grid is incomplete ({len(missing)} of {len(dims) ** 3} shapes missing, "
-                         f"e.g. {missing[0]}); run gpudoctor bench again")
+        raise InputError(f"{where}: the gemm_grid is incomplete ({len(missing)} of "
+                         f"{len(dims) ** 3} shapes missing, e.g. {missing[0]}); run gpudoctor "
+                         "bench again")
     return GemmGrid(dims, {key: math.log(v) for key, v in rates.items()})
 
 
@@ -233,7 +242,8 @@ def _attention_grid(section: Any) -> AttentionGrid | None:
     bwd: dict[int, list[tuple[int, float]]] = {}
     for r in section["rows"]:
         try:
-            d, s, f, b = int(r["head_dim"]), int(r["seq"]), float(r["fwd_tflops"]), float(r["bwd_tflops"])
+            d, s, f, b = int(r["head_dim"]), int(r["seq"]), float(r["fwd_tflops"]), float(
+                r["bwd_tflops"])
         except (KeyError, TypeError, ValueError):
             continue
         if f > 0 and b > 0:
@@ -241,14 +251,16 @@ def _attention_grid(section: Any) -> AttentionGrid | None:
             bwd.setdefault(d, []).append((s, math.log(b * 1e12)))
     if not fwd:
         return None
-    return AttentionGrid({d: tuple(sorted(v)) for d, v in fwd.items()}, {d: tuple(sorted(v)) for d, v in bwd.items()})
+    return AttentionGrid({d: tuple(sorted(v)) for d, v in fwd.items()},
+                         {d: tuple(sorted(v)) for d, v in bwd.items()})
 
 
 # ---------------------------------------------------------------------------------------------
 # The GEMMs of one layer
 
 
-def layer_gemms(spec: ModelSpec, layer: int, tokens: int, tp: int = 1) -> list[tuple[float, float, float, float]]:
+def layer_gemms(spec: ModelSpec, layer: int, tokens: int,
+                tp: int = 1) -> list[tuple[float, float, float, float]]:
     """Forward GEMMs of one decoder layer on one GPU as (M, N, K, count): separate q, k, v, o and
     gate, up, down projections (as Hugging Face Transformers and torchtitan run them; Megatron's
     fused QKV / gate-up GEMMs would be a little faster), column-parallel ones split on N and
@@ -282,12 +294,14 @@ def layer_gemms(spec: ModelSpec, layer: int, tokens: int, tp: int = 1) -> list[t
     return out
 
 
-def _mlp(t: float, h: int, inter: int, gated: bool, tp: int, count: int) -> list[tuple[float, float, float, float]]:
+def _mlp(t: float, h: int, inter: int, gated: bool, tp: int,
+         count: int) -> list[tuple[float, float, float, float]]:
     up = [(t, inter / tp, h, 2 * count)] if gated else [(t, inter / tp, h, count)]
     return up + [(t, h, inter / tp, count)]
 
 
-def gemm_times(grid: GemmGrid, gemms: list[tuple[float, float, float, float]]) -> tuple[float, float]:
+def gemm_times(grid: GemmGrid,
+               gemms: list[tuple[float, float, float, float]]) -> tuple[float, float]:
     """(forward, backward) seconds: Y[M,N] = X[M,K] W[K,N] forward; dX = dY W^T (M x K x N) and
     dW = X^T dY (K x N x M) backward."""
     fwd = sum(c * grid.seconds(m, n, k) for m, n, k, c in gemms)
@@ -307,8 +321,9 @@ class MicrobatchTimes:
     attention_measured: bool  # False: the attention core at the assumed rate (no attention grid)
 
 
-def microbatch_times(spec: ModelSpec, cal: Calibration, *, microbatch: int, seq: int, tp: int, cp: int,
-                     layers: int, assumed_rate: float, causal: bool = True) -> MicrobatchTimes:
+def microbatch_times(spec: ModelSpec, cal: Calibration, *, microbatch: int, seq: int,
+                     tp: int, cp: int, layers: int, assumed_rate: float,
+                     causal: bool = True) -> MicrobatchTimes:
     """GEMMs of every layer at their own shapes, attention core at the measured (seq, head_dim) rate
     (``assumed_rate`` FLOP/s when the bench has no attention grid), scaled to ``layers`` layers."""
     tokens = microbatch * seq // cp
@@ -319,7 +334,8 @@ def microbatch_times(spec: ModelSpec, cal: Calibration, *, microbatch: int, seq:
         fwd, bwd, core = fwd + f + af, bwd + b + ab, core + af
     scale = layers / spec.layers
     hf, hb = gemm_times(cal.gemm, [(float(tokens), spec.vocab / tp, spec.hidden, 1.0)])
-    return MicrobatchTimes(fwd * scale, bwd * scale, hf, hb, core * scale, cal.attention is not None)
+    return MicrobatchTimes(fwd * scale, bwd * scale, hf, hb, core * scale,
+                           cal.attention is not None)
 
 
 def _attention_core(spec: ModelSpec, cal: Calibration, layer: int, batch: int, seq: int, split: int,

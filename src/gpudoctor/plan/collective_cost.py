@@ -39,7 +39,8 @@ from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 from gpudoctor.plan.limits import check_gpus
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "p2p")
-_BENCH_NAMES = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
+_BENCH_NAMES = {"all-reduce": "all_reduce", "all-gather": "all_gather",
+                "reduce-scatter": "reduce_scatter"}
 MAX_BYTES = 1e15  # 1 PB: anything larger is a typo
 
 # Latencies, from NCCL's own tuning model (src/graph/tuning.cc, NCCL 2.18-2.21, Simple protocol,
@@ -116,8 +117,8 @@ FABRIC_PRESETS: dict[str, Link] = {
                    "ConnectX-6 HDR: 200 Gb/s per port"),
     "ib-ndr": Link("ib-ndr", "InfiniBand NDR 400 Gb/s per GPU", 50 * GB, IB_EFFICIENCY, ALPHA_NET_S,
                    "ConnectX-7 NDR: 400 Gb/s per port"),
-    "ib-xdr": Link("ib-xdr", "InfiniBand XDR 800 Gb/s per GPU", 100 * GB, IB_EFFICIENCY, ALPHA_NET_S,
-                   "ConnectX-8 XDR: 800 Gb/s per port"),
+    "ib-xdr": Link("ib-xdr", "InfiniBand XDR 800 Gb/s per GPU", 100 * GB, IB_EFFICIENCY,
+                   ALPHA_NET_S, "ConnectX-8 XDR: 800 Gb/s per port"),
     # RoCE v2 on 400 GbE NICs (ConnectX-7 / BlueField-3 Ethernet mode), one per GPU.
     "roce": Link("roce", "RoCE 400 Gb/s per GPU", 50 * GB, ROCE_EFFICIENCY, ALPHA_NET_S,
                  "400 GbE RoCE v2 NIC per GPU"),
@@ -153,7 +154,8 @@ class CommPrediction:
 
 # ---------------------------------------------------------------- parsing and validation
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$",
+                      re.IGNORECASE)
 _POW = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
@@ -176,7 +178,8 @@ def parse_bytes(text: str) -> int:
 def _canonical_op(op: str) -> str:
     key = op.strip().lower().replace("_", "-")
     key = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter": "reduce-scatter",
-           "alltoall": "all-to-all", "all2all": "all-to-all", "sendrecv": "p2p", "send-recv": "p2p"}.get(key, key)
+           "alltoall": "all-to-all", "all2all": "all-to-all", "sendrecv": "p2p",
+           "send-recv": "p2p"}.get(key, key)
     if key not in OPS:
         raise InputError(f"unknown collective {op!r}: use one of {', '.join(OPS)}")
     return key
@@ -196,8 +199,8 @@ def _validate(op: str, nbytes: int, gpus: int, gpus_per_node: int) -> None:
     if gpus > gpus_per_node and gpus % gpus_per_node:
         low = gpus // gpus_per_node * gpus_per_node
         near = " or ".join(str(n) for n in (low, low + gpus_per_node) if n >= 2)
-        raise InputError(f"--gpus {gpus} is not a whole number of {gpus_per_node}-GPU nodes: use {near} "
-                         f"(or change --gpus-per-node)")
+        raise InputError(f"--gpus {gpus} is not a whole number of {gpus_per_node}-GPU nodes: "
+                         f"use {near} (or change --gpus-per-node)")
 
 
 def _spec(gpu: str) -> GpuSpec:
@@ -220,11 +223,13 @@ def intra_link(spec: GpuSpec, ranks_in_node: int) -> tuple[Link, list[str]]:
     bridged = spec.nvlink_bytes_per_s > 0 and any(w in spec.key for w in ("pcie", "nvl", "rtx"))
     if spec.nvlink_bytes_per_s > 0 and not (bridged and ranks_in_node > 2):
         for link in INTRA_PRESETS.values():
-            if link.key.startswith("nvlink") and math.isclose(2 * link.datasheet_Bps, spec.nvlink_bytes_per_s):
+            if link.key.startswith("nvlink") and math.isclose(2 * link.datasheet_Bps,
+                                                              spec.nvlink_bytes_per_s):
                 return link, notes
         total = spec.nvlink_bytes_per_s
         return Link("gpu-link", f"GPU link {total / GB:,.0f} GB/s ({spec.name})", total / 2,
-                    NVLINK_EFFICIENCY, ALPHA_NVLINK_S, f"{spec.source}: {total / GB:,.0f} GB/s"), notes
+                    NVLINK_EFFICIENCY, ALPHA_NVLINK_S,
+                    f"{spec.source}: {total / GB:,.0f} GB/s"), notes
     if bridged:
         notes.append(f"{spec.name}: NVLink bridges join pairs only; {ranks_in_node} ranks per node "
                      "cross PCIe")
@@ -342,7 +347,8 @@ def candidates(op: str, s: float, t: Topology, nvls: bool = False) -> dict[str, 
 
 def steps(op: str, n: int) -> float:
     """Ring latency steps of one call, used to split a fitted intercept into t0 + steps x alpha."""
-    return {"all-reduce": 2 * (n - 1), "all-to-all": math.ceil(math.log2(n)), "p2p": 1}.get(op, n - 1)
+    return {"all-reduce": 2 * (n - 1), "all-to-all": math.ceil(math.log2(n)),
+            "p2p": 1}.get(op, n - 1)
 
 
 # ---------------------------------------------------------------- calibration
@@ -374,12 +380,13 @@ def load_curves(path: str) -> tuple[dict[str, Curve], str]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"--busbw-table {path}: cannot read it as JSON ({exc.__class__.__name__}); "
-                         "give a gpudoctor bench JSON with a 'collectives' section") from exc
+        raise InputError(f"--busbw-table {path}: cannot read it as JSON "
+                         f"({exc.__class__.__name__}); give a gpudoctor bench JSON with a "
+                         "'collectives' section") from exc
     coll = data.get("collectives") if isinstance(data, dict) else None
     if not isinstance(coll, dict) or not isinstance(coll.get("curves"), dict):
-        raise InputError(f"--busbw-table {path}: no 'collectives' -> 'curves' section; run gpudoctor bench "
-                         "on 2+ GPUs to measure one")
+        raise InputError(f"--busbw-table {path}: no 'collectives' -> 'curves' section; run "
+                         "gpudoctor bench on 2+ GPUs to measure one")
     world = int(coll.get("world_size", 0))
     curves: dict[str, Curve] = {}
     for op, bench_name in _BENCH_NAMES.items():
@@ -390,8 +397,8 @@ def load_curves(path: str) -> tuple[dict[str, Curve], str]:
                                tuple(float(r["time_s"]) for r in rows),
                                tuple(float(r["busbw_Bps"]) for r in rows))
     if not curves:
-        raise InputError(f"--busbw-table {path}: its collectives hold no usable curve (need 2+ sizes of "
-                         f"{', '.join(_BENCH_NAMES.values())})")
+        raise InputError(f"--busbw-table {path}: its collectives hold no usable curve (need 2+ "
+                         f"sizes of {', '.join(_BENCH_NAMES.values())})")
     return curves, str(coll.get("gpu") or data.get("gpu") or "")
 
 
@@ -467,8 +474,8 @@ def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str
     if topo.nodes > 1:
         if fabric is None:
             notes.append(f"no --fabric: assumed {link.key} ({link.name})")
-        source = (f"preset: {intra.name} x {intra.efficiency:.2f}, {link.name} x {link.efficiency:.2f}, "
-                  f"{topo.nodes} nodes of {k}")
+        source = (f"preset: {intra.name} x {intra.efficiency:.2f}, {link.name} x "
+                  f"{link.efficiency:.2f}, {topo.nodes} nodes of {k}")
     else:
         if fabric is not None:
             notes.append(f"--fabric {fabric} unused: all {gpus} GPUs are in one node")
@@ -480,15 +487,16 @@ def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str
         curve = curves.get(op)
         if interpolate and curve is not None and curve.world == gpus and topo.nodes == 1:
             seconds = interpolate_time(curve, nbytes)
-            return _result(op, nbytes, gpus, k, {"measured": seconds}, f"calibrated: {busbw_table}", True,
+            return _result(op, nbytes, gpus, k, {"measured": seconds},
+                           f"calibrated: {busbw_table}", True,
                            notes + [f"interpolated on the measured {gpus}-GPU {op} curve"])
         topo, fit_note = _calibrated_topology(op, curves, topo)
         notes.append(fit_note)
         source = f"calibrated: {busbw_table}"
     use_nvls = nvls and op == "all-reduce" and topo.nodes == 1 and intra.key in NVLS_LINKS
     if nvls and not use_nvls:
-        notes.append("--nvls does not apply: NVLink SHARP is all-reduce only, inside one node, on NVSwitch "
-                     f"NVLink 4/5 ({intra.name}, {topo.nodes} node(s))")
+        notes.append("--nvls does not apply: NVLink SHARP is all-reduce only, inside one node, on "
+                     f"NVSwitch NVLink 4/5 ({intra.name}, {topo.nodes} node(s))")
     elif use_nvls:
         notes.append(f"NVLS at {nvls_speedup(gpus):.2f}x the ring's bus bandwidth for {gpus} ranks "
                      "(NCCL maintainers' and users' figures, not measured here)")
@@ -501,14 +509,16 @@ def _result(op: str, nbytes: int, gpus: int, k: int, times: dict[str, float], so
     algorithm = min(times, key=lambda name: times[name])
     seconds = times[algorithm]
     algbw = nbytes / seconds
-    return CommPrediction(op=op, bytes=nbytes, gpus=gpus, time_s=seconds, busbw_GBps=algbw * bus_factor(op, gpus) / GB,
-                          algbw_GBps=algbw / GB, algorithm=algorithm, source=source, calibrated=calibrated,
+    return CommPrediction(op=op, bytes=nbytes, gpus=gpus, time_s=seconds,
+                          busbw_GBps=algbw * bus_factor(op, gpus) / GB, algbw_GBps=algbw / GB,
+                          algorithm=algorithm, source=source, calibrated=calibrated,
                           gpus_per_node=k, candidates=dict(times), notes=tuple(notes))
 
 
 if __name__ == "__main__":  # demo: the ring's mild growth with N at 256 MiB, then two nodes
     for n in (2, 4, 8):
         p = predict("all-reduce", 256 * 2**20, gpus=n, gpu="h100-sxm")
-        print(f"{n:>3} GPUs  {p.time_s * 1e3:7.3f} ms  busbw {p.busbw_GBps:6.1f} GB/s  {p.algorithm}")
+        print(
+            f"{n:>3} GPUs  {p.time_s * 1e3:7.3f} ms  busbw {p.busbw_GBps:6.1f} GB/s  {p.algorithm}")
     p = predict("all-reduce", 256 * 2**20, gpus=16, gpu="h100-sxm", fabric="ib-ndr")
     print(f" 16 GPUs  {p.time_s * 1e3:7.3f} ms  busbw {p.busbw_GBps:6.1f} GB/s  {p.algorithm}")

@@ -51,7 +51,8 @@ class Net:
 @lru_cache(maxsize=4096)
 def _predict_time(op: str, nbytes: int, group: int, per_node: int, gpu: str, fabric: str | None,
                   nvls: bool = False) -> float:
-    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric, nvls=nvls).time_s)
+    return float(predict(op, nbytes, gpus=group, gpus_per_node=per_node, gpu=gpu, fabric=fabric,
+                         nvls=nvls).time_s)
 
 
 def make_net(gpu: str, gpus_per_node: int, fabric: str | None, nvls: bool = False) -> Net:
@@ -74,7 +75,8 @@ def tp_backward_allreduces(spec: ModelSpec, lay: Layout, per_projection: bool) -
     return attention + (2 if spec.gated_mlp else 1)
 
 
-def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net, backward: int = 2) -> float:
+def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net,
+            backward: int = 2) -> float:
     """Megatron TP: 2 all-reduces of b*s*h activations per layer in forward, ``backward`` (2 in
     Megatron, ``tp_backward_allreduces``) in backward, 2 more in the recomputed forward (with SP:
     all-gather + reduce-scatter, the same bytes). Exposed."""
@@ -85,7 +87,8 @@ def tp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Ne
     return m * layers * per_layer * net.time("all-reduce", nbytes, lay.tp, 1)
 
 
-def cp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net, mb_fwd_s: float) -> float:
+def cp_comm(spec: ModelSpec, lay: Layout, seq: int, m: int, layers: int, net: Net,
+            mb_fwd_s: float) -> float:
     """CP: all-gather K/V (forward, and again in backward) + reduce-scatter dK/dV per layer,
     overlapped with the layer's attention compute (approximated as its share of the forward)."""
     if lay.cp == 1:
@@ -157,8 +160,9 @@ def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: i
     return 0.0, m * (fwd + bwd)
 
 
-def dp_overlap(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int, mb_fwd_s: float,
-               mb_rc_s: float, net: Net, last_bucket_bytes: float, slowdown: tuple[float, float]
+def dp_overlap(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: int,
+               mb_fwd_s: float, mb_rc_s: float, net: Net, last_bucket_bytes: float,
+               slowdown: tuple[float, float]
                ) -> tuple[float, float, float]:
     """``dp_comm`` with measured overlap costs: (dp_comm_s, zero_comm_s, overlap_s).
 

@@ -22,12 +22,13 @@ def check_gpus(value: object, name: str = "gpus", low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InputError(f"--{name} must be a whole number >= {low}, got {value!r}")
     if name == "gpus-per-node" and value > MAX_GPUS_PER_NODE:
-        raise InputError(f"--gpus-per-node {value} is more GPUs than any node or NVLink domain holds (72 in a "
-                         f"GB200 NVL72, 576 announced); plans take at most {MAX_GPUS_PER_NODE:,}: check the number")
+        raise InputError(f"--gpus-per-node {value} is more GPUs than any node or NVLink domain "
+                         "holds (72 in a GB200 NVL72, 576 announced); plans take at most "
+                         f"{MAX_GPUS_PER_NODE:,}: check the number")
     if value > MAX_GPUS:
-        raise InputError(f"--{name} {value} is more GPUs than any single job runs; plans take at most "
-                         f"{MAX_GPUS:,} GPUs (the largest reported training jobs use tens of thousands): "
-                         f"check the number")
+        raise InputError(f"--{name} {value} is more GPUs than any single job runs; plans take "
+                         f"at most {MAX_GPUS:,} GPUs (the largest reported training jobs use tens "
+                         f"of thousands): check the number")
     return value
 
 
@@ -40,11 +41,12 @@ def half_precision(hw) -> tuple[str, float, str | None]:
         return "bf16", flops["bf16"], None
     if "fp16" in flops:
         return "fp16", flops["fp16"], (
-            f"the {hw.name} has no bf16 tensor cores: matmuls are priced at its fp16 tensor-core peak "
-            f"({flops['fp16'] / 1e12:,.0f} TFLOP/s), as run in fp16 with loss scaling (training) or fp16 "
-            f"weights (serving; the same 2 bytes per value as bf16)")
+            f"the {hw.name} has no bf16 tensor cores: matmuls are priced at its fp16 "
+            f"tensor-core peak ({flops['fp16'] / 1e12:,.0f} TFLOP/s), as run in fp16 with loss "
+            f"scaling (training) or fp16 weights (serving; the same 2 bytes per value as bf16)")
     raise InputError(f"--gpu {hw.key!r}: its datasheet row has no bf16 or fp16 tensor-core peak "
-                     f"(no figure confirmed), so matmul time cannot be priced; choose a --gpu whose row has one")
+                     "(no figure confirmed), so matmul time cannot be priced; choose a --gpu whose "
+                     "row has one")
 
 
 def gib(n: float) -> str:

@@ -26,14 +26,16 @@ class Pins:
     checkpointing: str | None = None
 
     def allows(self, dp: int, tp: int, pp: int, cp: int) -> bool:
-        return all(p is None or p == v for p, v in ((self.dp, dp), (self.tp, tp), (self.pp, pp), (self.cp, cp)))
+        return all(p is None or p == v for p, v in ((self.dp, dp), (self.tp, tp), (self.pp, pp),
+                                                    (self.cp, cp)))
 
     def any(self) -> bool:
         return any(v is not None for v in vars(self).values())
 
     def describe(self, every: bool = False) -> str:
         """The fixed values as options ("--tp 4, --pp 2"); the degrees only, unless ``every``."""
-        names = ("dp", "tp", "pp", "cp") + (("zero", "microbatch", "checkpointing") if every else ())
+        names = ("dp", "tp", "pp", "cp") + (("zero", "microbatch", "checkpointing")
+                                            if every else ())
         return ", ".join(f"--{k} {getattr(self, k)}" for k in names if getattr(self, k) is not None) or "the fixed values"
 
 
@@ -50,7 +52,8 @@ def whole(name: str, value: object, low: int = 1) -> int:
     return value
 
 
-def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int, gpus_per_node: int, seq: int,
+def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
+               gpus_per_node: int, seq: int,
                global_batch: int, checkpointing_choices: tuple[str, ...]) -> Pins:
     """``pins`` if every fixed value can work on this model and cluster, else a one-line InputError."""
     if pins.tp is not None:
@@ -58,23 +61,27 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
         node = min(gpus_per_node, gpus)
         valid = [t for t in tp_degrees(heads, kv_heads, range(1, node + 1)) if node % t == 0]
         if heads % tp:
-            raise InputError(f"--tp {tp} does not divide the model's {heads} attention heads; use {_nearest(tp, valid)}")
+            raise InputError(
+                f"--tp {tp} does not divide the model's {heads} attention heads; use "
+                f"{_nearest(tp, valid)}")
         if kv_heads % tp and tp % kv_heads:
             raise InputError(f"--tp {tp} splits the model's {kv_heads} key/value heads unevenly; "
                              f"use {_nearest(tp, valid)}")
         if node % tp:
-            raise InputError(f"--tp {tp} does not fit in one {node}-GPU node (tensor parallelism stays on NVLink); "
-                             f"use {_nearest(tp, valid)}")
+            raise InputError(f"--tp {tp} does not fit in one {node}-GPU node (tensor parallelism "
+                             f"stays on NVLink); use {_nearest(tp, valid)}")
     if pins.pp is not None:
         pp = whole("pp", pins.pp)
         if layers % pp:
             valid = [d for d in range(1, layers + 1) if layers % d == 0]
-            raise InputError(f"--pp {pp} does not divide the model's {layers} layers; use {_nearest(pp, valid)}")
+            raise InputError(
+                f"--pp {pp} does not divide the model's {layers} layers; use {_nearest(pp, valid)}")
     if pins.cp is not None:
         cp = whole("cp", pins.cp)
         if seq % cp:
             valid = [c for c in (1, 2, 4, 8, 16) if seq % c == 0]
-            raise InputError(f"--cp {cp} does not divide the sequence length {seq}; use {_nearest(cp, valid)}")
+            raise InputError(
+                f"--cp {cp} does not divide the sequence length {seq}; use {_nearest(cp, valid)}")
     fixed = [v for v in (pins.dp, pins.tp, pins.pp, pins.cp) if v is not None]
     if pins.dp is not None:
         whole("dp", pins.dp)
@@ -85,24 +92,26 @@ def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
         raise InputError(f"the fixed degrees multiply to {product}, more than --gpus {gpus}; "
                          "dp x tp x pp x cp must equal the GPU count")
     if gpus % product:
-        raise InputError(f"the fixed degrees multiply to {product}, which does not divide --gpus {gpus}; "
-                         "dp x tp x pp x cp must equal the GPU count")
+        raise InputError(f"the fixed degrees multiply to {product}, which does not divide --gpus "
+                         f"{gpus}; dp x tp x pp x cp must equal the GPU count")
     if len(fixed) == 4 and product != gpus:
         raise InputError(f"dp x tp x pp x cp = {product} but --gpus is {gpus}; "
                          f"use --dp {gpus // (product // pins.dp)} or leave --dp out")
     if pins.dp is not None and global_batch % pins.dp:
         lo = global_batch // pins.dp * pins.dp
-        raise InputError(f"--global-batch {global_batch} does not split over --dp {pins.dp} data-parallel ranks; "
-                         f"use {_nearest(global_batch, [b for b in (lo, lo + pins.dp) if b > 0])}")
+        raise InputError(f"--global-batch {global_batch} does not split over --dp {pins.dp} "
+                         "data-parallel ranks; use "
+                         f"{_nearest(global_batch, [b for b in (lo, lo + pins.dp) if b > 0])}")
     if pins.zero is not None and pins.zero not in (0, 1, 2, 3):
-        raise InputError(f"--zero must be 0, 1, 2 or 3 (3 is FSDP full sharding), got {pins.zero!r}")
+        raise InputError(
+            f"--zero must be 0, 1, 2 or 3 (3 is FSDP full sharding), got {pins.zero!r}")
     if pins.microbatch is not None:
         mb = whole("microbatch", pins.microbatch)
         if pins.dp is not None and (global_batch // pins.dp) % mb:
             per = global_batch // pins.dp
             valid = [d for d in range(1, per + 1) if per % d == 0]
-            raise InputError(f"--microbatch {mb} does not divide the {per} sequences each data-parallel rank gets "
-                             f"per step; use {_nearest(mb, valid)}")
+            raise InputError(f"--microbatch {mb} does not divide the {per} sequences each "
+                             f"data-parallel rank gets per step; use {_nearest(mb, valid)}")
     if pins.checkpointing is not None and pins.checkpointing not in checkpointing_choices:
         raise InputError(f"--checkpointing must be one of {', '.join(checkpointing_choices)}, "
                          f"got {pins.checkpointing!r}")

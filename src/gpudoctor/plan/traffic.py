@@ -67,13 +67,14 @@ FUSED_MIXED_ADAM_BYTES = 36
 
 IMPLEMENTATIONS = {
     "eager-hf": Implementation("eager-hf", "eager-hf", ADAMW_FOREACH_PASSES * 2,
-                               "torch.optim.AdamW foreach on bf16 parameters: 20 passes x 2 bytes", True, "adamw_foreach",
-                               tp_per_projection=True),
+                               "torch.optim.AdamW foreach on bf16 parameters: 20 passes x 2 bytes",
+                               True, "adamw_foreach", tp_per_projection=True),
     "fused": Implementation("fused", "fused", FUSED_MIXED_ADAM_BYTES,
-                            "fused mixed-precision Adam: 36 bytes per parameter", False, "adamw_fused"),
+                            "fused mixed-precision Adam: 36 bytes per parameter", False,
+                            "adamw_fused"),
     "fused-noflash": Implementation("fused-noflash", "fused", FUSED_MIXED_ADAM_BYTES,
-                                    "fused mixed-precision Adam: 36 bytes per parameter", False, "adamw_fused",
-                                    attention="eager"),
+                                    "fused mixed-precision Adam: 36 bytes per parameter", False,
+                                    "adamw_fused", attention="eager"),
 }
 
 
@@ -103,8 +104,9 @@ RMSNORM_FWD_OPS: tuple[Op, ...] = (
     ("h * rsqrt(var + eps), [t, h] x [t, 1]", 8, "rowscale"), (".to(bf16)", 6, "cast_down"),
     ("weight * h, [h] x [t, h]", 4, "weight"))
 RMSNORM_BWD_OPS: tuple[Op, ...] = (
-    ("dY * weight", 4, "weight"), ("dY * h (weight grad)", 6, "contiguous"), ("its sum over tokens", 2, "reduction"),
-    ("grad.to(fp32)", 6, "cast_up"), ("g * h32", 12, "contiguous"), ("g * rsqrt", 8, "rowscale"),
+    ("dY * weight", 4, "weight"), ("dY * h (weight grad)", 6, "contiguous"),
+    ("its sum over tokens", 2, "reduction"), ("grad.to(fp32)", 6, "cast_up"),
+    ("g * h32", 12, "contiguous"), ("g * rsqrt", 8, "rowscale"),
     ("sum(-1) of g * h32", 4, "reduction"), ("mean backward: expand / h", 4, "rowscale"),
     ("pow backward: self.pow(1) copy", 8, "contiguous"), ("pow backward: x 2", 8, "contiguous"),
     ("pow backward: x grad", 12, "contiguous"), ("add of the two paths", 12, "contiguous"),
@@ -121,8 +123,9 @@ ROPE_FWD_OPS: tuple[Op, ...] = (
     ("rotate_half(q) * sin", 4, "broadcast_heads"), ("add, permuted + contiguous", 6, "rope"))
 ROPE_BWD_OPS: tuple[Op, ...] = (
     ("grad * cos, grad * sin", 8, "broadcast_heads"), ("neg of a strided half", 2, "rope"),
-    ("two slice_backward: zeros", 4, "contiguous"), ("two slice_backward: copy into a half", 4, "rope"),
-    ("two adds", 12, "contiguous"), ("clone of the transposed gradient for its projection", 4, "rope"))
+    ("two slice_backward: zeros", 4, "contiguous"),
+    ("two slice_backward: copy into a half", 4, "rope"), ("two adds", 12, "contiguous"),
+    ("clone of the transposed gradient for its projection", 4, "rope"))
 # DynamicCache.update (use_cache defaults to True, also in training): torch.cat of k and v (transposed
 # layout), 4 each.
 CACHE_OPS: tuple[Op, ...] = (("DynamicCache torch.cat", 4, "rope"),)
@@ -130,18 +133,21 @@ CACHE_OPS: tuple[Op, ...] = (("DynamicCache torch.cat", 4, "rope"),)
 ADD_OPS: tuple[Op, ...] = (("add", 6, "contiguous"),)
 # SwiGLU per element of the MLP width: silu 4, act * up 6; backward: two muls 12, silu_backward 6.
 SWIGLU_FWD_OPS: tuple[Op, ...] = (("silu", 4, "contiguous"), ("act * up", 6, "contiguous"))
-SWIGLU_BWD_OPS: tuple[Op, ...] = (("two muls", 12, "contiguous"), ("silu_backward", 6, "contiguous"))
+SWIGLU_BWD_OPS: tuple[Op, ...] = (("two muls", 12, "contiguous"),
+                                  ("silu_backward", 6, "contiguous"))
 # Native GELU: forward 4, gelu_backward 6.
 GELU_FWD_OPS: tuple[Op, ...] = (("gelu", 4, "contiguous"),)
 GELU_BWD_OPS: tuple[Op, ...] = (("gelu_backward", 6, "contiguous"),)
 # ForCausalLMLoss per logit: logits.float() 2+4, log_softmax 4+4, nll_loss backward writes 4,
 # log_softmax backward 4+4+4, grad .to(bf16) 4+2 = 36.
 LOSS_OPS: tuple[Op, ...] = (
-    ("logits.float()", 6, "cast_up"), ("log_softmax", 8, "reduction"), ("nll_loss backward", 4, "contiguous"),
+    ("logits.float()", 6, "cast_up"), ("log_softmax", 8, "reduction"),
+    ("nll_loss backward", 4, "contiguous"),
     ("log_softmax backward", 12, "reduction"), ("grad.to(bf16)", 6, "cast_down"))
 # Embedding: gather forward (read + write, 4 per token x hidden), backward reads the gradient (2)
 # and writes the vocab x hidden table (2 per entry).
-EMBEDDING_OPS: tuple[Op, ...] = (("embedding gather", 4, "contiguous"), ("embedding backward", 2, "contiguous"))
+EMBEDDING_OPS: tuple[Op, ...] = (("embedding gather", 4, "contiguous"),
+                                 ("embedding backward", 2, "contiguous"))
 EMBEDDING_TABLE_OPS: tuple[Op, ...] = (("embedding backward: the table", 2, "contiguous"),)
 
 
@@ -150,7 +156,8 @@ def _bytes(ops: tuple[Op, ...]) -> float:
 
 
 RMSNORM_FWD, RMSNORM_BYTES = _bytes(RMSNORM_FWD_OPS), _bytes(RMSNORM_FWD_OPS + RMSNORM_BWD_OPS)  # 36, 128
-LAYERNORM_FWD, LAYERNORM_BYTES = _bytes(LAYERNORM_FWD_OPS), _bytes(LAYERNORM_FWD_OPS + LAYERNORM_BWD_OPS)  # 4, 14
+LAYERNORM_FWD, LAYERNORM_BYTES = _bytes(LAYERNORM_FWD_OPS), _bytes(LAYERNORM_FWD_OPS
+                                                                   + LAYERNORM_BWD_OPS)  # 4, 14
 ROPE_FWD, ROPE_BYTES = _bytes(ROPE_FWD_OPS), _bytes(ROPE_FWD_OPS + ROPE_BWD_OPS)  # 20, 54
 CACHE_BYTES = _bytes(CACHE_OPS)  # 4
 ADD_BYTES = _bytes(ADD_OPS)  # 6
@@ -177,7 +184,8 @@ class Widths:
 
 def widths(spec: ModelSpec, tokens: float, tp: int = 1, sp: bool = False) -> Widths:
     d = spec.head_dim
-    return Widths(x=tokens * spec.hidden / (tp if sp else 1), q=tokens * tp_local(spec.heads, tp) * d,
+    return Widths(x=tokens * spec.hidden / (tp if sp else 1),
+                  q=tokens * tp_local(spec.heads, tp) * d,
                   kv=tokens * tp_local(spec.kv_heads, tp) * d, ff=tokens * spec.intermediate / tp,
                   logits=tokens * spec.vocab / tp)
 
@@ -186,8 +194,10 @@ def hf_layer_kinds(spec: ModelSpec, w: Widths, forward_only: bool = False) -> di
     """HBM bytes of one eager Hugging Face decoder layer's non-matmul ops by kind, forward + backward
     (or the forward alone: what full checkpointing runs again)."""
     layer_norm = spec.norm == "layer"
-    norm_fwd, norm_bwd = (LAYERNORM_FWD_OPS, LAYERNORM_BWD_OPS) if layer_norm else (RMSNORM_FWD_OPS, RMSNORM_BWD_OPS)
-    mlp_fwd, mlp_bwd = (SWIGLU_FWD_OPS, SWIGLU_BWD_OPS) if spec.gated_mlp else (GELU_FWD_OPS, GELU_BWD_OPS)
+    norm_fwd, norm_bwd = (LAYERNORM_FWD_OPS, LAYERNORM_BWD_OPS) if layer_norm else (RMSNORM_FWD_OPS,
+                                                                                    RMSNORM_BWD_OPS)
+    mlp_fwd, mlp_bwd = (SWIGLU_FWD_OPS, SWIGLU_BWD_OPS) if spec.gated_mlp else (GELU_FWD_OPS,
+                                                                                GELU_BWD_OPS)
     rope = () if spec.learned_positions else ROPE_FWD_OPS
     out: dict[str, float] = {}
     if forward_only:
@@ -229,13 +239,14 @@ def hf_head_bytes(spec: ModelSpec, w: Widths) -> float:
     return sum(hf_head_kinds(spec, w).values())
 
 
-def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl: Implementation) -> dict[str, float]:
+def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int,
+                      impl: Implementation) -> dict[str, float]:
     """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage, by
     kind (``"hbm"``: the fused model, priced at the HBM bandwidth)."""
     n = min(layers, spec.layers)
     if impl.elementwise == "fused":
-        w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2, attention=impl.attention, tp=lay.tp,
-                     sp=lay.sequence_parallel, cp=lay.cp)
+        w = Workload(batch=lay.microbatch, seq=seq, params_bytes=2,
+                     attention=impl.attention, tp=lay.tp, sp=lay.sequence_parallel, cp=lay.cp)
         layers_saved = [layer_memory(spec, w, i) for i in range(n)]
         per_layer = sum(m.total for m in layers_saved)
         passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
@@ -254,17 +265,20 @@ def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl:
     return out
 
 
-def elementwise_bytes(spec: ModelSpec, lay: Layout, seq: int, layers: int, impl: Implementation) -> float:
+def elementwise_bytes(spec: ModelSpec, lay: Layout, seq: int, layers: int,
+                      impl: Implementation) -> float:
     """Bytes of HBM traffic outside the matmuls for one micro-batch on one GPU of the last stage."""
     return sum(elementwise_kinds(spec, lay, seq, layers, impl).values())
 
 
-def elementwise_seconds(by_kind: dict[str, float], hbm_bytes_per_s: float, rates: dict[str, float] | None) -> float:
+def elementwise_seconds(by_kind: dict[str, float], hbm_bytes_per_s: float,
+                        rates: dict[str, float] | None) -> float:
     """Seconds of ``by_kind``'s bytes: each kind at its measured rate (``rates``, bytes/s), all at
     ``hbm_bytes_per_s`` without them (and for the fused model's ``"hbm"``)."""
     if rates is None:
         return sum(by_kind.values()) / hbm_bytes_per_s
-    return sum(b / (hbm_bytes_per_s if kind == "hbm" else rates[kind]) for kind, b in by_kind.items())
+    return sum(b / (hbm_bytes_per_s if kind == "hbm" else rates[kind])
+               for kind, b in by_kind.items())
 
 
 # ---------------------------------------------------------------------------------------------

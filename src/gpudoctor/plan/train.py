@@ -80,10 +80,11 @@ ASSUMPTIONS = (
     ("GEMM efficiency per width class (GEMM_EFFICIENCY) is an assumption: 0.72 of the datasheet "
     "bf16 peak for GEMMs whose narrower side (N or K, per GPU) is >= 4096, down to 0.40 below 512"),
     "attention is causal with a FlashAttention-style kernel: half the s x s score and context work",
-    ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, DDP/FSDP "
-    "copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from Hugging Face's "
-    "eager code and torch.optim.AdamW foreach, fused as 4 passes over the saved activations and a fused "
-    "mixed-precision Adam; every op at the HBM bandwidth (strided/broadcast kernels' lower rate is not priced)"),
+    ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, "
+    "DDP/FSDP copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from "
+    "Hugging Face's eager code and torch.optim.AdamW foreach, fused as 4 passes over the saved "
+    "activations and a fused mixed-precision Adam; every op at the HBM bandwidth "
+    "(strided/broadcast kernels' lower rate is not priced)"),
     "NCCL kernels overlapping compute do not slow it (not priced)",
     ("DP gradient all-reduce / ZeRO reduce-scatter is bucketed and overlapped with the last "
     "micro-batch's backward; the last bucket (1/layers of it) stays exposed"),
@@ -91,11 +92,11 @@ ASSUMPTIONS = (
     ("ZeRO-3/FSDP gathers each layer's parameters in forward and backward and reduce-scatters its "
     "gradients every micro-batch, overlapped with that layer's compute up to its length"),
     ("TP all-reduces (or, with sequence parallelism, all-gather + reduce-scatter: the same bytes, "
-    "Korthikanti et al. 2022 sec. 4.2.2) are exposed, not overlapped; selective recompute adds none; "
-    "4 per layer (Megatron), 7 for eager-hf without sequence parallelism (torch's ColwiseParallel "
-    "all-reduces the input gradient of each of q, k, v, gate, up)"),
-    ("PP sends one activation forward and one gradient backward per micro-batch per stage boundary, "
-    "exposed; the last stage also runs the LM head (imbalance counted)"),
+    "Korthikanti et al. 2022 sec. 4.2.2) are exposed, not overlapped; selective recompute "
+    "adds none; 4 per layer (Megatron), 7 for eager-hf without sequence parallelism (torch's "
+    "ColwiseParallel all-reduces the input gradient of each of q, k, v, gate, up)"),
+    ("PP sends one activation forward and one gradient backward per micro-batch per stage "
+    "boundary, exposed; the last stage also runs the LM head (imbalance counted)"),
     ("PP with TP > 1: Megatron-LM's scatter/gather (Narayanan et al. 2021 sec. 4.1) is assumed on: "
     "each TP rank sends b*s*h/t over the fabric, then an NVLink all-gather of b*s*h (none with "
     "sequence parallelism, whose activations are already split)"),
@@ -110,24 +111,30 @@ def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
     """ASSUMPTIONS with what --bench measured in place of what it replaces: the assumed GEMM
     efficiency; with its elementwise / optimizer / overlap sections, the unpriced kernel kinds and
     the NCCL-free overlap."""
-    attention = ("attention core at the measured causal SDPA rate for its sequence length and head dim"
-                 if cal.attention else "attention core at the assumed GEMM efficiency (the bench has no attention grid)")
-    measured = (f"GEMMs timed at their own (M, N, K) on the measured bf16 grid of {cal.path} ({cal.gpu}, "
-                f"{cal.measured_utc}): separate q, k, v, o, gate, up, down projections, forward and both "
-                f"backward GEMMs; {attention}; HBM work at the measured {cal.hbm_bytes_per_s / 1e12:.2f} TB/s; "
-                f"launch gap from {EAGER_KERNELS_PER_LAYER} eager kernels per layer x the measured launch time")
+    attention = ("attention core at the measured causal SDPA rate for its sequence length and "
+                 "head dim"
+                 if cal.attention
+                 else "attention core at the assumed GEMM efficiency (the bench has no "
+                      "attention grid)")
+    measured = (f"GEMMs timed at their own (M, N, K) on the measured bf16 grid of {cal.path} "
+                f"({cal.gpu}, {cal.measured_utc}): separate q, k, v, o, gate, up, down "
+                f"projections, forward and both backward GEMMs; {attention}; HBM work at the "
+                f"measured {cal.hbm_bytes_per_s / 1e12:.2f} TB/s; launch gap from "
+                f"{EAGER_KERNELS_PER_LAYER} eager kernels per layer x the measured launch time")
     extra = []
     if cal.elementwise:
         rates = ", ".join(f"{k} {v / 1e12:.2f}" for k, v in cal.elementwise.items())
-        extra.append(f"eager-hf elementwise ops each at the measured rate of its kind (TB/s: {rates}; "
-                     "plan/traffic.py classifies them by operand layout); the fused model at the HBM rate")
+        extra.append("eager-hf elementwise ops each at the measured rate of its kind (TB/s: "
+                     f"{rates}; plan/traffic.py classifies them by operand layout); the fused "
+                     "model at the HBM rate")
     if cal.optimizer:
         extra.append("optimizer step at its measured rate: " + ", ".join(
             f"{k} {v / 1e12:.2f} TB/s" for k, v in cal.optimizer.items()))
     if cal.overlap:
         o = cal.overlap
-        extra.append(f"compute overlapping DP communication runs {o.gemm:.2f}x (GEMMs) / {o.memory:.2f}x "
-                     f"(memory-bound) slower and the collective {o.allreduce:.2f}x slower than alone (measured)")
+        extra.append(f"compute overlapping DP communication runs {o.gemm:.2f}x (GEMMs) / "
+                     f"{o.memory:.2f}x (memory-bound) slower and the collective {o.allreduce:.2f}x "
+                     "slower than alone (measured)")
     dropped = ("GEMM efficiency",) + (("memory-bound work",) if cal.elementwise else ()) + \
         (("NCCL kernels overlapping",) if cal.overlap else ())
     kept = tuple(a for a in ASSUMPTIONS if not (isinstance(a, str) and a.startswith(dropped)))
@@ -136,10 +143,11 @@ def calibrated_assumptions(cal: Calibration) -> tuple[str, ...]:
     return (measured, *extra) + kept
 
 
-MEMORY_MEASURED = ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the optimizer, DDP/FSDP "
-                   "copies) priced per implementation (plan/traffic.py): eager-hf counted op by op from Hugging "
-                   "Face's eager code and torch.optim.AdamW foreach, fused as 4 passes over the saved activations "
-                   "and a fused mixed-precision Adam")
+MEMORY_MEASURED = ("memory-bound work (norms, activations, RoPE, residual adds, the loss, the "
+                   "optimizer, DDP/FSDP copies) priced per implementation (plan/traffic.py): "
+                   "eager-hf counted op by op from Hugging Face's eager code and torch.optim.AdamW "
+                   "foreach, fused as 4 passes over the saved activations and a fused "
+                   "mixed-precision Adam")
 
 
 def gemm_efficiency(spec: ModelSpec, tp: int, tokens_per_microbatch: int) -> float:
@@ -172,7 +180,8 @@ def param_counts(spec: ModelSpec):
 
 def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, peak_flops: float,
                  net: Net, hbm_bytes_per_s: float = 3.35e12, causal: bool = True,
-                 calibration: Calibration | None = None, impl: str = "eager-hf") -> dict[str, float]:
+                 calibration: Calibration | None = None,
+                 impl: str = "eager-hf") -> dict[str, float]:
     """Seconds per optimizer step for one layout, by part (the ``breakdown`` of a Plan) plus
     ``step_s``, ``model_flops`` and ``hardware_flops``.
 
@@ -197,18 +206,22 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
         mb_bwd_s = 2 * mb_fwd_s
         hbm = hbm_bytes_per_s * HBM_EFFICIENCY
     else:
-        t = microbatch_times(spec, calibration, microbatch=lay.microbatch, seq=seq, tp=lay.tp, cp=lay.cp,
-                             layers=spec.layers / lay.pp, assumed_rate=peak_flops * eff, causal=causal)
+        t = microbatch_times(spec, calibration, microbatch=lay.microbatch, seq=seq,
+                             tp=lay.tp, cp=lay.cp, layers=spec.layers / lay.pp,
+                             assumed_rate=peak_flops * eff, causal=causal)
         mb_fwd_s, mb_bwd_s = t.layers_fwd + t.head_fwd, t.layers_bwd + t.head_bwd
         compute_s = m * (mb_fwd_s + mb_bwd_s)
-        recompute_s = m * {"full": t.layers_fwd, "selective": t.attention_fwd}.get(lay.checkpointing, 0.0)
+        recompute_s = m * {"full": t.layers_fwd,
+                           "selective": t.attention_fwd}.get(lay.checkpointing, 0.0)
         hbm = calibration.hbm_bytes_per_s
         eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)  # what it amounts to
-    tp_s = tp_comm(spec, lay, seq, m, layers_stage, net, tp_backward_allreduces(spec, lay, code.tp_per_projection))
+    tp_s = tp_comm(spec, lay, seq, m, layers_stage, net,
+                   tp_backward_allreduces(spec, lay, code.tp_per_projection))
     cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
     pp_s = pp_comm(spec, lay, seq, m, net)
     by_kind = elementwise_kinds(spec, lay, seq, layers_stage, code)
-    memory_s = m * elementwise_seconds(by_kind, hbm, calibration.elementwise if calibration else None)
+    memory_s = m * elementwise_seconds(by_kind, hbm,
+                                       calibration.elementwise if calibration else None)
     launch_s = launch_gap(calibration, m, layers_stage, (compute_s + recompute_s + memory_s) / m)
     pipelined = compute_s + recompute_s + memory_s + launch_s + tp_s + cp_s + pp_s
     bubble_s = pipelined * bubble_fraction(lay.pp, m, lay.schedule, lay.virtual_stages)
@@ -221,20 +234,25 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     overlap_s = 0.0
     if calibration is not None and calibration.overlap is not None and lay.dp > 1:
         # the overlapped stretch is backward / forward compute: GEMMs and elementwise in the step's mix
-        slow = (calibration.overlap.compute(compute_s + recompute_s, memory_s), calibration.overlap.allreduce)
-        dp_s, zero_s, overlap_s = dp_overlap(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m,
-                                             net, last, slow)
+        slow = (calibration.overlap.compute(compute_s + recompute_s, memory_s),
+                calibration.overlap.allreduce)
+        dp_s, zero_s, overlap_s = dp_overlap(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s,
+                                             recompute_s / m, net, last, slow)
     else:
-        dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s, recompute_s / m, net, last)
+        dp_s, zero_s = dp_comm(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s,
+                               recompute_s / m, net, last)
     opt_hbm = hbm_bytes_per_s if calibration is None else calibration.hbm_bytes_per_s
     if calibration is not None and calibration.optimizer is not None:
         opt_hbm = calibration.optimizer[code.optimizer_probe]  # bytes/s of that step, measured
     opt_s = local_params / (lay.dp if lay.zero else 1) * code.optimizer_bytes_per_param / opt_hbm
     copies = dp_copy_bytes(lay, local_params, code) * (m if lay.zero == 3 else 1)
-    dp_copy_s = copies / (hbm_bytes_per_s * HBM_EFFICIENCY if calibration is None else calibration.hbm_bytes_per_s)
-    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s, "launch_s": launch_s,
-             "bubble_s": bubble_s, "tp_comm_s": tp_s, "cp_comm_s": cp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
-             "zero_comm_s": zero_s, "overlap_s": overlap_s, "dp_copy_s": dp_copy_s, "optimizer_s": opt_s}
+    dp_copy_s = copies / (hbm_bytes_per_s * HBM_EFFICIENCY
+                          if calibration is None else calibration.hbm_bytes_per_s)
+    parts = {"compute_s": compute_s, "recompute_s": recompute_s, "memory_s": memory_s,
+             "launch_s": launch_s, "bubble_s": bubble_s, "tp_comm_s": tp_s, "cp_comm_s": cp_s,
+             "pp_comm_s": pp_s, "dp_comm_s": dp_s,
+             "zero_comm_s": zero_s, "overlap_s": overlap_s, "dp_copy_s": dp_copy_s,
+             "optimizer_s": opt_s}
     return {**parts, "step_s": sum(parts.values()), "model_flops": fl.model,
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
 
@@ -300,10 +318,12 @@ class TrainPlanResult:
     memory_model: str = ""  # the bytes per parameter the memory estimates assumed (memory.options.precision_summary)
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "gpus": self.gpus, "gpu": self.gpu, "global_batch": self.global_batch,
-                "seq": self.seq, "gpus_per_node": self.gpus_per_node, "fabric": self.fabric,
+        return {"model": self.model, "gpus": self.gpus, "gpu": self.gpu,
+                "global_batch": self.global_batch, "seq": self.seq,
+                "gpus_per_node": self.gpus_per_node, "fabric": self.fabric,
                 "plans": [p.to_dict() for p in self.plans], "explanation": self.explanation,
-                "infeasible": self.infeasible, "considered": self.considered, "fitting": self.fitting,
+                "infeasible": self.infeasible, "considered": self.considered,
+                "fitting": self.fitting,
                 "comm_model": self.comm_model, "compute_model": self.compute_model,
                 "memory_model": self.memory_model,
                 "assumptions": list(self.assumptions)}

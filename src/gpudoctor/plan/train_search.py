@@ -68,7 +68,8 @@ def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
     """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
     heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
     tps = [t for t in spec.tp_degrees(_divisors(spec.heads)) if min(gpus_per_node, gpus) % t == 0]
-    cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1 or (seq >= 8192 and seq % c == 0)]
+    cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1
+                                         or (seq >= 8192 and seq % c == 0)]
     out = []
     for tp in tps:
         for cp in cps:
@@ -106,7 +107,8 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     dtype, peak, precision_note = half_precision(hw)
     cal = load_calibration(calibration, hw.key) if isinstance(calibration, (str, Path)) else calibration
     net = make_net(hw.key, gpus_per_node, fabric, nvls)
-    pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads, layers=model.layers, gpus=gpus,
+    pins = check_pins(pins or Pins(), heads=model.heads, kv_heads=model.kv_heads,
+                      layers=model.layers, gpus=gpus,
                       gpus_per_node=gpus_per_node, seq=seq, global_batch=global_batch,
                       checkpointing_choices=CHECKPOINTING)
     shapes = [s for s in _shapes(model, gpus, seq, gpus_per_node, pinned_cp=pins.cp)
@@ -114,18 +116,20 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     if not shapes and pins.any():
         fixed = math.prod(v for v in (pins.dp, pins.tp, pins.pp) if v is not None)
         if None not in (pins.dp, pins.tp, pins.pp) and pins.cp is None and gpus > fixed:
-            raise InputError(f"{pins.describe()} use {fixed} of the {gpus} GPUs and leave a factor of "
-                             f"{gpus // fixed} to context parallelism, which is only tried at --seq >= 8192; "
-                             f"fix --cp {gpus // fixed} or free a degree")
-        raise InputError(f"no layout of {gpus} GPUs has {pins.describe()} and a data-parallel degree dividing "
-                         f"--global-batch {global_batch}; free one of them or change --gpus")
+            raise InputError(f"{pins.describe()} use {fixed} of the {gpus} GPUs and leave a "
+                             f"factor of {gpus // fixed} to context parallelism, which is only "
+                             f"tried at --seq >= 8192; fix --cp {gpus // fixed} or free a degree")
+        raise InputError(f"no layout of {gpus} GPUs has {pins.describe()} and a data-parallel "
+                         f"degree dividing --global-batch {global_batch}; free one of them or "
+                         "change --gpus")
     if not shapes:
         dps = sorted({s[0] for s in _shapes(model, gpus, seq, gpus_per_node)})
-        near = sorted({(global_batch // d + k) * d for d in dps for k in (0, 1) if (global_batch // d + k) * d > 0},
+        near = sorted({(global_batch // d + k) * d for d in dps for k in (0, 1)
+                       if (global_batch // d + k) * d > 0},
                       key=lambda b: (abs(b - global_batch), b))[:2]
-        raise InputError(f"--global-batch {global_batch} is not a multiple of any data-parallel degree possible "
-                         f"for {model.name} on {gpus} GPUs (dp in {', '.join(map(str, dps))}); "
-                         f"use {' or '.join(map(str, near))}")
+        raise InputError(f"--global-batch {global_batch} is not a multiple of any data-parallel "
+                         f"degree possible for {model.name} on {gpus} GPUs (dp in "
+                         f"{', '.join(map(str, dps))}); use {' or '.join(map(str, near))}")
     plans, considered, smallest = [], 0, None
     for dp, tp, pp, cp in shapes:
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)
@@ -137,14 +141,16 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
                     lay = Layout(dp, tp, pp, cp, zero, mb, ckpt, schedule, sp=sp)
                     considered += 1
                     est = _memory(model, hw.key, lay, global_batch, seq, prec)
-                    if est is not None and (smallest is None or est.total_bytes < smallest[0].total_bytes):
+                    if est is not None and (
+                        smallest is None or est.total_bytes < smallest[0].total_bytes):
                         smallest = (est, lay)
                     if est is None or not est.fits:
                         break  # a larger micro-batch needs more memory still
                     if ckpt == "selective" and pins.checkpointing is None and _dominated(
                             model, hw.key, lay, est, global_batch, seq, prec):
                         continue
-                    plans.append(_price(model, lay, est, global_batch, seq, peak, net, hw.hbm_bytes_per_s, cal, impl))
+                    plans.append(_price(model, lay, est, global_batch, seq, peak, net,
+                                        hw.hbm_bytes_per_s, cal, impl))
     plans = _rank(plans)
     if not considered:  # only pins can leave nothing to price
         raise InputError(f"the fixed values leave no layout to price: {pins.describe(every=True)} "
@@ -156,13 +162,15 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         est, lay = smallest
         infeasible = (f"no layout with {pins.describe(every=True)} fits the {hw.name}'s "
                       f"{gib(hw.memory_bytes)}: the smallest peak, {gib(est.peak_bytes)} allocated "
-                      f"({gib(est.total_bytes)} with the allocator's reserve and the CUDA context), is {describe(lay)}; "
-                      f"free a value or add GPUs")
+                      f"({gib(est.total_bytes)} with the allocator's reserve and the CUDA "
+                      f"context), is {describe(lay)}; free a value or add GPUs")
     else:
-        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest, global_batch, seq, prec)
+        infeasible = _infeasible(model, hw, gpus, gpus_per_node, shapes, smallest,
+                                 global_batch, seq, prec)
     assumptions = ASSUMPTIONS if cal is None else calibrated_assumptions(cal)
     memory_model = precision_summary(TrainOptions(**prec))
-    ignored = master_weights_note(TrainOptions(**{k: v for k, v in (precision or {}).items() if v is not None}))
+    ignored = master_weights_note(TrainOptions(**{k: v for k, v in (precision or {}).items()
+                                                  if v is not None}))
     if precision_note:
         assumptions = (precision_note, *assumptions)
     assumptions = (*assumptions, f"memory: {memory_model}", *((ignored,) if ignored else ()))
@@ -170,8 +178,8 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
         model=model.name, gpus=gpus, gpu=hw.key, global_batch=global_batch, seq=seq,
         gpus_per_node=gpus_per_node, fabric=fabric or DEFAULT_FABRIC, plans=plans[:top],
         explanation=explain(plans, gpus, gpus_per_node, hw.memory_bytes,
-                            _replicated(model, hw.key, plans[0], global_batch, seq, prec)) if plans else "",
-        infeasible=infeasible, considered=considered, fitting=len(plans),
+                            _replicated(model, hw.key, plans[0], global_batch, seq, prec))
+        if plans else "", infeasible=infeasible, considered=considered, fitting=len(plans),
         comm_model=COMM_MODEL,
         assumptions=assumptions,
         compute_model=COMPUTE_ASSUMED.replace("bf16", dtype) if cal is None else cal.label,
@@ -190,7 +198,8 @@ def _precision(given: dict | None) -> dict:
     return {k: getattr(o, k) for k in names}
 
 
-def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int, prec: dict) -> bool:
+def _dominated(spec: ModelSpec, gpu: str, lay: Layout, est, global_batch: int, seq: int,
+               prec: dict) -> bool:
     """Selective checkpointing that keeps as much as no checkpointing: more FLOPs for nothing."""
     plain = _memory(spec, gpu, replace(lay, checkpointing="none"), global_batch, seq, prec)
     return plain is not None and plain.peak_bytes <= est.peak_bytes
@@ -200,7 +209,8 @@ def _replicated(spec: ModelSpec, gpu: str, w: Plan, global_batch: int, seq: int,
     """With a ZeRO winner, the memory of the same layout replicated (DDP), for the explanation."""
     if not w.zero:
         return None
-    return _memory(spec, gpu, Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule,
+    return _memory(spec, gpu,
+                   Layout(w.dp, w.tp, w.pp, w.cp, 0, w.microbatch, w.checkpointing, w.schedule,
                                      sp=w.sp or w.tp == 1), global_batch, seq, prec)
 
 
@@ -221,7 +231,8 @@ def _rank(plans: list[Plan]) -> list[Plan]:
 _MEMORY_CACHE: dict = {}
 
 
-def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int, prec: dict | None = None):
+def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int,
+            prec: dict | None = None):
     """``gpudoctor memory`` for the layout, at the precision options ``prec`` (``_precision``; None:
     memory's defaults), cached; None when the memory planner refuses the combination."""
     from gpudoctor.memory import estimate_from_options
@@ -233,9 +244,11 @@ def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int,
         try:
             _MEMORY_CACHE[key] = estimate_from_options(
                 spec, gpu=gpu, suggest=False, batch=lay.microbatch, seq=seq, tp=lay.tp, pp=lay.pp,
-                dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3, sp=lay.sequence_parallel,
+                dp=lay.dp, zero=lay.zero if lay.zero < 3 else 0, fsdp=lay.zero == 3,
+                sp=lay.sequence_parallel,
                 cp=lay.cp, microbatches=m, checkpointing=lay.checkpointing, **prec,
-                virtual_stages=lay.virtual_stages if lay.schedule == "interleaved" and lay.pp > 1 else 1)
+                virtual_stages=lay.virtual_stages if lay.schedule == "interleaved"
+                and lay.pp > 1 else 1)
         except InputError:
             _MEMORY_CACHE[key] = None
     return _MEMORY_CACHE[key]
@@ -243,18 +256,19 @@ def _memory(spec: ModelSpec, gpu: str, lay: Layout, global_batch: int, seq: int,
 
 def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak: float, net: Net,
            hbm: float, cal: Calibration | None = None, impl: str = "eager-hf") -> Plan:
-    r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net, hbm_bytes_per_s=hbm,
-                     calibration=cal, impl=impl)
+    r = predict_step(spec, lay, global_batch=global_batch, seq=seq, peak_flops=peak, net=net,
+                     hbm_bytes_per_s=hbm, calibration=cal, impl=impl)
     breakdown = {k: v for k, v in r.items() if k.endswith("_s") and k != "step_s"}
-    return Plan(dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, zero=lay.zero, microbatch=lay.microbatch,
-                microbatches=int(r["microbatches"]), checkpointing=lay.checkpointing, schedule=lay.schedule,
-                step_s=r["step_s"], mfu=r["model_flops"] / (r["step_s"] * lay.gpus * peak),
+    return Plan(dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, zero=lay.zero,
+                microbatch=lay.microbatch, microbatches=int(r["microbatches"]),
+                checkpointing=lay.checkpointing, schedule=lay.schedule, step_s=r["step_s"],
+                mfu=r["model_flops"] / (r["step_s"] * lay.gpus * peak),
                 tokens_per_s=global_batch * seq / r["step_s"], peak_bytes=int(est.peak_bytes),
                 total_bytes=int(est.total_bytes), breakdown=breakdown, sp=lay.sequence_parallel)
 
 
-def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest, global_batch: int,
-                seq: int, prec: dict) -> str:
+def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest,
+                global_batch: int, seq: int, prec: dict) -> str:
     """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do not
     fit even fully sharded over all of them; otherwise the activations, with the layout that came
     closest and the --seq it would fit at."""
@@ -270,23 +284,30 @@ def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smal
     if states > STATES_SHARE * cap:
         need = math.ceil(per_param * n / (STATES_SHARE * cap))
         need = need if need <= gpus_per_node else math.ceil(need / gpus_per_node) * gpus_per_node
-        why = (f"the weights alone need {gib(weights)} per GPU at the largest TP x PP ({tp} x {pp}), and "
+        why = (f"the weights alone need {gib(weights)} per GPU at the largest TP x PP ({tp} x "
+               f"{pp}), and "
                if weights > cap else "")
         return (head + why + f"{what}, {gib(per_param * n)}) need "
-                f"{gib(states)} per GPU even fully sharded (ZeRO-3) over {plural(gpus, 'GPU')}, more than "
-                f"{STATES_SHARE:.0%} of the card; need >= {max(need, gpus + 1):,} GPUs (with activations, more)")
+                f"{gib(states)} per GPU even fully sharded (ZeRO-3) over {plural(gpus, 'GPU')}, "
+                f"more than {STATES_SHARE:.0%} of the card; need >= {max(need, gpus + 1):,} GPUs "
+                "(with activations, more)")
     states_fit = (f"{what}) fit, {gib(states)} per GPU fully "
                   f"sharded (ZeRO-3) over {plural(gpus, 'GPU')}, so more GPUs will not help; ")
     beyond = (f"; --seq {seq:,} is also beyond the model's {spec.max_positions:,} positions"
               if spec.max_positions and seq > spec.max_positions else "")
     if smallest is None:
-        return (head + states_fit + f"the memory planner accepts no layout at --seq {seq:,}: shorten --seq" + beyond)
+        return (head + states_fit
+                + f"the memory planner accepts no layout at --seq {seq:,}: shorten --seq" + beyond)
     est, lay = smallest
-    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq, prec) for s in shapes), key=lambda r: r[0])
-    shorter = (f"--seq {longest:,} fits {describe(at)}" if at else "no --seq fits: even one token per sequence "
+    longest, at = max((_longest_seq(spec, hw.key, s, global_batch, seq, prec) for s in shapes),
+                      key=lambda r: r[0])
+    shorter = (f"--seq {longest:,} fits {describe(at)}" if at
+               else "no --seq fits: even one token per sequence "
                "needs more than the card, so check the model and --global-batch")
-    return (head + states_fit + f"the activations do not: the layout that needs least, {describe(lay)}, needs "
-            f"{gib(est.total_bytes)}; shorten --seq ({shorter}) or fix a larger --cp than the 1, 2, 4 tried" + beyond)
+    return (head + states_fit
+            + f"the activations do not: the layout that needs least, {describe(lay)}, needs "
+            f"{gib(est.total_bytes)}; shorten --seq ({shorter}) or fix a larger --cp than the 1, "
+            "2, 4 tried" + beyond)
 
 
 def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], global_batch: int,

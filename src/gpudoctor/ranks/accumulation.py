@@ -45,7 +45,8 @@ def repeated_sets(al: Aligned) -> Repeated:
         if len(micros) < 2:
             continue
         groups = [mine[al.micro[mine] == m] for m in micros]
-        signature = {tuple(sorted((al.ops[i], int(al.nbytes[i])) for i in g.tolist())) for g in groups}
+        signature = {tuple(sorted((al.ops[i], int(al.nbytes[i])) for i in g.tolist()))
+                     for g in groups}
         if len(signature) == 1:
             for g in groups[:-1]:
                 rows[g] = True

@@ -80,7 +80,8 @@ def estimate(summaries: Sequence[RankSummary], matched: np.ndarray) -> Clock:
     for i in range(1, len(summaries)):
         r = by_msg.get(i)
         b = r.bound if r else Bound(-math.inf, math.inf, 0)
-        bounds.append((b.lo if math.isfinite(b.lo) else None, b.hi if math.isfinite(b.hi) else None))
+        bounds.append((b.lo if math.isfinite(b.lo) else None,
+                       b.hi if math.isfinite(b.hi) else None))
         interval = (float(coll[i]) - spread[i], float(coll[i]) + spread[i]) if len(matched) else None
         rows.append(_one(summaries, r, interval, notes))
     return Clock(np.array([o for o, _, _ in rows], np.int64), tuple(m for _, m, _ in rows),
@@ -97,20 +98,22 @@ def _one(summaries: Sequence[RankSummary], r: Reach | None, coll: tuple[float, f
         return round((coll[0] + coll[1]) / 2), COLLECTIVES, (coll[1] - coll[0]) / 2
     rank, b = summaries[r.path[-1]].rank, r.bound
     if not b.consistent:
-        notes.append(f"rank {rank}: its send/recv bounds cross ({_us(b.lo)} > {_us(b.hi)} us): messages matched "
-                     "out of order, or the clocks drifted within the window")
+        notes.append(f"rank {rank}: its send/recv bounds cross ({_us(b.lo)} > {_us(b.hi)} us): "
+                     "messages matched out of order, or the clocks drifted within the window")
     lo, hi = min(b.lo, b.hi), max(b.lo, b.hi)
     method = P2P if len(r.path) == 2 else P2P_CHAIN
     if coll is not None:
         if max(lo, coll[0]) <= min(hi, coll[1]):
             lo, hi, method = max(lo, coll[0]), min(hi, coll[1]), BOTH
         else:
-            notes.append(f"rank {rank}: the collectives' offset ({_us(sum(coll) / 2)} us) lies outside its "
-                         f"send/recv bounds ({_us(lo)}..{_us(hi)} us); the bounds are used")
+            notes.append(f"rank {rank}: the collectives' offset ({_us(sum(coll) / 2)} us) lies "
+                         f"outside its send/recv bounds ({_us(lo)}..{_us(hi)} us); the bounds "
+                         "are used")
     if math.isinf(hi - lo):  # one side open: the offset nearest 0 the bound allows
         side = f"<= {_us(hi)}" if math.isfinite(hi) else f">= {_us(lo)}"
-        notes.append(f"rank {rank}: send/recv on its path from rank 0 ({_path(summaries, r.path)}) go one way only, "
-                     f"so its clock offset is bounded on one side ({side} us), not estimated")
+        notes.append(f"rank {rank}: send/recv on its path from rank 0 ({_path(summaries, r.path)}) "
+                     f"go one way only, so its clock offset is bounded on one side ({side} us), "
+                     "not estimated")
         return round(min(max(0.0, lo), hi)), ONE_SIDED, None
     return round((lo + hi) / 2), method, (hi - lo) / 2
 
@@ -127,7 +130,8 @@ def _spread(summaries: Sequence[RankSummary], matched: np.ndarray) -> np.ndarray
     """[R] half the interquartile range of each rank's collective end minus rank 0's (ns)."""
     if len(matched) == 0:
         return np.zeros(len(summaries))
-    ends = np.array([[s.collectives[i].end for i in matched[:, r]] for r, s in enumerate(summaries)], np.int64)
+    ends = np.array([[s.collectives[i].end for i in matched[:, r]]
+                     for r, s in enumerate(summaries)], np.int64)
     q1, q3 = np.percentile(ends - ends[0], [25, 75], axis=1)
     return (q3 - q1) / 2
 
@@ -136,5 +140,6 @@ def offsets(summaries: Sequence[RankSummary], matched: np.ndarray) -> np.ndarray
     """Each rank's clock minus rank 0's (ns, [R]); zeros where nothing matched."""
     if len(matched) == 0:
         return np.zeros(len(summaries), np.int64)
-    ends = np.array([[s.collectives[i].end for i in matched[:, r]] for r, s in enumerate(summaries)], np.int64)
+    ends = np.array([[s.collectives[i].end for i in matched[:, r]]
+                     for r, s in enumerate(summaries)], np.int64)
     return np.round(np.median(ends - ends[0], axis=1)).astype(np.int64)

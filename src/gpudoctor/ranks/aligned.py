@@ -68,10 +68,12 @@ def align(summaries: Sequence[RankSummary]) -> Aligned:
     end = grid([[c.end for c in col] for col in cols]) - off
     wait = start.max(axis=1, keepdims=True) - start if len(m) else np.zeros(shape, np.int64)
     exposed = grid([[_hidden_free(c, c.dur) for c in col] for col in cols])
-    exposed_wait = grid([[_hidden_free(c, int(wait[i, r])) for i, c in enumerate(col)] for r, col in enumerate(cols)])
+    exposed_wait = grid([[_hidden_free(c, int(wait[i, r])) for i, c in enumerate(col)]
+                         for r, col in enumerate(cols)])
     ref = cols[0] if cols else []
     step = np.array([c.step for c in ref], np.int64)
-    return Aligned(summaries, off, tuple(c.op for c in ref), np.array([c.nbytes for c in ref], np.int64), step,
+    return Aligned(summaries, off, tuple(c.op for c in ref),
+                   np.array([c.nbytes for c in ref], np.int64), step,
                    _last_of_step(step), start, end, wait, exposed, exposed_wait, clock,
                    np.array([c.micro for c in ref], np.int64))
 

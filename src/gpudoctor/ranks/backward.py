@@ -30,7 +30,8 @@ def pass_starts(trace: Trace, step_thread: int) -> np.ndarray:
     if not ev.size:
         return np.empty(0, np.int64)
     es, ee = union(host.ts[ev], host.end[ev])
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == step_thread) & ~is_eval[host.name])
+    ops = np.flatnonzero(
+        (host.cat == HostCat.OP) & (host.thread == step_thread) & ~is_eval[host.name])
     up = np.maximum(host.parent[ops], 0)
     ops = ops[(host.parent[ops] < 0) | (host.cat[up] != HostCat.OP)]  # the outermost operators
     ts = np.sort(host.ts[ops])
@@ -43,7 +44,9 @@ def pass_starts(trace: Trace, step_thread: int) -> np.ndarray:
 
 def per_step(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[int, ...]:
     """Backward passes starting in each step [lo, hi)."""
-    return tuple(int(n) for n in (np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")))
+    return tuple(int(n)
+                 for n in (np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo,
+                                                                                      side="left")))
 
 
 def micro_of(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: int) -> int:

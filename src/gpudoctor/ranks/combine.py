@@ -22,8 +22,10 @@ from gpudoctor.ranks.summary import RankSummary
 from gpudoctor.ranks.table import distributed, rows
 
 # the multi-rank finding ids (one module each), for listings and tests
-RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID, pipeline_bubble.ID)
-RULE_TITLES = {m.ID: m.TITLE for m in (straggler, exposed_comm, slow_collective, stage_imbalance, pipeline_bubble)}
+RULE_IDS = (straggler.ID, exposed_comm.ID, slow_collective.ID, stage_imbalance.ID,
+            pipeline_bubble.ID)
+RULE_TITLES = {m.ID: m.TITLE for m in (straggler, exposed_comm, slow_collective, stage_imbalance,
+                                       pipeline_bubble)}
 
 
 @dataclass(frozen=True)
@@ -44,22 +46,26 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
     cs = split(al)
     st = straggler.find_straggler(al)
     pp = read_stages(summaries)
-    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None), slow_collective.check(al, cs, busbw_table),
-             stage_imbalance.check(list(summaries), al.step_ms, pp), pipeline_bubble.check(pp, al.step_ms)]
+    found = [straggler.check(al), exposed_comm.check(al, cs, st is not None),
+             slow_collective.check(al, cs, busbw_table),
+             stage_imbalance.check(list(summaries), al.step_ms, pp),
+             pipeline_bubble.check(pp, al.step_ms)]
     warnings = []
     # those inside the steps: a collective launched before the window (the previous step's, still
     # running when one rank's profiler started) is expected on some ranks and matched on none
     # (send/recv are left out: a pipeline's stages send and receive different counts by design)
     counts = {sum(c.step >= 0 and c.op != "p2p" for c in s.collectives) for s in summaries}
     if len(counts) > 1 or len(al.ops) < min(counts):
-        warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, {len(al.ops)} matched): "
-                        "were the same steps profiled on every rank?")
+        warnings.append(f"the ranks' collectives do not all match ({sorted(counts)} per rank, "
+                        f"{len(al.ops)} matched): were the same steps profiled on every rank?")
     if any(c.op == "p2p" for s in summaries for c in s.collectives):
-        warnings.append("send/recv (pipeline-parallel) traffic bounds the clock alignment (ranks[] clock_method) "
-                        "but is left out of the straggler and the exposed communication; the stages' compute and recv waits are compared on each "
-                        "rank's own clock" + (f" ({pp.p} stages, {pp.microbatches} micro-batches per step)" if pp else
-                        ": no pipeline pattern (every rank sending, m receives per step on the first and last "
-                        "rank, 2m between) was found, so no bubble is priced"))
+        warnings.append("send/recv (pipeline-parallel) traffic bounds the clock alignment (ranks[] "
+                        "clock_method) but is left out of the straggler and the exposed "
+                        "communication; the stages' compute and recv waits are compared on each "
+                        "rank's own clock"
+                        + (f" ({pp.p} stages, {pp.microbatches} micro-batches per step)" if pp else
+                        ": no pipeline pattern (every rank sending, m receives per step on the "
+                        "first and last rank, 2m between) was found, so no bubble is priced"))
     if not len(al.ops):
         placed = al.clock is not None and all(m != "none" for m in al.clock.methods)
         warnings.append("no collective matched across the ranks: " + (
@@ -69,21 +75,24 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
         warnings.extend(al.clock.notes)
     real = st if st is not None and st.real else None  # a lateness within the profiler's noise names no one
     chosen = real.index if real else 0
-    warnings.insert(0, f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "
-                       f"{summaries[chosen].rank}'s, {'the straggler' if real else 'no rank straggles'}; the ranks "
-                       "table compares them all")
+    warnings.insert(0,
+                    f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "
+                       f"{summaries[chosen].rank}'s, "
+                       f"{'the straggler' if real else 'no rank straggles'}; the ranks table "
+                       "compares them all")
     windows = {(w["first_step"], w["steps"]) for s in summaries if (w := s.env.get("window"))}
     if len(windows) > 1:
-        warnings.append(f"the ranks' env.json name different profiled windows (first step, steps: {sorted(windows)}); "
-                        "their steps are compared by position")
+        warnings.append("the ranks' env.json name different profiled windows (first step, steps: "
+                        f"{sorted(windows)}); their steps are compared by position")
     steps = {s.steps for s in summaries}
     if len(steps) > 1:
-        warnings.append(f"the ranks recorded different numbers of steps ({sorted(steps)}); the first "
-                        f"{al.steps} are compared")
+        warnings.append(f"the ranks recorded different numbers of steps ({sorted(steps)}); "
+                        f"the first {al.steps} are compared")
     return RanksResult(
         findings=tuple(f for f in found if f is not None),
         rows=rows(al, cs, real),
-        distributed=distributed(al, cs, real, slow_collective.size_classes(al, busbw_table), busbw_table, pp),
+        distributed=distributed(al, cs, real, slow_collective.size_classes(al, busbw_table),
+                                busbw_table, pp),
         chosen=chosen,
         source=f"{len(summaries)} ranks: " + ", ".join(s.source for s in summaries[:3]) + (
             ", ..." if len(summaries) > 3 else ""),

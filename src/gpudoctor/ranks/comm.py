@@ -77,9 +77,9 @@ def split(al: Aligned) -> CommSplit:
     keep = np.divide(cap, movable, out=np.ones_like(cap), where=movable > cap)
     bucket, late = bucket * np.minimum(keep, 1.0), late * np.minimum(keep, 1.0)
     missed = bucket + late + accumulation
-    return CommSplit(per_step(al.exposed[rows]), per_step(wait), per_step(transfer - missed), per_step(missed),
-                     per_step(comm), per_step(accumulation), per_step(bucket), per_step(late),
-                     repeated.sets_per_step)
+    return CommSplit(per_step(al.exposed[rows]), per_step(wait), per_step(transfer - missed),
+                     per_step(missed), per_step(comm), per_step(accumulation), per_step(bucket),
+                     per_step(late), repeated.sets_per_step)
 
 
 def hideable_ms(al: Aligned) -> np.ndarray:

@@ -45,7 +45,8 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
     exposed = split.mean("exposed")
     if exposed < max(MIN_MS, MIN_SHARE * al.step_ms):
         return None
-    wait, transfer, missed = split.mean("wait"), split.mean("transfer"), split.mean("not_overlapped")
+    wait, transfer, missed = split.mean("wait"), split.mean("transfer"), split.mean(
+        "not_overlapped")
     causes = split.by_cause()
     cause = max(causes, key=lambda c: causes[c]) if missed > 0 else ""
     # overlapping is not free: the missed overlap that moves under compute (a bucket too big, a
@@ -63,19 +64,21 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
         "overlap_not_taken_cause": cause,
         "overlap_slows_compute_ms": round(penalty, 4),
         "comm_ms_per_step": round(split.mean("comm"), 4),
-        "exposed_share_of_comm": round(exposed / split.mean("comm"), 4) if split.mean("comm") > 0 else 0.0,
+        "exposed_share_of_comm": round(exposed / split.mean("comm"), 4)
+        if split.mean("comm") > 0 else 0.0,
     }
     if causes["accumulation"] > 0:
         numbers["gradient_sets_per_step"] = round(split.accumulated_sets, 2)
     return make_finding(
         ID, _title(exposed, cause, split.accumulated_sets),
         al.step_ms, saving,
-        f"Of {split.mean('comm'):.2f} ms of collectives per step, {exposed:.2f} ms runs with no compute beside "
-        f"it (mean over ranks): {wait:.2f} ms waiting for the slowest rank, {missed:.2f} ms that could have "
-        f"been overlapped or skipped{_missed_parts(causes, split.accumulated_sets)}, {transfer:.2f} ms of transfer "
+        f"Of {split.mean('comm'):.2f} ms of collectives per step, {exposed:.2f} ms runs with no "
+        f"compute beside it (mean over ranks): {wait:.2f} ms waiting for the slowest rank, "
+        f"{missed:.2f} ms that could have been overlapped or "
+        f"skipped{_missed_parts(causes, split.accumulated_sets)}, {transfer:.2f} ms of transfer "
         "left with nothing to hide it."
-        + (f" Overlapped, those collectives would slow the compute beside them by about {penalty:.2f} ms "
-           "(measured under NCCL traffic), priced in." if penalty > 0 else ""),
+        + (" Overlapped, those collectives would slow the compute beside them by about "
+           f"{penalty:.2f} ms (measured under NCCL traffic), priced in." if penalty > 0 else ""),
         Evidence(numbers=numbers), _fixes(cause, missed, wait, straggler_fired),
         wrong_fix="A faster interconnect alone: the wait and the missed overlap stay",
     )
@@ -83,31 +86,36 @@ def check(al: Aligned, split: CommSplit, straggler_fired: bool) -> Finding | Non
 
 def _title(exposed: float, cause: str, sets: float) -> str:
     if cause == "accumulation":
-        return (f"The gradients are all-reduced {sets:.0f} times per optimizer step (gradient accumulation "
-                f"without no_sync): {exposed:.2f} ms per step of communication is exposed")
+        return (f"The gradients are all-reduced {sets:.0f} times per optimizer step (gradient "
+                f"accumulation without no_sync): {exposed:.2f} ms per step of communication "
+                "is exposed")
     return f"{exposed:.2f} ms per step of communication is not hidden behind compute"
 
 
 def _missed_parts(causes: dict[str, float], sets: float) -> str:
     parts = []
     if causes["accumulation"] > 0:
-        parts.append(f"{causes['accumulation']:.2f} ms reducing gradient sets that the next micro-batch reduces "
-                     f"again ({sets:.0f} backward passes per step, each followed by the same all-reduces: only "
-                     "the last set is used)")
+        parts.append(f"{causes['accumulation']:.2f} ms reducing gradient sets that the next "
+                     f"micro-batch reduces again ({sets:.0f} backward passes per step, each "
+                     "followed by the same all-reduces: only the last set is used)")
     if causes["bucket"] > 0:
-        parts.append(f"{causes['bucket']:.2f} ms of a last all-reduce too large to overlap (one bucket of "
-                     "gradients started after the whole backward)")
+        parts.append(f"{causes['bucket']:.2f} ms of a last all-reduce too large to overlap (one "
+                     "bucket of gradients started after the whole backward)")
     if causes["issued-late"] > 0:
-        parts.append(f"{causes['issued-late']:.2f} ms of collectives that could have been issued earlier")
+        parts.append(
+            f"{causes['issued-late']:.2f} ms of collectives that could have been issued earlier")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _fixes(cause: str, missed: float, wait: float, straggler_fired: bool) -> tuple[Fix, ...]:
-    order = {"accumulation": (_NO_SYNC, _BUCKETS, _PREFETCH), "bucket": (_BUCKETS, _PREFETCH, _NO_SYNC),
+    order = {"accumulation": (_NO_SYNC, _BUCKETS, _PREFETCH),
+             "bucket": (_BUCKETS, _PREFETCH, _NO_SYNC),
              "issued-late": (_BUCKETS, _PREFETCH, _NO_SYNC)}
     fixes = [f for group in order.get(cause, ()) for f in group] if missed > 0 else []
     if wait > 0 and not straggler_fired:
-        fixes.append(Fix("Even out the ranks' arrival: see the per-rank table for who arrives last"))
-    fixes.append(Fix("Move fewer bytes: bf16 gradients (DDP comm hook) or a larger micro-batch per all-reduce",
+        fixes.append(
+            Fix("Even out the ranks' arrival: see the per-rank table for who arrives last"))
+    fixes.append(Fix("Move fewer bytes: bf16 gradients (DDP comm hook) or a larger micro-batch per "
+                     "all-reduce",
                      "model.register_comm_hook(None, default_hooks.bf16_compress_hook)"))
     return tuple(fixes)

@@ -21,7 +21,8 @@ def in_steps(trace: Trace, ops: np.ndarray, steps: Steps) -> np.ndarray:
     return ops[contains(steps.start, steps.end, trace.host.ts[ops])] if len(steps) and ops.size else ops[:0]
 
 
-def ms_by_name(trace: Trace, names: np.ndarray, durations_ns: np.ndarray, n: int) -> dict[str, float]:
+def ms_by_name(trace: Trace, names: np.ndarray, durations_ns: np.ndarray,
+               n: int) -> dict[str, float]:
     """ms per step by name (string ids ``names``, one per event), the longest MAX_NAMES: a GPU
     rank's kernels, a CPU rank's operators."""
     if not len(names):

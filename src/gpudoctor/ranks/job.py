@@ -21,8 +21,8 @@ def apart(jobs: Sequence[JobFacts]) -> str:
     recorded = [j for j in jobs if j.distributed is not None]
     if not recorded:
         silent = next((j for j in jobs if not j.communicates), None)
-        return "" if silent is None else (f"{silent.source} records no process group (distributedInfo) and no "
-                                          "collective or send/recv")
+        return "" if silent is None else (f"{silent.source} records no process group "
+                                          "(distributedInfo) and no collective or send/recv")
     if len(recorded) < len(jobs):
         lone = next(j for j in jobs if j.distributed is None)
         return f"{lone.source} records no process group (distributedInfo) while {recorded[0].source} does"

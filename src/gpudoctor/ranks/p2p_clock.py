@@ -65,13 +65,15 @@ def pair_bounds(summaries: Sequence[RankSummary]) -> dict[tuple[int, int], Bound
             recvs = _by_key(summaries[b].transfers, "recv").get(s.rank, {})
             for key, send in sends.items():
                 recv = recvs.get(key)
-                if recv is not None and (not send.nelems or not recv.nelems or send.nelems == recv.nelems):
+                if recv is not None and (not send.nelems or not recv.nelems
+                                         or send.nelems == recv.nelems):
                     upper.setdefault((a, b), []).append(float(recv.time - send.time))
     out = {}
     for a, b in {(min(k), max(k)) for k in upper}:
         fwd, back = upper.get((a, b), []), upper.get((b, a), [])
         # b -> a messages: off_a - off_b <= u, so off_b - off_a >= -u
-        out[(a, b)] = Bound(-min(back) if back else -math.inf, min(fwd) if fwd else math.inf, len(fwd) + len(back))
+        out[(a, b)] = Bound(-min(back) if back else -math.inf, min(fwd) if fwd else math.inf,
+                            len(fwd) + len(back))
     return out
 
 

@@ -77,14 +77,17 @@ def check(al: Aligned, split: CommSplit, busbw_table: str | None = None) -> Find
     saving = min(sum(c.excess_ms_per_step for c in slow), exposed_transfer)
     worst = min(slow, key=lambda c: c.ratio)
     cause = _cause(al, worst)
-    numbers = {"op": worst.op, "bytes": worst.nbytes, "achieved_busbw_GBps": round(worst.achieved_busbw_GBps, 2),
-               "predicted_busbw_GBps": round(worst.predicted_busbw_GBps, 2), "ratio": round(worst.ratio, 3),
-               "classes": len(slow), "cause": cause, "excess_ms_per_step": round(worst.excess_ms_per_step, 4)}
+    numbers = {"op": worst.op, "bytes": worst.nbytes,
+               "achieved_busbw_GBps": round(worst.achieved_busbw_GBps, 2),
+               "predicted_busbw_GBps": round(worst.predicted_busbw_GBps, 2),
+               "ratio": round(worst.ratio, 3), "classes": len(slow), "cause": cause,
+               "excess_ms_per_step": round(worst.excess_ms_per_step, 4)}
     if saving < MIN_MS:
         return None
     return make_finding(
-        ID, f"{worst.op} of {_size(worst.nbytes)} reaches {worst.achieved_busbw_GBps:.0f} GB/s bus bandwidth, "
-        f"{worst.ratio:.0%} of the {worst.predicted_busbw_GBps:.0f} GB/s expected",
+        ID,
+        f"{worst.op} of {_size(worst.nbytes)} reaches {worst.achieved_busbw_GBps:.0f} GB/s bus "
+        f"bandwidth, {worst.ratio:.0%} of the {worst.predicted_busbw_GBps:.0f} GB/s expected",
         al.step_ms, saving,
         f"{len(slow)} kind(s) of collective run under half the bus bandwidth "
         f"{'measured on this machine (gpudoctor bench)' if busbw_table else 'plan comm predicts for this interconnect'}"
@@ -107,9 +110,12 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
         return (Fix("Send fewer, larger messages: bigger DDP buckets or coalesced collectives",
                     "DDP(model, bucket_cap_mb=50)"),)
     if cause.startswith("a PCIe"):
-        return (Fix("Check the topology (nvidia-smi topo -m): GPUs under one PCIe switch, or NVLink machines"),)
+        return (
+            Fix("Check the topology (nvidia-smi topo -m): GPUs under one PCIe switch, or NVLink "
+                "machines"),)
     return (Fix("Check the topology and peer access: nvidia-smi topo -m, NCCL_P2P_DISABLE unset"),
-            Fix("Run with NCCL_DEBUG=INFO and compare the chosen algorithm and protocol with nccl-tests' best"),
+            Fix("Run with NCCL_DEBUG=INFO and compare the chosen algorithm and protocol with "
+                "nccl-tests' best"),
             Fix("Measure this machine's collectives (gpudoctor bench --collectives) and compare"))
 
 

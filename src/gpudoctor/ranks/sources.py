@@ -44,7 +44,8 @@ def rank_sources(paths: Sequence[str | Path]) -> list[RankSource]:
     rank directories. A path naming no rank number takes its place in the list as its rank."""
     items = [Path(p) for p in paths]
     if not items:
-        raise InputError("no trace given; pass a run directory with rank*/ bundles or several trace files")
+        raise InputError(
+            "no trace given; pass a run directory with rank*/ bundles or several trace files")
     if len(items) == 1 and items[0].is_dir() and is_rank_set(items[0]):
         return _of_run_dir(items[0])
     found = [_of_path(p, i) for i, p in enumerate(items)]
@@ -74,11 +75,13 @@ def _rank_dirs(run: Path) -> list[tuple[int, Path]]:
 
 
 def _rank_traces(run: Path) -> list[tuple[int, Path]]:
-    return sorted((int(m.group(1)), f) for f in run.iterdir() if (m := _RANK_TRACE.fullmatch(f.name)) and f.is_file())
+    return sorted((int(m.group(1)), f) for f in run.iterdir()
+                  if (m := _RANK_TRACE.fullmatch(f.name)) and f.is_file())
 
 
 def _trace_in(d: Path) -> Path | None:
-    traces = sorted(f for f in d.iterdir() if f.name.startswith("trace") and f.name.endswith(_TRACE_SUFFIXES))
+    traces = sorted(f for f in d.iterdir() if f.name.startswith("trace")
+                    and f.name.endswith(_TRACE_SUFFIXES))
     gz = [f for f in traces if f.name.endswith(".gz")]
     if len(traces) > 1 and len(gz) == 1:  # trace.json beside its gzipped copy: one trace
         return gz[0]
@@ -88,7 +91,8 @@ def _trace_in(d: Path) -> Path | None:
 def _of_dir(d: Path, rank: int) -> RankSource:
     trace = _trace_in(d)
     if trace is None:
-        raise InputError(f"{d} holds no single trace*.json[.gz]; each rank directory needs exactly one trace")
+        raise InputError(
+            f"{d} holds no single trace*.json[.gz]; each rank directory needs exactly one trace")
     return RankSource(rank, trace, _env_beside(trace, rank))
 
 
@@ -116,5 +120,6 @@ def _checked(found: list[RankSource], where: str) -> list[RankSource]:
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
         raise InputError(f"{where}: rank {dup[0]} appears twice; pass each rank's trace once")
     if len(found) < 2:
-        raise InputError(f"{where}: found {len(found)} rank(s); a multi-rank analysis needs at least 2")
+        raise InputError(
+            f"{where}: found {len(found)} rank(s); a multi-rank analysis needs at least 2")
     return sorted(found, key=lambda s: s.rank)

@@ -66,7 +66,8 @@ def pipeline_step_ms(per_mb: np.ndarray, m: int) -> float:
     return float(per_mb.sum() + (m - 1) * per_mb.max())
 
 
-def check(summaries: list[RankSummary], step_ms: float, stages: Stages | None = None) -> Finding | None:
+def check(summaries: list[RankSummary], step_ms: float,
+          stages: Stages | None = None) -> Finding | None:
     if not is_pipeline(summaries):
         return None
     ranks = list(stages.ranks) if stages else [s.rank for s in summaries]
@@ -85,20 +86,25 @@ def check(summaries: list[RankSummary], step_ms: float, stages: Stages | None = 
     if stages is not None:
         saving, model = _schedule_saving(stages, slow)
         numbers.update(model)
-        how = (f"by the schedule, {stages.p} stages of {stages.microbatches} micro-batches: the step is sum(t) + "
-               f"(m-1) max(t) = {model['model_step_ms']:.2f} ms of stage time, balanced (m+p-1) mean(t) = "
-               f"{model['balanced_step_ms']:.2f} ms")
+        how = (f"by the schedule, {stages.p} stages of {stages.microbatches} micro-batches: the "
+               f"step is sum(t) + (m-1) max(t) = {model['model_step_ms']:.2f} ms of stage time, "
+               f"balanced (m+p-1) mean(t) = {model['balanced_step_ms']:.2f} ms")
     return make_finding(
-        ID, f"Pipeline stage on rank {rank} computes {compute[slow] / median:.2f}x the median stage",
+        ID,
+        f"Pipeline stage on rank {rank} computes {compute[slow] / median:.2f}x the median stage",
         step_ms, saving,
-        f"Rank {rank}'s stage computes {compute[slow]:.2f} ms per step against a median of {median:.2f} ms; every "
-        f"micro-batch waits for it, so the other stages idle the difference. Balanced, each stage would compute "
-        f"{mean:.2f} ms; the saving, {saving:.2f} ms per step, is priced {how}.",
+        f"Rank {rank}'s stage computes {compute[slow]:.2f} ms per step against a median of "
+        f"{median:.2f} ms; every micro-batch waits for it, so the other stages idle the "
+        f"difference. Balanced, each stage would compute {mean:.2f} ms; the saving, {saving:.2f} "
+        f"ms per step, is priced {how}.",
         Evidence(numbers=numbers),
-        (Fix("Move layers off the slow stage: set the split points by measured per-layer time, not layer count"),
-         Fix("Count the embedding and the output layer + loss: the first and last stages often need fewer "
-             "transformer blocks")),
-        wrong_fix="More micro-batches: they shrink the bubble, not the slowest stage's time per micro-batch",
+        (Fix(
+            "Move layers off the slow stage: set the split points by measured per-layer time, not "
+            "layer count"),
+         Fix("Count the embedding and the output layer + loss: the first and last stages often "
+             "need fewer transformer blocks")),
+        wrong_fix="More micro-batches: they shrink the bubble, not the slowest stage's time per "
+                  "micro-batch",
     )
 
 

@@ -47,6 +47,7 @@ def read_stages(summaries: Sequence[RankSummary]) -> Stages | None:
     m = recvs[0]
     if m < 1 or m != int(m) or recvs[-1] != m or any(r != 2 * m for r in recvs[1:-1]):
         return None
-    return Stages(tuple(s.rank for s in ss), int(m), np.array([float(np.mean(s.recv_wait_ms)) for s in ss]),
+    return Stages(tuple(s.rank for s in ss), int(m),
+                  np.array([float(np.mean(s.recv_wait_ms)) for s in ss]),
                   np.array([s.compute_ms for s in ss]), np.array([s.step_ms for s in ss]),
                   tuple(s.recv_wait_ms for s in ss))

@@ -25,8 +25,8 @@ from gpudoctor.ranks.aligned import Aligned
 
 # one-sided 95% quantiles of Student's t by degrees of freedom (any statistics table); past the
 # last entry, the normal distribution's 1.645
-T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812,
-       12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697}
+T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
+       9: 1.833, 10: 1.812, 12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697}
 
 
 @dataclass(frozen=True)

@@ -83,21 +83,24 @@ PROFILER_NOISE = 0.5
 _IDLE_FIXES = {
     "input-pipeline": (
         Fix("Give this rank's DataLoader more workers, pinned memory and prefetching",
-            "DataLoader(ds, num_workers=8, pin_memory=True, prefetch_factor=4, persistent_workers=True)"),
+            "DataLoader(ds, num_workers=8, pin_memory=True, prefetch_factor=4, "
+            "persistent_workers=True)"),
         Fix("Check the node's CPU and disk: one host serving its GPUs more slowly than the others"),
     ),
-    "host-sync": (Fix("Remove the host syncs (.item(), .cpu(), printing a tensor) this rank alone makes, "
-                      "e.g. logging only on rank 0"),),
-    "host-work": (Fix("Move the host work this rank alone does (logging, checkpointing, evaluation on rank 0) "
-                      "off the step, or to a background thread"),),
+    "host-sync": (Fix("Remove the host syncs (.item(), .cpu(), printing a tensor) this rank "
+                      "alone makes, e.g. logging only on rank 0"),),
+    "host-work": (Fix("Move the host work this rank alone does (logging, checkpointing, evaluation "
+                      "on rank 0) off the step, or to a background thread"),),
 }
 _GPU_FIXES = (
-    Fix("Check this GPU's clocks, power and temperature (nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE)"),
+    Fix("Check this GPU's clocks, power and temperature (nvidia-smi -q -d "
+        "CLOCK,PERFORMANCE,TEMPERATURE)"),
     Fix("Move the job off the node or replace the card if it stays slower"),
 )
 _CPU_FIXES = (
-    Fix("Give each rank its own cores and no more threads than it has (a rank sharing its cores with another "
-        "process runs every operator slower)", "OMP_NUM_THREADS=4 taskset -c 0-3 python train.py  # per rank"),
+    Fix("Give each rank its own cores and no more threads than it has (a rank sharing its cores "
+        "with another process runs every operator slower)",
+        "OMP_NUM_THREADS=4 taskset -c 0-3 python train.py  # per rank"),
     Fix("Look for other processes on the node (top, htop) and move the job or them"),
 )
 _WORK_FIXES = (
@@ -150,20 +153,24 @@ def find_straggler(al: Aligned) -> Straggler | None:
     others = [s for k, s in enumerate(al.summaries) if k != i]
     mine = al.summaries[i]
     if mine.host_ms and all(o.host_ms for o in others):
-        cause, numbers, price = _host_cause(mine, others, float(imposed[i]), max(NOISE_MS, NOISE_SHARE * al.step_ms))
+        cause, numbers, price = _host_cause(mine, others, float(imposed[i]),
+                                            max(NOISE_MS, NOISE_SHARE * al.step_ms))
     else:
         cause, numbers = _cause(mine, others, float(imposed[i]))
         # an idle cause explains its excess, no more: the rest of the wait (a CPU rank's scheduling
         # on shared cores, say) is not what its fix removes; as on the host path, capped at the wait
         # (a GPU cause: the GPU's extra time)
-        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else numbers.get("gpu_excess_ms")
+        excess = numbers.get("idle_excess_ms") if "idle_cause" in numbers else numbers.get(
+            "gpu_excess_ms")
         price = None if excess is None else min(float(imposed[i]), float(excess))
     late = lateness(al, i)
     if cause not in NOISE_CAUSES and late.within_noise:
         # late on average over the window, not step after step: the ranks' own variation
         numbers = {**numbers, "found_cause": cause, "lateness_ms_per_step": list(late.per_step_ms),
-                   "lateness_mean_ms": round(late.mean_ms, 4), "lateness_lower_bound_ms": round(late.lower_ms, 4)}
-        return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), STEP_NOISE_CAUSE, numbers, 0.0)
+                   "lateness_mean_ms": round(late.mean_ms, 4),
+                   "lateness_lower_bound_ms": round(late.lower_ms, 4)}
+        return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), STEP_NOISE_CAUSE,
+                         numbers, 0.0)
     return Straggler(mine.rank, i, float(imposed[i]), float(last[i]), cause, numbers, price)
 
 
@@ -193,7 +200,8 @@ def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
     for c in causes:
         ev_mine = s.host_events.get(c, 0.0)
         ev_theirs = float(np.median([o.host_events.get(c, 0.0) for o in others]))
-        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0), o.host_events.get(c, 0.0), per_event)
+        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0),
+                                              o.host_events.get(c, 0.0), per_event)
                                   for o in others]))
         excess = _deinflated(s.host_ms.get(c, 0.0), ev_mine, per_event) - theirs
         most = max(ev_mine, ev_theirs)
@@ -212,7 +220,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
     real = {c: e for c, (e, _, counts) in excess.items() if counts}
     d_excess, d_noise, _ = excess.get("dispatch", (0.0, floor_ms, False))
     numbers: dict = {"wait_imposed_in_profiled_trace_ms": round(late_ms, 4),
-                     "dispatch_excess_ms": round(d_excess, 4), "dispatch_noise_ms": round(d_noise, 4),
+                     "dispatch_excess_ms": round(d_excess, 4),
+                     "dispatch_noise_ms": round(d_noise, 4),
                      "host_events_per_step": round(sum(s.host_events.values()), 1)}
     own = {c: e for c, e in real.items() if c != "host-sync"}
     sync_idle = _idle_excess(s, others, "host-sync")
@@ -221,7 +230,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         # the refill of the drained queue, the syncs' cost as analysis/idle.py counts it
         price = min(late_ms, sync_idle)
         return "host-sync", {**numbers, "host_excess_ms": round(excess["host-sync"][0], 4),
-                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
+                             "gpu_idle_excess_ms": round(sync_idle, 4),
+                             "priced_host_excess_ms": round(price, 4)}, price
     if own and max(own, key=lambda c: own[c]) == "dispatch":
         # a rank whose GPU has more to do fills its launch queue, and then every launch blocks until
         # a slot frees: its dispatch looks slow because its GPU is (tests/test_ranks_causes.py::
@@ -229,11 +239,13 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         # least as large as the dispatch excess explains both.
         gpu, gpu_numbers = _gpu_cause(s, others, late_ms, need_ms=max(floor_ms, own["dispatch"]))
         if gpu:
-            return gpu, {**numbers, **gpu_numbers}, min(late_ms, float(gpu_numbers["gpu_excess_ms"]))
+            return gpu, {**numbers, **gpu_numbers}, min(late_ms,
+                                                        float(gpu_numbers["gpu_excess_ms"]))
     if own:
         cause = max(own, key=lambda c: own[c])
         price = min(late_ms, sum(real.values()))
-        return cause, {**numbers, "host_excess_ms": round(own[cause], 4), "priced_host_excess_ms": round(price, 4)}, price
+        return cause, {**numbers, "host_excess_ms": round(own[cause], 4),
+                       "priced_host_excess_ms": round(price, 4)}, price
     # No cause of its host's own explains the lateness, so a GPU that computes more (or the same
     # more slowly) above the noise does, and costs the others what it computes beyond theirs: the
     # wait in the profiled window holds the profiler's time too, and half of it left the cause
@@ -246,7 +258,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         # queue drained, then refilled), analysis/idle.py's host-sync idle, where the GPU shows it
         price = min(late_ms, real["host-sync"], sync_idle if sync_idle > 0 else real["host-sync"])
         return "host-sync", {**numbers, "host_excess_ms": round(real["host-sync"], 4),
-                             "gpu_idle_excess_ms": round(sync_idle, 4), "priced_host_excess_ms": round(price, 4)}, price
+                             "gpu_idle_excess_ms": round(sync_idle, 4),
+                             "priced_host_excess_ms": round(price, 4)}, price
     own_syncs = own_sync_excess(s, others)
     if own_syncs is not None:
         # syncs only this rank makes: the profiler's dispatch noise hides their cost in the window,
@@ -255,9 +268,11 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
         syncs, saving = own_syncs
         price = min(late_ms, saving)
         return "host-sync", {**numbers, "own_syncs_per_step_excess": round(syncs, 2),
-                             "own_sync_saving_ms": round(saving, 4), "priced_host_excess_ms": round(price, 4)}, price
+                             "own_sync_saving_ms": round(saving, 4),
+                             "priced_host_excess_ms": round(price, 4)}, price
     events = [o.host_events.get("dispatch", 0.0) for o in others]
-    if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(events, default=0.0):
+    if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(
+        events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
     work = _work_ratio(s, others)
@@ -289,7 +304,8 @@ def _cause(s: RankSummary, others: list[RankSummary], late_ms: float) -> tuple[s
                            **_work_numbers(work)}
 
 
-def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_ms: float | None = None
+def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float,
+               need_ms: float | None = None
                ) -> tuple[str, dict]:
     """A slower GPU (the same kernels slower, on the same work) or more GPU work than the others
     (more FLOPs or bytes by the cost model, or more compute time when the work is unknown); "" when
@@ -303,7 +319,8 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_m
     if (common and mine - theirs >= need and mine >= SLOWER_KERNELS * theirs
             and (work is None or work < MORE_WORK)):
         numbers = {"kernel_ms": round(mine, 4), "others_kernel_ms": round(theirs, 4),
-                   "kernel_slowdown": round(mine / theirs, 4), "gpu_excess_ms": round(mine - theirs, 4),
+                   "kernel_slowdown": round(mine / theirs, 4),
+                   "gpu_excess_ms": round(mine - theirs, 4),
                    **_work_numbers(work), **_clocks(s, others)}
         # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
         return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
@@ -311,7 +328,8 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float, need_m
     extra = s.compute_ms - theirs_compute
     if extra >= need and s.compute_ms >= SLOWER_KERNELS * theirs_compute:
         extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
-        return "more-work", {"compute_excess_ms": round(extra, 4), "extra_kernels_per_step": round(extra_kernels, 2),
+        return "more-work", {"compute_excess_ms": round(extra, 4),
+                             "extra_kernels_per_step": round(extra_kernels, 2),
                              "gpu_excess_ms": round(extra, 4),
                              **_work_numbers(work)}
     return "", {}
@@ -332,7 +350,8 @@ def _work_numbers(work: float | None) -> dict[str, float]:
 
 
 def _idle_excess(s: RankSummary, others: list[RankSummary], cause: str) -> float:
-    return s.idle_by_cause.get(cause, 0.0) - float(np.median([o.idle_by_cause.get(cause, 0.0) for o in others]))
+    return s.idle_by_cause.get(cause, 0.0) - float(np.median([o.idle_by_cause.get(cause, 0.0)
+                                                              for o in others]))
 
 
 def _clocks(s: RankSummary, others: list[RankSummary]) -> dict:
@@ -357,30 +376,39 @@ def check(al: Aligned) -> Finding | None:
         n = st.numbers
         steps = ", ".join(f"{x:.2f}" for x in n["lateness_ms_per_step"])
         return make_finding(
-            ID, f"No straggler: rank {st.rank} reaches the collectives last only within the ranks' step-to-step noise",
+            ID,
+            f"No straggler: rank {st.rank} reaches the collectives last only within the ranks' "
+            "step-to-step noise",
             al.step_ms, 0.0,
-            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for rank {st.rank} on "
-            f"average, but it was not late step after step: its lateness per step was {steps} ms (mean "
-            f"{n['lateness_mean_ms']:.2f} ms, 95% lower bound {n['lateness_lower_bound_ms']:.2f} ms): the ranks "
-            "take turns arriving last, as ranks sharing busy CPU cores or stalled by the profiler do.",
+            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for "
+            f"rank {st.rank} on average, but it was not late step after step: its lateness per "
+            f"step was {steps} ms (mean {n['lateness_mean_ms']:.2f} ms, 95% lower bound "
+            f"{n['lateness_lower_bound_ms']:.2f} ms): the ranks take turns arriving last, as ranks "
+            "sharing busy CPU cores or stalled by the profiler do.",
             Evidence(numbers=numbers),
-            (Fix("Nothing to fix for this: profile more steps, or compare the ranks' unprofiled step times "
-                 "(env.json), if in doubt"),
-             Fix("If one rank does work every few steps (a checkpoint, an evaluation on rank 0), profile a window "
-                 "holding several of them: late in one step only is within this noise")),
+            (Fix("Nothing to fix for this: profile more steps, or compare the ranks' unprofiled "
+                 "step times (env.json), if in doubt"),
+             Fix("If one rank does work every few steps (a checkpoint, an evaluation on rank 0), "
+                 "profile a window holding several of them: late in one step only is within "
+                 "this noise")),
         )
     if not st.real:
         n = st.numbers
         return make_finding(
-            ID, f"No straggler: rank {st.rank} reaches the collectives last only within the profiler's noise",
+            ID,
+            f"No straggler: rank {st.rank} reaches the collectives last only within the "
+            "profiler's noise",
             al.step_ms, 0.0,
-            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for rank {st.rank}, "
-            f"but its host issued the same ops ({n['host_events_per_step']:.0f} recorded events per step) only "
-            f"{n['dispatch_excess_ms']:.2f} ms slower than the others', under the {n['dispatch_noise_ms']:.2f} ms the "
-            "profiler's own per-event time varies by, and nothing else on its host or GPU differs: without the "
-            "profiler the ranks arrive together.",
+            f"In the profiled window the other ranks waited {st.imposed_ms:.2f} ms per step for "
+            f"rank {st.rank}, but its host issued the same ops ({n['host_events_per_step']:.0f} "
+            f"recorded events per step) only {n['dispatch_excess_ms']:.2f} ms slower than the "
+            f"others', under the {n['dispatch_noise_ms']:.2f} ms the profiler's own per-event time "
+            "varies by, and nothing else on its host or GPU differs: without the profiler the "
+            "ranks arrive together.",
             Evidence(numbers=numbers),
-            (Fix("Nothing to fix for this: compare the ranks' unprofiled step times (env.json) if in doubt"),),
+            (Fix(
+                "Nothing to fix for this: compare the ranks' unprofiled step times (env.json) if "
+                "in doubt"),),
         )
     if st.priced_ms is None:
         title = f"Rank {st.rank} is the straggler: the other ranks wait {st.imposed_ms:.2f} ms per step for it"
@@ -388,49 +416,61 @@ def check(al: Aligned) -> Finding | None:
         title = f"Rank {st.rank} is the straggler ({st.cause}): it costs the job {st.price_ms:.2f} ms per step"
     return make_finding(
         ID, title, al.step_ms, st.price_ms,
-        f"Rank {st.rank} reaches {st.held_per_step:.3g} collective(s) per step last; every other rank waits "
-        f"inside them for it, {st.imposed_ms:.2f} ms per step on average. {_why(st)}",
+        f"Rank {st.rank} reaches {st.held_per_step:.3g} collective(s) per step last; every other "
+        f"rank waits inside them for it, {st.imposed_ms:.2f} ms per step on average. {_why(st)}",
         Evidence(numbers=numbers), _fixes(st.cause),
-        wrong_fix="Tuning NCCL or the interconnect: the time is spent waiting for one rank, not moving data",
+        wrong_fix="Tuning NCCL or the interconnect: the time is spent waiting for one rank, not "
+                  "moving data",
     )
 
 
 def _why(st: Straggler) -> str:
     n = st.numbers
     if st.cause == "slower-gpu":
-        clock = (f" Its SM clock averaged {n['sm_clock_mhz']:.0f} MHz against {n['others_sm_clock_mhz']:.0f} MHz "
-                 "on the others." if "sm_clock_mhz" in n else "")
-        return (f"Why: the same kernels take {n['kernel_ms']:.2f} ms per step on it against {n['others_kernel_ms']:.2f}"
-                f" ms on the others ({n['kernel_slowdown']:.2f}x): a slower GPU.{clock}")
+        clock = (f" Its SM clock averaged {n['sm_clock_mhz']:.0f} MHz against "
+                 f"{n['others_sm_clock_mhz']:.0f} MHz on the others."
+                 if "sm_clock_mhz" in n else "")
+        return (f"Why: the same kernels take {n['kernel_ms']:.2f} ms per step on it against "
+                f"{n['others_kernel_ms']:.2f} ms on the others ({n['kernel_slowdown']:.2f}x): a "
+                f"slower GPU.{clock}")
     if st.cause == "slower-cpu":
         return (f"Why: the same operators take {n['kernel_ms']:.2f} ms per step on its CPU against "
-                f"{n['others_kernel_ms']:.2f} ms on the others' ({n['kernel_slowdown']:.2f}x), on the same work: its "
-                "cores are slower, or shared with other processes.")
+                f"{n['others_kernel_ms']:.2f} ms on the others' ({n['kernel_slowdown']:.2f}x), on "
+                "the same work: its cores are slower, or shared with other processes.")
     if st.cause == "more-work":
-        work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes" if "work_ratio" in n else "")
-        return (f"Why: it computes {n['compute_excess_ms']:.2f} ms more per step than the others' median "
-                f"({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given more work.")
+        work = (f", {n['work_ratio']:.2f}x their FLOPs or bytes by the ops' shapes"
+                if "work_ratio" in n else "")
+        return (f"Why: it computes {n['compute_excess_ms']:.2f} ms more per step than the "
+                f"others' median ({n['extra_kernels_per_step']:+.0f} kernels{work}): it is given "
+                "more work.")
     if st.cause == "unexplained":
-        more = (f" It is given {n['work_ratio']:.2f}x the others' FLOPs or bytes by its ops' shapes, yet computes no "
-                "longer than they do." if n.get("work_ratio", 0) >= MORE_WORK else "")
-        return ("Why: neither its idle, its kernel times nor its compute time differ enough; look at its timeline."
+        more = (f" It is given {n['work_ratio']:.2f}x the others' FLOPs or bytes by its ops' "
+                "shapes, yet computes no longer than they do."
+                if n.get("work_ratio", 0) >= MORE_WORK else "")
+        return ("Why: neither its idle, its kernel times nor its compute time differ enough; look "
+                "at its timeline."
                 + more)
     if "own_syncs_per_step_excess" in n:
-        return (f"Why: it makes {n['own_syncs_per_step_excess']:.1f} host-device syncs a step that the others do not "
-                f"(.item(), .cpu(), a printed tensor); each drains its GPU's queue, and its own report prices them at "
-                f"{n['own_sync_saving_ms']:.2f} ms a step. Under the profiler its dispatch differs from theirs by "
-                f"{n['dispatch_excess_ms']:.2f} ms, within the profiler's noise ({n['dispatch_noise_ms']:.2f} ms), so "
-                "the syncs are the difference that is not the profiler's.")
+        return (f"Why: it makes {n['own_syncs_per_step_excess']:.1f} host-device syncs a step that "
+                "the others do not (.item(), .cpu(), a printed tensor); each drains its GPU's "
+                f"queue, and its own report prices them at {n['own_sync_saving_ms']:.2f} ms a "
+                "step. Under the profiler its dispatch differs from theirs by "
+                f"{n['dispatch_excess_ms']:.2f} ms, within the profiler's noise "
+                f"({n['dispatch_noise_ms']:.2f} ms), so the syncs are the difference that is not "
+                "the profiler's.")
     if "priced_host_excess_ms" in n:
-        noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within the profiler's "
-                 f"noise ({n['dispatch_noise_ms']:.2f} ms)." if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
+        noise = (f" Its dispatch differs from theirs by {n['dispatch_excess_ms']:.2f} ms, within "
+                 f"the profiler's noise ({n['dispatch_noise_ms']:.2f} ms)."
+                 if abs(n["dispatch_excess_ms"]) <= n["dispatch_noise_ms"]
                  else "")
-        idle = (f" Its GPU sat idle {n['gpu_idle_excess_ms']:.2f} ms more per step after those syncs (its queue "
-                "drained, then refilled)." if n.get("gpu_idle_excess_ms", 0) > 0 else "")
-        return (f"Why: {st.cause} takes {n['host_excess_ms']:.2f} ms more of its host's step than of the others' "
-                "(their waits for the collectives left out, the profiler's time per recorded event taken out)."
-                f"{noise}{idle} Priced at the {st.price_ms:.2f} ms a step its host adds: the others' summed wait counts "
-                "its lateness once per collective it holds up, and the profiler's time.")
+        idle = (f" Its GPU sat idle {n['gpu_idle_excess_ms']:.2f} ms more per step after those "
+                "syncs (its queue drained, then refilled)."
+                if n.get("gpu_idle_excess_ms", 0) > 0 else "")
+        return (f"Why: {st.cause} takes {n['host_excess_ms']:.2f} ms more of its host's step than "
+                "of the others' (their waits for the collectives left out, the profiler's time per "
+                f"recorded event taken out).{noise}{idle} Priced at the {st.price_ms:.2f} ms a "
+                "step its host adds: the others' summed wait counts its lateness once per "
+                "collective it holds up, and the profiler's time.")
     return f"Why: {st.cause} holds it up {n['idle_excess_ms']:.2f} ms per step more than the others' median."
 
 
@@ -442,9 +482,10 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
     if cause == "slower-cpu":
         return _CPU_FIXES
     if cause == "unexplained":
-        return (Fix("Open this rank's timeline beside another's (gpudoctor analyze RANK_TRACE --html) and compare "
-                    "what runs before its late collective"),)
-    return _IDLE_FIXES.get(cause, (Fix(f"Remove the {cause} idle on this rank (see its own report)"),))
+        return (Fix("Open this rank's timeline beside another's (gpudoctor analyze RANK_TRACE "
+                    "--html) and compare what runs before its late collective"),)
+    return _IDLE_FIXES.get(cause,
+                           (Fix(f"Remove the {cause} idle on this rank (see its own report)"),))
 
 
 # A straggler held back by dispatch (the host's time per operator) is late by time the profiler
@@ -455,7 +496,8 @@ def _fixes(cause: str) -> tuple[Fix, ...]:
 # to the unprofiled step.
 
 
-def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profiled_step_ms: float) -> Finding:
+def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None,
+                      profiled_step_ms: float) -> Finding:
     """A straggler finding re-priced for the unprofiled step; any other finding unchanged."""
     u, p = unprofiled_step_ms, profiled_step_ms
     if finding.id != ID or not u or not p or u >= p:
@@ -476,11 +518,14 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None, profil
                           unprofiled_scale=round(u / p, 4)))
 
 
-def _repriced(finding: Finding, saving: float, step_ms: float, numbers: dict | None = None) -> Finding:
+def _repriced(finding: Finding, saving: float, step_ms: float,
+              numbers: dict | None = None) -> Finding:
     """``finding`` with ``saving`` against a step of ``step_ms`` (its title's figure, speedup and
     severity with it; ``numbers`` replacing its evidence's when given)."""
-    evidence = finding.evidence if numbers is None else dataclasses.replace(finding.evidence, numbers=numbers)
+    evidence = finding.evidence if numbers is None else dataclasses.replace(finding.evidence,
+                                                                            numbers=numbers)
     return dataclasses.replace(
-        finding, title=finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms"), saving_ms=saving,
-        predicted_speedup=speedup(step_ms, saving),
-        severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share), evidence=evidence)
+        finding, title=finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms"),
+        saving_ms=saving, predicted_speedup=speedup(step_ms, saving),
+        severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share),
+        evidence=evidence)

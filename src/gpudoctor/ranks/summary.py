@@ -38,8 +38,10 @@ _OP_NAMES = {
     "broadcast": "broadcast", "send": "p2p", "recv": "p2p", "recvAnysource": "p2p",
 }
 # ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t
-_KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|SendRecv|Send|Recv)")
-_KERNEL_OPS = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
+_KERNEL_OP = re.compile(
+    r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|SendRecv|Send|Recv)")
+_KERNEL_OPS = {"AllReduce": "all-reduce", "AllGather": "all-gather",
+               "ReduceScatter": "reduce-scatter",
                "Broadcast": "broadcast", "SendRecv": "p2p", "Send": "p2p", "Recv": "p2p"}
 # CPU process groups wrap each collective in a record_function named after the backend and the op
 # ("gloo:all_reduce" on the gloo worker thread that runs it); a CPU-only job's collectives are these
@@ -47,8 +49,8 @@ _HOST_COLLECTIVE = re.compile(r"^(?:gloo|mpi|ucc|nccl|xccl):([A-Za-z_]+)$")
 # the point-to-point operators of torch.distributed: the transfer, not compute
 _P2P_OPS = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
 _RECV_RANGES = frozenset({"c10d::recv_", "c10d::recv_any_source_"})
-_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Char": 1,
-                "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4,
+                "Byte": 1, "Char": 1, "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -186,11 +188,13 @@ def summarize(a: Analysis, rank: int, env: dict[str, Any] | None = None) -> Rank
         backward_passes=per_step(passes, lo, hi),
         work_flops=flops,
         work_bytes=nbytes,
-        profiler_ns_per_event=_profiler_ns_per_event(a.step_ms, a.unprofiled_step_ms, sum(host.events.values())),
+        profiler_ns_per_event=_profiler_ns_per_event(a.step_ms, a.unprofiled_step_ms,
+                                                     sum(host.events.values())),
     )
 
 
-def _profiler_ns_per_event(profiled_ms: float, unprofiled_ms: float | None, events: float) -> float | None:
+def _profiler_ns_per_event(profiled_ms: float, unprofiled_ms: float | None,
+                           events: float) -> float | None:
     """What the profiler added per recorded event on this rank: the step it stretched, over the
     events it recorded in it. None when the unprofiled step is unknown or not shorter."""
     if not unprofiled_ms or events <= 0 or profiled_ms <= unprofiled_ms:
@@ -198,7 +202,8 @@ def _profiler_ns_per_event(profiled_ms: float, unprofiled_ms: float | None, even
     return (profiled_ms - unprofiled_ms) * 1e6 / events
 
 
-def summarize_host(trace: Trace, steps: Steps, rank: int, env: dict[str, Any] | None = None) -> RankSummary:
+def summarize_host(trace: Trace, steps: Steps, rank: int,
+                   env: dict[str, Any] | None = None) -> RankSummary:
     """The summary of a rank that ran on the CPU (gloo): its collectives are the process group's
     host ranges ("gloo:all_reduce", on the worker thread that ran them), its compute the operators
     on the thread that ran the steps, and what of its step no operator covers (Python: data,
@@ -211,7 +216,8 @@ the causes a straggler's lateness is judged on."""
     coll = coll[np.argsort(host.ts[coll], kind="stable")]
     main = _step_thread(trace, steps)
     p2p_op = np.array([x in _P2P_OPS for x in trace.strings], bool)
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name] & ~p2p_op[host.name])
+    ops = np.flatnonzero(
+        (host.cat == HostCat.OP) & (host.thread == main) & ~names[host.name] & ~p2p_op[host.name])
     work = host_ops.op_work(trace, host_ops.in_steps(trace, ops, steps), max(len(steps), 1))
     if ops.size:  # the outermost operators: under the step's annotation, not under another operator
         parent = host.parent[ops]
@@ -225,9 +231,11 @@ the causes a straggler's lateness is judged on."""
     stepped = host_ops.in_steps(trace, ops, steps)  # the outermost operators: the CPU rank's "kernels"
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
-    recv = np.array([x in _RECV_RANGES or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
+    recv = np.array([x in _RECV_RANGES
+                     or bool((m := _HOST_COLLECTIVE.match(x)) and m.group(1).startswith("recv"))
                      for x in trace.strings], bool)
-    recv_i = np.flatnonzero(recv[host.name] & (host.thread == main)) if len(host) else np.empty(0, np.int64)
+    recv_i = np.flatnonzero(recv[host.name] & (host.thread == main)) if len(host) else np.empty(
+        0, np.int64)
     p2p_i = np.flatnonzero(p2p_op[host.name]) if len(host) else np.empty(0, np.int64)
     either_s, either_e = union(np.concatenate((host.ts[ops], host.ts[coll], host.ts[p2p_i])),
                                np.concatenate((host.end[ops], host.end[coll], host.end[p2p_i])))
@@ -237,9 +245,11 @@ the causes a straggler's lateness is judged on."""
     # of that, the part inside a DataLoader's __next__ (a slow collate or decode) is the input
     # pipeline's: the ops inside it are compute, what no op covers is the loader's own Python
     loader = np.flatnonzero(dataloader_calls(trace) & (host.thread == main)) if len(host) else np.empty(0, np.int64)
-    both_s, both_e = union(np.concatenate((either_s, host.ts[loader])), np.concatenate((either_e, host.end[loader])))
+    both_s, both_e = union(np.concatenate((either_s, host.ts[loader])),
+                           np.concatenate((either_e, host.end[loader])))
     loader_ms = min(max(_in_steps(both_s, both_e, steps) - covered_ns, 0.0) / n / 1e6, uncovered_ms)
-    idle_by_cause = {"input-pipeline": round(loader_ms, 6), "host-work": round(uncovered_ms - loader_ms, 6)}
+    idle_by_cause = {"input-pipeline": round(loader_ms, 6),
+                     "host-work": round(uncovered_ms - loader_ms, 6)}
     out = []
     # the backward of micro-batch j waits for its collectives before it returns (the reducer's
     # finalize): a collective's range starts inside the pass that issued it
@@ -284,13 +294,15 @@ def _p2p_host(recv_i: np.ndarray, trace: Trace, steps: Steps) -> dict[str, Any]:
     rs, re_ = union(host.ts[recv_i], host.end[recv_i])
     wait = tuple(clip_total(rs, re_, int(s), int(e)) / 1e6 for s, e in zip(steps.start, steps.end))
     named = [_HOST_COLLECTIVE.match(x) for x in trace.strings]
-    kind = np.array([m.group(1)[:4] if m and m.group(1)[:4] in ("send", "recv") else "" for m in named])
+    kind = np.array([m.group(1)[:4] if m and m.group(1)[:4] in ("send", "recv") else ""
+                     for m in named])
     main = _step_thread(trace, steps)
     counts = {"send": 0, "recv": 0}
     for i in np.flatnonzero((kind[host.name] != "") & (host.thread == main)).tolist():
         if _step_of(steps.start, steps.end, int(host.ts[i])) >= 0:
             counts[str(kind[int(host.name[i])])] += 1
-    return {"recv_wait_ms": wait if counts["recv"] else (), "p2p_recvs": counts["recv"], "p2p_sends": counts["send"]}
+    return {"recv_wait_ms": wait if counts["recv"] else (), "p2p_recvs": counts["recv"],
+            "p2p_sends": counts["send"]}
 
 
 def _host_transfers(trace: Trace, steps: Steps, main: int) -> tuple[Transfer, ...]:
@@ -301,7 +313,8 @@ def _host_transfers(trace: Trace, steps: Steps, main: int) -> tuple[Transfer, ..
     host = trace.host
     if not len(host):
         return ()
-    kind = np.array([1 if x == "c10d::send" else 2 if x in _RECV_RANGES else 3 if x == "gloo:recv" else 0
+    kind = np.array([1 if x == "c10d::send" else 2 if x in _RECV_RANGES else 3
+                     if x == "gloo:recv" else 0
                      for x in trace.strings], np.int8)[host.name]
     on_main = host.thread == main
     ops = np.flatnonzero(on_main & ((kind == 1) | (kind == 2)))
@@ -320,7 +333,8 @@ def _host_transfers(trace: Trace, steps: Steps, main: int) -> tuple[Transfer, ..
             if j < len(waits) and int(host.ts[waits[j]]) < nxt:
                 end = max(end, int(host.end[waits[j]]))
         out.append(Transfer("send" if kind[i] == 1 else "recv", peer, nelems,
-                            (ts if kind[i] == 1 else end) + origin, _step_of(steps.start, steps.end, ts)))
+                            (ts if kind[i] == 1 else end) + origin,
+                            _step_of(steps.start, steps.end, ts)))
     return tuple(out)
 
 
@@ -358,7 +372,8 @@ def _device_transfers(a: Analysis, colls: tuple[Collective, ...]) -> tuple[Trans
         if not isinstance(peer, int) or isinstance(peer, bool) or peer < 0:
             continue
         try:
-            group = [int(x) for x in str(args.get("Process Group Ranks", "")).strip("[]").split(",")]
+            group = [int(x) for x in str(args.get("Process Group Ranks",
+                                                  "")).strip("[]").split(",")]
         except ValueError:
             group = []
         peer = group[peer] if peer < len(group) else peer
@@ -402,7 +417,8 @@ def _overlap(comp_s: np.ndarray, comp_e: np.ndarray, s: int, e: int) -> tuple[tu
     """The compute intervals beside a collective [s, e), as offsets from its start."""
     lo = int(np.searchsorted(comp_e, s, side="right"))
     hi = int(np.searchsorted(comp_s, e, side="left"))
-    return tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi], comp_e[lo:hi]))
+    return tuple((max(int(cs), s) - s, min(int(ce), e) - s) for cs, ce in zip(comp_s[lo:hi],
+                                                                              comp_e[lo:hi]))
 
 
 def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray,
@@ -419,8 +435,8 @@ def _collectives(a: Analysis, comp_s: np.ndarray, comp_e: np.ndarray,
         step = _launch_step(a, i)
         launch = int(d.launch[i])
         launched = int(t.host.ts[launch]) if launch >= 0 else s
-        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]), group, step,
-                              _overlap(comp_s, comp_e, s, e), name, micro(launched)))
+        out.append(Collective(op, seq, nbytes, s + origin, e + origin, int(d.stream[i]),
+                              group, step, _overlap(comp_s, comp_e, s, e), name, micro(launched)))
     return tuple(out)
 
 
@@ -442,7 +458,8 @@ def _launch_step(a: Analysis, i: int) -> int:
     d, steps = a.trace.device, a.steps
     launch = int(d.launch[i])
     if launch < 0:
-        return -1 if a.trace.capabilities.launch_links else _step_of(steps.start, steps.end, int(d.ts[i]))
+        return -1 if a.trace.capabilities.launch_links else _step_of(steps.start, steps.end,
+                                                                     int(d.ts[i]))
     if steps.host_start is None or steps.host_end is None:
         return _step_of(steps.start, steps.end, int(d.ts[i]))
     return _step_of(steps.host_start, steps.host_end, int(a.trace.host.ts[launch]))
@@ -473,7 +490,8 @@ def _describe(t: Any, i: int) -> tuple[str, int, str, str]:
     name = str(args.get("Collective name"))
     op = _OP_NAMES.get(name, op)
     elems = max(_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
-    return op, elems * _DTYPE_BYTES.get(str(args.get("dtype")), 0), str(args.get("Process Group Name", "")), name
+    return op, elems * _DTYPE_BYTES.get(str(args.get("dtype")),
+                                        0), str(args.get("Process Group Name", "")), name
 
 
 def _int(value: Any) -> int:
@@ -485,8 +503,8 @@ def _kernel_ms(a: Analysis, mask: np.ndarray, n: int) -> dict[str, float]:
     return host_ops.ms_by_name(a.trace, d.name[mask], (d.end - d.ts)[mask], n)
 
 
-def _timeline(steps: Steps, comp_s: np.ndarray, comp_e: np.ndarray, comm_s: np.ndarray, comm_e: np.ndarray,
-              origin: int) -> tuple[tuple[int, int, str], ...]:
+def _timeline(steps: Steps, comp_s: np.ndarray, comp_e: np.ndarray, comm_s: np.ndarray,
+              comm_e: np.ndarray, origin: int) -> tuple[tuple[int, int, str], ...]:
     """The middle step's compute and communication as merged bars on the rank's clock."""
     if not len(steps):
         return ()
@@ -515,12 +533,14 @@ def _env_facts(env: dict[str, Any]) -> dict[str, Any]:
         if isinstance(env.get(key), (str, int)) and not isinstance(env.get(key), bool):
             out[key] = env[key]
     window = env.get("window")
-    if isinstance(window, dict) and all(isinstance(window.get(k), int) for k in ("first_step", "steps")):
+    if isinstance(window, dict) and all(isinstance(window.get(k), int)
+                                        for k in ("first_step", "steps")):
         out["window"] = {"first_step": window["first_step"], "steps": window["steps"]}
     capture = env.get("capture")
     nvml = capture.get("nvml") if isinstance(capture, dict) else env.get("nvml")
     if isinstance(nvml, dict):
-        for key in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "sm_clock_mhz_max_supported", "power_w_mean"):
+        for key in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "sm_clock_mhz_max_supported",
+                    "power_w_mean"):
             if isinstance(nvml.get(key), (int, float)):
                 out[key] = float(nvml[key])
         reasons = nvml.get("throttle_reasons_seen")

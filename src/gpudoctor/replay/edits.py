@@ -59,9 +59,11 @@ class Edit:
     note: str = ""
 
     def is_empty(self) -> bool:
-        return (self.device.size == 0 and self.device_removed.size == 0 and self.host_removed_s.size == 0 and self.unwait.size == 0
+        return (self.device.size == 0 and self.device_removed.size == 0
+                and self.host_removed_s.size == 0 and self.unwait.size == 0
                 and self.calls_timed.size == 0 and self.switch_ns is None
-                and self.calls_removed.size == 0 and self.added_at.size == 0 and self.latency_ns is None)
+                and self.calls_removed.size == 0 and self.added_at.size == 0
+                and self.latency_ns is None)
 
 
 def merge(edits: list[Edit]) -> Edit:
@@ -76,12 +78,14 @@ def merge(edits: list[Edit]) -> Edit:
         first = np.concatenate([[True], dev[1:] != dev[:-1]])
         dev, ns = dev[first], ns[first]
     latencies = [e.latency_ns for e in edits if e.latency_ns is not None]
-    shares = np.concatenate([np.broadcast_to(np.asarray(e.host_share, float), e.host_removed_s.shape)
+    shares = np.concatenate([np.broadcast_to(np.asarray(e.host_share, float),
+                                             e.host_removed_s.shape)
                              for e in edits]) if edits else EMPTY_F
     added = [e for e in edits if e.added_at.size]
     return Edit(
         device=dev, device_ns=ns,
-        device_removed=np.unique(np.concatenate([e.device_removed for e in edits]).astype(np.int64)),
+        device_removed=np.unique(np.concatenate([e.device_removed
+                                                 for e in edits]).astype(np.int64)),
         host_removed_s=np.concatenate([e.host_removed_s for e in edits]).astype(np.int64),
         host_removed_e=np.concatenate([e.host_removed_e for e in edits]).astype(np.int64),
         unwait=np.unique(np.concatenate([e.unwait for e in edits]).astype(np.int64)),
@@ -117,7 +121,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
             # each gap loses the removed host time inside it; a call inside a removed range too
             gap = np.maximum(gap - share * overlap_per_window(s, e, prev_end, entry_start), 0.0)
             own = np.maximum(own - share * overlap_per_window(s, e, entry_start, entry_end), 0.0)
-            in_tail = overlap_per_window(s, e, np.array([last]), np.array([last + graph.tail_ns]))[0]
+            in_tail = overlap_per_window(s, e, np.array([last]),
+                                         np.array([last + graph.tail_ns]))[0]
             tail = max(tail - share * float(in_tail), 0.0)
     waits = None
     rows = _rows_of_hosts(graph, edit.unwait)
@@ -133,7 +138,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         gap = _rescaled(gap, graph.gap_ns, base.gap_ns)
         own = _rescaled(own, graph.own_ns, base.own_ns)
         tail = float(_rescaled(np.array([tail]), np.array([graph.tail_ns]),
-                               np.array([graph.tail_ns if base.tail_ns is None else base.tail_ns]))[0])
+                               np.array([graph.tail_ns
+                                         if base.tail_ns is None else base.tail_ns]))[0])
     if edit.calls_timed.size:
         row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
         for h, ns in zip(edit.calls_timed.tolist(), edit.calls_timed_ns.tolist()):
@@ -154,8 +160,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     removed = np.isin(graph.dev_index, edit.device_removed) if edit.device_removed.size else None
     if base is not None and base.waits is not None:
         waits = base.waits if waits is None else waits & base.waits
-    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur, dev_removed=removed,
-                   latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
+    return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur,
+                   dev_removed=removed, latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
 
 
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:

@@ -125,7 +125,8 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     parent = host.parent
     nested = np.zeros(len(host), bool)
     has_parent = parent >= 0
-    nested[has_parent] = (host.cat[parent[has_parent]] >= HostCat.RUNTIME) & (host.cat[parent[has_parent]] <= HostCat.DRIVER)
+    nested[has_parent] = (host.cat[parent[has_parent]] >= HostCat.RUNTIME) & (
+        host.cat[parent[has_parent]] <= HostCat.DRIVER)
     in_window = (host.ts >= w0) & (host.ts < int(ends[-1]))  # the steps' host time, not what follows them
     call_idx = np.flatnonzero(is_call & ~nested & in_window)
     call_idx = call_idx[np.argsort(host.ts[call_idx], kind="stable")]
@@ -135,10 +136,12 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     marks = np.asarray(starts, np.int64)
     entry_ts = np.concatenate([host.ts[call_idx], marks])
     entry_end = np.concatenate([host.end[call_idx], marks])
-    entry_kind = np.concatenate([np.full(call_idx.size, CALL, np.int8), np.full(marks.size, MARK, np.int8)])
+    entry_kind = np.concatenate([np.full(call_idx.size, CALL, np.int8),
+                                 np.full(marks.size, MARK, np.int8)])
     entry_host = np.concatenate([call_idx, np.full(marks.size, -1, np.int64)])
     order = np.lexsort((entry_kind == CALL, entry_ts))  # a mark before a call at the same ns
-    entry_ts, entry_end, entry_kind, entry_host = entry_ts[order], entry_end[order], entry_kind[order], entry_host[order]
+    entry_ts, entry_end, entry_kind, entry_host = entry_ts[order], entry_end[order], entry_kind[
+        order], entry_host[order]
     # merged threads: an entry that starts inside the previous one (another thread) has no gap
     running_end = np.maximum.accumulate(entry_end)
     prev_end = np.concatenate([[w0], running_end[:-1]])
@@ -151,16 +154,20 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     launched = np.array([row_of_host.get(int(h), -1) for h in dev.launch.tolist()], np.int64) if len(dev) else np.empty(0, np.int64)
     keep = (launched >= 0) | ((dev.end > w0) & (dev.ts < w1))
     dev_idx = np.flatnonzero(keep)
-    dev_idx = dev_idx[np.lexsort((dev.ts[dev_idx], np.where(launched[dev_idx] >= 0, launched[dev_idx], -1)))]
+    dev_idx = dev_idx[np.lexsort((dev.ts[dev_idx],
+                                  np.where(launched[dev_idx] >= 0, launched[dev_idx], -1)))]
     launched_by = launched[dev_idx]
     ts, end = dev.ts[dev_idx], dev.end[dev_idx]
-    _, stream = np.unique(np.stack([dev.device[dev_idx].astype(np.int64), dev.stream[dev_idx]]), axis=1, return_inverse=True)
+    _, stream = np.unique(np.stack([dev.device[dev_idx].astype(np.int64), dev.stream[dev_idx]]),
+                          axis=1, return_inverse=True)
     stream = stream.reshape(-1).astype(np.int64)
     prev_on_stream = _previous_on_stream(ts, stream)
-    prev_end_on_stream = np.where(prev_on_stream >= 0, end[np.maximum(prev_on_stream, 0)], np.iinfo(np.int64).min)
+    prev_end_on_stream = np.where(prev_on_stream >= 0, end[np.maximum(prev_on_stream, 0)],
+                                  np.iinfo(np.int64).min)
     ready = np.where(launched_by >= 0, entry_ts[np.maximum(launched_by, 0)], ts)
     free_since = ts - np.maximum(ready, prev_end_on_stream)
-    stream_bound = (prev_on_stream >= 0) & (ts - prev_end_on_stream <= HELD_SLACK_NS) & (prev_end_on_stream >= ready)
+    stream_bound = (prev_on_stream >= 0) & (ts - prev_end_on_stream <= HELD_SLACK_NS) & (
+        prev_end_on_stream >= ready)
     idle_start = (launched_by >= 0) & ~stream_bound & (ts >= ready)
     latency = int(np.median(ts[idle_start] - ready[idle_start])) if idle_start.any() else 0
     switch = int(np.median(ts[stream_bound] - prev_end_on_stream[stream_bound])) if stream_bound.any() else 0
@@ -174,7 +181,8 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     ret = np.zeros(n, np.int64)
     # a call that starts inside the previous entry (another thread's) adds only what outlasts it:
     # the chain then holds the union of the threads' time, as the trace does
-    own = np.where(entry_kind == CALL, entry_end - np.maximum(entry_ts, prev_end), 0).clip(0).astype(np.int64)
+    own = np.where(entry_kind == CALL, entry_end - np.maximum(entry_ts, prev_end),
+                   0).clip(0).astype(np.int64)
     if call_idx.size and dev_idx.size:
         is_sync = sync_calls(trace)
         row_sync = np.zeros(n, bool)
@@ -192,7 +200,8 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
             ok = pos >= 0
             cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
             cand_end = np.where(ok, sorted_end[np.maximum(pos, 0)], np.iinfo(np.int64).min)
-            good = ok & (entry_end[long_call] - cand_end <= RETURN_AFTER_NS) & (cand_end > entry_ts[long_call])
+            good = ok & (entry_end[long_call] - cand_end <= RETURN_AFTER_NS) & (
+                cand_end > entry_ts[long_call])
             rows = np.flatnonzero(long_call)
             wait_on[rows[good]] = cand[good]
         waited = wait_on >= 0
@@ -204,11 +213,13 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     first = 1 if len(steps) >= 2 else 0  # as simulate.Replayed.step_ns
     profiled = int((steps.end[-1] - steps.start[first]) / (len(steps) - first))
     return StepGraph(
-        kind=entry_kind, host=entry_host, ts_ns=entry_ts.astype(np.int64), end_ns=entry_end.astype(np.int64), gap_ns=gap.astype(np.int64), own_ns=own, wait_on=wait_on, return_ns=ret,
-        load=load, tail_ns=tail, window=(w0, w1), steps=len(marks),
-        dev_index=dev_idx, dev_launched_by=launched_by, dev_dur_ns=(end - ts).astype(np.int64), dev_stream=stream,
-        dev_after=after, dev_ts_ns=ts.astype(np.int64),
-        dev_backlog=(launched_by < 0) & (((dev.launch[dev_idx] >= 0) & (host.ts[np.maximum(dev.launch[dev_idx], 0)] < w0))
+        kind=entry_kind, host=entry_host, ts_ns=entry_ts.astype(np.int64),
+        end_ns=entry_end.astype(np.int64), gap_ns=gap.astype(np.int64), own_ns=own, wait_on=wait_on,
+        return_ns=ret, load=load, tail_ns=tail, window=(w0, w1), steps=len(marks),
+        dev_index=dev_idx, dev_launched_by=launched_by, dev_dur_ns=(end - ts).astype(np.int64),
+        dev_stream=stream, dev_after=after, dev_ts_ns=ts.astype(np.int64),
+        dev_backlog=(launched_by < 0) & ((
+            (dev.launch[dev_idx] >= 0) & (host.ts[np.maximum(dev.launch[dev_idx], 0)] < w0))
                                          | queued_before_window(trace)[dev_idx]),
         latency_ns=latency, switch_ns=max(switch, 0),
         profiled_ns=profiled, coverage=coverage, edge_s=edge_s, edge_e=edge_e,
@@ -227,7 +238,8 @@ def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.nda
     ranges = np.flatnonzero(step_ranges & (host.cat == HostCat.ANNOTATION))
     own = ((host.cat == HostCat.OP) | (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
            | ((host.cat == HostCat.ANNOTATION) & ~step_ranges))
-    lo, head_e, tail_s, hi = step_edge_stretches(trace, own & on_threads, host.ts[ranges], host.end[ranges])
+    lo, head_e, tail_s, hi = step_edge_stretches(trace, own & on_threads, host.ts[ranges],
+                                                 host.end[ranges])
     s, e = np.concatenate([lo, tail_s]), np.concatenate([head_e, hi])
     keep = e > s
     return s[keep], e[keep]
@@ -260,7 +272,8 @@ def _previous_on_stream(ts: np.ndarray, stream: np.ndarray) -> np.ndarray:
     return prev
 
 
-def _waited_for(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, held: np.ndarray) -> np.ndarray:
+def _waited_for(ts: np.ndarray, end: np.ndarray, stream: np.ndarray,
+                held: np.ndarray) -> np.ndarray:
     """For each held-back event, the event on another stream that ended last before it started
     (within WAIT_SLACK_NS): the cross-stream wait (an event record and wait) it was seen to obey."""
     after = np.full(ts.size, -1, np.int64)
@@ -280,8 +293,9 @@ def _waited_for(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, held: np.nd
     return after
 
 
-def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray, entry_end: np.ndarray,
-                   entry_kind: np.ndarray, prev_end: np.ndarray, w0: int, w1: int) -> np.ndarray:
+def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray,
+                   entry_end: np.ndarray, entry_kind: np.ndarray, prev_end: np.ndarray, w0: int,
+                   w1: int) -> np.ndarray:
     """Recorded events per chain entry, by class: those that start in the entry's gap or inside
     the call itself (the call counts as one runtime event)."""
     host = trace.host
@@ -304,5 +318,6 @@ def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray, e
     mem = trace.memory
     if len(mem):
         ts = mem.ts[(mem.ts >= w0) & (mem.ts < w1)]
-        np.add.at(load[:, EVENT_CLASSES.index("memory")], np.minimum(np.searchsorted(running_end, ts, side="left"), n), 1)
+        np.add.at(load[:, EVENT_CLASSES.index("memory")],
+                  np.minimum(np.searchsorted(running_end, ts, side="left"), n), 1)
     return load

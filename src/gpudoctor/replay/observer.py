@@ -25,7 +25,8 @@ from gpudoctor.replay.simulate import Changes, Replayed, replay
 # A Python frame costs less (with_stack added 0.16 us an op: tests/data/manifest.json
 # profiler_overhead); 1 us is an upper figure no recorded trace here separates from the rest.
 _PER_EVENT = float(PROFILER_OVERHEAD_NS_PER_EVENT)
-DEFAULT_COST_NS = {"op": _PER_EVENT, "runtime": _PER_EVENT, "python": 1_000.0, "annotation": _PER_EVENT, "memory": 0.0}
+DEFAULT_COST_NS = {"op": _PER_EVENT, "runtime": _PER_EVENT, "python": 1_000.0,
+                   "annotation": _PER_EVENT, "memory": 0.0}
 # A call keeps at least this much of its time: a launch costs the host a few microseconds unprofiled.
 MIN_CALL_NS = 1_500.0
 # The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.
@@ -75,8 +76,8 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
     from_own = np.where(graph.wait_on >= 0, 0.0, from_own)
     return Changes(
         gap_ns=gap - from_gap, own_ns=own - from_own, tail_ns=max(tail - float(per_entry[n]), 0.0),
-        waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed, latency_ns=base.latency_ns,
-        switch_ns=base.switch_ns,
+        waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed,
+        latency_ns=base.latency_ns, switch_ns=base.switch_ns,
     )
 
 
@@ -91,7 +92,8 @@ def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple
     edges_tail = overlap_per_window(s, e, np.array([last]), np.array([last + graph.tail_ns]))[0]
     kept = np.divide(gap, graph.gap_ns, out=np.ones_like(gap), where=graph.gap_ns > 0)
     kept_tail = tail / graph.tail_ns if graph.tail_ns > 0 else 1.0
-    return np.maximum(gap - edges * np.clip(kept, 0, 1), 0.0), max(tail - float(edges_tail) * min(kept_tail, 1.0), 0.0)
+    return np.maximum(gap - edges * np.clip(kept, 0, 1),
+                      0.0), max(tail - float(edges_tail) * min(kept_tail, 1.0), 0.0)
 
 
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
@@ -111,7 +113,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         return Unprofiled(ch, PRIOR_SCALE, r, True, measured_step_ns - r.step_ns)
     at_hi = replay(graph, without_profiler(graph, hi, costs))
     if at_hi.step_ns >= measured_step_ns:  # even the most the profiler could have added leaves it longer
-        return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True, measured_step_ns - at_hi.step_ns)
+        return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True,
+                          measured_step_ns - at_hi.step_ns)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
     f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
     best, side = at_hi, 0
@@ -132,4 +135,5 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             if side == 1:
                 f_lo /= 2
             side = 1
-    return Unprofiled(without_profiler(graph, hi, costs), hi, best, True, measured_step_ns - best.step_ns)
+    return Unprofiled(without_profiler(graph, hi, costs), hi, best, True,
+                      measured_step_ns - best.step_ns)

@@ -57,7 +57,8 @@ class Replayed:
         counted = self.marks_ns.size - first
         # a host that ran ahead during the work queued before the window shows a step of GPU work
         # alone; in the steady state the host's own time per step bounds it too
-        return max((self.total_ns - float(self.marks_ns[first])) / counted, self.host_work_ns / counted)
+        return max((self.total_ns - float(self.marks_ns[first])) / counted,
+                   self.host_work_ns / counted)
 
     @property
     def step_durations_ns(self) -> np.ndarray:
@@ -139,8 +140,8 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     dev_start, dev_end = np.asarray(start), np.asarray(end)
     total = max(host_end, float(dev_end.max()) if m else 0.0)
     return Replayed(total_ns=total, marks_ns=np.asarray(marks), host_end_ns=host_end,
-                    gpu_busy_ns=_busy(dev_start, dev_end), dev_start_ns=dev_start, dev_end_ns=dev_end,
-                    host_work_ns=float(host_work))
+                    gpu_busy_ns=_busy(dev_start, dev_end), dev_start_ns=dev_start,
+                    dev_end_ns=dev_end, host_work_ns=float(host_work))
 
 
 def _busy(start: np.ndarray, end: np.ndarray) -> float:

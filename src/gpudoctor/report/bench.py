@@ -29,11 +29,13 @@ def render_console(result: BenchResult, console: Console) -> None:
     if not result.findings:
         console.print(Text("health: no anomaly NVML could see", style="green"))
     if result.health.unreadable:
-        console.print(Text(f"NVML could not read: {', '.join(result.health.unreadable)}", style="dim"))
+        console.print(Text(f"NVML could not read: {', '.join(result.health.unreadable)}",
+                           style="dim"))
     for note in result.notes:
         console.print(Text(f"note: {note}", style="yellow"))
     if result.profile_path:
-        console.print(Text(f"machine profile saved: {result.profile_path} (analyze and run use it for this GPU)",
+        console.print(Text(f"machine profile saved: {result.profile_path} (analyze and run use it "
+                           "for this GPU)",
                            style="dim"))
 
 
@@ -47,14 +49,14 @@ def render_html(result: BenchResult) -> str:
     health = ("".join(f"<li>{esc(f.title)}: {esc(f.summary)}</li>" for f in result.findings)
               or "<li>healthy</li>")
     return (
-        "<!DOCTYPE html><html><head><meta charset=utf-8><title>gpudoctor bench</title><link rel=icon href=\"data:,\">"
-        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}td,th{padding:2px 10px}"
+        "<!DOCTYPE html><html><head><meta charset=utf-8><title>gpudoctor bench</title><link "
+        "rel=icon href=\"data:,\"><style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}td,th{padding:2px 10px}"
         ".num{text-align:right}</style></head><body>"
         f"<h1>gpudoctor bench: {esc(result.gpu)}</h1><p>{esc(result.uuid)} · "
         f"{esc(result.measured_utc)}</p><h2>Measured roofline</h2>{svg}"
         "<p>Solid: measured; dashed: datasheet.</p>"
-        f"<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of datasheet</th></tr>{rows}</table>"
-        f"<h2>Health</h2><ul>{health}</ul></body></html>"
+        "<h2>Ceilings</h2><table><tr><th>probe</th><th>measured</th><th>of "
+        f"datasheet</th></tr>{rows}</table><h2>Health</h2><ul>{health}</ul></body></html>"
     )
 
 

@@ -71,17 +71,20 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             cuda_graph_ms=round(b.cuda_graph_ms, 4),
             per_step=tuple(
                 StepTime(round(float(d), 4), busy, idle)
-                for d, busy, idle in zip(a.steps.durations_ms.tolist(), b.busy_per_step_ms, b.idle_per_step_ms)
+                for d, busy, idle in zip(a.steps.durations_ms.tolist(), b.busy_per_step_ms,
+                                         b.idle_per_step_ms)
             ),
         ),
-        idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(), key=lambda kv: -kv[1])},
+        idle={cause: round(v, 4) for cause, v in sorted(a.idle.by_cause_ms.items(),
+                                                        key=lambda kv: -kv[1])},
         roofline=RooflineSection(
             model_tflop_per_step=round(a.roofline.model_flops_per_step / 1e12, 6),
             placed_fraction=round(a.roofline.placed_fraction, 4),
             kernels=tuple(_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]),
             ops=tuple(_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]),
             # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"] says why)
-            unavailable=None if a.ceilings.available else a.not_applicable.get("roofline", "no ceilings"),
+            unavailable=None if a.ceilings.available else a.not_applicable.get("roofline",
+                                                                               "no ceilings"),
         ),
         memory=_memory(a.memory),
         findings=tuple(findings),
@@ -94,7 +97,8 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
 def all_fixes_section(together: AllFixes) -> AllFixesSection:
     """Every replay-priced fix at once, rounded as the JSON writes it (``AllFixes.to_dict``)."""
     d = together.to_dict()
-    return AllFixesSection(tuple(d["ids"]), d["step_ms"], d["step_after_ms"], d["predicted_speedup"])
+    return AllFixesSection(tuple(d["ids"]), d["step_ms"], d["step_after_ms"],
+                           d["predicted_speedup"])
 
 
 def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings: tuple[str, ...],
@@ -109,21 +113,22 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
         tool_version=__version__,
         source=trace.source,
         gpu=GpuSection(name=None, memory_bytes=0, sm_count=0, compute_capability="", device="cpu"),
-        ceilings=CeilingsSection(gpu=None, source="none: no GPU work in the trace", matrix_flops={}, vector_flops=0.0,
-                                 hbm_bytes_per_s=0.0, h2d_pinned_bytes_per_s=0.0),
+        ceilings=CeilingsSection(gpu=None, source="none: no GPU work in the trace", matrix_flops={},
+                                 vector_flops=0.0, hbm_bytes_per_s=0.0, h2d_pinned_bytes_per_s=0.0),
         steps=_steps(steps),
         step_ms=steps.total_ns / 1e6 / n,
         gpu_busy_pct=0.0,
         mfu=0.0,
-        breakdown=BreakdownSection(busy_ms=0.0, idle_ms=0.0, by_kind={}, kernels_per_step=0.0, copies_per_step=0.0,
-                                   triton_ms=0.0, cuda_graph_ms=0.0,
-                                   per_step=tuple(StepTime(round(d, 4), 0.0, 0.0) for d in per_step)),
+        breakdown=BreakdownSection(busy_ms=0.0, idle_ms=0.0, by_kind={}, kernels_per_step=0.0,
+                                   copies_per_step=0.0, triton_ms=0.0, cuda_graph_ms=0.0,
+                                   per_step=tuple(StepTime(round(d, 4), 0.0, 0.0)
+                                                  for d in per_step)),
         idle={},
         roofline=RooflineSection(model_tflop_per_step=0.0, placed_fraction=0.0),
         memory=MemorySection(applicable=False, reason=NO_GPU_WORK),
         findings=(),
-        not_applicable={"gpu": f"{NO_GPU_WORK}: the roofline, the idle causes, GPU memory and the rules need GPU "
-                               "events"},
+        not_applicable={"gpu": f"{NO_GPU_WORK}: the roofline, the idle causes, GPU memory and the "
+                               "rules need GPU events"},
         warnings=warnings,
         unprofiled_step_ms=unprofiled_step_ms,
         host=HostSection(
@@ -131,7 +136,9 @@ def build_host_report(trace: Trace, steps: Steps, host: HostBreakdown, warnings:
             tid=thread[1],
             step_ms=round(host.step_ms, 4),
             by_category={k: round(v, 4) for k, v in host.by_category_ms.items()},
-            ops=tuple(HostOp(o.name, o.category, round(o.ms_per_step, 4), round(o.calls_per_step, 3)) for o in host.ops),
+            ops=tuple(
+                HostOp(o.name, o.category, round(o.ms_per_step, 4), round(o.calls_per_step, 3))
+                for o in host.ops),
         ),
     )
 
@@ -143,10 +150,12 @@ def _steps(steps: Steps) -> StepsSection:
 
 def _placement(p: Placement) -> RooflineRow:
     return RooflineRow(
-        name=p.name, kind=Kind[p.kind].label, dtype=p.dtype, count_per_step=round(p.count_per_step, 5),
-        time_ms_per_step=round(p.time_ms_per_step, 5), flops=p.flops, bytes=p.bytes, achieved_flops=p.achieved_flops,
-        achieved_bytes_per_s=p.achieved_bytes_per_s, intensity=round(p.intensity, 5), roof_flops=p.roof_flops,
-        attainable_flops=p.attainable_flops, efficiency=round(p.efficiency, 5), bound=p.bound)
+        name=p.name, kind=Kind[p.kind].label, dtype=p.dtype,
+        count_per_step=round(p.count_per_step, 5), time_ms_per_step=round(p.time_ms_per_step, 5),
+        flops=p.flops, bytes=p.bytes, achieved_flops=p.achieved_flops,
+        achieved_bytes_per_s=p.achieved_bytes_per_s, intensity=round(p.intensity, 5),
+        roof_flops=p.roof_flops, attainable_flops=p.attainable_flops,
+        efficiency=round(p.efficiency, 5), bound=p.bound)
 
 
 def _memory(m: MemoryResult) -> MemorySection:

@@ -13,9 +13,12 @@ from rich.text import Text
 from gpudoctor.report.model import Report, Reports
 from gpudoctor.report.ranks_section import ranks_summary, ranks_table
 
-SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow", "info": "dim"}
-_BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan", "bright_blue", "white"]
-_IDLE_COLORS = {"input-pipeline": "red", "host-sync": "bright_red", "dispatch": "yellow", "host-work": "orange3",
+SEVERITY_STYLE = {"critical": "bold white on red", "major": "bold red", "minor": "yellow",
+                  "info": "dim"}
+_BAR_COLORS = ["green", "cyan", "blue", "magenta", "bright_green", "bright_cyan",
+               "bright_blue", "white"]
+_IDLE_COLORS = {"input-pipeline": "red", "host-sync": "bright_red", "dispatch": "yellow",
+                "host-work": "orange3",
                "op-setup": "orchid"}
 BAR_WIDTH = 60
 MAX_FINDINGS = 8
@@ -52,9 +55,9 @@ def render_console(report: Report | Reports, console: Console,
 def _render_each(many: Reports, console: Console, max_findings: int) -> None:
     """Traces that are not one job's ranks: each report in turn, headed by its file."""
     n = len(many.reports)
-    console.print(Text(f"{n} traces, diagnosed one by one: they are not the ranks of one job ({many.why}). "
-                       "For a multi-GPU analysis pass the ranks of one distributed run (its run directory, "
-                       "or its rank traces).", style="bold"))
+    console.print(Text(f"{n} traces, diagnosed one by one: they are not the ranks of one job "
+                       f"({many.why}). For a multi-GPU analysis pass the ranks of one distributed "
+                       "run (its run directory, or its rank traces).", style="bold"))
     for i, report in enumerate(many.reports, 1):
         console.print()
         console.rule(Text(f"{i}/{n}: {report.source}"), style="bold")
@@ -92,8 +95,9 @@ def _header(r: Report) -> Panel:
     generate = r.steps.generate
     if generate is not None and generate.decode_ms_per_token is not None:
         grid.add_row("generate", Text(f"{generate.forwards_per_call} forwards per call; prefill "
-                                      f"{generate.prefill_ms or 0:.2f} ms, decode {generate.decode_ms_per_token:.2f} "
-                                      "ms per token (unprofiled)"))
+                                      f"{generate.prefill_ms or 0:.2f} ms, decode "
+                                      f"{generate.decode_ms_per_token:.2f} ms per token "
+                                      "(unprofiled)"))
     return Panel(grid, title="gpudoctor", expand=False)
 
 
@@ -112,7 +116,8 @@ def _render_host(r: Report, console: Console, max_findings: int = MAX_FINDINGS) 
     if r.findings:
         console.print(_findings(r, max_findings))
     else:
-        console.print(Text("No GPU findings: no GPU work was recorded in this window.", style="yellow"))
+        console.print(Text("No GPU findings: no GPU work was recorded in this window.",
+                           style="yellow"))
     for note in r.warnings:
         console.print(Text(f"note: {note}", style="dim"))
 
@@ -127,21 +132,22 @@ def _host_breakdown(r: Report) -> Group:
     for i, (label, ms) in enumerate((r.host.by_category if r.host is not None else {}).items()):
         color = _BAR_COLORS[i % len(_BAR_COLORS)]
         bar.append("█" * round(BAR_WIDTH * ms / step), style=color)
-        legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms", f"{100 * ms / step:.1f}%")
+        legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms",
+                       f"{100 * ms / step:.1f}%")
     return Group(Text("Host breakdown (per step, CPU time)", style="bold"), bar, legend)
 
 
 def _host_ops(r: Report) -> Table:
-    table = Table(title="Top host ops (top-level, per step)", title_justify="left", title_style="bold",
-                  show_edge=False)
+    table = Table(title="Top host ops (top-level, per step)", title_justify="left",
+                  title_style="bold", show_edge=False)
     table.add_column("op", no_wrap=True, overflow="ellipsis")
     table.add_column("category", no_wrap=True)
     table.add_column("calls/step", justify="right", no_wrap=True)
     table.add_column("ms/step", justify="right", no_wrap=True)
     table.add_column("% of step", justify="right", no_wrap=True)
     for op in (r.host.ops if r.host is not None else ())[:MAX_HOST_OPS]:
-        table.add_row(op.name.removeprefix(AUTOGRAD_PREFIX), op.category, f"{op.calls_per_step:g}", f"{op.ms_per_step:.3f}",
-                      f"{100 * op.ms_per_step / max(r.step_ms, 1e-9):.1f}")
+        table.add_row(op.name.removeprefix(AUTOGRAD_PREFIX), op.category, f"{op.calls_per_step:g}",
+                      f"{op.ms_per_step:.3f}", f"{100 * op.ms_per_step / max(r.step_ms, 1e-9):.1f}")
     return table
 
 
@@ -158,12 +164,14 @@ def _breakdown(r: Report) -> Group:
         cells = round(BAR_WIDTH * ms / step)
         bar.append("█" * cells, style=color)
         if ms / step >= 0.005:
-            legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms", f"{100 * ms / step:.1f}%")
+            legend.add_row(Text("■ ", style=color) + Text(label), f"{ms:.3f} ms",
+                           f"{100 * ms / step:.1f}%")
     return Group(Text("Step breakdown (per step)", style="bold"), bar, legend)
 
 
 def _idle_table(r: Report) -> Table:
-    table = Table(title="GPU idle by cause", title_justify="left", title_style="bold", show_edge=False)
+    table = Table(title="GPU idle by cause", title_justify="left", title_style="bold",
+                  show_edge=False)
     table.add_column("cause")
     table.add_column("ms / step", justify="right")
     table.add_column("% of step", justify="right")
@@ -175,7 +183,9 @@ def _idle_table(r: Report) -> Table:
 
 def _findings(r: Report, limit: int) -> Group:
     if not r.findings:
-        return Group(Text("No findings: nothing in this trace costs a measurable share of the step.", style="green"))
+        return Group(
+            Text("No findings: nothing in this trace costs a measurable share of the step.",
+                 style="green"))
     verdict = r.verdict()
     items: list[RenderableType] = [
         Text(f"Verdict: {verdict.text}", style="green" if verdict.status == "healthy" else "bold"),
@@ -183,8 +193,9 @@ def _findings(r: Report, limit: int) -> Group:
     ]
     together = r.all_fixes
     if together is not None:
-        items.append(Text(f"All {len(together.ids)} replayed fixes together: {together.step_ms:.3f} -> "
-                          f"{together.step_after_ms:.3f} ms a step (x{together.predicted_speedup:.2f})"))
+        items.append(Text(f"All {len(together.ids)} replayed fixes together: "
+                          f"{together.step_ms:.3f} -> {together.step_after_ms:.3f} ms a step "
+                          f"(x{together.predicted_speedup:.2f})"))
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))
@@ -201,7 +212,8 @@ def _findings(r: Report, limit: int) -> Group:
         if f.fixes:
             body.append(Text(f"fix: {f.fixes[0].title}", style="green"))
             if f.fixes[0].code:
-                body.append(Padding(Text(f.fixes[0].code.splitlines()[0], style="green dim"), (0, 0, 0, 5)))
+                body.append(Padding(Text(f.fixes[0].code.splitlines()[0], style="green dim"),
+                                    (0, 0, 0, 5)))
         items.append(Padding(Group(*body), (0, 0, 0, 3)))
     if len(r.findings) > limit:
         items.append(Text(f"... {len(r.findings) - limit} more in --json / --html", style="dim"))

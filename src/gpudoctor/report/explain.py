@@ -65,7 +65,8 @@ def render_console(ex: Explanation, console: Console, limit: int = MAX_SHOWN) ->
         for i, fix in enumerate(h.fixes, 1):
             body.append(Text(f"fix {i}: {fix.title}", style="green"))
             if fix.code and i == 1:
-                body.append(Padding(Text(fix.code.splitlines()[0], style="green dim"), (0, 0, 0, 7)))
+                body.append(Padding(Text(fix.code.splitlines()[0], style="green dim"),
+                                    (0, 0, 0, 7)))
         if h.wrong_fix:
             body.append(Text(f"avoid: {h.wrong_fix}", style="red"))
         console.print(Padding(Group(*body), (0, 0, 0, 3)))

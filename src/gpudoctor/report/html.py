@@ -19,7 +19,8 @@ from gpudoctor.trace.kernels import short_name
 TOP_KERNELS = 15
 KIND_COLORS = ("#2b6cb0", "#3182ce", "#63b3ed", "#805ad5", "#b794f4", "#38a169", "#68d391",
                "#d69e2e", "#f6ad55", "#dd6b20", "#e53e3e", "#319795", "#4fd1c5", "#975a16")
-IDLE_COLORS = ("#4a5568", "#718096", "#a0aec0", "#cbd5e0", "#2d3748", "#e2e8f0", "#1a202c", "#edf2f7")
+IDLE_COLORS = ("#4a5568", "#718096", "#a0aec0", "#cbd5e0", "#2d3748", "#e2e8f0",
+               "#1a202c", "#edf2f7")
 
 CSS = """
 .gpud{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
@@ -146,7 +147,8 @@ def _header(r: Report) -> str:
     ]
     if r.not_applicable:
         items = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in r.not_applicable.items())
-        parts.append(f'<p class="na">Analyses not applicable to this trace:</p><ul class="na">{items}</ul>')
+        parts.append(
+            f'<p class="na">Analyses not applicable to this trace:</p><ul class="na">{items}</ul>')
     parts.append("</header>")
     return "\n".join(parts)
 
@@ -169,7 +171,8 @@ def _breakdown(r: Report) -> str:
     if total <= 0:
         return '<section><h2>Step breakdown</h2><p class="muted">No GPU time in the steps.</p></section>'
     bar = "".join(
-        f'<div style="width:{100 * ms / total:.3f}%;background:{color}" title="{esc(label)}: {ms:.3f} ms">'
+        f'<div style="width:{100 * ms / total:.3f}%;background:{color}" title="{esc(label)}: '
+        f'{ms:.3f} ms">'
         "</div>" for label, ms, color in segs
     )
     legend = "".join(
@@ -218,19 +221,22 @@ def _host_breakdown(r: Report) -> str:
         return '<section><h2>Host breakdown</h2><p class="muted">No host time in the steps.</p></section>'
     colors = [KIND_COLORS[i % len(KIND_COLORS)] for i in range(len(parts))]
     bar = "".join(
-        f'<div style="width:{100 * ms / total:.3f}%;background:{c}" title="{esc(label)}: {ms:.3f} ms"></div>'
+        f'<div style="width:{100 * ms / total:.3f}%;background:{c}" title="{esc(label)}: {ms:.3f} '
+        'ms"></div>'
         for (label, ms), c in zip(parts, colors)
     )
     rows = "".join(
-        f'<tr><td><i class="sw" style="background:{c}"></i>{esc(label)}</td><td class="num">{ms:.3f}</td>'
-        f'<td class="num">{_pct(ms, r.step_ms)}</td></tr>' for (label, ms), c in zip(parts, colors)
+        f'<tr><td><i class="sw" style="background:{c}"></i>{esc(label)}</td><td '
+        f'class="num">{ms:.3f}</td><td class="num">{_pct(ms, r.step_ms)}</td></tr>'
+        for (label, ms), c in zip(parts, colors)
     )
     return (
         "<section><h2>Host breakdown</h2>"
         '<p class="muted">per step, CPU time on the step thread: top-level ops by category; '
         "python / untraced is the rest of the step (the interpreter between ops).</p>"
-        f'<div class="bar">{bar}</div><table><thead><tr><th>category</th><th class="num">ms / step</th>'
-        f'<th class="num">% of step</th></tr></thead><tbody>{rows}</tbody></table></section>'
+        f'<div class="bar">{bar}</div><table><thead><tr><th>category</th><th class="num">ms / '
+        'step</th><th class="num">% of '
+        f'step</th></tr></thead><tbody>{rows}</tbody></table></section>'
     )
 
 
@@ -240,12 +246,14 @@ def _host_ops(r: Report) -> str:
         return ""
     rows = "".join(
         f'<tr><td class="name"><code>{esc(op.name)}</code></td><td>{esc(op.category)}</td>'
-        + _num(f"{op.calls_per_step:g}") + _num(f"{op.ms_per_step:.3f}") + _num(_pct(op.ms_per_step, r.step_ms)) + "</tr>"
+        + _num(f"{op.calls_per_step:g}") + _num(f"{op.ms_per_step:.3f}")
+        + _num(_pct(op.ms_per_step, r.step_ms)) + "</tr>"
         for op in ops
     )
     return (
-        '<section><h2>Top host ops</h2><div class="scroll"><table><thead><tr><th>op</th><th>category</th>'
-        '<th class="num">calls / step</th><th class="num">ms / step</th><th class="num">% of step</th></tr>'
+        '<section><h2>Top host ops</h2><div '
+        'class="scroll"><table><thead><tr><th>op</th><th>category</th><th class="num">calls / '
+        'step</th><th class="num">ms / step</th><th class="num">% of step</th></tr>'
         f"</thead><tbody>{rows}</tbody></table></div></section>"
     )
 
@@ -274,9 +282,9 @@ def _kernel_table(r: Report) -> str:
     if not kernels:
         return ""
     head = ("<tr><th>kernel</th><th>kind</th><th>dtype</th><th class='num'>calls / step</th>"
-            "<th class='num'>ms / step</th><th class='num'>% of step</th><th class='num'>TFLOP/s</th>"
-            "<th class='num'>GB/s</th><th class='num'>FLOP/byte</th><th class='num'>efficiency</th>"
-            "<th>bound</th></tr>")
+            "<th class='num'>ms / step</th><th class='num'>% of step</th><th "
+            "class='num'>TFLOP/s</th><th class='num'>GB/s</th><th class='num'>FLOP/byte</th><th "
+            "class='num'>efficiency</th><th>bound</th></tr>")
     rows = "".join(_kernel_row(k, r.step_ms) for k in kernels[:TOP_KERNELS])
     more = (f'<p class="muted">{len(kernels) - TOP_KERNELS} more kernels not shown.</p>'
             if len(kernels) > TOP_KERNELS else "")
@@ -307,14 +315,16 @@ def _kernel_row(k: RooflineRow, step_ms: float) -> str:
 
 def _findings(r: Report) -> str:
     if not r.findings and r.host_only:
-        return ('<section><h2>Findings</h2><p class="muted">No GPU findings: no GPU work was recorded in this '
+        return ('<section><h2>Findings</h2><p class="muted">No GPU findings: no GPU work was '
+                'recorded in this '
                 "window.</p></section>")
     if not r.findings:
         return '<section><h2>Findings</h2><p class="muted">No findings: nothing to fix here.</p></section>'
     v = r.verdict()
     verdict = f'<p class="verdict{" healthy" if v.status == "healthy" else ""}">Verdict: {esc(v.text)}</p>'
     return ("<section><h2>Findings</h2>" + verdict
-            + "".join(_finding(f, _trace_note(r.annotated_trace, f.id)) for f in r.findings) + "</section>")
+            + "".join(_finding(f, _trace_note(r.annotated_trace, f.id)) for f in r.findings)
+            + "</section>")
 
 
 def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
@@ -323,7 +333,8 @@ def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
     place = trace.findings.get(finding_id) if trace is not None and trace.file else None
     if trace is None or place is None:
         return ""
-    return (f'<p class="muted">In the annotated trace <code>{esc(trace.file)}</code> (open it at ui.perfetto.dev or in '
+    return (f'<p class="muted">In the annotated trace <code>{esc(trace.file)}</code> (open it at '
+            'ui.perfetto.dev or in '
             f"chrome://tracing): track <code>{esc(place.track)}</code>, slice "
             f"<code>{esc(place.slice)}</code>, {place.from_start_ms:.3f} ms after the "
             f"trace's start (ts {esc(place.ts_us)} µs); placed by {esc(place.placed_by)}.</p>")
@@ -334,7 +345,8 @@ def _finding(f: Finding, trace_note: str = "") -> str:
     parts = [
         f'<article class="finding sev-{sev}">',
         f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
-        (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms per step'
+        (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms '
+         'per step'
          f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),  # noqa: RUF001 - the multiplication sign
         f"<p>{esc(f.summary)}</p>",
         _evidence(f),
@@ -342,7 +354,8 @@ def _finding(f: Finding, trace_note: str = "") -> str:
     ]
     if f.fixes:
         items = "".join(
-            f"<li>{esc(fix.title)}" + (f"<pre><code>{esc(fix.code)}</code></pre>" if fix.code else "") + "</li>"
+            f"<li>{esc(fix.title)}"
+            + (f"<pre><code>{esc(fix.code)}</code></pre>" if fix.code else "") + "</li>"
             for fix in f.fixes
         )
         parts.append(f"<p><b>Fixes, in order:</b></p><ol>{items}</ol>")
@@ -362,7 +375,8 @@ def _evidence(f: Finding) -> str:
     for label, items in (("ops", ev.ops), ("kernels", ev.kernels), ("sources", ev.sources)):
         if items:
             shown = short_name if label == "kernels" else str
-            lis = "".join(f'<li title="{esc(item)}"><code>{esc(shown(item))}</code></li>' for item in items)
+            lis = "".join(f'<li title="{esc(item)}"><code>{esc(shown(item))}</code></li>'
+                          for item in items)
             out.append(f"<p><b>{label}</b></p><ul>{lis}</ul>")
     return "<details open><summary>evidence</summary>" + "".join(out) + "</details>" if out else ""
 

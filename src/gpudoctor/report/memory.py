@@ -23,7 +23,8 @@ _LABELS = {
     "transient": "transient at the peak",
 }
 _PHASES = {"optimizer": "optimizer step"}
-_COLORS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_black", "white", "bright_cyan")
+_COLORS = ("cyan", "magenta", "yellow", "green", "blue", "red", "bright_black", "white",
+           "bright_cyan")
 
 
 def gib(n: float) -> str:
@@ -36,12 +37,15 @@ def to_json(est: MemoryEstimate) -> str:
 
 def render_console(est: MemoryEstimate, console: Console) -> None:
     mode = "training step" if est.mode == "train" else "generation"
-    console.print(Text.assemble(("gpudoctor memory", "bold"), f"  {est.model}  ·  {est.n_params / 1e9:,.2f} B params  ·  {mode}"))
+    console.print(Text.assemble(("gpudoctor memory", "bold"),
+                                f"  {est.model}  ·  {est.n_params / 1e9:,.2f} B params  ·  {mode}"))
     err = est.extra.get("measured_error")
     spread = f" ±{100 * abs(err):.0f}% (measured, see the accuracy note)" if err is not None else ""
-    console.print(Text.assemble("peak allocated ", (("~" if spread else "") + gib(est.peak_bytes), "bold"), spread,
+    console.print(Text.assemble("peak allocated ",
+                                (("~" if spread else "") + gib(est.peak_bytes), "bold"), spread,
                                 f" during the {est.phase}",
-                                f"   (reserved ≈ {gib(est.reserved_bytes)}, + CUDA context {gib(est.context_bytes)})"))
+                                f"   (reserved ≈ {gib(est.reserved_bytes)}, + CUDA context "
+                                f"{gib(est.context_bytes)})"))
     _bar(est, console)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("component")
@@ -51,40 +55,44 @@ def render_console(est: MemoryEstimate, console: Console) -> None:
         if value == 0:
             continue
         share = value / est.peak_bytes if est.peak_bytes else 0.0
-        table.add_row(Text("■ ", style=_COLORS[i % len(_COLORS)]) + _LABELS.get(key, key.replace("_", " ")),
-                      gib(value), f"{100 * share:.1f}%")
+        table.add_row(Text("■ ", style=_COLORS[i % len(_COLORS)])
+                      + _LABELS.get(key, key.replace("_", " ")), gib(value), f"{100 * share:.1f}%")
     console.print(table)
     detail = est.extra.get("activations_by_component")
     if detail:
-        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in sorted(detail.items(), key=lambda kv: -kv[1]) if v)
+        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}"
+                          for k, v in sorted(detail.items(), key=lambda kv: -kv[1]) if v)
         console.print(Text(f"activations: {parts}", style="dim"))
     if est.mode == "infer":
         extra = est.extra
         console.print(f"KV cache: {extra['kv_bytes_per_token'] / 1024:,.1f} KiB per token; "
-                      f"{gib(extra['kv_cache_full_context_bytes'])} for the whole batch at full context")
+                      f"{gib(extra['kv_cache_full_context_bytes'])} for the whole batch at "
+                      "full context")
     for line in est.assumptions:
         console.print(Text(f"assumed: {line}", style="dim"))
     for note in est.notes:
         console.print(Text(f"note: {note}", style="dim"))
     if est.capacity_bytes:
         verdict = est.fits
-        line = (f"{'fits' if verdict else 'does NOT fit'} on {est.gpu}: needs {gib(est.total_bytes)} "
-                f"(peak x {RESERVED_OVER_ALLOCATED:g} allocator reserve + {gib(est.context_bytes)} CUDA context) "
-                f"of {gib(est.capacity_bytes)}")
+        line = (f"{'fits' if verdict else 'does NOT fit'} on {est.gpu}: needs "
+                f"{gib(est.total_bytes)} (peak x {RESERVED_OVER_ALLOCATED:g} allocator reserve + "
+                f"{gib(est.context_bytes)} CUDA context) of {gib(est.capacity_bytes)}")
         console.print(Text(line, style="bold green" if verdict else "bold red"))
-        console.print(Text(f"usable: {gib(est.capacity_bytes)} on the card ({est.capacity_source}) - "
-                           f"{gib(est.context_bytes)} CUDA context = {gib(est.capacity_bytes - est.context_bytes)}; "
-                           f"the allocator reserves ~{RESERVED_OVER_ALLOCATED:g}x its peak (median of 18 measured "
-                           f"runs), so a peak up to {gib(est.usable_peak_bytes)} fits", style="dim"))
+        console.print(Text(f"usable: {gib(est.capacity_bytes)} on the card "
+                           f"({est.capacity_source}) - {gib(est.context_bytes)} CUDA context = "
+                           f"{gib(est.capacity_bytes - est.context_bytes)}; the allocator reserves "
+                           f"~{RESERVED_OVER_ALLOCATED:g}x its peak (median of 18 measured runs), "
+                           f"so a peak up to {gib(est.usable_peak_bytes)} fits", style="dim"))
         if est.mode == "infer":
             x = est.extra
             tp = x.get("gpus_needed_tp")
             longest = f"{x.get('max_context', 0):,} tokens"
             if x.get("max_context_limited_by") == "model":
-                longest += (f" (the model's limit: its {x.get('model_positions', 0):,} positions, not memory, "
-                            f"which would hold {x.get('max_context_by_memory', 0):,})")
-            console.print(f"largest batch at this context: {x.get('max_batch', 0)}; longest context at this batch: "
-                          f"{longest}; GPUs needed (tensor parallel): {tp or 'more than 8'}")
+                longest += (f" (the model's limit: its {x.get('model_positions', 0):,} positions, "
+                            f"not memory, which would hold {x.get('max_context_by_memory', 0):,})")
+            console.print(f"largest batch at this context: {x.get('max_batch', 0)}; longest "
+                          f"context at this batch: {longest}; GPUs needed (tensor parallel): "
+                          f"{tp or 'more than 8'}")
     if est.suggestions:
         console.print(Text.assemble(("What makes it fit, cheapest first", "bold"),
                                     f" (new peak; it fits up to {gib(est.usable_peak_bytes)}):"))
@@ -94,7 +102,8 @@ def render_console(est: MemoryEstimate, console: Console) -> None:
             saved = f"saves {gib(est.peak_bytes - s.peak_bytes)}"
             if s.phase and s.phase != est.phase:
                 saved += f", then the {_PHASES.get(s.phase, s.phase)} sets the peak"
-            console.print(Text(f"       {saved}; cost: {s.cost};  options: {_flags(s.options)}", style="dim"))
+            console.print(Text(f"       {saved}; cost: {s.cost};  options: {_flags(s.options)}",
+                               style="dim"))
 
 
 def _flags(options: dict) -> str:

@@ -27,7 +27,8 @@ SCHEMA_VERSION = "1.0"
 # How a Report shows itself (print, a notebook's cell): the renderer named here, looked up when it is
 # shown. The renderers import the model; the model imports none of them, and analyze --json never
 # loads rich.
-SHOWN_BY = {"text": "gpudoctor.report.console:render_text", "html": "gpudoctor.report.html:render_html"}
+SHOWN_BY = {"text": "gpudoctor.report.console:render_text",
+            "html": "gpudoctor.report.html:render_html"}
 
 
 def shown_by(how: str) -> Callable[..., str]:
@@ -107,7 +108,8 @@ class Report:
             "ceilings": self.ceilings.to_dict(),
             "steps": self.steps.to_dict(),
             "step_ms": round(self.step_ms, 4),
-            "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(self.unprofiled_step_ms, 4),
+            "unprofiled_step_ms": None if self.unprofiled_step_ms is None else round(
+                self.unprofiled_step_ms, 4),
             "unprofiled": self.unprofiled.to_dict() if self.unprofiled is not None else None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
             "mfu": None if self.roofline.unavailable else round(self.mfu, 5),  # no peak: no MFU
@@ -121,9 +123,11 @@ class Report:
             "warnings": list(self.warnings),
             "host": self.host.to_dict() if self.host is not None else {},
             **({"ranks": [r.to_dict() for r in self.ranks],
-                "distributed": self.distributed.to_dict() if self.distributed is not None else {}} if self.ranks else {}),
+                "distributed": self.distributed.to_dict() if self.distributed is not None else {}}
+               if self.ranks else {}),
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
-            **({"annotated_trace": self.annotated_trace.to_dict()} if self.annotated_trace is not None else {}),
+            **({"annotated_trace": self.annotated_trace.to_dict()}
+               if self.annotated_trace is not None else {}),
         }
 
     def step_segments(self) -> list[Segment]:

@@ -79,11 +79,13 @@ class Annotation:
 
     def entry(self, file: str) -> dict[str, Any]:
         """The report's ``annotated_trace``: the file and each finding's place in it."""
-        return {"file": file, "how": HOW_TO_OPEN, "findings": {k: p.to_dict() for k, p in self.places.items()}}
+        return {"file": file, "how": HOW_TO_OPEN,
+                "findings": {k: p.to_dict() for k, p in self.places.items()}}
 
 
 def write_annotated(source: Path, a: Analysis, findings: Sequence[Finding], target: Path,
-                    option: str = "--perfetto", inputs: Sequence[Path | str | None] = ()) -> Annotation:
+                    option: str = "--perfetto",
+                    inputs: Sequence[Path | str | None] = ()) -> Annotation:
     """Write ``source`` (the trace ``a`` analysed) with the annotation to ``target``, gzipped when
     its name ends in .gz, in one step; never over ``source`` or another of ``inputs``."""
     inputs = [source, *inputs]
@@ -94,7 +96,8 @@ def write_annotated(source: Path, a: Analysis, findings: Sequence[Finding], targ
         if target.name.endswith(".gz"):
             # level 6, as the capture writes trace.json.gz (capture/session.py); no name or time in
             # the header: the same trace gives the same bytes
-            with gzip.GzipFile(filename="", mode="wb", fileobj=handle, compresslevel=6, mtime=0) as packed:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=handle, compresslevel=6,
+                               mtime=0) as packed:
                 write_with_events(surveyed, annotation.events, CAT, packed)
         else:
             write_with_events(surveyed, annotation.events, CAT, handle)
@@ -106,14 +109,17 @@ def annotate(a: Analysis, findings: Sequence[Finding], surveyed: Survey) -> Anno
     pid = free_ids(surveyed.ids, 3 + len(findings))
     clock = _Clock(a.trace.origin_ns, a.trace.span[1])
     spans = idle_spans(a.trace, a.steps, a.idle)
-    events = _tracks(pid, [STEPS_TRACK, IDLE_TRACK, *(_finding_track(i, f) for i, f in enumerate(findings))], clock)
+    events = _tracks(pid,
+                     [STEPS_TRACK, IDLE_TRACK,
+                      *(_finding_track(i, f) for i, f in enumerate(findings))], clock)
     events += _steps(a, (pid, pid + 1), clock)
     events += _idle(spans, (pid, pid + 2), clock)
     events += _flows(a, spans, (pid, pid + 2), clock)
     start = surveyed.first_ts_us if surveyed.first_ts_us is not None else clock.us(0)
     places: dict[str, Place] = {}
     for i, f in enumerate(findings):
-        slices, place = _finding(a, spans, f, (pid, pid + 3 + i), _finding_track(i, f), clock, start)
+        slices, place = _finding(a, spans, f, (pid, pid + 3 + i), _finding_track(i, f),
+                                 clock, start)
         events += slices
         places.setdefault(f.id, place)
     return Annotation(events, places)
@@ -153,7 +159,8 @@ def _tracks(pid: int, names: list[str], clock: _Clock) -> list[dict[str, Any]]:
     def meta(name: str, tid: int, args: dict[str, Any]) -> dict[str, Any]:
         return {"ph": "M", "cat": CAT, "name": name, "pid": pid, "tid": tid, "ts": at, "args": args}
 
-    events = [meta("process_name", pid, {"name": PROCESS}), meta("process_sort_index", pid, {"sort_index": -1})]
+    events = [meta("process_name", pid, {"name": PROCESS}),
+              meta("process_sort_index", pid, {"sort_index": -1})]
     for k, name in enumerate(names):
         events += [meta("thread_name", pid + 1 + k, {"name": name}),
                    meta("thread_sort_index", pid + 1 + k, {"sort_index": k})]
@@ -164,7 +171,8 @@ def _steps(a: Analysis, track: tuple[int, int], clock: _Clock) -> list[dict[str,
     steps, b = a.steps, a.breakdown
     out = []
     for k, (s, e) in enumerate(zip(steps.start.tolist(), steps.end.tolist())):
-        args: dict[str, Any] = {"step": k + 1, "label": steps.labels[k] if k < len(steps.labels) else "",
+        args: dict[str, Any] = {"step": k + 1,
+                                "label": steps.labels[k] if k < len(steps.labels) else "",
                                 "found_by": steps.method, "profiled_ms": round((e - s) / 1e6, 4)}
         if a.unprofiled_step_ms is not None:
             args["unprofiled_step_ms"] = round(a.unprofiled_step_ms, 4)  # one figure for the run, not per step
@@ -185,7 +193,8 @@ def _idle(spans: IdleSpans, track: tuple[int, int], clock: _Clock) -> list[dict[
     return out
 
 
-def _flows(a: Analysis, spans: IdleSpans, idle: tuple[int, int], clock: _Clock) -> list[dict[str, Any]]:
+def _flows(a: Analysis, spans: IdleSpans, idle: tuple[int, int],
+           clock: _Clock) -> list[dict[str, Any]]:
     """An arrow from each blocking call (its midpoint, inside it: the slice it binds to) to the
     midpoint of the idle span it leaves."""
     host, threads = a.trace.host, a.trace.threads
@@ -208,14 +217,14 @@ def _finding_track(i: int, f: Finding) -> str:
     return f"gpudoctor: {i + 1}. {f.id}"
 
 
-def _finding(a: Analysis, spans: IdleSpans, f: Finding, ids: tuple[int, int], track: str, clock: _Clock,
-             first_ts_us: float) -> tuple[list[dict[str, Any]], Place]:
+def _finding(a: Analysis, spans: IdleSpans, f: Finding, ids: tuple[int, int], track: str,
+             clock: _Clock, first_ts_us: float) -> tuple[list[dict[str, Any]], Place]:
     starts, ends, counts, how = _where(a, spans, f)
     name = f"{f.id}: saves {f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})"
-    args = {"finding": f.id, "title": f.title, "severity": f.severity, "saving_ms": round(f.saving_ms, 4),
-            "predicted_speedup": round(f.predicted_speedup, 4), "idle_ms": round(f.idle_ms, 4),
-            "evidence": _plain(f.evidence.numbers), "first_fix": f.fixes[0].title if f.fixes else "",
-            "placed_by": how}
+    args = {"finding": f.id, "title": f.title, "severity": f.severity,
+            "saving_ms": round(f.saving_ms, 4), "predicted_speedup": round(f.predicted_speedup, 4),
+            "idle_ms": round(f.idle_ms, 4), "evidence": _plain(f.evidence.numbers),
+            "first_fix": f.fixes[0].title if f.fixes else "", "placed_by": how}
     slices = []
     for k, (s, e, n) in enumerate(zip(starts.tolist(), ends.tolist(), counts.tolist())):
         extra = {"events_here": n} if n else {}
@@ -225,7 +234,8 @@ def _finding(a: Analysis, spans: IdleSpans, f: Finding, ids: tuple[int, int], tr
     return slices, place
 
 
-def _where(a: Analysis, spans: IdleSpans, f: Finding) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+def _where(a: Analysis, spans: IdleSpans, f: Finding) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray, str]:
     """(starts, ends, events in each) of the finding's slices, one per step that holds its events,
     and how they were placed (PLACED_BY)."""
     trace = a.trace
@@ -242,7 +252,8 @@ def _where(a: Analysis, spans: IdleSpans, f: Finding) -> tuple[np.ndarray, np.nd
         tried.append((f"{PLACED_BY[1]} ({cause})", spans.start[mine], spans.end[mine]))
     names = [ids[k] for k in f.evidence.ops if k in ids]
     if names:
-        mask = np.isin(host.name, names) & (host.cat == HostCat.OP) & host.on_threads(launch_threads(trace))
+        mask = np.isin(host.name, names) & (host.cat == HostCat.OP) & host.on_threads(
+            launch_threads(trace))
         order = np.argsort(host.ts[mask], kind="stable")
         tried.append((PLACED_BY[2], host.ts[mask][order], host.end[mask][order]))
     for how, starts, ends in tried:
@@ -253,7 +264,8 @@ def _where(a: Analysis, spans: IdleSpans, f: Finding) -> tuple[np.ndarray, np.nd
     return np.array([lo]), np.array([hi]), np.array([0]), PLACED_BY[-1]
 
 
-def _per_step(lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+def _per_step(lo: np.ndarray, hi: np.ndarray, starts: np.ndarray,
+              ends: np.ndarray) -> tuple[np.ndarray, ...]:
     """For each step holding events (sorted ``starts``) that start in it: from the first start to
     the last end, cut at the step's end; and how many events."""
     first = np.searchsorted(starts, lo, side="left")
@@ -274,8 +286,8 @@ def _idle_cause(finding_id: str) -> str:
 
 def _slice(name: str, start: int, end: int, track: tuple[int, int], clock: _Clock,
            args: dict[str, Any]) -> dict[str, Any]:
-    return {"ph": "X", "cat": CAT, "name": name, "pid": track[0], "tid": track[1], **clock.slice(start, end),
-            "args": args}
+    return {"ph": "X", "cat": CAT, "name": name, "pid": track[0], "tid": track[1],
+            **clock.slice(start, end), "args": args}
 
 
 def _json_id(value: str) -> int | str:

@@ -115,7 +115,8 @@ def write_merged(parts: Sequence[RankPart], target: Path, option: str = "--perfe
     check_output_file(target, option, kept)
     with atomic_file(target, option, kept) as handle:
         if target.name.endswith(".gz"):
-            with gzip.GzipFile(filename="", mode="wb", fileobj=handle, compresslevel=6, mtime=0) as packed:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=handle, compresslevel=6,
+                               mtime=0) as packed:
                 _write(parts, packed)
         else:
             _write(parts, handle)
@@ -128,7 +129,8 @@ def _write(parts: Sequence[RankPart], out: IO[bytes]) -> None:
     out.write(b'{"traceEvents": [\n')
     first = True
     for part in parts:
-        metadata: dict[str, set[int]] = {"process_name": set(), "process_labels": set(), "process_sort_index": set()}
+        metadata: dict[str, set[int]] = {"process_name": set(), "process_labels": set(),
+                                         "process_sort_index": set()}
         seen: set[int] = set()
         for event in _events(part.path):
             _move(event, part, ids)
@@ -178,11 +180,14 @@ def _sort_index(rank: int, own: int = 0) -> int:
 def _process_meta(part: RankPart, pid: int, tid: int, unnamed: bool, unlabelled: bool,
                   unsorted: bool) -> Iterator[dict[str, Any]]:
     if unnamed:
-        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": tid, "args": {"name": f"rank {part.rank}"}}
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": tid,
+               "args": {"name": f"rank {part.rank}"}}
     if part.label and unlabelled:
-        yield {"ph": "M", "name": "process_labels", "pid": pid, "tid": tid, "args": {"labels": part.label}}
+        yield {"ph": "M", "name": "process_labels", "pid": pid, "tid": tid,
+               "args": {"labels": part.label}}
     if unsorted:
-        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": _sort_index(part.rank)}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": tid,
+               "args": {"sort_index": _sort_index(part.rank)}}
 
 
 class _Ids:

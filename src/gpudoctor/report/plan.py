@@ -64,16 +64,20 @@ def print_whole(console: Console, table: Table) -> None:
 
 
 def render_comm(pred: CommPrediction, console: Console) -> None:
-    console.print(Text.assemble(("gpudoctor plan comm", "bold"), f"  {pred.op}  ·  {size(pred.bytes)}  ·  "
+    console.print(Text.assemble(("gpudoctor plan comm", "bold"),
+                                f"  {pred.op}  ·  {size(pred.bytes)}  ·  "
                                 f"{pred.gpus:,} GPUs ({pred.gpus_per_node} per node)"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name, justify in (("op", "left"), ("size", "right"), ("GPUs", "right"), ("algorithm", "left"),
+    for name, justify in (("op", "left"), ("size", "right"), ("GPUs", "right"),
+                          ("algorithm", "left"),
                           ("time", "right"), ("algbw", "right"), ("busbw", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    table.add_row(pred.op, size(pred.bytes), f"{pred.gpus:,}", pred.algorithm, Text(seconds(pred.time_s), style="bold"),
+    table.add_row(pred.op, size(pred.bytes), f"{pred.gpus:,}", pred.algorithm,
+                  Text(seconds(pred.time_s), style="bold"),
                   f"{pred.algbw_GBps:,.1f} GB/s", f"{pred.busbw_GBps:,.1f} GB/s")
     print_whole(console, table)
-    others = [f"{name} {seconds(t)}" for name, t in pred.candidates.items() if name != pred.algorithm]
+    others = [f"{name} {seconds(t)}" for name, t in pred.candidates.items()
+              if name != pred.algorithm]
     if others:
         console.print(Text(f"other algorithms: {', '.join(others)}", style="dim"))
     console.print(Text(f"source: {pred.source}", style="dim"))
@@ -81,7 +85,8 @@ def render_comm(pred: CommPrediction, console: Console) -> None:
         console.print(Text(f"note: {note}", style="dim"))
 
 
-_TRAIN_COLUMNS = ("dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step_s", "mfu", "peak_bytes")
+_TRAIN_COLUMNS = ("dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step_s", "mfu",
+                  "peak_bytes")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -107,7 +112,8 @@ def render_train(result: Any, console: Console) -> None:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("#", justify="right")
         for c in columns:
-            table.add_column(c.replace("_", " "), justify="left" if c == "checkpointing" else "right", no_wrap=True)
+            table.add_column(c.replace("_", " "),
+                             justify="left" if c == "checkpointing" else "right", no_wrap=True)
         for i, row in enumerate(plans, 1):
             table.add_row(str(i), *(_cell(c, row.get(c)) for c in columns))
         print_whole(console, table)
@@ -131,24 +137,27 @@ def render_train(result: Any, console: Console) -> None:
 
 def render_serving(plan: Any, console: Console) -> None:
     """One row per tensor-parallel degree, the chosen one marked, then why."""
-    console.print(f"[bold]gpudoctor plan infer[/bold]  {plan.model} on {plan.gpu}  ·  {plan.qps:g} QPS  ·  "
-                  f"{plan.prompt:,} prompt + {plan.new:,} new tokens")
+    console.print(f"[bold]gpudoctor plan infer[/bold]  {plan.model} on {plan.gpu}  ·  {plan.qps:g} "
+                  f"QPS  ·  {plan.prompt:,} prompt + {plan.new:,} new tokens")
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("TP", "weights", "KV", "seqs", "prefill", "step", "tok/s", "flight", "sat.QPS", "limit", ""):
+    for col in ("TP", "weights", "KV", "seqs", "prefill", "step", "tok/s", "flight", "sat.QPS",
+                "limit", ""):
         table.add_column(col, justify="right", no_wrap=True)
     for o in plan.options:
         mark = "<-" if plan.choice == o.tp else ("ok" if o.meets_qps else "")
         if not o.fits:  # not one request fits: no speed to print
-            table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu), _gib(o.kv_budget_bytes_per_gpu), "0",
+            table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu),
+                          _gib(o.kv_budget_bytes_per_gpu), "0",
                           "-", "-", "-", "-", "-", "no fit", "")
             continue
         table.add_row(str(o.tp), _gib(o.weights_bytes_per_gpu), _gib(o.kv_budget_bytes_per_gpu),
-                      count(o.max_sequences), _short_seconds(o.prefill_s), _short_seconds(o.decode_step_s),
-                      count(o.tokens_per_s_per_user), count(o.concurrency), rate(o.saturation_qps),
+                      count(o.max_sequences), _short_seconds(o.prefill_s),
+                      _short_seconds(o.decode_step_s), count(o.tokens_per_s_per_user),
+                      count(o.concurrency), rate(o.saturation_qps),
                       o.limited_by.replace("-cache", ""), mark)
     print_whole(console, table)
-    console.print("[dim]weights, KV: GiB per GPU; seqs: requests the KV budget holds; flight: requests in flight "
-                  "at this load[/dim]")
+    console.print("[dim]weights, KV: GiB per GPU; seqs: requests the KV budget holds; flight: "
+                  "requests in flight at this load[/dim]")
     console.print(plan.explanation)
     for a in plan.assumptions:
         console.print(f"[dim]assumed: {a}[/dim]")

@@ -22,10 +22,12 @@ def _idle_text(row: RankRow, top: int = 2) -> str:
 
 
 def ranks_table(r: Report) -> Table:
-    t = Table(title="ranks (ms per step; clocks aligned on the collectives or send/recv)", title_justify="left")
-    for name, justify in (("rank", "right"), ("step", "right"), ("busy", "right"), ("idle", "right"),
-                          ("top idle causes", "left"), ("comm", "right"), ("exposed", "right"),
-                          ("waits", "right"), ("makes others wait", "right"), ("verdict", "left")):
+    t = Table(title="ranks (ms per step; clocks aligned on the collectives or send/recv)",
+              title_justify="left")
+    for name, justify in (("rank", "right"), ("step", "right"), ("busy", "right"),
+                          ("idle", "right"), ("top idle causes", "left"), ("comm", "right"),
+                          ("exposed", "right"), ("waits", "right"), ("makes others wait", "right"),
+                          ("verdict", "left")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in r.ranks[:MAX_ROWS]:
         t.add_row(str(row.rank), f"{row.step_ms:.2f}", f"{row.busy_ms:.2f}", f"{row.idle_ms:.2f}",
@@ -42,8 +44,9 @@ def summary_text(d: Distributed) -> str:
         f"{d.world_size} ranks, {d.matched_collectives} collectives matched; exposed communication "
         f"{e.exposed_ms:.2f} ms per step = wait for the slowest {e.wait_for_slowest_ms:.2f} + "
         f"overlap not taken {e.overlap_not_taken_ms:.2f} + transfer {e.transfer_ms:.2f}" + (
-            f"; pipeline of {pp.stages} stages, {pp.microbatches} micro-batches: bubble {pp.bubble_ms:.2f} "
-            f"ms per step on rank {pp.slowest_rank} (formula: {100 * pp.expected_share_of_step:.0f}% of the step)"
+            f"; pipeline of {pp.stages} stages, {pp.microbatches} micro-batches: bubble "
+            f"{pp.bubble_ms:.2f} ms per step on rank {pp.slowest_rank} (formula: "
+            f"{100 * pp.expected_share_of_step:.0f}% of the step)"
             if pp else ""))
 
 
@@ -58,9 +61,9 @@ def _offset_text(row: RankRow) -> str:
 
 
 def ranks_html(r: Report) -> str:
-    head = ("<tr><th>rank</th><th>host</th><th>step ms</th><th>busy ms</th><th>idle ms</th><th>top idle causes</th>"
-            "<th>comm ms</th><th>exposed ms</th><th>waits ms</th><th>makes others wait ms</th>"
-            "<th>clock offset us</th><th>how</th><th>verdict</th></tr>")
+    head = ("<tr><th>rank</th><th>host</th><th>step ms</th><th>busy ms</th><th>idle ms</th><th>top "
+            "idle causes</th><th>comm ms</th><th>exposed ms</th><th>waits ms</th><th>makes others "
+            "wait ms</th><th>clock offset us</th><th>how</th><th>verdict</th></tr>")
     body = "".join(
         f"<tr><td>{esc(row.rank)}</td><td>{esc(row.hostname or '')}</td><td>{row.step_ms:.2f}</td>"
         f"<td>{row.busy_ms:.2f}</td><td>{row.idle_ms:.2f}</td><td>{esc(_idle_text(row, 3))}</td>"
@@ -88,21 +91,26 @@ def timeline_svg(tl: Timeline | None) -> str:
         return LABEL_W + max(us, 0.0) * scale
 
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W}" height="{height}" '
-             f'role="img" aria-label="one step on every rank"><title>step {esc(tl.step)} on every rank, '
+             f'role="img" aria-label="one step on every rank"><title>step {esc(tl.step)} on '
+             'every rank, '
              "aligned clocks</title>")]
     for i, row in enumerate(ranks):
         y = i * ROW_H
         parts.append(f'<text x="4" y="{y + ROW_H - 5}" font-size="11">rank {esc(row.rank)}</text>')
-        parts.append(f'<rect x="{x(row.start_us):.1f}" y="{y + 2}" width="{(row.end_us - row.start_us) * scale:.1f}"'
-                     f' height="{ROW_H - 4}" fill="{IDLE_COLOR}"><title>idle</title></rect>')
+        parts.append(f'<rect x="{x(row.start_us):.1f}" y="{y + 2}" '
+                     f'width="{(row.end_us - row.start_us) * scale:.1f}" height="{ROW_H - 4}" '
+                     f'fill="{IDLE_COLOR}"><title>idle</title></rect>')
         for a, b, kind in row.bars:
             color = TIMELINE_COLORS.get(kind, "#718096")
-            parts.append(f'<rect x="{x(a):.1f}" y="{y + 2}" width="{max((b - a) * scale, 0.5):.1f}" height="{ROW_H - 4}"'
-                         f' fill="{color}"><title>{esc(kind)} {a / 1e3:.3f}-{b / 1e3:.3f} ms</title></rect>')
+            parts.append(f'<rect x="{x(a):.1f}" y="{y + 2}" '
+                         f'width="{max((b - a) * scale, 0.5):.1f}" height="{ROW_H - 4}" '
+                         f'fill="{color}"><title>{esc(kind)} {a / 1e3:.3f}-{b / 1e3:.3f} '
+                         'ms</title></rect>')
     y = len(ranks) * ROW_H + 14
     parts.append(f'<text x="{LABEL_W}" y="{y}" font-size="11">0 ms</text>')
-    parts.append(f'<text x="{SVG_W - 10}" y="{y}" font-size="11" text-anchor="end">{span / 1e3:.2f} ms · '
-                 '<tspan fill="#2b6cb0">compute</tspan> · <tspan fill="#dd6b20">communication</tspan> · '
-                 '<tspan fill="#a0aec0">idle (light grey)</tspan></text>')
+    parts.append(f'<text x="{SVG_W - 10}" y="{y}" font-size="11" '
+                 f'text-anchor="end">{span / 1e3:.2f} ms · <tspan fill="#2b6cb0">compute</tspan> · '
+                 '<tspan fill="#dd6b20">communication</tspan> · <tspan fill="#a0aec0">idle (light '
+                 'grey)</tspan></text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -14,7 +14,8 @@ class SafeConsole(Console):
     """A rich Console whose printed text never carries a control character of its own: rich's
     styles and cursor moves still reach the terminal (they are separate control segments)."""
 
-    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+    def render(self, renderable: RenderableType,
+               options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for segment in super().render(renderable, options):
             if segment.control is None and CONTROLS.search(segment.text):
                 yield Segment(visible_controls(segment.text), segment.style)

@@ -25,7 +25,8 @@ class GpuSection:
     device: str = ""  # "cpu" for a trace with no GPU work; written only when set
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "memory_bytes": self.memory_bytes, "sm_count": self.sm_count,
+        d: dict[str, Any] = {"name": self.name, "memory_bytes": self.memory_bytes,
+                             "sm_count": self.sm_count,
                              "compute_capability": self.compute_capability}
         return {**d, "device": self.device} if self.device else d
 
@@ -76,8 +77,8 @@ class StepsSection:
     generate: GenerateTiming | None = None  # a live capture of generate() calls: per-token timing
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"method": self.method, "count": self.count, "median_ms": self.median_ms,
-                             "per_step_ms": list(self.per_step_ms)}
+        d: dict[str, Any] = {"method": self.method, "count": self.count,
+                             "median_ms": self.median_ms, "per_step_ms": list(self.per_step_ms)}
         if self.source:
             d["source"] = self.source
         if self.root_module:
@@ -103,8 +104,8 @@ class UnprofiledSection:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> UnprofiledSection:
         """From env.json (capture/bundle.py ``facts_of`` checked its numbers) or ``UnprofiledStep.to_dict``."""
-        return cls(d["ms"], d["spread_ms"], d["steps"], d.get("estimator", ""), d.get("samples_from", ""),
-                   d.get("trusted", True), d.get("why", ""))
+        return cls(d["ms"], d["spread_ms"], d["steps"], d.get("estimator", ""),
+                   d.get("samples_from", ""), d.get("trusted", True), d.get("why", ""))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,7 +134,8 @@ class BreakdownSection:
     per_step: tuple[StepTime, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"per_step": [dataclasses.asdict(s) for s in self.per_step]}
+        return dataclasses.asdict(self) | {"per_step": [dataclasses.asdict(s)
+                                                        for s in self.per_step]}
 
 
 @dataclass(frozen=True)
@@ -214,8 +216,9 @@ class HostSection:
     device: ClassVar[str] = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "thread": {"pid": self.pid, "tid": self.tid}, "step_ms": self.step_ms,
-                "by_category": self.by_category, "ops": [dataclasses.asdict(o) for o in self.ops]}
+        return {"device": self.device, "thread": {"pid": self.pid, "tid": self.tid},
+                "step_ms": self.step_ms, "by_category": self.by_category,
+                "ops": [dataclasses.asdict(o) for o in self.ops]}
 
 
 @dataclass(frozen=True)

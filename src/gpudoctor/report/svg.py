@@ -85,11 +85,13 @@ class LogAxes:
 
     def x(self, value: float) -> float:
         span = math.log10(self.x_max) - math.log10(self.x_min)
-        return self.left + (math.log10(value) - math.log10(self.x_min)) / span * (self.right - self.left)
+        return self.left + (math.log10(value) - math.log10(self.x_min)) / span * (self.right
+                                                                                  - self.left)
 
     def y(self, value: float) -> float:
         span = math.log10(self.y_max) - math.log10(self.y_min)
-        return self.bottom - (math.log10(value) - math.log10(self.y_min)) / span * (self.bottom - self.top)
+        return self.bottom - (math.log10(value) - math.log10(self.y_min)) / span * (
+            self.bottom - self.top)
 
     def inside(self, px: float, py: float) -> bool:
         return self.left <= px <= self.right and self.top <= py <= self.bottom
@@ -133,8 +135,8 @@ def roofline_svg(
     parts = [
         (f'<svg class="roofline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
          f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Roofline chart">'),
-        (f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" height="{ax.bottom - ax.top}" '
-         'fill="#fff" stroke="#cbd5e0"/>'),
+        (f'<rect x="{ax.left}" y="{ax.top}" width="{ax.right - ax.left}" '
+         f'height="{ax.bottom - ax.top}" fill="#fff" stroke="#cbd5e0"/>'),
         *_grid(ax),
         *(_roof_lines(ax, reference, dashed=True) if reference else []),
         *_roof_lines(ax, ceilings),
@@ -168,12 +170,16 @@ def _grid(ax: LogAxes) -> list[str]:
     out = []
     for v in _decades(ax.x_min, ax.x_max):
         px = ax.x(v)
-        out.append(f'<line x1="{px:.1f}" y1="{ax.top}" x2="{px:.1f}" y2="{ax.bottom}" class="grid"/>')
+        out.append(
+            f'<line x1="{px:.1f}" y1="{ax.top}" x2="{px:.1f}" y2="{ax.bottom}" class="grid"/>')
         out.append(f'<text x="{px:.1f}" y="{ax.bottom + 16}" text-anchor="middle">{v:g}</text>')
     for v in _decades(ax.y_min, ax.y_max):
         py = ax.y(v)
-        out.append(f'<line x1="{ax.left}" y1="{py:.1f}" x2="{ax.right}" y2="{py:.1f}" class="grid"/>')
-        out.append(f'<text x="{ax.left - 6}" y="{py + 4:.1f}" text-anchor="end">{esc(si(v, "FLOP/s"))}</text>')
+        out.append(
+            f'<line x1="{ax.left}" y1="{py:.1f}" x2="{ax.right}" y2="{py:.1f}" class="grid"/>')
+        out.append(
+            f'<text x="{ax.left - 6}" y="{py + 4:.1f}" '
+            f'text-anchor="end">{esc(si(v, "FLOP/s"))}</text>')
     mid_x, mid_y = (ax.left + ax.right) / 2, (ax.top + ax.bottom) / 2
     out.append(f'<text x="{mid_x:.0f}" y="{HEIGHT - 10}" text-anchor="middle" class="axis">'
                "arithmetic intensity (FLOP/byte)</text>")
@@ -186,11 +192,13 @@ def _merged(a: Roofs, b: Roofs) -> Roofs:
     """Ceilings whose roofs span both sets (for the axes only)."""
     matrix = {f"{k}@a": v for k, v in a.matrix_flops.items()}
     matrix.update({f"{k}@b": v for k, v in b.matrix_flops.items()})
-    return _Span(matrix, max(a.vector_flops, b.vector_flops), a.hbm_bytes_per_s or b.hbm_bytes_per_s)
+    return _Span(matrix, max(a.vector_flops, b.vector_flops),
+                 a.hbm_bytes_per_s or b.hbm_bytes_per_s)
 
 
 def _roof_lines(ax: LogAxes, ceilings: Roofs, dashed: bool = False) -> list[str]:
-    roofs = sorted(((d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max), key=lambda dr: -dr[1])
+    roofs = sorted(((d, r) for d, r in _roofs(ceilings) if ax.y_min <= r <= ax.y_max),
+                   key=lambda dr: -dr[1])
     bw = float(ceilings.hbm_bytes_per_s)
     out = []
     if bw > 0 and roofs:
@@ -207,10 +215,11 @@ def _roof_lines(ax: LogAxes, ceilings: Roofs, dashed: bool = False) -> list[str]
         out.append(_line(ax, x0, roof, ax.x_max, roof, color, cls, dashed))
     if dashed:
         return out  # datasheet roofs: lines only, the legend says what dashes are
-    for (dtype, roof), y in zip(reversed(roofs), label_baselines(ax, [r for _, r in reversed(roofs)])):
+    for (dtype, roof), y in zip(reversed(roofs),
+                                label_baselines(ax, [r for _, r in reversed(roofs)])):
         color = VECTOR_COLOR if "vector" in dtype else ROOF_COLOR
-        out.append(f'<text x="{ax.right - 4}" y="{y:.1f}" text-anchor="end" fill="{color}" font-size="{LABEL_PX}">'
-                   f'{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
+        out.append(f'<text x="{ax.right - 4}" y="{y:.1f}" text-anchor="end" fill="{color}" '
+                   f'font-size="{LABEL_PX}">{esc(dtype)} {esc(si(roof, "FLOP/s"))}</text>')
     return out
 
 
@@ -246,8 +255,8 @@ def _diagonal_label(ax: LogAxes, x0: float, x1: float, bw: float) -> str:
 def _line(ax: LogAxes, x0: float, y0: float, x1: float, y1: float, color: str, cls: str,
           dashed: bool = False) -> str:
     dash = ' stroke-dasharray="6 4" opacity="0.6"' if dashed else ""
-    return (f'<line x1="{ax.x(x0):.1f}" y1="{ax.y(y0):.1f}" x2="{ax.x(x1):.1f}" y2="{ax.y(y1):.1f}" '
-            f'stroke="{color}" class="{cls}"{dash}/>')
+    return (f'<line x1="{ax.x(x0):.1f}" y1="{ax.y(y0):.1f}" x2="{ax.x(x1):.1f}" '
+            f'y2="{ax.y(y1):.1f}" stroke="{color}" class="{cls}"{dash}/>')
 
 
 def _circles(ax: LogAxes, points: Sequence[RooflineRow]) -> list[str]:
@@ -258,8 +267,9 @@ def _circles(ax: LogAxes, points: Sequence[RooflineRow]) -> list[str]:
         t = p.time_ms_per_step
         r = max(MIN_RADIUS, MAX_RADIUS * math.sqrt(t / biggest)) if biggest > 0 else MIN_RADIUS
         color = BOUND_COLORS.get(p.bound, BOUND_COLORS["unknown"])
-        out.append(f'<circle cx="{ax.x(float(p.intensity)):.1f}" cy="{ax.y(float(p.achieved_flops)):.1f}" '
-                   f'r="{r:.1f}" fill="{color}"><title>{esc(point_title(p))}</title></circle>')
+        out.append(f'<circle cx="{ax.x(float(p.intensity)):.1f}" '
+                   f'cy="{ax.y(float(p.achieved_flops)):.1f}" r="{r:.1f}" '
+                   f'fill="{color}"><title>{esc(point_title(p))}</title></circle>')
     return out
 
 

@@ -47,7 +47,8 @@ def check(a: Analysis) -> Finding | None:
         a.step_ms,
         saving,
         f"{mem.malloc_calls_per_step:.0f} cudaMalloc/cudaFree calls per step take "
-        f"{mem.malloc_ms_per_step:.2f} ms of host time; the GPU idles {idle:.2f} ms per step behind them.",
+        f"{mem.malloc_ms_per_step:.2f} ms of host time; the GPU idles {idle:.2f} ms per step "
+        "behind them.",
         Evidence(
             numbers={
                 "allocator_calls_per_step": round(mem.malloc_calls_per_step, 1),
@@ -81,7 +82,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     host = a.trace.host
     s = np.concatenate([s, host.ts[calls]])
     e = np.concatenate([e, host.end[calls]])
-    return Edit(host_removed_s=s, host_removed_e=e, unwait=calls.astype(np.int64), note="allocator calls removed")
+    return Edit(host_removed_s=s, host_removed_e=e, unwait=calls.astype(np.int64),
+                note="allocator calls removed")
 
 
 RULE = Rule(

@@ -60,4 +60,6 @@ class Rule:
         if unknown:
             raise ValueError(f"rule {self.id}: unknown needs {unknown}; known: {', '.join(NEEDS)}")
         if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"rule {self.id}: unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")
+            raise ValueError(
+                f"rule {self.id}: unknown calibration {self.calibration!r}; known: "
+                f"{', '.join(CALIBRATIONS)}")

@@ -46,7 +46,8 @@ def _metadata(finding_id: str) -> tuple[str, str]:
     return (rule.idle_cause, rule.calibration) if rule is not None else ("", "idle")
 
 
-def idle_scales(idle: IdleResult, profiled_step_ms: float, unprofiled_step_ms: float) -> dict[str, float]:
+def idle_scales(idle: IdleResult, profiled_step_ms: float,
+                unprofiled_step_ms: float) -> dict[str, float]:
     """For each cause, the share of its profiled idle that remains unprofiled (0..1)."""
     added = max(profiled_step_ms - unprofiled_step_ms, 0.0)
     total = sum(idle.events_by_cause.values())
@@ -119,7 +120,8 @@ def calibrate(
         if after is not None:  # the fix leaves a step made of kernel time and kept idle
             saving = max(unprofiled_step_ms - float(after), 0.0)
             idle = saving if finding.idle_ms >= finding.saving_ms else min(finding.idle_ms, saving)
-        elif profiled_step_ms > 0 and (calibration == "step-share" or (calibration == "gpu-step-share" and gpu_bound)
+        elif profiled_step_ms > 0 and (calibration == "step-share"
+                                       or (calibration == "gpu-step-share" and gpu_bound)
                                        or (calibration == "host-step-share" and not gpu_bound)
                                        or HOST_WORK_REMOVED in finding.evidence.numbers):
             inner = max(profiled_step_ms - boundary_ms, 1e-9)
@@ -131,7 +133,8 @@ def calibrate(
             f = scales.get(cause, 1.0)
             idle = min(finding.idle_ms * f, max(unprofiled_step_ms - busy_ms, 0.0))
             saving = finding.saving_ms - finding.idle_ms + idle
-        numbers = dict(finding.evidence.numbers, saving_in_profiled_trace_ms=round(finding.saving_ms, 3))
+        numbers = dict(finding.evidence.numbers,
+                       saving_in_profiled_trace_ms=round(finding.saving_ms, 3))
         if unseen > 0 and finding.id in UNSEEN_TAKEN_BY:
             saving += unseen
             idle += unseen
@@ -170,7 +173,8 @@ def calibrate(
 
 
 def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float | None,
-                       kernels_per_step: float = 0.0, actual_step_ms: float | None = None) -> list[Finding]:
+                       kernels_per_step: float = 0.0,
+                       actual_step_ms: float | None = None) -> list[Finding]:
     """Cap each saving so the step it predicts is not below the host's time for the ops that
     remain (unranked: ``price`` ranks). ``actual_step_ms`` (default ``step_ms``): the step the
     speedups are taken against, when the window's step (``step_ms``) is shorter (``calibrate``)."""
@@ -239,11 +243,15 @@ def by_formula(findings: list[Finding], a: Analysis) -> list[Finding]:
             # the host's time without the profiler's share of it: the per-event estimate, or the
             # step's own shrink when that is larger (the per-event estimate can leave more host
             # time than the unprofiled step has, and price a same-ops fix at nothing)
-            host_ms = max(min(host_ms - a.profiler_overhead_ms, host_ms * unprofiled / a.step_ms), 0.0)
-        findings = floor_at_host_time(findings, min(unprofiled, a.step_ms) if a.step_ms > 0 else unprofiled,
-                                      host_ms, a.breakdown.launch_count_per_step, actual_step_ms=unprofiled)
+            host_ms = max(min(host_ms - a.profiler_overhead_ms,
+                              host_ms * unprofiled / a.step_ms), 0.0)
+        findings = floor_at_host_time(findings,
+                                      min(unprofiled, a.step_ms) if a.step_ms > 0 else unprofiled,
+                                      host_ms, a.breakdown.launch_count_per_step,
+                                      actual_step_ms=unprofiled)
     else:
         if host_ms is not None:  # offline: the per-event estimate of the profiler's share
             host_ms = max(host_ms - a.profiler_overhead_ms, 0.0)
-        findings = floor_at_host_time(findings, a.step_ms, host_ms, a.breakdown.launch_count_per_step)
+        findings = floor_at_host_time(findings, a.step_ms, host_ms,
+                                      a.breakdown.launch_count_per_step)
     return findings

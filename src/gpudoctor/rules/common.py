@@ -55,7 +55,8 @@ def source_line(trace: Trace, host_index: int) -> str | None:
     return fallback
 
 
-def top_names(trace: Trace, ids: np.ndarray, weights: np.ndarray | None = None, limit: int = 5) -> tuple[str, ...]:
+def top_names(trace: Trace, ids: np.ndarray, weights: np.ndarray | None = None,
+              limit: int = 5) -> tuple[str, ...]:
     """The most frequent (or heaviest) string ids, as names."""
     ids = ids[ids >= 0] if weights is None else ids
     if ids.size == 0:
@@ -83,7 +84,8 @@ def kernel_names_of_events(trace: Trace, device_idx: np.ndarray, limit: int = 5)
     return top_names(trace, dev.name[device_idx], dev.dur[device_idx].astype(float), limit)
 
 
-def sources_of_host(trace: Trace, host_idx: np.ndarray, weights: np.ndarray | None = None, limit: int = 5) -> tuple[str, ...]:
+def sources_of_host(trace: Trace, host_idx: np.ndarray, weights: np.ndarray | None = None,
+                    limit: int = 5) -> tuple[str, ...]:
     """Source lines of host events, heaviest first (empty without with_stack=True)."""
     counts: Counter[str] = Counter()
     w = weights if weights is not None else np.ones(len(host_idx))
@@ -154,7 +156,8 @@ def inside_op_named(trace: Trace, host_idx: np.ndarray, name: str) -> np.ndarray
     return out
 
 
-def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.ndarray | float = 1.0,
+def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str,
+                      rows_times: np.ndarray | float = 1.0,
                       pad: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Each matrix event's time (ns) in ``dtype`` at the rate the measured grid gives its operator's
     GEMM shape (hardware/gemm_rate.py), its M, N and K through ``pad`` (a fix that pads them), its
@@ -165,9 +168,11 @@ def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str, rows_times: np.n
     times = np.broadcast_to(np.asarray(rows_times, float), idx.shape)
     rate = np.full(idx.size, a.ceilings.matrix(dtype) * GEMM_EFFICIENCY)
     shapes = rf.op_costs.lookup(dev.op[idx])
-    known = np.array([c is not None and c.gemm_shape is not None and c.flops > 0 for c in shapes], bool)
+    known = np.array([c is not None and c.gemm_shape is not None and c.flops > 0
+                      for c in shapes], bool)
     if known.any():
-        b, m, n, k = (np.array([shapes[i].gemm_shape[j] for i in np.flatnonzero(known)], float) for j in range(4))
+        b, m, n, k = (np.array([shapes[i].gemm_shape[j] for i in np.flatnonzero(known)], float)
+                      for j in range(4))
         if pad is not None:
             m, n, k = pad(m), pad(n), pad(k)
         op_flops = 2.0 * b * m * n * k * times[known]

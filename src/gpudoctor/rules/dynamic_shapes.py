@@ -60,7 +60,8 @@ def check(a: Analysis) -> Finding | None:
     if any("cudnn_attention" in s for s in names):
         fixes.append(Fix("Or let SDPA use a kernel that needs no per-shape plan",
                          "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
-                         "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):\n"
+                         "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
+                         "SDPBackend.EFFICIENT_ATTENTION]):\n"
                          "    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"))
     if any("convolution" in s or "cudnn" in s for s in names):
         fixes.append(Fix("With input sizes that keep changing, turn cuDNN's autotuner off",
@@ -70,9 +71,9 @@ def check(a: Analysis) -> Finding | None:
         "Operators set themselves up again for every new input shape",
         a.step_ms,
         idle + trials,
-        f"{len(inner) / n:.0f} operator call{'s' * (len(inner) != n)} per step take {setup_ms:.2f} ms on the host "
-        f"building a plan for an input shape not seen before ({shapes} different shapes in {n} steps); "
-        f"the GPU idles {idle:.2f} ms per step behind them"
+        f"{len(inner) / n:.0f} operator call{'s' * (len(inner) != n)} per step take {setup_ms:.2f} "
+        f"ms on the host building a plan for an input shape not seen before ({shapes} different "
+        f"shapes in {n} steps); the GPU idles {idle:.2f} ms per step behind them"
         + (f" and runs {trials:.2f} ms of trial kernels." if trials >= 0.005 else "."),
         Evidence(
             numbers={
@@ -86,8 +87,8 @@ def check(a: Analysis) -> Finding | None:
             sources=sources_of_host(trace, inner),
         ),
         tuple(fixes),
-        wrong_fix="A CUDA graph (torch.compile mode='reduce-overhead') will not help: every new shape is a new "
-        "capture.",
+        wrong_fix="A CUDA graph (torch.compile mode='reduce-overhead') will not help: every new "
+        "shape is a new capture.",
         idle_ms=idle,
     )
 
@@ -105,7 +106,8 @@ def _trial_ns(a: Analysis, calls: np.ndarray) -> float:
         if mine.size < 2:
             continue
         gpu = float((dev.end[mine] - dev.ts[mine]).sum())
-        total += gpu - gpu / int(np.bincount(np.unique(dev.name[mine], return_inverse=True)[1]).max())
+        total += gpu - gpu / int(np.bincount(np.unique(dev.name[mine],
+                                                       return_inverse=True)[1]).max())
     return total
 
 
@@ -134,8 +136,10 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
             trials.append(launched[lo:hi])
     removed = np.concatenate(trials) if trials else np.empty(0, np.int64)
     return Edit(host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
-                unwait=np.concatenate(unwait).astype(np.int64), device_removed=removed.astype(np.int64),
-                note=f"{calls.size} setup calls at their operators' typical time, {removed.size} trial kernels removed")
+                unwait=np.concatenate(unwait).astype(np.int64),
+                device_removed=removed.astype(np.int64),
+                note=f"{calls.size} setup calls at their operators' typical time, {removed.size} "
+                     "trial kernels removed")
 
 
 def _innermost(a: Analysis) -> np.ndarray:

@@ -57,8 +57,10 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     casts = CAST_BYTES_FACTOR * nbytes / hbm * 1e9
     half_bytes = nbytes / 2 / hbm * 1e9
     if part == "attention":  # the math fallback's softmax and masking kernels carry no matmul FLOPs
-        matmul = np.isin(a.trace.device.kind[idx], [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
-        return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0), c.best_matrix_flops * ATTENTION_EFFICIENCY)
+        matmul = np.isin(a.trace.device.kind[idx],
+                         [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
+        return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0),
+                                   c.best_matrix_flops * ATTENTION_EFFICIENCY)
     # the bf16 kernel of the same shape at the measured grid's rate (rules/common.py
     # gemm_ns_of_events); a TF32 kernel whose shape the trace does not give, at the bf16 / TF32 ratio
     after = np.maximum(gemm_ns_of_events(a, idx, "bf16"), half_bytes) + casts
@@ -131,17 +133,19 @@ def check(a: Analysis) -> Finding | None:
 def _wording(main: str, ms: dict[str, float], achieved: float, roof: float) -> tuple[str, str]:
     detail = ", ".join(
         f"{ms[p]:.2f} ms {label}" for p, label in
-        (("simt", "fp32 on CUDA cores"), ("tf32", "TF32 on tensor cores"), ("attention", "fp32 attention"))
+        (("simt", "fp32 on CUDA cores"), ("tf32", "TF32 on tensor cores"),
+         ("attention", "fp32 attention"))
         if ms[p] > 0
     )
     head = f"{sum(ms.values()):.2f} ms per step of float32 matrix work ({detail}) at {achieved / 1e12:.3g} TFLOP/s"
     if main == "tf32":
         return ("FP32 matmuls run as TF32, at half the bf16 tensor-core rate",
-                f"{head}; TF32 runs at half the bf16 rate, and the 16-bit roof is {roof / 1e12:.0f} TFLOP/s.")
+                (f"{head}; TF32 runs at half the bf16 rate, and the 16-bit roof is "
+                 f"{roof / 1e12:.0f} TFLOP/s."))
     if main == "attention":
         return ("Attention runs in fp32 and cannot use the flash kernels",
-                (f"{head}; float32 q/k/v rule out FlashAttention (16-bit only), so attention runs the "
-                 "memory-efficient kernel in fp32."))
+                (f"{head}; float32 q/k/v rule out FlashAttention (16-bit only), so attention "
+                 "runs the memory-efficient kernel in fp32."))
     return ("FP32 matmuls run on CUDA cores, not tensor cores",
             f"{head}; the 16-bit tensor-core roof is {roof / 1e12:.0f} TFLOP/s.")
 
@@ -167,7 +171,8 @@ def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
         fixes.append(Fix("Give attention 16-bit q/k/v so SDPA can take FlashAttention",
                          "q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))  # autocast does this"))
     fixes.append(Fix("Trainer / Lightning: ask for bf16 mixed precision",
-                     "TrainingArguments(bf16=True)   # Hugging Face\nTrainer(precision='bf16-mixed')   # Lightning"))
+                     "TrainingArguments(bf16=True)   # Hugging "
+                     "Face\nTrainer(precision='bf16-mixed')   # Lightning"))
     return tuple(fixes)
 
 
@@ -191,10 +196,12 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
     after_in_steps = np.concatenate([_bf16_ns(a, p, i) for p, i in idx_parts])
     share = np.divide(after_in_steps, rf.event_in_steps_ns[idx], out=np.ones(idx.size),
                       where=rf.event_in_steps_ns[idx] > 0)
-    matmuls = np.concatenate([i for p, i in idx_parts if p != "attention"]) if any(p != "attention" for p, _ in idx_parts) \
+    matmuls = np.concatenate([i for p, i in idx_parts if p != "attention"]) if any(
+        p != "attention" for p, _ in idx_parts) \
         else np.empty(0, np.int64)
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * np.clip(share, 0.0, 1.0),
-                added_at=matmuls.astype(np.int64), added_launches=CASTS_PER_MATMUL, note="matmuls at the bf16 rate")
+                added_at=matmuls.astype(np.int64), added_launches=CASTS_PER_MATMUL,
+                note="matmuls at the bf16 rate")
 
 
 
@@ -210,7 +217,8 @@ def tf32_edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
     after = np.maximum(gemm_ns_of_events(a, idx, "tf32"), nbytes / c.hbm_bytes_per_s * 1e9)
     after = np.where(flops > 0, np.minimum(after, in_steps), in_steps)
     share = np.divide(after, in_steps, out=np.ones(idx.size), where=in_steps > 0)
-    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share, note="matmuls at the TF32 rate")
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share,
+                note="matmuls at the TF32 rate")
 
 
 RULE = Rule(

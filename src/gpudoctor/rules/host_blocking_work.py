@@ -42,7 +42,8 @@ def check(a: Analysis) -> Finding | None:
         saving,
         f"For {idle:.2f} ms per step the host runs code with no GPU operator (I/O, serialization, "
         "Python) while the GPU has nothing queued"
-        + (f"; with the blocking copies and syncs around it, {saving:.2f} ms." if saving > idle + 0.005 else "."),
+        + (f"; with the blocking copies and syncs around it, {saving:.2f} ms." if saving > idle
+           + 0.005 else "."),
         Evidence(
             numbers={
                 "gpu_idle_during_host_work_ms_per_step": round(idle, 3),
@@ -98,7 +99,8 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     if not by_line:
         return ()
     best = max(total for total, _ in by_line.values())
-    strong = [(depth, total, line) for line, (total, depth) in by_line.items() if total >= 0.5 * best]
+    strong = [(depth, total, line) for line, (total, depth) in by_line.items()
+              if total >= 0.5 * best]
     return tuple(line for _, _, line in sorted(strong, key=lambda x: (-x[0], -x[1]))[:limit])
 
 

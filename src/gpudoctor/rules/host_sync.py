@@ -34,12 +34,14 @@ from gpudoctor.trace.model import HostCat
 ID = "host-sync"
 # A check read back to the host: a full reduction right before the read, and an elementwise
 # operator feeding it on the same shape
-_REDUCTIONS = frozenset({"aten::all", "aten::any", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::sum",
-                         "aten::mean", "aten::norm", "aten::linalg_vector_norm", "aten::count_nonzero"})
+_REDUCTIONS = frozenset({"aten::all", "aten::any", "aten::amax", "aten::amin", "aten::max",
+                         "aten::min", "aten::sum", "aten::mean", "aten::norm",
+                         "aten::linalg_vector_norm", "aten::count_nonzero"})
 # A read of one of these, right before it on its thread: a finiteness check (the Trainer's NaN filter)
 _FINITENESS_CHECKS = frozenset({"aten::isnan", "aten::isinf", "aten::isfinite"})
-_ELEMENTWISE_CHECKS = frozenset({"aten::abs", "aten::isfinite", "aten::isnan", "aten::isinf", "aten::eq", "aten::ne",
-                                 "aten::gt", "aten::ge", "aten::lt", "aten::le", "aten::logical_not"})
+_ELEMENTWISE_CHECKS = frozenset({"aten::abs", "aten::isfinite", "aten::isnan", "aten::isinf",
+                                 "aten::eq", "aten::ne", "aten::gt", "aten::ge", "aten::lt",
+                                 "aten::le", "aten::logical_not"})
 
 
 def check(a: Analysis) -> Finding | None:
@@ -84,10 +86,10 @@ def check(a: Analysis) -> Finding | None:
         "Host-device syncs stall the GPU",
         a.step_ms,
         saving,
-        f"{_how_often(distinct, n_steps)} the host wait for the GPU, then the GPU wait for the host to refill "
-        f"its queue: {shown} ms idle per step."
-        + (f" On this host-bound step the reads and the checks computed only for them hold {saving:.2f} ms of the "
-           "host's time." if HOST_WORK_REMOVED in numbers else ""),
+        f"{_how_often(distinct, n_steps)} the host wait for the GPU, then the GPU wait for the "
+        f"host to refill its queue: {shown} ms idle per step."
+        + (" On this host-bound step the reads and the checks computed only for them hold "
+           f"{saving:.2f} ms of the host's time." if HOST_WORK_REMOVED in numbers else ""),
         evidence,
         (*((_FINITENESS_FIX,) if finiteness > 0 else ()),
             Fix("Keep values on the GPU; read them back every N steps, not every step",
@@ -98,15 +100,19 @@ def check(a: Analysis) -> Finding | None:
             Fix("Find every hidden sync (.item, .cpu, .tolist, nonzero, bool(tensor))",
                 "torch.cuda.set_sync_debug_mode('warn')"),
         ),
-        wrong_fix="Adding DataLoader workers or CUDA streams will not help while the loop itself blocks.",
+        wrong_fix="Adding DataLoader workers or CUDA streams will not help while the loop "
+                  "itself blocks.",
         idle_ms=ALL_IDLE,
     )
 
 
 _FINITENESS_FIX = Fix(
-    "Stop reading a NaN/Inf check back every step (the Hugging Face Trainer does, unless told not to)",
-    "TrainingArguments(..., logging_nan_inf_filter=False)   # Trainer: no torch.isnan(loss) / isinf read a step\n"
-    "bad = bad | ~torch.isfinite(loss)   # your own loop: keep the flag on the GPU, read it every N steps")
+    "Stop reading a NaN/Inf check back every step (the Hugging Face Trainer does, unless "
+    "told not to)",
+    "TrainingArguments(..., logging_nan_inf_filter=False)   # Trainer: no torch.isnan(loss) / "
+    "isinf read a step\n"
+    "bad = bad | ~torch.isfinite(loss)   # your own loop: keep the flag on the GPU, read it "
+    "every N steps")
 
 
 def _finiteness_reads(a: Analysis, named: np.ndarray, ops: np.ndarray) -> int:
@@ -114,7 +120,8 @@ def _finiteness_reads(a: Analysis, named: np.ndarray, ops: np.ndarray) -> int:
     on their thread (``bool(torch.isnan(loss))``); ``ops``: the steps' top-level operators."""
     names, host = a.trace.strings, a.trace.host
     before = _op_before(a, ops, np.intersect1d(named, ops))
-    return sum(1 for prev in before.tolist() if prev >= 0 and names[host.name[prev]] in _FINITENESS_CHECKS)
+    return sum(1 for prev in before.tolist() if prev >= 0
+               and names[host.name[prev]] in _FINITENESS_CHECKS)
 
 
 def _op_before(a: Analysis, ops: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -149,16 +156,20 @@ def _own_reads(a: Analysis, culprits: np.ndarray, ops: np.ndarray) -> np.ndarray
         starts, ends = a.idle.labels.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
         own &= ~contains(starts, ends, ts)
     culprits = culprits[own]
-    named = np.intersect1d(np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits), ops)
+    named = np.intersect1d(np.where(host.top_op[culprits] >= 0, host.top_op[culprits],
+                                    culprits), ops)
     sync_ops = a.trace.names_matching(lambda name: name in SYNC_OPS)[host.name[named]]
-    readback = np.flatnonzero(np.isin(dev.kind, (int(Kind.MEMCPY_DTOH_PAGEABLE), int(Kind.MEMCPY_DTOH_PINNED)))
+    readback = np.flatnonzero(np.isin(dev.kind,
+                                      (int(Kind.MEMCPY_DTOH_PAGEABLE),
+                                       int(Kind.MEMCPY_DTOH_PINNED)))
                               & (dev.launch >= 0))
     at = dev.launch[readback]
     top = np.where(host.top_op[at] >= 0, host.top_op[at], at)
     return named[sync_ops | np.isin(named, top)]
 
 
-def _read_spans(a: Analysis, ops: np.ndarray, reads: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _read_spans(a: Analysis, ops: np.ndarray, reads: np.ndarray) -> tuple[np.ndarray,
+                                                                          np.ndarray, int]:
     """Each read's stretch of host time (starts, ends) with the check computed only for it, and
     how many check operators there were. Before a read (``reads``, among ``ops``, the steps'
     top-level operators in time order) on its thread: a full reduction right before it, and the
@@ -198,7 +209,8 @@ def _how_often(syncs: int, n_steps: int) -> str:
     """"3 blocking syncs per step make", or "1 blocking sync in 3 steps makes" when there are
     fewer than one a step (never "0 ... per step")."""
     per_step = syncs / n_steps
-    count, where = (round(per_step), "per step") if per_step >= 1 else (syncs, f"in {n_steps} steps")
+    count, where = (round(per_step), "per step") if per_step >= 1 else (syncs,
+                                                                        f"in {n_steps} steps")
     return f"{count} blocking sync{'s' if count > 1 else ''} {where} make{'' if count > 1 else 's'}"
 
 

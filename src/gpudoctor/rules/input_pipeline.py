@@ -129,25 +129,28 @@ def check(a: Analysis) -> Finding | None:
         ops=top_names(trace, host.name[culprits], host.dur[culprits].astype(float)),
         sources=sources_of_host(trace, culprits, a.idle.culprit_idle_ns[ID].astype(float)),
     )
-    where = ("the worker processes do not keep up: the loader's throughput sets the step" if from_workers
-             else f"{pinning_ms:.2f} ms of it copies each batch into pinned memory: the data set is in memory, "
-                  "unpinned" if pinning
+    where = ("the worker processes do not keep up: the loader's throughput sets the step"
+             if from_workers
+             else f"{pinning_ms:.2f} ms of it copies each batch into pinned memory: the data set "
+                  "is in memory, unpinned" if pinning
              else "batches are produced on the training thread")
     if slowed_by_compile:
-        where += (f", at {gbps:.1f} GB/s in a program that uses torch.compile: Inductor's compile workers slow "
-                  "the host's copies into pinned memory")
-    in_process = Fix("Compile in the program's own process: with Inductor's worker pool up, pinning a 16 MB "
-                     "batch took 8.0 ms instead of 0.10 on an H100",
-                     "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or torch._inductor.config.compile_threads = 1")
+        where += (f", at {gbps:.1f} GB/s in a program that uses torch.compile: Inductor's compile "
+                  "workers slow the host's copies into pinned memory")
+    in_process = Fix("Compile in the program's own process: with Inductor's worker pool up, "
+                     "pinning a 16 MB batch took 8.0 ms instead of 0.10 on an H100",
+                     "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or "
+                     "torch._inductor.config.compile_threads = 1")
     workers_fix = Fix("More worker processes (twice as many as now), batches pinned" if from_workers
                       else "Load batches in worker processes and pin them",
                       "DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True,\n"
                       "           persistent_workers=True, prefetch_factor=4)")
-    pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then views of "
-                   "pinned memory, which the loader does not copy again; worker processes would still copy "
-                   "each batch, through shared memory",
+    pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then "
+                   "views of pinned memory, which the loader does not copy again; worker processes "
+                   "would still copy each batch, through shared memory",
                    "ds.x, ds.y = ds.x.pin_memory(), ds.y.pin_memory()  # once, after building it\n"
-                   "# or, when it fits: ds.x, ds.y = ds.x.cuda(), ds.y.cuda(); DataLoader(..., pin_memory=False)")
+                   "# or, when it fits: ds.x, ds.y = ds.x.cuda(), ds.y.cuda(); DataLoader(..., "
+                   "pin_memory=False)")
     return make_finding(
         ID,
         "The GPU waits for the input pipeline",
@@ -157,11 +160,13 @@ def check(a: Analysis) -> Finding | None:
         f"({loader_ms:.2f} ms per step in __next__): {where}.",
         evidence,
         (
-            *((in_process, pin_once) if slowed_by_compile else (pin_once,) if pinning else (workers_fix,)),
+            *((in_process, pin_once) if slowed_by_compile else (pin_once,) if pinning
+              else (workers_fix,)),
             Fix("Copy asynchronously so the next batch's transfer overlaps compute",
                 "x = x.to('cuda', non_blocking=True)"),
             Fix("Move heavy preprocessing off the step: precompute it, or run it on the GPU",
-                "# decode/augment once offline, or on the GPU in batch (torchvision.transforms.v2 on cuda tensors)"),
+                "# decode/augment once offline, or on the GPU in batch (torchvision.transforms.v2 "
+                "on cuda tensors)"),
         ),
         wrong_fix="A faster GPU or a bigger model will not help: the card is waiting for data.",
         idle_ms=ALL_IDLE,
@@ -182,8 +187,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
         return Edit(host_removed_s=s, host_removed_e=e, host_share=share, note="pinning removed")
     floor_ms = float(numbers.get(STEP_FLOOR_AFTER_FIX, 0.0))
     floor_share = float(numbers.get(STEP_FLOOR_SHARE_AFTER_FIX, 0.0))  # workers already: more of them
-    return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6, min_step_share=floor_share,
-                note="loader moved to workers")
+    return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6,
+                min_step_share=floor_share, note="loader moved to workers")
 
 
 RULE = Rule(

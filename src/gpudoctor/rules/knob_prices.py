@@ -62,8 +62,9 @@ class KnobPrice:
         return self.step_ms / self.step_after_ms if self.step_after_ms > 0 else 1.0
 
     def to_dict(self) -> dict:
-        return {"predicted_speedup": round(self.predicted_speedup, 4), "step_ms": round(self.step_ms, 4),
-                "step_after_ms": round(self.step_after_ms, 4), "priced_by": "replay", "note": self.note}
+        return {"predicted_speedup": round(self.predicted_speedup, 4),
+                "step_ms": round(self.step_ms, 4), "step_after_ms": round(self.step_after_ms, 4),
+                "priced_by": "replay", "note": self.note}
 
 
 def knob_edits(a: Analysis) -> dict[str, Edit]:
@@ -75,7 +76,8 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
     if not region.any():
         return out
     bf16 = fp32_matmul.edit(a)
-    out[KNOB_BF16] = _within(a, bf16, region) if bf16 is not None else Edit(note="no fp32 or TF32 matmul")
+    out[KNOB_BF16] = _within(a, bf16, region) if bf16 is not None else Edit(
+        note="no fp32 or TF32 matmul")
     if _compiled_already(a, region):
         return out
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
@@ -99,7 +101,8 @@ def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
         return (calls >= 0) & region[np.maximum(calls, 0)]
 
     keep = inside(edit.device)
-    return Edit(device=edit.device[keep], device_ns=edit.device_ns[keep], added_at=edit.added_at[inside(edit.added_at)],
+    return Edit(device=edit.device[keep], device_ns=edit.device_ns[keep],
+                added_at=edit.added_at[inside(edit.added_at)],
                 added_launches=edit.added_launches, note=edit.note)
 
 
@@ -149,8 +152,11 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
         return Edit(note="no chain to fuse in the compiled region")
     removed = np.unique(np.concatenate(gone)).astype(np.int64)
     n = max(len(a.steps), 1)
-    return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float), device_removed=removed,
-                note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused ({removed.size / n:.0f} kernels fewer)")
+    return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float),
+                device_removed=removed,
+                note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused "
+                     f"({removed.size / n:.0f} kernels fewer)")
 
 
-__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice", "fusion", "knob_edits"]
+__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice", "fusion",
+           "knob_edits"]

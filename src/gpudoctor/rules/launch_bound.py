@@ -75,14 +75,17 @@ def check(a: Analysis) -> Finding | None:
         "Launch-bound: the GPU outruns the host's kernel launches",
         a.step_ms,
         saving,
-        f"{launches_per_step:.0f} kernels per step with a median of {median_us:.1f} us each, launched "
-        f"every {cadence_us:.1f} us: the GPU idles {idle:.2f} ms per step between launches.",
+        f"{launches_per_step:.0f} kernels per step with a median of {median_us:.1f} us each, "
+        f"launched every {cadence_us:.1f} us: the GPU idles {idle:.2f} ms per step between "
+        "launches.",
         evidence,
         (
             Fix("Capture the step in a CUDA graph (one launch replays every kernel)",
                 "model = torch.compile(model, mode='reduce-overhead')\n"
-                "# an output kept past the next call (a GAN's fake images) is overwritten: .clone() it\n"
-                "# or torch.cuda.graphs: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(x)"),
+                "# an output kept past the next call (a GAN's fake images) is overwritten: "
+                ".clone() it\n"
+                "# or torch.cuda.graphs: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out "
+                "= step(x)"),
             Fix("Fuse small ops into fewer kernels", "model = torch.compile(model)"),
             Fix("Give each kernel more work: larger batch, fewer and wider layers",
                 "# e.g. batch 8 -> 64, or torch._foreach_* over lists of tensors"),
@@ -107,7 +110,8 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     each launching thread (a module's forward and its backward are two), launched where the
     thread's first captured launch of the step was."""
     dev, host = a.trace.device, a.trace.host
-    kernels = np.flatnonzero((a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & (dev.launch >= 0))
+    kernels = np.flatnonzero(
+        (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & (dev.launch >= 0))
     if within is not None:
         kernels = kernels[within[dev.launch[kernels]]]
     if kernels.size == 0:
@@ -117,7 +121,8 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     rs, re_ = union(host.ts[tops], host.end[tops])
     # Python between two launching operators, short and holding no operator of its own but views
     # and autograd's books (an operator on CPU tensors launches nothing and stays)
-    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(host.thread[tops])
+    outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(
+        host.thread[tops])
                            & ~bookkeeping_names(a.trace)[host.name])
     own_ops = np.sort(host.ts[np.setdiff1d(outer, tops)])
     between = np.searchsorted(own_ops, rs[1:]) - np.searchsorted(own_ops, re_[:-1])
@@ -126,10 +131,13 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     owned = owned_elsewhere(a, ID)
     if within is None:
         taken = [a.idle.labels[c] for c in GRAPH_REMOVES if c in a.idle.labels and c not in owned]
-        rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]), np.concatenate([re_, *(t[1] for t in taken)]))
+        rs, re_ = union(np.concatenate([rs, *(t[0] for t in taken)]),
+                        np.concatenate([re_, *(t[1] for t in taken)]))
     kept = [a.idle.labels[c] for c in a.idle.labels if c not in GRAPH_REMOVES or c in owned]
     if kept:
-        rs, re_ = subtract(rs, re_, *union(np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])))
+        rs, re_ = subtract(rs, re_,
+                           *union(np.concatenate([k[0] for k in kept]),
+                                  np.concatenate([k[1] for k in kept])))
     calls = calls[contains(rs, re_, host.ts[calls])].astype(np.int64)
     if calls.size == 0:
         return None
@@ -147,7 +155,8 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=np.setdiff1d(calls, launches),
                 calls_timed=launches, calls_timed_ns=nodes[graph_of[first]] * GRAPH_NODE_NS,
                 latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS,
-                note="step captured in a CUDA graph" if within is None else "module captured in CUDA graphs")
+                note="step captured in a CUDA graph"
+                if within is None else "module captured in CUDA graphs")
 
 
 # A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, and a

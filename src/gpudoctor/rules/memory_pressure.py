@@ -61,12 +61,15 @@ def check(a: Analysis) -> Finding | None:
         "GPU memory is nearly full",
         a.step_ms,
         saving,
-        f"Peak reserved memory is {mem.peak_reserved_bytes / 1e9:.1f} GB of {mem.capacity_bytes / 1e9:.1f} GB "
-        f"({100 * mem.peak_reserved_fraction:.1f}%); the allocator runs {mem.malloc_calls_per_step:.0f} "
-        f"cudaMalloc/cudaFree calls per step to stay under the limit. {fills}",
-        Evidence(numbers=numbers, sources=sources_of_host(a.trace, culprits) if culprits.size else ()),
+        f"Peak reserved memory is {mem.peak_reserved_bytes / 1e9:.1f} GB of "
+        f"{mem.capacity_bytes / 1e9:.1f} GB ({100 * mem.peak_reserved_fraction:.1f}%); the "
+        f"allocator runs {mem.malloc_calls_per_step:.0f} cudaMalloc/cudaFree calls per step to "
+        f"stay under the limit. {fills}",
+        Evidence(numbers=numbers,
+                 sources=sources_of_host(a.trace, culprits) if culprits.size else ()),
         tuple(_fixes(mem, _op_names(a))),
-        wrong_fix="torch.cuda.empty_cache() in the loop does not free memory that tensors hold; it only adds allocator calls.",
+        wrong_fix="torch.cuda.empty_cache() in the loop does not free memory that tensors hold; it "
+                  "only adds allocator calls.",
         idle_ms=ALL_IDLE,
         min_severity="major",  # the wall itself is a major problem even when its time cost is small
     )
@@ -78,7 +81,8 @@ def _op_names(a: Analysis) -> tuple[str, ...]:
     host = a.trace.host
     if not len(host):
         return ()
-    return tuple(sorted(a.trace.strings[int(i)] for i in np.unique(host.name) if a.trace.strings[int(i)].startswith("aten::")))
+    return tuple(sorted(a.trace.strings[int(i)] for i in np.unique(host.name)
+                        if a.trace.strings[int(i)].startswith("aten::")))
 
 
 def _gb(n: float) -> str:
@@ -108,8 +112,9 @@ def _what_fills(mem: MemoryResult) -> tuple[dict, str]:
         return numbers, text
     numbers = {"held_between_steps_GB": round(mem.persistent_bytes / 1e9, 2),
                "added_by_the_step_GB": round(step / 1e9, 2)}
-    text = (f"{_gb(mem.persistent_bytes)} stays allocated between steps (weights, optimizer states); the step "
-            f"adds up to {_gb(step)} on top (activations, gradients, temporaries).")
+    text = (f"{_gb(mem.persistent_bytes)} stays allocated between steps (weights, optimizer "
+            f"states); the step adds up to {_gb(step)} on top (activations, gradients, "
+            "temporaries).")
     return numbers, text
 
 
@@ -119,14 +124,19 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
     activations = step if state else max(step - weights, 0.0) if weights else step
     fixes: list[tuple[float, Fix]] = []
     fixes.append((activations * (1 - CHECKPOINT_KEEPS), Fix(
-        f"Recompute activations in backward instead of keeping them (frees up to ~{_gb(activations * (1 - CHECKPOINT_KEEPS))})",
-        "model.gradient_checkpointing_enable()   # HF; or torch.utils.checkpoint.checkpoint(block, x)")))
+        "Recompute activations in backward instead of keeping them (frees up to "
+        f"~{_gb(activations * (1 - CHECKPOINT_KEEPS))})",
+        "model.gradient_checkpointing_enable()   # HF; or "
+        "torch.utils.checkpoint.checkpoint(block, x)")))
     fixes.append((activations / 2, Fix(
-        f"Halve the micro-batch and accumulate gradients over two (frees ~{_gb(activations / 2)}, same effective batch)",
-        "loss = model(x_micro) / accum; loss.backward()\nif (i + 1) % accum == 0: opt.step(); opt.zero_grad()")))
+        f"Halve the micro-batch and accumulate gradients over two (frees ~{_gb(activations / 2)}, "
+        "same effective batch)",
+        "loss = model(x_micro) / accum; loss.backward()\nif (i + 1) % accum == 0: opt.step(); "
+        "opt.zero_grad()")))
     if state is not None and state.param_dtype == "float32":
         freed = (weights + grads + states) / 2
-        fixes.append((freed, Fix(f"Keep weights, gradients and Adam states in bf16 (frees ~{_gb(freed)})",
+        fixes.append((freed,
+                      Fix(f"Keep weights, gradients and Adam states in bf16 (frees ~{_gb(freed)})",
                                  "model.to(torch.bfloat16)   # or autocast for activations only")))
     if state is not None and states and "adam" in (state.optimizer or "").lower():
         # here, not at the top: the memory estimator's package costs every analysis ~20 ms to import
@@ -134,20 +144,22 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
 
         freed = max(states - ADAM8BIT_STATE_BYTES * state.params, 0.0)
         fixes.append((freed, Fix(f"8-bit AdamW (frees ~{_gb(freed)} of optimizer states)",
-                                 "import bitsandbytes as bnb; opt = bnb.optim.AdamW8bit(model.parameters(), lr=...)")))
+                                 "import bitsandbytes as bnb; opt = "
+                                 "bnb.optim.AdamW8bit(model.parameters(), lr=...)")))
     if states:
         fixes.append((states / 2, Fix(
-            f"Shard optimizer states over the data-parallel ranks with ZeRO-1/FSDP (frees states x (1 - 1/ranks): "
-            f"{_gb(states / 2)} with 2 ranks)", "")))
+            "Shard optimizer states over the data-parallel ranks with ZeRO-1/FSDP (frees states x "
+            f"(1 - 1/ranks): {_gb(states / 2)} with 2 ranks)", "")))
     else:
         fixes.append((0.0, Fix("Shard or shrink optimizer states (8-bit Adam, FSDP / ZeRO)", "")))
     held = mem.persistent_bytes - (weights + states if state else 0.0)
     if not state and held > 2 * step:
         # most of the card is taken before the step starts: activations are not the problem
         fixes.append((held, Fix(
-            f"Find what stays allocated between steps ({_gb(held)}): weights and optimizer states, or tensors "
-            "kept alive by the loop (outputs or losses kept with their graph, caches)",
-            "torch.cuda.memory._record_memory_history(); ...; torch.cuda.memory._dump_snapshot('mem.pickle')\n"
+            f"Find what stays allocated between steps ({_gb(held)}): weights and optimizer states, "
+            "or tensors kept alive by the loop (outputs or losses kept with their graph, caches)",
+            "torch.cuda.memory._record_memory_history(); ...; "
+            "torch.cuda.memory._dump_snapshot('mem.pickle')\n"
             "# then open mem.pickle at https://pytorch.org/memory_viz; keep loss.item(), not loss")))
     fixes.sort(key=lambda item: -item[0])
     out = [fix for _, fix in fixes]
@@ -156,8 +168,8 @@ def _fixes(mem: MemoryResult, trace_ops: tuple[str, ...] = ()) -> list[Fix]:
         if fused is not None:  # activations are what the kernels shrink: right after checkpointing
             out.insert(1 if state else 2, fused)
     out.append(Fix("Cut fragmentation", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
-    out.append(Fix("Size it before launch: `gpudoctor memory config.json --batch B --seq S --gpu NAME` gives the "
-                   "breakdown and the cheapest change that fits", ""))
+    out.append(Fix("Size it before launch: `gpudoctor memory config.json --batch B --seq S --gpu "
+                   "NAME` gives the breakdown and the cheapest change that fits", ""))
     return out
 
 

@@ -67,8 +67,8 @@ def check(a: Analysis) -> Finding | None:
         a.step_ms,
         saving,
         f"{t_bad.sum() / 1e6 / n:.2f} ms per step of {dtype} GEMMs with misaligned shapes "
-        f"({', '.join('x'.join(map(str, s)) for s in shapes)}) run at {achieved / 1e12:.0f} TFLOP/s "
-        f"against {rate / 1e12:.0f} for aligned ones.",
+        f"({', '.join('x'.join(map(str, s)) for s in shapes)}) run at {achieved / 1e12:.0f} "
+        f"TFLOP/s against {rate / 1e12:.0f} for aligned ones.",
         Evidence(
             numbers={
                 "misaligned_gemm_ms_per_step": round(t_bad.sum() / 1e6 / n, 3),
@@ -103,7 +103,8 @@ def _padded(d: np.ndarray) -> np.ndarray:
     return np.ceil(d / step) * step
 
 
-def _aligned_ns(a: Analysis, bad: np.ndarray, good: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+def _aligned_ns(a: Analysis, bad: np.ndarray, good: np.ndarray,
+                dtype: str) -> tuple[np.ndarray, str]:
     """Each misaligned GEMM's time once padded: the padded shape at the measured grid's rate
     (hardware/gemm_rate.py), scaled by how the trace's aligned GEMMs ran against that grid."""
     rf = a.roofline
@@ -124,7 +125,8 @@ def _measured_penalty(curve: dict[str, float]) -> dict[str, float]:
     odd, even = curve.get("gemm.bf16.misaligned"), curve.get("gemm.bf16")
     if not odd or not even:
         return {}
-    return {"measured_bf16_8191_cubed_tflops": round(odd / 1e12, 1), "measured_bf16_8192_cubed_tflops": round(even / 1e12, 1)}
+    return {"measured_bf16_8191_cubed_tflops": round(odd / 1e12, 1),
+            "measured_bf16_8192_cubed_tflops": round(even / 1e12, 1)}
 
 
 RULE = Rule(

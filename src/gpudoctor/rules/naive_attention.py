@@ -70,7 +70,8 @@ def check(a: Analysis) -> Finding | None:
             Fix("In Hugging Face models, pick the fused implementation",
                 "AutoModelForCausalLM.from_pretrained(name, attn_implementation='sdpa')"),
         ),
-        wrong_fix="Fewer heads or a smaller batch shrink the symptom, not the S x S traffic per head.",
+        wrong_fix="Fewer heads or a smaller batch shrink the symptom, not the S x S traffic "
+                  "per head.",
     )
 
 

@@ -78,15 +78,19 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(trace, idx),
         ),
         (
-            Fix("Use the fused optimizer kernel", "opt = torch.optim.AdamW(params, lr=lr, fused=True)"),
-            Fix("Or the multi-tensor (foreach) implementation", "opt = torch.optim.AdamW(params, lr=lr, foreach=True)"),
-            Fix("Compile the optimizer step", "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()"),
+            Fix("Use the fused optimizer kernel",
+                "opt = torch.optim.AdamW(params, lr=lr, fused=True)"),
+            Fix("Or the multi-tensor (foreach) implementation",
+                "opt = torch.optim.AdamW(params, lr=lr, foreach=True)"),
+            Fix("Compile the optimizer step",
+                "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()"),
         ),
         idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
     )
 
 
-def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray, launch_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
+                   launch_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each optimizer region's own work begins on the host, and where its closure's GPU work ends.
 
     A region without a closure begins at its start (and has no closure GPU work: -1).
@@ -118,7 +122,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
     phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
-    idx = np.flatnonzero(launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
+    idx = np.flatnonzero(
+        launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
     if idx.size == 0:
         return None
     fused_ns = float(a.roofline.event_bytes[idx].sum()) / LOOP_TRAFFIC_FACTOR / a.ceilings.hbm_bytes_per_s * 1e9
@@ -128,11 +133,13 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     step_of = np.searchsorted(phase_s, host.ts[calls], side="right") - 1
     first = calls[np.unique(step_of, return_index=True)[1]]  # one launch a region stays
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share,
-                host_removed_s=phase_s, host_removed_e=r_e, calls_removed=np.setdiff1d(calls, first).astype(np.int64),
+                host_removed_s=phase_s, host_removed_e=r_e,
+                calls_removed=np.setdiff1d(calls, first).astype(np.int64),
                 note="fused optimizer step")
 
 
 RULE = Rule(
     ID, "Per-parameter optimizer loop", check, __doc__ or "", needs=("launch_links",),
-    order=90, idle_cause="optimizer", owns_idle=("optimizer",), calibration="host-step-share", edit=edit,
+    order=90, idle_cause="optimizer", owns_idle=("optimizer",),
+    calibration="host-step-share", edit=edit,
 )

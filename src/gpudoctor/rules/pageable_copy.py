@@ -60,7 +60,8 @@ def check(a: Analysis) -> Finding | None:
             Fix("Reuse one pinned staging buffer for repeated transfers",
                 "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
                 "gpu.copy_(buf, non_blocking=True)"),
-            Fix("Keep data resident on the GPU when it fits", "dataset_tensor = dataset_tensor.cuda()"),
+            Fix("Keep data resident on the GPU when it fits",
+                "dataset_tensor = dataset_tensor.cuda()"),
         ),
         idle_ms=idle,
     )
@@ -73,7 +74,8 @@ def time_ms(ns: float, n: int) -> float:
 def _pinned_bandwidth(a: Analysis) -> float:
     """Pinned-copy bandwidth seen in this trace (large copies), else the ceilings' host link."""
     dev = a.trace.device
-    pinned = np.isin(dev.kind, [int(Kind.MEMCPY_HTOD_PINNED), int(Kind.MEMCPY_DTOH_PINNED)]) & (dev.nbytes >= 1 << 20)
+    pinned = np.isin(dev.kind, [int(Kind.MEMCPY_HTOD_PINNED), int(Kind.MEMCPY_DTOH_PINNED)]) & (
+        dev.nbytes >= 1 << 20)
     if pinned.any() and dev.dur[pinned].sum() > 0:
         return float(dev.nbytes[pinned].sum()) / (dev.dur[pinned].sum() / 1e9)
     return a.ceilings.h2d_pinned_bytes_per_s
@@ -83,7 +85,8 @@ def _pinned_bandwidth(a: Analysis) -> float:
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The copies at the pinned bandwidth, issued without blocking the host."""
     dev = a.trace.device
-    idx = np.flatnonzero((a.roofline.event_in_steps_ns > 0) & np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]))
+    idx = np.flatnonzero(
+        (a.roofline.event_in_steps_ns > 0) & np.isin(dev.kind, [int(k) for k in PAGEABLE_KINDS]))
     if idx.size == 0:
         return None
     pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9

@@ -57,7 +57,8 @@ from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"
 MIN_BATCHED_NS = 10_000
-_BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::autograd::AccumulateGrad)")
+_BACKWARD_NODE = re.compile(
+    r"^autograd::engine::evaluate_function: (?!torch::autograd::AccumulateGrad)")
 # An iteration's operators repeat in the same order: a period holds when this share of the loop's
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
@@ -79,7 +80,8 @@ def check(a: Analysis) -> Finding | None:
     backward_ns = _backward_of_loop_ns(a, iterations)
     kernel_ns = float(rf.event_in_steps_ns[idx].sum())
     flops = float(rf.event_flops[idx].sum())
-    batched_ns = max(flops / (a.ceilings.best_matrix_flops * GEMM_EFFICIENCY) * 1e9, MIN_BATCHED_NS * n * len(groups))
+    batched_ns = max(flops / (a.ceilings.best_matrix_flops * GEMM_EFFICIENCY) * 1e9,
+                     MIN_BATCHED_NS * n * len(groups))
     if backward_ns > 0:  # the batched backward: about twice the forward's FLOPs
         batched_ns *= 3
     saving = max(span_ns + backward_ns - batched_ns, 0.0) / 1e6 / n
@@ -92,7 +94,8 @@ def check(a: Analysis) -> Finding | None:
         gpu_after = max(a.breakdown.busy_ms - _busy_in_span_ns(a, idx) / 1e6 / n, 0.0) + batched_ns / 1e6 / n
         # never below the GPU's work after the fix (unprofiled too: STEP_FLOOR_AFTER_FIX)
         saving = min(ops_removed_ms(a, ops, removed), max(a.step_ms - gpu_after, 0.0))
-        numbers = {"ops_per_step": round(ops.size / n, 1), "loop_ops_removed_per_step": round(removed / n, 1),
+        numbers = {"ops_per_step": round(ops.size / n, 1),
+                   "loop_ops_removed_per_step": round(removed / n, 1),
                    STEP_FLOOR_AFTER_FIX: round(gpu_after, 3)}
     calls = idx.size / n
     return make_finding(
@@ -100,8 +103,9 @@ def check(a: Analysis) -> Finding | None:
         "A per-sample loop does matrix-vector work one call at a time",
         a.step_ms,
         saving,
-        f"{calls:.0f} matrix-vector products per step ({len(groups)} distinct shapes) run one by one: "
-        f"the loop spans {span_ns / 1e6 / n:.2f} ms per step of which {kernel_ns / 1e6 / n:.2f} ms is kernels"
+        f"{calls:.0f} matrix-vector products per step ({len(groups)} distinct shapes) run one "
+        f"by one: the loop spans {span_ns / 1e6 / n:.2f} ms per step of which "
+        f"{kernel_ns / 1e6 / n:.2f} ms is kernels"
         + (f", and its backward {backward_ns / 1e6 / n:.2f} ms more." if backward_ns > 0 else "."),
         Evidence(
             numbers={
@@ -124,7 +128,8 @@ def check(a: Analysis) -> Finding | None:
             Fix("For graph-structured work, batch by level or use sparse / segment ops",
                 "out = torch.sparse.mm(adjacency, H @ W)"),
         ),
-        wrong_fix="CUDA streams or more threads will not help: each product is too small to fill the GPU.",
+        wrong_fix="CUDA streams or more threads will not help: each product is too small to fill "
+                  "the GPU.",
         idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
     )
 
@@ -152,12 +157,14 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     # the batched iteration costs the host what an average iteration did (the first one also
     # carries the loop's setup): the loop's span loses the share of its iterations that goes
     loop_start = np.array([host.ts[seq[first]] for seq, first, _end, _period in loops], np.int64)
-    loop_end = np.array([host.end[seq[first:end]].max() for seq, first, end, _period in loops], np.int64)
+    loop_end = np.array([host.end[seq[first:end]].max()
+                         for seq, first, end, _period in loops], np.int64)
     share = np.array([(end - first - period) / (end - first) for _seq, first, end, period in loops])
     # the stack / cat that gathers the per-sample results right after the loop goes too: the
     # batched call's result is already stacked
     gathers = np.array([seq[end] for seq, _first, end, _period in loops
-                        if end < seq.size and a.trace.strings[host.name[seq[end]]] in GATHER_OPS], np.int64)
+                        if end < seq.size
+                        and a.trace.strings[host.name[seq[end]]] in GATHER_OPS], np.int64)
     removed_ops = np.concatenate([removed_ops, gathers])
     loop_start = np.concatenate([loop_start, host.ts[gathers]])
     loop_end = np.concatenate([loop_end, host.end[gathers]])
@@ -167,11 +174,12 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     kept = np.setdiff1d(idx, gone)
     calls = dev.launch[gone]
     return Edit(device=kept.astype(np.int64), device_ns=_stacked_ns(a, kept, iterations),
-                device_removed=gone.astype(np.int64), host_removed_s=loop_start, host_removed_e=loop_end,
-                host_share=share,
+                device_removed=gone.astype(np.int64), host_removed_s=loop_start,
+                host_removed_e=loop_end, host_share=share,
                 calls_removed=calls[calls >= 0].astype(np.int64),
                 note=f"{removed_ops.size / n:.0f} loop operators a step removed; "
-                     f"{kept.size / n:.0f} matrix-vector products batched {iterations:.0f} samples each")
+                     f"{kept.size / n:.0f} matrix-vector products batched {iterations:.0f} "
+                     "samples each")
 
 
 def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
@@ -190,9 +198,11 @@ def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
     return out
 
 
-def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray], looped_nodes: np.ndarray) -> int:
+def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
+                 looped_nodes: np.ndarray) -> int:
     """How many operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps."""
-    return sum(end - first - period for _seq, first, end, period in _loops(a, ops, groups, looped_nodes))
+    return sum(end - first - period for _seq, first, end, period in _loops(a, ops, groups,
+                                                                           looped_nodes))
 
 
 def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
@@ -201,7 +211,8 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
     the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes
     ``seq[first + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
     host, dev = a.trace.host, a.trace.device
-    anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g]) for g in groups]
+    anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g])
+               for g in groups]
     if looped_nodes.size:
         anchors.append(looped_nodes)
     steps = step_of(a, host.ts[ops])
@@ -209,7 +220,8 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
     for step in np.unique(steps).tolist():
         for thread in np.unique(host.thread[ops]).tolist():
             seq = ops[(steps == step) & (host.thread[ops] == thread)]
-            runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor))) for anchor in anchors]
+            runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor)))
+                    for anchor in anchors]
             out.extend((seq, *run) for run in _merged(runs) if run[1] - run[0] > run[2])
     return out
 
@@ -226,7 +238,8 @@ def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
     if period == 0:  # no repeating order: one anchor per iteration
         period = max(round((last - first) / (at.size - 1)), 1)
         return first, min(last + period, names.size), period
-    while first > 0 and first - 1 + period < names.size and names[first - 1] == names[first - 1 + period]:
+    while first > 0 and first - 1 + period < names.size and names[first - 1] == names[first
+                                                                                      - 1 + period]:
         first -= 1
     end = last + 1
     while end < names.size and names[end] == names[end - period]:
@@ -256,7 +269,8 @@ def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
     # first to last looped node of each step: the autograd engine's own time between the tiny
     # nodes is the loop's too
     k = np.searchsorted(a.steps.start, host.ts[looped], side="right") - 1
-    return float(sum(host.end[looped[k == step]].max() - host.ts[looped[k == step]].min() for step in np.unique(k).tolist()))
+    return float(sum(host.end[looped[k == step]].max() - host.ts[looped[k == step]].min()
+                     for step in np.unique(k).tolist()))
 
 
 def _looped_nodes(a: Analysis, iterations: float) -> np.ndarray:
@@ -265,12 +279,14 @@ def _looped_nodes(a: Analysis, iterations: float) -> np.ndarray:
     trace, host = a.trace, a.trace.host
     names = trace.strings
     n = max(len(a.steps), 1)
-    candidates = [i for i in np.unique(host.name[host.cat == HostCat.OP]).tolist() if _BACKWARD_NODE.match(names[i])]
+    candidates = [i for i in np.unique(host.name[host.cat == HostCat.OP]).tolist()
+                  if _BACKWARD_NODE.match(names[i])]
     if not candidates:
         return np.empty(0, np.int64)
     nodes = np.flatnonzero((host.cat == HostCat.OP) & np.isin(host.name, candidates))
     nodes = nodes[_inside_steps(a, host.ts[nodes])]
-    counts = np.bincount(np.searchsorted(np.asarray(candidates), host.name[nodes]), minlength=len(candidates))
+    counts = np.bincount(np.searchsorted(np.asarray(candidates), host.name[nodes]),
+                         minlength=len(candidates))
     repeated = np.asarray(candidates)[counts / n >= max(iterations / 2, MIN_REPEATS_PER_STEP)]
     return nodes[np.isin(host.name[nodes], repeated)]
 

@@ -39,8 +39,8 @@ RULES: dict[str, Rule] = discover()
 # ceilings (hardware/ceilings.py ``unavailable``) they do not run, rather than price from made-up
 # peaks. tests/test_unknown_gpu.py checks that every rule reading ``a.ceilings`` is listed here
 # (pageable-copy reads only the host link, which keeps its Gen4 rate).
-PEAK_PRICED = ("fp32-matmul", "small-gemm", "misaligned-gemm", "naive-attention", "unfused-elementwise",
-               "optimizer-loop", "per-sample-loop")
+PEAK_PRICED = ("fp32-matmul", "small-gemm", "misaligned-gemm", "naive-attention",
+               "unfused-elementwise", "optimizer-loop", "per-sample-loop")
 
 _SEVERITY_ORDER = {"critical": 0, "major": 1, "minor": 2, "info": 3}
 
@@ -65,7 +65,8 @@ def _profiled_saving(f: Finding) -> float:
 def rank(findings: list[Finding]) -> list[Finding]:
     """Largest saving first (within TIE_MS: severity, then the saving in the profiled window,
     break ties), then each blocked finding after its blockers."""
-    ordered = sorted(findings, key=lambda f: (-round(f.saving_ms / TIE_MS), _SEVERITY_ORDER[f.severity],
+    ordered = sorted(findings,
+                     key=lambda f: (-round(f.saving_ms / TIE_MS), _SEVERITY_ORDER[f.severity],
                                               -_profiled_saving(f), f.id))
     for blocked, rule in RULES.items():
         blockers = rule.blocked_by

@@ -68,7 +68,8 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
     attention = dev.kind == Kind.ATTENTION
     tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
     tc = tc & ~_names_matching(a, _SPLIT_K)
-    fp32_attention = attention & ((dtype == fp32) | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
+    fp32_attention = attention & ((dtype == fp32)
+                                  | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))
     math = fp32_sdpa_math_events(a)
     not_math = np.ones(len(dev), bool)
     not_math[math] = False
@@ -100,7 +101,8 @@ def loop_groups(a: Analysis) -> list[np.ndarray]:
     live = (rf.event_in_steps_ns > 0) & np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & ~dev.graph & (dev.op >= 0)
     groups: dict[tuple[int, tuple[int, int, int, int]], list[int]] = defaultdict(list)
     chosen = np.flatnonzero(live)
-    for i, op, cost in zip(chosen.tolist(), dev.op[chosen].tolist(), rf.op_costs.lookup(dev.op[chosen])):
+    for i, op, cost in zip(chosen.tolist(), dev.op[chosen].tolist(),
+                           rf.op_costs.lookup(dev.op[chosen])):
         if cost is None or cost.gemm_shape is None:
             continue
         _b, m, n, _k = cost.gemm_shape
@@ -129,12 +131,14 @@ def attention_events(a: Analysis) -> np.ndarray:
     trace, dev = a.trace, a.trace.device
     names, host_name = trace.strings, trace.host.name
     costs = a.roofline.op_costs
-    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
+    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ
+            and "softmax" in names[host_name[i]]}
     if not seqs:
         return np.empty(0, np.int64)
     claimed = [
         i for i, c in costs.items()
-        if c.square in seqs or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
+        if c.square in seqs
+        or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
     ]
     mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
     mask[fp32_sdpa_math_events(a)] = False
@@ -171,7 +175,8 @@ def step_ops(a: Analysis) -> np.ndarray:
     """Top-level operators of the launching threads (main and autograd) inside the host's steps,
     in time order."""
     host = a.trace.host
-    ops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(launch_threads(a.trace)))
+    ops = np.flatnonzero(
+        (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(launch_threads(a.trace)))
     ops = ops[step_of(a, host.ts[ops]) >= 0]
     return ops[np.argsort(host.ts[ops], kind="stable")]
 

@@ -42,7 +42,8 @@ def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     idx = np.flatnonzero(live & (rf.event_flops > 0))
     t = rf.event_in_steps_ns[idx].astype(float)
     f = rf.event_flops[idx]
-    roofs = np.array([roof_for(Kind.GEMM_TC, DTYPES[int(d)], a.ceilings) for d in rf.event_dtype[idx]])
+    roofs = np.array([roof_for(Kind.GEMM_TC, DTYPES[int(d)], a.ceilings)
+                      for d in rf.event_dtype[idx]])
     eff = f / np.maximum(t / 1e9, 1e-12) / np.maximum(roofs, 1.0)
     small = (f < MAX_FLOPS_PER_CALL) & (eff < MAX_EFFICIENCY)
     saving = np.clip(t - f / (roofs * GEMM_EFFICIENCY) * 1e9, 0, None)
@@ -107,9 +108,11 @@ def check(a: Analysis) -> Finding | None:
             _more_rows_fix(rows),
             Fix("Merge parallel projections into one GEMM (QKV, gate+up)",
                 "qkv = x @ w_qkv.T; q, k, v = qkv.split([dq, dk, dv], dim=-1)"),
-            Fix("Group many independent small GEMMs into one batched call", "out = torch.bmm(A_stack, B_stack)"),
+            Fix("Group many independent small GEMMs into one batched call",
+                "out = torch.bmm(A_stack, B_stack)"),
         ),
-        wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most SMs idle.",
+        wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most "
+                  "SMs idle.",
         idle_ms=gap_ns / 1e6 / n,
     )
 
@@ -132,16 +135,21 @@ def _more_rows_fix(rows: int) -> Fix:
     title = "Give each matmul more rows: a larger batch (or gradient accumulation the other way round)"
     if not rows:
         return Fix(title, "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now")
-    return Fix(title, f"# each small matmul multiplies {rows} rows now (median, from the recorded shapes)\n"
-                      f"loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now; {8 * rows} rows a matmul")
+    return Fix(title,
+               f"# each small matmul multiplies {rows} rows now (median, from the recorded "
+                      "shapes)\n"
+                      "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now; "
+                      f"{8 * rows} rows a matmul")
 
 
 def _measured_small_shapes(a: Analysis) -> dict[str, float]:
     """This card's measured rates for small and skinny GEMMs next to a large one (gpudoctor bench)."""
     curve = a.ceilings.extra.get("gemm_curve") or {}
-    names = {"gemm.bf16.small": "measured_bf16_512_cubed_tflops", "gemm.bf16.skinny": "measured_bf16_16x8192x8192_tflops",
+    names = {"gemm.bf16.small": "measured_bf16_512_cubed_tflops",
+             "gemm.bf16.skinny": "measured_bf16_16x8192x8192_tflops",
              "gemm.bf16": "measured_bf16_8192_cubed_tflops"}
-    return {label: round(float(curve[key]) / 1e12, 1) for key, label in names.items() if curve.get(key)}
+    return {label: round(float(curve[key]) / 1e12, 1) for key, label in names.items()
+            if curve.get(key)}
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
@@ -191,10 +199,12 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 host_removed_s=starts_a, host_removed_e=ends_a,
                 calls_removed=calls[calls >= 0].astype(np.int64),
                 note=f"{idx.size} small GEMMs batched into {idx.size - len(gone)} kernels"
-                     + (f", {removed.size - len(gone)} kernels of their loops with them" if removed.size > len(gone) else ""))
+                     + (f", {removed.size - len(gone)} kernels of their loops with them"
+                        if removed.size > len(gone) else ""))
 
 
-def _launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+def _launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray,
+                     threads: np.ndarray) -> np.ndarray:
     """Device events launched by a host call inside one of the stretches, on its thread."""
     dev, host = a.trace.device, a.trace.host
     launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
@@ -247,7 +257,8 @@ def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
     position = np.empty(len(order), np.int64)
     position[order] = np.arange(len(order))
     starts = a.steps.start
-    step = np.searchsorted(starts, dev.ts[idx], side="right") - 1 if len(starts) else np.zeros(idx.size, np.int64)
+    step = np.searchsorted(starts, dev.ts[idx], side="right") - 1 if len(starts) else np.zeros(
+        idx.size, np.int64)
     runs: list[np.ndarray] = []
     for key in set(zip(step.tolist(), dev.name[idx].tolist())):
         members = np.flatnonzero((step == key[0]) & (dev.name[idx] == key[1]))

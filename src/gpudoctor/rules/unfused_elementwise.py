@@ -100,7 +100,8 @@ def kernel_floor_ns(a: Analysis) -> float:
     kernel takes on this card, which a fused pass over a tiny tensor takes too; without it a chain
     on tiny activations is priced at its bytes (nanoseconds) and under-predicts the step."""
     dev = a.trace.device
-    live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & np.isin(dev.kind, [int(k) for k in MEMORY_BOUND_KINDS])
+    live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0) & np.isin(
+        dev.kind, [int(k) for k in MEMORY_BOUND_KINDS])
     whole = (dev.end - dev.ts)[live]
     whole = whole[whole > 0]
     return float(whole.min()) if whole.size else 0.0
@@ -133,7 +134,8 @@ def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     if not len(costs):
         return np.full(len(dev), -1, np.int64), np.zeros(len(dev), np.int64)
     ids: dict[tuple[int, ...], int] = {}
-    shape = np.array([ids.setdefault(c.shape, len(ids)) for c in costs.table], np.int64)[costs.which]
+    shape = np.array([ids.setdefault(c.shape, len(ids)) for c in costs.table],
+                     np.int64)[costs.which]
     numel = np.array([c.numel for c in costs.table], np.int64)[costs.which]
     _, first, shape = np.unique(shape, return_index=True, return_inverse=True)
     renumbered = np.empty(len(first), np.int64)
@@ -176,9 +178,9 @@ def check(a: Analysis) -> Finding | None:
         "Chains of unfused memory-bound kernels",
         a.step_ms,
         saving,
-        f"{len(runs) / n:.0f} chains per step of {idx.size / len(runs):.1f} memory-bound kernels on average "
-        f"({time_ms:.2f} ms per step) each read and write the whole tensor through HBM; fused, each chain "
-        "is about one pass.",
+        f"{len(runs) / n:.0f} chains per step of {idx.size / len(runs):.1f} memory-bound kernels "
+        f"on average ({time_ms:.2f} ms per step) each read and write the whole tensor through HBM; "
+        "fused, each chain is about one pass.",
         Evidence(
             numbers={
                 "chained_kernel_ms_per_step": round(time_ms, 3),
@@ -195,12 +197,13 @@ def check(a: Analysis) -> Finding | None:
             sources=sources_of_events(a.trace, heaviest),
         ),
         tuple(fixes),
-        wrong_fix="Lower-precision matmuls will not help: these kernels are bound by memory bandwidth, not FLOPs.",
+        wrong_fix="Lower-precision matmuls will not help: these kernels are bound by memory "
+                  "bandwidth, not FLOPs.",
         major_share=MAJOR_SHARE,
     )
 
 
 RULE = Rule(
-    ID, "Unfused chains of elementwise kernels", check, __doc__ or "", needs=("launch_links", "cpu_ops"),
-    order=40, blocked_by=("host-sync",),
+    ID, "Unfused chains of elementwise kernels", check, __doc__ or "",
+    needs=("launch_links", "cpu_ops"), order=40, blocked_by=("host-sync",),
 )

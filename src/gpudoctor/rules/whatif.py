@@ -87,7 +87,8 @@ class AllFixes:
         return self.step_ms / self.step_after_ms if self.step_after_ms > 0 else 1.0
 
     def to_dict(self) -> dict:
-        return {"ids": list(self.ids), "step_ms": round(self.step_ms, 4), "step_after_ms": round(self.step_after_ms, 4),
+        return {"ids": list(self.ids), "step_ms": round(self.step_ms, 4),
+                "step_after_ms": round(self.step_after_ms, 4),
                 "predicted_speedup": round(self.predicted_speedup, 4)}
 
 
@@ -129,7 +130,8 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
     and kernel parts say what the derived edits remove)."""
     model = step_model(a)
     if isinstance(model, str):
-        return Repriced([_formula(f, f"the step's graph could not be built: {model}") for f in priced])
+        return Repriced([_formula(f, f"the step's graph could not be built: {model}")
+                         for f in priced])
     return Repriced(*_repriced_findings(raw, priced, a, model))
 
 
@@ -140,8 +142,8 @@ def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
     out = {}
     for knob, edit in knob_edits(a).items():
         after = model.after_ms(edit)
-        out[knob] = KnobPrice(knob, model.step_ms, min(after, model.step_ms) if after > 0 else model.step_ms,
-                              edit.note)
+        out[knob] = KnobPrice(knob, model.step_ms,
+                              min(after, model.step_ms) if after > 0 else model.step_ms, edit.note)
     return out
 
 
@@ -184,7 +186,8 @@ def derived_edit(a: Analysis, finding: Finding, cause: str) -> tuple[Edit | None
     """The host time of ``cause`` the finding's idle part stands for, removed; its kernels (those it
     names) shortened by its kernel part. None where a part has nothing in the trace to edit."""
     n = max(len(a.steps), 1)
-    idle_ms = finding.saving_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, finding.saving_ms)
+    idle_ms = finding.saving_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms,
+                                                                        finding.saving_ms)
     kernel_ms = max(finding.saving_ms - idle_ms, 0.0)
     parts: list[Edit] = []
     if idle_ms > 0:
@@ -194,7 +197,8 @@ def derived_edit(a: Analysis, finding: Finding, cause: str) -> tuple[Edit | None
         labelled_ms = float((e - s).sum()) / 1e6 / n
         if labelled_ms <= 0:
             return None, f"no host time labelled {cause}"
-        parts.append(Edit(host_removed_s=s, host_removed_e=e, host_share=min(idle_ms / labelled_ms, 1.0),
+        parts.append(Edit(host_removed_s=s, host_removed_e=e,
+                          host_share=min(idle_ms / labelled_ms, 1.0),
                           note=f"{cause} host time removed"))
     if kernel_ms > 0:
         edit = shortened_kernels(a, finding.evidence.kernels, kernel_ms * n * 1e6)
@@ -220,7 +224,8 @@ def shortened_kernels(a: Analysis, names: tuple[str, ...], saved_ns: float) -> E
     if idx.size == 0 or total <= 0:
         return None
     keep = max(1.0 - saved_ns / total, 0.0)
-    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * keep, note="kernels shortened")
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * keep,
+                note="kernels shortened")
 
 
 def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepModel) -> Finding:
@@ -237,7 +242,8 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return dataclasses.replace(finding,
+                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
 
 
 def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
@@ -257,21 +263,25 @@ def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: Ste
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return dataclasses.replace(finding,
+                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
 
 
 def _formula(finding: Finding, why: str) -> Finding:
     numbers = dict(finding.evidence.numbers, **{PRICED_BY: "formula", FORMULA_BECAUSE: why})
-    return dataclasses.replace(finding, evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return dataclasses.replace(finding,
+                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
 
 
 def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:
     saving = min(max(step_ms - after_ms, 0.0), MAX_REPLAYED_SAVING_SHARE * step_ms)
     idle = finding.idle_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, saving)
-    numbers = dict(finding.evidence.numbers, **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
+    numbers = dict(finding.evidence.numbers,
+                   **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
                                                  FORMULA_SAVING: round(finding.saving_ms, 4)})
     return dataclasses.replace(
-        finding, saving_ms=saving, idle_ms=min(idle, saving), predicted_speedup=speedup(step_ms, saving),
+        finding, saving_ms=saving, idle_ms=min(idle, saving),
+        predicted_speedup=speedup(step_ms, saving),
         severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share),
         evidence=dataclasses.replace(finding.evidence, numbers=numbers),
     )

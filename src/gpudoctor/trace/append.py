@@ -60,7 +60,8 @@ def survey(path: Path, cat: str) -> Survey:
                 if ts and (first is None or min(ts) < first):
                     first = min(ts)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
+        raise InputError(
+            f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
     if seen.found:  # its ids and start include the earlier annotation's: read again without it
         return _surveyed_whole(path, cat)
     return Survey(path, frozenset(ids), first, chunks.base - 1, False)
@@ -85,7 +86,8 @@ class _Marked:
     def watch(self, text: Iterator[bytes]) -> Iterator[bytes]:
         carry = b""
         for piece in text:
-            if not self.found and (self.marker in carry + piece[: len(self.marker)] or self.marker in piece):
+            if not self.found and (self.marker in carry + piece[: len(self.marker)]
+                                   or self.marker in piece):
                 self.found = True
             carry = piece[-len(self.marker) + 1:]
             yield piece
@@ -99,7 +101,8 @@ def _surveyed_whole(path: Path, cat: str) -> Survey:
     for e in events:
         if not isinstance(e, dict) or e.get("cat") == cat:
             continue
-        ids.update(v for v in (e.get("pid"), e.get("tid")) if isinstance(v, int) and not isinstance(v, bool))
+        ids.update(v for v in (e.get("pid"), e.get("tid")) if isinstance(v, int)
+                   and not isinstance(v, bool))
         ts = e.get("ts")
         if e.get("ph") != "M" and isinstance(ts, (int, float)) and not isinstance(ts, bool):
             first = float(ts) if first is None else min(first, float(ts))
@@ -113,7 +116,8 @@ def decoded_whole(path: Path) -> dict[str, Any]:
     try:
         top = msgspec.json.decode(data)
     except msgspec.DecodeError:
-        raise TraceFormatError(f"{path} is not valid JSON; pass the trace file torch.profiler wrote") from None
+        raise TraceFormatError(
+            f"{path} is not valid JSON; pass the trace file torch.profiler wrote") from None
     if isinstance(top, list):  # the Chrome "JSON Array" form: written as an object
         top = {"traceEvents": top}
     if not isinstance(top, dict) or not isinstance(top.get("traceEvents"), list):

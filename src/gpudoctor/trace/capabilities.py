@@ -31,8 +31,8 @@ EFFECTS = {
 }
 # needs whose absence another part of the report explains already (not_applicable["memory"])
 EXPLAINED_ELSEWHERE = frozenset({"memory_events"})
-RECORD_HINT = ("record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] (record_shapes=True for shapes) "
-               "and pass the file export_chrome_trace() wrote")
+RECORD_HINT = ("record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
+               "(record_shapes=True for shapes) and pass the file export_chrome_trace() wrote")
 
 
 def check_usable(trace: Trace) -> None:
@@ -41,27 +41,30 @@ def check_usable(trace: Trace) -> None:
     host, dev = trace.host, trace.device
     if caps.gpu_events and not caps.host_events:
         raise IncompleteTraceError(
-            f"{src} holds {caps.gpu_events} GPU events but no host (CPU) events: the steps and what the GPU "
-            f"waits for cannot be found without them; {RECORD_HINT}"
+            f"{src} holds {caps.gpu_events} GPU events but no host (CPU) events: the steps and "
+            f"what the GPU waits for cannot be found without them; {RECORD_HINT}"
         )
     if caps.gpu_events and caps.gpu_time_ns <= 0:
         raise IncompleteTraceError(
-            f"{src}: all {caps.gpu_events} GPU events last zero time (or have a negative duration): the trace "
-            "records no GPU time; re-export it with torch.profiler's export_chrome_trace()"
+            f"{src}: all {caps.gpu_events} GPU events last zero time (or have a negative "
+            "duration): the trace records no GPU time; re-export it with torch.profiler's "
+            "export_chrome_trace()"
         )
     if not caps.gpu_events and caps.host_events and caps.host_time_ns <= 0:
         raise IncompleteTraceError(
-            f"{src}: all {caps.host_events} host events last zero time (or have a negative duration): the trace "
-            "records no time to report on; re-export it with torch.profiler's export_chrome_trace()"
+            f"{src}: all {caps.host_events} host events last zero time (or have a negative "
+            "duration): the trace records no time to report on; re-export it with torch.profiler's "
+            "export_chrome_trace()"
         )
     if caps.gpu_events and caps.host_events:
         host_lo, host_hi = int(host.ts.min()), int(host.end.max())
         dev_lo, dev_hi = int(dev.ts.min()), int(dev.end.max())
         if dev_hi < host_lo or dev_lo > host_hi:
             raise IncompleteTraceError(
-                f"{src}: its GPU events ({_ms(dev_lo)} to {_ms(dev_hi)}) and its host events ({_ms(host_lo)} to "
-                f"{_ms(host_hi)}) never overlap in time: they were timed by different clocks or come from different "
-                "recordings; profile the CPU and CUDA activities together in one torch.profiler window"
+                f"{src}: its GPU events ({_ms(dev_lo)} to {_ms(dev_hi)}) and its host events "
+                f"({_ms(host_lo)} to {_ms(host_hi)}) never overlap in time: they were timed by "
+                "different clocks or come from different recordings; profile the CPU and CUDA "
+                "activities together in one torch.profiler window"
             )
 
 
@@ -81,14 +84,15 @@ def lacking_notes(trace: Trace, skipped: dict[str, list[str]]) -> list[str]:
         if not parts:
             continue
         effects = "; ".join(parts)
-        notes.append(f"the trace lacks {LABELS[need]}: {caps.reason(need)}. {effects[0].upper()}{effects[1:]}. "
-                     f"To have them, {RECORD_HINT}")
+        notes.append(f"the trace lacks {LABELS[need]}: {caps.reason(need)}. "
+                     f"{effects[0].upper()}{effects[1:]}. To have them, {RECORD_HINT}")
     missing = 1 - caps.linked_share
     if caps.launch_links and missing > NOTE_UNLINKED_SHARE:
         notes.append(
-            f"{caps.unlinked_in_window} of the {caps.linked + caps.unlinked_in_window} GPU events recorded in the "
-            f"window ({100 * missing:.0f}%) have no launch record (cuda_runtime / cuda_driver event): their idle "
-            "causes, ops and source lines are unknown, and findings count the rest"
+            f"{caps.unlinked_in_window} of the {caps.linked + caps.unlinked_in_window} GPU events "
+            f"recorded in the window ({100 * missing:.0f}%) have no launch record (cuda_runtime / "
+            "cuda_driver event): their idle causes, ops and source lines are unknown, and findings "
+            "count the rest"
         )
     return notes
 
@@ -98,24 +102,29 @@ def trace_notes(trace: Trace) -> list[str]:
     notes = []
     if trace.skipped_events:
         n = trace.skipped_events
-        notes.append(f"{n} malformed event{'s were' if n > 1 else ' was'} skipped (a field of the wrong type, or a "
-                     "number out of any profiler's range such as a pid beyond 64 bits)")
+        notes.append(f"{n} malformed event{'s were' if n > 1 else ' was'} skipped (a field of the "
+                     "wrong type, or a number out of any profiler's range such as a pid beyond "
+                     "64 bits)")
     if trace.bad_times:
         n = trace.bad_times
-        notes.append(f"{n} event{'s' if n > 1 else ''} with a start or duration no profiler writes (beyond "
-                     f"+-{MAX_TIME_US:.0e} us) {'were' if n > 1 else 'was'} skipped")
+        notes.append(f"{n} event{'s' if n > 1 else ''} with a start or duration no profiler writes "
+                     f"(beyond +-{MAX_TIME_US:.0e} us) {'were' if n > 1 else 'was'} skipped")
     if trace.negative_durations:
         n = trace.negative_durations
-        notes.append(f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} a negative duration, read as 0")
+        notes.append(
+            f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} a negative duration, "
+            "read as 0")
     if trace.bad_args:
         n = trace.bad_args
-        notes.append(f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} unreadable args (an id or size "
-                     "out of any profiler's range, or a field of the wrong type): kept without them, so their launch "
-                     "links, streams and sizes are unknown")
+        notes.append(f"{n} event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} unreadable "
+                     "args (an id or size out of any profiler's range, or a field of the wrong "
+                     "type): kept without them, so their launch links, streams and sizes "
+                     "are unknown")
     if trace.unreadable_gpu_fields:
         fields = ", ".join(trace.unreadable_gpu_fields[:5])
-        notes.append(f"the trace's deviceProperties hold an unreadable {fields} (out of range, or of the wrong type): "
-                     "read as unknown, so what depends on it (GPU memory capacity, SM count) is left out or assumed")
+        notes.append(f"the trace's deviceProperties hold an unreadable {fields} (out of range, or "
+                     "of the wrong type): read as unknown, so what depends on it (GPU memory "
+                     "capacity, SM count) is left out or assumed")
     return notes
 
 

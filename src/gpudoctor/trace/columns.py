@@ -32,7 +32,8 @@ CAT_CODES: dict[Cat, int] = {
     Cat.GPU_MEMSET: DEVICE + DeviceCat.MEMSET,
 }
 # Columns are read with attrgetter and map: the loop over the events runs in C.
-_CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter("name"), attrgetter("args")
+_CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter(
+    "name"), attrgetter("args")
 _TS, _DUR, _THREAD = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid")
 
 
@@ -50,7 +51,8 @@ class Strings:
         they first appear."""
         first, renumbered = first_seen(provisional, len(names.ids))
         table, ids = list(names.ids), self.ids
-        mapped = np.array([ids.setdefault(table[i], len(ids)) for i in first.tolist()], dtype=np.int32)
+        mapped = np.array([ids.setdefault(table[i], len(ids)) for i in first.tolist()],
+                          dtype=np.int32)
         return mapped[renumbered] if len(mapped) else np.zeros(len(provisional), np.int32)
 
 
@@ -130,15 +132,18 @@ class Events:
     def take(self, keep: np.ndarray) -> Events:
         """The events where ``keep`` holds."""
         rows = np.flatnonzero(keep).tolist()
-        return Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep], self.thread[keep],
-                       [self.keys[i] for i in rows] if self.keys else [], [self.args[i] for i in rows],
+        return Events(self.code[keep], self.ts[keep], self.dur[keep], self.name[keep],
+                      self.thread[keep],
+                       [self.keys[i] for i in rows] if self.keys else [],
+                      [self.args[i] for i in rows],
                        {k: v[keep] for k, v in self.extra.items()})
 
 
 _DROPPED = np.zeros(0)
 
 
-def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: Interner | None = None,
+def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray,
+          names: Interner | None = None,
           threads: Interner | None = None, keys: bool = False) -> Events:
     """The columns of ``events[rows]``. With no ``names``, instant events (the ``[memory]`` ones):
     no duration to check, and their table reads neither names nor threads."""
@@ -149,7 +154,8 @@ def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray, names: I
         ts=np.fromiter(map(_TS, chosen), np.float64, n),
         dur=np.fromiter(map(_DUR, chosen), np.float64, n) if names is not None else np.zeros(n),
         name=names(list(map(_NAME, chosen))) if names is not None else np.zeros(n, np.int32),
-        thread=threads(list(map(_THREAD, chosen))) if threads is not None else np.zeros(n, np.int32),
+        thread=threads(list(map(_THREAD, chosen)))
+        if threads is not None else np.zeros(n, np.int32),
         keys=list(map(_THREAD, chosen)) if keys else [],
         args=list(map(_ARGS, chosen)),
     )
@@ -172,8 +178,10 @@ def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events
     host = np.flatnonzero((code >= 0) & (code < DEVICE) & complete)
     device = np.flatnonzero((code >= DEVICE) & complete)
     other = np.flatnonzero(code == OTHER)
-    named = np.fromiter(map("[memory]".__eq__, map(_NAME, map(events.__getitem__, other.tolist()))), bool, len(other))
-    return (_pick(events, host, code, ids.host_names, ids.threads), _pick(events, device, code, ids.device_names, keys=True),
+    named = np.fromiter(map("[memory]".__eq__, map(_NAME, map(events.__getitem__, other.tolist()))),
+                        bool, len(other))
+    return (_pick(events, host, code, ids.host_names, ids.threads),
+            _pick(events, device, code, ids.device_names, keys=True),
             _pick(events, other[named], code))
 
 
@@ -181,7 +189,8 @@ def usable_times(events: Events) -> tuple[Events, str]:
     """The events whose times a profiler could have written, and the first unusable time of those
     dropped ("" when none was)."""
     ts, dur = events.ts, events.dur
-    ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (np.abs(dur) <= MAX_TIME_US)
+    ok = np.isfinite(ts) & (np.abs(ts) <= MAX_TIME_US) & np.isfinite(dur) & (
+        np.abs(dur) <= MAX_TIME_US)
     if ok.all():
         return events, ""
     first = int(np.argmin(ok))

@@ -18,8 +18,8 @@ from gpudoctor.trace.read import Slices, gunzip
 
 # Names only communication carries: the c10d operators and record_param_comms ranges of
 # torch.distributed, NCCL's kernels and the backends' own ranges ("gloo:all_reduce", "nccl:send 0->1").
-_COMM_MARKERS = (b'"record_param_comms"', b"ncclKernel_", b"ncclDevKernel_", b'"c10d::', b'"gloo:', b'"nccl:',
-                 b'"mpi:', b'"ucc:')
+_COMM_MARKERS = (b'"record_param_comms"', b"ncclKernel_", b"ncclDevKernel_", b'"c10d::',
+                 b'"gloo:', b'"nccl:', b'"mpi:', b'"ucc:')
 
 
 class _Outline(msgspec.Struct):
@@ -41,7 +41,8 @@ def job_facts(path: str | os.PathLike[str]) -> JobFacts:
     try:
         data = bytearray(file.read_bytes())
     except OSError as exc:
-        raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
+        raise InputError(
+            f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
     if data[:2] == b"\x1f\x8b":
         data = gunzip(data, str(file))
     sliced = Slices.find(data)  # the file around the events, decoded alone: cheap

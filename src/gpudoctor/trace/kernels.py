@@ -112,10 +112,13 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
             r"|bn_fw|bn_bw|rowwisemoments|gammabeta|welford|instance_norm"
         ),
     ),
-    (Kind.OPTIMIZER, re.compile(r"multi_tensor_apply|fused_adam|fusedadam|fused_sgd|adamw?_|_adam")),
-    (Kind.COPY, re.compile(r"copy|transpose|catarraybatched|cat_array|permute|contiguous|(?<!no)cast")),
+    (Kind.OPTIMIZER,
+     re.compile(r"multi_tensor_apply|fused_adam|fusedadam|fused_sgd|adamw?_|_adam")),
+    (Kind.COPY,
+     re.compile(r"copy|transpose|catarraybatched|cat_array|permute|contiguous|(?<!no)cast")),
     (Kind.INDEX, re.compile(r"index|gather|scatter|embedding|take_|put_|sort|topk|unique")),
-    (Kind.REDUCTION, re.compile(r"reduce|reduction|triton_red_|triton_per_|argmax|argmin|cumsum|scan")),
+    (Kind.REDUCTION,
+     re.compile(r"reduce|reduction|triton_red_|triton_per_|argmax|argmin|cumsum|scan")),
     (
         Kind.ELEMENTWISE,
         re.compile(
@@ -125,7 +128,8 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     ),
 ]
 
-_MEMCPY = re.compile(r"memcpy\s+(htod|dtoh|dtod|ptop|htoh)(?:.*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
+_MEMCPY = re.compile(r"memcpy\s+(htod|dtoh|dtod|ptop|htoh)(?:.*\((\w+)\s*->\s*(\w+)\))?",
+                     re.IGNORECASE)
 
 
 def classify_kernel(name: str) -> Kind:
@@ -180,7 +184,8 @@ def short_name(name: str, limit: int = 80) -> str:
     """
     if name.startswith(("Memcpy", "Memset")) or ("<" not in name and "(" not in name):
         return name if len(name) <= limit else name[: limit - 1] + "…"
-    text = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("->", "→").strip()
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("->",
+                                                                                     "→").strip()
     outer: list[str] = []
     template: list[str] = []  # text inside the first-level <...> of the kernel's own name
     stack: list[str] = []

@@ -101,7 +101,8 @@ def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
             del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
             data += stream.read()  # ... or grew
     except OSError as exc:
-        raise InputError(f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
+        raise InputError(
+            f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
     try:
         return _parse(data, source)
     except TraceFormatError as exc:
@@ -145,12 +146,14 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
     release_free_memory()
     if chunks.skipped and not trace.event_count:
         raise TraceFormatError(
-            f"{source} is JSON but none of its {chunks.skipped} events is a trace event; {_FILE_HINT}")
+            f"{source} is JSON but none of its {chunks.skipped} events is a trace event; "
+            f"{_FILE_HINT}")
     if chunks.outline is not None and not chunks.lenient:
         gpus, unreadable = _gpus(chunks.outline), ()
     else:  # fields of unexpected types somewhere: the GPUs read as the whole file's lenient path reads them
         raw = msgspec.json.decode(chunks.rest or b"{}")
-        properties, unreadable = _lenient_properties(raw.get("deviceProperties") if isinstance(raw, dict) else None)
+        properties, unreadable = _lenient_properties(raw.get("deviceProperties")
+                                                     if isinstance(raw, dict) else None)
         gpus = _gpus(TraceFile(traceEvents=[], deviceProperties=properties))
     return dataclasses.replace(trace, gpus=gpus, skipped_events=chunks.skipped,
                                unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable))
@@ -161,7 +164,8 @@ def resolve_trace_path(path: Path) -> Path:
     try:
         return _resolve_trace_path(path)
     except OSError as exc:  # a folder on the way that cannot be listed or entered
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
+        raise InputError(
+            f"cannot read {path}: {exc.strerror or exc}; check the path and its permissions") from None
 
 
 def _resolve_trace_path(path: Path) -> Path:
@@ -173,8 +177,10 @@ def _resolve_trace_path(path: Path) -> Path:
         # /dev/null, a FIFO (reading one would wait for a writer forever), a socket
         kind = "a FIFO (named pipe)" if path.is_fifo() else "a device" if (
             path.is_char_device() or path.is_block_device()) else "a socket" if path.is_socket() else "not a file"
-        raise InputError(f"{path} is {kind}, not a trace file; {_FILE_HINT}, or a gpudoctor run directory")
-    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+        raise InputError(
+            f"{path} is {kind}, not a trace file; {_FILE_HINT}, or a gpudoctor run directory")
+    candidates = sorted(p for p in path.iterdir() if p.is_file()
+                        and p.name.endswith(_TRACE_SUFFIXES))
     traces = [p for p in candidates if p.name.startswith("trace.")] or [
         p for p in candidates if not p.name.startswith(("report.", "env.", "manifest"))
     ]
@@ -182,7 +188,8 @@ def _resolve_trace_path(path: Path) -> Path:
         raise InputError(f"{path} holds no trace (*.json or *.json.gz); {_FILE_HINT}")
     if len(traces) > 1:
         names = ", ".join(p.name for p in traces[:4])
-        raise InputError(f"{path} holds {len(traces)} traces ({names}...); pass one of them as PATH")
+        raise InputError(
+            f"{path} holds {len(traces)} traces ({names}...); pass one of them as PATH")
     return traces[0]
 
 
@@ -228,7 +235,8 @@ def _one_events_array(data: bytearray, sliced: Slices, source: str) -> None:
         raise two_arrays(source, sliced.key, at if at < zero else closing + at - zero)
 
 
-def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
+def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int,
+                                               tuple[str, ...]]:
     # a JSON decoder keeps the last of two equal keys: a second events array would pass unseen
     if data.count(b'"traceEvents"') > 1 and len(keys := events_keys(data)) > 1:
         raise two_arrays(source, keys[0], keys[1])
@@ -237,16 +245,19 @@ def _decode(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], 
     except msgspec.ValidationError:
         return _decode_leniently(data, source)
     except msgspec.DecodeError as exc:
-        raise TraceFormatError(f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
+        raise TraceFormatError(
+            f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
     return parsed.traceEvents, _gpus(parsed), 0, ()
 
 
-def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int, tuple[str, ...]]:
+def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[GpuInfo], int,
+                                                         tuple[str, ...]]:
     """Slow path for files whose fields have unexpected types: convert event by event."""
     try:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise TraceFormatError(f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
+        raise TraceFormatError(
+            f"{source} is not valid JSON ({_short(exc)}); {_FILE_HINT}") from None
     if isinstance(raw, list):  # the Chrome "JSON Array" form
         raw = {"traceEvents": raw}
     if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
@@ -266,7 +277,8 @@ def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[
             f"{source} is JSON but none of its {skipped} events is a trace event; {_FILE_HINT}"
         )
     properties, unreadable = _lenient_properties(raw.get("deviceProperties"))
-    return events, _gpus(TraceFile(traceEvents=[], deviceProperties=properties)), skipped, unreadable
+    return events, _gpus(TraceFile(traceEvents=[],
+                                   deviceProperties=properties)), skipped, unreadable
 
 
 def _lenient_properties(entries: Any) -> tuple[list[DeviceProperties], tuple[str, ...]]:
@@ -351,8 +363,8 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     if bad_times and not (len(host_events) or len(device_events) or len(memory_events)):
         raise TraceFormatError(
             f"{source}: none of its {bad_times} timed events has a usable time "
-            f"({next(e for e in parts.bad_example if e)}); a profiler writes microseconds since the epoch or since "
-            f"the trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
+            f"({next(e for e in parts.bad_example if e)}); a profiler writes microseconds since "
+            f"the epoch or since the trace began, within +-{MAX_TIME_US:.0e} us: {_FILE_HINT}"
         )
     raw_args = parts.host_args.finish()
     strings = Strings()
@@ -370,8 +382,9 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     if last - origin > MAX_SPAN_NS:
         raise TraceFormatError(
             f"{source}: its events span {_duration(last - origin)}, from ts={origin / 1000:.0f} to "
-            f"ts={last / 1000:.0f} us: its timestamps mix clocks (a profiler window lasts seconds or minutes); "
-            "re-record the trace, or pass one trace file rather than several merged into one"
+            f"ts={last / 1000:.0f} us: its timestamps mix clocks (a profiler window lasts seconds "
+            "or minutes); re-record the trace, or pass one trace file rather than several merged "
+            "into one"
         )
     host, device, memory = _shift(host, origin), _shift(device, origin), _shift(memory, origin)
     return Trace(
@@ -402,7 +415,8 @@ def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs
     events.name = events.code = _NO_EVENTS.name
     # ProfilerStep#N is a cpu_op in some PyTorch versions (and so is a record_function range such as
     # gpudoctor.iteration#N): an annotation, not an operator.
-    step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#")) for s in strings.ids), bool,
+    step_names = np.fromiter((s.startswith(("ProfilerStep#", "gpudoctor.iteration#"))
+                              for s in strings.ids), bool,
                              len(strings.ids))
     step_like = step_names[name]
     cat[step_like & (cat == HostCat.OP)] = HostCat.ANNOTATION
@@ -439,7 +453,8 @@ def _host_table(events: Events, strings: Strings, names: Interner, args: RawArgs
     )
 
 
-def _device_table(events: Events, strings: Strings, names: Interner, host: HostEvents) -> DeviceEvents:
+def _device_table(events: Events, strings: Strings, names: Interner,
+                  host: HostEvents) -> DeviceEvents:
     ts, end = _times(events)
     cat = (events.code - DEVICE).astype(np.int8)
     name = strings.add(events.name, names)
@@ -546,8 +561,8 @@ def _memory_table(events: Events) -> MemoryEvents:
 
 def _no_events() -> Events:
     """An empty table of events, of its own: the tables are made from their events' columns in place."""
-    return Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32), np.zeros(0, np.int32),
-                  [], [], {})
+    return Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32),
+                  np.zeros(0, np.int32), [], [], {})
 
 
 _NO_EVENTS = _no_events()  # what a dropped column is set to

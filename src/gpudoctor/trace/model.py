@@ -151,8 +151,8 @@ class OpArgsTable:
         """The index of ``args``' value, a new one taking the next."""
         if args is None:
             return -1
-        key = (args.flops, bytes(args.input_dims), bytes(args.input_type), bytes(args.input_strides),
-               bytes(args.concrete_inputs))
+        key = (args.flops, bytes(args.input_dims), bytes(args.input_type),
+               bytes(args.input_strides), bytes(args.concrete_inputs))
         at = self._index.get(key)
         if at is None:
             # the decoded fields would keep alive the text of the op's whole args: bytes of their own
@@ -345,8 +345,8 @@ class Capabilities:
             if self.linked == 0:
                 return "no GPU event carries the correlation id of a cuda_runtime / cuda_driver launch in it"
             if self.linked_share < MIN_LINKED_SHARE:
-                return (f"{100 * (1 - self.linked_share):.0f}% of the GPU events recorded in the window have no "
-                        "launch record (cuda_runtime / cuda_driver event)")
+                return (f"{100 * (1 - self.linked_share):.0f}% of the GPU events recorded in the "
+                        "window have no launch record (cuda_runtime / cuda_driver event)")
             return "its host events all last zero time"
         if need == "cpu_ops":
             return "it has no cpu_op events"
@@ -380,7 +380,8 @@ def queued_before_window(trace: Trace) -> np.ndarray:
     linked = dev.launch >= 0
     if not linked.any():
         return np.zeros(len(dev), bool)
-    streams, which = np.unique(dev.device.astype(np.int64) * (1 << 40) + dev.stream, return_inverse=True)
+    streams, which = np.unique(dev.device.astype(np.int64) * (1 << 40) + dev.stream,
+                               return_inverse=True)
     first = np.full(len(streams), int(dev.ts[linked].min()), np.int64)
     first_linked = np.full(len(streams), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_linked, which[linked], dev.ts[linked])

@@ -111,7 +111,8 @@ def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray, outermost: bool 
     return found
 
 
-def _by_level(parent: np.ndarray, is_target: np.ndarray, outermost: bool, by_level: list[np.ndarray]) -> np.ndarray:
+def _by_level(parent: np.ndarray, is_target: np.ndarray, outermost: bool,
+              by_level: list[np.ndarray]) -> np.ndarray:
     found = np.full(len(parent), -1, dtype=np.int32)
     for here in by_level:
         up = parent[here]

@@ -126,7 +126,8 @@ def _grid_sizes(grids: list[list[int] | None]) -> np.ndarray:
     # (an int64 product that wraps around is replaced below)
     sizes = dims[:, 0] * dims[:, 1] * dims[:, 2]
     rough = dims[:, 0].astype(np.float64) * dims[:, 1] * dims[:, 2]
-    odd = np.flatnonzero((rough >= 2.0**62) | np.fromiter(map(is_, three, repeat(_NO_GRID)), bool, len(grids)))
+    odd = np.flatnonzero((rough >= 2.0**62) | np.fromiter(map(is_, three, repeat(_NO_GRID)), bool,
+                                                          len(grids)))
     for i in odd.tolist():
         sizes[i] = _grid_size(grids[i])
     return sizes

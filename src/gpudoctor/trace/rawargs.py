@@ -55,7 +55,8 @@ class RawArgs(Sequence[bytes]):
 
     def _offsets(self, events: np.ndarray) -> np.ndarray:
         """int64 offsets of ``events`` (indices into the events + 1 offsets)."""
-        return self._low[events].astype(np.int64) + (np.searchsorted(self._wraps, events, side="right") << _LOW_BITS)
+        return self._low[events].astype(np.int64) + (np.searchsorted(self._wraps, events,
+                                                                     side="right") << _LOW_BITS)
 
     def __len__(self) -> int:
         return len(self._low) - 1 if self._order is None else len(self._order)
@@ -128,7 +129,8 @@ class RawArgsBuilder:
     def finish(self) -> RawArgs:
         low, self.low = np.concatenate(self.low), []
         wraps = np.concatenate(self.wraps) if self.wraps else np.zeros(0, np.int64)
-        return RawArgs(self.blocks, np.array(self.starts, np.int64), low, wraps.astype(np.int64), self.compressed)
+        return RawArgs(self.blocks, np.array(self.starts, np.int64), low, wraps.astype(np.int64),
+                       self.compressed)
 
 
 def _index_type(n: int) -> type[np.signedinteger[Any]]:
@@ -141,7 +143,8 @@ def _cuts(sizes: np.ndarray, target: int) -> list[tuple[int, int]]:
     total = int(ends[-1]) if len(ends) else 0
     if total <= target:
         return [(0, total)] if total else []
-    cuts = np.unique(ends[np.minimum(np.searchsorted(ends, np.arange(target, total, target)), len(ends) - 1)])
+    cuts = np.unique(ends[np.minimum(np.searchsorted(ends, np.arange(target, total, target)),
+                                     len(ends) - 1)])
     bounds = [0, *cuts.tolist()]
     if bounds[-1] != total:
         bounds.append(total)

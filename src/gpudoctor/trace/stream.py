@@ -102,15 +102,16 @@ def _inflate(first: bytes, stream: IO[bytes], source: str) -> Iterator[bytes]:
                         inflate = inflater.decompressobj(31)
         except errors as exc:
             raise TraceFormatError(
-                f"{source} is a truncated or corrupt gzip file ({exc}; reading stopped at byte {read:,} of the "
-                f"file, after {inflated:,} bytes of JSON); re-export or re-copy the trace") from None
+                f"{source} is a truncated or corrupt gzip file ({exc}; reading stopped at byte "
+                f"{read:,} of the file, after {inflated:,} bytes of JSON); re-export or re-copy "
+                "the trace") from None
         data = stream.read(_PIECE)
         read += len(data)
     if not inflate.eof:
         raise TraceFormatError(
-            f"{source} is a truncated or corrupt gzip file (its stream ends early, at byte {read:,} of the file, "
-            f"after {inflated:,} bytes of JSON); re-copy the trace, or re-export it if the run crashed while "
-            f"writing it")
+            f"{source} is a truncated or corrupt gzip file (its stream ends early, at byte "
+            f"{read:,} of the file, after {inflated:,} bytes of JSON); re-copy the trace, or "
+            f"re-export it if the run crashed while writing it")
 
 
 class Chunks:
@@ -167,7 +168,8 @@ class Chunks:
                     raise NotStreamed
                 continue
             self._fill(key + 4096)
-            after = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[").match(self.buf, key + len(b'"traceEvents"'))
+            after = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[").match(self.buf,
+                                                                  key + len(b'"traceEvents"'))
             if after is not None and _top_level_key(bytes(self.buf[:key])):
                 break
             key += 1
@@ -229,8 +231,9 @@ class Chunks:
                 return self._closing((outcome, len(self.buf.rstrip(_SPACE)) - 1))
             if len(self.buf) > MAX_OUTSIDE + CHUNK_BYTES:
                 raise TraceFormatError(
-                    f"{self.source}: no end of an event within {len(self.buf):,} bytes from byte {self.base:,} "
-                    f"of its JSON; an event that long is not one a profiler writes: {_HINT}")
+                    f"{self.source}: no end of an event within {len(self.buf):,} bytes from byte "
+                    f"{self.base:,} of its JSON; an event that long is not one a profiler "
+                    f"writes: {_HINT}")
             self._fill(len(self.buf) + CHUNK_BYTES)
 
     def _closing(self, outcome: tuple[list[TraceEvent], int]) -> tuple[list[TraceEvent], int]:
@@ -284,8 +287,8 @@ class Chunks:
                     end = text.rfind(b"]", 0, end)
         where = self.base + (int(at.group(1)) - 1 if at else len(text) - 1)
         raise TraceFormatError(
-            f"{self.source} is not valid JSON ({message.split(' (byte')[0]}): reading stopped at byte {where:,} of "
-            f"its JSON, inside traceEvents; {_HINT}")
+            f"{self.source} is not valid JSON ({message.split(' (byte')[0]}): reading stopped at "
+            f"byte {where:,} of its JSON, inside traceEvents; {_HINT}")
 
     def _decode_whole(self, decoder: msgspec.json.Decoder[Any], text: bytes) -> list[TraceEvent]:
         try:
@@ -308,23 +311,26 @@ class Chunks:
 
     def _truncated(self) -> None:
         raise TraceFormatError(
-            f"{self.source} is not valid JSON (it ends inside traceEvents, at byte {self.base + len(self.buf):,}; "
-            f"{self.count:,} whole events before byte {self.base:,}): a crash while the trace was written? "
-            f"re-export the trace, or let the profiler finish writing it")
+            f"{self.source} is not valid JSON (it ends inside traceEvents, at byte "
+            f"{self.base + len(self.buf):,}; {self.count:,} whole events before byte "
+            f"{self.base:,}): a crash while the trace was written? re-export the trace, or let the "
+            "profiler finish writing it")
 
     def _read_outline(self) -> None:
         """The file's other fields: what follows the array, read to the end."""
         while not self.ended:
             if len(self.buf) > MAX_OUTSIDE:
                 raise TraceFormatError(
-                    f"{self.source}: more than {MAX_OUTSIDE >> 20} MB follow its traceEvents array (from byte "
-                    f"{self.base:,} of its JSON); a trace's other fields are small: {_HINT}")
+                    f"{self.source}: more than {MAX_OUTSIDE >> 20} MB follow its traceEvents array "
+                    f"(from byte {self.base:,} of its JSON); a trace's other fields are "
+                    f"small: {_HINT}")
             self._fill(len(self.buf) + _PIECE)
         tail = bytes(self.buf)
         if not self.head:  # the array form: nothing may follow
             if tail.strip(_SPACE):
-                raise TraceFormatError(f"{self.source} is not valid JSON (trailing characters after its events, "
-                                       f"at byte {self.base:,} of its JSON); {_HINT}")
+                raise TraceFormatError(f"{self.source} is not valid JSON (trailing characters "
+                                       f"after its events, at byte {self.base:,} of its "
+                                       f"JSON); {_HINT}")
             self.outline = TraceOutline(traceEvents=0)
             return
         zero = len(self.head)
@@ -344,9 +350,9 @@ class Chunks:
         except msgspec.DecodeError as exc:
             at = _BYTE.search(str(exc))
             raise TraceFormatError(
-                f"{self.source} is not valid JSON ({str(exc).split(' (byte')[0]}): reading stopped at byte "
-                f"{where(int(at.group(1))) if at else self.base + len(tail):,} of its JSON, outside traceEvents; "
-                f"{_HINT}") from None
+                f"{self.source} is not valid JSON ({str(exc).split(' (byte')[0]}): reading stopped "
+                f"at byte {where(int(at.group(1))) if at else self.base + len(tail):,} of its "
+                f"JSON, outside traceEvents; {_HINT}") from None
 
 
 def _top_level_key(head: bytes) -> bool:
@@ -363,7 +369,8 @@ def events_keys(text: bytes | bytearray, own: int = -1) -> list[int]:
     found = []
     at = text.find(b'"traceEvents"')
     while at >= 0:
-        if at != own and _KEY.match(text, at + len(b'"traceEvents"')) and _top_level_key(bytes(text[:at])):
+        if at != own and _KEY.match(text, at + len(b'"traceEvents"')) and _top_level_key(
+            bytes(text[:at])):
             found.append(at)
         at = text.find(b'"traceEvents"', at + 1)
     return found
@@ -371,8 +378,9 @@ def events_keys(text: bytes | bytearray, own: int = -1) -> list[int]:
 
 def two_arrays(source: str, one: int, other: int) -> TraceFormatError:
     first, second = sorted((one, other))
-    return TraceFormatError(f"{source} has two traceEvents arrays (keys at bytes {first:,} and {second:,} of its JSON); "
-                            "a trace has one: pass each trace as a file of its own")
+    return TraceFormatError(f"{source} has two traceEvents arrays (keys at bytes {first:,} and "
+                            f"{second:,} of its JSON); a trace has one: pass each trace as a file "
+                            "of its own")
 
 
 _KEY = re.compile(rb"[ \t\r\n]*:")

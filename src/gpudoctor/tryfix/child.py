@@ -34,10 +34,12 @@ def main(argv: list[str]) -> int:
 
     target = Target(spec["target"], tuple(spec["args"]), bool(spec["is_module"]))
     trace = bool(spec.get("trace"))
-    config = CaptureConfig(steps=int(spec.get("steps") or 1), skip=int(spec["skip"]), calibration_steps=0,
-                           profile=trace, trial=True, record_memory=trace, nvml_interval_s=0.2 if trace else 0)
+    config = CaptureConfig(steps=int(spec.get("steps") or 1), skip=int(spec["skip"]),
+                           calibration_steps=0, profile=trace, trial=True, record_memory=trace,
+                           nvml_interval_s=0.2 if trace else 0)
     seed_all()
-    trial: dict[str, Any] = {"knobs": knob_ids, "effects": [], "losses": [], "exit_code": None, "error": ""}
+    trial: dict[str, Any] = {"knobs": knob_ids, "effects": [], "losses": [], "exit_code": None,
+                             "error": ""}
     try:
         trial["effects"] = effects = apply_knobs(knob_ids)
         with record_losses(int(spec["loss_steps"])) as losses:

@@ -200,7 +200,8 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
     from torch.nn.modules import module as nn_module
 
     thread = threading.get_ident()
-    state: dict[str, Any] = {"depth": 0, "changed": set(), "ctx": None, "handles": [], "done": False}
+    state: dict[str, Any] = {"depth": 0, "changed": set(), "ctx": None, "handles": [],
+                             "done": False}
 
     def remove() -> None:
         state["done"] = True
@@ -274,7 +275,8 @@ def _as_fp32(out: Any) -> Any:
     import torch
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x, out)
+    return tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+                    else x, out)
 
 
 PATCHED = "__gpudoctor_patched__"  # instance attribute: the names a knob set on a module
@@ -310,8 +312,8 @@ def _cache_note() -> str:
             else "; compiled from a fresh Inductor cache" if cache else "")
     threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
     if threads == "1":
-        note += ("; in the program's own process (TORCHINDUCTOR_COMPILE_THREADS=1: set it too, Inductor's "
-                 "worker pool slows the host's copies into pinned memory)")
+        note += ("; in the program's own process (TORCHINDUCTOR_COMPILE_THREADS=1: set it too, "
+                 "Inductor's worker pool slows the host's copies into pinned memory)")
     return note
 
 
@@ -354,7 +356,8 @@ def _compiled_already(module: Any) -> bool:
     """torch.compile(model) (an OptimizedModule), model.compile(), or a compiled forward."""
     from torch._dynamo.eval_frame import OptimizedModule
 
-    return (isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None
+    return (isinstance(module, OptimizedModule)
+            or getattr(module, "_compiled_call_impl", None) is not None
             or hasattr(getattr(module, "forward", None), "_torchdynamo_orig_callable"))
 
 
@@ -369,11 +372,12 @@ def _dropout_note(module: Any) -> str:
     (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes")."""
     from torch import nn
 
-    count = sum(1 for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+    count = sum(1 for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd)
+                and m.p > 0)
     if count == 0:
         return ""
-    return (f"; {count} {DROPOUT_MARK} module{'s' if count > 1 else ''}: compiled, they draw other random masks "
-            "than eager, so the first losses differ by sampling noise")
+    return (f"; {count} {DROPOUT_MARK} module{'s' if count > 1 else ''}: compiled, they draw other "
+            "random masks than eager, so the first losses differ by sampling noise")
 
 
 def _cloning_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -395,7 +399,8 @@ def _tf32(effects: Effects) -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.set_float32_matmul_precision("high")
-    effects.append("TF32 matmuls and convolutions (torch.backends.*.allow_tf32, matmul precision 'high')")
+    effects.append(
+        "TF32 matmuls and convolutions (torch.backends.*.allow_tf32, matmul precision 'high')")
     _keep_tf32(effects)
 
 
@@ -482,42 +487,50 @@ IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 _MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers", ("input-pipeline",),
-         _loader_workers, group="loader"),
-    Knob("pin-memory", "DataLoader(pin_memory=True)", ("pageable-copy",), _pin_memory, group="loader"),
+    Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers",
+         ("input-pipeline",), _loader_workers, group="loader"),
+    Knob("pin-memory", "DataLoader(pin_memory=True)", ("pageable-copy",), _pin_memory,
+         group="loader"),
     Knob("bf16-autocast", "bf16 autocast around the outermost module's forward", ("fp32-matmul",),
          _bf16_autocast, numerics=True),
     Knob("tf32", "TF32 for fp32 matmuls and convolutions", ("fp32-matmul",), _tf32, numerics=True),
-    Knob("optimizer-foreach", "torch.optim optimizers with foreach=True", ("optimizer-loop",), _optimizer_foreach,
-         group="optimizer"),
-    Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",), _optimizer_fused,
-         numerics=True, group="optimizer"),
+    Knob("optimizer-foreach", "torch.optim optimizers with foreach=True", ("optimizer-loop",),
+         _optimizer_foreach, group="optimizer"),
+    Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",),
+         _optimizer_fused, numerics=True, group="optimizer"),
     # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too
     # (priced on the launches alone it under-predicted: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the
     # source: try-fixes")
-    Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")', ("launch-bound",),
-         _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
+    Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")',
+         ("launch-bound",), _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True,
+         group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
     # priced by fusion alone: summed with launch-bound's saving it read x9.1 and x2.4 where x0.98
     # and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials); the report's own replayed
     # price of the knob (rules/knob_prices.py) comes first
-    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None), env=IN_PROCESS_COMPILE,
-         numerics=True, group="compile", warmup_steps=WARMUP_COMPILE, fresh_dirs=FRESH_CACHE),
-    Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", ("memory-pressure",),
-         _expandable, env=EXPANDABLE, group="allocator"),
-    Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op", ("allocator-churn",),
-         _no_empty_cache, env=EXPANDABLE, group="allocator"),
+    Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None),
+         env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
+         fresh_dirs=FRESH_CACHE),
+    Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+         ("memory-pressure",), _expandable, env=EXPANDABLE, group="allocator"),
+    Knob("no-empty-cache", "expandable segments, torch.cuda.empty_cache() made a no-op",
+         ("allocator-churn",), _no_empty_cache, env=EXPANDABLE, group="allocator"),
 )
 BY_ID = {k.id: k for k in KNOBS}
 
 NEEDS_CODE = {
-    "host-sync": "the sync (.item(), .cpu(), a Python branch on a GPU value) is in the program's own code",
-    "naive-attention": "the attention is written out in the model's code: scaled_dot_product_attention replaces it",
-    "misaligned-gemm": "the odd sizes (vocabulary, hidden, batch) are the model's own: padding them changes it",
-    "per-sample-loop": "the Python loop over samples is the program's own: batching it is a code change",
+    "host-sync": "the sync (.item(), .cpu(), a Python branch on a GPU value) is in the program's "
+                 "own code",
+    "naive-attention": "the attention is written out in the model's code: "
+                       "scaled_dot_product_attention replaces it",
+    "misaligned-gemm": "the odd sizes (vocabulary, hidden, batch) are the model's own: padding "
+                       "them changes it",
+    "per-sample-loop": "the Python loop over samples is the program's own: batching it is a "
+                       "code change",
     "small-gemm": "batching the small matmuls together is a code change",
     "host-blocking-work": "the blocking host work is in the program's own loop",
-    "dynamic-shapes": "the varying shapes come from the program's data: bucketing or padding them is a code change",
+    "dynamic-shapes": "the varying shapes come from the program's data: bucketing or padding them "
+                      "is a code change",
 }
 
 
@@ -525,8 +538,8 @@ def knobs_for(finding_id: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS if finding_id in k.findings)
 
 
-def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str], fresh_dir: str | None = None,
-              reused: bool = False) -> dict[str, str]:
+def child_env(knob_ids: list[str] | tuple[str, ...], base: dict[str, str],
+              fresh_dir: str | None = None, reused: bool = False) -> dict[str, str]:
     """The child's environment: ``base`` plus each knob's variables (a comma-separated setting such
     as PYTORCH_CUDA_ALLOC_CONF is added to, not replaced; any other variable the user set is kept),
     and each knob's ``fresh_dirs`` set to a folder of the empty ``fresh_dir`` (what the user set is

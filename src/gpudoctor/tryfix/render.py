@@ -46,7 +46,8 @@ def outcome_text(rec: TrialRecord) -> str:
 # what a record's ``baseline_ms`` is the mean of (its ``reference``): the diagnosed run's number
 # here is the mean of its steps before the window, not the header's unprofiled step (an estimate
 # over the steps before and after it, capture/timing.py), so it is named as such
-_REFERENCE_LABELS = {"diagnosed run": "the diagnosed run's steps before its window", "control": "the control",
+_REFERENCE_LABELS = {"diagnosed run": "the diagnosed run's steps before its window",
+                     "control": "the control",
                      "controls before and after": "the controls before and after"}
 
 
@@ -101,7 +102,8 @@ def render_console(outcome: TrialsOutcome, console: Console) -> None:
         if mem.baseline is not None or mem.trial is not None:
             details.append(f"peak memory {_mib(mem.baseline)} -> {_mib(mem.trial)}")
         if details:
-            console.print("      " + "; ".join(details), markup=False, highlight=False, soft_wrap=True)
+            console.print("      " + "; ".join(details), markup=False, highlight=False,
+                          soft_wrap=True)
         if rec.effects:
             console.print("      applied: " + "; ".join(rec.effects[:4]), markup=False,
                           highlight=False, soft_wrap=True)
@@ -129,7 +131,8 @@ def section_html(outcome: TrialsOutcome) -> str:
                 outcome_text(rec) + (f"; {rounds_text(rec.rounds)}" if rec.rounds else ""),
                 f"{_mib(mem.baseline)} -> {_mib(mem.trial)}",
                 numerics_text(rec.numerics) or "-", "; ".join(rec.effects) or "-")) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted", "measured (95% interval)", "verdict",
+    head = "".join(f"<th>{h}</th>" for h in ("knob", "finding", "predicted",
+                                             "measured (95% interval)", "verdict",
                                               "peak memory", "numerics", "applied"))
     parts = ['<section id="fixes-tried"><h2>Fixes tried</h2>']
     if outcome.note:

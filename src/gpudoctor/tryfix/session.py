@@ -27,8 +27,9 @@ class TrialsOutcome:
 
 
 def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path, report: Any,
-              numerics: dict[str, Any], fix_ids: list[str] | None, *, sandbox: Any, timeout_s: float,
-              trace: bool, repeats: int = 1, progress: Callable[[str], None] | None = None) -> TrialsOutcome:
+              numerics: dict[str, Any], fix_ids: list[str] | None, *, sandbox: Any,
+              timeout_s: float, trace: bool, repeats: int = 1,
+              progress: Callable[[str], None] | None = None) -> TrialsOutcome:
     """Plan the trials for ``report``'s findings (or the knobs ``fix_ids`` names) and run them
     against the unprofiled ``samples`` timed before the window."""
     from gpudoctor.pipeline import knob_prices_for
@@ -41,22 +42,25 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
     chosen = plan(findings, fix_ids, prices)
     out = TrialsOutcome(not_tried=list(chosen.not_tried), knob_prices=prices)
     if global_rank() is not None:
-        out.note = ("--try-fixes reruns one process per knob and does not run inside a distributed job (each rank "
-                    "would start its own trials): try the knobs on a single-process run of the program")
+        out.note = ("--try-fixes reruns one process per knob and does not run inside a distributed "
+                    "job (each rank would start its own trials): try the knobs on a single-process "
+                    "run of the program")
     elif not chosen.trials:
-        out.note = ("no finding has a fix that gpudoctor can apply from outside the program (knobs: "
-                    f"{', '.join(k.id for k in KNOBS)}); name some with --fixes")
+        out.note = ("no finding has a fix that gpudoctor can apply from outside the program "
+                    f"(knobs: {', '.join(k.id for k in KNOBS)}); name some with --fixes")
         if not diagnosed:
-            out.note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs to try with "
-                        "--fixes (e.g. --fixes loader-workers,optimizer-foreach)")
+            out.note = ("no GPU work was diagnosed, so no finding calls for a knob: name the knobs "
+                        "to try with --fixes (e.g. --fixes loader-workers,optimizer-foreach)")
     elif len(samples) < 2:
-        out.note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing to compare trials "
-                    "with; raise --skip")
+        out.note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing "
+                    "to compare trials with; raise --skip")
     else:
-        baseline = Baseline(tuple(samples), tuple(numerics["losses"]), numerics["peak"], config.skip, config.steps,
+        baseline = Baseline(tuple(samples), tuple(numerics["losses"]), numerics["peak"],
+                            config.skip, config.steps,
                             report.unprofiled_step_ms if report is not None else None)
-        runner = Trials(target, program_facts(target.path_or_module, target.args, target.is_module), run_dir,
-                        baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace, repeats=repeats,
-                        progress=progress)
+        runner = Trials(target,
+                        program_facts(target.path_or_module, target.args, target.is_module),
+                        run_dir, baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace,
+                        repeats=repeats, progress=progress)
         out.trials = runner.run(chosen.trials)
     return out

@@ -128,8 +128,8 @@ from gpudoctor.tryfix.knobs import (
 LOSS_RTOL = 0.05
 DEFAULT_TIMEOUT_S = 300.0
 CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, NOISY = (
-    "confirmed", "smaller than predicted", "no effect", "made it worse", "faster", "too few samples", "not applied",
-    "within the program's drift")
+    "confirmed", "smaller than predicted", "no effect", "made it worse", "faster",
+    "too few samples", "not applied", "within the program's drift")
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 CONTROLS_BOTH = "controls before and after"  # the reference once control-end ran (``bracketed``)
 # Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate
@@ -217,12 +217,13 @@ def _code_fix_first(finding: Any) -> str:
     if finding.id == "input-pipeline" and numbers.get("loader_time_is_pinning"):
         # the loader's time is pinning in-memory batches (rules/input_pipeline.py): worker processes
         # would make the step slower, not faster
-        return ("the loader's time is pinning batches of an in-memory data set: pinning it once is a code "
-                "change, and worker processes would still copy each batch")
+        return ("the loader's time is pinning batches of an in-memory data set: pinning it once "
+                "is a code change, and worker processes would still copy each batch")
     return ""
 
 
-def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[str, Any] | None = None) -> Plan:
+def plan(findings: Sequence[Any], fixes: list[str] | None,
+         knob_prices: Mapping[str, Any] | None = None) -> Plan:
     """Which knobs to try, for which finding; the findings that need a code change, with why.
     ``knob_prices``: the report's own prices of knobs (rules/knob_prices.py, by knob id), which
     stand for a knob's prediction in place of its findings'."""
@@ -240,7 +241,8 @@ def plan(findings: Sequence[Any], fixes: list[str] | None, knob_prices: Mapping[
             continue
         for knob in knobs:
             if (fixes is None or knob.id in fixes) and knob.id not in chosen:
-                chosen[knob.id] = _knob_price(Planned(knob, f.id, f.predicted_speedup, f.saving_ms, _priced_by(f)), f)
+                chosen[knob.id] = _knob_price(Planned(knob, f.id, f.predicted_speedup, f.saving_ms,
+                                                      _priced_by(f)), f)
     for kid in fixes or []:
         chosen.setdefault(kid, Planned(BY_ID[kid]))
     priced = [_own_price(p, (knob_prices or {}).get(p.knob.id)) or _with_also_saves(p, findings)
@@ -292,14 +294,16 @@ def _knob_price(planned: Planned, finding: Any) -> Planned:
     if not own or not ps or ps <= 1 or not saving:
         return planned
     step = saving * ps / (ps - 1.0)
-    return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)), "replay", own_edit=True)
+    return Planned(planned.knob, planned.finding, float(own), step * (1.0 - 1.0 / float(own)),
+                   "replay", own_edit=True)
 
 
 def _own_price(planned: Planned, price: Any) -> Planned | None:
     """The knob priced by its own replayed edit (report ``knob_prices``), None where there is none."""
     if not isinstance(price, Mapping):
         return None
-    speedup_, step, after = price.get("predicted_speedup"), price.get("step_ms"), price.get("step_after_ms")
+    speedup_, step, after = price.get("predicted_speedup"), price.get("step_ms"), price.get(
+        "step_after_ms")
     if not all(isinstance(v, (int, float)) and v > 0 for v in (speedup_, step, after)):
         return None
     return Planned(planned.knob, planned.finding, float(speedup_), float(step) - float(after),
@@ -321,13 +325,15 @@ def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
     if planned.finding is None or not extra or planned.saving_ms is None or planned.own_edit:
         return planned  # a knob priced by its own replay has the findings it also fixes in it
     own = planned.predicted_speedup is not None and planned.predicted_speedup > 1 and planned.saving_ms > 0
-    ps, saving = (planned.predicted_speedup, planned.saving_ms) if own else (extra[0].predicted_speedup,
+    ps, saving = (planned.predicted_speedup, planned.saving_ms) if own else (extra[
+        0].predicted_speedup,
                                                                              extra[0].saving_ms)
     step = saving * ps / (ps - 1.0)  # the step the savings are shares of
     total = min(planned.saving_ms + sum(f.saving_ms for f in extra), MAX_SAVING_SHARE * step)
     label = " + ".join([planned.finding, *(f.id for f in extra)])
     return Planned(planned.knob, label, speedup(step, total), total,
-                   "formula" if planned.priced_by != "replay" else "replay (summed with the findings it also removes)")
+                   "formula" if planned.priced_by != "replay"
+                   else "replay (summed with the findings it also removes)")
 
 
 def timed(samples: Sequence[float]) -> tuple[int, float]:
@@ -338,7 +344,8 @@ def timed(samples: Sequence[float]) -> tuple[int, float]:
 def short_of_evidence(sides: Sequence[tuple[int, float]]) -> str:
     """Why the sides' timed steps (``timed``: reference first, then trial) cannot carry a verdict;
     "" when they can."""
-    short = [(name, n, ms) for name, (n, ms) in zip(("the reference", "the trial"), sides, strict=False)
+    short = [(name, n, ms) for name, (n, ms) in zip(("the reference", "the trial"), sides,
+                                                    strict=False)
              if n < MIN_JUDGED_STEPS or ms < 1000.0 * MIN_JUDGED_S]
     if not short:
         return ""
@@ -353,7 +360,8 @@ def verdict(change: StepChange, predicted_speedup: float | None,
     if change.verdict == UNKNOWN or change.ci_low_pct is None:
         return TOO_FEW
     if sides is None:
-        sides = ((change.n_before, change.n_before * change.before_ms), (change.n_after, change.n_after * change.after_ms))
+        sides = ((change.n_before, change.n_before * change.before_ms),
+                 (change.n_after, change.n_after * change.after_ms))
     if short_of_evidence(sides):
         return NOT_ENOUGH
     if change.verdict == SLOWER:
@@ -364,7 +372,8 @@ def verdict(change: StepChange, predicted_speedup: float | None,
         # fix was once called "no effect" there: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
         # try-fixes")
         drift = change.floor_pct > DEFAULT_FLOOR_PCT
-        excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0 or change.ci_low_pct > 0)
+        excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0
+                                                            or change.ci_low_pct > 0)
         return NOISY if drift and excludes_zero else NO_EFFECT
     assert change.verdict == FASTER
     if predicted_speedup is None or not math.isfinite(predicted_speedup) or predicted_speedup <= 1.0:
@@ -482,7 +491,8 @@ class Trials:
             if r > 1:
                 rounds[CONTROL].append(self.one(_round_name(CONTROL, r), [], None))
             for p in planned:
-                rounds.setdefault(p.knob.id, []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
+                rounds.setdefault(p.knob.id,
+                                  []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
         rounds[CONTROL].append(self.one(CONTROL_END, [], None))
         controls = self._round_samples(rounds[CONTROL])
         self.records += self._summarize_controls(rounds[CONTROL])
@@ -490,7 +500,8 @@ class Trials:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
         ids = self._combinable()
         if ids:
-            runs = [self.one(_round_name("combined", r), ids, None) for r in range(1, self.repeats + 1)]
+            runs = [self.one(_round_name("combined", r), ids, None)
+                    for r in range(1, self.repeats + 1)]
             self.records.append(self._aggregate(runs, controls, None))
         return self.records
 
@@ -556,13 +567,15 @@ class Trials:
             moved = 100.0 * (rec.trial_ms / priced - 1.0)
             if abs(moved) > PRICED_STEP_MOVED_PCT:
                 what = (f"unprofiled step, {priced:.3f} ms (the report's \"step\" line)"
-                        if self.baseline.priced_ms else f"steps before its window, {priced:.2f} ms a step")
+                        if self.baseline.priced_ms
+                        else f"steps before its window, {priced:.2f} ms a step")
                 rec = _with_reason(rec, (
                     f"the prices assume the diagnosed run's {what}; this process stepped at "
                     f"{rec.trial_ms:.2f} ms ({moved:+.0f}%): the program's speed moved between the "
                     "two, and a price made at one speed may not hold at the other"))
-            self.baseline = Baseline(samples, tuple(child.get("losses") or ()), child.get("peak_memory_bytes"),
-                                     self.baseline.skip, self.baseline.steps, self.baseline.priced_ms)
+            self.baseline = Baseline(samples, tuple(child.get("losses") or ()),
+                                     child.get("peak_memory_bytes"), self.baseline.skip,
+                                     self.baseline.steps, self.baseline.priced_ms)
             self.reference = "control"
         else:
             rec = _with_reason(rec, "the trials are measured against the diagnosed run's samples "
@@ -648,13 +661,16 @@ class Trials:
         sides = (timed(self.baseline.samples_ms), timed(samples))
         return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
 
-    def _spawn(self, trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple[str, str, dict[str, Any], float]:
+    def _spawn(self, trial_dir: Path, knob_ids: list[str],
+               cwd: Path) -> tuple[str, str, dict[str, Any], float]:
         target = self.target
-        script = target.path_or_module if target.is_module else str(Path(target.path_or_module).resolve())
+        script = target.path_or_module if target.is_module else str(
+            Path(target.path_or_module).resolve())
         # knobs that compile run their compilation outside the timed steps (knobs.WARMUP_COMPILE)
         warmup = max((BY_ID[k].warmup_steps for k in knob_ids), default=0)
-        spec = child_spec(script, target.args, target.is_module, knob_ids, trial_skip(self.baseline, warmup),
-                          self.baseline.steps, trial_dir, trace=self.trace, program=self.program)
+        spec = child_spec(script, target.args, target.is_module, knob_ids,
+                          trial_skip(self.baseline, warmup), self.baseline.steps, trial_dir,
+                          trace=self.trace, program=self.program)
         spec_path = trial_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2) + "\n")
         # a compile trial's own empty Inductor cache (knobs.FRESH_CACHE); the first trial of a lone
@@ -669,7 +685,8 @@ class Trials:
                     fresh = tempfile.mkdtemp(prefix="gpudoctor-trial-cache-")
         keep = fresh is not None and not reused and len(knob_ids) == 1 and knob_ids[0] not in self._caches
         try:
-            return self._run_child(trial_dir, spec_path, child_env(knob_ids, dict(os.environ), fresh, reused), cwd,
+            return self._run_child(trial_dir, spec_path,
+                                   child_env(knob_ids, dict(os.environ), fresh, reused), cwd,
                                    target)
         finally:
             if keep:
@@ -687,9 +704,11 @@ class Trials:
         with log.open("wb") as out:
             # its own session: the terminal's Ctrl-C reaches gpudoctor alone, which kills the group (finally
             # below); default SIGINT all the same, so that one sent to the group stops it as it would stop python
-            proc = subprocess.Popen([sys.executable, "-m", "gpudoctor.tryfix.child", str(spec_path.resolve())],
-                                    cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=default_sigint_in_child())
+            proc = subprocess.Popen([sys.executable, "-m", "gpudoctor.tryfix.child",
+                                     str(spec_path.resolve())],
+                                    cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=default_sigint_in_child())
             try:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
@@ -738,13 +757,14 @@ def _verdict_of(rec: TrialRecord, change: StepChange, floor_pct: float, planned:
     return _with_reason(rec, short_of_evidence(sides)) if said == NOT_ENOUGH else rec
 
 
-def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequence[str], skip: int, steps: int,
-               trial_dir: Path, trace: bool = False, program: dict[str, Any] | None = None) -> dict[str, Any]:
+def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequence[str],
+               skip: int, steps: int, trial_dir: Path, trace: bool = False,
+               program: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``python -m gpudoctor.tryfix.child SPEC`` reads (tryfix/child.py): the program, the knobs,
     the steps to skip and record, where the trial's files go."""
-    return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids), "skip": skip,
-            "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS, "out_dir": str(trial_dir.resolve()),
-            "program": program or {}}
+    return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids),
+            "skip": skip, "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS,
+            "out_dir": str(trial_dir.resolve()), "program": program or {}}
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
@@ -757,14 +777,17 @@ def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...
     drift between the two already raised the verdicts' floor."""
     if not first or not last:
         return tuple(first)
-    a, b = process_mean(first, drop_outliers=DROP_OUTLIERS), process_mean(last, drop_outliers=DROP_OUTLIERS)
+    a, b = process_mean(first,
+                        drop_outliers=DROP_OUTLIERS), process_mean(last,
+                                                                   drop_outliers=DROP_OUTLIERS)
     if a <= 0 or b <= 0:
         return tuple(first)
     scale = math.sqrt(a * b) / a
     return tuple(v * scale for v in first)
 
 
-def _compare(before: Sequence[float], after: Sequence[float], floor_pct: float = DEFAULT_FLOOR_PCT) -> StepChange:
+def _compare(before: Sequence[float], after: Sequence[float],
+             floor_pct: float = DEFAULT_FLOOR_PCT) -> StepChange:
     """Two trial processes' steps compared as a trial compares them: every step kept (DROP_OUTLIERS)."""
     return compare_samples(before, after, floor_pct=floor_pct, drop_outliers=DROP_OUTLIERS)
 

@@ -33,7 +33,8 @@ def _numels(device: str, step: int) -> list[int]:
 def _build(device: str, churn: bool) -> Workload:
     seed(8)
     largest = 32 * size(device, MIB, 1024)
-    workspace = None if churn else torch.empty(TENSORS, largest, device=device, dtype=torch.bfloat16)
+    workspace = None if churn else torch.empty(TENSORS, largest, device=device,
+                                               dtype=torch.bfloat16)
     gpu = on_gpu(device)
     counter = [0]
 

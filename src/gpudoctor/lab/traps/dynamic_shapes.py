@@ -30,7 +30,9 @@ def _build(device: str, bucketed: bool) -> Workload:
     seed(17)
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
-    batch, lo, step_px, width = size(device, 16, 2), size(device, 128, 16), size(device, 8, 2), size(device, 64, 4)
+    batch, lo, step_px, width = size(device, 16,
+                                     2), size(device, 128, 16), size(device, 8,
+                                                                     2), size(device, 64, 4)
     model = nn.Sequential(
         nn.Conv2d(3, width, 3, 2, 1), nn.ReLU(),
         nn.Conv2d(width, 2 * width, 3, 2, 1), nn.ReLU(),

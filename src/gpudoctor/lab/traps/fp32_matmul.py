@@ -17,7 +17,8 @@ from gpudoctor.lab.trap import Trap, Workload
 def _build(device: str, bf16: bool) -> Workload:
     seed(4)
     torch.backends.cuda.matmul.allow_tf32 = False
-    step, flops = gelu_mlp_regression(device, size(device, 2048, 128), size(device, 4096, 64), 4, bf16)
+    step, flops = gelu_mlp_regression(device, size(device, 2048, 128),
+                                      size(device, 4096, 64), 4, bf16)
     return Workload(step, flops_per_step=flops)
 
 

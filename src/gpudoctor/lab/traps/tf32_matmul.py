@@ -20,7 +20,8 @@ from gpudoctor.lab.trap import Trap, Workload
 
 def _build(device: str, bf16: bool) -> Workload:
     seed(16)
-    step, flops = gelu_mlp_regression(device, size(device, 6144, 128), size(device, 8192, 64), 4, bf16)
+    step, flops = gelu_mlp_regression(device, size(device, 6144, 128),
+                                      size(device, 8192, 64), 4, bf16)
 
     def step_with_tf32() -> None:
         with matmul_precision("high"):
@@ -36,5 +37,6 @@ TRAP = Trap(
     build_sick=lambda device: _build(device, bf16=False),
     build_fixed=lambda device: _build(device, bf16=True),
     description="4-layer MLP (6144 wide, batch 8192) trained in float32 with "
-    "torch.set_float32_matmul_precision('high'): TF32 tensor cores. Fixed: bf16 autocast, same setting.",
+    "torch.set_float32_matmul_precision('high'): TF32 tensor cores. Fixed: bf16 autocast, same "
+    "setting.",
 )
