@@ -53,7 +53,8 @@ def main() -> None:
 
 
 def _plain_analyze_json(argv: list[str]) -> str | None:
-    """PATH when ``argv`` is exactly ``analyze PATH --json`` or ``analyze --json PATH``, else None."""
+    """PATH when ``argv`` is exactly ``analyze PATH --json`` or ``analyze --json PATH``, else
+    None."""
     if len(argv) != 3 or argv[0] != "analyze" or "--json" not in argv[1:]:
         return None
     path = argv[2] if argv[1] == "--json" else argv[1]

@@ -106,9 +106,9 @@ def run_bench(
     shapes: bool = True,
 ) -> BenchResult:
     """``collectives``: NCCL curves across the GPUs (default: with 2+ GPUs, not in --quick).
-    ``shapes``: the GEMM and attention grids, the elementwise-kind and optimizer rates that ``plan train
-    --bench`` reads (hardware/shapes.py, hardware/kinds.py); with collectives, also compute under an
-    overlapped all-reduce (hardware/overlap.py)."""
+    ``shapes``: the GEMM and attention grids, the elementwise-kind and optimizer rates that ``plan
+    train --bench`` reads (hardware/shapes.py, hardware/kinds.py); with collectives, also compute
+    under an overlapped all-reduce (hardware/overlap.py)."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -204,8 +204,9 @@ def p2p_probe(torch: Any) -> list[Measurement]:
 
 
 def run_collectives(gpus: int, max_bytes: str, overlap: bool = False) -> dict[str, Any]:
-    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun (hardware/collective_bandwidth.py);
-    with ``overlap``, its ``"overlap"`` key holds compute under an all-reduce (hardware/overlap.py)."""
+    """NCCL all-reduce / all-gather / reduce-scatter curves under torchrun
+    (hardware/collective_bandwidth.py); with ``overlap``, its ``"overlap"`` key holds compute under
+    an all-reduce (hardware/overlap.py)."""
     import json
     import subprocess
     import sys

@@ -23,9 +23,11 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Diagnose slow or out-of-memory PyTorch GPU workloads from their profiler traces.",
-    context_settings={"help_option_names": ["-h", "--help"]},  # every command's context inherits them
+    # every command's context inherits them
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-NO_REPORT_EXIT = 3  # `run`: the program ended normally before any window: no report (as `plan`'s "nothing fits")
+# `run`: the program ended normally before any window: no report (as `plan`'s "nothing fits")
+NO_REPORT_EXIT = 3
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 
 
@@ -96,7 +98,8 @@ def analyze(
     _check_outputs(html, perfetto, inputs)  # before the analysis: a bad output path fails at once
     report = analyze_inputs(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=perfetto,
                             inputs=inputs)
-    if html is not None and hasattr(report, "reports"):  # traces diagnosed one by one: one page holds one report
+    # traces diagnosed one by one: one page holds one report
+    if html is not None and hasattr(report, "reports"):
         raise InputError(f"--html writes one report, and these {len(paths)} traces are not the "
                          f"ranks of one job ({report.why}); write one page per trace: gpudoctor "
                          "analyze TRACE --html PAGE.html")
@@ -299,8 +302,8 @@ def run(
                     trial_timeout, trial_trace, json_out, width, trial_repeats)
     code = outcome.exit_code
     if run.status is RunStatus.NOT_DIAGNOSED and ranked is None:
-        # the program succeeded, but gpudoctor made no report: not the program's error, not bad input
-        # (in a distributed job a rank's non-zero exit would make torchrun stop the others)
+        # the program succeeded, but gpudoctor made no report: not the program's error, not bad
+        # input (in a distributed job a rank's non-zero exit would make torchrun stop the others)
         code = code or NO_REPORT_EXIT
     if ranked is not None:
         from gpudoctor.capture.launch import record_exit_code
@@ -755,7 +758,8 @@ def explain_cmd(
     render_console(result, SafeConsole(width=width) if width else SafeConsole())
 
 
-# core/presets.py's names, listed here so the help needs no import (tests/test_memory_cli.py keeps them in step)
+# core/presets.py's names, listed here so the help needs no import (tests/test_memory_cli.py keeps
+# them in step)
 _PRESET_NAMES = ("deepseek-v2-lite", "deepseek-v3", "gemma-2b", "gemma-7b", "gpt2", "gpt2-xl",
                  "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b",
                  "mistral-7b", "mixtral-8x7b",
@@ -1015,7 +1019,8 @@ def _inputs_of(path: Path, *others: Path | None) -> list[Path | str | None]:
     from gpudoctor.trace.load import resolve_trace_path
 
     inputs: list[Path | str | None] = [path, *others]
-    with contextlib.suppress(GpuDoctorError, OSError):  # analyze itself says what is wrong with PATH
+    # analyze itself says what is wrong with PATH
+    with contextlib.suppress(GpuDoctorError, OSError):
         inputs += [resolve_trace_path(path), env_file_of(path)]
     return inputs
 

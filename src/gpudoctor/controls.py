@@ -2,13 +2,13 @@
 
 A kernel, op or GPU name, a source line or a path is whatever the file says: ``ESC ] 0 ; pwned BEL``
 in a kernel name would retitle the terminal, and other sequences recolour, move the cursor or
-rewrite what was printed before. rich escapes its own markup, not control characters, so every
-C0 control but tab and newline, DEL and every C1 control is replaced by a printable stand-in: the
-Unicode control picture of a C0 one (ESC -> ␛, BEL -> ␇), ␡ for DEL, and U+FFFD for a C1 one.
-A lone surrogate cannot be written as UTF-8 at all: a file name's undecodable byte (Python's
-surrogateescape, ``tr\\xe9ce.json.gz`` in a UTF-8 locale) is shown as ``\\xe9``, any other as ``\\udXXX``.
-The loader applies it to every name it keeps (trace/load.py), the console to every line it prints
-(report/safe.py), the HTML page to every string it escapes (report/escape.py ``esc``).
+rewrite what was printed before. rich escapes its own markup, not control characters, so every C0
+control but tab and newline, DEL and every C1 control is replaced by a printable stand-in: the
+Unicode control picture of a C0 one (ESC -> ␛, BEL -> ␇), ␡ for DEL, and U+FFFD for a C1 one. A lone
+surrogate cannot be written as UTF-8 at all: a file name's undecodable byte (Python's
+surrogateescape, ``tr\\xe9ce.json.gz`` in a UTF-8 locale) is shown as ``\\xe9``, any other as
+``\\udXXX``. The loader applies it to every name it keeps (trace/load.py), the console to every line
+it prints (report/safe.py), the HTML page to every string it escapes (report/escape.py ``esc``).
 """
 
 from __future__ import annotations

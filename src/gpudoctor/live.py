@@ -46,7 +46,8 @@ DEFAULT_BASE = Path("gpudoctor-runs")
 # 2 GB, several times its file (perfetto.dev/docs/visualization/large-traces); gzipped at ~50 MB of
 # JSON a second (benchmarks/BENCHMARKS-loading.md, "Annotated trace"), a copy of that takes ~20 s.
 ANNOTATED_COPY_UP_TO = 64 << 20
-# ... and while its disk keeps this much free beside it: the program, or the next run, writes there too
+# ... and while its disk keeps this much free beside it: the program, or the next run, writes there
+# too
 DISK_KEPT_FREE = 1 << 30
 
 
@@ -60,8 +61,8 @@ class RunStatus(str, Enum):
 
 @dataclass(frozen=True)
 class Diagnosed:
-    """A window's diagnosis: its report (None when there is none), a note for the user, and the status.
-    Unpacks as ``report, note``."""
+    """A window's diagnosis: its report (None when there is none), a note for the user, and the
+    status. Unpacks as ``report, note``."""
 
     report: Report | None
     note: str
@@ -119,7 +120,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
             note = (f"no GPU activity in the window (device: {result.device}): the CPU-only "
                     f"profile is in {result.trace_path}; the doctor needs a CUDA device to "
                     "diagnose GPU time")
-        except IncompleteTraceError as exc:  # the window holds nothing sound to report (its message names the file)
+        # the window holds nothing sound to report (its message names the file)
+        except IncompleteTraceError as exc:
             note = f"the recorded window cannot be diagnosed: {exc}"
     if report is not None:
         report = _with_capture_facts(report, result)
@@ -165,7 +167,8 @@ def free_bytes(folder: Path) -> int:
 
 def annotated_copy_skipped(sources: Sequence[Path], target: Path, what: str) -> str:
     """Why an annotated copy of ``sources`` is not written to ``target`` with the bundle (too big a
-    trace, too full a disk: ANNOTATED_COPY_UP_TO, DISK_KEPT_FREE), saying how to write it; "" to write it."""
+    trace, too full a disk: ANNOTATED_COPY_UP_TO, DISK_KEPT_FREE), saying how to write it; "" to
+    write it."""
     size = sum(p.stat().st_size for p in sources)
     if size > ANNOTATED_COPY_UP_TO:
         copied = "the trace it copies is" if len(sources) == 1 else f"the {len(sources)} traces it copies are"
@@ -213,7 +216,8 @@ def run_and_diagnose(
     into ``RUN/rank<R>/`` and rank 0 returns ``RUN`` with the combined report (finish_ranked); the
     others return their own bundle and report."""
     info = rank_info()
-    program = program_facts(target.path_or_module, target.args, target.is_module)  # before the program can chdir
+    # before the program can chdir
+    program = program_facts(target.path_or_module, target.args, target.is_module)
     if info is not None:
         sync = RankSync(info, base, target.name, config.steps, rank_timeout_s)
         outcome = run_program(target, config, sync.bundle_dir(), exit_after=exit_after,
@@ -341,7 +345,8 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
             saved = json.loads((run / f"rank{rank}"
                                 / "report.json").read_text()).get("annotated_trace")
             entry = AnnotatedTraceSection.from_dict(saved) if saved else None
-        except (OSError, ValueError, AttributeError, KeyError, TypeError):  # no bundle, or not one this gpudoctor wrote
+        # no bundle, or not one this gpudoctor wrote
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
             entry = None
     if entry is None or not entry.file:
         return report
@@ -377,7 +382,8 @@ def _why_nothing(outcome: Outcome, config: CaptureConfig, wait_s: float) -> str:
     if seen == 0 and code != 0:
         return f"the program stopped (exit code {code}) before its first step: nothing was recorded"
     ran = f"after {result.program_s:.1f} s" if result.program_s > 0 else ""
-    ended_early = result.program_s < wait_s  # the time window could still have opened, had it run on
+    # the time window could still have opened, had it run on
+    ended_early = result.program_s < wait_s
     mark = "call gpudoctor.step() once per iteration (import gpudoctor)"
     if seen == 0 and result.training_forwards:
         return (f"the program ended with exit code 0 {ran}; it called {result.root_module} "
@@ -409,7 +415,8 @@ class Doctor:
         self.config = CaptureConfig(steps=steps, skip=skip, stack=stack)
         self.rank = global_rank()
         base = Path(out) if out else DEFAULT_BASE
-        info = rank_info()  # distributed: the ranks agree on the steps and share RUN/ (finish_ranked)
+        # distributed: the ranks agree on the steps and share RUN/ (finish_ranked)
+        info = rank_info()
         self.sync = RankSync(info, base, name, steps) if info is not None else None
         self.run_dir = self.sync.bundle_dir() if self.sync is not None else new_run_dir(base, name)
         self.session = CaptureSession(self.config, self.run_dir, sync=self.sync)
@@ -455,5 +462,6 @@ class Doctor:
 
 def profile(steps: int = 5, skip: int = 3, stack: bool = False,
             out: str | Path | None = None) -> Any:
-    """Profile ``steps`` steps of the code inside the ``with`` block, after ``skip`` untouched ones."""
+    """Profile ``steps`` steps of the code inside the ``with`` block, after ``skip`` untouched
+    ones."""
     return Doctor(steps=steps, skip=skip, stack=stack, out=out)

@@ -129,7 +129,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     release_free_memory()  # as between the analyses (analysis/__init__.py)
     findings, together = priced(found, analysis)
     report = build_report(analysis, findings)
-    if together is not None and len(together.ids) > 1:  # "all fixes together" says more than one fix
+    # "all fixes together" says more than one fix
+    if together is not None and len(together.ids) > 1:
         report = dataclasses.replace(report, all_fixes=all_fixes_section(together))
     return analysis, report
 
@@ -211,10 +212,11 @@ def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None 
                    inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Report | Reports:
     """What ``gpudoctor analyze`` reads: one run directory of a distributed job, or several traces
     that are the ranks of one job (ranks/job.py: their distributedInfo, else their collectives), as
-    the ranks' combined report; several traces that are not, each diagnosed on its own (``Reports``);
-    else one trace or run directory. ``annotate``: write the annotated trace there (one per rank,
-    ``rank_file``, for a distributed run), never over one of ``inputs``."""
-    check_jobs(jobs)  # whatever the inputs turn out to be: one trace uses no worker, yet -3 is no count
+    the ranks' combined report; several traces that are not, each diagnosed on its own
+    (``Reports``); else one trace or run directory. ``annotate``: write the annotated trace there
+    (one per rank, ``rank_file``, for a distributed run), never over one of ``inputs``."""
+    # whatever the inputs turn out to be: one trace uses no worker, yet -3 is no count
+    check_jobs(jobs)
     if len(paths) == 1:
         if is_rank_set(Path(paths[0])):
             return analyze_ranks(paths, jobs=jobs, ceilings=ceilings, gpu=gpu, annotate=annotate,
@@ -271,7 +273,8 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     ranks = rank_sources([Path(p) for p in sources])
     check_jobs(jobs)
     workers = min(jobs or os.cpu_count() or 1, len(ranks))
-    kept = [*inputs, *(f for r in ranks for f in (r.trace, r.env))]  # no annotated trace over any of them
+    # no annotated trace over any of them
+    kept = [*inputs, *(f for r in ranks for f in (r.trace, r.env))]
     if annotate is None:
         return _ranks_report(ranks, workers, gpu, ceilings)
     # the ranks' annotated traces and their merge are written under hidden names and put in place

@@ -45,7 +45,8 @@ class Analysis:
     warnings: tuple[str, ...]
     unprofiled_step_ms: float | None = None  # the same step timed outside the profiler
     step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
-    # host time per step the profiler added (analysis/observer.py's per-event estimate), computed once
+    # host time per step the profiler added (analysis/observer.py's per-event estimate), computed
+    # once
     profiler_overhead_ms: float = 0.0
 
     @property
@@ -56,8 +57,9 @@ class Analysis:
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
                   model_state: ModelState | None = None, step_source: str = "",
                   cut_after: int | None = None) -> Analysis:
-    """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated after).
-    ``cut_after``: a capture that ended early recorded this many whole steps (``steps.whole_steps``)."""
+    """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
+    after). ``cut_after``: a capture that ended early recorded this many whole steps
+    (``steps.whole_steps``)."""
     found = whole_steps(segment(trace), cut_after)
     steps, left_out = without_outlier_edges(found, trace, unprofiled_step_ms)
     warnings: list[str] = []
@@ -71,7 +73,8 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     bd = breakdown(trace, steps)
     idle = idle_causes(trace, steps)
     # the heap pages an analysis freed, handed back: its small objects leave holes that would add
-    # up, analysis after analysis, in a big trace's RSS (benchmarks/BENCHMARKS-loading.md, "Traces of any size")
+    # up, analysis after analysis, in a big trace's RSS (benchmarks/BENCHMARKS-loading.md, "Traces
+    # of any size")
     release_free_memory()
     roof = roofline(trace, steps, ceilings)
     release_free_memory()

@@ -17,9 +17,9 @@ What stays outside (an optimizer's for-loop, a hand-written SGD update, the load
 time when the module is compiled or captured in a CUDA graph (``rules/knob_prices.py``).
 
 ``traced_by_dynamo`` narrows the region to what ``torch.compile`` itself takes: TorchDynamo does not
-trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``, ``nn.GRU``
-and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before, forward and
-backward (benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
+trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``,
+``nn.GRU`` and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before,
+forward and backward (benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
 backward hands each parameter's gradient to the autograd engine, whose AccumulateGrad nodes run
 eagerly after it, one per parameter, as before.
 """

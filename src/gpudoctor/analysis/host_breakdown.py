@@ -33,7 +33,8 @@ TOP_OPS = 15
 
 @dataclass(frozen=True)
 class HostOp:
-    """A top-level host op of the step thread, per step (the report keeps it, rounded: report/sections.py)."""
+    """A top-level host op of the step thread, per step (the report keeps it, rounded:
+    report/sections.py)."""
 
     name: str
     category: str

@@ -121,7 +121,8 @@ def bookkeeping_names(trace: Trace) -> np.ndarray:
 
 
 def dataloader_calls(trace: Trace) -> np.ndarray:
-    """Host events of a DataLoader fetching the next batch (``enumerate(DataLoader)#...__next__``)."""
+    """Host events of a DataLoader fetching the next batch
+    (``enumerate(DataLoader)#...__next__``)."""
     return trace.names_matching(lambda s: bool(_DATALOADER.search(s))
                                 and "pin_memory" not in s)[trace.host.name]
 
@@ -152,14 +153,13 @@ def event_waits(trace: Trace) -> np.ndarray:
 # times the lower quartile of the same operator's calls (the first call on a new shape, the others
 # reusing its plan) or SETUP_TIMES_GPU times the GPU time of the kernels it launched (every call on
 # a new shape: the host, not the GPU, is busy), and such calls come on at least half the steps with
-# at least two different input shapes.
-# The thresholds separate the two twins that showed the pattern, a plan built per sequence length
-# (cuDNN attention, cuBLASLt choosing a kernel) and cuDNN's autotuner on a new image size every step
-# (too many setup calls for a quartile to be typical): benchmarks/BENCHMARKS-twins.md "Evidence moved from the
-# source: analysis".
-# A call that waits on CUDA events inside itself this many times times its own kernels: an
-# autotuner trying candidates (cuDNN's under cudnn.benchmark waits 10 times a forward, 20 a
-# backward). A plain operator, a compiled region included, never waits on an event inside itself.
+# at least two different input shapes. The thresholds separate the two twins that showed the
+# pattern, a plan built per sequence length (cuDNN attention, cuBLASLt choosing a kernel) and
+# cuDNN's autotuner on a new image size every step (too many setup calls for a quartile to be
+# typical): benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: analysis". A call that
+# waits on CUDA events inside itself this many times times its own kernels: an autotuner trying
+# candidates (cuDNN's under cudnn.benchmark waits 10 times a forward, 20 a backward). A plain
+# operator, a compiled region included, never waits on an event inside itself.
 SETUP_MIN_TIMED = 4
 SETUP_MIN_NS = 2_000_000
 SETUP_TIMES_TYPICAL = 20.0
@@ -205,7 +205,8 @@ def _first_quartiles(values: np.ndarray, group: np.ndarray, n_groups: int) -> np
     ranked = values[order].astype(np.float64)
     count = np.bincount(group, minlength=n_groups)
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
-    virtual = count * 0.25 - 0.25  # numpy: n * q + (alpha + q * (1 - alpha - beta)) - 1, alpha = beta = 1
+    # numpy: n * q + (alpha + q * (1 - alpha - beta)) - 1, alpha = beta = 1
+    virtual = count * 0.25 - 0.25
     below = np.floor(virtual)
     gamma = virtual - below
     a = ranked[first + below.astype(np.int64)]

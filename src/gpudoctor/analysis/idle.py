@@ -118,7 +118,8 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     cut = np.clip(launched_at, gap_s, gap_e)
     on_threads = trace.host.on_threads(launch_threads(trace))
     setup = setup_calls(trace, steps)
-    uploads = _pageable_copy_calls(trace, busy_s, busy_e)  # once: labels, catch-up and culprits read it
+    # once: labels, catch-up and culprits read it
+    uploads = _pageable_copy_calls(trace, busy_s, busy_e)
     label_sets = _label_intervals(trace, on_threads, steps, setup, uploads)
     per_gap = _exclusive_overlap(label_sets, gap_s, cut)  # cause -> ns per gap
     per_gap["dispatch"] += gap_e - cut
@@ -179,8 +180,8 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
 
     A copy from pageable memory blocks the host like a sync (the driver stages it through a bounce
     buffer); with pinned memory and ``non_blocking=True`` the host launches the forward while the
-    copy runs, and the dispatch idle after each copy goes with the fix (benchmarks/BENCHMARKS-twins.md "Evidence
-    moved from the source: analysis").
+    copy runs, and the dispatch idle after each copy goes with the fix
+    (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: analysis").
     """
     if by_cause[cause] <= 0 or blocked_ms <= 0:
         return
@@ -312,10 +313,10 @@ def _host_work(
     launch, a copy or another cause's event.
 
     Operators that call no CUDA runtime or driver function ran on the host alone (torch ops on CPU
-    tensors: a batch augmented in the training loop): their time is host work too, not the
-    dispatch of GPU work; counted as dispatch, their idle would go to the copy that closes the gap
-    and host-blocking-work would see nothing (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source:
-    analysis")."""
+    tensors: a batch augmented in the training loop): their time is host work too, not the dispatch
+    of GPU work; counted as dispatch, their idle would go to the copy that closes the gap and
+    host-blocking-work would see nothing (benchmarks/BENCHMARKS-twins.md "Evidence moved from the
+    source: analysis")."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
     active = calls | _ops_talking_to_gpu(trace, on_thread & (host.cat == HostCat.OP), calls)
@@ -372,7 +373,8 @@ def _events_by_cause(
     trace: Trace, on_threads: np.ndarray, steps: Steps,
     sets: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> dict[str, int]:
-    """Recorded ops and runtime calls in the steps, by the first cause (CAUSES order) covering them."""
+    """Recorded ops and runtime calls in the steps, by the first cause (CAUSES order) covering
+    them."""
     host = trace.host
     recorded = on_threads & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
     ts = host.ts[recorded]

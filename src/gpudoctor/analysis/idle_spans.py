@@ -60,7 +60,8 @@ class IdleSpans:
         return np.flatnonzero(self.cause == NAMES.index(cause)) if cause in NAMES else _EMPTY
 
     def ms_by_cause(self, n_steps: int) -> dict[str, float]:
-        """ms per step of each cause, as ``IdleResult.by_cause_ms`` counts it (before the catch-up)."""
+        """ms per step of each cause, as ``IdleResult.by_cause_ms`` counts it (before the
+        catch-up)."""
         ns = np.bincount(self.cause, weights=(self.end - self.start).astype(np.float64),
                          minlength=len(NAMES))
         return {name: float(ns[i]) / 1e6 / max(n_steps, 1) for i, name in enumerate(NAMES)}
@@ -146,7 +147,8 @@ def blocking_calls(trace: Trace, idle: IdleResult, spans: IdleSpans,
     k = np.searchsorted(gap_s, host.end[calls], side="right") - 1
     in_gap = (k >= 0) & (host.end[calls] < gap_e[np.maximum(k, 0)])
     until = np.where(in_gap, gap_e[np.maximum(k, 0)], host.end[calls])
-    first = np.searchsorted(spans.end[mine], host.ts[calls], side="right")  # the first span ending after the start
+    # the first span ending after the start
+    first = np.searchsorted(spans.end[mine], host.ts[calls], side="right")
     found = first < mine.size
     found[found] = spans.start[mine[first[found]]] < until[found]
     return calls[found], mine[first[found]]

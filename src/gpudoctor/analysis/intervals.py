@@ -84,7 +84,8 @@ def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray,
                                                                                     np.ndarray]:
-    """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke), as intervals."""
+    """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke), as
+    intervals."""
     out_s, out_e = [], []
     j = 0
     for lo, hi in zip(s.tolist(), e.tolist()):

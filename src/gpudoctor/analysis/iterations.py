@@ -30,7 +30,9 @@ NOT_A_FORWARD = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)", "gpudoc
 MODULE_PREFIX = "nn.Module: "
 MIN_CALLS = 3  # two whole iterations between three calls
 CONSISTENT_SHARE = 0.8
-EDGE_STRETCH = 3.0  # an edge period this many times the median long is cut by the window  # of the gaps between calls that must hold about the same number of host events
+# an edge period this many times the median long is cut by the window  # of the gaps between calls
+# that must hold about the same number of host events
+EDGE_STRETCH = 3.0
 
 
 def module_forward_starts(trace: Trace) -> tuple[np.ndarray, str] | None:
@@ -54,7 +56,8 @@ def module_forward_starts(trace: Trace) -> tuple[np.ndarray, str] | None:
     for calls in np.split(idx, cuts):
         if len(calls) < MIN_CALLS or not _alike(trace, calls):
             continue
-        rank = (len(calls), -int(host.ts[calls[0]]))  # most calls, then the earliest: an iteration's start
+        # most calls, then the earliest: an iteration's start
+        rank = (len(calls), -int(host.ts[calls[0]]))
         if best is None or rank > best[:2]:
             best = (*rank, host.ts[calls].copy(), trace.strings[host.name[calls[0]]])
     return (best[2], best[3]) if best else None
@@ -92,14 +95,16 @@ def kernel_period_starts(trace: Trace) -> tuple[np.ndarray, int] | None:
     order = np.lexsort((dev.ts[keep], at))
     keep, at = keep[order], at[order]
     launch = dev.launch[keep] if launched.size else np.arange(len(keep))
-    first = np.flatnonzero(np.concatenate(([True], launch[1:] != launch[:-1])))  # each launch's first kernel
+    # each launch's first kernel
+    first = np.flatnonzero(np.concatenate(([True], launch[1:] != launch[:-1])))
     symbols = _launch_symbols(dev.name[keep], first)
     gap_before = np.diff(at[first], prepend=at[0])
     period = find_period(symbols, gap_before)
     if period is not None:
         units = period.starts
     elif len(first) >= MIN_CALLS and len(first) < len(keep) and np.all(symbols == symbols[0]):
-        units = np.arange(len(first))  # the same CUDA graph replayed, and nothing else: a replay each
+        # the same CUDA graph replayed, and nothing else: a replay each
+        units = np.arange(len(first))
     else:
         return None
     kernels = first[units]

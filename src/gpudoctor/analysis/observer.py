@@ -33,9 +33,10 @@ def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
 
 
 # The profiler's own work at each step boundary (closing one ProfilerStep range, opening the next)
-# shows as host time before the step's first recorded event and after its last: 0.07-0.25 ms a
-# step on the lab's fixed twins (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: analysis").
-# Capped: a longer stretch is the program's own work (Python, I/O) rather than the profiler's.
+# shows as host time before the step's first recorded event and after its last: 0.07-0.25 ms a step
+# on the lab's fixed twins (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source:
+# analysis"). Capped: a longer stretch is the program's own work (Python, I/O) rather than the
+# profiler's.
 MAX_STEP_BOUNDARY_NS = 300_000
 
 
@@ -55,7 +56,8 @@ def step_boundary_ms(trace: Trace, steps: Steps) -> float:
 def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
                         hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For each step [lo, hi) holding a ``recorded`` host event: (lo, the first one's start, the
-    last one's end, hi), each stretch capped at MAX_STEP_BOUNDARY_NS; steps holding none are left out."""
+    last one's end, hi), each stretch capped at MAX_STEP_BOUNDARY_NS; steps holding none are left
+    out."""
     host = trace.host
     idx = np.flatnonzero(recorded)
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)

@@ -1,6 +1,7 @@
 """The cost of each op that launched GPU work (analysis/roofline.py), held as arrays: the ops of
 every step repeat a few hundred distinct costs, so a 4 GB trace's 640k ops are two arrays and a
-short list, not a dict entry each (60 MB; benchmarks/BENCHMARKS-loading.md, "Traces of any size")."""
+short list, not a dict entry each (60 MB; benchmarks/BENCHMARKS-loading.md, "Traces of any
+size")."""
 
 from __future__ import annotations
 

@@ -481,7 +481,8 @@ def _out_size(out_tensors: list[_Tensor], default: int) -> int:
 
 
 def _out_count(base: str, args: list[Any], types: list[Any]) -> int:
-    """How many trailing arguments are out= tensors (0 for the functional and in-place overloads)."""
+    """How many trailing arguments are out= tensors (0 for the functional and in-place
+    overloads)."""
     n = len(types)
     for k in (1, 2, 3):
         names = OUT_OVERLOADS.get((n, k))
@@ -569,7 +570,8 @@ def _attention_cost(stem: str, ins: list[Any], concrete: list[Any], dtype: str,
     q, k, v = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor)
                else None for i in (qi, ki, vi))
     if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
-        return _unknown(dtype, matrix=True, **meta)  # variable-length batches: sequence lengths unknown
+        # variable-length batches: sequence lengths unknown
+        return _unknown(dtype, matrix=True, **meta)
     if any(_concrete(concrete, i) not in ("", "None", "-1") or (i < len(ins) and ins[i] is not None)
            for i in _ATTENTION_UNKNOWN_IF_SET.get(stem, ())):
         return _unknown(dtype, matrix=True, **meta)
@@ -601,7 +603,8 @@ def _conv_cost(stem: str, ins: list[Any], concrete: list[Any], pflops: float | N
                meta: dict[str, Any]) -> OpCost:
     backward = stem in _CONV_BACKWARD
     if backward:
-        offset = 1 if _CONV_BACKWARD[stem] == 0 else 0  # bias_sizes sits at 3 in convolution_backward
+        # bias_sizes sits at 3 in convolution_backward
+        offset = 1 if _CONV_BACKWARD[stem] == 0 else 0
         g_out, x, w = (ins[i] if i < len(ins) and isinstance(ins[i], _Tensor)
                        else None for i in (0, 1, 2))
         pos = (3 + offset, 4 + offset, 5 + offset, 6 + offset, 7 + offset, 8 + offset)
@@ -706,7 +709,8 @@ def _fused_optimizer_cost(stem: str, ins: list[Any], dtype: str, meta: dict[str,
     reads every list, writes back the params and the optimizer state."""
     lists = [a if isinstance(a, list) else None for a in ins[:6]]
     if len(lists) < 2 or not lists[0] or not lists[1]:
-        return _unknown(dtype, **meta)  # params / grads unrecorded (a long list) or of unknown dtype
+        # params / grads unrecorded (a long list) or of unknown dtype
+        return _unknown(dtype, **meta)
     read = sum(t.nbytes for a in lists if a for t in a)
     read += sum(a.nbytes for a in ins if isinstance(a, _Tensor))
     write = sum(t.nbytes for i in _FUSED_OPTIMIZERS[stem] if i < len(lists) and lists[i]
@@ -726,8 +730,8 @@ def _cat_cost(ins: list[Any], out_tensors: list[_Tensor], dtype: str,
 
 def _im2col_cost(ins: list[Any], out_tensors: list[_Tensor], concrete: list[Any], dtype: str,
                  meta: dict[str, Any]) -> OpCost:
-    """im2col(self, kernel_size, dilation, padding, stride) writes [N, C x kh x kw, L]; it reads all of
-    its input only when the windows leave no gap (stride <= dilated kernel)."""
+    """im2col(self, kernel_size, dilation, padding, stride) writes [N, C x kh x kw, L]; it reads all
+    of its input only when the windows leave no gap (stride <= dilated kernel)."""
     x = ins[0] if ins and isinstance(ins[0], _Tensor) else None
     ks, dil, pad, st = (_ints(_concrete(concrete, i)) for i in (1, 2, 3, 4))
     if x is None or len(x.shape) not in (3, 4) or not ks or not dil or pad is None or not st:

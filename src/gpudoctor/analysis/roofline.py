@@ -76,7 +76,8 @@ class RooflineResult:
     mfu: float  # model FLOPs / (step time x 16-bit matrix roof)
     placed_fraction: float  # share of kernel time placed on the roofline
     # per device event (aligned with trace.device)
-    event_flops: np.ndarray  # the cost model's share (also of events left unplaced as over their roof)
+    # the cost model's share (also of events left unplaced as over their roof)
+    event_flops: np.ndarray
     event_bytes: np.ndarray
     event_dtype: np.ndarray  # index into DTYPES
     event_in_steps_ns: np.ndarray
@@ -97,7 +98,8 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
     matrix = np.isin(dev.kind, [int(k) for k in _MATRIX])
     model_flops = float((flops * weight)[matrix].sum()) / n_steps
     step_s = steps.total_ns / 1e9 / n_steps
-    if not ceilings.available:  # no roofs (a card the table does not know): the work is known, nothing is placed
+    # no roofs (a card the table does not know): the work is known, nothing is placed
+    if not ceilings.available:
         placed = np.zeros(len(dev), bool)
         kernels: tuple[Placement, ...] = ()
         ops: tuple[Placement, ...] = ()
@@ -206,7 +208,8 @@ def _event_roofs(kind: np.ndarray, dtype: np.ndarray, ceilings: Ceilings) -> np.
 
 def _over_roof(flops: np.ndarray, nbytes: np.ndarray, dur_ns: np.ndarray, roofs: np.ndarray,
                ceilings: Ceilings) -> np.ndarray:
-    """Events faster than their roof allows for the work the cost model gave them (module docstring)."""
+    """Events faster than their roof allows for the work the cost model gave them (module
+    docstring)."""
     seconds = dur_ns.astype(np.float64) / 1e9
     ideal = np.maximum(np.divide(flops, roofs, out=np.zeros(len(flops)), where=roofs > 0),
                        nbytes / ceilings.hbm_bytes_per_s)

@@ -104,7 +104,8 @@ OUTLIER_OP_SHARE = 0.5
 
 def without_outlier_edges(steps: Steps, trace: Trace,
                           unprofiled_ms: float | None = None) -> tuple[Steps, tuple[int, ...]]:
-    """``steps`` without the outlying steps at the window's edges (above), and the positions left out."""
+    """``steps`` without the outlying steps at the window's edges (above), and the positions left
+    out."""
     keep = np.ones(len(steps), bool)
     dur = (steps.end - steps.start).astype(float)
     lo, hi = 0, len(steps) - 1
@@ -134,7 +135,8 @@ def without_outlier_edges(steps: Steps, trace: Trace,
 
 
 def _op_share(trace: Trace, start: int, end: int) -> float:
-    """The share of [start, end) the outermost operator calls cover (on any thread, overlaps once)."""
+    """The share of [start, end) the outermost operator calls cover (on any thread, overlaps
+    once)."""
     host = trace.host
     ops = np.flatnonzero(
         (host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts < end) & (host.end > start))

@@ -1,4 +1,5 @@
-"""Live capture: profile a window of the user's own program (``gpudoctor run``, ``gpudoctor.profile``)."""
+"""Live capture: profile a window of the user's own program (``gpudoctor run``,
+``gpudoctor.profile``)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ ENV_SCHEMA = "1.0"
 
 def global_rank() -> int | None:
     """This process's global rank in a distributed job, else None: torch.distributed once the
-    program initialized it, else the launcher's variables (torchrun, accelerate, Lightning, SLURM)."""
+    program initialized it, else the launcher's variables (torchrun, accelerate, Lightning,
+    SLURM)."""
     rank, world = rank_and_world()
     return None if rank is None else distributed_rank(rank, world)
 
@@ -49,7 +50,8 @@ def global_rank() -> int | None:
 def rank_and_world() -> tuple[int | None, int | None]:
     """(global rank, world size) as torch.distributed (once the program initialized it) or the
     launcher's variables say; (None, None) outside a launcher, the world size None when unset."""
-    dist = sys.modules.get("torch.distributed")  # never imported here: only asked if the program did
+    # never imported here: only asked if the program did
+    dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
@@ -160,8 +162,9 @@ def git_commit(folder: Path) -> dict[str, Any]:
 
 def program_facts(path_or_module: str, args: tuple[str, ...] | list[str],
                   is_module: bool) -> dict[str, Any]:
-    """env.json's ``program``: what ran (script path made absolute, or module) with its arguments, and
-    the git commit of the repository the script lives in (``gpudoctor history``, ``diff --last``)."""
+    """env.json's ``program``: what ran (script path made absolute, or module) with its arguments,
+    and the git commit of the repository the script lives in (``gpudoctor history``, ``diff
+    --last``)."""
     folder: Path | None = None
     target = path_or_module
     if is_module:
@@ -238,7 +241,8 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def env_file_of(path: Path) -> Path | None:
-    """The env.json beside a trace (``trace.rank3.json.gz`` -> ``env.rank3.json``) or in a run directory."""
+    """The env.json beside a trace (``trace.rank3.json.gz`` -> ``env.rank3.json``) or in a run
+    directory."""
     if path.is_dir():
         found = sorted(path.glob("env*.json"))
         return found[0] if len(found) == 1 else None
@@ -275,7 +279,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def facts_of(env: dict[str, Any]) -> RunFacts:
-    """What ``analyze`` needs of a parsed env.json, each field checked (malformed reads as absent)."""
+    """What ``analyze`` needs of a parsed env.json, each field checked (malformed reads as
+    absent)."""
     capture = env.get("capture")
     if not isinstance(capture, dict):
         return RunFacts()

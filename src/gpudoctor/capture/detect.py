@@ -119,7 +119,8 @@ class StepDetector:
 
     def graph_replay(self) -> bool:
         if self.root is not None:
-            return False  # a module drives the replays (torch.compile's CUDA graphs): its forward counts
+            # a module drives the replays (torch.compile's CUDA graphs): its forward counts
+            return False
         return self._adopt(Source.GRAPH)
 
     def _adopt(self, source: Source) -> bool:

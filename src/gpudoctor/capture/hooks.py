@@ -53,7 +53,8 @@ def _module_post(module: Any, *args: Any) -> None:
 
 
 def _is_compiling() -> bool:
-    """torch.compiler.is_compiling once torch is in use (kept from importing torch at import time)."""
+    """torch.compiler.is_compiling once torch is in use (kept from importing torch at import
+    time)."""
     torch = sys.modules.get("torch")
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     return bool(check()) if check is not None else False
@@ -180,7 +181,8 @@ class Hooks:
         self._patches = []
 
     def _release_global(self) -> None:
-        """Stop listening to the global module hooks; remove them unless compiled code guards on them."""
+        """Stop listening to the global module hooks; remove them unless compiled code guards on
+        them."""
         if self._global:
             self._global = False
             if self in _CURRENT:
@@ -329,7 +331,8 @@ class Hooks:
         return generate
 
     def _maybe_patch_generate(self) -> None:
-        """Wrap transformers' generate() once transformers is imported (never import it ourselves)."""
+        """Wrap transformers' generate() once transformers is imported (never import it
+        ourselves)."""
         utils = sys.modules.get("transformers.generation.utils")
         mixin = getattr(utils, "GenerationMixin", None)
         if mixin is None or "generate" not in mixin.__dict__:

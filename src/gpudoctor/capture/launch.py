@@ -31,8 +31,9 @@ def launch(nproc: int, run_args: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-exit-") as folder:
         env = dict(os.environ, **{EXIT_CODES_VAR: folder})
         try:
-            # torchrun with default SIGINT even when gpudoctor was started with it ignored: torchrun installs its
-            # own handler as it starts the ranks (which then take Ctrl-C), so this makes its start-up agree
+            # torchrun with default SIGINT even when gpudoctor was started with it ignored: torchrun
+            # installs its own handler as it starts the ranks (which then take Ctrl-C), so this
+            # makes its start-up agree
             code = subprocess.run(torchrun_command(nproc, run_args), env=env, check=False,
                                   preexec_fn=default_sigint_in_child()).returncode
         except KeyboardInterrupt:

@@ -32,9 +32,9 @@ class LoaderQueue:
         yielded = int(getattr(iterator, "_num_yielded", 0) or 0)
         # only the loop's first iterator starts with a queue filled while the program set up; a
         # later epoch's iterator restarts its count at 0 with no such backlog, and read as one an
-        # epoch shorter than the queue leaves no step timed.
-        # A persistent-workers loader hands out the same iterator object every epoch, its count reset
-        # to 0: with fewer batches an epoch than its queue holds, every step would read as backlog
+        # epoch shorter than the queue leaves no step timed. A persistent-workers loader hands out
+        # the same iterator object every epoch, its count reset to 0: with fewer batches an epoch
+        # than its queue holds, every step would read as backlog
         if self._iterator is not None and (self._iterator() is not iterator
                                            or yielded < self._yielded):
             self._started = True

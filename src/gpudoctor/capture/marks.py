@@ -44,7 +44,8 @@ class FinishedIntervals:
         if marks is not self._marks:
             self._marks, self._read, self._intervals = marks, 1, []
         end = len(marks)
-        while end > self._read:  # back to the last mark the GPU has reached (a cut, None, tells nothing)
+        # back to the last mark the GPU has reached (a cut, None, tells nothing)
+        while end > self._read:
             mark = marks[end - 1]
             if mark is not None and (isinstance(mark, float) or mark.query()):
                 break
@@ -59,8 +60,8 @@ class CompileWatch:
     """Did torch.compile compile anything (a first compile, a recompile, a lazy backward) since the
     last ``changed()``? Read from dynamo's own compile-time records, only where the program has
     imported dynamo. A compiling step is no step as the program runs: timed with the rest, it made
-    two invocations of one compile trial disagree by 15x (benchmarks/BENCHMARKS-capture.md "Evidence moved from the
-    source: capture")."""
+    two invocations of one compile trial disagree by 15x (benchmarks/BENCHMARKS-capture.md "Evidence
+    moved from the source: capture")."""
 
     def __init__(self) -> None:
         self._records = 0  # compile-time records seen at the last call

@@ -46,7 +46,8 @@ def record_losses(k: int = LOSS_STEPS) -> Iterator[list[float | None]]:
         if len(losses) < k:
             value = _scalar(torch, tensors)
             if value is not None:
-                losses.append(value if math.isfinite(value) else None)  # None: NaN or inf, a divergence
+                # None: NaN or inf, a divergence
+                losses.append(value if math.isfinite(value) else None)
         return original(tensors, *args, **kwargs)
 
     torch.autograd.backward = backward

@@ -41,7 +41,8 @@ from gpudoctor.core.clock import SYSTEM_CLOCK, Clock
 OWN_STORE_PORT_OFFSET = 1  # rank 0 hosts a store at MASTER_PORT + 1 when no other store exists
 DEFAULT_TIMEOUT_S = 120.0
 POLL_S = 0.02  # a rank waiting at a step boundary asks the store this often
-# captures started per rank (one rank per process in a job): every rank starts them in the same order
+# captures started per rank (one rank per process in a job): every rank starts them in the same
+# order
 _CAPTURES: dict[int, itertools.count[int]] = {}
 
 
@@ -298,11 +299,14 @@ def find_store(info: RankInfo, timeout_s: float) -> Any:
 
     timeout = timedelta(seconds=timeout_s)
     if dist.is_available() and dist.is_initialized():
-        try:  # a private function (torch 2.1-2.13): absent, the launcher's variables lead to the same server
+        # a private function (torch 2.1-2.13): absent, the launcher's variables lead to the same
+        # server
+        try:
             from torch.distributed.distributed_c10d import _get_default_store
 
             store = _get_default_store()
-            while isinstance(store, dist.PrefixStore):  # "default_pg/": the raw server every rank shares
+            # "default_pg/": the raw server every rank shares
+            while isinstance(store, dist.PrefixStore):
                 store = store.underlying_store
             return store
         except (ImportError, AttributeError, RuntimeError):
@@ -310,7 +314,8 @@ def find_store(info: RankInfo, timeout_s: float) -> Any:
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
     if not addr or not port.isdecimal():
         return None
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent hosts it already
+    # torchrun's agent hosts it already
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return dist.TCPStore(addr, int(port), is_master=False, timeout=timeout,
                              wait_for_workers=False)
     return dist.TCPStore(addr, int(port) + OWN_STORE_PORT_OFFSET, is_master=info.rank == 0,

@@ -91,8 +91,8 @@ def run_program(
     window_s: float = 3.0,
     sync: RankSync | None = None,
 ) -> Outcome:
-    """``sync``: a distributed job whose ranks agree on the window (capture/rank_window.py); the bundle
-    then goes to ``sync.bundle_dir()``, and ``out_dir`` serves only a time window."""
+    """``sync``: a distributed job whose ranks agree on the window (capture/rank_window.py); the
+    bundle then goes to ``sync.bundle_dir()``, and ``out_dir`` serves only a time window."""
     target.check()
     session = CaptureSession(config, out_dir, wait_s=wait_s, window_s=window_s,
                              rank=None if sync is not None else global_rank(), sync=sync)
@@ -168,7 +168,8 @@ def _freeze_our_objects() -> None:
     full collections scan what the program made, as they would without gpudoctor (``gc.freeze``,
     made for this: objects that live as long as the process). A host-bound program that makes
     thousands of tensors a step ran slower with ``torch._inductor`` imported first, and back near
-    its own pace with it frozen (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture")."""
+    its own pace with it frozen (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source:
+    capture")."""
     import gc
 
     gc.freeze()

@@ -195,16 +195,18 @@ class CaptureSession(Listener):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, hook_optimizers: bool = True) -> None:
-        """Attach. ``hook_optimizers=False``: no hooks at all, the caller marks steps with step()."""
+        """Attach. ``hook_optimizers=False``: no hooks at all, the caller marks steps with
+        step()."""
         import torch
 
         self._torch = torch
         self._cuda = torch.cuda.is_available()
         # Kineto detaches CUPTI when the window stops only with TEARDOWN_CUPTI=1; left attached, its
         # callbacks slow every later launch (pytorch/pytorch#144455), and the steps timed after the
-        # window ran slower than before it in launch-bound programs (benchmarks/BENCHMARKS-capture.md "Evidence moved
-        # from the source: capture"). Kineto reads the variable when the trace stops; torch sets it
-        # to 0 itself where CUDA graphs cannot take a teardown, and a value the user set is kept.
+        # window ran slower than before it in launch-bound programs
+        # (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture"). Kineto reads
+        # the variable when the trace stops; torch sets it to 0 itself where CUDA graphs cannot take
+        # a teardown, and a value the user set is kept.
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self.result.device = "cpu"  # the GPU's name once the program uses it (_note_device)
         self._started_at = self.clock.now()
@@ -229,7 +231,8 @@ class CaptureSession(Listener):
             except Exception as exc:  # noqa: BLE001 - reported after the program (runner, live), never raised
                 self.result.internal_error = self.result.internal_error or _failure(exc)
         if self.sync is not None and self._open_at is None and self.phase is not Phase.DONE:
-            self.sync.leave(self.result.steps_seen)  # never ready: the other ranks need not wait for it
+            # never ready: the other ranks need not wait for it
+            self.sync.leave(self.result.steps_seen)
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if self.phase is not Phase.DONE:
@@ -264,7 +267,8 @@ class CaptureSession(Listener):
                 self._sampler = None
         with contextlib.suppress(Exception):
             if self.sync is not None and self._open_at is None:
-                self.sync.leave(self.result.steps_seen)  # the other ranks need not wait for this one
+                # the other ranks need not wait for this one
+                self.sync.leave(self.result.steps_seen)
         with contextlib.suppress(Exception):
             self._complete(stop_program=False)
         self.phase = Phase.DONE
@@ -465,7 +469,8 @@ class CaptureSession(Listener):
             self._open_window(stepped=True)
 
     def _step_in_window(self) -> None:
-        """The profiler's schedule moves on a step; after the last recorded one the trace is written."""
+        """The profiler's schedule moves on a step; after the last recorded one the trace is
+        written."""
         cfg = self.config
         # the first step starts the recording and the last one stops it: Kineto logs each
         # (only these two go through the filter: its few syscalls stay out of the other steps)
@@ -504,8 +509,8 @@ class CaptureSession(Listener):
             self._complete()
 
     def _agree(self) -> int:
-        """The step count at which the window opens: this one, or in a distributed job the one
-        every rank agreed on (capture/rank_window.py; this call waits for the other ranks, bounded)."""
+        """The step count at which the window opens: this one, or in a distributed job the one every
+        rank agreed on (capture/rank_window.py; this call waits for the other ranks, bounded)."""
         if self.sync is None:
             return self._count
         window = self.sync.agree(self._count)
@@ -572,7 +577,8 @@ class CaptureSession(Listener):
             profile_memory=self.config.record_memory,
             with_stack=self.config.stack,
         )
-        with kineto_chatter_filtered():  # Kineto's "USDT: ... profiler_start" line (capture/quiet.py)
+        # Kineto's "USDT: ... profiler_start" line (capture/quiet.py)
+        with kineto_chatter_filtered():
             self._prof.start()
         if stepped:
             self._label_window()
@@ -691,8 +697,8 @@ class CaptureSession(Listener):
             return False
 
     def _trial_unsettled(self, skip: int) -> bool:
-        """Past ``skip``, the trial's own decision (capture/trial_timing.py) on the steps the GPU has
-        finished: no sync, the program's own overlap of host and GPU is kept."""
+        """Past ``skip``, the trial's own decision (capture/trial_timing.py) on the steps the GPU
+        has finished: no sync, the program's own overlap of host and GPU is kept."""
         now = self.clock.now()
         runs_on = self._trial.on_step(self._finished_intervals(self._before),
                                       self._count - max(skip, 1), self.loader.depth, now)
@@ -701,11 +707,13 @@ class CaptureSession(Listener):
         return runs_on
 
     def _finished_intervals(self, marks: list[Any]) -> list[float]:
-        """The intervals between ``marks`` up to the last one the GPU has reached (capture/marks.py)."""
+        """The intervals between ``marks`` up to the last one the GPU has reached
+        (capture/marks.py)."""
         return self._finished.read(marks)
 
     def _mark_step(self, marks: list[Any]) -> None:
-        """A step boundary's stamp; a step in which torch.compile compiled is cut from the series."""
+        """A step boundary's stamp; a step in which torch.compile compiled is cut from the
+        series."""
         stamp = self._stamp()
         if self._compiles.changed() and marks:
             marks.append(None)  # the step that ended compiled: not a step as it runs

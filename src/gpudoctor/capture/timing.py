@@ -6,10 +6,10 @@ and the steps after it (the first ``SETTLE_STEPS`` left out). Each can be slowed
 the window may still be warming up, and the steps after it run behind the profiler's leftovers
 (pytorch/pytorch#144455 names CUPTI, which Kineto leaves attached after profiling unless
 TEARDOWN_CUPTI=1). Taking the lower of the two sets was wrong more often than pooling them, against
-the programs' own timing (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture"). So both sets
-are pooled whenever both have enough steps (the median is robust to a warm-up or a leftover step
-either way), unless their medians are more than ``SETS_DISAGREE`` apart: then the faster set
-alone; a set alone when only it has.
+the programs' own timing (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source:
+capture"). So both sets are pooled whenever both have enough steps (the median is robust to a
+warm-up or a leftover step either way), unless their medians are more than ``SETS_DISAGREE`` apart:
+then the faster set alone; a set alone when only it has.
 
 The estimator: the median of the chosen steps (a single warm-up or collection outlier among 3-8
 steps cannot move it), except behind a DataLoader with worker processes, whose steps are bursty by
@@ -145,7 +145,8 @@ def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float
         return statistics.fmean(samples), (max(samples) - min(samples)) / 2, "mean"
     median = statistics.median(samples)
     mad = statistics.median(abs(x - median) for x in samples)
-    # the median's standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma = 1.4826 MAD
+    # the median's standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma = 1.4826
+    # MAD
     return median, 1.2533 * 1.4826 * mad / math.sqrt(n), "median"
 
 
@@ -208,9 +209,9 @@ def settled(intervals: list[float], loader_depth: int = 0) -> bool:
     steps than two runs: not settled.
 
     Why a trial waits for it: torch.compile's background work outlives the compile, by how much
-    depends on whether Inductor's cache already held the graph (benchmarks/BENCHMARKS-capture.md "Evidence moved from
-    the source: capture"). A fixed number of warm-up steps cannot cover both; a settled series
-    can."""
+    depends on whether Inductor's cache already held the graph (benchmarks/BENCHMARKS-capture.md
+    "Evidence moved from the source: capture"). A fixed number of warm-up steps cannot cover both; a
+    settled series can."""
     half = max(TRIAL_SETTLE_HALF, loader_depth)
     if len(intervals) < 2 * half:
         return False

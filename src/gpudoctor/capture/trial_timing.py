@@ -1,13 +1,13 @@
 """A ``--try-fixes`` trial's steps past its ``skip``: wait for them to settle, then time them.
 
-A trial's verdict compares the mean of its steps with the baseline's (tryfix/trial.py), so the
-steps it times must be the program's steady state, and enough of them. Past ``skip`` the trial
-runs on until its latest steps stop moving (capture/timing.py ``settled``), within a bound in steps
-and one in seconds (the session passes timing.py's ``TRIAL_SETTLE_MAX_STEPS``, ``TRIAL_SETTLE_MAX_S``);
-then it times the steps after those it judged settled until ``timed_enough``. The session asks at
-each step boundary, with the step times the GPU has finished (capture/marks.py
-``FinishedIntervals``), and reads ``timed_ms`` at the end; a trial that records a window does all
-this before the window opens.
+A trial's verdict compares the mean of its steps with the baseline's (tryfix/trial.py), so the steps
+it times must be the program's steady state, and enough of them. Past ``skip`` the trial runs on
+until its latest steps stop moving (capture/timing.py ``settled``), within a bound in steps and one
+in seconds (the session passes timing.py's ``TRIAL_SETTLE_MAX_STEPS``, ``TRIAL_SETTLE_MAX_S``); then
+it times the steps after those it judged settled until ``timed_enough``. The session asks at each
+step boundary, with the step times the GPU has finished (capture/marks.py ``FinishedIntervals``),
+and reads ``timed_ms`` at the end; a trial that records a window does all this before the window
+opens.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class TrialTiming:
         first) of the current series, one list growing in place; another list is a new series
         (a new step source), which ends the timing there."""
         self.note = ""
-        if self._settle_started is None:  # the first call may come later than skip (behind a loader's rounds)
+        # the first call may come later than skip (behind a loader's rounds)
+        if self._settle_started is None:
             self._settle_started = now
         if self._timed_from is not None:
             return self._timing(intervals, now)
@@ -97,7 +98,8 @@ class TrialTiming:
         if self._timed_ms is None:
             self._timed_ms, self._check_at = [], TRIAL_TIMED_STEPS
         timed = self._timed_ms
-        timed.extend(intervals[self._timed_from + len(timed):])  # the steps read since the last call
+        # the steps read since the last call
+        timed.extend(intervals[self._timed_from + len(timed):])
         check = len(timed) >= self._check_at
         if check:
             self._check_at = next_timed_check(len(timed))

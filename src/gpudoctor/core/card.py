@@ -28,11 +28,11 @@ REASON_BITS = {
 # Not a problem with the card. NVML API reference, nvmlClocksEventReasons: GpuIdle "nothing is
 # running on the GPU and the clocks are dropping to Idle state"; ApplicationsClocksSetting "clocks
 # are set to application-specific values"; SyncBoost (clocks held for the other GPUs of a sync-boost
-# group); DisplayClockSetting "GPU clocks are limited by current setting of Display clocks". These are
-# states and settings, not slowdowns; the power and thermal reasons (SW power cap, SW/HW thermal, HW
-# slowdown, HW power brake) are. An application clock set low still shows as an SM clock below its
-# maximum under load (the low-clock check). One set for bench and live capture (NVML) and explain
-# (nvidia-smi), so the three read a card alike.
+# group); DisplayClockSetting "GPU clocks are limited by current setting of Display clocks". These
+# are states and settings, not slowdowns; the power and thermal reasons (SW power cap, SW/HW
+# thermal, HW slowdown, HW power brake) are. An application clock set low still shows as an SM clock
+# below its maximum under load (the low-clock check). One set for bench and live capture (NVML) and
+# explain (nvidia-smi), so the three read a card alike.
 BENIGN = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost",
                     "display_clock_setting"})
 # Asserted by the board or an external signal: "reducing the core clocks by a factor of 2 or more".
@@ -45,7 +45,8 @@ HARDWARE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slow
 # their factory setting. 0.98, not 0.9: limits read back a few watts off (699.x of 700 W), while a
 # 10% cut an administrator set is exactly what this check is for. (bench used 0.9 x the maximum.)
 POWER_CAP_SHARE = 0.98
-# Under load, an SM clock below this share of its maximum is held back (bench used 0.85, explain 0.8).
+# Under load, an SM clock below this share of its maximum is held back (bench used 0.85, explain
+# 0.8).
 LOW_CLOCK_SHARE = 0.8
 BUSY_PCT, IDLE_PCT = 30.0, 10.0  # utilization.gpu: % of time a kernel ran over the last sample
 CHECKS = ("clocks", "throttle reasons", "utilization", "ECC", "PCIe", "power")
@@ -117,7 +118,8 @@ class GpuRecord:
 
 
 def load_of(r: GpuRecord) -> str:
-    """"busy", "light", "idle" or "unknown": from utilization, else from power draw over the limit."""
+    """"busy", "light", "idle" or "unknown": from utilization, else from power draw over the
+    limit."""
     if r.util_pct is not None:
         return "busy" if r.util_pct >= BUSY_PCT else "idle" if r.util_pct < IDLE_PCT else "light"
     if r.power_w is not None and r.power_limit_w:
@@ -148,8 +150,8 @@ class CardState:
 
 
 def judge(r: GpuRecord, load: str | None = None) -> CardState:
-    """The one health judgement of a card. ``load``: what the caller knows of it (bench: "busy" while
-    its probes run); by default read from the record (``load_of``)."""
+    """The one health judgement of a card. ``load``: what the caller knows of it (bench: "busy"
+    while its probes run); by default read from the record (``load_of``)."""
     load = load_of(r) if load is None else load
     ratio = r.sm_mhz / r.sm_max_mhz if r.sm_mhz and r.sm_max_mhz else None
     reference = r.power_default_w or r.power_max_w

@@ -23,7 +23,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The machine's clocks: ``time.perf_counter`` (monotonic, the finest the host has) and ``time.sleep``."""
+    """The machine's clocks: ``time.perf_counter`` (monotonic, the finest the host has) and
+    ``time.sleep``."""
 
     def now(self) -> float:
         return time.perf_counter()

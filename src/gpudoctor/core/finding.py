@@ -145,8 +145,8 @@ STEP_AFTER_FIX = "step_after_fix_ms"
 # (a DataLoader's per-batch cost over its workers). No calibrated saving goes below it.
 STEP_FLOOR_AFTER_FIX = "step_floor_after_fix_ms"
 # An evidence number: a lower bound of the step after the fix as a share of the step as the program
-# runs (the unprofiled step when it is known): DataLoader workers that are already too slow, doubled,
-# at most halve the step they set (0.5). No calibrated saving goes below it.
+# runs (the unprofiled step when it is known): DataLoader workers that are already too slow,
+# doubled, at most halve the step they set (0.5). No calibrated saving goes below it.
 STEP_FLOOR_SHARE_AFTER_FIX = "step_floor_share_after_fix"
 # An evidence number: kernels per step that the fix takes away (a chain fused into one kernel,
 # an attention pattern into its fused kernels). The host still issues the rest: the step it
@@ -158,8 +158,8 @@ KERNELS_REMOVED = "kernels_removed_per_step"
 HOST_WORK_REMOVED = "host_work_removed_ms_per_step"
 
 # No fix is priced above 100x: the lab's per_sample_loop and small_gemm fixes measured 24-32x
-# (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs measured speedup on the GPU"), which a 95% cap (20x) could
-# never predict.
+# (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs measured speedup on the GPU"), which a 95%
+# cap (20x) could never predict.
 MAX_SAVING_SHARE = 0.99
 # A price replayed on the step's graph is bounded by the work the edited graph keeps, not by a
 # guard: a cuDNN autotuner run on every step measured x73-276 once bucketed
@@ -181,7 +181,8 @@ def make_finding(
     min_severity: str = "info",
     major_share: float = MAJOR_SHARE,
 ) -> Finding:
-    """A Finding with its saving clamped to [0, MAX_SAVING_SHARE of the step], severity and speedup derived.
+    """A Finding with its saving clamped to [0, MAX_SAVING_SHARE of the step], severity and speedup
+    derived.
 
     ``idle_ms``: how much of the saving is GPU idle behind the host (None: all of it is kernel
     time). Host-side savings are what the profiler's own overhead inflates.

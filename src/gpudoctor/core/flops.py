@@ -83,9 +83,9 @@ def mlp_flops(spec: ModelSpec, batch: int, seq: int, layer: int = 0) -> float:
 def step_flops(spec: ModelSpec, batch: int, seq: int, checkpointing: str = "none",
                causal: bool = True) -> StepFlops:
     """FLOPs for ``batch`` sequences of ``seq`` tokens (forward, backward, recompute). Recompute:
-    "full" runs every layer's forward again, "selective" only the attention cores (QK^T, PV),
-    "none" nothing. (Korthikanti et al.'s eq. 8 counts selective as 72 B L s h^2 (1 + s/3h + V/12hL),
-    i.e. the core's backward again too; that is their HFU metric, not what the GPU executes.)"""
+    "full" runs every layer's forward again, "selective" only the attention cores (QK^T, PV), "none"
+    nothing. (Korthikanti et al.'s eq. 8 counts selective as 72 B L s h^2 (1 + s/3h + V/12hL), i.e.
+    the core's backward again too; that is their HFU metric, not what the GPU executes.)"""
     layers = sum(attention_flops(spec, batch, seq, i, causal) + mlp_flops(spec, batch, seq, i)
                  for i in range(spec.layers))
     head = 2 * batch * seq * spec.hidden * spec.vocab

@@ -101,12 +101,13 @@ class ModelSpec:
     final_logit_softcapping: float | None = None
 
     def tp_degrees(self, candidates: Iterable[int]) -> list[int]:
-        """The degrees among ``candidates`` that tensor parallelism can split this model over (``tp_degrees``)."""
+        """The degrees among ``candidates`` that tensor parallelism can split this model over
+        (``tp_degrees``)."""
         return tp_degrees(self.heads, self.kv_heads, candidates)
 
 
 def tp_degrees(heads: int, kv_heads: int, candidates: Iterable[int]) -> list[int]:
-    """The tensor-parallel degrees among ``candidates``, in their order, that split the attention evenly:
-    each divides the ``heads``, and the ``kv_heads`` divide among the ranks or are copied whole onto
-    groups of them (GQA: the degree a multiple of kv_heads)."""
+    """The tensor-parallel degrees among ``candidates``, in their order, that split the attention
+    evenly: each divides the ``heads``, and the ``kv_heads`` divide among the ranks or are copied
+    whole onto groups of them (GQA: the degree a multiple of kv_heads)."""
     return [t for t in candidates if heads % t == 0 and (kv_heads % t == 0 or t % kv_heads == 0)]

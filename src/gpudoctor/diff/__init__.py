@@ -1,7 +1,8 @@
 """``gpudoctor diff``: did the change work, by how much, and is the difference real?
 
 inputs (a trace, a run directory, rank traces) -> Side; samples (the noise model) + match (kernels)
--> compare -> Diff (plain data); history lists run directories. Renderers: diff/console.py, diff/html.py, diff/history_table.py.
+-> compare -> Diff (plain data); history lists run directories. Renderers: diff/console.py,
+diff/html.py, diff/history_table.py.
 """
 
 from __future__ import annotations

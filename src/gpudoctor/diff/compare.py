@@ -1,4 +1,5 @@
-"""Two Sides -> one Diff: plain data, no I/O, no printing (the renderers are diff/console.py and diff/html.py).
+"""Two Sides -> one Diff: plain data, no I/O, no printing (the renderers are diff/console.py and
+diff/html.py).
 
 Step time: the unprofiled samples of env.json when both sides have them (they are the program
 as it runs; the profiler inflates the profiled steps), else the profiled step times of both
@@ -26,7 +27,8 @@ from gpudoctor.report.model import Report
 
 DIFF_SCHEMA_VERSION = "1.0"
 MAX_KERNELS = 15
-MIN_KERNEL_MS = 0.0005  # groups smaller than 0.5 us per step on both sides are left out of the lists
+# groups smaller than 0.5 us per step on both sides are left out of the lists
+MIN_KERNEL_MS = 0.0005
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class Diff:
     kernels: tuple[KernelChange, ...]  # every group, matched or not
     findings: tuple[FindingChange, ...]
     warnings: tuple[str, ...] = ()
-    segments_before: tuple[tuple[str, float], ...] = ()  # the step breakdown picture: (label, ms per step)
+    # the step breakdown picture: (label, ms per step)
+    segments_before: tuple[tuple[str, float], ...] = ()
     segments_after: tuple[tuple[str, float], ...] = ()
     schema_version: str = DIFF_SCHEMA_VERSION
 
@@ -151,7 +154,8 @@ def categories(before: Report, after: Report) -> tuple[Row, ...]:
     return tuple(rows)
 
 
-RESOLVED_FRACTION = 0.1  # a finding AFTER still reports at <= 10% of BEFORE's saving counts as resolved
+# a finding AFTER still reports at <= 10% of BEFORE's saving counts as resolved
+RESOLVED_FRACTION = 0.1
 
 
 def finding_changes(before: Report, after: Report, step: StepChange) -> tuple[FindingChange, ...]:

@@ -84,7 +84,8 @@ class RunEntry:
 
 
 def program_from_argv(argv: list[Any]) -> dict[str, Any]:
-    """{"target", "args", "is_module"} read back from ``gpudoctor run``'s recorded argv ({} if none)."""
+    """{"target", "args", "is_module"} read back from ``gpudoctor run``'s recorded argv ({} if
+    none)."""
     words = [str(a) for a in argv]
     if "run" not in words:
         return {}

@@ -34,11 +34,11 @@ def _cells(e: RunEntry) -> dict[str, str]:
 
 def _fit(columns: list[str], rows: list[dict[str, str]], width: int,
          stacked: bool) -> dict[str, int] | None:
-    """Content widths of ``columns`` within ``width``, or None when they cannot fit. ``stacked``: the
-    run cell holds the run's name over its program. The run's name, commit and step stay whole; the
-    program, top finding and GPU wrap at their spaces, no narrower than their floors (the run's name,
-    PROGRAM_FLOOR, the longest id or word), then get back what room is left, the nearest to its
-    whole cell first."""
+    """Content widths of ``columns`` within ``width``, or None when they cannot fit. ``stacked``:
+    the run cell holds the run's name over its program. The run's name, commit and step stay whole;
+    the program, top finding and GPU wrap at their spaces, no narrower than their floors (the run's
+    name, PROGRAM_FLOOR, the longest id or word), then get back what room is left, the nearest to
+    its whole cell first."""
     def longest(c: str) -> int:
         return max(len(c), *(len(r[c]) for r in rows))
 
@@ -52,7 +52,8 @@ def _fit(columns: list[str], rows: list[dict[str, str]], width: int,
     floor |= {"top finding": max(word("top finding"), len("finding")),
               "GPU": max(word("GPU"), len("GPU"))}
     out = {c: min(natural[c], floor.get(c, natural[c])) for c in columns}
-    left = width - (3 * len(columns) - 1) - sum(out.values())  # a space either side of a cell, a rule between
+    # a space either side of a cell, a rule between
+    left = width - (3 * len(columns) - 1) - sum(out.values())
     if left < 0:
         return None
     for c in sorted(columns, key=lambda c: natural[c] - out[c]):  # the nearest to whole first

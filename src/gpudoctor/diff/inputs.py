@@ -3,7 +3,8 @@
 A run directory gives the trace, its ``env.json`` (the unprofiled step samples, the GPU, the
 program) and a report that is computed again here, with the same unprofiled step time ``gpudoctor
 run`` used, so that both sides are priced by the same version of the doctor. A directory of rank
-traces (``trace.rank0.json.gz``, ``trace.rank1.json.gz``...) is compared on rank 0, and the diff says so.
+traces (``trace.rank0.json.gz``, ``trace.rank1.json.gz``...) is compared on rank 0, and the diff
+says so.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ ms/iter is: a median would miss a DataLoader's bursts). Its 95% interval:
   same on every run) when both sides have 10+ samples. Step times have heavy right tails (a GC
   pause, a late batch) that the t interval understates; the wider of the two intervals is kept.
 
-Before either, each side loses its **outliers**: samples further than 3.5 robust standard
-deviations (1.4826 x MAD) from their median (Iglewicz & Hoaglin's modified z-score), when they
-are at most one sample in ten (more: none is dropped, they are the workload's rhythm). That drops a warm-up step (the lab's fixed
-input-pipeline twin: 52 and 50 ms before DataLoader workers were up, then 15-17 ms) and keeps a
-rhythm (a slow step every fourth: 25% of the samples, never dropped).
+Before either, each side loses its **outliers**: samples further than 3.5 robust standard deviations
+(1.4826 x MAD) from their median (Iglewicz & Hoaglin's modified z-score), when they are at most one
+sample in ten (more: none is dropped, they are the workload's rhythm). That drops a warm-up step
+(the lab's fixed input-pipeline twin: 52 and 50 ms before DataLoader workers were up, then 15-17 ms)
+and keeps a rhythm (a slow step every fourth: 25% of the samples, never dropped).
 
 The verdict allows for a **run-to-run floor** (default 1%): two launches of one program differ by
 a little even when each one's steps agree closely (clocks, memory layout, the allocator), which
@@ -46,7 +46,8 @@ BOOTSTRAP_SEED = 20261125
 FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no difference beyond noise", "too few samples"
 
 
-MIN_SIDE_SAMPLES = 2  # unprofiled samples each side needs for the diff to compare them (else the profiled steps)
+# unprofiled samples each side needs for the diff to compare them (else the profiled steps)
+MIN_SIDE_SAMPLES = 2
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ def usable(values: Sequence[Any]) -> tuple[float, ...]:
 
 
 def unprofiled_samples(env: dict[str, Any]) -> tuple[float, ...]:
-    """The unprofiled step samples ``gpudoctor run`` timed (env.json capture.unprofiled_step_ms_samples)."""
+    """The unprofiled step samples ``gpudoctor run`` timed (env.json
+    capture.unprofiled_step_ms_samples)."""
     capture = env.get("capture")
     if not isinstance(capture, dict):
         return ()
@@ -142,7 +144,8 @@ def _log_ratio_parts(a: Sequence[float], b: Sequence[float]) -> tuple[float, flo
 
 def welch_log_interval(a: Sequence[float], b: Sequence[float],
                        confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The interval of mean(b) / mean(a) from Welch's t on the log ratio (both sides need 2+ samples)."""
+    """The interval of mean(b) / mean(a) from Welch's t on the log ratio (both sides need 2+
+    samples)."""
     center, se, df = _log_ratio_parts(a, b)
     if se == 0:
         return math.exp(center), math.exp(center)
@@ -172,7 +175,8 @@ def _kept(values: Sequence[float], drop_outliers: bool) -> tuple[tuple[float, ..
 
 
 def interval_verdict(lo_pct: float, hi_pct: float, floor_pct: float) -> str:
-    """SLOWER when the change's whole interval is above +floor, FASTER when below -floor, else SAME."""
+    """SLOWER when the change's whole interval is above +floor, FASTER when below -floor, else
+    SAME."""
     if lo_pct > floor_pct:
         return SLOWER
     if hi_pct < -floor_pct:
@@ -225,10 +229,11 @@ def compare_processes(before: Sequence[Sequence[float]], after: Sequence[Sequenc
     """The change from BEFORE's processes to AFTER's, each side a list of processes' step samples.
 
     Where a program's speed moves from one process to the next (a host-bound loop on a shared CPU:
-    benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff and report"), the steps of one process
-    cannot say how far the next will differ. Each process's mean (``process_mean``) is then
-    one observation: the estimate is the ratio of the geometric means of the two sides' process
-    means, its interval Student's t on their logs with the variance pooled over both sides (n_before
+    benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff and report"), the steps
+    of one process cannot say how far the next will differ. Each process's mean (``process_mean``)
+    is then one observation: the estimate is the ratio of the geometric means of the two sides'
+    process means, its interval Student's t on their logs with the variance pooled over both sides
+    (n_before
     + n_after - 2 degrees of freedom: with 4 and 3 processes, 5). The process-to-process spread is
     the noise, measured, so the floor stays diff's 1%. Pooled, not Welch: with 2-3 processes a side
     Welch's degrees of freedom fall to 1-2 and the interval to nothing useful; the price is assuming

@@ -1,7 +1,7 @@
 """Diagnose from the artifacts engineers already have: Nsight Compute exports, nvidia-smi output,
-timing tables and scenario files (the common cases of slow training). Each file is recognised by its content,
-turned into ranked hypotheses (``Finding`` with a confidence, what to check next, ordered fixes and
-the fix to avoid), and all of them are ranked together."""
+timing tables and scenario files (the common cases of slow training). Each file is recognised by its
+content, turned into ranked hypotheses (``Finding`` with a confidence, what to check next, ordered
+fixes and the fix to avoid), and all of them are ranked together."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from gpudoctor.errors import InputError
 SCHEMA = "gpudoctor.explain/1"
 HEALTHY_IDS = ("gpu-healthy", "kernel-efficient", "step-time-steady", "collective-scaling-ok",
                "pipeline-bubble-ok", "mig-enabled")
-UNCHECKED_IDS = ("gpu-unchecked",)  # the artifact lacked what every check needs: neither a problem nor health
+# the artifact lacked what every check needs: neither a problem nor health
+UNCHECKED_IDS = ("gpu-unchecked",)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def explain_paths(paths: list[str | os.PathLike[str]]) -> Explanation:
     for p in paths:
         try:
             source, hyps = explain_file(Path(p))
-        except InputError as exc:  # with several files, say which one (the parsers' messages name no path)
+        # with several files, say which one (the parsers' messages name no path)
+        except InputError as exc:
             if len(paths) > 1 and str(p) not in str(exc):
                 raise type(exc)(f"{p}: {exc}") from None
             raise
@@ -141,7 +143,8 @@ def _collectives(path: Path, text: str) -> tuple[Source, list[Finding]]:
 
 @contextmanager
 def _saying(note: str) -> Iterator[None]:
-    """An InputError raised while reading a cut table also says what was cut (it may be the cause)."""
+    """An InputError raised while reading a cut table also says what was cut (it may be the
+    cause)."""
     try:
         yield
     except InputError as exc:

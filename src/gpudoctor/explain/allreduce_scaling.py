@@ -1,5 +1,6 @@
-"""All-reduce time vs GPU count (``gpus,allreduce_ms[,bytes][,algo][,gpu][,fabric][,gpus_per_node]``) ->
-the count where the measurement leaves the expected curve (all-reduce scaling across nodes).
+"""All-reduce time vs GPU count
+(``gpus,allreduce_ms[,bytes][,algo][,gpu][,fabric][,gpus_per_node]``) -> the count where the
+measurement leaves the expected curve (all-reduce scaling across nodes).
 
 The expected curve: when the table (or the scenario) names the machine, ``plan.collective_cost``'
 model of it (``explain.interconnect``); else the ring model t = a + b x 2(N-1)/N fitted on the
@@ -40,15 +41,17 @@ _HARDWARE_COLUMNS = {"gpu": ("gpu", "gpu_name", "gpu_model"),
                      "fabric": ("fabric", "interconnect", "network"),
                      "gpus_per_node": ("gpus_per_node", "gpus_per_host", "local_world_size")}
 
-# -- collective time vs GPU count ------------------------------------------------------------------------
+# -- collective time vs GPU count
+# ------------------------------------------------------------------------
 
 
 def collective_hypotheses(text: str, *, gpu: str | None = None, fabric: str | None = None,
                           gpus_per_node: Any = None, nbytes: Any = None, algo: str | None = None,
                           notes: tuple[str, ...] = ()) -> list[Finding]:
-    """Findings for one table; the keywords (a scenario's fields) fill in what its columns do not say:
-    ``gpu``, ``fabric`` and ``gpus_per_node`` name the machine, ``nbytes`` the message per rank,
-    ``algo`` the algorithm of rows without one; ``notes``: what the caller knows is missing (a cut line)."""
+    """Findings for one table; the keywords (a scenario's fields) fill in what its columns do not
+    say: ``gpu``, ``fabric`` and ``gpus_per_node`` name the machine, ``nbytes`` the message per
+    rank, ``algo`` the algorithm of rows without one; ``notes``: what the caller knows is missing (a
+    cut line)."""
     what = "collective timings"
     header, rows = read_table(text, what, COLL_EXPECTED)
     gi = find_column(header, ("gpus", "n_gpus", "world_size", "nranks", "ranks"), what,
@@ -117,7 +120,8 @@ def _message_bytes(value: Any) -> float:
 
 def _hardware(header: list[str], rows: list[tuple[int, list[str]]],
               given: dict[str, Any]) -> Hardware:
-    """The machine from the gpu / fabric / gpus_per_node columns (one value per table), else ``given``."""
+    """The machine from the gpu / fabric / gpus_per_node columns (one value per table), else
+    ``given``."""
     found = dict(given)
     for key, names in _HARDWARE_COLUMNS.items():
         index = find_column(header, names, "collective timings", COLL_EXPECTED, required=False)

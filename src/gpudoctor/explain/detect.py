@@ -1,9 +1,9 @@
 """What kind of artifact a file is, from its content (names lie; contents do not).
 
 Kinds: ``ncu-csv`` (``ncu --csv --page details`` or ``--page raw``), ``ncu-rep`` (a binary report,
-converted through ``ncu --import``), ``smi-q`` (``nvidia-smi -q``), ``smi-csv``
-(``nvidia-smi --query-gpu ... --format=csv``), ``rank-timings`` (``rank,step,step_ms``),
-``collectives`` (``gpus,allreduce_ms[,bytes]``) and ``scenario`` (JSON/YAML with a ``scenario`` key).
+converted through ``ncu --import``), ``smi-q`` (``nvidia-smi -q``), ``smi-csv`` (``nvidia-smi
+--query-gpu ... --format=csv``), ``rank-timings`` (``rank,step,step_ms``), ``collectives``
+(``gpus,allreduce_ms[,bytes]``) and ``scenario`` (JSON/YAML with a ``scenario`` key).
 """
 
 from __future__ import annotations

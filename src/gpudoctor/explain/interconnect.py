@@ -85,8 +85,8 @@ class ModelCurve:
 
 
 def model_ms(n: int, nbytes: float, hw: Hardware, algo: str) -> tuple[float, str]:
-    """One all-reduce of ``nbytes`` per rank on ``n`` GPUs: (ms, algorithm), the table's algo when the
-    model has it (ring, tree, hierarchical), else the fastest."""
+    """One all-reduce of ``nbytes`` per rank on ``n`` GPUs: (ms, algorithm), the table's algo when
+    the model has it (ring, tree, hierarchical), else the fastest."""
     p = predict("all-reduce", max(1, round(nbytes)), gpus=n, gpus_per_node=hw.k,
                 gpu=hw.gpu or DEFAULT_GPU, fabric=hw.fabric)
     name = algo if algo in p.candidates else p.algorithm
@@ -109,7 +109,8 @@ def effective_bytes(n: int, measured_ms: float, hw: Hardware, algo: str) -> int:
 
 def model_curve(ns: list[int], t: np.ndarray, sizes: list[float] | None, hw: Hardware,
                 algo: str) -> ModelCurve:
-    """The expected curve for counts ``ns`` (measured ``t`` ms, used only to infer a missing size)."""
+    """The expected curve for counts ``ns`` (measured ``t`` ms, used only to infer a missing
+    size)."""
     inferred = sizes is None
     per_count = [effective_bytes(ns[0], float(t[0]), hw, algo)] * len(ns) if sizes is None else [
         max(1, round(s)) for s in sizes]
@@ -142,7 +143,8 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
     jumps ``CLIFF`` x above the ratio at the smaller counts (their median) is a cliff."""
     curve = model_curve(ns, t, sizes, hw, algo)
     ratio = t / curve.ms
-    jumps = [float(ratio[j] / np.median(ratio[:j])) for j in range(1, len(ns))]  # unexplained step at ns[j]
+    # unexplained step at ns[j]
+    jumps = [float(ratio[j] / np.median(ratio[:j])) for j in range(1, len(ns))]
     cliff = next((j for j in range(1, len(ns)) if jumps[j - 1] >= CLIFF), None)
     k = hw.k
     boundary = next((j for j in range(1, len(ns)) if ns[j - 1] <= k < ns[j]), None)

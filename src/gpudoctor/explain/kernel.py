@@ -3,9 +3,10 @@
 The metrics arrive normalised (``KernelMetrics``), from an ``ncu --csv`` export (ncu.py) or from
 the numbers of a scenario file (scenarios.py), so the reasoning lives here once.
 
-The reasoning runs in a fixed order: on a matrix kernel whose tensor pipes are idle, the 10x factor is the missing tensor-core path, and everything else
-(occupancy, stalls, bank conflicts) is a symptom to fix after it; "raise occupancy" is never the
-first fix while the tensor cores are idle. A kernel at its roof (memory or compute) is called good.
+The reasoning runs in a fixed order: on a matrix kernel whose tensor pipes are idle, the 10x factor
+is the missing tensor-core path, and everything else (occupancy, stalls, bank conflicts) is a
+symptom to fix after it; "raise occupancy" is never the first fix while the tensor cores are idle. A
+kernel at its roof (memory or compute) is called good.
 """
 
 from __future__ import annotations

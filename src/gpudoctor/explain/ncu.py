@@ -92,12 +92,14 @@ _RAW_BANK_WAVEFRONTS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
 
 # rule texts (details page) that carry what no metric row does
 _RULE_PATTERNS = [
-    # "... uncoalesced global accesses resulting in a total of N excessive sectors (P% of the total M sectors)"
+    # "... uncoalesced global accesses resulting in a total of N excessive sectors (P% of the total
+    # M sectors)"
     (re.compile(
         r"uncoalesced global accesses resulting in a total of [\d,]+ excessive sectors "
         r"\((\d+(?:\.\d+)?)%"),
      "uncoalesced_excess_pct"),
-    # "... a 32.3 - way bank conflict ... This results in N bank conflicts,  which represent P% of the overall ..."
+    # "... a 32.3 - way bank conflict ... This results in N bank conflicts,  which represent P% of
+    # the overall ..."
     (re.compile(r"bank conflicts,\s+which represent (\d+(?:\.\d+)?)% of the overall"),
      "bank_conflict_pct"),
     (re.compile(
@@ -105,8 +107,8 @@ _RULE_PATTERNS = [
         r"\((\d+(?:\.\d+)?)%"),
      "bank_conflict_pct"),
 ]
-# CPIStall: "each warp of this workload spends 6.9 cycles being stalled waiting for the MIO ..." (cycles,
-# turned into a share of "Warp Cycles Per Issued Instruction")
+# CPIStall: "each warp of this workload spends 6.9 cycles being stalled waiting for the MIO ..."
+# (cycles, turned into a share of "Warp Cycles Per Issued Instruction")
 _STALL_PATTERNS = [
     (re.compile(
         r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency "
@@ -118,7 +120,8 @@ _STALL_PATTERNS = [
         r"spends (\d+(?:\.\d+)?) cycles being stalled waiting for a scoreboard dependency on a MIO"),
      "stall_short_scoreboard_pct"),
 ]
-# HighPipeUtilization: "Tensor is the highest-utilized pipeline (90.4%) ..." / "FMA is the highest-utilized ..."
+# HighPipeUtilization: "Tensor is the highest-utilized pipeline (90.4%) ..." / "FMA is the
+# highest-utilized ..."
 _HIGH_PIPE = re.compile(r"^(.{1,40}?) is the highest-utilized pipeline \((\d+(?:\.\d+)?)%\)")
 _SPILL_RULE = re.compile(r"local memory|spill", re.IGNORECASE)
 
@@ -150,7 +153,8 @@ def number(text: str) -> float | None:
         value = float(t)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None  # "inf", "1e400": no measurement (and no Infinity in --json)
+    # "inf", "1e400": no measurement (and no Infinity in --json)
+    return value if math.isfinite(value) else None
 
 
 def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
@@ -167,7 +171,8 @@ def _rows(text: str, where: str) -> tuple[list[str], list[list[str]]]:
         raise InputError(f"{where}: empty CSV; expected {EXPECTED}") from None
     rows = []
     for row in reader:
-        if len(row) < len(header):  # metric rows end with a trailing comma: the rule columns are absent
+        # metric rows end with a trailing comma: the rule columns are absent
+        if len(row) < len(header):
             row = row + [""] * (len(header) - len(row))
         if len(row) == len(header):
             rows.append(row)
@@ -231,7 +236,8 @@ def _from_details(item: dict) -> KernelMetrics:
                 k.spill_note = f"{value:,.0f} local-memory spilling requests."
         elif name in _DETAILS and getattr(k, _DETAILS[name]) is None:
             if _DETAILS[name] == "duration_us":
-                value *= _TIME_UNITS.get(unit, 1e-3)  # auto-scaled per row; nanoseconds in base units
+                # auto-scaled per row; nanoseconds in base units
+                value *= _TIME_UNITS.get(unit, 1e-3)
             setattr(k, _DETAILS[name], value)
     if shared:
         k.shared_mem_per_block = shared
@@ -315,9 +321,9 @@ def _apply_raw(k: KernelMetrics, values: dict[str, float | None],
         v = values.get(metric)
         if v is not None and cpi and getattr(k, field + "_pct") is None:
             setattr(k, field + "_pct", 100 * v / cpi)
-    # Sectors per request cannot tell coalescing (a 16-byte vector load needs 16 sectors per request,
-    # a 4-byte one 4): only ncu's own count of excessive sectors can.
-    # ncu's UncoalescedGlobalAccess rule: excessive sectors over all global load + store sectors
+    # Sectors per request cannot tell coalescing (a 16-byte vector load needs 16 sectors per
+    # request, a 4-byte one 4): only ncu's own count of excessive sectors can. ncu's
+    # UncoalescedGlobalAccess rule: excessive sectors over all global load + store sectors
     excess = values.get(_RAW_GLOBAL_EXCESS)
     total = sum(values.get(m) or 0.0 for m in _RAW_GLOBAL_SECTORS)
     if excess is not None and total and k.uncoalesced_excess_pct is None:

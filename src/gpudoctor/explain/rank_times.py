@@ -27,14 +27,17 @@ from gpudoctor.explain.tables import (
 
 
 def rank_hypotheses(text: str, *, notes: tuple[str, ...] = ()) -> list[Finding]:
-    """Stragglers, a lasting change in step time (with its causes, node health first), periodic spikes.
+    """Stragglers, a lasting change in step time (with its causes, node health first), periodic
+    spikes.
 
-    ``notes``: what the caller already knows is missing (e.g. a cut last line), said with the rest."""
+    ``notes``: what the caller already knows is missing (e.g. a cut last line), said with the
+    rest."""
     return rank_findings(rank_table(text, notes=notes))
 
 
 def rank_table(text: str, *, notes: tuple[str, ...] = ()) -> _Ranks:
-    """The table, checked: rows with an empty or NaN cell dropped and counted, ranks left with none named."""
+    """The table, checked: rows with an empty or NaN cell dropped and counted, ranks left with none
+    named."""
     steps, ranks, ms, times, dropped, lost = _read_ranks(text)
     with np.errstate(all="ignore"):
         return _Ranks(steps, ranks, ms, times, dropped, lost, notes)
@@ -79,7 +82,8 @@ def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int
             if _is_whole(step_cell):
                 times.setdefault(int(float(step_cell)), cell_at(cells, ti))
     rank_ids = np.unique(data[:, 0])
-    lost = sorted(dropped_ranks - {int(r) for r in rank_ids})  # ranks whose every row had an empty or NaN cell
+    # ranks whose every row had an empty or NaN cell
+    lost = sorted(dropped_ranks - {int(r) for r in rank_ids})
     if rank_ids.size < 2:
         where = (f"only rank {int(rank_ids[0])} has step times: every row of {_rank_names(lost)} "
                  f"has an empty or NaN cell" if lost
@@ -124,7 +128,8 @@ def _fast_rows(rows: list[tuple[int, list[str]]], ci: list[int | None]) -> np.nd
 
 def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]],
                ci: list[int | None]) -> tuple[np.ndarray, int, set[int]]:
-    """(rows with every cell a number, rows dropped for an empty or NaN cell, the ranks those rows name)."""
+    """(rows with every cell a number, rows dropped for an empty or NaN cell, the ranks those rows
+    name)."""
     out: list[tuple[float, float, float]] = []
     dropped = 0
     dropped_ranks: set[int] = set()
@@ -151,7 +156,8 @@ def _slow_rows(header: list[str], rows: list[tuple[int, list[str]]],
 
 
 def _robust_z(values: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Modified z = (x - median) / (1.4826 MAD), the spread floored at the timer jitter (0.5% of the median).
+    """Modified z = (x - median) / (1.4826 MAD), the spread floored at the timer jitter (0.5% of the
+    median).
 
     The floor is also the spread when MAD is 0 (over half the ranks share one median): the MeanAD
     fallback would let a whole slow node (8 of 32 ranks) widen the spread enough to hide itself.
@@ -225,7 +231,8 @@ class _Ranks:
         block = self.ms[rows]
         have = np.sum(np.isfinite(block), axis=0) > 0
         with np.errstate(all="ignore"):
-            med = np.nanmedian(np.where(have[None, :], block, 0.0), axis=0)  # no all-NaN column: no warning
+            # no all-NaN column: no warning
+            med = np.nanmedian(np.where(have[None, :], block, 0.0), axis=0)
         med[~have] = np.nan
         return med, have
 

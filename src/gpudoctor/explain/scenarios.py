@@ -78,8 +78,8 @@ MAX_NUMBER = 1e15  # beyond any count, size or time a scenario describes: a typo
 
 def _number(value: Any, name: str, where: str, *, positive: bool = False, lo: float | None = None,
             hi: float | None = None, whole: bool = False) -> float:
-    """A scenario's number, checked: a wrong one is a one-line error naming it (never a traceback or a
-    silently absurd diagnosis)."""
+    """A scenario's number, checked: a wrong one is a one-line error naming it (never a traceback or
+    a silently absurd diagnosis)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"{where}: '{name}' must be a number, got {value!r}")
     top = MAX_NUMBER if hi is None else hi
@@ -145,7 +145,8 @@ class _Fields:
         return value
 
 
-# -- 1. a slow kernel, from the numbers of an ncu summary -------------------------------------------
+# -- 1. a slow kernel, from the numbers of an ncu summary
+# -------------------------------------------
 
 _KERNEL_FIELDS = {f for f in KernelMetrics.__dataclass_fields__ if f not in ("name", "missing")}
 
@@ -185,11 +186,13 @@ def _kernel_field(key: str, value: Any, where: str) -> Any:
     return _number(value, f"kernel.{key}", where, lo=0, hi=100 if key.endswith("_pct") else None)
 
 
-# -- 2. MFU collapse mid-training -------------------------------------------------------------------
+# -- 2. MFU collapse mid-training
+# -------------------------------------------------------------------
 
 
 def _training_slowdown(f: _Fields) -> list[Finding]:
-    before, after = (f.num(key, positive=True, hi=1) for key in ("mfu_before", "mfu_after"))  # fractions: 0.48
+    # fractions: 0.48
+    before, after = (f.num(key, positive=True, hi=1) for key in ("mfu_before", "mfu_after"))
     gpus = f.opt("gpus", lo=1, whole=True)
     code_changed = bool(f.get("code_changed", False))
     drop = 1 - after / before
@@ -250,7 +253,8 @@ def _training_slowdown(f: _Fields) -> list[Finding]:
     return out
 
 
-# -- 3. serving throughput collapse under load ------------------------------------------------------
+# -- 3. serving throughput collapse under load
+# ------------------------------------------------------
 
 
 def _serving(f: _Fields) -> list[Finding]:
@@ -350,7 +354,8 @@ def _serving(f: _Fields) -> list[Finding]:
     return out
 
 
-# -- 4. FP8 long-context regression -----------------------------------------------------------------
+# -- 4. FP8 long-context regression
+# -----------------------------------------------------------------
 
 
 def _fp8(f: _Fields) -> list[Finding]:
@@ -397,7 +402,8 @@ def _fp8(f: _Fields) -> list[Finding]:
     ]
 
 
-# -- 5. OOM at one sharding configuration but not another --------------------------------------------
+# -- 5. OOM at one sharding configuration but not another
+# --------------------------------------------
 
 
 def _oom_sharding(f: _Fields) -> list[Finding]:
@@ -476,7 +482,8 @@ def _oom_sharding(f: _Fields) -> list[Finding]:
     ]
 
 
-# -- 6. all-reduce time vs GPU count ----------------------------------------------------------------
+# -- 6. all-reduce time vs GPU count
+# ----------------------------------------------------------------
 
 
 def _allreduce(f: _Fields) -> list[Finding]:
@@ -495,7 +502,8 @@ def _allreduce(f: _Fields) -> list[Finding]:
         nbytes=f.opt("bytes"), algo=None if algo is None else str(algo))
 
 
-# -- 7. a Triton kernel slower than eager ------------------------------------------------------------
+# -- 7. a Triton kernel slower than eager
+# ------------------------------------------------------------
 
 
 def _triton(f: _Fields) -> list[Finding]:
@@ -555,7 +563,8 @@ def _triton(f: _Fields) -> list[Finding]:
     ]
 
 
-# -- 8. pipeline bubble larger than the formula ------------------------------------------------------
+# -- 8. pipeline bubble larger than the formula
+# ------------------------------------------------------
 
 
 def _pipeline(f: _Fields) -> list[Finding]:

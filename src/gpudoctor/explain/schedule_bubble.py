@@ -24,19 +24,21 @@ FORMULA = {"1f1b": "(pp-1)/m", "interleaved": "(pp-1)/(m v)", "zb-h1": "(pp-1)/(
 _ALIASES = {"interleaved-1f1b": "interleaved", "interleaved_1f1b": "interleaved", "zbh1": "zb-h1",
             "zb_h1": "zb-h1"}
 
-# -- pipeline bubble ----------------------------------------------------------------------------------------
+# -- pipeline bubble
+# ----------------------------------------------------------------------------------------
 
 
 def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virtual_stages: int = 1,
                         stage_ms: list[float | None] | None = None, p2p_ms: float | None = None,
                         recompute: Any = None, schedule: Any = None) -> list[Finding]:
-    """The measured bubble against its schedule's formula (``core.layout.bubble_fraction``), and where it breaks.
+    """The measured bubble against its schedule's formula (``core.layout.bubble_fraction``), and
+    where it breaks.
 
     ``measured_bubble``: idle time over compute time, as a fraction (0.41) or a percent (41).
     ``schedule``: 1f1b, interleaved (interleaved-1f1b) or zb-h1; None: interleaved when
-    ``virtual_stages`` > 1, else 1f1b.
-    ``stage_ms``: per-stage compute time per micro-batch (forward + backward), pp or pp x v entries.
-    ``p2p_ms``: one send/recv between stages. ``recompute``: None (unknown), bool, or "full"/"selective"/"none".
+    ``virtual_stages`` > 1, else 1f1b. ``stage_ms``: per-stage compute time per micro-batch (forward
+    + backward), pp or pp x v entries. ``p2p_ms``: one send/recv between stages. ``recompute``: None
+    (unknown), bool, or "full"/"selective"/"none".
     """
     p, m = whole_number(pp, "pp", 2), whole_number(microbatches, "microbatches", 1)
     v = whole_number(virtual_stages, "virtual_stages", 1)
@@ -106,9 +108,9 @@ def _pipeline_causes(p: int, m: int, v: int, sched: str, expected: float, excess
              "breaks first.")
 
     def predicted(t_pace: float, t_mean: float, comm: float, name: str, vv: int) -> float:
-        # idle / compute when every stage runs at the pace t_pace (the slowest stage) plus 2 v exposed
-        # transfers per micro-batch; the schedule lasts (1 + formula) x m micro-batch slots (1F1B:
-        # m + (pp-1)/v). Balanced and free p2p: the formula itself.
+        # idle / compute when every stage runs at the pace t_pace (the slowest stage) plus 2 v
+        # exposed transfers per micro-batch; the schedule lasts (1 + formula) x m micro-batch slots
+        # (1F1B: m + (pp-1)/v). Balanced and free p2p: the formula itself.
         return (1 + bubble_fraction(p, m, name, vv)) * (t_pace + 2 * vv * comm) / t_mean - 1
 
     imb = dict(base)

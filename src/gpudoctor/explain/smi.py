@@ -1,11 +1,11 @@
 """Card health from ``nvidia-smi -q`` text or ``nvidia-smi --query-gpu=... --format=csv`` output.
 
-A sudden MFU drop with no code change is almost always one degraded node, and ``nvidia-smi``
-says which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link
-below its capability, a lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU
-(what the artifact does not say stays ``None`` and is listed in ``missing``; the record and the judgement
-of it, ``judge``, are core/card.py's, shared with NVML); ``card_hypotheses``
-turns the records into ranked hypotheses. Pure functions: text in, findings out.
+A sudden MFU drop with no code change is almost always one degraded node, and ``nvidia-smi`` says
+which: throttle (event) reasons, ECC errors and pending remaps, a PCIe link below its capability, a
+lowered power limit. ``parse`` turns the text into one ``GpuRecord`` per GPU (what the artifact does
+not say stays ``None`` and is listed in ``missing``; the record and the judgement of it, ``judge``,
+are core/card.py's, shared with NVML); ``card_hypotheses`` turns the records into ranked hypotheses.
+Pure functions: text in, findings out.
 """
 
 from __future__ import annotations
@@ -41,15 +41,18 @@ _ACCEPTED = ("expected `nvidia-smi -q` text (a 'GPU 00000000:18:00.0' section pe
 
 
 def parse(text: str) -> list[GpuRecord]:
-    """``nvidia-smi -q`` or ``--query-gpu`` CSV text -> one record per GPU (InputError otherwise)."""
+    """``nvidia-smi -q`` or ``--query-gpu`` CSV text -> one record per GPU (InputError
+    otherwise)."""
     return read(text)[0]
 
 
 def read(text: str) -> tuple[list[GpuRecord], list[str]]:
-    """(records, notes): the notes say what a cut or partial artifact lacks (GPUs, sections, a last line)."""
+    """(records, notes): the notes say what a cut or partial artifact lacks (GPUs, sections, a last
+    line)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty nvidia-smi output; {_ACCEPTED}")
-    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)  # any line ends
+    # any line ends
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)
     if any(_GPU_HEAD.match(line) for line in text.splitlines()):
         return _read_q(text)
     if "NVSMI LOG" in text or re.search(r"^\s*Attached GPUs\s*:", text, re.MULTILINE):
@@ -60,15 +63,16 @@ def read(text: str) -> tuple[list[GpuRecord], list[str]]:
 
 
 def _cut(text: str) -> tuple[str, bool]:
-    """A copy that stops mid-line (no line end after the last line): that line is not data ("1980 MHz" cut
-    to "19" still reads as a number)."""
+    """A copy that stops mid-line (no line end after the last line): that line is not data ("1980
+    MHz" cut to "19" still reads as a number)."""
     if text.endswith(("\n", "\r")) or not text.rstrip(" \t").count("\n"):
         return text, False
     head, _, last = text.rpartition("\n")
     return (head + "\n", True) if last.strip() else (text, False)
 
 
-# -- nvidia-smi -q ----------------------------------------------------------------------------------
+# -- nvidia-smi -q
+# ----------------------------------------------------------------------------------
 
 _CUT_Q = "the text stops mid-line (a cut copy): its last line is not used"
 _READ_SECTIONS = frozenset({  # the top-level sections _record_q reads
@@ -125,11 +129,13 @@ def _read_q(text: str) -> tuple[list[GpuRecord], list[str]]:
             names.append(kv.group(1) if kv else line.strip())
     if not blocks:
         raise InputError(f"no GPU section in the nvidia-smi -q text; {_ACCEPTED}")
-    if attached is not None and attached > len(blocks):  # `-i` prints fewer too: a note, not proof of a cut
+    # `-i` prints fewer too: a note, not proof of a cut
+    if attached is not None and attached > len(blocks):
         notes.append(f"{attached - len(blocks)} of the {attached} attached GPUs are not in the "
                      "text (left out with -i, or the copy stops early)")
     last_bus, last = blocks[-1]
-    # a full `nvidia-smi -q` (Product Name first) ends each GPU with Processes: without it, the copy stops early
+    # a full `nvidia-smi -q` (Product Name first) ends each GPU with Processes: without it, the copy
+    # stops early
     stops_early = "product name" in last and "processes" not in last
     if stops_early:
         notes.append(
@@ -255,7 +261,8 @@ def _any_yes(*values: Any) -> bool | None:
     return True if True in flags else False if False in flags else None
 
 
-# -- nvidia-smi --query-gpu --format=csv --------------------------------------------------------------
+# -- nvidia-smi --query-gpu --format=csv
+# --------------------------------------------------------------
 
 _CSV_FIELDS = {  # query-gpu field (as the header prints it, unit stripped) -> GpuRecord field
     "index": "index", "name": "name", "pci.bus_id": "bus_id", "temperature.gpu": "temp_c",
@@ -320,8 +327,9 @@ def _read_csv(text: str) -> tuple[list[GpuRecord], list[str]]:
 
 
 def _row_is_whole(header_line: str, line: str) -> bool:
-    """A last row with no line end is whole when it has every cell and its last cell ends in the unit its
-    header names ("143771 MiB" under "memory.total [MiB]") or is N/A; else it may be cut short."""
+    """A last row with no line end is whole when it has every cell and its last cell ends in the
+    unit its header names ("143771 MiB" under "memory.total [MiB]") or is N/A; else it may be cut
+    short."""
     try:
         header, cells = next(csv.reader([header_line]), []), next(csv.reader([line]), [])
     except csv.Error:
@@ -374,7 +382,8 @@ def _hex(cell: str) -> int | None:
 
 
 def _merge(position: int, samples: list[dict[str, Any]]) -> GpuRecord:
-    """Repeated rows (``-l``) of one GPU: numbers -> median, counts -> max, reasons -> any sample."""
+    """Repeated rows (``-l``) of one GPU: numbers -> median, counts -> max, reasons -> any
+    sample."""
     merged: dict[str, Any] = {}
     for key in {k for s in samples for k in s}:
         vals = [s[key] for s in samples if s.get(key) is not None]
@@ -395,7 +404,8 @@ def _merge(position: int, samples: list[dict[str, Any]]) -> GpuRecord:
                      samples=len(samples), **merged)
 
 
-# -- hypotheses ---------------------------------------------------------------------------------------
+# -- hypotheses
+# ---------------------------------------------------------------------------------------
 
 
 def card_hypotheses(records: list[GpuRecord]) -> list[Finding]:
@@ -435,7 +445,8 @@ def _throttle(r: GpuRecord, st: CardState, peer: float | None) -> Finding | None
         conf = 0.9 if load != "idle" else 0.8
     elif "sw_thermal_slowdown" in bad:
         conf = 0.8
-    elif bad:  # SW power cap: at the limit under dense GEMMs is normal, unless this card lags the others
+    # SW power cap: at the limit under dense GEMMs is normal, unless this card lags the others
+    elif bad:
         conf = 0.45 if load == "busy" else 0.3
     else:
         conf = 0.5 if r.reasons is None else 0.35
@@ -505,7 +516,8 @@ def _ecc(r: GpuRecord, st: CardState) -> Finding | None:
     vu, au = r.ecc_volatile_unc or 0, r.ecc_aggregate_unc or 0
     corr = max(r.ecc_volatile_corr or 0, r.ecc_aggregate_corr or 0)
     pending = st.pending
-    # past uncorrectable errors the driver already handled: SRAM threshold not reached, nothing pending
+    # past uncorrectable errors the driver already handled: SRAM threshold not reached, nothing
+    # pending
     handled = r.sram_threshold_exceeded is False and not pending and not r.remap_failure
     problems = [(0.95, "row remapping failed: the card has run out of spare rows")
                 if r.remap_failure else None,
@@ -625,7 +637,8 @@ def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
     link = f"PCIe gen {r.pcie_gen} x{r.pcie_width}" if r.pcie_gen is not None else ""
     facts = ", ".join(x for x in (clocks, link, _load_text(r)) if x)
     minor = f" Low-confidence notes: {'; '.join(n.title for n in notes)}." if notes else ""
-    # a clean bill of health is only as good as what it covers: 0.9 with every check, less with fewer
+    # a clean bill of health is only as good as what it covers: 0.9 with every check, less with
+    # fewer
     conf = 0.9 if not missing else round(0.3 + 0.4 * len(checked) / len(CHECKS), 2)
     title = (f"{r.label} looks healthy" if not missing else
              f"{r.label}: no problem in the {len(checked)} of {len(CHECKS)} checks the "

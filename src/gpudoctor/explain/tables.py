@@ -27,19 +27,21 @@ NODE_FIRST_WRONG = ("Code-level changes (different sharding, recompute policy, b
 
 
 
-# -- reading a table ------------------------------------------------------------------------------------
+# -- reading a table
+# ------------------------------------------------------------------------------------
 
 CUT_NOTE = "the last line has no line end (the file may be cut mid-row): not used"
 
 
 def cut_last_line(text: str) -> tuple[str, str]:
-    """(text, note): a file whose last line has no line end may be a copy cut mid-row, and a cell cut
-    short still reads as a number ("101.0" -> "10"); that line is left out and the note says so. A
-    file of one line is left whole (a header alone: the parser names what is missing)."""
+    """(text, note): a file whose last line has no line end may be a copy cut mid-row, and a cell
+    cut short still reads as a number ("101.0" -> "10"); that line is left out and the note says so.
+    A file of one line is left whole (a header alone: the parser names what is missing)."""
     if not isinstance(text, str) or not text.strip() or text.endswith(("\n", "\r")):
         return text, ""
     head, sep, last = text.rpartition("\n")
-    if not sep or not head.strip() or not last.strip() or last.lstrip().startswith("#"):  # one line; blanks; a comment
+    # one line; blanks; a comment
+    if not sep or not head.strip() or not last.strip() or last.lstrip().startswith("#"):
         return text, ""
     return head + sep, CUT_NOTE
 
@@ -92,7 +94,8 @@ def parse_number(cell: str, name: str, line: int, expected: str) -> float | None
     return value if math.isfinite(value) else None
 
 
-# -- per-rank step times --------------------------------------------------------------------------------
+# -- per-rank step times
+# --------------------------------------------------------------------------------
 
 
 def whole_number(value: Any, name: str, least: int) -> int:
@@ -115,7 +118,8 @@ def real_number(value: Any, name: str) -> float:
 
 
 def stage_times(stage_ms: Any, p: int, v: int) -> tuple[np.ndarray | None, str]:
-    """Per physical stage time (chunk j of pp x v lives on stage j mod pp); None entries are missing."""
+    """Per physical stage time (chunk j of pp x v lives on stage j mod pp); None entries are
+    missing."""
     if stage_ms is None:
         return None, ""
     if not isinstance(stage_ms, (list, tuple)) or len(stage_ms) not in (p, p * v):

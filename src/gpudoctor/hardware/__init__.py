@@ -1,1 +1,2 @@
-"""The GPU itself: datasheet rows, measured ceilings and machine profiles, the bench probes, card health."""
+"""The GPU itself: datasheet rows, measured ceilings and machine profiles, the bench probes, card
+health."""

@@ -86,7 +86,8 @@ def unavailable(name: str) -> Ceilings:
 
 
 def unknown_card_note(name: str, skipped: tuple[str, ...] = ()) -> str:
-    """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to give it."""
+    """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to
+    give it."""
     rules = f" ({', '.join(skipped)})" if skipped else ""
     return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced "
             f"findings{rules}; for them, run `gpudoctor bench` on that card, or pass --ceilings "
@@ -97,10 +98,12 @@ _REQUIRED = ("matrix_flops", "hbm_bytes_per_s")
 
 
 def load_file(path: str | Path) -> Ceilings:
-    """Ceilings from a JSON file: {"gpu", "matrix_flops": {dtype: FLOP/s}, "hbm_bytes_per_s", ...}."""
+    """Ceilings from a JSON file: {"gpu", "matrix_flops": {dtype: FLOP/s}, "hbm_bytes_per_s",
+    ...}."""
     path = Path(path)
     hint = "pass a JSON file such as the profile `gpudoctor bench` saves, or --gpu NAME"
-    if path.exists() and not path.is_file():  # a folder, /dev/null, a FIFO (reading one waits forever)
+    # a folder, /dev/null, a FIFO (reading one waits forever)
+    if path.exists() and not path.is_file():
         raise CeilingsFileError(f"ceilings file {path} is not a regular file; {hint}")
     try:
         data = json.loads(path.read_text())

@@ -52,7 +52,8 @@ class GemmGrid:
 
 def grid_from(dims: list[int], seconds: Any, datasheet_bf16: float | None,
               source: str) -> GemmGrid | None:
-    """A grid from its dimensions and seconds[m][n][k] (None when it is not a full grid with LARGE)."""
+    """A grid from its dimensions and seconds[m][n][k] (None when it is not a full grid with
+    LARGE)."""
     try:
         d = np.asarray(dims, float)
         s = np.asarray(seconds, float)

@@ -1,7 +1,8 @@
 """Card health from NVML: clocks, throttling, power, temperature, ECC, retired pages, PCIe, MIG.
 
-A throttled or degraded card looks like slow code (training got slower with no code change). ``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral
-``GpuRecord`` that core/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
+A throttled or degraded card looks like slow code (training got slower with no code change).
+``read_health`` reads NVML; ``nvml_record`` turns the readings into the neutral ``GpuRecord`` that
+core/card.py's ``judge`` reads (as it reads ``nvidia-smi`` text, explain/smi.py);
 ``health_findings`` words the verdict: each anomaly a Finding (same type as the doctor's, saving
 unknown: 0). What NVML could not read is listed, never guessed.
 """
@@ -103,7 +104,8 @@ def nvml_record(health: HealthReading, index: int = 0) -> GpuRecord:
 
 
 def health_findings(health: HealthReading, under_load: bool = False) -> list[Finding]:
-    """Each anomaly ``judge`` finds, as a Finding. ``under_load``: the reading was taken while probes ran."""
+    """Each anomaly ``judge`` finds, as a Finding. ``under_load``: the reading was taken while
+    probes ran."""
     rec = nvml_record(health)
     st = judge(rec, "busy" if under_load else "unknown")
     out: list[Finding] = []
@@ -147,7 +149,8 @@ def health_findings(health: HealthReading, under_load: bool = False) -> list[Fin
             "critical" if rec.remap_failure else "major", f"Row remapping: {rows}.", dict(rows),
             (Fix("A pending remap needs a GPU reset; a failure needs the card replaced",
                  "nvidia-smi -q -d ROW_REMAPPER"),))
-    if (st.pcie_gen_down and under_load) or st.pcie_width_down:  # an idle link drops its generation to save power
+    # an idle link drops its generation to save power
+    if (st.pcie_gen_down and under_load) or st.pcie_width_down:
         add("pcie-downgrade", "The PCIe link runs below its capability", "major",
             f"PCIe gen {rec.pcie_gen} x{rec.pcie_width} of gen {rec.pcie_gen_max} "
             f"x{rec.pcie_width_max}: host copies are capped accordingly.",

@@ -1,10 +1,10 @@
-"""Memory-bound kernel probes by kind: what eager PyTorch's elementwise, cast, reduction and optimizer
-kernels reach, in bytes per second of the traffic ``plan/traffic.py`` counts for them.
+"""Memory-bound kernel probes by kind: what eager PyTorch's elementwise, cast, reduction and
+optimizer kernels reach, in bytes per second of the traffic ``plan/traffic.py`` counts for them.
 
 ``hbm.copy`` / ``hbm.triad`` (hardware/probe.py) time contiguous kernels; a training step in eager
 PyTorch also runs ops whose operands are broadcast (stride 0) or permuted, which take the
-non-vectorized ``elementwise_kernel`` path, casts, reductions and ``torch.optim`` steps. The bench JSON
-keeps these rates as two top-level sections beside ``gemm_grid`` (schema_version stays "1.0"):
+non-vectorized ``elementwise_kernel`` path, casts, reductions and ``torch.optim`` steps. The bench
+JSON keeps these rates as two top-level sections beside ``gemm_grid`` (schema_version stays "1.0"):
 
     "elementwise": {"rows": {KIND: {"op": ..., "shape": ..., "dtype": ..., "bytes": B, "s": ...,
                                     "bytes_per_s": B / s}, ...}}
@@ -42,17 +42,19 @@ ELEMENTS_QUICK = 1 << 25
 TORCH_FUSED_ADAMW_BYTES = 14
 # torch.optim.AdamW, foreach (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay, not
 # capturable), element passes over its tensors, all in the parameters' dtype (bf16 here; AdamW keeps
-# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2; _foreach_lerp_(exp_avgs,
-# grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2; _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the
-# grad is read once per element); _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2;
-# _foreach_add_(eps) 2; _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
+# exp_avg / exp_avg_sq in the parameter dtype): _foreach_mul_(params) r+w 2;
+# _foreach_lerp_(exp_avgs, grads) 2r+w 3; _foreach_mul_(exp_avg_sqs) 2;
+# _foreach_addcmul_(exp_avg_sqs, grads, grads) 3 (the grad is read once per element);
+# _foreach_sqrt(exp_avg_sqs) into a temporary 2; _foreach_div_ 2; _foreach_add_(eps) 2;
+# _foreach_addcdiv_(params, exp_avgs, temp) 3r+w 4. 20 passes x 2 bytes.
 ADAMW_FOREACH_PASSES = 20
 OPTIMIZER_TENSORS = 128  # 128 tensors of 8 Mi elements: 1.07 G parameters
 OPTIMIZER_TENSOR_ELEMENTS = 1 << 23
 
 
 def _shape(n: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of about ``n`` elements: RoPE's q (d = 128, 32 heads) and a [tokens, 4096] activation."""
+    """Shapes of about ``n`` elements: RoPE's q (d = 128, 32 heads) and a [tokens, 4096]
+    activation."""
     d, heads, b = 128, 32, 4
     s = n // (d * heads * b)
     return {"q": (b, heads, s, d), "x": (n // 4096, 4096)}
@@ -119,7 +121,8 @@ def optimizer_rows(torch: Any, plan: ProbePlan) -> tuple[dict[str, dict[str, Any
 
 
 def kind_probes(plan: ProbePlan, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The ``elementwise`` and ``optimizer`` sections; a probe that fails leaves ``{"error": ...}``."""
+    """The ``elementwise`` and ``optimizer`` sections; a probe that fails leaves ``{"error":
+    ...}``."""
     import torch
 
     out: dict[str, Any] = {}

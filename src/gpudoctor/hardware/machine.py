@@ -26,7 +26,8 @@ def cache_dir() -> Path:
 
 def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str,
                   memory_bytes: int) -> Ceilings:
-    """Measured roofs; what no probe measured (vector FLOP/s) comes from the datasheet row if any."""
+    """Measured roofs; what no probe measured (vector FLOP/s) comes from the datasheet row if
+    any."""
     by = {m.probe: m.value for m in measurements if m.value > 0}
     spec = find_spec(gpu_name)
     sheet = from_spec(spec) if spec else None
@@ -46,7 +47,8 @@ def ceilings_from(measurements: list[Measurement], gpu_name: str, uuid: str,
         source=f"measured {day} on {uuid or gpu_name} (gpudoctor bench)",
         extra={"l2_bytes_per_s": by.get("l2.copy"), "launch_eager_s": by.get("launch.eager"),
                "launch_graph_s": by.get("launch.graph"), "datasheet": spec.key if spec else None,
-               # the profiler's host time per recorded event: the replay's prior (replay/observer.py)
+               # the profiler's host time per recorded event: the replay's prior
+               # (replay/observer.py)
                "profiler_event_s": by.get("profiler.event"),
                # measured GEMM rates by shape: what the misaligned-gemm and small-gemm findings use
                "gemm_curve": {k: v for k, v in by.items() if k.startswith("gemm.")}},
@@ -66,7 +68,8 @@ def save_profile(uuid: str, data: dict[str, Any], folder: Path | None = None) ->
 
 
 def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings | None:
-    """The newest saved profile of a GPU with this name (None when there is none or it is unreadable)."""
+    """The newest saved profile of a GPU with this name (None when there is none or it is
+    unreadable)."""
     folder = folder or cache_dir()
     if not folder.is_dir():
         return None
@@ -89,7 +92,8 @@ def measured_ceilings_for(gpu_name: str, folder: Path | None = None) -> Ceilings
         if not ceilings.matrix_flops or ceilings.hbm_bytes_per_s <= 0:
             continue
         if isinstance(data.get("gemm_grid"), dict) and data["gemm_grid"].get("rows"):
-            # the card's own GEMM times by shape: what the fixes' GEMMs are priced with (hardware/gemm_rate.py)
+            # the card's own GEMM times by shape: what the fixes' GEMMs are priced with
+            # (hardware/gemm_rate.py)
             ceilings.extra["gemm_grid"] = data["gemm_grid"]
         stamp = str(data.get("measured_utc", ""))
         if best is None or stamp > best[0]:

@@ -46,8 +46,9 @@ def _alone(torch: Any, fn: Callable[[], Any], reps: int = 3) -> float:
 
 def _together(torch: Any, dist: Any, work: Callable[[], Any],
               comm: Callable[[], Any]) -> tuple[float, float]:
-    """Seconds of ``work`` (main stream) and ``comm`` (side stream) started together: the main stream
-    spins ~50 ms first (``torch.cuda._sleep``) while the host enqueues both, then releases them."""
+    """Seconds of ``work`` (main stream) and ``comm`` (side stream) started together: the main
+    stream spins ~50 ms first (``torch.cuda._sleep``) while the host enqueues both, then releases
+    them."""
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
     dist.barrier()
     torch.cuda.synchronize()

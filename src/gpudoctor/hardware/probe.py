@@ -64,7 +64,8 @@ def median_ms(
     torch: Any, fn: Callable[[], Any], repeats: int, warmup: int = 3,
     before: Callable[[], Any] | None = None
 ) -> float:
-    """Median of ``repeats`` event-timed calls; ``before`` runs untimed ahead of each (an L2 flush)."""
+    """Median of ``repeats`` event-timed calls; ``before`` runs untimed ahead of each (an L2
+    flush)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -270,7 +271,8 @@ HOST_EVENT_CATS = frozenset({"cpu_op", "cuda_runtime", "cuda_driver", "user_anno
 
 
 def _host_events(prof: Any) -> int:
-    """The host events a profile recorded, counted in its exported trace as the replay counts them."""
+    """The host events a profile recorded, counted in its exported trace as the replay counts
+    them."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "probe.json"
         prof.export_chrome_trace(str(path))

@@ -1,4 +1,5 @@
-"""Shape probes: bf16 matmul throughput over a grid of (M, N, K) and causal SDPA over (seq, head_dim).
+"""Shape probes: bf16 matmul throughput over a grid of (M, N, K) and causal SDPA over (seq,
+head_dim).
 
 What ``gpudoctor plan train --bench`` reads instead of assumed efficiencies. The bench JSON keeps
 them as two top-level sections beside ``collectives`` (schema_version stays "1.0": readers that do

@@ -198,7 +198,8 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec(
         key="gh200",
         name="NVIDIA GH200 480GB (96GB HBM3)",
-        # torch prints "NVIDIA GH200 480GB": the 480 GB are the Grace CPU's LPDDR5X, the GPU has 96 GB
+        # torch prints "NVIDIA GH200 480GB": the 480 GB are the Grace CPU's LPDDR5X, the GPU has 96
+        # GB
         aliases=(r"\bgh200\b",),
         matrix_flops=dict(_H100_SXM_FLOPS),
         vector_flops=67 * T,
@@ -255,7 +256,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "figures circulate only in secondary tables)"),
     ),
     # ---------------------------------------------------------------- Blackwell
-    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
+    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief
+    # (and the Blackwell datasheet)
     GpuSpec(
         key="gb200",
         name="NVIDIA GB200 (per Blackwell GPU)",
@@ -279,7 +281,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "generation not confirmed for this form factor (0 / empty). Early 2024 figures (192 "
                "GB, FP64 45, FP32 90) superseded"),
     ),
-    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief (and the Blackwell datasheet)
+    # https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-architecture-technical-brief
+    # (and the Blackwell datasheet)
     GpuSpec(
         key="b200",
         name="NVIDIA B200 (HGX) 180GB",
@@ -431,7 +434,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "cores) and 6 MB L2 as GA102 (GA102 whitepaper v2 A40 table). No FP8 on Ampere; "
                "FP64 not listed"),
     ),
-    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix C)
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf
+    # (Appendix C)
     GpuSpec(
         key="rtx-a6000",
         name="NVIDIA RTX A6000",
@@ -560,7 +564,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "RTX 6000' (Turing) does not match"),
     ),
     # ---------------------------------------------------------------- GeForce
-    # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (Appendix)
+    # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf
+    # (Appendix)
     GpuSpec(
         key="rtx-4090",
         name="NVIDIA GeForce RTX 4090",
@@ -579,7 +584,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "GDDR6X, 1,008 GB/s, 72 MB L2, 128 SMs; PCIe Gen4, no NVLink. 'RTX 4090 D' and "
                "laptop 4090s are different chips and do not match"),
     ),
-    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Appendix A)
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf
+    # (Appendix A)
     GpuSpec(
         key="rtx-3090",
         name="NVIDIA GeForce RTX 3090",
@@ -599,7 +605,8 @@ SPECS: tuple[GpuSpec, ...] = (
                "NVLink bridge 112.5 GB/s total (GA102 third-gen NVLink, four x4 links). INT8 could "
                "not be confirmed: left out; no FP8 on Ampere. 'RTX 3090 Ti' does not match"),
     ),
-    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (Table 1)
+    # https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf
+    # (Table 1)
     GpuSpec(
         key="rtx-3080",
         name="NVIDIA GeForce RTX 3080",

@@ -55,7 +55,8 @@ class Profile:
             self.capture.finish()
 
     def report(self) -> Report:
-        """The diagnosis of the recorded window (raises GpuDoctorError saying why when there is none)."""
+        """The diagnosis of the recorded window (raises GpuDoctorError saying why when there is
+        none)."""
         return self.capture.require_report()
 
 

@@ -63,7 +63,8 @@ class GpuDoctorCallback(TrainerCallback):
             self.capture.finish()
 
     def report(self) -> Report:
-        """The diagnosis of the recorded window (raises GpuDoctorError saying why when there is none)."""
+        """The diagnosis of the recorded window (raises GpuDoctorError saying why when there is
+        none)."""
         if self.capture is None:
             from gpudoctor.errors import GpuDoctorError
 

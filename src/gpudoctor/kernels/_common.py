@@ -82,31 +82,35 @@ def check_same(reference_name: str, reference: torch.Tensor, **others: torch.Ten
                 "same dtype")
 
 
-# -- launching with less CPU per call ------------------------------------------------------------------
+# -- launching with less CPU per call
+# ------------------------------------------------------------------
 #
-# ``kernel[grid](...)`` binds and specializes every argument and hashes a cache key in Python on each
-# call; for the norms (tens of microseconds of GPU work at 8M elements) that CPU time, not the GPU,
-# sets the step time. ``Launcher`` keeps the compiled kernel from the first call and launches it
-# directly afterwards, keyed by everything Triton specializes on (each tensor's dtype and 16-byte
+# ``kernel[grid](...)`` binds and specializes every argument and hashes a cache key in Python on
+# each call; for the norms (tens of microseconds of GPU work at 8M elements) that CPU time, not the
+# GPU, sets the step time. ``Launcher`` keeps the compiled kernel from the first call and launches
+# it directly afterwards, keyed by everything Triton specializes on (each tensor's dtype and 16-byte
 # alignment, each integer's ==1 / divisible-by-16 / 32-bit range, the constexprs, num_warps, the
 # device), so a cached kernel only ever runs with arguments it was compiled for.
 #
-# Two levels of key: the exact one (the integers and floats themselves, each tensor's dtype and address
-# modulo 16) is cheap to build and hash, and repeats every step; on a miss the specialization key finds
-# the kernel Triton compiled for those arguments, and the exact key is remembered for the next call.
+# Two levels of key: the exact one (the integers and floats themselves, each tensor's dtype and
+# address modulo 16) is cheap to build and hash, and repeats every step; on a miss the
+# specialization key finds the kernel Triton compiled for those arguments, and the exact key is
+# remembered for the next call.
 #
-# A cached kernel is launched through its low-level launcher, ``CompiledKernel.run(gridX, gridY, gridZ,
-# stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``: the call
-# ``CompiledKernel[grid](*args)`` makes after building a closure, looking up the device and stream through
-# ``triton.runtime.driver``, and building the launch metadata for the launch hooks (triton 3.6 does that on
-# every launch, its hooks being empty ``HookChain`` objects rather than None, and its C launcher then
-# calls both). With no hook registered, the metadata and hooks are passed as None, which the C launcher
-# skips. Tensors are passed as their addresses: for a tensor the C launcher calls ``data_ptr()`` and then
-# ``cuPointerGetAttribute`` (a driver call, per pointer argument and launch, that checks the memory is
-# the GPU's); an int it takes as the address (triton 3.6 and 3.9 ``getPointer``). Every tensor reaching a
-# launch here is on the launching GPU (``use_triton``, ``check_same``, the kernels' own allocations). Where a hook is registered (Proton, a user's), or the compiled kernel lacks that API (triton
-# before 3.3), the launch goes through ``CompiledKernel[grid]`` as before; should the direct call fail,
-# the launcher falls back to it for good.
+# A cached kernel is launched through its low-level launcher, ``CompiledKernel.run(gridX, gridY,
+# gridZ, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``: the
+# call ``CompiledKernel[grid](*args)`` makes after building a closure, looking up the device and
+# stream through ``triton.runtime.driver``, and building the launch metadata for the launch hooks
+# (triton 3.6 does that on every launch, its hooks being empty ``HookChain`` objects rather than
+# None, and its C launcher then calls both). With no hook registered, the metadata and hooks are
+# passed as None, which the C launcher skips. Tensors are passed as their addresses: for a tensor
+# the C launcher calls ``data_ptr()`` and then ``cuPointerGetAttribute`` (a driver call, per pointer
+# argument and launch, that checks the memory is the GPU's); an int it takes as the address (triton
+# 3.6 and 3.9 ``getPointer``). Every tensor reaching a launch here is on the launching GPU
+# (``use_triton``, ``check_same``, the kernels' own allocations). Where a hook is registered
+# (Proton, a user's), or the compiled kernel lacks that API (triton before 3.3), the launch goes
+# through ``CompiledKernel[grid]`` as before; should the direct call fail, the launcher falls back
+# to it for good.
 
 
 def _specialization(arg: object) -> object:
@@ -137,8 +141,8 @@ def _constexprs(fn) -> tuple[str, ...]:
 
 def _specializations(args: tuple) -> tuple:
     """``_specialization`` of each argument, tensors and ints inline: one list comprehension, not a
-    Python call per argument (about half the host time a launch, benchmarks/BENCHMARKS-kernels.md "Evidence moved from
-    the source: kernel constants")."""
+    Python call per argument (about half the host time a launch, benchmarks/BENCHMARKS-kernels.md
+    "Evidence moved from the source: kernel constants")."""
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
                   else (("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31, 0 <= a < 2**64)
                         if type(a) is int
@@ -150,21 +154,23 @@ def _exact(args: tuple) -> tuple:
     """The exact key of a launch's arguments: an int as itself, a tensor as its dtype and address
     modulo 16, anything else with its type (1, 1.0 and True are equal in Python, and Triton types
     them differently). Equal exact keys have equal specializations (``_specializations``); it takes
-    half the host time of the specialization key (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source:
-    kernel constants")."""
+    half the host time of the specialization key (benchmarks/BENCHMARKS-kernels.md "Evidence moved
+    from the source: kernel constants")."""
     return tuple([a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a,
                                                                                       torch.Tensor)
                   else (type(a), a) for a in args])
 
 
-# Bounds of the two caches: shapes vary little in training; a bound keeps odd callers (a new sequence
-# length every call) from growing them without end. Past the bound a launch pays the specialization key.
+# Bounds of the two caches: shapes vary little in training; a bound keeps odd callers (a new
+# sequence length every call) from growing them without end. Past the bound a launch pays the
+# specialization key.
 MAX_COMPILED = 256
 MAX_EXACT = 1024
 
 
 def _hooks():
-    """triton's launch-hook holder (``triton.knobs.runtime``), or None where this triton has none there."""
+    """triton's launch-hook holder (``triton.knobs.runtime``), or None where this triton has none
+    there."""
     try:
         from triton import knobs
     except ImportError:
@@ -177,8 +183,8 @@ _HOOKS = _hooks() if tl is not None else None
 
 
 def hooks_idle() -> bool:
-    """Whether no launch hook is registered, so a launch may pass None for the metadata and hooks: each
-    hook None (triton 3.3, 3.4) or an empty ``HookChain`` (3.5 on)."""
+    """Whether no launch hook is registered, so a launch may pass None for the metadata and hooks:
+    each hook None (triton 3.3, 3.4) or an empty ``HookChain`` (3.5 on)."""
     if _HOOKS is None:
         return False
     enter, leave = _HOOKS.launch_enter_hook, _HOOKS.launch_exit_hook
@@ -196,7 +202,8 @@ def _current_stream(device: int) -> int:
 
 
 def bindable(compiled: object) -> bool:
-    """Whether a compiled kernel exposes the low-level launcher the direct launch calls (triton 3.3+)."""
+    """Whether a compiled kernel exposes the low-level launcher the direct launch calls (triton
+    3.3+)."""
     return all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata",
                                                     "launch_metadata"))
 
@@ -207,9 +214,9 @@ _dtype = operator.attrgetter("dtype")
 
 class Launcher:
     """``Launcher(jit_fn)(grid, *args, **constexprs, num_warps=W)``: the same launch as
-    ``jit_fn[grid](*args, **constexprs, num_warps=W)`` with the per-call Python work cut to building an
-    exact key, a dict lookup and the low-level launcher's call. Constexprs come last in the kernel's
-    signature (true of every kernel here). ``direct=False`` launches cached kernels through
+    ``jit_fn[grid](*args, **constexprs, num_warps=W)`` with the per-call Python work cut to building
+    an exact key, a dict lookup and the low-level launcher's call. Constexprs come last in the
+    kernel's signature (true of every kernel here). ``direct=False`` launches cached kernels through
     ``CompiledKernel[grid]`` instead (the fallback, measured against the direct launch by
     benchmarks/bench_kernels_host.py)."""
 
@@ -219,7 +226,8 @@ class Launcher:
         self.compiled: dict = {}  # specialization key -> the same
         params = getattr(fn, "params", None)
         self.constexpr_names = tuple(p.name for p in params if p.is_constexpr) if params else _constexprs(fn)
-        # the fast path needs the compiled-kernel API and a real GPU; the interpreter launches as usual
+        # the fast path needs the compiled-kernel API and a real GPU; the interpreter launches as
+        # usual
         self.fast = params is not None and not interpreting()
         self.direct = direct
 
@@ -228,7 +236,8 @@ class Launcher:
         self.launch(grid, args, tuple(constexprs[name] for name in self.constexpr_names), num_warps)
 
     def launch(self, grid: tuple[int, ...], args: tuple, values: tuple, num_warps: int) -> None:
-        """The launch with the constexprs as a tuple in signature order: no keyword dict on a cached call."""
+        """The launch with the constexprs as a tuple in signature order: no keyword dict on a cached
+        call."""
         first = args[0]
         if type(first) is not torch.Tensor and isinstance(first, torch.Tensor) and traced(first):
             # inside a compiler's trace of a triton_op: record the kernel, launch nothing
@@ -255,14 +264,16 @@ class Launcher:
 
     def launch_split(self, grid: tuple[int, ...], tensors: tuple, scalars: tuple, values: tuple,
                      num_warps: int) -> None:
-        """``launch(grid, tensors + scalars, values, num_warps)`` for a kernel whose tensor arguments all come
-        before the others. The exact key is then built from C-level maps over each group (every tensor's dtype
-        and address modulo 16; the scalars and their types), with no per-argument type test in
-        Python: half the host time of ``launch``'s key (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
-        source: kernel constants"). Its keys never equal ``launch``'s (other lengths) and, like them,
-        equal keys have equal specializations."""
+        """``launch(grid, tensors + scalars, values, num_warps)`` for a kernel whose tensor
+        arguments all come before the others. The exact key is then built from C-level maps over
+        each group (every tensor's dtype and address modulo 16; the scalars and their types), with
+        no per-argument type test in Python: half the host time of ``launch``'s key
+        (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants"). Its
+        keys never equal ``launch``'s (other lengths) and, like them, equal keys have equal
+        specializations."""
         first = tensors[0]
-        if type(first) is not torch.Tensor or not self.fast:  # a trace, a Parameter, the interpreter
+        # a trace, a Parameter, the interpreter
+        if type(first) is not torch.Tensor or not self.fast:
             self.launch(grid, tensors + scalars, values, num_warps)
             return
         device = first.get_device()
@@ -281,8 +292,9 @@ class Launcher:
 
     def _run(self, bound: tuple, grid: tuple[int, ...], args: tuple, addressed: list | None,
              values: tuple, num_warps: int, device: int) -> None:
-        """Launch a cached kernel: directly with ``addressed`` (args, each tensor as its address; None: made
-        here) where no hook is registered, else through the compiled kernel's runner, else through Triton."""
+        """Launch a cached kernel: directly with ``addressed`` (args, each tensor as its address;
+        None: made here) where no hook is registered, else through the compiled kernel's runner,
+        else through Triton."""
         if self.direct and hooks_idle():
             n = len(grid)
             if addressed is None:
@@ -294,7 +306,8 @@ class Launcher:
                 return
             except Exception:  # noqa: BLE001 - a Triton whose launcher API differs: launch as below, from now on
                 self.direct = False
-        try:  # the compiled kernel's runner takes a 3-d grid; the stream is the one it would look up
+        # the compiled kernel's runner takes a 3-d grid; the stream is the one it would look up
+        try:
             bound[0][(*grid, 1, 1)[:3]](*args, *values, stream=_current_stream(device))
         except Exception:  # noqa: BLE001 - a Triton whose compiled-kernel API differs: launch as usual
             self.fast = False
@@ -302,8 +315,8 @@ class Launcher:
 
     def _bind(self, grid: tuple[int, ...], args: tuple, values: tuple, num_warps: int, device: int,
               key: tuple) -> tuple | None:
-        """The bound kernel for these arguments from the specialization cache, or None after compiling
-        (and launching) it through Triton; either way the exact key is remembered."""
+        """The bound kernel for these arguments from the specialization cache, or None after
+        compiling (and launching) it through Triton; either way the exact key is remembered."""
         spec = (device, num_warps, values, _specializations(args))
         bound = self.compiled.get(spec)
         launched = bound is None
@@ -324,26 +337,29 @@ class Launcher:
 
 
 def native_is_faster(table: tuple[tuple[int, int], ...], numel: int, hidden: int) -> bool:
-    """Whether PyTorch's own fused op takes less GPU time than the kernel for a [..., hidden] input of
-    ``numel`` elements: ``table`` holds (widest row, below this many elements) pairs measured per op,
-    narrowest first; a row takes the first class wide enough for it, and wider rows than any, the kernel."""
+    """Whether PyTorch's own fused op takes less GPU time than the kernel for a [..., hidden] input
+    of ``numel`` elements: ``table`` holds (widest row, below this many elements) pairs measured per
+    op, narrowest first; a row takes the first class wide enough for it, and wider rows than any,
+    the kernel."""
     below = next((n for widest, n in table if hidden <= widest), 0)
     return numel < below
 
 
-# -- custom ops: what torch.compile and CUDA graphs see --------------------------------------------------
+# -- custom ops: what torch.compile and CUDA graphs see
+# --------------------------------------------------
 #
-# Each op is registered as ``gpudoctor::<name>`` with a fake (meta) implementation giving its exact output
-# shapes and dtypes and an autograd formula whose backward is a ``gpudoctor::`` op too, so a compiled model
-# holds one node per op and no graph break (today's ``autograd.Function`` broke the graph at each launch).
-# With ``torch.library.triton_op`` (torch >= 2.6) Inductor also sees the Triton kernels inside the op and
-# schedules them with its own; ``torch.library.custom_op`` (2.4, 2.5) gives an opaque node; older torch has
-# neither and keeps the ``autograd.Function`` path (with its graph breaks).
+# Each op is registered as ``gpudoctor::<name>`` with a fake (meta) implementation giving its exact
+# output shapes and dtypes and an autograd formula whose backward is a ``gpudoctor::`` op too, so a
+# compiled model holds one node per op and no graph break (today's ``autograd.Function`` broke the
+# graph at each launch). With ``torch.library.triton_op`` (torch >= 2.6) Inductor also sees the
+# Triton kernels inside the op and schedules them with its own; ``torch.library.custom_op`` (2.4,
+# 2.5) gives an opaque node; older torch has neither and keeps the ``autograd.Function`` path (with
+# its graph breaks).
 #
 # Eager calls do not go through the ops: the dispatcher's round trip to a Python kernel and the
-# generated autograd node cost about twice an ``autograd.Function``'s host time (benchmarks/BENCHMARKS-kernels.md
-# "Evidence moved from the source: kernel constants"); the public functions take the op only when
-# ``torch.compiler.is_compiling()``.
+# generated autograd node cost about twice an ``autograd.Function``'s host time
+# (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants"); the public
+# functions take the op only when ``torch.compiler.is_compiling()``.
 
 TRITON_OP, CUSTOM_OP, FUNCTION = "triton_op", "custom_op", "autograd.Function"
 
@@ -359,21 +375,23 @@ def registration_api(library: object = torch.library) -> str:
 
 
 API = registration_api()
-# every op registered so far: name -> the API it was registered with (FUNCTION: its registration failed,
-# FAILED says why, and the op keeps the autograd.Function path)
+# every op registered so far: name -> the API it was registered with (FUNCTION: its registration
+# failed, FAILED says why, and the op keeps the autograd.Function path)
 REGISTERED: dict[str, str] = {}
 FAILED: dict[str, str] = {}
 
 
 def define_op(name: str, impl: Callable, fake: Callable, *, reference: Callable,
               triton: bool = True) -> Callable | None:
-    """Register ``gpudoctor::name`` (``impl``'s annotations give the schema); None where torch has no API.
+    """Register ``gpudoctor::name`` (``impl``'s annotations give the schema); None where torch has
+    no API.
 
-    ``triton=False`` registers an opaque ``custom_op`` even where ``triton_op`` exists (an op whose body
-    is mostly cuBLAS calls and in-place work on a reused buffer, which functionalization would copy).
-    So does the Triton interpreter (TRITON_INTERPRET=1), whose kernels a trace cannot record.
-    ``reference``: the op on CPU tensors, the same math in PyTorch ops (under the interpreter the CPU
-    runs ``impl``, the kernels interpreted), so the op runs, and ``opcheck`` checks it, without a GPU.
+    ``triton=False`` registers an opaque ``custom_op`` even where ``triton_op`` exists (an op whose
+    body is mostly cuBLAS calls and in-place work on a reused buffer, which functionalization would
+    copy). So does the Triton interpreter (TRITON_INTERPRET=1), whose kernels a trace cannot record.
+    ``reference``: the op on CPU tensors, the same math in PyTorch ops (under the interpreter the
+    CPU runs ``impl``, the kernels interpreted), so the op runs, and ``opcheck`` checks it, without
+    a GPU.
     """
     api = API if (triton and not interpreting()) or API == FUNCTION else CUSTOM_OP
     if api == FUNCTION:
@@ -420,15 +438,17 @@ def path_in_use() -> str:
 
 
 def traced(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a tensor of a compiler's trace (a fake or functional tensor), not one with memory:
-    a triton_op's body then launches through ``torch.library.wrap_triton``, which records the kernel."""
+    """Whether ``t`` is a tensor of a compiler's trace (a fake or functional tensor), not one with
+    memory: a triton_op's body then launches through ``torch.library.wrap_triton``, which records
+    the kernel."""
     return type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter)
 
 
 def concrete(t2: torch.Tensor) -> tuple[int, int]:
-    """(rows, H) of a 2-D tensor as ints. A compiler tracing with dynamic shapes hands the op symbolic
-    sizes, but the block size, tile rows and grid are decided in Python from them (constexprs): the op
-    then specializes on its input's size (a guard; a new size compiles again)."""
+    """(rows, H) of a 2-D tensor as ints. A compiler tracing with dynamic shapes hands the op
+    symbolic sizes, but the block size, tile rows and grid are decided in Python from them
+    (constexprs): the op then specializes on its input's size (a guard; a new size compiles
+    again)."""
     n_rows, hidden = t2.shape
     if type(n_rows) is int and type(hidden) is int:
         return n_rows, hidden

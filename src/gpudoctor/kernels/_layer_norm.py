@@ -45,40 +45,42 @@ from gpudoctor.kernels._rms_norm import (
 # ``F.layer_norm`` computes exactly this op, and its fused CUDA kernels keep the same tensors for
 # backward (x, mean, rstd); CUDA inputs that NATIVE_BELOW lists (rows up to this wide, fewer
 # elements than this) go there, where it takes less GPU time than these kernels. Rows between 1024
-# and 4096 wide were not measured and follow the 1024 rule (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
-# source: kernel constants").
+# and 4096 wide were not measured and follow the 1024 rule (benchmarks/BENCHMARKS-kernels.md
+# "Evidence moved from the source: kernel constants").
 NATIVE_BELOW = ((512, 2**20), (2048, 2**22))
 # Rows whose block is at least this wide take the split backward: the dx kernel without the weight
 # and bias accumulators, then a column-parallel kernel for the dw / db partials. One block holding
 # x, dy, x_hat, g and two fp32 accumulators of 16384 spills registers (about 4x its HBM time). Rows
 # too wide for one block (the column loop) take it too: the loop's per-row read-modify-write of the
-# partials goes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
+# partials goes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
+# constants").
 SPLIT_MIN_BLOCK = 16384
 # The dw / db kernel's [SPLIT_ROWS, SPLIT_COLS] tile and warps: the fastest of the tiles tried at
-# every height of 16384-wide rows (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-# constants").
+# every height of 16384-wide rows (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source:
+# kernel constants").
 SPLIT_ROWS = 32
 SPLIT_COLS = 128
 SPLIT_WARPS = 4
 
 # [ROWS, BLOCK] tile size (see _rms_norm.TILE_ELEMENTS): 8192 took the least GPU time summed over
-# the six tuned shapes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
+# the six tuned shapes (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
+# constants").
 TILE_ELEMENTS = 8192
 # The backward loads the next row tile early (_rms_norm.PREFETCH) only for tiles of at most this
-# many rows: at 8 rows a tile it spilled, at 32 it changed nothing (benchmarks/BENCHMARKS-kernels.md "Evidence moved
-# from the source: kernel constants").
+# many rows: at 8 rows a tile it spilled, at 32 it changed nothing (benchmarks/BENCHMARKS-kernels.md
+# "Evidence moved from the source: kernel constants").
 PREFETCH_MAX_ROWS = 2
 # Taller tiles, up to PIPELINE_MAX_ROWS rows, have Triton pipeline the backward's tile loop instead
 # (``tl.range(..., num_stages=PIPELINE_STAGES)``: the next tiles' x and dy are copied into shared
 # memory while this one is computed; no registers): 3 stages gained up to 16 rows a tile, not at 32,
-# and not where the register prefetch runs (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-# constants").
+# and not where the register prefetch runs (benchmarks/BENCHMARKS-kernels.md "Evidence moved from
+# the source: kernel constants").
 PIPELINE_MAX_ROWS = 16
 PIPELINE_STAGES = 3
 # Row widths whose tiles differ from TILE_ELEMENTS, (tile, up to this many elements): rows of 1024
 # took less GPU time with a forward tile of 4096, and with a backward tile of 2048 (2 rows, 8 warps,
-# the register prefetch) up to 8M elements (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-# constants").
+# the register prefetch) up to 8M elements (benchmarks/BENCHMARKS-kernels.md "Evidence moved from
+# the source: kernel constants").
 FORWARD_TILE_ELEMENTS = {1024: 4096}
 BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
 # Wide rows (block >= SPLIT_MIN_BLOCK) keep the fused backward when each program gets a single row
@@ -89,14 +91,16 @@ BACKWARD_TILE_ELEMENTS = {1024: (2048, 2**23)}
 FUSED_WIDE_MAX_TILES = 1
 
 
-# -- kernels -----------------------------------------------------------------------------------------
+# -- kernels
+# -----------------------------------------------------------------------------------------
 
 
 @_jit
 def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
                     BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
                     HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x (and w, b), writes y, mean and rstd
+    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x (and w, b), writes y, mean and
+    # rstd
     pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
     if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
         rows = pid * ROWS + tl.arange(0, ROWS)
@@ -116,7 +120,8 @@ def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, n_rows, H, eps,
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
         tl.store(MEAN + rows, mean, mask=row_ok)
         tl.store(RSTD + rows, rstd, mask=row_ok)
-    else:  # one row wider than a block (ROWS is 1): passes for the mean, the variance, y (tutorial 05)
+    # one row wider than a block (ROWS is 1): passes for the mean, the variance, y (tutorial 05)
+    else:
         x_row = X + pid * stride_x
         y_row = Y + pid * stride_y
         acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -152,8 +157,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
                     SINGLE: tl.constexpr,
                     HAS_W: tl.constexpr, HAS_DW: tl.constexpr, HAS_DB: tl.constexpr,
                     PREFETCH: tl.constexpr, STAGES: tl.constexpr, RELOAD_W: tl.constexpr):
-    # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p, :], DB[p, :]
-    # (stage one of the reductions; the launcher sums them over programs: no atomics)
+    # program p handles row tiles [p * tiles_per_program, ...) and writes partial dw, db to DW[p,
+    # :], DB[p, :] (stage one of the reductions; the launcher sums them over programs: no atomics)
     # dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g)) with g = w * dy
     pid = tl.program_id(0).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
     tile_start = pid * tiles_per_program
@@ -167,7 +172,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         db_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-        if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
+        # the first tile's loads; each iteration then issues the next tile's before its math
+        if PREFETCH:
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
             x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy,
@@ -190,10 +196,12 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
                 dy = load_tile(DY, rows, cols, stride_dy, mask)
                 mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
                 rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
-            x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)  # recomputed, never saved
+            # recomputed, never saved
+            x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
             g = dy
             if HAS_W:
-                if RELOAD_W:  # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+                # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+                if RELOAD_W:
                     w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
                 g = dy * w[None, :]
             c1 = tl.sum(x_hat * g, axis=1) / H
@@ -209,7 +217,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
             tl.store(dw_row + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
         if HAS_DB:
             tl.store(db_row + cols, tl.sum(db_acc, axis=0), mask=col_ok)
-    else:  # one row per tile: a pass for its two means, a pass for dx; DW[p], DB[p] (zeroed) are its own
+    # one row per tile: a pass for its two means, a pass for dx; DW[p], DB[p] (zeroed) are its own
+    else:
         for r in range(tile_start, tile_end):
             mean = tl.load(MEAN + r)
             rstd = tl.load(RSTD + r)
@@ -249,8 +258,8 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW, DB, stride_x, stride_dy, strid
 def _layer_norm_dwdb(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, n_rows, rows_per_program, H,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DW: tl.constexpr,
                      HAS_DB: tl.constexpr):
-    # program (c, r) sums dy * x_hat and dy over rows [r * rows_per_program, ...) for columns
-    # [c * BLOCK_N, ...) and stores them in row r of DW and DB (stage one; the launcher sums the rows)
+    # program (c, r) sums dy * x_hat and dy over rows [r * rows_per_program, ...) for columns [c *
+    # BLOCK_N, ...) and stores them in row r of DW and DB (stage one; the launcher sums the rows)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < H
     chunk = tl.program_id(1).to(tl.int64)  # 64-bit row indices, so row * stride may pass 2^31
@@ -281,7 +290,8 @@ _launch_dwdb = Launcher(_layer_norm_dwdb)
 _launch_bwd = Launcher(_layer_norm_bwd)
 
 
-# -- launchers -----------------------------------------------------------------------------------------
+# -- launchers
+# -----------------------------------------------------------------------------------------
 
 
 def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -294,7 +304,8 @@ def _forward(x2: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor |
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)  # [rows]
     block, single = tile_block(hidden, x2.element_size())
     rows = rows_per_tile(block, single, n_rows, FORWARD_TILE_ELEMENTS.get(block, TILE_ELEMENTS))
-    # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its pointer
+    # an absent weight/bias is never read (HAS_W/HAS_B are compile-time); x stands in for its
+    # pointer
     _launch_fwd((-(-n_rows // rows),), x2, x2 if weight is None else weight,
                 x2 if bias is None else bias, y, mean, rstd, x2.stride(0), y.stride(0), n_rows,
                 hidden, eps, BLOCK=block, ROWS=rows, SINGLE=single, HAS_W=weight is not None,
@@ -342,8 +353,8 @@ def _backward(dy2: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor | None, 
 
 def _split_partials(dy2: torch.Tensor, x2: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                     need_dw: bool, need_db: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage one of dw / db for wide rows: [row chunks, H] fp32 partials from the column-parallel kernel,
-    about a full GPU of (column block, row chunk) programs."""
+    """Stage one of dw / db for wide rows: [row chunks, H] fp32 partials from the column-parallel
+    kernel, about a full GPU of (column block, row chunk) programs."""
     n_rows, hidden = concrete(x2)
     col_blocks = -(-hidden // SPLIT_COLS)
     row_blocks = -(-n_rows // SPLIT_ROWS)
@@ -366,7 +377,8 @@ class _LayerNormFunction(torch.autograd.Function):
                 eps: float) -> torch.Tensor:
         x2 = as_rows(x, x.shape[-1])
         y, mean, rstd = _forward(x2, weight, bias, eps)
-        ctx.save_for_backward(x2, weight, mean, rstd)  # the input (a view of x when possible), 2 x [rows] fp32
+        # the input (a view of x when possible), 2 x [rows] fp32
+        ctx.save_for_backward(x2, weight, mean, rstd)
         ctx.x_shape = x.shape
         return y.view(x.shape)
 
@@ -380,13 +392,15 @@ class _LayerNormFunction(torch.autograd.Function):
         return dx.view(ctx.x_shape), dw, db, None
 
 
-# -- the gpudoctor::layer_norm custom op (what torch.compile sees) -----------------------------------------
+# -- the gpudoctor::layer_norm custom op (what torch.compile sees)
+# -----------------------------------------
 
 
 def _op_forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """y [..., H] in x's dtype, mean and rstd [rows] fp32."""
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # allocated whole: the op returns no view
+    # allocated whole: the op returns no view
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _, mean, rstd = _forward(as_rows(x, x.shape[-1]), weight, bias, eps, y.view(-1, x.shape[-1]))
     return y, mean, rstd
 
@@ -407,11 +421,13 @@ def _op_forward_reference(x, weight, bias, eps):
 def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
                  rstd: torch.Tensor, need_dw: bool,
                  need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx [..., H], dw and db [H] (each an empty [0] when not asked for: an op returns tensors only)."""
+    """dx [..., H], dw and db [H] (each an empty [0] when not asked for: an op returns tensors
+    only)."""
     hidden = x.shape[-1]
     dx, dw, db = _backward(as_rows(dy, hidden), as_rows(x, hidden), weight, mean, rstd,
                            need_dw and weight is not None, need_db)
-    no_dw = (x if weight is None else weight).new_empty(0)  # the dtype the fake implementation gives
+    # the dtype the fake implementation gives
+    no_dw = (x if weight is None else weight).new_empty(0)
     return dx.view(x.shape), no_dw if dw is None else dw, x.new_empty(0) if db is None else db
 
 
@@ -440,7 +456,8 @@ def _op_backward_reference(dy, x, weight, mean, rstd, need_dw, need_db):
 
 def _setup(ctx, inputs, output) -> None:
     x, weight, _, _ = inputs
-    ctx.save_for_backward(x, weight, output[1], output[2])  # the input and 2 x [rows] fp32, as the eager path
+    # the input and 2 x [rows] fp32, as the eager path
+    ctx.save_for_backward(x, weight, output[1], output[2])
     ctx.mark_non_differentiable(output[1], output[2])
 
 
@@ -459,13 +476,14 @@ if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
 
-# -- public API ----------------------------------------------------------------------------------------
+# -- public API
+# ----------------------------------------------------------------------------------------
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                eps: float = 1e-5) -> torch.Tensor:
-    """Layer-normalize ``x`` [..., H] over its last dimension; then ``* weight`` [H] and ``+ bias`` [H]
-    (either may be None). As ``F.layer_norm(x, (H,), weight, bias, eps)``: Triton on CUDA
+    """Layer-normalize ``x`` [..., H] over its last dimension; then ``* weight`` [H] and ``+ bias``
+    [H] (either may be None). As ``F.layer_norm(x, (H,), weight, bias, eps)``: Triton on CUDA
     (fp32/bf16/fp16), native PyTorch for CPU tensors, fp64 and small inputs.
     """
     check_tensor("x", x, min_dims=1)
@@ -493,7 +511,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
 
 
 class LayerNorm(nn.LayerNorm):
-    """``nn.LayerNorm`` over the last dimension (same arguments, attributes and state dict), fused."""
+    """``nn.LayerNorm`` over the last dimension (same arguments, attributes and state dict),
+    fused."""
 
     def __init__(self, normalized_shape: int | tuple[int] | list[int], eps: float = 1e-5,
                  elementwise_affine: bool = True, bias: bool = True,

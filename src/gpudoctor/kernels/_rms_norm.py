@@ -1,4 +1,5 @@
-"""Fused RMS normalization: ``y = x / sqrt(mean(x^2) + eps) * (offset + w)`` over the last dimension.
+"""Fused RMS normalization: ``y = x / sqrt(mean(x^2) + eps) * (offset + w)`` over the last
+dimension.
 
 The cure for the VRAM wall (activation memory that outgrows the card): eager PyTorch keeps every
 intermediate of the elementwise chain (the fp32 upcast, ``x^2``, ``x * rstd``, its cast) for
@@ -42,58 +43,61 @@ from gpudoctor.kernels._common import jit as _jit
 # With ``casting="gemma", offset=0`` the op is exactly ``torch.nn.functional.rms_norm``, whose fused
 # CUDA kernels keep the same tensors for backward; below these sizes (rows up to this wide, fewer
 # elements than this) its fewer launches cost less GPU time than our kernels. Llama casting has no
-# native fused equivalent, so it always takes the kernel. Measured: benchmarks/BENCHMARKS-kernels.md "Evidence moved
-# from the source: kernel constants".
+# native fused equivalent, so it always takes the kernel. Measured: benchmarks/BENCHMARKS-kernels.md
+# "Evidence moved from the source: kernel constants".
 NATIVE_BELOW = ((1024, 2**17),)
 
 # One row held in registers up to this many bytes of x; wider rows loop over LOOP_BLOCK columns.
 # Triton tutorial 05 "Layer Normalization" allows 64 KB (MAX_FUSED_SIZE); half of that was faster on
-# 64 KB rows, one block the faster at 32 KB and below (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
-# source: kernel constants").
+# 64 KB rows, one block the faster at 32 KB and below (benchmarks/BENCHMARKS-kernels.md "Evidence
+# moved from the source: kernel constants").
 MAX_FUSED_BYTES = 32768
 # Column chunk of the looping kernels: 8192 beat 4096 on every shape measured for MAX_FUSED_BYTES.
 LOOP_BLOCK = 8192
 # Elements of one [ROWS, BLOCK] tile of the single-block kernels: rows narrower than this are
 # processed TILE_ELEMENTS // BLOCK at a time; 4096 was the best or within 4% of it at every width
-# from 256 to 16384, forward + backward (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-# constants").
+# from 256 to 16384, forward + backward (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
+# source: kernel constants").
 TILE_ELEMENTS = 4096
 # The forward alone does not care about the tile size, so one size serves both. Backward programs
 # resident per SM, counted in warps: SMs x (BACKWARD_WARPS_PER_SM // num_warps) programs, each
 # writing one fp32 row of partial weight gradients (fewer programs, less of that traffic; more, more
-# loads in flight); 16 beat 4, 8, 32 and 64 (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-# constants").
+# loads in flight); 16 beat 4, 8, 32 and 64 (benchmarks/BENCHMARKS-kernels.md "Evidence moved from
+# the source: kernel constants").
 BACKWARD_WARPS_PER_SM = 16
 # The single-block backward loads tile t + 1 (x, dy, the row statistics) into registers before tile
 # t's math: with about two programs per SM, one tile of loads in flight per program left HBM idle.
 # Only where the extra registers fit (use_prefetch): 16-bit inputs at up to PREFETCH_ELEMENTS
-# elements of a tile per thread; at 32 the kernel spilled (fp32 was not measured). benchmarks/BENCHMARKS-kernels.md
-# "Evidence moved from the source: kernel constants".
+# elements of a tile per thread; at 32 the kernel spilled (fp32 was not measured).
+# benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants".
 PREFETCH = True
 PREFETCH_ELEMENTS = 16
 # Stage two of the weight / bias gradient: _sum_partials, one launch (LayerNorm's dw and db
 # together), each program SUM_COLS columns summed SUM_ROWS partial rows at a time, in place of
 # partials.sum(0).to(dtype) (two kernels a gradient): the fastest of the tiles tried, 3x faster than
-# PyTorch's stage two (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
+# PyTorch's stage two (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
+# constants").
 SUM_COLS = 32
 SUM_ROWS = 128
 SUM_WARPS = 4
 # Single-block backwards of blocks at least this wide load the weight again for each row tile (an L1
 # / L2 hit) instead of holding BLOCK / threads fp32 values of it in registers across the tile loop:
 # at 16384 the held weight pushed the kernel past its 128 registers; narrower, no change, so it
-# stays held there (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants").
+# stays held there (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
+# constants").
 RELOAD_W_MIN_BLOCK = 16384
-# A backward of at most this many row tiles (at most 4 x 16384 elements) runs as one program that stores dw
-# itself, in the weight's dtype, instead of a program per tile writing fp32 partials that a second kernel
-# sums: one launch, one allocation and their host time less (on the H100 host a Triton launch costs tens
-# of us of CPU, benchmarks/BENCHMARKS-kernels.md), for a few us of GPU work either way.
-# benchmarks/bench_kernels_host.py measures both clocks at 4 x 4096.
+# A backward of at most this many row tiles (at most 4 x 16384 elements) runs as one program that
+# stores dw itself, in the weight's dtype, instead of a program per tile writing fp32 partials that
+# a second kernel sums: one launch, one allocation and their host time less (on the H100 host a
+# Triton launch costs tens of us of CPU, benchmarks/BENCHMARKS-kernels.md), for a few us of GPU work
+# either way. benchmarks/bench_kernels_host.py measures both clocks at 4 x 4096.
 WHOLE_MAX_TILES = 4
 
 CASTINGS = ("llama", "gemma")
 
 
-# -- kernels -----------------------------------------------------------------------------------------
+# -- kernels
+# -----------------------------------------------------------------------------------------
 
 
 @_jit
@@ -104,7 +108,8 @@ def load_tile(P, rows, cols, stride, mask):
 
 @_jit
 def load_rows(X, DY, STAT, rows, cols, stride_x, stride_dy, row_ok, col_ok):
-    """x and dy tiles (in their own dtype) and one fp32 statistic per row; rows past row_ok read nothing."""
+    """x and dy tiles (in their own dtype) and one fp32 statistic per row; rows past row_ok read
+    nothing."""
     mask = row_ok[:, None] & col_ok[None, :]
     x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
     dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
@@ -115,7 +120,8 @@ def load_rows(X, DY, STAT, rows, cols, stride_x, stride_dy, row_ok, col_ok):
 def _sum_partials(P, Q, OUT_P, OUT_Q, n_parts, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   HAS_Q: tl.constexpr):
     # stage two of a weight / bias gradient: program c sums the n_parts fp32 rows of P (and Q) over
-    # columns [c * BLOCK_N, ...), in fp32, and stores the sums rounded once to OUT_P's (OUT_Q's) dtype
+    # columns [c * BLOCK_N, ...), in fp32, and stores the sums rounded once to OUT_P's (OUT_Q's)
+    # dtype
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < H
     acc_p = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -123,7 +129,8 @@ def _sum_partials(P, Q, OUT_P, OUT_Q, n_parts, H, BLOCK_M: tl.constexpr, BLOCK_N
     for start in range(0, n_parts, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         mask = (rows < n_parts)[:, None] & col_ok[None, :]
-        offsets = rows.to(tl.int64)[:, None] * H + cols[None, :]  # 64-bit: n_parts * H may pass 2^31
+        # 64-bit: n_parts * H may pass 2^31
+        offsets = rows.to(tl.int64)[:, None] * H + cols[None, :]
         acc_p += tl.load(P + offsets, mask=mask, other=0.0)
         if HAS_Q:
             acc_q += tl.load(Q + offsets, mask=mask, other=0.0)
@@ -144,7 +151,8 @@ def _scaled(x_hat, s, Y, LLAMA: tl.constexpr):
 def _rms_norm_fwd(X, W, Y, RSTD, stride_x, stride_y, n_rows, H, eps, offset,
                   BLOCK: tl.constexpr, ROWS: tl.constexpr, SINGLE: tl.constexpr,
                   LLAMA: tl.constexpr):
-    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x and w, writes y and one rstd per row
+    # program p normalizes rows [p * ROWS, (p + 1) * ROWS): reads x and w, writes y and one rstd per
+    # row
     pid = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride may pass 2^31
     if SINGLE:  # a [ROWS, BLOCK] tile in registers: x is read from memory once
         rows = pid * ROWS + tl.arange(0, ROWS)
@@ -192,7 +200,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
         if not RELOAD_W:  # held in registers across tiles
             s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-        if PREFETCH:  # the first tile's loads; each iteration then issues the next tile's before its math
+        # the first tile's loads; each iteration then issues the next tile's before its math
+        if PREFETCH:
             row_end = tl.minimum(tile_end * ROWS, n_rows)
             rows = tile_start * ROWS + tl.arange(0, ROWS)
             x_next, dy_next, rstd_next = load_rows(X, DY, RSTD, rows, cols, stride_x, stride_dy,
@@ -211,7 +220,8 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                 x = load_tile(X, rows, cols, stride_x, mask)
                 dy = load_tile(DY, rows, cols, stride_dy, mask)
                 rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
-            if RELOAD_W:  # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+            # wide rows: read again each tile (an L1 / L2 hit) rather than held in registers
+            if RELOAD_W:
                 s = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + offset
             x_hat = x * rstd[:, None]  # recomputed, never saved
             g = dy * s[None, :]
@@ -223,9 +233,11 @@ def _rms_norm_bwd(X, W, DY, RSTD, DX, DW, stride_x, stride_dy, stride_dx, n_rows
                 if LLAMA:  # the weight multiplied x_hat rounded to x's dtype
                     x_hat = x_hat.to(X.dtype.element_ty).to(tl.float32)
                 dw_acc += dy * x_hat
-        if HAS_DW:  # fp32 partials, or dw itself in the weight's dtype where one program does all rows
+        # fp32 partials, or dw itself in the weight's dtype where one program does all rows
+        if HAS_DW:
             tl.store(dw_row + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_ok)
-    else:  # one row per tile: a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is its own
+    # one row per tile: a pass for the row's dot(x_hat, g), a pass for dx; DW[p] (zeroed) is its own
+    else:
         for r in range(tile_start, tile_end):
             rstd = tl.load(RSTD + r)
             acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -258,11 +270,13 @@ _launch_bwd = Launcher(_rms_norm_bwd)
 _launch_sum = Launcher(_sum_partials)
 
 
-# -- launch helpers (_layer_norm.py uses them too) -------------------------------------------------------
+# -- launch helpers (_layer_norm.py uses them too)
+# -------------------------------------------------------
 
 
 def as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
-    """[..., H] -> [rows, H] with unit column stride; a view whenever one exists (any row stride)."""
+    """[..., H] -> [rows, H] with unit column stride; a view whenever one exists (any row
+    stride)."""
     t2 = t.reshape(-1, hidden)
     if hidden > 1 and t2.stride(1) != 1:
         # the kernels read a row as consecutive addresses (coalesced, vectorized loads); a strided
@@ -272,7 +286,8 @@ def as_rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
 
 
 def tile_block(hidden: int, element_size: int) -> tuple[int, bool]:
-    """(BLOCK, SINGLE): the power of two covering the row if it fits in registers, else LOOP_BLOCK."""
+    """(BLOCK, SINGLE): the power of two covering the row if it fits in registers, else
+    LOOP_BLOCK."""
     block = 1 << (hidden - 1).bit_length()
     if block * element_size <= MAX_FUSED_BYTES:
         return block, True
@@ -304,8 +319,10 @@ def _sm_count(device_index: int) -> int:
 
 
 def resident_programs(device: torch.device, num_warps: int) -> int:
-    """Programs of ``num_warps`` warps a backward keeps on the GPU: SMs x BACKWARD_WARPS_PER_SM / warps."""
-    if device.type != "cuda":  # the interpreter runs programs one after the other: a few exercise the sums
+    """Programs of ``num_warps`` warps a backward keeps on the GPU: SMs x BACKWARD_WARPS_PER_SM /
+    warps."""
+    # the interpreter runs programs one after the other: a few exercise the sums
+    if device.type != "cuda":
         return 4
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     return sms * max(1, BACKWARD_WARPS_PER_SM // num_warps)
@@ -329,7 +346,8 @@ def partial_sums(programs: int, hidden: int, single: bool, needed: bool,
 
 def use_prefetch(x: torch.Tensor, rows: int, block: int, num_warps: int,
                  max_rows: int | None = None) -> bool:
-    """Whether the single-block backward of [rows, block] tiles loads the next tile early (PREFETCH)."""
+    """Whether the single-block backward of [rows, block] tiles loads the next tile early
+    (PREFETCH)."""
     return use_prefetch_size(x.element_size(), rows, block, num_warps, max_rows)
 
 
@@ -340,8 +358,8 @@ def use_prefetch_size(element_size: int, rows: int, block: int, num_warps: int,
 
 
 def sum_rows(parts: list[tuple[torch.Tensor, torch.dtype]]) -> list[torch.Tensor]:
-    """Stage two of a weight / bias gradient: the column sums of one or two (programs, H) fp32 partial
-    buffers of the same shape, each rounded once to its dtype; both in one launch."""
+    """Stage two of a weight / bias gradient: the column sums of one or two (programs, H) fp32
+    partial buffers of the same shape, each rounded once to its dtype; both in one launch."""
     first = parts[0][0]
     n_parts, hidden = first.shape
     outs = [torch.empty(hidden, dtype=dtype, device=first.device) for _, dtype in parts]
@@ -367,12 +385,13 @@ def check_eps(eps: object) -> float:
     return float(eps)
 
 
-# -- launchers -----------------------------------------------------------------------------------------
+# -- launchers
+# -----------------------------------------------------------------------------------------
 
 
-# Launch plans, per input shape: what the launchers would otherwise recompute in Python on every call
-# (block, rows per tile, warps, grid, prefetch) for shapes that repeat every step. Bounded like the
-# Launcher's cache.
+# Launch plans, per input shape: what the launchers would otherwise recompute in Python on every
+# call (block, rows per tile, warps, grid, prefetch) for shapes that repeat every step. Bounded like
+# the Launcher's cache.
 _FWD_PLANS: dict[tuple, tuple] = {}
 _BWD_PLANS: dict[tuple, tuple] = {}
 
@@ -392,8 +411,9 @@ def _forward_plan(n_rows: int, hidden: int, element_size: int, llama: bool) -> t
 
 def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.device, llama: bool,
                    need_dw: bool) -> tuple:
-    """(grid, n_tiles, tiles per program, single, constexprs in signature order, num_warps, whole) of the
-    backward; ``whole``: one program, which stores dw itself (no partial buffer, no stage two)."""
+    """(grid, n_tiles, tiles per program, single, constexprs in signature order, num_warps, whole)
+    of the backward; ``whole``: one program, which stores dw itself (no partial buffer, no stage
+    two)."""
     block, single = tile_block(hidden, element_size)
     rows = rows_per_tile(block, single, n_rows)
     n_tiles = -(-n_rows // rows)
@@ -408,10 +428,11 @@ def _backward_plan(n_rows: int, hidden: int, element_size: int, device: torch.de
 
 
 def rows_of(t: torch.Tensor, hidden: int) -> tuple[torch.Tensor, int, int]:
-    """(t as rows, number of rows, row stride) for a kernel that reads rows of ``hidden`` consecutive
-    elements: a contiguous t is passed as it is (its rows are ``hidden`` apart), with no view to build (a
-    reshape and a view cost about as much host time as the launch they feed, benchmarks/BENCHMARKS-kernels.md
-    "Evidence moved from the source: kernel constants"); anything else goes through ``as_rows``."""
+    """(t as rows, number of rows, row stride) for a kernel that reads rows of ``hidden``
+    consecutive elements: a contiguous t is passed as it is (its rows are ``hidden`` apart), with no
+    view to build (a reshape and a view cost about as much host time as the launch they feed,
+    benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel constants"); anything
+    else goes through ``as_rows``."""
     if t.is_contiguous():
         n_rows = t.numel() // hidden
         return t, n_rows if type(n_rows) is int else int(n_rows), hidden
@@ -421,8 +442,8 @@ def rows_of(t: torch.Tensor, hidden: int) -> tuple[torch.Tensor, int, int]:
 
 def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, llama: bool,
              y: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """y (x's shape, contiguous; or written into the contiguous ``y`` given), rstd [rows] fp32, and x as the
-    rows the kernel read (x itself when contiguous: what the backward needs)."""
+    """y (x's shape, contiguous; or written into the contiguous ``y`` given), rstd [rows] fp32, and
+    x as the rows the kernel read (x itself when contiguous: what the backward needs)."""
     hidden = x.shape[-1]
     if type(hidden) is not int:  # a compiler's symbolic size
         hidden = int(hidden)
@@ -441,8 +462,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, l
 def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
               offset: float, llama: bool, need_dw: bool,
               x_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """dx of shape ``x_shape`` (contiguous) and dw (None unless ``need_dw``), from dy and the rows x2 the
-    forward read (any shape with ``x_shape``'s number of elements and rows)."""
+    """dx of shape ``x_shape`` (contiguous) and dw (None unless ``need_dw``), from dy and the rows
+    x2 the forward read (any shape with ``x_shape``'s number of elements and rows)."""
     hidden = x2.shape[-1]
     if type(hidden) is not int:  # a compiler's symbolic size
         hidden = int(hidden)
@@ -502,10 +523,11 @@ def _backward_once(ctx, dy: torch.Tensor):
 # The C apply of autograd.Function, without the Python ``Function.apply`` in front of it, which
 # checks for functorch transforms (vmap, grad: they take Function.apply, which rejects a Function
 # without setup_context, as before) and unwraps dead functorch wrappers of the arguments, done here
-# for the two tensors: a few us less a call (benchmarks/probes/probe_host_path.py). A torch without these
-# internals keeps Function.apply.
+# for the two tensors: a few us less a call (benchmarks/probes/probe_host_path.py). A torch without
+# these internals keeps Function.apply.
 def _c_apply(function: type) -> tuple | None:
-    """(the C apply bound to ``function``, unwrap_if_dead, whether functorch transforms are active), or None."""
+    """(the C apply bound to ``function``, unwrap_if_dead, whether functorch transforms are active),
+    or None."""
     try:
         c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
         return c_apply, torch._C._functorch.unwrap_if_dead, torch._C._are_functorch_transforms_active
@@ -518,21 +540,25 @@ _C_APPLY = _c_apply(_RMSNormFunction)
 
 def apply_function(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
                    llama: bool) -> torch.Tensor:
-    """``_RMSNormFunction.apply(x, weight, eps, offset, llama)``; through Function.apply itself under functorch
-    transforms and where a compiler traces the call (no registered op): dynamo knows Function.apply."""
+    """``_RMSNormFunction.apply(x, weight, eps, offset, llama)``; through Function.apply itself
+    under functorch transforms and where a compiler traces the call (no registered op): dynamo knows
+    Function.apply."""
     if _C_APPLY is None or _C_APPLY[2]() or (_FWD_OP is None and torch.compiler.is_compiling()):
         return _RMSNormFunction.apply(x, weight, eps, offset, llama)
     c_apply, unwrap, _ = _C_APPLY
     return c_apply(unwrap(x), unwrap(weight), eps, offset, llama)
 
 
-# -- the gpudoctor::rms_norm custom op (what torch.compile sees) -------------------------------------------
+# -- the gpudoctor::rms_norm custom op (what torch.compile sees)
+# -------------------------------------------
 
 
 def _op_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
                 llama: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """y [..., H] in x's dtype and rstd [rows] fp32: the kernels on CUDA (and under the interpreter)."""
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # allocated whole: the op returns no view
+    """y [..., H] in x's dtype and rstd [rows] fp32: the kernels on CUDA (and under the
+    interpreter)."""
+    # allocated whole: the op returns no view
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return y, _forward(x, weight, eps, offset, llama, y)[1]
 
 
@@ -551,7 +577,8 @@ def _op_forward_reference(x, weight, eps, offset, llama):
 
 def _op_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
                  offset: float, llama: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """dx [..., H] and dw [H] (an empty [0] when ``need_dw`` is False: an op returns tensors only)."""
+    """dx [..., H] and dw [H] (an empty [0] when ``need_dw`` is False: an op returns tensors
+    only)."""
     dx, dw = _backward(dy, x, weight, rstd, offset, llama, need_dw, x.shape)
     return dx, weight.new_empty(0) if dw is None else dw
 
@@ -579,8 +606,9 @@ def _op_backward_reference(dy, x, weight, rstd, offset, llama, need_dw):
 
 def _setup(ctx, inputs, output) -> None:
     x, weight, _, offset, llama = inputs
-    # the input and [rows] fp32, as the eager path; an input whose last dimension is strided is saved as
-    # given (an op's context keeps only its inputs and outputs) and copied again in the backward
+    # the input and [rows] fp32, as the eager path; an input whose last dimension is strided is
+    # saved as given (an op's context keeps only its inputs and outputs) and copied again in the
+    # backward
     ctx.save_for_backward(x, weight, output[1])
     ctx.offset, ctx.llama = offset, llama
     ctx.mark_non_differentiable(output[1])
@@ -611,7 +639,8 @@ def _rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
     return (x_hat * (weight.to(compute) + offset)).to(x.dtype)
 
 
-# -- public API ----------------------------------------------------------------------------------------
+# -- public API
+# ----------------------------------------------------------------------------------------
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset: float = 0.0,
@@ -644,8 +673,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
         return F.rms_norm(x, (x.shape[-1],), weight, eps)  # the same math, fused by PyTorch
     if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
         # the op, not the torch math, for a direct call: alone it compiles to less GPU time than
-        # torch.compile of HF's math (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the source: kernel
-        # constants"); in a model, where Inductor fuses the math with its neighbours,
+        # torch.compile of HF's math (benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
+        # source: kernel constants"); in a model, where Inductor fuses the math with its neighbours,
         # patch(compiled=) chooses
         return _FWD_OP(x, weight, eps, offset, llama)[0]
     if not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
@@ -655,9 +684,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, offset
 
 
 class RMSNorm(nn.Module):
-    """Drop-in RMSNorm: ``hidden_size``, ``eps`` (alias ``variance_epsilon``, as in HF) and ``weight``.
+    """Drop-in RMSNorm: ``hidden_size``, ``eps`` (alias ``variance_epsilon``, as in HF) and
+    ``weight``.
 
-    The weight starts at ones, or at zeros with a nonzero ``offset`` (Gemma), so the scale starts at 1.
+    The weight starts at ones, or at zeros with a nonzero ``offset`` (Gemma), so the scale starts at
+    1.
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, *, offset: float = 0.0,
@@ -685,7 +716,8 @@ class RMSNorm(nn.Module):
     @classmethod
     def from_module(cls, module: nn.Module, *, offset: float = 0.0,
                     casting: str = "llama") -> RMSNorm:
-        """A copy of an HF-style norm (``weight`` and ``variance_epsilon`` or ``eps``), sharing its weight."""
+        """A copy of an HF-style norm (``weight`` and ``variance_epsilon`` or ``eps``), sharing its
+        weight."""
         eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
         weight = getattr(module, "weight", None)
         if eps is None or not isinstance(weight, torch.Tensor):

@@ -41,9 +41,9 @@ from gpudoctor.errors import InputError
 from gpudoctor.kernels._common import Launcher, check_same, check_tensor, define_op, tl, use_triton
 from gpudoctor.kernels._common import jit as _jit
 
-# The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for
-# bf16 and V = 151936 (Qwen2) 1664 rows, V = 128256 (Llama 3) 2048 rows (half as many in fp32). cuBLAS runs an
-# M >= 1024 bf16 GEMM near its peak, so the chunking costs the matmuls little.
+# The logits chunk [rows, vocab] in the input dtype stays under this many bytes: 512 MiB, for bf16
+# and V = 151936 (Qwen2) 1664 rows, V = 128256 (Llama 3) 2048 rows (half as many in fp32). cuBLAS
+# runs an M >= 1024 bf16 GEMM near its peak, so the chunking costs the matmuls little.
 CHUNK_BYTES = 1 << 29
 # Chunks of at least this many rows are rounded down to a multiple of it (whole GEMM tiles).
 CHUNK_ALIGN = 128
@@ -54,7 +54,8 @@ BLOCK_V = 4096
 REDUCTIONS = ("mean", "sum", "none")
 
 
-# -- kernel ------------------------------------------------------------------------------------------
+# -- kernel
+# ------------------------------------------------------------------------------------------
 
 
 @_jit
@@ -62,7 +63,8 @@ def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignor
                smoothing, z_loss, HAS_ROW_SCALE: tl.constexpr, WRITE_GRAD: tl.constexpr,
                HAS_SMOOTHING: tl.constexpr, BLOCK: tl.constexpr):
     # one program per row: reads the row twice (statistics, then gradient), writes it once in place
-    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 for rows > 14133 at V = 151936
+    # 64-bit: row * stride passes 2^31 for rows > 14133 at V = 151936
+    row = tl.program_id(0).to(tl.int64)
     x_row = LOGITS + row * stride_row
     target = tl.load(TARGET + row).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -94,7 +96,8 @@ def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignor
             loss -= smoothing * sum_x / n_cols
         tl.store(LOSS + row, loss)
         if WRITE_GRAD:
-            s = tl.load(SCALE).to(tl.float32)  # 1 / valid rows for mean: on the GPU, no host sync to learn it
+            # 1 / valid rows for mean: on the GPU, no host sync to learn it
+            s = tl.load(SCALE).to(tl.float32)
             if HAS_ROW_SCALE:
                 s = s * tl.load(ROW_SCALE + row).to(tl.float32)
             coef = s * (1.0 + 2.0 * z_loss * lse)
@@ -111,7 +114,8 @@ def _ce_kernel(LOGITS, stride_row, TARGET, LOSS, ROW_SCALE, SCALE, n_cols, ignor
                 tl.store(x_row + cols, g.to(LOGITS.dtype.element_ty), mask=mask)
 
 
-# -- one chunk of rows: Triton or native -------------------------------------------------------------
+# -- one chunk of rows: Triton or native
+# -------------------------------------------------------------
 
 
 _launch_ce = Launcher(_ce_kernel)
@@ -141,7 +145,8 @@ def _rows_triton(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
 def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
                  scale: torch.Tensor,
                  row_scale: torch.Tensor | None, write_grad: bool, o: _Opts) -> None:
-    """The kernel's math in PyTorch ops, fp32 (fp64 for fp64), on one chunk; same in-place contract."""
+    """The kernel's math in PyTorch ops, fp32 (fp64 for fp64), on one chunk; same in-place
+    contract."""
     x = logits.to(loss.dtype)  # [rows, V]
     valid = target != o.ignore_index
     t = torch.where(valid, target, 0).long()[:, None]
@@ -165,8 +170,9 @@ def _rows_native(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor,
 def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 t1: torch.Tensor, o: _Opts, scale: torch.Tensor, row_scale: torch.Tensor | None,
                 needs: tuple[bool, bool, bool]):
-    """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its gradient.
-    ``scale``: [1] in the loss dtype, every row's gradient factor (1 / valid rows for mean)."""
+    """Loop over row chunks: per-row loss [N] and, for each ``needs`` (hidden, weight, bias), its
+    gradient. ``scale``: [1] in the loss dtype, every row's gradient factor (1 / valid rows for
+    mean)."""
     n_rows, _ = h2.shape
     vocab = weight.shape[0]
     rows_fn = _rows_triton if use_triton(h2) else _rows_native
@@ -177,7 +183,8 @@ def _run_chunks(h2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     g_w = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device) if needs[1] else None
     g_b = torch.zeros(vocab, dtype=loss_dtype, device=h2.device) if needs[2] else None  # [V], fp32
     write_grad = any(needs)
-    buf = torch.empty((min(o.chunk, n_rows), vocab), dtype=h2.dtype, device=h2.device)  # [chunk, V], reused
+    # [chunk, V], reused
+    buf = torch.empty((min(o.chunk, n_rows), vocab), dtype=h2.dtype, device=h2.device)
     w_t = weight.t()
     for start in range(0, n_rows, o.chunk):
         end = min(n_rows, start + o.chunk)
@@ -206,14 +213,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1],
                  bias is not None and ctx.needs_input_grad[2])
         ctx.o, ctx.hidden_shape = o, hidden.shape
-        if o.reduction == "none":  # grad_output is per row: the gradients wait for it (a second pass)
+        # grad_output is per row: the gradients wait for it (a second pass)
+        if o.reduction == "none":
             loss, _, _, _ = _run_chunks(h2, weight, bias, t1, o, torch.ones_like(scale), None,
                                         (False, False, False))
             ctx.needs = needs
             ctx.save_for_backward(h2, weight, bias, t1)  # inputs only
             return loss.view(target.shape)
         loss, g_h, g_w, g_b = _run_chunks(h2, weight, bias, t1, o, scale, None, needs)
-        ctx.save_for_backward(g_h, g_w, None if g_b is None else g_b.to(bias.dtype))  # the gradients only
+        # the gradients only
+        ctx.save_for_backward(g_h, g_w, None if g_b is None else g_b.to(bias.dtype))
         return loss.sum() * scale[0]
 
     @staticmethod
@@ -235,18 +244,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
                                  "handed out once; run the forward again")
             ctx.used = True
             g_h, g_w, g_b = ctx.saved_tensors
-            # scaled in place (the saved gradients are ours, and a copy of the [V, H] one would raise the peak),
-            # always: testing grad_loss == 1 first would sync the host with the GPU once per step
+            # scaled in place (the saved gradients are ours, and a copy of the [V, H] one would
+            # raise the peak), always: testing grad_loss == 1 first would sync the host with the GPU
+            # once per step
             g_h, g_w, g_b = (None if g is None else g.mul_(grad_loss.to(g.dtype))
                              for g in (g_h, g_w, g_b))
         g_h = None if g_h is None else g_h.view(ctx.hidden_shape)
         return g_h, g_w, g_b, None, None, None
 
 
-# -- the gpudoctor::linear_cross_entropy custom op (what torch.compile sees) -------------------------------
+# -- the gpudoctor::linear_cross_entropy custom op (what torch.compile sees)
+# -------------------------------
 #
-# Opaque (``custom_op``) on every torch: the body is cuBLAS matmuls writing into one reused logits buffer and
-# a kernel rewriting it in place, which a functionalized trace would turn into copies of the buffer per chunk.
+# Opaque (``custom_op``) on every torch: the body is cuBLAS matmuls writing into one reused logits
+# buffer and a kernel rewriting it in place, which a functionalized trace would turn into copies of
+# the buffer per chunk.
 
 
 def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -255,9 +267,9 @@ def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
                 label_smoothing: float, z_loss: float, chunk: int, need_hidden: bool,
                 need_weight: bool, need_bias: bool) -> tuple[torch.Tensor, torch.Tensor,
                                                              torch.Tensor, torch.Tensor]:
-    """hidden [N, H], target [N] -> (loss, grad hidden, grad weight, grad bias); a gradient not asked for
-    is an empty [0]. The loss is 0-d for "mean" / "sum", [N] for "none" (whose gradients come from a second
-    call with ``row_scale``, the per-row grad_output)."""
+    """hidden [N, H], target [N] -> (loss, grad hidden, grad weight, grad bias); a gradient not
+    asked for is an empty [0]. The loss is 0-d for "mean" / "sum", [N] for "none" (whose gradients
+    come from a second call with ``row_scale``, the per-row grad_output)."""
     o = _Opts(ignore_index, reduction, label_smoothing, z_loss, chunk)
     needs = (need_hidden, need_weight, bias is not None and need_bias)
     if row_scale is not None:
@@ -271,7 +283,8 @@ def _op_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         loss = loss.sum() * scale[0]
     return (loss, hidden.new_empty(0) if g_h is None else g_h,
             weight.new_empty(0) if g_w is None else g_w,
-            (hidden if bias is None else bias).new_empty(0) if g_b is None else g_b.to(bias.dtype))  # distinct
+            # distinct
+            (hidden if bias is None else bias).new_empty(0) if g_b is None else g_b.to(bias.dtype))
     # empties (returns never alias one another), in the dtypes the fake implementation gives
 
 
@@ -312,7 +325,8 @@ def _op_grad(ctx, grad_loss: torch.Tensor | None, *_unused):
                                ignore_index, reduction, label_smoothing, z_loss, chunk, needs[0],
                                needs[1], needs[2])
     else:
-        g_h, g_w, g_b = (g * grad_loss.to(g.dtype) for g in ctx.saved_tensors)  # out of place: traced
+        # out of place: traced
+        g_h, g_w, g_b = (g * grad_loss.to(g.dtype) for g in ctx.saved_tensors)
     return ((g_h if needs[0] else None), (g_w if needs[1] else None), (g_b if needs[2] else None)) + (None,) * 11
 
 
@@ -322,11 +336,13 @@ if _OP is not None:
     _OP.register_autograd(_op_grad, setup_context=_setup)
 
 
-# -- checks and entry ----------------------------------------------------------------------------------
+# -- checks and entry
+# ----------------------------------------------------------------------------------
 
 
 def _flat(hidden: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [..., H] -> [N, H] (a view when possible); target [...] -> [N], contiguous for the kernel."""
+    """hidden [..., H] -> [N, H] (a view when possible); target [...] -> [N], contiguous for the
+    kernel."""
     return hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1).contiguous()
 
 
@@ -396,13 +412,14 @@ def _autocast(hidden: object, weight: object, bias: object) -> tuple:
 
 
 def _count_valid(t1: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tensor:
-    """Non-ignored rows, a 0-d tensor on ``t1``'s device. A non-ignored target outside [0, vocab) is a
-    one-line InputError on the CPU; on a GPU a device-side assert, as ``F.cross_entropy`` does there:
-    checking on the host would stop the CPU running ahead of the GPU once per call (the doctor's
-    ``host-sync`` trap)."""
+    """Non-ignored rows, a 0-d tensor on ``t1``'s device. A non-ignored target outside [0, vocab) is
+    a one-line InputError on the CPU; on a GPU a device-side assert, as ``F.cross_entropy`` does
+    there: checking on the host would stop the CPU running ahead of the GPU once per call (the
+    doctor's ``host-sync`` trap)."""
     valid = t1 != ignore_index
     bad = valid & ((t1 < 0) | (t1 >= vocab))
-    if t1.device.type == "cpu" and not torch.compiler.is_compiling():  # compiled: no data-dependent break
+    # compiled: no data-dependent break
+    if t1.device.type == "cpu" and not torch.compiler.is_compiling():
         n_bad = int(bad.sum())
         if n_bad:
             value = int(t1[bad][0])
@@ -420,7 +437,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                          reduction: str = "mean",
                          label_smoothing: float = 0.0, z_loss: float = 0.0, *,
                          chunk_size: int | None = None) -> torch.Tensor:
-    """``F.cross_entropy(hidden @ weight.T + bias, target, ...) + z_loss * lse^2`` without the logits.
+    """``F.cross_entropy(hidden @ weight.T + bias, target, ...) + z_loss * lse^2`` without the
+    logits.
 
     hidden [..., H] (fp32/bf16/fp16; fp64 takes the native path), weight [V, H], bias [V] or None,
     target [...] integer class indices (``ignore_index`` rows count for nothing). ``reduction``:
@@ -429,9 +447,10 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     weight gradient needs the per-row grad_output). The loss is fp32 (fp64 for fp64 inputs).
 
     ``chunk_size`` rows per chunk; default ``chunk_rows``: the logits chunk stays under CHUNK_BYTES.
-    No host sync: the count of non-ignored rows stays on the device (targets out of range: an InputError
-    for CPU tensors, a device-side assert on a GPU, as ``F.cross_entropy``). Under
-    ``torch.autocast`` the matmuls run in the autocast dtype, as ``F.linear`` would. Triton on CUDA; the same chunked loop in PyTorch ops for CPU tensors and fp64.
+    No host sync: the count of non-ignored rows stays on the device (targets out of range: an
+    InputError for CPU tensors, a device-side assert on a GPU, as ``F.cross_entropy``). Under
+    ``torch.autocast`` the matmuls run in the autocast dtype, as ``F.linear`` would. Triton on CUDA;
+    the same chunked loop in PyTorch ops for CPU tensors and fp64.
     """
     hidden, weight, bias = _autocast(hidden, weight, bias)
     _check(hidden, weight, target, bias, reduction, label_smoothing, z_loss,

@@ -1,4 +1,5 @@
-"""Gated linear units: ``swiglu(gate, up) = silu(gate) * up`` and ``geglu(gate, up) = gelu(gate) * up``.
+"""Gated linear units: ``swiglu(gate, up) = silu(gate) * up`` and ``geglu(gate, up) = gelu(gate) *
+up``.
 
 The cure for the VRAM wall (activation memory that outgrows the card): for backward, eager
 PyTorch keeps ``gate`` (for the activation), ``act(gate)`` and ``up`` (for the product). This op
@@ -18,8 +19,8 @@ Formulas (fp32 inside the kernels):
   The interpreter, which has no libdevice, takes t = 2 sigmoid(2k) - 1.
 - erf-GELU(x) = 0.5 x (1 + erf(x / sqrt(2))); derivative Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi).
 
-Memory, time and bit-equality against eager on an H100: benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
-source: kernel constants".
+Memory, time and bit-equality against eager on an H100: benchmarks/BENCHMARKS-kernels.md "Evidence
+moved from the source: kernel constants".
 """
 
 from __future__ import annotations
@@ -55,20 +56,22 @@ _KIND_NAMES = {SILU: "silu", GELU_TANH: "gelu (tanh)", GELU_ERF: "gelu (erf)"}
 # same choice as Triton tutorial 01 "Vector Addition" (BLOCK_SIZE=1024). Not yet tuned on the H100.
 BLOCK = 1024
 
-# -- kernels -----------------------------------------------------------------------------------------
+# -- kernels
+# -----------------------------------------------------------------------------------------
 
 
 @_jit
 def _act_and_grad(x, KIND: tl.constexpr, GRAD: tl.constexpr, LIBDEVICE: tl.constexpr):
-    """(act(x), act'(x)) in fp32; act'(x) is 0.0 unless GRAD. Constants: sqrt(2/pi) = 0.7978845608028654,
-    1/sqrt(2) = 0.7071067811865476, 1/sqrt(2 pi) = 0.3989422804014327."""
+    """(act(x), act'(x)) in fp32; act'(x) is 0.0 unless GRAD. Constants: sqrt(2/pi) =
+    0.7978845608028654, 1/sqrt(2) = 0.7071067811865476, 1/sqrt(2 pi) = 0.3989422804014327."""
     da = 0.0
     if KIND == 0:  # silu
         s = 1.0 / (1.0 + tl.exp(-x))
         a = x * s
         if GRAD:
             da = s * (1.0 + x * (1.0 - s))
-    elif KIND == 1:  # tanh-GELU, k = sqrt(2/pi) (x + 0.044715 x^3), in PyTorch's order of operations
+    # tanh-GELU, k = sqrt(2/pi) (x + 0.044715 x^3), in PyTorch's order of operations
+    elif KIND == 1:
         k = 0.7978845608028654 * (x + 0.044715 * (x * x * x))
         if LIBDEVICE:  # CUDA's tanhf, the function PyTorch's kernel calls
             t = libdevice.tanh(k)
@@ -89,7 +92,8 @@ def _act_and_grad(x, KIND: tl.constexpr, GRAD: tl.constexpr, LIBDEVICE: tl.const
 @_jit
 def _glu_fwd(G, U, OUT, stride_g, stride_u, stride_o, n_cols, col_blocks,
              KIND: tl.constexpr, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
-    # program p: row p // col_blocks, columns of block p % col_blocks; reads 2, writes 1 element each
+    # program p: row p // col_blocks, columns of block p % col_blocks; reads 2, writes 1 element
+    # each
     pid = tl.program_id(0)
     row = (pid // col_blocks).to(tl.int64)  # 64-bit: row * stride may pass 2^31
     cols = (pid % col_blocks).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -122,12 +126,14 @@ _launch_fwd = Launcher(_glu_fwd)
 _launch_bwd = Launcher(_glu_bwd)
 
 
-# -- launchers -----------------------------------------------------------------------------------------
+# -- launchers
+# -----------------------------------------------------------------------------------------
 
 
 def _layout(*tensors: torch.Tensor) -> tuple[int, int]:
-    """(rows, cols) every tensor is viewed as: one long row when all are contiguous, else [-1, last].
-    As ints: a compiler's trace with dynamic shapes specializes the op on its size (see ``concrete``)."""
+    """(rows, cols) every tensor is viewed as: one long row when all are contiguous, else [-1,
+    last]. As ints: a compiler's trace with dynamic shapes specializes the op on its size (see
+    ``concrete``)."""
     if all(t.is_contiguous() for t in tensors):
         return 1, int(tensors[0].numel())
     cols = int(tensors[0].shape[-1])
@@ -135,8 +141,8 @@ def _layout(*tensors: torch.Tensor) -> tuple[int, int]:
 
 
 def _rows(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """t as [rows, cols] with unit column stride: a view whenever one exists (e.g. a chunk of a fused
-    gate_up projection, row stride 2 * cols), else a contiguous copy."""
+    """t as [rows, cols] with unit column stride: a view whenever one exists (e.g. a chunk of a
+    fused gate_up projection, row stride 2 * cols), else a contiguous copy."""
     t2 = t.reshape(rows, cols)
     if cols > 1 and t2.stride(1) != 1:
         t2 = t2.contiguous()
@@ -151,7 +157,8 @@ def _launch(rows: int, cols: int) -> tuple[tuple[int], int, int]:
 
 def _forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
     rows, cols = _layout(gate, up)
-    if rows == 1:  # contiguous: one long row, the tensors as they are (no view to build: 2-3 us of host each)
+    # contiguous: one long row, the tensors as they are (no view to build: 2-3 us of host each)
+    if rows == 1:
         g2, u2, out = gate, up, torch.empty_like(gate)
         strides = (cols,) * 3  # never read (one row), the strides of [1, cols] views
     else:
@@ -172,7 +179,8 @@ def _backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
         strides = (cols,) * 5
     else:
         dy2, g2, u2 = _rows(dy, rows, cols), _rows(gate, rows, cols), _rows(up, rows, cols)
-        dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)  # fresh buffers, [rows, cols]
+        # fresh buffers, [rows, cols]
+        dg = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
         du = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
         strides = dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0)
     grid, col_blocks, block = _launch(rows, cols)
@@ -199,7 +207,8 @@ class _GluFunction(torch.autograd.Function):
                                                            else None), None
 
 
-# -- the gpudoctor::glu custom op (what torch.compile sees) ------------------------------------------------
+# -- the gpudoctor::glu custom op (what torch.compile sees)
+# ------------------------------------------------
 
 
 def _op_forward(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
@@ -246,7 +255,8 @@ def _op_backward_reference(dy, gate, up, kind):
 
 def _setup(ctx, inputs, output) -> None:
     gate, up, kind = inputs
-    ctx.save_for_backward(gate, up)  # only the inputs, as the eager path: the activation is recomputed
+    # only the inputs, as the eager path: the activation is recomputed
+    ctx.save_for_backward(gate, up)
     ctx.kind = kind
 
 
@@ -274,15 +284,17 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, kind: int) -> torch.Tensor:
                          "same tokens)")
     if gate.numel() == 0 or not use_triton(gate):
         return _native(gate, up, kind)
-    if _FWD_OP is not None and torch.compiler.is_compiling():  # one node the compiler traces, no break
+    # one node the compiler traces, no break
+    if _FWD_OP is not None and torch.compiler.is_compiling():
         return _FWD_OP(gate, up, kind)
     return _GluFunction.apply(gate, up, kind)
 
 
-# Opaque custom ops, not triton_ops: Inductor's code generation for a user kernel re-emits the @triton.jit
-# helpers and names imported from triton that the kernel reads, but not a module global such as
-# ``libdevice`` (torch 2.13, torch/_inductor/codegen/wrapper.py), so the traced GLU kernels would not
-# compile; and an elementwise kernel gains nothing from Inductor seeing it (it fuses none into user kernels).
+# Opaque custom ops, not triton_ops: Inductor's code generation for a user kernel re-emits the
+# @triton.jit helpers and names imported from triton that the kernel reads, but not a module global
+# such as ``libdevice`` (torch 2.13, torch/_inductor/codegen/wrapper.py), so the traced GLU kernels
+# would not compile; and an elementwise kernel gains nothing from Inductor seeing it (it fuses none
+# into user kernels).
 _FWD_OP = define_op("glu", _op_forward, _op_forward_fake, reference=_op_forward_reference,
                     triton=False)
 _BWD_OP = define_op("glu_backward", _op_backward, _op_backward_fake,
@@ -291,11 +303,13 @@ if _FWD_OP is not None:
     _FWD_OP.register_autograd(_op_grad, setup_context=_setup)
 
 
-# -- public API ----------------------------------------------------------------------------------------
+# -- public API
+# ----------------------------------------------------------------------------------------
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * up`` for two tensors of one shape; saves only ``gate`` and ``up`` for backward.
+    """``silu(gate) * up`` for two tensors of one shape; saves only ``gate`` and ``up`` for
+    backward.
 
     Triton on CUDA (fp32/bf16/fp16, any strides: a non-unit last stride is copied once); eager
     PyTorch for CPU tensors and fp64.
@@ -305,7 +319,8 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
     """``gelu(gate, approximate=approximate) * up``: ``"tanh"`` (``gelu_pytorch_tanh``, Gemma) or
-    ``"none"`` (the exact erf GELU, HF's ``"gelu"``); saves only ``gate`` and ``up`` for backward."""
+    ``"none"`` (the exact erf GELU, HF's ``"gelu"``); saves only ``gate`` and ``up`` for
+    backward."""
     if approximate not in ("tanh", "none"):
         raise InputError(
             f"approximate must be 'tanh' or 'none' (the erf GELU), got {approximate!r}")

@@ -16,17 +16,18 @@ No table per model family: a module is recognised by what it has and what it com
 Each replacement sets an instance ``forward`` (the class is untouched), so ``unpatch`` deletes it
 and the module is exactly what it was.
 
-Under ``torch.compile`` (``compiled=``): with ``"native"`` (the default) a patched norm or gated MLP traces
-into its class's own forward, so the compiler sees the model it would have seen unpatched and Inductor
-fuses the norm and the activation with their neighbours (the residual add before a norm, the casts
-around it), which an op cannot offer; the kernels serve eager calls (every patched module an op
-made a compiled Llama-style step slower than unpatched: benchmarks/BENCHMARKS-kernels.md "Evidence moved from the
-source: kernel constants"). With ``"op"`` each traces into its ``gpudoctor::`` op. The loss is the
-``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with ``"native"`` wherever its logits would
-hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is about memory (the logits are never whole),
-which Inductor's fusion of the plain loss does not give. Smaller, the class's own loss is traced:
-there the op saved nothing and cost time (``benchmarks/probes/probe_ce_compiled.py``; benchmarks/BENCHMARKS-kernels.md
-"Evidence moved from the source: kernel constants").
+Under ``torch.compile`` (``compiled=``): with ``"native"`` (the default) a patched norm or gated MLP
+traces into its class's own forward, so the compiler sees the model it would have seen unpatched and
+Inductor fuses the norm and the activation with their neighbours (the residual add before a norm,
+the casts around it), which an op cannot offer; the kernels serve eager calls (every patched module
+an op made a compiled Llama-style step slower than unpatched: benchmarks/BENCHMARKS-kernels.md
+"Evidence moved from the source: kernel constants"). With ``"op"`` each traces into its
+``gpudoctor::`` op. The loss is the ``gpudoctor::linear_cross_entropy`` op with ``"op"``, and with
+``"native"`` wherever its logits would hold more than ``NATIVE_LOSS_MAX_LOGITS`` elements: it is
+about memory (the logits are never whole), which Inductor's fusion of the plain loss does not give.
+Smaller, the class's own loss is traced: there the op saved nothing and cost time
+(``benchmarks/probes/probe_ce_compiled.py``; benchmarks/BENCHMARKS-kernels.md "Evidence moved from
+the source: kernel constants").
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ from gpudoctor.errors import InputError
 
 _MARK = "_gpudoctor_patched"
 COMPILED = ("native", "op")
-# Under torch.compile with compiled="native", a loss whose logits (tokens x vocabulary) would hold at
-# most this many elements traces as the class's own loss (the module docstring has the measurements:
-# 2048 x 32000 = 65.5M, under it, was faster plain; 8192 x 32000 = 262M faster as the op).
+# Under torch.compile with compiled="native", a loss whose logits (tokens x vocabulary) would hold
+# at most this many elements traces as the class's own loss (the module docstring has the
+# measurements: 2048 x 32000 = 65.5M, under it, was faster plain; 8192 x 32000 = 262M faster as the
+# op).
 NATIVE_LOSS_MAX_LOGITS = 1 << 26
 # what each kind of patched module runs under torch.compile, per ``compiled=``
 _UNDER_COMPILE = {
@@ -81,9 +83,11 @@ class PatchReport:
                 + (f"; path: {self.path}" if self.path else ""))
 
     def under_compile(self) -> str:
-        """What each kind of replaced module runs under torch.compile, kinds with the same path together."""
+        """What each kind of replaced module runs under torch.compile, kinds with the same path
+        together."""
         by_path: dict[str, list[str]] = {}
-        for kind in sorted(self.compiled, key=list(_UNDER_COMPILE["op"]).index):  # norms, MLPs, the loss
+        # norms, MLPs, the loss
+        for kind in sorted(self.compiled, key=list(_UNDER_COMPILE["op"]).index):
             by_path.setdefault(self.compiled[kind], []).append(kind)
         return ", ".join(f"{' and '.join(kinds)} {path}" for path, kinds in by_path.items())
 
@@ -160,7 +164,8 @@ def _set_forward(module: nn.Module, fn) -> None:
     setattr(module, _MARK, True)
 
 
-# -- recognising ---------------------------------------------------------------------------------------
+# -- recognising
+# ---------------------------------------------------------------------------------------
 
 
 def _eps(module: nn.Module) -> float | None:
@@ -227,11 +232,13 @@ def _looks_like_causal_lm(m: nn.Module) -> bool:
         getattr(m, "model", None), nn.Module)
 
 
-# -- the replacement forwards ----------------------------------------------------------------------------
+# -- the replacement forwards
+# ----------------------------------------------------------------------------
 
 
 def _norm_forward(variant: str, native=None):
-    """The patched norm's forward; under torch.compile ``native`` (the class's forward) where given."""
+    """The patched norm's forward; under torch.compile ``native`` (the class's forward) where
+    given."""
     from gpudoctor.kernels._rms_norm import rms_norm
 
     offset, casting = (1.0, "gemma") if variant == "gemma" else (0.0, "llama")
@@ -245,7 +252,8 @@ def _norm_forward(variant: str, native=None):
 
 
 def _mlp_forward(act: str, native=None):
-    """The patched gated MLP's forward; under torch.compile ``native`` (the class's forward) where given."""
+    """The patched gated MLP's forward; under torch.compile ``native`` (the class's forward) where
+    given."""
     from gpudoctor.kernels.glu import geglu, swiglu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

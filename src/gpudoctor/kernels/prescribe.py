@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from gpudoctor.core.finding import Fix
 
-# Measured by benchmarks/bench_kernels.py; see benchmarks/BENCHMARKS-kernels.md ("gpudoctor.kernels"). None: not
-# measured, and then no figure is quoted.
+# Measured by benchmarks/bench_kernels.py; see benchmarks/BENCHMARKS-kernels.md
+# ("gpudoctor.kernels"). None: not measured, and then no figure is quoted.
 MEASURED: dict[str, dict] = {
     # benchmarks/results/kernels_h100_run4_*.json and run{12,17}_*.json (torch 2.11, triton 3.6),
     # bf16
     "device": {"name": "H100 SXM", "date": "2026-11-22/24"},
-    # run 12, 8192 x 4096, forward + backward GPU time: 119.2 us vs HF's Python LlamaRMSNorm 1733.0 us
+    # run 12, 8192 x 4096, forward + backward GPU time: 119.2 us vs HF's Python LlamaRMSNorm 1733.0
+    # us
     "rms_norm": {"gpu_time_ratio_vs_hf_eager": 1733.0 / 119.2},
     # run 4, 4096 x 14336, forward + backward GPU time: 311.4 us vs F.silu(g) * u 543.4 us; keeps
     # gate and up only (eager also keeps silu(g))

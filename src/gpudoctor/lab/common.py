@@ -29,7 +29,8 @@ def seed(value: int = 0) -> None:
 
 @contextmanager
 def matmul_precision(value: str) -> Iterator[None]:
-    """``torch.set_float32_matmul_precision(value)`` inside the block, the previous setting after it.
+    """``torch.set_float32_matmul_precision(value)`` inside the block, the previous setting after
+    it.
 
     The lab runs every workload in one process: a trap that turns TF32 on for its float32 matmuls
     must not leave it on for the next. ``"high"`` is what users write to allow TF32.

@@ -48,8 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def timed_loop(step: Callable[[], Any], steps: int, every: int,
                sync: Callable[[], Any]) -> Iterator[tuple[int, float]]:
-    """Call ``step`` ``steps`` times, each marked with ``gpudoctor.step()``; every ``every`` steps and
-    at the last, synchronize and yield (steps so far, mean ms a step since the last yield)."""
+    """Call ``step`` ``steps`` times, each marked with ``gpudoctor.step()``; every ``every`` steps
+    and at the last, synchronize and yield (steps so far, mean ms a step since the last yield)."""
     from gpudoctor.capture.session import step as mark_step
 
     sync()

@@ -8,11 +8,11 @@ when they get no major or critical finding.
 
 Why rounds, and why before the capture: the host-bound twins (per_sample_loop's fixed step is a
 fraction of a millisecond of launches) moved by 1.8x between lab runs while timed once each, the
-fixed twin after the sick one's profiled window (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs measured
-speedup on the GPU"). Alternating the twins puts
-both under the same machine state, the median of the rounds drops a round that a neighbour
-disturbed, and no twin is timed after the profiler has run in the process. A round costs
-``warmup + timed`` steps of each twin, so slow traps (the sick step over SLOW_STEP_MS) take one.
+fixed twin after the sick one's profiled window (benchmarks/BENCHMARKS-lab.md "The lab: predicted vs
+measured speedup on the GPU"). Alternating the twins puts both under the same machine state, the
+median of the rounds drops a round that a neighbour disturbed, and no twin is timed after the
+profiler has run in the process. A round costs ``warmup + timed`` steps of each twin, so slow traps
+(the sick step over SLOW_STEP_MS) take one.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> 
 def _release(device: str) -> None:
     """Hand a closed workload's cached blocks back to the driver, so the next build starts as a
     fresh process would: a fixed build's workspace left in PyTorch's cache made allocator_churn's
-    sick step run at the fixed twin's time (benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff
-    and report")."""
+    sick step run at the fixed twin's time (benchmarks/BENCHMARKS-lab.md "Evidence moved from the
+    source: lab, diff and report")."""
     import gc
 
     gc.collect()
@@ -186,7 +186,8 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
     except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None, None, 0.0, None, 0.0,
                            "error", (), f"{type(exc).__name__}: {str(exc)[:200]}")
-    if report is None or report.host_only:  # a CPU smoke run: both twins ran, there is no GPU time to diagnose
+    # a CPU smoke run: both twins ran, there is no GPU time to diagnose
+    if report is None or report.host_only:
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None,
                            sick_ms / fixed_ms if fixed_ms else None, sick_ms, fixed_ms, 0.0,
                            "ran-on-cpu", (), sick_rounds_ms=tuple(sick_rounds),

@@ -93,7 +93,8 @@ def _with_accuracy(spec: ModelSpec, est: MemoryEstimate) -> MemoryEstimate:
 
 def estimate_from_options(source: str | ModelSpec, *, infer: bool = False, gpu: str | None = None,
                           suggest: bool = True, context: str = "note", **opts) -> MemoryEstimate:
-    """``gpudoctor memory``'s engine: a spec source and the CLI's options by name (None: not given)."""
+    """``gpudoctor memory``'s engine: a spec source and the CLI's options by name (None: not
+    given)."""
     cls = InferOptions if infer else TrainOptions
     if isinstance(source, str) and is_module_source(source):
         if infer:

@@ -1,12 +1,12 @@
 """What one forward keeps for backward, layer by layer, as Hugging Face's implementations do it.
 
-Every term below is a tensor that autograd saves (or that stays alive) in ``transformers``'
-eager PyTorch code, counted by unique storage. The rules were read off the autograd graph
+Every term below is a tensor that autograd saves (or that stays alive) in ``transformers``' eager
+PyTorch code, counted by unique storage. The rules were read off the autograd graph
 (``grad_fn._saved_*``) and checked against ``torch.cuda.memory_allocated`` after the forward
-(``benchmarks/bench_memory.py``; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"): the saved
-bytes matched to within a few MB per run. Notation: ``T`` tokens of the micro-batch on this GPU,
-``c`` bytes of a matmul output (the autocast dtype, else the parameters'), ``r`` bytes of the
-residual stream (the parameters' dtype).
+(``benchmarks/bench_memory.py``; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source:
+memory"): the saved bytes matched to within a few MB per run. Notation: ``T`` tokens of the
+micro-batch on this GPU, ``c`` bytes of a matmul output (the autocast dtype, else the parameters'),
+``r`` bytes of the residual stream (the parameters' dtype).
 
 Facts the numbers rest on (each one visible in the graph):
 
@@ -109,7 +109,8 @@ class HeadMemory:
 
 
 def tp_local(n: int, tp: int) -> float:
-    """Heads or widths split over tensor-parallel ranks; fewer KV heads than ranks are replicated."""
+    """Heads or widths split over tensor-parallel ranks; fewer KV heads than ranks are
+    replicated."""
     return max(n / tp, 1.0) if n >= 1 else 0.0
 
 
@@ -321,7 +322,8 @@ def sdpa_with_mask(spec: ModelSpec, seq: int, layer: int | None = None) -> bool:
 
 
 def is_sliding_layer(spec: ModelSpec, layer: int) -> bool:
-    """Whether ``layer`` attends within ``sliding_window`` (not one of ``full_attention_layers``)."""
+    """Whether ``layer`` attends within ``sliding_window`` (not one of
+    ``full_attention_layers``)."""
     return bool(spec.sliding_window) and layer not in spec.full_attention_layers
 
 

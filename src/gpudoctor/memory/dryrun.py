@@ -127,7 +127,8 @@ def _split_spec(spec: str) -> tuple[str, str]:
 
 
 def _import_target(spec: str, target: str) -> Any:
-    """A module by dotted name (the current directory importable, as with ``python -m``) or a file."""
+    """A module by dotted name (the current directory importable, as with ``python -m``) or a
+    file."""
     if target.endswith(".py") or os.sep in target or "/" in target:
         return _import_file(spec, Path(target))
     sys.path.insert(0, os.getcwd())
@@ -592,7 +593,8 @@ def _lower(t: Any) -> bool:
 
 
 def _fp32_kernel(op: Any) -> Callable[..., Any]:
-    """CUDA's ``fp32`` policy: every bf16/fp16 tensor argument is cast to fp32 (autograd sees it)."""
+    """CUDA's ``fp32`` policy: every bf16/fp16 tensor argument is cast to fp32 (autograd sees
+    it)."""
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
@@ -612,7 +614,8 @@ def _up(x: Any) -> Any:
 
 
 def _fp32_dtype_kernel(op: Any) -> Callable[..., Any]:
-    """CUDA's ``fp32_set_opt_dtype``: with no dtype given and a low-precision input, ``dtype=fp32``."""
+    """CUDA's ``fp32_set_opt_dtype``: with no dtype given and a low-precision input,
+    ``dtype=fp32``."""
     names = [a.name for a in op._schema.arguments]
     at = names.index("dtype")
     kwarg_only = op._schema.arguments[at].kwarg_only

@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # The caching allocator keeps more than it hands out: reserved / allocated at the peak ranged from
-# 1.06 to 1.36 (median 1.12) over the 18 runs of benchmarks/bench_memory.py (benchmarks/BENCHMARKS-memory.md
-# "Evidence moved from the source: memory"). The median is the estimate; fragmentation-heavy
-# workloads go higher.
+# 1.06 to 1.36 (median 1.12) over the 18 runs of benchmarks/bench_memory.py
+# (benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"). The median is the
+# estimate; fragmentation-heavy workloads go higher.
 RESERVED_OVER_ALLOCATED = 1.12
 
 # Per process, outside the allocator: the CUDA context, cuBLAS/cuDNN handles and kernels loaded.
 # Measured: used memory (cudaMemGetInfo) minus torch.cuda.memory_reserved() after a first matmul (an
-# H200 with CUDA 13; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"). Other drivers and
-# cards differ by a few hundred MB.
+# H200 with CUDA 13; benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory").
+# Other drivers and cards differ by a few hundred MB.
 CUDA_CONTEXT_BYTES = 718_077_952
 
 # cuBLAS keeps one workspace per handle, and a training step uses two threads (the forward's and
@@ -52,10 +52,12 @@ class MemoryEstimate:
     options: dict = field(default_factory=dict)
     phases: dict[str, int] = field(default_factory=dict)  # phase -> peak allocated bytes
     notes: tuple[str, ...] = ()
-    # what the estimate takes as given (precision, optimizer, attention), one line each, printed with it
+    # what the estimate takes as given (precision, optimizer, attention), one line each, printed
+    # with it
     assumptions: tuple[str, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
-    extra: dict = field(default_factory=dict)  # mode-specific answers (inference: max batch, TP needed)
+    # mode-specific answers (inference: max batch, TP needed)
+    extra: dict = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:

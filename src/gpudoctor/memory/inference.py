@@ -11,7 +11,8 @@ position only.
 
 Checked against ``torch.cuda.max_memory_allocated`` on six models (three of them held out) and on
 the twelve model types of the arch sweep, each phase of the MoE cases measured apart: within 2.1%
-(benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"; tests/test_memory_arch.py pins the sweep).
+(benchmarks/BENCHMARKS-memory.md "Evidence moved from the source: memory"; tests/test_memory_arch.py
+pins the sweep).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ _PYTHON_GELU = ("gelu_new", "gelu_fast", "quick_gelu")
 
 
 def weight_bytes(spec: ModelSpec, o: InferOptions) -> float:
-    """Linear weights at the quantized width (with their scales); embeddings, head and norms in bf16,
-    as GPTQ/AWQ/fp8 checkpoints ship them."""
+    """Linear weights at the quantized width (with their scales); embeddings, head and norms in
+    bf16, as GPTQ/AWQ/fp8 checkpoints ship them."""
     counts = count_params(spec)
     norms = spec.layers * getattr(spec, "norms_per_layer", 2) * norm_params(spec, spec.hidden)
     linear = counts.layers_total - norms
@@ -139,7 +140,8 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
     attn = 0.0
     if attention_kind(spec, o.attention) == "eager":
         heads = spec.heads / o.tp
-        attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt  # scores: fp32 softmax + its bf16 copy
+        # scores: fp32 softmax + its bf16 copy
+        attn = 6 * o.batch * heads * min(chunk, o.prompt) * o.prompt
     widest = max(mlp + mlp_hidden, attn + hidden) + _sliding_mask(spec, o)
     if spec.mla is not None:
         # in the attention the residual is still the layer input: three hidden-sized tensors
@@ -149,10 +151,11 @@ def _prefill_scratch(spec: ModelSpec, o: InferOptions) -> float:
 
 
 def _sliding_mask(spec: ModelSpec, o: InferOptions) -> float:
-    """The boolean (batch, 1, q, kv) mask transformers builds once per forward for its sliding-window
-    layers under SDPA when the keys reach the window (``activations.sdpa_with_mask``; generate
-    passes an attention mask, so it is built per sequence), alive through the prefill. Full-attention
-    layers and flash attention take none; a serving engine (paged cache) builds none."""
+    """The boolean (batch, 1, q, kv) mask transformers builds once per forward for its
+    sliding-window layers under SDPA when the keys reach the window (``activations.sdpa_with_mask``;
+    generate passes an attention mask, so it is built per sequence), alive through the prefill.
+    Full-attention layers and flash attention take none; a serving engine (paged cache) builds
+    none."""
     if attention_kind(spec, o.attention) != "sdpa" or o.paged_block:
         return 0.0
     chunk = min(o.prefill_chunk or o.prompt, o.prompt)

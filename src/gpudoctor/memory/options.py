@@ -198,13 +198,13 @@ def check_context(spec: ModelSpec, o: TrainOptions | InferOptions,
                   policy: str = "note") -> str | None:
     """A sequence beyond the model's positions: refused, or priced with a note (returned).
 
-    ``policy``: ``"refuse"`` (``gpudoctor memory`` without ``--allow-long-context``), ``"extend"`` (with
-    it: a RoPE model run past its trained length, e.g. with rope scaling, is priced; a learned table
-    is still refused) or ``"note"`` (callers that report the positions themselves, as plan train).
-    A learned position table (GPT-2's ``wpe``, ``n_positions`` rows) cannot be extended by a flag:
-    a longer sequence indexes past it and the forward fails. Rotary positions are computed, so the
-    forward runs at any length; past ``max_position_embeddings`` the model was not trained, which
-    is the user's call to make, explicitly.
+    ``policy``: ``"refuse"`` (``gpudoctor memory`` without ``--allow-long-context``), ``"extend"``
+    (with it: a RoPE model run past its trained length, e.g. with rope scaling, is priced; a learned
+    table is still refused) or ``"note"`` (callers that report the positions themselves, as plan
+    train). A learned position table (GPT-2's ``wpe``, ``n_positions`` rows) cannot be extended by a
+    flag: a longer sequence indexes past it and the forward fails. Rotary positions are computed, so
+    the forward runs at any length; past ``max_position_embeddings`` the model was not trained,
+    which is the user's call to make, explicitly.
     """
     if policy not in ("refuse", "extend", "note"):
         raise ValueError(f"policy {policy!r} is not refuse, extend or note")

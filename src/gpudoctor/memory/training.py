@@ -7,11 +7,10 @@ fp32 copy; the backward starts with the loss's two fp32 grads, then frees each l
 tensors as its gradients appear; the optimizer step adds its temporaries. The peak is the largest
 of those moments, and its phase is reported with it.
 
-Measured facts used here (benchmarks/bench_memory.py; benchmarks/BENCHMARKS-memory.md "Evidence moved from the
-source: memory"):
-``AdamW`` (foreach, the CUDA default) allocates one parameter-sized temporary in its step
-(``exp_avg_sq.sqrt()``); SGD with momentum none; ``torch.optim.Adafactor`` about one copy of the
-largest parameter plus a 32 MiB workspace.
+Measured facts used here (benchmarks/bench_memory.py; benchmarks/BENCHMARKS-memory.md "Evidence
+moved from the source: memory"): ``AdamW`` (foreach, the CUDA default) allocates one parameter-sized
+temporary in its step (``exp_avg_sq.sqrt()``); SGD with momentum none; ``torch.optim.Adafactor``
+about one copy of the largest parameter plus a 32 MiB workspace.
 """
 
 from __future__ import annotations
@@ -203,7 +202,8 @@ def _estimate_stage(spec: ModelSpec, o: TrainOptions, counts: ParamCounts, n_par
     peak = phases[phase]
     activations = micro + others
     breakdown = {
-        # ZeRO-3's gathered unit is freed before the optimizer step (phases["optimizer"] leaves it out)
+        # ZeRO-3's gathered unit is freed before the optimizer step (phases["optimizer"] leaves it
+        # out)
         "weights": weights + (gathered if phase != "optimizer" else 0.0),
         "gradients": grads if phase == "optimizer" or persistent_grads else 0.0,
         "optimizer_states": states,

@@ -68,7 +68,8 @@ def _bracket(dims: tuple[int, ...], x: float) -> list[tuple[int, float]]:
 
 @dataclass(frozen=True)
 class AttentionGrid:
-    """Causal attention rate (FLOP/s as the planner counts them) by head dim, then sequence length."""
+    """Causal attention rate (FLOP/s as the planner counts them) by head dim, then sequence
+    length."""
 
     fwd: dict[int, tuple[tuple[int, float], ...]]  # head_dim -> ((seq, log rate), ...)
     bwd: dict[int, tuple[tuple[int, float], ...]]
@@ -126,8 +127,9 @@ class Calibration:
 
 
 def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibration:
-    """Read a ``gpudoctor bench --json`` file (or its .gz); one-line ``InputError`` when it is not one, holds no
-    GEMM grid, or was measured on another GPU than ``gpu_key`` (a datasheet row key)."""
+    """Read a ``gpudoctor bench --json`` file (or its .gz); one-line ``InputError`` when it is not
+    one, holds no GEMM grid, or was measured on another GPU than ``gpu_key`` (a datasheet row
+    key)."""
     from gpudoctor.hardware.specs import find_spec
 
     where = f"--bench {path}"

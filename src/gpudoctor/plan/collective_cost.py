@@ -1,11 +1,12 @@
 """Alpha-beta cost of NCCL collectives: ring, double binary tree and hierarchical, from interconnect
 presets (datasheets x an achievable fraction) or calibrated on a ``gpudoctor bench`` curve.
 
-Sizes follow nccl-tests (doc/PERFORMANCE.md), as ``gpudoctor.hardware.collective_bandwidth`` measures them:
-``S`` is the buffer each rank holds - all-reduce: its input (= output); all-gather: the *gathered*
-output (N shards); reduce-scatter: the *full* input (N shards); all-to-all: each rank's send buffer;
-broadcast and p2p: the message. algbw = S / t; busbw = algbw x 2(N-1)/N (all-reduce), x (N-1)/N
-(all-gather, reduce-scatter, all-to-all), x 1 (broadcast, p2p), so busbw is comparable to a link.
+Sizes follow nccl-tests (doc/PERFORMANCE.md), as ``gpudoctor.hardware.collective_bandwidth``
+measures them: ``S`` is the buffer each rank holds - all-reduce: its input (= output); all-gather:
+the *gathered* output (N shards); reduce-scatter: the *full* input (N shards); all-to-all: each
+rank's send buffer; broadcast and p2p: the message. algbw = S / t; busbw = algbw x 2(N-1)/N
+(all-reduce), x (N-1)/N (all-gather, reduce-scatter, all-to-all), x 1 (broadcast, p2p), so busbw is
+comparable to a link.
 
 Model (B = per-rank bus bandwidth, alpha = latency per step, t0 = fixed cost of one call):
   ring all-reduce      t0 + 2(N-1)/N S/B + 2(N-1) alpha
@@ -131,7 +132,8 @@ DEFAULT_FABRIC = "ib-ndr"
 
 @dataclass(frozen=True)
 class CommPrediction:
-    """A predicted collective: its time and bandwidths, the algorithm chosen and where B came from."""
+    """A predicted collective: its time and bandwidths, the algorithm chosen and where B came
+    from."""
 
     op: str
     bytes: int
@@ -419,10 +421,11 @@ def interpolate_time(curve: Curve, nbytes: int) -> float:
 
 
 def fit_curve(curve: Curve) -> Fit:
-    """Least squares of time = c + (factor x S) / B over every size, each row divided by its measured
-    time so that 1 KiB and 4 GiB weigh the same (relative error)."""
+    """Least squares of time = c + (factor x S) / B over every size, each row divided by its
+    measured time so that 1 KiB and 4 GiB weigh the same (relative error)."""
     f = bus_factor(curve.op, curve.world)
-    rows = [(1 / t, f * s / t) for s, t in zip(curve.sizes, curve.times)]  # [1/t, x/t] . [c, 1/B] = 1
+    # [1/t, x/t] . [c, 1/B] = 1
+    rows = [(1 / t, f * s / t) for s, t in zip(curve.sizes, curve.times)]
     a11 = sum(r[0] * r[0] for r in rows)
     a12 = sum(r[0] * r[1] for r in rows)
     a22 = sum(r[1] * r[1] for r in rows)
@@ -457,7 +460,8 @@ def _calibrated_topology(op: str, curves: dict[str, Curve], topo: Topology) -> t
 def predict(op: str, nbytes: int, *, gpus: int, gpus_per_node: int = 8, gpu: str = "h100-sxm",
             fabric: str | None = None, busbw_table: str | None = None,
             interpolate: bool = True, nvls: bool = False) -> CommPrediction:
-    """Predicted time of one collective of ``nbytes`` (nccl-tests size convention) on ``gpus`` ranks.
+    """Predicted time of one collective of ``nbytes`` (nccl-tests size convention) on ``gpus``
+    ranks.
 
     With ``busbw_table``: the op measured at this GPU count in one node is read off its curve
     (``interpolate=False`` uses the fitted alpha-beta model instead, as other counts do).

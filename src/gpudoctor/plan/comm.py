@@ -2,9 +2,10 @@
 group, and how much of it is exposed (the overlap rules).
 
 Every collective is priced by ``gpudoctor.plan.collective_cost.predict``, the alpha-beta model
-validated against measured NCCL curves (benchmarks/BENCHMARKS-plan.md, "plan comm: predicted vs measured
-collectives"); its interconnect presets are the only fabric table. Ranks are laid out TP innermost,
-then CP, DP, PP (Megatron's order): a group is intra-node when its span fits ``gpus_per_node``.
+validated against measured NCCL curves (benchmarks/BENCHMARKS-plan.md, "plan comm: predicted vs
+measured collectives"); its interconnect presets are the only fabric table. Ranks are laid out TP
+innermost, then CP, DP, PP (Megatron's order): a group is intra-node when its span fits
+``gpus_per_node``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from gpudoctor.core.layout import Layout
 
 BYTES_BF16 = 2
-COMM_MODEL = "gpudoctor.plan.collective_cost"  # what prices the collectives (TrainPlanResult.comm_model)
+# what prices the collectives (TrainPlanResult.comm_model)
+COMM_MODEL = "gpudoctor.plan.collective_cost"
 
 # Gradient buckets: PyTorch DDP's bucket_cap_mb default (25 MB); ZeRO-1/2 use the same size here.
 BUCKET_BYTES = 25 * 1024**2
@@ -29,7 +31,8 @@ BUCKET_BYTES = 25 * 1024**2
 
 @dataclass(frozen=True)
 class Net:
-    """How collectives are priced for one request: the arguments ``predict`` needs besides the op."""
+    """How collectives are priced for one request: the arguments ``predict`` needs besides the
+    op."""
 
     gpu: str
     gpus_per_node: int
@@ -63,15 +66,17 @@ def make_net(gpu: str, gpus_per_node: int, fabric: str | None, nvls: bool = Fals
 
 def tp_backward_allreduces(spec: ModelSpec, lay: Layout, per_projection: bool) -> int:
     """All-reduces of an input gradient per decoder layer in backward. Megatron-LM reduces each
-    block's input gradient once (its ``f`` operator before the fused QKV / fc1 GEMM): 2 per layer; so
-    does torch's TP with sequence parallelism, whose ``PrepareModuleInput`` hands every projection of
-    a block one DTensor. ``per_projection``: torch's ``ColwiseParallel`` on each projection module of
-    an unfused model (Hugging Face's q, k, v and gate, up) wraps each module's input on its own, so
-    each all-reduces its own input gradient: 5 per Llama layer (counted on a 2-rank CPU run of the
-    torch 2.13 styles on transformers' LlamaDecoderLayer: 2 all-reduces per layer forward, 5 backward)."""
+    block's input gradient once (its ``f`` operator before the fused QKV / fc1 GEMM): 2 per layer;
+    so does torch's TP with sequence parallelism, whose ``PrepareModuleInput`` hands every
+    projection of a block one DTensor. ``per_projection``: torch's ``ColwiseParallel`` on each
+    projection module of an unfused model (Hugging Face's q, k, v and gate, up) wraps each module's
+    input on its own, so each all-reduces its own input gradient: 5 per Llama layer (counted on a
+    2-rank CPU run of the torch 2.13 styles on transformers' LlamaDecoderLayer: 2 all-reduces per
+    layer forward, 5 backward)."""
     if not per_projection or lay.sequence_parallel:
         return 2
-    attention = 2 if spec.mla is not None else (1 if spec.fused_qkv else 3)  # MLA: q (or q_b) and kv_b
+    # MLA: q (or q_b) and kv_b
+    attention = 2 if spec.mla is not None else (1 if spec.fused_qkv else 3)
     return attention + (2 if spec.gated_mlp else 1)
 
 
@@ -123,14 +128,14 @@ def dp_comm(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m: i
             slowdown: tuple[float, float] | None = None) -> tuple[float, float]:
     """(dp_comm_s, zero_comm_s), exposed seconds.
 
-    DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is
-    the last bucket (an average bucket, or ``last_bucket_bytes`` when given: PyTorch DDP fills buckets
+    DDP: the bucketed gradient all-reduce runs under the last micro-batch's backward; exposed is the
+    last bucket (an average bucket, or ``last_bucket_bytes`` when given: PyTorch DDP fills buckets
     in reverse parameter order and gives a parameter larger than the cap a bucket of its own, so the
     embedding's gradient, ready last, is all-reduced alone after the backward) or whatever exceeds
-    that backward. ZeRO-1/2: the same for a
-    reduce-scatter, then an exposed all-gather of the updated parameters. ZeRO-3: per micro-batch,
-    an all-gather in forward and in backward plus a reduce-scatter, each phase hidden behind its
-    compute up to that compute's length (the first layer's gather is always exposed).
+    that backward. ZeRO-1/2: the same for a reduce-scatter, then an exposed all-gather of the
+    updated parameters. ZeRO-3: per micro-batch, an all-gather in forward and in backward plus a
+    reduce-scatter, each phase hidden behind its compute up to that compute's length (the first
+    layer's gather is always exposed).
 
     ``slowdown``: (compute, communication) slowdowns measured under overlap (hardware/overlap.py);
     then ``dp_overlap`` prices it and this returns the exposed part only of its result.
@@ -167,11 +172,11 @@ def dp_overlap(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m
     """``dp_comm`` with measured overlap costs: (dp_comm_s, zero_comm_s, overlap_s).
 
     While a collective overlaps compute, the collective takes ``comm`` x its time alone and the
-    compute progresses at 1 / ``compute`` of its rate: a window of W seconds delays the compute by
-    W (1 - 1 / compute) (``overlap_s``), which in turn leaves the collectives that much more compute
+    compute progresses at 1 / ``compute`` of its rate: a window of W seconds delays the compute by W
+    (1 - 1 / compute) (``overlap_s``), which in turn leaves the collectives that much more compute
     to hide behind. The window is the overlapped collective's (slowed) time, up to the compute it
-    overlaps. What stays exposed is priced as in ``dp_comm``; DDP's last bucket, all-reduced after the
-    backward, runs alone."""
+    overlaps. What stays exposed is priced as in ``dp_comm``; DDP's last bucket, all-reduced after
+    the backward, runs alone."""
     compute, comm = slowdown
     lost = 1.0 - 1.0 / compute
     stride = lay.tp * lay.cp
@@ -184,7 +189,8 @@ def dp_overlap(lay: Layout, grad_bytes: float, layers: int, bwd_last_s: float, m
         op = "all-reduce" if lay.zero == 0 else "reduce-scatter"
         total = chunked(op, buckets)
         last = net.time(op, last_bucket_bytes, lay.dp, stride) if last_bucket_bytes else total / buckets
-        window = min(max(0.0, total - last) * comm, bwd_last_s)  # all but the last bucket, under the backward
+        # all but the last bucket, under the backward
+        window = min(max(0.0, total - last) * comm, bwd_last_s)
         penalty = window * lost
         exposed = max(last, max(0.0, total - last) * comm + last - (bwd_last_s + penalty))
         return exposed, (chunked("all-gather", buckets) if lay.zero else 0.0), penalty

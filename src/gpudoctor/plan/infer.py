@@ -28,10 +28,10 @@ from gpudoctor.plan.limits import gib, half_precision, plural
 # measured, 0.665-0.696 (median 0.68) over llama-3.1-8b's decode steps of 1-64 sequences of
 # 1024-4096 tokens, a CUDA-graphed step of cuBLAS GEMVs and batched-matmul attention
 # (benchmarks/bench_plan_infer.py, held out there: mistral-7b, qwen2.5-7b, llama-3.2-3b;
-# benchmarks/BENCHMARKS-plan.md "`gpudoctor plan infer`: decode and prefill on one H100"). Other cards are assumed
-# to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches: assumed 0.6 (the
-# same run measured 0.51-0.66). The share of GPU memory a serving engine takes: vLLM's default
-# gpu_memory_utilization, 0.9.
+# benchmarks/BENCHMARKS-plan.md "`gpudoctor plan infer`: decode and prefill on one H100"). Other
+# cards are assumed to reach the same share. The share of the dense bf16/fp8 peak a prefill reaches:
+# assumed 0.6 (the same run measured 0.51-0.66). The share of GPU memory a serving engine takes:
+# vLLM's default gpu_memory_utilization, 0.9.
 DECODE_HBM_EFFICIENCY = 0.68
 PREFILL_EFFICIENCY = 0.6
 MEMORY_UTILIZATION = 0.9
@@ -76,7 +76,8 @@ class ServingPlan:
     choice: int | None = None  # the smallest TP that meets the QPS
     explanation: str = ""
     assumptions: tuple[str, ...] = ()
-    replicas: int | None = None  # when no TP degree meets the QPS on one replica: how many of ``replica_tp``
+    # when no TP degree meets the QPS on one replica: how many of ``replica_tp``
+    replicas: int | None = None
     replica_tp: int | None = None
 
     @property
@@ -141,7 +142,8 @@ def plan_serving(source: str, *, gpu: str, qps: float, prompt: int, new: int,
     else:
         plan.explanation = _nothing_fits(spec, hw, plan, weights_dtype, kv_dtype)
     if plan.feasible:
-        # the degrees below the first that fits: say so, and what would, rather than leave a blank row
+        # the degrees below the first that fits: say so, and what would, rather than leave a blank
+        # row
         plan.explanation = " ".join([o.why_not for o in plan.options if not o.fits]
                                     + [plan.explanation])
     return plan
@@ -158,7 +160,8 @@ def _check_qps(qps: float) -> None:
 
 
 def _context_notes(spec, prompt: int, new: int, allow: bool) -> tuple[str, ...]:
-    """Refuse a context past the model's positions (a learned table always, rotary ones unless ``allow``)."""
+    """Refuse a context past the model's positions (a learned table always, rotary ones unless
+    ``allow``)."""
     ctx, most = prompt + new, spec.max_positions
     if not most or ctx <= most:
         return ()
@@ -197,7 +200,8 @@ def _qps(v: float) -> str:
 
 
 def _nothing_fits(spec, hw, plan: ServingPlan, weights_dtype: str, kv_dtype: str) -> str:
-    """Why no TP degree holds one replica, and what can: the weights alone, or one request's KV cache."""
+    """Why no TP degree holds one replica, and what can: the weights alone, or one request's KV
+    cache."""
     from gpudoctor.hardware.specs import SPECS
 
     capacity = _capacity(hw)
@@ -274,7 +278,8 @@ def streamed_weight_bytes(spec, o: InferOptions) -> float:
     weights = weight_bytes(spec, o)
     if spec.tied_embeddings:
         return weights
-    return weights - count_params(spec).embedding * 2.0 / o.tp  # embeddings stay bf16 (weight_bytes)
+    # embeddings stay bf16 (weight_bytes)
+    return weights - count_params(spec).embedding * 2.0 / o.tp
 
 
 def decode_step_seconds(weights: float, per_token: float, sequences: float, context: float,
@@ -285,7 +290,8 @@ def decode_step_seconds(weights: float, per_token: float, sequences: float, cont
 
 
 def prefill_seconds(n_active: int, tokens: int, tp: int, peak: float) -> float:
-    """One prompt of ``tokens``: 2 FLOPs per active parameter per token at PREFILL_EFFICIENCY of ``peak``."""
+    """One prompt of ``tokens``: 2 FLOPs per active parameter per token at PREFILL_EFFICIENCY of
+    ``peak``."""
     return 2 * n_active * tokens / (tp * peak * PREFILL_EFFICIENCY)
 
 

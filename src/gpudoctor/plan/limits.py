@@ -33,9 +33,10 @@ def check_gpus(value: object, name: str = "gpus", low: int = 1) -> int:
 
 
 def half_precision(hw) -> tuple[str, float, str | None]:
-    """(dtype, dense FLOP/s, note) of the 16-bit tensor-core rate a plan prices matmuls at: bf16 where
-    the card has it, else fp16 (Volta: V100 has fp16 tensor cores and no bf16), with a note saying
-    so; a one-line InputError for a row with neither (no tensor-core figure in its datasheet)."""
+    """(dtype, dense FLOP/s, note) of the 16-bit tensor-core rate a plan prices matmuls at: bf16
+    where the card has it, else fp16 (Volta: V100 has fp16 tensor cores and no bf16), with a note
+    saying so; a one-line InputError for a row with neither (no tensor-core figure in its
+    datasheet)."""
     flops = hw.matrix_flops
     if "bf16" in flops:
         return "bf16", flops["bf16"], None
@@ -50,7 +51,8 @@ def half_precision(hw) -> tuple[str, float, str | None]:
 
 
 def gib(n: float) -> str:
-    """Bytes in GiB (2^30), the unit every plan prints sizes in: "80 GiB", "94.5 GiB", "1,052 GiB"."""
+    """Bytes in GiB (2^30), the unit every plan prints sizes in: "80 GiB", "94.5 GiB", "1,052
+    GiB"."""
     v = n / 2**30
     if v >= 100:
         return f"{v:,.0f} GiB"

@@ -46,7 +46,8 @@ def _nearest(value: int, valid: list[int], n: int = 2) -> str:
 
 
 def whole(name: str, value: object, low: int = 1) -> int:
-    """``value`` if it is an int >= ``low`` (not a bool), else a one-line error naming --``name``."""
+    """``value`` if it is an int >= ``low`` (not a bool), else a one-line error naming
+    --``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InputError(f"--{name} must be a whole number >= {low}, got {value!r}")
     return value
@@ -55,7 +56,8 @@ def whole(name: str, value: object, low: int = 1) -> int:
 def check_pins(pins: Pins, *, heads: int, kv_heads: int, layers: int, gpus: int,
                gpus_per_node: int, seq: int,
                global_batch: int, checkpointing_choices: tuple[str, ...]) -> Pins:
-    """``pins`` if every fixed value can work on this model and cluster, else a one-line InputError."""
+    """``pins`` if every fixed value can work on this model and cluster, else a one-line
+    InputError."""
     if pins.tp is not None:
         tp = whole("tp", pins.tp)
         node = min(gpus_per_node, gpus)

@@ -1,7 +1,8 @@
 """HBM traffic outside the matmuls, per implementation: elementwise kernels, the optimizer step and
 the data-parallel wrapper's own copies.
 
-``IMPLEMENTATIONS`` names what a step runs (``impl=`` of ``predict_step``, ``--impl`` of plan train):
+``IMPLEMENTATIONS`` names what a step runs (``impl=`` of ``predict_step``, ``--impl`` of plan
+train):
 
 - ``eager-hf``: a Hugging Face Transformers model in eager PyTorch (bf16 parameters, no autocast),
   ``torch.optim.AdamW`` (foreach, the default), DDP / FSDP2 with their defaults, tensor parallelism
@@ -17,16 +18,16 @@ the data-parallel wrapper's own copies.
   also keeps and moves the 5 a s^2 b bytes of Korthikanti et al. 2022 eq. 1 (softmax output, dropout
   mask, dropout output).
 
-Every op is priced as reading each input once and writing its output once. Without a bench file,
-or with one that lacks the ``elementwise`` section, every byte goes at the HBM bandwidth (measured
-with --bench). With it (hardware/kinds.py), each eager-hf op is priced at the measured rate of its
-kind, from its operands' layout: ``contiguous`` (vectorized, all operands alike), ``rope`` (an
-operand in the [b, s, H, d] -> [b, H, s, d] transposed layout the projections leave, or a strided
-half of it), ``broadcast_heads`` (a contiguous [b, H, s, d] times a [1, 1, s, d] table), ``weight``
-([tokens, h] times the norm weight [h]), ``rowscale`` (fp32 [tokens, h] times [tokens, 1]),
-``cast_up`` / ``cast_down`` (bf16 <-> fp32) and ``reduction``. The fused model's kernels are not
-PyTorch's eager ones: they stay at the HBM bandwidth. The optimizer is priced at its implementation's
-measured step rate (``optimizer`` section: torch.optim.AdamW foreach for eager-hf, fused for fused).
+Every op is priced as reading each input once and writing its output once. Without a bench file, or
+with one that lacks the ``elementwise`` section, every byte goes at the HBM bandwidth (measured with
+--bench). With it (hardware/kinds.py), each eager-hf op is priced at the measured rate of its kind,
+from its operands' layout: ``contiguous`` (vectorized, all operands alike), ``rope`` (an operand in
+the [b, s, H, d] -> [b, H, s, d] transposed layout the projections leave, or a strided half of it),
+``broadcast_heads`` (a contiguous [b, H, s, d] times a [1, 1, s, d] table), ``weight`` ([tokens, h]
+times the norm weight [h]), ``rowscale`` (fp32 [tokens, h] times [tokens, 1]), ``cast_up`` /
+``cast_down`` (bf16 <-> fp32) and ``reduction``. The fused model's kernels are not PyTorch's eager
+ones: they stay at the HBM bandwidth. The optimizer is priced at its implementation's measured step
+rate (``optimizer`` section: torch.optim.AdamW foreach for eager-hf, fused for fused).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class Implementation:
     dp_copies: bool  # DDP gradient_as_bucket_view=False / FSDP2 copy-in, copy-out (PyTorch defaults)
     optimizer_probe: str  # the bench's ``optimizer`` row that prices its step (hardware/kinds.py)
     attention: str = "sdpa"  # the fused model's attention: "sdpa" (flash) or "eager" (scores materialized)
-    # TP: torch's ColwiseParallel on each projection module, each all-reducing its own input gradient
-    # (plan/comm.py tp_backward_allreduces); False: Megatron's one per block
+    # TP: torch's ColwiseParallel on each projection module, each all-reducing its own input
+    # gradient (plan/comm.py tp_backward_allreduces); False: Megatron's one per block
     tp_per_projection: bool = False
 
 
@@ -88,15 +89,16 @@ def implementation(name: str) -> Implementation:
 # Elementwise bytes
 
 
-# The fused model: each tensor a micro-batch keeps for backward is written in the forward and read in
-# the backward, and its gradient is written and read once (4 passes; a recomputed forward writes it
-# once more). Checked within 3% of memory_allocated on an H200 for what is kept (memory/activations.py).
+# The fused model: each tensor a micro-batch keeps for backward is written in the forward and read
+# in the backward, and its gradient is written and read once (4 passes; a recomputed forward writes
+# it once more). Checked within 3% of memory_allocated on an H200 for what is kept
+# (memory/activations.py).
 ACTIVATION_PASSES = 4
 
 # Hugging Face eager, bytes per element (bf16 parameters: 2-byte activations, fp32 where the code
-# upcasts), forward + backward, by op, from transformers 5.17 modeling_llama.py and torch's autograd;
-# each op as (what, bytes per element, kind): the kind names the bench probe whose rate prices it
-# (hardware/kinds.py's ELEMENTWISE_KINDS), read off the op's operand layout.
+# upcasts), forward + backward, by op, from transformers 5.17 modeling_llama.py and torch's
+# autograd; each op as (what, bytes per element, kind): the kind names the bench probe whose rate
+# prices it (hardware/kinds.py's ELEMENTWISE_KINDS), read off the op's operand layout.
 Op = tuple[str, float, str]
 # LlamaRMSNorm forward = 36 bytes, backward = 92.
 RMSNORM_FWD_OPS: tuple[Op, ...] = (
@@ -111,8 +113,8 @@ RMSNORM_BWD_OPS: tuple[Op, ...] = (
     ("pow backward: self.pow(1) copy", 8, "contiguous"), ("pow backward: x 2", 8, "contiguous"),
     ("pow backward: x grad", 12, "contiguous"), ("add of the two paths", 12, "contiguous"),
     (".to(bf16)", 6, "cast_down"))
-# nn.LayerNorm (one native per-row kernel each way): forward reads x, writes y (4); backward reads dY
-# and x, writes dx (6), and the weight/bias grads read dY and x again (4).
+# nn.LayerNorm (one native per-row kernel each way): forward reads x, writes y (4); backward reads
+# dY and x, writes dx (6), and the weight/bias grads read dY and x again (4).
 LAYERNORM_FWD_OPS: tuple[Op, ...] = (("layer_norm", 4, "reduction"),)
 LAYERNORM_BWD_OPS: tuple[Op, ...] = (("layer_norm backward: dx", 6, "reduction"),
                                      ("layer_norm backward: weight and bias", 4, "reduction"))
@@ -126,8 +128,8 @@ ROPE_BWD_OPS: tuple[Op, ...] = (
     ("two slice_backward: zeros", 4, "contiguous"),
     ("two slice_backward: copy into a half", 4, "rope"), ("two adds", 12, "contiguous"),
     ("clone of the transposed gradient for its projection", 4, "rope"))
-# DynamicCache.update (use_cache defaults to True, also in training): torch.cat of k and v (transposed
-# layout), 4 each.
+# DynamicCache.update (use_cache defaults to True, also in training): torch.cat of k and v
+# (transposed layout), 4 each.
 CACHE_OPS: tuple[Op, ...] = (("DynamicCache torch.cat", 4, "rope"),)
 # Residual add 6 (2 reads, 1 write); gradient accumulation where a tensor has two consumers 6.
 ADD_OPS: tuple[Op, ...] = (("add", 6, "contiguous"),)
@@ -155,7 +157,8 @@ def _bytes(ops: tuple[Op, ...]) -> float:
     return sum(b for _, b, _ in ops)
 
 
-RMSNORM_FWD, RMSNORM_BYTES = _bytes(RMSNORM_FWD_OPS), _bytes(RMSNORM_FWD_OPS + RMSNORM_BWD_OPS)  # 36, 128
+# 36, 128
+RMSNORM_FWD, RMSNORM_BYTES = _bytes(RMSNORM_FWD_OPS), _bytes(RMSNORM_FWD_OPS + RMSNORM_BWD_OPS)
 LAYERNORM_FWD, LAYERNORM_BYTES = _bytes(LAYERNORM_FWD_OPS), _bytes(LAYERNORM_FWD_OPS
                                                                    + LAYERNORM_BWD_OPS)  # 4, 14
 ROPE_FWD, ROPE_BYTES = _bytes(ROPE_FWD_OPS), _bytes(ROPE_FWD_OPS + ROPE_BWD_OPS)  # 20, 54
@@ -191,8 +194,8 @@ def widths(spec: ModelSpec, tokens: float, tp: int = 1, sp: bool = False) -> Wid
 
 
 def hf_layer_kinds(spec: ModelSpec, w: Widths, forward_only: bool = False) -> dict[str, float]:
-    """HBM bytes of one eager Hugging Face decoder layer's non-matmul ops by kind, forward + backward
-    (or the forward alone: what full checkpointing runs again)."""
+    """HBM bytes of one eager Hugging Face decoder layer's non-matmul ops by kind, forward +
+    backward (or the forward alone: what full checkpointing runs again)."""
     layer_norm = spec.norm == "layer"
     norm_fwd, norm_bwd = (LAYERNORM_FWD_OPS, LAYERNORM_BWD_OPS) if layer_norm else (RMSNORM_FWD_OPS,
                                                                                     RMSNORM_BWD_OPS)
@@ -208,7 +211,8 @@ def hf_layer_kinds(spec: ModelSpec, w: Widths, forward_only: bool = False) -> di
         _add(out, CACHE_OPS, 2 * w.kv)
         return out
     _add(out, norm_fwd + norm_bwd, 2 * w.x)
-    qkv_consumers = 1 if spec.fused_qkv else 3  # separate q, k, v projections read the same norm output
+    # separate q, k, v projections read the same norm output
+    qkv_consumers = 1 if spec.fused_qkv else 3
     mlp_consumers = 2 if spec.gated_mlp else 1
     grads = 2 + (qkv_consumers - 1) + (mlp_consumers - 1)  # two residual branches + fan-in of the norm outputs
     _add(out, ADD_OPS, (2 + grads) * w.x)  # two residual adds forward, the accumulations backward
@@ -219,7 +223,8 @@ def hf_layer_kinds(spec: ModelSpec, w: Widths, forward_only: bool = False) -> di
 
 
 def hf_layer_bytes(spec: ModelSpec, w: Widths, forward_only: bool = False) -> float:
-    """HBM bytes of one eager Hugging Face decoder layer's non-matmul ops (``hf_layer_kinds`` summed)."""
+    """HBM bytes of one eager Hugging Face decoder layer's non-matmul ops (``hf_layer_kinds``
+    summed)."""
     return sum(hf_layer_kinds(spec, w, forward_only).values())
 
 
@@ -250,8 +255,8 @@ def elementwise_kinds(spec: ModelSpec, lay: Layout, seq: int, layers: int,
         layers_saved = [layer_memory(spec, w, i) for i in range(n)]
         per_layer = sum(m.total for m in layers_saved)
         passes = ACTIVATION_PASSES + (1 if lay.checkpointing == "full" else 0)
-        # selective recomputation (Korthikanti et al. 2022) does not keep the scores but writes them twice,
-        # in the forward and in the recomputation: the same passes as kept ones, plus one
+        # selective recomputation (Korthikanti et al. 2022) does not keep the scores but writes them
+        # twice, in the forward and in the recomputation: the same passes as kept ones, plus one
         rewritten = sum(m.saved.get("attention_scores", 0.0) for m in layers_saved) \
             if lay.checkpointing == "selective" else 0.0
         return {"hbm": passes * (per_layer + head_memory(spec, w).total) + rewritten}

@@ -56,12 +56,12 @@ from gpudoctor.plan.traffic import (
 BYTES_BF16 = 2
 
 # Fraction of the datasheet dense bf16 peak that a GEMM of a training step reaches, by its narrower
-# per-GPU dimension, min(N, K) (a row-parallel projection at TP 8 has K = hidden / 8, the column-parallel
-# one beside it N = 3 hidden / 8: each is classed by its own shape). ASSUMPTIONS, not measurements: cuBLAS reaches
-# ~0.75 of the H100 SXM datasheet on 8192-wide bf16 GEMMs and less on narrow ones; Megatron-LM
-# (Narayanan et al. 2021) reported 0.44-0.52 of the A100 peak end to end, which includes
-# elementwise kernels, communication and the bubble. With --bench (a `gpudoctor bench --json` file)
-# the measured (M, N, K) grid replaces this table (plan/calibration.py).
+# per-GPU dimension, min(N, K) (a row-parallel projection at TP 8 has K = hidden / 8, the
+# column-parallel one beside it N = 3 hidden / 8: each is classed by its own shape). ASSUMPTIONS,
+# not measurements: cuBLAS reaches ~0.75 of the H100 SXM datasheet on 8192-wide bf16 GEMMs and less
+# on narrow ones; Megatron-LM (Narayanan et al. 2021) reported 0.44-0.52 of the A100 peak end to
+# end, which includes elementwise kernels, communication and the bubble. With --bench (a `gpudoctor
+# bench --json` file) the measured (M, N, K) grid replaces this table (plan/calibration.py).
 GEMM_EFFICIENCY = ((4096, 0.72), (2048, 0.68), (1024, 0.62), (512, 0.52), (0, 0.40))
 # Micro-batches with fewer tokens than this run GEMMs too short to fill the card: efficiency is
 # scaled by tokens / SMALL_M_TOKENS (assumption).
@@ -72,8 +72,9 @@ SMALL_M_TOKENS = 1024
 TIE_TOLERANCE = 0.02
 
 
-# The memory side (weights, gradients, optimizer states per parameter) is `gpudoctor memory`'s, at the
-# precision options given: plan_training prints its line (memory.options.precision_summary) first.
+# The memory side (weights, gradients, optimizer states per parameter) is `gpudoctor memory`'s, at
+# the precision options given: plan_training prints its line (memory.options.precision_summary)
+# first.
 ASSUMPTIONS = (
     ("step time priced as 16-bit matmuls and bf16 gradient traffic whatever the precision options, "
      "which set the memory only"),
@@ -172,7 +173,8 @@ def _param_split(spec: ModelSpec) -> tuple[float, float]:
 
 @lru_cache(maxsize=64)
 def param_counts(spec: ModelSpec):
-    """``gpudoctor memory``'s parameter counts of the spec (cached: the search prices many layouts of one model)."""
+    """``gpudoctor memory``'s parameter counts of the spec (cached: the search prices many layouts
+    of one model)."""
     from gpudoctor.core.params import count_params
 
     return count_params(spec)
@@ -189,7 +191,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     and attention are timed at their measured shape rates, HBM work at the measured bandwidth
     (``hbm_bytes_per_s`` is then unused), and the launch gap is priced; without it, FLOPs at
     ``peak_flops`` x the assumed ``gemm_efficiency`` and HBM at ``HBM_EFFICIENCY`` x the datasheet.
-    ``impl``: one of plan/traffic.py's IMPLEMENTATIONS (elementwise, optimizer and DP-wrapper bytes)."""
+    ``impl``: one of plan/traffic.py's IMPLEMENTATIONS (elementwise, optimizer and DP-wrapper
+    bytes)."""
     code = implementation(impl)
     m = global_batch // (lay.dp * lay.microbatch)  # micro-batches per pipeline
     fl = step_flops(spec, global_batch, seq, lay.checkpointing, causal)
@@ -214,7 +217,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
         recompute_s = m * {"full": t.layers_fwd,
                            "selective": t.attention_fwd}.get(lay.checkpointing, 0.0)
         hbm = calibration.hbm_bytes_per_s
-        eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)  # what it amounts to
+        # what it amounts to
+        eff = (fl.hardware / lay.pp / shard) / ((compute_s + recompute_s) * peak_flops)
     tp_s = tp_comm(spec, lay, seq, m, layers_stage, net,
                    tp_backward_allreduces(spec, lay, code.tp_per_projection))
     cp_s = cp_comm(spec, lay, seq, m, layers_stage, net, mb_fwd_s)
@@ -233,7 +237,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
     last = max(BUCKET_BYTES, param_counts(spec).embedding * BYTES_BF16 / lay.tp) if code.dp_copies and lay.pp == 1 else 0.0
     overlap_s = 0.0
     if calibration is not None and calibration.overlap is not None and lay.dp > 1:
-        # the overlapped stretch is backward / forward compute: GEMMs and elementwise in the step's mix
+        # the overlapped stretch is backward / forward compute: GEMMs and elementwise in the step's
+        # mix
         slow = (calibration.overlap.compute(compute_s + recompute_s, memory_s),
                 calibration.overlap.allreduce)
         dp_s, zero_s, overlap_s = dp_overlap(lay, grad_bytes, layers_stage, bwd_last_s, m, mb_fwd_s,
@@ -257,7 +262,8 @@ def predict_step(spec: ModelSpec, lay: Layout, *, global_batch: int, seq: int, p
             "hardware_flops": fl.hardware, "microbatches": float(m), "gemm_efficiency": eff}
 
 
-HBM_EFFICIENCY = 0.8  # assumed share of the datasheet HBM bandwidth memory-bound kernels reach (no --bench)
+# assumed share of the datasheet HBM bandwidth memory-bound kernels reach (no --bench)
+HBM_EFFICIENCY = 0.8
 
 
 # ---------------------------------------------------------------------------------------------

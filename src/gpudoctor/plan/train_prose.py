@@ -16,10 +16,10 @@ def describe(lay: Layout) -> str:
 
 
 def explain(plans: list[Plan], gpus: int, gpn: int, cap: int, replicated=None) -> str:
-    """A few sentences: the winner's layout, why each axis, and the margin over
-    the runner-up (the fastest plan with a different DP x TP x PP x CP x ZeRO). ``replicated``: with a
-    ZeRO winner, ``gpudoctor memory``'s estimate of the same layout replicated (DDP), None when the
-    memory planner refuses it."""
+    """A few sentences: the winner's layout, why each axis, and the margin over the runner-up (the
+    fastest plan with a different DP x TP x PP x CP x ZeRO). ``replicated``: with a ZeRO winner,
+    ``gpudoctor memory``'s estimate of the same layout replicated (DDP), None when the memory
+    planner refuses it."""
     w = plans[0]
     s = [f"Best: {w.label}, {w.step_s:.3g} s/step, MFU {w.mfu:.0%}."]
     fastest = min(plans, key=lambda p: p.step_s)
@@ -65,7 +65,8 @@ def explain(plans: list[Plan], gpus: int, gpn: int, cap: int, replicated=None) -
         if gap >= 0:
             s.append(f"Runner-up: {runner.label}, {gap:.1%} slower; it spends "
                      f"{diff[worst]:+.3g} s on {worst.removesuffix('_s').replace('_', ' ')}.")
-        else:  # _rank put the simpler layout first: the difference is inside what the model can resolve
+        # _rank put the simpler layout first: the difference is inside what the model can resolve
+        else:
             s.append(f"Runner-up: {runner.label}, predicted {-gap:.1%} faster, which is within the "
                      f"{TIE_TOLERANCE:.0%} the model cannot resolve, so the simpler layout leads.")
     return " ".join(s)

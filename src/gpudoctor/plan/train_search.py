@@ -42,9 +42,9 @@ from gpudoctor.plan.train import (
 from gpudoctor.plan.train_prose import describe, explain
 
 MICROBATCHES = (1, 2, 4, 8)
-# Under ZeRO-3 the weights, gradients and Adam states are spread over every GPU; a layout needs at least
-# this share of the card left for them (the rest for activations, buffers and the allocator's slack)
-# before more GPUs are what is missing.
+# Under ZeRO-3 the weights, gradients and Adam states are spread over every GPU; a layout needs at
+# least this share of the card left for them (the rest for activations, buffers and the allocator's
+# slack) before more GPUs are what is missing.
 STATES_SHARE = 0.8
 
 
@@ -65,8 +65,9 @@ def _check_inputs(gpus: int, global_batch: int, seq: int, gpus_per_node: int, to
 
 def _shapes(spec: ModelSpec, gpus: int, seq: int, gpus_per_node: int,
             pinned_cp: int | None = None) -> list[tuple[int, int, int, int]]:
-    """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and compatible with the KV
-    heads), PP dividing the layers, CP only for seq >= 8192 (or the one the user fixed)."""
+    """(dp, tp, pp, cp) with TP inside a node (dividing its GPUs) and dividing the heads (and
+    compatible with the KV heads), PP dividing the layers, CP only for seq >= 8192 (or the one the
+    user fixed)."""
     tps = [t for t in spec.tp_degrees(_divisors(spec.heads)) if min(gpus_per_node, gpus) % t == 0]
     cps = [pinned_cp] if pinned_cp else [c for c in (1, 2, 4) if c == 1
                                          or (seq >= 8192 and seq % c == 0)]
@@ -89,12 +90,13 @@ def plan_training(spec: str | ModelSpec, *, gpus: int, gpu: str = "h100-sxm", gl
     ``sp``: sequence parallelism on every layout with TP > 1 (it moves the same TP bytes and keeps
     less, so it is a switch, not an enumerated axis). Selective checkpointing is kept only where the
     memory planner says it saves memory over none (with SDPA/flash it saves nothing). ``impl``: what
-    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``: layout values the
-    user fixed (plan/pins.py), checked against the model first; the rest is enumerated. ``nvls``:
-    NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node (plan/collective_cost.py).
-    ``precision``: ``gpudoctor memory``'s precision and optimizer options by name (params_dtype,
-    autocast, optimizer, master_weights; None or absent: memory's defaults), priced by the same
-    estimator, so that ``memory`` and ``plan train`` give one number for one layout."""
+    runs the step (plan/traffic.py's IMPLEMENTATIONS: eager-hf, fused or fused-noflash). ``pins``:
+    layout values the user fixed (plan/pins.py), checked against the model first; the rest is
+    enumerated. ``nvls``: NVLink SHARP on, for the all-reduces that stay inside one NVSwitch node
+    (plan/collective_cost.py). ``precision``: ``gpudoctor memory``'s precision and optimizer options
+    by name (params_dtype, autocast, optimizer, master_weights; None or absent: memory's defaults),
+    priced by the same estimator, so that ``memory`` and ``plan train`` give one number for one
+    layout."""
     implementation(impl)  # validates the name
     prec = _precision(precision)
     from gpudoctor.hardware.specs import require_spec
@@ -219,7 +221,8 @@ def _complexity(p: Plan) -> tuple[int, int]:
 
 
 def _rank(plans: list[Plan]) -> list[Plan]:
-    """Fastest first, except that the simplest plan within ``TIE_TOLERANCE`` of the fastest leads."""
+    """Fastest first, except that the simplest plan within ``TIE_TOLERANCE`` of the fastest
+    leads."""
     plans = sorted(plans, key=lambda p: (p.step_s, _complexity(p)))
     if not plans:
         return plans
@@ -269,9 +272,9 @@ def _price(spec: ModelSpec, lay: Layout, est, global_batch: int, seq: int, peak:
 
 def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smallest,
                 global_batch: int, seq: int, prec: dict) -> str:
-    """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do not
-    fit even fully sharded over all of them; otherwise the activations, with the layout that came
-    closest and the --seq it would fit at."""
+    """Why no layout fits, and what would: more GPUs when the weights, gradients and Adam states do
+    not fit even fully sharded over all of them; otherwise the activations, with the layout that
+    came closest and the --seq it would fit at."""
     n = param_counts(spec).total
     _, tp, pp, _ = max(shapes, key=lambda s: (s[1] * s[2], s[1]))
     cap = hw.memory_bytes
@@ -312,9 +315,10 @@ def _infeasible(spec: ModelSpec, hw, gpus: int, gpus_per_node: int, shapes, smal
 
 def _longest_seq(spec: ModelSpec, gpu: str, shape: tuple[int, int, int, int], global_batch: int,
                  seq: int, prec: dict) -> tuple[int, Layout | None]:
-    """The longest sequence below ``seq`` (rounded down to a multiple of 1024 above 4096) at which the
-    shape's leanest layout (micro-batch 1, full checkpointing, ZeRO-3 where DP > 1) fits, with that
-    layout; (0, None) if none does. CP > 1 counts only from 8192 tokens, where the planner tries it."""
+    """The longest sequence below ``seq`` (rounded down to a multiple of 1024 above 4096) at which
+    the shape's leanest layout (micro-batch 1, full checkpointing, ZeRO-3 where DP > 1) fits, with
+    that layout; (0, None) if none does. CP > 1 counts only from 8192 tokens, where the planner
+    tries it."""
     dp, tp, pp, cp = shape
     lay = Layout(dp, tp, pp, cp, 3 if dp > 1 else 0, 1, "full")
 

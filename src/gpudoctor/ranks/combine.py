@@ -39,7 +39,8 @@ class RanksResult:
 
 
 def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) -> RanksResult:
-    """``busbw_table``: a ``gpudoctor bench`` profile with NCCL curves for this GPU, if one exists."""
+    """``busbw_table``: a ``gpudoctor bench`` profile with NCCL curves for this GPU, if one
+    exists."""
     if len(summaries) < 2:
         raise InputError(f"{len(summaries)} rank(s) given; a multi-rank analysis needs at least 2")
     al = align(summaries)
@@ -73,7 +74,8 @@ def combine(summaries: Sequence[RankSummary], busbw_table: str | None = None) ->
             "clocks are not aligned and no skew is computed"))
     if al.clock is not None:
         warnings.extend(al.clock.notes)
-    real = st if st is not None and st.real else None  # a lateness within the profiler's noise names no one
+    # a lateness within the profiler's noise names no one
+    real = st if st is not None and st.real else None
     chosen = real.index if real else 0
     warnings.insert(0,
                     f"the single-GPU sections (breakdown, idle causes, roofline, kernels) are rank "

@@ -18,8 +18,8 @@ MIN_SHARE = 0.01  # of the step
 # What hiding a collective under compute costs that compute, per ms of the collective alone
 # (plan/comm.py's dp_overlap, same model): under GEMMs an all-reduce takes 1.956x as long and the
 # compute beside it runs at 1 / 1.137 of its rate (hardware/overlap.py, mixed as in a transformer
-# step), so 1.956 x (1 - 1 / 1.137). Measured: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from
-# the source: ranks".
+# step), so 1.956 x (1 - 1 / 1.137). Measured: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved
+# from the source: ranks".
 OVERLAP_COST = 1.956 * (1.0 - 1.0 / 1.137)
 
 _NO_SYNC = (

@@ -13,7 +13,8 @@ from gpudoctor.analysis.opcost import op_cost
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.model import Trace
 
-MAX_NAMES = 80  # the names compared across ranks (kernels or operators): the longest ones cover the step
+# the names compared across ranks (kernels or operators): the longest ones cover the step
+MAX_NAMES = 80
 
 
 def in_steps(trace: Trace, ops: np.ndarray, steps: Steps) -> np.ndarray:

@@ -17,7 +17,8 @@ _SAME = ("world_size", "backend")
 
 
 def apart(jobs: Sequence[JobFacts]) -> str:
-    """Why ``jobs`` are not the ranks of one job, in a clause naming the traces; "" when they are."""
+    """Why ``jobs`` are not the ranks of one job, in a clause naming the traces; "" when they
+    are."""
     recorded = [j for j in jobs if j.distributed is not None]
     if not recorded:
         silent = next((j for j in jobs if not j.communicates), None)

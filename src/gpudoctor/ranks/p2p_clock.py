@@ -46,15 +46,16 @@ class Bound:
 
 @dataclass(frozen=True)
 class Reach:
-    """A rank's clock relative to rank 0 from the messages: the interval and the ranks on the path."""
+    """A rank's clock relative to rank 0 from the messages: the interval and the ranks on the
+    path."""
 
     bound: Bound
     path: tuple[int, ...]  # indices from rank 0's to this rank's
 
 
 def pair_bounds(summaries: Sequence[RankSummary]) -> dict[tuple[int, int], Bound]:
-    """(i, j) -> the bound on offset_j - offset_i (indices into ``summaries``, i < j), for every pair
-    that exchanged at least one matched message."""
+    """(i, j) -> the bound on offset_j - offset_i (indices into ``summaries``, i < j), for every
+    pair that exchanged at least one matched message."""
     index = {s.rank: i for i, s in enumerate(summaries)}
     upper: dict[tuple[int, int], list[float]] = {}  # (a, b): off_b - off_a <= each
     for a, s in enumerate(summaries):
@@ -78,7 +79,8 @@ def pair_bounds(summaries: Sequence[RankSummary]) -> dict[tuple[int, int], Bound
 
 
 def _by_key(transfers: Sequence[Transfer], kind: str) -> dict[int, dict[tuple[int, int], Transfer]]:
-    """peer -> (step, place among this step's messages with that peer) -> transfer, inside the steps."""
+    """peer -> (step, place among this step's messages with that peer) -> transfer, inside the
+    steps."""
     out: dict[int, dict[tuple[int, int], Transfer]] = {}
     seen: dict[tuple[int, int], int] = {}
     for t in transfers:

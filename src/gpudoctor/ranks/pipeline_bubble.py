@@ -12,7 +12,8 @@ from gpudoctor.core.layout import bubble_fraction
 from gpudoctor.ranks.stages import Stages
 
 ID = "pipeline-bubble"
-TITLE = "Pipeline stages idle while the schedule fills and drains"  # the rule's line in `gpudoctor rules`
+# the rule's line in `gpudoctor rules`
+TITLE = "Pipeline stages idle while the schedule fills and drains"
 MIN_MS = 0.05
 MIN_SHARE = 0.05  # of the step: below this the bubble is within the schedule's noise
 

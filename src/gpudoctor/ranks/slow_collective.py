@@ -1,8 +1,9 @@
 """``slow-collective``: collectives moving data well below the bus bandwidth the interconnect should
 give. Each matched instance's transfer time is the latest arriver's kernel (it waits for no one);
-its achieved bus bandwidth (nccl-tests convention, hardware/collective_bandwidth.py ``bus_factor``) is
-compared per op and size with plan/collective_cost.py's prediction for the card's interconnect. Priced
-as the time above the prediction, at most the exposed transfer (hidden time costs nothing)."""
+its achieved bus bandwidth (nccl-tests convention, hardware/collective_bandwidth.py ``bus_factor``)
+is compared per op and size with plan/collective_cost.py's prediction for the card's interconnect.
+Priced as the time above the prediction, at most the exposed transfer (hidden time costs
+nothing)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class SizeClass:
 
 def size_classes(al: Aligned, busbw_table: str | None = None) -> list[SizeClass]:
     """Per op and power-of-two size: achieved vs predicted bus bandwidth (read off this machine's
-    measured curves when ``busbw_table``, a ``gpudoctor bench`` profile with collectives, is given)."""
+    measured curves when ``busbw_table``, a ``gpudoctor bench`` profile with collectives, is
+    given)."""
     gpu = _gpu_key(al)
     n = len(al.summaries)
     rows = np.flatnonzero(al.in_steps() & (al.nbytes > 0))

@@ -18,18 +18,18 @@ micro-batch, where no stage overlaps another. Also given (``extra_work_cost_ms``
 loses to the slowest stage's time above the other stages' median, the saving of removing its extra
 work rather than moving it. The model and its constant are checked against a 2-GPU pipeline and its
 balanced twin in tests/test_ranks_pipeline.py::test_h200_imbalanced_stage_priced_by_the_schedule
-(the run: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the source: ranks"); (m + p - 1) max(t_i) would put
-the step above the measured one before any overhead.
+(the run: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the source: ranks"); (m + p - 1)
+max(t_i) would put the step above the measured one before any overhead.
 
 The stage times are kernel durations, which the profiler does not stretch (it adds host time per
 recorded event), so the saving is not scaled to the unprofiled step as a host-side wait is
 (ranks/straggler.py: by unprofiled / profiled step, 5.13 / 9.52 on that run, which would have put
-the twin's 2.14 ms at 1.16); its severity is judged against the unprofiled step (``priced_unprofiled``).
-The same holds, less exactly, for a CPU rank's operators, which include the profiler's ~3 us per
-event recorded inside them. The saving is capped at the others' measured wait in recv beyond the
-slowest stage's own (its bubble, ``pipeline-bubble``): when they did not wait for it, moving work
-off it saves nothing. Where no pipeline pattern is read (m unknown), it is priced as the slowest
-stage's compute above the mean, m / (m - 1) times the model's saving."""
+the twin's 2.14 ms at 1.16); its severity is judged against the unprofiled step
+(``priced_unprofiled``). The same holds, less exactly, for a CPU rank's operators, which include the
+profiler's ~3 us per event recorded inside them. The saving is capped at the others' measured wait
+in recv beyond the slowest stage's own (its bubble, ``pipeline-bubble``): when they did not wait for
+it, moving work off it saves nothing. Where no pipeline pattern is read (m unknown), it is priced as
+the slowest stage's compute above the mean, m / (m - 1) times the model's saving."""
 
 from __future__ import annotations
 
@@ -131,7 +131,8 @@ def _schedule_saving(st: Stages, slow: int) -> tuple[float, dict[str, float | in
 
 def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None) -> Finding:
     """A stage-imbalance finding judged against the unprofiled step: its saving, kernel time, stays
-    (capped at MAX_SAVING_SHARE of that step); its speedup and severity move. Any other finding unchanged."""
+    (capped at MAX_SAVING_SHARE of that step); its speedup and severity move. Any other finding
+    unchanged."""
     u = unprofiled_step_ms
     if finding.id != ID or not u:
         return finding

@@ -9,10 +9,10 @@ confidence bound of its mean over the steps (Student's t) must be above zero. Wi
 is no spread to judge and the rank is not judged. A rank late in one step of the window only (work
 it does every N steps, caught once) cannot be told from a hiccup this way: it is within the noise.
 
-A healthy run's latest rank can be late by more than a planted straggler in single steps, and
-still within this bound over the window (tests/test_ranks_planted.py::
-test_ranks_late_by_turns_have_no_straggler; the runs: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the
-source: ranks").
+A healthy run's latest rank can be late by more than a planted straggler in single steps, and still
+within this bound over the window (tests/test_ranks_planted.py::
+test_ranks_late_by_turns_have_no_straggler; the runs: benchmarks/BENCHMARKS-multi-gpu.md "Evidence
+moved from the source: ranks").
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def t95(df: int) -> float:
 
 
 def lateness(al: Aligned, i: int) -> Lateness:
-    """Rank ``i``'s lateness per step (ms), and whether it is within the ranks' step-to-step noise."""
+    """Rank ``i``'s lateness per step (ms), and whether it is within the ranks' step-to-step
+    noise."""
     rows = np.flatnonzero(al.in_steps())
     r = len(al.summaries)
     if not len(rows) or r < 2:

@@ -60,8 +60,8 @@ EXPLAINS = 0.5  # a cause must account for this share of the lateness to be name
 SLOWER_KERNELS = 1.03  # the same kernels >= 3% slower: the GPU, not the work
 # FLOPs or bytes per step >= 5% above the others': more work, whatever its kernels' speed. The cost
 # model gives ranks running the same shapes the same figures exactly (the 2x H100 DDP ranks:
-# 1.334e12 FLOPs and 1.126e10 bytes a step each, tests/data/ddp2_h100); the margin is for steps whose
-# shapes vary (sequence lengths)
+# 1.334e12 FLOPs and 1.126e10 bytes a step each, tests/data/ddp2_h100); the margin is for steps
+# whose shapes vary (sequence lengths)
 MORE_WORK = 1.05
 PROFILER_NOISE_CAUSE = "profiler-noise"
 # a rank's own syncs: at least this many sync events a step more than the others' median, and this
@@ -76,7 +76,8 @@ SAME_EVENTS = 0.01
 # share of the profiler's estimated time for that cause's events (events x 3 us): ranks doing the
 # same work differ in profiled dispatch by up to about a quarter of that estimate, while unprofiled
 # neither issues its ops more slowly, so half the estimate is about twice the largest difference
-# seen (tests/test_ranks_causes.py::test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise;
+# seen
+# (tests/test_ranks_causes.py::test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise;
 # the runs: benchmarks/BENCHMARKS-multi-gpu.md "Evidence moved from the source: ranks").
 PROFILER_NOISE = 0.5
 
@@ -125,7 +126,8 @@ class Straggler:
 
     @property
     def real(self) -> bool:
-        """False when its lateness is within the profiler's or the steps' noise: no rank straggles."""
+        """False when its lateness is within the profiler's or the steps' noise: no rank
+        straggles."""
         return self.cause not in NOISE_CAUSES
 
 
@@ -226,8 +228,8 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
     own = {c: e for c, e in real.items() if c != "host-sync"}
     sync_idle = _idle_excess(s, others, "host-sync")
     if own and max(own, key=lambda c: own[c]) == "dispatch" and excess.get("host-sync", (0.0,))[0] > 0 < sync_idle:
-        # a rank that syncs more than the others, its GPU idle after the syncs: its extra dispatch is
-        # the refill of the drained queue, the syncs' cost as analysis/idle.py counts it
+        # a rank that syncs more than the others, its GPU idle after the syncs: its extra dispatch
+        # is the refill of the drained queue, the syncs' cost as analysis/idle.py counts it
         price = min(late_ms, sync_idle)
         return "host-sync", {**numbers, "host_excess_ms": round(excess["host-sync"][0], 4),
                              "gpu_idle_excess_ms": round(sync_idle, 4),
@@ -322,7 +324,8 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float,
                    "kernel_slowdown": round(mine / theirs, 4),
                    "gpu_excess_ms": round(mine - theirs, 4),
                    **_work_numbers(work), **_clocks(s, others)}
-        # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its cores
+        # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its
+        # cores
         return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
     theirs_compute = float(np.median([o.compute_ms for o in others]))
     extra = s.compute_ms - theirs_compute
@@ -506,8 +509,8 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None,
     # judged on the host's step: the saving is the unprofiled one already, unless no cause was found
     # (then it is the profiled wait, stretched like the step) or the GPU is the cause (kernel time)
     if "dispatch_noise_ms" in numbers and numbers.get("cause") != "unexplained":
-        # except dispatch: issuing the same ops more slowly is host time the profiler stretches
-        # with the rest of the step (its per-event cost is most of a dispatch-bound step's host time)
+        # except dispatch: issuing the same ops more slowly is host time the profiler stretches with
+        # the rest of the step (its per-event cost is most of a dispatch-bound step's host time)
         saving = finding.saving_ms * (u / p if numbers.get("cause") == "dispatch" else 1.0)
         return _repriced(finding, min(saving, MAX_SAVING_SHARE * u), u)
     if numbers.get("cause") not in ("dispatch", "unexplained") or (

@@ -107,7 +107,8 @@ class RankSummary:
     idle_ms: float
     idle_by_cause: dict[str, float]  # cause -> ms per step (analysis/idle.py)
     collectives: tuple[Collective, ...]
-    kernel_ms: dict[str, float]  # non-NCCL kernel name -> ms per step (the longest host_ops.MAX_NAMES)
+    # non-NCCL kernel name -> ms per step (the longest host_ops.MAX_NAMES)
+    kernel_ms: dict[str, float]
     kernels_per_step: float
     # one step (the middle one of the window) as merged bars on the rank's clock: (start, end, kind)
     timeline_step: int = -1
@@ -124,17 +125,17 @@ class RankSummary:
     host_events: dict[str, float] = field(default_factory=dict)
     transfers: tuple[Transfer, ...] = ()  # send starts and recv ends, in time order
     backward_passes: tuple[int, ...] = ()  # per step (ranks/backward.py): micro-batches accumulated
-    # per step, the FLOPs and bytes of its non-NCCL kernels by the cost model (analysis/roofline.py),
-    # a CPU rank's of its operators (ranks/host_ops.py): the work a rank is given, which tells more
-    # work from a slower GPU; 0 when unknown
+    # per step, the FLOPs and bytes of its non-NCCL kernels by the cost model
+    # (analysis/roofline.py), a CPU rank's of its operators (ranks/host_ops.py): the work a rank is
+    # given, which tells more work from a slower GPU; 0 when unknown
     work_flops: float = 0.0
     work_bytes: float = 0.0
     # the profiler's own host time per recorded event on this rank, measured: (profiled step -
     # unprofiled step) / the host's recorded events per step; None without an unprofiled step
     profiler_ns_per_event: float | None = None
-    # what the rank's own single-GPU host-sync finding saves per step (rules/host_sync.py), 0 when it
-    # has none: syncs only one rank makes cost the job what they cost that rank, and in a profiled
-    # window that the profiler makes host-bound they hide inside its dispatch noise
+    # what the rank's own single-GPU host-sync finding saves per step (rules/host_sync.py), 0 when
+    # it has none: syncs only one rank makes cost the job what they cost that rank, and in a
+    # profiled window that the profiler makes host-bound they hide inside its dispatch noise
     sync_saving_ms: float = 0.0
 
     @property
@@ -207,7 +208,8 @@ def summarize_host(trace: Trace, steps: Steps, rank: int,
     """The summary of a rank that ran on the CPU (gloo): its collectives are the process group's
     host ranges ("gloo:all_reduce", on the worker thread that ran them), its compute the operators
     on the thread that ran the steps, and what of its step no operator covers (Python: data,
-    logging, sleeps) its "host-work" idle, "input-pipeline" where a DataLoader's ``__next__`` holds it:
+    logging, sleeps) its "host-work" idle, "input-pipeline" where a DataLoader's ``__next__`` holds
+    it:
 the causes a straggler's lateness is judged on."""
     host, origin = trace.host, trace.origin_ns
     names = np.array([bool(_HOST_COLLECTIVE.match(x)) for x in trace.strings], bool)
@@ -228,7 +230,8 @@ the causes a straggler's lateness is judged on."""
     comp_s, comp_e = union(host.ts[ops], host.end[ops])
     n = max(len(steps), 1)
     compute_ns = _in_steps(comp_s, comp_e, steps)
-    stepped = host_ops.in_steps(trace, ops, steps)  # the outermost operators: the CPU rank's "kernels"
+    # the outermost operators: the CPU rank's "kernels"
+    stepped = host_ops.in_steps(trace, ops, steps)
     # the step's time under neither an operator nor a collective in flight: the program's own
     # Python (a rank that waits for the others does so inside the collective's range)
     recv = np.array([x in _RECV_RANGES
@@ -287,9 +290,9 @@ the causes a straggler's lateness is judged on."""
 
 
 def _p2p_host(recv_i: np.ndarray, trace: Trace, steps: Steps) -> dict[str, Any]:
-    """A CPU rank's time blocked receiving: gloo runs a recv partly inside the "c10d::recv_" operator
-    and partly inside the "gloo:recv" range that follows it (either may hold the wait), both on
-    the thread that ran the steps; their union, per step."""
+    """A CPU rank's time blocked receiving: gloo runs a recv partly inside the "c10d::recv_"
+    operator and partly inside the "gloo:recv" range that follows it (either may hold the wait),
+    both on the thread that ran the steps; their union, per step."""
     host = trace.host
     rs, re_ = union(host.ts[recv_i], host.end[recv_i])
     wait = tuple(clip_total(rs, re_, int(s), int(e)) / 1e6 for s, e in zip(steps.start, steps.end))
@@ -327,7 +330,8 @@ def _host_transfers(trace: Trace, steps: Steps, main: int) -> tuple[Transfer, ..
         if peer < 0:
             continue
         ts, end = int(host.ts[i]), int(host.end[i])
-        if kind[i] == 2:  # the first gloo:recv range starting inside this recv, before the next operator
+        # the first gloo:recv range starting inside this recv, before the next operator
+        if kind[i] == 2:
             nxt = int(host.ts[ops[n + 1]]) if n + 1 < len(ops) else np.iinfo(np.int64).max
             j = int(np.searchsorted(host.ts[waits], ts, side="left"))
             if j < len(waits) and int(host.ts[waits[j]]) < nxt:
@@ -477,7 +481,8 @@ def _describe(t: Any, i: int) -> tuple[str, int, str, str]:
     kernel = t.string(int(t.device.name[i]))
     m = _KERNEL_OP.search(kernel)
     op = _KERNEL_OPS[m.group(1)] if m else "collective"
-    name = m.group(1).lower() if m and m.group(1) in ("Send", "Recv") else ""  # SendRecv: either way
+    # SendRecv: either way
+    name = m.group(1).lower() if m and m.group(1) in ("Send", "Recv") else ""
     host = int(t.device.op[i])
     if host < 0:
         return op, 0, "", name

@@ -47,10 +47,12 @@ class Edit:
     host_removed_e: np.ndarray = field(default_factory=lambda: EMPTY_I)
     unwait: np.ndarray = field(default_factory=lambda: EMPTY_I)
     calls_removed: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    calls_timed: np.ndarray = field(default_factory=lambda: EMPTY_I)  # host calls that take calls_timed_ns
+    # host calls that take calls_timed_ns
+    calls_timed: np.ndarray = field(default_factory=lambda: EMPTY_I)
     calls_timed_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
     added_at: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    added_launches: float = 0.0  # host launches added before each call that launches one of added_at
+    # host launches added before each call that launches one of added_at
+    added_launches: float = 0.0
     latency_ns: float | None = None
     switch_ns: float | None = None  # the gap between back-to-back device events after the fix
     host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
@@ -165,7 +167,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
 
 
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:
-    """The host's median time per launch: the gap before a call that launches GPU work, and the call."""
+    """The host's median time per launch: the gap before a call that launches GPU work, and the
+    call."""
     launching = np.unique(graph.dev_launched_by[graph.dev_launched_by >= 0])
     if launching.size == 0:
         return 0.0

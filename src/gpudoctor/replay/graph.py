@@ -37,8 +37,8 @@ RETURN_AFTER_NS = 30_000
 # A device event that started this long after both its launch and its stream's previous event
 # was held back by something else: an event on another stream that ended just before it.
 HELD_SLACK_NS = 5_000
-# How long before a held-back event the event it waited for on another stream may have ended: a
-# DDP all-reduce started 2.8-5.2 us after the gradient kernel it waited for (tests/data/ddp4_h200_batch;
+# How long before a held-back event the event it waited for on another stream may have ended: a DDP
+# all-reduce started 2.8-5.2 us after the gradient kernel it waited for (tests/data/ddp4_h200_batch;
 # benchmarks/BENCHMARKS-replay.md "Replay").
 WAIT_SLACK_NS = 20_000
 
@@ -127,7 +127,8 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     has_parent = parent >= 0
     nested[has_parent] = (host.cat[parent[has_parent]] >= HostCat.RUNTIME) & (
         host.cat[parent[has_parent]] <= HostCat.DRIVER)
-    in_window = (host.ts >= w0) & (host.ts < int(ends[-1]))  # the steps' host time, not what follows them
+    # the steps' host time, not what follows them
+    in_window = (host.ts >= w0) & (host.ts < int(ends[-1]))
     call_idx = np.flatnonzero(is_call & ~nested & in_window)
     call_idx = call_idx[np.argsort(host.ts[call_idx], kind="stable")]
     coverage = "full" if call_idx.size else "no runtime calls on the launching threads: host time not modelled"
@@ -254,7 +255,8 @@ def _latest_launched(launched_by: np.ndarray, end: np.ndarray, n: int) -> np.nda
         return best_row
     order = np.lexsort((end[rows], launched_by[rows]))
     rows = rows[order]
-    last = np.concatenate([launched_by[rows][1:] != launched_by[rows][:-1], [True]])  # latest end per entry
+    # latest end per entry
+    last = np.concatenate([launched_by[rows][1:] != launched_by[rows][:-1], [True]])
     best_row[launched_by[rows[last]]] = rows[last]
     best = np.where(best_row >= 0, end[np.maximum(best_row, 0)], np.iinfo(np.int64).min)
     running = np.maximum.accumulate(best)

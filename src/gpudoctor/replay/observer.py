@@ -1,12 +1,13 @@
 """The profiler's own time, taken out where it happens: per recorded event, by event class.
 
-The profiler adds host time to every event it records (RL-Scope, MLSys 2021, calibrates it per
-event class and subtracts it where it happens; so does this). Each gap and call of the host chain
-loses its recorded events' cost (replay/graph.py counts them by class); the replay then says what
-the step is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (the analysis'
-per-event estimate, analysis/observer.py), or what ``gpudoctor bench`` measured on the card
-(hardware/probe.py ``profiler_probes``, through the machine profile), scaled by one factor fitted on the user's own run when
-its unprofiled step was timed (``unprofiled``); benchmarks/BENCHMARKS-replay.md "Replay" holds how close both come.
+The profiler adds host time to every event it records (RL-Scope, MLSys 2021, calibrates it per event
+class and subtracts it where it happens; so does this). Each gap and call of the host chain loses
+its recorded events' cost (replay/graph.py counts them by class); the replay then says what the step
+is without the profiler. The per-class costs are ``DEFAULT_COST_NS`` (the analysis' per-event
+estimate, analysis/observer.py), or what ``gpudoctor bench`` measured on the card (hardware/probe.py
+``profiler_probes``, through the machine profile), scaled by one factor fitted on the user's own run
+when its unprofiled step was timed (``unprofiled``); benchmarks/BENCHMARKS-replay.md "Replay" holds
+how close both come.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from gpudoctor.replay.simulate import Changes, Replayed, replay
 _PER_EVENT = float(PROFILER_OVERHEAD_NS_PER_EVENT)
 DEFAULT_COST_NS = {"op": _PER_EVENT, "runtime": _PER_EVENT, "python": 1_000.0,
                    "annotation": _PER_EVENT, "memory": 0.0}
-# A call keeps at least this much of its time: a launch costs the host a few microseconds unprofiled.
+# A call keeps at least this much of its time: a launch costs the host a few microseconds
+# unprofiled.
 MIN_CALL_NS = 1_500.0
 # The fitted scale's range: beyond it the timing of the unprofiled step, not the profiler, differs.
 SCALE_RANGE = (0.0, 8.0)
@@ -59,7 +61,8 @@ def costs_vector(costs: dict[str, float] | None = None) -> np.ndarray:
 
 def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, float] | None = None,
                      base: Changes | None = None) -> Changes:
-    """``base`` (a fix's changes, or none) with the profiler's cost taken out of every gap and call."""
+    """``base`` (a fix's changes, or none) with the profiler's cost taken out of every gap and
+    call."""
     base = base or Changes()
     per_entry = graph.load @ (costs_vector(costs) * scale)
     gap = (graph.gap_ns if base.gap_ns is None else base.gap_ns).astype(float)
@@ -99,7 +102,8 @@ def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                costs: dict[str, float] | None = None) -> Unprofiled:
     """The profiler taken out: at the default costs, or with their scale fitted (the replayed step
-    falls as the scale grows: regula falsi) so that the replayed step matches ``measured_step_ns``."""
+    falls as the scale grows: regula falsi) so that the replayed step matches
+    ``measured_step_ns``."""
     if measured_step_ns is None or measured_step_ns <= 0:
         ch = without_profiler(graph, PRIOR_SCALE, costs)
         return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0)
@@ -112,7 +116,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         r = replay(graph, ch)
         return Unprofiled(ch, PRIOR_SCALE, r, True, measured_step_ns - r.step_ns)
     at_hi = replay(graph, without_profiler(graph, hi, costs))
-    if at_hi.step_ns >= measured_step_ns:  # even the most the profiler could have added leaves it longer
+    # even the most the profiler could have added leaves it longer
+    if at_hi.step_ns >= measured_step_ns:
         return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True,
                           measured_step_ns - at_hi.step_ns)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale

@@ -29,7 +29,8 @@ class Changes:
     tail_ns: float | None = None
     waits: np.ndarray | None = None  # bool per entry: False removes the entry's wait
     dev_dur_ns: np.ndarray | None = None
-    dev_removed: np.ndarray | None = None  # bool per device row: the event no longer runs (merged into another)
+    # bool per device row: the event no longer runs (merged into another)
+    dev_removed: np.ndarray | None = None
     latency_ns: float | None = None
     switch_ns: float | None = None
 
@@ -45,7 +46,8 @@ class Replayed:
     gpu_busy_ns: float
     dev_start_ns: np.ndarray
     dev_end_ns: np.ndarray
-    host_work_ns: float = 0.0  # the host's own time (gaps and calls, no waits) over the steps step_ns counts
+    # the host's own time (gaps and calls, no waits) over the steps step_ns counts
+    host_work_ns: float = 0.0
 
     @property
     def step_ns(self) -> float:
@@ -94,7 +96,8 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     backlog = graph.dev_backlog.tolist()
     for r in range(bounds[0], bounds[1]):  # not launched by the chain
         s = stream[r]
-        # queued before the window: in order on its stream from the window's start; else where it ran
+        # queued before the window: in order on its stream from the window's start; else where it
+        # ran
         begin = (free[s] + switch if s in free else 0.0) if backlog[r] else profiled_ts[r]
         start[r], end[r], done[r] = begin, begin + dur[r], True
         free[s] = max(free.get(s, 0.0), end[r])
@@ -104,7 +107,8 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
     launched_end = max(end[bounds[0]:bounds[1]], default=0.0)  # GPU work launched so far ends
     for i in range(len(gap)):
         t += gap[i]
-        if kind[i] == MARK:  # a step starts where its host starts and the GPU work before it is done
+        # a step starts where its host starts and the GPU work before it is done
+        if kind[i] == MARK:
             marks.append(max(t, launched_end))
             continue
         call_start = t

@@ -66,7 +66,8 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             idle_ms=round(b.idle_ms, 4),
             by_kind={Kind[k].label: round(v, 4) for k, v in b.by_kind.items()},
             kernels_per_step=round(b.kernel_count_per_step, 2),
-            copies_per_step=round(b.launch_count_per_step - b.kernel_count_per_step, 2),  # memcpy, memset
+            # memcpy, memset
+            copies_per_step=round(b.launch_count_per_step - b.kernel_count_per_step, 2),
             triton_ms=round(b.triton_ms, 4),
             cuda_graph_ms=round(b.cuda_graph_ms, 4),
             per_step=tuple(
@@ -82,7 +83,8 @@ def build_report(a: Analysis, findings: list[Finding]) -> Report:
             placed_fraction=round(a.roofline.placed_fraction, 4),
             kernels=tuple(_placement(p) for p in a.roofline.kernels[:MAX_PLACEMENTS]),
             ops=tuple(_placement(p) for p in a.roofline.ops[:MAX_PLACEMENTS]),
-            # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"] says why)
+            # a card with no ceilings: no roof to place a kernel under (not_applicable["roofline"]
+            # says why)
             unavailable=None if a.ceilings.available else a.not_applicable.get("roofline",
                                                                                "no ceilings"),
         ),

@@ -75,7 +75,8 @@ def render_text(report: Report | Reports, width: int = 100) -> str:
 def _header(r: Report) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")  # a long path folds onto the next line: never cut to ".../data/sa..."
+    # a long path folds onto the next line: never cut to ".../data/sa..."
+    grid.add_column(overflow="fold")
     grid.add_row("trace", Text(r.source, overflow="fold"))
     if r.host_only:
         grid.add_row("GPU", Text("none: no GPU work was recorded (device: cpu)"))

@@ -16,8 +16,8 @@ MAX_SHOWN = 12
 
 
 def to_json(ex: Explanation) -> str:
-    """Strict JSON: a NaN or infinity that reached a number is null (json.dumps would write NaN, which
-    JSON parsers reject)."""
+    """Strict JSON: a NaN or infinity that reached a number is null (json.dumps would write NaN,
+    which JSON parsers reject)."""
     return json.dumps(_finite(ex.to_dict()), indent=1, default=str, allow_nan=False)
 
 

@@ -71,7 +71,8 @@ def render_html(report: Report, standalone: bool = True) -> str:
     else:
         sections = [_header(report), _breakdown(report), _idle_table(report), _roofline(report),
                     _kernel_table(report), _findings(report)]
-    if report.ranks:  # a multi-rank report (GPU or CPU job): the ranks and their timeline after the header
+    # a multi-rank report (GPU or CPU job): the ranks and their timeline after the header
+    if report.ranks:
         # imported here: it brings rich (the console's table), which one trace's page never needs
         from gpudoctor.report.ranks_section import ranks_html
 
@@ -91,7 +92,8 @@ def render_html(report: Report, standalone: bool = True) -> str:
 
 def with_section(page: str, section: str) -> str:
     """``page`` (``render_html``'s) with ``section`` added as its last section: inside the report's
-    container, where its styles reach it (after ``</div>`` the page's own serif font and bare tables)."""
+    container, where its styles reach it (after ``</div>`` the page's own serif font and bare
+    tables)."""
     end = page.rfind("</body>")
     end = len(page) if end < 0 else end
     at = page.rfind("</div>", 0, end)  # the container's end: the last element the body holds

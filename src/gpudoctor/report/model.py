@@ -1,4 +1,5 @@
-"""The Report: everything the renderers show, as plain data (JSON schema in docs/report-schema.md)."""
+"""The Report: everything the renderers show, as plain data (JSON schema in
+docs/report-schema.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from gpudoctor.report.sections import (
 
 SCHEMA_VERSION = "1.0"
 
-# How a Report shows itself (print, a notebook's cell): the renderer named here, looked up when it is
-# shown. The renderers import the model; the model imports none of them, and analyze --json never
+# How a Report shows itself (print, a notebook's cell): the renderer named here, looked up when it
+# is shown. The renderers import the model; the model imports none of them, and analyze --json never
 # loads rich.
 SHOWN_BY = {"text": "gpudoctor.report.console:render_text",
             "html": "gpudoctor.report.html:render_html"}
@@ -86,7 +87,8 @@ class Report:
     unprofiled: UnprofiledSection | None = None  # how far to trust it; None when the capture did not say
     host: HostSection | None = None  # CPU-only traces: the host breakdown
     # a multi-rank report (pipeline.analyze_ranks): one row per rank, and the run-wide facts
-    # (exposed communication, the pipeline, one step's timeline per rank); empty / None for one trace
+    # (exposed communication, the pipeline, one step's timeline per rank); empty / None for one
+    # trace
     ranks: tuple[RankRow, ...] = ()
     distributed: Distributed | None = None
     # every replay-priced fix at once; None when fewer than two fixes were priced by replay
@@ -152,7 +154,8 @@ class Report:
 
     def unprofiled_text(self) -> str:
         """``4.060 ms ± 0.200 (5 steps)``, ``(... steps; uncertain)`` when the capture said not to
-        trust it, or the bare ``4.060 ms`` when it gave no uncertainty ("" with no unprofiled step)."""
+        trust it, or the bare ``4.060 ms`` when it gave no uncertainty ("" with no unprofiled
+        step)."""
         if self.unprofiled_step_ms is None:
             return ""
         u = self.unprofiled
@@ -167,8 +170,8 @@ class Report:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
         the step, 10% for fusion by a compiler: core/finding.severity_for), else the finding to fix
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
-        plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from the source:
-        lab, diff and report"): worth knowing, not worth a rewrite."""
+        plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from
+        the source: lab, diff and report"): worth knowing, not worth a rewrite."""
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
         if top is None:

@@ -105,7 +105,8 @@ def write_annotated(source: Path, a: Analysis, findings: Sequence[Finding], targ
 
 
 def annotate(a: Analysis, findings: Sequence[Finding], surveyed: Survey) -> Annotation:
-    """The added events for the analysis of a trace, given its file's survey (its ids, its start)."""
+    """The added events for the analysis of a trace, given its file's survey (its ids, its
+    start)."""
     pid = free_ids(surveyed.ids, 3 + len(findings))
     clock = _Clock(a.trace.origin_ns, a.trace.span[1])
     spans = idle_spans(a.trace, a.steps, a.idle)
@@ -175,7 +176,8 @@ def _steps(a: Analysis, track: tuple[int, int], clock: _Clock) -> list[dict[str,
                                 "label": steps.labels[k] if k < len(steps.labels) else "",
                                 "found_by": steps.method, "profiled_ms": round((e - s) / 1e6, 4)}
         if a.unprofiled_step_ms is not None:
-            args["unprofiled_step_ms"] = round(a.unprofiled_step_ms, 4)  # one figure for the run, not per step
+            # one figure for the run, not per step
+            args["unprofiled_step_ms"] = round(a.unprofiled_step_ms, 4)
         if k < len(b.busy_per_step_ms):
             args["gpu_busy_ms"], args["gpu_idle_ms"] = b.busy_per_step_ms[k], b.idle_per_step_ms[k]
         out.append(_slice(f"step {k + 1}: {(e - s) / 1e6:.3f} ms", s, e, track, clock, args))

@@ -166,10 +166,12 @@ def _move(event: _Event, part: RankPart, ids: _Ids) -> None:
         if isinstance(args, dict):
             if event.name == "process_name":
                 args["name"] = f"rank {part.rank} · {args.get('name', '')}"
-            elif event.name == "process_labels" and part.label:  # Kineto's "GPU 0": the rank's label joins it
+            # Kineto's "GPU 0": the rank's label joins it
+            elif event.name == "process_labels" and part.label:
                 args["labels"] = f"{args.get('labels', '')}, {part.label}" if args.get("labels") else part.label
             elif event.name == "process_sort_index" and isinstance(args.get("sort_index"), int):
-                args["sort_index"] = _sort_index(part.rank, args["sort_index"])  # the ranks in order
+                # the ranks in order
+                args["sort_index"] = _sort_index(part.rank, args["sort_index"])
             event.args = msgspec.Raw(msgspec.json.encode(args))
 
 
@@ -191,7 +193,8 @@ def _process_meta(part: RankPart, pid: int, tid: int, unnamed: bool, unlabelled:
 
 
 class _Ids:
-    """A new id for each (rank, pid) and (rank, tid) value, counted from 1 (32-bit, as Perfetto reads them)."""
+    """A new id for each (rank, pid) and (rank, tid) value, counted from 1 (32-bit, as Perfetto
+    reads them)."""
 
     def __init__(self) -> None:
         self.given: dict[tuple[int, str, Any], int] = {}
@@ -213,7 +216,8 @@ def _events(path: Path) -> Iterator[_Event]:
         chunks = Chunks(pieces(stream, str(path)), str(path))
         try:
             chunks.start()
-        except NotStreamed:  # not a Kineto layout: decoded whole (an annotated trace always streams)
+        # not a Kineto layout: decoded whole (an annotated trace always streams)
+        except NotStreamed:
             raws = decoded_whole(path)["traceEvents"]
             yield from (e for e in (_event(msgspec.json.encode(r)) for r in raws) if e is not None)
             return

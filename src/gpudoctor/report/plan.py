@@ -1,6 +1,6 @@
-"""Render ``gpudoctor plan`` results: one collective's prediction, the ranked training layouts and the
-serving sizes. Sizes are in GiB (2^30 bytes), as in the messages; a table wider than the terminal is
-printed whole (the terminal wraps it), never with cut-off cells."""
+"""Render ``gpudoctor plan`` results: one collective's prediction, the ranked training layouts and
+the serving sizes. Sizes are in GiB (2^30 bytes), as in the messages; a table wider than the
+terminal is printed whole (the terminal wraps it), never with cut-off cells."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def rate(v: float) -> str:
 
 
 def print_whole(console: Console, table: Table) -> None:
-    """Print ``table`` at its natural width even past the console's: rich would cut cells with '…'."""
+    """Print ``table`` at its natural width even past the console's: rich would cut cells with
+    '…'."""
     need = console.measure(table, options=console.options.update_width(100_000)).maximum
     width = console.width
     if need <= width:

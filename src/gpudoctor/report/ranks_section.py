@@ -80,7 +80,8 @@ def ranks_html(r: Report) -> str:
 
 
 def timeline_svg(tl: Timeline | None) -> str:
-    """One step on every rank: compute (blue), communication (orange), idle (grey), on rank 0's clock."""
+    """One step on every rank: compute (blue), communication (orange), idle (grey), on rank 0's
+    clock."""
     if tl is None or not tl.ranks or tl.span_us <= 0:
         return ""
     ranks, span = tl.ranks[:MAX_ROWS], tl.span_us

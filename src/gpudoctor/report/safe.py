@@ -1,4 +1,5 @@
-"""A rich Console that never prints a control character taken from a trace (gpudoctor/controls.py)."""
+"""A rich Console that never prints a control character taken from a trace
+(gpudoctor/controls.py)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ class GpuSection:
 
 @dataclass(frozen=True)
 class CeilingsSection:
-    """The roofs the report was priced against (hardware/ceilings.py ``Ceilings``) and where they come from."""
+    """The roofs the report was priced against (hardware/ceilings.py ``Ceilings``) and where they
+    come from."""
 
     gpu: str | None  # the datasheet row or machine profile; None: no GPU work
     source: str  # "datasheet: ...", "measured: ...", or why there is none
@@ -48,7 +49,8 @@ class CeilingsSection:
 
 @dataclass(frozen=True)
 class GenerateTiming:
-    """``generate()`` calls timed outside the window (capture/marks.py ``token_times``), medians in ms."""
+    """``generate()`` calls timed outside the window (capture/marks.py ``token_times``), medians in
+    ms."""
 
     calls_timed: int
     forwards_per_call: float
@@ -103,7 +105,8 @@ class UnprofiledSection:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> UnprofiledSection:
-        """From env.json (capture/bundle.py ``facts_of`` checked its numbers) or ``UnprofiledStep.to_dict``."""
+        """From env.json (capture/bundle.py ``facts_of`` checked its numbers) or
+        ``UnprofiledStep.to_dict``."""
         return cls(d["ms"], d["spread_ms"], d["steps"], d.get("estimator", ""),
                    d.get("samples_from", ""), d.get("trusted", True), d.get("why", ""))
 
@@ -126,7 +129,8 @@ class BreakdownSection:
 
     busy_ms: float
     idle_ms: float
-    by_kind: dict[str, float]  # kernel kind label -> ms; kinds on several streams can sum past busy_ms
+    # kernel kind label -> ms; kinds on several streams can sum past busy_ms
+    by_kind: dict[str, float]
     kernels_per_step: float
     copies_per_step: float  # memcpy and memset launches
     triton_ms: float
@@ -167,7 +171,8 @@ class RooflineSection:
     placed_fraction: float  # share of kernel time with known FLOPs or bytes
     kernels: tuple[RooflineRow, ...] = ()
     ops: tuple[RooflineRow, ...] = ()
-    unavailable: str | None = None  # why there is no roof (a card with no ceilings); None: there is one
+    # why there is no roof (a card with no ceilings); None: there is one
+    unavailable: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -253,7 +258,8 @@ class AnnotatedTraceSection:
 
 @dataclass(frozen=True)
 class AllFixesSection:
-    """Every replay-priced fix applied at once (rules/whatif.py ``AllFixes``, rounded as written)."""
+    """Every replay-priced fix applied at once (rules/whatif.py ``AllFixes``, rounded as
+    written)."""
 
     ids: tuple[str, ...]
     step_ms: float

@@ -66,21 +66,19 @@ def idle_scales(idle: IdleResult, profiled_step_ms: float,
 # step). What they leave (the step after the fix, P - saving) shrinks like the rest of the step,
 # except the profiler's own time at the step's edges (B, analysis/observer.step_boundary_ms), which
 # the unprofiled step does not have at all: left = (P - saving - B) x U / (P - B). With B = 0 that
-# is the saving scaled by U / P.
-# Calibration "gpu-step-share": small GEMMs, the same way on a step the GPU keeps busy
-# (GPU_BOUND_SHARE of it, rules/shared.py): stacking them leaves a step of a few large kernels, and
-# that remainder is what the fixed twin measures. On a step the host holds back, the kernels' time
-# does not shrink with the profiler gone: the kernel saving stands as it is.
+# is the saving scaled by U / P. Calibration "gpu-step-share": small GEMMs, the same way on a step
+# the GPU keeps busy (GPU_BOUND_SHARE of it, rules/shared.py): stacking them leaves a step of a few
+# large kernels, and that remainder is what the fixed twin measures. On a step the host holds back,
+# the kernels' time does not shrink with the profiler gone: the kernel saving stands as it is.
 # Calibration "host-step-share": a per-parameter optimizer loop, the same way on a step the host
 # holds back (under GPU_BOUND_SHARE busy): the loop and the rest of the step are both the host's
 # dispatch, and both shrink with the profiler gone (priced by the idle share of its cause instead,
 # the lab's twin was over-predicted: tests/test_calibrate.py::
 # test_optimizer_loop_on_a_host_bound_step_is_calibrated_like_the_step). On a GPU-bound step the
-# idle share stands.
-# A finding priced by the host's own work its fix removes (evidence HOST_WORK_REMOVED: a host-bound
-# step's reads and the checks computed for them, rules/host_sync.py) is calibrated the same way.
-# The lab's twins against each calibration: benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule
-# pricing", calibration.
+# idle share stands. A finding priced by the host's own work its fix removes (evidence
+# HOST_WORK_REMOVED: a host-bound step's reads and the checks computed for them, rules/host_sync.py)
+# is calibrated the same way. The lab's twins against each calibration:
+# benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing", calibration.
 
 # The unprofiled step's time beyond the profiled one, per step: waits the window did not record.
 # A loader whose workers deliver batches in bursts makes most steps fast and a few long; the
@@ -162,12 +160,12 @@ def calibrate(
     return out
 
 
-# Calibration "same-ops": findings whose fix makes the same kernels faster without removing any
-# op: the step cannot get shorter than the time the host needs to issue those ops (a GPU-bound
-# step hides the host's time; after the fix it shows). Fixes that remove ops (fusion, fused
-# attention) declare how many kernels per step they take away (KERNELS_REMOVED): the host still
-# issues the rest, so their step is floored at the host's time scaled by the kernels that remain
-# (without the floor the lab's naive_attention was over-predicted: benchmarks/BENCHMARKS-twins.md "Evidence moved
+# Calibration "same-ops": findings whose fix makes the same kernels faster without removing any op:
+# the step cannot get shorter than the time the host needs to issue those ops (a GPU-bound step
+# hides the host's time; after the fix it shows). Fixes that remove ops (fusion, fused attention)
+# declare how many kernels per step they take away (KERNELS_REMOVED): the host still issues the
+# rest, so their step is floored at the host's time scaled by the kernels that remain (without the
+# floor the lab's naive_attention was over-predicted: benchmarks/BENCHMARKS-twins.md "Evidence moved
 # from the source: rule pricing", calibration). Batching fixes (per-sample loops, small GEMMs)
 # remove the host's own loop with the kernels and are priced by the step they leave instead.
 

@@ -162,7 +162,8 @@ def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str,
     """Each matrix event's time (ns) in ``dtype`` at the rate the measured grid gives its operator's
     GEMM shape (hardware/gemm_rate.py), its M, N and K through ``pad`` (a fix that pads them), its
     rows multiplied by ``rows_times`` (a batched fix stacks the rows of many calls); where the trace
-    gives no shape, its FLOPs at the roof times GEMM_EFFICIENCY. Never below the shortest GEMM kernel."""
+    gives no shape, its FLOPs at the roof times GEMM_EFFICIENCY. Never below the shortest GEMM
+    kernel."""
     rf, dev = a.roofline, a.trace.device
     flops = rf.event_flops[idx].astype(float)
     times = np.broadcast_to(np.asarray(rows_times, float), idx.shape)

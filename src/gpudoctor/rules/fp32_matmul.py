@@ -49,7 +49,8 @@ TF32_TO_BF16_RATE = 0.5
 
 
 def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
-    """Each event's time once it runs on 16-bit tensor cores (its own time where FLOPs are unknown)."""
+    """Each event's time once it runs on 16-bit tensor cores (its own time where FLOPs are
+    unknown)."""
     rf, c = a.roofline, a.ceilings
     time_ns = rf.event_in_steps_ns[idx].astype(float)
     flops, nbytes = rf.event_flops[idx], rf.event_bytes[idx]
@@ -62,7 +63,8 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
         return _fused_attention_ns(time_ns, np.where(matmul, flops, 0.0),
                                    c.best_matrix_flops * ATTENTION_EFFICIENCY)
     # the bf16 kernel of the same shape at the measured grid's rate (rules/common.py
-    # gemm_ns_of_events); a TF32 kernel whose shape the trace does not give, at the bf16 / TF32 ratio
+    # gemm_ns_of_events); a TF32 kernel whose shape the trace does not give, at the bf16 / TF32
+    # ratio
     after = np.maximum(gemm_ns_of_events(a, idx, "bf16"), half_bytes) + casts
     if part == "tf32":
         tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE

@@ -107,8 +107,8 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The host work and the blocking copies and syncs around it leave the step (a background
-    thread, an asynchronous checkpoint): their host time goes, the calls in them no longer wait,
-    and the GPU work those calls launched (a checkpoint's copies to the host) leaves the step too."""
+    thread, an asynchronous checkpoint): their host time goes, the calls in them no longer wait, and
+    the GPU work those calls launched (a checkpoint's copies to the host) leaves the step too."""
     region_s, region_e = blocking_work_regions(a.idle, a.steps)
     if region_s.size == 0:
         return None

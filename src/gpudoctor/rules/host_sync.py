@@ -37,7 +37,8 @@ ID = "host-sync"
 _REDUCTIONS = frozenset({"aten::all", "aten::any", "aten::amax", "aten::amin", "aten::max",
                          "aten::min", "aten::sum", "aten::mean", "aten::norm",
                          "aten::linalg_vector_norm", "aten::count_nonzero"})
-# A read of one of these, right before it on its thread: a finiteness check (the Trainer's NaN filter)
+# A read of one of these, right before it on its thread: a finiteness check (the Trainer's NaN
+# filter)
 _FINITENESS_CHECKS = frozenset({"aten::isnan", "aten::isinf", "aten::isfinite"})
 _ELEMENTWISE_CHECKS = frozenset({"aten::abs", "aten::isfinite", "aten::isnan", "aten::isinf",
                                  "aten::eq", "aten::ne", "aten::gt", "aten::ge", "aten::lt",

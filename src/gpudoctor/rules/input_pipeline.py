@@ -52,8 +52,8 @@ COMPILED_REGION = "Torch-Compiled Region"  # the op torch.compile's code runs un
 
 
 def pinning_gbps(a: Analysis, threads: np.ndarray) -> float | None:
-    """Bytes per second of the ``aten::pin_memory`` calls on these threads (their first tensor input), in
-    GB/s; None when no call records its input's shape and dtype."""
+    """Bytes per second of the ``aten::pin_memory`` calls on these threads (their first tensor
+    input), in GB/s; None when no call records its input's shape and dtype."""
     trace = a.trace
     pin_id = trace.string_ids.get(PIN_OPS[0])
     if pin_id is None:
@@ -107,7 +107,8 @@ def check(a: Analysis) -> Finding | None:
     floor_evidence: dict[str, float] = {}
     if pinning:  # pin the data set once: the pinning goes, the rest of __next__ stays on the thread
         saving = min(idle, pinning_ms)
-    elif from_workers:  # a share of the step the program runs: calibrate applies it to the unprofiled step
+    # a share of the step the program runs: calibrate applies it to the unprofiled step
+    elif from_workers:
         saving = a.step_ms - max(a.step_ms - idle, a.step_ms * WORKER_FLOOR_SHARE)
         floor_evidence = {STEP_FLOOR_SHARE_AFTER_FIX: WORKER_FLOOR_SHARE}
     else:
@@ -186,7 +187,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
         share = min(float(numbers.get("host_time_pinning_ms_per_step", 0.0)) / loader_ms, 1.0) if loader_ms else 0.0
         return Edit(host_removed_s=s, host_removed_e=e, host_share=share, note="pinning removed")
     floor_ms = float(numbers.get(STEP_FLOOR_AFTER_FIX, 0.0))
-    floor_share = float(numbers.get(STEP_FLOOR_SHARE_AFTER_FIX, 0.0))  # workers already: more of them
+    # workers already: more of them
+    floor_share = float(numbers.get(STEP_FLOOR_SHARE_AFTER_FIX, 0.0))
     return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6,
                 min_step_share=floor_share, note="loader moved to workers")
 

@@ -93,7 +93,8 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
 
 
 def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
-    """``edit``'s device changes (and added launches) kept to the kernels launched from ``region``."""
+    """``edit``'s device changes (and added launches) kept to the kernels launched from
+    ``region``."""
     launch = a.trace.device.launch
 
     def inside(events: np.ndarray) -> np.ndarray:

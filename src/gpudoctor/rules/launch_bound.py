@@ -165,5 +165,6 @@ RULE = Rule(
     ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
     order=20, idle_cause="dispatch", edit=edit,
     blocked_by=("host-sync", "allocator-churn", "input-pipeline", "host-blocking-work"),
-    knob_with=(("compile-reduce-overhead", ("unfused-elementwise",)),),  # Inductor fuses under the graph
+    # Inductor fuses under the graph
+    knob_with=(("compile-reduce-overhead", ("unfused-elementwise",)),),
 )

@@ -79,10 +79,10 @@ def check(a: Analysis) -> Finding | None:
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """One fused kernel per softmax pass takes the pattern's time at the fused rate; the pattern's
     other kernels go, with their launches and every kernel launched inside the pattern's host
-    stretches (the copies of a transposed operand, the mask's). The host loses each stretch of the pattern's operators
-    (``pattern_spans``: the matmuls, the scale and mask, the softmax, and the views and transposes
-    between them, forward and backward) and pays one operator with its launch per fused kernel,
-    at the program's own cost per launch (replay/edits.py ``launch_cost_ns``)."""
+    stretches (the copies of a transposed operand, the mask's). The host loses each stretch of the
+    pattern's operators (``pattern_spans``: the matmuls, the scale and mask, the softmax, and the
+    views and transposes between them, forward and backward) and pays one operator with its launch
+    per fused kernel, at the program's own cost per launch (replay/edits.py ``launch_cost_ns``)."""
     idx = attention_events(a)
     if idx.size == 0:
         return None

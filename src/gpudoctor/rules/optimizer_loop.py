@@ -91,7 +91,8 @@ def check(a: Analysis) -> Finding | None:
 
 def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
                    launch_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each optimizer region's own work begins on the host, and where its closure's GPU work ends.
+    """Where each optimizer region's own work begins on the host, and where its closure's GPU work
+    ends.
 
     A region without a closure begins at its start (and has no closure GPU work: -1).
     """

@@ -138,9 +138,10 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The loop vectorized: the host keeps an average iteration's share of the loop's span (its
     operators and the Python between them, forward and backward), every iteration but the first
     leaves the GPU (the kernels its operators launched), and so does the stack gathering the
-    samples; the kept iteration's matrix-vector products become one GEMM each, every sample's rows stacked,
-    at the measured grid's time for that shape (hardware/gemm_rate.py). The kept iteration's other
-    kernels (bias adds, activations) keep their time: on a batch this small it is their latency."""
+    samples; the kept iteration's matrix-vector products become one GEMM each, every sample's rows
+    stacked, at the measured grid's time for that shape (hardware/gemm_rate.py). The kept
+    iteration's other kernels (bias adds, activations) keep their time: on a batch this small it is
+    their latency."""
     if a.step_source == "generate-call":
         return None
     groups = loop_groups(a)
@@ -200,7 +201,8 @@ def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
 
 def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
                  looped_nodes: np.ndarray) -> int:
-    """How many operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the steps."""
+    """How many operators (of ``ops``, rules/shared.step_ops) the fix removes, summed over the
+    steps."""
     return sum(end - first - period for _seq, first, end, period in _loops(a, ops, groups,
                                                                            looped_nodes))
 
@@ -208,8 +210,8 @@ def _ops_removed(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
 def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
            looped_nodes: np.ndarray) -> list[tuple[np.ndarray, int, int, int]]:
     """Each loop of each step and thread as (its thread's operator sequence, first, end, period):
-    the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes
-    ``seq[first + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
+    the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes ``seq[first
+    + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
     host, dev = a.trace.host, a.trace.device
     anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g])
                for g in groups]

@@ -53,8 +53,8 @@ _BLOCKING_SEVERITIES = ("critical", "major")
 
 # Savings within this many ms are a tie, broken by the larger saving in the profiled window: two
 # findings capped at the same bound (no fix removes more idle than the unprofiled step has beyond
-# the GPU's work) can price alike to the microsecond (benchmarks/BENCHMARKS-twins.md "Evidence moved from the
-# source: rule pricing", ties).
+# the GPU's work) can price alike to the microsecond (benchmarks/BENCHMARKS-twins.md "Evidence moved
+# from the source: rule pricing", ties).
 TIE_MS = 0.01
 
 

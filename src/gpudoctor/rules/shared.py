@@ -18,10 +18,11 @@ from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
-# An unprofiled step longer than the profiled one by at least this share holds waits the window
-# did not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why). Under it the
-# gap is the spread between two timings of one step: 9% and 17% on two programs whose steps hold no
-# such waits, 200% on one that does (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing").
+# An unprofiled step longer than the profiled one by at least this share holds waits the window did
+# not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why). Under it the gap is
+# the spread between two timings of one step: 9% and 17% on two programs whose steps hold no such
+# waits, 200% on one that does (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule
+# pricing").
 UNSEEN_MIN_SHARE = 0.15
 UNSEEN_TAKEN_BY = frozenset({"input-pipeline"})
 
@@ -160,14 +161,13 @@ def owned_elsewhere(a: Analysis, rule_id: str) -> set[str]:
 
 
 # The host's time priced by operators (per-sample-loop, host-sync). On a step the host holds, each
-# operator costs the host about the same whatever it computes (Python, the dispatcher, a launch:
-# the lab's per-sample-loop and host-sync twins ran at the same us per operator as their sick
-# steps, benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing", per-sample-loop). A fix that
-# removes operators then removes their share of the host's time, a share that the profiler (a few
-# us on every recorded event, the most on the smallest operators) does not distort the way it
-# distorts their recorded time.
-# A stretch of the host with no operator this long is the program's other work (Python, I/O, a
-# wait), which the fix keeps: ten operators' worth at the H100's 20 us.
+# operator costs the host about the same whatever it computes (Python, the dispatcher, a launch: the
+# lab's per-sample-loop and host-sync twins ran at the same us per operator as their sick steps,
+# benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing", per-sample-loop). A
+# fix that removes operators then removes their share of the host's time, a share that the profiler
+# (a few us on every recorded event, the most on the smallest operators) does not distort the way it
+# distorts their recorded time. A stretch of the host with no operator this long is the program's
+# other work (Python, I/O, a wait), which the fix keeps: ten operators' worth at the H100's 20 us.
 MAX_OP_GAP_NS = 200_000
 
 

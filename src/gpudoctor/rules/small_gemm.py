@@ -143,7 +143,8 @@ def _more_rows_fix(rows: int) -> Fix:
 
 
 def _measured_small_shapes(a: Analysis) -> dict[str, float]:
-    """This card's measured rates for small and skinny GEMMs next to a large one (gpudoctor bench)."""
+    """This card's measured rates for small and skinny GEMMs next to a large one (gpudoctor
+    bench)."""
     curve = a.ceilings.extra.get("gemm_curve") or {}
     names = {"gemm.bf16.small": "measured_bf16_512_cubed_tflops",
              "gemm.bf16.skinny": "measured_bf16_16x8192x8192_tflops",

@@ -59,9 +59,11 @@ class StepModel:
         # a measured step longer than the replayed one: within the spread of timing one step two
         # ways, or waits the window did not see (rules/calibrate.py's rule, the same threshold)
         residual_ms = self.base.residual_ns / 1e6
-        if 0 <= residual_ms < UNSEEN_MIN_SHARE * self.step_ms:  # the spread of timing one step two ways
+        # the spread of timing one step two ways
+        if 0 <= residual_ms < UNSEEN_MIN_SHARE * self.step_ms:
             return self.step_ms * after_ns / base_ns
-        if residual_ms >= 0:  # time the window did not see stays, unless the fix is the one that takes it
+        # time the window did not see stays, unless the fix is the one that takes it
+        if residual_ms >= 0:
             return after_ns / 1e6 + (0.0 if takes_unseen else residual_ms)
         # the replay stays above the measured step with the most profiler cost taken out. On a
         # step the host holds, the host ran slower still: the fix keeps its share of the step. On a
@@ -93,8 +95,8 @@ class AllFixes:
 
 
 def measured_costs(a: Analysis) -> dict[str, float] | None:
-    """The profiler's per-event cost ``gpudoctor bench`` measured on this card (its machine profile),
-    for the operator, runtime and annotation events it costs alike; None: the default."""
+    """The profiler's per-event cost ``gpudoctor bench`` measured on this card (its machine
+    profile), for the operator, runtime and annotation events it costs alike; None: the default."""
     per_event_s = (a.ceilings.extra or {}).get("profiler_event_s")
     if not isinstance(per_event_s, (int, float)) or not per_event_s > 0:
         return None
@@ -136,9 +138,9 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
 
 
 def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
-    """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``: what ``run --try-fixes``
-    predicts for it (pipeline.knob_prices_for; not part of every analysis: its two replays would
-    add a fifth to ``analyze`` on a large trace)."""
+    """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``: what ``run
+    --try-fixes`` predicts for it (pipeline.knob_prices_for; not part of every analysis: its two
+    replays would add a fifth to ``analyze`` on a large trace)."""
     out = {}
     for knob, edit in knob_edits(a).items():
         after = model.after_ms(edit)
@@ -170,7 +172,8 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
 
 
 def edit_for(a: Analysis, finding: Finding) -> tuple[Edit | None, str]:
-    """The fix of ``finding`` as an edit: its rule's, else one derived from its idle cause and kernels."""
+    """The fix of ``finding`` as an edit: its rule's, else one derived from its idle cause and
+    kernels."""
     from gpudoctor.rules.registry import RULES
 
     rule = RULES.get(finding.id)
@@ -214,7 +217,8 @@ def shortened_kernels(a: Analysis, names: tuple[str, ...], saved_ns: float) -> E
     """The kernels named ``names`` in the steps, each shortened by the same share, ``saved_ns`` in
     all. Their launches stay: a fusion that removes some is its rule's own edit (naive-attention);
     removing the launches a generic fusion might (KERNELS_REMOVED) turned the healthy eager GPT's
-    minor fusion finding major (tests/test_fixtures.py healthy_train; compiling it measured x1.08)."""
+    minor fusion finding major (tests/test_fixtures.py healthy_train; compiling it measured
+    x1.08)."""
     if not names:
         return None
     trace, dev = a.trace, a.trace.device
@@ -247,8 +251,8 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
 
 
 def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
-    """The finding with its rule's joint knobs (Rule.knob_with) priced: its edit merged with those of
-    the other findings the knob also fixes, where they were found, in one replay."""
+    """The finding with its rule's joint knobs (Rule.knob_with) priced: its edit merged with those
+    of the other findings the knob also fixes, where they were found, in one replay."""
     from gpudoctor.rules.registry import RULES
 
     rule = RULES.get(finding.id)

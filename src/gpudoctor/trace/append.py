@@ -73,7 +73,8 @@ _METADATA = Ph.M
 
 
 def _marker(cat: str) -> bytes:
-    """How the writer spells an added event's category (``_block``): found, the file was annotated."""
+    """How the writer spells an added event's category (``_block``): found, the file was
+    annotated."""
     return json.dumps({"cat": cat}, separators=(", ", ": "))[1:-1].encode()
 
 
@@ -110,7 +111,8 @@ def _surveyed_whole(path: Path, cat: str) -> Survey:
 
 
 def decoded_whole(path: Path) -> dict[str, Any]:
-    """The whole trace file decoded (gunzipped first where it is), as ``{"traceEvents": [...], ...}``."""
+    """The whole trace file decoded (gunzipped first where it is), as ``{"traceEvents": [...],
+    ...}``."""
     raw = path.read_bytes()
     data = bytes(gunzip(raw, str(path))) if raw[:2] == b"\x1f\x8b" else raw
     try:
@@ -151,11 +153,13 @@ def write_with_events(s: Survey, events: list[dict[str, Any]], cat: str, out: IO
             at = end
 
 
-_HELD = 1 << 12  # bytes held back before the ']': more than the blanks between the last event and it
+# bytes held back before the ']': more than the blanks between the last event and it
+_HELD = 1 << 12
 
 
 def _write_events(out: IO[bytes], before: bytes, added: bytes) -> None:
-    """``before`` (the text up to the ']') with ``added`` after its last event, before its blanks."""
+    """``before`` (the text up to the ']') with ``added`` after its last event, before its
+    blanks."""
     last = len(before.rstrip(b" \t\r\n"))
     out.write(before[:last])
     if added:

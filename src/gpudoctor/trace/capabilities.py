@@ -1,9 +1,10 @@
 """What a trace lacks, in the report's words, and the traces about which nothing sound can be said.
 
-The counts of what a trace records, and the needs (``NEEDS``) a rule names, are ``Trace.capabilities``
-(trace/model.py). Every analysis assumes some of these facts; a rule names those it needs
-(``Rule.needs``) and does not run on a trace that lacks one, for a finding priced from data that is
-not there is confident nonsense. The report says what is missing and what was skipped (``lacking_notes``).
+The counts of what a trace records, and the needs (``NEEDS``) a rule names, are
+``Trace.capabilities`` (trace/model.py). Every analysis assumes some of these facts; a rule names
+those it needs (``Rule.needs``) and does not run on a trace that lacks one, for a finding priced
+from data that is not there is confident nonsense. The report says what is missing and what was
+skipped (``lacking_notes``).
 
 ``check_usable`` refuses a trace about which nothing sound can be said (an ``IncompleteTraceError``,
 exit code 2): GPU events without any host event, GPU events that all last zero time, host and GPU

@@ -119,7 +119,8 @@ class Events:
             columns[f] = np.concatenate([getattr(p, f) for p in parts])
             for p in parts:
                 setattr(p, f, _DROPPED)
-            release_free_memory()  # the parts' small arrays sit in the heap: its freed pages handed back
+            # the parts' small arrays sit in the heap: its freed pages handed back
+            release_free_memory()
         extra = {}
         for k in parts[0].extra if parts else ():
             extra[k] = np.concatenate([p.extra[k] for p in parts])

@@ -17,7 +17,8 @@ from gpudoctor.trace.load import resolve_trace_path
 from gpudoctor.trace.read import Slices, gunzip
 
 # Names only communication carries: the c10d operators and record_param_comms ranges of
-# torch.distributed, NCCL's kernels and the backends' own ranges ("gloo:all_reduce", "nccl:send 0->1").
+# torch.distributed, NCCL's kernels and the backends' own ranges ("gloo:all_reduce", "nccl:send
+# 0->1").
 _COMM_MARKERS = (b'"record_param_comms"', b"ncclKernel_", b"ncclDevKernel_", b'"c10d::',
                  b'"gloo:', b'"nccl:', b'"mpi:', b'"ucc:')
 
@@ -53,7 +54,8 @@ def job_facts(path: str | os.PathLike[str]) -> JobFacts:
 def _whole_outline(data: bytearray) -> msgspec.Raw:
     try:
         return msgspec.json.decode(data, type=_Outline).distributedInfo
-    except (msgspec.ValidationError, msgspec.DecodeError):  # the full load says what is wrong with it
+    # the full load says what is wrong with it
+    except (msgspec.ValidationError, msgspec.DecodeError):
         return msgspec.Raw()
 
 

@@ -70,9 +70,9 @@ _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.
 MAX_SPAN_NS = 24 * 3600 * 10**9
 
 
-# Files from this size on are read a chunk at a time (trace/stream.py): their memory is the
-# columns and one chunk, not the whole JSON (a 4 GB trace analysed at 1.1 GB peak RSS, 6.5 GB read
-# whole; benchmarks/BENCHMARKS-loading.md, "Traces of any size"). Below it the whole buffer is small.
+# Files from this size on are read a chunk at a time (trace/stream.py): their memory is the columns
+# and one chunk, not the whole JSON (a 4 GB trace analysed at 1.1 GB peak RSS, 6.5 GB read whole;
+# benchmarks/BENCHMARKS-loading.md, "Traces of any size"). Below it the whole buffer is small.
 CHUNKED_FROM = 64 << 20
 CHUNKED_FROM_GZ = 8 << 20
 
@@ -96,7 +96,8 @@ def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
                 if trace is not None:
                     return trace
                 stream.seek(0)
-            # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the file's size
+            # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the
+            # file's size
             data = bytearray(size)
             del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
             data += stream.read()  # ... or grew
@@ -150,7 +151,9 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
             f"{_FILE_HINT}")
     if chunks.outline is not None and not chunks.lenient:
         gpus, unreadable = _gpus(chunks.outline), ()
-    else:  # fields of unexpected types somewhere: the GPUs read as the whole file's lenient path reads them
+    # fields of unexpected types somewhere: the GPUs read as the whole file's lenient path reads
+    # them
+    else:
         raw = msgspec.json.decode(chunks.rest or b"{}")
         properties, unreadable = _lenient_properties(raw.get("deviceProperties")
                                                      if isinstance(raw, dict) else None)
@@ -372,7 +375,8 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     keys = list(ids.threads.ids)
     threads = [keys[i] for i in first.tolist()]
     negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
-    memory = _memory_table(memory_events)  # first: its table is smaller than its events (peak memory)
+    # first: its table is smaller than its events (peak memory)
+    memory = _memory_table(memory_events)
     del memory_events
     host = _host_table(host_events, strings, ids.host_names, raw_args)
     del host_events
@@ -560,7 +564,8 @@ def _memory_table(events: Events) -> MemoryEvents:
 
 
 def _no_events() -> Events:
-    """An empty table of events, of its own: the tables are made from their events' columns in place."""
+    """An empty table of events, of its own: the tables are made from their events' columns in
+    place."""
     return Events(np.zeros(0, np.int8), np.zeros(0), np.zeros(0), np.zeros(0, np.int32),
                   np.zeros(0, np.int32), [], [], {})
 

@@ -138,8 +138,8 @@ DECODE_ROWS = 1 << 14
 class OpArgsTable:
     """The host events' op args as they are read: each row's index into ``values`` (-2: not read
     yet, -1: none or unreadable), one ``OpArgs`` per distinct value. The ops of every step repeat
-    the same shapes: a 4 GB trace's 640k decoded ops are a few hundred values, not an object, a
-    key and their text each (0.3 GB of RSS; benchmarks/BENCHMARKS-loading.md, "Traces of any size")."""
+    the same shapes: a 4 GB trace's 640k decoded ops are a few hundred values, not an object, a key
+    and their text each (0.3 GB of RSS; benchmarks/BENCHMARKS-loading.md, "Traces of any size")."""
 
     def __init__(self) -> None:
         self.ids: np.ndarray | None = None  # int32 [host events], made at the first read
@@ -155,7 +155,8 @@ class OpArgsTable:
                bytes(args.input_strides), bytes(args.concrete_inputs))
         at = self._index.get(key)
         if at is None:
-            # the decoded fields would keep alive the text of the op's whole args: bytes of their own
+            # the decoded fields would keep alive the text of the op's whole args: bytes of their
+            # own
             for name, text in zip(_RAW_FIELDS, key[1:]):
                 setattr(args, name, self._texts.setdefault(text, text))
             at = self._index[key] = len(self.values)
@@ -180,9 +181,11 @@ class Trace:
     bad_times: int = 0  # events dropped for a start or duration no profiler writes (trace/load.py)
     negative_durations: int = 0  # events whose negative duration was read as 0
     bad_args: int = 0  # events kept without their args: an id or size out of range, a field of the wrong type
-    # the profiler's clock at time 0 of the columns (ns): ranks' clocks are compared on it (ranks/align.py)
+    # the profiler's clock at time 0 of the columns (ns): ranks' clocks are compared on it
+    # (ranks/align.py)
     origin_ns: int = 0
-    unreadable_gpu_fields: tuple[str, ...] = ()  # deviceProperties fields read as 0 (unknown): out of range, wrong type
+    # deviceProperties fields read as 0 (unknown): out of range, wrong type
+    unreadable_gpu_fields: tuple[str, ...] = ()
     _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
     _op_args: OpArgsTable = field(default_factory=OpArgsTable, repr=False)
 
@@ -198,15 +201,16 @@ class Trace:
         return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
 
     def op_args(self, indices: Any) -> dict[int, OpArgs | None]:
-        """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events, cached."""
+        """Decoded args (flops, input shapes, strides, dtypes, scalar values) of some host events,
+        cached."""
         rows = [int(i) for i in indices]
         values = self._op_args.values
         return {i: values[k] if k >= 0 else None
                 for i, k in zip(rows, self.op_arg_ids(np.array(rows, np.int64)).tolist())}
 
     def op_arg_ids(self, rows: np.ndarray) -> np.ndarray:
-        """int32 [rows]: each host event's index into ``op_arg_values`` (-1: no args, or unreadable);
-        read once per row and kept."""
+        """int32 [rows]: each host event's index into ``op_arg_values`` (-1: no args, or
+        unreadable); read once per row and kept."""
         table = self._op_args
         if table.ids is None:
             table.ids = np.full(len(self.host), -2, np.int32)
@@ -251,7 +255,8 @@ class Trace:
         return self._decode(args.input_strides) if args is not None else []
 
     def concrete_inputs(self, host_index: int) -> list[Any]:
-        """Decoded "Concrete Inputs" (scalar arguments as strings) of one host event ([] when not recorded)."""
+        """Decoded "Concrete Inputs" (scalar arguments as strings) of one host event ([] when not
+        recorded)."""
         args = self._args_of(host_index)
         return self._decode(args.concrete_inputs) if args is not None else []
 
@@ -297,7 +302,8 @@ class Trace:
 # mean launch events are missing from the file.
 
 NEEDS = ("launch_links", "cpu_ops", "memory_events")
-# below this share of the window's GPU events with a launch record, the links are too few to stand on
+# below this share of the window's GPU events with a launch record, the links are too few to stand
+# on
 MIN_LINKED_SHARE = 0.5
 
 @dataclass(frozen=True)
@@ -374,8 +380,8 @@ def capabilities(trace: Trace) -> Capabilities:
 
 def queued_before_window(trace: Trace) -> np.ndarray:
     """GPU events with no launch record that start before the first launched event of their stream
-    (of any stream, for a stream with none): work queued before the profiler window opened. With
-    no launched event at all, none is. In every recorded fixture all unlinked GPU events are these."""
+    (of any stream, for a stream with none): work queued before the profiler window opened. With no
+    launched event at all, none is. In every recorded fixture all unlinked GPU events are these."""
     dev = trace.device
     linked = dev.launch >= 0
     if not linked.any():

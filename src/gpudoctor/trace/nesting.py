@@ -76,7 +76,8 @@ def _by_depth(depth: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 
 def levels(depth: np.ndarray) -> list[np.ndarray]:
-    """The events at each depth, 1 and deeper (``levels(depth)[d - 1]``), for ``nearest_ancestor``."""
+    """The events at each depth, 1 and deeper (``levels(depth)[d - 1]``), for
+    ``nearest_ancestor``."""
     if len(depth) == 0:
         return []
     order, bounds = _by_depth(depth)

@@ -73,8 +73,8 @@ class Parts:
         self.bad_args += unreadable(raws, args)
         keys = events.keys
         device = int_column(field_of(args, "device")).astype(np.int32)
-        # without one in its args, a GPU event's pid is its device index: one beyond int32 is no GPU's
-        # (read as unknown, -1)
+        # without one in its args, a GPU event's pid is its device index: one beyond int32 is no
+        # GPU's (read as unknown, -1)
         missing = np.flatnonzero(device < 0).tolist()
         device[missing] = [pid if isinstance(pid, int) and _I32_MIN <= pid <= _I32_MAX else -1
                            for pid, _ in map(keys.__getitem__, missing)]
@@ -118,8 +118,8 @@ def _as_int(value: int | str) -> int:
 
 
 def _grid_sizes(grids: list[list[int] | None]) -> np.ndarray:
-    """Thread blocks of each launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64;
-    a product beyond it is capped there. Grids of three dimensions, as Kineto writes them, at once."""
+    """Thread blocks of each launch: CUDA's largest grid, (2**31 - 1) x 65535 x 65535, fits int64; a
+    product beyond it is capped there. Grids of three dimensions, as Kineto writes them, at once."""
     three = [g if g is not None and len(g) == 3 else _NO_GRID for g in grids]
     dims = np.maximum(np.array(three, dtype=np.int64).reshape(len(grids), 3), 1)
     # each dimension is below 2**31 (schema.I32): the product of two fits int64, of three may not

@@ -22,17 +22,20 @@ _LOW_BITS = 32
 
 
 class RawArgs(Sequence[bytes]):
-    """Each event's ``args`` as bytes (b"" where it has none), by row; ``take`` reads many at once."""
+    """Each event's ``args`` as bytes (b"" where it has none), by row; ``take`` reads many at
+    once."""
 
     def __init__(self, blocks: list[bytes], starts: np.ndarray, low: np.ndarray, wraps: np.ndarray,
                  compressed: bool, order: np.ndarray | None = None) -> None:
         self._blocks = blocks  # the args of consecutive events (in the file's order), compressed or not
         self._starts = starts  # int64 [blocks]: where each block starts in the args of all events
-        # where each event's args start, in the file's order: the offset's low bits, uint32 [events + 1],
-        # and int64 [wraps] the indices at which it passes another 2**_LOW_BITS bytes (``_offsets``)
+        # where each event's args start, in the file's order: the offset's low bits, uint32 [events
+        # + 1], and int64 [wraps] the indices at which it passes another 2**_LOW_BITS bytes
+        # (``_offsets``)
         self._low, self._wraps = low, wraps
         self._compressed = compressed
-        self._order = order  # int32 (int64 past 2**31 events) [rows]: the event of each row (None: row i is event i)
+        # int32 (int64 past 2**31 events) [rows]: the event of each row (None: row i is event i)
+        self._order = order
         self._cache: OrderedDict[int, bytes] = OrderedDict()
 
     @classmethod
@@ -50,7 +53,8 @@ class RawArgs(Sequence[bytes]):
                        rows.astype(_index_type(len(self._low)), copy=False))
 
     def positions(self, rows: np.ndarray) -> np.ndarray:
-        """Where each row's args stand in the file's order: rows read in that order inflate each block once."""
+        """Where each row's args stand in the file's order: rows read in that order inflate each
+        block once."""
         return rows if self._order is None else self._order[rows]
 
     def _offsets(self, events: np.ndarray) -> np.ndarray:
@@ -100,7 +104,8 @@ class RawArgs(Sequence[bytes]):
 
 
 class RawArgsBuilder:
-    """RawArgs a slice at a time: each slice's args are cut into blocks (and compressed) as they come."""
+    """RawArgs a slice at a time: each slice's args are cut into blocks (and compressed) as they
+    come."""
 
     def __init__(self, compressed: bool) -> None:
         self.compressed = compressed

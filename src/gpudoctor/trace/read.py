@@ -15,7 +15,8 @@ from gpudoctor.trace.schema import TraceEvent, TraceOutline
 
 
 class NotSliced(Exception):
-    """A slice of the events did not decode: the whole file is decoded instead, and fails as it fails."""
+    """A slice of the events did not decode: the whole file is decoded instead, and fails as it
+    fails."""
 
 
 # Between two events as Kineto's ChromeTraceLogger writes them (libkineto/src/output_json.cpp).
@@ -26,8 +27,8 @@ _SPACE = b" \t\r\n"
 
 
 class Slices:
-    """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice
-    at a time are alive, not all of them: on bench_170k (150k events) the whole ``gpudoctor analyze``
+    """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice at
+    a time are alive, not all of them: on bench_170k (150k events) the whole ``gpudoctor analyze``
     peaked at 141 MB RSS against 168 MB, and decoding plus reading the columns took 0.17-0.19 s
     either way. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
     keep as msgspec.Raw still point into the one buffer), and decoded alone. A slice that does not
@@ -41,7 +42,8 @@ class Slices:
     def __init__(self, data: bytearray, spans: list[tuple[int, int]], outline: TraceOutline,
                  key: int = -1, opening: int = -1, closing: int = -1) -> None:
         self.data, self.spans, self.outline = data, spans, outline
-        self.key, self.opening, self.closing = key, opening, closing  # of "traceEvents", its '[' and ']'
+        # of "traceEvents", its '[' and ']'
+        self.key, self.opening, self.closing = key, opening, closing
         self.done = 0
 
     @classmethod
@@ -99,8 +101,8 @@ _EVENTS_END = b"\n  }\n  ]"
 
 def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]:
     """The index of the ']' that closes the events, and the rest of the file decoded: where the
-    file, with ``0`` for the array, decodes. Kineto's closing first, then the last few ']' (a ']'
-    in a later field may pass too: its slice then fails to decode, and the file is decoded whole)."""
+    file, with ``0`` for the array, decodes. Kineto's closing first, then the last few ']' (a ']' in
+    a later field may pass too: its slice then fails to decode, and the file is decoded whole)."""
     kineto = data.rfind(_EVENTS_END, opening)
     candidates = [kineto + len(_EVENTS_END) - 1] if kineto >= 0 else []
     closing = len(data)
@@ -133,10 +135,10 @@ def _inflate(data: bytes | bytearray) -> bytearray:
     """gzip.decompress's bytes, inflated a piece at a time into one buffer of the size the gzip
     trailer states, which the loader may write to (``Slices``): gzip.decompress joins what it
     inflates into a second copy (inflating a 48 MB trace peaked at 113 MB RSS that way, 63 MB into
-    one buffer). ISA-L (the optional ``isal`` package) where installed: 0.049 s against zlib's
-    0.075 s for that trace (benchmarks/bench_load.py phases, 2-core x86_64, isal 1.9.1). Taken only for what torch.profiler writes, one gzip member
-    and nothing after it; anything else, and any failure, goes to gzip.decompress, which reads
-    every member and raises what it raises."""
+    one buffer). ISA-L (the optional ``isal`` package) where installed: 0.049 s against zlib's 0.075
+    s for that trace (benchmarks/bench_load.py phases, 2-core x86_64, isal 1.9.1). Taken only for
+    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
+    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
     try:
         from isal import isal_zlib as inflater
     except ImportError:
@@ -151,7 +153,8 @@ def _inflate(data: bytes | bytearray) -> bytearray:
         compressed = memoryview(data)
         for at in range(0, len(data), _PIECE):
             piece = stream.decompress(compressed[at : at + _PIECE])
-            out[filled : filled + len(piece)] = piece  # past the end (a size beyond 4 GiB): appended
+            # past the end (a size beyond 4 GiB): appended
+            out[filled : filled + len(piece)] = piece
             filled += len(piece)
         whole = stream.eof and not stream.unused_data
     except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why

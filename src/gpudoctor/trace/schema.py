@@ -1,7 +1,7 @@
 """The parts of a Kineto / Chrome trace that gpudoctor reads, as msgspec structs.
 
-torch.profiler's ``export_chrome_trace`` writes ``{"traceEvents": [...], "deviceProperties":
-[...], ...}``. Decoding straight into typed structs, with each event's ``args`` kept as raw JSON until the
+torch.profiler's ``export_chrome_trace`` writes ``{"traceEvents": [...], "deviceProperties": [...],
+...}``. Decoding straight into typed structs, with each event's ``args`` kept as raw JSON until the
 table of its kind decodes them, ``cat`` and ``ph`` as shared enum members, is what makes loading
 fast: benchmarks/bench_json_decode.py compares it with ``json.loads`` and ``orjson.loads`` on the
 same trace (benchmarks/BENCHMARKS-loading.md).

@@ -45,7 +45,8 @@ _M_MMAP_THRESHOLD = -3
 
 
 def release_free_memory() -> None:
-    """glibc's malloc_trim(0): free pages inside the heap handed back to the system (elsewhere nothing)."""
+    """glibc's malloc_trim(0): free pages inside the heap handed back to the system (elsewhere
+    nothing)."""
     if _TRIM is not None:
         _TRIM(ctypes.c_size_t(0))
 
@@ -88,13 +89,15 @@ def _inflate(first: bytes, stream: IO[bytes], source: str) -> Iterator[bytes]:
     data, read, inflated = first, len(first), 0
     while data:
         try:
-            while data:  # a bounded piece out at a time: a gzip bomb inflates no further than it is read
+            # a bounded piece out at a time: a gzip bomb inflates no further than it is read
+            while data:
                 out = inflate.decompress(data, CHUNK_BYTES)
                 inflated += len(out)
                 if out:
                     yield out
                 data = inflate.unconsumed_tail
-                if inflate.eof:  # a member ends; torch writes one, gzip allows more (and zeros) after it
+                # a member ends; torch writes one, gzip allows more (and zeros) after it
+                if inflate.eof:
                     data = inflate.unused_data
                     if not data.strip(b"\0"):
                         data = b""
@@ -182,7 +185,8 @@ class Chunks:
         return self._chunks(msgspec.json.Decoder(list[TraceEvent]), release=True)
 
     def raw_events(self) -> Iterator[list[msgspec.Raw]]:
-        """As ``events``, each event left as its JSON text: what a merge rewrites (report/perfetto_merge.py)."""
+        """As ``events``, each event left as its JSON text: what a merge rewrites
+        (report/perfetto_merge.py)."""
         return self._chunks(msgspec.json.Decoder(list[msgspec.Raw]), release=False)
 
     def _chunks(self, decoder: msgspec.json.Decoder[Any], release: bool) -> Iterator[list[Any]]:
@@ -194,8 +198,9 @@ class Chunks:
             if events:
                 yield events
                 if release:
-                    # the chunk's objects are freed by now; the allocator keeps their pages, scattered
-                    # between the columns: given back, the RSS is the columns' (a 0.8 GB trace: 548 MB -> 219 MB)
+                    # the chunk's objects are freed by now; the allocator keeps their pages,
+                    # scattered between the columns: given back, the RSS is the columns' (a 0.8 GB
+                    # trace: 548 MB -> 219 MB)
                     release_free_memory()
         self._read_outline()
 
@@ -356,7 +361,8 @@ class Chunks:
 
 
 def _top_level_key(head: bytes) -> bool:
-    """Whether ``head`` (the file up to a key) is '{' and whole members: the key is the object's own."""
+    """Whether ``head`` (the file up to a key) is '{' and whole members: the key is the object's
+    own."""
     try:
         return isinstance(msgspec.json.decode(head + b'"k": 0}'), dict)
     except msgspec.DecodeError:

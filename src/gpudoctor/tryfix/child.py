@@ -1,15 +1,15 @@
 """One trial, in its own process: ``python -m gpudoctor.tryfix.child SPEC.json``.
 
-The spec (written by tryfix/trial.py) names the program, its arguments, the knobs and the
-number of steps. The child seeds the generators as the baseline did (capture/numerics.py),
-applies the knobs (tryfix/knobs.py), then runs the program in-process as ``gpudoctor run`` does
-(capture/runner.py): it runs ``skip`` steps, and on until its latest steps have settled, times
-from the step after those judged settled (capture/timing.py ``settled``, ``timed_enough``), then either records the baseline's profiler
-window (``trace``: the trial directory is then a run bundle that ``gpudoctor diff`` compares with
-the baseline's or another trial's) and stops, or stops where the window would open. It writes
-into the trial's directory ``env.json`` (as a run's: its ``capture.unprofiled_step_ms_samples``),
-``trace.json.gz`` with ``trace``, and ``trial.json``: the samples, the first losses, the peak GPU
-memory, what each knob changed.
+The spec (written by tryfix/trial.py) names the program, its arguments, the knobs and the number of
+steps. The child seeds the generators as the baseline did (capture/numerics.py), applies the knobs
+(tryfix/knobs.py), then runs the program in-process as ``gpudoctor run`` does (capture/runner.py):
+it runs ``skip`` steps, and on until its latest steps have settled, times from the step after those
+judged settled (capture/timing.py ``settled``, ``timed_enough``), then either records the baseline's
+profiler window (``trace``: the trial directory is then a run bundle that ``gpudoctor diff``
+compares with the baseline's or another trial's) and stops, or stops where the window would open. It
+writes into the trial's directory ``env.json`` (as a run's: its
+``capture.unprofiled_step_ms_samples``), ``trace.json.gz`` with ``trace``, and ``trial.json``: the
+samples, the first losses, the peak GPU memory, what each knob changed.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def _exit_now(code: int) -> None:
     """Leave without the interpreter's teardown once trial.json is written: nothing after it is
     measured, and a DataLoader's persistent workers are joined there one by one, five seconds each
     when they do not stop (torch's MP_STATUS_CHECK_INTERVAL), which can take ten times the trial's
-    steps (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). The parent kills the process
-    group after it."""
+    steps (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). The
+    parent kills the process group after it."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -63,19 +63,20 @@ class Knob:
     group: str = ""  # knobs of one group are alternatives: a combined trial takes one of them
     # steps the trial runs before the ones it times, beyond the baseline's --skip (WARMUP_COMPILE)
     warmup_steps: int = 0
-    # variables set to a new, empty directory for the trial (whatever the user set), removed after it
+    # variables set to a new, empty directory for the trial (whatever the user set), removed after
+    # it
     fresh_dirs: tuple[str, ...] = ()
-    # findings whose saving the knob's price adds, when the program has them, though they do not call
-    # for its trial (trial.plan): compile also removes much of a launch-bound step's host time, and
-    # reduce-overhead fuses as compile does
+    # findings whose saving the knob's price adds, when the program has them, though they do not
+    # call for its trial (trial.plan): compile also removes much of a launch-bound step's host time,
+    # and reduce-overhead fuses as compile does
     also_saves: tuple[str, ...] = ()
 
 
 # torch.compile compiles at the module's second call and again when gpudoctor's step discovery drops
 # its global module hooks after the second step (the compiled code guards on them): with the
 # baseline's --skip 5, the timed steps held the compilation. The compile trials run this many more
-# steps first and time the same number of steps after them (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the
-# source: try-fixes").
+# steps first and time the same number of steps after them (benchmarks/BENCHMARKS-try-fixes.md
+# "Evidence moved from the source: try-fixes").
 WARMUP_COMPILE = 10
 
 
@@ -188,9 +189,10 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
     """Call ``change(module)`` on each outermost module: every module with parameters called at the
     top level (no module call around it) on the main thread during the program's first iteration,
     before its first call runs; ``change`` returns a line for ``effects``. One model is one such
-    module; a program that calls its blocks one by one from a list (tests/programs/lazy_import_sdpa.py)
-    or a GAN's two networks are several, and a knob on the first alone measures nothing of the
-    fix. The first iteration ends when a module already changed is called again at the top level.
+    module; a program that calls its blocks one by one from a list
+    (tests/programs/lazy_import_sdpa.py) or a GAN's two networks are several, and a knob on the
+    first alone measures nothing of the fix. The first iteration ends when a module already changed
+    is called again at the top level.
 
     A change made there (a new ``forward``) takes effect from the module's next call:
     ``around_first`` (a context manager factory), when given, wraps each first call itself. The two
@@ -215,7 +217,8 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
         state["depth"] += 1
         if state["depth"] != 1:
             return
-        if id(module) in state["changed"]:  # the loop came around: every outermost module is changed
+        # the loop came around: every outermost module is changed
+        if id(module) in state["changed"]:
             remove()
             return
         try:
@@ -405,7 +408,8 @@ def _tf32(effects: Effects) -> None:
 
 
 # What a program sets to turn TF32 off, which the knob keeps on: fp32 on purpose, or a library's
-# default (the lab's fp32_matmul trap sets allow_tf32 = False itself; HF TrainingArguments(tf32=False))
+# default (the lab's fp32_matmul trap sets allow_tf32 = False itself; HF
+# TrainingArguments(tf32=False))
 _TF32_OFF = {"allow_tf32": (False,), "fp32_precision": ("ieee",)}
 
 
@@ -471,8 +475,9 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # compile workers (one per CPU, up to 32; torch/_inductor/async_compile.py ``use_process_pool``)
 # without waiting for it: the workers import torch on every CPU while the compiled steps run and
 # stall them. With a cold cache the compile itself waits for the pool, which is up before the timed
-# steps. The trial also leaves the user's cache as it was; its cost is a compile from nothing
-# (tens of seconds) per compile trial (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes").
+# steps. The trial also leaves the user's cache as it was; its cost is a compile from nothing (tens
+# of seconds) per compile trial (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
+# try-fixes").
 FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # The combined trial compiles the same model again: it reuses the cache its compile knob's own trial
 # left (tryfix/trial.py ``Trials._spawn``) instead of compiling from nothing a second time (the
@@ -481,10 +486,12 @@ FRESH_CACHE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 REUSED_CACHE = "reused"
 # And a compile trial compiles in the program's own process, with no worker pool, unless the user
 # set the variable: with the pool up, the host's copies into pinned memory ran 80x slower, and a
-# program that pins its batches on the training thread measured slower compiled (benchmarks/BENCHMARKS-try-fixes.md
-# "Evidence moved from the source: try-fixes"). The effects line tells the user to set it too.
+# program that pins its batches on the training thread measured slower compiled
+# (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). The effects line
+# tells the user to set it too.
 IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-_MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)  # comma-separated settings a knob adds to; any other a user set is kept
+# comma-separated settings a knob adds to; any other a user set is kept
+_MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)
 
 KNOBS: tuple[Knob, ...] = (
     Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers",
@@ -499,15 +506,15 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer-fused", "torch.optim optimizers with fused=True", ("optimizer-loop",),
          _optimizer_fused, numerics=True, group="optimizer"),
     # reduce-overhead is Inductor's fusion under CUDA graphs: priced with the fusion saving too
-    # (priced on the launches alone it under-predicted: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the
-    # source: try-fixes")
+    # (priced on the launches alone it under-predicted: benchmarks/BENCHMARKS-try-fixes.md "Evidence
+    # moved from the source: try-fixes")
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")',
          ("launch-bound",), _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True,
          group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
     # priced by fusion alone: summed with launch-bound's saving it read x9.1 and x2.4 where x0.98
-    # and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials); the report's own replayed
-    # price of the knob (rules/knob_prices.py) comes first
+    # and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials); the report's
+    # own replayed price of the knob (rules/knob_prices.py) comes first
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None),
          env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE),

@@ -2,17 +2,17 @@
 
 After the diagnosis, each finding whose fix is a knob (tryfix/knobs.py), or each knob named by
 ``--fixes``, gets a **trial**: the program in a fresh process (tryfix/child.py) with that knob
-applied, the generators seeded as in the baseline, run for at least as many steps as the
-baseline skipped (``trial_skip``) and then on until its latest steps have settled
-(capture/timing.py ``settled``: a compile's background work can slow ten steps after it by 40x),
-timed from the step after those judged settled on, 30 steps and more while their mean is uncertain, up to 5 s
-(capture/timing.py ``timed_enough``), and stopped there, or after the baseline's profiled window with ``--trial-trace`` (the default: each trial
-directory is then a run bundle, and ``gpudoctor diff RUN RUN/trials/KNOB`` shows which kernels the
-knob changed; the window comes after the timed steps and leaves them alone). A trial is bounded by
-those steps and by ``--trial-timeout`` seconds (the whole process
-group is killed then); a trial that crashes, runs out of memory or times out is reported as such
-and the next one runs. With ``--sandbox DIR`` each trial runs in ``DIR/<knob>/`` (the files the
-program writes land there), else in the current directory.
+applied, the generators seeded as in the baseline, run for at least as many steps as the baseline
+skipped (``trial_skip``) and then on until its latest steps have settled (capture/timing.py
+``settled``: a compile's background work can slow ten steps after it by 40x), timed from the step
+after those judged settled on, 30 steps and more while their mean is uncertain, up to 5 s
+(capture/timing.py ``timed_enough``), and stopped there, or after the baseline's profiled window
+with ``--trial-trace`` (the default: each trial directory is then a run bundle, and ``gpudoctor diff
+RUN RUN/trials/KNOB`` shows which kernels the knob changed; the window comes after the timed steps
+and leaves them alone). A trial is bounded by those steps and by ``--trial-timeout`` seconds (the
+whole process group is killed then); a trial that crashes, runs out of memory or times out is
+reported as such and the next one runs. With ``--sandbox DIR`` each trial runs in ``DIR/<knob>/``
+(the files the program writes land there), else in the current directory.
 
 **Control**: before the knobs, the program runs once more in a trial process with no knob (the
 ``control`` record, verdict ``reference``); its samples, first losses and peak memory are the
@@ -31,12 +31,13 @@ against.
 
 **Measured speedup**: the reference's samples (the control's, moved to the geometric mean of the
 control's and control-end's means once control-end ran: ``bracketed``; else the diagnosed run's
-env.json ``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s noise model (diff/samples.py ``compare_samples``:
-Welch's t on the log ratio of means, a run-to-run floor: 1%, or the drift below; every step kept,
-``DROP_OUTLIERS``): speedup = baseline mean / trial mean, its 95% interval the inverse of the
-step-time change's. With ``--trial-repeats N`` (N rounds of the control and each knob, alternating,
-and the control once more at the end), each process's mean is one observation instead, and the
-interval is over processes (diff/samples.py ``compare_processes``; ``Trials._run_rounds``).
+env.json ``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s
+noise model (diff/samples.py ``compare_samples``: Welch's t on the log ratio of means, a run-to-run
+floor: 1%, or the drift below; every step kept, ``DROP_OUTLIERS``): speedup = baseline mean / trial
+mean, its 95% interval the inverse of the step-time change's. With ``--trial-repeats N`` (N rounds
+of the control and each knob, alternating, and the control once more at the end), each process's
+mean is one observation instead, and the interval is over processes (diff/samples.py
+``compare_processes``; ``Trials._run_rounds``).
 
 **Verdict** (``verdict``):
 
@@ -133,8 +134,8 @@ CONFIRMED, SMALLER, NO_EFFECT, WORSE, FASTER_UNPREDICTED, TOO_FEW, NOT_APPLIED, 
 CONTROL, CONTROL_END, REFERENCE = "control", "control-end", "reference"
 CONTROLS_BOTH = "controls before and after"  # the reference once control-end ran (``bracketed``)
 # Two controls further apart than this suggest --trial-repeats: one process a knob cannot separate
-# the knob from the program's own drift (controls 20% apart on a real program: benchmarks/BENCHMARKS-try-fixes.md
-# "Evidence moved from the source: try-fixes")
+# the knob from the program's own drift (controls 20% apart on a real program:
+# benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes")
 REPEATS_HINT_DRIFT_PCT = 5.0
 PRICED_STEP_MOVED_PCT = 20.0
 """The control's step this much off the diagnosed run's (the step the findings priced): the
@@ -144,9 +145,9 @@ from the source: try-fixes")."""
 MAX_REPEATS = 20  # --trial-repeats: more would run for hours on a program with several knobs
 # A trial's mean keeps every step it timed. diff's outlier rule drops the slow ones when they are at
 # most one sample in ten and keeps them all above that: on steps that stall in a few percent of them
-# it drops them in some processes and not in others (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
-# try-fixes"). The trials need no rule to drop a warm-up step: they time steps judged settled
-# (capture/timing.py), with compilation cut.
+# it drops them in some processes and not in others (benchmarks/BENCHMARKS-try-fixes.md "Evidence
+# moved from the source: try-fixes"). The trials need no rule to drop a warm-up step: they time
+# steps judged settled (capture/timing.py), with compilation cut.
 DROP_OUTLIERS = False
 BALLPARK = 0.5  # the interval's best end must save at least this share of the predicted saving
 NOT_ENOUGH = "not enough steps to judge"
@@ -162,7 +163,8 @@ class Baseline:
     losses: tuple[float | None, ...] = ()
     peak_memory_bytes: int | None = None
     skip: int = 10
-    steps: int = 5  # the profiled window's steps, recorded after the timed ones when trials keep a trace
+    # the profiled window's steps, recorded after the timed ones when trials keep a trace
+    steps: int = 5
     # the report header's unprofiled step, the one the findings were priced on: an estimate made of
     # the steps before and after the window (capture/timing.py), not the mean of ``samples_ms``
     priced_ms: float | None = None
@@ -173,7 +175,8 @@ class Baseline:
 # many steps (then time 30 or more after the 12 judged settled: capture/timing.py timed_enough). A
 # program that ends sooner is timed over the second half of the steps it ran (a trial's program may
 # end before its window). 24, not 16: a once-an-epoch step every 16th fell in one control's samples
-# and not in the next one's (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes").
+# and not in the next one's (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
+# try-fixes").
 TRIAL_MIN_SKIP = 24
 
 
@@ -267,7 +270,8 @@ def _too_little_at_stake(planned: Planned) -> str:
 
 
 def _stake(planned: Planned) -> str:
-    """``0 ms`` or ``0.0029 ms (x1.0001)``: what a knob's findings put at stake, for its not-tried line."""
+    """``0 ms`` or ``0.0029 ms (x1.0001)``: what a knob's findings put at stake, for its not-tried
+    line."""
     if not planned.saving_ms or planned.saving_ms < 0:
         return "0 ms"
     if planned.predicted_speedup is None:
@@ -299,7 +303,8 @@ def _knob_price(planned: Planned, finding: Any) -> Planned:
 
 
 def _own_price(planned: Planned, price: Any) -> Planned | None:
-    """The knob priced by its own replayed edit (report ``knob_prices``), None where there is none."""
+    """The knob priced by its own replayed edit (report ``knob_prices``), None where there is
+    none."""
     if not isinstance(price, Mapping):
         return None
     speedup_, step, after = price.get("predicted_speedup"), price.get("step_ms"), price.get(
@@ -369,8 +374,8 @@ def verdict(change: StepChange, predicted_speedup: float | None,
     if change.verdict == SAME:
         # the interval excludes 0 but not the drift of the controls (a floor above diff's 1%): the
         # knob did change the step, by less than unchanged runs of the program moved (a twin's real
-        # fix was once called "no effect" there: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
-        # try-fixes")
+        # fix was once called "no effect" there: benchmarks/BENCHMARKS-try-fixes.md "Evidence moved
+        # from the source: try-fixes")
         drift = change.floor_pct > DEFAULT_FLOOR_PCT
         excludes_zero = change.ci_high_pct is not None and (change.ci_high_pct < 0
                                                             or change.ci_low_pct > 0)
@@ -423,16 +428,19 @@ class Trials:
     baseline: Baseline
     timeout_s: float = DEFAULT_TIMEOUT_S
     sandbox: Path | None = None
-    trace: bool = True  # record the window after the timed steps (gpudoctor diff compares the trials)
+    # record the window after the timed steps (gpudoctor diff compares the trials)
+    trace: bool = True
     progress: Callable[[str], None] | None = None
-    control: bool = True  # run the program once with no knob first, and measure the trials against it
+    # run the program once with no knob first, and measure the trials against it
+    control: bool = True
     records: list[TrialRecord] = field(default_factory=list)
     reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
     # each trial's trial.json as its child process wrote it (tryfix/child.py), by trial name
     _children: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _caches: dict[str, str] = field(default_factory=dict)  # a compile knob -> the cache its first trial left
+    # a compile knob -> the cache its first trial left
+    _caches: dict[str, str] = field(default_factory=dict)
 
     def run(self, planned: Sequence[Planned]) -> list[TrialRecord]:
         try:
@@ -480,11 +488,11 @@ class Trials:
         and the control once more at the end; each knob's speedup and interval over its N
         processes against the N + 1 controls (diff/samples.py ``compare_processes``).
 
-        Why: a host-bound program's speed moves from one process to the next, and one process a
-        knob cannot tell that from the knob (three invocations, each interval narrow, disagreed:
-        benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). Alternating the knobs with the
-        controls round by round spreads the machine's drift over both sides instead of into one
-        knob's number."""
+        Why: a host-bound program's speed moves from one process to the next, and one process a knob
+        cannot tell that from the knob (three invocations, each interval narrow, disagreed:
+        benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). Alternating
+        the knobs with the controls round by round spreads the machine's drift over both sides
+        instead of into one knob's number."""
         # the control's record leaves the list, to come back listing its processes
         rounds: dict[str, list[TrialRecord]] = {CONTROL: [self.records.pop()]}
         for r in range(1, self.repeats + 1):
@@ -648,7 +656,8 @@ class Trials:
                           + (f": {left}" if left else ""))
         elif status == "ok":
             rec = self._judged(rec, samples, planned)
-        if status == "ok" and child.get("unsettled"):  # the timing mixes a transient: say so beside the verdict
+        # the timing mixes a transient: say so beside the verdict
+        if status == "ok" and child.get("unsettled"):
             rec = _with_reason(rec, child["unsettled"])
         return rec
 
@@ -681,7 +690,8 @@ class Trials:
             if len(knob_ids) > 1 and left:
                 fresh, reused = left[0], True
             else:
-                with contextlib.suppress(OSError):  # no room for one: the trial compiles with the user's cache
+                # no room for one: the trial compiles with the user's cache
+                with contextlib.suppress(OSError):
                     fresh = tempfile.mkdtemp(prefix="gpudoctor-trial-cache-")
         keep = fresh is not None and not reused and len(knob_ids) == 1 and knob_ids[0] not in self._caches
         try:
@@ -702,8 +712,9 @@ class Trials:
         log = trial_dir / "output.log"
         start = time.perf_counter()
         with log.open("wb") as out:
-            # its own session: the terminal's Ctrl-C reaches gpudoctor alone, which kills the group (finally
-            # below); default SIGINT all the same, so that one sent to the group stops it as it would stop python
+            # its own session: the terminal's Ctrl-C reaches gpudoctor alone, which kills the group
+            # (finally below); default SIGINT all the same, so that one sent to the group stops it
+            # as it would stop python
             proc = subprocess.Popen([sys.executable, "-m", "gpudoctor.tryfix.child",
                                      str(spec_path.resolve())],
                                     cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -724,7 +735,8 @@ class Trials:
         tail = _tail(log)
         if "OutOfMemoryError" in tail or "out of memory" in tail.lower():
             return "out of memory", _last_line(tail), child, wall
-        if not child or (code != 0 and not child.get("stopped_by_gpudoctor")):  # it ended before its steps
+        # it ended before its steps
+        if not child or (code != 0 and not child.get("stopped_by_gpudoctor")):
             why = child.get("error") or _last_line(tail)
             return "crashed", f"exit code {code}: {why}", child, wall
         return "ok", "" if code == 0 else f"the program ended with exit code {code} after the timed steps", child, wall
@@ -760,8 +772,8 @@ def _verdict_of(rec: TrialRecord, change: StepChange, floor_pct: float, planned:
 def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequence[str],
                skip: int, steps: int, trial_dir: Path, trace: bool = False,
                program: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What ``python -m gpudoctor.tryfix.child SPEC`` reads (tryfix/child.py): the program, the knobs,
-    the steps to skip and record, where the trial's files go."""
+    """What ``python -m gpudoctor.tryfix.child SPEC`` reads (tryfix/child.py): the program, the
+    knobs, the steps to skip and record, where the trial's files go."""
     return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids),
             "skip": skip, "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS,
             "out_dir": str(trial_dir.resolve()), "program": program or {}}
@@ -771,10 +783,10 @@ def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...
     """The first control's samples, moved to the geometric mean of the two controls' process means.
 
     The knob trials run between the control and control-end; the program's speed moves from one
-    process to the next (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"), so the two
-    controls' mean is a better estimate of the speed the trials ran at than either alone. The
-    spread within one process stays the first control's (the interval's within-process part); the
-    drift between the two already raised the verdicts' floor."""
+    process to the next (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
+    try-fixes"), so the two controls' mean is a better estimate of the speed the trials ran at than
+    either alone. The spread within one process stays the first control's (the interval's
+    within-process part); the drift between the two already raised the verdicts' floor."""
     if not first or not last:
         return tuple(first)
     a, b = process_mean(first,
@@ -788,12 +800,14 @@ def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...
 
 def _compare(before: Sequence[float], after: Sequence[float],
              floor_pct: float = DEFAULT_FLOOR_PCT) -> StepChange:
-    """Two trial processes' steps compared as a trial compares them: every step kept (DROP_OUTLIERS)."""
+    """Two trial processes' steps compared as a trial compares them: every step kept
+    (DROP_OUTLIERS)."""
     return compare_samples(before, after, floor_pct=floor_pct, drop_outliers=DROP_OUTLIERS)
 
 
 def _round_name(name: str, r: int) -> str:
-    """The trial directory (and record name) of round ``r``: the first round's keeps the plain name."""
+    """The trial directory (and record name) of round ``r``: the first round's keeps the plain
+    name."""
     return name if r == 1 else f"{name}.r{r}"
 
 

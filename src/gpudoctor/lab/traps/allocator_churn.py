@@ -1,4 +1,5 @@
-"""allocator-churn: ``torch.cuda.empty_cache()`` inside the step forces cudaMalloc / cudaFree per tensor.
+"""allocator-churn: ``torch.cuda.empty_cache()`` inside the step forces cudaMalloc / cudaFree per
+tensor.
 
 PyTorch's caching allocator normally serves tensors from memory it already holds. Calling
 ``torch.cuda.empty_cache()`` hands every cached block back to the driver: the next tensor goes
@@ -10,8 +11,8 @@ allocates a workspace of the largest sizes once and works in views of it, with n
 Why after each tensor, not once a step: one ``empty_cache()`` at the end of a step cost 2x in a
 fresh process but nothing once the lab had run the fixed twin in the same process (the driver then
 served the step's ``cudaMalloc`` calls at once); after each tensor the trap holds in every round of
-the lab's own timing (``benchmarks/probes/probe_alloc_churn.py --lab``; benchmarks/BENCHMARKS-lab.md "Evidence moved
-from the source: lab, diff and report").
+the lab's own timing (``benchmarks/probes/probe_alloc_churn.py --lab``; benchmarks/BENCHMARKS-lab.md
+"Evidence moved from the source: lab, diff and report").
 """
 
 from __future__ import annotations
