@@ -183,9 +183,10 @@ def test_interval_subtraction_keeps_what_the_kept_intervals_do_not_cover() -> No
     assert s.size == 0
 
 
-def _per_head_loop(steps: int = 4, heads: int = 48) -> bytes:
+def _per_head_loop(steps: int = 4, heads: int = 48, cast: bool = False) -> bytes:
     """A host-bound loop over heads: each step issues ``heads`` small bf16 GEMMs (16 x 64 x 64), one
-    operator and launch each, 20 us of host apiece; each kernel runs 3 us."""
+    operator and launch each, 20 us of host apiece; each kernel runs 3 us. With ``cast``, each
+    head's weight is cast first (its own operator and a 1 us copy kernel), as autocast does."""
     b = TraceBuilder()
     step_us = heads * 20 + 40
     for s in range(steps):
@@ -193,6 +194,8 @@ def _per_head_loop(steps: int = 4, heads: int = 48) -> bytes:
         b.step(s, t0, step_us)
         for h in range(heads):
             host = t0 + 20 + h * 20
+            if cast:
+                b.launch("bfloat16_copy_kernel_cuda", host - 8, host + 2, 1.0, op="aten::to", launch_dur=2.0)
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", host, host + 12, 3.0,
                      op="aten::mm", dims=[[16, 64], [64, 64]], flops=2 * 16 * 64 * 64)
     return b.to_bytes()
@@ -217,6 +220,24 @@ def test_small_gemms_issued_one_after_another_are_priced_as_one_batched_gemm() -
     kept = np.setdiff1d(e.device, e.device_removed)
     assert kept.size == 4  # one kernel a step, at the 48 GEMMs' batched time
     assert e.device_ns[np.isin(e.device, e.device_removed)].sum() == 0
+
+
+def test_the_kernels_a_batched_loop_launched_between_its_gemms_go_with_it() -> None:
+    """Each head's weight cast is launched in the host time the batching removes: one batched call
+    casts once. The first head's cast, before the run's first GEMM, stays."""
+    from gpudoctor.analysis import analyze_trace
+    from gpudoctor.pipeline import choose_ceilings
+    from gpudoctor.rules.small_gemm import edit
+
+    trace = parse(_per_head_loop(cast=True))
+    a = analyze_trace(trace, choose_ceilings(trace, "h100-sxm"))
+    e = edit(a, None)
+    names = np.array([trace.strings[i] for i in trace.device.name.tolist()])
+    removed = names[e.device_removed]
+    assert (removed == "bfloat16_copy_kernel_cuda").sum() == 4 * 47
+    assert (removed != "bfloat16_copy_kernel_cuda").sum() == 4 * 47
+    assert e.calls_removed.size == 2 * 4 * 47
+    assert "188 kernels of their loops with them" in e.note
 
 
 def test_a_removed_device_event_takes_no_time_and_no_switch_on_its_stream() -> None:
