@@ -29,13 +29,22 @@ def _micro_batches(device: str, uniform: bool) -> list[int]:
     return [small, large]
 
 
+def _allocator_settings(settings: str) -> None:
+    """The caching allocator's settings changed in process: torch's accelerator-wide call where it
+    has one (torch.cuda.memory._set_allocator_settings warns that it is deprecated in its favour)."""
+    set_settings = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if set_settings is None:
+        set_settings = torch.cuda.memory._set_allocator_settings
+    set_settings(settings)
+
+
 def _build(device: str, uniform: bool) -> Workload:
     seed(14)
     gpu = on_gpu(device)
     width, depth = size(device, 4096, 64), 4
     if gpu:
         torch.cuda.empty_cache()
-        torch.cuda.memory._set_allocator_settings(f"max_split_size_mb:{MAX_SPLIT_MB}")
+        _allocator_settings(f"max_split_size_mb:{MAX_SPLIT_MB}")
     model = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.GELU())])
     model = model.to(device, torch.bfloat16)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -93,7 +102,7 @@ def _build(device: str, uniform: bool) -> Workload:
         data.clear()
         if gpu:
             torch.cuda.empty_cache()
-            torch.cuda.memory._set_allocator_settings(f"max_split_size_mb:{UNLIMITED_SPLIT_MB}")
+            _allocator_settings(f"max_split_size_mb:{UNLIMITED_SPLIT_MB}")
 
     tokens = sum(sizes)
     return Workload(step, close, flops_per_step=3 * 2 * tokens * width * width * depth, info=info)
