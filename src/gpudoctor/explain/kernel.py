@@ -223,18 +223,23 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             wrong_fix="Tuning the kernel's inner loop: the card is idle around it.",
             gain=0.5 if (k.waves_per_sm or 0) < 0.5 else 0.3)
     problems = [f for f in out if (f.confidence or 0) >= 0.5]
-    if at_compute_roof and not problems:
+
+    def compute_bound(title: str, confidence: float) -> None:
         tensor_busy = k.tensor_pipe_pct is not None and k.tensor_pipe_pct >= 50
-        hyp("kernel-efficient", "Compute-bound at the roof", 0.85,
+        hyp("kernel-efficient", title, confidence,
             f"SM throughput {_pct(sm)} of peak"
             + (f", tensor pipes {_pct(k.tensor_pipe_pct)}" if tensor_busy else "")
             + ": the math sets its time and the pipes are busy; what is left is lower precision "
               "(fp8) or less work.",
             _numbers(k, "sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct",
                      "duration_us"),
-            (Fix(
-                "Lower precision where accuracy allows (fp8 on Hopper doubles the tensor-core rate)", ""),),
-            check_next=("Compare achieved FLOP/s with the measured ceiling (gpudoctor bench)",), gain=0.0)
+            (Fix("Lower precision where accuracy allows (fp8 on Hopper doubles the tensor-core "
+                 "rate)", ""),),
+            check_next=("Compare achieved FLOP/s with the measured ceiling (gpudoctor bench)",),
+            gain=0.0)
+
+    if at_compute_roof and not problems:
+        compute_bound("Compute-bound at the roof", 0.85)
     elif not problems and mem is not None and mem >= 60 and (sm is None or mem >= sm):
         at_roof = at_memory_roof
         hyp("memory-bound" if not at_roof else "kernel-efficient",
@@ -255,17 +260,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             wrong_fix="Tensor cores or more FLOP/s: the kernel waits on memory, not math.",
             gain=0.0 if at_roof else (1 - mem / 90))
     elif not problems and sm is not None and sm >= 60:
-        tensor_busy = k.tensor_pipe_pct is not None and k.tensor_pipe_pct >= 50
-        hyp("kernel-efficient", "Compute-bound near the roof", 0.8,
-            f"SM throughput {_pct(sm)} of peak"
-            + (f", tensor pipes {_pct(k.tensor_pipe_pct)}" if tensor_busy else "")
-            + ": the math sets its time and the pipes are busy; what is left is lower precision "
-              "(fp8) or less work.",
-            _numbers(k, "sm_throughput_pct", "tensor_pipe_pct", "dram_throughput_pct",
-                     "duration_us"),
-            (Fix(
-                "Lower precision where accuracy allows (fp8 on Hopper doubles the tensor-core rate)", ""),),
-            check_next=("Compare achieved FLOP/s with the measured ceiling (gpudoctor bench)",), gain=0.0)
+        compute_bound("Compute-bound near the roof", 0.8)
     elif not problems and not out and (mem is not None or sm is not None):
         stalls = k.stall_long_scoreboard_pct
         occ_limit = _occupancy_limiter(k)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
 from gpudoctor.trace.model import Trace
 
@@ -179,3 +180,20 @@ def gemm_ns_of_events(a: Analysis, idx: np.ndarray, dtype: str,
         op_flops = 2.0 * b * m * n * k * times[known]
         rate[known] = op_flops / gemm_seconds(m * times[known], n, k, dtype, a.ceilings, batch=b)
     return np.maximum(flops * times / np.maximum(rate, 1.0) * 1e9, KERNEL_FLOOR_S * 1e9)
+
+
+def launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Device events in the steps launched by a host call inside one of the stretches
+    [starts, ends), on that stretch's thread: the kernels a fix that removes the stretches takes
+    with them."""
+    dev, host = a.trace.device, a.trace.host
+    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
+    if launched.size == 0 or starts.size == 0:
+        return np.empty(0, np.int64)
+    at, thread = host.ts[dev.launch[launched]], host.thread[dev.launch[launched]]
+    inside = np.zeros(launched.size, bool)
+    for th in np.unique(threads).tolist():
+        s, e = union(starts[threads == th], ends[threads == th])
+        mine = thread == th
+        inside[mine] = contains(s, e, at[mine])
+    return launched[inside]

@@ -96,13 +96,12 @@ def check(a: Analysis) -> Finding | None:
 def _trial_ns(a: Analysis, calls: np.ndarray) -> float:
     """GPU time of the candidate kernels the setup ``calls`` tried: each call's GPU time less its
     own work, one run in as many as its most repeated kernel ran."""
-    host, dev = a.trace.host, a.trace.device
-    launched = np.flatnonzero(dev.launch >= 0)
-    at = dev.launch[launched]
+    dev = a.trace.device
+    launches = _Launches(a)
     total = 0.0
     for call in calls.tolist():
-        mine = launched[(host.thread[at] == host.thread[call]) & (host.ts[at] >= host.ts[call])
-                        & (host.ts[at] <= host.end[call])]
+        inside = _nested(a, call)
+        mine = launches.by(call + 1, call + 1 + inside.size)
         if mine.size < 2:
             continue
         gpu = float((dev.end[mine] - dev.ts[mine]).sum())
@@ -111,18 +110,31 @@ def _trial_ns(a: Analysis, calls: np.ndarray) -> float:
     return total
 
 
+class _Launches:
+    """The trace's device events ordered by the host call that launched them."""
+
+    def __init__(self, a: Analysis) -> None:
+        dev = a.trace.device
+        launched = np.flatnonzero(dev.launch >= 0)
+        order = np.argsort(dev.launch[launched], kind="stable")
+        self.events, self.host = launched[order], dev.launch[launched[order]]
+
+    def by(self, first: int, stop: int) -> np.ndarray:
+        """Device events launched by host events ``first`` up to (not including) ``stop``."""
+        lo, hi = np.searchsorted(self.host, [first, stop])
+        return self.events[lo:hi]
+
+
 def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The shapes bucketed: each setup call at the operator's typical time, its inner waits and its
     trial kernels gone (module docstring)."""
     calls = _innermost(a)
     if calls.size == 0:
         return None
-    host, dev = a.trace.host, a.trace.device
+    host = a.trace.host
     typical = _typical_ns(a, calls)
     waits = event_waits(a.trace)
-    launched = np.flatnonzero(dev.launch >= 0)
-    order = np.argsort(dev.launch[launched], kind="stable")
-    launched, launch_host = launched[order], dev.launch[launched[order]]
+    launches = _Launches(a)
     starts, ends, unwait, trials = [], [], [], []
     for call in calls.tolist():
         inside = _nested(a, call)
@@ -132,8 +144,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
         unwait.append(inside)
         timed = inside[waits[inside]]
         if timed.size:  # the trials are launched before the autotuner's last timing wait
-            lo, hi = np.searchsorted(launch_host, [call, int(timed.max())])
-            trials.append(launched[lo:hi])
+            trials.append(launches.by(call, int(timed.max())))
     removed = np.concatenate(trials) if trials else np.empty(0, np.int64)
     return Edit(host_removed_s=np.array(starts, np.int64), host_removed_e=np.array(ends, np.int64),
                 unwait=np.concatenate(unwait).astype(np.int64),

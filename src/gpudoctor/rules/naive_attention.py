@@ -19,6 +19,7 @@ from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
     kernel_names_of_events,
+    launched_inside,
     op_names_of_events,
     sources_of_events,
 )
@@ -96,13 +97,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     # every kernel launched inside a stretch goes with it (the copies a matmul of a transposed
     # operand makes, the mask's), the fused kernels aside
     kept = idx[softmax]
-    host = a.trace.host
-    launched = np.flatnonzero((dev.launch >= 0) & (rf.event_in_steps_ns > 0))
-    calls_at = host.ts[dev.launch[launched]]
-    inside = np.zeros(launched.size, bool)
-    for s, e, th in zip(starts.tolist(), ends.tolist(), threads.tolist()):
-        inside |= (calls_at >= s) & (calls_at < e) & (host.thread[dev.launch[launched]] == th)
-    gone = np.setdiff1d(np.union1d(idx[~softmax], launched[inside]), kept)
+    gone = np.setdiff1d(np.union1d(idx[~softmax], launched_inside(a, starts, ends, threads)), kept)
     kept_ns = np.full(kept.size, min(fused_ns, float(dev.dur[idx].sum())) / kept.size)
     calls = dev.launch[np.concatenate([kept, gone])]
     return Edit(device=np.concatenate([kept, gone]).astype(np.int64),

@@ -23,6 +23,7 @@ from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
     gemm_ns_of_events,
     kernel_names_of_events,
+    launched_inside,
     op_names_of_events,
     queue_gaps_before,
     sources_of_events,
@@ -193,7 +194,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     starts_a, ends_a, threads_a = (np.array(v, np.int64) for v in (starts, ends, threads))
     # the loop's other kernels (a cast of each head's weight, its bias gradient's sum) are launched
     # inside the removed stretches: one batched call launches them once, so they go with it
-    others = _launched_inside(a, starts_a, ends_a, threads_a)
+    others = launched_inside(a, starts_a, ends_a, threads_a)
     removed = np.union1d(np.array(gone, np.int64), np.setdiff1d(others, idx))
     calls = dev.launch[removed]
     return Edit(device=idx.astype(np.int64), device_ns=device_ns, device_removed=removed,
@@ -202,24 +203,6 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 note=f"{idx.size} small GEMMs batched into {idx.size - len(gone)} kernels"
                      + (f", {removed.size - len(gone)} kernels of their loops with them"
                         if removed.size > len(gone) else ""))
-
-
-def _launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray,
-                     threads: np.ndarray) -> np.ndarray:
-    """Device events launched by a host call inside one of the stretches, on its thread."""
-    dev, host = a.trace.device, a.trace.host
-    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
-    if launched.size == 0 or starts.size == 0:
-        return np.empty(0, np.int64)
-    at, thread = host.ts[dev.launch[launched]], host.thread[dev.launch[launched]]
-    inside = np.zeros(launched.size, bool)
-    for th in np.unique(threads).tolist():
-        mine = threads == th
-        order = np.argsort(starts[mine], kind="stable")
-        s, e = starts[mine][order], np.maximum.accumulate(ends[mine][order])
-        pos = np.searchsorted(s, at, side="right") - 1
-        inside |= (thread == th) & (pos >= 0) & (at < e[np.maximum(pos, 0)])
-    return launched[inside]
 
 
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:
