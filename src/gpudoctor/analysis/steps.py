@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.iterations import kernel_period_starts, module_forward_starts
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
@@ -90,13 +91,12 @@ def whole_steps(steps: Steps, recorded: int | None) -> Steps:
 
 # A step at the window's edge this many times the median of the others is one-off work (a new
 # input shape autotuned at an epoch's last, smaller batch; an evaluation), not the steady state the
-# findings price: the DCGAN example's window held steps of 18-39 ms and one of 1,070 ms, which made
-# a 28.9 ms step read as 234 ms (benchmarks/BENCHMARKS-replay.md "An outlier step at the window's
-# edge"). A DataLoader that cannot keep up stalls the same way (steps of 4, 4, 132 and 25 ms) and
-# that stall is its steady state, so a step is left out only where operators hold most of it (a
-# stall waits in the loader's __next__, outside any operator) and, where the step was timed
-# outside the profiler, the window's mean comes closer to that time without it.
-# Only the edges: a step left out of the middle would leave a hole in the step graph's timeline.
+# findings price. A DataLoader that cannot keep up stalls the same way, and that stall is its
+# steady state: a step is left out only where operators hold most of it (a stall waits in the
+# loader's __next__, outside any operator) and, where the step was timed outside the profiler,
+# the window's mean comes closer to that time without it. Only the edges: a step left out of the
+# middle would leave a hole in the step graph's timeline. Evidence: benchmarks/BENCHMARKS-replay.md
+# "An outlier step at the window's edge", tests/test_outlier_steps.py.
 OUTLIER_TIMES = 4.0
 MIN_TYPICAL_STEPS = 3
 OUTLIER_OP_SHARE = 0.5
@@ -142,15 +142,8 @@ def _op_share(trace: Trace, start: int, end: int) -> float:
         (host.cat == HostCat.OP) & (host.top_op < 0) & (host.ts < end) & (host.end > start))
     if ops.size == 0 or end <= start:
         return 0.0
-    order = np.argsort(host.ts[ops], kind="stable")
-    s = np.maximum(host.ts[ops][order], start)
-    e = np.maximum.accumulate(np.minimum(host.end[ops][order], end))
-    covered, reach = 0, start
-    for a, b in zip(s.tolist(), e.tolist()):
-        if b > reach:
-            covered += b - max(a, reach)
-            reach = b
-    return covered / (end - start)
+    s, e = union(host.ts[ops], host.end[ops])
+    return clip_total(s, e, start, end) / (end - start)
 
 
 def outlier_note(trace: Trace, steps: Steps, left_out: tuple[int, ...], typical: Steps) -> str:
@@ -169,7 +162,7 @@ def outlier_note(trace: Trace, steps: Steps, left_out: tuple[int, ...], typical:
         parts.append(f"{steps.labels[i]} took {(e - s) / 1e6:.2f} ms{longest}")
     return (f"{'; '.join(parts)}: over {OUTLIER_TIMES:.0f}x the median step "
             f"({typical.median_ms:.2f} ms), left out of the per-step figures as one-off work (a "
-            f"new input shape, a checkpoint, an evaluation) at the window's edge")
+            f"new input shape, an evaluation) at the window's edge")
 
 
 def describe(steps: Steps) -> str | None:

@@ -162,9 +162,8 @@ HOST_WORK_REMOVED = "host_work_removed_ms_per_step"
 # cap (20x) could never predict.
 MAX_SAVING_SHARE = 0.99
 # A price replayed on the step's graph is bounded by the work the edited graph keeps, not by a
-# guard: a cuDNN autotuner run on every step measured x73-276 once bucketed
-# (benchmarks/BENCHMARKS-replay.md "Setup calls replayed"). 1000x stays as a ceiling against an
-# empty edited step.
+# guard (an autotuner run on every step gains hundreds of times once bucketed:
+# benchmarks/BENCHMARKS-replay.md "Setup calls replayed"); 1000x is a ceiling against an empty step.
 MAX_REPLAYED_SAVING_SHARE = 0.999
 
 
