@@ -1,4 +1,4 @@
-"""Twelve traps the doctor's pricing was never fitted to: each a lab trap's cause, written again
+"""Sixteen traps the doctor's pricing was never fitted to: each a lab trap's cause, written again
 the way a user would write it (other models, sizes, libraries' own calls), with its fixed twin.
 
 The lab (src/gpudoctor/lab) is where the rules were built; these are the check that they carry
@@ -10,7 +10,7 @@ benchmarks/results/lab-variants-expected-2026-12-03.md; the verdicts go beside i
 
     PYTHONPATH=src python3 benchmarks/lab_variants.py --out DIR [--only a,b] [--device cpu]
 
-Writes ``<variant>.trace.json.gz`` and ``lab_variants.json`` (each verdict, its rounds, the top
+Writes ``<variant>.trace.json.gz`` (with ``--fixed``, ``<variant>_fixed.trace.json.gz`` too) and ``lab_variants.json`` (each verdict, its rounds, the top
 findings, device and versions) under DIR; prints a table last. ``--device cpu`` is a smoke run:
 both twins run, nothing is diagnosed.
 """
@@ -375,6 +375,120 @@ def _per_sample(device: str, batched: bool) -> Workload:
     return Workload(step)
 
 
+# --- a second set, written 2026-12-04 after the first twelve's misses were studied: each a cause
+# the pricing was changed for that day (the profiler's prior, chains without a backward, per-head
+# projections), written once more with other models and sizes -----------------------------------
+
+def _swiglu_infer(device: str, compiled: bool) -> Workload:
+    """unfused-elementwise without a backward: a SwiGLU MLP served in bf16, its gate written out."""
+    seed(33)
+    tokens, dim, hidden = size(device, 16384, 64), size(device, 256, 32), size(device, 4096, 64)
+    dtype = torch.bfloat16 if on_gpu(device) else torch.float32
+    w1, w3 = (torch.randn(hidden, dim, device=device, dtype=dtype) * 0.02 for _ in range(2))
+    w2 = torch.randn(dim, hidden, device=device, dtype=dtype) * 0.02
+    x = torch.randn(tokens, dim, device=device, dtype=dtype)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        a, b = x @ w1.t(), x @ w3.t()
+        h = a * torch.sigmoid(a) * b
+        return x + (h @ w2.t()) * 0.5
+
+    fn = torch.compile(block) if compiled and on_gpu(device) else block
+
+    @torch.no_grad()
+    def step() -> None:
+        fn(x)
+
+    if compiled and on_gpu(device):
+        for _ in range(3):
+            step()
+    return Workload(step)
+
+
+class HeadwiseAttentionProjections(nn.Module):
+    """Queries, keys and values from one nn.Linear per head, as a from-scratch tutorial writes them."""
+
+    def __init__(self, dim: int, heads: int, merged: bool) -> None:
+        super().__init__()
+        self.merged = merged
+        if merged:
+            self.qkv = nn.Linear(dim, 3 * dim)
+        else:
+            self.q = nn.ModuleList(nn.Linear(dim, dim // heads) for _ in range(heads))
+            self.k = nn.ModuleList(nn.Linear(dim, dim // heads) for _ in range(heads))
+            self.v = nn.ModuleList(nn.Linear(dim, dim // heads) for _ in range(heads))
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.merged:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+        else:
+            q = torch.cat([h(x) for h in self.q], dim=-1)
+            k = torch.cat([h(x) for h in self.k], dim=-1)
+            v = torch.cat([h(x) for h in self.v], dim=-1)
+        return self.out(torch.sigmoid(q * k) * v)
+
+
+def _headwise_adam(device: str, merged: bool) -> Workload:
+    """small-gemm: 16 heads' q, k, v as separate Linears, three blocks, plain Adam (foreach)."""
+    seed(34)
+    dim, heads, tokens = size(device, 512, 32), size(device, 16, 4), size(device, 1024, 16)
+    model = nn.Sequential(*[HeadwiseAttentionProjections(dim, heads, merged) for _ in range(3)]).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(tokens, dim, device=device)
+
+    def step() -> None:
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return Workload(step)
+
+
+def _encoder_fp32(device: str, bf16: bool) -> Workload:
+    """fp32-matmul on a GPU-bound step: nn.TransformerEncoder trained in fp32, TF32 left off."""
+    seed(35)
+    dim, layers, batch, seq = size(device, 1024, 32), size(device, 4, 1), size(device, 16, 2), size(device, 512, 16)
+    layer = nn.TransformerEncoderLayer(dim, 16, 4 * dim, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, layers).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu(device))
+    x = torch.randn(batch, seq, dim, device=device)
+
+    def step() -> None:
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return Workload(step)
+
+
+def _scores_infer(device: str, sdpa: bool) -> Workload:
+    """naive-attention without a backward: a bf16 encoder's attention served with explicit scores
+    and a padding mask."""
+    seed(36)
+    b, h, s, d = size(device, 8, 1), size(device, 12, 2), size(device, 1024, 64), 64
+    dtype = torch.bfloat16 if on_gpu(device) else torch.float32
+    q, k, v = (torch.randn(b, h, s, d, device=device, dtype=dtype) for _ in range(3))
+    keep = torch.ones(b, 1, 1, s, device=device, dtype=torch.bool)
+    keep[:, :, :, s - s // 8:] = False  # the last eighth is padding
+
+    @torch.no_grad()
+    def step() -> None:
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * d**-0.5
+            scores = scores.masked_fill(~keep, float("-inf"))
+            y = torch.softmax(scores, dim=-1) @ v
+        y.sum()
+
+    return Workload(step)
+
+
 VARIANTS = {
     t.id: t for t in (
         Trap("char_lm_loader", "Characters tokenized in Python by a DataLoader without workers", "input-pipeline",
@@ -401,6 +515,14 @@ VARIANTS = {
              lambda d: _empty_cache(d, False), lambda d: _empty_cache(d, True)),
         Trap("per_sample_scoring", "48 samples scored one at a time", "per-sample-loop",
              lambda d: _per_sample(d, False), lambda d: _per_sample(d, True)),
+        Trap("swiglu_infer", "A SwiGLU MLP served in bf16, its gate as separate tensor ops", "unfused-elementwise",
+             lambda d: _swiglu_infer(d, False), lambda d: _swiglu_infer(d, True)),
+        Trap("headwise_adam", "q, k, v from one nn.Linear per head, 16 heads, three blocks, Adam", "small-gemm",
+             lambda d: _headwise_adam(d, False), lambda d: _headwise_adam(d, True)),
+        Trap("encoder_fp32", "nn.TransformerEncoder trained in fp32, TF32 off", "fp32-matmul",
+             lambda d: _encoder_fp32(d, False), lambda d: _encoder_fp32(d, True)),
+        Trap("scores_infer", "Attention scores written out with a padding mask, inference", "naive-attention",
+             lambda d: _scores_infer(d, False), lambda d: _scores_infer(d, True)),
     )
 }
 
@@ -410,11 +532,14 @@ def main() -> None:
     p.add_argument("--out", required=True, type=Path, help="output folder (created)")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run")
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    p.add_argument("--fixed", default="",
+                   help="comma-separated variants whose fixed twin is profiled too, or all")
     args = p.parse_args()
 
-    from gpudoctor.lab.verify import verify_trap
+    from gpudoctor.lab.verify import _capture_fresh, verify_trap
 
     names = [n for n in args.only.split(",") if n] or list(VARIANTS)
+    fixed_traces = set(VARIANTS) if args.fixed == "all" else {n for n in args.fixed.split(",") if n}
     args.out.mkdir(parents=True, exist_ok=True)
     env: dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__,
                               "numpy": np.__version__}
@@ -431,6 +556,15 @@ def main() -> None:
             if found:
                 shutil.copy(found[0], args.out / f"{name}.trace.json.gz")
                 entry["trace"] = f"{name}.trace.json.gz"
+            if name in fixed_traces:
+                trap = VARIANTS[name]
+                try:
+                    fixed = _capture_fresh(trap.build_fixed, args.device, Path(tmp) / "fixed" / name, 5,
+                                           trap.with_stack)
+                    shutil.copy(fixed, args.out / f"{name}_fixed.trace.json.gz")
+                    entry["fixed_trace"] = f"{name}_fixed.trace.json.gz"
+                except Exception as exc:  # noqa: BLE001 - the verdict is worth keeping without it
+                    entry["fixed_trace_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             results.append(entry)
             (args.out / "lab_variants.json").write_text(json.dumps({"environment": env, "verdicts": results},
                                                                    indent=1))
