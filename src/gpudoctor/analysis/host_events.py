@@ -134,6 +134,54 @@ def optimizer_steps(trace: Trace) -> np.ndarray:
     return named[host.name] & (host.cat == HostCat.ANNOTATION)
 
 
+def optimizer_bookkeeping(trace: Trace) -> np.ndarray:
+    """Host annotations of an optimizer's step and zero_grad (``Optimizer.zero_grad#AdamW.zero_grad``):
+    host work that grows with the number of parameters."""
+    host = trace.host
+    named = trace.names_matching(
+        lambda s: s.startswith("Optimizer.step#") or s.startswith("Optimizer.zero_grad#"))
+    return named[host.name] & (host.cat == HostCat.ANNOTATION)
+
+
+def parameter_updates(trace: Trace) -> np.ndarray:
+    """Host events of the autograd engine accumulating a parameter's gradient: one per parameter
+    and backward."""
+    return trace.names_matching(
+        lambda s: s.startswith("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad")
+    )[trace.host.name]
+
+
+_SEQUENCE = re.compile(rb'"Sequence number": *(\d+)')
+AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
+
+
+def sequence_numbers(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The autograd sequence number the profiler recorded with each of these host events (-1 where
+    none): a forward operator and the backward node it made share one."""
+    out = np.full(rows.size, -1, np.int64)
+    for k, row in enumerate(rows.tolist()):
+        found = _SEQUENCE.search(bytes(trace.host.raw_args[row]))
+        if found:
+            out[k] = int(found.group(1))
+    return out
+
+
+def backward_nodes_of(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """The autograd engine's nodes (``autograd::engine::evaluate_function: CatBackward0``) that
+    ran the backward of these forward operators, matched by sequence number; empty where the trace
+    recorded none."""
+    if ops.size == 0:
+        return np.empty(0, np.int64)
+    wanted = sequence_numbers(trace, ops)
+    wanted = wanted[wanted >= 0]
+    host = trace.host
+    nodes = np.flatnonzero(trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE))[host.name]
+                           & (host.cat == HostCat.OP))
+    if wanted.size == 0 or nodes.size == 0:
+        return np.empty(0, np.int64)
+    return nodes[np.isin(sequence_numbers(trace, nodes), wanted)]
+
+
 def allocator_calls(trace: Trace) -> np.ndarray:
     """Host runtime / driver calls that allocate or free device (or pinned) memory."""
     host = trace.host

@@ -29,6 +29,10 @@ _LIBRARY = re.compile(
     r"|^<frozen|contextlib\.py|/gpudoctor/capture/"
 )
 
+# What joins a loop's per-sample or per-head results into one tensor (per-sample-loop's and
+# small-gemm's edits remove it: the batched call's result is already whole).
+GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})
+
 
 def frame_line(frame_name: str, user_only: bool = True) -> str | None:
     """A python_function event's name "file.py(42): func" as "file.py:42 (func)".

@@ -139,6 +139,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
     dev = a.trace.device
     t = a.roofline.event_in_steps_ns
     floor_ns = unfused_elementwise.kernel_floor_ns(a)
+    training = unfused_elementwise.has_backward(a)
     retimed: list[int] = []
     retimed_ns: list[float] = []
     gone: list[np.ndarray] = []
@@ -147,7 +148,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
         if (calls < 0).any() or not within[calls].all():
             continue
         retimed.append(int(chain[0]))
-        retimed_ns.append(unfused_elementwise.fused_ns(a, chain, t, floor_ns))
+        retimed_ns.append(unfused_elementwise.fused_ns(a, chain, t, floor_ns, training))
         gone.append(chain[1:])
     if not retimed:
         return Edit(note="no chain to fuse in the compiled region")

@@ -41,6 +41,7 @@ from gpudoctor.hardware.gemm_rate import gemm_seconds
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
+    GATHER_OPS,
     GEMM_EFFICIENCY,
     kernel_names_of_events,
     op_names_of_events,
@@ -63,7 +64,6 @@ _BACKWARD_NODE = re.compile(
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
 MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
-GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})  # what gathers the per-sample results
 
 
 def check(a: Analysis) -> Finding | None:

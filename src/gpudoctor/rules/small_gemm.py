@@ -15,11 +15,18 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import (
+    backward_nodes_of,
+    optimizer_bookkeeping,
+    parameter_updates,
+)
+from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.analysis.roofline import DTYPES, roof_for
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
+    GATHER_OPS,
     GEMM_EFFICIENCY,
     gemm_ns_of_events,
     kernel_names_of_events,
@@ -30,6 +37,7 @@ from gpudoctor.rules.common import (
 )
 from gpudoctor.rules.shared import MAX_KERNELS_BETWEEN, loop_groups
 from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import HostCat
 
 ID = "small-gemm"
 MAX_FLOPS_PER_CALL = 2e9
@@ -160,7 +168,9 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     roof's realistic share, or its grid's fill, as priced); the rest of the run leaves the GPU, with
     its launches and the operators that issued them and the host time since the run's previous
     one, and so do the other kernels launched in that host time (the loop's casts, its bias
-    gradients' sums). A GEMM alone in its run keeps its launch and takes its batched time."""
+    gradients' sums). The cat joining the loop's outputs goes, forward and backward
+    (``_gathers``), and the optimizer's host work shrinks with the parameters merged
+    (``_optimizer_share``). A GEMM alone in its run keeps its launch and takes its batched time."""
     (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
     idx, saving = np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
     if idx.size == 0:
@@ -191,18 +201,80 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
             starts.append(begin)
             ends.append(int(host.end[top]))
             threads.append(int(host.thread[top]))
+    # the cat gathering the heads' outputs after a loop, and its backward, go: the batched
+    # call's output is already whole
+    gathers = _gathers(a, [idx[run] for run in runs])
+    gathers = np.concatenate([gathers, backward_nodes_of(a.trace, gathers)])
+    starts.extend(host.ts[gathers].tolist())
+    ends.extend(host.end[gathers].tolist())
+    threads.extend(host.thread[gathers].tolist())
     starts_a, ends_a, threads_a = (np.array(v, np.int64) for v in (starts, ends, threads))
     # the loop's other kernels (a cast of each head's weight, its bias gradient's sum) are launched
     # inside the removed stretches: one batched call launches them once, so they go with it
     others = launched_inside(a, starts_a, ends_a, threads_a)
     removed = np.union1d(np.array(gone, np.int64), np.setdiff1d(others, idx))
     calls = dev.launch[removed]
+    opt_s, opt_e, merged = _optimizer_share(a, starts_a, ends_a, threads_a)
     return Edit(device=idx.astype(np.int64), device_ns=device_ns, device_removed=removed,
-                host_removed_s=starts_a, host_removed_e=ends_a,
+                host_removed_s=np.concatenate([starts_a, opt_s]),
+                host_removed_e=np.concatenate([ends_a, opt_e]),
+                host_share=np.concatenate([np.ones(starts_a.size), np.full(opt_s.size, merged)]),
                 calls_removed=calls[calls >= 0].astype(np.int64),
                 note=f"{idx.size} small GEMMs batched into {idx.size - len(gone)} kernels"
                      + (f", {removed.size - len(gone)} kernels of their loops with them"
                         if removed.size > len(gone) else ""))
+
+
+# How many host events past a loop's last GEMM operator the gather is looked for (its operator's
+# own children come first).
+GATHER_LOOKAHEAD = 64
+
+
+def _gathers(a: Analysis, runs: list[np.ndarray]) -> np.ndarray:
+    """The outermost operator right after each run's last GEMM operator on its thread, where it
+    is a stack or cat (per-sample-loop's GATHER_OPS): what joins a loop's outputs."""
+    dev, host = a.trace.device, a.trace.host
+    found: list[int] = []
+    for run in runs:
+        call = int(dev.launch[run[-1]])
+        if call < 0:
+            continue
+        top = int(host.top_op[call]) if host.top_op[call] >= 0 else call
+        thread, done = host.thread[top], host.end[top]
+        for j in range(top + 1, min(top + 1 + GATHER_LOOKAHEAD, len(host))):
+            if host.thread[j] != thread:
+                break
+            if host.cat[j] == HostCat.OP and host.top_op[j] < 0 and host.ts[j] >= done:
+                if a.trace.strings[host.name[j]] in GATHER_OPS:
+                    found.append(j)
+                break
+    return np.unique(np.array(found, np.int64))
+
+
+def _optimizer_share(a: Analysis, starts: np.ndarray, ends: np.ndarray,
+                     threads: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The optimizer's step and zero_grad in the steps, and the share of the parameters the
+    batching merges: the gradients accumulated inside the removed stretches (one head's weight
+    and bias each), of all those a step accumulates. An optimizer's host work walks its
+    parameter lists, so that share of it goes too (a per-head ModuleList's optimizer holds a
+    weight and a bias for every head)."""
+    host = a.trace.host
+    lo, hi = int(a.steps.start[0]), int(a.steps.end[-1])
+    in_steps = (host.ts >= lo) & (host.ts < hi)
+    updates = np.flatnonzero(parameter_updates(a.trace) & in_steps)
+    empty = np.empty(0, np.int64)
+    if updates.size == 0 or starts.size == 0:
+        return empty, empty, 0.0
+    merged = np.zeros(updates.size, bool)
+    for th in np.unique(threads).tolist():
+        s, e = union(starts[threads == th], ends[threads == th])
+        mine = host.thread[updates] == th
+        merged[mine] = contains(s, e, host.ts[updates[mine]])
+    share = float(merged.sum()) / updates.size
+    if share <= 0:
+        return empty, empty, 0.0
+    ranges = np.flatnonzero(optimizer_bookkeeping(a.trace) & in_steps)
+    return host.ts[ranges].astype(np.int64), host.end[ranges].astype(np.int64), share
 
 
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:

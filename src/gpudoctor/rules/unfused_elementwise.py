@@ -7,12 +7,18 @@ join nor end one. Inside a region, the kernels whose ops work on one tensor shap
 interleaved or not: an RMSNorm's square, scale and weight multiply on [B, T, D] around its mean
 and rsqrt on [B, T, 1], or a cross-entropy's softmax, loss and gradient on the logits. A chain
 needs two distinct ops (one op's several kernels are not a chain a compiler can shorten).
-torch.compile (Inductor) fuses a chain into about one pass over its tensor: priced as 1.25x its
-slowest kernel (its slowest kernels, one per pass, when the same ops repeat on separate tensors
-of that shape: ``_passes``), each taken at no more than its bytes at 15% of the memory roof
-(``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept), and at no less
-than the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel still takes
-the card's per-kernel time). Kernels on tensors of another shape in the same region (a weight's
+A region ends with its step: a
+compiled function is called once a step. torch.compile (Inductor) fuses a chain into about one pass
+over its tensor. In a training step (one with a backward) a chain is priced as 1.25x its slowest
+kernel (its slowest kernels, one per pass, when the same ops repeat on separate tensors of that
+shape: ``_passes``), each taken at no more than its bytes at 15% of the memory roof
+(``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept): the compiler
+still writes what the backward saves, and the backward's chains keep more than one pass. In a step
+without a backward nothing is saved: a chain is one pass per repeat of its ops
+(``_passes_of_flow``), each 1.25x the traffic of its largest kernel at the best rate its kernels
+reach (a broadcast kernel far under the roof does not set it). Either way no pass is shorter than
+the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel still takes the
+card's per-kernel time). Kernels on tensors of another shape in the same region (a weight's
 cast between two activation ops) are their own chain: fusing independent tensors saves launches,
 not bytes. In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
@@ -38,6 +44,7 @@ from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
 
 ID = "unfused-elementwise"
 MIN_CHAIN = 2
+AUTOGRAD_NODE = "autograd::engine::evaluate_function"
 FUSED_PASS_FACTOR = 1.25
 # An eager kernel far under the memory roof is a layout the compiler writes anew, not a floor for
 # the fused pass (bf16 BatchNorm backward on NCHW ran at 6-12% of the roof); where a compiler stops
@@ -64,9 +71,11 @@ def chains(a: Analysis) -> list[np.ndarray]:
     # backward, 2.9 ms a step, were cut in two by the scalar fill between them)
     order = order[(dev.cat[order] == 0) & (numel[order] != 1)]
     fusable = np.isin(dev.kind[order], [int(k) for k in MEMORY_BOUND_KINDS]) & live[order]
-    # a new region starts at every kernel that is not fusable and at every stream change
+    # a new region starts at every kernel that is not fusable, at every stream change and at
+    # every step's start
     stream = dev.stream[order]
-    changed = np.concatenate(([True], stream[1:] != stream[:-1]))
+    step = np.searchsorted(a.steps.start, dev.ts[order], side="right")
+    changed = np.concatenate(([True], (stream[1:] != stream[:-1]) | (step[1:] != step[:-1])))
     region = np.cumsum(changed | ~fusable)[fusable]
     members = order[fusable]
     # a chain: one region's kernels on one tensor shape
@@ -95,6 +104,24 @@ def _passes(a: Analysis, chain: np.ndarray) -> int:
     return max(1, int(chain.size // np.unique(names).size))
 
 
+def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
+    """How many passes a chain keeps in a step without a backward: the times its sequence of op
+    names repeats (12 separate tensors drawn and summed alike are 12 passes; a gated activation's
+    seven ops, one flow of data, are one)."""
+    dev, host = a.trace.device, a.trace.host
+    names = host.name[np.maximum(dev.op[chain], 0)]
+    n = names.size
+    for period in range(1, n // 2 + 1):
+        if n % period == 0 and np.array_equal(names, np.tile(names[:period], n // period)):
+            return n // period
+    return 1
+
+
+def has_backward(a: Analysis) -> bool:
+    """Whether the trace ran a backward (the autograd engine recorded a node)."""
+    return bool(a.trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE)).any())
+
+
 def kernel_floor_ns(a: Analysis) -> float:
     """The shortest memory-bound kernel recorded in the steps (ns, whole kernels): the least a
     kernel takes on this card, which a fused pass over a tiny tensor takes too; without it a chain
@@ -107,11 +134,16 @@ def kernel_floor_ns(a: Analysis) -> float:
     return float(whole.min()) if whole.size else 0.0
 
 
-def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0) -> float:
-    """The chain's time once fused: FUSED_PASS_FACTOR x its slowest kernels (one per pass), each
-    no slower than its bytes at the rate a generated kernel reaches (COMPILED_PASS_SHARE of the
-    memory roof): the compiler writes the pass anew, so an eager kernel far under the roof does not
-    set it; and no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
+def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0,
+             training: bool = True) -> float:
+    """The chain's time once fused (the module docstring says how; ``training``: the step has a
+    backward, ``has_backward``); no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
+    if not training:
+        passes = _passes_of_flow(a, chain)
+        nbytes = a.roofline.event_bytes[chain]
+        rate = min(float((nbytes / np.maximum(t[chain], 1.0)).max()), a.ceilings.hbm_bytes_per_s / 1e9)
+        per_pass = float(nbytes[: chain.size // passes].max()) / rate if rate > 0 else 0.0
+        return float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns))
     passes = _passes(a, chain)
     slowest = chain[np.argsort(t[chain])[::-1][:passes]]
     at_rate = a.roofline.event_bytes[slowest] / (COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s) * 1e9
@@ -154,7 +186,8 @@ def check(a: Analysis) -> Finding | None:
     n = max(len(a.steps), 1)
     chain_ns = np.array([t[r].sum() for r in runs], float)
     floor_ns = kernel_floor_ns(a)
-    fused = np.array([fused_ns(a, r, t, floor_ns) for r in runs], float)
+    training = has_backward(a)
+    fused = np.array([fused_ns(a, r, t, floor_ns, training) for r in runs], float)
     saving_ns = np.clip(chain_ns - fused, 0, None)
     idx = np.concatenate(runs)
     nbytes = float(a.roofline.event_bytes[idx].sum())
