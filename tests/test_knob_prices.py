@@ -90,16 +90,18 @@ def test_a_recurrent_module_stays_eager_under_compile() -> None:
     assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" in inside
     assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" not in traced
     prices = knob_prices_for(bundle)
-    assert prices["compile-reduce-overhead"]["predicted_speedup"] == 1.2692
+    assert prices["compile-reduce-overhead"]["predicted_speedup"] == 1.2671
     assert _measured(bundle)["compile-reduce-overhead"] == 0.9412
 
 
 def test_compile_fuses_a_naive_attention_as_inductor_rewrites_it() -> None:
     """A small ViT with hand-written attention at 1025 tokens, bf16 (tests/programs/vit_eager_attention.py,
-    H200): compile measured x1.68 [1.67-1.68]; the chains' fusion alone priced x1.03."""
+    H200): compile measured x1.68 [1.67-1.68]; the chains' fusion alone priced x1.03. The GPU sets
+    the profiled step, so the host the compiled step is left with is the profiler's prior's
+    (x1.88 at the default cost, x2.12 at replay/observer.py PRIOR_SCALE: a miss)."""
     bundle = KNOBS / "vit_eager_attention"
     prices = knob_prices_for(bundle)
-    assert prices["compile"]["predicted_speedup"] == 1.8831
+    assert prices["compile"]["predicted_speedup"] == 2.119
     assert "attention rewritten to scaled_dot_product_attention" in prices["compile"]["note"]
     assert _measured(bundle)["compile"] == pytest.approx(1.68, abs=0.01)
 
@@ -123,11 +125,11 @@ def test_a_program_that_compiles_its_model_gets_no_compile_knob_price() -> None:
 
 
 def test_the_matmul_knobs_are_priced_whether_or_not_a_finding_calls_for_them() -> None:
-    """The lab's fp32_matmul trap: bf16-autocast on the module is the finding's own fix (x3.0618),
+    """The lab's fp32_matmul trap: bf16-autocast on the module is the finding's own fix (x3.3304),
     tf32 its TF32 edit. manual_sgd runs under bf16 autocast already: both knobs x1.0, saying why
     (a trial named with --fixes is judged against the step unchanged)."""
     fp32 = knob_prices_for(DATA / "fp32_matmul")
-    assert (fp32["bf16-autocast"]["predicted_speedup"], fp32["tf32"]["predicted_speedup"]) == (3.0618, 3.3021)
+    assert (fp32["bf16-autocast"]["predicted_speedup"], fp32["tf32"]["predicted_speedup"]) == (3.3304, 3.5862)
     sgd = knob_prices_for(KNOBS / "manual_sgd")
     assert {k: (sgd[k]["predicted_speedup"], sgd[k]["note"]) for k in ("bf16-autocast", "tf32")} == {
         "bf16-autocast": (1.0, "no fp32 or TF32 matmul"), "tf32": (1.0, "no fp32 GEMM")}

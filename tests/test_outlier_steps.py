@@ -37,10 +37,12 @@ def test_a_one_off_step_at_the_edge_is_left_out_and_named(dcgan: Path) -> None:
     assert report.warnings[0].startswith("ProfilerStep#5 took 1070.45 ms; its longest operator "
                                          "aten::conv_transpose2d took 627.40 ms: over 4x the median step (22.45 ms)")
     # with the outlier in, launch-bound read x15.53 (critical); the loader-workers knob measured
-    # x1.85 [1.00-3.42] on this program
+    # x1.85 [1.00-3.42] on this program. Its profiled step replays 11% under the measured one (the
+    # loader's stalls the window did not see): that bounds nothing, the profiler's prior stands,
+    # and more workers at most halve the step
     top = report.findings[0]
     assert top.id == "input-pipeline"
-    assert top.predicted_speedup == pytest.approx(1.8774, abs=1e-3)
+    assert top.predicted_speedup == pytest.approx(2.0, abs=1e-3)
 
 
 def test_untimed_the_operators_holding_the_step_say_it_is_one_off(dcgan: Path) -> None:

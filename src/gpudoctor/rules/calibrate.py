@@ -104,7 +104,8 @@ def calibrate(
     An unprofiled step longer than the profiled one (U > P) holds time the window did not see:
     the window's findings are priced on the window (U taken as P), never on that unseen time, and
     their speedups against U. A program fed by a DataLoader whose waits are bursty is the usual
-    case: the unseen time goes to ``input-pipeline`` when the trace has its finding (UNSEEN_MS)."""
+    case: the unseen time goes to the findings that take it (UNSEEN_TAKEN_BY: ``input-pipeline``,
+    ``dynamic-shapes``) when the trace has one (UNSEEN_MS)."""
     unseen = max(unprofiled_step_ms - profiled_step_ms, 0.0) if profiled_step_ms > 0 else 0.0
     if unseen < UNSEEN_MIN_SHARE * unprofiled_step_ms:
         unseen = 0.0  # within the spread of timing one step two ways: the unprofiled step stands

@@ -274,7 +274,16 @@ def _optimizer_share(a: Analysis, starts: np.ndarray, ends: np.ndarray,
     if share <= 0:
         return empty, empty, 0.0
     ranges = np.flatnonzero(optimizer_bookkeeping(a.trace) & in_steps)
+    # a step that calls a closure (LBFGS) runs the model's forward and backward inside it: not
+    # bookkeeping
+    ranges = ranges[~contains_any(host.ts[ranges], host.end[ranges], host.ts[updates])]
     return host.ts[ranges].astype(np.int64), host.end[ranges].astype(np.int64), share
+
+
+def contains_any(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per interval [starts, ends): whether any of the sorted-or-not times ``at`` falls inside."""
+    at = np.sort(at)
+    return np.searchsorted(at, ends, side="left") > np.searchsorted(at, starts, side="left")
 
 
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:
