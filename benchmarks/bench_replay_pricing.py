@@ -11,7 +11,8 @@ measured in the same run as the trace where tests/test_twin_traces.py records on
     python benchmarks/bench_replay_pricing.py [--json PATH] [--lab-dir DIR]
 
 ``--lab-dir`` adds a lab run kept on a GPU by benchmarks/lab_pricing_check.py (its
-``lab_pricing.json`` and traces; tests/data/lab_h200 keeps part of one).
+``lab_pricing.json`` and traces; tests/data/lab_h200 keeps part of one) or by
+benchmarks/lab_variants.py (``lab_variants.json``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,13 @@ def lab_rows() -> list[dict]:
 
 def lab_dir_rows(folder: Path) -> list[dict]:
     """A lab run kept by benchmarks/lab_pricing_check.py (``lab_pricing.json`` and each trap's sick
-    trace): each planted finding priced from its trace and the sick step timed with it."""
+    trace) or by benchmarks/lab_variants.py (``lab_variants.json``): each planted finding priced
+    from its trace and the sick step timed with it."""
     rows = []
-    for v in json.loads((folder / "lab_pricing.json").read_text())["verdicts"]:
+    kept = folder / "lab_pricing.json"
+    if not kept.is_file():
+        kept = folder / "lab_variants.json"
+    for v in json.loads(kept.read_text())["verdicts"]:
         trace = folder / (v.get("trace") or f"{v['trap']}.trace.json.gz")
         if not (v.get("expected") and v.get("sick_ms") and v.get("fixed_ms")) or not trace.is_file():
             continue
@@ -116,8 +121,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--lab-dir", type=Path, action="append", default=[],
                         help="a lab run kept by benchmarks/lab_pricing_check.py (repeatable)")
+    parser.add_argument("--dirs-only", action="store_true",
+                        help="price the --lab-dir runs alone, not the traces under tests/data")
     opts = parser.parse_args()
-    rows = lab_rows() + twin_rows()
+    rows = [] if opts.dirs_only else lab_rows() + twin_rows()
     for folder in opts.lab_dir:
         rows += lab_dir_rows(folder)
     print(f"{'':5} {'program':26} {'finding':20} {'rank':>4} {'measured':>9} {'replay':>7} {'formula':>7}  priced by")
