@@ -128,3 +128,30 @@ def test_the_prior_is_bounded_where_the_profiled_step_agrees_with_the_measured_o
     assert fit.scale == pytest.approx(0.2143, abs=1e-3) and fit.scale < PRIOR_SCALE
     at_zero = replay(graph, without_profiler(graph, 0.0)).step_ns
     assert fit.replayed.step_ns == pytest.approx(min(at_zero, measured) * 0.98, rel=1e-3)
+
+
+def test_without_a_loader_a_slower_timed_step_keeps_the_fixs_share() -> None:
+    """The lab's host_blocking_work (H100), its unprofiled step set 20% over the profiled one (as a
+    machine just started timed the lab's host-bound traps: 11-15% over). With no DataLoader in the
+    steps nothing waits unseen, so the fix keeps its share of the step: x2.68, against x2.96 with
+    the step timed as profiled; kept whole after the fix, as loader stalls are, the 8.2 ms read
+    x1.79."""
+    from gpudoctor.rules.whatif import step_model
+
+    trace = load(DATA / "host_blocking_work" / "trace.json.gz")
+    profiled = diagnose_loaded(trace).analysis.step_ms
+    found = diagnose_loaded(load(DATA / "host_blocking_work" / "trace.json.gz"),
+                            unprofiled_step_ms=profiled * 1.2)
+    model = step_model(found.analysis)
+    assert not isinstance(model, str) and not model.fed_by_loader
+    assert model.base.residual_ns / 1e6 == pytest.approx(8.2428, abs=1e-3)
+    assert found.report.finding("host-blocking-work").predicted_speedup == pytest.approx(2.6816, abs=1e-3)
+
+
+def test_a_loaders_stalls_are_the_time_the_window_did_not_see() -> None:
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules.whatif import step_model
+
+    found = diagnose_path(DATA / "gallery_h100" / "dataloader_workers")
+    model = step_model(found.analysis)
+    assert not isinstance(model, str) and model.fed_by_loader
