@@ -2,9 +2,10 @@
 run made beside the one the current code makes from the same trace, against the speedup measured.
 
 A bundle is a run directory (env.json, trace.json.gz, trials.json) as benchmarks/bench_knob_trials.py
-leaves them; ``--bundles`` takes a folder of them or a .tar.gz of that folder:
+leaves them; ``--bundles`` takes a folder of them or a .tar.gz / .tar.xz of that folder (the kept
+one holds each trace as trace.json: xz over the plain JSON is half the size of tar over gzip):
 
-    python benchmarks/bench_knob_reprice.py --bundles benchmarks/results/knob-trials-h200-2026-12-03-bundles.tar.gz
+    python benchmarks/bench_knob_reprice.py --bundles benchmarks/results/knob-trials-h200-2026-12-03-bundles.tar.xz
 
 The prediction now is what ``run --try-fixes`` would print: the report's findings planned with the
 knobs the run tried and the knobs' own replayed prices (tryfix/trial.py ``plan``,
@@ -35,17 +36,21 @@ KEPT_IN_TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "knobs_
 
 
 def bundles_in(path: Path, scratch: Path) -> list[Path]:
-    """The run bundles in ``path`` (a folder, or a .tar.gz of one). A bundle packed without its
-    trace takes the one tests/data/knobs_h200 keeps under its name (not stored twice)."""
+    """The run bundles in ``path`` (a folder, or a .tar.gz / .tar.xz of one). A bundle packed
+    without its trace takes the one tests/data/knobs_h200 keeps under its name (not stored twice)."""
     if path.is_file():
         with tarfile.open(path) as tar:
             tar.extractall(scratch, filter="data")
         path = scratch
+
+    def traced(folder: Path) -> bool:
+        return (folder / "trace.json.gz").is_file() or (folder / "trace.json").is_file()
+
     for trials in path.rglob("trials.json"):
         kept = KEPT_IN_TESTS / trials.parent.name / "trace.json.gz"
-        if not (trials.parent / "trace.json.gz").is_file() and kept.is_file():
+        if not traced(trials.parent) and kept.is_file():
             shutil.copyfile(kept, trials.parent / "trace.json.gz")
-    return sorted(p.parent for p in path.rglob("trials.json") if (p.parent / "trace.json.gz").is_file())
+    return sorted(p.parent for p in path.rglob("trials.json") if traced(p.parent))
 
 
 def repriced(bundle: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from gpudoctor.pipeline import analyze_loaded, analyze_path
 from gpudoctor.trace import load, parse
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLES = ROOT / "benchmarks" / "results" / "knob-trials-h200-2026-12-03-bundles.tar.gz"
+BUNDLES = ROOT / "benchmarks" / "results" / "knob-trials-h200-2026-12-03-bundles.tar.xz"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_a_one_off_step_at_the_edge_is_left_out_and_named(dcgan: Path) -> None:
 
 
 def test_untimed_the_operators_holding_the_step_say_it_is_one_off(dcgan: Path) -> None:
-    trace = load(dcgan / "trace.json.gz")
+    trace = load(dcgan)
     steps = segment(trace)
     kept, left_out = without_outlier_edges(steps, trace, None)
     assert left_out == (4,) and len(kept) == 4
