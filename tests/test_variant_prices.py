@@ -155,3 +155,17 @@ def test_a_loaders_stalls_are_the_time_the_window_did_not_see() -> None:
     found = diagnose_path(DATA / "gallery_h100" / "dataloader_workers")
     model = step_model(found.analysis)
     assert not isinstance(model, str) and model.fed_by_loader
+
+
+def test_same_kernel_gemms_in_sequence_keep_their_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """adam_many_params (run b's trace, not kept here; benchmarks/BENCHMARKS-replay.md "The prior")
+    stacks 64 Linear(96, 96) layers: same-kernel GEMMs in sequence that no cat joins. Only a loop
+    whose outputs are joined (heads) merges its weights, so only there does the optimizer's share
+    go (with it, small-gemm read x2.80 there and came first; x1.38 without, measured x2.34 for
+    the optimizer's fix). per_head_linear with its gathers hidden keeps its optimizer whole."""
+    found, _ = _diagnosed("per_head_linear")
+    a = found.analysis
+    monkeypatch.setattr(small_gemm, "_gathers", lambda a, runs: np.empty(0, np.int64))
+    edit = small_gemm.edit(a, found.report.finding("small-gemm"))
+    assert edit is not None
+    assert np.unique(np.asarray(edit.host_share)).tolist() == [1.0]

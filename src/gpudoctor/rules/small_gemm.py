@@ -169,8 +169,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     its launches and the operators that issued them and the host time since the run's previous
     one, and so do the other kernels launched in that host time (the loop's casts, its bias
     gradients' sums). The cat joining the loop's outputs goes, forward and backward
-    (``_gathers``), and the optimizer's host work shrinks with the parameters merged
-    (``_optimizer_share``). A GEMM alone in its run keeps its launch and takes its batched time."""
+    (``_gathers``), and where there is one, the optimizer's host work shrinks with the parameters
+    merged (``_optimizer_share``). A GEMM alone in its run keeps its launch and takes its batched time."""
     (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
     idx, saving = np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
     if idx.size == 0:
@@ -204,6 +204,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     # the cat gathering the heads' outputs after a loop, and its backward, go: the batched
     # call's output is already whole
     gathers = _gathers(a, [idx[run] for run in runs])
+    joined = gathers.size > 0
     gathers = np.concatenate([gathers, backward_nodes_of(a.trace, gathers)])
     starts.extend(host.ts[gathers].tolist())
     ends.extend(host.end[gathers].tolist())
@@ -214,7 +215,11 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     others = launched_inside(a, starts_a, ends_a, threads_a)
     removed = np.union1d(np.array(gone, np.int64), np.setdiff1d(others, idx))
     calls = dev.launch[removed]
-    opt_s, opt_e, merged = _optimizer_share(a, starts_a, ends_a, threads_a)
+    # a loop whose outputs are joined ran independent GEMMs (heads), whose weights merge into one;
+    # same-kernel GEMMs in sequence (a deep stack of small layers) keep their parameters
+    empty = np.empty(0, np.int64)
+    opt_s, opt_e, merged = _optimizer_share(a, starts_a, ends_a, threads_a) if joined else (
+        empty, empty, 0.0)
     return Edit(device=idx.astype(np.int64), device_ns=device_ns, device_removed=removed,
                 host_removed_s=np.concatenate([starts_a, opt_s]),
                 host_removed_e=np.concatenate([ends_a, opt_e]),
