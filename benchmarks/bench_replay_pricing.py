@@ -65,7 +65,8 @@ def lab_dir_rows(folder: Path) -> list[dict]:
         if not (v.get("expected") and v.get("sick_ms") and v.get("fixed_ms")) or not trace.is_file():
             continue
         report = analyze_loaded(load(trace), unprofiled_step_ms=v["sick_ms"])
-        rows.append(_row("lab-dir", v["trap"], report, v["expected"], v["sick_ms"], v["sick_ms"] / v["fixed_ms"], None))
+        row = _row("lab-dir", v["trap"], report, v["expected"], v["sick_ms"], v["sick_ms"] / v["fixed_ms"], None)
+        rows.append({**row, "dir": str(folder)})
     return rows
 
 
@@ -140,6 +141,12 @@ def main() -> int:
             continue
         print(f"{kind}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], r['band']) for r in sub)} "
               f"of {len(sub)}; formula on {sum(within(r['formula'], r['measured'], r['band']) for r in sub)}")
+    for folder in opts.lab_dir:  # each run on its own: run-to-run spread is most of the error
+        sub = [r for r in rows if r.get("dir") == str(folder)]
+        if sub:
+            in15 = sum(bool(r["replay"]) and 1 / 1.5 <= r["replay"] / r["measured"] <= 1.5 for r in sub)
+            print(f"  {folder}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], None) for r in sub)}"
+                  f" of {len(sub)}, within 1.5x on {in15}")
     if opts.json:
         opts.json.write_text(json.dumps(rows, indent=1))
     return 0
