@@ -254,7 +254,7 @@ def test_a_long_trace_path_folds_rather_than_being_cut(tmp_path: Path) -> None:
 
 
 def test_the_lab_table_fits_80_columns_without_cutting_a_cell() -> None:
-    from gpudoctor.lab.table import render_lab
+    from gpudoctor.lab.console import render_lab
     from gpudoctor.lab.verify import TrapVerdict
 
     verdicts = [

@@ -504,7 +504,7 @@ def lab_run(
     """Run traps and their fixed twins, diagnose the sick ones, compare predicted and measured speedups."""
     from gpudoctor.capture.bundle import new_run_dir, write_json
     from gpudoctor.lab.catalog import resolve_names
-    from gpudoctor.lab.table import render_lab
+    from gpudoctor.lab.console import render_lab
     from gpudoctor.lab.verify import verify_all
     from gpudoctor.outputs import check_output_dir
     from gpudoctor.report.safe import SafeConsole
@@ -949,7 +949,7 @@ def history_cmd(
 ) -> None:
     """The runs under a folder, newest first: program, arguments, git commit, GPU, step time, top finding."""
     from gpudoctor.diff.history import list_runs, prediction_errors
-    from gpudoctor.diff.history_table import render_history, render_predictions
+    from gpudoctor.diff.history_console import render_history, render_predictions
     from gpudoctor.report.safe import SafeConsole
 
     entries = list_runs(folder)

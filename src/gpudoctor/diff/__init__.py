@@ -2,7 +2,7 @@
 
 inputs (a trace, a run directory, rank traces) -> Side; samples (the noise model) + match (kernels)
 -> compare -> Diff (plain data); history lists run directories. Renderers: diff/console.py,
-diff/html.py, diff/history_table.py.
+diff/html.py, diff/history_console.py.
 """
 
 from __future__ import annotations
