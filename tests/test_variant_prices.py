@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudoctor.analysis.host_events import backward_nodes_of, sequence_numbers
+from gpudoctor.analysis.host_events import backward_nodes_of, ran_backward, sequence_numbers
+from gpudoctor.analysis.intervals import any_inside
 from gpudoctor.analysis.steps import segment
 from gpudoctor.pipeline import diagnose_loaded
 from gpudoctor.replay.graph import build
@@ -39,7 +40,7 @@ def test_a_chain_without_a_backward_is_one_pass_at_its_largest_kernels_traffic()
     slowest kernels, the broadcast add at 1.6 TB/s among them) read x1.81."""
     found, measured = _diagnosed("gated_chain")
     a = found.analysis
-    assert not unfused_elementwise.has_backward(a)
+    assert not ran_backward(a.trace)
     chains = unfused_elementwise.chains(a)
     assert [c.size for c in chains] == [7] * len(a.steps)
     t = a.roofline.event_in_steps_ns
@@ -56,7 +57,7 @@ def test_a_served_swiglu_gate_is_priced_as_one_pass() -> None:
     """swiglu_infer: three bf16 GEMMs and a written-out SiLU gate over 16384 x 4096, no backward;
     compiled, the gate is one kernel: x1.61 measured."""
     found, measured = _diagnosed("swiglu_infer")
-    assert not unfused_elementwise.has_backward(found.analysis)
+    assert not ran_backward(found.analysis.trace)
     f = found.report.finding("unfused-elementwise")
     assert f.predicted_speedup == pytest.approx(1.4677, abs=1e-3)
     assert measured == pytest.approx(1.6052, abs=1e-3)
@@ -112,8 +113,8 @@ def test_batching_per_head_linears_takes_their_gather_and_the_optimizers_share()
 
 
 def test_an_optimizer_step_that_runs_a_closure_is_not_bookkeeping() -> None:
-    assert small_gemm.contains_any(np.array([0, 10, 20]), np.array([5, 15, 25]),
-                                   np.array([12, 3])).tolist() == [True, True, False]
+    assert any_inside(np.array([0, 10, 20]), np.array([5, 15, 25]),
+                      np.array([12, 3])).tolist() == [True, True, False]
 
 
 def test_the_prior_is_bounded_where_the_profiled_step_agrees_with_the_measured_one() -> None:

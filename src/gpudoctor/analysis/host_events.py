@@ -138,21 +138,27 @@ def optimizer_bookkeeping(trace: Trace) -> np.ndarray:
     """Host annotations of an optimizer's step and zero_grad (``Optimizer.zero_grad#AdamW.zero_grad``):
     host work that grows with the number of parameters."""
     host = trace.host
-    named = trace.names_matching(
-        lambda s: s.startswith("Optimizer.step#") or s.startswith("Optimizer.zero_grad#"))
-    return named[host.name] & (host.cat == HostCat.ANNOTATION)
+    zero_grad = trace.names_matching(lambda s: s.startswith("Optimizer.zero_grad#"))[host.name]
+    return optimizer_steps(trace) | (zero_grad & (host.cat == HostCat.ANNOTATION))
+
+
+# The autograd engine records each backward node it runs under this name, then ": " and the node's.
+AUTOGRAD_NODE = "autograd::engine::evaluate_function"
+
+
+def ran_backward(trace: Trace) -> bool:
+    """Whether the trace ran a backward (the autograd engine recorded a node)."""
+    return bool(trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE)).any())
 
 
 def parameter_updates(trace: Trace) -> np.ndarray:
     """Host events of the autograd engine accumulating a parameter's gradient: one per parameter
     and backward."""
     return trace.names_matching(
-        lambda s: s.startswith("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad")
-    )[trace.host.name]
+        lambda s: s.startswith(f"{AUTOGRAD_NODE}: torch::autograd::AccumulateGrad"))[trace.host.name]
 
 
 _SEQUENCE = re.compile(rb'"Sequence number": *(\d+)')
-AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
 
 
 def sequence_numbers(trace: Trace, rows: np.ndarray) -> np.ndarray:

@@ -82,6 +82,12 @@ def contains(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
+def any_inside(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per interval [starts, ends): whether any of the times ``t`` (in any order) falls inside."""
+    t = np.sort(t)
+    return np.searchsorted(t, ends, side="left") > np.searchsorted(t, starts, side="left")
+
+
 def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray,
                                                                                     np.ndarray]:
     """Disjoint sorted intervals (s, e) less the disjoint sorted intervals (ks, ke), as

@@ -38,15 +38,13 @@ SCALE_RANGE = (0.0, 8.0)
 # the range's end and leaves the host too little time (benchmarks/BENCHMARKS-replay.md "The lab on
 # the H200, with its fixed twins' traces").
 GPU_SET_SHARE = 0.02
-# Where the step cannot tell the profiler's cost, the scale taken on DEFAULT_COST_NS. The scales
-# fitted where a step could tell it vary with the machine: median 1.64 over 33 host-bound traces of
-# one H200 session, 1.05-1.48 on another's; 1.3 prices the most traps, variants and knob trials
-# within 1.25x of those measured (benchmarks/BENCHMARKS-replay.md "The prior").
+# Where the step cannot tell the profiler's cost, the scale taken on DEFAULT_COST_NS: the scales
+# fitted where it could sit above 1 and move about 2x between machines; 1.3 priced the most
+# recorded traps, variants and knob trials within 1.25x (benchmarks/BENCHMARKS-replay.md "The prior").
 PRIOR_SCALE = 1.3
 # The profiled step replayed with nothing taken out agrees with the measured one within this share
-# below it (the lab's host_blocking_work, H100: 2.3% below); further below, the measured step holds
-# time the window did not see (pytorch/examples' DCGAN, its loader's stalls: 11% below;
-# tests/test_outlier_steps.py).
+# below it; further below, the measured step holds time the window did not see, a loader's stalls
+# (tests/test_variant_prices.py, tests/test_outlier_steps.py).
 AGREE_SHARE = 0.05
 BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
@@ -118,7 +116,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         ch = without_profiler(graph, PRIOR_SCALE, costs)
         return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0)
     lo, hi = SCALE_RANGE
-    at_lo = replay(graph, without_profiler(graph, lo, costs))
+    lo_changes = without_profiler(graph, lo, costs)
+    at_lo = replay(graph, lo_changes)
     if at_lo.step_ns <= measured_step_ns * (1 + GPU_SET_SHARE):
         # the profiled step is no longer than the measured one: where the GPU's work sets it, the
         # profiler's host time is hidden and the step says nothing of it: the prior stands. Where
@@ -127,10 +126,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         # A measured step longer still holds time the window did not see (a loader's stalls), which
         # bounds nothing
         agree = at_lo.step_ns >= measured_step_ns * (1 - AGREE_SHARE)
-        floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE)
-        scale = _bounded_prior(graph, floor, costs, lo) if agree else PRIOR_SCALE
-        ch = without_profiler(graph, scale, costs)
-        r = replay(graph, ch)
+        floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE) if agree else 0.0
+        scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
     at_hi = replay(graph, without_profiler(graph, hi, costs))
     # even the most the profiler could have added leaves it longer
@@ -162,16 +159,21 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
 
 
 def _bounded_prior(graph: StepGraph, floor_ns: float, costs: dict[str, float] | None,
-                   lo: float) -> float:
+                   at_lo: tuple[float, Changes, Replayed]) -> tuple[float, Changes, Replayed]:
     """PRIOR_SCALE, or the largest scale below it whose replayed step stays at ``floor_ns`` or
-    above (bisection: the replayed step falls as the scale grows)."""
-    if replay(graph, without_profiler(graph, PRIOR_SCALE, costs)).step_ns >= floor_ns:
-        return PRIOR_SCALE
-    low, high = lo, PRIOR_SCALE
+    above (bisection from ``at_lo``, the lowest scale replayed: the replayed step falls as the
+    scale grows); with its changes and replay."""
+    ch = without_profiler(graph, PRIOR_SCALE, costs)
+    r = replay(graph, ch)
+    if r.step_ns >= floor_ns:
+        return PRIOR_SCALE, ch, r
+    (low, best_ch, best), high = at_lo, PRIOR_SCALE
     for _ in range(BOUND_ITERATIONS):
         mid = (low + high) / 2
-        if replay(graph, without_profiler(graph, mid, costs)).step_ns >= floor_ns:
-            low = mid
+        ch = without_profiler(graph, mid, costs)
+        r = replay(graph, ch)
+        if r.step_ns >= floor_ns:
+            low, best_ch, best = mid, ch, r
         else:
             high = mid
-    return low
+    return low, best_ch, best

@@ -194,10 +194,17 @@ def launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray, threads: 
     launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
     if launched.size == 0 or starts.size == 0:
         return np.empty(0, np.int64)
-    at, thread = host.ts[dev.launch[launched]], host.thread[dev.launch[launched]]
-    inside = np.zeros(launched.size, bool)
+    calls = dev.launch[launched]
+    return launched[inside_stretches(host.ts[calls], host.thread[calls], starts, ends, threads)]
+
+
+def inside_stretches(at: np.ndarray, thread: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     threads: np.ndarray) -> np.ndarray:
+    """Per host time ``at`` on ``thread``: whether it falls inside one of the stretches
+    [starts, ends) of that same thread."""
+    inside = np.zeros(at.size, bool)
     for th in np.unique(threads).tolist():
         s, e = union(starts[threads == th], ends[threads == th])
         mine = thread == th
         inside[mine] = contains(s, e, at[mine])
-    return launched[inside]
+    return inside

@@ -40,6 +40,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
+from gpudoctor.analysis.host_events import ran_backward
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, naive_attention, unfused_elementwise
 from gpudoctor.rules.shared import attention_events
@@ -139,7 +140,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
     dev = a.trace.device
     t = a.roofline.event_in_steps_ns
     floor_ns = unfused_elementwise.kernel_floor_ns(a)
-    training = unfused_elementwise.has_backward(a)
+    training = ran_backward(a.trace)
     retimed: list[int] = []
     retimed_ns: list[float] = []
     gone: list[np.ndarray] = []

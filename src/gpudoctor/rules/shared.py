@@ -25,9 +25,8 @@ from gpudoctor.trace.model import HostCat
 # pricing").
 UNSEEN_MIN_SHARE = 0.15
 # A loader that stalls more often than the window saw; setup calls (cuDNN autotuning, recompiles)
-# for shapes the window did not meet: each step timed outside it can meet new ones (the lab's
-# dynamic_shapes trap: 686 ms measured against 573 replayed, benchmarks/BENCHMARKS-replay.md "The
-# prior").
+# for shapes the window did not meet, which each step timed outside it can meet
+# (benchmarks/BENCHMARKS-replay.md "The prior").
 UNSEEN_TAKEN_BY = frozenset({"input-pipeline", "dynamic-shapes"})
 
 # reserved share of the card above which allocator churn is memory pressure (that finding owns it)

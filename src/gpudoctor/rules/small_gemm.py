@@ -20,7 +20,7 @@ from gpudoctor.analysis.host_events import (
     optimizer_bookkeeping,
     parameter_updates,
 )
-from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.analysis.intervals import any_inside
 from gpudoctor.analysis.roofline import DTYPES, roof_for
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
@@ -29,6 +29,7 @@ from gpudoctor.rules.common import (
     GATHER_OPS,
     GEMM_EFFICIENCY,
     gemm_ns_of_events,
+    inside_stretches,
     kernel_names_of_events,
     launched_inside,
     op_names_of_events,
@@ -270,25 +271,15 @@ def _optimizer_share(a: Analysis, starts: np.ndarray, ends: np.ndarray,
     empty = np.empty(0, np.int64)
     if updates.size == 0 or starts.size == 0:
         return empty, empty, 0.0
-    merged = np.zeros(updates.size, bool)
-    for th in np.unique(threads).tolist():
-        s, e = union(starts[threads == th], ends[threads == th])
-        mine = host.thread[updates] == th
-        merged[mine] = contains(s, e, host.ts[updates[mine]])
+    merged = inside_stretches(host.ts[updates], host.thread[updates], starts, ends, threads)
     share = float(merged.sum()) / updates.size
     if share <= 0:
         return empty, empty, 0.0
     ranges = np.flatnonzero(optimizer_bookkeeping(a.trace) & in_steps)
     # a step that calls a closure (LBFGS) runs the model's forward and backward inside it: not
     # bookkeeping
-    ranges = ranges[~contains_any(host.ts[ranges], host.end[ranges], host.ts[updates])]
+    ranges = ranges[~any_inside(host.ts[ranges], host.end[ranges], host.ts[updates])]
     return host.ts[ranges].astype(np.int64), host.end[ranges].astype(np.int64), share
-
-
-def contains_any(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Per interval [starts, ends): whether any of the sorted-or-not times ``at`` falls inside."""
-    at = np.sort(at)
-    return np.searchsorted(at, ends, side="left") > np.searchsorted(at, starts, side="left")
 
 
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import ran_backward
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.rules.base import Rule
@@ -44,7 +45,6 @@ from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
 
 ID = "unfused-elementwise"
 MIN_CHAIN = 2
-AUTOGRAD_NODE = "autograd::engine::evaluate_function"
 FUSED_PASS_FACTOR = 1.25
 # An eager kernel far under the memory roof is a layout the compiler writes anew, not a floor for
 # the fused pass (bf16 BatchNorm backward on NCHW ran at 6-12% of the roof); where a compiler stops
@@ -117,11 +117,6 @@ def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
     return 1
 
 
-def has_backward(a: Analysis) -> bool:
-    """Whether the trace ran a backward (the autograd engine recorded a node)."""
-    return bool(a.trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE)).any())
-
-
 def kernel_floor_ns(a: Analysis) -> float:
     """The shortest memory-bound kernel recorded in the steps (ns, whole kernels): the least a
     kernel takes on this card, which a fused pass over a tiny tensor takes too; without it a chain
@@ -137,7 +132,7 @@ def kernel_floor_ns(a: Analysis) -> float:
 def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0,
              training: bool = True) -> float:
     """The chain's time once fused (the module docstring says how; ``training``: the step has a
-    backward, ``has_backward``); no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
+    backward, analysis/host_events.py ``ran_backward``); no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
     if not training:
         passes = _passes_of_flow(a, chain)
         nbytes = a.roofline.event_bytes[chain]
@@ -186,7 +181,7 @@ def check(a: Analysis) -> Finding | None:
     n = max(len(a.steps), 1)
     chain_ns = np.array([t[r].sum() for r in runs], float)
     floor_ns = kernel_floor_ns(a)
-    training = has_backward(a)
+    training = ran_backward(a.trace)
     fused = np.array([fused_ns(a, r, t, floor_ns, training) for r in runs], float)
     saving_ns = np.clip(chain_ns - fused, 0, None)
     idx = np.concatenate(runs)

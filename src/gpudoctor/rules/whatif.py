@@ -68,8 +68,7 @@ class StepModel:
             return self.step_ms * after_ns / base_ns
         # time the window did not see stays, unless the fix is the one that takes it. Without a
         # loader to stall, nothing in the step waits unseen: the program ran slower while it was
-        # timed (the lab's host-bound traps on a machine just started: 11-15% over the profiled
-        # step, benchmarks/BENCHMARKS-replay.md "The prior"), and the fix keeps its share
+        # timed, and the fix keeps its share (tests/test_variant_prices.py)
         if residual_ms >= 0:
             if not self.fed_by_loader and not takes_unseen:
                 return self.step_ms * after_ns / base_ns
