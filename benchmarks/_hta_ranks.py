@@ -51,20 +51,28 @@ def main(folder: str) -> None:
         return series
 
     try:  # one candidate: the least HTA can name (its default is two)
-        out["stragglers"] = [int(r) for r in analyzer.get_potential_stragglers(
-            num_candidates=1, straggler_identification_impl=counted)]
+        out["stragglers"] = [
+            int(r)
+            for r in analyzer.get_potential_stragglers(
+                num_candidates=1, straggler_identification_impl=counted
+            )
+        ]
         out["straggler_counts"] = counts
     except BaseException as exc:  # noqa: BLE001
         out["stragglers_error"] = _err(exc)
     try:
         overlap = analyzer.get_comm_comp_overlap(visualize=False)
-        out["overlap_pct"] = {int(r["rank"]): float(r["comp_comm_overlap_pctg"])
-                              for r in overlap.to_dict(orient="records")}
+        out["overlap_pct"] = {
+            int(r["rank"]): float(r["comp_comm_overlap_pctg"])
+            for r in overlap.to_dict(orient="records")
+        }
     except BaseException as exc:  # noqa: BLE001
         out["overlap_error"] = _err(exc)
     try:
         temporal = analyzer.get_temporal_breakdown(visualize=False)
-        out["idle_pct"] = {int(r["rank"]): float(r["idle_time_pctg"]) for r in temporal.to_dict(orient="records")}
+        out["idle_pct"] = {
+            int(r["rank"]): float(r["idle_time_pctg"]) for r in temporal.to_dict(orient="records")
+        }
     except BaseException as exc:  # noqa: BLE001
         out["temporal_error"] = _err(exc)
     try:
@@ -90,15 +98,19 @@ def _retry_with_old_names(analyzer, out: dict, counted, counts: dict) -> None:  
     renamed = 0
     for i, name in enumerate(names):
         if name.startswith("ncclDevKernel"):
-            names[i] = "ncclKernel" + name[len("ncclDevKernel"):]
+            names[i] = "ncclKernel" + name[len("ncclDevKernel") :]
             index[names[i]] = i
             renamed += 1
     if not renamed:
         return
     counts.clear()
     try:
-        out["stragglers_renamed"] = [int(r) for r in analyzer.get_potential_stragglers(
-            num_candidates=1, straggler_identification_impl=counted)]
+        out["stragglers_renamed"] = [
+            int(r)
+            for r in analyzer.get_potential_stragglers(
+                num_candidates=1, straggler_identification_impl=counted
+            )
+        ]
         out["straggler_counts_renamed"] = dict(counts)
     except BaseException as exc:  # noqa: BLE001
         out["stragglers_renamed_error"] = _err(exc)

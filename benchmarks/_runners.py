@@ -41,7 +41,11 @@ def run_gpudoctor(path: str) -> None:
     t0 = time.perf_counter()
     report = analyze_path(path)
     seconds = time.perf_counter() - t0
-    emit(seconds, before, {"findings": [f.id for f in report.findings[:3]], "step_ms": report.step_ms})
+    emit(
+        seconds,
+        before,
+        {"findings": [f.id for f in report.findings[:3]], "step_ms": report.step_ms},
+    )
 
 
 def run_hta(path: str) -> None:
@@ -60,7 +64,11 @@ def run_hta(path: str) -> None:
     idle = analyzer.get_idle_time_breakdown(visualize=False)
     seconds = time.perf_counter() - t0
     frame = idle[0] if isinstance(idle, tuple) else idle
-    emit(seconds, before, {"temporal": temporal.to_dict(orient="records")[:1], "idle_rows": len(frame)})
+    emit(
+        seconds,
+        before,
+        {"temporal": temporal.to_dict(orient="records")[:1], "idle_rows": len(frame)},
+    )
 
 
 def run_decode(kind: str, path: str) -> None:
@@ -90,7 +98,11 @@ def run_decode(kind: str, path: str) -> None:
 
 
 def emit(seconds: float, before: int, extra: dict) -> None:
-    print(json.dumps({"seconds": seconds, "rss_before": before, "rss_peak": peak_rss(), **extra}, default=str))
+    print(
+        json.dumps(
+            {"seconds": seconds, "rss_before": before, "rss_peak": peak_rss(), **extra}, default=str
+        )
+    )
 
 
 def spawn(cmd: list[str]) -> None:
@@ -113,8 +125,16 @@ def spawn(cmd: list[str]) -> None:
     # CPU seconds (user + system, its waited-for children included): on a shared machine, less
     # moved by other loads than wall time
     cpu = usage.ru_utime + usage.ru_stime
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_rss": usage.ru_maxrss * 1024,
-                      "rc": os.waitstatus_to_exitcode(status)}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu": cpu,
+                "peak_rss": usage.ru_maxrss * 1024,
+                "rc": os.waitstatus_to_exitcode(status),
+            }
+        )
+    )
 
 
 def _timed(f, label: str, spent: dict[str, float]):  # type: ignore[no-untyped-def]
@@ -167,12 +187,18 @@ def phases(path: str) -> None:
     load = importlib.import_module("gpudoctor.trace.load")
     json_report = importlib.import_module("gpudoctor.report.json_report")
     spent = {"imports": time.perf_counter() - t0}
-    inflate = "gunzip" if hasattr(load, "gunzip") else "_gunzip"  # its name in the loader, then and now
+    inflate = (
+        "gunzip" if hasattr(load, "gunzip") else "_gunzip"
+    )  # its name in the loader, then and now
     # what analyze_path calls, then and now
     diagnose = "diagnose_loaded" if hasattr(pipeline, "diagnose_loaded") else "analyze_loaded"
-    for label, module, name in (("gunzip", load, inflate), ("JSON decode", load, "_decode"),
-                                ("trace build", load, "build"), ("analysis + rules + report", pipeline, diagnose),
-                                ("JSON render", json_report, "to_json")):
+    for label, module, name in (
+        ("gunzip", load, inflate),
+        ("JSON decode", load, "_decode"),
+        ("trace build", load, "build"),
+        ("analysis + rules + report", pipeline, diagnose),
+        ("JSON render", json_report, "to_json"),
+    ):
         spent[label] = 0.0
         setattr(module, name, _timed(getattr(module, name), label, spent))
     # the events decoded a slice at a time, inside the trace build (trace/read.py Slices)

@@ -47,7 +47,9 @@ def main() -> None:
     if found.analysis is None:
         raise SystemExit(f"{source}: no GPU work, nothing to annotate")
     findings = found.report.findings
-    phases: dict[str, list[float]] = {k: [] for k in ("survey", "events", "copy", "gzip copy", "write_annotated")}
+    phases: dict[str, list[float]] = {
+        k: [] for k in ("survey", "events", "copy", "gzip copy", "write_annotated")
+    }
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with tempfile.TemporaryDirectory() as tmp:
         target, plain = Path(tmp) / "annotated.trace.json.gz", Path(tmp) / "annotated.trace.json"
@@ -66,19 +68,27 @@ def main() -> None:
             phases["write_annotated"].append(t)
         size, json_bytes = target.stat().st_size, plain.stat().st_size
     result = {
-        "trace": str(args.trace), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "repeat": args.repeat,
-        "added_events": len(annotation.events), "json_bytes": json_bytes, "gzip_bytes": size,
+        "trace": str(args.trace),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "repeat": args.repeat,
+        "added_events": len(annotation.events),
+        "json_bytes": json_bytes,
+        "gzip_bytes": size,
         "median_s": {k: round(statistics.median(v), 4) for k, v in phases.items()},
         # ru_maxrss is in kB on Linux; the loaded trace and its analysis are alive throughout
-        "peak_rss_mb": {"after_analysis": round(rss_before / 1024, 1),
-                        "after_writes": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
+        "peak_rss_mb": {
+            "after_analysis": round(rss_before / 1024, 1),
+            "after_writes": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        },
     }
     print("| phase | median s |\n|---|---:|")
     for k, v in result["median_s"].items():
         print(f"| {k} | {v:.3f} |")
-    print(f"\n{result['added_events']} events added; {json_bytes / 1e6:.1f} MB of JSON, {size / 1e6:.1f} MB gzipped; "
-          f"peak RSS {result['peak_rss_mb']}")
+    print(
+        f"\n{result['added_events']} events added; {json_bytes / 1e6:.1f} MB of JSON, {size / 1e6:.1f} MB gzipped; "
+        f"peak RSS {result['peak_rss_mb']}"
+    )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -65,11 +65,17 @@ def make(out: Path, copies: int, source: Path) -> None:
                 blocks.append(b"  {\n    " + encode(e)[1:-1] + b"\n  }")
             f.write((b",\n" if k else b"") + b",\n".join(blocks))
         f.write(b"\n  ]\n}\n")
-    print(json.dumps({"file": str(out), "bytes": out.stat().st_size, "events": copies * len(events)}))
+    print(
+        json.dumps({"file": str(out), "bytes": out.stat().st_size, "events": copies * len(events)})
+    )
 
 
 def measure(trace: Path, repeat: int, srcs: list[Path], whole: bool = True) -> None:
-    commands = {"whole (this checkout, load(chunked=False))": (SRC, {"GPUDOCTOR_BENCH_WHOLE": "1"})} if whole else {}
+    commands = (
+        {"whole (this checkout, load(chunked=False))": (SRC, {"GPUDOCTOR_BENCH_WHOLE": "1"})}
+        if whole
+        else {}
+    )
     commands["chunked (this checkout)"] = (SRC, {})
     for src in srcs:
         commands[f"{src}"] = (src, {})
@@ -80,20 +86,30 @@ def measure(trace: Path, repeat: int, srcs: list[Path], whole: bool = True) -> N
         cmd = [sys.executable, str(Path(__file__).resolve()), "run", str(trace)]
         runs = []
         for _ in range(repeat):
-            out = subprocess.run([sys.executable, str(HERE / "_runners.py"), "spawn", *cmd], capture_output=True,
-                                 text=True, env=env, timeout=3600, check=True)
+            out = subprocess.run(
+                [sys.executable, str(HERE / "_runners.py"), "spawn", *cmd],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=3600,
+                check=True,
+            )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(name, json.dumps(runs[-1]), flush=True)
         rows[name] = runs
     size = trace.stat().st_size
-    print(f"\nMeasured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({os.cpu_count()} cores,"
-          f" {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB), Python "
-          f"{platform.python_version()}, msgspec {msgspec.__version__}; {trace.name}: {size / 1e9:.2f} GB\n")
+    print(
+        f"\nMeasured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({os.cpu_count()} cores,"
+        f" {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB), Python "
+        f"{platform.python_version()}, msgspec {msgspec.__version__}; {trace.name}: {size / 1e9:.2f} GB\n"
+    )
     print("| loader | rc | wall s | CPU s | peak RSS GB (x file) |\n|---|---:|---:|---:|---:|")
     for name, runs in rows.items():
         peak = max(r["peak_rss"] for r in runs)
-        print(f"| {name} | {','.join(str(r['rc']) for r in runs)} | {statistics.median(r['seconds'] for r in runs):.1f} | "
-              f"{statistics.median(r['cpu'] for r in runs):.1f} | {peak / 1e9:.2f} ({peak / size:.2f}x) |")
+        print(
+            f"| {name} | {','.join(str(r['rc']) for r in runs)} | {statistics.median(r['seconds'] for r in runs):.1f} | "
+            f"{statistics.median(r['cpu'] for r in runs):.1f} | {peak / 1e9:.2f} ({peak / size:.2f}x) |"
+        )
 
 
 def run(trace: str) -> None:
@@ -102,7 +118,9 @@ def run(trace: str) -> None:
         import functools
         import importlib
 
-        loader = importlib.import_module("gpudoctor.trace.load")  # the package's `load` is the function
+        loader = importlib.import_module(
+            "gpudoctor.trace.load"
+        )  # the package's `load` is the function
         loader.load = functools.partial(loader.load, chunked=False)  # type: ignore[assignment]
         import gpudoctor.trace as trace_pkg
 
@@ -124,7 +142,11 @@ if __name__ == "__main__":
     r.add_argument("trace", type=Path)
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument("--src", type=Path, action="append", default=[])
-    r.add_argument("--no-whole", action="store_true", help="leave out the whole-file loader (6.5 GB on a 4 GB trace)")
+    r.add_argument(
+        "--no-whole",
+        action="store_true",
+        help="leave out the whole-file loader (6.5 GB on a 4 GB trace)",
+    )
     x = sub.add_parser("run")
     x.add_argument("trace")
     args = parser.parse_args()

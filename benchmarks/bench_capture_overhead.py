@@ -34,7 +34,9 @@ def run_steps(work, steps: int) -> float:
     return (time.perf_counter() - start) * 1e3 / steps
 
 
-def attached(work, steps: int, narrow: bool = True, after_window: bool = False) -> tuple[float, str]:
+def attached(
+    work, steps: int, narrow: bool = True, after_window: bool = False
+) -> tuple[float, str]:
     """Step time with a session attached that finds the steps by itself (no gpudoctor.step()).
     ``narrow=False`` keeps the global module hooks on every module call (the discovery phase);
     ``after_window`` puts the session where it is after a window: timing steps, one hook left."""
@@ -60,10 +62,14 @@ def main() -> None:
     args = parser.parse_args()
     workloads = {b.id: b.build for b in load_baselines()}
     workloads["launch_bound (host-bound)"] = load_trap("launch_bound").build_sick
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.rounds} alternating rounds "
-          f"of {args.steps} steps\n")
-    print("| workload | step source found | without gpudoctor ms/step | attached ms/step | overhead | "
-          "global module hooks kept (discovery) ms/step | overhead | after the window ms/step | overhead |")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.rounds} alternating rounds "
+        f"of {args.steps} steps\n"
+    )
+    print(
+        "| workload | step source found | without gpudoctor ms/step | attached ms/step | overhead | "
+        "global module hooks kept (discovery) ms/step | overhead | after the window ms/step | overhead |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, build in workloads.items():
         work = build("cuda")
@@ -78,8 +84,11 @@ def main() -> None:
         work.close()
         a, b, c = statistics.median(plain), statistics.median(hooked), statistics.median(wide)
         d = statistics.median(after)
-        print(f"| {name} | {source} | {a:.4f} | {b:.4f} | {100 * (b / a - 1):+.2f}% | {c:.4f} | "
-              f"{100 * (c / a - 1):+.2f}% | {d:.4f} | {100 * (d / a - 1):+.2f}% |", flush=True)
+        print(
+            f"| {name} | {source} | {a:.4f} | {b:.4f} | {100 * (b / a - 1):+.2f}% | {c:.4f} | "
+            f"{100 * (c / a - 1):+.2f}% | {d:.4f} | {100 * (d / a - 1):+.2f}% |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

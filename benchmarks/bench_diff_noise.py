@@ -84,8 +84,13 @@ def planted_slowdown(torch: Any, work: Any, device: str, pct: float) -> tuple[An
 
     base = statistics.median(_timed_steps(torch, work.step, 20, cuda))
     slow = statistics.median(_timed_steps(torch, slow_step, 20, cuda))
-    return slow_step, {"matmul_n": n, "matmuls_per_step": reps, "matmul_ms": round(mm_ms, 5),
-                       "step_ms": round(step_ms, 4), "realized_pct": round(100 * (slow / base - 1), 3)}
+    return slow_step, {
+        "matmul_n": n,
+        "matmuls_per_step": reps,
+        "matmul_ms": round(mm_ms, 5),
+        "step_ms": round(step_ms, 4),
+        "realized_pct": round(100 * (slow / base - 1), 3),
+    }
 
 
 def capture(torch: Any, step: Any, run_dir: Path, args: argparse.Namespace) -> Path:
@@ -93,7 +98,9 @@ def capture(torch: Any, step: Any, run_dir: Path, args: argparse.Namespace) -> P
     from gpudoctor.capture.bundle import capture_facts, environment, write_json
     from gpudoctor.capture.session import CaptureConfig, CaptureSession
 
-    config = CaptureConfig(steps=args.steps, skip=args.skip, calibration_steps=args.calibrate, nvml_interval_s=0)
+    config = CaptureConfig(
+        steps=args.steps, skip=args.skip, calibration_steps=args.calibrate, nvml_interval_s=0
+    )
     session = CaptureSession(config, run_dir)
     session.start()
     try:
@@ -123,9 +130,13 @@ def worker(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
     for i in range(max(args.base, args.slow)):  # interleaved: drift hits both kinds alike
         if i < args.base:
-            runs.append({"kind": "base", "path": str(capture(torch, work.step, out / f"base-{i}", args))})
+            runs.append(
+                {"kind": "base", "path": str(capture(torch, work.step, out / f"base-{i}", args))}
+            )
         if i < args.slow:
-            runs.append({"kind": "slow", "path": str(capture(torch, slow_step, out / f"slow-{i}", args))})
+            runs.append(
+                {"kind": "slow", "path": str(capture(torch, slow_step, out / f"slow-{i}", args))}
+            )
     (out / "worker.json").write_text(json.dumps({"planted": planted, "runs": runs}, indent=1))
 
 
@@ -134,10 +145,32 @@ def worker(args: argparse.Namespace) -> None:
 
 def run_worker(k: int, args: argparse.Namespace, base: int, slow: int) -> dict[str, Any]:
     folder = Path(args.out) / "runs" / f"worker{k}"
-    cmd = [sys.executable, __file__, "--worker-dir", str(folder), "--base", str(base), "--slow", str(slow),
-           "--device", args.device, "--skip", str(args.skip), "--steps", str(args.steps),
-           "--calibrate", str(args.calibrate), "--slowdown", str(args.slowdown), "--out", args.out]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker-dir",
+        str(folder),
+        "--base",
+        str(base),
+        "--slow",
+        str(slow),
+        "--device",
+        args.device,
+        "--skip",
+        str(args.skip),
+        "--steps",
+        str(args.steps),
+        "--calibrate",
+        str(args.calibrate),
+        "--slowdown",
+        str(args.slowdown),
+        "--out",
+        args.out,
+    ]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+    )
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"worker {k} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -150,30 +183,53 @@ def diff_pair(pair: tuple[str, str, str]) -> dict[str, Any]:
     kind, before, after = pair
     d = diff_paths(before, after)
     s = d.step
-    return {"kind": kind, "before": before, "after": after, "verdict": d.verdict, "samples": d.samples_kind,
-            "n": [s.n_before, s.n_after], "change_pct": round(s.change_pct, 3),
-            "ci_pct": [None if s.ci_low_pct is None else round(s.ci_low_pct, 3),
-                       None if s.ci_high_pct is None else round(s.ci_high_pct, 3)], "method": s.method}
+    return {
+        "kind": kind,
+        "before": before,
+        "after": after,
+        "verdict": d.verdict,
+        "samples": d.samples_kind,
+        "n": [s.n_before, s.n_after],
+        "change_pct": round(s.change_pct, 3),
+        "ci_pct": [
+            None if s.ci_low_pct is None else round(s.ci_low_pct, 3),
+            None if s.ci_high_pct is None else round(s.ci_high_pct, 3),
+        ],
+        "method": s.method,
+    }
 
 
-def make_pairs(workers: list[dict[str, Any]], pairs: int, trials: int) -> list[tuple[str, str, str]]:
+def make_pairs(
+    workers: list[dict[str, Any]], pairs: int, trials: int
+) -> list[tuple[str, str, str]]:
     """Noise pairs: worker k's base i vs worker k+1's base i (k even); trials: worker k's base i vs
     worker k+1's slow i (k odd, wrapping), so every pair crosses two processes."""
     base = [[r["path"] for r in w["runs"] if r["kind"] == "base"] for w in workers]
     slow = [[r["path"] for r in w["runs"] if r["kind"] == "slow"] for w in workers]
     w = len(workers)
-    noise = [("noise", base[k][i], base[k + 1][i]) for k in range(0, w - 1, 2) for i in range(len(base[k]))]
-    slows = [("slowdown", base[k][i], slow[(k + 1) % w][i]) for i in range(max(map(len, slow), default=0))
-             for k in range(w) if i < len(slow[(k + 1) % w]) and i < len(base[k])]
+    noise = [
+        ("noise", base[k][i], base[k + 1][i])
+        for k in range(0, w - 1, 2)
+        for i in range(len(base[k]))
+    ]
+    slows = [
+        ("slowdown", base[k][i], slow[(k + 1) % w][i])
+        for i in range(max(map(len, slow), default=0))
+        for k in range(w)
+        if i < len(slow[(k + 1) % w]) and i < len(base[k])
+    ]
     return noise[:pairs] + slows[:trials]
 
 
 def environment_line(device: str) -> dict[str, Any]:
     import torch
 
-    return {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-            "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
-            "python": sys.version.split()[0]}
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "python": sys.version.split()[0],
+    }
 
 
 def table(result: dict[str, Any]) -> str:
@@ -191,10 +247,14 @@ def table(result: dict[str, Any]) -> str:
         "| test | target | result |",
         "|---|---|---|",
         f"| two runs of healthy_train: no difference beyond noise | >= 19/20 | {same}/{len(noise)} |",
-        (f"| planted {result['settings']['slowdown']:g}% slowdown (realized {min(planted, default=0):.2f}-"
-        f"{max(planted, default=0):.2f}%) detected as slower | N/N | {caught}/{len(slow)} |"),
-        (f"| noise pairs: median / 95th percentile / max of abs(change) | floor 1% | "
-        f"{statistics.median(changes) if changes else 0:.2f}% / {p95 or 0:.2f}% / {max(changes, default=0):.2f}% |"),
+        (
+            f"| planted {result['settings']['slowdown']:g}% slowdown (realized {min(planted, default=0):.2f}-"
+            f"{max(planted, default=0):.2f}%) detected as slower | N/N | {caught}/{len(slow)} |"
+        ),
+        (
+            f"| noise pairs: median / 95th percentile / max of abs(change) | floor 1% | "
+            f"{statistics.median(changes) if changes else 0:.2f}% / {p95 or 0:.2f}% / {max(changes, default=0):.2f}% |"
+        ),
         "",
         "| pair | verdict | change | 95% interval | samples |",
         "|---|---|---|---|---|",
@@ -202,25 +262,47 @@ def table(result: dict[str, Any]) -> str:
     for i, p in enumerate(result["pairs"]):
         lo, hi = p["ci_pct"]
         ci = "-" if lo is None else f"{lo:+.2f}% .. {hi:+.2f}%"
-        lines.append(f"| {p['kind']} {i} | {p['verdict']} | {p['change_pct']:+.2f}% | {ci} | "
-                     f"{p['samples']} {p['n'][0]}/{p['n'][1]} |")
+        lines.append(
+            f"| {p['kind']} {i} | {p['verdict']} | {p['change_pct']:+.2f}% | {ci} | "
+            f"{p['samples']} {p['n'][0]}/{p['n'][1]} |"
+        )
     s = result["settings"]
-    lines += ["", (f"settings: {s['workers']} worker processes, --skip {s['skip']} --steps {s['steps']} "
-              f"--calibrate {s['calibrate']}; wall {result['wall_s']:.0f} s")]
+    lines += [
+        "",
+        (
+            f"settings: {s['workers']} worker processes, --skip {s['skip']} --steps {s['steps']} "
+            f"--calibrate {s['calibrate']}; wall {result['wall_s']:.0f} s"
+        ),
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="Folder for the run directories, the JSON and the table.")
-    parser.add_argument("--pairs", type=int, default=20, help="Noise pairs (two runs of the same program).")
+    parser.add_argument(
+        "--out", required=True, help="Folder for the run directories, the JSON and the table."
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=20, help="Noise pairs (two runs of the same program)."
+    )
     parser.add_argument("--trials", type=int, default=8, help="Planted-slowdown trials.")
-    parser.add_argument("--workers", type=int, default=4, help="Worker processes (an even number, 2 or more).")
+    parser.add_argument(
+        "--workers", type=int, default=4, help="Worker processes (an even number, 2 or more)."
+    )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--skip", type=int, default=20, help="Unprofiled steps before the window (half are samples).")
+    parser.add_argument(
+        "--skip",
+        type=int,
+        default=20,
+        help="Unprofiled steps before the window (half are samples).",
+    )
     parser.add_argument("--steps", type=int, default=3, help="Profiled steps.")
-    parser.add_argument("--calibrate", type=int, default=5, help="Unprofiled steps after the window.")
-    parser.add_argument("--slowdown", type=float, default=3.0, help="The planted slowdown, percent of the step.")
+    parser.add_argument(
+        "--calibrate", type=int, default=5, help="Unprofiled steps after the window."
+    )
+    parser.add_argument(
+        "--slowdown", type=float, default=3.0, help="The planted slowdown, percent of the step."
+    )
     parser.add_argument("--worker-dir", help=argparse.SUPPRESS)
     parser.add_argument("--base", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--slow", type=int, default=0, help=argparse.SUPPRESS)
@@ -239,10 +321,25 @@ def main() -> None:
     pairs = make_pairs(workers, args.pairs, args.trials)
     with ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         diffs = list(pool.map(diff_pair, pairs))
-    result = {"environment": environment_line(args.device),
-              "settings": {k: getattr(args, k) for k in ("pairs", "trials", "workers", "device", "skip", "steps",
-                                                         "calibrate", "slowdown")},
-              "workers": workers, "pairs": diffs, "wall_s": round(time.perf_counter() - start, 1)}
+    result = {
+        "environment": environment_line(args.device),
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "pairs",
+                "trials",
+                "workers",
+                "device",
+                "skip",
+                "steps",
+                "calibrate",
+                "slowdown",
+            )
+        },
+        "workers": workers,
+        "pairs": diffs,
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
     (out / "diff-noise.json").write_text(json.dumps(result, indent=1) + "\n")
     text = table(result)
     (out / "diff-noise.md").write_text(text + "\n")

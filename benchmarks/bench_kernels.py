@@ -104,6 +104,7 @@ def fwd_bwd(f, *inputs):
         if key not in grads:
             grads[key] = torch.ones_like(out)
         out.backward(grads[key])
+
     return run
 
 
@@ -116,7 +117,11 @@ def part_norms(quick: bool) -> None:
 
     ceiling = RESULTS["hbm_bytes_per_s"]
     rows = []
-    shapes = [(h, m) for h in (256, 1024, 4096, 8192, 16384) for m in (256, (2**21) // h, (2**23) // h, (2**25) // h)]
+    shapes = [
+        (h, m)
+        for h in (256, 1024, 4096, 8192, 16384)
+        for m in (256, (2**21) // h, (2**23) // h, (2**25) // h)
+    ]
     if quick:
         shapes = [(4096, 2048), (1024, 256)]
     have_liger = liger()
@@ -144,24 +149,38 @@ def part_norms(quick: bool) -> None:
         big = m * h >= 2**23
         if big and h in (4096, 16384) and not quick:
             cands["rms torch.compile(hf)"] = torch.compile(lambda x, w, b: hf_rms(x, w))
-            cands["ln torch.compile"] = torch.compile(lambda x, w, b: F.layer_norm(x, (h,), w, b, 1e-5))
+            cands["ln torch.compile"] = torch.compile(
+                lambda x, w, b: F.layer_norm(x, (h,), w, b, 1e-5)
+            )
         if have_liger:
             from liger_kernel.ops.layer_norm import LigerLayerNormFunction
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-            cands["rms liger"] = lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+            cands["rms liger"] = lambda x, w, b: LigerRMSNormFunction.apply(
+                x, w, 1e-6, 0.0, "llama", False
+            )
             cands["ln liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
         for name, f in cands.items():
             try:
                 ms = bench(fwd_bwd(f, x, w, b))
                 g_us = gpu_us(fwd_bwd(f, x, w, b))
             except Exception as exc:  # noqa: BLE001 - one failing candidate or part does not stop the run; it is reported
-                rows.append({"op": name, "H": h, "M": m, "error": f"{type(exc).__name__}: {exc}"[:200]})
+                rows.append(
+                    {"op": name, "H": h, "M": m, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                )
                 continue
             moved = 5 * m * h * 2  # fwd: read x, write y; bwd: read x, dy, write dx
-            rows.append({"op": name, "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
-                         "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
-                         "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1)})
+            rows.append(
+                {
+                    "op": name,
+                    "H": h,
+                    "M": m,
+                    "ms": round(ms, 4),
+                    "gpu_us": round(g_us, 1),
+                    "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
+                    "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1),
+                }
+            )
         rows.append(elementwise_floor(x, ceiling))
         del x, w, b
         torch.cuda.empty_cache()
@@ -192,9 +211,15 @@ def elementwise_floor(x: torch.Tensor, ceiling: float) -> dict:
     run = floor_call(x)
     ms, g_us = bench(run), gpu_us(run)
     moved = 5 * m * h * 2
-    return {"op": "floor: copy + add", "H": h, "M": m, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
-            "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
-            "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1)}
+    return {
+        "op": "floor: copy + add",
+        "H": h,
+        "M": m,
+        "ms": round(ms, 4),
+        "gpu_us": round(g_us, 1),
+        "hbm_pct": round(100 * moved / (ms / 1e3) / ceiling, 1),
+        "gpu_hbm_pct": round(100 * moved / (g_us / 1e6) / ceiling, 1),
+    }
 
 
 def norms_config() -> dict:
@@ -202,12 +227,32 @@ def norms_config() -> dict:
     import gpudoctor.kernels._layer_norm as ln_mod
     import gpudoctor.kernels._rms_norm as rms_mod
 
-    names = ("TILE_ELEMENTS", "BACKWARD_WARPS_PER_SM", "MAX_FUSED_BYTES", "LOOP_BLOCK", "PREFETCH",
-             "PREFETCH_ELEMENTS", "SUM_COLS", "SUM_ROWS", "SUM_WARPS", "RELOAD_W_MIN_BLOCK")
+    names = (
+        "TILE_ELEMENTS",
+        "BACKWARD_WARPS_PER_SM",
+        "MAX_FUSED_BYTES",
+        "LOOP_BLOCK",
+        "PREFETCH",
+        "PREFETCH_ELEMENTS",
+        "SUM_COLS",
+        "SUM_ROWS",
+        "SUM_WARPS",
+        "RELOAD_W_MIN_BLOCK",
+    )
     out = {f"rms_norm.{n}": getattr(rms_mod, n) for n in names if hasattr(rms_mod, n)}
-    ln_names = ("TILE_ELEMENTS", "SPLIT_MIN_BLOCK", "PREFETCH_MAX_ROWS", "PIPELINE_MAX_ROWS", "PIPELINE_STAGES",
-                "SPLIT_ROWS", "SPLIT_COLS", "SPLIT_WARPS", "FORWARD_TILE_ELEMENTS", "BACKWARD_TILE_ELEMENTS",
-                "FUSED_WIDE_MAX_TILES")
+    ln_names = (
+        "TILE_ELEMENTS",
+        "SPLIT_MIN_BLOCK",
+        "PREFETCH_MAX_ROWS",
+        "PIPELINE_MAX_ROWS",
+        "PIPELINE_STAGES",
+        "SPLIT_ROWS",
+        "SPLIT_COLS",
+        "SPLIT_WARPS",
+        "FORWARD_TILE_ELEMENTS",
+        "BACKWARD_TILE_ELEMENTS",
+        "FUSED_WIDE_MAX_TILES",
+    )
     out.update({f"layer_norm.{n}": getattr(ln_mod, n) for n in ln_names if hasattr(ln_mod, n)})
     return out
 
@@ -245,8 +290,16 @@ def part_glu(quick: bool) -> None:
         except Exception as exc:  # noqa: BLE001 - one failing candidate or part does not stop the run; it is reported
             rows.append({"op": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
-        rows.append({"op": name, "M": m, "I": i, "ms": round(ms, 4), "gpu_us": round(g_us, 1),
-                     "saved_for_backward_MB": round(saved, 1)})
+        rows.append(
+            {
+                "op": name,
+                "M": m,
+                "I": i,
+                "ms": round(ms, 4),
+                "gpu_us": round(g_us, 1),
+                "saved_for_backward_MB": round(saved, 1),
+            }
+        )
     RESULTS["glu"] = rows
 
 
@@ -281,7 +334,9 @@ def part_ce(quick: bool) -> None:
     cands = {"ce ours": lambda h, w: linear_cross_entropy(h, w, t), "ce eager": eager}
     if not quick:  # the chunk size trades the logits chunk's memory against shorter GEMMs
         for n in (512, 1024, 4096):
-            cands[f"ce ours, {n}-row chunks"] = lambda h, w, n=n: linear_cross_entropy(h, w, t, chunk_size=n)
+            cands[f"ce ours, {n}-row chunks"] = lambda h, w, n=n: linear_cross_entropy(
+                h, w, t, chunk_size=n
+            )
     if not quick:
         cands["ce torch.compile"] = torch.compile(eager)
     if liger():
@@ -292,6 +347,7 @@ def part_ce(quick: bool) -> None:
         def lig(h, w):
             out = lfn(w, h, t)
             return out[0] if isinstance(out, tuple) else out
+
         cands["ce liger"] = lig
     ref = None
     for name, f in cands.items():
@@ -306,8 +362,17 @@ def part_ce(quick: bool) -> None:
             continue
         if name == "ce eager":
             ref = loss
-        rows.append({"op": name, "tokens": tokens, "H": hdim, "V": vocab, "ms": round(ms, 3),
-                     "peak_MB": round(mb, 1), "loss": loss})
+        rows.append(
+            {
+                "op": name,
+                "tokens": tokens,
+                "H": hdim,
+                "V": vocab,
+                "ms": round(ms, 3),
+                "peak_MB": round(mb, 1),
+                "loss": loss,
+            }
+        )
         gc.collect()
         torch.cuda.empty_cache()
     for r in rows:
@@ -322,9 +387,16 @@ def part_ce(quick: bool) -> None:
 def _llama(layers=16, hidden=2048, inter=8192, vocab=128256, heads=32, kv=8):
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                                   num_key_value_heads=kv, num_hidden_layers=layers, vocab_size=vocab,
-                                   max_position_embeddings=4096, tie_word_embeddings=True)
+    cfg = transformers.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        num_hidden_layers=layers,
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
     cfg._attn_implementation = "sdpa"
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=DT)
@@ -373,10 +445,17 @@ def part_e2e(quick: bool) -> None:
                 step()
             torch.cuda.synchronize()
             ms = (time.perf_counter() - t0) / n * 1e3
-            rows.append({"variant": variant, "batch": batch, "seq": seq, "step_ms": round(ms, 2),
-                         "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 2),
-                         "params_B": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),
-                         **({"patch": report} if report else {})})
+            rows.append(
+                {
+                    "variant": variant,
+                    "batch": batch,
+                    "seq": seq,
+                    "step_ms": round(ms, 2),
+                    "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 2),
+                    "params_B": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),
+                    **({"patch": report} if report else {}),
+                }
+            )
         except Exception as exc:  # noqa: BLE001 - one failing candidate or part does not stop the run; it is reported
             rows.append({"variant": variant, "error": f"{type(exc).__name__}: {exc}"[:300]})
         finally:
@@ -413,10 +492,15 @@ def part_converge(quick: bool) -> None:
     out = {}
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         eager, eager2, patched = curve("eager", dtype), curve("eager", dtype), curve("patch", dtype)
-        out[name] = {"eager": eager, "eager_again": eager2, "patch": patched,
-                     "max_diff_patch_vs_eager": max(abs(a - b) for a, b in zip(eager, patched)),
-                     "max_diff_eager_vs_eager": max(abs(a - b) for a, b in zip(eager, eager2)),
-                     "mean_last10_eager": sum(eager[-10:]) / 10, "mean_last10_patch": sum(patched[-10:]) / 10}
+        out[name] = {
+            "eager": eager,
+            "eager_again": eager2,
+            "patch": patched,
+            "max_diff_patch_vs_eager": max(abs(a - b) for a, b in zip(eager, patched)),
+            "max_diff_eager_vs_eager": max(abs(a - b) for a, b in zip(eager, eager2)),
+            "mean_last10_eager": sum(eager[-10:]) / 10,
+            "mean_last10_patch": sum(patched[-10:]) / 10,
+        }
     RESULTS["converge"] = out
 
 
@@ -447,20 +531,27 @@ def part_large(quick: bool) -> None:
     wt = w.detach().float().requires_grad_(True)
     (wt * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))).backward(dy_tail.float())
     out["rms_norm_bwd_tail_dx_max_err"] = float((xg.grad[-8:].float() - t.grad).abs().max())
-    out["rms_norm_bwd_dw_rel_err"] = float((wg.grad.float() - wt.grad).abs().max() / wt.grad.abs().max())
+    out["rms_norm_bwd_dw_rel_err"] = float(
+        (wg.grad.float() - wt.grad).abs().max() / wt.grad.abs().max()
+    )
     del xg, wg, dy
     torch.cuda.empty_cache()
     from gpudoctor.kernels._layer_norm import layer_norm
 
     y = layer_norm(x, w, w, 1e-5)
-    out["layer_norm_tail_max_err"] = float((y[-8:].float() - F.layer_norm(x[-8:].float(), (h,), w.float(),
-                                                                          w.float(), 1e-5)).abs().max())
+    out["layer_norm_tail_max_err"] = float(
+        (y[-8:].float() - F.layer_norm(x[-8:].float(), (h,), w.float(), w.float(), 1e-5))
+        .abs()
+        .max()
+    )
     del y
     torch.cuda.empty_cache()
     g = x
     u = torch.randn_like(x)
     z = swiglu(g, u)
-    out["swiglu_tail_max_err"] = float((z[-8:].float() - (F.silu(g[-8:]) * u[-8:]).float()).abs().max())
+    out["swiglu_tail_max_err"] = float(
+        (z[-8:].float() - (F.silu(g[-8:]) * u[-8:]).float()).abs().max()
+    )
     RESULTS["large"] = out
 
 
@@ -476,8 +567,11 @@ def main() -> None:
     import triton
 
     RESULTS["triton"] = triton.__version__
-    RESULTS["liger"] = __import__("liger_kernel").__version__ if liger() and hasattr(__import__("liger_kernel"), "__version__") else (
-        "installed" if liger() else None)
+    RESULTS["liger"] = (
+        __import__("liger_kernel").__version__
+        if liger() and hasattr(__import__("liger_kernel"), "__version__")
+        else ("installed" if liger() else None)
+    )
     RESULTS["date"] = time.strftime("%Y-%m-%d")
     RESULTS["hbm_bytes_per_s"] = hbm_ceiling()
     for part in parts:
@@ -497,35 +591,51 @@ def _print_norm_summary() -> None:
     by_shape: dict = {}
     for r in RESULTS.get("norms", []):
         by_shape.setdefault((r["M"], r["H"]), {})[r["op"]] = r
-    cols = (("rms ours", "rms ours"), ("rms torch", "rms torch.nn.RMSNorm"), ("rms compile", "rms torch.compile(hf)"),
-            ("rms liger", "rms liger"), ("ln ours", "ln ours"), ("ln torch", "ln torch.nn.LayerNorm"),
-            ("ln compile", "ln torch.compile"), ("ln liger", "ln liger"), ("floor", "floor: copy + add"))
+    cols = (
+        ("rms ours", "rms ours"),
+        ("rms torch", "rms torch.nn.RMSNorm"),
+        ("rms compile", "rms torch.compile(hf)"),
+        ("rms liger", "rms liger"),
+        ("ln ours", "ln ours"),
+        ("ln torch", "ln torch.nn.LayerNorm"),
+        ("ln compile", "ln torch.compile"),
+        ("ln liger", "ln liger"),
+        ("floor", "floor: copy + add"),
+    )
     if not by_shape:
         return
-    print("GPU us (% of the copy ceiling), forward + backward; floor: y.copy_(x) + torch.add(x, dy, out=dx)")
+    print(
+        "GPU us (% of the copy ceiling), forward + backward; floor: y.copy_(x) + torch.add(x, dy, out=dx)"
+    )
     print(f"{'M x H':>13s} " + " ".join(f"{title:>15s}" for title, _ in cols))
     for (m, h), ops in by_shape.items():
         cells = []
         for _, op in cols:
             r = ops.get(op, {})
-            cells.append(f"{r['gpu_us']:7.1f} ({r['gpu_hbm_pct']:4.1f}%)" if "gpu_us" in r else f"{'-':>15s}")
+            cells.append(
+                f"{r['gpu_us']:7.1f} ({r['gpu_hbm_pct']:4.1f}%)" if "gpu_us" in r else f"{'-':>15s}"
+            )
         print(f"{m:6d} x {h:5d} " + " ".join(f"{c:>15s}" for c in cells))
 
 
 def _print_tables() -> None:
     print(f"HBM ceiling (copy): {RESULTS['hbm_bytes_per_s'] / 1e12:.2f} TB/s")
     for r in RESULTS.get("norms", []):
-        print(f"{r['op']:26s} H={r['H']:6d} M={r['M']:7d} {r.get('ms', float('nan')):9.4f} ms "
-              f"{r.get('hbm_pct', math.nan):6.1f}%  gpu {r.get('gpu_us', math.nan):8.1f} us "
-              f"{r.get('gpu_hbm_pct', math.nan):6.1f}% {r.get('error', '')}")
+        print(
+            f"{r['op']:26s} H={r['H']:6d} M={r['M']:7d} {r.get('ms', float('nan')):9.4f} ms "
+            f"{r.get('hbm_pct', math.nan):6.1f}%  gpu {r.get('gpu_us', math.nan):8.1f} us "
+            f"{r.get('gpu_hbm_pct', math.nan):6.1f}% {r.get('error', '')}"
+        )
     _print_norm_summary()
     for key in ("glu", "ce", "e2e"):
         for r in RESULTS.get(key, []):
             print(key, {k: v for k, v in r.items() if k not in ("loss",)})
     for name, c in RESULTS.get("converge", {}).items():
-        print(f"converge {name}: max |patch - eager| {c['max_diff_patch_vs_eager']:.4f}, max |eager - eager| "
-              f"{c['max_diff_eager_vs_eager']:.4f}, last-10 mean {c['mean_last10_eager']:.4f} / "
-              f"{c['mean_last10_patch']:.4f}")
+        print(
+            f"converge {name}: max |patch - eager| {c['max_diff_patch_vs_eager']:.4f}, max |eager - eager| "
+            f"{c['max_diff_eager_vs_eager']:.4f}, last-10 mean {c['mean_last10_eager']:.4f} / "
+            f"{c['mean_last10_patch']:.4f}"
+        )
     if "large" in RESULTS:
         print("large:", RESULTS["large"])
     for k, v in RESULTS.items():

@@ -78,6 +78,7 @@ def fwd_bwd(f, x: torch.Tensor, w: torch.Tensor):
         x.grad = None
         w.grad = None
         f(x, w).backward(dy)
+
     return run
 
 
@@ -87,8 +88,12 @@ def fwd_bwd(f, x: torch.Tensor, w: torch.Tensor):
 def launchers() -> list:
     from gpudoctor.kernels import _common, _layer_norm, _rms_norm, cross_entropy, glu
 
-    return [v for m in (_rms_norm, _layer_norm, glu, cross_entropy) for v in vars(m).values()
-            if isinstance(v, _common.Launcher)]
+    return [
+        v
+        for m in (_rms_norm, _layer_norm, glu, cross_entropy)
+        for v in vars(m).values()
+        if isinstance(v, _common.Launcher)
+    ]
 
 
 class Setting:
@@ -188,25 +193,60 @@ def part_host(quick: bool) -> None:
         ("ours, direct launch", fwd_bwd(ours, x, w), None),
         ("ours, fallback launch", fwd_bwd(ours, x, w), Setting(direct=False)),
         ("ours, direct, stage two kept (3 launches)", fwd_bwd(ours, x, w), Setting(whole=False)),
-        ("ours, gemma casting", fwd_bwd(lambda x, w: rms_norm(x, w, 1e-6, casting="gemma"), x, w), None),
-        ("ours through torch.ops.gpudoctor",
-         fwd_bwd(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0], x, w), None),
+        (
+            "ours, gemma casting",
+            fwd_bwd(lambda x, w: rms_norm(x, w, 1e-6, casting="gemma"), x, w),
+            None,
+        ),
+        (
+            "ours through torch.ops.gpudoctor",
+            fwd_bwd(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0], x, w),
+            None,
+        ),
         ("an empty Python autograd.Function (floor)", fwd_bwd(EmptyFunction.apply, x, w), None),
     ]
     if liger_available():
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-        fwd_bwd_rows.append(("liger", fwd_bwd(lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False),
-                                              x, w), None))
-    forward_rows = [("torch.nn.RMSNorm forward with grad, no backward", forward_only(lambda x, w: torch_mod(x)), None),
-                    ("ours forward with grad, no backward", forward_only(ours), None)]
+        fwd_bwd_rows.append(
+            (
+                "liger",
+                fwd_bwd(
+                    lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False), x, w
+                ),
+                None,
+            )
+        )
+    forward_rows = [
+        (
+            "torch.nn.RMSNorm forward with grad, no backward",
+            forward_only(lambda x, w: torch_mod(x)),
+            None,
+        ),
+        ("ours forward with grad, no backward", forward_only(ours), None),
+    ]
     times = host_rounds(fwd_bwd_rows + forward_rows, calls, rounds)
     xi, wi = x.detach(), w.detach()
     with torch.no_grad():  # the forward alone, no autograd node: the launcher's own cost
-        times.update(host_rounds([
-            ("ours forward only, no grad, direct", lambda: rms_norm(xi, wi, 1e-6), None),
-            ("ours forward only, no grad, fallback", lambda: rms_norm(xi, wi, 1e-6), Setting(direct=False)),
-            ("F.rms_norm forward only, no grad", lambda: F.rms_norm(xi, (hidden,), wi, 1e-6), None)], calls, rounds))
+        times.update(
+            host_rounds(
+                [
+                    ("ours forward only, no grad, direct", lambda: rms_norm(xi, wi, 1e-6), None),
+                    (
+                        "ours forward only, no grad, fallback",
+                        lambda: rms_norm(xi, wi, 1e-6),
+                        Setting(direct=False),
+                    ),
+                    (
+                        "F.rms_norm forward only, no grad",
+                        lambda: F.rms_norm(xi, (hidden,), wi, 1e-6),
+                        None,
+                    ),
+                ],
+                calls,
+                rounds,
+            )
+        )
     rows = []
     fwd_bwd_names = {name for name, _, _ in fwd_bwd_rows}
     for name, value in times.items():
@@ -214,15 +254,34 @@ def part_host(quick: bool) -> None:
         if isinstance(value, str):
             rows.append({"candidate": name, "error": value})
         else:
-            rows.append({"candidate": name, key: round(statistics.median(value), 1), "rounds_us": [round(v, 1) for v in value]})
+            rows.append(
+                {
+                    "candidate": name,
+                    key: round(statistics.median(value), 1),
+                    "rounds_us": [round(v, 1) for v in value],
+                }
+            )
     ref = times.get("torch.nn.RMSNorm")
     ratios = {}
-    for name in ("ours, direct launch", "ours, fallback launch", "an empty Python autograd.Function (floor)"):
+    for name in (
+        "ours, direct launch",
+        "ours, fallback launch",
+        "an empty Python autograd.Function (floor)",
+    ):
         mine = times.get(name)
         if isinstance(ref, list) and isinstance(mine, list) and ref:
-            ratios[name] = round(statistics.median(m / r for m, r in zip(mine, ref, strict=True)), 3)
-    RESULTS["host"] = {"shape": [4, hidden], "dtype": "bf16", "calls": calls, "rounds": rounds, "rows": rows,
-                       "ratio_to_torch": ratios, "direct_equals_fallback": same_results(x, w)}
+            ratios[name] = round(
+                statistics.median(m / r for m, r in zip(mine, ref, strict=True)), 3
+            )
+    RESULTS["host"] = {
+        "shape": [4, hidden],
+        "dtype": "bf16",
+        "calls": calls,
+        "rounds": rounds,
+        "rows": rows,
+        "ratio_to_torch": ratios,
+        "direct_equals_fallback": same_results(x, w),
+    }
 
 
 # -- GPU time --------------------------------------------------------------------------------------------
@@ -243,21 +302,49 @@ def part_gpu(quick: bool) -> None:
         def gpu(f, x=x, w=w):
             return lambda: gpu_us(fwd_bwd(f, x, w))
 
-        measure(rows, f"{shape} torch.nn.RMSNorm", "gpu_us_fwd_bwd", gpu(lambda x, w, mod=torch_mod: mod(x)))
-        measure(rows, f"{shape} torch F.rms_norm (bf16 weight)", "gpu_us_fwd_bwd",
-                gpu(lambda x, w, h=hidden: F.rms_norm(x, (h,), w, 1e-6)))
-        measure(rows, f"{shape} ours eager", "gpu_us_fwd_bwd", gpu(lambda x, w: rms_norm(x, w, 1e-6)))
+        measure(
+            rows,
+            f"{shape} torch.nn.RMSNorm",
+            "gpu_us_fwd_bwd",
+            gpu(lambda x, w, mod=torch_mod: mod(x)),
+        )
+        measure(
+            rows,
+            f"{shape} torch F.rms_norm (bf16 weight)",
+            "gpu_us_fwd_bwd",
+            gpu(lambda x, w, h=hidden: F.rms_norm(x, (h,), w, 1e-6)),
+        )
+        measure(
+            rows, f"{shape} ours eager", "gpu_us_fwd_bwd", gpu(lambda x, w: rms_norm(x, w, 1e-6))
+        )
         if m == 4:
-            measure(rows, f"{shape} ours eager, stage two kept", "gpu_us_fwd_bwd",
-                    gpu(lambda x, w: rms_norm(x, w, 1e-6)), Setting(whole=False))
+            measure(
+                rows,
+                f"{shape} ours eager, stage two kept",
+                "gpu_us_fwd_bwd",
+                gpu(lambda x, w: rms_norm(x, w, 1e-6)),
+                Setting(whole=False),
+            )
             continue
-        measure(rows, f"{shape} ours through torch.ops.gpudoctor", "gpu_us_fwd_bwd",
-                gpu(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0]))
+        measure(
+            rows,
+            f"{shape} ours through torch.ops.gpudoctor",
+            "gpu_us_fwd_bwd",
+            gpu(lambda x, w: torch.ops.gpudoctor.rms_norm(x, w, 1e-6, 0.0, True)[0]),
+        )
         torch._dynamo.reset()
-        measure(rows, f"{shape} torch.compile(ours), the op", "gpu_us_fwd_bwd",
-                gpu(torch.compile(lambda x, w: rms_norm(x, w, 1e-6))))
-        measure(rows, f"{shape} torch.compile(the same math in torch ops)", "gpu_us_fwd_bwd",
-                gpu(torch.compile(lambda x, w: _rms_norm_native(x, w, 1e-6, 0.0, True))))
+        measure(
+            rows,
+            f"{shape} torch.compile(ours), the op",
+            "gpu_us_fwd_bwd",
+            gpu(torch.compile(lambda x, w: rms_norm(x, w, 1e-6))),
+        )
+        measure(
+            rows,
+            f"{shape} torch.compile(the same math in torch ops)",
+            "gpu_us_fwd_bwd",
+            gpu(torch.compile(lambda x, w: _rms_norm_native(x, w, 1e-6, 0.0, True))),
+        )
     RESULTS["gpu"] = {"dtype": "bf16", "rows": rows}
 
 
@@ -267,9 +354,15 @@ def part_gpu(quick: bool) -> None:
 def llama(layers: int):
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
-                                   num_key_value_heads=4, num_hidden_layers=layers, vocab_size=32000,
-                                   max_position_embeddings=2048)
+    cfg = transformers.LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        num_hidden_layers=layers,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -279,8 +372,11 @@ def llama(layers: int):
 def graph_breaks(model, ids) -> dict:
     torch._dynamo.reset()
     explained = torch._dynamo.explain(model)(input_ids=ids, labels=ids)
-    return {"graphs": explained.graph_count, "breaks": explained.graph_break_count,
-            "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})[:6]}
+    return {
+        "graphs": explained.graph_count,
+        "breaks": explained.graph_break_count,
+        "reasons": sorted({str(b.reason)[:200] for b in explained.break_reasons})[:6],
+    }
 
 
 def run_steps(model, step_model, ids, mode: str, warmup: int, timed: int) -> dict:
@@ -309,9 +405,13 @@ def run_steps(model, step_model, ids, mode: str, warmup: int, timed: int) -> dic
         step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-    return {"step_ms": round(statistics.median(times), 2), "step_ms_min": round(min(times), 2),
-            "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 3), "first_loss": float(losses[0]),
-            "warmup_s": round(warm_s, 1)}
+    return {
+        "step_ms": round(statistics.median(times), 2),
+        "step_ms_min": round(min(times), 2),
+        "peak_GB": round(torch.cuda.max_memory_allocated() / 1e9, 3),
+        "first_loss": float(losses[0]),
+        "warmup_s": round(warm_s, 1),
+    }
 
 
 def build(base, kind: str):
@@ -340,7 +440,9 @@ def model_row(base, ids, kind: str, mode: str, warmup: int, timed: int, breaks: 
         model, note = build(base, kind)
         row.update(note)
         if mode != "eager":
-            if kind not in breaks:  # the same graphs in both compiled modes: explained once a variant
+            if (
+                kind not in breaks
+            ):  # the same graphs in both compiled modes: explained once a variant
                 breaks[kind] = graph_breaks(model, ids)
             row["dynamo"] = breaks[kind]
             torch._dynamo.reset()
@@ -377,9 +479,19 @@ def part_model(quick: bool) -> None:
     breaks: dict = {}
     rows = [model_row(base, ids, kind, mode, warmup, timed, breaks) for kind, mode in variants]
     if not liger_available():
-        rows.append({"model": "liger", "mode": "eager", "error": "liger-kernel not installed: skipped"})
-    RESULTS["model"] = {"layers": layers, "batch": batch, "seq": seq, "hidden": 1024, "vocab": 32000,
-                        "warmup": warmup, "timed": timed, "rows": rows}
+        rows.append(
+            {"model": "liger", "mode": "eager", "error": "liger-kernel not installed: skipped"}
+        )
+    RESULTS["model"] = {
+        "layers": layers,
+        "batch": batch,
+        "seq": seq,
+        "hidden": 1024,
+        "vocab": 32000,
+        "warmup": warmup,
+        "timed": timed,
+        "rows": rows,
+    }
 
 
 COMPILED = ["op", "native"]
@@ -415,27 +527,59 @@ def targets() -> list[tuple[str, str, str]]:
     fallback = _find("host", "ours, fallback launch", "host_us_fwd_bwd")
     ratios = RESULTS.get("host", {}).get("ratio_to_torch", {})
     ratio = ratios.get("ours, direct launch")  # the median of the rounds' ratios (host_rounds)
-    out.append(("host fwd+bwd <= 1.5x torch.nn.RMSNorm",
-                f"ours {ours} (fallback {fallback}), torch {ref} us" + (f": {ratio:.2f}x a round" if ratio else ""),
-                _verdict(None if ratio is None else ratio <= 1.5)))
+    out.append(
+        (
+            "host fwd+bwd <= 1.5x torch.nn.RMSNorm",
+            f"ours {ours} (fallback {fallback}), torch {ref} us"
+            + (f": {ratio:.2f}x a round" if ratio else ""),
+            _verdict(None if ratio is None else ratio <= 1.5),
+        )
+    )
     eager = _find("gpu", "2048x4096 ours eager", "gpu_us_fwd_bwd")
     via_op = _find("gpu", "2048x4096 ours through torch.ops.gpudoctor", "gpu_us_fwd_bwd")
     comp = _find("gpu", "2048x4096 torch.compile(ours), the op", "gpu_us_fwd_bwd")
     native = _find("gpu", "2048x4096 torch.compile(the same math in torch ops)", "gpu_us_fwd_bwd")
     ok = None if not (eager and via_op) else via_op <= eager * 1.03  # 3%: run-to-run noise
-    out.append(("GPU fwd+bwd 2048x4096: op <= eager ours (compiled: info)",
-                f"eager {eager}, op {via_op}, compiled op {comp}, compiled torch math {native} us", _verdict(ok)))
+    out.append(
+        (
+            "GPU fwd+bwd 2048x4096: op <= eager ours (compiled: info)",
+            f"eager {eager}, op {via_op}, compiled op {comp}, compiled torch math {native} us",
+            _verdict(ok),
+        )
+    )
     for c in COMPILED:
         kind = f"patched-{c}"
         breaks = _model(kind, "default", "breaks")
-        pc, uc, pe = (_model(kind, "default", "step_ms"), _model("unpatched", "default", "step_ms"),
-                      _model(kind, "eager", "step_ms"))
-        pr, ur = _model(kind, "reduce-overhead", "step_ms"), _model("unpatched", "reduce-overhead", "step_ms")
-        out.append((f"{kind} + compile: 0 graph breaks", f"{breaks}", _verdict(None if breaks is None else breaks == 0)))
-        out.append((f"{kind} compiled <= compiled, < patched eager", f"{pc} / {uc} / {pe} ms",
-                    _verdict(None if None in (pc, uc, pe) else pc <= uc and pc < pe)))
-        out.append((f"{kind} reduce-overhead <= unpatched reduce-overhead", f"{pr} / {ur} ms",
-                    _verdict(None if None in (pr, ur) else pr <= ur)))
+        pc, uc, pe = (
+            _model(kind, "default", "step_ms"),
+            _model("unpatched", "default", "step_ms"),
+            _model(kind, "eager", "step_ms"),
+        )
+        pr, ur = (
+            _model(kind, "reduce-overhead", "step_ms"),
+            _model("unpatched", "reduce-overhead", "step_ms"),
+        )
+        out.append(
+            (
+                f"{kind} + compile: 0 graph breaks",
+                f"{breaks}",
+                _verdict(None if breaks is None else breaks == 0),
+            )
+        )
+        out.append(
+            (
+                f"{kind} compiled <= compiled, < patched eager",
+                f"{pc} / {uc} / {pe} ms",
+                _verdict(None if None in (pc, uc, pe) else pc <= uc and pc < pe),
+            )
+        )
+        out.append(
+            (
+                f"{kind} reduce-overhead <= unpatched reduce-overhead",
+                f"{pr} / {ur} ms",
+                _verdict(None if None in (pr, ur) else pr <= ur),
+            )
+        )
     return out
 
 
@@ -447,19 +591,27 @@ def print_table() -> None:
         print(f"host us {row['candidate'][:46]:46} {value}")
     if host:
         for name, ratio in host.get("ratio_to_torch", {}).items():
-            print(f"host    {name[:46]:46} {ratio}x torch.nn.RMSNorm (median of the rounds' ratios)")
-        print(f"host    direct launch == fallback launch, bit for bit: {host.get('direct_equals_fallback')}")
+            print(
+                f"host    {name[:46]:46} {ratio}x torch.nn.RMSNorm (median of the rounds' ratios)"
+            )
+        print(
+            f"host    direct launch == fallback launch, bit for bit: {host.get('direct_equals_fallback')}"
+        )
     for row in RESULTS.get("gpu", {}).get("rows", []):
         print(f"GPU us  {row['candidate'][:60]:60} {row.get('gpu_us_fwd_bwd', row.get('error'))}")
     model = RESULTS.get("model", {})
     if model:
-        print(f"\nmodel step ms (graph breaks): {model['layers']} layers, batch {model['batch']} x {model['seq']}")
+        print(
+            f"\nmodel step ms (graph breaks): {model['layers']} layers, batch {model['batch']} x {model['seq']}"
+        )
         print(f"{'':18}{'eager':>14}{'compile':>18}{'reduce-overhead':>18}")
         for kind in ["unpatched", *(f"patched-{c}" for c in COMPILED), "liger"]:
             cells = []
             for mode in ("eager", "default", "reduce-overhead"):
                 ms, breaks = _model(kind, mode, "step_ms"), _model(kind, mode, "breaks")
-                cells.append("-" if ms is None else f"{ms}" + ("" if breaks is None else f" ({breaks})"))
+                cells.append(
+                    "-" if ms is None else f"{ms}" + ("" if breaks is None else f" ({breaks})")
+                )
             if any(c != "-" for c in cells):
                 print(f"{kind:18}{cells[0]:>14}{cells[1]:>18}{cells[2]:>18}")
         for row in model.get("rows", []):
@@ -475,18 +627,33 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default="host,gpu,model")
-    parser.add_argument("--compiled", "--compiled-norms", default="op,native",
-                        help="the patch(compiled=...) variants of the model rows: op, native or both (op,native)")
-    parser.add_argument("--batch-seq", default="",
-                        help="the model rows' batch x sequence, e.g. 8x1024 (default: 2x256 with --quick, else 4x512)")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="no model row starts after this many seconds (default: 210 with --quick, none without)")
+    parser.add_argument(
+        "--compiled",
+        "--compiled-norms",
+        default="op,native",
+        help="the patch(compiled=...) variants of the model rows: op, native or both (op,native)",
+    )
+    parser.add_argument(
+        "--batch-seq",
+        default="",
+        help="the model rows' batch x sequence, e.g. 8x1024 (default: 2x256 with --quick, else 4x512)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="no model row starts after this many seconds (default: 210 with --quick, none without)",
+    )
     args = parser.parse_args()
     parts, compiled = args.parts.split(","), args.compiled.split(",")
-    unknown = sorted(set(parts) - {"host", "gpu", "model"}) + sorted(set(compiled) - {"op", "native"})
+    unknown = sorted(set(parts) - {"host", "gpu", "model"}) + sorted(
+        set(compiled) - {"op", "native"}
+    )
     if unknown:
-        sys.exit(f"unknown --parts / --compiled value(s) {','.join(unknown)}; parts: host, gpu, model; "
-                 "compiled: op, native")
+        sys.exit(
+            f"unknown --parts / --compiled value(s) {','.join(unknown)}; parts: host, gpu, model; "
+            "compiled: op, native"
+        )
     if args.batch_seq:
         try:
             MODEL_SHAPE[:] = [int(v) for v in args.batch_seq.lower().split("x")]
@@ -506,10 +673,18 @@ def main() -> None:
 
     from gpudoctor.kernels import _common, _rms_norm, cross_entropy, glu  # noqa: F401 - registers the ops
 
-    RESULTS.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), registration_api=_common.API,
-                   ops=dict(_common.REGISTERED), liger=liger_available(), quick=args.quick, compiled=COMPILED,
-                   whole_max_tiles=_rms_norm.WHOLE_MAX_TILES)
+    RESULTS.update(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        registration_api=_common.API,
+        ops=dict(_common.REGISTERED),
+        liger=liger_available(),
+        quick=args.quick,
+        compiled=COMPILED,
+        whole_max_tiles=_rms_norm.WHOLE_MAX_TILES,
+    )
     for part in parts:
         t0 = time.time()
         try:
@@ -518,7 +693,9 @@ def main() -> None:
             RESULTS[part + "_error"] = traceback.format_exc()[-2000:]
             print(RESULTS[part + "_error"], flush=True)
         RESULTS.setdefault("seconds", {})[part] = round(time.time() - t0, 1)
-        RESULTS["direct_launch"] = [launch.direct for launch in launchers()]  # False: a launcher fell back
+        RESULTS["direct_launch"] = [
+            launch.direct for launch in launchers()
+        ]  # False: a launcher fell back
         RESULTS["targets"] = targets()
         (args.out / "kernels_host.json").write_text(json.dumps(RESULTS, indent=1, default=str))
         print(f"[{part}] {RESULTS['seconds'][part]} s", flush=True)

@@ -66,9 +66,18 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
         if t["knob"] not in now:
             continue
         p = now[t["knob"]]
-        rows.append({"program": bundle.name, "knob": t["knob"], "then": t.get("predicted_speedup"),
-                     "now": p.predicted_speedup, "now_by": p.priced_by, "measured": t.get("measured_speedup"),
-                     "ci95": t.get("speedup_ci95"), "status": t.get("status")})
+        rows.append(
+            {
+                "program": bundle.name,
+                "knob": t["knob"],
+                "then": t.get("predicted_speedup"),
+                "now": p.predicted_speedup,
+                "now_by": p.priced_by,
+                "measured": t.get("measured_speedup"),
+                "ci95": t.get("speedup_ci95"),
+                "status": t.get("status"),
+            }
+        )
     return rows
 
 
@@ -77,28 +86,41 @@ def within(p: float | None, m: float | None) -> bool | None:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| program | knob | predicted then | predicted now (by) | measured [95%] | now / measured |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| program | knob | predicted then | predicted now (by) | measured [95%] | now / measured |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
         ci = r.get("ci95") or [None, None]
         q = r["now"] / r["measured"] if r["now"] and r["measured"] else None
         star = "*" if within(r["now"], r["measured"]) else ""
-        lines.append(f"| {r['program']} | {r['knob']} | {fmt(r['then'])} | {fmt(r['now'])} ({r['now_by'] or '-'}) "
-                     f"| {fmt(r['measured'])} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} |")
+        lines.append(
+            f"| {r['program']} | {r['knob']} | {fmt(r['then'])} | {fmt(r['now'])} ({r['now_by'] or '-'}) "
+            f"| {fmt(r['measured'])} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} |"
+        )
     paired = [r for r in rows if r["measured"]]
     then_in = sum(bool(within(r["then"], r["measured"])) for r in paired)
     now_in = sum(bool(within(r["now"], r["measured"])) for r in paired)
     slower = [r for r in paired if bench_knob_trials.slower({"speedup_ci95": r.get("ci95")})]
     slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
-    lines += ["", f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
-              (f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
-               f"or below: {len(slow_ok)}")]
+    lines += [
+        "",
+        f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
+        (
+            f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
+            f"or below: {len(slow_ok)}"
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bundles", type=Path, required=True, help="a folder of run bundles, or a .tar.gz of one")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--bundles", type=Path, required=True, help="a folder of run bundles, or a .tar.gz of one"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the rows here")
     opts = ap.parse_args()
     if not opts.bundles.exists():

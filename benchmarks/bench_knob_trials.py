@@ -84,37 +84,82 @@ def with_iterations(args: list[str], at_least: int) -> list[str]:
     return out
 
 
-def run_program(entry: dict[str, Any], public: bool, opts: argparse.Namespace, env: dict[str, str]) -> list[dict]:
+def run_program(
+    entry: dict[str, Any], public: bool, opts: argparse.Namespace, env: dict[str, str]
+) -> list[dict]:
     name = entry["name"]
     args = with_iterations(list(entry.get("args_gpu") or []), opts.min_iters)
     if public:
         cwd = ROOT / entry["dir"]
-        script = lightning_shim(cwd, entry["file"]) if "lightning" in entry.get("requires", []) else entry["file"]
+        script = (
+            lightning_shim(cwd, entry["file"])
+            if "lightning" in entry.get("requires", [])
+            else entry["file"]
+        )
     else:
         cwd, script = ROOT, str(MANIFEST.parent / entry["file"])
     out_dir = opts.runs / name
-    cmd = [opts.python, "-m", "gpudoctor", "run", "--try-fixes", "--no-trial-trace", "--json",
-           "--skip", str(opts.skip), "--trial-timeout", str(opts.timeout), "--out", str(out_dir)]
+    cmd = [
+        opts.python,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--try-fixes",
+        "--no-trial-trace",
+        "--json",
+        "--skip",
+        str(opts.skip),
+        "--trial-timeout",
+        str(opts.timeout),
+        "--out",
+        str(out_dir),
+    ]
     if name in FIXES_FOR:
         cmd += ["--fixes", FIXES_FOR[name]]
     res = run_command([*cmd, script, *args], cwd, env, opts.timeout * 4)
     run_dir = newest_run_dir(out_dir) if out_dir.is_dir() else None
     report = read_json(run_dir / "report.json") if run_dir is not None else None
-    base = {"program": name, "public": public, "args": args, "rc": res["rc"], "wall_s": res["wall_s"],
-            "run_dir": str(run_dir) if run_dir else None}
+    base = {
+        "program": name,
+        "public": public,
+        "args": args,
+        "rc": res["rc"],
+        "wall_s": res["wall_s"],
+        "run_dir": str(run_dir) if run_dir else None,
+    }
     if report is None:
         return [{**base, "knob": None, "message": failure_message(res) or "no report"}]
-    base.update(step_ms=report.get("step_ms"), unprofiled_step_ms=report.get("unprofiled_step_ms"),
-                findings=[(f.get("id"), f.get("predicted_speedup")) for f in report.get("findings", [])][:5])
+    base.update(
+        step_ms=report.get("step_ms"),
+        unprofiled_step_ms=report.get("unprofiled_step_ms"),
+        findings=[(f.get("id"), f.get("predicted_speedup")) for f in report.get("findings", [])][
+            :5
+        ],
+    )
     trials = report.get("trials") or []
     if not trials:
-        why = [report.get("trials_note") or ""] + [f"{n.get('finding')}: {n.get('reason')}"
-                                                  for n in report.get("trials_not_tried", []) or []]
-        return [{**base, "knob": None, "message": "no trial: " + "; ".join(w for w in why if w)[:300]}]
-    return [{**base, "knob": t.get("knob"), "status": t.get("status"), "verdict": t.get("verdict"),
-             "predicted_speedup": t.get("predicted_speedup"), "predicted_by": t.get("predicted_by"),
-             "measured_speedup": t.get("measured_speedup"), "speedup_ci95": t.get("speedup_ci95"),
-             "finding": t.get("finding"), "reason": t.get("reason")} for t in trials]
+        why = [report.get("trials_note") or ""] + [
+            f"{n.get('finding')}: {n.get('reason')}"
+            for n in report.get("trials_not_tried", []) or []
+        ]
+        return [
+            {**base, "knob": None, "message": "no trial: " + "; ".join(w for w in why if w)[:300]}
+        ]
+    return [
+        {
+            **base,
+            "knob": t.get("knob"),
+            "status": t.get("status"),
+            "verdict": t.get("verdict"),
+            "predicted_speedup": t.get("predicted_speedup"),
+            "predicted_by": t.get("predicted_by"),
+            "measured_speedup": t.get("measured_speedup"),
+            "speedup_ci95": t.get("speedup_ci95"),
+            "finding": t.get("finding"),
+            "reason": t.get("reason"),
+        }
+        for t in trials
+    ]
 
 
 def ratio(row: dict) -> float | None:
@@ -128,9 +173,12 @@ def slower(row: dict) -> bool:
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    lines = [f"Knob trials, {meta.get('device')}, torch {meta.get('torch')}, {meta.get('started')}", "",
-             "| program | knob | predicted (by) | measured [95%] | predicted / measured | verdict |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [
+        f"Knob trials, {meta.get('device')}, torch {meta.get('torch')}, {meta.get('started')}",
+        "",
+        "| program | knob | predicted (by) | measured [95%] | predicted / measured | verdict |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for r in rows:
         if r.get("knob") is None:
             lines.append(f"| {r['program']} | - | - | - | - | {r.get('message', '')[:120]} |")
@@ -138,42 +186,62 @@ def markdown(rows: list[dict], meta: dict) -> str:
         ci = r.get("speedup_ci95") or [None, None]
         q = ratio(r)
         star = "*" if q and 1 / WITHIN <= q <= WITHIN else ""
-        lines.append(f"| {r['program']} | {r['knob']} | {fmt(r.get('predicted_speedup'))} ({r.get('predicted_by') or '-'}) "
-                     f"| {fmt(r.get('measured_speedup'))} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} | {r.get('verdict')} |")
+        lines.append(
+            f"| {r['program']} | {r['knob']} | {fmt(r.get('predicted_speedup'))} ({r.get('predicted_by') or '-'}) "
+            f"| {fmt(r.get('measured_speedup'))} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} | {r.get('verdict')} |"
+        )
     knobs = [r for r in rows if r.get("knob") and not str(r["knob"]).startswith("control")]
     paired = [r for r in knobs if ratio(r) is not None]
     within = [r for r in paired if 1 / WITHIN <= ratio(r) <= WITHIN]
     slow = [r for r in knobs if slower(r)]
     slow_ok = [r for r in slow if (r.get("predicted_speedup") or 1.0) <= SLOWER_PREDICTED_AT_MOST]
     slow_names = ", ".join(f"{r['program']}:{r['knob']}" for r in slow) or "none"
-    lines += ["", f"within {WITHIN}x: {len(within)} of {len(paired)} trials with a prediction and a measurement",
-              (f"measured slower (interval below 1): {len(slow)}; predicted at x{SLOWER_PREDICTED_AT_MOST} or below: "
-               f"{len(slow_ok)} ({slow_names})")]
+    lines += [
+        "",
+        f"within {WITHIN}x: {len(within)} of {len(paired)} trials with a prediction and a measurement",
+        (
+            f"measured slower (interval below 1): {len(slow)}; predicted at x{SLOWER_PREDICTED_AT_MOST} or below: "
+            f"{len(slow_ok)} ({slow_names})"
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", default=[], help="program names (repeatable, comma-separated)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--only", action="append", default=[], help="program names (repeatable, comma-separated)"
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--runs", type=Path, default=None, help="run directories (default OUT/runs)")
     ap.add_argument("--skip", type=int, default=10)
     ap.add_argument("--min-iters", type=int, default=150)
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds one trial may run")
-    ap.add_argument("--deadline", type=float, default=0.0, help="stop starting programs after this many seconds")
+    ap.add_argument(
+        "--deadline", type=float, default=0.0, help="stop starting programs after this many seconds"
+    )
     ap.add_argument("--python", default=sys.executable)
     opts = ap.parse_args()
     manifest = json.loads(MANIFEST.read_text())
     wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()]
-    pool = {e["name"]: (e, False) for e in manifest["programs"]} | {e["name"]: (e, True) for e in manifest["public"]}
+    pool = {e["name"]: (e, False) for e in manifest["programs"]} | {
+        e["name"]: (e, True) for e in manifest["public"]
+    }
     unknown = [n for n in wanted if n not in pool]
     if unknown or not wanted:
         ap.error(f"name programs with --only (unknown: {', '.join(unknown) or 'none given'})")
-    out = opts.out or ROOT / "benchmarks" / "results" / f"knob-trials-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = (
+        opts.out
+        or ROOT / "benchmarks" / "results" / f"knob-trials-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     out.mkdir(parents=True, exist_ok=True)
     opts.runs = (opts.runs or out / "runs").resolve()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     meta: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
         import torch
@@ -193,13 +261,25 @@ def main() -> int:
         try:
             got = run_program(entry, public, opts, env)
         except Exception as exc:  # noqa: BLE001 - one program's breakage must not stop the table
-            got = [{"program": name, "knob": None, "message": f"runner error: {type(exc).__name__}: {exc}"}]
+            got = [
+                {
+                    "program": name,
+                    "knob": None,
+                    "message": f"runner error: {type(exc).__name__}: {exc}",
+                }
+            ]
         rows += got
         for r in got:
-            print(f"[knobs] {name}: {r.get('knob')} predicted {r.get('predicted_speedup')} measured "
-                  f"{r.get('measured_speedup')} {r.get('message', '')}", file=sys.stderr, flush=True)
+            print(
+                f"[knobs] {name}: {r.get('knob')} predicted {r.get('predicted_speedup')} measured "
+                f"{r.get('measured_speedup')} {r.get('message', '')}",
+                file=sys.stderr,
+                flush=True,
+            )
         meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
-        (out / "knob_trials.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        (out / "knob_trials.json").write_text(
+            json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
+        )
     text = markdown(rows, meta)
     (out / "knob_trials.md").write_text(text)
     print(text)

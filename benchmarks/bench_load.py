@@ -38,8 +38,14 @@ SRC = HERE.parent / "src"
 
 def measure(python: str, tool: str, trace: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    out = subprocess.run([python, str(HERE / "_runners.py"), tool, str(trace)], capture_output=True,
-                         text=True, env=env, timeout=900, check=False)
+    out = subprocess.run(
+        [python, str(HERE / "_runners.py"), tool, str(trace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -60,10 +66,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("traces", nargs="+", type=Path)
     parser.add_argument("--hta-python", default="/opt/htavenv/bin/python")
-    parser.add_argument("--repeat", type=int, default=None, help="runs per tool (default 3; 5 with --whole-process)")
-    parser.add_argument("--whole-process", action="store_true", help="time the whole CLI process, imports included")
-    parser.add_argument("--src", type=Path, action="append", default=None,
-                        help="gpudoctor source folder(s) to time (default: this checkout's src); repeat to compare")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="runs per tool (default 3; 5 with --whole-process)"
+    )
+    parser.add_argument(
+        "--whole-process", action="store_true", help="time the whole CLI process, imports included"
+    )
+    parser.add_argument(
+        "--src",
+        type=Path,
+        action="append",
+        default=None,
+        help="gpudoctor source folder(s) to time (default: this checkout's src); repeat to compare",
+    )
     args = parser.parse_args()
     if args.whole_process:
         whole_process(args.traces, args.hta_python, args.repeat or 5, args.src or [SRC])
@@ -90,8 +105,10 @@ def main() -> None:
 
 def table(rows: list[dict]) -> str:
     head = [
-        (f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} "
-        f"({os.cpu_count()} cores), Python {platform.python_version()}; median of runs, fresh process each."),
+        (
+            f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} "
+            f"({os.cpu_count()} cores), Python {platform.python_version()}; median of runs, fresh process each."
+        ),
         "",
         "| trace | events | JSON MB | gpudoctor s | HTA 0.5.0 s | speedup | gpudoctor peak MB (x JSON) | HTA peak MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -111,8 +128,14 @@ def table(rows: list[dict]) -> str:
 
 def spawn(cmd: list[str], env: dict[str, str]) -> dict:
     """One fresh process through the small launcher in _runners.py: its wall time and peak RSS."""
-    out = subprocess.run([sys.executable, str(HERE / "_runners.py"), "spawn", *cmd], capture_output=True, text=True,
-                         env=env, timeout=3600, check=True)  # HTA on a 400 MB trace: minutes
+    out = subprocess.run(
+        [sys.executable, str(HERE / "_runners.py"), "spawn", *cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+        check=True,
+    )  # HTA on a 400 MB trace: minutes
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -131,9 +154,16 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
     rows, phase_rows = [], []
     for trace in traces:
         folder = Path(tempfile.mkdtemp())
-        shutil.copy(trace, folder / ("rank0.json.gz" if trace.name.endswith(".gz") else "rank0.json"))
-        commands = {f"gpudoctor {src}": ([sys.executable, "-m", "gpudoctor", "analyze", str(trace), "--json"],
-                                         _env(src)) for src in srcs}
+        shutil.copy(
+            trace, folder / ("rank0.json.gz" if trace.name.endswith(".gz") else "rank0.json")
+        )
+        commands = {
+            f"gpudoctor {src}": (
+                [sys.executable, "-m", "gpudoctor", "analyze", str(trace), "--json"],
+                _env(src),
+            )
+            for src in srcs
+        }
         commands["hta"] = ([hta_python, str(HERE / "_hta_whole.py"), str(folder)], _env(SRC))
         # the floor under both: the interpreter starting and stopping
         commands["python -c pass"] = ([sys.executable, "-c", "pass"], _env(SRC))
@@ -144,22 +174,42 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
                 if round_:
                     loads.append(os.getloadavg()[0])
                 runs[name].append(spawn(cmd, env))
-                print(json.dumps({"trace": trace.name, "round": round_, "tool": name, **runs[name][-1]}),
-                      file=sys.stderr, flush=True)
+                print(
+                    json.dumps(
+                        {"trace": trace.name, "round": round_, "tool": name, **runs[name][-1]}
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
         shutil.rmtree(folder)
-        row = {"trace": trace.name, "json_MB": json_size(trace) / 1e6, "load": [min(loads), max(loads)]}
+        row = {
+            "trace": trace.name,
+            "json_MB": json_size(trace) / 1e6,
+            "load": [min(loads), max(loads)],
+        }
         for name, measured in runs.items():
             measured = measured[1:]
             failed = [m["rc"] for m in measured if m["rc"] != 0]
-            row[name] = {"seconds": statistics.median(m["seconds"] for m in measured),
-                         "cpu": statistics.median(m["cpu"] for m in measured),
-                         "peak_MB": max(m["peak_rss"] for m in measured) / 1e6, "failed_rc": failed}
+            row[name] = {
+                "seconds": statistics.median(m["seconds"] for m in measured),
+                "cpu": statistics.median(m["cpu"] for m in measured),
+                "peak_MB": max(m["peak_rss"] for m in measured) / 1e6,
+                "failed_rc": failed,
+            }
         rows.append(row)
         print(json.dumps(row), flush=True)
         for src in srcs:
-            out = subprocess.run([sys.executable, str(HERE / "_runners.py"), "phases", str(trace)],
-                                 capture_output=True, text=True, env=_env(src), timeout=900, check=True)
-            phase_rows.append((trace.name, str(src), json.loads(out.stdout.strip().splitlines()[-1])))
+            out = subprocess.run(
+                [sys.executable, str(HERE / "_runners.py"), "phases", str(trace)],
+                capture_output=True,
+                text=True,
+                env=_env(src),
+                timeout=900,
+                check=True,
+            )
+            phase_rows.append(
+                (trace.name, str(src), json.loads(out.stdout.strip().splitlines()[-1]))
+            )
     print(whole_table(rows, srcs))
     print()
     print(phase_table(phase_rows))
@@ -167,8 +217,10 @@ def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[P
 
 def whole_table(rows: list[dict], srcs: list[Path]) -> str:
     head = [
-        (f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({os.cpu_count()} cores), "
-         f"Python {platform.python_version()}; whole process, median of runs, fresh process each."),
+        (
+            f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} ({os.cpu_count()} cores), "
+            f"Python {platform.python_version()}; whole process, median of runs, fresh process each."
+        ),
         "",
         "| trace | JSON MB | tool | seconds | vs HTA | CPU s | vs HTA (CPU) | peak RSS MB (x JSON) |",
         "|---|---:|---|---:|---:|---:|---:|---:|",
@@ -178,18 +230,25 @@ def whole_table(rows: list[dict], srcs: list[Path]) -> str:
         for name in [f"gpudoctor {src}" for src in srcs] + ["hta", "python -c pass"]:
             m = r[name]
             note = f" (failed: rc {m['failed_rc'][0]})" if m["failed_rc"] else ""
-            head.append(f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
-                        f"{hta / m['seconds']:.1f}x | {m['cpu']:.3f} | {hta_cpu / m['cpu']:.1f}x | "
-                        f"{m['peak_MB']:.0f} ({m['peak_MB'] / r['json_MB']:.2f}x) |")
+            head.append(
+                f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
+                f"{hta / m['seconds']:.1f}x | {m['cpu']:.3f} | {hta_cpu / m['cpu']:.1f}x | "
+                f"{m['peak_MB']:.0f} ({m['peak_MB'] / r['json_MB']:.2f}x) |"
+            )
     head.append("")
-    head += [f"Load average (1 min) as the runs on {r['trace']} started: {r['load'][0]:.2f}-{r['load'][1]:.2f}"
-             for r in rows]
+    head += [
+        f"Load average (1 min) as the runs on {r['trace']} started: {r['load'][0]:.2f}-{r['load'][1]:.2f}"
+        for r in rows
+    ]
     return "\n".join(head)
 
 
 def phase_table(rows: list[tuple[str, str, dict]]) -> str:
     names = list(rows[0][2]) if rows else []
-    head = ["| trace | gpudoctor | " + " | ".join(names) + " | sum |", "|---|---|" + "---:|" * (len(names) + 1)]
+    head = [
+        "| trace | gpudoctor | " + " | ".join(names) + " | sum |",
+        "|---|---|" + "---:|" * (len(names) + 1),
+    ]
     for trace, src, phases in rows:
         cells = " | ".join(f"{phases[n]:.3f}" for n in names)
         head.append(f"| {trace} | {src} | {cells} | {sum(phases.values()):.3f} |")

@@ -69,8 +69,13 @@ print(json.dumps({"median_s": statistics.median(times)}))
 
 def in_process(trace: Path) -> float:
     """Median seconds of one rank's work in a warm worker (load, diagnose, summarize)."""
-    out = subprocess.run([sys.executable, "-c", _ONE, str(trace)], env=_env(), capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _ONE, str(trace)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(json.loads(out.stdout.strip().splitlines()[-1])["median_s"])
 
 
@@ -82,8 +87,12 @@ def single(trace: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of ``gpudoctor analyze TRACE --json`` as a whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", str(trace), "--json"], env=_env(),
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "analyze", str(trace), "--json"],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return wall, max(peak, before)
@@ -101,8 +110,13 @@ def run_dir(trace: Path, n: int, folder: Path) -> Path:
 
 
 def many(folder: Path, jobs: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", _MANY, str(folder), str(jobs)], env=_env(), capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _MANY, str(folder), str(jobs)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -178,7 +192,12 @@ def whole_tree(cmd: list[str], interval: float = 0.01) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}")
-    return {"wall_s": wall, "tree_rss": peak["rss"], "tree_pss": peak["pss"], "largest_peak": usage.ru_maxrss * 1024}
+    return {
+        "wall_s": wall,
+        "tree_rss": peak["rss"],
+        "tree_pss": peak["pss"],
+        "largest_peak": usage.ru_maxrss * 1024,
+    }
 
 
 def runs(dirs: list[Path], jobs_list: list[int], repeats: int) -> list[dict]:
@@ -191,25 +210,40 @@ def runs(dirs: list[Path], jobs_list: list[int], repeats: int) -> list[dict]:
             raise SystemExit(f"{folder}: no rank*/trace.json* in it")
         one = [whole_tree(gd + [str(traces[0]), "--json"]) for _ in range(repeats)]
         for jobs in jobs_list:
-            res = [whole_tree(gd + [str(folder), "--json", "--jobs", str(jobs)]) for _ in range(repeats)]
-            out.append({"run": folder.name, "ranks": len(traces), "jobs": jobs,
-                        "gz_mb": sum(t.stat().st_size for t in traces) / 1e6,
-                        "wall_s": statistics.median(r["wall_s"] for r in res),
-                        "tree_rss_mib": max(r["tree_rss"] for r in res) / 2**20,
-                        "tree_pss_mib": max(r["tree_pss"] for r in res) / 2**20,
-                        "largest_mib": max(r["largest_peak"] for r in res) / 2**20,
-                        "one_wall_s": statistics.median(r["wall_s"] for r in one),
-                        "one_mib": max(r["largest_peak"] for r in one) / 2**20})
+            res = [
+                whole_tree(gd + [str(folder), "--json", "--jobs", str(jobs)])
+                for _ in range(repeats)
+            ]
+            out.append(
+                {
+                    "run": folder.name,
+                    "ranks": len(traces),
+                    "jobs": jobs,
+                    "gz_mb": sum(t.stat().st_size for t in traces) / 1e6,
+                    "wall_s": statistics.median(r["wall_s"] for r in res),
+                    "tree_rss_mib": max(r["tree_rss"] for r in res) / 2**20,
+                    "tree_pss_mib": max(r["tree_pss"] for r in res) / 2**20,
+                    "largest_mib": max(r["largest_peak"] for r in res) / 2**20,
+                    "one_wall_s": statistics.median(r["wall_s"] for r in one),
+                    "one_mib": max(r["largest_peak"] for r in one) / 2**20,
+                }
+            )
     return out
 
 
 def runs_table(rows: list[dict]) -> str:
-    lines = [("| run | ranks | traces, MB gz | jobs | wall s | whole tree: peak RSS sum / PSS sum MiB | "
-              "largest process MiB | one rank: wall s / peak MiB |"),
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        (
+            "| run | ranks | traces, MB gz | jobs | wall s | whole tree: peak RSS sum / PSS sum MiB | "
+            "largest process MiB | one rank: wall s / peak MiB |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['run']} | {r['ranks']} | {r['gz_mb']:.1f} | {r['jobs']} | {r['wall_s']:.2f} | "
-                     f"{r['tree_rss_mib']:.0f} / {r['tree_pss_mib']:.0f} | {r['largest_mib']:.0f} | {r['one_wall_s']:.2f} / {r['one_mib']:.0f} |")
+        lines.append(
+            f"| {r['run']} | {r['ranks']} | {r['gz_mb']:.1f} | {r['jobs']} | {r['wall_s']:.2f} | "
+            f"{r['tree_rss_mib']:.0f} / {r['tree_pss_mib']:.0f} | {r['largest_mib']:.0f} | {r['one_wall_s']:.2f} / {r['one_mib']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -219,12 +253,22 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=3, help="single-trace runs (the median is kept)")
-    ap.add_argument("--runs", type=Path, nargs="+", default=None, metavar="RUN_DIR",
-                    help="Real run directories (rankR/trace.json.gz each) instead of copies of --trace.")
-    ap.add_argument("--jobs-list", type=int, nargs="+", default=[1, 2], help="--runs: the --jobs values to time")
+    ap.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="RUN_DIR",
+        help="Real run directories (rankR/trace.json.gz each) instead of copies of --trace.",
+    )
+    ap.add_argument(
+        "--jobs-list", type=int, nargs="+", default=[1, 2], help="--runs: the --jobs values to time"
+    )
     args = ap.parse_args()
     if args.runs:
-        print(f"{os.cpu_count()} cores; wall: median of {args.repeats}; peaks: max of {args.repeats}")
+        print(
+            f"{os.cpu_count()} cores; wall: median of {args.repeats}; peaks: max of {args.repeats}"
+        )
         print(runs_table(runs(args.runs, args.jobs_list, args.repeats)))
         return
     singles = sorted(single(args.trace) for _ in range(args.repeats))
@@ -241,13 +285,18 @@ def main() -> None:
         (f"  target <= {args.ranks} x single / {args.jobs} x 1.2", f"{budget:.2f}"),
         ("  per rank (wall x jobs / ranks) s", f"{res['wall_s'] * args.jobs / args.ranks:.3f}"),
         ("one rank in a warm process s (load+diagnose+summarize)", f"{warm:.3f}"),
-        (f"  strict target <= {args.ranks} x warm / {args.jobs} x 1.2", f"{args.ranks * warm / args.jobs * 1.2:.2f}"),
+        (
+            f"  strict target <= {args.ranks} x warm / {args.jobs} x 1.2",
+            f"{args.ranks * warm / args.jobs * 1.2:.2f}",
+        ),
         ("  parent peak RSS MiB", f"{res['parent_kib'] / 1024:.0f}"),
         ("  largest worker peak RSS MiB", f"{res['worker_kib'] / 1024:.0f}"),
         ("  largest process / single", f"{largest / single_kib:.2f} (target <= 2)"),
         ("  ranks in the report", str(res["ranks"])),
     ]
-    print(f"trace {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz), {os.cpu_count()} cores")
+    print(
+        f"trace {args.trace} ({args.trace.stat().st_size / 1e6:.1f} MB gz), {os.cpu_count()} cores"
+    )
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

@@ -29,208 +29,732 @@ GiB = 1024**3
 # Each run: a transformers config class, the fields that make it (real models' shapes, fewer
 # layers so that a run takes seconds), and the options given to `gpudoctor memory`.
 RUNS: list[dict] = [
-    {"name": "llama-mha-bf16", "family": "llama",
-     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "llama3-gqa-bf16", "family": "llama",
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
-                "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "llama3-gqa-eager", "family": "llama",
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
-                "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"}},
-    {"name": "llama3-gqa-ckpt", "family": "llama",
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256,
-                "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 4, "seq": 4096, "params_dtype": "bf16", "attention": "sdpa", "checkpointing": "full"}},
-    {"name": "llama-fp32-autocast", "family": "llama",
-     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
-                "num_key_value_heads": 4, "num_hidden_layers": 6, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"}},
-    {"name": "llama-sgd-momentum", "family": "llama",
-     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "optimizer": "sgd-momentum"}},
-    {"name": "qwen2-152k-vocab", "family": "qwen2",
-     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
-                "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 151936,
-                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "qwen2-fp32-autocast-ckpt", "family": "qwen2",
-     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
-                "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 151936,
-                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
-              "checkpointing": "full"}},
-    {"name": "mixtral-moe", "family": "mixtral",
-     "config": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
-                "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 32000,
-                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gpt2-large-dropout", "family": "gpt2",
-     "config": {"n_embd": 1280, "n_layer": 12, "n_head": 20, "vocab_size": 50257, "n_positions": 1024},
-     "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "eager"}},
-    {"name": "gpt2-sdpa-fp32-autocast", "family": "gpt2",
-     "config": {"n_embd": 1024, "n_layer": 12, "n_head": 16, "vocab_size": 50257, "n_positions": 1024},
-     "opts": {"batch": 8, "seq": 1024, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"}},
-    {"name": "pythia-neox", "family": "gpt_neox",
-     "config": {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 8,
-                "num_hidden_layers": 8, "vocab_size": 50304, "rotary_pct": 0.25,
-                "max_position_embeddings": 2048},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gemma-256k-vocab", "family": "gemma",
-     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
-                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000,
-                "max_position_embeddings": 8192},
-     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "mistral-7b-shape", "family": "mistral",
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000,
-                "sliding_window": 4096, "max_position_embeddings": 32768},
-     "opts": {"batch": 2, "seq": 4096, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "llama-adafactor", "family": "llama",
-     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "optimizer": "adafactor"}},
+    {
+        "name": "llama-mha-bf16",
+        "family": "llama",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 8,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "llama3-gqa-bf16",
+        "family": "llama",
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 4,
+            "vocab_size": 128256,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "llama3-gqa-eager",
+        "family": "llama",
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 4,
+            "vocab_size": 128256,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"},
+    },
+    {
+        "name": "llama3-gqa-ckpt",
+        "family": "llama",
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 4,
+            "vocab_size": 128256,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 4096,
+            "params_dtype": "bf16",
+            "attention": "sdpa",
+            "checkpointing": "full",
+        },
+    },
+    {
+        "name": "llama-fp32-autocast",
+        "family": "llama",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 6,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "fp32",
+            "autocast": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "llama-sgd-momentum",
+        "family": "llama",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 8,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "bf16",
+            "attention": "sdpa",
+            "optimizer": "sgd-momentum",
+        },
+    },
+    {
+        "name": "qwen2-152k-vocab",
+        "family": "qwen2",
+        "config": {
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 8,
+            "vocab_size": 151936,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0,
+        },
+        "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "qwen2-fp32-autocast-ckpt",
+        "family": "qwen2",
+        "config": {
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 8,
+            "vocab_size": 151936,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "fp32",
+            "autocast": "bf16",
+            "attention": "sdpa",
+            "checkpointing": "full",
+        },
+    },
+    {
+        "name": "mixtral-moe",
+        "family": "mixtral",
+        "config": {
+            "hidden_size": 1024,
+            "intermediate_size": 3584,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 4,
+            "vocab_size": 32000,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "gpt2-large-dropout",
+        "family": "gpt2",
+        "config": {
+            "n_embd": 1280,
+            "n_layer": 12,
+            "n_head": 20,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+        },
+        "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "eager"},
+    },
+    {
+        "name": "gpt2-sdpa-fp32-autocast",
+        "family": "gpt2",
+        "config": {
+            "n_embd": 1024,
+            "n_layer": 12,
+            "n_head": 16,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+        },
+        "opts": {
+            "batch": 8,
+            "seq": 1024,
+            "params_dtype": "fp32",
+            "autocast": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "pythia-neox",
+        "family": "gpt_neox",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 8,
+            "vocab_size": 50304,
+            "rotary_pct": 0.25,
+            "max_position_embeddings": 2048,
+        },
+        "opts": {"batch": 4, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "gemma-256k-vocab",
+        "family": "gemma",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 16384,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "num_hidden_layers": 4,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "mistral-7b-shape",
+        "family": "mistral",
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 4,
+            "vocab_size": 32000,
+            "sliding_window": 4096,
+            "max_position_embeddings": 32768,
+        },
+        "opts": {"batch": 2, "seq": 4096, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "llama-adafactor",
+        "family": "llama",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 8,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "bf16",
+            "attention": "sdpa",
+            "optimizer": "adafactor",
+        },
+    },
     # generation
-    {"name": "gen-llama3-gqa", "family": "llama", "infer": True,
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 8, "vocab_size": 128256,
-                "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 16, "prompt": 1024, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gen-qwen2-152k", "family": "qwen2", "infer": True,
-     "config": {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
-                "num_key_value_heads": 2, "num_hidden_layers": 28, "vocab_size": 151936,
-                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
-     "opts": {"batch": 32, "prompt": 512, "new": 128, "weights_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gen-llama-mha", "family": "llama", "infer": True,
-     "config": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 16, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 8, "prompt": 2048, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
+    {
+        "name": "gen-llama3-gqa",
+        "family": "llama",
+        "infer": True,
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 8,
+            "vocab_size": 128256,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {
+            "batch": 16,
+            "prompt": 1024,
+            "new": 256,
+            "weights_dtype": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "gen-qwen2-152k",
+        "family": "qwen2",
+        "infer": True,
+        "config": {
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 28,
+            "vocab_size": 151936,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0,
+        },
+        "opts": {
+            "batch": 32,
+            "prompt": 512,
+            "new": 128,
+            "weights_dtype": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "gen-llama-mha",
+        "family": "llama",
+        "infer": True,
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 16,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 8,
+            "prompt": 2048,
+            "new": 256,
+            "weights_dtype": "bf16",
+            "attention": "sdpa",
+        },
+    },
 ]
 
 # Held out: measured after the estimator was written, to check it on shapes and options it was not
 # looked at against (bench_memory.py measure OUT --heldout).
 HELDOUT: list[dict] = [
-    {"name": "qwen2.5-0.5b-full", "family": "qwen2",
-     "config": {"hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
-                "num_key_value_heads": 2, "num_hidden_layers": 24, "vocab_size": 151936,
-                "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0},
-     "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "llama3.2-1b-fp32-autocast-ckpt", "family": "llama",
-     "config": {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 16, "vocab_size": 128256,
-                "tie_word_embeddings": True, "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
-              "checkpointing": "full"}},
-    {"name": "gemma-eager", "family": "gemma",
-     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
-                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 6, "vocab_size": 256000,
-                "max_position_embeddings": 8192},
-     "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"}},
-    {"name": "gpt2-medium-ckpt", "family": "gpt2",
-     "config": {"n_embd": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 50257, "n_positions": 1024},
-     "opts": {"batch": 16, "seq": 1024, "params_dtype": "bf16", "attention": "eager", "checkpointing": "full"}},
-    {"name": "mixtral-fp32-autocast-ckpt", "family": "mixtral",
-     "config": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
-                "num_key_value_heads": 4, "num_hidden_layers": 6, "vocab_size": 32000,
-                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 2048, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa",
-              "checkpointing": "full"}},
-    {"name": "neox-sequential-full-rotary", "family": "gpt_neox",
-     "config": {"hidden_size": 2560, "intermediate_size": 10240, "num_attention_heads": 32,
-                "num_hidden_layers": 6, "vocab_size": 50432, "rotary_pct": 1.0,
-                "use_parallel_residual": False, "max_position_embeddings": 2048},
-     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "deepseek-v2-mla-moe", "family": "deepseek_v2",
-     "config": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000,
-                "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                "v_head_dim": 128, "n_routed_experts": 16, "num_experts_per_tok": 4,
-                "moe_intermediate_size": 512, "n_shared_experts": 2, "first_k_dense_replace": 1,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 4, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "llama-grad-accumulation", "family": "llama",
-     "config": {"hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 24,
-                "num_key_value_heads": 8, "num_hidden_layers": 8, "vocab_size": 128256,
-                "rope_theta": 500000.0, "max_position_embeddings": 8192},
-     "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa", "microbatches": 2}},
-    {"name": "llama-pure-fp32-eager-sgd", "family": "llama",
-     "config": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "num_hidden_layers": 8, "vocab_size": 32000,
-                "max_position_embeddings": 4096},
-     "opts": {"batch": 2, "seq": 2048, "params_dtype": "fp32", "attention": "eager", "optimizer": "sgd"}},
-    {"name": "gen-mistral-sliding", "family": "mistral", "infer": True,
-     "config": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "num_hidden_layers": 6, "vocab_size": 32000,
-                "sliding_window": 4096, "max_position_embeddings": 32768},
-     "opts": {"batch": 4, "prompt": 3072, "new": 256, "weights_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gen-gemma", "family": "gemma", "infer": True,
-     "config": {"hidden_size": 2048, "intermediate_size": 16384, "num_attention_heads": 8,
-                "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 18, "vocab_size": 256000,
-                "max_position_embeddings": 8192},
-     "opts": {"batch": 16, "prompt": 1024, "new": 128, "weights_dtype": "bf16", "attention": "sdpa"}},
-    {"name": "gen-gpt2-xl-eager", "family": "gpt2", "infer": True,
-     "config": {"n_embd": 1600, "n_layer": 48, "n_head": 25, "vocab_size": 50257, "n_positions": 1024},
-     "opts": {"batch": 16, "prompt": 768, "new": 128, "weights_dtype": "bf16", "attention": "eager"}},
+    {
+        "name": "qwen2.5-0.5b-full",
+        "family": "qwen2",
+        "config": {
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 24,
+            "vocab_size": 151936,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0,
+        },
+        "opts": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "llama3.2-1b-fp32-autocast-ckpt",
+        "family": "llama",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 16,
+            "vocab_size": 128256,
+            "tie_word_embeddings": True,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "fp32",
+            "autocast": "bf16",
+            "attention": "sdpa",
+            "checkpointing": "full",
+        },
+    },
+    {
+        "name": "gemma-eager",
+        "family": "gemma",
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 16384,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "num_hidden_layers": 6,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {"batch": 1, "seq": 2048, "params_dtype": "bf16", "attention": "eager"},
+    },
+    {
+        "name": "gpt2-medium-ckpt",
+        "family": "gpt2",
+        "config": {
+            "n_embd": 1024,
+            "n_layer": 24,
+            "n_head": 16,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+        },
+        "opts": {
+            "batch": 16,
+            "seq": 1024,
+            "params_dtype": "bf16",
+            "attention": "eager",
+            "checkpointing": "full",
+        },
+    },
+    {
+        "name": "mixtral-fp32-autocast-ckpt",
+        "family": "mixtral",
+        "config": {
+            "hidden_size": 1024,
+            "intermediate_size": 3584,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 6,
+            "vocab_size": 32000,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 4,
+            "seq": 2048,
+            "params_dtype": "fp32",
+            "autocast": "bf16",
+            "attention": "sdpa",
+            "checkpointing": "full",
+        },
+    },
+    {
+        "name": "neox-sequential-full-rotary",
+        "family": "gpt_neox",
+        "config": {
+            "hidden_size": 2560,
+            "intermediate_size": 10240,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 6,
+            "vocab_size": 50432,
+            "rotary_pct": 1.0,
+            "use_parallel_residual": False,
+            "max_position_embeddings": 2048,
+        },
+        "opts": {"batch": 2, "seq": 2048, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "deepseek-v2-mla-moe",
+        "family": "deepseek_v2",
+        "config": {
+            "hidden_size": 1024,
+            "intermediate_size": 2816,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 4,
+            "vocab_size": 32000,
+            "q_lora_rank": None,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+            "n_routed_experts": 16,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 512,
+            "n_shared_experts": 2,
+            "first_k_dense_replace": 1,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {"batch": 4, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"},
+    },
+    {
+        "name": "llama-grad-accumulation",
+        "family": "llama",
+        "config": {
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "num_attention_heads": 24,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 8,
+            "vocab_size": 128256,
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {
+            "batch": 2,
+            "seq": 2048,
+            "params_dtype": "bf16",
+            "attention": "sdpa",
+            "microbatches": 2,
+        },
+    },
+    {
+        "name": "llama-pure-fp32-eager-sgd",
+        "family": "llama",
+        "config": {
+            "hidden_size": 1024,
+            "intermediate_size": 2816,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "num_hidden_layers": 8,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        "opts": {
+            "batch": 2,
+            "seq": 2048,
+            "params_dtype": "fp32",
+            "attention": "eager",
+            "optimizer": "sgd",
+        },
+    },
+    {
+        "name": "gen-mistral-sliding",
+        "family": "mistral",
+        "infer": True,
+        "config": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 6,
+            "vocab_size": 32000,
+            "sliding_window": 4096,
+            "max_position_embeddings": 32768,
+        },
+        "opts": {
+            "batch": 4,
+            "prompt": 3072,
+            "new": 256,
+            "weights_dtype": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "gen-gemma",
+        "family": "gemma",
+        "infer": True,
+        "config": {
+            "hidden_size": 2048,
+            "intermediate_size": 16384,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "num_hidden_layers": 18,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+        },
+        "opts": {
+            "batch": 16,
+            "prompt": 1024,
+            "new": 128,
+            "weights_dtype": "bf16",
+            "attention": "sdpa",
+        },
+    },
+    {
+        "name": "gen-gpt2-xl-eager",
+        "family": "gpt2",
+        "infer": True,
+        "config": {
+            "n_embd": 1600,
+            "n_layer": 48,
+            "n_head": 25,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+        },
+        "opts": {
+            "batch": 16,
+            "prompt": 768,
+            "new": 128,
+            "weights_dtype": "bf16",
+            "attention": "eager",
+        },
+    },
 ]
 
 # Every model_type the estimator accepts, in the four settings of issue 21 (bf16 + AdamW, fp32
 # parameters + bf16 autocast, full checkpointing, generation), small real-shaped configs so that
 # the whole set runs in minutes (bench_memory.py measure OUT --arch [--parallel 3]).
 _ARCH_CONFIGS: dict[str, dict] = {
-    "llama": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 4,
-              "num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 4096},
-    "mistral": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 4,
-                "num_hidden_layers": 4, "vocab_size": 32000, "sliding_window": 4096, "max_position_embeddings": 8192},
-    "qwen2": {"hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14, "num_key_value_heads": 2,
-              "num_hidden_layers": 6, "vocab_size": 151936, "tie_word_embeddings": True,
-              "max_position_embeddings": 32768},
-    "gemma": {"hidden_size": 1024, "intermediate_size": 8192, "num_attention_heads": 8, "num_key_value_heads": 1,
-              "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000, "max_position_embeddings": 8192},
-    "gemma2": {"hidden_size": 1152, "intermediate_size": 6912, "num_attention_heads": 4, "num_key_value_heads": 1,
-               "head_dim": 256, "num_hidden_layers": 4, "vocab_size": 256000, "sliding_window": 512,
-               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 256,
-               "max_position_embeddings": 8192},
+    "llama": {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    },
+    "mistral": {
+        "hidden_size": 1024,
+        "intermediate_size": 3584,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "sliding_window": 4096,
+        "max_position_embeddings": 8192,
+    },
+    "qwen2": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 6,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 32768,
+    },
+    "gemma": {
+        "hidden_size": 1024,
+        "intermediate_size": 8192,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "num_hidden_layers": 4,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+    },
+    "gemma2": {
+        "hidden_size": 1152,
+        "intermediate_size": 6912,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "num_hidden_layers": 4,
+        "vocab_size": 256000,
+        "sliding_window": 512,
+        "final_logit_softcapping": 30.0,
+        "attn_logit_softcapping": 50.0,
+        "query_pre_attn_scalar": 256,
+        "max_position_embeddings": 8192,
+    },
     "gpt2": {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
-    "gpt_neox": {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16, "num_hidden_layers": 6,
-                 "vocab_size": 50304, "rotary_pct": 0.25, "max_position_embeddings": 2048},
-    "mixtral": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 4,
-                "num_hidden_layers": 4, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
-                "max_position_embeddings": 4096},
-    "deepseek_v2": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                    "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "q_lora_rank": None,
-                    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-                    "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 512,
-                    "n_shared_experts": 2, "first_k_dense_replace": 1, "max_position_embeddings": 4096},
-    "deepseek_v3": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                    "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "q_lora_rank": 384,
-                    "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
-                    "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 512,
-                    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-                    "max_position_embeddings": 4096},
-    "qwen2_moe": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                  "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000, "num_experts": 16,
-                  "num_experts_per_tok": 4, "moe_intermediate_size": 704, "shared_expert_intermediate_size": 2816,
-                  "decoder_sparse_step": 1, "max_position_embeddings": 4096},
-    "phi3": {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 16,
-             "num_hidden_layers": 8, "vocab_size": 32064, "max_position_embeddings": 4096,
-             "original_max_position_embeddings": 4096, "pad_token_id": 0},
+    "gpt_neox": {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 6,
+        "vocab_size": 50304,
+        "rotary_pct": 0.25,
+        "max_position_embeddings": 2048,
+    },
+    "mixtral": {
+        "hidden_size": 1024,
+        "intermediate_size": 3584,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 4096,
+    },
+    "deepseek_v2": {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 512,
+        "n_shared_experts": 2,
+        "first_k_dense_replace": 1,
+        "max_position_embeddings": 4096,
+    },
+    "deepseek_v3": {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "q_lora_rank": 384,
+        "kv_lora_rank": 256,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 512,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "max_position_embeddings": 4096,
+    },
+    "qwen2_moe": {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+        "num_experts": 16,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 704,
+        "shared_expert_intermediate_size": 2816,
+        "decoder_sparse_step": 1,
+        "max_position_embeddings": 4096,
+    },
+    "phi3": {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_hidden_layers": 8,
+        "vocab_size": 32064,
+        "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096,
+        "pad_token_id": 0,
+    },
 }
 _ARCH_SETTINGS = {
     "bf16": {"batch": 4, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa"},
-    "fp32-autocast": {"batch": 2, "seq": 1024, "params_dtype": "fp32", "autocast": "bf16", "attention": "sdpa"},
-    "ckpt": {"batch": 8, "seq": 1024, "params_dtype": "bf16", "attention": "sdpa", "checkpointing": "full"},
+    "fp32-autocast": {
+        "batch": 2,
+        "seq": 1024,
+        "params_dtype": "fp32",
+        "autocast": "bf16",
+        "attention": "sdpa",
+    },
+    "ckpt": {
+        "batch": 8,
+        "seq": 1024,
+        "params_dtype": "bf16",
+        "attention": "sdpa",
+        "checkpointing": "full",
+    },
 }
 
 
@@ -241,45 +765,96 @@ def _attention(family: str, setting: str) -> str:
 
 
 ARCH: list[dict] = [
-    {"name": f"arch-{family.replace('_', '-')}-{setting}", "family": family, "config": config,
-     "opts": dict(opts, attention=_attention(family, setting))}
-    for family, config in _ARCH_CONFIGS.items() for setting, opts in _ARCH_SETTINGS.items()
+    {
+        "name": f"arch-{family.replace('_', '-')}-{setting}",
+        "family": family,
+        "config": config,
+        "opts": dict(opts, attention=_attention(family, setting)),
+    }
+    for family, config in _ARCH_CONFIGS.items()
+    for setting, opts in _ARCH_SETTINGS.items()
 ] + [
-    {"name": f"arch-{family.replace('_', '-')}-gen", "family": family, "config": config, "infer": True,
-     "opts": {"batch": 8, "prompt": 512, "new": 64, "weights_dtype": "bf16", "attention": _attention(family, "gen")}}
+    {
+        "name": f"arch-{family.replace('_', '-')}-gen",
+        "family": family,
+        "config": config,
+        "infer": True,
+        "opts": {
+            "batch": 8,
+            "prompt": 512,
+            "new": 64,
+            "weights_dtype": "bf16",
+            "attention": _attention(family, "gen"),
+        },
+    }
     for family, config in _ARCH_CONFIGS.items()
 ]
 
 # Generation on small models in other shapes than ARCH's (batch 8, 512 + 64 tokens): one sequence
 # with a long generation, short prompts, eager attention; a Phi-3-style 0.4B model (--gen-small)
-_PHI3_04B = {"hidden_size": 1536, "intermediate_size": 4096, "num_attention_heads": 16, "num_key_value_heads": 16,
-             "num_hidden_layers": 12, "vocab_size": 32064, "max_position_embeddings": 4096,
-             "original_max_position_embeddings": 4096, "pad_token_id": 0}
+_PHI3_04B = {
+    "hidden_size": 1536,
+    "intermediate_size": 4096,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 12,
+    "vocab_size": 32064,
+    "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 0,
+}
 GEN_SMALL: list[dict] = [
-    {"name": f"gen-small-{family}-{tag}", "family": family, "config": config, "infer": True,
-     "opts": {"weights_dtype": "bf16", **opts}}
+    {
+        "name": f"gen-small-{family}-{tag}",
+        "family": family,
+        "config": config,
+        "infer": True,
+        "opts": {"weights_dtype": "bf16", **opts},
+    }
     for family, config in (("gpt2", _ARCH_CONFIGS["gpt2"]), ("phi3", _PHI3_04B))
-    for tag, opts in (("b1-p128-n256", {"batch": 1, "prompt": 128, "new": 256, "attention": "sdpa"}),
-                      ("b4-p64-n512-eager", {"batch": 4, "prompt": 64, "new": 512, "attention": "eager"}),
-                      ("b16-p256-n128", {"batch": 16, "prompt": 256, "new": 128, "attention": "sdpa"}))
+    for tag, opts in (
+        ("b1-p128-n256", {"batch": 1, "prompt": 128, "new": 256, "attention": "sdpa"}),
+        ("b4-p64-n512-eager", {"batch": 4, "prompt": 64, "new": 512, "attention": "eager"}),
+        ("b16-p256-n128", {"batch": 16, "prompt": 256, "new": 128, "attention": "sdpa"}),
+    )
 ]
 
 # Held-out generation shapes for the MoE and MLA terms of memory/inference.py (--gen-moe): the
 # decode step's batched_mm weight gather at batch 1 and at 32-64 routed rows, MLA's per-head
 # expansion of a long context (DeepSeek-V2 without q LoRA, V3 with it), a 16k-token prefill
-_GEN_MOE_SHAPES = (("mixtral", "b1-p64-n1024", 1, 64, 1024), ("mixtral", "b32-p128-n32", 32, 128, 32),
-                   ("deepseek_v2", "b1-p32-n3000", 1, 32, 3000), ("deepseek_v2", "b16-p1024-n32", 16, 1024, 32),
-                   ("deepseek_v3", "b8-p1024-n2048", 8, 1024, 2048), ("qwen2_moe", "b32-p128-n32", 32, 128, 32))
+_GEN_MOE_SHAPES = (
+    ("mixtral", "b1-p64-n1024", 1, 64, 1024),
+    ("mixtral", "b32-p128-n32", 32, 128, 32),
+    ("deepseek_v2", "b1-p32-n3000", 1, 32, 3000),
+    ("deepseek_v2", "b16-p1024-n32", 16, 1024, 32),
+    ("deepseek_v3", "b8-p1024-n2048", 8, 1024, 2048),
+    ("qwen2_moe", "b32-p128-n32", 32, 128, 32),
+)
 GEN_MOE: list[dict] = [
-    {"name": f"gen-moe-{family.replace('_', '-')}-{tag}", "family": family, "config": _ARCH_CONFIGS[family],
-     "infer": True, "opts": {"batch": b, "prompt": p, "new": n, "weights_dtype": "bf16", "attention": "sdpa"}}
+    {
+        "name": f"gen-moe-{family.replace('_', '-')}-{tag}",
+        "family": family,
+        "config": _ARCH_CONFIGS[family],
+        "infer": True,
+        "opts": {"batch": b, "prompt": p, "new": n, "weights_dtype": "bf16", "attention": "sdpa"},
+    }
     for family, tag, b, p, n in _GEN_MOE_SHAPES
 ]
 
-_CONFIG_CLASSES = {"deepseek_v2": "DeepseekV2Config", "llama": "LlamaConfig", "qwen2": "Qwen2Config", "mixtral": "MixtralConfig",
-                   "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "gemma": "GemmaConfig",
-                   "mistral": "MistralConfig", "gemma2": "Gemma2Config", "qwen2_moe": "Qwen2MoeConfig",
-                   "phi3": "Phi3Config", "deepseek_v3": "DeepseekV3Config"}
+_CONFIG_CLASSES = {
+    "deepseek_v2": "DeepseekV2Config",
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "mixtral": "MixtralConfig",
+    "gpt2": "GPT2Config",
+    "gpt_neox": "GPTNeoXConfig",
+    "gemma": "GemmaConfig",
+    "mistral": "MistralConfig",
+    "gemma2": "Gemma2Config",
+    "qwen2_moe": "Qwen2MoeConfig",
+    "phi3": "Phi3Config",
+    "deepseek_v3": "DeepseekV3Config",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,10 +882,14 @@ def _measure_one(run: dict, out: Path) -> dict:
     opts = run["opts"]
     cfg_cls = getattr(transformers, _CONFIG_CLASSES[run["family"]], None)
     if cfg_cls is None:
-        return {"name": run["name"], "skipped": f"transformers {transformers.__version__} has no "
-                                                f"{_CONFIG_CLASSES[run['family']]}"}
+        return {
+            "name": run["name"],
+            "skipped": f"transformers {transformers.__version__} has no "
+            f"{_CONFIG_CLASSES[run['family']]}",
+        }
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
-        opts.get("params_dtype", opts.get("weights_dtype", "bf16"))]
+        opts.get("params_dtype", opts.get("weights_dtype", "bf16"))
+    ]
     cfg = cfg_cls(**run["config"])
     cfg._attn_implementation = opts.get("attention", "sdpa")
     if run["family"] == "gpt2":
@@ -319,22 +898,34 @@ def _measure_one(run: dict, out: Path) -> dict:
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype,
-                                                              attn_implementation=opts.get("attention", "sdpa"))
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, dtype=dtype, attn_implementation=opts.get("attention", "sdpa")
+        )
     model.to(dtype)
     n_params = sum(p.numel() for p in model.parameters())
     weights = torch.cuda.memory_allocated() - base
     load_peak = torch.cuda.max_memory_allocated() - base
-    result = {"name": run["name"], "config": json.loads(cfg.to_json_string()), "opts": opts, "infer": bool(run.get("infer")), "n_params": n_params,
-              "weights_bytes": weights, "load_peak_bytes": load_peak, "transformers": transformers.__version__, "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name()}
+    result = {
+        "name": run["name"],
+        "config": json.loads(cfg.to_json_string()),
+        "opts": opts,
+        "infer": bool(run.get("infer")),
+        "n_params": n_params,
+        "weights_bytes": weights,
+        "load_peak_bytes": load_peak,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(),
+    }
     vocab = cfg.vocab_size
     if run.get("infer"):
         model.eval()
         b, p, n = opts["batch"], opts["prompt"], opts["new"]
         ids = torch.randint(0, vocab, (b, p), device="cuda")
         with torch.no_grad():
-            model.generate(ids[:, :16], max_new_tokens=2, do_sample=False)  # warm-up (cuBLAS workspace)
+            model.generate(
+                ids[:, :16], max_new_tokens=2, do_sample=False
+            )  # warm-up (cuBLAS workspace)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
@@ -346,27 +937,42 @@ def _measure_one(run: dict, out: Path) -> dict:
                 torch.cuda.synchronize()
                 peak = torch.cuda.max_memory_allocated() - base
                 if "prefill_peak" not in gen_phases:
-                    gen_phases.update(prefill_peak=peak, after_prefill=torch.cuda.memory_allocated() - base,
-                                      prefill_logits_bytes=scores.numel() * scores.element_size())
+                    gen_phases.update(
+                        prefill_peak=peak,
+                        after_prefill=torch.cuda.memory_allocated() - base,
+                        prefill_logits_bytes=scores.numel() * scores.element_size(),
+                    )
                 else:
                     gen_phases["decode_peak"] = max(gen_phases.get("decode_peak", 0), peak)
                 torch.cuda.reset_peak_memory_stats()
                 return scores
 
-            out_ids = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                     logits_processor=transformers.LogitsProcessorList([after_forward]))
+            out_ids = model.generate(
+                ids,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                logits_processor=transformers.LogitsProcessorList([after_forward]),
+            )
             torch.cuda.synchronize()
             gen_phases["tail_peak"] = torch.cuda.max_memory_allocated() - base
             gen_phases["after_generate"] = torch.cuda.memory_allocated() - base
         peak = max(v for k, v in gen_phases.items() if k.endswith("_peak"))
-        result.update(before_bytes=before, peak_bytes=peak, phases=gen_phases,
-                      peak_reserved_bytes=torch.cuda.max_memory_reserved(), generated=int(out_ids.shape[1] - p))
+        result.update(
+            before_bytes=before,
+            peak_bytes=peak,
+            phases=gen_phases,
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+            generated=int(out_ids.shape[1] - p),
+        )
         del out_ids, ids
     else:
         model.train()
         model.config.use_cache = False
         if opts.get("checkpointing") == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         opt = _optimizer(opts.get("optimizer", "adamw"), model.parameters())
         b, s = opts["batch"], opts["seq"]
         ids = torch.randint(0, vocab, (b, s), device="cuda")
@@ -381,9 +987,12 @@ def _measure_one(run: dict, out: Path) -> dict:
                     phases[name + "_peak"] = max(phases.get(name + "_peak", 0), peak)
                     phases[name + "_end"] = torch.cuda.memory_allocated() - base
                     torch.cuda.reset_peak_memory_stats()
+
             for _ in range(opts.get("microbatches", 1)):
                 if autocast != "none":
-                    with torch.autocast("cuda", dtype=torch.bfloat16 if autocast == "bf16" else torch.float16):
+                    with torch.autocast(
+                        "cuda", dtype=torch.bfloat16 if autocast == "bf16" else torch.float16
+                    ):
                         loss = model(input_ids=ids, labels=ids).loss
                 else:
                     loss = model(input_ids=ids, labels=ids).loss
@@ -401,8 +1010,11 @@ def _measure_one(run: dict, out: Path) -> dict:
         result["after_first_step_bytes"] = torch.cuda.memory_allocated() - base
         torch.cuda.reset_peak_memory_stats()
         step(True)
-        result.update(phases=phases, peak_bytes=max(v for k, v in phases.items() if k.endswith("_peak")),
-                      peak_reserved_bytes=torch.cuda.max_memory_reserved())
+        result.update(
+            phases=phases,
+            peak_bytes=max(v for k, v in phases.items() if k.endswith("_peak")),
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+        )
         result["saved_by_op"] = _saved_census(model, ids, autocast)
         del opt, ids
     model = None  # the closures above still name it; dropping the reference frees it
@@ -439,8 +1051,10 @@ def _saved_census(model, ids, autocast: str) -> dict:
         by_shape.setdefault(shape, [0, 0])
         by_shape[shape][0] += 1
         by_shape[shape][1] += nbytes
-    return {"total_bytes": sum(v[1] for v in by_shape.values()),
-            "by_shape": dict(sorted(by_shape.items(), key=lambda kv: -kv[1][1]))}
+    return {
+        "total_bytes": sum(v[1] for v in by_shape.values()),
+        "by_shape": dict(sorted(by_shape.items(), key=lambda kv: -kv[1][1])),
+    }
 
 
 def _context() -> dict:
@@ -450,9 +1064,14 @@ def _context() -> dict:
     x = torch.randn(1024, 1024, device="cuda")
     (x @ x).sum().item()
     free, total = torch.cuda.mem_get_info()
-    return {"name": "cuda-context", "used_bytes": total - free, "reserved_bytes": torch.cuda.memory_reserved(),
-            "context_bytes": total - free - torch.cuda.memory_reserved(), "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__}
+    return {
+        "name": "cuda-context",
+        "used_bytes": total - free,
+        "reserved_bytes": torch.cuda.memory_reserved(),
+        "context_bytes": total - free - torch.cuda.memory_reserved(),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
 
 
 def measure(out: Path, names: list[str]) -> None:
@@ -468,11 +1087,11 @@ def measure(out: Path, names: list[str]) -> None:
     parallel = 1
     if "--parallel" in names:
         k = names.index("--parallel")
-        parallel, names = int(names[k + 1]), names[:k] + names[k + 2:]
+        parallel, names = int(names[k + 1]), names[:k] + names[k + 2 :]
     only: list[str] = []
     if "--only" in names:
         k = names.index("--only")
-        only, names = names[k + 1].split(","), names[:k] + names[k + 2:]
+        only, names = names[k + 1].split(","), names[:k] + names[k + 2 :]
     if names[:1] == ["--heldout"]:
         runs, names = HELDOUT, names[1:]
     elif names[:1] == ["--arch"]:
@@ -481,28 +1100,46 @@ def measure(out: Path, names: list[str]) -> None:
         runs, names = GEN_SMALL, names[1:]
     elif names[:1] == ["--gen-moe"]:
         runs, names = GEN_MOE, names[1:]
-    chosen = [run for run in runs if (not names or run["name"] in names)
-              and (not only or any(o in run["name"] for o in only))]
+    chosen = [
+        run
+        for run in runs
+        if (not names or run["name"] in names) and (not only or any(o in run["name"] for o in only))
+    ]
 
     def one(run: dict) -> dict:
         t0 = time.time()
         try:
-            proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), run["name"]],
-                                  capture_output=True, text=True, check=False, timeout=300)
+            proc = subprocess.run(
+                [sys.executable, __file__, "measure-one", str(out), run["name"]],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
             r = {"name": run["name"], "error": "timed out after 300 s"}
         except (IndexError, json.JSONDecodeError):
-            r = {"name": run["name"], "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+            r = {
+                "name": run["name"],
+                "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300],
+            }
         r["seconds"] = round(time.time() - t0, 1)
-        print(f"{r['name']:32s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  "
-              f"{r.get('error', r.get('skipped', ''))}", flush=True)
+        print(
+            f"{r['name']:32s} {r.get('peak_bytes', 0) / GiB:8.3f} GiB  {r['seconds']:5.1f}s  "
+            f"{r.get('error', r.get('skipped', ''))}",
+            flush=True,
+        )
         return r
 
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
         rows = list(pool.map(one, chosen))
-    proc = subprocess.run([sys.executable, __file__, "measure-one", str(out), "cuda-context"], check=False,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "measure-one", str(out), "cuda-context"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if proc.stdout.strip():
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     (out / "results.json").write_text(json.dumps(rows, indent=1))
@@ -513,8 +1150,10 @@ def measure(out: Path, names: list[str]) -> None:
         a = ph.get("forward_peak", ph.get("prefill_peak", 0)) / GiB
         b = ph.get("backward_peak", ph.get("decode_peak", 0)) / GiB
         print(f"{r['name']:32s} {r['peak_bytes'] / GiB:9.3f} {a:11.3f} {b:11.3f}")
-    print(f"{len(done)} measured, {sum('skipped' in r for r in rows)} skipped, "
-          f"{sum('error' in r for r in rows)} failed -> {out / 'results.json'}")
+    print(
+        f"{len(done)} measured, {sum('skipped' in r for r in rows)} skipped, "
+        f"{sum('error' in r for r in rows)} failed -> {out / 'results.json'}"
+    )
     if runs is GEN_MOE and done:  # held out: the prediction of each phase next to its measurement
         _phase_table(done)
 
@@ -528,8 +1167,10 @@ def _phase_table(done: list[dict]) -> None:
         est = estimate_from_options(from_hf_config(r["config"]), infer=True, **r["opts"])
         for phase, key in (("prefill", "prefill_peak"), ("decode", "decode_peak")):
             m = r["phases"][key]  # from the allocator's count before the model, as peak_bytes
-            print(f"{r['name']:34s} {phase:8s} {m / GiB:12.3f} {est.phases[phase] / GiB:9.3f} "
-                  f"{100 * (est.phases[phase] - m) / m:+6.1f}%")
+            print(
+                f"{r['name']:34s} {phase:8s} {m / GiB:12.3f} {est.phases[phase] / GiB:9.3f} "
+                f"{100 * (est.phases[phase] - m) / m:+6.1f}%"
+            )
 
 
 def measure_one(out: Path, name: str) -> None:
@@ -556,15 +1197,19 @@ def table(results: Path) -> None:
     from gpudoctor.core.hf_config import from_hf_config
     from gpudoctor.memory import estimate_from_options
 
-    lines = ["| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| run | params | measured peak GiB | predicted GiB | error | weights err | states err |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     train_err, gen_err = [], []
     for m in json.loads(results.read_text()):
         if m["name"] == "cuda-context":
             continue
         if "error" in m or "skipped" in m:
-            lines.append(f"| {m['name']} | {'failed' if 'error' in m else 'skipped'}: "
-                         f"{m.get('error', m.get('skipped', ''))[:60]} | | | | | |")
+            lines.append(
+                f"| {m['name']} | {'failed' if 'error' in m else 'skipped'}: "
+                f"{m.get('error', m.get('skipped', ''))[:60]} | | | | | |"
+            )
             continue
         opts = dict(m["opts"])
         spec = from_hf_config(m["config"], name=m["name"])
@@ -575,21 +1220,35 @@ def table(results: Path) -> None:
         s_err = ""
         if not m["infer"]:
             # after the first step: weights, optimizer states and the cuBLAS workspaces
-            states = m["after_first_step_bytes"] - m["weights_bytes"] - est.breakdown.get("cuda_workspaces", 0)
-            pred_states = est.breakdown.get("optimizer_states", 0) + est.breakdown.get("master_weights", 0)
-            s_err = f"{100 * (pred_states - states) / states:+.2f}%" if states > 2**20 else "(< 1 MiB)"
+            states = (
+                m["after_first_step_bytes"]
+                - m["weights_bytes"]
+                - est.breakdown.get("cuda_workspaces", 0)
+            )
+            pred_states = est.breakdown.get("optimizer_states", 0) + est.breakdown.get(
+                "master_weights", 0
+            )
+            s_err = (
+                f"{100 * (pred_states - states) / states:+.2f}%" if states > 2**20 else "(< 1 MiB)"
+            )
             train_err.append(abs(err))
         else:
             gen_err.append(abs(err))
-        lines.append(f"| {m['name']} | {m['n_params'] / 1e9:.2f} B | {m['peak_bytes'] / GiB:.3f} | "
-                     f"{pred / GiB:.3f} | {100 * err:+.1f}% | {100 * w_err:+.2f}% | {s_err} |")
+        lines.append(
+            f"| {m['name']} | {m['n_params'] / 1e9:.2f} B | {m['peak_bytes'] / GiB:.3f} | "
+            f"{pred / GiB:.3f} | {100 * err:+.1f}% | {100 * w_err:+.2f}% | {s_err} |"
+        )
     print("\n".join(lines))
     if train_err:
-        print(f"\ntraining peak: median |error| {100 * statistics.median(train_err):.1f}%, "
-              f"max {100 * max(train_err):.1f}% over {len(train_err)} runs")
+        print(
+            f"\ntraining peak: median |error| {100 * statistics.median(train_err):.1f}%, "
+            f"max {100 * max(train_err):.1f}% over {len(train_err)} runs"
+        )
     if gen_err:
-        print(f"generation peak: median |error| {100 * statistics.median(gen_err):.1f}%, "
-              f"max {100 * max(gen_err):.1f}% over {len(gen_err)} runs")
+        print(
+            f"generation peak: median |error| {100 * statistics.median(gen_err):.1f}%, "
+            f"max {100 * max(gen_err):.1f}% over {len(gen_err)} runs"
+        )
 
 
 _FACTORY = """
@@ -613,8 +1272,10 @@ def dryrun_table(results: Path) -> None:
     from gpudoctor.memory import estimate_from_options
 
     runs = RUNS + HELDOUT
-    lines = ["| run | measured peak GiB | config.json rules GiB | module dry run GiB | dry-run error |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| run | measured peak GiB | config.json rules GiB | module dry run GiB | dry-run error |",
+        "|---|---:|---:|---:|---:|",
+    ]
     errors = []
     with tempfile.TemporaryDirectory() as tmp:
         for f in results.parent.glob(results.name):
@@ -623,8 +1284,14 @@ def dryrun_table(results: Path) -> None:
                     continue
                 fam = next(r["family"] for r in runs if r["name"] == m["name"])
                 path = Path(tmp) / f"factory_{m['name'].replace('-', '_').replace('.', '_')}.py"
-                path.write_text(_FACTORY.format(config=json.dumps(m["config"]), family=fam,
-                                                cls=_CONFIG_CLASSES[fam], attention=m["opts"].get("attention", "sdpa")))
+                path.write_text(
+                    _FACTORY.format(
+                        config=json.dumps(m["config"]),
+                        family=fam,
+                        cls=_CONFIG_CLASSES[fam],
+                        attention=m["opts"].get("attention", "sdpa"),
+                    )
+                )
                 opts = {k: v for k, v in m["opts"].items() if k != "attention"}
                 from gpudoctor.core.hf_config import from_hf_config
 
@@ -632,28 +1299,46 @@ def dryrun_table(results: Path) -> None:
                 try:
                     pred = estimate_from_options(f"{path}:build", **opts).peak_bytes
                 except InputError as exc:
-                    lines.append(f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
-                                 f"refused: {str(exc)[:60]} | |")
+                    lines.append(
+                        f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
+                        f"refused: {str(exc)[:60]} | |"
+                    )
                     continue
                 err = (pred - m["peak_bytes"]) / m["peak_bytes"]
                 errors.append(abs(err))
-                lines.append(f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
-                             f"{pred / GiB:.3f} | {100 * err:+.2f}% |")
+                lines.append(
+                    f"| {m['name']} | {m['peak_bytes'] / GiB:.3f} | {rules / GiB:.3f} | "
+                    f"{pred / GiB:.3f} | {100 * err:+.2f}% |"
+                )
     print("\n".join(lines))
     if errors:
-        print(f"\nmodule dry run: median |error| {100 * statistics.median(errors):.2f}%, "
-              f"max {100 * max(errors):.2f}% over {len(errors)} runs")
+        print(
+            f"\nmodule dry run: median |error| {100 * statistics.median(errors):.2f}%, "
+            f"max {100 * max(errors):.2f}% over {len(errors)} runs"
+        )
 
 
 if __name__ == "__main__":
     if "--list" in sys.argv[1:]:
-        sets = {"--heldout": HELDOUT, "--arch": ARCH, "--gen-small": GEN_SMALL, "--gen-moe": GEN_MOE}
-        for run in next((v for k, v in sets.items() if k in sys.argv), RUNS + HELDOUT + ARCH + GEN_SMALL + GEN_MOE):
-            print(f"{run['name']:34s} {run['family']:12s} {'generate' if run.get('infer') else 'train'}")
+        sets = {
+            "--heldout": HELDOUT,
+            "--arch": ARCH,
+            "--gen-small": GEN_SMALL,
+            "--gen-moe": GEN_MOE,
+        }
+        for run in next(
+            (v for k, v in sets.items() if k in sys.argv),
+            RUNS + HELDOUT + ARCH + GEN_SMALL + GEN_MOE,
+        ):
+            print(
+                f"{run['name']:34s} {run['family']:12s} {'generate' if run.get('infer') else 'train'}"
+            )
         sys.exit(0)
     if len(sys.argv) < 3 or sys.argv[1] not in ("measure", "measure-one", "table", "dryrun"):
-        sys.exit("usage: bench_memory.py measure OUT_DIR [--heldout | --arch | --gen-small | --gen-moe] [--parallel N] [--only SUBSTR,..] [NAME...] | --list [--arch] | table RESULTS_JSON | "
-                 "dryrun 'RESULTS_GLOB'")
+        sys.exit(
+            "usage: bench_memory.py measure OUT_DIR [--heldout | --arch | --gen-small | --gen-moe] [--parallel N] [--only SUBSTR,..] [NAME...] | --list [--arch] | table RESULTS_JSON | "
+            "dryrun 'RESULTS_GLOB'"
+        )
     if sys.argv[1] == "dryrun":
         dryrun_table(Path(sys.argv[2]))
         sys.exit(0)

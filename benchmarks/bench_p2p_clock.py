@@ -32,7 +32,13 @@ from gpudoctor.ranks.summary import RankSummary, _host_transfers, _step_thread
 from gpudoctor.trace import load
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("pp_gloo/balanced", "pp_gloo/imbalanced", "pp_gloo/four_1f1b", "ddp2_h100/healthy", "ddp2_h100/slow")
+CASES = (
+    "pp_gloo/balanced",
+    "pp_gloo/imbalanced",
+    "pp_gloo/four_1f1b",
+    "ddp2_h100/healthy",
+    "ddp2_h100/slow",
+)
 
 
 def _median_s(fn, reps: int) -> float:  # type: ignore[no-untyped-def]
@@ -45,7 +51,9 @@ def _median_s(fn, reps: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def _shifted(s: RankSummary, ns: int) -> RankSummary:
-    return dataclasses.replace(s, transfers=tuple(dataclasses.replace(t, time=t.time + ns) for t in s.transfers))
+    return dataclasses.replace(
+        s, transfers=tuple(dataclasses.replace(t, time=t.time + ns) for t in s.transfers)
+    )
 
 
 def _sweep(summaries: list[RankSummary], n: int, rng: random.Random) -> tuple[int, float]:
@@ -53,9 +61,12 @@ def _sweep(summaries: list[RankSummary], n: int, rng: random.Random) -> tuple[in
     ok, worst = 0, 0.0
     none = np.empty((0, len(summaries)), np.int64)
     for _ in range(n):
-        plant = [0] + [rng.randint(-10**10, 10**10) for _ in summaries[1:]]
+        plant = [0] + [rng.randint(-(10**10), 10**10) for _ in summaries[1:]]
         clock = estimate([_shifted(s, p) for s, p in zip(summaries, plant)], none)
-        ratios = [abs(int(o) - p) / u for o, p, u in zip(clock.offsets[1:], plant[1:], clock.uncertainty[1:])]
+        ratios = [
+            abs(int(o) - p) / u
+            for o, p, u in zip(clock.offsets[1:], plant[1:], clock.uncertainty[1:])
+        ]
         ok += all(r <= 1 for r in ratios)
         worst = max(worst, *ratios)
     return ok, worst
@@ -80,15 +91,34 @@ def main() -> None:
                 trace = load(src.trace)
                 steps = segment(trace)
                 main_t = _step_thread(trace, steps)
-                extract_s = max(extract_s, _median_s(lambda: _host_transfers(trace, steps, main_t), 20))
+                extract_s = max(
+                    extract_s, _median_s(lambda: _host_transfers(trace, steps, main_t), 20)
+                )
         ok, worst = _sweep(summaries, args.sweep, rng) if case.startswith("pp_gloo") else (0, 0.0)
         for i, s in enumerate(summaries[1:], start=1):
             unc = clock.uncertainty[i]
-            rows.append((case, s.rank, clock.methods[i], int(clock.offsets[i]) / 1e3,
-                         None if unc is None else unc / 1e3, sum(t.kind == "send" for t in s.transfers)))
-        rows.append((case, "-", f"estimate {1e6 * est_s:.0f} us, extract {1e3 * extract_s:.2f} ms/rank",
-                     None, None, f"sweep {ok}/{args.sweep} within, worst {worst:.3f} of the uncertainty"
-                     if case.startswith("pp_gloo") else ""))
+            rows.append(
+                (
+                    case,
+                    s.rank,
+                    clock.methods[i],
+                    int(clock.offsets[i]) / 1e3,
+                    None if unc is None else unc / 1e3,
+                    sum(t.kind == "send" for t in s.transfers),
+                )
+            )
+        rows.append(
+            (
+                case,
+                "-",
+                f"estimate {1e6 * est_s:.0f} us, extract {1e3 * extract_s:.2f} ms/rank",
+                None,
+                None,
+                f"sweep {ok}/{args.sweep} within, worst {worst:.3f} of the uncertainty"
+                if case.startswith("pp_gloo")
+                else "",
+            )
+        )
     print(f"{'case':20} {'rank':>4} {'method':48} {'offset us':>10} {'+- us':>9}  sends / sweep")
     for case, rank, method, off, unc, extra in rows:
         o = "" if off is None else f"{off:10.3f}"

@@ -22,20 +22,40 @@ import sys
 import time
 from pathlib import Path
 
-CONFIG = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
-          "num_hidden_layers": 16, "vocab_size": 32000, "max_position_embeddings": 4096}
+CONFIG = {
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 16,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+}
 BATCH, SEQ = 4, 2048  # per GPU
 # --tiny: the same code paths on a model small enough for CPU (gloo) in seconds; heads and KV heads
 # even, so that TP=2 splits both
-TINY_CONFIG = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-               "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 128}
+TINY_CONFIG = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+}
 TINY_BATCH, TINY_SEQ = 2, 32
 LAYOUTS = ("ddp", "fsdp", "tp_dp")
 # the torch tensor-parallel plan of one Hugging Face Llama decoder layer (Megatron's split): the
 # projections that make heads / the MLP width column-wise, the ones that sum them back row-wise
-TP_PLAN = {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
-           "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise",
-           "mlp.down_proj": "rowwise"}
+TP_PLAN = {
+    "self_attn.q_proj": "colwise",
+    "self_attn.k_proj": "colwise",
+    "self_attn.v_proj": "colwise",
+    "self_attn.o_proj": "rowwise",
+    "mlp.gate_proj": "colwise",
+    "mlp.up_proj": "colwise",
+    "mlp.down_proj": "rowwise",
+}
 
 
 def _model(device, config=None):
@@ -95,20 +115,26 @@ def _tp_dp(model, device, world: int) -> str:
         parallelize_module(layer, mesh["tp"], {name: styles[s]() for name, s in TP_PLAN.items()})
         fully_shard(layer, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
-    return (f"TP=2 x DP={world // 2}: parallelize_module per decoder layer (q/k/v, gate/up ColwiseParallel; o_proj, "
-            "down_proj RowwiseParallel; embedding, norms and lm_head replicated), fully_shard over the dp mesh per "
-            "layer and the root")
+    return (
+        f"TP=2 x DP={world // 2}: parallelize_module per decoder layer (q/k/v, gate/up ColwiseParallel; o_proj, "
+        "down_proj RowwiseParallel; embedding, norms and lm_head replicated), fully_shard over the dp mesh per "
+        "layer and the root"
+    )
 
 
 def _layouts(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if n not in LAYOUTS]
     if bad or not names:
-        raise SystemExit(f"--layouts: {', '.join(bad) or repr(text)} not among {', '.join(LAYOUTS)}")
+        raise SystemExit(
+            f"--layouts: {', '.join(bad) or repr(text)} not among {', '.join(LAYOUTS)}"
+        )
     return names
 
 
-def _run_layout(name: str, result: dict, device, world: int, rank: int, config: dict, batch: int, seq: int) -> None:
+def _run_layout(
+    name: str, result: dict, device, world: int, rank: int, config: dict, batch: int, seq: int
+) -> None:
     """Build the model fresh, wrap it as ``name``, time it; ``result`` gets ``<name>_step_s`` and
     ``<name>_peak_bytes``, or ``<name>_error`` (the other layouts' numbers still stand)."""
     import torch
@@ -151,7 +177,9 @@ def _run_layout(name: str, result: dict, device, world: int, rank: int, config: 
         torch.cuda.reset_peak_memory_stats()
 
 
-def measure(out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, tiny: bool = False) -> None:
+def measure(
+    out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, tiny: bool = False
+) -> None:
     """Time one training step under each of ``layouts`` (DDP, FSDP2, and with 4 or more GPUs TP=2 x
     FSDP2) and write ``out/ddp_fsdp.json`` from rank 0. ``cpu``: gloo and CPU tensors (a check of
     the code paths, not a timing); ``tiny``: ``TINY_CONFIG``."""
@@ -170,12 +198,22 @@ def measure(out: Path, layouts: tuple[str, ...] = LAYOUTS, cpu: bool = False, ti
     config, batch, seq = (TINY_CONFIG, TINY_BATCH, TINY_SEQ) if tiny else (CONFIG, BATCH, SEQ)
     if "tp_dp" in layouts and (world < 4 or world % 2):
         layouts = tuple(n for n in layouts if n != "tp_dp")  # TP=2 x DP needs two pairs at least
-    result = {"world_size": world, "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "transformers": transformers.__version__, "config": config,
-              "batch_per_gpu": batch, "seq": seq, "date": time.strftime("%Y-%m-%d"), "layouts": list(layouts)}
+    result = {
+        "world_size": world,
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "config": config,
+        "batch_per_gpu": batch,
+        "seq": seq,
+        "date": time.strftime("%Y-%m-%d"),
+        "layouts": list(layouts),
+    }
     for name in layouts:
         _run_layout(name, result, device, world, rank, config, batch, seq)
-        if rank == 0:  # after each layout: a later one that hangs or dies leaves the earlier numbers
+        if (
+            rank == 0
+        ):  # after each layout: a later one that hangs or dies leaves the earlier numbers
             out.mkdir(parents=True, exist_ok=True)
             (out / "ddp_fsdp.json").write_text(json.dumps(result, indent=1))
     if rank == 0:
@@ -192,15 +230,19 @@ def measured_table(result: dict) -> list[str]:
             rows.append(f"| {label} | failed: {result[name + '_error'][:80]} | - |")
         elif f"{name}_step_s" in result:
             peak = result.get(f"{name}_peak_bytes")
-            rows.append(f"| {label} | {1e3 * result[name + '_step_s']:.1f} ms | "
-                        f"{'-' if peak is None else f'{peak / 1e9:.1f} GB'} |")
+            rows.append(
+                f"| {label} | {1e3 * result[name + '_step_s']:.1f} ms | "
+                f"{'-' if peak is None else f'{peak / 1e9:.1f} GB'} |"
+            )
     return rows
 
 
 # kernel name -> category, first match wins (attention before GEMM: flash kernels are CUTLASS too)
-_KINDS = (("attention", ("flash", "fmha", "attention", "sdpa")),
-          ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
-          ("optimizer", ("multi_tensor", "foreach", "adam")))
+_KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
+    ("optimizer", ("multi_tensor", "foreach", "adam")),
+)
 
 
 def _kind(name: str) -> str:
@@ -225,12 +267,18 @@ def _profile(model, steps: int = 2) -> dict:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True
+    ) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
-               and not e.name.startswith(("Memcpy", "Memset"))]
+    kernels = [
+        e
+        for e in prof.events()
+        if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+        and not e.name.startswith(("Memcpy", "Memset"))
+    ]
     spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
     busy, end = 0.0, float("-inf")
     for a, b in spans:  # union of kernel intervals (us)
@@ -250,12 +298,24 @@ def _profile(model, steps: int = 2) -> dict:
     for evt in prof.key_averages(group_by_input_shape=True):
         if evt.key in ("aten::mm", "aten::addmm", "aten::bmm") or "attention" in evt.key:
             t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0)
-            ops.append({"op": evt.key, "shapes": [list(x) for x in evt.input_shapes if x], "count": evt.count // steps,
-                        "device_s": t / 1e6 / steps})
+            ops.append(
+                {
+                    "op": evt.key,
+                    "shapes": [list(x) for x in evt.input_shapes if x],
+                    "count": evt.count // steps,
+                    "device_s": t / 1e6 / steps,
+                }
+            )
     top = sorted(names.items(), key=lambda kv: -kv[1])[:25]
-    return {"steps": steps, "kernels_per_step": len(kernels) // steps, "busy_s": busy / 1e6 / steps,
-            "span_s": (spans[-1][1] - spans[0][0]) / 1e6 / steps if spans else 0.0, "by_kind": by_kind,
-            "ops": sorted(ops, key=lambda o: -o["device_s"]), "top_kernels": [{"name": n[:160], "s": t} for n, t in top]}
+    return {
+        "steps": steps,
+        "kernels_per_step": len(kernels) // steps,
+        "busy_s": busy / 1e6 / steps,
+        "span_s": (spans[-1][1] - spans[0][0]) / 1e6 / steps if spans else 0.0,
+        "by_kind": by_kind,
+        "ops": sorted(ops, key=lambda o: -o["device_s"]),
+        "top_kernels": [{"name": n[:160], "s": t} for n, t in top],
+    }
 
 
 def single(out: Path) -> None:
@@ -266,9 +326,16 @@ def single(out: Path) -> None:
     device = torch.device("cuda", 0)
     torch.manual_seed(0)
     model = _model(device)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "config": CONFIG,
-              "batch": BATCH, "seq": SEQ, "date": time.strftime("%Y-%m-%d"),
-              "params": sum(p.numel() for p in model.parameters()), "step_s": _time(model, device)}
+    result = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "config": CONFIG,
+        "batch": BATCH,
+        "seq": SEQ,
+        "date": time.strftime("%Y-%m-%d"),
+        "params": sum(p.numel() for p in model.parameters()),
+        "step_s": _time(model, device),
+    }
     try:
         import transformers
 
@@ -298,13 +365,24 @@ def _price(spec, hw, net, lay, seq: int, calibration=None) -> dict:
     """plan.train.predict_step for ``lay`` (one micro-batch per step, as measured)."""
     from gpudoctor.plan.train import predict_step
 
-    return predict_step(spec, lay, global_batch=lay.dp * lay.microbatch, seq=seq, peak_flops=hw.matrix_flops["bf16"],
-                        net=net, hbm_bytes_per_s=hw.hbm_bytes_per_s, calibration=calibration)
+    return predict_step(
+        spec,
+        lay,
+        global_batch=lay.dp * lay.microbatch,
+        seq=seq,
+        peak_flops=hw.matrix_flops["bf16"],
+        net=net,
+        hbm_bytes_per_s=hw.hbm_bytes_per_s,
+        calibration=calibration,
+    )
 
 
 def _names(world: int) -> dict[str, tuple[str, str]]:
     """layout -> (table label, short name for the order line), the layouts a ``world``-GPU run times."""
-    names = {"ddp": (f"DDP (dp={world})", "DDP"), "fsdp": (f"FSDP full shard (dp={world}, ZeRO-3)", "FSDP")}
+    names = {
+        "ddp": (f"DDP (dp={world})", "DDP"),
+        "fsdp": (f"FSDP full shard (dp={world}, ZeRO-3)", "FSDP"),
+    }
     if world >= 4 and world % 2 == 0:
         names["tp_dp"] = (f"TP=2 x FSDP (dp={world // 2}, ZeRO-3)", f"TP=2 x DP={world // 2}")
     return names
@@ -317,16 +395,22 @@ def order_line(predicted: dict[str, float], measured: dict[str, float], basis: s
     if not measured:
         return f"order by step time, fastest first ({basis}): predicted {pred}; measured: not yet"
     meas = " < ".join(sorted(measured, key=measured.__getitem__))
-    same = sorted(predicted, key=predicted.__getitem__) == sorted(measured, key=measured.__getitem__)
-    return (f"order by step time, fastest first ({basis}): predicted {pred}; measured {meas}; "
-            f"ranking matches: {'yes' if same else 'no'}")
+    same = sorted(predicted, key=predicted.__getitem__) == sorted(
+        measured, key=measured.__getitem__
+    )
+    return (
+        f"order by step time, fastest first ({basis}): predicted {pred}; measured {meas}; "
+        f"ranking matches: {'yes' if same else 'no'}"
+    )
 
 
 def _parts(p: dict) -> str:
     comm = sum(v for k, v in p.items() if k.endswith("_comm_s"))
-    return (f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
-            f"{1e3 * comm:.1f} / {1e3 * p['overlap_s']:.1f} / {1e3 * p['dp_copy_s']:.1f} / "
-            f"{1e3 * p['optimizer_s']:.1f} ms")
+    return (
+        f"{1e3 * p['compute_s']:.1f} / {1e3 * p['memory_s']:.1f} / {1e3 * p['launch_s']:.1f} / "
+        f"{1e3 * comm:.1f} / {1e3 * p['overlap_s']:.1f} / {1e3 * p['dp_copy_s']:.1f} / "
+        f"{1e3 * p['optimizer_s']:.1f} ms"
+    )
 
 
 def predict_table(m: dict, bench: Path | None = None, single: dict | None = None) -> list[str]:
@@ -342,11 +426,17 @@ def predict_table(m: dict, bench: Path | None = None, single: dict | None = None
     w, batch, seq = m["world_size"], m["batch_per_gpu"], m["seq"]
     net = make_net(hw.key, w, None)
     cal = load_calibration(bench, hw.key) if bench else None
-    rows = [("| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
-             "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"),
-            "|---|---:|---:|---:|---:|---:|---|"]
-    layouts = [(label, short, _layout(name, w, batch), m.get(f"{name}_step_s"), m.get(f"{name}_error"))
-               for name, (label, short) in _names(w).items()]
+    rows = [
+        (
+            "| layout | measured step | predicted, assumed | error | predicted, calibrated | error | "
+            "calibrated: compute / elementwise / launch gap / comm / compute slowed by comm / DP copies / optimizer |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    layouts = [
+        (label, short, _layout(name, w, batch), m.get(f"{name}_step_s"), m.get(f"{name}_error"))
+        for name, (label, short) in _names(w).items()
+    ]
     if single:
         layouts.append(("one GPU, no DP", None, _layout("ddp", 1, batch), single["step_s"], None))
     predicted, measured = {}, {}
@@ -355,14 +445,21 @@ def predict_table(m: dict, bench: Path | None = None, single: dict | None = None
             if error:  # priced all the same, not ranked
                 a = _price(spec, hw, net, lay, seq)
                 c = f"{1e3 * _price(spec, hw, net, lay, seq, cal)['step_s']:.1f} ms" if cal else "-"
-                rows.append(f"| {label} | failed: {error[:60]} | {1e3 * a['step_s']:.1f} ms | - | {c} | - | - |")
+                rows.append(
+                    f"| {label} | failed: {error[:60]} | {1e3 * a['step_s']:.1f} ms | - | {c} | - | - |"
+                )
             continue
         a = _price(spec, hw, net, lay, seq)
         c = _price(spec, hw, net, lay, seq, cal) if cal else None
-        cells = (f"{1e3 * c['step_s']:.1f} ms | {100 * (c['step_s'] / seconds - 1):+.1f}% | {_parts(c)}"
-                 if c else "- | - | -")
-        rows.append(f"| {label} | {1e3 * seconds:.1f} ms | {1e3 * a['step_s']:.1f} ms | "
-                    f"{100 * (a['step_s'] / seconds - 1):+.1f}% | {cells} |")
+        cells = (
+            f"{1e3 * c['step_s']:.1f} ms | {100 * (c['step_s'] / seconds - 1):+.1f}% | {_parts(c)}"
+            if c
+            else "- | - | -"
+        )
+        rows.append(
+            f"| {label} | {1e3 * seconds:.1f} ms | {1e3 * a['step_s']:.1f} ms | "
+            f"{100 * (a['step_s'] / seconds - 1):+.1f}% | {cells} |"
+        )
         if short:  # the one-GPU row has another global batch: not ranked with the others
             predicted[short], measured[short] = (c or a)["step_s"], seconds
     rows.append(order_line(predicted, measured, "calibrated" if cal else "assumed"))
@@ -387,8 +484,11 @@ def predict(results: Path, bench: Path | None = None, single_json: Path | None =
         spec = from_hf_config({"model_type": "llama", **m["config"]}, name="bench-llama")
         hw = find_spec(m["gpu"])
         net, one = make_net(hw.key, m["world_size"], None), _layout("ddp", 1, m["batch_per_gpu"])
-        _by_kind(single, _price(spec, hw, net, one, m["seq"], load_calibration(bench, hw.key)),
-                 _price(spec, hw, net, one, m["seq"]))
+        _by_kind(
+            single,
+            _price(spec, hw, net, one, m["seq"], load_calibration(bench, hw.key)),
+            _price(spec, hw, net, one, m["seq"]),
+        )
 
 
 def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
@@ -407,10 +507,20 @@ def predict_ahead(world: int, gpu: str, bench: Path, out: Path) -> None:
     rows, calibrated = {}, {}
     for name, (_, short) in _names(world).items():
         for label, c in (("assumed", None), ("calibrated", cal)):
-            rows[f"{name}_{label}_step_s"] = _price(spec, hw, net, _layout(name, world, BATCH), SEQ, c)["step_s"]
+            rows[f"{name}_{label}_step_s"] = _price(
+                spec, hw, net, _layout(name, world, BATCH), SEQ, c
+            )["step_s"]
         calibrated[short] = rows[f"{name}_calibrated_step_s"]
-    result = {"world_size": world, "gpu": hw.key, "bench": str(bench), "config": CONFIG, "batch_per_gpu": BATCH,
-              "seq": SEQ, "predicted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **rows}
+    result = {
+        "world_size": world,
+        "gpu": hw.key,
+        "bench": str(bench),
+        "config": CONFIG,
+        "batch_per_gpu": BATCH,
+        "seq": SEQ,
+        "predicted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **rows,
+    }
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(rows))
     print(order_line(calibrated, {}, "calibrated"))
@@ -424,15 +534,28 @@ def _by_kind(single: dict, cal: dict, assumed: dict) -> None:
     kinds = {k: v["s"] for k, v in prof["by_kind"].items()}
     kinds["optimizer"] = kinds.get("optimizer", 0.0) - annotation
     idle = single["step_s"] - prof["busy_s"]
+
     def row(part: str, measured: float, assumed_s: float, cal_s: float) -> str:
         return f"| {part} | {1e3 * measured:.1f} ms | {1e3 * assumed_s:.1f} ms | {1e3 * cal_s:.1f} ms |"
 
-    rows = ["| part | measured (profiler) | predicted, assumed | predicted, calibrated |", "|---|---:|---:|---:|",
-            row("matmuls + attention core", kinds.get("gemm", 0) + kinds.get("attention", 0), assumed["compute_s"],
-                cal["compute_s"]),
-            row("other kernels (elementwise, norms, loss)", kinds.get("other", 0), assumed["memory_s"], cal["memory_s"]),
-            row("optimizer kernels", kinds["optimizer"], assumed["optimizer_s"], cal["optimizer_s"]),
-            row("GPU idle (launch gaps, syncs)", idle, 0.0, cal["launch_s"])]
+    rows = [
+        "| part | measured (profiler) | predicted, assumed | predicted, calibrated |",
+        "|---|---:|---:|---:|",
+        row(
+            "matmuls + attention core",
+            kinds.get("gemm", 0) + kinds.get("attention", 0),
+            assumed["compute_s"],
+            cal["compute_s"],
+        ),
+        row(
+            "other kernels (elementwise, norms, loss)",
+            kinds.get("other", 0),
+            assumed["memory_s"],
+            cal["memory_s"],
+        ),
+        row("optimizer kernels", kinds["optimizer"], assumed["optimizer_s"], cal["optimizer_s"]),
+        row("GPU idle (launch gaps, syncs)", idle, 0.0, cal["launch_s"]),
+    ]
     print()
     print("\n".join(rows))
 
@@ -447,11 +570,20 @@ if __name__ == "__main__":
     else:  # [--tiny] [--cpu] [--layouts ddp,fsdp,tp_dp] OUT_DIR
         import argparse
 
-        ap = argparse.ArgumentParser(description="time DDP, FSDP2 and TP=2 x FSDP2 steps (under torchrun)")
+        ap = argparse.ArgumentParser(
+            description="time DDP, FSDP2 and TP=2 x FSDP2 steps (under torchrun)"
+        )
         ap.add_argument("out", type=Path)
-        ap.add_argument("--tiny", action="store_true", help="a tiny model (checks the code paths in seconds)")
-        ap.add_argument("--cpu", action="store_true", help="gloo and CPU tensors instead of NCCL and CUDA")
-        ap.add_argument("--layouts", default=os.environ.get("BENCH_LAYOUTS", ",".join(LAYOUTS)),
-                        help=f"comma-separated, of {', '.join(LAYOUTS)} (default all; env BENCH_LAYOUTS)")
+        ap.add_argument(
+            "--tiny", action="store_true", help="a tiny model (checks the code paths in seconds)"
+        )
+        ap.add_argument(
+            "--cpu", action="store_true", help="gloo and CPU tensors instead of NCCL and CUDA"
+        )
+        ap.add_argument(
+            "--layouts",
+            default=os.environ.get("BENCH_LAYOUTS", ",".join(LAYOUTS)),
+            help=f"comma-separated, of {', '.join(LAYOUTS)} (default all; env BENCH_LAYOUTS)",
+        )
         a = ap.parse_args()
         measure(a.out, _layouts(a.layouts), cpu=a.cpu, tiny=a.tiny)

@@ -26,7 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-DECODE = [(1, 1024), (8, 1024), (32, 1024), (64, 1024), (1, 4096), (8, 4096), (32, 4096), (64, 4096)]
+DECODE = [
+    (1, 1024),
+    (8, 1024),
+    (32, 1024),
+    (64, 1024),
+    (1, 4096),
+    (8, 4096),
+    (32, 4096),
+    (64, 4096),
+]
 PREFILL = [512, 2048, 8192]
 
 
@@ -37,12 +46,19 @@ def _layers(spec, device):
     g = torch.Generator(device=device).manual_seed(0)
 
     def w(*shape):
-        return (torch.randn(*shape, device=device, dtype=torch.bfloat16, generator=g) * 0.02)
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16, generator=g) * 0.02
 
-    layers = [{"norm1": torch.ones(h, device=device, dtype=torch.bfloat16),
-               "norm2": torch.ones(h, device=device, dtype=torch.bfloat16),
-               "qkv": w(h, (spec.heads + 2 * kv) * d), "o": w(spec.heads * d, h),
-               "gate_up": w(h, 2 * inter), "down": w(inter, h)} for _ in range(spec.layers)]
+    layers = [
+        {
+            "norm1": torch.ones(h, device=device, dtype=torch.bfloat16),
+            "norm2": torch.ones(h, device=device, dtype=torch.bfloat16),
+            "qkv": w(h, (spec.heads + 2 * kv) * d),
+            "o": w(spec.heads * d, h),
+            "gate_up": w(h, 2 * inter),
+            "down": w(inter, h),
+        }
+        for _ in range(spec.layers)
+    ]
     head = {"norm": torch.ones(h, device=device, dtype=torch.bfloat16), "lm": w(h, spec.vocab)}
     return layers, head
 
@@ -92,7 +108,9 @@ def _prefill_fn(spec, layers, head, x):
             m = F.rms_norm(y, (spec.hidden,), lw["norm2"], 1e-5)
             gate, up = (m @ lw["gate_up"]).chunk(2, dim=-1)
             y = y + (F.silu(gate) * up) @ lw["down"]
-        return F.rms_norm(y[-1:], (spec.hidden,), head["norm"], 1e-5) @ head["lm"]  # the first new token
+        return (
+            F.rms_norm(y[-1:], (spec.hidden,), head["norm"], 1e-5) @ head["lm"]
+        )  # the first new token
 
     return step
 
@@ -123,13 +141,27 @@ def measure(out: Path, preset: str) -> dict:
     spec = from_preset(preset)
     dev = torch.device("cuda")
     layers, head = _layers(spec, dev)
-    result = {"preset": preset, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "prefill": []}
+    result = {
+        "preset": preset,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "decode": [],
+        "prefill": [],
+    }
     for batch, ctx in DECODE:
         x = torch.randn(batch, spec.hidden, device=dev, dtype=torch.bfloat16)
-        caches = [(torch.randn(batch, spec.kv_heads, ctx, spec.head_dim, device=dev, dtype=torch.bfloat16),
-                   torch.randn(batch, spec.kv_heads, ctx, spec.head_dim, device=dev, dtype=torch.bfloat16))
-                  for _ in range(spec.layers)]
+        caches = [
+            (
+                torch.randn(
+                    batch, spec.kv_heads, ctx, spec.head_dim, device=dev, dtype=torch.bfloat16
+                ),
+                torch.randn(
+                    batch, spec.kv_heads, ctx, spec.head_dim, device=dev, dtype=torch.bfloat16
+                ),
+            )
+            for _ in range(spec.layers)
+        ]
         s = _time(_decode_fn(spec, layers, head, x, caches), graph=True)
         result["decode"].append({"batch": batch, "context": ctx, "step_s": s})
         print(f"decode B={batch} C={ctx}: {s * 1e3:.3f} ms", flush=True)
@@ -175,22 +207,44 @@ def _predict_one(data: dict) -> list[dict]:
     for r in data["decode"]:
         pred = decode_step_seconds(weights, per_token, r["batch"], r["context"], hw.hbm_bytes_per_s)
         moved = weights + r["batch"] * r["context"] * per_token
-        rows.append({"kind": "decode", "shape": f"B={r['batch']} C={r['context']}", "measured_s": r["step_s"],
-                     "predicted_s": pred, "error": pred / r["step_s"] - 1,
-                     "reached": moved / r["step_s"] / hw.hbm_bytes_per_s, "assumed": DECODE_HBM_EFFICIENCY})
+        rows.append(
+            {
+                "kind": "decode",
+                "shape": f"B={r['batch']} C={r['context']}",
+                "measured_s": r["step_s"],
+                "predicted_s": pred,
+                "error": pred / r["step_s"] - 1,
+                "reached": moved / r["step_s"] / hw.hbm_bytes_per_s,
+                "assumed": DECODE_HBM_EFFICIENCY,
+            }
+        )
     peak = hw.matrix_flops["bf16"]
     for r in data["prefill"]:
         pred = prefill_seconds(n, r["tokens"], 1, peak)
-        rows.append({"kind": "prefill", "shape": f"P={r['tokens']}", "measured_s": r["s"], "predicted_s": pred,
-                     "error": pred / r["s"] - 1, "reached": 2 * n * r["tokens"] / r["s"] / peak,
-                     "assumed": PREFILL_EFFICIENCY})
-    print(f"{data['preset']} on {data['gpu']} ({hw.key}: HBM {hw.hbm_bytes_per_s / 1e12:.2f} TB/s, bf16 "
-          f"{peak / 1e12:.0f} TFLOP/s datasheet), torch {data['torch']}, {data['measured_utc']}")
-    print("| step | shape | measured | predicted | error | share of the datasheet reached | assumed |")
+        rows.append(
+            {
+                "kind": "prefill",
+                "shape": f"P={r['tokens']}",
+                "measured_s": r["s"],
+                "predicted_s": pred,
+                "error": pred / r["s"] - 1,
+                "reached": 2 * n * r["tokens"] / r["s"] / peak,
+                "assumed": PREFILL_EFFICIENCY,
+            }
+        )
+    print(
+        f"{data['preset']} on {data['gpu']} ({hw.key}: HBM {hw.hbm_bytes_per_s / 1e12:.2f} TB/s, bf16 "
+        f"{peak / 1e12:.0f} TFLOP/s datasheet), torch {data['torch']}, {data['measured_utc']}"
+    )
+    print(
+        "| step | shape | measured | predicted | error | share of the datasheet reached | assumed |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['kind']} | {r['shape']} | {r['measured_s'] * 1e3:.2f} ms | {r['predicted_s'] * 1e3:.2f} ms | "
-              f"{r['error']:+.1%} | {r['reached']:.0%} | {r['assumed']:.0%} |")
+        print(
+            f"| {r['kind']} | {r['shape']} | {r['measured_s'] * 1e3:.2f} ms | {r['predicted_s'] * 1e3:.2f} ms | "
+            f"{r['error']:+.1%} | {r['reached']:.0%} | {r['assumed']:.0%} |"
+        )
     return rows
 
 
@@ -198,7 +252,11 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--predict":
         predict(Path(sys.argv[2]))
     elif len(sys.argv) > 1:
-        presets = sys.argv[sys.argv.index("--presets") + 1].split(",") if "--presets" in sys.argv else ["llama-3.1-8b"]
+        presets = (
+            sys.argv[sys.argv.index("--presets") + 1].split(",")
+            if "--presets" in sys.argv
+            else ["llama-3.1-8b"]
+        )
         out = Path(sys.argv[1])
         out.mkdir(parents=True, exist_ok=True)
         runs = [measure(out, p) for p in presets]

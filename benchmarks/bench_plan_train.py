@@ -46,9 +46,21 @@ IMPL = "fused-noflash"
 
 
 def gpt(hidden: int, layers: int, heads: int) -> ModelSpec:
-    return ModelSpec(name=f"gpt-{hidden}x{layers}", family="gpt2", hidden=hidden, layers=layers, heads=heads,
-                     kv_heads=heads, head_dim=hidden // heads, intermediate=4 * hidden, vocab=VOCAB,
-                     tied_embeddings=False, gated_mlp=False, attn_dropout=0.1, resid_dropout=0.1)
+    return ModelSpec(
+        name=f"gpt-{hidden}x{layers}",
+        family="gpt2",
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=heads,
+        head_dim=hidden // heads,
+        intermediate=4 * hidden,
+        vocab=VOCAB,
+        tied_embeddings=False,
+        gated_mlp=False,
+        attn_dropout=0.1,
+        resid_dropout=0.1,
+    )
 
 
 def main() -> list[dict]:
@@ -58,14 +70,40 @@ def main() -> list[dict]:
     rows = []
     for params, heads, hidden, layers, tp, pp, gpus, batch, pub_tf, pub_pct in TABLE_1:
         spec = gpt(hidden, layers, heads)
-        lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full", sp=False)
-        r = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
-                         hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False, impl=IMPL)
+        lay = Layout(
+            dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=1, checkpointing="full", sp=False
+        )
+        r = predict_step(
+            spec,
+            lay,
+            global_batch=batch,
+            seq=SEQ,
+            peak_flops=peak,
+            net=net,
+            hbm_bytes_per_s=hw.hbm_bytes_per_s,
+            causal=False,
+            impl=IMPL,
+        )
         tf = r["hardware_flops"] / (r["step_s"] * gpus) / 1e12
-        rows.append({"params_b": params, "tp": tp, "pp": pp, "dp": lay.dp, "gpus": gpus, "batch": batch,
-                     "published_tflops": pub_tf, "predicted_tflops": tf, "error": tf / pub_tf - 1,
-                     "published_pct": pub_pct, "predicted_pct": 100 * tf * 1e12 / peak, "step_s": r["step_s"],
-                     "bubble_s": r["bubble_s"], "tp_comm_s": r["tp_comm_s"], "eff": r["gemm_efficiency"]})
+        rows.append(
+            {
+                "params_b": params,
+                "tp": tp,
+                "pp": pp,
+                "dp": lay.dp,
+                "gpus": gpus,
+                "batch": batch,
+                "published_tflops": pub_tf,
+                "predicted_tflops": tf,
+                "error": tf / pub_tf - 1,
+                "published_pct": pub_pct,
+                "predicted_pct": 100 * tf * 1e12 / peak,
+                "step_s": r["step_s"],
+                "bubble_s": r["bubble_s"],
+                "tp_comm_s": r["tp_comm_s"],
+                "eff": r["gemm_efficiency"],
+            }
+        )
     return rows
 
 
@@ -100,30 +138,72 @@ def llama3(bench: Path | None = None) -> list[dict]:
     rows = []
     for gpus, tp, cp, pp, seq, pub_tf, pub_pct in LLAMA3_TABLE_4:
         batch = 16 * 2**20 // seq
-        row = {"gpus": gpus, "tp": tp, "cp": cp, "pp": pp, "dp": gpus // (tp * pp * cp), "seq": seq, "batch": batch,
-               "published_tflops": pub_tf, "published_pct": pub_pct, "by_schedule": {}}
+        row = {
+            "gpus": gpus,
+            "tp": tp,
+            "cp": cp,
+            "pp": pp,
+            "dp": gpus // (tp * pp * cp),
+            "seq": seq,
+            "batch": batch,
+            "published_tflops": pub_tf,
+            "published_pct": pub_pct,
+            "by_schedule": {},
+        }
         for schedule, v in LLAMA3_SCHEDULES:
-            lay = Layout(dp=row["dp"], tp=tp, pp=pp, cp=cp, zero=1, microbatch=1, checkpointing="none",
-                         schedule=schedule, virtual_stages=max(v, 2))
-            r = predict_step(spec, lay, global_batch=batch, seq=seq, peak_flops=hw.matrix_flops["bf16"], net=net,
-                             hbm_bytes_per_s=hw.hbm_bytes_per_s, impl="fused", calibration=cal)
+            lay = Layout(
+                dp=row["dp"],
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                zero=1,
+                microbatch=1,
+                checkpointing="none",
+                schedule=schedule,
+                virtual_stages=max(v, 2),
+            )
+            r = predict_step(
+                spec,
+                lay,
+                global_batch=batch,
+                seq=seq,
+                peak_flops=hw.matrix_flops["bf16"],
+                net=net,
+                hbm_bytes_per_s=hw.hbm_bytes_per_s,
+                impl="fused",
+                calibration=cal,
+            )
             tf = r["model_flops"] / (r["step_s"] * gpus) / 1e12
-            row["by_schedule"][f"{schedule} v={v}"] = {"predicted_tflops": tf, "error": tf / pub_tf - 1,
-                                                        "step_s": r["step_s"], "bubble_s": r["bubble_s"]}
+            row["by_schedule"][f"{schedule} v={v}"] = {
+                "predicted_tflops": tf,
+                "error": tf / pub_tf - 1,
+                "step_s": r["step_s"],
+                "bubble_s": r["bubble_s"],
+            }
         rows.append(row)
     return rows
 
 
 def print_llama3() -> None:
     heads = " | ".join(f"{s} v={v}" if s != "1f1b" else "1F1B" for s, v in LLAMA3_SCHEDULES)
-    for label, bench in (("assumed GEMM_EFFICIENCY (no bench)", None), (f"calibrated: {H100_BENCH.name}", H100_BENCH)):
+    for label, bench in (
+        ("assumed GEMM_EFFICIENCY (no bench)", None),
+        (f"calibrated: {H100_BENCH.name}", H100_BENCH),
+    ):
         print(f"\nLlama 3 405B, Table 4; {label}; predicted TFLOP/s per GPU (error) by schedule")
-        print(f"| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | {heads} |")
+        print(
+            f"| GPUs | TP | CP | PP | DP | seq | sequences/batch | published TFLOP/s/GPU (MFU) | {heads} |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(LLAMA3_SCHEDULES))
         for r in llama3(bench):
-            cells = " | ".join(f"{x['predicted_tflops']:.0f} ({x['error']:+.0%})" for x in r["by_schedule"].values())
-            print(f"| {r['gpus']} | {r['tp']} | {r['cp']} | {r['pp']} | {r['dp']} | {r['seq']} | {r['batch']} | "
-                  f"{r['published_tflops']} ({r['published_pct']}%) | {cells} |")
+            cells = " | ".join(
+                f"{x['predicted_tflops']:.0f} ({x['error']:+.0%})"
+                for x in r["by_schedule"].values()
+            )
+            print(
+                f"| {r['gpus']} | {r['tp']} | {r['cp']} | {r['pp']} | {r['dp']} | {r['seq']} | {r['batch']} | "
+                f"{r['published_tflops']} ({r['published_pct']}%) | {cells} |"
+            )
 
 
 # Reducing Activation Recomputation in Large Transformer Models (Korthikanti et al. 2022, arXiv:2205.05198).
@@ -151,14 +231,32 @@ KORTHIKANTI_TABLE_5 = {
 A100_PEAK = 312e12  # the paper's footnote: A100 bf16 dense peak
 
 
-def korthikanti_model_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
+def korthikanti_model_flops(
+    batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB
+) -> float:
     """The paper's eq. 7, model FLOPs per iteration: 72 B L s h^2 (1 + s/6h + V/12hL)."""
-    return 72 * batch * layers * seq * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
+    return (
+        72
+        * batch
+        * layers
+        * seq
+        * hidden**2
+        * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
+    )
 
 
-def korthikanti_hardware_flops(batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB) -> float:
+def korthikanti_hardware_flops(
+    batch: int, layers: int, hidden: int, seq: int = SEQ, vocab: int = VOCAB
+) -> float:
     """The paper's eq. 8, hardware FLOPs with selective recomputation: 72 B L s h^2 (1 + s/3h + V/12hL)."""
-    return 72 * batch * layers * seq * hidden**2 * (1 + seq / (3 * hidden) + vocab / (12 * hidden * layers))
+    return (
+        72
+        * batch
+        * layers
+        * seq
+        * hidden**2
+        * (1 + seq / (3 * hidden) + vocab / (12 * hidden * layers))
+    )
 
 
 def korthikanti(schedule: str = "1f1b") -> list[dict]:
@@ -176,40 +274,80 @@ def korthikanti(schedule: str = "1f1b") -> list[dict]:
         v = 3 if (layers // pp) % 3 == 0 else 2
         pred = {}
         for ckpt, sp in (("full", False), ("selective", True)):
-            lay = Layout(dp=gpus // (tp * pp), tp=tp, pp=pp, microbatch=micro, checkpointing=ckpt,
-                         schedule=schedule, virtual_stages=v, sp=sp)
-            pred[ckpt] = predict_step(spec, lay, global_batch=batch, seq=SEQ, peak_flops=peak, net=net,
-                                      hbm_bytes_per_s=hw.hbm_bytes_per_s, causal=False, impl=IMPL)
+            lay = Layout(
+                dp=gpus // (tp * pp),
+                tp=tp,
+                pp=pp,
+                microbatch=micro,
+                checkpointing=ckpt,
+                schedule=schedule,
+                virtual_stages=v,
+                sp=sp,
+            )
+            pred[ckpt] = predict_step(
+                spec,
+                lay,
+                global_batch=batch,
+                seq=SEQ,
+                peak_flops=peak,
+                net=net,
+                hbm_bytes_per_s=hw.hbm_bytes_per_s,
+                causal=False,
+                impl=IMPL,
+            )
         full, sel = pred["full"], pred["selective"]
         pub_full, pub_sel, pub_gain, _, _ = KORTHIKANTI_TABLE_5[name]
-        rows.append({"name": name, "tp": tp, "pp": pp, "gpus": gpus, "batch": batch, "micro": micro,
-                     "v": v if schedule == "interleaved" and pp > 1 else 1,
-                     "published_full_s": pub_full, "predicted_full_s": full["step_s"],
-                     "error_full": full["step_s"] / pub_full - 1,
-                     "published_sel_s": pub_sel, "predicted_sel_s": sel["step_s"],
-                     "error_sel": sel["step_s"] / pub_sel - 1,
-                     "published_speedup": pub_full / pub_sel, "published_gain_pct": pub_gain,
-                     "predicted_speedup": full["step_s"] / sel["step_s"],
-                     "recompute_s": full["recompute_s"], "selective_recompute_s": sel["recompute_s"],
-                     "bubble_s": sel["bubble_s"], "tp_comm_s": sel["tp_comm_s"],
-                     "pp_comm_full_s": full["pp_comm_s"], "pp_comm_s": sel["pp_comm_s"],
-                     "eff": sel["gemm_efficiency"]})
+        rows.append(
+            {
+                "name": name,
+                "tp": tp,
+                "pp": pp,
+                "gpus": gpus,
+                "batch": batch,
+                "micro": micro,
+                "v": v if schedule == "interleaved" and pp > 1 else 1,
+                "published_full_s": pub_full,
+                "predicted_full_s": full["step_s"],
+                "error_full": full["step_s"] / pub_full - 1,
+                "published_sel_s": pub_sel,
+                "predicted_sel_s": sel["step_s"],
+                "error_sel": sel["step_s"] / pub_sel - 1,
+                "published_speedup": pub_full / pub_sel,
+                "published_gain_pct": pub_gain,
+                "predicted_speedup": full["step_s"] / sel["step_s"],
+                "recompute_s": full["recompute_s"],
+                "selective_recompute_s": sel["recompute_s"],
+                "bubble_s": sel["bubble_s"],
+                "tp_comm_s": sel["tp_comm_s"],
+                "pp_comm_full_s": full["pp_comm_s"],
+                "pp_comm_s": sel["pp_comm_s"],
+                "eff": sel["gemm_efficiency"],
+            }
+        )
     return rows
 
 
 def print_korthikanti(schedule: str) -> None:
-    print(f"GPU {GPU}, fabric {FABRIC}, seq {SEQ}, schedule {schedule}, DP=1; Korthikanti et al. 2022 Tables 3 and 5")
-    print("| model | TP | PP | GPUs | batch | micro-batch | full: published s | predicted s | error |"
-          " selective + SP: published s | predicted s | error | speedup published | predicted |"
-          " GEMM eff. | bubble s (sel.) | PP comm s: full / sel. | recompute s: full / sel. |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"GPU {GPU}, fabric {FABRIC}, seq {SEQ}, schedule {schedule}, DP=1; Korthikanti et al. 2022 Tables 3 and 5"
+    )
+    print(
+        "| model | TP | PP | GPUs | batch | micro-batch | full: published s | predicted s | error |"
+        " selective + SP: published s | predicted s | error | speedup published | predicted |"
+        " GEMM eff. | bubble s (sel.) | PP comm s: full / sel. | recompute s: full / sel. |"
+    )
+    print(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for r in korthikanti(schedule):
-        print(f"| {r['name']} | {r['tp']} | {r['pp']} | {r['gpus']} | {r['batch']} | {r['micro']} | "
-              f"{r['published_full_s']:.2f} | {r['predicted_full_s']:.2f} | {r['error_full']:+.1%} | "
-              f"{r['published_sel_s']:.2f} | {r['predicted_sel_s']:.2f} | {r['error_sel']:+.1%} | "
-              f"{r['published_speedup']:.3f} | {r['predicted_speedup']:.3f} | {r['eff']:.2f} | "
-              f"{r['bubble_s']:.2f} | {r['pp_comm_full_s']:.2f} / {r['pp_comm_s']:.2f} | "
-              f"{r['recompute_s']:.2f} / {r['selective_recompute_s']:.2f} |")
+        print(
+            f"| {r['name']} | {r['tp']} | {r['pp']} | {r['gpus']} | {r['batch']} | {r['micro']} | "
+            f"{r['published_full_s']:.2f} | {r['predicted_full_s']:.2f} | {r['error_full']:+.1%} | "
+            f"{r['published_sel_s']:.2f} | {r['predicted_sel_s']:.2f} | {r['error_sel']:+.1%} | "
+            f"{r['published_speedup']:.3f} | {r['predicted_speedup']:.3f} | {r['eff']:.2f} | "
+            f"{r['bubble_s']:.2f} | {r['pp_comm_full_s']:.2f} / {r['pp_comm_s']:.2f} | "
+            f"{r['recompute_s']:.2f} / {r['selective_recompute_s']:.2f} |"
+        )
 
 
 if __name__ == "__main__":
@@ -220,15 +358,21 @@ if __name__ == "__main__":
         print_llama3()
         sys.exit(0)
     rows = main()
-    print(f"GPU {GPU} (bf16 peak {find_spec(GPU).matrix_flops['bf16'] / 1e12:.0f} TFLOP/s), fabric {FABRIC}, "
-          f"seq {SEQ}, micro-batch 1, 1F1B, full recompute; GEMM_EFFICIENCY = {GEMM_EFFICIENCY}")
-    print("| params (B) | TP | PP | DP | GPUs | batch | published TFLOP/s/GPU (% peak) | predicted (% peak) | error |"
-          " GEMM eff. | bubble s | TP comm s | step s |")
+    print(
+        f"GPU {GPU} (bf16 peak {find_spec(GPU).matrix_flops['bf16'] / 1e12:.0f} TFLOP/s), fabric {FABRIC}, "
+        f"seq {SEQ}, micro-batch 1, 1F1B, full recompute; GEMM_EFFICIENCY = {GEMM_EFFICIENCY}"
+    )
+    print(
+        "| params (B) | TP | PP | DP | GPUs | batch | published TFLOP/s/GPU (% peak) | predicted (% peak) | error |"
+        " GEMM eff. | bubble s | TP comm s | step s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['params_b']} | {r['tp']} | {r['pp']} | {r['dp']} | {r['gpus']} | {r['batch']} | "
-              f"{r['published_tflops']} ({r['published_pct']}%) | {r['predicted_tflops']:.0f} "
-              f"({r['predicted_pct']:.0f}%) | {r['error']:+.0%} | {r['eff']:.2f} | {r['bubble_s']:.2f} | "
-              f"{r['tp_comm_s']:.2f} | {r['step_s']:.2f} |")
+        print(
+            f"| {r['params_b']} | {r['tp']} | {r['pp']} | {r['dp']} | {r['gpus']} | {r['batch']} | "
+            f"{r['published_tflops']} ({r['published_pct']}%) | {r['predicted_tflops']:.0f} "
+            f"({r['predicted_pct']:.0f}%) | {r['error']:+.0%} | {r['eff']:.2f} | {r['bubble_s']:.2f} | "
+            f"{r['tp_comm_s']:.2f} | {r['step_s']:.2f} |"
+        )
     errs = [abs(r["error"]) for r in rows]
     print(f"\nmean |error| {sum(errs) / len(errs):.0%}, max {max(errs):.0%}")

@@ -86,13 +86,16 @@ def _tree_rss(root: int) -> int:
 
 def measure(cmd: list[str], env: dict[str, str], mem_cap: int | None, time_cap: float) -> Run:
     """One process tree: wall, largest process's peak RSS, sampled peak of the tree's sum."""
+
     def limits() -> None:
         if mem_cap:  # ulimit -v: the address space of every process it starts
             resource.setrlimit(resource.RLIMIT_AS, (mem_cap, mem_cap))
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, preexec_fn=limits, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=err, preexec_fn=limits, start_new_session=True
+        )
         peak = [0]
         done = threading.Event()
 
@@ -123,8 +126,15 @@ def measure(cmd: list[str], env: dict[str, str], mem_cap: int | None, time_cap: 
                 pass
         out.seek(0)
         err.seek(0)
-        return Run(wall, usage.ru_maxrss / 1024, peak[0] / 2**20, proc.returncode, out.read().decode(errors="replace"),
-                   err.read().decode(errors="replace"), capped[0])
+        return Run(
+            wall,
+            usage.ru_maxrss / 1024,
+            peak[0] / 2**20,
+            proc.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+            capped[0],
+        )
 
 
 def hta_folder(rs: RankSet, tmp: Path) -> Path:
@@ -145,8 +155,12 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def run_hta(args: argparse.Namespace, folder: Path) -> tuple[Run, dict]:
-    run = measure([args.hta_python, str(HTA_DRIVER), str(folder)], dict(os.environ),
-                  int(args.mem_cap_gb * 2**30), args.time_cap_s)
+    run = measure(
+        [args.hta_python, str(HTA_DRIVER), str(folder)],
+        dict(os.environ),
+        int(args.mem_cap_gb * 2**30),
+        args.time_cap_s,
+    )
     lines = [ln for ln in run.out.splitlines() if ln.startswith("{")]
     if run.capped:
         return run, {"error": f"stopped at the {args.time_cap_s:.0f} s cap"}
@@ -160,7 +174,12 @@ def run_hta(args: argparse.Namespace, folder: Path) -> tuple[Run, dict]:
 
 def run_gpudoctor(args: argparse.Namespace, folder: Path) -> tuple[Run, dict]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    run = measure([sys.executable, "-m", "gpudoctor", "analyze", str(folder), "--json"], env, None, args.time_cap_s)
+    run = measure(
+        [sys.executable, "-m", "gpudoctor", "analyze", str(folder), "--json"],
+        env,
+        None,
+        args.time_cap_s,
+    )
     if run.rc != 0 or not run.out.strip():
         return run, {"error": (run.err.strip().splitlines() or [f"exit {run.rc}"])[-1][:160]}
     return run, json.loads(run.out)
@@ -172,19 +191,39 @@ def rank_sets(tmp: Path) -> list[RankSet]:
     off4 = [0.0, 1234.567, -98765.4321, 5_000_000.0]
     off8 = [0.0, 850.0, -1500.0, 2500.0, -400.0, 300.0, 12_000.0, -7000.0]
     sets = [
-        RankSet("ddp2-h100 slow", "rank 1 sleeps 20 ms/step (host); unprofiled step 35.76 ms vs 19.08 healthy",
-                DATA / "ddp2_h100" / "slow", 1),
+        RankSet(
+            "ddp2-h100 slow",
+            "rank 1 sleeps 20 ms/step (host); unprofiled step 35.76 ms vs 19.08 healthy",
+            DATA / "ddp2_h100" / "slow",
+            1,
+        ),
         RankSet("ddp2-h100 healthy", "none planted", DATA / "ddp2_h100" / "healthy", None),
         RankSet("gloo CPU", "rank 1 sleeps 30 ms/step (host)", DATA / "gloo_straggler", 1),
     ]
-    synth = [("synth 4 late", 4, 2, 3000.0, None), ("synth 4 late+offsets", 4, 2, 3000.0, off4),
-             ("synth 8 late+offsets", 8, 5, 5000.0, off8)]
+    synth = [
+        ("synth 4 late", 4, 2, 3000.0, None),
+        ("synth 4 late+offsets", 4, 2, 3000.0, off4),
+        ("synth 8 late+offsets", 8, 5, 5000.0, off8),
+    ]
     for name, n, late, delay, offsets in synth:
-        folder = ranksynth.rank_set(tmp / name.replace(" ", "_").replace("+", "_"), n, offsets_us=offsets, late=late,
-                                    late_k=LAST, delay_us=delay)
+        folder = ranksynth.rank_set(
+            tmp / name.replace(" ", "_").replace("+", "_"),
+            n,
+            offsets_us=offsets,
+            late=late,
+            late_k=LAST,
+            delay_us=delay,
+        )
         off = f"; clock offsets {', '.join(f'{o / 1000:g}' for o in offsets)} ms" if offsets else ""
-        sets.append(RankSet(name, f"rank {late} late {delay / 1000:g} ms/step (DataLoader){off}", folder, late,
-                            offsets or []))
+        sets.append(
+            RankSet(
+                name,
+                f"rank {late} late {delay / 1000:g} ms/step (DataLoader){off}",
+                folder,
+                late,
+                offsets or [],
+            )
+        )
     return sets
 
 
@@ -208,7 +247,10 @@ def _counts(counts: dict) -> str:
 def hta_overlap(h: dict) -> str:
     if "overlap_pct" not in h:
         return h.get("overlap_error", h.get("error", "?"))[:60]
-    return " / ".join("nan" if v != v else f"{v:.1f}" for _, v in sorted(h["overlap_pct"].items(), key=lambda kv: int(kv[0])))
+    return " / ".join(
+        "nan" if v != v else f"{v:.1f}"
+        for _, v in sorted(h["overlap_pct"].items(), key=lambda kv: int(kv[0]))
+    )
 
 
 def hta_comm(h: dict) -> str:
@@ -234,8 +276,10 @@ def gd_exposed(g: dict) -> str:
     if "error" in g or not g.get("distributed"):
         return "n/a"
     e = g["distributed"]["exposed_comm"]
-    return (f"{e['exposed_ms']:.2f} of {e['comm_ms']:.2f} (wait {e['wait_for_slowest_ms']:.2f}, transfer "
-            f"{e['transfer_ms']:.2f}, not overlapped {e['overlap_not_taken_ms']:.2f})")
+    return (
+        f"{e['exposed_ms']:.2f} of {e['comm_ms']:.2f} (wait {e['wait_for_slowest_ms']:.2f}, transfer "
+        f"{e['transfer_ms']:.2f}, not overlapped {e['overlap_not_taken_ms']:.2f})"
+    )
 
 
 def gd_offsets(g: dict) -> list[float]:
@@ -260,9 +304,17 @@ def _fmt_run(run: Run) -> tuple[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hta-python", default="/tmp/htavenv/bin/python")
-    ap.add_argument("--scale", default="16,64", help="rank counts for the scaling table ('' to skip)")
-    ap.add_argument("--scale-trace", type=Path, default=DATA / "ddp2_h100" / "healthy" / "rank0" / "trace.json.gz")
-    ap.add_argument("--mem-cap-gb", type=float, default=3.0, help="HTA's address-space cap (ulimit -v)")
+    ap.add_argument(
+        "--scale", default="16,64", help="rank counts for the scaling table ('' to skip)"
+    )
+    ap.add_argument(
+        "--scale-trace",
+        type=Path,
+        default=DATA / "ddp2_h100" / "healthy" / "rank0" / "trace.json.gz",
+    )
+    ap.add_argument(
+        "--mem-cap-gb", type=float, default=3.0, help="HTA's address-space cap (ulimit -v)"
+    )
     ap.add_argument("--time-cap-s", type=float, default=300.0)
     ap.add_argument("--only", default="", help="comma-separated set names to run (default: all)")
     ap.add_argument("--json", type=Path, help="also write every raw result here")
@@ -275,58 +327,113 @@ def main() -> None:
         for rs in sets:
             hrun, h = run_hta(args, hta_folder(rs, tmp))
             grun, g = run_gpudoctor(args, rs.folder)
-            raw.append({"set": rs.name, "truth": rs.truth, "hta": h, "hta_run": _run_dict(hrun),
-                        "gpudoctor_run": _run_dict(grun), "gpudoctor_offsets_us": gd_offsets(g) if "error" not in g else [],
-                        "gpudoctor": _gd_kept(g)})
+            raw.append(
+                {
+                    "set": rs.name,
+                    "truth": rs.truth,
+                    "hta": h,
+                    "hta_run": _run_dict(hrun),
+                    "gpudoctor_run": _run_dict(grun),
+                    "gpudoctor_offsets_us": gd_offsets(g) if "error" not in g else [],
+                    "gpudoctor": _gd_kept(g),
+                }
+            )
             off = ""
             if rs.offsets_us and "error" not in g:
                 worst = max(abs(a - b) for a, b in zip(gd_offsets(g), rs.offsets_us, strict=True))
                 off = f"; offsets recovered within {worst:.1f} us"
-            rows.append([rs.name, rs.truth, hta_straggler(h), hta_overlap(h), hta_comm(h), gd_straggler(g) + off,
-                         gd_exposed(g), *_pair(grun, hrun)])
+            rows.append(
+                [
+                    rs.name,
+                    rs.truth,
+                    hta_straggler(h),
+                    hta_overlap(h),
+                    hta_comm(h),
+                    gd_straggler(g) + off,
+                    gd_exposed(g),
+                    *_pair(grun, hrun),
+                ]
+            )
             print(f"done: {rs.name}", file=sys.stderr, flush=True)
         scaling = []
         counts = [int(c) for c in args.scale.split(",") if c.strip()]
         for rs in scale_sets(args.scale_trace, counts, tmp):
             hrun, h = run_hta(args, hta_folder(rs, tmp))
             grun, g = run_gpudoctor(args, rs.folder)
-            raw.append({"set": rs.name, "hta": h, "hta_run": _run_dict(hrun), "gpudoctor_run": _run_dict(grun),
-                        "gpudoctor_error": g.get("error")})
-            scaling.append([rs.name, g.get("error", "ok")[:60], *_fmt_run(grun), h.get("error", "ok")[:90],
-                            *_fmt_run(hrun)])
+            raw.append(
+                {
+                    "set": rs.name,
+                    "hta": h,
+                    "hta_run": _run_dict(hrun),
+                    "gpudoctor_run": _run_dict(grun),
+                    "gpudoctor_error": g.get("error"),
+                }
+            )
+            scaling.append(
+                [
+                    rs.name,
+                    g.get("error", "ok")[:60],
+                    *_fmt_run(grun),
+                    h.get("error", "ok")[:90],
+                    *_fmt_run(hrun),
+                ]
+            )
             print(f"done: {rs.name}", file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1, default=str))
-    print(f"{os.cpu_count()} cores; HTA capped at {args.mem_cap_gb:g} GB address space and {args.time_cap_s:.0f} s")
-    print("| set | planted truth | HTA straggler | HTA comm/comp overlap % per rank | HTA comm | gpudoctor straggler "
-          "(rank, cause, ms/step) | gpudoctor exposed comm ms/step | wall s gd / HTA | peak RSS MiB gd / HTA |")
+    print(
+        f"{os.cpu_count()} cores; HTA capped at {args.mem_cap_gb:g} GB address space and {args.time_cap_s:.0f} s"
+    )
+    print(
+        "| set | planted truth | HTA straggler | HTA comm/comp overlap % per rank | HTA comm | gpudoctor straggler "
+        "(rank, cause, ms/step) | gpudoctor exposed comm ms/step | wall s gd / HTA | peak RSS MiB gd / HTA |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     if scaling:
-        print(f"\nScaling: N copies of {args.scale_trace.relative_to(ROOT) if args.scale_trace.is_relative_to(ROOT) else args.scale_trace}"
-              " (peak RSS MiB: largest process / whole process tree)")
-        print("| ranks | gpudoctor | gd wall s | gd peak RSS MiB | HTA | HTA wall s | HTA peak RSS MiB |")
+        print(
+            f"\nScaling: N copies of {args.scale_trace.relative_to(ROOT) if args.scale_trace.is_relative_to(ROOT) else args.scale_trace}"
+            " (peak RSS MiB: largest process / whole process tree)"
+        )
+        print(
+            "| ranks | gpudoctor | gd wall s | gd peak RSS MiB | HTA | HTA wall s | HTA peak RSS MiB |"
+        )
         print("|---|---|---:|---|---|---:|---|")
         for row in scaling:
             print("| " + " | ".join(row) + " |")
 
 
 def _pair(g: Run, h: Run) -> list[str]:
-    return [f"{g.wall_s:.1f} / {h.wall_s:.1f}",
-            f"{g.largest_mib:.0f} ({g.tree_mib:.0f} tree) / {h.largest_mib:.0f} ({h.tree_mib:.0f} tree)"]
+    return [
+        f"{g.wall_s:.1f} / {h.wall_s:.1f}",
+        f"{g.largest_mib:.0f} ({g.tree_mib:.0f} tree) / {h.largest_mib:.0f} ({h.tree_mib:.0f} tree)",
+    ]
 
 
 def _gd_kept(g: dict) -> dict:
     """The report's multi-rank parts, less the timeline's bars (most of its size)."""
     dist = {k: v for k, v in (g.get("distributed") or {}).items() if k != "timeline"}
-    findings = [{k: f[k] for k in ("id", "title", "saving_ms", "evidence")} for f in g.get("findings") or []]
-    return {"findings": findings, "distributed": dist, "ranks": g.get("ranks"), "error": g.get("error")}
+    findings = [
+        {k: f[k] for k in ("id", "title", "saving_ms", "evidence")} for f in g.get("findings") or []
+    ]
+    return {
+        "findings": findings,
+        "distributed": dist,
+        "ranks": g.get("ranks"),
+        "error": g.get("error"),
+    }
 
 
 def _run_dict(run: Run) -> dict:
-    return {"wall_s": round(run.wall_s, 3), "largest_mib": round(run.largest_mib, 1), "tree_mib": round(run.tree_mib, 1),
-            "rc": run.rc, "capped": run.capped, "stderr_tail": run.err.strip().splitlines()[-3:]}
+    return {
+        "wall_s": round(run.wall_s, 3),
+        "largest_mib": round(run.largest_mib, 1),
+        "tree_mib": round(run.tree_mib, 1),
+        "rc": run.rc,
+        "capped": run.capped,
+        "stderr_tail": run.err.strip().splitlines()[-3:],
+    }
 
 
 if __name__ == "__main__":

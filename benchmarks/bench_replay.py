@@ -58,20 +58,31 @@ def one(path: Path, unprof_ms: float | None) -> dict | None:
     replayed = replay(graph)
     t2 = time.perf_counter()
     row = {
-        "trace": str(path.relative_to(DATA)), "steps": graph.steps, "calls": graph.calls,
-        "device_events": int(graph.dev_dur_ns.size), "coverage": graph.coverage,
-        "profiled_ms": round(graph.profiled_ns / 1e6, 4), "replayed_ms": round(replayed.step_ns / 1e6, 4),
-        "build_s": round(t1 - t0, 4), "replay_s": round(t2 - t1, 4),
+        "trace": str(path.relative_to(DATA)),
+        "steps": graph.steps,
+        "calls": graph.calls,
+        "device_events": int(graph.dev_dur_ns.size),
+        "coverage": graph.coverage,
+        "profiled_ms": round(graph.profiled_ns / 1e6, 4),
+        "replayed_ms": round(replayed.step_ns / 1e6, 4),
+        "build_s": round(t1 - t0, 4),
+        "replay_s": round(t2 - t1, 4),
     }
-    row["profiled_error_pct"] = round(100 * (replayed.step_ns / graph.profiled_ns - 1), 2) if graph.profiled_ns else None
+    row["profiled_error_pct"] = (
+        round(100 * (replayed.step_ns / graph.profiled_ns - 1), 2) if graph.profiled_ns else None
+    )
     if unprof_ms:
         free = unprofiled(graph)
         row["measured_unprofiled_ms"] = unprof_ms
         row["replayed_unprofiled_ms"] = round(free.replayed.step_ns / 1e6, 4)
         row["unprofiled_error_pct"] = round(100 * (free.replayed.step_ns / 1e6 / unprof_ms - 1), 2)
-        fit = unprofiled(graph, unprof_ms * 1e6)  # the per-event costs scaled to this run's measured step
+        fit = unprofiled(
+            graph, unprof_ms * 1e6
+        )  # the per-event costs scaled to this run's measured step
         row["fitted_scale"] = round(fit.scale, 4)
-        row["fitted_unprofiled_error_pct"] = round(100 * (fit.replayed.step_ns / 1e6 / unprof_ms - 1), 2)
+        row["fitted_unprofiled_error_pct"] = round(
+            100 * (fit.replayed.step_ns / 1e6 / unprof_ms - 1), 2
+        )
     return row
 
 
@@ -85,23 +96,40 @@ def main() -> int:
         row = one(path, measured.get(str(path.relative_to(DATA))))
         if row:
             rows.append(row)
-    print(f"{'trace':48} {'prof ms':>9} {'replay':>9} {'err%':>6} | {'unprof':>9} {'replay':>9} {'err%':>6}"
-          f" {'fitted':>6} {'err%':>6}")
+    print(
+        f"{'trace':48} {'prof ms':>9} {'replay':>9} {'err%':>6} | {'unprof':>9} {'replay':>9} {'err%':>6}"
+        f" {'fitted':>6} {'err%':>6}"
+    )
     for r in rows:
-        u = (f"{r['measured_unprofiled_ms']:9.3f} {r['replayed_unprofiled_ms']:9.3f} {r['unprofiled_error_pct']:+6.1f}"
-             f" {r['fitted_scale']:6.2f} {r['fitted_unprofiled_error_pct']:+6.1f}"
-             if "measured_unprofiled_ms" in r else "")
-        print(f"{r['trace'][:48]:48} {r['profiled_ms']:9.3f} {r['replayed_ms']:9.3f} {r['profiled_error_pct']:+6.1f} | {u}")
+        u = (
+            f"{r['measured_unprofiled_ms']:9.3f} {r['replayed_unprofiled_ms']:9.3f} {r['unprofiled_error_pct']:+6.1f}"
+            f" {r['fitted_scale']:6.2f} {r['fitted_unprofiled_error_pct']:+6.1f}"
+            if "measured_unprofiled_ms" in r
+            else ""
+        )
+        print(
+            f"{r['trace'][:48]:48} {r['profiled_ms']:9.3f} {r['replayed_ms']:9.3f} {r['profiled_error_pct']:+6.1f} | {u}"
+        )
     within3 = sum(abs(r["profiled_error_pct"]) <= 3 for r in rows)
     unp = [r for r in rows if "unprofiled_error_pct" in r]
     within10 = sum(abs(r["unprofiled_error_pct"]) <= 10 for r in unp)
     fitted10 = sum(abs(r["fitted_unprofiled_error_pct"]) <= 10 for r in unp)
-    print(f"profiled step within 3%: {within3} of {len(rows)}; unprofiled within 10%: {within10} of {len(unp)} "
-          f"at the default per-event costs, {fitted10} with them fitted to the measured step")
+    print(
+        f"profiled step within 3%: {within3} of {len(rows)}; unprofiled within 10%: {within10} of {len(unp)} "
+        f"at the default per-event costs, {fitted10} with them fitted to the measured step"
+    )
     if opts.json:
-        opts.json.write_text(json.dumps({"rows": rows, "within_3pct": within3, "unprofiled_within_10pct": within10,
-                                         "fitted_unprofiled_within_10pct": fitted10},
-                                        indent=1))
+        opts.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "within_3pct": within3,
+                    "unprofiled_within_10pct": within10,
+                    "fitted_unprofiled_within_10pct": fitted10,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -49,8 +49,10 @@ def main() -> int:
         without.append(timed(opts.trace, opts.unprofiled_ms, False))
         with_replay.append(timed(opts.trace, opts.unprofiled_ms, True))
     a, b = statistics.median(without), statistics.median(with_replay)
-    print(f"{Path(opts.trace).name}: analyze {a:.3f} s without replay, {b:.3f} s with (+{100 * (b / a - 1):.0f}%)"
-          f"{'' if opts.unprofiled_ms is None else f', unprofiled step {opts.unprofiled_ms} ms'}")
+    print(
+        f"{Path(opts.trace).name}: analyze {a:.3f} s without replay, {b:.3f} s with (+{100 * (b / a - 1):.0f}%)"
+        f"{'' if opts.unprofiled_ms is None else f', unprofiled step {opts.unprofiled_ms} ms'}"
+    )
     return 0
 
 

@@ -47,8 +47,17 @@ def lab_rows() -> list[dict]:
         if not (e.get("expected_finding") and e.get("sick_median_ms") and e.get("fixed_median_ms")):
             continue
         report = analyze_loaded(load(DATA / e["trace"]), unprofiled_step_ms=e["sick_median_ms"])
-        rows.append(_row("lab", sid, report, e["expected_finding"], e["sick_median_ms"],
-                         e["sick_median_ms"] / e["fixed_median_ms"], None))
+        rows.append(
+            _row(
+                "lab",
+                sid,
+                report,
+                e["expected_finding"],
+                e["sick_median_ms"],
+                e["sick_median_ms"] / e["fixed_median_ms"],
+                None,
+            )
+        )
     return rows
 
 
@@ -62,10 +71,21 @@ def lab_dir_rows(folder: Path) -> list[dict]:
         kept = folder / "lab_variants.json"
     for v in json.loads(kept.read_text())["verdicts"]:
         trace = folder / (v.get("trace") or f"{v['trap']}.trace.json.gz")
-        if not (v.get("expected") and v.get("sick_ms") and v.get("fixed_ms")) or not trace.is_file():
+        if (
+            not (v.get("expected") and v.get("sick_ms") and v.get("fixed_ms"))
+            or not trace.is_file()
+        ):
             continue
         report = analyze_loaded(load(trace), unprofiled_step_ms=v["sick_ms"])
-        row = _row("lab-dir", v["trap"], report, v["expected"], v["sick_ms"], v["sick_ms"] / v["fixed_ms"], None)
+        row = _row(
+            "lab-dir",
+            v["trap"],
+            report,
+            v["expected"],
+            v["sick_ms"],
+            v["sick_ms"] / v["fixed_ms"],
+            None,
+        )
         rows.append({**row, "dir": str(folder)})
     return rows
 
@@ -86,24 +106,50 @@ def twin_rows() -> list[dict]:
         if not folder.is_dir():
             continue
         run = read_run(folder)
-        report = analyze_loaded(load(folder / "trace.json.gz"), unprofiled_step_ms=run.unprofiled_step_ms)
+        report = analyze_loaded(
+            load(folder / "trace.json.gz"), unprofiled_step_ms=run.unprofiled_step_ms
+        )
         lo, hi = p["expected_measured_speedup"]
         same_run = measured_with_trace().get(p["name"])
-        rows.append(_row("twin", p["name"], report, p["expected_top_finding"][0],
-                         run.unprofiled_step_ms or report.step_ms, same_run or (lo * hi) ** 0.5,
-                         None if same_run else (lo, hi)))
+        rows.append(
+            _row(
+                "twin",
+                p["name"],
+                report,
+                p["expected_top_finding"][0],
+                run.unprofiled_step_ms or report.step_ms,
+                same_run or (lo * hi) ** 0.5,
+                None if same_run else (lo, hi),
+            )
+        )
     return rows
 
 
-def _row(kind: str, name: str, report, expected: str, step_ms: float, measured: float, band) -> dict:
+def _row(
+    kind: str, name: str, report, expected: str, step_ms: float, measured: float, band
+) -> dict:
     f = report.finding(expected)
-    row = {"kind": kind, "name": name, "expected": expected, "rank": None, "measured": round(measured, 3),
-           "band": band, "replay": None, "formula": None, "priced_by": None, "top": report.findings[0].id if report.findings else None}
+    row = {
+        "kind": kind,
+        "name": name,
+        "expected": expected,
+        "rank": None,
+        "measured": round(measured, 3),
+        "band": band,
+        "replay": None,
+        "formula": None,
+        "priced_by": None,
+        "top": report.findings[0].id if report.findings else None,
+    }
     if f is not None:
         ids = [x.id for x in report.findings]
-        row.update(rank=ids.index(expected) + 1, replay=round(f.predicted_speedup, 3),
-                   formula=round(_formula_speedup(f, step_ms) or 0.0, 3), priced_by=f.evidence.numbers.get("priced_by"),
-                   why=f.evidence.numbers.get("priced_by_formula_because"))
+        row.update(
+            rank=ids.index(expected) + 1,
+            replay=round(f.predicted_speedup, 3),
+            formula=round(_formula_speedup(f, step_ms) or 0.0, 3),
+            priced_by=f.evidence.numbers.get("priced_by"),
+            why=f.evidence.numbers.get("priced_by_formula_because"),
+        )
     if report.all_fixes is not None:
         row["all_fixes"] = report.all_fixes.predicted_speedup
     return row
@@ -120,33 +166,51 @@ def within(pred: float | None, measured: float, band=None) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--lab-dir", type=Path, action="append", default=[],
-                        help="a lab run kept by benchmarks/lab_pricing_check.py (repeatable)")
-    parser.add_argument("--dirs-only", action="store_true",
-                        help="price the --lab-dir runs alone, not the traces under tests/data")
+    parser.add_argument(
+        "--lab-dir",
+        type=Path,
+        action="append",
+        default=[],
+        help="a lab run kept by benchmarks/lab_pricing_check.py (repeatable)",
+    )
+    parser.add_argument(
+        "--dirs-only",
+        action="store_true",
+        help="price the --lab-dir runs alone, not the traces under tests/data",
+    )
     opts = parser.parse_args()
     rows = [] if opts.dirs_only else lab_rows() + twin_rows()
     for folder in opts.lab_dir:
         rows += lab_dir_rows(folder)
-    print(f"{'':5} {'program':26} {'finding':20} {'rank':>4} {'measured':>9} {'replay':>7} {'formula':>7}  priced by")
+    print(
+        f"{'':5} {'program':26} {'finding':20} {'rank':>4} {'measured':>9} {'replay':>7} {'formula':>7}  priced by"
+    )
     for r in rows:
         meas = f"{r['band'][0]}-{r['band'][1]}" if r["band"] else f"{r['measured']:.2f}"
         ok_r = "*" if within(r["replay"], r["measured"], r["band"]) else " "
         ok_f = "*" if within(r["formula"], r["measured"], r["band"]) else " "
-        print(f"{r['kind']:5} {r['name'][:26]:26} {r['expected'][:20]:20} {r['rank'] or '-':>4} {meas:>9} "
-              f"{r['replay'] or 0:6.2f}{ok_r} {r['formula'] or 0:6.2f}{ok_f}  {r['priced_by']} {r.get('why') or ''}")
+        print(
+            f"{r['kind']:5} {r['name'][:26]:26} {r['expected'][:20]:20} {r['rank'] or '-':>4} {meas:>9} "
+            f"{r['replay'] or 0:6.2f}{ok_r} {r['formula'] or 0:6.2f}{ok_f}  {r['priced_by']} {r.get('why') or ''}"
+        )
     for kind in ("lab", "twin", "lab-dir"):
         sub = [r for r in rows if r["kind"] == kind]
         if not sub:
             continue
-        print(f"{kind}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], r['band']) for r in sub)} "
-              f"of {len(sub)}; formula on {sum(within(r['formula'], r['measured'], r['band']) for r in sub)}")
+        print(
+            f"{kind}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], r['band']) for r in sub)} "
+            f"of {len(sub)}; formula on {sum(within(r['formula'], r['measured'], r['band']) for r in sub)}"
+        )
     for folder in opts.lab_dir:  # each run on its own: run-to-run spread is most of the error
         sub = [r for r in rows if r.get("dir") == str(folder)]
         if sub:
-            in15 = sum(bool(r["replay"]) and 1 / 1.5 <= r["replay"] / r["measured"] <= 1.5 for r in sub)
-            print(f"  {folder}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], None) for r in sub)}"
-                  f" of {len(sub)}, within 1.5x on {in15}")
+            in15 = sum(
+                bool(r["replay"]) and 1 / 1.5 <= r["replay"] / r["measured"] <= 1.5 for r in sub
+            )
+            print(
+                f"  {folder}: replay within {BAND}x on {sum(within(r['replay'], r['measured'], None) for r in sub)}"
+                f" of {len(sub)}, within 1.5x on {in15}"
+            )
     if opts.json:
         opts.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -29,10 +29,25 @@ DATA = ROOT / "tests" / "data"
 
 
 def hta(python: str, trace: Path, first: int, last: int) -> dict:
-    out = subprocess.run([python, str(ROOT / "benchmarks" / "_hta_critical_path.py"), str(trace), str(first),
-                          str(last)], capture_output=True, text=True, timeout=600, check=False)
+    out = subprocess.run(
+        [
+            python,
+            str(ROOT / "benchmarks" / "_hta_critical_path.py"),
+            str(trace),
+            str(first),
+            str(last),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:160]}
+    return (
+        json.loads(lines[-1])
+        if lines
+        else {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:160]}
+    )
 
 
 def main() -> int:
@@ -53,19 +68,33 @@ def main() -> int:
         h = hta(opts.hta_python, DATA / e["trace"], 1, n - 1)
         report = analyze_loaded(trace, unprofiled_step_ms=e["sick_median_ms"])
         f = report.finding(e["expected_finding"])
-        row = {"trap": name, "profiled_step_ms": round(profiled_ms, 3),
-               "replayed_step_ms": round(replay(graph).step_ns / 1e6, 3),
-               "hta_path_ms_per_step": round(h["length_us"] / 1e3 / (n - 1), 3) if "length_us" in h else None,
-               "hta_bound_by": {k: round(v / max(h["length_us"], 1e-9), 3) for k, v in h["bound_by_us"].items()}
-               if "bound_by_us" in h else None, "hta_error": h.get("error"), "hta_s": h.get("seconds"),
-               "finding": e["expected_finding"], "predicted": round(f.predicted_speedup, 3) if f else None,
-               "priced_by": f.evidence.numbers.get("priced_by") if f else None,
-               "measured": round(e["sick_median_ms"] / e["fixed_median_ms"], 3)}
+        row = {
+            "trap": name,
+            "profiled_step_ms": round(profiled_ms, 3),
+            "replayed_step_ms": round(replay(graph).step_ns / 1e6, 3),
+            "hta_path_ms_per_step": round(h["length_us"] / 1e3 / (n - 1), 3)
+            if "length_us" in h
+            else None,
+            "hta_bound_by": {
+                k: round(v / max(h["length_us"], 1e-9), 3) for k, v in h["bound_by_us"].items()
+            }
+            if "bound_by_us" in h
+            else None,
+            "hta_error": h.get("error"),
+            "hta_s": h.get("seconds"),
+            "finding": e["expected_finding"],
+            "predicted": round(f.predicted_speedup, 3) if f else None,
+            "priced_by": f.evidence.numbers.get("priced_by") if f else None,
+            "measured": round(e["sick_median_ms"] / e["fixed_median_ms"], 3),
+        }
         rows.append(row)
-        print(f"{name:20} step {row['profiled_step_ms']:8.3f} ms | replay {row['replayed_step_ms']:8.3f} | HTA path "
-              f"{row['hta_path_ms_per_step'] if row['hta_path_ms_per_step'] is not None else '-':>8} "
-              f"{row['hta_bound_by'] or row['hta_error']} | {row['finding']} x{row['predicted']} ({row['priced_by']}) "
-              f"measured x{row['measured']}", flush=True)
+        print(
+            f"{name:20} step {row['profiled_step_ms']:8.3f} ms | replay {row['replayed_step_ms']:8.3f} | HTA path "
+            f"{row['hta_path_ms_per_step'] if row['hta_path_ms_per_step'] is not None else '-':>8} "
+            f"{row['hta_bound_by'] or row['hta_error']} | {row['finding']} x{row['predicted']} ({row['priced_by']}) "
+            f"measured x{row['measured']}",
+            flush=True,
+        )
     if opts.json:
         opts.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -11,11 +11,25 @@ dispatched bytes beside ``hf_layer_bytes`` x layers + ``hf_head_bytes``. No GPU 
 
 from __future__ import annotations
 
-CONFIG = {"hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8, "num_key_value_heads": 2,
-          "num_hidden_layers": 2, "vocab_size": 3000, "max_position_embeddings": 1024}
+CONFIG = {
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 3000,
+    "max_position_embeddings": 1024,
+}
 BATCH, SEQ = 4, 128
-_SKIP = ("aten.mm", "aten.addmm", "aten.bmm", "aten._scaled_dot_product", "aten._flash", "aten._efficient",
-         "aten._cudnn")
+_SKIP = (
+    "aten.mm",
+    "aten.addmm",
+    "aten.bmm",
+    "aten._scaled_dot_product",
+    "aten._flash",
+    "aten._efficient",
+    "aten._cudnn",
+)
 
 
 def _unique_bytes(t) -> int:
@@ -41,7 +55,9 @@ def dispatched_bytes() -> float:
             ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
             outs = [a for a in tree_flatten(out)[0] if isinstance(a, torch.Tensor)]
             storages = {a.untyped_storage().data_ptr() for a in ins}
-            if name.startswith(_SKIP) or any(o.untyped_storage().data_ptr() in storages for o in outs):
+            if name.startswith(_SKIP) or any(
+                o.untyped_storage().data_ptr() in storages for o in outs
+            ):
                 return out  # a matmul, the attention core, or a view
             written = sum(_unique_bytes(o) for o in outs)
             if "embedding.default" in name:
@@ -53,7 +69,12 @@ def dispatched_bytes() -> float:
             else:
                 seen, read = set(), 0
                 for a in ins:
-                    key = (a.untyped_storage().data_ptr(), a.storage_offset(), tuple(a.shape), tuple(a.stride()))
+                    key = (
+                        a.untyped_storage().data_ptr(),
+                        a.storage_offset(),
+                        tuple(a.shape),
+                        tuple(a.stride()),
+                    )
                     if key not in seen:
                         seen.add(key)
                         read += _unique_bytes(a)
@@ -82,4 +103,6 @@ def counted_bytes() -> float:
 
 if __name__ == "__main__":
     d, c = dispatched_bytes(), counted_bytes()
-    print(f"dispatched {d / 1e6:.2f} MB, plan/traffic.py {c / 1e6:.2f} MB, difference {c / d - 1:+.2%}")
+    print(
+        f"dispatched {d / 1e6:.2f} MB, plan/traffic.py {c / 1e6:.2f} MB, difference {c / d - 1:+.2%}"
+    )

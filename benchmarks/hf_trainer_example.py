@@ -34,7 +34,9 @@ def main() -> None:
         report_to=[],
         dataloader_num_workers=0,
     )
-    Trainer(model=model, args=args, train_dataset=RandomTokens(2048, 512, config.vocab_size)).train()
+    Trainer(
+        model=model, args=args, train_dataset=RandomTokens(2048, 512, config.vocab_size)
+    ).train()
 
 
 if __name__ == "__main__":

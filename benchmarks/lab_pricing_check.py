@@ -49,15 +49,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="output folder (created)")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run")
-    p.add_argument("--only", default="", help="comma-separated traps, or all (default: " + ", ".join(TRAPS) + ")")
-    p.add_argument("--fixed", default=",".join(FIXED_TRACES),
-                   help="comma-separated traps whose fixed twin is profiled too, or all")
+    p.add_argument(
+        "--only",
+        default="",
+        help="comma-separated traps, or all (default: " + ", ".join(TRAPS) + ")",
+    )
+    p.add_argument(
+        "--fixed",
+        default=",".join(FIXED_TRACES),
+        help="comma-separated traps whose fixed twin is profiled too, or all",
+    )
     args = p.parse_args()
 
     from gpudoctor.lab.registry import TRAP_IDS, load_trap
     from gpudoctor.lab.verify import _capture_fresh, verify_trap
 
-    names = list(TRAP_IDS) if args.only == "all" else [n for n in args.only.split(",") if n] or list(TRAPS)
+    names = (
+        list(TRAP_IDS)
+        if args.only == "all"
+        else [n for n in args.only.split(",") if n] or list(TRAPS)
+    )
     fixed_traces = set(TRAP_IDS) if args.fixed == "all" else {n for n in args.fixed.split(",") if n}
     args.out.mkdir(parents=True, exist_ok=True)
     rows, results = [], []
@@ -73,7 +84,9 @@ def main() -> None:
                 entry["trace"] = f"{name}.trace.json.gz"
             if name in fixed_traces:
                 try:
-                    fixed = _capture_fresh(trap.build_fixed, args.device, work / "fixed" / name, 5, trap.with_stack)
+                    fixed = _capture_fresh(
+                        trap.build_fixed, args.device, work / "fixed" / name, 5, trap.with_stack
+                    )
                     shutil.copy(fixed, args.out / f"{name}_fixed.trace.json.gz")
                     entry["fixed_trace"] = f"{name}_fixed.trace.json.gz"
                 except Exception as exc:  # noqa: BLE001 - the verdict is worth keeping without it
@@ -84,16 +97,21 @@ def main() -> None:
             results.append(entry)
             rows.append(verdict)
     (args.out / "lab_pricing.json").write_text(
-        json.dumps({"environment": _environment(), "verdicts": results}, indent=1) + "\n")
+        json.dumps({"environment": _environment(), "verdicts": results}, indent=1) + "\n"
+    )
 
-    print(f"{'trap':<16} {'top finding':<20} {'sick ms':>9} {'fixed ms':>9} {'measured':>9} {'predicted':>9} {'ratio':>6}")
+    print(
+        f"{'trap':<16} {'top finding':<20} {'sick ms':>9} {'fixed ms':>9} {'measured':>9} {'predicted':>9} {'ratio':>6}"
+    )
     for v in rows:
         fixed = f"{v.fixed_ms:.3f}" if v.fixed_ms else "-"
         measured = f"x{v.measured_speedup:.2f}" if v.measured_speedup else "-"
         predicted = f"x{v.predicted_speedup:.2f}" if v.predicted_speedup else "-"
         ratio = f"{v.ratio:.2f}" if v.ratio else "-"
-        print(f"{v.trap:<16} {v.top_finding!s:<20} {v.sick_ms:>9.3f} {fixed:>9} {measured:>9} {predicted:>9} {ratio:>6}"
-              + (f"  {v.error}" if v.error else ""))
+        print(
+            f"{v.trap:<16} {v.top_finding!s:<20} {v.sick_ms:>9.3f} {fixed:>9} {measured:>9} {predicted:>9} {ratio:>6}"
+            + (f"  {v.error}" if v.error else "")
+        )
 
 
 if __name__ == "__main__":

@@ -41,13 +41,17 @@ from gpudoctor.lab.trap import Trap, Workload  # noqa: E402
 
 # --- input-pipeline: text tokenized in Python on the training thread ---------------------------
 
+
 class CharTokens(Dataset):
     """Random "sentences" tokenized a character at a time in Python, as a quick script does."""
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
         self.vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,;!?")}
-        self.words = ["".join(random.Random(i).choices("abcdefghijklmnopqrstuvwxyz", k=1 + i % 9)) for i in range(5000)]
+        self.words = [
+            "".join(random.Random(i).choices("abcdefghijklmnopqrstuvwxyz", k=1 + i % 9))
+            for i in range(5000)
+        ]
 
     def __len__(self) -> int:
         return 1_000_000
@@ -65,10 +69,17 @@ class CharTokens(Dataset):
 def _char_lm(device: str, workers: int) -> Workload:
     seed(21)
     seq, batch = size(device, 256, 16), size(device, 32, 2)
-    model = TinyGPT(32, size(device, 512, 32), size(device, 4, 1), size(device, 8, 2), seq).to(device)
+    model = TinyGPT(32, size(device, 512, 32), size(device, 4, 1), size(device, 8, 2), seq).to(
+        device
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    loader = DataLoader(CharTokens(seq), batch_size=batch, num_workers=workers, pin_memory=workers > 0,
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        CharTokens(seq),
+        batch_size=batch,
+        num_workers=workers,
+        pin_memory=workers > 0,
+        persistent_workers=workers > 0,
+    )
     it = iter(loader)
     if workers:
         next(it)
@@ -93,11 +104,17 @@ def _char_lm(device: str, workers: int) -> Workload:
 
 # --- host-sync: metrics read back every step ---------------------------------------------------
 
+
 def _metrics(device: str, read_back: bool) -> Workload:
     seed(22)
     width, batch = size(device, 2048, 64), size(device, 512, 16)
-    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                          nn.Linear(width, 100)).to(device)
+    model = nn.Sequential(
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, 100),
+    ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(8, batch, width, device=device)
     y = torch.randint(100, (8, batch), device=device)
@@ -127,6 +144,7 @@ def _metrics(device: str, read_back: bool) -> Workload:
 
 # --- launch-bound: an LSTM cell stepped in Python, inference -----------------------------------
 
+
 def _lstm_cell(device: str, graph: bool) -> Workload:
     seed(23)
     hidden, batch, steps = size(device, 256, 16), size(device, 32, 2), size(device, 48, 4)
@@ -148,11 +166,17 @@ def _lstm_cell(device: str, graph: bool) -> Workload:
 
 # --- fp32-matmul: a wide MLP trained in full fp32 ----------------------------------------------
 
+
 def _wide_mlp(device: str, bf16: bool) -> Workload:
     seed(24)
     width, batch = size(device, 4096, 64), size(device, 4096, 32)
-    model = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
-                          nn.Linear(width, 1000)).to(device)
+    model = nn.Sequential(
+        nn.Linear(width, width),
+        nn.SiLU(),
+        nn.Linear(width, width),
+        nn.SiLU(),
+        nn.Linear(width, 1000),
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu(device))
     x = torch.randn(batch, width, device=device)
     y = torch.randint(1000, (batch,), device=device)
@@ -169,6 +193,7 @@ def _wide_mlp(device: str, bf16: bool) -> Workload:
 
 # --- optimizer-loop: Adam over hundreds of small tensors, one at a time ------------------------
 
+
 def _many_params(device: str, fused: bool) -> Workload:
     seed(25)
     width, depth, batch = size(device, 96, 16), size(device, 64, 4), size(device, 256, 8)
@@ -176,8 +201,11 @@ def _many_params(device: str, fused: bool) -> Workload:
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
     model = nn.Sequential(*layers).to(device)
-    opt = (torch.optim.Adam(model.parameters(), lr=1e-3, fused=True) if fused and on_gpu(device)
-           else torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False))
+    opt = (
+        torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+        if fused and on_gpu(device)
+        else torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    )
     x = torch.randn(batch, width, device=device)
 
     def step() -> None:
@@ -190,6 +218,7 @@ def _many_params(device: str, fused: bool) -> Workload:
 
 
 # --- naive-attention: causal attention written out, with a mask tensor -------------------------
+
 
 def _causal_attention(device: str, sdpa: bool) -> Workload:
     seed(26)
@@ -219,6 +248,7 @@ def _causal_attention(device: str, sdpa: bool) -> Workload:
 
 # --- small-gemm: one Linear per head ----------------------------------------------------------
 
+
 class PerHeadProjection(nn.Module):
     def __init__(self, dim: int, heads: int, merged: bool) -> None:
         super().__init__()
@@ -237,8 +267,9 @@ class PerHeadProjection(nn.Module):
 def _per_head(device: str, merged: bool) -> Workload:
     seed(27)
     dim, heads, tokens = size(device, 1024, 64), size(device, 32, 4), size(device, 512, 16)
-    model = nn.Sequential(PerHeadProjection(dim, heads, merged), nn.GELU(),
-                          PerHeadProjection(dim, heads, merged)).to(device)
+    model = nn.Sequential(
+        PerHeadProjection(dim, heads, merged), nn.GELU(), PerHeadProjection(dim, heads, merged)
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu(device))
     x = torch.randn(tokens, dim, device=device)
 
@@ -253,6 +284,7 @@ def _per_head(device: str, merged: bool) -> Workload:
 
 
 # --- pageable-copy: point clouds streamed from ordinary host memory ----------------------------
+
 
 def _point_clouds(device: str, pinned: bool) -> Workload:
     seed(28)
@@ -280,6 +312,7 @@ def _point_clouds(device: str, pinned: bool) -> Workload:
 
 # --- unfused-elementwise: a gated activation and residual written as tensor expressions --------
 
+
 def _gated(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     g = a * torch.sigmoid(1.702 * a)
     return x + 0.5 * (g * b + bias)
@@ -304,10 +337,13 @@ def _gated_chain(device: str, fused: bool) -> Workload:
 
 # --- host-blocking-work: batches built from Python lists every step ----------------------------
 
+
 def _python_batches(device: str, prebuilt: bool) -> Workload:
     seed(30)
     batch, seq, vocab = size(device, 64, 4), size(device, 512, 16), 8192
-    model = TinyGPT(vocab, size(device, 256, 32), size(device, 2, 1), size(device, 4, 2), seq).to(device)
+    model = TinyGPT(vocab, size(device, 256, 32), size(device, 2, 1), size(device, 4, 2), seq).to(
+        device
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=on_gpu(device))
     rng = random.Random(0)
     ready = torch.randint(vocab, (4, batch, seq + 1), device=device)
@@ -332,11 +368,16 @@ def _python_batches(device: str, prebuilt: bool) -> Workload:
 
 # --- allocator-churn: empty_cache() after every step of varying batch sizes --------------------
 
+
 def _empty_cache(device: str, keep_cache: bool) -> Workload:
     seed(31)
     width = size(device, 1024, 32)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-                            for _ in range(size(device, 4, 1))]).to(device)
+    model = nn.Sequential(
+        *[
+            nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+            for _ in range(size(device, 4, 1))
+        ]
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu(device))
     sizes = [size(device, n, 4) for n in (768, 1024, 1536, 2048)]
     k = [0]
@@ -357,11 +398,21 @@ def _empty_cache(device: str, keep_cache: bool) -> Workload:
 
 # --- per-sample-loop: a batch scored one sample at a time --------------------------------------
 
+
 def _per_sample(device: str, batched: bool) -> Workload:
     seed(32)
     width, batch = size(device, 1024, 32), size(device, 48, 4)
-    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                          nn.Linear(width, 1)).to(device).eval()
+    model = (
+        nn.Sequential(
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, 1),
+        )
+        .to(device)
+        .eval()
+    )
     x = torch.randn(batch, width, device=device)
 
     @torch.no_grad()
@@ -378,6 +429,7 @@ def _per_sample(device: str, batched: bool) -> Workload:
 # --- a second set, written 2026-12-04 after the first twelve's misses were studied: each a cause
 # the pricing was changed for that day (the profiler's prior, chains without a backward, per-head
 # projections), written once more with other models and sizes -----------------------------------
+
 
 def _swiglu_infer(device: str, compiled: bool) -> Workload:
     """unfused-elementwise without a backward: a SwiGLU MLP served in bf16, its gate written out."""
@@ -433,7 +485,9 @@ def _headwise_adam(device: str, merged: bool) -> Workload:
     """small-gemm: 16 heads' q, k, v as separate Linears, three blocks, plain Adam (foreach)."""
     seed(34)
     dim, heads, tokens = size(device, 512, 32), size(device, 16, 4), size(device, 1024, 16)
-    model = nn.Sequential(*[HeadwiseAttentionProjections(dim, heads, merged) for _ in range(3)]).to(device)
+    model = nn.Sequential(*[HeadwiseAttentionProjections(dim, heads, merged) for _ in range(3)]).to(
+        device
+    )
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(tokens, dim, device=device)
 
@@ -450,7 +504,12 @@ def _headwise_adam(device: str, merged: bool) -> Workload:
 def _encoder_fp32(device: str, bf16: bool) -> Workload:
     """fp32-matmul on a GPU-bound step: nn.TransformerEncoder trained in fp32, TF32 left off."""
     seed(35)
-    dim, layers, batch, seq = size(device, 1024, 32), size(device, 4, 1), size(device, 16, 2), size(device, 512, 16)
+    dim, layers, batch, seq = (
+        size(device, 1024, 32),
+        size(device, 4, 1),
+        size(device, 16, 2),
+        size(device, 512, 16),
+    )
     layer = nn.TransformerEncoderLayer(dim, 16, 4 * dim, dropout=0.0, batch_first=True)
     model = nn.TransformerEncoder(layer, layers).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=on_gpu(device))
@@ -474,7 +533,7 @@ def _scores_infer(device: str, sdpa: bool) -> Workload:
     dtype = torch.bfloat16 if on_gpu(device) else torch.float32
     q, k, v = (torch.randn(b, h, s, d, device=device, dtype=dtype) for _ in range(3))
     keep = torch.ones(b, 1, 1, s, device=device, dtype=torch.bool)
-    keep[:, :, :, s - s // 8:] = False  # the last eighth is padding
+    keep[:, :, :, s - s // 8 :] = False  # the last eighth is padding
 
     @torch.no_grad()
     def step() -> None:
@@ -490,39 +549,120 @@ def _scores_infer(device: str, sdpa: bool) -> Workload:
 
 
 VARIANTS = {
-    t.id: t for t in (
-        Trap("char_lm_loader", "Characters tokenized in Python by a DataLoader without workers", "input-pipeline",
-             lambda d: _char_lm(d, 0), lambda d: _char_lm(d, 6)),
-        Trap("metrics_item", "Loss, accuracy and gradient norm read with .item() every step", "host-sync",
-             lambda d: _metrics(d, True), lambda d: _metrics(d, False)),
-        Trap("lstm_cell_loop", "An LSTM cell stepped 48 times in Python, inference", "launch-bound",
-             lambda d: _lstm_cell(d, False), lambda d: _lstm_cell(d, True)),
-        Trap("wide_mlp_fp32", "A 4096-wide MLP trained in full fp32", "fp32-matmul",
-             lambda d: _wide_mlp(d, False), lambda d: _wide_mlp(d, True)),
-        Trap("adam_many_params", "Adam(foreach=False) over 256 small tensors", "optimizer-loop",
-             lambda d: _many_params(d, False), lambda d: _many_params(d, True)),
-        Trap("masked_attention", "Causal attention written out with a mask tensor", "naive-attention",
-             lambda d: _causal_attention(d, False), lambda d: _causal_attention(d, True)),
-        Trap("per_head_linear", "One nn.Linear per head, 32 heads, two layers", "small-gemm",
-             lambda d: _per_head(d, False), lambda d: _per_head(d, True)),
-        Trap("point_cloud_copy", "32 MB point-cloud batches copied from pageable memory", "pageable-copy",
-             lambda d: _point_clouds(d, False), lambda d: _point_clouds(d, True)),
-        Trap("gated_chain", "A gated activation and residual as separate tensor ops", "unfused-elementwise",
-             lambda d: _gated_chain(d, False), lambda d: _gated_chain(d, True)),
-        Trap("python_list_batches", "Token batches built from Python lists every step", "host-blocking-work",
-             lambda d: _python_batches(d, False), lambda d: _python_batches(d, True)),
-        Trap("empty_cache_varbatch", "empty_cache() after every step, four batch sizes", "allocator-churn",
-             lambda d: _empty_cache(d, False), lambda d: _empty_cache(d, True)),
-        Trap("per_sample_scoring", "48 samples scored one at a time", "per-sample-loop",
-             lambda d: _per_sample(d, False), lambda d: _per_sample(d, True)),
-        Trap("swiglu_infer", "A SwiGLU MLP served in bf16, its gate as separate tensor ops", "unfused-elementwise",
-             lambda d: _swiglu_infer(d, False), lambda d: _swiglu_infer(d, True)),
-        Trap("headwise_adam", "q, k, v from one nn.Linear per head, 16 heads, three blocks, Adam", "small-gemm",
-             lambda d: _headwise_adam(d, False), lambda d: _headwise_adam(d, True)),
-        Trap("encoder_fp32", "nn.TransformerEncoder trained in fp32, TF32 off", "fp32-matmul",
-             lambda d: _encoder_fp32(d, False), lambda d: _encoder_fp32(d, True)),
-        Trap("scores_infer", "Attention scores written out with a padding mask, inference", "naive-attention",
-             lambda d: _scores_infer(d, False), lambda d: _scores_infer(d, True)),
+    t.id: t
+    for t in (
+        Trap(
+            "char_lm_loader",
+            "Characters tokenized in Python by a DataLoader without workers",
+            "input-pipeline",
+            lambda d: _char_lm(d, 0),
+            lambda d: _char_lm(d, 6),
+        ),
+        Trap(
+            "metrics_item",
+            "Loss, accuracy and gradient norm read with .item() every step",
+            "host-sync",
+            lambda d: _metrics(d, True),
+            lambda d: _metrics(d, False),
+        ),
+        Trap(
+            "lstm_cell_loop",
+            "An LSTM cell stepped 48 times in Python, inference",
+            "launch-bound",
+            lambda d: _lstm_cell(d, False),
+            lambda d: _lstm_cell(d, True),
+        ),
+        Trap(
+            "wide_mlp_fp32",
+            "A 4096-wide MLP trained in full fp32",
+            "fp32-matmul",
+            lambda d: _wide_mlp(d, False),
+            lambda d: _wide_mlp(d, True),
+        ),
+        Trap(
+            "adam_many_params",
+            "Adam(foreach=False) over 256 small tensors",
+            "optimizer-loop",
+            lambda d: _many_params(d, False),
+            lambda d: _many_params(d, True),
+        ),
+        Trap(
+            "masked_attention",
+            "Causal attention written out with a mask tensor",
+            "naive-attention",
+            lambda d: _causal_attention(d, False),
+            lambda d: _causal_attention(d, True),
+        ),
+        Trap(
+            "per_head_linear",
+            "One nn.Linear per head, 32 heads, two layers",
+            "small-gemm",
+            lambda d: _per_head(d, False),
+            lambda d: _per_head(d, True),
+        ),
+        Trap(
+            "point_cloud_copy",
+            "32 MB point-cloud batches copied from pageable memory",
+            "pageable-copy",
+            lambda d: _point_clouds(d, False),
+            lambda d: _point_clouds(d, True),
+        ),
+        Trap(
+            "gated_chain",
+            "A gated activation and residual as separate tensor ops",
+            "unfused-elementwise",
+            lambda d: _gated_chain(d, False),
+            lambda d: _gated_chain(d, True),
+        ),
+        Trap(
+            "python_list_batches",
+            "Token batches built from Python lists every step",
+            "host-blocking-work",
+            lambda d: _python_batches(d, False),
+            lambda d: _python_batches(d, True),
+        ),
+        Trap(
+            "empty_cache_varbatch",
+            "empty_cache() after every step, four batch sizes",
+            "allocator-churn",
+            lambda d: _empty_cache(d, False),
+            lambda d: _empty_cache(d, True),
+        ),
+        Trap(
+            "per_sample_scoring",
+            "48 samples scored one at a time",
+            "per-sample-loop",
+            lambda d: _per_sample(d, False),
+            lambda d: _per_sample(d, True),
+        ),
+        Trap(
+            "swiglu_infer",
+            "A SwiGLU MLP served in bf16, its gate as separate tensor ops",
+            "unfused-elementwise",
+            lambda d: _swiglu_infer(d, False),
+            lambda d: _swiglu_infer(d, True),
+        ),
+        Trap(
+            "headwise_adam",
+            "q, k, v from one nn.Linear per head, 16 heads, three blocks, Adam",
+            "small-gemm",
+            lambda d: _headwise_adam(d, False),
+            lambda d: _headwise_adam(d, True),
+        ),
+        Trap(
+            "encoder_fp32",
+            "nn.TransformerEncoder trained in fp32, TF32 off",
+            "fp32-matmul",
+            lambda d: _encoder_fp32(d, False),
+            lambda d: _encoder_fp32(d, True),
+        ),
+        Trap(
+            "scores_infer",
+            "Attention scores written out with a padding mask, inference",
+            "naive-attention",
+            lambda d: _scores_infer(d, False),
+            lambda d: _scores_infer(d, True),
+        ),
     )
 }
 
@@ -532,8 +672,11 @@ def main() -> None:
     p.add_argument("--out", required=True, type=Path, help="output folder (created)")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run")
     p.add_argument("--only", default="", help="comma-separated variants (default: all)")
-    p.add_argument("--fixed", default="",
-                   help="comma-separated variants whose fixed twin is profiled too, or all")
+    p.add_argument(
+        "--fixed",
+        default="",
+        help="comma-separated variants whose fixed twin is profiled too, or all",
+    )
     args = p.parse_args()
 
     from gpudoctor.lab.verify import _capture_fresh, verify_trap
@@ -541,8 +684,11 @@ def main() -> None:
     names = [n for n in args.only.split(",") if n] or list(VARIANTS)
     fixed_traces = set(VARIANTS) if args.fixed == "all" else {n for n in args.fixed.split(",") if n}
     args.out.mkdir(parents=True, exist_ok=True)
-    env: dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__,
-                              "numpy": np.__version__}
+    env: dict[str, object] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     results = []
@@ -559,22 +705,30 @@ def main() -> None:
             if name in fixed_traces:
                 trap = VARIANTS[name]
                 try:
-                    fixed = _capture_fresh(trap.build_fixed, args.device, Path(tmp) / "fixed" / name, 5,
-                                           trap.with_stack)
+                    fixed = _capture_fresh(
+                        trap.build_fixed,
+                        args.device,
+                        Path(tmp) / "fixed" / name,
+                        5,
+                        trap.with_stack,
+                    )
                     shutil.copy(fixed, args.out / f"{name}_fixed.trace.json.gz")
                     entry["fixed_trace"] = f"{name}_fixed.trace.json.gz"
                 except Exception as exc:  # noqa: BLE001 - the verdict is worth keeping without it
                     entry["fixed_trace_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             results.append(entry)
-            (args.out / "lab_variants.json").write_text(json.dumps({"environment": env, "verdicts": results},
-                                                                   indent=1))
+            (args.out / "lab_variants.json").write_text(
+                json.dumps({"environment": env, "verdicts": results}, indent=1)
+            )
             print(f"{name}: {entry.get('verdict')} {entry.get('seconds')} s", flush=True)
     print(f"\n{'variant':22} {'expected':20} {'top':20} {'pred':>7} {'meas':>7} {'ratio':>6}")
     for e in results:
         pred, meas = e.get("predicted_speedup"), e.get("measured_speedup")
         ratio = f"{pred / meas:.2f}" if pred and meas else "-"
-        print(f"{e['trap']:22} {e['expected']:20} {e.get('top_finding')!s:20} "
-              f"{pred or 0:7.2f} {meas or 0:7.2f} {ratio:>6}")
+        print(
+            f"{e['trap']:22} {e['expected']:20} {e.get('top_finding')!s:20} "
+            f"{pred or 0:7.2f} {meas or 0:7.2f} {ratio:>6}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,14 @@ def dump(out: Path, src: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(src))
     for path in inputs():
         key = str(path.relative_to(ROOT)).replace("/", "_") + ("_dir" if path.is_dir() else "")
-        done = subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", str(path.relative_to(ROOT)), "--json"],
-                              capture_output=True, cwd=ROOT, env=env, timeout=600, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "analyze", str(path.relative_to(ROOT)), "--json"],
+            capture_output=True,
+            cwd=ROOT,
+            env=env,
+            timeout=600,
+            check=False,
+        )
         (out / f"{key}.out").write_bytes(done.stdout)
         (out / f"{key}.err").write_bytes(done.stderr)
         (out / f"{key}.rc").write_text(f"{done.returncode}\n")
@@ -42,8 +48,13 @@ def dump(out: Path, src: Path) -> None:
 
 def compare(before: Path, after: Path) -> int:
     names = sorted({p.name for p in before.iterdir()} | {p.name for p in after.iterdir()})
-    differ = [n for n in names if not (before / n).is_file() or not (after / n).is_file()
-              or (before / n).read_bytes() != (after / n).read_bytes()]
+    differ = [
+        n
+        for n in names
+        if not (before / n).is_file()
+        or not (after / n).is_file()
+        or (before / n).read_bytes() != (after / n).read_bytes()
+    ]
     for name in differ:
         print(f"differs: {name}")
     print(f"{len(names) - len(differ)} of {len(names)} files identical")

@@ -64,19 +64,35 @@ def importable(requirement: str) -> bool:
     return False
 
 
-INTERRUPT_GRACE_S = 20.0  # after Ctrl-C, time for the program (and its DataLoader workers) to unwind
+INTERRUPT_GRACE_S = (
+    20.0  # after Ctrl-C, time for the program (and its DataLoader workers) to unwind
+)
 
 
-def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
-                interrupt_after: float | None = None) -> dict[str, Any]:
+def run_command(
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    interrupt_after: float | None = None,
+) -> dict[str, Any]:
     """Run in its own process group; on timeout kill the whole group (DataLoader workers too).
 
     ``interrupt_after``: for a program with no iteration limit, SIGINT to the group after that many
     seconds, as Ctrl-C in a terminal would (what it printed until then is kept; "interrupted": True)."""
     t0 = time.perf_counter()
     # default SIGINT in the child even when this runner was started with it ignored (a background job)
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", start_new_session=True, preexec_fn=default_sigint_in_child())
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=default_sigint_in_child(),
+    )
     timed_out = interrupted = False
     first = timeout if interrupt_after is None else min(timeout, interrupt_after)
     try:
@@ -94,8 +110,14 @@ def run_command(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
             timed_out = True
             _signal_group(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-    return {"rc": proc.returncode, "timed_out": timed_out, "interrupted": interrupted,
-            "wall_s": round(time.perf_counter() - t0, 2), "stdout": out or "", "stderr": err or ""}
+    return {
+        "rc": proc.returncode,
+        "timed_out": timed_out,
+        "interrupted": interrupted,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "stdout": out or "",
+        "stderr": err or "",
+    }
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -125,11 +147,23 @@ def failure_message(res: dict[str, Any]) -> str:
     """The line that says what went wrong: gpudoctor's own message, else the last traceback line."""
     if res.get("timed_out"):
         return f"timed out after {res['wall_s']} s"
-    lines = [ln.strip() for ln in (res.get("stderr", "") + "\n" + res.get("stdout", "")).splitlines() if ln.strip()]
-    ours = [ln for ln in lines if ln.startswith(("gpudoctor:", "internal error", "error:")) or "internal error" in ln]
+    lines = [
+        ln.strip()
+        for ln in (res.get("stderr", "") + "\n" + res.get("stdout", "")).splitlines()
+        if ln.strip()
+    ]
+    ours = [
+        ln
+        for ln in lines
+        if ln.startswith(("gpudoctor:", "internal error", "error:")) or "internal error" in ln
+    ]
     if ours:
         return ours[-1][:400]
-    errs = [ln for ln in res.get("stderr", "").splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception|Fault)\b", ln)]
+    errs = [
+        ln
+        for ln in res.get("stderr", "").splitlines()
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Fault)\b", ln)
+    ]
     if errs:
         return errs[-1][:400]
     if res.get("rc") not in (0, None):
@@ -157,24 +191,44 @@ def lightning_shim(prog_dir: Path, file: str) -> str:
         return file
     src = (prog_dir / file).read_text()
     patched = src.replace("from lightning.pytorch import", "from pytorch_lightning import")
-    patched = re.sub(r"^import lightning as L$", "import pytorch_lightning as L", patched, flags=re.MULTILINE)
+    patched = re.sub(
+        r"^import lightning as L$", "import pytorch_lightning as L", patched, flags=re.MULTILINE
+    )
     target = prog_dir / f"_pl_{file}"
     target.write_text(patched)
     return target.name
 
 
-def run_plainly(entry: dict[str, Any], script: str, args: list[str], cwd: Path, env: dict[str, str],
-                opts: argparse.Namespace) -> tuple[dict[str, Any], float | None, list[float]]:
+def run_plainly(
+    entry: dict[str, Any],
+    script: str,
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    opts: argparse.Namespace,
+) -> tuple[dict[str, Any], float | None, list[float]]:
     """The program without gpudoctor: the run, its mean printed ms per iteration, every value."""
-    res = run_command([opts.python, script, *args], cwd, env, opts.timeout, interrupt_after=entry.get("plain_stop_s"))
-    ms, values = parse_ms(res["stdout"] + res["stderr"], entry.get("timing_regex"), entry.get("timing_scale", 1.0))
+    res = run_command(
+        [opts.python, script, *args],
+        cwd,
+        env,
+        opts.timeout,
+        interrupt_after=entry.get("plain_stop_s"),
+    )
+    ms, values = parse_ms(
+        res["stdout"] + res["stderr"], entry.get("timing_regex"), entry.get("timing_scale", 1.0)
+    )
     return res, ms, values
 
 
-def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
+def run_one(
+    entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: Path, env: dict[str, str]
+) -> dict[str, Any]:
     name = entry["name"]
     row: dict[str, Any] = {
-        "program": name, "public": public, "file": entry["file"],
+        "program": name,
+        "public": public,
+        "file": entry["file"],
         "expected_top_finding": entry.get("expected_top_finding", []),
         "iterations_per_step": entry.get("iterations_per_step", 1),
         "expected_exit_code": entry.get("exit_code", 0),
@@ -184,7 +238,9 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
         row["status"] = "skipped: disabled in the manifest (see its notes)"
         return row
     if args is None:
-        row["status"] = "skipped: no args for this machine (" + ("GPU" if opts.gpu_args else "CPU") + ")"
+        row["status"] = (
+            "skipped: no args for this machine (" + ("GPU" if opts.gpu_args else "CPU") + ")"
+        )
         return row
     missing = [r for r in entry.get("requires", []) if not importable(r)]
     if missing:
@@ -195,7 +251,11 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
         if not (prog_dir / entry["file"]).is_file():
             row["status"] = f"skipped: {entry['dir']}/{entry['file']} not fetched"
             return row
-        file = lightning_shim(prog_dir, entry["file"]) if "lightning" in entry.get("requires", []) else entry["file"]
+        file = (
+            lightning_shim(prog_dir, entry["file"])
+            if "lightning" in entry.get("requires", [])
+            else entry["file"]
+        )
         cwd, script = prog_dir, file
     else:
         cwd, script = ROOT, str(MANIFEST.parent / entry["file"])
@@ -204,19 +264,41 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     plain, ms, values = run_plainly(entry, script, args, cwd, env, opts)
     # a plain run stopped by our Ctrl-C (plain_stop_s) ends as Ctrl-C ends it: not a failure
     plain_ok = plain["rc"] == row["expected_exit_code"] or plain["interrupted"]
-    row["plain"] = {"rc": plain["rc"], "wall_s": plain["wall_s"], "timed_out": plain["timed_out"],
-                    "interrupted": plain["interrupted"], "printed_ms": values,
-                    "message": "" if plain_ok else failure_message(plain)}
+    row["plain"] = {
+        "rc": plain["rc"],
+        "wall_s": plain["wall_s"],
+        "timed_out": plain["timed_out"],
+        "interrupted": plain["interrupted"],
+        "printed_ms": values,
+        "message": "" if plain_ok else failure_message(plain),
+    }
     row["true_step_ms"] = None if ms is None else round(ms * row["iterations_per_step"], 4)
 
     run_base = opts.runs / name
     run_base.mkdir(parents=True, exist_ok=True)
-    cmd = [opts.python, "-m", "gpudoctor", "run", "--skip", str(opts.skip), "--steps", str(opts.steps),
-           "--out", str(run_base), script, *args]
+    cmd = [
+        opts.python,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--skip",
+        str(opts.skip),
+        "--steps",
+        str(opts.steps),
+        "--out",
+        str(run_base),
+        script,
+        *args,
+    ]
     doc = run_command(cmd, cwd, env, opts.timeout)
-    row["doctor"] = {"rc": doc["rc"], "wall_s": doc["wall_s"], "timed_out": doc["timed_out"],
-                     "message": failure_message(doc),
-                     "stderr_tail": doc["stderr"][-1500:], "stdout_tail": doc["stdout"][-600:]}
+    row["doctor"] = {
+        "rc": doc["rc"],
+        "wall_s": doc["wall_s"],
+        "timed_out": doc["timed_out"],
+        "message": failure_message(doc),
+        "stderr_tail": doc["stderr"][-1500:],
+        "stdout_tail": doc["stdout"][-600:],
+    }
     run_dir = newest_run_dir(run_base)
     row["run_dir"] = str(run_dir) if run_dir else None
     files = sorted(p.name for p in run_dir.iterdir()) if run_dir else []
@@ -231,7 +313,9 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     # the step timings the calibration chose from, kept to study the unprofiled-step estimate
     row["env_unprofiled_before_window_ms"] = cap.get("unprofiled_before_window_ms")
     row["env_unprofiled_after_window_ms"] = cap.get("unprofiled_after_window_ms")
-    row["unprofiled"] = cap.get("unprofiled")  # its standard error, steps, estimator, trusted (capture/timing.py)
+    row["unprofiled"] = cap.get(
+        "unprofiled"
+    )  # its standard error, steps, estimator, trusted (capture/timing.py)
     row["step_source"] = cap.get("step_source")
     row["capture_error"] = cap.get("error")
     report = read_json(run_dir / "report.json") if run_dir and row["report_written"] else None
@@ -250,7 +334,9 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
             actionable = [f for f in findings if f.get("severity") != "info"]
             row["top_finding"] = actionable[0].get("id") if actionable else None
         row["step_source"] = (report.get("steps") or {}).get("source")
-        row["findings"] = [(f.get("id"), f.get("severity"), f.get("saving_ms")) for f in findings[:5]]
+        row["findings"] = [
+            (f.get("id"), f.get("severity"), f.get("saving_ms")) for f in findings[:5]
+        ]
     else:
         row["unprofiled_step_ms"] = row["env_unprofiled_step_ms"]
     if opts.plain_after and row["true_step_ms"] is not None:
@@ -267,7 +353,9 @@ def run_one(entry: dict[str, Any], public: bool, opts: argparse.Namespace, out: 
     expected = row["expected_top_finding"]
     if report is not None:
         got = row.get("top_finding")
-        row["finding_ok"] = (got in expected) or (got is None and (not expected or "healthy" in expected))
+        row["finding_ok"] = (got in expected) or (
+            got is None and (not expected or "healthy" in expected)
+        )
     row["exit_ok"] = doc["rc"] == row["expected_exit_code"]
     row["status"] = "ran"
     return row
@@ -282,10 +370,14 @@ def fmt(x: Any, nd: int = 2) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    head = (f"# gallery: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
-            f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n")
-    header = ("| program | expected top finding | got | steps recorded (what marked them) | iterations per true step "
-              "| true step ms | unprofiled ms | unprofiled / true | profiled ms | exit code (got/expected) | report written? |")
+    head = (
+        f"# gallery: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
+        f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n"
+    )
+    header = (
+        "| program | expected top finding | got | steps recorded (what marked them) | iterations per true step "
+        "| true step ms | unprofiled ms | unprofiled / true | profiled ms | exit code (got/expected) | report written? |"
+    )
     lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
@@ -303,13 +395,20 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         true_ms, unprof = r.get("true_step_ms"), r.get("unprofiled_step_ms")
         ratio = f"{unprof / true_ms:.2f}" if true_ms and unprof else "-"
         u = r.get("unprofiled") or {}
-        unprof_text = fmt(unprof) + (f" ± {u['spread_ms']:.2f} ({u['steps']}{'' if u.get('trusted') else ', uncertain'})"
-                                     if unprof is not None and u.get("spread_ms") is not None else "")
+        unprof_text = fmt(unprof) + (
+            f" ± {u['spread_ms']:.2f} ({u['steps']}{'' if u.get('trusted') else ', uncertain'})"
+            if unprof is not None and u.get("spread_ms") is not None
+            else ""
+        )
         per_step = r.get("iterations_per_step", "")
-        ex = f"{r['doctor']['rc']}/{r['expected_exit_code']}" + ("" if r.get("exit_ok") else " WRONG")
-        lines.append(f"| {name} | {expected} | {got} | {rec} | {per_step} | {fmt(true_ms)} "
-                     f"| {unprof_text} | {ratio} | {fmt(r.get('profiled_step_ms'))} | {ex} "
-                     f"| {'yes' if r.get('report_written') else 'no'} |")
+        ex = f"{r['doctor']['rc']}/{r['expected_exit_code']}" + (
+            "" if r.get("exit_ok") else " WRONG"
+        )
+        lines.append(
+            f"| {name} | {expected} | {got} | {rec} | {per_step} | {fmt(true_ms)} "
+            f"| {unprof_text} | {ratio} | {fmt(r.get('profiled_step_ms'))} | {ex} "
+            f"| {'yes' if r.get('report_written') else 'no'} |"
+        )
         msg = r["doctor"].get("message")
         if msg or not r.get("report_written") or not r.get("exit_ok"):
             notes.append(f"- **{name}**: {msg or '(no message)'}")
@@ -324,34 +423,61 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 def bundle_runs(runs: Path, tar_path: Path, traces: bool = False) -> None:
     """The run directories' report.json and env.json (and with ``traces`` their traces) in one tar.gz."""
     with tarfile.open(tar_path, "w:gz") as tar:
-        for f in sorted([*runs.glob("*/*/*.json"), *(runs.glob("*/*/trace.json.gz") if traces else [])]):
+        for f in sorted(
+            [*runs.glob("*/*/*.json"), *(runs.glob("*/*/trace.json.gz") if traces else [])]
+        ):
             tar.add(f, arcname=str(f.relative_to(runs)))
 
 
 def add_common_arguments(ap: argparse.ArgumentParser, noun: str, results_stem: str) -> None:
     """The options the gallery runner and the twins runner (run_twins.py) share."""
-    ap.add_argument("--only", action="append", default=[], help=f"{noun} name (repeatable, or comma-separated)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help=f"output folder (default benchmarks/results/{results_stem}-STAMP)")
+    ap.add_argument(
+        "--only", action="append", default=[], help=f"{noun} name (repeatable, or comma-separated)"
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output folder (default benchmarks/results/{results_stem}-STAMP)",
+    )
     ap.add_argument("--gpu-args", action="store_true", help="use the manifest's GPU args")
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per run of one program")
-    ap.add_argument("--deadline", type=float, default=0.0, help=f"stop starting {noun}s after this many seconds")
-    ap.add_argument("--src", type=Path, default=ROOT / "src", help="the gpudoctor source tree to put on PYTHONPATH")
+    ap.add_argument(
+        "--deadline", type=float, default=0.0, help=f"stop starting {noun}s after this many seconds"
+    )
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="the gpudoctor source tree to put on PYTHONPATH",
+    )
     ap.add_argument("--python", default=sys.executable)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_common_arguments(ap, "program", "gallery")
     ap.add_argument("--no-public", action="store_true", help="leave out the public programs")
-    ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)")
-    ap.add_argument("--bundle", action="store_true",
-                    help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)")
-    ap.add_argument("--traces", action="store_true", help="with --bundle: put the traces in runs.tar.gz too")
-    ap.add_argument("--plain-after", action="store_true",
-                    help="run each program plainly again after gpudoctor: the true step is the mean of both plain runs")
+    ap.add_argument(
+        "--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)"
+    )
+    ap.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)",
+    )
+    ap.add_argument(
+        "--traces", action="store_true", help="with --bundle: put the traces in runs.tar.gz too"
+    )
+    ap.add_argument(
+        "--plain-after",
+        action="store_true",
+        help="run each program plainly again after gpudoctor: the true step is the mean of both plain runs",
+    )
     opts = ap.parse_args()
 
     manifest = json.loads(MANIFEST.read_text())
@@ -365,15 +491,24 @@ def main() -> int:
         if unknown:
             ap.error(f"unknown program(s): {', '.join(sorted(unknown))}")
 
-    entries.sort(key=lambda ep: bool(ep[0].get("slow")))  # torch.compile's warm-up last, after the public ones
+    entries.sort(
+        key=lambda ep: bool(ep[0].get("slow"))
+    )  # torch.compile's warm-up last, after the public ones
     out = opts.out or ROOT / "benchmarks" / "results" / f"gallery-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     opts.runs = (opts.runs or out / "runs").resolve()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(opts.src.resolve())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(opts.src.resolve())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["PYTHONUNBUFFERED"] = "1"
-    meta: dict[str, Any] = {"gpu_args": opts.gpu_args, "skip": opts.skip, "steps": opts.steps,
-                            "src": str(opts.src), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta: dict[str, Any] = {
+        "gpu_args": opts.gpu_args,
+        "skip": opts.skip,
+        "steps": opts.steps,
+        "src": str(opts.src),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     try:
         import torch
 
@@ -383,28 +518,54 @@ def main() -> int:
         meta["device"] = f"unknown ({exc})"
     rows: list[dict[str, Any]] = []
     # gpudoctor itself must import (on a lent GPU machine msgspec is not installed: carry its wheel)
-    pre = run_command([opts.python, "-c", "import msgspec, gpudoctor.cli, gpudoctor.live, gpudoctor.pipeline"],
-                      ROOT, env, 120)
+    pre = run_command(
+        [opts.python, "-c", "import msgspec, gpudoctor.cli, gpudoctor.live, gpudoctor.pipeline"],
+        ROOT,
+        env,
+        120,
+    )
     if pre["rc"] != 0:
         meta["preflight_error"] = failure_message(pre) or pre["stderr"][-400:]
         (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-        print(f"[gallery] gpudoctor does not import here: {meta['preflight_error']}", file=sys.stderr)
+        print(
+            f"[gallery] gpudoctor does not import here: {meta['preflight_error']}", file=sys.stderr
+        )
         return 2
     t_start = time.perf_counter()
     for entry, public in entries:
         if opts.deadline and time.perf_counter() - t_start > opts.deadline:
-            rows.append({"program": entry["name"], "public": public, "status": "skipped: deadline",
-                         "expected_top_finding": entry.get("expected_top_finding", [])})
+            rows.append(
+                {
+                    "program": entry["name"],
+                    "public": public,
+                    "status": "skipped: deadline",
+                    "expected_top_finding": entry.get("expected_top_finding", []),
+                }
+            )
             continue
         print(f"[gallery] {entry['name']} ...", file=sys.stderr, flush=True)
         try:
             row = run_one(entry, public, opts, out, env)
         except Exception as exc:  # noqa: BLE001 - one program's breakage must not stop the table
-            row = {"program": entry["name"], "public": public, "status": f"runner error: {type(exc).__name__}: {exc}",
-                   "expected_top_finding": entry.get("expected_top_finding", [])}
+            row = {
+                "program": entry["name"],
+                "public": public,
+                "status": f"runner error: {type(exc).__name__}: {exc}",
+                "expected_top_finding": entry.get("expected_top_finding", []),
+            }
         rows.append(row)
-        summary = {k: row.get(k) for k in ("status", "top_finding", "steps_recorded", "true_step_ms",
-                                           "unprofiled_step_ms", "profiled_step_ms", "report_written")}
+        summary = {
+            k: row.get(k)
+            for k in (
+                "status",
+                "top_finding",
+                "steps_recorded",
+                "true_step_ms",
+                "unprofiled_step_ms",
+                "profiled_step_ms",
+                "report_written",
+            )
+        }
         print(f"[gallery] {entry['name']}: {summary}", file=sys.stderr, flush=True)
         meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
         (out / "gallery.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

@@ -61,14 +61,25 @@ MANIFEST = ROOT / "tests" / "programs" / "twins" / "manifest.json"
 RATIO_BAND = (0.67, 1.5)  # predicted / measured counted as right (the lab's band)
 
 
-def plain_run(script: str, args: list[str], regex: str | None, per_step: float, opts: argparse.Namespace,
-              env: dict[str, str]) -> dict[str, Any]:
+def plain_run(
+    script: str,
+    args: list[str],
+    regex: str | None,
+    per_step: float,
+    opts: argparse.Namespace,
+    env: dict[str, str],
+) -> dict[str, Any]:
     res = run_command([opts.python, script, *args], ROOT, env, opts.timeout)
     ms, values = parse_ms(res["stdout"] + res["stderr"], regex)
-    return {"rc": res["rc"], "wall_s": res["wall_s"], "timed_out": res["timed_out"], "printed_ms": values,
-            "true_step_ms": None if ms is None else round(ms * per_step, 4),
-            "message": failure_message(res) if res["rc"] != 0 or ms is None else "",
-            "stderr_tail": res["stderr"][-800:] if res["rc"] != 0 else ""}
+    return {
+        "rc": res["rc"],
+        "wall_s": res["wall_s"],
+        "timed_out": res["timed_out"],
+        "printed_ms": values,
+        "true_step_ms": None if ms is None else round(ms * per_step, 4),
+        "message": failure_message(res) if res["rc"] != 0 or ms is None else "",
+        "stderr_tail": res["stderr"][-800:] if res["rc"] != 0 else "",
+    }
 
 
 def load_report(run_dir: Path | None, stdout: str) -> dict[str, Any] | None:
@@ -98,8 +109,15 @@ def judge(row: dict[str, Any], report: dict[str, Any], entry: dict[str, Any]) ->
     expected = entry.get("expected_top_finding") or []
     actionable = [f for f in findings if f.get("severity") != "info"]
     row["top_finding"] = actionable[0].get("id") if actionable else None
-    row["findings"] = [{"id": f.get("id"), "severity": f.get("severity"), "saving_ms": f.get("saving_ms"),
-                        "predicted_speedup": f.get("predicted_speedup")} for f in findings[:5]]
+    row["findings"] = [
+        {
+            "id": f.get("id"),
+            "severity": f.get("severity"),
+            "saving_ms": f.get("saving_ms"),
+            "predicted_speedup": f.get("predicted_speedup"),
+        }
+        for f in findings[:5]
+    ]
     row["profiled_step_ms"] = report.get("step_ms")
     row["unprofiled_step_ms"] = report.get("unprofiled_step_ms")
     row["step_source"] = (report.get("steps") or {}).get("source")
@@ -115,11 +133,16 @@ def judge(row: dict[str, Any], report: dict[str, Any], entry: dict[str, Any]) ->
     removed = set(expected) | set(entry.get("fix_also_removes") or [])
     step = row["unprofiled_step_ms"] or row["profiled_step_ms"] or 0.0
     savings = [float(f.get("saving_ms") or 0.0) for f in findings if f.get("id") in removed]
-    row["predicted_speedup_fix"] = round(speedup(step, sum(savings)), 4) if savings and step else None
+    row["predicted_speedup_fix"] = (
+        round(speedup(step, sum(savings)), 4) if savings and step else None
+    )
     measured, predicted = row.get("measured_speedup"), row.get("predicted_speedup")
     row["ratio"] = round(predicted / measured, 3) if predicted and measured else None
-    row["ratio_fix"] = (round(row["predicted_speedup_fix"] / measured, 3)
-                        if row["predicted_speedup_fix"] and measured else None)
+    row["ratio_fix"] = (
+        round(row["predicted_speedup_fix"] / measured, 3)
+        if row["predicted_speedup_fix"] and measured
+        else None
+    )
     top_ok = match is not None and row["top_finding"] == row.get("expected_id")
     if not top_ok:
         row["verdict"] = "missed"
@@ -131,10 +154,14 @@ def judge(row: dict[str, Any], report: dict[str, Any], entry: dict[str, Any]) ->
 
 def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     name = entry["name"]
-    row: dict[str, Any] = {"program": name, "file": entry["file"], "fix": entry.get("fix", ""),
-                           "expected_top_finding": entry.get("expected_top_finding", []),
-                           "expected_measured_speedup": entry.get("expected_measured_speedup"),
-                           "iterations_per_step": entry.get("iterations_per_step", 1)}
+    row: dict[str, Any] = {
+        "program": name,
+        "file": entry["file"],
+        "fix": entry.get("fix", ""),
+        "expected_top_finding": entry.get("expected_top_finding", []),
+        "expected_measured_speedup": entry.get("expected_measured_speedup"),
+        "iterations_per_step": entry.get("iterations_per_step", 1),
+    }
     args = entry.get("args_gpu") if opts.gpu_args else entry.get("args_cpu")
     if args is None:
         row["status"] = "skipped: no args for this machine"
@@ -155,13 +182,31 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
 
     run_base = opts.runs / name
     run_base.mkdir(parents=True, exist_ok=True)
-    cmd = [opts.python, "-m", "gpudoctor", "run", "--skip", str(opts.skip), "--steps", str(opts.steps),
-           "--out", str(run_base), "--json", script, *args]
+    cmd = [
+        opts.python,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--skip",
+        str(opts.skip),
+        "--steps",
+        str(opts.steps),
+        "--out",
+        str(run_base),
+        "--json",
+        script,
+        *args,
+    ]
     doc = run_command(cmd, ROOT, env, opts.timeout)
     run_dir = newest_run_dir(run_base)
-    row["doctor"] = {"rc": doc["rc"], "wall_s": doc["wall_s"], "timed_out": doc["timed_out"],
-                     "message": failure_message(doc), "run_dir": str(run_dir) if run_dir else None,
-                     "stderr_tail": doc["stderr"][-1500:]}
+    row["doctor"] = {
+        "rc": doc["rc"],
+        "wall_s": doc["wall_s"],
+        "timed_out": doc["timed_out"],
+        "message": failure_message(doc),
+        "run_dir": str(run_dir) if run_dir else None,
+        "stderr_tail": doc["stderr"][-1500:],
+    }
     env_json = read_json(run_dir / "env.json") if run_dir else None
     cap = (env_json or {}).get("capture") or {}
     row["env_unprofiled_step_ms"] = cap.get("unprofiled_step_ms")
@@ -184,20 +229,26 @@ def _x(v: Any) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    head = (f"# twins: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
-            f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n"
-            "predicted = the expected finding's predicted_speedup (against the unprofiled step); fix predicted = "
-            "the expected and fix_also_removes findings' savings together; measured = sick / fixed true step "
-            "(plain runs, median of the printed ms after the first log line); ratio = predicted / measured "
-            f"(pass: expected finding on top and ratio in {RATIO_BAND[0]}-{RATIO_BAND[1]}).\n\n")
-    header = ("| twin | expected | top finding | rank | predicted | fix predicted | sick ms | fixed ms | measured "
-              "| estimate (before running) | ratio | fix ratio | doctor unprofiled ms (step source) | verdict |")
+    head = (
+        f"# twins: {meta.get('device')} ({'GPU' if meta.get('gpu_args') else 'CPU'} args), "
+        f"gpudoctor run --skip {meta['skip']} --steps {meta['steps']}, torch {meta.get('torch')}\n\n"
+        "predicted = the expected finding's predicted_speedup (against the unprofiled step); fix predicted = "
+        "the expected and fix_also_removes findings' savings together; measured = sick / fixed true step "
+        "(plain runs, median of the printed ms after the first log line); ratio = predicted / measured "
+        f"(pass: expected finding on top and ratio in {RATIO_BAND[0]}-{RATIO_BAND[1]}).\n\n"
+    )
+    header = (
+        "| twin | expected | top finding | rank | predicted | fix predicted | sick ms | fixed ms | measured "
+        "| estimate (before running) | ratio | fix ratio | doctor unprofiled ms (step source) | verdict |"
+    )
     lines = [header, "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
     notes = []
     for r in rows:
         expected = ", ".join(r.get("expected_top_finding") or [])
         if r.get("status") != "ran":
-            lines.append(f"| {r['program']} | {expected} | {r.get('status')} | | | | | | | | | | | |")
+            lines.append(
+                f"| {r['program']} | {expected} | {r.get('status')} | | | | | | | | | | | |"
+            )
             continue
         est = r.get("expected_measured_speedup")
         est_s = f"x{est[0]:g}-{est[1]:g}" if est else "-"
@@ -207,18 +258,26 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['program']} | {expected} | {top or 'none'} | {fmt(r.get('rank'))} | {_x(r.get('predicted_speedup'))} "
             f"| {_x(r.get('predicted_speedup_fix'))} | {fmt(r.get('sick_step_ms'))} | {fmt(r.get('fixed_step_ms'))} "
             f"| {_x(r.get('measured_speedup'))} | {est_s} | {fmt(r.get('ratio'))} | {fmt(r.get('ratio_fix'))} "
-            f"| {doc_ms} | **{r.get('verdict')}** |")
+            f"| {doc_ms} | **{r.get('verdict')}** |"
+        )
         for label in ("sick", "fixed"):
             if (r.get(label) or {}).get("message"):
                 notes.append(f"- **{r['program']}** ({label}, plain): {r[label]['message']}")
         if r["doctor"].get("message") or not r.get("report_written"):
-            notes.append(f"- **{r['program']}** (gpudoctor): {r['doctor'].get('message') or '(no message)'}")
+            notes.append(
+                f"- **{r['program']}** (gpudoctor): {r['doctor'].get('message') or '(no message)'}"
+            )
         if r.get("findings"):
-            found = ", ".join(f"{f['id']} {f['severity']} {fmt(f['saving_ms'])} ms {_x(f['predicted_speedup'])}"
-                              for f in r["findings"])
+            found = ", ".join(
+                f"{f['id']} {f['severity']} {fmt(f['saving_ms'])} ms {_x(f['predicted_speedup'])}"
+                for f in r["findings"]
+            )
             notes.append(f"- {r['program']} findings: {found}")
     text = head + "\n".join(lines) + "\n"
-    counts = {v: sum(1 for r in rows if r.get("verdict") == v) for v in ("pass", "diagnosed", "missed", "error")}
+    counts = {
+        v: sum(1 for r in rows if r.get("verdict") == v)
+        for v in ("pass", "diagnosed", "missed", "error")
+    }
     text += "\n" + ", ".join(f"{k}: {n}" for k, n in counts.items()) + f" (of {len(rows)})\n"
     if notes:
         text += "\nDetails:\n\n" + "\n".join(notes) + "\n"
@@ -226,11 +285,18 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_common_arguments(ap, "twin", "twins")
-    ap.add_argument("--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)")
-    ap.add_argument("--bundle", action="store_true",
-                    help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)")
+    ap.add_argument(
+        "--runs", type=Path, default=None, help="where the run directories go (default OUT/runs)"
+    )
+    ap.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)",
+    )
     opts = ap.parse_args()
 
     manifest = json.loads(MANIFEST.read_text())
@@ -246,14 +312,22 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     opts.runs = (opts.runs or out / "runs").resolve()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(opts.src.resolve())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(opts.src.resolve())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["PYTHONUNBUFFERED"] = "1"
     if not opts.gpu_args:
         # CPU args are a plumbing check: on a small shared host, OpenMP threads spinning against other
         # processes turn 1 ms iterations into 190 ms ones at random
         env.setdefault("OMP_NUM_THREADS", "1")
-    meta: dict[str, Any] = {"gpu_args": opts.gpu_args, "skip": opts.skip, "steps": opts.steps, "src": str(opts.src),
-                            "ratio_band": RATIO_BAND, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta: dict[str, Any] = {
+        "gpu_args": opts.gpu_args,
+        "skip": opts.skip,
+        "steps": opts.steps,
+        "src": str(opts.src),
+        "ratio_band": RATIO_BAND,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     try:
         import torch
 
@@ -267,8 +341,12 @@ def main() -> int:
         (out / "twins.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
         (out / "twins.md").write_text(markdown(rows, meta))
 
-    pre = run_command([opts.python, "-c", "import msgspec, gpudoctor.cli, gpudoctor.live, gpudoctor.pipeline"],
-                      ROOT, env, 120)
+    pre = run_command(
+        [opts.python, "-c", "import msgspec, gpudoctor.cli, gpudoctor.live, gpudoctor.pipeline"],
+        ROOT,
+        env,
+        120,
+    )
     if pre["rc"] != 0:
         meta["preflight_error"] = failure_message(pre) or pre["stderr"][-400:]
         write()
@@ -277,18 +355,36 @@ def main() -> int:
     t_start = time.perf_counter()
     for entry in entries:
         if opts.deadline and time.perf_counter() - t_start > opts.deadline:
-            rows.append({"program": entry["name"], "status": "skipped: deadline",
-                         "expected_top_finding": entry.get("expected_top_finding", [])})
+            rows.append(
+                {
+                    "program": entry["name"],
+                    "status": "skipped: deadline",
+                    "expected_top_finding": entry.get("expected_top_finding", []),
+                }
+            )
             continue
         print(f"[twins] {entry['name']} ...", file=sys.stderr, flush=True)
         try:
             row = run_one(entry, opts, env)
         except Exception as exc:  # noqa: BLE001 - one twin's breakage must not stop the table
-            row = {"program": entry["name"], "status": f"runner error: {type(exc).__name__}: {exc}",
-                   "expected_top_finding": entry.get("expected_top_finding", [])}
+            row = {
+                "program": entry["name"],
+                "status": f"runner error: {type(exc).__name__}: {exc}",
+                "expected_top_finding": entry.get("expected_top_finding", []),
+            }
         rows.append(row)
-        summary = {k: row.get(k) for k in ("status", "top_finding", "rank", "predicted_speedup", "measured_speedup",
-                                           "ratio", "verdict")}
+        summary = {
+            k: row.get(k)
+            for k in (
+                "status",
+                "top_finding",
+                "rank",
+                "predicted_speedup",
+                "measured_speedup",
+                "ratio",
+                "verdict",
+            )
+        }
         print(f"[twins] {entry['name']}: {summary}", file=sys.stderr, flush=True)
         meta["elapsed_s"] = round(time.perf_counter() - t_start, 1)
         write()

@@ -63,7 +63,9 @@ def require_chromium() -> str:
     """The Chromium binary; skips the calling test without one (fails it when CI=true)."""
     path = find_chromium()
     if path is None:
-        message = f"no Chromium found (looked for {', '.join(CANDIDATES)}); apt-get install -y chromium"
+        message = (
+            f"no Chromium found (looked for {', '.join(CANDIDATES)}); apt-get install -y chromium"
+        )
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -81,21 +83,30 @@ def console_errors(stderr: str) -> list[str]:
     return out
 
 
-def load_page(html_file: Path, chromium: str | None = None, timeout_s: float = TIMEOUT_S) -> PageResult:
+def load_page(
+    html_file: Path, chromium: str | None = None, timeout_s: float = TIMEOUT_S
+) -> PageResult:
     """Open ``html_file`` in headless Chromium; its DOM after load and its console errors."""
     binary = chromium or require_chromium()
     url = Path(html_file).resolve().as_uri()
     with tempfile.TemporaryDirectory(prefix="gpudoctor-chromium-") as profile:
-        cmd = [binary, *FLAGS, f"--user-data-dir={profile}",
-               f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}", "--dump-dom", url]
+        cmd = [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}",
+            "--dump-dom",
+            url,
+        ]
         stdout, stderr = _run(cmd, timeout_s)
     return PageResult(dom=stdout, console_errors=console_errors(stderr), stderr=stderr)
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[str, str]:
     # own process group, so that a hung browser and its helper processes can all be stopped
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -12,9 +12,16 @@ from hypothesis import HealthCheck, settings
 # per-example deadline and no too-slow health check (both time the example on a machine whose load
 # is not the code's), examples drawn from a seed fixed per test, and no example database written into
 # the checkout. GPUDOCTOR_HYPOTHESIS_PROFILE=explore draws new examples each run, for a fuzzing session.
-settings.register_profile("suite", deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("explore", deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "suite",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(os.environ.get("GPUDOCTOR_HYPOTHESIS_PROFILE", "suite"))
 
 

@@ -31,17 +31,38 @@ MiB = 2**20
 
 def _allreduce(t: TraceBuilder, host: float, gpu: float, dur: float, nbytes: int) -> None:
     t.op("record_param_comms", host, 8, tid=BACKWARD_TID)
-    t.events[-1]["args"].update({"Collective name": "allreduce", "In msg nelems": nbytes // 4,
-                                 "Out msg nelems": nbytes // 4, "dtype": "Float", "Process Group Name": "0"})
+    t.events[-1]["args"].update(
+        {
+            "Collective name": "allreduce",
+            "In msg nelems": nbytes // 4,
+            "Out msg nelems": nbytes // 4,
+            "dtype": "Float",
+            "Process Group Name": "0",
+        }
+    )
     corr = t.runtime("cudaLaunchKernel", host + 1, 4, tid=BACKWARD_TID)
-    t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", gpu, dur, corr,
-             stream=NCCL_STREAM)
+    t.kernel(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        gpu,
+        dur,
+        corr,
+        stream=NCCL_STREAM,
+    )
 
 
-def ddp_rank(steps: int = 3, micro: int = 1, sync_every_micro: bool = True, buckets: tuple[int, ...] = (16 * MiB,),
-             allreduce_us: tuple[float, ...] = (500.0,), overlapped: bool = False, scale: float = 1.0,
-             waits_us: float = 0.0, offset_us: float = 0.0, sync_us: float = 0.0,
-             slowdown: float = 1.0) -> TraceBuilder:
+def ddp_rank(
+    steps: int = 3,
+    micro: int = 1,
+    sync_every_micro: bool = True,
+    buckets: tuple[int, ...] = (16 * MiB,),
+    allreduce_us: tuple[float, ...] = (500.0,),
+    overlapped: bool = False,
+    scale: float = 1.0,
+    waits_us: float = 0.0,
+    offset_us: float = 0.0,
+    sync_us: float = 0.0,
+    slowdown: float = 1.0,
+) -> TraceBuilder:
     """One rank. ``scale``: its batch (the matmul's rows and the kernels' time), ``slowdown``: its
     kernels' time alone (a slower GPU). ``waits_us``: it reaches its (single-bucket) all-reduce that long before the
     other rank, and waits inside the kernel, so that the kernels end together on both."""
@@ -53,12 +74,24 @@ def ddp_rank(steps: int = 3, micro: int = 1, sync_every_micro: bool = True, buck
         for j in range(micro):
             b = s + j * MICRO_US
             fwd = FWD_US * scale * slowdown
-            t.launch("gemm_fwd_kernel", b + 1, b + 20, fwd, op="aten::mm", dims=[[int(512 * scale), 1024], [1024, 1024]])
+            t.launch(
+                "gemm_fwd_kernel",
+                b + 1,
+                b + 20,
+                fwd,
+                op="aten::mm",
+                dims=[[int(512 * scale), 1024], [1024, 1024]],
+            )
             if sync_us:  # .item() on the forward's output: the host waits for it, then relaunches
                 t.op("aten::item", b + 10, fwd + 15)
                 t.runtime("cudaStreamSynchronize", b + 11, fwd + 13)
             b_host = b + sync_us  # the backward is issued that much later
-            t.op("autograd::engine::evaluate_function: MmBackward0", b_host + 1100, 60, tid=BACKWARD_TID)
+            t.op(
+                "autograd::engine::evaluate_function: MmBackward0",
+                b_host + 1100,
+                60,
+                tid=BACKWARD_TID,
+            )
             corr = t.runtime("cudaLaunchKernel", b_host + 1101, 4, tid=BACKWARD_TID)
             start = max(b_host + 1200, b + 20 + fwd)
             bwd = BWD_US * scale * slowdown
@@ -75,7 +108,13 @@ def ddp_rank(steps: int = 3, micro: int = 1, sync_every_micro: bool = True, buck
                     end = at + dur + waits_us
                 else:
                     gpu += dur
-        t.launch("adam_kernel", s + micro * MICRO_US + 100, s + micro * MICRO_US + 1000, 100.0, op="aten::_fused_adam_")
+        t.launch(
+            "adam_kernel",
+            s + micro * MICRO_US + 100,
+            s + micro * MICRO_US + 1000,
+            100.0,
+            op="aten::_fused_adam_",
+        )
     return t
 
 
@@ -83,5 +122,7 @@ def write_ranks(folder: Path, ranks: list[TraceBuilder]) -> Path:
     for r, t in enumerate(ranks):
         (folder / f"rank{r}").mkdir(parents=True, exist_ok=True)
         t.write(folder / f"rank{r}" / "trace.json.gz", gz=True)
-        (folder / f"rank{r}" / "env.json").write_text(json.dumps({"rank": r, "world_size": len(ranks)}))
+        (folder / f"rank{r}" / "env.json").write_text(
+            json.dumps({"rank": r, "world_size": len(ranks)})
+        )
     return folder

@@ -21,11 +21,15 @@ def base() -> dict[str, Any]:
 
 def collectives(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The NCCL kernels, in start order."""
-    return sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
-                  key=lambda e: e["ts"])
+    return sorted(
+        (e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
+        key=lambda e: e["ts"],
+    )
 
 
-def _shift_after(doc: dict[str, Any], t: float, d: float, stretch: list[dict[str, Any]] = ()) -> None:
+def _shift_after(
+    doc: dict[str, Any], t: float, d: float, stretch: list[dict[str, Any]] = ()
+) -> None:
     """Everything that starts at or after ``t`` happens ``d`` later; host ranges (and the
     ``stretch`` events) running across ``t`` last ``d`` longer."""
     keep = {id(e) for e in stretch}
@@ -34,7 +38,11 @@ def _shift_after(doc: dict[str, Any], t: float, d: float, stretch: list[dict[str
             continue
         if e["ts"] >= t:
             e["ts"] += d
-        elif "dur" in e and e["ts"] + e["dur"] >= t and (e.get("cat") not in DEVICE_CATS or id(e) in keep):
+        elif (
+            "dur" in e
+            and e["ts"] + e["dur"] >= t
+            and (e.get("cat") not in DEVICE_CATS or id(e) in keep)
+        ):
             e["dur"] += d
 
 
@@ -53,8 +61,18 @@ def delay_before(doc: dict[str, Any], k: int, delay_us: float, waits: bool) -> N
     thread = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep"))
     gpu_t = min(host, c["ts"] - 1.0)
     _shift_after(doc, gpu_t, delay_us)
-    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": LOADER, "pid": thread["pid"],
-                               "tid": thread["tid"], "ts": gpu_t, "dur": delay_us, "args": {}})
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": LOADER,
+            "pid": thread["pid"],
+            "tid": thread["tid"],
+            "ts": gpu_t,
+            "dur": delay_us,
+            "args": {},
+        }
+    )
 
 
 def stretch(doc: dict[str, Any], k: int, extra_us: float) -> None:
@@ -71,19 +89,37 @@ def offset(doc: dict[str, Any], us: float) -> None:
 
 
 def _annotations(doc: dict[str, Any], c: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"
-            and abs(e["ts"] + e["dur"] - c["ts"] - c["dur"]) < 50 and e["ts"] <= c["ts"]]
+    return [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "gpu_user_annotation"
+        and abs(e["ts"] + e["dur"] - c["ts"] - c["dur"]) < 50
+        and e["ts"] <= c["ts"]
+    ]
 
 
 def _launch_of(doc: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     corr = c["args"]["correlation"]
-    return next(e for e in doc["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")
-                and e.get("args", {}).get("correlation") == corr)
+    return next(
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and e.get("args", {}).get("correlation") == corr
+    )
 
 
-def rank_set(folder: Path, n: int, offsets_us: list[float] | None = None, late: int | None = None,
-             late_k: list[int] = (), delay_us: float = 0.0, stretched_k: list[int] = (), extra_us: float = 0.0,
-             layout: str = "dirs", env: dict[int, dict] | None = None) -> Path:
+def rank_set(
+    folder: Path,
+    n: int,
+    offsets_us: list[float] | None = None,
+    late: int | None = None,
+    late_k: list[int] = (),
+    delay_us: float = 0.0,
+    stretched_k: list[int] = (),
+    extra_us: float = 0.0,
+    layout: str = "dirs",
+    env: dict[int, dict] | None = None,
+) -> Path:
     """Write ``n`` ranks under ``folder`` (layout "dirs": rank{R}/trace.json.gz + env.json;
     "legacy": trace.rank{R}.json.gz side by side) and return ``folder``."""
     src = base()
@@ -97,7 +133,13 @@ def rank_set(folder: Path, n: int, offsets_us: list[float] | None = None, late: 
         if offsets_us:
             offset(doc, offsets_us[r])
         data = gzip.compress(json.dumps(doc).encode(), compresslevel=1)
-        e = {"rank": r, "world_size": n, "local_rank": r, "hostname": "node0", **((env or {}).get(r, {}))}
+        e = {
+            "rank": r,
+            "world_size": n,
+            "local_rank": r,
+            "hostname": "node0",
+            **((env or {}).get(r, {})),
+        }
         if layout == "dirs":
             (folder / f"rank{r}").mkdir(exist_ok=True)
             (folder / f"rank{r}" / "trace.json.gz").write_bytes(data)
@@ -115,6 +157,8 @@ def offset_run(src: Path, dst: Path, offsets_us: dict[int, float]) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         doc = json.loads(gzip.decompress((rank_dir / "trace.json.gz").read_bytes()))
         offset(doc, offsets_us.get(int(rank_dir.name[4:]), 0.0))
-        (out / "trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+        (out / "trace.json.gz").write_bytes(
+            gzip.compress(json.dumps(doc).encode(), compresslevel=1)
+        )
         (out / "env.json").write_bytes((rank_dir / "env.json").read_bytes())
     return dst

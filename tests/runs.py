@@ -15,16 +15,31 @@ MANIFEST = json.loads((DATA / "manifest.json").read_text())["scenarios"]
 TWINS = sorted(k for k, v in MANIFEST.items() if v.get("fixed_trace") and v.get("fixed_times_ms"))
 
 
-def make_run(folder: Path, trace: Path, samples: list[float] | None, recorded_utc: str = "2026-11-22T00:00:00+00:00",
-             program: dict[str, Any] | None = None, gpu: str = "NVIDIA H100 80GB HBM3") -> Path:
+def make_run(
+    folder: Path,
+    trace: Path,
+    samples: list[float] | None,
+    recorded_utc: str = "2026-11-22T00:00:00+00:00",
+    program: dict[str, Any] | None = None,
+    gpu: str = "NVIDIA H100 80GB HBM3",
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(trace, folder / "trace.json.gz")
     capture: dict[str, Any] = {"steps": 5, "skip": 10}
     if samples is not None:
-        capture.update(unprofiled_step_ms=round(statistics.fmean(samples), 4), unprofiled_step_ms_samples=samples,
-                       unprofiled_before_window_ms=samples, unprofiled_after_window_ms=[])
-    env = {"schema_version": "1.0", "recorded_utc": recorded_utc, "argv": ["gpudoctor", "run", "train.py"],
-           "gpu": {"name": gpu}, "capture": capture}
+        capture.update(
+            unprofiled_step_ms=round(statistics.fmean(samples), 4),
+            unprofiled_step_ms_samples=samples,
+            unprofiled_before_window_ms=samples,
+            unprofiled_after_window_ms=[],
+        )
+    env = {
+        "schema_version": "1.0",
+        "recorded_utc": recorded_utc,
+        "argv": ["gpudoctor", "run", "train.py"],
+        "gpu": {"name": gpu},
+        "capture": capture,
+    }
     if program is not None:
         env["program"] = program
     (folder / "env.json").write_text(json.dumps(env))

@@ -26,8 +26,14 @@ DDP = DATA / "ddp2_h100" / "slow"
 
 def gd(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", *args], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "analyze", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_two_single_gpu_traces_are_each_diagnosed_json() -> None:
@@ -35,8 +41,9 @@ def test_two_single_gpu_traces_are_each_diagnosed_json() -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert set(doc) == {"schema_version", "tool_version", "separate_traces", "reports"}
-    assert doc["separate_traces"] == (f"{HEALTHY} records no process group (distributedInfo) and no collective "
-                                      "or send/recv")
+    assert doc["separate_traces"] == (
+        f"{HEALTHY} records no process group (distributedInfo) and no collective or send/recv"
+    )
     first, second = doc["reports"]
     assert (first["source"], second["source"]) == (str(HEALTHY), str(SYNC))
     assert first["verdict"]["status"] == "healthy"
@@ -61,7 +68,9 @@ def test_separate_traces_refuse_one_html_page(tmp_path: Path) -> None:
     out = gd(str(HEALTHY), str(SYNC), "--html", str(page))
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1
-    assert out.stderr.startswith("error: --html writes one report, and these 2 traces are not the ranks of one job")
+    assert out.stderr.startswith(
+        "error: --html writes one report, and these 2 traces are not the ranks of one job"
+    )
     assert "gpudoctor analyze TRACE --html PAGE.html" in out.stderr
     assert not page.exists()
 
@@ -87,17 +96,25 @@ def test_ranks_of_different_runs_are_diagnosed_apart() -> None:
     report = analyze_inputs([a, b], jobs=1)
     assert isinstance(report, Reports)
     assert report.why == f"{a}/trace.json.gz and {b}/trace.json.gz are both rank 0"
-    assert [r.source for r in report.reports] == [str(a / "trace.json.gz"), str(b / "trace.json.gz")]
+    assert [r.source for r in report.reports] == [
+        str(a / "trace.json.gz"),
+        str(b / "trace.json.gz"),
+    ]
     c = DATA / "ddp4_h200_sync" / "rank1"
-    assert apart([job_facts(a), job_facts(c)]) == (f"{a}/trace.json.gz and {c}/trace.json.gz come from "
-                                                   "different jobs (world_size 2 and 4)")
+    assert apart([job_facts(a), job_facts(c)]) == (
+        f"{a}/trace.json.gz and {c}/trace.json.gz come from different jobs (world_size 2 and 4)"
+    )
 
 
 def test_job_facts_read_from_the_traces() -> None:
     single = job_facts(HEALTHY)
     assert (single.distributed, single.communicates) == (None, False)
     nccl = job_facts(DDP / "rank1")
-    assert (nccl.distributed["rank"], nccl.distributed["world_size"], nccl.distributed["backend"]) == (1, 2, "nccl")
+    assert (
+        nccl.distributed["rank"],
+        nccl.distributed["world_size"],
+        nccl.distributed["backend"],
+    ) == (1, 2, "nccl")
     assert nccl.communicates
     gloo = job_facts(DATA / "gloo_healthy" / "rank0")
     assert gloo.distributed["backend"] == "gloo" and gloo.communicates
@@ -113,8 +130,12 @@ def test_the_rule() -> None:
     # an exporter that writes no distributedInfo: the collectives say they are ranks
     assert apart([_job("a", None), _job("b", None)]) == ""
     assert apart([_job("a", None), _job("b", None, communicates=False)]) == (
-        "b records no process group (distributedInfo) and no collective or send/recv")
-    assert apart([_job("a", 0), _job("b", None)]) == "b records no process group (distributedInfo) while a does"
+        "b records no process group (distributedInfo) and no collective or send/recv"
+    )
+    assert (
+        apart([_job("a", 0), _job("b", None)])
+        == "b records no process group (distributedInfo) while a does"
+    )
     assert apart([_job("a", 0), _job("b", 1), _job("c", 2)]) == "3 traces for a world size of 2"
     gloo = JobFacts("g", {"rank": 1, "world_size": 2, "backend": "gloo"}, True)
     assert apart([_job("a", 0), gloo]) == "a and g come from different jobs (backend nccl and gloo)"

@@ -23,6 +23,19 @@ def test_tree_rss_counts_an_exited_child_0_and_a_repeated_pid_once() -> None:
 
 
 def test_runs_table_row() -> None:
-    row = {"run": "ddp-sick", "ranks": 4, "jobs": 2, "gz_mb": 5.08, "wall_s": 3.456, "tree_rss_mib": 160.4,
-           "tree_pss_mib": 110.6, "largest_mib": 70.2, "one_wall_s": 1.234, "one_mib": 65.0}
-    assert b.runs_table([row]).splitlines()[-1] == "| ddp-sick | 4 | 5.1 | 2 | 3.46 | 160 / 111 | 70 | 1.23 / 65 |"
+    row = {
+        "run": "ddp-sick",
+        "ranks": 4,
+        "jobs": 2,
+        "gz_mb": 5.08,
+        "wall_s": 3.456,
+        "tree_rss_mib": 160.4,
+        "tree_pss_mib": 110.6,
+        "largest_mib": 70.2,
+        "one_wall_s": 1.234,
+        "one_mib": 65.0,
+    }
+    assert (
+        b.runs_table([row]).splitlines()[-1]
+        == "| ddp-sick | 4 | 5.1 | 2 | 3.46 | 160 / 111 | 70 | 1.23 / 65 |"
+    )

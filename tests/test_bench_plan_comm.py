@@ -16,7 +16,12 @@ ROWS = [  # measured 100 us each; errors: preset -50%, -20%, +10%; held +100%, +
 
 
 def test_size_labels() -> None:
-    assert [b.size(n) for n in (1024, 256 * 1024, MIB, 4 * 2**30)] == ["1 KiB", "256 KiB", "1 MiB", "4 GiB"]
+    assert [b.size(n) for n in (1024, 256 * 1024, MIB, 4 * 2**30)] == [
+        "1 KiB",
+        "256 KiB",
+        "1 MiB",
+        "4 GiB",
+    ]
 
 
 def test_summary_all_sizes_and_from_1_mib() -> None:

@@ -56,8 +56,10 @@ def anchor(heading: str) -> str:
 
 def pointers(text: str) -> list[tuple[int, str, str]]:
     """(line, file, title) of each pointer in TEXT."""
-    return [(text.count("\n", 0, m.start()) + 1, m.group("file"), _plain(m.group("title")))
-            for m in POINTER.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start()) + 1, m.group("file"), _plain(m.group("title")))
+        for m in POINTER.finditer(text)
+    ]
 
 
 def broken_pointers(text: str, root: Path) -> list[str]:
@@ -83,7 +85,9 @@ def broken_links(text: str, folder: Path) -> list[str]:
         elif m.group("anchor") and m.group("anchor") not in {
             anchor(h) for h in HEADING.findall(target.read_text(encoding="utf-8"))
         }:
-            bad.append(f"{line}: {m.group('path')} has no heading with the anchor #{m.group('anchor')}")
+            bad.append(
+                f"{line}: {m.group('path')} has no heading with the anchor #{m.group('anchor')}"
+            )
     return bad
 
 
@@ -103,8 +107,11 @@ def test_every_pointer_leads_to_its_section() -> None:
 
 def test_the_pointers_are_found() -> None:
     """The scan sees the pointers it should: at least one in each of src/, tests/ and docs/."""
-    found = {p.relative_to(ROOT).parts[0] for p in SCANNED
-             if p.is_file() and pointers(p.read_text(encoding="utf-8", errors="replace"))}
+    found = {
+        p.relative_to(ROOT).parts[0]
+        for p in SCANNED
+        if p.is_file() and pointers(p.read_text(encoding="utf-8", errors="replace"))
+    }
     assert {"src", "tests", "docs"} <= found
 
 
@@ -112,13 +119,23 @@ def test_the_pointers_are_found() -> None:
     ("text", "expected"),
     [
         ('# BENCHMARKS-replay.md "Replay"', [(1, "BENCHMARKS-replay.md", "Replay")]),
-        ('(benchmarks/BENCHMARKS-lab.md, "The lab")', [(1, "benchmarks/BENCHMARKS-lab.md", "The lab")]),
-        ('see BENCHMARKS-x.md ("`gpudoctor.kernels`")', [(1, "BENCHMARKS-x.md", "gpudoctor.kernels")]),
+        (
+            '(benchmarks/BENCHMARKS-lab.md, "The lab")',
+            [(1, "benchmarks/BENCHMARKS-lab.md", "The lab")],
+        ),
+        (
+            'see BENCHMARKS-x.md ("`gpudoctor.kernels`")',
+            [(1, "BENCHMARKS-x.md", "gpudoctor.kernels")],
+        ),
         ('print("see BENCHMARKS.md", "and")', []),
-        ('# a (benchmarks/BENCHMARKS-c.md "Evidence moved\n# from the source: capture").',
-         [(1, "benchmarks/BENCHMARKS-c.md", "Evidence moved from the source: capture")]),
-        ('    BENCHMARKS.md\n    "Evidence moved from the source: memory")',
-         [(1, "BENCHMARKS.md", "Evidence moved from the source: memory")]),
+        (
+            '# a (benchmarks/BENCHMARKS-c.md "Evidence moved\n# from the source: capture").',
+            [(1, "benchmarks/BENCHMARKS-c.md", "Evidence moved from the source: capture")],
+        ),
+        (
+            '    BENCHMARKS.md\n    "Evidence moved from the source: memory")',
+            [(1, "BENCHMARKS.md", "Evidence moved from the source: memory")],
+        ),
         ("the tables BENCHMARKS.md carries", []),
     ],
 )
@@ -131,12 +148,14 @@ def test_a_wrong_pointer_is_reported(tmp_path: Path) -> None:
     (tmp_path / "benchmarks" / "BENCHMARKS-replay.md").write_text(
         "# Benchmarks: replay\n\n## Replay: the step's graph\n\n**Knob trials on a GPU** (H200).\n"
     )
-    text = "\n".join([
-        '# benchmarks/BENCHMARKS-replay.md "Replay"',  # a heading
-        '# benchmarks/BENCHMARKS-replay.md "Knob trials on a GPU"',  # a bold title
-        '# benchmarks/BENCHMARKS-replay.md "Capture overhead"',  # in no title
-        '# BENCHMARKS.md "Replay"',  # no such file
-    ])
+    text = "\n".join(
+        [
+            '# benchmarks/BENCHMARKS-replay.md "Replay"',  # a heading
+            '# benchmarks/BENCHMARKS-replay.md "Knob trials on a GPU"',  # a bold title
+            '# benchmarks/BENCHMARKS-replay.md "Capture overhead"',  # in no title
+            '# BENCHMARKS.md "Replay"',  # no such file
+        ]
+    )
     assert broken_pointers(text, tmp_path) == [
         '3: benchmarks/BENCHMARKS-replay.md has no heading or bold title containing "Capture overhead"',
         "4: BENCHMARKS.md does not exist",

@@ -21,7 +21,9 @@ def test_optimizer_loop_on_a_host_bound_step_is_calibrated_like_the_step() -> No
     ms profiled step and the GPU is busy 1.07 ms of it: what the fused step leaves shrinks like the
     step, x3.73 (the idle share of its cause read x4.32). Replayed (its region's host time
     and all but one launch of its region gone, its kernels at the fused traffic): x3.39."""
-    report = analyze_loaded(load(DATA / "optimizer_loop_h100_c" / "trace.json.gz"), unprofiled_step_ms=7.587)
+    report = analyze_loaded(
+        load(DATA / "optimizer_loop_h100_c" / "trace.json.gz"), unprofiled_step_ms=7.587
+    )
     loop = report.finding("optimizer-loop")
     assert loop is not None and report.findings[0].id == "optimizer-loop"
     assert loop.evidence.numbers["priced_by"] == "replay"
@@ -46,16 +48,22 @@ def _formula_price(folder: Path, unprofiled_ms: float, finding_id: str):  # type
 
 
 def _loop_finding(saving: float, idle: float):  # type: ignore[no-untyped-def]
-    return make_finding("optimizer-loop", "loop", 10.0, saving, "", Evidence(numbers={}), (), idle_ms=idle)
+    return make_finding(
+        "optimizer-loop", "loop", 10.0, saving, "", Evidence(numbers={}), (), idle_ms=idle
+    )
 
 
 def test_host_step_share_only_where_the_host_holds_the_step_back() -> None:
     """P = 10 ms, a loop of 6 ms (5 of it idle). Host-bound (U = 5, GPU busy 1 ms): the 4 ms the fix
     leaves shrink like the step, to 2: saving 3. GPU-bound (U = 9.5, busy 8 ms): its idle shrinks
     like its cause's (to half) but by no more than U - busy allows: 1 + min(2.5, 1.5) = 2.5."""
-    host = calibrate([_loop_finding(6.0, 5.0)], 5.0, {"optimizer": 0.5}, busy_ms=1.0, profiled_step_ms=10.0)[0]
+    host = calibrate(
+        [_loop_finding(6.0, 5.0)], 5.0, {"optimizer": 0.5}, busy_ms=1.0, profiled_step_ms=10.0
+    )[0]
     assert host.saving_ms == pytest.approx(3.0)
-    gpu = calibrate([_loop_finding(6.0, 5.0)], 9.5, {"optimizer": 0.5}, busy_ms=8.0, profiled_step_ms=10.0)[0]
+    gpu = calibrate(
+        [_loop_finding(6.0, 5.0)], 9.5, {"optimizer": 0.5}, busy_ms=8.0, profiled_step_ms=10.0
+    )[0]
     assert gpu.saving_ms == pytest.approx(2.5)
 
 
@@ -66,7 +74,9 @@ def test_pageable_copy_leaves_the_pinned_copy_and_the_kernels_after_the_fix() ->
     fix (x6.92, 2.13x over). The pinned copy at the trace's 63 GB/s and the kernels are a floor:
     2.403 ms, x3.67. Replayed with the copy at that bandwidth, not blocking, and its staging gone:
     x3.62."""
-    report = analyze_loaded(load(DATA / "pageable_copy_h200_g" / "trace.json.gz"), unprofiled_step_ms=8.808)
+    report = analyze_loaded(
+        load(DATA / "pageable_copy_h200_g" / "trace.json.gz"), unprofiled_step_ms=8.808
+    )
     copy = report.findings[0]
     assert copy.id == "pageable-copy" and copy.evidence.numbers["priced_by"] == "replay"
     assert copy.evidence.numbers["step_floor_after_fix_ms"] == pytest.approx(2.403, abs=1e-3)
@@ -80,8 +90,16 @@ def test_pageable_copy_leaves_the_pinned_copy_and_the_kernels_after_the_fix() ->
 def _loader_finding(saving: float):  # type: ignore[no-untyped-def]
     from gpudoctor.core.finding import STEP_FLOOR_SHARE_AFTER_FIX
 
-    return make_finding("input-pipeline", "loader", 10.0, saving, "",
-                        Evidence(numbers={STEP_FLOOR_SHARE_AFTER_FIX: 0.5}), (), idle_ms=saving)
+    return make_finding(
+        "input-pipeline",
+        "loader",
+        10.0,
+        saving,
+        "",
+        Evidence(numbers={STEP_FLOOR_SHARE_AFTER_FIX: 0.5}),
+        (),
+        idle_ms=saving,
+    )
 
 
 def test_a_floor_share_holds_against_the_step_the_program_runs() -> None:
@@ -89,7 +107,11 @@ def test_a_floor_share_holds_against_the_step_the_program_runs() -> None:
     the step. Where the unprofiled step is longer (U = 30: bursty waits the window did not see, all
     given to input-pipeline) the floor is half of U, 15 ms, not half of P (which left 5 ms: x6)."""
     longer = calibrate([_loader_finding(5.0)], 30.0, {}, busy_ms=2.0, profiled_step_ms=10.0)[0]
-    assert longer.saving_ms == pytest.approx(15.0) and longer.predicted_speedup == pytest.approx(2.0)
+    assert longer.saving_ms == pytest.approx(15.0) and longer.predicted_speedup == pytest.approx(
+        2.0
+    )
     # a step the profiler inflated (U = 8): what the window saw, scaled, stays under the floor
-    shorter = calibrate([_loader_finding(5.0)], 8.0, {"input-pipeline": 0.6}, busy_ms=2.0, profiled_step_ms=10.0)[0]
+    shorter = calibrate(
+        [_loader_finding(5.0)], 8.0, {"input-pipeline": 0.6}, busy_ms=2.0, profiled_step_ms=10.0
+    )[0]
     assert shorter.saving_ms == pytest.approx(3.0) and shorter.saving_ms <= 4.0

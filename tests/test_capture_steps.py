@@ -23,6 +23,7 @@ from gpudoctor.capture.session import CaptureConfig, CaptureSession
 
 # -- the detector, on plain events ----------------------------------------------------------------
 
+
 def test_an_optimizer_replaces_forwards_before_the_window_and_is_locked_after() -> None:
     d = StepDetector(patience=2)
     assert d.outer_forward(1, 100, training_like=False)  # inference-like: a boundary at once
@@ -43,7 +44,10 @@ def test_the_first_optimizer_leads_and_others_are_not_steps() -> None:
 
 def test_training_forwards_with_no_backward_count_after_long_patience() -> None:
     d = StepDetector(patience=1)
-    assert [d.outer_forward(1, 10, training_like=True) for _ in range(6)] == [False] * 4 + [True, True]
+    assert [d.outer_forward(1, 10, training_like=True) for _ in range(6)] == [False] * 4 + [
+        True,
+        True,
+    ]
 
 
 def test_backward_calls_are_steps_when_no_optimizer_steps() -> None:
@@ -52,7 +56,10 @@ def test_backward_calls_are_steps_when_no_optimizer_steps() -> None:
     for _ in range(4):
         marks.append(d.outer_forward(1, 10, training_like=True))
         marks.append(d.backward_call())
-    assert marks == [False, False, False, False, False, True, False, True] and d.source is Source.BACKWARD
+    assert (
+        marks == [False, False, False, False, False, True, False, True]
+        and d.source is Source.BACKWARD
+    )
 
 
 def test_an_unrolled_cell_waits_for_its_optimizer() -> None:
@@ -67,11 +74,17 @@ def test_evaluation_forwards_before_training_give_way_to_the_optimizer() -> None
     """Lightning's sanity check: 2 eval forwards, then training: the training forwards are not
     steps, the optimizer's are, and the count restarts with them (the epoch moves)."""
     d = StepDetector(patience=2)
-    assert d.outer_forward(1, 10, training_like=False) and d.outer_forward(1, 10, training_like=False)
+    assert d.outer_forward(1, 10, training_like=False) and d.outer_forward(
+        1, 10, training_like=False
+    )
     epoch = d.epoch
-    assert not d.outer_forward(1, 10, training_like=True) and d.source is None and d.epoch == epoch + 1
+    assert (
+        not d.outer_forward(1, 10, training_like=True) and d.source is None and d.epoch == epoch + 1
+    )
     assert not d.backward_call() and d.optimizer_step(5) and d.source is Source.OPTIMIZER
-    assert not d.outer_forward(1, 10, training_like=False)  # a later validation forward is not a step
+    assert not d.outer_forward(
+        1, 10, training_like=False
+    )  # a later validation forward is not a step
     # an inference loop is unaffected, and training forwards after the window opened change nothing
     d2 = StepDetector(patience=2)
     assert d2.outer_forward(1, 10, training_like=False)
@@ -96,9 +109,16 @@ def test_graph_replays_count_only_without_a_module() -> None:
 
 # -- real loops in this process -------------------------------------------------------------------
 
-def session(tmp_path: Path, skip: int = 3, steps: int = 2, calibration: int = 2, **kw: object) -> CaptureSession:
-    s = CaptureSession(CaptureConfig(steps=steps, skip=skip, calibration_steps=calibration, nvml_interval_s=0,
-                                     **kw), tmp_path)  # type: ignore[arg-type]
+
+def session(
+    tmp_path: Path, skip: int = 3, steps: int = 2, calibration: int = 2, **kw: object
+) -> CaptureSession:
+    s = CaptureSession(
+        CaptureConfig(
+            steps=steps, skip=skip, calibration_steps=calibration, nvml_interval_s=0, **kw
+        ),
+        tmp_path,
+    )  # type: ignore[arg-type]
     s.start()
     return s
 
@@ -144,7 +164,9 @@ def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path: Path)
         opt.zero_grad()
     s.close()
     assert s.result.step_source == "optimizer-step"
-    assert s.result.steps_seen == 3 + 1 + 2 + 1 + 3 and forwards == 4 * s.result.steps_seen  # + 1 to settle
+    assert (
+        s.result.steps_seen == 3 + 1 + 2 + 1 + 3 and forwards == 4 * s.result.steps_seen
+    )  # + 1 to settle
 
 
 def test_two_optimizers_make_one_step(tmp_path: Path) -> None:
@@ -174,7 +196,9 @@ def test_a_training_loop_with_no_optimizer_steps_at_each_backward(tmp_path: Path
                 p -= 0.01 * p.grad
         n += 1
     s.close()
-    assert s.result.step_source == "backward-call" and n == 5 + 10  # patience, then 10 steps (1 to settle)
+    assert (
+        s.result.step_source == "backward-call" and n == 5 + 10
+    )  # patience, then 10 steps (1 to settle)
 
 
 def test_forwards_on_other_threads_are_not_steps(tmp_path: Path) -> None:
@@ -217,6 +241,7 @@ def test_a_closure_runs_inside_one_optimizer_step(tmp_path: Path) -> None:
     s = session(tmp_path)
     n = 0
     while not s.done:
+
         def closure() -> torch.Tensor:
             opt.zero_grad()
             loss = model(x).pow(2).mean()
@@ -247,7 +272,9 @@ def test_a_compiled_model_keeps_its_graphs(tmp_path: Path) -> None:
     assert not [w for w in seen if "global hooks" in str(w.message)]
 
 
-def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, monkeypatch) -> None:
+def test_generate_calls_are_steps_and_their_forwards_are_tokens(
+    tmp_path: Path, monkeypatch
+) -> None:
     class GenerationMixin:
         def generate(self, x: torch.Tensor, max_new_tokens: int = 6) -> torch.Tensor:
             for _ in range(max_new_tokens):
@@ -284,7 +311,8 @@ def test_generate_calls_are_steps_and_their_forwards_are_tokens(tmp_path: Path, 
     assert r.generate["forwards_per_call"] == 6 and r.generate["calls_timed"] >= 2
     assert r.generate["decode_ms_per_token"] > 0
     assert GenerationMixin.__dict__["generate"].__name__ == "generate" and not hasattr(
-        GenerationMixin.__dict__["generate"], "__wrapped__")
+        GenerationMixin.__dict__["generate"], "__wrapped__"
+    )
 
 
 class _SlowSamples(torch.utils.data.Dataset):
@@ -301,7 +329,9 @@ class _SlowSamples(torch.utils.data.Dataset):
 
 
 def test_steps_served_from_a_dataloader_backlog_are_not_timed(tmp_path: Path) -> None:
-    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2)
+    loader = torch.utils.data.DataLoader(
+        _SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2
+    )
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = session(tmp_path, skip=8, steps=2, calibration=3)
@@ -325,7 +355,9 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
     """--skip 2 against a queue of 4 batches: the window opens at step 5, the first step whose
     batch the workers had to make while the loop ran (not step 2, inside the backlog)."""
 
-    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2)
+    loader = torch.utils.data.DataLoader(
+        _SlowSamples(), batch_size=2, num_workers=2, prefetch_factor=2
+    )
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = session(tmp_path, skip=2, steps=2, calibration=3)
@@ -343,7 +375,9 @@ def test_the_window_waits_until_the_dataloader_backlog_is_served(tmp_path: Path)
     assert r.steps_recorded == 2
 
 
-def test_session_asks_kineto_to_detach_cupti_after_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_session_asks_kineto_to_detach_cupti_after_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """CUPTI left attached slows every launch after the window (pytorch/pytorch#144455); a value
     the user or torch set stays."""
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
@@ -429,7 +463,9 @@ def test_steps_that_compiled_are_not_timed(tmp_path: Path, monkeypatch: pytest.M
     """A step in which torch.compile compiled (dynamo's compile-time records grew) is cut from the
     unprofiled samples: a recompile of 1 s among 13 ms steps is not a step as the program runs."""
     records: dict[str, list[float]] = {}
-    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records))
+    monkeypatch.setitem(
+        sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records)
+    )
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = session(tmp_path, skip=8, steps=2, calibration=4)

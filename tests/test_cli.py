@@ -17,8 +17,15 @@ SRC = Path(__file__).parent.parent / "src"
 
 def gd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_demo_prints_a_diagnosis() -> None:
@@ -39,7 +46,9 @@ def test_json_report_is_versioned_and_sorted() -> None:
     top = report["findings"][0]
     assert top["id"] == "naive-attention"
     assert {"id", "severity", "saving_ms", "predicted_speedup", "evidence", "fixes"} <= set(top)
-    assert top["fixes"][0]["code"].startswith("out = torch.nn.functional.scaled_dot_product_attention")
+    assert top["fixes"][0]["code"].startswith(
+        "out = torch.nn.functional.scaled_dot_product_attention"
+    )
 
 
 def test_html_is_written(tmp_path: Path) -> None:
@@ -58,14 +67,24 @@ def test_run_directory_is_accepted() -> None:
 
 
 def test_gpu_override_changes_the_ceilings() -> None:
-    out = gd("analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--gpu", "a100-sxm-80gb", "--json")
+    out = gd(
+        "analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--gpu", "a100-sxm-80gb", "--json"
+    )
     assert json.loads(out.stdout)["ceilings"]["gpu"] == "NVIDIA A100 SXM4 80GB"
 
 
 def test_ceilings_file(tmp_path: Path) -> None:
     f = tmp_path / "ceil.json"
-    f.write_text(json.dumps({"gpu": "my card", "matrix_flops": {"bf16": 7.0e14, "fp32": 5.0e13},
-                             "hbm_bytes_per_s": 2.9e12, "source": "measured 2026-11-22"}))
+    f.write_text(
+        json.dumps(
+            {
+                "gpu": "my card",
+                "matrix_flops": {"bf16": 7.0e14, "fp32": 5.0e13},
+                "hbm_bytes_per_s": 2.9e12,
+                "source": "measured 2026-11-22",
+            }
+        )
+    )
     out = gd("analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--ceilings", str(f), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["ceilings"]["source"] == "measured 2026-11-22"
@@ -92,8 +111,24 @@ def test_bad_files_exit_2_with_one_line(tmp_path: Path, content: bytes, message:
 
 def test_cpu_only_trace_gets_a_host_report(tmp_path: Path) -> None:
     f = tmp_path / "cpu.json"
-    f.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1,
-                                              "tid": 1, "ts": 1.0, "dur": 2.0, "args": {}}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::add",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 1.0,
+                        "dur": 2.0,
+                        "args": {},
+                    }
+                ]
+            }
+        )
+    )
     out = gd("analyze", str(f))
     assert out.returncode == 0, out.stderr
     assert "no GPU work was recorded" in out.stdout and "Host breakdown" in out.stdout
@@ -118,12 +153,16 @@ def test_missing_path_and_unknown_gpu(tmp_path: Path) -> None:
 
     out = gd("analyze", str(tmp_path / "nope.json"))
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == (f"error: {tmp_path / 'nope.json'} does not exist; pass the file written by torch.profiler's "
-                          "export_chrome_trace() (.json or .json.gz), or a gpudoctor run directory\n")
+    assert out.stderr == (
+        f"error: {tmp_path / 'nope.json'} does not exist; pass the file written by torch.profiler's "
+        "export_chrome_trace() (.json or .json.gz), or a gpudoctor run directory\n"
+    )
     out = gd("analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--gpu", "voodoo5")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == (f"error: no datasheet row matches GPU 'voodoo5'; pass --gpu with one of "
-                          f"{', '.join(known_names())}, or --ceilings FILE\n")
+    assert out.stderr == (
+        f"error: no datasheet row matches GPU 'voodoo5'; pass --gpu with one of "
+        f"{', '.join(known_names())}, or --ceilings FILE\n"
+    )
 
 
 def test_bad_ceilings_file(tmp_path: Path) -> None:
@@ -134,7 +173,12 @@ def test_bad_ceilings_file(tmp_path: Path) -> None:
 
 
 def test_html_to_a_missing_folder_leaves_nothing_behind(tmp_path: Path) -> None:
-    out = gd("analyze", str(DATA / "fp32_matmul" / "trace.json.gz"), "--html", str(tmp_path / "no" / "r.html"))
+    out = gd(
+        "analyze",
+        str(DATA / "fp32_matmul" / "trace.json.gz"),
+        "--html",
+        str(tmp_path / "no" / "r.html"),
+    )
     assert out.returncode == 2 and "does not exist" in out.stderr
 
 
@@ -158,7 +202,9 @@ def test_rules_lists_every_id() -> None:
     from gpudoctor.rules.registry import RULES
 
     out = gd("rules")
-    assert out.returncode == 0 and "memory-pressure" in out.stdout and "per-sample-loop" in out.stdout
+    assert (
+        out.returncode == 0 and "memory-pressure" in out.stdout and "per-sample-loop" in out.stdout
+    )
     assert len(RULES) >= 15 and [r for r in RULES if r not in out.stdout] == []
 
 
@@ -181,14 +227,23 @@ def test_version_and_short_help() -> None:
     assert short.returncode == 0 and short.stdout == long.stdout and "Commands" in short.stdout
     run_help = gd("run", "-h")
     assert run_help.returncode == 0 and "--try-fixes" in run_help.stdout
-    assert "Exit code: 0 with a report; the program's own code when it fails; 3 when" in run_help.stdout
+    assert (
+        "Exit code: 0 with a report; the program's own code when it fails; 3 when"
+        in run_help.stdout
+    )
 
 
 def test_top_level_help_wraps_each_command_summary_as_one_paragraph() -> None:
     """The command list kept the docstrings' line breaks: "the time each" / "would save per step"."""
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="200")
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "--help"], capture_output=True, text=True, env=env,
-                         timeout=120, check=False).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    ).stdout
     [analyze] = [line for line in out.splitlines() if " analyze " in line]
     assert "the time each would save per step (multi-GPU: stragglers" in analyze
     [bench] = [line for line in out.splitlines() if " bench " in line]
@@ -198,16 +253,24 @@ def test_top_level_help_wraps_each_command_summary_as_one_paragraph() -> None:
 def test_usage_error_exits_2() -> None:
     out = gd("analyze")
     assert out.returncode == 2 and out.stdout == ""
-    assert "Error: Missing argument" in out.stderr and "Usage:" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        "Error: Missing argument" in out.stderr
+        and "Usage:" in out.stderr
+        and "Traceback" not in out.stderr
+    )
 
 
-JOBS_ERROR = ("error: --jobs {}: give a number of worker processes of 1 or more (e.g. --jobs 4), or leave it out "
-              "for one per core\n")
+JOBS_ERROR = (
+    "error: --jobs {}: give a number of worker processes of 1 or more (e.g. --jobs 4), or leave it out "
+    "for one per core\n"
+)
 
 
-@pytest.mark.parametrize("inputs", [("host_sync",), ("gloo_straggler",),
-                                    ("host_sync/trace.json.gz", "fp32_matmul/trace.json.gz")],
-                         ids=["one trace", "one job's ranks", "separate traces"])
+@pytest.mark.parametrize(
+    "inputs",
+    [("host_sync",), ("gloo_straggler",), ("host_sync/trace.json.gz", "fp32_matmul/trace.json.gz")],
+    ids=["one trace", "one job's ranks", "separate traces"],
+)
 @pytest.mark.parametrize("jobs", ["-3", "0"])
 def test_bad_jobs_is_refused_for_any_inputs(inputs: tuple[str, ...], jobs: str) -> None:
     out = gd("analyze", *(str(DATA / i) for i in inputs), "--jobs", jobs)

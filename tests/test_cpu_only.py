@@ -34,8 +34,12 @@ def report():
 
 def test_steps_are_the_profiler_steps_in_host_time(report) -> None:
     assert report.host_only
-    assert report.steps.to_dict() == {"method": "profiler-step", "count": 3, "median_ms": 1.1805,
-                            "per_step_ms": [1.3024, 1.1805, 1.1182]}
+    assert report.steps.to_dict() == {
+        "method": "profiler-step",
+        "count": 3,
+        "median_ms": 1.1805,
+        "per_step_ms": [1.3024, 1.1805, 1.1182],
+    }
     assert report.step_ms == pytest.approx(1.2004, abs=5e-5)
     assert report.gpu_busy_pct == 0.0 and report.mfu == 0.0
 
@@ -43,8 +47,13 @@ def test_steps_are_the_profiler_steps_in_host_time(report) -> None:
 def test_the_host_breakdown_pins_the_loop(report) -> None:
     host = report.host
     assert host.device == "cpu" and host.step_ms == pytest.approx(1.2004, abs=5e-5)
-    assert host.by_category == {"dataloader": 0.392, "backward": 0.2372, "optimizer": 0.2125,
-                                   UNTRACED: 0.2075, "aten ops": 0.1511}
+    assert host.by_category == {
+        "dataloader": 0.392,
+        "backward": 0.2372,
+        "optimizer": 0.2125,
+        UNTRACED: 0.2075,
+        "aten ops": 0.1511,
+    }
     assert sum(host.by_category.values()) == pytest.approx(report.step_ms, abs=1e-3)
     top = [(o.name, o.category, o.ms_per_step, o.calls_per_step) for o in host.ops[:4]]
     assert top == [
@@ -60,7 +69,8 @@ def test_no_gpu_and_nothing_priced_against_one(report) -> None:
     assert report.findings == () and report.idle == {}
     assert list(report.roofline.kernels) == [] and list(report.roofline.ops) == []
     assert report.warnings[0].startswith(
-        "no GPU work was recorded in this window: the program ran on the CPU (device: cpu)")
+        "no GPU work was recorded in this window: the program ran on the CPU (device: cpu)"
+    )
     assert list(report.not_applicable) == ["gpu"]
 
 
@@ -68,7 +78,9 @@ def test_json_round_trips(report) -> None:
     data = json.loads(to_json(report))
     assert data["gpu"]["name"] is None and data["host"]["by_category"]["dataloader"] == 0.392
     assert data["steps"]["per_step_ms"] == [1.3024, 1.1805, 1.1182]
-    gpu_report = json.loads(to_json(gpudoctor.analyze(TRACE.parent.parent / "host_sync" / "trace.json.gz")))
+    gpu_report = json.loads(
+        to_json(gpudoctor.analyze(TRACE.parent.parent / "host_sync" / "trace.json.gz"))
+    )
     assert gpu_report["host"] == {}  # GPU reports keep their shape
 
 
@@ -99,7 +111,9 @@ def test_html_renders_in_a_browser(report, tmp_path: Path) -> None:
 
 def test_without_markers_the_cpu_steps_come_from_the_optimizer() -> None:
     data = json.loads(gzip.decompress(TRACE.read_bytes()))
-    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    data["traceEvents"] = [
+        e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     r = analyze_loaded(parse(json.dumps(data).encode()))
     assert r.host_only and r.steps.method == "optimizer-step" and r.steps.count == 3
 
@@ -123,7 +137,10 @@ def test_a_gpu_listed_but_unused_is_named() -> None:
     t = TraceBuilder()
     t.op("aten::add", 1, 2)
     r = analyze_loaded(parse(t.to_bytes()))
-    assert "(the trace lists a NVIDIA H100 80GB HBM3, but no kernel or copy ran on it)" in r.warnings[0]
+    assert (
+        "(the trace lists a NVIDIA H100 80GB HBM3, but no kernel or copy ran on it)"
+        in r.warnings[0]
+    )
     assert r.steps.method == "whole-trace"
 
 

@@ -28,14 +28,18 @@ def _run_dir(folder: Path, trace: Path, error: str | None, steps_recorded: int) 
     return folder
 
 
-@pytest.mark.parametrize("scenario", ["cpu_only", "host_sync"])  # the host-only and the GPU analysis
+@pytest.mark.parametrize(
+    "scenario", ["cpu_only", "host_sync"]
+)  # the host-only and the GPU analysis
 def test_the_step_a_crash_cut_short_is_left_out(tmp_path, scenario):
     trace = DATA / scenario / "trace.json.gz"
     assert len(segment(load(trace))) == 3  # ProfilerStep#1-3: here the third is the one cut short
     report = analyze_path(_run_dir(tmp_path / "run", trace, "RuntimeError: boom", 2))
     assert report.steps.count == 2 and len(report.steps.per_step_ms) == 2
-    assert ("the window ended early (the program stopped during a step): the step it cut short is left out, "
-            "2 whole steps remain") in report.warnings
+    assert (
+        "the window ended early (the program stopped during a step): the step it cut short is left out, "
+        "2 whole steps remain"
+    ) in report.warnings
 
 
 def test_a_window_that_ended_as_planned_keeps_its_steps(tmp_path):
@@ -43,7 +47,11 @@ def test_a_window_that_ended_as_planned_keeps_its_steps(tmp_path):
     report = analyze_path(_run_dir(tmp_path / "run", trace, None, 2))
     assert report.steps.count == 3
     steps = segment(load(trace))
-    assert whole_steps(steps, 3) is steps and whole_steps(steps, 0) is steps and whole_steps(steps, None) is steps
+    assert (
+        whole_steps(steps, 3) is steps
+        and whole_steps(steps, 0) is steps
+        and whole_steps(steps, None) is steps
+    )
 
 
 CRASH = """
@@ -67,8 +75,15 @@ for i, (x, y) in enumerate(data):
 def test_a_real_crash_counts_one_optimizer_step_per_step(tmp_path):
     (tmp_path / "crash.py").write_text(CRASH)
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="160")
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "crash.py", "--steps", "5", "--skip", "10"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "run", "crash.py", "--steps", "5", "--skip", "10"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert "boom at step 13" in out.stderr
     [run] = (tmp_path / "gpudoctor-runs").iterdir()
     report = json.loads((run / "report.json").read_text())

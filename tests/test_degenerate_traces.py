@@ -109,7 +109,9 @@ def test_the_healthy_base_has_every_capability_and_finds_its_syncs() -> None:
 # --- unusable: one line, exit code 2 ----------------------------------------------------------
 
 
-def test_a_single_op_at_ts_1e20_is_refused_without_a_numpy_warning(tmp_path, monkeypatch, capsys) -> None:
+def test_a_single_op_at_ts_1e20_is_refused_without_a_numpy_warning(
+    tmp_path, monkeypatch, capsys
+) -> None:
     t = TraceBuilder()
     t.op("aten::mm", 1e20, 10)
     code, out, err = cli(tmp_path, t, monkeypatch, capsys)
@@ -142,7 +144,9 @@ def test_epoch_based_float_timestamps_load_like_relative_ones() -> None:
 
 
 def test_events_that_span_decades_are_refused(tmp_path, monkeypatch, capsys) -> None:
-    t = mutate(healthy(), "kernel", ts=lambda ts: ts + 1.7e15)  # GPU on the epoch clock, host relative
+    t = mutate(
+        healthy(), "kernel", ts=lambda ts: ts + 1.7e15
+    )  # GPU on the epoch clock, host relative
     code, out, err = cli(tmp_path, t, monkeypatch, capsys)
     assert_one_line_error(code, out, err, "days", "mix clocks")
 
@@ -153,7 +157,9 @@ def test_gpu_events_outside_the_host_span_are_refused(tmp_path, monkeypatch, cap
     assert_one_line_error(code, out, err, "never overlap in time")
 
 
-@pytest.mark.parametrize(("cat", "dur"), [("kernel", 0.0), (None, 0.0), ("kernel", -5.0), (None, -5.0)])
+@pytest.mark.parametrize(
+    ("cat", "dur"), [("kernel", 0.0), (None, 0.0), ("kernel", -5.0), (None, -5.0)]
+)
 def test_gpu_events_without_duration_are_refused(tmp_path, monkeypatch, capsys, cat, dur) -> None:
     t = mutate(healthy(), cat, dur=lambda _: dur)
     code, out, err = cli(tmp_path, t, monkeypatch, capsys)
@@ -169,7 +175,9 @@ def test_a_cpu_only_trace_without_durations_is_refused() -> None:
 def test_kernels_without_any_host_event_are_refused(tmp_path, monkeypatch, capsys) -> None:
     t = without(healthy(), "cpu_op", "cuda_runtime", "user_annotation")
     code, out, err = cli(tmp_path, t, monkeypatch, capsys)
-    assert_one_line_error(code, out, err, "20 GPU events but no host (CPU) events", "ProfilerActivity.CPU")
+    assert_one_line_error(
+        code, out, err, "20 GPU events but no host (CPU) events", "ProfilerActivity.CPU"
+    )
 
 
 # --- usable but incomplete: a report that says what is missing ---------------------------------
@@ -190,7 +198,9 @@ def test_without_launch_links_the_report_says_so_and_no_host_side_rule_fires(cas
     assert report.finding("host-sync") is None
     assert not {f.id for f in report.findings} & LINK_RULES
     assert_needs_met(report, t.to_bytes())
-    note = next(w for w in report.warnings if w.startswith("the trace lacks kernel-to-launch links"))
+    note = next(
+        w for w in report.warnings if w.startswith("the trace lacks kernel-to-launch links")
+    )
     assert reason in note and "host-sync" in note.split("skipped ", 1)[1]
     # the step keeps its host boundaries (it used to collapse onto the last GPU event) ...
     assert report.steps.count == 4 and report.step_ms == pytest.approx(0.1)
@@ -225,7 +235,10 @@ def test_without_step_markers_the_steps_are_found_and_the_report_says_how() -> N
     t.events = [e for e in t.events if not e["name"].startswith("ProfilerStep")]
     report = report_of(t)
     assert report.steps.method != "profiler-step"
-    assert any(w.startswith("no step markers") or w.startswith("no ProfilerStep#N") for w in report.warnings)
+    assert any(
+        w.startswith("no step markers") or w.startswith("no ProfilerStep#N")
+        for w in report.warnings
+    )
 
 
 def test_one_step_is_a_report() -> None:
@@ -282,12 +295,16 @@ def test_host_sync_without_runtime_events_names_no_sync(tmp_path: Path) -> None:
     assert report.gpu_busy_pct == pytest.approx(full.gpu_busy_pct, abs=0.5)
 
 
-def test_host_sync_without_driver_events_keeps_its_steps_and_says_what_is_unlinked(tmp_path: Path) -> None:
+def test_host_sync_without_driver_events_keeps_its_steps_and_says_what_is_unlinked(
+    tmp_path: Path,
+) -> None:
     full = analyze_loaded(parse((DATA / "host_sync" / "trace.json.gz").read_bytes()))
     report = analyze_loaded(parse(_stripped(tmp_path, "cuda_driver").read_bytes()))
     assert report.step_ms == pytest.approx(full.step_ms, rel=0.01)  # it was 1.286 of 10.469 ms
-    assert any("69 of the 810 GPU events recorded in the window (9%) have no launch record" in w
-               for w in report.warnings)
+    assert any(
+        "69 of the 810 GPU events recorded in the window (9%) have no launch record" in w
+        for w in report.warnings
+    )
     assert report.finding("host-sync") is not None
 
 
@@ -308,15 +325,17 @@ def test_a_rule_with_an_unknown_need_is_refused() -> None:
 
 # --- fuzz: whatever is taken away or broken, a report or a clean error --------------------------
 
-_broken = st.fixed_dictionaries({
-    "drop": st.sets(st.sampled_from(["cuda_runtime", "cpu_op", "user_annotation", "kernel"])),
-    "uncorrelate": st.booleans(),
-    "scale": st.sampled_from([1.0, 0.0, -1.0, 1e3]),
-    "scale_cat": st.sampled_from([None, "kernel", "cpu_op", "cuda_runtime"]),
-    "shift": st.sampled_from([0.0, 1.7e15, 1e6, -50.0, 1e20]),
-    "shift_cat": st.sampled_from([None, "kernel", "cpu_op"]),
-    "steps": st.integers(1, 4),
-})
+_broken = st.fixed_dictionaries(
+    {
+        "drop": st.sets(st.sampled_from(["cuda_runtime", "cpu_op", "user_annotation", "kernel"])),
+        "uncorrelate": st.booleans(),
+        "scale": st.sampled_from([1.0, 0.0, -1.0, 1e3]),
+        "scale_cat": st.sampled_from([None, "kernel", "cpu_op", "cuda_runtime"]),
+        "shift": st.sampled_from([0.0, 1.7e15, 1e6, -50.0, 1e20]),
+        "shift_cat": st.sampled_from([None, "kernel", "cpu_op"]),
+        "steps": st.integers(1, 4),
+    }
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -341,14 +360,21 @@ def test_broken_traces_get_a_sound_report_or_a_clean_error(how) -> None:
         assert "0 blocking syncs" not in f.summary
 
 
-def test_a_live_window_with_nothing_sound_writes_its_run_directory_and_says_why(tmp_path: Path) -> None:
+def test_a_live_window_with_nothing_sound_writes_its_run_directory_and_says_why(
+    tmp_path: Path,
+) -> None:
     from gpudoctor.capture.session import CaptureConfig, CaptureResult
     from gpudoctor.live import diagnose_capture
 
     trace = mutate(healthy(), "kernel", dur=lambda _: 0.0).write(tmp_path / "trace.json")
-    report, note = diagnose_capture(CaptureResult(trace_path=trace, device="cuda"), CaptureConfig(), tmp_path / "run")
+    report, note = diagnose_capture(
+        CaptureResult(trace_path=trace, device="cuda"), CaptureConfig(), tmp_path / "run"
+    )
     assert report is None
-    assert note.startswith("the recorded window cannot be diagnosed: ") and "records no GPU time" in note
+    assert (
+        note.startswith("the recorded window cannot be diagnosed: ")
+        and "records no GPU time" in note
+    )
     assert (tmp_path / "run" / "env.json").exists()
 
 
@@ -359,17 +385,24 @@ def test_a_live_windows_status_says_what_it_came_to(tmp_path: Path) -> None:
     from gpudoctor.live import RunStatus, diagnose_capture
 
     broken = mutate(healthy(), "kernel", dur=lambda _: 0.0).write(tmp_path / "broken.json")
-    found = diagnose_capture(CaptureResult(trace_path=broken, device="cuda"), CaptureConfig(), tmp_path / "a")
+    found = diagnose_capture(
+        CaptureResult(trace_path=broken, device="cuda"), CaptureConfig(), tmp_path / "a"
+    )
     assert found.status is RunStatus.NOT_DIAGNOSED and found.report is None
     # a window whose trace names no GPU (no deviceProperties): what a CPU-only device records
     unnamed = tmp_path / "unnamed.json"
     data = json.loads(healthy().write(tmp_path / "named.json").read_text())
     data.pop("deviceProperties", None)
     unnamed.write_text(json.dumps(data))
-    found = diagnose_capture(CaptureResult(trace_path=unnamed, device="cpu"), CaptureConfig(), tmp_path / "b")
+    found = diagnose_capture(
+        CaptureResult(trace_path=unnamed, device="cpu"), CaptureConfig(), tmp_path / "b"
+    )
     assert found.status is RunStatus.NO_GPU_ACTIVITY and found.note.startswith("no GPU activity")
-    found = diagnose_capture(CaptureResult(trace_path=healthy().write(tmp_path / "ok.json"), device="cuda"),
-                             CaptureConfig(), tmp_path / "c")
+    found = diagnose_capture(
+        CaptureResult(trace_path=healthy().write(tmp_path / "ok.json"), device="cuda"),
+        CaptureConfig(),
+        tmp_path / "c",
+    )
     assert found.status is RunStatus.DIAGNOSED and found.report is not None
     report, note = found  # unpacks as (report, note) for the callers that need no status
     assert report is found.report and note == found.note

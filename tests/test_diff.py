@@ -43,13 +43,19 @@ def test_lab_twins_speedup_within_5pct_and_planted_finding_resolved(trap, tmp_pa
 
 
 def test_trace_only_diff_uses_the_profiled_steps():
-    d = diff_paths(DATA / "fp32_matmul" / "trace.json.gz", DATA / "fp32_matmul_fixed" / "trace.json.gz")
+    d = diff_paths(
+        DATA / "fp32_matmul" / "trace.json.gz", DATA / "fp32_matmul_fixed" / "trace.json.gz"
+    )
     assert d.samples_kind == "profiled" and d.step.n_before == 3 and d.step.n_after == 3
     assert d.verdict == FASTER
     assert any("profiled" in w for w in d.warnings)
     # the fp32 GEMMs on CUDA cores became tensor-core GEMMs under the same aten::mm of AddmmBackward0
     top = d.changed_kernels()[0]
-    assert top.level == "op tree" and top.before.kind == "gemm (CUDA cores)" and top.after.kind == "gemm (tensor cores)"
+    assert (
+        top.level == "op tree"
+        and top.before.kind == "gemm (CUDA cores)"
+        and top.after.kind == "gemm (tensor cores)"
+    )
     assert top.delta_ms < -4
 
 
@@ -66,7 +72,11 @@ LEVEL_1 = "name+op+shapes+site"
 
 
 def test_run_dir_compared_with_itself_is_no_difference(tmp_path):
-    run = make_run(tmp_path / "a", DATA / "healthy_train" / "trace.json.gz", MANIFEST["healthy_train"]["sick_times_ms"])
+    run = make_run(
+        tmp_path / "a",
+        DATA / "healthy_train" / "trace.json.gz",
+        MANIFEST["healthy_train"]["sick_times_ms"],
+    )
     d = diff_paths(run, run)
     assert d.verdict == SAME and d.samples_kind == "unprofiled" and d.step.n_before == 20
 
@@ -77,7 +87,11 @@ def test_renamed_triton_kernels_still_match(tmp_path):
     def renumber(data):
         for e in data["traceEvents"]:
             name = e.get("name", "")
-            if isinstance(name, str) and name.startswith("triton_") and name.rsplit("_", 1)[-1].isdigit():
+            if (
+                isinstance(name, str)
+                and name.startswith("triton_")
+                and name.rsplit("_", 1)[-1].isdigit()
+            ):
                 stem, n = name.rsplit("_", 1)
                 e["name"] = f"{stem}_{int(n) + 7}"
 
@@ -90,22 +104,42 @@ def test_renamed_triton_kernels_still_match(tmp_path):
 
 
 def test_normalize_drops_numbering_and_hashes():
-    assert normalize("triton_poi_fused_add_mul_0") == normalize("triton_poi_fused_add_mul_12") == \
-        "triton_poi_fused_add_mul"
+    assert (
+        normalize("triton_poi_fused_add_mul_0")
+        == normalize("triton_poi_fused_add_mul_12")
+        == "triton_poi_fused_add_mul"
+    )
     assert normalize("kernel_3f9a2b7c8d1e4f05_x") == "kernel_*_x"
-    assert normalize("cutlass_80_tensorop_s16816gemm_64x64_align8") == "cutlass_80_tensorop_s16816gemm_64x64_align8"
+    assert (
+        normalize("cutlass_80_tensorop_s16816gemm_64x64_align8")
+        == "cutlass_80_tensorop_s16816gemm_64x64_align8"
+    )
 
 
 def test_match_cascade_falls_back_to_the_op_tree():
     def g(name, op, shapes="[[8, 8]]", site="", top="AddmmBackward0", ms=1.0):
         return Group(Key(name, op, shapes, site, top), name, "gemm", 1.0, ms)
 
-    before = [g("sgemm_fp32", "aten::mm"), g("relu", "aten::relu", site="a.py(3): f"), g("gone", "aten::abs")]
-    after = [g("bf16_gemm", "aten::mm", ms=0.2), g("relu", "aten::relu", site="a.py(9): f"), g("new", "aten::exp")]
-    levels = {(k.before.display if k.before else None, k.after.display if k.after else None): k.level
-              for k in match(before, after)}
-    assert levels == {("sgemm_fp32", "bf16_gemm"): "op tree", ("relu", "relu"): "name+op+shapes",
-                      ("gone", None): "disappeared", (None, "new"): "appeared"}
+    before = [
+        g("sgemm_fp32", "aten::mm"),
+        g("relu", "aten::relu", site="a.py(3): f"),
+        g("gone", "aten::abs"),
+    ]
+    after = [
+        g("bf16_gemm", "aten::mm", ms=0.2),
+        g("relu", "aten::relu", site="a.py(9): f"),
+        g("new", "aten::exp"),
+    ]
+    levels = {
+        (k.before.display if k.before else None, k.after.display if k.after else None): k.level
+        for k in match(before, after)
+    }
+    assert levels == {
+        ("sgemm_fp32", "bf16_gemm"): "op tree",
+        ("relu", "relu"): "name+op+shapes",
+        ("gone", None): "disappeared",
+        (None, "new"): "appeared",
+    }
 
 
 def test_two_gpus_warn_and_still_compare(tmp_path):
@@ -134,14 +168,21 @@ def test_rank_directory_compares_rank_0(tmp_path):
     folder = tmp_path / "ddp"
     folder.mkdir()
     for rank in (1, 0):
-        (folder / f"trace.rank{rank}.json.gz").write_bytes((DATA / "ddp_train" / "trace.json.gz").read_bytes())
+        (folder / f"trace.rank{rank}.json.gz").write_bytes(
+            (DATA / "ddp_train" / "trace.json.gz").read_bytes()
+        )
     d = diff_paths(folder, folder)
     assert d.before.kind == "ranks" and "rank 0" in d.before.notes[0]
     assert d.verdict == SAME
 
 
 def _runs(base):
-    first = {"target": "/src/train.py", "args": ["--lr", "1"], "is_module": False, "git_commit": "aaa1111"}
+    first = {
+        "target": "/src/train.py",
+        "args": ["--lr", "1"],
+        "is_module": False,
+        "git_commit": "aaa1111",
+    }
     other = {"target": "/src/eval.py", "args": [], "is_module": False, "git_commit": "bbb2222"}
     second = dict(first, git_commit="ccc3333")
     trace = DATA / "healthy_train" / "trace.json.gz"
@@ -166,8 +207,13 @@ def test_history_lists_newest_first_and_last_pairs_one_program(tmp_path):
 def test_last_needs_two_runs_of_one_program(tmp_path):
     _runs(tmp_path)
     (tmp_path / "eval-2").mkdir()
-    make_run(tmp_path / "eval-2", DATA / "host_sync" / "trace.json.gz", None, "2026-11-23T00:00:00+00:00",
-             {"target": "/src/eval.py", "args": ["--full"], "is_module": False})
+    make_run(
+        tmp_path / "eval-2",
+        DATA / "host_sync" / "trace.json.gz",
+        None,
+        "2026-11-23T00:00:00+00:00",
+        {"target": "/src/eval.py", "args": ["--full"], "is_module": False},
+    )
     with pytest.raises(InputError, match=r"only one run of `/src/eval\.py --full`"):
         last_pair(tmp_path)
     with pytest.raises(InputError, match="does not exist"):
@@ -175,10 +221,28 @@ def test_last_needs_two_runs_of_one_program(tmp_path):
 
 
 def test_program_read_back_from_argv():
-    argv = ["/x/__main__.py", "run", "--skip", "5", "--stack", "--out", "runs", "train.py", "--epochs", "1"]
-    assert program_from_argv(argv) == {"target": "train.py", "args": ["--epochs", "1"], "is_module": False}
-    assert program_from_argv(["g", "run", "-m", "pkg.train", "--x"]) == {"target": "pkg.train", "args": ["--x"],
-                                                                        "is_module": True}
+    argv = [
+        "/x/__main__.py",
+        "run",
+        "--skip",
+        "5",
+        "--stack",
+        "--out",
+        "runs",
+        "train.py",
+        "--epochs",
+        "1",
+    ]
+    assert program_from_argv(argv) == {
+        "target": "train.py",
+        "args": ["--epochs", "1"],
+        "is_module": False,
+    }
+    assert program_from_argv(["g", "run", "-m", "pkg.train", "--x"]) == {
+        "target": "pkg.train",
+        "args": ["--x"],
+        "is_module": True,
+    }
     assert program_from_argv(["g", "analyze", "t.json"]) == {}
 
 
@@ -192,10 +256,17 @@ def test_program_facts_record_the_git_commit(tmp_path):
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "train.py"], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    )
     facts = program_facts(str(script), ("--lr", "1"), False)
-    assert facts == {"target": str(script), "args": ["--lr", "1"], "is_module": False,
-                     "git_commit": head.stdout.strip(), "git_dirty": False}
+    assert facts == {
+        "target": str(script),
+        "args": ["--lr", "1"],
+        "is_module": False,
+        "git_commit": head.stdout.strip(),
+        "git_dirty": False,
+    }
     script.write_text("print(2)\n")
     assert program_facts(str(script), (), False)["git_dirty"] is True
     json.dumps(facts)
@@ -207,14 +278,23 @@ def test_history_keeps_each_trial_prediction_beside_its_measurement(tmp_path):
     from gpudoctor.diff.history import prediction_errors
 
     runs = tmp_path / "gpudoctor-runs"
-    trials = [record(knob=knob, finding=finding, predicted_speedup=predicted,
-                     measured_speedup=measured, predicted_by=by, status=status).to_dict()
-              for knob, finding, predicted, measured, by, status in (
-                  ("bf16-autocast", "fp32-matmul", 1.5, 1.25, "replay", "ok"),
-                  ("compile", "launch-bound", 2.0, 2.1, "replay", "ok"),
-                  ("tf32", "fp32-matmul", 1.2, 0.8, "formula", "ok"),
-                  # not measured: not a pair
-                  ("loader-workers", "input-pipeline", 2.0, None, None, "crashed"))]
+    trials = [
+        record(
+            knob=knob,
+            finding=finding,
+            predicted_speedup=predicted,
+            measured_speedup=measured,
+            predicted_by=by,
+            status=status,
+        ).to_dict()
+        for knob, finding, predicted, measured, by, status in (
+            ("bf16-autocast", "fp32-matmul", 1.5, 1.25, "replay", "ok"),
+            ("compile", "launch-bound", 2.0, 2.1, "replay", "ok"),
+            ("tf32", "fp32-matmul", 1.2, 0.8, "formula", "ok"),
+            # not measured: not a pair
+            ("loader-workers", "input-pipeline", 2.0, None, None, "crashed"),
+        )
+    ]
     folder = make_run(runs / "train-1", DATA / "host_sync" / "trace.json.gz", [7.0, 7.1])
     (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
     make_run(runs / "train-2", DATA / "host_sync" / "trace.json.gz", [7.0])  # no trials

@@ -21,8 +21,15 @@ TIMES = MANIFEST["healthy_train"]["sick_times_ms"]
 
 def gd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=180,
+        check=False,
+    )
 
 
 def one_line_error(out: subprocess.CompletedProcess[str], code: int = 2) -> str:
@@ -42,18 +49,72 @@ def test_diff_of_a_lab_twin_prints_verdict_and_resolved_finding(tmp_path):
 
 
 SCHEMA = {
-    "top": ["after", "before", "categories", "findings", "idle", "kernels", "samples", "schema_version", "segments",
-            "step", "verdict", "warnings"],
-    "step": ["after_ms", "before_ms", "change_pct", "ci_high_pct", "ci_low_pct", "confidence", "delta_ms",
-             "dropped_after", "dropped_before", "floor_pct", "method", "n_after", "n_before", "notes",
-             "sd_after_ms", "sd_before_ms", "speedup", "verdict"],
-    "side": ["gpu", "kind", "notes", "path", "profiled_step_ms", "program", "samples_ms", "trace",
-             "unprofiled_step_ms"],
-    "kernels": ["appeared", "appeared_top", "changed_most", "disappeared", "disappeared_top", "matched"],
+    "top": [
+        "after",
+        "before",
+        "categories",
+        "findings",
+        "idle",
+        "kernels",
+        "samples",
+        "schema_version",
+        "segments",
+        "step",
+        "verdict",
+        "warnings",
+    ],
+    "step": [
+        "after_ms",
+        "before_ms",
+        "change_pct",
+        "ci_high_pct",
+        "ci_low_pct",
+        "confidence",
+        "delta_ms",
+        "dropped_after",
+        "dropped_before",
+        "floor_pct",
+        "method",
+        "n_after",
+        "n_before",
+        "notes",
+        "sd_after_ms",
+        "sd_before_ms",
+        "speedup",
+        "verdict",
+    ],
+    "side": [
+        "gpu",
+        "kind",
+        "notes",
+        "path",
+        "profiled_step_ms",
+        "program",
+        "samples_ms",
+        "trace",
+        "unprofiled_step_ms",
+    ],
+    "kernels": [
+        "appeared",
+        "appeared_top",
+        "changed_most",
+        "disappeared",
+        "disappeared_top",
+        "matched",
+    ],
     "kernel": ["after", "after_ms", "before", "before_ms", "delta_ms", "matched_by", "name"],
     "group": ["calls_per_step", "kind", "ms_per_step", "name", "op", "shapes", "site"],
-    "finding": ["id", "measured_saving_ms", "measured_speedup", "predicted_speedup", "ratio", "saving_after_ms",
-                "saving_before_ms", "status", "title"],
+    "finding": [
+        "id",
+        "measured_saving_ms",
+        "measured_speedup",
+        "predicted_speedup",
+        "ratio",
+        "saving_after_ms",
+        "saving_before_ms",
+        "status",
+        "title",
+    ],
     "gate": ["exit_code", "fail_if_slower_pct", "failed"],
 }
 
@@ -73,7 +134,9 @@ def test_json_schema_is_stable(tmp_path):
     assert sorted(d["findings"]) == ["new", "persisting", "resolved"]
     assert sorted(d["findings"]["resolved"][0]) == SCHEMA["finding"]
     assert sorted(d["gate"]) == SCHEMA["gate"] and d["gate"]["failed"] is False
-    assert sorted(d["samples"]) == ["after", "before", "kind"] and d["samples"]["kind"] == "unprofiled"
+    assert (
+        sorted(d["samples"]) == ["after", "before", "kind"] and d["samples"]["kind"] == "unprofiled"
+    )
     assert sorted(d["segments"]) == ["after", "before"]
 
 
@@ -116,7 +179,9 @@ def test_last_and_history(tmp_path):
     assert "does not exist" in line
     make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00", program)
     assert "only one run" in one_line_error(gd("diff", "--last", cwd=tmp_path))
-    make_run(runs / "train-2", HEALTHY, [t * 0.8 for t in TIMES], "2026-11-21T00:00:00+00:00", program)
+    make_run(
+        runs / "train-2", HEALTHY, [t * 0.8 for t in TIMES], "2026-11-21T00:00:00+00:00", program
+    )
     out = gd("diff", "--last", "--width", "120", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "FASTER" in out.stdout and "train-1 -> " in out.stderr
@@ -136,7 +201,9 @@ HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>'
 def test_html_page_renders_and_trace_names_stay_text(tmp_path):
     src = DATA / "pageable_copy" / "trace.json.gz"
 
-    def hostile(data):  # kernel names go through short_name (templates collapse); op names are shown whole
+    def hostile(
+        data,
+    ):  # kernel names go through short_name (templates collapse); op names are shown whole
         for e in data["traceEvents"]:
             if e.get("cat") in ("kernel", "cpu_op"):
                 e["name"] = HOSTILE + e["name"]
@@ -149,7 +216,10 @@ def test_html_page_renders_and_trace_names_stay_text(tmp_path):
     assert "<svg" in html and "BEFORE" in html and "<script" not in html.lower()
     result = load_page(page)
     assert result.console_errors == []
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;aten::" in result.dom
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;aten::"
+        in result.dom
+    )
     assert "<script" not in result.dom.lower() and "<img" not in result.dom
 
 
@@ -176,9 +246,15 @@ def test_history_predictions_says_which_runs_it_could_not_read(tmp_path):
     (folder / "report.json").write_text('{"trials": [{"knob": "bf16-autoc')
     table = gd("history", runs, "--predictions", "--width", "160")
     assert table.returncode == 0, table.stderr
-    assert "left out: 1 run(s) whose report.json cannot be read (train-1): their trials are not counted" in table.stdout
+    assert (
+        "left out: 1 run(s) whose report.json cannot be read (train-1): their trials are not counted"
+        in table.stdout
+    )
     data = json.loads(gd("history", runs, "--predictions", "--json").stdout)
-    assert data["left_out_unreadable"] == [str(folder)] and data["runs"][0]["report_unreadable"] is True
+    assert (
+        data["left_out_unreadable"] == [str(folder)]
+        and data["runs"][0]["report_unreadable"] is True
+    )
 
 
 def test_history_predictions_name_a_trial_record_they_cannot_read(tmp_path):
@@ -192,8 +268,10 @@ def test_history_predictions_name_a_trial_record_they_cannot_read(tmp_path):
     (good / "report.json").write_text(json.dumps({"trials": [record().to_dict()], "findings": []}))
     table = gd("history", runs, "--predictions", "--width", "200")
     assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
-    assert ("left out: the trials of train-1: report.json trials[1]: 'measured_speedup' is 'fast', "
-            "not a number or null") in table.stdout
+    assert (
+        "left out: the trials of train-1: report.json trials[1]: 'measured_speedup' is 'fast', "
+        "not a number or null"
+    ) in table.stdout
     assert "1 trials, median predicted / measured" in table.stdout  # train-2's
     data = json.loads(gd("history", runs, "--predictions", "--json").stdout)
     assert data["left_out_unreadable"] == [str(bad)]

@@ -22,8 +22,10 @@ from gpudoctor.diff.samples import (
 from gpudoctor.diff.stats import t_cdf, t_quantile
 
 
-@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423),
-                                               (1e6, 1.9600)])
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423), (1e6, 1.9600)],
+)
 def test_t_quantile_matches_the_tables(df, expected):
     assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
     assert t_quantile(0.025, df) == pytest.approx(-expected, abs=1e-4)
@@ -38,12 +40,16 @@ def test_t_quantile_matches_scipy_for_fractional_df():
 
 
 def test_warm_up_steps_are_outliers_and_a_rhythm_is_not():
-    fixed = MANIFEST["input_pipeline"]["fixed_times_ms"]  # 52 and 50 ms while DataLoader workers start
+    fixed = MANIFEST["input_pipeline"][
+        "fixed_times_ms"
+    ]  # 52 and 50 ms while DataLoader workers start
     kept, dropped = split_outliers(fixed)
     assert sorted(dropped) == [49.527, 52.392] and len(kept) == 18
     rhythm = [10.0, 10.1, 9.9, 30.0] * 5  # a slow step every fourth: 25% of the samples
     assert split_outliers(rhythm) == (tuple(rhythm), ())
-    assert split_outliers([1.0, 1.0, 1.0, 9.0])[1] == ()  # fewer than 10 samples: nothing is dropped
+    assert (
+        split_outliers([1.0, 1.0, 1.0, 9.0])[1] == ()
+    )  # fewer than 10 samples: nothing is dropped
 
 
 def test_identical_samples_are_no_difference():
@@ -85,8 +91,11 @@ def test_bootstrap_is_deterministic():
     assert bootstrap_interval(a, b) == bootstrap_interval(a, b)
 
 
-step_times = st.lists(st.floats(min_value=0.01, max_value=1e4, allow_nan=False, allow_infinity=False),
-                      min_size=1, max_size=40)
+step_times = st.lists(
+    st.floats(min_value=0.01, max_value=1e4, allow_nan=False, allow_infinity=False),
+    min_size=1,
+    max_size=40,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -94,7 +103,9 @@ step_times = st.lists(st.floats(min_value=0.01, max_value=1e4, allow_nan=False, 
 def test_fuzz_interval_and_verdict_are_consistent(a, b, floor):
     c = compare_samples(a, b, floor_pct=floor)
     assert math.isfinite(c.change_pct) and c.before_ms > 0 and c.after_ms > 0
-    assert c.n_before + len(c.dropped_before) == len(a) and c.n_after + len(c.dropped_after) == len(b)
+    assert c.n_before + len(c.dropped_before) == len(a) and c.n_after + len(c.dropped_after) == len(
+        b
+    )
     if c.ci_low_pct is None:
         assert c.verdict == UNKNOWN
         return
@@ -131,10 +142,16 @@ def test_compare_processes_is_pooled_t_on_the_logs_of_the_process_means() -> Non
     # three controls that drifted 25 -> 28 -> 26 ms, a knob's two processes at 14 and 15 ms
     # (worked by hand: log means 3.26973 and 2.67356, pooled variance 0.0030014 on 3 degrees of
     # freedom, standard error 0.050012, t 3.1824)
-    change = compare_processes([_process(25), _process(28), _process(26)], [_process(14), _process(15)])
-    assert change.before_ms == pytest.approx(26.3041, abs=1e-4) and change.after_ms == pytest.approx(14.4914, abs=1e-4)
+    change = compare_processes(
+        [_process(25), _process(28), _process(26)], [_process(14), _process(15)]
+    )
+    assert change.before_ms == pytest.approx(
+        26.3041, abs=1e-4
+    ) and change.after_ms == pytest.approx(14.4914, abs=1e-4)
     assert change.speedup == pytest.approx(1.8152, abs=1e-4)
-    assert change.ci_low_pct == pytest.approx(-53.015, abs=1e-3) and change.ci_high_pct == pytest.approx(-35.403, abs=1e-3)
+    assert change.ci_low_pct == pytest.approx(
+        -53.015, abs=1e-3
+    ) and change.ci_high_pct == pytest.approx(-35.403, abs=1e-3)
     assert change.verdict == FASTER and change.n_before == 36 and change.n_after == 24
     assert change.method == "processes (3 vs 2), pooled t on log means"
     # a knob within the processes' spread is no difference, however tight each process's steps
@@ -149,7 +166,9 @@ def test_compare_processes_needs_two_processes_on_one_side_to_draw_an_interval()
     assert one.verdict == UNKNOWN and one.ci_low_pct is None and "--trial-repeats" in one.notes[0]
     assert one.speedup == pytest.approx(25 / 14)
     # a process that timed nothing is left out; no process at all on a side is an error
-    assert compare_processes([_process(25), [], _process(26)], [_process(14)]).method.startswith("processes (2 vs 1)")
+    assert compare_processes([_process(25), [], _process(26)], [_process(14)]).method.startswith(
+        "processes (2 vs 1)"
+    )
     with pytest.raises(ValueError, match="at least one process"):
         compare_processes([[]], [_process(14)])
     with pytest.raises(ValueError, match="floor_pct"):

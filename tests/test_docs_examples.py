@@ -83,7 +83,7 @@ def blocks(doc: Path) -> list[Block]:
             i += 1
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == m.group(1))
-        found.append(Block(doc, i + 1, m.group(2).lower(), lines[i + 1:end], _marks(lines, i)))
+        found.append(Block(doc, i + 1, m.group(2).lower(), lines[i + 1 : end], _marks(lines, i)))
         i = end + 1
     return found
 
@@ -152,8 +152,12 @@ def gpudoctor_args(argv: list[str]) -> list[str] | None:
     if argv[0] == "gpudoctor":
         return argv[1:]
     for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] == "gpudoctor" and argv[0] in {"python", "python3", "torchrun"}:
-            return argv[i + 2:]
+        if (
+            argv[i] == "-m"
+            and argv[i + 1] == "gpudoctor"
+            and argv[0] in {"python", "python3", "torchrun"}
+        ):
+            return argv[i + 2 :]
     return None
 
 
@@ -177,7 +181,9 @@ def _command(args: list[str]) -> tuple[Any, Any, str, list[str]]:
         parent = cmd.context_class(cmd, info_name=name, parent=ctx)
         sub = cmd.get_command(parent, args[0]) if args else None
         if sub is None:
-            raise AssertionError(f"{name}: no subcommand {args[:1]}; known: {cmd.list_commands(parent)}")
+            raise AssertionError(
+                f"{name}: no subcommand {args[:1]}; known: {cmd.list_commands(parent)}"
+            )
         ctx, name, cmd, args = parent, args[0], sub, args[1:]
     return cmd, ctx, name, args
 
@@ -214,8 +220,15 @@ def environment(tmp_path: Path) -> dict[str, str]:
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpudoctor "$@"\n')
     shim.chmod(0o755)
     # CUDA hidden: every example runs as the docs show it, on a CPU (the demo diagnoses its sample trace)
-    return dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS=WIDTH, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                TERM="dumb", NO_COLOR="1", CUDA_VISIBLE_DEVICES="")
+    return dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        COLUMNS=WIDTH,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        TERM="dumb",
+        NO_COLOR="1",
+        CUDA_VISIBLE_DEVICES="",
+    )
 
 
 def runnable_line(text: str) -> str | None:
@@ -229,8 +242,15 @@ def runnable_line(text: str) -> str | None:
 
 
 def run_line(text: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", text], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        ["bash", "-c", text],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def shown_in_order(shown: list[str], printed: list[str]) -> list[str]:
@@ -262,8 +282,13 @@ def test_the_docs_hold_examples() -> None:
 
 def test_no_command_hides_in_an_unchecked_block() -> None:
     """A ``$ gpudoctor`` line in a text or untagged block would escape every check."""
-    hidden = [f"{b.name}: {line}" for b in all_blocks() if b.lang not in SHELL_LANGS | {"python"}
-              for line in b.body if re.match(r"\$ (gpudoctor|python|torchrun)\b", line)]
+    hidden = [
+        f"{b.name}: {line}"
+        for b in all_blocks()
+        if b.lang not in SHELL_LANGS | {"python"}
+        for line in b.body
+        if re.match(r"\$ (gpudoctor|python|torchrun)\b", line)
+    ]
     assert hidden == []
 
 
@@ -278,12 +303,18 @@ def test_marks_are_known() -> None:
 def test_readme_test_command_is_the_one_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     ci_command = ci[ci.index("# The README's test command, exactly:") + 1]
-    readme_lines = [c.text for b in blocks(ROOT / "README.md") if b.lang in SHELL_LANGS for c in commands(b)]
+    readme_lines = [
+        c.text for b in blocks(ROOT / "README.md") if b.lang in SHELL_LANGS for c in commands(b)
+    ]
     assert ci_command in readme_lines
-    assert any(line.endswith("&& gpudoctor demo") and "pip install" in line for line in readme_lines)
+    assert any(
+        line.endswith("&& gpudoctor demo") and "pip install" in line for line in readme_lines
+    )
 
 
-@pytest.mark.parametrize("block", [_param(b) for b in EXAMPLES if b.lang in SHELL_LANGS and b.runnable])
+@pytest.mark.parametrize(
+    "block", [_param(b) for b in EXAMPLES if b.lang in SHELL_LANGS and b.runnable]
+)
 def test_shell_example_runs_as_shown(block: Block, tmp_path: Path) -> None:
     env = environment(tmp_path)
     expected_rc = int(block.marks.get("exit", "0"))
@@ -294,17 +325,25 @@ def test_shell_example_runs_as_shown(block: Block, tmp_path: Path) -> None:
         if line is None:
             continue
         out = run_line(line, tmp_path, env)
-        assert out.returncode == expected_rc, f"{block.name}: `{cmd.text}` exited {out.returncode}\n{out.stderr[-2000:]}"
+        assert out.returncode == expected_rc, (
+            f"{block.name}: `{cmd.text}` exited {out.returncode}\n{out.stderr[-2000:]}"
+        )
         if block.lang != "console":
             continue
         if block.marks.get("output") == "excerpt":
             missing = shown_in_order(cmd.output, clean(out.stdout + out.stderr))
-            assert missing == [], f"{block.name}: `{cmd.text}` no longer prints these lines (in this order)"
+            assert missing == [], (
+                f"{block.name}: `{cmd.text}` no longer prints these lines (in this order)"
+            )
         else:
-            assert clean(out.stdout) == cmd.output, f"{block.name}: `{cmd.text}` prints otherwise now"
+            assert clean(out.stdout) == cmd.output, (
+                f"{block.name}: `{cmd.text}` prints otherwise now"
+            )
 
 
-@pytest.mark.parametrize("block", [_param(b) for b in EXAMPLES if b.lang in SHELL_LANGS and "needs" in b.marks])
+@pytest.mark.parametrize(
+    "block", [_param(b) for b in EXAMPLES if b.lang in SHELL_LANGS and "needs" in b.marks]
+)
 def test_command_that_needs_a_gpu_or_a_program_parses(block: Block) -> None:
     parsed = 0
     for cmd in commands(block):
@@ -336,9 +375,18 @@ def test_python_example(block: Block, tmp_path: Path) -> None:
     env = environment(tmp_path)
     script = tmp_path / "example.py"
     script.write_text(source)
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert out.returncode == int(block.marks.get("exit", "0")), f"{block.name}:\n{out.stderr[-2000:]}"
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == int(block.marks.get("exit", "0")), (
+        f"{block.name}:\n{out.stderr[-2000:]}"
+    )
 
 
 def test_findings_doc_has_a_row_per_rule() -> None:
@@ -346,8 +394,14 @@ def test_findings_doc_has_a_row_per_rule() -> None:
     from gpudoctor.ranks.combine import RULE_TITLES
     from gpudoctor.rules.registry import RULES
 
-    rows = re.findall(r"^\| `([a-z0-9-]+)` \| .* \| .* \|$", (ROOT / "docs" / "findings.md").read_text(), re.MULTILINE)
-    assert sorted(rows) == sorted([*RULES, *RULE_TITLES])  # the idle causes' table has two columns, not three
+    rows = re.findall(
+        r"^\| `([a-z0-9-]+)` \| .* \| .* \|$",
+        (ROOT / "docs" / "findings.md").read_text(),
+        re.MULTILINE,
+    )
+    assert sorted(rows) == sorted(
+        [*RULES, *RULE_TITLES]
+    )  # the idle causes' table has two columns, not three
 
 
 def _slug(heading: str) -> str:
@@ -403,13 +457,17 @@ def test_try_fixes_doc_states_the_trial_length_a_run_uses() -> None:
     stated = [
         f"runs `--skip` steps, and at least {TRIAL_MIN_SKIP}, plus {WARMUP_COMPILE} more for a compile knob",
         # with or without the window (capture/session.py CaptureConfig.trial), the settled timing
-        (f"the median of its last {t.TRIAL_SETTLE_HALF} steps within {t.TRIAL_SETTLE_RATIO:g}x of the "
-        f"{t.TRIAL_SETTLE_HALF} before them (and of its fastest {t.TRIAL_SETTLE_HALF} so far)"),
+        (
+            f"the median of its last {t.TRIAL_SETTLE_HALF} steps within {t.TRIAL_SETTLE_RATIO:g}x of the "
+            f"{t.TRIAL_SETTLE_HALF} before them (and of its fastest {t.TRIAL_SETTLE_HALF} so far)"
+        ),
         f"It waits at most {t.TRIAL_SETTLE_MAX_STEPS} steps or {t.TRIAL_SETTLE_MAX_S:g} seconds past `--skip`",
-        (f"Once settled, it times the steps after those {2 * t.TRIAL_SETTLE_HALF}: at least {t.TRIAL_TIMED_STEPS} steps over at "
-        f"least {t.TRIAL_TIMED_MIN_S:g} seconds, and more while the standard error of their mean is over "
-        f"{t.TRIAL_TIMED_SE:.0%} of it; it stops at {t.TRIAL_TIMED_MAX_STEPS} steps or {t.TRIAL_TIMED_MAX_S:g} "
-        f"seconds once it has {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second"),
+        (
+            f"Once settled, it times the steps after those {2 * t.TRIAL_SETTLE_HALF}: at least {t.TRIAL_TIMED_STEPS} steps over at "
+            f"least {t.TRIAL_TIMED_MIN_S:g} seconds, and more while the standard error of their mean is over "
+            f"{t.TRIAL_TIMED_SE:.0%} of it; it stops at {t.TRIAL_TIMED_MAX_STEPS} steps or {t.TRIAL_TIMED_MAX_S:g} "
+            f"seconds once it has {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second"
+        ),
         f"`--trial-timeout` ({DEFAULT_TIMEOUT_S:g} seconds by default)",
         f"A verdict needs at least {t.TRIAL_JUDGED_MIN_STEPS} steps over {t.TRIAL_JUDGED_MIN_S:g} second on each side",
     ]
@@ -422,14 +480,18 @@ def _write_outputs(tmp_path: Path) -> None:
     for doc in DOCS:
         lines = doc.read_text().splitlines()
         for block in reversed(blocks(doc)):
-            if block.lang != "console" or not block.runnable or block.marks.get("output") == "excerpt":
+            if (
+                block.lang != "console"
+                or not block.runnable
+                or block.marks.get("output") == "excerpt"
+            ):
                 continue
             body: list[str] = []
             for cmd in commands(block):
                 line = runnable_line(cmd.text)
                 printed = clean(run_line(line, tmp_path, env).stdout) if line else []
                 body += ["$ " + cmd.text, *printed]
-            lines[block.line:block.line + len(block.body)] = body
+            lines[block.line : block.line + len(block.body)] = body
         doc.write_text("\n".join(lines) + "\n")
 
 

@@ -31,7 +31,9 @@ def _actionable(report):  # type: ignore[no-untyped-def]
 
 
 def test_cudnn_attention_on_a_new_length_every_step_is_dynamic_shapes() -> None:
-    report = analyze_loaded(load(DATA / "empty_cache_varlen" / "trace.json.gz"), unprofiled_step_ms=184.1634)
+    report = analyze_loaded(
+        load(DATA / "empty_cache_varlen" / "trace.json.gz"), unprofiled_step_ms=184.1634
+    )
     top = _actionable(report)[0]
     assert top.id == "dynamic-shapes"
     assert report.idle["op-setup"] == pytest.approx(171.676, abs=1e-3)
@@ -50,7 +52,9 @@ def test_cudnn_attention_on_a_new_length_every_step_is_dynamic_shapes() -> None:
 
 
 def test_augmenting_on_the_cpu_in_the_loop_is_host_work_not_the_copy() -> None:
-    report = analyze_loaded(load(DATA / "cpu_augment_loop" / "trace.json.gz"), unprofiled_step_ms=42.0385)
+    report = analyze_loaded(
+        load(DATA / "cpu_augment_loop" / "trace.json.gz"), unprofiled_step_ms=42.0385
+    )
     top = _actionable(report)[0]
     assert top.id == "host-blocking-work"
     assert report.idle["host-work"] == pytest.approx(32.4107, abs=1e-3)
@@ -182,8 +186,12 @@ def test_the_trial_kernels_are_priced_with_the_setup() -> None:
     f = check(analyze_trace(parse(_autotuned_steps(waits=8).to_bytes()), for_gpu_name("h100-sxm")))
     # 8 runs of 400 us: one is the convolution's own work, 7 are trials
     assert f.evidence.numbers["trial_kernel_ms_per_step"] == pytest.approx(2.8, abs=1e-6)
-    assert f.saving_ms == pytest.approx(f.evidence.numbers["gpu_idle_behind_setup_ms_per_step"] + 2.8, abs=1e-3)
-    assert f.idle_ms == pytest.approx(f.evidence.numbers["gpu_idle_behind_setup_ms_per_step"], abs=1e-3)
+    assert f.saving_ms == pytest.approx(
+        f.evidence.numbers["gpu_idle_behind_setup_ms_per_step"] + 2.8, abs=1e-3
+    )
+    assert f.idle_ms == pytest.approx(
+        f.evidence.numbers["gpu_idle_behind_setup_ms_per_step"], abs=1e-3
+    )
 
 
 def test_the_edit_keeps_the_run_after_the_last_timing_wait() -> None:

@@ -37,7 +37,9 @@ def first_verdicts(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for _, h in ex.hypotheses:
         for key in EXPECTED:
-            if h.subject == key or (key in ("nvjet_sm90", "vectorized_elementwise_kernel") and key in h.subject):
+            if h.subject == key or (
+                key in ("nvjet_sm90", "vectorized_elementwise_kernel") and key in h.subject
+            ):
                 out.setdefault(key, h.id)
     return out
 
@@ -52,27 +54,40 @@ def test_numbers_read_from_the_details_page():
     fma = kernels["fma_gemm"]
     assert fma.tensor_pipe_pct == 0.0 and fma.registers_per_thread == 64
     assert fma.duration_us == pytest.approx(5180, rel=0.01)  # 5.18 ms
-    assert kernels["uncoalesced_copy"].uncoalesced_excess_pct == 78.0  # "29360128 excessive sectors (78% ..."
+    assert (
+        kernels["uncoalesced_copy"].uncoalesced_excess_pct == 78.0
+    )  # "29360128 excessive sectors (78% ..."
     # shared load + store bank conflicts over wavefronts (the --metrics counters; the rule text says 96.90%
     # for loads alone)
     assert kernels["bank_conflict_transpose"].bank_conflict_pct == pytest.approx(94.0, abs=0.01)
-    assert kernels["register_spill"].spill_note.startswith("1,070,336 local-memory spilling requests")
+    assert kernels["register_spill"].spill_note.startswith(
+        "1,070,336 local-memory spilling requests"
+    )
     assert kernels["small_grid"].grid_size == 4 and kernels["small_grid"].sm_count == 132
 
 
 def test_the_tensor_idle_fix_order_on_real_data():
     ex = explain_paths([DATA / "ncu_kernels_details.csv"])
     h = next(h for _, h in ex.hypotheses if h.subject == "fma_gemm")
-    assert h.id == "tensor-cores-idle" and h.fixes[0].title.startswith("Use tensor-core instructions")
+    assert h.id == "tensor-cores-idle" and h.fixes[0].title.startswith(
+        "Use tensor-core instructions"
+    )
     assert "occupancy" in h.wrong_fix.lower()
     assert ex.hypotheses[0][1].id != "kernel-efficient"  # problems rank above health
 
 
 def test_preamble_and_missing_sections_are_tolerated():
     text = (DATA / "ncu_kernels_details.csv").read_text()
-    only_sol = [line for line in text.splitlines()
-                if line.startswith('"ID"') or '"GPU Speed Of Light Throughput"' in line]
-    noisy = "==PROF== Connected to process 1 (python3)\n==WARNING== something\n" + "\n".join(only_sol) + "\n"
+    only_sol = [
+        line
+        for line in text.splitlines()
+        if line.startswith('"ID"') or '"GPU Speed Of Light Throughput"' in line
+    ]
+    noisy = (
+        "==PROF== Connected to process 1 (python3)\n==WARNING== something\n"
+        + "\n".join(only_sol)
+        + "\n"
+    )
     kernels = parse_ncu_csv(noisy)
     assert len(kernels) == 10
     assert all("Occupancy" in k.missing and "Launch Statistics" in k.missing for k in kernels)
@@ -82,7 +97,11 @@ def test_preamble_and_missing_sections_are_tolerated():
 
 def test_partial_conclusions_are_marked(tmp_path):
     text = (DATA / "ncu_kernels_details.csv").read_text()
-    keep = [line for line in text.splitlines() if line.startswith('"ID"') or '"GPU Speed Of Light Throughput"' in line]
+    keep = [
+        line
+        for line in text.splitlines()
+        if line.startswith('"ID"') or '"GPU Speed Of Light Throughput"' in line
+    ]
     f = tmp_path / "sol_only.csv"
     f.write_text("\n".join(keep) + "\n")
     ex = explain_paths([f])
@@ -90,12 +109,21 @@ def test_partial_conclusions_are_marked(tmp_path):
     assert all(h.partial for _, h in ex.hypotheses)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "is empty"),
-    ("hello,world\n1,2\n", "not a format explain knows"),
-    ('"ID","Kernel Name","foo__bar.sum"\n"0","k","1"\n', "none of the raw metrics explain reads"),
-    ('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n', "no kernel rows"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "is empty"),
+        ("hello,world\n1,2\n", "not a format explain knows"),
+        (
+            '"ID","Kernel Name","foo__bar.sum"\n"0","k","1"\n',
+            "none of the raw metrics explain reads",
+        ),
+        (
+            '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n',
+            "no kernel rows",
+        ),
+    ],
+)
 def test_bad_exports_are_one_line_errors(tmp_path, text, message):
     f = tmp_path / "x.csv"
     f.write_text(text)
@@ -119,7 +147,9 @@ def test_fuzz_never_raises_anything_but_input_error(junk):
         # no header row at all: refused, and said so in one line
         with pytest.raises(InputError) as info:
             parse_ncu_csv(junk)
-        assert str(info.value) == f"ncu csv: no CSV header with an ID column; expected {NCU_EXPECTED}"
+        assert (
+            str(info.value) == f"ncu csv: no CSV header with an ID column; expected {NCU_EXPECTED}"
+        )
     for text in (junk, header + junk):
         try:
             kernels = parse_ncu_csv(text)

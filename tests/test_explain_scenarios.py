@@ -24,9 +24,16 @@ def test_1_slow_gemm_tensor_cores_first_never_occupancy():
     assert h.id == "tensor-cores-idle"
     titles = [f.title for f in h.fixes]
     assert titles[0].startswith("Use tensor-core instructions: wgmma")
-    assert "asynchronous copies" in titles[1] and "register pressure" in titles[2] and "swizzled" in titles[3]
+    assert (
+        "asynchronous copies" in titles[1]
+        and "register pressure" in titles[2]
+        and "swizzled" in titles[3]
+    )
     assert "occupancy" in h.wrong_fix.lower()
-    assert h.evidence.numbers["tensor_pipe_pct"] == 12 and h.evidence.numbers["reference_tflops"] == 650
+    assert (
+        h.evidence.numbers["tensor_pipe_pct"] == 12
+        and h.evidence.numbers["reference_tflops"] == 650
+    )
     ids = [x.id for _, x in ex.hypotheses]
     assert ids.index("occupancy-limited") > ids.index("tensor-cores-idle")
 
@@ -34,7 +41,12 @@ def test_1_slow_gemm_tensor_cores_first_never_occupancy():
 def test_2_mfu_collapse_hardware_first():
     h, ex = top("02_mfu_collapse.json")
     assert h.id == "straggler"
-    assert [x.id for _, x in ex.hypotheses] == ["straggler", "dataloader-stall", "checkpoint-stall", "network-fabric"]
+    assert [x.id for _, x in ex.hypotheses] == [
+        "straggler",
+        "dataloader-stall",
+        "checkpoint-stall",
+        "network-fabric",
+    ]
     assert "Code-level changes" in h.wrong_fix
     assert h.evidence.numbers["step_time_factor"] == pytest.approx(2.18, abs=0.01)
 
@@ -46,7 +58,9 @@ def test_3_serving_decode_memory_bound():
     assert "Speculative decoding" in h.fixes[2].title
     assert "adding GPUs" in h.wrong_fix
     n = h.evidence.numbers
-    assert n["weights_per_gpu_GB"] == 8.75 and n["weight_read_ms_per_step"] == pytest.approx(2.61, abs=0.01)
+    assert n["weights_per_gpu_GB"] == 8.75 and n["weight_read_ms_per_step"] == pytest.approx(
+        2.61, abs=0.01
+    )
     assert n["decode_step_ms_high"] == pytest.approx(45.45, abs=0.01)
     assert "prefill-contention" in [x.id for _, x in ex.hypotheses]
 
@@ -67,7 +81,9 @@ def test_5_oom_at_tp4():
     assert n["optimizer_states_GB_fails"] == n["optimizer_states_GB_works"]  # not the cause
     assert n["attention_scores_GB_per_layer_fails"] == 12.9  # 1 x 32 heads x 8192^2 x 6 bytes
     assert n["attention_scores_GB_per_layer_works"] == 6.4
-    assert h.fixes[0].title.startswith("Sequence parallelism") and h.fixes[1].title.startswith("FlashAttention")
+    assert h.fixes[0].title.startswith("Sequence parallelism") and h.fixes[1].title.startswith(
+        "FlashAttention"
+    )
     assert "More activation checkpointing" in h.wrong_fix
 
 
@@ -79,15 +95,26 @@ def test_7_triton_autotune():
     assert "Blaming Triton" in h.wrong_fix
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"scenario": "teleport"}', "scenario 'teleport' is not one of"),
-    ('{"no": 1}', "a scenario is an object with a 'scenario' key"),
-    ('{"scenario": "serving", "model_params_b": 70, "load": [{"qps": 4, "tok_s_per_user": 1}]}',
-     "'load' needs at least two points"),
-    ('{"scenario": "fp8-regression", "long_task": {"seq": 1}}', "needs numbers 'fp8' and 'bf16'"),
-    ('{"scenario": "kernel", "kernel": {"warp_speed": 9}}', "unknown kernel field(s) warp_speed"),
-    ("{broken", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"scenario": "teleport"}', "scenario 'teleport' is not one of"),
+        ('{"no": 1}', "a scenario is an object with a 'scenario' key"),
+        (
+            '{"scenario": "serving", "model_params_b": 70, "load": [{"qps": 4, "tok_s_per_user": 1}]}',
+            "'load' needs at least two points",
+        ),
+        (
+            '{"scenario": "fp8-regression", "long_task": {"seq": 1}}',
+            "needs numbers 'fp8' and 'bf16'",
+        ),
+        (
+            '{"scenario": "kernel", "kernel": {"warp_speed": 9}}',
+            "unknown kernel field(s) warp_speed",
+        ),
+        ("{broken", "not valid JSON"),
+    ],
+)
 def test_bad_scenarios_are_one_line_errors(tmp_path, content, message):
     f = tmp_path / "s.json"
     f.write_text(content)
@@ -108,7 +135,9 @@ def test_6_allreduce_cliff_at_512():
     h, _ = top("06_allreduce_cliff.json")
     assert h.id == "topology-cliff"
     assert h.evidence.numbers["cliff_gpus"] == 512 and h.evidence.numbers["expected_ms"] == 53.077
-    assert h.evidence.numbers["expected_from"].startswith("ring model fitted")  # the seed names no machine
+    assert h.evidence.numbers["expected_from"].startswith(
+        "ring model fitted"
+    )  # the seed names no machine
     titles = [f.title for f in h.fixes]
     assert titles[0].startswith("Tree or hierarchical all-reduce")
     assert "double binary tree" in titles[1].lower()

@@ -257,10 +257,27 @@ GPU = """GPU 00000000:{bus:02X}:00.0
 
 """
 
-BUSY = {"mig": "Disabled", "reset": "No", "gen": 5, "width": 16, "idle": "Not Active", "sw_power": "Not Active",
-        "hw": "Not Active", "hw_thermal": "Not Active", "sw_thermal": "Not Active", "util": 98, "dram_corr": 0,
-        "dram_unc": 0, "remap_unc": 0, "remap_pending": "No", "temp": 62, "tlimit": 26, "power": 655.3,
-        "limit": 700.0, "sm": 1980}
+BUSY = {
+    "mig": "Disabled",
+    "reset": "No",
+    "gen": 5,
+    "width": 16,
+    "idle": "Not Active",
+    "sw_power": "Not Active",
+    "hw": "Not Active",
+    "hw_thermal": "Not Active",
+    "sw_thermal": "Not Active",
+    "util": 98,
+    "dram_corr": 0,
+    "dram_unc": 0,
+    "remap_unc": 0,
+    "remap_pending": "No",
+    "temp": 62,
+    "tlimit": 26,
+    "power": 655.3,
+    "limit": 700.0,
+    "sm": 1980,
+}
 IDLE = dict(BUSY, idle="Active", util=0, gen=1, temp=31, tlimit=57, power=71.6, sm=345)
 
 
@@ -282,9 +299,24 @@ def test_q_parses_every_field_of_a_busy_h100():
     assert (r.index, r.bus_id, r.name) == (0, "00000000:18:00.0", "NVIDIA H100 80GB HBM3")
     assert (r.sm_mhz, r.sm_max_mhz, r.util_pct, r.temp_c) == (1980.0, 1980.0, 98.0, 62.0)
     assert r.reasons == frozenset()
-    assert (r.power_w, r.power_limit_w, r.power_default_w, r.power_max_w) == (655.3, 700.0, 700.0, 700.0)
-    assert (r.ecc_volatile_unc, r.ecc_aggregate_unc, r.ecc_volatile_corr, r.ecc_aggregate_corr) == (0, 0, 0, 0)
-    assert (r.remap_pending, r.remap_failure, r.remapped_unc, r.retired_pending) == (False, False, 0, None)
+    assert (r.power_w, r.power_limit_w, r.power_default_w, r.power_max_w) == (
+        655.3,
+        700.0,
+        700.0,
+        700.0,
+    )
+    assert (r.ecc_volatile_unc, r.ecc_aggregate_unc, r.ecc_volatile_corr, r.ecc_aggregate_corr) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert (r.remap_pending, r.remap_failure, r.remapped_unc, r.retired_pending) == (
+        False,
+        False,
+        0,
+        None,
+    )
     assert (r.pcie_gen, r.pcie_gen_max, r.pcie_host_max, r.pcie_device_max) == (5, 5, 5, 5)
     assert (r.pcie_width, r.pcie_width_max) == (16, 16)
     assert (r.mig_current, r.mig_pending, r.reset_required) == ("Disabled", "Disabled", False)
@@ -376,12 +408,18 @@ def test_csv_bitmask_and_units():
 def test_csv_hypotheses_rank_the_throttled_gpu_first():
     found = smi.card_hypotheses(smi.parse(CSV))
     top = found[0]
-    assert (top.id, top.subject, top.confidence) == ("clock-throttle", "GPU 1 (00000000:2A:00.0)", 0.95)
+    assert (top.id, top.subject, top.confidence) == (
+        "clock-throttle",
+        "GPU 1 (00000000:2A:00.0)",
+        0.95,
+    )
     assert "HW thermal slowdown" in top.summary and "SW thermal slowdown" in top.summary
     assert "1410 of 1980 MHz (71%)" in top.summary and "1980 MHz (median)" in top.summary
     assert top.evidence.numbers["active_reasons"] == ["hw_thermal_slowdown", "sw_thermal_slowdown"]
     assert [f.title.split(" (")[0] for f in top.fixes][:2] == [
-        "Drain the node and reschedule the job on healthy nodes", "Check cooling and airflow"]
+        "Drain the node and reschedule the job on healthy nodes",
+        "Check cooling and airflow",
+    ]
     assert any("PERFORMANCE,CLOCK,ECC,PCIE" in c for c in top.check_next)
     assert any("dcgmi diag -r 3" in c for c in top.check_next)
     assert "code" in top.wrong_fix
@@ -391,20 +429,32 @@ def test_csv_hypotheses_rank_the_throttled_gpu_first():
     # GPU 3 is idle at 345 MHz with gen 1: not a problem, reported healthy with a low-confidence note
     assert not any(f.id == "clock-throttle" and f.subject.startswith("GPU 3") for f in found)
     idle_link = next(f for f in found if f.id == "pcie-downgrade" and f.subject.startswith("GPU 3"))
-    assert idle_link.confidence == 0.15 and "idle cards drop the link generation" in idle_link.summary
+    assert (
+        idle_link.confidence == 0.15 and "idle cards drop the link generation" in idle_link.summary
+    )
     healthy = [f.subject.split(" (")[0] for f in found if f.id == "gpu-healthy"]
     assert healthy == ["GPU 0", "GPU 3"]
     assert ids(found).index("gpu-healthy") > ids(found).index("pcie-downgrade")
 
 
 def test_csv_repeated_samples_merge_per_gpu():
-    text = ("index, utilization.gpu [%], clocks.sm [MHz], clocks.max.sm [MHz], clocks_event_reasons.sw_power_cap\n"
-            "0, 97 %, 1755 MHz, 1980 MHz, Active\n0, 99 %, 1980 MHz, 1980 MHz, Not Active\n"
-            "0, 98 %, 1830 MHz, 1980 MHz, Not Active\n")
+    text = (
+        "index, utilization.gpu [%], clocks.sm [MHz], clocks.max.sm [MHz], clocks_event_reasons.sw_power_cap\n"
+        "0, 97 %, 1755 MHz, 1980 MHz, Active\n0, 99 %, 1980 MHz, 1980 MHz, Not Active\n"
+        "0, 98 %, 1830 MHz, 1980 MHz, Not Active\n"
+    )
     (r,) = smi.parse(text)
-    assert (r.samples, r.sm_mhz, r.util_pct, r.reasons) == (3, 1830.0, 98.0, frozenset({"sw_power_cap"}))
+    assert (r.samples, r.sm_mhz, r.util_pct, r.reasons) == (
+        3,
+        1830.0,
+        98.0,
+        frozenset({"sw_power_cap"}),
+    )
     (f,) = smi.card_hypotheses([r])
-    assert (f.id, f.confidence) == ("clock-throttle", 0.45)  # at the power limit under load: often normal
+    assert (f.id, f.confidence) == (
+        "clock-throttle",
+        0.45,
+    )  # at the power limit under load: often normal
 
 
 # -- hypotheses ------------------------------------------------------------------------------------------
@@ -424,7 +474,11 @@ def test_idle_gpu_at_low_clocks_is_not_throttled():
 
 
 def test_busy_gpu_below_max_clock_without_reason():
-    (f,) = [x for x in smi.card_hypotheses(smi.parse(q_text(dict(BUSY, sm=1305)))) if x.id != "gpu-healthy"]
+    (f,) = [
+        x
+        for x in smi.card_hypotheses(smi.parse(q_text(dict(BUSY, sm=1305))))
+        if x.id != "gpu-healthy"
+    ]
     assert (f.id, f.confidence) == ("clock-throttle", 0.35)
     assert "1305 of 1980 MHz (66%)" in f.summary and "no reason reported" in f.summary
 
@@ -437,7 +491,9 @@ def test_hw_power_brake_names_power_delivery():
 
 
 def test_ecc_uncorrectable_and_pending_remap():
-    found = smi.card_hypotheses(smi.parse(q_text(dict(BUSY, dram_unc=4, remap_unc=2, remap_pending="Yes"))))
+    found = smi.card_hypotheses(
+        smi.parse(q_text(dict(BUSY, dram_unc=4, remap_unc=2, remap_pending="Yes")))
+    )
     f = found[0]
     assert (f.id, f.confidence) == ("ecc-errors", 0.9)
     assert "4 uncorrectable ECC errors since the driver loaded" in f.summary
@@ -452,7 +508,9 @@ def test_correctable_ecc_alone_is_low_confidence():
     assert ids(found) == ["gpu-healthy", "ecc-errors"]
     assert found[1].confidence == 0.25
     assert "12 correctable ECC errors only" in found[1].summary
-    assert "Low-confidence notes: GPU 0 (00000000:18:00.0) reports memory errors." in found[0].summary
+    assert (
+        "Low-confidence notes: GPU 0 (00000000:18:00.0) reports memory errors." in found[0].summary
+    )
 
 
 def test_pcie_width_downgrade_under_load():
@@ -461,7 +519,9 @@ def test_pcie_width_downgrade_under_load():
 
 
 def test_reset_required_and_mig():
-    found = smi.card_hypotheses(smi.parse(q_text(dict(BUSY, reset="Yes"), dict(BUSY, mig="Enabled", util=0))))
+    found = smi.card_hypotheses(
+        smi.parse(q_text(dict(BUSY, reset="Yes"), dict(BUSY, mig="Enabled", util=0)))
+    )
     assert ids(found)[0] == "reset-required"
     mig = next(f for f in found if f.id == "mig-enabled")
     assert (mig.subject, mig.severity) == ("GPU 1 (00000000:2A:00.0)", "info")
@@ -469,7 +529,9 @@ def test_reset_required_and_mig():
 
 
 def test_power_cap_below_default():
-    found = smi.card_hypotheses(smi.parse(q_text(dict(BUSY, limit=500.0, sw_power="Active", sm=1650))))
+    found = smi.card_hypotheses(
+        smi.parse(q_text(dict(BUSY, limit=500.0, sw_power="Active", sm=1650)))
+    )
     assert ids(found)[:2] == ["power-cap", "clock-throttle"]
     assert found[0].confidence == 0.85
 
@@ -493,10 +555,24 @@ def test_real_h200_nvidia_smi_q_is_healthy():
     """Driver 580 on an idle H200 (tests/data/explain/README.md): "GPU" not "Gpu" under Utilization,
     Host Max N/A, and one historical SRAM parity error the driver counts as handled."""
     (r,) = smi.parse(REAL_Q.read_text())
-    assert (r.name, r.bus_id, r.sm_mhz, r.sm_max_mhz, r.util_pct) == ("NVIDIA H200", "00000000:00:06.0", 345.0,
-                                                                      1980.0, 0.0)
-    assert r.reasons == frozenset({"gpu_idle"}) and (r.pcie_gen, r.pcie_gen_max, r.pcie_width) == (5, 5, 16)
-    assert (r.ecc_volatile_unc, r.ecc_aggregate_unc, r.sram_threshold_exceeded, r.repair_pending) == (0, 1, False, False)
+    assert (r.name, r.bus_id, r.sm_mhz, r.sm_max_mhz, r.util_pct) == (
+        "NVIDIA H200",
+        "00000000:00:06.0",
+        345.0,
+        1980.0,
+        0.0,
+    )
+    assert r.reasons == frozenset({"gpu_idle"}) and (r.pcie_gen, r.pcie_gen_max, r.pcie_width) == (
+        5,
+        5,
+        16,
+    )
+    assert (
+        r.ecc_volatile_unc,
+        r.ecc_aggregate_unc,
+        r.sram_threshold_exceeded,
+        r.repair_pending,
+    ) == (0, 1, False, False)
     assert (r.power_w, r.power_limit_w, r.missing) == (88.31, 700.0, ())
     found = smi.card_hypotheses([r])
     assert [(f.id, f.confidence) for f in found] == [("gpu-healthy", 0.9), ("ecc-errors", 0.2)]
@@ -507,12 +583,26 @@ def test_real_h200_nvidia_smi_q_is_healthy():
 def test_real_h200_query_csv_is_healthy():
     (r,) = smi.parse(REAL_CSV.read_text())
     assert (r.sm_mhz, r.sm_max_mhz, r.reasons, r.ecc_volatile_unc, r.retired_pending) == (
-        345.0, 1980.0, frozenset({"gpu_idle"}), 0, None)
+        345.0,
+        1980.0,
+        frozenset({"gpu_idle"}),
+        0,
+        None,
+    )
     assert [f.id for f in smi.card_hypotheses([r])] == ["gpu-healthy"]
 
 
-@pytest.mark.parametrize("text", ["", "   \n", "hello world", "a,b,c\n1,2,3\n", "name\nH100\n",
-                                  "clocks.sm [MHz], clocks.max.sm [MHz]\n1980, 1980\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n",
+        "hello world",
+        "a,b,c\n1,2,3\n",
+        "name\nH100\n",
+        "clocks.sm [MHz], clocks.max.sm [MHz]\n1980, 1980\n",
+    ],
+)
 def test_bad_input_is_an_input_error(text):
     with pytest.raises(InputError) as err:
         smi.parse(text)
@@ -521,18 +611,41 @@ def test_bad_input_is_an_input_error(text):
 
 # -- fuzz ---------------------------------------------------------------------------------------------
 
-_LINES = st.sampled_from(["GPU 00000000:18:00.0", "    Clocks", "        SM : 1980 MHz", "    Max Clocks",
-                          "    Clocks Event Reasons", "        HW Slowdown : Active", "        Idle : [N/A]",
-                          "    PCI", "        GPU Link Info", "            PCIe Generation",
-                          "                Max : 5", "                Current : 99999999999999999999999",
-                          "    ECC Errors", "        Volatile", "            DRAM Uncorrectable : 1e400",
-                          "    Utilization", "        Gpu : -5 %", "name, clocks.sm [MHz], index",
-                          "H100, 1980 MHz, 0", "x, 0xZZ, 1", "\t\t: :", ""])
+_LINES = st.sampled_from(
+    [
+        "GPU 00000000:18:00.0",
+        "    Clocks",
+        "        SM : 1980 MHz",
+        "    Max Clocks",
+        "    Clocks Event Reasons",
+        "        HW Slowdown : Active",
+        "        Idle : [N/A]",
+        "    PCI",
+        "        GPU Link Info",
+        "            PCIe Generation",
+        "                Max : 5",
+        "                Current : 99999999999999999999999",
+        "    ECC Errors",
+        "        Volatile",
+        "            DRAM Uncorrectable : 1e400",
+        "    Utilization",
+        "        Gpu : -5 %",
+        "name, clocks.sm [MHz], index",
+        "H100, 1980 MHz, 0",
+        "x, 0xZZ, 1",
+        "\t\t: :",
+        "",
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.text(max_size=400), st.lists(st.one_of(_LINES, st.text(max_size=30)), max_size=40)
-                 .map("\n".join)))
+@given(
+    st.one_of(
+        st.text(max_size=400),
+        st.lists(st.one_of(_LINES, st.text(max_size=30)), max_size=40).map("\n".join),
+    )
+)
 def test_random_text_parses_or_raises_input_error(text):
     try:
         recs = smi.parse(text)

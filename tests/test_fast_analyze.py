@@ -19,21 +19,30 @@ TRACE = str(DATA / "small_gemm" / "trace.json.gz")
 
 def gd(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("argv", "path"), [
-    (["analyze", "t.json", "--json"], "t.json"),
-    (["analyze", "--json", "t.json"], "t.json"),
-    (["analyze", "t.json"], None),  # the console report: rich, through the typer app
-    (["analyze", "t.json", "--json", "--gpu", "h100-sxm"], None),
-    (["analyze", "--json", "--debug"], None),
-    (["analyze", "--json", "-"], None),
-    (["analyze", "--json", ""], None),
-    (["diff", "a.json", "--json"], None),
-    (["--debug", "analyze", "t.json"], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "path"),
+    [
+        (["analyze", "t.json", "--json"], "t.json"),
+        (["analyze", "--json", "t.json"], "t.json"),
+        (["analyze", "t.json"], None),  # the console report: rich, through the typer app
+        (["analyze", "t.json", "--json", "--gpu", "h100-sxm"], None),
+        (["analyze", "--json", "--debug"], None),
+        (["analyze", "--json", "-"], None),
+        (["analyze", "--json", ""], None),
+        (["diff", "a.json", "--json"], None),
+        (["--debug", "analyze", "t.json"], None),
+    ],
+)
 def test_only_the_plain_form_takes_the_short_way(argv: list[str], path: str | None) -> None:
     assert _plain_analyze_json(argv) == path
 
@@ -52,9 +61,14 @@ def test_the_short_way_fails_in_one_line_as_the_typer_command_does(tmp_path: Pat
     fast = gd("analyze", missing, "--json")
     typer_path = gd("analyze", "--json", missing, "--gpu", "h100-sxm")
     assert fast.returncode == typer_path.returncode == 2
-    assert fast.stderr == typer_path.stderr == (
-        f"error: {missing} does not exist; pass the file written by torch.profiler's export_chrome_trace() "
-        "(.json or .json.gz), or a gpudoctor run directory\n")
+    assert (
+        fast.stderr
+        == typer_path.stderr
+        == (
+            f"error: {missing} does not exist; pass the file written by torch.profiler's export_chrome_trace() "
+            "(.json or .json.gz), or a gpudoctor run directory\n"
+        )
+    )
     assert fast.stdout == ""
 
 
@@ -69,7 +83,13 @@ def test_the_short_way_imports_no_cli_framework_and_no_torch() -> None:
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich', 'pydantic', 'torch'})\n"
         "print(heavy, file=sys.stderr)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(SRC)),
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "[]"

@@ -18,15 +18,29 @@ TRACE = b"tr\xe9ce.json.gz"  # Latin-1 e-acute: no UTF-8 decodes this byte
 PAGE = b"r\xe9p.html"
 SHOWN = "tr\\xe9ce.json.gz"  # how every output names it: the byte, escaped
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or sys.getfilesystemencoding() != "utf-8",
-                                reason="bytes file names that are not UTF-8: a Linux file system in a UTF-8 locale")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or sys.getfilesystemencoding() != "utf-8",
+    reason="bytes file names that are not UTF-8: a Linux file system in a UTF-8 locale",
+)
 
 
 def gd(*args: str | bytes, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     # stdout and stderr strict UTF-8: a lone surrogate printed would fail, not be smuggled out as a raw byte
-    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120", LC_ALL="C.UTF-8", PYTHONIOENCODING="utf-8:strict")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, env=env, cwd=cwd,
-                          timeout=120, check=False)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(SRC),
+        COLUMNS="120",
+        LC_ALL="C.UTF-8",
+        PYTHONIOENCODING="utf-8:strict",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture

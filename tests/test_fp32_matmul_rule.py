@@ -19,7 +19,9 @@ SIMT_KERNEL = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_wa
 BF16_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
 
 
-def _gemm_steps(kernel: str, types: list[str] | None, gemm_us: float = 500.0, steps: int = 3) -> TraceBuilder:
+def _gemm_steps(
+    kernel: str, types: list[str] | None, gemm_us: float = 500.0, steps: int = 3
+) -> TraceBuilder:
     t = TraceBuilder()
     for s in range(steps):
         base = s * 1000
@@ -27,8 +29,12 @@ def _gemm_steps(kernel: str, types: list[str] | None, gemm_us: float = 500.0, st
         t.op("aten::mm", base + 1, 6, dims=[[N, N], [N, N]], types=types)
         corr = t.runtime("cudaLaunchKernel", base + 2, 4)
         t.kernel(kernel, base + 10, gemm_us, corr)
-        t.kernel("void at::native::vectorized_elementwise_kernel<4, gelu>", base + 10 + gemm_us, 100,
-                 t.runtime("cudaLaunchKernel", base + 8, 3))
+        t.kernel(
+            "void at::native::vectorized_elementwise_kernel<4, gelu>",
+            base + 10 + gemm_us,
+            100,
+            t.runtime("cudaLaunchKernel", base + 8, 3),
+        )
     return t
 
 
@@ -53,11 +59,15 @@ def test_tf32_gemms_are_priced_at_the_bf16_rate_for_their_shape() -> None:
     assert f.evidence.numbers["tf32_gemm_ms_per_step"] == 0.5
     assert f.evidence.numbers["fp32_cuda_core_gemm_ms_per_step"] == 0.0
     titles = [x.title for x in f.fixes]
-    assert "autocast" in titles[0] and not any("set_float32_matmul_precision" in x.code for x in f.fixes)
+    assert "autocast" in titles[0] and not any(
+        "set_float32_matmul_precision" in x.code for x in f.fixes
+    )
     assert "mantissa" in f.fixes[0].code  # the note on accuracy comes with the fix
 
 
-def test_a_tf32_gemm_never_takes_longer_than_it_ran_and_without_shapes_takes_the_roof_ratio() -> None:
+def test_a_tf32_gemm_never_takes_longer_than_it_ran_and_without_shapes_takes_the_roof_ratio() -> (
+    None
+):
     # a TF32 kernel already as fast as the grid's bf16 one keeps its time (the casts claim nothing)
     fast = check(_analysis(_gemm_steps(TF32_KERNEL, FP32, gemm_us=150.0)))
     assert fast is None or fast.saving_ms <= 0.0
@@ -70,7 +80,9 @@ def test_a_tf32_gemm_never_takes_longer_than_it_ran_and_without_shapes_takes_the
     c = a.ceilings
     casts_ms = 0.0  # no bytes known without shapes
     assert f is not None
-    assert f.saving_ms == pytest.approx(0.5 * (1 - c.matrix_flops["tf32"] / c.best_matrix_flops) - casts_ms, rel=1e-6)
+    assert f.saving_ms == pytest.approx(
+        0.5 * (1 - c.matrix_flops["tf32"] / c.best_matrix_flops) - casts_ms, rel=1e-6
+    )
 
 
 def test_tf32_named_kernel_counts_when_dtypes_were_not_recorded() -> None:
@@ -101,11 +113,20 @@ def test_fp32_attention_is_priced_at_the_fused_16_bit_rate() -> None:
     for i in range(3):
         base = i * 2000
         t.step(i, base, 2000)
-        t.op("aten::_scaled_dot_product_efficient_attention", base + 1, 6,
-             dims=[[b, h, s, d]] * 3, types=["float"] * 3)
+        t.op(
+            "aten::_scaled_dot_product_efficient_attention",
+            base + 1,
+            6,
+            dims=[[b, h, s, d]] * 3,
+            types=["float"] * 3,
+        )
         corr = t.runtime("cudaLaunchKernel", base + 2, 4)
-        t.kernel("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>::Params)",
-                 base + 10, 1500, corr)
+        t.kernel(
+            "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>::Params)",
+            base + 10,
+            1500,
+            corr,
+        )
     a = _analysis(t)
     f = check(a)
     assert f is not None and "flash" in f.title
@@ -124,13 +145,29 @@ def _math_sdpa(dtype: str) -> TraceBuilder:
     for i in range(3):
         base = i * 5_000
         t.step(i, base, 5_000)
-        t.op("aten::scaled_dot_product_attention", base + 1, 60, dims=[[1, bh, s, d]] * 3, types=[dtype] * 3)
-        t.op("aten::_scaled_dot_product_attention_math", base + 2, 58, dims=[[1, bh, s, d]] * 3, types=[dtype] * 3)
+        t.op(
+            "aten::scaled_dot_product_attention",
+            base + 1,
+            60,
+            dims=[[1, bh, s, d]] * 3,
+            types=[dtype] * 3,
+        )
+        t.op(
+            "aten::_scaled_dot_product_attention_math",
+            base + 2,
+            58,
+            dims=[[1, bh, s, d]] * 3,
+            types=[dtype] * 3,
+        )
         t.op("aten::bmm", base + 3, 10, dims=[[bh, s, d], [bh, d, s]], types=[dtype] * 2)
         t.kernel(gemm, base + 100, 900, t.runtime("cudaLaunchKernel", base + 4, 4))
         t.op("aten::_softmax", base + 20, 10, dims=[[bh, s, s]], types=[dtype])
-        t.kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", base + 1_000, 1_500,
-                 t.runtime("cudaLaunchKernel", base + 21, 4))
+        t.kernel(
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>",
+            base + 1_000,
+            1_500,
+            t.runtime("cudaLaunchKernel", base + 21, 4),
+        )
         t.op("aten::bmm", base + 40, 10, dims=[[bh, s, s], [bh, s, d]], types=[dtype] * 2)
         t.kernel(gemm, base + 2_500, 900, t.runtime("cudaLaunchKernel", base + 41, 4))
     return t

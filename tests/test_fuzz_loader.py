@@ -29,19 +29,44 @@ def _one_line(exc: InputError) -> str:
     assert message and "\n" not in message, message
     return message
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-                     st.text(max_size=20))
-_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                     max_leaves=20)
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
 # times no profiler writes: they overflowed int64 nanoseconds (with a numpy RuntimeWarning) before
 # the loader dropped them (issue 15)
 _out_of_range = st.sampled_from([1e20, -1e20, 4.000001e15, 1e300, 2**63, -(2**63)])
 # integers no profiler writes: beyond int32, int64 or uint64, which overflowed numpy columns
 # (`internal error: OverflowError`, issue 16)
 _huge_ints = st.one_of(
-    st.sampled_from([2**31, -(2**31) - 1, 2**32, 2**50 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64,
-                     2**70, -(2**70), 10**30, 10**400]),
+    st.sampled_from(
+        [
+            2**31,
+            -(2**31) - 1,
+            2**32,
+            2**50 + 1,
+            2**63 - 1,
+            2**63,
+            -(2**63),
+            -(2**63) - 1,
+            2**64,
+            2**70,
+            -(2**70),
+            10**30,
+            10**400,
+        ]
+    ),
     st.integers(-(2**80), 2**80),
 )
 _far_times = st.one_of(_out_of_range, st.sampled_from([2**70, -(2**70), 10**30, 10**400]))
@@ -51,23 +76,41 @@ _event = st.fixed_dictionaries(
     {},
     optional={
         "ph": st.sampled_from(["X", "i", "M", "s", "f", 3]),
-        "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "", None]),
+        "cat": st.sampled_from(
+            ["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "", None]
+        ),
         "name": st.one_of(st.text(max_size=30), st.integers()),
-        "ts": st.one_of(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15),
-                        st.integers(-(10**15), 10**15), st.text(max_size=5), _far_times),
-        "dur": st.one_of(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9),
-                         st.integers(-(10**9), 10**9), _far_times),
+        "ts": st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15),
+            st.integers(-(10**15), 10**15),
+            st.text(max_size=5),
+            _far_times,
+        ),
+        "dur": st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9),
+            st.integers(-(10**9), 10**9),
+            _far_times,
+        ),
         "pid": st.one_of(st.integers(-5, 5), st.text(max_size=5), _huge_ints),
         "tid": st.one_of(st.integers(-5, 5), st.text(max_size=5), _huge_ints),
-        "args": st.one_of(_json, st.fixed_dictionaries({}, optional={
-            "correlation": st.one_of(st.integers(-3, 50), _huge_ints),
-            "External id": st.one_of(st.integers(-3, 50), _huge_ints),
-            "stream": st.one_of(st.integers(-1, 9), _huge_ints), "device": st.one_of(st.integers(-1, 3), _huge_ints),
-            "grid": st.lists(st.one_of(st.integers(0, 1024), _huge_ints), max_size=3),
-            "block": st.lists(st.one_of(st.integers(0, 1024), _huge_ints), max_size=3),
-            "Input Dims": _json, "Input type": _json,
-            "flops": st.one_of(st.integers(0, 10**12), st.floats()),
-            "bytes": st.one_of(st.integers(-10, 10**9), _huge_ints)})),
+        "args": st.one_of(
+            _json,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "correlation": st.one_of(st.integers(-3, 50), _huge_ints),
+                    "External id": st.one_of(st.integers(-3, 50), _huge_ints),
+                    "stream": st.one_of(st.integers(-1, 9), _huge_ints),
+                    "device": st.one_of(st.integers(-1, 3), _huge_ints),
+                    "grid": st.lists(st.one_of(st.integers(0, 1024), _huge_ints), max_size=3),
+                    "block": st.lists(st.one_of(st.integers(0, 1024), _huge_ints), max_size=3),
+                    "Input Dims": _json,
+                    "Input type": _json,
+                    "flops": st.one_of(st.integers(0, 10**12), st.floats()),
+                    "bytes": st.one_of(st.integers(-10, 10**9), _huge_ints),
+                },
+            ),
+        ),
     },
 )
 
@@ -75,7 +118,9 @@ _event = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_event, max_size=25))
 def test_random_events_load_or_fail_cleanly(events) -> None:
-    data = json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100 80GB HBM3"}]})
+    data = json.dumps(
+        {"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100 80GB HBM3"}]}
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a numpy overflow warning is a bug too
@@ -86,7 +131,10 @@ def test_random_events_load_or_fail_cleanly(events) -> None:
     # every event was read or counted as skipped; what is kept is a subset of what was read
     assert trace.event_count + trace.skipped_events == len(events)
     assert 0 <= trace.bad_args <= trace.event_count and 0 <= trace.bad_times <= trace.event_count
-    assert len(trace.host) + len(trace.device) + len(trace.memory) <= trace.event_count - trace.bad_times
+    assert (
+        len(trace.host) + len(trace.device) + len(trace.memory)
+        <= trace.event_count - trace.bad_times
+    )
     assert 0 <= trace.span[1] <= MAX_SPAN_NS
 
 
@@ -106,10 +154,22 @@ def _shape() -> TraceBuilder:
 
 
 # (where, key): a top-level field of the event, or one of its args ("grid"/"block": one dimension)
-_INT_FIELDS = [("event", "pid"), ("event", "tid"), ("args", "correlation"), ("args", "External id"),
-               ("args", "stream"), ("args", "device"), ("args", "grid"), ("args", "block"), ("args", "bytes"),
-               ("args", "Bytes"), ("args", "Total Allocated"), ("args", "Total Reserved"), ("args", "Device Id"),
-               ("args", "Device Type")]
+_INT_FIELDS = [
+    ("event", "pid"),
+    ("event", "tid"),
+    ("args", "correlation"),
+    ("args", "External id"),
+    ("args", "stream"),
+    ("args", "device"),
+    ("args", "grid"),
+    ("args", "block"),
+    ("args", "bytes"),
+    ("args", "Bytes"),
+    ("args", "Total Allocated"),
+    ("args", "Total Reserved"),
+    ("args", "Device Id"),
+    ("args", "Device Type"),
+]
 
 
 def _load_and_analyze(data: bytes):  # type: ignore[no-untyped-def]
@@ -166,21 +226,34 @@ def test_far_out_timestamps_load_or_fail_cleanly(data) -> None:
     # each time is beyond any profiler's (+-4e15 us): its event is dropped (bad_times), or skipped when
     # the number does not even decode (10**400); an instant event (the memory one) has no duration to spoil
     assert trace.skipped_events + trace.bad_times <= len(spoiled)
-    assert len(trace.host) + len(trace.device) + len(trace.memory) == 14 - trace.skipped_events - trace.bad_times
+    assert (
+        len(trace.host) + len(trace.device) + len(trace.memory)
+        == 14 - trace.skipped_events - trace.bad_times
+    )
     # a dropped ProfilerStep is a step fewer; with both gone the whole trace is the one step
     steps_lost = sum(events[i]["name"].startswith("ProfilerStep#") for i in spoiled)
     assert report.steps.count == (2 - steps_lost if steps_lost < 2 else 1)
 
 
 # _shape()'s events: 0 and 10 the two ProfilerSteps, 3 a kernel, 9 the memory instant
-@pytest.mark.parametrize(("spoil", "dropped", "steps", "method"), [
-    ({0: "ts"}, 1, 1, "profiler-step"),
-    ({0: "ts", 10: "dur"}, 2, 1, "whole-trace"),  # no step marker left: the whole trace is the one step
-    ({3: "ts"}, 1, 2, "profiler-step"),
-    ({9: "dur"}, 0, 2, "profiler-step"),  # an instant has no duration: nothing to drop
-    ({9: "ts"}, 1, 2, "profiler-step"),
-])
-def test_far_out_times_on_known_events(spoil: dict[int, str], dropped: int, steps: int, method: str) -> None:
+@pytest.mark.parametrize(
+    ("spoil", "dropped", "steps", "method"),
+    [
+        ({0: "ts"}, 1, 1, "profiler-step"),
+        (
+            {0: "ts", 10: "dur"},
+            2,
+            1,
+            "whole-trace",
+        ),  # no step marker left: the whole trace is the one step
+        ({3: "ts"}, 1, 2, "profiler-step"),
+        ({9: "dur"}, 0, 2, "profiler-step"),  # an instant has no duration: nothing to drop
+        ({9: "ts"}, 1, 2, "profiler-step"),
+    ],
+)
+def test_far_out_times_on_known_events(
+    spoil: dict[int, str], dropped: int, steps: int, method: str
+) -> None:
     doc = _shape().to_dict()
     for index, field in spoil.items():
         doc["traceEvents"][index][field] = 1e20
@@ -199,7 +272,11 @@ def test_a_pid_or_correlation_of_2_to_the_70_is_noted_not_a_crash() -> None:
         (kernel if where == "event" else kernel["args"])[key] = 2**70
         trace = parse(json.dumps(doc).encode())
         notes = " ".join(trace_notes(trace))
-        assert ("malformed event was skipped" in notes) if key == "pid" else ("1 event has unreadable args" in notes)
+        assert (
+            ("malformed event was skipped" in notes)
+            if key == "pid"
+            else ("1 event has unreadable args" in notes)
+        )
 
 
 def test_a_device_properties_int_beyond_64_bits_loses_that_field_not_the_gpu() -> None:
@@ -229,8 +306,10 @@ def test_random_bytes_fail_cleanly(blob: bytes) -> None:
         trace = parse(blob)
     except TraceFormatError as exc:
         # one line that names the input and says what it is not
-        assert re.match(r"<bytes>( is empty| is not valid JSON| is JSON but| is a truncated or corrupt gzip|: )",
-                        _one_line(exc)), str(exc)
+        assert re.match(
+            r"<bytes>( is empty| is not valid JSON| is JSON but| is a truncated or corrupt gzip|: )",
+            _one_line(exc),
+        ), str(exc)
         return
     # a few bytes can be a (near) empty trace, "[]" or "[{}]": each event read is one JSON object
     text = gzip.decompress(blob) if blob[:2] == b"\x1f\x8b" else blob
@@ -238,8 +317,11 @@ def test_random_bytes_fail_cleanly(blob: bytes) -> None:
     assert len(trace.host) + len(trace.device) + len(trace.memory) <= trace.event_count
 
 
-_TRUNCATED_JSON = (r"^<bytes> is not valid JSON \((Input data was truncated|JSON is malformed: .+)\); "
-                   + re.escape(HINT) + "$")
+_TRUNCATED_JSON = (
+    r"^<bytes> is not valid JSON \((Input data was truncated|JSON is malformed: .+)\); "
+    + re.escape(HINT)
+    + "$"
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -259,7 +341,12 @@ def test_truncations_of_a_real_shape_fail_cleanly(cut: int) -> None:
 def test_the_real_trace_loads_whole() -> None:
     """What the truncations below cut: 298 events, 22 on the host, 99 on the GPU."""
     trace = parse(REAL.read_bytes())
-    assert (trace.event_count, len(trace.host), len(trace.device), trace.skipped_events) == (298, 22, 99, 0)
+    assert (trace.event_count, len(trace.host), len(trace.device), trace.skipped_events) == (
+        298,
+        22,
+        99,
+        0,
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -271,9 +358,14 @@ def test_truncations_of_a_real_gzipped_trace_fail_cleanly(where: float) -> None:
     cut = 2 + round(where * (len(gz) - 3))  # from the 2-byte magic to one byte short
     with pytest.raises(TraceFormatError) as err:
         parse(gz[:cut])
-    assert _one_line(err.value) == "<bytes> is a truncated or corrupt gzip file; re-export or re-copy the trace"
+    assert (
+        _one_line(err.value)
+        == "<bytes> is a truncated or corrupt gzip file; re-export or re-copy the trace"
+    )
     text = gzip.decompress(gz)
-    start = text.index(b"{") + 1  # Kineto writes "\n  {" first: a cut before the brace is only blanks ("is empty")
+    start = (
+        text.index(b"{") + 1
+    )  # Kineto writes "\n  {" first: a cut before the brace is only blanks ("is empty")
     cut = start + round(where * (len(text) - 1 - start))
     with pytest.raises(TraceFormatError) as err:
         parse(text[:cut])

@@ -38,7 +38,9 @@ MANIFEST = json.loads((PROGRAMS / "manifest.json").read_text())
 ENTRIES = {e["name"]: e for e in MANIFEST["programs"]}
 PUBLIC = {e["name"]: e for e in MANIFEST["public"]}
 ALL = {**ENTRIES, **PUBLIC}
-TIMEOUT_S = 900.0  # a hang's bound, far above any machine's load (the slowest run takes ~10 s alone)
+TIMEOUT_S = (
+    900.0  # a hang's bound, far above any machine's load (the slowest run takes ~10 s alone)
+)
 
 
 def _importable(requirement: str) -> bool:
@@ -67,7 +69,9 @@ def _why_skip(entry: dict[str, Any]) -> str | None:
 
 def _run(entry: dict[str, Any], out: Path) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     if entry["name"] in PUBLIC:
@@ -77,10 +81,30 @@ def _run(entry: dict[str, Any], out: Path) -> dict[str, Any]:
         script = entry["file"]
     else:
         cwd, script = ROOT, str(PROGRAMS / entry["file"])
-    cmd = [sys.executable, "-m", "gpudoctor", "run", "--skip", "3", "--steps", "3", "--out", str(out),
-           script, *entry["args_cpu"]]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--skip",
+        "3",
+        "--steps",
+        "3",
+        "--out",
+        str(out),
+        script,
+        *entry["args_cpu"],
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         timed_out = False
@@ -89,8 +113,13 @@ def _run(entry: dict[str, Any], out: Path) -> dict[str, Any]:
         stdout, stderr = proc.communicate()
         timed_out = True
     dirs = sorted(d for d in out.glob("*") if d.is_dir()) if out.is_dir() else []
-    return {"rc": proc.returncode, "timed_out": timed_out, "stdout": stdout, "stderr": stderr,
-            "run_dir": dirs[-1] if dirs else None}
+    return {
+        "rc": proc.returncode,
+        "timed_out": timed_out,
+        "stdout": stdout,
+        "stderr": stderr,
+        "run_dir": dirs[-1] if dirs else None,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +143,9 @@ def _context(res: dict[str, Any]) -> str:
 
 
 @pytest.mark.e2e
-@pytest.mark.xdist_group("gallery")  # one worker runs them all: each worker that asks starts every program
+@pytest.mark.xdist_group(
+    "gallery"
+)  # one worker runs them all: each worker that asks starts every program
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_gallery_program(name: str, gallery: dict[str, Future]) -> None:
     _check(ENTRIES[name], gallery)
@@ -135,14 +166,20 @@ def _check(entry: dict[str, Any], gallery: dict[str, Future]) -> None:
     res = gallery[name].result()
     assert not res["timed_out"], f"{name} ran past {TIMEOUT_S} s" + _context(res)
     # the program behaves as without gpudoctor: its own exit code
-    assert res["rc"] == entry["exit_code"], f"{name}: exit code {res['rc']}, expected {entry['exit_code']}" + _context(res)
+    assert res["rc"] == entry["exit_code"], (
+        f"{name}: exit code {res['rc']}, expected {entry['exit_code']}" + _context(res)
+    )
     run_dir = res["run_dir"]
     assert run_dir is not None, f"{name}: no run directory" + _context(res)
-    assert (run_dir / "trace.json.gz").is_file(), f"{name}: no trace.json.gz in {run_dir}" + _context(res)
+    assert (run_dir / "trace.json.gz").is_file(), (
+        f"{name}: no trace.json.gz in {run_dir}" + _context(res)
+    )
     assert (run_dir / "env.json").is_file(), f"{name}: no env.json in {run_dir}" + _context(res)
     # a report for every run that has a trace, CPU-only windows and partial windows included
     assert (run_dir / "report.json").is_file(), (
-        f"{name}: no report.json in {run_dir} (a run that leaves a trace leaves its report too)" + _context(res))
+        f"{name}: no report.json in {run_dir} (a run that leaves a trace leaves its report too)"
+        + _context(res)
+    )
     # the steps were found in the program's own loop, by what marks one iteration of it
     env = json.loads((run_dir / "env.json").read_text())
     got = env["capture"]["step_source"]
@@ -150,4 +187,6 @@ def _check(entry: dict[str, Any], gallery: dict[str, Future]) -> None:
     if gap and got != entry["step_source"]:
         pytest.xfail(f"{name}: steps marked by {got}, not {entry['step_source']}: {gap}")
     assert got == entry["step_source"], f"{name}: steps marked by {env['capture']}" + _context(res)
-    assert not gap, f"{name}: the known gap is fixed (steps marked by {got}): remove cpu_known_gap from the manifest"
+    assert not gap, (
+        f"{name}: the known gap is fixed (steps marked by {got}): remove cpu_known_gap from the manifest"
+    )

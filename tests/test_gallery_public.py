@@ -53,16 +53,31 @@ def test_public_dirs_are_distinct() -> None:
 def test_plan_maps_files_and_other_repositories() -> None:
     entry = next(e for e in PUBLIC if e["name"] == "lightning_transformer_wikitext")
     assert fetch.plan(entry) == [
-        ("github:Lightning-AI/pytorch-lightning", "examples/pytorch/basics/transformer.py", "transformer.py"),
+        (
+            "github:Lightning-AI/pytorch-lightning",
+            "examples/pytorch/basics/transformer.py",
+            "transformer.py",
+        ),
         ("github:Lightning-AI/pytorch-lightning", "LICENSE", "LICENSE"),
-        ("github:pytorch/examples", "word_language_model/data/wikitext-2/valid.txt", "data/wikitext-2.txt"),
+        (
+            "github:pytorch/examples",
+            "word_language_model/data/wikitext-2/valid.txt",
+            "data/wikitext-2.txt",
+        ),
     ]
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -82,14 +97,27 @@ def two_commits(tmp_path: Path) -> tuple[Path, str, str]:
 
 
 def _entry(commit: str, files: list[str]) -> dict:
-    return {"name": "t", "source": "github:o/up", "commit": commit, "source_dir": "ex", "dir": ".gallery-public/t",
-            "file": "main.py", "files": files, "files_from": {"LICENSE": "LICENSE"}}
+    return {
+        "name": "t",
+        "source": "github:o/up",
+        "commit": commit,
+        "source_dir": "ex",
+        "dir": ".gallery-public/t",
+        "file": "main.py",
+        "files": files,
+        "files_from": {"LICENSE": "LICENSE"},
+    }
 
 
-def test_fetch_takes_the_recorded_commit(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+def test_fetch_takes_the_recorded_commit(
+    two_commits: tuple[Path, str, str], tmp_path: Path
+) -> None:
     git_dir, first, _ = two_commits
     out = tmp_path / "checkout"
-    assert fetch.fetch_entry(_entry(first, ["main.py"]), out, {"github:o/up": git_dir}, [], head=False) == []
+    assert (
+        fetch.fetch_entry(_entry(first, ["main.py"]), out, {"github:o/up": git_dir}, [], head=False)
+        == []
+    )
     assert (out / ".gallery-public/t/main.py").read_text() == "v1\n"
     assert (out / ".gallery-public/t/LICENSE").read_text() == "license\n"
     assert (out / ".gallery-public/t/COMMIT").read_text() == first + "\n"
@@ -97,16 +125,30 @@ def test_fetch_takes_the_recorded_commit(two_commits: tuple[Path, str, str], tmp
 
 def test_fetch_names_a_missing_file(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
     git_dir, first, _ = two_commits
-    problems = fetch.fetch_entry(_entry(first, ["main.py", "data/train.txt"]), tmp_path, {"github:o/up": git_dir}, [],
-                                 head=False)
+    problems = fetch.fetch_entry(
+        _entry(first, ["main.py", "data/train.txt"]),
+        tmp_path,
+        {"github:o/up": git_dir},
+        [],
+        head=False,
+    )
     assert problems == [f"t: github:o/up {first[:12]} has no ex/data/train.txt"]
 
 
-def test_fetch_refuses_an_unknown_commit_unless_head(two_commits: tuple[Path, str, str], tmp_path: Path) -> None:
+def test_fetch_refuses_an_unknown_commit_unless_head(
+    two_commits: tuple[Path, str, str], tmp_path: Path
+) -> None:
     git_dir, _, head = two_commits
     with pytest.raises(SystemExit, match=r"lacks commit 0{40}; fetch that commit, or pass --head"):
-        fetch.fetch_entry(_entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=False)
-    assert fetch.fetch_entry(_entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=True) == []
+        fetch.fetch_entry(
+            _entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=False
+        )
+    assert (
+        fetch.fetch_entry(
+            _entry("0" * 40, ["main.py"]), tmp_path, {"github:o/up": git_dir}, [], head=True
+        )
+        == []
+    )
     assert (tmp_path / ".gallery-public/t/main.py").read_text() == "v2\n"
     assert (tmp_path / ".gallery-public/t/COMMIT").read_text() == head + "\n"
 
@@ -131,25 +173,39 @@ LOOP = "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(
 
 
 def test_run_command_stops_an_endless_program_with_ctrl_c(tmp_path: Path) -> None:
-    res = run_gallery.run_command([sys.executable, "-c", LOOP], tmp_path, dict(os.environ), 30, interrupt_after=1.0)
+    res = run_gallery.run_command(
+        [sys.executable, "-c", LOOP], tmp_path, dict(os.environ), 30, interrupt_after=1.0
+    )
     assert res["interrupted"] and not res["timed_out"]
     assert res["rc"] == -2  # Python's uncaught KeyboardInterrupt ends the process by SIGINT
     assert res["stdout"].count("tick") >= 5 and "KeyboardInterrupt" in res["stderr"]
 
 
-def test_run_command_stops_an_endless_program_with_ctrl_c_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+def test_run_command_stops_an_endless_program_with_ctrl_c_when_started_with_sigint_ignored(
+    tmp_path: Path,
+) -> None:
     """The runner started as a script's background job (SIGINT ignored, and every child inherits that:
     a Python child then installs no KeyboardInterrupt handler): its Ctrl-C still stops the program."""
-    parent = "\n".join([
-        "import json, os, signal, sys",
-        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})",
-        "import run_gallery",
-        f"res = run_gallery.run_command([sys.executable, '-c', {LOOP!r}], {str(tmp_path)!r}, dict(os.environ), 300,",
-        "                               interrupt_after=1.0)",
-        "res['parent_ignored_sigint'] = signal.getsignal(signal.SIGINT) is signal.SIG_IGN",
-        "print(json.dumps(res))"])
-    out = subprocess.run([sys.executable, "-c", parent], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         preexec_fn=ignore_sigint, check=False)
+    parent = "\n".join(
+        [
+            "import json, os, signal, sys",
+            f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})",
+            "import run_gallery",
+            f"res = run_gallery.run_command([sys.executable, '-c', {LOOP!r}], {str(tmp_path)!r}, dict(os.environ), 300,",
+            "                               interrupt_after=1.0)",
+            "res['parent_ignored_sigint'] = signal.getsignal(signal.SIGINT) is signal.SIG_IGN",
+            "print(json.dumps(res))",
+        ]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", parent],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=ignore_sigint,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["parent_ignored_sigint"]  # the scenario: the runner itself takes no Ctrl-C
@@ -158,8 +214,12 @@ def test_run_command_stops_an_endless_program_with_ctrl_c_when_started_with_sigi
     assert res["stdout"].count("tick") >= 5
 
 
-def test_run_command_kills_a_program_that_ignores_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_command_kills_a_program_that_ignores_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(run_gallery, "INTERRUPT_GRACE_S", 0.5)
     deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + LOOP
-    res = run_gallery.run_command([sys.executable, "-c", deaf], tmp_path, dict(os.environ), 30, interrupt_after=0.5)
+    res = run_gallery.run_command(
+        [sys.executable, "-c", deaf], tmp_path, dict(os.environ), 30, interrupt_after=0.5
+    )
     assert res["interrupted"] and res["timed_out"] and res["rc"] == -9

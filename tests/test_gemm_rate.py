@@ -41,7 +41,7 @@ def _reference_seconds(m: int, n: int, k: int) -> float:
 def test_the_reference_grid_is_the_h100_measurement_relative_to_its_large_cell() -> None:
     grid = reference_grid()
     assert "H100" in grid.source
-    i = list(2 ** grid.log_dims).index(LARGE)
+    i = list(2**grid.log_dims).index(LARGE)
     assert grid.relative[i, i, i] == 1.0
     # the H100's 8192^3 bf16 GEMM reached 0.76 of the datasheet's 989.4 TFLOP/s
     assert grid.large_share == pytest.approx(0.7601, abs=1e-4)
@@ -66,14 +66,17 @@ def test_between_cells_the_rate_lies_between_its_neighbours() -> None:
     mid = relative_rate(grid, 3000, 3000, 3000)
     assert min(lo, hi) <= mid <= max(lo, hi)
     # beyond the grid the rate is the edge's: the dimensions are clamped, not extrapolated
-    assert relative_rate(grid, 65536, 65536, 65536) == pytest.approx(relative_rate(grid, 16384, 16384, 16384))
+    assert relative_rate(grid, 65536, 65536, 65536) == pytest.approx(
+        relative_rate(grid, 16384, 16384, 16384)
+    )
 
 
 def test_arrays_broadcast_and_a_batch_stacks_its_rows() -> None:
     out = gemm_seconds(np.array([512, 4096]), 4096, 4096, "bf16", H100)
     assert out.shape == (2,)
     assert float(gemm_seconds(256, 4096, 4096, "bf16", H100, batch=16)) == pytest.approx(
-        float(gemm_seconds(4096, 4096, 4096, "bf16", H100)), rel=1e-9)
+        float(gemm_seconds(4096, 4096, 4096, "bf16", H100)), rel=1e-9
+    )
 
 
 def test_other_dtypes_take_the_grid_at_their_own_roof() -> None:
@@ -85,15 +88,24 @@ def test_other_dtypes_take_the_grid_at_their_own_roof() -> None:
 def test_a_measured_large_rate_replaces_the_datasheet_share() -> None:
     measured = dataclasses.replace(H200, extra={"gemm_curve": {"gemm.bf16": 7.0e14}})
     assert large_rate("bf16", measured) == 7.0e14
-    assert large_rate("bf16", H200) == pytest.approx(H200.matrix("bf16") * reference_grid().large_share)
+    assert large_rate("bf16", H200) == pytest.approx(
+        H200.matrix("bf16") * reference_grid().large_share
+    )
     assert "measured 8192^3 bf16 rate" in rate_source(measured)
     assert "datasheet bf16 roof x 0.76" in rate_source(H200)
 
 
 def _grid_rows(scale: float) -> dict:
     dims = [256, 1024, 4096, LARGE]
-    return {"dims": dims, "rows": [{"m": m, "n": n, "k": k, "s": scale * 2.0 * m * n * k / 7e14 + 4e-6}
-                                   for m in dims for n in dims for k in dims]}
+    return {
+        "dims": dims,
+        "rows": [
+            {"m": m, "n": n, "k": k, "s": scale * 2.0 * m * n * k / 7e14 + 4e-6}
+            for m in dims
+            for n in dims
+            for k in dims
+        ],
+    }
 
 
 def test_this_machines_grid_replaces_the_reference() -> None:
@@ -105,12 +117,15 @@ def test_this_machines_grid_replaces_the_reference() -> None:
     assert float(relative_rate(grid, 256, 256, 256)) < 0.1
 
 
-@pytest.mark.parametrize("broken", [
-    {"dims": [256, 1024], "rows": []},  # no cells
-    {"dims": [256, 1024, 4096], "rows": _grid_rows(1.0)["rows"]},  # no 8192 cell
-    {"dims": "256", "rows": None},
-    {"dims": [256, 1024, 4096, LARGE], "rows": [{"m": "x"}]},
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"dims": [256, 1024], "rows": []},  # no cells
+        {"dims": [256, 1024, 4096], "rows": _grid_rows(1.0)["rows"]},  # no 8192 cell
+        {"dims": "256", "rows": None},
+        {"dims": [256, 1024, 4096, LARGE], "rows": [{"m": "x"}]},
+    ],
+)
 def test_a_broken_machine_grid_falls_back_to_the_reference(broken: dict) -> None:
     assert grid_from_rows(broken, None, "x") is None
     assert grid_for(dataclasses.replace(H100, extra={"gemm_grid": broken})) is reference_grid()
@@ -121,7 +136,10 @@ def test_misaligned_gemms_are_priced_at_their_padded_shape_on_the_grid() -> None
     # at the grid's rate for those shapes (x3.62 predicted, x3.82 measured: bench_replay_pricing.py)
     f = gpudoctor.analyze(DATA / "misaligned_gemm" / "trace.json.gz").finding("misaligned-gemm")
     numbers = f.evidence.numbers
-    assert numbers["reference"] == "reference grid (NVIDIA H100 80GB HBM3, gpudoctor bench), at the datasheet bf16 roof x 0.76"
+    assert (
+        numbers["reference"]
+        == "reference grid (NVIDIA H100 80GB HBM3, gpudoctor bench), at the datasheet bf16 roof x 0.76"
+    )
     assert numbers["aligned_reference_tflops"] == pytest.approx(766.3, abs=0.1)
     assert f.saving_ms == pytest.approx(30.3781, abs=1e-3)
 
@@ -130,10 +148,21 @@ def test_a_saved_machine_profile_brings_its_grid(tmp_path, monkeypatch) -> None:
     from gpudoctor.hardware.machine import measured_ceilings_for, save_profile
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    measured = dataclasses.replace(H100, source="measured", extra={"gemm_curve": {"gemm.bf16": 7.5e14}})
-    save_profile("GPU-grid", {"measured_utc": "2026-12-03T10:00:00+00:00", "ceilings": measured.to_dict(),
-                              "gemm_grid": _grid_rows(1.0)})
+    measured = dataclasses.replace(
+        H100, source="measured", extra={"gemm_curve": {"gemm.bf16": 7.5e14}}
+    )
+    save_profile(
+        "GPU-grid",
+        {
+            "measured_utc": "2026-12-03T10:00:00+00:00",
+            "ceilings": measured.to_dict(),
+            "gemm_grid": _grid_rows(1.0),
+        },
+    )
     found = measured_ceilings_for(H100.gpu)
     assert found is not None
     assert grid_for(found).source == "this machine's grid (gpudoctor bench)"
-    assert rate_source(found) == "this machine's grid (gpudoctor bench), at this card's measured 8192^3 bf16 rate"
+    assert (
+        rate_source(found)
+        == "this machine's grid (gpudoctor bench), at this card's measured 8192^3 bf16 rate"
+    )

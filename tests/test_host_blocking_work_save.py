@@ -21,7 +21,13 @@ def _steps_with_a_save(tensors: int) -> TraceBuilder:
     for s in range(3):
         base = s * 10_000
         t.step(s, base, 10_000)
-        t.launch("void at::native::vectorized_elementwise_kernel<4, add>", base + 10, base + 20, 2_000, op="aten::add")
+        t.launch(
+            "void at::native::vectorized_elementwise_kernel<4, add>",
+            base + 10,
+            base + 20,
+            2_000,
+            op="aten::add",
+        )
         ts = base + 2_100
         for _ in range(tensors):
             t.op("aten::copy_", ts, 220)
@@ -63,8 +69,16 @@ def test_host_work_alone_is_priced_as_before() -> None:
     for s in range(3):
         base = s * 10_000
         t.step(s, base, 10_000)
-        t.launch("void at::native::vectorized_elementwise_kernel<4, add>", base + 10, base + 20, 2_000, op="aten::add")
+        t.launch(
+            "void at::native::vectorized_elementwise_kernel<4, add>",
+            base + 10,
+            base + 20,
+            2_000,
+            op="aten::add",
+        )
     f = check(_analysis(t))
     assert f is not None
     assert f.evidence.numbers["copies_to_pageable_memory_in_it_ms_per_step"] == 0.0
-    assert f.saving_ms == pytest.approx(f.evidence.numbers["gpu_idle_during_host_work_ms_per_step"], abs=0.01)
+    assert f.saving_ms == pytest.approx(
+        f.evidence.numbers["gpu_idle_during_host_work_ms_per_step"], abs=0.01
+    )

@@ -32,7 +32,9 @@ def test_a_dataloader_fetch_but_not_its_pinning() -> None:
     t.python("torch/utils/data/dataloader.py(1): _pin_memory_loop", 10, 50)
     t.op("aten::pin_memory", 20, 30)
     trace = parse(t.to_bytes())
-    assert _names(trace, dataloader_calls(trace)) == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+    assert _names(trace, dataloader_calls(trace)) == [
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    ]
 
 
 def test_the_optimizer_step_is_its_annotation_only() -> None:
@@ -60,13 +62,25 @@ def test_syncs_and_allocations_by_name_and_category() -> None:
 
 def test_bookkeeping_names() -> None:
     t = TraceBuilder()
-    for name in ("aten::view", "aten::viewer", "aten::mm", "AccumulateGrad", "AddmmBackward0",
-                 "autograd::engine::evaluate_function: AddmmBackward0", "aten::t"):
+    for name in (
+        "aten::view",
+        "aten::viewer",
+        "aten::mm",
+        "AccumulateGrad",
+        "AddmmBackward0",
+        "autograd::engine::evaluate_function: AddmmBackward0",
+        "aten::t",
+    ):
         t.op(name, 0, 1)
     trace = parse(t.to_bytes())
     named = [s for s, keep in zip(trace.strings, bookkeeping_names(trace)) if keep]
-    assert sorted(named) == ["AccumulateGrad", "AddmmBackward0", "aten::t", "aten::view",
-                             "autograd::engine::evaluate_function: AddmmBackward0"]
+    assert sorted(named) == [
+        "AccumulateGrad",
+        "AddmmBackward0",
+        "aten::t",
+        "aten::view",
+        "autograd::engine::evaluate_function: AddmmBackward0",
+    ]
 
 
 def test_launch_threads_keep_every_thread_with_one_percent() -> None:
@@ -90,13 +104,17 @@ def test_no_launch_no_launch_thread() -> None:
     assert launch_threads(trace).size == 0
 
 
-@pytest.mark.parametrize(("scenario", "dataloader", "optimizer", "syncs", "allocations"), [
-    ("input_pipeline", 3, 3, 7, 0),
-    ("host_sync", 0, 3, 226, 0),
-    ("allocator_churn", 0, 0, 1, 90),
-])
-def test_counts_on_recorded_traces(scenario: str, dataloader: int, optimizer: int, syncs: int,
-                                   allocations: int) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "dataloader", "optimizer", "syncs", "allocations"),
+    [
+        ("input_pipeline", 3, 3, 7, 0),
+        ("host_sync", 0, 3, 226, 0),
+        ("allocator_churn", 0, 0, 1, 90),
+    ],
+)
+def test_counts_on_recorded_traces(
+    scenario: str, dataloader: int, optimizer: int, syncs: int, allocations: int
+) -> None:
     trace = load(DATA / scenario / "trace.json.gz")
     assert int(dataloader_calls(trace).sum()) == dataloader
     assert int(optimizer_steps(trace).sum()) == optimizer

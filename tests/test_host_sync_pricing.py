@@ -24,9 +24,21 @@ def _steps(kernel_us: float) -> TraceBuilder:
         t.step(s, base, 1000)
         ts = base + 10
         for _ in range(8):
-            t.launch(ADD, ts, ts + 5, kernel_us, op="aten::add", dims=[[64, 64], [64, 64]], launch_dur=34)
-            t.launch("abs_kernel", ts + 45, ts + 50, 1, op="aten::abs", dims=[[64, 64]], launch_dur=9)
-            t.launch("reduce_kernel", ts + 60, ts + 65, 1, op="aten::amax", dims=[[64, 64], []], launch_dur=9)
+            t.launch(
+                ADD, ts, ts + 5, kernel_us, op="aten::add", dims=[[64, 64], [64, 64]], launch_dur=34
+            )
+            t.launch(
+                "abs_kernel", ts + 45, ts + 50, 1, op="aten::abs", dims=[[64, 64]], launch_dur=9
+            )
+            t.launch(
+                "reduce_kernel",
+                ts + 60,
+                ts + 65,
+                1,
+                op="aten::amax",
+                dims=[[64, 64], []],
+                launch_dur=9,
+            )
             t.op("aten::item", ts + 75, 50, dims=[[]])
             t.runtime("cudaStreamSynchronize", ts + 110, 10)
             ts += 125
@@ -49,7 +61,9 @@ def test_on_a_host_bound_step_the_reads_and_their_checks_are_the_saving() -> Non
 def test_on_a_busy_gpu_the_idle_after_the_syncs_is_the_saving() -> None:
     f = _finding(kernel_us=110)
     assert HOST_WORK_REMOVED not in f.evidence.numbers
-    assert f.saving_ms == pytest.approx(f.evidence.numbers["gpu_idle_after_syncs_ms_per_step"], abs=1e-3)
+    assert f.saving_ms == pytest.approx(
+        f.evidence.numbers["gpu_idle_after_syncs_ms_per_step"], abs=1e-3
+    )
 
 
 def test_uploads_and_autotuning_are_not_reads() -> None:
@@ -65,7 +79,9 @@ def test_uploads_and_autotuning_are_not_reads() -> None:
     for name, idle in (("pageable_h2d", 0.558), ("multiscale_cudnn_benchmark", 8.03)):
         f = analyze_path(data / name).finding("host-sync")
         assert HOST_WORK_REMOVED not in f.evidence.numbers, name
-        assert f.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(idle, abs=1e-3), name
+        assert f.evidence.numbers["saving_in_profiled_trace_ms"] == pytest.approx(idle, abs=1e-3), (
+            name
+        )
 
 
 def _nan_checked_steps(check_op: str) -> TraceBuilder:
@@ -75,7 +91,15 @@ def _nan_checked_steps(check_op: str) -> TraceBuilder:
     for s in range(3):
         base = s * 1000
         t.step(s, base, 1000)
-        t.launch(ADD, base + 10, base + 15, 900, op="aten::add", dims=[[4096, 4096], [4096, 4096]], launch_dur=9)
+        t.launch(
+            ADD,
+            base + 10,
+            base + 15,
+            900,
+            op="aten::add",
+            dims=[[4096, 4096], [4096, 4096]],
+            launch_dur=9,
+        )
         t.launch("isnan_kernel", base + 30, base + 35, 1, op=check_op, dims=[[]], launch_dur=9)
         t.op("aten::is_nonzero", base + 50, 880, dims=[[]])
         t.runtime("cudaStreamSynchronize", base + 55, 866)
@@ -83,12 +107,16 @@ def _nan_checked_steps(check_op: str) -> TraceBuilder:
 
 
 def test_a_finiteness_check_read_every_step_is_named_and_its_fix_comes_first() -> None:
-    found = check(analyze_trace(parse(_nan_checked_steps("aten::isnan").to_bytes()), for_gpu_name("h100-sxm")))
+    found = check(
+        analyze_trace(parse(_nan_checked_steps("aten::isnan").to_bytes()), for_gpu_name("h100-sxm"))
+    )
     assert found.evidence.numbers["finiteness_check_reads_per_step"] == 1
     assert "logging_nan_inf_filter=False" in found.fixes[0].code
 
 
 def test_a_read_after_any_other_operator_is_not_a_finiteness_check() -> None:
-    found = check(analyze_trace(parse(_nan_checked_steps("aten::gt").to_bytes()), for_gpu_name("h100-sxm")))
+    found = check(
+        analyze_trace(parse(_nan_checked_steps("aten::gt").to_bytes()), for_gpu_name("h100-sxm"))
+    )
     assert "finiteness_check_reads_per_step" not in found.evidence.numbers
     assert all("nan_inf" not in fix.code for fix in found.fixes)

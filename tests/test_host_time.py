@@ -30,10 +30,18 @@ def test_the_sleeping_rank_and_the_waiting_one() -> None:
     ~4,552 dispatch events a step."""
     slow = DATA / "ddp2_h100" / "slow"
     r0, r1 = _host(slow / "rank0" / "trace.json.gz"), _host(slow / "rank1" / "trace.json.gz")
-    assert r1.ms == {"host-sync": pytest.approx(0.032, abs=1e-3), "optimizer": pytest.approx(0.91, abs=1e-3),
-                     "host-work": pytest.approx(20.2911, abs=1e-4), "dispatch": pytest.approx(39.749, abs=1e-3)}
-    assert r0.ms == {"collective-wait": pytest.approx(4.917, abs=1e-3), "host-sync": pytest.approx(3.908, abs=1e-3),
-                     "optimizer": pytest.approx(1.172, abs=1e-3), "dispatch": pytest.approx(36.209, abs=1e-3)}
+    assert r1.ms == {
+        "host-sync": pytest.approx(0.032, abs=1e-3),
+        "optimizer": pytest.approx(0.91, abs=1e-3),
+        "host-work": pytest.approx(20.2911, abs=1e-4),
+        "dispatch": pytest.approx(39.749, abs=1e-3),
+    }
+    assert r0.ms == {
+        "collective-wait": pytest.approx(4.917, abs=1e-3),
+        "host-sync": pytest.approx(3.908, abs=1e-3),
+        "optimizer": pytest.approx(1.172, abs=1e-3),
+        "dispatch": pytest.approx(36.209, abs=1e-3),
+    }
     assert (r0.events["dispatch"], r1.events["dispatch"]) == (4551.6, 4552.6)
     assert "host-work" not in r1.events  # a sleep records nothing: the profiler does not stretch it
     assert r1.step_ms == pytest.approx(60.982, abs=1e-3)
@@ -45,10 +53,16 @@ def test_a_slow_loader_and_host_work_on_one_gpu() -> None:
     assert pipe.events["input-pipeline"] == 75.0
     assert pipe.step_ms == pytest.approx(57.2546, abs=1e-4)  # every moment of the host steps, once
     work = _host(DATA / "host_blocking_work" / "trace.json.gz")
-    assert work.ms["host-work"] == pytest.approx(15.0869, abs=1e-4) and "collective-wait" not in work.ms
+    assert (
+        work.ms["host-work"] == pytest.approx(15.0869, abs=1e-4)
+        and "collective-wait" not in work.ms
+    )
 
 
 def test_no_host_steps_no_host_time() -> None:
     t = load(DATA / "host_blocking_work" / "trace.json.gz")
     a = analyze_trace(t, choose_ceilings(t))
-    assert host_time(t, dataclasses.replace(a.steps, host_start=None, host_end=None), a.idle) == HostTime()
+    assert (
+        host_time(t, dataclasses.replace(a.steps, host_start=None, host_end=None), a.idle)
+        == HostTime()
+    )

@@ -18,7 +18,9 @@ def _scenario() -> TraceBuilder:
     t.runtime("cudaStreamSynchronize", 40, 198)
     t.launch("ampere_bf16_s16816gemm_bf16_128x128", 260, 270, 100, op="aten::mm")  # GPU 270-370
     t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 300, 280)
-    t.launch("void at::native::vectorized_elementwise_kernel<4>", 590, 600, 300, op="aten::add")  # 600-900
+    t.launch(
+        "void at::native::vectorized_elementwise_kernel<4>", 590, 600, 300, op="aten::add"
+    )  # 600-900
     t.python("train.py(88): save_log", 905, 2000)  # host work, no ops, 905-2905
     return t
 

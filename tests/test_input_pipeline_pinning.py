@@ -25,8 +25,20 @@ def _steps(tmp_path: Path, pin_us: float, compiled: bool, types: list | None = N
             t.op("Torch-Compiled Region: 0/0", base + 2, 5)
         t.launch("ampere_bf16_s16816gemm_bf16_128x128", base + 10, base + 20, 980, op="aten::mm")
         t.annotation(NEXT, base + 1100, 3000)
-        t.op("aten::pin_memory", base + 1150, pin_us, dims=BATCH, types=types if types is not None else ["float", ""])
-        t.launch("void at::native::vectorized_elementwise_kernel<4>", base + 4200, base + 4210, 690, op="aten::add")
+        t.op(
+            "aten::pin_memory",
+            base + 1150,
+            pin_us,
+            dims=BATCH,
+            types=types if types is not None else ["float", ""],
+        )
+        t.launch(
+            "void at::native::vectorized_elementwise_kernel<4>",
+            base + 4200,
+            base + 4210,
+            690,
+            op="aten::add",
+        )
     report = analyze_path(t.write(tmp_path / "trace.json"))
     return next(f for f in report.findings if f.id == "input-pipeline")
 
@@ -34,8 +46,13 @@ def _steps(tmp_path: Path, pin_us: float, compiled: bool, types: list | None = N
 def test_slow_pinning_under_torch_compile_puts_the_in_process_compile_first(tmp_path: Path) -> None:
     finding = _steps(tmp_path, pin_us=2800, compiled=True)
     numbers = finding.evidence.numbers
-    assert numbers["loader_time_is_pinning"] is True and numbers["host_time_pinning_ms_per_step"] == 2.8
-    assert numbers["pinning_gb_per_s"] == pytest.approx(4096 * 1024 * 4 / 2800e-6 / 1e9, abs=0.01)  # 5.99
+    assert (
+        numbers["loader_time_is_pinning"] is True
+        and numbers["host_time_pinning_ms_per_step"] == 2.8
+    )
+    assert numbers["pinning_gb_per_s"] == pytest.approx(
+        4096 * 1024 * 4 / 2800e-6 / 1e9, abs=0.01
+    )  # 5.99
     assert numbers["pinning_slowed_under_torch_compile"] is True
     assert "TORCHINDUCTOR_COMPILE_THREADS=1" in finding.fixes[0].code
     assert finding.fixes[1].title.startswith("Pin the in-memory data set once")

@@ -35,21 +35,29 @@ def _count(events: list[dict[str, Any]], prefix: str) -> int:
     """Complete events whose name starts with ``prefix`` (``name$``: exactly ``name``)."""
     exact = prefix.endswith("$")
     name = prefix.rstrip("$")
-    return sum(1 for e in events if e.get("ph") == "X" and (
-        e.get("name") == name if exact else str(e.get("name", "")).startswith(name)))
+    return sum(
+        1
+        for e in events
+        if e.get("ph") == "X"
+        and (e.get("name") == name if exact else str(e.get("name", "")).startswith(name))
+    )
 
 
 # -- Lightning -------------------------------------------------------------------------------------
 
 
-def _lightning_fit(tmp_path: Path, batches: int, accumulate: int = 1, fail_at: int | None = None) -> Any:
+def _lightning_fit(
+    tmp_path: Path, batches: int, accumulate: int = 1, fail_at: int | None = None
+) -> Any:
     pl = pytest.importorskip("lightning.pytorch")
     from gpudoctor.integrations.lightning import GpuDoctorCallback
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+            )
 
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
             if fail_at is not None and batch_idx == fail_at:
@@ -62,9 +70,17 @@ def _lightning_fit(tmp_path: Path, batches: int, accumulate: int = 1, fail_at: i
 
     loader = torch.utils.data.DataLoader(torch.randn(batches * 4, 16), batch_size=4)
     callback = GpuDoctorCallback(skip=3, steps=3, out=tmp_path / "runs", quiet=True)
-    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         accumulate_grad_batches=accumulate)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accumulate_grad_batches=accumulate,
+    )
     trainer.fit(Tiny(), loader)
     return callback
 
@@ -123,12 +139,21 @@ def test_hf_trainer_writes_a_bundle_of_three_steps(tmp_path: Path, accumulate: i
     config = transformers.GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2)
     model = transformers.GPT2LMHeadModel(config)  # random weights, nothing downloaded
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "hf"), max_steps=14, per_device_train_batch_size=4, report_to=[], use_cpu=True,
-        gradient_accumulation_steps=accumulate, save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        dataloader_num_workers=0)
+        output_dir=str(tmp_path / "hf"),
+        max_steps=14,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        gradient_accumulation_steps=accumulate,
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     callback = GpuDoctorCallback(skip=3, steps=3, out=tmp_path / "runs", quiet=True)
-    transformers.Trainer(model=model, args=args, train_dataset=_Tokens(14 * 4 * accumulate),
-                         callbacks=[callback]).train()
+    transformers.Trainer(
+        model=model, args=args, train_dataset=_Tokens(14 * 4 * accumulate), callbacks=[callback]
+    ).train()
     run_dir, env, events = _bundle(tmp_path / "runs")
     assert run_dir.name.startswith("hf-trainer-") and "-rank" not in run_dir.name
     assert env["capture"]["steps_recorded"] == 3
@@ -166,13 +191,17 @@ def test_accelerate_context_counts_optimizer_steps(tmp_path: Path) -> None:
     assert _count(events, "tiny_forward") == 6
 
 
-def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_context_and_rank_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gpudoctor.integrations as gi
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.delenv("MASTER_ADDR", raising=False)  # no store to reach: this rank records alone, and says so
+    monkeypatch.delenv(
+        "MASTER_ADDR", raising=False
+    )  # no store to reach: this rank records alone, and says so
     model = torch.nn.Linear(8, 8)
     with gi.profile(skip=2, steps=2, out=tmp_path / "runs", quiet=True) as doc:
         # 9 steps: 1 timed before the window, 2 after it (past the one that settles): 3, no note
@@ -181,15 +210,22 @@ def test_plain_context_and_rank_from_the_environment(tmp_path: Path, monkeypatch
             doc.step()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("profile-rank3-") and Path(doc.run_dir) == run_dir / "rank3"
-    assert sorted(p.name for p in (run_dir / "rank3").iterdir()) == ["env.json", "report.html", "report.json",
-                                                                     "trace.json.gz"]
+    assert sorted(p.name for p in (run_dir / "rank3").iterdir()) == [
+        "env.json",
+        "report.html",
+        "report.json",
+        "trace.json.gz",
+    ]
     env = json.loads((run_dir / "rank3" / "env.json").read_text())
     assert env["capture"]["steps_recorded"] == 2
     assert (env["rank"], env["world_size"], env["local_rank"]) == (3, 4, 1)
     assert env["window"] == {"first_step": 3, "steps": 2} and env["window_agreed"] is False
     assert env["capture"]["notes"] == [
-        ("rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
-        "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps")]
+        (
+            "rank 3 could not agree its window with the other ranks (no process group, and no MASTER_ADDR / "
+            "MASTER_PORT: no store to agree through): it recorded from its own step 3, which may not be the other ranks' steps"
+        )
+    ]
 
 
 def test_rank_of_an_accelerator_and_of_a_single_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,15 +260,23 @@ def test_the_framework_hooks_join_the_window_agreement_with_their_own_ranks(tmp_
 
     host = socket.gethostname()
     pl = PlCallback(out=tmp_path / "pl", quiet=True)
-    pl.on_train_start(SimpleNamespace(global_rank=3, world_size=4, local_rank=1, global_step=0), None)
+    pl.on_train_start(
+        SimpleNamespace(global_rank=3, world_size=4, local_rank=1, global_step=0), None
+    )
     hf = HfCallback(out=tmp_path / "hf", quiet=True)
-    hf.on_train_begin(SimpleNamespace(process_index=1, world_size=2, local_process_index=1), None, None)
+    hf.on_train_begin(
+        SimpleNamespace(process_index=1, world_size=2, local_process_index=1), None, None
+    )
     single = HfCallback(out=tmp_path / "one", quiet=True)
-    single.on_train_begin(SimpleNamespace(process_index=0, world_size=1, local_process_index=0), None, None)
+    single.on_train_begin(
+        SimpleNamespace(process_index=0, world_size=1, local_process_index=0), None, None
+    )
     try:
         assert pl.capture.sync.info == RankInfo(3, 4, 1, host)
         assert pl.capture.session.sync is pl.capture.sync
-        assert Path(pl.run_dir).name == "rank3" and Path(pl.run_dir).parent.name.startswith("lightning-rank3-")
+        assert Path(pl.run_dir).name == "rank3" and Path(pl.run_dir).parent.name.startswith(
+            "lightning-rank3-"
+        )
         assert hf.capture.sync.info == RankInfo(1, 2, 1, host)
         assert single.capture.sync is None and Path(single.run_dir).name.startswith("hf-trainer-")
     finally:
@@ -251,7 +295,9 @@ def test_a_window_that_never_closed_says_why(tmp_path: Path) -> None:
         doc.report()
 
 
-def test_a_failed_diagnosis_does_not_end_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_diagnosis_does_not_end_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gpudoctor.integrations as gi
     import gpudoctor.live
 
@@ -270,19 +316,29 @@ def test_a_failed_diagnosis_does_not_end_training(tmp_path: Path, monkeypatch: p
 
 
 def test_import_gpudoctor_loads_no_framework() -> None:
-    code = ("import sys, gpudoctor, gpudoctor.integrations; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('lightning', 'pytorch_lightning', 'transformers', 'accelerate')))")
+    code = (
+        "import sys, gpudoctor, gpudoctor.integrations; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('lightning', 'pytorch_lightning', 'transformers', 'accelerate')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module, blocked, package", [
-    ("lightning", ("lightning", "lightning.pytorch", "pytorch_lightning"), "pip install lightning"),
-    ("huggingface", ("transformers",), "pip install transformers"),
-])
-def test_a_missing_framework_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, module: str,
-                                                blocked: tuple[str, ...], package: str) -> None:
+@pytest.mark.parametrize(
+    "module, blocked, package",
+    [
+        (
+            "lightning",
+            ("lightning", "lightning.pytorch", "pytorch_lightning"),
+            "pip install lightning",
+        ),
+        ("huggingface", ("transformers",), "pip install transformers"),
+    ],
+)
+def test_a_missing_framework_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, module: str, blocked: tuple[str, ...], package: str
+) -> None:
     for name in blocked:
         monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     monkeypatch.delitem(sys.modules, f"gpudoctor.integrations.{module}", raising=False)

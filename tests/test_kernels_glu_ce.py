@@ -59,10 +59,15 @@ def _glu_check(act: str, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tensor)
         return
     y_eager = ref(gate, up)  # eager in the half dtype: what an unpatched HF model computes
     torch.testing.assert_close(y.float(), y_eager.float(), rtol=2e-2, atol=1e-2)
-    if DEVICE == "cuda":  # same formulas, functions and roundings as eager: bit for bit but for erf's
+    if (
+        DEVICE == "cuda"
+    ):  # same formulas, functions and roundings as eager: bit for bit but for erf's
         # last fp32 bit (Triton's erf and CUDA's erff differ on 13% of inputs: 1.5% of bf16 outputs)
         assert (y != y_eager).sum().item() <= (0.03 if act == "gelu_erf" else 0.001) * y.numel() + 1
-    g2, u2 = _leaf(gate.float()), _leaf(up.float())  # gradients against fp32 math on the same inputs
+    g2, u2 = (
+        _leaf(gate.float()),
+        _leaf(up.float()),
+    )  # gradients against fp32 math on the same inputs
     ref(g2, u2).backward(dy.float())
     torch.testing.assert_close(g.grad.float(), g2.grad, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(u.grad.float(), u2.grad, rtol=2e-2, atol=2e-2)
@@ -99,7 +104,10 @@ def test_glu_non_contiguous(act):
     ref(*proj2.chunk(2, dim=-1)).backward(dy)
     torch.testing.assert_close(proj.grad, proj2.grad, rtol=1e-5, atol=1e-5)
     # transposed views (last stride != 1) are copied once; .sum() sends an expanded (stride 0) gradient
-    g, u = _leaf(torch.randn(37, 8, device=DEVICE).t()), _leaf(torch.randn(37, 8, device=DEVICE).t())
+    g, u = (
+        _leaf(torch.randn(37, 8, device=DEVICE).t()),
+        _leaf(torch.randn(37, 8, device=DEVICE).t()),
+    )
     g2, u2 = _leaf(g), _leaf(u)
     y = ours(g, u)
     y.sum().backward()
@@ -157,8 +165,9 @@ class GELUTanh(nn.Module):  # named as transformers' gelu_pytorch_tanh class
         return F.gelu(x, approximate="tanh")
 
 
-@pytest.mark.parametrize("act,fused", [(nn.SiLU(), False), (GELUTanh(), False), (nn.GELU(), False),
-                                       (nn.SiLU(), True)])
+@pytest.mark.parametrize(
+    "act,fused", [(nn.SiLU(), False), (GELUTanh(), False), (nn.GELU(), False), (nn.SiLU(), True)]
+)
 def test_fused_gated_mlp_forward(act, fused):
     torch.manual_seed(2)
     mlp = _MLP(act, fused).to(DEVICE)
@@ -179,8 +188,10 @@ def test_fused_gated_mlp_forward_errors():
     with pytest.raises(InputError, match="activation 'ReLU'"):
         fused_gated_mlp_forward(_MLP(nn.ReLU()), x)
     mlp = _MLP(nn.ReLU())
-    torch.testing.assert_close(fused_gated_mlp_forward(mlp, x, activation="silu"),
-                               mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)))
+    torch.testing.assert_close(
+        fused_gated_mlp_forward(mlp, x, activation="silu"),
+        mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)),
+    )
     bare = nn.Module()
     bare.act_fn = nn.SiLU()
     with pytest.raises(InputError, match="mlp_module"):
@@ -193,7 +204,9 @@ def test_fused_gated_mlp_forward_errors():
 def _reference(h, w, t, b, ignore_index, reduction, smoothing, z):
     """F.cross_entropy on full fp64 logits plus z * lse^2 over non-ignored rows."""
     logits = h.double() @ w.double().T + (0 if b is None else b.double())
-    per = F.cross_entropy(logits, t, ignore_index=ignore_index, reduction="none", label_smoothing=smoothing)
+    per = F.cross_entropy(
+        logits, t, ignore_index=ignore_index, reduction="none", label_smoothing=smoothing
+    )
     valid = t != ignore_index
     per = per + z * torch.logsumexp(logits, -1) ** 2 * valid
     if reduction == "none":
@@ -203,23 +216,59 @@ def _reference(h, w, t, b, ignore_index, reduction, smoothing, z):
     return per.sum() / valid.sum().clamp(min=1)
 
 
-def _ce_check(n, hid, vocab, *, dtype=torch.float32, bias=True, ignore=(1,), ignore_index=-100, reduction="mean",
-              smoothing=0.0, z=0.0, chunk=None, batch=None, grad_out=2.0, tol=None):
+def _ce_check(
+    n,
+    hid,
+    vocab,
+    *,
+    dtype=torch.float32,
+    bias=True,
+    ignore=(1,),
+    ignore_index=-100,
+    reduction="mean",
+    smoothing=0.0,
+    z=0.0,
+    chunk=None,
+    batch=None,
+    grad_out=2.0,
+    tol=None,
+):
     torch.manual_seed(n * 7 + vocab)
     h = torch.randn(n, hid, device=DEVICE).to(dtype)
-    w = (torch.randn(vocab, hid, device=DEVICE) * hid ** -0.5 * 2).to(dtype)
+    w = (torch.randn(vocab, hid, device=DEVICE) * hid**-0.5 * 2).to(dtype)
     b = torch.randn(vocab, device=DEVICE).to(dtype) if bias else None
     t = torch.randint(0, vocab, (n,), device=DEVICE)
     t[[i for i in ignore if i < n]] = ignore_index
     if batch:
         h, t = h.reshape(*batch, hid), t.reshape(batch)
     leaves = [_leaf(x) for x in (h, w, b) if x is not None]
-    loss = linear_cross_entropy(leaves[0], leaves[1], t, bias=leaves[2] if bias else None, ignore_index=ignore_index,
-                                reduction=reduction, label_smoothing=smoothing, z_loss=z, chunk_size=chunk)
+    loss = linear_cross_entropy(
+        leaves[0],
+        leaves[1],
+        t,
+        bias=leaves[2] if bias else None,
+        ignore_index=ignore_index,
+        reduction=reduction,
+        label_smoothing=smoothing,
+        z_loss=z,
+        chunk_size=chunk,
+    )
     refs = [_leaf(x.double()) for x in (h, w, b) if x is not None]
-    ref = _reference(refs[0].reshape(-1, hid), refs[1], t.reshape(-1), refs[2] if bias else None,
-                     ignore_index, reduction, smoothing, z).reshape(loss.shape)
-    go = torch.randn(loss.shape, device=DEVICE) if reduction == "none" else torch.tensor(grad_out, device=DEVICE)
+    ref = _reference(
+        refs[0].reshape(-1, hid),
+        refs[1],
+        t.reshape(-1),
+        refs[2] if bias else None,
+        ignore_index,
+        reduction,
+        smoothing,
+        z,
+    ).reshape(loss.shape)
+    go = (
+        torch.randn(loss.shape, device=DEVICE)
+        if reduction == "none"
+        else torch.tensor(grad_out, device=DEVICE)
+    )
     loss.backward(go)
     ref.backward(go.double())
     assert loss.dtype == torch.promote_types(dtype, torch.float32)
@@ -236,18 +285,39 @@ def test_ce_smoothing_zloss_chunks(reduction):
     _ce_check(7, 24, 300, reduction=reduction, smoothing=0.1, z=1e-3, chunk=3, ignore=(1, 4))
 
 
-@pytest.mark.parametrize("kw", [
-    {"n": 6, "hid": 20, "vocab": 5000, "bias": False},  # more than one BLOCK_V of columns, ragged tail
-    # Qwen2 vocabulary, few tokens. Gradients are fp32 sums over the vocabulary against a float64 reference:
-    # about sqrt(V) x 2^-24 = 2.3e-5 of their largest entry, and the order the CPU's BLAS sums in differs
-    # between machines (1.1e-5 measured on an AMD EPYC CI machine), so 5e-5 / 1e-4 rather than 1e-6 / 1e-5
-    {"n": 3, "hid": 8, "vocab": 151936, "smoothing": 0.1, "tol": (1e-4, 5e-5)},
-    # Llama 3 vocabulary; one chunk, since the CPU BLAS's one-row GEMV sums 128k products loosely (1e-3)
-    {"n": 2, "hid": 12, "vocab": 128256, "reduction": "sum", "z": 1e-4, "tol": (1e-4, 5e-5)},
-    {"n": 6, "hid": 10, "vocab": 97, "batch": (2, 3), "reduction": "none"},  # [B, S, H] hidden, [B, S] target
-    {"n": 1, "hid": 5, "vocab": 33, "ignore": ()},  # one row
-    {"n": 5, "hid": 9, "vocab": 50, "ignore": (), "ignore_index": 7},  # an ignore_index that is a real class id
-], ids=["5000", "151936", "128256", "3d-none", "1row", "ignore7"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {
+            "n": 6,
+            "hid": 20,
+            "vocab": 5000,
+            "bias": False,
+        },  # more than one BLOCK_V of columns, ragged tail
+        # Qwen2 vocabulary, few tokens. Gradients are fp32 sums over the vocabulary against a float64 reference:
+        # about sqrt(V) x 2^-24 = 2.3e-5 of their largest entry, and the order the CPU's BLAS sums in differs
+        # between machines (1.1e-5 measured on an AMD EPYC CI machine), so 5e-5 / 1e-4 rather than 1e-6 / 1e-5
+        {"n": 3, "hid": 8, "vocab": 151936, "smoothing": 0.1, "tol": (1e-4, 5e-5)},
+        # Llama 3 vocabulary; one chunk, since the CPU BLAS's one-row GEMV sums 128k products loosely (1e-3)
+        {"n": 2, "hid": 12, "vocab": 128256, "reduction": "sum", "z": 1e-4, "tol": (1e-4, 5e-5)},
+        {
+            "n": 6,
+            "hid": 10,
+            "vocab": 97,
+            "batch": (2, 3),
+            "reduction": "none",
+        },  # [B, S, H] hidden, [B, S] target
+        {"n": 1, "hid": 5, "vocab": 33, "ignore": ()},  # one row
+        {
+            "n": 5,
+            "hid": 9,
+            "vocab": 50,
+            "ignore": (),
+            "ignore_index": 7,
+        },  # an ignore_index that is a real class id
+    ],
+    ids=["5000", "151936", "128256", "3d-none", "1row", "ignore7"],
+)
 def test_ce_shapes(kw):
     _ce_check(**kw)
 
@@ -356,7 +426,12 @@ class _LargestAlloc(TorchDispatchMode):
 def test_ce_never_materializes_logits(native, monkeypatch):
     if native:
         monkeypatch.setattr(ce_mod, "use_triton", lambda *tensors: False)
-    n, hid, vocab, chunk = 64, 8, 1000, 16  # fp32 weight [V, H] (8000) < chunk x V (16000) < N x V (64000)
+    n, hid, vocab, chunk = (
+        64,
+        8,
+        1000,
+        16,
+    )  # fp32 weight [V, H] (8000) < chunk x V (16000) < N x V (64000)
     h = torch.randn(n, hid, device=DEVICE, requires_grad=True)
     w = torch.randn(vocab, hid, device=DEVICE, requires_grad=True)
     t = torch.randint(0, vocab, (n,), device=DEVICE)
@@ -371,7 +446,7 @@ def test_chunk_rows_rule():
     assert chunk_rows(8192, 128256, 2) == 2048
     assert chunk_rows(8192, 128256, 4) == 1024
     assert chunk_rows(10, 151936, 2) == 10  # few tokens: one chunk
-    assert chunk_rows(5, 10 ** 9, 4) == 1  # a vocabulary past the budget: one row at a time
+    assert chunk_rows(5, 10**9, 4) == 1  # a vocabulary past the budget: one row at a time
     assert chunk_rows(8192, 151936, 2) * 151936 * 2 <= ce_mod.CHUNK_BYTES
 
 

@@ -40,13 +40,22 @@ def _compiled(calls: list, fail_direct: bool = False) -> CompiledKernel:
     kernel = CompiledKernel.__new__(CompiledKernel)
 
     def run(*args):
-        if fail_direct and args[6] is None:  # a launcher that wants the metadata: the direct call fails
+        if (
+            fail_direct and args[6] is None
+        ):  # a launcher that wants the metadata: the direct call fails
             raise TypeError("launch_metadata must not be None")
         calls.append(args)
 
-    kernel.module, kernel._run, kernel.function, kernel.packed_metadata = object(), run, 0xF00, ("packed",)
+    kernel.module, kernel._run, kernel.function, kernel.packed_metadata = (
+        object(),
+        run,
+        0xF00,
+        ("packed",),
+    )
     kernel.src, kernel.name, kernel.metadata = None, "stub", SimpleNamespace()
-    kernel._module_pid = -1  # triton 3.9's __del__ unloads the module only in the process that loaded it
+    kernel._module_pid = (
+        -1
+    )  # triton 3.9's __del__ unloads the module only in the process that loaded it
     return kernel
 
 
@@ -54,15 +63,22 @@ class FakeJit:
     """Stands in for a @triton.jit function with ``params`` (names, constexpr or not); the first launch of a
     specialization "compiles" and returns ``compiled`` (or a fresh stand-in per compile)."""
 
-    def __init__(self, names: list[str], constexprs: tuple[str, ...], compiled: CompiledKernel | None = None,
-                 calls: list | None = None) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        constexprs: tuple[str, ...],
+        compiled: CompiledKernel | None = None,
+        calls: list | None = None,
+    ) -> None:
         self.params = [SimpleNamespace(name=n, is_constexpr=n in constexprs) for n in names]
         self.compiled, self.calls = compiled, calls if calls is not None else []
         self.compiles = 0
 
     @classmethod
     def like(cls, kernel, calls: list) -> FakeJit:
-        fn = getattr(kernel, "fn", kernel)  # a JITFunction or the interpreter's wrapper: the Python function
+        fn = getattr(
+            kernel, "fn", kernel
+        )  # a JITFunction or the interpreter's wrapper: the Python function
         names = list(inspect.signature(fn).parameters)
         return cls(names, _common._constexprs(kernel), calls=calls)
 
@@ -70,6 +86,7 @@ class FakeJit:
         def compile_and_launch(*args, num_warps, **constexprs):
             self.compiles += 1
             return self.compiled or _compiled(self.calls)
+
         return compile_and_launch
 
 
@@ -91,15 +108,25 @@ def test_direct_launch_hands_the_launcher_what_tritons_runner_does(monkeypatch) 
     # gridX, gridY, gridZ, stream, function, packed metadata, then every argument, constexprs last
     assert direct[:6] == runner[:6] == (5, 2, 1, 7, 0xF00, ("packed",))
     assert runner[9:] == (x, 4096, 1e-6, 128, True)
-    assert direct[9:] == (x.data_ptr(), 4096, 1e-6, 128, True)  # the address the C launcher takes from x
+    assert direct[9:] == (
+        x.data_ptr(),
+        4096,
+        1e-6,
+        128,
+        True,
+    )  # the address the C launcher takes from x
     assert direct[6:9] == (None, None, None)
-    assert runner[6] is not None and runner[7].calls == [] and runner[8].calls == []  # nothing to call
+    assert (
+        runner[6] is not None and runner[7].calls == [] and runner[8].calls == []
+    )  # nothing to call
 
 
 def test_a_registered_launch_hook_sends_the_launch_through_the_runner(monkeypatch) -> None:
     _on_cpu(monkeypatch)
     calls: list = []
-    launch = Launcher(FakeJit(["X", "n", "eps", "BLOCK", "FLAG"], ("BLOCK", "FLAG"), _compiled(calls)))
+    launch = Launcher(
+        FakeJit(["X", "n", "eps", "BLOCK", "FLAG"], ("BLOCK", "FLAG"), _compiled(calls))
+    )
     x = torch.zeros(32)
     launch((3,), x, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
 
@@ -111,7 +138,9 @@ def test_a_registered_launch_hook_sends_the_launch_through_the_runner(monkeypatc
         assert not _common.hooks_idle()
         launch((3,), x, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
         (args,) = calls
-        assert args[6] is not None and args[7].calls == [hook]  # the C launcher calls it with the metadata
+        assert args[6] is not None and args[7].calls == [
+            hook
+        ]  # the C launcher calls it with the metadata
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert _common.hooks_idle()
@@ -123,12 +152,16 @@ def test_a_registered_launch_hook_sends_the_launch_through_the_runner(monkeypatc
 def test_a_launcher_that_rejects_the_direct_call_falls_back_for_good(monkeypatch) -> None:
     _on_cpu(monkeypatch)
     calls: list = []
-    launch = Launcher(FakeJit(["X", "n", "eps", "BLOCK", "FLAG"], ("BLOCK", "FLAG"), _compiled(calls, True)))
+    launch = Launcher(
+        FakeJit(["X", "n", "eps", "BLOCK", "FLAG"], ("BLOCK", "FLAG"), _compiled(calls, True))
+    )
     x = torch.zeros(32)
     for _ in range(3):
         launch((3,), x, 4096, 1e-6, BLOCK=128, FLAG=True, num_warps=4)
     assert not launch.direct and launch.fast
-    assert len(calls) == 2 and all(args[6] is not None for args in calls)  # both cached launches ran, once each
+    assert len(calls) == 2 and all(
+        args[6] is not None for args in calls
+    )  # both cached launches ran, once each
 
 
 def test_exact_key_finds_the_specialization_once_then_itself(monkeypatch) -> None:
@@ -158,8 +191,12 @@ def test_split_launch_hands_the_launcher_what_launch_does(monkeypatch) -> None:
     assert fn.compiles == 1 and len(calls) == 2 and calls[0] == calls[1]
     assert calls[1][9:] == (x.data_ptr(), y.data_ptr(), 4096, 1e-6, 128, True)
     assert len(launch.cache) == 2  # each form its own exact key, of one specialization
-    launch.launch_split((5, 2), (x[1:], y), (4096, 1e-6), (128, True), 4)  # 4 bytes past a 16-byte boundary
-    launch.launch_split((5, 2), (x, y), (4096, 1), (128, True), 4)  # an int: Triton types it i32, not fp32
+    launch.launch_split(
+        (5, 2), (x[1:], y), (4096, 1e-6), (128, True), 4
+    )  # 4 bytes past a 16-byte boundary
+    launch.launch_split(
+        (5, 2), (x, y), (4096, 1), (128, True), 4
+    )  # an int: Triton types it i32, not fp32
     assert fn.compiles == 3 and len(calls) == 2  # each compiled (and launched) through Triton
     launch.launch_split((5, 2), (x, y), (4096, 1), (128, True), 4)
     assert fn.compiles == 3 and calls[2][9:] == (x.data_ptr(), y.data_ptr(), 4096, 1, 128, True)
@@ -196,6 +233,7 @@ def _fwd_bwd(shape):
     def call() -> None:
         x.grad = w.grad = None
         _rms.rms_norm(x, w, 1e-6).backward(dy)
+
     call.w = w
     return call
 
@@ -229,15 +267,33 @@ def test_rms_norm_forward_backward_launches_and_python_calls(stubbed) -> None:
     stubbed.clear()
     tall()
     # fp32 partial rows, one a program (4: the resident programs on CPU), summed into dw by stage two
-    assert len(stubbed) == 3 and stubbed[1][:3] == (4, 1, 1) and stubbed[1][9 + 5] != tall.w.grad.data_ptr()
-    assert stubbed[2][9 + 2] == tall.w.grad.data_ptr() and stubbed[2][9 + 4:9 + 6] == (4, 4096)  # n_parts, H
+    assert (
+        len(stubbed) == 3
+        and stubbed[1][:3] == (4, 1, 1)
+        and stubbed[1][9 + 5] != tall.w.grad.data_ptr()
+    )
+    assert stubbed[2][9 + 2] == tall.w.grad.data_ptr() and stubbed[2][9 + 4 : 9 + 6] == (
+        4,
+        4096,
+    )  # n_parts, H
     # no view, no plan, no specialization key, no device query, no check one by one (valid inputs pass one
     # condition), no Function.apply or once_differentiable wrapper: one launch each way, its key from two
     # groups of arguments (comprehension frames, which Python 3.12 inlines, left out)
     launch = ["launch_split", "_run", "hooks_idle"]
     called = [name for name in _gpudoctor_calls(small) if not name.startswith("<")]
-    assert called == ["rms_norm", "apply_function", "forward", "_forward", "rows_of", *launch,
-                      "backward", "_backward", "rows_of", "rows_of", *launch]
+    assert called == [
+        "rms_norm",
+        "apply_function",
+        "forward",
+        "_forward",
+        "rows_of",
+        *launch,
+        "backward",
+        "_backward",
+        "rows_of",
+        "rows_of",
+        *launch,
+    ]
 
 
 def test_double_backward_raises_as_once_differentiable(stubbed) -> None:
@@ -245,11 +301,15 @@ def test_double_backward_raises_as_once_differentiable(stubbed) -> None:
     create_graph); with create_graph=True the wrapper runs, and differentiating its result raises."""
     x = torch.randn(4, 4096, dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(4096, dtype=torch.bfloat16, requires_grad=True)
-    dy = torch.ones_like(x, requires_grad=True)  # once_differentiable marks outputs only when an input needs grad
+    dy = torch.ones_like(
+        x, requires_grad=True
+    )  # once_differentiable marks outputs only when an input needs grad
     (dx,) = torch.autograd.grad(_rms.rms_norm(x, w, 1e-6), x, dy, create_graph=True)
     assert dx.requires_grad and type(dx.grad_fn).__name__ == "Error"  # DelayedError's node
-    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with "
-                                           "@once_differentiable"):
+    with pytest.raises(
+        RuntimeError,
+        match="trying to differentiate twice a function that was marked with @once_differentiable",
+    ):
         dx.sum().backward()
 
 
@@ -286,11 +346,33 @@ def test_rms_norm_host_work_per_call_is_a_fixed_list_of_c_calls(stubbed) -> None
     call = _fwd_bwd((4, 4096))
     call()  # plans and launch keys made
     stubbed.clear()
-    checks = ["isinstance", "isinstance", "dim", "dim", "is_floating_point", "numel", "is_grad_enabled",
-              "_are_functorch_transforms_active", "unwrap_if_dead", "unwrap_if_dead", "apply"]
+    checks = [
+        "isinstance",
+        "isinstance",
+        "dim",
+        "dim",
+        "is_floating_point",
+        "numel",
+        "is_grad_enabled",
+        "_are_functorch_transforms_active",
+        "unwrap_if_dead",
+        "unwrap_if_dead",
+        "apply",
+    ]
     # each way: the inputs' one condition, the outputs allocated, the device read once, the launch looked up
     launch = ["get", "getattr", "getattr", "len"]
     forward = ["is_contiguous", "numel", "get", "empty_like", "new_empty", "get_device", *launch]
-    backward = ["is_grad_enabled", "is_contiguous", "numel", "is_contiguous", "numel", "get_device", "get",
-                "empty_like", "new_empty", "get_device", *launch]
+    backward = [
+        "is_grad_enabled",
+        "is_contiguous",
+        "numel",
+        "is_contiguous",
+        "numel",
+        "get_device",
+        "get",
+        "empty_like",
+        "new_empty",
+        "get_device",
+        *launch,
+    ]
     assert _gpudoctor_c_calls(call) == checks + forward + backward

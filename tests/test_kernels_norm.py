@@ -23,13 +23,18 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 if os.environ["TRITON_INTERPRET"] != "1":
-    pytest.skip("TRITON_INTERPRET is set to something other than 1: no kernels on CPU", allow_module_level=True)
+    pytest.skip(
+        "TRITON_INTERPRET is set to something other than 1: no kernels on CPU",
+        allow_module_level=True,
+    )
 
 import gpudoctor.kernels._layer_norm as ln_mod
 import gpudoctor.kernels._rms_norm as rms_mod
 from gpudoctor.errors import InputError
 
-if type(rms_mod._rms_norm_fwd).__name__ != "InterpretedFunction":  # imported earlier, before the env was set
+if (
+    type(rms_mod._rms_norm_fwd).__name__ != "InterpretedFunction"
+):  # imported earlier, before the env was set
     rms_mod = importlib.reload(rms_mod)
     ln_mod = importlib.reload(ln_mod)
 
@@ -44,6 +49,8 @@ def bf16_tol(i, shape):
     up to 1 ulp of itself, so their absolute error grows with the rows summed."""
     rows = torch.Size(shape[:-1]).numel()
     return BF16 if i < 2 else {**BF16, "atol": 1e-2 * rows}
+
+
 SHAPES = [(1, 1), (1, 7), (3, 4095), (5, 11008)]
 
 
@@ -151,8 +158,11 @@ def test_layer_norm_fp32(shape, affine):
         return list(t) + [None] * (3 - len(t))
 
     got = grads(lambda *t: ln_mod.layer_norm(*pad(t)), tensors, dy)
-    want = grads(lambda *t: F.layer_norm(t[0], shape[-1:], *pad(t)[1:]),
-                 [t.double() for t in tensors], dy.double())
+    want = grads(
+        lambda *t: F.layer_norm(t[0], shape[-1:], *pad(t)[1:]),
+        [t.double() for t in tensors],
+        dy.double(),
+    )
     assert kernel_ran(got[0])
     for g, r in zip(got, want):
         close(g, r, **FP32)
@@ -162,7 +172,11 @@ def test_layer_norm_fp32(shape, affine):
 def test_layer_norm_bf16(shape):
     x, w, b, dy = inputs(shape, torch.bfloat16)
     got = grads(ln_mod.layer_norm, (x, w, b), dy)
-    want = grads(lambda x, w, b: F.layer_norm(x, shape[-1:], w, b), (x.float(), w.float(), b.float()), dy.float())
+    want = grads(
+        lambda x, w, b: F.layer_norm(x, shape[-1:], w, b),
+        (x.float(), w.float(), b.float()),
+        dy.float(),
+    )
     assert kernel_ran(got[0]) and all(g.dtype == torch.bfloat16 for g in got)
     for i, (g, r) in enumerate(zip(got, want)):
         close(g, r.to(torch.bfloat16), **bf16_tol(i, shape))
@@ -171,7 +185,11 @@ def test_layer_norm_bf16(shape):
 def test_fp16_both():
     x, w, b, dy = inputs((3, 4095), torch.float16)
     got = grads(ln_mod.layer_norm, (x, w, b), dy)
-    want = grads(lambda x, w, b: F.layer_norm(x, (4095,), w, b), (x.float(), w.float(), b.float()), dy.float())
+    want = grads(
+        lambda x, w, b: F.layer_norm(x, (4095,), w, b),
+        (x.float(), w.float(), b.float()),
+        dy.float(),
+    )
     # the kernels ran (not a fallback to torch), in fp16: y, dx, dw, db
     assert kernel_ran(got[0]) and len(got) == 4 and all(g.dtype == torch.float16 for g in got)
     for g, r in zip(got, want):
@@ -187,12 +205,15 @@ def test_fp16_both():
 
 
 def rms_pair(casting="llama"):
-    return (lambda x, w, b: rms_mod.rms_norm(x, w, casting=casting),
-            lambda x, w, b: exact_rms(x, w, casting))
+    return (
+        lambda x, w, b: rms_mod.rms_norm(x, w, casting=casting),
+        lambda x, w, b: exact_rms(x, w, casting),
+    )
 
 
 def ln_pair():
     return ln_mod.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_launch_plans():
@@ -249,7 +270,6 @@ def _assert_equal_grads(first, second):
             assert torch.equal(a, r)
 
 
-
 def check_fp32(op, ref, x, w, b, dy):
     got = grads(op, (x, w, b), dy)
     want = grads(ref, (x.double(), w.double(), b.double()), dy.double())
@@ -287,14 +307,16 @@ def test_non_contiguous_input(pair, view):
     if view == "transposed":  # column stride != 1: copied once
         x = torch.randn(h, 6, generator=g).t()
     elif view == "sliced":  # row stride 310: read in place
-        x = torch.randn(6, h + 10, generator=g)[:, 5:h + 5]
+        x = torch.randn(6, h + 10, generator=g)[:, 5 : h + 5]
     else:  # [2, 3, H] out of [2, 6, H]: one row stride of 2H, read in place
         x = torch.randn(2, 6, h, generator=g)[:, ::2, :]
     assert not x.is_contiguous()
     rows = rms_mod.as_rows(x, h)
     assert (rows.data_ptr() == x.data_ptr()) == (view != "transposed")
     _, w, b, _ = inputs((h,), seed=4)
-    dy = torch.randn(x.shape, generator=g).transpose(0, -1).contiguous().transpose(0, -1)  # strided too
+    dy = (
+        torch.randn(x.shape, generator=g).transpose(0, -1).contiguous().transpose(0, -1)
+    )  # strided too
     check_fp32(*pair(), x, w, b, dy)
 
 
@@ -302,8 +324,12 @@ def test_non_contiguous_input(pair, view):
 def test_3d_input_and_expanded_grad(pair):
     x, w, b, _ = inputs((2, 5, 96), seed=5)
     op, ref = pair()
-    got = grads(lambda *t: op(*t).sum(), (x, w, b), torch.tensor(1.0))  # dy is an expanded (stride 0) tensor
-    want = grads(lambda *t: ref(*t).sum(), (x.double(), w.double(), b.double()), torch.tensor(1.0).double())
+    got = grads(
+        lambda *t: op(*t).sum(), (x, w, b), torch.tensor(1.0)
+    )  # dy is an expanded (stride 0) tensor
+    want = grads(
+        lambda *t: ref(*t).sum(), (x.double(), w.double(), b.double()), torch.tensor(1.0).double()
+    )
     for g, r in zip(got[1:3], want[1:3]):
         close(g, r, **FP32)
     y = op(x.requires_grad_(), w, b)
@@ -330,7 +356,10 @@ def test_frozen_weight_and_empty_input():
         (dx_ref,) = torch.autograd.grad(ref(x.double(), w.double(), b.double()), x, dy.double())
         close(dx, dx_ref, **FP32)
     empty = torch.empty(0, 33)
-    assert rms_mod.rms_norm(empty, w).shape == (0, 33) and ln_mod.layer_norm(empty, w, b).shape == (0, 33)
+    assert rms_mod.rms_norm(empty, w).shape == (0, 33) and ln_mod.layer_norm(empty, w, b).shape == (
+        0,
+        33,
+    )
 
 
 # -- the native path -----------------------------------------------------------------------------------
@@ -349,9 +378,11 @@ def test_native_fp64():
 def test_native_cpu_matches_kernel(dtype, monkeypatch):
     """Without the interpreter a CPU tensor takes the native path: the same values and gradients."""
     x, w, b, dy = inputs((3, 4095), dtype)
-    ops = (lambda x, w, b: rms_mod.rms_norm(x, w),
-           lambda x, w, b: rms_mod.rms_norm(x, w, 1e-5, offset=1.0, casting="gemma"),
-           ln_mod.layer_norm)
+    ops = (
+        lambda x, w, b: rms_mod.rms_norm(x, w),
+        lambda x, w, b: rms_mod.rms_norm(x, w, 1e-5, offset=1.0, casting="gemma"),
+        ln_mod.layer_norm,
+    )
     for op in ops:
         kernel = grads(op, (x, w, b), dy)
         with monkeypatch.context() as m:
@@ -387,8 +418,14 @@ def test_without_triton_in_a_fresh_process():
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -443,27 +480,57 @@ def test_layer_norm_module():
 # -- errors -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda x, w: rms_mod.rms_norm(x.tolist(), w), "x must be a torch.Tensor, got list"),
-    (lambda x, w: rms_mod.rms_norm(x, 1.0), "weight must be a torch.Tensor, got float"),
-    (lambda x, w: rms_mod.rms_norm(x, w[:5]), r"weight has 5 elements but x's last dimension .* is 7"),
-    (lambda x, w: rms_mod.rms_norm(x, w.bfloat16()), "weight is torch.bfloat16 but x is torch.float32"),
-    (lambda x, w: rms_mod.rms_norm(x, w.to("meta")), "weight is on meta but x is on cpu"),
-    (lambda x, w: rms_mod.rms_norm(x.long(), w), "x must be a floating-point tensor"),
-    (lambda x, w: rms_mod.rms_norm(x, w, casting="mistral"), "casting must be one of 'llama', 'gemma'"),
-    (lambda x, w: rms_mod.rms_norm(x, w, eps=-1.0), "eps must be a number >= 0"),
-    (lambda x, w: rms_mod.rms_norm(x[0, 0], w), r"x must have at least 1 dimension\(s\), got shape \(\)"),
-    (lambda x, w: rms_mod.rms_norm(x, w[None]), r"weight must have 1 dimension\(s\), got shape \(1, 7\)"),
-    (lambda x, w: rms_mod.rms_norm(x, w.long()), "weight must be a floating-point tensor"),
-    (lambda x, w: rms_mod.rms_norm(x, w, eps=float("nan")), "eps must be a number >= 0, got nan"),
-    (lambda x, w: rms_mod.rms_norm(x, w, eps=True), "eps must be a number >= 0, got True"),
-    (lambda x, w: ln_mod.layer_norm(x, w, w[:6]), r"bias has 6 elements but x's last dimension .* is 7"),
-    (lambda x, w: ln_mod.layer_norm(x, "w", None), "weight must be a torch.Tensor, got str"),
-    (lambda x, w: ln_mod.layer_norm(x, w, w.half()), "bias is torch.float16 but x is torch.float32"),
-    (lambda x, w: ln_mod.layer_norm(x, None, w.to("meta")), "bias is on meta but x is on cpu"),
-    (lambda x, w: ln_mod.LayerNorm((3, 7)), "normalized_shape must be one int"),
-    (lambda x, w: rms_mod.RMSNorm.from_module(torch.nn.ReLU()), "has no weight and variance_epsilon/eps"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x, w: rms_mod.rms_norm(x.tolist(), w), "x must be a torch.Tensor, got list"),
+        (lambda x, w: rms_mod.rms_norm(x, 1.0), "weight must be a torch.Tensor, got float"),
+        (
+            lambda x, w: rms_mod.rms_norm(x, w[:5]),
+            r"weight has 5 elements but x's last dimension .* is 7",
+        ),
+        (
+            lambda x, w: rms_mod.rms_norm(x, w.bfloat16()),
+            "weight is torch.bfloat16 but x is torch.float32",
+        ),
+        (lambda x, w: rms_mod.rms_norm(x, w.to("meta")), "weight is on meta but x is on cpu"),
+        (lambda x, w: rms_mod.rms_norm(x.long(), w), "x must be a floating-point tensor"),
+        (
+            lambda x, w: rms_mod.rms_norm(x, w, casting="mistral"),
+            "casting must be one of 'llama', 'gemma'",
+        ),
+        (lambda x, w: rms_mod.rms_norm(x, w, eps=-1.0), "eps must be a number >= 0"),
+        (
+            lambda x, w: rms_mod.rms_norm(x[0, 0], w),
+            r"x must have at least 1 dimension\(s\), got shape \(\)",
+        ),
+        (
+            lambda x, w: rms_mod.rms_norm(x, w[None]),
+            r"weight must have 1 dimension\(s\), got shape \(1, 7\)",
+        ),
+        (lambda x, w: rms_mod.rms_norm(x, w.long()), "weight must be a floating-point tensor"),
+        (
+            lambda x, w: rms_mod.rms_norm(x, w, eps=float("nan")),
+            "eps must be a number >= 0, got nan",
+        ),
+        (lambda x, w: rms_mod.rms_norm(x, w, eps=True), "eps must be a number >= 0, got True"),
+        (
+            lambda x, w: ln_mod.layer_norm(x, w, w[:6]),
+            r"bias has 6 elements but x's last dimension .* is 7",
+        ),
+        (lambda x, w: ln_mod.layer_norm(x, "w", None), "weight must be a torch.Tensor, got str"),
+        (
+            lambda x, w: ln_mod.layer_norm(x, w, w.half()),
+            "bias is torch.float16 but x is torch.float32",
+        ),
+        (lambda x, w: ln_mod.layer_norm(x, None, w.to("meta")), "bias is on meta but x is on cpu"),
+        (lambda x, w: ln_mod.LayerNorm((3, 7)), "normalized_shape must be one int"),
+        (
+            lambda x, w: rms_mod.RMSNorm.from_module(torch.nn.ReLU()),
+            "has no weight and variance_epsilon/eps",
+        ),
+    ],
+)
 def test_errors(call, message):
     x, w, _, _ = inputs((2, 7))
     with pytest.raises(InputError, match=message):
@@ -493,7 +560,7 @@ def test_inference_takes_the_kernel_without_an_autograd_node(op, monkeypatch):
     """Under no_grad (or with nothing requiring grad) the forward kernel runs alone: same output,
     no graph, nothing saved."""
     x, w, b, _ = inputs((6, 300), torch.float32, seed=11)
-    fn = ((lambda x, w, b: rms_mod.rms_norm(x, w)) if op == "rms" else ln_mod.layer_norm)
+    fn = (lambda x, w, b: rms_mod.rms_norm(x, w)) if op == "rms" else ln_mod.layer_norm
     launched = []
     module = rms_mod if op == "rms" else ln_mod
     real = module._forward
@@ -516,7 +583,9 @@ def test_layer_norm_split_backward(affine, shape, monkeypatch):
     monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 64)
     monkeypatch.setattr(ln_mod, "SPLIT_ROWS", 4)
     monkeypatch.setattr(ln_mod, "SPLIT_COLS", 32)
-    monkeypatch.setattr(ln_mod, "FUSED_WIDE_MAX_TILES", 0)  # one tile a program here: split all the same
+    monkeypatch.setattr(
+        ln_mod, "FUSED_WIDE_MAX_TILES", 0
+    )  # one tile a program here: split all the same
     launched = []
     real = ln_mod._split_partials
     monkeypatch.setattr(ln_mod, "_split_partials", lambda *a: launched.append(1) or real(*a))
@@ -525,7 +594,9 @@ def test_layer_norm_split_backward(affine, shape, monkeypatch):
     used = [k for k in ("weight", "bias") if k in affine]
 
     def run(op, dtype):
-        leaves = [x.to(dtype).requires_grad_()] + [params[k].to(dtype).requires_grad_() for k in used]
+        leaves = [x.to(dtype).requires_grad_()] + [
+            params[k].to(dtype).requires_grad_() for k in used
+        ]
         kw = dict(zip(used, leaves[1:]))
         y = op(leaves[0], kw.get("weight"), kw.get("bias"))
         return (y, *torch.autograd.grad(y, leaves, dy.to(dtype)))
@@ -583,7 +654,9 @@ def test_backward_stage_two_with_small_blocks(pair, shape, monkeypatch):
     monkeypatch.setattr(rms_mod, "SUM_ROWS", 2)
     monkeypatch.setattr(rms_mod, "SUM_COLS", 8)
     launched = []
-    spy_launcher(monkeypatch, rms_mod, "_launch_sum", lambda k, a: launched.append((a[4], k["HAS_Q"])))
+    spy_launcher(
+        monkeypatch, rms_mod, "_launch_sum", lambda k, a: launched.append((a[4], k["HAS_Q"]))
+    )
     x, w, b, dy = inputs(shape, torch.float32, seed=17)
     check_fp32(*pair(), x, w, b, dy)
     # one launch (LayerNorm's dw and db in it together), over 3 partial rows (9 row tiles over at most 4
@@ -612,8 +685,11 @@ def test_layer_norm_pipelined_tile_loop(monkeypatch):
     x, w, b, dy = inputs((37, 100), torch.bfloat16, seed=23)
     used, results = [], []
     real = ln_mod._launch_bwd
-    monkeypatch.setattr(ln_mod, "_launch_bwd",
-                        lambda *a, **k: used.append((k["PREFETCH"], k["STAGES"])) or real(*a, **k))
+    monkeypatch.setattr(
+        ln_mod,
+        "_launch_bwd",
+        lambda *a, **k: used.append((k["PREFETCH"], k["STAGES"])) or real(*a, **k),
+    )
     for stages in (1, 3):
         monkeypatch.setattr(ln_mod, "PIPELINE_STAGES", stages)
         results.append(grads(ln_mod.layer_norm, (x, w, b), dy))
@@ -654,10 +730,18 @@ def test_reloaded_weight_changes_no_result(pair, dtype, monkeypatch):
     in tiles of 2 (a partial last tile; programs walk several tiles)."""
     monkeypatch.setattr(rms_mod, "TILE_ELEMENTS", 256)
     monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)
-    monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 1 << 30)  # LayerNorm: the fused backward at any tile count
+    monkeypatch.setattr(
+        ln_mod, "SPLIT_MIN_BLOCK", 1 << 30
+    )  # LayerNorm: the fused backward at any tile count
     x, w, b, dy = inputs((37, 100), dtype, seed=29)
-    results, used = _grads_per_knob(monkeypatch, pair, (x, w, b, dy), "RELOAD_W_MIN_BLOCK", (1 << 30, 128),
-                                    launch_key="RELOAD_W")
+    results, used = _grads_per_knob(
+        monkeypatch,
+        pair,
+        (x, w, b, dy),
+        "RELOAD_W_MIN_BLOCK",
+        (1 << 30, 128),
+        launch_key="RELOAD_W",
+    )
     assert used == [False, True]
     _assert_equal_grads(*results)
     if dtype == torch.float32:
@@ -670,16 +754,23 @@ def test_layer_norm_wide_rows_fused_at_one_tile_a_program(shape, fused, dtype, m
     """Rows at least SPLIT_MIN_BLOCK wide (lowered here) keep the fused backward, with the weight reloaded,
     when each program gets one row tile (FUSED_WIDE_MAX_TILES); more tiles a program take the split one."""
     monkeypatch.setattr(ln_mod, "SPLIT_MIN_BLOCK", 64)
-    monkeypatch.setattr(ln_mod, "TILE_ELEMENTS", 256)  # 2 rows a tile: 3 rows -> 2 tiles, 37 -> 19 (4 programs)
+    monkeypatch.setattr(
+        ln_mod, "TILE_ELEMENTS", 256
+    )  # 2 rows a tile: 3 rows -> 2 tiles, 37 -> 19 (4 programs)
     monkeypatch.setattr(rms_mod, "RELOAD_W_MIN_BLOCK", 64)
     split, reload = [], []
     real_split, real_bwd = ln_mod._split_partials, ln_mod._launch_bwd
     monkeypatch.setattr(ln_mod, "_split_partials", lambda *a: split.append(1) or real_split(*a))
-    monkeypatch.setattr(ln_mod, "_launch_bwd", lambda *a, **k: reload.append(k["RELOAD_W"]) or real_bwd(*a, **k))
+    monkeypatch.setattr(
+        ln_mod, "_launch_bwd", lambda *a, **k: reload.append(k["RELOAD_W"]) or real_bwd(*a, **k)
+    )
     x, w, b, dy = inputs(shape, dtype, seed=31)
     got = grads(ln_mod.layer_norm, (x, w, b), dy)
-    want = grads(lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x.double(), w.double(), b.double()),
-                 dy.double())
+    want = grads(
+        lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b),
+        (x.double(), w.double(), b.double()),
+        dy.double(),
+    )
     assert kernel_ran(got[0]) and bool(split) is not fused and reload == [fused]
     for i, (g, r) in enumerate(zip(got, want)):
         close(g, r, **(FP32 if dtype == torch.float32 else bf16_tol(i, shape)))
@@ -697,19 +788,27 @@ def test_layer_norm_tiles_by_row_width(dtype, limit, backward_rows, monkeypatch)
     rows = {}
     for name in ("_launch_fwd", "_launch_bwd"):
         real = getattr(ln_mod, name)
-        monkeypatch.setattr(ln_mod, name, lambda *a, _n=name, _r=real, **k: rows.setdefault(_n, k["ROWS"])
-                            and _r(*a, **k))
+        monkeypatch.setattr(
+            ln_mod,
+            name,
+            lambda *a, _n=name, _r=real, **k: rows.setdefault(_n, k["ROWS"]) and _r(*a, **k),
+        )
     x, w, b, dy = inputs((37, 100), dtype, seed=37)
     got = grads(ln_mod.layer_norm, (x, w, b), dy)
-    want = grads(lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), (x.double(), w.double(), b.double()),
-                 dy.double())
+    want = grads(
+        lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b),
+        (x.double(), w.double(), b.double()),
+        dy.double(),
+    )
     assert rows == {"_launch_fwd": 4, "_launch_bwd": backward_rows}
     for i, (g, r) in enumerate(zip(got, want)):
         close(g, r, **(FP32 if dtype == torch.float32 else bf16_tol(i, (37, 100))))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("shape", "programs"), [((3, 4095), 3), ((2, 3, 1000), 2)])  # tiles of 1 and of 4 rows
+@pytest.mark.parametrize(
+    ("shape", "programs"), [((3, 4095), 3), ((2, 3, 1000), 2)]
+)  # tiles of 1 and of 4 rows
 def test_one_program_backward_stores_dw_itself(dtype, shape, programs, monkeypatch):
     """A backward of at most WHOLE_MAX_TILES row tiles runs as one program storing dw in the weight's dtype,
     with no stage two; its gradients are those of the partial-sums path (fp32: to the last bit but the
@@ -721,17 +820,36 @@ def test_one_program_backward_stores_dw_itself(dtype, shape, programs, monkeypat
     seen = []
     results, grids = [], []
     real = rms_mod._launch_bwd
-    monkeypatch.setattr(rms_mod, "_launch_bwd", SimpleNamespace(launch_split=lambda grid, tensors, scalars, values,
-                        warps: (grids.append(grid), real.launch_split(grid, tensors, scalars, values, warps))))
+    monkeypatch.setattr(
+        rms_mod,
+        "_launch_bwd",
+        SimpleNamespace(
+            launch_split=lambda grid, tensors, scalars, values, warps: (
+                grids.append(grid),
+                real.launch_split(grid, tensors, scalars, values, warps),
+            )
+        ),
+    )
     for tiles in (rms_mod.WHOLE_MAX_TILES, 0):
         monkeypatch.setattr(rms_mod, "WHOLE_MAX_TILES", tiles)
         rms_mod._BWD_PLANS.clear()
         results.append(grads(op, (x, w, b), dy))
         seen.append(len(launched))
-    assert grids == [(1,), (programs,)]  # the partial-sums path: a program a tile (up to 4 in the interpreter)
+    assert grids == [
+        (1,),
+        (programs,),
+    ]  # the partial-sums path: a program a tile (up to 4 in the interpreter)
     assert seen == [0, 1]  # stage two only on the partial-sums path
     whole, partial = results
-    assert whole[2].dtype == dtype and torch.equal(whole[0], partial[0]) and torch.equal(whole[1], partial[1])
-    close(whole[2].float(), partial[2].float(), **(FP32 if dtype == torch.float32 else bf16_tol(2, shape)))
+    assert (
+        whole[2].dtype == dtype
+        and torch.equal(whole[0], partial[0])
+        and torch.equal(whole[1], partial[1])
+    )
+    close(
+        whole[2].float(),
+        partial[2].float(),
+        **(FP32 if dtype == torch.float32 else bf16_tol(2, shape)),
+    )
     if dtype == torch.float32:
         check_fp32(*rms_pair(), x, w, b, dy)

@@ -58,7 +58,11 @@ class ScaledNorm(nn.Module):
 class GatedMLP(nn.Module):
     def __init__(self, h: int, i: int, act) -> None:
         super().__init__()
-        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False), nn.Linear(i, h, bias=False)
+        self.gate_proj, self.up_proj, self.down_proj = (
+            nn.Linear(h, i, bias=False),
+            nn.Linear(h, i, bias=False),
+            nn.Linear(i, h, bias=False),
+        )
         self.act_fn = act
 
     def forward(self, x):
@@ -94,7 +98,9 @@ class TinyCausalLM(nn.Module):
         loss = None
         if labels is not None:
             shift = F.pad(labels, (0, 1), value=-100)[..., 1:]
-            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shift.reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.shape[-1]), shift.reshape(-1), ignore_index=-100
+            )
         return type("O", (), {"loss": loss, "logits": logits})()
 
 
@@ -136,15 +142,22 @@ def test_compiled_path_is_reported_per_kind_and_checked():
     one-line InputError naming the choices, before anything is patched."""
     model = TinyCausalLM()
     report = patch(model, compiled="op")
-    assert report.compiled == {"causal-LM loss": "gpudoctor::linear_cross_entropy", "gated MLP": "gpudoctor::glu",
-                               "RMSNorm": "gpudoctor::rms_norm"}
+    assert report.compiled == {
+        "causal-LM loss": "gpudoctor::linear_cross_entropy",
+        "gated MLP": "gpudoctor::glu",
+        "RMSNorm": "gpudoctor::rms_norm",
+    }
     unpatch(model)
-    with pytest.raises(InputError, match=r"^compiled must be one of 'native', 'op', got 'inductor'$"):
+    with pytest.raises(
+        InputError, match=r"^compiled must be one of 'native', 'op', got 'inductor'$"
+    ):
         patch(model, compiled="inductor")
     assert "forward" not in vars(model.model.norm)
     report = patch(nn.Sequential(LlamaStyleRMSNorm(8)))
-    assert str(report).startswith("gpudoctor.kernels.patch: replaced 1 RMSNorm; under torch.compile: RMSNorm its "
-                                  "own forward; path: ")
+    assert str(report).startswith(
+        "gpudoctor.kernels.patch: replaced 1 RMSNorm; under torch.compile: RMSNorm its "
+        "own forward; path: "
+    )
 
 
 def test_unknown_modules_are_left_alone_and_said_so():
@@ -158,8 +171,14 @@ def test_unknown_modules_are_left_alone_and_said_so():
 
 def test_real_transformers_llama_if_available():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                   num_hidden_layers=2, vocab_size=101)
+    cfg = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=101,
+    )
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     ids = torch.randint(0, 101, (2, 12))

@@ -78,9 +78,17 @@ def test_no_submodule_is_named_like_a_public_name():
 def test_public_names_are_callables_in_every_import_order(first):
     modules = op_modules()
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    env.pop("TRITON_INTERPRET", None)  # the native CPU path: the names are under test, not the kernels
-    out = subprocess.run([sys.executable, "-c", PROBE, first, json.dumps(modules)], capture_output=True,
-                         text=True, env=env, timeout=300, check=False)
+    env.pop(
+        "TRITON_INTERPRET", None
+    )  # the native CPU path: the names are under test, not the kernels
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, first, json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     n = len(modules) - 1
@@ -92,11 +100,19 @@ def test_public_names_are_callables_in_every_import_order(first):
 
 def test_the_issue_sequence_in_a_fresh_process():
     """The issue's own steps: use K.layer_norm, then call K.rms_norm (and layer_norm again)."""
-    code = ("import torch\nfrom gpudoctor import kernels as K\nx, w, b = torch.randn(4, 8), torch.ones(8), "
-            "torch.zeros(8)\nK.layer_norm(x, w, b)\nK.rms_norm(x, w)\nK.layer_norm(x, w, b)\n"
-            "import gpudoctor.kernels.patching\nK.rms_norm(x, w)\nprint('ok')\n")
+    code = (
+        "import torch\nfrom gpudoctor import kernels as K\nx, w, b = torch.randn(4, 8), torch.ones(8), "
+        "torch.zeros(8)\nK.layer_norm(x, w, b)\nK.rms_norm(x, w)\nK.layer_norm(x, w, b)\n"
+        "import gpudoctor.kernels.patching\nK.rms_norm(x, w)\nprint('ok')\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(SRC))
     env.pop("TRITON_INTERPRET", None)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

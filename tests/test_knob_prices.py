@@ -35,7 +35,9 @@ def _top_ops(trace, region: np.ndarray) -> tuple[set[str], set[str]]:
     return inside, outside
 
 
-def test_the_compiled_region_is_the_modules_forward_and_backward_not_a_hand_written_update() -> None:
+def test_the_compiled_region_is_the_modules_forward_and_backward_not_a_hand_written_update() -> (
+    None
+):
     """manual_sgd: a residual MLP in bf16 autocast, updated by ``p -= lr * p.grad`` in a Python
     loop under no_grad. The forward's operators (grad mode: a Sequence number) and the backward's
     (the autograd thread) are the region; the update's mul and sub_ and the input's randn are not."""
@@ -56,13 +58,18 @@ def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
     assert "aten::to" in outside and "aten::to" not in inside
 
 
-@pytest.mark.parametrize(("program", "compile_", "reduce_overhead"), [
-    # measured x0.98 [0.94-1.02] and x2.70 [2.60-2.80]; summing the findings read x9.09 and x12.1
-    ("manual_sgd", 1.0, 3.9144),
-    # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89]; summing the findings read x2.42 and x3.19
-    ("unet_ema", 1.0, 3.1361),
-])
-def test_compile_knobs_are_priced_by_what_they_change(program: str, compile_: float, reduce_overhead: float) -> None:
+@pytest.mark.parametrize(
+    ("program", "compile_", "reduce_overhead"),
+    [
+        # measured x0.98 [0.94-1.02] and x2.70 [2.60-2.80]; summing the findings read x9.09 and x12.1
+        ("manual_sgd", 1.0, 3.9144),
+        # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89]; summing the findings read x2.42 and x3.19
+        ("unet_ema", 1.0, 3.1361),
+    ],
+)
+def test_compile_knobs_are_priced_by_what_they_change(
+    program: str, compile_: float, reduce_overhead: float
+) -> None:
     bundle = KNOBS / program
     prices = knob_prices_for(bundle)
     assert prices["compile"]["predicted_speedup"] == compile_
@@ -112,8 +119,13 @@ def test_a_step_replayed_from_a_cuda_graph_has_nothing_to_capture_or_fuse() -> N
     no price of its own."""
     prices = knob_prices_for(DATA / "launch_bound_fixed")
     assert "compile-reduce-overhead" not in prices
-    assert prices["compile"] == {"predicted_speedup": 1.0, "step_ms": 0.8272, "step_after_ms": 0.8272,
-                                 "priced_by": "replay", "note": "no chain to fuse in the compiled region"}
+    assert prices["compile"] == {
+        "predicted_speedup": 1.0,
+        "step_ms": 0.8272,
+        "step_after_ms": 0.8272,
+        "priced_by": "replay",
+        "note": "no chain to fuse in the compiled region",
+    }
 
 
 def test_a_program_that_compiles_its_model_gets_no_compile_knob_price() -> None:
@@ -129,7 +141,11 @@ def test_the_matmul_knobs_are_priced_whether_or_not_a_finding_calls_for_them() -
     tf32 its TF32 edit. manual_sgd runs under bf16 autocast already: both knobs x1.0, saying why
     (a trial named with --fixes is judged against the step unchanged)."""
     fp32 = knob_prices_for(DATA / "fp32_matmul")
-    assert (fp32["bf16-autocast"]["predicted_speedup"], fp32["tf32"]["predicted_speedup"]) == (3.3304, 3.5862)
+    assert (fp32["bf16-autocast"]["predicted_speedup"], fp32["tf32"]["predicted_speedup"]) == (
+        3.3304,
+        3.5862,
+    )
     sgd = knob_prices_for(KNOBS / "manual_sgd")
-    assert {k: (sgd[k]["predicted_speedup"], sgd[k]["note"]) for k in ("bf16-autocast", "tf32")} == {
-        "bf16-autocast": (1.0, "no fp32 or TF32 matmul"), "tf32": (1.0, "no fp32 GEMM")}
+    assert {
+        k: (sgd[k]["predicted_speedup"], sgd[k]["note"]) for k in ("bf16-autocast", "tf32")
+    } == {"bf16-autocast": (1.0, "no fp32 or TF32 matmul"), "tf32": (1.0, "no fp32 GEMM")}

@@ -19,8 +19,15 @@ SRC = Path(__file__).parent.parent / "src"
 
 def gd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_every_required_finding_has_a_trap() -> None:
@@ -41,8 +48,11 @@ def test_lab_list_json(tmp_path: Path) -> None:
     traps = {e["name"]: e["expected_finding"] for e in entries if e["kind"] == "trap"}
     assert traps["host_sync"] == "host-sync" and len(traps) == 17
     assert traps["tf32_matmul"] == traps["fp32_attention"] == "fp32-matmul"
-    assert {e["name"] for e in entries if e["kind"] == "baseline"} == {"healthy_train", "healthy_infer",
-                                                                        "healthy_closure"}
+    assert {e["name"] for e in entries if e["kind"] == "baseline"} == {
+        "healthy_train",
+        "healthy_infer",
+        "healthy_closure",
+    }
 
 
 @pytest.mark.parametrize("trap_id", ["tf32_matmul", "fp32_attention"])
@@ -74,7 +84,9 @@ def test_matmul_precision_is_restored_when_the_step_raises() -> None:
     assert torch.get_float32_matmul_precision() == before
 
 
-def test_healthy_closure_steps_the_optimizer_through_a_closure(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healthy_closure_steps_the_optimizer_through_a_closure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import torch
 
     [base] = [b for b in load_baselines() if b.id == "healthy_closure"]
@@ -98,13 +110,25 @@ def test_healthy_closure_steps_the_optimizer_through_a_closure(monkeypatch: pyte
 
 @pytest.mark.e2e
 def test_lab_smoke_run_on_the_cpu(tmp_path: Path) -> None:
-    out = gd("lab", "run", "launch_bound", "--device", "cpu", "--json", "--out", str(tmp_path), cwd=tmp_path)
+    out = gd(
+        "lab",
+        "run",
+        "launch_bound",
+        "--device",
+        "cpu",
+        "--json",
+        "--out",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     [result] = json.loads(out.stdout)
     assert result["trap"] == "launch_bound" and result["verdict"] == "ran-on-cpu"
     assert result["sick_ms"] > 0 and result["fixed_ms"] > 0
     assert list(tmp_path.glob("lab-*/launch_bound/trace.json.gz"))
-    assert "USDT" not in out.stderr  # Kineto's profiler_start / profiler_stop lines (capture/quiet.py)
+    assert (
+        "USDT" not in out.stderr
+    )  # Kineto's profiler_start / profiler_stop lines (capture/quiet.py)
 
 
 def test_lab_errors(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("importlinter", reason="import-linter is not installed (pip install -e '.[dev]' brings it)")
+pytest.importorskip(
+    "importlinter", reason="import-linter is not installed (pip install -e '.[dev]' brings it)"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # the lint-imports command, run by this interpreter whatever is on PATH
@@ -24,9 +26,19 @@ LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(
 
 def lint(src: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports over the gpudoctor package under ``src``, with the contracts of pyproject.toml."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", LINT, "--no-cache", str(ROOT / "pyproject.toml")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, check=False, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", LINT, "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
 
 
 def test_the_contracts_hold() -> None:
@@ -43,14 +55,27 @@ def test_the_contracts_hold() -> None:
         # a side tool reaching up into the pipeline
         ("memory/fit.py", "from gpudoctor.rules.registry import RULES", "Layers"),
         # a cycle of two modules of one package (a function-level import counts)
-        ("memory/capacity.py", "def _cycle():\n    from gpudoctor.memory.fit import with_fit", "No import cycles"),
+        (
+            "memory/capacity.py",
+            "def _cycle():\n    from gpudoctor.memory.fit import with_fit",
+            "No import cycles",
+        ),
         # the report's model reaching for a renderer: the renderers import the model
-        ("report/model.py", "def _show():\n    from gpudoctor.report.html import render_html", "No import cycles"),
+        (
+            "report/model.py",
+            "def _show():\n    from gpudoctor.report.html import render_html",
+            "No import cycles",
+        ),
     ],
 )
-def test_a_back_arrow_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
-    shutil.copytree(ROOT / "src" / "gpudoctor", tmp_path / "gpudoctor",
-                    ignore=shutil.ignore_patterns("__pycache__", "data"))
+def test_a_back_arrow_breaks_a_contract(
+    tmp_path: Path, module: str, line: str, contract: str
+) -> None:
+    shutil.copytree(
+        ROOT / "src" / "gpudoctor",
+        tmp_path / "gpudoctor",
+        ignore=shutil.ignore_patterns("__pycache__", "data"),
+    )
     target = tmp_path / "gpudoctor" / module
     target.write_text(target.read_text() + "\n\n" + line + "\n")
     out = lint(tmp_path)

@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_passes() -> None:
     if shutil.which("ruff") is None:
         pytest.skip("ruff is not installed (pip install -e '.[dev]' brings it)")
-    out = subprocess.run(["ruff", "check", "--no-cache", "src", "tests", "benchmarks"], cwd=ROOT,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["ruff", "check", "--no-cache", "src", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]

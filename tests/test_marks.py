@@ -45,8 +45,13 @@ def test_finished_intervals_read_each_step_once_and_restart_on_a_new_series() ->
 def test_token_times_of_a_generate_call() -> None:
     # start, three forwards, end: 250 + 125 ms prefill (start -> 2nd forward), then 125 and 250
     call = [0.0, 0.25, 0.375, 0.5, 0.75, None]
-    assert token_times([call, [0.0, 0.25]]) == {"calls_timed": 1, "forwards_per_call": 3, "call_ms": 750.0,
-                                                "prefill_ms": 375.0, "decode_ms_per_token": 187.5}
+    assert token_times([call, [0.0, 0.25]]) == {
+        "calls_timed": 1,
+        "forwards_per_call": 3,
+        "call_ms": 750.0,
+        "prefill_ms": 375.0,
+        "decode_ms_per_token": 187.5,
+    }
     assert token_times([[0.0, 0.25, 0.5]]) == {}  # never closed: the program stopped inside it
 
 
@@ -55,7 +60,9 @@ def test_compile_watch_sees_new_compile_records_once(monkeypatch: pytest.MonkeyP
     monkeypatch.delitem(sys.modules, "torch._dynamo.utils", raising=False)
     assert not watch.changed()  # dynamo not imported
     records: dict[str, list[float]] = {}
-    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records))
+    monkeypatch.setitem(
+        sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records)
+    )
     assert not watch.changed()
     records["_compile.compile_inner"] = [1.0, 0.5]
     assert watch.changed() and not watch.changed()

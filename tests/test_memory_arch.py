@@ -19,10 +19,28 @@ from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.accuracy import KNOWN_MISSES, accuracy_note
 from gpudoctor.memory.activations import Workload, attention_kind, head_memory, layer_memory
 
-RESULTS = Path(__file__).parent.parent / "benchmarks" / "results" / "memory-arch-h100-2026-11-25.json"
-RUNS = [r for r in json.loads(RESULTS.read_text()) if "peak_bytes" in r and r["name"].startswith("arch-")]
-MODEL_TYPES = {"llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "gpt_neox", "mixtral", "deepseek_v2",
-               "deepseek_v3", "qwen2_moe", "phi3"}
+RESULTS = (
+    Path(__file__).parent.parent / "benchmarks" / "results" / "memory-arch-h100-2026-11-25.json"
+)
+RUNS = [
+    r
+    for r in json.loads(RESULTS.read_text())
+    if "peak_bytes" in r and r["name"].startswith("arch-")
+]
+MODEL_TYPES = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gemma2",
+    "gpt2",
+    "gpt_neox",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+    "qwen2_moe",
+    "phi3",
+}
 
 
 def _error(run: dict) -> tuple[str, str, float]:
@@ -69,7 +87,19 @@ def test_no_model_type_carries_an_accuracy_note_any_more(tmp_path):
     for name in ("arch-mixtral-gen", "arch-deepseek-v2-gen"):
         cfg = tmp_path / f"{name}.json"
         cfg.write_text(json.dumps(runs[name]["config"]))
-        out = gd("memory", str(cfg), "--infer", "--batch", "8", "--prompt", "512", "--new", "64", "--width", "200")
+        out = gd(
+            "memory",
+            str(cfg),
+            "--infer",
+            "--batch",
+            "8",
+            "--prompt",
+            "512",
+            "--new",
+            "64",
+            "--width",
+            "200",
+        )
         assert out.returncode == 0, out.stderr
         assert "accuracy" not in out.stdout and "±" not in out.stdout, out.stdout
 
@@ -101,16 +131,24 @@ def _spec(model_type: str, **override):
 def test_gemma2_final_softcap_keeps_the_tanh_output_over_the_vocabulary():
     w = Workload(batch=2, seq=1024)
     assert head_memory(_spec("gemma2"), w).saved["logit_softcap"] == 2 * 2048 * 256000
-    assert "logit_softcap" not in head_memory(_spec("gemma2", final_logit_softcapping=None), w).saved
+    assert (
+        "logit_softcap" not in head_memory(_spec("gemma2", final_logit_softcapping=None), w).saved
+    )
 
 
 def test_gemma2_eager_keeps_the_tanh_of_the_scores():
     spec = _spec("gemma2")
     # the attention asked for is the one priced (SDPA too: transformers 5.17 runs Gemma 2 under it)
-    assert [attention_kind(spec, a) for a in ("sdpa", "flash", "eager")] == ["sdpa", "flash", "eager"]
+    assert [attention_kind(spec, a) for a in ("sdpa", "flash", "eager")] == [
+        "sdpa",
+        "flash",
+        "eager",
+    ]
     lm = layer_memory(spec, Workload(batch=1, seq=512, attention="eager"))
     probs = 4 * 512 * 512  # heads x seq x seq
-    assert lm.saved["attention_scores"] == (4 + 2 + 2) * probs  # fp32 softmax, its bf16 copy, tanh out
+    assert (
+        lm.saved["attention_scores"] == (4 + 2 + 2) * probs
+    )  # fp32 softmax, its bf16 copy, tanh out
     # four norms: two pre-norms (fp32 in, fp32 normalised, bf16 out), two post-norms (no out kept)
     th = 512 * 1152
     assert lm.saved["norms"] == 2 * (8 + 2) * th + 2 * 8 * th
@@ -123,9 +161,13 @@ def test_phi3_keeps_the_fused_qkv_the_rotated_q_and_k_and_one_more_kv_copy():
 
 
 def test_moe_prefill_counts_the_combine_rows_and_the_shared_expert_output():
-    est = estimate_from_options(_spec("qwen2_moe"), infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    est = estimate_from_options(
+        _spec("qwen2_moe"), infer=True, batch=8, prompt=512, new=64, attention="sdpa"
+    )
     t, h = 8 * 512, 1024
-    routed = 2 * (4 * t) * max(h + 4 * 704, 4 * h)  # 4 hidden-sized rows per routed row at the combine
+    routed = (
+        2 * (4 * t) * max(h + 4 * 704, 4 * h)
+    )  # 4 hidden-sized rows per routed row at the combine
     mlp = max(routed, 3 * 2 * t * 2816) + 2 * t * h
     assert est.breakdown["activations"] == mlp + 4 * 2 * t * h + 2 * 2 * t * 64 + 8 * 32000 * 6
 
@@ -133,7 +175,9 @@ def test_moe_prefill_counts_the_combine_rows_and_the_shared_expert_output():
 def test_a_sliding_window_costs_a_mask_only_once_the_sequence_reaches_it():
     spec = _spec("mistral")  # window 4096, 16 heads, 4 KV heads of 64
     short = layer_memory(spec, Workload(batch=1, seq=1024)).saved["attention"]
-    assert short == 2 * 2 * 1024 * 1024 + 2 * 2 * 1024 * 256 + 4 * 16 * 1024  # q, out; k, v; logsumexp
+    assert (
+        short == 2 * 2 * 1024 * 1024 + 2 * 2 * 1024 * 256 + 4 * 16 * 1024
+    )  # q, out; k, v; logsumexp
     full = layer_memory(spec, Workload(batch=1, seq=4096)).saved["attention"]
     assert full == 4 * 2 * 4096 * 1024 + 2 * 4096 * 4096 + 4 * 16 * 4096  # K/V repeated, the mask
 
@@ -143,8 +187,13 @@ def test_the_bench_lists_the_arch_sweep():
     import sys
 
     bench = Path(__file__).parent.parent / "benchmarks" / "bench_memory.py"
-    out = subprocess.run([sys.executable, str(bench), "--list", "--arch"], capture_output=True, text=True,
-                         check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(bench), "--list", "--arch"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     rows = [line.split() for line in out.stdout.splitlines()]
     assert len(rows) == 48 and {r[1] for r in rows} == MODEL_TYPES
     assert sum(r[2] == "generate" for r in rows) == 12
@@ -153,29 +202,44 @@ def test_the_bench_lists_the_arch_sweep():
 PHASES = RESULTS.parent / "memory-arch-gen-phases-h100-2026-11-25.json"
 
 
-@pytest.mark.parametrize("run", [r for r in json.loads(PHASES.read_text()) if "phases" in r], ids=lambda r: r["name"])
+@pytest.mark.parametrize(
+    "run", [r for r in json.loads(PHASES.read_text()) if "phases" in r], ids=lambda r: r["name"]
+)
 def test_each_generation_phase_of_the_moe_cases_within_1_percent(run):
     # the rerun measured the prefill's and the decode's peak apart: both phases must be right,
     # not only the larger one
     est = estimate_from_options(from_hf_config(run["config"]), infer=True, **run["opts"])
     for phase, key in (("prefill", "prefill_peak"), ("decode", "decode_peak")):
         measured = run["phases"][key]
-        assert abs(est.phases[phase] - measured) / measured < 0.01, (phase, est.phases[phase], measured)
+        assert abs(est.phases[phase] - measured) / measured < 0.01, (
+            phase,
+            est.phases[phase],
+            measured,
+        )
 
 
 def test_mixtral_decode_holds_each_routed_rows_gathered_expert_weights():
     # generate switches the experts to batched_mm for decoding: gate_up_proj[expert_ids] and
     # down_proj[expert_ids] for batch 8 x top-2 rows, each expert 3 x 3584 x 1024 bf16 weights
-    est = estimate_from_options(_spec("mixtral"), infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    est = estimate_from_options(
+        _spec("mixtral"), infer=True, batch=8, prompt=512, new=64, attention="sdpa"
+    )
     assert est.phase == "decode"
     assert est.breakdown["transient"] == 8 * 2 * 3 * 3584 * 1024 * 2 == 352_321_536
     kv = 4 * 2 * 4 * 64 * 2 * 8 * 576  # layers, K and V, KV heads, head dim, bf16, batch, context
     scratch = 8 * 32000 * 6 + 8 * 8 * 1024 * 2
     assert est.peak_bytes == est.breakdown["weights"] + 33_554_432 + kv + 352_321_536 + scratch
-    assert any("copying each routed row's expert weights (0.33 GiB at batch 8 x top-2)" in n for n in est.notes)
+    assert any(
+        "copying each routed row's expert weights (0.33 GiB at batch 8 x top-2)" in n
+        for n in est.notes
+    )
     # a serving engine (paged cache) runs its own fused MoE kernels: no gather
-    paged = estimate_from_options(_spec("mixtral"), infer=True, batch=8, prompt=512, new=64, paged_block=16)
-    assert paged.breakdown.get("transient", 0) == 0 and not any("batched_mm" in n for n in paged.notes)
+    paged = estimate_from_options(
+        _spec("mixtral"), infer=True, batch=8, prompt=512, new=64, paged_block=16
+    )
+    assert paged.breakdown.get("transient", 0) == 0 and not any(
+        "batched_mm" in n for n in paged.notes
+    )
 
 
 def test_mla_caches_the_latent_not_per_head_k_and_v():
@@ -188,7 +252,9 @@ def test_mla_caches_the_latent_not_per_head_k_and_v():
 
 
 def test_deepseek_prefill_peaks_at_the_fp32_combine_of_the_routed_rows():
-    est = estimate_from_options(_spec("deepseek_v2"), infer=True, batch=8, prompt=512, new=64, attention="sdpa")
+    est = estimate_from_options(
+        _spec("deepseek_v2"), infer=True, batch=8, prompt=512, new=64, attention="sdpa"
+    )
     t, h = 8 * 512, 1024
     # per routed row: gathered input and expert output in bf16, the weighted output and its
     # un-permuted copy in fp32 (the router's top-k weights are fp32); top-4
@@ -203,7 +269,9 @@ def test_deepseek_prefill_peaks_at_the_fp32_combine_of_the_routed_rows():
 
 
 def test_mla_decode_expands_the_whole_context_to_per_head_k_and_v():
-    est = estimate_from_options(_spec("deepseek_v2"), infer=True, batch=1, prompt=16, new=4000, attention="sdpa")
+    est = estimate_from_options(
+        _spec("deepseek_v2"), infer=True, batch=1, prompt=16, new=4000, attention="sdpa"
+    )
     # kv_b_proj's output (nope 128 + v 128) and the assembled K (nope 128 + rope 64), 16 heads
     expand = 2 * 1 * 4016 * 16 * (128 + 128 + 128 + 64)
     assert expand > 1 * 4 * 3 * 512 * 1024 * 2  # wider than the experts' weight gather (top-4)
@@ -214,8 +282,14 @@ def test_mla_prefill_attention_counts_the_expanded_q_k_v():
     # experts shrunk so that the attention is the prefill's widest moment (the shape of the CPU
     # trace behind _mla_prefill: 199,888,896 live bytes at its peak, of which 16,777,216 are the
     # output's .contiguous() copy that CUDA's kernels do not make and 18,874,368 the cache)
-    spec = _spec("deepseek_v2", num_experts_per_tok=1, moe_intermediate_size=64, n_shared_experts=1,
-                 n_routed_experts=2, first_k_dense_replace=0)
+    spec = _spec(
+        "deepseek_v2",
+        num_experts_per_tok=1,
+        moe_intermediate_size=64,
+        n_shared_experts=1,
+        n_routed_experts=2,
+        first_k_dense_replace=0,
+    )
     est = estimate_from_options(spec, infer=True, batch=8, prompt=512, new=64, attention="sdpa")
     t, h = 8 * 512, 1024
     # q 3072, rotated rope half 1024, the cat 3072, latent 576, kv_b out 4096, K 3072, out 2048

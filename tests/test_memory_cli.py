@@ -12,7 +12,18 @@ RESULTS = Path(__file__).parent.parent / "benchmarks" / "results" / "memory_h200
 
 
 def test_preset_on_a_gpu_prints_the_breakdown_and_what_fits():
-    out = gd("memory", "llama-3.1-8b", "--batch", "4", "--seq", "4096", "--gpu", "h100-sxm", "--width", "140")
+    out = gd(
+        "memory",
+        "llama-3.1-8b",
+        "--batch",
+        "4",
+        "--seq",
+        "4096",
+        "--gpu",
+        "h100-sxm",
+        "--width",
+        "140",
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "8.03 B params" in text and "during the backward" in text
@@ -27,39 +38,72 @@ def test_json_has_the_documented_keys(tmp_path):
     out = gd("memory", str(tmp_path), "--batch", "4", "--seq", "2048", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert {"peak_bytes", "breakdown", "fits", "suggestions", "peak_phase", "reserved_bytes"} <= set(data)
+    assert {
+        "peak_bytes",
+        "breakdown",
+        "fits",
+        "suggestions",
+        "peak_phase",
+        "reserved_bytes",
+    } <= set(data)
     assert data["fits"] is None  # no --gpu
-    assert abs(data["peak_bytes"] - run["peak_bytes"]) / run["peak_bytes"] < 0.01  # measured on the H200
+    assert (
+        abs(data["peak_bytes"] - run["peak_bytes"]) / run["peak_bytes"] < 0.01
+    )  # measured on the H200
     assert data["breakdown"]["weights"] == 607_757_824 * 2
 
 
 def test_inference_json(tmp_path):
-    out = gd("memory", "llama-3.1-70b", "--infer", "--batch", "1", "--prompt", "1024", "--new", "128",
-             "--gpu", "h100-sxm", "--json")
+    out = gd(
+        "memory",
+        "llama-3.1-70b",
+        "--infer",
+        "--batch",
+        "1",
+        "--prompt",
+        "1024",
+        "--new",
+        "128",
+        "--gpu",
+        "h100-sxm",
+        "--json",
+    )
     data = json.loads(out.stdout)
     assert data["mode"] == "infer" and data["fits"] is False
     assert data["extra"]["gpus_needed_tp"] == 2
     assert data["suggestions"][0]["fits"] is True
 
 
-@pytest.mark.parametrize("args, message", [
-    (["no-such-model"], "is not a config.json path, a preset or module:factory"),
-    (["missing/config.json"], "no such file"),
-    (["llama-3.1-8b", "--tp", "5"], "does not divide the model's 32 attention heads"),
-    (["llama-3.1-8b", "--zero", "3"], "give --dp 2 or more"),
-    (["llama-3.1-8b", "--pp", "40"], "deeper than the model's 32 layers"),
-    (["llama-3.1-8b", "--params-dtype", "fp64"], "--params-dtype 'fp64' is not one of"),
-    (["llama-3.1-8b", "--gpu", "voodoo5"], "unknown --gpu 'voodoo5'"),
-    (["llama-3.1-8b", "--infer", "--seq", "10"], "do not apply to generation"),
-    # issue 16: a context past the model's positions was priced silently
-    (["gpt2", "--seq", "8192"], "beyond gpt2's 1,024 positions: its position embeddings are a learned table"),
-    (["gpt2", "--seq", "8192", "--allow-long-context"], "which no flag extends; use --seq 1024 or less"),
-    (["gpt2", "--infer", "--prompt", "1000", "--new", "100"], "keep --prompt + --new at 1024 or less"),
-    (["llama-3.1-8b", "--seq", "200000"], "or add --allow-long-context"),
-    # issue 16: --width -5 printed nothing and exited 0
-    (["gpt2", "--width", "-5"], "--width -5: give a terminal width from"),
-    (["gpt2", "--width", "0"], "--width 0: give a terminal width from"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["no-such-model"], "is not a config.json path, a preset or module:factory"),
+        (["missing/config.json"], "no such file"),
+        (["llama-3.1-8b", "--tp", "5"], "does not divide the model's 32 attention heads"),
+        (["llama-3.1-8b", "--zero", "3"], "give --dp 2 or more"),
+        (["llama-3.1-8b", "--pp", "40"], "deeper than the model's 32 layers"),
+        (["llama-3.1-8b", "--params-dtype", "fp64"], "--params-dtype 'fp64' is not one of"),
+        (["llama-3.1-8b", "--gpu", "voodoo5"], "unknown --gpu 'voodoo5'"),
+        (["llama-3.1-8b", "--infer", "--seq", "10"], "do not apply to generation"),
+        # issue 16: a context past the model's positions was priced silently
+        (
+            ["gpt2", "--seq", "8192"],
+            "beyond gpt2's 1,024 positions: its position embeddings are a learned table",
+        ),
+        (
+            ["gpt2", "--seq", "8192", "--allow-long-context"],
+            "which no flag extends; use --seq 1024 or less",
+        ),
+        (
+            ["gpt2", "--infer", "--prompt", "1000", "--new", "100"],
+            "keep --prompt + --new at 1024 or less",
+        ),
+        (["llama-3.1-8b", "--seq", "200000"], "or add --allow-long-context"),
+        # issue 16: --width -5 printed nothing and exited 0
+        (["gpt2", "--width", "-5"], "--width -5: give a terminal width from"),
+        (["gpt2", "--width", "0"], "--width 0: give a terminal width from"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     out = gd("memory", *args)
     assert out.returncode == 2, out.stderr
@@ -79,14 +123,43 @@ def test_malformed_config_is_one_line(tmp_path):
 
 def test_longest_context_stops_at_the_models_positions():
     # GPT-2 has 1,024 learned positions; memory alone would hold 235,497 tokens at batch 8 on an H200
-    out = gd("memory", "gpt2", "--infer", "--batch", "8", "--prompt", "1000", "--new", "24", "--gpu", "h200", "--json")
+    out = gd(
+        "memory",
+        "gpt2",
+        "--infer",
+        "--batch",
+        "8",
+        "--prompt",
+        "1000",
+        "--new",
+        "24",
+        "--gpu",
+        "h200",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     extra = json.loads(out.stdout)["extra"]
     assert extra["max_context"] == 1024 and extra["max_context_limited_by"] == "model"
     assert extra["max_context_by_memory"] > 200_000
-    text = gd("memory", "gpt2", "--infer", "--batch", "8", "--prompt", "1000", "--new", "24", "--gpu", "h200",
-              "--width", "300").stdout
-    assert "longest context at this batch: 1,024 tokens (the model's limit: its 1,024 positions, not memory" in text
+    text = gd(
+        "memory",
+        "gpt2",
+        "--infer",
+        "--batch",
+        "8",
+        "--prompt",
+        "1000",
+        "--new",
+        "24",
+        "--gpu",
+        "h200",
+        "--width",
+        "300",
+    ).stdout
+    assert (
+        "longest context at this batch: 1,024 tokens (the model's limit: its 1,024 positions, not memory"
+        in text
+    )
 
 
 @pytest.mark.parametrize("preset", ["gemma-2b", "mistral-7b", "qwen2.5-7b"])
@@ -94,10 +167,14 @@ def test_longest_context_of_rotary_models_stops_at_max_position_embeddings(prese
     from gpudoctor.memory import estimate_from_options, load_spec
 
     limit = load_spec(preset).max_positions
-    est = estimate_from_options(preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="refuse")
+    est = estimate_from_options(
+        preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="refuse"
+    )
     assert est.extra["max_context"] == limit < est.extra["max_context_by_memory"]
     # --allow-long-context prices a longer RoPE scaling: then memory is the limit
-    ext = estimate_from_options(preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="extend")
+    ext = estimate_from_options(
+        preset, infer=True, batch=1, prompt=1000, new=24, gpu="h200", context="extend"
+    )
     assert ext.extra["max_context"] == ext.extra["max_context_by_memory"] > limit
 
 
@@ -105,9 +182,13 @@ def test_gpt2_names_its_positional_part_as_it_is():
     from gpudoctor.memory import estimate_from_options
 
     gpt2 = estimate_from_options("gpt2", batch=4, seq=1024).extra["activations_by_component"]
-    assert "embedding_dropout_mask" in gpt2 and "rope_tables" not in gpt2  # learned positions: no rope
+    assert (
+        "embedding_dropout_mask" in gpt2 and "rope_tables" not in gpt2
+    )  # learned positions: no rope
     assert not any("rope" in k for k in gpt2)
-    llama = estimate_from_options("llama-3.2-1b", batch=1, seq=1024).extra["activations_by_component"]
+    llama = estimate_from_options("llama-3.2-1b", batch=1, seq=1024).extra[
+        "activations_by_component"
+    ]
     assert llama["rope_tables"] > 0 and "embedding_dropout_mask" not in llama
     text = gd("memory", "gpt2", "--batch", "4", "--width", "300").stdout
     assert "rope" not in text and "embedding dropout mask" in text

@@ -99,7 +99,9 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k, v = self.kv(x).view(b, s, 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        k, v = (
+            self.kv(x).view(b, s, 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        )
         gqa = {"enable_gqa": True} if self.kv_heads != self.heads else {}
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True, **gqa)
         return out.transpose(1, 2).reshape(b, s, -1)
@@ -158,7 +160,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.norm1(x))
+            .view(b, s, 3, self.heads, d // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
         return x + self.out(F.gelu(self.fc(self.norm2(x))))
@@ -176,7 +182,9 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(dim, vocab, bias=False)
         self.checkpointing = False
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+    def gradient_checkpointing_enable(
+        self, gradient_checkpointing_kwargs: dict | None = None
+    ) -> None:
         self.checkpointing = True
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> SimpleNamespace:
@@ -187,7 +195,9 @@ class TinyLM(nn.Module):
             else:
                 x = block(x)
         logits = self.head(self.norm(x)).float()
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+        )
         return SimpleNamespace(loss=loss, logits=logits)
 
 
@@ -234,17 +244,21 @@ def test_checkpointing_keeps_only_the_block_inputs() -> None:
     assert b.grad_bytes == a.grad_bytes
 
 
-def test_a_model_far_larger_than_memory_dry_runs_without_allocating_it(tmp_path, monkeypatch) -> None:
+def test_a_model_far_larger_than_memory_dry_runs_without_allocating_it(
+    tmp_path, monkeypatch
+) -> None:
     """8.6B parameters (34 GB in fp32), built by a factory on meta: nothing of it is allocated (the
     process's peak resident memory grows by far less than one of its layers, 17 GB)."""
-    (tmp_path / "huge.py").write_text(textwrap.dedent("""
+    (tmp_path / "huge.py").write_text(
+        textwrap.dedent("""
         import torch
         from torch import nn
 
         def build():
             model = nn.Sequential(nn.Linear(65536, 65536), nn.GELU(), nn.Linear(65536, 65536))
             return model, torch.empty(4, 65536)
-    """))
+    """)
+    )
     peak = _peak_rss_bytes()
     loaded = load_factory(f"{tmp_path / 'huge.py'}:build")
     r = dry_run(*loaded, batch=4, seq=1, params_dtype="fp32")
@@ -257,15 +271,20 @@ def test_a_model_far_larger_than_memory_dry_runs_without_allocating_it(tmp_path,
 
 
 def test_no_example_and_not_a_language_model() -> None:
-    with pytest.raises(InputError, match=r"not a Hugging Face causal LM .* return \(module, example_input\)"):
+    with pytest.raises(
+        InputError, match=r"not a Hugging Face causal LM .* return \(module, example_input\)"
+    ):
         dry_run(mlp(), batch=1, seq=8)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"params_dtype": "int8"}, "params_dtype 'int8' is not one of fp32, bf16, fp16"),
-    ({"autocast": "fp8"}, "autocast 'fp8' is not one of none, bf16, fp16"),
-    ({"loss": "mean"}, "loss 'mean' is not 'auto' or a callable"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"params_dtype": "int8"}, "params_dtype 'int8' is not one of fp32, bf16, fp16"),
+        ({"autocast": "fp8"}, "autocast 'fp8' is not one of none, bf16, fp16"),
+        ({"loss": "mean"}, "loss 'mean' is not 'auto' or a callable"),
+    ],
+)
 def test_bad_options(kwargs: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         dry_run(mlp(), torch.empty(2, 64), batch=2, seq=1, **kwargs)
@@ -336,7 +355,10 @@ def factories(tmp_path, monkeypatch):
 def test_load_module_factory_on_meta(factories) -> None:
     loaded = load_factory("gd_factories:build")
     assert isinstance(loaded, Loaded) and loaded.example_input is None
-    assert type(loaded.module) is nn.Linear and loaded.module.weight.shape == (4, 4)  # build(): nn.Linear(4, 4)
+    assert type(loaded.module) is nn.Linear and loaded.module.weight.shape == (
+        4,
+        4,
+    )  # build(): nn.Linear(4, 4)
     assert loaded.module.weight.device.type == "meta" and loaded.module.bias.device.type == "meta"
 
 
@@ -375,7 +397,9 @@ def test_a_file_path_spec(factories) -> None:
 
 
 def test_the_current_directory_is_importable(tmp_path, monkeypatch) -> None:
-    (tmp_path / "gd_here.py").write_text("from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n")
+    (tmp_path / "gd_here.py").write_text(
+        "from torch import nn\ndef build():\n    return nn.Linear(2, 2)\n"
+    )
     monkeypatch.chdir(tmp_path)
     try:
         module = load_factory("gd_here:build").module
@@ -392,21 +416,44 @@ def test_a_loaded_factory_dry_runs(factories) -> None:
     holds x, the loss and its gradient (4 + 4) and the two gradients (80): 120; the output's gradient
     is a view of the loss's (expand), no storage of its own."""
     r = dry_run(*load_factory("gd_factories:build_with_input"), batch=2, seq=1, params_dtype="fp32")
-    assert r == DryRun(n_params=20, param_bytes=80, buffer_bytes=0, grad_bytes=80, saved_bytes=32,
-                       forward_peak_bytes=32 + 32 + 4, backward_peak_bytes=32 + 4 + 4 + 80, checkpointed=False)
+    assert r == DryRun(
+        n_params=20,
+        param_bytes=80,
+        buffer_bytes=0,
+        grad_bytes=80,
+        saved_bytes=32,
+        forward_peak_bytes=32 + 32 + 4,
+        backward_peak_bytes=32 + 4 + 4 + 80,
+        checkpointed=False,
+    )
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("gd_factories", r"'gd_factories' is not a model factory: no 'module:attribute' \(accepted: 'pkg.module:factory'"),
-    ("gd_no_such_module:build", r"cannot import module 'gd_no_such_module' \(No module named 'gd_no_such_module'\)"),
-    ("gd_factories:nothing", r"'gd_factories' has no attribute 'nothing'"),
-    ("gd_factories:broken", r"'gd_factories:broken': the factory raised ValueError: boom"),
-    ("gd_factories:wrong_type", r"returned int 42; expected an nn.Module or a tuple \(module, example_input\)"),
-    ("gd_factories:wrong_example", r"returned a tuple of \(Linear, str\); expected an nn.Module"),
-    ("gd_factories:NOT_CALLABLE", r"is int 3, not a callable that returns an nn.Module"),
-    ("no/such/file.py:build", r"no file 'no/such/file.py'"),
-    (":build", r"no 'module:attribute'"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "gd_factories",
+            r"'gd_factories' is not a model factory: no 'module:attribute' \(accepted: 'pkg.module:factory'",
+        ),
+        (
+            "gd_no_such_module:build",
+            r"cannot import module 'gd_no_such_module' \(No module named 'gd_no_such_module'\)",
+        ),
+        ("gd_factories:nothing", r"'gd_factories' has no attribute 'nothing'"),
+        ("gd_factories:broken", r"'gd_factories:broken': the factory raised ValueError: boom"),
+        (
+            "gd_factories:wrong_type",
+            r"returned int 42; expected an nn.Module or a tuple \(module, example_input\)",
+        ),
+        (
+            "gd_factories:wrong_example",
+            r"returned a tuple of \(Linear, str\); expected an nn.Module",
+        ),
+        ("gd_factories:NOT_CALLABLE", r"is int 3, not a callable that returns an nn.Module"),
+        ("no/such/file.py:build", r"no file 'no/such/file.py'"),
+        (":build", r"no 'module:attribute'"),
+    ],
+)
 def test_load_factory_errors(factories, spec: str, message: str) -> None:
     with pytest.raises(InputError, match=message) as err:
         load_factory(spec)
@@ -419,13 +466,33 @@ def test_load_factory_errors(factories, spec: str, message: str) -> None:
 def hf_cases():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    llama = transformers.LlamaConfig(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
-    llama_mha = transformers.LlamaConfig(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
+    llama = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
+    llama_mha = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=256,
+    )
     # No dropout: with it the CPU runs math attention and float masks, CUDA (and the dry run) not.
-    gpt2 = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128,
-                                   attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    gpt2 = transformers.GPT2Config(
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        vocab_size=256,
+        n_positions=128,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+    )
     return {
         # fp32 with GQA: the CPU runs flash, CUDA (and the dry run) math; so GQA only in bf16.
         "llama-gqa-bf16": (transformers.LlamaForCausalLM, llama, "bf16"),
@@ -466,16 +533,24 @@ def test_llama_8b_dry_runs_on_meta() -> None:
     """Llama-3.1-8B's shape at batch 1 x 4096: 8,030,261,248 parameters, none of them allocated (a
     couple of seconds; the process's peak resident memory grows by far less than its 16 GB of bf16)."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                      max_position_embeddings=131072)
+    config = transformers.LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+    )
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
     peak = _peak_rss_bytes()
     r = dry_run(model, batch=1, seq=4096, params_dtype="bf16")
     assert _peak_rss_bytes() - peak < 1 << 30
     assert r.n_params == 8_030_261_248
-    measured_on_h200 = 28_562_277_376  # torch.cuda.memory_allocated after the forward, less the weights
+    measured_on_h200 = (
+        28_562_277_376  # torch.cuda.memory_allocated after the forward, less the weights
+    )
     assert abs(r.saved_bytes - measured_on_h200) < 0.01 * measured_on_h200
 
 
@@ -489,7 +564,9 @@ def test_cuda_sdpa_takes_a_value_narrower_than_query_and_key():
     v = torch.randn(1, 2, 8, 128, generator=g, dtype=torch.bfloat16)
     out = _cuda_sdpa(q, k, v, is_causal=True)
     assert out.shape == (1, 2, 8, 128)
-    ref = torch.ops.aten._scaled_dot_product_attention_math(q.float(), k.float(), v.float(), None, 0.0, True)[0]
+    ref = torch.ops.aten._scaled_dot_product_attention_math(
+        q.float(), k.float(), v.float(), None, 0.0, True
+    )[0]
     assert torch.allclose(out.float(), ref, atol=3e-2)
 
 

@@ -18,8 +18,12 @@ from gpudoctor.memory import estimate_from_options
 from gpudoctor.memory.options import InferOptions, TrainOptions
 
 RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
-RUNS = [r for f in ("memory_h200_2026-11-22.json", "memory_heldout_h200_2026-11-22.json")
-        for r in json.loads((RESULTS / f).read_text()) if "opts" in r]
+RUNS = [
+    r
+    for f in ("memory_h200_2026-11-22.json", "memory_heldout_h200_2026-11-22.json")
+    for r in json.loads((RESULTS / f).read_text())
+    if "opts" in r
+]
 
 
 def _predict(run: dict):
@@ -43,7 +47,9 @@ def test_accuracy_targets_of_the_issue():
 @pytest.mark.parametrize("run", [r for r in RUNS if not r["infer"]], ids=lambda r: r["name"])
 def test_optimizer_states_within_one_percent(run):
     est = _predict(run)
-    measured = run["after_first_step_bytes"] - run["weights_bytes"] - est.breakdown["cuda_workspaces"]
+    measured = (
+        run["after_first_step_bytes"] - run["weights_bytes"] - est.breakdown["cuda_workspaces"]
+    )
     predicted = est.breakdown.get("optimizer_states", 0)
     if measured < 2**20:  # Adafactor's factored states: under a MiB, dominated by rounding
         assert predicted < 2**21
@@ -67,7 +73,9 @@ def test_largest_vocabulary_makes_the_loss_the_peak():
     est = _predict(run)
     detail = est.extra["activations_by_component"]
     assert detail["loss"] == 4 * 2 * 2048 * 256000  # log_softmax's fp32 output
-    assert est.breakdown["transient"] >= 8 * 2 * 2048 * 256000  # its two fp32 grads at backward start
+    assert (
+        est.breakdown["transient"] >= 8 * 2 * 2048 * 256000
+    )  # its two fp32 grads at backward start
 
 
 def test_checkpointing_and_chunked_loss_and_zero_reduce_the_peak():
@@ -78,12 +86,18 @@ def test_checkpointing_and_chunked_loss_and_zero_reduce_the_peak():
     zero = estimate_from_options(spec, batch=2, seq=4096, dp=8, zero=1)
     fsdp = estimate_from_options(spec, batch=2, seq=4096, dp=8, fsdp=True)
     assert ckpt.peak_bytes < base.peak_bytes
+
     def act(e):
         return sum(e.extra["activations_by_component"].values())
+
     assert act(ckpt) < act(base) / 5
-    assert ckpt.phase == "optimizer"  # 16 + 16 + 32 GB of states, plus AdamW's temporary: now the peak
+    assert (
+        ckpt.phase == "optimizer"
+    )  # 16 + 16 + 32 GB of states, plus AdamW's temporary: now the peak
     assert chunked.peak_bytes < base.peak_bytes
-    assert zero.breakdown["optimizer_states"] * 8 == pytest.approx(base.breakdown["optimizer_states"], rel=1e-6)
+    assert zero.breakdown["optimizer_states"] * 8 == pytest.approx(
+        base.breakdown["optimizer_states"], rel=1e-6
+    )
     assert fsdp.breakdown["weights"] < base.breakdown["weights"] / 4
 
 
@@ -91,8 +105,9 @@ def test_pipeline_first_stage_holds_the_most_microbatches():
     spec = from_preset("llama-3.1-70b")
     est = estimate_from_options(spec, batch=1, seq=4096, tp=8, sp=True, pp=4, microbatches=8)
     assert "pipeline stage" in est.phase
-    interleaved = estimate_from_options(spec, batch=1, seq=4096, tp=8, sp=True, pp=4, microbatches=8,
-                                        virtual_stages=2)
+    interleaved = estimate_from_options(
+        spec, batch=1, seq=4096, tp=8, sp=True, pp=4, microbatches=8, virtual_stages=2
+    )
     assert interleaved.breakdown["activations"] > 0
 
 
@@ -108,12 +123,21 @@ def test_suggestions_when_it_does_not_fit():
 
 def test_inference_sizing_70b():
     """The seed's sizing question: a 70B model in bf16 does not fit one 80 GB GPU; TP=2 or int4 does."""
-    est = estimate_from_options("llama-3.1-70b", infer=True, batch=1, prompt=1024, new=256, gpu="h100-sxm")
+    est = estimate_from_options(
+        "llama-3.1-70b", infer=True, batch=1, prompt=1024, new=256, gpu="h100-sxm"
+    )
     assert est.fits is False
     assert est.breakdown["weights"] == pytest.approx(70_553_706_496 * 2, rel=0.001)
     assert est.extra["gpus_needed_tp"] == 2
-    int4 = estimate_from_options("llama-3.1-70b", infer=True, batch=1, prompt=1024, new=256,
-                                 weights_dtype="int4", gpu="h100-sxm")
+    int4 = estimate_from_options(
+        "llama-3.1-70b",
+        infer=True,
+        batch=1,
+        prompt=1024,
+        new=256,
+        weights_dtype="int4",
+        gpu="h100-sxm",
+    )
     assert int4.fits is True and int4.extra["max_batch"] >= 1
 
 
@@ -125,15 +149,18 @@ def test_kv_cache_gqa_and_paged_rounding():
     assert paged.breakdown["kv_cache"] == 1008 * 32 * 2 * 8 * 128 * 2
 
 
-@pytest.mark.parametrize("opts, message", [
-    ({"tp": 3}, "does not divide the model's 32 attention heads"),
-    ({"zero": 2}, "give --dp 2 or more"),
-    ({"pp": 64}, "deeper than the model's 32 layers"),
-    ({"optimizer": "lion"}, "--optimizer 'lion' is not one of"),
-    ({"batch": 0}, "--batch must be a whole number"),
-    ({"sp": True}, "--sp (sequence parallelism) needs --tp 2"),
-    ({"prompt": 10}, "do not apply to training"),
-])
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"tp": 3}, "does not divide the model's 32 attention heads"),
+        ({"zero": 2}, "give --dp 2 or more"),
+        ({"pp": 64}, "deeper than the model's 32 layers"),
+        ({"optimizer": "lion"}, "--optimizer 'lion' is not one of"),
+        ({"batch": 0}, "--batch must be a whole number"),
+        ({"sp": True}, "--sp (sequence parallelism) needs --tp 2"),
+        ({"prompt": 10}, "do not apply to training"),
+    ],
+)
 def test_contradictory_options_are_refused(opts, message):
     with pytest.raises(InputError, match=None) as info:
         estimate_from_options("llama-3.1-8b", **opts)
@@ -142,39 +169,96 @@ def test_contradictory_options_are_refused(opts, message):
 
 @settings(max_examples=150, deadline=None)
 @given(
-    batch=st.integers(1, 64), seq=st.sampled_from([128, 1000, 4096, 32768]),
-    params_dtype=st.sampled_from(["bf16", "fp16", "fp32"]), autocast=st.sampled_from(["none", "bf16"]),
+    batch=st.integers(1, 64),
+    seq=st.sampled_from([128, 1000, 4096, 32768]),
+    params_dtype=st.sampled_from(["bf16", "fp16", "fp32"]),
+    autocast=st.sampled_from(["none", "bf16"]),
     optimizer=st.sampled_from(["adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor"]),
-    checkpointing=st.sampled_from(["none", "selective", "full"]), attention=st.sampled_from(["sdpa", "eager"]),
-    dp=st.sampled_from([1, 8]), zero=st.sampled_from([0, 1, 2, 3]), tp=st.sampled_from([1, 2, 8]),
-    pp=st.sampled_from([1, 2, 4]), microbatches=st.integers(1, 8),
-    preset=st.sampled_from(["gpt2", "mixtral-8x7b", "qwen2.5-7b", "deepseek-v2-lite", "gemma-2b", "pythia-1b"]),
+    checkpointing=st.sampled_from(["none", "selective", "full"]),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    dp=st.sampled_from([1, 8]),
+    zero=st.sampled_from([0, 1, 2, 3]),
+    tp=st.sampled_from([1, 2, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    microbatches=st.integers(1, 8),
+    preset=st.sampled_from(
+        ["gpt2", "mixtral-8x7b", "qwen2.5-7b", "deepseek-v2-lite", "gemma-2b", "pythia-1b"]
+    ),
 )
-def test_never_negative_or_nan(batch, seq, params_dtype, autocast, optimizer, checkpointing, attention,
-                               dp, zero, tp, pp, microbatches, preset):
-    opts = {"batch": batch, "seq": seq, "params_dtype": params_dtype, "autocast": autocast, "optimizer": optimizer,
-                "checkpointing": checkpointing, "attention": attention, "dp": dp, "zero": zero if dp > 1 else 0, "tp": tp,
-                "pp": pp, "microbatches": microbatches}
+def test_never_negative_or_nan(
+    batch,
+    seq,
+    params_dtype,
+    autocast,
+    optimizer,
+    checkpointing,
+    attention,
+    dp,
+    zero,
+    tp,
+    pp,
+    microbatches,
+    preset,
+):
+    opts = {
+        "batch": batch,
+        "seq": seq,
+        "params_dtype": params_dtype,
+        "autocast": autocast,
+        "optimizer": optimizer,
+        "checkpointing": checkpointing,
+        "attention": attention,
+        "dp": dp,
+        "zero": zero if dp > 1 else 0,
+        "tp": tp,
+        "pp": pp,
+        "microbatches": microbatches,
+    }
     try:
         est = estimate_from_options(preset, **opts)
     except InputError:
         return  # a contradiction (TP vs heads), refused with a message
-    for value in [est.peak_bytes, est.reserved_bytes, *est.breakdown.values(), *est.phases.values()]:
+    for value in [
+        est.peak_bytes,
+        est.reserved_bytes,
+        *est.breakdown.values(),
+        *est.phases.values(),
+    ]:
         assert value >= 0 and not math.isnan(value)
-    assert est.peak_bytes == sum(est.breakdown.values()) or abs(est.peak_bytes - sum(est.breakdown.values())) <= 8
+    assert (
+        est.peak_bytes == sum(est.breakdown.values())
+        or abs(est.peak_bytes - sum(est.breakdown.values())) <= 8
+    )
 
 
 @settings(max_examples=80, deadline=None)
-@given(batch=st.integers(1, 256), prompt=st.integers(1, 100_000), new=st.integers(0, 8192),
-       weights=st.sampled_from(["bf16", "fp8", "int8", "int4"]), kv=st.sampled_from(["bf16", "fp8"]),
-       paged=st.sampled_from([0, 16]), preset=st.sampled_from(["llama-3.1-8b", "mistral-7b", "deepseek-v3", "gpt2"]))
+@given(
+    batch=st.integers(1, 256),
+    prompt=st.integers(1, 100_000),
+    new=st.integers(0, 8192),
+    weights=st.sampled_from(["bf16", "fp8", "int8", "int4"]),
+    kv=st.sampled_from(["bf16", "fp8"]),
+    paged=st.sampled_from([0, 16]),
+    preset=st.sampled_from(["llama-3.1-8b", "mistral-7b", "deepseek-v3", "gpt2"]),
+)
 def test_inference_never_negative(batch, prompt, new, weights, kv, paged, preset):
     if prompt + new > from_preset(preset).max_positions and preset == "gpt2":
         with pytest.raises(InputError, match="learned table"):  # no flag extends GPT-2's positions
-            estimate_from_options(preset, infer=True, batch=batch, prompt=prompt, new=new, context="extend")
+            estimate_from_options(
+                preset, infer=True, batch=batch, prompt=prompt, new=new, context="extend"
+            )
         return
-    est = estimate_from_options(preset, infer=True, batch=batch, prompt=prompt, new=new, weights_dtype=weights,
-                                kv_dtype=kv, paged_block=paged, context="extend")
+    est = estimate_from_options(
+        preset,
+        infer=True,
+        batch=batch,
+        prompt=prompt,
+        new=new,
+        weights_dtype=weights,
+        kv_dtype=kv,
+        paged_block=paged,
+        context="extend",
+    )
     assert est.peak_bytes > 0 and all(v >= 0 for v in est.breakdown.values())
 
 

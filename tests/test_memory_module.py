@@ -45,10 +45,13 @@ def test_sharding_divides_states(factory):
     assert zero.breakdown["optimizer_states"] * 4 == base.breakdown["optimizer_states"]
 
 
-@pytest.mark.parametrize("opts, message", [
-    ({"tp": 2}, "--tp needs the model's structure"),
-    ({"infer": True}, "module:factory is priced for training"),
-])
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"tp": 2}, "--tp needs the model's structure"),
+        ({"infer": True}, "module:factory is priced for training"),
+    ],
+)
 def test_what_a_module_cannot_answer(factory, opts, message):
     with pytest.raises(InputError) as info:
         estimate_from_options(factory, **opts)

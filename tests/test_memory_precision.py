@@ -16,8 +16,10 @@ def test_master_weights_over_fp32_weights_are_not_counted_twice():
     flagged = estimate_from_options("llama-3.1-8b", params_dtype="fp32", master_weights=True)
     assert flagged.peak_bytes == plain.peak_bytes
     assert "master_weights" not in flagged.breakdown
-    assert flagged.notes[0] == ("--master-weights ignored: with --params-dtype fp32 the weights are already fp32, "
-                                "so there is no separate master copy to count")
+    assert flagged.notes[0] == (
+        "--master-weights ignored: with --params-dtype fp32 the weights are already fp32, "
+        "so there is no separate master copy to count"
+    )
     assert not any("master" in n for n in plain.notes)
     # over bf16 weights the fp32 copy is real: 4 bytes a parameter
     bf16 = estimate_from_options("llama-3.1-8b", params_dtype="bf16", master_weights=True)
@@ -25,12 +27,15 @@ def test_master_weights_over_fp32_weights_are_not_counted_twice():
 
 
 def test_master_weights_note_on_the_command_line():
-    out = gd("memory", "llama-3.1-8b", "--params-dtype", "fp32", "--master-weights", "--width", "300")
+    out = gd(
+        "memory", "llama-3.1-8b", "--params-dtype", "fp32", "--master-weights", "--width", "300"
+    )
     assert out.returncode == 0, out.stderr
     assert "fp32 master weights" not in out.stdout  # no such row in the breakdown
     assert out.stdout.count("--master-weights ignored") == 1
     assert "--params-dtype fp32, whose weights are their own master copy" in " ".join(
-        gd("memory", "--help").stdout.replace("│", " ").split())
+        gd("memory", "--help").stdout.replace("│", " ").split()
+    )
 
 
 def test_precision_summary_in_bytes_per_parameter():
@@ -38,12 +43,18 @@ def test_precision_summary_in_bytes_per_parameter():
 
     assert precision_summary(TrainOptions()) == (
         "bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: "
-        "8 bytes/parameter before sharding")
+        "8 bytes/parameter before sharding"
+    )
     assert precision_summary(TrainOptions(master_weights=True)) == (
         "bf16 weights and gradients, fp32 AdamW states (2 per parameter) + fp32 master weights: "
-        "16 bytes/parameter before sharding")
-    assert precision_summary(TrainOptions(params_dtype="fp32", autocast="bf16")).endswith(": 16 bytes/parameter before sharding")
-    assert precision_summary(TrainOptions(optimizer="sgd")).endswith(": 4 bytes/parameter before sharding")
+        "16 bytes/parameter before sharding"
+    )
+    assert precision_summary(TrainOptions(params_dtype="fp32", autocast="bf16")).endswith(
+        ": 16 bytes/parameter before sharding"
+    )
+    assert precision_summary(TrainOptions(optimizer="sgd")).endswith(
+        ": 4 bytes/parameter before sharding"
+    )
 
 
 def test_every_training_estimate_prints_its_precision():
@@ -52,16 +63,25 @@ def test_every_training_estimate_prints_its_precision():
     assumptions = json.loads(out.stdout)["assumptions"]
     assert assumptions[0].endswith("+ fp32 master weights: 16 bytes/parameter before sharding")
     text = gd("memory", "llama-3.1-8b", "--width", "300").stdout
-    assert "assumed: bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: 8 bytes" in text
+    assert (
+        "assumed: bf16 weights and gradients, bf16 AdamW states (2 per parameter), no master copy: 8 bytes"
+        in text
+    )
 
 
 def test_a_module_estimate_ignores_master_weights_over_fp32_and_prints_its_precision(tmp_path):
     path = tmp_path / "factory_mlp.py"
-    path.write_text("import torch\nfrom torch import nn\n\ndef mlp():\n"
-                    "    return nn.Linear(256, 256), torch.randn(8, 256)\n")
+    path.write_text(
+        "import torch\nfrom torch import nn\n\ndef mlp():\n"
+        "    return nn.Linear(256, 256), torch.randn(8, 256)\n"
+    )
     plain = estimate_from_options(f"{path}:mlp", params_dtype="fp32")
     flagged = estimate_from_options(f"{path}:mlp", params_dtype="fp32", master_weights=True)
-    assert flagged.peak_bytes == plain.peak_bytes and flagged.notes[0].startswith("--master-weights ignored")
-    line = ("fp32 weights and gradients, fp32 AdamW states (2 per parameter), no master copy: "
-            "16 bytes/parameter before sharding")
+    assert flagged.peak_bytes == plain.peak_bytes and flagged.notes[0].startswith(
+        "--master-weights ignored"
+    )
+    line = (
+        "fp32 weights and gradients, fp32 AdamW states (2 per parameter), no master copy: "
+        "16 bytes/parameter before sharding"
+    )
     assert plain.assumptions == (line,)

@@ -27,14 +27,27 @@ def test_trace_only_names_what_is_held_between_steps():
 
 
 def test_with_the_optimizers_sizes_each_fix_is_priced():
-    state = ModelState(params=1_000_000_000, param_bytes=4_000_000_000, grad_bytes=4_000_000_000,
-                       state_bytes=8_000_000_000, optimizer="AdamW", param_dtype="float32")
+    state = ModelState(
+        params=1_000_000_000,
+        param_bytes=4_000_000_000,
+        grad_bytes=4_000_000_000,
+        state_bytes=8_000_000_000,
+        optimizer="AdamW",
+        param_dtype="float32",
+    )
     finding = analyze_loaded(load(TRACE), model_state=state).finding("memory-pressure")
     numbers = finding.evidence.numbers
-    assert (numbers["weights_GB"], numbers["gradients_GB"], numbers["optimizer_states_GB"]) == (4.0, 4.0, 8.0)
+    assert (numbers["weights_GB"], numbers["gradients_GB"], numbers["optimizer_states_GB"]) == (
+        4.0,
+        4.0,
+        8.0,
+    )
     assert numbers["activations_and_temporaries_GB"] == 67.47
     titles = [f.title for f in finding.fixes]
-    assert titles[0] == "Recompute activations in backward instead of keeping them (frees up to ~60.7 GB)"
+    assert (
+        titles[0]
+        == "Recompute activations in backward instead of keeping them (frees up to ~60.7 GB)"
+    )
     assert "Keep weights, gradients and Adam states in bf16 (frees ~8.0 GB)" in titles
     assert "8-bit AdamW (frees ~6.0 GB of optimizer states)" in titles
 
@@ -49,8 +62,14 @@ def test_model_state_of_reads_an_optimizer():
     assert model_state_of(opt) is None  # CPU tensors: not GPU memory
 
 
-STATE_JSON = {"optimizer": "AdamW", "params": 10, "param_bytes": 40, "grad_bytes": 40,
-              "state_bytes": 80, "param_dtype": "float32"}
+STATE_JSON = {
+    "optimizer": "AdamW",
+    "params": 10,
+    "param_bytes": 40,
+    "grad_bytes": 40,
+    "state_bytes": 80,
+    "param_dtype": "float32",
+}
 
 
 def test_a_model_state_reads_back_from_env_json_and_writes_the_same_keys() -> None:
@@ -59,11 +78,18 @@ def test_a_model_state_reads_back_from_env_json_and_writes_the_same_keys() -> No
     assert list(state.to_dict().items()) == list(STATE_JSON.items())  # same keys, same order
 
 
-@pytest.mark.parametrize("value", [
-    None, [], "state", {**STATE_JSON, "params": -1}, {**STATE_JSON, "grad_bytes": 4.5},
-    {**STATE_JSON, "state_bytes": True},
-    {k: v for k, v in STATE_JSON.items() if k != "param_bytes"},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        [],
+        "state",
+        {**STATE_JSON, "params": -1},
+        {**STATE_JSON, "grad_bytes": 4.5},
+        {**STATE_JSON, "state_bytes": True},
+        {k: v for k, v in STATE_JSON.items() if k != "param_bytes"},
+    ],
+)
 def test_a_malformed_model_state_reads_as_absent(value: object) -> None:
     assert facts_of({"capture": {"model_state": value}}).model_state is None
 

@@ -37,82 +37,287 @@ def test_h200_file_has_runs():
 # (config, total) per family and per structural choice, checked on the meta device.
 B = {"vocab_size": 1000, "max_position_embeddings": 512}
 FAMILY_CASES = {
-    "llama-bias-tied-gqa": (dict(model_type="llama", hidden_size=512, intermediate_size=1376,
-                                 num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
-                                 attention_bias=True, mlp_bias=True, tie_word_embeddings=True, **B),
-                            8_835_904),
-    "llama-explicit-head-dim": (dict(model_type="llama", hidden_size=512, intermediate_size=1024,
-                                     num_hidden_layers=2, num_attention_heads=8,
-                                     num_key_value_heads=4, head_dim=96, **B), 6_531_584),
-    "llama-kv-absent": (dict(model_type="llama", hidden_size=256, intermediate_size=512,
-                             num_hidden_layers=2, num_attention_heads=4, **B), 1_824_000),
-    "mistral-kv-default-8": (dict(model_type="mistral", hidden_size=512, intermediate_size=1024,
-                                  num_hidden_layers=2, num_attention_heads=16, **B), 5_745_152),
-    "qwen2-kv-default-32": (dict(model_type="qwen2", hidden_size=2048, intermediate_size=1024,
-                                 num_hidden_layers=2, num_attention_heads=32, **B), 50_255_872),
-    "qwen2-sliding-tied": (dict(model_type="qwen2", hidden_size=896, intermediate_size=4864,
-                                num_hidden_layers=3, num_attention_heads=14, num_key_value_heads=2,
-                                use_sliding_window=True, sliding_window=256, max_window_layers=1,
-                                tie_word_embeddings=True, **B), 45_634_048),
-    "gemma-defaults-bias-untied": (dict(model_type="gemma", hidden_size=1024,
-                                        intermediate_size=2048, num_hidden_layers=2,
-                                        num_attention_heads=16, attention_bias=True,
-                                        tie_word_embeddings=False, **B), 48_217_088),
-    "gemma2-four-norms": (dict(model_type="gemma2", hidden_size=576, intermediate_size=2304,
-                               num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                               head_dim=64, **B), 20_049_984),
-    "gpt2-n-inner-untied": ({"model_type": "gpt2", "n_embd": 256, "n_layer": 3, "n_head": 4,
-                             "n_inner": 700, "n_positions": 300, "vocab_size": 1000,
-                             "tie_word_embeddings": False}, 2_459_956),
-    "neox-no-bias-tied": (dict(model_type="gpt_neox", hidden_size=512, intermediate_size=2048,
-                               num_hidden_layers=2, num_attention_heads=8, attention_bias=False,
-                               tie_word_embeddings=True, rotary_pct=0.5, **B), 6_813_696),
-    "mixtral-head-dim-tied": (dict(model_type="mixtral", hidden_size=512, intermediate_size=768,
-                                   num_hidden_layers=2, num_attention_heads=8,
-                                   num_key_value_heads=2, head_dim=32, num_local_experts=4,
-                                   num_experts_per_tok=1, tie_word_embeddings=True, **B),
-                              10_611_200),
-    "deepseek-v2-no-q-lora-biases": (dict(model_type="deepseek_v2", hidden_size=512,
-                                          intermediate_size=1024, moe_intermediate_size=128,
-                                          num_hidden_layers=4, num_attention_heads=8,
-                                          n_routed_experts=8, n_shared_experts=2,
-                                          num_experts_per_tok=2, first_k_dense_replace=2,
-                                          kv_lora_rank=64, q_lora_rank=None, qk_nope_head_dim=32,
-                                          qk_rope_head_dim=16, v_head_dim=48,
-                                          attention_bias=True, mlp_bias=True, **B), 10_025_024),
-    "deepseek-v2-q-lora": (dict(model_type="deepseek_v2", hidden_size=512, intermediate_size=1024,
-                                moe_intermediate_size=128, num_hidden_layers=3,
-                                num_attention_heads=8, n_routed_experts=8, n_shared_experts=1,
-                                num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=64,
-                                q_lora_rank=96, qk_nope_head_dim=32, qk_rope_head_dim=16,
-                                v_head_dim=32, **B), 7_020_512),
-    "deepseek-v3-q-lora-attn-bias": (dict(model_type="deepseek_v3", hidden_size=512,
-                                          intermediate_size=1024, moe_intermediate_size=128,
-                                          num_hidden_layers=4, num_attention_heads=8,
-                                          n_routed_experts=8, n_shared_experts=1,
-                                          num_experts_per_tok=2, n_group=2, topk_group=1,
-                                          first_k_dense_replace=1, kv_lora_rank=64,
-                                          q_lora_rank=96, qk_nope_head_dim=32, qk_rope_head_dim=16,
-                                          v_head_dim=32, attention_bias=True, **B), 9_088_832),
-    "deepseek-v3-no-q-lora-tied": (dict(model_type="deepseek_v3", hidden_size=256,
-                                        intermediate_size=512, moe_intermediate_size=64,
-                                        num_hidden_layers=3, num_attention_heads=4,
-                                        n_routed_experts=4, n_shared_experts=2,
-                                        num_experts_per_tok=2, n_group=1, topk_group=1,
-                                        first_k_dense_replace=1, kv_lora_rank=32, q_lora_rank=None,
-                                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-                                        tie_word_embeddings=True, **B), 1_408_864),
-    "qwen2-moe-sparse-step": (dict(model_type="qwen2_moe", hidden_size=512, intermediate_size=1024,
-                                   moe_intermediate_size=128, shared_expert_intermediate_size=384,
-                                   num_hidden_layers=4, num_attention_heads=8,
-                                   num_key_value_heads=2, num_experts=6, num_experts_per_tok=2,
-                                   decoder_sparse_step=2, mlp_only_layers=[1], qkv_bias=False, **B),
-                              10_141_696),
-    "qwen2-moe-defaults": (dict(model_type="qwen2_moe", hidden_size=256, intermediate_size=512,
-                                num_hidden_layers=2, num_attention_heads=16, **B), 139_482_368),
-    "phi3-gqa-tied": (dict(model_type="phi3", hidden_size=512, intermediate_size=1024,
-                           num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                           tie_word_embeddings=True, **B), 4_971_008),
+    "llama-bias-tied-gqa": (
+        dict(
+            model_type="llama",
+            hidden_size=512,
+            intermediate_size=1376,
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=True,
+            **B,
+        ),
+        8_835_904,
+    ),
+    "llama-explicit-head-dim": (
+        dict(
+            model_type="llama",
+            hidden_size=512,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=96,
+            **B,
+        ),
+        6_531_584,
+    ),
+    "llama-kv-absent": (
+        dict(
+            model_type="llama",
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            **B,
+        ),
+        1_824_000,
+    ),
+    "mistral-kv-default-8": (
+        dict(
+            model_type="mistral",
+            hidden_size=512,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            **B,
+        ),
+        5_745_152,
+    ),
+    "qwen2-kv-default-32": (
+        dict(
+            model_type="qwen2",
+            hidden_size=2048,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            **B,
+        ),
+        50_255_872,
+    ),
+    "qwen2-sliding-tied": (
+        dict(
+            model_type="qwen2",
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=3,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=256,
+            max_window_layers=1,
+            tie_word_embeddings=True,
+            **B,
+        ),
+        45_634_048,
+    ),
+    "gemma-defaults-bias-untied": (
+        dict(
+            model_type="gemma",
+            hidden_size=1024,
+            intermediate_size=2048,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            **B,
+        ),
+        48_217_088,
+    ),
+    "gemma2-four-norms": (
+        dict(
+            model_type="gemma2",
+            hidden_size=576,
+            intermediate_size=2304,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=64,
+            **B,
+        ),
+        20_049_984,
+    ),
+    "gpt2-n-inner-untied": (
+        {
+            "model_type": "gpt2",
+            "n_embd": 256,
+            "n_layer": 3,
+            "n_head": 4,
+            "n_inner": 700,
+            "n_positions": 300,
+            "vocab_size": 1000,
+            "tie_word_embeddings": False,
+        },
+        2_459_956,
+    ),
+    "neox-no-bias-tied": (
+        dict(
+            model_type="gpt_neox",
+            hidden_size=512,
+            intermediate_size=2048,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            attention_bias=False,
+            tie_word_embeddings=True,
+            rotary_pct=0.5,
+            **B,
+        ),
+        6_813_696,
+    ),
+    "mixtral-head-dim-tied": (
+        dict(
+            model_type="mixtral",
+            hidden_size=512,
+            intermediate_size=768,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=32,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            tie_word_embeddings=True,
+            **B,
+        ),
+        10_611_200,
+    ),
+    "deepseek-v2-no-q-lora-biases": (
+        dict(
+            model_type="deepseek_v2",
+            hidden_size=512,
+            intermediate_size=1024,
+            moe_intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            n_routed_experts=8,
+            n_shared_experts=2,
+            num_experts_per_tok=2,
+            first_k_dense_replace=2,
+            kv_lora_rank=64,
+            q_lora_rank=None,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=48,
+            attention_bias=True,
+            mlp_bias=True,
+            **B,
+        ),
+        10_025_024,
+    ),
+    "deepseek-v2-q-lora": (
+        dict(
+            model_type="deepseek_v2",
+            hidden_size=512,
+            intermediate_size=1024,
+            moe_intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            num_experts_per_tok=2,
+            first_k_dense_replace=1,
+            kv_lora_rank=64,
+            q_lora_rank=96,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            **B,
+        ),
+        7_020_512,
+    ),
+    "deepseek-v3-q-lora-attn-bias": (
+        dict(
+            model_type="deepseek_v3",
+            hidden_size=512,
+            intermediate_size=1024,
+            moe_intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=64,
+            q_lora_rank=96,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            attention_bias=True,
+            **B,
+        ),
+        9_088_832,
+    ),
+    "deepseek-v3-no-q-lora-tied": (
+        dict(
+            model_type="deepseek_v3",
+            hidden_size=256,
+            intermediate_size=512,
+            moe_intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            n_routed_experts=4,
+            n_shared_experts=2,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=32,
+            q_lora_rank=None,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            tie_word_embeddings=True,
+            **B,
+        ),
+        1_408_864,
+    ),
+    "qwen2-moe-sparse-step": (
+        dict(
+            model_type="qwen2_moe",
+            hidden_size=512,
+            intermediate_size=1024,
+            moe_intermediate_size=128,
+            shared_expert_intermediate_size=384,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            num_experts=6,
+            num_experts_per_tok=2,
+            decoder_sparse_step=2,
+            mlp_only_layers=[1],
+            qkv_bias=False,
+            **B,
+        ),
+        10_141_696,
+    ),
+    "qwen2-moe-defaults": (
+        dict(
+            model_type="qwen2_moe",
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            **B,
+        ),
+        139_482_368,
+    ),
+    "phi3-gqa-tied": (
+        dict(
+            model_type="phi3",
+            hidden_size=512,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            **B,
+        ),
+        4_971_008,
+    ),
 }
 
 
@@ -131,16 +336,38 @@ def test_every_supported_model_type_has_a_pinned_case():
 
 
 def test_gpt2_keys_map_to_the_spec():
-    spec = from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
-                           "n_positions": 1024, "n_inner": None, "vocab_size": 50257,
-                           "activation_function": "gelu_new", "attn_pdrop": 0.1,
-                           "resid_pdrop": 0.2, "embd_pdrop": 0.3})
-    assert (spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim) == (768, 12, 12, 12, 64)
+    spec = from_hf_config(
+        {
+            "model_type": "gpt2",
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "n_positions": 1024,
+            "n_inner": None,
+            "vocab_size": 50257,
+            "activation_function": "gelu_new",
+            "attn_pdrop": 0.1,
+            "resid_pdrop": 0.2,
+            "embd_pdrop": 0.3,
+        }
+    )
+    assert (spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim) == (
+        768,
+        12,
+        12,
+        12,
+        64,
+    )
     assert spec.intermediate == 4 * 768  # n_inner null -> 4 * n_embd
     assert spec.learned_positions == spec.max_positions == 1024
     assert spec.tied_embeddings  # GPT-2 ties unless told otherwise
     assert (spec.attn_dropout, spec.resid_dropout, spec.embd_dropout) == (0.1, 0.2, 0.3)
-    assert (spec.norm, spec.gated_mlp, spec.fused_qkv, spec.activation) == ("layer", False, True, "gelu_new")
+    assert (spec.norm, spec.gated_mlp, spec.fused_qkv, spec.activation) == (
+        "layer",
+        False,
+        True,
+        "gelu_new",
+    )
     assert spec.qkv_bias and spec.out_bias and spec.mlp_bias
     assert spec.dtype == "fp32"  # no torch_dtype: the weights are fp32
     counts = count_params(spec)
@@ -148,15 +375,34 @@ def test_gpt2_keys_map_to_the_spec():
 
 
 def test_neox_keys_map_to_the_spec():
-    old = from_hf_config({"model_type": "gpt_neox", "hidden_size": 2048, "num_hidden_layers": 16,
-                          "num_attention_heads": 8, "intermediate_size": 8192,
-                          "vocab_size": 50304, "rotary_pct": 0.25, "use_parallel_residual": True,
-                          "hidden_dropout": 0.1, "torch_dtype": "float16"})
-    new = from_hf_config({"model_type": "gpt_neox", "hidden_size": 2048, "num_hidden_layers": 16,
-                          "num_attention_heads": 8, "intermediate_size": 8192,
-                          "vocab_size": 50304, "dtype": "bfloat16",
-                          "rope_parameters": {"partial_rotary_factor": 0.5, "rope_type": "default"},
-                          "use_parallel_residual": False, "attention_bias": False})
+    old = from_hf_config(
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 2048,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 8,
+            "intermediate_size": 8192,
+            "vocab_size": 50304,
+            "rotary_pct": 0.25,
+            "use_parallel_residual": True,
+            "hidden_dropout": 0.1,
+            "torch_dtype": "float16",
+        }
+    )
+    new = from_hf_config(
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 2048,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 8,
+            "intermediate_size": 8192,
+            "vocab_size": 50304,
+            "dtype": "bfloat16",
+            "rope_parameters": {"partial_rotary_factor": 0.5, "rope_type": "default"},
+            "use_parallel_residual": False,
+            "attention_bias": False,
+        }
+    )
     assert old.rotary_fraction == 0.25 and new.rotary_fraction == 0.5
     assert old.parallel_residual and not new.parallel_residual
     assert old.qkv_bias and old.out_bias and not new.qkv_bias and new.mlp_bias
@@ -166,9 +412,17 @@ def test_neox_keys_map_to_the_spec():
 
 
 def test_qwen2_biases_and_sliding_window():
-    base = {"model_type": "qwen2", "hidden_size": 1024, "num_hidden_layers": 4,
-            "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 2048,
-            "vocab_size": 1000, "sliding_window": 4096, "max_window_layers": 2}
+    base = {
+        "model_type": "qwen2",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 2048,
+        "vocab_size": 1000,
+        "sliding_window": 4096,
+        "max_window_layers": 2,
+    }
     spec = from_hf_config(base)
     assert spec.qkv_bias and not spec.out_bias and spec.sliding_window is None
     sliding = from_hf_config(base | {"use_sliding_window": True})
@@ -212,22 +466,38 @@ def test_every_preset_loads(name):
     spec = from_preset(name)
     counts = count_params(spec)
     assert spec.source == "preset" and spec.name == name
-    assert counts.total > 0 and counts.total == (counts.embedding + counts.positions
-                                                 + counts.layers_total + counts.final_norm
-                                                 + counts.lm_head)
+    assert counts.total > 0 and counts.total == (
+        counts.embedding
+        + counts.positions
+        + counts.layers_total
+        + counts.final_norm
+        + counts.lm_head
+    )
     assert 0 < active_params(spec) <= counts.total
 
 
-@pytest.mark.parametrize(("name", "total"), [
-    ("llama-3.1-8b", 8_030_261_248), ("llama-3.1-70b", 70_553_706_496),
-    ("mistral-7b", 7_241_732_096), ("gpt2", 124_439_808),
-    ("llama-3.1-405b", 405_853_388_800), ("llama-3.2-1b", 1_235_814_400),
-    ("llama-3.2-3b", 3_212_749_824), ("mixtral-8x7b", 46_702_792_704),
-    ("qwen2.5-0.5b", 494_032_768), ("qwen2.5-7b", 7_615_616_512),
-    ("qwen2.5-72b", 72_706_203_648), ("gemma-2b", 2_506_172_416), ("gemma-7b", 8_537_680_896),
-    ("gpt2-xl", 1_557_611_200), ("pythia-1b", 1_011_781_632),
-    ("deepseek-v2-lite", 15_706_484_224), ("deepseek-v3", 671_026_404_352),
-])
+@pytest.mark.parametrize(
+    ("name", "total"),
+    [
+        ("llama-3.1-8b", 8_030_261_248),
+        ("llama-3.1-70b", 70_553_706_496),
+        ("mistral-7b", 7_241_732_096),
+        ("gpt2", 124_439_808),
+        ("llama-3.1-405b", 405_853_388_800),
+        ("llama-3.2-1b", 1_235_814_400),
+        ("llama-3.2-3b", 3_212_749_824),
+        ("mixtral-8x7b", 46_702_792_704),
+        ("qwen2.5-0.5b", 494_032_768),
+        ("qwen2.5-7b", 7_615_616_512),
+        ("qwen2.5-72b", 72_706_203_648),
+        ("gemma-2b", 2_506_172_416),
+        ("gemma-7b", 8_537_680_896),
+        ("gpt2-xl", 1_557_611_200),
+        ("pythia-1b", 1_011_781_632),
+        ("deepseek-v2-lite", 15_706_484_224),
+        ("deepseek-v3", 671_026_404_352),
+    ],
+)
 def test_preset_totals(name, total):
     assert count_params(from_preset(name)).total == total
 
@@ -261,23 +531,45 @@ def test_tied_embeddings_drop_the_lm_head():
     assert untied.total - tied.total == 128256 * 2048
 
 
-@pytest.mark.parametrize(("model_type", "tied"), [
-    ("llama", False), ("mistral", False), ("qwen2", False), ("gemma", True), ("gemma2", True),
-    ("gpt_neox", False), ("phi3", False), ("mixtral", False), ("deepseek_v3", False),
-    ("qwen2_moe", False),
-])
+@pytest.mark.parametrize(
+    ("model_type", "tied"),
+    [
+        ("llama", False),
+        ("mistral", False),
+        ("qwen2", False),
+        ("gemma", True),
+        ("gemma2", True),
+        ("gpt_neox", False),
+        ("phi3", False),
+        ("mixtral", False),
+        ("deepseek_v3", False),
+        ("qwen2_moe", False),
+    ],
+)
 def test_tie_defaults_per_family(model_type, tied):
-    config = {"model_type": model_type, "hidden_size": 256, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
-              "vocab_size": 100}
+    config = {
+        "model_type": model_type,
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 100,
+    }
     assert from_hf_config(config).tied_embeddings is tied
 
 
 # ------------------------------------------------------------------------------ errors
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 100}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "vocab_size": 100,
+}
 
 
 def test_missing_field_names_the_field_and_file(tmp_path):
@@ -308,28 +600,37 @@ def test_unknown_model_type_lists_supported():
 
 
 def test_kv_heads_must_divide_heads():
-    with pytest.raises(InputError, match="num_key_value_heads 3 does not divide num_attention_heads 4"):
+    with pytest.raises(
+        InputError, match="num_key_value_heads 3 does not divide num_attention_heads 4"
+    ):
         from_hf_config(LLAMA | {"num_key_value_heads": 3})
 
 
 def test_heads_must_divide_hidden_without_head_dim():
     with pytest.raises(InputError, match="not a multiple of num_attention_heads 3"):
         from_hf_config(LLAMA | {"num_attention_heads": 3})
-    assert from_hf_config(LLAMA | {"num_attention_heads": 3, "num_key_value_heads": 1,
-                                   "head_dim": 80}).head_dim == 80
+    assert (
+        from_hf_config(
+            LLAMA | {"num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 80}
+        ).head_dim
+        == 80
+    )
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("intermediate_size", -5, "'intermediate_size' must be a positive integer, got -5"),
-    ("num_hidden_layers", 0, "'num_hidden_layers' must be a positive integer, got 0"),
-    ("hidden_size", 4096.5, "'hidden_size' must be an integer, got 4096.5"),
-    ("hidden_size", "4096", "'hidden_size' must be an integer, got '4096'"),
-    ("vocab_size", True, "'vocab_size' must be an integer, got True"),
-    ("hidden_size", 2_000_000, "'hidden_size' = 2,000,000 is not a plausible size"),
-    ("tie_word_embeddings", "yes", "'tie_word_embeddings' must be true or false"),
-    ("attention_dropout", 1.5, r"'attention_dropout' must be a number in \[0, 1\]"),
-    ("dtype", "int4", "'dtype' 'int4' is not a weight dtype"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("intermediate_size", -5, "'intermediate_size' must be a positive integer, got -5"),
+        ("num_hidden_layers", 0, "'num_hidden_layers' must be a positive integer, got 0"),
+        ("hidden_size", 4096.5, "'hidden_size' must be an integer, got 4096.5"),
+        ("hidden_size", "4096", "'hidden_size' must be an integer, got '4096'"),
+        ("vocab_size", True, "'vocab_size' must be an integer, got True"),
+        ("hidden_size", 2_000_000, "'hidden_size' = 2,000,000 is not a plausible size"),
+        ("tie_word_embeddings", "yes", "'tie_word_embeddings' must be true or false"),
+        ("attention_dropout", 1.5, r"'attention_dropout' must be a number in \[0, 1\]"),
+        ("dtype", "int4", "'dtype' 'int4' is not a weight dtype"),
+    ],
+)
 def test_bad_values_are_one_line_input_errors(key, value, message):
     with pytest.raises(InputError, match=message) as info:
         from_hf_config(LLAMA | {key: value})
@@ -350,27 +651,67 @@ def test_deepseek_v2_needs_top_k():
 
 
 def test_no_transformers_or_torch_import():
-    code = ("import sys, gpudoctor.core.spec, gpudoctor.core.hf_config, gpudoctor.core.params, gpudoctor.core.presets;"
-            "print('transformers' in sys.modules, 'torch' in sys.modules)")
+    code = (
+        "import sys, gpudoctor.core.spec, gpudoctor.core.hf_config, gpudoctor.core.params, gpudoctor.core.presets;"
+        "print('transformers' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
 
 # ------------------------------------------------------------------------------ properties
 
-_KEYS = ["model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer",
-         "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "intermediate_size",
-         "n_inner", "vocab_size", "tie_word_embeddings", "attention_bias", "mlp_bias",
-         "num_local_experts", "num_experts_per_tok", "n_routed_experts", "moe_intermediate_size",
-         "n_shared_experts", "first_k_dense_replace", "q_lora_rank", "kv_lora_rank",
-         "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_experts",
-         "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size",
-         "sliding_window", "use_sliding_window", "layer_types", "rotary_pct", "dtype",
-         "torch_dtype", "attention_dropout", "rope_parameters", "architectures"]
+_KEYS = [
+    "model_type",
+    "hidden_size",
+    "n_embd",
+    "num_hidden_layers",
+    "n_layer",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "n_inner",
+    "vocab_size",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "n_routed_experts",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "num_experts",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "shared_expert_intermediate_size",
+    "sliding_window",
+    "use_sliding_window",
+    "layer_types",
+    "rotary_pct",
+    "dtype",
+    "torch_dtype",
+    "attention_dropout",
+    "rope_parameters",
+    "architectures",
+]
 _JUNK = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10**7) | st.floats(allow_nan=True)
-    | st.text(max_size=8) | st.sampled_from(SUPPORTED_MODEL_TYPES),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-10, 10**7)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=8)
+    | st.sampled_from(SUPPORTED_MODEL_TYPES),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
     max_leaves=5,
 )
 
@@ -390,20 +731,45 @@ _SMALL = st.integers(1, 64)
 
 
 @settings(max_examples=300, deadline=None)
-@given(model_type=st.sampled_from(SUPPORTED_MODEL_TYPES), hidden=_SMALL, layers=st.integers(1, 6),
-       heads=st.integers(1, 16), kv=st.integers(1, 16), inter=_SMALL, vocab=_SMALL,
-       experts=st.integers(1, 8), top_k=st.integers(1, 8), lora=st.none() | _SMALL,
-       tied=st.booleans(), head_dim=st.none() | _SMALL)
-def test_random_sizes_give_input_error_or_a_positive_count(model_type, hidden, layers, heads, kv,
-                                                          inter, vocab, experts, top_k, lora, tied,
-                                                          head_dim):
-    config = {"model_type": model_type, "hidden_size": hidden, "num_hidden_layers": layers,
-              "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
-              "vocab_size": vocab, "tie_word_embeddings": tied, "head_dim": head_dim,
-              "num_local_experts": experts, "n_routed_experts": experts, "num_experts": experts,
-              "num_experts_per_tok": top_k, "moe_intermediate_size": inter, "q_lora_rank": lora,
-              "kv_lora_rank": inter, "qk_nope_head_dim": hidden, "qk_rope_head_dim": 2,
-              "v_head_dim": hidden, "shared_expert_intermediate_size": inter}
+@given(
+    model_type=st.sampled_from(SUPPORTED_MODEL_TYPES),
+    hidden=_SMALL,
+    layers=st.integers(1, 6),
+    heads=st.integers(1, 16),
+    kv=st.integers(1, 16),
+    inter=_SMALL,
+    vocab=_SMALL,
+    experts=st.integers(1, 8),
+    top_k=st.integers(1, 8),
+    lora=st.none() | _SMALL,
+    tied=st.booleans(),
+    head_dim=st.none() | _SMALL,
+)
+def test_random_sizes_give_input_error_or_a_positive_count(
+    model_type, hidden, layers, heads, kv, inter, vocab, experts, top_k, lora, tied, head_dim
+):
+    config = {
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "head_dim": head_dim,
+        "num_local_experts": experts,
+        "n_routed_experts": experts,
+        "num_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": inter,
+        "q_lora_rank": lora,
+        "kv_lora_rank": inter,
+        "qk_nope_head_dim": hidden,
+        "qk_rope_head_dim": 2,
+        "v_head_dim": hidden,
+        "shared_expert_intermediate_size": inter,
+    }
     try:
         spec = from_hf_config(config)
     except InputError:

@@ -48,10 +48,23 @@ def _trace(foreach: bool, steps: int = 3) -> TraceBuilder:
         _closure(t, base)
         if foreach:  # 5 multi-tensor kernels
             for i in range(5):
-                t.launch(MULTI_TENSOR, base + 1100 + 30 * i, base + 1510 + 30 * i, 40, op="aten::_foreach_mul_")
+                t.launch(
+                    MULTI_TENSOR,
+                    base + 1100 + 30 * i,
+                    base + 1510 + 30 * i,
+                    40,
+                    op="aten::_foreach_mul_",
+                )
         else:  # a for-loop AdamW: 100 tiny kernels, launched 30 us apart, each 8 us on the GPU (last ends 4488)
             for i in range(100):
-                t.launch(ELEMENTWISE, base + 1100 + 30 * i, base + 1510 + 30 * i, 8, op="aten::mul_", dims=MUL)
+                t.launch(
+                    ELEMENTWISE,
+                    base + 1100 + 30 * i,
+                    base + 1510 + 30 * i,
+                    8,
+                    op="aten::mul_",
+                    dims=MUL,
+                )
     return t
 
 
@@ -94,7 +107,9 @@ def test_without_a_closure_the_region_starts_at_the_annotation() -> None:
     finding = optimizer_loop.check(analyze_trace(parse(t.to_bytes()), for_gpu_name("h100-sxm")))
     assert finding is not None
     assert finding.evidence.numbers["optimizer_kernels_per_step"] == 100.0
-    assert finding.evidence.numbers["optimizer_span_ms_per_step"] == pytest.approx(3.488)  # 1000 -> 4488
+    assert finding.evidence.numbers["optimizer_span_ms_per_step"] == pytest.approx(
+        3.488
+    )  # 1000 -> 4488
 
 
 # Real Lightning traces (scripts/record_lightning_closure.py: H100, torch 2.11, Lightning 2.6.6,

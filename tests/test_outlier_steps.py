@@ -24,7 +24,11 @@ def dcgan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the epoch's last, smaller batch."""
     out = tmp_path_factory.mktemp("dcgan")
     with tarfile.open(BUNDLES) as tar:
-        members = [m for m in tar.getmembers() if m.name.lstrip("./").startswith("examples_dcgan_fake/") and m.isfile()]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.name.lstrip("./").startswith("examples_dcgan_fake/") and m.isfile()
+        ]
         tar.extractall(out, members=members, filter="data")
     return out / "examples_dcgan_fake"
 
@@ -34,8 +38,10 @@ def test_a_one_off_step_at_the_edge_is_left_out_and_named(dcgan: Path) -> None:
     assert report.unprofiled_step_ms == pytest.approx(28.8923)
     # the four typical steps, not the 234.6 ms mean of five
     assert report.step_ms == pytest.approx(25.6082, abs=1e-4)
-    assert report.warnings[0].startswith("ProfilerStep#5 took 1070.45 ms; its longest operator "
-                                         "aten::conv_transpose2d took 627.40 ms: over 4x the median step (22.45 ms)")
+    assert report.warnings[0].startswith(
+        "ProfilerStep#5 took 1070.45 ms; its longest operator "
+        "aten::conv_transpose2d took 627.40 ms: over 4x the median step (22.45 ms)"
+    )
     # with the outlier in, launch-bound read x15.53 (critical); the loader-workers knob measured
     # x1.85 [1.00-3.42] on this program. Its profiled step replays 11% under the measured one (the
     # loader's stalls the window did not see): that bounds nothing, the profiler's prior stands,
@@ -76,12 +82,15 @@ def _steps(last_ms: float, op_in_last: bool, n: int = 5) -> TraceBuilder:
     return t
 
 
-@pytest.mark.parametrize(("last_ms", "op_in_last", "n", "left_out"), [
-    (20.0, True, 5, (4,)),  # 10x the others, inside an operator: one-off
-    (20.0, False, 5, ()),  # 10x, in Python outside any operator (a checkpoint, a loader): kept
-    (7.0, True, 5, ()),  # 3.5x: under the threshold
-    (20.0, True, 3, ()),  # three steps stay whatever they hold
-])
+@pytest.mark.parametrize(
+    ("last_ms", "op_in_last", "n", "left_out"),
+    [
+        (20.0, True, 5, (4,)),  # 10x the others, inside an operator: one-off
+        (20.0, False, 5, ()),  # 10x, in Python outside any operator (a checkpoint, a loader): kept
+        (7.0, True, 5, ()),  # 3.5x: under the threshold
+        (20.0, True, 3, ()),  # three steps stay whatever they hold
+    ],
+)
 def test_the_edge_rule(last_ms: float, op_in_last: bool, n: int, left_out: tuple[int, ...]) -> None:
     trace = parse(_steps(last_ms, op_in_last, n).to_bytes())
     steps = segment(trace)

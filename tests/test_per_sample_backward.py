@@ -113,7 +113,13 @@ def test_the_step_after_the_fix_keeps_the_gpus_other_work() -> None:
 
     t = _loop_of_layers(16)
     for s in range(3):  # a 12 ms GEMM after the loop, launched right after the sum
-        t.launch("sm90_xmma_gemm_bf16bf16_bf16f32", s * 20_000 + 2_100, s * 20_000 + 2_200, 12_000, op="aten::mm")
+        t.launch(
+            "sm90_xmma_gemm_bf16bf16_bf16f32",
+            s * 20_000 + 2_100,
+            s * 20_000 + 2_200,
+            12_000,
+            op="aten::mm",
+        )
     # unprofiled, the step shrinks to 12.5 ms: the host's share would leave 11.2 ms, under the GPU's 12
     report = analyze_loaded(parse(t.to_bytes()), unprofiled_step_ms=12.5)
     f = report.finding("per-sample-loop")

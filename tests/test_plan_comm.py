@@ -23,10 +23,18 @@ TABLE = ROOT / "benchmarks" / "results" / "bench-2xh200-2026-11-22.json"
 MIB = 2**20
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("256MiB", 256 * MIB), ("1GB", 10**9), ("4096", 4096), ("1.5e9", 1_500_000_000),
-    ("4G", 4 * 2**30), ("2 KiB", 2048), ("1kb", 1000),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("256MiB", 256 * MIB),
+        ("1GB", 10**9),
+        ("4096", 4096),
+        ("1.5e9", 1_500_000_000),
+        ("4G", 4 * 2**30),
+        ("2 KiB", 2048),
+        ("1kb", 1000),
+    ],
+)
 def test_parse_bytes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
@@ -100,9 +108,17 @@ def test_no_nvlink_uses_pcie() -> None:
 
 def _measured() -> list[tuple[str, int, float]]:
     coll = json.loads(TABLE.read_text())["collectives"]
-    names = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
-    return [(names[op], r["bytes"], r["time_s"]) for op, rows in coll["curves"].items()
-            for r in rows if r["bytes"] >= MIB]
+    names = {
+        "all_reduce": "all-reduce",
+        "all_gather": "all-gather",
+        "reduce_scatter": "reduce-scatter",
+    }
+    return [
+        (names[op], r["bytes"], r["time_s"])
+        for op, rows in coll["curves"].items()
+        for r in rows
+        if r["bytes"] >= MIB
+    ]
 
 
 def test_calibrated_within_10_percent_of_measured_2xh200() -> None:
@@ -147,14 +163,17 @@ def test_busbw_table_errors(tmp_path: Path) -> None:
         predict("all-reduce", MIB, gpus=2, busbw_table=str(tmp_path / "missing.json"))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"op": "allscatter"}, "unknown collective 'allscatter': use one of all-reduce"),
-    ({"gpus": 1}, "at least 2"),
-    ({"op": "p2p", "gpus": 4}, "exactly --gpus 2"),
-    ({"gpus": 12}, "use 8 or 16"),
-    ({"gpu": "tpu-v5"}, "unknown GPU 'tpu-v5': use one of .*h100-sxm"),
-    ({"gpus": 16, "fabric": "carrier-pigeon"}, "unknown fabric .*ib-ndr"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"op": "allscatter"}, "unknown collective 'allscatter': use one of all-reduce"),
+        ({"gpus": 1}, "at least 2"),
+        ({"op": "p2p", "gpus": 4}, "exactly --gpus 2"),
+        ({"gpus": 12}, "use 8 or 16"),
+        ({"gpu": "tpu-v5"}, "unknown GPU 'tpu-v5': use one of .*h100-sxm"),
+        ({"gpus": 16, "fabric": "carrier-pigeon"}, "unknown fabric .*ib-ndr"),
+    ],
+)
 def test_bad_input(kwargs: dict, match: str) -> None:
     args = {"op": "all-reduce", "gpus": 8, "gpu": "h100-sxm", **kwargs}
     op = args.pop("op")
@@ -171,27 +190,57 @@ def test_render_comm() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "plan", "comm", *args],
-                          check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "plan", "comm", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_cli_json() -> None:
-    out = _cli("all-reduce", "256MiB", "--gpus", "16", "--gpus-per-node", "8", "--gpu", "h100-sxm",
-               "--fabric", "ib-ndr", "--json")
+    out = _cli(
+        "all-reduce",
+        "256MiB",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "h100-sxm",
+        "--fabric",
+        "ib-ndr",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    for key in ("op", "bytes", "gpus", "time_s", "busbw_GBps", "algbw_GBps", "algorithm", "source",
-                "calibrated", "notes"):
+    for key in (
+        "op",
+        "bytes",
+        "gpus",
+        "time_s",
+        "busbw_GBps",
+        "algbw_GBps",
+        "algorithm",
+        "source",
+        "calibrated",
+        "notes",
+    ):
         assert key in data
     assert data["bytes"] == 256 * MIB and data["time_s"] > 0
 
 
-@pytest.mark.parametrize("args", [
-    ("all-reduce", "lots", "--gpus", "8"),
-    ("all-reduce", "1GiB", "--gpus", "12"),
-    ("gossip", "1GiB", "--gpus", "8"),
-    ("all-reduce", "1GiB", "--gpus", "16", "--fabric", "smoke-signals"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("all-reduce", "lots", "--gpus", "8"),
+        ("all-reduce", "1GiB", "--gpus", "12"),
+        ("gossip", "1GiB", "--gpus", "8"),
+        ("all-reduce", "1GiB", "--gpus", "16", "--fabric", "smoke-signals"),
+    ],
+)
 def test_cli_bad_input_one_line_exit_2(args: tuple[str, ...]) -> None:
     out = _cli(*args)
     assert out.returncode == 2
@@ -207,8 +256,22 @@ def test_render_train_generic() -> None:
         infeasible = ("tp=1 zero=0: 95 GiB > 80 GiB",)
 
         def to_dict(self) -> dict:
-            return {"plans": [{"dp": 8, "tp": 1, "pp": 1, "cp": 1, "zero": 1, "microbatch": 2,
-                               "checkpointing": False, "step_s": 1.25, "mfu": 0.41, "peak_bytes": 60 * 2**30}]}
+            return {
+                "plans": [
+                    {
+                        "dp": 8,
+                        "tp": 1,
+                        "pp": 1,
+                        "cp": 1,
+                        "zero": 1,
+                        "microbatch": 2,
+                        "checkpointing": False,
+                        "step_s": 1.25,
+                        "mfu": 0.41,
+                        "peak_bytes": 60 * 2**30,
+                    }
+                ]
+            }
 
     console = Console(width=120, record=True)
     render_train(Result(), console)
@@ -228,8 +291,15 @@ def test_nvls_all_reduce_inside_one_nvswitch_node() -> None:
     assert round(ring.time_s * 1e3, 4) == 5.2756 and round(nvls.time_s * 1e3, 4) == 4.0386
     assert 1.29 < nvls.busbw_GBps / ring.busbw_GBps < 1.31
     four = predict("all-reduce", 2**30, gpus=4, gpu="h100-sxm", nvls=True)
-    assert 0.99 < four.busbw_GBps / predict("all-reduce", 2**30, gpus=4, gpu="h100-sxm").busbw_GBps < 1.01
-    for kw in ({"gpus": 8, "gpu": "a100-sxm-80gb"}, {"gpus": 16, "gpu": "h100-sxm", "fabric": "ib-ndr"}):
+    assert (
+        0.99
+        < four.busbw_GBps / predict("all-reduce", 2**30, gpus=4, gpu="h100-sxm").busbw_GBps
+        < 1.01
+    )
+    for kw in (
+        {"gpus": 8, "gpu": "a100-sxm-80gb"},
+        {"gpus": 16, "gpu": "h100-sxm", "fabric": "ib-ndr"},
+    ):
         p = predict("all-reduce", 2**30, nvls=True, **kw)
         assert p.algorithm != "nvls" and any("--nvls does not apply" in n for n in p.notes)
     gather = predict("all-gather", 2**30, gpus=8, gpu="h100-sxm", nvls=True)
@@ -242,7 +312,13 @@ def test_plan_train_prices_tp_all_reduces_with_nvls_when_asked() -> None:
     from gpudoctor.plan.pins import Pins
     from gpudoctor.plan.train_search import plan_training
 
-    kw = {"gpus": 16, "gpu": "h100-sxm", "global_batch": 64, "seq": 4096, "pins": Pins(tp=8, pp=1, zero=1)}
+    kw = {
+        "gpus": 16,
+        "gpu": "h100-sxm",
+        "global_batch": 64,
+        "seq": 4096,
+        "pins": Pins(tp=8, pp=1, zero=1),
+    }
     plain = plan_training("llama-3.1-8b", **kw).plans[0]
     nvls = plan_training("llama-3.1-8b", nvls=True, **kw).plans[0]
     assert (plain.tp, plain.dp) == (nvls.tp, nvls.dp) == (8, 2)
@@ -263,47 +339,94 @@ def test_tp_all_reduces_per_layer_by_implementation() -> None:
     from gpudoctor.plan.comm import tp_backward_allreduces
     from gpudoctor.plan.train import make_net, predict_step
 
-    spec = from_hf_config({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
-                           "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 16,
-                           "vocab_size": 32000, "max_position_embeddings": 4096}, name="bench-llama")
+    spec = from_hf_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 16,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+        name="bench-llama",
+    )
     net = make_net("h200", 4, None)
     lay = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=False)
-    kw = {"global_batch": 16, "seq": 2048, "peak_flops": 989.4e12, "net": net, "hbm_bytes_per_s": 4.8e12}
+    kw = {
+        "global_batch": 16,
+        "seq": 2048,
+        "peak_flops": 989.4e12,
+        "net": net,
+        "hbm_bytes_per_s": 4.8e12,
+    }
     one = net.time("all-reduce", 8 * 2048 * 2048 * 2, 2, 1)  # b*s*h bf16, 64 MiB over the TP pair
     assert one == pytest.approx(0.000201613511, rel=1e-9)
     assert predict_step(spec, lay, **kw)["tp_comm_s"] == pytest.approx(16 * 7 * one, rel=1e-12)
-    assert predict_step(spec, lay, **kw, impl="fused")["tp_comm_s"] == pytest.approx(16 * 4 * one, rel=1e-12)
+    assert predict_step(spec, lay, **kw, impl="fused")["tp_comm_s"] == pytest.approx(
+        16 * 4 * one, rel=1e-12
+    )
     sp = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=True)
     assert predict_step(spec, sp, **kw)["tp_comm_s"] == pytest.approx(16 * 4 * one, rel=1e-12)
     full = Layout(dp=2, tp=2, pp=1, zero=3, microbatch=8, sp=False, checkpointing="full")
     assert predict_step(spec, full, **kw)["tp_comm_s"] == pytest.approx(16 * 9 * one, rel=1e-12)
-    gpt2 = ModelSpec(name="gpt2", family="gpt2", hidden=768, layers=12, heads=12, kv_heads=12, head_dim=64,
-                     intermediate=3072, vocab=50257, tied_embeddings=True, gated_mlp=False, fused_qkv=True)
+    gpt2 = ModelSpec(
+        name="gpt2",
+        family="gpt2",
+        hidden=768,
+        layers=12,
+        heads=12,
+        kv_heads=12,
+        head_dim=64,
+        intermediate=3072,
+        vocab=50257,
+        tied_embeddings=True,
+        gated_mlp=False,
+        fused_qkv=True,
+    )
     assert tp_backward_allreduces(gpt2, lay, per_projection=True) == 2  # c_attn, c_fc: one each
     assert tp_backward_allreduces(spec, lay, per_projection=False) == 2
 
 
-def test_two_gpu_fit_extrapolates_with_the_ring_factors_and_bench_byte_counts(tmp_path: Path) -> None:
+def test_two_gpu_fit_extrapolates_with_the_ring_factors_and_bench_byte_counts(
+    tmp_path: Path,
+) -> None:
     # A 2-GPU bench file that is exactly alpha-beta (fixed cost 20 us, NVLink step 3.4 us, busbw
     # 300 GB/s), bytes counted as gpudoctor bench counts them (the full buffer: all-gather's output,
     # reduce-scatter's input). Its fit must predict 4 GPUs by the ring formulas: all-reduce
     # 20 + 2(4-1) x 3.4 us + 2(4-1)/4 S/B, all-gather and reduce-scatter 20 + (4-1) x 3.4 us + (4-1)/4 S/B.
     base, alpha, bus = 20e-6, 3.4e-6, 300e9
     curves = {}
-    for name, steps2, factor2 in (("all_reduce", 2, 1.0), ("all_gather", 1, 0.5), ("reduce_scatter", 1, 0.5)):
+    for name, steps2, factor2 in (
+        ("all_reduce", 2, 1.0),
+        ("all_gather", 1, 0.5),
+        ("reduce_scatter", 1, 0.5),
+    ):
         rows = []
         for nbytes in (2**10, 2**20, 2**26, 2**30):
             t = base + steps2 * alpha + factor2 * nbytes / bus
-            rows.append({"bytes": nbytes, "time_s": t, "algbw_Bps": nbytes / t, "busbw_Bps": factor2 * nbytes / t})
+            rows.append(
+                {
+                    "bytes": nbytes,
+                    "time_s": t,
+                    "algbw_Bps": nbytes / t,
+                    "busbw_Bps": factor2 * nbytes / t,
+                }
+            )
         curves[name] = rows
     table = tmp_path / "two.json"
-    table.write_text(json.dumps({"collectives": {"world_size": 2, "gpu": "NVIDIA H200", "curves": curves}}))
+    table.write_text(
+        json.dumps({"collectives": {"world_size": 2, "gpu": "NVIDIA H200", "curves": curves}})
+    )
     gib = 2**30
     ar = predict("all-reduce", gib, gpus=4, gpu="h200", busbw_table=str(table))
     ag = predict("all-gather", gib, gpus=4, gpu="h200", busbw_table=str(table))
     rs = predict("reduce-scatter", gib, gpus=4, gpu="h200", busbw_table=str(table))
     assert ar.algorithm == "ring"
-    assert ar.time_s * 1e6 == pytest.approx(20 + 6 * 3.4 + 1.5 * gib / bus * 1e6, rel=1e-9)  # 5,409.109 us
+    assert ar.time_s * 1e6 == pytest.approx(
+        20 + 6 * 3.4 + 1.5 * gib / bus * 1e6, rel=1e-9
+    )  # 5,409.109 us
     assert ar.time_s * 1e6 == pytest.approx(5409.109, abs=1e-3)
     assert ag.time_s * 1e6 == pytest.approx(2714.555, abs=1e-3)  # 20 + 10.2 + 0.75 x 3,579.139
     assert rs.time_s == pytest.approx(ag.time_s, rel=1e-12)

@@ -85,8 +85,12 @@ def test_every_row_is_priced_for_both_settings():
 
 # predict_step's times for Table 3's rows, 1F1B (benchmarks/bench_plan_train.py --korthikanti): full
 # recompute without sequence parallelism, selective with it; pinned so a model change shows here.
-PREDICTED_1F1B = {"22B": (1.520162507, 1.0872561069), "175B (GPT-3)": (19.9450146193, 14.3399984989),
-                  "530B (MT-NLG)": (55.3336261594, 40.5099462513), "1T": (103.5466777085, 76.3768021179)}
+PREDICTED_1F1B = {
+    "22B": (1.520162507, 1.0872561069),
+    "175B (GPT-3)": (19.9450146193, 14.3399984989),
+    "530B (MT-NLG)": (55.3336261594, 40.5099462513),
+    "1T": (103.5466777085, 76.3768021179),
+}
 
 
 def test_predicted_times_are_pinned():
@@ -99,8 +103,18 @@ def test_predicted_times_are_pinned():
 
 # Narayanan et al. 2021 (arXiv:2104.04473), Table 1: predict_step's step seconds per row
 # (benchmarks/bench_plan_train.py), pinned, and every row's throughput within the 15% target.
-MEGATRON_STEP_S = (3.1578759745, 3.4949802676, 3.7019724063, 10.3338831, 14.0755586833, 15.4398499173,
-                   24.5315570969, 37.0313569045, 55.5954915144, 103.787765242)
+MEGATRON_STEP_S = (
+    3.1578759745,
+    3.4949802676,
+    3.7019724063,
+    10.3338831,
+    14.0755586833,
+    15.4398499173,
+    24.5315570969,
+    37.0313569045,
+    55.5954915144,
+    103.787765242,
+)
 
 
 def test_megatron_table_1_rows_are_pinned_and_within_target():
@@ -119,7 +133,11 @@ LLAMA3_V4_STEP_S = (11.4020979601, 7.0606052668, 10.1957126507)
 
 def test_llama3_rows_calibrated_from_the_h100_bench():
     rows = b.llama3(b.H100_BENCH)
-    assert [(r["gpus"], r["cp"], r["dp"]) for r in rows] == [(8192, 1, 64), (16384, 1, 128), (16384, 16, 8)]
+    assert [(r["gpus"], r["cp"], r["dp"]) for r in rows] == [
+        (8192, 1, 64),
+        (16384, 1, 128),
+        (16384, 16, 8),
+    ]
     for r, step in zip(rows, LLAMA3_V4_STEP_S):
         v4 = r["by_schedule"]["interleaved v=4"]
         assert v4["step_s"] == pytest.approx(step, rel=1e-9)

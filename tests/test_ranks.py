@@ -34,20 +34,36 @@ EXTRA_US = 2000.0
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ranksynth.rank_set(tmp_path_factory.mktemp("clean"), 3, offsets_us=OFFSETS_US[:3],
-                              env={1: {"hostname": "<b>node1</b>"}})
+    return ranksynth.rank_set(
+        tmp_path_factory.mktemp("clean"),
+        3,
+        offsets_us=OFFSETS_US[:3],
+        env={1: {"hostname": "<b>node1</b>"}},
+    )
 
 
 @pytest.fixture(scope="module")
 def late(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ranksynth.rank_set(tmp_path_factory.mktemp("late"), 4, offsets_us=OFFSETS_US, late=2, late_k=LAST,
-                              delay_us=DELAY_US)
+    return ranksynth.rank_set(
+        tmp_path_factory.mktemp("late"),
+        4,
+        offsets_us=OFFSETS_US,
+        late=2,
+        late_k=LAST,
+        delay_us=DELAY_US,
+    )
 
 
 @pytest.fixture(scope="module")
 def stretched(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ranksynth.rank_set(tmp_path_factory.mktemp("stretched"), 3, offsets_us=OFFSETS_US[:3],
-                              stretched_k=LAST, extra_us=EXTRA_US, layout="legacy")
+    return ranksynth.rank_set(
+        tmp_path_factory.mktemp("stretched"),
+        3,
+        offsets_us=OFFSETS_US[:3],
+        stretched_k=LAST,
+        extra_us=EXTRA_US,
+        layout="legacy",
+    )
 
 
 def _row(report, rank: int) -> RankRow:
@@ -58,7 +74,9 @@ def test_clean_set_offsets_recovered_and_no_straggler(clean: Path) -> None:
     report = analyze_ranks([clean], jobs=1)
     offsets = [_row(report, r).clock_offset_us for r in range(3)]
     assert np.abs(np.array(offsets) - OFFSETS_US[:3]).max() < 10.0
-    assert report.finding("straggler") is None  # identical ranks: nobody straggles, unlike a top-k pick
+    assert (
+        report.finding("straggler") is None
+    )  # identical ranks: nobody straggles, unlike a top-k pick
     assert report.distributed.matched_collectives == 21
     assert report.distributed.straggler_rank is None
     # the recorded trace: of 0.976 ms of all-reduce per step, 0.947 ms runs with no compute beside it
@@ -99,10 +117,13 @@ def test_exposed_comm_split_prices_the_planted_stretch(stretched: Path) -> None:
     f = report.finding("exposed-comm")
     # less what the overlapped all-reduce would slow the compute beside it by (exposed_comm.OVERLAP_COST)
     n = f.evidence.numbers if f is not None else {}
-    assert n["overlap_slows_compute_ms"] == pytest.approx(0.2357 * (n["overlap_not_taken_bucket_ms"]
-                                                                    + n["overlap_not_taken_issued_late_ms"]), abs=1e-3)
-    assert f is not None and f.saving_ms == pytest.approx(e.overlap_not_taken_ms - n["overlap_slows_compute_ms"],
-                                                          abs=1e-3)
+    assert n["overlap_slows_compute_ms"] == pytest.approx(
+        0.2357 * (n["overlap_not_taken_bucket_ms"] + n["overlap_not_taken_issued_late_ms"]),
+        abs=1e-3,
+    )
+    assert f is not None and f.saving_ms == pytest.approx(
+        e.overlap_not_taken_ms - n["overlap_slows_compute_ms"], abs=1e-3
+    )
     assert report.finding("straggler") is None
     # a 32 MiB all-reduce taking 2.2 ms: far under the bus bandwidth an H200's NVLink gives
     slow = report.finding("slow-collective")
@@ -138,7 +159,14 @@ def test_json_html_and_timeline(clean: Path) -> None:
     report = analyze_ranks([clean], jobs=1)
     d = report.to_dict()
     assert [r["rank"] for r in d["ranks"]] == [0, 1, 2]
-    assert set(d["ranks"][0]) >= {"step_ms", "busy_ms", "idle", "comm_exposed_ms", "straggler", "clock_offset_us"}
+    assert set(d["ranks"][0]) >= {
+        "step_ms",
+        "busy_ms",
+        "idle",
+        "comm_exposed_ms",
+        "straggler",
+        "clock_offset_us",
+    }
     tl = d["distributed"]["timeline"]
     assert [r["rank"] for r in tl["ranks"]] == [0, 1, 2]
     # aligned clocks: identical ranks start their step at the same instant
@@ -151,14 +179,26 @@ def test_json_html_and_timeline(clean: Path) -> None:
 
 def test_cli_analyze_many_ranks(late: Path, tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="140")
-    run = subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", str(late), "--json", "-j", "2"],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "analyze", str(late), "--json", "-j", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert out["distributed"]["straggler_rank"] == 2
     assert out["distributed"]["straggler_cause"] == "input-pipeline"
-    bad = subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", str(late / "rank0"), str(tmp_path / "no")],
-                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "analyze", str(late / "rank0"), str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "does not exist" in bad.stderr
 
@@ -177,7 +217,9 @@ def test_rank_directory_with_a_trace_and_its_gzipped_copy(clean: Path, tmp_path:
         d.mkdir(parents=True)
         data = (clean / f"rank{r}" / "trace.json.gz").read_bytes()
         (d / "trace.json.gz").write_bytes(data)
-        (d / "trace.json").write_bytes(gzip.decompress(data)[:10])  # the unzipped leftover is not read
+        (d / "trace.json").write_bytes(
+            gzip.decompress(data)[:10]
+        )  # the unzipped leftover is not read
         (d / "report.json").write_text("{}")
     assert is_rank_set(tmp_path / "run")
     assert [r.rank for r in analyze_ranks([tmp_path / "run"], jobs=1).ranks] == [0, 1]
@@ -193,14 +235,18 @@ def test_eight_ranks_with_offsets_straggler_and_wait_exact(tmp_path: Path) -> No
     a planted offset. The offsets come back exactly, rank 5 is named with its cause, priced at the
     planted 5 ms a step, and the mean wait over the ranks is 7/8 of it (rank 5 itself does not wait)."""
     offsets = [0.0, 850.0, -1500.0, 2500.0, -400.0, 300.0, 12_000.0, -7000.0]
-    folder = ranksynth.rank_set(tmp_path / "eight", 8, offsets_us=offsets, late=5, late_k=LAST, delay_us=5000.0)
+    folder = ranksynth.rank_set(
+        tmp_path / "eight", 8, offsets_us=offsets, late=5, late_k=LAST, delay_us=5000.0
+    )
     report = analyze_ranks([folder], jobs=2)
     f = report.finding("straggler")
     assert f is not None
     assert (f.evidence.numbers["rank"], f.evidence.numbers["cause"]) == (5, "input-pipeline")
     assert f.saving_ms == pytest.approx(5.0, abs=1e-4)
     assert [r.straggler for r in report.ranks] == [r == 5 for r in range(8)]
-    assert np.abs(np.array([_row(report, r).clock_offset_us for r in range(8)]) - offsets).max() < 10.0
+    assert (
+        np.abs(np.array([_row(report, r).clock_offset_us for r in range(8)]) - offsets).max() < 10.0
+    )
     # 7/8 x 5 ms = 4.375 planted; measured 12.3 us a step less
     assert report.distributed.exposed_comm.wait_for_slowest_ms == pytest.approx(4.3627, abs=1e-4)
 
@@ -211,7 +257,9 @@ def test_every_ranks_column_is_named() -> None:
 
     report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"])
     table = ranks_table(report)
-    assert [str(c.header) for c in table.columns][-1] == "verdict" and all(str(c.header) for c in table.columns)
+    assert [str(c.header) for c in table.columns][-1] == "verdict" and all(
+        str(c.header) for c in table.columns
+    )
     assert [str(c) for c in table.columns[-1].cells] == ["", "straggler"]
     page = ranks_html(report)
     assert "<th></th>" not in page and "<th>how</th><th>verdict</th></tr>" in page

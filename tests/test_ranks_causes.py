@@ -19,29 +19,56 @@ STEP_NS = 10_000_000  # 10 ms steps
 STEPS = 4
 
 
-def rank(r: int, late_ns: int = 0, kernel_ms: float = 6.0, compute_ms: float = 6.0, kernels: float = 100,
-         idle: dict[str, float] | None = None, clock: float = 1980.0, offset_ns: int = 0,
-         host_ms: dict[str, float] | None = None, host_events: dict[str, float] | None = None,
-         kernel_ns: int = 200_000) -> RankSummary:
+def rank(
+    r: int,
+    late_ns: int = 0,
+    kernel_ms: float = 6.0,
+    compute_ms: float = 6.0,
+    kernels: float = 100,
+    idle: dict[str, float] | None = None,
+    clock: float = 1980.0,
+    offset_ns: int = 0,
+    host_ms: dict[str, float] | None = None,
+    host_events: dict[str, float] | None = None,
+    kernel_ns: int = 200_000,
+) -> RankSummary:
     """One collective per step ending 1 ms before the step's end on every rank; a late rank starts
     it ``late_ns`` later (it waits for no one), the others wait inside it."""
     colls = []
     for k in range(STEPS):
         end = k * STEP_NS + 9_000_000
         start = end - kernel_ns + late_ns
-        colls.append(Collective("all-reduce", k, 1 << 26, start + offset_ns, end + offset_ns, 7, "0", k))
+        colls.append(
+            Collective("all-reduce", k, 1 << 26, start + offset_ns, end + offset_ns, 7, "0", k)
+        )
     return RankSummary(
-        rank=r, source=f"rank{r}", gpu="NVIDIA H100 80GB HBM3",
+        rank=r,
+        source=f"rank{r}",
+        gpu="NVIDIA H100 80GB HBM3",
         step_start=tuple(k * STEP_NS + offset_ns for k in range(STEPS)),
         step_end=tuple((k + 1) * STEP_NS + offset_ns for k in range(STEPS)),
-        busy_ms=compute_ms + 0.2, compute_ms=compute_ms, idle_ms=3.8, idle_by_cause=idle or {"dispatch": 3.8},
-        collectives=tuple(colls), kernel_ms={"gemm": kernel_ms, "norm": 1.0}, kernels_per_step=kernels,
-        env={"sm_clock_mhz_mean": clock, "throttle_reasons_seen": ["hw_slowdown"] if clock < 1900 else []},
-        host_ms=host_ms or {}, host_events=host_events or {})
+        busy_ms=compute_ms + 0.2,
+        compute_ms=compute_ms,
+        idle_ms=3.8,
+        idle_by_cause=idle or {"dispatch": 3.8},
+        collectives=tuple(colls),
+        kernel_ms={"gemm": kernel_ms, "norm": 1.0},
+        kernels_per_step=kernels,
+        env={
+            "sm_clock_mhz_mean": clock,
+            "throttle_reasons_seen": ["hw_slowdown"] if clock < 1900 else [],
+        },
+        host_ms=host_ms or {},
+        host_events=host_events or {},
+    )
 
 
 def test_slower_gpu_named_with_its_clock() -> None:
-    ranks = [rank(0), rank(1, late_ns=150_000, kernel_ms=6.5, compute_ms=6.5, clock=1600.0, offset_ns=777_777), rank(2)]
+    ranks = [
+        rank(0),
+        rank(1, late_ns=150_000, kernel_ms=6.5, compute_ms=6.5, clock=1600.0, offset_ns=777_777),
+        rank(2),
+    ]
     st = find_straggler(align(ranks))
     assert st is not None and st.rank == 1 and st.cause == "slower-gpu"
     assert st.imposed_ms == pytest.approx(0.15)
@@ -84,11 +111,20 @@ def test_spread_within_noise_names_no_one() -> None:
 # same ops a dispatch difference must exceed 3 ms (PROFILER_NOISE = 0.5 of it) to count
 
 
-def _hosts(late: dict[str, float], late_events: float = 2000, late_ns: int = 2_000_000) -> list[RankSummary]:
-    normal, long = {"dispatch": 8.0}, 6_000_000  # all-reduces of 6 ms on the others, the late rank's shorter
-    return [rank(0, host_ms=normal, host_events={"dispatch": 2000}, kernel_ns=long),
-            rank(1, late_ns=late_ns, host_ms=late, host_events={"dispatch": late_events}, kernel_ns=long),
-            rank(2, host_ms=normal, host_events={"dispatch": 2000}, kernel_ns=long)]
+def _hosts(
+    late: dict[str, float], late_events: float = 2000, late_ns: int = 2_000_000
+) -> list[RankSummary]:
+    normal, long = (
+        {"dispatch": 8.0},
+        6_000_000,
+    )  # all-reduces of 6 ms on the others, the late rank's shorter
+    return [
+        rank(0, host_ms=normal, host_events={"dispatch": 2000}, kernel_ns=long),
+        rank(
+            1, late_ns=late_ns, host_ms=late, host_events={"dispatch": late_events}, kernel_ns=long
+        ),
+        rank(2, host_ms=normal, host_events={"dispatch": 2000}, kernel_ns=long),
+    ]
 
 
 def test_a_sleep_is_priced_at_its_host_time_not_at_the_profiled_wait() -> None:
@@ -97,7 +133,10 @@ def test_a_sleep_is_priced_at_its_host_time_not_at_the_profiled_wait() -> None:
     st = find_straggler(align(_hosts({"host-work": 1.5, "dispatch": 10.9})))
     assert st is not None and (st.rank, st.cause) == (1, "host-work")
     assert st.imposed_ms == pytest.approx(2.0) and st.price_ms == pytest.approx(1.5)
-    assert st.numbers["dispatch_excess_ms"] == pytest.approx(2.9) and st.numbers["dispatch_noise_ms"] == 3.0
+    assert (
+        st.numbers["dispatch_excess_ms"] == pytest.approx(2.9)
+        and st.numbers["dispatch_noise_ms"] == 3.0
+    )
     f = check(align(_hosts({"host-work": 1.5, "dispatch": 10.9})))
     assert f is not None and f.saving_ms == pytest.approx(1.5)
     assert f.title == "Rank 1 is the straggler (host-work): it costs the job 1.50 ms per step"
@@ -118,10 +157,14 @@ def test_dispatch_of_the_same_ops_counts_only_above_the_profilers_noise() -> Non
     exposed = next(f for f in result.findings if f.id == "exposed-comm")
     assert exposed.evidence.numbers["wait_for_slowest_ms"] == pytest.approx(1.3333, abs=1e-4)
     n = exposed.evidence.numbers
-    assert exposed.saving_ms == pytest.approx(n["overlap_not_taken_ms"] - n["overlap_slows_compute_ms"], abs=1e-4)
+    assert exposed.saving_ms == pytest.approx(
+        n["overlap_not_taken_ms"] - n["overlap_slows_compute_ms"], abs=1e-4
+    )
     # 3.1 ms slower: above the noise, dispatch is the cause, priced at the excess
     st = find_straggler(align(_hosts({"dispatch": 11.1})))
-    assert st is not None and st.cause == "dispatch" and st.price_ms == pytest.approx(2.0)  # capped at the wait
+    assert (
+        st is not None and st.cause == "dispatch" and st.price_ms == pytest.approx(2.0)
+    )  # capped at the wait
     st = find_straggler(align(_hosts({"dispatch": 11.1}, late_ns=5_000_000)))
     assert st is not None and st.price_ms == pytest.approx(3.1)
 
@@ -160,21 +203,38 @@ def test_a_lateness_the_host_does_not_explain_is_priced_like_the_step() -> None:
 def test_own_host_sync_gives_way_to_a_slower_gpu() -> None:
     # a slower GPU keeps its host waiting in syncs: the GPU is named, not the sync
     normal, ev = {"dispatch": 8.0}, {"dispatch": 2000}
-    ranks = [rank(0, host_ms=normal, host_events=ev),
-             rank(1, late_ns=400_000, kernel_ms=6.5, compute_ms=6.5, clock=1600.0,
-                  host_ms={"dispatch": 8.0, "host-sync": 0.5}, host_events=ev)]
+    ranks = [
+        rank(0, host_ms=normal, host_events=ev),
+        rank(
+            1,
+            late_ns=400_000,
+            kernel_ms=6.5,
+            compute_ms=6.5,
+            clock=1600.0,
+            host_ms={"dispatch": 8.0, "host-sync": 0.5},
+            host_events=ev,
+        ),
+    ]
     st = find_straggler(align(ranks))
     assert st is not None and st.cause == "slower-gpu" and st.price_ms == pytest.approx(0.4)
     ranks[1] = rank(1, late_ns=400_000, host_ms={"dispatch": 8.0, "host-sync": 0.5}, host_events=ev)
     st = find_straggler(align(ranks))
-    assert st is not None and st.cause == "host-sync" and st.price_ms == pytest.approx(0.4)  # capped at the wait
+    assert (
+        st is not None and st.cause == "host-sync" and st.price_ms == pytest.approx(0.4)
+    )  # capped at the wait
 
 
 def test_waits_for_the_collectives_are_not_host_work() -> None:
     # the others spent 1.9 ms blocked while their GPU sat in a collective: left out of the comparison
-    ranks = [rank(0, host_ms={"dispatch": 8.0, "collective-wait": 1.9}, host_events={"dispatch": 2000}),
-             rank(1, late_ns=2_000_000, host_ms={"dispatch": 8.0, "input-pipeline": 2.0},
-                  host_events={"dispatch": 2000})]
+    ranks = [
+        rank(0, host_ms={"dispatch": 8.0, "collective-wait": 1.9}, host_events={"dispatch": 2000}),
+        rank(
+            1,
+            late_ns=2_000_000,
+            host_ms={"dispatch": 8.0, "input-pipeline": 2.0},
+            host_events={"dispatch": 2000},
+        ),
+    ]
     st = find_straggler(align(ranks))
     assert st is not None and st.cause == "input-pipeline" and st.price_ms == pytest.approx(2.0)
 
@@ -186,14 +246,37 @@ def test_slow_collective_against_this_machines_measured_curve(tmp_path) -> None:
 
     # two ranks, a 64 MiB all-reduce of 2 ms each step: 64 MiB / 2 ms = 33.6 GB/s bus bandwidth (n=2: x1)
     ranks = [rank(0), rank(1)]
-    ranks = [RankSummary(**{**r.__dict__, "collectives": tuple(
-        Collective(c.op, c.seq, 1 << 26, c.end - 2_000_000, c.end, c.stream, c.group, c.step) for c in r.collectives)})
-        for r in ranks]
-    flat = [{"bytes": b, "time_s": b / 100e9, "algbw_Bps": 100e9, "busbw_Bps": 100e9} for b in (1 << 24, 1 << 28)]
-    profile = {"ceilings": {"gpu": "NVIDIA H100 80GB HBM3"}, "measured_utc": "2026-11-25T00:00:00Z",
-               "collectives": {"world_size": 2, "gpu": "NVIDIA H100 80GB HBM3", "curves": {"all_reduce": flat}}}
+    ranks = [
+        RankSummary(
+            **{
+                **r.__dict__,
+                "collectives": tuple(
+                    Collective(
+                        c.op, c.seq, 1 << 26, c.end - 2_000_000, c.end, c.stream, c.group, c.step
+                    )
+                    for c in r.collectives
+                ),
+            }
+        )
+        for r in ranks
+    ]
+    flat = [
+        {"bytes": b, "time_s": b / 100e9, "algbw_Bps": 100e9, "busbw_Bps": 100e9}
+        for b in (1 << 24, 1 << 28)
+    ]
+    profile = {
+        "ceilings": {"gpu": "NVIDIA H100 80GB HBM3"},
+        "measured_utc": "2026-11-25T00:00:00Z",
+        "collectives": {
+            "world_size": 2,
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "curves": {"all_reduce": flat},
+        },
+    }
     (tmp_path / "gpu-1.json").write_text(json.dumps(profile))
-    (tmp_path / "other.json").write_text(json.dumps({**profile, "ceilings": {"gpu": "NVIDIA A100"}}))
+    (tmp_path / "other.json").write_text(
+        json.dumps({**profile, "ceilings": {"gpu": "NVIDIA A100"}})
+    )
     table = collectives_profile_for("NVIDIA H100 80GB HBM3", tmp_path)
     assert table == tmp_path / "gpu-1.json"
     result = combine(ranks, str(table))
@@ -228,9 +311,18 @@ def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
     result = combine(bare)
     assert result.findings == () and len(result.rows) == 2
     assert any("no collective matched" in w for w in result.warnings)
-    p2p = [RankSummary(**{**r.__dict__, "collectives": tuple(
-        Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in r.collectives)})
-        for r in (rank(0), rank(1, late_ns=500_000))]
+    p2p = [
+        RankSummary(
+            **{
+                **r.__dict__,
+                "collectives": tuple(
+                    Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step)
+                    for c in r.collectives
+                ),
+            }
+        )
+        for r in (rank(0), rank(1, late_ns=500_000))
+    ]
     result = combine(p2p)
     assert result.distributed.matched_collectives == 0 and result.distributed.straggler_rank is None
     assert any("no pipeline pattern" in w for w in result.warnings)  # no recv waits recorded
@@ -240,8 +332,15 @@ def test_ranks_without_collectives_and_p2p_only_ranks() -> None:
 def test_stage_imbalance_on_a_pipeline() -> None:
     def stage(r: int, compute_ms: float) -> RankSummary:
         s = rank(r, compute_ms=compute_ms)
-        return RankSummary(**{**s.__dict__, "collectives": tuple(
-            Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step) for c in s.collectives)})
+        return RankSummary(
+            **{
+                **s.__dict__,
+                "collectives": tuple(
+                    Collective("p2p", c.seq, 1 << 20, c.start, c.end, 7, "0", c.step)
+                    for c in s.collectives
+                ),
+            }
+        )
 
     result = combine([stage(0, 6.0), stage(1, 6.0), stage(2, 8.0), stage(3, 6.0)])
     f = next(f for f in result.findings if f.id == "stage-imbalance")
@@ -254,12 +353,31 @@ def test_stage_imbalance_on_a_pipeline() -> None:
 def test_env_json_facts_read_for_the_cause() -> None:
     from gpudoctor.ranks.summary import _env_facts
 
-    env = {"rank": 3, "world_size": 8, "local_rank": 3, "hostname": "n1", "window": {"first_step": 12, "steps": 5},
-           "capture": {"nvml": {"samples": 9, "sm_clock_mhz_mean": 1410.0, "sm_clock_mhz_min": 1200,
-                                "throttle_reasons_seen": ["sw_thermal"], "power_w_mean": "bad"}}}
-    assert _env_facts(env) == {"hostname": "n1", "world_size": 8, "local_rank": 3,
-                               "window": {"first_step": 12, "steps": 5}, "sm_clock_mhz_mean": 1410.0,
-                               "sm_clock_mhz_min": 1200.0, "throttle_reasons_seen": ["sw_thermal"]}
+    env = {
+        "rank": 3,
+        "world_size": 8,
+        "local_rank": 3,
+        "hostname": "n1",
+        "window": {"first_step": 12, "steps": 5},
+        "capture": {
+            "nvml": {
+                "samples": 9,
+                "sm_clock_mhz_mean": 1410.0,
+                "sm_clock_mhz_min": 1200,
+                "throttle_reasons_seen": ["sw_thermal"],
+                "power_w_mean": "bad",
+            }
+        },
+    }
+    assert _env_facts(env) == {
+        "hostname": "n1",
+        "world_size": 8,
+        "local_rank": 3,
+        "window": {"first_step": 12, "steps": 5},
+        "sm_clock_mhz_mean": 1410.0,
+        "sm_clock_mhz_min": 1200.0,
+        "throttle_reasons_seen": ["sw_thermal"],
+    }
 
 
 # -- a CPU job: gloo ranks recorded by `gpudoctor run --nproc 2` ----------------------------------
@@ -274,13 +392,18 @@ def test_a_gloo_job_names_its_straggler_from_host_ranges() -> None:
     report = analyze_ranks([Path(__file__).parent / "data" / "gloo_straggler"], jobs=1)
     by_id = {f.id: f for f in report.findings}
     straggler = by_id["straggler"]
-    assert straggler.evidence.numbers["rank"] == 1 and straggler.evidence.numbers["cause"] == "host-work"
+    assert (
+        straggler.evidence.numbers["rank"] == 1
+        and straggler.evidence.numbers["cause"] == "host-work"
+    )
     assert straggler.saving_ms == pytest.approx(30.5774, abs=1e-4)  # planted: 30 ms a step
     assert straggler.evidence.numbers["idle_excess_ms"] == pytest.approx(34.2428, abs=1e-4)
     assert [(r.rank, r.straggler) for r in report.ranks] == [(0, False), (1, True)]
     assert [r.idle for r in report.ranks] == [{"host-work": 5.4685}, {"host-work": 39.7113}]
     assert report.ranks[1].clock_offset_us == pytest.approx(3180.425, abs=1e-3)
-    assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(15.231, abs=1e-3)
+    assert by_id["exposed-comm"].evidence.numbers["wait_for_slowest_ms"] == pytest.approx(
+        15.231, abs=1e-3
+    )
 
 
 # -- two H100s: tests/programs/multigpu/ddp_gpt_straggler.py under `gpudoctor run --nproc 2` --------
@@ -309,16 +432,24 @@ def test_two_h100s_name_the_rank_that_sleeps() -> None:
     assert straggler.saving_ms == pytest.approx(20.2911, abs=1e-4)
     assert 16.68 / 1.25 <= straggler.saving_ms <= 16.68 * 1.25
     assert n["wait_imposed_in_profiled_trace_ms"] == pytest.approx(54.0895, abs=1e-4)
-    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(3.5346, abs=1e-4),
-                                                                pytest.approx(12.6139, abs=1e-4))
+    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (
+        pytest.approx(3.5346, abs=1e-4),
+        pytest.approx(12.6139, abs=1e-4),
+    )
     assert straggler.severity == "critical"  # 57% of the 35.76 ms unprofiled step
     # the sleep, seen from the GPU of the same rank, is the other finding at the top
-    assert [(f.id, round(f.saving_ms, 2)) for f in report.findings[:2]] == [("straggler", 20.29),
-                                                                            ("host-blocking-work", 20.09)]
+    assert [(f.id, round(f.saving_ms, 2)) for f in report.findings[:2]] == [
+        ("straggler", 20.29),
+        ("host-blocking-work", 20.09),
+    ]
     assert [(r.rank, r.straggler) for r in report.ranks] == [(0, False), (1, True)]
     assert report.distributed.straggler_cause == "host-work"
-    assert report.ranks[1].host == {"dispatch": 39.7491, "host-work": 20.2911, "optimizer": 0.9096,
-                                       "host-sync": 0.0325}
+    assert report.ranks[1].host == {
+        "dispatch": 39.7491,
+        "host-work": 20.2911,
+        "optimizer": 0.9096,
+        "host-sync": 0.0325,
+    }
     # the ranks share one host clock: the offset the collectives give is 9 us
     assert report.ranks[1].clock_offset_us == pytest.approx(8.98, abs=0.01)
     assert not any("do not all match" in w for w in report.warnings)
@@ -337,13 +468,17 @@ def test_two_h100s_healthy_job_has_no_straggler() -> None:
     n = straggler.evidence.numbers
     assert (n["rank"], n["cause"]) == (0, "profiler-noise")
     assert n["wait_imposed_ms_per_step"] == pytest.approx(15.5845, abs=1e-4)
-    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(1.4493, abs=1e-4),
-                                                                pytest.approx(10.3545, abs=1e-4))
+    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (
+        pytest.approx(1.4493, abs=1e-4),
+        pytest.approx(10.3545, abs=1e-4),
+    )
     assert report.distributed.straggler_rank is None and not any(r.straggler for r in report.ranks)
     assert any("no rank straggles" in w for w in report.warnings)
     # the wait is claimed as the profiler's: exposed-comm prices only the overlap not taken
     # less what overlapping it would slow the compute by (exposed_comm.OVERLAP_COST)
-    assert report.finding("exposed-comm").saving_ms == pytest.approx(0.7273 * (1 - 0.2357), abs=2e-4)
+    assert report.finding("exposed-comm").saving_ms == pytest.approx(
+        0.7273 * (1 - 0.2357), abs=2e-4
+    )
     assert not any("do not all match" in w for w in report.warnings)
 
 
@@ -375,9 +510,13 @@ def test_gloo_ranks_slow_dataloader_is_input_pipeline_priced_at_its_excess() -> 
     assert (numbers["rank"], numbers["cause"]) == (1, "input-pipeline")
     assert numbers["wait_imposed_ms_per_step"] == pytest.approx(33.5341, abs=1e-4)
     assert numbers["idle_excess_ms"] == pytest.approx(20.3361, abs=1e-4)
-    assert {f.id: f for f in report.findings}["straggler"].saving_ms == pytest.approx(20.3361, abs=1e-4)
-    assert [r.idle for r in report.ranks] == [{"host-work": 5.3388, "input-pipeline": 0.1044},
-                                                 {"input-pipeline": 20.4405, "host-work": 9.6078}]
+    assert {f.id: f for f in report.findings}["straggler"].saving_ms == pytest.approx(
+        20.3361, abs=1e-4
+    )
+    assert [r.idle for r in report.ranks] == [
+        {"host-work": 5.3388, "input-pipeline": 0.1044},
+        {"input-pipeline": 20.4405, "host-work": 9.6078},
+    ]
 
 
 def _two_h200(case: str):  # type: ignore[no-untyped-def]
@@ -414,8 +553,10 @@ def test_two_h200s_profiler_time_per_event_is_measured_on_the_ranks() -> None:
     assert straggler is not None and (straggler.severity, straggler.saving_ms) == ("info", 0.0)
     n = straggler.evidence.numbers
     assert (n["rank"], n["cause"]) == (0, "profiler-noise")
-    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(7.211, abs=1e-3),
-                                                                pytest.approx(8.2429, abs=1e-4))
+    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (
+        pytest.approx(7.211, abs=1e-3),
+        pytest.approx(8.2429, abs=1e-4),
+    )
 
 
 def _four_h200(case: str):  # type: ignore[no-untyped-def]
@@ -434,8 +575,10 @@ def test_four_h200s_more_work_explains_the_slow_dispatch_of_a_full_queue() -> No
     assert straggler is not None and straggler.severity == "critical"
     n = straggler.evidence.numbers
     assert (n["rank"], n["cause"], n["work_ratio"]) == (3, "more-work", 2.0)
-    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (pytest.approx(7.3085, abs=1e-4),
-                                                                pytest.approx(6.933, abs=1e-4))
+    assert (n["dispatch_excess_ms"], n["dispatch_noise_ms"]) == (
+        pytest.approx(7.3085, abs=1e-4),
+        pytest.approx(6.933, abs=1e-4),
+    )
     assert straggler.saving_ms == pytest.approx(15.8189, abs=1e-4)
     assert 18.74 / 1.5 <= straggler.saving_ms <= 18.74 * 1.5
 
@@ -461,11 +604,21 @@ def test_own_syncs_need_more_events_and_a_saving_of_the_rank() -> None:
     from gpudoctor.ranks.straggler import own_sync_excess
 
     def syncing(events: float, saving: float) -> RankSummary:
-        return RankSummary(**{**rank(0).__dict__, "host_events": {"host-sync": events, "dispatch": 100.0},
-                              "sync_saving_ms": saving})
+        return RankSummary(
+            **{
+                **rank(0).__dict__,
+                "host_events": {"host-sync": events, "dispatch": 100.0},
+                "sync_saving_ms": saving,
+            }
+        )
 
     others = [syncing(0.2, 0.0), syncing(0.2, 0.0), syncing(1.0, 0.0)]
-    assert own_sync_excess(syncing(25.4, 0.68), others) == (pytest.approx(25.2), pytest.approx(0.68))
+    assert own_sync_excess(syncing(25.4, 0.68), others) == (
+        pytest.approx(25.2),
+        pytest.approx(0.68),
+    )
     assert own_sync_excess(syncing(2.1, 0.68), others) is None  # under 2 more a step
     assert own_sync_excess(syncing(25.4, 0.0), others) is None  # no saving of its own
-    assert own_sync_excess(syncing(6.0, 0.5), [syncing(3.0, 0.1)] * 3) is None  # 2x theirs, under 3x
+    assert (
+        own_sync_excess(syncing(6.0, 0.5), [syncing(3.0, 0.1)] * 3) is None
+    )  # 2x theirs, under 3x

@@ -47,7 +47,9 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert n["bubble_ms_per_step"] == pytest.approx(16.5063, abs=1e-4)
     assert n["bubble_share_of_step"] == pytest.approx(0.2526, abs=1e-4)
     assert n["expected_share_of_step"] == 0.2
-    assert n["expected_bubble_ms"] == pytest.approx(8.7874, abs=1e-4)  # (p-1)/m x its 35.15 ms of compute
+    assert n["expected_bubble_ms"] == pytest.approx(
+        8.7874, abs=1e-4
+    )  # (p-1)/m x its 35.15 ms of compute
     assert bubble.saving_ms == pytest.approx(16.5063 / 2, abs=1e-4)  # 8 micro-batches halve it
     assert n["saving_2x_microbatches_ms"] == n["saving_interleaved_v2_ms"]
     assert n["recv_wait_ms_by_rank"] == "0: 28.79, 1: 16.51"
@@ -64,13 +66,20 @@ def test_balanced_two_stages_bubble_against_the_formula() -> None:
     assert (imb.saving_ms, imb.severity) == (pytest.approx(3.4838, abs=1e-4), "minor")
     assert n["others_wait_for_it_ms"] == pytest.approx(12.2812, abs=1e-4)
     assert [r.recv_wait_ms for r in report.ranks] == [28.7875, 16.5063]
-    assert report.distributed.pipeline == PipelineFacts(stages=2, microbatches=4, stage_ranks=(0, 1), slowest_rank=1,
-                                                         bubble_ms=16.5063, expected_share_of_step=0.2)
+    assert report.distributed.pipeline == PipelineFacts(
+        stages=2,
+        microbatches=4,
+        stage_ranks=(0, 1),
+        slowest_rank=1,
+        bubble_ms=16.5063,
+        expected_share_of_step=0.2,
+    )
     assert any("(2 stages, 4 micro-batches per step)" in w for w in report.warnings)
     from gpudoctor.report.ranks_section import ranks_summary
 
     assert ranks_summary(report).plain.endswith(
-        "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)")
+        "; pipeline of 2 stages, 4 micro-batches: bubble 16.51 ms per step on rank 1 (formula: 20% of the step)"
+    )
 
 
 def test_imbalanced_stage_named_and_priced_by_the_schedule() -> None:
@@ -85,17 +94,28 @@ def test_imbalanced_stage_named_and_priced_by_the_schedule() -> None:
     imb = by_id["stage-imbalance"]
     n = imb.evidence.numbers
     assert n["slowest_rank"] == 1
-    assert (n["slowest_compute_ms"], n["compute_ms_by_rank"]) == (pytest.approx(122.3613, abs=1e-4), "0: 52.46, 1: 122.36")
-    assert (n["stages"], n["microbatches"], n["ms_per_microbatch_by_rank"]) == (2, 4, "0: 13.116, 1: 30.590")
-    assert (n["model_step_ms"], n["balanced_step_ms"]) == (pytest.approx(135.4772, abs=1e-4),
-                                                           pytest.approx(109.2656, abs=1e-4))
+    assert (n["slowest_compute_ms"], n["compute_ms_by_rank"]) == (
+        pytest.approx(122.3613, abs=1e-4),
+        "0: 52.46, 1: 122.36",
+    )
+    assert (n["stages"], n["microbatches"], n["ms_per_microbatch_by_rank"]) == (
+        2,
+        4,
+        "0: 13.116, 1: 30.590",
+    )
+    assert (n["model_step_ms"], n["balanced_step_ms"]) == (
+        pytest.approx(135.4772, abs=1e-4),
+        pytest.approx(109.2656, abs=1e-4),
+    )
     assert (imb.saving_ms, n["balance_saving_ms"]) == (pytest.approx(26.2116, abs=1e-4), 26.2116)
     assert imb.saving_ms == pytest.approx(3 * (122.3613 - 87.4125) / 4, abs=1e-4)
     assert (imb.severity, report.unprofiled_step_ms) == ("major", pytest.approx(121.6445, abs=1e-4))
     assert n["extra_work_cost_ms"] == pytest.approx(122.3613 - 52.4637, abs=1e-4)
     assert n["others_wait_for_it_ms"] == pytest.approx(74.2796, abs=1e-4)
     bubble = by_id["pipeline-bubble"].evidence.numbers
-    assert bubble["measured_on_rank"] == 1 and bubble["bubble_ms_per_step"] == pytest.approx(32.0707, abs=1e-4)
+    assert bubble["measured_on_rank"] == 1 and bubble["bubble_ms_per_step"] == pytest.approx(
+        32.0707, abs=1e-4
+    )
     assert bubble["bubble_share_of_step"] == pytest.approx(0.1912, abs=1e-4)  # 20% by the formula
 
 
@@ -108,7 +128,10 @@ def test_four_stages_1f1b_middle_stages_receive_twice() -> None:
     assert [f.id for f in report.findings] == ["pipeline-bubble"]
     n = report.findings[0].evidence.numbers
     assert (n["stages"], n["microbatches"], n["measured_on_rank"]) == (4, 4, 1)
-    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"]) == (pytest.approx(38.8737, abs=1e-4), 0.3548)
+    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"]) == (
+        pytest.approx(38.8737, abs=1e-4),
+        0.3548,
+    )
     assert n["expected_share_of_step"] == pytest.approx(3 / 7, abs=1e-4)
     assert n["recv_wait_ms_by_rank"] == "0: 63.44, 1: 38.87, 2: 53.39, 3: 36.43"
 
@@ -123,7 +146,10 @@ def test_gloo_summary_counts_sends_receives_and_waits() -> None:
     assert (s0.p2p_recvs, s0.p2p_sends, s1.p2p_recvs, s1.p2p_sends) == (12, 12, 12, 12)
     assert s0.recv_wait_ms == pytest.approx((18.6604, 23.2225, 44.4796), abs=1e-4)
     assert s1.recv_wait_ms == pytest.approx((15.8833, 9.2739, 24.3618), abs=1e-4)
-    assert (s0.compute_ms, s1.compute_ms) == (pytest.approx(25.8595, abs=1e-4), pytest.approx(35.1498, abs=1e-4))
+    assert (s0.compute_ms, s1.compute_ms) == (
+        pytest.approx(25.8595, abs=1e-4),
+        pytest.approx(35.1498, abs=1e-4),
+    )
 
 
 # -- recorded on 2x H200 (NCCL, torch 2.11, 2026-11-26, scripts/validate_multigpu.py): `gpudoctor run
@@ -140,16 +166,26 @@ def test_h200_imbalanced_stage_priced_by_the_schedule() -> None:
     unprofiled); this run's figure for that, rank 1 at rank 0's pace, is m (1.087 - 0.482) = 2.42."""
     report = analyze_ranks_dir(DATA.parent / "pp2_h200_imbalance")
     multi = [f for f in report.findings if f.id in ("stage-imbalance", "pipeline-bubble")]
-    assert [f.id for f in multi] == ["stage-imbalance"]  # rank 1 waits 0.06 ms a step: no bubble to price
+    assert [f.id for f in multi] == [
+        "stage-imbalance"
+    ]  # rank 1 waits 0.06 ms a step: no bubble to price
     imb = multi[0]
     n = imb.evidence.numbers
     assert (n["slowest_rank"], n["stages"], n["microbatches"]) == (1, 2, 4)
-    assert (n["compute_ms_by_rank"], n["ms_per_microbatch_by_rank"]) == ("0: 1.93, 1: 4.35", "0: 0.482, 1: 1.087")
+    assert (n["compute_ms_by_rank"], n["ms_per_microbatch_by_rank"]) == (
+        "0: 1.93, 1: 4.35",
+        "0: 0.482, 1: 1.087",
+    )
     assert (n["model_step_ms"], n["balanced_step_ms"]) == (4.8299, 3.9225)
     assert (imb.saving_ms, n["balance_saving_ms"]) == (pytest.approx(0.9074, abs=1e-4), 0.9074)
-    assert (report.step_ms, report.unprofiled_step_ms) == (pytest.approx(9.5231, abs=1e-4),
-                                                           pytest.approx(5.1345, abs=1e-4))
-    assert (imb.severity, imb.predicted_speedup) == ("major", pytest.approx(5.1345 / (5.1345 - 0.9074), abs=1e-3))
+    assert (report.step_ms, report.unprofiled_step_ms) == (
+        pytest.approx(9.5231, abs=1e-4),
+        pytest.approx(5.1345, abs=1e-4),
+    )
+    assert (imb.severity, imb.predicted_speedup) == (
+        "major",
+        pytest.approx(5.1345 / (5.1345 - 0.9074), abs=1e-3),
+    )
     assert (n["extra_work_cost_ms"], n["others_wait_for_it_ms"]) == (2.4196, 7.3891)
 
 
@@ -164,8 +200,9 @@ def test_h200_twin_stage_times_call_no_stage_slow() -> None:
 # -- hand-built stages: p = 4, m = 4, 1 ms of compute per micro-batch, stage 2 twice as slow ---------
 
 
-def stages(slow: int = -1, p: int = 4, m: int = 4, steps: int = 2,
-           per_mb: list[float] | None = None) -> list[RankSummary]:
+def stages(
+    slow: int = -1, p: int = 4, m: int = 4, steps: int = 2, per_mb: list[float] | None = None
+) -> list[RankSummary]:
     """The pipeline's timings by its model: the pace is the slowest stage's time per micro-batch t;
     the step is (m+p-1) t; each stage waits the step minus its own compute. ``per_mb``: each stage's
     ms per micro-batch (default 1, 2 for ``slow``)."""
@@ -176,14 +213,29 @@ def stages(slow: int = -1, p: int = 4, m: int = 4, steps: int = 2,
     out = []
     for r in range(p):
         recvs = m * (1 if r in (0, p - 1) else 2)
-        colls = tuple(Collective("p2p", i, 1 << 20, i * 1000, i * 1000 + 500, 7, "", 0, (), "recv")
-                      for i in range(recvs * steps))
-        out.append(RankSummary(
-            rank=r, source=f"rank{r}", gpu="", step_start=tuple(int(k * step_ms * 1e6) for k in range(steps)),
-            step_end=tuple(int((k + 1) * step_ms * 1e6) for k in range(steps)), busy_ms=m * per_mb[r],
-            compute_ms=m * per_mb[r], idle_ms=step_ms - m * per_mb[r], idle_by_cause={}, collectives=colls,
-            kernel_ms={}, kernels_per_step=0.0, recv_wait_ms=(step_ms - m * per_mb[r],) * steps,
-            p2p_sends=recvs * steps, p2p_recvs=recvs * steps))
+        colls = tuple(
+            Collective("p2p", i, 1 << 20, i * 1000, i * 1000 + 500, 7, "", 0, (), "recv")
+            for i in range(recvs * steps)
+        )
+        out.append(
+            RankSummary(
+                rank=r,
+                source=f"rank{r}",
+                gpu="",
+                step_start=tuple(int(k * step_ms * 1e6) for k in range(steps)),
+                step_end=tuple(int((k + 1) * step_ms * 1e6) for k in range(steps)),
+                busy_ms=m * per_mb[r],
+                compute_ms=m * per_mb[r],
+                idle_ms=step_ms - m * per_mb[r],
+                idle_by_cause={},
+                collectives=colls,
+                kernel_ms={},
+                kernels_per_step=0.0,
+                recv_wait_ms=(step_ms - m * per_mb[r],) * steps,
+                p2p_sends=recvs * steps,
+                p2p_recvs=recvs * steps,
+            )
+        )
     return out
 
 
@@ -192,7 +244,11 @@ def test_four_balanced_stages_bubble_is_the_formula() -> None:
     result = combine(stages())
     assert [f.id for f in result.findings] == ["pipeline-bubble"]
     n = result.findings[0].evidence.numbers
-    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"], n["expected_share_of_step"]) == (3.0, 0.4286, 0.4286)
+    assert (n["bubble_ms_per_step"], n["bubble_share_of_step"], n["expected_share_of_step"]) == (
+        3.0,
+        0.4286,
+        0.4286,
+    )
     assert n["expected_bubble_ms"] == 3.0 and result.findings[0].saving_ms == pytest.approx(1.5)
 
 
@@ -206,10 +262,18 @@ def test_four_stages_one_slow_both_findings() -> None:
     n = by_id["stage-imbalance"].evidence.numbers
     assert n["slowest_rank"] == 2
     assert by_id["stage-imbalance"].saving_ms == pytest.approx(2.25)
-    assert (n["model_step_ms"], n["balanced_step_ms"], n["extra_work_cost_ms"], n["others_wait_for_it_ms"]) == (
-        11.0, 8.75, 4.0, 4.0)
+    assert (
+        n["model_step_ms"],
+        n["balanced_step_ms"],
+        n["extra_work_cost_ms"],
+        n["others_wait_for_it_ms"],
+    ) == (11.0, 8.75, 4.0, 4.0)
     bubble = by_id["pipeline-bubble"].evidence.numbers
-    assert (bubble["measured_on_rank"], bubble["bubble_ms_per_step"], bubble["expected_bubble_ms"]) == (2, 6.0, 6.0)
+    assert (
+        bubble["measured_on_rank"],
+        bubble["bubble_ms_per_step"],
+        bubble["expected_bubble_ms"],
+    ) == (2, 6.0, 6.0)
 
 
 def test_one_microbatch_balancing_saves_nothing() -> None:
@@ -218,7 +282,11 @@ def test_one_microbatch_balancing_saves_nothing() -> None:
     result = combine(stages(m=1, per_mb=[1.0, 2.0]))
     imb = next(f for f in result.findings if f.id == "stage-imbalance")
     assert imb.evidence.numbers["slowest_rank"] == 1
-    assert (imb.saving_ms, imb.severity, imb.evidence.numbers["model_step_ms"]) == (0.0, "info", 3.0)
+    assert (imb.saving_ms, imb.severity, imb.evidence.numbers["model_step_ms"]) == (
+        0.0,
+        "info",
+        3.0,
+    )
 
 
 def test_saving_capped_at_the_others_wait() -> None:
@@ -240,7 +308,11 @@ def test_severity_against_the_unprofiled_step_saving_kept() -> None:
     imb = next(f for f in combine(stages(slow=2)).findings if f.id == "stage-imbalance")
     assert imb.severity == "major"  # 2.25 of the 14 ms hand-built step
     again = priced_unprofiled(imb, 5.0)
-    assert (again.saving_ms, again.severity, again.predicted_speedup) == (2.25, "critical", pytest.approx(5 / 2.75))
+    assert (again.saving_ms, again.severity, again.predicted_speedup) == (
+        2.25,
+        "critical",
+        pytest.approx(5 / 2.75),
+    )
     assert priced_unprofiled(imb, 1.0).saving_ms == pytest.approx(0.99)
     assert priced_unprofiled(imb, None) is imb
     bubble = next(f for f in combine(stages(slow=2)).findings if f.id == "pipeline-bubble")
@@ -264,10 +336,12 @@ def test_counts_that_break_the_pattern_are_not_one_pipeline() -> None:
 def test_gpu_recv_wait_is_the_recv_kernel_not_beside_compute() -> None:
     """On a GPU the recv kernel's time with no compute kernel beside it is the stage's wait; sends
     are counted, not waited on."""
-    colls = (Collective("p2p", 0, 4, 0, 2_000_000, 7, "", 0, ((500_000, 1_500_000),), "recv"),
-             Collective("p2p", 1, 4, 3_000_000, 3_400_000, 7, "", 1, (), "recv"),
-             Collective("p2p", 2, 4, 4_000_000, 9_000_000, 7, "", 1, (), "send"),
-             Collective("p2p", 3, 4, 9_000_000, 9_100_000, 7, "", -1, (), "recv"))
+    colls = (
+        Collective("p2p", 0, 4, 0, 2_000_000, 7, "", 0, ((500_000, 1_500_000),), "recv"),
+        Collective("p2p", 1, 4, 3_000_000, 3_400_000, 7, "", 1, (), "recv"),
+        Collective("p2p", 2, 4, 4_000_000, 9_000_000, 7, "", 1, (), "send"),
+        Collective("p2p", 3, 4, 9_000_000, 9_100_000, 7, "", -1, (), "recv"),
+    )
     assert _p2p_device(colls, 2) == {"recv_wait_ms": (1.0, 0.4), "p2p_recvs": 2, "p2p_sends": 1}
     assert _p2p_device(colls[2:3], 2) == {"recv_wait_ms": (), "p2p_recvs": 0, "p2p_sends": 1}
 
@@ -283,10 +357,37 @@ def test_run_on_the_program_reports_the_bubble(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--nproc", "2", "--out", str(tmp_path / "runs"),
-                          "--skip", "3", "--steps", "2", "--calibrate", "1", "--rank-timeout", "120",
-                          str(PROGRAM), "--steps", "8", "--microbatches", "2"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "run",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "runs"),
+            "--skip",
+            "3",
+            "--steps",
+            "2",
+            "--calibrate",
+            "1",
+            "--rank-timeout",
+            "120",
+            str(PROGRAM),
+            "--steps",
+            "8",
+            "--microbatches",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=240,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     (run,) = (tmp_path / "runs").iterdir()
     text = (run / "report.json").read_text()

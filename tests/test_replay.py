@@ -29,16 +29,20 @@ def _graph(name: str):  # type: ignore[no-untyped-def]
     return trace, build(trace, segment(trace))
 
 
-@pytest.mark.parametrize(("name", "calls", "profiled_ns", "replayed_ns"), [
-    ("host_sync", 888, 10_336_594, 10_369_141),       # +0.3%
-    ("launch_bound", 1155, 36_069_993, 35_430_067),   # -1.8%
-    ("fp32_matmul", 141, 8_103_070, 8_097_338),       # -0.1%
-    # a DDP rank whose all-reduce waits on the gradient kernel 5.1-5.2 us before it (the cross-stream
-    # wait read within WAIT_SLACK_NS; within 5 us the wait was missed and the step read -11.4%)
-    ("ddp4_h200_batch/rank0", 4677, 41_624_297, 41_455_420),  # -0.4%
-])
-def test_replaying_the_graph_unchanged_reproduces_the_profiled_step(name: str, calls: int, profiled_ns: int,
-                                                                    replayed_ns: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "calls", "profiled_ns", "replayed_ns"),
+    [
+        ("host_sync", 888, 10_336_594, 10_369_141),  # +0.3%
+        ("launch_bound", 1155, 36_069_993, 35_430_067),  # -1.8%
+        ("fp32_matmul", 141, 8_103_070, 8_097_338),  # -0.1%
+        # a DDP rank whose all-reduce waits on the gradient kernel 5.1-5.2 us before it (the cross-stream
+        # wait read within WAIT_SLACK_NS; within 5 us the wait was missed and the step read -11.4%)
+        ("ddp4_h200_batch/rank0", 4677, 41_624_297, 41_455_420),  # -0.4%
+    ],
+)
+def test_replaying_the_graph_unchanged_reproduces_the_profiled_step(
+    name: str, calls: int, profiled_ns: int, replayed_ns: int
+) -> None:
     _, graph = _graph(name)
     assert graph.coverage == "full" and graph.calls == calls
     assert graph.profiled_ns == profiled_ns
@@ -56,10 +60,14 @@ def test_the_profilers_cost_is_fitted_to_the_unprofiled_step() -> None:
     assert fit.replayed.step_ns == pytest.approx(7.036e6, rel=1e-3)
     _, gpu_bound = _graph("fp32_matmul")
     fit = unprofiled(gpu_bound, 8.3316e6)
-    assert fit.scale == PRIOR_SCALE and fit.residual_ns == pytest.approx(8.3316e6 - 8_097_338, abs=1)
+    assert fit.scale == PRIOR_SCALE and fit.residual_ns == pytest.approx(
+        8.3316e6 - 8_097_338, abs=1
+    )
 
 
-def test_a_profiled_step_the_gpu_sets_keeps_the_prior_when_it_replays_just_above_the_measured_one() -> None:
+def test_a_profiled_step_the_gpu_sets_keeps_the_prior_when_it_replays_just_above_the_measured_one() -> (
+    None
+):
     """H200 lab, fp32_matmul: the profiled step replays at 7.947 ms with nothing taken out against
     7.928 measured. A fit would run the scale to the range's end (8x) and leave the host a quarter
     of its time: autocast's twin, host-bound, was then priced x6.56 against x4.43 measured. Within
@@ -87,24 +95,36 @@ def test_naive_attention_takes_its_host_stretches_and_the_copies_launched_in_the
     a = found.analysis
     starts, ends, threads = pattern_spans(a, attention_events(a))
     n = len(a.steps)
-    assert starts.size / n == 4 and set(threads.tolist()) == {0, 1}  # 2 layers, forward and backward
+    assert starts.size / n == 4 and set(threads.tolist()) == {
+        0,
+        1,
+    }  # 2 layers, forward and backward
     assert np.all(ends > starts)
     e = edit(a, found.report.finding("naive-attention"))
     assert e is not None and e.device.size > attention_events(a).size  # the stretches' copies too
-    assert found.report.finding("naive-attention").predicted_speedup == pytest.approx(3.5118, abs=1e-3)
+    assert found.report.finding("naive-attention").predicted_speedup == pytest.approx(
+        3.5118, abs=1e-3
+    )
 
 
 def test_an_edit_that_changes_nothing_replays_the_same_step_and_edits_combine() -> None:
     _, graph = _graph("host_sync")
     base = unprofiled(graph, 7.036e6)
-    assert replay(graph, changes(graph, Edit(), base=base.changes)).step_ns == pytest.approx(base.replayed.step_ns)
+    assert replay(graph, changes(graph, Edit(), base=base.changes)).step_ns == pytest.approx(
+        base.replayed.step_ns
+    )
     waits = graph.host[graph.wait_on >= 0]
     unwaited = replay(graph, changes(graph, Edit(unwait=waits), base=base.changes)).step_ns
     assert unwaited < base.replayed.step_ns
-    first, second = Edit(device=np.array([5, 3]), device_ns=np.array([1.0, 2.0])), Edit(device=np.array([3]),
-                                                                                         device_ns=np.array([0.5]))
+    first, second = (
+        Edit(device=np.array([5, 3]), device_ns=np.array([1.0, 2.0])),
+        Edit(device=np.array([3]), device_ns=np.array([0.5])),
+    )
     both = merge([first, second])
-    assert both.device.tolist() == [3, 5] and both.device_ns.tolist() == [0.5, 1.0]  # the shorter time wins
+    assert both.device.tolist() == [3, 5] and both.device_ns.tolist() == [
+        0.5,
+        1.0,
+    ]  # the shorter time wins
 
 
 def test_findings_say_how_they_were_priced_and_all_fixes_are_one_replay() -> None:
@@ -123,7 +143,12 @@ def test_a_trace_without_launches_falls_back_to_the_formulas_and_says_so() -> No
     for step in range(3):
         b.step(step, step * 10_000, 10_000)
         for k in range(4):
-            b.kernel("ampere_sgemm_128x64_nn", step * 10_000 + 500 + k * 2_000, 1_500, correlation=100 + 4 * step + k)
+            b.kernel(
+                "ampere_sgemm_128x64_nn",
+                step * 10_000 + 500 + k * 2_000,
+                1_500,
+                correlation=100 + 4 * step + k,
+            )
     trace = parse(b.to_bytes())
     graph = build(trace, segment(trace))
     assert graph.coverage.startswith("no runtime calls")
@@ -133,14 +158,30 @@ def test_a_trace_without_launches_falls_back_to_the_formulas_and_says_so() -> No
         assert "graph could not be built" in finding.evidence.numbers["priced_by_formula_because"]
 
 
-KERNELS = ("ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel", "Memcpy HtoD (Pageable -> Device)")
+KERNELS = (
+    "ampere_sgemm_128x64_nn",
+    "vectorized_elementwise_kernel",
+    "Memcpy HtoD (Pageable -> Device)",
+)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["launch", "sync", "unlinked", "gap"]), st.integers(0, 2),
-                          st.floats(1, 400), st.floats(0, 300)), min_size=1, max_size=40),
-       st.integers(1, 4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["launch", "sync", "unlinked", "gap"]),
+            st.integers(0, 2),
+            st.floats(1, 400),
+            st.floats(0, 300),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 4),
+)
 @settings(max_examples=40)
-def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_without_raising(events, steps) -> None:
+def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_without_raising(
+    events, steps
+) -> None:
     """Random steps of launches (on up to three streams), syncs, kernels with no launch record and
     host gaps: the graph builds, replays to a finite step, and every finding says how it was priced
     (or the trace is refused with its one-line error)."""
@@ -148,7 +189,7 @@ def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_witho
     t, per_step = 0.0, max(len(events) // steps, 1)
     for s in range(steps):
         start = t
-        for kind, stream, dur, gap in events[s * per_step:(s + 1) * per_step] or events[:1]:
+        for kind, stream, dur, gap in events[s * per_step : (s + 1) * per_step] or events[:1]:
             t += gap
             if kind == "launch":
                 corr = b.runtime("cudaLaunchKernel", t, 5.0)
@@ -156,7 +197,9 @@ def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_witho
             elif kind == "sync":
                 b.runtime("cudaStreamSynchronize", t, dur)
             elif kind == "unlinked":
-                b.kernel(KERNELS[stream], t, dur, correlation=10_000 + len(b.events), stream=7 + stream)
+                b.kernel(
+                    KERNELS[stream], t, dur, correlation=10_000 + len(b.events), stream=7 + stream
+                )
             t += dur
         b.step(s, start, max(t - start, 1.0))
     trace = parse(b.to_bytes())
@@ -167,7 +210,9 @@ def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_witho
     assert np.isfinite(replayed.step_ns) and replayed.step_ns >= 0
     try:
         report = analyze_loaded(trace, gpu="h100-sxm", unprofiled_step_ms=1.0)
-    except GpuDoctorError:  # a trace no sound report can come from says so in one line (capabilities)
+    except (
+        GpuDoctorError
+    ):  # a trace no sound report can come from says so in one line (capabilities)
         return
     for finding in report.findings:
         assert finding.evidence.numbers["priced_by"] in ("replay", "formula")
@@ -177,7 +222,9 @@ def test_any_mix_of_launches_syncs_and_unlinked_kernels_replays_and_prices_witho
 def test_interval_subtraction_keeps_what_the_kept_intervals_do_not_cover() -> None:
     from gpudoctor.analysis.intervals import subtract as _minus
 
-    s, e = _minus(np.array([0, 100]), np.array([50, 200]), np.array([10, 40, 120]), np.array([20, 60, 130]))
+    s, e = _minus(
+        np.array([0, 100]), np.array([50, 200]), np.array([10, 40, 120]), np.array([20, 60, 130])
+    )
     assert list(zip(s.tolist(), e.tolist())) == [(0, 10), (20, 40), (100, 120), (130, 200)]
     s, e = _minus(np.array([0]), np.array([10]), np.array([], np.int64), np.array([], np.int64))
     assert list(zip(s.tolist(), e.tolist())) == [(0, 10)]
@@ -197,9 +244,23 @@ def _per_head_loop(steps: int = 4, heads: int = 48, cast: bool = False) -> bytes
         for h in range(heads):
             host = t0 + 20 + h * 20
             if cast:
-                b.launch("bfloat16_copy_kernel_cuda", host - 8, host + 2, 1.0, op="aten::to", launch_dur=2.0)
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", host, host + 12, 3.0,
-                     op="aten::mm", dims=[[16, 64], [64, 64]], flops=2 * 16 * 64 * 64)
+                b.launch(
+                    "bfloat16_copy_kernel_cuda",
+                    host - 8,
+                    host + 2,
+                    1.0,
+                    op="aten::to",
+                    launch_dur=2.0,
+                )
+            b.launch(
+                "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64",
+                host,
+                host + 12,
+                3.0,
+                op="aten::mm",
+                dims=[[16, 64], [64, 64]],
+                flops=2 * 16 * 64 * 64,
+            )
     return b.to_bytes()
 
 
@@ -250,13 +311,21 @@ def test_a_removed_device_event_takes_no_time_and_no_switch_on_its_stream() -> N
         t0 = s * 250
         b.step(s, t0, 250)
         for k in range(100):
-            b.launch("vectorized_elementwise_kernel", t0 + k * 2, 50 + (s * 100 + k) * 11, 10.0, launch_dur=1.0)
+            b.launch(
+                "vectorized_elementwise_kernel",
+                t0 + k * 2,
+                50 + (s * 100 + k) * 11,
+                10.0,
+                launch_dur=1.0,
+            )
     trace = parse(b.to_bytes())
     graph = build(trace, segment(trace))
     rows = graph.dev_index[::2]
     before = replay(graph).step_ns
     zero = replay(graph, changes(graph, Edit(device=rows, device_ns=np.zeros(rows.size)))).step_ns
-    gone = replay(graph, changes(graph, Edit(device=rows, device_ns=np.zeros(rows.size), device_removed=rows))).step_ns
+    gone = replay(
+        graph, changes(graph, Edit(device=rows, device_ns=np.zeros(rows.size), device_removed=rows))
+    ).step_ns
     assert before == pytest.approx(1_100_000, rel=0.03)
     assert zero == pytest.approx(before - 50 * 10_000, rel=0.05)
     assert gone == pytest.approx(zero - 50 * graph.switch_ns, rel=0.02) and graph.switch_ns > 0
@@ -275,7 +344,9 @@ def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
     ceilings = choose_ceilings(trace, "h100-sxm")
     default = analyze_trace(trace, ceilings)
     assert measured_costs(default) is None
-    measured = analyze_trace(trace, dataclasses.replace(ceilings, extra={**ceilings.extra, "profiler_event_s": 6e-6}))
+    measured = analyze_trace(
+        trace, dataclasses.replace(ceilings, extra={**ceilings.extra, "profiler_event_s": 6e-6})
+    )
     assert measured_costs(measured) == {"op": 6000.0, "runtime": 6000.0, "annotation": 6000.0}
     at_3us, at_6us = step_model(default), step_model(measured)
     # twice the cost per event leaves less host time in the profiler-free step

@@ -27,8 +27,15 @@ def test_markup_in_trace_names_is_printed_literally() -> None:
     for s in range(2):
         base = s * 1000
         t.step(s, base, 1000)
-        t.launch("[bold red]pwned[/] ampere_sgemm_128x64_tn", base + 1, base + 10, 900, op="aten::mm",
-                 dims=[[2048, 2048], [2048, 2048]], flops=2 * 2048**3)
+        t.launch(
+            "[bold red]pwned[/] ampere_sgemm_128x64_tn",
+            base + 1,
+            base + 10,
+            900,
+            op="aten::mm",
+            dims=[[2048, 2048], [2048, 2048]],
+            flops=2 * 2048**3,
+        )
     for e in t.events:
         if e.get("args", {}).get("Input type"):
             e["args"]["Input type"] = ["float", "float"]

@@ -49,24 +49,51 @@ def _kernel(name, kind, dtype, time_ms, flops, nbytes, bound, count=1.0):
     roof = CEILINGS.matrix_flops.get(dtype, CEILINGS.vector_flops)
     attainable = min(roof, CEILINGS.hbm_bytes_per_s * intensity) if intensity else roof
     return RooflineRow(
-        name=name, kind=kind, dtype=dtype, count_per_step=count, time_ms_per_step=time_ms,
-        flops=flops, bytes=nbytes, achieved_flops=achieved,
-        achieved_bytes_per_s=nbytes / seconds if seconds else 0.0, intensity=intensity,
-        roof_flops=roof, attainable_flops=attainable,
-        efficiency=achieved / attainable if attainable and achieved else 0.0, bound=bound,
+        name=name,
+        kind=kind,
+        dtype=dtype,
+        count_per_step=count,
+        time_ms_per_step=time_ms,
+        flops=flops,
+        bytes=nbytes,
+        achieved_flops=achieved,
+        achieved_bytes_per_s=nbytes / seconds if seconds else 0.0,
+        intensity=intensity,
+        roof_flops=roof,
+        attainable_flops=attainable,
+        efficiency=achieved / attainable if attainable and achieved else 0.0,
+        bound=bound,
     )
 
 
 KERNELS = [
-    _kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm (tensor cores)",
-            "bf16", 4.2, 2.52e12, 1.0e10, "compute", count=48),
+    _kernel(
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+        "gemm (tensor cores)",
+        "bf16",
+        4.2,
+        2.52e12,
+        1.0e10,
+        "compute",
+        count=48,
+    ),
     _kernel(SCRIPT, "elementwise", "bf16", 1.6, 0.5e9, 4.0e9, "memory", count=96),
     _kernel(IMG, "softmax", "fp32", 0.9, 0.3e9, 2.4e9, "memory", count=24),
     _kernel(QUOTES, "reduction", "fp32", 0.5, 0.2e9, 1.2e9, "memory", count=24),
     _kernel(CONSOLE_XSS, "normalization", "bf16", 0.3, 0.1e9, 0.8e9, "memory", count=24),
     _kernel(TITLE_BREAK, "other", "", 0.05, 1e6, 2e6, "latency", count=200),
-    _kernel("Memcpy HtoD (Pageable -> Device)", "memcpy HtoD pageable", "", 2.1, 0.0, 1.6e8, "unknown"),
-    _kernel("void at::native::vectorized_gather_kernel<16>", "index / gather", "", 0.2, 0.0, 0.0, "unknown"),
+    _kernel(
+        "Memcpy HtoD (Pageable -> Device)", "memcpy HtoD pageable", "", 2.1, 0.0, 1.6e8, "unknown"
+    ),
+    _kernel(
+        "void at::native::vectorized_gather_kernel<16>",
+        "index / gather",
+        "",
+        0.2,
+        0.0,
+        0.0,
+        "unknown",
+    ),
 ]
 PLOTTED = 6  # the memcpy (no FLOPs) and the gather (no bytes) are left out
 
@@ -108,19 +135,43 @@ def make_report(kernels=KERNELS) -> Report:
         schema_version=SCHEMA_VERSION,
         tool_version="0.1.0",
         source=f"runs/{SCRIPT}/trace.json.gz",
-        gpu=GpuSection(name="NVIDIA H100 80GB HBM3", memory_bytes=85_520_809_984, sm_count=132,
-                       compute_capability="9.0"),
+        gpu=GpuSection(
+            name="NVIDIA H100 80GB HBM3",
+            memory_bytes=85_520_809_984,
+            sm_count=132,
+            compute_capability="9.0",
+        ),
         ceilings=CEILINGS,
-        steps=StepsSection(method="ProfilerStep", count=5, median_ms=12.4, per_step_ms=(12.6, 12.4, 12.3, 12.5, 12.2)),
+        steps=StepsSection(
+            method="ProfilerStep",
+            count=5,
+            median_ms=12.4,
+            per_step_ms=(12.6, 12.4, 12.3, 12.5, 12.2),
+        ),
         step_ms=12.4,
         gpu_busy_pct=79.0,
         mfu=0.41,
-        breakdown=BreakdownSection(busy_ms=9.8, idle_ms=2.6, kernels_per_step=440.0, copies_per_step=0.0,
-                                   triton_ms=0.0, cuda_graph_ms=0.0,
-                                   by_kind={"gemm (tensor cores)": 4.2, "elementwise": 1.6, "memcpy HtoD pageable": 2.1,
-                                            "softmax": 0.9, "reduction": 0.5, "normalization": 0.3, "other": 0.2}),
+        breakdown=BreakdownSection(
+            busy_ms=9.8,
+            idle_ms=2.6,
+            kernels_per_step=440.0,
+            copies_per_step=0.0,
+            triton_ms=0.0,
+            cuda_graph_ms=0.0,
+            by_kind={
+                "gemm (tensor cores)": 4.2,
+                "elementwise": 1.6,
+                "memcpy HtoD pageable": 2.1,
+                "softmax": 0.9,
+                "reduction": 0.5,
+                "normalization": 0.3,
+                "other": 0.2,
+            },
+        ),
         idle={"pageable-copy": 2.0, "dispatch": 0.4, "host-sync": 0.2, "input-pipeline": 0.0},
-        roofline=RooflineSection(model_tflop_per_step=120.96, placed_fraction=0.83, kernels=tuple(kernels)),
+        roofline=RooflineSection(
+            model_tflop_per_step=120.96, placed_fraction=0.83, kernels=tuple(kernels)
+        ),
         memory=MemorySection(applicable=False, reason=""),
         findings=FINDINGS,
         not_applicable={"communication": f"single GPU; no NCCL kernels {IMG}"},
@@ -198,9 +249,22 @@ def test_fragment_mode():
 
 
 def test_svg_scale_places_a_point_inside_the_plot():
-    point = RooflineRow(name="k", kind="", dtype="", count_per_step=0.0, time_ms_per_step=1.0, flops=0.0, bytes=0.0,
-                        achieved_flops=1e12, achieved_bytes_per_s=0.0, intensity=10.0, roof_flops=0.0,
-                        attainable_flops=0.0, efficiency=0.0, bound="memory")
+    point = RooflineRow(
+        name="k",
+        kind="",
+        dtype="",
+        count_per_step=0.0,
+        time_ms_per_step=1.0,
+        flops=0.0,
+        bytes=0.0,
+        achieved_flops=1e12,
+        achieved_bytes_per_s=0.0,
+        intensity=10.0,
+        roof_flops=0.0,
+        attainable_flops=0.0,
+        efficiency=0.0,
+        bound="memory",
+    )
     ax = axes_for(CEILINGS, [point])
     assert isinstance(ax, LogAxes)
     assert ax.x_min < 10 < ax.x_max and ax.y_min < 1e12 < ax.y_max
@@ -236,7 +300,9 @@ def test_kernels_per_step_counts_what_launch_bound_counts():
     assert (report.breakdown.kernels_per_step, report.breakdown.copies_per_step) == (220.0, 50.0)
     page = render_html(report)
     assert "ms idle; 220 kernels and 50 copies / memsets per step</p>" in page
-    counts = re.findall(r'</code></td><td>[^<]*</td><td>[^<]*</td><td class="num">([\d.]+)</td>', page)
+    counts = re.findall(
+        r'</code></td><td>[^<]*</td><td>[^<]*</td><td class="num">([\d.]+)</td>', page
+    )
     assert counts and not any(c.endswith(".0") for c in counts)  # the kernel table's calls per step
 
 
@@ -247,10 +313,24 @@ def test_ceiling_labels_do_not_overlap(gpu):
     from gpudoctor.hardware.ceilings import for_gpu_name
 
     svg, _ = roofline_svg(for_gpu_name(gpu), [])
-    labels = [(float(y), text) for y, text in re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="end" fill='
-                                                         r'[^>]*>([^<]*FLOP/s)</text>', svg)]
-    assert [t.split()[0] for _, t in labels] == ["fp64", "fp32/vector", "tf32", "bf16/fp16", "fp8/int8"]
+    labels = [
+        (float(y), text)
+        for y, text in re.findall(
+            r'<text x="[\d.]+" y="([\d.]+)" text-anchor="end" fill='
+            r'[^>]*>([^<]*FLOP/s)</text>',
+            svg,
+        )
+    ]
+    assert [t.split()[0] for _, t in labels] == [
+        "fp64",
+        "fp32/vector",
+        "tf32",
+        "bf16/fp16",
+        "fp8/int8",
+    ]
     boxes = sorted((y - 11, y + 2.75) for y, _ in labels)
     assert all(upper[1] < lower[0] for upper, lower in pairwise(boxes)), boxes
     assert boxes[0][0] >= 16  # inside the plot: its top margin is 16 px
-    assert all('font-size="11"' in m for m in re.findall(r'<text [^>]*text-anchor="end" fill=[^>]*>', svg))
+    assert all(
+        'font-size="11"' in m for m in re.findall(r'<text [^>]*text-anchor="end" fill=[^>]*>', svg)
+    )

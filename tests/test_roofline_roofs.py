@@ -28,22 +28,36 @@ def _is_trace(path: Path) -> bool:
     return b'"schemaVersion"' in head or b'"traceEvents"' in head
 
 
-TRACES = sorted(p.parent.relative_to(DATA).as_posix() if p.name == "trace.json.gz" else p.relative_to(DATA).as_posix()
-                for p in DATA.rglob("*.json.gz") if _is_trace(p))
+TRACES = sorted(
+    p.parent.relative_to(DATA).as_posix()
+    if p.name == "trace.json.gz"
+    else p.relative_to(DATA).as_posix()
+    for p in DATA.rglob("*.json.gz")
+    if _is_trace(p)
+)
 
 # trace: (share of kernel time placed, share left off above its roof); None: no GPU work
 PLACED = {
     "allocator_churn": (1.0000, 0.0000),
     "allocator_churn_fixed": (1.0000, 0.0000),
     "cpu_only": None,
-    "ddp_train": (0.8641, 0.0010),  # NCCL all-reduces (9%) have no roof here; the fused AdamW's lists went unrecorded
+    "ddp_train": (
+        0.8641,
+        0.0010,
+    ),  # NCCL all-reduces (9%) have no roof here; the fused AdamW's lists went unrecorded
     "fp32_matmul": (1.0000, 0.0000),
     "fp32_matmul_fixed": (1.0000, 0.0000),
     "gallery_h100/dataloader_workers": (0.9870, 0.0130),
     "gallery_h100/fp32_mlp_item": (1.0000, 0.0000),
-    "gallery_h100/inference_loop": (0.9375, 0.0625),  # residual add_ of 16 MB tensors the GEMM left in L2
+    "gallery_h100/inference_loop": (
+        0.9375,
+        0.0625,
+    ),  # residual add_ of 16 MB tensors the GEMM left in L2
     "gallery_h100/lbfgs_closure": (0.9705, 0.0000),  # addmm's bias-copy kernel: not the GEMM's work
-    "gallery_h100/lightning_module": (0.9407, 0.0593),  # foreach addcmul_(v, g, g): g passed twice, read once
+    "gallery_h100/lightning_module": (
+        0.9407,
+        0.0593,
+    ),  # foreach addcmul_(v, g, g): g passed twice, read once
     "gallery_h100/own_profiler": (0.9942, 0.0058),
     "healthy_compiled": (0.9673, 0.0010),  # Inductor kernels fusing embedding / nll_loss gathers
     "healthy_infer": (0.9999, 0.0000),
@@ -106,13 +120,17 @@ def test_no_placed_kernel_or_op_is_above_its_roof(name: str) -> None:
     for p in rf.kernels + rf.ops:
         if p.bound != "unknown":
             assert p.efficiency <= ROOF_TOLERANCE, (p.name, p.efficiency)
-            assert p.achieved_bytes_per_s <= ROOF_TOLERANCE * ceilings.hbm_bytes_per_s * (1 + 1e-9), p.name
+            assert p.achieved_bytes_per_s <= ROOF_TOLERANCE * ceilings.hbm_bytes_per_s * (
+                1 + 1e-9
+            ), p.name
     # and event by event: none placed beyond its own roof
     trace = load(DATA / name)
     dev = trace.device
     placed = rf.event_placed & (dev.dur > 0)
     seconds = dev.dur[placed] / 1e9
-    assert np.all(rf.event_bytes[placed] <= ROOF_TOLERANCE * ceilings.hbm_bytes_per_s * seconds * (1 + 1e-9))
+    assert np.all(
+        rf.event_bytes[placed] <= ROOF_TOLERANCE * ceilings.hbm_bytes_per_s * seconds * (1 + 1e-9)
+    )
 
 
 @pytest.mark.parametrize("name", TRACES)
@@ -144,8 +162,16 @@ def test_the_issue_examples_sit_under_their_roofs() -> None:
 # --- the split of an op's cost over its kernels, and the guard, on hand-built traces ------------
 
 
-def _op_with_kernels(t: TraceBuilder, op: str, ts: float, kernels: list[tuple[str, float]], dims: list, types: list,
-                     strides: list | None = None, concrete: list | None = None) -> None:
+def _op_with_kernels(
+    t: TraceBuilder,
+    op: str,
+    ts: float,
+    kernels: list[tuple[str, float]],
+    dims: list,
+    types: list,
+    strides: list | None = None,
+    concrete: list | None = None,
+) -> None:
     """One op launching several kernels back to back on the GPU (times in us)."""
     t.op(op, ts, 2 + 6 * len(kernels), dims=dims, types=types)
     if strides is not None:
@@ -161,7 +187,9 @@ def _op_with_kernels(t: TraceBuilder, op: str, ts: float, kernels: list[tuple[st
 
 H100 = for_gpu_name("h100-sxm")
 BF16 = "c10::BFloat16"
-ADD_KERNEL = "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16> >"
+ADD_KERNEL = (
+    "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16> >"
+)
 
 
 def _roofline(t: TraceBuilder) -> tuple[RooflineResult, object]:
@@ -173,16 +201,29 @@ def test_a_gemm_gives_its_flops_to_its_gemm_kernel_only() -> None:
     t = TraceBuilder()
     t.step(0, 0, 2000)
     # mm 8192 x 8192 x 8192 bf16 (1.1 TFLOP): a GEMM kernel and a fill beside it (a workspace, a bias)
-    _op_with_kernels(t, "aten::mm", 10, [("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 1500),
-                                         ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >", 100)],
-                     [[8192, 8192], [8192, 8192]], [BF16, BF16])
+    _op_with_kernels(
+        t,
+        "aten::mm",
+        10,
+        [
+            ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 1500),
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >",
+                100,
+            ),
+        ],
+        [[8192, 8192], [8192, 8192]],
+        [BF16, BF16],
+    )
     rf, trace = _roofline(t)
     dev = trace.device
     gemm = dev.kind == Kind.GEMM_TC
     assert rf.event_flops[gemm].sum() == 2.0 * 8192**3
     assert rf.event_flops[~gemm].sum() == 0 and not rf.event_placed[~gemm].any()
     point = next(k for k in rf.kernels if k.kind == "GEMM_TC")
-    assert point.efficiency == pytest.approx(2.0 * 8192**3 / 1.5e-3 / roof_for(Kind.GEMM_TC, "bf16", H100))
+    assert point.efficiency == pytest.approx(
+        2.0 * 8192**3 / 1.5e-3 / roof_for(Kind.GEMM_TC, "bf16", H100)
+    )
 
 
 def test_an_elementwise_kernel_faster_than_hbm_is_left_unplaced() -> None:
@@ -191,8 +232,14 @@ def test_an_elementwise_kernel_faster_than_hbm_is_left_unplaced() -> None:
     t.step(0, 0, 500)
     # add_ of two 32 MB bf16 tensors moves >= 96 MB: 30 us at 3.35 TB/s. In 20 us it ran from L2.
     for ts, dur in ((10, 20.0), (100, 40.0)):
-        _op_with_kernels(t, "aten::add_", ts, [(ADD_KERNEL, dur)], [[4096, 4096], [4096, 4096], []],
-                         [BF16, BF16, "Scalar"])
+        _op_with_kernels(
+            t,
+            "aten::add_",
+            ts,
+            [(ADD_KERNEL, dur)],
+            [[4096, 4096], [4096, 4096], []],
+            [BF16, BF16, "Scalar"],
+        )
     rf, _ = _roofline(t)
     assert rf.event_bytes.tolist() == [3.0 * n * 2] * 2
     assert rf.event_placed.tolist() == [False, True]
@@ -207,7 +254,13 @@ def test_an_elementwise_kernel_faster_than_hbm_is_left_unplaced() -> None:
 def test_nccl_kernels_have_no_roof_here() -> None:
     t = TraceBuilder()
     t.step(0, 0, 500)
-    _op_with_kernels(t, "record_param_comms", 10, [("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)", 200)],
-                     [[[1024, 1024]]], ["TensorList"])
+    _op_with_kernels(
+        t,
+        "record_param_comms",
+        10,
+        [("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)", 200)],
+        [[[1024, 1024]]],
+        ["TensorList"],
+    )
     rf, _ = _roofline(t)
     assert rf.placed_fraction == 0 and rf.kernels[0].bound == "unknown"

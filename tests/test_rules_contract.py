@@ -13,9 +13,20 @@ from gpudoctor.rules.registry import RULES, get_rule, run_rules
 from gpudoctor.trace import parse
 
 REQUIRED = {
-    "input-pipeline", "host-sync", "launch-bound", "fp32-matmul", "unfused-elementwise",
-    "naive-attention", "pageable-copy", "allocator-churn", "per-sample-loop", "optimizer-loop",
-    "host-blocking-work", "misaligned-gemm", "small-gemm", "memory-pressure",
+    "input-pipeline",
+    "host-sync",
+    "launch-bound",
+    "fp32-matmul",
+    "unfused-elementwise",
+    "naive-attention",
+    "pageable-copy",
+    "allocator-churn",
+    "per-sample-loop",
+    "optimizer-loop",
+    "host-blocking-work",
+    "misaligned-gemm",
+    "small-gemm",
+    "memory-pressure",
 }
 
 
@@ -36,8 +47,14 @@ def test_rule_on_an_empty_trace(rule_id: str) -> None:
 def test_rule_on_a_trace_with_one_busy_kernel(rule_id: str) -> None:
     t = TraceBuilder()
     t.step(0, 0, 100)
-    t.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 0, 1, 98, op="aten::mm",
-             dims=[[4096, 4096], [4096, 4096]])
+    t.launch(
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+        0,
+        1,
+        98,
+        op="aten::mm",
+        dims=[[4096, 4096], [4096, 4096]],
+    )
     finding = RULES[rule_id].check(_analysis(t))
     assert finding is None or finding.severity in ("minor", "info")
 
@@ -47,12 +64,26 @@ def test_findings_are_well_formed_and_ranked() -> None:
     for s in range(3):
         base = s * 1000
         t.step(s, base, 1000)
-        t.launch("ampere_sgemm_128x64_tn", base + 1, base + 10, 500, op="aten::mm",
-                 dims=[[2048, 2048], [2048, 2048]], flops=2 * 2048**3)
+        t.launch(
+            "ampere_sgemm_128x64_tn",
+            base + 1,
+            base + 10,
+            500,
+            op="aten::mm",
+            dims=[[2048, 2048], [2048, 2048]],
+            flops=2 * 2048**3,
+        )
         t.op("aten::item", base + 20, 600)
         t.runtime("cudaStreamSynchronize", base + 25, 590)
-        t.launch("ampere_sgemm_128x64_tn", base + 700, base + 710, 250, op="aten::mm",
-                 dims=[[2048, 2048], [2048, 2048]], flops=2 * 2048**3)
+        t.launch(
+            "ampere_sgemm_128x64_tn",
+            base + 700,
+            base + 710,
+            250,
+            op="aten::mm",
+            dims=[[2048, 2048], [2048, 2048]],
+            flops=2 * 2048**3,
+        )
     for e in t.events:
         if e.get("args", {}).get("Input type"):
             e["args"]["Input type"] = ["float", "float"]

@@ -23,7 +23,13 @@ def _rule_modules() -> dict[str, Path]:
     for path in sorted(RULES_DIR.glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             if any(isinstance(t, ast.Name) and t.id == "RULE" for t in targets):
                 found[path.stem] = path
     return found
@@ -70,7 +76,11 @@ def _imported_modules(path: Path) -> set[str]:
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            out |= {a.name.rsplit(".", 1)[-1] for a in node.names if a.name.startswith("gpudoctor.rules.")}
+            out |= {
+                a.name.rsplit(".", 1)[-1]
+                for a in node.names
+                if a.name.startswith("gpudoctor.rules.")
+            }
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module == "gpudoctor.rules":
                 out |= {a.name for a in node.names}
@@ -94,10 +104,20 @@ def test_a_tie_goes_to_the_larger_saving_in_the_profiled_window() -> None:
     from gpudoctor.rules.registry import rank
 
     def priced(rule_id: str, saving: float, profiled: float):  # type: ignore[no-untyped-def]
-        return make_finding(rule_id, rule_id, 24.573, saving, "", Evidence(
-            numbers={"saving_in_profiled_trace_ms": profiled}), ())
+        return make_finding(
+            rule_id,
+            rule_id,
+            24.573,
+            saving,
+            "",
+            Evidence(numbers={"saving_in_profiled_trace_ms": profiled}),
+            (),
+        )
 
     sync, loader = priced("host-sync", 2.6610, 3.23), priced("input-pipeline", 2.6606, 5.86)
     assert [f.id for f in rank([sync, loader])] == ["input-pipeline", "host-sync"]
     # beyond the tie the saving decides, whatever the profiled window saw
-    assert [f.id for f in rank([priced("host-sync", 2.70, 3.23), loader])] == ["host-sync", "input-pipeline"]
+    assert [f.id for f in rank([priced("host-sync", 2.70, 3.23), loader])] == [
+        "host-sync",
+        "input-pipeline",
+    ]

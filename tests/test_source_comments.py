@@ -22,8 +22,10 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "date": re.compile(r"(?<!\d)(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?!\d)"),
     "time of day": re.compile(r"\b[0-2]\d:[0-5]\d(?:-[0-2]\d:[0-5]\d)? ?UTC\b"),
     # "seed 002", "the seed casebook", "in the seed's terms": the design notes, not a random seed
-    "seed reference": re.compile(r"\bseeds? #?\d{3}\b|\bseed (?:casebook|scenario)|\bseed's (?:rule|terms|casebook)",
-                                 re.IGNORECASE),
+    "seed reference": re.compile(
+        r"\bseeds? #?\d{3}\b|\bseed (?:casebook|scenario)|\bseed's (?:rule|terms|casebook)",
+        re.IGNORECASE,
+    ),
     # "issue 16", "(issues 16 and 20)", "issue #16", "PR #12"; not the verb ("issues 10 operators")
     "issue reference": re.compile(
         r"\bissues? #\d+|\bissues? \d+(?:(?:, | and )\d+)*(?=\s*[),.;:]|\s*$)|\b(?:PR|pull request) #?\d+",
@@ -36,12 +38,15 @@ _RESULTS_FILE = re.compile(r"[\w./*{},-]+\.json\b")
 
 # (path under src/gpudoctor, text on the line): a literal the code itself needs, with the reason.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("capture/quiet.py", "USDT:2026-11-25 16:42:19"):
-        "a verbatim sample of the Kineto log line the filter drops; its timestamp is part of the format",
-    ("kernels/prescribe.py", '"date": "2026-11-22/24"'):
-        "data, not a comment: the prescription tells the user which device and day its figures come from",
+    (
+        "capture/quiet.py",
+        "USDT:2026-11-25 16:42:19",
+    ): "a verbatim sample of the Kineto log line the filter drops; its timestamp is part of the format",
+    (
+        "kernels/prescribe.py",
+        '"date": "2026-11-22/24"',
+    ): "data, not a comment: the prescription tells the user which device and day its figures come from",
 }
-
 
 
 def _findings() -> dict[str, list[str]]:
@@ -55,7 +60,9 @@ def _findings() -> dict[str, list[str]]:
             for kind, pattern in PATTERNS.items():
                 match = pattern.search(bare)
                 if match:
-                    found.setdefault(rel, []).append(f"src/gpudoctor/{rel}:{number}: {kind}: {match.group(0)!r}")
+                    found.setdefault(rel, []).append(
+                        f"src/gpudoctor/{rel}:{number}: {kind}: {match.group(0)!r}"
+                    )
                     break
     return found
 
@@ -71,7 +78,9 @@ def test_no_dates_runs_seeds_or_issue_numbers_in_source() -> None:
 
 def test_allowed_literals_are_still_there() -> None:
     for (rel, text), reason in ALLOWED.items():
-        assert text in (SRC / rel).read_text(encoding="utf-8"), f"{rel}: {text!r} is gone ({reason}): drop it"
+        assert text in (SRC / rel).read_text(encoding="utf-8"), (
+            f"{rel}: {text!r} is gone ({reason}): drop it"
+        )
 
 
 @pytest.mark.parametrize(

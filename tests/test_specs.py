@@ -54,11 +54,24 @@ def test_device_name_finds_the_intended_row(device: str, key: str) -> None:
     assert spec.key == key
 
 
-@pytest.mark.parametrize("device", ["NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D",
-                                    "NVIDIA GeForce RTX 4090 Laptop GPU", "Tesla V100S-PCIE-32GB",
-                                    "AMD Instinct MI300A", "voodoo5", "", "NVIDIA GeForce RTX 3080 Ti",
-                                    "NVIDIA GeForce RTX 3080 Laptop GPU", "Quadro RTX 6000", "NVIDIA T400",
-                                    "NVIDIA H20", "Some Future GPU"])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "NVIDIA GeForce RTX 3090 Ti",
+        "NVIDIA GeForce RTX 4090 D",
+        "NVIDIA GeForce RTX 4090 Laptop GPU",
+        "Tesla V100S-PCIE-32GB",
+        "AMD Instinct MI300A",
+        "voodoo5",
+        "",
+        "NVIDIA GeForce RTX 3080 Ti",
+        "NVIDIA GeForce RTX 3080 Laptop GPU",
+        "Quadro RTX 6000",
+        "NVIDIA T400",
+        "NVIDIA H20",
+        "Some Future GPU",
+    ],
+)
 def test_look_alikes_and_unknown_names_find_nothing(device: str) -> None:
     assert find_spec(device) is None
 
@@ -74,10 +87,18 @@ def test_specific_rows_win_over_generic_ones() -> None:
     # substrings of another card's name: GH200 is not an H200, A10 not an A100, L40 not an L40S
     assert find_spec("NVIDIA GH200 480GB").key == "gh200"
     assert find_spec("NVIDIA H200").key == "h200"
-    assert find_spec("NVIDIA A100-SXM4-40GB").key == "a100-40gb" and find_spec("NVIDIA A10").key == "a10"
+    assert (
+        find_spec("NVIDIA A100-SXM4-40GB").key == "a100-40gb"
+        and find_spec("NVIDIA A10").key == "a10"
+    )
     assert find_spec("NVIDIA L40").key == "l40" and find_spec("NVIDIA L40S").key == "l40s"
-    assert find_spec("NVIDIA H100 PCIe").key == "h100-pcie" and find_spec("NVIDIA H100 80GB HBM3").key == "h100-sxm"
-    assert find_spec("NVIDIA H800 PCIe").key == "h800-pcie" and find_spec("NVIDIA H800").key == "h800"
+    assert (
+        find_spec("NVIDIA H100 PCIe").key == "h100-pcie"
+        and find_spec("NVIDIA H100 80GB HBM3").key == "h100-sxm"
+    )
+    assert (
+        find_spec("NVIDIA H800 PCIe").key == "h800-pcie" and find_spec("NVIDIA H800").key == "h800"
+    )
 
 
 def test_keys_and_names_look_themselves_up() -> None:
@@ -102,7 +123,10 @@ def test_every_alias_is_a_valid_regex() -> None:
             assert not any(ch.isupper() for ch in re.sub(r"\\.", "", alias)), (spec.key, alias)
         # and the row's aliases find its real device names (without the key / name shortcut)
         names = [device.lower() for device, key in DEVICE_NAMES.items() if key == spec.key]
-        assert all(any(re.search(alias, name) for alias in spec.aliases) for name in names), (spec.key, names)
+        assert all(any(re.search(alias, name) for alias in spec.aliases) for name in names), (
+            spec.key,
+            names,
+        )
     assert set(DEVICE_NAMES.values()) == set(known_names())  # every row has a device name above
 
 

@@ -32,7 +32,9 @@ def _segment(t: TraceBuilder):
 
 def _without_markers(name: str, prefixes: tuple[str, ...] = ("ProfilerStep#", "Optimizer.")):
     data = json.loads(gzip.decompress((DATA / name / "trace.json.gz").read_bytes()))
-    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith(prefixes)]
+    data["traceEvents"] = [
+        e for e in data["traceEvents"] if not str(e.get("name", "")).startswith(prefixes)
+    ]
     return parse(json.dumps(data).encode(), source=name)
 
 
@@ -76,7 +78,9 @@ def test_a_few_extra_kernels_do_not_hide_the_period() -> None:
 
 def test_one_period_is_not_enough() -> None:
     assert _segment(kernel_loop([ITERATION, ITERATION[:40]])).method == "whole-trace"
-    assert _segment(kernel_loop([ITERATION] * 2)).method == "whole-trace"  # one whole step between two starts
+    assert (
+        _segment(kernel_loop([ITERATION] * 2)).method == "whole-trace"
+    )  # one whole step between two starts
     assert _segment(kernel_loop([ITERATION] * 3)).method == "kernel-period"
 
 
@@ -145,8 +149,12 @@ def _module_loop(calls_per_iteration: int = 1, iterations: int = 5) -> TraceBuil
 def test_the_outermost_forward_marks_the_iterations() -> None:
     a = analyze_trace(parse(_module_loop().to_bytes()), for_gpu_name("h100-sxm"))
     steps = a.steps
-    assert steps.method == "module-forward" and steps.marker == "nn.Module: Net_0"  # not the loss, called later
-    assert len(steps) == 4 and steps.host_start.tolist() == [i * 120_000 for i in range(4)]  # from the first call
+    assert (
+        steps.method == "module-forward" and steps.marker == "nn.Module: Net_0"
+    )  # not the loss, called later
+    assert len(steps) == 4 and steps.host_start.tolist() == [
+        i * 120_000 for i in range(4)
+    ]  # from the first call
     assert any("'nn.Module: Net_0'" in w and "4 whole iterations" in w for w in a.warnings)
 
 
@@ -171,11 +179,25 @@ def test_a_record_function_range_marks_the_iterations() -> None:
 def test_gpudoctor_iteration_markers_are_steps(cat: str) -> None:
     t = _module_loop()
     for i in range(3):
-        t.events.append({"ph": "X", "cat": cat, "name": f"gpudoctor.iteration#{i + 7}", "pid": 100, "tid": 100,
-                         "ts": 30 + 120 * i - 1, "dur": 118, "args": {}})
+        t.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": f"gpudoctor.iteration#{i + 7}",
+                "pid": 100,
+                "tid": 100,
+                "ts": 30 + 120 * i - 1,
+                "dur": 118,
+                "args": {},
+            }
+        )
     steps = _segment(t)
     assert steps.method == "iteration-marker" and len(steps) == 3
-    assert steps.labels == ("gpudoctor.iteration#7", "gpudoctor.iteration#8", "gpudoctor.iteration#9")
+    assert steps.labels == (
+        "gpudoctor.iteration#7",
+        "gpudoctor.iteration#8",
+        "gpudoctor.iteration#9",
+    )
 
 
 def test_profiler_steps_still_come_first() -> None:
@@ -209,7 +231,9 @@ STRIPPED = [
 
 
 @pytest.mark.parametrize("name, method, period", STRIPPED, ids=[s[0] for s in STRIPPED])
-def test_real_traces_without_markers_get_their_iterations(name: str, method: str, period: int) -> None:
+def test_real_traces_without_markers_get_their_iterations(
+    name: str, method: str, period: int
+) -> None:
     """With ProfilerStep# and Optimizer.* removed, the iterations found take what the profiler's
     own steps took (median within 2%); the window's cut edges leave 2 of the 3 steps."""
     marked = segment(load(DATA / name / "trace.json.gz"))
@@ -222,7 +246,10 @@ def test_real_traces_without_markers_get_their_iterations(name: str, method: str
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(names=st.lists(st.integers(0, 6), max_size=120), gaps=st.lists(st.integers(0, 80), min_size=1, max_size=8))
+@given(
+    names=st.lists(st.integers(0, 6), max_size=120),
+    gaps=st.lists(st.integers(0, 80), min_size=1, max_size=8),
+)
 def test_any_kernel_sequence_segments_into_ordered_steps(names: list[int], gaps: list[int]) -> None:
     t = TraceBuilder()
     host = 0.0
@@ -247,11 +274,21 @@ def test_find_period_returns_whole_matching_periods_or_nothing(seq: list[int]) -
 
 
 @settings(max_examples=150, deadline=None)
-@given(base=st.lists(st.integers(0, 5), min_size=1, max_size=30), repeats=st.integers(4, 12),
-       head=st.integers(0, 29), tail=st.integers(0, 29))
-def test_a_repeated_pattern_with_a_unique_kernel_is_found(base: list[int], repeats: int, head: int, tail: int) -> None:
+@given(
+    base=st.lists(st.integers(0, 5), min_size=1, max_size=30),
+    repeats=st.integers(4, 12),
+    head=st.integers(0, 29),
+    tail=st.integers(0, 29),
+)
+def test_a_repeated_pattern_with_a_unique_kernel_is_found(
+    base: list[int], repeats: int, head: int, tail: int
+) -> None:
     pattern = [99, *base]  # 99: the once-per-iteration kernel
-    seq = pattern[len(pattern) - head % len(pattern):] + pattern * repeats + pattern[: tail % len(pattern)]
+    seq = (
+        pattern[len(pattern) - head % len(pattern) :]
+        + pattern * repeats
+        + pattern[: tail % len(pattern)]
+    )
     found = find_period(np.array(seq))
     if len(pattern) >= 2:
         assert found is not None and found.length == len(pattern)

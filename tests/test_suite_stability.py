@@ -19,20 +19,30 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
-def test_outcomes_are_read_per_test_and_the_worst_of_a_twice_written_one_kept(tmp_path: Path) -> None:
+def test_outcomes_are_read_per_test_and_the_worst_of_a_twice_written_one_kept(
+    tmp_path: Path,
+) -> None:
     junit = tmp_path / "run.xml"
     junit.write_text(JUNIT)
-    assert stability.outcomes(junit) == {"tests.test_a::test_ok": "passed", "tests.test_a::test_bad": "failed",
-                                         "tests.test_b::test_skip[1]": "skipped",
-                                         "tests.test_b::test_teardown": "failed"}
+    assert stability.outcomes(junit) == {
+        "tests.test_a::test_ok": "passed",
+        "tests.test_a::test_bad": "failed",
+        "tests.test_b::test_skip[1]": "skipped",
+        "tests.test_b::test_teardown": "failed",
+    }
     assert stability.outcomes(tmp_path / "absent.xml") == {}  # a run that crashed before writing
 
 
 def test_changed_names_flips_failures_and_tests_missing_from_a_run() -> None:
-    runs = [{"a": "passed", "b": "passed", "c": "skipped", "d": "failed"},
-            {"a": "passed", "b": "failed", "c": "skipped", "d": "failed"},
-            {"a": "passed", "c": "skipped", "d": "failed"}]
-    assert stability.changed(runs) == {"b": ["passed", "failed", "absent"], "d": ["failed", "failed", "failed"]}
+    runs = [
+        {"a": "passed", "b": "passed", "c": "skipped", "d": "failed"},
+        {"a": "passed", "b": "failed", "c": "skipped", "d": "failed"},
+        {"a": "passed", "c": "skipped", "d": "failed"},
+    ]
+    assert stability.changed(runs) == {
+        "b": ["passed", "failed", "absent"],
+        "d": ["failed", "failed", "failed"],
+    }
     assert stability.changed([{"a": "passed"}] * 3) == {}
 
 
@@ -50,14 +60,20 @@ def test_a_run_with_a_hog_reports_its_outcomes(tmp_path: Path, monkeypatch) -> N
 
     def fake_call(cmd, **kwargs):
         calls.append(cmd)
-        junit = next(a for a in cmd if a.startswith("--junitxml="))[len("--junitxml="):]
+        junit = next(a for a in cmd if a.startswith("--junitxml="))[len("--junitxml=") :]
         Path(junit).write_text(JUNIT)
         return 1
 
     monkeypatch.setattr(stability.subprocess, "call", fake_call)
-    code = stability.main(["--runs", "2", "--hogs", "1", "--out", str(tmp_path), "--", "-m", "not e2e"])
+    code = stability.main(
+        ["--runs", "2", "--hogs", "1", "--out", str(tmp_path), "--", "-m", "not e2e"]
+    )
     assert code == 1  # test_bad failed in both runs
-    assert [c[-2:] for c in calls] == [["-m", "not e2e"]] * 2 and calls[0][:3] == [sys.executable, "-m", "pytest"]
+    assert [c[-2:] for c in calls] == [["-m", "not e2e"]] * 2 and calls[0][:3] == [
+        sys.executable,
+        "-m",
+        "pytest",
+    ]
     assert len(hogs) == 2 and all(h.returncode is not None for h in hogs)  # killed and reaped
     summary = (tmp_path / "summary.json").read_text()
     assert '"tests.test_a::test_bad": [\n   "failed",\n   "failed"\n  ]' in summary

@@ -84,8 +84,15 @@ def _run(tmp: Path, argv: list[str], program: str, **env: str) -> subprocess.Com
     full = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", **env)
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full.pop(var, None)
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=full, cwd=tmp, timeout=240,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=tmp,
+        timeout=240,
+        check=False,
+    )
 
 
 def _torchrun(nproc: int) -> list[str]:
@@ -105,34 +112,88 @@ def _host_op_ms(run: Path, r: int, name: str) -> float:
     """ms per recorded step spent in the ranges called ``name``, from the rank's trace (a report's
     table of top ops leaves out a short one: rank 2's own all-reduce, under CI's load)."""
     env, trace = _rank(run, r)
-    total_us = sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("name") == name and e.get("ph") == "X")
+    total_us = sum(
+        e.get("dur", 0)
+        for e in trace["traceEvents"]
+        if e.get("name") == name and e.get("ph") == "X"
+    )
     return total_us / 1e3 / env["capture"]["steps_recorded"]
 
 
 @pytest.mark.e2e
 def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
-    out = _run(tmp_path, [*_torchrun(4), "-m", "gpudoctor", "run", "--out", "runs", "--skip", "5", "--steps", "3",
-                          "--calibrate", "2", "--rank-timeout", "60", "train.py", "30"], DDP, SLOW_RANK="2")
+    out = _run(
+        tmp_path,
+        [
+            *_torchrun(4),
+            "-m",
+            "gpudoctor",
+            "run",
+            "--out",
+            "runs",
+            "--skip",
+            "5",
+            "--steps",
+            "3",
+            "--calibrate",
+            "2",
+            "--rank-timeout",
+            "60",
+            "train.py",
+            "30",
+        ],
+        DDP,
+        SLOW_RANK="2",
+    )
     assert out.returncode == 0, out.stderr
     (run,) = (tmp_path / "runs").iterdir()  # one run directory for the whole job
-    assert sorted(p.name for p in run.iterdir()) == ["rank0", "rank1", "rank2", "rank3", "ranks.json",
-                                                     "report.html", "report.json"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "rank0",
+        "rank1",
+        "rank2",
+        "rank3",
+        "ranks.json",
+        "report.html",
+        "report.json",
+    ]
     for r in range(4):
-        assert sorted(p.name for p in (run / f"rank{r}").iterdir()) == ["env.json", "report.html", "report.json",
-                                                                        "trace.json.gz"]
+        assert sorted(p.name for p in (run / f"rank{r}").iterdir()) == [
+            "env.json",
+            "report.html",
+            "report.json",
+            "trace.json.gz",
+        ]
         env, trace = _rank(run, r)
-        assert {k: env[k] for k in ("rank", "world_size", "local_rank", "hostname", "window", "window_agreed")} == {
-            "rank": r, "world_size": 4, "local_rank": r, "hostname": socket.gethostname(),
-            "window": {"first_step": 6, "steps": 3}, "window_agreed": True}
+        assert {
+            k: env[k]
+            for k in ("rank", "world_size", "local_rank", "hostname", "window", "window_agreed")
+        } == {
+            "rank": r,
+            "world_size": 4,
+            "local_rank": r,
+            "hostname": socket.gethostname(),
+            "window": {"first_step": 6, "steps": 3},
+            "window_agreed": True,
+        }
         # the steps after 5 skipped and 1 warm-up: ProfilerStep#1..#3 are the program's steps 6..8 on every rank
-        assert env["capture"]["window_opened_at_step"] == 5 and env["capture"]["steps_recorded"] == 3
-        assert trace["gpudoctor_window"] == {"first_step": 6, "steps": 3, "rank": r, "world_size": 4}
-        assert sorted({e["name"] for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")}) == [
-            "ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+        assert (
+            env["capture"]["window_opened_at_step"] == 5 and env["capture"]["steps_recorded"] == 3
+        )
+        assert trace["gpudoctor_window"] == {
+            "first_step": 6,
+            "steps": 3,
+            "rank": r,
+            "world_size": 4,
+        }
+        assert sorted(
+            {e["name"] for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")}
+        ) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
         assert trace["distributedInfo"]["rank"] == r and trace["distributedInfo"]["world_size"] == 4
     assert json.loads((run / "ranks.json").read_text()) == {
-        "world_size": 4, "window": {"first_step": 6, "steps": 3},
-        "ranks": [{"rank": r, "path": f"rank{r}", "state": "ok"} for r in range(4)]}
+        "world_size": 4,
+        "window": {"first_step": 6, "steps": 3},
+        "ranks": [{"rank": r, "path": f"rank{r}", "state": "ok"} for r in range(4)],
+    }
     # the planted 100 ms: the other ranks wait for rank 2 inside the all-reduce, rank 2 does not (4
     # processes on 2 cores: rank 2's own all-reduce still took 17 ms, the others' 39-45, with 50 ms)
     waits = {r: _host_op_ms(run, r, "gloo:all_reduce") for r in range(4)}
@@ -155,17 +216,48 @@ def test_four_ranks_record_the_same_steps_into_one_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit_code_wins(tmp_path: Path) -> None:
-    out = _run(tmp_path, ["-m", "gpudoctor", "run", "--nproc", "2", "--out", "runs", "--skip", "5", "--steps", "2",
-                          "--calibrate", "1", "--continue", "train.py", "20"], SHORT)
+def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit_code_wins(
+    tmp_path: Path,
+) -> None:
+    out = _run(
+        tmp_path,
+        [
+            "-m",
+            "gpudoctor",
+            "run",
+            "--nproc",
+            "2",
+            "--out",
+            "runs",
+            "--skip",
+            "5",
+            "--steps",
+            "2",
+            "--calibrate",
+            "1",
+            "--continue",
+            "train.py",
+            "20",
+        ],
+        SHORT,
+    )
     assert out.returncode == 3, out.stderr  # rank 0's program exited 3 (torchrun itself says 1)
     # rank 1 recorded nothing and says so, without failing the job (torchrun would stop rank 0)
-    assert ("gpudoctor (rank 1): no bundle; the program ran 3 steps (optimizer-step) and ended with exit code 0 "
-            "before the window") in out.stderr
+    assert (
+        "gpudoctor (rank 1): no bundle; the program ran 3 steps (optimizer-step) and ended with exit code 0 "
+        "before the window"
+    ) in out.stderr
     (run,) = (tmp_path / "runs").iterdir()
-    assert sorted(p.name for p in run.iterdir()) == ["rank0", "ranks.json", "report.html", "report.json"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "rank0",
+        "ranks.json",
+        "report.html",
+        "report.json",
+    ]
     assert json.loads((run / "ranks.json").read_text())["ranks"] == [
-        {"rank": 0, "path": "rank0", "state": "ok"}, {"rank": 1, "path": "rank1", "state": "left"}]
+        {"rank": 0, "path": "rank0", "state": "ok"},
+        {"rank": 1, "path": "rank1", "state": "left"},
+    ]
     note = "rank 1 ended after 3 steps, before the window (--skip): it has no bundle"
     assert note in json.loads((run / "rank0" / "env.json").read_text())["capture"]["notes"]
     assert note in json.loads((run / "report.json").read_text())["warnings"]
@@ -174,9 +266,11 @@ def test_nproc_launches_torchrun_a_short_rank_holds_no_one_up_and_the_worst_exit
 
 @pytest.mark.e2e
 def test_nproc_refuses_what_it_cannot_do(tmp_path: Path) -> None:
-    for args, message in ((["--nproc", "0"], "--nproc must be 1 or more processes, got 0"),
-                          (["--nproc", "2", "--try-fixes"], "--try-fixes reruns one process per knob"),
-                          (["--nproc", "2", "--rank-timeout", "0"], "--rank-timeout must be a positive number")):
+    for args, message in (
+        (["--nproc", "0"], "--nproc must be 1 or more processes, got 0"),
+        (["--nproc", "2", "--try-fixes"], "--try-fixes reruns one process per knob"),
+        (["--nproc", "2", "--rank-timeout", "0"], "--rank-timeout must be a positive number"),
+    ):
         out = _run(tmp_path, ["-m", "gpudoctor", "run", *args, "train.py", "3"], DDP)
         assert out.returncode == 2 and out.stderr.startswith(f"error: {message}"), out.stderr
         assert "Traceback" not in out.stderr
@@ -197,13 +291,17 @@ def test_the_integrations_context_agrees_under_torchrun(tmp_path: Path) -> None:
     assert f"rank 0 dir {run}\n" in out.stdout and f"rank 1 dir {run / 'rank1'}\n" in out.stdout
 
 
-def test_nproc_gives_torchrun_ctrl_c_when_started_with_sigint_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nproc_gives_torchrun_ctrl_c_when_started_with_sigint_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """gpudoctor started as a background job (SIGINT ignored, which its children would inherit): the
     job it launches still takes SIGINT, as torchrun does once its ranks run (it installs its own handler).
     The child here sends itself SIGINT; taken, it ends as an uncaught KeyboardInterrupt does (130)."""
     from gpudoctor.capture import launch as launch_mod
 
     child = "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(120)\nraise SystemExit(5)\n"
-    monkeypatch.setattr(launch_mod, "torchrun_command", lambda nproc, run_args: [sys.executable, "-c", child])
+    monkeypatch.setattr(
+        launch_mod, "torchrun_command", lambda nproc, run_args: [sys.executable, "-c", child]
+    )
     with sigint_ignored():
         assert launch_mod.launch(2, []) == 130

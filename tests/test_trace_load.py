@@ -42,7 +42,12 @@ def test_nesting_depths_and_parents() -> None:
     host = trace.host
     names = [trace.strings[i] for i in host.name]
     depth = dict(zip(names, host.depth.tolist()))
-    assert depth == {"ProfilerStep#0": 0, "aten::linear": 1, "aten::addmm": 2, "cudaLaunchKernel": 3}
+    assert depth == {
+        "ProfilerStep#0": 0,
+        "aten::linear": 1,
+        "aten::addmm": 2,
+        "cudaLaunchKernel": 3,
+    }
     step = names.index("ProfilerStep#0")
     assert host.cat[step] == HostCat.ANNOTATION
     assert host.parent[names.index("aten::linear")] == step
@@ -109,22 +114,40 @@ def test_unknown_kernel_names_are_counted_as_other() -> None:
         ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_32x6_tn", Kind.GEMM_TC),
         ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>", Kind.ATTENTION),
         ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", Kind.ATTENTION),
-        ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>", Kind.SOFTMAX),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>",
+            Kind.SOFTMAX,
+        ),
         ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", Kind.SOFTMAX),
-        ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", Kind.ELEMENTWISE),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>",
+            Kind.ELEMENTWISE,
+        ),
         ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", Kind.REDUCTION),
         ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>", Kind.NORM),
-        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", Kind.COPY),
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>",
+            Kind.COPY,
+        ),
         ("void at::native::(anonymous namespace)::indexSelectLargeIndex<float>", Kind.INDEX),
-        ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>", Kind.OPTIMIZER),
+        (
+            "void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>",
+            Kind.OPTIMIZER,
+        ),
         ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", Kind.NCCL),
         ("triton_poi_fused_add_mul_0", Kind.ELEMENTWISE),
         ("triton_red_fused_sum_1", Kind.REDUCTION),
         ("triton_tem_fused_mm_2", Kind.GEMM_TC),
         ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32", Kind.CONV),
-        ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*)", Kind.ATTENTION),
+        (
+            "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*)",
+            Kind.ATTENTION,
+        ),
         ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", Kind.ATTENTION),
-        ("void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<masked_fill_kernel>>", Kind.ELEMENTWISE),
+        (
+            "void at::native::elementwise_kernel<128, 4, gpu_kernel_impl_nocast<masked_fill_kernel>>",
+            Kind.ELEMENTWISE,
+        ),
     ],
 )
 def test_kernel_classification(name: str, kind: Kind) -> None:
@@ -148,13 +171,21 @@ def test_empty_event_list_loads() -> None:
 @pytest.mark.parametrize(
     "name, short",
     [
-        (("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
-         "(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda()#1}>(int)"),
-         "at::native::elementwise_kernel<…> [masked_fill_kernel]"),
-        ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>(c10::BFloat16*, int)",
-         "softmax_warp_forward<…>"),
-        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(cutlass_80_simt_sgemm::Params)",
-         "cutlass::Kernel2<…> [cutlass_80_simt_sgemm_128x256_8x4_nt_align1]"),
+        (
+            (
+                "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+                "(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda()#1}>(int)"
+            ),
+            "at::native::elementwise_kernel<…> [masked_fill_kernel]",
+        ),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, float, 11>(c10::BFloat16*, int)",
+            "softmax_warp_forward<…>",
+        ),
+        (
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(cutlass_80_simt_sgemm::Params)",
+            "cutlass::Kernel2<…> [cutlass_80_simt_sgemm_128x256_8x4_nt_align1]",
+        ),
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
         ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
     ],

@@ -23,19 +23,33 @@ from gpudoctor.trace.rawargs import RawArgs
 
 DATA = Path(__file__).parent / "data"
 # recorded traces whose rules read op shapes, nesting and every idle cause
-SCENARIOS = ("misaligned_gemm", "naive_attention", "per_sample_loop", "host_blocking_work", "allocator_churn",
-             "launch_bound", "input_pipeline", "healthy_train")
+SCENARIOS = (
+    "misaligned_gemm",
+    "naive_attention",
+    "per_sample_loop",
+    "host_blocking_work",
+    "allocator_churn",
+    "launch_bound",
+    "input_pipeline",
+    "healthy_train",
+)
 
 
 def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows and batches of a few events, so that a small trace takes many of each."""
-    for module, name, size in (("gpudoctor.analysis.intervals", "WINDOW", 64), ("gpudoctor.analysis.idle", "WINDOW", 64),
-                               ("gpudoctor.trace.nesting", "WINDOW", 64), ("gpudoctor.trace.model", "DECODE_ROWS", 3)):
+    for module, name, size in (
+        ("gpudoctor.analysis.intervals", "WINDOW", 64),
+        ("gpudoctor.analysis.idle", "WINDOW", 64),
+        ("gpudoctor.trace.nesting", "WINDOW", 64),
+        ("gpudoctor.trace.model", "DECODE_ROWS", 3),
+    ):
         monkeypatch.setattr(importlib.import_module(module), name, size)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_reports_are_the_same_a_window_at_a_time(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reports_are_the_same_a_window_at_a_time(
+    scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = DATA / scenario / "trace.json.gz"
     whole = to_json(analyze_path(path))
     whole_columns = columns(load(path))
@@ -45,7 +59,9 @@ def test_reports_are_the_same_a_window_at_a_time(scenario: str, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_ops_talking_to_gpu_a_window_at_a_time(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ops_talking_to_gpu_a_window_at_a_time(
+    scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpudoctor.analysis.host_events import bookkeeping_names
     from gpudoctor.trace.model import HostCat
 
@@ -58,7 +74,10 @@ def test_ops_talking_to_gpu_a_window_at_a_time(scenario: str, monkeypatch: pytes
     bookkeeping = bookkeeping_names(trace)
     for i in np.flatnonzero(ops).tolist():
         starts = host.ts[calls & (host.thread == host.thread[i])]
-        expected[i] = bool(((starts >= host.ts[i]) & (starts <= host.end[i])).any()) or bookkeeping[host.name[i]]
+        expected[i] = (
+            bool(((starts >= host.ts[i]) & (starts <= host.end[i])).any())
+            or bookkeeping[host.name[i]]
+        )
     assert expected.any() and not expected.all()
     monkeypatch.setattr(idle, "WINDOW", 64)
     assert np.array_equal(idle._ops_talking_to_gpu(trace, ops, calls), expected)
@@ -78,9 +97,18 @@ def test_union_of_unions_is_the_union(spans: list[tuple[int, int]], parts: int) 
 def test_raw_args_offsets_past_their_low_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     # 4 low bits: the offsets pass 16 bytes of args several times, as a big trace's pass 4 GiB
     monkeypatch.setattr(importlib.import_module("gpudoctor.trace.rawargs"), "_LOW_BITS", 4)
-    texts = [b'{"a":1}', b"", b'{"bb":[2,3,4,5,6,7,8,9]}', b'{"c":3}', b'{"' + b"d" * 33 + b'":4}', b"{}"]
-    blobs = [(b"".join(texts[:3]), np.array([len(t) for t in texts[:3]])),
-             (b"".join(texts[3:]), np.array([len(t) for t in texts[3:]]))]
+    texts = [
+        b'{"a":1}',
+        b"",
+        b'{"bb":[2,3,4,5,6,7,8,9]}',
+        b'{"c":3}',
+        b'{"' + b"d" * 33 + b'":4}',
+        b"{}",
+    ]
+    blobs = [
+        (b"".join(texts[:3]), np.array([len(t) for t in texts[:3]])),
+        (b"".join(texts[3:]), np.array([len(t) for t in texts[3:]])),
+    ]
     for compressed in (False, True):
         args = RawArgs.build(blobs, compressed)
         # ends 7, 7, 31, 38, 77, 79: offsets 3 and 4 each pass another 16 bytes, offset 5 two more
@@ -97,13 +125,22 @@ def test_union_merges_nested_touching_and_overlapping_intervals() -> None:
 
 def test_contains_a_window_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.import_module("gpudoctor.analysis.intervals"), "WINDOW", 2)
-    inside = contains(np.array([0, 10]), np.array([5, 12]), np.array([-1, 0, 4, 5, 9, 10, 11, 12, 99]))
+    inside = contains(
+        np.array([0, 10]), np.array([5, 12]), np.array([-1, 0, 4, 5, 9, 10, 11, 12, 99])
+    )
     assert inside.tolist() == [False, True, True, False, False, True, True, False, False]
 
 
 def test_on_threads_is_isin() -> None:
     host = load(DATA / "healthy_train" / "trace.json.gz").host
-    for threads in ([], [0], [1, 0], [int(host.thread.max())], [int(host.thread.max()) + 5], np.array([0], np.int32)):
+    for threads in (
+        [],
+        [0],
+        [1, 0],
+        [int(host.thread.max())],
+        [int(host.thread.max()) + 5],
+        np.array([0], np.int32),
+    ):
         assert np.array_equal(host.on_threads(threads), np.isin(host.thread, threads))
 
 
@@ -111,7 +148,14 @@ def test_op_costs_as_a_mapping() -> None:
     a, b = OpCost(flops=1.0, bytes=2.0, dtype="bf16"), OpCost(flops=3.0, bytes=4.0, dtype="")
     costs = OpCosts(np.array([3, 8, 10]), np.array([1, 0, 1], np.int32), [a, b])
     assert dict(costs.items()) == {3: b, 8: a, 10: b}
-    assert (costs[8], costs.get(4), 10 in costs, 4 in costs, len(costs), list(costs)) == (a, None, True, False, 3, [3, 8, 10])
+    assert (costs[8], costs.get(4), 10 in costs, 4 in costs, len(costs), list(costs)) == (
+        a,
+        None,
+        True,
+        False,
+        3,
+        [3, 8, 10],
+    )
     assert costs.lookup(np.array([10, -1, 3, 11])) == [b, None, b, None]
     assert costs.slots(np.array([10, -1, 3, 11])).tolist() == [2, -1, 0, -1]
     assert OpCosts(np.zeros(0, np.int64), np.zeros(0, np.int32), []).lookup(np.array([1])) == [None]
@@ -124,6 +168,9 @@ def test_op_args_are_one_object_per_distinct_value(monkeypatch: pytest.MonkeyPat
     ids = trace.op_arg_ids(ops)
     values = trace.op_arg_values
     assert len(values) == len(set(map(int, ids[ids >= 0]))) < len(ops)
-    assert trace.op_args(ops[:5].tolist()) == {int(i): values[k] if k >= 0 else None for i, k in zip(ops[:5], ids[:5])}
+    assert trace.op_args(ops[:5].tolist()) == {
+        int(i): values[k] if k >= 0 else None for i, k in zip(ops[:5], ids[:5])
+    }
     assert [trace.input_dims(int(i)) for i in ops[:50]] == [
-        trace._decode(values[k].input_dims) if k >= 0 else [] for k in ids[:50].tolist()]
+        trace._decode(values[k].input_dims) if k >= 0 else [] for k in ids[:50].tolist()
+    ]

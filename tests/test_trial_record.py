@@ -29,8 +29,10 @@ def test_the_records_of_a_trials_json_read_back_and_write_the_same_json(bundle: 
 
 
 def test_a_record_with_its_processes_reads_back() -> None:
-    rounds = (TrialRound("/r/trials/compile", "ok", "", 9.5, 120, 14.02),
-              TrialRound("/r/trials/compile.r2", "crashed", "exit code 1: boom", 3.0, 0, None))
+    rounds = (
+        TrialRound("/r/trials/compile", "ok", "", 9.5, 120, 14.02),
+        TrialRound("/r/trials/compile.r2", "crashed", "exit code 1: boom", 3.0, 0, None),
+    )
     rec = record(rounds=rounds, floor_pct=1.0)
     again = TrialRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
     assert again == rec and list(again.to_dict())[-2:] == ["floor_pct", "rounds"]
@@ -44,20 +46,30 @@ def test_the_fields_later_versions_added_may_be_absent() -> None:
     assert rec.measured_speedup == RECORD.measured_speedup
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"measured_speedup": "fast"}, "trials[3]: 'measured_speedup' is 'fast', not a number or null"),
-    ({"knob": None}, "trials[3]: 'knob' is None, not a string"),
-    ({"n_trial": 2.5}, "trials[3]: 'n_trial' is 2.5, not a whole number"),
-    ({"n_trial": True}, "trials[3]: 'n_trial' is True, not a whole number"),
-    ({"speedup_ci95": [1.2]},
-     "trials[3]: 'speedup_ci95' is [1.2], not a list of two numbers or null"),
-    ({"effects": ["a", 3]}, "trials[3]: 'effects' is ['a', 3], not a list of strings"),
-    ({"numerics": {**RECORD.numerics.to_dict(), "checked": "yes"}},
-     "trials[3].numerics: 'checked' is 'yes', not true or false"),
-    ({"peak_memory_bytes": [1, 2]}, "trials[3]: 'peak_memory_bytes' is [1, 2], not an object"),
-    ({"rounds": [{"dir": "d"}]}, "trials[3].rounds[0]: no 'status' (a string)"),
-    ({"rounds": ["r"]}, "trials[3].rounds[0] is 'r', not an object"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"measured_speedup": "fast"},
+            "trials[3]: 'measured_speedup' is 'fast', not a number or null",
+        ),
+        ({"knob": None}, "trials[3]: 'knob' is None, not a string"),
+        ({"n_trial": 2.5}, "trials[3]: 'n_trial' is 2.5, not a whole number"),
+        ({"n_trial": True}, "trials[3]: 'n_trial' is True, not a whole number"),
+        (
+            {"speedup_ci95": [1.2]},
+            "trials[3]: 'speedup_ci95' is [1.2], not a list of two numbers or null",
+        ),
+        ({"effects": ["a", 3]}, "trials[3]: 'effects' is ['a', 3], not a list of strings"),
+        (
+            {"numerics": {**RECORD.numerics.to_dict(), "checked": "yes"}},
+            "trials[3].numerics: 'checked' is 'yes', not true or false",
+        ),
+        ({"peak_memory_bytes": [1, 2]}, "trials[3]: 'peak_memory_bytes' is [1, 2], not an object"),
+        ({"rounds": [{"dir": "d"}]}, "trials[3].rounds[0]: no 'status' (a string)"),
+        ({"rounds": ["r"]}, "trials[3].rounds[0] is 'r', not an object"),
+    ],
+)
 def test_a_field_of_the_wrong_type_is_named(change: dict, message: str) -> None:
     with pytest.raises(TrialRecordError) as err:
         TrialRecord.from_dict(RECORD.to_dict() | change, "trials[3]")

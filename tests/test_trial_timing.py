@@ -51,15 +51,24 @@ def test_a_trial_that_never_settles_stops_at_its_step_bound_and_says_why() -> No
     trial = TrialTiming(max_steps=10, max_s=1e9)
     assert _run(trial, [2.0 * 1.5**i for i in range(40)]) == 10
     assert not trial.has_settled and trial.timed_ms is None
-    assert trial.note == ("the steps had not settled 10 steps past --skip (their last 6 against the 6 before them, "
-                          "or the fastest 6, differ by more than 1.25x): the timing mixes a transient")
+    assert trial.note == (
+        "the steps had not settled 10 steps past --skip (their last 6 against the 6 before them, "
+        "or the fastest 6, differ by more than 1.25x): the timing mixes a transient"
+    )
 
 
 def test_the_time_bound_counts_from_the_first_question() -> None:
     """0.5 s from the first call (not from the clock's zero): the 5th step of 125 ms reaches it
     (4 x 125 ms after the first)."""
     trial = TrialTiming(max_steps=1000, max_s=0.5)
-    growing = [125.0, 250.0, 500.0, 1000.0, 2000.0, 4000.0]  # never settled; the bound is in seconds
+    growing = [
+        125.0,
+        250.0,
+        500.0,
+        1000.0,
+        2000.0,
+        4000.0,
+    ]  # never settled; the bound is in seconds
     intervals: list[float] = []
     answers = []
     for i, ms in enumerate(growing):

@@ -87,14 +87,21 @@ def _finding(fid: str, speedup: float = 1.5, saving: float = 3.0) -> SimpleNames
 
 
 def test_plan_maps_findings_to_knobs_and_lists_code_changes() -> None:
-    findings = [_finding("input-pipeline", 2.0), _finding("host-sync"), _finding("fp32-matmul", 1.8),
-                _finding("naive-attention")]
+    findings = [
+        _finding("input-pipeline", 2.0),
+        _finding("host-sync"),
+        _finding("fp32-matmul", 1.8),
+        _finding("naive-attention"),
+    ]
     p = plan(findings, None)
     assert [t.knob.id for t in p.trials] == ["loader-workers", "bf16-autocast", "tf32"]
     assert p.trials[0].finding == "input-pipeline" and p.trials[0].predicted_speedup == 2.0
     assert [n.finding for n in p.not_tried] == ["host-sync", "naive-attention"]
     only = plan(findings, ["tf32", "optimizer-fused"])
-    assert [(t.knob.id, t.finding) for t in only.trials] == [("tf32", "fp32-matmul"), ("optimizer-fused", None)]
+    assert [(t.knob.id, t.finding) for t in only.trials] == [
+        ("tf32", "fp32-matmul"),
+        ("optimizer-fused", None),
+    ]
     assert plan([_finding("host-sync")], None).trials == []
 
 
@@ -107,12 +114,18 @@ def test_compile_is_priced_by_fusion_alone_and_reduce_overhead_with_the_launches
     launch = SimpleNamespace(id="launch-bound", predicted_speedup=1.3723, saving_ms=6.3905)
     fusion = SimpleNamespace(id="unfused-elementwise", predicted_speedup=1.1878, saving_ms=3.7238)
     trials = {t.knob.id: t for t in plan([launch, fusion], None).trials}
-    assert list(trials) == ["compile-reduce-overhead", "compile"]  # launch-bound does not add a compile trial
+    assert list(trials) == [
+        "compile-reduce-overhead",
+        "compile",
+    ]  # launch-bound does not add a compile trial
     compile_ = trials["compile"]
     assert compile_.finding == "unfused-elementwise" and compile_.predicted_speedup == 1.1878
     # reduce-overhead fuses too: the two savings summed
     reduce = trials["compile-reduce-overhead"]
-    assert reduce.finding == "launch-bound + unfused-elementwise" and reduce.saving_ms == pytest.approx(10.1143)
+    assert (
+        reduce.finding == "launch-bound + unfused-elementwise"
+        and reduce.saving_ms == pytest.approx(10.1143)
+    )
     assert reduce.predicted_speedup == pytest.approx(1.7525, abs=1e-4)
     # named by --fixes with no fusion finding: no price
     assert plan([launch], ["compile"]).trials[-1].predicted_speedup is None
@@ -122,35 +135,59 @@ def test_the_reports_own_knob_prices_stand_for_the_findings_sums() -> None:
     """A report's ``knob_prices`` (rules/knob_prices.py) price a knob whether or not a finding
     calls for it, and in place of the findings' sum."""
     launch = SimpleNamespace(id="launch-bound", predicted_speedup=9.0932, saving_ms=20.2941)
-    prices = {"compile-reduce-overhead": {"predicted_speedup": 3.2, "step_ms": 22.8, "step_after_ms": 7.125},
-              "compile": {"predicted_speedup": 1.0, "step_ms": 22.8, "step_after_ms": 22.8}}
-    trials = {t.knob.id: t for t in plan([launch], ["compile-reduce-overhead", "compile"], prices).trials}
+    prices = {
+        "compile-reduce-overhead": {
+            "predicted_speedup": 3.2,
+            "step_ms": 22.8,
+            "step_after_ms": 7.125,
+        },
+        "compile": {"predicted_speedup": 1.0, "step_ms": 22.8, "step_after_ms": 22.8},
+    }
+    trials = {
+        t.knob.id: t for t in plan([launch], ["compile-reduce-overhead", "compile"], prices).trials
+    }
     reduce, compile_ = trials["compile-reduce-overhead"], trials["compile"]
-    assert (reduce.finding, reduce.predicted_speedup, reduce.priced_by) == ("launch-bound", 3.2,
-                                                                             "replay (the knob's own edit)")
+    assert (reduce.finding, reduce.predicted_speedup, reduce.priced_by) == (
+        "launch-bound",
+        3.2,
+        "replay (the knob's own edit)",
+    )
     assert reduce.saving_ms == pytest.approx(15.675)
-    assert compile_.finding is None and compile_.predicted_speedup == 1.0 and compile_.saving_ms == 0.0
+    assert (
+        compile_.finding is None and compile_.predicted_speedup == 1.0 and compile_.saving_ms == 0.0
+    )
     # a price that is not one (missing or non-positive numbers) leaves the findings' price
     broken = {"compile-reduce-overhead": {"predicted_speedup": 3.2, "step_ms": 22.8}}
     (alone,) = plan([launch], None, broken).trials
     assert alone.predicted_speedup == 9.0932 and alone.priced_by is None
 
 
-def test_knobs_whose_findings_put_under_one_percent_at_stake_are_listed_not_tried_unless_named() -> None:
+def test_knobs_whose_findings_put_under_one_percent_at_stake_are_listed_not_tried_unless_named() -> (
+    None
+):
     """The Hugging Face Trainer's findings (H100, 2026-11-26): fp32-matmul 0.0 and 0.0029 ms (x1.0,
     x1.0001), the input pipeline 0.32 ms (x1.0138)."""
     loader = SimpleNamespace(id="input-pipeline", predicted_speedup=1.0138, saving_ms=0.3196)
-    for fp32, stake in ((SimpleNamespace(id="fp32-matmul", predicted_speedup=1.0, saving_ms=0.0), "0 ms"),
-                        (SimpleNamespace(id="fp32-matmul", predicted_speedup=1.0001, saving_ms=0.0029),
-                         "0.0029 ms (x1.0001)")):
+    for fp32, stake in (
+        (SimpleNamespace(id="fp32-matmul", predicted_speedup=1.0, saving_ms=0.0), "0 ms"),
+        (
+            SimpleNamespace(id="fp32-matmul", predicted_speedup=1.0001, saving_ms=0.0029),
+            "0.0029 ms (x1.0001)",
+        ),
+    ):
         p = plan([loader, fp32], None)
         assert [t.knob.id for t in p.trials] == ["loader-workers"]
         assert p.not_tried == [
-            NotTried("fp32-matmul",
-                     f"{kid}: the finding puts {stake} of the step at stake, less than a trial can "
-                     "tell from the drift between processes; name it with --fixes to try it")
-            for kid in ("bf16-autocast", "tf32")]
-        assert [t.knob.id for t in plan([loader, fp32], ["tf32"]).trials] == ["tf32"]  # named: tried
+            NotTried(
+                "fp32-matmul",
+                f"{kid}: the finding puts {stake} of the step at stake, less than a trial can "
+                "tell from the drift between processes; name it with --fixes to try it",
+            )
+            for kid in ("bf16-autocast", "tf32")
+        ]
+        assert [t.knob.id for t in plan([loader, fp32], ["tf32"]).trials] == [
+            "tf32"
+        ]  # named: tried
     # nanoGPT's launch-bound finding, x1.0053: its reduce-overhead trial (measured x1.26) is tried on
     # the fusion saving it also removes, not on the launches alone
     tiny = SimpleNamespace(id="launch-bound", predicted_speedup=1.0053, saving_ms=0.09)
@@ -171,28 +208,42 @@ def test_every_finding_with_a_fix_has_a_knob_or_a_reason() -> None:
 
 
 def test_child_env_adds_to_an_existing_alloc_conf() -> None:
-    env = knobs_mod.child_env(["no-empty-cache"], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
+    env = knobs_mod.child_env(
+        ["no-empty-cache"], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
+    )
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
     assert knobs_mod.child_env(["tf32"], {}) == {}
 
 
-def test_compile_knobs_compile_from_a_fresh_inductor_cache_even_where_the_user_set_one(tmp_path: Path) -> None:
+def test_compile_knobs_compile_from_a_fresh_inductor_cache_even_where_the_user_set_one(
+    tmp_path: Path,
+) -> None:
     """A warm Inductor cache starts its worker pool behind the compiled steps (knobs.FRESH_CACHE): each
     compile trial gets empty cache folders of its own, the user's are left alone, other knobs get none."""
     for kid in ("compile", "compile-reduce-overhead"):
         env = knobs_mod.child_env([kid], {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, str(tmp_path))
-        assert env == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_cache_dir"),
-                       "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"), "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1",
-                       "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        assert env == {
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torchinductor_cache_dir"),
+            "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"),
+            "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        }
         assert knobs_mod.needs_fresh_dir([kid])
         # the worker pool slowed pinned copies 80x (knobs.IN_PROCESS_COMPILE); a user's own setting is kept
-        assert knobs_mod.child_env([kid], {"TORCHINDUCTOR_COMPILE_THREADS": "8"})["TORCHINDUCTOR_COMPILE_THREADS"] == "8"
+        assert (
+            knobs_mod.child_env([kid], {"TORCHINDUCTOR_COMPILE_THREADS": "8"})[
+                "TORCHINDUCTOR_COMPILE_THREADS"
+            ]
+            == "8"
+        )
     assert knobs_mod.child_env(["bf16-autocast"], {}, str(tmp_path)) == {}
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in knobs_mod.child_env(["tf32"], {})
     assert not knobs_mod.needs_fresh_dir(["bf16-autocast", "tf32"])
 
 
-def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compile_trials_cache_is_removed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tempfile
 
     made = []
@@ -207,7 +258,9 @@ def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch:
 
     def run_child(self, trial_dir, spec_path, env, cwd, target):
         seen.update(env)
-        Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)  # what the child's compile writes
+        Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(
+            parents=True, exist_ok=True
+        )  # what the child's compile writes
         return "ok", "", {}, 0.0
 
     monkeypatch.setattr(trial_mod.Trials, "_run_child", run_child)
@@ -220,7 +273,11 @@ def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch:
     assert Path(made[0]).exists()  # kept for the combined trial
     # a second process of the same knob (--trial-repeats) compiles from a fresh cache of its own
     trials._spawn(tmp_path / "run" / "trials" / "compile.r2", ["compile"], tmp_path)
-    assert len(made) == 2 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[1]) and not Path(made[1]).exists()
+    assert (
+        len(made) == 2
+        and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[1])
+        and not Path(made[1]).exists()
+    )
     # the combined trial reuses what the compile trial left, and says so
     trials._spawn(tmp_path / "run" / "trials" / "combined", ["loader-workers", "compile"], tmp_path)
     assert len(made) == 2 and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(made[0])
@@ -236,40 +293,57 @@ def test_a_compile_trials_cache_is_removed_after_it(tmp_path: Path, monkeypatch:
 # -- verdicts with synthetic samples ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("factor", "predicted", "expected"), [
-    (0.5, 2.0, CONFIRMED),  # measured x2.0 for x2.0 predicted
-    (0.5, 1.2, CONFIRMED),  # beats its prediction
-    (0.9, 3.0, SMALLER),  # saves 10% where 67% was predicted
-    (1.0, 2.0, NO_EFFECT),
-    (1.3, 2.0, WORSE),
-    (0.5, None, FASTER_UNPREDICTED),
-])
+@pytest.mark.parametrize(
+    ("factor", "predicted", "expected"),
+    [
+        (0.5, 2.0, CONFIRMED),  # measured x2.0 for x2.0 predicted
+        (0.5, 1.2, CONFIRMED),  # beats its prediction
+        (0.9, 3.0, SMALLER),  # saves 10% where 67% was predicted
+        (1.0, 2.0, NO_EFFECT),
+        (1.3, 2.0, WORSE),
+        (0.5, None, FASTER_UNPREDICTED),
+    ],
+)
 def test_verdict(factor: float, predicted: float | None, expected: str) -> None:
     assert verdict(compare_samples(JUDGED, _scaled(factor)), predicted) == expected
 
 
-@pytest.mark.parametrize(("base", "trial"), [
-    (JUDGED, _scaled(0.03)),  # x33 from 24 trial steps of 3 ms: 0.07 s timed
-    (JUDGED[:9], _scaled(0.5)[:9]),  # 9 steps a side, 0.9 and 0.45 s
-    (tuple(v / 100 for v in JUDGED) * 30, [v / 200 for v in JUDGED] * 30),  # 720 steps a side, under 1 s
-])
-def test_no_verdict_from_too_few_steps_or_under_a_second_of_them(base: tuple[float, ...], trial: list[float]) -> None:
+@pytest.mark.parametrize(
+    ("base", "trial"),
+    [
+        (JUDGED, _scaled(0.03)),  # x33 from 24 trial steps of 3 ms: 0.07 s timed
+        (JUDGED[:9], _scaled(0.5)[:9]),  # 9 steps a side, 0.9 and 0.45 s
+        (
+            tuple(v / 100 for v in JUDGED) * 30,
+            [v / 200 for v in JUDGED] * 30,
+        ),  # 720 steps a side, under 1 s
+    ],
+)
+def test_no_verdict_from_too_few_steps_or_under_a_second_of_them(
+    base: tuple[float, ...], trial: list[float]
+) -> None:
     """On a loaded 2-core CPU a bf16 trial read "faster x33.77" where bf16 ran 3.5x slower."""
     change = compare_samples(base, trial)
     assert change.verdict == "faster"  # diff's noise model alone would call it
     assert verdict(change, 2.0) == verdict(change, None) == NOT_ENOUGH
     assert trial_mod.short_of_evidence((trial_mod.timed(base), trial_mod.timed(trial))).endswith(
-        "a verdict needs 10 steps and 1 s of them on each side")
-    assert verdict(compare_samples(JUDGED, _scaled(0.5)), None) == FASTER_UNPREDICTED  # 24 steps, 1.2 s and more
+        "a verdict needs 10 steps and 1 s of them on each side"
+    )
+    assert (
+        verdict(compare_samples(JUDGED, _scaled(0.5)), None) == FASTER_UNPREDICTED
+    )  # 24 steps, 1.2 s and more
 
 
 def test_a_trial_short_of_evidence_says_what_it_timed(tmp_path: Path) -> None:
-    records = _rounds_runner(tmp_path, {"control": 25.0, "compile": 14.0, "control-end": 25.0}, repeats=1,
-                             copies=2).run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+    records = _rounds_runner(
+        tmp_path, {"control": 25.0, "compile": 14.0, "control-end": 25.0}, repeats=1, copies=2
+    ).run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
     [compile_] = [r for r in records if r.knob == "compile"]
     assert compile_.verdict == NOT_ENOUGH and compile_.measured_speedup > 1.7
-    assert compile_.reason.startswith("the reference timed 6 steps over 0.15 s and the trial timed "
-                                      "6 steps over 0.08 s; a verdict needs 10 steps")
+    assert compile_.reason.startswith(
+        "the reference timed 6 steps over 0.15 s and the trial timed "
+        "6 steps over 0.08 s; a verdict needs 10 steps"
+    )
 
 
 def test_a_change_inside_the_controls_drift_is_not_called_no_effect() -> None:
@@ -282,7 +356,9 @@ def test_a_change_inside_the_controls_drift_is_not_called_no_effect() -> None:
 def test_verdict_ballpark_is_half_the_predicted_saving_at_the_intervals_best_end() -> None:
     change = compare_samples(JUDGED, _scaled(0.7))  # saves ~30%
     best = -change.ci_low_pct / 100
-    assert verdict(change, 1 / (1 - 2 * best) - 1e-6) == CONFIRMED  # predicted saving just under 2x best
+    assert (
+        verdict(change, 1 / (1 - 2 * best) - 1e-6) == CONFIRMED
+    )  # predicted saving just under 2x best
     assert verdict(change, 1 / (1 - 2 * best - 0.01)) == SMALLER
     assert verdict(compare_samples([10.0], [5.0]), 2.0) == TOO_FEW
 
@@ -300,8 +376,12 @@ def test_numerics_flags_divergence_beyond_tolerance() -> None:
 def test_a_divergence_under_compiled_dropout_says_why() -> None:
     import torch
 
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1), torch.nn.Dropout(0.0),
-                                torch.nn.Sequential(torch.nn.Dropout2d(0.2)))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 4),
+        torch.nn.Dropout(0.1),
+        torch.nn.Dropout(0.0),
+        torch.nn.Sequential(torch.nn.Dropout2d(0.2)),
+    )
     note = knobs_mod._dropout_note(model)
     assert note.startswith("; 2 dropout modules:")  # p = 0 draws nothing
     assert knobs_mod._dropout_note(torch.nn.Linear(4, 4)) == ""
@@ -310,10 +390,18 @@ def test_a_divergence_under_compiled_dropout_says_why() -> None:
     diverged = numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True, effects=effects)
     assert diverged.diverged is True and "dropout" in diverged.reason
     assert "(dropout: " in render_mod.numerics_text(diverged)
-    assert numerics([1.1087, 1.1232], [1.1087, 1.1233], checked=True,
-                    effects=effects).reason is None
-    assert numerics([1.1087, 1.1232], [1.1087, 1.1865], checked=True,
-                    effects=["Bert.forward under autocast"]).reason is None
+    assert (
+        numerics([1.1087, 1.1232], [1.1087, 1.1233], checked=True, effects=effects).reason is None
+    )
+    assert (
+        numerics(
+            [1.1087, 1.1232],
+            [1.1087, 1.1865],
+            checked=True,
+            effects=["Bert.forward under autocast"],
+        ).reason
+        is None
+    )
 
 
 # -- trials in child processes ---------------------------------------------------------------------
@@ -322,16 +410,27 @@ def test_a_divergence_under_compiled_dropout_says_why() -> None:
 def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = True) -> Trials:
     # the children import the gpudoctor these tests import (Trials puts its folder on their PYTHONPATH)
     baseline = Baseline(tuple(BASE), (1.4, 1.39, 1.38), None, skip=6)
-    return Trials(Target(str(PROBE), args), {"target": str(PROBE)}, tmp_path / "run", baseline, timeout_s=timeout,
-                  sandbox=tmp_path / "sandbox" if sandbox else None, trace=False)
+    return Trials(
+        Target(str(PROBE), args),
+        {"target": str(PROBE)},
+        tmp_path / "run",
+        baseline,
+        timeout_s=timeout,
+        sandbox=tmp_path / "sandbox" if sandbox else None,
+        trace=False,
+    )
 
 
 @pytest.mark.e2e
 def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     runner = _trials(tmp_path)
-    rec = runner.one("all", ["loader-workers", "optimizer-foreach", "bf16-autocast", "no-empty-cache"], None)
+    rec = runner.one(
+        "all", ["loader-workers", "optimizer-foreach", "bf16-autocast", "no-empty-cache"], None
+    )
     assert rec.status == "ok", rec
-    seen = json.loads((tmp_path / "sandbox" / "all" / "probe.json").read_text())  # the sandbox was the cwd
+    seen = json.loads(
+        (tmp_path / "sandbox" / "all" / "probe.json").read_text()
+    )  # the sandbox was the cwd
     assert seen["num_workers"] == min(8, os.cpu_count() or 1) and seen["persistent_workers"] is True
     assert seen["pin_memory"] is False  # pinned only with CUDA
     assert seen["foreach"] is True
@@ -367,7 +466,9 @@ def test_every_outermost_module_of_the_first_iteration_gets_the_knob() -> None:
     changed: list[str] = []
     effects: list[str] = []
     hooks_before = len(nn_module._global_forward_pre_hooks)
-    knobs_mod.on_outermost_module(lambda m: changed.append(str(id(m))) or f"{type(m).__name__} changed", effects)
+    knobs_mod.on_outermost_module(
+        lambda m: changed.append(str(id(m))) or f"{type(m).__name__} changed", effects
+    )
     x = torch.randn(2, 4)
     for _ in range(3):
         h = x
@@ -379,14 +480,22 @@ def test_every_outermost_module_of_the_first_iteration_gets_the_knob() -> None:
 
 
 @pytest.mark.e2e
-def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_knobs_time_steps_after_their_compilation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A knob with warm-up steps (the compile knobs: knobs.WARMUP_COMPILE) runs that many more
     steps before the ones it times: the child is told skip 24 (trial.TRIAL_MIN_SKIP, above the
     baseline's 6) + 4 and sees 28 steps."""
     import dataclasses
 
-    assert knobs_mod.BY_ID["compile"].warmup_steps == knobs_mod.BY_ID["compile-reduce-overhead"].warmup_steps == 10
-    monkeypatch.setitem(knobs_mod.BY_ID, "tf32", dataclasses.replace(knobs_mod.BY_ID["tf32"], warmup_steps=4))
+    assert (
+        knobs_mod.BY_ID["compile"].warmup_steps
+        == knobs_mod.BY_ID["compile-reduce-overhead"].warmup_steps
+        == 10
+    )
+    monkeypatch.setitem(
+        knobs_mod.BY_ID, "tf32", dataclasses.replace(knobs_mod.BY_ID["tf32"], warmup_steps=4)
+    )
     rec = _trials(tmp_path, sandbox=False).one("tf32", ["tf32"], None)
     assert rec.status == "ok", rec
     spec = json.loads((tmp_path / "run" / "trials" / "tf32" / "spec.json").read_text())
@@ -403,8 +512,12 @@ def test_compile_knobs_time_steps_after_their_compilation(tmp_path: Path, monkey
 @pytest.mark.e2e
 def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     runner = _trials(tmp_path, "--crash-when-foreach", sandbox=False)
-    records = runner.run([Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
-                          Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0)])
+    records = runner.run(
+        [
+            Planned(knobs_mod.BY_ID["optimizer-foreach"], "optimizer-loop", 1.3, 2.0),
+            Planned(knobs_mod.BY_ID["expandable-segments"], "memory-pressure", 1.1, 1.0),
+        ]
+    )
     control, crashed, ok, end = records
     assert end.knob == "control-end" and end.status == "ok" and runner.floor_pct >= 1.0
     assert control.knob == "control" and control.verdict == "reference"
@@ -421,7 +534,9 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_trial_past_its_timeout_is_stopped(tmp_path: Path) -> None:
-    rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one("optimizer-fused", ["optimizer-fused"], None)
+    rec = _trials(tmp_path, "--hang-when-fused", timeout=8).one(
+        "optimizer-fused", ["optimizer-fused"], None
+    )
     assert rec.status == "timed out" and rec.verdict is None
     # stopped at its 8 s timeout, not left to hang (the bound only catches a hang)
     assert rec.wall_s < 300
@@ -444,7 +559,9 @@ print("finished")
 
 
 @pytest.mark.e2e
-def test_a_trial_takes_ctrl_c_when_gpudoctor_was_started_with_sigint_ignored(tmp_path: Path) -> None:
+def test_a_trial_takes_ctrl_c_when_gpudoctor_was_started_with_sigint_ignored(
+    tmp_path: Path,
+) -> None:
     """gpudoctor started as a background job (SIGINT ignored, which its children would inherit): a trial
     still takes SIGINT sent to its process group as python would, a KeyboardInterrupt."""
     with sigint_ignored():
@@ -466,17 +583,47 @@ def _trials_alive(folder: Path) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads the processes from /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/cmdline").exists(), reason="reads the processes from /proc"
+)
 def test_ctrl_c_during_a_trial_ends_gpudoctor_and_the_trial(tmp_path: Path) -> None:
     """The trial runs in its own session, out of the terminal's reach; a real Ctrl-C to gpudoctor while it
     waits for one ends gpudoctor with 130 and takes the trial's processes with it."""
-    cmd = [sys.executable, "-m", "gpudoctor", "run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out",
-           str(tmp_path / "runs"), "--try-fixes", "--fixes", "optimizer-fused", "--no-trial-trace", "--sandbox",
-           str(tmp_path / "sb"), str(PROBE), "--hang-when-fused"]
-    hung = tmp_path / "sb" / "optimizer-fused" / "probe.json"  # written at its first step, before it hangs
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--skip",
+        "6",
+        "--steps",
+        "2",
+        "--calibrate",
+        "0",
+        "--out",
+        str(tmp_path / "runs"),
+        "--try-fixes",
+        "--fixes",
+        "optimizer-fused",
+        "--no-trial-trace",
+        "--sandbox",
+        str(tmp_path / "sb"),
+        str(PROBE),
+        "--hang-when-fused",
+    ]
+    hung = (
+        tmp_path / "sb" / "optimizer-fused" / "probe.json"
+    )  # written at its first step, before it hangs
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=default_sigint) as proc:
+    with subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    ) as proc:
         try:
             deadline = time.monotonic() + 280
             while not hung.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -503,9 +650,13 @@ def _trial_of_script(tmp_path: Path, name: str, source: str, knob: str) -> dict:
 
 @pytest.mark.e2e
 def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
-    rec = _trial_of_script(tmp_path, "plain.py",
-                           "import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
-                           "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n", "loader-workers")
+    rec = _trial_of_script(
+        tmp_path,
+        "plain.py",
+        "import torch\nx = torch.randn(64, 64)\nfor i in range(20):\n"
+        "    x = torch.tanh(x @ x.T / 64)\n    import gpudoctor; gpudoctor.step()\n",
+        "loader-workers",
+    )
     assert rec.status == NOT_APPLIED and rec.verdict == NOT_APPLIED
 
 
@@ -513,32 +664,47 @@ def test_a_knob_that_finds_nothing_is_not_applied(tmp_path: Path) -> None:
 def test_the_tf32_knob_holds_when_the_program_turns_tf32_off() -> None:
     """The lab's fp32_matmul trap sets allow_tf32 = False itself: without the hold, the knob's trial
     timed fp32 and would read "no effect". Run in a fresh process: the knob patches torch."""
-    code = ("from gpudoctor.tryfix.knobs import apply_knobs\n"
-            "effects = apply_knobs(['tf32'])\n"
-            "import torch\n"
-            "torch.backends.cuda.matmul.allow_tf32 = False\n"
-            "torch.backends.cuda.matmul.allow_tf32 = False\n"
-            "torch.backends.cudnn.allow_tf32 = False\n"
-            "torch.set_float32_matmul_precision('highest')\n"
-            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,"
-            " torch.get_float32_matmul_precision())\n"
-            "print(len(effects), effects[1])\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+    code = (
+        "from gpudoctor.tryfix.knobs import apply_knobs\n"
+        "effects = apply_knobs(['tf32'])\n"
+        "import torch\n"
+        "torch.backends.cuda.matmul.allow_tf32 = False\n"
+        "torch.backends.cuda.matmul.allow_tf32 = False\n"
+        "torch.backends.cudnn.allow_tf32 = False\n"
+        "torch.set_float32_matmul_precision('highest')\n"
+        "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,"
+        " torch.get_float32_matmul_precision())\n"
+        "print(len(effects), effects[1])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")),
+    )
     flags, effects = out.stdout.splitlines()[-2:]
     assert flags == "True True high"
     # each override named once
-    assert effects == "4 the program's torch.backends.cuda.matmul.allow_tf32 = False ignored: TF32 kept on"
+    assert (
+        effects
+        == "4 the program's torch.backends.cuda.matmul.allow_tf32 = False ignored: TF32 kept on"
+    )
 
 
 @pytest.mark.e2e
 def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path: Path) -> None:
     """torch.compile of an OptimizedModule's forward changes nothing but the effect line; the trial
     says the program compiled it (backend "eager" here: the trace is cheap on the CPU)."""
-    rec = _trial_of_script(tmp_path, "self_compiled.py",
-                           "import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
-                           "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
-                           "    import gpudoctor; gpudoctor.step()\n", "compile")
+    rec = _trial_of_script(
+        tmp_path,
+        "self_compiled.py",
+        "import torch\nmodel = torch.compile(torch.nn.Linear(16, 16), backend='eager')\n"
+        "x = torch.randn(8, 16)\nfor i in range(20):\n    model(x).sum().backward()\n"
+        "    import gpudoctor; gpudoctor.step()\n",
+        "compile",
+    )
     assert rec.status == NOT_APPLIED, rec
     left = f"{knobs_mod.LEFT_AS_IS}OptimizedModule is compiled by the program already"
     assert rec.effects == (left,)
@@ -546,13 +712,19 @@ def test_compile_on_a_model_the_program_compiled_already_is_not_applied(tmp_path
 
 
 @pytest.mark.e2e
-def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(tmp_path: Path) -> None:
+def test_a_trial_ends_when_its_record_is_written_not_after_the_programs_teardown(
+    tmp_path: Path,
+) -> None:
     """The interpreter's teardown is skipped once trial.json is written (a DataLoader's persistent
     workers are joined there, 5 s each): a program whose exit handler sleeps an hour ends at once."""
-    rec = _trial_of_script(tmp_path, "slow_exit.py",
-                           "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 3600)\n"
-                           "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
-                           "    gpudoctor.step()\n", "tf32")
+    rec = _trial_of_script(
+        tmp_path,
+        "slow_exit.py",
+        "import atexit, time, torch\nimport gpudoctor\natexit.register(time.sleep, 3600)\n"
+        "x = torch.randn(64, 64)\nfor i in range(60):\n    x = torch.tanh(x @ x.T / 64)\n"
+        "    gpudoctor.step()\n",
+        "tf32",
+    )
     assert rec.status == "ok" and rec.n_trial >= 2, rec
     assert rec.wall_s < 600  # not the exit handler's hour
 
@@ -564,20 +736,32 @@ def test_console_and_html_sections() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=160)
-    oom = record(knob="compile", status="out of memory", reason="CUDA out of memory", verdict=None,
-                 measured_speedup=None)
+    oom = record(
+        knob="compile",
+        status="out of memory",
+        reason="CUDA out of memory",
+        verdict=None,
+        measured_speedup=None,
+    )
     not_tried = [NotTried("host-sync", "in the code")]
     render_console(TrialsOutcome([record(), oom], not_tried), console)
     text = console.export_text()
     assert "Fixes tried" in text
-    assert "bf16-autocast" in text and "x1.80" in text and "x1.70 [1.60-1.80]" in text and "confirmed" in text
+    assert (
+        "bf16-autocast" in text
+        and "x1.80" in text
+        and "x1.70 [1.60-1.80]" in text
+        and "confirmed" in text
+    )
     assert "1024 MiB -> 512 MiB" in text and "within 5% tolerance" in text
     assert "out of memory: CUDA out of memory" in text
     assert "not tried: host-sync: in the code" in text
     console = Console(record=True, width=160)
     ends = (("ok", 14.02), ("crashed", None), ("ok", 14.5))
-    rounds = tuple(TrialRound(f"/runs/r/trials/compile.r{i}", status, "", 9.0, 30, mean)
-                   for i, (status, mean) in enumerate(ends, 1))
+    rounds = tuple(
+        TrialRound(f"/runs/r/trials/compile.r{i}", status, "", 9.0, 30, mean)
+        for i, (status, mean) in enumerate(ends, 1)
+    )
     repeated = TrialsOutcome([record(rounds=rounds)])
     render_console(repeated, console)
     assert "3 processes: 14.02, crashed, 14.50 ms" in console.export_text()
@@ -591,15 +775,31 @@ def test_console_and_html_sections() -> None:
 
 def gd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["run", "--try-fixes", "--fixes", "tf32,nitro", str(PROBE)], "unknown knob 'nitro'; knobs: loader-workers"),
-    (["run", "--try-fixes"], "--try-fixes needs a program"),
-    (["run", "--try-fixes", "--trial-timeout", "0", str(PROBE)], "--trial-timeout must be a positive"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "--try-fixes", "--fixes", "tf32,nitro", str(PROBE)],
+            "unknown knob 'nitro'; knobs: loader-workers",
+        ),
+        (["run", "--try-fixes"], "--try-fixes needs a program"),
+        (
+            ["run", "--try-fixes", "--trial-timeout", "0", str(PROBE)],
+            "--trial-timeout must be a positive",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     out = gd(*args)
     assert out.returncode == 2
@@ -609,23 +809,61 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
 
 @pytest.mark.e2e
 def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
-    out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
-             "--try-fixes", "--fixes", "optimizer-foreach", "--sandbox", str(tmp_path / "sb"), str(PROBE),
-             "--iters", "3000", cwd=tmp_path)  # a trial's window opens after a second of settled steps
+    out = gd(
+        "run",
+        "--skip",
+        "6",
+        "--steps",
+        "2",
+        "--calibrate",
+        "0",
+        "--out",
+        str(tmp_path / "runs"),
+        "--try-fixes",
+        "--fixes",
+        "optimizer-foreach",
+        "--sandbox",
+        str(tmp_path / "sb"),
+        str(PROBE),
+        "--iters",
+        "3000",
+        cwd=tmp_path,
+    )  # a trial's window opens after a second of settled steps
     assert out.returncode == 0, out.stderr
-    assert "Fixes tried" in out.stdout and "optimizer-foreach" in out.stdout and "Traceback" not in out.stderr
+    assert (
+        "Fixes tried" in out.stdout
+        and "optimizer-foreach" in out.stdout
+        and "Traceback" not in out.stderr
+    )
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
     control, trial, end = report["trials"]
     assert end["knob"] == "control-end" and trial["floor_pct"] >= 1.0
-    assert control["knob"] == "control" and control["knobs"] == [] and control["verdict"] == "reference"
+    assert (
+        control["knob"] == "control"
+        and control["knobs"] == []
+        and control["verdict"] == "reference"
+    )
     assert trial["reference"] == "controls before and after"
     # the baseline is the geometric mean of the two controls' means (trial.bracketed)
     first, last = control["trial_ms"], end["trial_ms"]
     assert trial["baseline_ms"] == pytest.approx((first * last) ** 0.5, rel=0.02)
     assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"
-    for key in ("measured_speedup", "speedup_ci95", "verdict", "peak_memory_bytes", "numerics", "effects",
-                "baseline_ms", "trial_ms", "n_baseline", "n_trial", "predicted_speedup", "finding", "dir"):
+    for key in (
+        "measured_speedup",
+        "speedup_ci95",
+        "verdict",
+        "peak_memory_bytes",
+        "numerics",
+        "effects",
+        "baseline_ms",
+        "trial_ms",
+        "n_baseline",
+        "n_trial",
+        "predicted_speedup",
+        "finding",
+        "dir",
+    ):
         assert key in trial
     assert report["trials_not_tried"] == []
     trial_dir = run_dir / "trials" / "optimizer-foreach"
@@ -633,27 +871,54 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     diff = gd("diff", str(run_dir), str(trial_dir), "--json")  # a trial directory is a run bundle
     assert diff.returncode == 0, diff.stderr
     # diff reads the same samples; it drops outliers (at most one in ten), a trial keeps every step
-    assert trial["n_trial"] - trial["n_trial"] // 10 <= json.loads(diff.stdout)["samples"]["after"] <= trial["n_trial"]
+    assert (
+        trial["n_trial"] - trial["n_trial"] // 10
+        <= json.loads(diff.stdout)["samples"]["after"]
+        <= trial["n_trial"]
+    )
     assert trial["outliers_ms"] == {"baseline": [], "trial": []}
     assert (tmp_path / "sb" / "optimizer-foreach" / "probe.json").is_file()
-    assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(tmp_path / "sb" / "optimizer-foreach")
+    assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(
+        tmp_path / "sb" / "optimizer-foreach"
+    )
     assert 'id="fixes-tried"' in (run_dir / "report.html").read_text()
-    assert trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3  # the control's losses
+    assert (
+        trial["numerics"]["baseline"] and len(trial["numerics"]["baseline"]) == 3
+    )  # the control's losses
     assert "control" in out.stdout and "reference" in out.stdout
 
 
 @pytest.mark.e2e
 def test_run_try_fixes_with_nothing_to_try_says_so(tmp_path: Path) -> None:
-    out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
-             "--try-fixes", "--json", str(PROBE), cwd=tmp_path)
+    out = gd(
+        "run",
+        "--skip",
+        "6",
+        "--steps",
+        "2",
+        "--calibrate",
+        "0",
+        "--out",
+        str(tmp_path / "runs"),
+        "--try-fixes",
+        "--json",
+        str(PROBE),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["trials"] == [] and "name the knobs to try with --fixes" in report["trials_note"]
     assert not list((tmp_path / "runs").glob("*/trials"))
 
 
-@pytest.mark.parametrize(("trap", "knob"), [("fp32_matmul", "bf16-autocast"), ("input_pipeline", "loader-workers"),
-                                            ("optimizer_loop", "optimizer-foreach")])
+@pytest.mark.parametrize(
+    ("trap", "knob"),
+    [
+        ("fp32_matmul", "bf16-autocast"),
+        ("input_pipeline", "loader-workers"),
+        ("optimizer_loop", "optimizer-foreach"),
+    ],
+)
 def test_plan_on_real_reports_of_the_lab_traps(trap: str, knob: str) -> None:
     """The findings of recorded H100 traces plan their knobs, with the finding's prediction."""
     from gpudoctor.pipeline import analyze_path
@@ -688,7 +953,9 @@ def _modules():  # type: ignore[no-untyped-def]
     return _Net, _ForwardingWrapper
 
 
-def test_a_knobs_forward_is_the_instances_own_and_left_out_of_pickles_and_copies(tmp_path: Path) -> None:
+def test_a_knobs_forward_is_the_instances_own_and_left_out_of_pickles_and_copies(
+    tmp_path: Path,
+) -> None:
     """A public word-language-model example saves its model with torch.save(model) (the compile and
     bf16 trials crashed pickling the knob's wrapper), an EMA deep-copies it, and Lightning Fabric's
     module wrapper passes attributes set on it to the module it wraps (the trials recursed until
@@ -719,7 +986,9 @@ def test_the_autocast_knob_hands_an_fp32_model_s_outputs_back_in_fp32() -> None:
     forward: under the knob's autocast it crashed ("Found dtype Float but expected BFloat16")."""
     import torch
 
-    got = knobs_mod._as_fp32({"out": torch.ones(2, dtype=torch.bfloat16), "ids": torch.arange(2), "n": 3})
+    got = knobs_mod._as_fp32(
+        {"out": torch.ones(2, dtype=torch.bfloat16), "ids": torch.arange(2), "n": 3}
+    )
     assert got["out"].dtype == torch.float32 and got["ids"].dtype == torch.int64 and got["n"] == 3
 
 
@@ -733,7 +1002,10 @@ def test_a_loader_whose_time_is_pinning_gets_the_pin_once_fix_and_no_worker_tria
     finding = next(f for f in report.findings if f.id == "input-pipeline")
     numbers = finding.evidence.numbers
     assert numbers["loader_time_is_pinning"] is True
-    assert numbers["host_time_pinning_ms_per_step"] == 4.654 and numbers["host_time_in_dataloader_ms_per_step"] == 4.91
+    assert (
+        numbers["host_time_pinning_ms_per_step"] == 4.654
+        and numbers["host_time_in_dataloader_ms_per_step"] == 4.91
+    )
     assert "step_floor_after_fix_ms" not in numbers
     assert finding.fixes[0].title.startswith("Pin the in-memory data set once")
     assert round(finding.saving_ms, 3) == 4.513  # replayed without the pinning's host time
@@ -752,7 +1024,10 @@ def test_the_pin_once_price_against_the_measured_fix() -> None:
 
     report = analyze_path(Path(__file__).parent / "data" / "gallery_h100" / "lightning_module_b")
     finding = report.findings[0]
-    assert finding.id == "input-pipeline" and finding.evidence.numbers["loader_time_is_pinning"] is True
+    assert (
+        finding.id == "input-pipeline"
+        and finding.evidence.numbers["loader_time_is_pinning"] is True
+    )
     assert round(finding.saving_ms, 3) == 0.301 and round(finding.predicted_speedup, 2) == 1.07
 
 
@@ -763,13 +1038,22 @@ def test_pinning_slowed_under_torch_compile_puts_the_in_process_compile_first() 
     from gpudoctor.pipeline import analyze_path
 
     data = Path(__file__).parent / "data" / "gallery_h100"
-    compiled = next(f for f in analyze_path(data / "lightning_module_compiled").findings if f.id == "input-pipeline")
+    compiled = next(
+        f
+        for f in analyze_path(data / "lightning_module_compiled").findings
+        if f.id == "input-pipeline"
+    )
     numbers = compiled.evidence.numbers
-    assert numbers["pinning_gb_per_s"] == 3.24 and numbers["pinning_slowed_under_torch_compile"] is True
+    assert (
+        numbers["pinning_gb_per_s"] == 3.24
+        and numbers["pinning_slowed_under_torch_compile"] is True
+    )
     assert "TORCHINDUCTOR_COMPILE_THREADS=1" in compiled.fixes[0].code
     assert compiled.fixes[1].title.startswith("Pin the in-memory data set once")
     assert "torch.compile" in compiled.summary and round(compiled.saving_ms, 3) == 3.694
-    plain = next(f for f in analyze_path(data / "lightning_module_b").findings if f.id == "input-pipeline")
+    plain = next(
+        f for f in analyze_path(data / "lightning_module_b").findings if f.id == "input-pipeline"
+    )
     assert plain.evidence.numbers["pinning_gb_per_s"] == 32.32
     assert plain.evidence.numbers["pinning_slowed_under_torch_compile"] is False
     assert plain.fixes[0].title.startswith("Pin the in-memory data set once")
@@ -778,7 +1062,9 @@ def test_pinning_slowed_under_torch_compile_puts_the_in_process_compile_first() 
 # -- --trial-repeats: rounds of processes -----------------------------------------------------------
 
 
-def _rounds_runner(tmp_path: Path, means: dict[str, float | str], repeats: int, copies: int = 40) -> Trials:
+def _rounds_runner(
+    tmp_path: Path, means: dict[str, float | str], repeats: int, copies: int = 40
+) -> Trials:
     """Trials whose children are planted: each trial name (``compile``, ``compile.r2``, ...) ends
     with 3 x ``copies`` steps around its mean (120: over a second, enough for a verdict), or with
     the status given as a string."""
@@ -790,22 +1076,52 @@ def _rounds_runner(tmp_path: Path, means: dict[str, float | str], repeats: int, 
         if isinstance(planted, str):
             return planted, "planted", {}, 1.0
         samples = [planted * 0.99, planted * 1.01, planted] * copies
-        return "ok", "", {"samples_ms": samples, "effects": ["planted"] if knob_ids else [], "losses": [2.0],
-                          "peak_memory_bytes": 100}, 2.0
+        return (
+            "ok",
+            "",
+            {
+                "samples_ms": samples,
+                "effects": ["planted"] if knob_ids else [],
+                "losses": [2.0],
+                "peak_memory_bytes": 100,
+            },
+            2.0,
+        )
 
     runner._spawn = spawn  # type: ignore[method-assign]
     return runner
 
 
-def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_processes(tmp_path: Path) -> None:
-    means = {"control": 25.0, "compile": 14.0, "tf32": 25.3, "control.r2": 28.0, "compile.r2": 15.0,
-             "tf32.r2": 27.7, "control-end": 26.0}
+def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_processes(
+    tmp_path: Path,
+) -> None:
+    means = {
+        "control": 25.0,
+        "compile": 14.0,
+        "tf32": 25.3,
+        "control.r2": 28.0,
+        "compile.r2": 15.0,
+        "tf32.r2": 27.7,
+        "control-end": 26.0,
+    }
     runner = _rounds_runner(tmp_path, means, repeats=2)
     order: list[str] = []
     runner.progress = order.append
-    records = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
-                          Planned(knobs_mod.BY_ID["tf32"], "fp32-matmul", 1.3, 3.0)])
-    assert order == ["control", "compile", "tf32", "control.r2", "compile.r2", "tf32.r2", "control-end"]
+    records = runner.run(
+        [
+            Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
+            Planned(knobs_mod.BY_ID["tf32"], "fp32-matmul", 1.3, 3.0),
+        ]
+    )
+    assert order == [
+        "control",
+        "compile",
+        "tf32",
+        "control.r2",
+        "compile.r2",
+        "tf32.r2",
+        "control-end",
+    ]
     control, end, compile_, tf32 = records
     assert [r.mean_ms for r in control.rounds] == [25.0, 28.0, 26.0]
     assert "ran 3 times, 3 to their steps: means 25.00-28.00 ms (12.0% apart)" in end.reason
@@ -824,10 +1140,18 @@ def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_
 
 
 def test_a_round_that_crashes_leaves_the_others_measured_and_says_so(tmp_path: Path) -> None:
-    means = {"control": 25.0, "compile": 14.0, "control.r2": 26.0, "compile.r2": "crashed", "control.r3": 25.5,
-             "compile.r3": 14.5, "control-end": 25.8}
+    means = {
+        "control": 25.0,
+        "compile": 14.0,
+        "control.r2": 26.0,
+        "compile.r2": "crashed",
+        "control.r3": 25.5,
+        "compile.r3": 14.5,
+        "control-end": 25.8,
+    }
     records = _rounds_runner(tmp_path, means, repeats=3).run(
-        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)]
+    )
     compile_ = records[-1]
     assert compile_.status == "ok" and compile_.verdict == CONFIRMED
     assert "round 2: crashed" in compile_.reason
@@ -836,9 +1160,16 @@ def test_a_round_that_crashes_leaves_the_others_measured_and_says_so(tmp_path: P
 
 
 def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path) -> None:
-    means = {"control": 25.0, "compile": 14.0, "control.r2": "timed out", "compile.r2": 15.0, "control-end": 26.0}
+    means = {
+        "control": 25.0,
+        "compile": 14.0,
+        "control.r2": "timed out",
+        "compile.r2": 15.0,
+        "control-end": 26.0,
+    }
     records = _rounds_runner(tmp_path, means, repeats=2).run(
-        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)]
+    )
     control, end, compile_ = records
     assert [r.status for r in control.rounds] == ["ok", "timed out", "ok"]
     assert control.rounds[1].mean_ms is None
@@ -848,11 +1179,23 @@ def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path)
 
 
 def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path) -> None:
-    means = {"control": 25.0, "compile": 14.0, "loader-workers": 20.0, "control.r2": 25.5, "compile.r2": 14.2,
-             "loader-workers.r2": 20.3, "control-end": 25.2, "combined": 11.0, "combined.r2": 11.2}
+    means = {
+        "control": 25.0,
+        "compile": 14.0,
+        "loader-workers": 20.0,
+        "control.r2": 25.5,
+        "compile.r2": 14.2,
+        "loader-workers.r2": 20.3,
+        "control-end": 25.2,
+        "combined": 11.0,
+        "combined.r2": 11.2,
+    }
     records = _rounds_runner(tmp_path, means, repeats=2).run(
-        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
-         Planned(knobs_mod.BY_ID["loader-workers"], "input-pipeline", 1.2, 4.0)])
+        [
+            Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
+            Planned(knobs_mod.BY_ID["loader-workers"], "input-pipeline", 1.2, 4.0),
+        ]
+    )
     combined = records[-1]
     assert combined.knob == "combined" and combined.knobs == ("compile", "loader-workers")
     assert [r.mean_ms for r in combined.rounds] == [11.0, 11.2]
@@ -862,15 +1205,32 @@ def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path)
 def test_repeats_fall_back_to_one_process_a_knob_when_the_control_fails(tmp_path: Path) -> None:
     means = {"control": "crashed", "compile": 14.0, "control-end": 25.0}
     records = _rounds_runner(tmp_path, means, repeats=2).run(
-        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+        [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)]
+    )
     assert [r.knob for r in records] == ["control", "compile"]
     assert records[1].reference == "diagnosed run" and records[1].rounds is None
 
 
 @pytest.mark.e2e
 def test_run_try_fixes_with_repeats_end_to_end(tmp_path: Path) -> None:
-    out = gd("run", "--skip", "6", "--steps", "2", "--calibrate", "0", "--out", str(tmp_path / "runs"),
-             "--fixes", "optimizer-foreach", "--trial-repeats", "2", "--no-trial-trace", str(PROBE), cwd=tmp_path)
+    out = gd(
+        "run",
+        "--skip",
+        "6",
+        "--steps",
+        "2",
+        "--calibrate",
+        "0",
+        "--out",
+        str(tmp_path / "runs"),
+        "--fixes",
+        "optimizer-foreach",
+        "--trial-repeats",
+        "2",
+        "--no-trial-trace",
+        str(PROBE),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     trials = json.loads((run_dir / "trials.json").read_text())["trials"]
@@ -878,25 +1238,39 @@ def test_run_try_fixes_with_repeats_end_to_end(tmp_path: Path) -> None:
     control, _, knob = trials
     assert len(control["rounds"]) == 3 and len(knob["rounds"]) == 2
     assert all(r["status"] == "ok" and r["mean_ms"] > 0 for r in control["rounds"] + knob["rounds"])
-    assert knob["method"] == "processes (3 vs 2), pooled t on log means" and knob["speedup_ci95"] is not None
+    assert (
+        knob["method"] == "processes (3 vs 2), pooled t on log means"
+        and knob["speedup_ci95"] is not None
+    )
     assert (run_dir / "trials" / "optimizer-foreach.r2" / "trial.json").is_file()
     assert (run_dir / "trials" / "control.r2" / "trial.json").is_file()
     assert "2 processes:" in out.stdout and "3 processes:" in out.stdout
 
 
 def test_controls_far_apart_suggest_repeats(tmp_path: Path) -> None:
-    far = _rounds_runner(tmp_path / "far", {"control": 25.0, "compile": 14.0, "control-end": 28.0}, repeats=1)
+    far = _rounds_runner(
+        tmp_path / "far", {"control": 25.0, "compile": 14.0, "control-end": 28.0}, repeats=1
+    )
     end = far.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])[-1]
     assert end.knob == "control-end" and "12.0% apart" in end.reason
     assert end.reason.endswith("--trial-repeats 3 measures each knob over three")
-    near = _rounds_runner(tmp_path / "near", {"control": 25.0, "compile": 14.0, "control-end": 25.5}, repeats=1)
-    assert "--trial-repeats" not in near.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5,
-                                                      5.0)])[-1].reason
+    near = _rounds_runner(
+        tmp_path / "near", {"control": 25.0, "compile": 14.0, "control-end": 25.5}, repeats=1
+    )
+    assert (
+        "--trial-repeats"
+        not in near.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])[
+            -1
+        ].reason
+    )
 
 
 def test_trial_repeats_out_of_range_is_one_line() -> None:
     out = gd("run", "--trial-repeats", "0", str(PROBE))
-    assert out.returncode == 2 and "--trial-repeats must be a whole number from 1 to 20, got 0" in out.stderr
+    assert (
+        out.returncode == 2
+        and "--trial-repeats must be a whole number from 1 to 20, got 0" in out.stderr
+    )
     assert "Traceback" not in out.stderr
 
 
@@ -905,33 +1279,49 @@ def test_a_control_far_off_the_diagnosed_step_says_the_prices_may_not_hold(tmp_p
     x1.30 and measured x1.00. Within 20% the control's line stays as it was."""
     diagnosed = statistics.fmean(BASE)
     for factor, says in ((1.3, True), (1.1, False)):
-        means = {"control": diagnosed * factor, "compile": diagnosed, "control-end": diagnosed * factor}
+        means = {
+            "control": diagnosed * factor,
+            "compile": diagnosed,
+            "control-end": diagnosed * factor,
+        }
         control = _rounds_runner(tmp_path / str(factor), means, repeats=1).run(
-            [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)])[0]
+            [Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)]
+        )[0]
         text = render_mod.outcome_text(control)
-        assert text.startswith("reference for the trials (measured: the diagnosed run -> this run with no knob)")
+        assert text.startswith(
+            "reference for the trials (measured: the diagnosed run -> this run with no knob)"
+        )
         assert ("the prices assume the diagnosed run's" in text) is says
         if says:
-            assert (f"{control.baseline_ms:.2f} ms a step; this process stepped at "
-                    f"{control.trial_ms:.2f} ms (+30%)") \
-                in text
+            assert (
+                f"{control.baseline_ms:.2f} ms a step; this process stepped at "
+                f"{control.trial_ms:.2f} ms (+30%)"
+            ) in text
 
 
 def test_the_control_line_quotes_the_step_the_report_header_shows(tmp_path: Path) -> None:
     """One report quoted "step 16.048 ms ± 9.406 (8 steps)" in its header and "the diagnosed run's
     94.38 ms a step" on the control's line: the mean of the steps before the window, named as the
     step the findings were priced on. The note now quotes the header's step; the mean is labelled."""
-    runner = _rounds_runner(tmp_path, {"control": 21.0, "compile": 14.0, "control-end": 21.0}, repeats=1)
-    runner.baseline = dataclasses.replace(runner.baseline, priced_ms=16.048)  # the header's unprofiled step
+    runner = _rounds_runner(
+        tmp_path, {"control": 21.0, "compile": 14.0, "control-end": 21.0}, repeats=1
+    )
+    runner.baseline = dataclasses.replace(
+        runner.baseline, priced_ms=16.048
+    )  # the header's unprofiled step
     control = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.3, 4.4)])[0]
     # the samples' mean: 10.03
     assert control.baseline_ms == pytest.approx(statistics.fmean(BASE), abs=1e-3)
     text = render_mod.outcome_text(control)
-    assert ("the prices assume the diagnosed run's unprofiled step, 16.048 ms (the report's \"step\" line); this "
-            "process stepped at 21.00 ms (+31%)") in text
+    assert (
+        "the prices assume the diagnosed run's unprofiled step, 16.048 ms (the report's \"step\" line); this "
+        "process stepped at 21.00 ms (+31%)"
+    ) in text
     assert "10.03 ms" not in text
-    assert render_mod.means_text(control) == ("the diagnosed run's steps before its window 10.03 -> this run 21.00 ms "
-                                               "a step (means of 8 and 120 steps)")
+    assert render_mod.means_text(control) == (
+        "the diagnosed run's steps before its window 10.03 -> this run 21.00 ms "
+        "a step (means of 8 and 120 steps)"
+    )
 
 
 def test_bracketed_moves_the_first_control_to_the_two_controls_geometric_mean() -> None:
@@ -956,9 +1346,11 @@ def test_the_tf32_knob_is_priced_by_its_own_replay_not_the_bf16_fix() -> None:
     assert round(finding.predicted_speedup, 3) == 1.837
     assert finding.evidence.numbers["predicted_speedup_with_tf32"] == 1.9612
     trials = {t.knob.id: t for t in plan(report.findings, ["tf32", "bf16-autocast"]).trials}
-    assert round(trials["tf32"].predicted_speedup, 4) == 1.9612 and trials["tf32"].priced_by == "replay"
+    assert (
+        round(trials["tf32"].predicted_speedup, 4) == 1.9612
+        and trials["tf32"].priced_by == "replay"
+    )
     assert round(trials["bf16-autocast"].predicted_speedup, 3) == 1.837
-
 
 
 # the modules of test_a_knobs_forward_is_the_instances_own_... (torch.save pickles them by name)

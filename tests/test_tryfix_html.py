@@ -37,7 +37,9 @@ document.body.appendChild(probe);
 
 
 def test_fixes_tried_sits_in_the_styled_container(tmp_path: Path) -> None:
-    (tmp_path / "report.html").write_text(render_html(analyze_path(DATA / "fp32_matmul")), encoding="utf-8")
+    (tmp_path / "report.html").write_text(
+        render_html(analyze_path(DATA / "fp32_matmul")), encoding="utf-8"
+    )
     not_tried = [NotTried("host-sync", "in the code")]
     attach(tmp_path, TrialsOutcome([RECORD], not_tried, note="one process per trial"))
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
@@ -45,9 +47,15 @@ def test_fixes_tried_sits_in_the_styled_container(tmp_path: Path) -> None:
     probed = tmp_path / "probed.html"
     probed.write_text(page.replace("</body>", PROBE + "\n</body>"), encoding="utf-8")
     result = load_page(probed)
-    facts = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', result.dom).group(1).replace("&quot;", '"'))
+    facts = json.loads(
+        re.search(r'<pre id="probe">(.*?)</pre>', result.dom).group(1).replace("&quot;", '"')
+    )
     tried, kernels = facts["tried"], facts["kernels"]
     assert tried["inContainer"] is True
-    assert tried["font"].startswith("system-ui") and tried["font"].endswith("sans-serif")  # the report's, not serif
-    assert tried == kernels  # the same font, collapsed borders and header shading as the report's other tables
+    assert tried["font"].startswith("system-ui") and tried["font"].endswith(
+        "sans-serif"
+    )  # the report's, not serif
+    assert (
+        tried == kernels
+    )  # the same font, collapsed borders and header shading as the report's other tables
     assert tried["collapse"] == "collapse"

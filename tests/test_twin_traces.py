@@ -61,7 +61,9 @@ def test_tf32_gemms_and_fp32_attention_are_both_named() -> None:
     assert numbers["tf32_gemm_ms_per_step"] > 0 and numbers["fp32_attention_ms_per_step"] > 0
     assert numbers["fp32_cuda_core_gemm_ms_per_step"] == 0
     assert "TF32" in f.title
-    assert not any("set_float32_matmul_precision" in fix.code for fix in f.fixes)  # TF32 is on already
+    assert not any(
+        "set_float32_matmul_precision" in fix.code for fix in f.fixes
+    )  # TF32 is on already
 
 
 def test_launch_bound_prices_the_step_a_graph_leaves() -> None:
@@ -77,5 +79,7 @@ def test_input_pipeline_floor_is_the_loader_cost_over_its_workers() -> None:
     f = analyze_path(DATA / "loader_no_workers").finding("input-pipeline")
     numbers = f.evidence.numbers
     assert numbers["loader_workers_already"] is False
-    assert numbers["step_floor_after_fix_ms"] == pytest.approx(numbers["host_time_in_dataloader_ms_per_step"] / 8, abs=1e-3)
+    assert numbers["step_floor_after_fix_ms"] == pytest.approx(
+        numbers["host_time_in_dataloader_ms_per_step"] / 8, abs=1e-3
+    )
     assert 45.8279 - f.saving_ms == pytest.approx(numbers["step_floor_after_fix_ms"], abs=1e-3)

@@ -46,9 +46,21 @@ MODES = ("sick", "fixed")
 BY_HAND = ROOT / "tests" / "programs" / "byhand"
 BY_HAND_MANIFEST = json.loads((BY_HAND / "manifest.json").read_text())
 BY_HAND_ENTRIES = {e["name"]: e for e in BY_HAND_MANIFEST["programs"]}
-TIMEOUT_S = 900.0  # a hang's bound, far above any machine's load (the slowest run takes ~50 s alone)
-REQUIRED = {"name": str, "file": str, "args_cpu": list, "args_gpu": list, "expected_top_finding": list,
-            "iterations_per_step": (int, float), "timing_regex": str, "requires": list, "notes": str, "fix": str}
+TIMEOUT_S = (
+    900.0  # a hang's bound, far above any machine's load (the slowest run takes ~50 s alone)
+)
+REQUIRED = {
+    "name": str,
+    "file": str,
+    "args_cpu": list,
+    "args_gpu": list,
+    "expected_top_finding": list,
+    "iterations_per_step": (int, float),
+    "timing_regex": str,
+    "requires": list,
+    "notes": str,
+    "fix": str,
+}
 
 
 # Runs PROG once per mode in this interpreter, as `python PROG ARGS [--fixed]` would, and prints the
@@ -90,9 +102,24 @@ def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-c", DRIVER, str(folder / entry["file"]), json.dumps(_modes(entry)), *entry["args_cpu"]]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-c",
+        DRIVER,
+        str(folder / entry["file"]),
+        json.dumps(_modes(entry)),
+        *entry["args_cpu"],
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         timed_out = False
@@ -101,8 +128,14 @@ def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
         stdout, stderr = proc.communicate()
         timed_out = True
     line = next((ln for ln in stdout.splitlines() if ln.startswith(MARK)), None)
-    results = json.loads(line[len(MARK):]) if line else {}
-    return {"rc": proc.returncode, "timed_out": timed_out, "stderr": stderr, "stdout": stdout, "modes": results}
+    results = json.loads(line[len(MARK) :]) if line else {}
+    return {
+        "rc": proc.returncode,
+        "timed_out": timed_out,
+        "stderr": stderr,
+        "stdout": stdout,
+        "modes": results,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -123,7 +156,9 @@ def twin_runs(request: pytest.FixtureRequest):
 
 
 @pytest.mark.e2e
-@pytest.mark.xdist_group("twin_runs")  # one worker runs them all: each worker that asks starts every twin
+@pytest.mark.xdist_group(
+    "twin_runs"
+)  # one worker runs them all: each worker that asks starts every twin
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_twin_runs_on_cpu(name: str, mode: str, twin_runs: dict[str, Future]) -> None:
@@ -144,9 +179,13 @@ def _check_run(entry: dict[str, Any], mode: str, twin_runs: dict[str, Future]) -
     res = twin_runs[name].result()
     context = f"\n--- stderr ---\n{res['stderr'][-2000:]}\n--- stdout ---\n{res['stdout'][-800:]}"
     assert not res["timed_out"], f"{name} ran past {TIMEOUT_S} s" + context
-    assert mode in res["modes"], f"{name}: the driver reported nothing (exit code {res['rc']})" + context
+    assert mode in res["modes"], (
+        f"{name}: the driver reported nothing (exit code {res['rc']})" + context
+    )
     run = res["modes"][mode]
-    context = f"\n--- error ---\n{run['error'][-2000:]}\n--- stdout ---\n{run['stdout'][-800:]}" + context
+    context = (
+        f"\n--- error ---\n{run['error'][-2000:]}\n--- stdout ---\n{run['stdout'][-800:]}" + context
+    )
     assert run["rc"] == 0, f"{name} ({mode}): exit code {run['rc']}" + context
     lines = [ln for ln in run["stdout"].splitlines() if re.search(entry["timing_regex"], ln)]
     times = [float(re.search(entry["timing_regex"], ln).group(1)) for ln in lines]
@@ -156,7 +195,11 @@ def _check_run(entry: dict[str, Any], mode: str, twin_runs: dict[str, Future]) -
     # the same work in every mode: the fix changes how a step runs, not how many run
     first = next(iter(_modes(entry)))
     if mode != first and res["modes"].get(first, {}).get("rc") == 0:
-        other = [ln for ln in res["modes"][first]["stdout"].splitlines() if re.search(entry["timing_regex"], ln)]
+        other = [
+            ln
+            for ln in res["modes"][first]["stdout"].splitlines()
+            if re.search(entry["timing_regex"], ln)
+        ]
         assert _numbered(other) == printed, f"{name}: {first} printed {other}, {mode} {lines}"
 
 
@@ -185,20 +228,30 @@ def test_manifest_is_well_formed() -> None:
         for key, kind in REQUIRED.items():
             assert isinstance(entry.get(key), kind), f"{name}: {key} missing or not {kind}"
         assert (TWINS / entry["file"]).is_file(), f"{name}: {entry['file']} does not exist"
-        assert entry["expected_top_finding"], f"{name}: a twin plants a cause: it needs an expected finding"
+        assert entry["expected_top_finding"], (
+            f"{name}: a twin plants a cause: it needs an expected finding"
+        )
         for rule_id in entry["expected_top_finding"] + entry.get("fix_also_removes", []):
-            assert rule_id in RULES, f"{name}: {rule_id!r} is not a registered rule ({', '.join(RULES)})"
+            assert rule_id in RULES, (
+                f"{name}: {rule_id!r} is not a registered rule ({', '.join(RULES)})"
+            )
         assert entry["iterations_per_step"] > 0
         assert all(isinstance(a, str) for a in entry["args_cpu"] + entry["args_gpu"]), name
-        assert "--fixed" not in entry["args_cpu"] + entry["args_gpu"], f"{name}: the runner adds --fixed itself"
+        assert "--fixed" not in entry["args_cpu"] + entry["args_gpu"], (
+            f"{name}: the runner adds --fixed itself"
+        )
         assert re.compile(entry["timing_regex"]).groups >= 1, f"{name}: timing_regex needs a group"
         low, high = entry["expected_measured_speedup"]
         assert 1.0 < low <= high, f"{name}: expected_measured_speedup {low}-{high}"
         # the expected diagnosis is written in the program too, before anything ran
         source = (TWINS / entry["file"]).read_text()
-        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, f"{name}: docstring"
+        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, (
+            f"{name}: docstring"
+        )
         assert "--fixed" in source, f"{name}: no --fixed flag"
-    assert on_disk == {e["file"] for e in MANIFEST["programs"]}, "a twin on disk is missing from the manifest"
+    assert on_disk == {e["file"] for e in MANIFEST["programs"]}, (
+        "a twin on disk is missing from the manifest"
+    )
 
 
 # What the committed H100 trace of each sick twin ranks first among its actionable findings; the
@@ -223,7 +276,9 @@ def test_the_sick_twins_h100_trace_shows_its_planted_cause(name: str) -> None:
     assert ids[0] == top and ranks[:1] == [rank], f"{name}: {ids}, expected {expected}"
     # cpu_augment_loop: the replay prices its host work at x1.18 of the profiled step (a miss,
     # tests/test_dynamic_shapes.py): major, not critical
-    assert actionable[0].severity == ("major" if name == "cpu_augment_loop" else "critical"), actionable[0]
+    assert actionable[0].severity == ("major" if name == "cpu_augment_loop" else "critical"), (
+        actionable[0]
+    )
 
 
 def test_every_committed_twin_trace_is_a_twin() -> None:
@@ -247,39 +302,61 @@ def _runner():
 )
 def test_runner_verdict(findings: list, measured: float, verdict: str, rank: int | None) -> None:
     run_twins = _runner()
-    report = {"step_ms": 22.0, "unprofiled_step_ms": 20.0, "steps": {"source": "optimizer-step"},
-              "findings": [{"id": i, "severity": s, "saving_ms": ms, "predicted_speedup": x} for i, s, ms, x in findings]}
+    report = {
+        "step_ms": 22.0,
+        "unprofiled_step_ms": 20.0,
+        "steps": {"source": "optimizer-step"},
+        "findings": [
+            {"id": i, "severity": s, "saving_ms": ms, "predicted_speedup": x}
+            for i, s, ms, x in findings
+        ],
+    }
     row: dict[str, Any] = {"measured_speedup": measured}
-    run_twins.judge(row, report, {"expected_top_finding": ["fp32-matmul"], "fix_also_removes": ["host-sync"]})
+    run_twins.judge(
+        row, report, {"expected_top_finding": ["fp32-matmul"], "fix_also_removes": ["host-sync"]}
+    )
     assert row["verdict"] == verdict
     assert row.get("rank") == rank
     if findings:
         saved = sum(ms for i, _, ms, _ in findings if i in ("fp32-matmul", "host-sync"))
-        assert row["predicted_speedup_fix"] == pytest.approx(20.0 / (20.0 - min(saved, 19.0)), rel=1e-3)
+        assert row["predicted_speedup_fix"] == pytest.approx(
+            20.0 / (20.0 - min(saved, 19.0)), rel=1e-3
+        )
 
 
 def test_by_hand_manifest_is_well_formed() -> None:
     from gpudoctor.tryfix.knobs import KNOBS
 
     knobs = {k.id: k for k in KNOBS}
-    assert len(BY_HAND_ENTRIES) == len(BY_HAND_MANIFEST["programs"]) >= 5, "duplicate names, or too few programs"
-    assert {p.name for p in BY_HAND.glob("*.py")} == {e["file"] for e in BY_HAND_MANIFEST["programs"]}
+    assert len(BY_HAND_ENTRIES) == len(BY_HAND_MANIFEST["programs"]) >= 5, (
+        "duplicate names, or too few programs"
+    )
+    assert {p.name for p in BY_HAND.glob("*.py")} == {
+        e["file"] for e in BY_HAND_MANIFEST["programs"]
+    }
     for entry in BY_HAND_MANIFEST["programs"]:
         name = entry["name"]
         for key, kind in {**REQUIRED, "hand": list}.items():
             if key != "fix":
                 assert isinstance(entry.get(key), kind), f"{name}: {key} missing or not {kind}"
         source = (BY_HAND / entry["file"]).read_text()
-        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, f"{name}: docstring"
+        assert "EXPECTED" in source and entry["expected_top_finding"][0] in source, (
+            f"{name}: docstring"
+        )
         assert entry["hand"], f"{name}: no change made by hand"
         for hand in entry["hand"]:
             knob = knobs.get(hand["knob"])
             assert knob is not None, f"{name}: {hand['knob']!r} is not a knob ({', '.join(knobs)})"
             # the knob is the one try-fixes would try for the program's expected finding, or for the
             # finding the entry names
-            answered = {*entry["expected_top_finding"], *([hand["finding"]] if "finding" in hand else [])}
+            answered = {
+                *entry["expected_top_finding"],
+                *([hand["finding"]] if "finding" in hand else []),
+            }
             assert set(knob.findings) & answered, f"{name}: {knob.id} fixes {knob.findings}"
             low, high = hand["expected_speedup"]
             assert 1.0 < low <= high, f"{name}: expected_speedup {low}-{high}"
-            assert hand["args"] and all(a in source for a in hand["args"] if a.startswith("--")), f"{name}: {hand}"
+            assert hand["args"] and all(a in source for a in hand["args"] if a.startswith("--")), (
+                f"{name}: {hand}"
+            )
             assert isinstance(hand["differs"], str) and hand["differs"], name

@@ -34,19 +34,30 @@ def _renamed(tmp_path: Path, device: str) -> Path:
 
 def _analyze(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # an empty cache: no machine profile measured here can stand in for the datasheet
-    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="120", XDG_CACHE_HOME=str(tmp_path / "cache"))
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "analyze", *args], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    env = dict(
+        os.environ, PYTHONPATH=str(SRC), COLUMNS="120", XDG_CACHE_HOME=str(tmp_path / "cache")
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "analyze", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("device", "row"), [
-    ("Tesla T4", "NVIDIA Tesla T4"),
-    ("NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080"),
-    ("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
-    ("NVIDIA L40", "NVIDIA L40"),
-    ("NVIDIA H800", "NVIDIA H800 SXM5 80GB"),
-    ("NVIDIA GH200 480GB", "NVIDIA GH200 480GB (96GB HBM3)"),
-])
+@pytest.mark.parametrize(
+    ("device", "row"),
+    [
+        ("Tesla T4", "NVIDIA Tesla T4"),
+        ("NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080"),
+        ("NVIDIA RTX A6000", "NVIDIA RTX A6000"),
+        ("NVIDIA L40", "NVIDIA L40"),
+        ("NVIDIA H800", "NVIDIA H800 SXM5 80GB"),
+        ("NVIDIA GH200 480GB", "NVIDIA GH200 480GB (96GB HBM3)"),
+    ],
+)
 def test_common_cards_get_their_datasheet_row(tmp_path: Path, device: str, row: str) -> None:
     report = analyze_path(_renamed(tmp_path, device))
     assert report.gpu.name == device
@@ -58,7 +69,9 @@ def test_common_cards_get_their_datasheet_row(tmp_path: Path, device: str, row: 
 
 def test_gh200_is_not_read_as_an_h200(tmp_path: Path) -> None:
     report = analyze_path(_renamed(tmp_path, "NVIDIA GH200 480GB"))
-    assert report.ceilings.hbm_bytes_per_s == 4.0e12  # the GH200's 96 GB HBM3, not the H200's 4.8 TB/s
+    assert (
+        report.ceilings.hbm_bytes_per_s == 4.0e12
+    )  # the GH200's 96 GB HBM3, not the H200's 4.8 TB/s
 
 
 def test_t4_trace_gives_a_report_from_the_command_line(tmp_path: Path) -> None:
@@ -85,7 +98,9 @@ def test_unknown_card_still_gets_its_report(tmp_path: Path) -> None:
     assert not set(ids) & set(PEAK_PRICED)
     assert report["verdict"]["status"] == "findings"
     assert report["idle"]["host-sync"] > 1.0
-    assert report["roofline"]["kernels"] == [] and report["roofline"]["unavailable"].startswith("unavailable: ")
+    assert report["roofline"]["kernels"] == [] and report["roofline"]["unavailable"].startswith(
+        "unavailable: "
+    )
     assert report["not_applicable"]["roofline"] == report["roofline"]["unavailable"]
     assert report["mfu"] is None
     warning = report["warnings"][0]
@@ -104,8 +119,16 @@ def test_unknown_card_console_report(tmp_path: Path) -> None:
 
 def test_unknown_card_with_measured_ceilings_draws_the_roofline(tmp_path: Path) -> None:
     ceilings = tmp_path / "ceilings.json"
-    ceilings.write_text(json.dumps({"gpu": "Some Future GPU", "matrix_flops": {"bf16": 500e12, "fp32": 50e12},
-                                    "hbm_bytes_per_s": 2e12, "source": "measured: gpudoctor bench"}))
+    ceilings.write_text(
+        json.dumps(
+            {
+                "gpu": "Some Future GPU",
+                "matrix_flops": {"bf16": 500e12, "fp32": 50e12},
+                "hbm_bytes_per_s": 2e12,
+                "source": "measured: gpudoctor bench",
+            }
+        )
+    )
     report = analyze_path(_renamed(tmp_path, "Some Future GPU"), ceilings=ceilings)
     assert report.roofline.unavailable is None and report.roofline.kernels
     assert report.ceilings.source == "measured: gpudoctor bench"

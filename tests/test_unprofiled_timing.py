@@ -71,7 +71,9 @@ def test_behind_a_dataloader_a_set_needs_a_whole_round_of_the_queue() -> None:
     # neither has a round: pooled, their mean, not trusted
     u = unprofiled_step([2.0], [2.0, 14.0], loader_depth=8)
     assert u is not None and (u.ms, u.estimator, u.trusted) == (6.0, "mean", False)
-    assert u.why.startswith("only 3 steps could be timed without the profiler, fewer than one round")
+    assert u.why.startswith(
+        "only 3 steps could be timed without the profiler, fewer than one round"
+    )
 
 
 def test_both_sets_are_pooled_when_each_has_enough_steps() -> None:
@@ -91,7 +93,12 @@ def test_both_sets_are_pooled_when_each_has_enough_steps() -> None:
 def test_steps_timed_only_among_the_first_ten_of_a_program_that_ended_are_not_trusted() -> None:
     # early_exit on an H200 (gallery call 7): steps 3-5 before a window at --skip 5, sys.exit inside it
     u = unprofiled_step([2.6321, 3.4782, 1.8932], [], last_step_before=5)
-    assert u is not None and (u.ms, u.steps, u.samples_from, u.trusted) == (2.6321, 3, "before", False)
+    assert u is not None and (u.ms, u.steps, u.samples_from, u.trusted) == (
+        2.6321,
+        3,
+        "before",
+        False,
+    )
     assert u.why.startswith("the steps timed without the profiler are steps 3-5 of the program")
     # the same steps with steps after the window to compare: trusted
     assert unprofiled_step([2.6321, 3.4782, 1.8932], [1.8, 1.7, 1.9], last_step_before=5).trusted
@@ -109,18 +116,34 @@ def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
     u = unprofiled_step([4.1, 4.0, 4.06, 4.3, 3.9], [])
     # MAD 0.06 -> 1.2533 x 1.4826 x 0.06 / sqrt(5) = 0.0499
     assert u is not None and u.text() == "4.060 ms ± 0.050 (5 steps)"
-    report = Report(schema_version="1", tool_version="0", source="t", gpu=GpuSection("", 0, 0, ""),
-                    ceilings=CeilingsSection("", "", {}, 0.0, 0.0, 0.0),
-                    steps=StepsSection("profiler-step", 0, 0.0, ()), step_ms=5.0,
-                    gpu_busy_pct=0.0, mfu=0.0, breakdown=BreakdownSection(0.0, 0.0, {}, 0.0, 0.0, 0.0, 0.0), idle={},
-                    roofline=RooflineSection(0.0, 0.0),
-                    memory=MemorySection(applicable=False, reason=""), findings=(),
-                    unprofiled_step_ms=u.ms, unprofiled=UnprofiledSection.from_dict(u.to_dict()))
+    report = Report(
+        schema_version="1",
+        tool_version="0",
+        source="t",
+        gpu=GpuSection("", 0, 0, ""),
+        ceilings=CeilingsSection("", "", {}, 0.0, 0.0, 0.0),
+        steps=StepsSection("profiler-step", 0, 0.0, ()),
+        step_ms=5.0,
+        gpu_busy_pct=0.0,
+        mfu=0.0,
+        breakdown=BreakdownSection(0.0, 0.0, {}, 0.0, 0.0, 0.0, 0.0),
+        idle={},
+        roofline=RooflineSection(0.0, 0.0),
+        memory=MemorySection(applicable=False, reason=""),
+        findings=(),
+        unprofiled_step_ms=u.ms,
+        unprofiled=UnprofiledSection.from_dict(u.to_dict()),
+    )
     assert report.unprofiled_text() == "4.060 ms ± 0.050 (5 steps)"
     thin = unprofiled_step([2.0, 3.0], [])
     assert thin is not None
-    report = Report(**{**report.__dict__, "unprofiled_step_ms": thin.ms,
-                       "unprofiled": UnprofiledSection.from_dict(thin.to_dict())})
+    report = Report(
+        **{
+            **report.__dict__,
+            "unprofiled_step_ms": thin.ms,
+            "unprofiled": UnprofiledSection.from_dict(thin.to_dict()),
+        }
+    )
     assert report.unprofiled_text() == "2.500 ms ± 0.500 (2 steps; uncertain)"
     assert report.to_dict()["unprofiled"]["trusted"] is False
 
@@ -139,11 +162,18 @@ def no_compiled_code_on_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_compiled_code_on_the_hooks")
-def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_timed(tmp_path: Path) -> None:
+def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_timed(
+    tmp_path: Path,
+) -> None:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    s = CaptureSession(CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path)
-    backward, next_batch = torch.autograd.backward, torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path
+    )
+    backward, next_batch = (
+        torch.autograd.backward,
+        torch.utils.data.dataloader._BaseDataLoaderIter.__next__,
+    )
     s.start()
     attached: list[tuple[str, list[str]]] = []
     while not s.done:
@@ -155,7 +185,14 @@ def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_ti
     phases = dict(attached)  # the last list seen in each phase
     # ("generate" too, when an earlier test imported transformers: its generate() is wrapped)
     assert [n for n in phases["before"] if n != "generate"] == [
-        "optimizer-hook", "replay", "backward", "__next__", "prepare_trace", "stop_trace", "export_chrome_trace"]
+        "optimizer-hook",
+        "replay",
+        "backward",
+        "__next__",
+        "prepare_trace",
+        "stop_trace",
+        "export_chrome_trace",
+    ]
     assert phases["after"] == ["optimizer-hook"]
     # from the step that closed the window to the last one timed (the step that settles, then 3
     # timed: 4 boundaries, the last of which ends the session): the optimizer hook alone
@@ -168,9 +205,13 @@ def test_only_the_optimizer_hook_is_left_while_the_steps_after_the_window_are_ti
 
 
 @pytest.mark.usefixtures("no_compiled_code_on_the_hooks")
-def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(tmp_path: Path) -> None:
+def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(
+    tmp_path: Path,
+) -> None:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
-    s = CaptureSession(CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path)
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path
+    )
     s.start()
     after: list[list[str]] = []
     with torch.no_grad():
@@ -183,8 +224,9 @@ def test_a_forward_stepped_loop_keeps_one_hook_on_its_model_after_the_window(tmp
     assert after and all(names == ["root-hook"] for names in after)
 
 
-def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a GPU machine (is_available) a CPU-only program's steps are timed on the host clock and
     gpudoctor creates no CUDA event, context or profiler activity for it."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -196,7 +238,9 @@ def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path
     monkeypatch.setattr(torch.cuda, "Event", no_event)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=3, nvml_interval_s=0.2), tmp_path)
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=5, calibration_steps=3, nvml_interval_s=0.2), tmp_path
+    )
     s.start()
     while not s.done:
         model(torch.randn(8, 16)).sum().backward()
@@ -207,8 +251,9 @@ def test_a_program_that_never_starts_cuda_gets_no_cuda_from_the_capture(tmp_path
     assert (len(r.unprofiled_before_ms), len(r.unprofiled_after_ms)) == (3, 3) and r.nvml == {}
 
 
-def _sleepy_loop(s: CaptureSession, clock: ManualClock, stop_at: int, warm: int, warm_s: float,
-                 steady_s: float) -> int:
+def _sleepy_loop(
+    s: CaptureSession, clock: ManualClock, stop_at: int, warm: int, warm_s: float, steady_s: float
+) -> int:
     """Optimizer steps that take ``warm_s`` for the first ``warm`` iterations, then ``steady_s``, on
     the session's manual clock: a warm-up whose length the test knows, on any machine's load."""
     param = nn.Parameter(torch.zeros(1))
@@ -228,12 +273,23 @@ def test_a_warm_up_longer_than_the_skip_is_not_taken_for_the_step(tmp_path: Path
     are warm-up, the 8 after it are the steady step, three times faster: those alone (the mean of
     the steps before the window, as gpudoctor reported it before, was 30 ms)."""
     clock = ManualClock()
-    s = CaptureSession(CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0), tmp_path, clock=clock)
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=5, calibration_steps=8, nvml_interval_s=0),
+        tmp_path,
+        clock=clock,
+    )
     s.start()
     _sleepy_loop(s, clock, stop_at=100, warm=7, warm_s=0.030, steady_s=0.010)
     u = s.result.unprofiled
-    assert u is not None and (u.samples_from, u.steps, u.estimator, u.trusted) == ("after", 8, "median", True)
-    assert s.result.unprofiled_before_ms == pytest.approx([30.0] * 3) and u.ms == pytest.approx(10.0)
+    assert u is not None and (u.samples_from, u.steps, u.estimator, u.trusted) == (
+        "after",
+        8,
+        "median",
+        True,
+    )
+    assert s.result.unprofiled_before_ms == pytest.approx([30.0] * 3) and u.ms == pytest.approx(
+        10.0
+    )
 
 
 def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: Path) -> None:
@@ -244,20 +300,40 @@ def test_a_program_that_ends_inside_the_window_gets_an_uncertain_step(tmp_path: 
     r = s.result
     assert r.unprofiled is not None and (r.unprofiled.steps, r.unprofiled.trusted) == (3, False)
     assert r.unprofiled_after_ms == [] and r.notes == [
-        ("the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
-        "still warming up, and none could be timed after the window (the program ended); the observer-effect "
-        "calibration is weak (raise --skip or --calibrate, or let the program run longer)")]
+        (
+            "the unprofiled step is uncertain: the steps timed without the profiler are steps 3-5 of the program, likely "
+            "still warming up, and none could be timed after the window (the program ended); the observer-effect "
+            "calibration is weak (raise --skip or --calibrate, or let the program run longer)"
+        )
+    ]
 
 
 def test_a_run_directory_read_again_keeps_the_uncertainty() -> None:
     from gpudoctor.capture.bundle import facts_of
 
-    good = {"ms": 4.06, "spread_ms": 0.05, "steps": 5, "estimator": "median", "samples_from": "after",
-            "trusted": True, "why": ""}
-    assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": good}}).unprofiled == good
-    for bad in ({**good, "steps": -1}, {**good, "trusted": "yes"}, {**good, "spread_ms": None}, [4.06], None):
-        assert facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": bad}}).unprofiled is None
-
+    good = {
+        "ms": 4.06,
+        "spread_ms": 0.05,
+        "steps": 5,
+        "estimator": "median",
+        "samples_from": "after",
+        "trusted": True,
+        "why": "",
+    }
+    assert (
+        facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": good}}).unprofiled == good
+    )
+    for bad in (
+        {**good, "steps": -1},
+        {**good, "trusted": "yes"},
+        {**good, "spread_ms": None},
+        [4.06],
+        None,
+    ):
+        assert (
+            facts_of({"capture": {"unprofiled_step_ms": 4.06, "unprofiled": bad}}).unprofiled
+            is None
+        )
 
 
 # -- a trial waits for its steps to settle ----------------------------------------------------------
@@ -267,7 +343,9 @@ def test_settled_compares_the_last_steps_with_the_ones_before_them() -> None:
     # the compile trial with a warm Inductor cache (H100, 2026-11-26): half a second a step, then 15 ms
     warm_cache = [523.0, 9.3, 728.6, 533.9, 472.7, 522.3, 520.3, 520.7, 204.1, 281.1, 90.1, 15.5]
     assert not settled(warm_cache)
-    assert settled(warm_cache + [13.0, 14.1, 12.9, 13.5, 13.2, 30.0, 13.1, 12.8, 13.4, 13.0, 13.3, 13.6])
+    assert settled(
+        warm_cache + [13.0, 14.1, 12.9, 13.5, 13.2, 30.0, 13.1, 12.8, 13.4, 13.0, 13.3, 13.6]
+    )
     assert not settled([13.0] * (2 * TRIAL_SETTLE_HALF - 1))  # too few to tell
     # 6 steps at 20 ms against 6 at 16: 1.25x, the edge; 21 ms: not settled
     assert settled([20.0] * 6 + [16.0] * 6) and not settled([21.0] * 6 + [16.0] * 6)
@@ -278,12 +356,19 @@ def test_settled_compares_the_last_steps_with_the_ones_before_them() -> None:
     assert not settled([2.0] * 8 + burst, loader_depth=8) and settled([2.0] * 8 + burst)
 
 
-def _trial_loop(tmp_path: Path, step_s, skip: int = 16, steps: int = 200, window: bool = False) -> tuple:
+def _trial_loop(
+    tmp_path: Path, step_s, skip: int = 16, steps: int = 200, window: bool = False
+) -> tuple:
     """A trial's session (no window, or with ``window`` one recorded after its timed steps) over a
     loop whose step ``i`` takes ``step_s(i)`` seconds on the session's manual clock."""
     clock = ManualClock()
-    s = CaptureSession(CaptureConfig(steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=window,
-                                     trial=True), tmp_path, clock=clock)
+    s = CaptureSession(
+        CaptureConfig(
+            steps=1, skip=skip, calibration_steps=0, nvml_interval_s=0, profile=window, trial=True
+        ),
+        tmp_path,
+        clock=clock,
+    )
     s.start()
     model = nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -299,7 +384,9 @@ def _trial_loop(tmp_path: Path, step_s, skip: int = 16, steps: int = 200, window
     return s.result, ran
 
 
-def test_a_trial_runs_on_until_its_steps_settle_and_times_the_steps_after_them(tmp_path: Path) -> None:
+def test_a_trial_runs_on_until_its_steps_settle_and_times_the_steps_after_them(
+    tmp_path: Path,
+) -> None:
     """Steps 10-25 take 30 ms (a transient across --skip 16), the others 3 ms: the trial runs past
     the transient and times the steps after the 12 it judged settled. (A transient that has stopped
     moving by --skip, a slow plateau, cannot be told from a steady step: the compile trials'
@@ -319,7 +406,9 @@ def test_a_trial_that_records_a_window_times_its_settled_steps_first(tmp_path: P
     30 steps after those it judged before the window opens: enough for a verdict."""
     result, _ = _trial_loop(tmp_path, lambda i: 0.110, window=True)
     assert len(result.unprofiled_before_ms) == TRIAL_TIMED_STEPS
-    assert result.window_opened_at_step == 16 + TRIAL_TIMED_STEPS  # at --skip it had 8 steps: no verdict
+    assert (
+        result.window_opened_at_step == 16 + TRIAL_TIMED_STEPS
+    )  # at --skip it had 8 steps: no verdict
 
 
 def test_a_steady_trial_times_thirty_steps_after_those_it_judged(tmp_path: Path) -> None:
@@ -337,10 +426,14 @@ def test_a_fast_steady_trial_times_on_for_the_least_time(tmp_path: Path) -> None
     assert (ran, len(result.unprofiled_before_ms)) == (200, 200 - 16)
 
 
-def test_a_slow_settled_trial_times_for_its_time_bound_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_settled_trial_times_for_its_time_bound_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpudoctor.capture import timing as timing_mod
 
-    monkeypatch.setattr(timing_mod, "TRIAL_TIMED_MAX_S", 0.045)  # reached by the 5th 10 ms step past the judged 12
+    monkeypatch.setattr(
+        timing_mod, "TRIAL_TIMED_MAX_S", 0.045
+    )  # reached by the 5th 10 ms step past the judged 12
     # (the bounds wait for the steps a verdict needs: here none, to reach the bound's own case)
     monkeypatch.setattr(timing_mod, "TRIAL_JUDGED_MIN_STEPS", 0)
     monkeypatch.setattr(timing_mod, "TRIAL_JUDGED_MIN_S", 0.0)
@@ -359,9 +452,11 @@ def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_lat
     )
 
     steady = [10.0, 10.2, 9.9, 10.1] * 10  # spread 1%: its mean is known to 0.2%
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1], TRIAL_TIMED_MIN_S)
+    assert not timed_enough(steady[: TRIAL_TIMED_STEPS - 1], TRIAL_TIMED_MIN_S)
     assert timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S)
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S, check_error=False)  # only the bounds
+    assert not timed_enough(
+        steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S, check_error=False
+    )  # only the bounds
     # 30 steady steps over less than the least time: one spell of the host's speed, time on
     assert not timed_enough(steady[:TRIAL_TIMED_STEPS], TRIAL_TIMED_MIN_S - 0.5)
     assert not timed_enough(steady, 0.4)
@@ -374,13 +469,43 @@ def test_timed_enough_stops_a_steady_mean_at_thirty_steps_and_a_stalling_one_lat
     assert timed_enough([700.0] * 10, TRIAL_TIMED_MAX_S + 2.0, check_error=False)
     # the accelerate loop's control on the H100 (2026-11-26 11:46 UTC): 25-30 ms steps with stalls of
     # 47-83 ms in 7 of 30: the standard error of the mean is 8% of it
-    control = [26.7, 29.0, 32.0, 77.7, 23.6, 27.1, 25.5, 29.7, 27.2, 26.2, 38.0, 32.8, 56.2, 28.3, 25.7, 28.8,
-               27.1, 30.4, 26.1, 59.4, 23.5, 25.7, 28.7, 47.3, 33.9, 56.8, 34.7, 82.9, 38.9, 54.2]
+    control = [
+        26.7,
+        29.0,
+        32.0,
+        77.7,
+        23.6,
+        27.1,
+        25.5,
+        29.7,
+        27.2,
+        26.2,
+        38.0,
+        32.8,
+        56.2,
+        28.3,
+        25.7,
+        28.8,
+        27.1,
+        30.4,
+        26.1,
+        59.4,
+        23.5,
+        25.7,
+        28.7,
+        47.3,
+        33.9,
+        56.8,
+        34.7,
+        82.9,
+        38.9,
+        54.2,
+    ]
     assert not timed_enough(control, TRIAL_TIMED_MIN_S)
     assert timed_enough(control, TRIAL_TIMED_MAX_S, check_error=False)  # the time bound ends it
     assert timed_enough([30.0] * TRIAL_TIMED_MAX_STEPS, 1.0, check_error=False)
     # one stall of 8x among 30 steady steps moves the mean by 23%: time on
-    assert not timed_enough(steady[:TRIAL_TIMED_STEPS - 1] + [80.0], TRIAL_TIMED_MIN_S)
+    assert not timed_enough(steady[: TRIAL_TIMED_STEPS - 1] + [80.0], TRIAL_TIMED_MIN_S)
     # asked again at 30, 38, 48, ... and at the step bound
     assert [next_timed_check(n) for n in (30, 38, 48)] == [38, 48, 60]
     assert next_timed_check(TRIAL_TIMED_MAX_STEPS - 10) == TRIAL_TIMED_MAX_STEPS
@@ -392,7 +517,9 @@ def test_a_trial_whose_steps_stall_times_on_to_its_time_bound(tmp_path: Path) ->
     step of the same mean (36 ms) stops at the first check past the least time."""
     from gpudoctor.capture.timing import TRIAL_TIMED_MAX_S
 
-    stalling, ran = _trial_loop(tmp_path / "stall", lambda i: 0.100 if i % 5 == 0 else 0.020, steps=400)
+    stalling, ran = _trial_loop(
+        tmp_path / "stall", lambda i: 0.100 if i % 5 == 0 else 0.020, steps=400
+    )
     # the time bound: 28 rounds of 100 + 4 x 20 ms (steps 16-155) are the first to reach 5 s
     assert (ran, len(stalling.unprofiled_before_ms)) == (156, 140) and TRIAL_TIMED_MAX_S == 5.0
     assert sum(stalling.unprofiled_before_ms) == pytest.approx(5040.0)
@@ -407,8 +534,9 @@ def test_a_trial_that_ends_while_timing_keeps_the_steps_it_judged_and_timed(tmp_
     assert ran == 20 and len(result.unprofiled_before_ms) == 2 * TRIAL_SETTLE_HALF + 4
 
 
-def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpudoctor.capture import session as session_mod
 
     monkeypatch.setattr(session_mod, "TRIAL_SETTLE_MAX_STEPS", 10)
@@ -421,7 +549,10 @@ def test_a_trial_that_never_settles_stops_at_its_bound_and_says_so(tmp_path: Pat
 def test_a_trial_first_asked_past_its_skip_still_waits_for_its_steps(tmp_path: Path) -> None:
     """Behind a loader the trial's first question about settling comes rounds after --skip; the
     time bound counts from that question, not from the clock's zero."""
-    s = CaptureSession(CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
+    s = CaptureSession(
+        CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False),
+        tmp_path,
+    )
     stamps, t = [], 100.0
     for i in range(27):  # a step of 30 ms, then of 3 ms from step 20 on: still moving at step 26
         stamps.append(t)
@@ -443,11 +574,18 @@ class _Event:
         return (other.t_s - self.t_s) * 1e3
 
 
-def test_a_trial_times_the_steps_it_judged_settled_not_the_ones_still_queued(tmp_path: Path) -> None:
+def test_a_trial_times_the_steps_it_judged_settled_not_the_ones_still_queued(
+    tmp_path: Path,
+) -> None:
     """The host runs ahead of the GPU: when the trial's finished steps have settled, the steps the GPU
     has not reached yet were not judged, and are not timed (two 72 ms steps there, H100 2026-11-26)."""
-    s = CaptureSession(CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
-    steps = [30.0] * 10 + [13.0] * 18 + [72.0, 72.0]  # a transient across --skip 16, then queued steps
+    s = CaptureSession(
+        CaptureConfig(steps=1, skip=16, calibration_steps=0, nvml_interval_s=0, profile=False),
+        tmp_path,
+    )
+    steps = (
+        [30.0] * 10 + [13.0] * 18 + [72.0, 72.0]
+    )  # a transient across --skip 16, then queued steps
     t, marks = 0.0, [_Event(0.0, True)]
     for i, ms in enumerate(steps):
         t += ms / 1e3
@@ -485,14 +623,21 @@ def test_a_cut_between_queued_steps_does_not_read_an_unfinished_one(tmp_path: Pa
             assert self.done and other.done, "read an unfinished event"
             return super().elapsed_time(other)
 
-    s = CaptureSession(CaptureConfig(steps=1, skip=4, calibration_steps=0, nvml_interval_s=0, profile=False), tmp_path)
+    s = CaptureSession(
+        CaptureConfig(steps=1, skip=4, calibration_steps=0, nvml_interval_s=0, profile=False),
+        tmp_path,
+    )
     marks = [Strict(i * 0.01, i < 6) for i in range(8)]
-    marks[6:6] = [None]  # cut before the unfinished ones: finished 0-5, None, unfinished, unfinished
+    marks[6:6] = [
+        None
+    ]  # cut before the unfinished ones: finished 0-5, None, unfinished, unfinished
     s._before, s._count = marks, 6
     assert s._finished_intervals(s._before) == pytest.approx([10.0] * 5)
     for m in marks[7:]:
         m.done = True
-    assert s._finished_intervals(s._before) == pytest.approx([10.0] * 6)  # 6-7 only: the cut stays cut
+    assert s._finished_intervals(s._before) == pytest.approx(
+        [10.0] * 6
+    )  # 6-7 only: the cut stays cut
 
 
 # -- properties of the two decisions, on any step times -------------------------------------------------
@@ -501,22 +646,30 @@ _MS = st.floats(min_value=0.01, max_value=1e4, allow_nan=False, allow_infinity=F
 
 
 @given(st.lists(_MS, min_size=1, max_size=40), st.integers(min_value=0, max_value=16))
-def test_settled_never_fails_and_a_steady_series_is_settled(intervals: list[float], depth: int) -> None:
+def test_settled_never_fails_and_a_steady_series_is_settled(
+    intervals: list[float], depth: int
+) -> None:
     assert settled(intervals, depth) in (True, False)
     n = max(2 * max(TRIAL_SETTLE_HALF, depth), len(intervals))
     assert settled([intervals[0]] * n, depth)
 
 
-@given(st.lists(_MS, min_size=2 * TRIAL_SETTLE_HALF, max_size=40), st.floats(min_value=1.3, max_value=100))
-def test_a_series_that_just_slowed_down_is_not_settled(intervals: list[float], factor: float) -> None:
+@given(
+    st.lists(_MS, min_size=2 * TRIAL_SETTLE_HALF, max_size=40),
+    st.floats(min_value=1.3, max_value=100),
+)
+def test_a_series_that_just_slowed_down_is_not_settled(
+    intervals: list[float], factor: float
+) -> None:
     base = max(intervals)  # every earlier step faster than the last ones by the factor
     slowed = intervals + [base * factor + 1.0] * TRIAL_SETTLE_HALF
     assert not settled(slowed)
 
 
 @given(st.lists(_MS, min_size=3, max_size=12), st.lists(_MS, min_size=3, max_size=12))
-def test_choose_returns_one_set_or_both_and_the_faster_when_far_apart(before: list[float],
-                                                                      after: list[float]) -> None:
+def test_choose_returns_one_set_or_both_and_the_faster_when_far_apart(
+    before: list[float], after: list[float]
+) -> None:
     samples, where = choose(before, after)
     assert (samples, where) in ((before + after, "both"), (before, "before"), (after, "after"))
     if where != "both":

@@ -45,8 +45,12 @@ def test_a_chain_without_a_backward_is_one_pass_at_its_largest_kernels_traffic()
     assert [c.size for c in chains] == [7] * len(a.steps)
     t = a.roofline.event_in_steps_ns
     floor = unfused_elementwise.kernel_floor_ns(a)
-    assert unfused_elementwise.fused_ns(a, chains[0], t, floor, training=False) == pytest.approx(115_600.0)
-    assert unfused_elementwise.fused_ns(a, chains[0], t, floor, training=True) == pytest.approx(323_838.75)
+    assert unfused_elementwise.fused_ns(a, chains[0], t, floor, training=False) == pytest.approx(
+        115_600.0
+    )
+    assert unfused_elementwise.fused_ns(a, chains[0], t, floor, training=True) == pytest.approx(
+        323_838.75
+    )
     f = found.report.finding("unfused-elementwise")
     assert f.evidence.numbers["priced_by"] == "replay"
     assert f.predicted_speedup == pytest.approx(4.3394, abs=1e-3)
@@ -80,7 +84,17 @@ def test_a_repeated_op_sequence_is_one_pass_per_repeat() -> None:
     chain = np.arange(24)
     repeated = _A(["aten::normal_", "aten::add"] * 12)
     assert unfused_elementwise._passes_of_flow(repeated, chain) == 12  # type: ignore[arg-type]
-    flow = _A(["aten::mul", "aten::sigmoid", "aten::mul", "aten::mul", "aten::add", "aten::mul", "aten::add"])
+    flow = _A(
+        [
+            "aten::mul",
+            "aten::sigmoid",
+            "aten::mul",
+            "aten::mul",
+            "aten::add",
+            "aten::mul",
+            "aten::add",
+        ]
+    )
     assert unfused_elementwise._passes_of_flow(flow, np.arange(7)) == 1  # type: ignore[arg-type]
 
 
@@ -102,9 +116,11 @@ def test_batching_per_head_linears_takes_their_gather_and_the_optimizers_share()
     names = {a.trace.strings[i] for i in a.trace.host.name[gathers]}
     assert names == {"aten::cat"} and gathers.size == len(a.steps)
     assert {a.trace.strings[i] for i in a.trace.host.name[nodes]} == {
-        "autograd::engine::evaluate_function: CatBackward0"}
+        "autograd::engine::evaluate_function: CatBackward0"
+    }
     assert sorted(sequence_numbers(a.trace, nodes).tolist()) == sorted(
-        sequence_numbers(a.trace, gathers).tolist())
+        sequence_numbers(a.trace, gathers).tolist()
+    )
     edit = small_gemm.edit(a, found.report.finding("small-gemm"))
     assert edit is not None
     assert np.unique(np.asarray(edit.host_share)).round(4).tolist() == [0.9844, 1.0]  # 126 / 128
@@ -113,8 +129,11 @@ def test_batching_per_head_linears_takes_their_gather_and_the_optimizers_share()
 
 
 def test_an_optimizer_step_that_runs_a_closure_is_not_bookkeeping() -> None:
-    assert any_inside(np.array([0, 10, 20]), np.array([5, 15, 25]),
-                      np.array([12, 3])).tolist() == [True, True, False]
+    assert any_inside(np.array([0, 10, 20]), np.array([5, 15, 25]), np.array([12, 3])).tolist() == [
+        True,
+        True,
+        False,
+    ]
 
 
 def test_the_prior_is_bounded_where_the_profiled_step_agrees_with_the_measured_one() -> None:
@@ -141,12 +160,15 @@ def test_without_a_loader_a_slower_timed_step_keeps_the_fixs_share() -> None:
 
     trace = load(DATA / "host_blocking_work" / "trace.json.gz")
     profiled = diagnose_loaded(trace).analysis.step_ms
-    found = diagnose_loaded(load(DATA / "host_blocking_work" / "trace.json.gz"),
-                            unprofiled_step_ms=profiled * 1.2)
+    found = diagnose_loaded(
+        load(DATA / "host_blocking_work" / "trace.json.gz"), unprofiled_step_ms=profiled * 1.2
+    )
     model = step_model(found.analysis)
     assert not isinstance(model, str) and not model.fed_by_loader
     assert model.base.residual_ns / 1e6 == pytest.approx(8.2428, abs=1e-3)
-    assert found.report.finding("host-blocking-work").predicted_speedup == pytest.approx(2.6816, abs=1e-3)
+    assert found.report.finding("host-blocking-work").predicted_speedup == pytest.approx(
+        2.6816, abs=1e-3
+    )
 
 
 def test_a_loaders_stalls_are_the_time_the_window_did_not_see() -> None:
@@ -158,7 +180,9 @@ def test_a_loaders_stalls_are_the_time_the_window_did_not_see() -> None:
     assert not isinstance(model, str) and model.fed_by_loader
 
 
-def test_same_kernel_gemms_in_sequence_keep_their_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_kernel_gemms_in_sequence_keep_their_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """adam_many_params (run b's trace, not kept here; benchmarks/BENCHMARKS-replay.md "The prior")
     stacks 64 Linear(96, 96) layers: same-kernel GEMMs in sequence that no cat joins. Only a loop
     whose outputs are joined (heads) merges its weights, so only there does the optimizer's share

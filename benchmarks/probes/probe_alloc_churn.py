@@ -101,13 +101,21 @@ def lab_trap(name: str):  # type: ignore[no-untyped-def]
     largest = [max(sizes_of(s)[j] for s in range(4)) for j in range(len(sizes_of(0)))]
 
     def build(device: str, churn: bool) -> Workload:
-        workspace = None if churn else [torch.empty(n, device=device, dtype=torch.bfloat16) for n in largest]
+        workspace = (
+            None
+            if churn
+            else [torch.empty(n, device=device, dtype=torch.bfloat16) for n in largest]
+        )
         counter = [0]
 
         def step() -> None:
             sums = []
             for j, n in enumerate(sizes_of(counter[0])):
-                t = torch.empty(n, device=device, dtype=torch.bfloat16) if churn else workspace[j][:n]
+                t = (
+                    torch.empty(n, device=device, dtype=torch.bfloat16)
+                    if churn
+                    else workspace[j][:n]
+                )
                 sums.append(t.normal_().sum(dtype=torch.float32))
                 del t
                 if churn and every == 0:
@@ -119,8 +127,14 @@ def lab_trap(name: str):  # type: ignore[no-untyped-def]
 
         return Workload(step)
 
-    return Trap(id=f"churn_{name}", title=name, expected_finding="allocator-churn",
-                build_sick=lambda d: build(d, True), build_fixed=lambda d: build(d, False), description=name)
+    return Trap(
+        id=f"churn_{name}",
+        title=name,
+        expected_finding="allocator-churn",
+        build_sick=lambda d: build(d, True),
+        build_fixed=lambda d: build(d, False),
+        description=name,
+    )
 
 
 def lab_mode(out: str | None) -> int:
@@ -130,15 +144,24 @@ def lab_mode(out: str | None) -> int:
     for name in LAB_VARIANTS:
         t0 = time.perf_counter()
         sick, fixed = paired_rounds(lab_trap(name), "cuda", warmup=5, timed=20)
-        rows.append({"variant": name, "sick_rounds_ms": sick, "fixed_rounds_ms": fixed,
-                     "ratio": statistics.median(sick) / statistics.median(fixed), "wall_s": time.perf_counter() - t0})
+        rows.append(
+            {
+                "variant": name,
+                "sick_rounds_ms": sick,
+                "fixed_rounds_ms": fixed,
+                "ratio": statistics.median(sick) / statistics.median(fixed),
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
     if out:
         with open(out, "w") as f:
             json.dump(rows, f, indent=1)
     print(f"{'variant':<8} {'sick rounds ms':<26} {'fixed rounds ms':<26} {'x':>6}")
     for r in rows:
-        print(f"{r['variant']:<8} {' '.join(f'{x:.3f}' for x in r['sick_rounds_ms']):<26} "
-              f"{' '.join(f'{x:.3f}' for x in r['fixed_rounds_ms']):<26} {r['ratio']:>6.2f}")
+        print(
+            f"{r['variant']:<8} {' '.join(f'{x:.3f}' for x in r['sick_rounds_ms']):<26} "
+            f"{' '.join(f'{x:.3f}' for x in r['fixed_rounds_ms']):<26} {r['ratio']:>6.2f}"
+        )
     return 0
 
 
@@ -156,8 +179,14 @@ def main() -> int:
         if v == "nocache":
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", CHILD, v, str(args.rounds)], capture_output=True, text=True,
-                           env=env, timeout=120, check=False)
+        p = subprocess.run(
+            [sys.executable, "-c", CHILD, v, str(args.rounds)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
         try:
             results.append(json.loads(p.stdout.strip().splitlines()[-1]))
         except (IndexError, json.JSONDecodeError):
@@ -166,18 +195,28 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
-    fixed = next((statistics.median(r["rounds_ms"]) for r in results if r["variant"] == "fixed" and "rounds_ms" in r),
-                 None)
-    print(f"{'variant':<9} {'rounds ms':<28} {'x fixed':>7} {'64MB fresh/after us':>20} {'1GB fresh/after us':>20}")
+    fixed = next(
+        (
+            statistics.median(r["rounds_ms"])
+            for r in results
+            if r["variant"] == "fixed" and "rounds_ms" in r
+        ),
+        None,
+    )
+    print(
+        f"{'variant':<9} {'rounds ms':<28} {'x fixed':>7} {'64MB fresh/after us':>20} {'1GB fresh/after us':>20}"
+    )
     for r in results:
         if "error" in r:
             print(f"{r['variant']:<9} error: {r['error'][-200:]}")
             continue
         med = statistics.median(r["rounds_ms"])
-        print(f"{r['variant']:<9} {' '.join(f'{x:.3f}' for x in r['rounds_ms']):<28} "
-              f"{med / fixed if fixed else 0:>7.2f} "
-              f"{r['pair_us_fresh']['64MB']:>9.0f}/{r['pair_us_after_1GiB']['64MB']:<10.0f} "
-              f"{r['pair_us_fresh']['1GB']:>9.0f}/{r['pair_us_after_1GiB']['1GB']:<10.0f}")
+        print(
+            f"{r['variant']:<9} {' '.join(f'{x:.3f}' for x in r['rounds_ms']):<28} "
+            f"{med / fixed if fixed else 0:>7.2f} "
+            f"{r['pair_us_fresh']['64MB']:>9.0f}/{r['pair_us_after_1GiB']['64MB']:<10.0f} "
+            f"{r['pair_us_fresh']['1GB']:>9.0f}/{r['pair_us_after_1GiB']['1GB']:<10.0f}"
+        )
     return 0
 
 

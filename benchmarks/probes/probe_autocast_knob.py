@@ -48,8 +48,11 @@ def main() -> None:
 
         model.forward = autocast_forward
     times = [ms for _, ms in timed_loop(work.step, 200, 10, torch.cuda.synchronize)]
-    print(f"{variant}: {sum(times[5:]) / len(times[5:]):.3f} ms/step  ({', '.join(f'{t:.2f}' for t in times[:6])} ...)"
-          f"  effects={effects}", flush=True)
+    print(
+        f"{variant}: {sum(times[5:]) / len(times[5:]):.3f} ms/step  ({', '.join(f'{t:.2f}' for t in times[:6])} ...)"
+        f"  effects={effects}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

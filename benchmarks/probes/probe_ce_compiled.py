@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import bench, fwd_bwd, gpu_us, peak_mb
 
 from gpudoctor.kernels.cross_entropy import linear_cross_entropy
@@ -52,23 +54,39 @@ def main() -> None:
         h = torch.randn(n, hidden, device="cuda", dtype=DT, requires_grad=True)
         w = (torch.randn(VOCAB, hidden, device="cuda", dtype=DT) * hidden**-0.5).requires_grad_()
         t = torch.randint(0, VOCAB, (n,), device="cuda")
-        cands = {"native eager": _native, "native compiled": torch.compile(_native),
-                 "op eager": _op, "op compiled": torch.compile(_op)}
+        cands = {
+            "native eager": _native,
+            "native compiled": torch.compile(_native),
+            "op eager": _op,
+            "op compiled": torch.compile(_op),
+        }
         for name, f in cands.items():
             run = fwd_bwd(f, h, w, t)
             for _ in range(3):  # compiles, autotunes
                 run()
             torch.cuda.synchronize()
-            row = {"tokens": n, "hidden": hidden, "vocab": VOCAB, "what": name,
-                   "gpu_us": round(gpu_us(run), 1), "wall_us": round(bench(run, warmup=5, rep=30) * 1e3, 1),
-                   "peak_mb": round(peak_mb(run, h, w), 1)}
+            row = {
+                "tokens": n,
+                "hidden": hidden,
+                "vocab": VOCAB,
+                "what": name,
+                "gpu_us": round(gpu_us(run), 1),
+                "wall_us": round(bench(run, warmup=5, rep=30) * 1e3, 1),
+                "peak_mb": round(peak_mb(run, h, w), 1),
+            }
             rows.append(row)
             print(row, flush=True)
-    (out / "ce_compiled.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
-                                                      "torch": torch.__version__, "rows": rows}, indent=1))
+    (out / "ce_compiled.json").write_text(
+        json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+            indent=1,
+        )
+    )
     print(f"\n{'tokens':>6} {'H':>5} {'what':<16} {'gpu us':>9} {'wall us':>9} {'peak MB':>9}")
     for r in rows:
-        print(f"{r['tokens']:>6} {r['hidden']:>5} {r['what']:<16} {r['gpu_us']:>9} {r['wall_us']:>9} {r['peak_mb']:>9}")
+        print(
+            f"{r['tokens']:>6} {r['hidden']:>5} {r['what']:<16} {r['gpu_us']:>9} {r['wall_us']:>9} {r['peak_mb']:>9}"
+        )
 
 
 if __name__ == "__main__":

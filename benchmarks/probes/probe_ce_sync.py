@@ -36,9 +36,13 @@ def main() -> None:
         return
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     x, w, t = inputs()
-    linear_cross_entropy(x, w, t).backward(torch.tensor(0.5, device="cuda"))  # compile + warm the launcher
+    linear_cross_entropy(x, w, t).backward(
+        torch.tensor(0.5, device="cuda")
+    )  # compile + warm the launcher
     x.grad = w.grad = None
-    half = torch.full((), 0.5, device="cuda")  # made outside: a tensor from a host scalar is itself a copy
+    half = torch.full(
+        (), 0.5, device="cuda"
+    )  # made outside: a tensor from a host scalar is itself a copy
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -60,15 +64,29 @@ def main() -> None:
     ref = F.cross_entropy((xr @ wr.t()).float(), t, ignore_index=-100)
     ref.backward(half)
     result["loss"], result["loss_ref"] = float(loss.detach()), float(ref.detach())
-    result["dx_max_rel"] = float((x.grad.float() - xr.grad.float()).abs().max() / xr.grad.float().abs().max())
-    result["dw_max_rel"] = float((w.grad.float() - wr.grad.float()).abs().max() / wr.grad.float().abs().max())
+    result["dx_max_rel"] = float(
+        (x.grad.float() - xr.grad.float()).abs().max() / xr.grad.float().abs().max()
+    )
+    result["dw_max_rel"] = float(
+        (w.grad.float() - wr.grad.float()).abs().max() / wr.grad.float().abs().max()
+    )
     torch._dynamo.reset()
     exp = torch._dynamo.explain(lambda a, b, c: linear_cross_entropy(a, b, c))(x, w, t)
-    result["compile"] = {"graphs": exp.graph_count, "breaks": exp.graph_break_count,
-                         "reasons": sorted({str(b.reason)[:200] for b in exp.break_reasons})}
-    child = subprocess.run([sys.executable, __file__, str(out), "--bad-target"], check=False, capture_output=True, text=True)
-    result["bad_target"] = {"returncode": child.returncode,
-                            "stderr_tail": [ln for ln in child.stderr.splitlines() if "assert" in ln.lower()][-3:]}
+    result["compile"] = {
+        "graphs": exp.graph_count,
+        "breaks": exp.graph_break_count,
+        "reasons": sorted({str(b.reason)[:200] for b in exp.break_reasons}),
+    }
+    child = subprocess.run(
+        [sys.executable, __file__, str(out), "--bad-target"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    result["bad_target"] = {
+        "returncode": child.returncode,
+        "stderr_tail": [ln for ln in child.stderr.splitlines() if "assert" in ln.lower()][-3:],
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "ce_sync.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))

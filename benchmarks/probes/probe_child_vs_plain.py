@@ -52,14 +52,21 @@ def busy() -> dict:
     (a process left behind by an earlier run, spinning, would show here)."""
     load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").is_file() else "?"
     try:
-        ps = subprocess.run(["ps", "-eo", "pcpu,etimes,comm", "--sort=-pcpu", "--no-headers"], check=False,
-                            capture_output=True, text=True, timeout=10).stdout.splitlines()[:3]
+        ps = subprocess.run(
+            ["ps", "-eo", "pcpu,etimes,comm", "--sort=-pcpu", "--no-headers"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()[:3]
     except (OSError, subprocess.SubprocessError):
         ps = []
     return {"load1": load, "top": [" ".join(line.split()) for line in ps]}
 
 
-def run_variant(kind: str, extra: str, args: list[str], prog: str, out: Path, tag: str, timeout: float) -> dict:
+def run_variant(
+    kind: str, extra: str, args: list[str], prog: str, out: Path, tag: str, timeout: float
+) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if kind == "plain":
         for item in filter(None, extra.split(",")):
@@ -69,31 +76,65 @@ def run_variant(kind: str, extra: str, args: list[str], prog: str, out: Path, ta
     else:
         run_dir = out / tag
         run_dir.mkdir(parents=True, exist_ok=True)
-        spec = child_spec(str(Path(prog).resolve()), args, False, [k for k in extra.split(",") if k], CHILD_SKIP,
-                          CHILD_STEPS, run_dir)
+        spec = child_spec(
+            str(Path(prog).resolve()),
+            args,
+            False,
+            [k for k in extra.split(",") if k],
+            CHILD_SKIP,
+            CHILD_STEPS,
+            run_dir,
+        )
         (run_dir / "spec.json").write_text(json.dumps(spec))
         cmd = [sys.executable, "-m", "gpudoctor.tryfix.child", str(run_dir / "spec.json")]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            start_new_session=True,
+        )
         text, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        text, rc = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""), -9
+        text, rc = (
+            (exc.stdout or b"").decode(errors="replace")
+            if isinstance(exc.stdout, bytes)
+            else (exc.stdout or ""),
+            -9,
+        )
     lines = [float(m.group(1)) for m in TIMING.finditer(text)]
-    row = {"rc": rc, "wall_s": round(time.perf_counter() - start, 1), "lines_ms": lines,
-           "median_ms": round(statistics.median(lines[1:]), 3) if len(lines) > 1 else None}
+    row = {
+        "rc": rc,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "lines_ms": lines,
+        "median_ms": round(statistics.median(lines[1:]), 3) if len(lines) > 1 else None,
+    }
     if kind == "child":
-        trial = json.loads((out / tag / "trial.json").read_text()) if (out / tag / "trial.json").is_file() else {}
+        trial = (
+            json.loads((out / tag / "trial.json").read_text())
+            if (out / tag / "trial.json").is_file()
+            else {}
+        )
         samples = trial.get("samples_ms") or []
-        row.update(samples_mean_ms=round(statistics.fmean(samples), 3) if samples else None, samples=len(samples),
-                   effects=trial.get("effects"), error=trial.get("error"))
+        row.update(
+            samples_mean_ms=round(statistics.fmean(samples), 3) if samples else None,
+            samples=len(samples),
+            effects=trial.get("effects"),
+            error=trial.get("error"),
+        )
     if rc not in (0, None) and not row["median_ms"]:
         row["tail"] = text[-600:]
     return row
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("program")
     ap.add_argument("variants", nargs="+", help='"plain[ENV]|ARGS" or "child[KNOBS]|ARGS"')
     ap.add_argument("--args", default="", help="the program's arguments, common to every variant")
@@ -106,7 +147,9 @@ def main() -> int:
         m = VARIANT.match(v)
         if not m:
             ap.error(f"variant {v!r}: write plain[ENV]|ARGS or child[KNOBS]|ARGS")
-        parsed.append((v, m.group(1), m.group(2) or "", shlex.split(opts.args) + shlex.split(m.group(3))))
+        parsed.append(
+            (v, m.group(1), m.group(2) or "", shlex.split(opts.args) + shlex.split(m.group(3)))
+        )
     opts.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {v: [] for v, *_ in parsed}
     for r in range(opts.rounds):
@@ -115,9 +158,14 @@ def main() -> int:
             row = run_variant(kind, extra, args, opts.program, opts.out, f"r{r}-v{i}", opts.timeout)
             row["host_loop_ms"], row["host"] = ref, load
             results[v].append(row)
-            print(f"round {r} {v}: {json.dumps({k: x for k, x in row.items() if k != 'lines_ms'})}", flush=True)
+            print(
+                f"round {r} {v}: {json.dumps({k: x for k, x in row.items() if k != 'lines_ms'})}",
+                flush=True,
+            )
             (opts.out / "probe.json").write_text(json.dumps(results, indent=1))
-    print("\n| variant | program's median ms per round | child's sample mean ms per round | host loop ms |")
+    print(
+        "\n| variant | program's median ms per round | child's sample mean ms per round | host loop ms |"
+    )
     print("|---|---|---|---|")
     for v, rows in results.items():
         med = ", ".join(str(r["median_ms"]) for r in rows)

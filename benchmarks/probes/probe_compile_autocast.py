@@ -70,7 +70,9 @@ def main() -> None:
         else:
             call = model
         ms = time_steps(model, call, args.steps)
-        rows.append((name, ms, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]))
+        rows.append(
+            (name, ms, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"])
+        )
     print(f"{'variant':32} {'median step ms':>15} {'graph breaks':>13} {'graphs':>7}")
     for name, ms, breaks, graphs in rows:
         print(f"{name:32} {ms:15.3f} {breaks:13d} {graphs:7d}")

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from tune_norms import cpu_us
 
 from gpudoctor.kernels._layer_norm import layer_norm
@@ -37,8 +39,13 @@ def main() -> None:
         "rms_norm forward only": lambda: rms_norm(x.detach(), w.detach(), 1e-6),
         "F.rms_norm forward only": lambda: F.rms_norm(x.detach(), (h,), w.detach(), 1e-6),
     }
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [m, h],
-              "loop_us": {k: round(cpu_us(f), 1) for k, f in cands.items()}, "profiles": {}}
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "shape": [m, h],
+        "loop_us": {k: round(cpu_us(f), 1) for k, f in cands.items()},
+        "profiles": {},
+    }
     for name in ("rms_norm", "layer_norm"):
         prof = cProfile.Profile()
         fn = cands[name]

@@ -38,7 +38,9 @@ def main() -> None:
     for cpu in cpus:
         print(cpu, " ".join(f"{v:5.1f}" for v in rows[cpu]))
     medians = {c: statistics.median(v) for c, v in rows.items()}
-    print(f"fastest {min(medians, key=medians.__getitem__)} slowest {max(medians, key=medians.__getitem__)}")
+    print(
+        f"fastest {min(medians, key=medians.__getitem__)} slowest {max(medians, key=medians.__getitem__)}"
+    )
 
 
 if __name__ == "__main__":

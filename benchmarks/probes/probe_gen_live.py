@@ -48,8 +48,11 @@ class LiveBytes(TorchDispatchMode):
             self.current -= self.size.pop(key)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        inputs = {a.untyped_storage().data_ptr() for a in tree_flatten((args, kwargs))[0]
-                  if isinstance(a, torch.Tensor)}
+        inputs = {
+            a.untyped_storage().data_ptr()
+            for a in tree_flatten((args, kwargs))[0]
+            if isinstance(a, torch.Tensor)
+        }
         out = func(*args, **(kwargs or {}))
         for t in (x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)):
             st = t.untyped_storage()
@@ -64,8 +67,11 @@ class LiveBytes(TorchDispatchMode):
         if self.current > self.peak:
             self.peak = self.current
             frames = [f for f in traceback.extract_stack() if "transformers" in f.filename][-2:]
-            self.at = (str(func), [f"{Path(f.filename).name}:{f.lineno} {f.line}" for f in frames],
-                       sorted(self.size.values(), reverse=True)[:12])
+            self.at = (
+                str(func),
+                [f"{Path(f.filename).name}:{f.lineno} {f.line}" for f in frames],
+                sorted(self.size.values(), reverse=True)[:12],
+            )
         return out
 
 
@@ -94,10 +100,14 @@ def main(argv: list[str]) -> None:
                 model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         else:
             out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-            if hasattr(model, "set_experts_implementation") and getattr(config, "_experts_implementation", None):
+            if hasattr(model, "set_experts_implementation") and getattr(
+                config, "_experts_implementation", None
+            ):
                 model.set_experts_implementation("batched_mm")
             with live:
-                model(input_ids=out.logits.argmax(-1), cache=cache, use_cache=True, logits_to_keep=1)
+                model(
+                    input_ids=out.logits.argmax(-1), cache=cache, use_cache=True, logits_to_keep=1
+                )
     func, where, largest = live.at
     print(f"{name} {mode} batch {batch} prompt {prompt}: peak {live.peak:,} B live at {func}")
     print("  " + "\n  ".join(where))

@@ -25,8 +25,19 @@ import statistics
 import sys
 import time
 
-COLUMNS = ("t", "sm_mhz", "mem_mhz", "clock_reasons", "temp_c", "power_w", "gpu_util",
-           "cpu_busy", "cpu_steal", "cpu_iowait", "load1")
+COLUMNS = (
+    "t",
+    "sm_mhz",
+    "mem_mhz",
+    "clock_reasons",
+    "temp_c",
+    "power_w",
+    "gpu_util",
+    "cpu_busy",
+    "cpu_steal",
+    "cpu_iowait",
+    "load1",
+)
 
 
 def read_cpu_times() -> list[int]:
@@ -66,23 +77,31 @@ def sample(out: str, period: float, seconds: float | None) -> None:
                 reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
             with open("/proc/loadavg") as la:
                 load1 = float(la.read().split()[0])
-            writer.writerow([
-                f"{time.time():.3f}",
-                pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-                hex(reasons),
-                pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-                round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
-                pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                round(busy, 3), round(steal, 4), round(iowait, 4), load1,
-            ])
+            writer.writerow(
+                [
+                    f"{time.time():.3f}",
+                    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                    hex(reasons),
+                    pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+                    round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
+                    pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                    round(busy, 3),
+                    round(steal, 4),
+                    round(iowait, 4),
+                    load1,
+                ]
+            )
             f.flush()
 
 
 def summarize(path: str, t0: float | None, t1: float | None) -> None:
     with open(path) as f:
-        rows = [r for r in csv.DictReader(f)
-                if (t0 is None or float(r["t"]) >= t0) and (t1 is None or float(r["t"]) <= t1)]
+        rows = [
+            r
+            for r in csv.DictReader(f)
+            if (t0 is None or float(r["t"]) >= t0) and (t1 is None or float(r["t"]) <= t1)
+        ]
     if not rows:
         print("no samples in the window", file=sys.stderr)
         raise SystemExit(2)

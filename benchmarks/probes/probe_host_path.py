@@ -88,8 +88,18 @@ class _NoLaunch:
 def _stub_compiled(kernel_cls):
     """A triton CompiledKernel whose low-level launcher does nothing (tests/test_kernels_host.py's stand-in)."""
     kernel = kernel_cls.__new__(kernel_cls)
-    kernel.module, kernel._run, kernel.function, kernel.packed_metadata = object(), lambda *a: None, 0xF00, ("p",)
-    kernel.src, kernel.name, kernel.metadata, kernel._module_pid = None, "stub", SimpleNamespace(), -1
+    kernel.module, kernel._run, kernel.function, kernel.packed_metadata = (
+        object(),
+        lambda *a: None,
+        0xF00,
+        ("p",),
+    )
+    kernel.src, kernel.name, kernel.metadata, kernel._module_pid = (
+        None,
+        "stub",
+        SimpleNamespace(),
+        -1,
+    )
     return kernel
 
 
@@ -119,7 +129,9 @@ class Patched:
 
     def __enter__(self) -> None:
         self.saved = {n: getattr(_rms, n) for n in ("use_triton", *self.NAMES)}
-        self.common = {n: getattr(_common, n) for n in ("interpreting", "_current_device", "_current_stream")}
+        self.common = {
+            n: getattr(_common, n) for n in ("interpreting", "_current_device", "_current_stream")
+        }
         _rms.use_triton = lambda *tensors: True
         if self.launch == "none":
             for n in self.NAMES:
@@ -155,24 +167,41 @@ def pieces(x, w, dy) -> list[tuple[str, object]]:
         ("check_same x, weight", lambda: _common.check_same("x", x, weight=w)),
         ("weight.shape[0] != x.shape[-1]", lambda: w.shape[0] != x.shape[-1]),
         ("check_eps", lambda: _rms.check_eps(1e-6)),
-        ("float(offset), casting checks", lambda: (float(offset), casting in _rms.CASTINGS, casting == "llama")),
+        (
+            "float(offset), casting checks",
+            lambda: (float(offset), casting in _rms.CASTINGS, casting == "llama"),
+        ),
         ("x.numel() == 0", lambda: x.numel() == 0),
         ("use_triton (real; False on CPU)", lambda: _common.use_triton(x, w)),
         ("torch.compiler.is_compiling()", torch.compiler.is_compiling),
         ("'torch._dynamo' in sys.modules", lambda: "torch._dynamo" in sys.modules),
-        ("grad enabled and requires_grad", lambda: torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)),
-        ("x.shape[-1] int check", lambda: x.shape[-1] if type(x.shape[-1]) is int else int(x.shape[-1])),
+        (
+            "grad enabled and requires_grad",
+            lambda: torch.is_grad_enabled() and (x.requires_grad or w.requires_grad),
+        ),
+        (
+            "x.shape[-1] int check",
+            lambda: x.shape[-1] if type(x.shape[-1]) is int else int(x.shape[-1]),
+        ),
         ("rows_of(x)", lambda: _rms.rows_of(x, hidden)),
         ("forward plan key + lookup", lambda: _rms._FWD_PLANS.get((n_rows, hidden, x.dtype, True))),
-        ("backward plan key + lookup (get_device)",
-         lambda: _rms._BWD_PLANS.get((n_rows, hidden, x.dtype, x.get_device(), True, True))),
+        (
+            "backward plan key + lookup (get_device)",
+            lambda: _rms._BWD_PLANS.get((n_rows, hidden, x.dtype, x.get_device(), True, True)),
+        ),
         ("x.element_size()", x.element_size),
         ("torch.empty_like(x)", lambda: torch.empty_like(xd)),
         ("x.new_empty(x.shape)", lambda: xd.new_empty(shape)),
         ("x.new_empty(rows, dtype=fp32)", lambda: xd.new_empty(n_rows, dtype=torch.float32)),
-        ("torch.empty(rows, dtype, device)", lambda: torch.empty(n_rows, dtype=torch.float32, device=xd.device)),
+        (
+            "torch.empty(rows, dtype, device)",
+            lambda: torch.empty(n_rows, dtype=torch.float32, device=xd.device),
+        ),
         ("w.new_empty(hidden)", lambda: wd.new_empty(hidden)),
-        ("_exact(forward args)", lambda: _common._exact((xd, wd, xd, xd, hidden, hidden, n_rows, hidden, 1e-6, 0.0))),
+        (
+            "_exact(forward args)",
+            lambda: _common._exact((xd, wd, xd, xd, hidden, hidden, n_rows, hidden, 1e-6, 0.0)),
+        ),
         ("hooks_idle()", _common.hooks_idle if _common.tl is not None else (lambda: None)),
         ("x.data_ptr() x4", lambda: (xd.data_ptr(), wd.data_ptr(), xd.data_ptr(), xd.data_ptr())),
     ]
@@ -181,6 +210,7 @@ def pieces(x, w, dy) -> list[tuple[str, object]]:
         def run():
             x.grad = w.grad = None
             cls.apply(x, w).backward(dy)
+
         return run
 
     def c_apply_of(cls):
@@ -191,12 +221,20 @@ def pieces(x, w, dy) -> list[tuple[str, object]]:
         def run():
             x.grad = w.grad = None
             c_apply(x, w).backward(dy)
+
         return run
 
     def valid(x=x, weight=w):  # rms_norm's one condition for valid inputs
-        return (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() and weight.dim() == 1
-                and x.is_floating_point() and weight.dtype == x.dtype and weight.shape[0] == x.shape[-1]
-                and weight.device == x.device)
+        return (
+            isinstance(x, torch.Tensor)
+            and isinstance(weight, torch.Tensor)
+            and x.dim()
+            and weight.dim() == 1
+            and x.is_floating_point()
+            and weight.dtype == x.dtype
+            and weight.shape[0] == x.shape[-1]
+            and weight.device == x.device
+        )
 
     out += [
         ("the checks above in one condition", valid),
@@ -212,6 +250,7 @@ def whole(x, w, dy, casting: str = "llama"):
     def run():
         x.grad = w.grad = None
         _rms.rms_norm(x, w, 1e-6, casting=casting).backward(dy)
+
     return run
 
 
@@ -232,40 +271,87 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((name, None))
     whole_calls = max(args.calls // 10, 50)
     with Patched("none"):
-        rows.append(("rms_norm fwd+bwd, launchers no-ops", per_call_us(whole(x, w, dy), whole_calls, args.batches)))
-        rows.append(("  gemma casting", per_call_us(whole(x, w, dy, "gemma"), whole_calls, args.batches)))
+        rows.append(
+            (
+                "rms_norm fwd+bwd, launchers no-ops",
+                per_call_us(whole(x, w, dy), whole_calls, args.batches),
+            )
+        )
+        rows.append(
+            ("  gemma casting", per_call_us(whole(x, w, dy, "gemma"), whole_calls, args.batches))
+        )
         with torch.no_grad():
             xi, wi = x.detach(), w.detach()
-            rows.append(("rms_norm forward, no grad, no-op launch",
-                         per_call_us(lambda: _rms.rms_norm(xi, wi, 1e-6), args.calls, args.batches)))
+            rows.append(
+                (
+                    "rms_norm forward, no grad, no-op launch",
+                    per_call_us(lambda: _rms.rms_norm(xi, wi, 1e-6), args.calls, args.batches),
+                )
+            )
     if _common.tl is not None:
         with Patched("stub"):
             xd, wd = x.detach(), w.detach()
             y, rstd = torch.empty_like(xd), torch.empty(SHAPE[0])
-            tensors, scalars = (xd, wd, y, rstd), (SHAPE[1], SHAPE[1], SHAPE[0], SHAPE[1], 1e-6, 0.0)
+            tensors, scalars = (
+                (xd, wd, y, rstd),
+                (SHAPE[1], SHAPE[1], SHAPE[0], SHAPE[1], 1e-6, 0.0),
+            )
             plan = _rms._forward_plan(SHAPE[0], SHAPE[1], xd.element_size(), True)
             launch = _rms._launch_fwd
-            launch.launch(plan[0], tensors + scalars, plan[1], plan[2])  # compiled: the cached path from here
-            rows.append(("stub Launcher.launch, forward's 10 args", per_call_us(
-                lambda: launch.launch(plan[0], tensors + scalars, plan[1], plan[2]), args.calls, args.batches)))
+            launch.launch(
+                plan[0], tensors + scalars, plan[1], plan[2]
+            )  # compiled: the cached path from here
+            rows.append(
+                (
+                    "stub Launcher.launch, forward's 10 args",
+                    per_call_us(
+                        lambda: launch.launch(plan[0], tensors + scalars, plan[1], plan[2]),
+                        args.calls,
+                        args.batches,
+                    ),
+                )
+            )
             try:
-                rows.append(("stub Launcher.launch_split, the same", per_call_us(
-                    lambda: launch.launch_split(plan[0], tensors, scalars, plan[1], plan[2]), args.calls,
-                    args.batches)))
+                rows.append(
+                    (
+                        "stub Launcher.launch_split, the same",
+                        per_call_us(
+                            lambda: launch.launch_split(
+                                plan[0], tensors, scalars, plan[1], plan[2]
+                            ),
+                            args.calls,
+                            args.batches,
+                        ),
+                    )
+                )
             except AttributeError:  # a checkout without it
                 rows.append(("stub Launcher.launch_split, the same", None))
-            rows.append(("rms_norm fwd+bwd, stub Launchers", per_call_us(whole(x, w, dy), whole_calls, args.batches)))
+            rows.append(
+                (
+                    "rms_norm fwd+bwd, stub Launchers",
+                    per_call_us(whole(x, w, dy), whole_calls, args.batches),
+                )
+            )
     module = torch.nn.RMSNorm(SHAPE[-1], eps=1e-6, dtype=DT)
 
     def torch_run():
         x.grad = None
         module.weight.grad = None
         module(x).backward(dy)
-    rows.append(("torch.nn.RMSNorm fwd+bwd (CPU math too)", per_call_us(torch_run, whole_calls, args.batches)))
+
+    rows.append(
+        (
+            "torch.nn.RMSNorm fwd+bwd (CPU math too)",
+            per_call_us(torch_run, whole_calls, args.batches),
+        )
+    )
     width = max(len(n) for n, _ in rows)
     print(f"{'piece (4 x 4096 bf16, CPU), us a call':<{width}}   median    least")
     for name, us in rows:
-        print(f"{name:<{width}}  " + ("      -        -" if us is None else f"{us[0]:7.2f}  {us[1]:7.2f}"))
+        print(
+            f"{name:<{width}}  "
+            + ("      -        -" if us is None else f"{us[0]:7.2f}  {us[1]:7.2f}")
+        )
 
 
 if __name__ == "__main__":

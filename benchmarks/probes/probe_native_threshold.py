@@ -17,15 +17,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import fwd_bwd, gpu_us, liger
 
 import gpudoctor.kernels._layer_norm as ln_mod
 import gpudoctor.kernels._rms_norm as rms_mod
 
 DT = torch.bfloat16
-SHAPES = [(m, h) for h in (256, 1024, 4096, 8192, 16384) for m in (2**16 // h, 2**18 // h, 2**20 // h, 2**21 // h)
-          if m >= 1] + [(256, 256), (128, 16384), (256, 8192)]
+SHAPES = [
+    (m, h)
+    for h in (256, 1024, 4096, 8192, 16384)
+    for m in (2**16 // h, 2**18 // h, 2**20 // h, 2**21 // h)
+    if m >= 1
+] + [(256, 256), (128, 16384), (256, 8192)]
 
 
 def main() -> None:
@@ -48,7 +54,9 @@ def main() -> None:
             from liger_kernel.ops.layer_norm import LigerLayerNormFunction
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-            cands["rms liger"] = lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+            cands["rms liger"] = lambda x, w, b: LigerRMSNormFunction.apply(
+                x, w, 1e-6, 0.0, "llama", False
+            )
             cands["ln liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
         row = {"M": m, "H": h, "elements": m * h}
         for name, f in cands.items():
@@ -58,11 +66,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     (out / "native_threshold.json").write_text(json.dumps(info, indent=1))
-    print("| M x H | elements | rms kernel | rms native | rms liger | ln kernel | ln native | ln liger |")
+    print(
+        "| M x H | elements | rms kernel | rms native | rms liger | ln kernel | ln native | ln liger |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['M']} x {r['H']} | {r['elements']} | {r['rms kernel']} | {r['rms native']} | "
-              f"{r.get('rms liger', '-')} | {r['ln kernel']} | {r['ln native']} | {r.get('ln liger', '-')} |")
+        print(
+            f"| {r['M']} x {r['H']} | {r['elements']} | {r['rms kernel']} | {r['rms native']} | "
+            f"{r.get('rms liger', '-')} | {r['ln kernel']} | {r['ln native']} | {r.get('ln liger', '-')} |"
+        )
 
 
 if __name__ == "__main__":

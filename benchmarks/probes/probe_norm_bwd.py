@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import floor_call, fwd_bwd, gpu_events, gpu_us
 from tune_norms import copy_ceiling
 
@@ -28,8 +30,16 @@ import gpudoctor.kernels._rms_norm as rms_mod
 DT = torch.bfloat16
 SHAPES = [(m, h) for h in (256, 1024, 4096, 8192, 16384) for m in ((2**23) // h, (2**25) // h)]
 # (SUM_COLS, SUM_ROWS, SUM_WARPS) tried for the stage-two kernel
-SUM_CONFIGS = [(16, 128, 4), (32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 32, 4), (128, 32, 4), (32, 256, 8),
-               (256, 16, 4)]
+SUM_CONFIGS = [
+    (16, 128, 4),
+    (32, 64, 4),
+    (32, 128, 4),
+    (64, 64, 4),
+    (64, 32, 4),
+    (128, 32, 4),
+    (32, 256, 8),
+    (256, 16, 4),
+]
 
 
 def per_kernel_us(fn, iters: int = 10) -> dict:
@@ -50,13 +60,21 @@ def partial_shape(op: str, m: int, h: int) -> tuple[int, int]:
         tile = tile if m * h <= max_elements else ln_mod.TILE_ELEMENTS
     rows = rms_mod.rows_per_tile(block, single, m, tile)
     n_tiles = -(-m // rows)
-    programs, per = rms_mod.grid_programs(torch.device("cuda", torch.cuda.current_device()), n_tiles,
-                                      rms_mod.warps_for(rows * block))
-    if op == "ln" and (not single or (block >= ln_mod.SPLIT_MIN_BLOCK and per > ln_mod.FUSED_WIDE_MAX_TILES)):
+    programs, per = rms_mod.grid_programs(
+        torch.device("cuda", torch.cuda.current_device()), n_tiles, rms_mod.warps_for(rows * block)
+    )
+    if op == "ln" and (
+        not single or (block >= ln_mod.SPLIT_MIN_BLOCK and per > ln_mod.FUSED_WIDE_MAX_TILES)
+    ):
         col_blocks = -(-h // ln_mod.SPLIT_COLS)
         row_blocks = -(-m // ln_mod.SPLIT_ROWS)
-        chunks = max(1, min(row_blocks, rms_mod.resident_programs(torch.device("cuda"), ln_mod.SPLIT_WARPS)
-                            // col_blocks))
+        chunks = max(
+            1,
+            min(
+                row_blocks,
+                rms_mod.resident_programs(torch.device("cuda"), ln_mod.SPLIT_WARPS) // col_blocks,
+            ),
+        )
         per = -(-row_blocks // chunks) * ln_mod.SPLIT_ROWS
         programs = -(-m // per)
     return programs, h
@@ -85,13 +103,20 @@ def stage_two() -> tuple[list[dict], tuple]:
     cases = sorted({(op, *partial_shape(op, m, h)) for op in ("rms", "ln") for m, h in SHAPES})
     totals: dict = {}
     for op, n_parts, h in cases:
-        bufs = [torch.randn(n_parts, h, device="cuda", generator=g) * 3 for _ in range(1 if op == "rms" else 2)]
+        bufs = [
+            torch.randn(n_parts, h, device="cuda", generator=g) * 3
+            for _ in range(1 if op == "rms" else 2)
+        ]
         parts = [(b, DT) for b in bufs]
         set_sum(None)
         ref = rms_mod.sum_rows(parts)
         exact = [b.double().sum(0) for b in bufs]
-        row = {"op": op, "partial_rows": n_parts, "H": h,
-               "torch_us": round(gpu_us(lambda p=parts: rms_mod.sum_rows(p)), 2)}
+        row = {
+            "op": op,
+            "partial_rows": n_parts,
+            "H": h,
+            "torch_us": round(gpu_us(lambda p=parts: rms_mod.sum_rows(p)), 2),
+        }
         totals.setdefault(None, 0.0)
         totals[None] += row["torch_us"]
         for config in SUM_CONFIGS:
@@ -100,18 +125,35 @@ def stage_two() -> tuple[list[dict], tuple]:
             fp32 = rms_mod.sum_rows([(b, torch.float32) for b in bufs])
             us = round(gpu_us(lambda p=parts: rms_mod.sum_rows(p)), 2)
             differ = sum(int((a != r).sum()) for a, r in zip(got, ref))
-            ulps = max(float(((a.float() - r.float()).abs() / r.float().abs().clamp_min(1e-30)).max()) * 2**8
-                       for a, r in zip(got, ref))
-            rel32 = max(float((a.double() - e).abs().max() / e.abs().max()) for a, e in zip(fp32, exact))
-            row[f"{config}"] = {"us": us, "bf16_elements_differ": differ, "bf16_max_rel_diff_x256": round(ulps, 3),
-                                "fp32_max_rel_err_vs_fp64": rel32}
+            ulps = max(
+                float(((a.float() - r.float()).abs() / r.float().abs().clamp_min(1e-30)).max())
+                * 2**8
+                for a, r in zip(got, ref)
+            )
+            rel32 = max(
+                float((a.double() - e).abs().max() / e.abs().max()) for a, e in zip(fp32, exact)
+            )
+            row[f"{config}"] = {
+                "us": us,
+                "bf16_elements_differ": differ,
+                "bf16_max_rel_diff_x256": round(ulps, 3),
+                "fp32_max_rel_err_vs_fp64": rel32,
+            }
             totals[config] = totals.get(config, 0.0) + us
         rows.append(row)
-        print(f"stage two {op:3s} {n_parts:5d} x {h:6d}: torch {row['torch_us']:6.2f} us; "
-              + "; ".join(f"{c}: {row[str(c)]['us']:.2f}" for c in SUM_CONFIGS), flush=True)
+        print(
+            f"stage two {op:3s} {n_parts:5d} x {h:6d}: torch {row['torch_us']:6.2f} us; "
+            + "; ".join(f"{c}: {row[str(c)]['us']:.2f}" for c in SUM_CONFIGS),
+            flush=True,
+        )
     best = min(SUM_CONFIGS, key=lambda c: totals[c])
-    print("stage two totals (us over the cases):", {str(k): round(v, 1) for k, v in totals.items()}, "best", best,
-          flush=True)
+    print(
+        "stage two totals (us over the cases):",
+        {str(k): round(v, 1) for k, v in totals.items()},
+        "best",
+        best,
+        flush=True,
+    )
     return rows, best
 
 
@@ -124,41 +166,56 @@ def full(best) -> list[dict]:
     loop off: run 1 measured the kernels before it existed)."""
     ln_mod.PIPELINE_STAGES = 1
     rows = []
-    variants = {"old (torch stage two, no prefetch)": (None, False), "stage-two kernel": (best, False),
-                "prefetch": (None, True), "stage-two kernel + prefetch": (best, True)}
+    variants = {
+        "old (torch stage two, no prefetch)": (None, False),
+        "stage-two kernel": (best, False),
+        "prefetch": (None, True),
+        "stage-two kernel + prefetch": (best, True),
+    }
     for m, h in SHAPES:
         g = torch.Generator(device="cuda").manual_seed(1)
         x = torch.randn(m, h, device="cuda", dtype=DT, generator=g).requires_grad_(True)
         w = (1 + 0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
         b = (0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
         row = {"M": m, "H": h, "floor_us": round(floor_us(x), 1)}
-        for op, f in (("rms", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)),
-                      ("ln", lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5))):
+        for op, f in (
+            ("rms", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)),
+            ("ln", lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5)),
+        ):
             results = {}
             for name, (config, prefetch) in variants.items():
                 set_sum(config)
                 rms_mod.PREFETCH = prefetch
                 results[name] = round(gpu_us(fwd_bwd(f, x, w, b)), 1)
-                if m * h == 2**23 and name in ("old (torch stage two, no prefetch)", "stage-two kernel + prefetch"):
+                if m * h == 2**23 and name in (
+                    "old (torch stage two, no prefetch)",
+                    "stage-two kernel + prefetch",
+                ):
                     row[f"{op} kernels, {name}"] = per_kernel_us(fwd_bwd(f, x, w, b))
             # the gradients of the last variant against the first: the same math
             outs = []
-            for config, prefetch in (variants["old (torch stage two, no prefetch)"],
-                                     variants["stage-two kernel + prefetch"]):
+            for config, prefetch in (
+                variants["old (torch stage two, no prefetch)"],
+                variants["stage-two kernel + prefetch"],
+            ):
                 set_sum(config)
                 rms_mod.PREFETCH = prefetch
                 xs, ws, bs = (t.detach().requires_grad_(True) for t in (x, w, b))
                 f(xs, ws, bs).float().pow(2).sum().backward()
                 outs.append([t.grad.float() for t in (xs, ws, bs) if t.grad is not None])
-            row[f"{op} max rel diff new vs old"] = max(float((a - r).abs().max() / r.abs().max().clamp_min(1e-30))
-                                                      for a, r in zip(*outs))
+            row[f"{op} max rel diff new vs old"] = max(
+                float((a - r).abs().max() / r.abs().max().clamp_min(1e-30)) for a, r in zip(*outs)
+            )
             row[op] = results
         rows.append(row)
-        print(f"{m:6d} x {h:5d} floor {row['floor_us']:6.1f} | rms "
-              + " ".join(f"{v:6.1f}" for v in row["rms"].values())
-              + " | ln " + " ".join(f"{v:6.1f}" for v in row["ln"].values())
-              + f" | rel diff rms {row['rms max rel diff new vs old']:.1e} ln {row['ln max rel diff new vs old']:.1e}",
-              flush=True)
+        print(
+            f"{m:6d} x {h:5d} floor {row['floor_us']:6.1f} | rms "
+            + " ".join(f"{v:6.1f}" for v in row["rms"].values())
+            + " | ln "
+            + " ".join(f"{v:6.1f}" for v in row["ln"].values())
+            + f" | rel diff rms {row['rms max rel diff new vs old']:.1e} ln {row['ln max rel diff new vs old']:.1e}",
+            flush=True,
+        )
         del x, w, b
         torch.cuda.empty_cache()
     ln_mod.PIPELINE_STAGES = 3
@@ -172,20 +229,30 @@ def loops() -> list[dict]:
     gradients compared with the rule's, bit for bit. (Run 2 of 2026-11-24 measured an earlier form:
     Triton's pipelining at 2 and 3 stages everywhere, in place of the register prefetch.)"""
     rows = []
-    variants = {"rule": (True, 3, 8), "no pipelining": (True, 1, 8), "pipelining at any rows": (True, 3, 1 << 30),
-                "neither": (False, 1, 8)}
+    variants = {
+        "rule": (True, 3, 8),
+        "no pipelining": (True, 1, 8),
+        "pipelining at any rows": (True, 3, 1 << 30),
+        "neither": (False, 1, 8),
+    }
     for m, h in SHAPES:
         g = torch.Generator(device="cuda").manual_seed(2)
         x = torch.randn(m, h, device="cuda", dtype=DT, generator=g).requires_grad_(True)
         w = (1 + 0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
         b = (0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
         row = {"M": m, "H": h}
-        for op, f in (("rms", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)),
-                      ("ln", lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5))):
+        for op, f in (
+            ("rms", lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)),
+            ("ln", lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5)),
+        ):
             times, same = {}, {}
             ref = None
             for name, (prefetch, stages, max_rows) in variants.items():
-                rms_mod.PREFETCH, ln_mod.PIPELINE_STAGES, ln_mod.PIPELINE_MAX_ROWS = prefetch, stages, max_rows
+                rms_mod.PREFETCH, ln_mod.PIPELINE_STAGES, ln_mod.PIPELINE_MAX_ROWS = (
+                    prefetch,
+                    stages,
+                    max_rows,
+                )
                 try:
                     times[name] = round(gpu_us(fwd_bwd(f, x, w, b)), 1)
                     xs, ws, bs = (t.detach().requires_grad_(True) for t in (x, w, b))
@@ -198,10 +265,15 @@ def loops() -> list[dict]:
                 same[name] = all(torch.equal(a, r) for a, r in zip(got, ref))
             row[op], row[f"{op} bitwise equal to the rule"] = times, same
         rows.append(row)
-        print(f"{m:6d} x {h:5d} | rms " + " ".join(f"{v!s:>6s}" for v in row["rms"].values())
-              + " | ln " + " ".join(f"{v!s:>6s}" for v in row["ln"].values())
-              + f" | equal: rms {all(row['rms bitwise equal to the rule'].values())}"
-              f" ln {all(row['ln bitwise equal to the rule'].values())}", flush=True)
+        print(
+            f"{m:6d} x {h:5d} | rms "
+            + " ".join(f"{v!s:>6s}" for v in row["rms"].values())
+            + " | ln "
+            + " ".join(f"{v!s:>6s}" for v in row["ln"].values())
+            + f" | equal: rms {all(row['rms bitwise equal to the rule'].values())}"
+            f" ln {all(row['ln bitwise equal to the rule'].values())}",
+            flush=True,
+        )
         del x, w, b
         torch.cuda.empty_cache()
     return rows
@@ -217,10 +289,18 @@ def main() -> None:
         SHAPES = [(int(hm.split(":")[1]), int(hm.split(":")[0])) for hm in pairs]
     saved = (rms_mod.SUM_COLS, rms_mod.SUM_ROWS, rms_mod.SUM_WARPS, rms_mod.PREFETCH)
     ceiling = copy_ceiling()
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "copy_ceiling_bytes_per_s": ceiling}
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "copy_ceiling_bytes_per_s": ceiling,
+    }
     print(f"{result['device']} copy ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
-    parts = sys.argv[sys.argv.index("--parts") + 1].split(",") if "--parts" in sys.argv else ["stage2", "full"]
+    parts = (
+        sys.argv[sys.argv.index("--parts") + 1].split(",")
+        if "--parts" in sys.argv
+        else ["stage2", "full"]
+    )
     if "stage2" in parts:
         result["stage_two"], best = stage_two()
         result["stage_two_best"] = best
@@ -230,7 +310,11 @@ def main() -> None:
         result["full"] = full(result.get("stage_two_best", saved[:3]))
         (out / "probe_norm_bwd.json").write_text(json.dumps(result, indent=1, default=str))
     if "loops" in parts:
-        print("columns: " + " | ".join(["rule", "no pipelining", "pipelining at any rows", "neither"]), flush=True)
+        print(
+            "columns: "
+            + " | ".join(["rule", "no pipelining", "pipelining at any rows", "neither"]),
+            flush=True,
+        )
         result["loops"] = loops()
         (out / "probe_norm_bwd.json").write_text(json.dumps(result, indent=1, default=str))
     rms_mod.SUM_COLS, rms_mod.SUM_ROWS, rms_mod.SUM_WARPS, rms_mod.PREFETCH = saved

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import fwd_bwd, gpu_us
 from probe_norm_bwd import per_kernel_us
 
@@ -34,33 +36,66 @@ BIG = 1 << 30
 # backward, 2-4x the dw / db programs, a pipelined dw / db row loop, dw fused with only db split,
 # LayerNorm's narrow-row backward at tiles of 2048-8192 elements with the register prefetch at any height.
 GROUPS = {
-    "rms": ("rms", [(256, 16384), (512, 16384), (2048, 16384), (1024, 8192), (4096, 8192), (2048, 4096)], {
-        "rule": {},
-        "weight held (run 14)": {"rms.RELOAD_W_MIN_BLOCK": BIG},
-        "reload from 4096": {"rms.RELOAD_W_MIN_BLOCK": 4096},
-    }),
-    "ln16k": ("ln", [(128, 16384), (256, 16384), (512, 16384), (2048, 16384)], {
-        "rule": {},
-        "run 14 (split always, dwdb 32 x 256, 8 warps)": {"ln.FUSED_WIDE_MAX_TILES": 0, "ln.SPLIT_COLS": 256,
-                                                          "ln.SPLIT_WARPS": 8},
-        "fused at <= 2 tiles a program": {"ln.FUSED_WIDE_MAX_TILES": 2},
-        "fused at <= 2 tiles, weight held": {"ln.FUSED_WIDE_MAX_TILES": 2, "rms.RELOAD_W_MIN_BLOCK": BIG},
-        "dwdb 16 x 512, 8 warps": {"ln.SPLIT_ROWS": 16, "ln.SPLIT_COLS": 512, "ln.SPLIT_WARPS": 8},
-        "dwdb 8 x 1024, 8 warps": {"ln.SPLIT_ROWS": 8, "ln.SPLIT_COLS": 1024, "ln.SPLIT_WARPS": 8},
-        "dwdb 64 x 256, 8 warps": {"ln.SPLIT_ROWS": 64, "ln.SPLIT_COLS": 256, "ln.SPLIT_WARPS": 8},
-        "dwdb 32 x 256, 4 warps": {"ln.SPLIT_COLS": 256},
-        "dwdb 16 x 256, 4 warps": {"ln.SPLIT_ROWS": 16, "ln.SPLIT_COLS": 256},
-        "dwdb 32 x 512, 16 warps": {"ln.SPLIT_COLS": 512, "ln.SPLIT_WARPS": 16},
-    }),
-    "lnnarrow": ("ln", [(4096, 1024), (8192, 1024), (32768, 1024), (32768, 256), (131072, 256)], {
-        "rule": {},
-        "run 14 (tiles of 8192)": {"ln.FORWARD_TILE_ELEMENTS": {}, "ln.BACKWARD_TILE_ELEMENTS": {}},
-        "bwd tile 2048 at any size": {"ln.BACKWARD_TILE_ELEMENTS": {1024: (2048, BIG)}},
-        "fwd tile 4096 at 256 wide too": {"ln.FORWARD_TILE_ELEMENTS": {1024: 4096, 256: 4096}},
-        "fwd tile 2048": {"ln.FORWARD_TILE_ELEMENTS": {1024: 2048, 256: 2048}},
-        "no bias (no db)": {"nobias": True},
-        "rms (reference)": {"op": "rms"},
-    }),
+    "rms": (
+        "rms",
+        [(256, 16384), (512, 16384), (2048, 16384), (1024, 8192), (4096, 8192), (2048, 4096)],
+        {
+            "rule": {},
+            "weight held (run 14)": {"rms.RELOAD_W_MIN_BLOCK": BIG},
+            "reload from 4096": {"rms.RELOAD_W_MIN_BLOCK": 4096},
+        },
+    ),
+    "ln16k": (
+        "ln",
+        [(128, 16384), (256, 16384), (512, 16384), (2048, 16384)],
+        {
+            "rule": {},
+            "run 14 (split always, dwdb 32 x 256, 8 warps)": {
+                "ln.FUSED_WIDE_MAX_TILES": 0,
+                "ln.SPLIT_COLS": 256,
+                "ln.SPLIT_WARPS": 8,
+            },
+            "fused at <= 2 tiles a program": {"ln.FUSED_WIDE_MAX_TILES": 2},
+            "fused at <= 2 tiles, weight held": {
+                "ln.FUSED_WIDE_MAX_TILES": 2,
+                "rms.RELOAD_W_MIN_BLOCK": BIG,
+            },
+            "dwdb 16 x 512, 8 warps": {
+                "ln.SPLIT_ROWS": 16,
+                "ln.SPLIT_COLS": 512,
+                "ln.SPLIT_WARPS": 8,
+            },
+            "dwdb 8 x 1024, 8 warps": {
+                "ln.SPLIT_ROWS": 8,
+                "ln.SPLIT_COLS": 1024,
+                "ln.SPLIT_WARPS": 8,
+            },
+            "dwdb 64 x 256, 8 warps": {
+                "ln.SPLIT_ROWS": 64,
+                "ln.SPLIT_COLS": 256,
+                "ln.SPLIT_WARPS": 8,
+            },
+            "dwdb 32 x 256, 4 warps": {"ln.SPLIT_COLS": 256},
+            "dwdb 16 x 256, 4 warps": {"ln.SPLIT_ROWS": 16, "ln.SPLIT_COLS": 256},
+            "dwdb 32 x 512, 16 warps": {"ln.SPLIT_COLS": 512, "ln.SPLIT_WARPS": 16},
+        },
+    ),
+    "lnnarrow": (
+        "ln",
+        [(4096, 1024), (8192, 1024), (32768, 1024), (32768, 256), (131072, 256)],
+        {
+            "rule": {},
+            "run 14 (tiles of 8192)": {
+                "ln.FORWARD_TILE_ELEMENTS": {},
+                "ln.BACKWARD_TILE_ELEMENTS": {},
+            },
+            "bwd tile 2048 at any size": {"ln.BACKWARD_TILE_ELEMENTS": {1024: (2048, BIG)}},
+            "fwd tile 4096 at 256 wide too": {"ln.FORWARD_TILE_ELEMENTS": {1024: 4096, 256: 4096}},
+            "fwd tile 2048": {"ln.FORWARD_TILE_ELEMENTS": {1024: 2048, 256: 2048}},
+            "no bias (no db)": {"nobias": True},
+            "rms (reference)": {"op": "rms"},
+        },
+    ),
 }
 
 
@@ -80,8 +115,13 @@ def apply(settings: dict) -> dict:
 def compiled_stats(launcher) -> list:
     out = []
     for compiled in launcher.cache.values():
-        out.append({"regs": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None),
-                    "warps": compiled.metadata.num_warps if hasattr(compiled, "metadata") else None})
+        out.append(
+            {
+                "regs": getattr(compiled, "n_regs", None),
+                "spills": getattr(compiled, "n_spills", None),
+                "warps": compiled.metadata.num_warps if hasattr(compiled, "metadata") else None,
+            }
+        )
     return out
 
 
@@ -89,18 +129,33 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     ln_mod.NATIVE_BELOW = rms_mod.NATIVE_BELOW = ()
-    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(GROUPS)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "groups": {}}
+    only = (
+        sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(GROUPS)
+    )
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "groups": {},
+    }
     for group in only:
         op_default, shapes, variants = GROUPS[group]
         rows = []
         for m, h in shapes:
             g = torch.Generator(device="cuda").manual_seed(3)
             x = torch.randn(m, h, device="cuda", dtype=DT, generator=g).requires_grad_(True)
-            w = (1 + 0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
+            w = (1 + 0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(
+                True
+            )
             b = (0.1 * torch.randn(h, device="cuda", dtype=DT, generator=g)).requires_grad_(True)
-            row = {"M": m, "H": h, "us": {}, "kernels": {}, "bwd_compiled": {}, "max_rel_diff_vs_rule": {}}
+            row = {
+                "M": m,
+                "H": h,
+                "us": {},
+                "kernels": {},
+                "bwd_compiled": {},
+                "max_rel_diff_vs_rule": {},
+            }
             ref = None
             for name, settings in variants.items():
                 op = settings.get("op", op_default)
@@ -109,8 +164,11 @@ def main() -> None:
                     f = lambda x, w, b: rms_mod.rms_norm(x, w, 1e-6)  # noqa: E731
                     launcher = rms_mod._launch_bwd
                 else:
-                    f = (lambda x, w, b: ln_mod.layer_norm(x, w, None, 1e-5)) if nobias else (
-                        lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5))
+                    f = (
+                        (lambda x, w, b: ln_mod.layer_norm(x, w, None, 1e-5))
+                        if nobias
+                        else (lambda x, w, b: ln_mod.layer_norm(x, w, b, 1e-5))
+                    )
                     launcher = ln_mod._launch_bwd
                 old = apply(settings)
                 try:
@@ -125,15 +183,20 @@ def main() -> None:
                         ref = got
                     elif op == op_default and not nobias and ref is not None:
                         row["max_rel_diff_vs_rule"][name] = max(
-                            float((a - r).abs().max() / r.abs().max().clamp_min(1e-30)) for a, r in zip(got, ref))
+                            float((a - r).abs().max() / r.abs().max().clamp_min(1e-30))
+                            for a, r in zip(got, ref)
+                        )
                 except Exception as exc:  # noqa: BLE001 - a variant that fails to compile is reported
                     row["us"][name] = f"{type(exc).__name__}: {exc}"[:160]
                 finally:
                     for key, value in old.items():
                         mod = rms_mod if key.startswith("rms.") else ln_mod
                         setattr(mod, key.split(".", 1)[1], value)
-                print(f"{group} {m:6d} x {h:5d} {name:34s} {row['us'][name]!s:>8s} us  "
-                      f"{row['bwd_compiled'].get(name)} {row['max_rel_diff_vs_rule'].get(name, '')}", flush=True)
+                print(
+                    f"{group} {m:6d} x {h:5d} {name:34s} {row['us'][name]!s:>8s} us  "
+                    f"{row['bwd_compiled'].get(name)} {row['max_rel_diff_vs_rule'].get(name, '')}",
+                    flush=True,
+                )
             rows.append(row)
             del x, w, b
             torch.cuda.empty_cache()

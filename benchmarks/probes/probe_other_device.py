@@ -31,17 +31,30 @@ def main() -> None:
     head = torch.randn(32000, 4096, device=dev, dtype=torch.bfloat16, generator=g) * 0.02
     t = torch.randint(0, 32000, (4096,), device=dev, generator=g)
     cases = {
-        "rms_norm": (lambda a, b: rms_norm(a, b), lambda a, b: _rms_norm_native(a, b, 1e-6, 0.0, True), (x, w)),
-        "layer_norm": (lambda a, b: layer_norm(a, b, b), lambda a, b: F.layer_norm(a, (4096,), b, b), (x, w)),
+        "rms_norm": (
+            lambda a, b: rms_norm(a, b),
+            lambda a, b: _rms_norm_native(a, b, 1e-6, 0.0, True),
+            (x, w),
+        ),
+        "layer_norm": (
+            lambda a, b: layer_norm(a, b, b),
+            lambda a, b: F.layer_norm(a, (4096,), b, b),
+            (x, w),
+        ),
         "swiglu": (lambda a, b: swiglu(a, b), lambda a, b: F.silu(a) * b, (x, u)),
-        "linear_cross_entropy": (lambda a, b: linear_cross_entropy(a, b, t),
-                                 lambda a, b: F.cross_entropy((a @ b.T).float(), t), (x, head)),
+        "linear_cross_entropy": (
+            lambda a, b: linear_cross_entropy(a, b, t),
+            lambda a, b: F.cross_entropy((a @ b.T).float(), t),
+            (x, head),
+        ),
     }
     for name, (ours, ref, inputs) in cases.items():
         got, want = grads(ours, *inputs), grads(ref, *inputs)
         worst = max(float((a - b).abs().max() / (b.abs().max() + 1e-12)) for a, b in zip(got, want))
-        print(f"{name:22s} on {inputs[0].device} (current cuda:{torch.cuda.current_device()}): "
-              f"max relative error {worst:.2e}")
+        print(
+            f"{name:22s} on {inputs[0].device} (current cuda:{torch.cuda.current_device()}): "
+            f"max relative error {worst:.2e}"
+        )
     torch.cuda.synchronize(dev)
 
 

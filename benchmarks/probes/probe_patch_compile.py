@@ -21,9 +21,15 @@ import torch
 def model():
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1408, num_attention_heads=8,
-                                   num_key_value_heads=4, num_hidden_layers=2, vocab_size=32000,
-                                   max_position_embeddings=1024)
+    cfg = transformers.LlamaConfig(
+        hidden_size=512,
+        intermediate_size=1408,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=32000,
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16)
 
@@ -51,25 +57,42 @@ def main() -> None:
     base = model()
     ids = torch.randint(0, 32000, (4, 512), device="cuda")
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": {}}
-    for name in ("eager", "patched", "patched + compile", "patched + compile (max-autotune-no-cudagraphs)"):
+    for name in (
+        "eager",
+        "patched",
+        "patched + compile",
+        "patched + compile (max-autotune-no-cudagraphs)",
+    ):
         m = copy.deepcopy(base)
         try:
             if name != "eager":
-                result["patch"] = str(patch(m, compiled="op"))  # every patched module an op under compile
+                result["patch"] = str(
+                    patch(m, compiled="op")
+                )  # every patched module an op under compile
             if "compile" in name:
                 torch._dynamo.reset()
                 kw = {"mode": "max-autotune-no-cudagraphs"} if "max-autotune" in name else {}
                 explanation = torch._dynamo.explain(m)(input_ids=ids, labels=ids)
                 result.setdefault("graph_breaks", {})[name] = {
-                    "graphs": explanation.graph_count, "breaks": explanation.graph_break_count,
-                    "reasons": sorted({str(b.reason)[:160] for b in explanation.break_reasons})[:8]}
+                    "graphs": explanation.graph_count,
+                    "breaks": explanation.graph_break_count,
+                    "reasons": sorted({str(b.reason)[:160] for b in explanation.break_reasons})[:8],
+                }
                 m = torch.compile(m, **kw)
             losses, ms = steps(m, ids)
             result["runs"][name] = {"losses": losses, "last_step_ms": round(ms, 2)}
         except Exception as exc:  # noqa: BLE001 - the point is to record what fails
-            result["runs"][name] = {"error": f"{type(exc).__name__}: {exc}"[:600], "trace": traceback.format_exc()[-2000:]}
-        print(name, result["runs"][name] if "error" not in result["runs"][name] else result["runs"][name]["error"],
-              flush=True)
+            result["runs"][name] = {
+                "error": f"{type(exc).__name__}: {exc}"[:600],
+                "trace": traceback.format_exc()[-2000:],
+            }
+        print(
+            name,
+            result["runs"][name]
+            if "error" not in result["runs"][name]
+            else result["runs"][name]["error"],
+            flush=True,
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "patch_compile.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result.get("graph_breaks"), indent=1))

@@ -34,7 +34,9 @@ def main() -> None:
         sys.exit("probe_pin_after_compile.py needs a CUDA GPU")
     x = torch.randn(4096, 1024)
     rows = [("before compile", pin_ms(x), torch.get_num_threads())]
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    ).cuda()
     compiled = torch.compile(model)
     for _ in range(3):
         compiled(torch.randn(64, 256, device="cuda")).sum().backward()
@@ -46,7 +48,9 @@ def main() -> None:
 
     shutdown_compile_workers()
     rows.append(("workers shut down", pin_ms(x), torch.get_num_threads()))
-    print(f"TORCHINDUCTOR_COMPILE_THREADS={os.environ.get('TORCHINDUCTOR_COMPILE_THREADS', '(unset)')}")
+    print(
+        f"TORCHINDUCTOR_COMPILE_THREADS={os.environ.get('TORCHINDUCTOR_COMPILE_THREADS', '(unset)')}"
+    )
     for name, ms, threads in rows:
         print(f"{name:28} pin 16 MB {ms:7.3f} ms   torch threads {threads}")
 

@@ -68,10 +68,13 @@ def main() -> None:
         cpus.add(current_cpu())
     work.close()
     after = probes()
-    steady = times[len(times) // 3:]
-    print(f"{args.trap} step {sum(steady) / len(steady):.2f} ms | py {before['py_ms']:.1f}/{after['py_ms']:.1f} ms "
-          f"| mem {before['mem_gbps']:.1f}/{after['mem_gbps']:.1f} GB/s | torch {before['torch_ms']:.2f}/"
-          f"{after['torch_ms']:.2f} ms | cpus {sorted(cpus)} of {len(os.sched_getaffinity(0))}", flush=True)
+    steady = times[len(times) // 3 :]
+    print(
+        f"{args.trap} step {sum(steady) / len(steady):.2f} ms | py {before['py_ms']:.1f}/{after['py_ms']:.1f} ms "
+        f"| mem {before['mem_gbps']:.1f}/{after['mem_gbps']:.1f} GB/s | torch {before['torch_ms']:.2f}/"
+        f"{after['torch_ms']:.2f} ms | cpus {sorted(cpus)} of {len(os.sched_getaffinity(0))}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

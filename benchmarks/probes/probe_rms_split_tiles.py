@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import gpu_us
 
 import gpudoctor.kernels._rms_norm as rms_mod
@@ -31,8 +33,10 @@ def main() -> None:
                 rms_mod.warps_for = choose if warps is None else (lambda _b, n=warps: n)
                 fwd = gpu_us(functools.partial(rms_mod._forward, x, w, 1e-6, 0.0, True))
                 rms_mod.warps_for = choose
-                print(f"{m} x {h}  tile {tile:5d} warps {warps!s:4s}  fwd {fwd:6.1f} us  (bwd at defaults {bwd:6.1f} us)",
-                      flush=True)
+                print(
+                    f"{m} x {h}  tile {tile:5d} warps {warps!s:4s}  fwd {fwd:6.1f} us  (bwd at defaults {bwd:6.1f} us)",
+                    flush=True,
+                )
         rms_mod.TILE_ELEMENTS = default_tile
 
 

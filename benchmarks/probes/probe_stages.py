@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import gpu_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
@@ -37,15 +39,38 @@ def main() -> None:
                 for stages in (1, 2, 3, 4):
                     programs, per = rms_mod.grid_programs(x.device, n_tiles, warps)
                     part = torch.empty((programs, h), device="cuda", dtype=torch.float32)
-                    kw = {"BLOCK": block, "ROWS": rows, "SINGLE": single, "HAS_DW": True, "PREFETCH": False,
-                          "num_warps": warps, "num_stages": stages}
+                    kw = {
+                        "BLOCK": block,
+                        "ROWS": rows,
+                        "SINGLE": single,
+                        "HAS_DW": True,
+                        "PREFETCH": False,
+                        "num_warps": warps,
+                        "num_stages": stages,
+                    }
                     if op == "rms":
                         kernel = rms_mod._rms_norm_bwd[(programs,)]
                         args = (x, w, dy, rstd, dx, part, h, h, h, m, n_tiles, per, h, 0.0)
                         kw["LLAMA"] = True
                     else:
                         kernel = ln_mod._layer_norm_bwd[(programs,)]
-                        args = (x, w, dy, mean, rstd, dx, part, torch.empty_like(part), h, h, h, m, n_tiles, per, h)
+                        args = (
+                            x,
+                            w,
+                            dy,
+                            mean,
+                            rstd,
+                            dx,
+                            part,
+                            torch.empty_like(part),
+                            h,
+                            h,
+                            h,
+                            m,
+                            n_tiles,
+                            per,
+                            h,
+                        )
                         kw.update(HAS_W=True, HAS_DB=True, STAGES=1)
                     run = functools.partial(kernel, *args, **kw)
                     try:
@@ -53,7 +78,16 @@ def main() -> None:
                     except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory at this depth
                         print(op, h, m, warps, stages, type(exc).__name__, flush=True)
                         continue
-                    print(op, h, m, f"rows={rows} programs={programs}", warps, stages, round(us, 1), flush=True)
+                    print(
+                        op,
+                        h,
+                        m,
+                        f"rows={rows} programs={programs}",
+                        warps,
+                        stages,
+                        round(us, 1),
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

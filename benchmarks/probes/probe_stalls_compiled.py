@@ -27,7 +27,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+    )
 
 
 def main() -> None:
@@ -40,9 +42,15 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("probe_stalls_compiled.py needs a CUDA GPU")
     width = 64
-    model = nn.Sequential(conv_bn(3, width), conv_bn(width, 2 * width, 2), conv_bn(2 * width, 4 * width, 2),
-                          conv_bn(4 * width, 4 * width), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(4 * width, 100)).cuda()
+    model = nn.Sequential(
+        conv_bn(3, width),
+        conv_bn(width, 2 * width, 2),
+        conv_bn(2 * width, 4 * width, 2),
+        conv_bn(4 * width, 4 * width),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4 * width, 100),
+    ).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     images, labels = torch.randn(64 * 16, 3, 128, 128), torch.randint(100, (64 * 16,))
     loader = DataLoader(TensorDataset(images, labels), batch_size=64, shuffle=True, drop_last=True)
@@ -54,7 +62,9 @@ def main() -> None:
         if phase == "start":
             started["t"] = time.perf_counter()
         elif "t" in started:
-            collections.append((info["generation"], started["t"], (time.perf_counter() - started["t"]) * 1e3))
+            collections.append(
+                (info["generation"], started["t"], (time.perf_counter() - started["t"]) * 1e3)
+            )
 
     stamps: list[float] = []
     warm = 30
@@ -82,11 +92,15 @@ def main() -> None:
     median = statistics.median(steps)
     stalls = [pair for pair, ms in zip(itertools.pairwise(stamps), steps) if ms > 2 * median]
     gen2 = [c for c in collections if c[0] == 2]
-    in_stall = sum(any(a <= t0 < b for t0 in (c[1] for c in collections if c[2] > 5)) for a, b in stalls)
-    print(f"{args.mode:15} steps {len(steps)} mean {statistics.fmean(steps):6.2f} median {median:6.2f} ms | "
-          f"stalls >2x median {len(stalls):3d}, holding a collection >5 ms {in_stall:3d} | collections "
-          f"{len(collections)}, gen2 {len(gen2)} ({sum(c[2] for c in gen2):.0f} ms), longest "
-          f"{max((c[2] for c in collections), default=0):.1f} ms | tracked objects {len(gc.get_objects())}")
+    in_stall = sum(
+        any(a <= t0 < b for t0 in (c[1] for c in collections if c[2] > 5)) for a, b in stalls
+    )
+    print(
+        f"{args.mode:15} steps {len(steps)} mean {statistics.fmean(steps):6.2f} median {median:6.2f} ms | "
+        f"stalls >2x median {len(stalls):3d}, holding a collection >5 ms {in_stall:3d} | collections "
+        f"{len(collections)}, gen2 {len(gen2)} ({sum(c[2] for c in gen2):.0f} ms), longest "
+        f"{max((c[2] for c in collections), default=0):.1f} ms | tracked objects {len(gc.get_objects())}"
+    )
 
 
 if __name__ == "__main__":

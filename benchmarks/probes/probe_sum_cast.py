@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import gpu_us
 
 
@@ -22,10 +24,26 @@ def main() -> None:
             one = torch.sum(part, 0, out=torch.empty(cols, device="cuda", dtype=dtype))
             diff = int((one != two).sum())
             worst = max(worst, diff)
-            print(rows, cols, dtype, "elements that differ:", diff,
-                  "two kernels", round(gpu_us(lambda p=part, d=dtype: p.sum(0).to(d)), 2), "us",
-                  "one kernel", round(gpu_us(lambda p=part, c=cols, d=dtype: torch.sum(
-                      p, 0, out=torch.empty(c, device="cuda", dtype=d))), 2), "us")
+            print(
+                rows,
+                cols,
+                dtype,
+                "elements that differ:",
+                diff,
+                "two kernels",
+                round(gpu_us(lambda p=part, d=dtype: p.sum(0).to(d)), 2),
+                "us",
+                "one kernel",
+                round(
+                    gpu_us(
+                        lambda p=part, c=cols, d=dtype: torch.sum(
+                            p, 0, out=torch.empty(c, device="cuda", dtype=d)
+                        )
+                    ),
+                    2,
+                ),
+                "us",
+            )
     print("bitwise equal everywhere" if worst == 0 else f"NOT equal: up to {worst} elements differ")
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: the helpers imported below
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # benchmarks/: the helpers imported below
 from bench_kernels import gpu_us
 
 import gpudoctor.kernels._layer_norm as ln_mod
@@ -21,8 +23,13 @@ DT = torch.bfloat16
 def fwd_bwd(op: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dy: torch.Tensor):
     def run() -> None:
         x.grad = w.grad = b.grad = None
-        y = rms_mod.rms_norm(x, w) if op == "rms" else ln_mod._LayerNormFunction.apply(x, w, b, 1e-5)
+        y = (
+            rms_mod.rms_norm(x, w)
+            if op == "rms"
+            else ln_mod._LayerNormFunction.apply(x, w, b, 1e-5)
+        )
         torch.autograd.backward(y, dy)
+
     return run
 
 
@@ -35,7 +42,9 @@ def main() -> None:
         dy = torch.randn(m, h, device="cuda", dtype=DT)
         for op in ("rms", "ln"):
             for warps in (None, 4, 8, 16, 32):
-                rms_mod.warps_for = ln_mod.warps_for = choose if warps is None else (lambda _b, n=warps: n)
+                rms_mod.warps_for = ln_mod.warps_for = (
+                    choose if warps is None else (lambda _b, n=warps: n)
+                )
                 print((op, h, m, warps, round(gpu_us(fwd_bwd(op, x, w, b, dy)), 1)), flush=True)
         rms_mod.warps_for = ln_mod.warps_for = choose
 
