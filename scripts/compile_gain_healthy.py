@@ -48,8 +48,14 @@ def main() -> None:
 
         time_steps(step, 10)  # warm-up (compilation)
         rounds = [time_steps(step, 20) for _ in range(3)]
-        results[variant] = {"rounds_ms": [round(r, 4) for r in rounds], "median_ms": round(statistics.median(rounds), 4)}
-        print(f"{variant:8s} {results[variant]['median_ms']:8.3f} ms/step  rounds {results[variant]['rounds_ms']}", flush=True)
+        results[variant] = {
+            "rounds_ms": [round(r, 4) for r in rounds],
+            "median_ms": round(statistics.median(rounds), 4),
+        }
+        print(
+            f"{variant:8s} {results[variant]['median_ms']:8.3f} ms/step  rounds {results[variant]['rounds_ms']}",
+            flush=True,
+        )
         del model, opt, step
         torch.cuda.empty_cache()
     results["speedup"] = round(results["eager"]["median_ms"] / results["compile"]["median_ms"], 4)

@@ -47,7 +47,12 @@ def find_git_dir(source: str, given: dict[str, Path], mirrors: list[Path]) -> Pa
         return given[source]
     owner, name = source.removeprefix("github:").split("/", 1)
     for m in mirrors:
-        for cand in (m / f"{owner}+{name}" / "repo", m / f"{name}.git", m / name / ".git", m / name):
+        for cand in (
+            m / f"{owner}+{name}" / "repo",
+            m / f"{name}.git",
+            m / name / ".git",
+            m / name,
+        ):
             if (cand / "HEAD").is_file() or (cand / "objects").is_dir():
                 return cand
     return None
@@ -61,11 +66,15 @@ def resolve_commit(git_dir: Path, wanted: str | None, head: bool) -> str:
     if wanted and git(git_dir, "cat-file", "-e", f"{wanted}^{{commit}}").returncode == 0:
         return wanted
     if wanted and not head:
-        raise SystemExit(f"error: {git_dir} lacks commit {wanted}; fetch that commit, or pass --head to take HEAD")
+        raise SystemExit(
+            f"error: {git_dir} lacks commit {wanted}; fetch that commit, or pass --head to take HEAD"
+        )
     return git(git_dir, "rev-parse", "HEAD").stdout.decode().strip()
 
 
-def fetch_entry(entry: dict[str, Any], root: Path, given: dict[str, Path], mirrors: list[Path], head: bool) -> list[str]:
+def fetch_entry(
+    entry: dict[str, Any], root: Path, given: dict[str, Path], mirrors: list[Path], head: bool
+) -> list[str]:
     """Copy one entry's files under ``root``; the problems found (empty when every file was written)."""
     problems: list[str] = []
     dest_dir = root / entry["dir"]
@@ -73,9 +82,15 @@ def fetch_entry(entry: dict[str, Any], root: Path, given: dict[str, Path], mirro
     for source, path, dest in plan(entry):
         git_dir = find_git_dir(source, given, mirrors)
         if git_dir is None:
-            problems.append(f"{entry['name']}: no git dir for {source} (pass --git-dir {source}=PATH)")
+            problems.append(
+                f"{entry['name']}: no git dir for {source} (pass --git-dir {source}=PATH)"
+            )
             continue
-        wanted = entry.get("commit") if source == entry["source"] else entry.get("commits", {}).get(source)
+        wanted = (
+            entry.get("commit")
+            if source == entry["source"]
+            else entry.get("commits", {}).get(source)
+        )
         if source not in commits:
             commits[source] = resolve_commit(git_dir, wanted, head)
         blob = git(git_dir, "show", f"{commits[source]}:{path}")
@@ -87,25 +102,46 @@ def fetch_entry(entry: dict[str, Any], root: Path, given: dict[str, Path], mirro
         target.write_bytes(blob.stdout)
     if commits:
         dest_dir.mkdir(parents=True, exist_ok=True)
-        (dest_dir / "COMMIT").write_text(commits[entry["source"]] + "\n" if len(commits) == 1 else
-                                         "".join(f"{s} {c}\n" for s, c in sorted(commits.items())))
+        (dest_dir / "COMMIT").write_text(
+            commits[entry["source"]] + "\n"
+            if len(commits) == 1
+            else "".join(f"{s} {c}\n" for s, c in sorted(commits.items()))
+        )
     return problems
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--git-dir", action="append", default=[], metavar="SOURCE=PATH",
-                    help="the git directory of one source, e.g. github:pytorch/examples=/src/examples/.git")
-    ap.add_argument("--mirrors", action="append", type=Path, default=[], help="folder holding git directories")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--git-dir",
+        action="append",
+        default=[],
+        metavar="SOURCE=PATH",
+        help="the git directory of one source, e.g. github:pytorch/examples=/src/examples/.git",
+    )
+    ap.add_argument(
+        "--mirrors", action="append", type=Path, default=[], help="folder holding git directories"
+    )
     ap.add_argument("--only", action="append", default=[], help="entry name (repeatable)")
-    ap.add_argument("--head", action="store_true", help="take HEAD where a snapshot lacks the recorded commit")
-    ap.add_argument("--dest", type=Path, default=ROOT, help="the checkout to write .gallery-public/ under (default: this one)")
+    ap.add_argument(
+        "--head", action="store_true", help="take HEAD where a snapshot lacks the recorded commit"
+    )
+    ap.add_argument(
+        "--dest",
+        type=Path,
+        default=ROOT,
+        help="the checkout to write .gallery-public/ under (default: this one)",
+    )
     opts = ap.parse_args()
     given: dict[str, Path] = {}
     for item in opts.git_dir:
         source, sep, path = item.partition("=")
         if not sep:
-            ap.error(f"--git-dir {item!r}: expected SOURCE=PATH, e.g. github:pytorch/examples=/src/examples/.git")
+            ap.error(
+                f"--git-dir {item!r}: expected SOURCE=PATH, e.g. github:pytorch/examples=/src/examples/.git"
+            )
         given[source if source.startswith("github:") else f"github:{source}"] = Path(path)
     entries = json.loads(MANIFEST.read_text())["public"]
     if opts.only:

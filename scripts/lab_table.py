@@ -18,7 +18,10 @@ from gpudoctor.lab.verify import RATIO_BAND
 
 def main(paths: list[str]) -> int:
     if not paths:
-        print("lab_table.py: give one or more files written by `gpudoctor lab run --all --json`", file=sys.stderr)
+        print(
+            "lab_table.py: give one or more files written by `gpudoctor lab run --all --json`",
+            file=sys.stderr,
+        )
         return 2
     failed = 0
     for path in paths:
@@ -26,27 +29,36 @@ def main(paths: list[str]) -> int:
             with open(path) as f:
                 rows = json.load(f)
         except (OSError, ValueError) as exc:
-            print(f"{path}: not a readable JSON file ({exc}); give the output of `gpudoctor lab run --all --json`",
-                  file=sys.stderr)
+            print(
+                f"{path}: not a readable JSON file ({exc}); give the output of `gpudoctor lab run --all --json`",
+                file=sys.stderr,
+            )
             failed += 1
             continue
         if not isinstance(rows, list) or not all(isinstance(r, dict) and "trap" in r for r in rows):
-            print(f"{path}: not a lab result (a JSON list of traps); give the output of `gpudoctor lab run --all "
-                  "--json`", file=sys.stderr)
+            print(
+                f"{path}: not a lab result (a JSON list of traps); give the output of `gpudoctor lab run --all "
+                "--json`",
+                file=sys.stderr,
+            )
             failed += 1
             continue
         ok = 0
         print(f"== {path}")
         for r in rows:
             ratio = r.get("ratio")
-            if r.get("predicted_speedup") and r.get("measured_speedup"):  # unrounded (ratio has 3 decimals)
+            if r.get("predicted_speedup") and r.get(
+                "measured_speedup"
+            ):  # unrounded (ratio has 3 decimals)
                 ratio = r["predicted_speedup"] / r["measured_speedup"]
             hit = r.get("top_finding") == r.get("expected")
             good = hit and ratio is not None and RATIO_BAND[0] <= ratio <= RATIO_BAND[1]
             ok += good
-            print(f"{r['trap']:<22} {r.get('top_finding')!s:<20} {'' if ratio is None else f'{ratio:5.2f}':>5} "
-                  f"pred {r.get('predicted_speedup') or 0:7.2f} meas {r.get('measured_speedup') or 0:7.2f} "
-                  f"{'ok' if good else ''} {r.get('error', '')[:60]}")
+            print(
+                f"{r['trap']:<22} {r.get('top_finding')!s:<20} {'' if ratio is None else f'{ratio:5.2f}':>5} "
+                f"pred {r.get('predicted_speedup') or 0:7.2f} meas {r.get('measured_speedup') or 0:7.2f} "
+                f"{'ok' if good else ''} {r.get('error', '')[:60]}"
+            )
         print(f"in band and first: {ok} of {len(rows)}")
     return 1 if failed else 0
 

@@ -28,10 +28,14 @@ def main() -> None:
     torch.set_num_threads(1)  # steadier step times on a shared CI machine
     data = TensorDataset(torch.randn(1024, 128), torch.randint(0, 10, (1024,)))
     loader = DataLoader(data, batch_size=64, shuffle=True, num_workers=0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3, repeat=1)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3, repeat=1)
+    ) as prof:
         for i, (x, y) in enumerate(loader):
             loss = loss_fn(model(x), y)
             loss.backward()

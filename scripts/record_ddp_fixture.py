@@ -46,9 +46,13 @@ def main() -> None:
     for _ in range(5):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=0, warmup=2, active=3, repeat=1),
-                 record_shapes=True, with_flops=True, profile_memory=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=2, active=3, repeat=1),
+        record_shapes=True,
+        with_flops=True,
+        profile_memory=True,
+    ) as prof:
         for _ in range(6):
             step()
             prof.step()

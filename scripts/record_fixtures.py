@@ -89,8 +89,9 @@ def build_compiled_train(device: str, n_layers: int = 2) -> Workload:
     def close() -> None:
         torch._dynamo.reset()
 
-    return Workload(step, close,
-                    flops_per_step=gpt_flops(batch, seq, d, n_layers, VOCAB, train=True))
+    return Workload(
+        step, close, flops_per_step=gpt_flops(batch, seq, d, n_layers, VOCAB, train=True)
+    )
 
 
 HEALTHY_COMPILED = Baseline(
@@ -112,17 +113,26 @@ def baselines() -> dict[str, Baseline]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path, help="output folder")
-    p.add_argument("--only", default="", help="comma-separated scenario names (incl. bench, "
-                   f"{OVERHEAD}); default: all")
+    p.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated scenario names (incl. bench, {OVERHEAD}); default: all",
+    )
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu for a smoke test")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="timed unprofiled steps (at most)")
     p.add_argument("--budget-s", type=float, default=4.0, help="time budget of one timing loop")
     p.add_argument("--max-part-mib", type=float, default=15.0)
-    p.add_argument("--trace-fixed", action="store_true",
-                   help="also profile each trap's fixed twin into <scenario>_fixed/trace.json.gz")
-    p.add_argument("--fixed-only", action="store_true",
-                   help="like --trace-fixed, but write no sick trap traces (sick is still timed)")
+    p.add_argument(
+        "--trace-fixed",
+        action="store_true",
+        help="also profile each trap's fixed twin into <scenario>_fixed/trace.json.gz",
+    )
+    p.add_argument(
+        "--fixed-only",
+        action="store_true",
+        help="like --trace-fixed, but write no sick trap traces (sick is still timed)",
+    )
     args = p.parse_args(argv)
     if args.fixed_only:
         args.trace_fixed = True
@@ -173,7 +183,10 @@ def environment(dev: Device) -> dict:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30, check=True,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
             ).stdout.strip()
             env["driver"] = out.splitlines()[0] if out else None
         except (OSError, subprocess.SubprocessError) as exc:
@@ -272,8 +285,17 @@ def tflops(flops: float | None, ms: float | None) -> float | None:
     return round(flops / (ms * 1e-3) / 1e12, 2)
 
 
-def run_workload(build, dev: Device, args, entry: dict, key: str, trace_to: Path | None,
-                 with_stack: bool, trace_prefix: str = "", warmup: int | None = None) -> None:
+def run_workload(
+    build,
+    dev: Device,
+    args,
+    entry: dict,
+    key: str,
+    trace_to: Path | None,
+    with_stack: bool,
+    trace_prefix: str = "",
+    warmup: int | None = None,
+) -> None:
     """Build, time (and optionally profile) one workload; results go into entry[key_*], the trace's
     facts into entry[trace_prefix + name]."""
     wl = build(dev.name)
@@ -333,8 +355,17 @@ def record_scenario(sid: str, dev: Device, args, out: Path) -> dict:
         if fixed_to is not None:
             entry["fixed_trace"] = f"{sid}_fixed/trace.json.gz"
         try:
-            run_workload(fixed, dev, args, entry, "fixed", fixed_to, scenario.with_stack,
-                         trace_prefix="fixed_", warmup=warmup)
+            run_workload(
+                fixed,
+                dev,
+                args,
+                entry,
+                "fixed",
+                fixed_to,
+                scenario.with_stack,
+                trace_prefix="fixed_",
+                warmup=warmup,
+            )
         except Exception as exc:
             if fixed_to is not None and not fixed_to.exists():
                 entry.pop("fixed_trace", None)
@@ -401,8 +432,13 @@ def measure_overhead(dev: Device, n_ops: int = 2000, repeats: int = 3) -> dict:
     for label, stack in (("profiled_us_per_op", False), ("profiled_with_stack_us_per_op", True)):
         samples = []
         for _ in range(repeats):
-            with profile(activities=dev.activities(), record_shapes=True, with_flops=True,
-                         profile_memory=True, with_stack=stack):
+            with profile(
+                activities=dev.activities(),
+                record_shapes=True,
+                with_flops=True,
+                profile_memory=True,
+                with_stack=stack,
+            ):
                 samples.append(loop())
         result[label] = round(statistics.median(samples), 3)
     return result
@@ -414,8 +450,10 @@ def kernel_report(scenarios: dict) -> str:
         for prefix, name in (("", sid), ("fixed_", f"{sid}_fixed")):
             if prefix + "top_kernels" not in entry:
                 continue
-            lines.append(f"== {name} ({entry.get(prefix + 'kernel_events', 0)} kernel events, "
-                         f"{entry.get(prefix + 'distinct_kernels', 0)} distinct)")
+            lines.append(
+                f"== {name} ({entry.get(prefix + 'kernel_events', 0)} kernel events, "
+                f"{entry.get(prefix + 'distinct_kernels', 0)} distinct)"
+            )
             lines.extend(f"{count:6d}  {k}" for k, count in entry[prefix + "top_kernels"])
             lines.append("")
     return "\n".join(lines)
@@ -451,11 +489,15 @@ def fmt(value, width: int, digits: int = 2) -> str:
 
 def print_summary(manifest: dict) -> None:
     env = manifest["environment"]
-    print(f"\n{env.get('gpu_name', env['device'])} | driver {env.get('driver')} "
-          f"| torch {env['torch']} | CUDA {env['cuda']} | triton {env['triton']} "
-          f"| {env['date_utc']}")
-    print(f"{'scenario':22} {'sick ms':>9} {'fixed ms':>9} {'x':>6} {'prof ms':>8} {'busy':>5} "
-          f"{'events':>7} {'gz KB':>7}  notes")
+    print(
+        f"\n{env.get('gpu_name', env['device'])} | driver {env.get('driver')} "
+        f"| torch {env['torch']} | CUDA {env['cuda']} | triton {env['triton']} "
+        f"| {env['date_utc']}"
+    )
+    print(
+        f"{'scenario':22} {'sick ms':>9} {'fixed ms':>9} {'x':>6} {'prof ms':>8} {'busy':>5} "
+        f"{'events':>7} {'gz KB':>7}  notes"
+    )
     for sid, e in manifest["scenarios"].items():
         notes = []
         if "error" in e:
@@ -464,24 +506,32 @@ def print_summary(manifest: dict) -> None:
             notes.append("FIXED ERROR " + e["fixed_error"][:60])
         info = e.get("sick_info", {})
         if "num_alloc_retries" in info:
-            notes.append(f"retries={info['num_alloc_retries']} "
-                         f"peak_reserved={info.get('peak_reserved_fraction', 0):.3f}")
+            notes.append(
+                f"retries={info['num_alloc_retries']} "
+                f"peak_reserved={info.get('peak_reserved_fraction', 0):.3f}"
+            )
         if e.get("sick_tflops") is not None:
             notes.append(f"TF/s {e.get('sick_tflops')}/{e.get('fixed_tflops')}")
-        print(f"{sid:22} {fmt(e.get('sick_median_ms'), 9)} {fmt(e.get('fixed_median_ms'), 9)} "
-              f"{fmt(e.get('speedup'), 6)} {fmt(e.get('profiled_step_ms'), 8)} "
-              f"{fmt(e.get('gpu_busy_fraction'), 5)} {fmt(e.get('trace_events'), 7)} "
-              f"{fmt((e.get('trace_gz_bytes') or 0) / 1024, 7, 0)}  {'; '.join(notes)}")
+        print(
+            f"{sid:22} {fmt(e.get('sick_median_ms'), 9)} {fmt(e.get('fixed_median_ms'), 9)} "
+            f"{fmt(e.get('speedup'), 6)} {fmt(e.get('profiled_step_ms'), 8)} "
+            f"{fmt(e.get('gpu_busy_fraction'), 5)} {fmt(e.get('trace_events'), 7)} "
+            f"{fmt((e.get('trace_gz_bytes') or 0) / 1024, 7, 0)}  {'; '.join(notes)}"
+        )
         if "fixed_trace" in e:
-            print(f"{sid + '_fixed':22} {'':9} {'':9} {'':6} "
-                  f"{fmt(e.get('fixed_profiled_step_ms'), 8)} "
-                  f"{fmt(e.get('fixed_gpu_busy_fraction'), 5)} {fmt(e.get('fixed_trace_events'), 7)} "
-                  f"{fmt((e.get('fixed_trace_gz_bytes') or 0) / 1024, 7, 0)}")
+            print(
+                f"{sid + '_fixed':22} {'':9} {'':9} {'':6} "
+                f"{fmt(e.get('fixed_profiled_step_ms'), 8)} "
+                f"{fmt(e.get('fixed_gpu_busy_fraction'), 5)} {fmt(e.get('fixed_trace_events'), 7)} "
+                f"{fmt((e.get('fixed_trace_gz_bytes') or 0) / 1024, 7, 0)}"
+            )
     bench = manifest.get("bench")
     if bench:
-        print(f"bench: {bench.get('trace_events')} events, {bench.get('trace_json_bytes')} JSON "
-              f"bytes, {bench.get('trace_gz_bytes')} gz bytes, {bench.get('active_steps')} steps"
-              + (f" ERROR {bench['error']}" if "error" in bench else ""))
+        print(
+            f"bench: {bench.get('trace_events')} events, {bench.get('trace_json_bytes')} JSON "
+            f"bytes, {bench.get('trace_gz_bytes')} gz bytes, {bench.get('active_steps')} steps"
+            + (f" ERROR {bench['error']}" if "error" in bench else "")
+        )
     if manifest.get(OVERHEAD):
         print(f"profiler overhead (us/op): {manifest[OVERHEAD]}")
 
@@ -519,14 +569,20 @@ def main(argv: list[str] | None = None) -> int:
         else:
             manifest["scenarios"][sid] = record_scenario(sid, dev, args, stage)
         entry = manifest["scenarios"].get(sid) or manifest.get("bench" if sid == BENCH else sid, {})
-        print(f"[{time.perf_counter() - started:7.1f}s] {sid}: {time.perf_counter() - t0:.1f}s "
-              f"sick={entry.get('sick_median_ms')} fixed={entry.get('fixed_median_ms')} "
-              f"events={entry.get('trace_events')} gz={entry.get('trace_gz_bytes')}"
-              + (f" fixed_events={entry.get('fixed_trace_events')} "
-                 f"fixed_gz={entry.get('fixed_trace_gz_bytes')}" if "fixed_trace" in entry else "")
-              + (f" ERROR={entry.get('error')}" if entry.get("error") else "")
-              + (f" FIXED_ERROR={entry.get('fixed_error')}" if entry.get("fixed_error") else ""),
-              flush=True)
+        print(
+            f"[{time.perf_counter() - started:7.1f}s] {sid}: {time.perf_counter() - t0:.1f}s "
+            f"sick={entry.get('sick_median_ms')} fixed={entry.get('fixed_median_ms')} "
+            f"events={entry.get('trace_events')} gz={entry.get('trace_gz_bytes')}"
+            + (
+                f" fixed_events={entry.get('fixed_trace_events')} "
+                f"fixed_gz={entry.get('fixed_trace_gz_bytes')}"
+                if "fixed_trace" in entry
+                else ""
+            )
+            + (f" ERROR={entry.get('error')}" if entry.get("error") else "")
+            + (f" FIXED_ERROR={entry.get('fixed_error')}" if entry.get("fixed_error") else ""),
+            flush=True,
+        )
     manifest["total_seconds"] = round(time.perf_counter() - started, 1)
     (stage / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     (stage / "kernel_names.txt").write_text(kernel_report(manifest["scenarios"]))

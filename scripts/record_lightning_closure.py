@@ -43,14 +43,26 @@ class Mlp(pl.LightningModule):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--for-loop", action="store_true", help="AdamW(foreach=False): the optimizer-loop trap")
+    parser.add_argument(
+        "--for-loop", action="store_true", help="AdamW(foreach=False): the optimizer-loop trap"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
-    loader = torch.utils.data.DataLoader(torch.arange(40), batch_size=1)  # 40 steps; the batch is unused
+    loader = torch.utils.data.DataLoader(
+        torch.arange(40), batch_size=1
+    )  # 40 steps; the batch is unused
     callback = GpuDoctorCallback(skip=5, steps=3, out=args.out)
-    trainer = pl.Trainer(max_epochs=1, accelerator="gpu", devices=1, precision="bf16-mixed", callbacks=[callback],
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Mlp(foreach=not args.for_loop), loader)
     report = callback.report()
     print(f"{callback.run_dir}: step {report.step_ms:.3f} ms")

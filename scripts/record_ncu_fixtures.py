@@ -82,16 +82,56 @@ SMALL_BLOCK, SMALL_GRID = 1024, 4
 
 # label, kernel name ncu should show (regex), verdict, what it is meant to show
 CASES = [
-    ("fma_gemm", r"^fma_gemm$", "bad", "fp16 GEMM 2048^3 on CUDA cores (no tl.dot): tensor pipes idle"),
+    (
+        "fma_gemm",
+        r"^fma_gemm$",
+        "bad",
+        "fp16 GEMM 2048^3 on CUDA cores (no tl.dot): tensor pipes idle",
+    ),
     ("dot_gemm", r"^dot_gemm$", "good", "fp16 GEMM 2048^3 with tl.dot: tensor cores busy"),
-    ("cublas_bf16_matmul", r"nvjet|gemm|xmma|cutlass", "good", "torch.matmul bf16 4096^3 through cuBLAS"),
-    ("uncoalesced_copy", r"^uncoalesced_copy$", "bad", "fp32 8192x4096 read column-wise: uncoalesced global loads"),
-    ("coalesced_copy", r"^coalesced_copy$", "good", "the same 128 MiB read row-wise: coalesced, at DRAM bandwidth"),
-    ("bank_conflict_transpose", r"bank_conflict_transpose", "bad", "32x32 shared-memory tile transpose, tile[32][32]: 32-way bank conflicts on the column read"),
-    ("padded_transpose", r"padded_transpose", "good", "the same transpose with tile[32][33]: no bank conflicts"),
-    ("register_spill", r"^register_spill$", "bad", "one warp keeps 4 x 8192 fp32 live: ptxas spills to local memory"),
+    (
+        "cublas_bf16_matmul",
+        r"nvjet|gemm|xmma|cutlass",
+        "good",
+        "torch.matmul bf16 4096^3 through cuBLAS",
+    ),
+    (
+        "uncoalesced_copy",
+        r"^uncoalesced_copy$",
+        "bad",
+        "fp32 8192x4096 read column-wise: uncoalesced global loads",
+    ),
+    (
+        "coalesced_copy",
+        r"^coalesced_copy$",
+        "good",
+        "the same 128 MiB read row-wise: coalesced, at DRAM bandwidth",
+    ),
+    (
+        "bank_conflict_transpose",
+        r"bank_conflict_transpose",
+        "bad",
+        "32x32 shared-memory tile transpose, tile[32][32]: 32-way bank conflicts on the column read",
+    ),
+    (
+        "padded_transpose",
+        r"padded_transpose",
+        "good",
+        "the same transpose with tile[32][33]: no bank conflicts",
+    ),
+    (
+        "register_spill",
+        r"^register_spill$",
+        "bad",
+        "one warp keeps 4 x 8192 fp32 live: ptxas spills to local memory",
+    ),
     ("torch_add", r"elementwise", "good", "torch.add of 2^27 fp32: memory-bound at full bandwidth"),
-    ("small_grid", r"^small_grid$", "bad", "grid=(4,) over 4096 elements: a tiny grid, most SMs idle"),
+    (
+        "small_grid",
+        r"^small_grid$",
+        "bad",
+        "grid=(4,) over 4096 elements: a tiny grid, most SMs idle",
+    ),
 ]
 
 # Metrics added to --set full (each kept only if ncu --query-metrics knows its base name).
@@ -116,11 +156,25 @@ EXTRA_METRICS = [
 ]
 
 NVSMI_FIELDS = [
-    "name", "pci.bus_id", "temperature.gpu", "power.draw", "power.limit", "clocks.sm",
-    "clocks.max.sm", "clocks.mem", "clocks.max.mem", "clocks_throttle_reasons.active",
-    "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
-    "pcie.link.width.max", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
-    "utilization.gpu", "memory.used", "memory.total",
+    "name",
+    "pci.bus_id",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.max.sm",
+    "clocks.mem",
+    "clocks.max.mem",
+    "clocks_throttle_reasons.active",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.pending",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
 ]
 
 TRANSPOSE_CU = r"""
@@ -158,10 +212,13 @@ extern "C" __global__ void padded_transpose(float* __restrict__ out,
 }
 """
 
-TRANSPOSE_CPP_WRAPPER = r"""
+TRANSPOSE_CPP_WRAPPER = (
+    r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
-""" + TRANSPOSE_CU + r"""
+"""
+    + TRANSPOSE_CU
+    + r"""
 void launch_transpose(torch::Tensor out, torch::Tensor in, int64_t which) {
     int height = in.size(0), width = in.size(1);
     dim3 block(32, 8), grid(width / 32, height / 32);
@@ -172,6 +229,7 @@ void launch_transpose(torch::Tensor out, torch::Tensor in, int64_t which) {
         padded_transpose<<<grid, block, 0, stream>>>(out.data_ptr<float>(), in.data_ptr<float>(), width, height);
 }
 """
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,8 +240,9 @@ def triton_kernels():
     import triton.language as tl
 
     @triton.jit
-    def fma_gemm(a_ptr, b_ptr, c_ptr, M, N, K,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    def fma_gemm(
+        a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+    ):
         # C = A @ B with a broadcast product summed over K on the LAST axis: Triton's combine
         # pass only turns sum(x[:, :, None] * y[None, :, :], axis=1) into tt.dot, so this stays
         # plain FMUL/FADD/FFMA on the CUDA cores.
@@ -200,8 +259,18 @@ def triton_kernels():
         tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty))
 
     @triton.jit
-    def dot_gemm(a_ptr, b_ptr, c_ptr, M, N, K,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    def dot_gemm(
+        a_ptr,
+        b_ptr,
+        c_ptr,
+        M,
+        N,
+        K,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        GROUP: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         num_m = tl.cdiv(M, BM)
         num_n = tl.cdiv(N, BN)
@@ -269,9 +338,15 @@ def triton_kernels():
         tile = tl.load(x_ptr + r[:, None] * C + c[None, :])
         tl.store(y_ptr + c[:, None] * R + r[None, :], tl.trans(tile))
 
-    return {"fma_gemm": fma_gemm, "dot_gemm": dot_gemm, "uncoalesced_copy": uncoalesced_copy,
-                "coalesced_copy": coalesced_copy, "register_spill": register_spill,
-                "small_grid": small_grid, "bank_conflict_transpose_triton": bank_conflict_transpose_triton}
+    return {
+        "fma_gemm": fma_gemm,
+        "dot_gemm": dot_gemm,
+        "uncoalesced_copy": uncoalesced_copy,
+        "coalesced_copy": coalesced_copy,
+        "register_spill": register_spill,
+        "small_grid": small_grid,
+        "bank_conflict_transpose_triton": bank_conflict_transpose_triton,
+    }
 
 
 TRITON_CONFIG = {
@@ -324,14 +399,20 @@ def build_transposes(backend: str):
                 import cupy as cp
 
                 mod = cp.RawModule(code=TRANSPOSE_CU, options=("-std=c++17",))
-                kerns = [mod.get_function("bank_conflict_transpose"), mod.get_function("padded_transpose")]
+                kerns = [
+                    mod.get_function("bank_conflict_transpose"),
+                    mod.get_function("padded_transpose"),
+                ]
 
                 def launch(which, out, inp, kerns=kerns, cp=cp):
                     h, w = inp.shape
                     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
                     with stream:
-                        kerns[which]((w // 32, h // 32), (32, 8),
-                                     (cp.asarray(out), cp.asarray(inp), cp.int32(w), cp.int32(h)))
+                        kerns[which](
+                            (w // 32, h // 32),
+                            (32, 8),
+                            (cp.asarray(out), cp.asarray(inp), cp.int32(w), cp.int32(h)),
+                        )
 
                 return "cupy", launch, errors
             if name == "load_inline":
@@ -408,7 +489,9 @@ def run_kernels(args) -> int:
     info["transpose_backend"] = backend
     info["transpose_backend_errors"] = terrs
     info["transpose_build_s"] = round(time.time() - t0, 2)
-    print(f"transpose backend: {backend} ({info['transpose_build_s']} s) errors={terrs}", flush=True)
+    print(
+        f"transpose backend: {backend} ({info['transpose_build_s']} s) errors={terrs}", flush=True
+    )
 
     cfg = TRITON_CONFIG
 
@@ -416,11 +499,19 @@ def run_kernels(args) -> int:
         return kern[name][grid](*a, **cfg[name])
 
     launches = {
-        "fma_gemm": lambda: tri("fma_gemm", (GEMM // 32, GEMM // 32), a16, b16, c_fma, GEMM, GEMM, GEMM),
-        "dot_gemm": lambda: tri("dot_gemm", ((GEMM // 128) * (GEMM // 128),), a16, b16, c_dot, GEMM, GEMM, GEMM),
+        "fma_gemm": lambda: tri(
+            "fma_gemm", (GEMM // 32, GEMM // 32), a16, b16, c_fma, GEMM, GEMM, GEMM
+        ),
+        "dot_gemm": lambda: tri(
+            "dot_gemm", ((GEMM // 128) * (GEMM // 128),), a16, b16, c_dot, GEMM, GEMM, GEMM
+        ),
         "cublas_bf16_matmul": lambda: torch.matmul(abf, bbf, out=cbf),
-        "uncoalesced_copy": lambda: tri("uncoalesced_copy", (COLS * (ROWS // 1024),), xm, y_unc, ROWS, COLS),
-        "coalesced_copy": lambda: tri("coalesced_copy", (ROWS * COLS // 1024,), xm, y_coa, ROWS * COLS),
+        "uncoalesced_copy": lambda: tri(
+            "uncoalesced_copy", (COLS * (ROWS // 1024),), xm, y_unc, ROWS, COLS
+        ),
+        "coalesced_copy": lambda: tri(
+            "coalesced_copy", (ROWS * COLS // 1024,), xm, y_coa, ROWS * COLS
+        ),
         "bank_conflict_transpose": lambda: tlaunch(0, y_bank, xm),
         "padded_transpose": lambda: tlaunch(1, y_pad, xm),
         "register_spill": lambda: tri("register_spill", (SPILL_N // SPILL_BLOCK,), xs, ys, SPILL_N),
@@ -434,10 +525,10 @@ def run_kernels(args) -> int:
 
     def check(label) -> float | None:
         if label == "fma_gemm":
-            ref = (a16.float() @ b16.float())
+            ref = a16.float() @ b16.float()
             return float(((c_fma.float() - ref).abs().max() / ref.abs().max()).item())
         if label == "dot_gemm":
-            ref = (a16.float() @ b16.float())
+            ref = a16.float() @ b16.float()
             return float(((c_dot.float() - ref).abs().max() / ref.abs().max()).item())
         if label == "uncoalesced_copy":
             return float((y_unc - xm.t()).abs().max().item())
@@ -453,8 +544,12 @@ def run_kernels(args) -> int:
             s1 = (x1.view(-1, SPILL_BLOCK) * s0).amax(1, keepdim=True)
             s2 = (x2.view(-1, SPILL_BLOCK) * s1).amax(1, keepdim=True)
             s3 = (x3.view(-1, SPILL_BLOCK) * s2).amax(1, keepdim=True)
-            ref = (x0.view(-1, SPILL_BLOCK) * s3 + x1.view(-1, SPILL_BLOCK) * s2
-                   + x2.view(-1, SPILL_BLOCK) * s1 + x3.view(-1, SPILL_BLOCK) * s0).view(-1)
+            ref = (
+                x0.view(-1, SPILL_BLOCK) * s3
+                + x1.view(-1, SPILL_BLOCK) * s2
+                + x2.view(-1, SPILL_BLOCK) * s1
+                + x3.view(-1, SPILL_BLOCK) * s0
+            ).view(-1)
             return float((ys - ref).abs().max().item())
         if label == "torch_add":
             return 0.0
@@ -531,10 +626,13 @@ def run_kernels(args) -> int:
     except Exception as exc:  # noqa: BLE001
         info["cupy"] = f"unavailable: {exc}"
     props = torch.cuda.get_device_properties(0)
-    info["device"] = {"name": props.name, "sm_count": props.multi_processor_count,
-                      "total_memory": props.total_memory,
-                      "capability": f"{props.major}.{props.minor}",
-                      "l2_bytes": getattr(props, "L2_cache_size", None)}
+    info["device"] = {
+        "name": props.name,
+        "sm_count": props.multi_processor_count,
+        "total_memory": props.total_memory,
+        "capability": f"{props.major}.{props.minor}",
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+    }
     if args.info_json:
         Path(args.info_json).write_text(json.dumps(info, indent=2, default=str))
     print(json.dumps({k: v for k, v in info["cases"].items()}, default=str), flush=True)
@@ -547,11 +645,22 @@ def run_kernels(args) -> int:
 def sh(cmd, timeout=120, **kw):
     """Run a command; return (rc, stdout, stderr) as text, never raise."""
     try:
-        p = subprocess.run(cmd, check=False, capture_output=True, timeout=timeout, text=True,
-                           shell=isinstance(cmd, str), **kw)
+        p = subprocess.run(
+            cmd,
+            check=False,
+            capture_output=True,
+            timeout=timeout,
+            text=True,
+            shell=isinstance(cmd, str),
+            **kw,
+        )
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as exc:
-        return 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), "TIMEOUT"
+        return (
+            124,
+            (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""),
+            "TIMEOUT",
+        )
     except Exception as exc:  # noqa: BLE001
         return 127, "", f"{type(exc).__name__}: {exc}"
 
@@ -560,7 +669,11 @@ def find_ncu() -> str | None:
     path = shutil.which("ncu")
     if path:
         return path
-    for pat in ("/usr/local/cuda*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu"):
+    for pat in (
+        "/usr/local/cuda*/bin/ncu",
+        "/opt/nvidia/nsight-compute/*/ncu",
+        "/usr/local/cuda*/nsight-compute*/ncu",
+    ):
         hits = sorted(glob.glob(pat))
         if hits:
             return hits[-1]
@@ -579,9 +692,14 @@ def record(args) -> int:
     work.mkdir(parents=True, exist_ok=True)
     extras = work / "extras"
     extras.mkdir(exist_ok=True)
-    meta: dict = {"recorded_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "host_platform": platform.platform(), "python": sys.version.split()[0],
-                  "script": "scripts/record_ncu_fixtures.py", "commands": {}, "steps": {}}
+    meta: dict = {
+        "recorded_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host_platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "script": "scripts/record_ncu_fixtures.py",
+        "commands": {},
+        "steps": {},
+    }
     t_all = time.time()
 
     def step(name, t0, **kv):
@@ -593,11 +711,19 @@ def record(args) -> int:
     ncu = find_ncu()
     meta["ncu_path"] = ncu
     meta["ncu_version"] = sh([ncu, "--version"])[1].strip() if ncu else None
-    rc, o, e = sh("which nvcc; ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null; nvcc --version 2>&1 | tail -2")
+    rc, o, e = sh(
+        "which nvcc; ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null; nvcc --version 2>&1 | tail -2"
+    )
     meta["nvcc"] = o.strip()
     rc, o, e = sh(["nvidia-smi", "--version"])
     meta["nvidia_smi_version"] = o.strip()
-    rc, o, e = sh(["nvidia-smi", "--query-gpu=name,driver_version,vbios_version,pci.bus_id,memory.total", "--format=csv,noheader"])
+    rc, o, e = sh(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,vbios_version,pci.bus_id,memory.total",
+            "--format=csv,noheader",
+        ]
+    )
     meta["gpu"] = o.strip()
     if ncu:
         (extras / "ncu_help.txt").write_text(sh([ncu, "--help"])[1])
@@ -620,8 +746,13 @@ def record(args) -> int:
                 keep.append(f)
             else:
                 dropped.append(f)
-        if "clocks_throttle_reasons.active" in dropped and q(["clocks_event_reasons.active"])[0] == 0:
-            keep.insert(fields.index("clocks_throttle_reasons.active"), "clocks_event_reasons.active")
+        if (
+            "clocks_throttle_reasons.active" in dropped
+            and q(["clocks_event_reasons.active"])[0] == 0
+        ):
+            keep.insert(
+                fields.index("clocks_throttle_reasons.active"), "clocks_event_reasons.active"
+            )
         fields = keep
         rc, o, e = q(fields)
     (out / "nvidia-smi-query.csv").write_text(o)
@@ -633,8 +764,15 @@ def record(args) -> int:
     t0 = time.time()
     warm_json = work / "warm.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_EXTENSIONS_DIR="/tmp/gpudoctor_torch_ext")
-    cmd = [sys.executable, str(SCRIPT), "--run-kernels", "--no-profiler-range", "--time",
-           "--info-json", str(warm_json)]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--run-kernels",
+        "--no-profiler-range",
+        "--time",
+        "--info-json",
+        str(warm_json),
+    ]
     rc, o, e = sh(cmd, timeout=args.warm_timeout, env=env)
     (extras / "warm_run.log").write_text(o + "\n--- stderr ---\n" + e)
     warm = json.loads(warm_json.read_text()) if warm_json.exists() else {}
@@ -662,28 +800,51 @@ def record(args) -> int:
         skip = list(failed)
         if warm and backend not in ("cupy", "load_inline", "triton"):
             skip += ["bank_conflict_transpose", "padded_transpose"]
-        child = [sys.executable, str(SCRIPT), "--run-kernels", "--transpose-backend",
-                 backend if backend in ("cupy", "load_inline", "triton") else "auto"]
+        child = [
+            sys.executable,
+            str(SCRIPT),
+            "--run-kernels",
+            "--transpose-backend",
+            backend if backend in ("cupy", "load_inline", "triton") else "auto",
+        ]
         if skip:
             child += ["--skip", ",".join(sorted(set(skip)))]
-        base = [ncu, "--set", "full", "--clock-control", "none", "--target-processes", "all",
-                "--profile-from-start", "off", "--launch-count", "16"]
+        base = [
+            ncu,
+            "--set",
+            "full",
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "--profile-from-start",
+            "off",
+            "--launch-count",
+            "16",
+        ]
         tail = ["--export", str(rep), "--force-overwrite"] + child
         attempts = ([base + ["--metrics", ",".join(extra)] + tail] if extra else []) + [base + tail]
         for i, full in enumerate(attempts):
             t0 = time.time()
             rc, o, e = sh(full, timeout=args.ncu_timeout, env=env)
             (extras / f"ncu_profile_attempt{i}.log").write_text(
-                " ".join(full) + "\n--- stdout ---\n" + o + "\n--- stderr ---\n" + e)
+                " ".join(full) + "\n--- stdout ---\n" + o + "\n--- stderr ---\n" + e
+            )
             made = Path(str(rep) + ".ncu-rep").exists()
             kernels = 0
             if made:  # a report can exist and be empty (e.g. a metric failed at the first kernel)
-                raw = sh([ncu, "--import", str(rep) + ".ncu-rep", "--csv", "--page", "raw"], timeout=120)[1]
+                raw = sh(
+                    [ncu, "--import", str(rep) + ".ncu-rep", "--csv", "--page", "raw"], timeout=120
+                )[1]
                 kernels = max(0, sum(1 for l in raw.splitlines() if l.startswith('"')) - 2)
             step(f"ncu_profile_{i}", t0, rc=rc, report=made, kernels=kernels)
             if made and kernels > 0:
-                meta["commands"]["ncu_profile"] = " ".join(
-                    full).replace(str(work), "$OUT").replace(sys.executable, "python3").replace(str(SCRIPT), "scripts/record_ncu_fixtures.py")
+                meta["commands"]["ncu_profile"] = (
+                    " ".join(full)
+                    .replace(str(work), "$OUT")
+                    .replace(sys.executable, "python3")
+                    .replace(str(SCRIPT), "scripts/record_ncu_fixtures.py")
+                )
                 meta["ncu_profile_stdout_tail"] = (o + e)[-6000:]
                 break
             print((o + e)[-3000:], flush=True)
@@ -710,8 +871,12 @@ def record(args) -> int:
                 rc, o, e = sh(c, timeout=180)
                 dst = (work if fname in ("details.csv", "raw.csv") else extras) / fname
                 dst.write_text(o)
-                meta["exports"][fname] = {"cmd": "ncu --import kernels.ncu-rep " + " ".join(opts), "rc": rc,
-                                          "bytes": len(o), "stderr": e[-1500:]}
+                meta["exports"][fname] = {
+                    "cmd": "ncu --import kernels.ncu-rep " + " ".join(opts),
+                    "rc": rc,
+                    "bytes": len(o),
+                    "stderr": e[-1500:],
+                }
                 step(f"export {fname}", t0, rc=rc, bytes=len(o))
             for fname in ("details.csv", "raw.csv"):
                 if (work / fname).exists():
@@ -727,7 +892,9 @@ def record(args) -> int:
 
     # ---- meta, extras, table ----
     meta["total_s"] = round(time.time() - t_all, 1)
-    meta["cases"] = [{"label": l, "kernel_regex": rx, "verdict": v, "meant_to_show": d} for l, rx, v, d in CASES]
+    meta["cases"] = [
+        {"label": l, "kernel_regex": rx, "verdict": v, "meant_to_show": d} for l, rx, v, d in CASES
+    ]
     (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     with tarfile.open(out / "extras.tar.gz", "w:gz") as tar:
         for f in sorted(extras.iterdir()):
@@ -743,13 +910,23 @@ def record(args) -> int:
 SUMMARY_COLUMNS = [
     ("duration", ["gpu__time_duration.sum"]),
     ("SM%", ["sm__throughput.avg.pct_of_peak_sustained_elapsed"]),
-    ("DRAM%", ["dram__throughput.avg.pct_of_peak_sustained_elapsed",
-               "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]),
+    (
+        "DRAM%",
+        [
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        ],
+    ),
     ("Mem%", ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"]),
-    ("tensor%", ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-                 "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                 "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
-                 "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"]),
+    (
+        "tensor%",
+        [
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
+        ],
+    ),
     ("hmma%", ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]),
     ("fma%", ["sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"]),
     ("occ%", ["sm__warps_active.avg.pct_of_peak_sustained_active"]),
@@ -767,7 +944,16 @@ SUMMARY_COLUMNS = [
 ]
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
-TIME_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+TIME_TO_US = {
+    "nsecond": 1e-3,
+    "ns": 1e-3,
+    "usecond": 1,
+    "us": 1,
+    "msecond": 1e3,
+    "ms": 1e3,
+    "second": 1e6,
+    "s": 1e6,
+}
 
 
 def read_raw(path: Path):
@@ -853,13 +1039,32 @@ def compile_check() -> int:
     kern = triton_kernels()
     target = GPUTarget("cuda", 90, 32)
     sigs = {
-        "fma_gemm": {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
-        "dot_gemm": {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
+        "fma_gemm": {
+            "a_ptr": "*fp16",
+            "b_ptr": "*fp16",
+            "c_ptr": "*fp16",
+            "M": "i32",
+            "N": "i32",
+            "K": "i32",
+        },
+        "dot_gemm": {
+            "a_ptr": "*fp16",
+            "b_ptr": "*fp16",
+            "c_ptr": "*fp16",
+            "M": "i32",
+            "N": "i32",
+            "K": "i32",
+        },
         "uncoalesced_copy": {"x_ptr": "*fp32", "y_ptr": "*fp32", "R": "i32", "C": "i32"},
         "coalesced_copy": {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
         "register_spill": {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
         "small_grid": {"x_ptr": "*fp32", "y_ptr": "*fp32"},
-        "bank_conflict_transpose_triton": {"x_ptr": "*fp32", "y_ptr": "*fp32", "R": "i32", "C": "i32"},
+        "bank_conflict_transpose_triton": {
+            "x_ptr": "*fp32",
+            "y_ptr": "*fp32",
+            "R": "i32",
+            "C": "i32",
+        },
     }
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     for name, sig in sigs.items():
@@ -871,8 +1076,12 @@ def compile_check() -> int:
             full_sig[k] = "constexpr"
         # At launch Triton marks pointers and ints divisible by 16 as such; every size here is.
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(sig))}
-        src = ASTSource(fn, full_sig, constexprs={(fn.arg_names.index(k),): v for k, v in cfg.items()},
-                        attrs=attrs)
+        src = ASTSource(
+            fn,
+            full_sig,
+            constexprs={(fn.arg_names.index(k),): v for k, v in cfg.items()},
+            attrs=attrs,
+        )
         t0 = time.time()
         try:
             ck = triton.compile(src, target=target, options=opts)
@@ -887,27 +1096,45 @@ def compile_check() -> int:
         regs = re.findall(r"Used (\d+) registers", e + o)
         spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", e + o)
         stack = re.findall(r"(\d+) bytes stack frame", e + o)
-        print(f"{name:32s} {time.time() - t0:5.1f}s regs={regs} stack={stack} spill(st,ld)={spill} "
-              f"tt.dot={'tt.dot' in ttgir or 'warp_group_dot' in ttgir} wgmma={'wgmma' in ptx} "
-              f"mma.sync={'mma.sync' in ptx} ld.local={len(re.findall(r'ld.local', ptx))} "
-              f"shared={ck.metadata.shared}")
+        print(
+            f"{name:32s} {time.time() - t0:5.1f}s regs={regs} stack={stack} spill(st,ld)={spill} "
+            f"tt.dot={'tt.dot' in ttgir or 'warp_group_dot' in ttgir} wgmma={'wgmma' in ptx} "
+            f"mma.sync={'mma.sync' in ptx} ld.local={len(re.findall(r'ld.local', ptx))} "
+            f"shared={ck.metadata.shared}"
+        )
     return 0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--record", action="store_true", help="probe, warm run, ncu run, exports, meta, table")
+    mode.add_argument(
+        "--record", action="store_true", help="probe, warm run, ncu run, exports, meta, table"
+    )
     mode.add_argument("--run-kernels", action="store_true", help="the workload (run under ncu)")
-    mode.add_argument("--summarize", metavar="RAW_CSV", help="print the table from an exported raw page")
-    mode.add_argument("--compile-check", action="store_true", help="compile the Triton kernels for sm_90 (no GPU)")
-    ap.add_argument("--out", default="ncu_fixtures_out", help="--record: what to keep (small files)")
+    mode.add_argument(
+        "--summarize", metavar="RAW_CSV", help="print the table from an exported raw page"
+    )
+    mode.add_argument(
+        "--compile-check", action="store_true", help="compile the Triton kernels for sm_90 (no GPU)"
+    )
+    ap.add_argument(
+        "--out", default="ncu_fixtures_out", help="--record: what to keep (small files)"
+    )
     ap.add_argument("--work", default="/tmp/gpudoctor_ncu_work", help="--record: scratch folder")
     ap.add_argument("--info-json", help="--run-kernels: write per-kernel facts here")
-    ap.add_argument("--no-profiler-range", action="store_true", help="--run-kernels: skip cuProfilerStart/Stop")
-    ap.add_argument("--time", action="store_true", help="--run-kernels: time each kernel with CUDA events")
+    ap.add_argument(
+        "--no-profiler-range", action="store_true", help="--run-kernels: skip cuProfilerStart/Stop"
+    )
+    ap.add_argument(
+        "--time", action="store_true", help="--run-kernels: time each kernel with CUDA events"
+    )
     ap.add_argument("--skip", help="--run-kernels: comma-separated case labels to leave out")
-    ap.add_argument("--transpose-backend", default="auto", choices=["auto", "cupy", "load_inline", "triton"])
+    ap.add_argument(
+        "--transpose-backend", default="auto", choices=["auto", "cupy", "load_inline", "triton"]
+    )
     ap.add_argument("--warm-timeout", type=int, default=240)
     ap.add_argument("--ncu-timeout", type=int, default=300)
     ap.add_argument("--max-rep-bytes", type=int, default=5 * 1024 * 1024)

@@ -37,8 +37,15 @@ def outcomes(junit: Path) -> dict[str, str]:
     for case in ET.parse(junit).iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         tags = {child.tag for child in case}
-        outcome = ("failed" if "failure" in tags else "error" if "error" in tags
-                   else "skipped" if "skipped" in tags else "passed")
+        outcome = (
+            "failed"
+            if "failure" in tags
+            else "error"
+            if "error" in tags
+            else "skipped"
+            if "skipped" in tags
+            else "passed"
+        )
         # a test that failed in its call and errored in its teardown is written twice: keep the worst
         if found.get(name) not in ("failed", "error"):
             found[name] = outcome
@@ -63,22 +70,40 @@ def run_once(index: int, out: Path, hogs: int, pytest_args: list[str]) -> dict:
     start = time.monotonic()
     try:
         with log.open("w") as fh:
-            code = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                                    f"--junitxml={junit}", *pytest_args], cwd=ROOT, stdout=fh,
-                                   stderr=subprocess.STDOUT)
+            code = subprocess.call(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--junitxml={junit}",
+                    *pytest_args,
+                ],
+                cwd=ROOT,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
     finally:
         for proc in hog_procs:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
     wall = time.monotonic() - start
     found = outcomes(junit)
-    return {"run": index, "exit_code": code, "wall_s": round(wall, 1), "counts": dict(Counter(found.values())),
-            "outcomes": found}
+    return {
+        "run": index,
+        "exit_code": code,
+        "wall_s": round(wall, 1),
+        "counts": dict(Counter(found.values())),
+        "outcomes": found,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ours, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    ours, pytest_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hogs", type=int, default=1, help="busy-loop processes beside each run")
@@ -89,19 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     runs = []
     for i in range(1, opts.runs + 1):
-        print(f"run {i}/{opts.runs}: pytest {' '.join(pytest_args)} with {opts.hogs} busy loop(s), "
-              f"{os.cpu_count()} cores", flush=True)
+        print(
+            f"run {i}/{opts.runs}: pytest {' '.join(pytest_args)} with {opts.hogs} busy loop(s), "
+            f"{os.cpu_count()} cores",
+            flush=True,
+        )
         result = run_once(i, opts.out, opts.hogs, pytest_args)
         runs.append(result)
-        print(f"  exit {result['exit_code']} in {result['wall_s']:.0f} s: {result['counts']}", flush=True)
+        print(
+            f"  exit {result['exit_code']} in {result['wall_s']:.0f} s: {result['counts']}",
+            flush=True,
+        )
     flips = changed([r["outcomes"] for r in runs])
-    summary = {"pytest_args": pytest_args, "hogs": opts.hogs, "cores": os.cpu_count(),
-               "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs], "changed": flips}
+    summary = {
+        "pytest_args": pytest_args,
+        "hogs": opts.hogs,
+        "cores": os.cpu_count(),
+        "runs": [{k: v for k, v in r.items() if k != "outcomes"} for r in runs],
+        "changed": flips,
+    }
     (opts.out / "summary.json").write_text(json.dumps(summary, indent=1))
     for name, seen in flips.items():
         print(f"CHANGED {name}: {' / '.join(seen)}")
-    print(f"{len(flips)} test(s) changed or failed; wall times: "
-          + ", ".join(f"{r['wall_s']:.0f} s" for r in runs))
+    print(
+        f"{len(flips)} test(s) changed or failed; wall times: "
+        + ", ".join(f"{r['wall_s']:.0f} s" for r in runs)
+    )
     return 0 if not flips and all(r["exit_code"] == 0 for r in runs) else 1
 
 

@@ -27,26 +27,61 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "tests" / "programs" / "multigpu" / "pp_two_stage.py"
-CASES = {"gpipe_m4": ["--microbatches", "4"], "gpipe_m8": ["--microbatches", "8"],
-         "imbalanced_m4": ["--microbatches", "4", "--imbalance"]}
+CASES = {
+    "gpipe_m4": ["--microbatches", "4"],
+    "gpipe_m8": ["--microbatches", "8"],
+    "imbalanced_m4": ["--microbatches", "4", "--imbalance"],
+}
 
 
-def run_case(name: str, extra: list[str], nproc: int, work: Path, console: list[str], cpu: bool) -> dict[str, Any]:
+def run_case(
+    name: str, extra: list[str], nproc: int, work: Path, console: list[str], cpu: bool
+) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     if cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
     out_dir = work / name
-    cmd = [sys.executable, "-m", "gpudoctor", "run", "--nproc", str(nproc), "--out", str(out_dir), "--skip", "10",
-           "--steps", "5", "--calibrate", "5", "--rank-timeout", "300", str(PROGRAM), "--steps", "30", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "run",
+        "--nproc",
+        str(nproc),
+        "--out",
+        str(out_dir),
+        "--skip",
+        "10",
+        "--steps",
+        "5",
+        "--calibrate",
+        "5",
+        "--rank-timeout",
+        "300",
+        str(PROGRAM),
+        "--steps",
+        "30",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
     console.append(f"$ {' '.join(cmd)}\n[rc {proc.returncode}]\n{proc.stdout}\n{proc.stderr}\n")
     runs = sorted(out_dir.iterdir()) if out_dir.exists() else []
     if proc.returncode != 0 or not runs or not (runs[-1] / "report.json").exists():
         return {"error": f"rc {proc.returncode}, no combined report"}
     report = json.loads((runs[-1] / "report.json").read_text())
-    found = {f["id"]: f for f in report.get("findings", []) if f["id"] in ("pipeline-bubble", "stage-imbalance")}
-    return {"run": str(runs[-1]), "step_ms": report.get("step_ms"),
-            **{k: {"saving_ms": f.get("saving_ms"), **f.get("evidence", {}).get("numbers", {})} for k, f in found.items()}}
+    found = {
+        f["id"]: f
+        for f in report.get("findings", [])
+        if f["id"] in ("pipeline-bubble", "stage-imbalance")
+    }
+    return {
+        "run": str(runs[-1]),
+        "step_ms": report.get("step_ms"),
+        **{
+            k: {"saving_ms": f.get("saving_ms"), **f.get("evidence", {}).get("numbers", {})}
+            for k, f in found.items()
+        },
+    }
 
 
 def main() -> int:
@@ -59,8 +94,11 @@ def main() -> int:
 
     nproc = args.nproc or (2 if args.cpu else torch.cuda.device_count())
     if nproc < 2 or (not args.cpu and torch.cuda.device_count() < nproc):
-        print(f"error: needs at least 2 GPUs, one per stage ({torch.cuda.device_count()} visible); "
-              "use --cpu to try it on the CPU", file=sys.stderr)
+        print(
+            f"error: needs at least 2 GPUs, one per stage ({torch.cuda.device_count()} visible); "
+            "use --cpu to try it on the CPU",
+            file=sys.stderr,
+        )
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     console: list[str] = []
@@ -73,14 +111,18 @@ def main() -> int:
                     tar.add(res["run"], arcname=name)
     (args.out / "console.txt").write_text("".join(console))
     (args.out / "summary.json").write_text(json.dumps({"nproc": nproc, "cases": results}, indent=1))
-    print(f"{'case':<14} {'step ms':>8} {'bubble ms':>9} {'share':>6} {'formula':>7} {'slow rank':>9} "
-          f"{'imbalance ms':>12}")
+    print(
+        f"{'case':<14} {'step ms':>8} {'bubble ms':>9} {'share':>6} {'formula':>7} {'slow rank':>9} "
+        f"{'imbalance ms':>12}"
+    )
     for name, r in results.items():
         b, i = r.get("pipeline-bubble", {}), r.get("stage-imbalance", {})
-        print(f"{name:<14} {r.get('step_ms') or 0:>8.2f} {b.get('bubble_ms_per_step', 0):>9.2f} "
-              f"{b.get('bubble_share_of_step', 0):>6.3f} {b.get('expected_share_of_step', 0):>7.3f} "
-              f"{i.get('slowest_rank', '-')!s:>9} {i.get('saving_ms') or 0:>12.2f}" + (
-                  f"  {r['error']}" if "error" in r else ""))
+        print(
+            f"{name:<14} {r.get('step_ms') or 0:>8.2f} {b.get('bubble_ms_per_step', 0):>9.2f} "
+            f"{b.get('bubble_share_of_step', 0):>6.3f} {b.get('expected_share_of_step', 0):>7.3f} "
+            f"{i.get('slowest_rank', '-')!s:>9} {i.get('saving_ms') or 0:>12.2f}"
+            + (f"  {r['error']}" if "error" in r else "")
+        )
     return 0
 
 
