@@ -28,19 +28,19 @@ CASES = {
     "tiny_mlp_launch": ("launch-bound", 14.686, 8.516, 8.1622),
     # 64 MB from pageable memory each step: the copy at the pinned rate, and the dispatch idle the
     # blocked host leaves after each copy
-    "pageable_h2d": ("pageable-copy", 6.994, 2.838, 7.3704),
+    "pageable_h2d": ("pageable-copy", 7.3416, 3.1236, 7.3704),
     # num_workers=0 with a CPU-heavy __getitem__: 8 workers deliver a batch every cost / 8 (the
     # twin used 6: its measured step is 8.99 ms, the floor here 5.59)
     "loader_no_workers": ("input-pipeline", 40.24, 8.201, 6.1902),
     # torch.save of the model and optimizer every step: the whole copy-sync-write span priced, and
     # the copies to the host it launched leave the GPU with it (without them: x4.45)
-    "checkpoint_every_step": ("host-blocking-work", 35.439, 5.475, 6.3043),
+    "checkpoint_every_step": ("host-blocking-work", 35.5853, 5.5782, 6.3043),
 }
 
 
 # Twins the replay prices outside 0.67-1.5x of the measured speedup (benchmarks/BENCHMARKS-replay.md "Replay"):
 # pageable_h2d keeps 2.3 ms a step of host gaps after each launch behind the copies, which the
-# fixed twin does not have (x2.84 against x7.37 measured; the formula's floor read x5.15).
+# fixed twin does not have (x3.12 against x7.37 measured; the formula's floor read x5.15).
 REPLAY_MISSES = {"pageable_h2d"}
 
 

@@ -25,6 +25,7 @@ from gpudoctor.core.finding import MAX_REPLAYED_SAVING_SHARE, Finding, severity_
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
+from gpudoctor.replay.pace import paced
 from gpudoctor.replay.simulate import replay
 from gpudoctor.rules.knob_prices import KnobPrice, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
@@ -53,7 +54,12 @@ class StepModel:
         return max(self._after_ms(edit, takes_unseen), edit.min_step_share * self.step_ms)
 
     def _after_ms(self, edit: Edit, takes_unseen: bool) -> float:
-        fixed = replay(self.graph, changes(self.graph, edit, base=self.base.changes))
+        edited = changes(self.graph, edit, base=self.base.changes)
+        fixed = replay(self.graph, edited)
+        # what is left of the host's work runs faster where the fix took most of it (replay/pace.py)
+        quicker = paced(self.graph, edited, self.base.replayed.host_work_ns, fixed.host_work_ns)
+        if quicker is not None:
+            fixed = replay(self.graph, quicker)
         after_ns = max(fixed.step_ns, edit.min_step_ns)
         base_ns = self.base.replayed.step_ns
         if base_ns <= 0:

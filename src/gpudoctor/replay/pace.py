@@ -1,0 +1,35 @@
+"""The host's pace after a fix: a host that does less work a step runs what is left of it faster.
+
+In a trap and its fixed twin profiled alike, the operators both programs run took a median 1.19x
+longer in the one with more host work (the cache and dispatch state a long host loop leaves behind),
+up to 1.45-1.77x where the fix removed nine tenths of it. Replaying the fixed step at the sick
+step's pace under-priced exactly those fixes. The host time left after an edit is scaled by the
+share of the host's work that remains, to the power ``PACE_EXPONENT``: 0.1 priced 84 of 116
+recorded traps, variants and twins within 1.25x (80 without), 105 within 1.5x (97)
+(benchmarks/BENCHMARKS-replay.md "The host's pace").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpudoctor.replay.graph import StepGraph
+from gpudoctor.replay.simulate import Changes
+
+PACE_EXPONENT = 0.1
+# Below this fall of the host's work the pace is left alone: it moves the step by under 0.5%.
+MIN_FALL = 0.05
+
+
+def paced(graph: StepGraph, edited: Changes, work_before_ns: float,
+          work_after_ns: float) -> Changes | None:
+    """``edited`` with its host gaps and calls at the pace of a host doing ``work_after_ns`` a step
+    where it did ``work_before_ns``; None where the host's work did not fall enough to matter."""
+    if work_before_ns <= 0 or work_after_ns <= 0 or work_after_ns > (1 - MIN_FALL) * work_before_ns:
+        return None
+    pace = (work_after_ns / work_before_ns) ** PACE_EXPONENT
+    gap = graph.gap_ns if edited.gap_ns is None else edited.gap_ns
+    own = graph.own_ns if edited.own_ns is None else edited.own_ns
+    tail = graph.tail_ns if edited.tail_ns is None else edited.tail_ns
+    return dataclasses.replace(edited, gap_ns=gap * pace, own_ns=own * pace,
+                               tail_ns=float(tail) * pace)
