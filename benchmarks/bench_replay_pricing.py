@@ -8,11 +8,12 @@ twin (tests/data/twins_h100), its expected finding's prediction beside the measu
 manifest gives (tests/programs/twins/manifest.json ``expected_measured_speedup``), or the speedup
 measured in the same run as the trace where tests/test_twin_traces.py records one.
 
-    python benchmarks/bench_replay_pricing.py [--json PATH] [--lab-dir DIR]
+    python benchmarks/bench_replay_pricing.py [--json PATH] [--lab-dir DIR] [--pace-exponent X]
 
 ``--lab-dir`` adds a lab run kept on a GPU by benchmarks/lab_pricing_check.py (its
 ``lab_pricing.json`` and traces; tests/data/lab_h200 keeps part of one) or by
-benchmarks/lab_variants.py (``lab_variants.json``).
+benchmarks/lab_variants.py (``lab_variants.json``). ``--pace-exponent`` prices at another
+replay/pace.py ``PACE_EXPONENT`` (0: the fixed step at the sick step's pace).
 """
 
 from __future__ import annotations
@@ -178,7 +179,17 @@ def main() -> int:
         action="store_true",
         help="price the --lab-dir runs alone, not the traces under tests/data",
     )
+    parser.add_argument(
+        "--pace-exponent",
+        type=float,
+        default=None,
+        help="replay/pace.py PACE_EXPONENT for this run (0 leaves the host's pace alone)",
+    )
     opts = parser.parse_args()
+    if opts.pace_exponent is not None:
+        from gpudoctor.replay import pace
+
+        pace.PACE_EXPONENT = opts.pace_exponent
     rows = [] if opts.dirs_only else lab_rows() + twin_rows()
     for folder in opts.lab_dir:
         rows += lab_dir_rows(folder)
