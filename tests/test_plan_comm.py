@@ -3,6 +3,7 @@ curve, the CLI and its bad-input errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -248,36 +249,93 @@ def test_cli_bad_input_one_line_exit_2(args: tuple[str, ...]) -> None:
     assert len(lines) == 1, lines
 
 
-def test_render_train_generic() -> None:
+def test_render_train_reads_the_typed_result() -> None:
+    from gpudoctor.plan.train import Plan, TrainPlanResult
     from gpudoctor.report.plan import render_train
 
-    class Result:
-        explanation = "dp=8 wins: no pipeline bubble"
-        infeasible = ("tp=1 zero=0: 95 GiB > 80 GiB",)
-
-        def to_dict(self) -> dict:
-            return {
-                "plans": [
-                    {
-                        "dp": 8,
-                        "tp": 1,
-                        "pp": 1,
-                        "cp": 1,
-                        "zero": 1,
-                        "microbatch": 2,
-                        "checkpointing": False,
-                        "step_s": 1.25,
-                        "mfu": 0.41,
-                        "peak_bytes": 60 * 2**30,
-                    }
-                ]
-            }
-
+    plan = Plan(
+        dp=8,
+        tp=1,
+        pp=1,
+        cp=1,
+        zero=1,
+        microbatch=2,
+        microbatches=4,
+        checkpointing="selective",
+        schedule="1f1b",
+        step_s=1.25,
+        mfu=0.41,
+        tokens_per_s=1e5,
+        peak_bytes=60 * 2**30,
+        total_bytes=70 * 2**30,
+    )
+    result = TrainPlanResult(
+        model="m",
+        gpus=8,
+        gpu="h100-sxm",
+        global_batch=64,
+        seq=2048,
+        gpus_per_node=8,
+        fabric="ib-ndr",
+        plans=[plan],
+        explanation="dp=8 wins: no pipeline bubble",
+        infeasible=None,
+        considered=10,
+        fitting=1,
+        comm_model="c",
+        compute_model="assumed peak",
+        memory_model="8 bytes/parameter",
+    )
     console = Console(width=120, record=True)
-    render_train(Result(), console)
-    text = console.export_text()
-    for word in ("microbatch", "1.250 s", "41.0%", "60 GiB", "dp=8 wins", "infeasible: tp=1"):
-        assert word in text, word
+    render_train(result, console)
+    lines = console.export_text().splitlines()
+    assert lines[1].split() == [
+        "#",
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "zero",
+        "microbatch",
+        "checkpointing",
+        "step",
+        "s",
+        "mfu",
+        "peak",
+        "bytes",
+    ]
+    assert lines[2].split() == [
+        "1",
+        "8",
+        "1",
+        "1",
+        "1",
+        "1",
+        "2",
+        "selective",
+        "1.250",
+        "s",
+        "41.0%",
+        "60",
+        "GiB",
+    ]
+    assert lines[3:] == [
+        "compute: assumed peak",
+        "memory: 8 bytes/parameter (gpudoctor memory's estimate, per GPU)",
+        "dp=8 wins: no pipeline bubble",
+    ]
+
+    none_fits = dataclasses.replace(
+        result, plans=[], explanation="", infeasible="tp=1 zero=0: 95 GiB > 80 GiB"
+    )
+    console = Console(width=120, record=True)
+    render_train(none_fits, console)
+    assert console.export_text().splitlines()[1:] == [
+        "no layout fits",
+        "compute: assumed peak",
+        "memory: 8 bytes/parameter (gpudoctor memory's estimate, per GPU)",
+        "infeasible: tp=1 zero=0: 95 GiB > 80 GiB",
+    ]
 
 
 def test_nvls_all_reduce_inside_one_nvswitch_node() -> None:

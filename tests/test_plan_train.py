@@ -221,6 +221,43 @@ def test_cli_json() -> None:
     )
 
 
+def test_cli_table_cells() -> None:
+    """The table `plan train` prints: its header, one row per layout, then what priced them."""
+    from test_cli import gd
+
+    out = gd(
+        "plan",
+        "train",
+        "llama-3.2-1b",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--top",
+        "2",
+        "--width",
+        "300",
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "gpudoctor plan train"
+    # the cells as printed, aligned: the right-justified numbers, checkpointing left-justified
+    assert lines[1:4] == [
+        "#  dp  tp  pp  cp  zero  microbatch  checkpointing      step s    mfu  peak bytes",
+        "1   1   1   1   1     0           8  none           333.297 ms  38.8%   57.23 GiB",
+        "2   1   1   1   1     0           4  none           333.493 ms  38.8%    34.4 GiB",
+    ]
+    assert lines[4] == (
+        "compute: assumed: FLOPs x datasheet bf16 peak x GEMM_EFFICIENCY (no --bench)"
+    )
+    assert lines[5].startswith("memory: bf16 weights and gradients") and lines[5].endswith(
+        "(gpudoctor memory's estimate, per GPU)"
+    )
+    assert lines[6].startswith("Best: DP=1 x TP=1 x PP=1 no DP, micro-batch 8") and len(lines) == 7
+
+
 def test_memory_bound_work_is_priced_from_the_activations() -> None:
     """impl="fused": 4 passes over what a micro-batch keeps for backward, at 80% of HBM (5 with recompute)."""
     from gpudoctor.memory.activations import Workload, head_memory, layer_memory

@@ -26,6 +26,7 @@ from gpudoctor.errors import InputError
 from gpudoctor.tryfix import knobs as knobs_mod
 from gpudoctor.tryfix import render as render_mod
 from gpudoctor.tryfix import trial as trial_mod
+from gpudoctor.tryfix.child_trial import ChildTrial, read_child_trial
 from gpudoctor.tryfix.render import render_console, section_html
 from gpudoctor.tryfix.session import TrialsOutcome
 from gpudoctor.tryfix.trial import (
@@ -261,7 +262,7 @@ def test_a_compile_trials_cache_is_removed_after_it(
         Path(env["TORCHINDUCTOR_CACHE_DIR"]).mkdir(
             parents=True, exist_ok=True
         )  # what the child's compile writes
-        return "ok", "", {}, 0.0
+        return "ok", "", None, 0.0
 
     monkeypatch.setattr(trial_mod.Trials, "_run_child", run_child)
     trials = _trials(tmp_path, sandbox=False)
@@ -530,6 +531,100 @@ def test_a_crashed_trial_is_reported_and_the_next_runs(tmp_path: Path) -> None:
     # no sandbox: the trials ran where gpudoctor runs (this test's tmp_path), and the program wrote there
     assert Path(ok.cwd).resolve() == Path.cwd().resolve() == tmp_path.resolve()
     assert (tmp_path / "probe.json").is_file()
+
+
+# -- trial.json: what the child tells its parent ------------------------------------------------
+
+RAN = ChildTrial(
+    ("tf32",),
+    ("tf32 on",),
+    (2.5, None),
+    0,
+    "",
+    ran=True,
+    stopped_by_gpudoctor=True,
+    step_source="optimizer",
+    steps_seen=40,
+    samples_ms=(1.5, 2.0),
+    unsettled="",
+    peak_memory_bytes=None,
+)
+
+
+def test_trial_json_keeps_its_keys_and_reads_back(tmp_path: Path) -> None:
+    """Five keys when a knob could not be applied, eleven once the program ran, in the order the
+    child always wrote them; each reads back as written."""
+    failed = ChildTrial(("tf32",), error="RuntimeError: no")
+    assert list(failed.to_dict()) == ["knobs", "effects", "losses", "exit_code", "error"]
+    assert list(RAN.to_dict()) == [
+        "knobs",
+        "effects",
+        "losses",
+        "exit_code",
+        "error",
+        "stopped_by_gpudoctor",
+        "step_source",
+        "steps_seen",
+        "samples_ms",
+        "unsettled",
+        "peak_memory_bytes",
+    ]
+    for child in (failed, RAN):
+        (tmp_path / "trial.json").write_text(json.dumps(child.to_dict(), indent=2))
+        assert read_child_trial(tmp_path / "trial.json") == (child, "")
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (None, ""),  # none written: the child's output says why
+        ("{", "trial.json is not JSON: "),
+        ("[1, 2]", "trial.json holds list, not an object"),
+        ('{"knobs": ["tf32"]}', "trial.json: no 'effects' (a list of strings)"),
+        (
+            json.dumps(RAN.to_dict() | {"samples_ms": "fast"}),
+            "trial.json: 'samples_ms' is 'fast', not a list of numbers (or nulls)",
+        ),
+        (
+            json.dumps({k: v for k, v in RAN.to_dict().items() if k != "steps_seen"}),
+            "trial.json: no 'steps_seen' (a whole number)",
+        ),
+    ],
+)
+def test_a_trial_json_the_child_did_not_write_reads_as_none_and_why(
+    tmp_path: Path, text: str | None, said: str
+) -> None:
+    if text is not None:
+        (tmp_path / "trial.json").write_text(text)
+    child, why = read_child_trial(tmp_path / "trial.json")
+    assert child is None and why.startswith(said) and (why == "") == (said == "")
+
+
+@pytest.mark.parametrize(
+    "script, reason",
+    [
+        # the child died before writing it: its last line says why, as before
+        ("print('boom'); raise SystemExit(1)", "exit code 1: boom"),
+        # it wrote one gpudoctor cannot read: what is wrong with it, not a traceback
+        (
+            "open(TRIAL, 'w').write('[1, 2]')",
+            "exit code 0: trial.json holds list, not an object",
+        ),
+    ],
+)
+def test_a_trial_without_a_readable_trial_json_is_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, reason: str
+) -> None:
+    real = subprocess.Popen
+
+    def popen(cmd: list[str], **kwargs):  # a stand-in child, in the session Trials gives it
+        trial = str(Path(cmd[-1]).parent / "trial.json")
+        return real([sys.executable, "-c", f"TRIAL = {trial!r}; {script}"], **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    rec = _trials(tmp_path, sandbox=False).one("tf32", ["tf32"], None)
+    assert (rec.status, rec.reason) == ("crashed", reason)
+    assert rec.verdict is None and rec.effects == () and rec.exit_code is None
 
 
 @pytest.mark.e2e
@@ -1074,19 +1169,18 @@ def _rounds_runner(
     def spawn(trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple:
         planted = means[trial_dir.name]
         if isinstance(planted, str):
-            return planted, "planted", {}, 1.0
-        samples = [planted * 0.99, planted * 1.01, planted] * copies
-        return (
-            "ok",
-            "",
-            {
-                "samples_ms": samples,
-                "effects": ["planted"] if knob_ids else [],
-                "losses": [2.0],
-                "peak_memory_bytes": 100,
-            },
-            2.0,
+            return planted, "planted", None, 1.0
+        samples = (planted * 0.99, planted * 1.01, planted) * copies
+        child = ChildTrial(
+            tuple(knob_ids),
+            effects=("planted",) if knob_ids else (),
+            losses=(2.0,),
+            exit_code=0,
+            ran=True,
+            samples_ms=samples,
+            peak_memory_bytes=100,
         )
+        return "ok", "", child, 2.0
 
     runner._spawn = spawn  # type: ignore[method-assign]
     return runner

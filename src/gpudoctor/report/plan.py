@@ -4,13 +4,13 @@ terminal is printed whole (the terminal wraps it), never with cut-off cells."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.plan.collective_cost import CommPrediction
+from gpudoctor.plan.infer import ServingPlan
+from gpudoctor.plan.train import Plan, TrainPlanResult
 
 
 def size(n: float) -> str:
@@ -86,57 +86,42 @@ def render_comm(pred: CommPrediction, console: Console) -> None:
         console.print(Text(f"note: {note}", style="dim"))
 
 
-_TRAIN_COLUMNS = ("dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step_s", "mfu",
-                  "peak_bytes")
+_TRAIN_HEADERS = ("dp", "tp", "pp", "cp", "zero", "microbatch", "checkpointing", "step s", "mfu",
+                  "peak bytes")
 
 
-def _cell(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if key == "step_s" and isinstance(value, (int, float)):
-        return seconds(float(value))
-    if key == "mfu" and isinstance(value, (int, float)):
-        return f"{100 * value:.1f}%"
-    if key == "peak_bytes" and isinstance(value, (int, float)):
-        return size(float(value))
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
+def _train_row(p: Plan) -> tuple[str, ...]:
+    """One layout's cells, in the order of ``_TRAIN_HEADERS``."""
+    return (str(p.dp), str(p.tp), str(p.pp), str(p.cp), str(p.zero), str(p.microbatch),
+            p.checkpointing, seconds(p.step_s), f"{100 * p.mfu:.1f}%", size(p.peak_bytes))
 
 
-def render_train(result: Any, console: Console) -> None:
-    """Generic: the rows of ``result.to_dict()["plans"]``, then ``explanation`` / ``infeasible``."""
-    plans = result.to_dict().get("plans") or []
+def render_train(result: TrainPlanResult, console: Console) -> None:
+    """The ranked layouts, then what priced them, why the winner wins or why nothing fits."""
     console.print(Text("gpudoctor plan train", style="bold"))
-    if plans:
-        columns = [c for c in _TRAIN_COLUMNS if any(c in row for row in plans)]
+    if result.plans:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("#", justify="right")
-        for c in columns:
-            table.add_column(c.replace("_", " "),
-                             justify="left" if c == "checkpointing" else "right", no_wrap=True)
-        for i, row in enumerate(plans, 1):
-            table.add_row(str(i), *(_cell(c, row.get(c)) for c in columns))
+        for header in _TRAIN_HEADERS:
+            table.add_column(header, justify="left" if header == "checkpointing" else "right",
+                             no_wrap=True)
+        for i, p in enumerate(result.plans, 1):
+            table.add_row(str(i), *_train_row(p))
         print_whole(console, table)
     else:
         console.print("no layout fits")
-    compute = getattr(result, "compute_model", None)
-    if compute:
-        console.print(Text(f"compute: {compute}", style="dim"))
-    memory = getattr(result, "memory_model", None)
-    if memory:
-        console.print(Text(f"memory: {memory} (gpudoctor memory's estimate, per GPU)", style="dim"))
-    for attr in ("explanation", "infeasible"):
-        value = getattr(result, attr, None)
-        if not value:
-            continue
-        lines = value if isinstance(value, (list, tuple)) else [value]
-        for line in lines:
-            console.print(Text(f"{attr}: {line}" if attr == "infeasible" else str(line),
-                               style="dim" if attr == "infeasible" else ""))
+    if result.compute_model:
+        console.print(Text(f"compute: {result.compute_model}", style="dim"))
+    if result.memory_model:
+        console.print(Text(f"memory: {result.memory_model} (gpudoctor memory's estimate, per GPU)",
+                           style="dim"))
+    if result.explanation:
+        console.print(Text(result.explanation))
+    if result.infeasible:
+        console.print(Text(f"infeasible: {result.infeasible}", style="dim"))
 
 
-def render_serving(plan: Any, console: Console) -> None:
+def render_serving(plan: ServingPlan, console: Console) -> None:
     """One row per tensor-parallel degree, the chosen one marked, then why."""
     console.print(f"[bold]gpudoctor plan infer[/bold]  {plan.model} on {plan.gpu}  ·  {plan.qps:g} "
                   f"QPS  ·  {plan.prompt:,} prompt + {plan.new:,} new tokens")

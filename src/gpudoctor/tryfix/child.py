@@ -18,7 +18,8 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+
+from gpudoctor.tryfix.child_trial import ChildTrial
 
 
 def main(argv: list[str]) -> int:
@@ -38,26 +39,27 @@ def main(argv: list[str]) -> int:
                            calibration_steps=0, profile=trace, trial=True, record_memory=trace,
                            nvml_interval_s=0.2 if trace else 0)
     seed_all()
-    trial: dict[str, Any] = {"knobs": knob_ids, "effects": [], "losses": [], "exit_code": None,
-                             "error": ""}
+    effects: list[str] = []
     try:
-        trial["effects"] = effects = apply_knobs(knob_ids)
+        effects = apply_knobs(knob_ids)
         with record_losses(int(spec["loss_steps"])) as losses:
             outcome = run_program(target, config, out_dir, exit_after=True, wait_s=None)  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - a knob that cannot be applied: reported, like a crash
-        trial["error"] = f"{type(exc).__name__}: {exc}"
-        write_json(out_dir / "trial.json", trial)
+        failed = ChildTrial(tuple(knob_ids), tuple(effects), error=f"{type(exc).__name__}: {exc}")
+        write_json(out_dir / "trial.json", failed.to_dict())
         return 1
     result = outcome.result
-    trial.update(
-        effects=effects,
-        losses=losses,
+    trial = ChildTrial(
+        knobs=tuple(knob_ids),
+        effects=tuple(effects),
+        losses=tuple(losses),
         exit_code=outcome.exit_code,
-        stopped_by_gpudoctor=outcome.stopped_by_us,
         error=result.error or outcome.message,
+        ran=True,
+        stopped_by_gpudoctor=outcome.stopped_by_us,
         step_source=result.step_source or None,
         steps_seen=result.steps_seen,
-        samples_ms=[round(x, 4) for x in result.unprofiled_step_ms],
+        samples_ms=tuple(round(x, 4) for x in result.unprofiled_step_ms),
         unsettled=next((n for n in result.notes if "had not settled" in n), ""),
         peak_memory_bytes=peak_memory_bytes(),
     )
@@ -66,7 +68,7 @@ def main(argv: list[str]) -> int:
     env["capture"] = capture_facts(result, config, None)
     env["trial"] = {"knobs": knob_ids, "effects": effects}
     write_json(out_dir / "env.json", env)
-    write_json(out_dir / "trial.json", trial)
+    write_json(out_dir / "trial.json", trial.to_dict())
     return outcome.exit_code
 
 

@@ -114,6 +114,7 @@ from gpudoctor.diff.samples import (
     usable,
 )
 from gpudoctor.errors import InputError
+from gpudoctor.tryfix.child_trial import ChildTrial, read_child_trial
 from gpudoctor.tryfix.knobs import (
     BY_ID,
     DROPOUT_MARK,
@@ -438,7 +439,7 @@ class Trials:
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
     # each trial's trial.json as its child process wrote it (tryfix/child.py), by trial name
-    _children: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _children: dict[str, ChildTrial] = field(default_factory=dict)
     # a compile knob -> the cache its first trial left
     _caches: dict[str, str] = field(default_factory=dict)
 
@@ -515,7 +516,8 @@ class Trials:
 
     def _samples(self, name: str) -> tuple[float, ...]:
         """The step samples a trial's child recorded (none when it recorded nothing)."""
-        return usable(self._children.get(name, {}).get("samples_ms") or [])
+        child = self._children.get(name)
+        return usable(child.samples_ms) if child is not None else ()
 
     def _round_samples(self, recs: Sequence[TrialRecord]) -> list[tuple[float, ...]]:
         """The step samples of each round that ran to its steps."""
@@ -568,7 +570,7 @@ class Trials:
         the analysis, and minutes earlier (another load on the machine); on a shared 2-core CPU
         a no-op knob (tf32) measured x1.29 against it and x1.0 against a control."""
         rec = self.one(CONTROL, [], None)
-        child = self._children.get(CONTROL, {})
+        child = self._children.get(CONTROL, ChildTrial())
         samples = self._samples(CONTROL)
         priced = self.baseline.priced_ms or rec.baseline_ms
         if rec.status == "ok" and rec.trial_ms and priced:
@@ -581,8 +583,8 @@ class Trials:
                     f"the prices assume the diagnosed run's {what}; this process stepped at "
                     f"{rec.trial_ms:.2f} ms ({moved:+.0f}%): the program's speed moved between the "
                     "two, and a price made at one speed may not hold at the other"))
-            self.baseline = Baseline(samples, tuple(child.get("losses") or ()),
-                                     child.get("peak_memory_bytes"), self.baseline.skip,
+            self.baseline = Baseline(samples, child.losses, child.peak_memory_bytes,
+                                     self.baseline.skip,
                                      self.baseline.steps, self.baseline.priced_ms)
             self.reference = "control"
         else:
@@ -620,12 +622,14 @@ class Trials:
         if self.sandbox is not None:
             cwd = self.sandbox / name
             cwd.mkdir(parents=True, exist_ok=True)
-        status, reason, child, wall = self._spawn(trial_dir, knob_ids, cwd)
+        status, reason, written, wall = self._spawn(trial_dir, knob_ids, cwd)
+        # none written (it died first, or timed out): nothing measured, nothing changed
+        child = written or ChildTrial(tuple(knob_ids))
         self._children[name] = child
         knobs = [BY_ID[k] for k in knob_ids]
         title = knobs[0].title if len(knobs) == 1 else " + ".join(k.id for k in knobs)
-        effects = tuple(child.get("effects") or [])
-        samples = usable(child.get("samples_ms") or [])
+        effects = child.effects
+        samples = usable(child.samples_ms)
         checked = any(k.numerics for k in knobs)
         rec = TrialRecord(
             knob=name, knobs=tuple(knob_ids), reference=self.reference,
@@ -638,10 +642,9 @@ class Trials:
             measured_speedup=None, speedup_ci95=None, baseline_ms=None, trial_ms=None,
             change_pct=None, change_ci95_pct=None, n_baseline=len(self.baseline.samples_ms),
             n_trial=len(samples), method=None,
-            peak_memory_bytes=PeakMemory(self.baseline.peak_memory_bytes,
-                                         child.get("peak_memory_bytes")),
-            numerics=numerics(self.baseline.losses, child.get("losses") or [], checked, effects),
-            effects=effects, exit_code=child.get("exit_code"), wall_s=round(wall, 2), cwd=str(cwd),
+            peak_memory_bytes=PeakMemory(self.baseline.peak_memory_bytes, child.peak_memory_bytes),
+            numerics=numerics(self.baseline.losses, child.losses, checked, effects),
+            effects=effects, exit_code=child.exit_code, wall_s=round(wall, 2), cwd=str(cwd),
             dir=str(trial_dir),
             files_written=tuple(_files_under(cwd)) if self.sandbox is not None else None,
         )
@@ -657,8 +660,8 @@ class Trials:
         elif status == "ok":
             rec = self._judged(rec, samples, planned)
         # the timing mixes a transient: say so beside the verdict
-        if status == "ok" and child.get("unsettled"):
-            rec = _with_reason(rec, child["unsettled"])
+        if status == "ok" and child.unsettled:
+            rec = _with_reason(rec, child.unsettled)
         return rec
 
     def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
@@ -671,7 +674,7 @@ class Trials:
         return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
 
     def _spawn(self, trial_dir: Path, knob_ids: list[str],
-               cwd: Path) -> tuple[str, str, dict[str, Any], float]:
+               cwd: Path) -> tuple[str, str, ChildTrial | None, float]:
         target = self.target
         script = target.path_or_module if target.is_module else str(
             Path(target.path_or_module).resolve())
@@ -705,7 +708,7 @@ class Trials:
                 shutil.rmtree(fresh, ignore_errors=True)
 
     def _run_child(self, trial_dir: Path, spec_path: Path, env: dict[str, str], cwd: Path,
-                   target: Any) -> tuple[str, str, dict[str, Any], float]:
+                   target: Any) -> tuple[str, str, ChildTrial | None, float]:
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding gpudoctor/
         paths = [package_root] + ([str(Path.cwd())] if target.is_module else [])
         env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH", "")] if p])
@@ -724,20 +727,19 @@ class Trials:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                return "timed out", f"stopped after --trial-timeout {self.timeout_s:g} s", {}, \
+                return "timed out", f"stopped after --trial-timeout {self.timeout_s:g} s", None, \
                     time.perf_counter() - start
             finally:
                 _kill_group(proc)  # DataLoader workers or threads the program left behind
         wall = time.perf_counter() - start
-        child: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            child = json.loads((trial_dir / "trial.json").read_text())
+        # a trial.json that is not one the child writes fails the trial, with what is wrong in it
+        child, unreadable = read_child_trial(trial_dir / "trial.json")
         tail = _tail(log)
         if "OutOfMemoryError" in tail or "out of memory" in tail.lower():
             return "out of memory", _last_line(tail), child, wall
         # it ended before its steps
-        if not child or (code != 0 and not child.get("stopped_by_gpudoctor")):
-            why = child.get("error") or _last_line(tail)
+        if child is None or (code != 0 and not child.stopped_by_gpudoctor):
+            why = (child.error if child is not None else unreadable) or _last_line(tail)
             return "crashed", f"exit code {code}: {why}", child, wall
         return "ok", "" if code == 0 else f"the program ended with exit code {code} after the timed steps", child, wall
 
