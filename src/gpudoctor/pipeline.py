@@ -23,7 +23,6 @@ from gpudoctor.hardware.ceilings import (
 )
 from gpudoctor.hardware.machine import collectives_profile_for, measured_ceilings_for
 from gpudoctor.hardware.specs import find_spec
-from gpudoctor.outputs import staged_files
 from gpudoctor.ranks.sources import RankSource, rank_sources
 from gpudoctor.ranks.sources import is_rank_set as is_rank_set
 from gpudoctor.report.build import all_fixes_section, build_host_report, build_report
@@ -280,6 +279,8 @@ def analyze_ranks(sources: Sequence[str | os.PathLike[str]], *, jobs: int | None
     # the ranks' annotated traces and their merge are written under hidden names and put in place
     # together once the whole job is analysed: a rank that fails leaves none of them behind
     finals = [*(rank_file(annotate, r.rank) for r in ranks), annotate]
+    from gpudoctor.outputs import staged_files  # (secrets, hmac): one trace's analysis writes none
+
     with staged_files(finals, "--perfetto", kept) as staged:
         files = dict(zip((r.rank for r in ranks), staged))
         result, reports = _ranks_result(ranks, workers, gpu, ceilings,

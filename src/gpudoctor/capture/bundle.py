@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
-import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -90,6 +87,9 @@ def new_run_dir(base: Path, name: str, rank: int | None = None) -> Path:
 
 def environment() -> dict[str, Any]:
     """What ran where: versions, the GPU and its clocks (NVML where present)."""
+    # imported where a bundle is written: ``analyze`` reads env.json (read_run) without them
+    import platform
+
     import torch
 
     env: dict[str, Any] = {
@@ -145,6 +145,8 @@ GIT_TIMEOUT_S = 5.0
 def git_commit(folder: Path) -> dict[str, Any]:
     """{"git_commit": short hash or None, "git_dirty": bool or None} of the repository holding
     ``folder``: None where there is no git, no repository, or git takes longer than 5 s."""
+    import subprocess  # imported where a bundle is written, as in ``environment``
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
@@ -193,6 +195,8 @@ def unprofiled_step(result: Any) -> float | None:
     estimate = getattr(result, "unprofiled", None)
     if estimate is not None:
         return float(estimate.ms)
+    import statistics  # imported where a bundle is written, as in ``environment``
+
     samples = result.unprofiled_step_ms
     return statistics.fmean(samples) if samples else None
 

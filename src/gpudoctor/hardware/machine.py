@@ -10,11 +10,13 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.hardware.ceilings import PCIE4_X16_BYTES_PER_S, Ceilings, from_spec
-from gpudoctor.hardware.probe import Measurement
 from gpudoctor.hardware.specs import find_spec
+
+if TYPE_CHECKING:  # what the probes measured (hardware/probe.py), which ``analyze`` never runs
+    from gpudoctor.hardware.probe import Measurement
 
 PROFILE_SCHEMA = "1.0"
 

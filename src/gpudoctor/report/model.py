@@ -6,10 +6,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.core.finding import Finding
-from gpudoctor.ranks.sections import Distributed, RankRow
 from gpudoctor.report.sections import (
     AllFixesSection,
     AnnotatedTraceSection,
@@ -22,6 +21,9 @@ from gpudoctor.report.sections import (
     StepsSection,
     UnprofiledSection,
 )
+
+if TYPE_CHECKING:  # a multi-rank report's sections: one trace's report never imports them
+    from gpudoctor.ranks.sections import Distributed, RankRow
 
 SCHEMA_VERSION = "1.0"
 
