@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.controls import visible_controls
+from gpudoctor.core.inflate import CHUNKED_FROM_GZ, take_inflated
 from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.columns import (
     DEVICE,
@@ -73,8 +74,8 @@ MAX_SPAN_NS = 24 * 3600 * 10**9
 # Files from this size on are read a chunk at a time (trace/stream.py): their memory is the columns
 # and one chunk, not the whole JSON (a 4 GB trace analysed at 1.1 GB peak RSS, 6.5 GB read whole;
 # benchmarks/BENCHMARKS-loading.md, "Traces of any size"). Below it the whole buffer is small.
+# (CHUNKED_FROM_GZ, 8 MB, is core/inflate.py's: its thread inflates only smaller files.)
 CHUNKED_FROM = 64 << 20
-CHUNKED_FROM_GZ = 8 << 20
 
 
 def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
@@ -96,16 +97,20 @@ def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
                 if trace is not None:
                     return trace
                 stream.seek(0)
-            # read into a buffer of the loader's own (trace/read.py Slices writes to it), of the
-            # file's size
-            data = bytearray(size)
-            del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
-            data += stream.read()  # ... or grew
+            # this file's JSON, inflated while the command line imported the analysis
+            data: bytes | bytearray | None = take_inflated(stream.fileno())
+            inflated = data is not None
+            if data is None:
+                # read into a buffer of the loader's own (trace/read.py Slices writes to it), of
+                # the file's size
+                data = bytearray(size)
+                del data[stream.readinto(data) :]  # a file that shrank meanwhile: what was read
+                data += stream.read()  # ... or grew
     except OSError as exc:
         raise InputError(
             f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
     try:
-        return _parse(data, source)
+        return _parse(data, source, inflated)
     except TraceFormatError as exc:
         if chunked or not any(m in str(exc) for m in (" is not valid JSON", " gzip file")):
             raise
@@ -201,9 +206,10 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     return _parse(bytearray(data), source)
 
 
-def _parse(data: bytearray, source: str) -> Trace:
-    """``parse`` of a buffer the loader owns: its events are decoded in place (trace/read.py)."""
-    if data[:2] == b"\x1f\x8b":
+def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
+    """``parse`` of a buffer the loader owns (its events are decoded in place, trace/read.py), or
+    of a gzip file's JSON (``inflated``)."""
+    if data[:2] == b"\x1f\x8b" and not inflated:
         data = gunzip(data, source)
     if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")

@@ -1,6 +1,6 @@
-"""A trace file's bytes as the loader reads them: gzip inflated into one buffer the loader owns,
-and the ``traceEvents`` array decoded a slice at a time, in place (trace/load.py builds the
-columns slice by slice)."""
+"""A trace file's bytes as the loader reads them: gzip inflated in one call (core/inflate.py), and
+the ``traceEvents`` array decoded a slice at a time (trace/load.py builds the columns slice by
+slice)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from gpudoctor.core.inflate import inflate
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.trace.schema import TraceEvent, TraceOutline
 
@@ -30,16 +31,17 @@ class Slices:
     """The ``traceEvents`` array decoded ~1 MB at a time, so that the decoded events of one slice at
     a time are alive, not all of them: on bench_170k (150k events) the whole ``gpudoctor analyze``
     peaked at 141 MB RSS against 168 MB, and decoding plus reading the columns took 0.17-0.19 s
-    either way. Each slice is bracketed in place, ``}, {`` becoming ``}][{`` (so the args the events
-    keep as msgspec.Raw still point into the one buffer), and decoded alone. A slice that does not
-    decode, a file laid out otherwise, or anything unexpected: the whole file is decoded as one
-    (``restore`` first puts its bytes back).
+    either way. Each slice is bracketed, ``}, {`` becoming ``}][{``, and decoded alone: in place in
+    a buffer the loader owns (a bytearray: the args the events keep as msgspec.Raw still point into
+    it), else in a copy of the slice (inflated bytes). A slice that does not decode, a file laid
+    out otherwise, or anything unexpected: the whole file is decoded as one (``restore`` first puts
+    its bytes back).
 
     Why the slices are the events and nothing else: each slice starts at the array's top level
     and decodes only if it is whole JSON values, so it ends there too, and the part of the file
     around the array decodes with ``0`` in the array's place as the top-level ``traceEvents``."""
 
-    def __init__(self, data: bytearray, spans: list[tuple[int, int]], outline: TraceOutline,
+    def __init__(self, data: bytes | bytearray, spans: list[tuple[int, int]], outline: TraceOutline,
                  key: int = -1, opening: int = -1, closing: int = -1) -> None:
         self.data, self.spans, self.outline = data, spans, outline
         # of "traceEvents", its '[' and ']'
@@ -47,7 +49,7 @@ class Slices:
         self.done = 0
 
     @classmethod
-    def find(cls, data: bytearray) -> Slices | None:
+    def find(cls, data: bytes | bytearray) -> Slices | None:
         key = data.find(b'"traceEvents"')
         while key >= 0:  # the key, not a value that spells it
             colon = _skip_space(data, key + len(b'"traceEvents"'))
@@ -72,16 +74,25 @@ class Slices:
         """Each slice's events, decoded as they are asked for; raises NotSliced."""
         decoder = msgspec.json.Decoder(list[TraceEvent])
         view = memoryview(self.data)
+        in_place = isinstance(self.data, bytearray)
         for start, stop in self.spans:
-            self.data[start - 1] = ord("[")  # a space before the first event's '{' (the '[' itself first)
-            self.data[stop] = ord("]")  # the ',' after the last event's '}' (the ']' itself last)
+            if in_place:
+                # a space before the first event's '{' (the '[' itself first), and the ',' after
+                # the last event's '}' (the ']' itself last)
+                self.data[start - 1] = ord("[")
+                self.data[stop] = ord("]")
+                text = view[start - 1 : stop + 1]
+            else:  # inflated JSON (bytes, ``gunzip``): the slice bracketed in a copy
+                text = b"".join((b"[", view[start:stop], b"]"))
             self.done += 1
             try:
-                yield decoder.decode(view[start - 1 : stop + 1])
+                yield decoder.decode(text)
             except (msgspec.ValidationError, msgspec.DecodeError):
                 raise NotSliced from None
 
     def restore(self) -> None:
+        if not isinstance(self.data, bytearray):
+            return
         for start, stop in self.spans[: self.done]:
             self.data[start - 1] = ord(" ")
             self.data[stop] = ord(",")
@@ -89,7 +100,7 @@ class Slices:
         self.data[self.spans[-1][1]] = ord("]")
 
 
-def _skip_space(data: bytearray, at: int) -> int:
+def _skip_space(data: bytes | bytearray, at: int) -> int:
     while data[at : at + 1] and data[at] in _SPACE:
         at += 1
     return at
@@ -99,7 +110,7 @@ def _skip_space(data: bytearray, at: int) -> int:
 _EVENTS_END = b"\n  }\n  ]"
 
 
-def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]:
+def _array_end(data: bytes | bytearray, opening: int) -> tuple[int, TraceOutline | None]:
     """The index of the ']' that closes the events, and the rest of the file decoded: where the
     file, with ``0`` for the array, decodes. Kineto's closing first, then the last few ']' (a ']' in
     a later field may pass too: its slice then fails to decode, and the file is decoded whole)."""
@@ -117,50 +128,11 @@ def _array_end(data: bytearray, opening: int) -> tuple[int, TraceOutline | None]
     return -1, None
 
 
-def gunzip(data: bytes | bytearray, source: str) -> bytearray:
+def gunzip(data: bytes | bytearray, source: str) -> bytes:
     try:
-        return _inflate(data)
+        text = inflate(data)  # one member, as torch.profiler writes
+        return text if text is not None else gzip.decompress(data)
     except (EOFError, OSError, zlib.error):
         raise TraceFormatError(
             f"{source} is a truncated or corrupt gzip file; re-export or re-copy the trace"
         ) from None
-
-
-# fed 16 kB at a time: each piece inflates to a few hundred kB, a buffer the allocator reuses
-# (pieces of MBs were fresh memory each, 0.025 s more for a 48 MB trace)
-_PIECE = 1 << 14
-
-
-def _inflate(data: bytes | bytearray) -> bytearray:
-    """gzip.decompress's bytes, inflated a piece at a time into one buffer of the size the gzip
-    trailer states, which the loader may write to (``Slices``): gzip.decompress joins what it
-    inflates into a second copy (inflating a 48 MB trace peaked at 113 MB RSS that way, 63 MB into
-    one buffer). ISA-L (the optional ``isal`` package) where installed: 0.049 s against zlib's 0.075
-    s for that trace (benchmarks/bench_load.py phases, 2-core x86_64, isal 1.9.1). Taken only for
-    what torch.profiler writes, one gzip member and nothing after it; anything else, and any
-    failure, goes to gzip.decompress, which reads every member and raises what it raises."""
-    try:
-        from isal import isal_zlib as inflater
-    except ImportError:
-        inflater = zlib  # type: ignore[assignment]
-    # ISIZE, the last 4 bytes: the size mod 2**32. A corrupt file may state any size: deflate
-    # inflates at most 1032-fold, so no larger buffer is asked for.
-    size = min(int.from_bytes(data[-4:], "little"), 1032 * len(data))
-    out = bytearray(size)
-    filled = 0
-    try:
-        stream = inflater.decompressobj(31)  # 31: gzip; checks the member's CRC and size at its end
-        compressed = memoryview(data)
-        for at in range(0, len(data), _PIECE):
-            piece = stream.decompress(compressed[at : at + _PIECE])
-            # past the end (a size beyond 4 GiB): appended
-            out[filled : filled + len(piece)] = piece
-            filled += len(piece)
-        whole = stream.eof and not stream.unused_data
-    except Exception:  # noqa: BLE001 - any failure: the standard reader decides, and says why
-        whole = False
-    if not whole:  # truncated, corrupt, or more after the first member
-        del out
-        return bytearray(gzip.decompress(data))
-    del out[filled:]
-    return out
