@@ -29,6 +29,7 @@ from gpudoctor.trace.schema import TraceFile
 from gpudoctor.trace.stream import Chunks
 
 stream_module = importlib.import_module("gpudoctor.trace.stream")
+loader = importlib.import_module("gpudoctor.trace.load")
 DATA = Path(__file__).parent / "data"
 SRC = Path(__file__).resolve().parent.parent / "src"
 TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")))
@@ -441,3 +442,17 @@ def test_the_cli_says_it_in_one_line(case: str, tmp_path: Path) -> None:
     assert message in lines[0], lines[0]
     assert (path.read_bytes(), path.stat().st_mtime_ns) == (data, before)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written beside it
+
+
+def test_free_heap_pages_are_handed_back_for_a_big_trace_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trimmed: list[int] = []
+    monkeypatch.setattr(stream_module, "_TRIM", lambda pad: trimmed.append(1))
+    monkeypatch.setattr(stream_module, "_releasing", False)
+    path = DATA / "healthy_train" / "trace.json.gz"
+    small = columns(load(path))  # 0.4 MB: the pages freed would only fault in again
+    assert trimmed == []
+    monkeypatch.setattr(loader, "CHUNKED_FROM_GZ", 1 << 16)  # a big trace, read whole or in chunks
+    assert columns(load(path, chunked=False)) == small
+    assert trimmed

@@ -57,6 +57,7 @@ from gpudoctor.trace.stream import (
     NotStreamed,
     big_arrays_apart,
     events_keys,
+    keep_memory_low,
     pieces,
     release_free_memory,
     two_arrays,
@@ -88,10 +89,13 @@ def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
     try:
         with file.open("rb") as stream:
             size = os.fstat(stream.fileno()).st_size
+            gz = stream.read(2) == b"\x1f\x8b"
+            stream.seek(0)
+            big = size >= (CHUNKED_FROM_GZ if gz else CHUNKED_FROM)
+            if big:  # however it is read
+                keep_memory_low()
             if chunked is None:
-                gz = stream.read(2) == b"\x1f\x8b"
-                stream.seek(0)
-                chunked = size >= (CHUNKED_FROM_GZ if gz else CHUNKED_FROM)
+                chunked = big
             if chunked:
                 trace = _load_chunked(stream, source)
                 if trace is not None:

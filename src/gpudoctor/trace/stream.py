@@ -42,12 +42,21 @@ def _glibc(name: str) -> Any:
 
 _TRIM, _MALLOPT = _glibc("malloc_trim"), _glibc("mallopt")
 _M_MMAP_THRESHOLD = -3
+_releasing = False  # release_free_memory trims: set for a big trace (``keep_memory_low``)
+
+
+def keep_memory_low() -> None:
+    """From now on in this process, ``release_free_memory`` hands free heap pages back: what a big
+    trace frees between its steps is hundreds of MB. A small trace's pages handed back would only
+    fault in again (bench_170k: 5,000 more page faults, about 0.02 s, for 1 MB less peak RSS)."""
+    global _releasing
+    _releasing = True
 
 
 def release_free_memory() -> None:
-    """glibc's malloc_trim(0): free pages inside the heap handed back to the system (elsewhere
-    nothing)."""
-    if _TRIM is not None:
+    """glibc's malloc_trim(0): free pages inside the heap handed back to the system, once
+    ``keep_memory_low`` was called (elsewhere nothing)."""
+    if _TRIM is not None and _releasing:
         _TRIM(ctypes.c_size_t(0))
 
 
