@@ -38,6 +38,7 @@ class Edit:
     added_launches: launches (each at the graph's median launch cost: its gap and call) added
       before each chain call that launches one of ``added_at`` (device events);
     latency_ns: the launch latency after the fix (a graph's kernels follow each other closely);
+    paced: whether the host left after the fix runs at the pace of its smaller work;
     note: how the edit was made, for the report."""
 
     device: np.ndarray = field(default_factory=lambda: EMPTY_I)
@@ -58,6 +59,9 @@ class Edit:
     host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
     min_step_ns: float = 0.0  # what the step cannot go below after the fix (a loader's throughput)
     min_step_share: float = 0.0  # the same, as a share of the step the program runs now
+    # the host left after the fix runs at the pace of its smaller work (replay/pace.py); False where
+    # the fix takes a phase of its own off the thread (the loader's fetch, the optimizer's loop)
+    paced: bool = True
     note: str = ""
 
     def is_empty(self) -> bool:
@@ -101,6 +105,7 @@ def merge(edits: list[Edit]) -> Edit:
         host_share=shares,
         min_step_ns=max(e.min_step_ns for e in edits),
         min_step_share=max(e.min_step_share for e in edits),
+        paced=any(e.paced for e in edits),
         note="; ".join(e.note for e in edits if e.note),
     )
 

@@ -46,6 +46,8 @@ PRIOR_SCALE = 1.3
 # below it; further below, the measured step holds time the window did not see, a loader's stalls
 # (tests/test_variant_prices.py, tests/test_outlier_steps.py).
 AGREE_SHARE = 0.05
+# Within this share of the GPU-set floor, a replayed step has reached it.
+FLOOR_SHARE = 0.01
 BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
@@ -130,10 +132,21 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
     at_hi = replay(graph, without_profiler(graph, hi, costs))
-    # even the most the profiler could have added leaves it longer
+    # even the most the profiler could have added leaves it longer: the GPU's work sets the floor.
+    # Within AGREE_SHARE of it, the measured step agrees with that floor, and every scale that
+    # brings the host under it replays the same step: of those, the prior, or the least of them
+    # where the prior does not reach the floor (the range's end would leave the host a fraction of
+    # what the measured step allows: tests/test_replay.py). Further below, the device's work itself
+    # ran slower under the profiler (a pageable copy staged): the most the range takes out
     if at_hi.step_ns >= measured_step_ns:
-        return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True,
-                          measured_step_ns - at_hi.step_ns)
+        if measured_step_ns < at_hi.step_ns * (1 - AGREE_SHARE):
+            return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True,
+                              measured_step_ns - at_hi.step_ns)
+        scale, ch, r = _least_scale(graph, at_hi.step_ns * (1 + FLOOR_SHARE), costs, lo, hi)
+        if scale < PRIOR_SCALE:
+            scale, ch = PRIOR_SCALE, without_profiler(graph, PRIOR_SCALE, costs)
+            r = replay(graph, ch)
+        return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
     f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
     best, side = at_hi, 0
@@ -156,6 +169,23 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             side = 1
     return Unprofiled(without_profiler(graph, hi, costs), hi, best, True,
                       measured_step_ns - best.step_ns)
+
+
+def _least_scale(graph: StepGraph, target_ns: float, costs: dict[str, float] | None, lo: float,
+                 hi: float) -> tuple[float, Changes, Replayed]:
+    """The least scale in [lo, hi] whose replayed step is at ``target_ns`` or below (bisection:
+    the replayed step falls as the scale grows), with its changes and replay."""
+    best = hi, without_profiler(graph, hi, costs)
+    best_r = replay(graph, best[1])
+    for _ in range(BOUND_ITERATIONS):
+        mid = (lo + hi) / 2
+        ch = without_profiler(graph, mid, costs)
+        r = replay(graph, ch)
+        if r.step_ns <= target_ns:
+            hi, best, best_r = mid, (mid, ch), r
+        else:
+            lo = mid
+    return best[0], best[1], best_r
 
 
 def _bounded_prior(graph: StepGraph, floor_ns: float, costs: dict[str, float] | None,

@@ -185,12 +185,13 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     if numbers.get("loader_time_is_pinning"):
         loader_ms = float(numbers.get("host_time_in_dataloader_ms_per_step", 0.0))
         share = min(float(numbers.get("host_time_pinning_ms_per_step", 0.0)) / loader_ms, 1.0) if loader_ms else 0.0
-        return Edit(host_removed_s=s, host_removed_e=e, host_share=share, note="pinning removed")
+        return Edit(host_removed_s=s, host_removed_e=e, host_share=share, paced=False,
+                    note="pinning removed")
     floor_ms = float(numbers.get(STEP_FLOOR_AFTER_FIX, 0.0))
     # workers already: more of them
     floor_share = float(numbers.get(STEP_FLOOR_SHARE_AFTER_FIX, 0.0))
     return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6,
-                min_step_share=floor_share, note="loader moved to workers")
+                min_step_share=floor_share, paced=False, note="loader moved to workers")
 
 
 RULE = Rule(

@@ -135,7 +135,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     first = calls[np.unique(step_of, return_index=True)[1]]  # one launch a region stays
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share,
                 host_removed_s=phase_s, host_removed_e=r_e,
-                calls_removed=np.setdiff1d(calls, first).astype(np.int64),
+                calls_removed=np.setdiff1d(calls, first).astype(np.int64), paced=False,
                 note="fused optimizer step")
 
 

@@ -57,7 +57,8 @@ class StepModel:
         edited = changes(self.graph, edit, base=self.base.changes)
         fixed = replay(self.graph, edited)
         # what is left of the host's work runs faster where the fix took most of it (replay/pace.py)
-        quicker = paced(self.graph, edited, self.base.replayed.host_work_ns, fixed.host_work_ns)
+        quicker = paced(self.graph, edited, self.base.replayed.host_work_ns,
+                        fixed.host_work_ns) if edit.paced else None
         if quicker is not None:
             fixed = replay(self.graph, quicker)
         after_ns = max(fixed.step_ns, edit.min_step_ns)
