@@ -36,7 +36,7 @@ CASES = {
     # finds it empty. With the profiler's work at the step edges taken out (0.06-0.2 ms a step,
     # where the GPU idles after the read), the replayed host holds the step: launch-bound first,
     # host-sync 0.01 ms (it was first at 0.36 ms; neither fix measured on this program)
-    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6117),
+    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6695),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5129),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
@@ -59,7 +59,7 @@ CASES = {
     # against 31.0 unprofiled. The step the fix leaves is calibrated like the step: x1.58 (it was
     # x1.00, info); dropping the call measured x1.71 by hand, x1.80 by the knob, and its --keep-cache
     # run in the same call (below) 17.25 ms: x1.79
-    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 5.5315),
+    "varlen_empty_cache": ("optimizer-step", 5, 30.9619, "allocator-churn", 5.8918),
     # the same with --keep-cache: no allocator churn left; launch-bound comes first
     "varlen_empty_cache_fixed": ("optimizer-step", 5, 17.2543, "launch-bound", 10.7746),
     # the by-hand gallery's audio_loader: 2 workers behind numpy spectrograms, a bursty loader (five

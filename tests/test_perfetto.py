@@ -505,7 +505,7 @@ def test_cli_writes_the_file_and_the_page_points_into_it(tmp_path: Path) -> None
     html = page.read_text()
     assert html.count(f"In the annotated trace <code>{target}</code>") == 3
     assert (
-        "track <code>gpudoctor: 1. host-sync</code>, slice <code>host-sync: saves 4.388 ms/step (x1.72)</code>, "
+        "track <code>gpudoctor: 1. host-sync</code>, slice <code>host-sync: saves 4.661 ms/step (x1.80)</code>, "
         "1.835 ms after the trace's start (ts 4450988834786.052 µs)"
     ) in html
 
