@@ -1,12 +1,13 @@
 """The host's pace after a fix: a host that does less work a step runs what is left of it faster.
 
-In a trap and its fixed twin profiled alike, the operators both programs run took a median 1.19x
-longer in the one with more host work (the cache and dispatch state a long host loop leaves behind),
-up to 1.45-1.77x where the fix removed nine tenths of it. Replaying the fixed step at the sick
-step's pace under-priced exactly those fixes. The host time left after an edit is scaled by the
-share of the host's work that remains, to the power ``PACE_EXPONENT``: 0.1 priced 84 of 116
-recorded traps, variants and twins within 1.25x (80 without), 105 within 1.5x (97)
-(benchmarks/BENCHMARKS-replay.md "The host's pace").
+In a trap and its fixed twin profiled alike, the operators both programs run took a median 1.18x
+longer in the one with more host work, up to 1.45-1.59x where the fix removed five sixths of it;
+replaying the fixed step at the trap's pace under-priced those fixes. The host time left after an
+edit is scaled by the share of the host's work that remains, to the power ``PACE_EXPONENT``
+(chosen on the recorded traps, variants and twins; checked on later runs). A fix that takes a
+phase of its own off the thread (the loader's fetch, the optimizer's loop: ``Edit.paced``) keeps
+the pace: its twins ran the rest no faster. Evidence: benchmarks/BENCHMARKS-replay.md "The host's
+pace" and "The lab three more times and the variants, at the host's pace".
 """
 
 from __future__ import annotations
