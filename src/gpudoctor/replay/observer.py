@@ -12,6 +12,7 @@ how close both come.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,8 @@ FLOOR_SHARE = 0.01
 BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
+
+ScaleReplay = tuple[float, Changes, Replayed]  # a scale, its changes and their replay
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,7 +134,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE) if agree else 0.0
         scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
-    at_hi = replay(graph, without_profiler(graph, hi, costs))
+    hi_changes = without_profiler(graph, hi, costs)
+    at_hi = replay(graph, hi_changes)
     # even the most the profiler could have added leaves it longer: the GPU's work sets the floor.
     # Within AGREE_SHARE of it, the measured step agrees with that floor, and every scale that
     # brings the host under it replays the same step: of those, the prior, or the least of them
@@ -140,9 +144,10 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
     # ran slower under the profiler (a pageable copy staged): the most the range takes out
     if at_hi.step_ns >= measured_step_ns:
         if measured_step_ns < at_hi.step_ns * (1 - AGREE_SHARE):
-            return Unprofiled(without_profiler(graph, hi, costs), hi, at_hi, True,
-                              measured_step_ns - at_hi.step_ns)
-        scale, ch, r = _least_scale(graph, at_hi.step_ns * (1 + FLOOR_SHARE), costs, lo, hi)
+            return Unprofiled(hi_changes, hi, at_hi, True, measured_step_ns - at_hi.step_ns)
+        target = at_hi.step_ns * (1 + FLOOR_SHARE)
+        _, (scale, ch, r) = _bisect(graph, costs, (lo, lo_changes, at_lo), (hi, hi_changes, at_hi),
+                                    lambda step_ns: step_ns <= target)
         if scale < PRIOR_SCALE:
             scale, ch = PRIOR_SCALE, without_profiler(graph, PRIOR_SCALE, costs)
             r = replay(graph, ch)
@@ -171,39 +176,29 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                       measured_step_ns - best.step_ns)
 
 
-def _least_scale(graph: StepGraph, target_ns: float, costs: dict[str, float] | None, lo: float,
-                 hi: float) -> tuple[float, Changes, Replayed]:
-    """The least scale in [lo, hi] whose replayed step is at ``target_ns`` or below (bisection:
-    the replayed step falls as the scale grows), with its changes and replay."""
-    best = hi, without_profiler(graph, hi, costs)
-    best_r = replay(graph, best[1])
+def _bisect(graph: StepGraph, costs: dict[str, float] | None, low: ScaleReplay, high: ScaleReplay,
+            reached: Callable[[float], bool]) -> tuple[ScaleReplay, ScaleReplay]:
+    """BOUND_ITERATIONS halvings between two replayed scales, ``high`` where the replayed step has
+    ``reached`` what is asked and ``low`` where not (the replayed step falls as the scale grows):
+    both ends."""
     for _ in range(BOUND_ITERATIONS):
-        mid = (lo + hi) / 2
+        mid = (low[0] + high[0]) / 2
         ch = without_profiler(graph, mid, costs)
         r = replay(graph, ch)
-        if r.step_ns <= target_ns:
-            hi, best, best_r = mid, (mid, ch), r
+        if reached(r.step_ns):
+            high = mid, ch, r
         else:
-            lo = mid
-    return best[0], best[1], best_r
+            low = mid, ch, r
+    return low, high
 
 
 def _bounded_prior(graph: StepGraph, floor_ns: float, costs: dict[str, float] | None,
-                   at_lo: tuple[float, Changes, Replayed]) -> tuple[float, Changes, Replayed]:
+                   at_lo: ScaleReplay) -> ScaleReplay:
     """PRIOR_SCALE, or the largest scale below it whose replayed step stays at ``floor_ns`` or
-    above (bisection from ``at_lo``, the lowest scale replayed: the replayed step falls as the
-    scale grows); with its changes and replay."""
+    above (bisection from ``at_lo``, the lowest scale replayed); with its changes and replay."""
     ch = without_profiler(graph, PRIOR_SCALE, costs)
     r = replay(graph, ch)
     if r.step_ns >= floor_ns:
         return PRIOR_SCALE, ch, r
-    (low, best_ch, best), high = at_lo, PRIOR_SCALE
-    for _ in range(BOUND_ITERATIONS):
-        mid = (low + high) / 2
-        ch = without_profiler(graph, mid, costs)
-        r = replay(graph, ch)
-        if r.step_ns >= floor_ns:
-            low, best_ch, best = mid, ch, r
-        else:
-            high = mid
-    return low, best_ch, best
+    low, _ = _bisect(graph, costs, at_lo, (PRIOR_SCALE, ch, r), lambda step_ns: step_ns < floor_ns)
+    return low
