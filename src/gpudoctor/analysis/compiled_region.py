@@ -30,11 +30,10 @@ import re
 
 import numpy as np
 
-from gpudoctor.analysis.host_events import launch_threads
+from gpudoctor.analysis.host_events import autograd_nodes, launch_threads
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.trace.model import HostCat, Trace
 
-ENGINE_PREFIX = "autograd::engine::evaluate_function"
 GRAD_MODE_MARK = b'"Sequence number"'
 # work a compile of the module does not take, in a step without backward (and outside grad mode)
 OUTSIDE_NAMES = re.compile(
@@ -57,7 +56,7 @@ def compiled_region(trace: Trace) -> np.ndarray:
     if n == 0 or threads.size == 0:
         return np.zeros(n, bool)
     top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
-    engine = trace.names_matching(lambda s: s.startswith(ENGINE_PREFIX))[host.name]
+    engine = autograd_nodes(trace)
     engine_threads = np.unique(host.thread[engine & host.on_threads(threads)])
     outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
     if engine_threads.size:

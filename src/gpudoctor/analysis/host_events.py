@@ -146,9 +146,14 @@ def optimizer_bookkeeping(trace: Trace) -> np.ndarray:
 AUTOGRAD_NODE = "autograd::engine::evaluate_function"
 
 
+def autograd_nodes(trace: Trace) -> np.ndarray:
+    """Host events of the autograd engine running a backward node."""
+    return trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE))[trace.host.name]
+
+
 def ran_backward(trace: Trace) -> bool:
     """Whether the trace ran a backward (the autograd engine recorded a node)."""
-    return bool(trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE)).any())
+    return bool(autograd_nodes(trace).any())
 
 
 def parameter_updates(trace: Trace) -> np.ndarray:
@@ -184,8 +189,7 @@ def backward_nodes_of(trace: Trace, ops: np.ndarray) -> np.ndarray:
     wanted = sequence_numbers(trace, ops)
     wanted = wanted[wanted >= 0]
     host = trace.host
-    nodes = np.flatnonzero(trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE))[host.name]
-                           & (host.cat == HostCat.OP))
+    nodes = np.flatnonzero(autograd_nodes(trace) & (host.cat == HostCat.OP))
     if wanted.size == 0 or nodes.size == 0:
         return np.empty(0, np.int64)
     return nodes[np.isin(sequence_numbers(trace, nodes), wanted)]

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpudoctor.analysis.host_events import autograd_nodes
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.trace.model import HostCat, Trace
-
-EVALUATE = "autograd::engine::evaluate_function"
 
 
 def pass_starts(trace: Trace, step_thread: int) -> np.ndarray:
@@ -25,13 +24,13 @@ def pass_starts(trace: Trace, step_thread: int) -> np.ndarray:
     host = trace.host
     if not len(host):
         return np.empty(0, np.int64)
-    is_eval = trace.names_matching(lambda x: x.startswith(EVALUATE))
-    ev = np.flatnonzero(is_eval[host.name])
+    is_eval = autograd_nodes(trace)
+    ev = np.flatnonzero(is_eval)
     if not ev.size:
         return np.empty(0, np.int64)
     es, ee = union(host.ts[ev], host.end[ev])
     ops = np.flatnonzero(
-        (host.cat == HostCat.OP) & (host.thread == step_thread) & ~is_eval[host.name])
+        (host.cat == HostCat.OP) & (host.thread == step_thread) & ~is_eval)
     up = np.maximum(host.parent[ops], 0)
     ops = ops[(host.parent[ops] < 0) | (host.cat[up] != HostCat.OP)]  # the outermost operators
     ts = np.sort(host.ts[ops])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import autograd_nodes
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
@@ -30,8 +31,6 @@ MIN_KERNELS_PER_STEP = 64
 # a for-loop AdamW streams each parameter's state through HBM about three times more than the
 # single fused pass (four separate in-place updates, each a read and a write)
 LOOP_TRAFFIC_FACTOR = 3.0
-# the closure's backward (its ops run on the autograd thread, outside the annotation's nesting)
-CLOSURE_PREFIXES = ("autograd::engine::evaluate_function",)
 
 
 def check(a: Analysis) -> Finding | None:
@@ -97,7 +96,8 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
     A region without a closure begins at its start (and has no closure GPU work: -1).
     """
     trace, host, dev = a.trace, a.trace.host, a.trace.device
-    backward = trace.names_matching(lambda s: s.startswith(CLOSURE_PREFIXES))[host.name] if len(host) else np.zeros(0, bool)
+    # the closure's backward (its ops run on the autograd thread, outside the annotation's nesting)
+    backward = autograd_nodes(trace)
     phase_s = r_s.copy()
     bw = np.flatnonzero(backward)
     k = np.searchsorted(r_s, host.ts[bw], side="right") - 1  # the region each backward op starts in
