@@ -23,7 +23,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _optional(kind: Kind) -> Kind:
+def optional(kind: Kind) -> Kind:
     return (lambda v: v is None or kind[0](v)), f"{kind[1]} or null"
 
 
@@ -39,7 +39,7 @@ OBJECT: Kind = (lambda v: isinstance(v, dict)), "an object"
 INTERVAL: Kind = (lambda v: isinstance(v, list) and len(v) == 2
                   and all(x is None or _is_number(x) for x in v)), "a list of two numbers"
 TEXTS: Kind = _list_of(TEXT, "a list of strings")
-SAMPLES: Kind = _list_of(_optional(NUMBER), "a list of numbers (or nulls)")
+SAMPLES: Kind = _list_of(optional(NUMBER), "a list of numbers (or nulls)")
 LIST: Kind = (lambda v: isinstance(v, list)), "a list"
 _REQUIRED: Any = object()
 
@@ -98,7 +98,7 @@ class PeakMemory:
     @classmethod
     def from_dict(cls, value: Any, where: str) -> PeakMemory:
         d = _object(value, where)
-        bytes_ = _optional(COUNT)
+        bytes_ = optional(COUNT)
         return cls(field_of(d, "baseline", bytes_, where), field_of(d, "trial", bytes_, where))
 
 
@@ -141,9 +141,9 @@ class TrialNumerics:
         d = _object(value, where)
         return cls(*_sides(d, where), field_of(d, "tolerance_rel", NUMBER, where),
                    field_of(d, "checked", FLAG, where),
-                   field_of(d, "max_rel_diff", _optional(NUMBER), where),
-                   field_of(d, "diverged", _optional(FLAG), where),
-                   field_of(d, "reason", _optional(TEXT), where, None))
+                   field_of(d, "max_rel_diff", optional(NUMBER), where),
+                   field_of(d, "diverged", optional(FLAG), where),
+                   field_of(d, "reason", optional(TEXT), where, None))
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class TrialRound:
         return cls(field_of(d, "dir", TEXT, where), field_of(d, "status", TEXT, where),
                    field_of(d, "reason", TEXT, where), field_of(d, "wall_s", NUMBER, where),
                    field_of(d, "n_trial", COUNT, where),
-                   field_of(d, "mean_ms", _optional(NUMBER), where))
+                   field_of(d, "mean_ms", optional(NUMBER), where))
 
 
 @dataclass(frozen=True)
@@ -245,24 +245,24 @@ class TrialRecord:
         def nested(key: str, parse: Callable[[Any, str], Any]) -> Any:
             return None if d.get(key) is None else parse(d[key], f"{where}.{key}")
 
-        text, number = _optional(TEXT), _optional(NUMBER)
-        rounds = get("rounds", _optional(LIST), None)
+        text, number = optional(TEXT), optional(NUMBER)
+        rounds = get("rounds", optional(LIST), None)
         return cls(
             get("knob", TEXT), tuple(get("knobs", TEXTS)), get("reference", text, None),
             get("title", TEXT), get("finding", text), get("predicted_speedup", number),
             get("predicted_saving_ms", number), get("predicted_by", text, None),
             get("status", TEXT), get("reason", TEXT), get("verdict", text),
-            get("measured_speedup", number), _tuple(get("speedup_ci95", _optional(INTERVAL))),
+            get("measured_speedup", number), _tuple(get("speedup_ci95", optional(INTERVAL))),
             get("baseline_ms", number), get("trial_ms", number), get("change_pct", number),
-            _tuple(get("change_ci95_pct", _optional(INTERVAL))),
+            _tuple(get("change_ci95_pct", optional(INTERVAL))),
             get("n_baseline", COUNT), get("n_trial", COUNT), get("method", text),
             PeakMemory.from_dict(get("peak_memory_bytes", OBJECT), f"{where}.peak_memory_bytes"),
             TrialNumerics.from_dict(get("numerics", OBJECT), f"{where}.numerics"),
-            tuple(get("effects", TEXTS)), get("exit_code", _optional(COUNT)), get("wall_s", NUMBER),
+            tuple(get("effects", TEXTS)), get("exit_code", optional(COUNT)), get("wall_s", NUMBER),
             get("cwd", TEXT), get("dir", TEXT),
-            _tuple(get("files_written", _optional(TEXTS), None)),
+            _tuple(get("files_written", optional(TEXTS), None)),
             outliers_ms=nested("outliers_ms", Outliers.from_dict),
-            floor_pct=get("floor_pct", _optional(NUMBER), None),
+            floor_pct=get("floor_pct", optional(NUMBER), None),
             rounds=None if rounds is None else tuple(TrialRound.from_dict(r, f"{where}.rounds[{i}]")
                                                       for i, r in enumerate(rounds)),
         )

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.core.trial_record import COUNT, FLAG, SAMPLES, TEXT, TEXTS, Kind, field_of
+from gpudoctor.core.trial_record import COUNT, FLAG, SAMPLES, TEXT, TEXTS, field_of, optional
 from gpudoctor.errors import TrialRecordError
 
-_OPTIONAL_COUNT: Kind = (lambda v: v is None or COUNT[0](v)), "a whole number or null"
-_OPTIONAL_TEXT: Kind = (lambda v: v is None or TEXT[0](v)), "a string or null"
 # the keys written only once the program ran, in the file's order
 _RUN_KEYS = ("stopped_by_gpudoctor", "step_source", "steps_seen", "samples_ms", "unsettled",
             "peak_memory_bytes")
@@ -59,17 +57,17 @@ class ChildTrial:
         common = {"knobs": tuple(field_of(value, "knobs", TEXTS, where)),
                   "effects": tuple(field_of(value, "effects", TEXTS, where)),
                   "losses": tuple(field_of(value, "losses", SAMPLES, where)),
-                  "exit_code": field_of(value, "exit_code", _OPTIONAL_COUNT, where),
+                  "exit_code": field_of(value, "exit_code", optional(COUNT), where),
                   "error": field_of(value, "error", TEXT, where)}
         if not any(key in value for key in _RUN_KEYS):
             return cls(**common)
         return cls(**common, ran=True,
                    stopped_by_gpudoctor=field_of(value, "stopped_by_gpudoctor", FLAG, where),
-                   step_source=field_of(value, "step_source", _OPTIONAL_TEXT, where),
+                   step_source=field_of(value, "step_source", optional(TEXT), where),
                    steps_seen=field_of(value, "steps_seen", COUNT, where),
                    samples_ms=tuple(field_of(value, "samples_ms", SAMPLES, where)),
                    unsettled=field_of(value, "unsettled", TEXT, where),
-                   peak_memory_bytes=field_of(value, "peak_memory_bytes", _OPTIONAL_COUNT, where))
+                   peak_memory_bytes=field_of(value, "peak_memory_bytes", optional(COUNT), where))
 
 
 def read_child_trial(path: Path) -> tuple[ChildTrial | None, str]:
