@@ -18,7 +18,7 @@ import zlib
 # gzip files from this size on are read a chunk at a time (trace/load.py), never inflated whole
 CHUNKED_FROM_GZ = 8 << 20
 
-_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"  # what a gzip file starts with
 
 
 def inflate(data: bytes | bytearray) -> bytes | None:
@@ -30,7 +30,7 @@ def inflate(data: bytes | bytearray) -> bytes | None:
         from isal import isal_zlib as inflater
     except ImportError:
         inflater = zlib  # type: ignore[assignment]
-    if len(data) < 18 or data[:2] != _MAGIC:  # a member is 10 bytes of header, 8 of trailer
+    if len(data) < 18 or data[:2] != GZIP_MAGIC:  # a member is 10 bytes of header, 8 of trailer
         return None
     # ISIZE, the last 4 bytes: the size mod 2**32. A corrupt file may state any size: deflate
     # inflates at most 1032-fold, so no larger buffer is asked for.
@@ -45,7 +45,7 @@ def inflate(data: bytes | bytearray) -> bytes | None:
     # members of one size end alike); bytes of another kind after it would have to end in the same
     # 4 bytes. (The member's CRC, checked, is not computed again: 0.01 s.)
     isize = (len(out) & 0xFFFFFFFF).to_bytes(4, "little")
-    if not data.endswith(isize) or data.find(isize + _MAGIC, 0, len(data) - 4) >= 0:
+    if not data.endswith(isize) or data.find(isize + GZIP_MAGIC, 0, len(data) - 4) >= 0:
         return None
     return out
 

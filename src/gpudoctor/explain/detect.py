@@ -13,6 +13,7 @@ import gzip
 import io
 from pathlib import Path
 
+from gpudoctor.core.inflate import GZIP_MAGIC
 from gpudoctor.errors import InputError
 
 ACCEPTED = ("an Nsight Compute CSV (ncu --csv --page details) or .ncu-rep, nvidia-smi -q text, "
@@ -34,7 +35,7 @@ def read_text(path: Path) -> str:
         raise InputError(
             f"{path} is {size / 1e9:.1f} GB; export fewer kernels or metrics (the limit is 512 MB)")
     raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
+    if raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as exc:

@@ -33,6 +33,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.core.inflate import GZIP_MAGIC
 from gpudoctor.core.spec import ModelSpec
 from gpudoctor.errors import InputError
 from gpudoctor.hardware.kinds import ELEMENTWISE_KINDS
@@ -135,7 +136,7 @@ def load_calibration(path: str | Path, gpu_key: str | None = None) -> Calibratio
     where = f"--bench {path}"
     try:
         raw = Path(path).read_bytes()
-        data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        data = json.loads(gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw)
     except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{where}: cannot read it as JSON ({exc.__class__.__name__}); give the "
                          "output of `gpudoctor bench --json`") from exc

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import msgspec
 
+from gpudoctor.core.inflate import GZIP_MAGIC
 from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.read import gunzip
 from gpudoctor.trace.schema import Ph
@@ -114,7 +115,7 @@ def decoded_whole(path: Path) -> dict[str, Any]:
     """The whole trace file decoded (gunzipped first where it is), as ``{"traceEvents": [...],
     ...}``."""
     raw = path.read_bytes()
-    data = bytes(gunzip(raw, str(path))) if raw[:2] == b"\x1f\x8b" else raw
+    data = bytes(gunzip(raw, str(path))) if raw[:2] == GZIP_MAGIC else raw
     try:
         top = msgspec.json.decode(data)
     except msgspec.DecodeError:

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from gpudoctor.core.inflate import GZIP_MAGIC
 from gpudoctor.errors import InputError
 from gpudoctor.trace.load import resolve_trace_path
 from gpudoctor.trace.read import Slices, gunzip
@@ -44,7 +45,7 @@ def job_facts(path: str | os.PathLike[str]) -> JobFacts:
     except OSError as exc:
         raise InputError(
             f"cannot read {file}: {exc.strerror or exc}; check the path and its permissions") from None
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         data = gunzip(data, str(file))
     sliced = Slices.find(data)  # the file around the events, decoded alone: cheap
     raw = sliced.outline.distributedInfo if sliced is not None else _whole_outline(data)

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.controls import visible_controls
-from gpudoctor.core.inflate import CHUNKED_FROM_GZ, take_inflated
+from gpudoctor.core.inflate import CHUNKED_FROM_GZ, GZIP_MAGIC, take_inflated
 from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.columns import (
     DEVICE,
@@ -89,7 +89,7 @@ def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
     try:
         with file.open("rb") as stream:
             size = os.fstat(stream.fileno()).st_size
-            gz = stream.read(2) == b"\x1f\x8b"
+            gz = stream.read(2) == GZIP_MAGIC
             stream.seek(0)
             big = size >= (CHUNKED_FROM_GZ if gz else CHUNKED_FROM)
             if big:  # however it is read
@@ -213,7 +213,7 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
 def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
     """``parse`` of a buffer the loader owns (its events are decoded in place, trace/read.py), or
     of a gzip file's JSON (``inflated``)."""
-    if data[:2] == b"\x1f\x8b" and not inflated:
+    if data[:2] == GZIP_MAGIC and not inflated:
         data = gunzip(data, source)
     if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import msgspec
 
+from gpudoctor.core.inflate import GZIP_MAGIC
 from gpudoctor.errors import TraceFormatError
 from gpudoctor.trace.schema import TraceEvent, TraceOutline
 
@@ -78,7 +79,7 @@ class NotStreamed(Exception):
 def pieces(stream: IO[bytes], source: str) -> Iterator[bytes]:
     """The file's JSON text a piece at a time: inflated when it is gzip."""
     first = stream.read(_PIECE)
-    if first[:2] != b"\x1f\x8b":
+    if first[:2] != GZIP_MAGIC:
         while first:
             yield first
             first = stream.read(max(CHUNK_BYTES, _PIECE))
