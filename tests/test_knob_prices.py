@@ -82,22 +82,28 @@ def test_compile_knobs_are_priced_by_what_they_change(
 def test_a_recurrent_module_stays_eager_under_compile() -> None:
     """pytorch/examples' word-level language model (a 2-layer nn.LSTM, H200): TorchDynamo breaks
     the graph at the LSTM, whose cuDNN kernels (156 a step forward, 249 backward) keep their
-    launches. reduce-overhead measured x0.94 [0.93-0.96]; capturing the LSTM had priced x3.33."""
+    launches, and cannot resume after it: the decoder, log_softmax and loss behind it run eagerly,
+    and their backward too. reduce-overhead measured x0.94 [0.93-0.96] (and x0.89, x0.96 in later
+    sessions); capturing the LSTM had priced x3.33, the rest of the forward x1.30."""
     from gpudoctor.analysis.compiled_region import traced_by_dynamo
 
     bundle = KNOBS / "word_language_model"
     trace = load(bundle)
     region = compiled_region(trace)
     inside, _ = _top_ops(trace, region)
-    assert {"aten::lstm", "autograd::engine::evaluate_function: CudnnRnnBackward0"} <= inside
+    engine = "autograd::engine::evaluate_function: "
+    behind = {"aten::linear", "aten::log_softmax", f"{engine}AddmmBackward0",
+              f"{engine}LogSoftmaxBackward0", f"{engine}NllLossBackward0"}
+    assert {"aten::lstm", f"{engine}CudnnRnnBackward0"} | behind <= inside
     traced, _ = _top_ops(trace, traced_by_dynamo(trace, region))
-    assert not ({"aten::lstm", "autograd::engine::evaluate_function: CudnnRnnBackward0"} & traced)
-    assert {"aten::embedding", "aten::linear"} <= traced
+    assert not ({"aten::lstm", f"{engine}CudnnRnnBackward0"} | behind) & traced
+    # what runs before the LSTM is compiled, forward and backward
+    assert {"aten::embedding", f"{engine}EmbeddingBackward0"} <= traced
     # the compiled backward hands the gradients to autograd, whose AccumulateGrad nodes stay eager
-    assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" in inside
-    assert "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad" not in traced
+    assert f"{engine}torch::autograd::AccumulateGrad" in inside
+    assert f"{engine}torch::autograd::AccumulateGrad" not in traced
     prices = knob_prices_for(bundle)
-    assert prices["compile-reduce-overhead"]["predicted_speedup"] == 1.2976
+    assert prices["compile-reduce-overhead"]["predicted_speedup"] == 1.0987
     assert _measured(bundle)["compile-reduce-overhead"] == 0.9412
 
 

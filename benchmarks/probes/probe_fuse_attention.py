@@ -6,7 +6,7 @@ softmax runs in fp32 between two bf16 matmuls, which Inductor's attention patter
 (torch/_inductor/fx_passes/fuse_attention.py) may not match. For each way of running
 ``(q @ k^T / sqrt(d)).softmax(-1) @ v`` (under autocast, in bf16, in fp32) this compiles it, runs
 forward and backward, and prints Inductor's ``fuse_attention`` counter (rewrites made) and the
-median step time eager and compiled.
+median step time eager, compiled and as scaled_dot_product_attention.
 
     python benchmarks/probes/probe_fuse_attention.py [--tokens 1025] [--steps 20]
 
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1025)
     parser.add_argument("--steps", type=int, default=20)
     opts = parser.parse_args()
-    print(f"{'way':14} {'rewrites':>8} {'eager ms':>9} {'compiled ms':>11}")
+    print(f"{'way':14} {'rewrites':>8} {'eager ms':>9} {'compiled ms':>11} {'sdpa ms':>8}")
     for way, dtype, autocast in (
         ("autocast-bf16", torch.float32, True),
         ("bf16", torch.bfloat16, False),
@@ -61,7 +61,10 @@ def main() -> None:
         eager = step_ms(attention, q, k, v, autocast, opts.steps)
         compiled = step_ms(torch.compile(attention), q, k, v, autocast, opts.steps)
         rewrites = counters["inductor"].get("fuse_attention", 0)
-        print(f"{way:14} {rewrites:8d} {eager:9.3f} {compiled:11.3f}")
+        sdpa = step_ms(
+            torch.nn.functional.scaled_dot_product_attention, q, k, v, autocast, opts.steps
+        )
+        print(f"{way:14} {rewrites:8d} {eager:9.3f} {compiled:11.3f} {sdpa:8.3f}")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,13 @@ time when the module is compiled or captured in a CUDA graph (``rules/knob_price
 ``traced_by_dynamo`` narrows the region to what ``torch.compile`` itself takes: TorchDynamo does not
 trace recurrent modules by default (``torch._dynamo.config.allow_rnn`` is False): ``nn.LSTM``,
 ``nn.GRU`` and ``nn.RNN`` break the graph and run eagerly, their cuDNN kernels launched as before,
-forward and backward (benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). The compiled
-backward hands each parameter's gradient to the autograd engine, whose AccumulateGrad nodes run
-eagerly after it, one per parameter, as before.
+forward and backward (benchmarks/BENCHMARKS-replay.md "Knob trials, third session"). That break
+is one Dynamo cannot resume from ("Compiling up to the previous resumable state, then skipping the
+rest of the function"): the rest of the forward after the recurrent module runs eagerly too, and
+the backward of that rest (its autograd nodes, matched by sequence number) with it
+(benchmarks/BENCHMARKS-replay.md "Knob trials, set f"). The compiled backward hands each
+parameter's gradient to the autograd engine, whose AccumulateGrad nodes run eagerly after it, one
+per parameter, as before.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import re
 
 import numpy as np
 
-from gpudoctor.analysis.host_events import autograd_nodes, launch_threads
+from gpudoctor.analysis.host_events import autograd_nodes, launch_threads, sequence_numbers
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.trace.model import HostCat, Trace
 
@@ -44,6 +48,7 @@ EAGER_UNDER_DYNAMO = re.compile(
     r"^(aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
     r"|autograd::engine::evaluate_function: "
     r"((CudnnRnn|MiopenRnn)Backward\d*|torch::autograd::AccumulateGrad))$")
+RECURRENT_FORWARD = re.compile(r"^aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)$")
 
 
 def compiled_region(trace: Trace) -> np.ndarray:
@@ -78,13 +83,66 @@ def compiled_region(trace: Trace) -> np.ndarray:
 
 
 def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
-    """``region`` without the operators TorchDynamo leaves to eager mode (module docstring), and
-    every event inside them."""
+    """``region`` without the operators TorchDynamo leaves to eager mode (module docstring): the
+    recurrent modules, the rest of each forward after one and its backward, and every event inside
+    them."""
     host = trace.host
-    eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & (
-        host.top_op < 0)
+    top = host.top_op < 0
+    eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & top
     owner = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
+    eager |= _after_recurrent(trace, region & top, owner)
     return region & ~eager[owner]
+
+
+def _after_recurrent(trace: Trace, region_top: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Mask over host events: the region's top-level forward operators from a recurrent module's
+    operator to the end of its forward pass, and the backward nodes of that rest. A pass is the
+    forward operators between two backwards; a backward node belongs to the rest when its sequence
+    number (the forward operator's) lies from the rest's first to the next pass's first. The
+    backward at the window's start, whose forward was not recorded, is placed one pass's worth of
+    sequence numbers back. A trace with no backward has no passes to tell apart: nothing."""
+    host = trace.host
+    out = np.zeros(len(host), bool)
+    engine = autograd_nodes(trace) & region_top
+    if not engine.any():
+        return out
+    forward = np.flatnonzero(region_top & ~host.on_threads(np.unique(host.thread[engine])))
+    recurrent = trace.names_matching(lambda s: bool(RECURRENT_FORWARD.match(s)))[
+        host.name[forward]]
+    if not recurrent.any():
+        return out
+    ts = host.ts[forward]
+    pass_of = np.searchsorted(np.sort(host.ts[engine]), ts)
+    passes = np.unique(pass_of[recurrent])
+    first_recurrent = {p: ts[recurrent & (pass_of == p)].min() for p in passes.tolist()}
+    rest = np.fromiter((p in first_recurrent and t >= first_recurrent[p]
+                        for p, t in zip(pass_of.tolist(), ts.tolist())), bool, ts.size)
+    out[forward[rest]] = True
+    # sequence numbers: where each pass starts, and where its eager rest starts
+    inside = np.flatnonzero(np.isin(owner, forward))
+    seq = sequence_numbers(trace, inside)
+    pass_of_event = pass_of[np.searchsorted(forward, owner[inside])]
+    rest_of_event = out[owner[inside]]
+    graded = seq >= 0
+    starts = {int(p): int(seq[graded & (pass_of_event == p)].min())
+              for p in np.unique(pass_of_event[graded]).tolist()}
+    rest_starts = {int(p): int(seq[graded & rest_of_event & (pass_of_event == p)].min())
+                   for p in np.unique(pass_of_event[graded & rest_of_event]).tolist()}
+    if not rest_starts:
+        return out
+    order = sorted(starts)
+    bounds = [(rest_starts[p], starts[order[k + 1]] if k + 1 < len(order) else np.inf)
+              for k, p in enumerate(order) if p in rest_starts]
+    if len(order) > 1 and order[0] in rest_starts:  # the backward before the first pass
+        step = np.median(np.diff([starts[p] for p in order]))
+        bounds.append((rest_starts[order[0]] - step, starts[order[0]]))
+    nodes = np.flatnonzero(engine)
+    node_seq = sequence_numbers(trace, nodes)
+    lo = np.array([b[0] for b in bounds], float)
+    hi = np.array([b[1] for b in bounds], float)
+    hit = (node_seq[:, None] >= lo) & (node_seq[:, None] < hi) & (node_seq[:, None] >= 0)
+    out[nodes[hit.any(axis=1)]] = True
+    return out
 
 
 def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:

@@ -7,10 +7,12 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 
 - ``compile``: each chain of memory-bound kernels inside the region (rules/unfused_elementwise.py
   ``chains``) becomes one kernel at its fused time; the chain's other kernels leave the GPU. A
-  naive attention in the region is fused as naive-attention's fix prices it: Inductor's pattern
-  matcher rewrites it to scaled_dot_product_attention (benchmarks/BENCHMARKS-replay.md "Knob
-  trials, third session"). The
-  host keeps its time: on host-bound steps the compiled module's generated code cost the host
+  naive attention's scale, casts and softmax between its two matmuls are such a chain, forward
+  and backward: Inductor fuses them and leaves the matmuls to cuBLAS. It does not rewrite the
+  attention to scaled_dot_product_attention: its ``fuse_attention`` patterns matched no
+  ``softmax(q @ k^T / sqrt(d)) @ v`` in bf16, fp32 or under autocast on torch 2.11
+  (benchmarks/probes/probe_fuse_attention.py; benchmarks/BENCHMARKS-replay.md "Knob trials, set
+  f"). The host keeps its time: on host-bound steps the compiled module's generated code cost the host
   about what eager did (manual_sgd x0.98, unet_ema x0.93 measured, where taking the fused
   operators' host time out priced x1.15 and x1.14, and summing launch-bound's saving x9.1 and
   x2.4: benchmarks/BENCHMARKS-replay.md "Replay", knob trials).
@@ -33,7 +35,6 @@ is what the knob itself does, and ``run --try-fixes`` prints it beside the measu
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +43,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
 from gpudoctor.analysis.host_events import ran_backward
 from gpudoctor.replay.edits import Edit, merge
-from gpudoctor.rules import fp32_matmul, launch_bound, naive_attention, unfused_elementwise
-from gpudoctor.rules.shared import attention_events
+from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 
 KNOB_COMPILE = "compile"
 KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
@@ -83,9 +83,6 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
         return out
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
-    attention = _attention_within(a, region)
-    if attention is not None:
-        fused = merge([fused, attention])
     out[KNOB_COMPILE] = fused
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
@@ -108,22 +105,6 @@ def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
                 added_launches=edit.added_launches, note=edit.note)
 
 
-def _attention_within(a: Analysis, region: np.ndarray) -> Edit | None:
-    """Naive attention inside the region, fused as its finding's fix does (rules/naive_attention.py
-    ``edit``): Inductor rewrites softmax(q @ k^T * scale) @ v into scaled_dot_product_attention
-    (torch/_inductor/fx_passes/fuse_attention.py). None where the region holds none."""
-    pattern = attention_events(a)
-    if pattern.size == 0:
-        return None
-    calls = a.trace.device.launch[pattern]
-    if not ((calls >= 0) & region[np.maximum(calls, 0)]).any():
-        return None
-    edit = naive_attention.edit(a, None)
-    if edit is None:
-        return None
-    return dataclasses.replace(edit, note="attention rewritten to scaled_dot_product_attention")
-
-
 def _compiled_already(a: Analysis, region: np.ndarray) -> bool:
     """The region launches generated (Triton) kernels: the program compiles its module already,
     and the knobs leave it as it is (tryfix/knobs.py)."""
@@ -144,7 +125,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
     retimed: list[int] = []
     retimed_ns: list[float] = []
     gone: list[np.ndarray] = []
-    for chain in unfused_elementwise.chains(a):
+    for chain in unfused_elementwise.chains(a, with_attention=True):
         calls = dev.launch[chain]
         if (calls < 0).any() or not within[calls].all():
             continue

@@ -58,12 +58,14 @@ COMPILED_PASS_SHARE = 0.15
 MAJOR_SHARE = 0.10
 
 
-def chains(a: Analysis) -> list[np.ndarray]:
+def chains(a: Analysis, with_attention: bool = False) -> list[np.ndarray]:
     """The chains (event indices in time order) of every region of memory-bound kernels inside
-    the steps (the module docstring says what a region and a chain are)."""
+    the steps (the module docstring says what a region and a chain are). A naive attention's
+    kernels are naive-attention's to price, unless ``with_attention``."""
     dev = a.trace.device
     live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0)
-    live[attention_events(a)] = False
+    if not with_attention:
+        live[attention_events(a)] = False
     shape_id, numel = _event_shapes(a)
     order = np.lexsort((dev.ts, dev.stream))
     # scalar kernels (a loss's 1-element fill, grad clipping's norms) neither join a region nor
