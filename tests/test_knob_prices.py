@@ -92,8 +92,13 @@ def test_a_recurrent_module_stays_eager_under_compile() -> None:
     region = compiled_region(trace)
     inside, _ = _top_ops(trace, region)
     engine = "autograd::engine::evaluate_function: "
-    behind = {"aten::linear", "aten::log_softmax", f"{engine}AddmmBackward0",
-              f"{engine}LogSoftmaxBackward0", f"{engine}NllLossBackward0"}
+    behind = {
+        "aten::linear",
+        "aten::log_softmax",
+        f"{engine}AddmmBackward0",
+        f"{engine}LogSoftmaxBackward0",
+        f"{engine}NllLossBackward0",
+    }
     assert {"aten::lstm", f"{engine}CudnnRnnBackward0"} | behind <= inside
     traced, _ = _top_ops(trace, traced_by_dynamo(trace, region))
     assert not ({"aten::lstm", f"{engine}CudnnRnnBackward0"} | behind) & traced
@@ -107,15 +112,20 @@ def test_a_recurrent_module_stays_eager_under_compile() -> None:
     assert _measured(bundle)["compile-reduce-overhead"] == 0.9412
 
 
-def test_compile_fuses_a_naive_attention_as_inductor_rewrites_it() -> None:
-    """A small ViT with hand-written attention at 1025 tokens, bf16 (tests/programs/vit_eager_attention.py,
-    H200): compile measured x1.68 [1.67-1.68]; the chains' fusion alone priced x1.03. The GPU sets
-    the profiled step, so the host the compiled step is left with is the profiler's prior's
-    (x1.88 at the default cost, x2.15 at replay/observer.py PRIOR_SCALE: a miss)."""
+def test_compile_fuses_a_naive_attentions_softmax_chain_and_leaves_its_matmuls() -> None:
+    """A small ViT with hand-written attention at 1025 tokens, bf16 autocast
+    (tests/programs/vit_eager_attention.py, H200): compile measured x1.68 [1.67-1.68] on this
+    bundle (x1.54 and x1.67 in later sessions). Inductor does not rewrite the attention to
+    scaled_dot_product_attention on torch 2.11 (benchmarks/probes/probe_fuse_attention.py: no
+    rewrite; the attention alone 1.58x faster compiled, 4.8x as SDPA); it fuses the scale, casts
+    and softmax between the matmuls, priced x1.34. Pricing the rewrite read x2.15 here and x3.48
+    on a later run; the chains without the attention's, x1.03."""
     bundle = KNOBS / "vit_eager_attention"
     prices = knob_prices_for(bundle)
-    assert prices["compile"]["predicted_speedup"] == 2.1517
-    assert "attention rewritten to scaled_dot_product_attention" in prices["compile"]["note"]
+    assert prices["compile"]["predicted_speedup"] == 1.3409
+    assert prices["compile"]["note"] == (
+        "40 chains of memory-bound kernels a step fused (125 kernels fewer)"
+    )
     assert _measured(bundle)["compile"] == pytest.approx(1.68, abs=0.01)
 
 
