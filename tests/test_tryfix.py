@@ -1472,3 +1472,15 @@ class _ForwardingWrapper(_nn.Module):
         if name == "forward":
             return setattr(self.inner, name, value)
         return super().__setattr__(name, value)
+
+
+def test_a_trial_judged_again_does_not_say_its_reason_twice() -> None:
+    """A trial is judged against the diagnosed run, then again against the controls before and
+    after it: the second judging's "not enough steps" reason was appended to the first's."""
+    from gpudoctor.tryfix.trial import _with_reason
+
+    short = "the trial timed 85 steps over 0.50 s; a verdict needs 10 steps and 1 s of them on each side"
+    once = _with_reason(record(reason=""), short)
+    assert once.reason == short
+    assert _with_reason(once, short).reason == short
+    assert _with_reason(once, "", "dropout").reason == f"{short}; dropout"

@@ -415,8 +415,11 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
 
 
 def _with_reason(rec: TrialRecord, *more: str) -> TrialRecord:
-    """``rec`` with ``more`` added to its reason, "; " between the parts that are not empty."""
-    return replace(rec, reason="; ".join(r for r in (rec.reason, *more) if r))
+    """``rec`` with ``more`` added to its reason, "; " between the parts that are not empty; a part
+    the reason holds already is not said twice (a trial judged again against the controls)."""
+    said = rec.reason or ""
+    parts = [said, *(m for m in more if m and m not in said)]
+    return replace(rec, reason="; ".join(p for p in parts if p))
 
 
 @dataclass
