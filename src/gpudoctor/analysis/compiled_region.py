@@ -36,6 +36,7 @@ import numpy as np
 
 from gpudoctor.analysis.host_events import autograd_nodes, launch_threads, sequence_numbers
 from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.trace.model import HostCat, Trace
 
 GRAD_MODE_MARK = b'"Sequence number"'
@@ -62,7 +63,7 @@ def compiled_region(trace: Trace) -> np.ndarray:
         return np.zeros(n, bool)
     top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
     engine = autograd_nodes(trace)
-    engine_threads = np.unique(host.thread[engine & host.on_threads(threads)])
+    engine_threads = distinct(host.thread[engine & host.on_threads(threads)])
     outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
     if engine_threads.size:
         backward = top & host.on_threads(engine_threads)
@@ -106,14 +107,14 @@ def _after_recurrent(trace: Trace, region_top: np.ndarray, owner: np.ndarray) ->
     engine = autograd_nodes(trace) & region_top
     if not engine.any():
         return out
-    forward = np.flatnonzero(region_top & ~host.on_threads(np.unique(host.thread[engine])))
+    forward = np.flatnonzero(region_top & ~host.on_threads(distinct(host.thread[engine])))
     recurrent = trace.names_matching(lambda s: bool(RECURRENT_FORWARD.match(s)))[
         host.name[forward]]
     if not recurrent.any():
         return out
     ts = host.ts[forward]
     pass_of = np.searchsorted(np.sort(host.ts[engine]), ts)
-    passes = np.unique(pass_of[recurrent])
+    passes = distinct(pass_of[recurrent])
     first_recurrent = {p: ts[recurrent & (pass_of == p)].min() for p in passes.tolist()}
     rest = np.fromiter((p in first_recurrent and t >= first_recurrent[p]
                         for p, t in zip(pass_of.tolist(), ts.tolist())), bool, ts.size)
@@ -125,16 +126,16 @@ def _after_recurrent(trace: Trace, region_top: np.ndarray, owner: np.ndarray) ->
     rest_of_event = out[owner[inside]]
     graded = seq >= 0
     starts = {int(p): int(seq[graded & (pass_of_event == p)].min())
-              for p in np.unique(pass_of_event[graded]).tolist()}
+              for p in distinct(pass_of_event[graded]).tolist()}
     rest_starts = {int(p): int(seq[graded & rest_of_event & (pass_of_event == p)].min())
-                   for p in np.unique(pass_of_event[graded & rest_of_event]).tolist()}
+                   for p in distinct(pass_of_event[graded & rest_of_event]).tolist()}
     if not rest_starts:
         return out
     order = sorted(starts)
     bounds = [(rest_starts[p], starts[order[k + 1]] if k + 1 < len(order) else np.inf)
               for k, p in enumerate(order) if p in rest_starts]
     if len(order) > 1 and order[0] in rest_starts:  # the backward before the first pass
-        step = np.median(np.diff([starts[p] for p in order]))
+        step = median(np.diff([starts[p] for p in order]))
         bounds.append((rest_starts[order[0]] - step, starts[order[0]]))
     nodes = np.flatnonzero(engine)
     node_seq = sequence_numbers(trace, nodes)

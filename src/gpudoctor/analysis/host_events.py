@@ -15,6 +15,7 @@ import numpy as np
 
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import distinct
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, Trace
 
@@ -248,11 +249,11 @@ def setup_calls(trace: Trace, steps: Steps) -> np.ndarray:
     slow[cand] = ((own >= SETUP_MIN_NS) & ((own >= SETUP_TIMES_TYPICAL * typical[inverse[cand]])
                                            | (own >= SETUP_TIMES_GPU * gpu))) | (
                                                timed >= SETUP_MIN_TIMED)
-    for k in np.unique(inverse[slow]).tolist():
+    for k in distinct(inverse[slow]).tolist():
         calls = ops[slow & (inverse == k)]
         step_of = np.searchsorted(steps.start, host.ts[calls], side="right") - 1
         shapes = {repr(trace.input_dims(int(i))) for i in calls.tolist()}
-        if len(np.unique(step_of)) * 2 >= len(steps) and len(shapes) >= 2:
+        if len(distinct(step_of)) * 2 >= len(steps) and len(shapes) >= 2:
             mask[calls] = True
     return mask
 
@@ -284,7 +285,7 @@ def _gpu_ns_launched_inside(trace: Trace, ops: np.ndarray) -> np.ndarray:
     if launched.size == 0:
         return out
     at = dev.launch[launched]
-    for t in np.unique(host.thread[ops]).tolist():
+    for t in distinct(host.thread[ops]).tolist():
         mine = launched[host.thread[at] == t]
         order = np.argsort(host.ts[dev.launch[mine]], kind="stable")
         ts = host.ts[dev.launch[mine]][order]
@@ -300,7 +301,7 @@ def _nested_count(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarra
     """For each op, how many of ``calls`` (host events) start inside it on its thread."""
     host = trace.host
     out = np.zeros(len(ops), np.int64)
-    for t in np.unique(host.thread[ops]).tolist():
+    for t in distinct(host.thread[ops]).tolist():
         starts = np.sort(host.ts[calls[host.thread[calls] == t]])
         sel = host.thread[ops] == t
         out[sel] = (np.searchsorted(starts, host.end[ops[sel]], side="right")
@@ -312,7 +313,7 @@ def _nested_ns(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
     """For each op, the ns of ``calls`` (host events) that lie inside it on its thread."""
     host = trace.host
     out = np.zeros(len(ops), np.int64)
-    for t in np.unique(host.thread[ops]).tolist():
+    for t in distinct(host.thread[ops]).tolist():
         mine = calls[host.thread[calls] == t]
         s, e = union(host.ts[mine], host.end[mine])
         sel = host.thread[ops] == t

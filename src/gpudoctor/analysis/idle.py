@@ -50,6 +50,7 @@ from gpudoctor.analysis.host_events import (
 )
 from gpudoctor.analysis.intervals import WINDOW, complement, contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import distinct
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat, HostEvents, Trace
 
@@ -276,7 +277,7 @@ def _pageable_copy_calls(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -
     dev, host = trace.device, trace.host
     mask = np.zeros(len(host), bool)
     upload = (dev.kind == int(Kind.MEMCPY_HTOD_PAGEABLE)) & (dev.launch >= 0)
-    calls = np.unique(dev.launch[upload])
+    calls = distinct(dev.launch[upload])
     if calls.size == 0:
         return mask
     starts = host.ts[calls]
@@ -284,7 +285,7 @@ def _pageable_copy_calls(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -
     gpu_idle = (run < 0) | (busy_e[np.maximum(run, 0)] <= starts)
     # an upload's own op (aten::copy_) waits for it with a stream sync: that sync is the upload's
     ops = dev.op[upload]
-    ops = np.unique(np.where(ops >= 0, ops, dev.launch[upload]))
+    ops = distinct(np.where(ops >= 0, ops, dev.launch[upload]))
     op_s, op_e = union(host.ts[ops], host.end[ops])
     syncs = np.flatnonzero(sync_calls(trace) & (host.thread == host.thread[calls[0]]))
     syncs = syncs[~contains(op_s, op_e, host.ts[syncs])]

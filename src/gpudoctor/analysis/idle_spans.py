@@ -32,6 +32,7 @@ from gpudoctor.analysis.idle import (
 )
 from gpudoctor.analysis.intervals import contains
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import distinct
 from gpudoctor.trace.model import Trace
 
 NAMES = (*CAUSES, GPU_WAIT, UNATTRIBUTED)  # IdleSpans.cause indexes this
@@ -79,7 +80,7 @@ def idle_spans(trace: Trace, steps: Steps, idle: IdleResult) -> IdleSpans:
     waiting = launched_at <= gap_s
     cut = np.clip(launched_at, gap_s, gap_e)
     labels = [idle.labels.get(c, (_EMPTY, _EMPTY)) for c in CAUSES[:-1]]
-    edges = np.unique(np.concatenate([gap_s, gap_e, cut, *(s for s, _ in labels),
+    edges = distinct(np.concatenate([gap_s, gap_e, cut, *(s for s, _ in labels),
                                       *(e for _, e in labels)]))
     s, e = edges[:-1], edges[1:]
     gap = np.searchsorted(gap_s, s, side="right") - 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis.period import find_period
+from gpudoctor.core.arrays import median
 from gpudoctor.trace.model import HostCat, Trace
 from gpudoctor.trace.nesting import nearest_ancestor
 
@@ -70,10 +71,10 @@ def _alike(trace: Trace, calls: np.ndarray) -> bool:
     th = host.thread[calls[0]]
     lo, hi = np.searchsorted(host.thread, [th, th + 1])
     counts = np.diff(np.searchsorted(host.ts[lo:hi], host.ts[calls]))
-    median = float(np.median(counts))
-    if median <= 0:
+    typical = float(median(counts))
+    if typical <= 0:
         return False
-    close = np.abs(counts - median) <= max(2.0, 0.1 * median)
+    close = np.abs(counts - typical) <= max(2.0, 0.1 * typical)
     return bool(close.mean() >= CONSISTENT_SHARE)
 
 
@@ -114,7 +115,7 @@ def kernel_period_starts(trace: Trace) -> tuple[np.ndarray, int] | None:
     top = dev.top_op[keep[kernels]]
     if len(host):
         starts = np.where(top >= 0, host.ts[np.maximum(top, 0)], starts)
-    per = int(np.median(np.diff(kernels))) if len(kernels) > 1 else 0
+    per = int(median(np.diff(kernels))) if len(kernels) > 1 else 0
     return _trim(np.maximum.accumulate(starts).astype(np.int64)), per
 
 
@@ -138,7 +139,7 @@ def _trim(starts: np.ndarray) -> np.ndarray:
     window's start or stop (the profiler's own work) stretched."""
     while len(starts) > 3:
         spans = np.diff(starts)
-        limit = EDGE_STRETCH * float(np.median(spans))
+        limit = EDGE_STRETCH * float(median(spans))
         if spans[0] > limit:
             starts = starts[1:]
         elif spans[-1] > limit:

@@ -12,6 +12,7 @@ import numpy as np
 
 from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import median
 from gpudoctor.trace.model import HostCat, Trace
 
 PROFILER_OVERHEAD_NS_PER_EVENT = 3_000
@@ -50,7 +51,7 @@ def step_boundary_ms(trace: Trace, steps: Steps) -> float:
     lo, head_e, tail_s, hi = step_edge_stretches(trace,
                                                  recorded & host.on_threads(launch_threads(trace)),
                                                  steps.host_start, steps.host_end)
-    return float(np.median((head_e - lo) + (hi - tail_s))) / 1e6 if lo.size else 0.0
+    return float(median((head_e - lo) + (hi - tail_s))) / 1e6 if lo.size else 0.0
 
 
 def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
@@ -91,4 +92,4 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
     waiting &= host.on_threads(launch_threads(trace))
     s, e = union(host.ts[waiting], host.end[waiting])
     blocked = overlap_per_window(s, e, steps.host_start, steps.host_end)
-    return float(np.median(steps.host_end - steps.host_start - blocked)) / 1e6
+    return float(median(steps.host_end - steps.host_start - blocked)) / 1e6

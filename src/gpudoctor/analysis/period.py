@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.core.arrays import median
+
 MAX_PERIODS_TRIED = 24  # distinct candidate periods verified, most-proposed first
 MAX_ANCHORS_TRIED = 12  # anchor phases of the winning period tried for the phase
 MAX_PER_PERIOD = 8  # occurrences of one symbol per period that still make it an anchor
@@ -206,7 +208,7 @@ def _phase(sym: np.ndarray, seq: np.ndarray, p: int, anchors: list[_Anchor],
         positions = t[1]
         if gap_before is None:
             return 0.0, -int(positions[0])
-        return float(np.median(gap_before[positions])), -int(positions[0])
+        return float(median(gap_before[positions])), -int(positions[0])
 
     score, positions = max(good, key=pause)
     return Period(p, positions.astype(np.int64), score, int(seq[positions[0]]))

@@ -34,6 +34,7 @@ from gpudoctor.analysis.breakdown import durations_in_steps
 from gpudoctor.analysis.op_costs import OpCosts
 from gpudoctor.analysis.opcost import element_type_of_kernel, op_cost
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import distinct
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
@@ -90,7 +91,7 @@ def roofline(trace: Trace, steps: Steps, ceilings: Ceilings) -> RooflineResult:
     dev = trace.device
     n_steps = max(len(steps), 1)
     in_steps = durations_in_steps(trace, steps)
-    costs = _op_costs(trace, np.unique(dev.op[dev.op >= 0]))
+    costs = _op_costs(trace, distinct(dev.op[dev.op >= 0]))
     flops, nbytes, dtype = _event_shares(trace, costs)
     dtype = _tf32_where_tensor_cores(dev.kind, dtype, trace)
     known = (flops > 0) | (nbytes > 0)
@@ -154,9 +155,9 @@ def _op_costs(trace: Trace, ops: np.ndarray) -> OpCosts:
                                           codes[kernel_at.reshape(-1)], 0)
     type_names = list(list_types)
     keys = np.stack((host.name[ops].astype(np.int64), arg.astype(np.int64), list_type))
-    distinct, first_op, which = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+    keys_seen, first_op, which = np.unique(keys, axis=1, return_index=True, return_inverse=True)
     table = []
-    for (name, k, code), i in zip(distinct.T.tolist(), ops[first_op].tolist()):
+    for (name, k, code), i in zip(keys_seen.T.tolist(), ops[first_op].tolist()):
         flops = values[k].flops if k >= 0 and values[k].flops is not None else -1.0
         table.append(op_cost(trace.strings[name], trace.input_dims(i), trace.input_types(i),
                              np.nan if flops < 0 else flops, trace.input_strides(i),

@@ -28,6 +28,7 @@ import numpy as np
 
 from gpudoctor.analysis.intervals import clip_total, union
 from gpudoctor.analysis.iterations import kernel_period_starts, module_forward_starts
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
 METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forward", "kernel-period",
@@ -56,7 +57,7 @@ class Steps:
 
     @property
     def median_ms(self) -> float:
-        return float(np.median(self.durations_ms)) if len(self) else 0.0
+        return float(median(self.durations_ms)) if len(self) else 0.0
 
     @property
     def total_ns(self) -> int:
@@ -110,9 +111,9 @@ def without_outlier_edges(steps: Steps, trace: Trace,
     dur = (steps.end - steps.start).astype(float)
     lo, hi = 0, len(steps) - 1
     while hi - lo + 1 > MIN_TYPICAL_STEPS:
-        if dur[hi] > OUTLIER_TIMES * float(np.median(dur[lo:hi])) and dur[hi] >= dur[lo]:
+        if dur[hi] > OUTLIER_TIMES * float(median(dur[lo:hi])) and dur[hi] >= dur[lo]:
             edge = hi
-        elif dur[lo] > OUTLIER_TIMES * float(np.median(dur[lo + 1:hi + 1])):
+        elif dur[lo] > OUTLIER_TIMES * float(median(dur[lo + 1:hi + 1])):
             edge = lo
         else:
             break
@@ -280,7 +281,7 @@ def _kernel_period_steps(trace: Trace) -> Steps | None:
 
 def _between(starts: np.ndarray, method: str) -> Steps | None:
     """Steps from one boundary to the next (n boundaries: n - 1 whole steps)."""
-    starts = np.unique(starts)
+    starts = distinct(starts)
     if len(starts) < 3:
         return None
     labels = tuple(f"iteration {i}" for i in range(len(starts) - 1))

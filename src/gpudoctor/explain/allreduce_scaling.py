@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.arrays import median
 from gpudoctor.core.finding import Finding, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.interconnect import (
@@ -157,9 +158,9 @@ def _nnls(features: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], partial: str,
              hw: Hardware) -> Finding:
     ns = np.array(sorted(points), dtype=float)
-    t = np.array([float(np.median([ms for ms, _ in points[int(n)]])) for n in ns])
+    t = np.array([float(median([ms for ms, _ in points[int(n)]])) for n in ns])
     sizes = [[s for _, s in points[int(n)] if s is not None] for n in ns]
-    size = np.array([float(np.median(s)) for s in sizes]) if all(sizes) else None
+    size = np.array([float(median(s)) for s in sizes]) if all(sizes) else None
     numbers: dict[str, Any] = {"gpus": [int(n) for n in ns],
                                "allreduce_ms": [round(float(x), 3) for x in t]}
     if size is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.arrays import median
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.explain.tables import CLIFF
 from gpudoctor.plan.collective_cost import (
@@ -144,7 +145,7 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
     curve = model_curve(ns, t, sizes, hw, algo)
     ratio = t / curve.ms
     # unexplained step at ns[j]
-    jumps = [float(ratio[j] / np.median(ratio[:j])) for j in range(1, len(ns))]
+    jumps = [float(ratio[j] / median(ratio[:j])) for j in range(1, len(ns))]
     cliff = next((j for j in range(1, len(ns)) if jumps[j - 1] >= CLIFF), None)
     k = hw.k
     boundary = next((j for j in range(1, len(ns)) if ns[j - 1] <= k < ns[j]), None)
@@ -192,7 +193,7 @@ def _cliff(algo: str, ns: list[int], t: np.ndarray, curve: ModelCurve, ratio: np
            j: int, k: int,
            numbers: dict[str, Any], texts: tuple[str, str, str], partial: str) -> Finding:
     where, expected_jump, tail = texts
-    base = float(np.median(ratio[:j]))
+    base = float(median(ratio[:j]))
     expected = float(curve.ms[j]) * base
     n, prev = ns[j], ns[j - 1]
     unexplained = float(t[j] / expected)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
 from gpudoctor.errors import InputError
 from gpudoctor.explain.tables import (
@@ -81,7 +82,7 @@ def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int
             step_cell = cell_at(cells, ci[1])
             if _is_whole(step_cell):
                 times.setdefault(int(float(step_cell)), cell_at(cells, ti))
-    rank_ids = np.unique(data[:, 0])
+    rank_ids = distinct(data[:, 0])
     # ranks whose every row had an empty or NaN cell
     lost = sorted(dropped_ranks - {int(r) for r in rank_ids})
     if rank_ids.size < 2:
@@ -90,7 +91,7 @@ def _read_ranks(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int
                  else f"only rank {int(rank_ids[0])} in the table")
         raise InputError(f"{what}: {where}; stragglers show against other ranks: give every rank's "
                          f"step times ({RANKS_EXPECTED})")
-    step_ids = np.unique(data[:, 1])
+    step_ids = distinct(data[:, 1])
     if len(data) < 0.5 * rank_ids.size * step_ids.size:
         raise InputError(f"{what}: {len(data)} rows for {rank_ids.size} ranks x {step_ids.size} "
                          f"steps; expected every rank to report the same steps ({RANKS_EXPECTED})")
@@ -162,8 +163,8 @@ def _robust_z(values: np.ndarray) -> tuple[np.ndarray, float, float]:
     The floor is also the spread when MAD is 0 (over half the ranks share one median): the MeanAD
     fallback would let a whole slow node (8 of 32 ranks) widen the spread enough to hide itself.
     """
-    center = float(np.median(values))
-    sigma = max(1.4826 * float(np.median(np.abs(values - center))), JITTER * center, 1e-12)
+    center = float(median(values))
+    sigma = max(1.4826 * float(median(np.abs(values - center))), JITTER * center, 1e-12)
     return (values - center) / sigma, center, sigma
 
 
@@ -182,16 +183,16 @@ def _change_point(y: np.ndarray) -> tuple[int, float, float] | None:
     seg = max(5, n // 50)
     if n < 2 * seg:
         return None
-    scale = float(np.median(y))
+    scale = float(median(y))
     f = _median_filter(y / scale, 9 if n >= 45 else 3)
     cs, cs2 = np.cumsum(f), np.cumsum(f * f)
     k = np.arange(seg, n - seg + 1)
     left = cs2[k - 1] - cs[k - 1] ** 2 / k
     right = (cs2[-1] - cs2[k - 1]) - (cs[-1] - cs[k - 1]) ** 2 / (n - k)
     best = int(k[int(np.argmin(left + right))])
-    before, after = float(np.median(y[:best])), float(np.median(y[best:]))
+    before, after = float(median(y[:best])), float(median(y[best:]))
     resid = np.concatenate([f[:best] - before / scale, f[best:] - after / scale])
-    sigma = max(1.4826 * float(np.median(np.abs(resid))) * scale, JITTER * min(before, after))
+    sigma = max(1.4826 * float(median(np.abs(resid))) * scale, JITTER * min(before, after))
     if abs(after - before) < max(6 * sigma, 0.1 * min(before, after)):
         return None
     return best, before, after
@@ -274,7 +275,7 @@ class _Ranks:
         if before is not None and self.cp is not None and np.isfinite(before[worst]):
             others = [i for i in range(med.size) if i not in flagged and np.isfinite(before[i])]
             rise = slow - float(before[worst])
-            others_rise = float(np.median(med[others] - before[others])) if others else 0.0
+            others_rise = float(median(med[others] - before[others])) if others else 0.0
             numbers.update(change_step=int(self.steps[self.cp[0]]),
                            rank_before_ms=round(float(before[worst]), 3),
                            rank_rise_ms=round(rise, 3), others_rise_ms=round(others_rise, 3))
@@ -315,8 +316,8 @@ class _Ranks:
         step = int(self.steps[k])
         when = f"step {step}" + (f" ({self.times[step]})" if step in self.times else "")
         ratio = after / before
-        med_before, med_after = float(np.median(self.step_med[:k])), float(
-            np.median(self.step_med[k:]))
+        med_before, med_after = float(median(self.step_med[:k])), float(
+            median(self.step_med[k:]))
         numbers = {"change_step": step, "before_ms": round(before, 3), "after_ms": round(after, 3),
                    "ratio": round(ratio, 3), "median_rank_before_ms": round(med_before, 3),
                    "median_rank_after_ms": round(med_after, 3)}
@@ -412,12 +413,12 @@ class _Ranks:
             return None
         base = _median_filter(y, 9)
         resid = y - base
-        sigma = max(1.4826 * float(np.median(np.abs(resid))), JITTER * float(np.median(base)))
-        hit = np.flatnonzero(resid > max(6 * sigma, 0.3 * float(np.median(base))))
+        sigma = max(1.4826 * float(median(np.abs(resid))), JITTER * float(median(base)))
+        hit = np.flatnonzero(resid > max(6 * sigma, 0.3 * float(median(base))))
         if hit.size < 3:
             return None
         gaps = np.diff(self.steps[hit])
-        period = float(np.median(gaps))
+        period = float(median(gaps))
         regular = float(np.mean(np.abs(gaps - period) <= max(1.0, 0.05 * period)))
         if regular < 0.6:
             return None
@@ -425,11 +426,11 @@ class _Ranks:
         f = make_hypothesis(
             "checkpoint-stall", f"Every ~{period:.0f} steps, a step is slow",
             0.5 - (0.1 if self.partial else 0),
-            self._note(f"{hit.size} steps spike {float(np.median(resid[hit])):.1f} ms above their "
+            self._note(f"{hit.size} steps spike {float(median(resid[hit])):.1f} ms above their "
                        f"neighbours, every {period:.0f} steps: checkpointing, evaluation or "
                        f"logging on a schedule. Averaged, {cost:.2f} ms per step."),
             {"spikes": int(hit.size), "period_steps": round(period, 1),
-             "median_spike_ms": round(float(np.median(resid[hit])), 3),
+             "median_spike_ms": round(float(median(resid[hit])), 3),
              "cost_ms_per_step": round(cost, 3), "first_spike_step": int(self.steps[hit[0]])},
             (Fix("Make the periodic work asynchronous (async checkpoint to local NVMe, then "
                  "copy out)",
@@ -442,7 +443,7 @@ class _Ranks:
         return f
 
     def steady(self) -> Finding:
-        med = float(np.median(self.step_max)) if self.step_max.size else 0.0
+        med = float(median(self.step_max)) if self.step_max.size else 0.0
         f = make_hypothesis(
             "step-time-steady", "No straggler, no change in step time",
             0.6 - (0.1 if self.partial else 0),

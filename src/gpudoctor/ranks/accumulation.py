@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
 from gpudoctor.ranks.aligned import Aligned
 
 GRADIENT_OPS = frozenset({"all-reduce", "reduce-scatter"})
@@ -39,9 +40,9 @@ def repeated_sets(al: Aligned) -> Repeated:
         return Repeated(rows, 0.0, 0)
     grad = np.array([op in GRADIENT_OPS for op in al.ops], bool) & (al.micro >= 0) & (al.step >= 0)
     sets = []
-    for k in np.unique(al.step[grad]).tolist():
+    for k in distinct(al.step[grad]).tolist():
         mine = np.flatnonzero(grad & (al.step == k))
-        micros = np.unique(al.micro[mine]).tolist()
+        micros = distinct(al.micro[mine]).tolist()
         if len(micros) < 2:
             continue
         groups = [mine[al.micro[mine] == m] for m in micros]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
 from gpudoctor.ranks.align import Clock, estimate, match
 from gpudoctor.ranks.summary import Collective, RankSummary
 
@@ -87,6 +88,6 @@ def _hidden_free(c: Collective, upto: int) -> int:
 
 def _last_of_step(step: np.ndarray) -> np.ndarray:
     last = np.zeros(len(step), bool)
-    for k in np.unique(step[step >= 0]).tolist():
+    for k in distinct(step[step >= 0]).tolist():
         last[np.flatnonzero(step == k)[-1]] = True
     return last

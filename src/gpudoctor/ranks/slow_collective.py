@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.core.arrays import median
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.errors import GpuDoctorError
 from gpudoctor.hardware.collective_bandwidth import bus_factor
@@ -58,7 +59,7 @@ def size_classes(al: Aligned, busbw_table: str | None = None) -> list[SizeClass]
     per_node = _per_node(al)
     out = []
     for (op, _), ms in sorted(groups.items()):
-        size = int(np.median(al.nbytes[ms]))
+        size = int(median(al.nbytes[ms]))
         seconds = transfer[ms] / 1e9
         # bytes over time summed across the class: one slow instance among fast ones shows
         achieved = bus_factor(op, n) * float(al.nbytes[ms].sum()) / max(float(seconds.sum()), 1e-9) / 1e9

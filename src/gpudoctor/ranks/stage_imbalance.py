@@ -37,6 +37,7 @@ import dataclasses
 
 import numpy as np
 
+from gpudoctor.core.arrays import median
 from gpudoctor.core.finding import (
     MAX_SAVING_SHARE,
     Evidence,
@@ -73,14 +74,14 @@ def check(summaries: list[RankSummary], step_ms: float,
     ranks = list(stages.ranks) if stages else [s.rank for s in summaries]
     compute = stages.compute_ms if stages else np.array([s.compute_ms for s in summaries])
     slow = int(np.argmax(compute))
-    median, mean = float(np.median(compute)), float(compute.mean())
-    if compute[slow] - median < max(MIN_MS, MIN_EXCESS * median):
+    typical, mean = float(median(compute)), float(compute.mean())
+    if compute[slow] - typical < max(MIN_MS, MIN_EXCESS * typical):
         return None
     saving = float(compute[slow]) - mean
     rank = ranks[slow]
     numbers: dict[str, float | int | str] = {
         "slowest_rank": rank, "slowest_compute_ms": round(float(compute[slow]), 4),
-        "median_compute_ms": round(median, 4), "mean_compute_ms": round(mean, 4),
+        "median_compute_ms": round(typical, 4), "mean_compute_ms": round(mean, 4),
         "compute_ms_by_rank": ", ".join(f"{r}: {c:.2f}" for r, c in zip(ranks, compute))}
     how = "the slowest stage's compute above the mean (the micro-batches per step are unknown)"
     if stages is not None:
@@ -91,10 +92,10 @@ def check(summaries: list[RankSummary], step_ms: float,
                f"balanced (m+p-1) mean(t) = {model['balanced_step_ms']:.2f} ms")
     return make_finding(
         ID,
-        f"Pipeline stage on rank {rank} computes {compute[slow] / median:.2f}x the median stage",
+        f"Pipeline stage on rank {rank} computes {compute[slow] / typical:.2f}x the median stage",
         step_ms, saving,
         f"Rank {rank}'s stage computes {compute[slow]:.2f} ms per step against a median of "
-        f"{median:.2f} ms; every micro-batch waits for it, so the other stages idle the "
+        f"{typical:.2f} ms; every micro-batch waits for it, so the other stages idle the "
         f"difference. Balanced, each stage would compute {mean:.2f} ms; the saving, {saving:.2f} "
         f"ms per step, is priced {how}.",
         Evidence(numbers=numbers),
@@ -115,7 +116,7 @@ def _schedule_saving(st: Stages, slow: int) -> tuple[float, dict[str, float | in
     per_mb = st.compute_ms / m  # [P] ms per micro-batch, forward and backward
     now, balanced = pipeline_step_ms(per_mb, m), (m + st.p - 1) * float(per_mb.mean())
     at_median = per_mb.copy()
-    at_median[slow] = float(np.median(np.delete(per_mb, slow)))
+    at_median[slow] = float(median(np.delete(per_mb, slow)))
     waited = max(float(np.delete(st.wait_ms, slow).mean() - st.wait_ms[slow]), 0.0)
     saving = min(now - balanced, waited)
     return saving, {

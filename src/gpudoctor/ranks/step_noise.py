@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
 from gpudoctor.ranks.aligned import Aligned
 
 # one-sided 95% quantiles of Student's t by degrees of freedom (any statistics table); past the
@@ -56,7 +57,7 @@ def lateness(al: Aligned, i: int) -> Lateness:
     others = (start.sum(axis=1) - start[:, i]) / (r - 1)
     late = start[:, i] - others
     steps = al.step[rows]
-    per = np.array([late[steps == k].sum() for k in np.unique(steps)]) / 1e6
+    per = np.array([late[steps == k].sum() for k in distinct(steps)]) / 1e6
     mean = float(per.mean())
     if len(per) < 2:
         return Lateness(tuple(per.round(4).tolist()), mean, mean)

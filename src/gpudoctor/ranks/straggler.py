@@ -38,6 +38,7 @@ import numpy as np
 
 from gpudoctor.analysis.host_time import WAITS
 from gpudoctor.analysis.observer import PROFILER_OVERHEAD_NS_PER_EVENT
+from gpudoctor.core.arrays import median
 from gpudoctor.core.finding import (
     MAX_SAVING_SHARE,
     Evidence,
@@ -188,7 +189,7 @@ def _deinflated(ms: float, events: float, ns_per_event: float) -> float:
 # of the two.
 def per_event_ns(summaries: list[RankSummary]) -> float:
     measured = [s.profiler_ns_per_event for s in summaries if s.profiler_ns_per_event]
-    return max(PROFILER_OVERHEAD_NS_PER_EVENT, float(np.median(measured)) if measured else 0.0)
+    return max(PROFILER_OVERHEAD_NS_PER_EVENT, float(median(measured)) if measured else 0.0)
 
 
 def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
@@ -201,8 +202,8 @@ def host_excess(s: RankSummary, others: list[RankSummary], floor_ms: float
     out = {}
     for c in causes:
         ev_mine = s.host_events.get(c, 0.0)
-        ev_theirs = float(np.median([o.host_events.get(c, 0.0) for o in others]))
-        theirs = float(np.median([_deinflated(o.host_ms.get(c, 0.0),
+        ev_theirs = float(median([o.host_events.get(c, 0.0) for o in others]))
+        theirs = float(median([_deinflated(o.host_ms.get(c, 0.0),
                                               o.host_events.get(c, 0.0), per_event)
                                   for o in others]))
         excess = _deinflated(s.host_ms.get(c, 0.0), ev_mine, per_event) - theirs
@@ -273,7 +274,7 @@ def _host_cause(s: RankSummary, others: list[RankSummary], late_ms: float, floor
                              "own_sync_saving_ms": round(saving, 4),
                              "priced_host_excess_ms": round(price, 4)}, price
     events = [o.host_events.get("dispatch", 0.0) for o in others]
-    if abs(s.host_events.get("dispatch", 0.0) - float(np.median(events))) <= SAME_EVENTS * max(
+    if abs(s.host_events.get("dispatch", 0.0) - float(median(events))) <= SAME_EVENTS * max(
         events, default=0.0):
         # the same ops, issued no slower beyond the profiler's noise: nothing of it is the job's
         return PROFILER_NOISE_CAUSE, numbers, 0.0
@@ -286,8 +287,8 @@ def own_sync_excess(s: RankSummary, others: list[RankSummary]) -> tuple[float, f
     theirs) when the rank syncs where the others do not: at least OWN_SYNCS more sync events a step,
     OWN_SYNC_RATIO times theirs, and a host-sync saving of its own; None otherwise."""
     mine = s.host_events.get("host-sync", 0.0)
-    theirs = float(np.median([o.host_events.get("host-sync", 0.0) for o in others]))
-    saving = s.sync_saving_ms - float(np.median([o.sync_saving_ms for o in others]))
+    theirs = float(median([o.host_events.get("host-sync", 0.0) for o in others]))
+    saving = s.sync_saving_ms - float(median([o.sync_saving_ms for o in others]))
     if mine - theirs >= OWN_SYNCS and mine >= OWN_SYNC_RATIO * theirs and saving > 0:
         return mine - theirs, saving
     return None
@@ -316,7 +317,7 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float,
     need = EXPLAINS * late_ms if need_ms is None else need_ms
     common = [k for k in s.kernel_ms if all(k in o.kernel_ms for o in others)]
     mine = sum(s.kernel_ms[k] for k in common)
-    theirs = sum(float(np.median([o.kernel_ms[k] for o in others])) for k in common)
+    theirs = sum(float(median([o.kernel_ms[k] for o in others])) for k in common)
     work = _work_ratio(s, others)
     if (common and mine - theirs >= need and mine >= SLOWER_KERNELS * theirs
             and (work is None or work < MORE_WORK)):
@@ -327,10 +328,10 @@ def _gpu_cause(s: RankSummary, others: list[RankSummary], late_ms: float,
         # a CPU rank's "kernels" are its operators (ranks/host_ops.py): the same ones slower on its
         # cores
         return ("slower-gpu" if s.gpu else "slower-cpu"), numbers
-    theirs_compute = float(np.median([o.compute_ms for o in others]))
+    theirs_compute = float(median([o.compute_ms for o in others]))
     extra = s.compute_ms - theirs_compute
     if extra >= need and s.compute_ms >= SLOWER_KERNELS * theirs_compute:
-        extra_kernels = s.kernels_per_step - float(np.median([o.kernels_per_step for o in others]))
+        extra_kernels = s.kernels_per_step - float(median([o.kernels_per_step for o in others]))
         return "more-work", {"compute_excess_ms": round(extra, 4),
                              "extra_kernels_per_step": round(extra_kernels, 2),
                              "gpu_excess_ms": round(extra, 4),
@@ -342,7 +343,7 @@ def _work_ratio(s: RankSummary, others: list[RankSummary]) -> float | None:
     """The rank's FLOPs or bytes per step over the others' median, the larger; None when unknown."""
     ratios = []
     for field_ in ("work_flops", "work_bytes"):
-        theirs = float(np.median([getattr(o, field_) for o in others]))
+        theirs = float(median([getattr(o, field_) for o in others]))
         if getattr(s, field_) > 0 and theirs > 0:
             ratios.append(getattr(s, field_) / theirs)
     return max(ratios) if ratios else None
@@ -353,7 +354,7 @@ def _work_numbers(work: float | None) -> dict[str, float]:
 
 
 def _idle_excess(s: RankSummary, others: list[RankSummary], cause: str) -> float:
-    return s.idle_by_cause.get(cause, 0.0) - float(np.median([o.idle_by_cause.get(cause, 0.0)
+    return s.idle_by_cause.get(cause, 0.0) - float(median([o.idle_by_cause.get(cause, 0.0)
                                                               for o in others]))
 
 
@@ -363,7 +364,7 @@ def _clocks(s: RankSummary, others: list[RankSummary]) -> dict:
     theirs = [o.env["sm_clock_mhz_mean"] for o in others if "sm_clock_mhz_mean" in o.env]
     if mine is not None and theirs:
         out["sm_clock_mhz"] = mine
-        out["others_sm_clock_mhz"] = float(np.median(theirs))
+        out["others_sm_clock_mhz"] = float(median(theirs))
     if s.env.get("throttle_reasons_seen"):
         out["throttle_reasons"] = ", ".join(s.env["throttle_reasons_seen"])
     return out

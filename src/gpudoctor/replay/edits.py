@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.replay.graph import CALL, StepGraph
 from gpudoctor.replay.simulate import Changes
 
@@ -90,12 +91,12 @@ def merge(edits: list[Edit]) -> Edit:
     added = [e for e in edits if e.added_at.size]
     return Edit(
         device=dev, device_ns=ns,
-        device_removed=np.unique(np.concatenate([e.device_removed
+        device_removed=distinct(np.concatenate([e.device_removed
                                                  for e in edits]).astype(np.int64)),
         host_removed_s=np.concatenate([e.host_removed_s for e in edits]).astype(np.int64),
         host_removed_e=np.concatenate([e.host_removed_e for e in edits]).astype(np.int64),
-        unwait=np.unique(np.concatenate([e.unwait for e in edits]).astype(np.int64)),
-        calls_removed=np.unique(np.concatenate([e.calls_removed for e in edits]).astype(np.int64)),
+        unwait=distinct(np.concatenate([e.unwait for e in edits]).astype(np.int64)),
+        calls_removed=distinct(np.concatenate([e.calls_removed for e in edits]).astype(np.int64)),
         calls_timed=np.concatenate([e.calls_timed for e in edits]).astype(np.int64),
         calls_timed_ns=np.concatenate([e.calls_timed_ns for e in edits]).astype(float),
         added_at=np.concatenate([e.added_at for e in added]).astype(np.int64) if added else EMPTY_I,
@@ -122,7 +123,7 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         entry_end = graph.end_ns
         prev_end, entry_start, last = graph.gap_windows()
         shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
-        for share in np.unique(shares).tolist():  # each share on the union of its intervals
+        for share in distinct(shares).tolist():  # each share on the union of its intervals
             pick = shares == share
             s, e = union(edit.host_removed_s[pick], edit.host_removed_e[pick])
             # each gap loses the removed host time inside it; a call inside a removed range too
@@ -154,7 +155,7 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
                 own[row_of[h]] = ns
     if edit.added_at.size and edit.added_launches > 0:
         launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
-        launched = np.unique(launched[launched >= 0])
+        launched = distinct(launched[launched >= 0])
         gap[launched] += edit.added_launches * launch_cost_ns(graph, base)
     dur = None
     if edit.device.size:
@@ -174,12 +175,12 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:
     """The host's median time per launch: the gap before a call that launches GPU work, and the
     call."""
-    launching = np.unique(graph.dev_launched_by[graph.dev_launched_by >= 0])
+    launching = distinct(graph.dev_launched_by[graph.dev_launched_by >= 0])
     if launching.size == 0:
         return 0.0
     gap = graph.gap_ns if base is None or base.gap_ns is None else base.gap_ns
     own = graph.own_ns if base is None or base.own_ns is None else base.own_ns
-    return float(np.median(np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]))
+    return float(median(np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]))
 
 
 def _rescaled(edited: np.ndarray, profiled: np.ndarray, free: np.ndarray | None) -> np.ndarray:

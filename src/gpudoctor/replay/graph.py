@@ -30,6 +30,7 @@ from gpudoctor.analysis.observer import (
     step_edge_stretches,
 )
 from gpudoctor.analysis.steps import Steps
+from gpudoctor.core.arrays import median
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
 # A blocked call that returned within this long after a device event ended was waiting for it.
@@ -170,8 +171,8 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     stream_bound = (prev_on_stream >= 0) & (ts - prev_end_on_stream <= HELD_SLACK_NS) & (
         prev_end_on_stream >= ready)
     idle_start = (launched_by >= 0) & ~stream_bound & (ts >= ready)
-    latency = int(np.median(ts[idle_start] - ready[idle_start])) if idle_start.any() else 0
-    switch = int(np.median(ts[stream_bound] - prev_end_on_stream[stream_bound])) if stream_bound.any() else 0
+    latency = int(median(ts[idle_start] - ready[idle_start])) if idle_start.any() else 0
+    switch = int(median(ts[stream_bound] - prev_end_on_stream[stream_bound])) if stream_bound.any() else 0
     latency = min(latency, 50_000)
     held = (free_since > HELD_SLACK_NS + latency) & (launched_by >= 0)
     after = _waited_for(ts, end, stream, held)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.core.arrays import distinct
 from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
 from gpudoctor.trace.model import Trace
 
@@ -150,7 +151,7 @@ def inside_op_named(trace: Trace, host_idx: np.ndarray, name: str) -> np.ndarray
     outer = np.flatnonzero(host.name == ids)
     if outer.size == 0:
         return out
-    for thread in np.unique(host.thread[outer]).tolist():
+    for thread in distinct(host.thread[outer]).tolist():
         o = outer[host.thread[outer] == thread]
         order = np.argsort(host.ts[o])
         starts, ends = host.ts[o][order], np.maximum.accumulate(host.end[o][order])
@@ -203,7 +204,7 @@ def inside_stretches(at: np.ndarray, thread: np.ndarray, starts: np.ndarray, end
     """Per host time ``at`` on ``thread``: whether it falls inside one of the stretches
     [starts, ends) of that same thread."""
     inside = np.zeros(at.size, bool)
-    for th in np.unique(threads).tolist():
+    for th in distinct(threads).tolist():
         s, e = union(starts[threads == th], ends[threads == th])
         mine = thread == th
         inside[mine] = contains(s, e, at[mine])

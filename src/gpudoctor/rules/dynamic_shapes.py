@@ -27,6 +27,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import event_waits
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -164,9 +165,9 @@ def _typical_ns(a: Analysis, calls: np.ndarray) -> dict[int, float]:
     setup = np.zeros(len(host), bool)
     setup[a.idle.setup_calls] = True
     out = {}
-    for name in np.unique(host.name[calls]).tolist():
+    for name in distinct(host.name[calls]).tolist():
         others = np.flatnonzero((host.name == name) & ~setup)
-        ns = float(np.median(host.end[others] - host.ts[others])) if others.size else 0.0
+        ns = float(median(host.end[others] - host.ts[others])) if others.size else 0.0
         out.update({int(c): ns for c in calls[host.name[calls] == name].tolist()})
     return out
 

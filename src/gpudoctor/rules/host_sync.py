@@ -23,6 +23,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import SYNC_OPS, sync_calls
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
+from gpudoctor.core.arrays import distinct, intersection
 from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -55,8 +56,8 @@ def check(a: Analysis) -> Finding | None:
     # name each sync by the operator the user called (aten::item rather than cudaStreamSynchronize)
     named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
     n_steps = max(len(a.steps), 1)
-    distinct = np.unique(named).size
-    if distinct == 0 or round(idle, 3) <= 0:
+    syncs = distinct(named).size
+    if syncs == 0 or round(idle, 3) <= 0:
         return None  # no sync, or no idle to show for it: nothing to report
     shown = f"{idle:.2f}" if idle >= 0.005 else f"{idle:.3f}"  # never "0.00 ms"
     saving, numbers = idle, {}
@@ -75,7 +76,7 @@ def check(a: Analysis) -> Finding | None:
     evidence = Evidence(
         numbers={
             "gpu_idle_after_syncs_ms_per_step": round(idle, 3),
-            "syncs_per_step": round(distinct / n_steps, 2),
+            "syncs_per_step": round(syncs / n_steps, 2),
             "share_of_step_pct": round(100 * idle / a.step_ms, 1),
             **numbers,
         },
@@ -87,7 +88,7 @@ def check(a: Analysis) -> Finding | None:
         "Host-device syncs stall the GPU",
         a.step_ms,
         saving,
-        f"{_how_often(distinct, n_steps)} the host wait for the GPU, then the GPU wait for the "
+        f"{_how_often(syncs, n_steps)} the host wait for the GPU, then the GPU wait for the "
         f"host to refill its queue: {shown} ms idle per step."
         + (" On this host-bound step the reads and the checks computed only for them hold "
            f"{saving:.2f} ms of the host's time." if HOST_WORK_REMOVED in numbers else ""),
@@ -120,7 +121,7 @@ def _finiteness_reads(a: Analysis, named: np.ndarray, ops: np.ndarray) -> int:
     """How many of the syncs' operators (``named``) read a finiteness check made right before them
     on their thread (``bool(torch.isnan(loss))``); ``ops``: the steps' top-level operators."""
     names, host = a.trace.strings, a.trace.host
-    before = _op_before(a, ops, np.intersect1d(named, ops))
+    before = _op_before(a, ops, intersection(named, ops))
     return sum(1 for prev in before.tolist() if prev >= 0
                and names[host.name[prev]] in _FINITENESS_CHECKS)
 
@@ -130,7 +131,7 @@ def _op_before(a: Analysis, ops: np.ndarray, at: np.ndarray) -> np.ndarray:
     the operator right before it on its thread; -1 where none is."""
     host = a.trace.host
     before = np.full(at.size, -1, np.int64)
-    for thread in np.unique(host.thread[at]).tolist():
+    for thread in distinct(host.thread[at]).tolist():
         seq = ops[host.thread[ops] == thread]
         mine = np.flatnonzero(host.thread[at] == thread)
         k = np.searchsorted(seq, at[mine]) - 1
@@ -157,7 +158,7 @@ def _own_reads(a: Analysis, culprits: np.ndarray, ops: np.ndarray) -> np.ndarray
         starts, ends = a.idle.labels.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
         own &= ~contains(starts, ends, ts)
     culprits = culprits[own]
-    named = np.intersect1d(np.where(host.top_op[culprits] >= 0, host.top_op[culprits],
+    named = intersection(np.where(host.top_op[culprits] >= 0, host.top_op[culprits],
                                     culprits), ops)
     sync_ops = a.trace.names_matching(lambda name: name in SYNC_OPS)[host.name[named]]
     readback = np.flatnonzero(np.isin(dev.kind,
@@ -198,7 +199,7 @@ def _host_work_ns(a: Analysis, reads: np.ndarray, starts: np.ndarray, ends: np.n
     host = a.trace.host
     waits = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
     total = float((ends - starts).sum())
-    for thread in np.unique(host.thread[reads]).tolist():
+    for thread in distinct(host.thread[reads]).tolist():
         mine = host.thread[reads] == thread
         on = waits[host.thread[waits] == thread]
         s, e = union(host.ts[on], host.end[on])

@@ -28,6 +28,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.analysis.opcost import DTYPE_BYTES, tensor_inputs
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import (
     ALL_IDLE,
     STEP_FLOOR_AFTER_FIX,
@@ -95,9 +96,9 @@ def check(a: Analysis) -> Finding | None:
     s, e = union(host.ts[culprits], host.end[culprits])
     n_steps = max(len(a.steps), 1)
     loader_ms = float((e - s).sum()) / 1e6 / n_steps
-    names = {trace.strings[i] for i in np.unique(host.name[culprits]).tolist()}
+    names = {trace.strings[i] for i in distinct(host.name[culprits]).tolist()}
     from_workers = any(_MULTIPROCESS in name for name in names)
-    threads = np.unique(host.thread[culprits])  # where the loader ran: the training thread
+    threads = distinct(host.thread[culprits])  # where the loader ran: the training thread
     pinning_ms = 0.0 if from_workers else pinning_ns(a, threads, s, e) / 1e6 / n_steps
     pinning = loader_ms > 0 and pinning_ms >= PINNING_SHARE * loader_ms
     gbps = pinning_gbps(a, threads) if pinning else None

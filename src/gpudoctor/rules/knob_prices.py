@@ -42,6 +42,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
 from gpudoctor.analysis.host_events import ran_backward
+from gpudoctor.core.arrays import distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 
@@ -134,7 +135,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
         gone.append(chain[1:])
     if not retimed:
         return Edit(note="no chain to fuse in the compiled region")
-    removed = np.unique(np.concatenate(gone)).astype(np.int64)
+    removed = distinct(np.concatenate(gone)).astype(np.int64)
     n = max(len(a.steps), 1)
     return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float),
                 device_removed=removed,

@@ -21,6 +21,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS, bookkeeping_names
 from gpudoctor.analysis.intervals import contains, subtract, union
+from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -46,7 +47,7 @@ def check(a: Analysis) -> Finding | None:
     kernels = in_steps & (dev.cat == 0)
     if not kernels.any():
         return None
-    median_us = float(np.median(dev.dur[kernels])) / 1e3
+    median_us = float(median(dev.dur[kernels])) / 1e3
     launches_per_step = float(kernels.sum()) / n_steps
     # with the step timed unprofiled, rules/calibrate.py measures the overhead instead
     overhead_ms = 0.0 if a.unprofiled_step_ms else a.profiler_overhead_ms
@@ -116,7 +117,7 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
         kernels = kernels[within[dev.launch[kernels]]]
     if kernels.size == 0:
         return None
-    calls = np.unique(dev.launch[kernels])
+    calls = distinct(dev.launch[kernels])
     tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
     rs, re_ = union(host.ts[tops], host.end[tops])
     # Python between two launching operators, short and holding no operator of its own but views
@@ -124,7 +125,7 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     outer = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(
         host.thread[tops])
                            & ~bookkeeping_names(a.trace)[host.name])
-    own_ops = np.sort(host.ts[np.setdiff1d(outer, tops)])
+    own_ops = np.sort(host.ts[difference(outer, tops)])
     between = np.searchsorted(own_ops, rs[1:]) - np.searchsorted(own_ops, re_[:-1])
     glue = np.concatenate([(rs[1:] - re_[:-1] <= HOST_WORK_MIN_NS) & (between == 0), [False]])
     re_ = np.where(glue, np.concatenate([rs[1:], [0]]), re_)
@@ -152,7 +153,7 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     first = np.unique(graph_of, return_index=True)[1]
     nodes = np.bincount(graph_of)
     launches = calls[first]
-    return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=np.setdiff1d(calls, launches),
+    return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=difference(calls, launches),
                 calls_timed=launches, calls_timed_ns=nodes[graph_of[first]] * GRAPH_NODE_NS,
                 latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS,
                 note="step captured in a CUDA graph"

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.memory import MemoryResult
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import (
     ALL_IDLE,
     Evidence,
@@ -81,7 +82,7 @@ def _op_names(a: Analysis) -> tuple[str, ...]:
     host = a.trace.host
     if not len(host):
         return ()
-    return tuple(sorted(a.trace.strings[int(i)] for i in np.unique(host.name)
+    return tuple(sorted(a.trace.strings[int(i)] for i in distinct(host.name)
                         if a.trace.strings[int(i)].startswith("aten::")))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.arrays import difference, distinct, union
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -97,7 +98,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     # every kernel launched inside a stretch goes with it (the copies a matmul of a transposed
     # operand makes, the mask's), the fused kernels aside
     kept = idx[softmax]
-    gone = np.setdiff1d(np.union1d(idx[~softmax], launched_inside(a, starts, ends, threads)), kept)
+    gone = difference(union(idx[~softmax], launched_inside(a, starts, ends, threads)), kept)
     kept_ns = np.full(kept.size, min(fused_ns, float(dev.dur[idx].sum())) / kept.size)
     calls = dev.launch[np.concatenate([kept, gone])]
     return Edit(device=np.concatenate([kept, gone]).astype(np.int64),
@@ -129,7 +130,7 @@ def pattern_spans(a: Analysis, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     starts: list[int] = []
     ends: list[int] = []
     threads: list[int] = []
-    for thread in np.unique(host.thread[tops]).tolist():
+    for thread in distinct(host.thread[tops]).tolist():
         seq = tops[host.thread[tops] == thread]
         seq = seq[np.argsort(host.ts[seq], kind="stable")]
         first = last = -1

@@ -19,6 +19,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import autograd_nodes
 from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -130,12 +131,12 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     fused_ns = float(a.roofline.event_bytes[idx].sum()) / LOOP_TRAFFIC_FACTOR / a.ceilings.hbm_bytes_per_s * 1e9
     total = float(dev.dur[idx].sum())
     share = min(fused_ns / total, 1.0) if total > 0 else 1.0
-    calls = np.unique(dev.launch[idx])
+    calls = distinct(dev.launch[idx])
     step_of = np.searchsorted(phase_s, host.ts[calls], side="right") - 1
     first = calls[np.unique(step_of, return_index=True)[1]]  # one launch a region stays
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * share,
                 host_removed_s=phase_s, host_removed_e=r_e,
-                calls_removed=np.setdiff1d(calls, first).astype(np.int64), paced=False,
+                calls_removed=difference(calls, first).astype(np.int64), paced=False,
                 note="fused optimizer step")
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES
+from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.gemm_rate import gemm_seconds
 from gpudoctor.replay.edits import Edit
@@ -172,7 +173,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     share = np.concatenate([share, np.ones(gathers.size)])
     owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
     gone = np.flatnonzero(np.isin(owner, removed_ops) & (owner >= 0))
-    kept = np.setdiff1d(idx, gone)
+    kept = difference(idx, gone)
     calls = dev.launch[gone]
     return Edit(device=kept.astype(np.int64), device_ns=_stacked_ns(a, kept, iterations),
                 device_removed=gone.astype(np.int64), host_removed_s=loop_start,
@@ -219,8 +220,8 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
         anchors.append(looped_nodes)
     steps = step_of(a, host.ts[ops])
     out = []
-    for step in np.unique(steps).tolist():
-        for thread in np.unique(host.thread[ops]).tolist():
+    for step in distinct(steps).tolist():
+        for thread in distinct(host.thread[ops]).tolist():
             seq = ops[(steps == step) & (host.thread[ops] == thread)]
             runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor)))
                     for anchor in anchors]
@@ -272,7 +273,7 @@ def _backward_of_loop_ns(a: Analysis, iterations: float) -> float:
     # nodes is the loop's too
     k = np.searchsorted(a.steps.start, host.ts[looped], side="right") - 1
     return float(sum(host.end[looped[k == step]].max() - host.ts[looped[k == step]].min()
-                     for step in np.unique(k).tolist()))
+                     for step in distinct(k).tolist()))
 
 
 def _looped_nodes(a: Analysis, iterations: float) -> np.ndarray:
@@ -281,7 +282,7 @@ def _looped_nodes(a: Analysis, iterations: float) -> np.ndarray:
     trace, host = a.trace, a.trace.host
     names = trace.strings
     n = max(len(a.steps), 1)
-    candidates = [i for i in np.unique(host.name[host.cat == HostCat.OP]).tolist()
+    candidates = [i for i in distinct(host.name[host.cat == HostCat.OP]).tolist()
                   if _BACKWARD_NODE.match(names[i])]
     if not candidates:
         return np.empty(0, np.int64)
@@ -305,7 +306,7 @@ def _busy_in_span_ns(a: Analysis, idx: np.ndarray) -> float:
     dev = a.trace.device
     k = np.searchsorted(a.steps.start, dev.ts[idx], side="right") - 1
     total = 0.0
-    for step in np.unique(k[k >= 0]).tolist():
+    for step in distinct(k[k >= 0]).tolist():
         sel = idx[k == step]
         inside = (dev.ts >= dev.ts[sel].min()) & (dev.end <= dev.end[sel].max())
         total += float((dev.end[inside] - dev.ts[inside]).sum())
@@ -317,7 +318,7 @@ def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
     dev = a.trace.device
     k = np.searchsorted(a.steps.start, dev.ts[idx], side="right") - 1
     total = 0.0
-    for step in np.unique(k[k >= 0]).tolist():
+    for step in distinct(k[k >= 0]).tolist():
         sel = idx[k == step]
         total += float(dev.end[sel].max() - dev.ts[sel].min())
     return total

@@ -14,6 +14,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.analysis.roofline import DTYPES
+from gpudoctor.core.arrays import distinct, median, union
 from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
@@ -57,7 +58,7 @@ _SPLIT_K = re.compile(r"splitkreduce")
 
 def _names_matching(a: Analysis, pattern: re.Pattern[str]) -> np.ndarray:
     names = a.trace.strings
-    uniq = np.unique(a.trace.device.name)
+    uniq = distinct(a.trace.device.name)
     hits = [i for i in uniq.tolist() if i >= 0 and pattern.search(names[i].lower())]
     return np.isin(a.trace.device.name, np.asarray(hits, np.int64))
 
@@ -80,7 +81,7 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
     return {
         "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32) & not_math),
         "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
-        "attention": np.union1d(np.flatnonzero(live & fp32_attention), math),
+        "attention": union(np.flatnonzero(live & fp32_attention), math),
     }
 
 
@@ -127,7 +128,7 @@ def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
     position = np.empty(len(order), np.int64)
     position[order] = np.arange(len(order))
     gaps = np.diff(np.sort(position[idx]))
-    return bool(gaps.size) and float(np.median(gaps)) <= MAX_KERNELS_BETWEEN
+    return bool(gaps.size) and float(median(gaps)) <= MAX_KERNELS_BETWEEN
 
 
 def attention_events(a: Analysis) -> np.ndarray:
@@ -210,7 +211,7 @@ def _dense_share(a: Analysis, ops: np.ndarray) -> float:
     ts, end = host.ts[ops], np.maximum.accumulate(host.end[ops])
     k = step_of(a, ts)
     dense = 0
-    for step in np.unique(k).tolist():
+    for step in distinct(k).tolist():
         s, e = ts[k == step], end[k == step]
         gaps = s[1:] - e[:-1]
         dense += int(e[-1] - s[0]) - int(gaps[gaps > MAX_OP_GAP_NS].sum())

@@ -22,6 +22,7 @@ from gpudoctor.analysis.host_events import (
 )
 from gpudoctor.analysis.intervals import any_inside
 from gpudoctor.analysis.roofline import DTYPES, roof_for
+from gpudoctor.core.arrays import difference, distinct, median, union
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -132,12 +133,12 @@ def _rows_per_call(a: Analysis, idx: np.ndarray) -> int:
     operator's recorded shapes); 0 when the trace recorded none."""
     ops = a.trace.device.op[idx]
     rows = []
-    for op in np.unique(ops[ops >= 0]).tolist()[:200]:
+    for op in distinct(ops[ops >= 0]).tolist()[:200]:
         dims = a.trace.input_dims(op)
         first = dims[0] if dims and isinstance(dims[0], list) else None
         if first and len(first) >= 2 and all(isinstance(d, int) for d in first):
             rows.append(int(np.prod(first[:-1])))
-    return int(np.median(rows)) if rows else 0
+    return int(median(rows)) if rows else 0
 
 
 def _more_rows_fix(rows: int) -> Fix:
@@ -214,7 +215,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     # the loop's other kernels (a cast of each head's weight, its bias gradient's sum) are launched
     # inside the removed stretches: one batched call launches them once, so they go with it
     others = launched_inside(a, starts_a, ends_a, threads_a)
-    removed = np.union1d(np.array(gone, np.int64), np.setdiff1d(others, idx))
+    removed = union(np.array(gone, np.int64), difference(others, idx))
     calls = dev.launch[removed]
     # a loop whose outputs are joined ran independent GEMMs (heads), whose weights merge into one;
     # same-kernel GEMMs in sequence (a deep stack of small layers) keep their parameters
@@ -254,7 +255,7 @@ def _gathers(a: Analysis, runs: list[np.ndarray]) -> np.ndarray:
                 if a.trace.strings[host.name[j]] in GATHER_OPS:
                     found.append(j)
                 break
-    return np.unique(np.array(found, np.int64))
+    return distinct(np.array(found, np.int64))
 
 
 def _optimizer_share(a: Analysis, starts: np.ndarray, ends: np.ndarray,

@@ -32,6 +32,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import ran_backward
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.rules.base import Rule
@@ -103,7 +104,7 @@ def _passes(a: Analysis, chain: np.ndarray) -> int:
     Kernels per distinct op name, rounded down."""
     dev, host = a.trace.device, a.trace.host
     names = host.name[np.maximum(dev.op[chain], 0)]
-    return max(1, int(chain.size // np.unique(names).size))
+    return max(1, int(chain.size // distinct(names).size))
 
 
 def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
@@ -151,8 +152,10 @@ def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:
     """Number of distinct ops in each chain id."""
     if chain.size == 0:
         return {}
-    pairs = np.unique(np.stack([chain, op]), axis=1)
-    ids, counts = np.unique(pairs[0], return_counts=True)
+    order = np.lexsort((op, chain))
+    chain, op = chain[order], op[order]
+    first = np.concatenate(([True], (chain[1:] != chain[:-1]) | (op[1:] != op[:-1])))
+    ids, counts = np.unique(chain[first], return_counts=True)
     return dict(zip(ids.tolist(), counts.tolist()))
 
 

@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.controls import visible_controls
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.inflate import CHUNKED_FROM_GZ, GZIP_MAGIC, take_inflated
 from gpudoctor.errors import InputError, TraceFormatError
 from gpudoctor.trace.columns import (
@@ -515,7 +516,7 @@ def _classify(cat: np.ndarray, name: np.ndarray, strings: Strings) -> np.ndarray
     if len(cat) == 0:
         return kind
     table = strings.table()
-    used = np.unique(name)
+    used = distinct(name)
     kernel_kind = np.full(len(table), Kind.OTHER, dtype=np.int8)
     copy_kind = np.full(len(table), Kind.MEMCPY_DTOD, dtype=np.int8)
     for sid in used.tolist():

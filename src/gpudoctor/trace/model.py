@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
 from gpudoctor.trace.schema import OpArgs, decode_args
 
 
@@ -215,7 +216,7 @@ class Trace:
         if table.ids is None:
             table.ids = np.full(len(self.host), -2, np.int32)
         ids = table.ids
-        wanted = np.unique(rows[ids[rows] == -2])
+        wanted = distinct(rows[ids[rows] == -2])
         if wanted.size:
             raws = self.host.raw_args
             if hasattr(raws, "positions"):  # RawArgs: in the file's order, each block inflated once

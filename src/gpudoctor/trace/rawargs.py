@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
+
 # Compressed blocks hold about this many bytes of args: one is inflated to read any event in it,
 # small enough that reading one event's args costs well under a millisecond.
 BLOCK_BYTES = 1 << 18
@@ -80,7 +82,7 @@ class RawArgs(Sequence[bytes]):
         first, last = self._offsets(events), self._offsets(events + 1)
         block = np.searchsorted(self._starts, first, side="right") - 1
         out: list[bytes] = [b""] * len(rows)
-        for b in np.unique(block[last > first]).tolist():
+        for b in distinct(block[last > first]).tolist():
             data, base = self._block(b), int(self._starts[b])
             for i in np.flatnonzero(block == b).tolist():
                 out[i] = data[int(first[i]) - base:int(last[i]) - base]
@@ -148,7 +150,7 @@ def _cuts(sizes: np.ndarray, target: int) -> list[tuple[int, int]]:
     total = int(ends[-1]) if len(ends) else 0
     if total <= target:
         return [(0, total)] if total else []
-    cuts = np.unique(ends[np.minimum(np.searchsorted(ends, np.arange(target, total, target)),
+    cuts = distinct(ends[np.minimum(np.searchsorted(ends, np.arange(target, total, target)),
                                      len(ends) - 1)])
     bounds = [0, *cuts.tolist()]
     if bounds[-1] != total:
