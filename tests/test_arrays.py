@@ -51,7 +51,7 @@ def test_edge_cases() -> None:
 
 def test_analysing_the_benchmark_trace_imports_no_numpy_ma() -> None:
     """What the helpers are for: numpy.ma costs a whole ``analyze`` process about 7 ms
-    (benchmarks/BENCHMARKS-loading.md, "A fast whole process"). Other traces may still import it
+    (benchmarks/BENCHMARKS-loading.md, "A fast whole process: numpy.ma left out"). Other traces may still import it
     through ``np.isin``'s sorting path."""
     code = (
         "import sys\n"

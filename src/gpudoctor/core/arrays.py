@@ -11,7 +11,8 @@ def distinct(values: Any) -> np.ndarray:
     """The sorted distinct values of an array of integers or strings, flattened: ``np.unique``
     without options, which imports numpy.ma on its first call to check for a mask (numpy 2.x
     ``_unique1d``): about 7 ms of a whole ``analyze`` process (benchmarks/BENCHMARKS-loading.md,
-    "A fast whole process"). NaNs are not merged: keep ``np.unique`` for floats."""
+    "A fast whole process: numpy.ma left out"). NaNs are not merged: keep ``np.unique`` for
+    floats."""
     ordered = np.sort(np.asarray(values).ravel())
     if ordered.size < 2:
         return ordered
