@@ -228,7 +228,12 @@ def test_compile_knobs_compile_from_a_fresh_inductor_cache_even_where_the_user_s
             "TRITON_CACHE_DIR": str(tmp_path / "triton_cache_dir"),
             "GPUDOCTOR_FRESH_INDUCTOR_CACHE": "1",
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "TORCH_LOGS": "graph_breaks",
         }
+        # Dynamo's graph breaks logged for the trial's reason, added to the user's own logs
+        assert knobs_mod.child_env([kid], {"TORCH_LOGS": "+dynamo"})["TORCH_LOGS"] == (
+            "+dynamo,graph_breaks"
+        )
         assert knobs_mod.needs_fresh_dir([kid])
         # the worker pool slowed pinned copies 80x (knobs.IN_PROCESS_COMPILE); a user's own setting is kept
         assert (

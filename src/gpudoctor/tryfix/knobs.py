@@ -490,8 +490,12 @@ REUSED_CACHE = "reused"
 # (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source: try-fixes"). The effects line
 # tells the user to set it too.
 IN_PROCESS_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# Dynamo logs where and why it broke the graph, read into the trial's reason
+# (tryfix/graph_breaks.py): logged at compile time only, nothing in the timed steps
+GRAPH_BREAK_LOGS = {"TORCH_LOGS": "graph_breaks"}
+COMPILE_ENV = {**IN_PROCESS_COMPILE, **GRAPH_BREAK_LOGS}
 # comma-separated settings a knob adds to; any other a user set is kept
-_MERGED = ("PYTORCH_CUDA_ALLOC_CONF",)
+_MERGED = ("PYTORCH_CUDA_ALLOC_CONF", "TORCH_LOGS")
 
 KNOBS: tuple[Knob, ...] = (
     Knob("loader-workers", "DataLoader worker processes, pinned batches, persistent workers",
@@ -509,14 +513,14 @@ KNOBS: tuple[Knob, ...] = (
     # (priced on the launches alone it under-predicted: benchmarks/BENCHMARKS-try-fixes.md "Evidence
     # moved from the source: try-fixes")
     Knob("compile-reduce-overhead", 'torch.compile(outermost module, mode="reduce-overhead")',
-         ("launch-bound",), _compile("reduce-overhead"), env=IN_PROCESS_COMPILE, numerics=True,
+         ("launch-bound",), _compile("reduce-overhead"), env=COMPILE_ENV, numerics=True,
          group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE, also_saves=("unfused-elementwise",)),
     # priced by fusion alone: summed with launch-bound's saving it read x9.1 and x2.4 where x0.98
     # and x0.93 were measured (benchmarks/BENCHMARKS-replay.md "Replay", knob trials); the report's
     # own replayed price of the knob (rules/knob_prices.py) comes first
     Knob("compile", "torch.compile(outermost module)", ("unfused-elementwise",), _compile(None),
-         env=IN_PROCESS_COMPILE, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
+         env=COMPILE_ENV, numerics=True, group="compile", warmup_steps=WARMUP_COMPILE,
          fresh_dirs=FRESH_CACHE),
     Knob("expandable-segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
          ("memory-pressure",), _expandable, env=EXPANDABLE, group="allocator"),

@@ -115,6 +115,7 @@ from gpudoctor.diff.samples import (
 )
 from gpudoctor.errors import InputError
 from gpudoctor.tryfix.child_trial import ChildTrial, read_child_trial
+from gpudoctor.tryfix.graph_breaks import graph_breaks, summary
 from gpudoctor.tryfix.knobs import (
     BY_ID,
     DROPOUT_MARK,
@@ -414,6 +415,14 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
     return TrialNumerics(tuple(baseline), tuple(trial), LOSS_RTOL, checked, worst, diverged, reason)
 
 
+def _log_text(trial_dir: Path) -> str:
+    """The trial's output.log ("" where it cannot be read)."""
+    try:
+        return (trial_dir / "output.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def _with_reason(rec: TrialRecord, *more: str) -> TrialRecord:
     """``rec`` with ``more`` added to its reason, "; " between the parts that are not empty; a part
     the reason holds already is not said twice (a trial judged again against the controls)."""
@@ -665,6 +674,10 @@ class Trials:
         # the timing mixes a transient: say so beside the verdict
         if status == "ok" and child.unsettled:
             rec = _with_reason(rec, child.unsettled)
+        # a compile knob cut short by graph breaks: where Dynamo broke it
+        if rec.status == "ok" and any(k.group == "compile" for k in knobs):
+            breaks = graph_breaks(_log_text(trial_dir), own=str(Path(__file__).parents[1]))
+            rec = _with_reason(rec, summary(breaks))
         return rec
 
     def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
