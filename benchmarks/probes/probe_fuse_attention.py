@@ -1,16 +1,18 @@
 """Does Inductor rewrite a hand-written attention into scaled_dot_product_attention, under autocast?
 
-The compile knob prices a naive attention in the compiled region as rewritten to
-scaled_dot_product_attention (rules/knob_prices.py ``_attention_within``). Under bf16 autocast the
-softmax runs in fp32 between two bf16 matmuls, which Inductor's attention patterns
-(torch/_inductor/fx_passes/fuse_attention.py) may not match. For each way of running
+The compile knob once priced a naive attention in the compiled region as rewritten to
+scaled_dot_product_attention. Under bf16 autocast the softmax runs in fp32 between two bf16
+matmuls, which Inductor's attention patterns (torch/_inductor/fx_passes/fuse_attention.py) may not
+match. For each way of running
 ``(q @ k^T / sqrt(d)).softmax(-1) @ v`` (under autocast, in bf16, in fp32) this compiles it, runs
 forward and backward, and prints Inductor's ``fuse_attention`` counter (rewrites made) and the
 median step time eager, compiled and as scaled_dot_product_attention.
 
     python benchmarks/probes/probe_fuse_attention.py [--tokens 1025] [--steps 20]
 
-Answer recorded in benchmarks/BENCHMARKS-replay.md ("Knob trials, this session": not yet run).
+Answer recorded in benchmarks/BENCHMARKS-replay.md ("Knob trials, set f"): no rewrite in any of the
+three ways on torch 2.11, so the knob now fuses the attention's softmax chain instead
+(rules/knob_prices.py).
 """
 
 from __future__ import annotations
