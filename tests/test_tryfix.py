@@ -1498,17 +1498,15 @@ def test_a_trial_is_measured_over_the_steps_it_and_the_control_both_timed() -> N
     transformer's compile: x1.33 against x1.12, benchmarks/BENCHMARKS-replay.md "Knob trials, set
     f")."""
     from gpudoctor.tryfix.child_trial import ChildTrial
-    from gpudoctor.tryfix.trial import common_steps, first_step
+    from gpudoctor.tryfix.trial import first_step, same_steps
 
     control = tuple([12.5] * 60 + [500.0] + [12.5] * 39)  # steps 24-123
     trial = tuple([12.5] * 40)  # steps 35-74
-    before, after = common_steps([(24, control), (35, trial)])
+    before, after = same_steps(control, 24, trial, 35)
     assert before == tuple([12.5] * 40) and after == trial
     # unknown indices, or too few steps in common: the whole windows
-    assert common_steps([(None, control), (35, trial)]) == [control, trial]
-    assert common_steps([(24, control), (120, trial)]) == [control, trial]
-    # the rounds of --trial-repeats: every process cut to the steps all of them timed
-    assert [len(w) for w in common_steps([(24, control), (35, trial), (30, control)])] == [40] * 3
+    assert same_steps(control, None, trial, 35) == (control, trial)
+    assert same_steps(control, 24, trial, 120) == (control, trial)
     assert first_step(ChildTrial(samples_ms=(1.0, 2.0, 3.0), steps_seen=10)) == 7
     assert first_step(ChildTrial(samples_ms=(1.0, float("nan")), steps_seen=10)) is None
     assert first_step(ChildTrial(samples_ms=(1.0, 2.0), steps_seen=1)) is None

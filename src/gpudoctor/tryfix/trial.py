@@ -35,7 +35,7 @@ env.json ``capture.unprofiled_step_ms_samples``) against the trial's, through ``
 noise model (diff/samples.py ``compare_samples``: Welch's t on the log ratio of means, a run-to-run
 floor: 1%, or the drift below; every step kept, ``DROP_OUTLIERS``): speedup = baseline mean / trial
 mean, its 95% interval the inverse of the step-time change's. Against the control, both sides are
-the steps both timed (``common_steps``, by step index): a compile trial starts later and stops
+the steps both timed (``same_steps``, by step index): a compile trial starts later and stops
 sooner than the control, and a program whose steps differ with their place (an epoch's end, a
 validation loop) compared over different stretches of itself measured the stretch, not the knob
 (benchmarks/BENCHMARKS-replay.md "Knob trials, set f": the Lightning transformer's compile read
@@ -160,8 +160,6 @@ BALLPARK = 0.5  # the interval's best end must save at least this share of the p
 NOT_ENOUGH = "not enough steps to judge"
 # the evidence a verdict needs on each side: capture/timing.py says why, and times trials to it
 MIN_JUDGED_STEPS, MIN_JUDGED_S = TRIAL_JUDGED_MIN_STEPS, TRIAL_JUDGED_MIN_S
-# one process's timed steps: the program's step index of the first (None: not known), the samples
-Window = tuple[int | None, tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -525,7 +523,7 @@ class Trials:
                 rounds.setdefault(p.knob.id,
                                   []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
         rounds[CONTROL].append(self.one(CONTROL_END, [], None))
-        controls = self._round_windows(rounds[CONTROL])
+        controls = self._round_samples(rounds[CONTROL])
         self.records += self._summarize_controls(rounds[CONTROL])
         for p in planned:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
@@ -541,14 +539,9 @@ class Trials:
         child = self._children.get(name)
         return usable(child.samples_ms) if child is not None else ()
 
-    def _round_windows(self, recs: Sequence[TrialRecord]) -> list[Window]:
-        """The step samples of each round that ran to its steps, with the index of the first."""
-        out = []
-        for rec in recs:
-            samples = self._samples(rec.knob) if rec.status == "ok" else ()
-            if samples:
-                out.append((first_step(self._children.get(rec.knob)), samples))
-        return out
+    def _round_samples(self, recs: Sequence[TrialRecord]) -> list[tuple[float, ...]]:
+        """The step samples of each round that ran to its steps."""
+        return [s for s in (self._samples(rec.knob) for rec in recs if rec.status == "ok") if s]
 
     def _round_record(self, rec: TrialRecord) -> TrialRound:
         """One process of a repeated trial: where it ran, how it ended and its mean step."""
@@ -570,11 +563,11 @@ class Trials:
                 "apart); each knob is measured over its processes against them all"))
         return control, end
 
-    def _aggregate(self, recs: list[TrialRecord], controls: list[Window],
+    def _aggregate(self, recs: list[TrialRecord], controls: list[tuple[float, ...]],
                    planned: Planned | None) -> TrialRecord:
         """One knob's record over its rounds: the first round's record (its numerics, memory and
         files), measured again over every round's process."""
-        windows = self._round_windows(recs)
+        runs = self._round_samples(recs)
         ok = [rec for rec in recs if rec.status == "ok"]
         agg = replace(ok[0] if ok else recs[0], knob=recs[0].knob,
                       rounds=tuple(self._round_record(rec) for rec in recs))
@@ -584,13 +577,11 @@ class Trials:
             agg = _with_reason(agg, *failed)
         if not ok or agg.status != "ok":
             return agg
-        if not (windows and controls):
+        if not (runs and controls):
             return replace(agg, status=TOO_FEW, verdict=TOO_FEW)
-        cut = common_steps([*controls, *windows])
-        controls_cut, runs = cut[:len(controls)], cut[len(controls):]
-        change = compare_processes(controls_cut, runs, floor_pct=DEFAULT_FLOOR_PCT,
+        change = compare_processes(controls, runs, floor_pct=DEFAULT_FLOOR_PCT,
                                    drop_outliers=DROP_OUTLIERS)
-        sides = (timed([v for c in controls_cut for v in c]), timed([v for r in runs for v in r]))
+        sides = (timed([v for c in controls for v in c]), timed([v for r in runs for v in r]))
         return _verdict_of(_measured(agg, change), change, DEFAULT_FLOOR_PCT, planned, sides)
 
     def _run_control(self) -> None:
@@ -703,8 +694,8 @@ class Trials:
         if not (samples and self.baseline.samples_ms):
             return replace(rec, status=TOO_FEW, verdict=TOO_FEW,
                            reason=f"the trial timed {len(samples)} steps")
-        before, after = common_steps([(self.baseline.first_step, self.baseline.samples_ms),
-                                      (first_step(self._children.get(rec.knob)), samples)])
+        before, after = same_steps(self.baseline.samples_ms, self.baseline.first_step, samples,
+                                   first_step(self._children.get(rec.knob)))
         change = _compare(before, after, self.floor_pct)
         sides = (timed(before), timed(after))
         return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
@@ -829,20 +820,19 @@ def first_step(child: ChildTrial | None) -> int | None:
     return child.steps_seen - n
 
 
-def common_steps(windows: Sequence[Window]) -> list[tuple[float, ...]]:
-    """Every process's samples cut to the step indices all of them timed (a trial and its
-    reference; with ``--trial-repeats``, every round's process and the controls): module
-    docstring, "Measured speedup". As they are where an index is unknown or they share fewer than
-    ``MIN_JUDGED_STEPS``."""
-    whole = [tuple(samples) for _, samples in windows]
-    known = [(first, tuple(samples)) for first, samples in windows if first is not None]
-    if not windows or len(known) < len(windows):
+def same_steps(before: Sequence[float], before_first: int | None, after: Sequence[float],
+               after_first: int | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Both sides cut to the step indices both timed (module docstring, "Measured speedup"); as
+    they are where either side's index is unknown or they share fewer than ``MIN_JUDGED_STEPS``."""
+    whole = (tuple(before), tuple(after))
+    if before_first is None or after_first is None:
         return whole
-    lo = max(first for first, _ in known)
-    hi = min(first + len(samples) for first, samples in known)
+    lo = max(before_first, after_first)
+    hi = min(before_first + len(before), after_first + len(after))
     if hi - lo < MIN_JUDGED_STEPS:
         return whole
-    return [samples[lo - first:hi - first] for first, samples in known]
+    return (tuple(before[lo - before_first:hi - before_first]),
+            tuple(after[lo - after_first:hi - after_first]))
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
