@@ -1489,25 +1489,3 @@ def test_a_trial_judged_again_does_not_say_its_reason_twice() -> None:
     assert once.reason == short
     assert _with_reason(once, short).reason == short
     assert _with_reason(once, "", "dropout").reason == f"{short}; dropout"
-
-
-def test_a_trial_is_measured_over_the_steps_it_and_the_control_both_timed() -> None:
-    """A compile trial starts later (its warm-up) and stops sooner than the control; the control's
-    window held an epoch's end (a 500 ms step among 12.5 ms ones) that the trial's did not: over
-    the whole windows the knob "measured" faster, over the same steps not (the Lightning
-    transformer's compile: x1.33 against x1.12, benchmarks/BENCHMARKS-replay.md "Knob trials, set
-    f")."""
-    from gpudoctor.tryfix.child_trial import ChildTrial
-    from gpudoctor.tryfix.trial import first_step, same_steps
-
-    control = tuple([12.5] * 60 + [500.0] + [12.5] * 39)  # steps 24-123
-    trial = tuple([12.5] * 40)  # steps 35-74
-    before, after = same_steps(control, 24, trial, 35)
-    assert before == tuple([12.5] * 40) and after == trial
-    # unknown indices, or too few steps in common: the whole windows
-    assert same_steps(control, None, trial, 35) == (control, trial)
-    assert same_steps(control, 24, trial, 120) == (control, trial)
-    assert first_step(ChildTrial(samples_ms=(1.0, 2.0, 3.0), steps_seen=10)) == 7
-    assert first_step(ChildTrial(samples_ms=(1.0, float("nan")), steps_seen=10)) is None
-    assert first_step(ChildTrial(samples_ms=(1.0, 2.0), steps_seen=1)) is None
-    assert first_step(None) is None

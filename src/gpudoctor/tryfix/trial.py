@@ -34,12 +34,7 @@ control's and control-end's means once control-end ran: ``bracketed``; else the 
 env.json ``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s
 noise model (diff/samples.py ``compare_samples``: Welch's t on the log ratio of means, a run-to-run
 floor: 1%, or the drift below; every step kept, ``DROP_OUTLIERS``): speedup = baseline mean / trial
-mean, its 95% interval the inverse of the step-time change's. Against the control, both sides are
-the steps both timed (``same_steps``, by step index): a compile trial starts later and stops
-sooner than the control, and a program whose steps differ with their place (an epoch's end, a
-validation loop) compared over different stretches of itself measured the stretch, not the knob
-(benchmarks/BENCHMARKS-replay.md "Knob trials, set f": the Lightning transformer's compile read
-x1.33 over the whole windows, x1.12 over the same steps). With ``--trial-repeats N`` (N rounds
+mean, its 95% interval the inverse of the step-time change's. With ``--trial-repeats N`` (N rounds
 of the control and each knob, alternating, and the control once more at the end), each process's
 mean is one observation instead, and the interval is over processes (diff/samples.py
 ``compare_processes``; ``Trials._run_rounds``).
@@ -175,9 +170,6 @@ class Baseline:
     # the report header's unprofiled step, the one the findings were priced on: an estimate made of
     # the steps before and after the window (capture/timing.py), not the mean of ``samples_ms``
     priced_ms: float | None = None
-    # the program's step index of ``samples_ms[0]`` (a control's; None: not known, the diagnosed
-    # run's)
-    first_step: int | None = None
 
 
 # A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and 3
@@ -605,8 +597,7 @@ class Trials:
                     "two, and a price made at one speed may not hold at the other"))
             self.baseline = Baseline(samples, child.losses, child.peak_memory_bytes,
                                      self.baseline.skip,
-                                     self.baseline.steps, self.baseline.priced_ms,
-                                     first_step(child))
+                                     self.baseline.steps, self.baseline.priced_ms)
             self.reference = "control"
         else:
             rec = _with_reason(rec, "the trials are measured against the diagnosed run's samples "
@@ -694,10 +685,8 @@ class Trials:
         if not (samples and self.baseline.samples_ms):
             return replace(rec, status=TOO_FEW, verdict=TOO_FEW,
                            reason=f"the trial timed {len(samples)} steps")
-        before, after = same_steps(self.baseline.samples_ms, self.baseline.first_step, samples,
-                                   first_step(self._children.get(rec.knob)))
-        change = _compare(before, after, self.floor_pct)
-        sides = (timed(before), timed(after))
+        change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
+        sides = (timed(self.baseline.samples_ms), timed(samples))
         return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
 
     def _spawn(self, trial_dir: Path, knob_ids: list[str],
@@ -806,33 +795,6 @@ def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequ
     return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids),
             "skip": skip, "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS,
             "out_dir": str(trial_dir.resolve()), "program": program or {}}
-
-
-def first_step(child: ChildTrial | None) -> int | None:
-    """The program's step index of a child's first timed sample: the steps it saw less the ones it
-    timed (None where that cannot be told: nothing timed, a sample dropped as unusable, a count
-    short of the samples)."""
-    if child is None or not child.samples_ms:
-        return None
-    n = len(child.samples_ms)
-    if len(usable(child.samples_ms)) != n or child.steps_seen < n:
-        return None
-    return child.steps_seen - n
-
-
-def same_steps(before: Sequence[float], before_first: int | None, after: Sequence[float],
-               after_first: int | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Both sides cut to the step indices both timed (module docstring, "Measured speedup"); as
-    they are where either side's index is unknown or they share fewer than ``MIN_JUDGED_STEPS``."""
-    whole = (tuple(before), tuple(after))
-    if before_first is None or after_first is None:
-        return whole
-    lo = max(before_first, after_first)
-    hi = min(before_first + len(before), after_first + len(after))
-    if hi - lo < MIN_JUDGED_STEPS:
-        return whole
-    return (tuple(before[lo - before_first:hi - before_first]),
-            tuple(after[lo - after_first:hi - after_first]))
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
