@@ -4,7 +4,10 @@ the step indices both timed, beside the speedup the trial reported (all of each 
 The controls time every step from their skip to the end; a compile trial starts later (its
 warm-up) and stops sooner, so a program whose steps differ with their place (an epoch's end, a
 validation loop) is compared over different stretches of itself. A sample's step index is the
-child's ``steps_seen`` less its sample count, plus its position (tryfix/child_trial.py).
+child's ``steps_seen`` less its sample count, plus its position (tryfix/child_trial.py): right only
+where the samples run unbroken to the child's end, as in trials that record no trace
+(``--no-trial-trace``, as benchmarks/bench_knob_trials.py runs them); a trial that records a trace
+window times steps before and after it.
 
     python benchmarks/bench_trial_windows.py RUN_DIR [RUN_DIR ...]
 
