@@ -45,11 +45,12 @@ OUTSIDE_NAMES = re.compile(
     r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
 OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
 # recurrent modules' operators and their backward nodes: left to eager mode by TorchDynamo
+_RECURRENT_OPS = r"aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
+RECURRENT_FORWARD = re.compile(rf"^{_RECURRENT_OPS}$")
 EAGER_UNDER_DYNAMO = re.compile(
-    r"^(aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
+    rf"^({_RECURRENT_OPS}"
     r"|autograd::engine::evaluate_function: "
     r"((CudnnRnn|MiopenRnn)Backward\d*|torch::autograd::AccumulateGrad))$")
-RECURRENT_FORWARD = re.compile(r"^aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)$")
 
 
 def compiled_region(trace: Trace) -> np.ndarray:
@@ -114,35 +115,37 @@ def _after_recurrent(trace: Trace, region_top: np.ndarray, owner: np.ndarray) ->
         return out
     ts = host.ts[forward]
     pass_of = np.searchsorted(np.sort(host.ts[engine]), ts)
-    passes = distinct(pass_of[recurrent])
-    first_recurrent = {p: ts[recurrent & (pass_of == p)].min() for p in passes.tolist()}
-    rest = np.fromiter((p in first_recurrent and t >= first_recurrent[p]
-                        for p, t in zip(pass_of.tolist(), ts.tolist())), bool, ts.size)
-    out[forward[rest]] = True
+    n_passes = int(pass_of.max()) + 1
+    first_recurrent = _least_by_pass(n_passes, pass_of[recurrent], ts[recurrent])
+    out[forward[ts >= first_recurrent[pass_of]]] = True
     # sequence numbers: where each pass starts, and where its eager rest starts
     inside = np.flatnonzero(np.isin(owner, forward))
     seq = sequence_numbers(trace, inside)
     pass_of_event = pass_of[np.searchsorted(forward, owner[inside])]
-    rest_of_event = out[owner[inside]]
     graded = seq >= 0
-    starts = {int(p): int(seq[graded & (pass_of_event == p)].min())
-              for p in distinct(pass_of_event[graded]).tolist()}
-    rest_starts = {int(p): int(seq[graded & rest_of_event & (pass_of_event == p)].min())
-                   for p in distinct(pass_of_event[graded & rest_of_event]).tolist()}
-    if not rest_starts:
+    in_rest = graded & out[owner[inside]]
+    starts = _least_by_pass(n_passes, pass_of_event[graded], seq[graded])
+    rest_starts = _least_by_pass(n_passes, pass_of_event[in_rest], seq[in_rest])
+    known = np.flatnonzero(np.isfinite(starts))  # passes in order, each to the next one's start
+    ends = np.append(starts[known][1:], np.inf)
+    with_rest = np.isfinite(rest_starts[known])
+    if not with_rest.any():
         return out
-    order = sorted(starts)
-    bounds = [(rest_starts[p], starts[order[k + 1]] if k + 1 < len(order) else np.inf)
-              for k, p in enumerate(order) if p in rest_starts]
-    if len(order) > 1 and order[0] in rest_starts:  # the backward before the first pass
-        step = median(np.diff([starts[p] for p in order]))
-        bounds.append((rest_starts[order[0]] - step, starts[order[0]]))
+    lo, hi = rest_starts[known][with_rest], ends[with_rest]
+    if known.size > 1 and with_rest[0]:  # the backward before the first pass
+        step = median(np.diff(starts[known]))
+        lo, hi = np.append(lo, lo[0] - step), np.append(hi, starts[known[0]])
     nodes = np.flatnonzero(engine)
     node_seq = sequence_numbers(trace, nodes)
-    lo = np.array([b[0] for b in bounds], float)
-    hi = np.array([b[1] for b in bounds], float)
     hit = (node_seq[:, None] >= lo) & (node_seq[:, None] < hi) & (node_seq[:, None] >= 0)
     out[nodes[hit.any(axis=1)]] = True
+    return out
+
+
+def _least_by_pass(n_passes: int, pass_of: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per pass, the least of ``values`` that fall in it (inf for a pass with none)."""
+    out = np.full(n_passes, np.inf)
+    np.minimum.at(out, pass_of, values.astype(float))
     return out
 
 
