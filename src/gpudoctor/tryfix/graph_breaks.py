@@ -2,8 +2,7 @@
 
 A compile knob that measures little has most often been cut short by graph breaks: the operators
 after a break Dynamo cannot resume from run eagerly, and a break in a nested call leaves that call
-eager (benchmarks/BENCHMARKS-replay.md "Knob trials, set f": the word-LM's LSTM, a
-``Tensor.item()`` inside nn.Transformer). The compile trials run with ``TORCH_LOGS=graph_breaks``
+eager (benchmarks/BENCHMARKS-replay.md "Knob trials, set f"). The compile trials run with ``TORCH_LOGS=graph_breaks``
 (tryfix/knobs.py ``GRAPH_BREAK_LOGS``), which logs each break's place and reason; a ``.item()``
 break is also warned about by default. The trial's reason names the places, so the user sees why
 the knob did less than its price.
@@ -13,6 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from gpudoctor.plan.limits import plural
 
 # "[__graph_breaks] Graph break in user code at /path/file.py:50", also "Graph break (user stack
 # suppressed due to duplicate graph break) in user code at ..."
@@ -46,17 +47,18 @@ def graph_breaks(log: str, own: str = "") -> list[GraphBreak]:
     for i, line in enumerate(lines):
         at = _AT.search(line)
         if at:
-            if own and at["where"].startswith(own):
-                continue
-            where = _short(at["where"], at["line"])
-            reason = next((m["reason"] for m in map(_REASON.search, lines[i + 1:i + 4]) if m), "")
-            found.setdefault(where, _first_clause(reason))
-            continue
-        warned = _FROM.search(line)
-        if warned:
+            path, number = at["where"], at["line"]
+            reason = _first_clause(
+                next((m["reason"] for m in map(_REASON.search, lines[i + 1:i + 4]) if m), ""))
+        elif warned := _FROM.search(line):
             frames = [m for m in map(_FRAME.search, lines[i + 1:i + 80]) if m]
-            if frames and not (own and frames[-1]["where"].startswith(own)):
-                found.setdefault(_short(frames[-1]["where"], frames[-1]["line"]), warned["what"])
+            if not frames:
+                continue
+            path, number, reason = frames[-1]["where"], frames[-1]["line"], warned["what"]
+        else:
+            continue
+        if not (own and path.startswith(own)):
+            found.setdefault(_short(path, number), reason)
     return [GraphBreak(w, r) for w, r in found.items()]
 
 
@@ -69,8 +71,7 @@ def summary(breaks: list[GraphBreak]) -> str:
         + (", the rest of that function ran eagerly" if b.skips_the_rest else "")
         for b in breaks[:MAX_NAMED])
     more = f"; {len(breaks) - MAX_NAMED} more" if len(breaks) > MAX_NAMED else ""
-    places = f"{len(breaks)} place{'s' if len(breaks) != 1 else ''}"
-    return f"TorchDynamo broke the graph at {places} (output.log): {named}{more}"
+    return f"TorchDynamo broke the graph at {plural(len(breaks), 'place')} (output.log): {named}{more}"
 
 
 def _short(path: str, line: str) -> str:

@@ -415,6 +415,11 @@ def numerics(baseline: Sequence[float | None], trial: Sequence[float | None], ch
     return TrialNumerics(tuple(baseline), tuple(trial), LOSS_RTOL, checked, worst, diverged, reason)
 
 
+# gpudoctor's own folder: the children import it from its parent; breaks in its files are not the
+# program's (tryfix/graph_breaks.py)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
 def _log_text(trial_dir: Path) -> str:
     """The trial's output.log ("" where it cannot be read)."""
     try:
@@ -676,7 +681,7 @@ class Trials:
             rec = _with_reason(rec, child.unsettled)
         # a compile knob cut short by graph breaks: where Dynamo broke it
         if rec.status == "ok" and any(k.group == "compile" for k in knobs):
-            breaks = graph_breaks(_log_text(trial_dir), own=str(Path(__file__).parents[1]))
+            breaks = graph_breaks(_log_text(trial_dir), own=str(PACKAGE_DIR))
             rec = _with_reason(rec, summary(breaks))
         return rec
 
@@ -725,7 +730,7 @@ class Trials:
 
     def _run_child(self, trial_dir: Path, spec_path: Path, env: dict[str, str], cwd: Path,
                    target: Any) -> tuple[str, str, ChildTrial | None, float]:
-        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding gpudoctor/
+        package_root = str(PACKAGE_DIR.parent)  # the folder holding gpudoctor/
         paths = [package_root] + ([str(Path.cwd())] if target.is_module else [])
         env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH", "")] if p])
         log = trial_dir / "output.log"
