@@ -31,19 +31,27 @@ CONTROLS = ("control", "control-end")
 def timed_steps(run: Path, knob: str) -> dict[int, float] | None:
     """{step index: ms} of one trial, None where it timed nothing."""
     path = run / "trials" / knob / "trial.json"
-    if not path.exists():
-        return None
-    trial = json.loads(path.read_text())
-    samples = trial.get("samples_ms") or []
+    try:
+        trial = json.loads(path.read_text())
+        samples = [float(v) for v in trial.get("samples_ms") or []]
+        first = int(trial["steps_seen"]) - len(samples)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a trial with no readable samples is left out
     if not samples:
         return None
-    first = int(trial["steps_seen"]) - len(samples)
     return {first + i: float(v) for i, v in enumerate(samples)}
 
 
 def rows_of(run: Path) -> list[dict]:
-    trials = json.loads((run / "trials.json").read_text())
-    records = trials.get("trials", trials) if isinstance(trials, dict) else trials
+    try:
+        trials = json.loads((run / "trials.json").read_text())
+        records = trials.get("trials", trials) if isinstance(trials, dict) else trials
+        records = [r for r in records if isinstance(r, dict) and "knob" in r]
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        raise SystemExit(
+            f"{run}: no readable trials.json ({type(exc).__name__}); pass the folders "
+            "`gpudoctor run --try-fixes` leaves (RUNS/<program>/<run>)"
+        ) from None
     controls = [c for c in (timed_steps(run, k) for k in CONTROLS) if c]
     out = []
     for rec in records:
