@@ -61,10 +61,12 @@ def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
 @pytest.mark.parametrize(
     ("program", "compile_", "reduce_overhead"),
     [
-        # measured x0.98 [0.94-1.02] and x2.70 [2.60-2.80]; summing the findings read x9.09 and x12.1
-        ("manual_sgd", 1.0, 4.4868),
-        # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89]; summing the findings read x2.42 and x3.19
-        ("unet_ema", 1.0, 3.1361),
+        # measured x0.98 [0.94-1.02] and x2.70 [2.60-2.80], compile x1.32 in a later session;
+        # summing the findings read x9.09 and x12.1; the host keeping the fused operators, x1.00
+        ("manual_sgd", 1.1501, 4.4868),
+        # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89], compile x1.14 in a later session;
+        # summing the findings read x2.42 and x3.19; the host keeping the fused operators, x1.00
+        ("unet_ema", 1.1196, 3.1361),
     ],
 )
 def test_compile_knobs_are_priced_by_what_they_change(

@@ -12,10 +12,11 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   attention to scaled_dot_product_attention: its ``fuse_attention`` patterns matched no
   ``softmax(q @ k^T / sqrt(d)) @ v`` in bf16, fp32 or under autocast on torch 2.11
   (benchmarks/probes/probe_fuse_attention.py; benchmarks/BENCHMARKS-replay.md "Knob trials, set
-  f"). The host keeps its time: on host-bound steps the compiled module's generated code cost the host
-  about what eager did (manual_sgd x0.98, unet_ema x0.93 measured, where taking the fused
-  operators' host time out priced x1.15 and x1.14, and summing launch-bound's saving x9.1 and
-  x2.4: benchmarks/BENCHMARKS-replay.md "Replay", knob trials).
+  f"). A fused chain's other operators leave the host with their kernels (the generated code
+  dispatches none of them); the rest of the region's host work stays. On host-bound steps compile
+  measured x0.93-0.98 in one session and x1.14-1.32 in another: the host keeping every operator
+  priced x1.00, the fused ones out x1.12-1.15, within 1.25x of both (benchmarks/BENCHMARKS-replay.md
+  "The fused operators' host time").
 - ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
   (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
   backward a step.
@@ -42,7 +43,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
 from gpudoctor.analysis.host_events import ran_backward
-from gpudoctor.core.arrays import distinct
+from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 
@@ -117,7 +118,8 @@ def _compiled_already(a: Analysis, region: np.ndarray) -> bool:
 def fusion(a: Analysis, within: np.ndarray) -> Edit:
     """Each chain of memory-bound kernels launched from host events ``within`` fused into one
     kernel at its fused time (unfused_elementwise ``fused_ns``): the chain's first kernel takes
-    it, the others leave the GPU; the host's calls stay (module docstring). An empty edit (a
+    it, the others leave the GPU, and the operators that launched only those leave the host
+    (module docstring). An empty edit (a
     region with no chain) is the step unchanged."""
     dev = a.trace.device
     t = a.roofline.event_in_steps_ns
@@ -136,11 +138,25 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
     if not retimed:
         return Edit(note="no chain to fuse in the compiled region")
     removed = distinct(np.concatenate(gone)).astype(np.int64)
+    ops = _ops_launching_only(a, removed)
+    host = a.trace.host
     n = max(len(a.steps), 1)
     return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float),
-                device_removed=removed,
+                device_removed=removed, host_removed_s=host.ts[ops], host_removed_e=host.end[ops],
                 note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused "
                      f"({removed.size / n:.0f} kernels fewer)")
+
+
+def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:
+    """The outermost host operators (an autograd node in the backward) every kernel of which is in
+    ``kernels``: a fused chain's other operators, which the generated code no longer dispatches.
+    An operator that also launches a kernel that stays (a matmul's) keeps its time."""
+    dev, host = a.trace.device, a.trace.host
+    launched = np.flatnonzero(dev.launch >= 0)
+    calls = dev.launch[launched]
+    tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
+    gone = np.isin(launched, kernels)
+    return difference(distinct(tops[gone]), tops[~gone]).astype(np.int64)
 
 
 __all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice", "fusion",
