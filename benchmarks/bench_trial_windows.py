@@ -4,10 +4,12 @@ the step indices both timed, beside the speedup the trial reported (all of each 
 The controls time every step from their skip to the end; a compile trial starts later (its
 warm-up) and stops sooner, so a program whose steps differ with their place (an epoch's end, a
 validation loop) is compared over different stretches of itself. A sample's step index is the
-child's ``steps_seen`` less its sample count, plus its position (tryfix/child_trial.py): right only
-where the samples run unbroken to the child's end, as in trials that record no trace
-(``--no-trial-trace``, as benchmarks/bench_knob_trials.py runs them); a trial that records a trace
-window times steps before and after it.
+one the child recorded (trial.json ``sample_steps``, capture/marks.py ``interval_steps``); in a
+file written before those were, the child's ``steps_seen`` less its sample count, plus its position
+(tryfix/child_trial.py): right only where the samples run unbroken to the child's end, as in trials
+that record no trace (``--no-trial-trace``, as benchmarks/bench_knob_trials.py runs them). Since
+``run --try-fixes`` compares over the same steps itself (tryfix/trial.py ``same_steps``), its
+reported speedups of new runs are this script's too.
 
     python benchmarks/bench_trial_windows.py RUN_DIR [RUN_DIR ...]
 
@@ -34,12 +36,15 @@ def timed_steps(run: Path, knob: str) -> dict[int, float] | None:
     try:
         trial = json.loads(path.read_text())
         samples = [float(v) for v in trial.get("samples_ms") or []]
-        first = int(trial["steps_seen"]) - len(samples)
+        steps = [int(k) for k in trial.get("sample_steps") or []]
+        if len(steps) != len(samples):
+            first = int(trial["steps_seen"]) - len(samples)
+            steps = list(range(first, first + len(samples)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # a trial with no readable samples is left out
     if not samples:
         return None
-    return {first + i: float(v) for i, v in enumerate(samples)}
+    return dict(zip(steps, samples, strict=True))
 
 
 def rows_of(run: Path) -> list[dict]:

@@ -8,7 +8,13 @@ import types
 
 import pytest
 
-from gpudoctor.capture.marks import CompileWatch, FinishedIntervals, intervals_ms, token_times
+from gpudoctor.capture.marks import (
+    CompileWatch,
+    FinishedIntervals,
+    interval_steps,
+    intervals_ms,
+    token_times,
+)
 
 
 class _Event:
@@ -40,6 +46,39 @@ def test_finished_intervals_read_each_step_once_and_restart_on_a_new_series() ->
     assert reader.read(marks) is got and got == [500.0, 250.0]  # the same list, grown
     again = reader.read([0.0, 0.25])  # host stamps: all finished
     assert again == [250.0] and again is not got
+
+
+def test_each_interval_is_the_step_its_closing_mark_counted() -> None:
+    """Steps 7-12 marked, a cut before step 10 (a compiling step) and the switch to CUDA events at
+    12: the intervals time steps 8, 9, 11 and 13; counts that do not pair with the marks are no
+    steps at all."""
+    marks = [0.0, 0.25, 0.5, None, 0.75, 1.0, _Event(0.0, True), _Event(0.125, True)]
+    steps = [7, 8, 9, None, 10, 11, 12, 13]
+    assert intervals_ms(marks) == [250.0, 250.0, 250.0, 125.0]
+    assert interval_steps(marks, steps) == [8, 9, 11, 13]
+    assert interval_steps(marks, steps[:-1]) == []
+
+
+def test_finished_intervals_keep_their_steps_beside_them() -> None:
+    reader = FinishedIntervals()
+    marks = [_Event(0.0, True), _Event(0.5, True), _Event(0.75, False)]
+    steps = [3, 4, 5]
+    got = reader.read(marks, steps)
+    assert got == [500.0] and reader.steps == [4]
+    marks[2].done = True
+    marks.append(_Event(1.0, True))
+    steps.append(6)
+    assert reader.read(marks, steps) == [500.0, 250.0, 250.0] and reader.steps == [4, 5, 6]
+    # a new series, its counts not given (or not one per mark): no steps
+    assert reader.read([0.0, 0.25], [1]) == [250.0] and reader.steps == []
+    # counts missing from one read on: none known for the series, even where later reads have them
+    marks, steps = [0.0, 0.25], [1, 2]
+    assert reader.read(marks, steps) == [250.0] and reader.steps == [2]
+    marks.append(0.5)
+    assert reader.read(marks) == [250.0, 250.0] and reader.steps == []
+    marks.append(0.75)
+    steps.extend([3, 4])
+    assert reader.read(marks, steps) == [250.0] * 3 and reader.steps == []
 
 
 def test_token_times_of_a_generate_call() -> None:

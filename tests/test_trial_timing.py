@@ -47,6 +47,27 @@ def test_a_trial_that_ends_early_is_timed_over_its_judged_steps_too() -> None:
     assert trial.timed_ms == steps + [90.0] * 5
 
 
+def test_the_timed_steps_carry_their_step_indices() -> None:
+    """The steps given beside the intervals (here the program's steps 31 on) follow the timed ones:
+    the 30 after the 12 judged, or judged and timed together when the program ended early; none
+    where none were given."""
+    for tail, first in ((100, 31 + 12), (5, 31)):
+        trial = _trial()
+        intervals: list[float] = []
+        steps: list[int] = []
+        series = [125.0] * 12 + [125.0] * tail
+        for past_skip, ms in enumerate(series, start=1):
+            intervals.append(ms)
+            steps.append(30 + past_skip)
+            if not trial.on_step(intervals, past_skip, 0, 100.0 + past_skip * 0.125, steps=steps):
+                break
+        assert trial.timed_ms is not None
+        assert trial.timed_steps == list(range(first, first + len(trial.timed_ms)))
+    trial = _trial()
+    _run(trial, [125.0] * 100)
+    assert trial.timed_ms and trial.timed_steps == []
+
+
 def test_a_trial_that_never_settles_stops_at_its_step_bound_and_says_why() -> None:
     trial = TrialTiming(max_steps=10, max_s=1e9)
     assert _run(trial, [2.0 * 1.5**i for i in range(40)]) == 10

@@ -551,14 +551,16 @@ RAN = ChildTrial(
     step_source="optimizer",
     steps_seen=40,
     samples_ms=(1.5, 2.0),
+    sample_steps=(38, 39),
     unsettled="",
     peak_memory_bytes=None,
 )
 
 
 def test_trial_json_keeps_its_keys_and_reads_back(tmp_path: Path) -> None:
-    """Five keys when a knob could not be applied, eleven once the program ran, in the order the
-    child always wrote them; each reads back as written."""
+    """Five keys when a knob could not be applied, twelve once the program ran, in the order the
+    child always wrote them; each reads back as written. A file written before the samples' steps
+    were (no ``sample_steps``) reads back with none."""
     failed = ChildTrial(("tf32",), error="RuntimeError: no")
     assert list(failed.to_dict()) == ["knobs", "effects", "losses", "exit_code", "error"]
     assert list(RAN.to_dict()) == [
@@ -571,12 +573,19 @@ def test_trial_json_keeps_its_keys_and_reads_back(tmp_path: Path) -> None:
         "step_source",
         "steps_seen",
         "samples_ms",
+        "sample_steps",
         "unsettled",
         "peak_memory_bytes",
     ]
     for child in (failed, RAN):
         (tmp_path / "trial.json").write_text(json.dumps(child.to_dict(), indent=2))
         assert read_child_trial(tmp_path / "trial.json") == (child, "")
+    older = {k: v for k, v in RAN.to_dict().items() if k != "sample_steps"}
+    (tmp_path / "trial.json").write_text(json.dumps(older))
+    assert read_child_trial(tmp_path / "trial.json") == (
+        dataclasses.replace(RAN, sample_steps=()),
+        "",
+    )
 
 
 @pytest.mark.parametrize(
@@ -593,6 +602,10 @@ def test_trial_json_keeps_its_keys_and_reads_back(tmp_path: Path) -> None:
         (
             json.dumps({k: v for k, v in RAN.to_dict().items() if k != "steps_seen"}),
             "trial.json: no 'steps_seen' (a whole number)",
+        ),
+        (
+            json.dumps(RAN.to_dict() | {"sample_steps": [38, 39.5]}),
+            "trial.json: 'sample_steps' is [38, 39.5], not a list of whole numbers",
         ),
     ],
 )
@@ -945,9 +958,22 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
         and control["verdict"] == "reference"
     )
     assert trial["reference"] == "controls before and after"
-    # the baseline is the geometric mean of the two controls' means (trial.bracketed)
+    # the control's samples moved to the geometric mean of the two controls' means
+    # (trial.bracketed), over the steps the control and the trial both timed (trial.same_steps)
     first, last = control["trial_ms"], end["trial_ms"]
-    assert trial["baseline_ms"] == pytest.approx((first * last) ** 0.5, rel=0.02)
+    child = {
+        name: json.loads((run_dir / "trials" / name / "trial.json").read_text())
+        for name in ("control", "optimizer-foreach")
+    }
+    timed = {name: dict(zip(c["sample_steps"], c["samples_ms"])) for name, c in child.items()}
+    assert len(child["control"]["sample_steps"]) == len(child["control"]["samples_ms"])
+    shared = sorted(timed["control"].keys() & timed["optimizer-foreach"].keys())
+    assert trial["n_baseline"] == trial["n_trial"] == len(shared) >= 30
+    scale = (first * last) ** 0.5 / first
+    control_mean = sum(timed["control"][k] for k in shared) / len(shared)
+    assert trial["baseline_ms"] == pytest.approx(control_mean * scale, rel=0.02)
+    trial_mean = sum(timed["optimizer-foreach"][k] for k in shared) / len(shared)
+    assert trial["trial_ms"] == pytest.approx(trial_mean, rel=0.02)
     assert trial["knob"] == "optimizer-foreach" and trial["status"] == "ok"
     for key in (
         "measured_speedup",
@@ -970,12 +996,9 @@ def test_run_try_fixes_end_to_end(tmp_path: Path) -> None:
     assert (trial_dir / "env.json").is_file() and (trial_dir / "trace.json.gz").is_file()
     diff = gd("diff", str(run_dir), str(trial_dir), "--json")  # a trial directory is a run bundle
     assert diff.returncode == 0, diff.stderr
-    # diff reads the same samples; it drops outliers (at most one in ten), a trial keeps every step
-    assert (
-        trial["n_trial"] - trial["n_trial"] // 10
-        <= json.loads(diff.stdout)["samples"]["after"]
-        <= trial["n_trial"]
-    )
+    # diff reads every sample the trial timed; it drops outliers (at most one in ten)
+    n = len(child["optimizer-foreach"]["samples_ms"])
+    assert n - n // 10 <= json.loads(diff.stdout)["samples"]["after"] <= n
     assert trial["outliers_ms"] == {"baseline": [], "trial": []}
     assert (tmp_path / "sb" / "optimizer-foreach" / "probe.json").is_file()
     assert trial["files_written"] == ["probe.json"] and trial["cwd"] == str(
@@ -1420,6 +1443,27 @@ def test_the_control_line_quotes_the_step_the_report_header_shows(tmp_path: Path
     assert render_mod.means_text(control) == (
         "the diagnosed run's steps before its window 10.03 -> this run 21.00 ms "
         "a step (means of 8 and 120 steps)"
+    )
+
+
+def test_a_trial_and_its_control_are_compared_over_the_steps_both_timed() -> None:
+    """A control timed steps 10-99, with slow epoch ends at 40 and 80; a compile trial steps 50-79,
+    none of them: both sides are cut to 50-79. Without indices on a side, or with fewer shared steps
+    than a verdict needs, the whole windows are compared."""
+    control = [20.0 if k in (40, 80) else 10.0 for k in range(10, 100)]
+    trial = [8.0] * 30
+    before, after = trial_mod.same_steps(control, range(10, 100), trial, range(50, 80))
+    assert before == (10.0,) * 30 and after == (8.0,) * 30
+    assert trial_mod.same_steps(control, (), trial, range(50, 80)) == (tuple(control), tuple(trial))
+    few = trial_mod.MIN_JUDGED_STEPS - 1
+    assert trial_mod.same_steps(control, range(10, 100), trial[:few], range(95, 95 + few)) == (
+        tuple(control),
+        tuple(trial[:few]),
+    )
+    # steps not one per sample: not known
+    assert trial_mod.same_steps(control, range(10, 99), trial, range(50, 80)) == (
+        tuple(control),
+        tuple(trial),
     )
 
 

@@ -399,6 +399,8 @@ def test_a_trial_runs_on_until_its_steps_settle_and_times_the_steps_after_them(
     assert (ran, ran - len(samples)) == (200, 36)
     assert samples == pytest.approx([3.0] * 164)
     assert not result.notes
+    # each sample's step, the boundary that closed it: the program's steps 37-200
+    assert result.unprofiled_step_index == list(range(37, 201))
 
 
 def test_a_trial_that_records_a_window_times_its_settled_steps_first(tmp_path: Path) -> None:
@@ -406,6 +408,8 @@ def test_a_trial_that_records_a_window_times_its_settled_steps_first(tmp_path: P
     30 steps after those it judged before the window opens: enough for a verdict."""
     result, _ = _trial_loop(tmp_path, lambda i: 0.110, window=True)
     assert len(result.unprofiled_before_ms) == TRIAL_TIMED_STEPS
+    # the steps after the 16 judged, up to the window: how a control without a window is matched
+    assert result.unprofiled_step_index == list(range(17, 17 + TRIAL_TIMED_STEPS))
     assert (
         result.window_opened_at_step == 16 + TRIAL_TIMED_STEPS
     )  # at --skip it had 8 steps: no verdict

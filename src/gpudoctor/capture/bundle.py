@@ -225,6 +225,8 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "unprofiled_step_ms": None if unprofiled is None else round(unprofiled, 4),
         "unprofiled": estimate.to_dict() if estimate is not None else None,
         "unprofiled_step_ms_samples": [round(x, 4) for x in result.unprofiled_step_ms],
+        # each sample's step (the boundary that closed it), where the capture counted them
+        "unprofiled_step_index": list(getattr(result, "unprofiled_step_index", [])),
         "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
         "unprofiled_after_window_ms": [round(x, 4) for x in result.unprofiled_after_ms],
         "generate": result.generate or None,

@@ -27,6 +27,21 @@ def intervals_ms(marks: list[Any]) -> list[float]:
     return out
 
 
+def interval_steps(marks: list[Any], steps: list[int | None]) -> list[int]:
+    """The step each of ``intervals_ms(marks)`` times: the boundary count at its closing mark
+    (``steps`` holds one count per mark). A trial compares its steps with a control's by these
+    indices (tryfix/trial.py ``same_steps``). Empty (not known) where the counts do not pair
+    with the marks."""
+    if len(steps) != len(marks):
+        return []
+    out = []
+    for (a, _), (b, step) in itertools.pairwise(zip(marks, steps, strict=True)):
+        if a is None or b is None or isinstance(a, float) != isinstance(b, float):
+            continue
+        out.append(int(step) if step is not None else -1)
+    return out
+
+
 class FinishedIntervals:
     """The intervals of one series of marks up to the last mark the GPU has reached (host stamps:
     all), kept as they come: each is read once (one event query a step, no list rebuilt).
@@ -39,10 +54,13 @@ class FinishedIntervals:
         self._marks: list[Any] | None = None
         self._read = 1  # marks read so far (the first one starts the first interval)
         self._intervals: list[float] = []
+        self.steps: list[int] = []  # each interval's step (interval_steps), where steps are given
+        self._steps_known = True  # every read of this series had the counts (else steps stay [])
 
-    def read(self, marks: list[Any]) -> list[float]:
+    def read(self, marks: list[Any], steps: list[int | None] | None = None) -> list[float]:
         if marks is not self._marks:
             self._marks, self._read, self._intervals = marks, 1, []
+            self.steps, self._steps_known = [], True
         end = len(marks)
         # back to the last mark the GPU has reached (a cut, None, tells nothing)
         while end > self._read:
@@ -52,6 +70,13 @@ class FinishedIntervals:
             end -= 1
         if end > self._read:
             self._intervals.extend(intervals_ms(marks[self._read - 1:end]))
+            # one read without the counts and the series' steps are not known from there on
+            self._steps_known &= steps is not None and len(steps) == len(marks)
+            if self._steps_known and steps is not None:
+                self.steps.extend(interval_steps(marks[self._read - 1:end],
+                                                 steps[self._read - 1:end]))
+            else:
+                self.steps.clear()
             self._read = end
         return self._intervals
 

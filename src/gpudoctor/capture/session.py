@@ -40,7 +40,13 @@ from gpudoctor.capture.bundle import rank_suffix
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.loader_queue import LoaderQueue
-from gpudoctor.capture.marks import CompileWatch, FinishedIntervals, intervals_ms, token_times
+from gpudoctor.capture.marks import (
+    CompileWatch,
+    FinishedIntervals,
+    interval_steps,
+    intervals_ms,
+    token_times,
+)
 from gpudoctor.capture.model_state import ModelState
 from gpudoctor.capture.nvml import NvmlSampler
 from gpudoctor.capture.quiet import kineto_chatter_filtered
@@ -117,6 +123,10 @@ class CaptureResult:
     unprofiled_step_ms: list[float] = field(default_factory=list)
     unprofiled_before_ms: list[float] = field(default_factory=list)
     unprofiled_after_ms: list[float] = field(default_factory=list)
+    # each sample's step: the boundary count that closed it (capture/marks.py interval_steps)
+    unprofiled_step_index: list[int] = field(default_factory=list)
+    unprofiled_before_steps: list[int] = field(default_factory=list)
+    unprofiled_after_steps: list[int] = field(default_factory=list)
     unprofiled: UnprofiledStep | None = None  # the one number made of them (capture/timing.py)
     generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
     nvml: dict[str, Any] = field(default_factory=dict)
@@ -183,6 +193,10 @@ class CaptureSession(Listener):
         self._in_window = 0
         self._before: list[Any] = []  # CUDA events (or perf_counter stamps) at boundaries
         self._after: list[Any] = []
+        # the boundary count (``_total``) at each of those marks, None at a cut: each timed step's
+        # index, by which a trial is compared with its control over the same steps
+        self._before_steps: list[int | None] = []
+        self._after_steps: list[int | None] = []
         self._tokens: list[list[Any]] = []  # per generate() call: start, each forward, end
         self._sampler: NvmlSampler | None = None
         self._started_at = 0.0
@@ -430,6 +444,7 @@ class CaptureSession(Listener):
             return
         if self.phase is Phase.BEFORE and self.detector.epoch != self._epoch:
             self._epoch, self._count, self._before = self.detector.epoch, 0, []
+            self._before_steps = []
             self.result.steps_seen = 0
             self.result.step_source = self.detector.source.value if self.detector.source else ""
             self.result.root_module = self.detector.root_name
@@ -449,7 +464,8 @@ class CaptureSession(Listener):
         cfg = self.config
         if self.loader.backlog and self._before:
             self._before = []  # the steps so far ate the loader's start-up backlog: not timed
-        self._mark_step(self._before)
+            self._before_steps = []
+        self._mark_step(self._before, self._before_steps)
         if self._count == 2:
             self._narrow_hooks()  # the source has repeated: discovery is over
         if self._count < max(cfg.skip, 1):
@@ -503,7 +519,7 @@ class CaptureSession(Listener):
         if self._after_backlog > 0:  # the loader refilled its queue while the trace was written
             self._after_backlog -= 1
             return
-        self._mark_step(self._after)
+        self._mark_step(self._after, self._after_steps)
         timed = sum(a is not None and b is not None for a, b in itertools.pairwise(self._after))
         if timed >= self.loader.calibration_target(self.config.calibration_steps):
             self._complete()
@@ -519,6 +535,7 @@ class CaptureSession(Listener):
         if window.open_at > self._count:
             # the step now starting began with the wait for the other ranks: not an unprofiled step
             self._before.extend([None, self._stamp()])
+            self._before_steps.extend([None, self._total])
         return window.open_at
 
     def open_now(self) -> None:
@@ -700,24 +717,28 @@ class CaptureSession(Listener):
         """Past ``skip``, the trial's own decision (capture/trial_timing.py) on the steps the GPU
         has finished: no sync, the program's own overlap of host and GPU is kept."""
         now = self.clock.now()
-        runs_on = self._trial.on_step(self._finished_intervals(self._before),
-                                      self._count - max(skip, 1), self.loader.depth, now)
+        intervals = self._finished_intervals(self._before, self._before_steps)
+        runs_on = self._trial.on_step(intervals, self._count - max(skip, 1), self.loader.depth,
+                                      now, steps=self._finished.steps)
         if not runs_on and self._trial.note:
             self.result.notes.append(self._trial.note)
         return runs_on
 
-    def _finished_intervals(self, marks: list[Any]) -> list[float]:
-        """The intervals between ``marks`` up to the last one the GPU has reached
-        (capture/marks.py)."""
-        return self._finished.read(marks)
+    def _finished_intervals(self, marks: list[Any],
+                            steps: list[int | None] | None = None) -> list[float]:
+        """The intervals between ``marks`` up to the last one the GPU has reached, and their steps
+        in ``self._finished.steps`` where ``steps`` are given (capture/marks.py)."""
+        return self._finished.read(marks, steps)
 
-    def _mark_step(self, marks: list[Any]) -> None:
-        """A step boundary's stamp; a step in which torch.compile compiled is cut from the
-        series."""
+    def _mark_step(self, marks: list[Any], steps: list[int | None]) -> None:
+        """A step boundary's stamp, and its count in ``steps``; a step in which torch.compile
+        compiled is cut from the series."""
         stamp = self._stamp()
         if self._compiles.changed() and marks:
             marks.append(None)  # the step that ended compiled: not a step as it runs
+            steps.append(None)
         marks.append(stamp)
+        steps.append(self._total)
 
     def _stamp(self) -> Any:
         if self._gpu_in_use():
@@ -737,16 +758,22 @@ class CaptureSession(Listener):
         (benchmarks/BENCHMARKS-capture.md "Evidence moved from the source: capture").
         """
         before, after, tokens = self._before, self._after, self._tokens
+        before_steps, after_steps = self._before_steps, self._after_steps
         self._before, self._after, self._tokens = [], [], []
+        self._before_steps, self._after_steps = [], []
         try:
             if self._gpu_in_use() and (len(before) > 1 or len(after) > 1 or tokens):
                 self._torch.cuda.synchronize()
             early = intervals_ms(before)
+            early_steps = interval_steps(before, before_steps)
             keep = max(min(3, len(early)), len(early) - len(early) // 2)
             trial_ms = self._trial.timed_ms  # a trial whose steps settled: the steps it timed
             self.result.unprofiled_before_ms = list(trial_ms) if trial_ms else early[
                 len(early) - keep:]
+            self.result.unprofiled_before_steps = list(self._trial.timed_steps) if trial_ms else (
+                early_steps[len(early_steps) - keep:])
             self.result.unprofiled_after_ms = intervals_ms(after)
+            self.result.unprofiled_after_steps = interval_steps(after, after_steps)
             self.result.generate = token_times(tokens)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
             self.result.notes.append(
@@ -761,6 +788,9 @@ class CaptureSession(Listener):
         r.unprofiled_step_ms = {"before": r.unprofiled_before_ms,
                                 "after": r.unprofiled_after_ms}.get(
             chosen, r.unprofiled_before_ms + r.unprofiled_after_ms)
+        r.unprofiled_step_index = {"before": r.unprofiled_before_steps,
+                                   "after": r.unprofiled_after_steps}.get(
+            chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
         if r.step_source and r.step_source != Source.TIME.value and (
             r.unprofiled is None or not r.unprofiled.trusted):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"

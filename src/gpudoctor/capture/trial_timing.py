@@ -37,6 +37,7 @@ class TrialTiming:
         self._timed_started = 0.0
         self._check_at = 0  # timed steps at which timing.timed_enough checks the mean's error next
         self._series: list[float] | None = None  # the series the timed steps come from
+        self._series_steps: list[int] = []  # each of its intervals' step (grows with it)
 
     @property
     def has_settled(self) -> bool:
@@ -53,12 +54,24 @@ class TrialTiming:
             return self._judged_ms + timed
         return timed
 
+    @property
+    def timed_steps(self) -> list[int]:
+        """The step of each of ``timed_ms``; empty where the steps were not given or do not cover
+        them."""
+        timed = self.timed_ms
+        if timed is None or self._timed_from is None:
+            return []
+        first = self._timed_from - (len(self._judged_ms) if timed is not self._timed_ms else 0)
+        steps = self._series_steps[first:first + len(timed)]
+        return steps if len(steps) == len(timed) and first >= 0 else []
+
     def on_step(self, intervals: list[float], past_skip: int, loader_depth: int,
-                now: float) -> bool:
+                now: float, steps: list[int] | None = None) -> bool:
         """Run on (True) or stop (False), at a step boundary ``past_skip`` steps past the trial's
         skip, ``now`` on the session's clock. ``intervals``: the finished steps' times (ms, oldest
         first) of the current series, one list growing in place; another list is a new series
-        (a new step source), which ends the timing there."""
+        (a new step source), which ends the timing there. ``steps``: each interval's step, a list
+        growing beside it (capture/marks.py ``FinishedIntervals.steps``)."""
         self.note = ""
         # the first call may come later than skip (behind a loader's rounds)
         if self._settle_started is None:
@@ -74,6 +87,7 @@ class TrialTiming:
             self._judged_ms = intervals[len(intervals) - judged:]
             self._timed_from = len(intervals)
             self._timed_started, self._series = now, intervals
+            self._series_steps = steps if steps is not None else []
             return self._timing(intervals, now)
         if past_skip >= self.max_steps or now - self._settle_started >= self.max_s:
             half = max(TRIAL_SETTLE_HALF, loader_depth)

@@ -40,6 +40,7 @@ INTERVAL: Kind = (lambda v: isinstance(v, list) and len(v) == 2
                   and all(x is None or _is_number(x) for x in v)), "a list of two numbers"
 TEXTS: Kind = _list_of(TEXT, "a list of strings")
 SAMPLES: Kind = _list_of(optional(NUMBER), "a list of numbers (or nulls)")
+COUNTS: Kind = _list_of(COUNT, "a list of whole numbers")
 LIST: Kind = (lambda v: isinstance(v, list)), "a list"
 _REQUIRED: Any = object()
 

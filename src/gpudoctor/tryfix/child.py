@@ -60,6 +60,8 @@ def main(argv: list[str]) -> int:
         step_source=result.step_source or None,
         steps_seen=result.steps_seen,
         samples_ms=tuple(round(x, 4) for x in result.unprofiled_step_ms),
+        sample_steps=tuple(result.unprofiled_step_index)
+        if len(result.unprofiled_step_index) == len(result.unprofiled_step_ms) else (),
         unsettled=next((n for n in result.notes if "had not settled" in n), ""),
         peak_memory_bytes=peak_memory_bytes(),
     )

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.core.trial_record import COUNT, FLAG, SAMPLES, TEXT, TEXTS, field_of, optional
+from gpudoctor.core.trial_record import (
+    COUNT,
+    COUNTS,
+    FLAG,
+    SAMPLES,
+    TEXT,
+    TEXTS,
+    field_of,
+    optional,
+)
 from gpudoctor.errors import TrialRecordError
 
 # the keys written only once the program ran, in the file's order
@@ -36,6 +45,9 @@ class ChildTrial:
     step_source: str | None = None  # what marked the steps (capture Source value)
     steps_seen: int = 0
     samples_ms: tuple[float | None, ...] = ()  # the timed steps' durations
+    # each sample's step (the boundary that closed it: capture/marks.py interval_steps); empty
+    # where the capture could not count them, or in a file written before it did
+    sample_steps: tuple[int, ...] = ()
     unsettled: str = ""  # the capture's note when the steps had not settled, else ""
     peak_memory_bytes: int | None = None
 
@@ -46,7 +58,8 @@ class ChildTrial:
         if self.ran:
             d |= {"stopped_by_gpudoctor": self.stopped_by_gpudoctor,
                   "step_source": self.step_source, "steps_seen": self.steps_seen,
-                  "samples_ms": list(self.samples_ms), "unsettled": self.unsettled,
+                  "samples_ms": list(self.samples_ms), "sample_steps": list(self.sample_steps),
+                  "unsettled": self.unsettled,
                   "peak_memory_bytes": self.peak_memory_bytes}
         return d
 
@@ -66,6 +79,7 @@ class ChildTrial:
                    step_source=field_of(value, "step_source", optional(TEXT), where),
                    steps_seen=field_of(value, "steps_seen", COUNT, where),
                    samples_ms=tuple(field_of(value, "samples_ms", SAMPLES, where)),
+                   sample_steps=tuple(field_of(value, "sample_steps", COUNTS, where, ())),
                    unsettled=field_of(value, "unsettled", TEXT, where),
                    peak_memory_bytes=field_of(value, "peak_memory_bytes", optional(COUNT), where))
 

@@ -34,7 +34,14 @@ control's and control-end's means once control-end ran: ``bracketed``; else the 
 env.json ``capture.unprofiled_step_ms_samples``) against the trial's, through ``gpudoctor diff``'s
 noise model (diff/samples.py ``compare_samples``: Welch's t on the log ratio of means, a run-to-run
 floor: 1%, or the drift below; every step kept, ``DROP_OUTLIERS``): speedup = baseline mean / trial
-mean, its 95% interval the inverse of the step-time change's. With ``--trial-repeats N`` (N rounds
+mean, its 95% interval the inverse of the step-time change's. Against the control, both sides are
+the steps both timed, by each sample's step index (``same_steps``; capture/marks.py
+``interval_steps``): a compile trial starts timing later and stops sooner than the control, and a
+program whose steps differ with their place (an epoch's end, a validation pass) compared over
+different stretches of itself measures the stretch, not the knob (benchmarks/BENCHMARKS-replay.md
+"Knob trials, set f": the Lightning transformer's compile read x1.33 over the whole windows, x1.12
+over the same steps). Where either side's indices are unknown, or they share fewer than
+``MIN_JUDGED_STEPS``, the whole windows are compared. With ``--trial-repeats N`` (N rounds
 of the control and each knob, alternating, and the control once more at the end), each process's
 mean is one observation instead, and the interval is over processes (diff/samples.py
 ``compare_processes``; ``Trials._run_rounds``).
@@ -170,6 +177,8 @@ class Baseline:
     # the report header's unprofiled step, the one the findings were priced on: an estimate made of
     # the steps before and after the window (capture/timing.py), not the mean of ``samples_ms``
     priced_ms: float | None = None
+    # the step of each of ``samples_ms`` (a control's; empty: not known, as for the diagnosed run)
+    sample_steps: tuple[int, ...] = ()
 
 
 # A trial times the second half of its ``skip`` steps. With ``--skip 5`` that is 3 steps, and 3
@@ -536,6 +545,16 @@ class Trials:
         child = self._children.get(name)
         return usable(child.samples_ms) if child is not None else ()
 
+    def _sample_steps(self, name: str) -> tuple[int, ...]:
+        """The step of each of ``_samples(name)``; empty where the child did not count them or a
+        sample was dropped as unusable (the two would no longer pair)."""
+        child = self._children.get(name)
+        if child is None or len(child.sample_steps) != len(child.samples_ms):
+            return ()
+        if len(usable(child.samples_ms)) != len(child.samples_ms):
+            return ()
+        return child.sample_steps
+
     def _round_samples(self, recs: Sequence[TrialRecord]) -> list[tuple[float, ...]]:
         """The step samples of each round that ran to its steps."""
         return [s for s in (self._samples(rec.knob) for rec in recs if rec.status == "ok") if s]
@@ -602,7 +621,8 @@ class Trials:
                     "two, and a price made at one speed may not hold at the other"))
             self.baseline = Baseline(samples, child.losses, child.peak_memory_bytes,
                                      self.baseline.skip,
-                                     self.baseline.steps, self.baseline.priced_ms)
+                                     self.baseline.steps, self.baseline.priced_ms,
+                                     self._sample_steps(CONTROL))
             self.reference = "control"
         else:
             rec = _with_reason(rec, "the trials are measured against the diagnosed run's samples "
@@ -690,8 +710,10 @@ class Trials:
         if not (samples and self.baseline.samples_ms):
             return replace(rec, status=TOO_FEW, verdict=TOO_FEW,
                            reason=f"the trial timed {len(samples)} steps")
-        change = _compare(self.baseline.samples_ms, samples, self.floor_pct)
-        sides = (timed(self.baseline.samples_ms), timed(samples))
+        before, after = same_steps(self.baseline.samples_ms, self.baseline.sample_steps, samples,
+                                   self._sample_steps(rec.knob))
+        change = _compare(before, after, self.floor_pct)
+        sides = (timed(before), timed(after))
         return _verdict_of(_measured(rec, change), change, self.floor_pct, planned, sides)
 
     def _spawn(self, trial_dir: Path, knob_ids: list[str],
@@ -800,6 +822,22 @@ def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequ
     return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids),
             "skip": skip, "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS,
             "out_dir": str(trial_dir.resolve()), "program": program or {}}
+
+
+def same_steps(before: Sequence[float], before_steps: Sequence[int], after: Sequence[float],
+               after_steps: Sequence[int]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Both sides cut to the steps both timed, in step order (module docstring, "Measured
+    speedup"); as they are where either side's steps are unknown (not one per sample) or they share
+    fewer than ``MIN_JUDGED_STEPS``."""
+    whole = (tuple(before), tuple(after))
+    if len(before_steps) != len(before) or len(after_steps) != len(after):
+        return whole
+    mine = dict(zip(before_steps, before, strict=True))
+    theirs = dict(zip(after_steps, after, strict=True))
+    shared = sorted(mine.keys() & theirs.keys())
+    if len(shared) < MIN_JUDGED_STEPS:
+        return whole
+    return tuple(mine[k] for k in shared), tuple(theirs[k] for k in shared)
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
