@@ -359,8 +359,9 @@ class _Ranks:
                  "scontrol update NodeName=<node> State=DRAIN Reason=\"slow node\""),
              Fix("Data loader: more workers and a deeper prefetch queue; check read latency if "
                  "streaming",
-                 "DataLoader(ds, num_workers=8, prefetch_factor=4, persistent_workers=True, "
-                 "pin_memory=True)"),
+                 "DataLoader(ds, num_workers=2 * W, prefetch_factor=2 * P, "
+                 "persistent_workers=True,\n           pin_memory=True)   # W, P: as they are now "
+                 "(P: 2 by default)"),
              Fix("Checkpoints: write asynchronously to fast local storage, then copy out", ""),
              Fix("Fabric: fix the flapping link or the rail that is down; NCCL should use every HCA",
                  "ibstat; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET")),
@@ -386,8 +387,9 @@ class _Ranks:
                             "step time, the GPUs wait for input: host side.",
                             {"every_rank_slowed": everyone},
                             (Fix("More workers, deeper prefetch, persistent workers",
-                                 "DataLoader(ds, num_workers=8, prefetch_factor=4, "
-                                 "persistent_workers=True)"),),
+                                 "DataLoader(ds, num_workers=2 * W, prefetch_factor=2 * P, "
+                                 "persistent_workers=True)   # W, P: as they are now "
+                                 "(P: 2 by default)"),),
                             check_next=(("GPU busy time per step before and after (profiler or DCGM "
                                          "SM activity)"),
                                         "Read latency of the dataset store, if streaming"),

@@ -85,8 +85,8 @@ PROFILER_NOISE = 0.5
 _IDLE_FIXES = {
     "input-pipeline": (
         Fix("Give this rank's DataLoader more workers, pinned memory and prefetching",
-            "DataLoader(ds, num_workers=8, pin_memory=True, prefetch_factor=4, "
-            "persistent_workers=True)"),
+            "DataLoader(ds, num_workers=2 * W, pin_memory=True, persistent_workers=True)"
+            "   # W: the workers now"),
         Fix("Check the node's CPU and disk: one host serving its GPUs more slowly than the others"),
     ),
     "host-sync": (Fix("Remove the host syncs (.item(), .cpu(), printing a tensor) this rank "

@@ -143,10 +143,16 @@ def check(a: Analysis) -> Finding | None:
                      "pinning a 16 MB batch took 8.0 ms instead of 0.10 on an H100",
                      "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or "
                      "torch._inductor.config.compile_threads = 1")
+    # the trace does not say how many workers the loader has, nor the host's cores: the snippet
+    # names them instead of inventing a number (small-gemm's ``B`` is the same)
     workers_fix = Fix("More worker processes (twice as many as now), batches pinned" if from_workers
                       else "Load batches in worker processes and pin them",
-                      "DataLoader(ds, batch_size=B, num_workers=8, pin_memory=True,\n"
-                      "           persistent_workers=True, prefetch_factor=4)")
+                      "DataLoader(ds, batch_size=B, num_workers=2 * W, pin_memory=True,\n"
+                      "           persistent_workers=True)   # B, W: the batch and workers now"
+                      if from_workers else
+                      "DataLoader(ds, batch_size=B, num_workers=W, pin_memory=True,\n"
+                      "           persistent_workers=True)   # B: the batch now; W: up to the "
+                      "host's cores per GPU")
     pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then "
                    "views of pinned memory, which the loader does not copy again; worker processes "
                    "would still copy each batch, through shared memory",

@@ -55,7 +55,7 @@ def check(a: Analysis) -> Finding | None:
         ),
         (
             Fix("Pin host buffers and copy asynchronously",
-                "loader = DataLoader(ds, pin_memory=True, num_workers=4)\n"
+                "loader = DataLoader(ds, ..., pin_memory=True)\n"
                 "x = x.to('cuda', non_blocking=True)"),
             Fix("Reuse one pinned staging buffer for repeated transfers",
                 "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
