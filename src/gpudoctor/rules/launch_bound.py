@@ -89,7 +89,8 @@ def check(a: Analysis) -> Finding | None:
                 "= step(x)"),
             Fix("Fuse small ops into fewer kernels", "model = torch.compile(model)"),
             Fix("Give each kernel more work: larger batch, fewer and wider layers",
-                "# e.g. batch 8 -> 64, or torch._foreach_* over lists of tensors"),
+                "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch now\n"
+                "# or torch._foreach_* over lists of tensors"),
         ),
         wrong_fix="A faster GPU makes this worse: the host, not the card, sets the pace.",
         idle_ms=ALL_IDLE,

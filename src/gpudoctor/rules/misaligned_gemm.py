@@ -84,7 +84,7 @@ def check(a: Analysis) -> Finding | None:
         ),
         (
             Fix("Pad the odd dimension to a multiple of 64 (vocabulary, hidden, heads x head_dim)",
-                "vocab_size = (vocab_size + 63) // 64 * 64   # 50257 -> 50304"),
+                _pad_snippet(shapes[0], _ALIGN.get(dtype, 8))),
             Fix("Pad the batch/sequence side when it is the odd one",
                 "x = F.pad(x, (0, 0, 0, (-x.shape[-2]) % 8))"),
         ),
@@ -92,6 +92,14 @@ def check(a: Analysis) -> Finding | None:
 
 
 PAD_TO = 64  # the fix pads the odd dimensions to a multiple of 64 (its first Fix)
+
+
+def _pad_snippet(shape: tuple[int, int, int], align: int) -> str:
+    """The first fix's line, on the program's own odd dimension: the largest of its largest
+    misaligned GEMM (M x N x K) that is not a multiple of ``align``."""
+    odd = max([d for d in shape if d % align] or [d for d in shape if d % PAD_TO] or shape)
+    padded = -(-odd // PAD_TO) * PAD_TO
+    return f"size = (size + {PAD_TO - 1}) // {PAD_TO} * {PAD_TO}   # {odd} -> {padded}"
 # How far the trace's own aligned GEMMs may set the grid's rates (they ran on this card, the grid
 # on the reference card): a GEMM library differs by less than this between Hopper parts.
 GRID_SCALE_BOUNDS = (0.5, 2.0)
