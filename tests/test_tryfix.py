@@ -1261,6 +1261,42 @@ def test_repeated_trials_alternate_with_the_control_and_are_measured_over_their_
     assert len(records) == 4  # one confirmed knob: nothing to combine
 
 
+def test_repeated_trials_are_measured_over_the_steps_every_process_timed(tmp_path: Path) -> None:
+    """Each control times steps 10-129, of which 100-129 are an epoch's slow end (twice as long);
+    each compile round times steps 40-99. Over the steps all five processes timed (40-99) the
+    controls step at 25 ms and compile at 12.5: x2.00, where the whole windows read x2.25."""
+    runner = _trials(tmp_path, sandbox=False)
+    runner.repeats = 2
+
+    def spawn(trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple:
+        if knob_ids:
+            steps, samples = range(40, 100), [12.5] * 60
+        else:
+            steps = range(10, 130)
+            samples = [50.0 if k >= 100 else 25.0 for k in steps]
+        child = ChildTrial(
+            tuple(knob_ids),
+            effects=("planted",) if knob_ids else (),
+            losses=(2.0,),
+            exit_code=0,
+            ran=True,
+            samples_ms=tuple(samples),
+            sample_steps=tuple(steps),
+            peak_memory_bytes=100,
+        )
+        return "ok", "", child, 2.0
+
+    runner._spawn = spawn  # type: ignore[method-assign]
+    records = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
+    compile_ = records[-1]
+    assert compile_.knob == "compile"
+    assert compile_.measured_speedup == pytest.approx(2.0, abs=1e-3)
+    assert compile_.n_baseline == 3 * 60 and compile_.n_trial == 2 * 60
+    # without the steps, the whole windows
+    whole = trial_mod.common_steps([((25.0,) * 40 + (50.0,) * 20, ()), ((12.5,) * 60, ())])
+    assert whole == [(25.0,) * 40 + (50.0,) * 20, (12.5,) * 60]
+
+
 def test_a_round_that_crashes_leaves_the_others_measured_and_says_so(tmp_path: Path) -> None:
     means = {
         "control": 25.0,

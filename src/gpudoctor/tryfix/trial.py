@@ -43,8 +43,8 @@ different stretches of itself measures the stretch, not the knob (benchmarks/BEN
 over the same steps). Where either side's indices are unknown, or they share fewer than
 ``MIN_JUDGED_STEPS``, the whole windows are compared. With ``--trial-repeats N`` (N rounds
 of the control and each knob, alternating, and the control once more at the end), each process's
-mean is one observation instead, and the interval is over processes (diff/samples.py
-``compare_processes``; ``Trials._run_rounds``).
+mean is one observation instead, over the steps every process timed (``common_steps``), and the
+interval is over processes (diff/samples.py ``compare_processes``; ``Trials._run_rounds``).
 
 **Verdict** (``verdict``):
 
@@ -529,7 +529,7 @@ class Trials:
                 rounds.setdefault(p.knob.id,
                                   []).append(self.one(_round_name(p.knob.id, r), [p.knob.id], p))
         rounds[CONTROL].append(self.one(CONTROL_END, [], None))
-        controls = self._round_samples(rounds[CONTROL])
+        controls = self._round_steps(rounds[CONTROL])
         self.records += self._summarize_controls(rounds[CONTROL])
         for p in planned:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
@@ -555,9 +555,10 @@ class Trials:
             return ()
         return child.sample_steps
 
-    def _round_samples(self, recs: Sequence[TrialRecord]) -> list[tuple[float, ...]]:
-        """The step samples of each round that ran to its steps."""
-        return [s for s in (self._samples(rec.knob) for rec in recs if rec.status == "ok") if s]
+    def _round_steps(self, recs: Sequence[TrialRecord]) -> list[Timed]:
+        """The step samples of each round that ran to its steps, with their steps."""
+        return [(self._samples(rec.knob), self._sample_steps(rec.knob)) for rec in recs
+                if rec.status == "ok" and self._samples(rec.knob)]
 
     def _round_record(self, rec: TrialRecord) -> TrialRound:
         """One process of a repeated trial: where it ran, how it ended and its mean step."""
@@ -579,11 +580,13 @@ class Trials:
                 "apart); each knob is measured over its processes against them all"))
         return control, end
 
-    def _aggregate(self, recs: list[TrialRecord], controls: list[tuple[float, ...]],
+    def _aggregate(self, recs: list[TrialRecord], controls_timed: list[Timed],
                    planned: Planned | None) -> TrialRecord:
         """One knob's record over its rounds: the first round's record (its numerics, memory and
         files), measured again over every round's process."""
-        runs = self._round_samples(recs)
+        # every process cut to the steps all of them timed (``common_steps``)
+        cut = common_steps([*controls_timed, *self._round_steps(recs)])
+        controls, runs = cut[:len(controls_timed)], cut[len(controls_timed):]
         ok = [rec for rec in recs if rec.status == "ok"]
         agg = replace(ok[0] if ok else recs[0], knob=recs[0].knob,
                       rounds=tuple(self._round_record(rec) for rec in recs))
@@ -822,6 +825,23 @@ def child_spec(script: str, args: Sequence[str], is_module: bool, knob_ids: Sequ
     return {"target": script, "args": list(args), "is_module": is_module, "knobs": list(knob_ids),
             "skip": skip, "steps": steps, "trace": trace, "loss_steps": LOSS_STEPS,
             "out_dir": str(trial_dir.resolve()), "program": program or {}}
+
+
+Timed = tuple[tuple[float, ...], tuple[int, ...]]  # a process's samples and each one's step
+
+
+def common_steps(processes: Sequence[Timed]) -> list[tuple[float, ...]]:
+    """Each process's samples cut to the steps every one of them timed, in step order (the rounds
+    of ``--trial-repeats``, as ``same_steps`` does for two); as they are where a process's steps are
+    unknown or fewer than ``MIN_JUDGED_STEPS`` are shared."""
+    whole = [tuple(samples) for samples, _ in processes]
+    if not processes or any(len(steps) != len(samples) for samples, steps in processes):
+        return whole
+    maps = [dict(zip(steps, samples, strict=True)) for samples, steps in processes]
+    shared = sorted(set.intersection(*(set(m) for m in maps)))
+    if len(shared) < MIN_JUDGED_STEPS:
+        return whole
+    return [tuple(m[k] for k in shared) for m in maps]
 
 
 def same_steps(before: Sequence[float], before_steps: Sequence[int], after: Sequence[float],
