@@ -158,12 +158,14 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
 def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
     """Each compile knob's edit (rules/knob_prices.py) replayed on ``model``: what ``run
     --try-fixes`` predicts for it (pipeline.knob_prices_for; not part of every analysis: its two
-    replays would add a fifth to ``analyze`` on a large trace)."""
+    replays would add a fifth to ``analyze`` on a large trace). A knob may replay slower than the
+    step, as a fix may not: autocast's casts on a host-bound step (benchmarks/BENCHMARKS-replay.md
+    "A knob priced slower")."""
     out = {}
     for knob, edit in knob_edits(a).items():
         after = model.after_ms(edit)
-        out[knob] = KnobPrice(knob, model.step_ms,
-                              min(after, model.step_ms) if after > 0 else model.step_ms, edit.note)
+        out[knob] = KnobPrice(knob, model.step_ms, after if after > 0 else model.step_ms,
+                              edit.note)
     return out
 
 
