@@ -163,6 +163,23 @@ def test_the_reports_own_knob_prices_stand_for_the_findings_sums() -> None:
     assert alone.predicted_speedup == 9.0932 and alone.priced_by is None
 
 
+def test_a_knob_its_replay_prices_slower_is_listed_not_tried_unless_named() -> None:
+    """fp32-matmul found (x1.20 by its fix), but bf16 autocast's own replay on the step is slower
+    (x0.94: its casts on a host-bound step, as the word-LM's): listed as not tried, and why; named,
+    it is tried at that price."""
+    fp32 = SimpleNamespace(id="fp32-matmul", predicted_speedup=1.2, saving_ms=1.6667)
+    prices = {"bf16-autocast": {"predicted_speedup": 0.94, "step_ms": 10.0, "step_after_ms": 10.64}}
+    p = plan([fp32], None, prices)
+    assert "bf16-autocast" not in [t.knob.id for t in p.trials]
+    (line,) = [n.reason for n in p.not_tried if n.reason.startswith("bf16-autocast")]
+    assert line == (
+        "bf16-autocast: its replay predicts a slower step (x0.94, 0.64 ms more a step: what it "
+        "adds to the host outweighs what it saves); name it with --fixes to try it"
+    )
+    (named,) = plan([fp32], ["bf16-autocast"], prices).trials
+    assert named.predicted_speedup == 0.94 and named.saving_ms == pytest.approx(-0.64)
+
+
 def test_knobs_whose_findings_put_under_one_percent_at_stake_are_listed_not_tried_unless_named() -> (
     None
 ):

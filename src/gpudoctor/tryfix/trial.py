@@ -274,7 +274,12 @@ program (1-9% on the lent H100s; benchmarks/BENCHMARKS-try-fixes.md "Evidence mo
 
 
 def _too_little_at_stake(planned: Planned) -> str:
-    """The not-tried line of a knob priced under MIN_TRIAL_SPEEDUP."""
+    """The not-tried line of a knob priced under MIN_TRIAL_SPEEDUP (or slower than the step:
+    rules/whatif.py ``knob_prices_of``)."""
+    if planned.saving_ms is not None and planned.saving_ms < 0 and planned.predicted_speedup:
+        return (f"{planned.knob.id}: its replay predicts a slower step (x"
+                f"{planned.predicted_speedup:.3g}, {-planned.saving_ms:.3g} ms more a step: "
+                "what it adds to the host outweighs what it saves); name it with --fixes to try it")
     return (f"{planned.knob.id}: the finding puts {_stake(planned)} of the step at stake, less "
             "than a trial can tell from the drift between processes; name it with --fixes to try "
             "it")
