@@ -18,9 +18,12 @@ without a backward nothing is saved: a chain is one pass per repeat of its ops
 (``_passes_of_flow``), each 1.25x the traffic of its largest kernel at the best rate its kernels
 reach (a broadcast kernel far under the roof does not set it). Either way no pass is shorter than
 the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel still takes the
-card's per-kernel time). Kernels on tensors of another shape in the same region (a weight's
-cast between two activation ops) are their own chain: fusing independent tensors saves launches,
-not bytes. In a step that waits on host syncs, the kernels' time is hidden behind the host's:
+card's per-kernel time), and no slower than the chain's kernels ran. Kernels on tensors of
+another shape in the same region (a weight's cast between two activation ops) are their own chain:
+fusing independent tensors saves launches, not bytes. A view of one tensor under another shape
+(the Trainer's Llama's [B, T, V] logits cast and their [B * T, V] log-softmax) is two chains too;
+grouping by element count and row length instead was tried and not kept
+(benchmarks/BENCHMARKS-replay.md "A fused chain no slower than it ran"). In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
 
 Chains inside naive attention belong to that rule.
@@ -135,17 +138,22 @@ def kernel_floor_ns(a: Analysis) -> float:
 def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0,
              training: bool = True) -> float:
     """The chain's time once fused (the module docstring says how; ``training``: the step has a
-    backward, analysis/host_events.py ``ran_backward``); no faster than ``floor_ns`` (``kernel_floor_ns``) a pass."""
+    backward, analysis/host_events.py ``ran_backward``); no faster than ``floor_ns``
+    (``kernel_floor_ns``) a pass, and no slower than the chain's kernels ran: a chain whose every
+    kernel is its own pass (three casts of one shape, each on its own tensor) is priced as it ran,
+    not at FUSED_PASS_FACTOR times that."""
+    ran = float(t[chain].sum())
     if not training:
         passes = _passes_of_flow(a, chain)
         nbytes = a.roofline.event_bytes[chain]
         rate = min(float((nbytes / np.maximum(t[chain], 1.0)).max()), a.ceilings.hbm_bytes_per_s / 1e9)
         per_pass = float(nbytes[: chain.size // passes].max()) / rate if rate > 0 else 0.0
-        return float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns))
+        return min(float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns)), ran)
     passes = _passes(a, chain)
     slowest = chain[np.argsort(t[chain])[::-1][:passes]]
     at_rate = a.roofline.event_bytes[slowest] / (COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s) * 1e9
-    return float(FUSED_PASS_FACTOR * np.maximum(np.minimum(t[slowest], at_rate), floor_ns).sum())
+    return min(float(FUSED_PASS_FACTOR * np.maximum(np.minimum(t[slowest], at_rate), floor_ns).sum()),
+               ran)
 
 
 def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:
