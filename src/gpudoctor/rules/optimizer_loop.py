@@ -95,7 +95,7 @@ def _first_operator(a: Analysis, regions: np.ndarray, phase_s: np.ndarray,
     none): the step's walk over its parameters before it (``_init_group``: each parameter's state
     and gradient gathered in Python) runs for a fused or foreach step too. In the lab trap's
     recorded twins it took 0.23-0.27 ms of the loop's step and 0.32-0.41 ms of the fused one's
-    (tests/test_replay_edits.py)."""
+    (tests/test_optimizer_edit.py)."""
     host = a.trace.host
     ops = np.flatnonzero((host.cat == HostCat.OP) & host.on_threads(distinct(host.thread[regions])))
     at = np.sort(host.ts[ops])
@@ -128,7 +128,8 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
-    """The fused (or foreach) step: the region's own host time goes but one launch a step, and its
+    """The fused (or foreach) step: the region's own host time from its first operator goes but
+    one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
     kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
     trace, host, dev = a.trace, a.trace.host, a.trace.device
     names = trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
