@@ -168,7 +168,7 @@ def kernel_hypotheses(k: KernelMetrics, total_us: float | None = None) -> list[F
             f"(L1-cached) DRAM. {k.spill_note}",
             _numbers(k, "local_memory_bytes", "registers_per_thread", "achieved_occupancy_pct"),
             (Fix("Keep fewer values live: a smaller tile per thread/program (Triton BLOCK), fewer "
-                 "unrolled accumulators", "BLOCK = 1024   # was 8192; or split the loop"),
+                 "unrolled accumulators", "BLOCK = BLOCK // 4   # or split the loop"),
              Fix("Give the compiler more registers per thread where occupancy allows (more warps "
                  "share the tile: num_warps=4-8; __launch_bounds__ in CUDA)",
                  "triton.Config({...}, num_warps=8)"),

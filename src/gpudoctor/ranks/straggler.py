@@ -102,7 +102,8 @@ _GPU_FIXES = (
 _CPU_FIXES = (
     Fix("Give each rank its own cores and no more threads than it has (a rank sharing its cores "
         "with another process runs every operator slower)",
-        "OMP_NUM_THREADS=4 taskset -c 0-3 python train.py  # per rank"),
+        "OMP_NUM_THREADS=$C taskset -c $((R*C))-$((R*C+C-1)) python train.py  # rank R, C cores "
+        "each"),
     Fix("Look for other processes on the node (top, htop) and move the job or them"),
 )
 _WORK_FIXES = (
