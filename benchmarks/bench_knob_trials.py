@@ -72,6 +72,8 @@ FIXES_FOR: dict[str, str] = {
     "lbfgs_closure": "compile",
     "own_profiler": "compile",
     "lazy_import_sdpa": "compile",
+    "tabular_mlp": "bf16-autocast,compile",
+    "periodic_eval": "compile",
 }
 
 
