@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1203,26 +1204,34 @@ def test_pinning_slowed_under_torch_compile_puts_the_in_process_compile_first() 
 
 
 def _rounds_runner(
-    tmp_path: Path, means: dict[str, float | str], repeats: int, copies: int = 40
+    tmp_path: Path,
+    means: dict[str, float | str],
+    repeats: int,
+    copies: int = 40,
+    timed: Callable[[list[str]], tuple] | None = None,
 ) -> Trials:
     """Trials whose children are planted: each trial name (``compile``, ``compile.r2``, ...) ends
     with 3 x ``copies`` steps around its mean (120: over a second, enough for a verdict), or with
-    the status given as a string."""
+    the status given as a string. ``timed(knob_ids)``, where given, plants the samples and their
+    steps instead."""
     runner = _trials(tmp_path, sandbox=False)
     runner.repeats = repeats
 
     def spawn(trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple:
-        planted = means[trial_dir.name]
+        planted = means[trial_dir.name] if timed is None else 0.0
         if isinstance(planted, str):
             return planted, "planted", None, 1.0
-        samples = (planted * 0.99, planted * 1.01, planted) * copies
+        samples, steps = (
+            timed(knob_ids) if timed else ((planted * 0.99, planted * 1.01, planted) * copies, ())
+        )
         child = ChildTrial(
             tuple(knob_ids),
             effects=("planted",) if knob_ids else (),
             losses=(2.0,),
             exit_code=0,
             ran=True,
-            samples_ms=samples,
+            samples_ms=tuple(samples),
+            sample_steps=tuple(steps),
             peak_memory_bytes=100,
         )
         return "ok", "", child, 2.0
@@ -1282,28 +1291,13 @@ def test_repeated_trials_are_measured_over_the_steps_every_process_timed(tmp_pat
     """Each control times steps 10-129, of which 100-129 are an epoch's slow end (twice as long);
     each compile round times steps 40-99. Over the steps all five processes timed (40-99) the
     controls step at 25 ms and compile at 12.5: x2.00, where the whole windows read x2.25."""
-    runner = _trials(tmp_path, sandbox=False)
-    runner.repeats = 2
 
-    def spawn(trial_dir: Path, knob_ids: list[str], cwd: Path) -> tuple:
+    def timed(knob_ids: list[str]) -> tuple:
         if knob_ids:
-            steps, samples = range(40, 100), [12.5] * 60
-        else:
-            steps = range(10, 130)
-            samples = [50.0 if k >= 100 else 25.0 for k in steps]
-        child = ChildTrial(
-            tuple(knob_ids),
-            effects=("planted",) if knob_ids else (),
-            losses=(2.0,),
-            exit_code=0,
-            ran=True,
-            samples_ms=tuple(samples),
-            sample_steps=tuple(steps),
-            peak_memory_bytes=100,
-        )
-        return "ok", "", child, 2.0
+            return [12.5] * 60, range(40, 100)
+        return [50.0 if k >= 100 else 25.0 for k in range(10, 130)], range(10, 130)
 
-    runner._spawn = spawn  # type: ignore[method-assign]
+    runner = _rounds_runner(tmp_path, {}, repeats=2, timed=timed)
     records = runner.run([Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0)])
     compile_ = records[-1]
     assert compile_.knob == "compile"
