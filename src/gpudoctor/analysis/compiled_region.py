@@ -80,7 +80,7 @@ def compiled_region(trace: Trace) -> np.ndarray:
         copies = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[host.name]
         region_top = top & ~copies & ~outside
     # every event inside a region operator belongs to it (its launches, its nested operators)
-    owner = np.where(host.top_op >= 0, host.top_op, np.arange(n))
+    owner = host.outermost()
     return region_top[owner]
 
 
@@ -91,7 +91,7 @@ def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
     host = trace.host
     top = host.top_op < 0
     eager = trace.names_matching(lambda s: bool(EAGER_UNDER_DYNAMO.match(s)))[host.name] & top
-    owner = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
+    owner = host.outermost()
     eager |= _after_recurrent(trace, region & top, owner)
     return region & ~eager[owner]
 

@@ -16,15 +16,18 @@ import sys
 from typing import Any
 
 
+def _timed_pairs(marks: list[Any]) -> list[int]:
+    """The positions ``i`` whose marks ``i - 1`` and ``i`` time a step: a None mark cuts the series
+    (a wait, not a step), and so does the switch from host clock stamps to CUDA events when the
+    program starts CUDA."""
+    return [i for i, (a, b) in enumerate(itertools.pairwise(marks), 1)
+            if a is not None and b is not None and isinstance(a, float) == isinstance(b, float)]
+
+
 def intervals_ms(marks: list[Any]) -> list[float]:
-    """Times between consecutive marks (ms); a None mark cuts the series (a wait, not a step), and
-    so does the switch from host clock stamps to CUDA events when the program starts CUDA."""
-    out = []
-    for a, b in itertools.pairwise(marks):
-        if a is None or b is None or isinstance(a, float) != isinstance(b, float):
-            continue
-        out.append((b - a) * 1e3 if isinstance(a, float) else a.elapsed_time(b))
-    return out
+    """Times between consecutive marks (ms), where they time a step (``_timed_pairs``)."""
+    return [(marks[i] - marks[i - 1]) * 1e3 if isinstance(marks[i], float)
+            else marks[i - 1].elapsed_time(marks[i]) for i in _timed_pairs(marks)]
 
 
 def interval_steps(marks: list[Any], steps: list[int | None]) -> list[int]:
@@ -34,12 +37,7 @@ def interval_steps(marks: list[Any], steps: list[int | None]) -> list[int]:
     with the marks."""
     if len(steps) != len(marks):
         return []
-    out = []
-    for (a, _), (b, step) in itertools.pairwise(zip(marks, steps, strict=True)):
-        if a is None or b is None or isinstance(a, float) != isinstance(b, float):
-            continue
-        out.append(int(step) if step is not None else -1)
-    return out
+    return [int(steps[i]) if steps[i] is not None else -1 for i in _timed_pairs(marks)]
 
 
 class FinishedIntervals:

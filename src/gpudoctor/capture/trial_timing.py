@@ -47,23 +47,27 @@ class TrialTiming:
     @property
     def timed_ms(self) -> list[float] | None:
         """The steps the trial is timed by: those after the ones judged settled, and the judged ones
-        too when the program ended before as many were timed. None when no step was judged settled
-        (or the timing was abandoned): the session times the later half of the steps instead."""
+        too when the program ended before as many were timed (``_with_judged``). None when no step
+        was judged settled (or the timing was abandoned): the session times the later half of the
+        steps instead."""
         timed = self._timed_ms
-        if timed is not None and len(timed) < len(self._judged_ms):
-            return self._judged_ms + timed
-        return timed
+        return self._judged_ms + timed if self._with_judged() else timed
 
     @property
     def timed_steps(self) -> list[int]:
         """The step of each of ``timed_ms``; empty where the steps were not given or do not cover
         them."""
-        timed = self.timed_ms
+        timed = self._timed_ms
         if timed is None or self._timed_from is None:
             return []
-        first = self._timed_from - (len(self._judged_ms) if timed is not self._timed_ms else 0)
-        steps = self._series_steps[first:first + len(timed)]
-        return steps if len(steps) == len(timed) and first >= 0 else []
+        first = self._timed_from - (len(self._judged_ms) if self._with_judged() else 0)
+        n = len(timed) + (len(self._judged_ms) if self._with_judged() else 0)
+        steps = self._series_steps[first:first + n]
+        return steps if len(steps) == n and first >= 0 else []
+
+    def _with_judged(self) -> bool:
+        """Were fewer steps timed than judged settled (the judged ones then count too)?"""
+        return self._timed_ms is not None and len(self._timed_ms) < len(self._judged_ms)
 
     def on_step(self, intervals: list[float], past_skip: int, loader_depth: int,
                 now: float, steps: list[int] | None = None) -> bool:

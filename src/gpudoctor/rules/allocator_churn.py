@@ -35,7 +35,7 @@ def check(a: Analysis) -> Finding | None:
     trace, host = a.trace, a.trace.host
     idle = a.idle.ms("allocator")
     culprits = a.idle.culprits.get("allocator", np.empty(0, np.int64))
-    named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
+    named = host.outermost(culprits)
     # launches slowed by the profiler are not the program's; those slowed by the allocator's
     # calls are, and go with them (the dispatch idle left is the part above the profiler's cost)
     dispatch = a.idle.ms("dispatch")

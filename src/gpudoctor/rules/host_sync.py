@@ -54,7 +54,7 @@ def check(a: Analysis) -> Finding | None:
     trace, host = a.trace, a.trace.host
     weights = a.idle.culprit_idle_ns[ID].astype(float)
     # name each sync by the operator the user called (aten::item rather than cudaStreamSynchronize)
-    named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
+    named = host.outermost(culprits)
     n_steps = max(len(a.steps), 1)
     syncs = distinct(named).size
     if syncs == 0 or round(idle, 3) <= 0:
@@ -158,15 +158,14 @@ def _own_reads(a: Analysis, culprits: np.ndarray, ops: np.ndarray) -> np.ndarray
         starts, ends = a.idle.labels.get(cause, (np.empty(0, np.int64), np.empty(0, np.int64)))
         own &= ~contains(starts, ends, ts)
     culprits = culprits[own]
-    named = intersection(np.where(host.top_op[culprits] >= 0, host.top_op[culprits],
-                                    culprits), ops)
+    named = intersection(host.outermost(culprits), ops)
     sync_ops = a.trace.names_matching(lambda name: name in SYNC_OPS)[host.name[named]]
     readback = np.flatnonzero(np.isin(dev.kind,
                                       (int(Kind.MEMCPY_DTOH_PAGEABLE),
                                        int(Kind.MEMCPY_DTOH_PINNED)))
                               & (dev.launch >= 0))
     at = dev.launch[readback]
-    top = np.where(host.top_op[at] >= 0, host.top_op[at], at)
+    top = host.outermost(at)
     return named[sync_ops | np.isin(named, top)]
 
 
@@ -224,7 +223,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     if culprits.size == 0:
         return None
     host, dev = a.trace.host, a.trace.device
-    named = np.where(host.top_op[culprits] >= 0, host.top_op[culprits], culprits)
+    named = host.outermost(culprits)
     s, e = union(host.ts[named], host.end[named])
     syncs = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
     unwait = syncs[contains(s, e, host.ts[syncs])].astype(np.int64)

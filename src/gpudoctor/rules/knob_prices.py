@@ -13,9 +13,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   ``softmax(q @ k^T / sqrt(d)) @ v`` in bf16, fp32 or under autocast on torch 2.11
   (benchmarks/probes/probe_fuse_attention.py; benchmarks/BENCHMARKS-replay.md "Knob trials, set
   f"). A fused chain's other operators leave the host with their kernels (the generated code
-  dispatches none of them); the rest of the region's host work stays. On host-bound steps compile
-  measured x0.93-0.98 in one session and x1.14-1.32 in another: the host keeping every operator
-  priced x1.00, the fused ones out x1.12-1.15, within 1.25x of both (benchmarks/BENCHMARKS-replay.md
+  dispatches none of them); the rest of the region's host work stays: the host-bound programs'
+  compile moved between sessions on either side of that price (benchmarks/BENCHMARKS-replay.md
   "The fused operators' host time").
 - ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
   (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
@@ -154,7 +153,7 @@ def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:
     dev, host = a.trace.device, a.trace.host
     launched = np.flatnonzero(dev.launch >= 0)
     calls = dev.launch[launched]
-    tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
+    tops = host.outermost(calls)
     gone = np.isin(launched, kernels)
     return difference(distinct(tops[gone]), tops[~gone]).astype(np.int64)
 

@@ -119,7 +119,7 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     if kernels.size == 0:
         return None
     calls = distinct(dev.launch[kernels])
-    tops = np.where(host.top_op[calls] >= 0, host.top_op[calls], calls)
+    tops = host.outermost(calls)
     rs, re_ = union(host.ts[tops], host.end[tops])
     # Python between two launching operators, short and holding no operator of its own but views
     # and autograd's books (an operator on CPU tensors launches nothing and stays)

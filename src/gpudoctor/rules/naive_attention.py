@@ -116,7 +116,7 @@ def pattern_spans(a: Analysis, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     trace = a.trace
     host, dev = trace.host, trace.device
     launched = dev.launch >= 0
-    top_of = np.where(host.top_op >= 0, host.top_op, np.arange(len(host)))
+    top_of = host.outermost()
     owner = np.full(len(dev), -1, np.int64)
     owner[launched] = top_of[dev.launch[launched]]
     mine = np.zeros(len(host), bool)

@@ -93,15 +93,15 @@ def _first_operator(a: Analysis, regions: np.ndarray, phase_s: np.ndarray,
                     r_e: np.ndarray) -> np.ndarray:
     """Where each region's first operator after ``phase_s`` begins (the region's end where it has
     none): the step's walk over its parameters before it (``_init_group``: each parameter's state
-    and gradient gathered in Python) runs for a fused or foreach step too. In the lab trap's
-    recorded twins it took 0.23-0.27 ms of the loop's step and 0.32-0.41 ms of the fused one's
-    (tests/test_optimizer_edit.py)."""
+    and gradient gathered in Python) runs for a fused or foreach step too, as the lab trap's
+    recorded twins show (tests/test_optimizer_edit.py)."""
     host = a.trace.host
     ops = np.flatnonzero((host.cat == HostCat.OP) & host.on_threads(distinct(host.thread[regions])))
     at = np.sort(host.ts[ops])
-    k = np.searchsorted(at, phase_s, side="left")
-    first = at[np.minimum(k, max(at.size - 1, 0))] if at.size else r_e
-    return np.where((k < at.size) & (first < r_e), first, r_e)
+    if at.size == 0:
+        return r_e.copy()
+    first = at[np.minimum(np.searchsorted(at, phase_s), at.size - 1)]
+    return np.where((first >= phase_s) & (first < r_e), first, r_e)
 
 
 def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,

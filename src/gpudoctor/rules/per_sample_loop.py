@@ -214,7 +214,7 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
     the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes ``seq[first
     + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
     host, dev = a.trace.host, a.trace.device
-    anchors = [np.where(host.top_op[dev.op[g]] >= 0, host.top_op[dev.op[g]], dev.op[g])
+    anchors = [host.outermost(dev.op[g])
                for g in groups]
     if looped_nodes.size:
         anchors.append(looped_nodes)

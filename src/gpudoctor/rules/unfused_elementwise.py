@@ -21,9 +21,8 @@ the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kern
 card's per-kernel time), and no slower than the chain's kernels ran. Kernels on tensors of
 another shape in the same region (a weight's cast between two activation ops) are their own chain:
 fusing independent tensors saves launches, not bytes. A view of one tensor under another shape
-(the Trainer's Llama's [B, T, V] logits cast and their [B * T, V] log-softmax) is two chains too;
-grouping by element count and row length instead was tried and not kept
-(benchmarks/BENCHMARKS-replay.md "A fused chain no slower than it ran"). In a step that waits on host syncs, the kernels' time is hidden behind the host's:
+([B, T, V] cast, [B * T, V] log-softmax) is two chains too; grouping by element count was tried
+and not kept (benchmarks/BENCHMARKS-replay.md "A fused chain no slower than it ran"). In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
 
 Chains inside naive attention belong to that rule.

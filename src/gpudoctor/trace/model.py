@@ -76,6 +76,14 @@ class HostEvents:
         table[threads - low] = True
         return table[self.thread - low] if low else table[self.thread]
 
+    def outermost(self, events: np.ndarray | None = None) -> np.ndarray:
+        """The outermost operator around each of ``events`` (all of them: None), the event itself
+        where none encloses it: the operator a kernel's launch, or a nested operator, belongs to."""
+        if events is None:
+            return np.where(self.top_op >= 0, self.top_op, np.arange(len(self.top_op)))
+        top = self.top_op[events]
+        return np.where(top >= 0, top, events)
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceEvents:

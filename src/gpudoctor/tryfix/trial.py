@@ -39,8 +39,7 @@ the steps both timed, by each sample's step index (``same_steps``; capture/marks
 ``interval_steps``): a compile trial starts timing later and stops sooner than the control, and a
 program whose steps differ with their place (an epoch's end, a validation pass) compared over
 different stretches of itself measures the stretch, not the knob (benchmarks/BENCHMARKS-replay.md
-"Knob trials, set f": the Lightning transformer's compile read x1.33 over the whole windows, x1.12
-over the same steps). Where either side's indices are unknown, or they share fewer than
+"Knob trials, set f"). Where either side's indices are unknown, or they share fewer than
 ``MIN_JUDGED_STEPS``, the whole windows are compared. With ``--trial-repeats N`` (N rounds
 of the control and each knob, alternating, and the control once more at the end), each process's
 mean is one observation instead, over the steps every process timed (``common_steps``), and the
@@ -562,8 +561,9 @@ class Trials:
 
     def _round_steps(self, recs: Sequence[TrialRecord]) -> list[Timed]:
         """The step samples of each round that ran to its steps, with their steps."""
-        return [(self._samples(rec.knob), self._sample_steps(rec.knob)) for rec in recs
-                if rec.status == "ok" and self._samples(rec.knob)]
+        timed = [(self._samples(rec.knob), self._sample_steps(rec.knob)) for rec in recs
+                 if rec.status == "ok"]
+        return [(samples, steps) for samples, steps in timed if samples]
 
     def _round_record(self, rec: TrialRecord) -> TrialRound:
         """One process of a repeated trial: where it ran, how it ended and its mean step."""
@@ -853,16 +853,10 @@ def same_steps(before: Sequence[float], before_steps: Sequence[int], after: Sequ
                after_steps: Sequence[int]) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Both sides cut to the steps both timed, in step order (module docstring, "Measured
     speedup"); as they are where either side's steps are unknown (not one per sample) or they share
-    fewer than ``MIN_JUDGED_STEPS``."""
-    whole = (tuple(before), tuple(after))
-    if len(before_steps) != len(before) or len(after_steps) != len(after):
-        return whole
-    mine = dict(zip(before_steps, before, strict=True))
-    theirs = dict(zip(after_steps, after, strict=True))
-    shared = sorted(mine.keys() & theirs.keys())
-    if len(shared) < MIN_JUDGED_STEPS:
-        return whole
-    return tuple(mine[k] for k in shared), tuple(theirs[k] for k in shared)
+    fewer than ``MIN_JUDGED_STEPS`` (``common_steps`` of the two)."""
+    cut_before, cut_after = common_steps([(tuple(before), tuple(before_steps)),
+                                          (tuple(after), tuple(after_steps))])
+    return cut_before, cut_after
 
 
 def bracketed(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
