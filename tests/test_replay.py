@@ -234,8 +234,9 @@ def test_interval_subtraction_keeps_what_the_kept_intervals_do_not_cover() -> No
 
 def _per_head_loop(steps: int = 4, heads: int = 48, cast: bool = False) -> bytes:
     """A host-bound loop over heads: each step issues ``heads`` small bf16 GEMMs (16 x 64 x 64), one
-    operator and launch each, 20 us of host apiece; each kernel runs 3 us. With ``cast``, each
-    head's weight is cast first (its own operator and a 1 us copy kernel), as autocast does."""
+    operator and launch each, 20 us of host apiece; each kernel runs 3 us; a cat joins the heads'
+    outputs. With ``cast``, each head's weight is cast first (its own operator and a 1 us copy
+    kernel), as autocast does."""
     b = TraceBuilder()
     step_us = heads * 20 + 40
     for s in range(steps):
@@ -261,6 +262,7 @@ def _per_head_loop(steps: int = 4, heads: int = 48, cast: bool = False) -> bytes
                 dims=[[16, 64], [64, 64]],
                 flops=2 * 16 * 64 * 64,
             )
+        b.op("aten::cat", t0 + 20 + heads * 20 - 5, 3.0)
     return b.to_bytes()
 
 

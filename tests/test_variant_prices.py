@@ -190,13 +190,18 @@ def test_same_kernel_gemms_in_sequence_keep_their_parameters(
     stacks 64 Linear(96, 96) layers: same-kernel GEMMs in sequence that no cat joins. Only a loop
     whose outputs are joined (heads) merges its weights, so only there does the optimizer's share
     go (with it, small-gemm read x2.80 there and came first; x1.38 without, measured x2.34 for
-    the optimizer's fix). per_head_linear with its gathers hidden keeps its optimizer whole."""
+    the optimizer's fix). per_head_linear with its gathers hidden reads as such a stack: its
+    GEMMs, with kernels between them and nothing joining their outputs, are each the next one's
+    input as far as the trace can tell, so none merges, no host time goes with them and the
+    optimizer keeps its whole time; each GEMM keeps only its own faster kernel."""
     found, _ = _diagnosed("per_head_linear")
     a = found.analysis
     monkeypatch.setattr(small_gemm, "_gathers", lambda a, runs: np.empty(0, np.int64))
     edit = small_gemm.edit(a, found.report.finding("small-gemm"))
     assert edit is not None
-    assert np.unique(np.asarray(edit.host_share)).tolist() == [1.0]
+    assert edit.device_removed.size == 0 and np.asarray(edit.host_removed_s).size == 0
+    assert np.asarray(edit.host_share).size == 0
+    assert edit.device.size > 0 and (edit.device_ns <= a.trace.device.dur[edit.device]).all()
 
 
 def test_the_host_left_after_a_fix_runs_at_the_pace_of_its_smaller_work() -> None:

@@ -313,20 +313,44 @@ def _small(a: Analysis) -> tuple[Priced, Priced]:
 
 def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
     """Positions (into ``idx``, in time order) of each run of two or more GEMMs of one kernel name
-    in one step, at most MAX_KERNELS_BETWEEN other kernels apart: what one batched call replaces."""
-    dev = a.trace.device
+    in one step, at most MAX_KERNELS_BETWEEN other kernels apart, that one batched call replaces.
+    A run is independent GEMMs where a stack or cat joins its outputs (a loop over heads,
+    micro-batches or experts), or where it is the backward of such a run: the whole run batches.
+    Else only GEMMs issued back to back batch (``_back_to_back``): with other kernels between
+    them, a run is as likely a stack of layers, each the next one's input (a transformer's Q, K, V
+    and output projections across its layers), which no batched call replaces."""
+    dev, host = a.trace.device, a.trace.host
     order = np.argsort(dev.ts, kind="stable")
     position = np.empty(len(order), np.int64)
     position[order] = np.arange(len(order))
     starts = a.steps.start
     step = np.searchsorted(starts, dev.ts[idx], side="right") - 1 if len(starts) else np.zeros(
         idx.size, np.int64)
-    runs: list[np.ndarray] = []
+    candidates: list[np.ndarray] = []
     for key in set(zip(step.tolist(), dev.name[idx].tolist())):
         members = np.flatnonzero((step == key[0]) & (dev.name[idx] == key[1]))
         breaks = np.flatnonzero(np.diff(position[idx[members]]) > MAX_KERNELS_BETWEEN + 1) + 1
-        runs.extend(r for r in np.split(members, breaks) if r.size >= 2)
+        candidates.extend(r for r in np.split(members, breaks) if r.size >= 2)
+    joined = [bool(_gathers(a, [idx[run]]).size) for run in candidates]
+    # the backward of the joined runs' operators: the autograd nodes that share their sequence
+    # numbers
+    forward_ops = [dev.op[idx[run]] for run, j in zip(candidates, joined) if j]
+    ops = np.concatenate(forward_ops) if forward_ops else np.empty(0, np.int64)
+    nodes = backward_nodes_of(a.trace, distinct(ops[ops >= 0]))
+    runs: list[np.ndarray] = []
+    for run, j in zip(candidates, joined):
+        calls = dev.launch[idx[run]]
+        if j or (nodes.size and (calls >= 0).all() and np.isin(host.outermost(calls), nodes).all()):
+            runs.append(run)
+        else:
+            runs.extend(_back_to_back(position[idx[run]], run))
     return sorted(runs, key=lambda r: int(r[0]))
+
+
+def _back_to_back(positions: np.ndarray, run: np.ndarray) -> list[np.ndarray]:
+    """The parts of a run whose GEMMs were issued with no other kernel between them."""
+    breaks = np.flatnonzero(np.diff(positions) > 1) + 1
+    return [part for part in np.split(run, breaks) if part.size >= 2]
 
 
 RULE = Rule(
