@@ -424,3 +424,43 @@ def test_a_measured_step_under_the_gpus_floor_keeps_the_host_it_allows(
     assert host_ms > 34
     finding = report.finding("fp32-matmul")
     assert finding.evidence.numbers["predicted_speedup_with_tf32"] == pytest.approx(tf32, abs=1e-3)
+
+
+def test_a_step_the_replay_cannot_reproduce_is_priced_by_formula_and_says_why() -> None:
+    """Each step's kernels start 5 ms after their launches, held by something the trace does not
+    show (another process's work, a stream it did not record), and the host waits for them in a
+    device synchronize. Replayed as recorded, the kernels run at their launches and the step is
+    about half the trace's: pricing fixes on that graph would price its miss, so every finding
+    keeps its formula and says why."""
+    b = TraceBuilder()
+    step_us = 11_100
+    for step in range(4):
+        t0 = step * step_us
+        b.step(step, t0, step_us)
+        for k in range(4):
+            b.launch(
+                "ampere_sgemm_128x64_nn",
+                t0 + 100 + k * 200,
+                t0 + 5_000 + k * 1_500,
+                1_500,
+                op="aten::mm",
+                dims=[[4096, 4096], [4096, 4096]],
+                flops=2 * 4096**3,
+            )
+        b.runtime("cudaDeviceSynchronize", t0 + 1_000, 10_000)
+    trace = parse(b.to_bytes())
+    graph = build(trace, segment(trace))
+    assert graph.coverage == "full"
+    assert replay(graph).step_ns < 0.7 * graph.profiled_ns
+    report = analyze_loaded(trace, gpu="h100-sxm")
+    assert report.findings
+    for finding in report.findings:
+        assert finding.evidence.numbers["priced_by"] == "formula"
+        because = finding.evidence.numbers["priced_by_formula_because"]
+        assert because.startswith("replayed as recorded, its step is ")
+        assert "the graph misses what sets this step" in because
+    assert report.all_fixes is None
+    from gpudoctor.report.console import render_text
+
+    text = " ".join(render_text(report, width=400).split())
+    assert "Priced by formula: replayed as recorded, its step is " in text

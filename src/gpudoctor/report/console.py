@@ -197,6 +197,10 @@ def _findings(r: Report, limit: int) -> Group:
         items.append(Text(f"All {len(together.ids)} replayed fixes together: "
                           f"{together.step_ms:.3f} -> {together.step_after_ms:.3f} ms a step "
                           f"(x{together.predicted_speedup:.2f})"))
+    else:  # no fix replayed: the one reason the whole step was priced by its rules' formulas
+        reasons = {f.evidence.numbers.get("priced_by_formula_because") for f in r.findings}
+        if len(reasons) == 1 and None not in reasons:
+            items.append(Text(f"Priced by formula: {reasons.pop()}", style="dim"))
     for rank, f in enumerate(r.findings[:limit], 1):
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))

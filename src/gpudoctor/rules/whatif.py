@@ -119,17 +119,27 @@ def measured_costs(a: Analysis) -> dict[str, float] | None:
     return {"op": ns, "runtime": ns, "annotation": ns}
 
 
+# The profiled step replayed unchanged, within this share of the trace's: every GPU trace under
+# tests/data replays within 5% (benchmarks/BENCHMARKS-replay.md "Replay"); beyond it the graph
+# misses what set the step (waits on a stream it cannot see), and the edits would price that miss.
+REPLAY_FIDELITY_SHARE = 0.10
+
+
 def step_model(a: Analysis) -> StepModel | str:
     """The model of ``a``'s steps, or why there is none."""
     if len(a.trace.device) == 0:
-        return "no GPU work"
+        return "the step's graph could not be built: no GPU work"
     graph = build(a.trace, a.steps)
     if graph.coverage != "full":
-        return graph.coverage
+        return f"the step's graph could not be built: {graph.coverage}"
+    as_recorded = replay(graph).step_ns
+    if graph.profiled_ns > 0 and abs(as_recorded / graph.profiled_ns - 1) > REPLAY_FIDELITY_SHARE:
+        return (f"replayed as recorded, its step is {as_recorded / 1e6:.3f} ms where the trace "
+                f"shows {graph.profiled_ns / 1e6:.3f} ms: the graph misses what sets this step")
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
     base = unprofiled(graph, measured, measured_costs(a))
     if base.replayed.step_ns <= 0:
-        return "the replayed step is empty"
+        return "the step's graph could not be built: the replayed step is empty"
     lo, hi = graph.window
     host = a.trace.host
     loader = bool((dataloader_calls(a.trace) & (host.ts >= lo) & (host.ts < hi)).any())
@@ -150,8 +160,7 @@ def reprice(raw: list[Finding], priced: list[Finding], a: Analysis) -> Repriced:
     and kernel parts say what the derived edits remove)."""
     model = step_model(a)
     if isinstance(model, str):
-        return Repriced([_formula(f, f"the step's graph could not be built: {model}")
-                         for f in priced])
+        return Repriced([_formula(f, model) for f in priced])
     return Repriced(*_repriced_findings(raw, priced, a, model))
 
 
