@@ -47,6 +47,8 @@ class Steps:
     period: int = 0  # kernel-period: kernels per iteration
     marker: str = ""  # module-forward: the range whose calls start the steps
     cut_short: bool = False  # the step a crash cut short is left out (``whole_steps``)
+    # what the markers' ranges needed to be steps (``_clean_ranges``), said in the report
+    mended: str = ""
 
     def __len__(self) -> int:
         return len(self.start)
@@ -172,6 +174,8 @@ def describe(steps: Steps) -> str | None:
     if steps.cut_short:
         return ("the window ended early (the program stopped during a step): the step it cut short "
                 f"is left out, {len(steps)} whole step{'s' * (len(steps) != 1)} remain")
+    if steps.mended:
+        return f"step markers: {steps.mended}"
     if steps.method == "whole-trace":
         return ("no ProfilerStep#N or Optimizer.step markers and no repeating iteration: the whole "
                 "trace is treated as one step (call prof.step() once per iteration for per-step "
@@ -231,23 +235,106 @@ def _iteration_marker_steps(trace: Trace) -> Steps | None:
 
 
 def _ranges(trace: Trace, prefix: str, method: str) -> Steps | None:
-    """One step per marker range named PREFIX + N."""
+    """One step per marker range named PREFIX + N (``_clean_ranges``)."""
     idx = _marked(trace, prefix)
     if idx.size == 0:
         return None
     host = trace.host
-    # One marker per step: some versions write a cpu_op and a user_annotation for the same step
-    # (keep the longer). Depth is no guide: a step hook fired inside optimizer.step() opens its
-    # ProfilerStep range inside the optimizer's own annotation.
-    best: dict[int, int] = {}
-    for i in idx.tolist():
-        label = int(host.name[i])
-        if label not in best or host.end[i] - host.ts[i] > host.end[best[label]] - host.ts[
-            best[label]]:
-            best[label] = i
-    idx = np.array(sorted(best.values(), key=lambda i: host.ts[i]), dtype=np.int64)
-    labels = tuple(trace.strings[host.name[i]] for i in idx.tolist())
-    return Steps(method, host.ts[idx].copy(), host.end[idx].copy(), labels)
+    idx = idx[np.argsort(host.ts[idx], kind="stable")]
+    starts, ends, kept, mended = _clean_ranges(trace, host.ts[idx].astype(np.int64),
+                                               host.end[idx].astype(np.int64))
+    if not kept:
+        return None
+    labels = tuple(trace.strings[host.name[i]] for i in idx[kept].tolist())
+    return Steps(method, starts, ends, labels, mended="; ".join(mended))
+
+
+# Two marker ranges are one step recorded twice (a cpu_op and a user_annotation of the same step in
+# some versions; a copy nested inside it) where the shorter lies this much inside the longer and is
+# at least STEP_COPY_LENGTH of it; else overlapping ranges are consecutive steps that overlap.
+STEP_COPY_OVERLAP = 0.9
+STEP_COPY_LENGTH = 0.5
+# A last step under this share of the median of the others that launches no GPU work is the range
+# the profiler opens at its last step() and closes when it stops: no step of the program.
+STUB_SHARE = 0.25
+
+
+def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+    """The marker ranges (sorted by start) as steps: each one recorded twice kept once (the
+    longer); overlapping ones ended where the next starts; none past the trace's last event; a
+    last one with no length (a bare boundary) or the profiler's closing stub left out. Depth is no
+    guide: a step hook fired inside optimizer.step() opens its range inside the optimizer's own
+    annotation. Returns the starts, ends, positions kept and what was mended (for the report)."""
+    mended: list[str] = []
+    kept: list[int] = []
+    s_out: list[int] = []
+    e_out: list[int] = []
+    copies = clipped = 0
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        e = max(e, s)
+        if kept and s < e_out[-1]:
+            shorter, longer = sorted((e - s, e_out[-1] - s_out[-1]))
+            overlap = min(e, e_out[-1]) - s
+            if (longer > 0 and overlap >= STEP_COPY_OVERLAP * shorter
+                    and shorter >= STEP_COPY_LENGTH * longer):
+                copies += 1
+                if e - s > e_out[-1] - s_out[-1]:
+                    kept[-1], s_out[-1], e_out[-1] = i, s, e
+                continue
+            e_out[-1] = s
+            clipped += 1
+        kept.append(i)
+        s_out.append(s)
+        e_out.append(e)
+    if copies:
+        mended.append(f"{copies} recorded twice: each step counted once")
+    if clipped:
+        mended.append(f"{clipped} overlapped the next: each step ends where the next starts")
+    bare = [i for i in range(len(kept) - 1) if e_out[i] <= s_out[i]]
+    for i in bare:  # a range with no length marks where its step starts: it runs to the next
+        e_out[i] = s_out[i + 1]
+    if bare:
+        mended.append(f"{len(bare)} had no length: each step runs to the next one's start")
+    last_event = _last_event_end(trace)
+    # a step's Python after its last operator is part of it; a range that runs on longer than it
+    # holds events was closed by something else (a marker written by hand, a clock gone wrong)
+    if e_out and e_out[-1] - last_event > last_event - s_out[-1] > 0:
+        mended.append(f"the last ran {(e_out[-1] - last_event) / 1e6:.3f} ms past the trace's "
+                      "last event: it ends there")
+        e_out[-1] = last_event
+    if len(kept) >= 2:
+        durations = np.array(e_out, float) - np.array(s_out, float)
+        last_ms = durations[-1] / 1e6
+        if durations[-1] <= 0:
+            mended.append("the last has no length (a bare boundary): left out")
+        elif (durations[-1] < STUB_SHARE * float(median(durations[:-1]))
+              and not _launches_between(trace, s_out[-1], e_out[-1])):
+            mended.append(f"the last ({last_ms:.3f} ms, no GPU work) is the profiler's closing "
+                          "range, not a step: left out")
+        else:
+            last_ms = -1.0
+        if last_ms >= 0:
+            kept, s_out, e_out = kept[:-1], s_out[:-1], e_out[:-1]
+    return (np.array(s_out, np.int64), np.array(e_out, np.int64), kept, mended)
+
+
+def _last_event_end(trace: Trace) -> int:
+    """Where the trace's last event other than a step marker ends."""
+    host, dev = trace.host, trace.device
+    others = host.end[host.cat != HostCat.ANNOTATION] if len(host) else np.zeros(0, np.int64)
+    ends = [int(others.max())] if others.size else []
+    if len(dev):
+        ends.append(int(dev.end.max()))
+    return max(ends) if ends else int(trace.span[1])
+
+
+def _launches_between(trace: Trace, start: int, end: int) -> bool:
+    dev, host = trace.device, trace.host
+    calls = dev.launch[dev.launch >= 0]
+    if calls.size == 0:  # no launch links: kernels that ran in the range
+        return bool(((dev.ts >= start) & (dev.ts < end)).any())
+    return bool(((host.ts[calls] >= start) & (host.ts[calls] < end)).any())
 
 
 def _optimizer_steps(trace: Trace) -> Steps | None:
