@@ -319,3 +319,27 @@ def test_two_hundred_thousand_kernels_take_a_bounded_number_of_linear_passes(mon
     calls.update(_proposals=0, _score=0)
     assert find_period(rng.integers(0, 500, 200_000)) is None
     assert calls["_proposals"] == 1 and calls["_score"] <= period_mod.MAX_PERIODS_TRIED
+
+
+@pytest.mark.parametrize(
+    ("pauses", "method"),
+    [
+        ((50, 50, 50), "kernel-period"),
+        ((50, 20_000, 50), "whole-trace"),
+        ((50, 500, 20_000), "whole-trace"),
+    ],
+)
+def test_two_repetitions_of_a_few_kernels_far_apart_are_not_steps(
+    pauses: tuple[int, ...], method: str
+) -> None:
+    """Three kernels launched three times: evenly, two steps; with one pause 40x the rest (a
+    program that sleeps, a public toy trace), two 'steps' of 0.07 and 20 ms would price every fix
+    against their mean. The trace is one step then."""
+    t = TraceBuilder()
+    host = 0.0
+    for pause in pauses:
+        host += pause
+        for name in ("a", "b", "c"):
+            t.launch(name, host, host + 10, 3.0, op=f"aten::op_{name}")
+            host += 7
+    assert _segment(t).method == method

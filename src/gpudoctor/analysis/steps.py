@@ -363,7 +363,14 @@ def _kernel_period_steps(trace: Trace) -> Steps | None:
         return None
     starts, period = found
     steps = _between(starts, "kernel-period")
-    return None if steps is None else dataclasses.replace(steps, period=period)
+    if steps is None:
+        return None
+    # two repetitions, one over OUTLIER_TIMES the other: a few kernels that happen to repeat,
+    # not an iteration (nothing else says where a step is)
+    d = steps.end - steps.start
+    if len(steps) == 2 and d.max() > OUTLIER_TIMES * max(int(d.min()), 1):
+        return None
+    return dataclasses.replace(steps, period=period)
 
 
 def _between(starts: np.ndarray, method: str) -> Steps | None:
