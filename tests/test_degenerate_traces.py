@@ -389,15 +389,17 @@ def test_a_live_windows_status_says_what_it_came_to(tmp_path: Path) -> None:
         CaptureResult(trace_path=broken, device="cuda"), CaptureConfig(), tmp_path / "a"
     )
     assert found.status is RunStatus.NOT_DIAGNOSED and found.report is None
-    # a window whose trace names no GPU (no deviceProperties): what a CPU-only device records
+    # a window whose trace names no GPU (no deviceProperties) but holds GPU work: diagnosed, as on
+    # a card the datasheet table does not know
     unnamed = tmp_path / "unnamed.json"
     data = json.loads(healthy().write(tmp_path / "named.json").read_text())
     data.pop("deviceProperties", None)
     unnamed.write_text(json.dumps(data))
     found = diagnose_capture(
-        CaptureResult(trace_path=unnamed, device="cpu"), CaptureConfig(), tmp_path / "b"
+        CaptureResult(trace_path=unnamed, device="cuda"), CaptureConfig(), tmp_path / "b"
     )
-    assert found.status is RunStatus.NO_GPU_ACTIVITY and found.note.startswith("no GPU activity")
+    assert found.status is RunStatus.DIAGNOSED and found.report is not None
+    assert found.report.warnings[0].startswith("the trace names no GPU: no roofline")
     found = diagnose_capture(
         CaptureResult(trace_path=healthy().write(tmp_path / "ok.json"), device="cuda"),
         CaptureConfig(),
@@ -406,3 +408,25 @@ def test_a_live_windows_status_says_what_it_came_to(tmp_path: Path) -> None:
     assert found.status is RunStatus.DIAGNOSED and found.report is not None
     report, note = found  # unpacks as (report, note) for the callers that need no status
     assert report is found.report and note == found.note
+
+
+@pytest.mark.parametrize("how", ["no deviceProperties", "an empty name"])
+def test_gpu_work_on_a_card_the_trace_does_not_name_is_diagnosed_without_peak_rates(
+    how: str,
+) -> None:
+    """Kernels, and deviceProperties missing or naming no card (a public vLLM trace on an MI300X
+    wrote name ""): the host side and the idle causes need no peak rates, as on a card the table
+    does not know; the report says how to add them."""
+    data = json.loads(healthy().to_bytes())
+    if how == "no deviceProperties":
+        data.pop("deviceProperties", None)
+    else:
+        for props in data["deviceProperties"]:
+            props["name"] = ""
+    report = analyze_loaded(parse(json.dumps(data).encode()))
+    assert report.findings and report.ceilings.source == "none: the trace names no GPU"
+    assert report.warnings[0] == (
+        "the trace names no GPU: no roofline, MFU or peak-priced findings (fp32-matmul, "
+        "small-gemm, misaligned-gemm, naive-attention, unfused-elementwise, optimizer-loop, "
+        "per-sample-loop); for them, pass --gpu NAME, or --ceilings FILE (gpudoctor bench's JSON)"
+    )

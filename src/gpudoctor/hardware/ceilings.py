@@ -82,13 +82,17 @@ def unavailable(name: str) -> Ceilings:
     rate ``from_spec`` takes when a datasheet does not name one."""
     return Ceilings(gpu=name, matrix_flops={}, vector_flops=0.0, hbm_bytes_per_s=0.0,
                     h2d_pinned_bytes_per_s=PCIE4_X16_BYTES_PER_S, memory_bytes=0,
-                    source=f"none: {name} is not in the datasheet table")
+                    source=f"none: {name} is not in the datasheet table" if name else
+                    "none: the trace names no GPU")
 
 
-def unknown_card_note(name: str, skipped: tuple[str, ...] = ()) -> str:
+def unknown_card_note(name: str, skipped: tuple[str, ...] = (), named: bool = True) -> str:
     """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to
-    give it."""
+    give it (``named``: False where the trace names no card)."""
     rules = f" ({', '.join(skipped)})" if skipped else ""
+    if not named:
+        return (f"the trace names no GPU: no roofline, MFU or peak-priced findings{rules}; for "
+                "them, pass --gpu NAME, or --ceilings FILE (gpudoctor bench's JSON)")
     return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced "
             f"findings{rules}; for them, run `gpudoctor bench` on that card, or pass --ceilings "
             "FILE (bench's JSON) or --gpu NAME")

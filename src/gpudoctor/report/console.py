@@ -81,7 +81,7 @@ def _header(r: Report) -> Panel:
     if r.host_only:
         grid.add_row("GPU", Text("none: no GPU work was recorded (device: cpu)"))
     else:
-        grid.add_row("GPU", Text(f"{r.gpu.name}"))
+        grid.add_row("GPU", Text(r.gpu.name or "not named in the trace"))
         grid.add_row("ceilings", Text(f"{r.ceilings.source}"))
     mfu = "n/a (no ceilings)" if r.roofline.unavailable else f"{100 * r.mfu:.1f}%"
     where = "host (CPU) time" if r.host_only else f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {mfu}"
