@@ -125,6 +125,28 @@ def test_a_duration_beyond_any_profiler_is_refused(tmp_path, monkeypatch, capsys
     assert_one_line_error(code, out, err, "dur=1e+19 us")
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_json_nested_deeper_than_the_decoder_reads_is_refused_in_one_line(
+    tmp_path, monkeypatch, capsys, chunked: bool
+) -> None:
+    """An event's args nested 3000 levels deep: msgspec stops at its limit with a RecursionError,
+    which is the file's fault, not the program's (exit 2, one line), read whole or in chunks."""
+    t = healthy()
+    t.events[0].setdefault("args", {})["deep"] = "DEEP"
+    original = t.to_bytes
+
+    def nested() -> bytes:  # Python's own json cannot build it either
+        return original().replace(b'"DEEP"', b"[" * 3000 + b"]" * 3000)
+
+    monkeypatch.setattr(t, "to_bytes", lambda gz=False: nested())
+    if chunked:
+        import importlib
+
+        monkeypatch.setattr(importlib.import_module("gpudoctor.trace.load"), "CHUNKED_FROM", 0)
+    code, out, err = cli(tmp_path, t, monkeypatch, capsys)
+    assert_one_line_error(code, out, err, "nests its JSON deeper than a profiler writes")
+
+
 def test_an_out_of_range_event_among_good_ones_is_dropped_and_said() -> None:
     t = healthy()
     t.op("aten::mm", 1e20, 10)

@@ -83,6 +83,16 @@ CHUNKED_FROM = 64 << 20
 def load(path: str | os.PathLike[str], chunked: bool | None = None) -> Trace:
     """Load a trace file, or the single trace inside a run directory; ``chunked``: read it a
     chunk at a time (None: from CHUNKED_FROM bytes of file on)."""
+    try:
+        return _load(path, chunked)
+    except RecursionError:  # msgspec's decoder stops at its nesting limit by raising this
+        raise TraceFormatError(
+            f"{visible_controls(str(path))} nests its JSON deeper than a profiler writes (over "
+            "msgspec's limit of about 1000 levels): it is not a trace as Kineto writes one; "
+            "check what wrote it") from None
+
+
+def _load(path: str | os.PathLike[str], chunked: bool | None) -> Trace:
     file = resolve_trace_path(Path(path))
     # the name is shown in every message and written into every report: an undecodable byte of it
     # (a lone surrogate, which no UTF-8 output can carry) becomes \xNN there (gpudoctor/controls.py)
