@@ -297,9 +297,11 @@ def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray,
     if bare:
         mended.append(f"{len(bare)} had no length: each step runs to the next one's start")
     last_event = _last_event_end(trace)
-    # a step's Python after its last operator is part of it; a range that runs on longer than it
-    # holds events was closed by something else (a marker written by hand, a clock gone wrong)
-    if e_out and e_out[-1] - last_event > last_event - s_out[-1] > 0:
+    # a step's Python after its last operator is part of it; a last range that runs on past its
+    # events for over OUTLIER_TIMES the other steps' median was closed by something else (a marker
+    # written by hand, a clock gone wrong)
+    typical = float(median(np.array(e_out[:-1]) - np.array(s_out[:-1]))) if len(e_out) > 1 else 0.0
+    if typical > 0 and e_out[-1] - last_event > OUTLIER_TIMES * typical and last_event > s_out[-1]:
         mended.append(f"the last ran {(e_out[-1] - last_event) / 1e6:.3f} ms past the trace's "
                       "last event: it ends there")
         e_out[-1] = last_event

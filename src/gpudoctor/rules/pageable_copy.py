@@ -90,15 +90,20 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     if idx.size == 0:
         return None
     pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9
-    calls = dev.launch[idx]
+    # an upload from pageable memory waits for the stream's earlier work, then the host stages
+    # it through a bounce buffer, inside the copy's operator: pinned and non_blocking, that time
+    # and the wait go (its launch is a few microseconds). A download's host needs the data: it
+    # waits for the GPU either way, and only the staging after the transfer goes
+    upload = dev.kind[idx] == int(Kind.MEMCPY_HTOD_PAGEABLE)
+    calls = dev.launch[idx[upload]]
     calls = calls[calls >= 0]
-    # the host staged each copy through a bounce buffer inside the copy's operator: that time goes
-    # (the pinned copy's launch is a few microseconds), and the idle the cause's labels hold
-    ops = dev.op[idx]
-    ops = ops[ops >= 0]
     host = a.trace.host
+    has_op = dev.op[idx] >= 0
+    ops = dev.op[idx][has_op]
+    op_s = np.where(upload[has_op], host.ts[ops], np.maximum(host.ts[ops], dev.end[idx][has_op]))
+    op_e = np.maximum(host.end[ops], op_s)
     s, e = a.idle.labels.get(ID, (np.empty(0, np.int64), np.empty(0, np.int64)))
-    s, e = np.concatenate([s, host.ts[ops]]), np.concatenate([e, host.end[ops]])
+    s, e = np.concatenate([s, op_s]), np.concatenate([e, op_e])
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
                 unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
                 note="copies pinned and asynchronous")
