@@ -464,3 +464,17 @@ def test_a_step_the_replay_cannot_reproduce_is_priced_by_formula_and_says_why() 
 
     text = " ".join(render_text(report, width=400).split())
     assert "Priced by formula: replayed as recorded, its step is " in text
+
+
+def test_all_fixes_together_are_bounded_as_one_fix_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edits that leave nothing of the step (a window that is nearly all one-off host work, a
+    compile inside it) price each fix at x1000 at most; all of them together are bounded the same
+    (a public trace of a Triton compile read x262,684)."""
+    from gpudoctor.rules import whatif
+
+    monkeypatch.setattr(whatif.StepModel, "after_ms", lambda self, edit, takes_unseen=False: 0.0)
+    trace = load(DATA / "launch_bound" / "trace.json.gz")
+    report = analyze_loaded(trace)
+    assert report.all_fixes is not None and len(report.all_fixes.ids) > 1
+    assert report.all_fixes.predicted_speedup == pytest.approx(1000.0)
+    assert all(f.predicted_speedup <= 1000.0 for f in report.findings)

@@ -197,7 +197,10 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
     out = [_with_joint_knob_prices(f, dict(zip(ids, edits)), model) for f in out]
     together = merge(edits)
     after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)))
-    return out, AllFixes(tuple(ids), model.step_ms, min(after_all, model.step_ms))
+    # at most the share one fix may save (core/finding.py): a step that is nearly all one-off
+    # host work (a compile inside the window) would read x100000
+    floor_ms = (1 - MAX_REPLAYED_SAVING_SHARE) * model.step_ms
+    return out, AllFixes(tuple(ids), model.step_ms, min(max(after_all, floor_ms), model.step_ms))
 
 
 def edit_for(a: Analysis, finding: Finding) -> tuple[Edit | None, str]:
