@@ -4,6 +4,7 @@ the profiler, and with fixes as edits; what it does with traces that lack what t
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -478,3 +479,16 @@ def test_all_fixes_together_are_bounded_as_one_fix_is(monkeypatch: pytest.Monkey
     assert report.all_fixes is not None and len(report.all_fixes.ids) > 1
     assert report.all_fixes.predicted_speedup == pytest.approx(1000.0)
     assert all(f.predicted_speedup <= 1000.0 for f in report.findings)
+
+
+def test_a_slow_gemm_whose_grid_fills_the_sms_many_times_is_not_small() -> None:
+    """The per-head loop's GEMMs with 100,000 thread blocks each (758 waves on 132 SMs): slow for
+    some other reason than their size (a convolution's backward on an MI300X ran 283 waves at a
+    low rate), so small-gemm does not claim them; at 132 blocks it does."""
+    data = json.loads(_per_head_loop())
+    for e in data["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["args"]["grid"] = [100_000, 1, 1]
+    wide = analyze_loaded(parse(json.dumps(data).encode()), gpu="h100-sxm")
+    assert wide.finding("small-gemm") is None
+    assert analyze_loaded(parse(_per_head_loop()), gpu="h100-sxm").finding("small-gemm") is not None

@@ -121,13 +121,19 @@ def diagnose_loaded(
 
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
                   model_state: ModelState | None, step_source: str,
-                  cut_after: int | None = None) -> tuple[Analysis, Report]:
+                  cut_after: int | None = None, alone: bool = True) -> tuple[Analysis, Report]:
+    """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
+    then said in a note: analysis/collectives.py)."""
+    from gpudoctor.analysis.collectives import one_rank_note
+
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED, named=chosen.gpu != UNNAMED_GPU),
                    *lacking]
+    if alone and (collectives := one_rank_note(trace, analysis.steps)):
+        lacking = [collectives, *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
     found = find(analysis)
@@ -365,7 +371,7 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
         return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
-                                     run.step_source)
+                                     run.step_source, alone=False)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

@@ -47,10 +47,17 @@ MAX_EFFICIENCY = 0.25
 MAX_GRID_PRICED_NS = 20_000
 
 
+# A grid of more waves than this over the SMs fills them: a slow GEMM with that many thread blocks
+# is slow for another reason than its size (a convolution's backward at 283 waves on an MI300X).
+MAX_WAVES = 8
+
+
 def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Small GEMMs with known FLOPs, and each one's saving (ns)."""
-    rf = a.roofline
-    idx = np.flatnonzero(live & (rf.event_flops > 0))
+    rf, dev = a.roofline, a.trace.device
+    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+    few_waves = (dev.blocks <= 0) | (dev.blocks <= MAX_WAVES * sms)
+    idx = np.flatnonzero(live & (rf.event_flops > 0) & few_waves)
     t = rf.event_in_steps_ns[idx].astype(float)
     f = rf.event_flops[idx]
     roofs = np.array([roof_for(Kind.GEMM_TC, DTYPES[int(d)], a.ceilings)

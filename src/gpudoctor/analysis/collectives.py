@@ -1,0 +1,45 @@
+"""One rank's collectives, read from its own trace: what they take of the step, and how much of
+that runs with no compute beside it.
+
+The multi-GPU findings (ranks/: straggler, exposed-comm, slow-collective) compare every rank's
+trace; given one rank alone, the single-GPU rules have nothing to say of its collectives, and a
+step that is mostly NCCL would read "healthy". This says so, with the numbers, and how to get the
+findings (benchmarks/BENCHMARKS-replay.md "Public traces never seen": a ResNet rank whose step was
+84% collectives).
+"""
+
+from __future__ import annotations
+
+from gpudoctor.analysis.intervals import clip_total, subtract, union
+from gpudoctor.analysis.steps import Steps
+from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.model import Trace
+
+# Collectives under this share of the step are not worth a note.
+MIN_COMM_SHARE = 0.05
+
+
+def one_rank_note(trace: Trace, steps: Steps) -> str | None:
+    """The note on this rank's collectives, or None where they take under MIN_COMM_SHARE."""
+    dev = trace.device
+    if len(dev) == 0 or len(steps) == 0:
+        return None
+    comm = dev.kind == int(Kind.NCCL)
+    if not comm.any():
+        return None
+    total = max(int((steps.end - steps.start).sum()), 1)
+    cs, ce = union(dev.ts[comm], dev.end[comm])
+    comm_ns = sum(clip_total(cs, ce, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    if comm_ns < MIN_COMM_SHARE * total:
+        return None
+    # the collectives' time that no other kernel overlaps
+    os_, oe = union(dev.ts[~comm], dev.end[~comm])
+    es, ee = subtract(cs, ce, os_, oe)
+    exposed_ns = sum(clip_total(es, ee, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    n = len(steps)
+    return (f"this trace is one rank of a distributed job: its collectives take "
+            f"{comm_ns / n / 1e6:.2f} ms a step ({100 * comm_ns / total:.0f}% of it), "
+            f"{exposed_ns / n / 1e6:.2f} ms of that with no compute beside it "
+            f"({100 * exposed_ns / total:.0f}%); the findings on collectives (exposed-comm, "
+            "straggler, slow-collective) compare every rank: pass every rank's trace, "
+            "`gpudoctor analyze rank0.json rank1.json ...`")
