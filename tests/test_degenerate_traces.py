@@ -452,3 +452,48 @@ def test_gpu_work_on_a_card_the_trace_does_not_name_is_diagnosed_without_peak_ra
         "small-gemm, misaligned-gemm, naive-attention, unfused-elementwise, optimizer-loop, "
         "per-sample-loop); for them, pass --gpu NAME, or --ceilings FILE (gpudoctor bench's JSON)"
     )
+
+
+OLD_CATEGORIES = {
+    "cpu_op": "Operator",
+    "cuda_runtime": "Runtime",
+    "kernel": "Kernel",
+    "gpu_memcpy": "Memcpy",
+    "gpu_memset": "Memset",
+}
+
+
+def test_pytorch_1_8_category_names_read_as_todays() -> None:
+    """PyTorch 1.8's Kineto wrote Operator, Runtime, Kernel, Memcpy, Memset for the categories
+    written in lower case since; both read the same (the TensorBoard plugin reads both too)."""
+    data = json.loads(healthy().to_bytes())
+    for e in data["traceEvents"]:
+        e["cat"] = OLD_CATEGORIES.get(e.get("cat"), e.get("cat"))
+    old = analyze_loaded(parse(json.dumps(data).encode()))
+    new = report_of(healthy())
+    assert [(f.id, f.saving_ms) for f in old.findings] == [
+        (f.id, f.saving_ms) for f in new.findings
+    ]
+    assert old.step_ms == new.step_ms and old.findings
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_events_of_a_category_no_profiler_writes_are_counted_and_said(
+    tmp_path: Path, chunked: bool
+) -> None:
+    from gpudoctor.trace.load import load
+
+    data = json.loads(healthy().to_bytes())
+    kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels:
+        e["cat"] = "KERNEL"
+    path = tmp_path / "caps.json"
+    path.write_text(json.dumps(data))
+    trace = load(path, chunked=chunked)
+    assert trace.unknown_categories == len(kernels) > 0 and len(trace.device) == 0
+    assert any(
+        note.startswith(
+            f"{len(kernels)} complete events of a category no profiler writes were left out"
+        )
+        for note in analyze_loaded(trace).warnings
+    )

@@ -19,8 +19,10 @@ from gpudoctor.trace.stream import release_free_memory
 # Each event's category as one int8 code: a HostCat, DEVICE + a DeviceCat, or OTHER.
 DEVICE = 8
 OTHER = -1
+UNKNOWN = -2  # a category no profiler writes (``Cat.OTHER``): counted, and said (``split``)
 CAT_CODES: dict[Cat, int] = {
     **dict.fromkeys(Cat, OTHER),
+    Cat.OTHER: UNKNOWN,
     Cat.CPU_OP: HostCat.OP,
     Cat.OPERATOR: HostCat.OP,
     Cat.USER_ANNOTATION: HostCat.ANNOTATION,
@@ -30,6 +32,12 @@ CAT_CODES: dict[Cat, int] = {
     Cat.KERNEL: DEVICE + DeviceCat.KERNEL,
     Cat.GPU_MEMCPY: DEVICE + DeviceCat.MEMCPY,
     Cat.GPU_MEMSET: DEVICE + DeviceCat.MEMSET,
+    Cat.OPERATOR_OLD: HostCat.OP,
+    Cat.RUNTIME_OLD: HostCat.RUNTIME,
+    Cat.KERNEL_OLD: DEVICE + DeviceCat.KERNEL,
+    Cat.MEMCPY_OLD: DEVICE + DeviceCat.MEMCPY,
+    Cat.MEMSET_OLD: DEVICE + DeviceCat.MEMSET,
+    Cat.PYTHON_OLD: HostCat.PYTHON,
 }
 # Columns are read with attrgetter and map: the loop over the events runs in C.
 _CAT, _PH, _NAME, _ARGS = attrgetter("cat"), attrgetter("ph"), attrgetter(
@@ -171,11 +179,13 @@ class Tables:
     device_names: Interner
 
 
-def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events]:
-    """Host and device complete events, and ``[memory]`` events of any other category."""
+def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events, int]:
+    """Host and device complete events, ``[memory]`` events of any other category, and how many
+    complete events carry a category the loader does not know (left out)."""
     n = len(events)
     code = np.fromiter(map(CAT_CODES.__getitem__, map(_CAT, events)), np.int8, n)
     complete = np.fromiter(map(is_, map(_PH, events), repeat(Ph.X)), bool, n)
+    unknown = int((complete & (code == UNKNOWN)).sum())
     host = np.flatnonzero((code >= 0) & (code < DEVICE) & complete)
     device = np.flatnonzero((code >= DEVICE) & complete)
     other = np.flatnonzero(code == OTHER)
@@ -183,7 +193,7 @@ def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events
                         bool, len(other))
     return (_pick(events, host, code, ids.host_names, ids.threads),
             _pick(events, device, code, ids.device_names, keys=True),
-            _pick(events, other[named], code))
+            _pick(events, other[named], code), unknown)
 
 
 def usable_times(events: Events) -> tuple[Events, str]:

@@ -429,6 +429,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
         bad_times=bad_times,
         negative_durations=negative,
         bad_args=parts.bad_args,
+        unknown_categories=parts.unknown_categories,
         unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable_gpu_fields),
     )
 

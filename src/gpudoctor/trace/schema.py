@@ -106,6 +106,13 @@ class Cat(_Shared):
     OVERHEAD = "overhead"
     GPU_USER_ANNOTATION = "gpu_user_annotation"
     TRACE = "Trace"
+    # what PyTorch 1.8's Kineto wrote for the same events (the TensorBoard plugin reads both)
+    OPERATOR_OLD = "Operator"
+    RUNTIME_OLD = "Runtime"
+    KERNEL_OLD = "Kernel"
+    MEMCPY_OLD = "Memcpy"
+    MEMSET_OLD = "Memset"
+    PYTHON_OLD = "Python"
     NONE = ""
     OTHER = "\x00other"  # any other category; no profiler writes this one
 
