@@ -497,3 +497,24 @@ def test_events_of_a_category_no_profiler_writes_are_counted_and_said(
         )
         for note in analyze_loaded(trace).warnings
     )
+
+
+def test_gpu_events_that_start_before_their_launch_are_said() -> None:
+    """Kernels moved 100 us before their launch calls: the GPU's clock and the host's disagree.
+    Within 5 us of the call (records taken microseconds apart) they are read as in step."""
+    for shift_us, said in ((100.0, True), (3.0, False)):
+        data = json.loads(healthy().to_bytes())
+        kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+        launches = {
+            e["args"]["correlation"]: e["ts"]
+            for e in data["traceEvents"]
+            if e.get("cat") == "cuda_runtime"
+        }
+        for e in kernels:
+            e["ts"] = launches[e["args"]["correlation"]] - shift_us
+        notes = analyze_loaded(parse(json.dumps(data).encode())).warnings
+        found = [n for n in notes if "start before the call that launched them" in n]
+        assert bool(found) is said, notes
+        if said:
+            assert found[0].startswith(f"{len(kernels)} GPU events start before the call")
+            assert "(by up to 100.0 us)" in found[0]

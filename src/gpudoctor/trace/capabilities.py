@@ -13,6 +13,8 @@ events that never overlap in time (two clocks), a CPU-only trace whose events al
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpudoctor.errors import IncompleteTraceError
 from gpudoctor.trace.model import NEEDS, Trace
 from gpudoctor.trace.schema import MAX_TIME_US
@@ -87,6 +89,14 @@ def lacking_notes(trace: Trace, skipped: dict[str, list[str]]) -> list[str]:
         effects = "; ".join(parts)
         notes.append(f"the trace lacks {LABELS[need]}: {caps.reason(need)}. "
                      f"{effects[0].upper()}{effects[1:]}. To have them, {RECORD_HINT}")
+    early = before_launch(trace)
+    if early.size:
+        notes.append(
+            f"{early.size} GPU event{'s' if early.size > 1 else ''} start before the call that "
+            f"launched {'them' if early.size > 1 else 'it'} (by up to "
+            f"{float(early.max()) / 1e3:.1f} us): the trace's GPU and host clocks disagree, so "
+            "the idle causes and prices that depend on launch times are uncertain"
+        )
     missing = 1 - caps.linked_share
     if caps.launch_links and missing > NOTE_UNLINKED_SHARE:
         notes.append(
@@ -96,6 +106,20 @@ def lacking_notes(trace: Trace, skipped: dict[str, list[str]]) -> list[str]:
             "count the rest"
         )
     return notes
+
+
+# A GPU event may start this long before its launch call's recorded start and still be read as
+# clocks in step: the call's own record and the GPU's are taken a few microseconds apart.
+CLOCK_SLACK_NS = 5_000
+
+
+def before_launch(trace: Trace) -> np.ndarray:
+    """How long (ns) before its launch call each GPU event that starts over CLOCK_SLACK_NS early
+    starts."""
+    dev, host = trace.device, trace.host
+    linked = np.flatnonzero(dev.launch >= 0)
+    early = host.ts[dev.launch[linked]] - dev.ts[linked]
+    return early[early > CLOCK_SLACK_NS]
 
 
 def trace_notes(trace: Trace) -> list[str]:
