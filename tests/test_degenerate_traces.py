@@ -493,7 +493,8 @@ def test_events_of_a_category_no_profiler_writes_are_counted_and_said(
     assert trace.unknown_categories == len(kernels) > 0 and len(trace.device) == 0
     assert any(
         note.startswith(
-            f"{len(kernels)} complete events of a category no profiler writes were left out"
+            f"{len(kernels)} complete events of a category neither Kineto nor PyTorch writes "
+            "were left out"
         )
         for note in analyze_loaded(trace).warnings
     )

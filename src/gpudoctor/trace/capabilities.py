@@ -136,11 +136,11 @@ def trace_notes(trace: Trace) -> list[str]:
                      f"(beyond +-{MAX_TIME_US:.0e} us) {'were' if n > 1 else 'was'} skipped")
     if trace.unknown_categories:
         n = trace.unknown_categories
-        notes.append(f"{n} complete event{'s' if n > 1 else ''} of a category no profiler writes "
-                     f"{'were' if n > 1 else 'was'} left out (the categories read: cpu_op, "
-                     "user_annotation, python_function, cuda_runtime, cuda_driver, kernel, "
-                     "gpu_memcpy, gpu_memset, and PyTorch 1.8's Operator, Runtime, Kernel, "
-                     "Memcpy, Memset)")
+        notes.append(f"{n} complete event{'s' if n > 1 else ''} of a category neither Kineto nor "
+                     f"PyTorch writes {'were' if n > 1 else 'was'} left out (the categories read: "
+                     "cpu_op, user_annotation, python_function, cuda_runtime, cuda_driver, "
+                     "kernel, gpu_memcpy, gpu_memset, and PyTorch 1.8's Operator, Runtime, "
+                     "Kernel, Memcpy, Memset)")
     if trace.negative_durations:
         n = trace.negative_durations
         notes.append(

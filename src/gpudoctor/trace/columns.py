@@ -19,7 +19,7 @@ from gpudoctor.trace.stream import release_free_memory
 # Each event's category as one int8 code: a HostCat, DEVICE + a DeviceCat, or OTHER.
 DEVICE = 8
 OTHER = -1
-UNKNOWN = -2  # a category no profiler writes (``Cat.OTHER``): counted, and said (``split``)
+UNKNOWN = -2  # a category neither Kineto nor PyTorch writes (``Cat.OTHER``): counted, and said (``split``)
 CAT_CODES: dict[Cat, int] = {
     **dict.fromkeys(Cat, OTHER),
     Cat.OTHER: UNKNOWN,

@@ -39,7 +39,7 @@ class Parts:
     timed: int = 0  # complete host and device events and [memory] events, before dropping bad times
     bad_example: list[str] = field(default_factory=lambda: ["", "", ""])  # first bad time per table
     bad_args: int = 0
-    unknown_categories: int = 0  # complete events of a category no profiler writes
+    unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes
 
     def add(self, events: list[TraceEvent], ids: Tables) -> None:
         *tables, unknown = split(events, ids)

@@ -106,6 +106,21 @@ class Cat(_Shared):
     OVERHEAD = "overhead"
     GPU_USER_ANNOTATION = "gpu_user_annotation"
     TRACE = "Trace"
+    # Kineto's other activity types (libkineto ActivityType): read by nothing here, left out
+    # without a note
+    CUDA_SYNC = "cuda_sync"
+    CUDA_PROFILER_RANGE = "cuda_profiler_range"
+    EXTERNAL_CORRELATION = "external_correlation"
+    GLOW_RUNTIME = "glow_runtime"
+    MTIA_RUNTIME = "mtia_runtime"
+    MTIA_CCP_EVENTS = "mtia_ccp_events"
+    MTIA_INSIGHT = "mtia_insight"
+    HPU_OP = "hpu_op"
+    XPU_RUNTIME = "xpu_runtime"
+    XPU_DRIVER = "xpu_driver"
+    COLLECTIVE_COMM = "collective_comm"
+    PRIVATEUSE1_RUNTIME = "privateuse1_runtime"
+    PRIVATEUSE1_DRIVER = "privateuse1_driver"
     # what PyTorch 1.8's Kineto wrote for the same events (the TensorBoard plugin reads both)
     OPERATOR_OLD = "Operator"
     RUNTIME_OLD = "Runtime"
