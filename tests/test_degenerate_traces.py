@@ -519,3 +519,22 @@ def test_gpu_events_that_start_before_their_launch_are_said() -> None:
         if said:
             assert found[0].startswith(f"{len(kernels)} GPU events start before the call")
             assert "(by up to 100.0 us)" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [("cudaDeviceGetStreamPriorityRange", True), ("cudaStreamSynchronize", False)],
+)
+def test_one_time_startup_in_the_window_is_said(call: str, said: bool) -> None:
+    """A 0.5 s runtime call before the first step: the process creating its CUDA context (said),
+    or a synchronize waiting for GPU work (a wait may last as long as that work: not said)."""
+    t = healthy()
+    t.runtime(call, -600_000, 500_000)
+    notes = analyze_loaded(parse(t.to_bytes())).warnings
+    found = [n for n in notes if n.startswith("the window holds one-time start-up")]
+    assert bool(found) is said, notes
+    if said:
+        assert found[0].startswith(
+            "the window holds one-time start-up: 1 runtime call of 0.5 s without GPU work to wait "
+            f"for (the longest, {call}, 0.5 s"
+        )

@@ -13,6 +13,7 @@ from gpudoctor.analysis.observer import (
     profiler_overhead_ms,
 )
 from gpudoctor.analysis.roofline import RooflineResult, roofline
+from gpudoctor.analysis.startup import startup_note
 from gpudoctor.analysis.steps import (
     Steps,
     describe,
@@ -68,6 +69,8 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         warnings.append(note)
     if left_out:
         warnings.append(outlier_note(trace, found, left_out, steps))
+    if startup := startup_note(trace):
+        warnings.append(startup)
     warnings.extend(trace_notes(trace))
     mem = memory(trace, steps, model_state)
     bd = breakdown(trace, steps)
