@@ -115,3 +115,15 @@ def test_a_last_step_with_python_after_its_last_operator_keeps_it() -> None:
     markers = _plain(3) + [("ProfilerStep#3", 3 * STEP_US, 12_000.0)]
     durations, note = _steps(markers)
     assert durations[-1] == 12.0 and note is None
+
+
+def test_a_missing_number_is_said() -> None:
+    """ProfilerStep#1 lost: #0's step runs to #2's start (steps end where the next one starts), so
+    it holds two steps' time, and the report says why."""
+    markers = [m for m in _plain() if m[0] != "ProfilerStep#1"]
+    durations, note = _steps(markers)
+    assert durations[0] == 20.0
+    assert note == (
+        "step markers: #1 is missing between #0 and #2: the step before each gap holds the "
+        "missing one's time too"
+    )

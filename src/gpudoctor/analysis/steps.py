@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -246,7 +247,26 @@ def _ranges(trace: Trace, prefix: str, method: str) -> Steps | None:
     if not kept:
         return None
     labels = tuple(trace.strings[host.name[i]] for i in idx[kept].tolist())
+    mended.extend(_missing_numbers(labels, prefix))
     return Steps(method, starts, ends, labels, mended="; ".join(mended))
+
+
+def _missing_numbers(labels: tuple[str, ...], prefix: str) -> list[str]:
+    """Where the markers' numbers skip (#3 after #1): the range before the gap holds the missing
+    step's time too."""
+    numbers = [label.removeprefix(prefix) for label in labels]
+    if not all(n.isascii() and n.isdigit() for n in numbers):
+        return []
+    values = [int(n) for n in numbers]
+    pairs = list(pairwise(values))
+    gaps = [(a, b) for a, b in pairs if b > a + 1]
+    if not gaps or any(b <= a for a, b in pairs):
+        return []
+    a, b = gaps[0]
+    more = f" (and {len(gaps) - 1} more gap{'s' * (len(gaps) > 2)})" if len(gaps) > 1 else ""
+    note = (f"#{a + 1} is missing between #{a} and #{b}{more}: the step before each gap holds "
+            "the missing one's time too")
+    return [note]
 
 
 # Two marker ranges are one step recorded twice (a cpu_op and a user_annotation of the same step in
