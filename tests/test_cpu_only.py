@@ -138,7 +138,7 @@ def test_a_gpu_listed_but_unused_is_named() -> None:
     t.op("aten::add", 1, 2)
     r = analyze_loaded(parse(t.to_bytes()))
     assert (
-        "(the trace lists a NVIDIA H100 80GB HBM3, but no kernel or copy ran on it)"
+        "(the trace lists the device NVIDIA H100 80GB HBM3, but no kernel or copy ran on it)"
         in r.warnings[0]
     )
     assert r.steps.method == "whole-trace"
@@ -170,3 +170,38 @@ def test_top_level_ops_look_through_python_frames_and_modules() -> None:
 def test_the_fixture_is_the_recorded_one() -> None:
     trace = load(TRACE)
     assert len(trace.device) == 0 and trace.gpus == [] and len(trace.host) == 1575
+
+
+def test_another_accelerators_trace_is_not_called_a_cpu_run() -> None:
+    """An MTIA inference trace (mtia_runtime, mtia_ccp_events) records no CUDA work: its
+    accelerator's events are counted and the report says they were not read, not that the program
+    ran on the CPU."""
+    from synth import TraceBuilder
+
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import parse
+
+    t = TraceBuilder(gpus=[])
+    for s in range(3):
+        t.step(s, s * 1_000, 1_000)
+        t.op("aten::linear", s * 1_000 + 10, 500)
+        t.events.append(
+            {
+                "ph": "X",
+                "cat": "mtia_runtime",
+                "name": "launch",
+                "pid": 1,
+                "tid": 1,
+                "ts": s * 1_000 + 20,
+                "dur": 5,
+                "args": {},
+            }
+        )
+    trace = parse(t.to_bytes())
+    assert trace.other_accelerator_events == 3
+    note = analyze_loaded(trace).warnings[0]
+    assert note == (
+        "no GPU work was recorded in this window: the trace holds 3 events of another accelerator "
+        "(MTIA, XPU, HPU or a PrivateUse1 device), which gpudoctor does not read. This report "
+        "covers the host alone"
+    )

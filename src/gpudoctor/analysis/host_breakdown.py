@@ -120,7 +120,13 @@ def no_gpu_work_note(trace: Trace) -> str:
                 "runtime calls: the profiler recorded CPU activity only; record with "
                 "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to see the GPU side. "
                 "This report covers the host alone")
-    idle_gpu = f" (the trace lists a {trace.gpu.name}, but no kernel or copy ran on it)" if trace.gpu else ""
+    if trace.other_accelerator_events:
+        return (f"no GPU work was recorded in this window: the trace holds "
+                f"{trace.other_accelerator_events} events of another accelerator (MTIA, XPU, HPU "
+                "or a PrivateUse1 device), which gpudoctor does not read. This report covers the "
+                "host alone")
+    idle_gpu = (f" (the trace lists the device {trace.gpu.name}, but no kernel or copy ran on it)"
+                if trace.gpu else "")
     return ("no GPU work was recorded in this window: the program ran on the CPU (device: "
             f"cpu){idle_gpu}. Step times and the host breakdown are CPU time; nothing is priced "
             "against a GPU. To diagnose GPU time, move the model and its tensors to a CUDA device "

@@ -20,9 +20,13 @@ from gpudoctor.trace.stream import release_free_memory
 DEVICE = 8
 OTHER = -1
 UNKNOWN = -2  # a category neither Kineto nor PyTorch writes (``Cat.OTHER``): counted, and said (``split``)
+FOREIGN = -3  # another accelerator's activity (MTIA, XPU, HPU, a PrivateUse1 backend): counted
 CAT_CODES: dict[Cat, int] = {
     **dict.fromkeys(Cat, OTHER),
     Cat.OTHER: UNKNOWN,
+    **dict.fromkeys((Cat.MTIA_RUNTIME, Cat.MTIA_CCP_EVENTS, Cat.MTIA_INSIGHT, Cat.GLOW_RUNTIME,
+                     Cat.HPU_OP, Cat.XPU_RUNTIME, Cat.XPU_DRIVER, Cat.PRIVATEUSE1_RUNTIME,
+                     Cat.PRIVATEUSE1_DRIVER), FOREIGN),
     Cat.CPU_OP: HostCat.OP,
     Cat.OPERATOR: HostCat.OP,
     Cat.USER_ANNOTATION: HostCat.ANNOTATION,
@@ -179,13 +183,15 @@ class Tables:
     device_names: Interner
 
 
-def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events, int]:
-    """Host and device complete events, ``[memory]`` events of any other category, and how many
-    complete events carry a category the loader does not know (left out)."""
+def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events, int, int]:
+    """Host and device complete events, ``[memory]`` events of any other category, how many
+    complete events carry a category the loader does not know, and how many another
+    accelerator's (both left out)."""
     n = len(events)
     code = np.fromiter(map(CAT_CODES.__getitem__, map(_CAT, events)), np.int8, n)
     complete = np.fromiter(map(is_, map(_PH, events), repeat(Ph.X)), bool, n)
     unknown = int((complete & (code == UNKNOWN)).sum())
+    foreign = int((complete & (code == FOREIGN)).sum())
     host = np.flatnonzero((code >= 0) & (code < DEVICE) & complete)
     device = np.flatnonzero((code >= DEVICE) & complete)
     other = np.flatnonzero(code == OTHER)
@@ -193,7 +199,7 @@ def split(events: list[TraceEvent], ids: Tables) -> tuple[Events, Events, Events
                         bool, len(other))
     return (_pick(events, host, code, ids.host_names, ids.threads),
             _pick(events, device, code, ids.device_names, keys=True),
-            _pick(events, other[named], code), unknown)
+            _pick(events, other[named], code), unknown, foreign)
 
 
 def usable_times(events: Events) -> tuple[Events, str]:

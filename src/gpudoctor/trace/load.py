@@ -430,6 +430,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
         negative_durations=negative,
         bad_args=parts.bad_args,
         unknown_categories=parts.unknown_categories,
+        other_accelerator_events=parts.other_accelerator_events,
         unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable_gpu_fields),
     )
 

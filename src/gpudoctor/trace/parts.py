@@ -40,10 +40,12 @@ class Parts:
     bad_example: list[str] = field(default_factory=lambda: ["", "", ""])  # first bad time per table
     bad_args: int = 0
     unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes
+    other_accelerator_events: int = 0  # complete events of an MTIA, XPU, HPU or PrivateUse1 device
 
     def add(self, events: list[TraceEvent], ids: Tables) -> None:
-        *tables, unknown = split(events, ids)
+        *tables, unknown, foreign = split(events, ids)
         self.unknown_categories += unknown
+        self.other_accelerator_events += foreign
         self.timed += sum(map(len, tables))
         kept = []
         for k, table in enumerate(tables):
