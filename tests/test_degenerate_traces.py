@@ -538,3 +538,18 @@ def test_one_time_startup_in_the_window_is_said(call: str, said: bool) -> None:
             "the window holds one-time start-up: 1 runtime call of 0.5 s without GPU work to wait "
             f"for (the longest, {call}, 0.5 s"
         )
+
+
+def test_gpu_events_recorded_twice_are_said() -> None:
+    """Every kernel written a second time (a window merged into its own file by hand): the counts
+    and times of those kernels double, and the report says so. Two launches of one kernel name
+    at different times are not repeats."""
+    data = json.loads(healthy().to_bytes())
+    kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+    data["traceEvents"] += [dict(e) for e in kernels]
+    notes = analyze_loaded(parse(json.dumps(data).encode())).warnings
+    assert any(
+        n.startswith(f"{len(kernels)} GPU events are recorded twice (the same start, end, stream")
+        for n in notes
+    ), notes
+    assert not any("recorded twice" in n for n in report_of(healthy()).warnings)

@@ -122,9 +122,29 @@ def before_launch(trace: Trace) -> np.ndarray:
     return early[early > CLOCK_SLACK_NS]
 
 
+def repeated_gpu_events(trace: Trace) -> int:
+    """GPU events recorded again with the same start, end, device, stream, name and correlation id:
+    one window written twice into the file (files merged by hand), which no profiler does."""
+    dev = trace.device
+    if len(dev) < 2:
+        return 0
+    keys = (dev.correlation, dev.name, dev.stream, dev.device, dev.end, dev.ts)
+    order = np.lexsort(keys)
+    same = np.ones(len(dev) - 1, bool)
+    for column in keys:
+        ordered = column[order]
+        same &= ordered[1:] == ordered[:-1]
+    return int(same.sum())
+
+
 def trace_notes(trace: Trace) -> list[str]:
     """Notes on events the loader dropped or repaired."""
     notes = []
+    if repeated := repeated_gpu_events(trace):
+        notes.append(f"{repeated} GPU event{'s are' if repeated > 1 else ' is'} recorded twice "
+                     "(the same start, end, stream, name and correlation id): the file holds "
+                     "part of its window twice (traces merged by hand?), and the counts and times "
+                     "of those events are doubled; analyze the profiler's own file")
     if trace.skipped_events:
         n = trace.skipped_events
         notes.append(f"{n} malformed event{'s were' if n > 1 else ' was'} skipped (a field of the "
