@@ -143,6 +143,9 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     calls = calls[contains(rs, re_, host.ts[calls])].astype(np.int64)
     if calls.size == 0:
         return None
+    # in time order: the host table is grouped by thread (in the order the file names them), and
+    # the first launch of a graph is the earliest, whichever thread made it
+    calls = calls[np.argsort(host.ts[calls], kind="stable")]
     lo = a.steps.host_start if a.steps.host_start is not None else a.steps.start
     # one graph launch a step (a step captured whole), or a step and thread (a module's forward
     # and backward), at its first launch: it uploads every node
