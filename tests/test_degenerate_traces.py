@@ -553,3 +553,25 @@ def test_gpu_events_recorded_twice_are_said() -> None:
         for n in notes
     ), notes
     assert not any("recorded twice" in n for n in report_of(healthy()).warnings)
+
+
+@pytest.mark.parametrize("token", ["inf", "-inf", "nan", "Infinity", "NaN"])
+def test_a_bare_inf_or_nan_value_is_read_as_null_and_said(token: str) -> None:
+    """Kineto wrote `"memory bandwidth (GB/s)": inf` for a copy of no duration (not JSON): the file
+    is read with that value as null, the rest as written, and the report counts it. A name that
+    holds the same text inside its quotes is left alone."""
+    t = healthy()
+    t.op('aten::mul": inf, "x', 5, 1)
+    raw = t.to_bytes().replace(b'"device": 0', b'"device": 0, "bandwidth": ' + token.encode(), 1)
+    trace = parse(raw)
+    assert trace.non_finite_numbers == 1
+    assert 'aten::mul": inf, "x' in trace.strings
+    assert (
+        analyze_loaded(trace)
+        .warnings[0]
+        .startswith(
+            "1 value written as a bare inf or nan (not JSON; some Kineto versions write one"
+        )
+    )
+    with pytest.raises(InputError, match="is not valid JSON"):
+        parse(raw.replace(token.encode(), b"infx", 1))

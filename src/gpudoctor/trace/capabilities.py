@@ -154,6 +154,11 @@ def trace_notes(trace: Trace) -> list[str]:
         n = trace.bad_times
         notes.append(f"{n} event{'s' if n > 1 else ''} with a start or duration no profiler writes "
                      f"(beyond +-{MAX_TIME_US:.0e} us) {'were' if n > 1 else 'was'} skipped")
+    if trace.non_finite_numbers:
+        n = trace.non_finite_numbers
+        notes.append(f"{n} value{'s' if n > 1 else ''} written as a bare inf or nan (not JSON; "
+                     "some Kineto versions write one for a copy of no duration's bandwidth) "
+                     f"{'were' if n > 1 else 'was'} read as null")
     if trace.unknown_categories:
         n = trace.unknown_categories
         notes.append(f"{n} complete event{'s' if n > 1 else ''} of a category neither Kineto nor "

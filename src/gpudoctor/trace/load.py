@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -221,9 +222,30 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
     return _parse(bytearray(data), source)
 
 
+# A value written as a bare inf or nan: not JSON, yet some Kineto versions write one for a copy of
+# no duration's bandwidth (pytorch/kineto#105). Only a value after a key (its closing quote not
+# escaped: the same text inside a string stays), before , } or ].
+_NON_FINITE = re.compile(rb'(?<=[^\\]":)(\s*)-?(?:inf|Infinity|nan|NaN)(?=\s*[,}\]])')
+
+
 def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
     """``parse`` of a buffer the loader owns (its events are decoded in place, trace/read.py), or
-    of a gzip file's JSON (``inflated``)."""
+    of a gzip file's JSON (``inflated``). A file that is not JSON only for its bare inf or nan
+    values is read with them as null, and the trace counts them."""
+    if data[:2] == GZIP_MAGIC and not inflated:
+        data, inflated = gunzip(data, source), True
+    try:
+        return _parse_json(data, source, inflated)
+    except TraceFormatError as exc:
+        if " is not valid JSON" not in str(exc):
+            raise
+        repaired, count = _NON_FINITE.subn(rb"\1null", bytes(data))
+        if not count:
+            raise
+    return dataclasses.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
+
+
+def _parse_json(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
     if data[:2] == GZIP_MAGIC and not inflated:
         data = gunzip(data, source)
     if not data[:4096].strip() and not data.strip():

@@ -191,6 +191,7 @@ class Trace:
     negative_durations: int = 0  # events whose negative duration was read as 0
     unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes: left out
     other_accelerator_events: int = 0  # MTIA, XPU, HPU, PrivateUse1 activity: read by nothing here
+    non_finite_numbers: int = 0  # values written as a bare inf or nan (not JSON), read as null
     bad_args: int = 0  # events kept without their args: an id or size out of range, a field of the wrong type
     # the profiler's clock at time 0 of the columns (ns): ranks' clocks are compared on it
     # (ranks/align.py)
