@@ -575,3 +575,26 @@ def test_a_bare_inf_or_nan_value_is_read_as_null_and_said(token: str) -> None:
     )
     with pytest.raises(InputError, match="is not valid JSON"):
         parse(raw.replace(token.encode(), b"infx", 1))
+
+
+def _healthy_findings(raw: bytes) -> list[tuple[str, float]]:
+    return [(f.id, f.saving_ms) for f in analyze_loaded(parse(raw)).findings]
+
+
+def test_text_after_a_byte_order_mark_reads_as_the_same_trace() -> None:
+    """An editor's UTF-8 BOM, or the file saved as UTF-16 ("Unicode"): the same JSON, the same
+    report."""
+    raw = healthy().to_bytes()
+    want = _healthy_findings(raw)
+    assert want
+    assert _healthy_findings(b"\xef\xbb\xbf" + raw) == want
+    assert _healthy_findings(raw.decode().encode("utf-16")) == want
+
+
+def test_chromes_array_form_may_leave_out_its_closing_bracket() -> None:
+    """The trace event format allows a JSON array of events without its closing ']' (a tracer
+    that stopped writing); one cut inside an event is still refused, where it stops."""
+    events = json.dumps(healthy().to_dict()["traceEvents"]).encode()
+    assert _healthy_findings(events[:-1] + b",\n") == _healthy_findings(events)
+    with pytest.raises(InputError, match="is not valid JSON"):
+        parse(events[: len(events) // 2])

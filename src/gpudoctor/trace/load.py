@@ -101,13 +101,14 @@ def _load(path: str | os.PathLike[str], chunked: bool | None) -> Trace:
     try:
         with file.open("rb") as stream:
             size = os.fstat(stream.fileno()).st_size
-            gz = stream.read(2) == GZIP_MAGIC
+            head = stream.read(3)
+            gz = head[:2] == GZIP_MAGIC
             stream.seek(0)
             big = size >= (CHUNKED_FROM_GZ if gz else CHUNKED_FROM)
             if big:  # however it is read
                 keep_memory_low()
             if chunked is None:
-                chunked = big
+                chunked = big and not head.startswith(_BOMS)  # re-encoded whole (``_parse``)
             if chunked:
                 trace = _load_chunked(stream, source)
                 if trace is not None:
@@ -228,18 +229,38 @@ def parse(data: bytes, source: str = "<bytes>") -> Trace:
 _NON_FINITE = re.compile(rb'(?<=[^\\]":)(\s*)-?(?:inf|Infinity|nan|NaN)(?=\s*[,}\]])')
 
 
+# A byte-order mark: UTF-8's is dropped; UTF-16 text (an editor's "Unicode") is re-encoded as UTF-8.
+_UTF8_BOM = b"\xef\xbb\xbf"
+_BOMS = (_UTF8_BOM, b"\xff\xfe", b"\xfe\xff")
+
+
 def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
     """``parse`` of a buffer the loader owns (its events are decoded in place, trace/read.py), or
-    of a gzip file's JSON (``inflated``). A file that is not JSON only for its bare inf or nan
-    values is read with them as null, and the trace counts them."""
+    of a gzip file's JSON (``inflated``). Text after a byte-order mark is read as JSON; a file that
+    is not JSON only for its bare inf or nan values is read with them as null (the trace counts
+    them); Chrome's array form may leave out its closing ']' (the trace event format allows it)."""
     if data[:2] == GZIP_MAGIC and not inflated:
         data, inflated = gunzip(data, source), True
+    if data[:3] == _UTF8_BOM:
+        data = bytearray(data[3:])
+    elif data[:2] in _BOMS[1:]:
+        try:
+            data = bytearray(bytes(data).decode("utf-16").encode())
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{source} starts as UTF-16 text but does not decode as it; "
+                                   f"{_FILE_HINT}") from None
     try:
         return _parse_json(data, source, inflated)
     except TraceFormatError as exc:
         if " is not valid JSON" not in str(exc):
             raise
-        repaired, count = _NON_FINITE.subn(rb"\1null", bytes(data))
+        text = bytes(data)
+        if text.lstrip()[:1] == b"[" and not text.rstrip().endswith(b"]"):
+            try:
+                return _parse_json(bytearray(text.rstrip().rstrip(b",") + b"]"), source)
+            except TraceFormatError:
+                pass
+        repaired, count = _NON_FINITE.subn(rb"\1null", text)
         if not count:
             raise
     return dataclasses.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
