@@ -598,3 +598,19 @@ def test_chromes_array_form_may_leave_out_its_closing_bracket() -> None:
     assert _healthy_findings(events[:-1] + b",\n") == _healthy_findings(events)
     with pytest.raises(InputError, match="is not valid JSON"):
         parse(events[: len(events) // 2])
+
+
+def test_complete_events_without_a_duration_are_counted_and_said() -> None:
+    """Operators written without "dur" (a hand-made or converted trace): read as 0 long, which
+    leaves their children unowned, and said; a negative duration keeps its own note."""
+    data = json.loads(healthy().to_bytes())
+    ops = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op"]
+    for e in ops:
+        del e["dur"]
+    trace = parse(json.dumps(data).encode())
+    assert trace.missing_durations == len(ops) > 0 and trace.negative_durations == 0
+    assert any(
+        w.startswith(f"{len(ops)} complete events have no duration (dur), read as 0")
+        for w in analyze_loaded(trace).warnings
+    )
+    assert parse(healthy().to_bytes()).missing_durations == 0

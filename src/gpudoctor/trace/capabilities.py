@@ -166,6 +166,11 @@ def trace_notes(trace: Trace) -> list[str]:
                      "cpu_op, user_annotation, python_function, cuda_runtime, cuda_driver, "
                      "kernel, gpu_memcpy, gpu_memset, and PyTorch 1.8's Operator, Runtime, "
                      "Kernel, Memcpy, Memset)")
+    if trace.missing_durations:
+        n = trace.missing_durations
+        notes.append(f"{n} complete event{'s' if n > 1 else ''} {'have' if n > 1 else 'has'} no "
+                     "duration (dur), read as 0: an operator among them holds none of the calls "
+                     "it made, so their launches and the host time they took are left unowned")
     if trace.negative_durations:
         n = trace.negative_durations
         notes.append(

@@ -49,6 +49,7 @@ from gpudoctor.trace.rawargs import RawArgs, RawArgsBuilder
 from gpudoctor.trace.read import NotSliced, Slices, gunzip
 from gpudoctor.trace.schema import (
     MAX_TIME_US,
+    NO_DUR,
     DeviceProperties,
     TraceEvent,
     TraceFile,
@@ -438,7 +439,8 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
     first, host_events.thread = first_seen(host_events.thread, len(ids.threads.ids))
     keys = list(ids.threads.ids)
     threads = [keys[i] for i in first.tolist()]
-    negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum())
+    missing = int((host_events.dur == NO_DUR).sum() + (device_events.dur == NO_DUR).sum())
+    negative = int((host_events.dur < 0).sum() + (device_events.dur < 0).sum()) - missing
     # first: its table is smaller than its events (peak memory)
     memory = _memory_table(memory_events)
     del memory_events
@@ -471,6 +473,7 @@ def build(slices: Iterable[list[TraceEvent]], gpus: list[GpuInfo], source: str, 
         skipped_events=skipped,
         bad_times=bad_times,
         negative_durations=negative,
+        missing_durations=missing,
         bad_args=parts.bad_args,
         unknown_categories=parts.unknown_categories,
         other_accelerator_events=parts.other_accelerator_events,

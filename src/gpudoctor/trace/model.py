@@ -189,6 +189,7 @@ class Trace:
     skipped_events: int = 0
     bad_times: int = 0  # events dropped for a start or duration no profiler writes (trace/load.py)
     negative_durations: int = 0  # events whose negative duration was read as 0
+    missing_durations: int = 0  # complete events written without a duration, read as 0
     unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes: left out
     other_accelerator_events: int = 0  # MTIA, XPU, HPU, PrivateUse1 activity: read by nothing here
     non_finite_numbers: int = 0  # values written as a bare inf or nan (not JSON), read as null

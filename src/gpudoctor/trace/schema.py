@@ -153,6 +153,11 @@ class Ph(_Shared):
     OTHER = "\x00other"
 
 
+# An event written without "dur": negative (read as 0, as a negative one is) and no profiler's
+# value, so that the loader can count such events apart (trace/load.py).
+NO_DUR = -1e-300
+
+
 class TraceEvent(msgspec.Struct, gc=False):
     """One entry of ``traceEvents``: complete ("X"), instant ("i"), metadata ("M"), flow (s/f).
 
@@ -166,7 +171,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     pid: I64 | str = 0
     tid: I64 | str = 0
     ts: float = 0.0
-    dur: float = 0.0
+    dur: float = NO_DUR
     args: msgspec.Raw = _ABSENT
 
 
