@@ -614,3 +614,12 @@ def test_complete_events_without_a_duration_are_counted_and_said() -> None:
         for w in analyze_loaded(trace).warnings
     )
     assert parse(healthy().to_bytes()).missing_durations == 0
+
+
+def test_a_negative_size_or_count_in_device_properties_is_unknown() -> None:
+    data = json.loads(healthy().to_bytes())
+    data["deviceProperties"][0].update(numSms=-5, totalGlobalMem=-1, l2CacheSize=-3)
+    gpu = parse(json.dumps(data).encode()).gpu
+    assert gpu is not None and (gpu.sm_count, gpu.memory_bytes, gpu.l2_bytes) == (0, 0, 0)
+    report = json.loads(to_json(analyze_loaded(parse(json.dumps(data).encode()))))
+    assert report["gpu"]["sm_count"] == 0 and report["findings"]

@@ -376,13 +376,14 @@ def _short(exc: Exception) -> str:
 
 
 def _gpus(parsed: TraceFile) -> list[GpuInfo]:
+    """The cards the trace describes; a negative size or count (no card's) is read as unknown, 0."""
     return [
         GpuInfo(
             name=visible_controls(p.name),
-            memory_bytes=p.totalGlobalMem,
+            memory_bytes=max(p.totalGlobalMem, 0),
             compute_capability=(p.computeMajor, p.computeMinor),
-            sm_count=p.numSms,
-            l2_bytes=p.l2CacheSize,
+            sm_count=max(p.numSms, 0),
+            l2_bytes=max(p.l2CacheSize, 0),
         )
         for p in sorted(parsed.deviceProperties, key=lambda p: p.id)
     ]
