@@ -623,3 +623,25 @@ def test_a_negative_size_or_count_in_device_properties_is_unknown() -> None:
     assert gpu is not None and (gpu.sm_count, gpu.memory_bytes, gpu.l2_bytes) == (0, 0, 0)
     report = json.loads(to_json(analyze_loaded(parse(json.dumps(data).encode()))))
     assert report["gpu"]["sm_count"] == 0 and report["findings"]
+
+
+def test_a_trace_whose_every_event_is_malformed_says_so(tmp_path, monkeypatch, capsys) -> None:
+    """A real trace with its pids written as 404.5 (no profiler's): every event is skipped, and
+    the error says why rather than that the window held nothing."""
+    data = json.loads(gzip.decompress((DATA / "host_sync" / "trace.json.gz").read_bytes()))
+    for e in data["traceEvents"]:
+        if "pid" in e:
+            e["pid"] = 404.5
+    path = tmp_path / "floats.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(sys, "argv", ["gpudoctor", "analyze", str(path)])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    out = capsys.readouterr()
+    assert_one_line_error(
+        int(exit_.value.code or 0),
+        out.out,
+        out.err,
+        "none of its events could be read (",
+        "skipped as malformed",
+    )
