@@ -103,10 +103,10 @@ def diagnose_loaded(
     if len(trace.device) == 0 and len(trace.host) == 0:
         if trace.skipped_events:
             raise EmptyTraceError(
-                f"{trace.source}: none of its events could be read ({trace.skipped_events} "
-                "skipped as malformed: a field of the wrong type, such as a pid or tid that is "
-                "neither an integer nor a name, or a number out of any profiler's range); pass "
-                "the file torch.profiler wrote"
+                f"{trace.source}: none of its {trace.skipped_events} events could be read (each "
+                "is malformed: a field of the wrong type such as a pid or tid that is neither an "
+                "integer nor a name, or a number out of any profiler's range); pass the file "
+                "torch.profiler wrote"
             )
         raise EmptyTraceError(
             f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window "

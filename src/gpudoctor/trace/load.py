@@ -67,8 +67,8 @@ from gpudoctor.trace.stream import (
 )
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
-_MALFORMED = ("skipped as malformed: a field of the wrong type, such as a pid or tid that is "
-              "neither an integer nor a name, or a number out of any profiler's range")
+_MALFORMED = ("each is malformed: not an object, or a field of the wrong type such as a pid or "
+              "tid that is neither an integer nor a name, or a number out of any profiler's range")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
 # Times beyond +-MAX_TIME_US (trace/schema.py) are dropped (counted in Trace.bad_times), and a
@@ -172,7 +172,7 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
     release_free_memory()
     if chunks.skipped and not trace.event_count:
         raise TraceFormatError(
-            f"{source}: none of its events could be read ({chunks.skipped} {_MALFORMED}); "
+            f"{source}: none of its {chunks.skipped} events could be read ({_MALFORMED}); "
             f"{_FILE_HINT}")
     if chunks.outline is not None and not chunks.lenient:
         gpus, unreadable = _gpus(chunks.outline), ()
@@ -344,7 +344,7 @@ def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[
             skipped += 1
     if skipped and not events:
         raise TraceFormatError(
-            f"{source}: none of its events could be read ({skipped} {_MALFORMED}); {_FILE_HINT}"
+            f"{source}: none of its {skipped} events could be read ({_MALFORMED}); {_FILE_HINT}"
         )
     properties, unreadable = _lenient_properties(raw.get("deviceProperties"))
     return events, _gpus(TraceFile(traceEvents=[],
