@@ -24,10 +24,28 @@ def test_a_rank_alone_says_what_its_collectives_take() -> None:
     )
 
 
+def test_a_rank_alone_whose_collectives_run_exposed_is_not_called_healthy() -> None:
+    """Rank 0 of the pipeline pair: no finding is major, and its collectives run with no compute
+    beside them for 78% of its step. The verdict says so instead of "healthy"; a DDP rank whose
+    collectives run exposed 3% of its step keeps its findings' verdict."""
+    report = analyze_path(DATA / "rank0" / "trace.json.gz")
+    verdict = report.verdict()
+    assert verdict.status == "collectives" and verdict.top_finding is None
+    assert verdict.text == (
+        "no finding on this rank is major, but its collectives run with no compute beside them "
+        "for 78% of its step: analyze every rank's trace for the findings on them"
+    )
+    assert json.loads(to_json(report))["exposed_collectives_share"] == 0.7837
+    ddp = analyze_path(DATA.parent / "ddp2_h200_sync" / "rank0" / "trace.json.gz")
+    assert ddp.verdict().status == "findings"
+    assert round(ddp.exposed_collectives_share, 4) == 0.0276
+
+
 def test_the_ranks_read_together_need_no_such_note() -> None:
     report = analyze_inputs([DATA / "rank0" / "trace.json.gz", DATA / "rank1" / "trace.json.gz"])
-    assert NOTE not in to_json(report)
-    assert json.loads(to_json(report))["findings"]
+    text = to_json(report)
+    assert NOTE not in text and "exposed_collectives_share" not in text
+    assert json.loads(text)["findings"]
 
 
 def test_a_single_gpu_trace_has_no_collectives_note() -> None:

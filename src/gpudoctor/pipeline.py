@@ -131,7 +131,7 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
                   cut_after: int | None = None, alone: bool = True) -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
-    from gpudoctor.analysis.collectives import one_rank_note
+    from gpudoctor.analysis.collectives import one_rank_collectives
 
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
@@ -139,14 +139,18 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED, named=chosen.gpu != UNNAMED_GPU),
                    *lacking]
-    if alone and (collectives := one_rank_note(trace, analysis.steps)):
-        lacking = [collectives, *lacking]
+    collectives = one_rank_collectives(trace, analysis.steps) if alone else None
+    if collectives is not None:
+        lacking = [collectives.note(), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
         analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
     found = find(analysis)
     release_free_memory()  # as between the analyses (analysis/__init__.py)
     findings, together = priced(found, analysis)
     report = build_report(analysis, findings)
+    if collectives is not None:
+        report = dataclasses.replace(report,
+                                     exposed_collectives_share=collectives.exposed_share)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
         report = dataclasses.replace(report, all_fixes=all_fixes_section(together))

@@ -10,6 +10,8 @@ findings (benchmarks/BENCHMARKS-replay.md "Public traces never seen": a ResNet r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpudoctor.analysis.intervals import clip_total, subtract, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
@@ -19,8 +21,26 @@ from gpudoctor.trace.model import Trace
 MIN_COMM_SHARE = 0.05
 
 
-def one_rank_note(trace: Trace, steps: Steps) -> str | None:
-    """The note on this rank's collectives, or None where they take under MIN_COMM_SHARE."""
+@dataclass(frozen=True)
+class RankCollectives:
+    """This rank's collectives per step (ms), and the part no other kernel overlaps."""
+
+    comm_ms: float
+    exposed_ms: float
+    step_share: float  # of the step
+    exposed_share: float  # of the step
+
+    def note(self) -> str:
+        return (f"this trace is one rank of a distributed job: its collectives take "
+                f"{self.comm_ms:.2f} ms a step ({100 * self.step_share:.0f}% of it), "
+                f"{self.exposed_ms:.2f} ms of that with no compute beside it "
+                f"({100 * self.exposed_share:.0f}%); the findings on collectives (exposed-comm, "
+                "straggler, slow-collective) compare every rank: pass every rank's trace, "
+                "`gpudoctor analyze rank0.json rank1.json ...`")
+
+
+def one_rank_collectives(trace: Trace, steps: Steps) -> RankCollectives | None:
+    """This rank's collectives, or None where they take under MIN_COMM_SHARE of the step."""
     dev = trace.device
     if len(dev) == 0 or len(steps) == 0:
         return None
@@ -37,9 +57,5 @@ def one_rank_note(trace: Trace, steps: Steps) -> str | None:
     es, ee = subtract(cs, ce, os_, oe)
     exposed_ns = sum(clip_total(es, ee, int(s), int(e)) for s, e in zip(steps.start, steps.end))
     n = len(steps)
-    return (f"this trace is one rank of a distributed job: its collectives take "
-            f"{comm_ns / n / 1e6:.2f} ms a step ({100 * comm_ns / total:.0f}% of it), "
-            f"{exposed_ns / n / 1e6:.2f} ms of that with no compute beside it "
-            f"({100 * exposed_ns / total:.0f}%); the findings on collectives (exposed-comm, "
-            "straggler, slow-collective) compare every rank: pass every rank's trace, "
-            "`gpudoctor analyze rank0.json rank1.json ...`")
+    return RankCollectives(comm_ns / n / 1e6, exposed_ns / n / 1e6, comm_ns / total,
+                           exposed_ns / total)

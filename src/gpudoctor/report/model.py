@@ -52,11 +52,16 @@ class Segment:
     cause: str = ""  # the idle cause (idle segments)
 
 
+# A rank read alone whose collectives run exposed for this share of its step or more is not called
+# healthy (analysis/collectives.py).
+COLLECTIVES_VERDICT_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The one-line answer (``Report.verdict``)."""
 
-    status: str  # "healthy" or "findings"
+    status: str  # "healthy", "findings", or "collectives" (a rank read alone: see Report.verdict)
     top_finding: str | None  # the finding to fix first; None when healthy
     text: str
 
@@ -97,6 +102,9 @@ class Report:
     all_fixes: AllFixesSection | None = None
     # the annotated trace written beside the report (report/perfetto.py); None when none was written
     annotated_trace: AnnotatedTraceSection | None = None
+    # a rank read alone: the share of its step its collectives run with no compute beside them
+    # (analysis/collectives.py); 0.0 otherwise
+    exposed_collectives_share: float = 0.0
 
     @property
     def host_only(self) -> bool:
@@ -132,6 +140,8 @@ class Report:
             **({"all_fixes": self.all_fixes.to_dict()} if self.all_fixes is not None else {}),
             **({"annotated_trace": self.annotated_trace.to_dict()}
                if self.annotated_trace is not None else {}),
+            **({"exposed_collectives_share": round(self.exposed_collectives_share, 4)}
+               if self.exposed_collectives_share > 0 else {}),
         }
 
     def step_segments(self) -> list[Segment]:
@@ -176,6 +186,12 @@ class Report:
         the source: lab, diff and report"): worth knowing, not worth a rewrite."""
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
+        if top is None and self.exposed_collectives_share >= COLLECTIVES_VERDICT_SHARE:
+            # what the step waits on is in the other ranks' traces, not in a finding of this one
+            return Verdict("collectives", None, (
+                "no finding on this rank is major, but its collectives run with no compute "
+                f"beside them for {100 * self.exposed_collectives_share:.0f}% of its step: "
+                "analyze every rank's trace for the findings on them"))
         if top is None:
             largest = self.findings[0] if self.findings else None
             text = "healthy: no major finding"
