@@ -152,3 +152,17 @@ def test_every_rule_reading_the_ceilings_is_peak_priced() -> None:
             readers.add(rule.id)
     assert readers - {"pageable-copy"} == set(PEAK_PRICED)
     assert not unavailable("x").available
+
+
+def test_a_rule_that_asks_whether_another_fires_skips_the_peak_priced_ones() -> None:
+    """launch-bound asks each rule that owns an idle cause whether it fires (rules/shared.py
+    ``owned_elsewhere``); on a card with no ceilings optimizer-loop, priced from the peaks, does not
+    run, and asking it divided by a bandwidth of 0 (the optimizer_loop trap, its card unnamed)."""
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import parse
+
+    data = json.loads(gzip.decompress((DATA / "optimizer_loop" / "trace.json.gz").read_bytes()))
+    data.pop("deviceProperties", None)
+    report = analyze_loaded(parse(json.dumps(data).encode()))
+    assert report.findings and report.finding("optimizer-loop") is None
+    assert report.warnings[0].startswith("the trace names no GPU")

@@ -91,15 +91,20 @@ def get_rule(rule_id: str) -> Rule:
         raise InputError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}") from None
 
 
+def runs_on(rule: Rule, analysis: Analysis) -> bool:
+    """Whether ``rule`` runs on this analysis: the trace has what it needs, and a card with
+    ceilings where it prices from the peaks."""
+    return not analysis.trace.capabilities.lacks(rule.needs) and (
+        analysis.ceilings.available or rule.id not in PEAK_PRICED)
+
+
 def find(analysis: Analysis, rules: dict[str, Rule] | None = None) -> list[Finding]:
     """Findings of every rule the trace has the data for, as each rule priced it, in rule order
     (unranked). A rule whose ``needs`` the trace lacks does not run (see ``skipped_rules``), nor
     one of ``PEAK_PRICED`` when the card has no ceilings."""
     findings = []
-    caps = analysis.trace.capabilities
-    peaks = analysis.ceilings.available
     for rule in (rules or RULES).values():
-        if caps.lacks(rule.needs) or (not peaks and rule.id in PEAK_PRICED):
+        if not runs_on(rule, analysis):
             continue
         finding = rule.check(analysis)
         if finding is not None:

@@ -153,11 +153,13 @@ def attention_events(a: Analysis) -> np.ndarray:
 def owned_elsewhere(a: Analysis, rule_id: str) -> set[str]:
     """Idle causes whose own finding fires (a rule other than ``rule_id`` that declares
     ``owns_idle``): its simpler fix comes first, and its time is its own."""
-    from gpudoctor.rules.registry import RULES
+    from gpudoctor.rules.registry import RULES, runs_on
 
     owned: set[str] = set()
     for rule in RULES.values():
         if rule.id == rule_id or not rule.owns_idle or set(rule.owns_idle) <= owned:
+            continue
+        if not runs_on(rule, a):  # a rule that does not run owns nothing
             continue
         if rule.check(a) is not None:
             owned.update(rule.owns_idle)
