@@ -127,3 +127,23 @@ def test_a_missing_number_is_said() -> None:
         "step markers: #1 is missing between #0 and #2: the step before each gap holds the "
         "missing one's time too"
     )
+
+
+def test_markers_written_as_operators_count_where_no_annotation_is() -> None:
+    """PyTorch 1.8 wrote ProfilerStep# and Optimizer.step# as operators ("Operator"); read as
+    markers when no annotation of that name is in the trace (public ResNet50 samples read as one
+    5.3 s step)."""
+    b = TraceBuilder()
+    for s in range(4):
+        t0 = s * STEP_US
+        b.launch("ampere_sgemm_128x64_nn", t0 + 100, t0 + 200, 1_000, op="aten::mm")
+        b.op("Optimizer.step#SGD.step", t0 + 8_000, 1_000)
+    found = segment(parse(b.to_bytes()))
+    assert found.method == "optimizer-step" and len(found) == 4
+
+
+def test_a_step_written_twice_under_its_own_name_counts_once_unsaid() -> None:
+    """Some PyTorch versions write each ProfilerStep as a cpu_op and a user_annotation: counted
+    once, and not said (it is what those versions write)."""
+    twice = _plain() + [(name, ts + 1, dur - 2) for name, ts, dur in _plain()]
+    assert _steps(twice) == ([10.0, 10.0, 10.0, 10.0], None)

@@ -221,10 +221,14 @@ def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
 
 
 def _marked(trace: Trace, prefix: str) -> np.ndarray:
+    """The marker ranges named PREFIX...: annotations, else operators, as PyTorch 1.8's profiler
+    wrote them ("Operator")."""
     host = trace.host
-    by_name = trace.names_matching(lambda s: s.startswith(prefix))
-    mask = by_name[host.name] & (host.cat == HostCat.ANNOTATION) if len(host) else np.zeros(0, bool)
-    return np.flatnonzero(mask)
+    if not len(host):
+        return np.empty(0, np.int64)
+    named = trace.names_matching(lambda s: s.startswith(prefix))[host.name]
+    annotations = np.flatnonzero(named & (host.cat == HostCat.ANNOTATION))
+    return annotations if annotations.size else np.flatnonzero(named & (host.cat == HostCat.OP))
 
 
 def _profiler_steps(trace: Trace) -> Steps | None:
@@ -243,7 +247,7 @@ def _ranges(trace: Trace, prefix: str, method: str) -> Steps | None:
     host = trace.host
     idx = idx[np.argsort(host.ts[idx], kind="stable")]
     starts, ends, kept, mended = _clean_ranges(trace, host.ts[idx].astype(np.int64),
-                                               host.end[idx].astype(np.int64))
+                                               host.end[idx].astype(np.int64), host.name[idx])
     if not kept:
         return None
     labels = tuple(trace.strings[host.name[i]] for i in idx[kept].tolist())
@@ -279,13 +283,15 @@ STEP_COPY_LENGTH = 0.5
 STUB_SHARE = 0.25
 
 
-def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray,
+def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray, names: np.ndarray,
                   ) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
     """The marker ranges (sorted by start) as steps: each one recorded twice kept once (the
     longer); overlapping ones ended where the next starts; none past the trace's last event; a
     last one with no length (a bare boundary) or the profiler's closing stub left out. Depth is no
     guide: a step hook fired inside optimizer.step() opens its range inside the optimizer's own
-    annotation. Returns the starts, ends, positions kept and what was mended (for the report)."""
+    annotation. Returns the starts, ends, positions kept and what was mended (for the report); a
+    step recorded twice under its own name (a cpu_op and a user_annotation, as some PyTorch
+    versions write each step) is what those versions write, and not said."""
     mended: list[str] = []
     kept: list[int] = []
     s_out: list[int] = []
@@ -298,7 +304,7 @@ def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray,
             overlap = min(e, e_out[-1]) - s
             if (longer > 0 and overlap >= STEP_COPY_OVERLAP * shorter
                     and shorter >= STEP_COPY_LENGTH * longer):
-                copies += 1
+                copies += int(names[i] != names[kept[-1]])
                 if e - s > e_out[-1] - s_out[-1]:
                     kept[-1], s_out[-1], e_out[-1] = i, s, e
                 continue
@@ -365,7 +371,9 @@ def _optimizer_steps(trace: Trace) -> Steps | None:
     if idx.size < 2:
         return None
     idx = idx[np.argsort(host.ts[idx], kind="stable")]
-    ends = host.end[idx]
+    ends = distinct(host.end[idx])
+    if ends.size < 2:
+        return None
     starts = np.concatenate(([trace.span[0]], ends[:-1]))
     labels = tuple(f"step {i}" for i in range(len(ends)))
     return Steps("optimizer-step", starts.astype(np.int64), ends.astype(np.int64), labels)
