@@ -84,7 +84,11 @@ MEMORY_BOUND_KINDS = frozenset(
 
 # (kind, pattern) in priority order; patterns are searched in the lower-cased name.
 _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
-    (Kind.NCCL, re.compile(r"^nccl|nccldevkernel|ncclkernel")),
+    # collectives: NCCL / RCCL, DeepEP's expert-parallel dispatch and combine (NVSHMEM), vLLM's
+    # custom all-reduce, PyTorch's symmetric-memory all-reduce
+    (Kind.NCCL, re.compile(
+        r"^nccl|nccldevkernel|ncclkernel|deep_ep::|\bep::(?:internode|intranode)::|nvshmem"
+        r"|cross_device_reduce|(?:one|two)_shot_all_reduce|multimem_all_(?:reduce|gather)")),
     (
         Kind.ATTENTION,
         re.compile(
