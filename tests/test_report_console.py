@@ -44,3 +44,17 @@ def test_markup_in_trace_names_is_printed_literally() -> None:
     text = render_text(report, width=200)
     assert "[red]x[/red].json" in text
     assert report.finding("fp32-matmul") is not None
+
+
+def test_mfu_without_recorded_flops_is_unknown_not_zero() -> None:
+    """The small_gemm trap replays its GEMMs from a CUDA graph: no shapes, so no FLOPs. MFU is
+    n/a, not 0.0%; healthy_train records shapes and keeps its figure."""
+    import json
+
+    from gpudoctor.report.json_report import to_json
+
+    graph = gpudoctor.analyze(HERE / "data" / "small_gemm" / "trace.json.gz")
+    assert json.loads(to_json(graph))["mfu"] is None
+    assert "MFU n/a (no FLOPs recorded)" in " ".join(render_text(graph, width=200).split())
+    shapes = gpudoctor.analyze(HERE / "data" / "healthy_train" / "trace.json.gz")
+    assert json.loads(to_json(shapes))["mfu"] > 0

@@ -83,7 +83,8 @@ def _header(r: Report) -> Panel:
     else:
         grid.add_row("GPU", Text(r.gpu.name or "not named in the trace"))
         grid.add_row("ceilings", Text(f"{r.ceilings.source}"))
-    mfu = "n/a (no ceilings)" if r.roofline.unavailable else f"{100 * r.mfu:.1f}%"
+    mfu = ("n/a (no ceilings)" if r.roofline.unavailable else f"{100 * r.mfu:.1f}%"
+           if r.mfu_known else "n/a (no FLOPs recorded)")
     where = "host (CPU) time" if r.host_only else f"GPU busy {r.gpu_busy_pct:.1f}%; MFU {mfu}"
     marked = r.steps.source or r.steps.method
     profiled = f"{r.step_ms:.3f} ms mean over {r.steps.count} steps ({marked}); {where}"

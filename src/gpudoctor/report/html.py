@@ -131,7 +131,7 @@ def _header(r: Report) -> str:
             (esc(r.gpu.name or "unknown GPU"), "GPU"),
             (f"{r.step_ms:.2f} ms", "step time (mean)"),
             (f"{r.gpu_busy_pct:.1f} %", "GPU busy"),
-            (f"{100 * r.mfu:.1f} %", "MFU"),
+            (f"{100 * r.mfu:.1f} %" if r.mfu_known else "n/a", "MFU"),
             (f"{esc(steps.count)}", f"steps ({esc(steps.method)})"),
         ]
     unprofiled = _unprofiled_cell(r)

@@ -107,6 +107,12 @@ class Report:
     exposed_collectives_share: float = 0.0
 
     @property
+    def mfu_known(self) -> bool:
+        """MFU needs a peak (a card with ceilings) and the model's FLOPs (recorded shapes): with
+        either missing it is unknown, not 0."""
+        return self.roofline.unavailable is None and self.roofline.model_tflop_per_step > 0
+
+    @property
     def host_only(self) -> bool:
         """No GPU work was recorded: the report covers the host (CPU) alone."""
         return self.gpu.device == "cpu"
@@ -124,7 +130,7 @@ class Report:
                 self.unprofiled_step_ms, 4),
             "unprofiled": self.unprofiled.to_dict() if self.unprofiled is not None else None,
             "gpu_busy_pct": round(self.gpu_busy_pct, 2),
-            "mfu": None if self.roofline.unavailable else round(self.mfu, 5),  # no peak: no MFU
+            "mfu": round(self.mfu, 5) if self.mfu_known else None,
             "breakdown": self.breakdown.to_dict(),
             "idle": self.idle,
             "roofline": self.roofline.to_dict(),
