@@ -526,9 +526,11 @@ def test_gpu_events_that_start_before_their_launch_are_said() -> None:
     [("cudaDeviceGetStreamPriorityRange", True), ("cudaStreamSynchronize", False)],
 )
 def test_one_time_startup_in_the_window_is_said(call: str, said: bool) -> None:
-    """A 0.5 s runtime call before the first step: the process creating its CUDA context (said),
-    or a synchronize waiting for GPU work (a wait may last as long as that work: not said)."""
-    t = healthy()
+    """A 0.5 s runtime call in a window without step markers (a script profiled from its first
+    line): the process creating its CUDA context (said), or a synchronize waiting for GPU work (a
+    wait may last as long as that work: not said). A step left out as one-off work takes its
+    start-up with it."""
+    t = without(healthy(steps=1), "user_annotation")  # one iteration: the trace is one step
     t.runtime(call, -600_000, 500_000)
     notes = analyze_loaded(parse(t.to_bytes())).warnings
     found = [n for n in notes if n.startswith("the window holds one-time start-up")]

@@ -69,7 +69,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         warnings.append(note)
     if left_out:
         warnings.append(outlier_note(trace, found, left_out, steps))
-    if startup := startup_note(trace):
+    if startup := startup_note(trace, int(steps.start.min()), int(steps.end.max())):
         warnings.append(startup)
     warnings.extend(trace_notes(trace))
     mem = memory(trace, steps, model_state)
@@ -94,9 +94,11 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
     if not mem.applicable:
         not_applicable["memory"] = mem.reason
     if not ceilings.available:
+        card = (f"{ceilings.gpu} (not in the datasheet table)" if ceilings.gpu
+                else "a card the trace does not name")
         not_applicable["roofline"] = (
-            f"unavailable: no ceilings for {ceilings.gpu} (not in the datasheet table); pass "
-            "--ceilings FILE (as `gpudoctor bench` saves on that card) or --gpu NAME to draw it"
+            f"unavailable: no ceilings for {card}; pass --ceilings FILE (as `gpudoctor bench` "
+            "saves on that card) or --gpu NAME to draw it"
         )
     elif roof.placed_fraction < 0.5:
         not_applicable["roofline"] = (

@@ -17,13 +17,15 @@ STARTUP_CALL_NS = 100_000_000
 _WAITS = ("Launch", "Synchronize", "Memcpy", "Memset", "Wait", "Query")
 
 
-def startup_note(trace: Trace) -> str | None:
-    """The note on the longest such call, or None."""
+def startup_note(trace: Trace, lo: int, hi: int) -> str | None:
+    """The note on such calls that start in the analysed steps [lo, hi) (a step left out as
+    one-off work takes its own with it), or None."""
     host = trace.host
     if len(host) == 0:
         return None
     runtime = (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    long = np.flatnonzero(runtime & (host.end - host.ts >= STARTUP_CALL_NS))
+    long = np.flatnonzero(runtime & (host.end - host.ts >= STARTUP_CALL_NS) & (host.ts >= lo)
+                          & (host.ts < hi))
     long = [int(i) for i in long.tolist()
             if not any(w in trace.strings[int(host.name[i])] for w in _WAITS)]
     if not long:
