@@ -58,3 +58,25 @@ def test_mfu_without_recorded_flops_is_unknown_not_zero() -> None:
     assert "MFU n/a (no FLOPs recorded)" in " ".join(render_text(graph, width=200).split())
     shapes = gpudoctor.analyze(HERE / "data" / "healthy_train" / "trace.json.gz")
     assert json.loads(to_json(shapes))["mfu"] > 0
+
+
+def test_a_finding_held_back_behind_a_fix_that_comes_first_says_so() -> None:
+    """launch-bound saves more than host-sync but a CUDA graph cannot capture a step that
+    synchronizes: it is listed after it, and the line says why (rules/registry.py ``rank``)."""
+    from gpudoctor.core.finding import Evidence, make_finding
+
+    report = gpudoctor.analyze(HERE / "data" / "host_sync" / "trace.json.gz")
+    sync = make_finding("host-sync", "syncs", 10.0, 1.0, "s", Evidence(), ())
+    graph = make_finding("launch-bound", "launches", 10.0, 3.0, "l", Evidence(), ())
+    held = dataclasses.replace(report, findings=(sync, graph), all_fixes=None)
+    lines = [" ".join(x.split()) for x in render_text(held, width=300).splitlines()]
+    assert any(
+        x.startswith("2. [critical] launch-bound save ~3.000 ms/step")
+        and x.endswith("(after host-sync: its fix comes first)")
+        for x in lines
+    ), lines
+    assert not any("fix comes first" in x for x in render_text(report, width=300).splitlines())
+    from gpudoctor.report.html import render_html
+
+    assert "listed after host-sync: its fix comes first" in render_html(held)
+    assert "fix comes first" not in render_html(report)

@@ -210,6 +210,11 @@ def _findings(r: Report, limit: int) -> Group:
         priced_by = f.evidence.numbers.get("priced_by")
         if priced_by:  # replayed step, or the rule's formula where the fix is not a graph edit
             head.append(f"  [{priced_by}]", style="dim")
+        before = r.held_back_behind(rank - 1)
+        if before:
+            head.append(f"  (after {', '.join(before)}: "
+                        f"{'its fix comes' if len(before) == 1 else 'their fixes come'} first)",
+                        style="dim")
         items.append(head)
         body: list[RenderableType] = [Text(f.summary)]
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels

@@ -325,7 +325,8 @@ def _findings(r: Report) -> str:
     v = r.verdict()
     verdict = f'<p class="verdict{" healthy" if v.status == "healthy" else ""}">Verdict: {esc(v.text)}</p>'
     return ("<section><h2>Findings</h2>" + verdict
-            + "".join(_finding(f, _trace_note(r.annotated_trace, f.id)) for f in r.findings)
+            + "".join(_finding(f, _trace_note(r.annotated_trace, f.id), r.held_back_behind(i))
+                      for i, f in enumerate(r.findings))
             + "</section>")
 
 
@@ -342,14 +343,16 @@ def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
             f"trace's start (ts {esc(place.ts_us)} µs); placed by {esc(place.placed_by)}.</p>")
 
 
-def _finding(f: Finding, trace_note: str = "") -> str:
+def _finding(f: Finding, trace_note: str = "", after: list[str] | None = None) -> str:
     sev = f.severity if f.severity in ("critical", "major", "minor", "info") else "info"
+    held = (f" · listed after {esc(', '.join(after))}: "
+            f"{'its fix comes' if len(after) == 1 else 'their fixes come'} first" if after else "")
     parts = [
         f'<article class="finding sev-{sev}">',
         f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
         (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms '
          'per step'
-         f" · predicted speedup ×{f.predicted_speedup:.2f}</p>"),  # noqa: RUF001 - the multiplication sign
+         f" · predicted speedup ×{f.predicted_speedup:.2f}{held}</p>"),  # noqa: RUF001 - the multiplication sign
         f"<p>{esc(f.summary)}</p>",
         _evidence(f),
         trace_note,

@@ -208,6 +208,12 @@ class Report:
                 f"(x{top.predicted_speedup:.2f})")
         return Verdict("findings", top.id, text)
 
+    def held_back_behind(self, position: int) -> list[str]:
+        """The findings listed before the one at ``position`` that save less: a fix that must come
+        first (rules/registry.py ``rank``: a CUDA graph cannot capture a step that syncs)."""
+        saving = self.findings[position].saving_ms
+        return [f.id for f in self.findings[:position] if f.saving_ms < saving]
+
     def finding(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)
 
