@@ -205,3 +205,14 @@ def test_another_accelerators_trace_is_not_called_a_cpu_run() -> None:
         "(MTIA, XPU, HPU or a PrivateUse1 device), which gpudoctor does not read. This report "
         "covers the host alone"
     )
+
+
+def test_a_report_with_no_gpu_work_is_not_called_healthy() -> None:
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import parse
+
+    t = TraceBuilder(gpus=[])
+    t.op("aten::add", 1, 2)
+    verdict = analyze_loaded(parse(t.to_bytes())).verdict()
+    assert (verdict.status, verdict.top_finding) == ("no-gpu-work", None)
+    assert verdict.text.startswith("no GPU work was recorded in this window")

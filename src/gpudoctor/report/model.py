@@ -61,7 +61,8 @@ COLLECTIVES_VERDICT_SHARE = 0.25
 class Verdict:
     """The one-line answer (``Report.verdict``)."""
 
-    status: str  # "healthy", "findings", or "collectives" (a rank read alone: see Report.verdict)
+    # "healthy", "findings", "collectives" (a rank read alone) or "no-gpu-work" (Report.verdict)
+    status: str
     top_finding: str | None  # the finding to fix first; None when healthy
     text: str
 
@@ -190,6 +191,9 @@ class Report:
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
         plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from
         the source: lab, diff and report"): worth knowing, not worth a rewrite."""
+        if self.host_only:  # nothing ran on a GPU: no verdict on it either way
+            return Verdict("no-gpu-work", None, "no GPU work was recorded in this window: the "
+                           "report covers the host alone")
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
         if top is None and self.exposed_collectives_share >= COLLECTIVES_VERDICT_SHARE:
