@@ -216,3 +216,9 @@ def test_a_report_with_no_gpu_work_is_not_called_healthy() -> None:
     verdict = analyze_loaded(parse(t.to_bytes())).verdict()
     assert (verdict.status, verdict.top_finding) == ("no-gpu-work", None)
     assert verdict.text.startswith("no GPU work was recorded in this window")
+    # a CPU (gloo) job's ranks read together: its multi-rank findings keep their verdict
+    from gpudoctor.pipeline import analyze_inputs
+
+    data = Path(__file__).parent / "data" / "gloo_straggler"
+    ranks = analyze_inputs([data / "rank0", data / "rank1"])
+    assert ranks.findings and ranks.verdict().status == "findings"

@@ -191,7 +191,7 @@ class Report:
         first. A smaller saving is within the run-to-run spread of most programs (the gallery's
         plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from
         the source: lab, diff and report"): worth knowing, not worth a rewrite."""
-        if self.host_only:  # nothing ran on a GPU: no verdict on it either way
+        if self.host_only and not self.findings:  # nothing ran on a GPU, nothing found on the host
             return Verdict("no-gpu-work", None, "no GPU work was recorded in this window: the "
                            "report covers the host alone")
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
