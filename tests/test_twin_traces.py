@@ -83,3 +83,18 @@ def test_input_pipeline_floor_is_the_loader_cost_over_its_workers() -> None:
         numbers["host_time_in_dataloader_ms_per_step"] / 8, abs=1e-3
     )
     assert 45.8279 - f.saving_ms == pytest.approx(numbers["step_floor_after_fix_ms"], abs=1e-3)
+
+
+def test_the_loaders_wait_is_said_as_large_as_it_is() -> None:
+    """Workers that keep the GPU waiting for a large share of the step set it; a wait of 0.05 ms a
+    step (the input_pipeline trap's fixed twin) is a batch late now and then."""
+    from gpudoctor.pipeline import analyze_path as analyze
+
+    slow = analyze(DATA.parent / "gallery_h100" / "dataloader_workers").finding("input-pipeline")
+    assert slow is not None
+    assert slow.summary.endswith(
+        "the worker processes do not keep up: the loader's throughput sets the step."
+    )
+    fixed = analyze(DATA.parent / "input_pipeline_fixed").finding("input-pipeline")
+    assert fixed is not None
+    assert fixed.summary.endswith("a batch from the worker processes is late now and then.")

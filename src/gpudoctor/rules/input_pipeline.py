@@ -45,6 +45,7 @@ from gpudoctor.rules.common import sources_of_host, top_names
 ID = "input-pipeline"
 WORKERS = 8  # what the first fix prescribes
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
+LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")
 PINNING_SHARE = 0.5
@@ -131,7 +132,10 @@ def check(a: Analysis) -> Finding | None:
         ops=top_names(trace, host.name[culprits], host.dur[culprits].astype(float)),
         sources=sources_of_host(trace, culprits, a.idle.culprit_idle_ns[ID].astype(float)),
     )
-    where = ("the worker processes do not keep up: the loader's throughput sets the step"
+    # "sets the step" where the wait is a good part of it; a short wait is a late batch now and then
+    sets_step = idle >= LOADER_SETS_STEP_SHARE * a.step_ms
+    where = (("the worker processes do not keep up: the loader's throughput sets the step"
+              if sets_step else "a batch from the worker processes is late now and then")
              if from_workers
              else f"{pinning_ms:.2f} ms of it copies each batch into pinned memory: the data set "
                   "is in memory, unpinned" if pinning
