@@ -10,6 +10,7 @@ stripped.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import sys
 import warnings
@@ -646,3 +647,19 @@ def test_a_trace_whose_every_event_is_malformed_says_so(tmp_path, monkeypatch, c
         out.err,
         "events could be read (each is malformed",
     )
+
+
+def test_gpu_events_overlapping_on_one_stream_are_said() -> None:
+    """Kernels stretched to run 0.2 ms into the next on their stream (times that are not the
+    GPU's): said. A kernel starting a few microseconds under its predecessor's tail, as Hopper's
+    programmatic dependent launch does, is not."""
+    for stretch_us, said in ((200.0, True), (5.0, False)):
+        data = json.loads(healthy().to_bytes())
+        kernels = sorted(
+            (e for e in data["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"]
+        )
+        for e, nxt in itertools.pairwise(kernels):
+            e["dur"] = nxt["ts"] - e["ts"] + stretch_us
+        notes = analyze_loaded(parse(json.dumps(data).encode())).warnings
+        found = [n for n in notes if "before an earlier one on the same stream has ended" in n]
+        assert bool(found) is said, notes
