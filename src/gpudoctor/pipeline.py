@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from gpudoctor.ranks.summary import RankSummary
 
 DEFAULT_GPU = "h100-sxm"
-UNNAMED_GPU = ""  # the ceilings of a card the trace does not name (``unavailable``)
 
 
 def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) -> Ceilings:
@@ -64,7 +63,7 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     if len(trace.device):
         # GPU work on a card the trace does not name (an empty name, no deviceProperties): as a
         # card the table does not know
-        return unavailable(UNNAMED_GPU)
+        return unavailable("")
     raise NoGpuActivityError(
         f"{trace.source} names no GPU (no deviceProperties); pass --gpu NAME (e.g. --gpu "
         f"{DEFAULT_GPU}) or --ceilings FILE"
@@ -137,8 +136,7 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
-        lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED, named=chosen.gpu != UNNAMED_GPU),
-                   *lacking]
+        lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
     collectives = one_rank_collectives(trace, analysis.steps) if alone else None
     if collectives is not None:
         lacking = [collectives.note(), *lacking]

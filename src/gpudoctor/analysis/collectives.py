@@ -4,15 +4,14 @@ that runs with no compute beside it.
 The multi-GPU findings (ranks/: straggler, exposed-comm, slow-collective) compare every rank's
 trace; given one rank alone, the single-GPU rules have nothing to say of its collectives, and a
 step that is mostly NCCL would read "healthy". This says so, with the numbers, and how to get the
-findings (benchmarks/BENCHMARKS-replay.md "Public traces never seen": a ResNet rank whose step was
-84% collectives).
+findings (benchmarks/BENCHMARKS-replay.md "Public traces never seen"; tests/test_one_rank.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.analysis.intervals import clip_total, subtract, union
+from gpudoctor.analysis.intervals import overlap_per_window, subtract, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import Trace
@@ -49,13 +48,13 @@ def one_rank_collectives(trace: Trace, steps: Steps) -> RankCollectives | None:
         return None
     total = max(int((steps.end - steps.start).sum()), 1)
     cs, ce = union(dev.ts[comm], dev.end[comm])
-    comm_ns = sum(clip_total(cs, ce, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    comm_ns = int(overlap_per_window(cs, ce, steps.start, steps.end).sum())
     if comm_ns < MIN_COMM_SHARE * total:
         return None
     # the collectives' time that no other kernel overlaps
     os_, oe = union(dev.ts[~comm], dev.end[~comm])
     es, ee = subtract(cs, ce, os_, oe)
-    exposed_ns = sum(clip_total(es, ee, int(s), int(e)) for s, e in zip(steps.start, steps.end))
+    exposed_ns = int(overlap_per_window(es, ee, steps.start, steps.end).sum())
     n = len(steps)
     return RankCollectives(comm_ns / n / 1e6, exposed_ns / n / 1e6, comm_ns / total,
                            exposed_ns / total)

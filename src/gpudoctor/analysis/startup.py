@@ -2,8 +2,7 @@
 without waiting for the GPU (no launch, synchronize or copy) is the process creating its CUDA
 context, loading kernels or setting up a library, which no later step pays. A window that holds it
 (a script profiled from its first line, no step markers) prices it as if every step did
-(benchmarks/BENCHMARKS-replay.md "Public traces never seen": 30 s in the first CUDA call of a
-43 s "step").
+(benchmarks/BENCHMARKS-replay.md "Public traces never seen"; tests/test_degenerate_traces.py).
 """
 
 from __future__ import annotations
@@ -24,18 +23,19 @@ def startup_note(trace: Trace, lo: int, hi: int) -> str | None:
     if len(host) == 0:
         return None
     runtime = (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER)
-    long = np.flatnonzero(runtime & (host.end - host.ts >= STARTUP_CALL_NS) & (host.ts >= lo)
+    long = np.flatnonzero(runtime & (host.dur >= STARTUP_CALL_NS) & (host.ts >= lo)
                           & (host.ts < hi))
     long = [int(i) for i in long.tolist()
             if not any(w in trace.strings[int(host.name[i])] for w in _WAITS)]
     if not long:
         return None
-    total = sum(int(host.end[i] - host.ts[i]) for i in long)
-    top = max(long, key=lambda i: int(host.end[i] - host.ts[i]))
+    dur = host.dur
+    total = int(dur[long].sum())
+    top = max(long, key=lambda i: int(dur[i]))
     return (f"the window holds one-time start-up: {len(long)} runtime call"
             f"{'s' * (len(long) != 1)} of {total / 1e9:.1f} s without GPU work to wait for (the "
             f"longest, {trace.strings[int(host.name[top])]}, "
-            f"{(host.end[top] - host.ts[top]) / 1e9:.1f} s: the process creating its CUDA context "
+            f"{dur[top] / 1e9:.1f} s: the process creating its CUDA context "
             "or setting up a library), which no later step pays and which the step and its prices "
             "include here; profile steps after the first few: torch.profiler.schedule(wait=1, "
             "warmup=1, active=3) and prof.step() each iteration")

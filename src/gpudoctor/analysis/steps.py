@@ -331,20 +331,22 @@ def _clean_ranges(trace: Trace, starts: np.ndarray, ends: np.ndarray, names: np.
         mended.append(f"the last ran {(e_out[-1] - last_event) / 1e6:.3f} ms past the trace's "
                       "last event: it ends there")
         e_out[-1] = last_event
-    if len(kept) >= 2:
-        durations = np.array(e_out, float) - np.array(s_out, float)
-        last_ms = durations[-1] / 1e6
-        if durations[-1] <= 0:
-            mended.append("the last has no length (a bare boundary): left out")
-        elif (durations[-1] < STUB_SHARE * float(median(durations[:-1]))
-              and not _launches_between(trace, s_out[-1], e_out[-1])):
-            mended.append(f"the last ({last_ms:.3f} ms, no GPU work) is the profiler's closing "
-                          "range, not a step: left out")
-        else:
-            last_ms = -1.0
-        if last_ms >= 0:
-            kept, s_out, e_out = kept[:-1], s_out[:-1], e_out[:-1]
+    if len(kept) >= 2 and (why := _not_a_step(trace, s_out, e_out)):
+        mended.append(why)
+        kept, s_out, e_out = kept[:-1], s_out[:-1], e_out[:-1]
     return (np.array(s_out, np.int64), np.array(e_out, np.int64), kept, mended)
+
+
+def _not_a_step(trace: Trace, starts: list[int], ends: list[int]) -> str:
+    """Why the last range is no step (a bare boundary, the profiler's closing range), or ""."""
+    durations = np.array(ends, float) - np.array(starts, float)
+    if durations[-1] <= 0:
+        return "the last has no length (a bare boundary): left out"
+    if (durations[-1] < STUB_SHARE * float(median(durations[:-1]))
+            and not _launches_between(trace, starts[-1], ends[-1])):
+        return (f"the last ({durations[-1] / 1e6:.3f} ms, no GPU work) is the profiler's closing "
+                "range, not a step: left out")
+    return ""
 
 
 def _last_event_end(trace: Trace) -> int:

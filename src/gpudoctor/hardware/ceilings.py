@@ -86,11 +86,11 @@ def unavailable(name: str) -> Ceilings:
                     "none: the trace names no GPU")
 
 
-def unknown_card_note(name: str, skipped: tuple[str, ...] = (), named: bool = True) -> str:
+def unknown_card_note(name: str, skipped: tuple[str, ...] = ()) -> str:
     """The one-line warning of a report made with ``unavailable`` ceilings: what is missing, how to
-    give it (``named``: False where the trace names no card)."""
+    give it (an empty ``name``: the trace names no card)."""
     rules = f" ({', '.join(skipped)})" if skipped else ""
-    if not named:
+    if not name:
         return (f"the trace names no GPU: no roofline, MFU or peak-priced findings{rules}; for "
                 "them, pass --gpu NAME, or --ceilings FILE (gpudoctor bench's JSON)")
     return (f"GPU {name!r} is not in the datasheet table: no roofline, MFU or peak-priced "

@@ -48,7 +48,7 @@ MAX_GRID_PRICED_NS = 20_000
 
 
 # A grid of more waves than this over the SMs fills them: a slow GEMM with that many thread blocks
-# is slow for another reason than its size (a convolution's backward at 283 waves on an MI300X).
+# is slow for another reason than its size (tests/test_replay.py).
 MAX_WAVES = 8
 
 

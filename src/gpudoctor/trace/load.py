@@ -243,7 +243,7 @@ def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trac
     is not JSON only for its bare inf or nan values is read with them as null (the trace counts
     them); Chrome's array form may leave out its closing ']' (the trace event format allows it)."""
     if data[:2] == GZIP_MAGIC and not inflated:
-        data, inflated = gunzip(data, source), True
+        data = gunzip(data, source)
     if data[:3] == _UTF8_BOM:
         data = bytearray(data[3:])
     elif data[:2] in _BOMS[1:]:
@@ -253,7 +253,7 @@ def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trac
             raise TraceFormatError(f"{source} starts as UTF-16 text but does not decode as it; "
                                    f"{_FILE_HINT}") from None
     try:
-        return _parse_json(data, source, inflated)
+        return _parse_json(data, source)
     except TraceFormatError as exc:
         if " is not valid JSON" not in str(exc):
             raise
@@ -269,9 +269,8 @@ def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trac
     return dataclasses.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
 
 
-def _parse_json(data: bytes | bytearray, source: str, inflated: bool = False) -> Trace:
-    if data[:2] == GZIP_MAGIC and not inflated:
-        data = gunzip(data, source)
+def _parse_json(data: bytes | bytearray, source: str) -> Trace:
+    """The trace in ``data``, JSON text (``_parse`` inflates and re-encodes it first)."""
     if not data[:4096].strip() and not data.strip():
         raise TraceFormatError(f"{source} is empty; {_FILE_HINT}")
     # Hundreds of thousands of short-lived objects and no cycles: the cyclic collector would
