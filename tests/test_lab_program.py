@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpudoctor.capture.timing import TRIAL_JUDGED_MIN_STEPS
 from gpudoctor.lab import program
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -115,4 +116,6 @@ def test_try_fixes_on_a_trap_run_as_a_module(tmp_path: Path) -> None:
         if t["knob"] == "optimizer-foreach"
     )
     assert trial["status"] == "ok" and trial["effects"] == ["AdamW(foreach=True)"]
-    assert trial["n_trial"] >= 30
+    # how many steps settle first depends on the machine's load (26 of 30 on a loaded 2-core CI runner); the
+    # trial must time at least what a verdict needs
+    assert trial["n_trial"] >= TRIAL_JUDGED_MIN_STEPS
