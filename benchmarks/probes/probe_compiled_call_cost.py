@@ -1,0 +1,170 @@
+"""What host time does a torch.compile'd module's forward call and its backward cost, against the
+kernels each launches?
+
+probe_compiled_host_cost.py timed whole steps (forward, backward and an eager SGD step together):
+compiled steps cost about as much host time per kernel as eager ones, plus a fixed cost that made
+the smallest model slower compiled. This one times the forward call and the backward call apart,
+eager and compiled, so that a compiled call's host time can be fitted as a fixed entry cost plus a
+cost per kernel it launches (rules/knob_prices.py prices the compile knob with it):
+
+- a stack of small pre-norm MLP blocks at several depths (host-bound at the default sizes);
+- a small Llama from transformers' config (no download), Python-heavy in eager mode, where
+  transformers is importable.
+
+For each model and mode: the median host time of ``model(x)`` and of ``loss.backward()`` (wall time
+of the call, unsynchronized: with kernels this small the host is the step), and the kernels each
+launched in one profiled step (Triton's apart).
+
+    python benchmarks/probes/probe_compiled_call_cost.py [--steps 60] [--out FILE.json]
+
+Prints a table and writes the rows as JSON with the device, torch and triton versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+def mlp(depth: int, width: int = 256, rows: int = 64):  # type: ignore[no-untyped-def]
+    model = nn.Sequential(*[Block(width) for _ in range(depth)]).cuda()
+    x = torch.randn(rows, width, device="cuda")
+    return model, (lambda m: m(x).float().pow(2).mean())
+
+
+def llama(layers: int):  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+    )
+    model = LlamaForCausalLM(cfg).cuda()
+    ids = torch.randint(0, 1024, (4, 64), device="cuda")
+    return model, (lambda m: m(input_ids=ids, labels=ids).loss)
+
+
+def kernels(fn) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """Kernels ``fn`` launches (one call, profiled), and how many of them Triton's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    launched = [n for n in names if not n.startswith(("Memcpy", "Memset"))]
+    return len(launched), sum(1 for n in launched if n.startswith("triton_"))
+
+
+def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: ignore[no-untyped-def]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, loss_of = build()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    run = torch.compile(model) if compiled else model
+    fwd, bwd = [], []
+    for i in range(steps + 3):  # the first three compile and warm the allocator
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = loss_of(run)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= 3:
+            fwd.append((t1 - t0) * 1e6)
+            bwd.append((t2 - t1) * 1e6)
+    holder: list[torch.Tensor] = []
+    k_fwd = kernels(lambda: holder.append(loss_of(run)))
+    k_bwd = kernels(lambda: holder.pop().backward())
+    opt.zero_grad(set_to_none=True)
+    keep = steps // 4
+    return {
+        "model": name,
+        "mode": "compile" if compiled else "eager",
+        "forward_us": round(statistics.median(fwd[keep:]), 1),
+        "backward_us": round(statistics.median(bwd[keep:]), 1),
+        "forward_kernels": k_fwd[0],
+        "forward_triton": k_fwd[1],
+        "backward_kernels": k_bwd[0],
+        "backward_triton": k_bwd[1],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out", default="")
+    opts = parser.parse_args()
+    models = [(f"mlp{d}", lambda d=d: mlp(d)) for d in (1, 2, 4, 8, 16, 32)]
+    try:
+        import transformers  # noqa: F401
+
+        models += [(f"llama{n}", lambda n=n: llama(n)) for n in (1, 2, 4)]
+    except ImportError:
+        pass
+    rows = []
+    for name, build in models:
+        for compiled in (False, True):
+            try:
+                rows.append(measure(name, build, opts.steps, compiled))
+            except Exception as exc:  # noqa: BLE001 - a model that does not compile here: said
+                rows.append(
+                    {
+                        "model": name,
+                        "mode": "compile" if compiled else "eager",
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
+                    }
+                )
+    print(
+        f"{'model':8} {'mode':8} {'fwd us':>8} {'k':>4} {'tri':>4} {'bwd us':>8} {'k':>4} "
+        f"{'tri':>4}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:8} {r['mode']:8} {r['error'][:60]}")
+            continue
+        print(
+            f"{r['model']:8} {r['mode']:8} {r['forward_us']:8.1f} {r['forward_kernels']:4d} "
+            f"{r['forward_triton']:4d} {r['backward_us']:8.1f} {r['backward_kernels']:4d} "
+            f"{r['backward_triton']:4d}"
+        )
+    if opts.out:
+        import triton
+
+        meta = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        }
+        with open(opts.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
