@@ -245,7 +245,18 @@ def test_a_program_with_its_own_profiler(tmp_path: Path) -> None:
     script = script.replace(
         'print("finished")', 'prof.stop()\nprof.export_chrome_trace("own.json")\nprint("finished")'
     )
-    out = run(tmp_path, "--skip", "2", "p.py", "20", script=script, name="p.py")
+    out = run(
+        tmp_path,
+        "--skip",
+        "2",
+        "--try-fixes",
+        "--fixes",
+        "tf32",
+        "p.py",
+        "20",
+        script=script,
+        name="p.py",
+    )
     # gpudoctor steps aside, the program runs to its end with its own profiler and writes its own
     # trace; the report diagnoses the window that profiler recorded
     assert out.returncode == 0, out.stderr
@@ -254,6 +265,14 @@ def test_a_program_with_its_own_profiler(tmp_path: Path) -> None:
     env = json.loads((run_dir / "env.json").read_text())
     assert (
         env["capture"]["step_source"] == "program-profiler" and (run_dir / "report.json").is_file()
+    )
+    # its profiler ran from the first step: no step was timed without one, and --skip cannot
+    # change that, so neither the note nor the trials say to raise it
+    notes = " ".join(env["capture"]["notes"])
+    assert "start the program's own profiler later" in notes and "--skip" not in notes
+    trials = json.loads((run_dir / "trials.json").read_text())
+    assert trials["trials"] == [] and trials["note"].endswith(
+        "start its schedule later (a larger wait=) or leave it out to try knobs"
     )
 
 

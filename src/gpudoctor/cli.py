@@ -404,7 +404,8 @@ def _run_trials(target, config, outcome, run_dir, report, numerics, fix_ids, san
                      numerics, fix_ids,
                      sandbox=sandbox, timeout_s=timeout, trace=trace, repeats=repeats,
                      progress=lambda name: err.print(f"gpudoctor: trying {name}...", markup=False,
-                                                     highlight=False))
+                                                     highlight=False),
+                     step_source=outcome.result.step_source)
     attach(run_dir, done, rank_suffix(global_rank()))
     if json_out:
         suffix = rank_suffix(global_rank())

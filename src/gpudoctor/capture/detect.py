@@ -41,6 +41,10 @@ class Source(str, Enum):
     TIME = "time-window"
 
 
+# the step source of a window the program's own torch.profiler recorded (capture/session.py borrows
+# it); not one the detector chooses
+PROGRAM_PROFILER = "program-profiler"
+
 _RANK = {Source.EXPLICIT: 0, Source.OPTIMIZER: 1, Source.GENERATE: 2, Source.BACKWARD: 3,
          Source.FORWARD: 4, Source.GRAPH: 5}
 

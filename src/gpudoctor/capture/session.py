@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import rank_suffix
-from gpudoctor.capture.detect import Source, StepDetector
+from gpudoctor.capture.detect import PROGRAM_PROFILER, Source, StepDetector
 from gpudoctor.capture.hooks import Hooks, Listener
 from gpudoctor.capture.loader_queue import LoaderQueue
 from gpudoctor.capture.marks import (
@@ -404,7 +404,7 @@ class CaptureSession(Listener):
         self._borrowed()
 
     def _borrowed(self) -> None:
-        self.result.step_source = "program-profiler"
+        self.result.step_source = PROGRAM_PROFILER
         self.conflict = ""
         self.result.notes.append(
             "the program runs its own torch.profiler: this report diagnoses the window it recorded")
@@ -794,9 +794,11 @@ class CaptureSession(Listener):
         if r.step_source and r.step_source != Source.TIME.value and (
             r.unprofiled is None or not r.unprofiled.trusted):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"
+            more = ("start the program's own profiler later, or leave it out"
+                    if r.step_source == PROGRAM_PROFILER
+                    else "raise --skip or --calibrate, or let the program run longer")
             r.notes.append(f"the unprofiled step is uncertain: {why}; the observer-effect "
-                           "calibration is weak (raise --skip or --calibrate, or let the program "
-                           "run longer)")
+                           f"calibration is weak ({more})")
 
 
 def step() -> None:

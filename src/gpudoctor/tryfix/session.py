@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.bundle import global_rank, program_facts
+from gpudoctor.capture.detect import PROGRAM_PROFILER
 from gpudoctor.core.trial_record import NotTried, TrialRecord
 from gpudoctor.tryfix.knobs import KNOBS
 from gpudoctor.tryfix.trial import Baseline, Trials, plan
@@ -26,10 +27,20 @@ class TrialsOutcome:
     knob_prices: dict[str, Any] = field(default_factory=dict)
 
 
+def _more_steps_advice(step_source: str) -> str:
+    """What gives the trials unprofiled steps to compare with: more steps before the window, or,
+    where the program's own profiler opened it, a later start of that profiler."""
+    if step_source == PROGRAM_PROFILER:
+        return ("the program's own torch.profiler opened the window, so --skip does not move it: "
+                "start its schedule later (a larger wait=) or leave it out to try knobs")
+    return "raise --skip"
+
+
 def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path, report: Any,
               numerics: dict[str, Any], fix_ids: list[str] | None, *, sandbox: Any,
               timeout_s: float, trace: bool, repeats: int = 1,
-              progress: Callable[[str], None] | None = None) -> TrialsOutcome:
+              progress: Callable[[str], None] | None = None,
+              step_source: str = "") -> TrialsOutcome:
     """Plan the trials for ``report``'s findings (or the knobs ``fix_ids`` names) and run them
     against the unprofiled ``samples`` timed before the window."""
     from gpudoctor.pipeline import knob_prices_for
@@ -53,7 +64,7 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
                         "to try with --fixes (e.g. --fixes loader-workers,optimizer-foreach)")
     elif len(samples) < 2:
         out.note = (f"only {len(samples)} unprofiled steps were timed before the window: nothing "
-                    "to compare trials with; raise --skip")
+                    "to compare trials with; " + _more_steps_advice(step_source))
     else:
         baseline = Baseline(tuple(samples), tuple(numerics["losses"]), numerics["peak"],
                             config.skip, config.steps,
