@@ -115,16 +115,22 @@ def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: igno
     }
 
 
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--out", default="")
+    parser.add_argument("--mlp-depths", default="1,2,4,8,16,32")
+    parser.add_argument("--llama-layers", default="1,2,4")
     opts = parser.parse_args()
-    models = [(f"mlp{d}", lambda d=d: mlp(d)) for d in (1, 2, 4, 8, 16, 32)]
+    models = [(f"mlp{d}", lambda d=d: mlp(d)) for d in _ints(opts.mlp_depths)]
     try:
         import transformers  # noqa: F401
 
-        models += [(f"llama{n}", lambda n=n: llama(n)) for n in (1, 2, 4)]
+        models += [(f"llama{n}", lambda n=n: llama(n)) for n in _ints(opts.llama_layers)]
     except ImportError:
         pass
     rows = []
