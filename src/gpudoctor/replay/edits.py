@@ -36,6 +36,7 @@ class Edit:
     calls_removed: host calls that no longer happen (their time goes, their device events stay:
       a CUDA graph replays them); calls_timed / calls_timed_ns: calls that take another time
       (the one launch of a graph: its nodes' upload);
+    calls_slower / calls_slower_ns: calls that take that much longer (a compiled call's entry);
     added_launches: launches (each at the graph's median launch cost: its gap and call) added
       before each chain call that launches one of ``added_at`` (device events);
     latency_ns: the launch latency after the fix (a graph's kernels follow each other closely);
@@ -52,6 +53,9 @@ class Edit:
     # host calls that take calls_timed_ns
     calls_timed: np.ndarray = field(default_factory=lambda: EMPTY_I)
     calls_timed_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
+    # host calls that take calls_slower_ns more time (a compiled call's entry)
+    calls_slower: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    calls_slower_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
     added_at: np.ndarray = field(default_factory=lambda: EMPTY_I)
     # host launches added before each call that launches one of added_at
     added_launches: float = 0.0
@@ -69,6 +73,7 @@ class Edit:
         return (self.device.size == 0 and self.device_removed.size == 0
                 and self.host_removed_s.size == 0 and self.unwait.size == 0
                 and self.calls_timed.size == 0 and self.switch_ns is None
+                and self.calls_slower.size == 0
                 and self.calls_removed.size == 0 and self.added_at.size == 0
                 and self.latency_ns is None)
 
@@ -99,6 +104,8 @@ def merge(edits: list[Edit]) -> Edit:
         calls_removed=distinct(np.concatenate([e.calls_removed for e in edits]).astype(np.int64)),
         calls_timed=np.concatenate([e.calls_timed for e in edits]).astype(np.int64),
         calls_timed_ns=np.concatenate([e.calls_timed_ns for e in edits]).astype(float),
+        calls_slower=np.concatenate([e.calls_slower for e in edits]).astype(np.int64),
+        calls_slower_ns=np.concatenate([e.calls_slower_ns for e in edits]).astype(float),
         added_at=np.concatenate([e.added_at for e in added]).astype(np.int64) if added else EMPTY_I,
         added_launches=max((e.added_launches for e in added), default=0.0),
         latency_ns=min(latencies) if latencies else None,
@@ -153,6 +160,11 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         for h, ns in zip(edit.calls_timed.tolist(), edit.calls_timed_ns.tolist()):
             if h in row_of:
                 own[row_of[h]] = ns
+    if edit.calls_slower.size:
+        row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
+        for h, ns in zip(edit.calls_slower.tolist(), edit.calls_slower_ns.tolist()):
+            if h in row_of:
+                own[row_of[h]] += ns
     if edit.added_at.size and edit.added_launches > 0:
         launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
         launched = distinct(launched[launched >= 0])

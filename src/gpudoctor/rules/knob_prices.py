@@ -15,10 +15,12 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   f"). A fused chain's other operators leave the host with their kernels (the generated code
   dispatches none of them); the rest of the region's host work stays: the host-bound programs'
   compile moved between sessions on either side of that price (benchmarks/BENCHMARKS-replay.md
-  "The fused operators' host time").
-- ``compile-reduce-overhead``: the same fusion, and the region's kernels captured in CUDA graphs
-  (rules/launch_bound.py ``captured``): one graph launch for the forward and one for the
-  backward a step.
+  "The fused operators' host time"). Each pass into the compiled forward and backward costs the
+  host a fixed entry (``compiled_entries``): on a small host-bound step, more than the fusion
+  saves.
+- ``compile-reduce-overhead``: the same fusion and entries, and the region's kernels captured in
+  CUDA graphs (rules/launch_bound.py ``captured``): one graph launch for the forward and one for
+  the backward a step.
 - Both leave a recurrent module (nn.LSTM, nn.GRU, nn.RNN) eager: TorchDynamo does not trace it
   (analysis/compiled_region.py ``traced_by_dynamo``).
 - ``bf16-autocast`` (autocast around the module's forward): the region's fp32 / TF32 matrix
@@ -41,7 +43,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
-from gpudoctor.analysis.host_events import ran_backward
+from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
@@ -84,10 +86,11 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
         return out
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
-    out[KNOB_COMPILE] = fused
+    entries = compiled_entries(a, region)
+    out[KNOB_COMPILE] = merge([fused, entries]) if entries is not None else fused
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
-        out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs])
+        out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs] + ([entries] if entries else []))
     return out
 
 
@@ -144,6 +147,38 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
                 device_removed=removed, host_removed_s=host.ts[ops], host_removed_e=host.end[ops],
                 note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused "
                      f"({removed.size / n:.0f} kernels fewer)")
+
+
+# The host time of entering a compiled forward and a compiled backward (guards, AOTAutograd's
+# wrappers), fitted with a cost per kernel on MLP stacks and small Llamas on an H200's host
+# (benchmarks/probes/probe_compiled_call_cost.py; benchmarks/BENCHMARKS-replay.md "A compiled
+# call's host time"). The cost per kernel came out about what an eager operator costs there, so a
+# fused chain's operators leave the host (``fusion``) and the rest keep their eager time.
+COMPILED_FORWARD_ENTRY_NS = 440_000.0
+COMPILED_BACKWARD_ENTRY_NS = 550_000.0
+
+
+def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
+    """Each compiled forward and backward call's entry cost, on the first launch from the region
+    in each pass: a forward's first launch after a backward (or the step's start), a backward's
+    first after a forward. A closure that runs the model several times a step (LBFGS) enters it
+    as often. None where the region launches nothing in the steps."""
+    dev, host = a.trace.device, a.trace.host
+    calls = distinct(dev.launch[dev.launch >= 0])
+    calls = calls[region[calls]]
+    lo, hi = int(a.steps.start[0]), int(a.steps.end[-1])
+    calls = calls[(host.ts[calls] >= lo) & (host.ts[calls] < hi)]
+    if calls.size == 0:
+        return None
+    calls = calls[np.argsort(host.ts[calls], kind="stable")]
+    backward = autograd_nodes(a.trace)[host.outermost(calls)]
+    step = np.searchsorted(a.steps.start, host.ts[calls], side="right") - 1
+    entry = np.concatenate(([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1])))
+    cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, COMPILED_FORWARD_ENTRY_NS)[entry]
+    n = max(len(a.steps), 1)
+    return Edit(calls_slower=calls[entry].astype(np.int64), calls_slower_ns=cost,
+                note=f"the compiled forward and backward entered {int(entry.sum()) / n:.0f} times a "
+                     "step")
 
 
 def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:
