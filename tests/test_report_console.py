@@ -80,3 +80,35 @@ def test_a_finding_held_back_behind_a_fix_that_comes_first_says_so() -> None:
 
     assert "listed after host-sync: its fix comes first" in render_html(held)
     assert "fix comes first" not in render_html(report)
+
+
+def test_a_replayed_saving_far_beyond_the_time_named_says_so() -> None:
+    """A public ResNet-50 trace's host-sync named 1.39 ms of idle and the replay priced its fix at
+    10.5 ms: the price says it is more than the time named, and why; at under twice it, or under
+    0.5 ms more, or priced by formula, nothing is added."""
+    import html
+
+    from gpudoctor.core.finding import Evidence, make_finding
+    from gpudoctor.report.html import render_html
+
+    report = gpudoctor.analyze(HERE / "data" / "host_sync" / "trace.json.gz")
+
+    def sync(saving: float, formula: float, by: str = "replay"):  # type: ignore[no-untyped-def]
+        numbers = {"priced_by": by, "saving_by_formula_ms": formula}
+        return make_finding("host-sync", "syncs", 141.0, saving, "s", Evidence(numbers), ())
+
+    said = (
+        "Replayed, the fix saves 10.52 ms, more than the 1.39 ms named above: in the step "
+        "replayed without the profiler's own time, what it frees moves the work after it too."
+    )
+    beyond = dataclasses.replace(report, findings=(sync(10.518, 1.388),), all_fixes=None)
+    assert said in " ".join(render_text(beyond, width=300).split())
+    assert said in html.unescape(render_html(beyond))
+    for saving, formula, by in (
+        (2.7, 1.388, "replay"),
+        (0.8, 0.39, "replay"),
+        (10.5, 1.4, "formula"),
+    ):
+        quiet = dataclasses.replace(report, findings=(sync(saving, formula, by),), all_fixes=None)
+        assert "Replayed, the fix saves" not in render_text(quiet, width=300)
+        assert "Replayed, the fix saves" not in render_html(quiet)
