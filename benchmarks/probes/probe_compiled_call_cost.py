@@ -28,18 +28,8 @@ import statistics
 import time
 
 import torch
+from probe_compiled_host_cost import Block, kernels_per_step
 from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 4 * width)
-        self.down = nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
 
 
 def mlp(depth: int, width: int = 256, rows: int = 64):  # type: ignore[no-untyped-def]
@@ -65,19 +55,6 @@ def llama(layers: int):  # type: ignore[no-untyped-def]
     return model, (lambda m: m(input_ids=ids, labels=ids).loss)
 
 
-def kernels(fn) -> tuple[int, int]:  # type: ignore[no-untyped-def]
-    """Kernels ``fn`` launches (one call, profiled), and how many of them Triton's."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    launched = [n for n in names if not n.startswith(("Memcpy", "Memset"))]
-    return len(launched), sum(1 for n in launched if n.startswith("triton_"))
-
-
 def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: ignore[no-untyped-def]
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -99,8 +76,8 @@ def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: igno
             fwd.append((t1 - t0) * 1e6)
             bwd.append((t2 - t1) * 1e6)
     holder: list[torch.Tensor] = []
-    k_fwd = kernels(lambda: holder.append(loss_of(run)))
-    k_bwd = kernels(lambda: holder.pop().backward())
+    k_fwd = kernels_per_step(lambda: holder.append(loss_of(run)))
+    k_bwd = kernels_per_step(lambda: holder.pop().backward())
     opt.zero_grad(set_to_none=True)
     keep = steps // 4
     return {
