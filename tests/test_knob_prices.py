@@ -268,3 +268,20 @@ def test_each_pass_into_the_compiled_module_pays_its_entry(tmp_path: Path) -> No
         ]
         * 6
     )
+
+
+def test_an_inference_step_pays_no_measured_entry() -> None:
+    """The entries were measured on training calls (grad mode, AOTAutograd's wrapper): an
+    inference loop's compile is priced by its fusion alone."""
+    from gpudoctor.analysis.compiled_region import traced_by_dynamo
+    from gpudoctor.pipeline import analyze_trace, choose_ceilings
+    from gpudoctor.rules.knob_prices import compiled_entries
+
+    trace = load(DATA / "gallery_h100" / "inference_loop")
+    a = analyze_trace(trace, choose_ceilings(trace, None, None))
+    region = traced_by_dynamo(trace, compiled_region(trace))
+    assert region.any() and compiled_entries(a, region) is None
+    assert (
+        "entered"
+        not in knob_prices_for(DATA / "gallery_h100" / "inference_loop")["compile"]["note"]
+    )

@@ -162,7 +162,10 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     """Each compiled forward and backward call's entry cost, on the first launch from the region
     in each pass: a forward's first launch after a backward (or the step's start), a backward's
     first after a forward. A closure that runs the model several times a step (LBFGS) enters it
-    as often. None where the region launches nothing in the steps."""
+    as often. None where the region launches nothing in the steps, or in a step with no backward:
+    the entries were measured with grad mode on (AOTAutograd's wrapper), not under no_grad."""
+    if not ran_backward(a.trace):
+        return None
     dev, host = a.trace.device, a.trace.host
     calls = distinct(dev.launch[dev.launch >= 0])
     calls = calls[region[calls]]
