@@ -230,10 +230,13 @@ def _label_intervals(
 REGION_MERGE_NS = 2_000_000
 
 
-def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+def blocking_work_regions(idle: IdleResult, steps: Steps,
+                          breaks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Spans, inside steps, of op-free host work together with the blocking copies and syncs
     within REGION_MERGE_NS of it (a checkpoint save: copy, sync, write, copy...). Only spans
-    that hold a host-work stretch. Read from the label intervals idle_causes found."""
+    that hold a host-work stretch. Read from the label intervals idle_causes found. ``breaks``
+    (sorted host times: the model's operators that launch kernels) end a span: the work between
+    two stretches that launched the step's kernels is not part of either."""
     sets = idle.labels
     empty = (np.empty(0, np.int64), np.empty(0, np.int64))
     if "host-work" not in sets:
@@ -250,8 +253,13 @@ def blocking_work_regions(idle: IdleResult, steps: Steps) -> tuple[np.ndarray, n
         s, e = np.clip(s_all[inside], lo, hi), np.clip(e_all[inside], lo, hi)
         if s.size == 0:
             continue
-        # a new region starts where the previous interval ended more than REGION_MERGE_NS before
+        # a new region starts where the previous interval ended more than REGION_MERGE_NS before,
+        # or where an operator launched kernels since
         new = np.concatenate(([True], s[1:] - e[:-1] > REGION_MERGE_NS))
+        if breaks is not None and breaks.size and s.size > 1:
+            between = (np.searchsorted(breaks, s[1:], side="left")
+                       > np.searchsorted(breaks, e[:-1], side="left"))
+            new[1:] |= between
         rs = np.minimum.reduceat(s, np.flatnonzero(new))
         re_ = np.maximum.reduceat(e, np.flatnonzero(new))
         holds_work = np.zeros(len(rs), bool)
