@@ -153,12 +153,15 @@ def test_the_prior_is_bounded_where_the_profiled_step_agrees_with_the_measured_o
     assert fit.replayed.step_ns == pytest.approx(min(at_zero, measured) * 0.98, rel=1e-3)
 
 
-def test_without_a_loader_a_slower_timed_step_keeps_the_fixs_share() -> None:
-    """The lab's host_blocking_work (H100), its unprofiled step set 20% over the profiled one (as a
-    machine just started timed the lab's host-bound traps: 11-15% over). With no DataLoader in the
-    steps nothing waits unseen, so the fix keeps its share of the step: x2.68, against x2.96 with
-    the step timed as profiled; kept whole after the fix, as loader stalls are, the 8.2 ms read
-    x1.79."""
+def test_time_the_window_did_not_see_goes_with_the_host_work_it_most_likely_is() -> None:
+    """The lab's host_blocking_work (H100), its unprofiled step set 20% over the profiled one (a
+    machine just started timed the lab's host-bound traps 11-15% over: under UNSEEN_MIN_SHARE, where
+    the fix keeps its share). With no DataLoader in the steps, the 8.2 ms the window did not see are
+    taken as more of the op-free host work, which the fix moves off the step (rules/shared.py
+    UNSEEN_TAKEN_BY): x3.80. Keeping its share read x2.68 (x2.96 with the step timed as profiled);
+    kept whole after the fix, as loader stalls are, x1.79. The one measured case, a variant that
+    builds its batches from Python lists, stepped 20% over its window: x4.91 measured, x4.66 taken,
+    x3.21 by share (benchmarks/BENCHMARKS-replay.md "Host work the window did not see")."""
     from gpudoctor.rules.whatif import step_model
 
     trace = load(DATA / "host_blocking_work" / "trace.json.gz")
@@ -170,7 +173,7 @@ def test_without_a_loader_a_slower_timed_step_keeps_the_fixs_share() -> None:
     assert not isinstance(model, str) and not model.fed_by_loader
     assert model.base.residual_ns / 1e6 == pytest.approx(8.2428, abs=1e-3)
     assert found.report.finding("host-blocking-work").predicted_speedup == pytest.approx(
-        2.6816, abs=1e-3
+        3.8046, abs=1e-3
     )
 
 
