@@ -155,13 +155,11 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         tail = float(_rescaled(np.array([tail]), np.array([graph.tail_ns]),
                                np.array([graph.tail_ns
                                          if base.tail_ns is None else base.tail_ns]))[0])
-    if edit.calls_timed.size:
+    if edit.calls_timed.size or edit.calls_slower.size:
         row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
         for h, ns in zip(edit.calls_timed.tolist(), edit.calls_timed_ns.tolist()):
             if h in row_of:
                 own[row_of[h]] = ns
-    if edit.calls_slower.size:
-        row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
         for h, ns in zip(edit.calls_slower.tolist(), edit.calls_slower_ns.tolist()):
             if h in row_of:
                 own[row_of[h]] += ns

@@ -90,7 +90,8 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
     out[KNOB_COMPILE] = merge([fused, entries]) if entries is not None else fused
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
-        out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs] + ([entries] if entries else []))
+        out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
+                                          + ([entries] if entries is not None else []))
     return out
 
 
