@@ -23,12 +23,11 @@ Prints a table and writes the rows as JSON with the device, torch and triton ver
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
-from probe_compiled_host_cost import Block, kernels_per_step
+from probe_compiled_host_cost import Block, kernels_per_step, write_rows
 from torch import nn
 
 
@@ -137,16 +136,7 @@ def main() -> None:
             f"{r['backward_triton']:4d}"
         )
     if opts.out:
-        import triton
-
-        meta = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        }
-        with open(opts.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        write_rows(opts.out, rows)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,20 @@ def measure(depth: int, width: int, rows: int, steps: int, compiled: bool) -> di
     }
 
 
+def write_rows(path: str, rows: list[dict]) -> None:
+    """The rows as JSON, with the device, torch and triton versions and the time."""
+    import triton
+
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depths", default="2,8,32")
@@ -138,16 +152,7 @@ def main() -> None:
             f"{r['kernels']:7d} {r['triton_kernels']:6d} {r['host_us_per_kernel'] or 0:14.2f}"
         )
     if opts.out:
-        import triton
-
-        meta = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        }
-        with open(opts.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        write_rows(opts.out, rows)
 
 
 if __name__ == "__main__":
