@@ -10,9 +10,8 @@ ALL_IDLE = float("inf")  # make_finding(idle_ms=ALL_IDLE): the whole saving is G
 
 
 # A replayed saving this many times the formula's, and this much more, is said beside the price:
-# the fix frees more of the replayed step than the time its evidence names (a public trace's
-# host-sync: 1.39 ms of idle named, 10.5 ms replayed; benchmarks/BENCHMARKS-replay.md "Public
-# traces never seen")
+# the fix frees more of the replayed step than the time its evidence names
+# (benchmarks/BENCHMARKS-replay.md "Public traces never seen"; tests/test_report_console.py)
 REPLAYED_BEYOND = 2.0
 REPLAYED_BEYOND_MS = 0.5
 REPLAYED_BEYOND_TEXT = ("Replayed, the fix saves {saving:.2f} ms, more than the {named:.2f} ms named "
@@ -59,16 +58,17 @@ class Finding:
     subject: str = ""  # what it is about: a kernel, a rank, a GPU
     partial: bool = False  # drawn from incomplete data (missing sections or columns)
 
-    def replayed_beyond_formula(self) -> float | None:
-        """The formula's saving (the time the finding's own evidence names) where the replay
-        priced the fix at REPLAYED_BEYOND times it or more, and at least REPLAYED_BEYOND_MS more:
-        the report says so beside the price. None otherwise."""
+    def replayed_beyond_note(self) -> str | None:
+        """The line the report prints under a finding whose replay priced its fix at
+        REPLAYED_BEYOND times the formula's saving (the time its own evidence names) or more, and
+        at least REPLAYED_BEYOND_MS more; None otherwise."""
         formula = self.evidence.numbers.get("saving_by_formula_ms")
         if self.evidence.numbers.get("priced_by") != "replay" or not isinstance(
                 formula, (int, float)) or formula <= 0:
             return None
-        beyond = self.saving_ms >= REPLAYED_BEYOND * formula
-        return float(formula) if beyond and self.saving_ms - formula >= REPLAYED_BEYOND_MS else None
+        if self.saving_ms < REPLAYED_BEYOND * formula or self.saving_ms - formula < REPLAYED_BEYOND_MS:
+            return None
+        return REPLAYED_BEYOND_TEXT.format(saving=self.saving_ms, named=float(formula))
 
     def to_dict(self) -> dict[str, Any]:
         out = self._base_dict()

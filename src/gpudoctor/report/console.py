@@ -10,7 +10,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.core.finding import REPLAYED_BEYOND_TEXT
 from gpudoctor.report.model import Report, Reports
 from gpudoctor.report.ranks_section import ranks_summary, ranks_table
 
@@ -218,10 +217,9 @@ def _findings(r: Report, limit: int) -> Group:
                         style="dim")
         items.append(head)
         body: list[RenderableType] = [Text(f.summary)]
-        named = f.replayed_beyond_formula()
-        if named is not None:
-            body.append(Text(REPLAYED_BEYOND_TEXT.format(saving=f.saving_ms, named=named),
-                             style="dim"))
+        beyond = f.replayed_beyond_note()
+        if beyond is not None:
+            body.append(Text(beyond, style="dim"))
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels
         if where:
             body.append(Text(f"at: {', '.join(where[:3])}", style="dim"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.core.finding import REPLAYED_BEYOND_TEXT, Finding
+from gpudoctor.core.finding import Finding
 from gpudoctor.report.escape import esc
 from gpudoctor.report.model import Report
 from gpudoctor.report.sections import AnnotatedTraceSection, RooflineRow
@@ -345,9 +345,8 @@ def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
 
 def _finding(f: Finding, trace_note: str = "", after: list[str] | None = None) -> str:
     sev = f.severity if f.severity in ("critical", "major", "minor", "info") else "info"
-    named = f.replayed_beyond_formula()
-    beyond = ("" if named is None else '<p class="muted">'
-              + esc(REPLAYED_BEYOND_TEXT.format(saving=f.saving_ms, named=named)) + "</p>")
+    note = f.replayed_beyond_note()
+    beyond = "" if note is None else f'<p class="muted">{esc(note)}</p>'
     held = (f" · listed after {esc(', '.join(after))}: "
             f"{'its fix comes' if len(after) == 1 else 'their fixes come'} first" if after else "")
     parts = [

@@ -20,7 +20,7 @@ from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import frame_line
 from gpudoctor.trace.kernels import Kind
-from gpudoctor.trace.model import HostCat
+from gpudoctor.trace.model import DeviceCat, HostCat
 
 ID = "host-blocking-work"
 
@@ -109,8 +109,7 @@ def kernel_launching_ops(a: Analysis) -> np.ndarray:
     """Sorted start times of the outermost operators that launched a kernel (not a copy or a
     memset): the step's own GPU work, which a region of blocking host work does not span."""
     dev, host = a.trace.device, a.trace.host
-    copies = (dev.kind >= Kind.MEMCPY_HTOD_PAGEABLE) & (dev.kind <= Kind.MEMSET)
-    kernel = (dev.launch >= 0) & ~copies
+    kernel = (dev.launch >= 0) & (dev.cat == DeviceCat.KERNEL)
     return np.sort(host.ts[host.outermost(dev.launch[kernel])])
 
 

@@ -47,6 +47,7 @@ from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
+from gpudoctor.rules.shared import host_steps
 
 KNOB_COMPILE = "compile"
 KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
@@ -170,13 +171,13 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     dev, host = a.trace.device, a.trace.host
     calls = distinct(dev.launch[dev.launch >= 0])
     calls = calls[region[calls]]
-    lo, hi = int(a.steps.start[0]), int(a.steps.end[-1])
-    calls = calls[(host.ts[calls] >= lo) & (host.ts[calls] < hi)]
+    starts, ends = host_steps(a)
+    calls = calls[(host.ts[calls] >= starts[0]) & (host.ts[calls] < ends[-1])]
     if calls.size == 0:
         return None
     calls = calls[np.argsort(host.ts[calls], kind="stable")]
     backward = autograd_nodes(a.trace)[host.outermost(calls)]
-    step = np.searchsorted(a.steps.start, host.ts[calls], side="right") - 1
+    step = np.searchsorted(starts, host.ts[calls], side="right") - 1
     entry = np.concatenate(([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1])))
     cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, COMPILED_FORWARD_ENTRY_NS)[entry]
     n = max(len(a.steps), 1)

@@ -191,7 +191,7 @@ def step_ops(a: Analysis) -> np.ndarray:
 
 def step_of(a: Analysis, ts: np.ndarray) -> np.ndarray:
     """The host step each time falls in, -1 outside every step."""
-    starts, ends = _host_steps(a)
+    starts, ends = host_steps(a)
     k = np.searchsorted(starts, ts, side="right") - 1
     inside = (k >= 0) & (ts < ends[np.maximum(k, 0)])
     return np.where(inside, k, -1)
@@ -219,12 +219,13 @@ def _dense_share(a: Analysis, ops: np.ndarray) -> float:
         s, e = ts[k == step], end[k == step]
         gaps = s[1:] - e[:-1]
         dense += int(e[-1] - s[0]) - int(gaps[gaps > MAX_OP_GAP_NS].sum())
-    starts, ends = _host_steps(a)
+    starts, ends = host_steps(a)
     inner = float((ends - starts).sum()) - step_boundary_ms(a.trace, a.steps) * 1e6 * len(starts)
     return min(dense / inner, 1.0) if inner > 0 else 0.0
 
 
-def _host_steps(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+def host_steps(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """The steps' ranges on the host (where the host's work of each step runs), else the steps'."""
     if a.steps.host_start is not None and a.steps.host_end is not None:
         return a.steps.host_start, a.steps.host_end
     return a.steps.start, a.steps.end
