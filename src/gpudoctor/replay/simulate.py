@@ -107,12 +107,15 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
     cuts = np.unique(np.concatenate([[0], waiting + 1, [gap_a.size]])).tolist()
     arrays = _Arrays(gap_a, own_ns, graph.kind, dur_a, graph.dev_stream, graph.dev_after, removed_a,
                      np.asarray(s.bounds))
+    looped = 0  # the entries from here up to the stretch at hand go through the loop, at once
     for a, b in pairwise(cuts):
-        if a >= b:
+        if s.bounds[b + 1] - s.bounds[a + 1] < vector_min_rows:
             continue
-        if s.bounds[b + 1] - s.bounds[a + 1] >= vector_min_rows and _vector_stretch(s, arrays, a, b):
-            continue
-        _loop_stretch(s, a, b)
+        _loop_stretch(s, looped, a)
+        if not _vector_stretch(s, arrays, a, b):
+            _loop_stretch(s, a, b)
+        looped = b
+    _loop_stretch(s, looped, gap_a.size)
     tail = float(graph.tail_ns if c.tail_ns is None else c.tail_ns)
     host_end = s.t + tail
     mark_rows = np.flatnonzero(graph.kind == MARK)
