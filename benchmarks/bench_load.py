@@ -73,15 +73,6 @@ def main() -> None:
         "--whole-process", action="store_true", help="time the whole CLI process, imports included"
     )
     parser.add_argument(
-        "--gpudoctor-python",
-        default=None,
-        help=(
-            "with --whole-process: also time the installed gpudoctor under this interpreter (a "
-            "virtual environment with `pip install .`, as --hta-python is HTA's own): both tools "
-            "then start from an environment of their own, without the base interpreter's .pth files"
-        ),
-    )
-    parser.add_argument(
         "--src",
         type=Path,
         action="append",
@@ -90,9 +81,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.whole_process:
-        whole_process(
-            args.traces, args.hta_python, args.repeat or 5, args.src or [SRC], args.gpudoctor_python
-        )
+        whole_process(args.traces, args.hta_python, args.repeat or 5, args.src or [SRC])
         return
     args.repeat = args.repeat or 3
     rows = []
@@ -158,16 +147,7 @@ def _env(src: Path) -> dict[str, str]:
     return env
 
 
-def _installed_env() -> dict[str, str]:
-    """An interpreter's own environment: no PYTHONPATH pointing into this checkout."""
-    env = _env(SRC)
-    env.pop("PYTHONPATH", None)
-    return env
-
-
-def whole_process(
-    traces: list[Path], hta_python: str, repeat: int, srcs: list[Path], own_python: str | None
-) -> None:
+def whole_process(traces: list[Path], hta_python: str, repeat: int, srcs: list[Path]) -> None:
     import shutil
     import tempfile
 
@@ -184,20 +164,9 @@ def whole_process(
             )
             for src in srcs
         }
-        if own_python:
-            commands[f"gpudoctor installed ({own_python})"] = (
-                [own_python, "-m", "gpudoctor", "analyze", str(trace), "--json"],
-                _installed_env(),
-            )
         commands["hta"] = ([hta_python, str(HERE / "_hta_whole.py"), str(folder)], _env(SRC))
         # the floor under both: the interpreter starting and stopping
         commands["python -c pass"] = ([sys.executable, "-c", "pass"], _env(SRC))
-        if own_python:
-            commands[f"python -c pass ({own_python})"] = (
-                [own_python, "-c", "pass"],
-                _installed_env(),
-            )
-        commands[f"python -c pass ({hta_python})"] = ([hta_python, "-c", "pass"], _installed_env())
         runs: dict[str, list[dict]] = {name: [] for name in commands}
         loads = []  # the 1-minute load average as each measured run starts (the machine's other work)
         for round_ in range(repeat + 1):  # the first round is the unmeasured warm-up
@@ -258,9 +227,8 @@ def whole_table(rows: list[dict], srcs: list[Path]) -> str:
     ]
     for r in rows:
         hta, hta_cpu = r["hta"]["seconds"], r["hta"]["cpu"]
-        for name, m in r.items():
-            if not isinstance(m, dict):
-                continue
+        for name in [f"gpudoctor {src}" for src in srcs] + ["hta", "python -c pass"]:
+            m = r[name]
             note = f" (failed: rc {m['failed_rc'][0]})" if m["failed_rc"] else ""
             head.append(
                 f"| {r['trace']} | {r['json_MB']:.1f} | {name}{note} | {m['seconds']:.3f} | "
