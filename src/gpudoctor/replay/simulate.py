@@ -18,6 +18,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
 from gpudoctor.replay.graph import MARK, StepGraph
 
 
@@ -104,7 +105,7 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
     _backlog(s, graph.dev_backlog.tolist())
     # the chain in stretches, each ending at a call that waits (a mark never waits)
     waiting = np.flatnonzero((waits >= 0) & (graph.kind != MARK))
-    cuts = np.unique(np.concatenate([[0], waiting + 1, [gap_a.size]])).tolist()
+    cuts = distinct(np.concatenate([[0], waiting + 1, [gap_a.size]]).astype(np.int64)).tolist()
     arrays = _Arrays(gap_a, own_ns, graph.kind, dur_a, graph.dev_stream, graph.dev_after, removed_a,
                      np.asarray(s.bounds))
     looped = 0  # the entries from here up to the stretch at hand go through the loop, at once
@@ -264,7 +265,7 @@ def _vector_stretch(s: _State, v: _Arrays, a: int, b: int) -> bool:
     dur, removed, stream = v.dur[lo:hi], v.removed[lo:hi], v.stream[lo:hi]
     start, end = np.empty(hi - lo), np.empty(hi - lo)
     kept_end = np.full(hi - lo, -np.inf)
-    for st in np.unique(stream).tolist():
+    for st in distinct(stream).tolist():
         on = stream == st
         rows = np.flatnonzero(on & ~removed)
         prev = s.free.get(st)
