@@ -5,10 +5,13 @@ for the same device event (at its replayed end) and returns after its return tim
 event starts at the latest of its launch plus the launch latency, its stream's previous event's
 end plus the switch time, and the end of the event on another stream it waited for. The step
 ends when both the host and every stream are done. Timings are relative to the window's start.
+Between two calls that wait, the host's times are running sums and each stream's ends a running
+maximum, so a long stretch of the chain is replayed as array operations (``_vector_stretch``),
+the rest one entry at a time (``_loop_stretch``): the same timeline either way.
 
 ``Changes`` is what a fix edits (replay/edits.py builds them): gap and call times, device event
 durations, waits removed. Replaying the graph unchanged reproduces the profiled window
-(benchmarks/replay_fidelity.py measures how closely).
+(benchmarks/bench_replay.py measures how closely).
 """
 
 from __future__ import annotations
