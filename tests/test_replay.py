@@ -492,3 +492,22 @@ def test_a_slow_gemm_whose_grid_fills_the_sms_many_times_is_not_small() -> None:
     wide = analyze_loaded(parse(json.dumps(data).encode()), gpu="h100-sxm")
     assert wide.finding("small-gemm") is None
     assert analyze_loaded(parse(_per_head_loop()), gpu="h100-sxm").finding("small-gemm") is not None
+
+
+def test_gpu_work_only_outside_the_steps_builds_a_graph_that_says_so() -> None:
+    """A warm-up kernel before the steps and none inside them: the graph has no device rows, says
+    why, and the report is made (it raised an IndexError)."""
+    b = TraceBuilder()
+    b.op("aten::warmup", 0.0, 30.0)
+    b.kernel("k", 5.0, 5.0, correlation=b.runtime("cudaLaunchKernel", 1.0, 2.0))
+    t = 100.0
+    for s in range(3):
+        b.op("aten::add", t + 1, 5.0)
+        b.runtime("cudaStreamIsCapturing", t + 10, 2.0)
+        b.step(s, t, 50.0)
+        t += 50.0
+    trace = parse(b.to_bytes())
+    graph = build(trace, segment(trace))
+    assert graph.dev_index.size == 0 and graph.coverage.startswith("no GPU work in the steps")
+    report = analyze_loaded(trace, gpu="h100-sxm")
+    assert report.steps.count == 3

@@ -58,21 +58,34 @@ def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
                         hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For each step [lo, hi) holding a ``recorded`` host event: (lo, the first one's start, the
     last one's end, hi), each stretch capped at MAX_STEP_BOUNDARY_NS; steps holding none are left
-    out."""
+    out. "The last one's end" is the latest end of the recorded events that start before hi."""
     host = trace.host
-    idx = np.flatnonzero(recorded)
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    if idx.size == 0:
-        return (np.empty(0, np.int64),) * 4
-    order = np.argsort(host.ts[idx], kind="stable")
-    starts, ends = host.ts[idx][order], np.maximum.accumulate(host.end[idx][order])
-    first = np.searchsorted(starts, lo, side="left")
-    last = np.searchsorted(starts, hi, side="left") - 1
-    ok = last >= first
-    lo, hi, first, last = lo[ok], hi[ok], first[ok], last[ok]
-    head_e = np.minimum(starts[first], lo + MAX_STEP_BOUNDARY_NS)
-    tail_s = np.minimum(np.maximum(ends[last], hi - MAX_STEP_BOUNDARY_NS), hi)
+    first_start = np.full(lo.size, np.iinfo(np.int64).max)  # earliest recorded start in [lo, hi)
+    last_end = np.full(lo.size, np.iinfo(np.int64).min)  # latest end of those starting before hi
+    # a block of host events at a time: a 4 GB trace's 9M events sorted whole held 0.26 GB
+    for b0 in range(0, len(host), EDGE_BLOCK):
+        b1 = min(b0 + EDGE_BLOCK, len(host))
+        mine = np.flatnonzero(recorded[b0:b1]) + b0
+        if mine.size == 0:
+            continue
+        order = np.argsort(host.ts[mine], kind="stable")
+        starts, ends = host.ts[mine][order], np.maximum.accumulate(host.end[mine][order])
+        first = np.searchsorted(starts, lo, side="left")
+        inside = (first < starts.size) & (starts[np.minimum(first, starts.size - 1)] < hi)
+        first_start[inside] = np.minimum(first_start[inside], starts[first[inside]])
+        last = np.searchsorted(starts, hi, side="left") - 1
+        before = last >= 0
+        last_end[before] = np.maximum(last_end[before], ends[last[before]])
+    ok = first_start < np.iinfo(np.int64).max
+    lo, hi, first_start, last_end = lo[ok], hi[ok], first_start[ok], last_end[ok]
+    head_e = np.minimum(first_start, lo + MAX_STEP_BOUNDARY_NS)
+    tail_s = np.minimum(np.maximum(last_end, hi - MAX_STEP_BOUNDARY_NS), hi)
     return lo, head_e.astype(np.int64), tail_s.astype(np.int64), hi
+
+
+# Host events read this many at a time by ``step_edge_stretches``.
+EDGE_BLOCK = 1 << 20
 
 
 # A runtime call this long is the host waiting (a full launch queue, an implicit sync), not working.

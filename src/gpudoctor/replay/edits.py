@@ -17,7 +17,7 @@ import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.core.arrays import distinct, median
-from gpudoctor.replay.graph import CALL, StepGraph
+from gpudoctor.replay.graph import CALL, StepGraph, chain_rows
 from gpudoctor.replay.simulate import Changes
 
 EMPTY_I = np.empty(0, np.int64)
@@ -156,13 +156,14 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
                                np.array([graph.tail_ns
                                          if base.tail_ns is None else base.tail_ns]))[0])
     if edit.calls_timed.size or edit.calls_slower.size:
-        row_of = {int(h): i for i, h in enumerate(graph.host.tolist()) if h >= 0}
-        for h, ns in zip(edit.calls_timed.tolist(), edit.calls_timed_ns.tolist()):
-            if h in row_of:
-                own[row_of[h]] = ns
-        for h, ns in zip(edit.calls_slower.tolist(), edit.calls_slower_ns.tolist()):
-            if h in row_of:
-                own[row_of[h]] += ns
+        for row, ns in zip(chain_rows(graph.host, edit.calls_timed).tolist(),
+                           edit.calls_timed_ns.tolist()):
+            if row >= 0:
+                own[row] = ns
+        for row, ns in zip(chain_rows(graph.host, edit.calls_slower).tolist(),
+                           edit.calls_slower_ns.tolist()):
+            if row >= 0:
+                own[row] += ns
     if edit.added_at.size and edit.added_launches > 0:
         launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
         launched = distinct(launched[launched >= 0])

@@ -77,6 +77,10 @@ class Replayed:
 # timeline (tests/test_replay_vector.py); the arrays cost a few calls per stretch, the loop one
 # pass per row.
 VECTOR_MIN_ROWS = 48
+# The loop reads its entries and rows as Python lists, made this many entries at a time: a float
+# in a list costs 32 bytes where an array holds it in 8, and a 4 GB trace's million-entry chain
+# as whole lists took 0.4 GB more at the analysis' peak (benchmarks/BENCHMARKS-loading.md).
+LOOP_CHUNK = 1 << 16
 
 
 def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
@@ -85,131 +89,124 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
 
 def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> Replayed:
     c = changes or Changes()
-    gap_a = np.asarray(graph.gap_ns if c.gap_ns is None else c.gap_ns, float)
-    own_ns = np.asarray(graph.own_ns if c.own_ns is None else c.own_ns, float)
+    gap = np.asarray(graph.gap_ns if c.gap_ns is None else c.gap_ns, float)
+    own = np.asarray(graph.own_ns if c.own_ns is None else c.own_ns, float)
     waits = graph.wait_on.copy()
     if c.waits is not None:
         waits[~c.waits] = -1
-    dur_a = (graph.dev_dur_ns if c.dev_dur_ns is None else c.dev_dur_ns).astype(float)
-    removed_a = (np.zeros(dur_a.size, bool) if c.dev_removed is None
-                 else np.asarray(c.dev_removed, bool))
+    dur = (graph.dev_dur_ns if c.dev_dur_ns is None else c.dev_dur_ns).astype(float)
     s = _State(
-        gap=gap_a.tolist(), own=own_ns.tolist(), wait_on=waits.tolist(),
-        ret=graph.return_ns.tolist(), kind=graph.kind.tolist(), dur=dur_a.tolist(),
+        gap=gap, own=own, wait_on=waits, ret=graph.return_ns.astype(float), kind=graph.kind,
+        dur=dur, stream=graph.dev_stream, after=graph.dev_after,
+        removed=(np.zeros(dur.size, bool) if c.dev_removed is None
+                 else np.asarray(c.dev_removed, bool)),
+        # device rows are sorted by launching entry (-1 first): each entry's rows are one slice
+        bounds=np.searchsorted(graph.dev_launched_by, np.arange(-1, gap.size + 1), side="left"),
+        profiled_ts=(graph.dev_ts_ns - graph.window[0]).astype(float),
         latency=float(graph.latency_ns if c.latency_ns is None else c.latency_ns),
         switch=float(graph.switch_ns if c.switch_ns is None else c.switch_ns),
-        stream=graph.dev_stream.tolist(), after=graph.dev_after.tolist(),
-        removed=removed_a.tolist(),
-        # device rows are sorted by launching entry (-1 first): each entry's rows are one slice
-        bounds=np.searchsorted(graph.dev_launched_by, np.arange(-1, gap_a.size + 1),
-                               side="left").tolist(),
-        profiled_ts=(graph.dev_ts_ns - graph.window[0]).astype(float).tolist(),
+        start=np.zeros(dur.size), end=np.zeros(dur.size),
     )
-    _backlog(s, graph.dev_backlog.tolist())
+    _backlog(s, graph.dev_backlog)
     # the chain in stretches, each ending at a call that waits (a mark never waits)
     waiting = np.flatnonzero((waits >= 0) & (graph.kind != MARK))
-    cuts = distinct(np.concatenate([[0], waiting + 1, [gap_a.size]]).astype(np.int64)).tolist()
-    arrays = _Arrays(gap_a, own_ns, graph.kind, dur_a, graph.dev_stream, graph.dev_after, removed_a,
-                     np.asarray(s.bounds))
+    cuts = distinct(np.concatenate([[0], waiting + 1, [gap.size]]).astype(np.int64)).tolist()
+    bounds = s.bounds
     looped = 0  # the entries from here up to the stretch at hand go through the loop, at once
     for a, b in pairwise(cuts):
-        if s.bounds[b + 1] - s.bounds[a + 1] < vector_min_rows:
+        if bounds[b + 1] - bounds[a + 1] < vector_min_rows:
             continue
         _loop_stretch(s, looped, a)
-        if not _vector_stretch(s, arrays, a, b):
+        if not _vector_stretch(s, a, b):
             _loop_stretch(s, a, b)
         looped = b
-    _loop_stretch(s, looped, gap_a.size)
+    _loop_stretch(s, looped, gap.size)
     tail = float(graph.tail_ns if c.tail_ns is None else c.tail_ns)
     host_end = s.t + tail
     mark_rows = np.flatnonzero(graph.kind == MARK)
     from_row = int(mark_rows[1] if mark_rows.size >= 2 else (mark_rows[0] if mark_rows.size else 0))
     # the calls' own time, a mark's as 0.0: the same sum, in the same order, as leaving marks out
-    own_work = np.where(graph.kind[from_row:] == MARK, 0.0, own_ns[from_row:]).tolist()
-    host_work = sum(s.gap[from_row + 1:]) + sum(own_work) + tail
-    dev_start, dev_end = np.asarray(s.start, float), np.asarray(s.end, float)
-    m = len(s.dur)
-    total = max(host_end, float(dev_end.max()) if m else 0.0)
+    own_work = np.where(graph.kind[from_row:] == MARK, 0.0, own[from_row:]).tolist()
+    host_work = sum(gap[from_row + 1:].tolist()) + sum(own_work) + tail
+    total = max(host_end, float(s.end.max()) if s.end.size else 0.0)
     return Replayed(total_ns=total, marks_ns=np.asarray(s.marks), host_end_ns=host_end,
-                    gpu_busy_ns=_busy(dev_start, dev_end), dev_start_ns=dev_start,
-                    dev_end_ns=dev_end, host_work_ns=float(host_work))
+                    gpu_busy_ns=_busy(s.start, s.end), dev_start_ns=s.start,
+                    dev_end_ns=s.end, host_work_ns=float(host_work))
 
 
 @dataclass(eq=False)
 class _State:
-    """The replay's inputs as lists and its running state: the host's time ``t``, each stream's
-    end (``free``), the end of all GPU work launched so far, the rows' times and the marks."""
-
-    gap: list
-    own: list
-    wait_on: list
-    ret: list
-    kind: list
-    dur: list
-    latency: float
-    switch: float
-    stream: list
-    after: list
-    removed: list
-    bounds: list
-    profiled_ts: list
-    t: float = 0.0
-    launched_end: float = 0.0
-    free: dict = field(default_factory=dict)
-    start: list = field(default_factory=list)
-    end: list = field(default_factory=list)
-    marks: list = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.start = [0.0] * len(self.dur)
-        self.end = [0.0] * len(self.dur)
-
-
-@dataclass(frozen=True, eq=False)
-class _Arrays:
-    """The same inputs as arrays, for the stretches replayed with array operations."""
+    """The replay's inputs (chain entries, then device rows) and its running state: the host's
+    time ``t``, each stream's end (``free``), the end of all GPU work launched so far, the rows'
+    times and the marks."""
 
     gap: np.ndarray
     own: np.ndarray
+    wait_on: np.ndarray
+    ret: np.ndarray
     kind: np.ndarray
     dur: np.ndarray
     stream: np.ndarray
     after: np.ndarray
     removed: np.ndarray
     bounds: np.ndarray
+    profiled_ts: np.ndarray
+    latency: float
+    switch: float
+    start: np.ndarray
+    end: np.ndarray
+    t: float = 0.0
+    launched_end: float = 0.0
+    free: dict = field(default_factory=dict)
+    marks: list = field(default_factory=list)
 
 
-def _backlog(s: _State, backlog: list) -> None:
+def _backlog(s: _State, backlog: np.ndarray) -> None:
     """The device rows no chain call launched: queued before the window, in order on their stream
     from the window's start; else where they ran."""
-    stream, dur, start, end, free = s.stream, s.dur, s.start, s.end, s.free
-    for r in range(s.bounds[0], s.bounds[1]):
+    lo, hi = int(s.bounds[0]), int(s.bounds[1])
+    stream, dur, queued = s.stream[lo:hi].tolist(), s.dur[lo:hi].tolist(), backlog[lo:hi].tolist()
+    profiled, free = s.profiled_ts[lo:hi].tolist(), s.free
+    start, end = [0.0] * (hi - lo), [0.0] * (hi - lo)
+    for r in range(hi - lo):
         st = stream[r]
-        begin = (free[st] + s.switch if st in free else 0.0) if backlog[r] else s.profiled_ts[r]
+        begin = (free[st] + s.switch if st in free else 0.0) if queued[r] else profiled[r]
         start[r], end[r] = begin, begin + dur[r]
         free[st] = max(free.get(st, 0.0), end[r])
-    s.launched_end = max(end[s.bounds[0]:s.bounds[1]], default=0.0)
+    s.start[lo:hi], s.end[lo:hi] = start, end
+    s.launched_end = max(end, default=0.0)
 
 
 def _loop_stretch(s: _State, a: int, b: int) -> None:
-    """Entries ``a`` to ``b`` (exclusive) one at a time. Each device event starts at the latest
-    of its launch plus the latency, its stream's previous event's end plus the switch time, and
-    the end of the event on another stream it waited for; a call that waited returns after that
-    event's end plus its return time."""
-    gap, own, kind, bounds, stream, after = s.gap, s.own, s.kind, s.bounds, s.stream, s.after
-    removed, dur, start, end, free = s.removed, s.dur, s.start, s.end, s.free
-    wait_on, ret, marks = s.wait_on, s.ret, s.marks
-    latency, switch = s.latency, s.switch
+    """Entries ``a`` to ``b`` (exclusive) one at a time, LOOP_CHUNK entries at a time. Each device
+    event starts at the latest of its launch plus the latency, its stream's previous event's end
+    plus the switch time, and the end of the event on another stream it waited for; a call that
+    waited returns after that event's end plus its return time."""
+    for lo_entry in range(a, b, LOOP_CHUNK):
+        _loop_chunk(s, lo_entry, min(lo_entry + LOOP_CHUNK, b))
+
+
+def _loop_chunk(s: _State, a: int, b: int) -> None:
+    lo, hi = int(s.bounds[a + 1]), int(s.bounds[b + 1])
+    gap, own, kind = s.gap[a:b].tolist(), s.own[a:b].tolist(), s.kind[a:b].tolist()
+    wait_on, ret = s.wait_on[a:b].tolist(), s.ret[a:b].tolist()
+    # entry a + k launches the rows bounds[k] to bounds[k + 1], less lo: this chunk's own rows
+    bounds = (s.bounds[a + 1:b + 2] - lo).tolist()
+    stream, after = s.stream[lo:hi].tolist(), s.after[lo:hi].tolist()
+    removed, dur = s.removed[lo:hi].tolist(), s.dur[lo:hi].tolist()
+    start, end = [0.0] * (hi - lo), [0.0] * (hi - lo)
+    done_end = s.end  # the rows before this chunk's, replayed already
+    free, marks, latency, switch = s.free, s.marks, s.latency, s.switch
     t, launched_end = s.t, s.launched_end
-    for i in range(a, b):
-        t += gap[i]
+    for k in range(b - a):
+        t += gap[k]
         # a step starts where its host starts and the GPU work before it is done
-        if kind[i] == MARK:
+        if kind[k] == MARK:
             marks.append(max(t, launched_end))
             continue
         call_start = t
         ready = call_start + latency
-        for r in range(bounds[i + 1], bounds[i + 2]):
+        for r in range(bounds[k], bounds[k + 1]):
             st = stream[r]
             if removed[r]:  # no kernel, no switch: it ends where its stream's work does
                 start[r] = end[r] = max(ready, free.get(st, 0.0))
@@ -220,22 +217,30 @@ def _loop_stretch(s: _State, a: int, b: int) -> None:
                 begin = prev + switch
             w = after[r]
             # rows run in their order: one before this one is done
-            if 0 <= w < r and end[w] > begin:
-                begin = end[w]
+            if 0 <= w < r + lo:
+                w_end = end[w - lo] if w >= lo else float(done_end[w])
+                if w_end > begin:
+                    begin = w_end
             start[r] = begin
             end[r] = free[st] = begin + dur[r]
             if end[r] > launched_end:
                 launched_end = end[r]
-        t = call_start + own[i]
-        w = wait_on[i]
+        t = call_start + own[k]
+        w = wait_on[k]
         if w >= 0:
-            w_end = end[w] if w < bounds[i + 2] else s.profiled_ts[w] + dur[w]
-            if w_end + ret[i] > t:
-                t = w_end + ret[i]
+            if w < lo:
+                w_end = float(done_end[w])
+            elif w < bounds[k + 1] + lo:
+                w_end = end[w - lo]
+            else:  # launched later: not replayed yet, where it ended in the trace
+                w_end = float(s.profiled_ts[w] + s.dur[w])
+            if w_end + ret[k] > t:
+                t = w_end + ret[k]
+    s.start[lo:hi], s.end[lo:hi] = start, end
     s.t, s.launched_end = t, launched_end
 
 
-def _vector_stretch(s: _State, v: _Arrays, a: int, b: int) -> bool:
+def _vector_stretch(s: _State, a: int, b: int) -> bool:
     """Entries ``a`` to ``b`` (exclusive; only the last may wait) with array operations, as
     ``_loop_stretch`` replays them; False (nothing done) where a device event waits for another
     launched in the same stretch, which only the loop orders.
@@ -243,20 +248,20 @@ def _vector_stretch(s: _State, v: _Arrays, a: int, b: int) -> bool:
     On a stream, an event ends at e_r = max(ready_r, e_prev + switch) + dur_r. With D_r the
     running sum of (dur + switch) over the stream's events, v_r = e_r - D_r + switch obeys
     v_r = max(ready_r - D_prev, v_prev): a running maximum."""
-    lo, hi = int(v.bounds[a + 1]), int(v.bounds[b + 1])
-    after = v.after[lo:hi]
+    lo, hi = int(s.bounds[a + 1]), int(s.bounds[b + 1])
+    after = s.after[lo:hi]
     if ((after >= lo) & (after < np.arange(lo, hi))).any():
         return False
     # the host's times: gap and own time added in turn (a mark's own time 0), as the loop does
-    calls = v.kind[a:b] != MARK
+    calls = s.kind[a:b] != MARK
     steps = np.empty(2 * (b - a) + 1)
     steps[0] = s.t
-    steps[1::2] = v.gap[a:b]
-    steps[2::2] = np.where(calls, v.own[a:b], 0.0)
+    steps[1::2] = s.gap[a:b]
+    steps[2::2] = np.where(calls, s.own[a:b], 0.0)
     times = np.add.accumulate(steps)
     entry_start = times[1::2]
     # each row's launching entry, then its earliest start
-    entry_of = np.repeat(np.arange(a, b), np.diff(v.bounds[a + 1:b + 2])) - a
+    entry_of = np.repeat(np.arange(a, b), np.diff(s.bounds[a + 1:b + 2])) - a
     launch_ready = entry_start[entry_of] + s.latency
     ready = launch_ready
     # a row that waits for one launched before this stretch (on another stream): its end is known;
@@ -264,8 +269,8 @@ def _vector_stretch(s: _State, v: _Arrays, a: int, b: int) -> bool:
     waited = np.flatnonzero((after >= 0) & (after < lo))
     if waited.size:
         ready = ready.copy()
-        ready[waited] = np.maximum(ready[waited], [s.end[w] for w in after[waited].tolist()])
-    dur, removed, stream = v.dur[lo:hi], v.removed[lo:hi], v.stream[lo:hi]
+        ready[waited] = np.maximum(ready[waited], s.end[after[waited]])
+    dur, removed, stream = s.dur[lo:hi], s.removed[lo:hi], s.stream[lo:hi]
     start, end = np.empty(hi - lo), np.empty(hi - lo)
     kept_end = np.full(hi - lo, -np.inf)
     for st in distinct(stream).tolist():
@@ -291,24 +296,23 @@ def _vector_stretch(s: _State, v: _Arrays, a: int, b: int) -> bool:
             stream_end = np.where(last_kept >= 0, kept_end[np.maximum(last_kept, 0)],
                                   0.0 if prev is None else prev)
             start[gone] = end[gone] = np.maximum(launch_ready[gone], stream_end)
-    s.start[lo:hi] = start.tolist()
-    s.end[lo:hi] = end.tolist()
+    s.start[lo:hi], s.end[lo:hi] = start, end
     # the end of all GPU work launched before each entry: the running maximum at its first row
     running = np.maximum.accumulate(np.maximum(kept_end, s.launched_end)) if hi > lo else kept_end
     marks = np.flatnonzero(~calls)
     if marks.size:
-        upto = v.bounds[a + 1 + marks] - lo - 1  # the last row launched before the mark
+        upto = s.bounds[a + 1 + marks] - lo - 1  # the last row launched before the mark
         launched = np.where(upto >= 0, running[np.maximum(upto, 0)], s.launched_end)
         s.marks.extend(np.maximum(entry_start[marks], launched).tolist())
     if hi > lo:
         s.launched_end = float(running[-1])
     t = float(times[-1])
     last = b - 1
-    w = s.wait_on[last]
+    w = int(s.wait_on[last])
     if w >= 0 and s.kind[last] != MARK:
-        w_end = s.end[w] if w < s.bounds[last + 2] else s.profiled_ts[w] + s.dur[w]
-        if w_end + s.ret[last] > t:
-            t = w_end + s.ret[last]
+        w_end = float(s.end[w] if w < s.bounds[last + 2] else s.profiled_ts[w] + s.dur[w])
+        if w_end + float(s.ret[last]) > t:
+            t = w_end + float(s.ret[last])
     s.t = t
     return True
 
