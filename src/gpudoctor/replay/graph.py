@@ -134,6 +134,7 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     in_window = (host.ts >= w0) & (host.ts < int(ends[-1]))
     call_idx = np.flatnonzero(is_call & ~nested & in_window)
     call_idx = call_idx[np.argsort(host.ts[call_idx], kind="stable")]
+    del is_call, nested, has_parent, in_window  # a mask each of every host event: freed early
     coverage = "full" if call_idx.size else "no runtime calls on the launching threads: host time not modelled"
 
     # the chain: calls and step marks, in time order
@@ -324,21 +325,21 @@ def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray,
     host = trace.host
     n = entry_ts.size
     load = np.zeros((n + 1, len(EVENT_CLASSES)), np.int64)  # the last row: the tail
-    classes = {
-        "op": host.cat == HostCat.OP,
-        "runtime": (host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER),
-        "python": host.cat == HostCat.PYTHON,
-        "annotation": host.cat == HostCat.ANNOTATION,
-    }
-    window = on_threads & (host.ts >= w0) & (host.ts < w1)
     # the entry an event belongs to: the first entry ending at or after its start; a block of host
     # events at a time (a 4 GB trace's 9M host events whole: 0.2 GB of index arrays)
     running_end = np.maximum.accumulate(entry_end)
     for lo in range(0, len(host), LOAD_BLOCK):
         hi = min(lo + LOAD_BLOCK, len(host))
-        ts, in_window = host.ts[lo:hi], window[lo:hi]
+        ts, cat = host.ts[lo:hi], host.cat[lo:hi]
+        window = on_threads[lo:hi] & (ts >= w0) & (ts < w1)
+        classes = {
+            "op": cat == HostCat.OP,
+            "runtime": (cat == HostCat.RUNTIME) | (cat == HostCat.DRIVER),
+            "python": cat == HostCat.PYTHON,
+            "annotation": cat == HostCat.ANNOTATION,
+        }
         for col, name in enumerate(EVENT_CLASSES[:4]):
-            pos = np.searchsorted(running_end, ts[classes[name][lo:hi] & in_window], side="left")
+            pos = np.searchsorted(running_end, ts[classes[name] & window], side="left")
             load[:, col] += np.bincount(np.minimum(pos, n), minlength=n + 1)
     # [memory] instant events (profile_memory): the allocator's, on the thread that allocates
     mem = trace.memory

@@ -96,13 +96,13 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
         waits[~c.waits] = -1
     dur = (graph.dev_dur_ns if c.dev_dur_ns is None else c.dev_dur_ns).astype(float)
     s = _State(
-        gap=gap, own=own, wait_on=waits, ret=graph.return_ns.astype(float), kind=graph.kind,
+        gap=gap, own=own, wait_on=waits, ret=graph.return_ns, kind=graph.kind,
         dur=dur, stream=graph.dev_stream, after=graph.dev_after,
         removed=(np.zeros(dur.size, bool) if c.dev_removed is None
                  else np.asarray(c.dev_removed, bool)),
         # device rows are sorted by launching entry (-1 first): each entry's rows are one slice
         bounds=np.searchsorted(graph.dev_launched_by, np.arange(-1, gap.size + 1), side="left"),
-        profiled_ts=(graph.dev_ts_ns - graph.window[0]).astype(float),
+        dev_ts=graph.dev_ts_ns, window_start=int(graph.window[0]),
         latency=float(graph.latency_ns if c.latency_ns is None else c.latency_ns),
         switch=float(graph.switch_ns if c.switch_ns is None else c.switch_ns),
         start=np.zeros(dur.size), end=np.zeros(dur.size),
@@ -126,8 +126,8 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
     mark_rows = np.flatnonzero(graph.kind == MARK)
     from_row = int(mark_rows[1] if mark_rows.size >= 2 else (mark_rows[0] if mark_rows.size else 0))
     # the calls' own time, a mark's as 0.0: the same sum, in the same order, as leaving marks out
-    own_work = np.where(graph.kind[from_row:] == MARK, 0.0, own[from_row:]).tolist()
-    host_work = sum(gap[from_row + 1:].tolist()) + sum(own_work) + tail
+    own_work = np.where(graph.kind[from_row:] == MARK, 0.0, own[from_row:])
+    host_work = _sum_in_order(gap[from_row + 1:]) + _sum_in_order(own_work) + tail
     total = max(host_end, float(s.end.max()) if s.end.size else 0.0)
     return Replayed(total_ns=total, marks_ns=np.asarray(s.marks), host_end_ns=host_end,
                     gpu_busy_ns=_busy(s.start, s.end), dev_start_ns=s.start,
@@ -150,7 +150,8 @@ class _State:
     after: np.ndarray
     removed: np.ndarray
     bounds: np.ndarray
-    profiled_ts: np.ndarray
+    dev_ts: np.ndarray  # int ns: where each row started in the trace
+    window_start: int
     latency: float
     switch: float
     start: np.ndarray
@@ -160,13 +161,27 @@ class _State:
     free: dict = field(default_factory=dict)
     marks: list = field(default_factory=list)
 
+    def profiled_end(self, row: int) -> float:
+        """Where ``row`` would end starting where it started in the trace, from the window's
+        start."""
+        return float(self.dev_ts[row] - self.window_start) + float(self.dur[row])
+
+
+def _sum_in_order(values: np.ndarray) -> float:
+    """sum() of the values as Python floats, left to right, LOOP_CHUNK at a time: the same
+    float as one sum over one list, without the list of the whole."""
+    total = 0
+    for lo in range(0, values.size, LOOP_CHUNK):
+        total = sum(values[lo:lo + LOOP_CHUNK].tolist(), total)
+    return float(total)
+
 
 def _backlog(s: _State, backlog: np.ndarray) -> None:
     """The device rows no chain call launched: queued before the window, in order on their stream
     from the window's start; else where they ran."""
     lo, hi = int(s.bounds[0]), int(s.bounds[1])
     stream, dur, queued = s.stream[lo:hi].tolist(), s.dur[lo:hi].tolist(), backlog[lo:hi].tolist()
-    profiled, free = s.profiled_ts[lo:hi].tolist(), s.free
+    profiled, free = (s.dev_ts[lo:hi] - s.window_start).astype(float).tolist(), s.free
     start, end = [0.0] * (hi - lo), [0.0] * (hi - lo)
     for r in range(hi - lo):
         st = stream[r]
@@ -233,7 +248,7 @@ def _loop_chunk(s: _State, a: int, b: int) -> None:
             elif w < bounds[k + 1] + lo:
                 w_end = end[w - lo]
             else:  # launched later: not replayed yet, where it ended in the trace
-                w_end = float(s.profiled_ts[w] + s.dur[w])
+                w_end = s.profiled_end(w)
             if w_end + ret[k] > t:
                 t = w_end + ret[k]
     s.start[lo:hi], s.end[lo:hi] = start, end
@@ -310,7 +325,7 @@ def _vector_stretch(s: _State, a: int, b: int) -> bool:
     last = b - 1
     w = int(s.wait_on[last])
     if w >= 0 and s.kind[last] != MARK:
-        w_end = float(s.end[w] if w < s.bounds[last + 2] else s.profiled_ts[w] + s.dur[w])
+        w_end = float(s.end[w]) if w < s.bounds[last + 2] else s.profiled_end(w)
         if w_end + float(s.ret[last]) > t:
             t = w_end + float(s.ret[last])
     s.t = t
