@@ -90,10 +90,18 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     if frames.size == 0 or gap_s.size == 0:
         return ()
     covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames]).astype(float)
+    over_gaps = covered > 0
+    frames, covered = frames[over_gaps], covered[over_gaps]
+    # each frame name read once: a trace with stacks records a frame per call (279k on a 1.5M-event
+    # trace, 0.46 s read one by one)
+    line_of: dict[int, str | None] = {}
     by_line: dict[str, tuple[float, int]] = {}
-    for i, weight, depth in zip(frames.tolist(), covered.tolist(), host.depth[frames].tolist()):
-        line = frame_line(trace.strings[host.name[i]])
-        if weight > 0 and line:
+    for name, weight, depth in zip(host.name[frames].tolist(), covered.tolist(),
+                                   host.depth[frames].tolist()):
+        if name not in line_of:
+            line_of[name] = frame_line(trace.strings[name])
+        line = line_of[name]
+        if line:
             total, deepest = by_line.get(line, (0.0, 0))
             by_line[line] = (total + weight, max(deepest, depth))
     if not by_line:
