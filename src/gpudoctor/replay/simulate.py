@@ -79,7 +79,8 @@ class Replayed:
 VECTOR_MIN_ROWS = 48
 # The loop reads its entries and rows as Python lists, made this many entries at a time: a float
 # in a list costs 32 bytes where an array holds it in 8, and a 4 GB trace's million-entry chain
-# as whole lists took 0.4 GB more at the analysis' peak (benchmarks/BENCHMARKS-loading.md).
+# as whole lists raised the pricing's peak by about 0.1 GB (benchmarks/BENCHMARKS-loading.md,
+# "the step's graph in bounded memory again").
 LOOP_CHUNK = 1 << 16
 
 
