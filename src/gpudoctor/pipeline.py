@@ -32,7 +32,7 @@ from gpudoctor.rules.calibrate import priced
 from gpudoctor.rules.registry import PEAK_PRICED, find, skipped_rules
 from gpudoctor.trace import Trace, load
 from gpudoctor.trace.capabilities import check_usable, lacking_notes, trace_notes
-from gpudoctor.trace.load import resolve_trace_path
+from gpudoctor.trace.load import none_readable, resolve_trace_path
 from gpudoctor.trace.stream import release_free_memory
 
 if TYPE_CHECKING:
@@ -101,12 +101,7 @@ def diagnose_loaded(
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
         if trace.skipped_events:
-            raise EmptyTraceError(
-                f"{trace.source}: none of its {trace.skipped_events} events could be read (each "
-                "is malformed: a field of the wrong type such as a pid or tid that is neither an "
-                "integer nor a name, or a number out of any profiler's range); pass the file "
-                "torch.profiler wrote"
-            )
+            raise EmptyTraceError(none_readable(trace.source, trace.skipped_events))
         raise EmptyTraceError(
             f"{trace.source} holds no profiler events (no host ops, no GPU work): record a window "
             "in which the program runs (torch.profiler.profile around a few steps, or "

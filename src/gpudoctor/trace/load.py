@@ -71,6 +71,11 @@ _MALFORMED = ("each is malformed: not an object, or a field of the wrong type su
               "tid that is neither an integer nor a name, or a number out of any profiler's range")
 _FILE_HINT = "pass the file written by torch.profiler's export_chrome_trace() (.json or .json.gz)"
 
+
+def none_readable(source: str, skipped: int) -> str:
+    """The one-line error for a trace none of whose ``skipped`` events could be read."""
+    return f"{source}: none of its {skipped} events could be read ({_MALFORMED}); {_FILE_HINT}"
+
 # Times beyond +-MAX_TIME_US (trace/schema.py) are dropped (counted in Trace.bad_times), and a
 # trace with no other timed event is refused. So is a trace whose events span more than a day:
 # its clocks disagree.
@@ -171,9 +176,7 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
             gc.enable()
     release_free_memory()
     if chunks.skipped and not trace.event_count:
-        raise TraceFormatError(
-            f"{source}: none of its {chunks.skipped} events could be read ({_MALFORMED}); "
-            f"{_FILE_HINT}")
+        raise TraceFormatError(none_readable(source, chunks.skipped))
     if chunks.outline is not None and not chunks.lenient:
         gpus, unreadable = _gpus(chunks.outline), ()
     # fields of unexpected types somewhere: the GPUs read as the whole file's lenient path reads
@@ -342,9 +345,7 @@ def _decode_leniently(data: bytes, source: str) -> tuple[list[TraceEvent], list[
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
             skipped += 1
     if skipped and not events:
-        raise TraceFormatError(
-            f"{source}: none of its {skipped} events could be read ({_MALFORMED}); {_FILE_HINT}"
-        )
+        raise TraceFormatError(none_readable(source, skipped))
     properties, unreadable = _lenient_properties(raw.get("deviceProperties"))
     return events, _gpus(TraceFile(traceEvents=[],
                                    deviceProperties=properties)), skipped, unreadable
