@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.analysis.steps import segment
+from gpudoctor.replay import simulate
 from gpudoctor.replay.graph import CALL, EVENT_CLASSES, MARK, StepGraph, build
 from gpudoctor.replay.simulate import Changes, Replayed, _replay
 from gpudoctor.trace import load
@@ -121,3 +122,19 @@ def test_recorded_graphs_replay_alike_both_ways_with_and_without_edits(name: str
     )
     for ch in (None, fused):
         _same(_replay(graph, ch, EVERY_STRETCH), _replay(graph, ch, NO_STRETCH))
+
+
+@given(entries, st.integers(0, 3), st.integers(1, 9))
+@settings(max_examples=150, deadline=None)
+def test_the_loop_read_a_few_entries_at_a_time_gives_the_same_timeline(
+    chain: list, backlog: int, chunk: int
+) -> None:
+    """LOOP_CHUNK entries of lists at a time (bounded memory on a million-entry chain): waits and
+    cross-stream waits on rows of earlier chunks read their replayed ends."""
+    graph, edits = _graph_of(chain, backlog)
+    for ch in (None, edits):
+        whole = _replay(graph, ch, NO_STRETCH)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(simulate, "LOOP_CHUNK", chunk)
+            _same(_replay(graph, ch, NO_STRETCH), whole)
+            _same(_replay(graph, ch, EVERY_STRETCH), whole)
