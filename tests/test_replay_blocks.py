@@ -98,7 +98,7 @@ def test_the_steps_edges_read_in_blocks_are_those_read_at_once(steps, block: int
     hi = np.concatenate([rng.choice(starts, 4), lo[4:] + rng.integers(1, 400_000, 4)])
     lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(observer, "EDGE_BLOCK", block)
+        mp.setattr(observer, "WINDOW", block)
         got = observer.step_edge_stretches(trace, recorded, lo, hi)
     assert list(zip(*(x.tolist() for x in got))) == _edges_at_once(trace, recorded, lo, hi)
 
@@ -111,7 +111,7 @@ def test_the_events_per_gap_counted_in_blocks_are_those_counted_at_once(steps, b
         return
     whole = build(trace, segment(trace))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(step_graph, "LOAD_BLOCK", block)
+        mp.setattr(step_graph, "WINDOW", block)
         blocked = build(trace, segment(trace))
     np.testing.assert_array_equal(blocked.load, whole.load)
     # every recorded op, runtime call and annotation of the launching threads in the window counted

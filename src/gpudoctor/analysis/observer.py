@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudoctor.analysis.host_events import launch_threads
+from gpudoctor.analysis.host_events import launch_threads, sync_calls
+from gpudoctor.analysis.intervals import WINDOW, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.arrays import median
 from gpudoctor.trace.model import HostCat, Trace
@@ -63,9 +64,9 @@ def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     first_start = np.full(lo.size, np.iinfo(np.int64).max)  # earliest recorded start in [lo, hi)
     last_end = np.full(lo.size, np.iinfo(np.int64).min)  # latest end of those starting before hi
-    # a block of host events at a time: a 4 GB trace's 9M events sorted whole held 0.26 GB
-    for b0 in range(0, len(host), EDGE_BLOCK):
-        b1 = min(b0 + EDGE_BLOCK, len(host))
+    # a window of host events at a time: a 4 GB trace's 9M events sorted whole held 0.26 GB
+    for b0 in range(0, len(host), WINDOW):
+        b1 = min(b0 + WINDOW, len(host))
         mine = np.flatnonzero(recorded[b0:b1]) + b0
         if mine.size == 0:
             continue
@@ -84,9 +85,6 @@ def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
     return lo, head_e.astype(np.int64), tail_s.astype(np.int64), hi
 
 
-# Host events read this many at a time by ``step_edge_stretches``.
-EDGE_BLOCK = 1 << 20
-
 
 # A runtime call this long is the host waiting (a full launch queue, an implicit sync), not working.
 BLOCKED_CALL_NS = 50_000
@@ -97,9 +95,6 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
     (sync calls, and runtime calls long enough to be waits). None without ProfilerStep ranges."""
     if steps.host_start is None or steps.host_end is None or len(steps.host_start) == 0:
         return None
-    from gpudoctor.analysis.host_events import sync_calls
-    from gpudoctor.analysis.intervals import overlap_per_window, union
-
     host = trace.host
     waiting = sync_calls(trace) | ((host.cat >= HostCat.RUNTIME) & (host.dur >= BLOCKED_CALL_NS))
     waiting &= host.on_threads(launch_threads(trace))

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.core.arrays import distinct, median
-from gpudoctor.replay.graph import CALL, StepGraph, chain_rows
+from gpudoctor.replay.graph import StepGraph, chain_rows
 from gpudoctor.replay.simulate import Changes
 
 EMPTY_I = np.empty(0, np.int64)
@@ -203,6 +203,6 @@ def _rescaled(edited: np.ndarray, profiled: np.ndarray, free: np.ndarray | None)
 
 
 def _rows_of_hosts(graph: StepGraph, hosts: np.ndarray) -> np.ndarray:
-    if hosts.size == 0:
-        return EMPTY_I
-    return np.flatnonzero(np.isin(graph.host, hosts) & (graph.kind == CALL))
+    """The chain's calls among ``hosts``, in chain order."""
+    rows = chain_rows(graph.host, hosts)
+    return distinct(rows[rows >= 0]) if rows.size else EMPTY_I

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudoctor.analysis.host_events import launch_threads, sync_calls
+from gpudoctor.analysis.intervals import WINDOW
 from gpudoctor.analysis.observer import (
     BLOCKED_CALL_NS,  # a call this long waited (a full queue, a syncing free)
     step_edge_stretches,
@@ -51,8 +52,6 @@ MARK = 1  # a step's host start (no duration)
 
 # The profiler's recorded-event classes, counted per gap (replay/observer.py prices them).
 EVENT_CLASSES = ("op", "runtime", "python", "annotation", "memory")
-# Host events counted into the gaps this many at a time (``_recorded_load``).
-LOAD_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,11 +324,11 @@ def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray,
     host = trace.host
     n = entry_ts.size
     load = np.zeros((n + 1, len(EVENT_CLASSES)), np.int64)  # the last row: the tail
-    # the entry an event belongs to: the first entry ending at or after its start; a block of host
+    # the entry an event belongs to: the first entry ending at or after its start; a window of host
     # events at a time (a 4 GB trace's 9M host events whole: 0.2 GB of index arrays)
     running_end = np.maximum.accumulate(entry_end)
-    for lo in range(0, len(host), LOAD_BLOCK):
-        hi = min(lo + LOAD_BLOCK, len(host))
+    for lo in range(0, len(host), WINDOW):
+        hi = min(lo + WINDOW, len(host))
         ts, cat = host.ts[lo:hi], host.cat[lo:hi]
         window = on_threads[lo:hi] & (ts >= w0) & (ts < w1)
         classes = {

@@ -30,7 +30,7 @@ def check(a: Analysis) -> Finding | None:
     if idle <= 0:
         return None
     n = max(len(a.steps), 1)
-    region_s, region_e = blocking_work_regions(a.idle, a.steps, kernel_launching_ops(a))
+    region_s, region_e = _regions(a)
     gap_s, gap_e = a.idle.gaps
     region_idle = float(overlap_per_window(gap_s, gap_e, region_s, region_e).sum()) / 1e6 / n
     copies_ms = _copies_inside_ms(a, region_s, region_e) / n
@@ -113,6 +113,11 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
 
 
 
+def _regions(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """The step's regions of blocking host work, each ended by the model's own launches."""
+    return blocking_work_regions(a.idle, a.steps, kernel_launching_ops(a))
+
+
 def kernel_launching_ops(a: Analysis) -> np.ndarray:
     """Sorted start times of the outermost operators that launched a kernel (not a copy or a
     memset): the step's own GPU work, which a region of blocking host work does not span."""
@@ -125,7 +130,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The host work and the blocking copies and syncs around it leave the step (a background
     thread, an asynchronous checkpoint): their host time goes, the calls in them no longer wait, and
     the GPU work those calls launched (a checkpoint's copies to the host) leaves the step too."""
-    region_s, region_e = blocking_work_regions(a.idle, a.steps, kernel_launching_ops(a))
+    region_s, region_e = _regions(a)
     if region_s.size == 0:
         return None
     host = a.trace.host
