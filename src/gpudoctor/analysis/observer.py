@@ -64,7 +64,8 @@ def step_edge_stretches(trace: Trace, recorded: np.ndarray, lo: np.ndarray,
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     first_start = np.full(lo.size, np.iinfo(np.int64).max)  # earliest recorded start in [lo, hi)
     last_end = np.full(lo.size, np.iinfo(np.int64).min)  # latest end of those starting before hi
-    # a window of host events at a time: a 4 GB trace's 9M events sorted whole held 0.26 GB
+    # a window of host events at a time, for peak memory
+    # (benchmarks/BENCHMARKS-loading.md "the step's graph in bounded memory again")
     for b0 in range(0, len(host), WINDOW):
         b1 = min(b0 + WINDOW, len(host))
         mine = np.flatnonzero(recorded[b0:b1]) + b0

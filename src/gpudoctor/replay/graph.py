@@ -252,7 +252,7 @@ def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def chain_rows(entry_host: np.ndarray, hosts: np.ndarray) -> np.ndarray:
     """The chain entry of each host event in ``hosts`` (-1 where none is): a sorted lookup, not a
-    dict of every call (a million-call chain's dict and lists held 0.1 GB more)."""
+    dict of every call: a big trace's peak memory (benchmarks/BENCHMARKS-loading.md "the step's graph in bounded memory again")."""
     rows = np.flatnonzero(entry_host >= 0)
     keys = entry_host[rows]
     out = np.full(np.shape(hosts), -1, np.int64)
@@ -325,7 +325,7 @@ def _recorded_load(trace: Trace, on_threads: np.ndarray, entry_ts: np.ndarray,
     n = entry_ts.size
     load = np.zeros((n + 1, len(EVENT_CLASSES)), np.int64)  # the last row: the tail
     # the entry an event belongs to: the first entry ending at or after its start; a window of host
-    # events at a time (a 4 GB trace's 9M host events whole: 0.2 GB of index arrays)
+    # events at a time, for peak memory (benchmarks/BENCHMARKS-loading.md "the step's graph in bounded memory again")
     running_end = np.maximum.accumulate(entry_end)
     for lo in range(0, len(host), WINDOW):
         hi = min(lo + WINDOW, len(host))

@@ -92,8 +92,8 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames]).astype(float)
     over_gaps = covered > 0
     frames, covered = frames[over_gaps], covered[over_gaps]
-    # each frame name read once: a trace with stacks records a frame per call (279k on a 1.5M-event
-    # trace, 0.46 s read one by one)
+    # each frame name read once: a trace with stacks records a frame per call
+    # (benchmarks/BENCHMARKS-loading.md "The 0.41 GB trace against HolisticTraceAnalysis again")
     line_of: dict[int, str | None] = {}
     by_line: dict[str, tuple[float, int]] = {}
     for name, weight, depth in zip(host.name[frames].tolist(), covered.tolist(),
