@@ -207,16 +207,14 @@ def kernel_loop(
 
 def trace_columns(trace: Any) -> dict[str, Any]:
     """Everything a Trace holds, comparable with ==."""
-    import dataclasses
-
     out: dict[str, Any] = {}
     for table in ("host", "device", "memory"):
-        for f in dataclasses.fields(getattr(trace, table)):
-            value = getattr(getattr(trace, table), f.name)
+        for name in getattr(trace, table).__struct_fields__:
+            value = getattr(getattr(trace, table), name)
             # RawArgs.take reads all rows a block at a time; iterating would read one row per call
-            out[f"{table}.{f.name}"] = (
+            out[f"{table}.{name}"] = (
                 [bytes(r) for r in value.take(range(len(value)))]
-                if f.name == "raw_args"
+                if name == "raw_args"
                 else value.tolist()
             )
     for name in (

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from importlib import resources
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -86,7 +86,7 @@ def test_other_dtypes_take_the_grid_at_their_own_roof() -> None:
 
 
 def test_a_measured_large_rate_replaces_the_datasheet_share() -> None:
-    measured = dataclasses.replace(H200, extra={"gemm_curve": {"gemm.bf16": 7.0e14}})
+    measured = msgspec.structs.replace(H200, extra={"gemm_curve": {"gemm.bf16": 7.0e14}})
     assert large_rate("bf16", measured) == 7.0e14
     assert large_rate("bf16", H200) == pytest.approx(
         H200.matrix("bf16") * reference_grid().large_share
@@ -109,7 +109,7 @@ def _grid_rows(scale: float) -> dict:
 
 
 def test_this_machines_grid_replaces_the_reference() -> None:
-    own = dataclasses.replace(H100, extra={"gemm_grid": _grid_rows(1.0)})
+    own = msgspec.structs.replace(H100, extra={"gemm_grid": _grid_rows(1.0)})
     grid = grid_for(own)
     assert grid.source == "this machine's grid (gpudoctor bench)"
     # every cell ran at the same rate but for the 4 us a call: 1 us of it is not the overhead
@@ -128,7 +128,7 @@ def test_this_machines_grid_replaces_the_reference() -> None:
 )
 def test_a_broken_machine_grid_falls_back_to_the_reference(broken: dict) -> None:
     assert grid_from_rows(broken, None, "x") is None
-    assert grid_for(dataclasses.replace(H100, extra={"gemm_grid": broken})) is reference_grid()
+    assert grid_for(msgspec.structs.replace(H100, extra={"gemm_grid": broken})) is reference_grid()
 
 
 def test_misaligned_gemms_are_priced_at_their_padded_shape_on_the_grid() -> None:
@@ -148,7 +148,7 @@ def test_a_saved_machine_profile_brings_its_grid(tmp_path, monkeypatch) -> None:
     from gpudoctor.hardware.machine import measured_ceilings_for, save_profile
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    measured = dataclasses.replace(
+    measured = msgspec.structs.replace(
         H100, source="measured", extra={"gemm_curve": {"gemm.bf16": 7.5e14}}
     )
     save_profile(

@@ -4,9 +4,9 @@ recorded in each cause (what the profiler's own time is estimated from)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudoctor.analysis import analyze_trace
@@ -63,6 +63,6 @@ def test_no_host_steps_no_host_time() -> None:
     t = load(DATA / "host_blocking_work" / "trace.json.gz")
     a = analyze_trace(t, choose_ceilings(t))
     assert (
-        host_time(t, dataclasses.replace(a.steps, host_start=None, host_end=None), a.idle)
+        host_time(t, msgspec.structs.replace(a.steps, host_start=None, host_end=None), a.idle)
         == HostTime()
     )

@@ -3,7 +3,6 @@ diagnosis on tracks of its own; valid trace-event JSON; diagnosed as the origina
 
 from __future__ import annotations
 
-import dataclasses
 import decimal
 import gzip
 import hashlib
@@ -12,6 +11,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from browser import load_page
@@ -750,9 +750,9 @@ def test_a_distributed_run_of_big_traces_holds_no_merged_copy(
 
 
 def test_the_page_with_trace_notes_renders_in_chromium(host_sync, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    report = dataclasses.replace(
+    report = msgspec.structs.replace(
         host_sync[0],
-        annotated_trace=dataclasses.replace(
+        annotated_trace=msgspec.structs.replace(
             host_sync[0].annotated_trace, file="<script>alert(1)</script>.json.gz"
         ),
     )

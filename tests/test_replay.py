@@ -3,10 +3,10 @@ the profiler, and with fixes as edits; what it does with traces that lack what t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -337,7 +337,6 @@ def test_a_removed_device_event_takes_no_time_and_no_switch_on_its_stream() -> N
 def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
     """Offline (no unprofiled step to fit) and on a step the GPU holds, the prior is all the replay
     has: a cost per event measured by bench (the ceilings' extra) replaces the default 3 us."""
-    import dataclasses
 
     from gpudoctor.analysis import analyze_trace
     from gpudoctor.pipeline import choose_ceilings
@@ -348,7 +347,7 @@ def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
     default = analyze_trace(trace, ceilings)
     assert measured_costs(default) is None
     measured = analyze_trace(
-        trace, dataclasses.replace(ceilings, extra={**ceilings.extra, "profiler_event_s": 6e-6})
+        trace, msgspec.structs.replace(ceilings, extra={**ceilings.extra, "profiler_event_s": 6e-6})
     )
     assert measured_costs(measured) == {"op": 6000.0, "runtime": 6000.0, "annotation": 6000.0}
     at_3us, at_6us = step_model(default), step_model(measured)
@@ -397,7 +396,9 @@ def test_the_profilers_work_at_the_step_edges_leaves_the_replayed_step() -> None
     assert sorted((e - s).tolist()) == [100_000] * 3 + [300_000] * 3
     graph = build(trace, segment(trace))
     kept = unprofiled(graph).replayed.step_ns
-    graph_no_edges = dataclasses.replace(graph, edge_s=graph.edge_s[:0], edge_e=graph.edge_e[:0])
+    graph_no_edges = msgspec.structs.replace(
+        graph, edge_s=graph.edge_s[:0], edge_e=graph.edge_e[:0]
+    )
     assert unprofiled(graph_no_edges).replayed.step_ns - kept == pytest.approx(400_000, rel=0.05)
     assert step_edges(_stepped(profiler_steps=False), np.ones(len(trace.host), bool))[0].size == 0
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+import msgspec
 from synth import TraceBuilder
 
 import gpudoctor
@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 
 def test_snapshot_of_the_host_sync_report() -> None:
     report = gpudoctor.analyze(HERE / "data" / "host_sync" / "trace.json.gz")
-    report = dataclasses.replace(report, source="tests/data/host_sync/trace.json.gz")
+    report = msgspec.structs.replace(report, source="tests/data/host_sync/trace.json.gz")
     expected = (HERE / "snapshots" / "host_sync_console.txt").read_text()
     assert render_text(report, width=100) == expected
 
@@ -68,7 +68,7 @@ def test_a_finding_held_back_behind_a_fix_that_comes_first_says_so() -> None:
     report = gpudoctor.analyze(HERE / "data" / "host_sync" / "trace.json.gz")
     sync = make_finding("host-sync", "syncs", 10.0, 1.0, "s", Evidence(), ())
     graph = make_finding("launch-bound", "launches", 10.0, 3.0, "l", Evidence(), ())
-    held = dataclasses.replace(report, findings=(sync, graph), all_fixes=None)
+    held = msgspec.structs.replace(report, findings=(sync, graph), all_fixes=None)
     lines = [" ".join(x.split()) for x in render_text(held, width=300).splitlines()]
     assert any(
         x.startswith("2. [critical] launch-bound save ~3.000 ms/step")
@@ -101,7 +101,7 @@ def test_a_replayed_saving_far_beyond_the_time_named_says_so() -> None:
         "Replayed, the fix saves 10.52 ms, more than the 1.39 ms named above: in the step "
         "replayed without the profiler's own time, what it frees moves the work after it too."
     )
-    beyond = dataclasses.replace(report, findings=(sync(10.518, 1.388),), all_fixes=None)
+    beyond = msgspec.structs.replace(report, findings=(sync(10.518, 1.388),), all_fixes=None)
     assert said in " ".join(render_text(beyond, width=300).split())
     assert said in html.unescape(render_html(beyond))
     for saving, formula, by in (
@@ -109,6 +109,8 @@ def test_a_replayed_saving_far_beyond_the_time_named_says_so() -> None:
         (0.8, 0.39, "replay"),
         (10.5, 1.4, "formula"),
     ):
-        quiet = dataclasses.replace(report, findings=(sync(saving, formula, by),), all_fixes=None)
+        quiet = msgspec.structs.replace(
+            report, findings=(sync(saving, formula, by),), all_fixes=None
+        )
         assert "Replayed, the fix saves" not in render_text(quiet, width=300)
         assert "Replayed, the fix saves" not in render_html(quiet)

@@ -28,6 +28,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,14 @@ def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
         json.dumps(_modes(entry)),
         *entry["args_cpu"],
     ]
+    # The programs make scratch folders as users' programs do (a Trainer's output_dir): keep them in
+    # a folder this test removes, not in the machine's /tmp.
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-twins-") as scratch:
+        env["TMPDIR"] = scratch
+        return _run_in(cmd, env)
+
+
+def _run_in(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,

@@ -9,6 +9,7 @@ import math
 import statistics
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from hypothesis import given
@@ -137,12 +138,10 @@ def test_the_report_shows_the_uncertainty_beside_the_step() -> None:
     assert report.unprofiled_text() == "4.060 ms ± 0.050 (5 steps)"
     thin = unprofiled_step([2.0, 3.0], [])
     assert thin is not None
-    report = Report(
-        **{
-            **report.__dict__,
-            "unprofiled_step_ms": thin.ms,
-            "unprofiled": UnprofiledSection.from_dict(thin.to_dict()),
-        }
+    report = msgspec.structs.replace(
+        report,
+        unprofiled_step_ms=thin.ms,
+        unprofiled=UnprofiledSection.from_dict(thin.to_dict()),
     )
     assert report.unprofiled_text() == "2.500 ms ± 0.500 (2 steps; uncertain)"
     assert report.to_dict()["unprofiled"]["trusted"] is False

@@ -6,7 +6,6 @@ analyzes the trace with the unprofiled step time, and writes the run bundle.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import shutil
@@ -16,6 +15,8 @@ from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudoctor.capture.bundle import (
     capture_facts,
@@ -155,7 +156,7 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path,
                                      option="annotated trace")
     except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
         return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
-    return dataclasses.replace(report,
+    return msgspec.structs.replace(report,
                                annotated_trace=AnnotatedTraceSection.from_dict(
                                    annotation.entry(target.name))), ""
 
@@ -193,14 +194,14 @@ def _with_capture_facts(report: Report, result: CaptureResult) -> Report:
     far to trust the unprofiled step, and its notes (thin calibration, a window cut short)."""
     steps = report.steps  # its source: set by analyze_loaded from step_source
     if result.root_module:
-        steps = dataclasses.replace(steps, root_module=result.root_module)
+        steps = msgspec.structs.replace(steps, root_module=result.root_module)
     if result.generate:
-        steps = dataclasses.replace(steps, generate=GenerateTiming.from_dict(result.generate))
+        steps = msgspec.structs.replace(steps, generate=GenerateTiming.from_dict(result.generate))
     warnings = tuple(report.warnings) + tuple(n for n in result.notes if n not in report.warnings)
     unprofiled = (UnprofiledSection.from_dict(result.unprofiled.to_dict())
                   if result.unprofiled is not None
                   else report.unprofiled)
-    return dataclasses.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)
+    return msgspec.structs.replace(report, steps=steps, warnings=warnings, unprofiled=unprofiled)
 
 
 def run_and_diagnose(
@@ -302,12 +303,12 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
                          f"own is in {run}/rank<R>/report.json")
     if report is None:
         return None, _join(why, "; ".join(notes))
-    report = dataclasses.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
+    report = msgspec.structs.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
                                                                                  if n not in report.warnings))
     report = _with_rank_annotation(report, run)
     merge_failed = _merge_rank_annotations(report, run)
     if merge_failed:
-        report = dataclasses.replace(report, warnings=(*report.warnings, merge_failed))
+        report = msgspec.structs.replace(report, warnings=(*report.warnings, merge_failed))
     (run / "report.json").write_text(to_json(report) + "\n")
     (run / "report.html").write_text(render_html(report))
     return report, ""
@@ -350,8 +351,8 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
             entry = None
     if entry is None or not entry.file:
         return report
-    return dataclasses.replace(report,
-                               annotated_trace=dataclasses.replace(
+    return msgspec.structs.replace(report,
+                               annotated_trace=msgspec.structs.replace(
                                    entry, file=f"rank{rank}/{Path(entry.file).name}"))
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
@@ -70,8 +71,7 @@ def choose_ceilings(trace: Trace, gpu: str | None = None, ceilings: Any = None) 
     )
 
 
-@dataclass(frozen=True, eq=False)
-class Diagnosis:
+class Diagnosis(msgspec.Struct, frozen=True, eq=False):
     """A report and the analysis it was drawn from (None for a trace with no GPU work): what the
     annotated trace draws (report/perfetto.py)."""
 
@@ -115,8 +115,8 @@ def diagnose_loaded(
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
                                          step_source, cut_after)
     if step_source:
-        report = dataclasses.replace(report,
-                                     steps=dataclasses.replace(report.steps, source=step_source))
+        report = msgspec.structs.replace(report,
+                                     steps=msgspec.structs.replace(report.steps, source=step_source))
     return Diagnosis(report, analysis)
 
 
@@ -136,17 +136,17 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     if collectives is not None:
         lacking = [collectives.note(), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
-        analysis = dataclasses.replace(analysis, warnings=(*lacking, *analysis.warnings))
+        analysis = msgspec.structs.replace(analysis, warnings=(*lacking, *analysis.warnings))
     found = find(analysis)
     release_free_memory()  # as between the analyses (analysis/__init__.py)
     findings, together = priced(found, analysis)
     report = build_report(analysis, findings)
     if collectives is not None:
-        report = dataclasses.replace(report,
+        report = msgspec.structs.replace(report,
                                      exposed_collectives_share=collectives.exposed_share)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
-        report = dataclasses.replace(report, all_fixes=all_fixes_section(together))
+        report = msgspec.structs.replace(report, all_fixes=all_fixes_section(together))
     return analysis, report
 
 
@@ -180,7 +180,7 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
                             step_source=run.step_source, cut_after=run.cut_after)
     if not run.unprofiled:
         return found
-    return Diagnosis(dataclasses.replace(found.report,
+    return Diagnosis(msgspec.structs.replace(found.report,
                                          unprofiled=UnprofiledSection.from_dict(run.unprofiled)),
                      found.analysis)
 
@@ -197,7 +197,7 @@ def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
                          "finding to draw; annotate a trace recorded on a GPU")
     annotation = write_annotated(trace, found.analysis, found.report.findings, target,
                                  inputs=inputs)
-    return dataclasses.replace(found.report,
+    return msgspec.structs.replace(found.report,
                                annotated_trace=AnnotatedTraceSection.from_dict(
                                    annotation.entry(label)))
 
@@ -345,7 +345,7 @@ def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
                    for f in result.findings)
     findings = tuple(sorted((*ranked, *base.findings), key=lambda f: -f.saving_ms))
     warnings = (*result.warnings, *base.warnings)
-    return dataclasses.replace(base, source=result.source, findings=findings, warnings=warnings,
+    return msgspec.structs.replace(base, source=result.source, findings=findings, warnings=warnings,
                                ranks=result.rows, distributed=result.distributed)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpudoctor.analysis.breakdown import Breakdown, breakdown
 from gpudoctor.analysis.idle import IdleResult, idle_causes
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
     from gpudoctor.capture.model_state import ModelState
 
 
-@dataclass(frozen=True, eq=False)
-class Analysis:
+class Analysis(msgspec.Struct, frozen=True, eq=False):
     """Everything the rules read: the trace, its ceilings and every analysis result."""
 
     trace: Trace

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
@@ -12,8 +11,7 @@ from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import DeviceCat, Trace
 
 
-@dataclass(frozen=True)
-class Breakdown:
+class Breakdown(msgspec.Struct, frozen=True):
     """Averages per step, in ms. ``by_kind`` sums event durations (streams may overlap), so the
     parts are scaled to ``busy_ms`` when drawn; ``busy_ms + idle_ms == step_ms``."""
 

@@ -10,8 +10,7 @@ interpreter between ops, anything the profiler did not record) is the step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window
@@ -31,8 +30,7 @@ BY_CAT = {HostCat.OP: "aten ops", HostCat.ANNOTATION: "annotations",
 TOP_OPS = 15
 
 
-@dataclass(frozen=True)
-class HostOp:
+class HostOp(msgspec.Struct, frozen=True):
     """A top-level host op of the step thread, per step (the report keeps it, rounded:
     report/sections.py)."""
 
@@ -42,8 +40,7 @@ class HostOp:
     calls_per_step: float
 
 
-@dataclass(frozen=True, eq=False)
-class HostBreakdown:
+class HostBreakdown(msgspec.Struct, frozen=True, eq=False):
     thread: int  # index into Trace.threads (-1: no host events)
     step_ms: float  # mean host step (the steps' own windows)
     by_category_ms: dict[str, float]  # per step, largest first; sums to step_ms

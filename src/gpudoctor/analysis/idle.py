@@ -32,8 +32,8 @@ analysis/host_events.py's to say; this module says what their time cost the GPU.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.breakdown import gpu_busy_intervals
@@ -72,8 +72,7 @@ UNATTRIBUTED = "unattributed"
 
 
 
-@dataclass(frozen=True, eq=False)
-class IdleResult:
+class IdleResult(msgspec.Struct, frozen=True, eq=False):
     """Idle ms per step by cause, plus the host events behind each blocking cause."""
 
     idle_ms: float  # per step
@@ -81,17 +80,17 @@ class IdleResult:
     gap_count_per_step: float
     launch_thread: int  # index into Trace.threads, -1 when nothing was launched
     # host event indices whose interval overlaps an idle gap, per blocking cause
-    culprits: dict[str, np.ndarray] = field(default_factory=dict)
+    culprits: dict[str, np.ndarray] = msgspec.field(default_factory=dict)
     # idle ns inside each culprit event (aligned with culprits)
-    culprit_idle_ns: dict[str, np.ndarray] = field(default_factory=dict)
+    culprit_idle_ns: dict[str, np.ndarray] = msgspec.field(default_factory=dict)
     gaps: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
     # recorded host events (ops, runtime calls) per step, by the cause covering their start:
     # where the profiler's own per-event cost lands (rules/calibrate.py)
-    events_by_cause: dict[str, float] = field(default_factory=dict)
+    events_by_cause: dict[str, float] = msgspec.field(default_factory=dict)
     # host intervals (starts, ends) of each blocking cause on the launching threads
-    labels: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    labels: dict[str, tuple[np.ndarray, np.ndarray]] = msgspec.field(default_factory=dict)
     # host event indices of the operator calls that set up for a new input shape (setup_calls)
-    setup_calls: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    setup_calls: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)

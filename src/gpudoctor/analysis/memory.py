@@ -6,9 +6,9 @@ calls (cudaMalloc / cudaFree) come from the runtime events, which every CUDA tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.host_events import allocator_calls
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from gpudoctor.capture.model_state import ModelState
 
 
-@dataclass(frozen=True)
-class MemoryResult:
+class MemoryResult(msgspec.Struct, frozen=True):
     applicable: bool
     reason: str  # why not applicable ("" when applicable)
     capacity_bytes: int  # the GPU's total memory (0 when unknown)

@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.aten_out_args import OUT_OVERLOADS
@@ -193,8 +193,7 @@ _OPAQUE_NAMES = {1: "unsigned char", 2: "opaque16", 4: "opaque32", 8: "opaque64"
 _OPAQUE_BYTES = {"opaque16": 2, "opaque32": 4, "opaque64": 8, "opaque128": 16}
 
 
-@dataclass(frozen=True)
-class OpCost:
+class OpCost(msgspec.Struct, frozen=True):
     flops: float
     bytes: float
     dtype: str  # bf16 | fp16 | fp32 | fp8 | fp64 | int8 | "" (unknown)
@@ -206,8 +205,7 @@ class OpCost:
     known: bool = True  # False: the cost could not be bounded; the op's kernels stay off the roofline
 
 
-@dataclass(frozen=True)
-class _Tensor:
+class _Tensor(msgspec.Struct, frozen=True):
     shape: tuple[int, ...]
     size: int  # bytes per element (1 when the dtype is not one we know: every dtype takes at least one)
     type: str  # the profiler's dtype string

@@ -38,8 +38,7 @@ loading, the logging, the ``.item()`` between iterations) starts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import median
@@ -51,8 +50,7 @@ REGULAR = 0.75  # share of an anchor's gaps that must equal its period
 RARE_LIMIT = 0.03  # share of kernels that may skip most periods (stray kernels, not a longer structure)
 
 
-@dataclass(frozen=True, eq=False)
-class Period:
+class Period(msgspec.Struct, frozen=True, eq=False):
     """Whole periods of a sequence: period j is ``seq[starts[j]:starts[j + 1]]``."""
 
     length: int  # the anchor's usual gap, in symbols
@@ -65,8 +63,7 @@ class Period:
         return len(self.starts) - 1
 
 
-@dataclass(frozen=True)
-class _Anchor:
+class _Anchor(msgspec.Struct, frozen=True):
     symbol: int
     per_period: int  # r: occurrences per period
     count: int  # occurrences in the sequence

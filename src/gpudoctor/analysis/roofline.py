@@ -26,8 +26,7 @@ was. NCCL kernels are never placed: the links bound them, and neither roof is dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.breakdown import durations_in_steps
@@ -49,8 +48,7 @@ DTYPES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "fp64", "int8")
 _NO_ROOF = (Kind.NCCL,)  # bound by the links, not by HBM or the SMs: never placed
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """One point of the roofline: a kernel name (or an op name) aggregated over the steps."""
 
     name: str
@@ -69,8 +67,7 @@ class Placement:
     bound: str  # latency | memory | compute | unknown
 
 
-@dataclass(frozen=True, eq=False)
-class RooflineResult:
+class RooflineResult(msgspec.Struct, frozen=True, eq=False):
     kernels: tuple[Placement, ...]  # by time, largest first
     ops: tuple[Placement, ...]
     model_flops_per_step: float  # matrix / attention / conv FLOPs

@@ -21,10 +21,9 @@ work). Host-bound steps keep their host boundaries; GPU-bound steps get their GP
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from itertools import pairwise
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import clip_total, union
@@ -37,8 +36,7 @@ METHODS = ("profiler-step", "iteration-marker", "optimizer-step", "module-forwar
 ITERATION_MARKER = "gpudoctor.iteration#"
 
 
-@dataclass(frozen=True, eq=False)
-class Steps:
+class Steps(msgspec.Struct, frozen=True, eq=False):
     method: str  # see METHODS
     start: np.ndarray  # int64 ns, aligned to the GPU timeline
     end: np.ndarray  # int64 ns
@@ -88,7 +86,7 @@ def whole_steps(steps: Steps, recorded: int | None) -> Steps:
         return steps
     host = (None, None) if steps.host_start is None or steps.host_end is None else (
         steps.host_start[:recorded], steps.host_end[:recorded])
-    return dataclasses.replace(steps, start=steps.start[:recorded], end=steps.end[:recorded],
+    return msgspec.structs.replace(steps, start=steps.start[:recorded], end=steps.end[:recorded],
                                labels=steps.labels[:recorded], host_start=host[0], host_end=host[1],
                                cut_short=True)
 
@@ -133,7 +131,7 @@ def without_outlier_edges(steps: Steps, trace: Trace,
     host = (None, None) if steps.host_start is None or steps.host_end is None else (
         steps.host_start[keep], steps.host_end[keep])
     labels = tuple(label for label, k in zip(steps.labels, keep.tolist()) if k)
-    trimmed = dataclasses.replace(steps, start=steps.start[keep], end=steps.end[keep],
+    trimmed = msgspec.structs.replace(steps, start=steps.start[keep], end=steps.end[keep],
                                   labels=labels, host_start=host[0], host_end=host[1])
     return trimmed, tuple(np.flatnonzero(~keep).tolist())
 
@@ -216,7 +214,7 @@ def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
     last_end = max(int(he[-1]), int(gpu_end[n]))
     end = np.concatenate((start[1:], [last_end]))
     end = np.maximum(end, start + 1)
-    return dataclasses.replace(steps, start=start.astype(np.int64), end=end.astype(np.int64),
+    return msgspec.structs.replace(steps, start=start.astype(np.int64), end=end.astype(np.int64),
                                host_start=hs, host_end=he)
 
 
@@ -386,7 +384,7 @@ def _module_forward_steps(trace: Trace) -> Steps | None:
     if found is None:
         return None
     steps = _between(found[0], "module-forward")
-    return None if steps is None else dataclasses.replace(steps, marker=found[1])
+    return None if steps is None else msgspec.structs.replace(steps, marker=found[1])
 
 
 def _kernel_period_steps(trace: Trace) -> Steps | None:
@@ -402,7 +400,7 @@ def _kernel_period_steps(trace: Trace) -> Steps | None:
     d = steps.end - steps.start
     if len(steps) == 2 and d.max() > OUTLIER_TIMES * max(int(d.min()), 1):
         return None
-    return dataclasses.replace(steps, period=period)
+    return msgspec.structs.replace(steps, period=period)
 
 
 def _between(starts: np.ndarray, method: str) -> Steps | None:

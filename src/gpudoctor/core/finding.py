@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 SEVERITIES = ("critical", "major", "minor", "info")
 ALL_IDLE = float("inf")  # make_finding(idle_ms=ALL_IDLE): the whole saving is GPU idle
@@ -20,26 +21,23 @@ REPLAYED_BEYOND_TEXT = ("Replayed, the fix saves {saving:.2f} ms, more than the 
 MAJOR_SHARE = 0.05  # the share of the step from which a saving is major (a rule may ask for more)
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(msgspec.Struct, frozen=True):
     """One remedy, in the order to try them; ``code`` is a short snippet."""
 
     title: str
     code: str = ""
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     """Named numbers plus the ops, kernels and source lines involved."""
 
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: dict[str, Any] = msgspec.field(default_factory=dict)
     ops: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     id: str
     title: str
     severity: str

@@ -9,10 +9,10 @@ smaller counts, with a hop-latency fit to tell a cliff from a ring growing long.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import combinations
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import median
@@ -194,7 +194,7 @@ def _scaling(algo: str, points: dict[int, list[tuple[float, float | None]]], par
                 f" Partial data: {partial}." if partial else ""),
             dict(numbers, worst_ratio=round(worst, 3)), (),
             subject=f"all-reduce{label}", partial=bool(partial))
-        return replace(f, severity="info")
+        return msgspec.structs.replace(f, severity="info")
     j, coef, expected = cliff
     n_cliff, ratio = int(ns[j]), float(t[j] / expected)
     hop_note, ratio_b = "", None

@@ -12,9 +12,10 @@ predict is the finding.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import median
@@ -184,7 +185,7 @@ def plan_scaling(algo: str, ns: list[int], t: np.ndarray, sizes: list[float] | N
             f"cliff is {CLIFF:g}x): no jump the model does not predict.{expected_jump}{tail}",
             dict(numbers, largest_unexplained_jump=round(worst, 3)), (),
             subject=f"all-reduce{label}", partial=bool(partial))
-        return replace(f, severity="info")
+        return msgspec.structs.replace(f, severity="info")
     return _cliff(algo, ns, t, curve, ratio, cliff, k, numbers,
                   (where, expected_jump, tail), partial)
 

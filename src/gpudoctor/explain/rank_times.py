@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import distinct, median
@@ -329,7 +329,7 @@ class _Ranks:
                            f"({ratio:.2f}x) at {when}: warm-up (compilation, autotuning, "
                            "allocator) ending, or a fix taking effect."),
                 numbers, (), subject=when, partial=bool(self.partial))
-            return [replace(f, severity="info")]
+            return [msgspec.structs.replace(f, severity="info")]
         everyone = med_after - med_before > 0.5 * (after - before)
         starter = self._flagged[0] if self._flagged else None
         if starter:
@@ -455,6 +455,6 @@ class _Ranks:
             {"ranks": int(self.ranks.size), "steps": int(self.steps.size),
              "median_step_ms": round(med, 3)},
             (), partial=bool(self.partial))
-        return replace(f, severity="info")
+        return msgspec.structs.replace(f, severity="info")
 
 

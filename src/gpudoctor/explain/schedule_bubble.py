@@ -6,9 +6,9 @@ The formulas (1F1B (pp-1)/m, interleaved (pp-1)/(v m), ZB-H1 (pp-1)/(3m)) come f
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
@@ -76,7 +76,7 @@ def pipeline_hypotheses(pp: int, microbatches: int, measured_bubble: float, virt
                             f"Measured bubble {100 * bubble:.0f}% against the formula for "
                             f"{which}.{note}", base,
                             _pipeline_fixes(p, m, v, sched)[2:], partial=bool(partial))
-        return [replace(f, severity="info")]
+        return [msgspec.structs.replace(f, severity="info")]
     return sorted(_pipeline_causes(p, m, v, sched, expected, excess, stages, c, recompute, base,
                                    (head, short), note, bool(partial)),
                   key=lambda f: -(f.confidence or 0))

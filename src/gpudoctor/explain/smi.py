@@ -14,8 +14,9 @@ import csv
 import io
 import re
 import statistics
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from gpudoctor.core.card import CHECKS, CardState, GpuRecord, judge, load_of, reason_names
 from gpudoctor.core.finding import Finding, Fix, make_hypothesis
@@ -624,7 +625,7 @@ def _mig(r: GpuRecord) -> Finding:
         (Fix("Compare against the slice's ceilings, or disable MIG for whole-card jobs",
              "sudo nvidia-smi -i <gpu> -mig 0"),),
         subject=r.label, check_next=("`nvidia-smi mig -lgi`: which instance profiles exist",))
-    return replace(f, severity="info")
+    return msgspec.structs.replace(f, severity="info")
 
 
 def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
@@ -655,7 +656,7 @@ def _healthy(r: GpuRecord, notes: list[Finding]) -> Finding:
         (),
         subject=r.label, partial=bool(missing),
         check_next=(f"`{SMI_CMD}` under load, if the job is slow",) if load_of(r) != "busy" else ())
-    return replace(f, severity="info")
+    return msgspec.structs.replace(f, severity="info")
 
 
 def _unchecked(r: GpuRecord, notes: list[Finding]) -> Finding:
@@ -669,4 +670,4 @@ def _unchecked(r: GpuRecord, notes: list[Finding]) -> Finding:
         {"checked": [], "not_checked": list(CHECKS)}, (),
         subject=r.label, partial=True,
         check_next=(f"`{SMI_CMD}` (whole, not cut), or `nvidia-smi -q` for every section",))
-    return replace(f, severity="info")
+    return msgspec.structs.replace(f, severity="info")

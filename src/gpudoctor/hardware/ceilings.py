@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from gpudoctor.core.records import as_dict
 from gpudoctor.errors import CeilingsFileError, UnknownGpuError
 from gpudoctor.hardware.specs import GpuSpec, find_spec, known_names
 
@@ -19,8 +21,7 @@ _PCIE_BY_GEN = {"gen3": PCIE3_X16_BYTES_PER_S, "gen4": PCIE4_X16_BYTES_PER_S,
                 "gen5": PCIE5_X16_BYTES_PER_S}
 
 
-@dataclass(frozen=True)
-class Ceilings:
+class Ceilings(msgspec.Struct, frozen=True):
     """What one GPU can reach. ``source`` says whether it was measured or read off a datasheet."""
 
     gpu: str
@@ -30,7 +31,7 @@ class Ceilings:
     h2d_pinned_bytes_per_s: float
     memory_bytes: int
     source: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def matrix(self, dtype: str) -> float:
         """Matrix FLOP/s for a dtype name (bf16, fp16, tf32, fp32, fp8...); fp32 when unknown."""
@@ -48,7 +49,7 @@ class Ceilings:
         return self.hbm_bytes_per_s > 0 and self.best_matrix_flops > 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 def from_spec(spec: GpuSpec) -> Ceilings:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.hardware.ceilings import Ceilings
@@ -40,8 +40,7 @@ LARGE = 8192  # the grid's reference cell, and the shape gpudoctor bench's gemm.
 REFERENCE = "gemm_grid_h100.json"
 
 
-@dataclass(frozen=True, eq=False)
-class GemmGrid:
+class GemmGrid(msgspec.Struct, frozen=True, eq=False):
     """Rates by shape, relative to the grid's LARGE^3 cell."""
 
     log_dims: np.ndarray  # log2 of the dimensions, ascending

@@ -24,14 +24,14 @@ order: more specific rows (A100 80GB PCIe, H100 NVL, GB200...) come before the g
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 T = 1e12
 P = 1e15
 
 
-@dataclass(frozen=True)
-class GpuSpec:
+class GpuSpec(msgspec.Struct, frozen=True):
     """One datasheet row."""
 
     key: str

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpudoctor.errors import InputError
 
@@ -19,8 +20,7 @@ _ANY_RANK = re.compile(r"rank[._-]?(\d+)")
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-@dataclass(frozen=True)
-class RankSource:
+class RankSource(msgspec.Struct, frozen=True):
     """One rank's trace and the env.json that goes with it (None when there is none)."""
 
     rank: int

@@ -33,8 +33,7 @@ the slowest stage's compute above the mean, m / (m - 1) times the model's saving
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import median
@@ -138,6 +137,6 @@ def priced_unprofiled(finding: Finding, unprofiled_step_ms: float | None) -> Fin
     if finding.id != ID or not u:
         return finding
     saving = min(finding.saving_ms, MAX_SAVING_SHARE * u)
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         finding, saving_ms=saving, predicted_speedup=speedup(u, saving),
         severity=severity_for(saving, u, finding.severity_floor, finding.major_share))

@@ -31,9 +31,9 @@ turns), whatever cause its summed lateness was given.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.host_time import WAITS
@@ -527,9 +527,9 @@ def _repriced(finding: Finding, saving: float, step_ms: float,
               numbers: dict | None = None) -> Finding:
     """``finding`` with ``saving`` against a step of ``step_ms`` (its title's figure, speedup and
     severity with it; ``numbers`` replacing its evidence's when given)."""
-    evidence = finding.evidence if numbers is None else dataclasses.replace(finding.evidence,
+    evidence = finding.evidence if numbers is None else msgspec.structs.replace(finding.evidence,
                                                                             numbers=numbers)
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         finding, title=finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms"),
         saving_ms=saving, predicted_speedup=speedup(step_ms, saving),
         severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share),

@@ -11,8 +11,7 @@ the step). ``changes`` turns it into the replay's ``Changes`` for one graph; edi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
@@ -24,8 +23,7 @@ EMPTY_I = np.empty(0, np.int64)
 EMPTY_F = np.empty(0, float)
 
 
-@dataclass(frozen=True, eq=False)
-class Edit:
+class Edit(msgspec.Struct, frozen=True, eq=False):
     """What one fix changes. Device events and host events are trace indices.
 
     device / device_ns: device events and their time after the fix (ns);
@@ -43,20 +41,20 @@ class Edit:
     paced: whether the host left after the fix runs at the pace of its smaller work;
     note: how the edit was made, for the report."""
 
-    device: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    device_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
-    device_removed: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    host_removed_s: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    host_removed_e: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    unwait: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    calls_removed: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    device: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    device_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
+    device_removed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    host_removed_s: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    host_removed_e: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    unwait: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    calls_removed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
     # host calls that take calls_timed_ns
-    calls_timed: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    calls_timed_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
+    calls_timed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    calls_timed_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
     # host calls that take calls_slower_ns more time (a compiled call's entry)
-    calls_slower: np.ndarray = field(default_factory=lambda: EMPTY_I)
-    calls_slower_ns: np.ndarray = field(default_factory=lambda: EMPTY_F)
-    added_at: np.ndarray = field(default_factory=lambda: EMPTY_I)
+    calls_slower: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    calls_slower_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
+    added_at: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
     # host launches added before each call that launches one of added_at
     added_launches: float = 0.0
     latency_ns: float | None = None

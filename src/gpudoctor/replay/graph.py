@@ -20,8 +20,7 @@ with no launch in the window starts where it started; a trace with no launches h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.host_events import launch_threads, sync_calls
@@ -54,8 +53,7 @@ MARK = 1  # a step's host start (no duration)
 EVENT_CLASSES = ("op", "runtime", "python", "annotation", "memory")
 
 
-@dataclass(frozen=True, eq=False)
-class StepGraph:
+class StepGraph(msgspec.Struct, frozen=True, eq=False):
     """The host chain and the device events of a trace's steps (arrays, one row per entry).
 
     Host chain, in time order (``n`` entries):
@@ -100,8 +98,8 @@ class StepGraph:
     switch_ns: int
     profiled_ns: int  # the profiled mean step after the first (analysis/steps.py: GPU-aligned)
     coverage: str  # "full", or what the graph could not build
-    edge_s: np.ndarray = field(default_factory=lambda: EMPTY_EDGES)  # the profiler's own work at each
-    edge_e: np.ndarray = field(default_factory=lambda: EMPTY_EDGES)  # step's edges (step_edges)
+    edge_s: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_EDGES)  # the profiler's own work at each
+    edge_e: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_EDGES)  # step's edges (step_edges)
 
     @property
     def calls(self) -> int:

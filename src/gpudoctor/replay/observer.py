@@ -13,8 +13,8 @@ how close both come.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
@@ -56,8 +56,7 @@ FIT_TOLERANCE = 1e-5  # of the measured step
 ScaleReplay = tuple[float, Changes, Replayed]  # a scale, its changes and their replay
 
 
-@dataclass(frozen=True, eq=False)
-class Unprofiled:
+class Unprofiled(msgspec.Struct, frozen=True, eq=False):
     """The graph's changes that remove the profiler, and how they were chosen."""
 
     changes: Changes

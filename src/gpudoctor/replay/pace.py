@@ -12,7 +12,7 @@ pace" and "The lab three more times and the variants, at the host's pace".
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from gpudoctor.replay.graph import StepGraph
 from gpudoctor.replay.simulate import Changes
@@ -32,5 +32,5 @@ def paced(graph: StepGraph, edited: Changes, work_before_ns: float,
     gap = graph.gap_ns if edited.gap_ns is None else edited.gap_ns
     own = graph.own_ns if edited.own_ns is None else edited.own_ns
     tail = graph.tail_ns if edited.tail_ns is None else edited.tail_ns
-    return dataclasses.replace(edited, gap_ns=gap * pace, own_ns=own * pace,
+    return msgspec.structs.replace(edited, gap_ns=gap * pace, own_ns=own * pace,
                                tail_ns=float(tail) * pace)

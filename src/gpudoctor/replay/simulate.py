@@ -16,17 +16,16 @@ durations, waits removed. Replaying the graph unchanged reproduces the profiled 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import pairwise
 
+import msgspec
 import numpy as np
 
 from gpudoctor.core.arrays import distinct
 from gpudoctor.replay.graph import MARK, StepGraph
 
 
-@dataclass(frozen=True, eq=False)
-class Changes:
+class Changes(msgspec.Struct, frozen=True, eq=False):
     """Per-entry and per-device-row values replacing the graph's; None keeps the graph's."""
 
     gap_ns: np.ndarray | None = None
@@ -40,8 +39,7 @@ class Changes:
     switch_ns: float | None = None
 
 
-@dataclass(frozen=True, eq=False)
-class Replayed:
+class Replayed(msgspec.Struct, frozen=True, eq=False):
     """A replay's timeline: ``total_ns`` the window's end, ``marks_ns`` each step's start: where
     its host starts and the GPU work launched before it is done (analysis/steps.py align_to_gpu)."""
 
@@ -135,8 +133,7 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
                     dev_end_ns=s.end, host_work_ns=float(host_work))
 
 
-@dataclass(eq=False)
-class _State:
+class _State(msgspec.Struct, eq=False):
     """The replay's inputs (chain entries, then device rows) and its running state: the host's
     time ``t``, each stream's end (``free``), the end of all GPU work launched so far, the rows'
     times and the marks."""
@@ -159,8 +156,8 @@ class _State:
     end: np.ndarray
     t: float = 0.0
     launched_end: float = 0.0
-    free: dict = field(default_factory=dict)
-    marks: list = field(default_factory=list)
+    free: dict = msgspec.field(default_factory=dict)
+    marks: list = msgspec.field(default_factory=list)
 
     def profiled_end(self, row: int) -> float:
         """Where ``row`` would end starting where it started in the trace, from the window's

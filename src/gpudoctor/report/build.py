@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis import Analysis
@@ -161,6 +160,6 @@ def _placement(p: Placement) -> RooflineRow:
 
 
 def _memory(m: MemoryResult) -> MemorySection:
-    fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}  # model_state kept typed
+    fields = {name: getattr(m, name) for name in m.__struct_fields__}  # model_state kept typed
     return MemorySection(**{**fields, "fragmentation": round(m.fragmentation, 4)},
                          peak_reserved_fraction=round(m.peak_reserved_fraction, 4))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudoctor.core.finding import Finding
 from gpudoctor.report.sections import (
@@ -41,8 +42,7 @@ def shown_by(how: str) -> Callable[..., str]:
     return renderer
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(msgspec.Struct, frozen=True):
     """One part of the step-breakdown bar, in ms per step (``Report.step_segments``)."""
 
     label: str  # a kernel kind's label, "idle: <cause>", or "busy" / "idle" when nothing splits it
@@ -57,8 +57,7 @@ class Segment:
 COLLECTIVES_VERDICT_SHARE = 0.25
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """The one-line answer (``Report.verdict``)."""
 
     # "healthy", "findings", "collectives" (a rank read alone) or "no-gpu-work" (Report.verdict)
@@ -70,8 +69,7 @@ class Verdict:
         return {"status": self.status, "top_finding": self.top_finding, "text": self.text}
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(msgspec.Struct, frozen=True):
     """The diagnosis as typed sections (report/sections.py), built once by report/build.py;
     ``to_dict`` is where it becomes the JSON of docs/report-schema.md, key for key."""
 
@@ -89,7 +87,7 @@ class Report:
     roofline: RooflineSection
     memory: MemorySection
     findings: tuple[Finding, ...]
-    not_applicable: dict[str, str] = field(default_factory=dict)
+    not_applicable: dict[str, str] = msgspec.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     unprofiled_step_ms: float | None = None  # the same step timed without the profiler
     unprofiled: UnprofiledSection | None = None  # how far to trust it; None when the capture did not say
@@ -228,8 +226,7 @@ class Report:
         return shown_by("text")(self)
 
 
-@dataclass(frozen=True)
-class Reports:
+class Reports(msgspec.Struct, frozen=True):
     """Several traces that are not the ranks of one job, each diagnosed on its own
     (pipeline.analyze_inputs); ``why`` says what told them apart (ranks/job.py)."""
 

@@ -4,18 +4,18 @@ the order the schema gives — the only place a section becomes a dict."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import msgspec
+
 from gpudoctor.analysis.host_breakdown import HostOp
+from gpudoctor.core.records import as_dict
 
 if TYPE_CHECKING:
     from gpudoctor.capture.model_state import ModelState
 
 
-@dataclass(frozen=True)
-class GpuSection:
+class GpuSection(msgspec.Struct, frozen=True):
     """The GPU the trace ran on (``name`` None: no GPU work was recorded)."""
 
     name: str | None
@@ -31,8 +31,7 @@ class GpuSection:
         return {**d, "device": self.device} if self.device else d
 
 
-@dataclass(frozen=True)
-class CeilingsSection:
+class CeilingsSection(msgspec.Struct, frozen=True):
     """The roofs the report was priced against (hardware/ceilings.py ``Ceilings``) and where they
     come from."""
 
@@ -44,11 +43,10 @@ class CeilingsSection:
     h2d_pinned_bytes_per_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_dict(self)
 
 
-@dataclass(frozen=True)
-class GenerateTiming:
+class GenerateTiming(msgspec.Struct, frozen=True):
     """``generate()`` calls timed outside the window (capture/marks.py ``token_times``), medians in
     ms."""
 
@@ -63,11 +61,10 @@ class GenerateTiming:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in as_dict(self).items() if v is not None}
 
 
-@dataclass(frozen=True)
-class StepsSection:
+class StepsSection(msgspec.Struct, frozen=True):
     """The recorded steps: how they were found and their times (ms, rounded as written)."""
 
     method: str  # analysis/steps.py: profiler-step, optimizer-step, ..., whole-trace
@@ -90,8 +87,7 @@ class StepsSection:
         return d
 
 
-@dataclass(frozen=True)
-class UnprofiledSection:
+class UnprofiledSection(msgspec.Struct, frozen=True):
     """How far to trust the step timed without the profiler (capture/timing.py ``UnprofiledStep``,
     as env.json's ``capture.unprofiled`` holds it)."""
 
@@ -111,11 +107,10 @@ class UnprofiledSection:
                    d.get("samples_from", ""), d.get("trusted", True), d.get("why", ""))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_dict(self)
 
 
-@dataclass(frozen=True)
-class StepTime:
+class StepTime(msgspec.Struct, frozen=True):
     """One recorded step: its duration and the GPU's busy and idle time in it (ms)."""
 
     step_ms: float
@@ -123,8 +118,7 @@ class StepTime:
     idle_ms: float
 
 
-@dataclass(frozen=True)
-class BreakdownSection:
+class BreakdownSection(msgspec.Struct, frozen=True):
     """Where the profiled step's GPU time goes, per step (ms, rounded as written)."""
 
     busy_ms: float
@@ -138,12 +132,11 @@ class BreakdownSection:
     per_step: tuple[StepTime, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"per_step": [dataclasses.asdict(s)
+        return as_dict(self) | {"per_step": [as_dict(s)
                                                         for s in self.per_step]}
 
 
-@dataclass(frozen=True)
-class RooflineRow:
+class RooflineRow(msgspec.Struct, frozen=True):
     """One kernel (or op) on the roofline, aggregated over the steps (analysis/roofline.py
     ``Placement``, with its kind's label and its ratios rounded as written)."""
 
@@ -163,8 +156,7 @@ class RooflineRow:
     bound: str  # latency | memory | compute | unknown
 
 
-@dataclass(frozen=True)
-class RooflineSection:
+class RooflineSection(msgspec.Struct, frozen=True):
     """The roofline's placed kernels and ops, largest first, and the model's FLOPs per step."""
 
     model_tflop_per_step: float
@@ -178,14 +170,13 @@ class RooflineSection:
         d: dict[str, Any] = {
             "model_tflop_per_step": self.model_tflop_per_step,
             "placed_fraction": self.placed_fraction,
-            "kernels": [dataclasses.asdict(k) for k in self.kernels],
-            "ops": [dataclasses.asdict(o) for o in self.ops],
+            "kernels": [as_dict(k) for k in self.kernels],
+            "ops": [as_dict(o) for o in self.ops],
         }
         return d if self.unavailable is None else {**d, "unavailable": self.unavailable}
 
 
-@dataclass(frozen=True)
-class MemorySection:
+class MemorySection(msgspec.Struct, frozen=True):
     """GPU memory over the steps (analysis/memory.py ``MemoryResult``, rounded as written)."""
 
     applicable: bool
@@ -204,30 +195,28 @@ class MemorySection:
     peak_reserved_fraction: float = 0.0  # of capacity_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {name: getattr(self, name) for name in self.__struct_fields__}
         state = None if self.model_state is None else self.model_state.to_dict()
         return d | {"model_state": state}  # its JSON object, in its place
 
 
-@dataclass(frozen=True)
-class HostSection:
+class HostSection(msgspec.Struct, frozen=True):
     """The host's step of a trace with no GPU work: time by category and the top-level ops."""
 
     pid: Any  # the step thread, as the trace names it
     tid: Any
     step_ms: float
-    by_category: dict[str, float] = field(default_factory=dict)  # category -> ms per step
+    by_category: dict[str, float] = msgspec.field(default_factory=dict)  # category -> ms per step
     ops: tuple[HostOp, ...] = ()  # analysis/host_breakdown.py's, rounded by report/build.py
     device: ClassVar[str] = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "thread": {"pid": self.pid, "tid": self.tid},
                 "step_ms": self.step_ms, "by_category": self.by_category,
-                "ops": [dataclasses.asdict(o) for o in self.ops]}
+                "ops": [as_dict(o) for o in self.ops]}
 
 
-@dataclass(frozen=True)
-class TracePlace:
+class TracePlace(msgspec.Struct, frozen=True):
     """Where a finding lies in the annotated trace (report/perfetto.py ``Place``)."""
 
     track: str
@@ -238,14 +227,13 @@ class TracePlace:
     from_start_ms: float  # after the trace's first event: where Perfetto's timeline starts
 
 
-@dataclass(frozen=True)
-class AnnotatedTraceSection:
+class AnnotatedTraceSection(msgspec.Struct, frozen=True):
     """The annotated trace written beside the report: its file, how to open it, and each
     finding's place in it (by finding id)."""
 
     file: str
     how: str
-    findings: dict[str, TracePlace] = field(default_factory=dict)
+    findings: dict[str, TracePlace] = msgspec.field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AnnotatedTraceSection:
@@ -253,11 +241,10 @@ class AnnotatedTraceSection:
         return cls(d["file"], d["how"], {k: TracePlace(**v) for k, v in d["findings"].items()})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_dict(self)
 
 
-@dataclass(frozen=True)
-class AllFixesSection:
+class AllFixesSection(msgspec.Struct, frozen=True):
     """Every replay-priced fix applied at once (rules/whatif.py ``AllFixes``, rounded as
     written)."""
 

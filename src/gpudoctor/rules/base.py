@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import Finding
@@ -20,8 +21,7 @@ from gpudoctor.trace.model import NEEDS
 CALIBRATIONS = ("idle", "step-share", "gpu-step-share", "host-step-share", "same-ops")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """``needs``: what the trace must record for the check to mean anything (trace/capabilities.py
     NEEDS); on a trace that lacks one the rule does not run and the report says so.
 

@@ -17,7 +17,7 @@ unprofiled step has (U minus the GPU's busy time).
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.idle import IdleResult
@@ -149,13 +149,13 @@ def calibrate(
         saving = max(min(saving, MAX_SAVING_SHARE * actual_step_ms), 0.0)
         severity = severity_for(saving, actual_step_ms, finding.severity_floor, finding.major_share)
         out.append(
-            dataclasses.replace(
+            msgspec.structs.replace(
                 finding,
                 saving_ms=saving,
                 idle_ms=idle,
                 predicted_speedup=speedup(actual_step_ms, saving),
                 severity=severity,
-                evidence=dataclasses.replace(finding.evidence, numbers=numbers),
+                evidence=msgspec.structs.replace(finding.evidence, numbers=numbers),
             )
         )
     return out
@@ -189,12 +189,12 @@ def floor_at_host_time(findings: list[Finding], step_ms: float, host_ms: float |
             numbers = dict(finding.evidence.numbers, host_time_per_step_ms=round(host_ms, 3))
             if floor < host_ms:
                 numbers["host_time_after_fix_ms"] = round(floor, 3)
-            finding = dataclasses.replace(
+            finding = msgspec.structs.replace(
                 finding,
                 saving_ms=saving,
                 predicted_speedup=speedup(actual, saving),
                 severity=severity_for(saving, actual, finding.severity_floor, finding.major_share),
-                evidence=dataclasses.replace(finding.evidence, numbers=numbers),
+                evidence=msgspec.structs.replace(finding.evidence, numbers=numbers),
             )
         out.append(finding)
     return out

@@ -37,8 +37,7 @@ is what the knob itself does, and ``run --try-fixes`` prints it beside the measu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -55,8 +54,7 @@ KNOB_BF16 = "bf16-autocast"
 KNOB_TF32 = "tf32"
 
 
-@dataclass(frozen=True)
-class KnobPrice:
+class KnobPrice(msgspec.Struct, frozen=True):
     knob: str
     step_ms: float
     step_after_ms: float

@@ -12,10 +12,9 @@ and its evidence says so (``PRICED_BY``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -37,8 +36,7 @@ STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
 FORMULA_SAVING = "saving_by_formula_ms"
 
 
-@dataclass(frozen=True, eq=False)
-class StepModel:
+class StepModel(msgspec.Struct, frozen=True, eq=False):
     """The graph of a trace's steps and its profiler-free baseline."""
 
     graph: StepGraph
@@ -91,8 +89,7 @@ class StepModel:
         return min(after_ns / 1e6, self.step_ms)
 
 
-@dataclass(frozen=True)
-class AllFixes:
+class AllFixes(msgspec.Struct, frozen=True):
     """Every replay-priced fix applied at once: the step it leaves and the speedup."""
 
     ids: tuple[str, ...]
@@ -146,8 +143,7 @@ def step_model(a: Analysis) -> StepModel | str:
     return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None, loader)
 
 
-@dataclass(frozen=True)
-class Repriced:
+class Repriced(msgspec.Struct, frozen=True):
     """The findings re-priced by replay (unranked), and every replayed fix at once."""
 
     findings: list[Finding]
@@ -278,8 +274,8 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return dataclasses.replace(finding,
-                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return msgspec.structs.replace(finding,
+                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
 
 
 def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
@@ -299,14 +295,14 @@ def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: Ste
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return dataclasses.replace(finding,
-                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return msgspec.structs.replace(finding,
+                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
 
 
 def _formula(finding: Finding, why: str) -> Finding:
     numbers = dict(finding.evidence.numbers, **{PRICED_BY: "formula", FORMULA_BECAUSE: why})
-    return dataclasses.replace(finding,
-                               evidence=dataclasses.replace(finding.evidence, numbers=numbers))
+    return msgspec.structs.replace(finding,
+                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
 
 
 def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:
@@ -315,9 +311,9 @@ def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> F
     numbers = dict(finding.evidence.numbers,
                    **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
                                                  FORMULA_SAVING: round(finding.saving_ms, 4)})
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         finding, saving_ms=saving, idle_ms=min(idle, saving),
         predicted_speedup=speedup(step_ms, saving),
         severity=severity_for(saving, step_ms, finding.severity_floor, finding.major_share),
-        evidence=dataclasses.replace(finding.evidence, numbers=numbers),
+        evidence=msgspec.structs.replace(finding.evidence, numbers=numbers),
     )

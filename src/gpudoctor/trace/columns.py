@@ -5,11 +5,11 @@ the tables of them)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from itertools import chain, count, repeat
 from operator import attrgetter, is_
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.trace.model import DeviceCat, HostCat
@@ -103,8 +103,7 @@ def _in_first_order(provisional: np.ndarray) -> bool:
     return bool(provisional[0] == 0 and np.all(np.diff(running) <= 1))
 
 
-@dataclass
-class Events:
+class Events(msgspec.Struct):
     """The events of one table as columns, in the file's order. ``keys`` and ``args`` are the
     slice's own until ``read_args`` turns the args into columns (``extra``) and joined bytes."""
 
@@ -115,7 +114,7 @@ class Events:
     thread: np.ndarray  # int32: Interner ids of (pid, tid) (host events)
     keys: list[tuple[int | str, int | str]]  # (pid, tid) (device events)
     args: list[Any]  # msgspec.Raw
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # columns read from the args
+    extra: dict[str, np.ndarray] = msgspec.field(default_factory=dict)  # columns read from the args
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -174,8 +173,7 @@ def _pick(events: list[TraceEvent], rows: np.ndarray, code: np.ndarray,
     )
 
 
-@dataclass
-class Tables:
+class Tables(msgspec.Struct):
     """What the slices share: the ids of host names, threads and device names."""
 
     host_names: Interner

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 import re
@@ -186,7 +185,7 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
         properties, unreadable = _lenient_properties(raw.get("deviceProperties")
                                                      if isinstance(raw, dict) else None)
         gpus = _gpus(TraceFile(traceEvents=[], deviceProperties=properties))
-    return dataclasses.replace(trace, gpus=gpus, skipped_events=chunks.skipped,
+    return msgspec.structs.replace(trace, gpus=gpus, skipped_events=chunks.skipped,
                                unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable))
 
 
@@ -269,7 +268,7 @@ def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trac
         repaired, count = _NON_FINITE.subn(rb"\1null", text)
         if not count:
             raise
-    return dataclasses.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
+    return msgspec.structs.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
 
 
 def _parse_json(data: bytes | bytearray, source: str) -> Trace:

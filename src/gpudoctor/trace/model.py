@@ -10,7 +10,6 @@ Links (computed once by ``trace.load``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
@@ -41,8 +40,7 @@ class DeviceCat(IntEnum):
     MEMSET = 2
 
 
-@dataclass(frozen=True, eq=False)
-class HostEvents:
+class HostEvents(msgspec.Struct, frozen=True, eq=False):
     """CPU-side complete events, sorted by (thread, start, -end)."""
 
     ts: np.ndarray  # int64 ns
@@ -85,8 +83,7 @@ class HostEvents:
         return np.where(top >= 0, top, events)
 
 
-@dataclass(frozen=True, eq=False)
-class DeviceEvents:
+class DeviceEvents(msgspec.Struct, frozen=True, eq=False):
     """GPU-side events (kernels, memcpy, memset), sorted by start."""
 
     ts: np.ndarray  # int64 ns
@@ -113,8 +110,7 @@ class DeviceEvents:
         return self.end - self.ts
 
 
-@dataclass(frozen=True, eq=False)
-class MemoryEvents:
+class MemoryEvents(msgspec.Struct, frozen=True, eq=False):
     """``[memory]`` instant events (profile_memory=True) on the GPU, sorted by time."""
 
     ts: np.ndarray  # int64 ns
@@ -127,8 +123,7 @@ class MemoryEvents:
         return len(self.ts)
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(msgspec.Struct, frozen=True):
     """A GPU as the trace's deviceProperties describe it."""
 
     name: str
@@ -173,8 +168,7 @@ class OpArgsTable:
         return at
 
 
-@dataclass(frozen=True, eq=False)
-class Trace:
+class Trace(msgspec.Struct, frozen=True, eq=False, dict=True):
     """A loaded profiler trace. Build it with ``gpudoctor.trace.load``."""
 
     source: str
@@ -199,8 +193,8 @@ class Trace:
     origin_ns: int = 0
     # deviceProperties fields read as 0 (unknown): out of range, wrong type
     unreadable_gpu_fields: tuple[str, ...] = ()
-    _shape_cache: dict[bytes, Any] = field(default_factory=dict, repr=False)
-    _op_args: OpArgsTable = field(default_factory=OpArgsTable, repr=False)
+    _shape_cache: dict[bytes, Any] = msgspec.field(default_factory=dict)
+    _op_args: OpArgsTable = msgspec.field(default_factory=OpArgsTable)
 
     def string(self, sid: int) -> str:
         return self.strings[sid]
@@ -319,8 +313,7 @@ NEEDS = ("launch_links", "cpu_ops", "memory_events")
 # on
 MIN_LINKED_SHARE = 0.5
 
-@dataclass(frozen=True)
-class Capabilities:
+class Capabilities(msgspec.Struct, frozen=True):
     """Counts of what the trace holds; the properties say what it can support."""
 
     gpu_events: int

@@ -5,10 +5,10 @@ in chunks holds its columns and one chunk (trace/load.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import is_
 
+import msgspec
 import numpy as np
 
 from gpudoctor.trace.columns import (
@@ -28,16 +28,15 @@ _I64_MAX = 2**63 - 1
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
-@dataclass
-class Parts:
+class Parts(msgspec.Struct):
     """Each slice's host, device and memory columns, and what was dropped or unreadable."""
 
-    host: list[Events] = field(default_factory=list)
-    device: list[Events] = field(default_factory=list)
-    memory: list[Events] = field(default_factory=list)
-    host_args: RawArgsBuilder = field(default_factory=lambda: RawArgsBuilder(compressed=False))
+    host: list[Events] = msgspec.field(default_factory=list)
+    device: list[Events] = msgspec.field(default_factory=list)
+    memory: list[Events] = msgspec.field(default_factory=list)
+    host_args: RawArgsBuilder = msgspec.field(default_factory=lambda: RawArgsBuilder(compressed=False))
     timed: int = 0  # complete host and device events and [memory] events, before dropping bad times
-    bad_example: list[str] = field(default_factory=lambda: ["", "", ""])  # first bad time per table
+    bad_example: list[str] = msgspec.field(default_factory=lambda: ["", "", ""])  # first bad time per table
     bad_args: int = 0
     unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes
     other_accelerator_events: int = 0  # complete events of an MTIA, XPU, HPU or PrivateUse1 device
