@@ -156,9 +156,8 @@ def _with_annotated_trace(report: Report, found: Diagnosis, trace: Path,
                                      option="annotated trace")
     except Exception as exc:  # noqa: BLE001 - the report and env.json must still be written
         return report, f"the annotated trace was not written ({type(exc).__name__}: {exc})"
-    return msgspec.structs.replace(report,
-                               annotated_trace=AnnotatedTraceSection.from_dict(
-                                   annotation.entry(target.name))), ""
+    entry = AnnotatedTraceSection.from_dict(annotation.entry(target.name))
+    return msgspec.structs.replace(report, annotated_trace=entry), ""
 
 
 def free_bytes(folder: Path) -> int:
@@ -303,8 +302,8 @@ def combine_ranks(sync: RankSync, own: Report | None) -> tuple[Report | None, st
                          f"own is in {run}/rank<R>/report.json")
     if report is None:
         return None, _join(why, "; ".join(notes))
-    report = msgspec.structs.replace(report, warnings=tuple(report.warnings) + tuple(n for n in notes
-                                                                                 if n not in report.warnings))
+    added = tuple(n for n in notes if n not in report.warnings)
+    report = msgspec.structs.replace(report, warnings=tuple(report.warnings) + added)
     report = _with_rank_annotation(report, run)
     merge_failed = _merge_rank_annotations(report, run)
     if merge_failed:
@@ -351,9 +350,8 @@ def _with_rank_annotation(report: Report, run: Path) -> Report:
             entry = None
     if entry is None or not entry.file:
         return report
-    return msgspec.structs.replace(report,
-                               annotated_trace=msgspec.structs.replace(
-                                   entry, file=f"rank{rank}/{Path(entry.file).name}"))
+    moved = msgspec.structs.replace(entry, file=f"rank{rank}/{Path(entry.file).name}")
+    return msgspec.structs.replace(report, annotated_trace=moved)
 
 
 def _analyze_ranks(run: Path) -> tuple[Report | None, str]:

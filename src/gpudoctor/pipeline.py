@@ -115,8 +115,8 @@ def diagnose_loaded(
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
                                          step_source, cut_after)
     if step_source:
-        report = msgspec.structs.replace(report,
-                                     steps=msgspec.structs.replace(report.steps, source=step_source))
+        steps = msgspec.structs.replace(report.steps, source=step_source)
+        report = msgspec.structs.replace(report, steps=steps)
     return Diagnosis(report, analysis)
 
 
@@ -143,7 +143,7 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     report = build_report(analysis, findings)
     if collectives is not None:
         report = msgspec.structs.replace(report,
-                                     exposed_collectives_share=collectives.exposed_share)
+                                         exposed_collectives_share=collectives.exposed_share)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
         report = msgspec.structs.replace(report, all_fixes=all_fixes_section(together))
@@ -180,9 +180,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
                             step_source=run.step_source, cut_after=run.cut_after)
     if not run.unprofiled:
         return found
-    return Diagnosis(msgspec.structs.replace(found.report,
-                                         unprofiled=UnprofiledSection.from_dict(run.unprofiled)),
-                     found.analysis)
+    unprofiled = UnprofiledSection.from_dict(run.unprofiled)
+    return Diagnosis(msgspec.structs.replace(found.report, unprofiled=unprofiled), found.analysis)
 
 
 def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
@@ -197,9 +196,8 @@ def annotated(found: Diagnosis, trace: Path, target: Path, label: str,
                          "finding to draw; annotate a trace recorded on a GPU")
     annotation = write_annotated(trace, found.analysis, found.report.findings, target,
                                  inputs=inputs)
-    return msgspec.structs.replace(found.report,
-                               annotated_trace=AnnotatedTraceSection.from_dict(
-                                   annotation.entry(label)))
+    return msgspec.structs.replace(
+        found.report, annotated_trace=AnnotatedTraceSection.from_dict(annotation.entry(label)))
 
 
 def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
@@ -345,8 +343,9 @@ def _combined_report(result: RanksResult, reports: list[Report]) -> Report:
                    for f in result.findings)
     findings = tuple(sorted((*ranked, *base.findings), key=lambda f: -f.saving_ms))
     warnings = (*result.warnings, *base.warnings)
-    return msgspec.structs.replace(base, source=result.source, findings=findings, warnings=warnings,
-                               ranks=result.rows, distributed=result.distributed)
+    return msgspec.structs.replace(base, source=result.source, findings=findings,
+                                   warnings=warnings, ranks=result.rows,
+                                   distributed=result.distributed)
 
 
 def rank_file(target: Path, rank: int) -> Path:

@@ -87,8 +87,8 @@ def whole_steps(steps: Steps, recorded: int | None) -> Steps:
     host = (None, None) if steps.host_start is None or steps.host_end is None else (
         steps.host_start[:recorded], steps.host_end[:recorded])
     return msgspec.structs.replace(steps, start=steps.start[:recorded], end=steps.end[:recorded],
-                               labels=steps.labels[:recorded], host_start=host[0], host_end=host[1],
-                               cut_short=True)
+                                   labels=steps.labels[:recorded], host_start=host[0],
+                                   host_end=host[1], cut_short=True)
 
 
 # A step at the window's edge this many times the median of the others is one-off work (a new
@@ -132,7 +132,7 @@ def without_outlier_edges(steps: Steps, trace: Trace,
         steps.host_start[keep], steps.host_end[keep])
     labels = tuple(label for label, k in zip(steps.labels, keep.tolist()) if k)
     trimmed = msgspec.structs.replace(steps, start=steps.start[keep], end=steps.end[keep],
-                                  labels=labels, host_start=host[0], host_end=host[1])
+                                      labels=labels, host_start=host[0], host_end=host[1])
     return trimmed, tuple(np.flatnonzero(~keep).tolist())
 
 
@@ -215,7 +215,7 @@ def align_to_gpu(trace: Trace, steps: Steps) -> Steps:
     end = np.concatenate((start[1:], [last_end]))
     end = np.maximum(end, start + 1)
     return msgspec.structs.replace(steps, start=start.astype(np.int64), end=end.astype(np.int64),
-                               host_start=hs, host_end=he)
+                                   host_start=hs, host_end=he)
 
 
 def _marked(trace: Trace, prefix: str) -> np.ndarray:

@@ -56,6 +56,11 @@ class Finding(msgspec.Struct, frozen=True):
     subject: str = ""  # what it is about: a kernel, a rank, a GPU
     partial: bool = False  # drawn from incomplete data (missing sections or columns)
 
+    def with_numbers(self, numbers: dict[str, Any]) -> Finding:
+        """The finding with ``numbers`` as its evidence's numbers."""
+        return msgspec.structs.replace(
+            self, evidence=msgspec.structs.replace(self.evidence, numbers=numbers))
+
     def replayed_beyond_note(self) -> str | None:
         """The line the report prints under a finding whose replay priced its fix at
         REPLAYED_BEYOND times the formula's saving (the time its own evidence names) or more, and

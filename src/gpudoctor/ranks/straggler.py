@@ -528,7 +528,7 @@ def _repriced(finding: Finding, saving: float, step_ms: float,
     """``finding`` with ``saving`` against a step of ``step_ms`` (its title's figure, speedup and
     severity with it; ``numbers`` replacing its evidence's when given)."""
     evidence = finding.evidence if numbers is None else msgspec.structs.replace(finding.evidence,
-                                                                            numbers=numbers)
+                                                                                numbers=numbers)
     return msgspec.structs.replace(
         finding, title=finding.title.replace(f"{finding.saving_ms:.2f} ms", f"{saving:.2f} ms"),
         saving_ms=saving, predicted_speedup=speedup(step_ms, saving),

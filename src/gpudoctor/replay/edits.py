@@ -41,20 +41,20 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     paced: whether the host left after the fix runs at the pace of its smaller work;
     note: how the edit was made, for the report."""
 
-    device: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    device_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
-    device_removed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    host_removed_s: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    host_removed_e: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    unwait: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    calls_removed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    device: np.ndarray = EMPTY_I
+    device_ns: np.ndarray = EMPTY_F
+    device_removed: np.ndarray = EMPTY_I
+    host_removed_s: np.ndarray = EMPTY_I
+    host_removed_e: np.ndarray = EMPTY_I
+    unwait: np.ndarray = EMPTY_I
+    calls_removed: np.ndarray = EMPTY_I
     # host calls that take calls_timed_ns
-    calls_timed: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    calls_timed_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
+    calls_timed: np.ndarray = EMPTY_I
+    calls_timed_ns: np.ndarray = EMPTY_F
     # host calls that take calls_slower_ns more time (a compiled call's entry)
-    calls_slower: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
-    calls_slower_ns: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_F)
-    added_at: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_I)
+    calls_slower: np.ndarray = EMPTY_I
+    calls_slower_ns: np.ndarray = EMPTY_F
+    added_at: np.ndarray = EMPTY_I
     # host launches added before each call that launches one of added_at
     added_launches: float = 0.0
     latency_ns: float | None = None

@@ -98,8 +98,8 @@ class StepGraph(msgspec.Struct, frozen=True, eq=False):
     switch_ns: int
     profiled_ns: int  # the profiled mean step after the first (analysis/steps.py: GPU-aligned)
     coverage: str  # "full", or what the graph could not build
-    edge_s: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_EDGES)  # the profiler's own work at each
-    edge_e: np.ndarray = msgspec.field(default_factory=lambda: EMPTY_EDGES)  # step's edges (step_edges)
+    edge_s: np.ndarray = EMPTY_EDGES  # the profiler's own work at each
+    edge_e: np.ndarray = EMPTY_EDGES  # step's edges (step_edges)
 
     @property
     def calls(self) -> int:

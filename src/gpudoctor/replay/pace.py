@@ -33,4 +33,4 @@ def paced(graph: StepGraph, edited: Changes, work_before_ns: float,
     own = graph.own_ns if edited.own_ns is None else edited.own_ns
     tail = graph.tail_ns if edited.tail_ns is None else edited.tail_ns
     return msgspec.structs.replace(edited, gap_ns=gap * pace, own_ns=own * pace,
-                               tail_ns=float(tail) * pace)
+                                   tail_ns=float(tail) * pace)

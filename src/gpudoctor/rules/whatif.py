@@ -274,8 +274,7 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return msgspec.structs.replace(finding,
-                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
+    return finding.with_numbers(numbers)
 
 
 def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
@@ -295,14 +294,12 @@ def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: Ste
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
-    return msgspec.structs.replace(finding,
-                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
+    return finding.with_numbers(numbers)
 
 
 def _formula(finding: Finding, why: str) -> Finding:
     numbers = dict(finding.evidence.numbers, **{PRICED_BY: "formula", FORMULA_BECAUSE: why})
-    return msgspec.structs.replace(finding,
-                               evidence=msgspec.structs.replace(finding.evidence, numbers=numbers))
+    return finding.with_numbers(numbers)
 
 
 def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:

@@ -185,8 +185,9 @@ def _load_chunked(stream: BinaryIO, source: str) -> Trace | None:
         properties, unreadable = _lenient_properties(raw.get("deviceProperties")
                                                      if isinstance(raw, dict) else None)
         gpus = _gpus(TraceFile(traceEvents=[], deviceProperties=properties))
+    unreadable_fields = tuple(visible_controls(f) for f in unreadable)
     return msgspec.structs.replace(trace, gpus=gpus, skipped_events=chunks.skipped,
-                               unreadable_gpu_fields=tuple(visible_controls(f) for f in unreadable))
+                                   unreadable_gpu_fields=unreadable_fields)
 
 
 def resolve_trace_path(path: Path) -> Path:
@@ -268,7 +269,8 @@ def _parse(data: bytes | bytearray, source: str, inflated: bool = False) -> Trac
         repaired, count = _NON_FINITE.subn(rb"\1null", text)
         if not count:
             raise
-    return msgspec.structs.replace(_parse_json(bytearray(repaired), source), non_finite_numbers=count)
+    trace = _parse_json(bytearray(repaired), source)
+    return msgspec.structs.replace(trace, non_finite_numbers=count)
 
 
 def _parse_json(data: bytes | bytearray, source: str) -> Trace:

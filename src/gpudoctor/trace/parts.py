@@ -34,9 +34,11 @@ class Parts(msgspec.Struct):
     host: list[Events] = msgspec.field(default_factory=list)
     device: list[Events] = msgspec.field(default_factory=list)
     memory: list[Events] = msgspec.field(default_factory=list)
-    host_args: RawArgsBuilder = msgspec.field(default_factory=lambda: RawArgsBuilder(compressed=False))
+    host_args: RawArgsBuilder = msgspec.field(
+        default_factory=lambda: RawArgsBuilder(compressed=False))
     timed: int = 0  # complete host and device events and [memory] events, before dropping bad times
-    bad_example: list[str] = msgspec.field(default_factory=lambda: ["", "", ""])  # first bad time per table
+    # the first bad time of each table
+    bad_example: list[str] = msgspec.field(default_factory=lambda: ["", "", ""])
     bad_args: int = 0
     unknown_categories: int = 0  # complete events of a category neither Kineto nor PyTorch writes
     other_accelerator_events: int = 0  # complete events of an MTIA, XPU, HPU or PrivateUse1 device
