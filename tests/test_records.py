@@ -106,3 +106,17 @@ def test_importing_what_analyze_needs_makes_no_dataclass() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_speedup_at_a_ceiling_reads_as_at_least() -> None:
+    """The caps on a saving (99% by formula, 99.9% by replay) give x100 and x1000: prices that
+    say "at least", whose step after the fix is the cap's, not one the replay found."""
+    from gpudoctor.core.finding import at_ceiling, speedup, speedup_text, step_after_text
+
+    assert speedup_text(speedup(100.0, 99.9)) == "x1000 or more"
+    assert speedup_text(speedup(100.0, 99.0)) == "x100 or more"
+    assert speedup_text(speedup(100.0, 50.0)) == "x2.00"
+    assert speedup_text(999.0, "×") == "×999.00"  # noqa: RUF001 - the multiplication sign
+    assert not at_ceiling(101.0) and not at_ceiling(1.0)
+    assert step_after_text(13336.316, 13.336316, 1000.0) == "under 13.336 ms"
+    assert step_after_text(10.0, 2.5, 4.0) == "2.500 ms"

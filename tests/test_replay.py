@@ -480,6 +480,13 @@ def test_all_fixes_together_are_bounded_as_one_fix_is(monkeypatch: pytest.Monkey
     assert report.all_fixes is not None and len(report.all_fixes.ids) > 1
     assert report.all_fixes.predicted_speedup == pytest.approx(1000.0)
     assert all(f.predicted_speedup <= 1000.0 for f in report.findings)
+    # at the ceiling the report says "at least", not a step the replay never found
+    from gpudoctor.report.console import render_text
+
+    text = " ".join(render_text(report, width=400).split())
+    step = report.all_fixes.step_ms
+    assert f"{step:.3f} -> under {step / 1000:.3f} ms a step (x1000 or more)" in text
+    assert "(x1000.00)" not in text
 
 
 def test_a_slow_gemm_whose_grid_fills_the_sms_many_times_is_not_small() -> None:

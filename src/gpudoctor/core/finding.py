@@ -188,6 +188,28 @@ MAX_SAVING_SHARE = 0.99
 # guard (an autotuner run on every step gains hundreds of times once bucketed:
 # benchmarks/BENCHMARKS-replay.md "Setup calls replayed"); 1000x is a ceiling against an empty step.
 MAX_REPLAYED_SAVING_SHARE = 0.999
+# The speedups those ceilings give: a price at one says "at least this much", not how much.
+SPEEDUP_CEILINGS = (1 / (1 - MAX_SAVING_SHARE), 1 / (1 - MAX_REPLAYED_SAVING_SHARE))
+
+
+def at_ceiling(predicted_speedup: float) -> bool:
+    """Whether a speedup is one of the ceilings: the fix leaves less of the step than a price can
+    say (a step that is nearly all one-off host work, a compile inside the window)."""
+    return any(abs(predicted_speedup - c) <= 1e-6 * c for c in SPEEDUP_CEILINGS)
+
+
+def speedup_text(predicted_speedup: float, sign: str = "x") -> str:
+    """``x1.25``, or ``x1000 or more`` at a ceiling (``at_ceiling``)."""
+    if at_ceiling(predicted_speedup):
+        return f"{sign}{predicted_speedup:.0f} or more"
+    return f"{sign}{predicted_speedup:.2f}"
+
+
+def step_after_text(step_ms: float, step_after_ms: float, predicted_speedup: float) -> str:
+    """The step a fix leaves, ``0.250 ms``; at a ceiling ``under 13.336 ms`` (the ceiling's step,
+    not a step the replay found)."""
+    return (f"under {step_ms / predicted_speedup:.3f} ms" if at_ceiling(predicted_speedup)
+            else f"{step_after_ms:.3f} ms")
 
 
 def make_finding(

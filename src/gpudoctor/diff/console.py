@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.core.finding import speedup_text
 from gpudoctor.diff.compare import Diff, FindingChange, Row
 from gpudoctor.diff.match import KernelChange
 from gpudoctor.diff.samples import FASTER, SLOWER, UNKNOWN
@@ -82,7 +83,8 @@ def _findings(d: Diff) -> Table | None:
 
 
 def _finding_cells(f: FindingChange) -> tuple[str, str, str, str]:
-    predicted = "-" if f.saving_before_ms is None else f"{f.saving_before_ms:.3f} ms (x{f.predicted_speedup:.2f})"
+    predicted = ("-" if f.saving_before_ms is None
+                 else f"{f.saving_before_ms:.3f} ms ({speedup_text(f.predicted_speedup)})")
     measured = ratio = "-"
     if f.status == "resolved" and f.measured_saving_ms is not None:
         measured = f"{f.measured_saving_ms:.3f} ms" + (f" (x{f.measured_speedup:.2f})"

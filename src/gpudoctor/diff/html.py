@@ -7,6 +7,7 @@ from a trace (kernel, op and file names) goes through ``esc`` before it joins th
 
 from __future__ import annotations
 
+from gpudoctor.core.finding import speedup_text
 from gpudoctor.diff.compare import Diff, FindingChange, Row
 from gpudoctor.diff.match import KernelChange
 from gpudoctor.diff.samples import FASTER, SLOWER
@@ -105,7 +106,8 @@ def _header(d: Diff) -> str:
 
 
 def _finding_row(f: FindingChange) -> str:
-    predicted = "-" if f.saving_before_ms is None else f"{f.saving_before_ms:.3f} ms (x{f.predicted_speedup:.2f})"
+    predicted = ("-" if f.saving_before_ms is None
+                 else f"{f.saving_before_ms:.3f} ms ({speedup_text(f.predicted_speedup)})")
     measured = "-"
     if f.status == "resolved" and f.measured_saving_ms is not None:
         measured = f"{f.measured_saving_ms:.3f} ms" + (f" (x{f.measured_speedup:.2f})"

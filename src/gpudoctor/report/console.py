@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.core.finding import speedup_text, step_after_text
 from gpudoctor.report.model import Report, Reports
 from gpudoctor.report.ranks_section import ranks_summary, ranks_table
 
@@ -195,9 +196,11 @@ def _findings(r: Report, limit: int) -> Group:
     ]
     together = r.all_fixes
     if together is not None:
+        after = step_after_text(together.step_ms, together.step_after_ms,
+                                together.predicted_speedup)
         items.append(Text(f"All {len(together.ids)} replayed fixes together: "
-                          f"{together.step_ms:.3f} -> {together.step_after_ms:.3f} ms a step "
-                          f"(x{together.predicted_speedup:.2f})"))
+                          f"{together.step_ms:.3f} -> {after} a step "
+                          f"({speedup_text(together.predicted_speedup)})"))
     else:  # no fix replayed: the one reason the whole step was priced by its rules' formulas
         reasons = {f.evidence.numbers.get("priced_by_formula_because") for f in r.findings}
         if len(reasons) == 1 and None not in reasons:
@@ -206,7 +209,7 @@ def _findings(r: Report, limit: int) -> Group:
         head = Text(f"{rank}. ")
         head.append(f"[{f.severity}]", style=SEVERITY_STYLE.get(f.severity, ""))
         head.append(f" {f.id}", style="bold")
-        head.append(f"  save ~{f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})")
+        head.append(f"  save ~{f.saving_ms:.3f} ms/step ({speedup_text(f.predicted_speedup)})")
         priced_by = f.evidence.numbers.get("priced_by")
         if priced_by:  # replayed step, or the rule's formula where the fix is not a graph edit
             head.append(f"  [{priced_by}]", style="dim")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.core.finding import Finding
+from gpudoctor.core.finding import Finding, speedup_text
 from gpudoctor.report.escape import esc
 from gpudoctor.report.model import Report
 from gpudoctor.report.sections import AnnotatedTraceSection, RooflineRow
@@ -354,7 +354,7 @@ def _finding(f: Finding, trace_note: str = "", after: list[str] | None = None) -
         f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span>{esc(f.title)}</h3>',
         (f'<p class="muted"><span class="fid">{esc(f.id)}</span> · saves ≈ {f.saving_ms:.2f} ms '
          'per step'
-         f" · predicted speedup ×{f.predicted_speedup:.2f}{held}</p>"),  # noqa: RUF001 - the multiplication sign
+         f" · predicted speedup {speedup_text(f.predicted_speedup, '×')}{held}</p>"),  # noqa: RUF001 - the multiplication sign
         f"<p>{esc(f.summary)}</p>",
         beyond,
         _evidence(f),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gpudoctor.core.finding import Finding
+from gpudoctor.core.finding import Finding, speedup_text
 from gpudoctor.report.sections import (
     AllFixesSection,
     AnnotatedTraceSection,
@@ -207,7 +207,7 @@ class Report(msgspec.Struct, frozen=True):
                 text += f" (the largest, {largest.id}, ~{largest.saving_ms:.3f} ms of {step:.3f} ms)"
             return Verdict("healthy", None, text)
         text = (f"fix {top.id} first: ~{top.saving_ms:.3f} ms of a {step:.3f} ms step "
-                f"(x{top.predicted_speedup:.2f})")
+                f"({speedup_text(top.predicted_speedup)})")
         return Verdict("findings", top.id, text)
 
     def held_back_behind(self, position: int) -> list[str]:

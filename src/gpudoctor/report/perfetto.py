@@ -38,7 +38,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import launch_threads
 from gpudoctor.analysis.idle import CAUSES
 from gpudoctor.analysis.idle_spans import IdleSpans, blocking_calls, idle_spans
-from gpudoctor.core.finding import Finding
+from gpudoctor.core.finding import Finding, speedup_text
 from gpudoctor.outputs import atomic_file, check_output_file
 from gpudoctor.trace.append import Survey, survey, write_with_events
 from gpudoctor.trace.model import HostCat
@@ -222,7 +222,7 @@ def _finding_track(i: int, f: Finding) -> str:
 def _finding(a: Analysis, spans: IdleSpans, f: Finding, ids: tuple[int, int], track: str,
              clock: _Clock, first_ts_us: float) -> tuple[list[dict[str, Any]], Place]:
     starts, ends, counts, how = _where(a, spans, f)
-    name = f"{f.id}: saves {f.saving_ms:.3f} ms/step (x{f.predicted_speedup:.2f})"
+    name = f"{f.id}: saves {f.saving_ms:.3f} ms/step ({speedup_text(f.predicted_speedup)})"
     args = {"finding": f.id, "title": f.title, "severity": f.severity,
             "saving_ms": round(f.saving_ms, 4), "predicted_speedup": round(f.predicted_speedup, 4),
             "idle_ms": round(f.idle_ms, 4), "evidence": _plain(f.evidence.numbers),
