@@ -39,7 +39,7 @@ def _closure(t: TraceBuilder, base: int) -> None:
         t.launch("gemm_bwd", host, base + 700 + 20 * i, 15, op="aten::mm", dims=MM, tid=200)
 
 
-def _trace(foreach: bool, steps: int = 3) -> TraceBuilder:
+def _trace(foreach: bool, steps: int = 3, shapes: bool = True) -> TraceBuilder:
     t = TraceBuilder()
     for k in range(steps):
         base = k * STEP_US
@@ -63,7 +63,7 @@ def _trace(foreach: bool, steps: int = 3) -> TraceBuilder:
                     base + 1510 + 30 * i,
                     8,
                     op="aten::mul_",
-                    dims=MUL,
+                    dims=MUL if shapes else None,
                 )
     return t
 
@@ -92,6 +92,19 @@ def test_closure_with_a_for_loop_adamw_prices_only_the_optimizer() -> None:
     assert numbers["fused_estimate_ms_per_step"] == pytest.approx(0.016)
     assert finding.saving_ms == pytest.approx(2.993 - 100 * 1_572_864 / 3 / 3.35e12 * 1e3, rel=1e-9)
     assert not any(k.startswith("gemm") for k in finding.evidence.kernels)
+
+
+def test_a_loop_whose_sizes_the_trace_lacks_is_priced_at_a_third_of_its_kernels_time() -> None:
+    """Recorded without shapes, the loop's bytes are unknown: the fused step is taken at a third of
+    its kernels' time (what it takes at most), and the finding says so, not "about 0.00 ms"."""
+    trace = parse(_trace(foreach=False, shapes=False).to_bytes())
+    finding = optimizer_loop.check(analyze_trace(trace, for_gpu_name("h100-sxm")))
+    assert finding is not None
+    # 100 kernels of 8 us, a third of their time
+    assert finding.evidence.numbers["fused_estimate_ms_per_step"] == pytest.approx(0.267)
+    assert finding.saving_ms == pytest.approx(2.993 - 0.8 / 3, rel=1e-9)
+    assert "takes at most about 0.27 ms (the trace records no tensor sizes" in finding.summary
+    assert "0.00 ms" not in finding.summary
 
 
 def test_without_a_closure_the_region_starts_at_the_annotation() -> None:
