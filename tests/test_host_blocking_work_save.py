@@ -127,3 +127,28 @@ def test_time_the_window_did_not_see_goes_with_the_host_work() -> None:
     report = analyze_loaded(parse(_python_then_launches().to_bytes()), unprofiled_step_ms=14.0)
     f = report.finding("host-blocking-work")
     assert f is not None and f.saving_ms == pytest.approx(10.70, abs=0.01)
+
+
+def test_the_gpu_held_behind_another_stream_is_not_the_host_works_idle() -> None:
+    """Each 10 ms step: a 1 ms kernel, a receive queued on its own stream that starts 6 ms in
+    (held by its peer), the compute after it, and the host idle with no operator from 0.4 ms to the
+    next step. The GPU's 4.94 ms wait for the receive (gpu-wait: its kernel was queued) lies inside
+    that host work, but removing the host work does not end it: the span's idle is the 1.06 ms the
+    GPU waits for the next step's launches, not 6 ms."""
+    t = TraceBuilder()
+    for k in range(4):
+        base = k * 10_000
+        t.step(k, base, 10_000)
+        t.launch("void gemm_bf16(float*)", base + 50, base + 60, 1_000)
+        recv = t.runtime("cudaLaunchKernel", base + 100, 5)
+        t.kernel("ncclDevKernel_SendRecv(ncclDevComm*)", base + 6_000, 1_000, recv, stream=20)
+        for i in range(4):
+            t.launch("void gemm_bf16(float*)", base + 200 + 50 * i, base + 7_000 + 500 * i, 500)
+    a = analyze_trace(parse(t.to_bytes()), for_gpu_name("h100-sxm"))
+    assert a.idle.ms("gpu-wait") == pytest.approx(4.94)
+    finding = check(a)
+    assert finding is not None
+    assert finding.evidence.numbers["host_work_span_idle_ms_per_step"] == pytest.approx(
+        1.0, abs=0.07
+    )
+    assert "with the blocking copies and syncs around it" not in finding.summary

@@ -51,3 +51,60 @@ def test_the_ranks_read_together_need_no_such_note() -> None:
 def test_a_single_gpu_trace_has_no_collectives_note() -> None:
     report = analyze_path(Path(__file__).parent / "data" / "healthy_train" / "trace.json.gz")
     assert not any(NOTE in w for w in report.warnings)
+
+
+def _held_rank(steps: int = 4) -> bytes:
+    """A pipeline stage read alone, 9.1 ms steps: the host launches a 1 ms kernel, a receive
+    (NCCL, 1 ms on its own stream), then the compute that needs it (four 0.5 ms kernels), and
+    waits for the GPU in a synchronize. The receive starts 6 ms into the step (its peer's pace):
+    from 1.06 ms to 6 ms the GPU sits idle with it queued, held by nothing the trace shows."""
+    from synth import TraceBuilder
+
+    t = TraceBuilder()
+    for k in range(steps):
+        base = k * 9_100
+        t.step(k, base, 9_100)
+        t.launch("void gemm_bf16(float*)", base + 50, base + 60, 1_000)
+        recv = t.runtime("cudaLaunchKernel", base + 100, 5)
+        t.kernel(
+            "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+            base + 6_000,
+            1_000,
+            recv,
+            stream=20,
+        )
+        for i in range(4):
+            t.launch("void gemm_bf16(float*)", base + 200 + 50 * i, base + 7_000 + 500 * i, 500)
+        t.runtime("cudaDeviceSynchronize", base + 400, 8_605)
+    return t.to_bytes()
+
+
+def test_a_rank_alone_whose_gpu_is_held_behind_a_receive_says_so() -> None:
+    """gpu-wait is no host cause: neither a finding nor "healthy" covers it. The note gives its ms
+    and share, and with the collectives' exposed time it sets the verdict (11% + 54%). The replay
+    cannot tell when the peer sends (the same fix on every rank may move it too), so it misses the
+    step and the one finding keeps its formula: the sync's own 0.16 ms, not the GPU's wait."""
+    from gpudoctor.pipeline import analyze_loaded
+    from gpudoctor.trace import parse
+
+    report = analyze_loaded(parse(_held_rank()), gpu="h100-sxm")
+    assert report.warnings[0].startswith(
+        "this trace is one rank of a distributed job: its collectives take 1.00 ms a step (11% "
+        "of it), 1.00 ms of that with no compute beside it (11%), and its GPU sits idle with work "
+        "queued, held behind another stream (a receive, a collective's peers), 4.94 ms a step "
+        "(54%); "
+    )
+    verdict = report.verdict()
+    assert verdict.status == "collectives"
+    assert verdict.text == (
+        "no finding on this rank is major, but its collectives run with no compute beside them "
+        "for 11% of its step, and its GPU sits idle with work queued behind another stream (a "
+        "receive, a collective's peers) for 54%: analyze every rank's trace for the findings on "
+        "them"
+    )
+    out = json.loads(to_json(report))
+    assert (out["exposed_collectives_share"], out["held_share"]) == (0.1099, 0.5429)
+    sync = report.finding("host-sync")
+    assert sync is not None and sync.evidence.numbers["priced_by"] == "formula"
+    assert round(sync.saving_ms, 3) == 0.16
+    assert [f.id for f in report.findings] == ["host-sync"]

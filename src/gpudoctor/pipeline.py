@@ -12,6 +12,7 @@ import msgspec
 
 from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
+from gpudoctor.analysis.idle import GPU_WAIT
 from gpudoctor.analysis.steps import describe, segment, whole_steps
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import (
@@ -132,7 +133,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
-    collectives = one_rank_collectives(trace, analysis.steps) if alone else None
+    collectives = one_rank_collectives(trace, analysis.steps,
+                                       analysis.idle.ms(GPU_WAIT)) if alone else None
     if collectives is not None:
         lacking = [collectives.note(), *lacking]
     if lacking:  # what the trace lacks comes first: it qualifies everything after it
@@ -143,7 +145,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     report = build_report(analysis, findings)
     if collectives is not None:
         report = msgspec.structs.replace(report,
-                                         exposed_collectives_share=collectives.exposed_share)
+                                         exposed_collectives_share=collectives.exposed_share,
+                                         held_share=collectives.held_share)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
         report = msgspec.structs.replace(report, all_fixes=all_fixes_section(together))

@@ -84,6 +84,9 @@ class IdleResult(msgspec.Struct, frozen=True, eq=False):
     # idle ns inside each culprit event (aligned with culprits)
     culprit_idle_ns: dict[str, np.ndarray] = msgspec.field(default_factory=dict)
     gaps: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+    # per gap: its next kernel was launched before it began (gpu-wait: a stream held behind
+    # another, not the host's doing); all False where the trace cannot tell
+    waiting: np.ndarray = np.zeros(0, bool)
     # recorded host events (ops, runtime calls) per step, by the cause covering their start:
     # where the profiler's own per-event cost lands (rules/calibrate.py)
     events_by_cause: dict[str, float] = msgspec.field(default_factory=dict)
@@ -94,6 +97,13 @@ class IdleResult(msgspec.Struct, frozen=True, eq=False):
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
+
+    def host_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """The gaps the host can be the cause of: all but the gpu-wait ones."""
+        gap_s, gap_e = self.gaps
+        if self.waiting.size != gap_s.size or not self.waiting.any():
+            return gap_s, gap_e
+        return gap_s[~self.waiting], gap_e[~self.waiting]
 
 
 def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
@@ -141,6 +151,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         culprits=culprits,
         culprit_idle_ns=culprit_ns,
         gaps=(gap_s, gap_e),
+        waiting=waiting,
         events_by_cause={cause: n / n_steps for cause, n in events.items()},
         labels=label_sets,
         setup_calls=np.flatnonzero(setup),

@@ -55,6 +55,9 @@ class Segment(msgspec.Struct, frozen=True):
 # A rank read alone whose collectives run exposed for this share of its step or more is not called
 # healthy (analysis/collectives.py).
 COLLECTIVES_VERDICT_SHARE = 0.25
+# ... counting the time its GPU is held behind another stream with work queued (gpu-wait), which is
+# named from this share of the step on (analysis/collectives.py MIN_COMM_SHARE)
+HELD_VERDICT_SHARE = 0.05
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -104,6 +107,9 @@ class Report(msgspec.Struct, frozen=True):
     # a rank read alone: the share of its step its collectives run with no compute beside them
     # (analysis/collectives.py); 0.0 otherwise
     exposed_collectives_share: float = 0.0
+    # a rank read alone: the share of its step its GPU sits idle with work queued, held behind
+    # another stream (a receive, a collective's peers: gpu-wait); 0.0 otherwise
+    held_share: float = 0.0
 
     @property
     def mfu_known(self) -> bool:
@@ -147,6 +153,7 @@ class Report(msgspec.Struct, frozen=True):
                if self.annotated_trace is not None else {}),
             **({"exposed_collectives_share": round(self.exposed_collectives_share, 4)}
                if self.exposed_collectives_share > 0 else {}),
+            **({"held_share": round(self.held_share, 4)} if self.held_share > 0 else {}),
         }
 
     def step_segments(self) -> list[Segment]:
@@ -194,11 +201,15 @@ class Report(msgspec.Struct, frozen=True):
                            "report covers the host alone")
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
-        if top is None and self.exposed_collectives_share >= COLLECTIVES_VERDICT_SHARE:
+        waits = self.exposed_collectives_share + self.held_share
+        if top is None and waits >= COLLECTIVES_VERDICT_SHARE:
             # what the step waits on is in the other ranks' traces, not in a finding of this one
+            held = (f", and its GPU sits idle with work queued behind another stream (a receive, "
+                    f"a collective's peers) for {100 * self.held_share:.0f}%"
+                    if self.held_share >= HELD_VERDICT_SHARE else "")
             return Verdict("collectives", None, (
                 "no finding on this rank is major, but its collectives run with no compute "
-                f"beside them for {100 * self.exposed_collectives_share:.0f}% of its step: "
+                f"beside them for {100 * self.exposed_collectives_share:.0f}% of its step{held}: "
                 "analyze every rank's trace for the findings on them"))
         if top is None:
             largest = self.findings[0] if self.findings else None

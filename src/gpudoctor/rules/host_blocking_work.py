@@ -31,7 +31,8 @@ def check(a: Analysis) -> Finding | None:
         return None
     n = max(len(a.steps), 1)
     region_s, region_e = _regions(a)
-    gap_s, gap_e = a.idle.gaps
+    # a gap the GPU spends held behind another stream (gpu-wait) is not the host work's
+    gap_s, gap_e = a.idle.host_gaps()
     region_idle = float(overlap_per_window(gap_s, gap_e, region_s, region_e).sum()) / 1e6 / n
     copies_ms = _copies_inside_ms(a, region_s, region_e) / n
     saving = max(idle, region_idle + copies_ms)
@@ -86,7 +87,7 @@ def _busiest_frames(a: Analysis, limit: int = 3) -> tuple[str, ...]:
     """
     trace, host = a.trace, a.trace.host
     frames = np.flatnonzero((host.cat == HostCat.PYTHON) & host.on_threads(launch_threads(trace)))
-    gap_s, gap_e = a.idle.gaps
+    gap_s, gap_e = a.idle.host_gaps()
     if frames.size == 0 or gap_s.size == 0:
         return ()
     covered = overlap_per_window(gap_s, gap_e, host.ts[frames], host.end[frames]).astype(float)
