@@ -149,3 +149,21 @@ def test_real_lightning_for_loop_step_is_priced_on_the_optimizer_alone() -> None
     assert numbers["optimizer_span_ms_per_step"] == pytest.approx(3.222)  # was 9.624
     # predicted 2.94 ms/step; measured (profiled steps): 10.490 for-loop - 8.233 foreach = 2.26 ms
     assert finding.saving_ms == pytest.approx(2.941, abs=5e-4)  # was 9.259
+
+
+@pytest.mark.parametrize(
+    ("cls", "first"),
+    [
+        ("SGD", "opt = torch.optim.SGD(params, lr=lr, fused=True)"),
+        ("RMSprop", "opt = torch.optim.RMSprop(params, lr=lr, foreach=True)"),
+        ("Lion", "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()"),
+    ],
+)
+def test_the_fix_names_the_programs_own_optimizer(cls: str, first: str) -> None:
+    """The fused or multi-tensor step of the optimizer the trace names (``Optimizer.step#<class>``),
+    not an AdamW the program does not use; one torch.optim has no such step for is compiled."""
+    data = _trace(foreach=False).to_bytes().replace(b"AdamW", cls.encode())
+    finding = optimizer_loop.check(analyze_trace(parse(data), for_gpu_name("h100-sxm")))
+    assert finding is not None
+    assert finding.fixes[0].code == first
+    assert all("AdamW" not in f.code for f in finding.fixes)

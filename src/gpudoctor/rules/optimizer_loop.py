@@ -25,7 +25,7 @@ from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import kernel_names_of_events
 from gpudoctor.trace.kernels import Kind
-from gpudoctor.trace.model import HostCat
+from gpudoctor.trace.model import HostCat, Trace
 
 ID = "optimizer-loop"
 MIN_KERNELS_PER_STEP = 64
@@ -85,16 +85,41 @@ def check(a: Analysis) -> Finding | None:
             ops=tuple(dict.fromkeys(trace.strings[host.name[i]] for i in regions.tolist()))[:3],
             kernels=kernel_names_of_events(trace, idx),
         ),
-        (
-            Fix("Use the fused optimizer kernel",
-                "opt = torch.optim.AdamW(params, lr=lr, fused=True)"),
-            Fix("Or the multi-tensor (foreach) implementation",
-                "opt = torch.optim.AdamW(params, lr=lr, foreach=True)"),
-            Fix("Compile the optimizer step",
-                "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()"),
-        ),
+        _fixes(_optimizer_class(trace, regions)),
         idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
     )
+
+
+# torch.optim's optimizers with a fused CUDA step from torch 2.4 on, and those with a multi-tensor
+# (foreach) step (their ``fused`` / ``foreach`` arguments; Adagrad's fused step came later, for the
+# CPU first)
+FUSED = ("Adam", "AdamW", "SGD")
+FOREACH = ("Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")
+
+
+def _optimizer_class(trace: Trace, regions: np.ndarray) -> str:
+    """The optimizer's class, as its ``Optimizer.step#<class>.step`` annotation names it (the most
+    frequent, where several step)."""
+    names = [trace.strings[i].removeprefix("Optimizer.step#").removesuffix(".step")
+             for i in trace.host.name[regions].tolist()]
+    return max(set(names), key=names.count) if names else ""
+
+
+def _fixes(cls: str) -> tuple[Fix, ...]:
+    """The fixes for the program's own optimizer: its fused step, or its multi-tensor one, where
+    torch.optim has them; else compiling the step."""
+    compiled = Fix("Compile the optimizer step",
+                   "@torch.compile(fullgraph=False)\ndef opt_step():\n    opt.step()")
+    if cls in FUSED:
+        return (Fix("Use the fused optimizer kernel",
+                    f"opt = torch.optim.{cls}(params, lr=lr, fused=True)"),
+                Fix("Or the multi-tensor (foreach) implementation",
+                    f"opt = torch.optim.{cls}(params, lr=lr, foreach=True)"), compiled)
+    if cls in FOREACH:
+        return (Fix("Use the multi-tensor (foreach) implementation",
+                    f"opt = torch.optim.{cls}(params, lr=lr, foreach=True)"), compiled)
+    return (compiled, Fix(f"Or a fused implementation of {cls or 'the optimizer'} (one kernel over "
+                          "all parameters), where a library has one", ""))
 
 
 def _fused_ns(a: Analysis, idx: np.ndarray) -> np.ndarray:
