@@ -194,3 +194,21 @@ def test_sdpa_math_fallback_in_bf16_stays_naive_attention() -> None:
     a = _analysis(_math_sdpa("c10::BFloat16"))
     assert len(fp32_matrix_events(a)["attention"]) == 0
     assert naive_check(a) is not None
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "t4"])
+def test_a_card_without_bf16_tensor_cores_is_told_fp16_with_a_scaler(gpu: str) -> None:
+    """V100 and T4 have fp16 tensor cores only, and no TF32: bf16 autocast there runs without
+    tensor cores. The fixes say fp16 with a gradient scaler, and nothing of bf16 or TF32."""
+    t = TraceBuilder()
+    for s in range(3):  # a 1024-cube fp32 GEMM in 300 us (7 TFLOP/s) each 1 ms step
+        t.step(s, s * 1000, 1000)
+        t.op("aten::mm", s * 1000 + 1, 6, dims=[[1024, 1024], [1024, 1024]], types=FP32)
+        t.kernel(SIMT_KERNEL, s * 1000 + 10, 300, t.runtime("cudaLaunchKernel", s * 1000 + 2, 4))
+    f = check(analyze_trace(parse(t.to_bytes()), for_gpu_name(gpu)))
+    assert f is not None and f.saving_ms > 0.1
+    codes = "\n".join(x.code for x in f.fixes)
+    assert "dtype=torch.float16" in f.fixes[0].code and "GradScaler" in f.fixes[0].code
+    assert "TrainingArguments(fp16=True)" in codes and "precision='16-mixed'" in codes
+    assert "bfloat16" not in codes and "bf16" not in codes
+    assert "set_float32_matmul_precision" not in codes

@@ -38,6 +38,12 @@ class Ceilings(msgspec.Struct, frozen=True):
         return self.matrix_flops.get(dtype) or self.matrix_flops.get("fp32") or self.vector_flops
 
     @property
+    def half_dtype(self) -> str:
+        """The 16-bit type its tensor cores take best: bf16, or fp16 on a card without bf16 ones
+        (V100, T4), where bf16 matmuls run without tensor cores; bf16 where nothing is known."""
+        return "fp16" if "bf16" not in self.matrix_flops and self.matrix_flops.get("fp16") else "bf16"
+
+    @property
     def best_matrix_flops(self) -> float:
         """The 16-bit tensor-core roof: the reference for MFU and for "what a fix reaches"."""
         return self.matrix_flops.get("bf16") or self.matrix_flops.get("fp16") or self.vector_flops

@@ -28,6 +28,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.hardware.gemm_rate import rate_source
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -65,7 +66,7 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     # the bf16 kernel of the same shape at the measured grid's rate (rules/common.py
     # gemm_ns_of_events); a TF32 kernel whose shape the trace does not give, at the bf16 / TF32
     # ratio
-    after = np.maximum(gemm_ns_of_events(a, idx, "bf16"), half_bytes) + casts
+    after = np.maximum(gemm_ns_of_events(a, idx, c.half_dtype), half_bytes) + casts
     if part == "tf32":
         tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
         by_ratio = np.maximum(time_ns * min(tf32_roof / c.best_matrix_flops, 1.0), half_bytes) + casts
@@ -123,7 +124,7 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _fixes(ms),
+        _fixes(ms, a.ceilings),
         wrong_fix=(
             "A bigger batch will not help: the matmuls are capped by the fp32 or TF32 rate, not by "
             "their size. Casting the weights to bf16 for the optimizer too (model.to(bfloat16)) "
@@ -157,16 +158,27 @@ _ACCURACY = (
     "softmax, norms and losses in fp32. Compare the loss curve against the fp32 run for a few "
     "hundred steps."
 )
+_FP16_ACCURACY = (
+    "fp16 keeps 10 mantissa bits but a narrow range: the scaler keeps small gradients from "
+    "flushing to zero, and autocast keeps fp32 master weights. Compare the loss curve against the "
+    "fp32 run for a few hundred steps."
+)
 
 
-def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
+def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
+    """The fixes on this card: bf16 where it has bf16 tensor cores (or where its roofs are not
+    known); fp16 with a gradient scaler where it has fp16 ones only (``Ceilings.half_dtype``:
+    V100, T4); TF32 only where the card has it (compute capability 8.0 on)."""
+    roofs = ceilings.matrix_flops
+    if ceilings.half_dtype == "fp16":
+        return _fp16_fixes(ms)
     autocast = Fix(
         "Run forward and loss under bf16 autocast (fp32 master weights kept)",
         "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
         f"# {_ACCURACY}",
     )
     fixes = [autocast]
-    if ms["simt"] > 0 and ms["tf32"] == 0:
+    if ms["simt"] > 0 and ms["tf32"] == 0 and (roofs.get("tf32") or not roofs):
         fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
                          "torch.set_float32_matmul_precision('high')"))
     if ms["attention"] > 0:
@@ -175,6 +187,24 @@ def _fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
     fixes.append(Fix("Trainer / Lightning: ask for bf16 mixed precision",
                      "TrainingArguments(bf16=True)   # Hugging "
                      "Face\nTrainer(precision='bf16-mixed')   # Lightning"))
+    return tuple(fixes)
+
+
+def _fp16_fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
+    fixes = [Fix(
+        "Run forward and loss under fp16 autocast with a gradient scaler (this GPU's tensor cores "
+        "take fp16, not bf16)",
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "with torch.autocast('cuda', dtype=torch.float16):\n    loss = model(x)\n"
+        "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()\n"
+        f"# {_FP16_ACCURACY}",
+    )]
+    if ms["attention"] > 0:
+        fixes.append(Fix("Give attention 16-bit q/k/v so SDPA can take a fused kernel",
+                         "q, k, v = (t.to(torch.float16) for t in (q, k, v))  # autocast does this"))
+    fixes.append(Fix("Trainer / Lightning: ask for fp16 mixed precision",
+                     "TrainingArguments(fp16=True)   # Hugging "
+                     "Face\nTrainer(precision='16-mixed')   # Lightning"))
     return tuple(fixes)
 
 
