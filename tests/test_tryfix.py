@@ -1590,3 +1590,23 @@ def test_a_trial_judged_again_does_not_say_its_reason_twice() -> None:
     assert once.reason == short
     assert _with_reason(once, short).reason == short
     assert _with_reason(once, "", "dropout").reason == f"{short}; dropout"
+
+
+def test_bf16_autocast_is_left_out_on_a_gpu_whose_tensor_cores_take_fp16_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A T4 (compute capability 7.5): bf16 autocast there runs its matmuls without tensor cores,
+    and the fix, fp16 autocast with a GradScaler, changes the training loop. The knob changes
+    nothing and says so, and the trial is then "not applied"."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(torch.version, "hip", None)
+    effects: list[str] = []
+    knobs_mod.BY_ID["bf16-autocast"].apply(effects)
+    said = (
+        f"{knobs_mod.LEFT_AS_IS}this GPU's tensor cores take fp16, not bf16: fp16 autocast with "
+        "a GradScaler in the training loop is the change to make"
+    )
+    assert effects == [said]

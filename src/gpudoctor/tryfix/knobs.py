@@ -23,7 +23,8 @@ Rules for overriding what the program passed:
   during the first iteration (one model; a GAN's two networks; blocks called one by one from a
   list), ``effects`` names each. Its ``forward`` runs under
   ``torch.autocast(device, dtype=torch.bfloat16)`` (``cuda``, or ``cpu`` without CUDA) from its
-  first call on, or its ``forward`` is compiled
+  first call on (not on an NVIDIA GPU whose tensor cores take fp16 only: ``BF16_TENSOR_CORES_FROM``),
+  or its ``forward`` is compiled
   (``module.forward = torch.compile(module.forward, mode=...)``, from its second call on: the
   first runs eager). Not ``module.compile()``: that compiles the module's call with its hooks,
   and the hooks that mark an inference loop's steps (capture/hooks.py) would run inside the graph
@@ -246,10 +247,21 @@ def on_outermost_module(change: Callable[[Any], str], effects: Effects,
                         nn_module.register_module_forward_hook(post, always_call=True)]
 
 
+# Compute capability from which NVIDIA's tensor cores take bf16 (Ampere); below it (V100, T4)
+# bf16 autocast runs its matmuls without tensor cores, and fp16 with a gradient scaler is the fix,
+# a change to the training loop that a knob cannot make from outside.
+BF16_TENSOR_CORES_FROM = (8, 0)
+
+
 def _bf16_autocast(effects: Effects) -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and torch.version.hip is None and (
+            torch.cuda.get_device_capability() < BF16_TENSOR_CORES_FROM):
+        effects.append(f"{LEFT_AS_IS}this GPU's tensor cores take fp16, not bf16: fp16 autocast "
+                       "with a GradScaler in the training loop is the change to make")
+        return
 
     def autocast() -> Any:
         return torch.autocast(device, dtype=torch.bfloat16)
