@@ -212,3 +212,45 @@ def test_a_card_without_bf16_tensor_cores_is_told_fp16_with_a_scaler(gpu: str) -
     assert "TrainingArguments(fp16=True)" in codes and "precision='16-mixed'" in codes
     assert "bfloat16" not in codes and "bf16" not in codes
     assert "set_float32_matmul_precision" not in codes
+
+
+def test_fp32_gemms_named_sgemm_count_without_recorded_shapes() -> None:
+    """No record_shapes: no dtype, no FLOPs. cuBLAS's "volta_sgemm_*" is an fp32 GEMM on CUDA
+    cores all the same. Priced as if it ran at the fp32 roof (its most FLOPs) and then at
+    GEMM_EFFICIENCY of the fp16 tensor-core roof: the least the fix saves. 0.8 ms a step on a V100
+    (15.7 and 125 TFLOP/s): 0.8 x (1 - 15.7 / (125 x 0.6)) = 0.633 ms."""
+    t = TraceBuilder()
+    for s in range(3):
+        t.step(s, s * 1000, 1000)
+        t.op("aten::mm", s * 1000 + 1, 6)
+        t.kernel(
+            "volta_sgemm_128x64_nn",
+            s * 1000 + 10,
+            800,
+            t.runtime("cudaLaunchKernel", s * 1000 + 2, 4),
+        )
+    a = analyze_trace(parse(t.to_bytes()), for_gpu_name("v100-sxm2-32gb"))
+    assert fp32_matrix_events(a)["simt"].size == 3
+    f = check(a)
+    assert f is not None and "CUDA cores" in f.title
+    assert f.saving_ms == pytest.approx(0.8 * (1 - 15.7 / (125 * 0.6)), rel=1e-6)
+    assert "the trace records no shapes" in f.summary and "0 TFLOP/s" not in f.summary
+    assert "achieved_tflops" not in f.evidence.numbers
+    # a tensor-core kernel ("s884gemm": fp16 operands, fp32 out) is not one
+    t2 = TraceBuilder()
+    for s in range(3):
+        t2.step(s, s * 1000, 1000)
+        t2.op("aten::mm", s * 1000 + 1, 6)
+        t2.kernel(
+            "volta_s884gemm_fp16_128x128_ldg8_f2f_nn",
+            s * 1000 + 10,
+            800,
+            t2.runtime("cudaLaunchKernel", s * 1000 + 2, 4),
+        )
+    assert check(analyze_trace(parse(t2.to_bytes()), for_gpu_name("v100-sxm2-32gb"))) is None
+    from gpudoctor.rules.shared import _SGEMM_NAME
+
+    named = ["volta_sgemm_128x32_nt", "cutlass_simt_sgemm_128x128_8x2_nn_align1"]
+    assert all(_SGEMM_NAME.search(n) for n in named)
+    small_n = "gemmsn_tn_kernel<float, ...>(cublasgemmsmallnparams<...>)"  # lowered, as matched
+    assert not _SGEMM_NAME.search(small_n)

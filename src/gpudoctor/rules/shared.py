@@ -51,6 +51,10 @@ MIN_SEQ = 128
 # cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
 # single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
 _TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
+# ... and "fp32 operands on CUDA cores": cuBLAS's "volta_sgemm_128x64_nn", "ampere_sgemm_...",
+# CUTLASS's "..._simt_sgemm_..." ("sgemm" is single-precision SIMT; the tensor-core kernels read
+# "s884gemm", "s1688gemm", "s16816gemm").
+_SGEMM_NAME = re.compile(r"(?:^|_)sgemm_")  # not "cublasGemmSmallN..." (cubla-sgemm-small)
 # Memory-efficient attention in fp32: "fmha_cutlassF_f32_...", "fmha_cutlassB_f32_..."
 _FP32_ATTENTION_NAME = re.compile(r"fmha_cutlass[fb]_f32|_f32_aligned")
 # cuBLAS's split-K reduction sums partial tiles of whatever GEMM ran before it (fp32 SIMT
@@ -81,7 +85,8 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
     not_math = np.ones(len(dev), bool)
     not_math[math] = False
     return {
-        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & (dtype == fp32) & not_math),
+        "simt": np.flatnonzero(live & (dev.kind == Kind.GEMM_SIMT) & not_math & (
+            (dtype == fp32) | ((dtype == unknown) & _names_matching(a, _SGEMM_NAME)))),
         "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
         "attention": union(np.flatnonzero(live & fp32_attention), math),
     }
