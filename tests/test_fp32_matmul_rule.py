@@ -214,21 +214,22 @@ def test_a_card_without_bf16_tensor_cores_is_told_fp16_with_a_scaler(gpu: str) -
     assert "set_float32_matmul_precision" not in codes
 
 
+def _unshaped_steps(kernel: str) -> TraceBuilder:
+    """Three 1 ms steps of one 0.8 ms GEMM from an aten::mm recorded without shapes."""
+    t = TraceBuilder()
+    for s in range(3):
+        t.step(s, s * 1000, 1000)
+        t.op("aten::mm", s * 1000 + 1, 6)
+        t.kernel(kernel, s * 1000 + 10, 800, t.runtime("cudaLaunchKernel", s * 1000 + 2, 4))
+    return t
+
+
 def test_fp32_gemms_named_sgemm_count_without_recorded_shapes() -> None:
     """No record_shapes: no dtype, no FLOPs. cuBLAS's "volta_sgemm_*" is an fp32 GEMM on CUDA
     cores all the same. Priced as if it ran at the fp32 roof (its most FLOPs) and then at
     GEMM_EFFICIENCY of the fp16 tensor-core roof: the least the fix saves. 0.8 ms a step on a V100
     (15.7 and 125 TFLOP/s): 0.8 x (1 - 15.7 / (125 x 0.6)) = 0.633 ms."""
-    t = TraceBuilder()
-    for s in range(3):
-        t.step(s, s * 1000, 1000)
-        t.op("aten::mm", s * 1000 + 1, 6)
-        t.kernel(
-            "volta_sgemm_128x64_nn",
-            s * 1000 + 10,
-            800,
-            t.runtime("cudaLaunchKernel", s * 1000 + 2, 4),
-        )
+    t = _unshaped_steps("volta_sgemm_128x64_nn")
     a = analyze_trace(parse(t.to_bytes()), for_gpu_name("v100-sxm2-32gb"))
     assert fp32_matrix_events(a)["simt"].size == 3
     f = check(a)
@@ -237,16 +238,7 @@ def test_fp32_gemms_named_sgemm_count_without_recorded_shapes() -> None:
     assert "the trace records no shapes" in f.summary and "0 TFLOP/s" not in f.summary
     assert "achieved_tflops" not in f.evidence.numbers
     # a tensor-core kernel ("s884gemm": fp16 operands, fp32 out) is not one
-    t2 = TraceBuilder()
-    for s in range(3):
-        t2.step(s, s * 1000, 1000)
-        t2.op("aten::mm", s * 1000 + 1, 6)
-        t2.kernel(
-            "volta_s884gemm_fp16_128x128_ldg8_f2f_nn",
-            s * 1000 + 10,
-            800,
-            t2.runtime("cudaLaunchKernel", s * 1000 + 2, 4),
-        )
+    t2 = _unshaped_steps("volta_s884gemm_fp16_128x128_ldg8_f2f_nn")
     assert check(analyze_trace(parse(t2.to_bytes()), for_gpu_name("v100-sxm2-32gb"))) is None
     from gpudoctor.rules.shared import _SGEMM_NAME
 

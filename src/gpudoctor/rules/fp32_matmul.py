@@ -178,43 +178,31 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
     known); fp16 with a gradient scaler where it has fp16 ones only (``Ceilings.half_dtype``:
     V100, T4); TF32 only where the card has it (compute capability 8.0 on)."""
     roofs = ceilings.matrix_flops
-    if ceilings.half_dtype == "fp16":
-        return _fp16_fixes(ms)
-    autocast = Fix(
-        "Run forward and loss under bf16 autocast (fp32 master weights kept)",
-        "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\n"
-        f"# {_ACCURACY}",
-    )
-    fixes = [autocast]
-    if ms["simt"] > 0 and ms["tf32"] == 0 and (roofs.get("tf32") or not roofs):
-        fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
-                         "torch.set_float32_matmul_precision('high')"))
-    if ms["attention"] > 0:
-        fixes.append(Fix("Give attention 16-bit q/k/v so SDPA can take FlashAttention",
-                         "q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))  # autocast does this"))
-    fixes.append(Fix("Trainer / Lightning: ask for bf16 mixed precision",
-                     "TrainingArguments(bf16=True)   # Hugging "
-                     "Face\nTrainer(precision='bf16-mixed')   # Lightning"))
-    return tuple(fixes)
-
-
-def _fp16_fixes(ms: dict[str, float]) -> tuple[Fix, ...]:
+    fp16 = ceilings.half_dtype == "fp16"
+    dtype = "torch.float16" if fp16 else "torch.bfloat16"
     fixes = [Fix(
         "Run forward and loss under fp16 autocast with a gradient scaler (this GPU's tensor cores "
         "take fp16, not bf16)",
-        "scaler = torch.amp.GradScaler('cuda')\n"
-        "with torch.autocast('cuda', dtype=torch.float16):\n    loss = model(x)\n"
+        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n"
         "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()\n"
-        f"# {_FP16_ACCURACY}",
+        f"# scaler = torch.amp.GradScaler('cuda'), made once. {_FP16_ACCURACY}",
+    ) if fp16 else Fix(
+        "Run forward and loss under bf16 autocast (fp32 master weights kept)",
+        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n# {_ACCURACY}",
     )]
+    if not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and (roofs.get("tf32") or not roofs):
+        fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
+                         "torch.set_float32_matmul_precision('high')"))
     if ms["attention"] > 0:
-        fixes.append(Fix("Give attention 16-bit q/k/v so SDPA can take a fused kernel",
-                         "q, k, v = (t.to(torch.float16) for t in (q, k, v))  # autocast does this"))
-    fixes.append(Fix("Trainer / Lightning: ask for fp16 mixed precision",
-                     "TrainingArguments(fp16=True)   # Hugging "
-                     "Face\nTrainer(precision='16-mixed')   # Lightning"))
+        kernel = "a fused kernel" if fp16 else "FlashAttention"
+        fixes.append(Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
+                         f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this"))
+    fixes.append(Fix(f"Trainer / Lightning: ask for {'fp16' if fp16 else 'bf16'} mixed precision",
+                     "TrainingArguments(fp16=True)   # Hugging Face\n"
+                     "Trainer(precision='16-mixed')   # Lightning" if fp16 else
+                     "TrainingArguments(bf16=True)   # Hugging Face\n"
+                     "Trainer(precision='bf16-mixed')   # Lightning"))
     return tuple(fixes)
-
 
 
 # Cast launches autocast adds per fp32 matrix kernel, at the program's own cost per launch
