@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import pytest
 
 from gpudoctor.hardware.ceilings import for_gpu_name
@@ -204,3 +205,20 @@ def test_unconfirmed_dtypes_are_left_out_and_said_so() -> None:
     # Ceilings still work: they fall back to the vector rate.
     ceilings = for_gpu_name("NVIDIA A10G")
     assert ceilings.best_matrix_flops == a10g.vector_flops > 0
+
+
+def test_the_16_bit_type_a_card_takes_best() -> None:
+    """bf16 where the tensor cores take it (its rate is fp16's); fp16 where the datasheet has no bf16
+    row (V100, T4) or where ``gpudoctor bench`` measured bf16 far under fp16 (bf16 runs without
+    tensor cores there): the roof MFU and the fixes are read against."""
+    from gpudoctor.hardware.ceilings import for_gpu_name
+
+    assert for_gpu_name("h100-sxm").half_dtype == "bf16"
+    v100 = for_gpu_name("v100-sxm2-32gb")
+    assert (v100.half_dtype, v100.best_matrix_flops) == ("fp16", 125e12)
+    measured = msgspec.structs.replace(
+        v100, matrix_flops={"fp32": 14.1e12, "bf16": 13.2e12, "fp16": 98.0e12}
+    )
+    assert (measured.half_dtype, measured.best_matrix_flops) == ("fp16", 98.0e12)
+    near = msgspec.structs.replace(v100, matrix_flops={"bf16": 780e12, "fp16": 800e12})
+    assert (near.half_dtype, near.best_matrix_flops) == ("bf16", 780e12)

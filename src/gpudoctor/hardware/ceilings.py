@@ -21,6 +21,11 @@ _PCIE_BY_GEN = {"gen3": PCIE3_X16_BYTES_PER_S, "gen4": PCIE4_X16_BYTES_PER_S,
                 "gen5": PCIE5_X16_BYTES_PER_S}
 
 
+# fp16 matmuls this many times faster than bf16 ones: a card whose tensor cores take fp16 only.
+# Where both have tensor cores their rates are one (datasheets) or within a few percent (measured).
+FP16_ONLY_RATIO = 1.5
+
+
 class Ceilings(msgspec.Struct, frozen=True):
     """What one GPU can reach. ``source`` says whether it was measured or read off a datasheet."""
 
@@ -40,13 +45,16 @@ class Ceilings(msgspec.Struct, frozen=True):
     @property
     def half_dtype(self) -> str:
         """The 16-bit type its tensor cores take best: bf16, or fp16 on a card without bf16 ones
-        (V100, T4), where bf16 matmuls run without tensor cores; bf16 where nothing is known."""
-        return "fp16" if "bf16" not in self.matrix_flops and self.matrix_flops.get("fp16") else "bf16"
+        (V100, T4: no bf16 row in the datasheet, or bf16 measured at a fraction of fp16 by
+        ``gpudoctor bench``, which runs bf16 matmuls without tensor cores there); bf16 where
+        nothing is known."""
+        bf16, fp16 = self.matrix_flops.get("bf16") or 0.0, self.matrix_flops.get("fp16") or 0.0
+        return "fp16" if fp16 > FP16_ONLY_RATIO * bf16 else "bf16"
 
     @property
     def best_matrix_flops(self) -> float:
         """The 16-bit tensor-core roof: the reference for MFU and for "what a fix reaches"."""
-        return self.matrix_flops.get("bf16") or self.matrix_flops.get("fp16") or self.vector_flops
+        return self.matrix_flops.get(self.half_dtype) or self.vector_flops
 
     @property
     def available(self) -> bool:
