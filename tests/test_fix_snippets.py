@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from gpudoctor.analysis import analyze_trace
+from gpudoctor.hardware.ceilings import for_gpu_name
 from gpudoctor.pipeline import analyze_path
+from gpudoctor.rules import host_blocking_work, naive_attention
 from gpudoctor.rules.misaligned_gemm import _pad_snippet
+from gpudoctor.trace.load import load
 
 DATA = Path(__file__).parent / "data"
 
@@ -34,3 +40,45 @@ def test_loader_snippets_name_the_values_the_trace_does_not_hold() -> None:
     code = finding.fixes[0].code
     assert "num_workers=W" in code and "# B: the batch now; W: up to the host's cores" in code
     assert "num_workers=8" not in code and "prefetch_factor" not in code
+
+
+@pytest.mark.parametrize(
+    ("trace", "masked"),
+    [
+        # the lab's trap: a causal masked_fill on the scores
+        ("naive_attention", True),
+        # a ViT's encoder (H200 knob bundle): no mask on its scores
+        ("knobs_h200/vit_eager_attention", False),
+    ],
+)
+def test_naive_attention_is_told_sdpa_with_the_programs_own_masking(
+    trace: str, masked: bool
+) -> None:
+    a = analyze_trace(load(DATA / trace / "trace.json.gz"), for_gpu_name("h200"))
+    finding = naive_attention.check(a)
+    assert finding is not None
+    code = finding.fixes[0].code
+    assert ("is_causal=True" in code) is masked
+    assert code.startswith("out = torch.nn.functional.scaled_dot_product_attention(q, k, v")
+    assert "AutoModelForCausalLM" not in finding.fixes[1].code  # whatever class the program loads
+
+
+@pytest.mark.parametrize(
+    ("frames", "first"),
+    [
+        (
+            (
+                "transformers/models/videomae/image_processing_videomae.py:178 (_preprocess_image)",
+                "transformers/utils/generic.py:824 (wrapper)",
+            ),
+            "Prepare the data in DataLoader worker processes",
+        ),
+        (("torch/serialization.py:967 (save)", "train.py:88 (step)"), "Checkpoint every N steps"),
+        (("train.py:40 (log_metrics)", "logging/__init__.py:1100 (emit)"), "Move I/O and logging"),
+        ((), "Move I/O and logging"),  # no stacks recorded: the general order
+    ],
+)
+def test_host_work_is_told_the_fix_for_what_its_frames_show(frames: tuple, first: str) -> None:
+    fixes = host_blocking_work._fixes(frames)
+    assert fixes[0].title.startswith(first)
+    assert len(fixes) == 4 and fixes[-1].title.startswith("Keep per-step Python light")

@@ -9,6 +9,8 @@ around it (analysis/idle.blocking_work_regions).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -36,6 +38,7 @@ def check(a: Analysis) -> Finding | None:
     region_idle = float(overlap_per_window(gap_s, gap_e, region_s, region_e).sum()) / 1e6 / n
     copies_ms = _copies_inside_ms(a, region_s, region_e) / n
     saving = max(idle, region_idle + copies_ms)
+    frames = _busiest_frames(a)
     return make_finding(
         ID,
         "Host work inside the step leaves the GPU idle",
@@ -53,19 +56,47 @@ def check(a: Analysis) -> Finding | None:
                 "share_of_step_pct": round(100 * saving / a.step_ms, 1),
                 "min_stretch_us": HOST_WORK_MIN_NS / 1000,
             },
-            sources=_busiest_frames(a),
+            sources=frames,
         ),
-        (
-            Fix("Move I/O and logging to a background thread or process",
-                "threading.Thread(target=write_log, args=(payload,), daemon=True).start()"),
-            Fix("Checkpoint every N steps, asynchronously",
-                "if step % 1000 == 0:\n"
-                "    torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path)"),
-            Fix("Keep per-step Python light: precompute, batch small host operations", ""),
-        ),
+        _fixes(frames),
         wrong_fix="Tuning kernels will not help: the GPU is idle, not slow.",
         idle_ms=ALL_IDLE,
     )
+
+
+# What the busiest frames say the host work is (their file paths and function names, lowercased):
+# saving a checkpoint, preparing the data (an image processor, a tokenizer, transforms, a dataset's
+# __getitem__ or a collate function run on the training thread), or writing logs and files.
+_KINDS = (
+    ("checkpoint", re.compile(r"torch/serialization\.py|checkpoint|safetensors|\(save")),
+    ("data", re.compile(r"image_process|processing_|feature_extract|tokeniz|transforms|/pil/"
+                        r"|cv2|__getitem__|collate|augment")),
+    ("logging", re.compile(r"logging|wandb|tensorboard|print|json|csv|\(write")),
+)
+_CHECKPOINT = Fix("Checkpoint every N steps, asynchronously",
+                  "if step % 1000 == 0:\n"
+                  "    torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path)")
+_DATA = Fix("Prepare the data in DataLoader worker processes, not on the training thread (or once, "
+            "before training)",
+            "loader = DataLoader(ds, batch_size=B, num_workers=W, collate_fn=collate)   # the "
+            "preprocessing in ds.__getitem__ or collate; B, W: the batch and workers")
+_LOGGING = Fix("Move I/O and logging to a background thread or process",
+               "threading.Thread(target=write_log, args=(payload,), daemon=True).start()")
+_LIGHT = Fix("Keep per-step Python light: precompute, batch small host operations", "")
+
+
+def _fixes(frames: tuple[str, ...]) -> tuple[Fix, ...]:
+    """The fixes, the one for what the busiest frames show first (the frame that covers the most
+    idle decides); the general order where no frame says (recorded without stacks)."""
+    fixes = {"checkpoint": _CHECKPOINT, "data": _DATA, "logging": _LOGGING}
+    order = ["logging", "checkpoint", "data"]
+    for frame in frames:
+        kind = next((k for k, pattern in _KINDS if pattern.search(frame.lower())), None)
+        if kind is not None:
+            order.remove(kind)
+            order.insert(0, kind)
+            break
+    return (*(fixes[k] for k in order), _LIGHT)
 
 
 def _copies_inside_ms(a: Analysis, region_s: np.ndarray, region_e: np.ndarray) -> float:

@@ -24,11 +24,39 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import attention_events
+from gpudoctor.rules.shared import MIN_SEQ, attention_events
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
 ID = "naive-attention"
+
+
+# Operators that mask a square score matrix: a causal mask is built with triu / tril and applied
+# with masked_fill or where (a padding mask is applied the same way).
+MASK_OPS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::triu", "aten::tril")
+
+
+def _masked(a: Analysis) -> bool:
+    """Whether the steps run a masking operator on the attention's S x S scores."""
+    names, host_name = a.trace.strings, a.trace.host.name
+    costs = a.roofline.op_costs
+    seqs = {c.square for i, c in costs.items()
+            if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
+    return any(c.square in seqs and names[host_name[i]] in MASK_OPS for i, c in costs.items())
+
+
+def _fixes(masked: bool) -> tuple[Fix, ...]:
+    """SDPA with the program's masking: none where the scores are not masked (an encoder's
+    attention), else the causal flag or the program's own mask; the loader call whatever model
+    class the program uses."""
+    call = ("out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)"
+            "   # or attn_mask=mask: the mask the program applies to the scores" if masked else
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v)   # no mask: the "
+            "scores are not masked")
+    return (Fix("Use fused attention (FlashAttention / memory-efficient / cuDNN kernels)", call),
+            Fix("In Hugging Face models, pick the fused implementation",
+                "model = ModelClass.from_pretrained(name, attn_implementation='sdpa')   # the "
+                "class the program loads"))
 
 
 def check(a: Analysis) -> Finding | None:
@@ -66,12 +94,7 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        (
-            Fix("Use fused attention (FlashAttention / memory-efficient / cuDNN kernels)",
-                "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)"),
-            Fix("In Hugging Face models, pick the fused implementation",
-                "AutoModelForCausalLM.from_pretrained(name, attn_implementation='sdpa')"),
-        ),
+        _fixes(_masked(a)),
         wrong_fix="Fewer heads or a smaller batch shrink the symptom, not the S x S traffic "
                   "per head.",
     )
