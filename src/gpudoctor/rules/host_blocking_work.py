@@ -86,8 +86,9 @@ _LIGHT = Fix("Keep per-step Python light: precompute, batch small host operation
 
 
 def _fixes(frames: tuple[str, ...]) -> tuple[Fix, ...]:
-    """The fixes, the one for what the busiest frames show first (the frame that covers the most
-    idle decides); the general order where no frame says (recorded without stacks)."""
+    """The fixes, the one for what the busiest frames show first (the first of them, deepest
+    first, that names a kind decides); the general order where none does (or no stacks were
+    recorded)."""
     fixes = {"checkpoint": _CHECKPOINT, "data": _DATA, "logging": _LOGGING}
     order = ["logging", "checkpoint", "data"]
     for frame in frames:
