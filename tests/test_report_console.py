@@ -114,3 +114,31 @@ def test_a_replayed_saving_far_beyond_the_time_named_says_so() -> None:
         )
         assert "Replayed, the fix saves" not in render_text(quiet, width=300)
         assert "Replayed, the fix saves" not in render_html(quiet)
+
+
+def test_a_replayed_saving_far_below_the_time_named_says_why() -> None:
+    """A public V100 trace's fp32 GEMMs named 80 ms, priced 0.00 ms by replay: the step waits on
+    the host's launches, not on them. The price says it is less than the time named and why; at
+    over half of it, or under 0.5 ms apart, nothing is added."""
+    import html
+
+    from gpudoctor.core.finding import Evidence, make_finding
+    from gpudoctor.report.html import render_html
+
+    report = gpudoctor.analyze(HERE / "data" / "host_sync" / "trace.json.gz")
+
+    def gemms(saving: float, formula: float):  # type: ignore[no-untyped-def]
+        numbers = {"priced_by": "replay", "saving_by_formula_ms": formula}
+        return make_finding("fp32-matmul", "fp32", 347.6, saving, "s", Evidence(numbers), ())
+
+    said = (
+        "Replayed, the fix saves 0.00 ms where its formula gives 64.14 ms: in the step "
+        "replayed without the profiler's own time, other work (the host's, another stream's) "
+        "keeps the step as long; with the fixes listed before it, it can count for more."
+    )
+    below = msgspec.structs.replace(report, findings=(gemms(0.0, 64.14),), all_fixes=None)
+    assert said in " ".join(render_text(below, width=300).split())
+    assert said in html.unescape(render_html(below))
+    for saving, formula in ((40.0, 64.14), (0.1, 0.55)):
+        quiet = msgspec.structs.replace(report, findings=(gemms(saving, formula),), all_fixes=None)
+        assert "Replayed, the fix saves" not in render_text(quiet, width=300)

@@ -18,6 +18,10 @@ REPLAYED_BEYOND_MS = 0.5
 REPLAYED_BEYOND_TEXT = ("Replayed, the fix saves {saving:.2f} ms, more than the {named:.2f} ms named "
                         "above: in the step replayed without the profiler's own time, what it "
                         "frees moves the work after it too.")
+REPLAYED_BELOW_TEXT = ("Replayed, the fix saves {saving:.2f} ms where its formula gives "
+                       "{named:.2f} ms: in the step replayed without the profiler's own time, "
+                       "other work (the host's, another stream's) keeps the step as long; with "
+                       "the fixes listed before it, it can count for more.")
 MAJOR_SHARE = 0.05  # the share of the step from which a saving is major (a rule may ask for more)
 
 
@@ -61,17 +65,21 @@ class Finding(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(
             self, evidence=msgspec.structs.replace(self.evidence, numbers=numbers))
 
-    def replayed_beyond_note(self) -> str | None:
+    def replayed_note(self) -> str | None:
         """The line the report prints under a finding whose replay priced its fix at
-        REPLAYED_BEYOND times the formula's saving (the time its own evidence names) or more, and
-        at least REPLAYED_BEYOND_MS more; None otherwise."""
+        REPLAYED_BEYOND times the formula's saving (the time its own evidence names) or more, or
+        at that many times less, and REPLAYED_BEYOND_MS or more apart; None otherwise."""
         formula = self.evidence.numbers.get("saving_by_formula_ms")
         if self.evidence.numbers.get("priced_by") != "replay" or not isinstance(
                 formula, (int, float)) or formula <= 0:
             return None
-        if self.saving_ms < REPLAYED_BEYOND * formula or self.saving_ms - formula < REPLAYED_BEYOND_MS:
+        if abs(self.saving_ms - formula) < REPLAYED_BEYOND_MS:
             return None
-        return REPLAYED_BEYOND_TEXT.format(saving=self.saving_ms, named=float(formula))
+        if self.saving_ms >= REPLAYED_BEYOND * formula:
+            return REPLAYED_BEYOND_TEXT.format(saving=self.saving_ms, named=float(formula))
+        if self.saving_ms * REPLAYED_BEYOND <= formula:
+            return REPLAYED_BELOW_TEXT.format(saving=self.saving_ms, named=float(formula))
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         out = self._base_dict()

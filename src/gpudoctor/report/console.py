@@ -220,9 +220,9 @@ def _findings(r: Report, limit: int) -> Group:
                         style="dim")
         items.append(head)
         body: list[RenderableType] = [Text(f.summary)]
-        beyond = f.replayed_beyond_note()
-        if beyond is not None:
-            body.append(Text(beyond, style="dim"))
+        replayed = f.replayed_note()
+        if replayed is not None:
+            body.append(Text(replayed, style="dim"))
         where = f.evidence.sources or f.evidence.ops or f.evidence.kernels
         if where:
             body.append(Text(f"at: {', '.join(where[:3])}", style="dim"))

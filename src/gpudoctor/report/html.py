@@ -345,7 +345,7 @@ def _trace_note(trace: AnnotatedTraceSection | None, finding_id: str) -> str:
 
 def _finding(f: Finding, trace_note: str = "", after: list[str] | None = None) -> str:
     sev = f.severity if f.severity in ("critical", "major", "minor", "info") else "info"
-    note = f.replayed_beyond_note()
+    note = f.replayed_note()
     beyond = "" if note is None else f'<p class="muted">{esc(note)}</p>'
     held = (f" · listed after {esc(', '.join(after))}: "
             f"{'its fix comes' if len(after) == 1 else 'their fixes come'} first" if after else "")
