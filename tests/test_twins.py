@@ -28,7 +28,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,7 @@ def _modes(entry: dict[str, Any]) -> dict[str, list[str]]:
     return {"sick": [], "fixed": ["--fixed"]}
 
 
-def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
+def _run(entry: dict[str, Any], folder: Path, scratch: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -111,14 +110,9 @@ def _run(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
         json.dumps(_modes(entry)),
         *entry["args_cpu"],
     ]
-    # The programs make scratch folders as users' programs do (a Trainer's output_dir): keep them in
-    # a folder this test removes, not in the machine's /tmp.
-    with tempfile.TemporaryDirectory(prefix="gpudoctor-twins-") as scratch:
-        env["TMPDIR"] = scratch
-        return _run_in(cmd, env)
-
-
-def _run_in(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
+    # The programs make scratch folders as users' programs do (a Trainer's output_dir): in the
+    # test's own tmp path, not the machine's /tmp.
+    env["TMPDIR"] = str(scratch)
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -148,7 +142,7 @@ def _run_in(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def twin_runs(request: pytest.FixtureRequest):
+def twin_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """Start every selected twin at once; each test waits for its own."""
     selected = {}
     for item in request.session.items:
@@ -159,7 +153,9 @@ def twin_runs(request: pytest.FixtureRequest):
         elif item.originalname == "test_by_hand_runs_on_cpu" and name in BY_HAND_ENTRIES:
             selected[name] = (BY_HAND_ENTRIES[name], BY_HAND)
     pool = ThreadPoolExecutor(max_workers=max(1, min(4, 2 * (os.cpu_count() or 1))))
-    futures: dict[str, Future] = {n: pool.submit(_run, *selected[n]) for n in selected}
+    futures: dict[str, Future] = {
+        n: pool.submit(_run, *selected[n], tmp_path_factory.mktemp(f"twin-{n}")) for n in selected
+    }
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 

@@ -9,7 +9,7 @@ findings (benchmarks/BENCHMARKS-replay.md "Public traces never seen"; tests/test
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpudoctor.analysis.intervals import overlap_per_window, subtract, union
 from gpudoctor.analysis.steps import Steps
@@ -20,8 +20,7 @@ from gpudoctor.trace.model import Trace
 MIN_COMM_SHARE = 0.05
 
 
-@dataclass(frozen=True)
-class RankCollectives:
+class RankCollectives(msgspec.Struct, frozen=True):
     """This rank's collectives per step (ms), and the part no other kernel overlaps."""
 
     comm_ms: float

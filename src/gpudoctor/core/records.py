@@ -1,7 +1,6 @@
 """Records as dicts. The analysis's and the report's records are msgspec Structs: a Struct class is
-made in C in microseconds, where ``@dataclass`` compiles each class's methods as the module is
-imported (half a millisecond a class, a tenth of ``gpudoctor analyze``'s imports:
-benchmarks/BENCHMARKS-loading.md, "Records made in C")."""
+made in C, where ``@dataclass`` compiles each class's methods as the module is imported
+(benchmarks/BENCHMARKS-loading.md, "Records made in C")."""
 
 from __future__ import annotations
 

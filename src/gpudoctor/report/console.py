@@ -196,8 +196,7 @@ def _findings(r: Report, limit: int) -> Group:
     ]
     together = r.all_fixes
     if together is not None:
-        after = step_after_text(together.step_ms, together.step_after_ms,
-                                together.predicted_speedup)
+        after = step_after_text(together.step_after_ms, together.predicted_speedup)
         items.append(Text(f"All {len(together.ids)} replayed fixes together: "
                           f"{together.step_ms:.3f} -> {after} a step "
                           f"({speedup_text(together.predicted_speedup)})"))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gpudoctor.analysis.collectives import MIN_COMM_SHARE
 from gpudoctor.core.finding import Finding, speedup_text
 from gpudoctor.report.sections import (
     AllFixesSection,
@@ -55,9 +56,8 @@ class Segment(msgspec.Struct, frozen=True):
 # A rank read alone whose collectives run exposed for this share of its step or more is not called
 # healthy (analysis/collectives.py).
 COLLECTIVES_VERDICT_SHARE = 0.25
-# ... counting the time its GPU is held behind another stream with work queued (gpu-wait), which is
-# named from this share of the step on (analysis/collectives.py MIN_COMM_SHARE)
-HELD_VERDICT_SHARE = 0.05
+# ... counting the time its GPU is held behind another stream with work queued (gpu-wait), named
+# from the share the rank's note names it at (analysis/collectives.py MIN_COMM_SHARE)
 
 
 class Verdict(msgspec.Struct, frozen=True):
@@ -206,7 +206,7 @@ class Report(msgspec.Struct, frozen=True):
             # what the step waits on is in the other ranks' traces, not in a finding of this one
             held = (f", and its GPU sits idle with work queued behind another stream (a receive, "
                     f"a collective's peers) for {100 * self.held_share:.0f}%"
-                    if self.held_share >= HELD_VERDICT_SHARE else "")
+                    if self.held_share >= MIN_COMM_SHARE else "")
             return Verdict("collectives", None, (
                 "no finding on this rank is major, but its collectives run with no compute "
                 f"beside them for {100 * self.exposed_collectives_share:.0f}% of its step{held}: "

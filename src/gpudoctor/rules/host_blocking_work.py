@@ -89,15 +89,10 @@ def _fixes(frames: tuple[str, ...]) -> tuple[Fix, ...]:
     """The fixes, the one for what the busiest frames show first (the first of them, deepest
     first, that names a kind decides); the general order where none does (or no stacks were
     recorded)."""
-    fixes = {"checkpoint": _CHECKPOINT, "data": _DATA, "logging": _LOGGING}
-    order = ["logging", "checkpoint", "data"]
-    for frame in frames:
-        kind = next((k for k, pattern in _KINDS if pattern.search(frame.lower())), None)
-        if kind is not None:
-            order.remove(kind)
-            order.insert(0, kind)
-            break
-    return (*(fixes[k] for k in order), _LIGHT)
+    fixes = {"logging": _LOGGING, "checkpoint": _CHECKPOINT, "data": _DATA}  # the general order
+    kind = next((k for f in frames for k, pattern in _KINDS if pattern.search(f.lower())), None)
+    first = [fixes.pop(kind)] if kind else []
+    return (*first, *fixes.values(), _LIGHT)
 
 
 def _copies_inside_ms(a: Analysis, region_s: np.ndarray, region_e: np.ndarray) -> float:

@@ -24,7 +24,7 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import MIN_SEQ, attention_events
+from gpudoctor.rules.shared import attention_events, attention_seqs
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
@@ -39,10 +39,9 @@ MASK_OPS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::tri
 def _masked(a: Analysis) -> bool:
     """Whether the steps run a masking operator on the attention's S x S scores."""
     names, host_name = a.trace.strings, a.trace.host.name
-    costs = a.roofline.op_costs
-    seqs = {c.square for i, c in costs.items()
-            if c.square >= MIN_SEQ and "softmax" in names[host_name[i]]}
-    return any(c.square in seqs and names[host_name[i]] in MASK_OPS for i, c in costs.items())
+    seqs = attention_seqs(a)
+    return any(c.square in seqs and names[host_name[i]] in MASK_OPS
+               for i, c in a.roofline.op_costs.items())
 
 
 def _fixes(masked: bool) -> tuple[Fix, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import autograd_nodes
+from gpudoctor.analysis.host_events import autograd_nodes, optimizer_steps
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
@@ -36,8 +36,7 @@ LOOP_TRAFFIC_FACTOR = 3.0
 
 def check(a: Analysis) -> Finding | None:
     trace, host, dev = a.trace, a.trace.host, a.trace.device
-    names = trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
-    regions = np.flatnonzero(names[host.name] & (host.cat == HostCat.ANNOTATION)) if len(host) else np.empty(0, int)
+    regions = np.flatnonzero(optimizer_steps(trace))
     if regions.size == 0:
         return None
     n = max(len(a.steps), 1)
@@ -175,8 +174,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
     kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
     trace, host, dev = a.trace, a.trace.host, a.trace.device
-    names = trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
-    regions = np.flatnonzero(names[host.name] & (host.cat == HostCat.ANNOTATION)) if len(host) else np.empty(0, int)
+    regions = np.flatnonzero(optimizer_steps(trace))
     if regions.size == 0:
         return None
     r_s, r_e = union(host.ts[regions], host.end[regions])

@@ -138,13 +138,17 @@ def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
     return bool(gaps.size) and float(median(gaps)) <= MAX_KERNELS_BETWEEN
 
 
+def attention_seqs(a: Analysis) -> set[int]:
+    """The sequence lengths of the square score matrices a softmax runs over (MIN_SEQ and up)."""
+    names, host_name = a.trace.strings, a.trace.host.name
+    return {c.square for i, c in a.roofline.op_costs.items() if c.square >= MIN_SEQ
+            and "softmax" in names[host_name[i]]}
+
+
 def attention_events(a: Analysis) -> np.ndarray:
     """Device event indices belonging to a naive attention pattern (empty when none)."""
-    trace, dev = a.trace, a.trace.device
-    names, host_name = trace.strings, trace.host.name
-    costs = a.roofline.op_costs
-    seqs = {c.square for i, c in costs.items() if c.square >= MIN_SEQ
-            and "softmax" in names[host_name[i]]}
+    dev, costs = a.trace.device, a.roofline.op_costs
+    seqs = attention_seqs(a)
     if not seqs:
         return np.empty(0, np.int64)
     claimed = [

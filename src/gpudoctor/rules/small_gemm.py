@@ -293,8 +293,8 @@ def _optimizer_share(a: Analysis, starts: np.ndarray, ends: np.ndarray,
 
 # How long before an optimizer's step its walk may start: from the last gradient accumulated, the
 # autograd engine's return from a graph of every head's nodes and the Python up to the step's
-# annotation, recorded as no operator (the per-head variant's 0.45-0.68 ms there, its batched
-# twin's 0.16-0.25 ms: benchmarks/BENCHMARKS-replay.md "The host time before an optimizer's step").
+# annotation, recorded as no operator, grows with the heads (benchmarks/BENCHMARKS-replay.md "The
+# host time before an optimizer's step").
 # A longer stretch holds other work (logging, a checkpoint) and is left to its own finding.
 STEP_LEAD_MAX_NS = 2_000_000
 
