@@ -77,7 +77,9 @@ def lab_dir_rows(folder: Path) -> list[dict]:
             or not trace.is_file()
         ):
             continue
-        report = analyze_loaded(load(trace), unprofiled_step_ms=v["sick_ms"])
+        # the loader's share of the sick step, where the run timed it (kept since the fetch clock)
+        report = analyze_loaded(load(trace), unprofiled_step_ms=v["sick_ms"],
+                                unprofiled_fetch_ms=v.get("sick_fetch_ms"))
         row = _row(
             "lab-dir",
             v["trap"],

@@ -474,7 +474,7 @@ def test_all_fixes_together_are_bounded_as_one_fix_is(monkeypatch: pytest.Monkey
     (a public trace of a Triton compile read x262,684)."""
     from gpudoctor.rules import whatif
 
-    monkeypatch.setattr(whatif.StepModel, "after_ms", lambda self, edit, takes_unseen=False: 0.0)
+    monkeypatch.setattr(whatif.StepModel, "after_ms", lambda self, edit, **_: 0.0)
     trace = load(DATA / "launch_bound" / "trace.json.gz")
     report = analyze_loaded(trace)
     assert report.all_fixes is not None and len(report.all_fixes.ids) > 1

@@ -83,21 +83,24 @@ class Diagnosis(msgspec.Struct, frozen=True, eq=False):
 def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None,
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
-    step_source: str = "", cut_after: int | None = None,
+    step_source: str = "", cut_after: int | None = None, *,
+    unprofiled_fetch_ms: float | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
-    re-prices host-side findings for the program as it really runs (rules/calibrate.py);
+    re-prices host-side findings for the program as it really runs (rules/calibrate.py), and
+    ``unprofiled_fetch_ms`` is the DataLoader's share of it where the capture timed that;
     ``step_source`` (what marked a live capture's steps) is named in ``report.steps``;
     ``cut_after``: the window ended early (the program raised) after this many whole steps, and
     the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
     return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
-                           cut_after).report
+                           cut_after, unprofiled_fetch_ms=unprofiled_fetch_ms).report
 
 
 def diagnose_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None,
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
-    step_source: str = "", cut_after: int | None = None,
+    step_source: str = "", cut_after: int | None = None, *,
+    unprofiled_fetch_ms: float | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -114,7 +117,8 @@ def diagnose_loaded(
         report = analyze_host_only(trace, unprofiled_step_ms, cut_after)
     else:
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
-                                         step_source, cut_after)
+                                         step_source, cut_after,
+                                         unprofiled_fetch_ms=unprofiled_fetch_ms)
     if step_source:
         steps = msgspec.structs.replace(report.steps, source=step_source)
         report = msgspec.structs.replace(report, steps=steps)
@@ -123,13 +127,15 @@ def diagnose_loaded(
 
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
                   model_state: ModelState | None, step_source: str,
-                  cut_after: int | None = None, alone: bool = True) -> tuple[Analysis, Report]:
+                  cut_after: int | None = None, alone: bool = True, *,
+                  unprofiled_fetch_ms: float | None = None) -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
     from gpudoctor.analysis.collectives import one_rank_collectives
 
     chosen = choose_ceilings(trace, gpu, ceilings)
-    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after)
+    analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after,
+                             unprofiled_fetch_ms=unprofiled_fetch_ms)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -180,7 +186,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
     run = read_run(path)  # env.json, parsed once
     found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings,
                             unprofiled_step_ms=run.unprofiled_step_ms, model_state=run.model_state,
-                            step_source=run.step_source, cut_after=run.cut_after)
+                            step_source=run.step_source, cut_after=run.cut_after,
+                            unprofiled_fetch_ms=run.unprofiled_fetch_ms)
     if not run.unprofiled:
         return found
     unprofiled = UnprofiledSection.from_dict(run.unprofiled)
@@ -216,7 +223,8 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
     if len(trace.device) == 0:
         return {}
     analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
-                             run.model_state, run.step_source, run.cut_after)
+                             run.model_state, run.step_source, run.cut_after,
+                             unprofiled_fetch_ms=run.unprofiled_fetch_ms)
     model = step_model(analysis)
     if isinstance(model, str):
         return {}
@@ -377,7 +385,8 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
         return summarize_host(trace, segment(trace), source.rank, env), report
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
-                                     run.step_source, alone=False)
+                                     run.step_source, alone=False,
+                                     unprofiled_fetch_ms=run.unprofiled_fetch_ms)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

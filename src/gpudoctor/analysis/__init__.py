@@ -45,6 +45,9 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
     not_applicable: dict[str, str]
     warnings: tuple[str, ...]
     unprofiled_step_ms: float | None = None  # the same step timed outside the profiler
+    # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture/timing.py
+    # fetch_in_step): None where the capture did not time it
+    unprofiled_fetch_ms: float | None = None
     step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
     # host time per step the profiler added (analysis/observer.py's per-event estimate), computed
     # once
@@ -57,10 +60,12 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
 
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
                   model_state: ModelState | None = None, step_source: str = "",
-                  cut_after: int | None = None) -> Analysis:
+                  cut_after: int | None = None, *,
+                  unprofiled_fetch_ms: float | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
     after). ``cut_after``: a capture that ended early recorded this many whole steps
-    (``steps.whole_steps``)."""
+    (``steps.whole_steps``); ``unprofiled_fetch_ms``: the DataLoader's share of
+    ``unprofiled_step_ms``, where the capture timed it."""
     found = whole_steps(segment(trace), cut_after)
     steps, left_out = without_outlier_edges(found, trace, unprofiled_step_ms)
     warnings: list[str] = []
@@ -116,6 +121,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         not_applicable=not_applicable,
         warnings=tuple(warnings),
         unprofiled_step_ms=unprofiled_step_ms,
+        unprofiled_fetch_ms=unprofiled_fetch_ms if unprofiled_step_ms else None,
         step_source=step_source,
         profiler_overhead_ms=overhead,
     )

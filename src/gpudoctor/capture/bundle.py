@@ -227,6 +227,11 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "unprofiled_step_ms_samples": [round(x, 4) for x in result.unprofiled_step_ms],
         # each sample's step (the boundary that closed it), where the capture counted them
         "unprofiled_step_index": list(getattr(result, "unprofiled_step_index", [])),
+        # the DataLoader's fetch on the program's thread: its share of unprofiled_step_ms and in
+        # each sample (capture/timing.py fetch_in_step)
+        "unprofiled_fetch_ms": _rounded(getattr(result, "unprofiled_fetch", None)),
+        "unprofiled_fetch_ms_samples": [round(x, 4)
+                                        for x in getattr(result, "unprofiled_fetch_ms", [])],
         "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
         "unprofiled_after_window_ms": [round(x, 4) for x in result.unprofiled_after_ms],
         "generate": result.generate or None,
@@ -266,6 +271,8 @@ class RunFacts:
     step_source: str = ""  # what marked the steps of a live capture
     unprofiled: dict[str, Any] | None = None  # its uncertainty: capture.unprofiled (capture/timing.py)
     cut_after: int | None = None  # the window ended early (capture.error) after this many whole steps
+    # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture.unprofiled_fetch_ms)
+    unprofiled_fetch_ms: float | None = None
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -294,7 +301,9 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
                     ModelState.parse(capture.get("model_state")),
                     _step_source(capture.get("step_source")),
                     _unprofiled_facts(capture.get("unprofiled")),
-                    cut_after(capture.get("error"), capture.get("steps_recorded")))
+                    cut_after(capture.get("error"), capture.get("steps_recorded")),
+                    _unprofiled_fetch(capture.get("unprofiled_fetch_ms"),
+                                      capture.get("unprofiled_step_ms")))
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:
@@ -320,6 +329,17 @@ def _step_source(value: Any) -> str:
 
 def _unprofiled_step(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _unprofiled_fetch(value: Any, step: Any) -> float | None:
+    """capture.unprofiled_fetch_ms where it is a share of a known step, else None."""
+    step_ms = _unprofiled_step(step)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok and step_ms is not None and value <= step_ms else None
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
 
 
 def _unprofiled_facts(value: Any) -> dict[str, Any] | None:

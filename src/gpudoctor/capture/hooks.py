@@ -21,6 +21,7 @@ import inspect
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -71,6 +72,7 @@ class Listener:
     def graph_replay(self) -> None: ...
     def safe_point(self) -> None: ...
     def batch(self, iterator: Any) -> None: ...
+    def batch_fetched(self, seconds: float) -> None: ...
     def backward_call(self) -> None: ...
     def foreign_profiler(self, profiler: Any, starting: bool) -> None: ...
     def foreign_export(self, profiler: Any, path: str) -> None: ...
@@ -116,8 +118,7 @@ class Hooks:
         self._patch(self.torch.autograd, "backward", self._before(listener.backward_call))
         from torch.utils.data import dataloader
 
-        self._patch(dataloader._BaseDataLoaderIter, "__next__",
-                    self._before(listener.batch, with_self=True))
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", self._timed_fetch)
         from torch.profiler import profiler as torch_profiler
 
         kineto = torch_profiler._KinetoProfile
@@ -138,12 +139,13 @@ class Hooks:
             self._root_handle = module.register_forward_pre_hook(self._on_root_pre)
 
     def keep_only(self, *, optimizer: bool, backward: bool, generate: bool, replay: bool,
-                  root: Any | None) -> None:
+                  root: Any | None, loader: bool = False) -> None:
         """After the window: remove every hook and wrapper except those that mark the steps (the
         optimizer-step hook, the ``autograd.backward`` wrapper, the ``generate`` wrapper, the
         graph-replay wrapper, a hook on ``root``, the outermost module, when its forwards are
-        steps or tokens). The DataLoader and profiler wrappers go: nothing after the window needs
-        them."""
+        steps or tokens), and where the program fetches from a DataLoader (``loader``) its wrapper,
+        which times each fetch of the steps timed after the window. The profiler wrappers go:
+        nothing after the window needs them."""
         if not optimizer:
             for handle in self._handles:
                 handle.remove()
@@ -156,7 +158,8 @@ class Hooks:
         elif self._global:
             self.narrow_to(root)  # a no-op where compiled code guards on the global hooks
         kept = {name
-                for name, keep in (("replay", replay), ("backward", backward), ("generate", generate)) if keep}
+                for name, keep in (("replay", replay), ("backward", backward), ("generate", generate),
+                                   ("__next__", loader)) if keep}
         for owner, name, original in reversed(self._patches):
             if name not in kept:
                 setattr(owner, name, original)
@@ -258,6 +261,26 @@ class Hooks:
             return
         setattr(owner, name, make(original))
         self._patches.append((owner, name, original))
+
+    def _timed_fetch(self, original: Any) -> Any:
+        """The DataLoader's ``__next__``: the listener hears of the batch before it is fetched and
+        how long the fetch took on the program's thread (the loader's share of an unprofiled step,
+        which the profiled one cannot tell: replay/observer.py)."""
+        hooks = self
+
+        @functools.wraps(original)
+        def wrapped(iterator: Any, *args: Any, **kwargs: Any) -> Any:
+            if not hooks._ours():
+                return original(iterator, *args, **kwargs)
+            hooks._tell(hooks.listener.batch, iterator)
+            hooks._tell(hooks.listener.safe_point)
+            start = time.perf_counter()
+            try:
+                return original(iterator, *args, **kwargs)
+            finally:  # StopIteration ends an epoch: its wait is the step's all the same
+                hooks._tell(hooks.listener.batch_fetched, time.perf_counter() - start)
+
+        return wrapped
 
     def _before(self, event: Callable[..., None], with_self: bool = False) -> Callable[[Any], Any]:
         """A wrapper maker: on the program's own thread, tell the listener ``event`` (given the

@@ -56,6 +56,7 @@ from gpudoctor.capture.timing import (
     TRIAL_SETTLE_MAX_S,
     TRIAL_SETTLE_MAX_STEPS,
     UnprofiledStep,
+    fetch_in_step,
     unprofiled_step,
 )
 from gpudoctor.capture.trial_timing import TrialTiming
@@ -128,6 +129,11 @@ class CaptureResult:
     unprofiled_before_steps: list[int] = field(default_factory=list)
     unprofiled_after_steps: list[int] = field(default_factory=list)
     unprofiled: UnprofiledStep | None = None  # the one number made of them (capture/timing.py)
+    # the DataLoader's fetch on the program's thread in each of unprofiled_step_ms (empty: no
+    # loader, or not known for every sample), and its share of the one number (capture/timing.py
+    # fetch_in_step)
+    unprofiled_fetch_ms: list[float] = field(default_factory=list)
+    unprofiled_fetch: float | None = None
     generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
     nvml: dict[str, Any] = field(default_factory=dict)
     window_wall_s: float = 0.0
@@ -197,6 +203,11 @@ class CaptureSession(Listener):
         # index, by which a trial is compared with its control over the same steps
         self._before_steps: list[int | None] = []
         self._after_steps: list[int | None] = []
+        # seconds the DataLoader's fetches took on the program's thread since the last mark, and at
+        # each mark (by its boundary count) what the step it closed fetched
+        self._fetch_s = 0.0
+        self._fetch_by_step: dict[int, float] = {}
+        self._fetched = False  # any batch fetched at all: the fetch clock stays after the window
         self._tokens: list[list[Any]] = []  # per generate() call: start, each forward, end
         self._sampler: NvmlSampler | None = None
         self._started_at = 0.0
@@ -367,6 +378,11 @@ class CaptureSession(Listener):
         """A DataLoader batch is about to be fetched (capture/loader_queue.py)."""
         self.loader.batch(iterator)
 
+    def batch_fetched(self, seconds: float) -> None:
+        """A DataLoader's fetch took ``seconds`` on the program's thread."""
+        self._fetch_s += seconds
+        self._fetched = True
+
     def foreign_profiler(self, profiler: Any, starting: bool) -> None:
         """The program starts or stops a torch.profiler of its own."""
         if profiler is self._prof or self.phase is Phase.DONE:
@@ -536,6 +552,7 @@ class CaptureSession(Listener):
             # the step now starting began with the wait for the other ranks: not an unprofiled step
             self._before.extend([None, self._stamp()])
             self._before_steps.extend([None, self._total])
+            self._fetch_s = 0.0
         return window.open_at
 
     def open_now(self) -> None:
@@ -679,7 +696,8 @@ class CaptureSession(Listener):
         self._hooks.keep_only(optimizer=source is Source.OPTIMIZER,
                               backward=source is Source.BACKWARD,
                               generate=source is Source.GENERATE,
-                              replay=source is Source.GRAPH, root=root)
+                              replay=source is Source.GRAPH, root=root,
+                              loader=self._fetched)
 
     # -- unprofiled timing ---------------------------------------------------------------------
 
@@ -739,6 +757,8 @@ class CaptureSession(Listener):
             steps.append(None)
         marks.append(stamp)
         steps.append(self._total)
+        self._fetch_by_step[self._total] = self._fetch_s
+        self._fetch_s = 0.0
 
     def _stamp(self) -> Any:
         if self._gpu_in_use():
@@ -791,6 +811,13 @@ class CaptureSession(Listener):
         r.unprofiled_step_index = {"before": r.unprofiled_before_steps,
                                    "after": r.unprofiled_after_steps}.get(
             chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
+        fetched = [self._fetch_by_step.get(i) for i in r.unprofiled_step_index]
+        if (r.unprofiled is not None and fetched
+                and len(fetched) == len(r.unprofiled_step_ms)
+                and all(f is not None for f in fetched) and any(fetched)):
+            r.unprofiled_fetch_ms = [f * 1e3 for f in fetched if f is not None]
+            r.unprofiled_fetch = fetch_in_step(r.unprofiled.ms, r.unprofiled_step_ms,
+                                               r.unprofiled_fetch_ms, self.loader.depth)
         if r.step_source and r.step_source != Source.TIME.value and (
             r.unprofiled is None or not r.unprofiled.trusted):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"

@@ -224,3 +224,16 @@ def settled(intervals: list[float], loader_depth: int = 0) -> bool:
         return b <= TRIAL_SETTLE_RATIO * a or b - a <= TRIAL_SETTLE_NOISE_MS
 
     return close(older, recent) and close(recent, older) and close(fastest, recent)
+
+
+def fetch_in_step(step_ms: float, samples: Sequence[float], fetch_ms: Sequence[float],
+                  loader_depth: int = 0) -> float:
+    """The DataLoader's share of the unprofiled step ``step_ms`` (made of ``samples``): the step
+    less the same estimate of each step without its fetch (``fetch_ms``, one per sample), so that
+    what is left is the rest of the step as the same estimator sees it. The loader's run-to-run
+    spread (its decode on a busy host) is then the loader's, not the profiler's cost
+    (replay/observer.py)."""
+    rest = [max(s - f, 0.0) for s, f in zip(samples, fetch_ms, strict=True)]
+    if not rest:
+        return 0.0
+    return min(max(step_ms - summarize(rest, loader_depth)[0], 0.0), step_ms)

@@ -52,6 +52,8 @@ class TrapVerdict:
     report: Any = field(default=None, compare=False, repr=False)  # the sick run's Report
     sick_rounds_ms: tuple[float, ...] = ()  # each round's median: sick_ms is their median
     fixed_rounds_ms: tuple[float, ...] = ()
+    # the DataLoader's fetch, of sick_ms (capture/timing.py fetch_in_step); None: no loader
+    sick_fetch_ms: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -68,26 +70,41 @@ class TrapVerdict:
 
 def time_steps(workload: Workload, device: str, warmup: int, timed: int) -> float:
     """Median step time in ms: CUDA events between step boundaries (no sync inside the loop)."""
+    return time_steps_and_fetch(workload, device, warmup, timed)[0]
+
+
+def time_steps_and_fetch(workload: Workload, device: str, warmup: int,
+                         timed: int) -> tuple[float, float | None]:
+    """``time_steps``, and the DataLoader's share of it (None: the steps fetched no batch)."""
     import torch
+
+    from gpudoctor.capture.fetch_clock import timing_fetches
+    from gpudoctor.capture.timing import fetch_in_step
 
     for _ in range(warmup):
         workload.step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
-        marks[0].record()
-        for i in range(timed):
-            workload.step()
-            marks[i + 1].record()
-        torch.cuda.synchronize()
-        times = [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
-    else:
-        times = []
-        for _ in range(timed):
-            t0 = time.perf_counter()
-            workload.step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    fetched: list[float] = []
+    with timing_fetches() as clock:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
+            marks[0].record()
+            for i in range(timed):
+                workload.step()
+                marks[i + 1].record()
+                fetched.append(clock.take() * 1e3)
+            torch.cuda.synchronize()
+            times = [a.elapsed_time(b) for a, b in itertools.pairwise(marks)]
+        else:
+            times = []
+            for _ in range(timed):
+                t0 = time.perf_counter()
+                workload.step()
+                times.append((time.perf_counter() - t0) * 1e3)
+                fetched.append(clock.take() * 1e3)
+        any_fetch = clock.fetched
+    ms = statistics.median(times)
+    return ms, fetch_in_step(ms, times, fetched) if any_fetch else None
 
 
 def capture(workload: Workload, out_dir: Path, steps: int, with_stack: bool) -> Path:
@@ -150,19 +167,24 @@ def _time_and_capture(
         return time_steps(work, device, warmup, timed), capture(work, folder, steps, with_stack)
 
 
-def _timed(build: Callable[[str], Workload], device: str, warmup: int, timed: int) -> float:
+def _timed(build: Callable[[str], Workload], device: str, warmup: int,
+           timed: int) -> tuple[float, float | None]:
     with _built(build, device) as work:
-        return time_steps(work, device, warmup, timed)
+        return time_steps_and_fetch(work, device, warmup, timed)
 
 
-def paired_rounds(trap: Trap, device: str, warmup: int, timed: int,
-                  rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
-    """Each twin's median step time per round, the twins alternating (sick, fixed, sick, ...)."""
+def paired_rounds(trap: Trap, device: str, warmup: int, timed: int, rounds: int = ROUNDS,
+                  sick_fetch: list[float | None] | None = None) -> tuple[list[float], list[float]]:
+    """Each twin's median step time per round, the twins alternating (sick, fixed, sick, ...);
+    the sick twin's DataLoader share of each round appended to ``sick_fetch`` when given."""
     sick: list[float] = []
     fixed: list[float] = []
     for r in range(rounds):
-        sick.append(_timed(trap.build_sick, device, warmup, timed))
-        fixed.append(_timed(trap.build_fixed, device, warmup, timed))
+        ms, fetch = _timed(trap.build_sick, device, warmup, timed)
+        sick.append(ms)
+        if sick_fetch is not None:
+            sick_fetch.append(fetch)
+        fixed.append(_timed(trap.build_fixed, device, warmup, timed)[0])
         if r == 0 and sick[0] > SLOW_STEP_MS:
             break
     return sick, fixed
@@ -176,11 +198,16 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
     sick_ms = fixed_ms = 0.0
     sick_rounds: list[float] = []
     fixed_rounds: list[float] = []
+    fetch_rounds: list[float | None] = []
+    sick_fetch_ms = None
     try:
-        sick_rounds, fixed_rounds = paired_rounds(trap, device, warmup, timed, rounds)
+        sick_rounds, fixed_rounds = paired_rounds(trap, device, warmup, timed, rounds,
+                                                  sick_fetch=fetch_rounds)
         sick_ms, fixed_ms = statistics.median(sick_rounds), statistics.median(fixed_rounds)
+        sick_fetch_ms = rounds_fetch(sick_ms, sick_rounds, fetch_rounds)
         trace = _capture_fresh(trap.build_sick, device, out_dir / trap.id, steps, trap.with_stack)
-        report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms)
+        report = analyze_loaded(load(trace), unprofiled_step_ms=sick_ms,
+                                unprofiled_fetch_ms=sick_fetch_ms)
     except NoGpuActivityError:
         report = None
     except Exception as exc:  # noqa: BLE001 - one broken trap must not stop the gallery
@@ -191,7 +218,7 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
         return TrapVerdict(trap.id, trap.expected_finding, None, None, None,
                            sick_ms / fixed_ms if fixed_ms else None, sick_ms, fixed_ms, 0.0,
                            "ran-on-cpu", (), sick_rounds_ms=tuple(sick_rounds),
-                           fixed_rounds_ms=tuple(fixed_rounds))
+                           fixed_rounds_ms=tuple(fixed_rounds), sick_fetch_ms=sick_fetch_ms)
     _write(out_dir / trap.id, report)
     ids = [f.id for f in report.findings]
     rank = ids.index(trap.expected_finding) + 1 if trap.expected_finding in ids else None
@@ -206,7 +233,18 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
                        measured, sick_ms,
                        fixed_ms, report.step_ms, verdict, _summary(report), report=report,
                        sick_rounds_ms=tuple(round(t, 4) for t in sick_rounds),
-                       fixed_rounds_ms=tuple(round(t, 4) for t in fixed_rounds))
+                       fixed_rounds_ms=tuple(round(t, 4) for t in fixed_rounds),
+                       sick_fetch_ms=None if sick_fetch_ms is None else round(sick_fetch_ms, 4))
+
+
+def rounds_fetch(sick_ms: float, rounds_ms: list[float],
+                 fetch_ms: list[float | None]) -> float | None:
+    """The DataLoader's share of ``sick_ms`` (the rounds' median): the median less that of each
+    round without its fetch; None where a round fetched nothing."""
+    if not fetch_ms or any(f is None for f in fetch_ms) or len(fetch_ms) != len(rounds_ms):
+        return None
+    rest = statistics.median(max(r - f, 0.0) for r, f in zip(rounds_ms, fetch_ms) if f is not None)
+    return min(max(sick_ms - rest, 0.0), sick_ms)
 
 
 def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,

@@ -20,6 +20,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import dataloader_calls
 from gpudoctor.analysis.idle import BLOCKING
+from gpudoctor.analysis.intervals import union
 from gpudoctor.core.finding import MAX_REPLAYED_SAVING_SHARE, Finding, severity_for, speedup
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
@@ -34,6 +35,8 @@ KNOB_SPEEDUP = "predicted_speedup_with_"  # + knob id: a knob's own edit, replay
 FORMULA_BECAUSE = "priced_by_formula_because"
 STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
 FORMULA_SAVING = "saving_by_formula_ms"
+# the fixes that move the DataLoader's fetch off the program's thread
+LOADER_TAKEN_BY = frozenset({"input-pipeline"})
 
 
 class StepModel(msgspec.Struct, frozen=True, eq=False):
@@ -46,12 +49,21 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
     # the steps fetch from a DataLoader: an unprofiled step longer than the replayed one holds its
     # stalls, which the window did not see
     fed_by_loader: bool = False
+    # the DataLoader's fetch timed unprofiled less its recorded time in the window, per step: the
+    # loader's own run-to-run spread, which the profiler's fit leaves out (``step_model``); 0 where
+    # the capture did not time the fetch
+    fetch_unseen_ms: float = 0.0
 
-    def after_ms(self, edit: Edit, takes_unseen: bool = False) -> float:
-        """The step once ``edit`` is applied, in the terms of ``step_ms``."""
-        return max(self._after_ms(edit, takes_unseen), edit.min_step_share * self.step_ms)
+    def after_ms(self, edit: Edit, takes_unseen: bool = False, takes_loader: bool = False) -> float:
+        """The step once ``edit`` is applied, in the terms of ``step_ms``; ``takes_loader``: the
+        edit moves the DataLoader's fetch off the program's thread, and its unseen time with it."""
+        rest = self._after_ms(edit, takes_unseen, self.step_ms - self.fetch_unseen_ms)
+        after = rest + (0.0 if takes_loader else self.fetch_unseen_ms)
+        return max(after, edit.min_step_share * self.step_ms)
 
-    def _after_ms(self, edit: Edit, takes_unseen: bool) -> float:
+    def _after_ms(self, edit: Edit, takes_unseen: bool, step_ms: float) -> float:
+        """The step once ``edit`` is applied, in the terms of ``step_ms`` (the measured step less
+        the loader's unseen time)."""
         edited = changes(self.graph, edit, base=self.base.changes)
         fixed = replay(self.graph, edited)
         # what is left of the host's work runs faster where the fix took most of it (replay/pace.py)
@@ -62,21 +74,21 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         after_ns = max(fixed.step_ns, edit.min_step_ns)
         base_ns = self.base.replayed.step_ns
         if base_ns <= 0:
-            return self.step_ms
+            return step_ms
         if not self.unprofiled_known:  # offline: the share the replay removes, of the profiled step
-            return self.step_ms * after_ns / base_ns
+            return step_ms * after_ns / base_ns
         # a measured step longer than the replayed one: within the spread of timing one step two
         # ways, or waits the window did not see (rules/calibrate.py's rule, the same threshold)
         residual_ms = self.base.residual_ns / 1e6
         # the spread of timing one step two ways
-        if 0 <= residual_ms < UNSEEN_MIN_SHARE * self.step_ms:
-            return self.step_ms * after_ns / base_ns
+        if 0 <= residual_ms < UNSEEN_MIN_SHARE * step_ms:
+            return step_ms * after_ns / base_ns
         # time the window did not see stays, unless the fix is the one that takes it. Without a
         # loader to stall, nothing in the step waits unseen: the program ran slower while it was
         # timed, and the fix keeps its share (tests/test_variant_prices.py)
         if residual_ms >= 0:
             if not self.fed_by_loader and not takes_unseen:
-                return self.step_ms * after_ns / base_ns
+                return step_ms * after_ns / base_ns
             return after_ns / 1e6 + (0.0 if takes_unseen else residual_ms)
         # the replay stays above the measured step with the most profiler cost taken out. On a
         # step the host holds, the host ran slower still: the fix keeps its share of the step. On a
@@ -85,8 +97,8 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         base = self.base.replayed
         counted = max(self.graph.steps - 1, 1)
         if base.host_work_ns / counted >= base.gpu_busy_ns / max(self.graph.steps, 1):
-            return self.step_ms * after_ns / base_ns
-        return min(after_ns / 1e6, self.step_ms)
+            return step_ms * after_ns / base_ns
+        return min(after_ns / 1e6, step_ms)
 
 
 class AllFixes(msgspec.Struct, frozen=True):
@@ -134,13 +146,42 @@ def step_model(a: Analysis) -> StepModel | str:
         return (f"replayed as recorded, its step is {as_recorded / 1e6:.3f} ms where the trace "
                 f"shows {graph.profiled_ns / 1e6:.3f} ms: the graph misses what sets this step")
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
-    base = unprofiled(graph, measured, measured_costs(a))
+    unseen_ns = _fetch_unseen_ns(a, measured)
+    base = unprofiled(graph, None if measured is None else measured - unseen_ns,
+                      measured_costs(a))
     if base.replayed.step_ns <= 0:
         return "the step's graph could not be built: the replayed step is empty"
     lo, hi = graph.window
     host = a.trace.host
     loader = bool((dataloader_calls(a.trace) & (host.ts >= lo) & (host.ts < hi)).any())
-    return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None, loader)
+    return StepModel(graph, base, a.unprofiled_step_ms or a.step_ms, measured is not None, loader,
+                     unseen_ns / 1e6)
+
+
+def _fetch_unseen_ns(a: Analysis, measured_ns: float | None) -> float:
+    """The DataLoader's fetch timed unprofiled, less what the window recorded of it, per step (ns).
+
+    A loader that decodes on the program's thread runs as fast as the host lets it: between the
+    window and the steps timed without it, its fetch moved by 20-40% in the lab's runs, as much as
+    the profiler's whole cost, and fitted as that cost it moved the scale 0.4-7x
+    (benchmarks/BENCHMARKS-replay.md "The loader's own spread"). Where the capture timed the fetch,
+    the fit matches the rest of the step and the loader keeps its measured time. 0 where it did not,
+    or the window holds no fetch."""
+    fetch_ms = a.unprofiled_fetch_ms
+    if measured_ns is None or fetch_ms is None or fetch_ms <= 0 or len(a.steps) == 0:
+        return 0.0
+    host = a.trace.host
+    calls = np.flatnonzero(dataloader_calls(a.trace))
+    # the steps the replay's step counts: after the first (replay/simulate.py Replayed.step_ns)
+    first = 1 if len(a.steps) >= 2 else 0
+    lo, hi = int(a.steps.start[first]), int(a.steps.end[-1])
+    calls = calls[(host.ts[calls] >= lo) & (host.ts[calls] < hi)]
+    if calls.size == 0:
+        return 0.0
+    s, e = union(host.ts[calls], host.end[calls])
+    recorded_ns = float((e - s).sum()) / (len(a.steps) - first)
+    # the rest of the step stays positive: a fetch timed at the whole step leaves the fit nothing
+    return min(fetch_ms * 1e6 - recorded_ns, 0.9 * measured_ns)
 
 
 class Repriced(msgspec.Struct, frozen=True):
@@ -183,7 +224,8 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
         if edit is None or edit.is_empty():
             out.append(_formula(finding, why or "its fix is not an edit of the step's graph"))
             continue
-        after = model.after_ms(edit, takes_unseen=finding.id in UNSEEN_TAKEN_BY)
+        after = model.after_ms(edit, takes_unseen=finding.id in UNSEEN_TAKEN_BY,
+                               takes_loader=finding.id in LOADER_TAKEN_BY)
         priced_finding = _replayed(finding, model.step_ms, after, edit.note)
         out.append(_with_knob_prices(priced_finding, a, by_id.get(finding.id, finding), model))
         edits.append(edit)
@@ -192,7 +234,8 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
         return out, None
     out = [_with_joint_knob_prices(f, dict(zip(ids, edits)), model) for f in out]
     together = merge(edits)
-    after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)))
+    after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)),
+                               takes_loader=bool(LOADER_TAKEN_BY & set(ids)))
     # at most the share one fix may save (core/finding.py): a step that is nearly all one-off
     # host work (a compile inside the window) would read x100000
     floor_ms = (1 - MAX_REPLAYED_SAVING_SHARE) * model.step_ms

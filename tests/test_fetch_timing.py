@@ -1,0 +1,129 @@
+"""The DataLoader's fetch, timed on the program's thread outside the profiler's window: its share
+of the unprofiled step (capture/timing.py ``fetch_in_step``), which the replay's fit leaves to the
+loader (rules/whatif.py ``_fetch_unseen_ns``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from gpudoctor.capture.bundle import capture_facts, facts_of
+from gpudoctor.capture.fetch_clock import timing_fetches
+from gpudoctor.capture.session import CaptureConfig, CaptureSession
+from gpudoctor.capture.timing import fetch_in_step
+from gpudoctor.lab.verify import rounds_fetch
+
+SAMPLE_SLEEP_S = 0.004
+
+
+class _SlowSamples(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(SAMPLE_SLEEP_S)  # at least this long: a lower bound, never a flaky upper one
+        return torch.randn(16)
+
+
+def test_the_fetch_share_is_the_step_less_the_rest_estimated_alike() -> None:
+    # the median step is 11; without their fetches every step is 4: the loader's share is 7
+    assert fetch_in_step(11.0, [10.0, 12.0, 11.0], [6.0, 8.0, 7.0]) == pytest.approx(7.0)
+    # a fetch timed longer than its step (host clock against GPU events) leaves nothing of the rest
+    assert fetch_in_step(5.0, [5.0, 5.0, 5.0], [6.0, 6.0, 6.0]) == pytest.approx(5.0)
+    assert fetch_in_step(5.0, [], []) == 0.0
+    with pytest.raises(ValueError):
+        fetch_in_step(5.0, [5.0, 5.0], [1.0])
+
+
+def test_the_lab_rounds_share_is_the_median_less_the_rests_median() -> None:
+    assert rounds_fetch(43.8, [47.2, 41.1, 43.8], [36.0, 30.0, 33.0]) == pytest.approx(43.8 - 11.1)
+    assert rounds_fetch(10.0, [10.0, 11.0], [None, 2.0]) is None  # a round without a loader
+    assert rounds_fetch(10.0, [10.0], []) is None
+
+
+def test_the_fetch_clock_counts_only_fetches_on_its_own_thread() -> None:
+    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2)
+    it = iter(loader)
+    with timing_fetches() as clock:
+        assert not clock.fetched and clock.take() == 0.0
+        next(it)
+        first = clock.take()
+        assert clock.fetched and first >= 2 * SAMPLE_SLEEP_S
+        assert clock.take() == 0.0  # taken: it starts again from nothing
+    original = torch.utils.data.dataloader._BaseDataLoaderIter.__dict__["__next__"]
+    assert getattr(original, "__wrapped__", None) is None  # the method is the original again
+
+
+def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=4, calibration_steps=3, nvml_interval_s=0), tmp_path
+    )
+    s.start()
+    kept_after: list[str] = []
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+        if s._hooks is not None and s.phase.value == "after":
+            kept_after = s._hooks.installed()
+        if s.done:
+            break
+    s.close()
+    r = s.result
+    assert "__next__" in kept_after  # the loader's clock stays for the steps after the window
+    assert r.unprofiled is not None and len(r.unprofiled_step_ms) >= 3
+    assert len(r.unprofiled_fetch_ms) == len(r.unprofiled_step_ms)
+    # each step fetched one batch of two samples, inside the step it closed
+    assert all(
+        2 * SAMPLE_SLEEP_S * 1e3 <= f <= step
+        for f, step in zip(r.unprofiled_fetch_ms, r.unprofiled_step_ms, strict=True)
+    )
+    assert r.unprofiled_fetch is not None
+    assert 2 * SAMPLE_SLEEP_S * 1e3 <= r.unprofiled_fetch <= r.unprofiled.ms
+    # written to env.json and read back by analyze
+    capture = capture_facts(r, s.config, None)
+    assert capture["unprofiled_fetch_ms"] == round(r.unprofiled_fetch, 4)
+    assert len(capture["unprofiled_fetch_ms_samples"]) == len(r.unprofiled_step_ms)
+    assert facts_of({"capture": capture}).unprofiled_fetch_ms == capture["unprofiled_fetch_ms"]
+
+
+def test_a_program_without_a_loader_has_no_fetch_share(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    s = CaptureSession(
+        CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path
+    )
+    s.start()
+    while not s.done:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+    s.close()
+    assert s.result.unprofiled_fetch_ms == [] and s.result.unprofiled_fetch is None
+    assert (
+        facts_of({"capture": capture_facts(s.result, s.config, None)}).unprofiled_fetch_ms is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("fetch", "step", "read"),
+    [
+        (3.0, 10.0, 3.0),
+        (0.0, 10.0, 0.0),
+        (12.0, 10.0, None),
+        (-1.0, 10.0, None),
+        ("3", 10.0, None),
+        (True, 10.0, None),
+        (3.0, None, None),
+    ],
+)
+def test_a_malformed_fetch_in_env_json_reads_as_absent(
+    fetch: object, step: object, read: float | None
+) -> None:
+    env = {"capture": {"unprofiled_step_ms": step, "unprofiled_fetch_ms": fetch}}
+    assert facts_of(env).unprofiled_fetch_ms == read
