@@ -127,3 +127,31 @@ def test_a_malformed_fetch_in_env_json_reads_as_absent(
 ) -> None:
     env = {"capture": {"unprofiled_step_ms": step, "unprofiled_fetch_ms": fetch}}
     assert facts_of(env).unprofiled_fetch_ms == read
+
+
+def test_the_fit_leaves_the_loaders_timed_fetch_to_the_loader() -> None:
+    """tests/data/input_pipeline (H100): 33.36 ms a step of __next__ recorded in the window's counted
+    steps; timed at 30 ms without the profiler, the fit matches the step less the 3.36 ms the loader
+    ran faster, and only the loader's own fix takes the loader's time with it."""
+    from gpudoctor.pipeline import diagnose_loaded
+    from gpudoctor.rules.whatif import edit_for, step_model
+    from gpudoctor.trace import load
+
+    trace = load(Path(__file__).parent / "data" / "input_pipeline" / "trace.json.gz")
+    found = diagnose_loaded(trace, unprofiled_step_ms=40.3533, unprofiled_fetch_ms=30.0)
+    model = step_model(found.analysis)
+    assert model.fetch_unseen_ms == pytest.approx(-3.3589, abs=1e-4)
+    assert model.base.replayed.step_ns / 1e6 == pytest.approx(40.3533 + 3.3589, abs=1e-3)
+    loader = found.report.finding("input-pipeline")
+    assert loader.predicted_speedup == pytest.approx(3.3616, abs=1e-4)
+    assert loader.evidence.numbers["host_time_in_dataloader_unprofiled_ms_per_step"] == 30.0
+    launch = found.report.finding("launch-bound")
+    edit, _ = edit_for(found.analysis, launch)
+    # any other fix keeps the loader's measured time: 3.36 ms less than the replay's loader
+    assert model.after_ms(edit) == pytest.approx(30.5961, abs=1e-3)
+    assert model.after_ms(edit, takes_loader=True) - model.after_ms(edit) == pytest.approx(
+        3.3589, abs=1e-3
+    )
+    # without the timed fetch, the fit reads the loader's spread as the profiler's cost
+    plain = diagnose_loaded(trace, unprofiled_step_ms=40.3533).report.finding("input-pipeline")
+    assert plain.predicted_speedup == pytest.approx(3.9363, abs=1e-4)

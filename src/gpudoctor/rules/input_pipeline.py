@@ -128,6 +128,10 @@ def check(a: Analysis) -> Finding | None:
             **({} if gbps is None else {"pinning_gb_per_s": round(gbps, 2)}),
             "pinning_slowed_under_torch_compile": slowed_by_compile,
             **floor_evidence,
+            # the same fetch timed without the profiler, where the capture timed it
+            **({} if a.unprofiled_fetch_ms is None
+               else {"host_time_in_dataloader_unprofiled_ms_per_step":
+                     round(a.unprofiled_fetch_ms, 3)}),
         },
         ops=top_names(trace, host.name[culprits], host.dur[culprits].astype(float)),
         sources=sources_of_host(trace, culprits, a.idle.culprit_idle_ns[ID].astype(float)),

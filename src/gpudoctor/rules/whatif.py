@@ -20,7 +20,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import dataloader_calls
 from gpudoctor.analysis.idle import BLOCKING
-from gpudoctor.analysis.intervals import union
+from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.core.finding import MAX_REPLAYED_SAVING_SHARE, Finding, severity_for, speedup
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
@@ -172,14 +172,14 @@ def _fetch_unseen_ns(a: Analysis, measured_ns: float | None) -> float:
         return 0.0
     host = a.trace.host
     calls = np.flatnonzero(dataloader_calls(a.trace))
-    # the steps the replay's step counts: after the first (replay/simulate.py Replayed.step_ns)
-    first = 1 if len(a.steps) >= 2 else 0
-    lo, hi = int(a.steps.start[first]), int(a.steps.end[-1])
-    calls = calls[(host.ts[calls] >= lo) & (host.ts[calls] < hi)]
     if calls.size == 0:
         return 0.0
+    # the steps the replay's step counts: after the first (replay/simulate.py Replayed.step_ns); a
+    # fetch starts just before the step it feeds, so by its time inside them
+    first = 1 if len(a.steps) >= 2 else 0
+    lo, hi = a.steps.start[first:first + 1], a.steps.end[-1:]
     s, e = union(host.ts[calls], host.end[calls])
-    recorded_ns = float((e - s).sum()) / (len(a.steps) - first)
+    recorded_ns = float(overlap_per_window(s, e, lo, hi)[0]) / (len(a.steps) - first)
     # the rest of the step stays positive: a fetch timed at the whole step leaves the fit nothing
     return min(fetch_ms * 1e6 - recorded_ns, 0.9 * measured_ns)
 
