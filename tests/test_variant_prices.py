@@ -230,3 +230,19 @@ def test_the_host_left_after_a_fix_runs_at_the_pace_of_its_smaller_work() -> Non
     # priced at the quicker pace: x8.68, x9.73 measured
     assert model.step_ms / model.after_ms(edit) == pytest.approx(8.6821, abs=1e-3)
     assert measured == pytest.approx(9.73, abs=0.01)
+
+
+def test_a_slower_host_hides_behind_the_fixed_steps_gpu() -> None:
+    """The lab's allocator_churn, H200 run of 2026-12-04 19:06 UTC: profiled 2.145 ms, measured
+    2.221 ms without the profiler (the fixed twin: 0.563 ms, its GPU's). The prior's replay leaves
+    1.514 ms, so the host ran slower while timed; the fix leaves a step its GPU sets (0.574 ms),
+    which that slowness does not stretch: x3.87 (x3.94 measured), not the x2.64 of scaling the
+    whole fixed step by measured / replayed."""
+    trace = load(DATA / "lab_h200" / "allocator_churn_slow_host.trace.json.gz")
+    found = diagnose_loaded(trace, unprofiled_step_ms=2.2208319902420044)
+    model = step_model(found.analysis)
+    assert model.base.scale == PRIOR_SCALE
+    assert model.base.residual_ns / 1e6 == pytest.approx(0.7071, abs=1e-4)
+    churn = found.report.finding("allocator-churn")
+    assert churn.evidence.numbers["step_after_fix_replayed_ms"] == pytest.approx(0.5742, abs=1e-4)
+    assert churn.predicted_speedup == pytest.approx(3.8679, abs=1e-4)

@@ -80,15 +80,20 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         # a measured step longer than the replayed one: within the spread of timing one step two
         # ways, or waits the window did not see (rules/calibrate.py's rule, the same threshold)
         residual_ms = self.base.residual_ns / 1e6
+        # the host ran slower while the step was timed than the replay has it: the host's work
+        # left after the fix is that much slower, and where the GPU's work sets the fixed step the
+        # host's slowness hides behind it (benchmarks/BENCHMARKS-replay.md "A slower host behind
+        # the fixed step's GPU")
+        slower_host_ns = fixed.host_work_ns / max(self.graph.steps - 1, 1) * step_ms * 1e6 / base_ns
         # the spread of timing one step two ways
         if 0 <= residual_ms < UNSEEN_MIN_SHARE * step_ms:
-            return step_ms * after_ns / base_ns
+            return max(after_ns, slower_host_ns) / 1e6
         # time the window did not see stays, unless the fix is the one that takes it. Without a
         # loader to stall, nothing in the step waits unseen: the program ran slower while it was
-        # timed, and the fix keeps its share (tests/test_variant_prices.py)
+        # timed, and the fix keeps its share of the host's work (tests/test_variant_prices.py)
         if residual_ms >= 0:
             if not self.fed_by_loader and not takes_unseen:
-                return step_ms * after_ns / base_ns
+                return max(after_ns, slower_host_ns) / 1e6
             return after_ns / 1e6 + (0.0 if takes_unseen else residual_ms)
         # the replay stays above the measured step with the most profiler cost taken out. On a
         # step the host holds, the host ran slower still: the fix keeps its share of the step. On a
