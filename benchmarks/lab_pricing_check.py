@@ -96,9 +96,10 @@ def main() -> None:
                 entry["planted_evidence"] = dict(planted.evidence.numbers) if planted else {}
             results.append(entry)
             rows.append(verdict)
-    (args.out / "lab_pricing.json").write_text(
-        json.dumps({"environment": _environment(), "verdicts": results}, indent=1) + "\n"
-    )
+            # after every trap: a run cut short by its time limit keeps the traps it finished
+            (args.out / "lab_pricing.json").write_text(
+                json.dumps({"environment": _environment(), "verdicts": results}, indent=1) + "\n"
+            )
 
     print(
         f"{'trap':<16} {'top finding':<20} {'sick ms':>9} {'fixed ms':>9} {'measured':>9} {'predicted':>9} {'ratio':>6}"
