@@ -5,6 +5,7 @@ loader (rules/whatif.py ``_fetch_unseen_ns``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,9 @@ def test_the_fetch_clock_counts_only_fetches_on_its_own_thread() -> None:
     assert getattr(original, "__wrapped__", None) is None  # the method is the original again
 
 
-def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: Path) -> None:
-    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2)
+def _captured(tmp_path: Path, batches: Iterator[torch.Tensor]) -> tuple[CaptureSession, list[str]]:
+    """A small model trained on ``batches`` under a session until it is done; with what stayed
+    attached while the steps after the window were timed."""
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     s = CaptureSession(
@@ -67,7 +69,7 @@ def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: 
     )
     s.start()
     kept_after: list[str] = []
-    for x in loader:
+    for x in batches:
         model(x).sum().backward()
         opt.step()
         if s._hooks is not None and s.phase.value == "after":
@@ -75,6 +77,12 @@ def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: 
         if s.done:
             break
     s.close()
+    return s, kept_after
+
+
+def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2)
+    s, kept_after = _captured(tmp_path, iter(loader))
     r = s.result
     assert "__next__" in kept_after  # the loader's clock stays for the steps after the window
     assert r.unprofiled is not None and len(r.unprofiled_step_ms) >= 3
@@ -94,16 +102,8 @@ def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: 
 
 
 def test_a_program_without_a_loader_has_no_fetch_share(tmp_path: Path) -> None:
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    s = CaptureSession(
-        CaptureConfig(steps=2, skip=3, calibration_steps=3, nvml_interval_s=0), tmp_path
-    )
-    s.start()
-    while not s.done:
-        model(torch.randn(8, 16)).sum().backward()
-        opt.step()
-    s.close()
+    s, kept_after = _captured(tmp_path, (torch.randn(8, 16) for _ in range(1000)))
+    assert "__next__" not in kept_after
     assert s.result.unprofiled_fetch_ms == [] and s.result.unprofiled_fetch is None
     assert (
         facts_of({"capture": capture_facts(s.result, s.config, None)}).unprofiled_fetch_ms is None
