@@ -46,7 +46,7 @@ def test_the_lab_rounds_share_is_the_median_less_the_rests_median() -> None:
     assert rounds_fetch(10.0, [10.0], []) is None
 
 
-def test_the_fetch_clock_counts_only_fetches_on_its_own_thread() -> None:
+def test_the_fetch_clock_adds_each_fetch_until_taken_and_restores_the_loader() -> None:
     loader = torch.utils.data.DataLoader(_SlowSamples(), batch_size=2)
     it = iter(loader)
     with timing_fetches() as clock:

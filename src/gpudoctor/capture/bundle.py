@@ -229,7 +229,8 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "unprofiled_step_index": list(getattr(result, "unprofiled_step_index", [])),
         # the DataLoader's fetch on the program's thread: its share of unprofiled_step_ms and in
         # each sample (capture/timing.py fetch_in_step)
-        "unprofiled_fetch_ms": _rounded(getattr(result, "unprofiled_fetch", None)),
+        "unprofiled_fetch_ms": None if getattr(result, "unprofiled_fetch", None) is None
+        else round(result.unprofiled_fetch, 4),
         "unprofiled_fetch_ms_samples": [round(x, 4)
                                         for x in getattr(result, "unprofiled_fetch_ms", [])],
         "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
@@ -336,10 +337,6 @@ def _unprofiled_fetch(value: Any, step: Any) -> float | None:
     step_ms = _unprofiled_step(step)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
     return float(value) if ok and step_ms is not None and value <= step_ms else None
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 4)
 
 
 def _unprofiled_facts(value: Any) -> dict[str, Any] | None:

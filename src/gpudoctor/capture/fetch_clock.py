@@ -12,7 +12,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -39,6 +39,26 @@ class FetchClock:
         return seconds
 
 
+def timed_fetch(original: Any, ours: Callable[[], bool], before: Callable[[Any], None],
+                fetched: Callable[[float], None]) -> Any:
+    """A DataLoader iterator's ``__next__`` that, where ``ours()`` (the program's thread), calls
+    ``before(iterator)`` and then ``fetched(seconds)`` with how long the fetch took; a fetch that
+    ends the epoch (StopIteration) took its time all the same."""
+
+    @functools.wraps(original)
+    def wrapped(iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        if not ours():
+            return original(iterator, *args, **kwargs)
+        before(iterator)
+        start = time.perf_counter()
+        try:
+            return original(iterator, *args, **kwargs)
+        finally:
+            fetched(time.perf_counter() - start)
+
+    return wrapped
+
+
 @contextlib.contextmanager
 def timing_fetches() -> Iterator[FetchClock]:
     """While inside, every DataLoader fetch on this thread adds its seconds to the clock's
@@ -48,18 +68,8 @@ def timing_fetches() -> Iterator[FetchClock]:
     owner = dataloader._BaseDataLoaderIter
     original = owner.__dict__["__next__"]
     clock = FetchClock()
-
-    @functools.wraps(original)
-    def timed(iterator: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() != clock.thread:
-            return original(iterator, *args, **kwargs)
-        start = time.perf_counter()
-        try:
-            return original(iterator, *args, **kwargs)
-        finally:
-            clock.add(time.perf_counter() - start)
-
-    owner.__next__ = timed
+    owner.__next__ = timed_fetch(original, lambda: threading.get_ident() == clock.thread,
+                                 lambda _: None, clock.add)
     try:
         yield clock
     finally:

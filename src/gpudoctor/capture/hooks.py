@@ -21,7 +21,6 @@ import inspect
 import os
 import sys
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -266,21 +265,14 @@ class Hooks:
         """The DataLoader's ``__next__``: the listener hears of the batch before it is fetched and
         how long the fetch took on the program's thread (the loader's share of an unprofiled step,
         which the profiled one cannot tell: replay/observer.py)."""
-        hooks = self
+        from gpudoctor.capture.fetch_clock import timed_fetch
 
-        @functools.wraps(original)
-        def wrapped(iterator: Any, *args: Any, **kwargs: Any) -> Any:
-            if not hooks._ours():
-                return original(iterator, *args, **kwargs)
-            hooks._tell(hooks.listener.batch, iterator)
-            hooks._tell(hooks.listener.safe_point)
-            start = time.perf_counter()
-            try:
-                return original(iterator, *args, **kwargs)
-            finally:  # StopIteration ends an epoch: its wait is the step's all the same
-                hooks._tell(hooks.listener.batch_fetched, time.perf_counter() - start)
+        def before(iterator: Any) -> None:
+            self._tell(self.listener.batch, iterator)
+            self._tell(self.listener.safe_point)
 
-        return wrapped
+        return timed_fetch(original, self._ours, before,
+                           lambda seconds: self._tell(self.listener.batch_fetched, seconds))
 
     def _before(self, event: Callable[..., None], with_self: bool = False) -> Callable[[Any], Any]:
         """A wrapper maker: on the program's own thread, tell the listener ``event`` (given the

@@ -811,13 +811,14 @@ class CaptureSession(Listener):
         r.unprofiled_step_index = {"before": r.unprofiled_before_steps,
                                    "after": r.unprofiled_after_steps}.get(
             chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
-        fetched = [self._fetch_by_step.get(i) for i in r.unprofiled_step_index]
-        if (r.unprofiled is not None and fetched
-                and len(fetched) == len(r.unprofiled_step_ms)
-                and all(f is not None for f in fetched) and any(fetched)):
-            r.unprofiled_fetch_ms = [f * 1e3 for f in fetched if f is not None]
-            r.unprofiled_fetch = fetch_in_step(r.unprofiled.ms, r.unprofiled_step_ms,
-                                               r.unprofiled_fetch_ms, self.loader.depth)
+        # each timed step's fetch, where every one is known (a step the window cut has none)
+        fetched = [self._fetch_by_step[i] * 1e3 for i in r.unprofiled_step_index
+                   if i in self._fetch_by_step]
+        if (r.unprofiled is not None and any(fetched)
+                and len(fetched) == len(r.unprofiled_step_ms)):
+            r.unprofiled_fetch_ms = fetched
+            r.unprofiled_fetch = fetch_in_step(r.unprofiled.ms, r.unprofiled_step_ms, fetched,
+                                               self.loader.depth)
         if r.step_source and r.step_source != Source.TIME.value and (
             r.unprofiled is None or not r.unprofiled.trusted):
             why = r.unprofiled.why if r.unprofiled is not None else "no step could be timed without the profiler"

@@ -239,12 +239,15 @@ def verify_trap(trap: Trap, device: str, out_dir: Path, steps: int = 5, warmup: 
 
 def rounds_fetch(sick_ms: float, rounds_ms: list[float],
                  fetch_ms: list[float | None]) -> float | None:
-    """The DataLoader's share of ``sick_ms`` (the rounds' median): the median less that of each
-    round without its fetch; None where a round fetched nothing."""
-    if not fetch_ms or any(f is None for f in fetch_ms) or len(fetch_ms) != len(rounds_ms):
+    """The DataLoader's share of ``sick_ms`` (the rounds' median), as a run's is taken
+    (capture/timing.py ``fetch_in_step``: the median of one or two rounds is their mean); None where
+    a round fetched nothing."""
+    from gpudoctor.capture.timing import fetch_in_step
+
+    known = [f for f in fetch_ms if f is not None]
+    if not known or len(known) != len(rounds_ms):
         return None
-    rest = statistics.median(max(r - f, 0.0) for r, f in zip(rounds_ms, fetch_ms) if f is not None)
-    return min(max(sick_ms - rest, 0.0), sick_ms)
+    return fetch_in_step(sick_ms, rounds_ms, known)
 
 
 def verify_baseline(base: Baseline, device: str, out_dir: Path, steps: int = 5, warmup: int = 5,

@@ -166,12 +166,11 @@ def step_model(a: Analysis) -> StepModel | str:
 def _fetch_unseen_ns(a: Analysis, measured_ns: float | None) -> float:
     """The DataLoader's fetch timed unprofiled, less what the window recorded of it, per step (ns).
 
-    A loader that decodes on the program's thread runs as fast as the host lets it: between the
-    window and the steps timed without it, its fetch moved by 20-40% in the lab's runs, as much as
-    the profiler's whole cost, and fitted as that cost it moved the scale 0.4-7x
-    (benchmarks/BENCHMARKS-replay.md "The loader's own spread"). Where the capture timed the fetch,
-    the fit matches the rest of the step and the loader keeps its measured time. 0 where it did not,
-    or the window holds no fetch."""
+    A loader that decodes on the program's thread runs as fast as the host lets it, and its spread
+    between the window and the timed steps is as large as the profiler's whole cost, which the fit
+    would read it as (benchmarks/BENCHMARKS-replay.md "The loader's own spread"). Where the capture
+    timed the fetch, the fit matches the rest of the step and the loader keeps its measured time. 0
+    where it did not, or the window holds no fetch."""
     fetch_ms = a.unprofiled_fetch_ms
     if measured_ns is None or fetch_ms is None or fetch_ms <= 0 or len(a.steps) == 0:
         return 0.0
