@@ -5,7 +5,8 @@ batch 16 and width 256 each kernel is a few microseconds at a few percent of the
 Priced as the kernels' time minus the same FLOPs at the roof times a realistic efficiency:
 what batching the work (larger batch, fused QKV / gate-up projections, grouped GEMM) would reach.
 Kernels whose FLOPs the trace does not give (replayed from a CUDA graph, so no op shapes) are
-priced by how much of the chip their grid fills: a grid of g blocks on S SMs leaves 1 - g/S idle.
+priced by how much of the chip their grid fills: past the floor every kernel pays (its start and
+drain), a grid of g blocks on S SMs leaves 1 - g/S idle.
 Batching also removes kernels, and with them the queue gap in front of each (rules/common.py):
 each kernel's gap is priced at the same share as its time.
 """
@@ -69,14 +70,34 @@ def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return idx[small], saving[small]
 
 
+# What any kernel takes on the GPU however little it does (its start and drain): a tiny op replayed
+# from a CUDA graph, 0.86-0.98 us per kernel on H200 (benchmarks/BENCHMARKS-bench.md,
+# launch.graph), used where the machine's own bench did not measure it.
+KERNEL_FLOOR_NS = 1_000.0
+
+
+def kernel_floor_ns(a: Analysis) -> float:
+    """This machine's per-kernel floor (``gpudoctor bench``'s launch.graph), else KERNEL_FLOOR_NS."""
+    measured = a.ceilings.extra.get("launch_graph_s")
+    return float(measured) * 1e9 if measured and measured > 0 else KERNEL_FLOOR_NS
+
+
 def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Short GEMMs with unknown FLOPs whose grid covers under half the SMs, and their saving."""
+    """Short GEMMs with unknown FLOPs whose grid covers under half the SMs, and their saving as
+    the finding's formula prices them, one kernel at a time: the share 1 - g/S of the kernel a grid
+    of g blocks on S SMs leaves idle, floor and all (the floors batching merges, ``edit`` prices)."""
     dev, rf = a.trace.device, a.roofline
     sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
     idx = np.flatnonzero(live & (rf.event_flops <= 0) & (dev.blocks > 0) & (dev.blocks < sms // 2))
     idx = idx[dev.dur[idx] < MAX_GRID_PRICED_NS]
-    t = rf.event_in_steps_ns[idx].astype(float)
-    return idx, t * (1.0 - dev.blocks[idx] / sms)
+    return idx, _grid_fill_saving(a, idx, floor_ns=0.0)
+
+
+def _grid_fill_saving(a: Analysis, idx: np.ndarray, floor_ns: float) -> np.ndarray:
+    """Each kernel's work past ``floor_ns`` shrunk to the share of the SMs its grid filled."""
+    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+    t = a.roofline.event_in_steps_ns[idx].astype(float)
+    return np.maximum(t - floor_ns, 0.0) * (1.0 - a.trace.device.blocks[idx] / sms)
 
 
 def check(a: Analysis) -> Finding | None:
@@ -181,7 +202,9 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     gradients' sums). The cat joining the loop's outputs goes, forward and backward
     (``_gathers``), and where there is one, the optimizer's host work shrinks with the parameters
     merged (``_optimizer_share``). A GEMM alone in its run keeps its launch and takes its batched time."""
-    (flop_idx, flop_saving), (grid_idx, grid_saving) = _small(a)
+    (flop_idx, flop_saving), (grid_idx, _) = _small(a)
+    # a grid-priced kernel keeps the floor any kernel pays (``_batched_ns`` merges a run's floors)
+    grid_saving = _grid_fill_saving(a, grid_idx, kernel_floor_ns(a))
     idx, saving = np.concatenate((flop_idx, grid_idx)), np.concatenate((flop_saving, grid_saving))
     if idx.size == 0:
         return None
@@ -315,12 +338,16 @@ def _from_last_update(a: Analysis, ranges: np.ndarray, updates: np.ndarray) -> n
 def _batched_ns(a: Analysis, run: np.ndarray, after: np.ndarray) -> float:
     """One kernel for a run of GEMMs: with their shapes known, the first one's shape with every
     call's rows stacked, at the measured grid's rate for that shape (hardware/gemm_rate.py);
-    else the sum of their priced times. Never longer than the run took."""
+    else the sum of their priced times, less the floor of each kernel merged. Never longer than the
+    run took."""
     rf = a.roofline
     took = float(a.trace.device.dur[run].sum())
     flops = rf.event_flops[run]
     if run.size < 2 or not np.all(flops > 0):
-        return min(float(after.sum()), took)
+        # grid-priced kernels keep their floor (``edit``): one kernel pays it once
+        grid = int((flops <= 0).sum())
+        floors = max(grid - 1, 0) * min(kernel_floor_ns(a), float(after.min()))
+        return min(max(float(after.sum()) - floors, float(after.max())), took)
     dtype = DTYPES[int(rf.event_dtype[run[0]])]
     one = float(gemm_ns_of_events(a, run[:1], dtype, rows_times=float(run.size))[0])
     return min(one * float(flops.sum()) / (float(flops[0]) * run.size), took)
