@@ -4,7 +4,8 @@ For every trace with GPU work: the profiled mean step (analysis/steps.py, GPU-al
 the replayed one, and where the unprofiled step was timed on the GPU (tests/data/manifest.json
 for the lab's traps and their fixed twins, env.json for the gallery and the twins), the replayed
 unprofiled step at the default per-event costs beside it, and with the costs' scale fitted to the
-measured step (what ``gpudoctor run`` does). Also the time the graph and the replay
+measured step (what ``gpudoctor run`` does; where env.json holds the DataLoader's timed fetch, the
+fit leaves it to the loader, rules/whatif.py ``step_model``). Also the time the graph and the replay
 take. Writes JSON with ``--json PATH``; prints a table.
 
     python benchmarks/bench_replay.py [--json benchmarks/results/replay-<date>.json]
@@ -23,9 +24,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpudoctor.analysis.steps import segment  # noqa: E402
 from gpudoctor.capture.bundle import read_run  # noqa: E402
+from gpudoctor.pipeline import diagnose_loaded  # noqa: E402
 from gpudoctor.replay.graph import build  # noqa: E402
 from gpudoctor.replay.observer import unprofiled  # noqa: E402
 from gpudoctor.replay.simulate import replay  # noqa: E402
+from gpudoctor.rules.whatif import step_model  # noqa: E402
 from gpudoctor.trace import load  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -47,7 +50,18 @@ def measured_unprofiled() -> dict[str, float]:
     return out
 
 
-def one(path: Path, unprof_ms: float | None) -> dict | None:
+def measured_fetch() -> dict[str, float]:
+    """trace path -> the DataLoader fetch timed with its unprofiled step (ms; env.json), where the
+    capture timed it."""
+    out: dict[str, float] = {}
+    for folder in sorted([*DATA.glob("gallery_h100/*"), *DATA.glob("twins_h100/*")]):
+        run = read_run(folder)
+        if run.unprofiled_step_ms and run.unprofiled_fetch_ms:
+            out[str((folder / "trace.json.gz").relative_to(DATA))] = run.unprofiled_fetch_ms
+    return out
+
+
+def one(path: Path, unprof_ms: float | None, fetch_ms: float | None = None) -> dict | None:
     trace = load(path)
     if len(trace.device) == 0:
         return None
@@ -76,13 +90,19 @@ def one(path: Path, unprof_ms: float | None) -> dict | None:
         row["measured_unprofiled_ms"] = unprof_ms
         row["replayed_unprofiled_ms"] = round(free.replayed.step_ns / 1e6, 4)
         row["unprofiled_error_pct"] = round(100 * (free.replayed.step_ns / 1e6 / unprof_ms - 1), 2)
-        fit = unprofiled(
-            graph, unprof_ms * 1e6
-        )  # the per-event costs scaled to this run's measured step
+        if fetch_ms:  # as `gpudoctor run` fits it: the loader keeps its timed fetch
+            model = step_model(
+                diagnose_loaded(
+                    trace, unprofiled_step_ms=unprof_ms, unprofiled_fetch_ms=fetch_ms
+                ).analysis
+            )
+            fit, fitted_ms = model.base, model.base.replayed.step_ns / 1e6 + model.fetch_unseen_ms
+            row["fetch_ms"] = fetch_ms
+        else:  # the per-event costs scaled to this run's measured step
+            fit = unprofiled(graph, unprof_ms * 1e6)
+            fitted_ms = fit.replayed.step_ns / 1e6
         row["fitted_scale"] = round(fit.scale, 4)
-        row["fitted_unprofiled_error_pct"] = round(
-            100 * (fit.replayed.step_ns / 1e6 / unprof_ms - 1), 2
-        )
+        row["fitted_unprofiled_error_pct"] = round(100 * (fitted_ms / unprof_ms - 1), 2)
     return row
 
 
@@ -90,10 +110,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
-    measured = measured_unprofiled()
+    measured, fetched = measured_unprofiled(), measured_fetch()
     rows = []
     for path in sorted(DATA.rglob("trace*.json.gz")):
-        row = one(path, measured.get(str(path.relative_to(DATA))))
+        key = str(path.relative_to(DATA))
+        row = one(path, measured.get(key), fetched.get(key))
         if row:
             rows.append(row)
     print(
