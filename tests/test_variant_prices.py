@@ -265,3 +265,28 @@ def test_graph_replayed_small_gemms_batched_pay_one_kernel_floor() -> None:
     ratio = small.predicted_speedup / entry["measured_speedup"]
     assert small.predicted_speedup == pytest.approx(27.5848, abs=1e-3)
     assert 1 / 1.25 < ratio < 1.25
+
+
+@pytest.mark.parametrize(
+    "measured, floor_ns",
+    [
+        (9.6e-7, 960.0),
+        (None, 1000.0),
+        ("0.9us", 1000.0),
+        (float("nan"), 1000.0),
+        (-1.0, 1000.0),
+        (float("inf"), 1000.0),
+        (0.5, 1000.0),
+    ],
+)
+def test_the_kernel_floor_reads_the_machines_bench_or_the_default(
+    measured: object, floor_ns: float
+) -> None:
+    """small-gemm's floor: the machine profile's launch.graph where it is a plausible time, else
+    KERNEL_FLOOR_NS; a damaged profile never raises."""
+    import msgspec
+
+    a = diagnose_loaded(load(DATA / "lab_h200" / "small_gemm.trace.json.gz")).analysis
+    ceilings = msgspec.structs.replace(a.ceilings, extra={"launch_graph_s": measured})
+    a = msgspec.structs.replace(a, ceilings=ceilings)
+    assert small_gemm.kernel_floor_ns(a) == pytest.approx(floor_ns)

@@ -74,12 +74,16 @@ def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # from a CUDA graph, 0.86-0.98 us per kernel on H200 (benchmarks/BENCHMARKS-bench.md,
 # launch.graph), used where the machine's own bench did not measure it.
 KERNEL_FLOOR_NS = 1_000.0
+# A profile's launch.graph beyond this is not a kernel's floor (a damaged or foreign profile).
+MAX_KERNEL_FLOOR_S = 20e-6
 
 
 def kernel_floor_ns(a: Analysis) -> float:
     """This machine's per-kernel floor (``gpudoctor bench``'s launch.graph), else KERNEL_FLOOR_NS."""
-    measured = a.ceilings.extra.get("launch_graph_s")
-    return float(measured) * 1e9 if measured and measured > 0 else KERNEL_FLOOR_NS
+    measured = (a.ceilings.extra or {}).get("launch_graph_s")
+    if isinstance(measured, (int, float)) and 0 < measured < MAX_KERNEL_FLOOR_S:
+        return float(measured) * 1e9
+    return KERNEL_FLOOR_NS
 
 
 def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
