@@ -117,3 +117,35 @@ def test_history_and_diff_last_quote_one_step_time(tmp_path):
     )
     text = gd("diff", "--last", "--width", "160", cwd=tmp_path).stdout
     assert f"{older['step_ms']:.3f} -> {newer['step_ms']:.3f} ms mean step" in text
+
+
+def test_history_reads_a_folder_of_out_folders(tmp_path):
+    """A folder holding several ``gpudoctor run --out`` folders (one per program) lists their runs
+    together; a folder with runs of its own is not searched further."""
+    shared = tmp_path / "team-runs"
+    _run(
+        shared / "alice" / "train_gpt2-20261120-000000",
+        "healthy_train",
+        OLD,
+        "2026-11-20T00:00:00+00:00",
+        "NVIDIA H100 80GB HBM3",
+        "host-sync",
+    )
+    _run(
+        shared / "bob" / "train_gpt2-20261121-000000",
+        "healthy_train",
+        NEW,
+        "2026-11-21T00:00:00+00:00",
+        "NVIDIA H200",
+        "launch-bound",
+    )
+    out = gd("history", shared, "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    names = [Path(r["path"]).name for r in json.loads(out.stdout)]
+    assert names == ["train_gpt2-20261121-000000", "train_gpt2-20261120-000000"]
+    out = gd("history", shared / "alice", "--json", cwd=tmp_path)
+    assert [Path(r["path"]).name for r in json.loads(out.stdout)] == ["train_gpt2-20261120-000000"]
+    empty = tmp_path / "nothing-here"
+    (empty / "sub" / "deeper").mkdir(parents=True)
+    out = gd("history", empty, cwd=tmp_path)
+    assert out.returncode == 0 and "no run directory under" in out.stdout

@@ -217,20 +217,33 @@ def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
 
 
 def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:
-    """The run directories under ``base``, newest first (by recorded time, then name)."""
+    """The run directories under ``base``, newest first (by recorded time, then name). Where
+    ``base`` holds none itself, those one level further down: a folder of several ``--out``
+    folders (one per program or per person) reads as their runs together."""
     if not base.exists():
         raise InputError(f"{base} does not exist; give the folder `gpudoctor run --out` wrote to "
                          f"(default {DEFAULT_RUNS}/), or run a program with `gpudoctor run` first")
     if not base.is_dir():
         raise InputError(f"{base} is a file, not a folder of run directories; give the folder "
                          f"`gpudoctor run --out` wrote to (default {DEFAULT_RUNS}/)")
-    try:
-        folders = [p for p in base.iterdir() if p.is_dir()]
-    except OSError as exc:
-        raise InputError(
-            f"cannot list {base}: {exc.strerror or exc}; check its permissions") from None
+    folders = _subfolders(base)
     entries = [e for e in (read_run(p) for p in folders) if e is not None]
+    if not entries:
+        deeper = [q for p in folders for q in _subfolders(p, quiet=True)]
+        entries = [e for e in (read_run(q) for q in deeper) if e is not None]
     return sorted(entries, key=lambda e: (e.recorded_utc, Path(e.path).name), reverse=True)
+
+
+def _subfolders(folder: Path, quiet: bool = False) -> list[Path]:
+    """The folders directly in ``folder``; one that cannot be listed is an error, or, ``quiet``
+    (a folder below the one given), holds none."""
+    try:
+        return [p for p in folder.iterdir() if p.is_dir()]
+    except OSError as exc:
+        if quiet:
+            return []
+        raise InputError(
+            f"cannot list {folder}: {exc.strerror or exc}; check its permissions") from None
 
 
 def last_pair(base: Path = DEFAULT_RUNS) -> tuple[RunEntry, RunEntry]:

@@ -67,7 +67,8 @@ def render_history(entries: list[RunEntry], base: Path, console: Console) -> Non
     the program, top finding and GPU wrap; narrower, the recorded time goes (the run's name ends
     with it), then the program goes under the run's name, then the commit goes."""
     if not entries:
-        console.print(Text(f"no run directory under {base} (gpudoctor run writes one per run)"))
+        console.print(Text(f"no run directory under {base} or the folders in it (gpudoctor run "
+                           "writes one per run)"))
         return
     rows = [_cells(e) for e in entries]
     columns = ["recorded (UTC)", "run", "program", "commit", "GPU", "step ms", "top finding"]
