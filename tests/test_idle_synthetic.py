@@ -60,3 +60,40 @@ def test_sync_on_the_autograd_thread_counts() -> None:
     idle = idle_causes(trace, segment(trace))
     # 160 -> 250 after the sync, plus the remaining 60 us of dispatch idle (blocked 150 us)
     assert idle.ms("host-sync") == pytest.approx(0.150)
+
+
+def _between_launches(ops: list[tuple[str, float]]) -> TraceBuilder:
+    """One step: a kernel, then ``ops`` back to back on the host from 100 us (name, us each, no
+    CUDA call inside), then the next kernel's launch."""
+    t = TraceBuilder()
+    t.launch("ampere_bf16_s16816gemm_bf16_128x128", 10, 20, 50, op="aten::mm")  # GPU 20-70
+    ts = 100.0
+    for name, dur in ops:
+        t.op(name, ts, dur)
+        ts += dur + 1.0
+    t.launch("ampere_bf16_s16816gemm_bf16_128x128", ts + 5, ts + 10, 50, op="aten::mm")
+    t.step(0, 0, ts + 100)
+    return t
+
+
+def test_views_among_cpu_operators_are_host_work() -> None:
+    """A batch augmented on the CPU in the loop: each sample's crop is a view (aten::slice) between
+    its flip and normalisation on CPU tensors; the views do not cut the augmentation into pieces
+    under HOST_WORK_MIN_NS."""
+    sample = [("aten::slice", 5.0), ("aten::flip", 30.0), ("aten::div", 30.0), ("aten::sub", 30.0)]
+    trace = parse(_between_launches(sample * 20).to_bytes())
+    idle = idle_causes(trace, segment(trace))
+    s, e = idle.labels["host-work"]
+    # from the first launch's operator (ends at 16 us) to the next one's (at 2085 us)
+    assert s.size == 1 and (e - s).sum() / 1e3 == pytest.approx(2085.0 - 16.0)
+    assert idle.ms("host-work") > 1.9 and idle.ms("dispatch") < 0.1
+
+
+def test_views_alone_stay_dispatch() -> None:
+    """Views and autograd's bookkeeping with nothing computed on the host between them (a backward
+    narrowing each gradient of a cat) launch nothing and do no host work: dispatch."""
+    views = [("aten::narrow", 10.0), ("aten::slice", 10.0), ("aten::as_strided", 10.0)]
+    trace = parse(_between_launches(views * 60).to_bytes())
+    idle = idle_causes(trace, segment(trace))
+    assert idle.ms("host-work") == 0.0
+    assert idle.ms("dispatch") > 1.9

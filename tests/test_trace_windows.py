@@ -69,18 +69,19 @@ def test_ops_talking_to_gpu_a_window_at_a_time(
     trace = load(DATA / scenario / "trace.json.gz")
     host = trace.host
     ops, calls = host.cat == HostCat.OP, host.cat >= HostCat.RUNTIME
-    # what each op is, found op by op: a call of its thread starts inside it, or it keeps books
-    expected = np.zeros(len(host), bool)
+    # what each op is, found op by op: a call of its thread starts inside it, or else it keeps books
+    talking = np.zeros(len(host), bool)
+    keeping = np.zeros(len(host), bool)
     bookkeeping = bookkeeping_names(trace)
     for i in np.flatnonzero(ops).tolist():
         starts = host.ts[calls & (host.thread == host.thread[i])]
-        expected[i] = (
-            bool(((starts >= host.ts[i]) & (starts <= host.end[i])).any())
-            or bookkeeping[host.name[i]]
-        )
-    assert expected.any() and not expected.all()
+        talking[i] = bool(((starts >= host.ts[i]) & (starts <= host.end[i])).any())
+        keeping[i] = not talking[i] and bool(bookkeeping[host.name[i]])
+    assert talking.any() and not (talking | keeping).all()
     monkeypatch.setattr(idle, "WINDOW", 64)
-    assert np.array_equal(idle._ops_talking_to_gpu(trace, ops, calls), expected)
+    found_talking, found_keeping = idle._ops_talking_to_gpu(trace, ops, calls)
+    assert np.array_equal(found_talking, talking)
+    assert np.array_equal(found_keeping, keeping)
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=40), st.integers(1, 8))

@@ -279,11 +279,7 @@ def test_the_sick_twins_h100_trace_shows_its_planted_cause(name: str) -> None:
     ranks = [i + 1 for i, fid in enumerate(ids) if fid in expected]
     top, rank = NOT_FIRST.get(name, (ids[0], 1))  # by default: an expected finding is first
     assert ids[0] == top and ranks[:1] == [rank], f"{name}: {ids}, expected {expected}"
-    # cpu_augment_loop: the replay prices its host work at x1.18 of the profiled step (a miss,
-    # tests/test_dynamic_shapes.py): major, not critical
-    assert actionable[0].severity == ("major" if name == "cpu_augment_loop" else "critical"), (
-        actionable[0]
-    )
+    assert actionable[0].severity == "critical", actionable[0]
 
 
 def test_every_committed_twin_trace_is_a_twin() -> None:

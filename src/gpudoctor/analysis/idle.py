@@ -335,38 +335,74 @@ def _host_work(
     tensors: a batch augmented in the training loop): their time is host work too, not the dispatch
     of GPU work; counted as dispatch, their idle would go to the copy that closes the gap and
     host-blocking-work would see nothing (benchmarks/BENCHMARKS-twins.md "Evidence moved from the
-    source: analysis")."""
+    source: analysis"). Views and allocations among such operators (a crop's slice, each result's
+    empty) are part of that work: a stretch free of the GPU's operators that holds HOST_WORK_MIN_NS
+    of them is host work whole (``_compute_stretches``); without them, bookkeeping is dispatch."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
-    active = calls | _ops_talking_to_gpu(trace, on_thread & (host.cat == HostCat.OP), calls)
+    ops = on_thread & (host.cat == HostCat.OP)
+    talking, keeping = _ops_talking_to_gpu(trace, ops, calls)
+    strict = np.logical_or(calls, talking, out=talking)
+    del calls
+    active = strict | keeping
+    compute = np.logical_and(ops, ~active, out=ops)
+    del keeping
     # each window's own intervals merged first (a union of unions is the union): a big trace's
     # millions of active events are never sorted, nor copied, all at once (peak memory)
-    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]])
-              for _, a, b in _thread_windows(host)]
+    windows = list(_thread_windows(host))
+    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]]) for _, a, b in windows]
     del active
-    starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])
-    ends = np.concatenate([e for _, e in merged] + [e for _, e in labelled])
-    del merged
-    busy_s, busy_e = union(starts, ends)
+    busy_s, busy_e = _union_with(merged, labelled)
+    strict_s, strict_e = _union_with(
+        [union(host.ts[a:b][strict[a:b]], host.end[a:b][strict[a:b]]) for _, a, b in windows],
+        labelled)
+    del strict
+    work_s, work_e = _union_with(
+        [union(host.ts[a:b][compute[a:b]], host.end[a:b][compute[a:b]]) for _, a, b in windows], [])
+    del compute
     gs, ge = [], []
     for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
         s, e = complement(busy_s, busy_e, lo, hi)
         long = (e - s) >= HOST_WORK_MIN_NS
-        gs.append(s[long])
-        ge.append(e[long])
+        cs, ce = _compute_stretches(strict_s, strict_e, work_s, work_e, lo, hi)
+        s, e = union(np.concatenate([s[long], cs]), np.concatenate([e[long], ce]))
+        gs.append(s)
+        ge.append(e)
     if not gs:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate(gs), np.concatenate(ge)
+    return np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)
 
 
-def _ops_talking_to_gpu(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """Mask of the ``ops`` inside which one of the ``calls`` of their thread starts, or that only
-    keep books: views, allocations and autograd's bookkeeping launch nothing either, on GPU tensors
-    too (the optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad steals
-    them, 1.9 ms a step, profiled), which is dispatch, not host work."""
+def _union_with(merged: list[tuple[np.ndarray, np.ndarray]],
+                labelled: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])
+    ends = np.concatenate([e for _, e in merged] + [e for _, e in labelled])
+    return union(starts, ends)
+
+
+def _compute_stretches(strict_s: np.ndarray, strict_e: np.ndarray, work_s: np.ndarray,
+                       work_e: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches of [lo, hi) free of the GPU's operators, calls and other causes that hold at
+    least HOST_WORK_MIN_NS of host-only operators (``work``: the union of their spans)."""
+    s, e = complement(strict_s, strict_e, lo, hi)
+    if s.size == 0 or work_s.size == 0:
+        return s[:0], e[:0]
+    held = overlap_per_window(work_s, work_e, s, e)
+    keep = held >= HOST_WORK_MIN_NS
+    return s[keep], e[keep]
+
+
+def _ops_talking_to_gpu(trace: Trace, ops: np.ndarray,
+                        calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the ``ops`` inside which one of the ``calls`` of their thread starts, and of those
+    that only keep books: views, allocations and autograd's bookkeeping launch nothing either, on
+    GPU tensors too (the optimizer_loop trap's CatBackward0 narrows 192 gradients and AccumulateGrad
+    steals them, 1.9 ms a step, profiled), which is dispatch, not host work, unless host-only
+    operators hold the stretch (``_host_work``)."""
     host = trace.host
     bookkeeping = bookkeeping_names(trace)
-    out = np.zeros(len(host), bool)
+    talking = np.zeros(len(host), bool)
+    keeping = np.zeros(len(host), bool)
     at, thread = np.empty(0, np.int64), (-1, -1)
     for lo_hi, a, b in _thread_windows(host):
         if lo_hi != thread:
@@ -375,8 +411,10 @@ def _ops_talking_to_gpu(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> np.
         mine = a + np.flatnonzero(ops[a:b])
         first = np.searchsorted(at, host.ts[mine], side="left")
         last = np.searchsorted(at, host.end[mine], side="right")
-        out[mine[(last > first) | bookkeeping[host.name[mine]]]] = True
-    return out
+        has_call = last > first
+        talking[mine[has_call]] = True
+        keeping[mine[~has_call & bookkeeping[host.name[mine]]]] = True
+    return talking, keeping
 
 
 def _thread_windows(host: HostEvents) -> Iterator[tuple[tuple[int, int], int, int]]:
