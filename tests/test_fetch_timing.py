@@ -145,6 +145,10 @@ def test_the_fit_leaves_the_loaders_timed_fetch_to_the_loader() -> None:
     loader = found.report.finding("input-pipeline")
     assert loader.predicted_speedup == pytest.approx(3.3616, abs=1e-4)
     assert loader.evidence.numbers["host_time_in_dataloader_unprofiled_ms_per_step"] == 30.0
+    # eight workers deliver a batch every eighth of its cost on one core, timed without the
+    # profiler (34.81 ms a step in the window)
+    assert loader.evidence.numbers["step_floor_after_fix_ms"] == 3.75
+    assert "30.00 ms timed without the profiler" in loader.summary
     launch = found.report.finding("launch-bound")
     edit, _ = edit_for(found.analysis, launch)
     # any other fix keeps the loader's measured time: 3.36 ms less than the replay's loader
@@ -155,6 +159,8 @@ def test_the_fit_leaves_the_loaders_timed_fetch_to_the_loader() -> None:
     # without the timed fetch, the fit reads the loader's spread as the profiler's cost
     plain = diagnose_loaded(trace, unprofiled_step_ms=40.3533).report.finding("input-pipeline")
     assert plain.predicted_speedup == pytest.approx(3.9363, abs=1e-4)
+    assert plain.evidence.numbers["step_floor_after_fix_ms"] == 4.352
+    assert "without the profiler" not in plain.summary
 
 
 def test_a_timed_fetch_lets_the_fit_match_a_loader_fed_step() -> None:

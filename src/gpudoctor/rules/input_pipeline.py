@@ -3,7 +3,8 @@
 Priced as what the prescribed loader can deliver, not as all the waiting:
 
 - batches made on the training thread (``_SingleProcessDataLoaderIter``): the time in
-  ``__next__`` is one batch's cost on one core; WORKERS worker processes deliver a batch every
+  ``__next__`` (timed without the profiler, where the capture timed it) is one batch's cost on
+  one core; WORKERS worker processes deliver a batch every
   cost / WORKERS, so the step after the fix is max(step - idle, cost / WORKERS);
 - batches from workers already (``_MultiProcessingDataLoaderIter``) and still late: the workers'
   throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2), where
@@ -114,7 +115,9 @@ def check(a: Analysis) -> Finding | None:
         saving = a.step_ms - max(a.step_ms - idle, a.step_ms * WORKER_FLOOR_SHARE)
         floor_evidence = {STEP_FLOOR_SHARE_AFTER_FIX: WORKER_FLOOR_SHARE}
     else:
-        floor = loader_ms / WORKERS
+        # one batch's cost on one core: the fetch timed without the profiler where the capture
+        # timed it (the profiled window's own is the profiler's pace)
+        floor = (a.unprofiled_fetch_ms or loader_ms) / WORKERS
         saving = a.step_ms - max(a.step_ms - idle, floor)
         floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3)}
     evidence = Evidence(
@@ -173,7 +176,9 @@ def check(a: Analysis) -> Finding | None:
         a.step_ms,
         saving,
         f"The GPU sits idle {idle:.2f} ms per step while the host runs the DataLoader "
-        f"({loader_ms:.2f} ms per step in __next__): {where}.",
+        f"({loader_ms:.2f} ms per step in __next__"
+        + (f", {a.unprofiled_fetch_ms:.2f} ms timed without the profiler"
+           if a.unprofiled_fetch_ms is not None else "") + f"): {where}.",
         evidence,
         (
             *((in_process, pin_once) if slowed_by_compile else (pin_once,) if pinning
