@@ -145,6 +145,12 @@ def test_history_reads_a_folder_of_out_folders(tmp_path):
     assert names == ["train_gpt2-20261121-000000", "train_gpt2-20261120-000000"]
     out = gd("history", shared / "alice", "--json", cwd=tmp_path)
     assert [Path(r["path"]).name for r in json.loads(out.stdout)] == ["train_gpt2-20261120-000000"]
+    # a run directory given itself is its one run; the env.json of its trials is not a run's
+    run = shared / "alice" / "train_gpt2-20261120-000000"
+    (run / "trials" / "control").mkdir(parents=True)
+    (run / "trials" / "control" / "env.json").write_text((run / "env.json").read_text())
+    out = gd("history", run, "--json", cwd=tmp_path)
+    assert [Path(r["path"]).name for r in json.loads(out.stdout)] == ["train_gpt2-20261120-000000"]
     empty = tmp_path / "nothing-here"
     (empty / "sub" / "deeper").mkdir(parents=True)
     out = gd("history", empty, cwd=tmp_path)

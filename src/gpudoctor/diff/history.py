@@ -219,13 +219,17 @@ def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:
 def list_runs(base: Path = DEFAULT_RUNS) -> list[RunEntry]:
     """The run directories under ``base``, newest first (by recorded time, then name). Where
     ``base`` holds none itself, those one level further down: a folder of several ``--out``
-    folders (one per program or per person) reads as their runs together."""
+    folders (one per program or per person) reads as their runs together. A run directory given
+    itself is its own one run."""
     if not base.exists():
         raise InputError(f"{base} does not exist; give the folder `gpudoctor run --out` wrote to "
                          f"(default {DEFAULT_RUNS}/), or run a program with `gpudoctor run` first")
     if not base.is_dir():
         raise InputError(f"{base} is a file, not a folder of run directories; give the folder "
                          f"`gpudoctor run --out` wrote to (default {DEFAULT_RUNS}/)")
+    itself = read_run(base)
+    if itself is not None:  # a run directory given itself (its trials/ are not runs)
+        return [itself]
     folders = _subfolders(base)
     entries = [e for e in (read_run(p) for p in folders) if e is not None]
     if not entries:
