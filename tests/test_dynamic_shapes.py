@@ -66,6 +66,11 @@ def test_augmenting_on_the_cpu_in_the_loop_is_host_work_not_the_copy() -> None:
     # step replays within 2% of the measured one, so the profiler's cost keeps its prior
     # (replay/observer.py PRIOR_SCALE)
     assert top.evidence.numbers["host_work_span_idle_ms_per_step"] == pytest.approx(32.793)
+    # the work is the crops' operators on CPU tensors: named, and the data fix comes first
+    assert top.evidence.numbers["host_only_operator_ms_per_step"] > 0.5 * 32.793
+    assert top.evidence.ops[:3] == ("aten::div", "aten::stack", "aten::to")
+    assert "torch operators on CPU tensors (aten::div" in top.summary
+    assert top.fixes[0].title.startswith("Prepare the data in DataLoader worker processes")
     assert top.predicted_speedup == pytest.approx(4.1566, abs=1e-3)
     assert top.evidence.numbers["saving_by_formula_ms"] == pytest.approx(29.6556, abs=1e-3)
 

@@ -373,6 +373,17 @@ def _host_work(
     return np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)
 
 
+def host_only_operators(trace: Trace) -> np.ndarray:
+    """The outermost operators of the launching threads that ran on the host alone: no CUDA call
+    inside and not bookkeeping (torch ops on CPU tensors; ``_host_work``)."""
+    host = trace.host
+    on_thread = host.on_threads(launch_threads(trace))
+    ops = on_thread & (host.cat == HostCat.OP)
+    calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
+    talking, keeping = _ops_talking_to_gpu(trace, ops, calls)
+    return np.flatnonzero(ops & ~talking & ~keeping & (host.top_op < 0))
+
+
 def _union_with(merged: list[tuple[np.ndarray, np.ndarray]],
                 labelled: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])

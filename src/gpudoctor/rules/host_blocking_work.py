@@ -15,12 +15,12 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS, launch_threads
-from gpudoctor.analysis.idle import blocking_work_regions
-from gpudoctor.analysis.intervals import contains, overlap_per_window
+from gpudoctor.analysis.idle import blocking_work_regions, host_only_operators
+from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
-from gpudoctor.rules.common import frame_line
+from gpudoctor.rules.common import frame_line, top_names
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import DeviceCat, HostCat
 
@@ -39,13 +39,18 @@ def check(a: Analysis) -> Finding | None:
     copies_ms = _copies_inside_ms(a, region_s, region_e) / n
     saving = max(idle, region_idle + copies_ms)
     frames = _busiest_frames(a)
+    cpu_ms, cpu_ops = _host_only_operators_in(a, region_s, region_e)
+    region_ms = float((region_e - region_s).sum()) / 1e6 / n
+    # torch operators on CPU tensors hold the work: a batch prepared tensor by tensor in the loop
+    tensor_work = region_ms > 0 and cpu_ms >= TENSOR_WORK_SHARE * region_ms
+    what = (f"torch operators on CPU tensors ({', '.join(cpu_ops[:3])})" if tensor_work
+            else "code with no GPU operator (I/O, serialization, Python)")
     return make_finding(
         ID,
         "Host work inside the step leaves the GPU idle",
         a.step_ms,
         saving,
-        f"For {idle:.2f} ms per step the host runs code with no GPU operator (I/O, serialization, "
-        "Python) while the GPU has nothing queued"
+        f"For {idle:.2f} ms per step the host runs {what} while the GPU has nothing queued"
         + (f"; with the blocking copies and syncs around it, {saving:.2f} ms." if saving > idle
            + 0.005 else "."),
         Evidence(
@@ -53,12 +58,14 @@ def check(a: Analysis) -> Finding | None:
                 "gpu_idle_during_host_work_ms_per_step": round(idle, 3),
                 "host_work_span_idle_ms_per_step": round(region_idle, 3),
                 "copies_to_pageable_memory_in_it_ms_per_step": round(copies_ms, 3),
+                "host_only_operator_ms_per_step": round(cpu_ms, 3),
                 "share_of_step_pct": round(100 * saving / a.step_ms, 1),
                 "min_stretch_us": HOST_WORK_MIN_NS / 1000,
             },
+            ops=cpu_ops if tensor_work else (),
             sources=frames,
         ),
-        _fixes(frames),
+        _fixes(frames, "data" if tensor_work else None),
         wrong_fix="Tuning kernels will not help: the GPU is idle, not slow.",
         idle_ms=ALL_IDLE,
     )
@@ -85,14 +92,37 @@ _LOGGING = Fix("Move I/O and logging to a background thread or process",
 _LIGHT = Fix("Keep per-step Python light: precompute, batch small host operations", "")
 
 
-def _fixes(frames: tuple[str, ...]) -> tuple[Fix, ...]:
+def _fixes(frames: tuple[str, ...], otherwise: str | None = None) -> tuple[Fix, ...]:
     """The fixes, the one for what the busiest frames show first (the first of them, deepest
-    first, that names a kind decides); the general order where none does (or no stacks were
-    recorded)."""
+    first, that names a kind decides), else for ``otherwise`` (what the operators show); the
+    general order where neither does (or no stacks were recorded)."""
     fixes = {"logging": _LOGGING, "checkpoint": _CHECKPOINT, "data": _DATA}  # the general order
-    kind = next((k for f in frames for k, pattern in _KINDS if pattern.search(f.lower())), None)
+    kind = next((k for f in frames for k, pattern in _KINDS if pattern.search(f.lower())),
+                otherwise)
     first = [fixes.pop(kind)] if kind else []
     return (*first, *fixes.values(), _LIGHT)
+
+
+# Host-only torch operators holding this share of the regions make the work a batch prepared
+# tensor by tensor on the host (the cpu_augment_loop twin: 24 ms of 32.8, crops, flips and
+# divisions on CPU tensors; tests/test_dynamic_shapes.py), not I/O or logging.
+TENSOR_WORK_SHARE = 0.5
+
+
+def _host_only_operators_in(a: Analysis, region_s: np.ndarray,
+                            region_e: np.ndarray) -> tuple[float, tuple[str, ...]]:
+    """ms per step of the regions inside operators that ran on the host alone, and their names,
+    heaviest first."""
+    if region_s.size == 0:
+        return 0.0, ()
+    host = a.trace.host
+    ops = host_only_operators(a.trace)
+    ops = ops[contains(region_s, region_e, host.ts[ops])]
+    if ops.size == 0:
+        return 0.0, ()
+    s, e = union(host.ts[ops], host.end[ops])
+    held = float(overlap_per_window(s, e, region_s, region_e).sum()) / 1e6 / max(len(a.steps), 1)
+    return held, top_names(a.trace, host.name[ops], (host.end[ops] - host.ts[ops]).astype(float))
 
 
 def _copies_inside_ms(a: Analysis, region_s: np.ndarray, region_e: np.ndarray) -> float:
