@@ -175,3 +175,29 @@ def test_op_args_are_one_object_per_distinct_value(monkeypatch: pytest.MonkeyPat
     assert [trace.input_dims(int(i)) for i in ops[:50]] == [
         trace._decode(values[k].input_dims) if k >= 0 else [] for k in ids[:50].tolist()
     ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000_000), st.integers(1, 3_000_000)), max_size=12),
+    st.lists(st.tuples(st.integers(0, 10_000_000), st.integers(1, 3_000_000)), max_size=12),
+)
+def test_compute_stretches_hold_enough_host_only_work(
+    strict: list[tuple[int, int]], work: list[tuple[int, int]]
+) -> None:
+    # analysis/idle.py _compute_stretches: inside [lo, hi), free of the GPU's operators, each
+    # holding HOST_WORK_MIN_NS of host-only operators
+    from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS
+    from gpudoctor.analysis.idle import _compute_stretches
+    from gpudoctor.analysis.intervals import overlap_per_window
+
+    def spans(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        s = np.array([a for a, _ in pairs], np.int64)
+        return union(s, s + np.array([d for _, d in pairs], np.int64))
+
+    (ss, se), (ws, we) = spans(strict), spans(work)
+    lo, hi = 1_000_000, 9_000_000
+    cs, ce = _compute_stretches(ss, se, ws, we, lo, hi)
+    assert np.all(cs >= lo) and np.all(ce <= hi) and np.all(cs < ce)
+    assert np.all(cs[1:] >= ce[:-1])
+    assert overlap_per_window(ss, se, cs, ce).sum() == 0
+    assert np.all(overlap_per_window(ws, we, cs, ce) >= HOST_WORK_MIN_NS)
