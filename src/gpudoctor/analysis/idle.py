@@ -94,6 +94,8 @@ class IdleResult(msgspec.Struct, frozen=True, eq=False):
     labels: dict[str, tuple[np.ndarray, np.ndarray]] = msgspec.field(default_factory=dict)
     # host event indices of the operator calls that set up for a new input shape (setup_calls)
     setup_calls: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
+    # host event indices of the outermost operators that ran on the host alone (``_host_work``)
+    host_only_ops: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
@@ -130,7 +132,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
     setup = setup_calls(trace, steps)
     # once: labels, catch-up and culprits read it
     uploads = _pageable_copy_calls(trace, busy_s, busy_e)
-    label_sets = _label_intervals(trace, on_threads, steps, setup, uploads)
+    label_sets, host_only = _label_intervals(trace, on_threads, steps, setup, uploads)
     per_gap = _exclusive_overlap(label_sets, gap_s, cut)  # cause -> ns per gap
     per_gap["dispatch"] += gap_e - cut
     per_gap = _give_dispatch_to_blocking(per_gap)
@@ -155,6 +157,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         events_by_cause={cause: n / n_steps for cause, n in events.items()},
         labels=label_sets,
         setup_calls=np.flatnonzero(setup),
+        host_only_ops=host_only,
     )
 
 
@@ -216,7 +219,8 @@ def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
 
 def _label_intervals(
     trace: Trace, on_thread: np.ndarray, steps: Steps, setup: np.ndarray, uploads: np.ndarray
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """Each cause's host intervals, and the outermost host-only operators (``_host_work``)."""
     host = trace.host
     sets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -230,8 +234,8 @@ def _label_intervals(
     add("pageable-copy", uploads)
     add("allocator", allocator_calls(trace))
     add("optimizer", optimizer_steps(trace))
-    sets["host-work"] = _host_work(trace, on_thread, steps, list(sets.values()))
-    return sets
+    sets["host-work"], host_only = _host_work(trace, on_thread, steps, list(sets.values()))
+    return sets, host_only
 
 
 # Host work and the blocking copies and syncs around it closer than this are one piece of work:
@@ -327,7 +331,7 @@ def _host_work(
     on_thread: np.ndarray,
     steps: Steps,
     labelled: list[tuple[np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
     """Long stretches, inside steps, when no launching thread is in an op that talks to the GPU, a
     launch, a copy or another cause's event.
 
@@ -337,7 +341,8 @@ def _host_work(
     host-blocking-work would see nothing (benchmarks/BENCHMARKS-twins.md "Evidence moved from the
     source: analysis"). Views and allocations among such operators (a crop's slice, each result's
     empty) are part of that work: a stretch free of the GPU's operators that holds HOST_WORK_MIN_NS
-    of them is host work whole (``_compute_stretches``); without them, bookkeeping is dispatch."""
+    of them is host work whole (``_compute_stretches``); without them, bookkeeping is dispatch.
+    Also the outermost of those operators (host-blocking-work names them)."""
     host = trace.host
     calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
     ops = on_thread & (host.cat == HostCat.OP)
@@ -347,18 +352,13 @@ def _host_work(
     active = strict | keeping
     compute = np.logical_and(ops, ~active, out=ops)
     del keeping
-    # each window's own intervals merged first (a union of unions is the union): a big trace's
-    # millions of active events are never sorted, nor copied, all at once (peak memory)
+    host_only = np.flatnonzero(compute & (host.top_op < 0))
     windows = list(_thread_windows(host))
-    merged = [union(host.ts[a:b][active[a:b]], host.end[a:b][active[a:b]]) for _, a, b in windows]
+    busy_s, busy_e = _spans(host, active, windows, labelled)
     del active
-    busy_s, busy_e = _union_with(merged, labelled)
-    strict_s, strict_e = _union_with(
-        [union(host.ts[a:b][strict[a:b]], host.end[a:b][strict[a:b]]) for _, a, b in windows],
-        labelled)
+    strict_s, strict_e = _spans(host, strict, windows, labelled)
     del strict
-    work_s, work_e = _union_with(
-        [union(host.ts[a:b][compute[a:b]], host.end[a:b][compute[a:b]]) for _, a, b in windows], [])
+    work_s, work_e = _spans(host, compute, windows, [])
     del compute
     gs, ge = [], []
     for lo, hi in zip(steps.start.tolist(), steps.end.tolist()):
@@ -369,23 +369,16 @@ def _host_work(
         gs.append(s)
         ge.append(e)
     if not gs:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)
+        return (np.empty(0, np.int64), np.empty(0, np.int64)), host_only
+    return (np.concatenate(gs).astype(np.int64), np.concatenate(ge).astype(np.int64)), host_only
 
 
-def host_only_operators(trace: Trace) -> np.ndarray:
-    """The outermost operators of the launching threads that ran on the host alone: no CUDA call
-    inside and not bookkeeping (torch ops on CPU tensors; ``_host_work``)."""
-    host = trace.host
-    on_thread = host.on_threads(launch_threads(trace))
-    ops = on_thread & (host.cat == HostCat.OP)
-    calls = on_thread & ((host.cat == HostCat.RUNTIME) | (host.cat == HostCat.DRIVER))
-    talking, keeping = _ops_talking_to_gpu(trace, ops, calls)
-    return np.flatnonzero(ops & ~talking & ~keeping & (host.top_op < 0))
-
-
-def _union_with(merged: list[tuple[np.ndarray, np.ndarray]],
-                labelled: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _spans(host: HostEvents, mask: np.ndarray, windows: list[tuple[tuple[int, int], int, int]],
+           labelled: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the ``mask`` events' spans and the ``labelled`` intervals. Each window's own
+    spans are merged first (a union of unions is the union): a big trace's millions of events are
+    never sorted, nor copied, all at once (peak memory)."""
+    merged = [union(host.ts[a:b][mask[a:b]], host.end[a:b][mask[a:b]]) for _, a, b in windows]
     starts = np.concatenate([s for s, _ in merged] + [s for s, _ in labelled])
     ends = np.concatenate([e for _, e in merged] + [e for _, e in labelled])
     return union(starts, ends)

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import HOST_WORK_MIN_NS, launch_threads
-from gpudoctor.analysis.idle import blocking_work_regions, host_only_operators
+from gpudoctor.analysis.idle import blocking_work_regions
 from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
@@ -104,8 +104,8 @@ def _fixes(frames: tuple[str, ...], otherwise: str | None = None) -> tuple[Fix, 
 
 
 # Host-only torch operators holding this share of the regions make the work a batch prepared
-# tensor by tensor on the host (the cpu_augment_loop twin: 24 ms of 32.8, crops, flips and
-# divisions on CPU tensors; tests/test_dynamic_shapes.py), not I/O or logging.
+# tensor by tensor on the host, not I/O or logging (benchmarks/BENCHMARKS-replay.md "Host-only
+# operators with views among them"; tests/test_dynamic_shapes.py).
 TENSOR_WORK_SHARE = 0.5
 
 
@@ -116,7 +116,7 @@ def _host_only_operators_in(a: Analysis, region_s: np.ndarray,
     if region_s.size == 0:
         return 0.0, ()
     host = a.trace.host
-    ops = host_only_operators(a.trace)
+    ops = a.idle.host_only_ops
     ops = ops[contains(region_s, region_e, host.ts[ops])]
     if ops.size == 0:
         return 0.0, ()

@@ -54,10 +54,15 @@ MAX_GRID_PRICED_NS = 20_000
 MAX_WAVES = 8
 
 
+def _sm_count(a: Analysis) -> int:
+    """The card's SMs, 132 (an H100's) where the trace does not say."""
+    return (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+
+
 def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Small GEMMs with known FLOPs, and each one's saving (ns)."""
     rf, dev = a.roofline, a.trace.device
-    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+    sms = _sm_count(a)
     few_waves = (dev.blocks <= 0) | (dev.blocks <= MAX_WAVES * sms)
     idx = np.flatnonzero(live & (rf.event_flops > 0) & few_waves)
     t = rf.event_in_steps_ns[idx].astype(float)
@@ -72,7 +77,8 @@ def _by_flops(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # What any kernel takes on the GPU however little it does (its start and drain): a tiny op replayed
 # from a CUDA graph, 0.86-0.98 us per kernel on H200 (benchmarks/BENCHMARKS-bench.md,
-# launch.graph), used where the machine's own bench did not measure it.
+# launch.graph), used where the machine's own bench did not measure it. Not unfused-elementwise's
+# floor (the trace's shortest memory-bound kernel), which holds work of its own.
 KERNEL_FLOOR_NS = 1_000.0
 # A profile's launch.graph beyond this is not a kernel's floor (a damaged or foreign profile).
 MAX_KERNEL_FLOOR_S = 20e-6
@@ -91,7 +97,7 @@ def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     the finding's formula prices them, one kernel at a time: the share 1 - g/S of the kernel a grid
     of g blocks on S SMs leaves idle, floor and all (the floors batching merges, ``edit`` prices)."""
     dev, rf = a.trace.device, a.roofline
-    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
+    sms = _sm_count(a)
     idx = np.flatnonzero(live & (rf.event_flops <= 0) & (dev.blocks > 0) & (dev.blocks < sms // 2))
     idx = idx[dev.dur[idx] < MAX_GRID_PRICED_NS]
     return idx, _grid_fill_saving(a, idx, floor_ns=0.0)
@@ -99,9 +105,8 @@ def _by_grid(a: Analysis, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _grid_fill_saving(a: Analysis, idx: np.ndarray, floor_ns: float) -> np.ndarray:
     """Each kernel's work past ``floor_ns`` shrunk to the share of the SMs its grid filled."""
-    sms = (a.trace.gpu.sm_count if a.trace.gpu and a.trace.gpu.sm_count else 0) or 132
     t = a.roofline.event_in_steps_ns[idx].astype(float)
-    return np.maximum(t - floor_ns, 0.0) * (1.0 - a.trace.device.blocks[idx] / sms)
+    return np.maximum(t - floor_ns, 0.0) * (1.0 - a.trace.device.blocks[idx] / _sm_count(a))
 
 
 def check(a: Analysis) -> Finding | None:
