@@ -43,10 +43,11 @@ CASES = {
     # accelerate + bf16 ResNet-style CNN (2026-11-26, the run of try-fixes #3, benchmarks/BENCHMARKS-try-fixes.md): its
     # BatchNorm backward runs at 6% of the roof, and the compile knob measured x1.95 [1.66-2.29]
     # (25.83 -> 13.25 ms) in the same invocation: priced x1.24 (it was x1.02 at 1.25x the eager
-    # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the reads'
-    # waits lets the host load the next batch beside the GPU: host-sync x1.18 ranks first, with
-    # unfused-elementwise (x1.30) blocked behind it (not measured)
-    "accelerate_loop": ("optimizer-step", 5, 27.0724, "host-sync", 4.1589),
+    # kernel); the loader knob, for input-pipeline, measured x1.04. Replayed, removing the waits of
+    # its batch's pageable copies (the copy's own stream sync) lets the host load the next batch
+    # beside the GPU: pageable-copy x1.26 ranks first, host-sync (the same waits, read as syncs)
+    # x1.18 second, with unfused-elementwise (x1.24) blocked behind it (none of the three measured)
+    "accelerate_loop": ("optimizer-step", 5, 27.0724, "pageable-copy", 5.6477),
     # its bf16 BatchNorm backward (NCHW) runs at 8-12% of the memory roof: a generated kernel
     # rewrites it, so the chains it heads are priced at 15% of the roof (the program's stated
     # expectation, unfused-elementwise, first; it was launch-bound, 0.857 ms). Replayed with the

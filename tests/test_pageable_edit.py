@@ -22,9 +22,11 @@ COPIES = {
 }
 
 
-def _trace(direction: str):  # type: ignore[no-untyped-def]
+def _trace(direction: str, sync: bool = False):  # type: ignore[no-untyped-def]
     """Three steps: a 5 ms kernel, then a 1 MB pageable copy whose operator waits for it (200 us
-    to 5.4 ms into the step; the transfer runs 5.15-5.17 ms, the host stages until 5.4 ms)."""
+    to 5.4 ms into the step; the transfer runs 5.15-5.17 ms, the host stages until 5.39 ms);
+    ``sync``: the operator then syncs the stream (5.392-5.398 ms), as PyTorch's copy from
+    pageable memory does, and a stream sync outside it follows (7-7.01 ms)."""
     b = TraceBuilder()
     for s in range(3):
         t0 = s * STEP_US
@@ -33,11 +35,14 @@ def _trace(direction: str):  # type: ignore[no-untyped-def]
         b.op("aten::copy_", t0 + 200, 5_200)
         corr = b.runtime("cudaMemcpyAsync", t0 + 210, 5_180)
         b.kernel(COPIES[direction], t0 + 5_150, 20, corr, cat="gpu_memcpy", nbytes=1 << 20)
+        if sync:
+            b.runtime("cudaStreamSynchronize", t0 + 5_392, 6)
+            b.runtime("cudaStreamSynchronize", t0 + 7_000, 10)
     return parse(b.to_bytes())
 
 
-def _edit(direction: str):  # type: ignore[no-untyped-def]
-    trace = _trace(direction)
+def _edit(direction: str, sync: bool = False):  # type: ignore[no-untyped-def]
+    trace = _trace(direction, sync)
     a = analyze_trace(trace, choose_ceilings(trace, "h100-sxm"))
     edit = pageable_copy.edit(a, None)  # type: ignore[arg-type]
     assert edit is not None
@@ -64,3 +69,13 @@ def test_an_upload_loses_its_wait_and_its_staging() -> None:
     removed = {(int(s), int(e)) for s, e in zip(edit.host_removed_s, edit.host_removed_e)}
     for op in trace.device.op[copies].tolist():
         assert (int(trace.host.ts[op]), int(trace.host.end[op])) in removed
+
+
+def test_an_upload_loses_the_stream_sync_inside_its_copy_and_no_other() -> None:
+    trace, edit, copies = _edit("upload", sync=True)
+    host, names = trace.host, trace.strings
+    syncs = [i for i in range(len(host)) if names[host.name[i]] == "cudaStreamSynchronize"]
+    inside = [i for i in syncs if any(host.ts[op] <= host.ts[i] and host.end[i] <= host.end[op]
+                                      for op in trace.device.op[copies].tolist())]
+    assert len(syncs) == 6 and len(inside) == 3
+    assert sorted(edit.unwait.tolist()) == sorted([*trace.device.launch[copies].tolist(), *inside])

@@ -10,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import sync_calls
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import op_names_of_events, sources_of_events
 from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
+from gpudoctor.trace.model import HostCat
 
 ID = "pageable-copy"
 
@@ -98,6 +101,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     calls = dev.launch[idx[upload]]
     calls = calls[calls >= 0]
     host = a.trace.host
+    calls = np.concatenate([calls, _syncs_inside(a, dev.op[idx[upload]])])
     has_op = dev.op[idx] >= 0
     ops = dev.op[idx][has_op]
     op_s = np.where(upload[has_op], host.ts[ops], np.maximum(host.ts[ops], dev.end[idx][has_op]))
@@ -107,6 +111,27 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
                 unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
                 note="copies pinned and asynchronous")
+
+
+def _syncs_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
+    """The stream synchronizations a pageable upload's copy operator makes after its copy (PyTorch
+    syncs the stream before it returns: tests/data/twins_h100/pageable_h2d); a pinned,
+    non-blocking copy makes none."""
+    ops = distinct(ops[ops >= 0])
+    if ops.size == 0:
+        return ops.astype(np.int64)
+    host = a.trace.host
+    syncs = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
+    if syncs.size == 0:
+        return syncs.astype(np.int64)
+    order = np.argsort(host.ts[ops], kind="stable")
+    ops = ops[order]
+    # the latest copy operator starting at or before each sync, on the sync's thread
+    pos = np.searchsorted(host.ts[ops], host.ts[syncs], side="right") - 1
+    op = ops[np.maximum(pos, 0)]
+    inside = ((pos >= 0) & (host.end[syncs] <= host.end[op])
+              & (host.thread[syncs] == host.thread[op]))
+    return syncs[inside].astype(np.int64)
 
 
 RULE = Rule(
