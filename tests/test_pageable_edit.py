@@ -75,7 +75,13 @@ def test_an_upload_loses_the_stream_sync_inside_its_copy_and_no_other() -> None:
     trace, edit, copies = _edit("upload", sync=True)
     host, names = trace.host, trace.strings
     syncs = [i for i in range(len(host)) if names[host.name[i]] == "cudaStreamSynchronize"]
-    inside = [i for i in syncs if any(host.ts[op] <= host.ts[i] and host.end[i] <= host.end[op]
-                                      for op in trace.device.op[copies].tolist())]
+    inside = [
+        i
+        for i in syncs
+        if any(
+            host.ts[op] <= host.ts[i] and host.end[i] <= host.end[op]
+            for op in trace.device.op[copies].tolist()
+        )
+    ]
     assert len(syncs) == 6 and len(inside) == 3
     assert sorted(edit.unwait.tolist()) == sorted([*trace.device.launch[copies].tolist(), *inside])
