@@ -30,10 +30,10 @@ def test_lab_twins_speedup_within_5pct_and_planted_finding_resolved(trap, tmp_pa
     assert d.verdict == FASTER
     planted = next(f for f in d.findings if f.id == entry["expected_finding"])
     if trap == "unfused_elementwise":
-        # the fixed twin still runs 3 chains a step (layer norm backward, dropout, add): 1.133 of the
-        # 8.829 ms priced before, over RESOLVED_FRACTION, so the diff says it persists
+        # the fixed twin still runs 3 chains a step (layer norm backward, dropout, add): 12% of the
+        # saving priced before, over RESOLVED_FRACTION, so the diff says it persists
         assert planted.status == "persisting"
-        assert planted.saving_after_ms / planted.saving_before_ms == pytest.approx(0.1284, abs=1e-3)
+        assert planted.saving_after_ms / planted.saving_before_ms == pytest.approx(0.1192, abs=1e-3)
         return
     assert planted.status == "resolved"
     assert planted.saving_before_ms > 0 and planted.predicted_speedup > 1

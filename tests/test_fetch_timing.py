@@ -99,12 +99,17 @@ def test_a_session_times_each_steps_fetch_before_and_after_the_window(tmp_path: 
     assert capture["unprofiled_fetch_ms"] == round(r.unprofiled_fetch, 4)
     assert len(capture["unprofiled_fetch_ms_samples"]) == len(r.unprofiled_step_ms)
     assert facts_of({"capture": capture}).unprofiled_fetch_ms == capture["unprofiled_fetch_ms"]
+    # and the loader's settings, which the input-pipeline fix is written from
+    loader = facts_of({"capture": capture}).loader
+    assert loader is not None and loader == r.loader
+    assert (loader.num_workers, loader.batch_size, loader.pin_memory) == (0, 2, False)
 
 
 def test_a_program_without_a_loader_has_no_fetch_share(tmp_path: Path) -> None:
     s, kept_after = _captured(tmp_path, (torch.randn(8, 16) for _ in range(1000)))
     assert "__next__" not in kept_after
     assert s.result.unprofiled_fetch_ms == [] and s.result.unprofiled_fetch is None
+    assert s.result.loader is None
     assert (
         facts_of({"capture": capture_facts(s.result, s.config, None)}).unprofiled_fetch_ms is None
     )

@@ -246,3 +246,44 @@ def test_fp32_gemms_named_sgemm_count_without_recorded_shapes() -> None:
     assert all(_SGEMM_NAME.search(n) for n in named)
     small_n = "gemmsn_tn_kernel<float, ...>(cublasgemmsmallnparams<...>)"  # lowered, as matched
     assert not _SGEMM_NAME.search(small_n)
+
+
+TF32_CONV = "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nchwkcrs_nchw_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_kernel__5x_cudnn"
+BF16_CONV = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_execute_kernel__5x_cudnn"
+LAYOUT = "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)"
+CONV_DIMS = [[128, 64, 64, 64], [64, 64, 3, 3], [], [], [], [], [], [], [], []]
+
+
+def _conv_steps(kernels: list[str], types: list[str]) -> TraceBuilder:
+    """Three steps of one convolution whose operator launches ``kernels`` (400 us each)."""
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 2000
+        t.step(s, base, 2000)
+        t.op("aten::cudnn_convolution", base + 1, 20, dims=CONV_DIMS, types=types)
+        for k, name in enumerate(kernels):
+            corr = t.runtime("cudaLaunchKernel", base + 2 + 4 * k, 3)
+            t.kernel(name, base + 30 + 400 * k, 400, corr)
+    return t
+
+
+def test_fp32_convolutions_are_tf32_at_best_and_priced_at_the_bf16_ratio() -> None:
+    """cuDNN runs fp32 convolutions as TF32 by default: the kernel and the layout kernel it
+    launches are priced at half their time on an H100 (TF32 / bf16 roofs, 495 / 989 TFLOP/s)."""
+    a = _analysis(_conv_steps([LAYOUT, TF32_CONV], ["float", "float"] + [""] * 8))
+    parts = fp32_matrix_events(a)
+    assert [len(parts[p]) for p in ("simt", "tf32", "attention", "conv")] == [0, 0, 0, 6]
+    f = check(a)
+    assert f is not None and "Convolutions run on fp32 tensors" in f.title
+    assert f.evidence.numbers["fp32_convolution_ms_per_step"] == 0.8
+    ratio = a.ceilings.matrix_flops["tf32"] / a.ceilings.best_matrix_flops
+    assert ratio == pytest.approx(0.5, abs=0.01)
+    assert f.saving_ms == pytest.approx(0.8 * (1 - ratio), rel=1e-6)
+    assert "autocast" in f.fixes[0].title
+    assert not any("set_float32_matmul_precision" in x.code for x in f.fixes)
+
+
+def test_bf16_convolutions_are_not_fp32_work() -> None:
+    a = _analysis(_conv_steps([BF16_CONV], ["c10::BFloat16", "c10::BFloat16"] + [""] * 8))
+    assert len(fp32_matrix_events(a)["conv"]) == 0
+    assert check(a) is None

@@ -56,7 +56,7 @@ def test_a_chain_without_a_backward_is_one_pass_at_its_largest_kernels_traffic()
     )
     f = found.report.finding("unfused-elementwise")
     assert f.evidence.numbers["priced_by"] == "replay"
-    assert f.predicted_speedup == pytest.approx(4.3394, abs=1e-3)
+    assert f.predicted_speedup == pytest.approx(4.3339, abs=1e-3)
     assert measured == pytest.approx(5.2312, abs=1e-3)
 
 

@@ -115,7 +115,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
             found = diagnose_loaded(load(result.trace_path), unprofiled_step_ms=unprofiled,
                                     model_state=result.model_state, step_source=result.step_source,
                                     cut_after=cut_after(result.error, result.steps_recorded),
-                                    unprofiled_fetch_ms=getattr(result, "unprofiled_fetch", None))
+                                    unprofiled_fetch_ms=getattr(result, "unprofiled_fetch", None),
+                                    loader=getattr(result, "loader", None))
             report = found.report
         except NoGpuActivityError:
             status = RunStatus.NO_GPU_ACTIVITY

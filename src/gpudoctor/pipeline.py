@@ -14,6 +14,7 @@ from gpudoctor.analysis import Analysis, analyze_trace
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.idle import GPU_WAIT
 from gpudoctor.analysis.steps import describe, segment, whole_steps
+from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.errors import EmptyTraceError, InputError, NoGpuActivityError
 from gpudoctor.hardware.ceilings import (
     Ceilings,
@@ -84,7 +85,7 @@ def analyze_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None,
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
     step_source: str = "", cut_after: int | None = None, *,
-    unprofiled_fetch_ms: float | None = None,
+    unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py), and
@@ -93,14 +94,15 @@ def analyze_loaded(
     ``cut_after``: the window ended early (the program raised) after this many whole steps, and
     the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
     return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
-                           cut_after, unprofiled_fetch_ms=unprofiled_fetch_ms).report
+                           cut_after, unprofiled_fetch_ms=unprofiled_fetch_ms,
+                           loader=loader).report
 
 
 def diagnose_loaded(
     trace: Trace, gpu: str | None = None, ceilings: Any = None,
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
     step_source: str = "", cut_after: int | None = None, *,
-    unprofiled_fetch_ms: float | None = None,
+    unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -118,7 +120,7 @@ def diagnose_loaded(
     else:
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
                                          step_source, cut_after,
-                                         unprofiled_fetch_ms=unprofiled_fetch_ms)
+                                         unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader)
     if step_source:
         steps = msgspec.structs.replace(report.steps, source=step_source)
         report = msgspec.structs.replace(report, steps=steps)
@@ -128,14 +130,15 @@ def diagnose_loaded(
 def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_ms: float | None,
                   model_state: ModelState | None, step_source: str,
                   cut_after: int | None = None, alone: bool = True, *,
-                  unprofiled_fetch_ms: float | None = None) -> tuple[Analysis, Report]:
+                  unprofiled_fetch_ms: float | None = None,
+                  loader: LoaderSettings | None = None) -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
     from gpudoctor.analysis.collectives import one_rank_collectives
 
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after,
-                             unprofiled_fetch_ms=unprofiled_fetch_ms)
+                             unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -187,7 +190,7 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
     found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings,
                             unprofiled_step_ms=run.unprofiled_step_ms, model_state=run.model_state,
                             step_source=run.step_source, cut_after=run.cut_after,
-                            unprofiled_fetch_ms=run.unprofiled_fetch_ms)
+                            unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
     if not run.unprofiled:
         return found
     unprofiled = UnprofiledSection.from_dict(run.unprofiled)
@@ -224,7 +227,7 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
         return {}
     analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
                              run.model_state, run.step_source, run.cut_after,
-                             unprofiled_fetch_ms=run.unprofiled_fetch_ms)
+                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
     model = step_model(analysis)
     if isinstance(model, str):
         return {}
@@ -386,7 +389,7 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
                                      run.step_source, alone=False,
-                                     unprofiled_fetch_ms=run.unprofiled_fetch_ms)
+                                     unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

@@ -23,6 +23,7 @@ from gpudoctor.analysis.steps import (
     whole_steps,
     without_outlier_edges,
 )
+from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.trace.capabilities import trace_notes
 from gpudoctor.trace.model import Trace
@@ -48,6 +49,7 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
     # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture/timing.py
     # fetch_in_step): None where the capture did not time it
     unprofiled_fetch_ms: float | None = None
+    loader: LoaderSettings | None = None  # the DataLoader's settings, where the capture read them
     step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
     # host time per step the profiler added (analysis/observer.py's per-event estimate), computed
     # once
@@ -61,7 +63,8 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
 def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | None = None,
                   model_state: ModelState | None = None, step_source: str = "",
                   cut_after: int | None = None, *,
-                  unprofiled_fetch_ms: float | None = None) -> Analysis:
+                  unprofiled_fetch_ms: float | None = None,
+                  loader: LoaderSettings | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
     after). ``cut_after``: a capture that ended early recorded this many whole steps
     (``steps.whole_steps``); ``unprofiled_fetch_ms``: the DataLoader's share of
@@ -122,6 +125,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         warnings=tuple(warnings),
         unprofiled_step_ms=unprofiled_step_ms,
         unprofiled_fetch_ms=unprofiled_fetch_ms if unprofiled_step_ms else None,
+        loader=loader,
         step_source=step_source,
         profiler_overhead_ms=overhead,
     )

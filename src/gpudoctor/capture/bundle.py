@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.capture.model_state import ModelState
+from gpudoctor.core.loader import LoaderSettings
 
 ENV_SCHEMA = "1.0"
 
@@ -243,6 +244,8 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "error": result.error,
         "memory_at_error": result.memory_at_error,
         "model_state": _model_state_json(getattr(result, "model_state", None)),
+        # the DataLoader the steps fetched from most, and the CPUs the program may use
+        "dataloader": None if getattr(result, "loader", None) is None else result.loader.to_dict(),
     }
 
 
@@ -274,6 +277,7 @@ class RunFacts:
     cut_after: int | None = None  # the window ended early (capture.error) after this many whole steps
     # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture.unprofiled_fetch_ms)
     unprofiled_fetch_ms: float | None = None
+    loader: LoaderSettings | None = None  # the DataLoader's settings (capture.dataloader)
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -304,7 +308,8 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
                     _unprofiled_facts(capture.get("unprofiled")),
                     cut_after(capture.get("error"), capture.get("steps_recorded")),
                     _unprofiled_fetch(capture.get("unprofiled_fetch_ms"),
-                                      capture.get("unprofiled_step_ms")))
+                                      capture.get("unprofiled_step_ms")),
+                    LoaderSettings.parse(capture.get("dataloader")))
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:

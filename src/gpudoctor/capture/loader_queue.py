@@ -8,8 +8,11 @@ its window after them, and times two rounds of the queue after it (capture/sessi
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
+
+from gpudoctor.core.loader import LoaderSettings
 
 
 class LoaderQueue:
@@ -21,9 +24,24 @@ class LoaderQueue:
         self._yielded = 0  # the current iterator's count of batches at the last fetch
         self._started = False  # the start-up backlog has been served (or a later epoch began)
         self._iterator: Any = None  # a weak reference to the iterator seen last
+        # batches fetched under each loader's settings: the training loop's loader is the one
+        # fetched from most (an evaluation loader's batches come less often)
+        self._settings: dict[tuple[int, bool, int | None, bool], int] = {}
+
+    @property
+    def settings(self) -> LoaderSettings | None:
+        """The settings of the loader most batches came from, with the CPUs this process may use;
+        None where no DataLoader was fetched from."""
+        if not self._settings:
+            return None
+        workers, pinned, batch, persistent = max(self._settings, key=self._settings.__getitem__)
+        return LoaderSettings(num_workers=workers, pin_memory=pinned, batch_size=batch,
+                              persistent_workers=persistent, cpus=usable_cpus())
 
     def batch(self, iterator: Any) -> None:
         """A batch is about to be fetched from ``iterator`` (a DataLoader's)."""
+        key = _settings_of(iterator)
+        self._settings[key] = self._settings.get(key, 0) + 1
         depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(
             getattr(iterator, "_prefetch_factor", 0) or 0)
         if depth <= 0:
@@ -62,3 +80,23 @@ class LoaderQueue:
         for a batch, and a loader-bound step reads launch-bound (benchmarks/BENCHMARKS-capture.md
         "Evidence moved from the source: capture")."""
         return self.backlog and not distributed and steps_seen < max(skip, 1) + self.depth
+
+
+def _settings_of(iterator: Any) -> tuple[int, bool, int | None, bool]:
+    """A DataLoader iterator's workers, pinning, batch size (its batch sampler's, where it has
+    one) and persistent workers, read off torch's private attributes (absent ones read as the
+    defaults)."""
+    batch = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
+    workers = getattr(iterator, "_num_workers", 0)
+    return (workers if isinstance(workers, int) and workers >= 0 else 0,
+            getattr(iterator, "_pin_memory", False) is True,
+            batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None,
+            getattr(iterator, "_persistent_workers", False) is True)
+
+
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on (its affinity where the OS says, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()

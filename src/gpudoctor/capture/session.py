@@ -61,6 +61,7 @@ from gpudoctor.capture.timing import (
 )
 from gpudoctor.capture.trial_timing import TrialTiming
 from gpudoctor.core.clock import SYSTEM_CLOCK, Clock
+from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
@@ -134,6 +135,8 @@ class CaptureResult:
     # fetch_in_step)
     unprofiled_fetch_ms: list[float] = field(default_factory=list)
     unprofiled_fetch: float | None = None
+    # the DataLoader the steps fetched from most (capture/loader_queue.py); None without one
+    loader: LoaderSettings | None = None
     generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
     nvml: dict[str, Any] = field(default_factory=dict)
     window_wall_s: float = 0.0
@@ -811,6 +814,7 @@ class CaptureSession(Listener):
         r.unprofiled_step_index = {"before": r.unprofiled_before_steps,
                                    "after": r.unprofiled_after_steps}.get(
             chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
+        r.loader = self.loader.settings
         # each timed step's fetch, where every one is known (a step the window cut has none)
         fetched = [self._fetch_by_step[i] * 1e3 for i in r.unprofiled_step_index
                    if i in self._fetch_by_step]

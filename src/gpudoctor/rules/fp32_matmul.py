@@ -12,6 +12,11 @@ Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its
   since a TF32 kernel's own time varies with its layout more than the bf16 one's does
   (benchmarks/BENCHMARKS-replay.md "GEMM time by shape"); where the trace gives no shape, the
   kernel's time at the bf16 / TF32 ratio of the card's ceilings.
+- **fp32 / TF32 convolutions** (cuDNN runs fp32 convolutions as TF32 by default,
+  ``torch.backends.cudnn.allow_tf32``): each kernel of the convolution (its layout and workspace
+  kernels too) at the bf16 / TF32 ratio of the card's roofs, or fp32 / bf16 where its name says no
+  TF32 (a CUDA-core convolution), and never under half its bytes at the memory roof: the 16-bit
+  kernel of the same convolution, whose time by shape is not measured.
 - **fp32 attention**: ``scaled_dot_product_attention`` with float32 q/k/v cannot take the flash
   kernels (16-bit only) and runs the memory-efficient kernel in fp32, or its math fallback
   (matmul, softmax, matmul: with some masks, Hugging Face models in fp32); priced as its FLOPs at
@@ -40,7 +45,11 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import fp32_matrix_events, fp32_sdpa_math_events  # noqa: F401 (fp32_matmul.fp32_*)
+from gpudoctor.rules.shared import (  # noqa: F401 (fp32_matmul.fp32_*)
+    fp32_matrix_events,
+    fp32_sdpa_math_events,
+    sgemm_named,
+)
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "fp32-matmul"
@@ -59,6 +68,8 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     hbm = c.hbm_bytes_per_s
     casts = CAST_BYTES_FACTOR * nbytes / hbm * 1e9
     half_bytes = nbytes / 2 / hbm * 1e9
+    if part == "conv":
+        return _conv_bf16_ns(a, idx, time_ns, half_bytes)
     if part == "attention":  # the math fallback's softmax and masking kernels carry no matmul FLOPs
         matmul = np.isin(a.trace.device.kind[idx],
                          [int(Kind.ATTENTION), *MATRIX_KINDS_FOR_ATTENTION])
@@ -77,6 +88,19 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     # it saves
     at_roof = time_ns * c.matrix("fp32") / (c.best_matrix_flops * GEMM_EFFICIENCY)
     return np.where(flops > 0, after, np.minimum(at_roof + casts, time_ns))
+
+
+def _conv_bf16_ns(a: Analysis, idx: np.ndarray, time_ns: np.ndarray,
+                  half_bytes: np.ndarray) -> np.ndarray:
+    """A convolution's kernels at the bf16 rate: at the TF32 / bf16 ratio (its layout and
+    workspace kernels move half the bytes: the same ratio), a CUDA-core one (named ``sgemm``) at
+    fp32 / bf16 with GEMM_EFFICIENCY; none under half its bytes at the memory roof."""
+    c = a.ceilings
+    tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+    simt = sgemm_named(a)[idx]
+    ratio = np.where(simt, c.matrix("fp32") / (c.best_matrix_flops * GEMM_EFFICIENCY),
+                     tf32_roof / c.best_matrix_flops)
+    return np.minimum(np.maximum(time_ns * np.clip(ratio, 0.0, 1.0), half_bytes), time_ns)
 
 
 def _fused_attention_ns(time_ns: np.ndarray, flops: np.ndarray, rate: float) -> np.ndarray:
@@ -119,6 +143,7 @@ def check(a: Analysis) -> Finding | None:
                 "fp32_cuda_core_gemm_ms_per_step": round(ms["simt"], 3),
                 "tf32_gemm_ms_per_step": round(ms["tf32"], 3),
                 "fp32_attention_ms_per_step": round(ms["attention"], 3),
+                "fp32_convolution_ms_per_step": round(ms["conv"], 3),
                 # none where the trace records no shapes (no FLOPs)
                 **({"achieved_tflops": round(achieved / 1e12, 2)} if achieved > 0 else {}),
                 "bf16_roof_tflops": round(roof / 1e12, 1),
@@ -143,7 +168,7 @@ def _wording(main: str, ms: dict[str, float], achieved: float, roof: float) -> t
     detail = ", ".join(
         f"{ms[p]:.2f} ms {label}" for p, label in
         (("simt", "fp32 on CUDA cores"), ("tf32", "TF32 on tensor cores"),
-         ("attention", "fp32 attention"))
+         ("attention", "fp32 attention"), ("conv", "fp32 / TF32 convolutions"))
         if ms[p] > 0
     )
     rate = (f" at {achieved / 1e12:.3g} TFLOP/s" if achieved > 0
@@ -153,6 +178,10 @@ def _wording(main: str, ms: dict[str, float], achieved: float, roof: float) -> t
         return ("FP32 matmuls run as TF32, at half the bf16 tensor-core rate",
                 (f"{head}; TF32 runs at half the bf16 rate, and the 16-bit roof is "
                  f"{roof / 1e12:.0f} TFLOP/s."))
+    if main == "conv":
+        return ("Convolutions run on fp32 tensors: TF32 at best, half the bf16 tensor-core rate",
+                (f"{head}; cuDNN runs fp32 convolutions as TF32 at most (half the bf16 rate), "
+                 f"and every activation is 4 bytes; the 16-bit roof is {roof / 1e12:.0f} TFLOP/s."))
     if main == "attention":
         return ("Attention runs in fp32 and cannot use the flash kernels",
                 (f"{head}; float32 q/k/v rule out FlashAttention (16-bit only), so attention "
@@ -190,7 +219,8 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
         "Run forward and loss under bf16 autocast (fp32 master weights kept)",
         f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n# {_ACCURACY}",
     )]
-    if not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and (roofs.get("tf32") or not roofs):
+    if not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and ms["conv"] == 0 and (
+            roofs.get("tf32") or not roofs):
         fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
                          "torch.set_float32_matmul_precision('high')"))
     if ms["attention"] > 0:

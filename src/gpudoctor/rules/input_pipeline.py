@@ -4,8 +4,10 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
 
 - batches made on the training thread (``_SingleProcessDataLoaderIter``): the time in
   ``__next__`` (timed without the profiler, where the capture timed it) is one batch's cost on
-  one core; WORKERS worker processes deliver a batch every
-  cost / WORKERS, so the step after the fix is max(step - idle, cost / WORKERS);
+  one core; W worker processes deliver a batch every cost / W, so the step after the fix is
+  max(step - idle, cost / W), W the workers prescribed (core/loader.py ``prescribed_workers``:
+  as the ``loader-workers`` knob sets them, from the loader's settings and the host's CPUs where
+  ``gpudoctor run`` read them, else WORKERS);
 - batches from workers already (``_MultiProcessingDataLoaderIter``) and still late: the workers'
   throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2), where
   the step is the one the program runs, waits the window did not see included
@@ -39,12 +41,13 @@ from gpudoctor.core.finding import (
     Fix,
     make_finding,
 )
+from gpudoctor.core.loader import MAX_FIRST_WORKERS, LoaderSettings, prescribed_workers
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
 ID = "input-pipeline"
-WORKERS = 8  # what the first fix prescribes
+WORKERS = MAX_FIRST_WORKERS  # what the first fix prescribes where the loader's settings are not known
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
 LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
@@ -117,9 +120,10 @@ def check(a: Analysis) -> Finding | None:
     else:
         # one batch's cost on one core: the fetch timed without the profiler where the capture
         # timed it (the profiled window's own is the profiler's pace)
-        floor = (a.unprofiled_fetch_ms or loader_ms) / WORKERS
+        workers = prescribed_workers(0, a.loader.cpus) if a.loader is not None else WORKERS
+        floor = (a.unprofiled_fetch_ms or loader_ms) / workers
         saving = a.step_ms - max(a.step_ms - idle, floor)
-        floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3)}
+        floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3), "workers_prescribed": workers}
     evidence = Evidence(
         numbers={
             "gpu_idle_waiting_for_data_ms_per_step": round(idle, 3),
@@ -154,16 +158,7 @@ def check(a: Analysis) -> Finding | None:
                      "pinning a 16 MB batch took 8.0 ms instead of 0.10 on an H100",
                      "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or "
                      "torch._inductor.config.compile_threads = 1")
-    # the trace does not say how many workers the loader has, nor the host's cores: the snippet
-    # names them instead of inventing a number (small-gemm's ``B`` is the same)
-    workers_fix = Fix("More worker processes (twice as many as now), batches pinned" if from_workers
-                      else "Load batches in worker processes and pin them",
-                      "DataLoader(ds, batch_size=B, num_workers=2 * W, pin_memory=True,\n"
-                      "           persistent_workers=True)   # B, W: the batch and workers now"
-                      if from_workers else
-                      "DataLoader(ds, batch_size=B, num_workers=W, pin_memory=True,\n"
-                      "           persistent_workers=True)   # B: the batch now; W: up to the "
-                      "host's cores per GPU")
+    workers_fix = _workers_fix(a.loader, from_workers)
     pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then "
                    "views of pinned memory, which the loader does not copy again; worker processes "
                    "would still copy each batch, through shared memory",
@@ -193,6 +188,30 @@ def check(a: Analysis) -> Finding | None:
         idle_ms=ALL_IDLE,
     )
 
+
+
+
+def _workers_fix(loader: LoaderSettings | None, from_workers: bool) -> Fix:
+    """The workers fix, written from the loader's own settings where ``gpudoctor run`` read them;
+    from a bare trace, which says neither the workers nor the host's cores, the snippet names them
+    instead of inventing a number (small-gemm's ``B`` is the same)."""
+    title = ("More worker processes (twice as many as now), batches pinned" if from_workers
+             else "Load batches in worker processes and pin them")
+    if loader is None:
+        return Fix(title,
+                   "DataLoader(ds, batch_size=B, num_workers=2 * W, pin_memory=True,\n"
+                   "           persistent_workers=True)   # B, W: the batch and workers now"
+                   if from_workers else
+                   "DataLoader(ds, batch_size=B, num_workers=W, pin_memory=True,\n"
+                   "           persistent_workers=True)   # B: the batch now; W: up to the "
+                   "host's cores per GPU")
+    now = loader.num_workers if from_workers else 0
+    workers = prescribed_workers(now, loader.cpus)
+    batch = str(loader.batch_size) if loader.batch_size else "B"
+    was = (f"# was num_workers={loader.num_workers}, pin_memory={loader.pin_memory}"
+           + (f"; {loader.cpus} CPUs on this host" if loader.cpus else ""))
+    return Fix(title, f"DataLoader(ds, batch_size={batch}, num_workers={workers}, pin_memory=True,\n"
+                      f"           persistent_workers=True)   {was}")
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:

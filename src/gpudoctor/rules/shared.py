@@ -69,8 +69,15 @@ def _names_matching(a: Analysis, pattern: re.Pattern[str]) -> np.ndarray:
     return np.isin(a.trace.device.name, np.asarray(hits, np.int64))
 
 
+def sgemm_named(a: Analysis) -> np.ndarray:
+    """Mask over the device events: kernels whose names say fp32 operands on CUDA cores."""
+    return _names_matching(a, _SGEMM_NAME)
+
+
 def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
-    """Device events of each kind of fp32 matrix work, in the steps: simt / tf32 / attention."""
+    """Device events of each kind of fp32 matrix work, in the steps: simt / tf32 / attention /
+    conv (cuDNN's convolutions of fp32 tensors, TF32 by default: ``cudnn.allow_tf32``, with the
+    layout and workspace kernels they launch)."""
     dev, rf = a.trace.device, a.roofline
     live = rf.event_in_steps_ns > 0
     fp32, tf32, unknown = DTYPES.index("fp32"), DTYPES.index("tf32"), 0
@@ -89,6 +96,8 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
             (dtype == fp32) | ((dtype == unknown) & _names_matching(a, _SGEMM_NAME)))),
         "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
         "attention": union(np.flatnonzero(live & fp32_attention), math),
+        "conv": np.flatnonzero(live & (dev.kind == Kind.CONV) & (
+            (dtype == fp32) | (dtype == tf32) | ((dtype == unknown) & _names_matching(a, _TF32_NAME)))),
     }
 
 

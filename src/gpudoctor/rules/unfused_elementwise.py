@@ -37,6 +37,7 @@ from gpudoctor.analysis.host_events import ran_backward
 from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.kernels.prescribe import kernel_fix
+from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     kernel_names_of_events,
@@ -243,7 +244,23 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
+def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
+    """Each chain's kernels at their share of its fused time (``fused_ns``), as ``check`` priced
+    them; their launches stay (the fused built-ins and the compiler still launch; a compiled
+    region's own host cost is the compile knob's: rules/knob_prices.py)."""
+    runs = chains(a)
+    if not runs:
+        return None
+    t, dur = a.roofline.event_in_steps_ns, a.trace.device.dur
+    floor_ns, training = kernel_floor_ns(a), ran_backward(a.trace)
+    shares = [np.full(r.size, min(fused_ns(a, r, t, floor_ns, training) / ran, 1.0))
+              if (ran := float(t[r].sum())) > 0 else np.ones(r.size) for r in runs]
+    idx = np.concatenate(runs).astype(np.int64)
+    return Edit(device=idx, device_ns=dur[idx] * np.concatenate(shares),
+                note="each chain at its fused time")
+
+
 RULE = Rule(
     ID, "Unfused chains of elementwise kernels", check, __doc__ or "",
-    needs=("launch_links", "cpu_ops"), order=40, blocked_by=("host-sync",),
+    needs=("launch_links", "cpu_ops"), order=40, blocked_by=("host-sync",), edit=edit,
 )

@@ -50,6 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.core.loader import prescribed_workers
+
 Effects = list[str]
 
 
@@ -108,7 +110,7 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
         if workers and not isinstance(given.get("dataset"), IterableDataset) and id(given.get("dataset")) not in done:
             done.add(id(given.get("dataset")))
             n = int(given.get("num_workers", 0) or 0)
-            wanted = min(8, cpus) if n == 0 else min(2 * n, cpus)
+            wanted = prescribed_workers(n, cpus)
             if wanted > n:
                 given["num_workers"] = wanted
                 changes.append(f"num_workers {n} -> {wanted}")

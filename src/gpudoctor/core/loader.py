@@ -1,0 +1,56 @@
+"""The DataLoader a program runs, as ``gpudoctor run`` saw it: the settings a fix is written from.
+
+The trace says a batch was made on the training thread or by workers, not how many workers, how
+large a batch, nor how many CPUs the host lends the program. The capture reads them off the loader's
+iterator (capture/loader_queue.py) and keeps them in env.json (``capture.dataloader``); the
+input-pipeline finding writes its fix from them and prices the workers it prescribes, as the
+``loader-workers`` knob sets them (tryfix/knobs.py): one rule for both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# Workers prescribed where the loader has none: as many as the host lends the program, at most this
+# many (more rarely help one GPU's loop, and each holds a copy of the dataset's Python objects).
+MAX_FIRST_WORKERS = 8
+
+
+class LoaderSettings(msgspec.Struct, frozen=True):
+    """One DataLoader's settings, and the CPUs the program may use (None: not known)."""
+
+    num_workers: int
+    pin_memory: bool
+    batch_size: int | None = None
+    persistent_workers: bool = False
+    cpus: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def parse(cls, value: Any) -> LoaderSettings | None:
+        """``capture.dataloader`` of an env.json, or None where it is absent or malformed."""
+        if not isinstance(value, dict):
+            return None
+        workers, batch, cpus = (value.get(k) for k in ("num_workers", "batch_size", "cpus"))
+        if not _count(workers, zero=True):
+            return None
+        return cls(num_workers=workers, pin_memory=value.get("pin_memory") is True,
+                   batch_size=batch if _count(batch) else None,
+                   persistent_workers=value.get("persistent_workers") is True,
+                   cpus=cpus if _count(cpus) else None)
+
+
+def prescribed_workers(now: int, cpus: int | None) -> int:
+    """The workers to give a loader with ``now``: MAX_FIRST_WORKERS where it has none, else twice as
+    many, and no more than the host's CPUs where they are known."""
+    wanted = MAX_FIRST_WORKERS if now <= 0 else 2 * now
+    return max(min(wanted, cpus), 1) if cpus else wanted
+
+
+def _count(value: Any, zero: bool = False) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and (value >= 0 if zero else value > 0))
