@@ -46,7 +46,11 @@ def test_cudnn_attention_on_a_new_length_every_step_is_dynamic_shapes() -> None:
     assert top.evidence.numbers["trial_kernel_ms_per_step"] == 0.0
     assert "aten::_cudnn_attention_forward" in top.evidence.ops
     assert any("sdpa_kernel" in fix.code for fix in top.fixes)
-    assert any("// 128" in fix.code for fix in top.fixes)
+    # the bucket written from the lengths the attention saw in the window's five steps (128 to
+    # 955 tokens: multiples of 128, the program's own fix, leave 8 sizes)
+    assert top.fixes[0].code.startswith(
+        "L = -(-L // 128) * 128   # 5 sizes seen, 128 to 955: 8 buckets at most"
+    )
     # a CUDA graph is not the fix: launch-bound no longer claims the setup's idle
     assert "launch-bound" not in [f.id for f in _actionable(report)[:1]]
 
@@ -217,3 +221,23 @@ def test_the_edit_keeps_the_run_after_the_last_timing_wait() -> None:
     # every call of the operator set up (no typical call): its whole host time goes, its waits too
     assert (e.host_removed_e - e.host_removed_s == 4_000_000).all() and e.host_removed_s.size == 5
     assert e.unwait.size == 5 * (8 + 7)
+
+
+def test_images_of_a_new_size_each_step_are_bucketed_from_the_sizes_seen() -> None:
+    """multiscale_cudnn_benchmark: the stem convolution's input is [32, 3, S, S], S a multiple of
+    4 between 320 and 640; the window's five steps drew 472 to 616. The first forward convolution
+    of each step (not the backward's, which starts from the last layer's 15 x 15) says so."""
+    report = analyze_loaded(load(DATA / "multiscale_cudnn_benchmark" / "trace.json.gz"))
+    f = report.finding("dynamic-shapes")
+    assert f.fixes[0].code.splitlines() == [
+        "size = -(-size // 32) * 32   # 5 sizes seen, 472 to 616 px: 7 buckets at most",
+        "x = F.interpolate(x, size=(size, size))",
+    ]
+
+
+def test_without_recorded_shapes_the_bucket_is_a_letter() -> None:
+    from gpudoctor.rules.dynamic_shapes import varying_sizes
+
+    trace = load(DATA / "multiscale_cudnn_benchmark" / "trace.json.gz")
+    none = np.empty(0, np.int64)
+    assert varying_sizes(trace, none) is None

@@ -79,6 +79,23 @@ def test_naive_attention_is_told_sdpa_with_the_programs_own_masking(
     ],
 )
 def test_host_work_is_told_the_fix_for_what_its_frames_show(frames: tuple, first: str) -> None:
-    fixes = host_blocking_work._fixes(frames)
+    fixes = host_blocking_work._fixes(frames, None, host_blocking_work._checkpoint_fix(40.0, 50.0))
     assert fixes[0].title.startswith(first)
     assert len(fixes) == 4 and fixes[-1].title.startswith("Keep per-step Python light")
+
+
+@pytest.mark.parametrize(
+    ("save_ms", "step_ms", "every"),
+    [
+        (40.2, 50.4, 100),
+        (1.0, 100.0, 10),
+        (500.0, 10.0, 5000),
+        (1e6, 1.0, 10000),
+        (5.0, 0.0, 10000),
+    ],
+)
+def test_the_checkpoint_interval_keeps_the_save_under_a_hundredth_of_the_time(
+    save_ms: float, step_ms: float, every: int
+) -> None:
+    code = host_blocking_work._checkpoint_fix(save_ms, step_ms).code
+    assert code.startswith(f"if step % {every} == 0:   # {save_ms:.1f} ms a save")

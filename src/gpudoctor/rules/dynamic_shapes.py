@@ -32,9 +32,11 @@ from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
+from gpudoctor.trace.model import Trace
 
 ID = "dynamic-shapes"
 CAUSE = "op-setup"
+BUCKETS = 8  # the most sizes the bucketing fix leaves over the range seen
 
 
 def check(a: Analysis) -> Finding | None:
@@ -53,11 +55,7 @@ def check(a: Analysis) -> Finding | None:
     trials = _trial_ns(a, inner) / 1e6 / n
     names = [trace.strings[i] for i in host.name[inner].tolist()]
     shapes = len({repr(trace.input_dims(int(i))[:1]) for i in inner.tolist()})
-    fixes = [
-        Fix("Pad the varying dimension to a few bucket sizes, so each plan is built once and reused",
-            "L = -(-L // 128) * 128          # pad every batch to a multiple of 128 tokens\n"
-            "x = F.pad(x, (0, 0, 0, L - x.shape[1]))"),
-    ]
+    fixes = [_bucket_fix(trace, _first_per_step(a, inner), images=any("conv" in s for s in names))]
     if any("cudnn_attention" in s for s in names):
         fixes.append(Fix("Or let SDPA use a kernel that needs no per-shape plan",
                          "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
@@ -92,6 +90,73 @@ def check(a: Analysis) -> Finding | None:
         "shape is a new capture.",
         idle_ms=idle,
     )
+
+
+
+def _bucket_fix(trace: Trace, calls: np.ndarray, images: bool) -> Fix:
+    """Bucketing, written from the sizes the setup calls saw: the dimensions of their first input
+    that vary, their range, and the multiple that gives at most BUCKETS sizes over it (a power of
+    two, at least 8); the letters where the trace records no shapes."""
+    title = "Pad the varying dimension to a few bucket sizes, so each plan is built once and reused"
+    varying = varying_sizes(trace, calls)
+    if varying is None:
+        return Fix(title, "L = -(-L // M) * M   # pad every batch to a multiple M of its varying size\n"
+                          "x = F.pad(x, (0, 0, 0, L - x.shape[1]))")
+    lo, hi, distinct_sizes = varying
+    multiple = max(8, 1 << max(int(np.ceil(np.log2(max(hi - lo, 1) / BUCKETS))), 0))
+    seen = f"{distinct_sizes} sizes seen, {lo} to {hi}"
+    if images:
+        return Fix("Draw the input sizes from a few buckets, so each convolution plan is built "
+                   "once and reused",
+                   f"size = -(-size // {multiple}) * {multiple}   # {seen} px: "
+                   f"{-(-hi // multiple) - lo // multiple + 1} buckets at most\n"
+                   "x = F.interpolate(x, size=(size, size))")
+    return Fix(title, f"L = -(-L // {multiple}) * {multiple}   # {seen}: "
+                      f"{-(-hi // multiple) - lo // multiple + 1} buckets at most\n"
+                      "x = F.pad(x, (0, 0, 0, L - x.shape[1]))")
+
+
+def _first_per_step(a: Analysis, calls: np.ndarray) -> np.ndarray:
+    """The first call in each step of one operator: a forward attention's (its input is
+    [B, H, L, D], L the sequence's own length), else a forward convolution's (the network's first
+    layer sees the image's own size; later layers see it downsampled, and a backward starts from
+    the last), else the operator most of ``calls`` are."""
+    names = a.trace.host.name[calls]
+    values, counts = np.unique(names, return_counts=True)
+    text = [a.trace.strings[v].lower() for v in values.tolist()]
+
+    def rank(j: int) -> tuple[int, int]:
+        forward = "backward" not in text[j]
+        return (2 if forward and "attention" in text[j] else
+                1 if forward and "convolution" in text[j] else 0, int(counts[j]))
+
+    calls = calls[names == values[max(range(values.size), key=rank)]]
+    ts = a.trace.host.ts[calls]
+    order = np.argsort(ts, kind="stable")
+    calls, ts = calls[order], ts[order]
+    first = np.searchsorted(ts, a.steps.start)
+    inside = first < calls.size
+    first, starts_in = first[inside], np.asarray(a.steps.end)[inside]
+    return calls[first[ts[first] < starts_in]]
+
+
+def varying_sizes(trace: Trace, calls: np.ndarray) -> tuple[int, int, int] | None:
+    """The sizes of the first input's dimensions that differ between ``calls`` (their smallest,
+    largest, and how many distinct ones), or None where the calls record no common rank of
+    shapes or none differs."""
+    shapes = []
+    for call in calls.tolist():
+        dims = trace.input_dims(int(call))
+        first = dims[0] if dims else None
+        if isinstance(first, list) and first and all(isinstance(d, int) for d in first):
+            shapes.append(first)
+    if len(shapes) < 2 or len({len(s) for s in shapes}) != 1:
+        return None
+    table = np.array(shapes, np.int64)
+    moving = table[:, (table != table[0]).any(axis=0)]
+    if moving.size == 0:
+        return None
+    return int(moving.min()), int(moving.max()), int(np.unique(moving).size)
 
 
 def _trial_ns(a: Analysis, calls: np.ndarray) -> float:

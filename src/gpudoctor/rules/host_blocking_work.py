@@ -65,7 +65,7 @@ def check(a: Analysis) -> Finding | None:
             ops=cpu_ops if tensor_work else (),
             sources=frames,
         ),
-        _fixes(frames, "data" if tensor_work else None),
+        _fixes(frames, "data" if tensor_work else None, _checkpoint_fix(saving, a.step_ms)),
         wrong_fix="Tuning kernels will not help: the GPU is idle, not slow.",
         idle_ms=ALL_IDLE,
     )
@@ -80,9 +80,22 @@ _KINDS = (
                         r"|cv2|__getitem__|collate|augment")),
     ("logging", re.compile(r"logging|wandb|tensorboard|print|json|csv|\(write")),
 )
-_CHECKPOINT = Fix("Checkpoint every N steps, asynchronously",
-                  "if step % 1000 == 0:\n"
-                  "    torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path)")
+# The checkpoint's interval is chosen to keep its cost under this share of the step.
+CHECKPOINT_COST_SHARE = 0.01
+_INTERVALS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def _checkpoint_fix(cost_ms: float, step_ms: float) -> Fix:
+    """Checkpointing every N steps, N the smallest round interval at which the cost this finding
+    prices (a save every step) falls under CHECKPOINT_COST_SHARE of the step."""
+    needed = cost_ms / (CHECKPOINT_COST_SHARE * step_ms) if step_ms > 0 else _INTERVALS[-1]
+    every = next((i for i in _INTERVALS if i >= needed), _INTERVALS[-1])
+    return Fix("Checkpoint every N steps, asynchronously",
+               f"if step % {every} == 0:   # {cost_ms:.1f} ms a save, {step_ms:.1f} ms a step: "
+               f"under {100 * CHECKPOINT_COST_SHARE:.0f}% of the time\n"
+               "    torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path)")
+
+
 _DATA = Fix("Prepare the data in DataLoader worker processes, not on the training thread (or once, "
             "before training)",
             "loader = DataLoader(ds, batch_size=B, num_workers=W, collate_fn=collate)   # the "
@@ -92,11 +105,11 @@ _LOGGING = Fix("Move I/O and logging to a background thread or process",
 _LIGHT = Fix("Keep per-step Python light: precompute, batch small host operations", "")
 
 
-def _fixes(frames: tuple[str, ...], otherwise: str | None = None) -> tuple[Fix, ...]:
+def _fixes(frames: tuple[str, ...], otherwise: str | None, checkpoint: Fix) -> tuple[Fix, ...]:
     """The fixes, the one for what the busiest frames show first (the first of them, deepest
     first, that names a kind decides), else for ``otherwise`` (what the operators show); the
     general order where neither does (or no stacks were recorded)."""
-    fixes = {"logging": _LOGGING, "checkpoint": _CHECKPOINT, "data": _DATA}  # the general order
+    fixes = {"logging": _LOGGING, "checkpoint": checkpoint, "data": _DATA}  # the general order
     kind = next((k for f in frames for k, pattern in _KINDS if pattern.search(f.lower())),
                 otherwise)
     first = [fixes.pop(kind)] if kind else []
