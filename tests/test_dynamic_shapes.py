@@ -241,3 +241,24 @@ def test_without_recorded_shapes_the_bucket_is_a_letter() -> None:
     trace = load(DATA / "multiscale_cudnn_benchmark" / "trace.json.gz")
     none = np.empty(0, np.int64)
     assert varying_sizes(trace, none) is None
+
+
+def _setup_calls(dims: list) -> tuple:  # type: ignore[type-arg]
+    """One attention operator call per entry of ``dims`` (its recorded input shapes)."""
+    t = TraceBuilder()
+    for k, d in enumerate(dims):
+        t.op("aten::_cudnn_attention_forward", k * 100.0, 50.0, dims=d)
+    trace = parse(t.to_bytes())
+    return trace, np.arange(len(dims), dtype=np.int64)
+
+
+def test_varying_sizes_reads_the_dimensions_that_change_and_nothing_else() -> None:
+    from gpudoctor.rules.dynamic_shapes import varying_sizes
+
+    lengths = [[[8, 4, n, 64], [8, 4, n, 64]] for n in (100, 300, 300, 770)]
+    assert varying_sizes(*_setup_calls(lengths)) == (100, 770, 3)
+    # one call, the same shape every call, shapes of another rank, a scalar first input: no size
+    assert varying_sizes(*_setup_calls(lengths[:1])) is None
+    assert varying_sizes(*_setup_calls([lengths[0]] * 3)) is None
+    assert varying_sizes(*_setup_calls([[[8, 4, 100, 64]], [[8, 100, 64]]])) is None
+    assert varying_sizes(*_setup_calls([[[]], [[]]])) is None
