@@ -20,9 +20,8 @@ from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
 from gpudoctor.trace.model import HostCat
 
 ID = "pageable-copy"
-# Pinned copies reach this share of the datasheet's host link: `gpudoctor bench` measured 55.1 GB/s
-# on an H100 and 54.2 on an H200 against PCIe Gen5's 63 (benchmarks/results/bench-h100-2026-11-22.json,
-# bench-h200-2026-11-22.json); the lab's fixed pageable_copy twin copied at 55 (tests/data).
+# Pinned copies reach this share of the datasheet's host link, as `gpudoctor bench` measured it on
+# an H100 and an H200 (benchmarks/BENCHMARKS-replay.md "A pageable upload's stream sync").
 LINK_REACHED_SHARE = 0.87
 
 
