@@ -123,3 +123,16 @@ def test_a_loader_without_its_batch_size_keeps_the_letter(tmp_path: Path) -> Non
     found = _finding(LoaderSettings(num_workers=0, pin_memory=True, cpus=32))
     assert "batch_size=B, num_workers=8" in found.fixes[0].code
     assert "32 CPUs" in found.fixes[0].code
+
+
+def test_workers_that_take_every_cpu_are_not_told_to_double() -> None:
+    from gpudoctor.rules.input_pipeline import _workers_fix
+
+    full = _workers_fix(LoaderSettings(num_workers=8, pin_memory=True, batch_size=32, cpus=8), True)
+    assert full.title.startswith("The workers already take every CPU")
+    assert "num_workers=8" in full.code and "8 CPUs on this host" in full.code
+    more = _workers_fix(
+        LoaderSettings(num_workers=4, pin_memory=False, batch_size=32, cpus=16), True
+    )
+    assert more.title.startswith("More worker processes")
+    assert "batch_size=32, num_workers=8, pin_memory=True" in more.code

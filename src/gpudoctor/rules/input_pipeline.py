@@ -210,6 +210,11 @@ def _workers_fix(loader: LoaderSettings | None, from_workers: bool) -> Fix:
     batch = str(loader.batch_size) if loader.batch_size else "B"
     was = (f"# was num_workers={loader.num_workers}, pin_memory={loader.pin_memory}"
            + (f"; {loader.cpus} CPUs on this host" if loader.cpus else ""))
+    if from_workers and workers <= now:  # no CPU left to give more workers
+        return Fix("The workers already take every CPU the program has: make each batch cheaper "
+                   "(decode or augment once, or on the GPU), batches pinned",
+                   f"DataLoader(ds, batch_size={batch}, num_workers={now}, pin_memory=True,\n"
+                   f"           persistent_workers=True)   {was}")
     return Fix(title, f"DataLoader(ds, batch_size={batch}, num_workers={workers}, pin_memory=True,\n"
                       f"           persistent_workers=True)   {was}")
 
