@@ -4,8 +4,6 @@ env.json (capture/bundle.py), and the input-pipeline fix written and priced from
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -119,7 +117,7 @@ def test_from_a_bare_trace_the_fix_names_what_it_cannot_know() -> None:
     assert "batch_size=B, num_workers=W" in found.fixes[0].code
 
 
-def test_a_loader_without_its_batch_size_keeps_the_letter(tmp_path: Path) -> None:
+def test_a_loader_without_its_batch_size_keeps_the_letter() -> None:
     found = _finding(LoaderSettings(num_workers=0, pin_memory=True, cpus=32))
     assert "batch_size=B, num_workers=8" in found.fixes[0].code
     assert "32 CPUs" in found.fixes[0].code

@@ -32,6 +32,7 @@ from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
+from gpudoctor.rules.shared import step_of
 from gpudoctor.trace.model import Trace
 
 ID = "dynamic-shapes"
@@ -104,15 +105,14 @@ def _bucket_fix(trace: Trace, calls: np.ndarray, images: bool) -> Fix:
                           "x = F.pad(x, (0, 0, 0, L - x.shape[1]))")
     lo, hi, distinct_sizes = varying
     multiple = max(8, 1 << max(int(np.ceil(np.log2(max(hi - lo, 1) / BUCKETS))), 0))
+    buckets = -(-hi // multiple) - lo // multiple + 1
     seen = f"{distinct_sizes} sizes seen, {lo} to {hi}"
     if images:
         return Fix("Draw the input sizes from a few buckets, so each convolution plan is built "
                    "once and reused",
                    f"size = -(-size // {multiple}) * {multiple}   # {seen} px: "
-                   f"{-(-hi // multiple) - lo // multiple + 1} buckets at most\n"
-                   "x = F.interpolate(x, size=(size, size))")
-    return Fix(title, f"L = -(-L // {multiple}) * {multiple}   # {seen}: "
-                      f"{-(-hi // multiple) - lo // multiple + 1} buckets at most\n"
+                   f"{buckets} buckets at most\nx = F.interpolate(x, size=(size, size))")
+    return Fix(title, f"L = -(-L // {multiple}) * {multiple}   # {seen}: {buckets} buckets at most\n"
                       "x = F.pad(x, (0, 0, 0, L - x.shape[1]))")
 
 
@@ -131,13 +131,10 @@ def _first_per_step(a: Analysis, calls: np.ndarray) -> np.ndarray:
                 1 if forward and "convolution" in text[j] else 0, int(counts[j]))
 
     calls = calls[names == values[max(range(values.size), key=rank)]]
-    ts = a.trace.host.ts[calls]
-    order = np.argsort(ts, kind="stable")
-    calls, ts = calls[order], ts[order]
-    first = np.searchsorted(ts, a.steps.start)
-    inside = first < calls.size
-    first, starts_in = first[inside], np.asarray(a.steps.end)[inside]
-    return calls[first[ts[first] < starts_in]]
+    calls = calls[np.argsort(a.trace.host.ts[calls], kind="stable")]
+    step = step_of(a, a.trace.host.ts[calls])
+    _, first = np.unique(step, return_index=True)  # in time order: each step's first call
+    return calls[first[step[first] >= 0]]
 
 
 def varying_sizes(trace: Trace, calls: np.ndarray) -> tuple[int, int, int] | None:

@@ -80,7 +80,7 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     # ratio
     after = np.maximum(gemm_ns_of_events(a, idx, c.half_dtype), half_bytes) + casts
     if part == "tf32":
-        tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+        tf32_roof = _tf32_roof(c)
         by_ratio = np.maximum(time_ns * min(tf32_roof / c.best_matrix_flops, 1.0), half_bytes) + casts
         return np.where(flops > 0, np.minimum(after, time_ns), by_ratio)
     # an fp32 GEMM on CUDA cores whose shape the trace does not give (named "sgemm"): as if it ran
@@ -90,13 +90,18 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     return np.where(flops > 0, after, np.minimum(at_roof + casts, time_ns))
 
 
+def _tf32_roof(c: Ceilings) -> float:
+    """The card's TF32 roof, or half its 16-bit one where the ceilings carry none."""
+    return c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+
+
 def _conv_bf16_ns(a: Analysis, idx: np.ndarray, time_ns: np.ndarray,
                   half_bytes: np.ndarray) -> np.ndarray:
     """A convolution's kernels at the bf16 rate: at the TF32 / bf16 ratio (its layout and
     workspace kernels move half the bytes: the same ratio), a CUDA-core one (named ``sgemm``) at
     fp32 / bf16 with GEMM_EFFICIENCY; none under half its bytes at the memory roof."""
     c = a.ceilings
-    tf32_roof = c.matrix_flops.get("tf32") or c.best_matrix_flops * TF32_TO_BF16_RATE
+    tf32_roof = _tf32_roof(c)
     simt = sgemm_named(a)[idx]
     ratio = np.where(simt, c.matrix("fp32") / (c.best_matrix_flops * GEMM_EFFICIENCY),
                      tf32_roof / c.best_matrix_flops)

@@ -7,7 +7,7 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
   one core; W worker processes deliver a batch every cost / W, so the step after the fix is
   max(step - idle, cost / W), W the workers prescribed (core/loader.py ``prescribed_workers``:
   as the ``loader-workers`` knob sets them, from the loader's settings and the host's CPUs where
-  ``gpudoctor run`` read them, else WORKERS);
+  ``gpudoctor run`` read them, else MAX_FIRST_WORKERS);
 - batches from workers already (``_MultiProcessingDataLoaderIter``) and still late: the workers'
   throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2), where
   the step is the one the program runs, waits the window did not see included
@@ -41,13 +41,12 @@ from gpudoctor.core.finding import (
     Fix,
     make_finding,
 )
-from gpudoctor.core.loader import MAX_FIRST_WORKERS, LoaderSettings, prescribed_workers
+from gpudoctor.core.loader import LoaderSettings, prescribed_workers
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
 ID = "input-pipeline"
-WORKERS = MAX_FIRST_WORKERS  # what the first fix prescribes where the loader's settings are not known
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
 LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
@@ -120,7 +119,7 @@ def check(a: Analysis) -> Finding | None:
     else:
         # one batch's cost on one core: the fetch timed without the profiler where the capture
         # timed it (the profiled window's own is the profiler's pace)
-        workers = prescribed_workers(0, a.loader.cpus) if a.loader is not None else WORKERS
+        workers = prescribed_workers(0, a.loader.cpus if a.loader is not None else None)
         floor = (a.unprofiled_fetch_ms or loader_ms) / workers
         saving = a.step_ms - max(a.step_ms - idle, floor)
         floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3), "workers_prescribed": workers}

@@ -11,7 +11,6 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import sync_calls
-from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
@@ -122,21 +121,9 @@ def _syncs_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
     """The stream synchronizations a pageable upload's copy operator makes after its copy (PyTorch
     syncs the stream before it returns: tests/data/twins_h100/pageable_h2d); a pinned,
     non-blocking copy makes none."""
-    ops = distinct(ops[ops >= 0])
-    if ops.size == 0:
-        return ops.astype(np.int64)
     host = a.trace.host
     syncs = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
-    if syncs.size == 0:
-        return syncs.astype(np.int64)
-    order = np.argsort(host.ts[ops], kind="stable")
-    ops = ops[order]
-    # the latest copy operator starting at or before each sync, on the sync's thread
-    pos = np.searchsorted(host.ts[ops], host.ts[syncs], side="right") - 1
-    op = ops[np.maximum(pos, 0)]
-    inside = ((pos >= 0) & (host.end[syncs] <= host.end[op])
-              & (host.thread[syncs] == host.thread[op]))
-    return syncs[inside].astype(np.int64)
+    return syncs[np.isin(host.op[syncs], ops[ops >= 0])].astype(np.int64)
 
 
 RULE = Rule(

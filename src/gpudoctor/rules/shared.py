@@ -96,8 +96,8 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
             (dtype == fp32) | ((dtype == unknown) & _names_matching(a, _SGEMM_NAME)))),
         "tf32": np.flatnonzero(live & tc & ((dtype == tf32) | tf32_named) & not_math),
         "attention": union(np.flatnonzero(live & fp32_attention), math),
-        "conv": np.flatnonzero(live & (dev.kind == Kind.CONV) & _launched_by_convolution(a) & (
-            (dtype == fp32) | (dtype == tf32) | ((dtype == unknown) & _names_matching(a, _TF32_NAME)))),
+        "conv": np.flatnonzero(live & (dev.kind == Kind.CONV) & _launched_by_convolution(a)
+                               & ((dtype == fp32) | (dtype == tf32) | tf32_named)),
     }
 
 
@@ -107,9 +107,8 @@ def _launched_by_convolution(a: Analysis) -> np.ndarray:
     dropout and bias kernels) are named ``cudnn::`` too."""
     dev, host = a.trace.device, a.trace.host
     conv = a.trace.names_matching(lambda s: "convolution" in s)
-    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
-    mine = conv[host.name[np.maximum(dev.op, 0)]] | conv[host.name[np.maximum(owner, 0)]]
-    return (dev.op >= 0) & mine
+    return ((dev.op >= 0) & conv[host.name[np.maximum(dev.op, 0)]]) | (
+        (dev.top_op >= 0) & conv[host.name[np.maximum(dev.top_op, 0)]])
 
 
 def fp32_sdpa_math_events(a: Analysis) -> np.ndarray:
