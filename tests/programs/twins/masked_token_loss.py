@@ -84,7 +84,8 @@ for it in range(1, args.iters + 1):
     if it % args.log_every == 0:
         if args.fixed and not torch.isfinite(grad_norm):
             print(f"iter {it}: non-finite gradient")
+        lossf = loss.item()  # waits for the queued steps, so the time below covers their GPU work
         ms = (time.perf_counter() - t0) / args.log_every * 1000
-        print(f"iter {it}: loss {loss.item():.4f}, tokens {int(tokens_seen)}, {ms:.2f} ms/iter",
+        print(f"iter {it}: loss {lossf:.4f}, tokens {int(tokens_seen)}, {ms:.2f} ms/iter",
               flush=True)
         t0 = time.perf_counter()
