@@ -58,6 +58,8 @@ FIXES_FOR: dict[str, str] = {
     "unet_ema": "compile-reduce-overhead,compile,bf16-autocast",
     "examples_imagenet_dummy": "loader-workers,bf16-autocast",
     "lightning_transformer_wikitext": "bf16-autocast,tf32,compile",
+    "vit_tiny_fp32_accuracy": "bf16-autocast,tf32,compile",
+    "csv_tabular_loader": "loader-workers,pin-memory",
     "dataloader_workers": "loader-workers,pin-memory",
     "nanogpt_train": "bf16-autocast,compile",
     "checkpointed_mlp": "bf16-autocast,tf32",

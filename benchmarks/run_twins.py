@@ -224,6 +224,11 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     return row
 
 
+# the program's printed step and gpudoctor's unprofiled one further apart than this: one of them
+# does not time what the other does (a print that reads the clock before its sync timed the host)
+TIMINGS_DISAGREE = 0.15
+
+
 def _x(v: Any) -> str:
     return "-" if v is None else f"x{v:.2f}"
 
@@ -263,6 +268,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         for label in ("sick", "fixed"):
             if (r.get(label) or {}).get("message"):
                 notes.append(f"- **{r['program']}** ({label}, plain): {r[label]['message']}")
+        plain, doctor = r.get("sick_step_ms"), r.get("unprofiled_step_ms")
+        if plain and doctor and abs(doctor / plain - 1) > TIMINGS_DISAGREE:
+            notes.append(
+                f"- **{r['program']}**: its own print ({fmt(plain)} ms) and gpudoctor's unprofiled "
+                f"step ({fmt(doctor)} ms) differ by {abs(doctor / plain - 1):.0%}: check that the "
+                "print waits for the GPU (a value read before the clock) before trusting 'measured'"
+            )
         if r["doctor"].get("message") or not r.get("report_written"):
             notes.append(
                 f"- **{r['program']}** (gpudoctor): {r['doctor'].get('message') or '(no message)'}"

@@ -445,6 +445,7 @@ def test_a_loader_knob_sets_workers_once_per_dataset() -> None:
     double the workers it set (8 -> 16 on an H100 host of 16 CPUs, 2026-11-26)."""
     from torch.utils.data import DataLoader, TensorDataset
 
+    from gpudoctor.core.loader import usable_cpus
     from gpudoctor.tryfix.knobs import apply_knobs
 
     original = DataLoader.__init__
@@ -453,7 +454,7 @@ def test_a_loader_knob_sets_workers_once_per_dataset() -> None:
         data = TensorDataset(torch.zeros(8, 2))
         first = DataLoader(data, batch_size=2)
         again = DataLoader(data, batch_size=2, num_workers=first.num_workers)
-        assert again.num_workers == first.num_workers == min(8, os.cpu_count() or 1)
+        assert again.num_workers == first.num_workers == min(8, usable_cpus() or 1)
         assert sum(e.startswith("DataLoader: num_workers") for e in effects) == 1
     finally:
         DataLoader.__init__ = original  # type: ignore[method-assign]
@@ -482,3 +483,22 @@ def test_steps_that_compiled_are_not_timed(tmp_path: Path, monkeypatch: pytest.M
     assert len(r.unprofiled_before_ms) == 3
     # after (calibration 4): the step compiling is cut, one more step timed to make up for it
     assert len(r.unprofiled_after_ms) == 4 and r.steps_seen == 18
+
+
+def test_the_loader_knob_prescribes_for_the_cpus_the_program_may_use(monkeypatch) -> None:
+    """A container or ``taskset`` lends fewer CPUs than the machine has: the knob sets the workers
+    the input-pipeline finding priced, from the CPUs the process may run on."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpudoctor.tryfix import knobs
+
+    lent = max(1, (os.cpu_count() or 2) - 1)  # fewer than the machine's, none it does not have
+    monkeypatch.setattr(knobs, "usable_cpus", lambda: lent)
+    original = DataLoader.__init__
+    try:
+        knobs.apply_knobs(["loader-workers"])
+        assert DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2).num_workers == min(
+            8, lent
+        )
+    finally:
+        DataLoader.__init__ = original

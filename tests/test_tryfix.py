@@ -21,6 +21,7 @@ from sigint import default_sigint, sigint_ignored
 from trial_records import record
 
 from gpudoctor.capture.runner import Target
+from gpudoctor.core.loader import usable_cpus
 from gpudoctor.core.trial_record import NotTried, TrialRound
 from gpudoctor.diff.samples import compare_samples
 from gpudoctor.errors import InputError
@@ -455,7 +456,7 @@ def test_knobs_are_applied_in_the_child(tmp_path: Path) -> None:
     seen = json.loads(
         (tmp_path / "sandbox" / "all" / "probe.json").read_text()
     )  # the sandbox was the cwd
-    assert seen["num_workers"] == min(8, os.cpu_count() or 1) and seen["persistent_workers"] is True
+    assert seen["num_workers"] == min(8, usable_cpus() or 1) and seen["persistent_workers"] is True
     assert seen["pin_memory"] is False  # pinned only with CUDA
     assert seen["foreach"] is True
     assert seen["autocast"] is True and seen["autocast_dtype"] == "torch.bfloat16"

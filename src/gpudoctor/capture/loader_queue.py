@@ -8,11 +8,10 @@ its window after them, and times two rounds of the queue after it (capture/sessi
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any
 
-from gpudoctor.core.loader import LoaderSettings
+from gpudoctor.core.loader import LoaderSettings, usable_cpus
 
 
 class LoaderQueue:
@@ -92,11 +91,3 @@ def _settings_of(iterator: Any) -> tuple[int, bool, int | None, bool]:
             getattr(iterator, "_pin_memory", False) is True,
             batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None,
             getattr(iterator, "_persistent_workers", False) is True)
-
-
-def usable_cpus() -> int | None:
-    """The CPUs this process may run on (its affinity where the OS says, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()

@@ -9,6 +9,7 @@ input-pipeline finding writes its fix from them and prices the workers it prescr
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
@@ -54,3 +55,12 @@ def prescribed_workers(now: int, cpus: int | None) -> int:
 def _count(value: Any, zero: bool = False) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)
             and (value >= 0 if zero else value > 0))
+
+
+def usable_cpus() -> int | None:
+    """The CPUs this process may run on: its affinity where the OS gives one (a container or
+    ``taskset`` lends fewer than the machine has), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()

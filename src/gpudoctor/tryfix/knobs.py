@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.core.loader import prescribed_workers
+from gpudoctor.core.loader import prescribed_workers, usable_cpus
 
 Effects = list[str]
 
@@ -92,7 +92,7 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
 
     original = DataLoader.__init__
     signature = inspect.signature(original)
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus() or 1  # the CPUs the input-pipeline finding priced its workers at
     cuda = torch.cuda.is_available()
     # datasets whose loader this knob already set: a wrapper that builds a new loader from the
     # old one's settings (accelerate's prepare) passes them on, and would double them again
