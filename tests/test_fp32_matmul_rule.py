@@ -49,12 +49,13 @@ def test_tf32_gemms_are_priced_at_the_bf16_rate_for_their_shape() -> None:
     f = check(a)
     assert f is not None and "TF32" in f.title
     # the bf16 GEMM of 4096^3 off the reference grid (hardware/gemm_rate.py: 174.3 us on the
-    # H100 SXM's datasheet roof); the casts add the fp32 bytes of [4096,4096] x 3 tensors once
-    # through HBM (201 MB / 3.35 TB/s = 0.060 ms)
+    # H100 SXM's datasheet roof); the casts move its smallest matrix, [4096,4096], read in fp32
+    # and written in bf16 (101 MB / 3.35 TB/s = 0.030 ms)
     c = a.ceilings
     bf16_ms = float(gemm_seconds(N, N, N, "bf16", c)) * 1e3
     assert bf16_ms == pytest.approx(0.1743, abs=1e-4)
-    casts_ms = 3 * N * N * 4 / c.hbm_bytes_per_s * 1e3
+    casts_ms = N * N * (4 + 2) / c.hbm_bytes_per_s * 1e3
+    assert casts_ms == pytest.approx(0.030, abs=1e-3)
     assert f.saving_ms == pytest.approx(0.5 - bf16_ms - casts_ms, rel=1e-6)
     assert f.evidence.numbers["tf32_gemm_ms_per_step"] == 0.5
     assert f.evidence.numbers["fp32_cuda_core_gemm_ms_per_step"] == 0.0

@@ -53,7 +53,8 @@ from gpudoctor.rules.shared import (  # noqa: F401 (fp32_matmul.fp32_*)
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 
 ID = "fp32-matmul"
-CAST_BYTES_FACTOR = 1.0
+CAST_BYTES_FACTOR = 1.0  # a kernel whose shape the trace does not give: all its bytes once
+CAST_ELEMENT_BYTES = 6.0  # an fp32 element read and a 16-bit one written (or the other way)
 # TF32 is half the bf16 tensor-core rate on A100 / H100 / H200 / B200 (datasheets), used when
 # the ceilings carry no tf32 roof.
 TF32_TO_BF16_RATE = 0.5
@@ -66,7 +67,7 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     time_ns = rf.event_in_steps_ns[idx].astype(float)
     flops, nbytes = rf.event_flops[idx], rf.event_bytes[idx]
     hbm = c.hbm_bytes_per_s
-    casts = CAST_BYTES_FACTOR * nbytes / hbm * 1e9
+    casts = _cast_ns(a, idx, nbytes, hbm)
     half_bytes = nbytes / 2 / hbm * 1e9
     if part == "conv":
         return _conv_bf16_ns(a, idx, time_ns, half_bytes)
@@ -88,6 +89,21 @@ def _bf16_ns(a: Analysis, part: str, idx: np.ndarray) -> np.ndarray:
     # it saves
     at_roof = time_ns * c.matrix("fp32") / (c.best_matrix_flops * GEMM_EFFICIENCY)
     return np.where(flops > 0, after, np.minimum(at_roof + casts, time_ns))
+
+
+def _cast_ns(a: Analysis, idx: np.ndarray, nbytes: np.ndarray, hbm: float) -> np.ndarray:
+    """The GPU time of the casts autocast adds for each matrix kernel, at the memory roof: where the
+    trace gives the GEMM's shape, its smallest matrix (a Linear's weight in its forward and dgrad,
+    its gradient in its wgrad) read in fp32 and written in 16 bits, or back; elsewhere all the
+    kernel's bytes once. The activations autocast also casts are about paid back by the
+    elementwise kernels that then move 16-bit tensors (benchmarks/BENCHMARKS-replay.md "The casts
+    autocast adds, on the GPU")."""
+    out = CAST_BYTES_FACTOR * nbytes.astype(float)
+    for j, cost in enumerate(a.roofline.op_costs.lookup(a.trace.device.op[idx])):
+        if cost is not None and cost.gemm_shape is not None:
+            b, m, n, k = cost.gemm_shape
+            out[j] = CAST_ELEMENT_BYTES * b * min(m * k, k * n, m * n)
+    return out / hbm * 1e9
 
 
 def _tf32_roof(c: Ceilings) -> float:
