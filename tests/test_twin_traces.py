@@ -27,6 +27,11 @@ CASES = {
     # (17.49 ms fixed): 6.5 ms above the fixed twin's GPU work a step, not reproduced since
     # (benchmarks/BENCHMARKS-replay.md "The casts autocast adds, on the GPU")
     "tf32_gpt": ("fp32-matmul", 9.9742, 1.8783, 1.9337),
+    # a ResNet-18-style CNN in fp32: its convolutions run as TF32, priced at the TF32 / bf16 ratio.
+    # Measured: the sick and fixed (bf16 autocast) steps `gpudoctor run` timed unprofiled in the
+    # same session (10.22 / 8.71 ms); the fixed twin's BatchNorm left cuDNN for slower kernels
+    # under autocast (+1.3 ms a step), which the price does not see
+    "fp32_resnet": ("fp32-matmul", 2.5074, 1.3253, 1.1725),
     # 48 tiny layers: a whole-step CUDA graph leaves the kernels and a queue gap per kernel
     "tiny_mlp_launch": ("launch-bound", 14.688, 8.524, 8.1622),
     # 64 MB from pageable memory each step: the copy at the pinned rate, without the host's wait in
