@@ -313,12 +313,16 @@ def main() -> int:
 
     manifest = json.loads(MANIFEST.read_text())
     entries = manifest["programs"]
-    wanted = {n.strip() for item in opts.only for n in item.split(",") if n.strip()}
+    # in the order given: a --deadline cuts the last ones
+    wanted = list(
+        dict.fromkeys(n.strip() for item in opts.only for n in item.split(",") if n.strip())
+    )
     if wanted:
-        unknown = wanted - {e["name"] for e in entries}
+        by_name = {e["name"]: e for e in entries}
+        unknown = [n for n in wanted if n not in by_name]
         if unknown:
             ap.error(f"unknown twin(s): {', '.join(sorted(unknown))}")
-        entries = [e for e in entries if e["name"] in wanted]
+        entries = [by_name[n] for n in wanted]
 
     out = opts.out or ROOT / "benchmarks" / "results" / f"twins-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
