@@ -21,6 +21,7 @@ from gpudoctor.core.finding import ALL_IDLE, Evidence, Finding, Fix, make_findin
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import frame_line, top_names
+from gpudoctor.rules.shared import INTERVAL_COST_SHARE, every_n_steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import DeviceCat, HostCat
 
@@ -80,19 +81,13 @@ _KINDS = (
                         r"|cv2|__getitem__|collate|augment")),
     ("logging", re.compile(r"logging|wandb|tensorboard|print|json|csv|\(write")),
 )
-# The checkpoint's interval is chosen to keep its cost under this share of the step.
-CHECKPOINT_COST_SHARE = 0.01
-_INTERVALS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-
-
 def _checkpoint_fix(cost_ms: float, step_ms: float) -> Fix:
     """Checkpointing every N steps, N the smallest round interval at which the cost this finding
-    prices (a save every step) falls under CHECKPOINT_COST_SHARE of the step."""
-    needed = cost_ms / (CHECKPOINT_COST_SHARE * step_ms) if step_ms > 0 else _INTERVALS[-1]
-    every = next((i for i in _INTERVALS if i >= needed), _INTERVALS[-1])
+    prices (a save every step) falls under INTERVAL_COST_SHARE of the step."""
+    every = every_n_steps(cost_ms, step_ms)
     return Fix("Checkpoint every N steps, asynchronously",
                f"if step % {every} == 0:   # {cost_ms:.1f} ms a save, {step_ms:.1f} ms a step: "
-               f"under {100 * CHECKPOINT_COST_SHARE:.0f}% of the time\n"
+               f"under {100 * INTERVAL_COST_SHARE:.0f}% of the time\n"
                "    torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path)")
 
 

@@ -28,7 +28,7 @@ from gpudoctor.core.finding import ALL_IDLE, HOST_WORK_REMOVED, Evidence, Findin
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
-from gpudoctor.rules.shared import GPU_BOUND_SHARE, step_ops
+from gpudoctor.rules.shared import GPU_BOUND_SHARE, INTERVAL_COST_SHARE, every_n_steps, step_ops
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 
@@ -94,9 +94,7 @@ def check(a: Analysis) -> Finding | None:
            f"{saving:.2f} ms of the host's time." if HOST_WORK_REMOVED in numbers else ""),
         evidence,
         (*((_FINITENESS_FIX,) if finiteness > 0 else ()),
-            Fix("Keep values on the GPU; read them back every N steps, not every step",
-                "running_loss += loss.detach()          # no sync\n"
-                "if step % 100 == 0:\n    print((running_loss / 100).item())"),
+            _read_every_fix(saving, a.step_ms),
             Fix("Replace data-dependent Python branches with tensor ops",
                 "x = torch.where(cond, a, b)   # instead of: if cond.item(): ..."),
             Fix("Find every hidden sync (.item, .cpu, .tolist, nonzero, bool(tensor))",
@@ -243,3 +241,15 @@ RULE = Rule(
     ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",),
     order=10, idle_cause="host-sync", edit=edit,
 )
+
+
+def _read_every_fix(cost_ms: float, step_ms: float) -> Fix:
+    """Reading the values back every N steps, N the smallest round interval at which the reads'
+    cost this finding prices falls under INTERVAL_COST_SHARE of the step."""
+    every = every_n_steps(cost_ms, step_ms)
+    share = cost_ms / step_ms if step_ms > 0 else 0.0
+    return Fix("Keep values on the GPU; read them back every N steps, not every step",
+               "running_loss += loss.detach()          # no sync\n"
+               f"if step % {every} == 0:   # the reads hold {share:.1%} of a step now; every "
+               f"{every} steps, under {INTERVAL_COST_SHARE:.0%}\n"
+               f"    print((running_loss / {every}).item())")

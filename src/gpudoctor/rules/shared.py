@@ -257,3 +257,17 @@ def host_steps(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     if a.steps.host_start is not None and a.steps.host_end is not None:
         return a.steps.host_start, a.steps.host_end
     return a.steps.start, a.steps.end
+
+
+# A fix that does a step's costly work every N steps instead (a checkpoint's save, a read of a GPU
+# value) picks the smallest of these round intervals that keeps that work under
+# ``INTERVAL_COST_SHARE`` of the time.
+INTERVAL_COST_SHARE = 0.01
+_INTERVALS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def every_n_steps(cost_ms: float, step_ms: float) -> int:
+    """The smallest round interval at which ``cost_ms`` (paid every step now) falls under
+    INTERVAL_COST_SHARE of a ``step_ms`` step."""
+    needed = cost_ms / (INTERVAL_COST_SHARE * step_ms) if step_ms > 0 else _INTERVALS[-1]
+    return next((i for i in _INTERVALS if i >= needed), _INTERVALS[-1])
