@@ -88,6 +88,9 @@ PLACED = {
     "small_gemm_fixed": (0.0128, 0.0000),
     "unfused_elementwise": (1.0000, 0.0000),
     "unfused_elementwise_fixed": (1.0000, 0.0000),
+    # cuDNN's fp32 convolutions run as TF32: drawn against the TF32 roof (against the fp32 one,
+    # 0.30 of the kernel time sat above it)
+    "twins_h100/fp32_resnet": (0.9219, 0.0060),
 }
 # what the guard may take on a trace nobody has pinned yet: more means the cost model overcounts
 MAX_OVER_ROOF = 0.25

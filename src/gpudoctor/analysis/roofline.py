@@ -215,10 +215,18 @@ def _over_roof(flops: np.ndarray, nbytes: np.ndarray, dur_ns: np.ndarray, roofs:
 
 
 def _tf32_where_tensor_cores(kind: np.ndarray, dtype: np.ndarray, trace: Trace) -> np.ndarray:
-    """fp32 inputs to a tensor-core GEMM run as TF32."""
+    """fp32 inputs to a tensor-core GEMM run as TF32, and so does an fp32 convolution one of whose
+    kernels names TF32 (cuDNN's default on Ampere and later: ``sm90_xmma_..._tf32f32_...``): all
+    its convolution kernels, the layout transforms that share its cost included, are drawn against
+    the TF32 roof, not the fp32 one they ran far above."""
     out = dtype.copy()
-    fp32 = DTYPES.index("fp32")
-    out[(kind == Kind.GEMM_TC) & (dtype == fp32)] = DTYPES.index("tf32")
+    fp32, tf32 = DTYPES.index("fp32"), DTYPES.index("tf32")
+    out[(kind == Kind.GEMM_TC) & (dtype == fp32)] = tf32
+    conv = (kind == Kind.CONV) & (dtype == fp32)
+    if conv.any():
+        named = trace.names_matching(lambda s: "tf32" in s.lower())[trace.device.name]
+        ops = trace.device.op[conv & named]
+        out[conv & np.isin(trace.device.op, ops[ops >= 0])] = tf32
     return out
 
 
