@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gpudoctor.analysis import Analysis, analyze_trace
+from gpudoctor.analysis.collectives import MIN_COMM_SHARE
 from gpudoctor.analysis.host_breakdown import host_breakdown, no_gpu_work_note
 from gpudoctor.analysis.idle import GPU_WAIT
 from gpudoctor.analysis.steps import describe, segment, whole_steps
@@ -156,6 +157,10 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         report = msgspec.structs.replace(report,
                                          exposed_collectives_share=collectives.exposed_share,
                                          held_share=collectives.held_share)
+    elif analysis.step_ms > 0 and analysis.idle.ms(GPU_WAIT) >= MIN_COMM_SHARE * analysis.step_ms:
+        # a GPU idle with work queued, held behind what the trace does not show (report/model.py)
+        report = msgspec.structs.replace(report,
+                                         held_share=analysis.idle.ms(GPU_WAIT) / analysis.step_ms)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
         report = msgspec.structs.replace(report, all_fixes=all_fixes_section(together))

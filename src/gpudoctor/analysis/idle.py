@@ -125,6 +125,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
                           gaps=(gap_s, gap_e))
     launched_at = next_launch_end(trace, gap_e)
+    gap_s, gap_e, launched_at = _split_held(trace, gap_s, gap_e, launched_at)
     waiting = launched_at <= gap_s
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
@@ -202,6 +203,40 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
     moved = min(max(blocked_ms - by_cause[cause], 0.0), by_cause["dispatch"])
     by_cause[cause] += moved
     by_cause["dispatch"] -= moved
+
+
+# Work the GPU had queued and did not start this long after the host queued it, idle all the
+# while: the stream waited on something the trace does not hold (another stream's event, another
+# process). A launch starts its kernel within microseconds on an idle GPU; a blocking copy queues
+# its transfer when its call begins.
+HELD_MIN_NS = 1_000_000
+
+
+def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each gap whose closing GPU event was queued more than HELD_MIN_NS before it ran, split where
+    it was queued: the host's part before, and a part in which the GPU held queued work,
+    "gpu-wait" (its launch marked as made before it began). A serving loop's decode step whose
+    host waited 463 ms in a read-back, the GPU idle with a kernel queued for all of it, was no
+    sync's doing (a public trace: benchmarks/BENCHMARKS-replay.md "Work the GPU held")."""
+    dev, host = trace.device, trace.host
+    if len(dev) == 0 or gap_s.size == 0:
+        return gap_s, gap_e, launched_at
+    nxt = np.minimum(np.searchsorted(dev.ts, gap_e, side="left"), len(dev) - 1)
+    launch = np.where(dev.ts[nxt] >= gap_e, dev.launch[nxt], -1)
+    known = launch >= 0
+    blocking = np.zeros(launch.size, bool)
+    blocking[known] = sync_calls(trace)[launch[known]]
+    at = np.maximum(launch, 0)
+    queued = np.where(known, np.where(blocking, host.ts[at], host.end[at]), gap_e)
+    held = known & (queued > gap_s) & (gap_e - queued >= HELD_MIN_NS)
+    if not held.any():
+        return gap_s, gap_e, launched_at
+    starts = np.concatenate([gap_s, queued[held]])
+    ends = np.concatenate([np.where(held, queued, gap_e), gap_e[held]])
+    launched = np.concatenate([np.where(held, queued, launched_at), queued[held]])
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order], launched[order]
 
 
 def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
