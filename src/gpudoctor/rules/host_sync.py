@@ -249,7 +249,7 @@ def _read_every_fix(cost_ms: float, step_ms: float) -> Fix:
     every = every_n_steps(cost_ms, step_ms)
     share = cost_ms / step_ms if step_ms > 0 else 0.0
     return Fix("Keep values on the GPU; read them back every N steps, not every step",
-               "running_loss += loss.detach()          # no sync\n"
-               f"if step % {every} == 0:   # the reads hold {share:.1%} of a step now; every "
-               f"{every} steps, under {INTERVAL_COST_SHARE:.0%}\n"
+               f"running_loss += loss.detach()   # no sync; read it every {every} steps: the reads "
+               f"hold {share:.1%} of a step now, under {INTERVAL_COST_SHARE:.0%} then\n"
+               f"if step % {every} == 0:\n"
                f"    print((running_loss / {every}).item())")
