@@ -44,3 +44,14 @@ def test_a_kernel_started_within_a_millisecond_of_its_launch_is_the_hosts() -> N
     # started 0.9 ms after its launch returned: under HELD_MIN_NS, the gap stays the sync's
     report = analyze_loaded(parse(_held_steps(1_605).to_bytes()))
     assert report.verdict().status != "held"
+
+
+def test_a_graph_replays_own_gaps_are_not_work_held() -> None:
+    # a CUDA-graph step: its kernels launched by one replay before each gap (gpu-wait 12.7% of the
+    # step), each started microseconds after the one before: nothing held the GPU
+    from pathlib import Path
+
+    from gpudoctor.pipeline import analyze_path
+
+    report = analyze_path(Path(__file__).parent / "data" / "launch_bound_fixed")
+    assert report.held_share == 0.0 and report.verdict().status == "healthy"

@@ -157,10 +157,10 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
         report = msgspec.structs.replace(report,
                                          exposed_collectives_share=collectives.exposed_share,
                                          held_share=collectives.held_share)
-    elif analysis.step_ms > 0 and analysis.idle.ms(GPU_WAIT) >= MIN_COMM_SHARE * analysis.step_ms:
+    elif analysis.step_ms > 0 and analysis.idle.held_ms >= MIN_COMM_SHARE * analysis.step_ms:
         # a GPU idle with work queued, held behind what the trace does not show (report/model.py)
         report = msgspec.structs.replace(report,
-                                         held_share=analysis.idle.ms(GPU_WAIT) / analysis.step_ms)
+                                         held_share=analysis.idle.held_ms / analysis.step_ms)
     # "all fixes together" says more than one fix
     if together is not None and len(together.ids) > 1:
         report = msgspec.structs.replace(report, all_fixes=all_fixes_section(together))

@@ -96,6 +96,9 @@ class IdleResult(msgspec.Struct, frozen=True, eq=False):
     setup_calls: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
     # host event indices of the outermost operators that ran on the host alone (``_host_work``)
     host_only_ops: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
+    # per step, of the gpu-wait: the GPU idle with work queued a millisecond or more after the host
+    # queued it (``_split_held``), not a graph's or a deep queue's own gaps
+    held_ms: float = 0.0
 
     def ms(self, cause: str) -> float:
         return self.by_cause_ms.get(cause, 0.0)
@@ -125,7 +128,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
                           gaps=(gap_s, gap_e))
     launched_at = next_launch_end(trace, gap_e)
-    gap_s, gap_e, launched_at = _split_held(trace, gap_s, gap_e, launched_at)
+    gap_s, gap_e, launched_at, held_ns = _split_held(trace, gap_s, gap_e, launched_at)
     waiting = launched_at <= gap_s
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
@@ -159,6 +162,7 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         labels=label_sets,
         setup_calls=np.flatnonzero(setup),
         host_only_ops=host_only,
+        held_ms=held_ns / 1e6 / n_steps,
     )
 
 
@@ -213,15 +217,16 @@ HELD_MIN_NS = 1_000_000
 
 
 def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Each gap whose closing GPU event was queued more than HELD_MIN_NS before it ran, split where
     it was queued: the host's part before, and a part in which the GPU held queued work,
     "gpu-wait" (its launch marked as made before it began). A serving loop's decode step whose
     host waited 463 ms in a read-back, the GPU idle with a kernel queued for all of it, was no
-    sync's doing (a public trace: benchmarks/BENCHMARKS-replay.md "Work the GPU held")."""
+    sync's doing (a public trace: benchmarks/BENCHMARKS-replay.md "Work the GPU held"). Also the
+    ns so held."""
     dev, host = trace.device, trace.host
     if len(dev) == 0 or gap_s.size == 0:
-        return gap_s, gap_e, launched_at
+        return gap_s, gap_e, launched_at, 0
     nxt = np.minimum(np.searchsorted(dev.ts, gap_e, side="left"), len(dev) - 1)
     launch = np.where(dev.ts[nxt] >= gap_e, dev.launch[nxt], -1)
     known = launch >= 0
@@ -231,12 +236,12 @@ def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at:
     queued = np.where(known, np.where(blocking, host.ts[at], host.end[at]), gap_e)
     held = known & (queued > gap_s) & (gap_e - queued >= HELD_MIN_NS)
     if not held.any():
-        return gap_s, gap_e, launched_at
+        return gap_s, gap_e, launched_at, 0
     starts = np.concatenate([gap_s, queued[held]])
     ends = np.concatenate([np.where(held, queued, gap_e), gap_e[held]])
     launched = np.concatenate([np.where(held, queued, launched_at), queued[held]])
     order = np.argsort(starts, kind="stable")
-    return starts[order], ends[order], launched[order]
+    return starts[order], ends[order], launched[order], int((gap_e - queued)[held].sum())
 
 
 def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
