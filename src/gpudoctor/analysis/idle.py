@@ -127,8 +127,9 @@ def idle_causes(trace: Trace, steps: Steps) -> IdleResult:
         by_cause["dispatch"] = total_idle / 1e6 / n_steps
         return IdleResult(total_idle / 1e6 / n_steps, by_cause, len(gap_s) / n_steps, thread,
                           gaps=(gap_s, gap_e))
-    launched_at = next_launch_end(trace, gap_e)
-    gap_s, gap_e, launched_at, held_ns = _split_held(trace, gap_s, gap_e, launched_at)
+    launch = _next_launch(trace, gap_e)
+    launched_at = _launch_end(trace, launch)
+    gap_s, gap_e, launched_at, held_ns = _split_held(trace, gap_s, gap_e, launched_at, launch)
     waiting = launched_at <= gap_s
     # host time after the next kernel was launched is launch latency, not a cause
     cut = np.clip(launched_at, gap_s, gap_e)
@@ -216,19 +217,16 @@ def _move_catch_up_to(by_cause: dict[str, float], cause: str, blocked_ms: float)
 HELD_MIN_NS = 1_000_000
 
 
-def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Each gap whose closing GPU event was queued more than HELD_MIN_NS before it ran, split where
-    it was queued: the host's part before, and a part in which the GPU held queued work,
-    "gpu-wait" (its launch marked as made before it began). A serving loop's decode step whose
-    host waited 463 ms in a read-back, the GPU idle with a kernel queued for all of it, was no
-    sync's doing (a public trace: benchmarks/BENCHMARKS-replay.md "Work the GPU held"). Also the
-    ns so held."""
-    dev, host = trace.device, trace.host
-    if len(dev) == 0 or gap_s.size == 0:
+def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at: np.ndarray,
+                launch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Each gap whose closing GPU event (launched by ``launch``, -1: unknown) was queued more than
+    HELD_MIN_NS before it ran, split where it was queued: the host's part before, and a part in
+    which the GPU held queued work, "gpu-wait" (its launch marked as made before it began); and
+    the ns so held. A blocking call waiting on held work is not its cause
+    (benchmarks/BENCHMARKS-replay.md "Work the GPU held")."""
+    host = trace.host
+    if gap_s.size == 0:
         return gap_s, gap_e, launched_at, 0
-    nxt = np.minimum(np.searchsorted(dev.ts, gap_e, side="left"), len(dev) - 1)
-    launch = np.where(dev.ts[nxt] >= gap_e, dev.launch[nxt], -1)
     known = launch >= 0
     blocking = np.zeros(launch.size, bool)
     blocking[known] = sync_calls(trace)[launch[known]]
@@ -247,13 +245,21 @@ def _split_held(trace: Trace, gap_s: np.ndarray, gap_e: np.ndarray, launched_at:
 def next_launch_end(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
     """When the host finished launching the GPU event that ends each gap (int64 max: none or
     unknown); analysis/idle_spans.py places the idle with it too."""
+    return _launch_end(trace, _next_launch(trace, gap_e))
+
+
+def _next_launch(trace: Trace, gap_e: np.ndarray) -> np.ndarray:
+    """The host call that launched the GPU event ending each gap (-1: none or unknown)."""
     dev = trace.device
-    never = np.iinfo(np.int64).max
     if len(dev) == 0:
-        return np.full(len(gap_e), never, np.int64)
+        return np.full(len(gap_e), -1, np.int64)
     nxt = np.searchsorted(dev.ts, gap_e, side="left")
-    has_next = nxt < len(dev)
-    launch = np.where(has_next, dev.launch[np.minimum(nxt, len(dev) - 1)], -1)
+    return np.where(nxt < len(dev), dev.launch[np.minimum(nxt, len(dev) - 1)], -1)
+
+
+def _launch_end(trace: Trace, launch: np.ndarray) -> np.ndarray:
+    """When each launching call returned (int64 max where ``launch`` is -1)."""
+    never = np.iinfo(np.int64).max
     return np.where(launch >= 0, trace.host.end[np.maximum(launch, 0)], never)
 
 

@@ -35,7 +35,7 @@ from gpudoctor.analysis.opcost import element_type_of_kernel, op_cost
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.arrays import distinct
 from gpudoctor.hardware.ceilings import Ceilings
-from gpudoctor.trace.kernels import Kind
+from gpudoctor.trace.kernels import TF32_NAME, Kind
 from gpudoctor.trace.model import Trace
 
 LATENCY_KERNEL_NS = 10_000
@@ -224,7 +224,7 @@ def _tf32_where_tensor_cores(kind: np.ndarray, dtype: np.ndarray, trace: Trace) 
     out[(kind == Kind.GEMM_TC) & (dtype == fp32)] = tf32
     conv = (kind == Kind.CONV) & (dtype == fp32)
     if conv.any():
-        named = trace.names_matching(lambda s: "tf32" in s.lower())[trace.device.name]
+        named = trace.names_matching(lambda s: TF32_NAME.search(s) is not None)[trace.device.name]
         ops = trace.device.op[conv & named]
         out[conv & np.isin(trace.device.op, ops[ops >= 0])] = tf32
     return out

@@ -203,15 +203,14 @@ class Report(msgspec.Struct, frozen=True):
         top = next((f for f in self.findings if f.severity in ("critical", "major")), None)
         step = self.unprofiled_step_ms or self.step_ms
         waits = self.exposed_collectives_share + self.held_share
-        if top is None and not self.exposed_collectives_share and (
-                self.held_share >= COLLECTIVES_VERDICT_SHARE):
-            # its GPU waits with work queued on something this trace does not hold
-            return Verdict("held", None, (
-                f"no finding is major, but the GPU sits idle with work queued for "
-                f"{100 * self.held_share:.0f}% of the step, held behind something this trace does "
-                "not show (another stream's event, another process, a peer): profile what it "
-                "waits on"))
         if top is None and waits >= COLLECTIVES_VERDICT_SHARE:
+            if not self.exposed_collectives_share:
+                # its GPU waits with work queued on something this trace does not hold
+                return Verdict("held", None, (
+                    f"no finding is major, but the GPU sits idle with work queued for "
+                    f"{100 * self.held_share:.0f}% of the step, held behind something this trace "
+                    "does not show (another stream's event, another process, a peer): profile "
+                    "what it waits on"))
             # what the step waits on is in the other ranks' traces, not in a finding of this one
             held = (f", and its GPU sits idle with work queued behind another stream (a receive, "
                     f"a collective's peers) for {100 * self.held_share:.0f}%"

@@ -81,6 +81,8 @@ _KINDS = (
                         r"|cv2|__getitem__|collate|augment")),
     ("logging", re.compile(r"logging|wandb|tensorboard|print|json|csv|\(write")),
 )
+
+
 def _checkpoint_fix(cost_ms: float, step_ms: float) -> Fix:
     """Checkpointing every N steps, N the smallest round interval at which the cost this finding
     prices (a save every step) falls under INTERVAL_COST_SHARE of the step."""

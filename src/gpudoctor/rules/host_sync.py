@@ -237,12 +237,6 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 note="reads and their checks removed")
 
 
-RULE = Rule(
-    ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",),
-    order=10, idle_cause="host-sync", edit=edit,
-)
-
-
 def _read_every_fix(cost_ms: float, step_ms: float) -> Fix:
     """Reading the values back every N steps, N the smallest round interval at which the reads'
     cost this finding prices falls under INTERVAL_COST_SHARE of the step."""
@@ -253,3 +247,10 @@ def _read_every_fix(cost_ms: float, step_ms: float) -> Fix:
                f"hold {share:.1%} of a step now, under {INTERVAL_COST_SHARE:.0%} then\n"
                f"if step % {every} == 0:\n"
                f"    print((running_loss / {every}).item())")
+
+
+RULE = Rule(
+    ID, "Host-device synchronization in the step", check, __doc__ or "", needs=("launch_links",),
+    order=10, idle_cause="host-sync", edit=edit,
+)
+

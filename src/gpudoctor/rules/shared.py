@@ -16,7 +16,7 @@ from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import distinct, median, union
 from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
-from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, TF32_NAME, Kind
 from gpudoctor.trace.model import HostCat
 
 # An unprofiled step longer than the profiled one by at least this share holds waits the window did
@@ -47,10 +47,6 @@ MAX_KERNELS_BETWEEN = 8  # median kernels from one matrix-vector product of the 
 # naive-attention (and unfused-elementwise, which leaves its events to it)
 MIN_SEQ = 128
 
-# Kernel names that say "fp32 operands on tensor cores" when the op's dtypes were not recorded:
-# cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
-# single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
-_TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
 # ... and "fp32 operands on CUDA cores": cuBLAS's "volta_sgemm_128x64_nn", "ampere_sgemm_...",
 # CUTLASS's "..._simt_sgemm_..." ("sgemm" is single-precision SIMT; the tensor-core kernels read
 # "s884gemm", "s1688gemm", "s16816gemm").
@@ -84,7 +80,7 @@ def fp32_matrix_events(a: Analysis) -> dict[str, np.ndarray]:
     dtype = rf.event_dtype
     tc = dev.kind == Kind.GEMM_TC
     attention = dev.kind == Kind.ATTENTION
-    tf32_named = (dtype == unknown) & _names_matching(a, _TF32_NAME)
+    tf32_named = (dtype == unknown) & _names_matching(a, TF32_NAME)
     tc = tc & ~_names_matching(a, _SPLIT_K)
     fp32_attention = attention & ((dtype == fp32)
                                   | ((dtype == unknown) & _names_matching(a, _FP32_ATTENTION_NAME)))

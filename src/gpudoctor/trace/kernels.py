@@ -132,6 +132,10 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     ),
 ]
 
+# Kernel names that say "fp32 operands on tensor cores" when the op's dtypes were not recorded:
+# cuBLAS "..._tf32f32_..." tiles, CUTLASS "tensorop_s1688gemm" (TF32 instruction m16n8k8 on
+# single-precision operands; bf16 CUTLASS kernels read "tensorop_bf16_s16816gemm").
+TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm|tensorop_s1684gemm")
 _MEMCPY = re.compile(r"memcpy\s+(htod|dtoh|dtod|ptop|htoh)(?:.*\((\w+)\s*->\s*(\w+)\))?",
                      re.IGNORECASE)
 
