@@ -13,6 +13,7 @@ from gpudoctor.capture.marks import (
     FinishedIntervals,
     interval_steps,
     intervals_ms,
+    leads_ms,
     token_times,
 )
 
@@ -105,3 +106,25 @@ def test_compile_watch_sees_new_compile_records_once(monkeypatch: pytest.MonkeyP
     assert not watch.changed()
     records["_compile.compile_inner"] = [1.0, 0.5]
     assert watch.changed() and not watch.changed()
+
+
+def test_leads_put_the_gpu_times_on_the_host_clock() -> None:
+    # GPU clock = host clock + 2 s; the reference event reached 10 us after its host stamp (10.0 s)
+    reference = _Event(12.00001, True)
+    first, second, third = _Event(11.0005, True), _Event(11.3, True), _Event(11.6001, True)
+    host_at = {id(first): 9.0, id(second): 9.3 - 0.004, id(third): 9.6}
+    leads = leads_ms([first, second, third], host_at, reference, 10.0)
+    # one lead per timed step, at its closing mark: the GPU 4 ms behind the host, then 0.1 ms, each
+    # read 10 us short (the reference's own latency, which the host cannot see)
+    assert leads == pytest.approx([3.99, 0.09])
+    assert len(leads) == len(intervals_ms([first, second, third]))
+    # a cut: the step it ends has no lead, as it has no interval
+    assert leads_ms([first, None, second, third], host_at, reference, 10.0) == pytest.approx([0.09])
+
+
+def test_leads_are_unknown_without_every_host_stamp_or_with_host_marks() -> None:
+    reference = _Event(1.0, True)
+    a, b = _Event(0.1, True), _Event(0.2, True)
+    assert leads_ms([a, b], {id(a): 0.1}, reference, 1.0) == []
+    assert leads_ms([0.1, 0.2], {}, reference, 1.0) == []
+    assert leads_ms([a], {id(a): 0.1}, reference, 1.0) == []

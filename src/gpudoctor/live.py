@@ -23,6 +23,7 @@ from gpudoctor.capture.bundle import (
     cut_after,
     environment,
     global_rank,
+    median_or_none,
     new_run_dir,
     program_facts,
     rank_suffix,
@@ -116,7 +117,9 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
                                     model_state=result.model_state, step_source=result.step_source,
                                     cut_after=cut_after(result.error, result.steps_recorded),
                                     unprofiled_fetch_ms=getattr(result, "unprofiled_fetch", None),
-                                    loader=getattr(result, "loader", None))
+                                    loader=getattr(result, "loader", None),
+                                    unprofiled_lead_ms=median_or_none(
+                                        getattr(result, "unprofiled_lead_ms", None)))
             report = found.report
         except NoGpuActivityError:
             status = RunStatus.NO_GPU_ACTIVITY

@@ -87,6 +87,7 @@ def analyze_loaded(
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
     step_source: str = "", cut_after: int | None = None, *,
     unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
+    unprofiled_lead_ms: float | None = None,
 ) -> Report:
     """Diagnose a loaded trace; ``unprofiled_step_ms`` (the step timed without the profiler)
     re-prices host-side findings for the program as it really runs (rules/calibrate.py), and
@@ -96,7 +97,7 @@ def analyze_loaded(
     the step it cut short is left out (analysis/steps.py ``whole_steps``)."""
     return diagnose_loaded(trace, gpu, ceilings, unprofiled_step_ms, model_state, step_source,
                            cut_after, unprofiled_fetch_ms=unprofiled_fetch_ms,
-                           loader=loader).report
+                           loader=loader, unprofiled_lead_ms=unprofiled_lead_ms).report
 
 
 def diagnose_loaded(
@@ -104,6 +105,7 @@ def diagnose_loaded(
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
     step_source: str = "", cut_after: int | None = None, *,
     unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
+    unprofiled_lead_ms: float | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -121,7 +123,8 @@ def diagnose_loaded(
     else:
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
                                          step_source, cut_after,
-                                         unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader)
+                                         unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
+                                         unprofiled_lead_ms=unprofiled_lead_ms)
     if step_source:
         steps = msgspec.structs.replace(report.steps, source=step_source)
         report = msgspec.structs.replace(report, steps=steps)
@@ -132,14 +135,16 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
                   model_state: ModelState | None, step_source: str,
                   cut_after: int | None = None, alone: bool = True, *,
                   unprofiled_fetch_ms: float | None = None,
-                  loader: LoaderSettings | None = None) -> tuple[Analysis, Report]:
+                  loader: LoaderSettings | None = None,
+                  unprofiled_lead_ms: float | None = None) -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
     from gpudoctor.analysis.collectives import one_rank_collectives
 
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after,
-                             unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader)
+                             unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
+                             unprofiled_lead_ms=unprofiled_lead_ms)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -195,7 +200,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
     found = diagnose_loaded(load(path), gpu=gpu, ceilings=ceilings,
                             unprofiled_step_ms=run.unprofiled_step_ms, model_state=run.model_state,
                             step_source=run.step_source, cut_after=run.cut_after,
-                            unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
+                            unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
+                            unprofiled_lead_ms=run.unprofiled_lead_ms)
     if not run.unprofiled:
         return found
     unprofiled = UnprofiledSection.from_dict(run.unprofiled)
@@ -232,7 +238,8 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
         return {}
     analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
                              run.model_state, run.step_source, run.cut_after,
-                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
+                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
+                            unprofiled_lead_ms=run.unprofiled_lead_ms)
     model = step_model(analysis)
     if isinstance(model, str):
         return {}
@@ -394,7 +401,8 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
     check_usable(trace)
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
                                      run.step_source, alone=False,
-                                     unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader)
+                                     unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
+                            unprofiled_lead_ms=run.unprofiled_lead_ms)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

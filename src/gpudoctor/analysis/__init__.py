@@ -49,6 +49,9 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
     # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture/timing.py
     # fetch_in_step): None where the capture did not time it
     unprofiled_fetch_ms: float | None = None
+    # how far the GPU trailed the host at the unprofiled steps' boundaries (median, capture/marks.py
+    # leads_ms): None where the capture did not time it
+    unprofiled_lead_ms: float | None = None
     loader: LoaderSettings | None = None  # the DataLoader's settings, where the capture read them
     step_source: str = ""  # what marked the steps in a live capture (capture/detect.py), "" offline
     # host time per step the profiler added (analysis/observer.py's per-event estimate), computed
@@ -64,6 +67,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
                   model_state: ModelState | None = None, step_source: str = "",
                   cut_after: int | None = None, *,
                   unprofiled_fetch_ms: float | None = None,
+                  unprofiled_lead_ms: float | None = None,
                   loader: LoaderSettings | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
     after). ``cut_after``: a capture that ended early recorded this many whole steps
@@ -125,6 +129,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         warnings=tuple(warnings),
         unprofiled_step_ms=unprofiled_step_ms,
         unprofiled_fetch_ms=unprofiled_fetch_ms if unprofiled_step_ms else None,
+        unprofiled_lead_ms=unprofiled_lead_ms if unprofiled_step_ms else None,
         loader=loader,
         step_source=step_source,
         profiler_overhead_ms=overhead,

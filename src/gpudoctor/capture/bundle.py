@@ -23,8 +23,10 @@ Runs recorded before that carry the rank in each file name instead (``trace.rank
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -234,6 +236,10 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         else round(result.unprofiled_fetch, 4),
         "unprofiled_fetch_ms_samples": [round(x, 4)
                                         for x in getattr(result, "unprofiled_fetch_ms", [])],
+        # how far the GPU trailed the host at each sample's closing boundary (capture/marks.py
+        # leads_ms)
+        "unprofiled_lead_ms_samples": [round(x, 4)
+                                       for x in getattr(result, "unprofiled_lead_ms", [])],
         "unprofiled_before_window_ms": [round(x, 4) for x in result.unprofiled_before_ms],
         "unprofiled_after_window_ms": [round(x, 4) for x in result.unprofiled_after_ms],
         "generate": result.generate or None,
@@ -278,6 +284,9 @@ class RunFacts:
     # the DataLoader's fetch on the program's thread, of unprofiled_step_ms (capture.unprofiled_fetch_ms)
     unprofiled_fetch_ms: float | None = None
     loader: LoaderSettings | None = None  # the DataLoader's settings (capture.dataloader)
+    # how far the GPU trailed the host at the timed steps' boundaries, their median
+    # (capture.unprofiled_lead_ms_samples)
+    unprofiled_lead_ms: float | None = None
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -309,7 +318,17 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
                     cut_after(capture.get("error"), capture.get("steps_recorded")),
                     _unprofiled_fetch(capture.get("unprofiled_fetch_ms"),
                                       capture.get("unprofiled_step_ms")),
-                    LoaderSettings.parse(capture.get("dataloader")))
+                    LoaderSettings.parse(capture.get("dataloader")),
+                    median_or_none(capture.get("unprofiled_lead_ms_samples")))
+
+
+def median_or_none(samples: Any) -> float | None:
+    """The median of a list of numbers (None where it is not a non-empty list of them)."""
+    if not isinstance(samples, list) or not samples or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            for x in samples):
+        return None
+    return float(statistics.median(samples))
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:

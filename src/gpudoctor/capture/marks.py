@@ -40,6 +40,23 @@ def interval_steps(marks: list[Any], steps: list[int | None]) -> list[int]:
     return [int(steps[i]) if steps[i] is not None else -1 for i in _timed_pairs(marks)]
 
 
+def leads_ms(marks: list[Any], host_at: dict[int, float], reference: Any,
+             reference_host_s: float) -> list[float]:
+    """How long after the host stamped each timed step's closing mark the GPU reached it (ms), in
+    ``intervals_ms(marks)``'s order; empty unless every one is a CUDA event whose host clock
+    reading ``host_at`` holds (by ``id``).
+
+    ``reference`` is an event recorded on a GPU with nothing queued, at ``reference_host_s`` on the
+    same clock: the GPU reached it a launch's latency later, which puts the events' times on the
+    host's clock. A lead near that latency is a GPU that waited for the host; a longer one, a host
+    that ran ahead of the GPU's work by that much, whose own time the step does not show."""
+    closing = [marks[i] for i in _timed_pairs(marks)]
+    if not closing or any(isinstance(m, float) or id(m) not in host_at for m in closing):
+        return []
+    return [(reference_host_s - host_at[id(m)]) * 1e3 - m.elapsed_time(reference)
+            for m in closing]
+
+
 class FinishedIntervals:
     """The intervals of one series of marks up to the last mark the GPU has reached (host stamps:
     all), kept as they come: each is read once (one event query a step, no list rebuilt).

@@ -45,6 +45,7 @@ from gpudoctor.capture.marks import (
     FinishedIntervals,
     interval_steps,
     intervals_ms,
+    leads_ms,
     token_times,
 )
 from gpudoctor.capture.model_state import ModelState
@@ -135,6 +136,9 @@ class CaptureResult:
     # fetch_in_step)
     unprofiled_fetch_ms: list[float] = field(default_factory=list)
     unprofiled_fetch: float | None = None
+    # how far the GPU's work trailed the host at each timed step's closing boundary (ms): the
+    # host's own pace where the GPU's work sets the step (capture/marks.py leads_ms)
+    unprofiled_lead_ms: list[float] = field(default_factory=list)
     # the DataLoader the steps fetched from most (capture/loader_queue.py); None without one
     loader: LoaderSettings | None = None
     generate: dict[str, Any] = field(default_factory=dict)  # per-token timing of generate() calls
@@ -211,6 +215,7 @@ class CaptureSession(Listener):
         self._fetch_s = 0.0
         self._fetch_by_step: dict[int, float] = {}
         self._fetched = False  # any batch fetched at all: the fetch clock stays after the window
+        self._host_at: dict[int, float] = {}  # each CUDA event mark's host clock reading, by id
         self._tokens: list[list[Any]] = []  # per generate() call: start, each forward, end
         self._sampler: NvmlSampler | None = None
         self._started_at = 0.0
@@ -767,8 +772,24 @@ class CaptureSession(Listener):
         if self._gpu_in_use():
             event = self._torch.cuda.Event(enable_timing=True)
             event.record()
+            self._host_at[id(event)] = self.clock.now()
             return event
         return self.clock.now()
+
+    def _leads(self, before: list[Any], after: list[Any]) -> tuple[list[float], list[float]]:
+        """The leads of the two series' timed steps (capture/marks.py leads_ms), against a
+        reference event recorded on the GPU just synchronized; empty where not known."""
+        host_at, self._host_at = self._host_at, {}
+        if not self._gpu_in_use() or not host_at:
+            return [], []
+        reference = self._torch.cuda.Event(enable_timing=True)
+        reference.record()
+        reference_host = self.clock.now()
+        reference.synchronize()
+        early = [] if self._trial.timed_ms else leads_ms(before, host_at, reference, reference_host)
+        kept = len(self.result.unprofiled_before_ms)
+        return (early[len(early) - kept:] if kept and len(early) >= kept else [],
+                leads_ms(after, host_at, reference, reference_host))
 
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window, and the one number made of them.
@@ -798,6 +819,7 @@ class CaptureSession(Listener):
             self.result.unprofiled_after_ms = intervals_ms(after)
             self.result.unprofiled_after_steps = interval_steps(after, after_steps)
             self.result.generate = token_times(tokens)
+            leads = self._leads(before, after)
         except Exception as exc:  # noqa: BLE001 - a GPU left unusable by the program's own error
             self.result.notes.append(
                 f"the unprofiled steps could not be timed ({type(exc).__name__})")
@@ -815,6 +837,8 @@ class CaptureSession(Listener):
                                    "after": r.unprofiled_after_steps}.get(
             chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
         r.loader = self.loader.settings
+        lead = {"before": leads[0], "after": leads[1]}.get(chosen, leads[0] + leads[1])
+        r.unprofiled_lead_ms = lead if len(lead) == len(r.unprofiled_step_ms) else []
         # each timed step's fetch, where every one is known (a step the window cut has none)
         fetched = [self._fetch_by_step[i] * 1e3 for i in r.unprofiled_step_index
                    if i in self._fetch_by_step]

@@ -49,6 +49,10 @@ PRIOR_SCALE = 1.3
 AGREE_SHARE = 0.05
 # Within this share of the GPU-set floor, a replayed step has reached it.
 FLOOR_SHARE = 0.01
+# A lead at the unprofiled steps' boundaries under this share of the step is a GPU that waited for
+# the host (a launch's latency, an event's own time): the step times the host, the lead says
+# nothing more.
+LEAD_MIN_SHARE = 0.02
 BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
@@ -112,16 +116,30 @@ def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple
 
 
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
-               costs: dict[str, float] | None = None) -> Unprofiled:
+               costs: dict[str, float] | None = None,
+               measured_lead_ns: float | None = None) -> Unprofiled:
     """The profiler taken out: at the default costs, or with their scale fitted (the replayed step
     falls as the scale grows: regula falsi) so that the replayed step matches
-    ``measured_step_ns``."""
+    ``measured_step_ns``; where the host ran ahead of the GPU by ``measured_lead_ns`` at the
+    unprofiled steps' boundaries, so that the replayed lead matches it (``_lead_fit``)."""
     if measured_step_ns is None or measured_step_ns <= 0:
         ch = without_profiler(graph, PRIOR_SCALE, costs)
         return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0)
     lo, hi = SCALE_RANGE
     lo_changes = without_profiler(graph, lo, costs)
     at_lo = replay(graph, lo_changes)
+    at_hi: Replayed | None = None
+    if measured_lead_ns is not None and measured_lead_ns >= LEAD_MIN_SHARE * measured_step_ns:
+        hi_changes = without_profiler(graph, hi, costs)
+        at_hi = replay(graph, hi_changes)
+        # the GPU's work sets the step (the most the profiler could have cost leaves it within
+        # AGREE_SHARE of the measured one): the step cannot tell the host's pace, its lead can
+        if measured_step_ns <= at_hi.step_ns * (1 + AGREE_SHARE):
+            by_lead = _lead_fit(graph, costs, measured_lead_ns, (lo, lo_changes, at_lo),
+                                (hi, hi_changes, at_hi))
+            if by_lead is not None and abs(by_lead[2].step_ns / measured_step_ns - 1) <= AGREE_SHARE:
+                scale, ch, r = by_lead
+                return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
     if at_lo.step_ns <= measured_step_ns * (1 + GPU_SET_SHARE):
         # the profiled step is no longer than the measured one: where the GPU's work sets it, the
         # profiler's host time is hidden and the step says nothing of it: the prior stands. Where
@@ -133,8 +151,9 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE) if agree else 0.0
         scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
-    hi_changes = without_profiler(graph, hi, costs)
-    at_hi = replay(graph, hi_changes)
+    if at_hi is None:
+        hi_changes = without_profiler(graph, hi, costs)
+        at_hi = replay(graph, hi_changes)
     # even the most the profiler could have added leaves it longer: the GPU's work sets the floor.
     # Within AGREE_SHARE of it, the measured step agrees with that floor, and every scale that
     # brings the host under it replays the same step: of those, the prior, or the least of them
@@ -146,7 +165,7 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             return Unprofiled(hi_changes, hi, at_hi, True, measured_step_ns - at_hi.step_ns)
         target = at_hi.step_ns * (1 + FLOOR_SHARE)
         _, (scale, ch, r) = _bisect(graph, costs, (lo, lo_changes, at_lo), (hi, hi_changes, at_hi),
-                                    lambda step_ns: step_ns <= target)
+                                    lambda r: r.step_ns <= target)
         if scale < PRIOR_SCALE:
             scale, ch = PRIOR_SCALE, without_profiler(graph, PRIOR_SCALE, costs)
             r = replay(graph, ch)
@@ -175,8 +194,30 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                       measured_step_ns - best.step_ns)
 
 
+def replayed_lead_ns(r: Replayed) -> float:
+    """The median of a replay's leads at the marks after its first (whose step starts behind work
+    queued before the window); 0 without marks."""
+    leads = r.leads_ns[1:] if r.leads_ns.size >= 2 else r.leads_ns
+    return float(np.median(leads)) if leads.size else 0.0
+
+
+def _lead_fit(graph: StepGraph, costs: dict[str, float] | None, measured_lead_ns: float,
+              at_lo: ScaleReplay, at_hi: ScaleReplay) -> ScaleReplay | None:
+    """The scale whose replay leads the GPU by ``measured_lead_ns`` at the step boundaries (the
+    lead grows with the scale: bisection); None where no scale in the range reaches it or every
+    scale does. Where the GPU's work sets the step, the step hardly moves with the scale while the
+    host's lead over the GPU moves with every microsecond the profiler is said to have cost
+    (benchmarks/BENCHMARKS-replay.md "The host's lead over the GPU")."""
+    if (replayed_lead_ns(at_lo[2]) >= measured_lead_ns
+            or replayed_lead_ns(at_hi[2]) < measured_lead_ns):
+        return None
+    _, high = _bisect(graph, costs, at_lo, at_hi,
+                      lambda r: replayed_lead_ns(r) >= measured_lead_ns)
+    return high
+
+
 def _bisect(graph: StepGraph, costs: dict[str, float] | None, low: ScaleReplay, high: ScaleReplay,
-            reached: Callable[[float], bool]) -> tuple[ScaleReplay, ScaleReplay]:
+            reached: Callable[[Replayed], bool]) -> tuple[ScaleReplay, ScaleReplay]:
     """BOUND_ITERATIONS halvings between two replayed scales, ``high`` where the replayed step has
     ``reached`` what is asked and ``low`` where not (the replayed step falls as the scale grows):
     both ends."""
@@ -184,7 +225,7 @@ def _bisect(graph: StepGraph, costs: dict[str, float] | None, low: ScaleReplay, 
         mid = (low[0] + high[0]) / 2
         ch = without_profiler(graph, mid, costs)
         r = replay(graph, ch)
-        if reached(r.step_ns):
+        if reached(r):
             high = mid, ch, r
         else:
             low = mid, ch, r
@@ -199,5 +240,5 @@ def _bounded_prior(graph: StepGraph, floor_ns: float, costs: dict[str, float] | 
     r = replay(graph, ch)
     if r.step_ns >= floor_ns:
         return PRIOR_SCALE, ch, r
-    low, _ = _bisect(graph, costs, at_lo, (PRIOR_SCALE, ch, r), lambda step_ns: step_ns < floor_ns)
+    low, _ = _bisect(graph, costs, at_lo, (PRIOR_SCALE, ch, r), lambda r: r.step_ns < floor_ns)
     return low

@@ -51,6 +51,9 @@ class Replayed(msgspec.Struct, frozen=True, eq=False):
     dev_end_ns: np.ndarray
     # the host's own time (gaps and calls, no waits) over the steps step_ns counts
     host_work_ns: float = 0.0
+    # at each mark, how far the GPU work launched before it trailed the host (0 where the GPU
+    # waited): what capture/marks.py leads_ms measures without the profiler
+    leads_ns: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
 
     @property
     def step_ns(self) -> float:
@@ -130,7 +133,8 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
     total = max(host_end, float(s.end.max()) if s.end.size else 0.0)
     return Replayed(total_ns=total, marks_ns=np.asarray(s.marks), host_end_ns=host_end,
                     gpu_busy_ns=_busy(s.start, s.end), dev_start_ns=s.start,
-                    dev_end_ns=s.end, host_work_ns=float(host_work))
+                    dev_end_ns=s.end, host_work_ns=float(host_work),
+                    leads_ns=np.asarray(s.leads))
 
 
 class _State(msgspec.Struct, eq=False):
@@ -158,6 +162,7 @@ class _State(msgspec.Struct, eq=False):
     launched_end: float = 0.0
     free: dict = msgspec.field(default_factory=dict)
     marks: list = msgspec.field(default_factory=list)
+    leads: list = msgspec.field(default_factory=list)
 
     def profiled_end(self, row: int) -> float:
         """Where ``row`` would end starting where it started in the trace, from the window's
@@ -209,13 +214,14 @@ def _loop_chunk(s: _State, a: int, b: int) -> None:
     removed, dur = s.removed[lo:hi].tolist(), s.dur[lo:hi].tolist()
     start, end = [0.0] * (hi - lo), [0.0] * (hi - lo)
     done_end = s.end  # the rows before this chunk's, replayed already
-    free, marks, latency, switch = s.free, s.marks, s.latency, s.switch
+    free, marks, leads, latency, switch = s.free, s.marks, s.leads, s.latency, s.switch
     t, launched_end = s.t, s.launched_end
     for k in range(b - a):
         t += gap[k]
         # a step starts where its host starts and the GPU work before it is done
         if kind[k] == MARK:
             marks.append(max(t, launched_end))
+            leads.append(max(launched_end - t, 0.0))
             continue
         call_start = t
         ready = call_start + latency
@@ -317,6 +323,7 @@ def _vector_stretch(s: _State, a: int, b: int) -> bool:
         upto = s.bounds[a + 1 + marks] - lo - 1  # the last row launched before the mark
         launched = np.where(upto >= 0, running[np.maximum(upto, 0)], s.launched_end)
         s.marks.extend(np.maximum(entry_start[marks], launched).tolist())
+        s.leads.extend(np.maximum(launched - entry_start[marks], 0.0).tolist())
     if hi > lo:
         s.launched_end = float(running[-1])
     t = float(times[-1])

@@ -152,8 +152,9 @@ def step_model(a: Analysis) -> StepModel | str:
                 f"shows {graph.profiled_ns / 1e6:.3f} ms: the graph misses what sets this step")
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
     unseen_ns = _fetch_unseen_ns(a, measured)
+    lead = None if a.unprofiled_lead_ms is None else a.unprofiled_lead_ms * 1e6
     base = unprofiled(graph, None if measured is None else measured - unseen_ns,
-                      measured_costs(a))
+                      measured_costs(a), lead)
     if base.replayed.step_ns <= 0:
         return "the step's graph could not be built: the replayed step is empty"
     lo, hi = graph.window

@@ -1,0 +1,98 @@
+"""The host's lead over the GPU at the unprofiled steps' boundaries (capture/marks.py leads_ms),
+and the profiler's cost fitted to it where the GPU's work sets the step (replay/observer.py
+``_lead_fit``). The bundles are two fp32 gallery programs run by ``gpudoctor run --try-fixes
+--fixes bf16-autocast`` on an H100 (torch 2.11, benchmarks/BENCHMARKS-replay.md "The host's lead
+over the GPU"): each keeps the trial's measured speedup beside the trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.capture.bundle import median_or_none, read_run
+from gpudoctor.pipeline import analyze_path, analyze_trace, choose_ceilings, knob_prices_for
+from gpudoctor.replay.observer import PRIOR_SCALE, replayed_lead_ns
+from gpudoctor.rules.whatif import step_model
+from gpudoctor.trace.load import load
+from gpudoctor.tryfix.trial import plan
+
+DATA = Path(__file__).parent / "data"
+KNOBS = DATA / "knobs_h100"
+
+
+def _model(bundle: Path, lead_ms: float | None):
+    run, trace = read_run(bundle), load(bundle)
+    a = analyze_trace(
+        trace,
+        choose_ceilings(trace),
+        run.unprofiled_step_ms,
+        run.model_state,
+        run.step_source,
+        run.cut_after,
+        unprofiled_fetch_ms=run.unprofiled_fetch_ms,
+        loader=run.loader,
+        unprofiled_lead_ms=lead_ms,
+    )
+    return run, step_model(a)
+
+
+def _bf16(bundle: Path) -> tuple[float, float]:
+    """The bf16-autocast trial's price now and its measured speedup."""
+    trials = json.loads((bundle / "trials.json").read_text())["trials"]
+    measured = next(t["measured_speedup"] for t in trials if t["knob"] == "bf16-autocast")
+    report = analyze_path(bundle)
+    priced = {
+        p.knob.id: p
+        for p in plan(report.findings, ["bf16-autocast"], knob_prices_for(bundle)).trials
+    }
+    return priced["bf16-autocast"].predicted_speedup, measured
+
+
+def test_the_bundle_keeps_the_median_lead() -> None:
+    run = read_run(KNOBS / "text_encoder_fp32")
+    assert run.unprofiled_lead_ms == pytest.approx(13.5786)
+    assert median_or_none([1.0, 3.0, 2.0]) == 2.0
+    for bad in (None, [], "3", [1.0, "x"], [True], [float("nan")]):
+        assert median_or_none(bad) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "scale"), [("text_encoder_fp32", 0.932), ("vit_tiny_fp32_accuracy", 0.830)]
+)
+def test_where_the_gpu_sets_the_step_the_lead_sets_the_profilers_cost(
+    name: str, scale: float
+) -> None:
+    run, fitted = _model(KNOBS / name, read_run(KNOBS / name).unprofiled_lead_ms)
+    # the step is the GPU's: without the lead, the prior stands
+    _, prior = _model(KNOBS / name, None)
+    assert prior.base.scale == PRIOR_SCALE
+    assert fitted.base.scale == pytest.approx(scale, abs=0.001)
+    lead_ns = run.unprofiled_lead_ms * 1e6
+    assert replayed_lead_ns(fitted.base.replayed) == pytest.approx(lead_ns, rel=0.001)
+    # and the replayed step stays within 1.5% of the measured one either way
+    for model in (fitted, prior):
+        assert model.base.replayed.step_ns == pytest.approx(run.unprofiled_step_ms * 1e6, rel=0.015)
+
+
+@pytest.mark.parametrize(
+    ("name", "price"), [("text_encoder_fp32", 2.3274), ("vit_tiny_fp32_accuracy", 2.3386)]
+)
+def test_the_bf16_price_from_the_fitted_host_is_within_1_25x_of_the_trial(
+    name: str, price: float
+) -> None:
+    predicted, measured = _bf16(KNOBS / name)
+    assert predicted == pytest.approx(price, abs=1e-4)
+    assert 1 / 1.25 <= predicted / measured <= 1.25
+
+
+def test_a_lead_under_its_floor_or_a_host_bound_step_leaves_the_step_fit() -> None:
+    bundle = KNOBS / "text_encoder_fp32"
+    run, none = _model(bundle, None)
+    # a lead under LEAD_MIN_SHARE of the step is a GPU that waited for the host: nothing to fit
+    _, tiny = _model(bundle, 0.01 * run.unprofiled_step_ms)
+    assert tiny.base.scale == none.base.scale
+    # a lead no scale in the range replays (longer than the GPU's whole step): the step's fit
+    _, beyond = _model(bundle, 3 * run.unprofiled_step_ms)
+    assert beyond.base.scale == none.base.scale
