@@ -432,7 +432,9 @@ def test_a_divergence_under_compiled_dropout_says_why() -> None:
 # -- trials in child processes ---------------------------------------------------------------------
 
 
-def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = True) -> Trials:
+def _trials(
+    tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = True, trace: bool = False
+) -> Trials:
     # the children import the gpudoctor these tests import (Trials puts its folder on their PYTHONPATH)
     baseline = Baseline(tuple(BASE), (1.4, 1.39, 1.38), None, skip=6)
     return Trials(
@@ -442,7 +444,7 @@ def _trials(tmp_path: Path, *args: str, timeout: float = 120, sandbox: bool = Tr
         baseline,
         timeout_s=timeout,
         sandbox=tmp_path / "sandbox" if sandbox else None,
-        trace=False,
+        trace=trace,
     )
 
 
@@ -532,6 +534,19 @@ def test_compile_knobs_time_steps_after_their_compilation(
     # of the 40, 20)
     seen, timed = trial["steps_seen"], len(trial["samples_ms"])
     assert seen == 40 and 12 <= timed <= 24, (seen, timed)
+
+
+@pytest.mark.e2e
+def test_a_trial_that_ended_before_its_window_says_it_kept_no_trace(tmp_path: Path) -> None:
+    """Asked for a trace, a trial whose program ends while the trial still times its steps (the
+    probe's 40 steps: 24 skipped, 12 judged settled, the rest timed) has no window to keep, and
+    its reason says so beside the verdict."""
+    rec = _trials(tmp_path, sandbox=False, trace=True).one("tf32", ["tf32"], None)
+    assert rec.status == "ok", rec
+    assert not (tmp_path / "run" / "trials" / "tf32" / trial_mod.TRACE_FILE).exists()
+    assert trial_mod.NO_TRACE in rec.reason
+    quiet = _trials(tmp_path / "untraced", sandbox=False).one("tf32", ["tf32"], None)
+    assert trial_mod.NO_TRACE not in quiet.reason
 
 
 @pytest.mark.e2e

@@ -188,6 +188,10 @@ class Baseline:
 # and not in the next one's (benchmarks/BENCHMARKS-try-fixes.md "Evidence moved from the source:
 # try-fixes").
 TRIAL_MIN_SKIP = 24
+TRACE_FILE = "trace.json.gz"  # the trial's window, where it recorded one (capture/session.py)
+NO_TRACE = ("no trace kept: the program ended before the trial's profiled window, which comes "
+            "after its timed steps (give the program more steps to compare the trial's kernels "
+            "with gpudoctor diff)")
 
 
 def trial_skip(baseline: Baseline, warmup: int) -> int:
@@ -707,6 +711,9 @@ class Trials:
         # the timing mixes a transient: say so beside the verdict
         if status == "ok" and child.unsettled:
             rec = _with_reason(rec, child.unsettled)
+        # a trace was asked for and the program ended while the trial still timed its steps
+        if status == "ok" and self.trace and not (trial_dir / TRACE_FILE).is_file():
+            rec = _with_reason(rec, NO_TRACE)
         # a compile knob cut short by graph breaks: where Dynamo broke it
         if rec.status == "ok" and any(k.group == "compile" for k in knobs):
             breaks = graph_breaks(_log_text(trial_dir), own=str(PACKAGE_DIR))
