@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpudoctor.capture.bundle import median_or_none, read_run
 from gpudoctor.pipeline import analyze_path, analyze_trace, choose_ceilings, knob_prices_for
-from gpudoctor.replay.observer import PRIOR_SCALE, replayed_lead_ns
+from gpudoctor.replay.observer import LEAD_STEADY_SHARE, PRIOR_SCALE, replayed_lead_ns
 from gpudoctor.rules.whatif import step_model
 from gpudoctor.trace.load import load
 from gpudoctor.tryfix.trial import plan
@@ -96,3 +97,18 @@ def test_a_lead_under_its_floor_or_a_host_bound_step_leaves_the_step_fit() -> No
     # a lead no scale in the range replays (longer than the GPU's whole step): the step's fit
     _, beyond = _model(bundle, 3 * run.unprofiled_step_ms)
     assert beyond.base.scale == none.base.scale
+
+
+def test_a_host_that_never_syncs_has_no_lead_to_fit() -> None:
+    # healthy_train syncs nowhere in its steps: replayed, its host runs further ahead every step,
+    # and a lead timed without the profiler is the launch queue's bound, not the host's pace
+    trace = load(DATA / "healthy_train")
+    measured_ms = 27.0
+    plain = step_model(analyze_trace(trace, choose_ceilings(trace), measured_ms))
+    leads = plain.base.replayed.leads_ns[1:]
+    assert leads.size >= 2 and np.ptp(leads) > LEAD_STEADY_SHARE * plain.base.replayed.step_ns
+    for lead_ms in (5.0, 20.0, 40.0):
+        led = step_model(
+            analyze_trace(trace, choose_ceilings(trace), measured_ms, unprofiled_lead_ms=lead_ms)
+        )
+        assert led.base.scale == plain.base.scale

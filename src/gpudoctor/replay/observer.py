@@ -53,6 +53,10 @@ FLOOR_SHARE = 0.01
 # the host (a launch's latency, an event's own time): the step times the host, the lead says
 # nothing more.
 LEAD_MIN_SHARE = 0.02
+# The replayed leads after the first mark within this share of the step of each other: the host
+# syncs with the GPU every step (tests/data's GPU-set traces that do not, healthy_train among them,
+# grow by half a step a step; the synced fp32 programs of tests/test_host_lead.py by under 6%).
+LEAD_STEADY_SHARE = 0.15
 BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
@@ -213,6 +217,12 @@ def _lead_fit(graph: StepGraph, costs: dict[str, float] | None, measured_lead_ns
         return None
     _, high = _bisect(graph, costs, at_lo, at_hi,
                       lambda r: replayed_lead_ns(r) >= measured_lead_ns)
+    # a lead that grows step after step is a host with no sync in its step, running ahead until
+    # something outside the graph stops it (the launch queue, the allocator): its measured lead is
+    # that bound, not the host's pace
+    leads = high[2].leads_ns[1:]
+    if leads.size >= 2 and np.ptp(leads) > LEAD_STEADY_SHARE * high[2].step_ns:
+        return None
     return high
 
 
