@@ -7,12 +7,15 @@ over the GPU"): each keeps the trial's measured speedup beside the trace."""
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpudoctor.capture.bundle import median_or_none, read_run
+from gpudoctor.capture.session import CaptureConfig, CaptureSession
+from gpudoctor.core.clock import ManualClock
 from gpudoctor.pipeline import analyze_path, analyze_trace, choose_ceilings, knob_prices_for
 from gpudoctor.replay.observer import LEAD_STEADY_SHARE, PRIOR_SCALE, replayed_lead_ns
 from gpudoctor.rules.whatif import step_model
@@ -112,3 +115,65 @@ def test_a_host_that_never_syncs_has_no_lead_to_fit() -> None:
             analyze_trace(trace, choose_ceilings(trace), measured_ms, unprofiled_lead_ms=lead_ms)
         )
         assert led.base.scale == plain.base.scale
+
+
+class _GpuClock:
+    """A GPU whose events complete ``lag_s`` after the host records them (a fake CUDA module)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock, self.lag_s, self.broken = clock, 0.0, False
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t = None
+
+            def record(self) -> None:
+                if gpu.broken:
+                    raise RuntimeError("CUDA error: an illegal memory access")
+                self.t = gpu.clock.now() + gpu.lag_s
+
+            def synchronize(self) -> None:
+                pass
+
+            def query(self) -> bool:
+                return True
+
+            def elapsed_time(self, other: Event) -> float:
+                return (other.t - self.t) * 1e3
+
+        self.Event = Event
+
+    def is_initialized(self) -> bool:
+        return True
+
+
+def _session_with_gpu(tmp_path: Path) -> tuple[CaptureSession, ManualClock, _GpuClock]:
+    clock = ManualClock()
+    session = CaptureSession(
+        CaptureConfig(steps=1, skip=0, nvml_interval_s=0), tmp_path, clock=clock
+    )
+    gpu = _GpuClock(clock)
+    session._torch, session._cuda = types.SimpleNamespace(cuda=gpu), True
+    return session, clock, gpu
+
+
+def test_the_session_stamps_the_host_beside_each_mark_and_reads_the_leads(tmp_path: Path) -> None:
+    session, clock, gpu = _session_with_gpu(tmp_path)
+    marks = []
+    for lag_ms in (4.0, 6.0, 6.0, 6.0):  # the GPU trails the host by this much at each boundary
+        gpu.lag_s = lag_ms / 1e3
+        marks.append(session._stamp())
+        clock.advance(0.020)
+    session.result.unprofiled_before_ms = [20.0, 20.0]  # the later half of the three steps
+    gpu.lag_s = 0.0  # the reference, on the synchronized GPU
+    before, after = session._leads(marks, [])
+    assert before == pytest.approx([6.0, 6.0]) and after == []
+    assert session._host_at == {}  # read once
+
+
+def test_a_gpu_error_reading_the_leads_costs_the_leads_only(tmp_path: Path) -> None:
+    session, _, gpu = _session_with_gpu(tmp_path)
+    marks = [session._stamp(), session._stamp()]
+    gpu.broken = True
+    assert session._leads(marks, []) == ([], [])

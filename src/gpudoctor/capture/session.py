@@ -782,14 +782,18 @@ class CaptureSession(Listener):
         host_at, self._host_at = self._host_at, {}
         if not self._gpu_in_use() or not host_at:
             return [], []
-        reference = self._torch.cuda.Event(enable_timing=True)
-        reference.record()
-        reference_host = self.clock.now()
-        reference.synchronize()
-        early = [] if self._trial.timed_ms else leads_ms(before, host_at, reference, reference_host)
+        try:
+            reference = self._torch.cuda.Event(enable_timing=True)
+            reference.record()
+            reference_host = self.clock.now()
+            reference.synchronize()
+            early = [] if self._trial.timed_ms else leads_ms(before, host_at, reference,
+                                                              reference_host)
+            after_leads = leads_ms(after, host_at, reference, reference_host)
+        except Exception:  # noqa: BLE001 - the leads are extra: the step times stand without them
+            return [], []
         kept = len(self.result.unprofiled_before_ms)
-        return (early[len(early) - kept:] if kept and len(early) >= kept else [],
-                leads_ms(after, host_at, reference, reference_host))
+        return early[len(early) - kept:] if kept and len(early) >= kept else [], after_leads
 
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window, and the one number made of them.
