@@ -61,6 +61,9 @@ BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
 
+FROM_STEP, FROM_LEAD, FROM_PRIOR = "the step timed without the profiler", \
+    "the host's lead over the GPU, timed without the profiler", \
+    "the prior: no timing without the profiler shows the host's pace"
 ScaleReplay = tuple[float, Changes, Replayed]  # a scale, its changes and their replay
 
 
@@ -72,6 +75,9 @@ class Unprofiled(msgspec.Struct, frozen=True, eq=False):
     replayed: Replayed
     fitted: bool  # scale fitted to a measured unprofiled step
     residual_ns: float  # measured minus replayed unprofiled step (0 when not fitted, or fitted exactly)
+    # what set the scale: FROM_STEP (the measured step), FROM_LEAD (the host's lead over the GPU),
+    # FROM_PRIOR (PRIOR_SCALE: no step measured, or one the GPU's work sets and no lead)
+    source: str = "step"
 
 
 def costs_vector(costs: dict[str, float] | None = None) -> np.ndarray:
@@ -128,7 +134,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
     unprofiled steps' boundaries, so that the replayed lead matches it (``_lead_fit``)."""
     if measured_step_ns is None or measured_step_ns <= 0:
         ch = without_profiler(graph, PRIOR_SCALE, costs)
-        return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0)
+        return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0,
+                          source=FROM_PRIOR)
     lo, hi = SCALE_RANGE
     lo_changes = without_profiler(graph, lo, costs)
     at_lo = replay(graph, lo_changes)
@@ -143,7 +150,7 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                                 (hi, hi_changes, at_hi))
             if by_lead is not None and abs(by_lead[2].step_ns / measured_step_ns - 1) <= AGREE_SHARE:
                 scale, ch, r = by_lead
-                return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
+                return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns, FROM_LEAD)
     if at_lo.step_ns <= measured_step_ns * (1 + GPU_SET_SHARE):
         # the profiled step is no longer than the measured one: where the GPU's work sets it, the
         # profiler's host time is hidden and the step says nothing of it: the prior stands. Where
@@ -154,7 +161,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         agree = at_lo.step_ns >= measured_step_ns * (1 - AGREE_SHARE)
         floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE) if agree else 0.0
         scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
-        return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
+        return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns,
+                          FROM_PRIOR if scale == PRIOR_SCALE else FROM_STEP)
     if at_hi is None:
         hi_changes = without_profiler(graph, hi, costs)
         at_hi = replay(graph, hi_changes)
@@ -173,7 +181,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         if scale < PRIOR_SCALE:
             scale, ch = PRIOR_SCALE, without_profiler(graph, PRIOR_SCALE, costs)
             r = replay(graph, ch)
-        return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns)
+        return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns,
+                          FROM_PRIOR if scale == PRIOR_SCALE else FROM_STEP)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
     f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
     best, side = at_hi, 0

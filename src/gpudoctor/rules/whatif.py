@@ -34,6 +34,8 @@ PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
 KNOB_SPEEDUP = "predicted_speedup_with_"  # + knob id: a knob's own edit, replayed (Rule.knob_edits)
 FORMULA_BECAUSE = "priced_by_formula_because"
 STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
+# evidence key: what told the replay how fast the host runs without the profiler (observer.FROM_*)
+HOST_PACE_FROM = "host_pace_from"
 FORMULA_SAVING = "saving_by_formula_ms"
 # the fixes that move the DataLoader's fetch off the program's thread
 LOADER_TAKEN_BY = frozenset({"input-pipeline"})
@@ -231,7 +233,7 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
             continue
         after = model.after_ms(edit, takes_unseen=finding.id in UNSEEN_TAKEN_BY,
                                takes_loader=finding.id in LOADER_TAKEN_BY)
-        priced_finding = _replayed(finding, model.step_ms, after, edit.note)
+        priced_finding = _replayed(finding, model.step_ms, after, edit.note, model.base.source)
         out.append(_with_knob_prices(priced_finding, a, by_id.get(finding.id, finding), model))
         edits.append(edit)
         ids.append(finding.id)
@@ -350,12 +352,13 @@ def _formula(finding: Finding, why: str) -> Finding:
     return finding.with_numbers(numbers)
 
 
-def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str) -> Finding:
+def _replayed(finding: Finding, step_ms: float, after_ms: float, note: str,
+              host_pace_from: str) -> Finding:
     saving = min(max(step_ms - after_ms, 0.0), MAX_REPLAYED_SAVING_SHARE * step_ms)
     idle = finding.idle_ms if math.isinf(finding.idle_ms) else min(finding.idle_ms, saving)
     numbers = dict(finding.evidence.numbers,
                    **{PRICED_BY: "replay", STEP_AFTER_REPLAYED: round(step_ms - saving, 4),
-                                                 FORMULA_SAVING: round(finding.saving_ms, 4)})
+                      FORMULA_SAVING: round(finding.saving_ms, 4), HOST_PACE_FROM: host_pace_from})
     return msgspec.structs.replace(
         finding, saving_ms=saving, idle_ms=min(idle, saving),
         predicted_speedup=speedup(step_ms, saving),
