@@ -7,13 +7,17 @@ over the GPU"): each keeps the trial's measured speedup beside the trace."""
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpudoctor.capture.bundle import median_or_none, read_run
+from gpudoctor.capture.bundle import facts_of, median_or_none, read_run
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.core.clock import ManualClock
 from gpudoctor.pipeline import analyze_path, analyze_trace, choose_ceilings, knob_prices_for
@@ -58,7 +62,7 @@ def test_the_bundle_keeps_the_median_lead() -> None:
     run = read_run(KNOBS / "text_encoder_fp32")
     assert run.unprofiled_lead_ms == pytest.approx(13.5786)
     assert median_or_none([1.0, 3.0, 2.0]) == 2.0
-    for bad in (None, [], "3", [1.0, "x"], [True], [float("nan")]):
+    for bad in (None, [], "3", [1.0, "x"], [True], [float("nan")], [10**400]):
         assert median_or_none(bad) is None
 
 
@@ -177,3 +181,27 @@ def test_a_gpu_error_reading_the_leads_costs_the_leads_only(tmp_path: Path) -> N
     marks = [session._stamp(), session._stamp()]
     gpu.broken = True
     assert session._leads(marks, []) == ([], [])
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_JSON)
+def test_any_json_for_the_lead_samples_reads_as_a_median_or_absent(value: object) -> None:
+    lead = facts_of({"capture": {"unprofiled_step_ms": 4.0, "unprofiled_lead_ms_samples": value}})
+    got = lead.unprofiled_lead_ms
+    if got is not None:
+        assert isinstance(value, list) and math.isfinite(got)
+        assert got == float(statistics.median([float(x) for x in value]))
+
+
+@pytest.mark.parametrize("step", [10**400, float("inf"), True, -1.0, "4.0"])
+def test_a_step_no_float_holds_reads_as_not_timed(step: object) -> None:
+    facts = facts_of({"capture": {"unprofiled_step_ms": step, "unprofiled_fetch_ms": 1.0}})
+    assert facts.unprofiled_step_ms is None and facts.unprofiled_fetch_ms is None

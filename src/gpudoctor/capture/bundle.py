@@ -324,11 +324,21 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
 
 def median_or_none(samples: Any) -> float | None:
     """The median of a list of numbers (None where it is not a non-empty list of them)."""
-    if not isinstance(samples, list) or not samples or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            for x in samples):
+    if not isinstance(samples, list) or not samples:
         return None
-    return float(statistics.median(samples))
+    numbers = [_finite(x) for x in samples]
+    return None if any(x is None for x in numbers) else float(statistics.median(numbers))
+
+
+def _finite(x: Any) -> float | None:
+    """``x`` as a finite float (None: not a number, or none a float holds)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        value = float(x)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:
@@ -353,14 +363,16 @@ def _step_source(value: Any) -> str:
 
 
 def _unprofiled_step(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    """capture.unprofiled_step_ms where it is a finite positive number, else None."""
+    ms = _finite(value)
+    return ms if ms is not None and ms > 0 else None
 
 
 def _unprofiled_fetch(value: Any, step: Any) -> float | None:
     """capture.unprofiled_fetch_ms where it is a share of a known step, else None."""
-    step_ms = _unprofiled_step(step)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-    return float(value) if ok and step_ms is not None and value <= step_ms else None
+    step_ms, fetch_ms = _unprofiled_step(step), _finite(value)
+    ok = fetch_ms is not None and step_ms is not None and 0 <= fetch_ms <= step_ms
+    return fetch_ms if ok else None
 
 
 def _unprofiled_facts(value: Any) -> dict[str, Any] | None:
