@@ -133,9 +133,15 @@ def run_program(
     }
     if report is None:
         return [{**base, "knob": None, "message": failure_message(res) or "no report"}]
+    paces = [
+        (f.get("evidence") or {}).get("numbers", {}).get("host_pace_from")
+        for f in report.get("findings", [])
+    ]
     base.update(
         step_ms=report.get("step_ms"),
         unprofiled_step_ms=report.get("unprofiled_step_ms"),
+        # what gave the host's pace to the replayed prices (rules/whatif.py HOST_PACE_FROM)
+        host_pace_from=next((p for p in paces if p), None),
         findings=[(f.get("id"), f.get("predicted_speedup")) for f in report.get("findings", [])][
             :5
         ],
