@@ -43,10 +43,30 @@ def measured_unprofiled() -> dict[str, float]:
             out[entry["trace"]] = entry["sick_median_ms"]
         if entry.get("fixed_trace") and entry.get("fixed_median_ms"):
             out[entry["fixed_trace"]] = entry["fixed_median_ms"]
-    for folder in sorted([*DATA.glob("gallery_h100/*"), *DATA.glob("twins_h100/*")]):
+    for folder in _bundles():
         run = read_run(folder)
         if run.unprofiled_step_ms:
             out[str((folder / "trace.json.gz").relative_to(DATA))] = run.unprofiled_step_ms
+    return out
+
+
+def _bundles() -> list[Path]:
+    """The run bundles under tests/data whose env.json timed the step without the profiler."""
+    return sorted(
+        folder
+        for pattern in ("gallery_h100/*", "twins_h100/*", "knobs_h100/*", "knobs_h200/*")
+        for folder in DATA.glob(pattern)
+    )
+
+
+def measured_lead() -> dict[str, float]:
+    """trace path -> the host's lead over the GPU timed with its unprofiled step (ms; env.json),
+    where the capture timed it."""
+    out: dict[str, float] = {}
+    for folder in _bundles():
+        run = read_run(folder)
+        if run.unprofiled_step_ms and run.unprofiled_lead_ms is not None:
+            out[str((folder / "trace.json.gz").relative_to(DATA))] = run.unprofiled_lead_ms
     return out
 
 
@@ -54,14 +74,16 @@ def measured_fetch() -> dict[str, float]:
     """trace path -> the DataLoader fetch timed with its unprofiled step (ms; env.json), where the
     capture timed it."""
     out: dict[str, float] = {}
-    for folder in sorted([*DATA.glob("gallery_h100/*"), *DATA.glob("twins_h100/*")]):
+    for folder in _bundles():
         run = read_run(folder)
         if run.unprofiled_step_ms and run.unprofiled_fetch_ms:
             out[str((folder / "trace.json.gz").relative_to(DATA))] = run.unprofiled_fetch_ms
     return out
 
 
-def one(path: Path, unprof_ms: float | None, fetch_ms: float | None = None) -> dict | None:
+def one(
+    path: Path, unprof_ms: float | None, fetch_ms: float | None = None, lead_ms: float | None = None
+) -> dict | None:
     trace = load(path)
     if len(trace.device) == 0:
         return None
@@ -90,14 +112,19 @@ def one(path: Path, unprof_ms: float | None, fetch_ms: float | None = None) -> d
         row["measured_unprofiled_ms"] = unprof_ms
         row["replayed_unprofiled_ms"] = round(free.replayed.step_ns / 1e6, 4)
         row["unprofiled_error_pct"] = round(100 * (free.replayed.step_ns / 1e6 / unprof_ms - 1), 2)
-        if fetch_ms:  # as `gpudoctor run` fits it: the loader keeps its timed fetch
+        if fetch_ms or lead_ms is not None:
+            # as `gpudoctor run` fits it: the loader keeps its timed fetch, and where the GPU's
+            # work sets the step the host's lead sets the profiler's cost
             model = step_model(
                 diagnose_loaded(
-                    trace, unprofiled_step_ms=unprof_ms, unprofiled_fetch_ms=fetch_ms
+                    trace,
+                    unprofiled_step_ms=unprof_ms,
+                    unprofiled_fetch_ms=fetch_ms,
+                    unprofiled_lead_ms=lead_ms,
                 ).analysis
             )
             fit, fitted_ms = model.base, model.base.replayed.step_ns / 1e6 + model.fetch_unseen_ms
-            row["fetch_ms"] = fetch_ms
+            row["fetch_ms"], row["lead_ms"] = fetch_ms, lead_ms
         else:  # the per-event costs scaled to this run's measured step
             fit = unprofiled(graph, unprof_ms * 1e6)
             fitted_ms = fit.replayed.step_ns / 1e6
@@ -110,11 +137,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
-    measured, fetched = measured_unprofiled(), measured_fetch()
+    measured, fetched, leads = measured_unprofiled(), measured_fetch(), measured_lead()
     rows = []
     for path in sorted(DATA.rglob("trace*.json.gz")):
         key = str(path.relative_to(DATA))
-        row = one(path, measured.get(key), fetched.get(key))
+        row = one(path, measured.get(key), fetched.get(key), leads.get(key))
         if row:
             rows.append(row)
     print(
