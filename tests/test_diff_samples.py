@@ -84,6 +84,8 @@ def test_faster_and_too_few():
 
 def test_usable_drops_what_is_not_a_positive_number():
     assert usable([1, 2.5, 0, -1, float("nan"), float("inf"), True, "3", None]) == (1.0, 2.5)
+    # JSON's integers have no length limit: one no float holds is no step either
+    assert usable([10**400, 3]) == (3.0,)
 
 
 def test_bootstrap_is_deterministic():

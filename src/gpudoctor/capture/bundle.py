@@ -23,7 +23,6 @@ Runs recorded before that carry the rank in each file name instead (``trace.rank
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import statistics
@@ -35,6 +34,7 @@ from typing import Any
 
 from gpudoctor.capture.model_state import ModelState
 from gpudoctor.core.loader import LoaderSettings
+from gpudoctor.core.numbers import finite_float
 
 ENV_SCHEMA = "1.0"
 
@@ -326,19 +326,8 @@ def median_or_none(samples: Any) -> float | None:
     """The median of a list of numbers (None where it is not a non-empty list of them)."""
     if not isinstance(samples, list) or not samples:
         return None
-    numbers = [_finite(x) for x in samples]
+    numbers = [finite_float(x) for x in samples]
     return None if any(x is None for x in numbers) else float(statistics.median(numbers))
-
-
-def _finite(x: Any) -> float | None:
-    """``x`` as a finite float (None: not a number, or none a float holds)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    try:
-        value = float(x)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def read_run(path: str | os.PathLike[str]) -> RunFacts:
@@ -364,13 +353,13 @@ def _step_source(value: Any) -> str:
 
 def _unprofiled_step(value: Any) -> float | None:
     """capture.unprofiled_step_ms where it is a finite positive number, else None."""
-    ms = _finite(value)
+    ms = finite_float(value)
     return ms if ms is not None and ms > 0 else None
 
 
 def _unprofiled_fetch(value: Any, step: Any) -> float | None:
     """capture.unprofiled_fetch_ms where it is a share of a known step, else None."""
-    step_ms, fetch_ms = _unprofiled_step(step), _finite(value)
+    step_ms, fetch_ms = _unprofiled_step(step), finite_float(value)
     ok = fetch_ms is not None and step_ms is not None and 0 <= fetch_ms <= step_ms
     return fetch_ms if ok else None
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.core.numbers import finite_float
 from gpudoctor.diff.stats import t_quantile
 
 CONFIDENCE = 0.95
@@ -65,11 +66,8 @@ class Samples:
 
 def usable(values: Sequence[Any]) -> tuple[float, ...]:
     """The finite, positive numbers of a list read from a file (anything else is dropped)."""
-    out = []
-    for v in values:
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
-            out.append(float(v))
-    return tuple(out)
+    numbers = (finite_float(v) for v in values)
+    return tuple(x for x in numbers if x is not None and x > 0)
 
 
 def unprofiled_samples(env: dict[str, Any]) -> tuple[float, ...]:
