@@ -21,7 +21,14 @@ from gpudoctor.capture.bundle import facts_of, median_or_none, read_run
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.core.clock import ManualClock
 from gpudoctor.pipeline import analyze_path, analyze_trace, choose_ceilings, knob_prices_for
-from gpudoctor.replay.observer import LEAD_STEADY_SHARE, PRIOR_SCALE, replayed_lead_ns
+from gpudoctor.replay.observer import (
+    FROM_LEAD,
+    FROM_PRIOR,
+    FROM_STEP,
+    LEAD_STEADY_SHARE,
+    PRIOR_SCALE,
+    replayed_lead_ns,
+)
 from gpudoctor.rules.whatif import step_model
 from gpudoctor.trace.load import load
 from gpudoctor.tryfix.trial import plan
@@ -205,3 +212,20 @@ def test_any_json_for_the_lead_samples_reads_as_a_median_or_absent(value: object
 def test_a_step_no_float_holds_reads_as_not_timed(step: object) -> None:
     facts = facts_of({"capture": {"unprofiled_step_ms": step, "unprofiled_fetch_ms": 1.0}})
     assert facts.unprofiled_step_ms is None and facts.unprofiled_fetch_ms is None
+
+
+def test_each_replayed_price_says_what_gave_the_hosts_pace() -> None:
+    # a host-bound step fitted to its own time (manual_sgd, H200), a GPU-set one fitted to its
+    # lead, and a trace with no timing at all
+    cases = [
+        (DATA / "knobs_h200" / "manual_sgd", FROM_STEP),
+        (KNOBS / "text_encoder_fp32", FROM_LEAD),
+        (DATA / "launch_bound", FROM_PRIOR),
+    ]
+    for bundle, source in cases:
+        paces = {
+            f.evidence.numbers.get("host_pace_from")
+            for f in analyze_path(bundle).findings
+            if f.evidence.numbers.get("priced_by") == "replay"
+        }
+        assert paces == {source}, bundle

@@ -61,9 +61,10 @@ BOUND_ITERATIONS = 24
 FIT_ITERATIONS = 40
 FIT_TOLERANCE = 1e-5  # of the measured step
 
-FROM_STEP, FROM_LEAD, FROM_PRIOR = "the step timed without the profiler", \
-    "the host's lead over the GPU, timed without the profiler", \
-    "the prior: no timing without the profiler shows the host's pace"
+# what set the scale (Unprofiled.source; rules/whatif.py says it beside each replayed price)
+FROM_STEP = "the step timed without the profiler"
+FROM_LEAD = "the host's lead over the GPU, timed without the profiler"
+FROM_PRIOR = "the prior: no timing without the profiler shows the host's pace"
 ScaleReplay = tuple[float, Changes, Replayed]  # a scale, its changes and their replay
 
 
@@ -77,7 +78,7 @@ class Unprofiled(msgspec.Struct, frozen=True, eq=False):
     residual_ns: float  # measured minus replayed unprofiled step (0 when not fitted, or fitted exactly)
     # what set the scale: FROM_STEP (the measured step), FROM_LEAD (the host's lead over the GPU),
     # FROM_PRIOR (PRIOR_SCALE: no step measured, or one the GPU's work sets and no lead)
-    source: str = "step"
+    source: str = FROM_STEP
 
 
 def costs_vector(costs: dict[str, float] | None = None) -> np.ndarray:
@@ -207,10 +208,15 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                       measured_step_ns - best.step_ns)
 
 
+def _steady_leads(r: Replayed) -> np.ndarray:
+    """A replay's leads at the marks after its first, whose step starts behind work queued before
+    the window (as ``Replayed.step_ns`` counts steps); the one lead of a single mark."""
+    return r.leads_ns[1:] if r.leads_ns.size >= 2 else r.leads_ns
+
+
 def replayed_lead_ns(r: Replayed) -> float:
-    """The median of a replay's leads at the marks after its first (whose step starts behind work
-    queued before the window); 0 without marks."""
-    leads = r.leads_ns[1:] if r.leads_ns.size >= 2 else r.leads_ns
+    """The median of ``_steady_leads``; 0 without marks."""
+    leads = _steady_leads(r)
     return float(np.median(leads)) if leads.size else 0.0
 
 
@@ -229,7 +235,7 @@ def _lead_fit(graph: StepGraph, costs: dict[str, float] | None, measured_lead_ns
     # a lead that grows step after step is a host with no sync in its step, running ahead until
     # something outside the graph stops it (the launch queue, the allocator): its measured lead is
     # that bound, not the host's pace
-    leads = high[2].leads_ns[1:]
+    leads = _steady_leads(high[2])
     if leads.size >= 2 and np.ptp(leads) > LEAD_STEADY_SHARE * high[2].step_ns:
         return None
     return high
