@@ -834,14 +834,14 @@ class CaptureSession(Listener):
         r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms,
                                        self.loader.depth, last_before)
         chosen = r.unprofiled.samples_from if r.unprofiled is not None else "before"
-        r.unprofiled_step_ms = {"before": r.unprofiled_before_ms,
-                                "after": r.unprofiled_after_ms}.get(
-            chosen, r.unprofiled_before_ms + r.unprofiled_after_ms)
-        r.unprofiled_step_index = {"before": r.unprofiled_before_steps,
-                                   "after": r.unprofiled_after_steps}.get(
-            chosen, r.unprofiled_before_steps + r.unprofiled_after_steps)
+
+        def pick(before: list, after: list) -> list:  # the series the one number came from
+            return {"before": before, "after": after}.get(chosen, before + after)
+
+        r.unprofiled_step_ms = pick(r.unprofiled_before_ms, r.unprofiled_after_ms)
+        r.unprofiled_step_index = pick(r.unprofiled_before_steps, r.unprofiled_after_steps)
         r.loader = self.loader.settings
-        lead = {"before": leads[0], "after": leads[1]}.get(chosen, leads[0] + leads[1])
+        lead = pick(*leads)
         r.unprofiled_lead_ms = lead if len(lead) == len(r.unprofiled_step_ms) else []
         # each timed step's fetch, where every one is known (a step the window cut has none)
         fetched = [self._fetch_by_step[i] * 1e3 for i in r.unprofiled_step_index
