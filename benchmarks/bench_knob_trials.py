@@ -44,6 +44,8 @@ from run_gallery import (
 )
 
 ITER_FLAGS = ("--iters", "--max-steps", "--micro-batches", "--batches")
+# the same count spelled key=value (minGPT's config overrides)
+ITER_KEYS = ("--trainer.max_iters",)
 WITHIN = 1.25
 SLOWER_PREDICTED_AT_MOST = 1.05
 
@@ -76,15 +78,19 @@ FIXES_FOR: dict[str, str] = {
     "lazy_import_sdpa": "compile",
     "tabular_mlp": "bf16-autocast,compile",
     "periodic_eval": "compile",
+    "mingpt_adder": "compile-reduce-overhead,compile,bf16-autocast",
 }
 
 
 def with_iterations(args: list[str], at_least: int) -> list[str]:
     """The program's args with its iteration count raised to ``at_least`` (kept when already higher)."""
     out = list(args)
-    for i, a in enumerate(out[:-1]):
-        if a in ITER_FLAGS and out[i + 1].isdigit():
+    for i, a in enumerate(out):
+        if i + 1 < len(out) and a in ITER_FLAGS and out[i + 1].isdigit():
             out[i + 1] = str(max(int(out[i + 1]), at_least))
+        key, eq, value = a.partition("=")
+        if eq and key in ITER_KEYS and value.isdigit():
+            out[i] = f"{key}={max(int(value), at_least)}"
     return out
 
 
