@@ -114,13 +114,11 @@ def test_host_sync_on_a_host_bound_step_is_priced_by_the_work_it_removes() -> No
     assert r.findings[0].predicted_speedup == pytest.approx(1.6175, abs=1e-3)
     assert r.findings[0].evidence.numbers["priced_by"] == "replay"
     assert entry["sick_median_ms"] / entry["fixed_median_ms"] == pytest.approx(1.602, abs=1e-3)
-    # the optimizer's own reads (a per-parameter optimizer reads its step count, 66 a step) are its
-    # finding's: the host-sync finding there keeps the GPU idle after them, not their operators
-    loop = report("optimizer_loop").finding("host-sync")
-    assert loop.evidence.numbers["syncs_per_step"] == 66
-    assert loop.saving_ms == pytest.approx(
-        loop.evidence.numbers["gpu_idle_after_syncs_ms_per_step"], abs=1e-3
-    )
+    # a per-parameter optimizer reads its step count, 66 a step, from CPU tensors: no read waits
+    # for the GPU (none makes a blocking call), so there is no host-sync finding
+    loop = report("optimizer_loop")
+    assert loop.finding("host-sync") is None
+    assert loop.findings[0].id == "optimizer-loop"
 
 
 def test_fp32_matmul_names_cuda_core_kernels() -> None:

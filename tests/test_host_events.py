@@ -60,6 +60,27 @@ def test_syncs_and_allocations_by_name_and_category() -> None:
     assert _names(trace, allocator_calls(trace)) == ["cudaMalloc"]
 
 
+def test_a_read_that_makes_no_blocking_call_is_no_sync() -> None:
+    # torch.optim's per-parameter step counts are CPU tensors: their .item() calls nothing on the
+    # GPU; a read of a GPU value (the second) synchronizes inside its _local_scalar_dense
+    t = TraceBuilder()
+    t.op("aten::item", 0, 10)
+    t.op("aten::_local_scalar_dense", 1, 8)
+    t.op("aten::item", 20, 10)
+    t.op("aten::_local_scalar_dense", 21, 8)
+    t.runtime("cudaMemcpyAsync", 22, 2)
+    t.runtime("cudaStreamSynchronize", 25, 3)
+    t.op("aten::nonzero", 40, 10)  # a CPU tensor's nonzero
+    trace = parse(t.to_bytes())
+    assert [int(i) for i in sync_calls(trace).nonzero()[0]] == [2, 3, 5]
+    # a trace that records no runtime call at all cannot tell: every read counts, by its name
+    bare = TraceBuilder()
+    bare.op("aten::item", 0, 10)
+    bare.op("aten::nonzero", 20, 10)
+    trace = parse(bare.to_bytes())
+    assert _names(trace, sync_calls(trace)) == ["aten::item", "aten::nonzero"]
+
+
 def test_bookkeeping_names() -> None:
     t = TraceBuilder()
     for name in (

@@ -36,6 +36,23 @@ def test_the_loader_fetched_from_most_is_the_one_kept() -> None:
     assert settings.cpus is not None and settings.cpus >= 1
 
 
+def test_the_loader_fetched_in_most_steps_beats_an_evaluation_of_many_batches() -> None:
+    # minGPT's adder evaluates 100 batches (num_workers 0, batch 100) inside its first step, and
+    # the capture ended 40 training steps later: the training loader is fetched once a step
+    data = TensorDataset(torch.arange(1024.0).view(256, 4))
+    train = iter(DataLoader(data, batch_size=4, shuffle=True))
+    evaluate = DataLoader(data, batch_size=100)
+    queue = LoaderQueue()
+    for step in range(5):
+        queue.batch(train, step)
+        next(train)
+        if step == 1:
+            for _ in range(20):
+                queue.batch(iter(evaluate), step)
+    settings = queue.settings
+    assert settings is not None and settings.batch_size == 4
+
+
 def test_settings_go_through_env_json_and_malformed_ones_read_as_absent() -> None:
     kept = LoaderSettings(num_workers=2, pin_memory=True, batch_size=64, cpus=16)
     capture = {"unprofiled_step_ms": 10.0, "dataloader": kept.to_dict()}

@@ -18,9 +18,11 @@ from torch import nn
 
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
 from gpudoctor.capture.timing import (
+    LOADER_REST_MEDIAN,
     TRIAL_SETTLE_HALF,
     TRIAL_TIMED_STEPS,
     choose,
+    fetch_in_step,
     settled,
     summarize,
     unprofiled_step,
@@ -61,6 +63,27 @@ def test_behind_a_dataloader_the_mean_over_whole_rounds_of_its_queue() -> None:
     ms, spread, estimator = summarize(samples, loader_depth=4)
     assert estimator == "loader-mean" and ms == 4.5  # (16 + 20) / 8
     assert spread == pytest.approx(0.5)  # round means 4 and 5: stdev 0.7071, over sqrt(2) rounds
+
+
+def test_behind_a_dataloader_with_its_fetch_timed_the_rest_of_the_step_is_a_median() -> None:
+    # the loader's waits are in the fetch (every 4th step waits 12 ms) and count at their mean; a
+    # pause that is not the loader's (a 40 ms step whose fetch was 0.1 ms) moves only a median
+    samples = [9.0, 9.0, 1.0, 1.0, 1.0, 13.0, 1.0, 41.0, 1.0, 13.0]
+    fetch = [8.0, 8.0, 0.1, 0.1, 0.1, 12.1, 0.1, 0.1, 0.1, 12.1]
+    ms, spread, estimator = summarize(samples, loader_depth=4, fetch=fetch)
+    assert estimator == LOADER_REST_MEDIAN
+    # whole rounds: the latest 8; the rest 0.9 x 7 and 40.9, median 0.9; fetch mean 24.8 / 8
+    assert ms == pytest.approx(0.9 + 3.1)
+    assert spread == pytest.approx(0.0)  # the rest has no spread but its pause; rounds' fetch equal
+    # without the fetch, the mean takes the pause in: 72 / 8
+    assert summarize(samples, loader_depth=4)[0] == pytest.approx(9.0)
+    # the fetch goes with its set: only the one chosen is read
+    u = unprofiled_step([5.0] * 3, samples, loader_depth=4, fetch_before=None, fetch_after=fetch)
+    assert u is not None and u.estimator == LOADER_REST_MEDIAN and u.ms == pytest.approx(4.0)
+    u = unprofiled_step([5.0] * 3, samples, loader_depth=4, fetch_before=[0.1] * 3)
+    assert u is not None and u.estimator == "loader-mean"
+    # the loader's share of that step: its fetch's mean
+    assert fetch_in_step(ms, samples, fetch, loader_depth=4) == pytest.approx(3.1)
 
 
 def test_behind_a_dataloader_a_set_needs_a_whole_round_of_the_queue() -> None:

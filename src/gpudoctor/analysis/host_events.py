@@ -17,7 +17,7 @@ from gpudoctor.analysis.intervals import contains, overlap_per_window, union
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.arrays import distinct
 from gpudoctor.trace.kernels import Kind
-from gpudoctor.trace.model import HostCat, Trace
+from gpudoctor.trace.model import HostCat, HostEvents, Trace
 
 # A stretch of the launching threads inside no operator, launch or copy, longer than this, is host
 # work (I/O, Python) rather than the interpreter's overhead between two operators. The longest
@@ -107,12 +107,30 @@ def sync_calls(trace: Trace) -> np.ndarray:
     calls that copy to pageable host memory (``.cpu()``, ``.tolist()``): such a copy waits for
     everything queued before it, and its fix is reading back less often, not pinning."""
     host = trace.host
-    by_name = trace.names_matching(lambda s: s in SYNC_RUNTIME or s in SYNC_OPS)
-    mask = by_name[host.name] & ((host.cat == HostCat.OP) | (host.cat >= HostCat.RUNTIME))
+    runtime = host.cat >= HostCat.RUNTIME
+    mask = trace.names_matching(lambda s: s in SYNC_RUNTIME)[host.name] & runtime
     dev = trace.device
     readback = (dev.kind == int(Kind.MEMCPY_DTOH_PAGEABLE)) & (dev.launch >= 0)
     mask[dev.launch[readback]] = True
-    return mask
+    ops = trace.names_matching(lambda s: s in SYNC_OPS)[host.name] & (host.cat == HostCat.OP)
+    if runtime.any():
+        # an operator that reads a value waits only where it made a blocking call: ``.item()`` on
+        # a CPU tensor (a non-fused optimizer's step counts, ``torch.optim`` ``_get_value``) makes
+        # none, and the GPU's idle around it is the host's pace, not a sync
+        ops &= _enclosing_ops(host, np.flatnonzero(mask))
+    return mask | ops
+
+
+def _enclosing_ops(host: HostEvents, events: np.ndarray) -> np.ndarray:
+    """Mask over host events: the operators that enclose any of ``events``, at any depth."""
+    out = np.zeros(len(host), bool)
+    op = host.op[events]
+    while (op := op[op >= 0]).size:
+        op = distinct(op)
+        op = op[~out[op]]
+        out[op] = True
+        op = host.op[op]
+    return out
 
 
 def bookkeeping_names(trace: Trace) -> np.ndarray:

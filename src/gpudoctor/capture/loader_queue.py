@@ -23,24 +23,29 @@ class LoaderQueue:
         self._yielded = 0  # the current iterator's count of batches at the last fetch
         self._started = False  # the start-up backlog has been served (or a later epoch began)
         self._iterator: Any = None  # a weak reference to the iterator seen last
-        # batches fetched under each loader's settings: the training loop's loader is the one
-        # fetched from most (an evaluation loader's batches come less often)
-        self._settings: dict[tuple[int, bool, int | None, bool], int] = {}
+        # under each loader's settings: the steps it was fetched in, the last of them, and its
+        # batches. The training loop's loader is the one fetched from in the most steps: an
+        # evaluation pass fetches many batches within one step (minGPT's adder evaluates 100
+        # batches at its first step, more than the training loop fetched before the capture ended)
+        self._settings: dict[tuple[int, bool, int | None, bool], list[int]] = {}
 
     @property
     def settings(self) -> LoaderSettings | None:
-        """The settings of the loader most batches came from, with the CPUs this process may use;
-        None where no DataLoader was fetched from."""
+        """The settings of the loader fetched from in the most steps (then the most batches), with
+        the CPUs this process may use; None where no DataLoader was fetched from."""
         if not self._settings:
             return None
-        workers, pinned, batch, persistent = max(self._settings, key=self._settings.__getitem__)
+        workers, pinned, batch, persistent = max(
+            self._settings, key=lambda k: (self._settings[k][0], self._settings[k][2]))
         return LoaderSettings(num_workers=workers, pin_memory=pinned, batch_size=batch,
                               persistent_workers=persistent, cpus=usable_cpus())
 
-    def batch(self, iterator: Any) -> None:
-        """A batch is about to be fetched from ``iterator`` (a DataLoader's)."""
+    def batch(self, iterator: Any, step: int = 0) -> None:
+        """A batch is about to be fetched from ``iterator`` (a DataLoader's) in the program's step
+        ``step`` (the step boundaries seen so far)."""
         key = _settings_of(iterator)
-        self._settings[key] = self._settings.get(key, 0) + 1
+        steps, last, batches = self._settings.get(key, (0, -1, 0))
+        self._settings[key] = [steps + (step != last), step, batches + 1]
         depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(
             getattr(iterator, "_prefetch_factor", 0) or 0)
         if depth <= 0:

@@ -384,7 +384,7 @@ class CaptureSession(Listener):
 
     def batch(self, iterator: Any) -> None:
         """A DataLoader batch is about to be fetched (capture/loader_queue.py)."""
-        self.loader.batch(iterator)
+        self.loader.batch(iterator, self._total)
 
     def batch_fetched(self, seconds: float) -> None:
         """A DataLoader's fetch took ``seconds`` on the program's thread."""
@@ -795,6 +795,12 @@ class CaptureSession(Listener):
         kept = len(self.result.unprofiled_before_ms)
         return early[len(early) - kept:] if kept and len(early) >= kept else [], after_leads
 
+    def _fetches(self, steps: list) -> list[float] | None:
+        """Each timed step's DataLoader fetch (ms), where every one is known (a step the window cut
+        has none) and one was fetched from; else None."""
+        fetched = [self._fetch_by_step[i] * 1e3 for i in steps if i in self._fetch_by_step]
+        return fetched if fetched and any(fetched) and len(fetched) == len(steps) else None
+
     def _compute_unprofiled_times(self) -> None:
         """Step times between boundaries outside the window, and the one number made of them.
 
@@ -832,7 +838,9 @@ class CaptureSession(Listener):
         window_step = r.window_opened_at_step
         last_before = None if window_step is None else self._total - self._count + window_step
         r.unprofiled = unprofiled_step(r.unprofiled_before_ms, r.unprofiled_after_ms,
-                                       self.loader.depth, last_before)
+                                       self.loader.depth, last_before,
+                                       self._fetches(r.unprofiled_before_steps),
+                                       self._fetches(r.unprofiled_after_steps))
         chosen = r.unprofiled.samples_from if r.unprofiled is not None else "before"
 
         def pick(before: list, after: list) -> list:  # the series the one number came from
@@ -843,9 +851,7 @@ class CaptureSession(Listener):
         r.loader = self.loader.settings
         lead = pick(*leads)
         r.unprofiled_lead_ms = lead if len(lead) == len(r.unprofiled_step_ms) else []
-        # each timed step's fetch, where every one is known (a step the window cut has none)
-        fetched = [self._fetch_by_step[i] * 1e3 for i in r.unprofiled_step_index
-                   if i in self._fetch_by_step]
+        fetched = self._fetches(r.unprofiled_step_index) or []
         if (r.unprofiled is not None and any(fetched)
                 and len(fetched) == len(r.unprofiled_step_ms)):
             r.unprofiled_fetch_ms = fetched

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 MIN_SAMPLES = 3
 """Fewer timed steps than this: the number is shown but not trusted."""
+# the estimator behind a DataLoader with workers whose fetch was timed: the fetch's mean, the rest's
+# median
+LOADER_REST_MEDIAN = "loader-fetch-mean"
 SETTLE_STEPS = 1
 """Steps after the window left untimed beyond the one that wrote the trace: the first step after it
 runs slower than the next ones while the caches and the allocator refill after the export
@@ -111,7 +114,9 @@ class UnprofiledStep:
     ms: float
     spread_ms: float  # the standard error of ``ms`` (0 when it cannot be estimated: one step)
     steps: int  # timed steps it comes from
-    estimator: str  # "median", "mean" (one or two steps) or "loader-mean" (whole rounds of the queue)
+    # "median", "mean" (one or two steps), "loader-mean" (whole rounds of the queue) or
+    # LOADER_REST_MEDIAN (the same rounds, their fetch timed: ``summarize``)
+    estimator: str
     samples_from: str  # "before" / "after" the window, or "both"
     trusted: bool
     why: str = ""  # why it is not trusted ("" when it is)
@@ -126,9 +131,13 @@ class UnprofiledStep:
         return f"{self.ms:.3f} ms ± {self.spread_ms:.3f} ({self.steps} step{'s' * (self.steps != 1)})"
 
 
-def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float, str]:
-    """(estimate, its standard error, estimator) of a non-empty list of step times."""
+def summarize(samples: list[float], loader_depth: int = 0,
+              fetch: Sequence[float] | None = None) -> tuple[float, float, str]:
+    """(estimate, its standard error, estimator) of a non-empty list of step times; ``fetch``: each
+    step's DataLoader fetch on the program's thread (ms), where the capture timed it."""
     n = len(samples)
+    if loader_depth > 0 and n >= loader_depth and fetch is not None and len(fetch) == n:
+        return _loader_rest_median(samples, loader_depth, fetch)
     if loader_depth > 0 and n < loader_depth:
         # less than one round of the queue: a median would be a served-at-once batch; the mean at
         # least counts the waits it saw (not trusted: unprofiled_step says so)
@@ -148,6 +157,30 @@ def summarize(samples: list[float], loader_depth: int = 0) -> tuple[float, float
     # the median's standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma = 1.4826
     # MAD
     return median, 1.2533 * 1.4826 * mad / math.sqrt(n), "median"
+
+
+def _loader_rest_median(samples: list[float], loader_depth: int,
+                        fetch: Sequence[float]) -> tuple[float, float, str]:
+    """Behind a DataLoader with workers whose fetch was timed: the fetch's mean over whole rounds
+    of the queue (its waits come in bursts) plus the median of the rest of each step, as a step
+    with no loader is estimated. A step slowed by something other than the loader (a pause once
+    in the steps after the window, 4-5x the step, none of it in the fetch: minGPT's adder in
+    benchmarks/BENCHMARKS-replay.md "Knob set l") then moves the estimate as little as it moves a
+    median."""
+    n = len(samples)
+    rounds = n // loader_depth
+    start = n - rounds * loader_depth  # whole rounds, the latest ones
+    fetched = [max(f, 0.0) for f in fetch[start:]]
+    rest = [max(s - f, 0.0) for s, f in zip(samples[start:], fetched, strict=True)]
+    median = statistics.median(rest)
+    mad = statistics.median(abs(x - median) for x in rest)
+    rest_se = 1.2533 * 1.4826 * mad / math.sqrt(len(rest))
+    means = [statistics.fmean(fetched[i * loader_depth:(i + 1) * loader_depth])
+             for i in range(rounds)]
+    fetch_se = (statistics.stdev(means) / math.sqrt(rounds) if rounds > 1
+                else statistics.stdev(fetched) / math.sqrt(len(fetched)) if len(fetched) > 1
+                else 0.0)
+    return median + statistics.fmean(fetched), math.hypot(rest_se, fetch_se), LOADER_REST_MEDIAN
 
 
 def enough(samples: list[float], loader_depth: int = 0) -> bool:
@@ -174,17 +207,23 @@ def choose(before: list[float], after: list[float],
 
 
 def unprofiled_step(before: list[float], after: list[float], loader_depth: int = 0,
-                    last_step_before: int | None = None) -> UnprofiledStep | None:
+                    last_step_before: int | None = None,
+                    fetch_before: Sequence[float] | None = None,
+                    fetch_after: Sequence[float] | None = None) -> UnprofiledStep | None:
     """The unprofiled step from the steps timed ``before`` and ``after`` the window (ms each).
 
     ``last_step_before``: the program's step at which the last step before the window ended (the
     window's first step): when no step after the window was timed and it is below ``WARM_STEPS``,
     every timed step was among the program's first, and the result is not trusted.
+    ``fetch_before`` / ``fetch_after``: each of those steps' DataLoader fetch (ms), where every one
+    was timed (``summarize``).
     """
     samples, where = choose(before, after, loader_depth)
     if not samples:
         return None
-    ms, spread, estimator = summarize(samples, loader_depth)
+    fetch = {"before": fetch_before, "after": fetch_after}.get(where) if where != "both" else (
+        None if fetch_before is None or fetch_after is None else [*fetch_before, *fetch_after])
+    ms, spread, estimator = summarize(samples, loader_depth, fetch)
     n = len(samples)
     why = ""
     if n < MIN_SAMPLES:
@@ -236,4 +275,5 @@ def fetch_in_step(step_ms: float, samples: Sequence[float], fetch_ms: Sequence[f
     rest = [max(s - f, 0.0) for s, f in zip(samples, fetch_ms, strict=True)]
     if not rest:
         return 0.0
-    return min(max(step_ms - summarize(rest, loader_depth)[0], 0.0), step_ms)
+    # the rest as the step's own estimator saw it (``_loader_rest_median`` behind workers)
+    return min(max(step_ms - summarize(rest, loader_depth, [0.0] * len(rest))[0], 0.0), step_ms)
