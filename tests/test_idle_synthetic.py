@@ -55,6 +55,7 @@ def test_sync_on_the_autograd_thread_counts() -> None:
     t.launch("gemm", 5, 10, 100, op="aten::mm")
     t.launch("gemm", 50, 60, 100, op="aten::mm", tid=200)  # backward thread, GPU 60-160
     t.op("aten::_local_scalar_dense", 70, 150, tid=200)  # 70-220 waits on the GPU
+    t.runtime("cudaStreamSynchronize", 72, 146, tid=200)
     t.launch("gemm", 230, 250, 100, op="aten::mm", tid=200)  # GPU 250-350
     trace = parse(t.to_bytes())
     idle = idle_causes(trace, segment(trace))

@@ -114,10 +114,13 @@ def sync_calls(trace: Trace) -> np.ndarray:
     mask[dev.launch[readback]] = True
     ops = trace.names_matching(lambda s: s in SYNC_OPS)[host.name] & (host.cat == HostCat.OP)
     if runtime.any():
-        # an operator that reads a value waits only where it made a blocking call: ``.item()`` on
-        # a CPU tensor (a non-fused optimizer's step counts, ``torch.optim`` ``_get_value``) makes
-        # none, and the GPU's idle around it is the host's pace, not a sync
-        ops &= _enclosing_ops(host, np.flatnonzero(mask))
+        # an operator that reads a value waits only where it made a blocking call or copied from
+        # the GPU: ``.item()`` on a CPU tensor (a non-fused optimizer's step counts, ``torch.optim``
+        # ``_get_value``) does neither, and the GPU's idle around it is the host's pace, not a sync
+        download = np.isin(dev.kind, (int(Kind.MEMCPY_DTOH_PAGEABLE), int(Kind.MEMCPY_DTOH_PINNED)))
+        evidence = np.concatenate([np.flatnonzero(mask),
+                                   dev.launch[download & (dev.launch >= 0)]])
+        ops &= _enclosing_ops(host, evidence)
     return mask | ops
 
 
