@@ -73,6 +73,13 @@ def test_a_read_that_makes_no_blocking_call_is_no_sync() -> None:
     t.op("aten::nonzero", 40, 10)  # a CPU tensor's nonzero
     trace = parse(t.to_bytes())
     assert [int(i) for i in sync_calls(trace).nonzero()[0]] == [2, 3, 5]
+    # ROCm's runtime calls are not read: its reads count by their names, as before
+    amd = TraceBuilder()
+    amd.op("aten::item", 0, 10)
+    amd.runtime("hipMemcpyWithStream", 2, 6)
+    amd.op("aten::item", 20, 10)
+    trace = parse(amd.to_bytes())
+    assert _names(trace, sync_calls(trace)) == ["aten::item", "aten::item"]
     # a trace that records no runtime call at all cannot tell: every read counts, by its name
     bare = TraceBuilder()
     bare.op("aten::item", 0, 10)

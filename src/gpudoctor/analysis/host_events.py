@@ -113,10 +113,12 @@ def sync_calls(trace: Trace) -> np.ndarray:
     readback = (dev.kind == int(Kind.MEMCPY_DTOH_PAGEABLE)) & (dev.launch >= 0)
     mask[dev.launch[readback]] = True
     ops = trace.names_matching(lambda s: s in SYNC_OPS)[host.name] & (host.cat == HostCat.OP)
-    if runtime.any():
+    cuda = trace.names_matching(lambda s: s.startswith("cu"))[host.name] & runtime
+    if cuda.any():
         # an operator that reads a value waits only where it made a blocking call or copied from
         # the GPU: ``.item()`` on a CPU tensor (a non-fused optimizer's step counts, ``torch.optim``
-        # ``_get_value``) does neither, and the GPU's idle around it is the host's pace, not a sync
+        # ``_get_value``) does neither, and the GPU's idle around it is the host's pace, not a sync.
+        # Another runtime's calls (ROCm's hip*) are not read here: its reads keep their names
         download = np.isin(dev.kind, (int(Kind.MEMCPY_DTOH_PAGEABLE), int(Kind.MEMCPY_DTOH_PINNED)))
         evidence = np.concatenate([np.flatnonzero(mask),
                                    dev.launch[download & (dev.launch >= 0)]])
