@@ -355,18 +355,23 @@ def test_the_profilers_cost_measured_by_bench_is_the_replays_prior() -> None:
     assert at_6us.base.replayed.step_ns < at_3us.base.replayed.step_ns
 
 
-def test_a_knob_that_fixes_two_findings_is_priced_by_one_replay_of_both_edits() -> None:
-    """reduce-overhead graphs the step and fuses its chains: launch-bound's knob price is the
-    replay of its edit merged with unfused-elementwise's, and try-fixes takes it as it is (no
-    second sum of the fusion's saving on top)."""
+def test_launch_bounds_knob_is_priced_by_its_own_edit() -> None:
+    """reduce-overhead graphs the module's forward and backward and fuses their chains
+    (rules/knob_prices.py): launch-bound's evidence carries that knob's own price, the one
+    ``run --try-fixes`` predicts, and a plan from the report alone takes it as it is."""
+    from gpudoctor.pipeline import knob_prices_for
     from gpudoctor.tryfix.trial import plan
 
-    report = analyze_loaded(load(DATA / "launch_bound" / "trace.json.gz"))
+    path = DATA / "launch_bound" / "trace.json.gz"
+    report = analyze_loaded(load(path))
     launch = report.finding("launch-bound")
-    joint = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
-    assert joint == pytest.approx(47.0576, abs=1e-4) and joint > launch.predicted_speedup
+    own = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
+    assert own == pytest.approx(51.9869, abs=1e-4)
+    assert own == pytest.approx(
+        knob_prices_for(path)["compile-reduce-overhead"]["predicted_speedup"], abs=1e-3
+    )
     (trial,) = plan(report.findings, ["compile-reduce-overhead"]).trials
-    assert trial.own_edit and trial.predicted_speedup == pytest.approx(joint)
+    assert trial.own_edit and trial.predicted_speedup == pytest.approx(own)
 
 
 def _stepped(profiler_steps: bool):  # type: ignore[no-untyped-def]

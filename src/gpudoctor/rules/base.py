@@ -50,10 +50,10 @@ class Rule(msgspec.Struct, frozen=True):
     # a run --try-fixes knob whose change differs from the finding's first fix, as its own edit
     # (fp32-matmul's "tf32": the matmuls at the TF32 rate, not bf16): knob id -> edit
     knob_edits: tuple[tuple[str, Callable[[Analysis, Finding], Edit | None]], ...] = ()
-    # a knob whose change is this finding's fix and others' at once (compile-reduce-overhead graphs
-    # the step and fuses its chains): knob id -> the other finding ids, priced by one replay of the
-    # edits of those present merged with this one's
-    knob_with: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # knobs on the module whose edit is rules/knob_prices.py's, priced the same way in the evidence
+    # (launch-bound's "compile-reduce-overhead": the module in graphs, where the finding prices the
+    # whole step in one)
+    module_knobs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.needs if n not in NEEDS]

@@ -83,10 +83,24 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
         note="no fp32 or TF32 matmul")
     if _compiled_already(a, region):
         return out
+    return {**out, **_compile_edits(a, region)}
+
+
+def compile_knob_edit(a: Analysis, knob: str) -> Edit | None:
+    """One compile knob's own edit (``knob_edits``), alone: None where the trace shows no module
+    to compile, the program compiles it already, or the knob has nothing to change there."""
+    region = compiled_region(a.trace)
+    if not region.any() or _compiled_already(a, region):
+        return None
+    return _compile_edits(a, region).get(knob)
+
+
+def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
+    """The compile knobs' edits of the module ``region`` (not compiled by the program)."""
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
-    out[KNOB_COMPILE] = merge([fused, entries]) if entries is not None else fused
+    out = {KNOB_COMPILE: merge([fused, entries]) if entries is not None else fused}
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
@@ -196,5 +210,5 @@ def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:
     return difference(distinct(tops[gone]), tops[~gone]).astype(np.int64)
 
 
-__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice", "fusion",
-           "knob_edits"]
+__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice",
+           "compile_knob_edit", "fusion", "knob_edits"]

@@ -170,6 +170,7 @@ RULE = Rule(
     ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
     order=20, idle_cause="dispatch", edit=edit,
     blocked_by=("host-sync", "allocator-churn", "input-pipeline", "host-blocking-work"),
-    # Inductor fuses under the graph
-    knob_with=(("compile-reduce-overhead", ("unfused-elementwise",)),),
+    # the snippet's knob graphs the module's forward and backward, not the step: its own price
+    # (rules/knob_prices.py) goes in the evidence
+    module_knobs=("compile-reduce-overhead",),
 )

@@ -27,7 +27,7 @@ from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
 from gpudoctor.replay.pace import paced
 from gpudoctor.replay.simulate import replay
-from gpudoctor.rules.knob_prices import KnobPrice, knob_edits
+from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
 PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
@@ -239,7 +239,6 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
         ids.append(finding.id)
     if not edits:
         return out, None
-    out = [_with_joint_knob_prices(f, dict(zip(ids, edits)), model) for f in out]
     together = merge(edits)
     after_all = model.after_ms(together, takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)),
                                takes_loader=bool(LOADER_TAKEN_BY & set(ids)))
@@ -316,31 +315,14 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
 
     rule = RULES.get(finding.id)
     numbers = dict(finding.evidence.numbers)
-    for knob_id, knob_edit in (rule.knob_edits if rule is not None else ()):
+    edits = [*(rule.knob_edits if rule is not None else ()),
+             *((k, lambda a, _raw, k=k: compile_knob_edit(a, k))
+               for k in (rule.module_knobs if rule is not None else ()))]
+    for knob_id, knob_edit in edits:
         edit = knob_edit(a, raw)
         if edit is None or edit.is_empty():
             continue
         after = model.after_ms(edit)
-        numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
-    if numbers == finding.evidence.numbers:
-        return finding
-    return finding.with_numbers(numbers)
-
-
-def _with_joint_knob_prices(finding: Finding, edits: dict[str, Edit], model: StepModel) -> Finding:
-    """The finding with its rule's joint knobs (Rule.knob_with) priced: its edit merged with those
-    of the other findings the knob also fixes, where they were found, in one replay."""
-    from gpudoctor.rules.registry import RULES
-
-    rule = RULES.get(finding.id)
-    if rule is None or finding.id not in edits:
-        return finding
-    numbers = dict(finding.evidence.numbers)
-    for knob_id, others in rule.knob_with:
-        present = [edits[o] for o in others if o in edits]
-        if not present:
-            continue
-        after = model.after_ms(merge([edits[finding.id], *present]))
         numbers[KNOB_SPEEDUP + knob_id] = round(model.step_ms / after, 4) if after > 0 else 1.0
     if numbers == finding.evidence.numbers:
         return finding
