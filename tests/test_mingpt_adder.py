@@ -43,6 +43,10 @@ def test_the_snippets_knob_is_priced_apart_from_the_whole_step_graph(report: Rep
     launch = report.findings[0]
     own = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
     assert own == pytest.approx(3.1579, abs=1e-3) and own < launch.predicted_speedup / 4
+    # printed under the fix, in the text and the HTML report
+    assert (
+        launch.knob_note() == "As a run --try-fixes knob, on its own: compile-reduce-overhead x3.16"
+    )
 
 
 def test_the_fix_is_written_from_the_training_loader(report: Report) -> None:

@@ -22,6 +22,10 @@ REPLAYED_BELOW_TEXT = ("Replayed, the fix saves {saving:.2f} ms where its formul
                        "{named:.2f} ms: in the step replayed without the profiler's own time, "
                        "other work (the host's, another stream's) keeps the step as long; with "
                        "the fixes listed before it, it can count for more.")
+# A knob's own replayed speedup in a finding's evidence: this prefix and the knob's id
+# (rules/whatif.py: a run --try-fixes knob whose change is not the finding's first fix, or whose
+# edit is the module's where the finding's is the step's)
+KNOB_SPEEDUP = "predicted_speedup_with_"
 MAJOR_SHARE = 0.05  # the share of the step from which a saving is major (a rule may ask for more)
 
 
@@ -80,6 +84,17 @@ class Finding(msgspec.Struct, frozen=True):
         if self.saving_ms * REPLAYED_BEYOND <= formula:
             return REPLAYED_BELOW_TEXT.format(saving=self.saving_ms, named=float(formula))
         return None
+
+    def knob_note(self) -> str | None:
+        """``As a run --try-fixes knob, on its own: tf32 x1.96``: the knobs' own replayed prices
+        the evidence carries (a price other than the finding's: TF32 where the fix is bf16, the
+        module in CUDA graphs where the fix graphs the whole step); None where it carries none."""
+        knobs = sorted((k.removeprefix(KNOB_SPEEDUP), v) for k, v in self.evidence.numbers.items()
+                       if k.startswith(KNOB_SPEEDUP) and isinstance(v, (int, float)) and v > 0)
+        if not knobs:
+            return None
+        return "As a run --try-fixes knob, on its own: " + ", ".join(
+            f"{k} x{v:.2f}" for k, v in knobs)
 
     def to_dict(self) -> dict[str, Any]:
         out = self._base_dict()

@@ -230,6 +230,9 @@ def _findings(r: Report, limit: int) -> Group:
             if f.fixes[0].code:
                 body.append(Padding(Text(f.fixes[0].code.splitlines()[0], style="green dim"),
                                     (0, 0, 0, 5)))
+        knobs = f.knob_note()
+        if knobs is not None:
+            body.append(Text(knobs, style="dim"))
         items.append(Padding(Group(*body), (0, 0, 0, 3)))
     if len(r.findings) > limit:
         items.append(Text(f"... {len(r.findings) - limit} more in --json / --html", style="dim"))

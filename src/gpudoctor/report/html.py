@@ -367,6 +367,9 @@ def _finding(f: Finding, trace_note: str = "", after: list[str] | None = None) -
             for fix in f.fixes
         )
         parts.append(f"<p><b>Fixes, in order:</b></p><ol>{items}</ol>")
+    knobs = f.knob_note()
+    if knobs is not None:
+        parts.append(f'<p class="muted">{esc(knobs)}</p>')
     if f.wrong_fix:
         parts.append(f'<p class="wrong"><b>Won\'t help:</b> {esc(f.wrong_fix)}</p>')
     parts.append("</article>")

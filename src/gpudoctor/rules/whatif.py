@@ -21,7 +21,13 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import dataloader_calls
 from gpudoctor.analysis.idle import BLOCKING
 from gpudoctor.analysis.intervals import overlap_per_window, union
-from gpudoctor.core.finding import MAX_REPLAYED_SAVING_SHARE, Finding, severity_for, speedup
+from gpudoctor.core.finding import (
+    KNOB_SPEEDUP,
+    MAX_REPLAYED_SAVING_SHARE,
+    Finding,
+    severity_for,
+    speedup,
+)
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import Unprofiled, unprofiled
@@ -31,7 +37,6 @@ from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
 PRICED_BY = "priced_by"  # evidence key: "replay" or "formula"
-KNOB_SPEEDUP = "predicted_speedup_with_"  # + knob id: a knob's own edit, replayed (Rule.knob_edits)
 FORMULA_BECAUSE = "priced_by_formula_because"
 STEP_AFTER_REPLAYED = "step_after_fix_replayed_ms"
 # evidence key: what told the replay how fast the host runs without the profiler (observer.FROM_*)
