@@ -47,6 +47,10 @@ def test_the_snippets_knob_is_priced_apart_from_the_whole_step_graph(report: Rep
     assert (
         launch.knob_note() == "As a run --try-fixes knob, on its own: compile-reduce-overhead x3.16"
     )
+    # a knob priced as the finding is (tf32 x1.00 under fp32-matmul's x1.00) repeats nothing
+    fp32 = report.finding("fp32-matmul")
+    assert fp32.evidence.numbers["predicted_speedup_with_tf32"] == pytest.approx(1.0, abs=1e-3)
+    assert fp32.knob_note() is None
 
 
 def test_the_fix_is_written_from_the_training_loader(report: Report) -> None:

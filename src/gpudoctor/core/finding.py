@@ -26,6 +26,9 @@ REPLAYED_BELOW_TEXT = ("Replayed, the fix saves {saving:.2f} ms where its formul
 # (rules/whatif.py: a run --try-fixes knob whose change is not the finding's first fix, or whose
 # edit is the module's where the finding's is the step's)
 KNOB_SPEEDUP = "predicted_speedup_with_"
+# a knob's price this far from the finding's own is printed under its fix (Finding.knob_note);
+# closer, it repeats the finding's price
+KNOB_NOTE_APART = 0.05
 MAJOR_SHARE = 0.05  # the share of the step from which a saving is major (a rule may ask for more)
 
 
@@ -87,10 +90,13 @@ class Finding(msgspec.Struct, frozen=True):
 
     def knob_note(self) -> str | None:
         """``As a run --try-fixes knob, on its own: tf32 x1.96``: the knobs' own replayed prices
-        the evidence carries (a price other than the finding's: TF32 where the fix is bf16, the
-        module in CUDA graphs where the fix graphs the whole step); None where it carries none."""
+        the evidence carries (TF32 where the fix is bf16, the module in CUDA graphs where the fix
+        graphs the whole step), those KNOB_NOTE_APART or more from the finding's own; None where
+        there is none."""
+        own = self.predicted_speedup
         knobs = sorted((k.removeprefix(KNOB_SPEEDUP), v) for k, v in self.evidence.numbers.items()
-                       if k.startswith(KNOB_SPEEDUP) and isinstance(v, (int, float)) and v > 0)
+                       if k.startswith(KNOB_SPEEDUP) and isinstance(v, (int, float)) and v > 0
+                       and (own <= 0 or abs(v / own - 1) >= KNOB_NOTE_APART))
         if not knobs:
             return None
         return "As a run --try-fixes knob, on its own: " + ", ".join(
