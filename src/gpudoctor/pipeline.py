@@ -239,7 +239,7 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
     analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
                              run.model_state, run.step_source, run.cut_after,
                              unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                            unprofiled_lead_ms=run.unprofiled_lead_ms)
+                             unprofiled_lead_ms=run.unprofiled_lead_ms)
     model = step_model(analysis)
     if isinstance(model, str):
         return {}
@@ -402,7 +402,7 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
                                      run.step_source, alone=False,
                                      unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                            unprofiled_lead_ms=run.unprofiled_lead_ms)
+                                     unprofiled_lead_ms=run.unprofiled_lead_ms)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

@@ -9,9 +9,18 @@ its window after them, and times two rounds of the queue after it (capture/sessi
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpudoctor.core.loader import LoaderSettings, usable_cpus
+
+
+class _Fetched(NamedTuple):
+    """What one loader's settings were fetched under: in how many steps, the last of them, and how
+    many batches."""
+
+    steps: int
+    last_step: int
+    batches: int
 
 
 class LoaderQueue:
@@ -23,11 +32,10 @@ class LoaderQueue:
         self._yielded = 0  # the current iterator's count of batches at the last fetch
         self._started = False  # the start-up backlog has been served (or a later epoch began)
         self._iterator: Any = None  # a weak reference to the iterator seen last
-        # under each loader's settings: the steps it was fetched in, the last of them, and its
-        # batches. The training loop's loader is the one fetched from in the most steps: an
-        # evaluation pass fetches many batches within one step (minGPT's adder evaluates 100
-        # batches at its first step, more than the training loop fetched before the capture ended)
-        self._settings: dict[tuple[int, bool, int | None, bool], list[int]] = {}
+        # what each loader's settings were fetched under. The training loop's loader is the one
+        # fetched from in the most steps: an evaluation pass fetches many batches within one step
+        # (tests/test_loader_settings.py; benchmarks/BENCHMARKS-replay.md "Knob set l")
+        self._settings: dict[tuple[int, bool, int | None, bool], _Fetched] = {}
 
     @property
     def settings(self) -> LoaderSettings | None:
@@ -36,7 +44,7 @@ class LoaderQueue:
         if not self._settings:
             return None
         workers, pinned, batch, persistent = max(
-            self._settings, key=lambda k: (self._settings[k][0], self._settings[k][2]))
+            self._settings, key=lambda k: (self._settings[k].steps, self._settings[k].batches))
         return LoaderSettings(num_workers=workers, pin_memory=pinned, batch_size=batch,
                               persistent_workers=persistent, cpus=usable_cpus())
 
@@ -44,8 +52,9 @@ class LoaderQueue:
         """A batch is about to be fetched from ``iterator`` (a DataLoader's) in the program's step
         ``step`` (the step boundaries seen so far)."""
         key = _settings_of(iterator)
-        steps, last, batches = self._settings.get(key, (0, -1, 0))
-        self._settings[key] = [steps + (step != last), step, batches + 1]
+        seen = self._settings.get(key, _Fetched(0, -1, 0))
+        self._settings[key] = _Fetched(seen.steps + (step != seen.last_step), step,
+                                       seen.batches + 1)
         depth = int(getattr(iterator, "_num_workers", 0) or 0) * int(
             getattr(iterator, "_prefetch_factor", 0) or 0)
         if depth <= 0:

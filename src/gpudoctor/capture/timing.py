@@ -144,43 +144,50 @@ def summarize(samples: list[float], loader_depth: int = 0,
         spread = statistics.stdev(samples) / math.sqrt(n) if n > 1 else 0.0
         return statistics.fmean(samples), spread, "mean"
     if loader_depth > 0:
-        rounds = n // loader_depth
-        kept = samples[n - rounds * loader_depth:]  # whole rounds, the latest ones
-        means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth])
-                 for i in range(rounds)]
-        spread = statistics.stdev(means) / math.sqrt(rounds) if rounds > 1 else statistics.stdev(kept) / math.sqrt(len(kept))
-        return statistics.fmean(kept), spread, "loader-mean"
+        return (*_mean_over_rounds(_whole_rounds(samples, loader_depth), loader_depth),
+                "loader-mean")
     if n < MIN_SAMPLES:
         return statistics.fmean(samples), (max(samples) - min(samples)) / 2, "mean"
-    median = statistics.median(samples)
-    mad = statistics.median(abs(x - median) for x in samples)
-    # the median's standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma = 1.4826
-    # MAD
-    return median, 1.2533 * 1.4826 * mad / math.sqrt(n), "median"
+    return (*_median_and_se(samples), "median")
 
 
 def _loader_rest_median(samples: list[float], loader_depth: int,
                         fetch: Sequence[float]) -> tuple[float, float, str]:
     """Behind a DataLoader with workers whose fetch was timed: the fetch's mean over whole rounds
     of the queue (its waits come in bursts) plus the median of the rest of each step, as a step
-    with no loader is estimated. A step slowed by something other than the loader (a pause once
-    in the steps after the window, 4-5x the step, none of it in the fetch: minGPT's adder in
-    benchmarks/BENCHMARKS-replay.md "Knob set l") then moves the estimate as little as it moves a
-    median."""
-    n = len(samples)
-    rounds = n // loader_depth
-    start = n - rounds * loader_depth  # whole rounds, the latest ones
-    fetched = [max(f, 0.0) for f in fetch[start:]]
-    rest = [max(s - f, 0.0) for s, f in zip(samples[start:], fetched, strict=True)]
-    median = statistics.median(rest)
-    mad = statistics.median(abs(x - median) for x in rest)
-    rest_se = 1.2533 * 1.4826 * mad / math.sqrt(len(rest))
-    means = [statistics.fmean(fetched[i * loader_depth:(i + 1) * loader_depth])
+    with no loader is estimated. A step slowed by something other than the loader (a pause with
+    none of it in the fetch) then moves the estimate as little as it moves a median
+    (benchmarks/BENCHMARKS-replay.md "Knob set l"; tests/test_mingpt_adder.py)."""
+    fetched = [max(f, 0.0) for f in _whole_rounds(list(fetch), loader_depth)]
+    kept = _whole_rounds(samples, loader_depth)
+    rest, rest_se = _median_and_se([max(s - f, 0.0) for s, f in zip(kept, fetched, strict=True)])
+    fetch_ms, fetch_se = _mean_over_rounds(fetched, loader_depth)
+    return rest + fetch_ms, math.hypot(rest_se, fetch_se), LOADER_REST_MEDIAN
+
+
+def _whole_rounds(values: list[float], loader_depth: int) -> list[float]:
+    """The latest whole rounds of the loader's queue (``loader_depth`` steps each) in ``values``."""
+    return values[len(values) - len(values) // loader_depth * loader_depth:]
+
+
+def _mean_over_rounds(kept: list[float], loader_depth: int) -> tuple[float, float]:
+    """The mean of whole rounds of the queue, and its standard error over the rounds' means (over
+    the steps where there is one round)."""
+    rounds = len(kept) // loader_depth
+    means = [statistics.fmean(kept[i * loader_depth:(i + 1) * loader_depth])
              for i in range(rounds)]
-    fetch_se = (statistics.stdev(means) / math.sqrt(rounds) if rounds > 1
-                else statistics.stdev(fetched) / math.sqrt(len(fetched)) if len(fetched) > 1
-                else 0.0)
-    return median + statistics.fmean(fetched), math.hypot(rest_se, fetch_se), LOADER_REST_MEDIAN
+    if rounds > 1:
+        return statistics.fmean(kept), statistics.stdev(means) / math.sqrt(rounds)
+    spread = statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else 0.0
+    return statistics.fmean(kept), spread
+
+
+def _median_and_se(values: list[float]) -> tuple[float, float]:
+    """The median and its standard error for normal noise: sqrt(pi / 2) x sigma / sqrt(n), sigma =
+    1.4826 MAD."""
+    median = statistics.median(values)
+    mad = statistics.median(abs(x - median) for x in values)
+    return median, 1.2533 * 1.4826 * mad / math.sqrt(len(values))
 
 
 def enough(samples: list[float], loader_depth: int = 0) -> bool:

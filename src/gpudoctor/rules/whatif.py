@@ -320,11 +320,10 @@ def _with_knob_prices(finding: Finding, a: Analysis, raw: Finding, model: StepMo
 
     rule = RULES.get(finding.id)
     numbers = dict(finding.evidence.numbers)
-    edits = [*(rule.knob_edits if rule is not None else ()),
-             *((k, lambda a, _raw, k=k: compile_knob_edit(a, k))
-               for k in (rule.module_knobs if rule is not None else ()))]
-    for knob_id, knob_edit in edits:
-        edit = knob_edit(a, raw)
+    edits = [] if rule is None else [
+        *((k, knob_edit(a, raw)) for k, knob_edit in rule.knob_edits),
+        *((k, compile_knob_edit(a, k)) for k in rule.module_knobs)]
+    for knob_id, edit in edits:
         if edit is None or edit.is_empty():
             continue
         after = model.after_ms(edit)
