@@ -64,11 +64,14 @@ class TraceBuilder:
         types: list | None = None,
         flops: float | None = None,
         tid: int = TID,
+        concrete: list | None = None,
     ) -> None:
         args: dict[str, Any] = {"External id": len(self.events)}
         if dims is not None:
             args["Input Dims"] = dims
             args["Input type"] = types or ["c10::BFloat16"] * len(dims)
+        if concrete is not None:  # the profiler's "Concrete Inputs": scalar arguments as strings
+            args["Concrete Inputs"] = concrete
         if flops is not None:
             args["flops"] = flops
         self.events.append(

@@ -9,11 +9,15 @@ input-pipeline finding writes its fix from them and prices the workers it prescr
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import msgspec
 
+# Environment variable through which ``run --try-fixes`` hands the loader-workers knob the workers the
+# input-pipeline finding prescribed (tryfix/knobs.py).
+WORKERS_ENV = "GPUDOCTOR_LOADER_WORKERS"
 # Workers prescribed where the loader has none: as many as the host lends the program, at most this
 # many (more rarely help one GPU's loop, and each holds a copy of the dataset's Python objects).
 MAX_FIRST_WORKERS = 8
@@ -50,6 +54,16 @@ def prescribed_workers(now: int, cpus: int | None) -> int:
     many, and no more than the host's CPUs where they are known."""
     wanted = MAX_FIRST_WORKERS if now <= 0 else 2 * now
     return max(min(wanted, cpus), 1) if cpus else wanted
+
+
+def workers_to_keep_up(now: int, rest_share: float, cpus: int) -> int:
+    """The workers that keep up with the rest of the step, for a loader whose ``now`` workers set
+    the step: each worker takes ``now`` steps to make a batch, so a batch every ``rest_share`` of
+    the step (the step without its wait for batches) takes ``now / rest_share`` of them. One more
+    than now at least; at most the CPUs less one, which the training process keeps (``now`` where
+    the workers already have them)."""
+    wanted = math.ceil(now / max(rest_share, 1e-9) - 1e-9)
+    return max(min(wanted, cpus - 1), min(now + 1, cpus - 1), now)
 
 
 def _count(value: Any, zero: bool = False) -> bool:

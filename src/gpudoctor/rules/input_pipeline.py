@@ -9,9 +9,12 @@ Priced as what the prescribed loader can deliver, not as all the waiting:
   as the ``loader-workers`` knob sets them, from the loader's settings and the host's CPUs where
   ``gpudoctor run`` read them, else MAX_FIRST_WORKERS);
 - batches from workers already (``_MultiProcessingDataLoaderIter``) and still late: the workers'
-  throughput sets the step, and doubling them at most halves it: max(step - idle, step / 2), where
-  the step is the one the program runs, waits the window did not see included
-  (``STEP_FLOOR_SHARE_AFTER_FIX``), not the profiled step;
+  throughput sets the step, so each of the N workers takes N steps to make a batch; the fix gives
+  the loader the workers that make a batch in the rest of the step (core/loader.py
+  ``workers_to_keep_up``: M = N / (share of the step not waiting), within the host's CPUs), and the
+  step after it is max(step - idle, step * N / M), where the step is the one the program runs,
+  waits the window did not see included (``STEP_FLOOR_SHARE_AFTER_FIX``), not the profiled step.
+  From a bare trace, which says neither N nor the CPUs: twice as many at most halve the step;
 - batches made on the training thread whose time is mostly ``pin_memory`` (at least
   ``PINNING_SHARE`` of it): the data set is already in memory and the loader copies each batch
   into pinned memory. The fix is to pin the data set once (``Tensor.pin_memory`` returns a pinned
@@ -41,13 +44,14 @@ from gpudoctor.core.finding import (
     Fix,
     make_finding,
 )
-from gpudoctor.core.loader import LoaderSettings, prescribed_workers
+from gpudoctor.core.loader import LoaderSettings, prescribed_workers, workers_to_keep_up
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
 ID = "input-pipeline"
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
+WORKERS_PRESCRIBED = "workers_prescribed"  # evidence key: the workers the fix sets
 LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")
@@ -114,15 +118,18 @@ def check(a: Analysis) -> Finding | None:
         saving = min(idle, pinning_ms)
     # a share of the step the program runs: calibrate applies it to the unprofiled step
     elif from_workers:
-        saving = a.step_ms - max(a.step_ms - idle, a.step_ms * WORKER_FLOOR_SHARE)
-        floor_evidence = {STEP_FLOOR_SHARE_AFTER_FIX: WORKER_FLOOR_SHARE}
+        keep_up = _workers_keeping_up(a, idle)
+        share = WORKER_FLOOR_SHARE if keep_up is None else a.loader.num_workers / keep_up
+        saving = a.step_ms - max(a.step_ms - idle, a.step_ms * share)
+        floor_evidence = {STEP_FLOOR_SHARE_AFTER_FIX: round(share, 4),
+                          **({} if keep_up is None else {WORKERS_PRESCRIBED: keep_up})}
     else:
         # one batch's cost on one core: the fetch timed without the profiler where the capture
         # timed it (the profiled window's own is the profiler's pace)
         workers = prescribed_workers(0, a.loader.cpus if a.loader is not None else None)
         floor = (a.unprofiled_fetch_ms or loader_ms) / workers
         saving = a.step_ms - max(a.step_ms - idle, floor)
-        floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3), "workers_prescribed": workers}
+        floor_evidence = {STEP_FLOOR_AFTER_FIX: round(floor, 3), WORKERS_PRESCRIBED: workers}
     evidence = Evidence(
         numbers={
             "gpu_idle_waiting_for_data_ms_per_step": round(idle, 3),
@@ -157,7 +164,8 @@ def check(a: Analysis) -> Finding | None:
                      "pinning a 16 MB batch took 8.0 ms instead of 0.10 on an H100",
                      "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or "
                      "torch._inductor.config.compile_threads = 1")
-    workers_fix = _workers_fix(a.loader, from_workers)
+    workers_fix = _workers_fix(a.loader, from_workers,
+                               floor_evidence.get(WORKERS_PRESCRIBED) if from_workers else None)
     pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then "
                    "views of pinned memory, which the loader does not copy again; worker processes "
                    "would still copy each batch, through shared memory",
@@ -190,11 +198,32 @@ def check(a: Analysis) -> Finding | None:
 
 
 
-def _workers_fix(loader: LoaderSettings | None, from_workers: bool) -> Fix:
+def _workers_keeping_up(a: Analysis, idle_ms: float) -> int | None:
+    """The workers that keep up with the rest of the step (core/loader.py ``workers_to_keep_up``),
+    for a loader whose workers and host CPUs ``gpudoctor run`` read; the rest of the step from the
+    unprofiled step and fetch where the capture timed them (the profiled ones carry the profiler's
+    time), else from the profiled step and its wait. None from a bare trace."""
+    loader = a.loader
+    if loader is None or loader.num_workers <= 0 or not loader.cpus or loader.cpus < 3:
+        return None
+    step, fetch = a.unprofiled_step_ms, a.unprofiled_fetch_ms
+    if step and fetch is not None and 0 <= fetch < step:
+        rest_share = 1.0 - fetch / step
+    elif a.step_ms > 0:
+        rest_share = 1.0 - idle_ms / a.step_ms
+    else:
+        return None
+    return workers_to_keep_up(loader.num_workers, rest_share, loader.cpus)
+
+
+def _workers_fix(loader: LoaderSettings | None, from_workers: bool,
+                 keep_up: int | None = None) -> Fix:
     """The workers fix, written from the loader's own settings where ``gpudoctor run`` read them;
     from a bare trace, which says neither the workers nor the host's cores, the snippet names them
     instead of inventing a number (small-gemm's ``B`` is the same)."""
-    title = ("More worker processes (twice as many as now), batches pinned" if from_workers
+    title = ("More worker processes (enough to make a batch in the rest of the step), batches "
+             "pinned" if from_workers and keep_up
+             else "More worker processes (twice as many as now), batches pinned" if from_workers
              else "Load batches in worker processes and pin them")
     if loader is None:
         return Fix(title,
@@ -205,7 +234,7 @@ def _workers_fix(loader: LoaderSettings | None, from_workers: bool) -> Fix:
                    "           persistent_workers=True)   # B: the batch now; W: up to the "
                    "host's cores per GPU")
     now = loader.num_workers if from_workers else 0
-    workers = prescribed_workers(now, loader.cpus)
+    workers = keep_up or prescribed_workers(now, loader.cpus)
     batch = str(loader.batch_size) if loader.batch_size else "B"
     was = (f"# was num_workers={loader.num_workers}, pin_memory={loader.pin_memory}"
            + (f"; {loader.cpus} CPUs on this host" if loader.cpus else ""))

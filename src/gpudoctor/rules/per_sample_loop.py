@@ -1,8 +1,14 @@
-"""per-sample-loop: a Python loop issues one matrix-vector product per sample / node.
+"""per-sample-loop: a Python loop issues one matrix-vector product, or the same few operators, per
+sample / node.
 
 Node-by-node loops turn one GEMM into thousands of GEMVs that starve the tensor cores and pay a
 launch each. Detected as many identical matrix-vector shaped (one side of 1) matmuls per step,
-issued back to back (a few kernels apart), outside CUDA graphs. Not a per-sample loop: a layer with
+issued back to back (a few kernels apart), outside CUDA graphs. A loop with no matrix-vector product
+(``for i in range(B): loss += f(x[i])``) is found from its slicing instead (``sliced_anchors``): a
+select / slice of the same tensor at least MIN_REPEATS_PER_STEP times a step, a few operators apart,
+taking a different row each time (its recorded arguments say which), whose iteration runs on the
+GPU and multiplies no matrices of several rows (an RNN cell stepping over time does: that is a
+recurrence, launch-bound's to price). Not a per-sample loop: a layer with
 one output feature (a regression head's N = 1, called once per forward, a whole forward and
 backward apart, as LBFGS's closure calls it), dot products (L-BFGS's two-loop recursion), and
 ``generate()``'s decode, whose tokens depend on each other and cannot be batched (its cost is the
@@ -15,7 +21,9 @@ their host time is priced with the forward span (the batched fix has one node pe
 
 Priced by replaying the step with the loop vectorized (``edit``): the loop's host span keeps one
 average iteration's share, the stack or cat that gathers the samples goes, the kept iteration's
-matrix-vector products become GEMMs of every sample's rows at the measured grid's time. Where the
+matrix-vector products become GEMMs of every sample's rows at the measured grid's time. The
+autograd engine's own time before the backward's first node and after its last (it walks the graph,
+then frees it) grows with the graph's nodes, and loses the share of them the fix removes. Where the
 graph cannot be built, the formula: the host work the fix removes, every iteration but one of the operators the loop issues
 (the batched call is one iteration's operators on bigger tensors). On a step the host holds, each
 operator costs the host about the same with or without the loop (Python, the dispatcher, a
@@ -31,12 +39,14 @@ FLOPs.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES
-from gpudoctor.core.arrays import difference, distinct
+from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.gemm_rate import gemm_seconds
 from gpudoctor.replay.edits import Edit
@@ -47,14 +57,18 @@ from gpudoctor.rules.common import (
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
+    sources_of_host,
+    top_names,
 )
 from gpudoctor.rules.shared import (
+    MAX_VECTOR_DIM,
     MIN_REPEATS_PER_STEP,
     loop_groups,
     ops_removed_ms,
     step_of,
     step_ops,
 )
+from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION
 from gpudoctor.trace.model import HostCat
 
 ID = "per-sample-loop"
@@ -65,6 +79,11 @@ _BACKWARD_NODE = re.compile(
 # operators equals the one a period later (a branch taken in a few iterations does not break it).
 PERIOD_MATCH = 0.95
 MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
+# A loop over a tensor's rows slices it once per iteration (``x[i]``: aten::select; ``x[i:i + 1]``:
+# aten::slice), with the iteration's few operators between two slices.
+SLICE_OPS = frozenset({"aten::select", "aten::slice", "aten::narrow"})
+MAX_OPS_BETWEEN_SLICES = 16
+GPU_OPS_SHARE = 0.5  # more than this share of an iteration's other operators launch GPU work
 
 
 def check(a: Analysis) -> Finding | None:
@@ -72,7 +91,7 @@ def check(a: Analysis) -> Finding | None:
         return None
     groups = loop_groups(a)
     if not groups:
-        return None
+        return _check_sliced(a)
     rf = a.roofline
     n = max(len(a.steps), 1)
     idx = np.sort(np.concatenate(groups))
@@ -147,14 +166,41 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
         return None
     groups = loop_groups(a)
     if not groups:
-        return None
-    host, dev = a.trace.host, a.trace.device
+        return _edit_sliced(a)
     n = max(len(a.steps), 1)
     idx = np.concatenate(groups)
     iterations = idx.size / n / len(groups)
-    loops = _loops(a, step_ops(a), groups, _looped_nodes(a, iterations))
+    ops = step_ops(a)
+    loops = _loops(a, ops, groups, _looped_nodes(a, iterations))
     if not loops:
         return None
+    removal = _removal(a, ops, loops)
+    kept = difference(idx, removal.device)
+    return Edit(device=kept.astype(np.int64), device_ns=_stacked_ns(a, kept, iterations),
+                device_removed=removal.device, host_removed_s=removal.start,
+                host_removed_e=removal.end, host_share=removal.share, calls_removed=removal.calls,
+                note=f"{removal.ops.size / n:.0f} loop operators a step removed; "
+                     f"{kept.size / n:.0f} matrix-vector products batched {iterations:.0f} "
+                     "samples each")
+
+
+class _Removal(NamedTuple):
+    """What vectorizing loops takes out of the step: host operators, the host spans they lose
+    (``share`` of each), the device events those operators launched and their launch calls."""
+
+    ops: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    share: np.ndarray
+    device: np.ndarray
+    calls: np.ndarray
+
+
+def _removal(a: Analysis, ops: np.ndarray,
+             loops: list[tuple[np.ndarray, int, int, int]]) -> _Removal:
+    """Every iteration but the first of each loop (of the step operators ``ops``), the stack
+    gathering its results, and the engine's share of the backward (``_engine_gaps``)."""
+    host, dev = a.trace.host, a.trace.device
     removed_ops = np.concatenate([seq[first + period:end] for seq, first, end, period in loops])
     # the batched iteration costs the host what an average iteration did (the first one also
     # carries the loop's setup): the loop's span loses the share of its iterations that goes
@@ -168,20 +214,41 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                         if end < seq.size
                         and a.trace.strings[host.name[seq[end]]] in GATHER_OPS], np.int64)
     removed_ops = np.concatenate([removed_ops, gathers])
-    loop_start = np.concatenate([loop_start, host.ts[gathers]])
-    loop_end = np.concatenate([loop_end, host.end[gathers]])
-    share = np.concatenate([share, np.ones(gathers.size)])
     owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
-    gone = np.flatnonzero(np.isin(owner, removed_ops) & (owner >= 0))
-    kept = difference(idx, gone)
+    gone = np.flatnonzero(np.isin(owner, removed_ops) & (owner >= 0)).astype(np.int64)
     calls = dev.launch[gone]
-    return Edit(device=kept.astype(np.int64), device_ns=_stacked_ns(a, kept, iterations),
-                device_removed=gone.astype(np.int64), host_removed_s=loop_start,
-                host_removed_e=loop_end, host_share=share,
-                calls_removed=calls[calls >= 0].astype(np.int64),
-                note=f"{removed_ops.size / n:.0f} loop operators a step removed; "
-                     f"{kept.size / n:.0f} matrix-vector products batched {iterations:.0f} "
-                     "samples each")
+    engine_s, engine_e, engine_share = _engine_gaps(a, ops, loops)
+    return _Removal(removed_ops, np.concatenate([loop_start, host.ts[gathers], engine_s]),
+                    np.concatenate([loop_end, host.end[gathers], engine_e]),
+                    np.concatenate([share, np.ones(gathers.size), engine_share]), gone,
+                    calls[calls >= 0].astype(np.int64))
+
+
+def _engine_gaps(a: Analysis, ops: np.ndarray, loops: list[tuple[np.ndarray, int, int, int]],
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The autograd engine's own time around a backward the loop's nodes fill: the stretch with no
+    operator before its first node (the engine walks the graph to count dependencies) and after
+    its last (the graph is freed before the program's thread goes on). Both grow with the graph's
+    nodes, so the fix takes from them the share of the backward's nodes it removes."""
+    host, names = a.trace.host, a.trace.strings
+    starts, ends, shares = [], [], []
+    order_ts = host.ts[ops]
+    for seq, first, end, period in loops:
+        if not _BACKWARD_NODE.match(names[host.name[seq[first]]]):
+            continue
+        before = int(np.searchsorted(order_ts, host.ts[seq[0]], side="left"))
+        if before > 0:  # from the last operator before the backward's first node
+            starts.append(int(np.maximum.accumulate(host.end[ops[:before]])[-1]))
+            ends.append(int(host.ts[seq[0]]))
+        last_end = int(host.end[seq].max())
+        after = int(np.searchsorted(order_ts, last_end, side="left"))
+        if after < ops.size:  # to the first operator after its last node
+            starts.append(last_end)
+            ends.append(int(order_ts[after]))
+        shares.extend([(end - first - period) / seq.size] * (len(starts) - len(shares)))
+    keep = np.asarray(ends, np.int64) > np.asarray(starts, np.int64)
+    return (np.asarray(starts, np.int64)[keep], np.asarray(ends, np.int64)[keep],
+            np.asarray(shares, float)[keep])
 
 
 def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
@@ -214,10 +281,15 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
     the fix keeps one iteration's operators, ``seq[first:first + period]``, and removes ``seq[first
     + period:end]`` (the forward's matrix-vector products, the backward's repeated nodes)."""
     host, dev = a.trace.host, a.trace.device
-    anchors = [host.outermost(dev.op[g])
-               for g in groups]
-    if looped_nodes.size:
-        anchors.append(looped_nodes)
+    return _loops_around(a, ops, [host.outermost(dev.op[g]) for g in groups], looped_nodes)
+
+
+def _loops_around(a: Analysis, ops: np.ndarray, anchors: list[np.ndarray],
+                  looped_nodes: np.ndarray) -> list[tuple[np.ndarray, int, int, int]]:
+    """``_loops`` around host operators ``anchors`` (one array per repeated operator), and the
+    backward's ``looped_nodes``."""
+    host = a.trace.host
+    anchors = [*anchors, looped_nodes] if looped_nodes.size else list(anchors)
     steps = step_of(a, host.ts[ops])
     out = []
     for step in distinct(steps).tolist():
@@ -322,6 +394,168 @@ def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
         sel = idx[k == step]
         total += float(dev.end[sel].max() - dev.ts[sel].min())
     return total
+
+
+def sliced_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
+    """Top-level slicing operators (``x[i]``) of each (name, input shape) repeated like a loop
+    over a tensor's rows: at least MIN_REPEATS_PER_STEP a step, a few operators apart."""
+    host, names = a.trace.host, a.trace.strings
+    slicing = [i for i in distinct(host.name[ops]).tolist() if names[i] in SLICE_OPS]
+    if not slicing:
+        return []
+    # (name, input shape, sliced dim) -> positions in ops, and the index each took
+    groups: dict[tuple[int, str, str], list[int]] = defaultdict(list)
+    index: dict[tuple[int, str, str], list[str]] = defaultdict(list)
+    for pos in np.flatnonzero(np.isin(host.name[ops], slicing)).tolist():
+        i = int(ops[pos])
+        scalars = a.trace.concrete_inputs(i)  # ['', dim, index or start, ...]
+        if len(scalars) < 3:  # no recorded arguments: which row it took is unknown
+            continue
+        key = (int(host.name[i]), repr(a.trace.input_dims(i)[:1]), str(scalars[1]))
+        groups[key].append(pos)
+        index[key].append(str(scalars[2]))
+    n = max(len(a.steps), 1)
+    steps = step_of(a, host.ts[ops])
+    return [ops[np.asarray(at)] for key, at in groups.items()
+            if len(at) / n >= MIN_REPEATS_PER_STEP
+            and float(median(np.diff(at))) <= MAX_OPS_BETWEEN_SLICES
+            and _rows_per_step(steps[np.asarray(at)], index[key]) >= MIN_REPEATS_PER_STEP]
+
+
+def _rows_per_step(steps: np.ndarray, rows: list[str]) -> float:
+    """The different rows (index, or start of a range) a slicing operator takes per step: a loop
+    over rows takes a new one each iteration (each as many times as it slices tensors); a layer
+    loop slicing a cache takes the same range every time."""
+    distinct_rows = sum(len({rows[j] for j in np.flatnonzero(steps == step).tolist()})
+                        for step in distinct(steps).tolist())
+    return distinct_rows / max(distinct(steps).size, 1)
+
+
+def _unbatched(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
+               ) -> list[tuple[np.ndarray, int, int, int]]:
+    """The loops whose operators multiply no matrices of several rows: an iteration that does is a
+    step of a recurrence over whole batches (an RNN cell over time), launch-bound's to price."""
+    dev = a.trace.device
+    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
+    matrix = np.flatnonzero(np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & (dev.op >= 0))
+    batched = {int(owner[i]) for i, cost in zip(matrix.tolist(),
+                                                 a.roofline.op_costs.lookup(dev.op[matrix]))
+               if cost is not None and cost.gemm_shape is not None
+               and min(cost.gemm_shape[1:3]) > MAX_VECTOR_DIM}
+    return [loop for loop in loops
+            if not batched.intersection(loop[0][loop[1]:loop[2]].tolist())]
+
+
+def _on_gpu(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
+            ) -> list[tuple[np.ndarray, int, int, int]]:
+    """The loops whose iteration runs on the GPU: most of its operators other than the slicing
+    launch work there. A loop over CPU tensors (a dataset's ``__getitem__`` picking a row, an
+    augmentation sample by sample on the training thread) is the host's work, other rules'."""
+    dev, names = a.trace.device, a.trace.strings
+    launching = set(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0].tolist())
+    out = []
+    for loop in loops:
+        seq, first, _end, period = loop
+        body = [int(i) for i in seq[first:first + period].tolist()
+                if names[a.trace.host.name[i]] not in SLICE_OPS]
+        if body and sum(i in launching for i in body) > GPU_OPS_SHARE * len(body):
+            out.append(loop)
+    return out
+
+
+def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, int, int, int]],
+                                                         float]:
+    """The loops over slices of one tensor (forward, then the backward nodes repeated as often),
+    and their iterations per loop."""
+    anchors = sliced_anchors(a, ops)
+    if not anchors:
+        return [], 0.0
+    forward = _on_gpu(a, _unbatched(a, _loops_around(a, ops, anchors, np.empty(0, np.int64))))
+    if not forward:
+        return [], 0.0
+    iterations = float(np.mean([(end - first) / period for _seq, first, end, period in forward]))
+    if iterations < MIN_REPEATS_PER_STEP:
+        return [], 0.0
+    looped = _looped_nodes(a, iterations)
+    return _unbatched(a, _loops_around(a, ops, anchors, looped)), iterations
+
+
+def _check_sliced(a: Analysis) -> Finding | None:
+    """A loop that takes one slice of a tensor at a time (``for i in range(B): f(x[i])``) and runs
+    the same operators on each, with no matrix product of several rows among them."""
+    ops = step_ops(a)
+    loops, iterations = _sliced_loops(a, ops)
+    if not loops:
+        return None
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    n = max(len(a.steps), 1)
+    removal = _removal(a, ops, loops)
+    loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
+    span_ns = float(sum(host.end[seq[first:end]].max() - host.ts[seq[first]]
+                        for seq, first, end, _period in loops))
+    kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
+    # the host's time in proportion to the operators the fix removes (rules/shared.py); the step
+    # never goes below the GPU's work left (STEP_FLOOR_AFTER_FIX)
+    gpu_after = max(a.breakdown.busy_ms - kernel_ns / 1e6 / n, 0.0)
+    saving = min(ops_removed_ms(a, ops, removal.ops.size),
+                 max(a.step_ms - gpu_after, 0.0))
+    # the forward's iteration names the operators (the backward's nodes are autograd's)
+    seq, first, _end, period = next(
+        (loop for loop in loops
+         if not _BACKWARD_NODE.match(trace.strings[host.name[loop[0][loop[1]]]])), loops[0])
+    body = [trace.strings[i] for i in host.name[seq[first:first + period]].tolist()]
+    work = [b for b in body if b not in SLICE_OPS and not b.startswith("autograd::")]
+    fn = (work[0] if work else body[0]).removeprefix("aten::")
+    return make_finding(
+        ID,
+        "A per-sample loop runs the same operators on one slice at a time",
+        a.step_ms,
+        saving,
+        f"A Python loop takes {iterations:.0f} slices of the same tensor per step one at a time "
+        f"and runs the same {period} operators on each ({', '.join(dict.fromkeys(body))}): "
+        f"{removal.ops.size / n:.0f} operators a step, forward and backward, where one call over "
+        f"the batch would do. The loop spans {span_ns / 1e6 / n:.2f} ms of the host per step; its "
+        f"kernels take {kernel_ns / 1e6 / n:.2f} ms.",
+        Evidence(
+            numbers={
+                "loop_iterations_per_step": round(iterations, 1),
+                "operators_per_iteration": period,
+                "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
+                "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
+                "ops_per_step": round(ops.size / n, 1),
+                "loop_ops_removed_per_step": round(removal.ops.size / n, 1),
+                STEP_FLOOR_AFTER_FIX: round(gpu_after, 3),
+            },
+            ops=top_names(trace, host.name[loop_ops], host.dur[loop_ops].astype(float)),
+            sources=sources_of_host(trace, loop_ops, host.dur[loop_ops].astype(float)),
+        ),
+        (
+            Fix("Call the operator once on the whole batch: most take a batch dimension",
+                f"out = torch.{fn}(x, ...)   # all {iterations:.0f} rows at once, instead of: "
+                f"for i in range({iterations:.0f}): torch.{fn}(x[i], ...)"),
+            Fix("Vectorize the per-sample function", "batched = torch.vmap(per_sample_fn)(X)"),
+            Fix("Where the loop cannot be written batched, compile it: the iterations' small "
+                "kernels fuse", "step_fn = torch.compile(step_fn)"),
+        ),
+        wrong_fix="CUDA streams or more threads will not help: each slice's operators are too "
+                  "small to fill the GPU.",
+        idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
+    )
+
+
+def _edit_sliced(a: Analysis) -> Edit | None:
+    """The sliced loop vectorized: every iteration but the first leaves the host and the GPU, the
+    kept iteration's kernels keep their time (on tensors this small, their latency)."""
+    ops = step_ops(a)
+    loops, iterations = _sliced_loops(a, ops)
+    if not loops:
+        return None
+    n = max(len(a.steps), 1)
+    removal = _removal(a, ops, loops)
+    return Edit(device_removed=removal.device, host_removed_s=removal.start,
+                host_removed_e=removal.end, host_share=removal.share, calls_removed=removal.calls,
+                note=f"{removal.ops.size / n:.0f} loop operators a step removed; one call over "
+                     f"{iterations:.0f} slices each")
 
 
 RULE = Rule(

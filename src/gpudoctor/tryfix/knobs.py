@@ -10,7 +10,8 @@ Rules for overriding what the program passed:
 
 - **DataLoader** (``loader-workers``, ``pin-memory``): ``num_workers`` 0 (left at its default or
   passed explicitly: that is what the input-pipeline finding blames) becomes ``min(8, CPUs)``; N > 0
-  becomes ``min(2N, CPUs)`` (the finding's "twice as many as now"); ``pin_memory`` False becomes
+  becomes ``min(2N, CPUs)`` (the finding's "twice as many as now"); where ``run --try-fixes`` hands
+  it the workers the finding prescribed (``core.loader.WORKERS_ENV``), that many; ``pin_memory`` False becomes
   True when CUDA is available; ``persistent_workers`` is set to True only when the program did not
   pass it. A loader over an ``IterableDataset`` keeps its workers (each worker would replay the
   whole stream).
@@ -50,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.core.loader import prescribed_workers, usable_cpus
+from gpudoctor.core.loader import WORKERS_ENV, prescribed_workers, usable_cpus
 
 Effects = list[str]
 
@@ -93,6 +94,8 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
     original = DataLoader.__init__
     signature = inspect.signature(original)
     cpus = usable_cpus() or 1  # the CPUs the input-pipeline finding priced its workers at
+    # the workers the input-pipeline finding prescribed, where ``run --try-fixes`` handed them on
+    handed = _handed_workers(cpus)
     cuda = torch.cuda.is_available()
     # datasets whose loader this knob already set: a wrapper that builds a new loader from the
     # old one's settings (accelerate's prepare) passes them on, and would double them again
@@ -110,7 +113,7 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
         if workers and not isinstance(given.get("dataset"), IterableDataset) and id(given.get("dataset")) not in done:
             done.add(id(given.get("dataset")))
             n = int(given.get("num_workers", 0) or 0)
-            wanted = prescribed_workers(n, cpus)
+            wanted = handed or prescribed_workers(n, cpus)
             if wanted > n:
                 given["num_workers"] = wanted
                 changes.append(f"num_workers {n} -> {wanted}")
@@ -125,6 +128,12 @@ def _patch_dataloader(effects: Effects, workers: bool) -> None:
         return original(self, **given)
 
     DataLoader.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _handed_workers(cpus: int) -> int | None:
+    """``WORKERS_ENV`` as a count of workers (at most ``cpus``), None where unset or not a count."""
+    value = os.environ.get(WORKERS_ENV, "")
+    return min(int(value), cpus) if value.isdigit() and int(value) > 0 else None
 
 
 def _loader_workers(effects: Effects) -> None:

@@ -72,6 +72,14 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
         runner = Trials(target,
                         program_facts(target.path_or_module, target.args, target.is_module),
                         run_dir, baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace,
-                        repeats=repeats, progress=progress)
+                        repeats=repeats, progress=progress,
+                        loader_workers=prescribed_loader_workers(report))
         out.trials = runner.run(chosen.trials)
     return out
+
+
+def prescribed_loader_workers(report: Any) -> int | None:
+    """The workers the report's input-pipeline finding prescribes (its evidence), None without."""
+    finding = report.finding("input-pipeline") if report is not None else None
+    value = finding.evidence.numbers.get("workers_prescribed") if finding is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

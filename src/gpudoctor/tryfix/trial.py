@@ -98,6 +98,7 @@ from typing import Any
 from gpudoctor.capture.numerics import LOSS_STEPS
 from gpudoctor.capture.timing import TRIAL_JUDGED_MIN_S, TRIAL_JUDGED_MIN_STEPS
 from gpudoctor.core.finding import MAX_SAVING_SHARE, speedup
+from gpudoctor.core.loader import WORKERS_ENV
 from gpudoctor.core.subprocesses import default_sigint_in_child
 from gpudoctor.core.trial_record import (
     NotTried,
@@ -472,6 +473,8 @@ class Trials:
     reference: str = "diagnosed run"  # what the trials' samples are compared with: "control" once it ran
     floor_pct: float = DEFAULT_FLOOR_PCT  # the verdicts' noise floor: raised to the controls' drift
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
+    # the workers the input-pipeline finding prescribed (its evidence), for the loader-workers knob
+    loader_workers: int | None = None
     # each trial's trial.json as its child process wrote it (tryfix/child.py), by trial name
     _children: dict[str, ChildTrial] = field(default_factory=dict)
     # a compile knob -> the cache its first trial left
@@ -501,6 +504,14 @@ class Trials:
         if ids:
             self.records.append(self.one("combined", ids, None))
         return self.records
+
+    def _child_env(self, knob_ids: list[str], fresh: str | None, reused: bool) -> dict[str, str]:
+        """The child's environment (knobs.child_env), with the workers the input-pipeline finding
+        prescribed handed to the loader-workers knob: the trial tries the fix the report prices."""
+        env = child_env(knob_ids, dict(os.environ), fresh, reused)
+        if self.loader_workers and "loader-workers" in knob_ids:
+            env[WORKERS_ENV] = str(self.loader_workers)
+        return env
 
     def _judged_again(self, rec: TrialRecord, planned: Planned) -> TrialRecord:
         if rec.status != "ok":
@@ -757,7 +768,7 @@ class Trials:
         keep = fresh is not None and not reused and len(knob_ids) == 1 and knob_ids[0] not in self._caches
         try:
             return self._run_child(trial_dir, spec_path,
-                                   child_env(knob_ids, dict(os.environ), fresh, reused), cwd,
+                                   self._child_env(knob_ids, fresh, reused), cwd,
                                    target)
         finally:
             if keep:
