@@ -15,6 +15,7 @@ from synth import TraceBuilder
 
 from gpudoctor.analysis import analyze_trace
 from gpudoctor.hardware.ceilings import for_gpu_name
+from gpudoctor.pipeline import analyze_loaded
 from gpudoctor.rules.per_sample_loop import check, edit
 from gpudoctor.trace import parse
 
@@ -23,12 +24,16 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsiz
 
 
 def _sliced_loop(
-    row=lambda i: str(i), body: str = "loss", concrete: bool = True, steps: int = 3
+    row=lambda i: str(i),
+    body: str = "loss",
+    concrete: bool = True,
+    steps: int = 3,
+    kernel_us: float = 3,
 ) -> TraceBuilder:
     t = TraceBuilder()
     for s in range(steps):
-        base = s * 10_000
-        t.step(s, base, 10_000)
+        base = s * 2_000  # the loop and the optimizer fill the step
+        t.step(s, base, 2_000)
         ts = base + 100
         for i in range(ITERATIONS):
             t.op(
@@ -43,7 +48,7 @@ def _sliced_loop(
                     "void binary_cross_entropy_kernel",
                     ts + 10,
                     ts + 20,
-                    3,
+                    kernel_us,
                     op="aten::binary_cross_entropy_with_logits",
                     dims=[[128], [128]],
                 )
@@ -66,16 +71,17 @@ def test_a_loop_over_rows_is_found_and_priced_by_the_operators_it_removes() -> N
     f = check(a)
     assert f is not None and f.id == "per-sample-loop"
     n = f.evidence.numbers
-    assert n["loop_iterations_per_step"] == 32.0 and n["operators_per_iteration"] == 3
+    assert n["loop_iterations_per_step"] == 32.0 and n["operators_per_iteration"] == 3.0
     # every iteration but one: 31 x 3 operators of the step's 97
     assert n["loop_ops_removed_per_step"] == 93.0 and n["ops_per_step"] == 97.0
     # the removed operators' kernels: 31 x (3 + 2) us
     assert n["kernel_ms_per_step"] == pytest.approx(0.155, abs=1e-9)
     assert "takes 32 slices of the same tensor" in f.summary
-    assert "aten::select, aten::binary_cross_entropy_with_logits, aten::add" in f.summary
-    assert "for i in range(32): torch.binary_cross_entropy_with_logits(x[i], ...)" in (
-        f.fixes[0].code
+    # the iteration's work, the operators that launch kernels: most host time first
+    assert "runs 3 operators on each (aten::binary_cross_entropy_with_logits, aten::add)" in (
+        f.summary
     )
+    assert "for i in range(32): F.binary_cross_entropy_with_logits(x[i], ...)" in f.fixes[0].code
     e = edit(a, f)
     assert e is not None and e.device_removed.size == 3 * 31 * 2
     assert e.calls_removed.size == 3 * 31 * 2
@@ -96,3 +102,19 @@ def test_not_a_loop_over_samples(variant: dict, why: str) -> None:
     a = _analysis(_sliced_loop(**variant))
     assert check(a) is None, why
     assert edit(a, None) is None, why  # type: ignore[arg-type]
+
+
+def test_rows_of_real_work_keep_their_gpu_time_batched() -> None:
+    """Each row's kernel runs 40 us: one call over the batch still moves every row's bytes, so
+    the kept iteration's kernels take the removed ones' time less a kernel's least (2.5 us: the 2 us
+    add adds nothing) each, and the fix saves little where the GPU is busy."""
+    a = _analysis(_sliced_loop(kernel_us=40))
+    f = check(a)
+    e = edit(a, f)
+    kept_ran = 3 * (40 + 2)  # the first iteration's two kernels, in each of 3 steps (us)
+    removed = 3 * 31 * (40 - 2.5)
+    assert e.device_ns.sum() == pytest.approx((kept_ran + removed) * 1e3)
+    big = analyze_loaded(parse(_sliced_loop(kernel_us=40).to_bytes()))
+    small = analyze_loaded(parse(_sliced_loop().to_bytes()))
+    saved = [r.finding("per-sample-loop").saving_ms for r in (big, small)]
+    assert saved[0] < saved[1]

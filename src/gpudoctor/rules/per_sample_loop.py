@@ -48,7 +48,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
-from gpudoctor.hardware.gemm_rate import gemm_seconds
+from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
@@ -396,9 +396,11 @@ def _span_per_step(a: Analysis, idx: np.ndarray) -> float:
     return total
 
 
-def sliced_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
-    """Top-level slicing operators (``x[i]``) of each (name, input shape) repeated like a loop
-    over a tensor's rows: at least MIN_REPEATS_PER_STEP a step, a few operators apart."""
+def sliced_anchors(a: Analysis, ops: np.ndarray) -> list[tuple[np.ndarray, float]]:
+    """Top-level slicing operators (``x[i]``) of each (name, input shape, sliced dimension)
+    repeated like a loop over a tensor's rows: at least MIN_REPEATS_PER_STEP a step, a few
+    operators apart, each taking a row of its own; with the rows they take per step (the loop's
+    iterations)."""
     host, names = a.trace.host, a.trace.strings
     slicing = [i for i in distinct(host.name[ops]).tolist() if names[i] in SLICE_OPS]
     if not slicing:
@@ -416,10 +418,14 @@ def sliced_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
         index[key].append(str(scalars[2]))
     n = max(len(a.steps), 1)
     steps = step_of(a, host.ts[ops])
-    return [ops[np.asarray(at)] for key, at in groups.items()
-            if len(at) / n >= MIN_REPEATS_PER_STEP
-            and float(median(np.diff(at))) <= MAX_OPS_BETWEEN_SLICES
-            and _rows_per_step(steps[np.asarray(at)], index[key]) >= MIN_REPEATS_PER_STEP]
+    out = []
+    for key, at in groups.items():
+        if len(at) / n < MIN_REPEATS_PER_STEP or float(median(np.diff(at))) > MAX_OPS_BETWEEN_SLICES:
+            continue
+        rows = _rows_per_step(steps[np.asarray(at)], index[key])
+        if rows >= MIN_REPEATS_PER_STEP:
+            out.append((ops[np.asarray(at)], rows))
+    return out
 
 
 def _rows_per_step(steps: np.ndarray, rows: list[str]) -> float:
@@ -448,15 +454,15 @@ def _unbatched(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
 
 def _on_gpu(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
             ) -> list[tuple[np.ndarray, int, int, int]]:
-    """The loops whose iteration runs on the GPU: most of its operators other than the slicing
-    launch work there. A loop over CPU tensors (a dataset's ``__getitem__`` picking a row, an
+    """The loops whose iterations run on the GPU: most of their operators other than the slicing
+    launch work there (counted over the whole loop: an iteration may take a branch another skips). A loop over CPU tensors (a dataset's ``__getitem__`` picking a row, an
     augmentation sample by sample on the training thread) is the host's work, other rules'."""
     dev, names = a.trace.device, a.trace.strings
     launching = set(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0].tolist())
     out = []
     for loop in loops:
-        seq, first, _end, period = loop
-        body = [int(i) for i in seq[first:first + period].tolist()
+        seq, first, end, _period = loop
+        body = [int(i) for i in seq[first:end].tolist()
                 if names[a.trace.host.name[i]] not in SLICE_OPS]
         if body and sum(i in launching for i in body) > GPU_OPS_SHARE * len(body):
             out.append(loop)
@@ -467,15 +473,15 @@ def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, 
                                                          float]:
     """The loops over slices of one tensor (forward, then the backward nodes repeated as often),
     and their iterations per loop."""
-    anchors = sliced_anchors(a, ops)
-    if not anchors:
+    sliced = sliced_anchors(a, ops)
+    if not sliced:
         return [], 0.0
+    anchors = [at for at, _rows in sliced]
     forward = _on_gpu(a, _unbatched(a, _loops_around(a, ops, anchors, np.empty(0, np.int64))))
     if not forward:
         return [], 0.0
-    iterations = float(np.mean([(end - first) / period for _seq, first, end, period in forward]))
-    if iterations < MIN_REPEATS_PER_STEP:
-        return [], 0.0
+    # an iteration per row taken (its operators' order may change with a branch taken in some)
+    iterations = max(rows for _at, rows in sliced)
     looped = _looped_nodes(a, iterations)
     return _unbatched(a, _loops_around(a, ops, anchors, looped)), iterations
 
@@ -494,32 +500,37 @@ def _check_sliced(a: Analysis) -> Finding | None:
     span_ns = float(sum(host.end[seq[first:end]].max() - host.ts[seq[first]]
                         for seq, first, end, _period in loops))
     kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
+    _kept, kept_ns = _batched_kernels(a, loops, removal)
+    added_ns = float(kept_ns.sum() - (dev.end[_kept] - dev.ts[_kept]).sum())
     # the host's time in proportion to the operators the fix removes (rules/shared.py); the step
-    # never goes below the GPU's work left (STEP_FLOOR_AFTER_FIX)
-    gpu_after = max(a.breakdown.busy_ms - kernel_ns / 1e6 / n, 0.0)
+    # never goes below the GPU's work left (STEP_FLOOR_AFTER_FIX), the rows' work batched included
+    gpu_after = max(a.breakdown.busy_ms - (kernel_ns - added_ns) / 1e6 / n, 0.0)
     saving = min(ops_removed_ms(a, ops, removal.ops.size),
                  max(a.step_ms - gpu_after, 0.0))
     # the forward's iteration names the operators (the backward's nodes are autograd's)
-    seq, first, _end, period = next(
+    seq, first, end, _period = next(
         (loop for loop in loops
          if not _BACKWARD_NODE.match(trace.strings[host.name[loop[0][loop[1]]]])), loops[0])
-    body = [trace.strings[i] for i in host.name[seq[first:first + period]].tolist()]
-    work = [b for b in body if b not in SLICE_OPS and not b.startswith("autograd::")]
-    fn = (work[0] if work else body[0]).removeprefix("aten::")
+    per_iteration = (end - first) / iterations
+    # the iteration's work: its operators that launch GPU work, most host time first
+    launching = np.unique(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0])
+    work = seq[first:end][np.isin(seq[first:end], launching)]
+    names = top_names(trace, host.name[work], host.dur[work].astype(float)) if work.size else []
+    call = _batched_call((names[0] if names else "op").removeprefix("aten::"))
     return make_finding(
         ID,
         "A per-sample loop runs the same operators on one slice at a time",
         a.step_ms,
         saving,
         f"A Python loop takes {iterations:.0f} slices of the same tensor per step one at a time "
-        f"and runs the same {period} operators on each ({', '.join(dict.fromkeys(body))}): "
+        f"and runs {per_iteration:.0f} operators on each ({', '.join(names[:4])}): "
         f"{removal.ops.size / n:.0f} operators a step, forward and backward, where one call over "
         f"the batch would do. The loop spans {span_ns / 1e6 / n:.2f} ms of the host per step; its "
         f"kernels take {kernel_ns / 1e6 / n:.2f} ms.",
         Evidence(
             numbers={
                 "loop_iterations_per_step": round(iterations, 1),
-                "operators_per_iteration": period,
+                "operators_per_iteration": round(per_iteration, 1),
                 "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
                 "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
                 "ops_per_step": round(ops.size / n, 1),
@@ -531,8 +542,8 @@ def _check_sliced(a: Analysis) -> Finding | None:
         ),
         (
             Fix("Call the operator once on the whole batch: most take a batch dimension",
-                f"out = torch.{fn}(x, ...)   # all {iterations:.0f} rows at once, instead of: "
-                f"for i in range({iterations:.0f}): torch.{fn}(x[i], ...)"),
+                f"out = {call.format(x='x')}   # all {iterations:.0f} rows at once, instead of: "
+                f"for i in range({iterations:.0f}): {call.format(x='x[i]')}"),
             Fix("Vectorize the per-sample function", "batched = torch.vmap(per_sample_fn)(X)"),
             Fix("Where the loop cannot be written batched, compile it: the iterations' small "
                 "kernels fuse", "step_fn = torch.compile(step_fn)"),
@@ -541,6 +552,24 @@ def _check_sliced(a: Analysis) -> Finding | None:
                   "small to fill the GPU.",
         idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
     )
+
+
+# the functional name of an operator whose aten name is not the one users call
+_FUNCTIONAL = {"cross_entropy_loss": "F.cross_entropy", "nll_loss_nd": "F.nll_loss",
+               "nll_loss": "F.nll_loss", "mse_loss": "F.mse_loss", "l1_loss": "F.l1_loss",
+               "binary_cross_entropy_with_logits": "F.binary_cross_entropy_with_logits",
+               "binary_cross_entropy": "F.binary_cross_entropy", "linear": "F.linear",
+               "smooth_l1_loss": "F.smooth_l1_loss", "softmax": "F.softmax",
+               "log_softmax": "F.log_softmax"}
+
+
+def _batched_call(op: str) -> str:
+    """How a user calls ``op`` (an aten name) on ``{x}``: an in-place one as a method."""
+    if op in _FUNCTIONAL:
+        return f"{_FUNCTIONAL[op]}({{x}}, ...)"
+    if op.endswith("_") and not op.startswith("_"):
+        return f"{{x}}.{op}(...)"
+    return f"torch.{op}({{x}}, ...)"
 
 
 def _edit_sliced(a: Analysis) -> Edit | None:
@@ -552,10 +581,29 @@ def _edit_sliced(a: Analysis) -> Edit | None:
         return None
     n = max(len(a.steps), 1)
     removal = _removal(a, ops, loops)
-    return Edit(device_removed=removal.device, host_removed_s=removal.start,
-                host_removed_e=removal.end, host_share=removal.share, calls_removed=removal.calls,
+    kept, kept_ns = _batched_kernels(a, loops, removal)
+    return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
+                host_removed_s=removal.start, host_removed_e=removal.end,
+                host_share=removal.share, calls_removed=removal.calls,
                 note=f"{removal.ops.size / n:.0f} loop operators a step removed; one call over "
                      f"{iterations:.0f} slices each")
+
+
+def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
+                     removal: _Removal) -> tuple[np.ndarray, np.ndarray]:
+    """The kept iteration's kernels, each longer by its share of the work the removed iterations'
+    kernels did: their time less a kernel's least (``KERNEL_FLOOR_S``: the latency one call over
+    the batch no longer pays per row). Small rows' kernels are mostly that latency; a row of
+    megabytes keeps its bytes to move."""
+    dev = a.trace.device
+    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
+    loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
+    kept = difference(np.flatnonzero(np.isin(owner, loop_ops) & (owner >= 0)), removal.device)
+    ran = (dev.end[kept] - dev.ts[kept]).astype(float)
+    if kept.size == 0 or ran.sum() <= 0:
+        return np.empty(0, np.int64), np.empty(0)
+    work = float(np.maximum((dev.end - dev.ts)[removal.device] - KERNEL_FLOOR_S * 1e9, 0.0).sum())
+    return kept.astype(np.int64), ran + work * ran / ran.sum()
 
 
 RULE = Rule(
