@@ -607,7 +607,7 @@ def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
 
 
 RULE = Rule(
-    ID, "Per-sample / per-node Python loop of matrix-vector products", check, __doc__ or "",
+    ID, "Per-sample / per-node Python loop, one row at a time", check, __doc__ or "",
     needs=("launch_links", "cpu_ops"),
     order=80, idle_cause="dispatch", calibration="step-share", edit=edit,
 )
