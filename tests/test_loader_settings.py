@@ -4,6 +4,7 @@ env.json (capture/bundle.py), and the input-pipeline fix written and priced from
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +13,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gpudoctor.capture.bundle import facts_of
 from gpudoctor.capture.loader_queue import LoaderQueue
-from gpudoctor.core.loader import LoaderSettings, prescribed_workers
+from gpudoctor.core.loader import (
+    WORKERS_ENV,
+    LoaderSettings,
+    prescribed_workers,
+    workers_to_keep_up,
+)
 from gpudoctor.pipeline import analyze_loaded
 from gpudoctor.trace import parse
 
@@ -92,6 +98,32 @@ def test_any_dataloader_field_parses_or_reads_as_absent(value: dict) -> None:
 def test_prescribed_workers_follow_the_knob() -> None:
     assert [prescribed_workers(0, c) for c in (None, 1, 4, 64)] == [8, 1, 4, 8]
     assert [prescribed_workers(3, c) for c in (None, 4, 64)] == [6, 4, 6]
+
+
+def test_workers_that_keep_up_with_the_rest_of_the_step() -> None:
+    # 2 workers set a step 78% waiting: each takes 2 steps a batch, a batch every 0.22 of the step
+    # takes 2 / 0.22 = 9.1 of them
+    assert workers_to_keep_up(2, 0.22, 16) == 10
+    # nearly keeping up (3% waiting): one more
+    assert workers_to_keep_up(4, 0.97, 16) == 5
+    # never more than the CPUs less the training process's, never fewer than now
+    assert workers_to_keep_up(2, 0.05, 16) == 15
+    assert workers_to_keep_up(6, 0.1, 4) == 6
+    assert workers_to_keep_up(3, 0.5, 4) == 3
+
+
+def test_the_knob_takes_the_workers_handed_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.tryfix.knobs import _handed_workers
+
+    for value, cpus, got in (
+        ("10", 16, 10),
+        ("10", 4, 4),
+        ("", 16, None),
+        ("x", 16, None),
+        ("0", 16, None),
+    ):
+        monkeypatch.setenv(WORKERS_ENV, value)
+        assert _handed_workers(cpus) == got
 
 
 def _loader_steps() -> bytes:

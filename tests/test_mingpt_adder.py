@@ -56,7 +56,9 @@ def test_the_snippets_knob_is_priced_apart_from_the_whole_step_graph(report: Rep
 def test_the_fix_is_written_from_the_training_loader(report: Report) -> None:
     pipeline = next(f for f in report.findings if f.id == "input-pipeline")
     code = pipeline.fixes[0].code
-    assert "batch_size=64, num_workers=8, pin_memory=True" in code
+    # the 4 workers nearly keep up (the step waits on them now and then): one more makes a batch
+    # in the rest of the step (core/loader.py workers_to_keep_up)
+    assert "batch_size=64, num_workers=5, pin_memory=True" in code
     assert "# was num_workers=4, pin_memory=True; 16 CPUs on this host" in code
 
 

@@ -1626,3 +1626,28 @@ def test_bf16_autocast_is_left_out_on_a_gpu_whose_tensor_cores_take_fp16_only(
         "a GradScaler in the training loop is the change to make"
     )
     assert effects == [said]
+
+
+def test_the_loader_knob_is_handed_the_workers_the_finding_prescribed(tmp_path: Path) -> None:
+    """The input-pipeline finding's evidence names the workers its price is for; the trial of the
+    loader-workers knob gets them through the child's environment, and no other trial does."""
+    from gpudoctor.core.finding import Evidence, Finding
+    from gpudoctor.tryfix.session import prescribed_loader_workers
+
+    class _Report:
+        def __init__(self, findings):
+            self.findings = findings
+
+        def finding(self, fid):
+            return next((f for f in self.findings if f.id == fid), None)
+
+    finding = Finding(
+        "input-pipeline", "t", "critical", 1.0, 2.0, "s", Evidence({"workers_prescribed": 10}), ()
+    )
+    assert prescribed_loader_workers(_Report([finding])) == 10
+    assert prescribed_loader_workers(_Report([])) is None
+    assert prescribed_loader_workers(None) is None
+    trials = _trials(tmp_path, sandbox=False)
+    trials.loader_workers = 10
+    assert trials._child_env(["loader-workers"], None, False)["GPUDOCTOR_LOADER_WORKERS"] == "10"
+    assert "GPUDOCTOR_LOADER_WORKERS" not in trials._child_env(["compile"], None, False)
