@@ -18,6 +18,8 @@ import msgspec
 # Environment variable through which ``run --try-fixes`` hands the loader-workers knob the workers the
 # input-pipeline finding prescribed (tryfix/knobs.py).
 WORKERS_ENV = "GPUDOCTOR_LOADER_WORKERS"
+# The input-pipeline finding's evidence key for the workers its fix sets and its price is for.
+WORKERS_PRESCRIBED = "workers_prescribed"
 # Workers prescribed where the loader has none: as many as the host lends the program, at most this
 # many (more rarely help one GPU's loop, and each holds a copy of the dataset's Python objects).
 MAX_FIRST_WORKERS = 8

@@ -44,14 +44,18 @@ from gpudoctor.core.finding import (
     Fix,
     make_finding,
 )
-from gpudoctor.core.loader import LoaderSettings, prescribed_workers, workers_to_keep_up
+from gpudoctor.core.loader import (
+    WORKERS_PRESCRIBED,
+    LoaderSettings,
+    prescribed_workers,
+    workers_to_keep_up,
+)
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import sources_of_host, top_names
 
 ID = "input-pipeline"
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
-WORKERS_PRESCRIBED = "workers_prescribed"  # evidence key: the workers the fix sets
 LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 _MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")

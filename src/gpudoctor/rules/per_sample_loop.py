@@ -455,10 +455,11 @@ def _unbatched(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
 def _on_gpu(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
             ) -> list[tuple[np.ndarray, int, int, int]]:
     """The loops whose iterations run on the GPU: most of their operators other than the slicing
-    launch work there (counted over the whole loop: an iteration may take a branch another skips). A loop over CPU tensors (a dataset's ``__getitem__`` picking a row, an
-    augmentation sample by sample on the training thread) is the host's work, other rules'."""
-    dev, names = a.trace.device, a.trace.strings
-    launching = set(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0].tolist())
+    launch work there (counted over the whole loop: an iteration may take a branch another
+    skips). A loop over CPU tensors (a dataset's ``__getitem__`` picking a row, an augmentation
+    sample by sample on the training thread) is the host's work, other rules'."""
+    names = a.trace.strings
+    launching = set(_launching_ops(a).tolist())
     out = []
     for loop in loops:
         seq, first, end, _period = loop
@@ -467,6 +468,12 @@ def _on_gpu(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
         if body and sum(i in launching for i in body) > GPU_OPS_SHARE * len(body):
             out.append(loop)
     return out
+
+
+def _launching_ops(a: Analysis) -> np.ndarray:
+    """The outermost operators that launched device work, sorted."""
+    dev = a.trace.device
+    return np.unique(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0])
 
 
 def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, int, int, int]],
@@ -500,8 +507,8 @@ def _check_sliced(a: Analysis) -> Finding | None:
     span_ns = float(sum(host.end[seq[first:end]].max() - host.ts[seq[first]]
                         for seq, first, end, _period in loops))
     kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
-    _kept, kept_ns = _batched_kernels(a, loops, removal)
-    added_ns = float(kept_ns.sum() - (dev.end[_kept] - dev.ts[_kept]).sum())
+    kept, kept_ns = _batched_kernels(a, loops, removal)
+    added_ns = float(kept_ns.sum() - (dev.end[kept] - dev.ts[kept]).sum())
     # the host's time in proportion to the operators the fix removes (rules/shared.py); the step
     # never goes below the GPU's work left (STEP_FLOOR_AFTER_FIX), the rows' work batched included
     gpu_after = max(a.breakdown.busy_ms - (kernel_ns - added_ns) / 1e6 / n, 0.0)
@@ -513,8 +520,7 @@ def _check_sliced(a: Analysis) -> Finding | None:
          if not _BACKWARD_NODE.match(trace.strings[host.name[loop[0][loop[1]]]])), loops[0])
     per_iteration = (end - first) / iterations
     # the iteration's work: its operators that launch GPU work, most host time first
-    launching = np.unique(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0])
-    work = seq[first:end][np.isin(seq[first:end], launching)]
+    work = seq[first:end][np.isin(seq[first:end], _launching_ops(a))]
     names = top_names(trace, host.name[work], host.dur[work].astype(float)) if work.size else []
     call = _batched_call((names[0] if names else "op").removeprefix("aten::"))
     return make_finding(
@@ -573,8 +579,8 @@ def _batched_call(op: str) -> str:
 
 
 def _edit_sliced(a: Analysis) -> Edit | None:
-    """The sliced loop vectorized: every iteration but the first leaves the host and the GPU, the
-    kept iteration's kernels keep their time (on tensors this small, their latency)."""
+    """The sliced loop vectorized: every iteration but the first leaves the host and the GPU, and
+    the kept iteration's kernels take the removed rows' work (``_batched_kernels``)."""
     ops = step_ops(a)
     loops, iterations = _sliced_loops(a, ops)
     if not loops:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpudoctor.capture.bundle import global_rank, program_facts
 from gpudoctor.capture.detect import PROGRAM_PROFILER
+from gpudoctor.core.loader import WORKERS_PRESCRIBED
 from gpudoctor.core.trial_record import NotTried, TrialRecord
 from gpudoctor.tryfix.knobs import KNOBS
 from gpudoctor.tryfix.trial import Baseline, Trials, plan
@@ -81,5 +82,5 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
 def prescribed_loader_workers(report: Any) -> int | None:
     """The workers the report's input-pipeline finding prescribes (its evidence), None without."""
     finding = report.finding("input-pipeline") if report is not None else None
-    value = finding.evidence.numbers.get("workers_prescribed") if finding is not None else None
+    value = finding.evidence.numbers.get(WORKERS_PRESCRIBED) if finding is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
