@@ -23,7 +23,9 @@ Priced by replaying the step with the loop vectorized (``edit``): the loop's hos
 average iteration's share, the stack or cat that gathers the samples goes, the kept iteration's
 matrix-vector products become GEMMs of every sample's rows at the measured grid's time. The
 autograd engine's own time before the backward's first node and after its last (it walks the graph,
-then frees it) grows with the graph's nodes, and loses the share of them the fix removes. Where the
+then frees it), and the stretch before the backward's seed (where a program that rebinds ``loss``
+frees the last step's graph), grow with the graph's nodes, and lose the share of them the fix
+removes (benchmarks/BENCHMARKS-twins.md "The last step's graph, freed before the backward's seed"). Where the
 graph cannot be built, the formula: the host work the fix removes, every iteration but one of the operators the loop issues
 (the batched call is one iteration's operators on bigger tensors). On a step the host holds, each
 operator costs the host about the same with or without the loop (Python, the dispatcher, a
@@ -83,6 +85,7 @@ MAX_PERIOD_OPS = 512  # operators in one iteration, at most, searched for
 # aten::slice), with the iteration's few operators between two slices.
 SLICE_OPS = frozenset({"aten::select", "aten::slice", "aten::narrow"})
 MAX_OPS_BETWEEN_SLICES = 16
+SEED_OP = "aten::ones_like"  # the gradient a scalar loss's backward() starts from
 GPU_OPS_SHARE = 0.5  # more than this share of an iteration's other operators launch GPU work
 
 
@@ -227,8 +230,9 @@ def _removal(a: Analysis, ops: np.ndarray,
 def _engine_gaps(a: Analysis, ops: np.ndarray, loops: list[tuple[np.ndarray, int, int, int]],
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The autograd engine's own time around a backward the loop's nodes fill: the stretch with no
-    operator before its first node (the engine walks the graph to count dependencies) and after
-    its last (the graph is freed before the program's thread goes on). Both grow with the graph's
+    operator before its first node (the engine walks the graph to count dependencies), after its
+    last (the graph is freed before the program's thread goes on), and before the backward's seed
+    (the last step's graph freed where the program rebinds ``loss``). All grow with the graph's
     nodes, so the fix takes from them the share of the backward's nodes it removes."""
     host, names = a.trace.host, a.trace.strings
     starts, ends, shares = [], [], []
@@ -240,6 +244,11 @@ def _engine_gaps(a: Analysis, ops: np.ndarray, loops: list[tuple[np.ndarray, int
         if before > 0:  # from the last operator before the backward's first node
             starts.append(int(np.maximum.accumulate(host.end[ops[:before]])[-1]))
             ends.append(int(host.ts[seq[0]]))
+        # the stretch before the backward's seed: where the program rebinds ``loss``, the last
+        # step's graph, as large, is freed there
+        if before > 1 and names[host.name[ops[before - 1]]] == SEED_OP:
+            starts.append(int(np.maximum.accumulate(host.end[ops[:before - 1]])[-1]))
+            ends.append(int(host.ts[ops[before - 1]]))
         last_end = int(host.end[seq].max())
         after = int(np.searchsorted(order_ts, last_end, side="left"))
         if after < ops.size:  # to the first operator after its last node
