@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-# Environment variable through which ``run --try-fixes`` hands the loader-workers knob the workers the
-# input-pipeline finding prescribed (tryfix/knobs.py).
+# Environment variable through which ``run --try-fixes`` hands the loader-workers knob the workers
+# the input-pipeline finding prescribed (tryfix/knobs.py).
 WORKERS_ENV = "GPUDOCTOR_LOADER_WORKERS"
 # The input-pipeline finding's evidence key for the workers its fix sets and its price is for.
 WORKERS_PRESCRIBED = "workers_prescribed"

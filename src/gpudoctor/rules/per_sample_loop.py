@@ -25,9 +25,10 @@ matrix-vector products become GEMMs of every sample's rows at the measured grid'
 autograd engine's own time before the backward's first node and after its last (it walks the graph,
 then frees it), and the stretch before the backward's seed (where a program that rebinds ``loss``
 frees the last step's graph), grow with the graph's nodes, and lose the share of them the fix
-removes (benchmarks/BENCHMARKS-twins.md "The last step's graph, freed before the backward's seed"). Where the
-graph cannot be built, the formula: the host work the fix removes, every iteration but one of the operators the loop issues
-(the batched call is one iteration's operators on bigger tensors). On a step the host holds, each
+removes (benchmarks/BENCHMARKS-twins.md "The last step's graph, freed before the backward's
+seed"). Where the graph cannot be built, the formula: the host work the fix removes, every
+iteration but one of the operators the loop issues (the batched call is one iteration's operators
+on bigger tensors). On a step the host holds, each
 operator costs the host about the same with or without the loop (Python, the dispatcher, a
 launch), so the step after the fix is the step's time in proportion to the operators left: those
 outside the loop plus one iteration's. The loop's operators are the run of top-level operators
@@ -429,7 +430,8 @@ def sliced_anchors(a: Analysis, ops: np.ndarray) -> list[tuple[np.ndarray, float
     steps = step_of(a, host.ts[ops])
     out = []
     for key, at in groups.items():
-        if len(at) / n < MIN_REPEATS_PER_STEP or float(median(np.diff(at))) > MAX_OPS_BETWEEN_SLICES:
+        if (len(at) / n < MIN_REPEATS_PER_STEP
+                or float(median(np.diff(at))) > MAX_OPS_BETWEEN_SLICES):
             continue
         rows = _rows_per_step(steps[np.asarray(at)], index[key])
         if rows >= MIN_REPEATS_PER_STEP:

@@ -11,10 +11,10 @@ Rules for overriding what the program passed:
 - **DataLoader** (``loader-workers``, ``pin-memory``): ``num_workers`` 0 (left at its default or
   passed explicitly: that is what the input-pipeline finding blames) becomes ``min(8, CPUs)``; N > 0
   becomes ``min(2N, CPUs)`` (the finding's "twice as many as now"); where ``run --try-fixes`` hands
-  it the workers the finding prescribed (``core.loader.WORKERS_ENV``), that many; ``pin_memory`` False becomes
-  True when CUDA is available; ``persistent_workers`` is set to True only when the program did not
-  pass it. A loader over an ``IterableDataset`` keeps its workers (each worker would replay the
-  whole stream).
+  it the workers the finding prescribed (``core.loader.WORKERS_ENV``), that many; ``pin_memory``
+  False becomes True when CUDA is available; ``persistent_workers`` is set to True only when the
+  program did not pass it. A loader over an ``IterableDataset`` keeps its workers (each worker
+  would replay the whole stream).
 - **Optimizers** (``optimizer-foreach``, ``optimizer-fused``): every ``torch.optim`` optimizer class
   whose constructor takes ``foreach`` / ``fused`` gets ``foreach=True`` (or ``fused=True`` with
   ``foreach`` cleared: torch refuses both) whatever the program passed. A class without the
