@@ -29,6 +29,12 @@ On a lent GPU machine msgspec is not installed: carry .whl (its cp312 wheel) and
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src
     python3 benchmarks/run_twins.py --gpu-args --out $OUT/twins --runs /tmp/twin-runs --bundle --timeout 90 --deadline 540
 (a twin takes ~25-45 s: three Python start-ups, the plain runs and the profiled one).
+
+``--doctor-fixed`` also runs ``gpudoctor run`` on the fixed twin and records sick / fixed as the
+doctor timed both without the profiler (``measured_speedup_doctor``, in the Details): the programs'
+prints and the doctor's unprofiled steps were 18-94% apart on some twins (benchmarks/
+BENCHMARKS-twins.md "Three new twins, then two more, and the twins again"), and two processes of one
+program drift apart on the lent hosts.
 """
 
 from __future__ import annotations
@@ -199,6 +205,23 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     ]
     doc = run_command(cmd, ROOT, env, opts.timeout)
     run_dir = newest_run_dir(run_base)
+    if opts.doctor_fixed:  # the fixed twin timed the doctor's way too, in a run of its own
+        fixed_base = run_base / "fixed"
+        fixed_base.mkdir(parents=True, exist_ok=True)
+        fixed_cmd = [
+            *cmd[: cmd.index("--out") + 1],
+            str(fixed_base),
+            "--json",
+            script,
+            *args,
+            "--fixed",
+        ]
+        run_command(fixed_cmd, ROOT, env, opts.timeout)
+        fixed_dir = newest_run_dir(fixed_base)
+        fixed_cap = ((read_json(fixed_dir / "env.json") if fixed_dir else None) or {}).get(
+            "capture"
+        ) or {}
+        row["fixed_unprofiled_step_ms"] = fixed_cap.get("unprofiled_step_ms")
     row["doctor"] = {
         "rc": doc["rc"],
         "wall_s": doc["wall_s"],
@@ -214,6 +237,9 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     row["env_unprofiled_before_window_ms"] = cap.get("unprofiled_before_window_ms")
     row["env_unprofiled_after_window_ms"] = cap.get("unprofiled_after_window_ms")
     row["env_step_source"] = cap.get("step_source")
+    row["measured_speedup_doctor"] = doctor_measured(
+        row["env_unprofiled_step_ms"], row.get("fixed_unprofiled_step_ms")
+    )
     report = load_report(run_dir, doc["stdout"])
     row["report_written"] = report is not None
     if report is None:
@@ -222,6 +248,14 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
         judge(row, report, entry)
     row["status"] = "ran"
     return row
+
+
+def doctor_measured(sick_ms: Any, fixed_ms: Any) -> float | None:
+    """sick / fixed as ``gpudoctor run`` timed both without the profiler (``--doctor-fixed``): the
+    two sides by the same estimator, where the programs' prints may time the host instead of the
+    step (TIMINGS_DISAGREE); None where either is missing."""
+    ok = all(isinstance(v, (int, float)) and v > 0 for v in (sick_ms, fixed_ms))
+    return round(float(sick_ms) / float(fixed_ms), 4) if ok else None
 
 
 # the program's printed step and gpudoctor's unprofiled one further apart than this: one of them
@@ -275,6 +309,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"step ({fmt(doctor)} ms) differ by {abs(doctor / plain - 1):.0%}: check that the "
                 "print waits for the GPU (a value read before the clock) before trusting 'measured'"
             )
+        by_doctor = r.get("measured_speedup_doctor")
+        if by_doctor:
+            predicted = r.get("predicted_speedup")
+            notes.append(
+                f"- {r['program']}: timed by gpudoctor both ways, {fmt(r.get('env_unprofiled_step_ms'))}"
+                f" / {fmt(r.get('fixed_unprofiled_step_ms'))} ms = {_x(by_doctor)}"
+                + (f" (predicted / that: {predicted / by_doctor:.2f})" if predicted else "")
+            )
         if r["doctor"].get("message") or not r.get("report_written"):
             notes.append(
                 f"- **{r['program']}** (gpudoctor): {r['doctor'].get('message') or '(no message)'}"
@@ -308,6 +350,11 @@ def main() -> int:
         "--bundle",
         action="store_true",
         help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)",
+    )
+    ap.add_argument(
+        "--doctor-fixed",
+        action="store_true",
+        help="also run gpudoctor on the fixed twin: the measured speedup as the doctor times both",
     )
     opts = ap.parse_args()
 

@@ -364,3 +364,10 @@ def test_by_hand_manifest_is_well_formed() -> None:
                 f"{name}: {hand}"
             )
             assert isinstance(hand["differs"], str) and hand["differs"], name
+
+
+def test_the_doctor_timed_speedup_needs_both_sides() -> None:
+    doctor_measured = _runner().doctor_measured
+    assert doctor_measured(13.36, 1.87) == pytest.approx(7.1444, abs=1e-4)
+    for sick, fixed in ((13.36, None), (None, 1.87), (13.36, 0.0), ("13", 1.87), (-1.0, 2.0)):
+        assert doctor_measured(sick, fixed) is None
