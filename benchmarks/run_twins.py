@@ -31,10 +31,10 @@ On a lent GPU machine msgspec is not installed: carry .whl (its cp312 wheel) and
 (a twin takes ~25-45 s: three Python start-ups, the plain runs and the profiled one).
 
 ``--doctor-fixed`` also runs ``gpudoctor run`` on the fixed twin and records sick / fixed as the
-doctor timed both without the profiler (``measured_speedup_doctor``, in the Details): the programs'
-prints and the doctor's unprofiled steps were 18-94% apart on some twins (benchmarks/
-BENCHMARKS-twins.md "Three new twins, then two more, and the twins again"), and two processes of one
-program drift apart on the lent hosts.
+doctor timed both without the profiler (``measured_speedup_doctor``, in the Details): the
+programs' prints and the doctor's unprofiled steps were 18-94% apart on some twins, and two
+processes of one program drift apart on the lent hosts
+(benchmarks/BENCHMARKS-twins.md "Three new twins, then two more, and the twins again").
 """
 
 from __future__ import annotations
