@@ -118,6 +118,7 @@ def check(a: Analysis) -> Finding | None:
     # the step the prescribed loader can deliver; none for pinning, whose saving is the pinning
     # itself (calibrated as the idle it fills)
     floor_evidence: dict[str, float] = {}
+    keep_up = None  # behind workers already: the workers that keep up, where they are known
     if pinning:  # pin the data set once: the pinning goes, the rest of __next__ stays on the thread
         saving = min(idle, pinning_ms)
     # a share of the step the program runs: calibrate applies it to the unprofiled step
@@ -168,8 +169,7 @@ def check(a: Analysis) -> Finding | None:
                      "pinning a 16 MB batch took 8.0 ms instead of 0.10 on an H100",
                      "TORCHINDUCTOR_COMPILE_THREADS=1 python train.py   # or "
                      "torch._inductor.config.compile_threads = 1")
-    workers_fix = _workers_fix(a.loader, from_workers,
-                               floor_evidence.get(WORKERS_PRESCRIBED) if from_workers else None)
+    workers_fix = _workers_fix(a.loader, from_workers, keep_up)
     pin_once = Fix("Pin the in-memory data set once (or keep it on the GPU): its batches are then "
                    "views of pinned memory, which the loader does not copy again; worker processes "
                    "would still copy each batch, through shared memory",

@@ -218,8 +218,7 @@ def _removal(a: Analysis, ops: np.ndarray,
                         if end < seq.size
                         and a.trace.strings[host.name[seq[end]]] in GATHER_OPS], np.int64)
     removed_ops = np.concatenate([removed_ops, gathers])
-    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
-    gone = np.flatnonzero(np.isin(owner, removed_ops) & (owner >= 0)).astype(np.int64)
+    gone = np.flatnonzero(np.isin(_owners(a), removed_ops)).astype(np.int64)
     calls = dev.launch[gone]
     engine_s, engine_e, engine_share = _engine_gaps(a, ops, loops)
     return _Removal(removed_ops, np.concatenate([loop_start, host.ts[gathers], engine_s]),
@@ -236,29 +235,37 @@ def _engine_gaps(a: Analysis, ops: np.ndarray, loops: list[tuple[np.ndarray, int
     (the last step's graph freed where the program rebinds ``loss``). All grow with the graph's
     nodes, so the fix takes from them the share of the backward's nodes it removes."""
     host, names = a.trace.host, a.trace.strings
-    starts, ends, shares = [], [], []
+    windows: list[tuple[int, int, float]] = []
     order_ts = host.ts[ops]
-    for seq, first, end, period in loops:
-        if not _BACKWARD_NODE.match(names[host.name[seq[first]]]):
+
+    def ended_before(k: int) -> int:  # where the step's operators before position k ended
+        return int(host.end[ops[:k]].max())
+
+    for loop in loops:
+        if not _is_backward(a, loop):
             continue
+        seq, first, end, period = loop
+        share = (end - first - period) / seq.size
         before = int(np.searchsorted(order_ts, host.ts[seq[0]], side="left"))
         if before > 0:  # from the last operator before the backward's first node
-            starts.append(int(np.maximum.accumulate(host.end[ops[:before]])[-1]))
-            ends.append(int(host.ts[seq[0]]))
+            windows.append((ended_before(before), int(host.ts[seq[0]]), share))
         # the stretch before the backward's seed: where the program rebinds ``loss``, the last
         # step's graph, as large, is freed there
         if before > 1 and names[host.name[ops[before - 1]]] == SEED_OP:
-            starts.append(int(np.maximum.accumulate(host.end[ops[:before - 1]])[-1]))
-            ends.append(int(host.ts[ops[before - 1]]))
+            windows.append((ended_before(before - 1), int(host.ts[ops[before - 1]]), share))
         last_end = int(host.end[seq].max())
         after = int(np.searchsorted(order_ts, last_end, side="left"))
         if after < ops.size:  # to the first operator after its last node
-            starts.append(last_end)
-            ends.append(int(order_ts[after]))
-        shares.extend([(end - first - period) / seq.size] * (len(starts) - len(shares)))
-    keep = np.asarray(ends, np.int64) > np.asarray(starts, np.int64)
-    return (np.asarray(starts, np.int64)[keep], np.asarray(ends, np.int64)[keep],
-            np.asarray(shares, float)[keep])
+            windows.append((last_end, int(order_ts[after]), share))
+    kept = [w for w in windows if w[1] > w[0]]
+    return (np.array([w[0] for w in kept], np.int64), np.array([w[1] for w in kept], np.int64),
+            np.array([w[2] for w in kept], float))
+
+
+def _is_backward(a: Analysis, loop: tuple[np.ndarray, int, int, int]) -> bool:
+    """The loop is a run of the backward's nodes (its first operator is one)."""
+    seq, first, _end, _period = loop
+    return bool(_BACKWARD_NODE.match(a.trace.strings[a.trace.host.name[seq[first]]]))
 
 
 def _stacked_ns(a: Analysis, idx: np.ndarray, samples: float) -> np.ndarray:
@@ -453,7 +460,7 @@ def _unbatched(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
     """The loops whose operators multiply no matrices of several rows: an iteration that does is a
     step of a recurrence over whole batches (an RNN cell over time), launch-bound's to price."""
     dev = a.trace.device
-    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
+    owner = _owners(a)
     matrix = np.flatnonzero(np.isin(dev.kind, MATRIX_KINDS_FOR_ATTENTION) & (dev.op >= 0))
     batched = {int(owner[i]) for i, cost in zip(matrix.tolist(),
                                                  a.roofline.op_costs.lookup(dev.op[matrix]))
@@ -481,10 +488,16 @@ def _on_gpu(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
     return out
 
 
+def _owners(a: Analysis) -> np.ndarray:
+    """The outermost operator each device event was launched under, -1 where none."""
+    dev = a.trace.device
+    return np.where(dev.top_op >= 0, dev.top_op, dev.op)
+
+
 def _launching_ops(a: Analysis) -> np.ndarray:
     """The outermost operators that launched device work, sorted."""
-    dev = a.trace.device
-    return np.unique(np.where(dev.top_op >= 0, dev.top_op, dev.op)[dev.op >= 0])
+    owner = _owners(a)
+    return np.unique(owner[owner >= 0])
 
 
 def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, int, int, int]],
@@ -494,14 +507,13 @@ def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, 
     sliced = sliced_anchors(a, ops)
     if not sliced:
         return [], 0.0
-    anchors = [at for at, _rows in sliced]
-    forward = _on_gpu(a, _unbatched(a, _loops_around(a, ops, anchors, np.empty(0, np.int64))))
-    if not forward:
-        return [], 0.0
     # an iteration per row taken (its operators' order may change with a branch taken in some)
     iterations = max(rows for _at, rows in sliced)
-    looped = _looped_nodes(a, iterations)
-    return _unbatched(a, _loops_around(a, ops, anchors, looped)), iterations
+    loops = _unbatched(a, _loops_around(a, ops, [at for at, _rows in sliced],
+                                        _looped_nodes(a, iterations)))
+    if not _on_gpu(a, [loop for loop in loops if not _is_backward(a, loop)]):
+        return [], 0.0
+    return loops, iterations
 
 
 def _check_sliced(a: Analysis) -> Finding | None:
@@ -526,9 +538,8 @@ def _check_sliced(a: Analysis) -> Finding | None:
     saving = min(ops_removed_ms(a, ops, removal.ops.size),
                  max(a.step_ms - gpu_after, 0.0))
     # the forward's iteration names the operators (the backward's nodes are autograd's)
-    seq, first, end, _period = next(
-        (loop for loop in loops
-         if not _BACKWARD_NODE.match(trace.strings[host.name[loop[0][loop[1]]]])), loops[0])
+    seq, first, end, _period = next((loop for loop in loops if not _is_backward(a, loop)),
+                                    loops[0])
     per_iteration = (end - first) / iterations
     # the iteration's work: its operators that launch GPU work, most host time first
     work = seq[first:end][np.isin(seq[first:end], _launching_ops(a))]
@@ -613,7 +624,7 @@ def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
     the batch no longer pays per row). Small rows' kernels are mostly that latency; a row of
     megabytes keeps its bytes to move."""
     dev = a.trace.device
-    owner = np.where(dev.top_op >= 0, dev.top_op, dev.op)
+    owner = _owners(a)
     loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
     kept = difference(np.flatnonzero(np.isin(owner, loop_ops) & (owner >= 0)), removal.device)
     ran = (dev.end[kept] - dev.ts[kept]).astype(float)
