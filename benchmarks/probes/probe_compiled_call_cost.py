@@ -9,7 +9,10 @@ cost per kernel it launches (rules/knob_prices.py prices the compile knob with i
 
 - a stack of small pre-norm MLP blocks at several depths (host-bound at the default sizes);
 - a small Llama from transformers' config (no download), Python-heavy in eager mode, where
-  transformers is importable.
+  transformers is importable;
+- ``params<P>``: P parameter vectors summed into one scale of the input, so that the compiled call
+  launches about as many kernels whatever P is: the cost of a compiled call per parameter it takes
+  (``--params``).
 
 For each model and mode: the median host time of ``model(x)`` and of ``loss.backward()`` (wall time
 of the call, unsynchronized: with kernels this small the host is the step), and the kernels each
@@ -52,6 +55,21 @@ def llama(layers: int):  # type: ignore[no-untyped-def]
     model = LlamaForCausalLM(cfg).cuda()
     ids = torch.randint(0, 1024, (4, 64), device="cuda")
     return model, (lambda m: m(input_ids=ids, labels=ids).loss)
+
+
+class ManyParams(nn.Module):
+    def __init__(self, count: int, width: int = 256) -> None:
+        super().__init__()
+        self.scales = nn.ParameterList([nn.Parameter(torch.randn(width) * 0.01) for _ in range(count)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.stack(list(self.scales)).sum(0)
+
+
+def many_params(count: int, width: int = 256, rows: int = 64):  # type: ignore[no-untyped-def]
+    model = ManyParams(count, width).cuda()
+    x = torch.randn(rows, width, device="cuda")
+    return model, (lambda m: m(x).float().pow(2).mean())
 
 
 def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: ignore[no-untyped-def]
@@ -101,8 +119,10 @@ def main() -> None:
     parser.add_argument("--out", default="")
     parser.add_argument("--mlp-depths", default="1,2,4,8,16,32")
     parser.add_argument("--llama-layers", default="1,2,4")
+    parser.add_argument("--params", default="")
     opts = parser.parse_args()
     models = [(f"mlp{d}", lambda d=d: mlp(d)) for d in _ints(opts.mlp_depths)]
+    models += [(f"params{p}", lambda p=p: many_params(p)) for p in _ints(opts.params)]
     try:
         import transformers  # noqa: F401
 

@@ -12,12 +12,11 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   attention to scaled_dot_product_attention: its ``fuse_attention`` patterns matched no
   ``softmax(q @ k^T / sqrt(d)) @ v`` in bf16, fp32 or under autocast on torch 2.11
   (benchmarks/probes/probe_fuse_attention.py; benchmarks/BENCHMARKS-replay.md "Knob trials, set
-  f"). A fused chain's other operators leave the host with their kernels (the generated code
-  dispatches none of them); the rest of the region's host work stays: the host-bound programs'
-  compile moved between sessions on either side of that price (benchmarks/BENCHMARKS-replay.md
-  "The fused operators' host time"). Each pass into the compiled forward and backward costs the
-  host a fixed entry (``compiled_entries``): on a small host-bound step, more than the fusion
-  saves.
+  f"). The region's host time shrinks with its kernels (``_host_per_kernel``): the generated code
+  runs none of the module's Python and launches what is left at about the program's own cost per
+  kernel (benchmarks/BENCHMARKS-replay.md "The compiled region's host time, kernel by kernel").
+  Each pass into the compiled forward and backward costs the host a fixed entry
+  (``compiled_entries``): on a small host-bound step, more than the fusion saves.
 - ``compile-reduce-overhead``: the same fusion and entries, and the region's kernels captured in
   CUDA graphs (rules/launch_bound.py ``captured``): one graph launch for the forward and one for
   the backward a step.
@@ -100,7 +99,8 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
-    out = {KNOB_COMPILE: merge([fused, entries]) if entries is not None else fused}
+    compiled = _host_per_kernel(a, region, fused)
+    out = {KNOB_COMPILE: merge([compiled, entries]) if entries is not None else compiled}
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
@@ -196,6 +196,43 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     return Edit(calls_slower=calls[entry].astype(np.int64), calls_slower_ns=cost,
                 note=f"the compiled forward and backward entered {int(entry.sum()) / n:.0f} times a "
                      "step")
+
+
+def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
+    """``fused`` with its host part restated: each pass of the region through the host (a forward,
+    a backward) shrinks by the share of the region's kernels the fusion removes. The generated code
+    runs none of the module's Python and launches each kernel left at about an eager operator's
+    cost (benchmarks/BENCHMARKS-replay.md "A compiled call's host time"), so the region's host time
+    goes with its kernels, at the program's own cost per kernel; taking out only the fused
+    operators left the Python between them (benchmarks/BENCHMARKS-replay.md "The compiled region's
+    host time, kernel by kernel")."""
+    if fused.device_removed.size == 0:
+        return fused
+    s, e, kernels = _region_passes(a, region)
+    if s.size == 0 or kernels == 0:
+        return fused
+    share = min(fused.device_removed.size / kernels, 1.0)
+    return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share)
+
+
+def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each pass of the region through the host in the steps (a forward, a backward: from its first
+    top-level operator's start to its last one's end), and the kernels the region launched there."""
+    dev, host = a.trace.device, a.trace.host
+    starts, ends = host_steps(a)
+    tops = np.flatnonzero(region & (host.top_op < 0) & (host.ts >= starts[0]) & (host.ts < ends[-1]))
+    if tops.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64), 0
+    tops = tops[np.argsort(host.ts[tops], kind="stable")]
+    backward = autograd_nodes(a.trace)[tops]
+    step = np.searchsorted(starts, host.ts[tops], side="right") - 1
+    first = np.flatnonzero(np.concatenate(
+        ([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1]))))
+    s = np.minimum.reduceat(host.ts[tops], first)
+    e = np.maximum.reduceat(host.end[tops], first)
+    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
+    kernels = int(region[dev.launch[launched]].sum())
+    return s.astype(np.int64), e.astype(np.int64), kernels
 
 
 def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:

@@ -6,23 +6,28 @@ attention, an optimizer's multi-tensor kernel, a collective) ends it; scalar ker
 join nor end one. Inside a region, the kernels whose ops work on one tensor shape are a chain,
 interleaved or not: an RMSNorm's square, scale and weight multiply on [B, T, D] around its mean
 and rsqrt on [B, T, 1], or a cross-entropy's softmax, loss and gradient on the logits. A chain
-needs two distinct ops (one op's several kernels are not a chain a compiler can shorten).
-A region ends with its step: a
-compiled function is called once a step. torch.compile (Inductor) fuses a chain into about one pass
-over its tensor. In a training step (one with a backward) a chain is priced as 1.25x its slowest
-kernel (its slowest kernels, one per pass, when the same ops repeat on separate tensors of that
-shape: ``_passes``), each taken at no more than its bytes at 15% of the memory roof
+needs two distinct ops (one op's several kernels are not a chain a compiler can shorten). A region
+ends with its step: a compiled function is called once a step. torch.compile (Inductor) fuses a chain into about one pass
+over its tensor for each flow of data through it: the times its sequence of op names repeats
+(``_passes_of_flow``: 12 separate tensors drawn and summed alike are 12 passes; a rotary
+embedding's products on q and then on k are two; a gated activation's seven ops are one). In a
+training step (one with a backward) each pass is priced as 1.25x the chain's slowest kernels, one
+per pass, each taken at no more than its bytes at 15% of the memory roof
 (``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept): the compiler
-still writes what the backward saves, and the backward's chains keep more than one pass. In a step
-without a backward nothing is saved: a chain is one pass per repeat of its ops
-(``_passes_of_flow``), each 1.25x the traffic of its largest kernel at the best rate its kernels
-reach (a broadcast kernel far under the roof does not set it). Either way no pass is shorter than
-the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel still takes the
-card's per-kernel time), and no slower than the chain's kernels ran. Kernels on tensors of
-another shape in the same region (a weight's cast between two activation ops) are their own chain:
-fusing independent tensors saves launches, not bytes. A view of one tensor under another shape
-([B, T, V] cast, [B * T, V] log-softmax) is two chains too; grouping by element count was tried
-and not kept (benchmarks/BENCHMARKS-replay.md "A fused chain no slower than it ran"). In a step that waits on host syncs, the kernels' time is hidden behind the host's:
+still writes what the backward saves. In a step without a backward nothing is saved: each pass is
+1.25x the traffic of the chain's largest kernel at the best rate its kernels reach (a broadcast
+kernel far under the roof does not set it). Either way an eager kernel over an upcast copy of the
+tensor (fp32 inside a bf16 model: a hand-written RMSNorm, autocast's norms and losses) counts at
+the tensor's stored dtype (``_storage_share``): the fused kernel widens it in registers. No pass is
+shorter than the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel
+still takes the card's per-kernel time), and no chain is slower than its kernels ran
+(benchmarks/BENCHMARKS-replay.md "A fused chain in its stored dtype, a pass for each flow").
+
+Kernels on tensors of another shape in the same region (a weight's cast between two activation
+ops) are their own chain: fusing independent tensors saves launches, not bytes. A view of one
+tensor under another shape ([B, T, V] cast, [B * T, V] log-softmax) is two chains too; grouping by
+element count was tried and not kept (benchmarks/BENCHMARKS-replay.md "A fused chain no slower
+than it ran"). In a step that waits on host syncs, the kernels' time is hidden behind the host's:
 the syncs come first (``blocked_by``).
 
 Chains inside naive attention belong to that rule.
@@ -33,7 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import ran_backward
+from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
+from gpudoctor.analysis.opcost import DTYPE_BYTES
 from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
 from gpudoctor.kernels.prescribe import kernel_fix
@@ -46,6 +52,7 @@ from gpudoctor.rules.common import (
 )
 from gpudoctor.rules.shared import attention_events
 from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
+from gpudoctor.trace.model import Trace
 
 ID = "unfused-elementwise"
 MIN_CHAIN = 2
@@ -101,19 +108,18 @@ def chains(a: Analysis, with_attention: bool = False) -> list[np.ndarray]:
 
 
 def _passes(a: Analysis, chain: np.ndarray) -> int:
-    """How many passes over memory the chain keeps once fused: one, unless the same ops repeat
-    over tensors of one shape that are not one flow of data (the allocator_churn trap draws and
-    sums 12 separate tensors of a shape a step: 24 kernels of 2 op names are 12 passes, not one).
-    Kernels per distinct op name, rounded down."""
-    dev, host = a.trace.device, a.trace.host
-    names = host.name[np.maximum(dev.op[chain], 0)]
-    return max(1, int(chain.size // distinct(names).size))
+    """How many passes over memory a chain of a training step keeps once fused: one for each flow
+    of data (``_passes_of_flow``), and one more for each kernel beyond an operator's first: an
+    operator that launches several kernels (native_layer_norm_backward: the input's gradient row
+    by row, then the weight's across the rows) needs the passes apart, fused or not."""
+    ops = a.trace.device.op[chain]
+    return _passes_of_flow(a, chain) + int(chain.size - distinct(ops).size)
 
 
 def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
-    """How many passes a chain keeps in a step without a backward: the times its sequence of op
-    names repeats (12 separate tensors drawn and summed alike are 12 passes; a gated activation's
-    seven ops, one flow of data, are one)."""
+    """How many passes a chain keeps once fused: the times its sequence of op names repeats (12
+    separate tensors drawn and summed alike are 12 passes; a gated activation's seven ops, one
+    flow of data, are one)."""
     dev, host = a.trace.device, a.trace.host
     names = host.name[np.maximum(dev.op[chain], 0)]
     n = names.size
@@ -143,17 +149,72 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
     kernel is its own pass (three casts of one shape, each on its own tensor) is priced as it ran,
     not at FUSED_PASS_FACTOR times that."""
     ran = float(t[chain].sum())
+    narrow = _storage_share(a, chain)
     if not training:
         passes = _passes_of_flow(a, chain)
         nbytes = a.roofline.event_bytes[chain]
         rate = min(float((nbytes / np.maximum(t[chain], 1.0)).max()), a.ceilings.hbm_bytes_per_s / 1e9)
-        per_pass = float(nbytes[: chain.size // passes].max()) / rate if rate > 0 else 0.0
+        stored = (nbytes * narrow)[: chain.size // passes]
+        per_pass = float(stored.max()) / rate if rate > 0 else 0.0
         return min(float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns)), ran)
     passes = _passes(a, chain)
-    slowest = chain[np.argsort(t[chain])[::-1][:passes]]
-    at_rate = a.roofline.event_bytes[slowest] / (COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s) * 1e9
-    return min(float(FUSED_PASS_FACTOR * np.maximum(np.minimum(t[slowest], at_rate), floor_ns).sum()),
-               ran)
+    roof = COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s
+    at_rate = a.roofline.event_bytes[chain] / roof * 1e9 if roof > 0 else np.full(chain.size, np.inf)
+    stored_ns = np.minimum(t[chain], at_rate) * narrow
+    slowest = np.sort(stored_ns)[::-1][:passes]
+    return min(float(FUSED_PASS_FACTOR * np.maximum(slowest, floor_ns).sum()), ran)
+
+
+def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
+    """Per kernel of ``chain``: the element size its tensor is stored in over the one the kernel
+    works in (1 where either is unknown, or the chain widens nothing). A chain that upcasts its
+    input (a hand-written RMSNorm's ``x.to(float32)`` ... ``.to(input_dtype)`` in a bf16 model)
+    runs its eager kernels over an fp32 copy; the fused kernel reads and writes the tensor in its
+    stored dtype and widens it in registers, so each wider eager kernel's traffic shrinks by that
+    ratio. A chain over a tensor stored wide (autocast's fp32 residual stream, cast to bf16 only
+    for the next matmul) is left as it ran, and so is every chain of the backward: its casts do not
+    say whether the gradient it writes is kept wide (an fp32 residual stream's, accumulated in
+    place beside a bf16 branch's) (benchmarks/BENCHMARKS-replay.md "A fused chain in its stored
+    dtype, a pass for each flow")."""
+    trace = a.trace
+    ops = trace.device.op[chain]
+    calls = trace.device.launch[chain]
+    if (calls < 0).any() or _in_backward(trace, calls).any():
+        return np.ones(chain.size)
+    stored = _upcast_from(trace, ops)
+    if stored == 0:
+        return np.ones(chain.size)
+    # a kernel works in its widest operand's type (bf16 x times an fp32 tanh is an fp32 multiply)
+    size = np.array([max((DTYPE_BYTES.get(t, 0) for t in trace.input_types(int(op))
+                          if isinstance(t, str)), default=0) for op in ops.tolist()], float)
+    return np.where(size > stored, stored / np.maximum(size, 1.0), 1.0)
+
+
+def _in_backward(trace: Trace, calls: np.ndarray) -> np.ndarray:
+    """Whether each launching call (host event) runs inside an autograd node."""
+    return autograd_nodes(trace)[trace.host.outermost(calls)]
+
+
+def _upcast_from(trace: Trace, ops: np.ndarray) -> int:
+    """The element size a chain of ``ops`` (host events) widens its tensor from and narrows it back
+    to: a ``copy_`` into a wider destination and one back into that size (a tensor that comes in
+    narrow and leaves narrow). 0 where the chain does not do both: a cast that only widens (a
+    bf16 gradient into an fp32 residual stream's) or only narrows (an fp32 activation cast for the
+    next matmul) changes what is stored."""
+    copies = ops[ops >= 0]
+    copies = distinct(copies[trace.names_matching(lambda s: s == "aten::copy_")[trace.host.name[copies]]])
+    widened, narrowed = set(), set()
+    for op in copies.tolist():
+        types = trace.input_types(op)
+        if len(types) < 2:
+            continue
+        dst, src = DTYPE_BYTES.get(types[0], 0), DTYPE_BYTES.get(types[1], 0)
+        if 0 < src < dst:
+            widened.add(src)
+        elif 0 < dst < src:
+            narrowed.add(dst)
+    both = widened & narrowed
+    return min(both) if both else 0
 
 
 def _distinct_per_chain(chain: np.ndarray, op: np.ndarray) -> dict[int, int]:

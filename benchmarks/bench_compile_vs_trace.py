@@ -1,0 +1,101 @@
+"""The compile knob's replayed step beside the compiled step itself, host and GPU apart.
+
+A ``run --try-fixes --fixes compile`` bundle whose compile trial kept its trace (the default,
+``--trial-trace``; the trial needs 400 or more steps to leave a window after its warm-up) holds
+both sides of the knob: the eager step the knob was priced on (the bundle's own trace) and the
+step the compiled program ran (``trials/compile/trace.json.gz``, with the unprofiled step its
+trial timed). For each such bundle this prints, per step and without the profiler (both traces
+replayed as ``gpudoctor run`` replays them, each fitted to its own unprofiled step):
+
+- the eager step: the host's own work and the GPU's busy time;
+- the knob's edit replayed on it (rules/knob_prices.py): the step, host and GPU it predicts;
+- the compiled trial's step, host and GPU.
+
+So a miss says which side the price got wrong: the fusion of the kernels (GPU) or what the
+compiled code leaves the host.
+
+    python benchmarks/bench_compile_vs_trace.py --bundles benchmarks/results/compile-traces-h100-2026-12-06-bundles.tar.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def side(path: Path) -> dict[str, float]:
+    """The step, the host's own work and the GPU's busy time per step (ms) of one run directory,
+    as the replay sees them without the profiler."""
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules.whatif import step_model
+
+    a = diagnose_path(path).analysis
+    model = step_model(a)
+    if isinstance(model, str):
+        raise ValueError(f"{path}: {model}")
+    r = model.base.replayed
+    counted = max(r.marks_ns.size - 1, 1)
+    return {"step": model.step_ms, "host": r.host_work_ns / counted / 1e6,
+            "gpu": r.gpu_busy_ns / max(r.marks_ns.size, 1) / 1e6}
+
+
+def predicted(path: Path) -> dict[str, float]:
+    """The compile knob's edit replayed on the eager run: step, host and GPU per step (ms)."""
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.replay.edits import changes
+    from gpudoctor.replay.simulate import replay
+    from gpudoctor.rules.knob_prices import KNOB_COMPILE, knob_edits
+    from gpudoctor.rules.whatif import step_model
+
+    a = diagnose_path(path).analysis
+    model = step_model(a)
+    if isinstance(model, str):
+        raise ValueError(f"{path}: {model}")
+    edit = knob_edits(a).get(KNOB_COMPILE)
+    if edit is None:
+        raise ValueError(f"{path}: the compile knob has no edit here")
+    fixed = replay(model.graph, changes(model.graph, edit, base=model.base.changes))
+    counted = max(fixed.marks_ns.size - 1, 1)
+    return {"step": model.after_ms(edit), "host": fixed.host_work_ns / counted / 1e6,
+            "gpu": fixed.gpu_busy_ns / max(fixed.marks_ns.size, 1) / 1e6}
+
+
+def bundles_in(path: Path, scratch: Path) -> list[Path]:
+    if path.is_file():
+        with tarfile.open(path) as tar:
+            tar.extractall(scratch, filter="data")
+        path = scratch
+    return sorted({p.parents[2] for p in path.rglob("trials/compile/trace.json*")})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundles", type=Path, required=True,
+                    help="a folder of run bundles, or a .tar.gz / .tar.xz of one")
+    opts = ap.parse_args()
+    if not opts.bundles.exists():
+        ap.error(f"--bundles {opts.bundles}: no such file or folder")
+    print("| program | eager step / host / GPU | predicted step / host / GPU | compiled step / host / GPU "
+          "| step predicted / compiled |")
+    print("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as scratch:
+        for bundle in bundles_in(opts.bundles, Path(scratch)):
+            eager, after = side(bundle), predicted(bundle)
+            compiled = side(bundle / "trials" / "compile")
+
+            def three(d: dict[str, float]) -> str:
+                return f"{d['step']:.2f} / {d['host']:.2f} / {d['gpu']:.2f}"
+
+            print(f"| {bundle.name.rsplit('-', 2)[0]} | {three(eager)} | {three(after)} | "
+                  f"{three(compiled)} | {after['step'] / compiled['step']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
