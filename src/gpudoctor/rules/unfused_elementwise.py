@@ -184,15 +184,23 @@ def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
     stored = _upcast_from(trace, ops)
     if stored == 0:
         return np.ones(chain.size)
-    # a kernel works in its widest operand's type (bf16 x times an fp32 tanh is an fp32 multiply)
-    size = np.array([max((DTYPE_BYTES.get(t, 0) for t in trace.input_types(int(op))
-                          if isinstance(t, str)), default=0) for op in ops.tolist()], float)
+    # a kernel works in its widest tensor's type (bf16 x times an fp32 tanh is an fp32 multiply; a
+    # Python number, recorded as a 0-d "double", is not one)
+    size = np.array([_widest_tensor(trace, int(op)) for op in ops.tolist()], float)
     return np.where(size > stored, stored / np.maximum(size, 1.0), 1.0)
 
 
 def _in_backward(trace: Trace, calls: np.ndarray) -> np.ndarray:
     """Whether each launching call (host event) runs inside an autograd node."""
     return autograd_nodes(trace)[trace.host.outermost(calls)]
+
+
+def _widest_tensor(trace: Trace, op: int) -> int:
+    """The largest element size among host event ``op``'s tensor arguments of one or more dims
+    (0 where none is known)."""
+    dims, types = trace.input_dims(op), trace.input_types(op)
+    return max((DTYPE_BYTES.get(t, 0) for d, t in zip(dims, types)
+                if isinstance(t, str) and isinstance(d, list) and d), default=0)
 
 
 def _upcast_from(trace: Trace, ops: np.ndarray) -> int:
