@@ -107,7 +107,7 @@ def _per_step(model, fixed=None) -> tuple[float, float]:  # type: ignore[no-unty
 
 def test_the_compile_price_against_the_compiled_step(rms) -> None:  # type: ignore[no-untyped-def]
     """The knob's edit replayed on the eager step, beside the compiled trial's own step (each
-    without the profiler, fitted to its own unprofiled step): the host left is within 20% of the
+    without the profiler, fitted to its own unprofiled step): the host left is within a quarter of the
     compiled program's (the region's host time goes with the kernels it fuses); the GPU is over by
     a third (Inductor also fuses the rotary products with their halves and the gated activation
     across its matmuls, which the chains do not)."""
@@ -118,7 +118,7 @@ def test_the_compile_price_against_the_compiled_step(rms) -> None:  # type: igno
     eager_host, eager_gpu = _per_step(model)
     compiled = step_model(diagnose_path(RMS / "trials" / "compile").analysis)
     compiled_host, compiled_gpu = _per_step(compiled)
-    assert compiled_host < host < 1.2 * compiled_host < eager_host
+    assert compiled_host < host < 1.25 * compiled_host < eager_host
     assert compiled_gpu < gpu < 1.4 * compiled_gpu < eager_gpu
     # measured x2.01 [1.99-2.03]; the fused operators alone off the host, x1.28; before the
     # stored dtype and the passes by flow, x1.42

@@ -46,6 +46,7 @@ from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 from gpudoctor.rules.shared import host_steps
+from gpudoctor.trace.model import HostCat
 
 KNOB_COMPILE = "compile"
 KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
@@ -216,18 +217,27 @@ def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
 
 
 def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Each pass of the region through the host in the steps (a forward, a backward: from its first
-    top-level operator's start to its last one's end), and the kernels the region launched there."""
+    """Each pass of the region through the host in the steps (a forward, a backward: a run of its
+    top-level operators, from the first one's start to the last one's end, that no other operator
+    of their threads interrupts: an LSTM that Dynamo leaves eager splits the forward in two), and
+    the kernels the region launched there."""
     dev, host = a.trace.device, a.trace.host
     starts, ends = host_steps(a)
-    tops = np.flatnonzero(region & (host.top_op < 0) & (host.ts >= starts[0]) & (host.ts < ends[-1]))
-    if tops.size == 0:
+    in_steps = (host.top_op < 0) & (host.cat == HostCat.OP) & (host.ts >= starts[0]) & (
+        host.ts < ends[-1])
+    ours = np.flatnonzero(in_steps & region)
+    if ours.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), 0
+    tops = np.flatnonzero(in_steps & host.on_threads(distinct(host.thread[ours])))
     tops = tops[np.argsort(host.ts[tops], kind="stable")]
+    inside = region[tops]
     backward = autograd_nodes(a.trace)[tops]
     step = np.searchsorted(starts, host.ts[tops], side="right") - 1
-    first = np.flatnonzero(np.concatenate(
-        ([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1]))))
+    # a new pass at a region operator after one outside it, or where the pass or the step turns
+    turns = np.concatenate(([True], ~inside[:-1] | (backward[1:] != backward[:-1])
+                            | (step[1:] != step[:-1])))
+    tops, turns = tops[inside], turns[inside]
+    first = np.flatnonzero(turns)
     s = np.minimum.reduceat(host.ts[tops], first)
     e = np.maximum.reduceat(host.end[tops], first)
     launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
