@@ -29,24 +29,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def side(path: Path) -> dict[str, float]:
-    """The step, the host's own work and the GPU's busy time per step (ms) of one run directory,
-    as the replay sees them without the profiler."""
-    from gpudoctor.pipeline import diagnose_path
-    from gpudoctor.rules.whatif import step_model
-
-    a = diagnose_path(path).analysis
-    model = step_model(a)
-    if isinstance(model, str):
-        raise ValueError(f"{path}: {model}")
-    r = model.base.replayed
-    counted = max(r.marks_ns.size - 1, 1)
-    return {"step": model.step_ms, "host": r.host_work_ns / counted / 1e6,
+def _per_step(model, fixed=None) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The step, the host's own work and the GPU's busy time per step (ms) of a step model, or of
+    ``fixed`` (a replay of it edited) in the model's terms."""
+    r = model.base.replayed if fixed is None else fixed
+    return {"step": model.step_ms, "host": r.host_work_ns / max(r.marks_ns.size - 1, 1) / 1e6,
             "gpu": r.gpu_busy_ns / max(r.marks_ns.size, 1) / 1e6}
 
 
-def predicted(path: Path) -> dict[str, float]:
-    """The compile knob's edit replayed on the eager run: step, host and GPU per step (ms)."""
+def sides(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """A run directory as the replay sees it without the profiler, and the compile knob's edit
+    replayed on it (its step in the run's terms, rules/whatif.py ``StepModel.after_ms``)."""
     from gpudoctor.pipeline import diagnose_path
     from gpudoctor.replay.edits import changes
     from gpudoctor.replay.simulate import replay
@@ -59,11 +52,9 @@ def predicted(path: Path) -> dict[str, float]:
         raise ValueError(f"{path}: {model}")
     edit = knob_edits(a).get(KNOB_COMPILE)
     if edit is None:
-        raise ValueError(f"{path}: the compile knob has no edit here")
+        return _per_step(model), {}
     fixed = replay(model.graph, changes(model.graph, edit, base=model.base.changes))
-    counted = max(fixed.marks_ns.size - 1, 1)
-    return {"step": model.after_ms(edit), "host": fixed.host_work_ns / counted / 1e6,
-            "gpu": fixed.gpu_busy_ns / max(fixed.marks_ns.size, 1) / 1e6}
+    return _per_step(model), {**_per_step(model, fixed), "step": model.after_ms(edit)}
 
 
 def bundles_in(path: Path, scratch: Path) -> list[Path]:
@@ -85,9 +76,19 @@ def main() -> int:
           "| step predicted / compiled |")
     print("|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
-        for bundle in bundles_in(opts.bundles, Path(scratch)):
-            eager, after = side(bundle), predicted(bundle)
-            compiled = side(bundle / "trials" / "compile")
+        try:
+            bundles = bundles_in(opts.bundles, Path(scratch))
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            reason = " ".join(str(exc).split())
+            ap.error(f"--bundles {opts.bundles}: not a folder or a .tar.gz / .tar.xz of one ({reason})")
+        if not bundles:
+            ap.error(f"--bundles {opts.bundles}: no bundle with a compile trial's trace "
+                     "(trials/compile/trace.json.gz); run --try-fixes --fixes compile keeps one")
+        for bundle in bundles:
+            eager, after = sides(bundle)
+            if not after:
+                raise ValueError(f"{bundle}: the compile knob has no edit here")
+            compiled, _ = sides(bundle / "trials" / "compile")
 
             def three(d: dict[str, float]) -> str:
                 return f"{d['step']:.2f} / {d['host']:.2f} / {d['gpu']:.2f}"

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
+from gpudoctor.analysis.host_events import AUTOGRAD_NODE, ran_backward
 from gpudoctor.analysis.opcost import DTYPE_BYTES
 from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import KERNELS_REMOVED, Evidence, Finding, Fix, make_finding
@@ -179,7 +179,7 @@ def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
     trace = a.trace
     ops = trace.device.op[chain]
     calls = trace.device.launch[chain]
-    if (calls < 0).any() or _in_backward(trace, calls).any():
+    if (calls < 0).any() or _in_backward(trace, calls):
         return np.ones(chain.size)
     stored = _upcast_from(trace, ops)
     if stored == 0:
@@ -190,9 +190,11 @@ def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
     return np.where(size > stored, stored / np.maximum(size, 1.0), 1.0)
 
 
-def _in_backward(trace: Trace, calls: np.ndarray) -> np.ndarray:
-    """Whether each launching call (host event) runs inside an autograd node."""
-    return autograd_nodes(trace)[trace.host.outermost(calls)]
+def _in_backward(trace: Trace, calls: np.ndarray) -> bool:
+    """Whether any of the launching calls (host events) runs inside an autograd node: the few
+    names looked up, not the whole host table (``autograd_nodes``), for each of a step's chains."""
+    names = trace.host.name[trace.host.outermost(calls)]
+    return any(trace.strings[i].startswith(AUTOGRAD_NODE) for i in distinct(names).tolist())
 
 
 def _widest_tensor(trace: Trace, op: int) -> int:
@@ -209,8 +211,8 @@ def _upcast_from(trace: Trace, ops: np.ndarray) -> int:
     narrow and leaves narrow). 0 where the chain does not do both: a cast that only widens (a
     bf16 gradient into an fp32 residual stream's) or only narrows (an fp32 activation cast for the
     next matmul) changes what is stored."""
-    copies = ops[ops >= 0]
-    copies = distinct(copies[trace.names_matching(lambda s: s == "aten::copy_")[trace.host.name[copies]]])
+    copy_id = trace.string_ids.get("aten::copy_", -1)
+    copies = distinct(ops[(ops >= 0) & (trace.host.name[np.maximum(ops, 0)] == copy_id)])
     widened, narrowed = set(), set()
     for op in copies.tolist():
         types = trace.input_types(op)
