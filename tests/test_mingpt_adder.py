@@ -77,9 +77,10 @@ def test_the_step_leaves_out_a_pause_that_is_not_the_loaders() -> None:
 def test_knob_prices() -> None:
     # measured in the same call from the trials' step samples against the control's: x1.99, x1.29;
     # compile x1.10 while the fused operators alone left the host (the region's host time now goes
-    # with the kernels fused: rules/knob_prices.py _host_per_kernel)
+    # with the kernels fused: rules/knob_prices.py _host_per_kernel); x1.35 with the chains by
+    # element count, the logits' views fused with their loss
     prices = {k: v["predicted_speedup"] for k, v in knob_prices_for(RUN).items()}
     assert prices == pytest.approx(
-        {"compile-reduce-overhead": 3.1579, "compile": 1.2985, "bf16-autocast": 0.926, "tf32": 1.0},
+        {"compile-reduce-overhead": 3.1579, "compile": 1.3497, "bf16-autocast": 0.926, "tf32": 1.0},
         abs=1e-3,
     )

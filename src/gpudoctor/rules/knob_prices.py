@@ -6,7 +6,8 @@ backward (analysis/compiled_region.py), nothing else: an optimizer's loop, a han
 or the loader keep their host time. So each knob is its own edit of the step's graph, replayed:
 
 - ``compile``: each chain of memory-bound kernels inside the region (rules/unfused_elementwise.py
-  ``chains``) becomes one kernel at its fused time; the chain's other kernels leave the GPU. A
+  ``chains``, grouped by element count: Inductor fuses across a tensor's views) becomes one kernel
+  at its fused time; the chain's other kernels leave the GPU. A
   naive attention's scale, casts and softmax between its two matmuls are such a chain, forward
   and backward: Inductor fuses them and leaves the matmuls to cuBLAS. It does not rewrite the
   attention to scaled_dot_product_attention: its ``fuse_attention`` patterns matched no
@@ -145,7 +146,7 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
     retimed: list[int] = []
     retimed_ns: list[float] = []
     gone: list[np.ndarray] = []
-    for chain in unfused_elementwise.chains(a, with_attention=True):
+    for chain in unfused_elementwise.chains(a, with_attention=True, by_numel=True):
         calls = dev.launch[chain]
         if (calls < 0).any() or not within[calls].all():
             continue

@@ -69,10 +69,15 @@ COMPILED_PASS_SHARE = 0.15
 MAJOR_SHARE = 0.10
 
 
-def chains(a: Analysis, with_attention: bool = False) -> list[np.ndarray]:
+def chains(a: Analysis, with_attention: bool = False, by_numel: bool = False) -> list[np.ndarray]:
     """The chains (event indices in time order) of every region of memory-bound kernels inside
     the steps (the module docstring says what a region and a chain are). A naive attention's
-    kernels are naive-attention's to price, unless ``with_attention``."""
+    kernels are naive-attention's to price, unless ``with_attention``. ``by_numel``: a chain is
+    one region's kernels on one element count rather than one shape, so that a view of a tensor
+    under another shape ([B, T, V] logits sliced and made contiguous, then log-softmaxed as
+    [B * T, V]) stays in its chain: what Inductor fuses (the compile knob, rules/knob_prices.py),
+    where a fused kernel written by hand may stop at the view (benchmarks/BENCHMARKS-replay.md
+    "Chains across views, for the compile knob")."""
     dev = a.trace.device
     live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0)
     if not with_attention:
@@ -91,8 +96,9 @@ def chains(a: Analysis, with_attention: bool = False) -> list[np.ndarray]:
     changed = np.concatenate(([True], (stream[1:] != stream[:-1]) | (step[1:] != step[:-1])))
     region = np.cumsum(changed | ~fusable)[fusable]
     members = order[fusable]
-    # a chain: one region's kernels on one tensor shape
-    _, chain_id = np.unique(np.stack([region, shape_id[members]]), axis=1, return_inverse=True)
+    # a chain: one region's kernels on one tensor shape (or element count)
+    key = numel[members] if by_numel else shape_id[members]
+    _, chain_id = np.unique(np.stack([region, key]), axis=1, return_inverse=True)
     chain_id = chain_id.reshape(-1)
     # several kernels of one op are one op: a chain needs MIN_CHAIN distinct ops
     ops = _distinct_per_chain(chain_id, dev.op[members])

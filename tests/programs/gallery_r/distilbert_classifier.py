@@ -10,7 +10,11 @@ import argparse
 import time
 
 import torch
-from transformers import DistilBertConfig, DistilBertForSequenceClassification, get_linear_schedule_with_warmup
+from transformers import (
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    get_linear_schedule_with_warmup,
+)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--iters", type=int, default=200)
