@@ -76,8 +76,9 @@ def chains(a: Analysis, with_attention: bool = False, by_numel: bool = False) ->
     one region's kernels on one element count rather than one shape, so that a view of a tensor
     under another shape ([B, T, V] logits sliced and made contiguous, then log-softmaxed as
     [B * T, V]) stays in its chain: what Inductor fuses (the compile knob, rules/knob_prices.py),
-    where a fused kernel written by hand may stop at the view (benchmarks/BENCHMARKS-replay.md
-    "Chains across views, for the compile knob")."""
+    where a fused kernel written by hand may stop at the view; a ``cat`` of two halves joins the
+    chain that reads it (``_halves_joined``) (benchmarks/BENCHMARKS-replay.md "Chains across
+    views, for the compile knob")."""
     dev = a.trace.device
     live = (a.roofline.event_in_steps_ns > 0) & (dev.cat == 0)
     if not with_attention:
@@ -97,7 +98,7 @@ def chains(a: Analysis, with_attention: bool = False, by_numel: bool = False) ->
     region = np.cumsum(changed | ~fusable)[fusable]
     members = order[fusable]
     # a chain: one region's kernels on one tensor shape (or element count)
-    key = numel[members] if by_numel else shape_id[members]
+    key = _halves_joined(a, members, region, numel[members]) if by_numel else shape_id[members]
     _, chain_id = np.unique(np.stack([region, key]), axis=1, return_inverse=True)
     chain_id = chain_id.reshape(-1)
     # several kernels of one op are one op: a chain needs MIN_CHAIN distinct ops
@@ -111,6 +112,23 @@ def chains(a: Analysis, with_attention: bool = False, by_numel: bool = False) ->
     bounds = np.flatnonzero(np.diff(chain_id[by_chain])) + 1
     runs = np.split(members[by_chain], bounds)
     return sorted(runs, key=lambda r: int(dev.ts[r[0]]))
+
+
+def _halves_joined(a: Analysis, members: np.ndarray, region: np.ndarray,
+                   numel: np.ndarray) -> np.ndarray:
+    """The element count a chain is grouped by (``chains(..., by_numel=True)``), with a ``cat``
+    counted at twice its largest input where its region holds work on that many elements: a
+    rotary embedding's ``cat([-x2, x1])`` of two halves, which Inductor writes into the product
+    that reads it rather than into a tensor of its own."""
+    trace = a.trace
+    cat = trace.names_matching(lambda s: s == "aten::cat")[
+        trace.host.name[np.maximum(trace.device.op[members], 0)]]
+    if not cat.any():
+        return numel
+    doubled = np.where(cat, numel * 2, numel)
+    present = {(int(r), int(n)) for r, n in zip(region[~cat], numel[~cat])}
+    joins = np.array([(int(r), int(n)) in present for r, n in zip(region, doubled)], bool)
+    return np.where(cat & joins, doubled, numel)
 
 
 def _passes(a: Analysis, chain: np.ndarray) -> int:
