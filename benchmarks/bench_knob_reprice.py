@@ -9,7 +9,8 @@ one holds each trace as trace.json: xz over the plain JSON is half the size of t
 
 The prediction now is what ``run --try-fixes`` would print: the report's findings planned with the
 knobs the run tried and the knobs' own replayed prices (tryfix/trial.py ``plan``,
-pipeline.knob_prices_for). Re-pricing trials whose results are known is a fit, not a forecast: the
+pipeline.knob_prices_for); a combined trial, its knobs' edits replayed together
+(tryfix/session.py ``together_price``). Re-pricing trials whose results are known is a fit, not a forecast: the
 table says which prices were made before the measurement ("then") and which after ("now").
 """
 
@@ -55,17 +56,22 @@ def bundles_in(path: Path, scratch: Path) -> list[Path]:
 
 def repriced(bundle: Path) -> list[dict[str, Any]]:
     from gpudoctor.pipeline import analyze_path, knob_prices_for
+    from gpudoctor.tryfix.session import together_price
     from gpudoctor.tryfix.trial import plan
 
     trials = json.loads((bundle / "trials.json").read_text())["trials"]
     knobs = [t["knob"] for t in trials if not str(t["knob"]).startswith(("control", "combined"))]
     report = analyze_path(bundle)
-    now = {p.knob.id: p for p in plan(report.findings, knobs, knob_prices_for(bundle)).trials}
+    planned = plan(report.findings, knobs, knob_prices_for(bundle)).trials
+    now: dict[str, Any] = {p.knob.id: p for p in planned}
+    for t in trials:  # the combined trial: its knobs' edits replayed together, as the run does
+        if str(t["knob"]).startswith("combined") and t.get("knobs"):
+            now[t["knob"]] = together_price(bundle, list(t["knobs"]), planned)
     rows = []
     for t in trials:
-        if t["knob"] not in now:
+        p = now.get(t["knob"])
+        if p is None:
             continue
-        p = now[t["knob"]]
         rows.append(
             {
                 "program": bundle.name,

@@ -1397,6 +1397,41 @@ def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path)
     assert combined.verdict == FASTER_UNPREDICTED and combined.measured_speedup > 2.2
 
 
+def test_the_combined_trial_is_held_to_its_knobs_replayed_together(tmp_path: Path) -> None:
+    """With a price for the knobs together, the combined trial is judged against it, as each
+    knob is against its own; the runner asks for it with the knobs that were combined."""
+    means = {
+        "control": 25.0,
+        "compile": 14.0,
+        "loader-workers": 20.0,
+        "control.r2": 25.5,
+        "compile.r2": 14.2,
+        "loader-workers.r2": 20.3,
+        "control-end": 25.2,
+        "combined": 11.0,
+        "combined.r2": 11.2,
+    }
+    runner = _rounds_runner(tmp_path, means, repeats=2)
+    asked: list[list[str]] = []
+
+    def price(ids: list[str]) -> trial_mod.Together:
+        asked.append(ids)
+        return trial_mod.Together(2.4, 14.6)
+
+    runner.price_together = price
+    records = runner.run(
+        [
+            Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
+            Planned(knobs_mod.BY_ID["loader-workers"], "input-pipeline", 1.2, 4.0),
+        ]
+    )
+    combined = records[-1]
+    assert asked == [["compile", "loader-workers"]]
+    assert combined.predicted_speedup == 2.4 and combined.predicted_saving_ms == 14.6
+    assert combined.predicted_by == "replay (the knobs' edits together)"
+    assert combined.verdict == CONFIRMED
+
+
 def test_repeats_fall_back_to_one_process_a_knob_when_the_control_fails(tmp_path: Path) -> None:
     means = {"control": "crashed", "compile": 14.0, "control-end": 25.0}
     records = _rounds_runner(tmp_path, means, repeats=2).run(

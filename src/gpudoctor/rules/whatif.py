@@ -227,6 +227,37 @@ def knob_prices_of(a: Analysis, model: StepModel) -> dict[str, KnobPrice]:
     return out
 
 
+def knobs_together_price(a: Analysis, model: StepModel, knobs: list[str],
+                         fixed_findings: dict[str, str], raw: list[Finding]) -> KnobPrice | None:
+    """Several knobs turned in one process (``run --try-fixes``' combined trial) priced as one
+    replay of their edits merged, as "all fixes together" merges the findings' fixes: a compile
+    knob, autocast or TF32 by its own edit (rules/knob_prices.py), any other knob by the edit of
+    the finding it fixes (``fixed_findings``: knob id -> finding id; ``raw``: the rules' findings).
+    A knob of its own with nothing to change (autocast where no matmul is fp32) adds nothing, as it
+    is priced x1.0 alone. None where a knob of a finding has no edit (its price is a formula's):
+    the trial is then measured without a prediction."""
+    own = knob_edits(a)
+    by_id = {f.id: f for f in raw}
+    edits, ids = [], []
+    for knob in knobs:
+        edit = own.get(knob)
+        if edit is None:
+            finding = by_id.get(fixed_findings.get(knob, ""))
+            if finding is None:
+                return None
+            edit, _ = edit_for(a, finding)
+            if edit is None or edit.is_empty():
+                return None
+            ids.append(finding.id)
+        edits.append(edit)
+    if not edits:
+        return None
+    after = model.after_ms(merge(edits), takes_unseen=bool(UNSEEN_TAKEN_BY & set(ids)),
+                           takes_loader=bool(LOADER_TAKEN_BY & set(ids)))
+    return KnobPrice(" + ".join(knobs), model.step_ms, after if after > 0 else model.step_ms,
+                     "; ".join(e.note for e in edits if e.note))
+
+
 def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
                        model: StepModel) -> tuple[list[Finding], AllFixes | None]:
     by_id = {f.id: f for f in raw}

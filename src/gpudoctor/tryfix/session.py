@@ -14,7 +14,7 @@ from gpudoctor.capture.detect import PROGRAM_PROFILER
 from gpudoctor.core.loader import WORKERS_PRESCRIBED
 from gpudoctor.core.trial_record import NotTried, TrialRecord
 from gpudoctor.tryfix.knobs import KNOBS
-from gpudoctor.tryfix.trial import Baseline, Trials, plan
+from gpudoctor.tryfix.trial import Baseline, Planned, Together, Trials, plan
 
 
 @dataclass
@@ -74,9 +74,25 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
                         program_facts(target.path_or_module, target.args, target.is_module),
                         run_dir, baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace,
                         repeats=repeats, progress=progress,
-                        loader_workers=prescribed_loader_workers(report))
+                        loader_workers=prescribed_loader_workers(report),
+                        price_together=lambda ids: together_price(run_dir, ids, chosen.trials))
         out.trials = runner.run(chosen.trials)
     return out
+
+
+def together_price(run_dir: Path, knob_ids: list[str],
+                   planned: Sequence[Planned]) -> Together | None:
+    """The combined trial's prediction: the knobs' edits replayed at once on the diagnosed run (a
+    third reading of its trace: seconds); each knob that is not priced by its own edit brings the
+    edit of the finding it was planned for. None where one of them has none."""
+    from gpudoctor.pipeline import knobs_together_price_for
+
+    fixed = {p.knob.id: p.finding.split(" + ")[0] for p in planned if p.finding}
+    price = knobs_together_price_for(run_dir, knob_ids, fixed)
+    if price is None:
+        return None
+    return Together(float(price["predicted_speedup"]),
+                    float(price["step_ms"]) - float(price["step_after_ms"]))
 
 
 def prescribed_loader_workers(report: Any) -> int | None:

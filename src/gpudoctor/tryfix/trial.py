@@ -57,7 +57,7 @@ interval is over processes (diff/samples.py ``compare_processes``; ``Trials._run
 - ``smaller than predicted``: faster, but even the interval's best end saves less than half the
   predicted saving;
 - ``faster``: faster, with no prediction to hold it to (a knob named by ``--fixes`` with no
-  finding, and the combined trial);
+  finding, and a combined trial one of whose knobs has no edit of the step's graph);
 - ``too few samples``: fewer than 2 step times on a side;
 - ``not enough steps to judge``: fewer than ``MIN_JUDGED_STEPS`` timed steps, or less than
   ``MIN_JUDGED_S`` seconds of them, on a side (summed over the processes with ``--trial-repeats``):
@@ -75,7 +75,9 @@ value to 8 bits of mantissa (0.4%), TF32 to 10: the first steps' losses of a sou
 within a few tenths of a percent; 5% is a change in what the model computes.
 
 **Combined**: the knobs whose verdict is ``confirmed`` or ``faster``, one per group (the faster of
-two compile modes, of foreach and fused...), run together once when there are two or more.
+two compile modes, of foreach and fused...), run together once when there are two or more. It is
+predicted by one replay of their edits merged (pipeline.knobs_together_price_for), as "all fixes
+together" is, where each knob has one.
 """
 
 from __future__ import annotations
@@ -209,6 +211,16 @@ class Planned:
     saving_ms: float | None = None
     priced_by: str | None = None  # "replay" or "formula" (the finding's evidence, rules/whatif.py)
     own_edit: bool = False  # priced by the knob's own replayed edit (the findings it also fixes included)
+
+
+@dataclass(frozen=True)
+class Together:
+    """The combined trial's prediction: its knobs' edits replayed at once."""
+
+    predicted_speedup: float
+    saving_ms: float
+    priced_by: str = "replay (the knobs' edits together)"
+    finding: str | None = None
 
 
 @dataclass
@@ -475,6 +487,8 @@ class Trials:
     repeats: int = 1  # --trial-repeats: rounds of processes (the control and each knob once a round)
     # the workers the input-pipeline finding prescribed (its evidence), for the loader-workers knob
     loader_workers: int | None = None
+    # the combined trial's prediction from its knob ids (None: measured without one)
+    price_together: Callable[[list[str]], Together | None] | None = None
     # each trial's trial.json as its child process wrote it (tryfix/child.py), by trial name
     _children: dict[str, ChildTrial] = field(default_factory=dict)
     # a compile knob -> the cache its first trial left
@@ -502,8 +516,11 @@ class Trials:
             self.records += [rec for rec, _ in tried]
         ids = self._combinable()
         if ids:
-            self.records.append(self.one("combined", ids, None))
+            self.records.append(self.one("combined", ids, self._together(ids)))
         return self.records
+
+    def _together(self, ids: list[str]) -> Together | None:
+        return self.price_together(ids) if self.price_together is not None else None
 
     def _child_env(self, knob_ids: list[str], fresh: str | None, reused: bool) -> dict[str, str]:
         """The child's environment (knobs.child_env), with the workers the input-pipeline finding
@@ -554,9 +571,10 @@ class Trials:
             self.records.append(self._aggregate(rounds[p.knob.id], controls, p))
         ids = self._combinable()
         if ids:
-            runs = [self.one(_round_name("combined", r), ids, None)
+            together = self._together(ids)
+            runs = [self.one(_round_name("combined", r), ids, together)
                     for r in range(1, self.repeats + 1)]
-            self.records.append(self._aggregate(runs, controls, None))
+            self.records.append(self._aggregate(runs, controls, together))
         return self.records
 
     def _samples(self, name: str) -> tuple[float, ...]:
@@ -601,7 +619,7 @@ class Trials:
         return control, end
 
     def _aggregate(self, recs: list[TrialRecord], controls_timed: list[Timed],
-                   planned: Planned | None) -> TrialRecord:
+                   planned: Planned | Together | None) -> TrialRecord:
         """One knob's record over its rounds: the first round's record (its numerics, memory and
         files), measured again over every round's process."""
         # every process cut to the steps all of them timed (``common_steps``)
@@ -673,7 +691,8 @@ class Trials:
                        "each knob over three")
         return replace(rec, reason=reason)
 
-    def one(self, name: str, knob_ids: list[str], planned: Planned | None) -> TrialRecord:
+    def one(self, name: str, knob_ids: list[str],
+            planned: Planned | Together | None) -> TrialRecord:
         if self.progress is not None:
             self.progress(name)
         trial_dir = self.run_dir / "trials" / name
@@ -732,7 +751,7 @@ class Trials:
         return rec
 
     def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
-                planned: Planned | None) -> TrialRecord:
+                planned: Planned | Together | None) -> TrialRecord:
         if not (samples and self.baseline.samples_ms):
             return replace(rec, status=TOO_FEW, verdict=TOO_FEW,
                            reason=f"the trial timed {len(samples)} steps")
@@ -831,7 +850,8 @@ def _measured(rec: TrialRecord, change: StepChange) -> TrialRecord:
     )
 
 
-def _verdict_of(rec: TrialRecord, change: StepChange, floor_pct: float, planned: Planned | None,
+def _verdict_of(rec: TrialRecord, change: StepChange, floor_pct: float,
+                planned: Planned | Together | None,
                 sides: Sequence[tuple[int, float]]) -> TrialRecord:
     """A measured ``rec``'s noise floor and verdict (``verdict``), and why there is none where a
     side timed too little (``short_of_evidence``)."""
