@@ -334,3 +334,22 @@ def test_knobs_together_are_one_replay_of_their_edits() -> None:
     # a knob priced by a finding the run does not hold: no prediction, rather than a partial one
     assert knobs_together_price_for(vit, ["compile", "loader-workers"],
                                     {"loader-workers": "input-pipeline"}) is None
+
+
+def test_a_knob_planned_for_a_finding_brings_that_findings_edit() -> None:
+    """The run's plan names the finding each knob answers (a label like "input-pipeline +
+    pageable-copy" when it also saves others); the combined trial takes the first one's edit.
+    audio_loader's loader alone replays at x2.00 (the workers the finding prescribes bound it),
+    and compile adds nothing to a step the loader sets."""
+    from gpudoctor.tryfix.knobs import BY_ID
+    from gpudoctor.tryfix.session import together_price
+    from gpudoctor.tryfix.trial import Planned
+
+    run = DATA / "gallery_h100" / "audio_loader_fetch"
+    planned = [Planned(BY_ID["loader-workers"], "input-pipeline + pageable-copy", 2.0, 16.2),
+               Planned(BY_ID["compile"], "unfused-elementwise", 1.01, 0.3)]
+    both = together_price(run, ["loader-workers", "compile"], planned)
+    assert both is not None and both.predicted_speedup == 2.0
+    assert both.priced_by == "replay (the knobs' edits together)"
+    # without the finding the plan named, no prediction
+    assert together_price(run, ["loader-workers", "compile"], planned[1:]) is None

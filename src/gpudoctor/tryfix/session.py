@@ -75,7 +75,8 @@ def try_fixes(target: Any, config: Any, samples: Sequence[float], run_dir: Path,
                         run_dir, baseline, timeout_s=timeout_s, sandbox=sandbox, trace=trace,
                         repeats=repeats, progress=progress,
                         loader_workers=prescribed_loader_workers(report),
-                        price_together=lambda ids: together_price(run_dir, ids, chosen.trials))
+                        price_together=(lambda ids: together_price(run_dir, ids, chosen.trials))
+                        if diagnosed else None)
         out.trials = runner.run(chosen.trials)
     return out
 
