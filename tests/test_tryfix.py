@@ -1373,18 +1373,22 @@ def test_a_control_round_that_fails_is_left_out_of_the_reference(tmp_path: Path)
     assert compile_.baseline_ms == pytest.approx((25.0 * 26.0) ** 0.5, abs=1e-4)
 
 
+# two knobs confirmed over two rounds, then run together (planted mean steps, ms)
+COMBINED_ROUNDS: dict[str, float | str] = {
+    "control": 25.0,
+    "compile": 14.0,
+    "loader-workers": 20.0,
+    "control.r2": 25.5,
+    "compile.r2": 14.2,
+    "loader-workers.r2": 20.3,
+    "control-end": 25.2,
+    "combined": 11.0,
+    "combined.r2": 11.2,
+}
+
+
 def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path) -> None:
-    means = {
-        "control": 25.0,
-        "compile": 14.0,
-        "loader-workers": 20.0,
-        "control.r2": 25.5,
-        "compile.r2": 14.2,
-        "loader-workers.r2": 20.3,
-        "control-end": 25.2,
-        "combined": 11.0,
-        "combined.r2": 11.2,
-    }
+    means = COMBINED_ROUNDS
     records = _rounds_runner(tmp_path, means, repeats=2).run(
         [
             Planned(knobs_mod.BY_ID["compile"], "unfused-elementwise", 1.5, 5.0),
@@ -1400,17 +1404,7 @@ def test_repeated_confirmed_knobs_are_combined_in_as_many_rounds(tmp_path: Path)
 def test_the_combined_trial_is_held_to_its_knobs_replayed_together(tmp_path: Path) -> None:
     """With a price for the knobs together, the combined trial is judged against it, as each
     knob is against its own; the runner asks for it with the knobs that were combined."""
-    means = {
-        "control": 25.0,
-        "compile": 14.0,
-        "loader-workers": 20.0,
-        "control.r2": 25.5,
-        "compile.r2": 14.2,
-        "loader-workers.r2": 20.3,
-        "control-end": 25.2,
-        "combined": 11.0,
-        "combined.r2": 11.2,
-    }
+    means = COMBINED_ROUNDS
     runner = _rounds_runner(tmp_path, means, repeats=2)
     asked: list[list[str]] = []
 
