@@ -56,6 +56,12 @@ class Segment(msgspec.Struct, frozen=True):
 # A rank read alone whose collectives run exposed for this share of its step or more is not called
 # healthy (analysis/collectives.py).
 COLLECTIVES_VERDICT_SHARE = 0.25
+# Fixes that replay together at this speedup or more are not called healthy, whatever each saves
+# alone: the host and the GPU each hold the step, and each fix frees only the other's (an fp32
+# DistilBERT: x1.00-1.03 alone, x4.40 together, compile with autocast measured x2.52). Under it, the
+# pair is within the prices' error of nothing (knob trials within 1.25x of their measurements:
+# benchmarks/BENCHMARKS-replay.md "Knob set r: four ordinary programs never run before").
+TOGETHER_VERDICT_SPEEDUP = 1.25
 # ... counting the time its GPU is held behind another stream with work queued (gpu-wait), named
 # from the share the rank's note names it at (analysis/collectives.py MIN_COMM_SHARE)
 
@@ -63,8 +69,8 @@ COLLECTIVES_VERDICT_SHARE = 0.25
 class Verdict(msgspec.Struct, frozen=True):
     """The one-line answer (``Report.verdict``)."""
 
-    # "healthy", "findings", "collectives" (a rank read alone), "held" (its GPU idle with work
-    # queued) or "no-gpu-work" (Report.verdict)
+    # "healthy", "findings", "together" (no fix major alone, the fixes together are), "collectives"
+    # (a rank read alone), "held" (its GPU idle with work queued) or "no-gpu-work" (Report.verdict)
     status: str
     top_finding: str | None  # the finding to fix first; None when healthy
     text: str
@@ -193,8 +199,8 @@ class Report(msgspec.Struct, frozen=True):
 
     def verdict(self) -> Verdict:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
-        the step, 10% for fusion by a compiler: core/finding.severity_for), else the finding to fix
-        first. A smaller saving is within the run-to-run spread of most programs (the gallery's
+        the step, 10% for fusion by a compiler: core/finding.severity_for) and the fixes together
+        replay under ``TOGETHER_VERDICT_SPEEDUP``, else the finding to fix first. A smaller saving is within the run-to-run spread of most programs (the gallery's
         plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from
         the source: lab, diff and report"): worth knowing, not worth a rewrite."""
         if self.host_only and not self.findings:  # nothing ran on a GPU, nothing found on the host
@@ -219,6 +225,14 @@ class Report(msgspec.Struct, frozen=True):
                 "no finding on this rank is major, but its collectives run with no compute "
                 f"beside them for {100 * self.exposed_collectives_share:.0f}% of its step{held}: "
                 "analyze every rank's trace for the findings on them"))
+        together = self.all_fixes
+        if top is None and together is not None and (
+                together.predicted_speedup >= TOGETHER_VERDICT_SPEEDUP):
+            return Verdict("together", None, (
+                f"no fix is major alone, but the {len(together.ids)} together replay at "
+                f"{speedup_text(together.predicted_speedup)} ({together.step_ms:.3f} -> "
+                f"{together.step_after_ms:.3f} ms): the host and the GPU each hold the step, and "
+                "a fix to one alone leaves the other holding it; make them together"))
         if top is None:
             largest = self.findings[0] if self.findings else None
             text = "healthy: no major finding"
