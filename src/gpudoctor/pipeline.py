@@ -229,15 +229,12 @@ def knob_prices_for(path: str | os.PathLike[str], gpu: str | None = None,
     """The compile knobs' own replayed prices (rules/knob_prices.py) on a run directory or trace,
     by knob id (``KnobPrice.to_dict``): what ``run --try-fixes`` predicts for them. Empty when the
     trace has no GPU work or its step's graph cannot be built."""
-    from gpudoctor.rules.whatif import knob_prices_of, step_model
+    from gpudoctor.rules.whatif import knob_prices_of
 
-    analysis = _run_analysis(path, gpu, ceilings)
-    if analysis is None:
+    run = _run_model(path, gpu, ceilings)
+    if run is None:
         return {}
-    model = step_model(analysis)
-    if isinstance(model, str):
-        return {}
-    return {k: p.to_dict() for k, p in knob_prices_of(analysis, model).items()}
+    return {k: p.to_dict() for k, p in knob_prices_of(*run).items()}
 
 
 def knobs_together_price_for(path: str | os.PathLike[str], knobs: Sequence[str],
@@ -246,32 +243,34 @@ def knobs_together_price_for(path: str | os.PathLike[str], knobs: Sequence[str],
     """Several knobs turned together priced by one replay of their edits merged
     (rules/whatif.py ``knobs_together_price``), as ``knob_prices_for`` prices each alone; None
     where one of them has no edit of the step's graph, or the graph cannot be built."""
-    from gpudoctor.rules.whatif import knobs_together_price, step_model
+    from gpudoctor.rules.whatif import knobs_together_price
 
-    analysis = _run_analysis(path, gpu, ceilings)
-    if analysis is None:
+    run = _run_model(path, gpu, ceilings)
+    if run is None:
         return None
-    model = step_model(analysis)
-    if isinstance(model, str):
-        return None
+    analysis, model = run
     price = knobs_together_price(analysis, model, list(knobs), fixed_findings, find(analysis))
     return price.to_dict() if price is not None else None
 
 
-def _run_analysis(path: str | os.PathLike[str], gpu: str | None = None,
-                  ceilings: Any = None) -> Analysis | None:
-    """A run directory's (or a trace's) analysis as ``gpudoctor run`` made it, with its timings;
-    None when the trace has no GPU work."""
+def _run_model(path: str | os.PathLike[str], gpu: str | None = None,
+               ceilings: Any = None) -> tuple[Analysis, Any] | None:
+    """A run directory's (or a trace's) analysis as ``gpudoctor run`` made it, with its timings,
+    and its step model (rules/whatif.py ``step_model``); None when the trace has no GPU work or
+    its step's graph cannot be built."""
     from gpudoctor.capture.bundle import read_run
+    from gpudoctor.rules.whatif import step_model
 
     run = read_run(path)
     trace = load(path)
     if len(trace.device) == 0:
         return None
-    return analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
-                         run.model_state, run.step_source, run.cut_after,
-                         unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                         unprofiled_lead_ms=run.unprofiled_lead_ms)
+    analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
+                             run.model_state, run.step_source, run.cut_after,
+                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
+                             unprofiled_lead_ms=run.unprofiled_lead_ms)
+    model = step_model(analysis)
+    return None if isinstance(model, str) else (analysis, model)
 
 
 def analyze_inputs(paths: Sequence[str | os.PathLike[str]], *, jobs: int | None = None,

@@ -57,10 +57,9 @@ class Segment(msgspec.Struct, frozen=True):
 # healthy (analysis/collectives.py).
 COLLECTIVES_VERDICT_SHARE = 0.25
 # Fixes that replay together at this speedup or more are not called healthy, whatever each saves
-# alone: the host and the GPU each hold the step, and each fix frees only the other's (an fp32
-# DistilBERT: x1.00-1.03 alone, x4.40 together, compile with autocast measured x2.52). Under it, the
-# pair is within the prices' error of nothing (knob trials within 1.25x of their measurements:
-# benchmarks/BENCHMARKS-replay.md "Knob set r: four ordinary programs never run before").
+# alone: the host and the GPU each hold the step, and a fix to one alone leaves the other holding
+# it. Under it, the fixes together are within the prices' own error (1.25x) of nothing
+# (benchmarks/BENCHMARKS-replay.md "A verdict for fixes that free each other").
 TOGETHER_VERDICT_SPEEDUP = 1.25
 # ... counting the time its GPU is held behind another stream with work queued (gpu-wait), named
 # from the share the rank's note names it at (analysis/collectives.py MIN_COMM_SHARE)
@@ -200,9 +199,10 @@ class Report(msgspec.Struct, frozen=True):
     def verdict(self) -> Verdict:
         """The one-line answer: ``healthy`` when no finding is major or critical (a saving of 5% of
         the step, 10% for fusion by a compiler: core/finding.severity_for) and the fixes together
-        replay under ``TOGETHER_VERDICT_SPEEDUP``, else the finding to fix first. A smaller saving is within the run-to-run spread of most programs (the gallery's
-        plain runs moved 0.2-11% between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from
-        the source: lab, diff and report"): worth knowing, not worth a rewrite."""
+        replay under ``TOGETHER_VERDICT_SPEEDUP``, else the finding to fix first. A smaller saving
+        is within the run-to-run spread of most programs (the gallery's plain runs moved 0.2-11%
+        between two runs: benchmarks/BENCHMARKS-lab.md "Evidence moved from the source: lab, diff
+        and report"): worth knowing, not worth a rewrite."""
         if self.host_only and not self.findings:  # nothing ran on a GPU, nothing found on the host
             return Verdict("no-gpu-work", None, "no GPU work was recorded in this window: the "
                            "report covers the host alone")

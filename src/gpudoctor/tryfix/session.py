@@ -88,7 +88,7 @@ def together_price(run_dir: Path, knob_ids: list[str],
     edit of the finding it was planned for. None where one of them has none."""
     from gpudoctor.pipeline import knobs_together_price_for
 
-    fixed = {p.knob.id: p.finding.split(" + ")[0] for p in planned if p.finding}
+    fixed = {p.knob.id: p.finding_id for p in planned if p.finding_id}
     price = knobs_together_price_for(run_dir, knob_ids, fixed)
     if price is None:
         return None

@@ -203,6 +203,9 @@ def trial_skip(baseline: Baseline, warmup: int) -> int:
     return max(baseline.skip, TRIAL_MIN_SKIP) + warmup
 
 
+ALSO_SAVES_JOIN = " + "  # a planned finding and those its knob also saves, in one label
+
+
 @dataclass(frozen=True)
 class Planned:
     knob: Knob
@@ -211,6 +214,12 @@ class Planned:
     saving_ms: float | None = None
     priced_by: str | None = None  # "replay" or "formula" (the finding's evidence, rules/whatif.py)
     own_edit: bool = False  # priced by the knob's own replayed edit (the findings it also fixes included)
+
+    @property
+    def finding_id(self) -> str | None:
+        """The finding the knob was planned for: ``finding`` names it first, then those whose
+        saving its price adds (``_with_also_saves``)."""
+        return self.finding.split(ALSO_SAVES_JOIN)[0] if self.finding else None
 
 
 @dataclass(frozen=True)
@@ -367,7 +376,7 @@ def _with_also_saves(planned: Planned, findings: Sequence[Any]) -> Planned:
                                                                              extra[0].saving_ms)
     step = saving * ps / (ps - 1.0)  # the step the savings are shares of
     total = min(planned.saving_ms + sum(f.saving_ms for f in extra), MAX_SAVING_SHARE * step)
-    label = " + ".join([planned.finding, *(f.id for f in extra)])
+    label = ALSO_SAVES_JOIN.join([planned.finding, *(f.id for f in extra)])
     return Planned(planned.knob, label, speedup(step, total), total,
                    "formula" if planned.priced_by != "replay"
                    else "replay (summed with the findings it also removes)")
