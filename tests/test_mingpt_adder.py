@@ -42,10 +42,10 @@ def test_the_snippets_knob_is_priced_apart_from_the_whole_step_graph(report: Rep
     # their host time (measured x1.99 against the control in the same call)
     launch = report.findings[0]
     own = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
-    assert own == pytest.approx(3.1579, abs=1e-3) and own < launch.predicted_speedup / 4
+    assert own == pytest.approx(3.1447, abs=1e-3) and own < launch.predicted_speedup / 4
     # printed under the fix, in the text and the HTML report
     assert (
-        launch.knob_note() == "As a run --try-fixes knob, on its own: compile-reduce-overhead x3.16"
+        launch.knob_note() == "As a run --try-fixes knob, on its own: compile-reduce-overhead x3.14"
     )
     # a knob priced as the finding is (tf32 x1.00 under fp32-matmul's x1.00) repeats nothing
     fp32 = report.finding("fp32-matmul")
@@ -78,9 +78,10 @@ def test_knob_prices() -> None:
     # measured in the same call from the trials' step samples against the control's: x1.99, x1.29;
     # compile x1.10 while the fused operators alone left the host (the region's host time now goes
     # with the kernels fused: rules/knob_prices.py _host_per_kernel); x1.35 with the chains by
-    # element count, the logits' views fused with their loss
+    # element count, the logits' views fused with their loss; x1.52 with the region's host kept to
+    # the generated code's cost per kernel left (its eager operators cost 33 us each)
     prices = {k: v["predicted_speedup"] for k, v in knob_prices_for(RUN).items()}
     assert prices == pytest.approx(
-        {"compile-reduce-overhead": 3.1579, "compile": 1.3497, "bf16-autocast": 0.926, "tf32": 1.0},
+        {"compile-reduce-overhead": 3.1447, "compile": 1.5168, "bf16-autocast": 0.926, "tf32": 1.0},
         abs=1e-3,
     )

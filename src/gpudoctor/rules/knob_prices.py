@@ -42,7 +42,7 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
-from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
+from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ran_backward
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
@@ -172,14 +172,26 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
 # fused chain's operators leave the host (``fusion``) and the rest keep their eager time.
 COMPILED_FORWARD_ENTRY_NS = 440_000.0
 COMPILED_BACKWARD_ENTRY_NS = 550_000.0
+# The entries were fitted on models of 4 to 64 parameters; the compiled forward costs about 2 us a
+# parameter more than the eager one (its guards; the backward's AccumulateGrad nodes run eagerly in
+# both): beyond the middle of that range, each parameter adds it (benchmarks/probes/
+# probe_compiled_call_cost.py --params; benchmarks/BENCHMARKS-replay.md "A compiled call's cost
+# per parameter").
+ENTRY_FITTED_PARAMETERS = 32
+COMPILED_NS_PER_PARAMETER = 2_000.0
+# The generated code's host time per kernel it launches, beyond the entries: 25-30 us on the
+# compiled traces of five programs whose eager operators cost 11-25 us each (benchmarks/
+# BENCHMARKS-replay.md "The generated code's cost per kernel").
+COMPILED_NS_PER_KERNEL = 30_000.0
 
 
 def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     """Each compiled forward and backward call's entry cost, on the first launch from the region
     in each pass: a forward's first launch after a backward (or the step's start), a backward's
     first after a forward. A closure that runs the model several times a step (LBFGS) enters it
-    as often. None where the region launches nothing in the steps, or in a step with no backward:
-    the entries were measured with grad mode on (AOTAutograd's wrapper), not under no_grad."""
+    as often. A forward's entry grows with the parameters past ``ENTRY_FITTED_PARAMETERS``. None
+    where the region launches nothing in the steps, or in a step with no backward: the entries were
+    measured with grad mode on (AOTAutograd's wrapper), not under no_grad."""
     if not ran_backward(a.trace):
         return None
     dev, host = a.trace.device, a.trace.host
@@ -193,7 +205,12 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     backward = autograd_nodes(a.trace)[host.outermost(calls)]
     step = np.searchsorted(starts, host.ts[calls], side="right") - 1
     entry = np.concatenate(([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1])))
-    cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, COMPILED_FORWARD_ENTRY_NS)[entry]
+    # the parameters each backward accumulates: what the compiled forward's guards check
+    updates = parameter_updates(a.trace) & (host.ts >= starts[0]) & (host.ts < ends[-1])
+    params = int(updates.sum()) / max(int((entry & backward).sum()), 1)
+    forward = COMPILED_FORWARD_ENTRY_NS + COMPILED_NS_PER_PARAMETER * max(
+        params - ENTRY_FITTED_PARAMETERS, 0.0)
+    cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, forward)[entry]
     n = max(len(a.steps), 1)
     return Edit(calls_slower=calls[entry].astype(np.int64), calls_slower_ns=cost,
                 note=f"the compiled forward and backward entered {int(entry.sum()) / n:.0f} times a "
@@ -207,14 +224,29 @@ def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
     cost (benchmarks/BENCHMARKS-replay.md "A compiled call's host time"), so the region's host time
     goes with its kernels, at the program's own cost per kernel; taking out only the fused
     operators left the Python between them (benchmarks/BENCHMARKS-replay.md "The compiled region's
-    host time, kernel by kernel")."""
+    host time, kernel by kernel"). Where the program pays more per kernel than the generated code
+    does (a transformers model's Python), a pass keeps no more than ``COMPILED_NS_PER_KERNEL`` for
+    each kernel left in it."""
     if fused.device_removed.size == 0:
         return fused
     s, e, kernels = _region_passes(a, region)
     if s.size == 0 or kernels == 0:
         return fused
     share = min(fused.device_removed.size / kernels, 1.0)
-    return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share)
+    left = _kernels_left(a, region, fused.device_removed, s, e)
+    return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share,
+                                   host_kept_ns=left * COMPILED_NS_PER_KERNEL)
+
+
+def _kernels_left(a: Analysis, region: np.ndarray, removed: np.ndarray, s: np.ndarray,
+                  e: np.ndarray) -> np.ndarray:
+    """The region's kernels launched in each pass [s, e) that the fusion keeps."""
+    dev, host = a.trace.device, a.trace.host
+    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
+    launched = launched[region[dev.launch[launched]]]
+    launched = launched[~np.isin(launched, removed)]
+    at = np.sort(host.ts[dev.launch[launched]])
+    return (np.searchsorted(at, e, side="left") - np.searchsorted(at, s, side="left")).astype(float)
 
 
 def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
