@@ -65,7 +65,7 @@ def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
         # summing the findings read x9.09 and x12.1; the host keeping the fused operators, x1.00;
         # without the compiled calls' entry costs, x1.15 and x4.49; with the fused operators alone
         # off the host (not the region's host time with its kernels), x1.09; x1.15 and x3.78 before
-        # the compiled forward's entry grew with its parameters (146 a step)
+        # the compiled forward's entry grew with its parameters (146 a backward)
         ("manual_sgd", 1.1327, 3.641),
         # measured x0.93 [0.91-0.95] and x2.82 [2.75-2.89], compile x1.14 and x1.06 in later
         # sessions; summing the findings read x2.42 and x3.19; the host keeping the fused
@@ -91,15 +91,14 @@ def test_compile_of_a_small_host_bound_step_is_priced_slower() -> None:
     """tests/programs/tabular_mlp.py (a tutorial's fp32 MLP at batch 64, H200): a 1.97 ms step the
     host sets. Entering the compiled forward and the compiled backward costs the host 0.44 and
     0.55 ms (rules/knob_prices.py, measured by benchmarks/probes/probe_compiled_call_cost.py),
-    more than fusing 9 of its kernels saves: priced x0.76, measured x0.82 [0.80-0.83] on this
-    bundle. Fusion alone had priced it x1.17; x0.74 before the region's host kept no more than the
-    generated code's cost per kernel left (its eager operators cost more each)."""
+    more than fusing 9 of its kernels saves: priced x0.74, measured x0.82 [0.80-0.83] on this
+    bundle. Fusion alone had priced it x1.17."""
     bundle = KNOBS / "tabular_mlp"
     prices = knob_prices_for(bundle)
     assert prices["compile"] == {
-        "predicted_speedup": 0.7642,
+        "predicted_speedup": 0.7362,
         "step_ms": 1.9703,
-        "step_after_ms": 2.5782,
+        "step_after_ms": 2.6763,
         "priced_by": "replay",
         "note": "5 chains of memory-bound kernels a step fused (9 kernels fewer); the compiled "
         "forward and backward entered 2 times a step",
@@ -319,14 +318,14 @@ def test_the_compiled_host_time_is_taken_from_the_regions_own_passes(program: st
 def test_knobs_together_are_one_replay_of_their_edits() -> None:
     """run --try-fixes' combined trial is predicted by the knobs' edits merged and replayed once.
     On the fp32 ViT (H100) autocast makes the GPU's work a third and leaves the host setting the
-    step, so compile's host share counts in the pair as it does not alone: x3.46 together, x2.34
-    and x1.09 apart (the same pair with TF32 and compile measured x1.77 on an H200, priced x2.37
-    there: benchmarks/BENCHMARKS-replay.md "Knobs together"); x3.14 before the compiled region's
-    host kept no more than the generated code's cost per kernel left."""
+    step, so compile's host share counts in the pair as it does not alone: x3.14 together, x2.34
+    and x1.09 apart (the same pair with TF32 and compile measured x1.77 on an H200, priced x2.27
+    there: benchmarks/BENCHMARKS-replay.md "Knobs together"); x3.1417 before the compiled forward's
+    entry grew with its parameters."""
     vit = DATA / "knobs_h100" / "vit_tiny_fp32_accuracy"
     alone = knob_prices_for(vit)
     both = knobs_together_price_for(vit, ["bf16-autocast", "compile"], {})
-    assert both is not None and both["predicted_speedup"] == 3.4573
+    assert both is not None and both["predicted_speedup"] == 3.1404
     assert both["predicted_speedup"] > alone["bf16-autocast"]["predicted_speedup"] * alone[
         "compile"]["predicted_speedup"]
     # a knob with nothing to change adds nothing: unet_ema's matmuls are bf16 already
@@ -358,46 +357,27 @@ def test_a_knob_planned_for_a_finding_brings_that_findings_edit() -> None:
     assert together_price(run, ["loader-workers", "compile"], planned[1:]) is None
 
 
+
 @pytest.mark.parametrize(
-    ("program", "left_per_step", "share", "replayed_share"),
+    ("program", "forward_entry_ns"),
     [
-        # transformers' DistilBERT in fp32 (H100): its eager operators cost about 51 us of the
-        # host's each, the generated code about 30: the region keeps 315 x 30 us a step
-        ("distilbert_classifier", 315.0, 0.2464, 0.5581),
-        # a hand-written Llama whose eager operators cost about 25 us each: the share stands
-        ("handwritten_rmsnorm_swiglu", 447.0, 0.5739, 0.5739),
+        # 146 parameters a backward: 0.44 ms and 2 us for each of the 114 past 32
+        ("manual_sgd", 668_000.0),
+        # a tutorial's MLP, 6 parameters: the fitted entry
+        ("tabular_mlp", 440_000.0),
     ],
 )
-def test_the_compiled_region_keeps_no_more_host_than_the_generated_code_costs(
-    program: str, left_per_step: float, share: float, replayed_share: float
+def test_a_compiled_forward_s_entry_grows_with_its_parameters(
+    program: str, forward_entry_ns: float
 ) -> None:
-    """rules/knob_prices.py ``_host_per_kernel``: the region's passes shrink with the kernels the
-    fusion removes, and keep no more than COMPILED_NS_PER_KERNEL for each kernel left
-    (benchmarks/BENCHMARKS-replay.md "The generated code's cost per kernel")."""
+    """rules/knob_prices.py ``compiled_entries``: the forward's entry adds COMPILED_NS_PER_PARAMETER
+    for each parameter past ENTRY_FITTED_PARAMETERS (the AccumulateGrad nodes of a backward); the
+    backward's stays (benchmarks/BENCHMARKS-replay.md "A compiled call's cost per parameter")."""
+    from gpudoctor.analysis.compiled_region import traced_by_dynamo
     from gpudoctor.pipeline import diagnose_path
-    from gpudoctor.replay.edits import _kept_at_most
-    from gpudoctor.rules.knob_prices import COMPILED_NS_PER_KERNEL, KNOB_COMPILE, knob_edits
-    from gpudoctor.rules.whatif import step_model
+    from gpudoctor.rules.knob_prices import compiled_entries
 
-    a = diagnose_path(DATA / "knobs_h100" / program).analysis
-    model = step_model(a)
-    assert not isinstance(model, str)
-    edit = knob_edits(a)[KNOB_COMPILE]
-    kept = np.broadcast_to(np.asarray(edit.host_kept_ns, float), edit.host_removed_s.shape)
-    bounded = np.isfinite(kept)
-    assert kept[bounded].sum() / len(a.steps) == pytest.approx(
-        left_per_step * COMPILED_NS_PER_KERNEL)
-    shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
-    assert np.unique(shares[bounded]).round(4).tolist() == [share]
-    raised = _kept_at_most(model.graph, model.base.changes, edit, shares, kept)
-    assert np.unique(raised[bounded]).round(4).tolist() == [replayed_share]
-
-
-def test_the_fp32_distilbert_s_knobs_together_are_priced_with_the_generated_code_s_host() -> None:
-    """compile and bf16 autocast on the fp32 DistilBERT (H100, 2026-12-06): measured x2.52
-    [2.42-2.62] together; priced x1.14 while the compiled region kept the share of its eager host
-    time, x1.54 now: still under (benchmarks/BENCHMARKS-replay.md "The generated code's cost per
-    kernel")."""
-    both = knobs_together_price_for(DATA / "knobs_h100" / "distilbert_classifier",
-                                    ["compile", "bf16-autocast"], {})
-    assert both is not None and both["predicted_speedup"] == 1.5374
+    a = diagnose_path(KNOBS / program).analysis
+    entries = compiled_entries(a, traced_by_dynamo(a.trace, compiled_region(a.trace)))
+    assert entries is not None and entries.calls_slower.size == 2 * len(a.steps)
+    assert sorted(set(entries.calls_slower_ns.tolist())) == sorted({forward_entry_ns, 550_000.0})

@@ -524,26 +524,3 @@ def test_gpu_work_only_outside_the_steps_builds_a_graph_that_says_so() -> None:
     assert graph.dev_index.size == 0 and graph.coverage.startswith("no GPU work in the steps")
     report = analyze_loaded(trace, gpu="h100-sxm")
     assert report.steps.count == 3
-
-
-def test_a_bound_on_the_host_kept_raises_the_share_removed_only_where_it_binds() -> None:
-    """``Edit.host_kept_ns``: of the removed intervals' profiler-free time, no more than the bound
-    (summed over the intervals) stays; a bound above what the share leaves changes nothing."""
-    _, graph = _graph("host_sync")
-    base = unprofiled(graph, 7.036e6)
-    lo, hi = graph.window
-    s, e = np.array([lo, (lo + hi) // 2]), np.array([(lo + hi) // 2, hi])
-    shared = Edit(host_removed_s=s, host_removed_e=e, host_share=0.25)
-    before = replay(graph, changes(graph, Edit(), base=base.changes)).host_work_ns
-    after = replay(graph, changes(graph, shared, base=base.changes)).host_work_ns
-    loose = msgspec.structs.replace(shared, host_kept_ns=np.array([before, before]))
-    assert replay(graph, changes(graph, loose, base=base.changes)).host_work_ns == after
-    # the whole window kept to at most 1 ms in all: 0.98 ms of gaps, calls and tail stay (the
-    # window's start lies before the chain's first gap), where the share alone left 10.2 ms of
-    # host work
-    tight = msgspec.structs.replace(shared, host_kept_ns=np.array([0.4e6, 0.6e6]))
-    edited = changes(graph, tight, base=base.changes)
-    assert float(edited.gap_ns.sum() + edited.own_ns.sum() + edited.tail_ns) == pytest.approx(
-        976_889.07, abs=1.0)
-    assert before == pytest.approx(13_606_520.2, abs=1.0)
-    assert after == pytest.approx(10_171_464.4, abs=1.0)

@@ -29,8 +29,7 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     device / device_ns: device events and their time after the fix (ns);
     device_removed: device events that no longer run (merged into another: a batched GEMM);
     host_removed_s / _e: host intervals whose time the fix takes out of the chain (ns, any
-      thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per interval),
-      and more where what stays of their profiler-free time would exceed ``host_kept_ns`` (summed);
+      thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per interval);
     unwait: host calls that no longer wait (their own time stays);
     calls_removed: host calls that no longer happen (their time goes, their device events stay:
       a CUDA graph replays them); calls_timed / calls_timed_ns: calls that take another time
@@ -61,10 +60,6 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     latency_ns: float | None = None
     switch_ns: float | None = None  # the gap between back-to-back device events after the fix
     host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
-    # at most this much of the removed intervals' profiler-free time stays, summed over those with
-    # a bound (ns, one or one per interval; inf: none): a compiled region's host at the generated
-    # code's cost per kernel
-    host_kept_ns: float | np.ndarray = np.inf
     min_step_ns: float = 0.0  # what the step cannot go below after the fix (a loader's throughput)
     min_step_share: float = 0.0  # the same, as a share of the step the program runs now
     # the host left after the fix runs at the pace of its smaller work (replay/pace.py); False where
@@ -96,8 +91,6 @@ def merge(edits: list[Edit]) -> Edit:
     shares = np.concatenate([np.broadcast_to(np.asarray(e.host_share, float),
                                              e.host_removed_s.shape)
                              for e in edits]) if edits else EMPTY_F
-    kept = np.concatenate([np.broadcast_to(np.asarray(e.host_kept_ns, float),
-                                           e.host_removed_s.shape) for e in edits])
     added = [e for e in edits if e.added_at.size]
     return Edit(
         device=dev, device_ns=ns,
@@ -115,7 +108,7 @@ def merge(edits: list[Edit]) -> Edit:
         added_launches=max((e.added_launches for e in added), default=0.0),
         latency_ns=min(latencies) if latencies else None,
         switch_ns=min((e.switch_ns for e in edits if e.switch_ns is not None), default=None),
-        host_share=shares, host_kept_ns=kept,
+        host_share=shares,
         min_step_ns=max(e.min_step_ns for e in edits),
         min_step_share=max(e.min_step_share for e in edits),
         paced=any(e.paced for e in edits),
@@ -135,9 +128,6 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         entry_end = graph.end_ns
         prev_end, entry_start, last = graph.gap_windows()
         shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
-        kept = np.broadcast_to(np.asarray(edit.host_kept_ns, float), edit.host_removed_s.shape)
-        if base is not None and np.isfinite(kept).any():
-            shares = _kept_at_most(graph, base, edit, shares, kept)
         for share in distinct(shares).tolist():  # each share on the union of its intervals
             pick = shares == share
             s, e = union(edit.host_removed_s[pick], edit.host_removed_e[pick])
@@ -189,35 +179,6 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
         waits = base.waits if waits is None else waits & base.waits
     return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur,
                    dev_removed=removed, latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
-
-
-def _kept_at_most(graph: StepGraph, base: Changes, edit: Edit, shares: np.ndarray,
-                  kept: np.ndarray) -> np.ndarray:
-    """``shares`` of the intervals with a bound raised alike, so that no more than their ``kept``
-    ns, summed, of their profiler-free time stays: each interval's profiled overlap with each gap
-    and call, taken at that entry's profiler-free share of its profiled time. Summed, not interval
-    by interval: a compiled region's pass cut short by an operator outside it holds the Python
-    around few kernels, which the passes beside it make up for."""
-    prev_end, entry_start, _ = graph.gap_windows()
-    bounded = np.isfinite(kept)
-    s, e = union(edit.host_removed_s[bounded], edit.host_removed_e[bounded])
-    free = float((overlap_per_window(s, e, prev_end, entry_start)
-                  * _free_share(graph.gap_ns, base.gap_ns)).sum()
-                 + (overlap_per_window(s, e, entry_start, graph.end_ns)
-                    * _free_share(graph.own_ns, base.own_ns)).sum())
-    most = float(kept[bounded].sum())
-    out = np.array(shares, float)
-    if free > most:
-        out[bounded] = np.maximum(out[bounded], 1.0 - most / free)
-    return out
-
-
-def _free_share(profiled: np.ndarray, free: np.ndarray | None) -> np.ndarray:
-    """Each entry's profiler-free time over its profiled time (1 where either is unknown)."""
-    if free is None:
-        return np.ones(profiled.size)
-    return np.clip(np.divide(np.asarray(free, float), profiled, out=np.ones(profiled.size),
-                             where=profiled > 0), 0.0, 1.0)
 
 
 def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:

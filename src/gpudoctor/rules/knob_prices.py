@@ -179,10 +179,6 @@ COMPILED_BACKWARD_ENTRY_NS = 550_000.0
 # per parameter").
 ENTRY_FITTED_PARAMETERS = 32
 COMPILED_NS_PER_PARAMETER = 2_000.0
-# The generated code's host time per kernel it launches, beyond the entries: 28-32 us on the
-# compiled traces of five programs whose eager operators cost 12-28 us each
-# (benchmarks/BENCHMARKS-replay.md "The generated code's cost per kernel").
-COMPILED_NS_PER_KERNEL = 30_000.0
 
 
 def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
@@ -224,29 +220,14 @@ def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
     cost (benchmarks/BENCHMARKS-replay.md "A compiled call's host time"), so the region's host time
     goes with its kernels, at the program's own cost per kernel; taking out only the fused
     operators left the Python between them (benchmarks/BENCHMARKS-replay.md "The compiled region's
-    host time, kernel by kernel"). Where the program pays more per kernel than the generated code
-    does (a transformers model's Python), a pass keeps no more than ``COMPILED_NS_PER_KERNEL`` for
-    each kernel left in it."""
+    host time, kernel by kernel")."""
     if fused.device_removed.size == 0:
         return fused
     s, e, kernels = _region_passes(a, region)
     if s.size == 0 or kernels == 0:
         return fused
     share = min(fused.device_removed.size / kernels, 1.0)
-    left = _kernels_left(a, region, fused.device_removed, s, e)
-    return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share,
-                                   host_kept_ns=left * COMPILED_NS_PER_KERNEL)
-
-
-def _kernels_left(a: Analysis, region: np.ndarray, removed: np.ndarray, s: np.ndarray,
-                  e: np.ndarray) -> np.ndarray:
-    """The region's kernels launched in each pass [s, e) that the fusion keeps."""
-    dev, host = a.trace.device, a.trace.host
-    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
-    launched = launched[region[dev.launch[launched]]]
-    launched = launched[~np.isin(launched, removed)]
-    at = np.sort(host.ts[dev.launch[launched]])
-    return (np.searchsorted(at, e, side="left") - np.searchsorted(at, s, side="left")).astype(float)
+    return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share)
 
 
 def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
