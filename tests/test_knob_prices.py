@@ -381,3 +381,25 @@ def test_a_compiled_forward_s_entry_grows_with_its_parameters(
     entries = compiled_entries(a, traced_by_dynamo(a.trace, compiled_region(a.trace)))
     assert entries is not None and entries.calls_slower.size == 2 * len(a.steps)
     assert sorted(set(entries.calls_slower_ns.tolist())) == sorted({forward_entry_ns, 550_000.0})
+
+
+def test_autocast_s_cached_casts_are_cast_on_every_compiled_call() -> None:
+    """twins/per_head_projections (H100): 204 per-head Linear layers a step under one
+    ``torch.no_grad(), torch.autocast`` around the whole loop. Eager autocast casts each weight and
+    bias once and keeps the copies: each layer's wrapper launches only its input's cast. The
+    compiled forward casts both on every call, 408 Triton kernels a step in the compiled trial's own
+    trace, as the knob adds them: priced x0.59 (x1.03 without them), measured x0.69 [0.67-0.71]
+    (benchmarks/BENCHMARKS-replay.md "Autocast's cached casts under compile")."""
+    from gpudoctor.pipeline import diagnose_path
+
+    bundle = DATA / "knobs_h100" / "per_head_projections"
+    compile_ = knob_prices_for(bundle)["compile"]
+    assert compile_["predicted_speedup"] == 0.5917
+    assert compile_["note"].endswith("408 casts autocast had cached, cast on every call")
+    assert _measured(bundle)["compile"] == pytest.approx(0.69, abs=0.005)
+    compiled = diagnose_path(bundle / "trials" / "compile").analysis
+    dev = compiled.trace.device
+    names = np.asarray(compiled.trace.strings, dtype=object)[dev.name]
+    casts = np.char.startswith(names.astype(str), "triton_poi_fused__to_copy")
+    in_steps = compiled.roofline.event_in_steps_ns > 0
+    assert (casts & in_steps).sum() / len(compiled.steps) == 408

@@ -17,7 +17,9 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   runs none of the module's Python and launches what is left at about the program's own cost per
   kernel (benchmarks/BENCHMARKS-replay.md "The compiled region's host time, kernel by kernel").
   Each pass into the compiled forward and backward costs the host a fixed entry
-  (``compiled_entries``): on a small host-bound step, more than the fusion saves.
+  (``compiled_entries``): on a small host-bound step, more than the fusion saves. The casts eager
+  autocast had cached (a context held for many steps) are cast again on every compiled call
+  (``cached_casts_recast``).
 - ``compile-reduce-overhead``: the same fusion and entries, and the region's kernels captured in
   CUDA graphs (rules/launch_bound.py ``captured``): one graph launch for the forward and one for
   the backward a step.
@@ -102,7 +104,8 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
     compiled = _host_per_kernel(a, region, fused)
-    out = {KNOB_COMPILE: merge([compiled, entries]) if entries is not None else compiled}
+    recast = cached_casts_recast(a, region)
+    out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast) if e is not None])}
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
@@ -211,6 +214,67 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     return Edit(calls_slower=calls[entry].astype(np.int64), calls_slower_ns=cost,
                 note=f"the compiled forward and backward entered {int(entry.sum()) / n:.0f} times a "
                      "step")
+
+
+# dtypes autocast casts to
+_LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half"})
+
+
+def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
+    """Autocast's cached casts, cast again by the compiled code on every call. Eager autocast casts
+    a parameter (a leaf that requires grad) once per autocast context and keeps the copy: an
+    operator run under a context the program holds for many steps (``with torch.no_grad(),
+    torch.autocast(...)`` around an inference loop) launches no cast of its weight or bias, only of
+    its input. The graph Inductor compiles casts them as ops of its own, one kernel each, on every
+    call: per_head_projections' compiled forward launched 829 kernels a step where eager launched
+    444 (benchmarks/BENCHMARKS-replay.md "Autocast's cached casts under compile"). Each such
+    operator's first kernel gets a launch for each argument its autocast wrapper narrows without
+    a cast of its own; None where there is none. The casts' GPU time (a parameter's bytes) is left
+    out."""
+    host, dev = a.trace.host, a.trace.device
+    starts, ends = host_steps(a)
+    parent = host.parent
+    inner = np.flatnonzero((parent >= 0) & (host.cat == HostCat.OP))
+    inner = inner[host.name[inner] == host.name[parent[inner]]]
+    outer = parent[inner]
+    keep = region[outer] & (host.ts[outer] >= starts[0]) & (host.ts[outer] < ends[-1])
+    inner, outer = inner[keep], outer[keep]
+    if outer.size == 0:
+        return None
+    copy_id = a.trace.string_ids.get("aten::_to_copy", -1)
+    copies = np.flatnonzero((host.name == copy_id) & (host.cat == HostCat.OP))
+    # the casts each autocast wrapper made itself: _to_copy events under it, not under its inner op
+    ancestor = parent[copies]
+    owner = np.full(copies.size, -1, np.int64)
+    for _ in range(4):  # aten::to -> aten::_to_copy under the wrapper
+        hit = np.isin(ancestor, outer) & (owner < 0)
+        owner[hit] = ancestor[hit]
+        ancestor = np.where(ancestor >= 0, parent[np.maximum(ancestor, 0)], -1)
+    made = dict(zip(*np.unique(owner[owner >= 0], return_counts=True)))
+    narrowed = np.array([sum(1 for w, n in zip(a.trace.input_types(int(o)),
+                                               a.trace.input_types(int(i)))
+                             if w == "float" and n in _LOW_PRECISION)
+                         for o, i in zip(outer.tolist(), inner.tolist())], float)
+    cached = narrowed - np.array([made.get(int(o), 0) for o in outer.tolist()], float)
+    outer, cached = outer[cached > 0], cached[cached > 0]
+    if outer.size == 0:
+        return None
+    # each wrapper's first kernel, launched from a call inside it
+    launched = np.flatnonzero(dev.launch >= 0)
+    calls = dev.launch[launched]
+    order = np.argsort(host.ts[calls], kind="stable")
+    launched, calls = launched[order], calls[order]
+    first = []
+    for o in outer.tolist():
+        at = np.searchsorted(host.ts[calls], host.ts[o], side="left")
+        if at < calls.size and host.ts[calls[at]] < host.end[o] and (
+                host.thread[calls[at]] == host.thread[o]):
+            first.append(int(launched[at]))
+    if not first:
+        return None
+    n = max(len(a.steps), 1)
+    return Edit(added_at=np.array(first, np.int64), added_launches=float(cached.mean()),
+                note=f"{cached.sum() / n:.0f} casts autocast had cached, cast on every call")
 
 
 def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
