@@ -403,3 +403,15 @@ def test_autocast_s_cached_casts_are_cast_on_every_compiled_call() -> None:
     casts = np.char.startswith(names.astype(str), "triton_poi_fused__to_copy")
     in_steps = compiled.roofline.event_in_steps_ns > 0
     assert (casts & in_steps).sum() / len(compiled.steps) == 408
+
+
+def test_a_closure_s_forward_under_the_optimizer_s_annotation_is_in_the_region() -> None:
+    """Lightning runs training_step inside ``optimizer.step(closure)``: the module's forward runs
+    under the ``Optimizer.step#`` annotation, in grad mode, and a compile of the module takes it;
+    the optimizer's own update (no grad mode) stays outside (analysis/compiled_region.py)."""
+    trace = load(DATA / "lightning_closure" / "trace.json.gz")
+    inside, outside = _top_ops(trace, compiled_region(trace))
+    assert {"aten::linear", "aten::gelu", "aten::mean"} <= inside
+    assert "autograd::engine::evaluate_function: AddmmBackward0" in inside
+    assert {"aten::_foreach_lerp_", "aten::_foreach_addcdiv_", "aten::_foreach_sqrt"} <= outside
+    assert not any(name.startswith("aten::_foreach") for name in inside)

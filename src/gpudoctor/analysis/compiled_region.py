@@ -8,7 +8,9 @@ A trace does not say where the module's forward begins (module events come only 
   (``autograd::engine::evaluate_function: ...`` events);
 - the forward is every top-level operator on the other launching threads that was recorded under
   grad mode: the profiler gives those a ``Sequence number`` (the autograd node they would make);
-  ``torch.no_grad()`` work (an optimizer's step, a hand-written update, ``zero_grad``) has none;
+  ``torch.no_grad()`` work (an optimizer's step, a hand-written update, ``zero_grad``) has none.
+  A closure the optimizer calls (Lightning's training_step, LBFGS) runs the forward under the
+  optimizer's annotation, in grad mode: it is in;
 - in a step with no backward (inference: no grad mode anywhere), every top-level operator on the
   launching threads but the copies between host and device, the reads of GPU values and the work
   of an optimizer or a DataLoader: what the module's forward itself runs.
@@ -44,6 +46,7 @@ GRAD_MODE_MARK = b'"Sequence number"'
 OUTSIDE_NAMES = re.compile(
     r"^aten::(to|_to_copy|copy_|item|_local_scalar_dense|pin_memory|_pin_memory)$")
 OUTSIDE_ANNOTATIONS = ("Optimizer.", "enumerate(DataLoader)", "gpudoctor.")
+TRAINING_OUTSIDE_ANNOTATIONS = ("enumerate(DataLoader)", "gpudoctor.")
 # recurrent modules' operators and their backward nodes: left to eager mode by TorchDynamo
 _RECURRENT_OPS = r"aten::(lstm|gru|rnn_tanh|rnn_relu|_cudnn_rnn|miopen_rnn)"
 RECURRENT_FORWARD = re.compile(rf"^{_RECURRENT_OPS}$")
@@ -65,8 +68,10 @@ def compiled_region(trace: Trace) -> np.ndarray:
     top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
     engine = autograd_nodes(trace)
     engine_threads = distinct(host.thread[engine & host.on_threads(threads)])
-    outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
     if engine_threads.size:
+        # an optimizer's own work runs outside grad mode; a closure it calls (Lightning's
+        # training_step, LBFGS) runs the module's forward under its annotation, in grad mode
+        outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
         backward = top & host.on_threads(engine_threads)
         forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
         raws = host.raw_args
@@ -77,6 +82,7 @@ def compiled_region(trace: Trace) -> np.ndarray:
         region_top = backward.copy()
         region_top[forward_candidates[graded]] = True
     else:
+        outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
         copies = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[host.name]
         region_top = top & ~copies & ~outside
     # every event inside a region operator belongs to it (its launches, its nested operators)
