@@ -218,6 +218,7 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
 
 # dtypes autocast casts to
 _LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half"})
+_LOW_PRECISION_MARKS = (b"BFloat16", b"Half")
 
 
 def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
@@ -239,8 +240,15 @@ def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
     outer = parent[inner]
     keep = region[outer] & (host.ts[outer] >= starts[0]) & (host.ts[outer] < ends[-1])
     inner, outer = inner[keep], outer[keep]
+    # only an inner op with a 16-bit argument can be autocast's (a byte search before decoding)
+    raws = host.raw_args
+    chosen = raws.take(inner.tolist()) if hasattr(raws, "take") else [raws[i] for i in inner]
+    narrow = np.fromiter((any(m in bytes(r or b"") for m in _LOW_PRECISION_MARKS)
+                          for r in chosen), bool, inner.size)
+    inner, outer = inner[narrow], outer[narrow]
     if outer.size == 0:
         return None
+    a.trace.op_arg_ids(np.concatenate([outer, inner]).astype(np.int64))  # decoded in one pass
     copy_id = a.trace.string_ids.get("aten::_to_copy", -1)
     copies = np.flatnonzero((host.name == copy_id) & (host.cat == HostCat.OP))
     # the casts each autocast wrapper made itself: _to_copy events under it, not under its inner op
