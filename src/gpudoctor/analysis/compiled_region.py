@@ -74,10 +74,8 @@ def compiled_region(trace: Trace) -> np.ndarray:
         outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
         backward = top & host.on_threads(engine_threads)
         forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
-        raws = host.raw_args
-        chosen = raws.take(forward_candidates.tolist()) if hasattr(raws, "take") else [
-            raws[i] for i in forward_candidates]
-        graded = np.fromiter((GRAD_MODE_MARK in bytes(r or b"") for r in chosen), bool,
+        graded = np.fromiter((GRAD_MODE_MARK in r
+                              for r in host.raw_args_at(forward_candidates.tolist())), bool,
                              forward_candidates.size)
         region_top = backward.copy()
         region_top[forward_candidates[graded]] = True

@@ -194,11 +194,8 @@ def sequence_numbers(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """The autograd sequence number the profiler recorded with each of these host events (-1 where
     none): a forward operator and the backward node it made share one."""
     out = np.full(rows.size, -1, np.int64)
-    raws = trace.host.raw_args
-    picked = rows.tolist()
-    texts = raws.take(picked) if hasattr(raws, "take") else [raws[r] for r in picked]  # RawArgs: each block inflated once
-    for k, text in enumerate(texts):
-        found = _SEQUENCE.search(bytes(text or b""))
+    for k, text in enumerate(trace.host.raw_args_at(rows.tolist())):
+        found = _SEQUENCE.search(text)
         if found:
             out[k] = int(found.group(1))
     return out

@@ -45,6 +45,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
 from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ran_backward
+from gpudoctor.analysis.opcost import DTYPE_NAMES
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
@@ -216,9 +217,9 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
                      "step")
 
 
-# dtypes autocast casts to
-_LOW_PRECISION = frozenset({"c10::BFloat16", "c10::Half"})
-_LOW_PRECISION_MARKS = (b"BFloat16", b"Half")
+# the 16-bit float types autocast narrows to
+_LOW_PRECISION = frozenset(t for t, short in DTYPE_NAMES.items() if short in ("bf16", "fp16"))
+_LOW_PRECISION_MARKS = tuple(t.encode() for t in _LOW_PRECISION)
 
 
 def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
@@ -227,62 +228,72 @@ def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
     operator run under a context the program holds for many steps (``with torch.no_grad(),
     torch.autocast(...)`` around an inference loop) launches no cast of its weight or bias, only of
     its input. The graph Inductor compiles casts them as ops of its own, one kernel each, on every
-    call: per_head_projections' compiled forward launched 829 kernels a step where eager launched
-    444 (benchmarks/BENCHMARKS-replay.md "Autocast's cached casts under compile"). Each such
+    call (benchmarks/BENCHMARKS-replay.md "Autocast's cached casts under compile"). Each such
     operator's first kernel gets a launch for each argument its autocast wrapper narrows without
     a cast of its own; None where there is none. The casts' GPU time (a parameter's bytes) is left
     out."""
-    host, dev = a.trace.host, a.trace.device
+    host = a.trace.host
     starts, ends = host_steps(a)
-    parent = host.parent
-    inner = np.flatnonzero((parent >= 0) & (host.cat == HostCat.OP))
-    inner = inner[host.name[inner] == host.name[parent[inner]]]
-    outer = parent[inner]
+    # an autocast wrapper: an operator whose inner operator of the same name runs on 16-bit
+    # arguments (a byte search before decoding the few that can be)
+    inner = np.flatnonzero((host.op >= 0) & (host.cat == HostCat.OP))
+    inner = inner[host.name[inner] == host.name[host.op[inner]]]
+    outer = host.op[inner]
     keep = region[outer] & (host.ts[outer] >= starts[0]) & (host.ts[outer] < ends[-1])
     inner, outer = inner[keep], outer[keep]
-    # only an inner op with a 16-bit argument can be autocast's (a byte search before decoding)
-    raws = host.raw_args
-    chosen = raws.take(inner.tolist()) if hasattr(raws, "take") else [raws[i] for i in inner]
-    narrow = np.fromiter((any(m in bytes(r or b"") for m in _LOW_PRECISION_MARKS)
-                          for r in chosen), bool, inner.size)
+    narrow = np.fromiter((any(m in r for m in _LOW_PRECISION_MARKS)
+                          for r in host.raw_args_at(inner.tolist())), bool, inner.size)
     inner, outer = inner[narrow], outer[narrow]
     if outer.size == 0:
         return None
     a.trace.op_arg_ids(np.concatenate([outer, inner]).astype(np.int64))  # decoded in one pass
-    copy_id = a.trace.string_ids.get("aten::_to_copy", -1)
-    copies = np.flatnonzero((host.name == copy_id) & (host.cat == HostCat.OP))
-    # the casts each autocast wrapper made itself: _to_copy events under it, not under its inner op
-    ancestor = parent[copies]
-    owner = np.full(copies.size, -1, np.int64)
-    for _ in range(4):  # aten::to -> aten::_to_copy under the wrapper
-        hit = np.isin(ancestor, outer) & (owner < 0)
-        owner[hit] = ancestor[hit]
-        ancestor = np.where(ancestor >= 0, parent[np.maximum(ancestor, 0)], -1)
-    made = dict(zip(*np.unique(owner[owner >= 0], return_counts=True)))
     narrowed = np.array([sum(1 for w, n in zip(a.trace.input_types(int(o)),
                                                a.trace.input_types(int(i)))
                              if w == "float" and n in _LOW_PRECISION)
                          for o, i in zip(outer.tolist(), inner.tolist())], float)
-    cached = narrowed - np.array([made.get(int(o), 0) for o in outer.tolist()], float)
+    cached = narrowed - _casts_made_by(a, outer)
     outer, cached = outer[cached > 0], cached[cached > 0]
-    if outer.size == 0:
-        return None
-    # each wrapper's first kernel, launched from a call inside it
-    launched = np.flatnonzero(dev.launch >= 0)
-    calls = dev.launch[launched]
-    order = np.argsort(host.ts[calls], kind="stable")
-    launched, calls = launched[order], calls[order]
-    first = []
-    for o in outer.tolist():
-        at = np.searchsorted(host.ts[calls], host.ts[o], side="left")
-        if at < calls.size and host.ts[calls[at]] < host.end[o] and (
-                host.thread[calls[at]] == host.thread[o]):
-            first.append(int(launched[at]))
-    if not first:
+    first = _first_kernel_inside(a, outer)
+    found = first >= 0
+    if not found.any():
         return None
     n = max(len(a.steps), 1)
-    return Edit(added_at=np.array(first, np.int64), added_launches=float(cached.mean()),
+    return Edit(added_at=first[found], added_launches=float(cached[found].mean()),
                 note=f"{cached.sum() / n:.0f} casts autocast had cached, cast on every call")
+
+
+def _casts_made_by(a: Analysis, wrappers: np.ndarray) -> np.ndarray:
+    """For each autocast wrapper, the ``aten::_to_copy`` operators it ran itself (directly or
+    under an ``aten::to``), not those under its inner operator."""
+    host = a.trace.host
+    copy_id = a.trace.string_ids.get("aten::_to_copy", -1)
+    copies = np.flatnonzero((host.name == copy_id) & (host.cat == HostCat.OP))
+    enclosing = host.op[copies]
+    owner = np.full(copies.size, -1, np.int64)
+    for _ in range(2):  # aten::_to_copy, under aten::to, under the wrapper
+        hit = np.isin(enclosing, wrappers) & (owner < 0)
+        owner[hit] = enclosing[hit]
+        enclosing = np.where(enclosing >= 0, host.op[np.maximum(enclosing, 0)], -1)
+    made = dict(zip(*np.unique(owner[owner >= 0], return_counts=True)))
+    return np.array([made.get(int(w), 0) for w in wrappers.tolist()], float)
+
+
+def _first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
+    """For each host operator, the first device event launched from inside it on its thread (-1
+    where none)."""
+    host, dev = a.trace.host, a.trace.device
+    out = np.full(ops.size, -1, np.int64)
+    launched = np.flatnonzero(dev.launch >= 0)
+    for t in distinct(host.thread[ops]).tolist():
+        mine = launched[host.thread[dev.launch[launched]] == t]
+        mine = mine[np.argsort(host.ts[dev.launch[mine]], kind="stable")]
+        ts = host.ts[dev.launch[mine]]
+        sel = np.flatnonzero(host.thread[ops] == t)
+        at = np.searchsorted(ts, host.ts[ops[sel]], side="left")
+        inside = at < ts.size
+        inside[inside] = ts[at[inside]] < host.end[ops[sel[inside]]]
+        out[sel[inside]] = mine[at[inside]]
+    return out
 
 
 def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:

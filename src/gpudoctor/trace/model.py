@@ -74,6 +74,13 @@ class HostEvents(msgspec.Struct, frozen=True, eq=False):
         table[threads - low] = True
         return table[self.thread - low] if low else table[self.thread]
 
+    def raw_args_at(self, rows: Sequence[int]) -> list[bytes]:
+        """The raw "args" JSON of these events (b"" where none), read in one pass: RawArgs inflates
+        each of its compressed blocks once for all the rows in it."""
+        raws = self.raw_args
+        chosen = raws.take(list(rows)) if hasattr(raws, "take") else [raws[i] for i in rows]
+        return [bytes(r or b"") for r in chosen]
+
     def outermost(self, events: np.ndarray | None = None) -> np.ndarray:
         """The outermost operator around each of ``events`` (all of them: None), the event itself
         where none encloses it: the operator a kernel's launch, or a nested operator, belongs to."""
