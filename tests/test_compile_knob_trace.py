@@ -108,13 +108,15 @@ def _per_step(model, fixed=None) -> tuple[float, float]:  # type: ignore[no-unty
 def test_the_logits_views_are_one_chain_for_the_compiler(rms) -> None:  # type: ignore[no-untyped-def]
     """The loss's logits are made contiguous as [B, T, V] and log-softmaxed as [B * T, V]; the
     gradient comes back through the same two views. By shape they are two chains (the copies on
-    their own, one pass each, priced as they ran); by element count, what Inductor fuses, one chain of one pass."""
+    their own, one pass each, priced as they ran); by element count, what Inductor fuses, one chain:
+    of two passes, for it runs on both sides of autograd (Inductor's log-softmax is one kernel
+    forward and one backward)."""
     loss = ("copy_", "_log_softmax", "nll_loss_forward", "fill_", "nll_loss_backward",
             "_log_softmax_backward_data", "copy_")
     by_numel = _chains_named(rms, loss, by_numel=True)
     assert len(by_numel) == len(rms.steps)
     assert not _chains_named(rms, loss)
-    assert ue._passes(rms, by_numel[0]) == 1
+    assert ue._passes(rms, by_numel[0]) == 2
     first = set(by_numel[0].tolist())
     by_shape = [_names(rms, c) for c in ue.chains(rms, with_attention=True) if set(c.tolist()) & first]
     assert by_shape == [("copy_", "copy_"), loss[1:-1]]
@@ -148,8 +150,9 @@ def test_the_compile_price_against_the_compiled_step(rms) -> None:  # type: igno
     assert compiled_gpu < gpu < 1.4 * compiled_gpu < eager_gpu
     # measured x2.01 [1.99-2.03]; the fused operators alone off the host, x1.28; before the
     # stored dtype and the passes by flow, x1.42; before chains by element count, x1.63; before
-    # the rotary halves joined their product, x1.67
-    assert knob_prices_for(RMS)[KNOB_COMPILE]["predicted_speedup"] == 1.7113
+    # the rotary halves joined their product, x1.67; x1.71 before a training pass ran at its chain's
+    # average rate
+    assert knob_prices_for(RMS)[KNOB_COMPILE]["predicted_speedup"] == 1.7563
 
 
 def test_the_healthy_gpt_stays_minor(healthy) -> None:  # type: ignore[no-untyped-def]

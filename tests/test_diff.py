@@ -30,11 +30,12 @@ def test_lab_twins_speedup_within_5pct_and_planted_finding_resolved(trap, tmp_pa
     assert d.verdict == FASTER
     planted = next(f for f in d.findings if f.id == entry["expected_finding"])
     if trap == "unfused_elementwise":
-        # the fixed twin still runs 3 chains a step (layer norm backward, dropout, add): 9.3% of the
-        # saving priced before, under RESOLVED_FRACTION (12%, over it, before the sick twin's fused
-        # passes were counted by flow: benchmarks/BENCHMARKS-replay.md "A fused chain in its
-        # stored dtype, a pass for each flow")
-        assert planted.saving_after_ms / planted.saving_before_ms == pytest.approx(0.0930, abs=1e-3)
+        # the fixed twin still runs 3 chains a step (layer norm backward, dropout, add): 9.7% of the
+        # saving priced before, under RESOLVED_FRACTION (10%; 12%, over it, before the sick twin's
+        # fused passes were counted by flow: benchmarks/BENCHMARKS-replay.md "A fused chain in its
+        # stored dtype, a pass for each flow"; 9.3% before a pass ran at its chain's average rate,
+        # 10.5% with that rate and before a chain across autograd kept a pass on each side)
+        assert planted.saving_after_ms / planted.saving_before_ms == pytest.approx(0.0970, abs=1e-3)
     assert planted.status == "resolved"
     assert planted.saving_before_ms > 0 and planted.predicted_speedup > 1
     assert planted.measured_saving_ms == pytest.approx(d.step.before_ms - d.step.after_ms)

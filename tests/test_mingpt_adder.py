@@ -79,9 +79,10 @@ def test_knob_prices() -> None:
     # compile x1.10 while the fused operators alone left the host (the region's host time now goes
     # with the kernels fused: rules/knob_prices.py _host_per_kernel); x1.35 with the chains by
     # element count, the logits' views fused with their loss; x1.3497 before the compiled forward's
-    # entry grew with its parameters
+    # entry grew with its parameters; x1.3471 before the copies a fused chain's operators made left
+    # with it
     prices = {k: v["predicted_speedup"] for k, v in knob_prices_for(RUN).items()}
     assert prices == pytest.approx(
-        {"compile-reduce-overhead": 3.1447, "compile": 1.3471, "bf16-autocast": 0.926, "tf32": 1.0},
+        {"compile-reduce-overhead": 3.1447, "compile": 1.3766, "bf16-autocast": 0.926, "tf32": 1.0},
         abs=1e-3,
     )

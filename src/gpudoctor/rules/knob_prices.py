@@ -7,7 +7,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 
 - ``compile``: each chain of memory-bound kernels inside the region (rules/unfused_elementwise.py
   ``chains``, grouped by element count: Inductor fuses across a tensor's views) becomes one kernel
-  at its fused time; the chain's other kernels leave the GPU. A
+  at its fused time; the chain's other kernels leave the GPU, and so do the device copies its
+  operators made (an out-of-place ``masked_fill``'s clone). A
   naive attention's scale, casts and softmax between its two matmuls are such a chain, forward
   and backward: Inductor fuses them and leaves the matmuls to cuBLAS. It does not rewrite the
   attention to scaled_dot_product_attention: its ``fuse_attention`` patterns matched no
@@ -50,6 +51,7 @@ from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
 from gpudoctor.rules.shared import host_steps
+from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 
 KNOB_COMPILE = "compile"
@@ -159,14 +161,31 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
         gone.append(chain[1:])
     if not retimed:
         return Edit(note="no chain to fuse in the compiled region")
-    removed = distinct(np.concatenate(gone)).astype(np.int64)
+    copies = _copies_joining(a, np.concatenate([np.array(retimed, np.int64)] + gone), within)
+    removed = distinct(np.concatenate(gone + [copies])).astype(np.int64)
     ops = _ops_launching_only(a, removed)
     host = a.trace.host
     n = max(len(a.steps), 1)
     return Edit(device=np.array(retimed, np.int64), device_ns=np.array(retimed_ns, float),
                 device_removed=removed, host_removed_s=host.ts[ops], host_removed_e=host.end[ops],
                 note=f"{len(retimed) / n:.0f} chains of memory-bound kernels a step fused "
-                     f"({removed.size / n:.0f} kernels fewer)")
+                     f"({(removed.size - copies.size) / n:.0f} kernels fewer"
+                     + (f", {copies.size / n:.0f} device copies" if copies.size else "") + ")")
+
+
+def _copies_joining(a: Analysis, fused: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """The device-to-device copies (memcpy, not kernels) in the steps that an operator of a fused
+    chain made, from host events ``within``: an out-of-place ``masked_fill`` clones its input before
+    filling it, forward and backward; the fused kernel writes its output once, and the clone goes
+    with the chain (benchmarks/BENCHMARKS-replay.md "A fused pass at its chain's own rate")."""
+    dev, host = a.trace.device, a.trace.host
+    dtod = np.flatnonzero((dev.kind == int(Kind.MEMCPY_DTOD)) & (dev.launch >= 0)
+                          & (a.roofline.event_in_steps_ns > 0))
+    dtod = dtod[within[dev.launch[dtod]]]
+    if dtod.size == 0 or fused.size == 0:
+        return np.zeros(0, np.int64)
+    owners = distinct(host.outermost(dev.launch[fused]))
+    return dtod[np.isin(host.outermost(dev.launch[dtod]), owners)]
 
 
 # The host time of entering a compiled forward and a compiled backward (guards, AOTAutograd's

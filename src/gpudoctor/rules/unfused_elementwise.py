@@ -11,17 +11,20 @@ ends with its step: a compiled function is called once a step. torch.compile (In
 over its tensor for each flow of data through it: the times its sequence of op names repeats
 (``_passes_of_flow``: 12 separate tensors drawn and summed alike are 12 passes; a rotary
 embedding's products on q and then on k are two; a gated activation's seven ops are one). In a
-training step (one with a backward) each pass is priced as 1.25x the chain's slowest kernels, one
-per pass, each taken at no more than its bytes at 15% of the memory roof
-(``COMPILED_PASS_SHARE``: an eager kernel far under the roof is rewritten, not kept): the compiler
-still writes what the backward saves. In a step without a backward nothing is saved: each pass is
-1.25x the traffic of the chain's largest kernel at the best rate its kernels reach (a broadcast
-kernel far under the roof does not set it). Either way an eager kernel over an upcast copy of the
-tensor (fp32 inside a bf16 model: a hand-written RMSNorm, autocast's norms and losses) counts at
-the tensor's stored dtype (``_storage_share``): the fused kernel widens it in registers. No pass is
+training step (one with a backward) each pass is priced as 1.25x the traffic of the chain's largest
+kernels, one per pass, at the rate the chain's kernels averaged (its bytes over its time), no lower
+than 15% of the memory roof (``COMPILED_PASS_SHARE``: an eager kernel far under the roof is
+rewritten, not kept): the compiler still writes what the backward saves, and a norm's backward
+reduction runs no faster fused than its chain ran, while one slow kernel (a broadcast mask's
+in-place fill) does not set the pass. In a step without a backward nothing is saved: each pass is
+1.25x the traffic of the chain's largest kernel at the best rate its kernels reach. Either way an
+eager kernel over an upcast copy of the tensor (fp32 inside a bf16 model: a hand-written RMSNorm,
+autocast's norms, losses and softmax, forward and backward) counts at the tensor's stored dtype
+(``_storage_share``): the fused kernel widens it in registers. No pass is
 shorter than the shortest memory-bound kernel of the trace (``kernel_floor_ns``: a fused kernel
 still takes the card's per-kernel time), and no chain is slower than its kernels ran
-(benchmarks/BENCHMARKS-replay.md "A fused chain in its stored dtype, a pass for each flow").
+(benchmarks/BENCHMARKS-replay.md "A fused chain in its stored dtype, a pass for each flow" and "A
+fused pass at its chain's own rate").
 
 Kernels on tensors of another shape in the same region (a weight's cast between two activation
 ops) are their own chain: fusing independent tensors saves launches, not bytes. A view of one
@@ -137,7 +140,22 @@ def _passes(a: Analysis, chain: np.ndarray) -> int:
     operator that launches several kernels (native_layer_norm_backward: the input's gradient row
     by row, then the weight's across the rows) needs the passes apart, fused or not."""
     ops = a.trace.device.op[chain]
-    return _passes_of_flow(a, chain) + int(chain.size - distinct(ops).size)
+    return (_passes_of_flow(a, chain) + int(chain.size - distinct(ops).size)
+            + int(_crosses_into_backward(a.trace, chain)))
+
+
+def _crosses_into_backward(trace: Trace, chain: np.ndarray) -> bool:
+    """Whether a chain runs on both sides of autograd: a loss's forward and its gradient, a
+    dropout's mask and its backward. The compiler fuses the forward and the backward as two
+    graphs, so such a chain keeps a pass on each side (Inductor's log-softmax, one kernel forward
+    and one backward)."""
+    calls = trace.device.launch[chain]
+    if (calls < 0).any():
+        return False
+    names = trace.host.name[trace.host.outermost(calls)]
+    nodes = {i for i in distinct(names).tolist() if trace.strings[i].startswith(AUTOGRAD_NODE)}
+    inside = np.isin(names, list(nodes)) if nodes else np.zeros(names.size, bool)
+    return bool(inside.any() and not inside.all())
 
 
 def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
@@ -182,11 +200,14 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
         per_pass = float(stored.max()) / rate if rate > 0 else 0.0
         return min(float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns)), ran)
     passes = _passes(a, chain)
-    roof = COMPILED_PASS_SHARE * a.ceilings.hbm_bytes_per_s
-    at_rate = a.roofline.event_bytes[chain] / roof * 1e9 if roof > 0 else np.full(chain.size, np.inf)
-    stored_ns = np.minimum(t[chain], at_rate) * narrow
-    slowest = np.sort(stored_ns)[::-1][:passes]
-    return min(float(FUSED_PASS_FACTOR * np.maximum(slowest, floor_ns).sum()), ran)
+    nbytes = a.roofline.event_bytes[chain]
+    hbm = a.ceilings.hbm_bytes_per_s / 1e9  # bytes a ns
+    # the rate the chain's kernels averaged, no lower than the share a rewritten kernel reaches
+    rate = min(max(float(nbytes.sum()) / max(ran, 1.0), COMPILED_PASS_SHARE * hbm), hbm)
+    if rate <= 0:
+        return ran
+    largest = np.sort(nbytes * narrow)[::-1][:passes] / rate
+    return min(float(FUSED_PASS_FACTOR * np.maximum(largest, floor_ns).sum()), ran)
 
 
 def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
@@ -196,14 +217,16 @@ def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
     runs its eager kernels over an fp32 copy; the fused kernel reads and writes the tensor in its
     stored dtype and widens it in registers, so each wider eager kernel's traffic shrinks by that
     ratio. A chain over a tensor stored wide (autocast's fp32 residual stream, cast to bf16 only
-    for the next matmul) is left as it ran, and so is every chain of the backward: its casts do not
-    say whether the gradient it writes is kept wide (an fp32 residual stream's, accumulated in
-    place beside a bf16 branch's) (benchmarks/BENCHMARKS-replay.md "A fused chain in its stored
-    dtype, a pass for each flow")."""
+    for the next matmul) is left as it ran, and so is a chain of the backward that adds into a
+    gradient in place (an fp32 residual stream's, accumulated beside a bf16 branch's): its casts do
+    not say the gradient is kept narrow. A backward chain that widens and narrows back without
+    accumulating (autocast's softmax backward over bf16 attention scores) is narrowed like a
+    forward one (benchmarks/BENCHMARKS-replay.md "A fused chain in its stored dtype, a pass for
+    each flow" and "A fused pass at its chain's own rate")."""
     trace = a.trace
     ops = trace.device.op[chain]
     calls = trace.device.launch[chain]
-    if (calls < 0).any() or _in_backward(trace, calls):
+    if (calls < 0).any() or _accumulates_backward(trace, ops, calls):
         return np.ones(chain.size)
     stored = _upcast_from(trace, ops)
     if stored == 0:
@@ -212,6 +235,15 @@ def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
     # Python number, recorded as a 0-d "double", is not one)
     size = np.array([_widest_tensor(trace, int(op)) for op in ops.tolist()], float)
     return np.where(size > stored, stored / np.maximum(size, 1.0), 1.0)
+
+
+def _accumulates_backward(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> bool:
+    """Whether a chain of the backward adds into a gradient in place (``aten::add_``): an fp32
+    residual stream's gradient, accumulated beside a bf16 branch's, is kept wide whatever the
+    chain's casts say."""
+    add_id = trace.string_ids.get("aten::add_", -1)
+    accumulates = bool((trace.host.name[np.maximum(ops, 0)] == add_id).any())
+    return accumulates and _in_backward(trace, calls)
 
 
 def _in_backward(trace: Trace, calls: np.ndarray) -> bool:
