@@ -148,14 +148,13 @@ def _crosses_into_backward(trace: Trace, chain: np.ndarray) -> bool:
     """Whether a chain runs on both sides of autograd: a loss's forward and its gradient, a
     dropout's mask and its backward. The compiler fuses the forward and the backward as two
     graphs, so such a chain keeps a pass on each side (Inductor's log-softmax, one kernel forward
-    and one backward)."""
-    calls = trace.device.launch[chain]
+    and one backward). A chain runs in time order, so its first and last kernels tell."""
+    calls = trace.device.launch[chain[[0, -1]]]
     if (calls < 0).any():
         return False
-    names = trace.host.name[trace.host.outermost(calls)]
-    nodes = {i for i in distinct(names).tolist() if trace.strings[i].startswith(AUTOGRAD_NODE)}
-    inside = np.isin(names, list(nodes)) if nodes else np.zeros(names.size, bool)
-    return bool(inside.any() and not inside.all())
+    names = trace.host.name[trace.host.outermost(calls)].tolist()
+    first, last = (trace.strings[i].startswith(AUTOGRAD_NODE) for i in names)
+    return first != last
 
 
 def _passes_of_flow(a: Analysis, chain: np.ndarray) -> int:
