@@ -12,7 +12,10 @@ replayed as ``gpudoctor run`` replays them, each fitted to its own unprofiled st
 - the compiled trial's step, host and GPU.
 
 So a miss says which side the price got wrong: the fusion of the kernels (GPU) or what the
-compiled code leaves the host.
+compiled code leaves the host. ``--region`` splits each host in two: the module's passes (the eager
+trace's region, rules/knob_prices.py ``_region_passes``; the compiled trace's ``Torch-Compiled
+Region`` and ``CompiledFunctionBackward`` calls) and the rest of the step, which the knob's edit
+leaves as it ran.
 
     python benchmarks/bench_compile_vs_trace.py --bundles benchmarks/results/compile-traces-h100-2026-12-06-bundles.tar.xz
 """
@@ -57,6 +60,42 @@ def sides(path: Path) -> tuple[dict[str, float], dict[str, float]]:
     return _per_step(model), {**_per_step(model, fixed), "step": model.after_ms(edit)}
 
 
+def region_host(path: Path, compiled: bool) -> tuple[float, float]:
+    """The host's own work per step (ms, without the profiler) inside the module's passes, and
+    outside them: each entry of the step's graph that starts in a pass counts its gap before it
+    (but a pass's first) and its own time."""
+    import numpy as np
+
+    from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules.knob_prices import _region_passes
+    from gpudoctor.rules.whatif import step_model
+
+    a = diagnose_path(path).analysis
+    model = step_model(a)
+    if isinstance(model, str):
+        raise ValueError(f"{path}: {model}")
+    graph, base = model.graph, model.base.changes
+    if compiled:
+        host = a.trace.host
+        marks = a.trace.names_matching(
+            lambda s: s.startswith("Torch-Compiled Region") or s == "CompiledFunctionBackward")
+        calls = np.flatnonzero(marks[host.name])
+        calls = calls[(host.ts[calls] >= a.steps.start[0]) & (host.ts[calls] < a.steps.end[-1])]
+        starts, ends = host.ts[calls], host.end[calls]
+    else:
+        starts, ends, _ = _region_passes(a, traced_by_dynamo(a.trace, compiled_region(a.trace)))
+    gap = np.asarray(base.gap_ns if base.gap_ns is not None else graph.gap_ns, float)
+    own = np.asarray(base.own_ns if base.own_ns is not None else graph.own_ns, float)
+    inside = 0.0
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        k = np.flatnonzero((graph.ts_ns >= lo) & (graph.ts_ns < hi))
+        inside += float(gap[k[1:]].sum() + own[k].sum())
+    steps = max(len(a.steps), 1)
+    total = _per_step(model)["host"]
+    return inside / steps / 1e6, total - inside / steps / 1e6
+
+
 def bundles_in(path: Path, scratch: Path) -> list[Path]:
     if path.is_file():
         with tarfile.open(path) as tar:
@@ -69,12 +108,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundles", type=Path, required=True,
                     help="a folder of run bundles, or a .tar.gz / .tar.xz of one")
+    ap.add_argument("--region", action="store_true",
+                    help="also the host inside the module's passes and outside them, eager and "
+                         "compiled")
     opts = ap.parse_args()
     if not opts.bundles.exists():
         ap.error(f"--bundles {opts.bundles}: no such file or folder")
+    region = (" | eager host in / out of the module | compiled host in / out" if opts.region
+              else "")
     print("| program | eager step / host / GPU | predicted step / host / GPU | compiled step / host / GPU "
-          "| step predicted / compiled |")
-    print("|---|---:|---:|---:|---:|")
+          f"| step predicted / compiled{region} |")
+    print("|---|---:|---:|---:|---:" + ("|---:|---:|" if opts.region else "|"))
     with tempfile.TemporaryDirectory() as scratch:
         try:
             bundles = bundles_in(opts.bundles, Path(scratch))
@@ -93,8 +137,13 @@ def main() -> int:
             def three(d: dict[str, float]) -> str:
                 return f"{d['step']:.2f} / {d['host']:.2f} / {d['gpu']:.2f}"
 
-            print(f"| {bundle.name.rsplit('-', 2)[0]} | {three(eager)} | {three(after)} | "
-                  f"{three(compiled)} | {after['step'] / compiled['step']:.2f} |")
+            row = (f"| {bundle.name.rsplit('-', 2)[0]} | {three(eager)} | {three(after)} | "
+                   f"{three(compiled)} | {after['step'] / compiled['step']:.2f} |")
+            if opts.region:
+                e_in, e_out = region_host(bundle, compiled=False)
+                c_in, c_out = region_host(bundle / "trials" / "compile", compiled=True)
+                row += f" {e_in:.2f} / {e_out:.2f} | {c_in:.2f} / {c_out:.2f} |"
+            print(row)
     return 0
 
 
