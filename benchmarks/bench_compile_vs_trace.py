@@ -36,8 +36,11 @@ def _per_step(model, fixed=None) -> dict[str, float]:  # type: ignore[no-untyped
     """The step, the host's own work and the GPU's busy time per step (ms) of a step model, or of
     ``fixed`` (a replay of it edited) in the model's terms."""
     r = model.base.replayed if fixed is None else fixed
-    return {"step": model.step_ms, "host": r.host_work_ns / max(r.marks_ns.size - 1, 1) / 1e6,
-            "gpu": r.gpu_busy_ns / max(r.marks_ns.size, 1) / 1e6}
+    return {
+        "step": model.step_ms,
+        "host": r.host_work_ns / max(r.marks_ns.size - 1, 1) / 1e6,
+        "gpu": r.gpu_busy_ns / max(r.marks_ns.size, 1) / 1e6,
+    }
 
 
 def sides(path: Path) -> tuple[dict[str, float], dict[str, float]]:
@@ -79,7 +82,8 @@ def region_host(path: Path, compiled: bool) -> tuple[float, float]:
     if compiled:
         host = a.trace.host
         marks = a.trace.names_matching(
-            lambda s: s.startswith("Torch-Compiled Region") or s == "CompiledFunctionBackward")
+            lambda s: s.startswith("Torch-Compiled Region") or s == "CompiledFunctionBackward"
+        )
         calls = np.flatnonzero(marks[host.name])
         calls = calls[(host.ts[calls] >= a.steps.start[0]) & (host.ts[calls] < a.steps.end[-1])]
         starts, ends = host.ts[calls], host.end[calls]
@@ -106,28 +110,39 @@ def bundles_in(path: Path, scratch: Path) -> list[Path]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bundles", type=Path, required=True,
-                    help="a folder of run bundles, or a .tar.gz / .tar.xz of one")
-    ap.add_argument("--region", action="store_true",
-                    help="also the host inside the module's passes and outside them, eager and "
-                         "compiled")
+    ap.add_argument(
+        "--bundles",
+        type=Path,
+        required=True,
+        help="a folder of run bundles, or a .tar.gz / .tar.xz of one",
+    )
+    ap.add_argument(
+        "--region",
+        action="store_true",
+        help="also the host inside the module's passes and outside them, eager and compiled",
+    )
     opts = ap.parse_args()
     if not opts.bundles.exists():
         ap.error(f"--bundles {opts.bundles}: no such file or folder")
-    region = (" | eager host in / out of the module | compiled host in / out" if opts.region
-              else "")
-    print("| program | eager step / host / GPU | predicted step / host / GPU | compiled step / host / GPU "
-          f"| step predicted / compiled{region} |")
+    region = " | eager host in / out of the module | compiled host in / out" if opts.region else ""
+    print(
+        "| program | eager step / host / GPU | predicted step / host / GPU | compiled step / host / GPU "
+        f"| step predicted / compiled{region} |"
+    )
     print("|---|---:|---:|---:|---:" + ("|---:|---:|" if opts.region else "|"))
     with tempfile.TemporaryDirectory() as scratch:
         try:
             bundles = bundles_in(opts.bundles, Path(scratch))
         except (tarfile.TarError, EOFError, OSError) as exc:
             reason = " ".join(str(exc).split())
-            ap.error(f"--bundles {opts.bundles}: not a folder or a .tar.gz / .tar.xz of one ({reason})")
+            ap.error(
+                f"--bundles {opts.bundles}: not a folder or a .tar.gz / .tar.xz of one ({reason})"
+            )
         if not bundles:
-            ap.error(f"--bundles {opts.bundles}: no bundle with a compile trial's trace "
-                     "(trials/compile/trace.json.gz); run --try-fixes --fixes compile keeps one")
+            ap.error(
+                f"--bundles {opts.bundles}: no bundle with a compile trial's trace "
+                "(trials/compile/trace.json.gz); run --try-fixes --fixes compile keeps one"
+            )
         for bundle in bundles:
             eager, after = sides(bundle)
             if not after:
@@ -137,8 +152,10 @@ def main() -> int:
             def three(d: dict[str, float]) -> str:
                 return f"{d['step']:.2f} / {d['host']:.2f} / {d['gpu']:.2f}"
 
-            row = (f"| {bundle.name.rsplit('-', 2)[0]} | {three(eager)} | {three(after)} | "
-                   f"{three(compiled)} | {after['step'] / compiled['step']:.2f} |")
+            row = (
+                f"| {bundle.name.rsplit('-', 2)[0]} | {three(eager)} | {three(after)} | "
+                f"{three(compiled)} | {after['step'] / compiled['step']:.2f} |"
+            )
             if opts.region:
                 e_in, e_out = region_host(bundle, compiled=False)
                 c_in, c_out = region_host(bundle / "trials" / "compile", compiled=True)

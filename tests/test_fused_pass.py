@@ -25,8 +25,13 @@ from gpudoctor.trace.kernels import Kind
 BUNDLE = Path(__file__).parent / "data" / "knobs_h100" / "manual_attention_gpt"
 SOFTMAX = ("mul", "masked_fill_", "copy_", "_softmax", "copy_")
 SOFTMAX_BACKWARD = ("copy_", "mul", "_softmax_backward_data", "copy_", "masked_fill_", "mul")
-NORM_BACKWARD = ("copy_", "native_layer_norm_backward", "native_layer_norm_backward", "add_",
-                 "copy_")
+NORM_BACKWARD = (
+    "copy_",
+    "native_layer_norm_backward",
+    "native_layer_norm_backward",
+    "add_",
+    "copy_",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,11 @@ def gpt():  # type: ignore[no-untyped-def]
 
 def _named(a, names: tuple[str, ...]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
     st, dev, host = a.trace.strings, a.trace.device, a.trace.host
-    return [c for c in ue.chains(a, with_attention=True, by_numel=True)
-            if tuple(st[host.name[o]].removeprefix("aten::") for o in dev.op[c]) == names]
+    return [
+        c
+        for c in ue.chains(a, with_attention=True, by_numel=True)
+        if tuple(st[host.name[o]].removeprefix("aten::") for o in dev.op[c]) == names
+    ]
 
 
 def test_a_pass_runs_at_its_chain_s_average_rate_not_its_slowest_kernel(gpt) -> None:  # type: ignore[no-untyped-def]
@@ -58,15 +66,27 @@ def test_a_backward_chain_that_widens_and_narrows_back_is_narrowed(gpt) -> None:
     # the fp32 kernels (the cast up, the product, the softmax's gradient) count at bf16
     assert ue._storage_share(gpt, softmax).tolist() == [0.5, 0.5, 0.5, 0.5, 1.0, 1.0]
     t = gpt.roofline.event_in_steps_ns
-    assert ue.fused_ns(gpt, softmax, t, ue.kernel_floor_ns(gpt)) == pytest.approx(292_932.0, abs=1.0)
+    assert ue.fused_ns(gpt, softmax, t, ue.kernel_floor_ns(gpt)) == pytest.approx(
+        292_932.0, abs=1.0
+    )
     # a norm's backward that adds into the fp32 residual stream's gradient is left as it ran
     norm = _named(gpt, NORM_BACKWARD)[0]
     assert ue._storage_share(gpt, norm).tolist() == [1.0] * 5
 
 
 def test_a_loss_and_its_gradient_keep_a_pass_on_each_side(gpt) -> None:  # type: ignore[no-untyped-def]
-    loss = _named(gpt, ("_log_softmax", "copy_", "nll_loss_forward", "fill_", "nll_loss_backward",
-                        "copy_", "_log_softmax_backward_data"))
+    loss = _named(
+        gpt,
+        (
+            "_log_softmax",
+            "copy_",
+            "nll_loss_forward",
+            "fill_",
+            "nll_loss_backward",
+            "copy_",
+            "_log_softmax_backward_data",
+        ),
+    )
     assert len(loss) == len(gpt.steps)
     assert ue._passes(gpt, loss[0]) == 2
     assert ue._passes(gpt, _named(gpt, SOFTMAX)[0]) == 1
@@ -74,14 +94,16 @@ def test_a_loss_and_its_gradient_keep_a_pass_on_each_side(gpt) -> None:  # type:
 
 def test_the_masked_fill_clones_leave_with_their_chain(gpt) -> None:  # type: ignore[no-untyped-def]
     dev = gpt.trace.device
-    copies = np.flatnonzero((dev.kind == int(Kind.MEMCPY_DTOD))
-                            & (gpt.roofline.event_in_steps_ns > 0))
+    copies = np.flatnonzero(
+        (dev.kind == int(Kind.MEMCPY_DTOD)) & (gpt.roofline.event_in_steps_ns > 0)
+    )
     assert copies.size == 12 * len(gpt.steps)  # masked_fill's clone, forward and backward
     region = traced_by_dynamo(gpt.trace, compiled_region(gpt.trace))
     fused = knob_prices.fusion(gpt, region)
     assert np.isin(copies, fused.device_removed).all()
-    assert fused.note == ("61 chains of memory-bound kernels a step fused (181 kernels fewer, "
-                          "12 device copies)")
+    assert fused.note == (
+        "61 chains of memory-bound kernels a step fused (181 kernels fewer, 12 device copies)"
+    )
 
 
 def test_the_compile_knob_s_price() -> None:
