@@ -12,7 +12,13 @@ cost per kernel it launches (rules/knob_prices.py prices the compile knob with i
   transformers is importable;
 - ``params<P>``: P parameter vectors summed into one scale of the input, so that the compiled call
   launches about as many kernels whatever P is: the cost of a compiled call per parameter it takes
-  (``--params``).
+  (``--params``);
+- ``vit<L>``: L pre-norm ViT blocks with hand-written attention and dropout at a host-bound size
+  (``--vit-layers``): the fp32 ViT whose compile and autocast together measured slower than
+  autocast alone (benchmarks/BENCHMARKS-replay.md "Knob set t").
+
+``--autocast`` runs each model's forward and loss under bf16 autocast too, eager and compiled (the
+compiled code's host per launch under autocast against the eager autocast step's).
 
 For each model and mode: the median host time of ``model(x)`` and of ``loss.backward()`` (wall time
 of the call, unsynchronized: with kernels this small the host is the step), and the kernels each
@@ -57,10 +63,45 @@ def llama(layers: int):  # type: ignore[no-untyped-def]
     return model, (lambda m: m(input_ids=ids, labels=ids).loss)
 
 
+class VitBlock(nn.Module):
+    def __init__(self, dim: int = 192, heads: int = 3) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim),
+            nn.GELU(),
+            nn.Dropout(0.1),
+            nn.Linear(4 * dim, dim),
+            nn.Dropout(0.1),
+        )
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = (
+            self.qkv(self.norm1(x))
+            .reshape(b, n, 3, self.heads, c // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
+        attn = self.drop(((q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5).softmax(-1))
+        x = x + self.drop(self.proj((attn @ v).transpose(1, 2).reshape(b, n, c)))
+        return x + self.mlp(self.norm2(x))
+
+
+def vit(layers: int, dim: int = 192, tokens: int = 17, rows: int = 4):  # type: ignore[no-untyped-def]
+    model = nn.Sequential(*[VitBlock(dim) for _ in range(layers)]).cuda()
+    x = torch.randn(rows, tokens, dim, device="cuda")
+    return model, (lambda m: m(x).float().pow(2).mean())
+
+
 class ManyParams(nn.Module):
     def __init__(self, count: int, width: int = 256) -> None:
         super().__init__()
-        self.scales = nn.ParameterList([nn.Parameter(torch.randn(width) * 0.01) for _ in range(count)])
+        self.scales = nn.ParameterList(
+            [nn.Parameter(torch.randn(width) * 0.01) for _ in range(count)]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.stack(list(self.scales)).sum(0)
@@ -72,10 +113,21 @@ def many_params(count: int, width: int = 256, rows: int = 64):  # type: ignore[n
     return model, (lambda m: m(x).float().pow(2).mean())
 
 
-def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: ignore[no-untyped-def]
+def measure(
+    name: str,
+    build,
+    steps: int,
+    compiled: bool,  # type: ignore[no-untyped-def]
+    autocast: bool = False,
+) -> dict:
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model, loss_of = build()
+    model, plain_loss_of = build()
+
+    def loss_of(m):  # type: ignore[no-untyped-def]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            return plain_loss_of(m)
+
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     run = torch.compile(model) if compiled else model
     fwd, bwd = [], []
@@ -99,7 +151,7 @@ def measure(name: str, build, steps: int, compiled: bool) -> dict:  # type: igno
     keep = steps // 4
     return {
         "model": name,
-        "mode": "compile" if compiled else "eager",
+        "mode": ("compile" if compiled else "eager") + ("+bf16" if autocast else ""),
         "forward_us": round(statistics.median(fwd[keep:]), 1),
         "backward_us": round(statistics.median(bwd[keep:]), 1),
         "forward_kernels": k_fwd[0],
@@ -120,9 +172,16 @@ def main() -> None:
     parser.add_argument("--mlp-depths", default="1,2,4,8,16,32")
     parser.add_argument("--llama-layers", default="1,2,4")
     parser.add_argument("--params", default="")
+    parser.add_argument("--vit-layers", default="")
+    parser.add_argument(
+        "--autocast",
+        action="store_true",
+        help="each model under bf16 autocast too, eager and compiled",
+    )
     opts = parser.parse_args()
     models = [(f"mlp{d}", lambda d=d: mlp(d)) for d in _ints(opts.mlp_depths)]
     models += [(f"params{p}", lambda p=p: many_params(p)) for p in _ints(opts.params)]
+    models += [(f"vit{n}", lambda n=n: vit(n)) for n in _ints(opts.vit_layers)]
     try:
         import transformers  # noqa: F401
 
@@ -130,28 +189,31 @@ def main() -> None:
     except ImportError:
         pass
     rows = []
+    casts = (False, True) if opts.autocast else (False,)
     for name, build in models:
-        for compiled in (False, True):
-            try:
-                rows.append(measure(name, build, opts.steps, compiled))
-            except Exception as exc:  # noqa: BLE001 - a model that does not compile here: said
-                rows.append(
-                    {
-                        "model": name,
-                        "mode": "compile" if compiled else "eager",
-                        "error": f"{type(exc).__name__}: {exc}"[:300],
-                    }
-                )
+        for autocast in casts:
+            for compiled in (False, True):
+                try:
+                    rows.append(measure(name, build, opts.steps, compiled, autocast))
+                except Exception as exc:  # noqa: BLE001 - a model that does not compile here: said
+                    rows.append(
+                        {
+                            "model": name,
+                            "mode": ("compile" if compiled else "eager")
+                            + ("+bf16" if autocast else ""),
+                            "error": f"{type(exc).__name__}: {exc}"[:300],
+                        }
+                    )
     print(
-        f"{'model':8} {'mode':8} {'fwd us':>8} {'k':>4} {'tri':>4} {'bwd us':>8} {'k':>4} "
+        f"{'model':8} {'mode':12} {'fwd us':>8} {'k':>4} {'tri':>4} {'bwd us':>8} {'k':>4} "
         f"{'tri':>4}"
     )
     for r in rows:
         if "error" in r:
-            print(f"{r['model']:8} {r['mode']:8} {r['error'][:60]}")
+            print(f"{r['model']:8} {r['mode']:12} {r['error'][:60]}")
             continue
         print(
-            f"{r['model']:8} {r['mode']:8} {r['forward_us']:8.1f} {r['forward_kernels']:4d} "
+            f"{r['model']:8} {r['mode']:12} {r['forward_us']:8.1f} {r['forward_kernels']:4d} "
             f"{r['forward_triton']:4d} {r['backward_us']:8.1f} {r['backward_kernels']:4d} "
             f"{r['backward_triton']:4d}"
         )
