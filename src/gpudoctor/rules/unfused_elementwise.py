@@ -152,8 +152,7 @@ def _crosses_into_backward(trace: Trace, chain: np.ndarray) -> bool:
     calls = trace.device.launch[chain[[0, -1]]]
     if (calls < 0).any():
         return False
-    names = trace.host.name[trace.host.outermost(calls)].tolist()
-    first, last = (trace.strings[i].startswith(AUTOGRAD_NODE) for i in names)
+    first, last = _in_autograd_node(trace, calls).tolist()
     return first != last
 
 
@@ -246,10 +245,17 @@ def _accumulates_backward(trace: Trace, ops: np.ndarray, calls: np.ndarray) -> b
 
 
 def _in_backward(trace: Trace, calls: np.ndarray) -> bool:
-    """Whether any of the launching calls (host events) runs inside an autograd node: the few
-    names looked up, not the whole host table (``autograd_nodes``), for each of a step's chains."""
+    """Whether any of the launching calls (host events) runs inside an autograd node."""
+    return bool(_in_autograd_node(trace, calls).any())
+
+
+def _in_autograd_node(trace: Trace, calls: np.ndarray) -> np.ndarray:
+    """Per launching call (host event): whether its outermost operator is an autograd node. The
+    few names looked up, not the whole host table (``autograd_nodes``), for each of a step's
+    chains."""
     names = trace.host.name[trace.host.outermost(calls)]
-    return any(trace.strings[i].startswith(AUTOGRAD_NODE) for i in distinct(names).tolist())
+    nodes = [i for i in distinct(names).tolist() if trace.strings[i].startswith(AUTOGRAD_NODE)]
+    return np.isin(names, nodes)
 
 
 def _widest_tensor(trace: Trace, op: int) -> int:
