@@ -253,9 +253,9 @@ def _in_autograd_node(trace: Trace, calls: np.ndarray) -> np.ndarray:
     """Per launching call (host event): whether its outermost operator is an autograd node. The
     few names looked up, not the whole host table (``autograd_nodes``), for each of a step's
     chains."""
-    names = trace.host.name[trace.host.outermost(calls)]
-    nodes = [i for i in distinct(names).tolist() if trace.strings[i].startswith(AUTOGRAD_NODE)]
-    return np.isin(names, nodes)
+    names = trace.host.name[trace.host.outermost(calls)].tolist()
+    return np.fromiter((trace.strings[i].startswith(AUTOGRAD_NODE) for i in names), bool,
+                       len(names))
 
 
 def _widest_tensor(trace: Trace, op: int) -> int:
