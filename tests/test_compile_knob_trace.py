@@ -43,7 +43,9 @@ def _names(a, chain: np.ndarray) -> tuple[str, ...]:  # type: ignore[no-untyped-
 
 
 def _chains_named(a, names: tuple[str, ...], by_numel: bool = False) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    return [c for c in ue.chains(a, with_attention=True, by_numel=by_numel) if _names(a, c) == names]
+    return [
+        c for c in ue.chains(a, with_attention=True, by_numel=by_numel) if _names(a, c) == names
+    ]
 
 
 def test_a_norm_over_an_upcast_copy_counts_at_its_stored_dtype(rms) -> None:  # type: ignore[no-untyped-def]
@@ -111,14 +113,23 @@ def test_the_logits_views_are_one_chain_for_the_compiler(rms) -> None:  # type: 
     their own, one pass each, priced as they ran); by element count, what Inductor fuses, one chain:
     of two passes, for it runs on both sides of autograd (Inductor's log-softmax is one kernel
     forward and one backward)."""
-    loss = ("copy_", "_log_softmax", "nll_loss_forward", "fill_", "nll_loss_backward",
-            "_log_softmax_backward_data", "copy_")
+    loss = (
+        "copy_",
+        "_log_softmax",
+        "nll_loss_forward",
+        "fill_",
+        "nll_loss_backward",
+        "_log_softmax_backward_data",
+        "copy_",
+    )
     by_numel = _chains_named(rms, loss, by_numel=True)
     assert len(by_numel) == len(rms.steps)
     assert not _chains_named(rms, loss)
     assert ue._passes(rms, by_numel[0]) == 2
     first = set(by_numel[0].tolist())
-    by_shape = [_names(rms, c) for c in ue.chains(rms, with_attention=True) if set(c.tolist()) & first]
+    by_shape = [
+        _names(rms, c) for c in ue.chains(rms, with_attention=True) if set(c.tolist()) & first
+    ]
     assert by_shape == [("copy_", "copy_"), loss[1:-1]]
 
 

@@ -23,9 +23,16 @@ EXPECTED = [
     # their kernels leave the step; the syncs no longer wait
     ("host_sync", "host-sync", 4.6608, 10.469, 27.1, 0.0381),
     ("launch_bound", "launch-bound", 31.6428, 32.785, 2.3, 0.0),
-    ("fp32_matmul", "fp32-matmul", 5.6652, 8.096, 99.1, 0.0472),
+    (
+        "fp32_matmul",
+        "fp32-matmul",
+        5.3035,  # 5.6652 with 2/3 a cast per GEMM kernel
+        8.096,
+        99.1,
+        0.0472,
+    ),
     ("unfused_elementwise", "unfused-elementwise", 10.9993, 15.899, 98.2, 0.1048),
-    ("naive_attention", "naive-attention", 9.9656, 13.747, 98.8, 0.0568),
+    ("naive_attention", "naive-attention", 9.9589, 13.747, 98.8, 0.0568),
     ("pageable_copy", "pageable-copy", 16.3603, 19.18, 94.0, 0.0063),
     ("allocator_churn", "allocator-churn", 1.3256, 3.004, 38.5, 0.0),
     ("per_sample_loop", "per-sample-loop", 9.5271, 9.847, 7.1, 0.0001),

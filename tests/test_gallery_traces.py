@@ -29,14 +29,14 @@ CASES = {
     # without the line search's reads' waits, the host runs ahead of the GPU: host-sync first
     # (x1.35; not measured: the reads are the algorithm's own), then fp32-matmul (formula x1.21)
     "lbfgs_closure": ("optimizer-step", 5, 17.0956, "host-sync", 4.3991),
-    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 12.2360),
+    "fp32_mlp_item": ("optimizer-step", 5, 16.2375, "fp32-matmul", 11.7107),
     # no optimizer: each call of the outermost module is a step
     # its MLP GEMMs (addmm with a fused GELU) are large and at 64% of the roof, not small ones;
     # each batch's .cpu() drains the queue (host-sync), and the next batch's 0.1 MB pageable upload
     # finds it empty. With the profiler's work at the step edges taken out (0.06-0.2 ms a step,
     # where the GPU idles after the read), the replayed host holds the step: launch-bound first,
     # host-sync 0.01 ms (it was first at 0.36 ms; neither fix measured on this program)
-    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6695),
+    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6680),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5129),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed
@@ -76,9 +76,9 @@ CASES = {
     # tests/programs/byhand (2026-11-26, H100): a Lightning GPT at fp32; the GEMMs' saving stops at
     # the host's time a step, the profiler's cost at its prior (the GPU sets the profiled step):
     # x3.10 (bf16-mixed by hand measured x2.80, the knob x2.81)
-    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 34.6603),
+    "lightning_gpt_fp32": ("optimizer-step", 5, 51.2015, "fp32-matmul", 32.1978),
     # a Hugging Face Trainer fine-tuning BERT at fp32 (x2.27; TF32 by hand measured x2.07, the knob x1.91)
-    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 29.223),
+    "hf_bert_fp32": ("optimizer-step", 3, 64.1318, "fp32-matmul", 23.4425),
 }
 
 

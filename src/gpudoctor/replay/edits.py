@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.analysis.intervals import overlap_per_window, union
-from gpudoctor.core.arrays import distinct, median
+from gpudoctor.core.arrays import distinct
 from gpudoctor.replay.graph import StepGraph, chain_rows
 from gpudoctor.replay.simulate import Changes
 
@@ -35,8 +35,8 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
       a CUDA graph replays them); calls_timed / calls_timed_ns: calls that take another time
       (the one launch of a graph: its nodes' upload);
     calls_slower / calls_slower_ns: calls that take that much longer (a compiled call's entry);
-    added_launches: launches (each at the graph's median launch cost: its gap and call) added
-      before each chain call that launches one of ``added_at`` (device events);
+    added_launches: operators (each at ``added_op_ns``) added before each chain call that
+      launches one of ``added_at`` (device events);
     latency_ns: the launch latency after the fix (a graph's kernels follow each other closely);
     paced: whether the host left after the fix runs at the pace of its smaller work;
     note: how the edit was made, for the report."""
@@ -165,7 +165,7 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     if edit.added_at.size and edit.added_launches > 0:
         launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
         launched = distinct(launched[launched >= 0])
-        gap[launched] += edit.added_launches * launch_cost_ns(graph, base)
+        gap[launched] += edit.added_launches * added_op_ns(graph, base)
     dur = None
     if edit.device.size:
         dur = graph.dev_dur_ns.astype(float)
@@ -181,15 +181,24 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
                    dev_removed=removed, latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
 
 
-def launch_cost_ns(graph: StepGraph, base: Changes | None = None) -> float:
-    """The host's median time per launch: the gap before a call that launches GPU work, and the
-    call."""
+# An operator an edit adds (a cast, a fused kernel's call) costs the host this share of the
+# program's mean host time per launching call: autocast's casts cost 0.76 of it, the median over
+# 56 traces that run them (benchmarks/BENCHMARKS-replay.md "What a cast costs the host").
+ADDED_OP_SHARE = 0.76
+
+
+def added_op_ns(graph: StepGraph, base: Changes | None = None) -> float:
+    """The host time an operator an edit adds costs: ADDED_OP_SHARE of the mean, over the calls
+    that launch GPU work, of the gap before the call and the call. A median would be a launch's
+    own cost; most launching calls are an operator's second or third kernel, with no dispatch or
+    allocation before them, and an added operator has its own."""
     launching = distinct(graph.dev_launched_by[graph.dev_launched_by >= 0])
     if launching.size == 0:
         return 0.0
     gap = graph.gap_ns if base is None or base.gap_ns is None else base.gap_ns
     own = graph.own_ns if base is None or base.own_ns is None else base.own_ns
-    return float(median(np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]))
+    per_call = np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]
+    return ADDED_OP_SHARE * float(per_call.mean())
 
 
 def _rescaled(edited: np.ndarray, profiled: np.ndarray, free: np.ndarray | None) -> np.ndarray:

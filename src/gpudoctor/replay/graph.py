@@ -7,7 +7,9 @@ profiler's own work). Each call launches its device events (correlation id); dev
 in launch order on their stream, after their launch plus the launch latency, and after the event
 on another stream they were seen to wait for. A call that blocked (a sync, a read of a GPU value,
 a pageable copy, a launch into a full queue, a free that synchronizes) waits for the device event
-it was seen to wait for, then returns after the time it took to return in the trace.
+it was seen to wait for, then returns after the time it took to return in the trace; a stream or
+device sync waits for the latest work launched before it even where the profiled host reached it
+after the GPU had finished (the host the replay speeds up would not).
 
 Each step's start is a mark in the chain (a gap split at the step's host edge), so the replay
 times every step. The profiler's own time is not subtracted here: the graph counts the events
@@ -43,6 +45,10 @@ HELD_SLACK_NS = 5_000
 # benchmarks/BENCHMARKS-replay.md "Replay").
 WAIT_SLACK_NS = 20_000
 
+# Calls that wait for all the work launched before them, whether or not they waited in the trace
+# (an event sync waits only for its event; a read of a GPU value waits where it copies, as seen)
+BARRIERS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
+                      "cuCtxSynchronize"})
 EMPTY_EDGES = np.empty(0, np.int64)
 
 # Kinds of host-chain entries.
@@ -193,6 +199,12 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
         last_row = _latest_launched(launched_by, end, n)
         last_end = np.where(last_row >= 0, end[np.maximum(last_row, 0)], np.iinfo(np.int64).min)
         waited_sync = row_sync & (last_end > entry_ts) & (last_row >= 0)
+        # a stream or device sync waits for the work before it wherever the host gets there
+        # first, though the profiled host (slower) got there after the GPU had finished
+        barrier = np.zeros(n, bool)
+        barrier[entry_kind == CALL] = trace.names_matching(lambda s: s in BARRIERS)[
+            host.name[entry_host[entry_kind == CALL]]]
+        waited_sync |= barrier & (last_row >= 0)
         wait_on[waited_sync] = last_row[waited_sync]
         # long calls that returned right after a device event ended
         long_call = (entry_kind == CALL) & ~row_sync & (own >= BLOCKED_CALL_NS)

@@ -167,13 +167,16 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
     if at_hi is None:
         hi_changes = without_profiler(graph, hi, costs)
         at_hi = replay(graph, hi_changes)
-    # even the most the profiler could have added leaves it longer: the GPU's work sets the floor.
-    # Within AGREE_SHARE of it, the measured step agrees with that floor, and every scale that
-    # brings the host under it replays the same step: of those, the prior, or the least of them
-    # where the prior does not reach the floor (the range's end would leave the host a fraction of
-    # what the measured step allows: tests/test_replay.py). Further below, the device's work itself
-    # ran slower under the profiler (a pageable copy staged): the most the range takes out
-    if at_hi.step_ns >= measured_step_ns:
+    # even the most the profiler could have added leaves it longer, or within FLOOR_SHARE of it:
+    # the GPU's work sets the floor. Within AGREE_SHARE below it or FLOOR_SHARE above it, the
+    # measured step agrees with that floor, and every scale that brings the host under it replays
+    # the same step: of those, the prior, or the least of them where the prior does not reach the
+    # floor (the range's end would leave the host a fraction of what the measured step allows:
+    # tests/test_replay.py). A fit to a step a hair above the floor would put the host on it and
+    # price every GPU fix at nothing (benchmarks/BENCHMARKS-replay.md "A step just above the GPU's
+    # floor"). Further below, the device's work itself ran slower under the profiler (a pageable
+    # copy staged): the most the range takes out
+    if at_hi.step_ns * (1 + FLOOR_SHARE) >= measured_step_ns:
         if measured_step_ns < at_hi.step_ns * (1 - AGREE_SHARE):
             return Unprofiled(hi_changes, hi, at_hi, True, measured_step_ns - at_hi.step_ns)
         target = at_hi.step_ns * (1 + FLOOR_SHARE)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudoctor.analysis import Analysis
+from gpudoctor.analysis import Analysis, autocast_casts
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.hardware.gemm_rate import rate_source
@@ -256,11 +256,23 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
     return tuple(fixes)
 
 
-# Cast launches autocast adds per fp32 matrix kernel, at the program's own cost per launch
-# (replay/edits.py launch_cost_ns): a forward matmul casts its input and its weight; its two
-# backward matmuls reuse them: 2 casts per 3 kernels. The lab's fp32_matmul twins: 47 launches a
-# step with 11 GEMMs, 55 under autocast (tests/data/fp32_matmul, fp32_matmul_fixed).
+# Cast launches autocast adds per fp32 matrix kernel where the trace does not say which operators
+# launched them (analysis/autocast_casts.py counts them where it does): a forward matmul casts its
+# input and its weight; its two backward matmuls reuse them: 2 casts per 3 kernels.
 CASTS_PER_MATMUL = 2 / 3
+
+
+def casts_per_matmul(a: Analysis, matmuls: np.ndarray) -> float:
+    """The casts autocast adds, forward and backward, per fp32 matrix kernel of ``matmuls``:
+    counted from the operators that launched them (analysis/autocast_casts.py); CASTS_PER_MATMUL
+    for each kernel no counted operator launched (a cuDNN RNN's)."""
+    if matmuls.size == 0:
+        return 0.0
+    classes = autocast_casts.op_classes(a.trace)
+    ops, counted = autocast_casts.lower_ops_of(a.trace, matmuls, classes)
+    fwd, bwd = autocast_casts.casts(a.trace, ops, classes)
+    uncounted = CASTS_PER_MATMUL * float((~counted).sum())
+    return (float(fwd.sum() + bwd.sum()) + uncounted) / matmuls.size
 
 
 def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
@@ -279,7 +291,7 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
         p != "attention" for p, _ in idx_parts) \
         else np.empty(0, np.int64)
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * np.clip(share, 0.0, 1.0),
-                added_at=matmuls.astype(np.int64), added_launches=CASTS_PER_MATMUL,
+                added_at=matmuls.astype(np.int64), added_launches=casts_per_matmul(a, matmuls),
                 note="matmuls at the bf16 rate")
 
 

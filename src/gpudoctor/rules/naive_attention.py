@@ -106,7 +106,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     stretches (the copies of a transposed operand, the mask's). The host loses each stretch of the
     pattern's operators (``pattern_spans``: the matmuls, the scale and mask, the softmax, and the
     views and transposes between them, forward and backward) and pays one operator with its launch
-    per fused kernel, at the program's own cost per launch (replay/edits.py ``launch_cost_ns``)."""
+    per fused kernel, at the cost of an added operator (replay/edits.py ``added_op_ns``)."""
     idx = attention_events(a)
     if idx.size == 0:
         return None

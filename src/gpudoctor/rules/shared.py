@@ -17,7 +17,7 @@ from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import distinct, median, union
 from gpudoctor.rules.common import SDPA_MATH_OP, inside_op_named
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, TF32_NAME, Kind
-from gpudoctor.trace.model import HostCat
+from gpudoctor.trace.model import HostCat, Trace
 
 # An unprofiled step longer than the profiled one by at least this share holds waits the window did
 # not see, and these findings take them (rules/calibrate.py UNSEEN_MS says why). Under it the gap is
@@ -154,10 +154,31 @@ def _back_to_back(a: Analysis, idx: np.ndarray) -> bool:
 
 
 def attention_seqs(a: Analysis) -> set[int]:
-    """The sequence lengths of the square score matrices a softmax runs over (MIN_SEQ and up)."""
-    names, host_name = a.trace.strings, a.trace.host.name
+    """The sequence lengths of the square score matrices a softmax runs over (MIN_SEQ and up), over
+    their last dimension: a segmentation loss's softmax over the classes of [N, C, H, W] with H = W
+    is not attention (benchmarks/BENCHMARKS-replay.md "knob set u")."""
+    trace = a.trace
+    names, host_name = trace.strings, trace.host.name
     return {c.square for i, c in a.roofline.op_costs.items() if c.square >= MIN_SEQ
-            and "softmax" in names[host_name[i]]}
+            and "softmax" in names[host_name[i]] and _over_last_dim(trace, i)}
+
+
+def _over_last_dim(trace: Trace, op: int) -> bool:
+    """Whether a softmax-like operator normalizes over its input's last dimension: its first integer
+    argument (``dim``) against its first input's rank; True where the trace does not say."""
+    dims = trace.input_dims(op)
+    rank = len(dims[0]) if dims and isinstance(dims[0], list) else 0
+    for value in trace.concrete_inputs(op):
+        try:
+            dim = int(value)
+        except (TypeError, ValueError):
+            continue
+        return rank == 0 or dim % rank == rank - 1
+    return True
+
+
+# Operators of a convolutional network: a [.., S, S] input of theirs is an image, never scores
+_IMAGE_OPS = re.compile(r"conv|batch_norm|group_norm|instance_norm|pool|upsample|interpolate")
 
 
 def attention_events(a: Analysis) -> np.ndarray:
@@ -166,10 +187,13 @@ def attention_events(a: Analysis) -> np.ndarray:
     seqs = attention_seqs(a)
     if not seqs:
         return np.empty(0, np.int64)
+    image = a.trace.names_matching(lambda s: _IMAGE_OPS.search(s) is not None)
+    host_name = a.trace.host.name
     claimed = [
         i for i, c in costs.items()
-        if c.square in seqs
-        or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs)
+        if (c.square in seqs
+            or (c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] in seqs))
+        and not image[host_name[i]]
     ]
     mask = np.isin(dev.op, np.asarray(claimed, np.int64)) & (a.roofline.event_in_steps_ns > 0)
     mask[fp32_sdpa_math_events(a)] = False
