@@ -20,8 +20,13 @@ views, and elementwise operators, carry the dtype of what came before them; the 
 lower-precision operator before one sets bf16, the first float32 or source operator (an embedding,
 a copy from the host, a factory) sets float32. A lower-precision operator reached through views
 alone, reading an input of the same shape, reads the same tensor (a query, key and value
-projection of one normed input) and is passed over. The residual add's backward cast of a mixed
-bf16 + float32 sum (one a block in a transformer) is not counted.
+projection of one normed input) and is passed over.
+
+Counted: the lower-precision operators' casts and their backward. Not counted: a float32
+operator's cast of a bf16 input (a loss on bf16 logits), the backward cast of a sum of a bf16
+branch and a float32 stream (a transformer block's residual add), and the cache: a weight is
+counted at every call, so a module a loop calls many times a step counts more casts than
+autocast makes.
 
 The count for DistilBERT (6 layers, 38 Linear modules), against its autocast trial's trace: 202
 casts a step where the trace ran 217 (benchmarks/BENCHMARKS-replay.md "The casts autocast adds,
