@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from synth import TraceBuilder
 
 from gpudoctor.analysis import autocast_casts
@@ -16,6 +18,12 @@ from gpudoctor.rules.shared import fp32_matrix_events
 from gpudoctor.trace.load import load
 
 DATA = Path(__file__).parent / "data"
+
+
+def load_trace(builder: TraceBuilder):  # type: ignore[no-untyped-def]
+    from gpudoctor.trace import parse
+
+    return parse(builder.to_bytes())
 
 
 def counted(path: Path):  # type: ignore[no-untyped-def]
@@ -134,3 +142,51 @@ def test_a_convolution_after_batch_norm_and_relu_reads_bf16(tmp_path, with_backw
     # bias only, its input the first's bf16 output through batch norm and ReLU
     assert fwd.tolist() == [2, 2]
     assert bwd.tolist() == ([1, 2] if with_backward else [0, 0])
+
+
+NAMES = [
+    "aten::linear",
+    "aten::conv2d",
+    "aten::matmul",
+    "aten::view",
+    "aten::relu",
+    "aten::layer_norm",
+    "aten::softmax",
+    "aten::to",
+    "aten::add",
+    "aten::embedding",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(NAMES),
+            st.integers(0, 3),
+            st.booleans(),
+            st.sampled_from(["float", "c10::BFloat16", ""]),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_any_run_of_operators_counts_without_raising(ops) -> None:  # type: ignore[no-untyped-def]
+    b = TraceBuilder()
+    t = 0.0
+    for k, (name, ndim, seq, dtype) in enumerate(ops):
+        dims = [[4] * ndim, [4, 4], [4]] if ndim else []
+        b.launch("k", t, t + 5, 2, op=name, dims=dims or None)
+        if dims:
+            b.events[-3]["args"]["Input type"] = [dtype] * 3
+        if seq:
+            b.events[-3]["args"]["Sequence number"] = k
+        t += 10
+    b.step(0, 0, t)
+    trace = load_trace(b)
+    classes = autocast_casts.op_classes(trace)
+    kernels = np.arange(len(trace.device))
+    found, mine = autocast_casts.lower_ops_of(trace, kernels, classes)
+    fwd, bwd = autocast_casts.casts(trace, found, classes)
+    assert mine.size == kernels.size and fwd.size == bwd.size == found.size
+    assert ((fwd >= 0) & (fwd <= 3) & (bwd >= 0) & (bwd <= fwd)).all()
