@@ -162,8 +162,8 @@ def test_the_compile_price_against_the_compiled_step(rms) -> None:  # type: igno
     # measured x2.01 [1.99-2.03]; the fused operators alone off the host, x1.28; before the
     # stored dtype and the passes by flow, x1.42; before chains by element count, x1.63; before
     # the rotary halves joined their product, x1.67; x1.71 before a training pass ran at its chain's
-    # average rate
-    assert knob_prices_for(RMS)[KNOB_COMPILE]["predicted_speedup"] == 1.7563
+    # average rate; x1.76 before the fused passes ran at Inductor's share of the roof
+    assert knob_prices_for(RMS)[KNOB_COMPILE]["predicted_speedup"] == 1.957
 
 
 def test_the_healthy_gpt_stays_minor(healthy) -> None:  # type: ignore[no-untyped-def]

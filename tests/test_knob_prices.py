@@ -73,7 +73,7 @@ def test_without_backward_the_region_leaves_out_the_copies_and_reads() -> None:
         # the captured step); with the fused operators alone off the host, x1.08, and a pass for
         # each kernel per op name, x3.14; x1.15 before the entry grew with its parameters; x2.91
         # captured before a training pass ran at its chain's average rate
-        ("unet_ema", 1.1449, 2.7896),
+        ("unet_ema", 1.1449, 3.4971),  # reduce-overhead x2.79 at the chains' own rate
     ],
 )
 def test_compile_knobs_are_priced_by_what_they_change(
@@ -147,13 +147,14 @@ def test_compile_fuses_a_naive_attentions_softmax_chain_and_leaves_its_matmuls()
     bundle (x1.54 and x1.67 in later sessions). Inductor does not rewrite the attention to
     scaled_dot_product_attention on torch 2.11 (benchmarks/probes/probe_fuse_attention.py: no
     rewrite; the attention alone 1.58x faster compiled, 4.8x as SDPA); it fuses the scale, casts
-    and softmax between the matmuls, priced x1.55 (x1.40 before a training pass ran at its chain's
+    and softmax between the matmuls, priced x1.79 with the fused passes at Inductor's share of the
+    roof (x1.55 at the chain's average rate, x1.40 before a training pass ran at its chain's
     average rate; the compiled calls' entry costs hidden behind
     the GPU's work; x1.34 with a pass for each kernel per op name). Pricing the rewrite read x2.15
     here and x3.48 on a later run; the chains without the attention's, x1.03."""
     bundle = KNOBS / "vit_eager_attention"
     prices = knob_prices_for(bundle)
-    assert prices["compile"]["predicted_speedup"] == 1.551
+    assert prices["compile"]["predicted_speedup"] == 1.7856
     assert prices["compile"]["note"] == (
         "54 chains of memory-bound kernels a step fused (140 kernels fewer); the compiled forward "
         "and backward entered 2 times a step"
@@ -331,7 +332,7 @@ def test_knobs_together_are_one_replay_of_their_edits() -> None:
     vit = DATA / "knobs_h100" / "vit_tiny_fp32_accuracy"
     alone = knob_prices_for(vit)
     both = knobs_together_price_for(vit, ["bf16-autocast", "compile"], {})
-    assert both is not None and both["predicted_speedup"] == 3.1182
+    assert both is not None and both["predicted_speedup"] == 3.1306
     assert (
         both["predicted_speedup"]
         > alone["bf16-autocast"]["predicted_speedup"] * alone["compile"]["predicted_speedup"]

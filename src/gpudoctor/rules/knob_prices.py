@@ -157,7 +157,8 @@ def fusion(a: Analysis, within: np.ndarray) -> Edit:
         if (calls < 0).any() or not within[calls].all():
             continue
         retimed.append(int(chain[0]))
-        retimed_ns.append(unfused_elementwise.fused_ns(a, chain, t, floor_ns, training))
+        retimed_ns.append(unfused_elementwise.fused_ns(a, chain, t, floor_ns, training,
+                                                       inductor=True))
         gone.append(chain[1:])
     if not retimed:
         return Edit(note="no chain to fuse in the compiled region")

@@ -66,6 +66,11 @@ FUSED_PASS_FACTOR = 1.25
 # stays under both: benchmarks/BENCHMARKS-twins.md "Evidence moved from the source: rule pricing",
 # unfused-elementwise.
 COMPILED_PASS_SHARE = 0.15
+# Inductor's fused kernel, which the compile knob prices, moves its traffic at this share of the
+# memory roof whatever rate the eager chain averaged: manual_attention_gpt's compiled kernels ran
+# its attention softmax at 0.61 of it forward and 0.88 backward, its cross-entropy at 0.95; the
+# median (benchmarks/BENCHMARKS-replay.md "The compile knob's fused pass at Inductor's rate")
+INDUCTOR_PASS_SHARE = 0.88
 # Major from 10% of the step, not 5%: the gain is priced from kernel times alone (the compiler's
 # warm-up, graph breaks and recompiles are not), and at a tenth of the step the price is within its
 # error of nothing (same benchmarks/BENCHMARKS-twins.md entry: the lab's healthy GPT step).
@@ -182,12 +187,13 @@ def kernel_floor_ns(a: Analysis) -> float:
 
 
 def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.0,
-             training: bool = True) -> float:
+             training: bool = True, inductor: bool = False) -> float:
     """The chain's time once fused (the module docstring says how; ``training``: the step has a
     backward, analysis/host_events.py ``ran_backward``); no faster than ``floor_ns``
     (``kernel_floor_ns``) a pass, and no slower than the chain's kernels ran: a chain whose every
     kernel is its own pass (three casts of one shape, each on its own tensor) is priced as it ran,
-    not at FUSED_PASS_FACTOR times that."""
+    not at FUSED_PASS_FACTOR times that. ``inductor``: in training, each pass's traffic at
+    INDUCTOR_PASS_SHARE of the memory roof (the compile knob's price), not at the chain's rate."""
     ran = float(t[chain].sum())
     narrow = _storage_share(a, chain)
     if not training:
@@ -200,6 +206,9 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
     passes = _passes(a, chain)
     nbytes = a.roofline.event_bytes[chain]
     hbm = a.ceilings.hbm_bytes_per_s / 1e9  # bytes a ns
+    if inductor and hbm > 0:
+        largest = np.sort(nbytes * narrow)[::-1][:passes] / (INDUCTOR_PASS_SHARE * hbm)
+        return min(float(np.maximum(largest, floor_ns).sum()), ran)
     # the rate the chain's kernels averaged, no lower than the share a rewritten kernel reaches
     rate = min(max(float(nbytes.sum()) / max(ran, 1.0), COMPILED_PASS_SHARE * hbm), hbm)
     if rate <= 0:
