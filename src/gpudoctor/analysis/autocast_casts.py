@@ -39,7 +39,7 @@ import re
 
 import numpy as np
 
-from gpudoctor.analysis.host_events import AUTOGRAD_NODE, backward_nodes_of, sequence_numbers
+from gpudoctor.analysis.host_events import autograd_nodes, backward_nodes_of, sequence_numbers
 from gpudoctor.trace.model import HostCat, Trace
 
 # lower-precision operators (autocast_mode.cpp's lower_precision_fp list, CUDA)
@@ -97,10 +97,9 @@ def lower_ops_of(trace: Trace, kernels: np.ndarray,
     casts counted for them are theirs)."""
     host, dev = trace.host, trace.device
     op = dev.op[kernels].astype(np.int64)
-    node = trace.names_matching(lambda s: s.startswith(AUTOGRAD_NODE))
+    node = autograd_nodes(trace)
     top = host.top_op[np.maximum(op, 0)]
-    in_node = (op >= 0) & (((top >= 0) & node[host.name[np.maximum(top, 0)]])
-                           | node[host.name[np.maximum(op, 0)]])
+    in_node = (op >= 0) & (((top >= 0) & node[np.maximum(top, 0)]) | node[np.maximum(op, 0)])
     owner = np.full(op.size, -1, np.int64)
     at = np.where(in_node, -1, op)
     while True:  # climb to the outermost operator of the list
@@ -116,7 +115,7 @@ def lower_ops_of(trace: Trace, kernels: np.ndarray,
         # a backward kernel is counted where its autograd node was made by an operator inside a
         # counted one (the node carries that operator's sequence number: ``addmm`` under
         # ``linear``)
-        nodes = np.where(node[host.name[np.maximum(op, 0)]], op, top)
+        nodes = np.where(node[np.maximum(op, 0)], op, top)
         made = sequence_numbers(trace, _inside(trace, ops))
         node_seq = np.full(op.size, -1, np.int64)
         node_seq[in_node] = sequence_numbers(trace, nodes[in_node])

@@ -205,16 +205,15 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
         return min(float(FUSED_PASS_FACTOR * passes * max(per_pass, floor_ns)), ran)
     passes = _passes(a, chain)
     nbytes = a.roofline.event_bytes[chain]
+    largest = np.sort(nbytes * narrow)[::-1][:passes]
     hbm = a.ceilings.hbm_bytes_per_s / 1e9  # bytes a ns
     if inductor and hbm > 0:
-        largest = np.sort(nbytes * narrow)[::-1][:passes] / (INDUCTOR_PASS_SHARE * hbm)
-        return min(float(np.maximum(largest, floor_ns).sum()), ran)
+        return min(float(np.maximum(largest / (INDUCTOR_PASS_SHARE * hbm), floor_ns).sum()), ran)
     # the rate the chain's kernels averaged, no lower than the share a rewritten kernel reaches
     rate = min(max(float(nbytes.sum()) / max(ran, 1.0), COMPILED_PASS_SHARE * hbm), hbm)
     if rate <= 0:
         return ran
-    largest = np.sort(nbytes * narrow)[::-1][:passes] / rate
-    return min(float(FUSED_PASS_FACTOR * np.maximum(largest, floor_ns).sum()), ran)
+    return min(float(FUSED_PASS_FACTOR * np.maximum(largest / rate, floor_ns).sum()), ran)
 
 
 def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:
