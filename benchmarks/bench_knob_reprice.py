@@ -68,6 +68,7 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
         if str(t["knob"]).startswith("combined") and t.get("knobs"):
             now[t["knob"]] = together_price(bundle, list(t["knobs"]), planned)
     rows = []
+    spread = controls_spread(trials)
     for t in trials:
         p = now.get(t["knob"])
         if p is None:
@@ -82,9 +83,30 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
                 "measured": t.get("measured_speedup"),
                 "ci95": t.get("speedup_ci95"),
                 "status": t.get("status"),
+                "controls_spread": spread,
             }
         )
     return rows
+
+
+def controls_spread(trials: list[dict[str, Any]]) -> float | None:
+    """How far the program's two controls (before and after the trials, each in its own process)
+    measured apart, as a share: the speed a process of this program drifts by with no knob at all.
+    None where the run kept one control."""
+    c = {t["knob"]: t.get("measured_speedup") for t in trials}
+    a, b = c.get("control"), c.get("control-end")
+    if not a or not b:
+        return None
+    return max(a, b) / min(a, b) - 1.0
+
+
+def slower_beyond_drift(r: dict[str, Any]) -> bool:
+    """Measured slower by more than its controls drifted apart: the interval's top below
+    1 / (1 + spread). A trial whose program kept one control counts by its interval alone."""
+    ci = r.get("ci95") or [None, None]
+    if ci[1] is None:
+        return False
+    return ci[1] < 1.0 / (1.0 + (r.get("controls_spread") or 0.0))
 
 
 def within(p: float | None, m: float | None) -> bool | None:
@@ -109,12 +131,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     now_in = sum(bool(within(r["now"], r["measured"])) for r in paired)
     slower = [r for r in paired if bench_knob_trials.slower({"speedup_ci95": r.get("ci95")})]
     slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
+    clear = [r for r in slower if slower_beyond_drift(r)]
+    clear_ok = [r for r in clear if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
     lines += [
         "",
         f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
         (
             f"measured slower (interval below 1): {len(slower)}; predicted now at x{SLOWER_PREDICTED_AT_MOST} "
             f"or below: {len(slow_ok)}"
+        ),
+        (
+            f"of those, slower by more than the program's two controls drifted apart: {len(clear)}; "
+            f"predicted now at x{SLOWER_PREDICTED_AT_MOST} or below: {len(clear_ok)}"
         ),
     ]
     return "\n".join(lines) + "\n"
