@@ -49,7 +49,7 @@ from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ra
 from gpudoctor.analysis.opcost import DTYPE_NAMES
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
-from gpudoctor.rules import fp32_matmul, launch_bound, unfused_elementwise
+from gpudoctor.rules import fp32_matmul, launch_bound, optimizer_loop, unfused_elementwise
 from gpudoctor.rules.shared import host_steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
@@ -58,6 +58,7 @@ KNOB_COMPILE = "compile"
 KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
 KNOB_BF16 = "bf16-autocast"
 KNOB_TF32 = "tf32"
+KNOB_FOREACH = "optimizer-foreach"
 
 
 class KnobPrice(msgspec.Struct, frozen=True):
@@ -82,6 +83,9 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
     region = compiled_region(a.trace)
     tf32 = fp32_matmul.tf32_edit(a)
     out = {KNOB_TF32: tf32 if tf32 is not None else Edit(note="no fp32 GEMM")}
+    foreach = optimizer_loop.foreach_edit(a)
+    if foreach is not None:
+        out[KNOB_FOREACH] = foreach
     if not region.any():
         return out
     bf16 = fp32_matmul.edit(a)
@@ -374,5 +378,6 @@ def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:
     return difference(distinct(tops[gone]), tops[~gone]).astype(np.int64)
 
 
-__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32", "KnobPrice",
+__all__ = ["KNOB_BF16", "KNOB_COMPILE", "KNOB_FOREACH", "KNOB_REDUCE_OVERHEAD", "KNOB_TF32",
+           "KnobPrice",
            "compile_knob_edit", "fusion", "knob_edits"]

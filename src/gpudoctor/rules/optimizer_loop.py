@@ -197,6 +197,47 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 note="fused optimizer step")
 
 
+def foreach_edit(a: Analysis) -> Edit | None:
+    """The loop's step with ``foreach=True`` (the ``optimizer-foreach`` knob), not fused: each of
+    the loop's operators on the GPU runs once over every parameter (a ``_foreach_lerp_`` for the
+    parameters' ``lerp_``s), and nothing else changes. Its kernels move the loop's bytes (the
+    same update ops, no fewer passes, at the memory roof instead of each tiny kernel's rate); the
+    operators that launched them leave the host, and ``k`` operators take their place a step, k
+    the loop's launching operators per parameter. The operators that launch nothing stay: the
+    steps' counters on the CPU (``step += 1``, ``.item()`` for the bias corrections), which the
+    multi-tensor path runs per parameter too (torch/optim/adam.py ``_multi_tensor_adam``). None
+    where the steps have no optimizer loop."""
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    regions = np.flatnonzero(optimizer_steps(trace))
+    if regions.size == 0:
+        return None
+    r_s, r_e = union(host.ts[regions], host.end[regions])
+    launched = dev.launch >= 0
+    launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
+    phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
+    idx = np.flatnonzero(
+        launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
+    n = max(len(a.steps), 1)
+    if idx.size / n < MIN_KERNELS_PER_STEP:
+        return None
+    ops = distinct(host.outermost(dev.launch[idx]))
+    # the parameters: most of the loop's operators run once for each (AdamW's ``mul_`` twice)
+    _, counts = np.unique(host.name[ops], return_counts=True)
+    per_parameter = max(round(ops.size / max(float(np.median(counts)), 1.0)), 1)
+    nbytes = a.roofline.event_bytes[idx].astype(float)
+    at_roof = nbytes / a.ceilings.hbm_bytes_per_s * 1e9
+    device_ns = np.where(nbytes > 0, np.minimum(at_roof, dev.dur[idx]), dev.dur[idx])
+    step_of = np.searchsorted(phase_s, launch_ts[idx], side="right") - 1
+    first = idx[np.unique(step_of, return_index=True)[1]]  # the first kernel of each step's loop
+    return Edit(device=idx.astype(np.int64), device_ns=device_ns,
+                host_removed_s=host.ts[ops], host_removed_e=host.end[ops],
+                calls_removed=distinct(dev.launch[idx]).astype(np.int64),
+                added_at=first.astype(np.int64), added_launches=float(per_parameter),
+                paced=False,
+                note=f"{per_parameter} multi-tensor operators a step for {ops.size / n:.0f} "
+                     "per-parameter ones")
+
+
 RULE = Rule(
     ID, "Per-parameter optimizer loop", check, __doc__ or "", needs=("launch_links",),
     order=90, idle_cause="optimizer", owns_idle=("optimizer",),
