@@ -144,6 +144,40 @@ def test_a_convolution_after_batch_norm_and_relu_reads_bf16(tmp_path, with_backw
     assert bwd.tolist() == ([1, 2] if with_backward else [0, 0])
 
 
+def _conv1d_block(tmp_path: Path) -> Path:
+    """Hugging Face GPT-2's ``Conv1D``: ``addmm(bias, x, weight)`` after a LayerNorm, then a GELU
+    and a second ``Conv1D`` on its output; one step, with their backward nodes."""
+    t = TraceBuilder()
+    t.step(1, 0, 400)
+    fp32 = ["float", "float", "float"]
+    t.op("aten::to", 5, 10, dims=[[512, 768]], types=["float"])
+    t.op("aten::layer_norm", 20, 10, dims=[[512, 768]], types=["float"])
+    t.launch("gemm_a", 40, 100, 30, op="aten::addmm", dims=[[3072], [512, 768], [768, 3072]])
+    t.events[-3]["args"]["Input type"] = fp32
+    t.op("aten::gelu", 80, 8, dims=[[512, 3072]], types=["float"])
+    t.launch("gemm_b", 95, 160, 30, op="aten::addmm", dims=[[768], [512, 3072], [3072, 768]])
+    t.events[-3]["args"]["Input type"] = fp32
+    for seq, e in enumerate(e for e in t.events if e["name"] == "aten::addmm"):
+        e["args"]["Sequence number"] = 10 + seq
+    for seq, ts in ((11, 220), (10, 280)):
+        t.events.append({"ph": "X", "cat": "cpu_op", "pid": 100, "tid": 101, "ts": ts, "dur": 30,
+                         "name": "autograd::engine::evaluate_function: AddmmBackward0",
+                         "args": {"Sequence number": seq}})
+    return t.write(tmp_path / "trace.json")
+
+
+def test_a_projection_written_as_addmm_casts_its_bias_and_weight(tmp_path):
+    # each Conv1D casts its bias (argument 0) and weight (argument 2); the first also its input,
+    # LayerNorm's float32 output, the second none (GELU carries the first's bf16 output). Each
+    # cast of a parameter or an activation with a gradient casts its gradient back
+    trace = load(_conv1d_block(tmp_path))
+    classes = autocast_casts.op_classes(trace)
+    ops = np.flatnonzero(classes[trace.host.name] == autocast_casts.LOWER)
+    fwd, bwd = autocast_casts.casts(trace, ops, classes)
+    assert fwd.tolist() == [3, 2]
+    assert bwd.tolist() == [3, 2]
+
+
 NAMES = [
     "aten::linear",
     "aten::conv2d",

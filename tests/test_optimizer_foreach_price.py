@@ -2,6 +2,7 @@
 not as the fused step the optimizer-loop finding prices: on the lab's recorded AdamW(foreach=False)
 loop, the multi-tensor step keeps the loop's bytes and its per-parameter counters on the CPU."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,16 @@ def test_no_loop_no_foreach_price():
     a, _ = _run_model(DATA / "optimizer_loop_fixed")
     assert optimizer_loop.foreach_edit(a) is None
     assert KNOB_FOREACH not in knob_edits(a)
+
+
+def test_dlrm_foreach_and_fused_priced_apart_as_measured():
+    # a DLRM-style model with 26 embedding tables and Adam(foreach=False), run once with each knob
+    # (knob set v, H200): foreach measured x1.44, fused x1.59
+    path = DATA / "knobs_h200" / "dlrm_embeddings_adam"
+    trials = {t["knob"]: t for t in json.loads((path / "trials.json").read_text())["trials"]}
+    foreach = knob_prices_for(path)[KNOB_FOREACH]
+    assert foreach["predicted_speedup"] == pytest.approx(1.3543, abs=1e-4)
+    assert foreach["note"] == "7 multi-tensor operators a step for 266 per-parameter ones"
+    measured = trials[KNOB_FOREACH]["measured_speedup"]
+    assert 1 / 1.25 <= foreach["predicted_speedup"] / measured <= 1.25
+    assert trials["optimizer-fused"]["predicted_speedup"] > foreach["predicted_speedup"]

@@ -107,6 +107,10 @@ def test_unknown_kernel_names_are_counted_as_other() -> None:
     "name, kind",
     [
         ("ampere_sgemm_128x64_tn", Kind.GEMM_SIMT),
+        # cuDNN's batch norm is a normalization, not a convolution, whatever its "cudnn::"
+        ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>", Kind.NORM),
+        ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>", Kind.NORM),
+        ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float>", Kind.CONV),
         ("cutlass_80_simt_sgemm_256x128_8x4_nn_align1", Kind.GEMM_SIMT),
         ("gemv2T_kernel_val<int, int, float, float, float, 128, 16, 4, 4, false>", Kind.GEMM_SIMT),
         ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", Kind.GEMM_TC),

@@ -73,6 +73,9 @@ _VIEW = re.compile(
     r"|split_with_sizes|chunk|flatten|unflatten|movedim|contiguous|clone)$")
 # operators whose arguments 1 and 2 are a module's weight and bias
 _WEIGHTED = re.compile(r"^aten::(linear|conv[123]d|conv_tbc|conv_transpose[123]d|prelu)$")
+# ``addmm(bias, input, weight)`` with a 1-D bias: a projection written as one call (Hugging Face's
+# GPT-2 ``Conv1D``), its bias and weight the module's, its input argument 1
+_ADDMM = "aten::addmm"
 
 OTHER, VIEW, LOWER, FP32_CAST, FP32_OUT, DATA = range(6)
 # operators looked at before one, at most: further back, its input is taken as float32
@@ -156,12 +159,15 @@ def casts(trace: Trace, ops: np.ndarray, classes: np.ndarray | None = None,
     for k, o in enumerate(ops.tolist()):
         name = trace.string(host.name[o])
         types, dims = trace.input_types(o), trace.input_dims(o)
-        params = 0
+        params, first = 0, 0
         if _WEIGHTED.match(name):
             params = sum(1 for j in (1, 2) if j < len(types) and types[j] == "float"
                          and j < len(dims) and dims[j])
-        wide_input = bool(types) and types[0] == "float"
-        act, from_data = (siblings.input_is_float32(o, dims[0] if dims else None)
+        elif name == _ADDMM and len(dims) >= 3 and dims[0] and len(dims[0]) == 1:
+            params = sum(1 for j in (0, 2) if types[j] == "float")
+            first = 1
+        wide_input = len(types) > first and types[first] == "float"
+        act, from_data = (siblings.input_is_float32(o, dims[first] if len(dims) > first else None)
                           if wide_input else (False, False))
         fwd[k] = params + act
         if has_backward[k]:

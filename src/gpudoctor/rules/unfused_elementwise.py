@@ -38,6 +38,8 @@ Chains inside naive attention belong to that rule.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -71,6 +73,12 @@ COMPILED_PASS_SHARE = 0.15
 # its attention softmax at 0.61 of it forward and 0.88 backward, its cross-entropy at 0.95; the
 # median (benchmarks/BENCHMARKS-replay.md "The compile knob's fused pass at Inductor's rate")
 INDUCTOR_PASS_SHARE = 0.88
+# A batch norm in training reads its input once more than its kernel's recorded bytes say: the
+# statistics (forward) and the gradient sums (backward) are a reduction over the whole tensor before
+# the elementwise pass, eager or fused; the fused chain keeps that pass (half the kernel's bytes:
+# its input, not its output).
+BATCH_NORM = re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm")
+BATCH_NORM_STATS_SHARE = 0.5
 # Major from 10% of the step, not 5%: the gain is priced from kernel times alone (the compiler's
 # warm-up, graph breaks and recompiles are not), and at a tenth of the step the price is within its
 # error of nothing (same benchmarks/BENCHMARKS-twins.md entry: the lab's healthy GPT step).
@@ -208,12 +216,20 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
     largest = np.sort(nbytes * narrow)[::-1][:passes]
     hbm = a.ceilings.hbm_bytes_per_s / 1e9  # bytes a ns
     if inductor and hbm > 0:
-        return min(float(np.maximum(largest / (INDUCTOR_PASS_SHARE * hbm), floor_ns).sum()), ran)
+        stats = BATCH_NORM_STATS_SHARE * float(nbytes[_batch_norms(a, chain)].sum())
+        return min(float(np.maximum(largest / (INDUCTOR_PASS_SHARE * hbm), floor_ns).sum())
+                   + stats / (INDUCTOR_PASS_SHARE * hbm), ran)
     # the rate the chain's kernels averaged, no lower than the share a rewritten kernel reaches
     rate = min(max(float(nbytes.sum()) / max(ran, 1.0), COMPILED_PASS_SHARE * hbm), hbm)
     if rate <= 0:
         return ran
     return min(float(FUSED_PASS_FACTOR * np.maximum(largest / rate, floor_ns).sum()), ran)
+
+
+def _batch_norms(a: Analysis, chain: np.ndarray) -> np.ndarray:
+    """Which kernels of ``chain`` are a batch norm's (``BATCH_NORM``, by the kernel's name)."""
+    names = a.trace.names_matching(lambda s: BATCH_NORM.search(s.lower()) is not None)
+    return names[a.trace.device.name[chain]]
 
 
 def _storage_share(a: Analysis, chain: np.ndarray) -> np.ndarray:

@@ -98,6 +98,9 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
             r"|cudnn::fusion::compute_dot_do_o|cudnn::fusion::convert_dq_to"
         ),
     ),
+    # cuDNN's batch-norm kernels (cudnn::bn_fw_tr_1C11_kernel_NCHW, cudnn::bn_bw_1C11_kernel_new)
+    # before the convolutions' "cudnn::": a normalization, memory-bound, that a compiler fuses
+    (Kind.NORM, re.compile(r"cudnn::bn_(?:fw|bw)|cudnn::batch_?norm")),
     (Kind.CONV, re.compile(r"fprop|dgrad|wgrad|conv|winograd|implicit_convolve|cudnn::")),
     # CUDA-core matrix kernels: SGEMM/SIMT tiles, GEMV, dot products.
     (Kind.GEMM_SIMT, re.compile(r"sgemm|_simt_|gemv|gemmsn|dot_kernel|cudacore|dgemm|_ffma_|ffma")),
