@@ -9,6 +9,7 @@ time per iteration every ``--log-every``.
 """
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -28,7 +29,7 @@ TABLE_ROWS = [100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 300, 700,
 
 def mlp(sizes, last_relu=True):
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(a, b))
         if last_relu or i < len(sizes) - 2:
             layers.append(nn.ReLU())
