@@ -169,10 +169,11 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
 
 
 
-def edit(a: Analysis, finding: Finding) -> Edit | None:
-    """The fused (or foreach) step: the region's own host time from its first operator goes but
-    one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
-    kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
+def _loop(a: Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                  np.ndarray] | None:
+    """The optimizer steps' regions, each region's end and the start of its own phase (after its
+    closure: ``_after_closure``), every device event's launch time (-1: no launch), and the kernels
+    launched in those phases within the steps; None where the steps launch none."""
     trace, host, dev = a.trace, a.trace.host, a.trace.device
     regions = np.flatnonzero(optimizer_steps(trace))
     if regions.size == 0:
@@ -183,8 +184,18 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
     idx = np.flatnonzero(
         launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
-    if idx.size == 0:
+    return (regions, r_e, phase_s, launch_ts, idx) if idx.size else None
+
+
+def edit(a: Analysis, finding: Finding) -> Edit | None:
+    """The fused (or foreach) step: the region's own host time from its first operator goes but
+    one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
+    kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
+    loop = _loop(a)
+    if loop is None:
         return None
+    regions, r_e, phase_s, _, idx = loop
+    host, dev = a.trace.host, a.trace.device
     fused_ns = float(_fused_ns(a, idx).sum())
     total = float(dev.dur[idx].sum())
     share = min(fused_ns / total, 1.0) if total > 0 else 1.0
@@ -207,19 +218,12 @@ def foreach_edit(a: Analysis) -> Edit | None:
     steps' counters on the CPU (``step += 1``, ``.item()`` for the bias corrections), which the
     multi-tensor path runs per parameter too (torch/optim/adam.py ``_multi_tensor_adam``). None
     where the steps have no optimizer loop."""
-    trace, host, dev = a.trace, a.trace.host, a.trace.device
-    regions = np.flatnonzero(optimizer_steps(trace))
-    if regions.size == 0:
-        return None
-    r_s, r_e = union(host.ts[regions], host.end[regions])
-    launched = dev.launch >= 0
-    launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
-    phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
-    idx = np.flatnonzero(
-        launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
+    loop = _loop(a)
     n = max(len(a.steps), 1)
-    if idx.size / n < MIN_KERNELS_PER_STEP:
+    if loop is None or loop[4].size / n < MIN_KERNELS_PER_STEP:
         return None
+    _, _, phase_s, launch_ts, idx = loop
+    host, dev = a.trace.host, a.trace.device
     ops = distinct(host.outermost(dev.launch[idx]))
     # the parameters: most of the loop's operators run once for each (AdamW's ``mul_`` twice)
     _, counts = np.unique(host.name[ops], return_counts=True)
