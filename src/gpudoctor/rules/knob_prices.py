@@ -30,6 +30,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   kernels at the bf16 rate, with autocast's casts (rules/fp32_matmul.py ``edit``); an fp32 loss
   or update outside keeps its time.
 - ``tf32`` (a process-wide setting): every fp32 GEMM at the TF32 rate (fp32_matmul ``tf32_edit``).
+- ``optimizer-foreach``: the per-parameter loop's operators run once each over every parameter
+  (optimizer_loop ``foreach_edit``), not fused: the optimizer-loop finding prices ``fused=True``.
 
 A knob with nothing to change in the step (no chain, no fp32 matmul) is priced x1.0, the step
 unchanged, so a trial named with ``--fixes`` still has a prediction to be judged by.
