@@ -40,6 +40,7 @@ import re
 import numpy as np
 
 from gpudoctor.analysis.host_events import autograd_nodes, backward_nodes_of, sequence_numbers
+from gpudoctor.analysis.intervals import inside_stretches
 from gpudoctor.trace.model import HostCat, Trace
 
 # lower-precision operators (autocast_mode.cpp's lower_precision_fp list, CUDA)
@@ -129,15 +130,10 @@ def lower_ops_of(trace: Trace, kernels: np.ndarray,
 def _inside(trace: Trace, ops: np.ndarray) -> np.ndarray:
     """``ops`` and every operator nested in one of them (same thread, within its time)."""
     host = trace.host
-    out = [ops]
-    for t in np.unique(host.thread[ops]).tolist():
-        rows = np.flatnonzero((host.thread == t) & (host.cat == HostCat.OP))
-        rows = rows[np.argsort(host.ts[rows], kind="stable")]
-        mine = ops[host.thread[ops] == t]
-        lo = np.searchsorted(host.ts[rows], host.ts[mine], side="left")
-        hi = np.searchsorted(host.ts[rows], host.end[mine], side="left")
-        out += [rows[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
-    return np.unique(np.concatenate(out))
+    rows = np.flatnonzero(host.cat == HostCat.OP)
+    nested = inside_stretches(host.ts[rows], host.thread[rows], host.ts[ops], host.end[ops],
+                              host.thread[ops])
+    return np.unique(np.concatenate([ops, rows[nested]]))
 
 
 def casts(trace: Trace, ops: np.ndarray, classes: np.ndarray | None = None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpudoctor.core.arrays import distinct
+
 # Times looked at a time where each takes a few int64 temporaries: a big trace's millions of host
 # events are not copied several times over at once (peak memory)
 WINDOW = 1 << 20
@@ -108,3 +110,15 @@ def subtract(s: np.ndarray, e: np.ndarray, ks: np.ndarray, ke: np.ndarray) -> tu
             out_s.append(cur)
             out_e.append(hi)
     return np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
+
+
+def inside_stretches(at: np.ndarray, thread: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     threads: np.ndarray) -> np.ndarray:
+    """Per host time ``at`` on ``thread``: whether it falls inside one of the stretches
+    [starts, ends) of that same thread."""
+    inside = np.zeros(at.size, bool)
+    for th in distinct(threads).tolist():
+        s, e = union(starts[threads == th], ends[threads == th])
+        mine = thread == th
+        inside[mine] = contains(s, e, at[mine])
+    return inside

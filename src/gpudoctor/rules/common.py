@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.analysis.intervals import inside_stretches
 from gpudoctor.core.arrays import distinct
 from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
 from gpudoctor.trace.model import Trace
@@ -198,14 +198,3 @@ def launched_inside(a: Analysis, starts: np.ndarray, ends: np.ndarray, threads: 
     calls = dev.launch[launched]
     return launched[inside_stretches(host.ts[calls], host.thread[calls], starts, ends, threads)]
 
-
-def inside_stretches(at: np.ndarray, thread: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     threads: np.ndarray) -> np.ndarray:
-    """Per host time ``at`` on ``thread``: whether it falls inside one of the stretches
-    [starts, ends) of that same thread."""
-    inside = np.zeros(at.size, bool)
-    for th in distinct(threads).tolist():
-        s, e = union(starts[threads == th], ends[threads == th])
-        mine = thread == th
-        inside[mine] = contains(s, e, at[mine])
-    return inside
