@@ -76,6 +76,7 @@ _VIEW = re.compile(
 _WEIGHTED = re.compile(r"^aten::(linear|conv[123]d|conv_tbc|conv_transpose[123]d|prelu)$")
 # ``addmm(bias, input, weight)`` with a 1-D bias: a projection written as one call (Hugging Face's
 # GPT-2 ``Conv1D``), its bias and weight the module's, its input argument 1
+# (tests/test_autocast_casts.py; benchmarks/BENCHMARKS-replay.md "Knob set v")
 _ADDMM = "aten::addmm"
 
 OTHER, VIEW, LOWER, FP32_CAST, FP32_OUT, DATA = range(6)

@@ -14,6 +14,8 @@ optimizer's.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -169,11 +171,16 @@ def _after_closure(a: Analysis, r_s: np.ndarray, r_e: np.ndarray,
 
 
 
-def _loop(a: Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                  np.ndarray] | None:
-    """The optimizer steps' regions, each region's end and the start of its own phase (after its
-    closure: ``_after_closure``), every device event's launch time (-1: no launch), and the kernels
-    launched in those phases within the steps; None where the steps launch none."""
+class _Loop(NamedTuple):
+    regions: np.ndarray  # the optimizer steps' host events
+    ends: np.ndarray  # each region's end
+    phase_starts: np.ndarray  # where its own phase starts, after its closure (``_after_closure``)
+    launch_ts: np.ndarray  # every device event's launch time (-1: no launch)
+    kernels: np.ndarray  # the kernels launched in those phases within the steps
+
+
+def _loop(a: Analysis) -> _Loop | None:
+    """The optimizer steps' loop (``_Loop``); None where the steps launch nothing in it."""
     trace, host, dev = a.trace, a.trace.host, a.trace.device
     regions = np.flatnonzero(optimizer_steps(trace))
     if regions.size == 0:
@@ -184,7 +191,7 @@ def _loop(a: Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
     idx = np.flatnonzero(
         launched & contains(phase_s, r_e, launch_ts) & (a.roofline.event_in_steps_ns > 0))
-    return (regions, r_e, phase_s, launch_ts, idx) if idx.size else None
+    return _Loop(regions, r_e, phase_s, launch_ts, idx) if idx.size else None
 
 
 def edit(a: Analysis, finding: Finding) -> Edit | None:
@@ -194,7 +201,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     loop = _loop(a)
     if loop is None:
         return None
-    regions, r_e, phase_s, _, idx = loop
+    regions, r_e, phase_s, idx = loop.regions, loop.ends, loop.phase_starts, loop.kernels
     host, dev = a.trace.host, a.trace.device
     fused_ns = float(_fused_ns(a, idx).sum())
     total = float(dev.dur[idx].sum())
@@ -217,12 +224,13 @@ def foreach_edit(a: Analysis) -> Edit | None:
     the loop's launching operators per parameter. The operators that launch nothing stay: the
     steps' counters on the CPU (``step += 1``, ``.item()`` for the bias corrections), which the
     multi-tensor path runs per parameter too (torch/optim/adam.py ``_multi_tensor_adam``). None
-    where the steps have no optimizer loop."""
+    where the steps have no optimizer loop (tests/test_optimizer_foreach_price.py;
+    benchmarks/BENCHMARKS-replay.md "Knob set v")."""
     loop = _loop(a)
     n = max(len(a.steps), 1)
-    if loop is None or loop[4].size / n < MIN_KERNELS_PER_STEP:
+    if loop is None or loop.kernels.size / n < MIN_KERNELS_PER_STEP:
         return None
-    _, _, phase_s, launch_ts, idx = loop
+    phase_s, launch_ts, idx = loop.phase_starts, loop.launch_ts, loop.kernels
     host, dev = a.trace.host, a.trace.device
     ops = distinct(host.outermost(dev.launch[idx]))
     # the parameters: most of the loop's operators run once for each (AdamW's ``mul_`` twice)

@@ -38,8 +38,6 @@ Chains inside naive attention belong to that rule.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -56,7 +54,7 @@ from gpudoctor.rules.common import (
     sources_of_events,
 )
 from gpudoctor.rules.shared import attention_events
-from gpudoctor.trace.kernels import MEMORY_BOUND_KINDS
+from gpudoctor.trace.kernels import BATCH_NORM_NAME, MEMORY_BOUND_KINDS
 from gpudoctor.trace.model import Trace
 
 ID = "unfused-elementwise"
@@ -76,8 +74,8 @@ INDUCTOR_PASS_SHARE = 0.88
 # A batch norm in training reads its input once more than its kernel's recorded bytes say: the
 # statistics (forward) and the gradient sums (backward) are a reduction over the whole tensor before
 # the elementwise pass, eager or fused; the fused chain keeps that pass (half the kernel's bytes:
-# its input, not its output).
-BATCH_NORM = re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm")
+# its input, not its output). tests/test_batch_norm_fusion.py; benchmarks/BENCHMARKS-replay.md
+# "Knob set v".
 BATCH_NORM_STATS_SHARE = 0.5
 # Major from 10% of the step, not 5%: the gain is priced from kernel times alone (the compiler's
 # warm-up, graph breaks and recompiles are not), and at a tenth of the step the price is within its
@@ -227,8 +225,8 @@ def fused_ns(a: Analysis, chain: np.ndarray, t: np.ndarray, floor_ns: float = 0.
 
 
 def _batch_norms(a: Analysis, chain: np.ndarray) -> np.ndarray:
-    """Which kernels of ``chain`` are a batch norm's (``BATCH_NORM``, by the kernel's name)."""
-    names = a.trace.names_matching(lambda s: BATCH_NORM.search(s.lower()) is not None)
+    """Which kernels of ``chain`` are a batch norm's (trace/kernels.py ``BATCH_NORM_NAME``)."""
+    names = a.trace.names_matching(lambda s: BATCH_NORM_NAME.search(s.lower()) is not None)
     return names[a.trace.device.name[chain]]
 
 

@@ -82,6 +82,10 @@ MEMORY_BOUND_KINDS = frozenset(
     {Kind.ELEMENTWISE, Kind.REDUCTION, Kind.NORM, Kind.SOFTMAX, Kind.COPY, Kind.INDEX}
 )
 
+# A batch norm's kernels, cuDNN's (cudnn::bn_fw_tr_*, cudnn::bn_bw_*) and PyTorch's own
+# (batch_norm_collect_statistics_kernel...), in the lower-cased name
+BATCH_NORM_NAME = re.compile(r"bn_fw|bn_bw|batch_?norm")
+
 # (kind, pattern) in priority order; patterns are searched in the lower-cased name.
 _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     # collectives: NCCL / RCCL, DeepEP's expert-parallel dispatch and combine (NVSHMEM), vLLM's
