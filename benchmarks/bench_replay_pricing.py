@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpudoctor.capture.bundle import read_run  # noqa: E402
-from gpudoctor.pipeline import analyze_loaded  # noqa: E402
+from gpudoctor.pipeline import analyze_loaded, analyze_path  # noqa: E402
 from gpudoctor.trace import load  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -109,9 +109,8 @@ def twin_rows() -> list[dict]:
         if not folder.is_dir():
             continue
         run = read_run(folder)
-        report = analyze_loaded(
-            load(folder / "trace.json.gz"), unprofiled_step_ms=run.unprofiled_step_ms
-        )
+        # as `gpudoctor analyze FOLDER` prices it: with the loader's fetch and settings env.json keeps
+        report = analyze_path(folder)
         lo, hi = p["expected_measured_speedup"]
         same_run = measured_with_trace().get(p["name"])
         rows.append(
