@@ -25,6 +25,12 @@ Three ways a float32 model leaves the bf16 tensor cores idle, each priced on its
 
 Each adds the casts that autocast puts in front of the matmuls (fp32 read, bf16 written).
 The fix keeps float32 master weights (autocast), so the optimizer and the loss stay in fp32.
+
+Under bf16 autocast a convolution's bf16 output reaches batch norm, which is on none of
+autocast's lists, and PyTorch runs cuDNN's batch norm only when neither input nor weight is bf16
+(aten/src/ATen/native/Normalization.cpp ``_select_batch_norm_backend``): its own kernels take
+over, slower than cuDNN's fp32 ones though they move half the bytes, and launch more of them
+(``batch_norm_edit``).
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis, autocast_casts
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.hardware.gemm_rate import rate_source
-from gpudoctor.replay.edits import Edit
+from gpudoctor.replay.edits import Edit, merge
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     ATTENTION_EFFICIENCY,
@@ -276,6 +283,50 @@ def casts_per_matmul(a: Analysis, matmuls: np.ndarray) -> float:
 
 
 def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
+    """Each fp32 / TF32 matrix kernel at its bf16 time (casts included, as priced), the casts'
+    launches on the host, and cuDNN's batch norms as PyTorch's own (``batch_norm_edit``)."""
+    matmuls = _matmul_edit(a)
+    if matmuls is None:
+        return None
+    norms = batch_norm_edit(a)
+    return matmuls if norms is None else merge([matmuls, norms])
+
+
+# PyTorch's batch-norm kernels on a bf16 input against cuDNN's on the same tensor in fp32, in
+# training: time ratios forward and backward by memory format, and what a forward's two extra
+# launches cost the host (benchmarks/probes/probe_batch_norm_bf16.py;
+# benchmarks/BENCHMARKS-replay.md "Batch norm under bf16 autocast").
+NATIVE_BATCH_NORM_FORWARD = 1.65
+NATIVE_BATCH_NORM_BACKWARD = 1.12
+NATIVE_BATCH_NORM_EXTRA_LAUNCHES = 2
+NATIVE_KERNEL_LAUNCH_NS = 7_000.0
+_CUDNN_BATCH_NORM = "aten::cudnn_batch_norm"
+_CUDNN_BATCH_NORM_BACKWARD = "aten::cudnn_batch_norm_backward"
+
+
+def batch_norm_edit(a: Analysis) -> Edit | None:
+    """cuDNN's batch-norm kernels (launched by ``aten::cudnn_batch_norm`` and its backward) at the
+    time PyTorch's own take on the bf16 tensor autocast gives them, and each forward's extra
+    launches on its launching call; None where the step runs no cuDNN batch norm."""
+    dev, host = a.trace.device, a.trace.host
+    live = (a.roofline.event_in_steps_ns > 0) & (dev.op >= 0)
+    names = a.trace.names_matching(lambda s: s in (_CUDNN_BATCH_NORM, _CUDNN_BATCH_NORM_BACKWARD))
+    idx = np.flatnonzero(live & names[host.name[np.maximum(dev.op, 0)]])
+    if idx.size == 0:
+        return None
+    backward = host.name[dev.op[idx]] == a.trace.string_ids[_CUDNN_BATCH_NORM_BACKWARD] \
+        if _CUDNN_BATCH_NORM_BACKWARD in a.trace.string_ids else np.zeros(idx.size, bool)
+    ratio = np.where(backward, NATIVE_BATCH_NORM_BACKWARD, NATIVE_BATCH_NORM_FORWARD)
+    calls = dev.launch[idx[~backward]]
+    calls = distinct(calls[calls >= 0])
+    return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * ratio,
+                calls_slower=calls.astype(np.int64),
+                calls_slower_ns=np.full(calls.size,
+                                        NATIVE_BATCH_NORM_EXTRA_LAUNCHES * NATIVE_KERNEL_LAUNCH_NS),
+                note="batch norm on PyTorch's kernels (bf16 leaves cuDNN)")
+
+
+def _matmul_edit(a: Analysis) -> Edit | None:
     """Each fp32 / TF32 matrix kernel at its bf16 time (casts included, as priced), and the
     casts' launches on the host."""
     parts = fp32_matrix_events(a)

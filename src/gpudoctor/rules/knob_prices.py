@@ -27,8 +27,8 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 - Both leave a recurrent module (nn.LSTM, nn.GRU, nn.RNN) eager: TorchDynamo does not trace it
   (analysis/compiled_region.py ``traced_by_dynamo``).
 - ``bf16-autocast`` (autocast around the module's forward): the region's fp32 / TF32 matrix
-  kernels at the bf16 rate, with autocast's casts (rules/fp32_matmul.py ``edit``); an fp32 loss
-  or update outside keeps its time.
+  kernels at the bf16 rate, with autocast's casts, and its cuDNN batch norms on PyTorch's slower
+  kernels (rules/fp32_matmul.py ``edit``); an fp32 loss or update outside keeps its time.
 - ``tf32`` (a process-wide setting): every fp32 GEMM at the TF32 rate (fp32_matmul ``tf32_edit``).
 - ``optimizer-foreach``: the per-parameter loop's operators run once each over every parameter
   (optimizer_loop ``foreach_edit``), not fused: the optimizer-loop finding prices ``fused=True``.
@@ -123,8 +123,8 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
 
 
 def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
-    """``edit``'s device changes (and added launches) kept to the kernels launched from
-    ``region``."""
+    """``edit``'s device changes, added launches and slower calls kept to the kernels launched
+    from ``region`` and its calls."""
     launch = a.trace.device.launch
 
     def inside(events: np.ndarray) -> np.ndarray:
@@ -132,9 +132,11 @@ def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
         return (calls >= 0) & region[np.maximum(calls, 0)]
 
     keep = inside(edit.device)
+    slower = region[edit.calls_slower]
     return Edit(device=edit.device[keep], device_ns=edit.device_ns[keep],
                 added_at=edit.added_at[inside(edit.added_at)],
-                added_launches=edit.added_launches, note=edit.note)
+                added_launches=edit.added_launches, calls_slower=edit.calls_slower[slower],
+                calls_slower_ns=edit.calls_slower_ns[slower], note=edit.note)
 
 
 def _compiled_already(a: Analysis, region: np.ndarray) -> bool:
