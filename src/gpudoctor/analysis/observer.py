@@ -34,6 +34,30 @@ def profiler_overhead_ms(trace: Trace, steps: Steps) -> float:
     return recorded_events_per_step(trace, steps) * PROFILER_OVERHEAD_NS_PER_EVENT / 1e6
 
 
+# Operators that only re-describe a tensor (no allocation, no kernel): their recorded time is the
+# profiler's own work around them and the host's pace, nothing of the program's
+VIEW_OPERATORS = frozenset({
+    "aten::view", "aten::t", "aten::as_strided", "aten::transpose", "aten::expand",
+    "aten::detach", "aten::permute", "aten::select", "aten::slice", "aten::unsqueeze",
+    "aten::squeeze", "aten::alias", "aten::_reshape_alias", "aten::unsafe_view",
+    "aten::_unsafe_view"})
+# Fewer view operators than this in the window: their median says too little
+MIN_VIEW_OPERATORS = 50
+
+
+def view_operator_ns(trace: Trace, lo: int, hi: int) -> float | None:
+    """The median recorded time of the view operators starting in [lo, hi) (ns), None where the
+    window holds fewer than MIN_VIEW_OPERATORS."""
+    host = trace.host
+    if len(host) == 0:
+        return None
+    views = trace.names_matching(VIEW_OPERATORS.__contains__)
+    pick = (host.cat == HostCat.OP) & (host.ts >= lo) & (host.ts < hi) & views[host.name]
+    if int(pick.sum()) < MIN_VIEW_OPERATORS:
+        return None
+    return float(np.median(host.dur[pick]))
+
+
 # The profiler's own work at each step boundary (closing one ProfilerStep range, opening the next)
 # shows as host time before the step's first recorded event and after its last: 0.07-0.25 ms a step
 # on the lab's fixed twins (benchmarks/BENCHMARKS-twins.md "Evidence moved from the source:

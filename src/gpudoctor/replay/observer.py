@@ -43,6 +43,14 @@ GPU_SET_SHARE = 0.02
 # fitted where it could sit above 1 and move about 2x between machines; 1.3 priced the most
 # recorded traps, variants and knob trials within 1.25x (benchmarks/BENCHMARKS-replay.md "The prior").
 PRIOR_SCALE = 1.3
+# Where the window records enough view operators (analysis/observer.py ``view_operator_ns``): the
+# prior is this many per microsecond of their median recorded time. Over the 74 runs whose step
+# fitted a scale, the scale tracks it (log correlation 0.60, power 0.98; the same program's runs
+# move together: conv_vae 1.69 / 3.05 us and scales 1.08 / 3.33): the fitted scale within 1.5x on
+# 66% of them, against 53% for PRIOR_SCALE (benchmarks/BENCHMARKS-replay.md "The host's pace from
+# its view operators").
+PRIOR_SCALE_PER_VIEW_US = 0.72
+PRIOR_SCALE_RANGE = (0.3, 4.0)
 # The profiled step replayed with nothing taken out agrees with the measured one within this share
 # below it; further below, the measured step holds time the window did not see, a loader's stalls
 # (tests/test_variant_prices.py, tests/test_outlier_steps.py).
@@ -126,16 +134,25 @@ def _without_step_edges(graph: StepGraph, gap: np.ndarray, tail: float) -> tuple
                       0.0), max(tail - float(edges_tail) * min(kept_tail, 1.0), 0.0)
 
 
+def prior_scale(view_ns: float | None) -> float:
+    """The scale taken where the step cannot tell the profiler's cost: from the median recorded
+    time of the window's view operators where it has enough (``view_ns``), else PRIOR_SCALE."""
+    if view_ns is None or not view_ns > 0:
+        return PRIOR_SCALE
+    lo, hi = PRIOR_SCALE_RANGE
+    return float(min(max(PRIOR_SCALE_PER_VIEW_US * view_ns / 1e3, lo), hi))
+
+
 def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
                costs: dict[str, float] | None = None,
-               measured_lead_ns: float | None = None) -> Unprofiled:
+               measured_lead_ns: float | None = None, prior: float = PRIOR_SCALE) -> Unprofiled:
     """The profiler taken out: at the default costs, or with their scale fitted (the replayed step
     falls as the scale grows: regula falsi) so that the replayed step matches
     ``measured_step_ns``; where the host ran ahead of the GPU by ``measured_lead_ns`` at the
     unprofiled steps' boundaries, so that the replayed lead matches it (``_lead_fit``)."""
     if measured_step_ns is None or measured_step_ns <= 0:
-        ch = without_profiler(graph, PRIOR_SCALE, costs)
-        return Unprofiled(ch, PRIOR_SCALE, replay(graph, ch), fitted=False, residual_ns=0.0,
+        ch = without_profiler(graph, prior, costs)
+        return Unprofiled(ch, prior, replay(graph, ch), fitted=False, residual_ns=0.0,
                           source=FROM_PRIOR)
     lo, hi = SCALE_RANGE
     lo_changes = without_profiler(graph, lo, costs)
@@ -161,9 +178,9 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         # bounds nothing
         agree = at_lo.step_ns >= measured_step_ns * (1 - AGREE_SHARE)
         floor = min(at_lo.step_ns, measured_step_ns) * (1 - GPU_SET_SHARE) if agree else 0.0
-        scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo))
+        scale, ch, r = _bounded_prior(graph, floor, costs, (lo, lo_changes, at_lo), prior)
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns,
-                          FROM_PRIOR if scale == PRIOR_SCALE else FROM_STEP)
+                          FROM_PRIOR if scale == prior else FROM_STEP)
     if at_hi is None:
         hi_changes = without_profiler(graph, hi, costs)
         at_hi = replay(graph, hi_changes)
@@ -182,11 +199,11 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
         target = at_hi.step_ns * (1 + FLOOR_SHARE)
         _, (scale, ch, r) = _bisect(graph, costs, (lo, lo_changes, at_lo), (hi, hi_changes, at_hi),
                                     lambda r: r.step_ns <= target)
-        if scale < PRIOR_SCALE:
-            scale, ch = PRIOR_SCALE, without_profiler(graph, PRIOR_SCALE, costs)
+        if scale < prior:
+            scale, ch = prior, without_profiler(graph, prior, costs)
             r = replay(graph, ch)
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns,
-                          FROM_PRIOR if scale == PRIOR_SCALE else FROM_STEP)
+                          FROM_PRIOR if scale == prior else FROM_STEP)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
     f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
     best, side = at_hi, 0
@@ -261,12 +278,12 @@ def _bisect(graph: StepGraph, costs: dict[str, float] | None, low: ScaleReplay, 
 
 
 def _bounded_prior(graph: StepGraph, floor_ns: float, costs: dict[str, float] | None,
-                   at_lo: ScaleReplay) -> ScaleReplay:
-    """PRIOR_SCALE, or the largest scale below it whose replayed step stays at ``floor_ns`` or
+                   at_lo: ScaleReplay, prior: float = PRIOR_SCALE) -> ScaleReplay:
+    """``prior``, or the largest scale below it whose replayed step stays at ``floor_ns`` or
     above (bisection from ``at_lo``, the lowest scale replayed); with its changes and replay."""
-    ch = without_profiler(graph, PRIOR_SCALE, costs)
+    ch = without_profiler(graph, prior, costs)
     r = replay(graph, ch)
     if r.step_ns >= floor_ns:
-        return PRIOR_SCALE, ch, r
-    low, _ = _bisect(graph, costs, at_lo, (PRIOR_SCALE, ch, r), lambda r: r.step_ns < floor_ns)
+        return prior, ch, r
+    low, _ = _bisect(graph, costs, at_lo, (prior, ch, r), lambda r: r.step_ns < floor_ns)
     return low

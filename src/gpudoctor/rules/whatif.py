@@ -21,6 +21,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import dataloader_calls
 from gpudoctor.analysis.idle import BLOCKING
 from gpudoctor.analysis.intervals import overlap_per_window, union
+from gpudoctor.analysis.observer import view_operator_ns
 from gpudoctor.core.finding import (
     KNOB_SPEEDUP,
     MAX_REPLAYED_SAVING_SHARE,
@@ -30,7 +31,7 @@ from gpudoctor.core.finding import (
 )
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
-from gpudoctor.replay.observer import Unprofiled, unprofiled
+from gpudoctor.replay.observer import PRIOR_SCALE, Unprofiled, prior_scale, unprofiled
 from gpudoctor.replay.pace import paced
 from gpudoctor.replay.simulate import replay
 from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
@@ -160,8 +161,13 @@ def step_model(a: Analysis) -> StepModel | str:
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
     unseen_ns = _fetch_unseen_ns(a, measured)
     lead = None if a.unprofiled_lead_ms is None else a.unprofiled_lead_ms * 1e6
-    base = unprofiled(graph, None if measured is None else measured - unseen_ns,
-                      measured_costs(a), lead)
+    costs = measured_costs(a)
+    # the prior from the host's pace is a scale on the default costs; a machine profile's costs
+    # were measured on the card, at the fixed prior
+    prior = PRIOR_SCALE if costs is not None else prior_scale(
+        view_operator_ns(a.trace, *graph.window))
+    base = unprofiled(graph, None if measured is None else measured - unseen_ns, costs, lead,
+                      prior)
     if base.replayed.step_ns <= 0:
         return "the step's graph could not be built: the replayed step is empty"
     lo, hi = graph.window
