@@ -293,11 +293,14 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
 
 
 # PyTorch's batch-norm kernels on a bf16 input against cuDNN's on the same tensor in fp32, in
-# training: time ratios forward and backward by memory format, and what a forward's two extra
-# launches cost the host (benchmarks/probes/probe_batch_norm_bf16.py;
+# training: time ratios forward and backward, NCHW and channels-last (cuDNN's NHWC kernels), over
+# nine shapes on an H100, weighted by time (a ResNet-18 step under autocast: 1.65 and 1.12); and
+# what a forward's two extra launches cost the host (benchmarks/probes/probe_batch_norm_bf16.py;
 # benchmarks/BENCHMARKS-replay.md "Batch norm under bf16 autocast").
-NATIVE_BATCH_NORM_FORWARD = 1.65
-NATIVE_BATCH_NORM_BACKWARD = 1.12
+NATIVE_BATCH_NORM_FORWARD = 1.61
+NATIVE_BATCH_NORM_BACKWARD = 1.17
+NATIVE_BATCH_NORM_FORWARD_NHWC = 1.51
+NATIVE_BATCH_NORM_BACKWARD_NHWC = 1.02
 NATIVE_BATCH_NORM_EXTRA_LAUNCHES = 2
 NATIVE_KERNEL_LAUNCH_NS = 7_000.0
 _CUDNN_BATCH_NORM = "aten::cudnn_batch_norm"
@@ -316,7 +319,10 @@ def batch_norm_edit(a: Analysis) -> Edit | None:
         return None
     backward = host.name[dev.op[idx]] == a.trace.string_ids[_CUDNN_BATCH_NORM_BACKWARD] \
         if _CUDNN_BATCH_NORM_BACKWARD in a.trace.string_ids else np.zeros(idx.size, bool)
-    ratio = np.where(backward, NATIVE_BATCH_NORM_BACKWARD, NATIVE_BATCH_NORM_FORWARD)
+    nhwc = a.trace.names_matching(lambda s: "nhwc" in s.lower())[dev.name[idx]]
+    ratio = np.where(backward, np.where(nhwc, NATIVE_BATCH_NORM_BACKWARD_NHWC,
+                                        NATIVE_BATCH_NORM_BACKWARD),
+                     np.where(nhwc, NATIVE_BATCH_NORM_FORWARD_NHWC, NATIVE_BATCH_NORM_FORWARD))
     calls = dev.launch[idx[~backward]]
     calls = distinct(calls[calls >= 0])
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * ratio,
