@@ -11,7 +11,7 @@ import pytest
 
 from gpudoctor.pipeline import _run_model, knob_prices_for
 from gpudoctor.rules import unfused_elementwise
-from gpudoctor.rules.knob_prices import KNOB_COMPILE
+from gpudoctor.rules.knob_prices import KNOB_COMPILE, compile_knob_edit
 from gpudoctor.trace.kernels import Kind
 
 UNET = Path(__file__).parent / "data" / "knobs_h200" / "unet_segmentation_fp32"
@@ -32,12 +32,19 @@ def test_cudnn_batch_norm_kernels_are_normalizations():
 
 
 def test_the_compile_knob_fuses_batch_norm_and_is_priced_near_the_measurement():
+    # x1.4149 at the fixed prior scale; the trace's view operators leave the host more time
     price = knob_prices_for(UNET)[KNOB_COMPILE]["predicted_speedup"]
-    assert price == pytest.approx(1.4149, abs=1e-4)
+    assert price == pytest.approx(1.3110, abs=1e-4)
     assert 1 / 1.25 <= price / _measured(KNOB_COMPILE) <= 1.25
 
 
+def _fused_chains_ns() -> float:
+    a, _ = _run_model(UNET)
+    return float(compile_knob_edit(a, KNOB_COMPILE).device_ns.sum())
+
+
 def test_the_statistics_pass_is_priced(monkeypatch):
-    with_stats = knob_prices_for(UNET)[KNOB_COMPILE]["predicted_speedup"]
+    # the fused chains' GPU time a window (the step after the fix is the host's here)
+    with_stats = _fused_chains_ns()
     monkeypatch.setattr(unfused_elementwise, "BATCH_NORM_STATS_SHARE", 0.0)
-    assert knob_prices_for(UNET)[KNOB_COMPILE]["predicted_speedup"] > with_stats
+    assert with_stats > _fused_chains_ns() * 1.3

@@ -162,9 +162,10 @@ def step_model(a: Analysis) -> StepModel | str:
     unseen_ns = _fetch_unseen_ns(a, measured)
     lead = None if a.unprofiled_lead_ms is None else a.unprofiled_lead_ms * 1e6
     costs = measured_costs(a)
-    # the prior from the host's pace is a scale on the default costs; a machine profile's costs
-    # were measured on the card, at the fixed prior
-    prior = PRIOR_SCALE if costs is not None else prior_scale(
+    # the prior from the host's pace: a scale on the default costs, calibrated on runs this tool
+    # captured (its profiler's settings), so for a trace that comes with its run's timing; a
+    # machine profile's measured costs, or a bare trace of unknown settings, take the fixed prior
+    prior = PRIOR_SCALE if costs is not None or measured is None else prior_scale(
         view_operator_ns(a.trace, *graph.window))
     base = unprofiled(graph, None if measured is None else measured - unseen_ns, costs, lead,
                       prior)
