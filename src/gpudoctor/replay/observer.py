@@ -44,12 +44,12 @@ GPU_SET_SHARE = 0.02
 # recorded traps, variants and knob trials within 1.25x (benchmarks/BENCHMARKS-replay.md "The prior").
 PRIOR_SCALE = 1.3
 # Where the window records enough view operators (analysis/observer.py ``view_operator_ns``): the
-# prior is this many per microsecond of their median recorded time. Over the 74 runs whose step
-# fitted a scale, the scale tracks it (log correlation 0.60, power 0.98; the same program's runs
-# move together: conv_vae 1.69 / 3.05 us and scales 1.08 / 3.33): the fitted scale within 1.5x on
-# 65% of them, against 51% for PRIOR_SCALE (benchmarks/BENCHMARKS-replay.md "The host's pace from
-# its view operators"). Fitted on this tool's own captures: rules/whatif.py takes it for a trace
-# that comes with its run's timing.
+# prior is this many per microsecond of their median recorded time, which do nothing but the
+# profiler's work and the host's. The scale fitted on runs whose step tells it tracks that time
+# (log correlation 0.60, power 0.99); the prior from it comes within 1.5x of the fitted scale on
+# 65% of them, PRIOR_SCALE on 51% (benchmarks/bench_view_pace.py; benchmarks/BENCHMARKS-replay.md
+# "The host's pace from its view operators"). Fitted on this tool's own captures: rules/whatif.py
+# takes it for a trace that comes with its run's timing.
 PRIOR_SCALE_PER_VIEW_US = 0.72
 PRIOR_SCALE_RANGE = (0.3, 4.0)
 # The profiled step replayed with nothing taken out agrees with the measured one within this share
