@@ -294,8 +294,8 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
 
 # PyTorch's batch-norm kernels on a bf16 input against cuDNN's on the same tensor in fp32, in
 # training: time ratios forward and backward, NCHW and channels-last (cuDNN's NHWC kernels), over
-# nine shapes on an H100, weighted by time (a ResNet-18 step under autocast: 1.65 and 1.12); and
-# what a forward's two extra launches cost the host (benchmarks/probes/probe_batch_norm_bf16.py;
+# nine shapes, weighted by time; and what a forward's two extra launches cost the host
+# (benchmarks/probes/probe_batch_norm_bf16.py;
 # benchmarks/BENCHMARKS-replay.md "Batch norm under bf16 autocast").
 NATIVE_BATCH_NORM_FORWARD = 1.61
 NATIVE_BATCH_NORM_BACKWARD = 1.17
