@@ -26,7 +26,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpudoctor.capture.bundle import read_run  # noqa: E402
 from gpudoctor.pipeline import analyze_loaded, analyze_path  # noqa: E402
 from gpudoctor.trace import load  # noqa: E402
 
@@ -108,7 +107,6 @@ def twin_rows() -> list[dict]:
         folder = DATA / "twins_h100" / p["name"]
         if not folder.is_dir():
             continue
-        run = read_run(folder)
         # as `gpudoctor analyze FOLDER` prices it: with the loader's fetch and settings env.json keeps
         report = analyze_path(folder)
         lo, hi = p["expected_measured_speedup"]
@@ -119,7 +117,7 @@ def twin_rows() -> list[dict]:
                 p["name"],
                 report,
                 p["expected_top_finding"][0],
-                run.unprofiled_step_ms or report.step_ms,
+                report.unprofiled_step_ms or report.step_ms,
                 same_run or (lo * hi) ** 0.5,
                 None if same_run else (lo, hi),
             )

@@ -38,7 +38,6 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis, autocast_casts
-from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.hardware.gemm_rate import rate_source
@@ -317,14 +316,14 @@ def batch_norm_edit(a: Analysis) -> Edit | None:
     idx = np.flatnonzero(live & names[host.name[np.maximum(dev.op, 0)]])
     if idx.size == 0:
         return None
-    backward = host.name[dev.op[idx]] == a.trace.string_ids[_CUDNN_BATCH_NORM_BACKWARD] \
-        if _CUDNN_BATCH_NORM_BACKWARD in a.trace.string_ids else np.zeros(idx.size, bool)
+    backward = host.name[dev.op[idx]] == a.trace.string_ids.get(_CUDNN_BATCH_NORM_BACKWARD, -1)
     nhwc = a.trace.names_matching(lambda s: "nhwc" in s.lower())[dev.name[idx]]
     ratio = np.where(backward, np.where(nhwc, NATIVE_BATCH_NORM_BACKWARD_NHWC,
                                         NATIVE_BATCH_NORM_BACKWARD),
                      np.where(nhwc, NATIVE_BATCH_NORM_FORWARD_NHWC, NATIVE_BATCH_NORM_FORWARD))
-    calls = dev.launch[idx[~backward]]
-    calls = distinct(calls[calls >= 0])
+    # one launching call a forward operator takes its extra launches, however many kernels it ran
+    forward = idx[~backward & (dev.launch[idx] >= 0)]
+    calls = dev.launch[forward[np.unique(dev.op[forward], return_index=True)[1]]]
     return Edit(device=idx.astype(np.int64), device_ns=dev.dur[idx] * ratio,
                 calls_slower=calls.astype(np.int64),
                 calls_slower_ns=np.full(calls.size,
