@@ -29,14 +29,16 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     device / device_ns: device events and their time after the fix (ns);
     device_removed: device events that no longer run (merged into another: a batched GEMM);
     host_removed_s / _e: host intervals whose time the fix takes out of the chain (ns, any
-      thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per interval);
+      thread of the chain; overlaps count once), ``host_share`` of it (one share, or one per
+      interval; a negative share adds that much: compiled code launching more kernels);
     unwait: host calls that no longer wait (their own time stays);
     calls_removed: host calls that no longer happen (their time goes, their device events stay:
       a CUDA graph replays them); calls_timed / calls_timed_ns: calls that take another time
       (the one launch of a graph: its nodes' upload);
     calls_slower / calls_slower_ns: calls that take that much longer (a compiled call's entry);
     added_launches: operators (each at ``added_op_ns``) added before each chain call that
-      launches one of ``added_at`` (device events);
+      launches one of ``added_at`` (device events): one count for all, or one per event (a call
+      that launches several takes the largest);
     latency_ns: the launch latency after the fix (a graph's kernels follow each other closely);
     paced: whether the host left after the fix runs at the pace of its smaller work;
     note: how the edit was made, for the report."""
@@ -55,8 +57,8 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     calls_slower: np.ndarray = EMPTY_I
     calls_slower_ns: np.ndarray = EMPTY_F
     added_at: np.ndarray = EMPTY_I
-    # host launches added before each call that launches one of added_at
-    added_launches: float = 0.0
+    # host launches added before each call that launches one of added_at (one, or one per event)
+    added_launches: float | np.ndarray = 0.0
     latency_ns: float | None = None
     switch_ns: float | None = None  # the gap between back-to-back device events after the fix
     host_share: float | np.ndarray = 1.0  # the share of each removed interval's time that goes
@@ -105,7 +107,8 @@ def merge(edits: list[Edit]) -> Edit:
         calls_slower=np.concatenate([e.calls_slower for e in edits]).astype(np.int64),
         calls_slower_ns=np.concatenate([e.calls_slower_ns for e in edits]).astype(float),
         added_at=np.concatenate([e.added_at for e in added]).astype(np.int64) if added else EMPTY_I,
-        added_launches=max((e.added_launches for e in added), default=0.0),
+        added_launches=np.concatenate([_per_event(e.added_launches, e.added_at)
+                                       for e in added]) if added else 0.0,
         latency_ns=min(latencies) if latencies else None,
         switch_ns=min((e.switch_ns for e in edits if e.switch_ns is not None), default=None),
         host_share=shares,
@@ -162,10 +165,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
                            edit.calls_slower_ns.tolist()):
             if row >= 0:
                 own[row] += ns
-    if edit.added_at.size and edit.added_launches > 0:
-        launched = graph.dev_launched_by[np.isin(graph.dev_index, edit.added_at)]
-        launched = distinct(launched[launched >= 0])
-        gap[launched] += edit.added_launches * added_op_ns(graph, base)
+    if edit.added_at.size:
+        gap += _added_per_call(graph, edit) * added_op_ns(graph, base)
     dur = None
     if edit.device.size:
         dur = graph.dev_dur_ns.astype(float)
@@ -201,12 +202,34 @@ def added_op_ns(graph: StepGraph, base: Changes | None = None) -> float:
     return ADDED_OP_SHARE * float(per_call.mean())
 
 
+def _per_event(counts: float | np.ndarray, events: np.ndarray) -> np.ndarray:
+    return np.broadcast_to(np.asarray(counts, float), events.shape).astype(float)
+
+
+def _added_per_call(graph: StepGraph, edit: Edit) -> np.ndarray:
+    """The operators ``edit`` adds before each chain call: the largest count of the ``added_at``
+    events it launches (an event named twice keeps its largest count)."""
+    out = np.zeros(graph.gap_ns.size)
+    counts = _per_event(edit.added_launches, edit.added_at)
+    order = np.lexsort((-counts, edit.added_at))
+    at, counts = edit.added_at[order], counts[order]
+    first = np.concatenate(([True], at[1:] != at[:-1]))
+    at, counts = at[first], counts[first]
+    pos = np.minimum(np.searchsorted(at, graph.dev_index), at.size - 1)
+    hit = at[pos] == graph.dev_index
+    calls, per = graph.dev_launched_by[hit], counts[pos[hit]]
+    keep = (calls >= 0) & (per > 0)
+    np.maximum.at(out, calls[keep], per[keep])
+    return out
+
+
 def _rescaled(edited: np.ndarray, profiled: np.ndarray, free: np.ndarray | None) -> np.ndarray:
-    """``free`` (the profiler-free times) times the share of ``profiled`` that ``edited`` kept."""
+    """``free`` (the profiler-free times) times the share of ``profiled`` that ``edited`` kept
+    (more than all of it where an edit added host time)."""
     if free is None:
         return edited
     kept = np.divide(edited, profiled, out=np.ones_like(edited, dtype=float), where=profiled > 0)
-    return np.asarray(free, float) * np.clip(kept, 0.0, 1.0)
+    return np.asarray(free, float) * np.maximum(kept, 0.0)
 
 
 def _rows_of_hosts(graph: StepGraph, hosts: np.ndarray) -> np.ndarray:

@@ -51,7 +51,8 @@ from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ra
 from gpudoctor.analysis.opcost import DTYPE_NAMES
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
-from gpudoctor.rules import fp32_matmul, launch_bound, optimizer_loop, unfused_elementwise
+from gpudoctor.rules import (fp32_matmul, inductor_conv, launch_bound, optimizer_loop,
+                             unfused_elementwise)
 from gpudoctor.rules.shared import host_steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
@@ -112,13 +113,16 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
-    compiled = _host_per_kernel(a, region, fused)
+    layout = inductor_conv.layout_edit(a, region)
+    batch_norms = inductor_conv.batch_norm_launches(a, region, channels_last=layout is not None)
+    compiled = _host_per_kernel(a, region, fused, layout, float(batch_norms.sum()))
     recast = cached_casts_recast(a, region)
-    out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast) if e is not None])}
+    out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast, layout)
+                                             if e is not None])}
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
-                                          + ([entries] if entries is not None else []))
+                                          + [e for e in (entries, layout) if e is not None])
     return out
 
 
@@ -133,9 +137,12 @@ def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
 
     keep = inside(edit.device)
     slower = region[edit.calls_slower]
+    added = inside(edit.added_at)
+    counts = edit.added_launches if np.ndim(edit.added_launches) == 0 \
+        else np.asarray(edit.added_launches)[added]
     return Edit(device=edit.device[keep], device_ns=edit.device_ns[keep],
-                added_at=edit.added_at[inside(edit.added_at)],
-                added_launches=edit.added_launches, calls_slower=edit.calls_slower[slower],
+                added_at=edit.added_at[added],
+                added_launches=counts, calls_slower=edit.calls_slower[slower],
                 calls_slower_ns=edit.calls_slower_ns[slower], note=edit.note)
 
 
@@ -281,7 +288,7 @@ def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
                          for o, i in zip(outer.tolist(), inner.tolist())], float)
     cached = narrowed - _casts_made_by(a, outer)
     outer, cached = outer[cached > 0], cached[cached > 0]
-    first = _first_kernel_inside(a, outer)
+    first = inductor_conv.first_kernel_inside(a, outer)
     found = first >= 0
     if not found.any():
         return None
@@ -306,38 +313,26 @@ def _casts_made_by(a: Analysis, wrappers: np.ndarray) -> np.ndarray:
     return np.array([made.get(int(w), 0) for w in wrappers.tolist()], float)
 
 
-def _first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
-    """For each host operator, the first device event launched from inside it on its thread (-1
-    where none)."""
-    host, dev = a.trace.host, a.trace.device
-    out = np.full(ops.size, -1, np.int64)
-    launched = np.flatnonzero(dev.launch >= 0)
-    for t in distinct(host.thread[ops]).tolist():
-        mine = launched[host.thread[dev.launch[launched]] == t]
-        mine = mine[np.argsort(host.ts[dev.launch[mine]], kind="stable")]
-        ts = host.ts[dev.launch[mine]]
-        sel = np.flatnonzero(host.thread[ops] == t)
-        at = np.searchsorted(ts, host.ts[ops[sel]], side="left")
-        inside = at < ts.size
-        inside[inside] = ts[at[inside]] < host.end[ops[sel[inside]]]
-        out[sel[inside]] = mine[at[inside]]
-    return out
-
-
-def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit) -> Edit:
+def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit,
+                     layout: Edit | None = None, added: float = 0.0) -> Edit:
     """``fused`` with its host part restated: each pass of the region through the host (a forward,
     a backward) shrinks by the share of the region's kernels the fusion removes. The generated code
     runs none of the module's Python and launches each kernel left at about an eager operator's
     cost (benchmarks/BENCHMARKS-replay.md "A compiled call's host time"), so the region's host time
     goes with its kernels, at the program's own cost per kernel; taking out only the fused
     operators left the Python between them (benchmarks/BENCHMARKS-replay.md "The compiled region's
-    host time, kernel by kernel")."""
-    if fused.device_removed.size == 0:
+    host time, kernel by kernel"). The layout conversions a channels-last compile takes
+    (``layout``) count on neither side: cuDNN launched them inside a convolution's call, which
+    stays. The kernels compiled code ``added`` (batch norm's, inductor_conv.py) cost as much each,
+    so the passes grow by their share (benchmarks/BENCHMARKS-replay.md "Compile on a
+    convolutional net")."""
+    if fused.device_removed.size == 0 and added == 0:
         return fused
     s, e, kernels = _region_passes(a, region)
-    if s.size == 0 or kernels == 0:
+    kernels -= 0 if layout is None else layout.device_removed.size
+    if s.size == 0 or kernels <= 0:
         return fused
-    share = min(fused.device_removed.size / kernels, 1.0)
+    share = min((fused.device_removed.size - added) / kernels, 1.0)
     return msgspec.structs.replace(fused, host_removed_s=s, host_removed_e=e, host_share=share)
 
 

@@ -1,0 +1,179 @@
+"""What ``torch.compile`` does to a convolutional net that eager mode does not, for the compile
+knobs' edits (rules/knob_prices.py).
+
+- **Layout.** Inductor runs a graph's convolutions channels-last when its heuristics say it pays
+  (``GraphLowering.decide_layout_opt``, torch/_inductor/graph.py): never with a grouped convolution
+  of more than one input channel per group, a convolution that at least halves its channels with a
+  kernel wider than 1, or only convolutions of 64 channels or fewer; in inference, where the
+  convolutions' flops weighted by PyTorch's benchmarked channels-last factors come out lower. An
+  eager NCHW fp32 net runs cuDNN's NHWC kernels between conversions (``nchwToNhwcKernel``,
+  ``nhwcToNchwKernel``), three kernels a convolution; channels-last, the conversions go: 155 a
+  step of ResNet-18's 709 kernels, 2.7 of its 13.8 ms on the GPU
+  (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
+- **Batch norm in training** is decomposed into Triton kernels: the statistics' reduction (split
+  in two over a large batch), the running statistics' update, the batch counter's increment and
+  the normalization fused with what follows, forward; two reductions and a pointwise backward.
+  Where eager ran one cuDNN kernel, compiled code launches several, each from its own line of
+  generated Python: ``BATCH_NORM_FORWARD_LAUNCHES`` / ``BATCH_NORM_BACKWARD_LAUNCHES`` more than
+  the fused chains leave.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
+from gpudoctor.core.arrays import distinct
+from gpudoctor.replay.edits import Edit
+from gpudoctor.rules.shared import host_steps
+from gpudoctor.trace.model import HostCat
+
+# cuDNN's layout conversions around an NHWC kernel run on NCHW tensors
+LAYOUT_CONVERSION = re.compile(r"nchwTo(Folded)?Nhwc|[Nn]hwcToNchw")
+# The launches compiled code adds per training batch norm beyond the kernels the fused chains
+# leave, forward and backward, channels-last: ResNet-18 3.35 / 2.90, MobileNetV2 2.33 / 4.29
+# (their compiled trials' traces); out of sample, WRN-16-4 3.62 / 3.31
+# (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
+BATCH_NORM_FORWARD_LAUNCHES = 3.0
+BATCH_NORM_BACKWARD_LAUNCHES = 3.5
+# NCHW (Inductor kept the layout): the U-Net's 1.1 / 2.0. A batch norm of 2-D input (BatchNorm1d
+# after a Linear) added none: the tabular MLP's compiled trial launched fewer kernels than the
+# fused chains leave.
+NCHW_BATCH_NORM_FORWARD_LAUNCHES = 1.0
+NCHW_BATCH_NORM_BACKWARD_LAUNCHES = 2.0
+_BATCH_NORM = "aten::batch_norm"
+_BATCH_NORM_BACKWARD = re.compile(
+    r"^autograd::engine::evaluate_function: (Cudnn|Native|Miopen)BatchNormBackward\d*$")
+_CONVOLUTION = "aten::convolution"
+# Inductor's graph-size guard: a graph of 300 nodes or more per convolution keeps its layout
+_NODES_PER_CONVOLUTION = 300
+# PyTorch's benchmarked channels-last factors for inference (decide_layout_opt)
+_INFERENCE_FACTORS = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+
+
+def _in_steps(a: Analysis, rows: np.ndarray) -> np.ndarray:
+    starts, ends = host_steps(a)
+    host = a.trace.host
+    return rows[(host.ts[rows] >= starts[0]) & (host.ts[rows] < ends[-1])]
+
+
+def _convolutions(a: Analysis, region: np.ndarray) -> np.ndarray:
+    """The ``aten::convolution`` operators inside the region, in the steps."""
+    host = a.trace.host
+    conv = a.trace.string_ids.get(_CONVOLUTION, -1)
+    rows = np.flatnonzero((host.name == conv) & (host.cat == HostCat.OP) & region)
+    return _in_steps(a, rows)
+
+
+def layout_optimized(a: Analysis, region: np.ndarray) -> bool:
+    """Whether Inductor would run the region's convolutions channels-last (module docstring). False
+    where the region has none, or the trace did not record their shapes."""
+    convs = _convolutions(a, region)
+    if convs.size == 0:
+        return False
+    trace, host = a.trace, a.trace.host
+    tops = np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region)
+    if _in_steps(a, tops).size >= _NODES_PER_CONVOLUTION * convs.size:
+        return False
+    weights, flops, groups = [], [], []
+    for row in convs.tolist():
+        dims, args = trace.input_dims(row), trace.concrete_inputs(row)
+        if len(dims) < 2 or len(dims[1]) != 4 or len(args) < 9 or not str(args[8]).isdigit():
+            return False  # a 1-D or 3-D convolution, or shapes not recorded
+        weights.append(dims[1])
+        groups.append(int(args[8]))
+        flops.append(float(np.prod(dims[0], dtype=float)) * dims[1][0]
+                     * float(np.prod(dims[1][2:], dtype=float)))
+    grouped = [g > 1 and w[1] > 1 for w, g in zip(weights, groups)]
+    small = [w[0] <= 64 and w[1] <= 64 for w in weights]
+    halves = [w[0] * 2 <= w[1] and w[2] > 1 for w in weights]
+    if not ran_backward(trace):
+        kinds = ["grouped" if g else "small" if s else "in_out" if h else "default"
+                 for g, s, h in zip(grouped, small, halves)]
+        weighted = sum(f * _INFERENCE_FACTORS[k] for f, k in zip(flops, kinds))
+        return sum(flops) > 0 and weighted <= sum(flops)
+    return not (any(grouped) or any(halves) or all(small))
+
+
+def layout_conversions(a: Analysis, region: np.ndarray) -> np.ndarray:
+    """cuDNN's layout conversions the region's operators launch in the steps: the device events a
+    channels-last compile takes off the GPU (empty where Inductor keeps the layout)."""
+    dev = a.trace.device
+    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
+    idx = np.flatnonzero(launched)
+    idx = idx[region[dev.launch[idx]]]
+    if idx.size == 0:
+        return idx.astype(np.int64)
+    names = a.trace.names_matching(lambda s: LAYOUT_CONVERSION.search(s) is not None)
+    idx = idx[names[dev.name[idx]]]
+    if idx.size == 0 or not layout_optimized(a, region):
+        return np.zeros(0, np.int64)
+    return idx.astype(np.int64)
+
+
+def layout_edit(a: Analysis, region: np.ndarray) -> Edit | None:
+    """The layout conversions off the GPU; None where there are none to take."""
+    gone = layout_conversions(a, region)
+    if gone.size == 0:
+        return None
+    n = max(len(a.steps), 1)
+    return Edit(device_removed=gone,
+                note=f"convolutions channels-last ({gone.size / n:.0f} layout conversions a step "
+                     "fewer)")
+
+
+def batch_norm_launches(a: Analysis, region: np.ndarray, channels_last: bool) -> np.ndarray:
+    """The launches Inductor adds for each training batch norm of the region in the steps (module
+    docstring), its forward operators' and its backward nodes': four-dimensional inputs only
+    (BatchNorm2d), more where the convolutions run channels-last; none in a step with no
+    backward (inference folds batch norm into a pointwise kernel)."""
+    if not ran_backward(a.trace):
+        return np.zeros(0)
+    trace, host = a.trace, a.trace.host
+    tops = _in_steps(a, np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region))
+    forward = tops[host.name[tops] == trace.string_ids.get(_BATCH_NORM, -1)]
+    forward = np.array([r for r in forward.tolist() if _training(trace.concrete_inputs(r))
+                        and _four_dimensional(trace.input_dims(r))], np.int64)
+    backward_names = trace.names_matching(lambda s: _BATCH_NORM_BACKWARD.match(s) is not None)
+    backward = tops[autograd_nodes(trace)[tops] & backward_names[host.name[tops]]]
+    # a backward node carries no shapes: as many as the forward operators it can pair with
+    backward = backward[:forward.size]
+    fwd, bwd = ((BATCH_NORM_FORWARD_LAUNCHES, BATCH_NORM_BACKWARD_LAUNCHES) if channels_last
+                else (NCHW_BATCH_NORM_FORWARD_LAUNCHES, NCHW_BATCH_NORM_BACKWARD_LAUNCHES))
+    return np.concatenate([np.full(forward.size, fwd), np.full(backward.size, bwd)])
+
+
+def _four_dimensional(dims: list) -> bool:
+    return bool(dims) and isinstance(dims[0], list) and len(dims[0]) == 4
+
+
+def _training(args: list) -> bool:
+    """``aten::batch_norm``'s ``training`` argument (True where the trace did not record it)."""
+    return len(args) < 6 or args[5] != "False"
+
+
+def first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
+    """For each host operator, the first device event launched from inside it on its thread (-1
+    where none)."""
+    host, dev = a.trace.host, a.trace.device
+    out = np.full(ops.size, -1, np.int64)
+    launched = np.flatnonzero(dev.launch >= 0)
+    for t in distinct(host.thread[ops]).tolist():
+        mine = launched[host.thread[dev.launch[launched]] == t]
+        mine = mine[np.argsort(host.ts[dev.launch[mine]], kind="stable")]
+        ts = host.ts[dev.launch[mine]]
+        sel = np.flatnonzero(host.thread[ops] == t)
+        at = np.searchsorted(ts, host.ts[ops[sel]], side="left")
+        inside = at < ts.size
+        inside[inside] = ts[at[inside]] < host.end[ops[sel[inside]]]
+        out[sel[inside]] = mine[at[inside]]
+    return out
+
+
+__all__ = ["BATCH_NORM_BACKWARD_LAUNCHES", "BATCH_NORM_FORWARD_LAUNCHES",
+           "NCHW_BATCH_NORM_BACKWARD_LAUNCHES", "NCHW_BATCH_NORM_FORWARD_LAUNCHES",
+           "batch_norm_launches", "first_kernel_inside", "layout_conversions", "layout_edit",
+           "layout_optimized"]
