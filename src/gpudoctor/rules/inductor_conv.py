@@ -75,27 +75,33 @@ def layout_optimized(a: Analysis, region: np.ndarray) -> bool:
     if convs.size == 0:
         return False
     trace, host = a.trace, a.trace.host
-    tops = np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region)
-    if _in_steps(a, tops).size >= _NODES_PER_CONVOLUTION * convs.size:
-        return False
-    weights, flops, groups = [], [], []
+    shapes = []
     for row in convs.tolist():
         dims, args = trace.input_dims(row), trace.concrete_inputs(row)
         if len(dims) < 2 or len(dims[1]) != 4 or len(args) < 9 or not str(args[8]).isdigit():
             return False  # a 1-D or 3-D convolution, or shapes not recorded
-        weights.append(dims[1])
-        groups.append(int(args[8]))
-        flops.append(float(np.prod(dims[0], dtype=float)) * dims[1][0]
-                     * float(np.prod(dims[1][2:], dtype=float)))
-    grouped = [g > 1 and w[1] > 1 for w, g in zip(weights, groups)]
-    small = [w[0] <= 64 and w[1] <= 64 for w in weights]
-    halves = [w[0] * 2 <= w[1] and w[2] > 1 for w in weights]
-    if not ran_backward(trace):
-        kinds = ["grouped" if g else "small" if s else "in_out" if h else "default"
-                 for g, s, h in zip(grouped, small, halves)]
-        weighted = sum(f * _INFERENCE_FACTORS[k] for f, k in zip(flops, kinds))
-        return sum(flops) > 0 and weighted <= sum(flops)
-    return not (any(grouped) or any(halves) or all(small))
+        shapes.append((dims[0], dims[1], int(args[8])))
+    tops = _in_steps(a, np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region))
+    return channels_last_pays(shapes, training=ran_backward(trace), operators=tops.size)
+
+
+def channels_last_pays(shapes: list[tuple[list[int], list[int], int]], *, training: bool,
+                       operators: int = 0) -> bool:
+    """Inductor's choice (``decide_layout_opt``) for convolutions given as (input shape, weight
+    shape, groups), in a graph of about ``operators`` operators."""
+    if not shapes or operators >= _NODES_PER_CONVOLUTION * len(shapes):
+        return False
+    grouped = [g > 1 and w[1] > 1 for _, w, g in shapes]
+    small = [w[0] <= 64 and w[1] <= 64 for _, w, _ in shapes]
+    halves = [w[0] * 2 <= w[1] and w[2] > 1 for _, w, _ in shapes]
+    if training:
+        return not (any(grouped) or any(halves) or all(small))
+    flops = [float(np.prod(x, dtype=float)) * w[0] * float(np.prod(w[2:], dtype=float))
+             for x, w, _ in shapes]
+    kinds = ["grouped" if g else "small" if s else "in_out" if h else "default"
+             for g, s, h in zip(grouped, small, halves)]
+    weighted = sum(f * _INFERENCE_FACTORS[k] for f, k in zip(flops, kinds))
+    return sum(flops) > 0 and weighted <= sum(flops)
 
 
 def layout_conversions(a: Analysis, region: np.ndarray) -> np.ndarray:
@@ -175,5 +181,5 @@ def first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
 
 __all__ = ["BATCH_NORM_BACKWARD_LAUNCHES", "BATCH_NORM_FORWARD_LAUNCHES",
            "NCHW_BATCH_NORM_BACKWARD_LAUNCHES", "NCHW_BATCH_NORM_FORWARD_LAUNCHES",
-           "batch_norm_launches", "first_kernel_inside", "layout_conversions", "layout_edit",
-           "layout_optimized"]
+           "batch_norm_launches", "channels_last_pays", "first_kernel_inside",
+           "layout_conversions", "layout_edit", "layout_optimized"]

@@ -51,8 +51,13 @@ from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ra
 from gpudoctor.analysis.opcost import DTYPE_NAMES
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
-from gpudoctor.rules import (fp32_matmul, inductor_conv, launch_bound, optimizer_loop,
-                             unfused_elementwise)
+from gpudoctor.rules import (
+    fp32_matmul,
+    inductor_conv,
+    launch_bound,
+    optimizer_loop,
+    unfused_elementwise,
+)
 from gpudoctor.rules.shared import host_steps
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
@@ -117,7 +122,10 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     batch_norms = inductor_conv.batch_norm_launches(a, region, channels_last=layout is not None)
     compiled = _host_per_kernel(a, region, fused, layout, float(batch_norms.sum()))
     recast = cached_casts_recast(a, region)
-    out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast, layout)
+    n = max(len(a.steps), 1)
+    launches = Edit(note=f"batch norm in Triton kernels ({batch_norms.sum() / n:.0f} launches a "
+                         "step more)") if batch_norms.size else None
+    out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast, layout, launches)
                                              if e is not None])}
     graphs = launch_bound.captured(a, within=region) if region.any() else None
     if graphs is not None:
