@@ -32,9 +32,10 @@ def test_cudnn_batch_norm_kernels_are_normalizations():
 
 
 def test_the_compile_knob_fuses_batch_norm_and_is_priced_near_the_measurement():
-    # x1.4149 at the fixed prior scale; the trace's view operators leave the host more time
+    # x1.4149 at the fixed prior scale, x1.3110 before its 18 batch norms' Triton launches
+    # (rules/inductor_conv.py: NCHW, the decoder halves its channels)
     price = knob_prices_for(UNET)[KNOB_COMPILE]["predicted_speedup"]
-    assert price == pytest.approx(1.3110, abs=1e-4)
+    assert price == pytest.approx(1.2103, abs=1e-4)
     assert 1 / 1.25 <= price / _measured(KNOB_COMPILE) <= 1.25
 
 

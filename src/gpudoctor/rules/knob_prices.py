@@ -20,7 +20,9 @@ or the loader keep their host time. So each knob is its own edit of the step's g
   Each pass into the compiled forward and backward costs the host a fixed entry
   (``compiled_entries``): on a small host-bound step, more than the fusion saves. The casts eager
   autocast had cached (a context held for many steps) are cast again on every compiled call
-  (``cached_casts_recast``).
+  (``cached_casts_recast``). On a convolutional net, the convolutions may go channels-last
+  (cuDNN's layout conversions leave the GPU) and training batch norm runs as several Triton
+  kernels, each a launch the region's host pays (rules/inductor_conv.py).
 - ``compile-reduce-overhead``: the same fusion and entries, and the region's kernels captured in
   CUDA graphs (rules/launch_bound.py ``captured``): one graph launch for the forward and one for
   the backward a step.
