@@ -35,7 +35,7 @@ from gpudoctor.trace.model import HostCat
 LAYOUT_CONVERSION = re.compile(r"nchwTo(Folded)?Nhwc|[Nn]hwcToNchw")
 # The launches compiled code adds per training batch norm beyond the kernels the fused chains
 # leave, forward and backward, channels-last: ResNet-18 3.35 / 2.90, MobileNetV2 2.33 / 4.29
-# (their compiled trials' traces); out of sample, WRN-16-4 3.62 / 3.31
+# (their compiled trials' traces); out of sample, WRN-16-4 3.62 / 3.31 and VGG-11-BN 4.12 / 3.00
 # (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
 BATCH_NORM_FORWARD_LAUNCHES = 3.0
 BATCH_NORM_BACKWARD_LAUNCHES = 3.5

@@ -120,8 +120,10 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     region = traced_by_dynamo(a.trace, region)  # a recurrent module stays eager
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
-    layout = inductor_conv.layout_edit(a, region)
-    batch_norms = inductor_conv.batch_norm_launches(a, region, channels_last=layout is not None)
+    channels_last = inductor_conv.layout_optimized(a, region)
+    layout = inductor_conv.layout_edit(a, region) if channels_last else None
+    # a program already channels-last has no conversions to take, and batch norm's kernels as one
+    batch_norms = inductor_conv.batch_norm_launches(a, region, channels_last=channels_last)
     compiled = _host_per_kernel(a, region, fused, layout, float(batch_norms.sum()))
     recast = cached_casts_recast(a, region)
     n = max(len(a.steps), 1)
