@@ -127,3 +127,13 @@ def test_added_launches_keep_their_own_count_when_edits_merge():
         assert per_call[call(first)] == 1.5
         assert per_call[call(second)] == 4.0
     assert np.count_nonzero(per_call) == len({call(first), call(second)})
+
+
+def test_a_trace_without_shapes_changes_neither_layout_nor_batch_norm(monkeypatch):
+    a, _ = _run_model(RESNET)
+    region = compiled_region(a.trace)
+    monkeypatch.setattr(type(a.trace), "input_dims", lambda self, row: [])
+    monkeypatch.setattr(type(a.trace), "concrete_inputs", lambda self, row: [])
+    assert not inductor_conv.layout_optimized(a, region)
+    assert inductor_conv.layout_conversions(a, region).size == 0
+    assert inductor_conv.batch_norm_launches(a, region, channels_last=False).size == 0
