@@ -183,6 +183,34 @@ def test_two_optimizers_make_one_step(tmp_path: Path) -> None:
         iterations += 1
     s.close()
     assert s.result.step_source == "optimizer-step" and s.result.steps_seen == iterations == 10
+    # the generator once, the discriminator twice: three compiled calls a step under the compile knob
+    assert s.result.outermost_calls_per_step == 3
+
+
+def test_blocks_called_in_turn_from_a_list_are_counted_each(tmp_path: Path) -> None:
+    blocks = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+    opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()  # no parameters: not a call the knob compiles
+    s = session(tmp_path)
+    while not s.done:
+        h = torch.randn(8, 16)
+        for block in blocks:
+            h = block(h)
+        loss_fn(h, torch.zeros(8, 16)).backward()
+        opt.step()
+        opt.zero_grad()
+    s.close()
+    assert s.result.step_source == "optimizer-step" and s.result.outermost_calls_per_step == 4
+
+
+def test_calls_without_grad_are_not_counted(tmp_path: Path) -> None:
+    model = mlp().eval()
+    s = session(tmp_path)
+    with torch.no_grad():
+        while not s.done:
+            model(torch.randn(8, 16))
+    s.close()
+    assert s.result.step_source == "module-forward" and s.result.outermost_calls_per_step is None
 
 
 def test_a_training_loop_with_no_optimizer_steps_at_each_backward(tmp_path: Path) -> None:

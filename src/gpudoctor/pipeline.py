@@ -105,7 +105,7 @@ def diagnose_loaded(
     unprofiled_step_ms: float | None = None, model_state: ModelState | None = None,
     step_source: str = "", cut_after: int | None = None, *,
     unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
-    unprofiled_lead_ms: float | None = None,
+    unprofiled_lead_ms: float | None = None, outermost_calls: int | None = None,
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -124,7 +124,8 @@ def diagnose_loaded(
         analysis, report = _diagnose_gpu(trace, gpu, ceilings, unprofiled_step_ms, model_state,
                                          step_source, cut_after,
                                          unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
-                                         unprofiled_lead_ms=unprofiled_lead_ms)
+                                         unprofiled_lead_ms=unprofiled_lead_ms,
+                                         outermost_calls=outermost_calls)
     if step_source:
         steps = msgspec.structs.replace(report.steps, source=step_source)
         report = msgspec.structs.replace(report, steps=steps)
@@ -136,7 +137,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
                   cut_after: int | None = None, alone: bool = True, *,
                   unprofiled_fetch_ms: float | None = None,
                   loader: LoaderSettings | None = None,
-                  unprofiled_lead_ms: float | None = None) -> tuple[Analysis, Report]:
+                  unprofiled_lead_ms: float | None = None,
+                  outermost_calls: int | None = None) -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
     from gpudoctor.analysis.collectives import one_rank_collectives
@@ -144,7 +146,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     chosen = choose_ceilings(trace, gpu, ceilings)
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after,
                              unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
-                             unprofiled_lead_ms=unprofiled_lead_ms)
+                             unprofiled_lead_ms=unprofiled_lead_ms,
+                             outermost_calls=outermost_calls)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -201,7 +204,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
                             unprofiled_step_ms=run.unprofiled_step_ms, model_state=run.model_state,
                             step_source=run.step_source, cut_after=run.cut_after,
                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                            unprofiled_lead_ms=run.unprofiled_lead_ms)
+                            unprofiled_lead_ms=run.unprofiled_lead_ms,
+                            outermost_calls=run.outermost_calls)
     if not run.unprofiled:
         return found
     unprofiled = UnprofiledSection.from_dict(run.unprofiled)
@@ -268,7 +272,8 @@ def _run_model(path: str | os.PathLike[str], gpu: str | None = None,
     analysis = analyze_trace(trace, choose_ceilings(trace, gpu, ceilings), run.unprofiled_step_ms,
                              run.model_state, run.step_source, run.cut_after,
                              unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                             unprofiled_lead_ms=run.unprofiled_lead_ms)
+                             unprofiled_lead_ms=run.unprofiled_lead_ms,
+                             outermost_calls=run.outermost_calls)
     model = step_model(analysis)
     return None if isinstance(model, str) else (analysis, model)
 
@@ -429,7 +434,8 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
     analysis, report = _diagnose_gpu(trace, gpu, ceilings, run.unprofiled_step_ms, run.model_state,
                                      run.step_source, alone=False,
                                      unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
-                                     unprofiled_lead_ms=run.unprofiled_lead_ms)
+                                     unprofiled_lead_ms=run.unprofiled_lead_ms,
+                                     outermost_calls=run.outermost_calls)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

@@ -57,6 +57,9 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
     # host time per step the profiler added (analysis/observer.py's per-event estimate), computed
     # once
     profiler_overhead_ms: float = 0.0
+    # outermost modules with parameters called in a step, where a live capture counted them
+    # (capture/session.py): each one a compiled call under the compile knobs
+    outermost_calls: int | None = None
 
     @property
     def step_ms(self) -> float:
@@ -68,7 +71,8 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
                   cut_after: int | None = None, *,
                   unprofiled_fetch_ms: float | None = None,
                   unprofiled_lead_ms: float | None = None,
-                  loader: LoaderSettings | None = None) -> Analysis:
+                  loader: LoaderSettings | None = None,
+                  outermost_calls: int | None = None) -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
     after). ``cut_after``: a capture that ended early recorded this many whole steps
     (``steps.whole_steps``); ``unprofiled_fetch_ms``: the DataLoader's share of
@@ -133,6 +137,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         loader=loader,
         step_source=step_source,
         profiler_overhead_ms=overhead,
+        outermost_calls=outermost_calls,
     )
 
 

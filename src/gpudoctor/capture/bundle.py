@@ -221,6 +221,7 @@ def capture_facts(result: Any, config: Any, profiled_step_ms: float | None) -> d
         "stack": config.stack,
         "step_source": result.step_source or None,
         "root_module": result.root_module or None,
+        "outermost_calls_per_step": getattr(result, "outermost_calls_per_step", None),
         "training_forwards_without_optimizer": result.training_forwards,
         "steps_seen": result.steps_seen,
         "steps_recorded": result.steps_recorded,
@@ -287,6 +288,8 @@ class RunFacts:
     # how far the GPU trailed the host at the timed steps' boundaries, their median
     # (capture.unprofiled_lead_ms_samples)
     unprofiled_lead_ms: float | None = None
+    # outermost modules with parameters called in a step (capture.outermost_calls_per_step)
+    outermost_calls: int | None = None
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -319,7 +322,13 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
                     _unprofiled_fetch(capture.get("unprofiled_fetch_ms"),
                                       capture.get("unprofiled_step_ms")),
                     LoaderSettings.parse(capture.get("dataloader")),
-                    median_or_none(capture.get("unprofiled_lead_ms_samples")))
+                    median_or_none(capture.get("unprofiled_lead_ms_samples")),
+                    _positive_int(capture.get("outermost_calls_per_step")))
+
+
+def _positive_int(value: Any) -> int | None:
+    """A whole number of 1 or more (bool is not one); None otherwise."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def median_or_none(samples: Any) -> float | None:

@@ -150,6 +150,10 @@ class CaptureResult:
     internal_error: str = ""  # gpudoctor's own failure inside a hook (a trace it could not write): it detached
     memory_at_error: dict[str, Any] = field(default_factory=dict)
     model_state: ModelState | None = None  # from the stepped optimizer (model_state_of)
+    # calls of outermost modules with parameters in grad mode in one step (between the first two
+    # boundaries): each a compiled forward and backward under the compile knobs
+    # (tryfix/knobs.py on_outermost_module); None where none was seen there
+    outermost_calls_per_step: int | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -203,6 +207,10 @@ class CaptureSession(Listener):
         self._iteration_marker: Any = None
         self._epoch = -1
         self._count = 0  # boundaries of the current source (this epoch)
+        # calls of outermost modules with parameters, in grad mode, since the first boundary (the
+        # global hooks see every one until the second): one model called once a step is 1, a GAN's
+        # two networks or a loop over a list of blocks more
+        self._outer_calls = 0
         self._in_window = 0
         self._before: list[Any] = []  # CUDA events (or perf_counter stamps) at boundaries
         self._after: list[Any] = []
@@ -340,6 +348,8 @@ class CaptureSession(Listener):
             self._boundary()
         elif self._timed_window and self.detector.root == id(module):
             self._mark_iteration()
+        if params > 0 and torch.is_grad_enabled():
+            self._outer_calls += 1  # after the boundary it may open: this call is the next step's
 
     def generate_start(self) -> None:
         if self.phase is Phase.DONE:
@@ -490,7 +500,10 @@ class CaptureSession(Listener):
             self._before = []  # the steps so far ate the loader's start-up backlog: not timed
             self._before_steps = []
         self._mark_step(self._before, self._before_steps)
+        if self._count == 1:
+            self._outer_calls = 0
         if self._count == 2:
+            self.result.outermost_calls_per_step = self._outer_calls or None
             self._narrow_hooks()  # the source has repeated: discovery is over
         if self._count < max(cfg.skip, 1):
             return

@@ -235,10 +235,12 @@ COMPILED_NS_PER_PARAMETER = 2_000.0
 def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     """Each compiled forward and backward call's entry cost, on the first launch from the region
     in each pass: a forward's first launch after a backward (or the step's start), a backward's
-    first after a forward. A closure that runs the model several times a step (LBFGS) enters it
-    as often. A forward's entry grows with the parameters past ``ENTRY_FITTED_PARAMETERS``. None
-    where the region launches nothing in the steps, or in a step with no backward: the entries were
-    measured with grad mode on (AOTAutograd's wrapper), not under no_grad."""
+    first after a forward; as often in a pass as the capture counted outermost modules called in a
+    step for each pass (``Analysis.outermost_calls``). A closure that runs the model several times a
+    step (LBFGS) enters it as often. A forward's entry grows with the parameters past
+    ``ENTRY_FITTED_PARAMETERS``. None where the region launches nothing in the steps, or in a step
+    with no backward: the entries were measured with grad mode on (AOTAutograd's wrapper), not
+    under no_grad."""
     if not ran_backward(a.trace):
         return None
     dev, host = a.trace.device, a.trace.host
@@ -252,16 +254,21 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     backward = autograd_nodes(a.trace)[host.outermost(calls)]
     step = np.searchsorted(starts, host.ts[calls], side="right") - 1
     entry = np.concatenate(([True], (backward[1:] != backward[:-1]) | (step[1:] != step[:-1])))
+    n = max(len(a.steps), 1)
+    # the knob compiles each outermost module: a step that calls several (a GAN's networks, a list
+    # of blocks called in turn) enters each, where the trace shows one pass for them all; each
+    # call's guards check its own parameters
+    passes = max(int((entry & ~backward).sum()) / n, 1.0)
+    calls_per_pass = max((a.outermost_calls or 0) / passes, 1.0)
     # the parameters each backward accumulates: what the compiled forward's guards check
     updates = parameter_updates(a.trace) & (host.ts >= starts[0]) & (host.ts < ends[-1])
-    params = int(updates.sum()) / max(int((entry & backward).sum()), 1)
+    params = int(updates.sum()) / max(int((entry & backward).sum()), 1) / calls_per_pass
     forward = COMPILED_FORWARD_ENTRY_NS + COMPILED_NS_PER_PARAMETER * max(
         params - ENTRY_FITTED_PARAMETERS, 0.0)
-    cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, forward)[entry]
-    n = max(len(a.steps), 1)
+    cost = np.where(backward, COMPILED_BACKWARD_ENTRY_NS, forward)[entry] * calls_per_pass
     return Edit(calls_slower=calls[entry].astype(np.int64), calls_slower_ns=cost,
-                note=f"the compiled forward and backward entered {int(entry.sum()) / n:.0f} times a "
-                     "step")
+                note=f"the compiled forward and backward entered "
+                     f"{int(entry.sum()) * calls_per_pass / n:.0f} times a step")
 
 
 # the 16-bit float types autocast narrows to

@@ -106,11 +106,14 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         # the replay stays above the measured step with the most profiler cost taken out. On a
         # step the host holds, the host ran slower still: the fix keeps its share of the step. On a
         # step the GPU holds, the trace's device work itself ran slower (a pageable copy staged
-        # under the profiler): the step after the fix is what the edited graph leaves
+        # under the profiler): the step after the fix is what the edited graph leaves, and an edit
+        # that adds time (a compiled call's entries) adds it to the measured step
         base = self.base.replayed
         counted = max(self.graph.steps - 1, 1)
         if base.host_work_ns / counted >= base.gpu_busy_ns / max(self.graph.steps, 1):
             return step_ms * after_ns / base_ns
+        if after_ns > base_ns:
+            return step_ms + (after_ns - base_ns) / 1e6
         return min(after_ns / 1e6, step_ms)
 
 
