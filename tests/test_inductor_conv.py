@@ -59,7 +59,7 @@ def test_the_compile_knob_prices_resnet_at_no_gain_where_it_measured_slower():
 
 
 def test_without_the_convolutional_model_resnet_was_priced_a_gain(monkeypatch):
-    monkeypatch.setattr(inductor_conv, "layout_edit", lambda a, region: None)
+    monkeypatch.setattr(inductor_conv, "layout_edit", lambda a, region, *_: None)
     monkeypatch.setattr(inductor_conv, "batch_norm_launches",
                         lambda a, region, channels_last: np.zeros(0))
     assert knob_prices_for(RESNET)[KNOB_COMPILE]["predicted_speedup"] > 1.15

@@ -208,18 +208,18 @@ def _per_event(counts: float | np.ndarray, events: np.ndarray) -> np.ndarray:
 
 def _added_per_call(graph: StepGraph, edit: Edit) -> np.ndarray:
     """The operators ``edit`` adds before each chain call: the largest count of the ``added_at``
-    events it launches (an event named twice keeps its largest count)."""
+    events it launches."""
     out = np.zeros(graph.gap_ns.size)
-    counts = _per_event(edit.added_launches, edit.added_at)
-    order = np.lexsort((-counts, edit.added_at))
-    at, counts = edit.added_at[order], counts[order]
-    first = np.concatenate(([True], at[1:] != at[:-1]))
-    at, counts = at[first], counts[first]
-    pos = np.minimum(np.searchsorted(at, graph.dev_index), at.size - 1)
-    hit = at[pos] == graph.dev_index
-    calls, per = graph.dev_launched_by[hit], counts[pos[hit]]
-    keep = (calls >= 0) & (per > 0)
-    np.maximum.at(out, calls[keep], per[keep])
+    if graph.dev_index.size == 0:
+        return out
+    order = np.argsort(graph.dev_index, kind="stable")
+    rows = order[np.minimum(np.searchsorted(graph.dev_index, edit.added_at, sorter=order),
+                            order.size - 1)]
+    found = graph.dev_index[rows] == edit.added_at
+    calls = graph.dev_launched_by[rows[found]]
+    counts = _per_event(edit.added_launches, edit.added_at)[found]
+    keep = (calls >= 0) & (counts > 0)
+    np.maximum.at(out, calls[keep], counts[keep])
     return out
 
 

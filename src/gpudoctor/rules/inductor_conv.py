@@ -25,10 +25,9 @@ import re
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import autograd_nodes, ran_backward
-from gpudoctor.core.arrays import distinct
+from gpudoctor.analysis.host_events import backward_nodes_of, ran_backward
 from gpudoctor.replay.edits import Edit
-from gpudoctor.rules.shared import host_steps
+from gpudoctor.rules.shared import step_of, step_ops
 from gpudoctor.trace.model import HostCat
 
 # cuDNN's layout conversions around an NHWC kernel run on NCHW tensors
@@ -45,8 +44,6 @@ BATCH_NORM_BACKWARD_LAUNCHES = 3.5
 NCHW_BATCH_NORM_FORWARD_LAUNCHES = 1.0
 NCHW_BATCH_NORM_BACKWARD_LAUNCHES = 2.0
 _BATCH_NORM = "aten::batch_norm"
-_BATCH_NORM_BACKWARD = re.compile(
-    r"^autograd::engine::evaluate_function: (Cudnn|Native|Miopen)BatchNormBackward\d*$")
 _CONVOLUTION = "aten::convolution"
 # Inductor's graph-size guard: a graph of 300 nodes or more per convolution keeps its layout
 _NODES_PER_CONVOLUTION = 300
@@ -54,18 +51,12 @@ _NODES_PER_CONVOLUTION = 300
 _INFERENCE_FACTORS = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
 
 
-def _in_steps(a: Analysis, rows: np.ndarray) -> np.ndarray:
-    starts, ends = host_steps(a)
-    host = a.trace.host
-    return rows[(host.ts[rows] >= starts[0]) & (host.ts[rows] < ends[-1])]
-
-
 def _convolutions(a: Analysis, region: np.ndarray) -> np.ndarray:
     """The ``aten::convolution`` operators inside the region, in the steps."""
     host = a.trace.host
     conv = a.trace.string_ids.get(_CONVOLUTION, -1)
     rows = np.flatnonzero((host.name == conv) & (host.cat == HostCat.OP) & region)
-    return _in_steps(a, rows)
+    return rows[step_of(a, host.ts[rows]) >= 0]
 
 
 def layout_optimized(a: Analysis, region: np.ndarray) -> bool:
@@ -74,15 +65,16 @@ def layout_optimized(a: Analysis, region: np.ndarray) -> bool:
     convs = _convolutions(a, region)
     if convs.size == 0:
         return False
-    trace, host = a.trace, a.trace.host
+    trace = a.trace
     shapes = []
     for row in convs.tolist():
         dims, args = trace.input_dims(row), trace.concrete_inputs(row)
         if len(dims) < 2 or len(dims[1]) != 4 or len(args) < 9 or not str(args[8]).isdigit():
             return False  # a 1-D or 3-D convolution, or shapes not recorded
         shapes.append((dims[0], dims[1], int(args[8])))
-    tops = _in_steps(a, np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region))
-    return channels_last_pays(shapes, training=ran_backward(trace), operators=tops.size)
+    tops = step_ops(a)
+    return channels_last_pays(shapes, training=ran_backward(trace),
+                              operators=int(region[tops].sum()))
 
 
 def channels_last_pays(shapes: list[tuple[list[int], list[int], int]], *, training: bool,
@@ -104,9 +96,11 @@ def channels_last_pays(shapes: list[tuple[list[int], list[int], int]], *, traini
     return sum(flops) > 0 and weighted <= sum(flops)
 
 
-def layout_conversions(a: Analysis, region: np.ndarray) -> np.ndarray:
+def layout_conversions(a: Analysis, region: np.ndarray,
+                       channels_last: bool | None = None) -> np.ndarray:
     """cuDNN's layout conversions the region's operators launch in the steps: the device events a
-    channels-last compile takes off the GPU (empty where Inductor keeps the layout)."""
+    channels-last compile takes off the GPU (empty where Inductor keeps the layout;
+    ``channels_last``: ``layout_optimized`` where the caller has it already)."""
     dev = a.trace.device
     launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
     idx = np.flatnonzero(launched)
@@ -115,14 +109,16 @@ def layout_conversions(a: Analysis, region: np.ndarray) -> np.ndarray:
         return idx.astype(np.int64)
     names = a.trace.names_matching(lambda s: LAYOUT_CONVERSION.search(s) is not None)
     idx = idx[names[dev.name[idx]]]
-    if idx.size == 0 or not layout_optimized(a, region):
+    if channels_last is None:
+        channels_last = idx.size > 0 and layout_optimized(a, region)
+    if idx.size == 0 or not channels_last:
         return np.zeros(0, np.int64)
     return idx.astype(np.int64)
 
 
-def layout_edit(a: Analysis, region: np.ndarray) -> Edit | None:
+def layout_edit(a: Analysis, region: np.ndarray, channels_last: bool | None = None) -> Edit | None:
     """The layout conversions off the GPU; None where there are none to take."""
-    gone = layout_conversions(a, region)
+    gone = layout_conversions(a, region, channels_last)
     if gone.size == 0:
         return None
     n = max(len(a.steps), 1)
@@ -139,14 +135,14 @@ def batch_norm_launches(a: Analysis, region: np.ndarray, channels_last: bool) ->
     if not ran_backward(a.trace):
         return np.zeros(0)
     trace, host = a.trace, a.trace.host
-    tops = _in_steps(a, np.flatnonzero((host.top_op < 0) & (host.cat == HostCat.OP) & region))
+    tops = step_ops(a)
+    tops = tops[region[tops]]
     forward = tops[host.name[tops] == trace.string_ids.get(_BATCH_NORM, -1)]
     forward = np.array([r for r in forward.tolist() if _training(trace.concrete_inputs(r))
                         and _four_dimensional(trace.input_dims(r))], np.int64)
-    backward_names = trace.names_matching(lambda s: _BATCH_NORM_BACKWARD.match(s) is not None)
-    backward = tops[autograd_nodes(trace)[tops] & backward_names[host.name[tops]]]
-    # a backward node carries no shapes: as many as the forward operators it can pair with
-    backward = backward[:forward.size]
+    # each forward operator's backward node, by the autograd sequence number they share
+    backward = backward_nodes_of(trace, forward)
+    backward = backward[region[backward]]
     fwd, bwd = ((BATCH_NORM_FORWARD_LAUNCHES, BATCH_NORM_BACKWARD_LAUNCHES) if channels_last
                 else (NCHW_BATCH_NORM_FORWARD_LAUNCHES, NCHW_BATCH_NORM_BACKWARD_LAUNCHES))
     return np.concatenate([np.full(forward.size, fwd), np.full(backward.size, bwd)])
@@ -161,25 +157,7 @@ def _training(args: list) -> bool:
     return len(args) < 6 or args[5] != "False"
 
 
-def first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
-    """For each host operator, the first device event launched from inside it on its thread (-1
-    where none)."""
-    host, dev = a.trace.host, a.trace.device
-    out = np.full(ops.size, -1, np.int64)
-    launched = np.flatnonzero(dev.launch >= 0)
-    for t in distinct(host.thread[ops]).tolist():
-        mine = launched[host.thread[dev.launch[launched]] == t]
-        mine = mine[np.argsort(host.ts[dev.launch[mine]], kind="stable")]
-        ts = host.ts[dev.launch[mine]]
-        sel = np.flatnonzero(host.thread[ops] == t)
-        at = np.searchsorted(ts, host.ts[ops[sel]], side="left")
-        inside = at < ts.size
-        inside[inside] = ts[at[inside]] < host.end[ops[sel[inside]]]
-        out[sel[inside]] = mine[at[inside]]
-    return out
-
-
 __all__ = ["BATCH_NORM_BACKWARD_LAUNCHES", "BATCH_NORM_FORWARD_LAUNCHES",
            "NCHW_BATCH_NORM_BACKWARD_LAUNCHES", "NCHW_BATCH_NORM_FORWARD_LAUNCHES",
-           "batch_norm_launches", "channels_last_pays", "first_kernel_inside",
-           "layout_conversions", "layout_edit", "layout_optimized"]
+           "batch_norm_launches", "channels_last_pays", "layout_conversions", "layout_edit",
+           "layout_optimized"]

@@ -121,7 +121,7 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
     fused = fusion(a, region)
     entries = compiled_entries(a, region)
     channels_last = inductor_conv.layout_optimized(a, region)
-    layout = inductor_conv.layout_edit(a, region) if channels_last else None
+    layout = inductor_conv.layout_edit(a, region, channels_last)
     # a program already channels-last has no conversions to take, and batch norm's kernels as one
     batch_norms = inductor_conv.batch_norm_launches(a, region, channels_last=channels_last)
     compiled = _host_per_kernel(a, region, fused, layout, float(batch_norms.sum()))
@@ -307,7 +307,7 @@ def cached_casts_recast(a: Analysis, region: np.ndarray) -> Edit | None:
                          for o, i in zip(outer.tolist(), inner.tolist())], float)
     cached = narrowed - _casts_made_by(a, outer)
     outer, cached = outer[cached > 0], cached[cached > 0]
-    first = inductor_conv.first_kernel_inside(a, outer)
+    first = _first_kernel_inside(a, outer)
     found = first >= 0
     if not found.any():
         return None
@@ -330,6 +330,24 @@ def _casts_made_by(a: Analysis, wrappers: np.ndarray) -> np.ndarray:
         enclosing = np.where(enclosing >= 0, host.op[np.maximum(enclosing, 0)], -1)
     made = dict(zip(*np.unique(owner[owner >= 0], return_counts=True)))
     return np.array([made.get(int(w), 0) for w in wrappers.tolist()], float)
+
+
+def _first_kernel_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
+    """For each host operator, the first device event launched from inside it on its thread (-1
+    where none)."""
+    host, dev = a.trace.host, a.trace.device
+    out = np.full(ops.size, -1, np.int64)
+    launched = np.flatnonzero(dev.launch >= 0)
+    for t in distinct(host.thread[ops]).tolist():
+        mine = launched[host.thread[dev.launch[launched]] == t]
+        mine = mine[np.argsort(host.ts[dev.launch[mine]], kind="stable")]
+        ts = host.ts[dev.launch[mine]]
+        sel = np.flatnonzero(host.thread[ops] == t)
+        at = np.searchsorted(ts, host.ts[ops[sel]], side="left")
+        inside = at < ts.size
+        inside[inside] = ts[at[inside]] < host.end[ops[sel[inside]]]
+        out[sel[inside]] = mine[at[inside]]
+    return out
 
 
 def _host_per_kernel(a: Analysis, region: np.ndarray, fused: Edit,
