@@ -52,13 +52,6 @@ PRIOR_SCALE = 1.3
 # takes it for a trace that comes with its run's timing.
 PRIOR_SCALE_PER_VIEW_US = 0.72
 PRIOR_SCALE_RANGE = (0.3, 4.0)
-# A fitted scale more than this factor from the prior, where the prior's replay comes within
-# PRIOR_AGREE_SHARE of the measured step, is the run's spread read as the profiler's cost: the
-# pageable_h2d twin fitted 0.62 against a view prior of 2.47, its 64 MB copy moving 8.0-9.4 ms a
-# step, and priced its fix x4.58 where x7.37 was measured (x6.62 at the prior); no knob trial kept
-# moved (benchmarks/BENCHMARKS-replay.md "A fit that strays from the prior").
-PRIOR_STRAY_FACTOR = 2.0
-PRIOR_AGREE_SHARE = 0.10
 # The profiled step replayed with nothing taken out agrees with the measured one within this share
 # below it; further below, the measured step holds time the window did not see, a loader's stalls
 # (tests/test_variant_prices.py, tests/test_outlier_steps.py).
@@ -81,8 +74,6 @@ FIT_TOLERANCE = 1e-5  # of the measured step
 FROM_STEP = "the step timed without the profiler"
 FROM_LEAD = "the host's lead over the GPU, timed without the profiler"
 FROM_PRIOR = "the prior: no timing without the profiler shows the host's pace"
-FROM_PRIOR_OVER_SPREAD = ("the prior: the step timed without the profiler spreads more than "
-                          "the profiler costs it")
 ScaleReplay = tuple[float, Changes, Replayed]  # a scale, its changes and their replay
 
 
@@ -95,8 +86,7 @@ class Unprofiled(msgspec.Struct, frozen=True, eq=False):
     fitted: bool  # scale fitted to a measured unprofiled step
     residual_ns: float  # measured minus replayed unprofiled step (0 when not fitted, or fitted exactly)
     # what set the scale: FROM_STEP (the measured step), FROM_LEAD (the host's lead over the GPU),
-    # FROM_PRIOR (PRIOR_SCALE: no step measured, or one the GPU's work sets and no lead),
-    # FROM_PRIOR_OVER_SPREAD (a fit to the step strayed from the prior its replay agrees with)
+    # FROM_PRIOR (PRIOR_SCALE: no step measured, or one the GPU's work sets and no lead)
     source: str = FROM_STEP
 
 
@@ -235,25 +225,8 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             if side == 1:
                 f_lo /= 2
             side = 1
-    fitted = Unprofiled(without_profiler(graph, hi, costs), hi, best, True,
-                        measured_step_ns - best.step_ns)
-    return _prior_where_the_fit_strays(graph, costs, measured_step_ns, prior, fitted)
-
-
-def _prior_where_the_fit_strays(graph: StepGraph, costs: dict[str, float] | None,
-                                measured_step_ns: float, prior: float,
-                                fitted: Unprofiled) -> Unprofiled:
-    """``fitted``, or the prior where the fitted scale lies beyond PRIOR_STRAY_FACTOR of it and
-    the prior's replay comes within PRIOR_AGREE_SHARE of the measured step: there the profiler's
-    cost is a small part of the step and the run's own spread (a pageable copy's, a loader's) moves
-    the fit further than the profiler does; the residual is kept (``Unprofiled.residual_ns``)."""
-    if max(fitted.scale / prior, prior / max(fitted.scale, 1e-9)) <= PRIOR_STRAY_FACTOR:
-        return fitted
-    ch = without_profiler(graph, prior, costs)
-    r = replay(graph, ch)
-    if abs(r.step_ns / measured_step_ns - 1) > PRIOR_AGREE_SHARE:
-        return fitted
-    return Unprofiled(ch, prior, r, True, measured_step_ns - r.step_ns, FROM_PRIOR_OVER_SPREAD)
+    return Unprofiled(without_profiler(graph, hi, costs), hi, best, True,
+                      measured_step_ns - best.step_ns)
 
 
 def _steady_leads(r: Replayed) -> np.ndarray:

@@ -56,17 +56,23 @@ class Replayed(msgspec.Struct, frozen=True, eq=False):
     leads_ns: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
 
     @property
-    def step_ns(self) -> float:
-        """The mean step of the window after its first (which starts behind work queued before
-        the window, or ahead of it), as graph.StepGraph.profiled_ns."""
+    def window_step_ns(self) -> float:
+        """The timeline's mean step over the window after its first (which starts behind work
+        queued before the window, or ahead of it), as graph.StepGraph.profiled_ns measures it."""
         if self.marks_ns.size == 0:
             return self.total_ns
         first = 1 if self.marks_ns.size >= 2 else 0
-        counted = self.marks_ns.size - first
-        # a host that ran ahead during the work queued before the window shows a step of GPU work
-        # alone; in the steady state the host's own time per step bounds it too
-        return max((self.total_ns - float(self.marks_ns[first])) / counted,
-                   self.host_work_ns / counted)
+        return (self.total_ns - float(self.marks_ns[first])) / (self.marks_ns.size - first)
+
+    @property
+    def step_ns(self) -> float:
+        """The steady state's step: ``window_step_ns``, and at least the host's own time per step.
+        A host that ran ahead during the work queued before the window shows a step of GPU work
+        alone while its lead shrinks; in the steady state its own time bounds the step too."""
+        if self.marks_ns.size == 0:
+            return self.total_ns
+        counted = self.marks_ns.size - (1 if self.marks_ns.size >= 2 else 0)
+        return max(self.window_step_ns, self.host_work_ns / counted)
 
     @property
     def step_durations_ns(self) -> np.ndarray:
