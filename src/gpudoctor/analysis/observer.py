@@ -126,3 +126,26 @@ def host_step_ms(trace: Trace, steps: Steps) -> float | None:
     s, e = union(host.ts[waiting], host.end[waiting])
     blocked = overlap_per_window(s, e, steps.host_start, steps.host_end)
     return float(median(steps.host_end - steps.host_start - blocked)) / 1e6
+
+
+# The runtime call that launches an eager kernel: the same work whatever the kernel, so its recorded
+# time is the host's pace (and the profiler's cost per call) alone
+LAUNCH_CALL = "cudaLaunchKernel"
+# Fewer launch calls than this in the window: their median says too little
+MIN_LAUNCH_CALLS = 50
+
+
+def launch_call_ns(trace: Trace, steps: Steps) -> float | None:
+    """The median recorded time of ``LAUNCH_CALL`` in the steps (ns), None where they hold fewer
+    than MIN_LAUNCH_CALLS. Two processes of one program on one machine can run their host at
+    paces 0.6-1.6x apart (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
+    host = trace.host
+    call = trace.string_ids.get(LAUNCH_CALL)
+    if len(host) == 0 or len(steps) == 0 or call is None:
+        return None
+    lo = steps.host_start[0] if steps.host_start is not None else steps.start[0]
+    hi = steps.host_end[-1] if steps.host_end is not None else steps.end[-1]
+    pick = (host.cat == HostCat.RUNTIME) & (host.name == call) & (host.ts >= lo) & (host.ts < hi)
+    if int(pick.sum()) < MIN_LAUNCH_CALLS:
+        return None
+    return float(np.median(host.dur[pick]))

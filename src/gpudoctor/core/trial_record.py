@@ -209,6 +209,9 @@ class TrialRecord:
     outliers_ms: Outliers | None = None
     floor_pct: float | None = None
     rounds: tuple[TrialRound, ...] | None = None
+    # the trial's median eager launch call over the capture's (tryfix/host_pace.py): its host's
+    # pace; None where a trace did not tell it
+    host_pace: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -232,12 +235,14 @@ class TrialRecord:
             d["floor_pct"] = self.floor_pct
         if self.rounds is not None:
             d["rounds"] = [r.to_dict() for r in self.rounds]
+        if self.host_pace is not None:
+            d["host_pace"] = self.host_pace
         return d
 
     @classmethod
     def from_dict(cls, value: Any, where: str = "trial") -> TrialRecord:
         """A record as ``to_dict`` wrote it. The fields later versions added (reference,
-        predicted_by, files_written, outliers_ms, floor_pct, rounds) may be absent."""
+        predicted_by, files_written, outliers_ms, floor_pct, rounds, host_pace) may be absent."""
         d = _object(value, where)
 
         def get(key: str, kind: Kind, *default: Any) -> Any:
@@ -266,6 +271,7 @@ class TrialRecord:
             floor_pct=get("floor_pct", optional(NUMBER), None),
             rounds=None if rounds is None else tuple(TrialRound.from_dict(r, f"{where}.rounds[{i}]")
                                                       for i, r in enumerate(rounds)),
+            host_pace=get("host_pace", optional(NUMBER), None),
         )
 
 
