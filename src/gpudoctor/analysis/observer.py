@@ -138,7 +138,7 @@ MIN_LAUNCH_CALLS = 50
 def launch_call_ns(trace: Trace, steps: Steps) -> float | None:
     """The median recorded time of ``LAUNCH_CALL`` in the steps (ns), None where they hold fewer
     than MIN_LAUNCH_CALLS. Two processes of one program on one machine can run their host at
-    paces 0.6-1.6x apart (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
+    paces 0.6-1.25x apart (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
     host = trace.host
     call = trace.string_ids.get(LAUNCH_CALL)
     if len(host) == 0 or len(steps) == 0 or call is None:

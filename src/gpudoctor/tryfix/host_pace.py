@@ -1,8 +1,8 @@
 """The host's pace in a trial's process beside the capture's, from their traces.
 
 Each trial runs the program in a fresh process, and two processes of one program on one machine
-can run their host at paces far apart: the median time of an eager launch call moved 0.63-1.59x
-from the capture's across the trials of one session, controls included
+can run their host at paces far apart: the median time of an eager launch call moved 0.63-1.25x
+from the capture's across the trials of two sessions' knob sets, the controls 0.85-1.25x
 (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial"). Where the step the knob
 leaves is the host's, its measured speedup moves with that pace, which the price (made at the
 capture's pace) cannot know; the trial says so beside its verdict.
@@ -17,8 +17,8 @@ from gpudoctor.analysis.steps import segment
 from gpudoctor.errors import GpuDoctorError
 from gpudoctor.trace.load import load
 
-# A trial's launch calls this far from the capture's (either way) is named beside its verdict:
-# the controls of programs whose host pace held came within 0.87-1.10x of their capture
+# A trial's launch calls this far from the capture's (either way) is named beside its verdict: the
+# controls of four of six programs came within 0.87-1.10x of their capture, OPT's at 1.24-1.25x
 # (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")
 NOTED_SHARE = 0.15
 TRACE_NAMES = ("trace.json.gz", "trace.json")
