@@ -48,12 +48,19 @@ MIN_VIEW_OPERATORS = 50
 def view_operator_ns(trace: Trace, lo: int, hi: int) -> float | None:
     """The median recorded time of the view operators starting in [lo, hi) (ns), None where the
     window holds fewer than MIN_VIEW_OPERATORS."""
+    views = trace.names_matching(VIEW_OPERATORS.__contains__)
+    return _median_recorded(trace, HostCat.OP, views, lo, hi, MIN_VIEW_OPERATORS)
+
+
+def _median_recorded(trace: Trace, cat: HostCat, named: np.ndarray, lo: int, hi: int,
+                     minimum: int) -> float | None:
+    """The median recorded time of the host events of ``cat`` whose name id ``named`` marks,
+    starting in [lo, hi) (ns); None where fewer than ``minimum`` did."""
     host = trace.host
     if len(host) == 0:
         return None
-    views = trace.names_matching(VIEW_OPERATORS.__contains__)
-    pick = (host.cat == HostCat.OP) & (host.ts >= lo) & (host.ts < hi) & views[host.name]
-    if int(pick.sum()) < MIN_VIEW_OPERATORS:
+    pick = (host.cat == cat) & (host.ts >= lo) & (host.ts < hi) & named[host.name]
+    if int(pick.sum()) < minimum:
         return None
     return float(np.median(host.dur[pick]))
 
@@ -139,13 +146,9 @@ def launch_call_ns(trace: Trace, steps: Steps) -> float | None:
     """The median recorded time of ``LAUNCH_CALL`` in the steps (ns), None where they hold fewer
     than MIN_LAUNCH_CALLS. Two processes of one program on one machine can run their host at
     paces 0.6-1.25x apart (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
-    host = trace.host
-    call = trace.string_ids.get(LAUNCH_CALL)
-    if len(host) == 0 or len(steps) == 0 or call is None:
+    if len(steps) == 0:
         return None
     lo = steps.host_start[0] if steps.host_start is not None else steps.start[0]
     hi = steps.host_end[-1] if steps.host_end is not None else steps.end[-1]
-    pick = (host.cat == HostCat.RUNTIME) & (host.name == call) & (host.ts >= lo) & (host.ts < hi)
-    if int(pick.sum()) < MIN_LAUNCH_CALLS:
-        return None
-    return float(np.median(host.dur[pick]))
+    launches = trace.names_matching(LAUNCH_CALL.__eq__)
+    return _median_recorded(trace, HostCat.RUNTIME, launches, int(lo), int(hi), MIN_LAUNCH_CALLS)
