@@ -771,8 +771,7 @@ class Trials:
         if not self._capture_launch:
             self._capture_launch.append(launch_ns_of(self.run_dir))
         ratio, note = pace_note(launch_ns_of(trial_dir), self._capture_launch[0])
-        return _with_reason(replace(rec, host_pace=ratio), note) if note else replace(
-            rec, host_pace=ratio)
+        return _with_reason(replace(rec, host_pace=ratio), note)
 
     def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
                 planned: Planned | Together | None) -> TrialRecord:
