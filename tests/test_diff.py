@@ -306,3 +306,28 @@ def test_history_keeps_each_trial_prediction_beside_its_measurement(tmp_path):
     assert errors["all"] == {"trials": 3, "median_ratio": 1.2, "within_1_25x": 2}
     assert errors["by"]["replay"] == {"trials": 2, "median_ratio": 1.076, "within_1_25x": 2}
     assert errors["by"]["formula"] == {"trials": 1, "median_ratio": 1.5, "within_1_25x": 0}
+
+
+def test_history_shows_each_trials_host_pace_beside_its_prediction(tmp_path):
+    """A trial that kept its host's pace (TrialRecord.host_pace): the predictions view shows it,
+    marked where it is further than 15% from the capture's, and says what it means."""
+    from rich.console import Console
+
+    from gpudoctor.diff.history_console import PACE_NOTE, render_predictions
+
+    runs = tmp_path / "gpudoctor-runs"
+    paced = record(knob="bf16-autocast", predicted_speedup=1.66, measured_speedup=1.33)
+    trials = [
+        {**paced.to_dict(), "host_pace": 1.169},
+        record(knob="tf32", predicted_speedup=2.03, measured_speedup=1.94).to_dict(),
+    ]
+    folder = make_run(runs / "train-1", DATA / "host_sync" / "trace.json.gz", [7.0, 7.1])
+    (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
+    (entry,) = list_runs(runs)
+    assert [p.host_pace for p in entry.predictions] == [1.169, None]
+    assert entry.predictions[0].to_dict()["host_pace"] == 1.169
+    assert "host_pace" not in entry.predictions[1].to_dict()
+    console = Console(record=True, width=200)
+    render_predictions([entry], runs, console)
+    text = console.export_text()
+    assert "host pace" in text and "1.17" in text and PACE_NOTE[:40] in text

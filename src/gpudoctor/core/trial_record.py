@@ -172,6 +172,13 @@ class TrialRound:
                    field_of(d, "mean_ms", optional(NUMBER), where))
 
 
+# A trial's host pace (``TrialRecord.host_pace``) this far from the capture's, either way, is named
+# beside its verdict: the controls of four of six programs came within 0.87-1.10x of their
+# capture, OPT's at 1.24-1.25x (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by
+# trial")
+HOST_PACE_NOTED_SHARE = 0.15
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One trial: the knobs it applied, its prediction, how it ended, what it measured against its

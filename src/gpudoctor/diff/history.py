@@ -31,6 +31,8 @@ class Prediction:
     predicted_speedup: float
     measured_speedup: float
     predicted_by: str  # how it was priced: "replay ...", "formula"
+    # the trial's host pace over the capture's (TrialRecord.host_pace); None: not told
+    host_pace: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -38,9 +40,12 @@ class Prediction:
         return self.predicted_speedup / self.measured_speedup
 
     def to_dict(self) -> dict[str, Any]:
-        return {"knob": self.knob, "finding": self.finding,
-                "predicted_speedup": self.predicted_speedup,
-                "measured_speedup": self.measured_speedup, "predicted_by": self.predicted_by}
+        d = {"knob": self.knob, "finding": self.finding,
+             "predicted_speedup": self.predicted_speedup,
+             "measured_speedup": self.measured_speedup, "predicted_by": self.predicted_by}
+        if self.host_pace is not None:
+            d["host_pace"] = self.host_pace
+        return d
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,7 @@ def _prediction(rec: TrialRecord) -> Prediction | None:
     if not (predicted and measured and rec.status == "ok"):
         return None
     return Prediction(rec.knob, rec.finding or "", predicted, measured,
-                      rec.predicted_by or "formula")
+                      rec.predicted_by or "formula", _number(rec.host_pace))
 
 
 def prediction_errors(entries: list[RunEntry]) -> dict[str, Any]:

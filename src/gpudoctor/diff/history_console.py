@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE as NOTED_SHARE
 from gpudoctor.diff.history import RunEntry, prediction_errors
 
 RUN_MAX = 40  # a longer run name folds (names are the program's and the UTC start's: 26 for train_gpt2)
@@ -102,6 +103,18 @@ def render_history(entries: list[RunEntry], base: Path, console: Console) -> Non
     console.print(Text(STEP_NOTE + note, style="dim"))
 
 
+# the host pace column (tryfix/host_pace.py)
+PACE_NOTE = ("host pace: the trial's time a launch call over its capture's; further than "
+             f"{NOTED_SHARE:.0%} from 1, a step the host holds after the knob measured at that "
+             "pace, the prediction at the capture's")
+
+
+def _pace(pace: float | None) -> Text:
+    if pace is None:
+        return Text("-")
+    return Text(f"{pace:.2f}", style="yellow" if abs(pace - 1) > NOTED_SHARE else "")
+
+
 def render_predictions(entries: list[RunEntry], base: Path, console: Console) -> None:
     """Each --try-fixes trial's predicted speedup beside the measured one, per program, and how far
     the predictions were off over them all (by how they were priced)."""
@@ -124,10 +137,10 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
                         f"under {base}",
                   title_justify="left", show_edge=False)
     for col in ("recorded (UTC)", "program", "knob", "finding", "predicted", "measured",
-                "pred / meas", "priced by"):
+                "pred / meas", "host pace", "priced by"):
         table.add_column(col,
-                         justify="right" if col in ("predicted", "measured", "pred / meas")
-                         else "left", overflow="fold")
+                         justify="right" if col in ("predicted", "measured", "pred / meas",
+                                                    "host pace") else "left", overflow="fold")
     for e in runs:
         program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program
                             else "?", *e.args])
@@ -137,7 +150,7 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
                           Text(p.finding or "-"), f"x{p.predicted_speedup:.2f}",
                           f"x{p.measured_speedup:.2f}",
                           Text(f"{ratio:.2f}", style="" if 1 / 1.25 <= ratio <= 1.25 else "yellow"),
-                          Text(p.predicted_by))
+                          _pace(p.host_pace), Text(p.predicted_by))
     console.print(table)
     errors = prediction_errors(runs)
     lines = [f"{name}: {s['trials']} trials, median predicted / measured {s['median_ratio']:.2f}, "
@@ -145,3 +158,5 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
                                                                  *errors["by"].items())
              if s["trials"]]
     console.print(Text("\n".join(lines)))
+    if any(p.host_pace is not None for e in runs for p in e.predictions):
+        console.print(Text(PACE_NOTE, style="dim"))

@@ -14,13 +14,12 @@ from pathlib import Path
 
 from gpudoctor.analysis.observer import launch_call_ns
 from gpudoctor.analysis.steps import segment
+from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE
 from gpudoctor.errors import GpuDoctorError
 from gpudoctor.trace.load import load
 
-# A trial's launch calls this far from the capture's (either way) is named beside its verdict: the
-# controls of four of six programs came within 0.87-1.10x of their capture, OPT's at 1.24-1.25x
-# (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")
-NOTED_SHARE = 0.15
+# a trial's launch calls this far from the capture's (either way) is named beside its verdict
+NOTED_SHARE = HOST_PACE_NOTED_SHARE
 TRACE_NAMES = ("trace.json.gz", "trace.json")
 
 
