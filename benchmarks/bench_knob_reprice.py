@@ -12,6 +12,10 @@ knobs the run tried and the knobs' own replayed prices (tryfix/trial.py ``plan``
 pipeline.knob_prices_for); a combined trial, its knobs' edits replayed together
 (tryfix/session.py ``together_price``). Re-pricing trials whose results are known is a fit, not a forecast: the
 table says which prices were made before the measurement ("then") and which after ("now").
+"host pace": each trial's median eager launch call over its capture's (trials.json ``host_pace``,
+or read from the two traces for bundles older than the field; none for a compile knob's trial):
+where it moved beyond 15%, the trial's host ran at another pace than the one the price assumed
+(benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial").
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from bench_knob_trials import (  # the trials' own targets and format
     WITHIN,
     fmt,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from gpudoctor.tryfix.host_pace import NOTED_SHARE, launch_ns_of, pace_note
+from gpudoctor.tryfix.knobs import BY_ID
 
 KEPT_IN_TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "knobs_h200"
 
@@ -69,10 +77,16 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
             now[t["knob"]] = together_price(bundle, list(t["knobs"]), planned)
     rows = []
     spread = controls_spread(trials)
+    capture_launch: list[float | None] = []
     for t in trials:
         p = now.get(t["knob"])
         if p is None:
             continue
+        pace = t.get("host_pace")
+        if pace is None and not _compiled(t):  # bundles older than the field: read the traces
+            if not capture_launch:
+                capture_launch.append(launch_ns_of(bundle))
+            pace, _ = pace_note(launch_ns_of(bundle / "trials" / t["knob"]), capture_launch[0])
         rows.append(
             {
                 "program": bundle.name,
@@ -84,9 +98,16 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
                 "ci95": t.get("speedup_ci95"),
                 "status": t.get("status"),
                 "controls_spread": spread,
+                "host_pace": pace,
             }
         )
     return rows
+
+
+def _compiled(trial: dict[str, Any]) -> bool:
+    """A trial with a compile knob: its kernels launch through Triton, its launch calls are not
+    the capture's population (tryfix/host_pace.py)."""
+    return any(BY_ID[k].group == "compile" for k in trial.get("knobs") or () if k in BY_ID)
 
 
 def controls_spread(trials: list[dict[str, Any]]) -> float | None:
@@ -115,8 +136,8 @@ def within(p: float | None, m: float | None) -> bool | None:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| program | knob | predicted then | predicted now (by) | measured [95%] | now / measured |",
-        "|---|---|---:|---:|---:|---:|",
+        "| program | knob | predicted then | predicted now (by) | measured [95%] | now / measured | host pace |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ci = r.get("ci95") or [None, None]
@@ -124,7 +145,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         star = "*" if within(r["now"], r["measured"]) else ""
         lines.append(
             f"| {r['program']} | {r['knob']} | {fmt(r['then'])} | {fmt(r['now'])} ({r['now_by'] or '-'}) "
-            f"| {fmt(r['measured'])} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} |"
+            f"| {fmt(r['measured'])} [{fmt(ci[0])}-{fmt(ci[1])}] | {fmt(q)}{star} | {fmt(r.get('host_pace'))} |"
         )
     paired = [r for r in rows if r["measured"]]
     then_in = sum(bool(within(r["then"], r["measured"])) for r in paired)
@@ -133,6 +154,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     slow_ok = [r for r in slower if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
     clear = [r for r in slower if slower_beyond_drift(r)]
     clear_ok = [r for r in clear if (r["now"] or 1.0) <= SLOWER_PREDICTED_AT_MOST]
+    paced = [r for r in paired if r.get("host_pace") is not None]
+    held = [r for r in paced if abs(r["host_pace"] - 1) <= NOTED_SHARE]
     lines += [
         "",
         f"measured trials: {len(paired)}; within {WITHIN}x: then {then_in}, now {now_in}",
@@ -143,6 +166,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         (
             f"of those, slower by more than the program's two controls drifted apart: {len(clear)}; "
             f"predicted now at x{SLOWER_PREDICTED_AT_MOST} or below: {len(clear_ok)}"
+        ),
+        (
+            f"with a host pace read from their traces: {len(paced)}; within {WITHIN}x where it held "
+            f"within {NOTED_SHARE:.0%} of the capture's: {sum(bool(within(r['now'], r['measured'])) for r in held)} "
+            f"of {len(held)}; where it moved: "
+            f"{sum(bool(within(r['now'], r['measured'])) for r in paced if r not in held)} of {len(paced) - len(held)}"
         ),
     ]
     return "\n".join(lines) + "\n"
