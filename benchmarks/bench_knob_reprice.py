@@ -38,7 +38,8 @@ from bench_knob_trials import (  # the trials' own targets and format
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from gpudoctor.tryfix.host_pace import NOTED_SHARE, launch_ns_of, pace_note
+from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE as NOTED_SHARE
+from gpudoctor.tryfix.host_pace import comparable, launch_ns_of, pace_note
 from gpudoctor.tryfix.knobs import BY_ID
 
 KEPT_IN_TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "knobs_h200"
@@ -83,7 +84,8 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
         if p is None:
             continue
         pace = t.get("host_pace")
-        if pace is None and not _compiled(t):  # bundles older than the field: read the traces
+        knobs = [BY_ID[k] for k in t.get("knobs") or () if k in BY_ID]
+        if pace is None and comparable(knobs):  # bundles older than the field: read the traces
             if not capture_launch:
                 capture_launch.append(launch_ns_of(bundle))
             pace, _ = pace_note(launch_ns_of(bundle / "trials" / t["knob"]), capture_launch[0])
@@ -102,12 +104,6 @@ def repriced(bundle: Path) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _compiled(trial: dict[str, Any]) -> bool:
-    """A trial with a compile knob: its kernels launch through Triton, its launch calls are not
-    the capture's population (tryfix/host_pace.py)."""
-    return any(BY_ID[k].group == "compile" for k in trial.get("knobs") or () if k in BY_ID)
 
 
 def controls_spread(trials: list[dict[str, Any]]) -> float | None:

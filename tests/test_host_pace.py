@@ -11,9 +11,10 @@ import pytest
 
 from gpudoctor.analysis.observer import MIN_LAUNCH_CALLS, launch_call_ns
 from gpudoctor.analysis.steps import segment
+from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE as NOTED_SHARE
 from gpudoctor.core.trial_record import PeakMemory, TrialRecord
 from gpudoctor.trace import parse
-from gpudoctor.tryfix.host_pace import NOTED_SHARE, launch_ns_of, pace_note
+from gpudoctor.tryfix.host_pace import launch_ns_of, pace_note
 from gpudoctor.tryfix.knobs import BY_ID
 from gpudoctor.tryfix.trial import Baseline, Trials, numerics
 from tests.synth import TraceBuilder

@@ -144,8 +144,8 @@ MIN_LAUNCH_CALLS = 50
 
 def launch_call_ns(trace: Trace, steps: Steps) -> float | None:
     """The median recorded time of ``LAUNCH_CALL`` in the steps (ns), None where they hold fewer
-    than MIN_LAUNCH_CALLS. Two processes of one program on one machine can run their host at
-    paces 0.6-1.25x apart (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
+    than MIN_LAUNCH_CALLS: the host's pace, which moves between processes of one program
+    (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")."""
     if len(steps) == 0:
         return None
     lo = steps.host_start[0] if steps.host_start is not None else steps.start[0]

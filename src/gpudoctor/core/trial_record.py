@@ -173,9 +173,8 @@ class TrialRound:
 
 
 # A trial's host pace (``TrialRecord.host_pace``) this far from the capture's, either way, is named
-# beside its verdict: the controls of four of six programs came within 0.87-1.10x of their
-# capture, OPT's at 1.24-1.25x (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by
-# trial")
+# beside its verdict: beyond the spread of most programs' controls
+# (benchmarks/BENCHMARKS-try-fixes.md "The host's pace, trial by trial")
 HOST_PACE_NOTED_SHARE = 0.15
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE as NOTED_SHARE
+from gpudoctor.core.trial_record import HOST_PACE_NOTED_SHARE
 from gpudoctor.diff.history import RunEntry, prediction_errors
 
 RUN_MAX = 40  # a longer run name folds (names are the program's and the UTC start's: 26 for train_gpt2)
@@ -105,14 +105,14 @@ def render_history(entries: list[RunEntry], base: Path, console: Console) -> Non
 
 # the host pace column (tryfix/host_pace.py)
 PACE_NOTE = ("host pace: the trial's time a launch call over its capture's; further than "
-             f"{NOTED_SHARE:.0%} from 1, a step the host holds after the knob measured at that "
+             f"{HOST_PACE_NOTED_SHARE:.0%} from 1, a step the host holds after the knob measured at that "
              "pace, the prediction at the capture's")
 
 
 def _pace(pace: float | None) -> Text:
     if pace is None:
         return Text("-")
-    return Text(f"{pace:.2f}", style="yellow" if abs(pace - 1) > NOTED_SHARE else "")
+    return Text(f"{pace:.2f}", style="yellow" if abs(pace - 1) > HOST_PACE_NOTED_SHARE else "")
 
 
 def render_predictions(entries: list[RunEntry], base: Path, console: Console) -> None:

@@ -7,8 +7,7 @@ knobs' edits (rules/knob_prices.py).
   kernel wider than 1, or only convolutions of 64 channels or fewer; in inference, where the
   convolutions' flops weighted by PyTorch's benchmarked channels-last factors come out lower. An
   eager NCHW fp32 net runs cuDNN's NHWC kernels between conversions (``nchwToNhwcKernel``,
-  ``nhwcToNchwKernel``), three kernels a convolution; channels-last, the conversions go: 155 a
-  step of ResNet-18's 709 kernels, 2.7 of its 13.8 ms on the GPU
+  ``nhwcToNchwKernel``), three kernels a convolution; channels-last, the conversions go
   (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
 - **Batch norm in training** is decomposed into Triton kernels: the statistics' reduction (split
   in two over a large batch), the running statistics' update, the batch counter's increment and
@@ -33,14 +32,12 @@ from gpudoctor.trace.model import HostCat
 # cuDNN's layout conversions around an NHWC kernel run on NCHW tensors
 LAYOUT_CONVERSION = re.compile(r"nchwTo(Folded)?Nhwc|[Nn]hwcToNchw")
 # The launches compiled code adds per training batch norm beyond the kernels the fused chains
-# leave, forward and backward, channels-last: ResNet-18 3.35 / 2.90, MobileNetV2 2.33 / 4.29
-# (their compiled trials' traces); out of sample, WRN-16-4 3.62 / 3.31 and VGG-11-BN 4.12 / 3.00
-# (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
+# leave, forward and backward, channels-last, as counted on compiled trials' traces and checked
+# on networks held out (benchmarks/BENCHMARKS-replay.md "Compile on a convolutional net").
 BATCH_NORM_FORWARD_LAUNCHES = 3.0
 BATCH_NORM_BACKWARD_LAUNCHES = 3.5
-# NCHW (Inductor kept the layout): the U-Net's 1.1 / 2.0. A batch norm of 2-D input (BatchNorm1d
-# after a Linear) added none: the tabular MLP's compiled trial launched fewer kernels than the
-# fused chains leave.
+# NCHW (Inductor kept the layout), fewer; a batch norm of 2-D input (BatchNorm1d after a Linear)
+# adds none (the same section).
 NCHW_BATCH_NORM_FORWARD_LAUNCHES = 1.0
 NCHW_BATCH_NORM_BACKWARD_LAUNCHES = 2.0
 _BATCH_NORM = "aten::batch_norm"

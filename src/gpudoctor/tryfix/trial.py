@@ -94,6 +94,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,7 @@ from gpudoctor.diff.samples import (
 from gpudoctor.errors import InputError
 from gpudoctor.tryfix.child_trial import ChildTrial, read_child_trial
 from gpudoctor.tryfix.graph_breaks import graph_breaks, summary
-from gpudoctor.tryfix.host_pace import launch_ns_of, pace_note
+from gpudoctor.tryfix.host_pace import comparable, launch_ns_of, pace_note
 from gpudoctor.tryfix.knobs import (
     BY_ID,
     DROPOUT_MARK,
@@ -503,8 +504,6 @@ class Trials:
     _children: dict[str, ChildTrial] = field(default_factory=dict)
     # a compile knob -> the cache its first trial left
     _caches: dict[str, str] = field(default_factory=dict)
-    # the capture's median launch call (tryfix/host_pace.py), read once: [] until then
-    _capture_launch: list[float | None] = field(default_factory=list)
 
     def run(self, planned: Sequence[Planned]) -> list[TrialRecord]:
         try:
@@ -762,15 +761,17 @@ class Trials:
             rec = _with_reason(rec, summary(breaks))
         return self._paced(rec, knobs, trial_dir)
 
+    @cached_property
+    def _capture_launch_ns(self) -> float | None:
+        """The capture's median launch call (tryfix/host_pace.py), read once."""
+        return launch_ns_of(self.run_dir)
+
     def _paced(self, rec: TrialRecord, knobs: Sequence[Any], trial_dir: Path) -> TrialRecord:
-        """``rec`` with its host's pace beside the capture's, where both traces tell it; a compile
-        knob launches its kernels another way, and its launch calls are not the same population."""
-        if (rec.status != "ok" or not self.trace or any(k.group == "compile" for k in knobs)
+        """``rec`` with its host's pace beside the capture's, where both traces tell it."""
+        if (rec.status != "ok" or not self.trace or not comparable(knobs)
                 or not (trial_dir / TRACE_FILE).is_file()):
             return rec
-        if not self._capture_launch:
-            self._capture_launch.append(launch_ns_of(self.run_dir))
-        ratio, note = pace_note(launch_ns_of(trial_dir), self._capture_launch[0])
+        ratio, note = pace_note(launch_ns_of(trial_dir), self._capture_launch_ns)
         return _with_reason(replace(rec, host_pace=ratio), note)
 
     def _judged(self, rec: TrialRecord, samples: tuple[float, ...],
