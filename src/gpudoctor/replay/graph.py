@@ -50,6 +50,13 @@ WAIT_SLACK_NS = 20_000
 BARRIERS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cuStreamSynchronize",
                       "cuCtxSynchronize"})
 EMPTY_EDGES = np.empty(0, np.int64)
+EMPTY_FLAGS = np.zeros(0, bool)
+# A call that did not wait, at least this share of the profiled step, whose name the window holds
+# in one step only (of at least ONE_OFF_MIN_STEPS): a one-off (the caching host allocator's first
+# pinned block for a read of a GPU value, a module loaded on first use). The unprofiled step is a
+# median over many steps, which leaves it out (benchmarks/BENCHMARKS-replay.md "One-off calls").
+ONE_OFF_SHARE = 0.02
+ONE_OFF_MIN_STEPS = 3
 
 # Kinds of host-chain entries.
 CALL = 0  # a runtime / driver call
@@ -106,6 +113,7 @@ class StepGraph(msgspec.Struct, frozen=True, eq=False):
     coverage: str  # "full", or what the graph could not build
     edge_s: np.ndarray = EMPTY_EDGES  # the profiler's own work at each
     edge_e: np.ndarray = EMPTY_EDGES  # step's edges (step_edges)
+    one_off: np.ndarray = EMPTY_FLAGS  # bool per entry: a one-off call (``one_off_calls``)
 
     @property
     def calls(self) -> int:
@@ -227,6 +235,9 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
     edge_s, edge_e = step_edges(trace, on_threads)
     first = 1 if len(steps) >= 2 else 0  # as simulate.Replayed.step_ns
     profiled = int((steps.end[-1] - steps.start[first]) / (len(steps) - first))
+    one_off = one_off_calls(entry_kind, np.where(entry_host >= 0, host.name[np.maximum(entry_host, 0)], -1),
+                            own, wait_on, row_sync if call_idx.size and dev_idx.size else None,
+                            profiled)
     return StepGraph(
         kind=entry_kind, host=entry_host, ts_ns=entry_ts.astype(np.int64),
         end_ns=entry_end.astype(np.int64), gap_ns=gap.astype(np.int64), own_ns=own, wait_on=wait_on,
@@ -237,8 +248,26 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
             (dev.launch[dev_idx] >= 0) & (host.ts[np.maximum(dev.launch[dev_idx], 0)] < w0))
                                          | queued_before_window(trace)[dev_idx]),
         latency_ns=latency, switch_ns=max(switch, 0),
-        profiled_ns=profiled, coverage=coverage, edge_s=edge_s, edge_e=edge_e,
+        profiled_ns=profiled, coverage=coverage, edge_s=edge_s, edge_e=edge_e, one_off=one_off,
     )
+
+
+def one_off_calls(kind: np.ndarray, name: np.ndarray, own: np.ndarray, wait_on: np.ndarray,
+                  is_sync: np.ndarray | None, profiled_ns: int) -> np.ndarray:
+    """Per chain entry: a call that did not wait (nor syncs), takes at least ONE_OFF_SHARE of the
+    profiled step, and whose name the window holds in one of its steps only."""
+    out = np.zeros(kind.size, bool)
+    step_of = np.cumsum(kind == MARK) - 1
+    if step_of.size == 0 or step_of[-1] + 1 < ONE_OFF_MIN_STEPS or profiled_ns <= 0:
+        return out
+    big = (kind == CALL) & (wait_on < 0) & (own >= ONE_OFF_SHARE * profiled_ns)
+    if is_sync is not None:
+        big &= ~is_sync
+    for n in np.unique(name[big]):
+        steps_with = np.unique(step_of[(kind == CALL) & (name == n)])
+        if steps_with.size == 1:
+            out[big & (name == n)] = True
+    return out
 
 
 def step_edges(trace: Trace, on_threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

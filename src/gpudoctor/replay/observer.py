@@ -122,6 +122,9 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
     from_own = np.minimum(overhead - from_gap, room)
     # a call that waited keeps its return time: the wait, not the profiler, set its length
     from_own = np.where(graph.wait_on >= 0, 0.0, from_own)
+    # a one-off call is not part of the steady state the unprofiled step's median times
+    if graph.one_off.size:
+        from_own = np.where(graph.one_off, np.maximum(own - MIN_CALL_NS, 0.0), from_own)
     return Changes(
         gap_ns=gap - from_gap, own_ns=own - from_own, tail_ns=max(tail - float(per_entry[n]), 0.0),
         waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed,
