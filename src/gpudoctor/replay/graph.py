@@ -32,7 +32,7 @@ from gpudoctor.analysis.observer import (
     step_edge_stretches,
 )
 from gpudoctor.analysis.steps import Steps
-from gpudoctor.core.arrays import median
+from gpudoctor.core.arrays import distinct, median
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
 # A blocked call that returned within this long after a device event ended was waiting for it.
@@ -263,8 +263,8 @@ def one_off_calls(kind: np.ndarray, name: np.ndarray, own: np.ndarray, wait_on: 
     big = (kind == CALL) & (wait_on < 0) & (own >= ONE_OFF_SHARE * profiled_ns)
     if is_sync is not None:
         big &= ~is_sync
-    for n in np.unique(name[big]):
-        steps_with = np.unique(step_of[(kind == CALL) & (name == n)])
+    for n in distinct(name[big]):
+        steps_with = distinct(step_of[(kind == CALL) & (name == n)])
         if steps_with.size == 1:
             out[big & (name == n)] = True
     return out
