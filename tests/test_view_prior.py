@@ -63,4 +63,5 @@ def test_a_machine_profiles_costs_keep_the_fixed_prior(monkeypatch):
 def test_a_step_that_tells_the_scale_is_fitted_not_taken_from_the_views():
     _, model = _run_model(DATA / "twins_h100" / "pageable_h2d")
     assert model.base.source == FROM_STEP
-    assert model.base.scale == pytest.approx(0.6198, abs=1e-4)
+    # 0.62 with its one-off cudaHostAlloc in the steady state (replay/graph.py one_off_calls)
+    assert model.base.scale == pytest.approx(0.5320, abs=1e-4)
