@@ -323,11 +323,16 @@ def blocking_work_regions(idle: IdleResult, steps: Steps,
         rs = np.minimum.reduceat(s, np.flatnonzero(new))
         re_ = np.maximum.reduceat(e, np.flatnonzero(new))
         holds_work = np.zeros(len(rs), bool)
+        first_work = re_.copy()
         for ws in work_s[(work_s >= lo) & (work_s < hi)].tolist():
             k = int(np.searchsorted(rs, ws, side="right")) - 1
             if k >= 0 and ws < re_[k]:
                 holds_work[k] = True
-        out_s.append(rs[holds_work])
+                first_work[k] = min(first_work[k], max(ws, rs[k]))
+        # a region starts at its first stretch of host work: a blocking copy or sync before it is
+        # the loop's own read of its result (``.cpu()`` then numpy), which the work needs and moving
+        # the work off the thread does not remove; a checkpoint's copies sit between its writes
+        out_s.append(first_work[holds_work])
         out_e.append(re_[holds_work])
     if not out_s:
         return empty

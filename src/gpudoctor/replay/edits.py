@@ -127,7 +127,9 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     own = graph.own_ns.astype(float)
     tail = float(graph.tail_ns)
     n = gap.size
+    ret = None
     if edit.host_removed_s.size:
+        own_before = own.copy()
         entry_end = graph.end_ns
         prev_end, entry_start, last = graph.gap_windows()
         shares = np.broadcast_to(np.asarray(edit.host_share, float), edit.host_removed_s.shape)
@@ -140,6 +142,11 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
             in_tail = overlap_per_window(s, e, np.array([last]),
                                          np.array([last + graph.tail_ns]))[0]
             tail = max(tail - share * float(in_tail), 0.0)
+        # a call that waited returns its return time after the event: host work removed from the
+        # call (a pageable download's staging after the transfer) leaves that return too
+        cut = np.where(graph.wait_on >= 0, own_before - own, 0.0)
+        if (cut > 0).any():
+            ret = np.maximum(graph.return_ns - cut, 0.0)
     waits = None
     rows = _rows_of_hosts(graph, edit.unwait)
     if rows.size:
@@ -179,7 +186,8 @@ def changes(graph: StepGraph, edit: Edit, base: Changes | None = None) -> Change
     if base is not None and base.waits is not None:
         waits = base.waits if waits is None else waits & base.waits
     return Changes(gap_ns=gap, own_ns=own, tail_ns=tail, waits=waits, dev_dur_ns=dur,
-                   dev_removed=removed, latency_ns=edit.latency_ns, switch_ns=edit.switch_ns)
+                   dev_removed=removed, latency_ns=edit.latency_ns, switch_ns=edit.switch_ns,
+                   ret_ns=ret)
 
 
 # An operator an edit adds (a cast, a fused kernel's call) costs the host this share of the

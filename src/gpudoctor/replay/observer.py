@@ -128,7 +128,7 @@ def without_profiler(graph: StepGraph, scale: float = 1.0, costs: dict[str, floa
     return Changes(
         gap_ns=gap - from_gap, own_ns=own - from_own, tail_ns=max(tail - float(per_entry[n]), 0.0),
         waits=base.waits, dev_dur_ns=base.dev_dur_ns, dev_removed=base.dev_removed,
-        latency_ns=base.latency_ns, switch_ns=base.switch_ns,
+        latency_ns=base.latency_ns, switch_ns=base.switch_ns, ret_ns=base.ret_ns,
     )
 
 

@@ -37,6 +37,9 @@ class Changes(msgspec.Struct, frozen=True, eq=False):
     dev_removed: np.ndarray | None = None
     latency_ns: float | None = None
     switch_ns: float | None = None
+    # per entry: a waiting call's time from the event it waited for to its return (host work the
+    # fix took out of that return: a pageable download's staging)
+    ret_ns: np.ndarray | None = None
 
 
 class Replayed(msgspec.Struct, frozen=True, eq=False):
@@ -104,7 +107,8 @@ def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> 
         waits[~c.waits] = -1
     dur = (graph.dev_dur_ns if c.dev_dur_ns is None else c.dev_dur_ns).astype(float)
     s = _State(
-        gap=gap, own=own, wait_on=waits, ret=graph.return_ns, kind=graph.kind,
+        gap=gap, own=own, wait_on=waits,
+        ret=graph.return_ns if c.ret_ns is None else np.asarray(c.ret_ns, float), kind=graph.kind,
         dur=dur, stream=graph.dev_stream, after=graph.dev_after,
         removed=(np.zeros(dur.size, bool) if c.dev_removed is None
                  else np.asarray(c.dev_removed, bool)),

@@ -22,6 +22,14 @@ ID = "pageable-copy"
 # Pinned copies reach this share of the datasheet's host link, as `gpudoctor bench` measured it on
 # an H100 and an H200 (benchmarks/BENCHMARKS-replay.md "A pageable upload's stream sync").
 LINK_REACHED_SHARE = 0.87
+# A download this large to pageable memory lands in a fresh allocation each step (``t.cpu()``),
+# which the host releases when the previous step's copy goes: the op-free host time right after
+# the copy's operator, up to RELEASE_NS_PER_MB a megabyte, leaves with a reused pinned buffer
+# (tests/data/twins_h100/scores_to_cpu: 2.1 ms after each 67 MB download; benchmarks/
+# BENCHMARKS-replay.md "A download's fresh pages").
+RELEASE_MIN_BYTES = 8 << 20
+RELEASE_MIN_NS = 50_000
+RELEASE_NS_PER_MB = 60_000
 
 
 def check(a: Analysis) -> Finding | None:
@@ -58,18 +66,36 @@ def check(a: Analysis) -> Finding | None:
             ops=op_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        (
-            Fix("Pin host buffers and copy asynchronously",
-                "loader = DataLoader(ds, ..., pin_memory=True)\n"
-                "x = x.to('cuda', non_blocking=True)"),
-            Fix("Reuse one pinned staging buffer for repeated transfers",
-                "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
-                "gpu.copy_(buf, non_blocking=True)"),
-            Fix("Keep data resident on the GPU when it fits",
-                "dataset_tensor = dataset_tensor.cuda()"),
-        ),
+        _fixes(downloads_mostly=_download_bytes(a, idx) > nbytes / 2),
         idle_ms=idle,
     )
+
+
+_UPLOAD_FIXES = (
+    Fix("Pin host buffers and copy asynchronously",
+        "loader = DataLoader(ds, ..., pin_memory=True)\n"
+        "x = x.to('cuda', non_blocking=True)"),
+    Fix("Reuse one pinned staging buffer for repeated transfers",
+        "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
+        "gpu.copy_(buf, non_blocking=True)"),
+    Fix("Keep data resident on the GPU when it fits",
+        "dataset_tensor = dataset_tensor.cuda()"),
+)
+_DOWNLOAD_FIX = Fix(
+    "Download into one pinned buffer, allocated once and reused",
+    "host_buf = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)  # once, before the loop\n"
+    "host_buf.copy_(out, non_blocking=True)  # instead of out.cpu()\n"
+    "torch.cuda.current_stream().synchronize()  # before the host reads host_buf")
+
+
+def _fixes(downloads_mostly: bool) -> tuple[Fix, ...]:
+    """The upload fixes, or for copies that are mostly downloads the reused pinned buffer first."""
+    return (_DOWNLOAD_FIX, *_UPLOAD_FIXES[:1], _UPLOAD_FIXES[2]) if downloads_mostly else _UPLOAD_FIXES
+
+
+def _download_bytes(a: Analysis, idx: np.ndarray) -> float:
+    dev = a.trace.device
+    return float(dev.nbytes[idx][dev.kind[idx] == int(Kind.MEMCPY_DTOH_PAGEABLE)].sum())
 
 
 def time_ms(ns: float, n: int) -> float:
@@ -111,10 +137,35 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     op_s = np.where(upload[has_op], host.ts[ops], np.maximum(host.ts[ops], dev.end[idx][has_op]))
     op_e = np.maximum(host.end[ops], op_s)
     s, e = a.idle.labels.get(ID, (np.empty(0, np.int64), np.empty(0, np.int64)))
-    s, e = np.concatenate([s, op_s]), np.concatenate([e, op_e])
+    rel_s, rel_e = _releases(a, idx[~upload])
+    s, e = np.concatenate([s, op_s, rel_s]), np.concatenate([e, op_e, rel_e])
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
                 unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
                 note="copies pinned and asynchronous")
+
+
+def _releases(a: Analysis, downloads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The op-free host stretch right after each large download's outermost operator, at least
+    RELEASE_MIN_NS and at most RELEASE_NS_PER_MB a megabyte: the host releasing the fresh pageable
+    memory an earlier step's download landed in."""
+    dev, host = a.trace.device, a.trace.host
+    big = downloads[(dev.nbytes[downloads] >= RELEASE_MIN_BYTES) & (dev.op[downloads] >= 0)]
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    if big.size == 0:
+        return empty
+    ops = host.outermost(dev.op[big])
+    starts, ends = [], []
+    for op, nbytes in zip(ops.tolist(), dev.nbytes[big].tolist()):
+        same = np.flatnonzero((host.thread == host.thread[op]) & (host.ts >= host.end[op]))
+        if same.size == 0:
+            continue
+        gap = int(host.ts[same].min()) - int(host.end[op])
+        if gap >= RELEASE_MIN_NS:
+            starts.append(int(host.end[op]))
+            ends.append(int(host.end[op]) + min(gap, int(RELEASE_NS_PER_MB * nbytes / (1 << 20))))
+    if not starts:
+        return empty
+    return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
 def _syncs_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
