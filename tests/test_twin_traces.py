@@ -61,6 +61,11 @@ CASES = {
     # buffer. Measured in the run that recorded the trace (benchmarks/results/
     # twins-h100-2026-12-07.md): 38.06 / 1.57 ms
     "scores_to_cpu": ("pageable-copy", 37.3727, 20.4781, 24.3065),
+    # 32 three-layer MLPs called one by one on one batch, their outputs stacked: each layer's
+    # GEMMs recur once a member (13 kernels apart forward, 16 backward) and batch into one call
+    # per layer, with the loop's casts, activations and Python. Measured in the run that recorded
+    # the trace (benchmarks/results/twins-h100-2026-12-07.md): 18.39 / 1.15 ms
+    "ensemble_member_loop": ("small-gemm", 19.4928, 14.5193, 15.9446),
 }
 
 
@@ -213,3 +218,33 @@ def test_a_large_downloads_release_and_staging_leave_with_the_pinned_buffer() ->
     # one release after each of the window's downloads, each about 2.1 ms of op-free host time
     assert s.size == downloads.size
     assert np.median(e - s) / 1e6 == pytest.approx(2.1, abs=0.2)
+
+
+def test_a_loop_over_an_ensembles_members_batches_each_layer() -> None:
+    """The members' GEMMs are not back to back (a member's three layers, casts and activations lie
+    between two of one layer's), but recur at a fixed period; the last layer's are joined by a
+    stack after the loop, so every layer's recurring GEMMs batch (rules/small_gemm.py
+    ``_loop_period``): 8 runs a step (3 forward, 5 backward) of 32 GEMMs each."""
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules import small_gemm
+
+    a = diagnose_path(DATA / "ensemble_member_loop").analysis
+    (flop_idx, _), (grid_idx, _) = small_gemm._small(a)
+    idx = np.concatenate((flop_idx, grid_idx))
+    idx = idx[np.argsort(a.trace.device.ts[idx], kind="stable")]
+    runs = small_gemm._runs(a, idx)
+    n = len(a.steps)
+    assert len(runs) == 8 * n and {r.size for r in runs} == {32}
+    assert small_gemm.joined_loop(a)
+    f = analyze_path(DATA / "ensemble_member_loop").finding("small-gemm")
+    assert f.fixes[0].title == "Group the loop's independent small GEMMs into one batched call"
+
+
+def test_a_period_needs_four_equal_gaps_within_the_bound() -> None:
+    from gpudoctor.rules.small_gemm import MAX_LOOP_PERIOD, _loop_period
+
+    assert _loop_period(np.array([3, 16, 29, 42])) == 13
+    assert _loop_period(np.array([3, 16, 29])) == 0  # three iterations tell no loop
+    assert _loop_period(np.array([3, 16, 30, 43])) == 0  # one gap differs: layers, not a loop
+    far = MAX_LOOP_PERIOD + 1
+    assert _loop_period(np.arange(4) * far) == 0

@@ -153,17 +153,23 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        (
-            _more_rows_fix(rows),
-            Fix("Merge parallel projections into one GEMM (QKV, gate+up)",
-                "qkv = x @ w_qkv.T; q, k, v = qkv.split([dq, dk, dv], dim=-1)"),
-            Fix("Group many independent small GEMMs into one batched call",
-                "out = torch.bmm(A_stack, B_stack)"),
-        ),
+        _ordered_fixes(rows, batched_first=joined_loop(a)),
         wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most "
                   "SMs idle.",
         idle_ms=gap_ns / 1e6 / n,
     )
+
+
+def _ordered_fixes(rows: int, batched_first: bool) -> tuple[Fix, ...]:
+    """More rows per matmul first; a loop of independent GEMMs joined after it: the batched call
+    first (its batch is not what is small)."""
+    batched = Fix("Group the loop's independent small GEMMs into one batched call",
+                  "w = torch.stack([m.weight.T for m in modules])  # [n, in, out], once per step\n"
+                  "out = torch.bmm(x.expand(len(modules), *x.shape), w)  # instead of the loop")
+    merged = Fix("Merge parallel projections into one GEMM (QKV, gate+up)",
+                 "qkv = x @ w_qkv.T; q, k, v = qkv.split([dq, dk, dv], dim=-1)")
+    more_rows = _more_rows_fix(rows)
+    return (batched, merged, more_rows) if batched_first else (more_rows, merged, batched)
 
 
 def _rows_per_call(a: Analysis, idx: np.ndarray) -> int:
@@ -376,6 +382,15 @@ def _small(a: Analysis) -> tuple[Priced, Priced]:
     return _by_flops(a, live), _by_grid(a, live)
 
 
+def joined_loop(a: Analysis) -> bool:
+    """Whether the small GEMMs include a loop whose outputs a stack or cat joins (heads, an
+    ensemble's members, experts): one batched call replaces it, whatever the batch."""
+    (flop_idx, _), (grid_idx, _) = _small(a)
+    idx = np.concatenate((flop_idx, grid_idx))
+    idx = idx[np.argsort(a.trace.device.ts[idx], kind="stable")]
+    return any(_gathers(a, [idx[run]]).size for run in _runs(a, idx))
+
+
 def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
     """Positions (into ``idx``, in time order) of each run of two or more GEMMs of one kernel name
     in one step, at most MAX_KERNELS_BETWEEN other kernels apart, that one batched call replaces.
@@ -392,11 +407,28 @@ def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
     step = np.searchsorted(starts, dev.ts[idx], side="right") - 1 if len(starts) else np.zeros(
         idx.size, np.int64)
     candidates: list[np.ndarray] = []
-    for key in set(zip(step.tolist(), dev.name[idx].tolist())):
+    periods: list[int] = []  # a loop's period in kernels where the candidate is one, else 0
+    for key in sorted(set(zip(step.tolist(), dev.name[idx].tolist()))):
         members = np.flatnonzero((step == key[0]) & (dev.name[idx] == key[1]))
+        period = _loop_period(position[idx[members]])
+        if period > MAX_KERNELS_BETWEEN + 1:
+            candidates.append(members)
+            periods.append(period)
+            continue
         breaks = np.flatnonzero(np.diff(position[idx[members]]) > MAX_KERNELS_BETWEEN + 1) + 1
-        candidates.extend(r for r in np.split(members, breaks) if r.size >= 2)
+        pieces = [r for r in np.split(members, breaks) if r.size >= 2]
+        candidates.extend(pieces)
+        periods.extend([0] * len(pieces))
     joined = [bool(_gathers(a, [idx[run]]).size) for run in candidates]
+    # a loop over modules of several layers each (an ensemble's members): where one layer's
+    # GEMMs are joined after the loop, the other layers' GEMMs recurring at the same period
+    # across the same kernels are the same iterations, independent of each other's members
+    spans = [(int(position[idx[run[0]]]), int(position[idx[run[-1]]])) for run in candidates]
+    looped = [j and p > 0 for j, p in zip(joined, periods)]
+    for c, period in enumerate(periods):
+        if period and not joined[c]:
+            joined[c] = any(looped[o] and periods[o] == period and spans[o][0] <= spans[c][1]
+                            and spans[c][0] <= spans[o][1] for o in range(len(candidates)))
     # the backward of the joined runs' operators: the autograd nodes that share their sequence
     # numbers
     forward_ops = [dev.op[idx[run]] for run, j in zip(candidates, joined) if j]
@@ -410,6 +442,25 @@ def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
         else:
             runs.extend(_back_to_back(position[idx[run]], run))
     return sorted(runs, key=lambda r: int(r[0]))
+
+
+# A loop whose body launches more kernels than MAX_KERNELS_BETWEEN (a member MLP of three layers
+# with its casts: 13 forward, 16 backward) recurs at a fixed period: one GEMM of each layer per
+# iteration, this many iterations at least, at most this many kernels apart
+# (tests/data/twins_h100/ensemble_member_loop; benchmarks/BENCHMARKS-replay.md "A loop over an
+# ensemble's members").
+MIN_LOOP_ITERATIONS = 4
+MAX_LOOP_PERIOD = 64
+
+
+def _loop_period(positions: np.ndarray) -> int:
+    """The kernels between consecutive GEMMs of one kernel name where every gap is the same (a
+    loop's body), at least MIN_LOOP_ITERATIONS of them and at most MAX_LOOP_PERIOD apart; else 0."""
+    if positions.size < MIN_LOOP_ITERATIONS:
+        return 0
+    gaps = np.diff(positions)
+    period = int(gaps[0])
+    return period if period <= MAX_LOOP_PERIOD and bool((gaps == period).all()) else 0
 
 
 def _back_to_back(positions: np.ndarray, run: np.ndarray) -> list[np.ndarray]:
