@@ -248,3 +248,26 @@ def test_a_period_needs_four_equal_gaps_within_the_bound() -> None:
     assert _loop_period(np.array([3, 16, 30, 43])) == 0  # one gap differs: layers, not a loop
     far = MAX_LOOP_PERIOD + 1
     assert _loop_period(np.arange(4) * far) == 0
+
+
+def test_a_hand_written_adam_is_an_optimizer_loop() -> None:
+    """No torch.optim step ran (no ``Optimizer.step#`` annotation): after each backward, the run of
+    in-place updates (and Adam's out-of-place ``v / c2``) is the update: 9 operators for each of 101
+    parameters a step (rules/optimizer_loop.py ``hand_written_updates``). Priced x1.54 against the
+    fused AdamW twin's x1.26 (benchmarks/results/twins-h100-2026-12-07.md: 14.66 / 11.67 ms)."""
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules import optimizer_loop
+
+    a = diagnose_path(DATA / "manual_adam_loop").analysis
+    starts, ends, ops = optimizer_loop.hand_written_updates(a)
+    assert (ends > starts).all()
+    assert starts.size == len(a.steps) == 5 and ops.size == 909 * 5
+    names = {a.trace.strings[i] for i in a.trace.host.name[ops].tolist()}
+    assert names == {"aten::mul_", "aten::add_", "aten::addcmul_", "aten::div", "aten::sqrt_",
+                     "aten::addcdiv_"}
+    f = analyze_path(DATA / "manual_adam_loop").finding("optimizer-loop")
+    assert f.evidence.numbers["optimizer_kernels_per_step"] == 909.0
+    assert f.predicted_speedup == pytest.approx(1.5359, abs=1e-4)
+    assert f.fixes[0].title == "Replace the hand-written update with torch.optim's fused AdamW"
+    # the optimizer-foreach knob changes torch.optim optimizers only: nothing to price here
+    assert optimizer_loop.foreach_edit(a) is None

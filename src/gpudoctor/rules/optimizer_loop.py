@@ -39,10 +39,14 @@ LOOP_TRAFFIC_FACTOR = 3.0
 def check(a: Analysis) -> Finding | None:
     trace, host, dev = a.trace, a.trace.host, a.trace.device
     regions = np.flatnonzero(optimizer_steps(trace))
-    if regions.size == 0:
-        return None
+    hand_written = regions.size == 0
+    if hand_written:
+        r_s, r_e, regions = hand_written_updates(a)
+        if r_s.size == 0:
+            return None
+    else:
+        r_s, r_e = union(host.ts[regions], host.end[regions])
     n = max(len(a.steps), 1)
-    r_s, r_e = union(host.ts[regions], host.end[regions])
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
     phase_s, closure_gpu_end = _after_closure(a, r_s, r_e, launch_ts)
@@ -86,7 +90,8 @@ def check(a: Analysis) -> Finding | None:
             ops=tuple(dict.fromkeys(trace.strings[host.name[i]] for i in regions.tolist()))[:3],
             kernels=kernel_names_of_events(trace, idx),
         ),
-        _fixes(_optimizer_class(trace, regions)),
+        _hand_written_fixes(trace, regions) if hand_written
+        else _fixes(_optimizer_class(trace, regions)),
         idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
     )
 
@@ -121,6 +126,71 @@ def _fixes(cls: str) -> tuple[Fix, ...]:
                     f"opt = torch.optim.{cls}(params, lr=lr, foreach=True)"), compiled)
     return (compiled, Fix(f"Or a fused implementation of {cls or 'the optimizer'} (one kernel over "
                           "all parameters), where a library has one", ""))
+
+
+# A hand-written update (no ``Optimizer.step#`` annotation): after each step's backward, the run of
+# outermost operators on the program's thread that update tensors in place, with the out-of-place
+# elementwise ones an update computes between them (Adam's ``v / c2``), one small kernel each per
+# parameter (tests/data/twins_h100/manual_adam_loop: 909 a step for 101 parameters;
+# benchmarks/BENCHMARKS-twins.md "A hand-written optimizer").
+UPDATE_OPS = frozenset({"aten::div", "aten::sqrt", "aten::mul", "aten::add", "aten::sub",
+                        "aten::neg", "aten::sign", "aten::abs", "aten::clamp", "aten::maximum",
+                        "aten::minimum", "aten::pow", "aten::rsqrt", "aten::lerp"})
+
+
+def _is_update(name: str) -> bool:
+    return name in UPDATE_OPS or (name.startswith("aten::") and name.endswith("_")
+                                  and not name.startswith("aten::_foreach"))
+
+
+def hand_written_updates(a: Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's hand-written update: from the first outermost operator after the step's
+    backward (the autograd engine's last node) through the run of update operators
+    (``_is_update``) on that operator's thread. The spans' starts and ends, and the operators."""
+    trace, host = a.trace, a.trace.host
+    nodes = np.flatnonzero(autograd_nodes(trace))
+    empty = np.empty(0, np.int64)
+    if nodes.size == 0 or len(a.steps) == 0:
+        return empty, empty, empty
+    tops = np.flatnonzero((host.cat == HostCat.OP) & (host.top_op < 0) & ~autograd_nodes(trace))
+    tops = tops[np.argsort(host.ts[tops], kind="stable")]
+    is_update = trace.names_matching(_is_update)[host.name[tops]]
+    starts, ends, ops = [], [], []
+    for lo, hi in zip(a.steps.start.tolist(), a.steps.end.tolist()):
+        in_step = nodes[(host.ts[nodes] >= lo) & (host.ts[nodes] < hi)]
+        if in_step.size == 0:
+            continue
+        done = int(host.end[in_step].max())
+        k = int(np.searchsorted(host.ts[tops], done, side="left"))
+        if k >= tops.size or not is_update[k]:
+            continue
+        thread = host.thread[tops[k]]
+        j = k
+        while j < tops.size and is_update[j] and host.thread[tops[j]] == thread:
+            j += 1
+        starts.append(int(host.ts[tops[k]]))
+        ends.append(int(host.end[tops[k:j]].max()))
+        ops.append(tops[k:j])
+    if not starts:
+        return empty, empty, empty
+    return (np.array(starts, np.int64), np.array(ends, np.int64),
+            np.concatenate(ops).astype(np.int64))
+
+
+def _hand_written_fixes(trace: Trace, ops: np.ndarray) -> tuple[Fix, ...]:
+    """torch.optim's fused step for the update the operators show (Adam's addcmul_ / addcdiv_,
+    else SGD's), then the same update over all parameters at once with foreach operators."""
+    names = {trace.strings[i] for i in distinct(trace.host.name[ops]).tolist()}
+    cls = "AdamW" if {"aten::addcdiv_", "aten::addcmul_"} & names else "SGD"
+    return (
+        Fix(f"Replace the hand-written update with torch.optim's fused {cls}",
+            f"opt = torch.optim.{cls}(model.parameters(), lr=lr, fused=True)  # one pass over "
+            "every parameter"),
+        Fix("Or keep the update and run each of its operations over all parameters at once",
+            "torch._foreach_mul_(params, 1 - lr * wd)\n"
+            "torch._foreach_add_(params, updates, alpha=-lr)  # one kernel per operation, not per "
+            "parameter"),
+    )
 
 
 def _fused_ns(a: Analysis, idx: np.ndarray) -> np.ndarray:
@@ -179,13 +249,19 @@ class _Loop(NamedTuple):
     kernels: np.ndarray  # the kernels launched in those phases within the steps
 
 
-def _loop(a: Analysis) -> _Loop | None:
-    """The optimizer steps' loop (``_Loop``); None where the steps launch nothing in it."""
+def _loop(a: Analysis, hand_written: bool = False) -> _Loop | None:
+    """The optimizer steps' loop (``_Loop``); None where the steps launch nothing in it. With
+    ``hand_written``, where no torch.optim step ran, the steps' hand-written updates."""
     trace, host, dev = a.trace, a.trace.host, a.trace.device
     regions = np.flatnonzero(optimizer_steps(trace))
-    if regions.size == 0:
+    if regions.size == 0 and hand_written:
+        r_s, r_e, regions = hand_written_updates(a)
+        if r_s.size == 0:
+            return None
+    elif regions.size == 0:
         return None
-    r_s, r_e = union(host.ts[regions], host.end[regions])
+    else:
+        r_s, r_e = union(host.ts[regions], host.end[regions])
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
     phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)
@@ -198,7 +274,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The fused (or foreach) step: the region's own host time from its first operator goes but
     one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
     kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
-    loop = _loop(a)
+    loop = _loop(a, hand_written=True)
     if loop is None:
         return None
     regions, r_e, phase_s, idx = loop.regions, loop.ends, loop.phase_starts, loop.kernels

@@ -25,8 +25,8 @@ LINK_REACHED_SHARE = 0.87
 # A download this large to pageable memory lands in a fresh allocation each step (``t.cpu()``),
 # which the host releases when the previous step's copy goes: the op-free host time right after
 # the copy's operator, up to RELEASE_NS_PER_MB a megabyte, leaves with a reused pinned buffer
-# (tests/data/twins_h100/scores_to_cpu: 2.1 ms after each 67 MB download; benchmarks/
-# BENCHMARKS-replay.md "A download's fresh pages").
+# (tests/data/twins_h100/scores_to_cpu: 2.1 ms after each 67 MB download;
+# benchmarks/BENCHMARKS-replay.md "A download's fresh pages").
 RELEASE_MIN_BYTES = 8 << 20
 RELEASE_MIN_NS = 50_000
 RELEASE_NS_PER_MB = 60_000
