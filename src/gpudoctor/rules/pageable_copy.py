@@ -154,18 +154,19 @@ def _releases(a: Analysis, downloads: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if big.size == 0:
         return empty
     ops = host.outermost(dev.op[big])
-    starts, ends = [], []
-    for op, nbytes in zip(ops.tolist(), dev.nbytes[big].tolist()):
-        same = np.flatnonzero((host.thread == host.thread[op]) & (host.ts >= host.end[op]))
-        if same.size == 0:
-            continue
-        gap = int(host.ts[same].min()) - int(host.end[op])
-        if gap >= RELEASE_MIN_NS:
-            starts.append(int(host.end[op]))
-            ends.append(int(host.end[op]) + min(gap, int(RELEASE_NS_PER_MB * nbytes / (1 << 20))))
-    if not starts:
-        return empty
-    return np.array(starts, np.int64), np.array(ends, np.int64)
+    done = host.end[ops].astype(np.int64)
+    # the next host event on each operator's thread: one sorted lookup by (thread, start)
+    order = np.lexsort((host.ts, host.thread))
+    keys_thread, keys_ts = host.thread[order], host.ts[order]
+    pos = np.searchsorted(keys_thread, host.thread[ops], side="left")
+    end_of_thread = np.searchsorted(keys_thread, host.thread[ops], side="right")
+    for k in range(ops.size):  # within the thread's slice, the first event at or after the end
+        pos[k] += np.searchsorted(keys_ts[pos[k]:end_of_thread[k]], done[k], side="left")
+    has_next = pos < end_of_thread
+    gap = np.where(has_next, keys_ts[np.minimum(pos, keys_ts.size - 1)] - done, 0)
+    keep = gap >= RELEASE_MIN_NS
+    cap = (RELEASE_NS_PER_MB * dev.nbytes[big] / (1 << 20)).astype(np.int64)
+    return done[keep], done[keep] + np.minimum(gap, cap)[keep]
 
 
 def _syncs_inside(a: Analysis, ops: np.ndarray) -> np.ndarray:
