@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.replay.graph import CALL, MARK, one_off_calls
 
@@ -60,3 +62,20 @@ def test_the_recorded_one_off_is_the_pinned_block_of_a_read() -> None:
     names = [a.trace.string(a.trace.host.name[graph.host[i]]) for i in flagged]
     assert names == ["cudaHostAlloc"]
     assert graph.own_ns[flagged[0]] == pytest.approx(1.909e6, rel=0.01)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 3_000_000),
+                          st.booleans(), st.booleans()), max_size=60),
+       st.integers(-5, 5_000_000))
+def test_any_chain_flags_only_calls_that_did_not_wait(rows, profiled_ns) -> None:
+    """Whatever the chain (marks anywhere, names repeated or not, any times), only calls that did
+    not wait and do not sync are flagged, and nothing raises."""
+    kind = np.array([CALL if call else MARK for call, *_ in rows], np.int8)
+    name = np.array([n for _, n, *_ in rows], np.int64)
+    own = np.array([o for _, _, o, *_ in rows], np.int64)
+    wait_on = np.array([0 if w else -1 for *_, w, _ in rows], np.int64)
+    sync = np.array([s for *_, s in rows], bool)
+    flags = one_off_calls(kind, name, own, wait_on, sync, profiled_ns)
+    assert flags.shape == kind.shape
+    assert not (flags & ((kind != CALL) | (wait_on >= 0) | sync)).any()

@@ -248,6 +248,8 @@ def test_a_period_needs_four_equal_gaps_within_the_bound() -> None:
     assert _loop_period(np.array([3, 16, 30, 43])) == 0  # one gap differs: layers, not a loop
     far = MAX_LOOP_PERIOD + 1
     assert _loop_period(np.arange(4) * far) == 0
+    assert _loop_period(np.array([], np.int64)) == 0
+    assert _loop_period(np.array([5, 5, 5, 5])) == 0  # no gap is no loop
 
 
 def test_a_hand_written_adam_is_an_optimizer_loop() -> None:
