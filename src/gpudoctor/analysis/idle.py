@@ -328,7 +328,7 @@ def blocking_work_regions(idle: IdleResult, steps: Steps,
             k = int(np.searchsorted(rs, ws, side="right")) - 1
             if k >= 0 and ws < re_[k]:
                 holds_work[k] = True
-                first_work[k] = min(first_work[k], max(ws, rs[k]))
+                first_work[k] = min(first_work[k], ws)  # ws >= rs[k]: the region holds it
         # a region starts at its first stretch of host work: a blocking copy or sync before it is
         # the loop's own read of its result (``.cpu()`` then numpy), which the work needs and moving
         # the work off the thread does not remove; a checkpoint's copies sit between its writes

@@ -38,14 +38,10 @@ LOOP_TRAFFIC_FACTOR = 3.0
 
 def check(a: Analysis) -> Finding | None:
     trace, host, dev = a.trace, a.trace.host, a.trace.device
-    regions = np.flatnonzero(optimizer_steps(trace))
-    hand_written = regions.size == 0
-    if hand_written:
-        r_s, r_e, regions = hand_written_updates(a)
-        if r_s.size == 0:
-            return None
-    else:
-        r_s, r_e = union(host.ts[regions], host.end[regions])
+    found = _update_regions(a, hand_written=True)
+    if found is None:
+        return None
+    r_s, r_e, regions, hand_written = found
     n = max(len(a.steps), 1)
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
@@ -177,6 +173,22 @@ def hand_written_updates(a: Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarra
             np.concatenate(ops).astype(np.int64))
 
 
+def _update_regions(a: Analysis, hand_written: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                               bool] | None:
+    """The optimizer's regions (their starts and ends, the host events that mark them) and whether
+    they are hand-written: torch.optim's ``Optimizer.step#`` annotations, else with ``hand_written``
+    the steps' hand-written updates (``hand_written_updates``); None where there are neither."""
+    host = a.trace.host
+    regions = np.flatnonzero(optimizer_steps(a.trace))
+    if regions.size:
+        r_s, r_e = union(host.ts[regions], host.end[regions])
+        return r_s, r_e, regions, False
+    if not hand_written:
+        return None
+    r_s, r_e, ops = hand_written_updates(a)
+    return (r_s, r_e, ops, True) if r_s.size else None
+
+
 def _hand_written_fixes(trace: Trace, ops: np.ndarray) -> tuple[Fix, ...]:
     """torch.optim's fused step for the update the operators show (Adam's addcmul_ / addcdiv_,
     else SGD's), then the same update over all parameters at once with foreach operators."""
@@ -252,16 +264,11 @@ class _Loop(NamedTuple):
 def _loop(a: Analysis, hand_written: bool = False) -> _Loop | None:
     """The optimizer steps' loop (``_Loop``); None where the steps launch nothing in it. With
     ``hand_written``, where no torch.optim step ran, the steps' hand-written updates."""
-    trace, host, dev = a.trace, a.trace.host, a.trace.device
-    regions = np.flatnonzero(optimizer_steps(trace))
-    if regions.size == 0 and hand_written:
-        r_s, r_e, regions = hand_written_updates(a)
-        if r_s.size == 0:
-            return None
-    elif regions.size == 0:
+    host, dev = a.trace.host, a.trace.device
+    found = _update_regions(a, hand_written)
+    if found is None:
         return None
-    else:
-        r_s, r_e = union(host.ts[regions], host.end[regions])
+    r_s, r_e, regions, _ = found
     launched = dev.launch >= 0
     launch_ts = np.where(launched, host.ts[np.maximum(dev.launch, 0)], -1)
     phase_s, _ = _after_closure(a, r_s, r_e, launch_ts)

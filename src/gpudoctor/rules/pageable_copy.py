@@ -71,16 +71,14 @@ def check(a: Analysis) -> Finding | None:
     )
 
 
-_UPLOAD_FIXES = (
-    Fix("Pin host buffers and copy asynchronously",
-        "loader = DataLoader(ds, ..., pin_memory=True)\n"
-        "x = x.to('cuda', non_blocking=True)"),
-    Fix("Reuse one pinned staging buffer for repeated transfers",
-        "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
-        "gpu.copy_(buf, non_blocking=True)"),
-    Fix("Keep data resident on the GPU when it fits",
-        "dataset_tensor = dataset_tensor.cuda()"),
-)
+_PIN_FIX = Fix("Pin host buffers and copy asynchronously",
+               "loader = DataLoader(ds, ..., pin_memory=True)\n"
+               "x = x.to('cuda', non_blocking=True)")
+_STAGING_FIX = Fix("Reuse one pinned staging buffer for repeated transfers",
+                   "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
+                   "gpu.copy_(buf, non_blocking=True)")
+_RESIDENT_FIX = Fix("Keep data resident on the GPU when it fits",
+                    "dataset_tensor = dataset_tensor.cuda()")
 _DOWNLOAD_FIX = Fix(
     "Download into one pinned buffer, allocated once and reused",
     "host_buf = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)  # once, before the loop\n"
@@ -90,7 +88,9 @@ _DOWNLOAD_FIX = Fix(
 
 def _fixes(downloads_mostly: bool) -> tuple[Fix, ...]:
     """The upload fixes, or for copies that are mostly downloads the reused pinned buffer first."""
-    return (_DOWNLOAD_FIX, *_UPLOAD_FIXES[:1], _UPLOAD_FIXES[2]) if downloads_mostly else _UPLOAD_FIXES
+    if downloads_mostly:
+        return _DOWNLOAD_FIX, _PIN_FIX, _RESIDENT_FIX
+    return _PIN_FIX, _STAGING_FIX, _RESIDENT_FIX
 
 
 def _download_bytes(a: Analysis, idx: np.ndarray) -> float:

@@ -153,7 +153,7 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _ordered_fixes(rows, batched_first=joined_loop(a)),
+        _ordered_fixes(rows, batched_first=joined_loop(a, idx)),
         wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most "
                   "SMs idle.",
         idle_ms=gap_ns / 1e6 / n,
@@ -382,16 +382,23 @@ def _small(a: Analysis) -> tuple[Priced, Priced]:
     return _by_flops(a, live), _by_grid(a, live)
 
 
-def joined_loop(a: Analysis) -> bool:
-    """Whether the small GEMMs include a loop whose outputs a stack or cat joins (heads, an
-    ensemble's members, experts): one batched call replaces it, whatever the batch."""
-    (flop_idx, _), (grid_idx, _) = _small(a)
-    idx = np.concatenate((flop_idx, grid_idx))
+def joined_loop(a: Analysis, idx: np.ndarray | None = None) -> bool:
+    """Whether the small GEMMs (``idx``, else the finding's) include a loop whose outputs a stack
+    or cat joins (heads, an ensemble's members, experts): one batched call replaces it, whatever
+    the batch."""
+    if idx is None:
+        (flop_idx, _), (grid_idx, _) = _small(a)
+        idx = np.concatenate((flop_idx, grid_idx))
     idx = idx[np.argsort(a.trace.device.ts[idx], kind="stable")]
-    return any(_gathers(a, [idx[run]]).size for run in _runs(a, idx))
+    return _joined_runs(a, idx)[1]
 
 
 def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
+    """The runs ``_joined_runs`` finds."""
+    return _joined_runs(a, idx)[0]
+
+
+def _joined_runs(a: Analysis, idx: np.ndarray) -> tuple[list[np.ndarray], bool]:
     """Positions (into ``idx``, in time order) of each run of two or more GEMMs of one kernel name
     in one step, at most MAX_KERNELS_BETWEEN other kernels apart, that one batched call replaces.
     A run is independent GEMMs where a stack or cat joins its outputs (a loop over heads,
@@ -441,7 +448,7 @@ def _runs(a: Analysis, idx: np.ndarray) -> list[np.ndarray]:
             runs.append(run)
         else:
             runs.extend(_back_to_back(position[idx[run]], run))
-    return sorted(runs, key=lambda r: int(r[0]))
+    return sorted(runs, key=lambda r: int(r[0])), bool(forward_ops)
 
 
 # A loop whose body launches more kernels than MAX_KERNELS_BETWEEN (a member MLP of three layers
