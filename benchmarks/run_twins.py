@@ -42,8 +42,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,28 @@ def plain_run(
         "message": failure_message(res) if res["rc"] != 0 or ms is None else "",
         "stderr_tail": res["stderr"][-800:] if res["rc"] != 0 else "",
     }
+
+
+def alternating_runs(
+    run: Callable[[bool], dict[str, Any]], repeat: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``repeat`` plain runs of each twin, in the order sick, fixed, fixed, sick, sick, ... (ABBA):
+    a host whose speed drifts through the minutes of a session (the lent machines' CPUs did, by
+    up to a quarter between one process and the next: benchmarks/BENCHMARKS-twins.md "Set of
+    2026-12-07 (b)") then weighs on both twins alike. Each side is its first run's record with
+    ``true_step_ms`` the median of its runs' and ``runs_ms`` every run's."""
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for k in range(max(repeat, 1)):
+        for fixed in (False, True) if k % 2 == 0 else (True, False):
+            runs[fixed].append(run(fixed))
+    sides = []
+    for fixed in (False, True):
+        first = dict(runs[fixed][0])
+        timed = [r["true_step_ms"] for r in runs[fixed] if r["true_step_ms"] is not None]
+        first["runs_ms"] = [r["true_step_ms"] for r in runs[fixed]]
+        first["true_step_ms"] = round(statistics.median(timed), 4) if timed else None
+        sides.append(first)
+    return sides[0], sides[1]
 
 
 def load_report(run_dir: Path | None, stdout: str) -> dict[str, Any] | None:
@@ -180,8 +204,11 @@ def run_one(entry: dict[str, Any], opts: argparse.Namespace, env: dict[str, str]
     row["args"] = args
     regex, per_step = entry.get("timing_regex"), row["iterations_per_step"]
 
-    row["sick"] = plain_run(script, args, regex, per_step, opts, env)
-    row["fixed"] = plain_run(script, [*args, "--fixed"], regex, per_step, opts, env)
+    row["sick"], row["fixed"] = alternating_runs(
+        lambda fixed: plain_run(script, [*args, *(["--fixed"] if fixed else [])], regex, per_step,
+                                opts, env),
+        opts.repeat,
+    )
     sick_ms, fixed_ms = row["sick"]["true_step_ms"], row["fixed"]["true_step_ms"]
     row["sick_step_ms"], row["fixed_step_ms"] = sick_ms, fixed_ms
     row["measured_speedup"] = round(sick_ms / fixed_ms, 4) if sick_ms and fixed_ms else None
@@ -299,6 +326,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {_x(r.get('measured_speedup'))} | {est_s} | {fmt(r.get('ratio'))} | {fmt(r.get('ratio_fix'))} "
             f"| {doc_ms} | **{r.get('verdict')}** |"
         )
+        repeated = [(label, (r.get(label) or {}).get("runs_ms") or []) for label in ("sick", "fixed")]
+        if any(len(ms) > 1 for _, ms in repeated):
+            notes.append(f"- {r['program']}: plain runs (ms a step, in run order per side) "
+                         + "; ".join(f"{label} {', '.join(fmt(v) for v in ms)}"
+                                     for label, ms in repeated))
         for label in ("sick", "fixed"):
             if (r.get(label) or {}).get("message"):
                 notes.append(f"- **{r['program']}** ({label}, plain): {r[label]['message']}")
@@ -350,6 +382,12 @@ def main() -> int:
         "--bundle",
         action="store_true",
         help="also write OUT/runs.tar.gz with every run's env.json and report.json (no traces)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="plain runs of each twin, sick and fixed alternating (ABBA); each side's median",
     )
     ap.add_argument(
         "--doctor-fixed",

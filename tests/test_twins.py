@@ -330,6 +330,21 @@ def test_runner_verdict(findings: list, measured: float, verdict: str, rank: int
         )
 
 
+def test_repeated_plain_runs_alternate_and_take_each_sides_median() -> None:
+    """ABBA order: a drifting host weighs on both twins alike; an untimed run is left out."""
+    order: list[bool] = []
+    timings = {False: iter([12.0, 15.0, None]), True: iter([6.0, 9.0, 7.0])}
+
+    def run(fixed: bool) -> dict[str, Any]:
+        order.append(fixed)
+        return {"rc": 0, "true_step_ms": next(timings[fixed])}
+
+    sick, fixed = _runner().alternating_runs(run, 3)
+    assert order == [False, True, True, False, False, True]
+    assert sick["runs_ms"] == [12.0, 15.0, None] and sick["true_step_ms"] == 13.5
+    assert fixed["runs_ms"] == [6.0, 9.0, 7.0] and fixed["true_step_ms"] == 7.0
+
+
 def test_by_hand_manifest_is_well_formed() -> None:
     from gpudoctor.tryfix.knobs import KNOBS
 
