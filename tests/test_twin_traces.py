@@ -273,3 +273,41 @@ def test_a_hand_written_adam_is_an_optimizer_loop() -> None:
     assert f.fixes[0].title == "Replace the hand-written update with torch.optim's fused AdamW"
     # the optimizer-foreach knob changes torch.optim optimizers only: nothing to price here
     assert optimizer_loop.foreach_edit(a) is None
+
+
+def test_optimizers_stepped_one_after_another_are_priced_by_their_wrappers() -> None:
+    """25 AdamW (one per residual block and the head), each a foreach step over its few tensors:
+    not a per-parameter loop (the foreach knob has nothing to change), but 25 step() and zero_grad()
+    wrappers a step where one optimizer with 25 parameter groups pays one (measured x1.16-1.23
+    with that fix; benchmarks/BENCHMARKS-twins.md "Set of 2026-12-07 (b)")."""
+    from gpudoctor.analysis.host_events import optimizer_steps
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules import optimizer_loop
+
+    found = diagnose_path(DATA / "per_layer_optimizers")
+    a = found.analysis
+    instances = optimizer_loop._instances(a, np.flatnonzero(optimizer_steps(a.trace)))
+    assert instances is not None and instances.count == 25.0
+    # 24 extra steps (a wrapper before and after each update) and 24 extra zero_grads (no update:
+    # one interval each), over 5 steps; 2 left out where the window cut a region
+    assert instances.wrapper_s.size == 358
+    assert (instances.wrapper_e > instances.wrapper_s).all()
+    assert (instances.wrapper_e - instances.wrapper_s).sum() / 5 / 1e6 == pytest.approx(1.4018,
+                                                                                         abs=1e-4)
+    f = found.report.finding("optimizer-loop")
+    assert f.title == "25 optimizers step one after another"
+    assert f.evidence.numbers["priced_by"] == "replay"
+    assert f.predicted_speedup == pytest.approx(1.1018, abs=1e-4)
+    assert "AdamW" in f.fixes[0].title and "25 instances" in f.fixes[0].code
+    assert optimizer_loop.foreach_edit(a) is None
+
+
+def test_one_optimizer_with_parameter_groups_is_not_several() -> None:
+    """The hand-written Adam (no torch.optim step) and a single optimizer: no instances."""
+    from gpudoctor.analysis.host_events import optimizer_steps
+    from gpudoctor.pipeline import diagnose_path
+    from gpudoctor.rules import optimizer_loop
+
+    for name in ("manual_adam_loop", "fp32_resnet"):
+        a = diagnose_path(DATA / name).analysis
+        assert optimizer_loop._instances(a, np.flatnonzero(optimizer_steps(a.trace))) is None

@@ -10,6 +10,10 @@ thread as ``autograd::engine::evaluate_function: ...``. The optimizer's own phas
 the closure returned: after the last backward op in the region, and on the GPU after the
 closure's kernels drained. Only the kernels launched in that phase, and its host time, are the
 optimizer's.
+
+Several optimizers stepped one after another each step (one per layer, per parameter group), each
+a multi-tensor step of its own few tensors, are not a per-parameter loop: their price is the
+wrapper each ``step()`` and ``zero_grad()`` pays beyond the first (``_instances``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ from typing import NamedTuple
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import autograd_nodes, optimizer_steps
+from gpudoctor.analysis.host_events import (
+    autograd_nodes,
+    optimizer_bookkeeping,
+    optimizer_steps,
+)
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
@@ -50,7 +58,7 @@ def check(a: Analysis) -> Finding | None:
     inside &= a.roofline.event_in_steps_ns > 0
     idx = np.flatnonzero(inside)
     if idx.size / n < MIN_KERNELS_PER_STEP or (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:
-        return None
+        return None if hand_written else _instances_finding(a, regions)
     # each region's phase: from when the host left the closure and the GPU ran the closure's
     # kernels, to the later of the host's return and the GPU's end of the optimizer's kernels
     start = np.maximum(phase_s, closure_gpu_end)
@@ -89,6 +97,98 @@ def check(a: Analysis) -> Finding | None:
         _hand_written_fixes(trace, regions) if hand_written
         else _fixes(_optimizer_class(trace, regions)),
         idle_ms=max(span_ns - float(dev.dur[idx].sum()), 0.0) / 1e6 / n,
+    )
+
+
+# Several torch.optim optimizers stepped one after another in each step (one per layer, per
+# parameter group, per parameter), each a multi-tensor update of its own few tensors: each
+# ``step()`` and ``zero_grad()`` pays torch.optim's wrapper around that update (its annotation,
+# hooks, the CUDA-graph capture check) where one optimizer with a parameter group per instance pays
+# it once; the per-group update runs either way (torch/optim/adamw.py loops over param_groups).
+# per_layer_optimizers' twin: 25 AdamW, about 45 us of wrapper a step() and 17 a zero_grad()
+# profiled (benchmarks/BENCHMARKS-twins.md "Set of 2026-12-07 (b)").
+MIN_INSTANCES = 4
+
+
+class _Instances(NamedTuple):
+    count: float  # optimizer steps a step (median)
+    wrapper_s: np.ndarray  # the extra instances' wrapper intervals: starts
+    wrapper_e: np.ndarray  # and ends (ns)
+
+
+def _instances(a: Analysis, regions: np.ndarray) -> _Instances | None:
+    """Each step's optimizer steps and zero_grads beyond its first of each: their wrapper time, the
+    region's host time before its first nested event and after its last (all of it where nothing
+    is nested: ``zero_grad(set_to_none=True)``). None under MIN_INSTANCES steps a step."""
+    host, steps = a.trace.host, a.steps
+    if len(steps) == 0 or regions.size == 0:
+        return None
+    per_step = np.histogram(host.ts[regions], np.append(steps.start, steps.end.max()))[0]
+    count = float(np.median(per_step))
+    if count < MIN_INSTANCES:
+        return None
+    marked = np.flatnonzero(optimizer_bookkeeping(a.trace))
+    marked = marked[(host.ts[marked] >= steps.start.min()) & (host.end[marked] <= steps.end.max())]
+    nested = np.flatnonzero(np.isin(host.cat, [HostCat.OP, HostCat.RUNTIME, HostCat.DRIVER])
+                            & host.on_threads(distinct(host.thread[marked])))
+    order = np.lexsort((host.ts[nested], host.thread[nested]))
+    nested = nested[order]
+    starts, ends = [], []
+    step_of = np.searchsorted(steps.start, host.ts[marked], side="right") - 1
+    for name in distinct(host.name[marked]).tolist():
+        same = marked[host.name[marked] == name]
+        first = same[np.unique(step_of[host.name[marked] == name], return_index=True)[1]]
+        for r in np.setdiff1d(same, first).tolist():
+            on = nested[host.thread[nested] == host.thread[r]]
+            lo = np.searchsorted(host.ts[on], host.ts[r], side="left")
+            hi = np.searchsorted(host.ts[on], host.end[r], side="left")
+            inner = on[lo:hi]
+            inner = inner[host.end[inner] <= host.end[r]]
+            if inner.size == 0:
+                starts.append(int(host.ts[r]))
+                ends.append(int(host.end[r]))
+                continue
+            starts += [int(host.ts[r]), int(host.end[inner].max())]
+            ends += [int(host.ts[inner[0]]), int(host.end[r])]
+    if not starts:
+        return None
+    return _Instances(count, np.array(starts, np.int64), np.array(ends, np.int64))
+
+
+def _instances_finding(a: Analysis, regions: np.ndarray) -> Finding | None:
+    """The optimizer's own update is multi-tensor, but several optimizers step a step."""
+    found = _instances(a, regions)
+    if found is None:
+        return None
+    n = max(len(a.steps), 1)
+    wrapper_ms = float(np.clip(found.wrapper_e - found.wrapper_s, 0, None).sum()) / 1e6 / n
+    cls = _optimizer_class(a.trace, regions)
+    count = round(found.count)
+    return make_finding(
+        ID,
+        f"{count} optimizers step one after another",
+        a.step_ms,
+        wrapper_ms,
+        f"{count} {cls or 'torch.optim'} optimizers step (and zero their gradients) one after "
+        f"another each step; torch.optim's wrapper around each of their updates takes "
+        f"{wrapper_ms:.2f} ms a step beyond the first's. One optimizer with a parameter group per "
+        "instance pays it once (where they share their settings, one group saves the per-group "
+        "updates too).",
+        Evidence(
+            numbers={
+                "optimizer_instances_per_step": float(count),
+                "optimizer_wrapper_ms_per_step": round(wrapper_ms, 3),
+            },
+            ops=tuple(dict.fromkeys(a.trace.strings[a.trace.host.name[i]]
+                                    for i in regions.tolist()))[:3],
+        ),
+        (Fix(f"Step one {cls or 'optimizer'} over every parameter, each instance's settings as a "
+             "parameter group",
+             f"opt = torch.optim.{cls or 'AdamW'}(\n"
+             f"    [{{\"params\": group_params, \"lr\": group_lr}} for group_params, group_lr in "
+             f"groups],  # the {count} instances' parameters and settings\n"
+             f"    fused=True,\n)\n# one opt.step() and one opt.zero_grad() a step"),),
+        idle_ms=0.0,
     )
 
 
@@ -281,6 +381,13 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     """The fused (or foreach) step: the region's own host time from its first operator goes but
     one launch a step (the walk over the parameters before it stays: ``_first_operator``), and its
     kernels move the same bytes in one pass (as priced: LOOP_TRAFFIC_FACTOR less traffic)."""
+    if "optimizer_instances_per_step" in finding.evidence.numbers:
+        found = _update_regions(a, hand_written=False)
+        instances = _instances(a, found[2]) if found is not None else None
+        if instances is None:
+            return None
+        return Edit(host_removed_s=instances.wrapper_s, host_removed_e=instances.wrapper_e,
+                    paced=False, note=f"one optimizer for {round(instances.count)}")
     loop = _loop(a, hand_written=True)
     if loop is None:
         return None
@@ -315,6 +422,8 @@ def foreach_edit(a: Analysis) -> Edit | None:
         return None
     phase_s, launch_ts, idx = loop.phase_starts, loop.launch_ts, loop.kernels
     host, dev = a.trace.host, a.trace.device
+    if (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:  # multi-tensor already (check's test)
+        return None
     ops = distinct(host.outermost(dev.launch[idx]))
     # the parameters: most of the loop's operators run once for each (AdamW's ``mul_`` twice)
     _, counts = np.unique(host.name[ops], return_counts=True)
