@@ -94,9 +94,9 @@ def alternating_runs(
     run: Callable[[bool], dict[str, Any]], repeat: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``repeat`` plain runs of each twin, in the order sick, fixed, fixed, sick, sick, ... (ABBA):
-    a host whose speed drifts through the minutes of a session (the lent machines' CPUs did, by
-    up to a quarter between one process and the next: benchmarks/BENCHMARKS-twins.md "Set of
-    2026-12-07 (b)") then weighs on both twins alike. Each side is its first run's record with
+    a host whose speed drifts through the minutes of a session (a lent machine's host-bound step
+    moved by up to 1.5x from one process to the next: benchmarks/BENCHMARKS-twins.md "Eight more
+    twins") then weighs on both twins alike. Each side is its first run's record with
     ``true_step_ms`` the median of its runs' and ``runs_ms`` every run's."""
     runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for k in range(max(repeat, 1)):

@@ -279,7 +279,7 @@ def test_optimizers_stepped_one_after_another_are_priced_by_their_wrappers() -> 
     """25 AdamW (one per residual block and the head), each a foreach step over its few tensors:
     not a per-parameter loop (the foreach knob has nothing to change), but 25 step() and zero_grad()
     wrappers a step where one optimizer with 25 parameter groups pays one (measured x1.16-1.23
-    with that fix; benchmarks/BENCHMARKS-twins.md "Set of 2026-12-07 (b)")."""
+    with that fix; benchmarks/BENCHMARKS-twins.md "Eight more twins")."""
     from gpudoctor.analysis.host_events import optimizer_steps
     from gpudoctor.pipeline import diagnose_path
     from gpudoctor.rules import optimizer_loop

@@ -106,7 +106,7 @@ def check(a: Analysis) -> Finding | None:
 # hooks, the CUDA-graph capture check) where one optimizer with a parameter group per instance pays
 # it once; the per-group update runs either way (torch/optim/adamw.py loops over param_groups).
 # per_layer_optimizers' twin: 25 AdamW, about 45 us of wrapper a step() and 17 a zero_grad()
-# profiled (benchmarks/BENCHMARKS-twins.md "Set of 2026-12-07 (b)").
+# profiled (benchmarks/BENCHMARKS-twins.md "Eight more twins").
 MIN_INSTANCES = 4
 
 
