@@ -311,3 +311,17 @@ def test_one_optimizer_with_parameter_groups_is_not_several() -> None:
     for name in ("manual_adam_loop", "fp32_resnet"):
         a = diagnose_path(DATA / name).analysis
         assert optimizer_loop._instances(a, np.flatnonzero(optimizer_steps(a.trace))) is None
+
+
+@pytest.mark.parametrize(("cls", "made", "kind"), [
+    ("AdamW", "torch.optim.AdamW(", "fused=True"),
+    ("RMSprop", "torch.optim.RMSprop(", "foreach=True"),
+    ("Lion", "opt = Lion(", None),  # a class torch.optim does not have: named as the program has it
+])
+def test_the_one_optimizer_fix_names_the_instances_class(cls: str, made: str, kind: str | None
+                                                         ) -> None:
+    from gpudoctor.rules.optimizer_loop import _one_optimizer_fix
+
+    fix = _one_optimizer_fix(cls, 12)
+    assert made in fix.code and "the 12 instances'" in fix.code
+    assert (kind in fix.code) if kind else ("fused" not in fix.code and "foreach" not in fix.code)

@@ -182,14 +182,24 @@ def _instances_finding(a: Analysis, regions: np.ndarray) -> Finding | None:
             ops=tuple(dict.fromkeys(a.trace.strings[a.trace.host.name[i]]
                                     for i in regions.tolist()))[:3],
         ),
-        (Fix(f"Step one {cls or 'optimizer'} over every parameter, each instance's settings as a "
-             "parameter group",
-             f"opt = torch.optim.{cls or 'AdamW'}(\n"
-             f"    [{{\"params\": group_params, \"lr\": group_lr}} for group_params, group_lr in "
-             f"groups],  # the {count} instances' parameters and settings\n"
-             f"    fused=True,\n)\n# one opt.step() and one opt.zero_grad() a step"),),
+        (_one_optimizer_fix(cls, count),),
         idle_ms=0.0,
     )
+
+
+def _one_optimizer_fix(cls: str, count: int) -> Fix:
+    """One optimizer of the instances' class over their parameter groups: torch.optim's, with its
+    fused or multi-tensor step where it has one; the program's own class as it is named."""
+    kind = "fused=True" if cls in FUSED else "foreach=True" if cls in FOREACH else ""
+    make = f"torch.optim.{cls}" if cls in FUSED + FOREACH else (cls or "Optimizer")
+    return Fix(
+        f"Step one {cls or 'optimizer'} over every parameter, each instance's settings as a "
+        "parameter group",
+        f"opt = {make}(\n"
+        f"    [{{\"params\": group_params, \"lr\": group_lr}} for group_params, group_lr in "
+        f"groups],  # the {count} instances' parameters and settings\n"
+        + (f"    {kind},\n" if kind else "")
+        + ")\n# one opt.step() and one opt.zero_grad() a step")
 
 
 # torch.optim's optimizers with a fused CUDA step from torch 2.4 on, and those with a multi-tensor
