@@ -16,6 +16,7 @@ N = 4096
 FP32 = ["float", "float"]
 TF32_KERNEL = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
 SIMT_KERNEL = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+BACKWARD_NODE = "autograd::engine::evaluate_function: MmBackward0"
 BF16_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
 
 
@@ -35,6 +36,7 @@ def _gemm_steps(
             100,
             t.runtime("cudaLaunchKernel", base + 8, 3),
         )
+        t.op(BACKWARD_NODE, base + 12, 2)  # a training step: the autograd engine ran
     return t
 
 
@@ -206,6 +208,7 @@ def test_a_card_without_bf16_tensor_cores_is_told_fp16_with_a_scaler(gpu: str) -
         t.step(s, s * 1000, 1000)
         t.op("aten::mm", s * 1000 + 1, 6, dims=[[1024, 1024], [1024, 1024]], types=FP32)
         t.kernel(SIMT_KERNEL, s * 1000 + 10, 300, t.runtime("cudaLaunchKernel", s * 1000 + 2, 4))
+        t.op(BACKWARD_NODE, s * 1000 + 12, 2)  # a training step
     f = check(analyze_trace(parse(t.to_bytes()), for_gpu_name(gpu)))
     assert f is not None and f.saving_ms > 0.1
     codes = "\n".join(x.code for x in f.fixes)
@@ -265,6 +268,7 @@ def _conv_steps(kernels: list[str], types: list[str]) -> TraceBuilder:
         for k, name in enumerate(kernels):
             corr = t.runtime("cudaLaunchKernel", base + 2 + 4 * k, 3)
             t.kernel(name, base + 30 + 400 * k, 400, corr)
+        t.op(BACKWARD_NODE, base + 25, 2)  # a training step
     return t
 
 
@@ -288,3 +292,24 @@ def test_bf16_convolutions_are_not_fp32_work() -> None:
     a = _analysis(_conv_steps([BF16_CONV], ["c10::BFloat16", "c10::BFloat16"] + [""] * 8))
     assert len(fp32_matrix_events(a)["conv"]) == 0
     assert check(a) is None
+
+
+def test_a_served_model_is_told_to_cast_it_once_then_autocast() -> None:
+    """A step with no backward (the same GEMMs, no autograd node): no optimizer keeps fp32 master
+    weights, so the model cast to bf16 once comes first, autocast around the forward second, TF32
+    third where the GEMMs run on CUDA cores; the wrong fix says nothing of master weights."""
+    t = TraceBuilder()
+    for s in range(3):
+        base = s * 1000
+        t.step(s, base, 1000)
+        t.op("aten::mm", base + 1, 6, dims=[[N, N], [N, N]], types=FP32)
+        t.kernel(SIMT_KERNEL, base + 10, 500, t.runtime("cudaLaunchKernel", base + 2, 4))
+    f = check(_analysis(t))
+    assert f is not None
+    titles = [x.title for x in f.fixes]
+    assert titles[0].startswith("Serving the model: cast it to torch.bfloat16 once")
+    assert "model.to(torch.bfloat16)" in f.fixes[0].code
+    assert "autocast" in titles[1] and "out = model(x)" in f.fixes[1].code
+    assert "TF32" in titles[2]
+    assert "bf16_full_eval=True" in f.fixes[-1].code
+    assert "master weights" not in f.wrong_fix

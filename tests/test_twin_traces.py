@@ -325,3 +325,14 @@ def test_the_one_optimizer_fix_names_the_instances_class(cls: str, made: str, ki
     fix = _one_optimizer_fix(cls, 12)
     assert made in fix.code and "the 12 instances'" in fix.code
     assert (kind in fix.code) if kind else ("fused" not in fix.code and "foreach" not in fix.code)
+
+
+def test_a_served_fp32_encoder_is_told_to_cast_the_model_once() -> None:
+    """nn.TransformerEncoder under inference_mode, fp32 with TF32 off: no backward in the step, so
+    the first fix casts the model to bf16 once (autocast would turn its fused inference path off:
+    benchmarks/BENCHMARKS-twins.md "Four GPU-bound twins"), then autocast, then TF32."""
+    f = analyze_path(DATA / "fp32_encoder_inference").finding("fp32-matmul")
+    assert f.severity == "critical"
+    assert [x.title.split(":")[0].split(" ")[0] for x in f.fixes[:2]] == ["Serving", "Or"]
+    assert "model.to(torch.bfloat16)" in f.fixes[0].code
+    assert "master weights" not in f.wrong_fix

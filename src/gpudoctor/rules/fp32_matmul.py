@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis, autocast_casts
+from gpudoctor.analysis.host_events import ran_backward
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.ceilings import Ceilings
 from gpudoctor.hardware.gemm_rate import rate_source
@@ -158,6 +159,7 @@ def check(a: Analysis) -> Finding | None:
     achieved = float(rf.event_flops[idx].sum()) / (time_ns / 1e9) if time_ns else 0.0
     roof = a.ceilings.best_matrix_flops
     title, summary = _wording(main, ms, achieved, roof)
+    inference = not ran_backward(a.trace)
     return make_finding(
         ID,
         title,
@@ -182,11 +184,12 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _fixes(ms, a.ceilings),
+        _fixes(ms, a.ceilings, inference),
         wrong_fix=(
             "A bigger batch will not help: the matmuls are capped by the fp32 or TF32 rate, not by "
-            "their size. Casting the weights to bf16 for the optimizer too (model.to(bfloat16)) "
-            "loses fp32 master weights; autocast keeps them."
+            "their size." + ("" if inference else
+                             " Casting the weights to bf16 for the optimizer too "
+                             "(model.to(bfloat16)) loses fp32 master weights; autocast keeps them.")
         ),
     )
 
@@ -229,13 +232,28 @@ _FP16_ACCURACY = (
 )
 
 
-def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
+# A step with no backward serves a model: no optimizer keeps fp32 master weights, so the model is
+# cast once, and autocast's casts of every weight at every call (and its mixed-precision path,
+# which turns nn.TransformerEncoder's fused inference path off: benchmarks/BENCHMARKS-twins.md
+# "Four GPU-bound twins") are not paid.
+_INFERENCE_FIX = ("Serving the model: cast it to {dtype} once and feed it {dtype} inputs",
+                  ("model = model.to({dtype}).eval()\n"
+                   "x = x.to({dtype})  # each floating-point input the model reads\n"
+                   "# no optimizer, no fp32 master weights to keep"))
+
+
+def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) -> tuple[Fix, ...]:
     """The fixes on this card: bf16 where it has bf16 tensor cores (or where its roofs are not
     known); fp16 with a gradient scaler where it has fp16 ones only (``Ceilings.half_dtype``:
-    V100, T4); TF32 only where the card has it (compute capability 8.0 on)."""
+    V100, T4); TF32 only where the card has it (compute capability 8.0 on). A step with no backward
+    (``inference``): the model cast to 16 bits once, first."""
     roofs = ceilings.matrix_flops
     fp16 = ceilings.half_dtype == "fp16"
     dtype = "torch.float16" if fp16 else "torch.bfloat16"
+    tf32 = not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and ms["conv"] == 0 and bool(
+        roofs.get("tf32") or not roofs)
+    if inference:
+        return _inference_fixes(ms, dtype, tf32)
     fixes = [Fix(
         "Run forward and loss under fp16 autocast with a gradient scaler (this GPU's tensor cores "
         "take fp16, not bf16)",
@@ -246,10 +264,8 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
         "Run forward and loss under bf16 autocast (fp32 master weights kept)",
         f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n# {_ACCURACY}",
     )]
-    if not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and ms["conv"] == 0 and (
-            roofs.get("tf32") or not roofs):
-        fixes.append(Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
-                         "torch.set_float32_matmul_precision('high')"))
+    if tf32:
+        fixes.append(_TF32_FIX)
     if ms["attention"] > 0:
         kernel = "a fused kernel" if fp16 else "FlashAttention"
         fixes.append(Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
@@ -259,6 +275,33 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings) -> tuple[Fix, ...]:
                      "Trainer(precision='16-mixed')   # Lightning" if fp16 else
                      "TrainingArguments(bf16=True)   # Hugging Face\n"
                      "Trainer(precision='bf16-mixed')   # Lightning"))
+    return tuple(fixes)
+
+
+_TF32_FIX = Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
+                "torch.set_float32_matmul_precision('high')")
+
+
+def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool) -> tuple[Fix, ...]:
+    """A served model's fixes: cast once, or autocast around the forward, and the frameworks'
+    16-bit evaluation settings."""
+    half = "fp16" if dtype == "torch.float16" else "bf16"
+    fixes = [
+        Fix(_INFERENCE_FIX[0].format(dtype=dtype), _INFERENCE_FIX[1].format(dtype=dtype)),
+        Fix(f"Or run the forward under {half} autocast (the model stays fp32; each weight is cast "
+            "at every call)",
+            f"with torch.autocast('cuda', dtype={dtype}):\n    out = model(x)\n"
+            "# compare the outputs with the fp32 model's on a few batches"),
+    ]
+    if tf32:
+        fixes.append(_TF32_FIX)
+    if ms["attention"] > 0:
+        kernel = "a fused kernel" if half == "fp16" else "FlashAttention"
+        fixes.append(Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
+                         f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this"))
+    fixes.append(Fix(f"Trainer / Lightning: evaluate and predict in {half}",
+                     f"TrainingArguments({half}_full_eval=True)   # Hugging Face\n"
+                     f"Trainer(precision='{'16' if half == 'fp16' else 'bf16'}-true')   # Lightning"))
     return tuple(fixes)
 
 
