@@ -48,7 +48,8 @@ def test_a_post_norm_transformer_encoder_casts_the_normed_inputs_and_every_param
     assert fwd[:17].tolist() == [3, 2, 3, 2] * 4 + [3]
     assert bwd[:17].tolist() == fwd[:17].tolist()
     assert (fwd.sum(), bwd.sum()) == (43 * steps, 43 * steps)
-    assert casts_per_matmul(a, matmuls) == pytest.approx(86 / 53)
+    # over the 52 fp32 matrix kernels a step (cuBLASLt's separate epilogue pass is elementwise)
+    assert casts_per_matmul(a, matmuls) == pytest.approx(86 / 52)
 
 
 def test_distilbert_counts_what_its_autocast_trial_ran():

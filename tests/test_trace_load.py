@@ -107,6 +107,11 @@ def test_unknown_kernel_names_are_counted_as_other() -> None:
     "name, kind",
     [
         ("ampere_sgemm_128x64_tn", Kind.GEMM_SIMT),
+        # cuBLASLt's separate bias / activation pass over a GEMM's output: elementwise, not a GEMM
+        ("void cublasLt::epilogue::impl::globalKernel<8, 32, float, float, float, true, false, 4>",
+         Kind.ELEMENTWISE),
+        ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>",
+         Kind.GEMM_TC),
         # cuDNN's batch norm is a normalization, not a convolution, whatever its "cudnn::"
         ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>", Kind.NORM),
         ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>", Kind.NORM),

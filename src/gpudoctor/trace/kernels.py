@@ -106,6 +106,10 @@ _KERNEL_PATTERNS: list[tuple[Kind, re.Pattern[str]]] = [
     # before the convolutions' "cudnn::": a normalization, memory-bound, that a compiler fuses
     (Kind.NORM, re.compile(r"cudnn::bn_(?:fw|bw)|cudnn::batch_?norm")),
     (Kind.CONV, re.compile(r"fprop|dgrad|wgrad|conv|winograd|implicit_convolve|cudnn::")),
+    # cuBLASLt's separate epilogue pass (bias and activation over a GEMM's output, where the GEMM
+    # kernel did not fuse them: ``_addmm_activation``'s GELU): one read and write of the output,
+    # before the matrix patterns that "cublas" would match
+    (Kind.ELEMENTWISE, re.compile(r"cublaslt::epilogue")),
     # CUDA-core matrix kernels: SGEMM/SIMT tiles, GEMV, dot products.
     (Kind.GEMM_SIMT, re.compile(r"sgemm|_simt_|gemv|gemmsn|dot_kernel|cudacore|dgemm|_ffma_|ffma")),
     (
