@@ -131,15 +131,16 @@ def _instances(a: Analysis, regions: np.ndarray) -> _Instances | None:
     marked = marked[(host.ts[marked] >= steps.start.min()) & (host.end[marked] <= steps.end.max())]
     nested = np.flatnonzero(np.isin(host.cat, [HostCat.OP, HostCat.RUNTIME, HostCat.DRIVER])
                             & host.on_threads(distinct(host.thread[marked])))
-    order = np.lexsort((host.ts[nested], host.thread[nested]))
-    nested = nested[order]
+    nested = nested[np.argsort(host.ts[nested], kind="stable")]
+    by_thread = {int(t): nested[host.thread[nested] == t]
+                 for t in distinct(host.thread[marked]).tolist()}
     starts, ends = [], []
     step_of = np.searchsorted(steps.start, host.ts[marked], side="right") - 1
     for name in distinct(host.name[marked]).tolist():
         same = marked[host.name[marked] == name]
         first = same[np.unique(step_of[host.name[marked] == name], return_index=True)[1]]
         for r in np.setdiff1d(same, first).tolist():
-            on = nested[host.thread[nested] == host.thread[r]]
+            on = by_thread[int(host.thread[r])]
             lo = np.searchsorted(host.ts[on], host.ts[r], side="left")
             hi = np.searchsorted(host.ts[on], host.end[r], side="left")
             inner = on[lo:hi]
