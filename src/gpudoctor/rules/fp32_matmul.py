@@ -232,16 +232,6 @@ _FP16_ACCURACY = (
 )
 
 
-# A step with no backward serves a model: no optimizer keeps fp32 master weights, so the model is
-# cast once, and autocast's casts of every weight at every call (and its mixed-precision path,
-# which turns nn.TransformerEncoder's fused inference path off: benchmarks/BENCHMARKS-twins.md
-# "Four GPU-bound twins") are not paid.
-_INFERENCE_FIX = ("Serving the model: cast it to {dtype} once and feed it {dtype} inputs",
-                  ("model = model.to({dtype}).eval()\n"
-                   "x = x.to({dtype})  # each floating-point input the model reads\n"
-                   "# no optimizer, no fp32 master weights to keep"))
-
-
 def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) -> tuple[Fix, ...]:
     """The fixes on this card: bf16 where it has bf16 tensor cores (or where its roofs are not
     known); fp16 with a gradient scaler where it has fp16 ones only (``Ceilings.half_dtype``:
@@ -267,9 +257,7 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) ->
     if tf32:
         fixes.append(_TF32_FIX)
     if ms["attention"] > 0:
-        kernel = "a fused kernel" if fp16 else "FlashAttention"
-        fixes.append(Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
-                         f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this"))
+        fixes.append(_attention_fix(dtype))
     fixes.append(Fix(f"Trainer / Lightning: ask for {'fp16' if fp16 else 'bf16'} mixed precision",
                      "TrainingArguments(fp16=True)   # Hugging Face\n"
                      "Trainer(precision='16-mixed')   # Lightning" if fp16 else
@@ -282,12 +270,23 @@ _TF32_FIX = Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf
                 "torch.set_float32_matmul_precision('high')")
 
 
+def _attention_fix(dtype: str) -> Fix:
+    kernel = "a fused kernel" if dtype == "torch.float16" else "FlashAttention"
+    return Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
+               f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this")
+
+
 def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool) -> tuple[Fix, ...]:
-    """A served model's fixes: cast once, or autocast around the forward, and the frameworks'
-    16-bit evaluation settings."""
+    """A served model's fixes. No optimizer keeps fp32 master weights, so the model is cast once,
+    first: autocast would cast every weight at every call and, on its mixed-precision path, turn
+    nn.TransformerEncoder's fused inference path off (benchmarks/BENCHMARKS-twins.md "Four
+    GPU-bound twins"). Then autocast, and the frameworks' 16-bit evaluation settings."""
     half = "fp16" if dtype == "torch.float16" else "bf16"
     fixes = [
-        Fix(_INFERENCE_FIX[0].format(dtype=dtype), _INFERENCE_FIX[1].format(dtype=dtype)),
+        Fix(f"Serving the model: cast it to {dtype} once and feed it {dtype} inputs",
+            f"model = model.to({dtype}).eval()\n"
+            f"x = x.to({dtype})  # each floating-point input the model reads\n"
+            "# no optimizer, no fp32 master weights to keep"),
         Fix(f"Or run the forward under {half} autocast (the model stays fp32; each weight is cast "
             "at every call)",
             f"with torch.autocast('cuda', dtype={dtype}):\n    out = model(x)\n"
@@ -296,9 +295,7 @@ def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool) -> tuple[Fix,
     if tf32:
         fixes.append(_TF32_FIX)
     if ms["attention"] > 0:
-        kernel = "a fused kernel" if half == "fp16" else "FlashAttention"
-        fixes.append(Fix(f"Give attention 16-bit q/k/v so SDPA can take {kernel}",
-                         f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this"))
+        fixes.append(_attention_fix(dtype))
     fixes.append(Fix(f"Trainer / Lightning: evaluate and predict in {half}",
                      f"TrainingArguments({half}_full_eval=True)   # Hugging Face\n"
                      f"Trainer(precision='{'16' if half == 'fp16' else 'bf16'}-true')   # Lightning"))

@@ -28,7 +28,7 @@ from gpudoctor.analysis.host_events import (
     optimizer_bookkeeping,
     optimizer_steps,
 )
-from gpudoctor.analysis.intervals import contains, union
+from gpudoctor.analysis.intervals import contains, subtract, union
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
@@ -57,7 +57,7 @@ def check(a: Analysis) -> Finding | None:
     inside = launched & contains(phase_s, r_e, launch_ts)
     inside &= a.roofline.event_in_steps_ns > 0
     idx = np.flatnonzero(inside)
-    if idx.size / n < MIN_KERNELS_PER_STEP or (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:
+    if idx.size / n < MIN_KERNELS_PER_STEP or _multi_tensor(dev.kind[idx]):
         return None if hand_written else _instances_finding(a, regions)
     # each region's phase: from when the host left the closure and the GPU ran the closure's
     # kernels, to the later of the host's return and the GPU's end of the optimizer's kernels
@@ -116,10 +116,16 @@ class _Instances(NamedTuple):
     wrapper_e: np.ndarray  # and ends (ns)
 
 
+def _multi_tensor(kinds: np.ndarray) -> bool:
+    """Whether the optimizer's kernels (their kinds) are mostly multi-tensor ones: a foreach or
+    fused step, not a loop over parameters."""
+    return bool((kinds == Kind.OPTIMIZER).mean() > 0.5)
+
+
 def _instances(a: Analysis, regions: np.ndarray) -> _Instances | None:
     """Each step's optimizer steps and zero_grads beyond its first of each: their wrapper time, the
-    region's host time before its first nested event and after its last (all of it where nothing
-    is nested: ``zero_grad(set_to_none=True)``). None under MIN_INSTANCES steps a step."""
+    region's host time less the span of the events nested in it on its thread (all of it where
+    nothing is nested: ``zero_grad(set_to_none=True)``). None under MIN_INSTANCES steps a step."""
     host, steps = a.trace.host, a.steps
     if len(steps) == 0 or regions.size == 0:
         return None
@@ -129,31 +135,33 @@ def _instances(a: Analysis, regions: np.ndarray) -> _Instances | None:
         return None
     marked = np.flatnonzero(optimizer_bookkeeping(a.trace))
     marked = marked[(host.ts[marked] >= steps.start.min()) & (host.end[marked] <= steps.end.max())]
-    nested = np.flatnonzero(np.isin(host.cat, [HostCat.OP, HostCat.RUNTIME, HostCat.DRIVER])
-                            & host.on_threads(distinct(host.thread[marked])))
-    nested = nested[np.argsort(host.ts[nested], kind="stable")]
-    by_thread = {int(t): nested[host.thread[nested] == t]
-                 for t in distinct(host.thread[marked]).tolist()}
-    starts, ends = [], []
+    # beyond the first of its kind (step, zero_grad) in its step
     step_of = np.searchsorted(steps.start, host.ts[marked], side="right") - 1
-    for name in distinct(host.name[marked]).tolist():
-        same = marked[host.name[marked] == name]
-        first = same[np.unique(step_of[host.name[marked] == name], return_index=True)[1]]
-        for r in np.setdiff1d(same, first).tolist():
-            on = by_thread[int(host.thread[r])]
-            lo = np.searchsorted(host.ts[on], host.ts[r], side="left")
-            hi = np.searchsorted(host.ts[on], host.end[r], side="left")
-            inner = on[lo:hi]
-            inner = inner[host.end[inner] <= host.end[r]]
-            if inner.size == 0:
-                starts.append(int(host.ts[r]))
-                ends.append(int(host.end[r]))
-                continue
-            starts += [int(host.ts[r]), int(host.end[inner].max())]
-            ends += [int(host.ts[inner[0]]), int(host.end[r])]
-    if not starts:
+    order = np.lexsort((host.ts[marked], step_of, host.name[marked]))
+    marked, step_of = marked[order], step_of[order]
+    name = host.name[marked]
+    first = np.ones(marked.size, bool)
+    first[1:] = (step_of[1:] != step_of[:-1]) | (name[1:] != name[:-1])
+    extra = marked[~first]
+    nested_cats = np.isin(host.cat, [HostCat.OP, HostCat.RUNTIME, HostCat.DRIVER])
+    starts, ends = [], []
+    for thread in distinct(host.thread[extra]).tolist():
+        regs = extra[host.thread[extra] == thread]
+        regs = regs[np.argsort(host.ts[regs], kind="stable")]
+        ev = np.flatnonzero(nested_cats & (host.thread == thread))
+        k = np.searchsorted(host.ts[regs], host.ts[ev], side="right") - 1
+        inside = (k >= 0) & (host.end[ev] <= host.end[regs[np.maximum(k, 0)]])
+        lo, hi = host.end[regs].astype(np.int64), host.ts[regs].astype(np.int64)
+        np.minimum.at(lo, k[inside], host.ts[ev[inside]])
+        np.maximum.at(hi, k[inside], host.end[ev[inside]])
+        has = lo < hi
+        s_, e_ = subtract(host.ts[regs].astype(np.int64), host.end[regs].astype(np.int64),
+                          lo[has], hi[has])
+        starts.append(s_)
+        ends.append(e_)
+    if not starts or not sum(x.size for x in starts):
         return None
-    return _Instances(count, np.array(starts, np.int64), np.array(ends, np.int64))
+    return _Instances(count, np.concatenate(starts), np.concatenate(ends))
 
 
 def _instances_finding(a: Analysis, regions: np.ndarray) -> Finding | None:
@@ -433,7 +441,7 @@ def foreach_edit(a: Analysis) -> Edit | None:
         return None
     phase_s, launch_ts, idx = loop.phase_starts, loop.launch_ts, loop.kernels
     host, dev = a.trace.host, a.trace.device
-    if (dev.kind[idx] == Kind.OPTIMIZER).mean() > 0.5:  # multi-tensor already (check's test)
+    if _multi_tensor(dev.kind[idx]):
         return None
     ops = distinct(host.outermost(dev.launch[idx]))
     # the parameters: most of the loop's operators run once for each (AdamW's ``mul_`` twice)
