@@ -44,8 +44,8 @@ from run_gallery import (
 )
 
 ITER_FLAGS = ("--iters", "--max-steps", "--micro-batches", "--batches")
-# the same count spelled key=value (minGPT's config overrides)
-ITER_KEYS = ("--trainer.max_iters",)
+# the same count spelled key=value (minGPT's and nanoGPT's config overrides)
+ITER_KEYS = ("--trainer.max_iters", "--max_iters")
 WITHIN = 1.25
 SLOWER_PREDICTED_AT_MOST = 1.05
 
@@ -79,6 +79,11 @@ FIXES_FOR: dict[str, str] = {
     "tabular_mlp": "bf16-autocast,compile",
     "periodic_eval": "compile",
     "mingpt_adder": "compile-reduce-overhead,compile,bf16-autocast",
+    "examples_mnist": "loader-workers,compile,bf16-autocast",
+    "examples_vae": "loader-workers,compile",
+    "examples_mnist_rnn": "loader-workers,bf16-autocast",
+    "fabric_image_classifier": "loader-workers,pin-memory,compile",
+    "nanogpt_train_char": "compile",
 }
 
 

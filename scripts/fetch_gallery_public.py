@@ -14,12 +14,19 @@ root, a data file standing in for one the snapshot lacks). Files are read with
 do); ``dir/COMMIT`` records the commit. A snapshot that lacks the recorded commit is refused
 unless ``--head`` takes its HEAD instead (the entry's expectations were written for that commit).
 Entries with ``"enabled": false`` or no files are skipped. Exit code 1 when a file is missing.
+
+``synthetic`` ({folder under dir: kind}) stands in for a dataset the program would download, written
+here because no snapshot holds it: ``mnist-idx`` writes MNIST's four files (60,000 + 10,000 random
+28 x 28 images and labels, in the IDX format torchvision's ``MNIST`` reads from ``raw/``; 55 MB, so
+``--synthetic-only`` writes them on the machine that runs the programs). ``prepare`` (argv lists)
+runs in dir after the files are copied, as the program's README says to (nanoGPT's prepare.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +117,61 @@ def fetch_entry(
     return problems
 
 
+MNIST_FILES = {  # file name: (IDX magic number, item count, item shape)
+    "train-images-idx3-ubyte": (2051, 60_000, (28, 28)),
+    "train-labels-idx1-ubyte": (2049, 60_000, ()),
+    "t10k-images-idx3-ubyte": (2051, 10_000, (28, 28)),
+    "t10k-labels-idx1-ubyte": (2049, 10_000, ()),
+}
+
+
+def write_mnist_idx(folder: Path, seed: int = 0) -> None:
+    """MNIST's raw files with random pixels and labels (labels 0-9): the sizes and format of the
+    real ones, so a program's loader does the same work per sample."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (magic, count, shape) in MNIST_FILES.items():
+        dims = (count, *shape)
+        high = 256 if shape else 10
+        body = rng.integers(0, high, size=dims, dtype=np.uint8).tobytes()
+        header = struct.pack(f">I{len(dims)}I", magic, *dims)
+        (folder / name).write_bytes(header + body)
+
+
+SYNTHETIC = {"mnist-idx": write_mnist_idx}
+
+
+def make_synthetic(entry: dict[str, Any], root: Path) -> list[str]:
+    problems = []
+    for folder, kind in entry.get("synthetic", {}).items():
+        if kind not in SYNTHETIC:
+            problems.append(
+                f"{entry['name']}: unknown synthetic kind {kind!r} (known: {', '.join(SYNTHETIC)})"
+            )
+            continue
+        SYNTHETIC[kind](root / entry["dir"] / folder)
+    return problems
+
+
+def run_prepare(entry: dict[str, Any], root: Path) -> list[str]:
+    problems = []
+    for argv in entry.get("prepare", []):
+        done = subprocess.run(
+            [sys.executable if argv[0] == "python" else argv[0], *argv[1:]],
+            cwd=root / entry["dir"],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            problems.append(
+                f"{entry['name']}: {' '.join(argv)} exited {done.returncode}: {tail[0]}"
+            )
+    return problems
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -134,6 +196,11 @@ def main() -> int:
         default=ROOT,
         help="the checkout to write .gallery-public/ under (default: this one)",
     )
+    ap.add_argument(
+        "--synthetic-only",
+        action="store_true",
+        help="only write the entries' synthetic datasets (no snapshot needed)",
+    )
     opts = ap.parse_args()
     given: dict[str, Path] = {}
     for item in opts.git_dir:
@@ -154,7 +221,13 @@ def main() -> int:
         if not entry.get("enabled", True) or not (entry.get("files") or entry.get("files_from")):
             print(f"skip {entry['name']}: disabled or no files")
             continue
-        found = fetch_entry(entry, opts.dest, given, opts.mirrors, opts.head)
+        if opts.synthetic_only:
+            if not entry.get("synthetic"):
+                continue
+            found = make_synthetic(entry, opts.dest)
+        else:
+            found = fetch_entry(entry, opts.dest, given, opts.mirrors, opts.head)
+            found = found or make_synthetic(entry, opts.dest) + run_prepare(entry, opts.dest)
         problems += found
         print(f"{'FAIL' if found else 'ok  '} {entry['name']} -> {entry['dir']}")
     for p in problems:

@@ -223,3 +223,34 @@ def test_run_command_kills_a_program_that_ignores_ctrl_c(
         [sys.executable, "-c", deaf], tmp_path, dict(os.environ), 30, interrupt_after=0.5
     )
     assert res["interrupted"] and res["timed_out"] and res["rc"] == -9
+
+
+def test_synthetic_mnist_has_the_real_files_sizes_and_format(tmp_path: Path) -> None:
+    """What torchvision's MNIST reads from raw/: big-endian IDX headers, uint8 bodies, 60k + 10k."""
+    import numpy as np
+
+    entry = {"name": "m", "dir": "prog", "synthetic": {"../data/MNIST/raw": "mnist-idx"}}
+    assert fetch.make_synthetic(entry, tmp_path) == []
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    images = (raw / "train-images-idx3-ubyte").read_bytes()
+    assert images[:16] == bytes.fromhex("00000803 0000ea60 0000001c 0000001c")
+    assert len(images) == 16 + 60_000 * 28 * 28
+    labels = np.frombuffer((raw / "t10k-labels-idx1-ubyte").read_bytes()[8:], dtype=np.uint8)
+    assert (raw / "t10k-labels-idx1-ubyte").read_bytes()[:8] == bytes.fromhex("00000801 00002710")
+    assert len(labels) == 10_000 and set(np.unique(labels)) == set(range(10))
+
+
+def test_synthetic_names_an_unknown_kind_and_prepare_a_failing_step(tmp_path: Path) -> None:
+    entry = {"name": "m", "dir": "prog", "synthetic": {"data": "cifar"}}
+    assert fetch.make_synthetic(entry, tmp_path) == [
+        "m: unknown synthetic kind 'cifar' (known: mnist-idx)"
+    ]
+    (tmp_path / "prog").mkdir()
+    (tmp_path / "prog" / "prep.py").write_text("open('made.txt', 'w').write('x')\n")
+    ok = {"name": "m", "dir": "prog", "prepare": [["python", "prep.py"]]}
+    assert fetch.run_prepare(ok, tmp_path) == []
+    assert (tmp_path / "prog" / "made.txt").read_text() == "x"
+    bad = {"name": "m", "dir": "prog", "prepare": [["python", "-c", "raise SystemExit('no data')"]]}
+    assert fetch.run_prepare(bad, tmp_path) == [
+        "m: python -c raise SystemExit('no data') exited 1: no data"
+    ]
