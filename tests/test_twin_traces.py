@@ -54,7 +54,7 @@ CASES = {
     "per_sample_loss_loop": ("per-sample-loop", 21.8657, 12.6496, 15.4378),
     # 2 workers behind an augmenting Dataset: the loader gets the workers that make a batch in the
     # rest of the step (10 of its 16 CPUs); the twin measured 8 workers: 45.48 / 10.34 ms
-    "loader_two_workers": ("input-pipeline", 38.9223, 4.331, 4.3985),
+    "loader_two_workers": ("input-pipeline", 39.0288, 4.3709, 4.3985),
     # 64 MB of probabilities downloaded with .cpu() each step into fresh pageable memory: the copy
     # at the pinned rate, its staging after the transfer, and the host releasing the previous
     # step's 64 MB (2.1 ms of op-free host time after each copy) leave with one reused pinned
@@ -66,6 +66,12 @@ CASES = {
     # per layer, with the loop's casts, activations and Python. Measured in the run that recorded
     # the trace (benchmarks/results/twins-h100-2026-12-07.md): 18.39 / 1.15 ms
     "ensemble_member_loop": ("small-gemm", 19.4928, 14.5193, 15.9446),
+    # `finished.all().item()` after every generated token of a GRU's greedy decoding (a step is one
+    # model call: 0.28 ms unprofiled, the GPU busy 0.07): on a step the host holds, the read and
+    # its check go with the fix, not only the wait; host-sync comes first, as the read forbids the
+    # graph launch-bound prices. Measured by the twin's prints (check every 16 tokens), the same
+    # session (benchmarks/results/twins-h100-2026-12-07-d.md): 14.37 / 11.81 ms a request
+    "greedy_decode_eos_check": ("host-sync", 0.0254, 1.0999, 1.2171),
 }
 
 

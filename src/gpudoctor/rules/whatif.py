@@ -13,6 +13,7 @@ and its evidence says so (``PRICED_BY``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
@@ -162,7 +163,8 @@ def step_model(a: Analysis) -> StepModel | str:
         return (f"replayed as recorded, its step is {as_recorded / 1e6:.3f} ms where the trace "
                 f"shows {graph.profiled_ns / 1e6:.3f} ms: the graph misses what sets this step")
     measured = a.unprofiled_step_ms * 1e6 if a.unprofiled_step_ms else None
-    unseen_ns = _fetch_unseen_ns(a, measured)
+    fetch = _fetch_timing(a, measured)
+    unseen_ns = 0.0 if fetch is None else fetch.unseen_ns(fetch.recorded_ns)
     lead = None if a.unprofiled_lead_ms is None else a.unprofiled_lead_ms * 1e6
     costs = measured_costs(a)
     # the prior from the host's pace: a scale on the default costs, calibrated on runs this tool
@@ -172,6 +174,9 @@ def step_model(a: Analysis) -> StepModel | str:
         view_operator_ns(a.trace, *graph.window))
     base = unprofiled(graph, None if measured is None else measured - unseen_ns, costs, lead,
                       prior)
+    if fetch is not None:
+        base, unseen_ns = _fit_with_fetch(graph, fetch, base, unseen_ns,
+                                          lambda target: unprofiled(graph, target, costs, lead, prior))
     if base.replayed.step_ns <= 0:
         return "the step's graph could not be built: the replayed step is empty"
     lo, hi = graph.window
@@ -181,29 +186,94 @@ def step_model(a: Analysis) -> StepModel | str:
                      unseen_ns / 1e6)
 
 
-def _fetch_unseen_ns(a: Analysis, measured_ns: float | None) -> float:
-    """The DataLoader's fetch timed unprofiled, less what the window recorded of it, per step (ns).
+FETCH_REFITS = 5  # fits after the first that match the timed fetch to the loader's replayed time
+FETCH_AGREE_NS = 1_000.0
+
+
+class TimedFetch(msgspec.Struct, frozen=True, eq=False):
+    """The DataLoader's fetch as the capture timed it without the profiler, and as the window
+    recorded it, per step (ns); ``starts`` / ``ends``: the window's fetch calls (merged)."""
+
+    timed_ns: float
+    recorded_ns: float
+    measured_ns: float
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def unseen_ns(self, in_replay_ns: float) -> float:
+        """What the timed fetch adds to a step whose loader replays in ``in_replay_ns``; the rest
+        of the step stays positive: a fetch timed at the whole step leaves the fit nothing."""
+        return min(self.timed_ns - in_replay_ns, 0.9 * self.measured_ns)
+
+    def replayed_share(self, graph: StepGraph, base: Unprofiled) -> float:
+        """The share of the fetch's recorded host time that the profiler-free graph keeps."""
+        only = Edit(host_removed_s=self.starts, host_removed_e=self.ends, paced=False)
+        recorded = _host_ns(graph, None) - _host_ns(graph, changes(graph, only))
+        kept = _host_ns(graph, base.changes) - _host_ns(graph, changes(graph, only, base=base.changes))
+        return min(max(kept / recorded, 0.0), 1.0) if recorded > 0 else 1.0
+
+
+def _host_ns(graph: StepGraph, ch) -> float:
+    gap = graph.gap_ns if ch is None or ch.gap_ns is None else ch.gap_ns
+    own = graph.own_ns if ch is None or ch.own_ns is None else ch.own_ns
+    return float(np.sum(gap) + np.sum(own))
+
+
+def _fit_with_fetch(graph: StepGraph, fetch: TimedFetch, base: Unprofiled, unseen_ns: float,
+                    fit: Callable[[float], Unprofiled]) -> tuple[Unprofiled, float]:
+    """The fit that gives the loader its timed fetch: the profiler's cost taken out of the loader's
+    own events too leaves it shorter in the replay than it recorded, and what the timed fetch adds
+    is measured against that. Solved for the fit's target T = measured - (fetch - loader in the
+    replay at T) by secant steps, within the targets where the loader keeps all or none of its
+    recorded time (benchmarks/BENCHMARKS-replay.md "The timed fetch against the loader's
+    replayed time")."""
+    measured = fetch.measured_ns
+    low, high = measured - fetch.unseen_ns(0.0), measured - unseen_ns
+
+    def off(target: float, fitted: Unprofiled) -> float:
+        kept = fetch.recorded_ns * fetch.replayed_share(graph, fitted)
+        return target - (measured - fetch.unseen_ns(kept))
+
+    t0, f0 = high, off(high, base)
+    t1 = measured - fetch.unseen_ns(fetch.recorded_ns * fetch.replayed_share(graph, base))
+    for _ in range(FETCH_REFITS):
+        if abs(t1 - t0) < FETCH_AGREE_NS:
+            break
+        fitted = fit(t1)
+        if fitted.replayed.step_ns > t1 + FETCH_AGREE_NS:
+            # below what the GPU's work replays in with the most profiler cost out: the fetch ran
+            # beside the GPU's work, not before it; the lowest target the fit reaches
+            return fitted, measured - fitted.replayed.step_ns
+        f1 = off(t1, fitted)
+        base, unseen_ns = fitted, measured - t1
+        if abs(f1) < FETCH_AGREE_NS or f1 == f0:
+            break
+        t0, f0, t1 = t1, f1, min(max(t1 - f1 * (t1 - t0) / (f1 - f0), low), high)
+    return base, unseen_ns
+
+
+def _fetch_timing(a: Analysis, measured_ns: float | None) -> TimedFetch | None:
+    """The DataLoader's fetch timed unprofiled and recorded in the window, per step; None where the
+    capture did not time it, or the window holds no fetch.
 
     A loader that decodes on the program's thread runs as fast as the host lets it, and its spread
     between the window and the timed steps is as large as the profiler's whole cost, which the fit
     would read it as (benchmarks/BENCHMARKS-replay.md "The loader's own spread"). Where the capture
-    timed the fetch, the fit matches the rest of the step and the loader keeps its measured time. 0
-    where it did not, or the window holds no fetch."""
+    timed the fetch, the fit matches the rest of the step and the loader keeps its measured time."""
     fetch_ms = a.unprofiled_fetch_ms
     if measured_ns is None or fetch_ms is None or fetch_ms <= 0 or len(a.steps) == 0:
-        return 0.0
+        return None
     host = a.trace.host
     calls = np.flatnonzero(dataloader_calls(a.trace))
     if calls.size == 0:
-        return 0.0
+        return None
     # the steps the replay's step counts: after the first (replay/simulate.py Replayed.step_ns); a
     # fetch starts just before the step it feeds, so by its time inside them
     first = 1 if len(a.steps) >= 2 else 0
     lo, hi = a.steps.start[first:first + 1], a.steps.end[-1:]
     s, e = union(host.ts[calls], host.end[calls])
     recorded_ns = float(overlap_per_window(s, e, lo, hi)[0]) / (len(a.steps) - first)
-    # the rest of the step stays positive: a fetch timed at the whole step leaves the fit nothing
-    return min(fetch_ms * 1e6 - recorded_ns, 0.9 * measured_ns)
+    return TimedFetch(fetch_ms * 1e6, recorded_ns, measured_ns, s, e)
 
 
 class Repriced(msgspec.Struct, frozen=True):
