@@ -223,8 +223,8 @@ def test_a_run_directory_annotated_is_a_bundle_that_diagnoses_the_same(tmp_path:
     ]
     assert [f.id for f in report.findings] == [
         "launch-bound",
-        "pageable-copy",
         "host-sync",
+        "pageable-copy",
         "unfused-elementwise",
         "small-gemm",
     ]

@@ -272,8 +272,9 @@ NOT_FIRST = {"empty_cache_varlen": ("dynamic-shapes", 2),
              # the same: 25 optimizers' wrappers (x1.10) beside the whole step's launches
              "per_layer_optimizers": ("launch-bound", 2)}
 # twin: the top finding's severity where it is not critical (fp32_resnet's fix saves a quarter of
-# its step: major)
-NOT_CRITICAL = {"fp32_resnet": "major"}
+# its step: major; greedy_decode_eos_check's read a token saves a tenth of it, and comes first as
+# it forbids the graph launch-bound prices)
+NOT_CRITICAL = {"fp32_resnet": "major", "greedy_decode_eos_check": "major"}
 
 
 @pytest.mark.parametrize("name", TRACED)
@@ -290,7 +291,7 @@ def test_the_sick_twins_h100_trace_shows_its_planted_cause(name: str) -> None:
 
 
 def test_every_committed_twin_trace_is_a_twin() -> None:
-    assert set(TRACED) <= set(ENTRIES) and len(TRACED) == 16, TRACED
+    assert set(TRACED) <= set(ENTRIES) and len(TRACED) == 17, TRACED
     assert set(NOT_FIRST) <= set(TRACED)
 
 
