@@ -34,7 +34,7 @@ from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import PRIOR_SCALE, Unprofiled, prior_scale, unprofiled
 from gpudoctor.replay.pace import paced
-from gpudoctor.replay.simulate import replay
+from gpudoctor.replay.simulate import Changes, replay
 from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
@@ -213,7 +213,8 @@ class TimedFetch(msgspec.Struct, frozen=True, eq=False):
         return min(max(kept / recorded, 0.0), 1.0) if recorded > 0 else 1.0
 
 
-def _host_ns(graph: StepGraph, ch) -> float:
+def _host_ns(graph: StepGraph, ch: Changes | None) -> float:
+    """The chain's host time (gaps and calls) as ``ch`` leaves it; the recorded one for None."""
     gap = graph.gap_ns if ch is None or ch.gap_ns is None else ch.gap_ns
     own = graph.own_ns if ch is None or ch.own_ns is None else ch.own_ns
     return float(np.sum(gap) + np.sum(own))
