@@ -6,6 +6,7 @@ step is fitted to the rest. Two bundles recorded on a lent H100 under ``run --tr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,6 @@ DATA = Path(__file__).parent / "data" / "knobs_h100"
 
 
 def _loader_workers_measured(bundle: Path) -> float:
-    import json
-
     trials = json.loads((bundle / "trials.json").read_text())["trials"]
     return next(t["measured_speedup"] for t in trials if t["knob"] == "loader-workers")
 

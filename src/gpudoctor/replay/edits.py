@@ -17,7 +17,7 @@ import numpy as np
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.core.arrays import distinct
 from gpudoctor.replay.graph import StepGraph, chain_rows
-from gpudoctor.replay.simulate import Changes
+from gpudoctor.replay.simulate import Changes, host_times
 
 EMPTY_I = np.empty(0, np.int64)
 EMPTY_F = np.empty(0, float)
@@ -204,8 +204,7 @@ def added_op_ns(graph: StepGraph, base: Changes | None = None) -> float:
     launching = distinct(graph.dev_launched_by[graph.dev_launched_by >= 0])
     if launching.size == 0:
         return 0.0
-    gap = graph.gap_ns if base is None or base.gap_ns is None else base.gap_ns
-    own = graph.own_ns if base is None or base.own_ns is None else base.own_ns
+    gap, own = host_times(graph, base)
     per_call = np.asarray(gap, float)[launching] + np.asarray(own, float)[launching]
     return ADDED_OP_SHARE * float(per_call.mean())
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from gpudoctor.replay.graph import StepGraph
-from gpudoctor.replay.simulate import Changes
+from gpudoctor.replay.simulate import Changes, host_times
 
 PACE_EXPONENT = 0.1
 # Below this fall of the host's work the pace is left alone: it moves the step by under 0.5%.
@@ -29,8 +29,7 @@ def paced(graph: StepGraph, edited: Changes, work_before_ns: float,
     if work_before_ns <= 0 or work_after_ns <= 0 or work_after_ns > (1 - MIN_FALL) * work_before_ns:
         return None
     pace = (work_after_ns / work_before_ns) ** PACE_EXPONENT
-    gap = graph.gap_ns if edited.gap_ns is None else edited.gap_ns
-    own = graph.own_ns if edited.own_ns is None else edited.own_ns
+    gap, own = host_times(graph, edited)
     tail = graph.tail_ns if edited.tail_ns is None else edited.tail_ns
     return msgspec.structs.replace(edited, gap_ns=gap * pace, own_ns=own * pace,
                                    tail_ns=float(tail) * pace)

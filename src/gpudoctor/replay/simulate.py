@@ -42,6 +42,14 @@ class Changes(msgspec.Struct, frozen=True, eq=False):
     ret_ns: np.ndarray | None = None
 
 
+def host_times(graph: StepGraph, changes: Changes | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each chain entry's gap before it and own time (ns) as ``changes`` leave them; the graph's
+    where they (or their field) are None."""
+    c = changes or Changes()
+    return (graph.gap_ns if c.gap_ns is None else c.gap_ns,
+            graph.own_ns if c.own_ns is None else c.own_ns)
+
+
 class Replayed(msgspec.Struct, frozen=True, eq=False):
     """A replay's timeline: ``total_ns`` the window's end, ``marks_ns`` each step's start: where
     its host starts and the GPU work launched before it is done (analysis/steps.py align_to_gpu)."""
@@ -100,8 +108,7 @@ def replay(graph: StepGraph, changes: Changes | None = None) -> Replayed:
 
 def _replay(graph: StepGraph, changes: Changes | None, vector_min_rows: int) -> Replayed:
     c = changes or Changes()
-    gap = np.asarray(graph.gap_ns if c.gap_ns is None else c.gap_ns, float)
-    own = np.asarray(graph.own_ns if c.own_ns is None else c.own_ns, float)
+    gap, own = (np.asarray(t, float) for t in host_times(graph, c))
     waits = graph.wait_on.copy()
     if c.waits is not None:
         waits[~c.waits] = -1

@@ -48,6 +48,7 @@ _ELEMENTWISE_CHECKS = frozenset({"aten::abs", "aten::isfinite", "aten::isnan", "
 
 CHECK_OPS = "check_ops_per_step"  # evidence key; present on a step the host holds
 
+
 def check(a: Analysis) -> Finding | None:
     idle = a.idle.ms(ID)
     culprits = a.idle.culprits.get(ID, np.empty(0, np.int64))
@@ -227,10 +228,9 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     s, e = union(host.ts[named], host.end[named])
     syncs = np.flatnonzero(sync_calls(a.trace) & (host.cat >= HostCat.RUNTIME))
     unwait = syncs[contains(s, e, host.ts[syncs])].astype(np.int64)
-    # a step the host holds (the check counted): the fix reads less often, so its reads and checks
-    # go whether or not their host time outweighed the idle the formula weighed it against
-    host_bound = CHECK_OPS in finding.evidence.numbers
-    if HOST_WORK_REMOVED not in finding.evidence.numbers and not host_bound:
+    # on a step the host holds (its checks counted, HOST_WORK_REMOVED or not) the fix reads less
+    # often: its reads and checks go whether or not their host time outweighed the idle
+    if CHECK_OPS not in finding.evidence.numbers:
         return Edit(unwait=unwait, note="syncs removed")
     ops = step_ops(a)
     starts, ends, _ = _read_spans(a, ops, _own_reads(a, culprits, ops))

@@ -34,7 +34,7 @@ from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
 from gpudoctor.replay.observer import PRIOR_SCALE, Unprofiled, prior_scale, unprofiled
 from gpudoctor.replay.pace import paced
-from gpudoctor.replay.simulate import Changes, replay
+from gpudoctor.replay.simulate import Changes, host_times, replay
 from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
 from gpudoctor.rules.shared import UNSEEN_MIN_SHARE, UNSEEN_TAKEN_BY
 
@@ -205,18 +205,10 @@ class TimedFetch(msgspec.Struct, frozen=True, eq=False):
         of the step stays positive: a fetch timed at the whole step leaves the fit nothing."""
         return min(self.timed_ns - in_replay_ns, 0.9 * self.measured_ns)
 
-    def replayed_share(self, graph: StepGraph, base: Unprofiled) -> float:
-        """The share of the fetch's recorded host time that the profiler-free graph keeps."""
-        only = Edit(host_removed_s=self.starts, host_removed_e=self.ends, paced=False)
-        recorded = _host_ns(graph, None) - _host_ns(graph, changes(graph, only))
-        kept = _host_ns(graph, base.changes) - _host_ns(graph, changes(graph, only, base=base.changes))
-        return min(max(kept / recorded, 0.0), 1.0) if recorded > 0 else 1.0
-
 
 def _host_ns(graph: StepGraph, ch: Changes | None) -> float:
     """The chain's host time (gaps and calls) as ``ch`` leaves it; the recorded one for None."""
-    gap = graph.gap_ns if ch is None or ch.gap_ns is None else ch.gap_ns
-    own = graph.own_ns if ch is None or ch.own_ns is None else ch.own_ns
+    gap, own = host_times(graph, ch)
     return float(np.sum(gap) + np.sum(own))
 
 
@@ -230,13 +222,19 @@ def _fit_with_fetch(graph: StepGraph, fetch: TimedFetch, base: Unprofiled, unsee
     replayed time")."""
     measured = fetch.measured_ns
     low, high = measured - fetch.unseen_ns(0.0), measured - unseen_ns
+    only = Edit(host_removed_s=fetch.starts, host_removed_e=fetch.ends, paced=False)
+
+    def removed_ns(ch: Changes | None) -> float:  # the fetch's host time in the chain ``ch`` leaves
+        return _host_ns(graph, ch) - _host_ns(graph, changes(graph, only, base=ch))
+
+    recorded = removed_ns(None)
 
     def off(target: float, fitted: Unprofiled) -> float:
-        kept = fetch.recorded_ns * fetch.replayed_share(graph, fitted)
-        return target - (measured - fetch.unseen_ns(kept))
+        kept = min(max(removed_ns(fitted.changes) / recorded, 0.0), 1.0) if recorded > 0 else 1.0
+        return target - (measured - fetch.unseen_ns(fetch.recorded_ns * kept))
 
     t0, f0 = high, off(high, base)
-    t1 = measured - fetch.unseen_ns(fetch.recorded_ns * fetch.replayed_share(graph, base))
+    t1 = t0 - f0  # where the timed fetch meets the loader as the first fit replays it
     for _ in range(FETCH_REFITS):
         if abs(t1 - t0) < FETCH_AGREE_NS:
             break
