@@ -492,6 +492,10 @@ def test_steps_that_compiled_are_not_timed(tmp_path: Path, monkeypatch: pytest.M
     """A step in which torch.compile compiled (dynamo's compile-time records grew) is cut from the
     unprofiled samples: a recompile of 1 s among 13 ms steps is not a step as the program runs."""
     records: dict[str, list[float]] = {}
+    # dynamo itself imported first: torch.optim imports it on first use, and an import under the
+    # stand-in utils below fails (in a worker where no earlier test had imported it)
+    import torch._dynamo
+
     monkeypatch.setitem(
         sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=records)
     )
