@@ -49,7 +49,14 @@ import numpy as np
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
-from gpudoctor.analysis.host_events import autograd_nodes, parameter_updates, ran_backward
+from gpudoctor.analysis.host_events import (
+    HOST_WORK_MIN_NS,
+    autograd_nodes,
+    bookkeeping_names,
+    parameter_updates,
+    ran_backward,
+    sync_calls,
+)
 from gpudoctor.analysis.opcost import DTYPE_NAMES
 from gpudoctor.core.arrays import difference, distinct
 from gpudoctor.replay.edits import Edit, merge
@@ -131,11 +138,62 @@ def _compile_edits(a: Analysis, region: np.ndarray) -> dict[str, Edit]:
                          "step more)") if batch_norms.size else None
     out = {KNOB_COMPILE: merge([compiled] + [e for e in (entries, recast, layout, launches)
                                              if e is not None])}
-    graphs = launch_bound.captured(a, within=region) if region.any() else None
+    skipped = _graphs_skipped(a, region)
+    graphed = region & ~skipped
+    graphs = launch_bound.captured(a, within=graphed) if graphed.any() else None
     if graphs is not None:
+        left = _skipped_note(a, skipped)
         out[KNOB_REDUCE_OVERHEAD] = merge([fused, graphs]
-                                          + [e for e in (entries, layout) if e is not None])
+                                          + [e for e in (entries, layout, left) if e is not None])
     return out
+
+
+def _graphs_skipped(a: Analysis, region: np.ndarray) -> np.ndarray:
+    """The region's host events that ``reduce-overhead`` leaves out of CUDA graphs: each piece of a
+    step's forward (from the region's first forward operator in the step to its last, cut where
+    the module reads a GPU value: TorchDynamo breaks its graph at ``.item()`` and ``bool()`` of a
+    tensor) that holds ``HOST_WORK_MIN_NS`` of operators on CPU tensors (a mask built with
+    ``torch.triu`` and moved over on each call). Inductor compiles such a graph with a CPU device
+    in it, and cudagraph trees skip any graph that has one ("skipping cudagraphs due to cpu
+    device"): its kernels launch one by one, as under the plain compile knob
+    (benchmarks/BENCHMARKS-replay.md "A graph CUDA graphs skip"). The backward holds only the
+    GPU's tensors and stays captured."""
+    skipped = np.zeros(region.size, bool)
+    trace, host = a.trace, a.trace.host
+    work = a.idle.host_only_ops
+    work = work[region[work] & ~bookkeeping_names(trace)[host.name[work]]]
+    if work.size == 0:
+        return skipped
+    starts, ends = host_steps(a)
+    tops = np.flatnonzero(region & (host.top_op < 0) & (host.cat == HostCat.OP)
+                          & ~autograd_nodes(trace))
+    tops = tops[(host.ts[tops] >= starts[0]) & (host.ts[tops] < ends[-1])]
+    if tops.size == 0:
+        return skipped
+    step = np.searchsorted(starts, host.ts[tops], side="right") - 1
+    # the operators that read a value (a pageable upload's stream sync is no break)
+    reads = sync_calls(trace) & region & (host.cat == HostCat.OP)
+    cuts = np.sort(host.ts[np.flatnonzero(reads)])
+    for k in np.unique(step).tolist():
+        mine = tops[step == k]
+        lo, hi = int(host.ts[mine].min()), int(host.end[mine].max())
+        edges = np.concatenate(([lo], cuts[(cuts > lo) & (cuts < hi)], [hi]))
+        for p_lo, p_hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            held = work[(host.ts[work] >= p_lo) & (host.ts[work] < p_hi)]
+            if (host.end[held] - host.ts[held]).sum() >= HOST_WORK_MIN_NS:
+                skipped |= (host.ts >= p_lo) & (host.ts < p_hi)
+    return skipped
+
+
+def _skipped_note(a: Analysis, skipped: np.ndarray) -> Edit | None:
+    """A note of the kernels a step launched from the graphs CUDA graphs skip, where there are."""
+    dev = a.trace.device
+    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
+    kernels = int(skipped[dev.launch[launched]].sum()) / max(len(a.steps), 1)
+    if kernels == 0:
+        return None
+    return Edit(note=f"{kernels:.0f} kernels a step left out of the graphs (a forward graph "
+                     "with operators on CPU tensors)")
 
 
 def _within(a: Analysis, edit: Edit, region: np.ndarray) -> Edit:
