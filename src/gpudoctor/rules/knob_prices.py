@@ -181,7 +181,7 @@ def _graphs_skipped(a: Analysis, region: np.ndarray) -> np.ndarray:
         for p_lo, p_hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
             held = work[(host.ts[work] >= p_lo) & (host.ts[work] < p_hi)]
             if (host.end[held] - host.ts[held]).sum() >= HOST_WORK_MIN_NS:
-                skipped |= (host.ts >= p_lo) & (host.ts < p_hi)
+                skipped |= region & (host.ts >= p_lo) & (host.ts < p_hi)
     return skipped
 
 
