@@ -165,6 +165,8 @@ def _graphs_skipped(a: Analysis, region: np.ndarray) -> np.ndarray:
     if work.size == 0:
         return skipped
     starts, ends = host_steps(a)
+    if starts.size == 0:
+        return skipped
     tops = np.flatnonzero(region & (host.top_op < 0) & (host.cat == HostCat.OP)
                           & ~autograd_nodes(trace))
     tops = tops[(host.ts[tops] >= starts[0]) & (host.ts[tops] < ends[-1])]

@@ -38,6 +38,8 @@ Chains inside naive attention belong to that rule.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from gpudoctor.analysis import Analysis
@@ -340,16 +342,32 @@ def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     return np.where(found, shape[slot], -1), np.where(found, numel[slot], 0)
 
 
-def check(a: Analysis) -> Finding | None:
+# The last analysis' chains and their fused times, held by a weak reference to its per-event times:
+# ``check`` prices them and ``edit`` replays the same, once each per analysis; about a fifth of
+# the replay's cost on a large trace (benchmarks/bench_replay_cost.py). Nothing is kept alive.
+_LAST_PRICED: list = []
+
+
+def _priced_chains(a: Analysis) -> tuple[list[np.ndarray], np.ndarray]:
+    """``chains(a)`` and each one's ``fused_ns``, computed once per analysis."""
+    t = a.roofline.event_in_steps_ns
+    hbm = a.ceilings.hbm_bytes_per_s
+    if _LAST_PRICED and _LAST_PRICED[0]() is t and _LAST_PRICED[1] == hbm:
+        return _LAST_PRICED[2], _LAST_PRICED[3]
     runs = chains(a)
+    floor_ns, training = kernel_floor_ns(a), ran_backward(a.trace)
+    fused = np.array([fused_ns(a, r, t, floor_ns, training) for r in runs], float)
+    _LAST_PRICED[:] = [weakref.ref(t), hbm, runs, fused]
+    return runs, fused
+
+
+def check(a: Analysis) -> Finding | None:
+    runs, fused = _priced_chains(a)
     if not runs:
         return None
     t = a.roofline.event_in_steps_ns
     n = max(len(a.steps), 1)
     chain_ns = np.array([t[r].sum() for r in runs], float)
-    floor_ns = kernel_floor_ns(a)
-    training = ran_backward(a.trace)
-    fused = np.array([fused_ns(a, r, t, floor_ns, training) for r in runs], float)
     saving_ns = np.clip(chain_ns - fused, 0, None)
     idx = np.concatenate(runs)
     nbytes = float(a.roofline.event_bytes[idx].sum())
@@ -402,13 +420,12 @@ def edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
     """Each chain's kernels at their share of its fused time (``fused_ns``), as ``check`` priced
     them; their launches stay (the fused built-ins and the compiler still launch; a compiled
     region's own host cost is the compile knob's: rules/knob_prices.py)."""
-    runs = chains(a)
+    runs, fused = _priced_chains(a)
     if not runs:
         return None
     t, dur = a.roofline.event_in_steps_ns, a.trace.device.dur
-    floor_ns, training = kernel_floor_ns(a), ran_backward(a.trace)
-    shares = [np.full(r.size, min(fused_ns(a, r, t, floor_ns, training) / ran, 1.0))
-              if (ran := float(t[r].sum())) > 0 else np.ones(r.size) for r in runs]
+    shares = [np.full(r.size, min(f / ran, 1.0)) if (ran := float(t[r].sum())) > 0
+              else np.ones(r.size) for r, f in zip(runs, fused.tolist())]
     idx = np.concatenate(runs).astype(np.int64)
     return Edit(device=idx, device_ns=dur[idx] * np.concatenate(shares),
                 note="each chain at its fused time")
