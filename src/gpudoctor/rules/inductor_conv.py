@@ -40,6 +40,11 @@ BATCH_NORM_BACKWARD_LAUNCHES = 3.5
 # adds none (the same section).
 NCHW_BATCH_NORM_FORWARD_LAUNCHES = 1.0
 NCHW_BATCH_NORM_BACKWARD_LAUNCHES = 2.0
+# A batch norm reducing over this many values a channel or fewer (N x H x W: a 1 x 1 or 2 x 2 map)
+# adds none: its compiled trial launched about 8 batch-norm kernels for each of its 20 larger
+# batch norms and none for the 20 of 256 values or fewer, against about 8 for every one on the
+# nets reducing over 1,024 or more (benchmarks/BENCHMARKS-replay.md "Batch norm on small maps").
+SMALL_BATCH_NORM_VALUES = 256
 _BATCH_NORM = "aten::batch_norm"
 _CONVOLUTION = "aten::convolution"
 # Inductor's graph-size guard: a graph of 300 nodes or more per convolution keeps its layout
@@ -127,8 +132,9 @@ def layout_edit(a: Analysis, region: np.ndarray, channels_last: bool | None = No
 def batch_norm_launches(a: Analysis, region: np.ndarray, channels_last: bool) -> np.ndarray:
     """The launches Inductor adds for each training batch norm of the region in the steps (module
     docstring), its forward operators' and its backward nodes': four-dimensional inputs only
-    (BatchNorm2d), more where the convolutions run channels-last; none in a step with no
-    backward (inference folds batch norm into a pointwise kernel)."""
+    (BatchNorm2d) reducing over more than ``SMALL_BATCH_NORM_VALUES`` a channel, more where the
+    convolutions run channels-last; none in a step with no backward (inference folds batch norm
+    into a pointwise kernel)."""
     if not ran_backward(a.trace):
         return np.zeros(0)
     trace, host = a.trace, a.trace.host
@@ -136,13 +142,21 @@ def batch_norm_launches(a: Analysis, region: np.ndarray, channels_last: bool) ->
     tops = tops[region[tops]]
     forward = tops[host.name[tops] == trace.string_ids.get(_BATCH_NORM, -1)]
     forward = np.array([r for r in forward.tolist() if _training(trace.concrete_inputs(r))
-                        and _four_dimensional(trace.input_dims(r))], np.int64)
+                        and _four_dimensional(trace.input_dims(r))
+                        and _values_per_channel(trace.input_dims(r)) > SMALL_BATCH_NORM_VALUES],
+                       np.int64)
     # each forward operator's backward node, by the autograd sequence number they share
     backward = backward_nodes_of(trace, forward)
     backward = backward[region[backward]]
     fwd, bwd = ((BATCH_NORM_FORWARD_LAUNCHES, BATCH_NORM_BACKWARD_LAUNCHES) if channels_last
                 else (NCHW_BATCH_NORM_FORWARD_LAUNCHES, NCHW_BATCH_NORM_BACKWARD_LAUNCHES))
     return np.concatenate([np.full(forward.size, fwd), np.full(backward.size, bwd)])
+
+
+def _values_per_channel(dims: list) -> int:
+    """N x H x W of a four-dimensional batch norm's input: what its statistics reduce over."""
+    n, _, h, w = dims[0]
+    return int(n) * int(h) * int(w)
 
 
 def _four_dimensional(dims: list) -> bool:
