@@ -26,7 +26,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import backward_nodes_of, ran_backward
 from gpudoctor.replay.edits import Edit
-from gpudoctor.rules.shared import step_of, step_ops
+from gpudoctor.rules.shared import launched_from, step_of, step_ops
 from gpudoctor.trace.model import HostCat
 
 # cuDNN's layout conversions around an NHWC kernel run on NCHW tensors
@@ -41,9 +41,8 @@ BATCH_NORM_BACKWARD_LAUNCHES = 3.5
 NCHW_BATCH_NORM_FORWARD_LAUNCHES = 1.0
 NCHW_BATCH_NORM_BACKWARD_LAUNCHES = 2.0
 # A batch norm reducing over this many values a channel or fewer (N x H x W: a 1 x 1 or 2 x 2 map)
-# adds none: its compiled trial launched about 8 batch-norm kernels for each of its 20 larger
-# batch norms and none for the 20 of 256 values or fewer, against about 8 for every one on the
-# nets reducing over 1,024 or more (benchmarks/BENCHMARKS-replay.md "Batch norm on small maps").
+# adds none: Inductor launches no batch-norm kernel of its own for it, as counted on compiled
+# trials' traces (benchmarks/BENCHMARKS-replay.md "Batch norm on small maps").
 SMALL_BATCH_NORM_VALUES = 256
 _BATCH_NORM = "aten::batch_norm"
 _CONVOLUTION = "aten::convolution"
@@ -104,9 +103,7 @@ def layout_conversions(a: Analysis, region: np.ndarray,
     channels-last compile takes off the GPU (empty where Inductor keeps the layout;
     ``channels_last``: ``layout_optimized`` where the caller has it already)."""
     dev = a.trace.device
-    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
-    idx = np.flatnonzero(launched)
-    idx = idx[region[dev.launch[idx]]]
+    idx = launched_from(a, region)
     if idx.size == 0:
         return idx.astype(np.int64)
     names = a.trace.names_matching(lambda s: LAYOUT_CONVERSION.search(s) is not None)

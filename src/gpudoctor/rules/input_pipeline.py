@@ -268,9 +268,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     floor_ms = float(numbers.get(STEP_FLOOR_AFTER_FIX, 0.0))
     # workers already: more of them. Their floor holds where they set the step; where a batch is
     # only late now and then, they made one in less than the step, how much less the trace does
-    # not say, and the floor would hold every other fix replayed with this one above it (a
-    # siamese ResNet's one worker kept up with its CUDA-graphed step, a third of the floor:
-    # benchmarks/BENCHMARKS-gallery.md "Two more public programs")
+    # not say, and the floor would hold every other fix replayed with this one above it
+    # (benchmarks/BENCHMARKS-gallery.md "Two more public programs")
     floor_share = (float(numbers.get(STEP_FLOOR_SHARE_AFTER_FIX, 0.0))
                    if numbers.get(LOADER_SETS_STEP, True) else 0.0)
     return Edit(host_removed_s=s, host_removed_e=e, min_step_ns=floor_ms * 1e6,

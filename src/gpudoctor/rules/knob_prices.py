@@ -67,7 +67,7 @@ from gpudoctor.rules import (
     optimizer_loop,
     unfused_elementwise,
 )
-from gpudoctor.rules.shared import host_steps
+from gpudoctor.rules.shared import host_steps, launched_from
 from gpudoctor.trace.kernels import Kind
 from gpudoctor.trace.model import HostCat
 
@@ -182,16 +182,14 @@ def _graphs_skipped(a: Analysis, region: np.ndarray) -> np.ndarray:
         edges = np.concatenate(([lo], cuts[(cuts > lo) & (cuts < hi)], [hi]))
         for p_lo, p_hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
             held = work[(host.ts[work] >= p_lo) & (host.ts[work] < p_hi)]
-            if (host.end[held] - host.ts[held]).sum() >= HOST_WORK_MIN_NS:
+            if host.dur[held].sum() >= HOST_WORK_MIN_NS:
                 skipped |= region & (host.ts >= p_lo) & (host.ts < p_hi)
     return skipped
 
 
 def _skipped_note(a: Analysis, skipped: np.ndarray) -> Edit | None:
     """A note of the kernels a step launched from the graphs CUDA graphs skip, where there are."""
-    dev = a.trace.device
-    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
-    kernels = int(skipped[dev.launch[launched]].sum()) / max(len(a.steps), 1)
+    kernels = launched_from(a, skipped).size / max(len(a.steps), 1)
     if kernels == 0:
         return None
     return Edit(note=f"{kernels:.0f} kernels a step left out of the graphs (a forward graph "
@@ -438,7 +436,7 @@ def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndar
     top-level operators, from the first one's start to the last one's end, that no other operator
     of their threads interrupts: an LSTM that Dynamo leaves eager splits the forward in two), and
     the kernels the region launched there."""
-    dev, host = a.trace.device, a.trace.host
+    host = a.trace.host
     starts, ends = host_steps(a)
     in_steps = (host.top_op < 0) & (host.cat == HostCat.OP) & (host.ts >= starts[0]) & (
         host.ts < ends[-1])
@@ -457,9 +455,7 @@ def _region_passes(a: Analysis, region: np.ndarray) -> tuple[np.ndarray, np.ndar
     first = np.flatnonzero(turns)
     s = np.minimum.reduceat(host.ts[tops], first)
     e = np.maximum.reduceat(host.end[tops], first)
-    launched = (dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0)
-    kernels = int(region[dev.launch[launched]].sum())
-    return s.astype(np.int64), e.astype(np.int64), kernels
+    return s.astype(np.int64), e.astype(np.int64), int(launched_from(a, region).size)
 
 
 def _ops_launching_only(a: Analysis, kernels: np.ndarray) -> np.ndarray:

@@ -291,3 +291,11 @@ def every_n_steps(cost_ms: float, step_ms: float) -> int:
     INTERVAL_COST_SHARE of a ``step_ms`` step."""
     needed = cost_ms / (INTERVAL_COST_SHARE * step_ms) if step_ms > 0 else _INTERVALS[-1]
     return next((i for i in _INTERVALS if i >= needed), _INTERVALS[-1])
+
+
+def launched_from(a: Analysis, host_events: np.ndarray) -> np.ndarray:
+    """Device events in the steps launched by the host events ``host_events`` (a mask): a region's
+    kernels."""
+    dev = a.trace.device
+    launched = np.flatnonzero((dev.launch >= 0) & (a.roofline.event_in_steps_ns > 0))
+    return launched[host_events[dev.launch[launched]]]

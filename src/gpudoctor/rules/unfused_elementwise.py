@@ -342,9 +342,9 @@ def _event_shapes(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
     return np.where(found, shape[slot], -1), np.where(found, numel[slot], 0)
 
 
-# The last analysis' chains and their fused times, held by a weak reference to its per-event times:
-# ``check`` prices them and ``edit`` replays the same, once each per analysis; about a fifth of
-# the replay's cost on a large trace (benchmarks/bench_replay_cost.py). Nothing is kept alive.
+# The last analysis' chains and their fused times, held by a weak reference to its per-event times
+# so that nothing is kept alive: ``check`` prices them and ``edit`` replays the same, computed once
+# (benchmarks/BENCHMARKS-replay.md "The fused chains priced once").
 _LAST_PRICED: list = []
 
 
