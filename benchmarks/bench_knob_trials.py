@@ -84,6 +84,8 @@ FIXES_FOR: dict[str, str] = {
     "examples_mnist_rnn": "loader-workers,bf16-autocast",
     "fabric_image_classifier": "loader-workers,pin-memory,compile",
     "nanogpt_train_char": "compile",
+    "examples_forward_forward": "tf32,bf16-autocast,compile",
+    "lightning_gan_mnist": "compile-reduce-overhead,bf16-autocast,compile,loader-workers",
 }
 
 
