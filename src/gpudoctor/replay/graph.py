@@ -35,6 +35,23 @@ from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.arrays import distinct, median
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
+# Calls that queue device work and return before it runs (CUDA's runtime and driver spellings).
+ASYNC_LAUNCHES = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
+    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch"})
+
+
+# A launch with fewer device events queued ahead of it than this did not find the launch queue full
+# (it holds about a thousand: the small_gemm trap's blocked launches found 1027 and 2046 queued,
+# tests/data/small_gemm; a lent H100's long launches with 0-37 queued returned while the GPU ran on).
+QUEUE_FULL_MIN = 64
+
+
+def launches_async(trace: Trace) -> np.ndarray:
+    """Per string id: the name is an asynchronous launch (ASYNC_LAUNCHES)."""
+    return trace.names_matching(lambda s: s in ASYNC_LAUNCHES)
+
+
 # A blocked call that returned within this long after a device event ended was waiting for it.
 RETURN_AFTER_NS = 30_000
 # A device event that started this long after both its launch and its stream's previous event
@@ -226,6 +243,15 @@ def build(trace: Trace, steps: Steps) -> StepGraph:
             good = ok & (entry_end[long_call] - cand_end <= RETURN_AFTER_NS) & (
                 cand_end > entry_ts[long_call])
             rows = np.flatnonzero(long_call)
+            # a kernel launch blocks only on a full launch queue: a long one with few launches
+            # queued ahead of it was the host busy (the first launch after the backward, a module
+            # loaded, the profiler's buffers) while the GPU ran on, and is no wait; waited for, it
+            # would hold the unprofiled host behind a GPU the profiled one never waited for
+            # (benchmarks/BENCHMARKS-replay.md "A long launch is no wait")
+            queued = _queued_at(entry_ts[rows], entry_ts, launched_by, ts)
+            not_full = launches_async(trace)[host.name[entry_host[rows]]] & (
+                queued < QUEUE_FULL_MIN)
+            good &= ~not_full
             wait_on[rows[good]] = cand[good]
         waited = wait_on >= 0
         ret[waited] = np.clip(entry_end[waited] - end[wait_on[waited]], 0, own[waited])
@@ -322,6 +348,17 @@ def _latest_launched(launched_by: np.ndarray, end: np.ndarray, n: int) -> np.nda
     holder = (best_row >= 0) & (best == running)
     carried = np.maximum.accumulate(np.where(holder, np.arange(n), -1))
     return np.where(carried >= 0, best_row[np.maximum(carried, 0)], -1)
+
+
+def _queued_at(at: np.ndarray, entry_ts: np.ndarray, launched_by: np.ndarray,
+               ts: np.ndarray) -> np.ndarray:
+    """How many device events the chain had launched before each time of ``at`` that had not yet
+    started on the GPU then."""
+    rows = launched_by >= 0
+    launch_ts = np.sort(entry_ts[launched_by[rows]])
+    started = np.sort(ts[rows])
+    return (np.searchsorted(launch_ts, at, side="left")
+            - np.searchsorted(started, at, side="right")).clip(0)
 
 
 def _previous_on_stream(ts: np.ndarray, stream: np.ndarray) -> np.ndarray:

@@ -58,6 +58,9 @@ PRIOR_SCALE_RANGE = (0.3, 4.0)
 AGREE_SHARE = 0.05
 # Within this share of the GPU-set floor, a replayed step has reached it.
 FLOOR_SHARE = 0.01
+# The prior's replayed step within this share of the measured one, its GPU busier than its host:
+# the step is on the GPU's floor and the prior stands (``unprofiled``).
+PLATEAU_SHARE = 0.02
 # A lead at the unprofiled steps' boundaries under this share of the step is a GPU that waited for
 # the host (a launch's latency, an event's own time): the step times the host, the lead says
 # nothing more.
@@ -220,6 +223,17 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             r = replay(graph, ch)
         return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns,
                           FROM_PRIOR if scale == prior else FROM_STEP)
+    # the prior's replay within PLATEAU_SHARE of the measured step, its GPU busier than its host:
+    # the step sits on the GPU's floor, which still slopes a little with the scale (the host's
+    # lead fills the GPU's gaps), and a fit would follow the timing's spread along it, putting the
+    # host anywhere from the GPU's length down (benchmarks/BENCHMARKS-replay.md "A long launch is
+    # no wait")
+    ch_prior = without_profiler(graph, prior, costs)
+    at_prior = replay(graph, ch_prior)
+    if (abs(at_prior.step_ns / measured_step_ns - 1) <= PLATEAU_SHARE
+            and _gpu_sets(graph, at_prior)):
+        return Unprofiled(ch_prior, prior, at_prior, True, measured_step_ns - at_prior.step_ns,
+                          FROM_PRIOR)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
     f_lo, f_hi = at_lo.step_ns - measured_step_ns, at_hi.step_ns - measured_step_ns
     best, side = at_hi, 0
@@ -273,6 +287,11 @@ def _with_the_lead(graph: StepGraph, costs: dict[str, float] | None, measured_st
     if scale == fitted.scale:
         return fitted
     return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns, FROM_STEP_AND_LEAD)
+
+
+def _gpu_sets(graph: StepGraph, r: Replayed) -> bool:
+    """The replay's GPU busy longer a step than its host works."""
+    return r.gpu_busy_ns / max(graph.steps, 1) > r.host_work_ns / max(graph.steps - 1, 1)
 
 
 def _steady_leads(r: Replayed) -> np.ndarray:
