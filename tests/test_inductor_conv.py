@@ -51,7 +51,7 @@ def test_resnet_s_batch_norms_add_launches_forward_and_backward():
 
 def test_the_compile_knob_prices_resnet_at_no_gain_where_it_measured_slower():
     price = knob_prices_for(RESNET)[KNOB_COMPILE]
-    assert price["predicted_speedup"] == pytest.approx(0.9300, abs=1e-4)
+    assert price["predicted_speedup"] == pytest.approx(0.7984, abs=1e-4)
     assert "155 layout conversions a step fewer" in price["note"]
     assert "130 launches a step more" in price["note"]
     assert _measured(RESNET, KNOB_COMPILE) < 1.0
@@ -62,8 +62,9 @@ def test_without_the_convolutional_model_resnet_was_priced_a_gain(monkeypatch):
     monkeypatch.setattr(inductor_conv, "layout_edit", lambda a, region, *_: None)
     monkeypatch.setattr(inductor_conv, "batch_norm_launches",
                         lambda a, region, channels_last: np.zeros(0))
-    # (x1.17 before the host's lead set its pace beside the step: tests/test_host_lead.py)
-    assert knob_prices_for(RESNET)[KNOB_COMPILE]["predicted_speedup"] > 1.05
+    # (x1.17 before the host's lead set its pace beside the step, x1.02 once its long launches
+    # were no waits: tests/test_host_lead.py; x0.80 with the model, measured x0.86)
+    assert knob_prices_for(RESNET)[KNOB_COMPILE]["predicted_speedup"] > 1.0
 
 
 def test_a_unet_that_halves_its_channels_keeps_nchw():

@@ -44,7 +44,7 @@ def test_four_modules_a_step_are_four_compiled_calls_each_way(tmp_path: Path) ->
     # the fitted 32) where one call of 62 parameters took 0.50 + 0.55, on a step the host holds
     added = four["step_after_ms"] - one["step_after_ms"]
     assert added == pytest.approx(4 * (0.44 + 0.55) - (0.44 + 0.002 * 30 + 0.55), abs=1e-3)
-    assert four["predicted_speedup"] < 0.9 < one["predicted_speedup"]
+    assert four["predicted_speedup"] < 0.7 < one["predicted_speedup"]
 
 
 @given(st.one_of(st.none(), st.booleans(), st.integers(-5, 0), st.floats(), st.text(max_size=3),

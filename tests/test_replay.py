@@ -40,7 +40,7 @@ def _graph(name: str):  # type: ignore[no-untyped-def]
     ("name", "calls", "profiled_ns", "replayed_ns"),
     [
         ("host_sync", 888, 10_336_594, 10_369_141),  # +0.3%
-        ("launch_bound", 1155, 36_069_993, 35_430_067),  # -1.8%
+        ("launch_bound", 1155, 36_069_993, 36_036_966),  # -0.1% (-1.8% with its long launches as waits)
         ("fp32_matmul", 141, 8_103_070, 8_097_338),  # -0.1%
         # a DDP rank whose all-reduce waits on the gradient kernel 5.1-5.2 us before it (the cross-stream
         # wait read within WAIT_SLACK_NS; within 5 us the wait was missed and the step read -11.4%)
@@ -376,7 +376,7 @@ def test_launch_bounds_knob_is_priced_by_its_own_edit() -> None:
     report = analyze_loaded(load(path))
     launch = report.finding("launch-bound")
     own = launch.evidence.numbers["predicted_speedup_with_compile-reduce-overhead"]
-    assert own == pytest.approx(51.9869, abs=1e-4)
+    assert own == pytest.approx(53.13, abs=1e-4)
     assert own == pytest.approx(
         knob_prices_for(path)["compile-reduce-overhead"]["predicted_speedup"], abs=1e-3
     )
@@ -420,7 +420,7 @@ def test_the_profilers_work_at_the_step_edges_leaves_the_replayed_step() -> None
 
 @pytest.mark.parametrize(
     ("measured_ms", "scale", "tf32"),
-    [(39.74, 2.98, 1.048), (38.5, 3.22, 1.096), (37.9, 3.22, 1.079), (37.0, 3.22, 1.054)],
+    [(39.74, 2.833, 1.0011), (38.5, 3.029, 1.0317), (37.9, 3.029, 1.0156), (37.0, 3.029, 1.0)],
 )
 def test_a_measured_step_under_the_gpus_floor_keeps_the_host_it_allows(
     measured_ms: float, scale: float, tf32: float
@@ -580,8 +580,10 @@ def test_a_step_just_above_the_gpus_floor_keeps_the_prior() -> None:
     fit = unprofiled(graph, 31.4001e6)
     assert fit.scale == PRIOR_SCALE
     assert fit.replayed.host_work_ns / (graph.steps - 1) / 1e6 == pytest.approx(23.02, abs=0.01)
-    # 2% over the floor, the step is fitted: the host is put on it
-    assert unprofiled(graph, 31.8e6).scale < 1.0
+    # 2% over the floor, within PLATEAU_SHARE of the prior's replayed step (31.43 ms), its GPU
+    # busier than its host: still the prior. 4% over, the step is fitted: the host is put on it
+    assert unprofiled(graph, 31.8e6).scale == PRIOR_SCALE
+    assert unprofiled(graph, 32.4e6).scale < 1.0
 
 
 def test_the_timeline_reproduces_a_window_whose_host_lead_shrank_and_the_steady_step_is_the_hosts():
@@ -595,4 +597,4 @@ def test_the_timeline_reproduces_a_window_whose_host_lead_shrank_and_the_steady_
     assert r.window_step_ns / graph.profiled_ns == pytest.approx(1.0, abs=1e-3)
     counted = r.marks_ns.size - 1
     assert r.step_ns == pytest.approx(r.host_work_ns / counted) and r.step_ns / 1e6 == pytest.approx(
-        49.647, abs=1e-3)
+        49.674, abs=1e-3)

@@ -6,12 +6,13 @@ pace from its view operators")."""
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudoctor.analysis.observer import MIN_VIEW_OPERATORS, view_operator_ns
 from gpudoctor.pipeline import _run_model, diagnose_loaded
 from gpudoctor.replay import observer
-from gpudoctor.replay.observer import FROM_PRIOR, FROM_STEP, PRIOR_SCALE, prior_scale
+from gpudoctor.replay.observer import FROM_LEAD, FROM_PRIOR, FROM_STEP, PRIOR_SCALE, prior_scale
 from gpudoctor.rules import whatif
 from gpudoctor.rules.whatif import step_model
 from gpudoctor.trace import load
@@ -41,10 +42,24 @@ def test_the_view_operators_median_and_too_few_of_them():
     assert view_operator_ns(a.trace, first, first + 1) is None
 
 
+def _without_lead(path):
+    """The run's analysis without the host's lead it timed: the step alone tells the scale."""
+    a, _ = _run_model(path)
+    return msgspec.structs.replace(a, unprofiled_lead_ms=None)
+
+
 def test_a_run_whose_gpu_holds_the_step_takes_the_view_prior():
-    _, model = _run_model(DISTILBERT)
+    model = step_model(_without_lead(DISTILBERT))
     assert model.base.source == FROM_PRIOR
     assert model.base.scale == pytest.approx(prior_scale(2_603.0))
+
+
+def test_the_hosts_timed_lead_sets_the_scale_where_the_step_cannot():
+    # the host ran 10.6 ms ahead of the GPU at the step's edges: the scale that replays that lead
+    # (the run's long launches with few queued ahead are no waits: replay/graph.py QUEUE_FULL_MIN)
+    _, model = _run_model(DISTILBERT)
+    assert model.base.source == FROM_LEAD
+    assert model.base.scale == pytest.approx(1.4752, abs=1e-4)
 
 
 def test_a_bare_trace_keeps_the_fixed_prior():
@@ -56,7 +71,7 @@ def test_a_machine_profiles_costs_keep_the_fixed_prior(monkeypatch):
     per_event = 3_000.0
     monkeypatch.setattr(whatif, "measured_costs",
                         lambda a: {"op": per_event, "runtime": per_event, "annotation": per_event})
-    _, model = _run_model(DISTILBERT)
+    model = step_model(_without_lead(DISTILBERT))
     assert model.base.source == FROM_PRIOR and model.base.scale == PRIOR_SCALE
 
 
