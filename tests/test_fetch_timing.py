@@ -164,7 +164,7 @@ def test_the_fit_leaves_the_loaders_timed_fetch_to_the_loader() -> None:
     )
     # without the timed fetch, the fit reads the loader's spread as the profiler's cost
     plain = diagnose_loaded(trace, unprofiled_step_ms=40.3533).report.finding("input-pipeline")
-    assert plain.predicted_speedup == pytest.approx(3.9363, abs=1e-4)
+    assert plain.predicted_speedup == pytest.approx(3.9614, abs=1e-4)
     assert plain.evidence.numbers["step_floor_after_fix_ms"] == 4.352
     assert "without the profiler" not in plain.summary
 
