@@ -183,3 +183,42 @@ def test_workers_that_take_every_cpu_are_not_told_to_double() -> None:
     )
     assert more.title.startswith("More worker processes")
     assert "batch_size=32, num_workers=8, pin_memory=True" in more.code
+
+
+class _WorkerIterator:
+    """A multi-worker DataLoader iterator as LoaderQueue reads it: one worker, two batches queued."""
+
+    _num_workers, _prefetch_factor, _pin_memory = 1, 2, True
+
+    def __init__(self) -> None:
+        self._num_yielded = 0
+
+
+def test_a_loader_taken_from_once_before_the_loop_serves_its_steps_no_backlog() -> None:
+    # forward-forward (pytorch/examples) takes the whole training set as one batch before its
+    # loop: its iterator's count stays under the queue's two batches for good, and read as
+    # backlog, no step before the window was ever timed
+    once = _WorkerIterator()
+    queue = LoaderQueue()
+    queue.batch(once, step=0)
+    once._num_yielded = 1
+    assert queue.backlog
+    for steps in range(1, 4):  # the steps right after the fetch: the queue may still be serving
+        queue.step_ended(steps)
+        assert queue.backlog
+    queue.step_ended(4)
+    assert not queue.backlog
+
+
+def test_a_loader_fetched_from_every_step_keeps_its_backlog_until_served() -> None:
+    it = _WorkerIterator()
+    queue = LoaderQueue()
+    queue.batch(it, step=0)
+    for step in range(1, 6):
+        queue.step_ended(step)
+        assert queue.backlog  # one batch a step handed out, the count still under the queue
+        it._num_yielded = 1
+        queue.batch(it, step=step)
+    it._num_yielded = 2
+    queue.batch(it, step=6)
+    assert not queue.backlog

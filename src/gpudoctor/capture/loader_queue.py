@@ -13,6 +13,10 @@ from typing import Any, NamedTuple
 
 from gpudoctor.core.loader import LoaderSettings, usable_cpus
 
+# A loader fetched from in none of this many steps feeds none: whatever its queue's count says, it
+# serves the steps no backlog.
+IDLE_STEPS = 2
+
 
 class _Fetched(NamedTuple):
     """What one loader's settings were fetched under: in how many steps, the last of them, and how
@@ -32,6 +36,7 @@ class LoaderQueue:
         self._yielded = 0  # the current iterator's count of batches at the last fetch
         self._started = False  # the start-up backlog has been served (or a later epoch began)
         self._iterator: Any = None  # a weak reference to the iterator seen last
+        self._fetched_in = -1  # the step (boundaries seen before it) of the last fetch
         # what each loader's settings were fetched under. The training loop's loader is the one
         # fetched from in the most steps: an evaluation pass fetches many batches within one step
         # (tests/test_loader_settings.py; benchmarks/BENCHMARKS-replay.md "Knob set l")
@@ -52,6 +57,7 @@ class LoaderQueue:
         """A batch is about to be fetched from ``iterator`` (a DataLoader's) in the program's step
         ``step`` (the step boundaries seen so far)."""
         key = _settings_of(iterator)
+        self._fetched_in = step
         seen = self._settings.get(key, _Fetched(0, -1, 0))
         self._settings[key] = _Fetched(seen.steps + (step != seen.last_step), step,
                                        seen.batches + 1)
@@ -76,6 +82,15 @@ class LoaderQueue:
             self._iterator = None
         self.backlog = not self._started and yielded < depth
         self._started = self._started or yielded >= depth
+
+    def step_ended(self, steps: int) -> None:
+        """``steps`` step boundaries seen: a loader fetched from in none of the last IDLE_STEPS
+        steps serves them no backlog. A whole dataset taken in one batch before the loop leaves
+        its iterator's count under the queue for good, and read as backlog, no step before the
+        window would ever be timed (benchmarks/BENCHMARKS-gallery.md "Forward-forward and
+        Lightning's GAN, never run before")."""
+        if self._fetched_in >= 0 and steps - 1 - self._fetched_in > IDLE_STEPS:
+            self.backlog = False
 
     def calibration_target(self, asked: int) -> int:
         """Steps to time after the window: what was asked, or behind a DataLoader with workers two

@@ -484,6 +484,7 @@ class CaptureSession(Listener):
             self.result.root_module = self.detector.root_name
         self._count += 1
         self._total += 1
+        self.loader.step_ended(self._total)
         self.result.steps_seen += 1
         if self.phase is Phase.BEFORE:
             self._step_before_window()
