@@ -43,7 +43,7 @@ def test_fixes_that_free_each_other_are_not_healthy() -> None:
     verdict = report.verdict()
     assert verdict.status == "together" and verdict.top_finding is None
     assert verdict.text.startswith(
-        "no fix is major alone, but the 5 together replay at x4.00 (32.200 -> 8.046 ms)"
+        "no fix is major alone, but the 5 together replay at x4.45 (32.200 -> 7.228 ms)"
     )
 
 

@@ -157,7 +157,8 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     first = np.unique(graph_of, return_index=True)[1]
     nodes = np.bincount(graph_of)
     launches = calls[first]
-    return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=difference(calls, launches),
+    replayed = difference(calls, launches)
+    return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=replayed, calls_graphed=replayed,
                 calls_timed=launches, calls_timed_ns=nodes[graph_of[first]] * GRAPH_NODE_NS,
                 latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS,
                 note="step captured in a CUDA graph"
