@@ -37,7 +37,7 @@ CASES = {
     # finds it empty. With the profiler's work at the step edges taken out (0.06-0.2 ms a step,
     # where the GPU idles after the read), the replayed host holds the step: launch-bound first,
     # host-sync 0.01 ms (it was first at 0.36 ms; neither fix measured on this program)
-    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6680),
+    "inference_loop": ("module-forward", 5, 5.6703, "launch-bound", 0.6098),
     # Lightning, num_workers=0 with pin_memory=True: each batch is pinned in the loop
     "lightning_module": ("optimizer-step", 5, 10.1279, "input-pipeline", 4.5129),
     # the program's own torch.profiler window (schedule wait 1, warmup 1, active 4), diagnosed

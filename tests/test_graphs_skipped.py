@@ -23,7 +23,7 @@ def test_the_forward_graph_that_builds_a_mask_on_the_cpu_is_left_out_of_the_grap
     nn.Transformer's decoder reads ``bool((mask == causal).all())``, where TorchDynamo breaks the
     graph. The graph before the read (the mask, the embeddings and the encoder: 49 kernels a step)
     holds the CPU operators and stays out of the CUDA graphs; the decoder's graph and the
-    backward are captured. Priced x2.27 (x3.06 with everything captured); measured x0.74 in that
+    backward are captured. Priced x2.11 (x3.06 with everything captured, x2.27 paced); measured x0.74 in that
     run, whose controls drifted 34% apart, and x0.98 and x1.31 in two others."""
     a, _ = _run_model(BUNDLE)
     region = traced_by_dynamo(a.trace, compiled_region(a.trace))
@@ -35,7 +35,7 @@ def test_the_forward_graph_that_builds_a_mask_on_the_cpu_is_left_out_of_the_grap
     launched = dev.launch >= 0
     assert int(skipped[dev.launch[launched]].sum()) == 245  # 49 a step, 5 steps
     price = knob_prices_for(BUNDLE)["compile-reduce-overhead"]
-    assert price["predicted_speedup"] == pytest.approx(2.2684, abs=1e-3)
+    assert price["predicted_speedup"] == pytest.approx(2.1055, abs=1e-3)
     assert "49 kernels a step left out of the graphs" in price["note"]
     trials = json.loads((BUNDLE / "trials.json").read_text())["trials"]
     measured = next(t["measured_speedup"] for t in trials if t["knob"] == "compile-reduce-overhead")

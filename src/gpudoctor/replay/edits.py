@@ -116,7 +116,8 @@ def merge(edits: list[Edit]) -> Edit:
         host_share=shares,
         min_step_ns=max(e.min_step_ns for e in edits),
         min_step_share=max(e.min_step_share for e in edits),
-        paced=any(e.paced for e in edits),
+        # the host a CUDA graph leaves is the code it does not capture, at that code's own pace
+        paced=any(e.paced for e in edits) and not any(e.calls_graphed.size for e in edits),
         note="; ".join(e.note for e in edits if e.note),
     )
 
