@@ -70,6 +70,14 @@ class Edit(msgspec.Struct, frozen=True, eq=False):
     paced: bool = True
     note: str = ""
 
+    @property
+    def runs_paced(self) -> bool:
+        """The host left after the fix runs at the pace of its smaller work (replay/pace.py):
+        ``paced``, and no CUDA graph in the fix: the host a graph leaves is the code it does not
+        capture, at that code's own pace (benchmarks/BENCHMARKS-replay.md "The host a CUDA graph
+        leaves")."""
+        return self.paced and self.calls_graphed.size == 0
+
     def is_empty(self) -> bool:
         return (self.device.size == 0 and self.device_removed.size == 0
                 and self.host_removed_s.size == 0 and self.unwait.size == 0
@@ -116,8 +124,7 @@ def merge(edits: list[Edit]) -> Edit:
         host_share=shares,
         min_step_ns=max(e.min_step_ns for e in edits),
         min_step_share=max(e.min_step_share for e in edits),
-        # the host a CUDA graph leaves is the code it does not capture, at that code's own pace
-        paced=any(e.paced for e in edits) and not any(e.calls_graphed.size for e in edits),
+        paced=any(e.paced for e in edits),
         note="; ".join(e.note for e in edits if e.note),
     )
 

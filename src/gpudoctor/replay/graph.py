@@ -33,18 +33,14 @@ from gpudoctor.analysis.observer import (
 )
 from gpudoctor.analysis.steps import Steps
 from gpudoctor.core.arrays import distinct, median
+from gpudoctor.trace.kernels import DRIVER_LAUNCHES, GRAPH_LAUNCHES, RUNTIME_LAUNCHES
 from gpudoctor.trace.model import HostCat, Trace, queued_before_window
 
-# Calls that queue device work and return before it runs (CUDA's runtime and driver spellings).
-ASYNC_LAUNCHES = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
-    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch"})
-
-
 # A launch with fewer device events queued ahead of it than this did not find the launch queue full
-# (it holds about a thousand: the small_gemm trap's blocked launches found 1027 and 2046 queued,
-# tests/data/small_gemm; a lent H100's long launches with 0-37 queued returned while the GPU ran on).
+# (it holds about a thousand; benchmarks/BENCHMARKS-replay.md "A long launch is no wait").
 QUEUE_FULL_MIN = 64
+# Calls that queue device work and return before it runs.
+ASYNC_LAUNCHES = RUNTIME_LAUNCHES | DRIVER_LAUNCHES | GRAPH_LAUNCHES
 
 
 def launches_async(trace: Trace) -> np.ndarray:

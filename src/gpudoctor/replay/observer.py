@@ -231,7 +231,7 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
     ch_prior = without_profiler(graph, prior, costs)
     at_prior = replay(graph, ch_prior)
     if (abs(at_prior.step_ns / measured_step_ns - 1) <= PLATEAU_SHARE
-            and _gpu_sets(graph, at_prior)):
+            and gpu_sets(graph, at_prior)):
         return Unprofiled(ch_prior, prior, at_prior, True, measured_step_ns - at_prior.step_ns,
                           FROM_PRIOR)
     # regula falsi (the Illinois variant) on f(scale) = replayed - measured, falling in the scale
@@ -289,8 +289,9 @@ def _with_the_lead(graph: StepGraph, costs: dict[str, float] | None, measured_st
     return Unprofiled(ch, scale, r, True, measured_step_ns - r.step_ns, FROM_STEP_AND_LEAD)
 
 
-def _gpu_sets(graph: StepGraph, r: Replayed) -> bool:
-    """The replay's GPU busy longer a step than its host works."""
+def gpu_sets(graph: StepGraph, r: Replayed) -> bool:
+    """The replay's GPU busy longer a step than its host works (the host holds the step
+    otherwise)."""
     return r.gpu_busy_ns / max(graph.steps, 1) > r.host_work_ns / max(graph.steps - 1, 1)
 
 

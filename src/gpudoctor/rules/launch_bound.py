@@ -159,7 +159,6 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
     launches = calls[first]
     replayed = difference(calls, launches)
     return Edit(host_removed_s=rs, host_removed_e=re_, calls_removed=replayed, calls_graphed=replayed,
-                paced=False,
                 calls_timed=launches, calls_timed_ns=nodes[graph_of[first]] * GRAPH_NODE_NS,
                 latency_ns=GRAPH_GAP_NS, switch_ns=GRAPH_GAP_NS,
                 note="step captured in a CUDA graph"

@@ -32,7 +32,13 @@ from gpudoctor.core.finding import (
 )
 from gpudoctor.replay.edits import Edit, changes, merge
 from gpudoctor.replay.graph import StepGraph, build
-from gpudoctor.replay.observer import PRIOR_SCALE, Unprofiled, prior_scale, unprofiled
+from gpudoctor.replay.observer import (
+    PRIOR_SCALE,
+    Unprofiled,
+    gpu_sets,
+    prior_scale,
+    unprofiled,
+)
 from gpudoctor.replay.pace import paced
 from gpudoctor.replay.simulate import Changes, host_times, replay
 from gpudoctor.rules.knob_prices import KnobPrice, compile_knob_edit, knob_edits
@@ -77,7 +83,7 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         fixed = replay(self.graph, edited)
         # what is left of the host's work runs faster where the fix took most of it (replay/pace.py)
         quicker = paced(self.graph, edited, self.base.replayed.host_work_ns,
-                        fixed.host_work_ns) if edit.paced else None
+                        fixed.host_work_ns) if edit.runs_paced else None
         if quicker is not None:
             fixed = replay(self.graph, quicker)
         after_ns = max(fixed.step_ns, edit.min_step_ns)
@@ -109,9 +115,7 @@ class StepModel(msgspec.Struct, frozen=True, eq=False):
         # step the GPU holds, the trace's device work itself ran slower (a pageable copy staged
         # under the profiler): the step after the fix is what the edited graph leaves, and an edit
         # that adds time (a compiled call's entries) adds it to the measured step
-        base = self.base.replayed
-        counted = max(self.graph.steps - 1, 1)
-        if base.host_work_ns / counted >= base.gpu_busy_ns / max(self.graph.steps, 1):
+        if not gpu_sets(self.graph, self.base.replayed):
             return step_ms * after_ns / base_ns
         if after_ns > base_ns:
             return step_ms + (after_ns - base_ns) / 1e6

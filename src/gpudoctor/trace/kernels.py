@@ -182,6 +182,7 @@ def is_triton_name(name: str) -> bool:
 
 # Host calls that launch work: kernels through the runtime, Triton through the driver API,
 # whole CUDA graphs through cudaGraphLaunch.
+RUNTIME_LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel"})
 DRIVER_LAUNCHES = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel"})
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch"})
 
