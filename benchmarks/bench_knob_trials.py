@@ -86,6 +86,8 @@ FIXES_FOR: dict[str, str] = {
     "nanogpt_train_char": "compile",
     "examples_forward_forward": "tf32,bf16-autocast,compile",
     "lightning_gan_mnist": "compile-reduce-overhead,bf16-autocast,compile,loader-workers",
+    "examples_gat": "compile,tf32,bf16-autocast",
+    "examples_gcn": "compile,compile-reduce-overhead",
 }
 
 

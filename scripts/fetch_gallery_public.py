@@ -140,7 +140,82 @@ def write_mnist_idx(folder: Path, seed: int = 0) -> None:
         (folder / name).write_bytes(header + body)
 
 
-SYNTHETIC = {"mnist-idx": write_mnist_idx}
+CORA_SHAPE = {"papers": 2708, "words": 1433, "words_per_paper": 18, "cites": 5429}
+CORA_CLASSES = (
+    "Case_Based",
+    "Genetic_Algorithms",
+    "Neural_Networks",
+    "Probabilistic_Methods",
+    "Reinforcement_Learning",
+    "Rule_Learning",
+    "Theory",
+)
+
+
+def write_cora(folder: Path, seed: int = 0) -> None:
+    """Cora's two files (``cora.content``: paper id, 1,433 binary word flags, class name;
+    ``cora.cites``: cited and citing paper ids) with random words, classes and citations in the
+    real counts (2,708 papers, ~18 words each, 5,429 citations), so a program builds graphs of the
+    real sizes and sparsity."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    papers = rng.choice(1_200_000, size=CORA_SHAPE["papers"], replace=False) + 35
+    rows = []
+    for paper in papers:
+        flags = np.zeros(CORA_SHAPE["words"], dtype=np.int8)
+        flags[
+            rng.choice(CORA_SHAPE["words"], size=CORA_SHAPE["words_per_paper"], replace=False)
+        ] = 1
+        label = CORA_CLASSES[rng.integers(len(CORA_CLASSES))]
+        rows.append(f"{paper}\t" + "\t".join(map(str, flags)) + f"\t{label}\n")
+    (folder / "cora.content").write_text("".join(rows))
+    ends = rng.choice(papers, size=(CORA_SHAPE["cites"], 2))
+    (folder / "cora.cites").write_text("".join(f"{a}\t{b}\n" for a, b in ends))
+
+
+REQUESTS_FROM_DISK = '''"""A stand-in for the requests package, written beside a public program by
+scripts/fetch_gallery_public.py: the lent GPUs have no network, so the program's one download
+(a .tgz of the folder named in FOLDERS) is served from the synthetic files already on disk."""
+import io
+import tarfile
+
+FOLDERS = {folders!r}
+
+
+class _Response:
+    def __init__(self, raw):
+        self.raw = raw
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def get(url, stream=False, **kwargs):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for folder in FOLDERS:
+            archive.add(folder, arcname=folder)
+    buffer.seek(0)
+    return _Response(buffer)
+'''
+
+
+def write_requests_from_disk(folder: Path, serves: tuple[str, ...] = ("cora",)) -> None:
+    """requests.py beside the program: its download answered with a .tgz of local folders."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "requests.py").write_text(REQUESTS_FROM_DISK.format(folders=list(serves)))
+
+
+SYNTHETIC = {
+    "mnist-idx": write_mnist_idx,
+    "cora": write_cora,
+    "requests-from-disk": write_requests_from_disk,
+}
 
 
 def make_synthetic(entry: dict[str, Any], root: Path) -> list[str]:

@@ -240,10 +240,40 @@ def test_synthetic_mnist_has_the_real_files_sizes_and_format(tmp_path: Path) -> 
     assert len(labels) == 10_000 and set(np.unique(labels)) == set(range(10))
 
 
+def test_synthetic_cora_reads_the_way_the_graph_examples_read_it(tmp_path: Path) -> None:
+    """pytorch/examples' gcn and gat parse cora.content with np.genfromtxt as strings (id, 1,433
+    flags, class) and map every citation's two ids through the content's ids."""
+    import numpy as np
+
+    synthetic = {"cora": "cora", ".": "requests-from-disk"}
+    entry = {"name": "g", "dir": "prog", "synthetic": synthetic}
+    assert fetch.make_synthetic(entry, tmp_path) == []
+    content = np.genfromtxt(tmp_path / "prog" / "cora" / "cora.content", dtype=np.dtype(str))
+    cites = np.genfromtxt(tmp_path / "prog" / "cora" / "cora.cites", dtype=np.int32)
+    assert content.shape == (2708, 1435) and cites.shape == (5429, 2)
+    flags = content[:, 1:-1].astype(np.int32)
+    assert set(np.unique(flags)) == {0, 1} and (flags.sum(axis=1) == 18).all()
+    assert len(np.unique(content[:, -1])) == 7
+    ids = set(content[:, 0].astype(np.int32).tolist())
+    assert len(ids) == 2708 and set(cites.ravel().tolist()) <= ids
+    # gcn downloads Cora every run: the stand-in requests.py answers with a .tgz of the files
+    unpack = tmp_path / "unpacked"
+    unpack.mkdir()
+    script = (
+        "import requests, tarfile\n"
+        "with requests.get('https://example.invalid/cora.tgz', stream=True) as r:\n"
+        f"    tarfile.open(fileobj=r.raw, mode='r:gz').extractall({str(unpack)!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "prog", check=False)
+    assert done.returncode == 0
+    served = unpack / "cora" / "cora.cites"
+    assert served.read_bytes() == (tmp_path / "prog" / "cora" / "cora.cites").read_bytes()
+
+
 def test_synthetic_names_an_unknown_kind_and_prepare_a_failing_step(tmp_path: Path) -> None:
     entry = {"name": "m", "dir": "prog", "synthetic": {"data": "cifar"}}
     assert fetch.make_synthetic(entry, tmp_path) == [
-        "m: unknown synthetic kind 'cifar' (known: mnist-idx)"
+        "m: unknown synthetic kind 'cifar' (known: mnist-idx, cora, requests-from-disk)"
     ]
     (tmp_path / "prog").mkdir()
     (tmp_path / "prog" / "prep.py").write_text("open('made.txt', 'w').write('x')\n")
