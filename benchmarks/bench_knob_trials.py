@@ -124,7 +124,7 @@ def run_program(
         "gpudoctor",
         "run",
         "--try-fixes",
-        "--no-trial-trace",
+        *([] if opts.trial_traces else ["--no-trial-trace"]),
         "--json",
         "--skip",
         str(opts.skip),
@@ -248,6 +248,9 @@ def main() -> int:
         "--deadline", type=float, default=0.0, help="stop starting programs after this many seconds"
     )
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument(
+        "--trial-traces", action="store_true", help="keep each trial's trace (what a knob left)"
+    )
     opts = ap.parse_args()
     manifest = json.loads(MANIFEST.read_text())
     wanted = [n.strip() for item in opts.only for n in item.split(",") if n.strip()]
