@@ -88,6 +88,7 @@ FIXES_FOR: dict[str, str] = {
     "lightning_gan_mnist": "compile-reduce-overhead,bf16-autocast,compile,loader-workers",
     "examples_gat": "compile,tf32,bf16-autocast",
     "examples_gcn": "compile,compile-reduce-overhead",
+    "karpathy_gpt_lecture": "tf32,bf16-autocast,compile",
 }
 
 
