@@ -72,6 +72,12 @@ CASES = {
     # graph launch-bound prices. Measured by the twin's prints (check every 16 tokens), the same
     # session (benchmarks/results/twins-h100-2026-12-07-d.md): 14.37 / 11.81 ms a request
     "greedy_decode_eos_check": ("host-sync", 0.0254, 1.0999, 1.2171),
+    # a mixture of experts whose 4 blocks each loop over 8 experts, rows found with nonzero (a host
+    # wait each), gathered, run and index_add-ed back: every iteration but one of each loop leaves
+    # the host and the GPU, the kept one's GEMMs take the others' rows, and no wait is left (the
+    # fixed twin dispatches by capacity with two bmm a block). Measured by the twin's prints in the
+    # run that recorded the trace (benchmarks/results/twins-h100-2026-12-07-d.md): 30.18 / 5.73 ms
+    "moe_expert_dispatch": ("per-sample-loop", 25.2748, 4.6198, 5.2670),
 }
 
 

@@ -8,8 +8,13 @@ issued back to back (a few kernels apart), outside CUDA graphs. A loop with no m
 select / slice of the same tensor at least MIN_REPEATS_PER_STEP times a step, a few operators apart,
 taking a different row each time (its recorded arguments say which), whose iteration runs on the
 GPU and multiplies no matrices of several rows (an RNN cell stepping over time does: that is a
-recurrence, launch-bound's to price). Not a per-sample loop: a layer with
-one output feature (a regression head's N = 1, called once per forward, a whole forward and
+recurrence, launch-bound's to price). A loop over groups of rows (``dispatch_anchors``: a mixture
+of experts sending each token to its expert, ``rows = (choice == e).nonzero()``, then the
+expert's layers on ``x[rows]`` and ``out.index_add_(0, rows, y)``) is found from its mask reads,
+one repeated a dozen operators apart; its products are of many rows (an expert's tokens), but
+every iteration reads the same input and only adds into the output, so the groups batch: one
+grouped or batched GEMM per layer, and no count read on the host. Not a per-sample loop: a layer
+with one output feature (a regression head's N = 1, called once per forward, a whole forward and
 backward apart, as LBFGS's closure calls it), dot products (L-BFGS's two-loop recursion), and
 ``generate()``'s decode, whose tokens depend on each other and cannot be batched (its cost is the
 launch-bound finding's).
@@ -48,6 +53,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import sync_calls
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
@@ -88,6 +94,19 @@ SLICE_OPS = frozenset({"aten::select", "aten::slice", "aten::narrow"})
 MAX_OPS_BETWEEN_SLICES = 16
 SEED_OP = "aten::ones_like"  # the gradient a scalar loss's backward() starts from
 GPU_OPS_SHARE = 0.5  # more than this share of an iteration's other operators launch GPU work
+# A loop over groups (a mixture of experts' dispatch, a loss per class) finds each group's rows
+# from a mask (``(choice == e).nonzero()``, ``torch.where(mask)``): the host reads the count, so
+# every iteration waits for the GPU, gathers the rows, runs the group's work on them and adds the
+# results back into place (``index_add_``). An iteration costs a wait and a dozen operators or more:
+# a few groups a step already make the loop the step's (tests/test_dispatch_loop.py).
+DISPATCH_OPS = frozenset({"aten::nonzero"})
+SCATTER_OPS = frozenset({"aten::index_add", "aten::index_add_", "aten::index_put",
+                         "aten::index_put_", "aten::index_copy", "aten::index_copy_",
+                         "aten::scatter_add", "aten::scatter_add_", "aten::index_reduce",
+                         "aten::index_reduce_", "aten::masked_scatter", "aten::masked_scatter_"})
+MIN_DISPATCHES_PER_STEP = 8
+MAX_OPS_PER_DISPATCH = 64
+RUN_GAP_GROWTH = 1.25
 
 
 def check(a: Analysis) -> Finding | None:
@@ -95,7 +114,8 @@ def check(a: Analysis) -> Finding | None:
         return None
     groups = loop_groups(a)
     if not groups:
-        return _check_sliced(a)
+        sliced = _check_sliced(a)
+        return sliced if sliced is not None else _check_dispatch(a)
     rf = a.roofline
     n = max(len(a.steps), 1)
     idx = np.sort(np.concatenate(groups))
@@ -170,7 +190,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
         return None
     groups = loop_groups(a)
     if not groups:
-        return _edit_sliced(a)
+        sliced = _edit_sliced(a)
+        return sliced if sliced is not None else _edit_dispatch(a)
     n = max(len(a.steps), 1)
     idx = np.concatenate(groups)
     iterations = idx.size / n / len(groups)
@@ -617,6 +638,184 @@ def _edit_sliced(a: Analysis) -> Edit | None:
                      f"{iterations:.0f} slices each")
 
 
+def dispatch_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
+    """Top-level operators (of ``ops``) that read a mask's rows as indices (DISPATCH_OPS inside
+    them), one array per operator name, where they repeat like a loop over groups: at least
+    MIN_DISPATCHES_PER_STEP a step, at most MAX_OPS_PER_DISPATCH operators apart."""
+    host, names = a.trace.host, a.trace.strings
+    reads = np.flatnonzero(np.isin(host.name, [i for i, s in enumerate(names) if s in DISPATCH_OPS])
+                           if any(s in DISPATCH_OPS for s in names) else np.zeros(0, bool))
+    if reads.size == 0:
+        return []
+    anchors = np.flatnonzero(np.isin(ops, host.outermost(reads)))
+    n = max(len(a.steps), 1)
+    out = []
+    for name in distinct(host.name[ops[anchors]]).tolist():
+        at = anchors[host.name[ops[anchors]] == name]
+        if (at.size / n >= MIN_DISPATCHES_PER_STEP
+                and float(median(np.diff(at))) <= MAX_OPS_PER_DISPATCH):
+            out.append(ops[at])
+    return out
+
+
+def _dispatch_loops(a: Analysis, ops: np.ndarray,
+                    ) -> tuple[list[tuple[np.ndarray, int, int, int]], float]:
+    """The loops over groups of rows (``dispatch_anchors``) whose iteration adds its results back
+    into place (SCATTER_OPS) and runs on the GPU, with the backward's nodes repeated as often; and
+    the groups each loop takes. The groups' matrix products are of many rows each (an expert's
+    tokens), so unlike a loop over slices they are not an RNN cell's recurrence: every iteration
+    reads the same input and only adds into the output."""
+    anchors = dispatch_anchors(a, ops)
+    if not anchors:
+        return [], 0.0
+    n = max(len(a.steps), 1)
+    dispatches = sum(at.size for at in anchors) / n
+    loops = _separate_loops(a, ops, [*anchors, _looped_nodes(a, dispatches)])
+    names, host = a.trace.strings, a.trace.host
+    backward = [_is_backward(a, loop) for loop in loops]
+    scatters = [any(names[i] in SCATTER_OPS for i in host.name[seq[first:end]].tolist())
+                for seq, first, end, _period in loops]
+    forward = [loop for loop, back, adds in zip(loops, backward, scatters) if adds and not back]
+    if not _on_gpu(a, forward):
+        return [], 0.0
+    kept = [loop for loop, back, adds in zip(loops, backward, scatters) if back or adds]
+    return kept, dispatches / (len(forward) / n)
+
+
+def _separate_loops(a: Analysis, ops: np.ndarray, anchors: list[np.ndarray],
+                    ) -> list[tuple[np.ndarray, int, int, int]]:
+    """``_loops_around``, each run of anchors its own loop: a model's blocks each loop over their
+    groups, a few other operators (a norm, the router) between one block's loop and the next. As one
+    loop, its period would be a whole block, and the fix would keep a block where it keeps an
+    iteration of each. A run ends where the anchors' gap grows past RUN_GAP_GROWTH times their
+    typical gap (the backward's repeated nodes follow one another: their typical gap is one)."""
+    host = a.trace.host
+    steps = step_of(a, host.ts[ops])
+    out = []
+    for step in distinct(steps).tolist():
+        for thread in distinct(host.thread[ops]).tolist():
+            seq = ops[(steps == step) & (host.thread[ops] == thread)]
+            runs = []
+            for anchor in anchors:
+                at = np.flatnonzero(np.isin(seq, anchor))
+                if at.size < 2:
+                    continue
+                gaps = np.diff(at)
+                cuts = np.flatnonzero(gaps > RUN_GAP_GROWTH * float(np.median(gaps))) + 1
+                runs += [_loop_run(host.name[seq], part) for part in np.split(at, cuts)]
+            out.extend((seq, *run) for run in _merged([r for r in runs
+                                                       if _repeats(host.name[seq], *r)]))
+    return out
+
+
+def _repeats(names: np.ndarray, first: int, end: int, period: int) -> bool:
+    """The run holds two iterations or more of a body of several operators that repeats in order:
+    a stray pair of the backward's nodes between two blocks' loops is no loop."""
+    body = names[first:end]
+    return (period >= 2 and body.size >= 2 * period
+            and float(np.mean(body[period:] == body[:-period])) >= PERIOD_MATCH)
+
+
+def _check_dispatch(a: Analysis) -> Finding | None:
+    """A loop over groups of rows found from a mask (a mixture of experts' dispatch): each
+    iteration waits for the GPU to count its rows, gathers them, runs the same operators and adds
+    the result back, where one batched call over the groups would do."""
+    ops = step_ops(a)
+    loops, groups = _dispatch_loops(a, ops)
+    if not loops:
+        return None
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    n = max(len(a.steps), 1)
+    removal = _removal(a, ops, loops)
+    forward = [loop for loop in loops if not _is_backward(a, loop)]
+    loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
+    span_ns = float(sum(host.end[seq[first:end]].max() - host.ts[seq[first]]
+                        for seq, first, end, _period in loops))
+    kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
+    kept, kept_ns = _batched_kernels(a, loops, removal)
+    added_ns = float(kept_ns.sum() - (dev.end[kept] - dev.ts[kept]).sum())
+    gpu_after = max(a.breakdown.busy_ms - (kernel_ns - added_ns) / 1e6 / n, 0.0)
+    saving = min(ops_removed_ms(a, ops, removal.ops.size), max(a.step_ms - gpu_after, 0.0))
+    seq, first, _end, period = forward[0]
+    body = seq[first:first + period]
+    work = body[np.isin(body, _launching_ops(a))]
+    names = top_names(trace, host.name[work], host.dur[work].astype(float)) if work.size else []
+    loops_per_step = len(forward) / n
+    return make_finding(
+        ID,
+        "A loop dispatches rows to groups (experts) one group at a time",
+        a.step_ms,
+        saving,
+        f"{loops_per_step:.0f} loop{'s' if loops_per_step >= 1.5 else ''} a step over "
+        f"{groups:.0f} groups (a mixture of experts' dispatch): each iteration reads the rows of "
+        f"its group from a mask (nonzero: the host waits for the GPU), gathers them and runs "
+        f"{period} operators ({', '.join(names[:4])}), then adds the result back: "
+        f"{removal.ops.size / n:.0f} operators a step, forward and backward, where one batched "
+        f"call over the groups would do. The loops span {span_ns / 1e6 / n:.2f} ms of the host per "
+        f"step; their kernels take {kernel_ns / 1e6 / n:.2f} ms.",
+        Evidence(
+            numbers={
+                "groups_per_loop": round(groups, 1),
+                "loops_per_step": round(loops_per_step, 1),
+                "operators_per_iteration": float(period),
+                "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
+                "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
+                "ops_per_step": round(ops.size / n, 1),
+                "loop_ops_removed_per_step": round(removal.ops.size / n, 1),
+                STEP_FLOOR_AFTER_FIX: round(gpu_after, 3),
+            },
+            ops=top_names(trace, host.name[loop_ops], host.dur[loop_ops].astype(float)),
+            sources=sources_of_host(trace, loop_ops, host.dur[loop_ops].astype(float)),
+        ),
+        (
+            Fix("Give every group a fixed number of slots and run the groups as one batched "
+                "matmul: no host wait, one GEMM per layer",
+                f"G = {groups:.0f}; cap = int(1.25 * x.shape[0] / G)   # slots per group\n"
+                "onehot = F.one_hot(choice, G)\n"
+                "slot = (onehot.cumsum(0) * onehot).sum(1) - 1  # each row's slot, on the GPU\n"
+                "dest = torch.where(slot < cap, choice * cap + slot, G * cap)  # over: spare row\n"
+                "buf = x.new_zeros(G * cap + 1, x.shape[1]).index_copy(0, dest, x)\n"
+                "h = torch.bmm(buf[:-1].view(G, cap, -1), w_in)      # w_in: [G, d_in, d_hidden]"),
+            Fix("Or sort the rows by group and call a grouped GEMM with the groups' offsets "
+                "(no count read on the host)",
+                "order = choice.argsort()\n"
+                f"offs = torch.bincount(choice, minlength={groups:.0f}).cumsum(0).int()\n"
+                "h = torch._grouped_mm(x[order], w_in, offs=offs)   # bf16, Hopper or newer"),
+            Fix("Where the loop must stay, read every group's count at once: one wait a layer "
+                "instead of one a group",
+                "order = choice.argsort()\n"
+                f"counts = torch.bincount(choice, minlength={groups:.0f}).tolist()\n"
+                "for e, rows in enumerate(order.split(counts)):\n"
+                "    out.index_add_(0, rows, experts[e](x[rows]))"),
+        ),
+        wrong_fix="CUDA graphs will not help: every group's row count is read on the host, "
+                  "and a graph cannot capture a shape that changes from step to step.",
+        idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
+    )
+
+
+def _edit_dispatch(a: Analysis) -> Edit | None:
+    """The groups batched: every iteration but the first leaves the host and the GPU (its wait
+    with it), and the kept iteration's kernels take the removed groups' work."""
+    ops = step_ops(a)
+    loops, groups = _dispatch_loops(a, ops)
+    if not loops:
+        return None
+    n = max(len(a.steps), 1)
+    removal = _removal(a, ops, loops)
+    kept, kept_ns = _batched_kernels(a, loops, removal)
+    # the batched call reads no count on the host: no dispatch waits, the kept iteration's either
+    syncs = np.flatnonzero(sync_calls(a.trace))
+    dispatches = np.concatenate(dispatch_anchors(a, ops))
+    unwait = syncs[np.isin(a.trace.host.outermost(syncs), dispatches)].astype(np.int64)
+    return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
+                host_removed_s=removal.start, host_removed_e=removal.end,
+                host_share=removal.share, calls_removed=removal.calls, unwait=unwait,
+                note=f"{removal.ops.size / n:.0f} loop operators a step removed; one batched call "
+                     f"over {groups:.0f} groups, {dispatches.size / n:.0f} mask reads a step "
+                     "waiting no more")
+
+
 def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
                      removal: _Removal) -> tuple[np.ndarray, np.ndarray]:
     """The kept iteration's kernels, each longer by its share of the work the removed iterations'
@@ -635,7 +834,7 @@ def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
 
 
 RULE = Rule(
-    ID, "Per-sample / per-node Python loop, one row at a time", check, __doc__ or "",
+    ID, "Per-sample / per-node / per-expert Python loop", check, __doc__ or "",
     needs=("launch_links", "cpu_ops"),
     order=80, idle_cause="dispatch", calibration="step-share", edit=edit,
 )
