@@ -57,9 +57,13 @@ def test_the_batched_groups_are_priced_and_written_with_the_programs_values() ->
     assert report.findings[1].id == "launch-bound"
 
 
-def _groups_loop(tmp_path: Path, scatter: str | None, groups: int = 12) -> Path:
-    """Three steps, each a loop over ``groups`` groups: eq, nonzero (a sync), index, mm, then
-    ``scatter`` (or nothing); the GPU runs each kernel 5 us after its launch."""
+def _groups_loop(
+    tmp_path: Path, scatter: str | None, groups: int = 12, where: bool = False
+) -> Path:
+    """Three steps, each a loop over ``groups`` groups: eq, nonzero (a sync; inside ``aten::where``
+    where ``where``: ``torch.where(mask)``, as Hugging Face's Mixtral block finds an expert's
+    tokens), index, mm, then ``scatter`` (or nothing); the GPU runs each kernel 5 us after its
+    launch."""
     t = TraceBuilder()
     host = 0.0
     body = ["aten::eq", "aten::nonzero", "aten::index", "aten::mm", "aten::add", "aten::mul"]
@@ -70,20 +74,28 @@ def _groups_loop(tmp_path: Path, scatter: str | None, groups: int = 12) -> Path:
         host += 10
         for _g in range(groups):
             for name in body:
+                if name == "aten::nonzero" and where:
+                    t.op("aten::where", host - 1, 14.0)
                 t.launch(f"k_{name[6:]}", host, host + 5, 3.0, op=name, launch_dur=4.0)
                 if name == "aten::nonzero":
                     t.runtime("cudaStreamSynchronize", host + 5.5, 6.0)
-                host += 12
+                host += 12 + (4 if name == "aten::nonzero" and where else 0)
         t.step(step, start, host - start)
         host += 5
     return t.write(tmp_path / "trace.json")
 
 
-def test_a_group_loop_that_adds_its_results_back_is_one(tmp_path: Path) -> None:
-    a = diagnose_path(_groups_loop(tmp_path, "aten::index_add_")).analysis
+@pytest.mark.parametrize("where", [False, True])
+def test_a_group_loop_that_adds_its_results_back_is_one(tmp_path: Path, where: bool) -> None:
+    a = diagnose_path(_groups_loop(tmp_path, "aten::index_add_", where=where)).analysis
     loops, groups = per_sample_loop._dispatch_loops(a, step_ops(a))
     assert groups == 12 and len(loops) == len(a.steps)
     assert {period for _s, _f, _e, period in loops} == {7}
+    anchors = per_sample_loop.dispatch_anchors(a, step_ops(a))
+    names = {a.trace.strings[a.trace.host.name[at[0]]] for at in anchors}
+    assert names == {"aten::where" if where else "aten::nonzero"}
+    edit = per_sample_loop.edit(a, None)
+    assert edit.unwait.size > 0 and edit.device_removed.size == 3 * 11 * 7
 
 
 @pytest.mark.parametrize("groups", [12, 4])
