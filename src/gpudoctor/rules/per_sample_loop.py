@@ -537,14 +537,31 @@ def _sliced_loops(a: Analysis, ops: np.ndarray) -> tuple[list[tuple[np.ndarray, 
     return loops, iterations
 
 
-def _check_sliced(a: Analysis) -> Finding | None:
-    """A loop that takes one slice of a tensor at a time (``for i in range(B): f(x[i])``) and runs
-    the same operators on each, with no matrix product of several rows among them."""
-    ops = step_ops(a)
-    loops, iterations = _sliced_loops(a, ops)
-    if not loops:
-        return None
-    trace, host, dev = a.trace, a.trace.host, a.trace.device
+class _LoopCost(NamedTuple):
+    """What vectorizing ``loops`` takes out, measured on the profiled trace (per step where said)."""
+
+    removal: _Removal
+    loop_ops: np.ndarray
+    span_ms: float  # the loops' host span a step
+    kernel_ms: float  # the removed iterations' kernels a step
+    gpu_after_ms: float  # the GPU's work a step after the fix (STEP_FLOOR_AFTER_FIX)
+    saving_ms: float
+
+    def numbers(self, a: Analysis, ops: np.ndarray) -> dict[str, float]:
+        n = max(len(a.steps), 1)
+        return {"loop_span_ms_per_step": round(self.span_ms, 3),
+                "kernel_ms_per_step": round(self.kernel_ms, 3),
+                "ops_per_step": round(ops.size / n, 1),
+                "loop_ops_removed_per_step": round(self.removal.ops.size / n, 1),
+                STEP_FLOOR_AFTER_FIX: round(self.gpu_after_ms, 3)}
+
+
+def _loop_cost(a: Analysis, ops: np.ndarray,
+               loops: list[tuple[np.ndarray, int, int, int]]) -> _LoopCost:
+    """The loops' span and kernels, and the saving: the host's time in proportion to the operators
+    the fix removes (rules/shared.py), never below the GPU's work left (STEP_FLOOR_AFTER_FIX), the
+    removed iterations' work batched into the kept one's kernels included."""
+    host, dev = a.trace.host, a.trace.device
     n = max(len(a.steps), 1)
     removal = _removal(a, ops, loops)
     loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
@@ -553,11 +570,36 @@ def _check_sliced(a: Analysis) -> Finding | None:
     kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
     kept, kept_ns = _batched_kernels(a, loops, removal)
     added_ns = float(kept_ns.sum() - (dev.end[kept] - dev.ts[kept]).sum())
-    # the host's time in proportion to the operators the fix removes (rules/shared.py); the step
-    # never goes below the GPU's work left (STEP_FLOOR_AFTER_FIX), the rows' work batched included
     gpu_after = max(a.breakdown.busy_ms - (kernel_ns - added_ns) / 1e6 / n, 0.0)
-    saving = min(ops_removed_ms(a, ops, removal.ops.size),
-                 max(a.step_ms - gpu_after, 0.0))
+    saving = min(ops_removed_ms(a, ops, removal.ops.size), max(a.step_ms - gpu_after, 0.0))
+    return _LoopCost(removal, loop_ops, span_ns / 1e6 / n, kernel_ns / 1e6 / n, gpu_after, saving)
+
+
+def _vectorized(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]], note: str,
+                unwait: np.ndarray | None = None) -> Edit:
+    """The loops vectorized: every iteration but the first leaves the host and the GPU, and the
+    kept iteration's kernels take the removed iterations' work (``_batched_kernels``)."""
+    removal = _removal(a, step_ops(a), loops)
+    kept, kept_ns = _batched_kernels(a, loops, removal)
+    return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
+                host_removed_s=removal.start, host_removed_e=removal.end,
+                host_share=removal.share, calls_removed=removal.calls,
+                unwait=np.zeros(0, np.int64) if unwait is None else unwait,
+                note=f"{removal.ops.size / max(len(a.steps), 1):.0f} loop operators a step "
+                     f"removed; {note}")
+
+
+def _check_sliced(a: Analysis) -> Finding | None:
+    """A loop that takes one slice of a tensor at a time (``for i in range(B): f(x[i])``) and runs
+    the same operators on each, with no matrix product of several rows among them."""
+    ops = step_ops(a)
+    loops, iterations = _sliced_loops(a, ops)
+    if not loops:
+        return None
+    trace, host = a.trace, a.trace.host
+    n = max(len(a.steps), 1)
+    cost = _loop_cost(a, ops, loops)
+    removal, loop_ops = cost.removal, cost.loop_ops
     # the forward's iteration names the operators (the backward's nodes are autograd's)
     seq, first, end, _period = next((loop for loop in loops if not _is_backward(a, loop)),
                                     loops[0])
@@ -570,21 +612,17 @@ def _check_sliced(a: Analysis) -> Finding | None:
         ID,
         "A per-sample loop runs the same operators on one slice at a time",
         a.step_ms,
-        saving,
+        cost.saving_ms,
         f"A Python loop takes {iterations:.0f} slices of the same tensor per step one at a time "
         f"and runs {per_iteration:.0f} operators on each ({', '.join(names[:4])}): "
         f"{removal.ops.size / n:.0f} operators a step, forward and backward, where one call over "
-        f"the batch would do. The loop spans {span_ns / 1e6 / n:.2f} ms of the host per step; its "
-        f"kernels take {kernel_ns / 1e6 / n:.2f} ms.",
+        f"the batch would do. The loop spans {cost.span_ms:.2f} ms of the host per step; its "
+        f"kernels take {cost.kernel_ms:.2f} ms.",
         Evidence(
             numbers={
                 "loop_iterations_per_step": round(iterations, 1),
                 "operators_per_iteration": round(per_iteration, 1),
-                "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
-                "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
-                "ops_per_step": round(ops.size / n, 1),
-                "loop_ops_removed_per_step": round(removal.ops.size / n, 1),
-                STEP_FLOOR_AFTER_FIX: round(gpu_after, 3),
+                **cost.numbers(a, ops),
             },
             ops=top_names(trace, host.name[loop_ops], host.dur[loop_ops].astype(float)),
             sources=sources_of_host(trace, loop_ops, host.dur[loop_ops].astype(float)),
@@ -599,7 +637,7 @@ def _check_sliced(a: Analysis) -> Finding | None:
         ),
         wrong_fix="CUDA streams or more threads will not help: each slice's operators are too "
                   "small to fill the GPU.",
-        idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
+        idle_ms=max(cost.span_ms - cost.kernel_ms, 0.0),
     )
 
 
@@ -628,14 +666,7 @@ def _edit_sliced(a: Analysis) -> Edit | None:
     loops, iterations = _sliced_loops(a, ops)
     if not loops:
         return None
-    n = max(len(a.steps), 1)
-    removal = _removal(a, ops, loops)
-    kept, kept_ns = _batched_kernels(a, loops, removal)
-    return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
-                host_removed_s=removal.start, host_removed_e=removal.end,
-                host_share=removal.share, calls_removed=removal.calls,
-                note=f"{removal.ops.size / n:.0f} loop operators a step removed; one call over "
-                     f"{iterations:.0f} slices each")
+    return _vectorized(a, loops, f"one call over {iterations:.0f} slices each")
 
 
 def dispatch_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
@@ -724,18 +755,11 @@ def _check_dispatch(a: Analysis) -> Finding | None:
     loops, groups = _dispatch_loops(a, ops)
     if not loops:
         return None
-    trace, host, dev = a.trace, a.trace.host, a.trace.device
+    trace, host = a.trace, a.trace.host
     n = max(len(a.steps), 1)
-    removal = _removal(a, ops, loops)
+    cost = _loop_cost(a, ops, loops)
+    removal, loop_ops = cost.removal, cost.loop_ops
     forward = [loop for loop in loops if not _is_backward(a, loop)]
-    loop_ops = np.concatenate([seq[first:end] for seq, first, end, _period in loops])
-    span_ns = float(sum(host.end[seq[first:end]].max() - host.ts[seq[first]]
-                        for seq, first, end, _period in loops))
-    kernel_ns = float((dev.end[removal.device] - dev.ts[removal.device]).sum())
-    kept, kept_ns = _batched_kernels(a, loops, removal)
-    added_ns = float(kept_ns.sum() - (dev.end[kept] - dev.ts[kept]).sum())
-    gpu_after = max(a.breakdown.busy_ms - (kernel_ns - added_ns) / 1e6 / n, 0.0)
-    saving = min(ops_removed_ms(a, ops, removal.ops.size), max(a.step_ms - gpu_after, 0.0))
     seq, first, _end, period = forward[0]
     body = seq[first:first + period]
     work = body[np.isin(body, _launching_ops(a))]
@@ -745,24 +769,20 @@ def _check_dispatch(a: Analysis) -> Finding | None:
         ID,
         "A loop dispatches rows to groups (experts) one group at a time",
         a.step_ms,
-        saving,
+        cost.saving_ms,
         f"{loops_per_step:.0f} loop{'s' if loops_per_step >= 1.5 else ''} a step over "
         f"{groups:.0f} groups (a mixture of experts' dispatch): each iteration reads the rows of "
         f"its group from a mask (nonzero: the host waits for the GPU), gathers them and runs "
         f"{period} operators ({', '.join(names[:4])}), then adds the result back: "
         f"{removal.ops.size / n:.0f} operators a step, forward and backward, where one batched "
-        f"call over the groups would do. The loops span {span_ns / 1e6 / n:.2f} ms of the host per "
-        f"step; their kernels take {kernel_ns / 1e6 / n:.2f} ms.",
+        f"call over the groups would do. The loops span {cost.span_ms:.2f} ms of the host per "
+        f"step; their kernels take {cost.kernel_ms:.2f} ms.",
         Evidence(
             numbers={
                 "groups_per_loop": round(groups, 1),
                 "loops_per_step": round(loops_per_step, 1),
                 "operators_per_iteration": float(period),
-                "loop_span_ms_per_step": round(span_ns / 1e6 / n, 3),
-                "kernel_ms_per_step": round(kernel_ns / 1e6 / n, 3),
-                "ops_per_step": round(ops.size / n, 1),
-                "loop_ops_removed_per_step": round(removal.ops.size / n, 1),
-                STEP_FLOOR_AFTER_FIX: round(gpu_after, 3),
+                **cost.numbers(a, ops),
             },
             ops=top_names(trace, host.name[loop_ops], host.dur[loop_ops].astype(float)),
             sources=sources_of_host(trace, loop_ops, host.dur[loop_ops].astype(float)),
@@ -790,7 +810,7 @@ def _check_dispatch(a: Analysis) -> Finding | None:
         ),
         wrong_fix="CUDA graphs will not help: every group's row count is read on the host, "
                   "and a graph cannot capture a shape that changes from step to step.",
-        idle_ms=max(span_ns - kernel_ns, 0.0) / 1e6 / n,
+        idle_ms=max(cost.span_ms - cost.kernel_ms, 0.0),
     )
 
 
@@ -802,18 +822,13 @@ def _edit_dispatch(a: Analysis) -> Edit | None:
     if not loops:
         return None
     n = max(len(a.steps), 1)
-    removal = _removal(a, ops, loops)
-    kept, kept_ns = _batched_kernels(a, loops, removal)
     # the batched call reads no count on the host: no dispatch waits, the kept iteration's either
     syncs = np.flatnonzero(sync_calls(a.trace))
     dispatches = np.concatenate(dispatch_anchors(a, ops))
     unwait = syncs[np.isin(a.trace.host.outermost(syncs), dispatches)].astype(np.int64)
-    return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
-                host_removed_s=removal.start, host_removed_e=removal.end,
-                host_share=removal.share, calls_removed=removal.calls, unwait=unwait,
-                note=f"{removal.ops.size / n:.0f} loop operators a step removed; one batched call "
-                     f"over {groups:.0f} groups, {dispatches.size / n:.0f} mask reads a step "
-                     "waiting no more")
+    return _vectorized(a, loops, f"one batched call over {groups:.0f} groups, "
+                                 f"{dispatches.size / n:.0f} mask reads a step waiting no more",
+                       unwait)
 
 
 def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
