@@ -165,12 +165,14 @@ def captured(a: Analysis, within: np.ndarray | None = None) -> Edit | None:
                 if within is None else "module captured in CUDA graphs")
 
 
-# A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, and a
-# cache emptied every step defeats its memory pool: those fixes come first.
+# A graph cannot capture a read of a GPU value, the loader's fetch or op-free host work, a cache
+# emptied every step defeats its memory pool, and a shape new every step is a new graph every
+# step: those fixes come first.
 RULE = Rule(
     ID, "Kernel launch overhead dominates", check, __doc__ or "", needs=("launch_links",),
     order=20, idle_cause="dispatch", edit=edit,
-    blocked_by=("host-sync", "allocator-churn", "input-pipeline", "host-blocking-work"),
+    blocked_by=("host-sync", "allocator-churn", "input-pipeline", "host-blocking-work",
+                "dynamic-shapes"),
     # the snippet's knob graphs the module's forward and backward, not the step: its own price
     # (rules/knob_prices.py) goes in the evidence
     module_knobs=("compile-reduce-overhead",),
