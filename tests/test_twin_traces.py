@@ -78,6 +78,11 @@ CASES = {
     # fixed twin dispatches by capacity with two bmm a block). Measured by the twin's prints in the
     # run that recorded the trace (benchmarks/results/twins-h100-2026-12-07-d.md): 30.18 / 5.73 ms
     "moe_expert_dispatch": ("per-sample-loop", 25.2748, 4.6198, 5.2670),
+    # scaled_dot_product_attention given a [1024, 1024] float causal mask: its main fused kernels
+    # at half their time, as is_causal=True runs them (the fixed twin's took 0.41-0.48 of the sick
+    # one's; the backward's small kernels the same). Measured by the twin's prints in the run that recorded the trace (benchmarks/
+    # results/twins-h100-2026-12-07-d.md): 13.15 / 12.01 ms
+    "sdpa_float_causal_mask": ("naive-attention", 0.8868, 1.0726, 1.0949),
 }
 
 

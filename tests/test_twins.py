@@ -275,7 +275,9 @@ NOT_FIRST = {"empty_cache_varlen": ("dynamic-shapes", 3),
 # twin: the top finding's severity where it is not critical (fp32_resnet's fix saves a quarter of
 # its step: major; greedy_decode_eos_check's read a token saves a tenth of it, and comes first as
 # it forbids the graph launch-bound prices)
-NOT_CRITICAL = {"fp32_resnet": "major", "greedy_decode_eos_check": "major"}
+NOT_CRITICAL = {"fp32_resnet": "major", "greedy_decode_eos_check": "major",
+                # half the attention kernels' 2.4 ms of a 13 ms step
+                "sdpa_float_causal_mask": "major"}
 
 
 @pytest.mark.parametrize("name", TRACED)
@@ -292,7 +294,7 @@ def test_the_sick_twins_h100_trace_shows_its_planted_cause(name: str) -> None:
 
 
 def test_every_committed_twin_trace_is_a_twin() -> None:
-    assert set(TRACED) <= set(ENTRIES) and len(TRACED) == 18, TRACED
+    assert set(TRACED) <= set(ENTRIES) and len(TRACED) == 19, TRACED
     assert set(NOT_FIRST) <= set(TRACED)
 
 

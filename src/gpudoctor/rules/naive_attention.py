@@ -6,9 +6,20 @@ and backward). Priced as that time minus the pattern's matmul FLOPs at a fused-a
 ``scaled_dot_product_attention``'s own math fallback on float32 inputs is not this finding's but
 fp32-matmul's (rules/fp32_matmul.py): the program already calls the fused API, and what keeps it
 from the flash kernels is the dtype.
+
+The fused API given its causal mask as a tensor (``attn_mask=mask``, one [S, S] mask shared by
+the batch and the heads, in self-attention: ``masked_sdpa``) runs its fused kernels over every
+score tile, where ``is_causal=True`` skips the tiles above the diagonal: priced as the main
+attention kernel of each call at CAUSAL_SHARE of its time, forward and backward; the backward's
+small kernels over the outputs keep theirs (tests/data/twins_h100/sdpa_float_causal_mask: the main
+kernels took 2.1-2.4x the causal ones', the others the same). A mask that varies with the
+batch (padding) is not this pattern; a shared square one may still be a window rather than
+causal, which the trace cannot tell: the finding says so.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -24,7 +35,7 @@ from gpudoctor.rules.common import (
     op_names_of_events,
     sources_of_events,
 )
-from gpudoctor.rules.shared import attention_events, attention_seqs
+from gpudoctor.rules.shared import attention_events, attention_seqs, step_of
 from gpudoctor.trace.kernels import MATRIX_KINDS_FOR_ATTENTION, Kind
 from gpudoctor.trace.model import HostCat
 
@@ -34,6 +45,11 @@ ID = "naive-attention"
 # Operators that mask a square score matrix: a causal mask is built with triu / tril and applied
 # with masked_fill or where (a padding mask is applied the same way).
 MASK_OPS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::triu", "aten::tril")
+SDPA_OP = "aten::scaled_dot_product_attention"
+_SDPA_BACKWARD = re.compile(r"^autograd::engine::evaluate_function: ScaledDotProduct\w*Backward")
+MIN_MASKED_SEQ = 128
+# The causal kernels compute the tiles on and below the diagonal: about half of S x S
+CAUSAL_SHARE = 0.5
 
 
 def _masked(a: Analysis) -> bool:
@@ -61,7 +77,7 @@ def _fixes(masked: bool) -> tuple[Fix, ...]:
 def check(a: Analysis) -> Finding | None:
     idx = attention_events(a)
     if idx.size == 0:
-        return None
+        return _check_masked_sdpa(a)
     dev, rf = a.trace.device, a.roofline
     n = max(len(a.steps), 1)
     time_ns = float(rf.event_in_steps_ns[idx].sum())
@@ -109,7 +125,7 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     per fused kernel, at the cost of an added operator (replay/edits.py ``added_op_ns``)."""
     idx = attention_events(a)
     if idx.size == 0:
-        return None
+        return _edit_masked_sdpa(a)
     dev, rf = a.trace.device, a.roofline
     softmax = dev.kind[idx] == Kind.SOFTMAX
     if not softmax.any():
@@ -128,6 +144,99 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
                 calls_removed=calls[calls >= 0].astype(np.int64),
                 host_removed_s=starts, host_removed_e=ends,
                 added_at=kept.astype(np.int64), added_launches=1.0, note="attention fused")
+
+
+def masked_sdpa(a: Analysis) -> tuple[np.ndarray, int]:
+    """The main fused attention kernel (the longest) of each forward call and backward node of
+    ``scaled_dot_product_attention`` calls given one square mask for the whole batch in self-attention (mask [S, S] or [1, 1, S, S], query
+    and key of length S >= MIN_MASKED_SEQ), and S; empty where any call in the steps has no such
+    mask (the backward's nodes cannot be told apart)."""
+    trace, host = a.trace, a.trace.host
+    names = trace.strings
+    sdpa_ids = [i for i, name in enumerate(names) if name == SDPA_OP]
+    none = (np.empty(0, np.int64), 0)
+    if not sdpa_ids:
+        return none
+    calls = np.flatnonzero(np.isin(host.name, sdpa_ids) & (host.cat == HostCat.OP))
+    calls = calls[step_of(a, host.ts[calls]) >= 0]
+    if calls.size == 0:
+        return none
+    seqs = {_shared_square_mask(trace.input_dims(int(i))) for i in calls.tolist()}
+    if len(seqs) != 1 or (seq := seqs.pop()) < MIN_MASKED_SEQ:
+        return none
+    nodes = [i for i, name in enumerate(names) if _SDPA_BACKWARD.match(name)]
+    backward = np.flatnonzero(np.isin(host.name, nodes) & (host.cat == HostCat.OP)) if nodes else (
+        np.empty(0, np.int64))
+    spans = np.concatenate([calls, backward[step_of(a, host.ts[backward]) >= 0]])
+    dev = a.trace.device
+    main = []
+    for span in spans.tolist():  # a backward runs small O(S) kernels beside its main one
+        inside = launched_inside(a, host.ts[[span]], host.end[[span]], host.thread[[span]])
+        inside = inside[dev.kind[inside] == Kind.ATTENTION]
+        if inside.size:
+            main.append(int(inside[np.argmax(dev.dur[inside])]))
+    # under autocast the call re-dispatches to itself: the inner call's kernel is the outer's
+    return np.unique(np.array(main, np.int64)), seq
+
+
+def _shared_square_mask(dims: list) -> int:
+    """S where the recorded inputs are (q, k, v, mask, ...) with q and k of length S and a mask of
+    [S, S] or [1, 1, S, S]; 0 otherwise."""
+    if len(dims) < 4 or not all(isinstance(d, list) for d in dims[:4]):
+        return 0
+    q, k, _v, mask = dims[:4]
+    if len(q) < 2 or len(k) < 2 or q[-2] != k[-2]:
+        return 0
+    seq = q[-2]
+    shared = mask == [seq, seq] or mask == [1, 1, seq, seq]
+    return int(seq) if shared else 0
+
+
+def _check_masked_sdpa(a: Analysis) -> Finding | None:
+    idx, seq = masked_sdpa(a)
+    if idx.size == 0:
+        return None
+    n = max(len(a.steps), 1)
+    time_ms = float(a.roofline.event_in_steps_ns[idx].sum()) / 1e6 / n
+    saving = time_ms * (1.0 - CAUSAL_SHARE)
+    return make_finding(
+        ID,
+        "Attention given its causal mask as a tensor computes every score tile",
+        a.step_ms,
+        saving,
+        f"scaled_dot_product_attention is given one [{seq}, {seq}] mask for the whole batch "
+        f"(attn_mask=...): its fused kernels take {time_ms:.2f} ms a step over all {seq} x {seq} "
+        "scores. If the mask is causal, is_causal=True skips the tiles above the diagonal (about "
+        "half the work); a window or other pattern shared by every sequence is not, and the trace "
+        "cannot tell which.",
+        Evidence(
+            numbers={
+                "attention_kernels_ms_per_step": round(time_ms, 3),
+                "sequence_length": float(seq),
+                "causal_share": CAUSAL_SHARE,
+                "share_of_step_pct": round(100 * time_ms / a.step_ms, 1),
+            },
+            ops=op_names_of_events(a.trace, idx),
+            kernels=kernel_names_of_events(a.trace, idx),
+            sources=sources_of_events(a.trace, idx),
+        ),
+        (
+            Fix("A causal mask: drop it and let SDPA skip the masked half",
+                "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+                f"   # was attn_mask=<[{seq}, {seq}] mask>"),
+        ),
+        wrong_fix="A boolean mask instead of a float one does not help: any mask tensor keeps "
+                  "the kernels on every tile.",
+    )
+
+
+def _edit_masked_sdpa(a: Analysis) -> Edit | None:
+    """The masked calls' fused attention kernels at CAUSAL_SHARE of their time."""
+    idx, _seq = masked_sdpa(a)
+    if idx.size == 0:
+        return None
+    return Edit(device=idx, device_ns=a.trace.device.dur[idx].astype(float) * CAUSAL_SHARE,
+                note="attention kernels causal")
 
 
 def pattern_spans(a: Analysis, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
