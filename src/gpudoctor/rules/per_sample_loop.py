@@ -575,6 +575,14 @@ def _loop_cost(a: Analysis, ops: np.ndarray,
     return _LoopCost(removal, loop_ops, span_ns / 1e6 / n, kernel_ns / 1e6 / n, gpu_after, saving)
 
 
+def _found(a: Analysis, find) -> tuple[np.ndarray, list, float, _LoopCost] | None:
+    """The step's operators, the loops ``find`` sees in them (with its count: rows or groups) and
+    what vectorizing them takes out; None where it sees none."""
+    ops = step_ops(a)
+    loops, count = find(a, ops)
+    return None if not loops else (ops, loops, count, _loop_cost(a, ops, loops))
+
+
 def _vectorized(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]], note: str,
                 unwait: np.ndarray | None = None) -> Edit:
     """The loops vectorized: every iteration but the first leaves the host and the GPU, and the
@@ -592,13 +600,11 @@ def _vectorized(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]], note
 def _check_sliced(a: Analysis) -> Finding | None:
     """A loop that takes one slice of a tensor at a time (``for i in range(B): f(x[i])``) and runs
     the same operators on each, with no matrix product of several rows among them."""
-    ops = step_ops(a)
-    loops, iterations = _sliced_loops(a, ops)
-    if not loops:
+    found = _found(a, _sliced_loops)
+    if found is None:
         return None
-    trace, host = a.trace, a.trace.host
-    n = max(len(a.steps), 1)
-    cost = _loop_cost(a, ops, loops)
+    ops, loops, iterations, cost = found
+    trace, host, n = a.trace, a.trace.host, max(len(a.steps), 1)
     removal, loop_ops = cost.removal, cost.loop_ops
     # the forward's iteration names the operators (the backward's nodes are autograd's)
     seq, first, end, _period = next((loop for loop in loops if not _is_backward(a, loop)),
@@ -751,13 +757,11 @@ def _check_dispatch(a: Analysis) -> Finding | None:
     """A loop over groups of rows found from a mask (a mixture of experts' dispatch): each
     iteration waits for the GPU to count its rows, gathers them, runs the same operators and adds
     the result back, where one batched call over the groups would do."""
-    ops = step_ops(a)
-    loops, groups = _dispatch_loops(a, ops)
-    if not loops:
+    found = _found(a, _dispatch_loops)
+    if found is None:
         return None
-    trace, host = a.trace, a.trace.host
-    n = max(len(a.steps), 1)
-    cost = _loop_cost(a, ops, loops)
+    ops, loops, groups, cost = found
+    trace, host, n = a.trace, a.trace.host, max(len(a.steps), 1)
     removal, loop_ops = cost.removal, cost.loop_ops
     forward = [loop for loop in loops if not _is_backward(a, loop)]
     seq, first, _end, period = forward[0]
