@@ -121,3 +121,20 @@ def test_a_tie_goes_to_the_larger_saving_in_the_profiled_window() -> None:
         "host-sync",
         "input-pipeline",
     ]
+
+
+def test_launch_bound_waits_behind_a_major_dynamic_shapes_finding() -> None:
+    """A CUDA graph cannot replay a shape new every step: a major dynamic-shapes finding comes
+    first whatever launch-bound saves; a minor one does not hold it back."""
+    from gpudoctor.core.finding import Evidence, make_finding
+    from gpudoctor.rules.registry import rank
+
+    def priced(rule_id: str, saving: float):  # type: ignore[no-untyped-def]
+        return make_finding(rule_id, rule_id, 32.257, saving, "", Evidence(numbers={}), ())
+
+    graph, shapes = priced("launch-bound", 21.39), priced("dynamic-shapes", 2.58)
+    assert shapes.severity == "major" and graph.severity == "critical"
+    assert [f.id for f in rank([graph, shapes])] == ["dynamic-shapes", "launch-bound"]
+    small = priced("dynamic-shapes", 0.2)
+    assert small.severity not in ("major", "critical")
+    assert [f.id for f in rank([graph, small])] == ["launch-bound", "dynamic-shapes"]
