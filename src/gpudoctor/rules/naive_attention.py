@@ -148,35 +148,33 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
 
 def masked_sdpa(a: Analysis) -> tuple[np.ndarray, int]:
     """The main fused attention kernel (the longest) of each forward call and backward node of
-    ``scaled_dot_product_attention`` calls given one square mask for the whole batch in self-attention (mask [S, S] or [1, 1, S, S], query
-    and key of length S >= MIN_MASKED_SEQ), and S; empty where any call in the steps has no such
-    mask (the backward's nodes cannot be told apart)."""
-    trace, host = a.trace, a.trace.host
-    names = trace.strings
-    sdpa_ids = [i for i, name in enumerate(names) if name == SDPA_OP]
+    ``scaled_dot_product_attention`` calls given one square mask for the whole batch in
+    self-attention (mask [S, S] or [1, 1, S, S], query and key of length S >= MIN_MASKED_SEQ), and
+    S; empty where any call in the steps has no such mask (the backward's nodes cannot be told
+    apart)."""
+    trace, host, dev = a.trace, a.trace.host, a.trace.device
     none = (np.empty(0, np.int64), 0)
-    if not sdpa_ids:
-        return none
-    calls = np.flatnonzero(np.isin(host.name, sdpa_ids) & (host.cat == HostCat.OP))
+    ops = host.cat == HostCat.OP
+    calls = np.flatnonzero(trace.names_matching(lambda name: name == SDPA_OP)[host.name] & ops)
     calls = calls[step_of(a, host.ts[calls]) >= 0]
     if calls.size == 0:
         return none
     seqs = {_shared_square_mask(trace.input_dims(int(i))) for i in calls.tolist()}
     if len(seqs) != 1 or (seq := seqs.pop()) < MIN_MASKED_SEQ:
         return none
-    nodes = [i for i, name in enumerate(names) if _SDPA_BACKWARD.match(name)]
-    backward = np.flatnonzero(np.isin(host.name, nodes) & (host.cat == HostCat.OP)) if nodes else (
-        np.empty(0, np.int64))
+    backward = np.flatnonzero(
+        trace.names_matching(lambda name: _SDPA_BACKWARD.match(name) is not None)[host.name] & ops)
     spans = np.concatenate([calls, backward[step_of(a, host.ts[backward]) >= 0]])
-    dev = a.trace.device
-    main = []
+    inside = launched_inside(a, host.ts[spans], host.end[spans], host.thread[spans])
+    inside = inside[dev.kind[inside] == Kind.ATTENTION]
+    at, thread = host.ts[dev.launch[inside]], host.thread[dev.launch[inside]]
+    main = set()
     for span in spans.tolist():  # a backward runs small O(S) kernels beside its main one
-        inside = launched_inside(a, host.ts[[span]], host.end[[span]], host.thread[[span]])
-        inside = inside[dev.kind[inside] == Kind.ATTENTION]
-        if inside.size:
-            main.append(int(inside[np.argmax(dev.dur[inside])]))
+        mine = inside[(thread == host.thread[span]) & (at >= host.ts[span]) & (at < host.end[span])]
+        if mine.size:
+            main.add(int(mine[np.argmax(dev.dur[mine])]))
     # under autocast the call re-dispatches to itself: the inner call's kernel is the outer's
-    return np.unique(np.array(main, np.int64)), seq
+    return np.array(sorted(main), np.int64), seq
 
 
 def _shared_square_mask(dims: list) -> int:

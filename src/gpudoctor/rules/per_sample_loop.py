@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -58,7 +59,7 @@ from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.hardware.gemm_rate import KERNEL_FLOOR_S, gemm_seconds
-from gpudoctor.replay.edits import Edit
+from gpudoctor.replay.edits import EMPTY_I, Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
     GATHER_OPS,
@@ -323,9 +324,14 @@ def _loops(a: Analysis, ops: np.ndarray, groups: list[np.ndarray],
 
 
 def _loops_around(a: Analysis, ops: np.ndarray, anchors: list[np.ndarray],
-                  looped_nodes: np.ndarray) -> list[tuple[np.ndarray, int, int, int]]:
+                  looped_nodes: np.ndarray, separate: bool = False,
+                  ) -> list[tuple[np.ndarray, int, int, int]]:
     """``_loops`` around host operators ``anchors`` (one array per repeated operator), and the
-    backward's ``looped_nodes``."""
+    backward's ``looped_nodes``. ``separate``: each run of an anchor's positions is its own loop
+    (``_runs``), and a run that does not repeat a body of several operators is none (``_repeats``):
+    a model's blocks each loop over their groups, with a norm and a router between one block's loop
+    and the next; as one loop its period would be a whole block, and the fix would keep a block
+    where it keeps an iteration of each."""
     host = a.trace.host
     anchors = [*anchors, looped_nodes] if looped_nodes.size else list(anchors)
     steps = step_of(a, host.ts[ops])
@@ -333,10 +339,31 @@ def _loops_around(a: Analysis, ops: np.ndarray, anchors: list[np.ndarray],
     for step in distinct(steps).tolist():
         for thread in distinct(host.thread[ops]).tolist():
             seq = ops[(steps == step) & (host.thread[ops] == thread)]
-            runs = [_loop_run(host.name[seq], np.flatnonzero(np.isin(seq, anchor)))
-                    for anchor in anchors]
+            names = host.name[seq]
+            positions = [np.flatnonzero(np.isin(seq, anchor)) for anchor in anchors]
+            runs = [_loop_run(names, part)
+                    for at in positions for part in (_runs(at) if separate else [at])]
+            if separate:
+                runs = [run for run in runs if _repeats(names, *run)]
             out.extend((seq, *run) for run in _merged(runs) if run[1] - run[0] > run[2])
     return out
+
+
+def _runs(at: np.ndarray) -> list[np.ndarray]:
+    """Positions split where their gap grows past RUN_GAP_GROWTH times the typical one (the
+    backward's repeated nodes follow one another: their typical gap is one)."""
+    if at.size < 2:
+        return [at]
+    gaps = np.diff(at)
+    return np.split(at, np.flatnonzero(gaps > RUN_GAP_GROWTH * float(np.median(gaps))) + 1)
+
+
+def _repeats(names: np.ndarray, first: int, end: int, period: int) -> bool:
+    """The run holds two iterations or more of a body of several operators that repeats in order:
+    a stray pair of the backward's nodes between two blocks' loops is no loop."""
+    body = names[first:end]
+    return (period >= 2 and body.size >= 2 * period
+            and float(np.mean(body[period:] == body[:-period])) >= PERIOD_MATCH)
 
 
 def _loop_run(names: np.ndarray, at: np.ndarray) -> tuple[int, int, int]:
@@ -575,7 +602,11 @@ def _loop_cost(a: Analysis, ops: np.ndarray,
     return _LoopCost(removal, loop_ops, span_ns / 1e6 / n, kernel_ns / 1e6 / n, gpu_after, saving)
 
 
-def _found(a: Analysis, find) -> tuple[np.ndarray, list, float, _LoopCost] | None:
+_Loops = list[tuple[np.ndarray, int, int, int]]
+
+
+def _found(a: Analysis, find: Callable[[Analysis, np.ndarray], tuple[_Loops, float]],
+           ) -> tuple[np.ndarray, _Loops, float, _LoopCost] | None:
     """The step's operators, the loops ``find`` sees in them (with its count: rows or groups) and
     what vectorizing them takes out; None where it sees none."""
     ops = step_ops(a)
@@ -583,16 +614,16 @@ def _found(a: Analysis, find) -> tuple[np.ndarray, list, float, _LoopCost] | Non
     return None if not loops else (ops, loops, count, _loop_cost(a, ops, loops))
 
 
-def _vectorized(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]], note: str,
-                unwait: np.ndarray | None = None) -> Edit:
-    """The loops vectorized: every iteration but the first leaves the host and the GPU, and the
-    kept iteration's kernels take the removed iterations' work (``_batched_kernels``)."""
-    removal = _removal(a, step_ops(a), loops)
+def _vectorized(a: Analysis, ops: np.ndarray, loops: list[tuple[np.ndarray, int, int, int]],
+                note: str, unwait: np.ndarray = EMPTY_I) -> Edit:
+    """The loops (of the step operators ``ops``) vectorized: every iteration but the first leaves
+    the host and the GPU, and the kept iteration's kernels take the removed iterations' work
+    (``_batched_kernels``)."""
+    removal = _removal(a, ops, loops)
     kept, kept_ns = _batched_kernels(a, loops, removal)
     return Edit(device=kept, device_ns=kept_ns, device_removed=removal.device,
                 host_removed_s=removal.start, host_removed_e=removal.end,
-                host_share=removal.share, calls_removed=removal.calls,
-                unwait=np.zeros(0, np.int64) if unwait is None else unwait,
+                host_share=removal.share, calls_removed=removal.calls, unwait=unwait,
                 note=f"{removal.ops.size / max(len(a.steps), 1):.0f} loop operators a step "
                      f"removed; {note}")
 
@@ -672,16 +703,15 @@ def _edit_sliced(a: Analysis) -> Edit | None:
     loops, iterations = _sliced_loops(a, ops)
     if not loops:
         return None
-    return _vectorized(a, loops, f"one call over {iterations:.0f} slices each")
+    return _vectorized(a, ops, loops, f"one call over {iterations:.0f} slices each")
 
 
 def dispatch_anchors(a: Analysis, ops: np.ndarray) -> list[np.ndarray]:
     """Top-level operators (of ``ops``) that read a mask's rows as indices (DISPATCH_OPS inside
     them), one array per operator name, where they repeat like a loop over groups: at least
     MIN_DISPATCHES_PER_STEP a step, at most MAX_OPS_PER_DISPATCH operators apart."""
-    host, names = a.trace.host, a.trace.strings
-    reads = np.flatnonzero(np.isin(host.name, [i for i, s in enumerate(names) if s in DISPATCH_OPS])
-                           if any(s in DISPATCH_OPS for s in names) else np.zeros(0, bool))
+    host = a.trace.host
+    reads = np.flatnonzero(a.trace.names_matching(lambda name: name in DISPATCH_OPS)[host.name])
     if reads.size == 0:
         return []
     anchors = np.flatnonzero(np.isin(ops, host.outermost(reads)))
@@ -707,50 +737,15 @@ def _dispatch_loops(a: Analysis, ops: np.ndarray,
         return [], 0.0
     n = max(len(a.steps), 1)
     dispatches = sum(at.size for at in anchors) / n
-    loops = _separate_loops(a, ops, [*anchors, _looped_nodes(a, dispatches)])
-    names, host = a.trace.strings, a.trace.host
+    loops = _loops_around(a, ops, anchors, _looped_nodes(a, dispatches), separate=True)
+    scatter = a.trace.names_matching(lambda name: name in SCATTER_OPS)[a.trace.host.name]
     backward = [_is_backward(a, loop) for loop in loops]
-    scatters = [any(names[i] in SCATTER_OPS for i in host.name[seq[first:end]].tolist())
-                for seq, first, end, _period in loops]
+    scatters = [bool(scatter[seq[first:end]].any()) for seq, first, end, _period in loops]
     forward = [loop for loop, back, adds in zip(loops, backward, scatters) if adds and not back]
     if not _on_gpu(a, forward):
         return [], 0.0
     kept = [loop for loop, back, adds in zip(loops, backward, scatters) if back or adds]
     return kept, dispatches / (len(forward) / n)
-
-
-def _separate_loops(a: Analysis, ops: np.ndarray, anchors: list[np.ndarray],
-                    ) -> list[tuple[np.ndarray, int, int, int]]:
-    """``_loops_around``, each run of anchors its own loop: a model's blocks each loop over their
-    groups, a few other operators (a norm, the router) between one block's loop and the next. As one
-    loop, its period would be a whole block, and the fix would keep a block where it keeps an
-    iteration of each. A run ends where the anchors' gap grows past RUN_GAP_GROWTH times their
-    typical gap (the backward's repeated nodes follow one another: their typical gap is one)."""
-    host = a.trace.host
-    steps = step_of(a, host.ts[ops])
-    out = []
-    for step in distinct(steps).tolist():
-        for thread in distinct(host.thread[ops]).tolist():
-            seq = ops[(steps == step) & (host.thread[ops] == thread)]
-            runs = []
-            for anchor in anchors:
-                at = np.flatnonzero(np.isin(seq, anchor))
-                if at.size < 2:
-                    continue
-                gaps = np.diff(at)
-                cuts = np.flatnonzero(gaps > RUN_GAP_GROWTH * float(np.median(gaps))) + 1
-                runs += [_loop_run(host.name[seq], part) for part in np.split(at, cuts)]
-            out.extend((seq, *run) for run in _merged([r for r in runs
-                                                       if _repeats(host.name[seq], *r)]))
-    return out
-
-
-def _repeats(names: np.ndarray, first: int, end: int, period: int) -> bool:
-    """The run holds two iterations or more of a body of several operators that repeats in order:
-    a stray pair of the backward's nodes between two blocks' loops is no loop."""
-    body = names[first:end]
-    return (period >= 2 and body.size >= 2 * period
-            and float(np.mean(body[period:] == body[:-period])) >= PERIOD_MATCH)
 
 
 def _check_dispatch(a: Analysis) -> Finding | None:
@@ -830,9 +825,9 @@ def _edit_dispatch(a: Analysis) -> Edit | None:
     syncs = np.flatnonzero(sync_calls(a.trace))
     dispatches = np.concatenate(dispatch_anchors(a, ops))
     unwait = syncs[np.isin(a.trace.host.outermost(syncs), dispatches)].astype(np.int64)
-    return _vectorized(a, loops, f"one batched call over {groups:.0f} groups, "
-                                 f"{dispatches.size / n:.0f} mask reads a step waiting no more",
-                       unwait)
+    return _vectorized(a, ops, loops, f"one batched call over {groups:.0f} groups, "
+                                      f"{dispatches.size / n:.0f} mask reads a step waiting no "
+                                      "more", unwait)
 
 
 def _batched_kernels(a: Analysis, loops: list[tuple[np.ndarray, int, int, int]],
