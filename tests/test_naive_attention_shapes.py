@@ -8,7 +8,7 @@ import pytest
 
 from gpudoctor.pipeline import analyze_loaded
 from gpudoctor.trace import parse
-from tests.synth import TraceBuilder
+from tests.synth import TID, TraceBuilder
 
 S = 128
 
@@ -88,3 +88,55 @@ def test_a_softmax_over_the_last_dimension_of_scores_is_and_the_convolutions_sta
     ops = set(found["naive-attention"].evidence.ops)
     assert "aten::bmm" in ops and "aten::_log_softmax" in ops
     assert not ops & {"aten::cudnn_convolution", "aten::cudnn_batch_norm"}
+
+
+def _graph_attention_trace(with_dot_product: bool) -> TraceBuilder:
+    """Training steps of a graph attention layer over S nodes and 8 heads: the [8, S, S] scores are
+    a broadcast sum of per-node terms ([8, S, 1] + [8, 1, S]), LeakyReLU, masked to the edges,
+    softmax, then attention @ features; the backward (the autograd thread) has a product of the
+    scores' shape, the features' gradient times the features. With ``with_dot_product`` the
+    forward also makes scores as q @ k^T (dot-product attention)."""
+    b = TraceBuilder()
+    t = 0.0
+    fp32 = ["float"]
+    scores = [8, S, S]
+    for step in range(4):
+        start = t
+        forward = [
+            ("aten::add", [[8, S, 1], [8, 1, S]]),
+            ("aten::leaky_relu", [scores]),
+            ("aten::where", [scores, scores, scores]),
+            ("aten::_softmax", [scores, [], []]),
+            ("aten::bmm", [scores, [8, S, 64]]),
+        ]
+        if with_dot_product:
+            forward.insert(0, ("aten::bmm", [[8, S, 64], [8, 64, S]]))
+        for k, (op, dims) in enumerate(forward):
+            kernel = ("ampere_sgemm_128x64_nn" if op == "aten::bmm" else
+                      "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>"
+                      if op == "aten::_softmax" else
+                      "void at::native::vectorized_elementwise_kernel<4, at::native::add>")
+            b.launch(kernel, t + 20 * k, t + 100 + 300 * k, 250, op=op, dims=dims)
+            b.events[-3]["args"]["Input type"] = fp32 * len(dims)
+            if op == "aten::_softmax":
+                b.events[-3]["args"]["Concrete Inputs"] = ["", "-1", "False"]
+        back = t + 200
+        b.op("autograd::engine::evaluate_function: BmmBackward0", back, 20, tid=TID + 1)
+        b.launch("ampere_sgemm_128x64_nt", back + 2, t + 2200, 250, op="aten::bmm",
+                 dims=[[8, S, 64], [8, 64, S]], tid=TID + 1)
+        b.events[-3]["args"]["Input type"] = fp32 * 2
+        t += 2600
+        b.step(step, start, t - start)
+    return b
+
+
+def test_graph_attention_s_broadcast_scores_are_not_dot_product_attention() -> None:
+    """The fix is SDPA, which takes q @ k^T scores only: a graph attention network's additive scores
+    (their backward's S x S product notwithstanding) are not this finding."""
+    report = analyze_loaded(parse(_graph_attention_trace(False).to_bytes()), gpu="h100-sxm")
+    assert "naive-attention" not in {f.id for f in report.findings}
+    report = analyze_loaded(parse(_graph_attention_trace(True).to_bytes()), gpu="h100-sxm")
+    found = {f.id: f for f in report.findings}
+    assert "naive-attention" in found
+    assert {"aten::bmm", "aten::_softmax", "aten::leaky_relu"} <= set(
+        found["naive-attention"].evidence.ops)

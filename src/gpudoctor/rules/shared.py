@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import launch_threads
+from gpudoctor.analysis.host_events import autograd_nodes, launch_threads
 from gpudoctor.analysis.observer import step_boundary_ms
 from gpudoctor.analysis.roofline import DTYPES
 from gpudoctor.core.arrays import distinct, median, union
@@ -159,8 +159,22 @@ def attention_seqs(a: Analysis) -> set[int]:
     is not attention (benchmarks/BENCHMARKS-replay.md "knob set u")."""
     trace = a.trace
     names, host_name = trace.strings, trace.host.name
-    return {c.square for i, c in a.roofline.op_costs.items() if c.square >= MIN_SEQ
+    seqs = {c.square for i, c in a.roofline.op_costs.items() if c.square >= MIN_SEQ
             and "softmax" in names[host_name[i]] and _over_last_dim(trace, i)}
+    return seqs & _dot_product_scores(a) if seqs else seqs
+
+
+def _dot_product_scores(a: Analysis) -> set[int]:
+    """The S of every [.., S, S] a forward product makes (``q @ k.transpose(-2, -1)``): fused
+    attention computes scores of this form only. Scores made otherwise (a graph attention
+    network's LeakyReLU over a broadcast sum of per-node terms, masked to the graph's edges) are
+    not what SDPA takes; their backward has a product of that shape too, so the forward's is the
+    test (tests/test_naive_attention_shapes.py)."""
+    host = a.trace.host
+    backward = autograd_nodes(a.trace)
+    return {c.gemm_shape[1] for i, c in a.roofline.op_costs.items()
+            if c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2]
+            and not backward[host.outermost(np.asarray([i]))[0]]}
 
 
 def _over_last_dim(trace: Trace, op: int) -> bool:
