@@ -534,3 +534,65 @@ def test_the_loader_knob_prescribes_for_the_cpus_the_program_may_use(monkeypatch
         )
     finally:
         DataLoader.__init__ = original
+
+
+def test_an_evaluation_before_training_does_not_hold_the_window(tmp_path: Path) -> None:
+    """nanoGPT's estimate_loss at iteration 0: many no-grad forwards of the model in eval mode
+    before the first optimizer step. The window waits for the training steps."""
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters())
+    s = session(tmp_path)
+    model.eval()
+    with torch.no_grad():
+        for _ in range(40):
+            model(torch.randn(8, 16))
+    assert not s.result.trace_path and s.result.step_source == "module-forward"
+    model.train()
+    steps = 0
+    while not s.done and steps < 100:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        steps += 1
+    s.close()
+    r = s.result
+    assert r.step_source == "optimizer-step" and r.trace_path is not None
+    assert steps == 3 + 1 + 2 + 1 + 3
+    assert any("waited past an evaluation before training (38 forwards" in n for n in r.notes)
+
+
+def test_an_evaluation_with_an_optimizer_that_never_steps_opens_after_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpudoctor.capture import session as session_module
+
+    monkeypatch.setattr(session_module, "EVAL_WAIT_STEPS", 25)
+    model = mlp().eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built, never stepped
+    s = session(tmp_path)
+    n = 0
+    with torch.no_grad():
+        while not s.done and n < 200:
+            model(torch.randn(8, 16))
+            n += 1
+    s.close()
+    r = s.result
+    assert r.step_source == "module-forward" and r.trace_path is not None
+    assert n == 3 + 25 + 1 + 2 + 1 + 3
+    assert any("evaluated for 25 forwards with an optimizer built" in x for x in r.notes)
+    del opt
+
+
+def test_an_optimizer_of_another_model_does_not_make_inference_wait(tmp_path: Path) -> None:
+    model, other = mlp().eval(), mlp()
+    opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    s = session(tmp_path)
+    n = 0
+    with torch.no_grad():
+        while not s.done and n < 200:
+            model(torch.randn(8, 16))
+            n += 1
+    s.close()
+    assert s.result.step_source == "module-forward" and n == 3 + 1 + 2 + 1 + 3
+    assert not any("evaluat" in x for x in s.result.notes)
+    del opt

@@ -25,6 +25,7 @@ graph replay) and closes at the first one ``window_s`` later.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -67,6 +68,12 @@ from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
 _TOKEN_CALLS_KEPT = 16  # generate() calls whose per-token timing is kept
+# An evaluation before training (nanoGPT's and the "Let's build GPT" lecture's estimate_loss at
+# iteration 0: 400 no-grad forwards before the first optimizer step) would otherwise hold the
+# window: the window waits this many steps and seconds past ``skip`` for training to start
+# (tests/test_capture_steps.py; benchmarks/BENCHMARKS-gallery.md "Set g").
+EVAL_WAIT_STEPS = 2000
+EVAL_WAIT_S = 30.0
 
 
 class CaptureError(InputError):
@@ -228,6 +235,11 @@ class CaptureSession(Listener):
         self._sampler: NvmlSampler | None = None
         self._started_at = 0.0
         self._window_start = 0.0
+        # while the steps are an evaluation before training: the step count and the clock when
+        # the window first waited for training, and whether an optimizer holds the model's
+        # parameters (None: not waiting); the evaluation's forwards passed over so far
+        self._eval_wait: tuple[int, float, bool] | None = None
+        self._eval_forwards_passed = 0
 
     @property
     def done(self) -> bool:
@@ -478,6 +490,7 @@ class CaptureSession(Listener):
             return
         if self.phase is Phase.BEFORE and self.detector.epoch != self._epoch:
             self._epoch, self._count, self._before = self.detector.epoch, 0, []
+            self._eval_wait = None
             self._before_steps = []
             self.result.steps_seen = 0
             self.result.step_source = self.detector.source.value if self.detector.source else ""
@@ -507,6 +520,9 @@ class CaptureSession(Listener):
             self.result.outermost_calls_per_step = self._outer_calls or None
             self._narrow_hooks()  # the source has repeated: discovery is over
         if self._count < max(cfg.skip, 1):
+            return
+        if self._evaluating_before_training():
+            self._eval_forwards_passed += 1
             return
         if not cfg.profile:
             if not self._trial_wants_more(cfg.skip):
@@ -620,6 +636,10 @@ class CaptureSession(Listener):
         self.result.step_source = detector.source.value if stepped and detector.source else Source.TIME.value
         self.result.root_module = detector.root_name
         self.result.window_opened_at_step = self._count if stepped else None
+        if self._eval_forwards_passed and detector.source is not Source.FORWARD:
+            self.result.notes.append(
+                f"the window waited past an evaluation before training ({self._eval_forwards_passed}"
+                " forwards with no grad) for the training steps")
         if stepped:
             self._narrow_hooks()
         self._note_device()
@@ -661,6 +681,46 @@ class CaptureSession(Listener):
         if self._hooks is not None:
             keep_root = self.detector.source in (Source.FORWARD, Source.GENERATE)
             self._hooks.narrow_to(self._root_module() if keep_root else None)
+
+    def _evaluating_before_training(self) -> bool:
+        """The steps are forwards of the model evaluated (no grad, or eval mode) and an optimizer
+        that has not stepped yet holds its parameters: an evaluation before training. The window
+        waits for the training (its optimizer steps replace the forwards, capture/detect.py), at
+        most EVAL_WAIT_STEPS steps and EVAL_WAIT_S seconds; after that the forwards are the steps
+        (a program that builds an optimizer and only evaluates)."""
+        d = self.detector
+        if d.source is not Source.FORWARD or not d.forwards_from_eval or d.optimizer_seen:
+            return False
+        if self._eval_wait is None:  # once an epoch: the scan walks every object of the program
+            self._eval_wait = (self._count, self.clock.now(), self._optimizer_holds_root())
+        count, since, trained = self._eval_wait
+        waiting = trained and (self._count - count < EVAL_WAIT_STEPS
+                               and self.clock.now() - since < EVAL_WAIT_S)
+        if trained and not waiting and self._eval_forwards_passed:
+            self.result.notes.append(
+                f"the model was evaluated for {self._eval_forwards_passed} forwards with an "
+                "optimizer built and not stepped, and training did not start: the window records "
+                "those forwards")
+            self._eval_forwards_passed = 0
+        return waiting
+
+    def _optimizer_holds_root(self) -> bool:
+        """Whether a torch.optim optimizer alive in the program holds a parameter of the
+        outermost module."""
+        module = self._root_module()
+        if module is None:
+            return False
+        try:
+            params = {id(p) for p in module.parameters()}
+            optimizer = self._torch.optim.Optimizer
+            for obj in gc.get_objects():
+                # type(), not isinstance(): no object's __class__ runs (deprecated proxies warn)
+                if issubclass(type(obj), optimizer) and any(
+                        id(p) in params for group in obj.param_groups for p in group["params"]):
+                    return True
+        except Exception:  # noqa: BLE001 - the program's objects: a failed scan only stops the wait
+            return False
+        return False
 
     def _root_module(self) -> Any:
         """The outermost module object (the detector keeps only its id)."""
