@@ -10,7 +10,10 @@ A trace does not say where the module's forward begins (module events come only 
   grad mode: the profiler gives those a ``Sequence number`` (the autograd node they would make);
   ``torch.no_grad()`` work (an optimizer's step, a hand-written update, ``zero_grad``) has none.
   A closure the optimizer calls (Lightning's training_step, LBFGS) runs the forward under the
-  optimizer's annotation, in grad mode: it is in;
+  optimizer's annotation, in grad mode: it is in. So are the few no-grad operators between two
+  grad-mode ones of a pass (``ones_like``, a mask's comparison: they make no autograd node), and the
+  module evaluated under no_grad inside the step (an accuracy every step), which a compile of the
+  module takes too (``evaluations``);
 - in a step with no backward (inference: no grad mode anywhere), every top-level operator on the
   launching threads but the copies between host and device, the reads of GPU values and the work
   of an optimizer or a DataLoader: what the module's forward itself runs.
@@ -33,6 +36,8 @@ per parameter, as before.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from difflib import SequenceMatcher
 
 import numpy as np
 
@@ -74,11 +79,9 @@ def compiled_region(trace: Trace) -> np.ndarray:
         outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
         backward = top & host.on_threads(engine_threads)
         forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
-        graded = np.fromiter((GRAD_MODE_MARK in r
-                              for r in host.raw_args_at(forward_candidates.tolist())), bool,
-                             forward_candidates.size)
+        graded = in_grad_mode(trace, forward_candidates)
         region_top = backward.copy()
-        region_top[forward_candidates[graded]] = True
+        region_top[_forward_ops(trace, forward_candidates, graded)[0]] = True
     else:
         outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
         copies = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[host.name]
@@ -86,6 +89,97 @@ def compiled_region(trace: Trace) -> np.ndarray:
     # every event inside a region operator belongs to it (its launches, its nested operators)
     owner = host.outermost()
     return region_top[owner]
+
+
+# A few no-grad operators between two grad-mode ones of a forward are the forward's own (a mask's
+# comparison, ``ones_like``: no autograd node to make); a longer stretch is other work.
+FORWARD_GAP_OPS = 4
+# A run of no-grad operators is the module evaluated (``model.eval()`` and ``torch.no_grad()``
+# inside the training step: a train / validation accuracy every step) when it repeats at least
+# this share of the forward's operators in their order (its dropout calls stay as calls in eval
+# mode); an optimizer's or a hand-written update's operators repeat few of them.
+EVALUATION_MATCH_SHARE = 0.7
+# runs longer than this many forwards are not compared (two evaluations with no read between
+# them match one forward's worth)
+EVALUATION_MAX_FORWARDS = 4
+
+
+def _forward_ops(trace: Trace, candidates: np.ndarray,
+                 graded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host events among ``candidates`` (top-level operators of the forward threads, outside the
+    loader's annotations; ``graded``: recorded in grad mode) that run the module's forward: the
+    grad-mode ones, the few no-grad ones between two of them in one pass (FORWARD_GAP_OPS), and
+    where the step evaluates the module under no_grad, the operators of each no-grad run (one
+    that no read of a GPU value or copy breaks) that line up with the forward's (difflib's
+    matching blocks over the names), where they are EVALUATION_MATCH_SHARE of it. ``torch.compile(model)`` compiles those
+    calls too (tests/test_compiled_region_eval.py). Returns the forward's operators, and of them
+    the evaluations'."""
+    host = trace.host
+    order = np.argsort(host.ts[candidates], kind="stable")
+    ops, forward = candidates[order], graded[order].copy()
+    names = host.name[ops]
+    breaks = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[names]
+    # a backward or an optimizer's step between two grad-mode operators ends a pass: the no-grad
+    # operators between them (gradient clipping, the next batch's labels) are not a forward's
+    barriers = np.sort(host.ts[autograd_nodes(trace) | (
+        trace.names_matching(lambda s: s.startswith("Optimizer."))[host.name]
+        & (host.cat == HostCat.ANNOTATION))])
+    for lo, hi in _runs(~forward):
+        if lo == 0 or hi == forward.size or hi - lo > FORWARD_GAP_OPS or breaks[lo:hi].any():
+            continue
+        between = np.searchsorted(barriers, [host.end[ops[lo - 1]], host.ts[ops[hi]]])
+        if between[0] == between[1]:
+            forward[lo:hi] = True
+    passes = _runs(forward)
+    evaluated = np.zeros(forward.size, bool)
+    if not passes or forward.all():
+        return ops[forward], ops[evaluated]
+    lo, hi = max(passes, key=lambda r: r[1] - r[0])  # the reference: the longest forward pass
+    reference = names[lo:hi].tolist()
+    need = EVALUATION_MATCH_SHARE * len(reference)
+    wanted = Counter(reference)
+    for lo, hi in _runs(~forward & ~breaks):
+        if not need <= hi - lo <= EVALUATION_MAX_FORWARDS * len(reference):
+            continue
+        run = names[lo:hi].tolist()
+        if sum((Counter(run) & wanted).values()) < need:  # cheap: most runs stop here
+            continue
+        blocks = SequenceMatcher(None, reference, run, autojunk=False).get_matching_blocks()
+        if sum(b.size for b in blocks) >= need:
+            for b in blocks:
+                evaluated[lo + b.b:lo + b.b + b.size] = True
+    return ops[forward | evaluated], ops[evaluated]
+
+
+def evaluations(trace: Trace) -> np.ndarray:
+    """Boolean mask over host events: the module's forwards a training step runs under no_grad
+    (``_forward_ops``), every event inside them too; all False in a step with no backward."""
+    host = trace.host
+    threads = launch_threads(trace)
+    out = np.zeros(len(host), bool)
+    if threads.size == 0:
+        return out
+    engine_threads = distinct(host.thread[autograd_nodes(trace) & host.on_threads(threads)])
+    if engine_threads.size == 0:
+        return out
+    top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
+    outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
+    candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
+    out[_forward_ops(trace, candidates, in_grad_mode(trace, candidates))[1]] = True
+    return out[host.outermost()]
+
+
+def in_grad_mode(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Whether each of these host events was recorded in grad mode (it carries a sequence
+    number)."""
+    return np.fromiter((GRAD_MODE_MARK in r for r in trace.host.raw_args_at(rows.tolist())), bool,
+                       rows.size)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, end) of each run of True in ``mask``."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
 
 
 def traced_by_dynamo(trace: Trace, region: np.ndarray) -> np.ndarray:
@@ -162,4 +256,4 @@ def _under_annotations(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     return contains(s, e, host.ts)
 
 
-__all__ = ["compiled_region", "traced_by_dynamo"]
+__all__ = ["compiled_region", "evaluations", "in_grad_mode", "traced_by_dynamo"]

@@ -48,7 +48,7 @@ import msgspec
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.compiled_region import compiled_region, traced_by_dynamo
+from gpudoctor.analysis.compiled_region import compiled_region, evaluations, traced_by_dynamo
 from gpudoctor.analysis.host_events import (
     HOST_WORK_MIN_NS,
     autograd_nodes,
@@ -306,6 +306,9 @@ def compiled_entries(a: Analysis, region: np.ndarray) -> Edit | None:
     calls = calls[region[calls]]
     starts, ends = host_steps(a)
     calls = calls[(host.ts[calls] >= starts[0]) & (host.ts[calls] < ends[-1])]
+    # the module's evaluations under no_grad in a training step (analysis/compiled_region.py)
+    # enter no graph with grad mode on: they keep their fusion price, as an inference step does
+    calls = calls[~evaluations(a.trace)[calls]]
     if calls.size == 0:
         return None
     calls = calls[np.argsort(host.ts[calls], kind="stable")]
