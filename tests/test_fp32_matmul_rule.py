@@ -3,6 +3,8 @@ on CUDA cores, TF32 GEMMs (half the bf16 rate), and fp32 attention (no flash ker
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from synth import TraceBuilder
 
@@ -313,3 +315,23 @@ def test_a_served_model_is_told_to_cast_it_once_then_autocast() -> None:
     assert "TF32" in titles[2]
     assert "bf16_full_eval=True" in f.fixes[-1].code
     assert "master weights" not in f.wrong_fix
+
+
+def test_where_autocast_saves_nothing_the_finding_is_priced_by_tf32() -> None:
+    """T5 in fp32 (knob set y, H100): the host holds the step, and bf16 autocast's casts cost it
+    more than the 16-bit matmuls save (priced x0.96, measured x0.91); TF32 adds no cast (priced
+    x1.06, measured x1.02). The finding is priced by TF32, which it lists first. The lab's fp32
+    trap, where autocast saves most of the step, keeps autocast first though its TF32 replays
+    faster (rules/whatif.py ALTERNATIVE_WHEN_FIRST_SAVES_UNDER)."""
+    from gpudoctor.pipeline import analyze_path
+    from gpudoctor.rules.whatif import PRICED_BY_FIX
+
+    data = Path(__file__).parent / "data"
+    t5 = next(f for f in analyze_path(data / "knobs_h100" / "t5_seq2seq_fp32").findings
+              if f.id == "fp32-matmul")
+    assert t5.fixes[0].code == "torch.set_float32_matmul_precision('high')"
+    assert t5.evidence.numbers[PRICED_BY_FIX] == t5.fixes[0].title
+    assert t5.predicted_speedup == pytest.approx(1.0586, abs=1e-4) and t5.severity == "major"
+    lab = next(f for f in analyze_path(data / "fp32_matmul").findings if f.id == "fp32-matmul")
+    assert "autocast" in lab.fixes[0].title and PRICED_BY_FIX not in lab.evidence.numbers
+    assert lab.predicted_speedup == pytest.approx(2.8991, abs=1e-4)

@@ -54,6 +54,11 @@ class Rule(msgspec.Struct, frozen=True):
     # (launch-bound's "compile-reduce-overhead": the module in graphs, where the finding prices the
     # whole step in one)
     module_knobs: tuple[str, ...] = ()
+    # another of the finding's own fixes as its own edit (its title, its edit): where it replays
+    # faster than ``edit``'s, the finding is priced by it and lists it first (fp32-matmul's TF32
+    # against bf16 autocast on a step the host holds: autocast's casts cost the host more than
+    # the 16-bit matmuls save, rules/whatif.py ``_best_fix``)
+    alternative_fixes: tuple[tuple[str, Callable[[Analysis, Finding], Edit | None]], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.needs if n not in NEEDS]

@@ -266,7 +266,7 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) ->
     return tuple(fixes)
 
 
-_TF32_FIX = Fix("Or at least let fp32 matmuls use TF32 tensor cores (half the bf16 rate)",
+_TF32_FIX = Fix("Let fp32 matmuls use TF32 tensor cores (half the bf16 rate, no casts)",
                 "torch.set_float32_matmul_precision('high')")
 
 
@@ -411,4 +411,5 @@ def tf32_edit(a: Analysis, finding: Finding | None = None) -> Edit | None:
 RULE = Rule(
     ID, "FP32 / TF32 matmuls and fp32 attention below the bf16 rate", check, __doc__ or "",
     order=30, calibration="same-ops", edit=edit, knob_edits=(("tf32", tf32_edit),),
+    alternative_fixes=((_TF32_FIX.title, tf32_edit),),
 )
