@@ -374,9 +374,8 @@ def _repriced_findings(raw: list[Finding], priced: list[Finding], a: Analysis,
 # An alternative fix prices the finding where the first fix saves under this share of the step
 # (bf16 autocast's casts on a step the host holds) and the alternative saves more. Where the first
 # one saves more than that, the rule's order stands even if the alternative replays faster: the
-# lab's fp32 trap replays TF32 faster than bf16 autocast (5.84 against 5.30 ms saved) where its
-# bf16 twin measured below both (tests/test_fixtures.py, benchmarks/BENCHMARKS-replay.md "A
-# finding priced by its better fix").
+# program is told to make the first fix first (benchmarks/BENCHMARKS-replay.md "A finding priced by
+# its better fix").
 ALTERNATIVE_WHEN_FIRST_SAVES_UNDER = 0.02
 
 
