@@ -561,6 +561,18 @@ def test_an_evaluation_before_training_does_not_hold_the_window(tmp_path: Path) 
     assert any("waited past an evaluation before training (38 forwards" in n for n in r.notes)
 
 
+def _evaluate_until_done(model: nn.Module, s: CaptureSession) -> tuple[CaptureSession, int]:
+    """No-grad forwards until the session is done (at most 200); the session closed, and the
+    forwards run."""
+    n = 0
+    with torch.no_grad():
+        while not s.done and n < 200:
+            model(torch.randn(8, 16))
+            n += 1
+    s.close()
+    return s, n
+
+
 def test_an_evaluation_with_an_optimizer_that_never_steps_opens_after_the_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -569,13 +581,7 @@ def test_an_evaluation_with_an_optimizer_that_never_steps_opens_after_the_wait(
     monkeypatch.setattr(session_module, "EVAL_WAIT_STEPS", 25)
     model = mlp().eval()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built, never stepped
-    s = session(tmp_path)
-    n = 0
-    with torch.no_grad():
-        while not s.done and n < 200:
-            model(torch.randn(8, 16))
-            n += 1
-    s.close()
+    s, n = _evaluate_until_done(model, session(tmp_path))
     r = s.result
     assert r.step_source == "module-forward" and r.trace_path is not None
     assert n == 3 + 25 + 1 + 2 + 1 + 3
@@ -586,13 +592,7 @@ def test_an_evaluation_with_an_optimizer_that_never_steps_opens_after_the_wait(
 def test_an_optimizer_of_another_model_does_not_make_inference_wait(tmp_path: Path) -> None:
     model, other = mlp().eval(), mlp()
     opt = torch.optim.SGD(other.parameters(), lr=0.1)
-    s = session(tmp_path)
-    n = 0
-    with torch.no_grad():
-        while not s.done and n < 200:
-            model(torch.randn(8, 16))
-            n += 1
-    s.close()
+    s, n = _evaluate_until_done(model, session(tmp_path))
     assert s.result.step_source == "module-forward" and n == 3 + 1 + 2 + 1 + 3
     assert not any("evaluat" in x for x in s.result.notes)
     del opt
