@@ -41,7 +41,12 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
-from gpudoctor.analysis.host_events import autograd_nodes, launch_threads, sequence_numbers
+from gpudoctor.analysis.host_events import (
+    autograd_nodes,
+    launch_threads,
+    optimizer_bookkeeping,
+    sequence_numbers,
+)
 from gpudoctor.analysis.intervals import contains, union
 from gpudoctor.core.arrays import distinct, median
 from gpudoctor.trace.model import HostCat, Trace
@@ -65,30 +70,41 @@ def compiled_region(trace: Trace) -> np.ndarray:
     """Boolean mask over host events: the top-level operators (and every event inside them) that a
     compile of the outermost module takes (module docstring). All False when no thread launches
     GPU work."""
+    region_top, _evaluated = _region_parts(trace)
+    # every event inside a region operator belongs to it (its launches, its nested operators)
+    return region_top[trace.host.outermost()]
+
+
+def evaluations(trace: Trace) -> np.ndarray:
+    """Boolean mask over host events: the module's forwards a training step runs under no_grad
+    (``_forward_ops``), every event inside them too; all False in a step with no backward."""
+    out = np.zeros(len(trace.host), bool)
+    out[_region_parts(trace)[1]] = True
+    return out[trace.host.outermost()]
+
+
+def _region_parts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Mask over host events of the region's top-level operators, and the indices of those that
+    evaluate the module under no_grad in a training step (empty in a step with no backward)."""
     host = trace.host
-    n = len(host)
     threads = launch_threads(trace)
-    if n == 0 or threads.size == 0:
-        return np.zeros(n, bool)
+    none = np.empty(0, np.int64)
+    if len(host) == 0 or threads.size == 0:
+        return np.zeros(len(host), bool), none
     top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
-    engine = autograd_nodes(trace)
-    engine_threads = distinct(host.thread[engine & host.on_threads(threads)])
-    if engine_threads.size:
-        # an optimizer's own work runs outside grad mode; a closure it calls (Lightning's
-        # training_step, LBFGS) runs the module's forward under its annotation, in grad mode
-        outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
-        backward = top & host.on_threads(engine_threads)
-        forward_candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
-        graded = in_grad_mode(trace, forward_candidates)
-        region_top = backward.copy()
-        region_top[_forward_ops(trace, forward_candidates, graded)[0]] = True
-    else:
+    engine_threads = distinct(host.thread[autograd_nodes(trace) & host.on_threads(threads)])
+    if engine_threads.size == 0:
         outside = _under_annotations(trace, OUTSIDE_ANNOTATIONS)
         copies = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[host.name]
-        region_top = top & ~copies & ~outside
-    # every event inside a region operator belongs to it (its launches, its nested operators)
-    owner = host.outermost()
-    return region_top[owner]
+        return top & ~copies & ~outside, none
+    # an optimizer's own work runs outside grad mode; a closure it calls (Lightning's
+    # training_step, LBFGS) runs the module's forward under its annotation, in grad mode
+    outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
+    candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
+    forward, evaluated = _forward_ops(trace, candidates, in_grad_mode(trace, candidates))
+    region_top = top & host.on_threads(engine_threads)  # the backward
+    region_top[forward] = True
+    return region_top, evaluated
 
 
 # A few no-grad operators between two grad-mode ones of a forward are the forward's own (a mask's
@@ -111,9 +127,9 @@ def _forward_ops(trace: Trace, candidates: np.ndarray,
     grad-mode ones, the few no-grad ones between two of them in one pass (FORWARD_GAP_OPS), and
     where the step evaluates the module under no_grad, the operators of each no-grad run (one
     that no read of a GPU value or copy breaks) that line up with the forward's (difflib's
-    matching blocks over the names), where they are EVALUATION_MATCH_SHARE of it. ``torch.compile(model)`` compiles those
-    calls too (tests/test_compiled_region_eval.py). Returns the forward's operators, and of them
-    the evaluations'."""
+    matching blocks over the names), where they are EVALUATION_MATCH_SHARE of it.
+    ``torch.compile(model)`` compiles those calls too (tests/test_compiled_region_eval.py).
+    Returns the forward's operators, and of them the evaluations'."""
     host = trace.host
     order = np.argsort(host.ts[candidates], kind="stable")
     ops, forward = candidates[order], graded[order].copy()
@@ -121,9 +137,7 @@ def _forward_ops(trace: Trace, candidates: np.ndarray,
     breaks = trace.names_matching(lambda s: bool(OUTSIDE_NAMES.match(s)))[names]
     # a backward or an optimizer's step between two grad-mode operators ends a pass: the no-grad
     # operators between them (gradient clipping, the next batch's labels) are not a forward's
-    barriers = np.sort(host.ts[autograd_nodes(trace) | (
-        trace.names_matching(lambda s: s.startswith("Optimizer."))[host.name]
-        & (host.cat == HostCat.ANNOTATION))])
+    barriers = np.sort(host.ts[autograd_nodes(trace) | optimizer_bookkeeping(trace)])
     for lo, hi in _runs(~forward):
         if lo == 0 or hi == forward.size or hi - lo > FORWARD_GAP_OPS or breaks[lo:hi].any():
             continue
@@ -149,24 +163,6 @@ def _forward_ops(trace: Trace, candidates: np.ndarray,
             for b in blocks:
                 evaluated[lo + b.b:lo + b.b + b.size] = True
     return ops[forward | evaluated], ops[evaluated]
-
-
-def evaluations(trace: Trace) -> np.ndarray:
-    """Boolean mask over host events: the module's forwards a training step runs under no_grad
-    (``_forward_ops``), every event inside them too; all False in a step with no backward."""
-    host = trace.host
-    threads = launch_threads(trace)
-    out = np.zeros(len(host), bool)
-    if threads.size == 0:
-        return out
-    engine_threads = distinct(host.thread[autograd_nodes(trace) & host.on_threads(threads)])
-    if engine_threads.size == 0:
-        return out
-    top = (host.cat == HostCat.OP) & (host.top_op < 0) & host.on_threads(threads)
-    outside = _under_annotations(trace, TRAINING_OUTSIDE_ANNOTATIONS)
-    candidates = np.flatnonzero(top & ~host.on_threads(engine_threads) & ~outside)
-    out[_forward_ops(trace, candidates, in_grad_mode(trace, candidates))[1]] = True
-    return out[host.outermost()]
 
 
 def in_grad_mode(trace: Trace, rows: np.ndarray) -> np.ndarray:

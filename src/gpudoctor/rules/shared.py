@@ -170,11 +170,9 @@ def _dot_product_scores(a: Analysis) -> set[int]:
     network's LeakyReLU over a broadcast sum of per-node terms, masked to the graph's edges) are
     not what SDPA takes; their backward has a product of that shape too, so the forward's is the
     test (tests/test_naive_attention_shapes.py)."""
-    host = a.trace.host
-    backward = autograd_nodes(a.trace)
+    backward = autograd_nodes(a.trace)[a.trace.host.outermost()]
     return {c.gemm_shape[1] for i, c in a.roofline.op_costs.items()
-            if c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2]
-            and not backward[host.outermost(np.asarray([i]))[0]]}
+            if c.gemm_shape is not None and c.gemm_shape[1] == c.gemm_shape[2] and not backward[i]}
 
 
 def _over_last_dim(trace: Trace, op: int) -> bool:
