@@ -20,6 +20,7 @@ from torch import nn
 
 from gpudoctor.capture.detect import Source, StepDetector
 from gpudoctor.capture.session import CaptureConfig, CaptureSession
+from gpudoctor.core.clock import SYSTEM_CLOCK, Clock, ManualClock
 
 # -- the detector, on plain events ----------------------------------------------------------------
 
@@ -111,13 +112,19 @@ def test_graph_replays_count_only_without_a_module() -> None:
 
 
 def session(
-    tmp_path: Path, skip: int = 3, steps: int = 2, calibration: int = 2, **kw: object
+    tmp_path: Path,
+    skip: int = 3,
+    steps: int = 2,
+    calibration: int = 2,
+    clock: Clock = SYSTEM_CLOCK,
+    **kw: object,
 ) -> CaptureSession:
     s = CaptureSession(
         CaptureConfig(
             steps=steps, skip=skip, calibration_steps=calibration, nvml_interval_s=0, **kw
         ),
         tmp_path,
+        clock=clock,
     )  # type: ignore[arg-type]
     s.start()
     return s
@@ -541,7 +548,7 @@ def test_an_evaluation_before_training_does_not_hold_the_window(tmp_path: Path) 
     before the first optimizer step. The window waits for the training steps."""
     model = mlp()
     opt = torch.optim.AdamW(model.parameters())
-    s = session(tmp_path)
+    s = session(tmp_path, clock=ManualClock())  # the wait's time bound never ends on its own
     model.eval()
     with torch.no_grad():
         for _ in range(40):
@@ -581,7 +588,7 @@ def test_an_evaluation_with_an_optimizer_that_never_steps_opens_after_the_wait(
     monkeypatch.setattr(session_module, "EVAL_WAIT_STEPS", 25)
     model = mlp().eval()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built, never stepped
-    s, n = _evaluate_until_done(model, session(tmp_path))
+    s, n = _evaluate_until_done(model, session(tmp_path, clock=ManualClock()))
     r = s.result
     assert r.step_source == "module-forward" and r.trace_path is not None
     assert n == 3 + 25 + 1 + 2 + 1 + 3
@@ -595,4 +602,26 @@ def test_an_optimizer_of_another_model_does_not_make_inference_wait(tmp_path: Pa
     s, n = _evaluate_until_done(model, session(tmp_path))
     assert s.result.step_source == "module-forward" and n == 3 + 1 + 2 + 1 + 3
     assert not any("evaluat" in x for x in s.result.notes)
+    del opt
+
+
+def test_the_wait_for_training_ends_at_its_time_bound(tmp_path: Path) -> None:
+    """An evaluation that outlasts EVAL_WAIT_S (on the session's clock) is recorded as it is."""
+    from gpudoctor.capture.session import EVAL_WAIT_S
+
+    model = mlp().eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built, never stepped
+    clock = ManualClock()
+    s = session(tmp_path, clock=clock)
+    n = 0
+    with torch.no_grad():
+        while not s.done and n < 200:
+            model(torch.randn(8, 16))
+            n += 1
+            if n == 10:  # waiting since the third forward: the eleventh opens the window
+                clock.advance(EVAL_WAIT_S)
+    s.close()
+    assert s.result.step_source == "module-forward" and s.result.trace_path is not None
+    assert n == 11 + 1 + 2 + 1 + 3
+    assert any("evaluated for 8 forwards with an optimizer built" in x for x in s.result.notes)
     del opt

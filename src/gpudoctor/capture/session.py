@@ -68,10 +68,10 @@ from gpudoctor.errors import InputError
 
 _ACTIVE: list[CaptureSession] = []  # the session gpudoctor.step() talks to
 _TOKEN_CALLS_KEPT = 16  # generate() calls whose per-token timing is kept
-# An evaluation before training (nanoGPT's and the "Let's build GPT" lecture's estimate_loss at
-# iteration 0: 400 no-grad forwards before the first optimizer step) would otherwise hold the
-# window: the window waits this many steps and seconds past ``skip`` for training to start
-# (tests/test_capture_steps.py; benchmarks/BENCHMARKS-gallery.md "Set g").
+# An evaluation before training (a loss estimate over many no-grad batches before the first
+# optimizer step) would otherwise hold the window: the window waits this many steps and seconds
+# past ``skip`` for training to start (tests/test_capture_steps.py;
+# benchmarks/BENCHMARKS-gallery.md "Set g").
 EVAL_WAIT_STEPS = 2000
 EVAL_WAIT_S = 30.0
 
