@@ -89,6 +89,8 @@ FIXES_FOR: dict[str, str] = {
     "examples_gat": "compile,tf32,bf16-autocast",
     "examples_gcn": "compile,compile-reduce-overhead",
     "karpathy_gpt_lecture": "tf32,bf16-autocast,compile",
+    "makemore": "compile-reduce-overhead,compile,bf16-autocast",
+    "lightning_autoencoder": "loader-workers,compile,bf16-autocast",
 }
 
 

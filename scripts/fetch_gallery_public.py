@@ -18,7 +18,9 @@ Entries with ``"enabled": false`` or no files are skipped. Exit code 1 when a fi
 ``synthetic`` ({folder under dir: kind}) stands in for a dataset the program would download, written
 here because no snapshot holds it: ``mnist-idx`` writes MNIST's four files (60,000 + 10,000 random
 28 x 28 images and labels, in the IDX format torchvision's ``MNIST`` reads from ``raw/``; 55 MB, so
-``--synthetic-only`` writes them on the machine that runs the programs). ``prepare`` (argv lists)
+``--synthetic-only`` writes them on the machine that runs the programs); ``tensorboard-optional``
+names a program file whose SummaryWriter is dropped where tensorboard is not installed.
+``prepare`` (argv lists)
 runs in dir after the files are copied, as the program's README says to (nanoGPT's prepare.py).
 """
 
@@ -211,7 +213,30 @@ def write_requests_from_disk(folder: Path, serves: tuple[str, ...] = ("cora",)) 
     (folder / "requests.py").write_text(REQUESTS_FROM_DISK.format(folders=list(serves)))
 
 
+NO_TENSORBOARD = """class SummaryWriter:  # tensorboard is not installed here: the scalars are dropped
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+"""
+
+
+def tensorboard_optional(program: Path) -> None:
+    """Where ``torch.utils.tensorboard`` cannot be imported (tensorboard is not installed), the
+    program's ``from torch.utils.tensorboard import SummaryWriter`` becomes a writer that drops
+    what it is given; elsewhere the program is left as fetched."""
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:
+        line = "from torch.utils.tensorboard import SummaryWriter\n"
+        text = program.read_text()
+        if line in text:
+            program.write_text(text.replace(line, NO_TENSORBOARD, 1))
+
+
 SYNTHETIC = {
+    "tensorboard-optional": tensorboard_optional,
     "mnist-idx": write_mnist_idx,
     "cora": write_cora,
     "requests-from-disk": write_requests_from_disk,
