@@ -109,7 +109,8 @@ def test_the_bf16_price_from_the_fitted_host_is_within_1_25x_of_the_trial(
 def test_a_lead_under_its_floor_or_a_host_bound_step_leaves_the_step_fit() -> None:
     bundle = KNOBS / "text_encoder_fp32"
     run, none = _model(bundle, None)
-    # a lead under LEAD_MIN_SHARE of the step is a GPU that waited for the host: nothing to fit
+    # a lead under LEAD_MIN_SHARE of the step is a GPU that waited for the host: it sets no
+    # scale, and this step's fit already replays a lead within LEAD_MISS_SHARE of it
     _, tiny = _model(bundle, 0.01 * run.unprofiled_step_ms)
     assert tiny.base.scale == none.base.scale
     # a lead no scale in the range replays (longer than the GPU's whole step): the step's fit
@@ -137,6 +138,34 @@ def test_a_step_fit_whose_lead_misses_the_timed_one_takes_the_scale_missing_both
     prices = knob_prices_for(bundle)
     assert prices["tf32"]["predicted_speedup"] == pytest.approx(1.0586, abs=1e-4)
     assert prices["bf16-autocast"]["predicted_speedup"] == pytest.approx(0.9555, abs=1e-4)
+
+
+def test_a_gpu_that_waited_at_the_marks_is_left_no_backlog_there() -> None:
+    # The lecture's GPT in fp32 (H100, set q): 56.72 ms a step unprofiled, the GPU's work 43.47 ms,
+    # and a per-step sync (the batch's pageable copies). Fitted to the step alone (scale 2.07),
+    # the host works 46.8 ms and the GPU still has ~10 ms queued at every mark, so removing the
+    # sync, pinning the copy or TF32 each "saved" those 10 ms (x1.21-1.25). The GPU reached
+    # the marks as the host stamped them (a median lead of -0.01 ms): the scale that misses the
+    # step and that lead least leaves the host on the step, and the sync priced at nothing
+    bundle = KNOBS / "karpathy_gpt_lecture"
+    run, fitted = _model(bundle, read_run(bundle).unprofiled_lead_ms)
+    assert run.unprofiled_lead_ms == pytest.approx(-0.0087, abs=1e-4)
+    _, step_only = _model(bundle, None)
+    assert step_only.base.source == FROM_STEP
+    assert replayed_lead_ns(step_only.base.replayed) / 1e6 == pytest.approx(10.16, abs=0.01)
+    assert fitted.base.source == FROM_STEP_AND_LEAD
+    assert fitted.base.scale == pytest.approx(0.8 * step_only.base.scale, rel=1e-6)
+    assert replayed_lead_ns(fitted.base.replayed) / 1e6 < 0.1
+    assert fitted.base.replayed.step_ns / 1e6 == pytest.approx(62.18, abs=0.01)
+    host_ms = fitted.base.replayed.host_work_ns / (fitted.graph.steps - 1) / 1e6
+    assert host_ms == pytest.approx(fitted.base.replayed.step_ns / 1e6, rel=1e-3)
+    prices = {f.id: f.predicted_speedup for f in analyze_path(bundle).findings}
+    assert prices["host-sync"] == pytest.approx(1.0, abs=1e-4)
+    assert prices["pageable-copy"] == pytest.approx(1.0018, abs=1e-4)
+    assert prices["naive-attention"] == pytest.approx(1.391, abs=1e-3)
+    knobs = knob_prices_for(bundle)
+    assert knobs["tf32"]["predicted_speedup"] == pytest.approx(1.0, abs=1e-4)
+    assert knobs["compile"]["predicted_speedup"] == pytest.approx(1.2411, abs=1e-4)
 
 
 def test_a_host_the_step_holds_is_fitted_to_the_step_whatever_its_lead() -> None:

@@ -62,8 +62,9 @@ FLOOR_SHARE = 0.01
 # the step is on the GPU's floor and the prior stands (``unprofiled``).
 PLATEAU_SHARE = 0.02
 # A lead at the unprofiled steps' boundaries under this share of the step is a GPU that waited for
-# the host (a launch's latency, an event's own time): the step times the host, the lead says
-# nothing more.
+# the host (a launch's latency, an event's own time): it sets no scale, but a fit to the step
+# whose replay leaves the GPU a backlog there is taken with it (``_with_the_lead``;
+# tests/test_host_lead.py, the lecture's GPT).
 LEAD_MIN_SHARE = 0.02
 # The replayed leads after the first mark within this share of the step of each other: the host
 # syncs with the GPU every step (tests/data's GPU-set traces that do not, healthy_train among them,
@@ -256,9 +257,11 @@ def unprofiled(graph: StepGraph, measured_step_ns: float | None = None,
             side = 1
     fitted = Unprofiled(without_profiler(graph, hi, costs), hi, best, True,
                         measured_step_ns - best.step_ns)
-    if not lead_told or measured_lead_ns is None:
+    if measured_lead_ns is None:
         return fitted
-    return _with_the_lead(graph, costs, measured_step_ns, measured_lead_ns, fitted)
+    # a lead too short to set the scale still bounds the replay's: a GPU the host waited for
+    # at the marks is no GPU left a backlog there
+    return _with_the_lead(graph, costs, measured_step_ns, max(measured_lead_ns, 0.0), fitted)
 
 
 def _with_the_lead(graph: StepGraph, costs: dict[str, float] | None, measured_step_ns: float,
