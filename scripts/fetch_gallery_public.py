@@ -236,10 +236,10 @@ def tensorboard_optional(program: Path) -> None:
 
 
 SYNTHETIC = {
-    "tensorboard-optional": tensorboard_optional,
     "mnist-idx": write_mnist_idx,
     "cora": write_cora,
     "requests-from-disk": write_requests_from_disk,
+    "tensorboard-optional": tensorboard_optional,
 }
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -275,7 +276,8 @@ def test_synthetic_cora_reads_the_way_the_graph_examples_read_it(tmp_path: Path)
 def test_synthetic_names_an_unknown_kind_and_prepare_a_failing_step(tmp_path: Path) -> None:
     entry = {"name": "m", "dir": "prog", "synthetic": {"data": "cifar"}}
     assert fetch.make_synthetic(entry, tmp_path) == [
-        "m: unknown synthetic kind 'cifar' (known: mnist-idx, cora, requests-from-disk)"
+        ("m: unknown synthetic kind 'cifar' (known: mnist-idx, cora, requests-from-disk, "
+         "tensorboard-optional)")
     ]
     (tmp_path / "prog").mkdir()
     (tmp_path / "prog" / "prep.py").write_text("open('made.txt', 'w').write('x')\n")
@@ -286,3 +288,28 @@ def test_synthetic_names_an_unknown_kind_and_prepare_a_failing_step(tmp_path: Pa
     assert fetch.run_prepare(bad, tmp_path) == [
         "m: python -c raise SystemExit('no data') exited 1: no data"
     ]
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_a_summary_writer_is_dropped_only_where_tensorboard_cannot_be_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    program = tmp_path / "prog.py"
+    source = (
+        "import os\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "w = SummaryWriter(log_dir='out')\nw.add_scalar('loss', 1.0, 0)\nw.flush()\nprint('ran')\n"
+    )
+    program.write_text(source)
+    # None in sys.modules makes the import fail; a module object makes it succeed
+    stand_in = types.ModuleType("torch.utils.tensorboard") if installed else None
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", stand_in)
+    fetch.make_synthetic({"name": "p", "dir": ".", "synthetic": {"prog.py": "tensorboard-optional"}},
+                         tmp_path)
+    text = program.read_text()
+    if installed:
+        assert text == source
+        return
+    assert "from torch.utils.tensorboard" not in text and "class SummaryWriter" in text
+    done = subprocess.run([sys.executable, str(program)], cwd=tmp_path, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0 and done.stdout == "ran\n"
