@@ -37,6 +37,7 @@ from run_gallery import (
     ROOT,
     failure_message,
     fmt,
+    importable,
     lightning_shim,
     newest_run_dir,
     read_json,
@@ -289,6 +290,11 @@ def main() -> int:
             continue
         print(f"[knobs] {name} ...", file=sys.stderr, flush=True)
         entry, public = pool[name]
+        missing = [r for r in entry.get("requires", []) if not importable(r)]
+        if missing:  # the program would stop at its import: no trial to time
+            rows.append({"program": name, "knob": None,
+                         "message": f"skipped: not installed here: {', '.join(missing)}"})
+            continue
         try:
             got = run_program(entry, public, opts, env)
         except Exception as exc:  # noqa: BLE001 - one program's breakage must not stop the table
