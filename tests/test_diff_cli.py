@@ -239,6 +239,28 @@ def test_history_predictions_view_and_json(tmp_path):
     assert empty.returncode == 0
 
 
+def test_history_predictions_fit_a_narrow_terminal_by_dropping_columns_not_folding_words(
+    tmp_path,
+):
+    runs = tmp_path / "gpudoctor-runs"
+    folder = make_run(runs / "train-1", HEALTHY, TIMES, "2026-11-20T00:00:00+00:00")
+    trials = [record(knob="compile-reduce-overhead", finding="unfused-elementwise",
+                     predicted_by="replay (the knob's own edit)").to_dict(),
+              record(predicted_by="formula").to_dict()]
+    (folder / "report.json").write_text(json.dumps({"trials": trials, "findings": []}))
+    wide = gd("history", runs, "--predictions", "--width", "200").stdout
+    assert "recorded (UTC)" in wide and "priced by" in wide and "replay (the knob's own edit)" in wide
+    assert "host pace" not in wide  # no trial has one
+    narrow = gd("history", runs, "--predictions", "--width", "80").stdout
+    lines = narrow.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    assert "recorded (UTC)" not in narrow and "priced by" not in narrow
+    # each cell whole on its own line: the knob, the first word of how it was priced
+    rows = [line for line in lines if "compile-reduce-overhead" in line or "bf16-autocast" in line]
+    assert len(rows) == 2
+    assert "replay" in rows[0] and "formula" in rows[1] and "x1.80" in rows[0]
+
+
 def test_history_predictions_says_which_runs_it_could_not_read(tmp_path):
     """A report.json cut short (a crash mid-write) is not a run without trials: it is named."""
     runs = tmp_path / "gpudoctor-runs"

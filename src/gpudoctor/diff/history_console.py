@@ -115,6 +115,39 @@ def _pace(pace: float | None) -> Text:
     return Text(f"{pace:.2f}", style="yellow" if abs(pace - 1) > HOST_PACE_NOTED_SHARE else "")
 
 
+_NUMERIC = ("predicted", "measured", "pred / meas", "host pace")
+
+
+def _prediction_cells(e: RunEntry, p) -> dict[str, Text]:
+    ratio = p.ratio
+    return {"recorded (UTC)": Text(e.recorded_utc.replace("T", " ")[:16]),
+            "program": Text(_program(e)), "knob": Text(p.knob), "finding": Text(p.finding or "-"),
+            "predicted": Text(f"x{p.predicted_speedup:.2f}"),
+            "measured": Text(f"x{p.measured_speedup:.2f}"),
+            "pred / meas": Text(f"{ratio:.2f}",
+                                style="" if 1 / 1.25 <= ratio <= 1.25 else "yellow"),
+            "host pace": _pace(p.host_pace), "priced by": Text(p.predicted_by),
+            "by": Text(p.predicted_by.split(" ")[0])}
+
+
+def _prediction_layout(rows: list[dict[str, Text]], width: int) -> list[str]:
+    """The predictions table's columns that fit ``width`` whole: all of them; narrower, "priced by"
+    shortened to its first word ("replay", "formula"), then without the recorded time, then
+    without the finding (the knob names its fix). The host pace goes where no trial has one.
+    Where even the last does not fit, it is taken and its program column folds."""
+    full = ["recorded (UTC)", "program", "knob", "finding", "predicted", "measured",
+            "pred / meas", "host pace", "priced by"]
+    if all(r["host pace"].plain == "-" for r in rows):
+        full.remove("host pace")
+    short = [("by" if c == "priced by" else c) for c in full]
+    layouts = [full, short, short[1:], [c for c in short[1:] if c != "finding"]]
+
+    def needed(cols: list[str]) -> int:  # a space either side of a cell, a rule between
+        return sum(max(len(c), *(len(r[c].plain) for r in rows)) for c in cols) + 3 * len(cols) - 1
+
+    return next((cols for cols in layouts if needed(cols) <= width), layouts[-1])
+
+
 def render_predictions(entries: list[RunEntry], base: Path, console: Console) -> None:
     """Each --try-fixes trial's predicted speedup beside the measured one, per program, and how far
     the predictions were off over them all (by how they were priced)."""
@@ -133,24 +166,16 @@ def render_predictions(entries: list[RunEntry], base: Path, console: Console) ->
         console.print(Text(f"no run under {base} has a trial both predicted and measured "
                            "(gpudoctor run --try-fixes records them)"))
         return
-    table = Table(title=f"Predicted vs measured, {sum(len(e.predictions) for e in runs)} trials "
-                        f"under {base}",
+    rows = [_prediction_cells(e, p) for e in runs for p in e.predictions]
+    cols = _prediction_layout(rows, console.width)
+    table = Table(title=f"Predicted vs measured, {len(rows)} trials under {base}",
                   title_justify="left", show_edge=False)
-    for col in ("recorded (UTC)", "program", "knob", "finding", "predicted", "measured",
-                "pred / meas", "host pace", "priced by"):
-        table.add_column(col,
-                         justify="right" if col in ("predicted", "measured", "pred / meas",
-                                                    "host pace") else "left", overflow="fold")
-    for e in runs:
-        program = " ".join([("-m " if e.is_module else "") + Path(e.program).name if e.program
-                            else "?", *e.args])
-        for p in e.predictions:
-            ratio = p.ratio
-            table.add_row(Text(e.recorded_utc.replace("T", " ")[:16]), Text(program), Text(p.knob),
-                          Text(p.finding or "-"), f"x{p.predicted_speedup:.2f}",
-                          f"x{p.measured_speedup:.2f}",
-                          Text(f"{ratio:.2f}", style="" if 1 / 1.25 <= ratio <= 1.25 else "yellow"),
-                          _pace(p.host_pace), Text(p.predicted_by))
+    for col in cols:
+        numeric = col in _NUMERIC
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold",
+                         no_wrap=col != "program")
+    for r in rows:
+        table.add_row(*(r[c] for c in cols))
     console.print(table)
     errors = prediction_errors(runs)
     lines = [f"{name}: {s['trials']} trials, median predicted / measured {s['median_ratio']:.2f}, "
