@@ -75,6 +75,19 @@ DTYPE_NAMES = {
     "c10::Float8_e5m2fnuz": "fp8",
     "signed char": "int8",
 }
+# the profiler's dtype spelling -> the torch dtype a fix snippet names
+TORCH_DTYPES = {
+    "float": "torch.float32",
+    "double": "torch.float64",
+    "c10::Half": "torch.float16",
+    "c10::BFloat16": "torch.bfloat16",
+    "long int": "torch.int64",
+    "int": "torch.int32",
+    "short int": "torch.int16",
+    "signed char": "torch.int8",
+    "unsigned char": "torch.uint8",
+    "bool": "torch.bool",
+}
 # "Input type" entries that are not tensors
 _NOT_TENSORS = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "None",
                           "Device", "Layout", "ScalarType", "MemoryFormat", "string", "str"})

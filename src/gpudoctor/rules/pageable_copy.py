@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import sync_calls
+from gpudoctor.analysis.host_events import dataloader_calls, sync_calls
+from gpudoctor.analysis.opcost import TORCH_DTYPES, tensor_inputs
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
+from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import op_names_of_events, sources_of_events
@@ -66,17 +68,32 @@ def check(a: Analysis) -> Finding | None:
             ops=op_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _fixes(downloads_mostly=_download_bytes(a, idx) > nbytes / 2),
+        _fixes(downloads_mostly=_download_bytes(a, idx) > nbytes / 2,
+               loader=bool(dataloader_calls(a.trace).any()), upload=_largest_upload(a, idx),
+               settings=a.loader),
         idle_ms=idle,
     )
 
 
-_PIN_FIX = Fix("Pin host buffers and copy asynchronously",
-               "loader = DataLoader(ds, ..., pin_memory=True)\n"
+_PIN_TITLE = "Pin host buffers and copy asynchronously"
+_PIN_FIX = Fix(_PIN_TITLE, "loader = DataLoader(ds, ..., pin_memory=True)\n"
+                           "x = x.to('cuda', non_blocking=True)")
+
+
+def _pin_fix(loader: LoaderSettings | None) -> Fix:
+    """The DataLoader's pinning, written from its own settings where ``gpudoctor run`` read them.
+    With no workers the loop's own thread pins each batch, which then costs it a copy: the
+    snippet says so (rules/input_pipeline.py prices the workers)."""
+    if loader is None:
+        return _PIN_FIX
+    batch = str(loader.batch_size) if loader.batch_size else "B"
+    note = ("# no workers: the loop's own thread pins each batch (workers would pin beside it)\n"
+            if loader.num_workers == 0 else "")
+    return Fix(_PIN_TITLE,
+               f"{note}loader = DataLoader(ds, batch_size={batch}, "
+               f"num_workers={loader.num_workers}, pin_memory=True)   "
+               f"# was pin_memory={loader.pin_memory}\n"
                "x = x.to('cuda', non_blocking=True)")
-_STAGING_FIX = Fix("Reuse one pinned staging buffer for repeated transfers",
-                   "buf = torch.empty(shape, dtype=dt, pin_memory=True)\nbuf.copy_(cpu_tensor)\n"
-                   "gpu.copy_(buf, non_blocking=True)")
 _RESIDENT_FIX = Fix("Keep data resident on the GPU when it fits",
                     "dataset_tensor = dataset_tensor.cuda()")
 _DOWNLOAD_FIX = Fix(
@@ -86,11 +103,41 @@ _DOWNLOAD_FIX = Fix(
     "torch.cuda.current_stream().synchronize()  # before the host reads host_buf")
 
 
-def _fixes(downloads_mostly: bool) -> tuple[Fix, ...]:
-    """The upload fixes, or for copies that are mostly downloads the reused pinned buffer first."""
+def _staging_fix(upload: tuple[tuple[int, ...], str] | None) -> Fix:
+    """One pinned buffer reused for the step's copies, at the largest upload's own shape and dtype
+    where the trace recorded them."""
+    shape, dtype = ("shape", "dt") if upload is None else (
+        str(tuple(upload[0])), TORCH_DTYPES.get(upload[1], "dt"))
+    return Fix("Reuse one pinned staging buffer for repeated transfers",
+               f"buf = torch.empty({shape}, dtype={dtype}, pin_memory=True)  # once\n"
+               "buf.copy_(cpu_tensor)\n"
+               "gpu = buf.to('cuda', non_blocking=True)")
+
+
+def _fixes(downloads_mostly: bool, loader: bool = True,
+           upload: tuple[tuple[int, ...], str] | None = None,
+           settings: LoaderSettings | None = None) -> tuple[Fix, ...]:
+    """The upload fixes, or for copies that are mostly downloads the reused pinned buffer first. A
+    program whose batches come from no DataLoader is told to stage them through a pinned buffer,
+    not given a DataLoader setting."""
+    staging, pin = _staging_fix(upload), _pin_fix(settings)
     if downloads_mostly:
-        return _DOWNLOAD_FIX, _PIN_FIX, _RESIDENT_FIX
-    return _PIN_FIX, _STAGING_FIX, _RESIDENT_FIX
+        second = pin if loader else staging if upload is not None else None
+        return tuple(f for f in (_DOWNLOAD_FIX, second, _RESIDENT_FIX) if f is not None)
+    return (pin, staging, _RESIDENT_FIX) if loader else (staging, _RESIDENT_FIX)
+
+
+def _largest_upload(a: Analysis, idx: np.ndarray) -> tuple[tuple[int, ...], str] | None:
+    """The shape and dtype of the largest pageable upload's source tensor, from its operator's
+    recorded inputs; None where the trace recorded none."""
+    dev, trace = a.trace.device, a.trace
+    up = idx[(dev.kind[idx] == int(Kind.MEMCPY_HTOD_PAGEABLE)) & (dev.op[idx] >= 0)]
+    if up.size == 0:
+        return None
+    largest = up[np.argmax(dev.nbytes[up])]
+    op = int(trace.host.outermost(dev.op[largest:largest + 1])[0])
+    tensors = tensor_inputs(trace.input_dims(op), trace.input_types(op))
+    return (tuple(tensors[0][0]), tensors[0][1]) if tensors and tensors[0][1] else None
 
 
 def _download_bytes(a: Analysis, idx: np.ndarray) -> float:
