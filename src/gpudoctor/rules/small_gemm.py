@@ -18,6 +18,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import (
     backward_nodes_of,
+    dataloader_calls,
     optimizer_bookkeeping,
     optimizer_steps,
     parameter_updates,
@@ -26,6 +27,7 @@ from gpudoctor.analysis.intervals import any_inside
 from gpudoctor.analysis.roofline import DTYPES, roof_for
 from gpudoctor.core.arrays import difference, distinct, median, union
 from gpudoctor.core.finding import Evidence, Finding, Fix, make_finding
+from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
@@ -153,14 +155,16 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _ordered_fixes(rows, batched_first=joined_loop(a, idx)),
+        _ordered_fixes(rows, batched_first=joined_loop(a, idx), loader=a.loader,
+                       has_loader=bool(dataloader_calls(a.trace).any())),
         wrong_fix="CUDA graphs remove launch gaps but not this: each kernel itself leaves most "
                   "SMs idle.",
         idle_ms=gap_ns / 1e6 / n,
     )
 
 
-def _ordered_fixes(rows: int, batched_first: bool) -> tuple[Fix, ...]:
+def _ordered_fixes(rows: int, batched_first: bool, loader: LoaderSettings | None = None,
+                   has_loader: bool = True) -> tuple[Fix, ...]:
     """More rows per matmul first; a loop of independent GEMMs joined after it: the batched call
     first (its batch is not what is small)."""
     batched = Fix("Group the loop's independent small GEMMs into one batched call",
@@ -168,7 +172,7 @@ def _ordered_fixes(rows: int, batched_first: bool) -> tuple[Fix, ...]:
                   "out = torch.bmm(x.expand(len(modules), *x.shape), w)  # instead of the loop")
     merged = Fix("Merge parallel projections into one GEMM (QKV, gate+up)",
                  "qkv = x @ w_qkv.T; q, k, v = qkv.split([dq, dk, dv], dim=-1)")
-    more_rows = _more_rows_fix(rows)
+    more_rows = _more_rows_fix(rows, loader, has_loader)
     return (batched, merged, more_rows) if batched_first else (more_rows, merged, batched)
 
 
@@ -185,16 +189,23 @@ def _rows_per_call(a: Analysis, idx: np.ndarray) -> int:
     return int(median(rows)) if rows else 0
 
 
-def _more_rows_fix(rows: int) -> Fix:
-    """The batch fix, in the program's own numbers where the trace recorded the shapes."""
+def _more_rows_fix(rows: int, loader: LoaderSettings | None = None,
+                   has_loader: bool = True) -> Fix:
+    """The batch fix, in the program's own numbers: the rows the trace recorded, the DataLoader's
+    batch where ``gpudoctor run`` read it; a program with no DataLoader gets no DataLoader line."""
     title = "Give each matmul more rows: a larger batch (or gradient accumulation the other way round)"
+    batch = loader.batch_size if loader is not None and loader.batch_size else None
+    if not has_loader:
+        line = "batch_size = 8 * B   # B: the batch the step takes now"
+    elif batch:
+        line = f"loader = DataLoader(ds, batch_size={8 * batch})   # was batch_size={batch}"
+    else:
+        line = "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now"
     if not rows:
-        return Fix(title, "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now")
+        return Fix(title, line)
     return Fix(title,
                f"# each small matmul multiplies {rows} rows now (median, from the recorded "
-                      "shapes)\n"
-                      "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch size now; "
-                      f"{8 * rows} rows a matmul")
+               f"shapes)\n{line}; {8 * rows} rows a matmul")
 
 
 def _measured_small_shapes(a: Analysis) -> dict[str, float]:
