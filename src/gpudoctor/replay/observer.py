@@ -72,7 +72,8 @@ LEAD_MIN_SHARE = 0.02
 LEAD_STEADY_SHARE = 0.15
 # A scale fitted to the step whose replay leads the GPU by more than this share of the step away
 # from the lead timed with it has put the host's time where the step allows but the lead does
-# not: the scale within JOINT_SPAN of it (JOINT_POINTS replays) missing both least is taken
+# not: the scale within JOINT_SPAN of it missing both least is taken (JOINT_POINTS replays, then
+# as many again over a grid step either side of the best)
 # (benchmarks/BENCHMARKS-replay.md "The host's lead beside the step"; tests/test_host_lead.py).
 LEAD_MISS_SHARE = 0.05
 JOINT_SPAN = 0.5
@@ -279,13 +280,16 @@ def _with_the_lead(graph: StepGraph, costs: dict[str, float] | None, measured_st
         return fitted
     lo, hi = SCALE_RANGE
     best = (miss(fitted.replayed), fitted.scale, fitted.changes, fitted.replayed)
-    for scale in np.linspace(fitted.scale * (1 - JOINT_SPAN), fitted.scale * (1 + JOINT_SPAN),
-                             JOINT_POINTS):
-        scale = float(min(max(scale, lo), hi))
-        ch = without_profiler(graph, scale, costs)
-        r = replay(graph, ch)
-        if miss(r) < best[0]:
-            best = (miss(r), scale, ch, r)
+    # the grid, then a grid as fine again around its best point
+    width = 2 * JOINT_SPAN * fitted.scale / (JOINT_POINTS - 1)
+    for centre, span in ((fitted.scale, JOINT_SPAN * fitted.scale), (None, width)):
+        centre = best[1] if centre is None else centre
+        for scale in np.linspace(centre - span, centre + span, JOINT_POINTS):
+            scale = float(min(max(scale, lo), hi))
+            ch = without_profiler(graph, scale, costs)
+            r = replay(graph, ch)
+            if miss(r) < best[0]:
+                best = (miss(r), scale, ch, r)
     _, scale, ch, r = best
     if scale == fitted.scale:
         return fitted
