@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
+
 from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.pipeline import analyze_path
 from gpudoctor.rules.pageable_copy import _fixes
@@ -58,3 +60,34 @@ def test_every_variant_of_the_fixes_is_python() -> None:
                         assert fixes[0].title.startswith("Download into one pinned buffer")
                     if not loader:
                         assert all("DataLoader" not in f.code for f in fixes)
+
+
+def test_the_pin_memory_knob_keeps_the_copies_blocking_and_pins_on_the_loops_thread() -> None:
+    # Fabric's image classifier (H100): a DataLoader with no workers, 0.2 MB uploaded a step from
+    # pageable memory. The knob pins the batches but leaves `.to()` blocking, and the loop's thread
+    # pins them: priced under the finding's fix (pinned and non_blocking)
+    from gpudoctor.capture.bundle import read_run
+    from gpudoctor.pipeline import analyze_trace, choose_ceilings, knob_prices_for
+    from gpudoctor.rules.pageable_copy import pin_memory_edit
+    from gpudoctor.trace.load import load
+
+    bundle = DATA / "knobs_h100" / "fabric_image_classifier"
+    knob = knob_prices_for(bundle)["pin-memory"]
+    finding = next(f for f in analyze_path(bundle).findings if f.id == "pageable-copy")
+    assert knob["predicted_speedup"] == 1.0072 and knob["predicted_speedup"] < finding.predicted_speedup
+    assert knob["note"] == "batches pinned by the DataLoader, copied blocking, pinned on the loop's thread"
+    # the lab's input-pipeline trap: the same knob, the same order
+    lab = knob_prices_for(DATA / "input_pipeline")["pin-memory"]["predicted_speedup"]
+    assert lab == 1.0074
+    # no DataLoader (the lecture's GPT slices its batches by hand): nothing for the knob to change
+    assert "pin-memory" not in knob_prices_for(DATA / "knobs_h100" / "karpathy_gpt_lecture")
+    # with workers, they pin: no host time is added on the loop's thread
+    run, trace = read_run(bundle), load(bundle)
+    a = analyze_trace(trace, choose_ceilings(trace), run.unprofiled_step_ms,
+                      loader=LoaderSettings(num_workers=4, pin_memory=False, batch_size=64))
+    workers = pin_memory_edit(a)
+    assert workers is not None and (np.asarray(workers.host_share) > 0).all()
+    assert workers.note == "batches pinned by the DataLoader, copied blocking"
+    alone = pin_memory_edit(analyze_trace(trace, choose_ceilings(trace), run.unprofiled_step_ms,
+                                          loader=run.loader))
+    assert alone is not None and (np.asarray(alone.host_share) < 0).sum() == workers.host_share.size

@@ -34,6 +34,9 @@ or the loader keep their host time. So each knob is its own edit of the step's g
 - ``tf32`` (a process-wide setting): every fp32 GEMM at the TF32 rate (fp32_matmul ``tf32_edit``).
 - ``optimizer-foreach``: the per-parameter loop's operators run once each over every parameter
   (optimizer_loop ``foreach_edit``), not fused: the optimizer-loop finding prices ``fused=True``.
+- ``pin-memory`` (``DataLoader(pin_memory=True)``): the batches' uploads pinned but still blocking,
+  and pinned on the loop's own thread where the loader has no workers (pageable_copy
+  ``pin_memory_edit``): the pageable-copy finding prices pinned and non_blocking copies.
 
 A knob with nothing to change in the step (no chain, no fp32 matmul) is priced x1.0, the step
 unchanged, so a trial named with ``--fixes`` still has a prediction to be judged by.
@@ -65,6 +68,7 @@ from gpudoctor.rules import (
     inductor_conv,
     launch_bound,
     optimizer_loop,
+    pageable_copy,
     unfused_elementwise,
 )
 from gpudoctor.rules.shared import host_steps, launched_from
@@ -76,6 +80,7 @@ KNOB_REDUCE_OVERHEAD = "compile-reduce-overhead"
 KNOB_BF16 = "bf16-autocast"
 KNOB_TF32 = "tf32"
 KNOB_FOREACH = "optimizer-foreach"
+KNOB_PIN = "pin-memory"
 
 
 class KnobPrice(msgspec.Struct, frozen=True):
@@ -103,6 +108,9 @@ def knob_edits(a: Analysis) -> dict[str, Edit]:
     foreach = optimizer_loop.foreach_edit(a)
     if foreach is not None:
         out[KNOB_FOREACH] = foreach
+    pin = pageable_copy.pin_memory_edit(a)
+    if pin is not None:
+        out[KNOB_PIN] = pin
     if not region.any():
         return out
     bf16 = fp32_matmul.edit(a)

@@ -12,6 +12,7 @@ import numpy as np
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.host_events import dataloader_calls, sync_calls
 from gpudoctor.analysis.opcost import TORCH_DTYPES, tensor_inputs
+from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.replay.edits import Edit
@@ -21,6 +22,7 @@ from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
 from gpudoctor.trace.model import HostCat
 
 ID = "pageable-copy"
+_MULTIPROCESS = "MultiProcessingDataLoaderIter"  # a DataLoader fetching from worker processes
 # Pinned copies reach this share of the datasheet's host link, as `gpudoctor bench` measured it on
 # an H100 and an H200 (benchmarks/BENCHMARKS-replay.md "A pageable upload's stream sync").
 LINK_REACHED_SHARE = 0.87
@@ -189,6 +191,52 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
                 unwait=calls.astype(np.int64), host_removed_s=s, host_removed_e=e,
                 note="copies pinned and asynchronous")
+
+
+# A batch pinned by the loop's own thread (a DataLoader with no workers and pin_memory=True) costs
+# it a host copy at about this rate: H100 hosts pinned 16 MB batches at 32-45 GB/s
+# (rules/input_pipeline.py SLOW_PINNING_GBPS); the low end.
+PINNING_BYTES_PER_S = 32e9
+
+
+def pin_memory_edit(a: Analysis) -> Edit | None:
+    """``DataLoader(pin_memory=True)`` alone (``run --try-fixes``' pin-memory knob): the batches'
+    uploads run at the pinned bandwidth and the host no longer stages them (the memcpy calls'
+    time goes), but the program's ``.to()`` stays blocking: each copy still waits for the
+    stream's earlier work and its transfer (its sync is kept, unlike the finding's fix, which
+    makes the copy non_blocking too). With no workers the loop's own thread pins each batch first,
+    a host copy of its bytes at PINNING_BYTES_PER_S. None where no DataLoader fetched in the
+    window or it uploaded nothing from pageable memory."""
+    trace, dev = a.trace, a.trace.device
+    loader = dataloader_calls(trace)
+    if not loader.any():
+        return None
+    idx = np.flatnonzero((a.roofline.event_in_steps_ns > 0)
+                         & (dev.kind == int(Kind.MEMCPY_HTOD_PAGEABLE)))
+    if idx.size == 0:
+        return None
+    host = trace.host
+    calls = dev.launch[idx]
+    called = calls >= 0
+    s = host.ts[calls[called]].astype(np.int64)
+    e = host.end[calls[called]].astype(np.int64)
+    share = np.ones(s.size)
+    names = {trace.strings[i] for i in distinct(host.name[loader])}
+    workers = a.loader.num_workers if a.loader is not None else (
+        1 if any(_MULTIPROCESS in n for n in names) else 0)
+    if workers == 0:
+        ops = dev.op[idx]
+        has_op = ops >= 0
+        start = host.ts[host.outermost(ops[has_op])].astype(np.int64)
+        pin_ns = (dev.nbytes[idx][has_op] / PINNING_BYTES_PER_S * 1e9).astype(np.int64)
+        # a negative share adds the interval's time to the host's chain there
+        s, e = np.concatenate([s, start]), np.concatenate([e, start + pin_ns])
+        share = np.concatenate([share, -np.ones(start.size)])
+    pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9
+    return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
+                host_removed_s=s, host_removed_e=e, host_share=share,
+                note="batches pinned by the DataLoader, copied blocking"
+                     + (", pinned on the loop's thread" if workers == 0 else ""))
 
 
 def _releases(a: Analysis, downloads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
