@@ -106,6 +106,7 @@ def diagnose_loaded(
     step_source: str = "", cut_after: int | None = None, *,
     unprofiled_fetch_ms: float | None = None, loader: LoaderSettings | None = None,
     unprofiled_lead_ms: float | None = None, outermost_calls: int | None = None,
+    root_module: str = "",
 ) -> Diagnosis:
     """``analyze_loaded``'s report with its analysis."""
     if len(trace.device) == 0 and len(trace.host) == 0:
@@ -125,7 +126,8 @@ def diagnose_loaded(
                                          step_source, cut_after,
                                          unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
                                          unprofiled_lead_ms=unprofiled_lead_ms,
-                                         outermost_calls=outermost_calls)
+                                         outermost_calls=outermost_calls,
+                                         root_module=root_module)
     if step_source:
         steps = msgspec.structs.replace(report.steps, source=step_source)
         report = msgspec.structs.replace(report, steps=steps)
@@ -138,7 +140,8 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
                   unprofiled_fetch_ms: float | None = None,
                   loader: LoaderSettings | None = None,
                   unprofiled_lead_ms: float | None = None,
-                  outermost_calls: int | None = None) -> tuple[Analysis, Report]:
+                  outermost_calls: int | None = None,
+                  root_module: str = "") -> tuple[Analysis, Report]:
     """``alone``: the trace is not read with the other ranks of its job (a rank's collectives are
     then said in a note: analysis/collectives.py)."""
     from gpudoctor.analysis.collectives import one_rank_collectives
@@ -147,7 +150,7 @@ def _diagnose_gpu(trace: Trace, gpu: str | None, ceilings: Any, unprofiled_step_
     analysis = analyze_trace(trace, chosen, unprofiled_step_ms, model_state, step_source, cut_after,
                              unprofiled_fetch_ms=unprofiled_fetch_ms, loader=loader,
                              unprofiled_lead_ms=unprofiled_lead_ms,
-                             outermost_calls=outermost_calls)
+                             outermost_calls=outermost_calls, root_module=root_module)
     lacking = lacking_notes(trace, skipped_rules(trace))
     if not chosen.available:
         lacking = [unknown_card_note(chosen.gpu, PEAK_PRICED), *lacking]
@@ -205,7 +208,8 @@ def diagnose_path(path: str | os.PathLike[str], gpu: str | None = None,
                             step_source=run.step_source, cut_after=run.cut_after,
                             unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
                             unprofiled_lead_ms=run.unprofiled_lead_ms,
-                            outermost_calls=run.outermost_calls)
+                            outermost_calls=run.outermost_calls,
+                            root_module=run.root_module)
     if not run.unprofiled:
         return found
     unprofiled = UnprofiledSection.from_dict(run.unprofiled)
@@ -273,7 +277,8 @@ def _run_model(path: str | os.PathLike[str], gpu: str | None = None,
                              run.model_state, run.step_source, run.cut_after,
                              unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
                              unprofiled_lead_ms=run.unprofiled_lead_ms,
-                             outermost_calls=run.outermost_calls)
+                             outermost_calls=run.outermost_calls,
+                             root_module=run.root_module)
     model = step_model(analysis)
     return None if isinstance(model, str) else (analysis, model)
 
@@ -435,7 +440,8 @@ def _summarize_rank(source: RankSource, gpu: str | None, ceilings: Any,
                                      run.step_source, alone=False,
                                      unprofiled_fetch_ms=run.unprofiled_fetch_ms, loader=run.loader,
                                      unprofiled_lead_ms=run.unprofiled_lead_ms,
-                                     outermost_calls=run.outermost_calls)
+                                     outermost_calls=run.outermost_calls,
+                             root_module=run.root_module)
     if annotate is not None:
         target, kept, label = annotate
         report = annotated(Diagnosis(report, analysis), source.trace, target, label, kept)

@@ -60,6 +60,8 @@ class Analysis(msgspec.Struct, frozen=True, eq=False):
     # outermost modules with parameters called in a step, where a live capture counted them
     # (capture/session.py): each one a compiled call under the compile knobs
     outermost_calls: int | None = None
+    # the outermost module's class, where a live capture saw it: fix snippets name it
+    root_module: str = ""
 
     @property
     def step_ms(self) -> float:
@@ -72,7 +74,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
                   unprofiled_fetch_ms: float | None = None,
                   unprofiled_lead_ms: float | None = None,
                   loader: LoaderSettings | None = None,
-                  outermost_calls: int | None = None) -> Analysis:
+                  outermost_calls: int | None = None, root_module: str = "") -> Analysis:
     """Every analysis of ``trace``, once; the Analysis is built whole (its fields are not mutated
     after). ``cut_after``: a capture that ended early recorded this many whole steps
     (``steps.whole_steps``); ``unprofiled_fetch_ms``: the DataLoader's share of
@@ -138,6 +140,7 @@ def analyze_trace(trace: Trace, ceilings: Ceilings, unprofiled_step_ms: float | 
         step_source=step_source,
         profiler_overhead_ms=overhead,
         outermost_calls=outermost_calls,
+        root_module=root_module,
     )
 
 

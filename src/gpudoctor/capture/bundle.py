@@ -290,6 +290,8 @@ class RunFacts:
     unprofiled_lead_ms: float | None = None
     # outermost modules with parameters called in a step (capture.outermost_calls_per_step)
     outermost_calls: int | None = None
+    # the class of the outermost module the steps called (capture.root_module); "" when not seen
+    root_module: str = ""
 
 
 def read_env(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -323,7 +325,15 @@ def facts_of(env: dict[str, Any]) -> RunFacts:
                                       capture.get("unprofiled_step_ms")),
                     LoaderSettings.parse(capture.get("dataloader")),
                     median_or_none(capture.get("unprofiled_lead_ms_samples")),
-                    _positive_int(capture.get("outermost_calls_per_step")))
+                    _positive_int(capture.get("outermost_calls_per_step")),
+                    _class_name(capture.get("root_module")))
+
+
+def _class_name(value: Any) -> str:
+    """A Python class name (an identifier, dotted for a nested class); "" otherwise."""
+    if not isinstance(value, str) or not 0 < len(value) <= 200:
+        return ""
+    return value if all(part.isidentifier() for part in value.split(".")) else ""
 
 
 def _positive_int(value: Any) -> int | None:

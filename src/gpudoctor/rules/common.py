@@ -35,6 +35,13 @@ _LIBRARY = re.compile(
 GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})
 
 
+def compile_line(a: Analysis, mode: str = "") -> str:
+    """``model = torch.compile(model...)``, naming the module class the steps called where a live
+    capture saw it (Analysis.root_module)."""
+    line = f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})"
+    return line + (f"   # model: your {a.root_module}" if a.root_module else "")
+
+
 def frame_line(frame_name: str, user_only: bool = True) -> str | None:
     """A python_function event's name "file.py(42): func" as "file.py:42 (func)".
 

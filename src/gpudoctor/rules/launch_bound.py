@@ -25,6 +25,7 @@ from gpudoctor.core.arrays import difference, distinct, median
 from gpudoctor.core.finding import ALL_IDLE, STEP_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
+from gpudoctor.rules.common import compile_line
 from gpudoctor.rules.shared import owned_elsewhere
 from gpudoctor.trace.model import HostCat
 
@@ -82,12 +83,12 @@ def check(a: Analysis) -> Finding | None:
         evidence,
         (
             Fix("Capture the step in a CUDA graph (one launch replays every kernel)",
-                "model = torch.compile(model, mode='reduce-overhead')\n"
+                compile_line(a, "reduce-overhead") + "\n"
                 "# an output kept past the next call (a GAN's fake images) is overwritten: "
                 ".clone() it\n"
                 "# or torch.cuda.graphs: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out "
                 "= step(x)"),
-            Fix("Fuse small ops into fewer kernels", "model = torch.compile(model)"),
+            Fix("Fuse small ops into fewer kernels", compile_line(a)),
             Fix("Give each kernel more work: larger batch, fewer and wider layers",
                 "loader = DataLoader(ds, batch_size=8 * B)   # B: the batch now\n"
                 "# or torch._foreach_* over lists of tensors"),

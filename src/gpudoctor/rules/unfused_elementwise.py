@@ -51,6 +51,7 @@ from gpudoctor.kernels.prescribe import kernel_fix
 from gpudoctor.replay.edits import Edit
 from gpudoctor.rules.base import Rule
 from gpudoctor.rules.common import (
+    compile_line,
     kernel_names_of_events,
     op_names_of_events,
     sources_of_events,
@@ -376,7 +377,7 @@ def check(a: Analysis) -> Finding | None:
     saving = saving_ns.sum() / 1e6 / n
     heaviest = runs[int(np.argmax(saving_ns))]
     fixes = [
-        Fix("Let the compiler fuse the chain into one kernel", "model = torch.compile(model)"),
+        Fix("Let the compiler fuse the chain into one kernel", compile_line(a)),
         Fix("Use the fused built-ins instead of hand-written formulas",
             "F.gelu(x, approximate='tanh')   # not 0.5*x*(1+tanh(...))\n"
             "F.rms_norm(x, (d,), weight) / F.layer_norm(x, (d,), w, b)"),
