@@ -119,7 +119,8 @@ def diagnose_capture(result: CaptureResult, config: CaptureConfig, run_dir: Path
                                     unprofiled_fetch_ms=getattr(result, "unprofiled_fetch", None),
                                     loader=getattr(result, "loader", None),
                                     unprofiled_lead_ms=median_or_none(
-                                        getattr(result, "unprofiled_lead_ms", None)))
+                                        getattr(result, "unprofiled_lead_ms", None)),
+                                    root_module=getattr(result, "root_module", "") or "")
             report = found.report
         except NoGpuActivityError:
             status = RunStatus.NO_GPU_ACTIVITY
