@@ -1,4 +1,4 @@
-"""The compile fixes name the module class the steps called, where a live capture saw it
+"""The compile and autocast fixes name the module class the steps called, where a live capture saw it
 (env.json ``capture.root_module`` -> Analysis.root_module -> rules/common.py ``compile_line``)."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ def test_the_compile_fixes_name_the_programs_module() -> None:
                       "# model: your GPTLanguageModel")
     assert findings["unfused-elementwise"].fixes[0].code == (
         "model = torch.compile(model)   # model: your GPTLanguageModel")
+    autocast = findings["fp32-matmul"].fixes
+    assert any("    loss = model(x)   # model: your GPTLanguageModel\n" in f.code for f in autocast)
     # a bare trace does not say which module: the snippet stays generic
     bare = {f.id: f for f in analyze_path(DATA / "launch_bound" / "trace.json.gz").findings}
     assert bare["launch-bound"].fixes[0].code.splitlines()[0] == (

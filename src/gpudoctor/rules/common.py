@@ -35,11 +35,16 @@ _LIBRARY = re.compile(
 GATHER_OPS = frozenset({"aten::stack", "aten::cat", "aten::concat"})
 
 
+def model_named(module: str) -> str:
+    """A comment naming the module class the steps called (Analysis.root_module, where a live
+    capture saw it), for a fix snippet's ``model`` line; "" where not known."""
+    return f"   # model: your {module}" if module else ""
+
+
 def compile_line(a: Analysis, mode: str = "") -> str:
-    """``model = torch.compile(model...)``, naming the module class the steps called where a live
-    capture saw it (Analysis.root_module)."""
-    line = f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})"
-    return line + (f"   # model: your {a.root_module}" if a.root_module else "")
+    """``model = torch.compile(model...)``, naming the program's module where known."""
+    return f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})" + model_named(
+        a.root_module)
 
 
 def frame_line(frame_name: str, user_only: bool = True) -> str | None:

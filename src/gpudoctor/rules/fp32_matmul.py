@@ -49,6 +49,7 @@ from gpudoctor.rules.common import (
     GEMM_EFFICIENCY,
     gemm_ns_of_events,
     kernel_names_of_events,
+    model_named,
     op_names_of_events,
     sources_of_events,
 )
@@ -184,7 +185,7 @@ def check(a: Analysis) -> Finding | None:
             kernels=kernel_names_of_events(a.trace, idx),
             sources=sources_of_events(a.trace, idx),
         ),
-        _fixes(ms, a.ceilings, inference),
+        _fixes(ms, a.ceilings, inference, a.root_module),
         wrong_fix=(
             "A bigger batch will not help: the matmuls are capped by the fp32 or TF32 rate, not by "
             "their size." + ("" if inference else
@@ -232,7 +233,8 @@ _FP16_ACCURACY = (
 )
 
 
-def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) -> tuple[Fix, ...]:
+def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False,
+           module: str = "") -> tuple[Fix, ...]:
     """The fixes on this card: bf16 where it has bf16 tensor cores (or where its roofs are not
     known); fp16 with a gradient scaler where it has fp16 ones only (``Ceilings.half_dtype``:
     V100, T4); TF32 only where the card has it (compute capability 8.0 on). A step with no backward
@@ -243,16 +245,17 @@ def _fixes(ms: dict[str, float], ceilings: Ceilings, inference: bool = False) ->
     tf32 = not fp16 and ms["simt"] > 0 and ms["tf32"] == 0 and ms["conv"] == 0 and bool(
         roofs.get("tf32") or not roofs)
     if inference:
-        return _inference_fixes(ms, dtype, tf32)
+        return _inference_fixes(ms, dtype, tf32, module)
     fixes = [Fix(
         "Run forward and loss under fp16 autocast with a gradient scaler (this GPU's tensor cores "
         "take fp16, not bf16)",
-        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n"
+        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x){model_named(module)}\n"
         "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()\n"
         f"# scaler = torch.amp.GradScaler('cuda'), made once. {_FP16_ACCURACY}",
     ) if fp16 else Fix(
         "Run forward and loss under bf16 autocast (fp32 master weights kept)",
-        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x)\n# {_ACCURACY}",
+        f"with torch.autocast('cuda', dtype={dtype}):\n    loss = model(x){model_named(module)}\n"
+        f"# {_ACCURACY}",
     )]
     if tf32:
         fixes.append(_TF32_FIX)
@@ -276,7 +279,8 @@ def _attention_fix(dtype: str) -> Fix:
                f"q, k, v = (t.to({dtype}) for t in (q, k, v))  # autocast does this")
 
 
-def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool) -> tuple[Fix, ...]:
+def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool,
+                     module: str = "") -> tuple[Fix, ...]:
     """A served model's fixes. No optimizer keeps fp32 master weights, so the model is cast once,
     first: autocast would cast every weight at every call and, on its mixed-precision path, turn
     nn.TransformerEncoder's fused inference path off (benchmarks/BENCHMARKS-twins.md "Four
@@ -284,7 +288,7 @@ def _inference_fixes(ms: dict[str, float], dtype: str, tf32: bool) -> tuple[Fix,
     half = "fp16" if dtype == "torch.float16" else "bf16"
     fixes = [
         Fix(f"Serving the model: cast it to {dtype} once and feed it {dtype} inputs",
-            f"model = model.to({dtype}).eval()\n"
+            f"model = model.to({dtype}).eval(){model_named(module)}\n"
             f"x = x.to({dtype})  # each floating-point input the model reads\n"
             "# no optimizer, no fp32 master weights to keep"),
         Fix(f"Or run the forward under {half} autocast (the model stays fp32; each weight is cast "
