@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import numpy as np
+import pytest
 
 from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.pipeline import analyze_path
@@ -74,11 +74,11 @@ def test_the_pin_memory_knob_keeps_the_copies_blocking_and_pins_on_the_loops_thr
     bundle = DATA / "knobs_h100" / "fabric_image_classifier"
     knob = knob_prices_for(bundle)["pin-memory"]
     finding = next(f for f in analyze_path(bundle).findings if f.id == "pageable-copy")
-    assert knob["predicted_speedup"] == 1.0072 and knob["predicted_speedup"] < finding.predicted_speedup
+    assert knob["predicted_speedup"] == 1.0064 and knob["predicted_speedup"] < finding.predicted_speedup
     assert knob["note"] == "batches pinned by the DataLoader, copied blocking, pinned on the loop's thread"
     # the lab's input-pipeline trap: the same knob, the same order
     lab = knob_prices_for(DATA / "input_pipeline")["pin-memory"]["predicted_speedup"]
-    assert lab == 1.0074
+    assert lab == 1.0089
     # no DataLoader (the lecture's GPT slices its batches by hand): nothing for the knob to change
     assert "pin-memory" not in knob_prices_for(DATA / "knobs_h100" / "karpathy_gpt_lecture")
     # with workers, they pin: no host time is added on the loop's thread
@@ -86,8 +86,10 @@ def test_the_pin_memory_knob_keeps_the_copies_blocking_and_pins_on_the_loops_thr
     a = analyze_trace(trace, choose_ceilings(trace), run.unprofiled_step_ms,
                       loader=LoaderSettings(num_workers=4, pin_memory=False, batch_size=64))
     workers = pin_memory_edit(a)
-    assert workers is not None and (np.asarray(workers.host_share) > 0).all()
+    assert workers is not None and not workers.calls_slower_ns.any()
     assert workers.note == "batches pinned by the DataLoader, copied blocking"
     alone = pin_memory_edit(analyze_trace(trace, choose_ceilings(trace), run.unprofiled_step_ms,
                                           loader=run.loader))
-    assert alone is not None and (np.asarray(alone.host_share) < 0).sum() == workers.host_share.size
+    # each copy's call pays for pinning its bytes at 32 GB/s: 64 x 784 fp32 pixels, 6.3 us
+    assert alone is not None and alone.calls_slower.size == workers.calls_slower.size
+    assert alone.calls_slower_ns.max() == pytest.approx(64 * 784 * 4 / 32e9 * 1e9, rel=0.01)

@@ -218,23 +218,18 @@ def pin_memory_edit(a: Analysis) -> Edit | None:
     host = trace.host
     calls = dev.launch[idx]
     called = calls >= 0
-    s = host.ts[calls[called]].astype(np.int64)
-    e = host.end[calls[called]].astype(np.int64)
-    share = np.ones(s.size)
     names = {trace.strings[i] for i in distinct(host.name[loader])}
     workers = a.loader.num_workers if a.loader is not None else (
         1 if any(_MULTIPROCESS in n for n in names) else 0)
-    if workers == 0:
-        ops = dev.op[idx]
-        has_op = ops >= 0
-        start = host.ts[host.outermost(ops[has_op])].astype(np.int64)
-        pin_ns = (dev.nbytes[idx][has_op] / PINNING_BYTES_PER_S * 1e9).astype(np.int64)
-        # a negative share adds the interval's time to the host's chain there
-        s, e = np.concatenate([s, start]), np.concatenate([e, start + pin_ns])
-        share = np.concatenate([share, -np.ones(start.size)])
+    # with no workers the loop's thread pins each batch before its copy: that time is added to the
+    # copy's call, after the profiler's share is taken out (it is no profiled time)
+    pin_ns = (dev.nbytes[idx][called] / PINNING_BYTES_PER_S * 1e9 if workers == 0
+              else np.zeros(int(called.sum())))
     pinned_ns = dev.nbytes[idx] / _pinned_bandwidth(a) * 1e9
     return Edit(device=idx.astype(np.int64), device_ns=np.minimum(pinned_ns, dev.dur[idx]),
-                host_removed_s=s, host_removed_e=e, host_share=share,
+                host_removed_s=host.ts[calls[called]].astype(np.int64),
+                host_removed_e=host.end[calls[called]].astype(np.int64),
+                calls_slower=calls[called].astype(np.int64), calls_slower_ns=pin_ns,
                 note="batches pinned by the DataLoader, copied blocking"
                      + (", pinned on the loop's thread" if workers == 0 else ""))
 
