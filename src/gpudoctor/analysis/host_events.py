@@ -151,6 +151,13 @@ def dataloader_calls(trace: Trace) -> np.ndarray:
                                 and "pin_memory" not in s)[trace.host.name]
 
 
+def fetched_by_workers(trace: Trace, events: np.ndarray) -> bool:
+    """Whether any of host ``events`` (indices) is a DataLoader fetching from worker processes
+    (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``)."""
+    names = trace.names_matching(lambda s: "MultiProcessingDataLoaderIter" in s)
+    return bool(names[trace.host.name[events]].any())
+
+
 def optimizer_steps(trace: Trace) -> np.ndarray:
     """Host annotations of an optimizer's step (``Optimizer.step#AdamW.step``): its dispatch."""
     host = trace.host

@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.host_events import fetched_by_workers
 from gpudoctor.analysis.intervals import overlap_per_window, union
 from gpudoctor.analysis.opcost import DTYPE_BYTES, tensor_inputs
 from gpudoctor.core.arrays import distinct
@@ -58,7 +59,6 @@ ID = "input-pipeline"
 WORKER_FLOOR_SHARE = 0.5  # workers already too slow: twice as many at most halve the step
 LOADER_SETS_STEP_SHARE = 0.25  # the wait for batches is this share of the step or more
 LOADER_SETS_STEP = "loader_sets_step"  # evidence: the wait is that share of the step or more
-_MULTIPROCESS = "MultiProcessingDataLoaderIter"
 PIN_OPS = ("aten::pin_memory", "aten::_pin_memory")
 PINNING_SHARE = 0.5
 SLOW_PINNING_GBPS = 10.0  # H100 hosts pinned 16 MB batches at 32-45 GB/s, under the compile workers at 1.7-3.8
@@ -109,8 +109,7 @@ def check(a: Analysis) -> Finding | None:
     s, e = union(host.ts[culprits], host.end[culprits])
     n_steps = max(len(a.steps), 1)
     loader_ms = float((e - s).sum()) / 1e6 / n_steps
-    names = {trace.strings[i] for i in distinct(host.name[culprits]).tolist()}
-    from_workers = any(_MULTIPROCESS in name for name in names)
+    from_workers = fetched_by_workers(trace, culprits)
     threads = distinct(host.thread[culprits])  # where the loader ran: the training thread
     pinning_ms = 0.0 if from_workers else pinning_ns(a, threads, s, e) / 1e6 / n_steps
     pinning = loader_ms > 0 and pinning_ms >= PINNING_SHARE * loader_ms

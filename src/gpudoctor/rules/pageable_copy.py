@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.host_events import dataloader_calls, sync_calls
+from gpudoctor.analysis.host_events import dataloader_calls, fetched_by_workers, sync_calls
 from gpudoctor.analysis.opcost import TORCH_DTYPES, tensor_inputs
-from gpudoctor.core.arrays import distinct
 from gpudoctor.core.finding import STEP_FLOOR_AFTER_FIX, Evidence, Finding, Fix, make_finding
 from gpudoctor.core.loader import LoaderSettings
 from gpudoctor.replay.edits import Edit
@@ -22,7 +21,6 @@ from gpudoctor.trace.kernels import PAGEABLE_KINDS, Kind
 from gpudoctor.trace.model import HostCat
 
 ID = "pageable-copy"
-_MULTIPROCESS = "MultiProcessingDataLoaderIter"  # a DataLoader fetching from worker processes
 # Pinned copies reach this share of the datasheet's host link, as `gpudoctor bench` measured it on
 # an H100 and an H200 (benchmarks/BENCHMARKS-replay.md "A pageable upload's stream sync").
 LINK_REACHED_SHARE = 0.87
@@ -218,9 +216,8 @@ def pin_memory_edit(a: Analysis) -> Edit | None:
     host = trace.host
     calls = dev.launch[idx]
     called = calls >= 0
-    names = {trace.strings[i] for i in distinct(host.name[loader])}
-    workers = a.loader.num_workers if a.loader is not None else (
-        1 if any(_MULTIPROCESS in n for n in names) else 0)
+    workers = a.loader.num_workers if a.loader is not None else int(
+        fetched_by_workers(trace, np.flatnonzero(loader)))
     # with no workers the loop's thread pins each batch before its copy: that time is added to the
     # copy's call, after the profiler's share is taken out (it is no profiled time)
     pin_ns = (dev.nbytes[idx][called] / PINNING_BYTES_PER_S * 1e9 if workers == 0
