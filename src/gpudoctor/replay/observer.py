@@ -64,7 +64,7 @@ PLATEAU_SHARE = 0.02
 # A lead at the unprofiled steps' boundaries under this share of the step is a GPU that waited for
 # the host (a launch's latency, an event's own time): it sets no scale, but a fit to the step
 # whose replay leaves the GPU a backlog there is taken with it (``_with_the_lead``;
-# tests/test_host_lead.py, the lecture's GPT).
+# benchmarks/BENCHMARKS-replay.md "A GPU that waited at the marks"; tests/test_host_lead.py).
 LEAD_MIN_SHARE = 0.02
 # The replayed leads after the first mark within this share of the step of each other: the host
 # syncs with the GPU every step (tests/data's GPU-set traces that do not, healthy_train among them,

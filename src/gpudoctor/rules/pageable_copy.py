@@ -192,8 +192,8 @@ def edit(a: Analysis, finding: Finding) -> Edit | None:
 
 
 # A batch pinned by the loop's own thread (a DataLoader with no workers and pin_memory=True) costs
-# it a host copy at about this rate: H100 hosts pinned 16 MB batches at 32-45 GB/s
-# (rules/input_pipeline.py SLOW_PINNING_GBPS); the low end.
+# it a host copy at about this rate, the low end of the 32-45 GB/s H100 hosts pinned 16 MB batches
+# at (benchmarks/BENCHMARKS-try-fixes.md "Thirty timed steps, a fresh Inductor cache").
 PINNING_BYTES_PER_S = 32e9
 
 
